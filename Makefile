@@ -1,0 +1,41 @@
+# Two commands for a newcomer: `make run` and `make test`. Everything else is optional.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Never let a SuperLink install the app's dependencies per run (several GB, another torch).
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
+# Keep Flower's state (SuperLink database, installed apps) inside the project folder.
+export FLWR_HOME ?= $(CURDIR)/.flwr
+
+.PHONY: run test test-slow lint typecheck channel-report bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m channel --out results/channel-report
+
+channel-report: $(STAMP)
+	$(PY) -m channel --out results/channel-report
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check channel fedcgd_strategy
+
+typecheck: $(STAMP)
+	$(PY) -m mypy channel fedcgd_strategy
+
+test: lint typecheck
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .flwr

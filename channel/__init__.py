@@ -1,0 +1,41 @@
+"""Uplink channel of a UMi-Street Canyon cell for wireless federated learning.
+
+Pure numpy + scipy (no Flower, no torch): LOS probability and path loss of TR 38.901
+(Tables 7.4.2-1 and 7.4.1-1), log-normal shadowing, the FDMA rate and the minimum bandwidth
+of the paper's eq. (lambert), and a :class:`Cell` that drops devices and draws each round's
+channel. Frequencies are in Hz, distances in m, powers in W (or dBm where named).
+"""
+
+from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz, rate_bps, rate_limit_bps
+from channel.cell import Cell, CellConfig, RoundDraw, drop_distances_2d_m
+from channel.los import los_probability
+from channel.pathloss import (
+    PATHLOSS_MODELS,
+    breakpoint_distance_m,
+    distance_3d_m,
+    pathloss_db,
+    shadow_fading_std_db,
+)
+from channel.units import db_to_linear, dbm_to_w, hz_to_ghz, linear_to_db, w_to_dbm
+
+__all__ = [
+    "PATHLOSS_MODELS",
+    "Cell",
+    "CellConfig",
+    "RoundDraw",
+    "breakpoint_distance_m",
+    "count_fit_cheapest_first",
+    "db_to_linear",
+    "dbm_to_w",
+    "distance_3d_m",
+    "drop_distances_2d_m",
+    "hz_to_ghz",
+    "linear_to_db",
+    "los_probability",
+    "min_bandwidth_hz",
+    "pathloss_db",
+    "rate_bps",
+    "rate_limit_bps",
+    "shadow_fading_std_db",
+    "w_to_dbm",
+]

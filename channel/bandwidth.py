@@ -1,0 +1,221 @@
+"""Uplink rate and minimum bandwidth to meet the upload deadline (paper Section II-B, IV).
+
+FDMA uplink of device v with bandwidth ``B``, transmit power ``S``, average channel gain
+``H̄`` and noise power spectral density ``N0`` (paper Section II-B):
+
+    r = B log2(1 + S H̄ / (B N0)).
+
+``r`` increases with ``B`` towards ``S H̄ / (N0 ln 2)``. The minimum bandwidth that uploads
+``D`` bits within the deadline ``d`` (``r(B*) = D / d``) is paper eq. (lambert):
+
+    B* = -D ln2 / (d (W(-Γ e^{-Γ}) + Γ)),    Γ = N0 D ln2 / (d S H̄).
+
+Decision (DESIGN.md, Lambert-W branch): ``W`` is the lower branch ``W_{-1}``, the one that gives
+the finite, positive root; the principal branch returns the trivial solution ``W_0 = -Γ``.
+``Γ >= 1`` (equivalently ``S H̄ / (N0 ln 2) <= D / d``) means no bandwidth meets the deadline;
+then ``B* = +inf`` (the paper's "minus value") and the device is infeasible.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+from scipy.special import lambertw
+
+from channel.arrays import FloatArray, as_float_array
+
+_NEWTON_MAX_ITERATIONS = 100
+_NEWTON_RELATIVE_TOLERANCE = 4.0 * np.finfo(np.float64).eps
+
+
+def rate_bps(
+    bandwidth_hz: npt.ArrayLike,
+    tx_power_w: npt.ArrayLike,
+    gain_lin: npt.ArrayLike,
+    noise_psd_w_per_hz: npt.ArrayLike,
+) -> FloatArray:
+    """Uplink rate of an FDMA link, paper Section II-B: ``r = B log2(1 + S H̄ / (B N0))``.
+
+    Evaluated as ``B log1p(S H̄ / (B N0)) / ln 2`` (accurate for large ``B``); ``B = 0`` gives
+    0 and ``B = inf`` gives the limit ``S H̄ / (N0 ln 2)``.
+
+    Parameters
+    ----------
+    bandwidth_hz : array_like
+        Allocated bandwidth ``B`` in Hz, ``>= 0`` (``+inf`` allowed).
+    tx_power_w : array_like
+        Transmit power ``S`` in W, ``> 0``.
+    gain_lin : array_like
+        Average channel gain ``H̄`` (linear power ratio, ``10^(-PL_dB/10)``), ``>= 0``.
+    noise_psd_w_per_hz : array_like
+        Noise power spectral density ``N0`` in W/Hz (noise figure included), ``> 0``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Rate in bit/s, with the broadcast shape of the arguments.
+
+    """
+    bandwidth = as_float_array("bandwidth_hz", bandwidth_hz, lower=0.0, allow_inf=True)
+    power = as_float_array("tx_power_w", tx_power_w, lower=0.0, lower_inclusive=False)
+    gain = as_float_array("gain_lin", gain_lin, lower=0.0)
+    noise = as_float_array(
+        "noise_psd_w_per_hz", noise_psd_w_per_hz, lower=0.0, lower_inclusive=False
+    )
+    snr_bandwidth_hz = power * gain / noise  # S H̄ / N0, in Hz
+    bandwidth, snr_bandwidth_hz = np.broadcast_arrays(bandwidth, snr_bandwidth_hz)
+    rate = np.zeros(bandwidth.shape)
+    finite = np.isfinite(bandwidth) & (bandwidth > 0.0)
+    rate[finite] = bandwidth[finite] * np.log1p(snr_bandwidth_hz[finite] / bandwidth[finite])
+    infinite = np.isinf(bandwidth)
+    rate[infinite] = snr_bandwidth_hz[infinite]
+    return np.asarray(rate / math.log(2.0))
+
+
+def rate_limit_bps(
+    tx_power_w: npt.ArrayLike, gain_lin: npt.ArrayLike, noise_psd_w_per_hz: npt.ArrayLike
+) -> FloatArray:
+    """Rate for unlimited bandwidth, ``lim_{B->inf} r = S H̄ / (N0 ln 2)`` (paper Section II-B).
+
+    Parameters
+    ----------
+    tx_power_w : array_like
+        Transmit power ``S`` in W, ``> 0``.
+    gain_lin : array_like
+        Average channel gain ``H̄`` (linear), ``>= 0``.
+    noise_psd_w_per_hz : array_like
+        Noise power spectral density ``N0`` in W/Hz, ``> 0``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Rate limit in bit/s, with the broadcast shape of the arguments.
+
+    """
+    power = as_float_array("tx_power_w", tx_power_w, lower=0.0, lower_inclusive=False)
+    gain = as_float_array("gain_lin", gain_lin, lower=0.0)
+    noise = as_float_array(
+        "noise_psd_w_per_hz", noise_psd_w_per_hz, lower=0.0, lower_inclusive=False
+    )
+    return np.asarray(power * gain / (noise * math.log(2.0)))
+
+
+def min_bandwidth_hz(
+    model_bits: npt.ArrayLike,
+    deadline_s: npt.ArrayLike,
+    tx_power_w: npt.ArrayLike,
+    gain_lin: npt.ArrayLike,
+    noise_psd_w_per_hz: npt.ArrayLike,
+) -> FloatArray:
+    """Minimum bandwidth to upload ``D`` bits within ``d`` seconds, paper eq. (lambert).
+
+    ``B* = -D ln2 / (d (W_{-1}(-Γ e^{-Γ}) + Γ))`` with ``Γ = N0 D ln2 / (d S H̄)``: the bandwidth
+    at which ``rate_bps(B*) = D / d``. ``B* = +inf`` exactly when
+    ``S H̄ / (N0 ln 2) <= D / d`` (``Γ >= 1``: no bandwidth meets the deadline). ``D = 0`` needs
+    no bandwidth (``B* = 0``) whenever ``H̄ > 0``.
+
+    Numerics: ``W_{-1}`` from ``scipy.special.lambertw(..., k=-1)`` gives the start value, which
+    is then refined by Newton's method on ``log1p(s/Γ) = s`` for ``s = -(W + Γ) > 0`` (the
+    same equation, ``W e^W = -Γ e^{-Γ}``, written without the cancellation of ``-Γ e^{-Γ}``
+    near ``-1/e`` when ``Γ -> 1`` and without underflow when ``Γ -> 0``). Newton converges
+    monotonically from any start ``s >= 2(1 - Γ)`` because ``log1p(s/Γ) - s`` is concave.
+
+    Parameters
+    ----------
+    model_bits : array_like
+        Model size ``D_w`` in bits, ``>= 0``.
+    deadline_s : array_like
+        Upload deadline ``d_cm`` in s, ``> 0``.
+    tx_power_w : array_like
+        Transmit power ``S`` in W, ``> 0``.
+    gain_lin : array_like
+        Average channel gain ``H̄`` (linear), ``>= 0``.
+    noise_psd_w_per_hz : array_like
+        Noise power spectral density ``N0`` in W/Hz (noise figure included), ``> 0``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``B*`` in Hz, ``+inf`` for an infeasible link, with the broadcast shape of the arguments.
+
+    """
+    bits = as_float_array("model_bits", model_bits, lower=0.0)
+    deadline = as_float_array("deadline_s", deadline_s, lower=0.0, lower_inclusive=False)
+    required_bps = bits / deadline  # D / d
+    limit_bps = rate_limit_bps(tx_power_w, gain_lin, noise_psd_w_per_hz)
+    required_bps, limit_bps = np.broadcast_arrays(required_bps, limit_bps)
+    bandwidth = np.full(required_bps.shape, np.inf)
+    feasible = limit_bps > required_bps
+    bandwidth[feasible & (required_bps == 0.0)] = 0.0
+    solve = feasible & (required_bps > 0.0)
+    gamma = required_bps[solve] / limit_bps[solve]  # Γ = (D/d) / (S H̄ / (N0 ln 2)) in (0, 1]
+    # Γ rounds to 1.0 only when the ratio lies within half an ulp of 1; keep it just below.
+    # It is 0 only if S H̄ / N0 overflows; the smallest subnormal keeps the solver finite.
+    gamma = np.clip(gamma, np.nextafter(0.0, 1.0), np.nextafter(1.0, 0.0))
+    # B* = (D ln2 / d) / s with s = -(W_{-1}(-Γ e^{-Γ}) + Γ), paper eq. (lambert).
+    bandwidth[solve] = required_bps[solve] * math.log(2.0) / _lambert_gap(gamma)
+    return np.asarray(bandwidth)
+
+
+def _lambert_gap(gamma: FloatArray) -> FloatArray:
+    """Return ``s = -(W_{-1}(-Γ e^{-Γ}) + Γ) > 0`` for ``0 < Γ < 1`` (1-D, float64).
+
+    ``s`` is the positive root of ``ψ(s) = log1p(s/Γ) - s`` (from ``W e^W = -Γ e^{-Γ}`` with
+    ``W = -(Γ + s)``). Start: the Lambert-W value, at least ``2(1 - Γ)`` (a lower bound of the
+    root since ``log1p(x) >= 2x/(2+x)``); Newton steps then converge monotonically.
+    """
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        w = lambertw(-gamma * np.exp(-gamma), k=-1).real
+    start = -(w + gamma)
+    lower_bound = 2.0 * (1.0 - gamma)
+    gap = np.where(np.isfinite(start), np.maximum(start, lower_bound), lower_bound)
+    for _ in range(_NEWTON_MAX_ITERATIONS):
+        step = _newton_step(gap, gamma)
+        gap = gap - step
+        if np.all(np.abs(step) <= _NEWTON_RELATIVE_TOLERANCE * gap):
+            break
+    return np.asarray(gap)
+
+
+def _newton_step(gap: FloatArray, gamma: FloatArray) -> FloatArray:
+    """Newton step ``ψ(s) / ψ'(s)`` for ``ψ(s) = ln(1 + s/Γ) - s``, ``ψ'(s) = 1/(Γ + s) - 1``."""
+    with np.errstate(over="ignore", divide="ignore"):
+        ratio = gap / gamma
+        # ln(1 + s/Γ): log1p where s/Γ is moderate, logs of the sum where it may overflow.
+        log_term = np.where(
+            ratio <= 1.0,
+            np.log1p(np.minimum(ratio, 1.0)),
+            np.log(gap) + np.log1p(gamma / gap) - np.log(gamma),
+        )
+    value = log_term - gap
+    # 1/(Γ + s) - 1 = (1 - Γ - s) / (Γ + s), written to keep precision when Γ + s is near 1.
+    slope = ((1.0 - gamma) - gap) / (gamma + gap)
+    return np.asarray(value / slope)
+
+
+def count_fit_cheapest_first(min_bandwidth_hz: npt.ArrayLike, total_bandwidth_hz: float) -> int:
+    """Count the devices that fit a bandwidth budget when taken cheapest first.
+
+    Sort the finite ``B*`` ascending and count the longest prefix whose sum stays within
+    ``total_bandwidth_hz`` (the most devices any schedule can fit, paper problem P1's budget
+    constraint ``sum_v x_v B*_v <= B``).
+
+    Parameters
+    ----------
+    min_bandwidth_hz : array_like
+        ``B*`` of the candidate devices in Hz, shape ``(n,)``, ``+inf`` = infeasible.
+    total_bandwidth_hz : float
+        Budget ``B`` in Hz, ``>= 0``.
+
+    Returns
+    -------
+    int
+        Number of devices that fit.
+
+    """
+    demands = as_float_array("min_bandwidth_hz", min_bandwidth_hz, lower=0.0, allow_inf=True)
+    budget = float(as_float_array("total_bandwidth_hz", total_bandwidth_hz, lower=0.0))
+    finite = np.sort(demands[np.isfinite(demands)].ravel())
+    return int(np.count_nonzero(np.cumsum(finite) <= budget))

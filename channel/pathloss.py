@@ -1,0 +1,357 @@
+"""Path loss and shadow-fading spread of the UMi-Street Canyon scenario (TR 38.901 Table 7.4.1-1).
+
+Two models (DESIGN.md):
+
+``"paper"`` (default)
+    The paper's Section V-A: LOS = PL1 of TR 38.901 (no breakpoint), σ_SF = 4 dB;
+    NLOS = the standard's optional formula ``32.4 + 20 log10(fc) + 31.9 log10(d3D)``,
+    σ_SF = 8.2 dB.
+``"tr38901"``
+    The full standard: LOS = PL1 below the breakpoint distance d'_BP, PL2 beyond, σ_SF = 4 dB;
+    NLOS = ``max(PL_LOS, PL'_NLOS)``, σ_SF = 7.82 dB.
+
+Carrier frequencies are given in Hz at the API and converted to GHz (``fc``) inside the
+formulas, as the standard writes them. Distances below the standard's 10 m lower validity
+bound are evaluated with the same formulas (the cell's devices never come closer than 10 m
+with the paper's defaults).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from channel.arrays import FloatArray, as_bool_array, as_float_array
+from channel.units import SPEED_OF_LIGHT_M_PER_S, hz_to_ghz
+
+PathlossModel = Literal["paper", "tr38901"]
+"""Name of a path-loss model."""
+
+PATHLOSS_MODELS: Final[tuple[str, ...]] = ("paper", "tr38901")
+"""All path-loss models, the first is the default."""
+
+EFFECTIVE_ENVIRONMENT_HEIGHT_M: Final[float] = 1.0
+"""h_E of TR 38.901 Table 7.4.1-1 note 1: 1 m in UMi."""
+
+SHADOW_FADING_STD_DB: Final[dict[str, tuple[float, float]]] = {
+    # (LOS, NLOS); paper Section V-A / Table I and TR 38.901 Table 7.4.1-1.
+    "paper": (4.0, 8.2),
+    "tr38901": (4.0, 7.82),
+}
+"""σ_SF in dB per model, as ``(LOS, NLOS)``."""
+
+
+def check_pathloss_model(model: str) -> str:
+    """Return ``model`` if it names a path-loss model, else raise a ValueError.
+
+    Parameters
+    ----------
+    model : str
+        Candidate name.
+
+    Returns
+    -------
+    str
+        The same name.
+
+    """
+    if model not in PATHLOSS_MODELS:
+        raise ValueError(f"model must be one of {PATHLOSS_MODELS}, got {model!r}")
+    return model
+
+
+def distance_3d_m(d2d_m: npt.ArrayLike, h_bs_m: float, h_ut_m: float) -> FloatArray:
+    """3D distance between device and base-station antennas, TR 38.901 Figure 7.4.1-1.
+
+    ``d3D = sqrt(d2D^2 + (h_BS - h_UT)^2)``.
+
+    Parameters
+    ----------
+    d2d_m : array_like
+        Horizontal distance in m, any shape, ``>= 0``.
+    h_bs_m, h_ut_m : float
+        Base-station and device antenna heights in m, ``> 0``.
+
+    Returns
+    -------
+    numpy.ndarray
+        3D distance in m, same shape as ``d2d_m``.
+
+    """
+    distance_m = as_float_array("d2d_m", d2d_m, lower=0.0)
+    as_float_array("h_bs_m", h_bs_m, lower=0.0, lower_inclusive=False)
+    as_float_array("h_ut_m", h_ut_m, lower=0.0, lower_inclusive=False)
+    return np.asarray(np.hypot(distance_m, h_bs_m - h_ut_m))
+
+
+def breakpoint_distance_m(h_bs_m: float, h_ut_m: float, carrier_frequency_hz: float) -> float:
+    """Breakpoint distance of UMi, TR 38.901 Table 7.4.1-1 note 1.
+
+    ``d'_BP = 4 h'_BS h'_UT fc / c`` with effective heights ``h' = h - h_E``, ``h_E = 1 m``
+    (UMi), ``fc`` in Hz here and ``c = 3.0e8 m/s``.
+
+    Parameters
+    ----------
+    h_bs_m, h_ut_m : float
+        Base-station and device antenna heights in m, both ``> 1 m``.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz, ``> 0``.
+
+    Returns
+    -------
+    float
+        d'_BP in m (210 m for the paper's 10 m / 1.5 m / 3.5 GHz).
+
+    """
+    as_float_array("carrier_frequency_hz", carrier_frequency_hz, lower=0.0, lower_inclusive=False)
+    h_bs_eff_m = float(h_bs_m) - EFFECTIVE_ENVIRONMENT_HEIGHT_M
+    h_ut_eff_m = float(h_ut_m) - EFFECTIVE_ENVIRONMENT_HEIGHT_M
+    if not (h_bs_eff_m > 0.0 and h_ut_eff_m > 0.0):
+        raise ValueError(
+            f"h_bs_m and h_ut_m must be > {EFFECTIVE_ENVIRONMENT_HEIGHT_M} m (h_E of UMi) for the "
+            f"breakpoint distance, got h_bs_m={h_bs_m!r}, h_ut_m={h_ut_m!r}"
+        )
+    return 4.0 * h_bs_eff_m * h_ut_eff_m * float(carrier_frequency_hz) / SPEED_OF_LIGHT_M_PER_S
+
+
+def pathloss_umi_los_pl1_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
+    """PL1 of UMi-Street Canyon LOS, TR 38.901 Table 7.4.1-1 (= paper Section V-A PL_LOS).
+
+    ``PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc)``, ``d3D`` in m, ``fc`` in GHz.
+
+    Parameters
+    ----------
+    d3d_m : array_like
+        3D distance in m, any shape, ``> 0``.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz.
+
+    Returns
+    -------
+    numpy.ndarray
+        Path loss in dB, same shape as ``d3d_m``.
+
+    """
+    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
+    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
+    return np.asarray(32.4 + 21.0 * np.log10(distance_m) + 20.0 * np.log10(fc_ghz))
+
+
+def pathloss_umi_los_pl2_db(
+    d3d_m: npt.ArrayLike, carrier_frequency_hz: float, h_bs_m: float, h_ut_m: float
+) -> FloatArray:
+    """PL2 of UMi-Street Canyon LOS (beyond the breakpoint), TR 38.901 Table 7.4.1-1.
+
+    ``PL2 = 32.4 + 40 log10(d3D) + 20 log10(fc) - 9.5 log10(d'_BP^2 + (h_BS - h_UT)^2)``,
+    ``d3D`` and ``d'_BP`` in m, ``fc`` in GHz.
+
+    Parameters
+    ----------
+    d3d_m : array_like
+        3D distance in m, any shape, ``> 0``.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz.
+    h_bs_m, h_ut_m : float
+        Antenna heights in m, both ``> 1 m``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Path loss in dB, same shape as ``d3d_m``.
+
+    """
+    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
+    d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
+    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
+    return np.asarray(
+        32.4
+        + 40.0 * np.log10(distance_m)
+        + 20.0 * np.log10(fc_ghz)
+        - 9.5 * np.log10(d_bp_m**2 + (h_bs_m - h_ut_m) ** 2)
+    )
+
+
+def pathloss_umi_los_db(
+    d2d_m: npt.ArrayLike, carrier_frequency_hz: float, h_bs_m: float, h_ut_m: float
+) -> FloatArray:
+    """UMi-Street Canyon LOS path loss with breakpoint, TR 38.901 Table 7.4.1-1.
+
+    ``PL_LOS = PL1`` for ``d2D <= d'_BP`` and ``PL2`` beyond (the two meet at ``d'_BP``).
+
+    Parameters
+    ----------
+    d2d_m : array_like
+        Horizontal distance in m, any shape, ``>= 0``.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz.
+    h_bs_m, h_ut_m : float
+        Antenna heights in m, both ``> 1 m``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Path loss in dB, same shape as ``d2d_m``.
+
+    """
+    distance_2d_m = as_float_array("d2d_m", d2d_m, lower=0.0)
+    d3d_m = distance_3d_m(distance_2d_m, h_bs_m, h_ut_m)
+    d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
+    pl1_db = pathloss_umi_los_pl1_db(d3d_m, carrier_frequency_hz)
+    pl2_db = pathloss_umi_los_pl2_db(d3d_m, carrier_frequency_hz, h_bs_m, h_ut_m)
+    return np.asarray(np.where(distance_2d_m <= d_bp_m, pl1_db, pl2_db))
+
+
+def pathloss_umi_nlos_prime_db(
+    d3d_m: npt.ArrayLike, carrier_frequency_hz: float, h_ut_m: float
+) -> FloatArray:
+    """PL'_UMi-NLOS, TR 38.901 Table 7.4.1-1.
+
+    ``PL' = 35.3 log10(d3D) + 22.4 + 21.3 log10(fc) - 0.3 (h_UT - 1.5)``, ``d3D`` and
+    ``h_UT`` in m, ``fc`` in GHz.
+
+    Parameters
+    ----------
+    d3d_m : array_like
+        3D distance in m, any shape, ``> 0``.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz.
+    h_ut_m : float
+        Device antenna height in m.
+
+    Returns
+    -------
+    numpy.ndarray
+        Path loss in dB, same shape as ``d3d_m``.
+
+    """
+    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
+    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
+    return np.asarray(
+        35.3 * np.log10(distance_m) + 22.4 + 21.3 * np.log10(fc_ghz) - 0.3 * (h_ut_m - 1.5)
+    )
+
+
+def pathloss_umi_nlos_db(
+    d2d_m: npt.ArrayLike, carrier_frequency_hz: float, h_bs_m: float, h_ut_m: float
+) -> FloatArray:
+    """UMi-Street Canyon NLOS path loss, TR 38.901 Table 7.4.1-1.
+
+    ``PL_NLOS = max(PL_UMi-LOS, PL'_UMi-NLOS)``.
+
+    Parameters
+    ----------
+    d2d_m : array_like
+        Horizontal distance in m, any shape, ``>= 0``.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz.
+    h_bs_m, h_ut_m : float
+        Antenna heights in m, both ``> 1 m``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Path loss in dB, same shape as ``d2d_m``.
+
+    """
+    d3d_m = distance_3d_m(d2d_m, h_bs_m, h_ut_m)
+    los_db = pathloss_umi_los_db(d2d_m, carrier_frequency_hz, h_bs_m, h_ut_m)
+    nlos_prime_db = pathloss_umi_nlos_prime_db(d3d_m, carrier_frequency_hz, h_ut_m)
+    return np.asarray(np.maximum(los_db, nlos_prime_db))
+
+
+def pathloss_umi_nlos_optional_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
+    """Compute the optional UMi-SC NLOS path loss, TR 38.901 Table 7.4.1-1 (= paper PL_NLOS).
+
+    ``PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D)``, ``d3D`` in m, ``fc`` in GHz.
+
+    Parameters
+    ----------
+    d3d_m : array_like
+        3D distance in m, any shape, ``> 0``.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz.
+
+    Returns
+    -------
+    numpy.ndarray
+        Path loss in dB, same shape as ``d3d_m``.
+
+    """
+    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
+    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
+    return np.asarray(32.4 + 20.0 * np.log10(fc_ghz) + 31.9 * np.log10(distance_m))
+
+
+def pathloss_db(
+    d2d_m: npt.ArrayLike,
+    los: npt.ArrayLike,
+    *,
+    model: str = "paper",
+    carrier_frequency_hz: float = 3.5e9,
+    h_bs_m: float = 10.0,
+    h_ut_m: float = 1.5,
+) -> FloatArray:
+    """UMi-Street Canyon path loss of a link in the given LOS state (TR 38.901 Table 7.4.1-1).
+
+    ``model="paper"``: LOS ``PL1``, NLOS the optional ``32.4 + 20 log10(fc) + 31.9 log10(d3D)``
+    (paper Section V-A). ``model="tr38901"``: LOS ``PL1``/``PL2`` around ``d'_BP``, NLOS
+    ``max(PL_LOS, PL'_NLOS)``. See the module docstring.
+
+    Parameters
+    ----------
+    d2d_m : array_like
+        Horizontal distance in m, ``>= 0``; broadcast with ``los``.
+    los : array_like of bool
+        LOS state (True = line of sight); broadcast with ``d2d_m``.
+    model : {"paper", "tr38901"}
+        Path-loss model.
+    carrier_frequency_hz : float
+        Carrier frequency in Hz (3.5 GHz in the paper's Table I).
+    h_bs_m, h_ut_m : float
+        Base-station and device antenna heights in m (10 m and 1.5 m in Table I).
+
+    Returns
+    -------
+    numpy.ndarray
+        Path loss in dB, with the broadcast shape of ``d2d_m`` and ``los``.
+
+    """
+    check_pathloss_model(model)
+    distance_2d_m = as_float_array("d2d_m", d2d_m, lower=0.0)
+    los_state = as_bool_array("los", los)
+    d3d_m = distance_3d_m(distance_2d_m, h_bs_m, h_ut_m)
+    if np.any(d3d_m <= 0.0):
+        raise ValueError("d2d_m must be > 0 when h_bs_m == h_ut_m (the 3D distance would be 0)")
+    if model == "paper":
+        los_db = pathloss_umi_los_pl1_db(d3d_m, carrier_frequency_hz)
+        nlos_db = pathloss_umi_nlos_optional_db(d3d_m, carrier_frequency_hz)
+    else:
+        los_db = pathloss_umi_los_db(distance_2d_m, carrier_frequency_hz, h_bs_m, h_ut_m)
+        nlos_db = pathloss_umi_nlos_db(distance_2d_m, carrier_frequency_hz, h_bs_m, h_ut_m)
+    return np.asarray(np.where(los_state, los_db, nlos_db))
+
+
+def shadow_fading_std_db(los: npt.ArrayLike, model: str = "paper") -> FloatArray:
+    """Return the standard deviation σ_SF of log-normal shadow fading, in dB.
+
+    LOS 4 dB for both models; NLOS 8.2 dB for ``"paper"`` (paper Table I, the optional NLOS
+    model of TR 38.901) and 7.82 dB for ``"tr38901"`` (TR 38.901 Table 7.4.1-1).
+
+    Parameters
+    ----------
+    los : array_like of bool
+        LOS state, any shape.
+    model : {"paper", "tr38901"}
+        Path-loss model.
+
+    Returns
+    -------
+    numpy.ndarray
+        σ_SF in dB, same shape as ``los``.
+
+    """
+    check_pathloss_model(model)
+    los_std_db, nlos_std_db = SHADOW_FADING_STD_DB[model]
+    return np.asarray(np.where(as_bool_array("los", los), los_std_db, nlos_std_db))

@@ -1,0 +1,246 @@
+"""Channel report: statistics of simulated rounds and a figure of path loss and B* vs distance.
+
+``run_report`` simulates ``rounds`` rounds of a :class:`channel.Cell` and summarises what the
+scheduler will face: how many devices are available, how many of them cannot meet the deadline,
+how much bandwidth the others need, and how many fit the total bandwidth taken cheapest first.
+It writes ``summary.json`` and ``channel.png`` (matplotlib, Agg backend) to the output folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from channel.arrays import FloatArray
+from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz
+from channel.cell import Cell, CellConfig
+from channel.pathloss import PATHLOSS_MODELS, pathloss_db
+from channel.units import db_to_linear
+
+PAPER_CIFAR10_CNN_PARAMS: int = 258_898
+"""Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions, DESIGN.md)."""
+
+BITS_PER_PARAM: int = 32
+"""Bits per uploaded parameter (float32), DESIGN.md."""
+
+QUANTILES_PERCENT: tuple[int, ...] = (5, 25, 50, 75, 95)
+"""Quantiles of the finite minimum bandwidth reported, in percent."""
+
+SUMMARY_FILE = "summary.json"
+FIGURE_FILE = "channel.png"
+
+
+def simulate_rounds(
+    config: CellConfig, model_bits: float, rounds: int, seed: int
+) -> dict[str, Any]:
+    """Simulate ``rounds`` rounds of a freshly dropped cell and summarise them.
+
+    Parameters
+    ----------
+    config : CellConfig
+        Cell settings.
+    model_bits : float
+        Uploaded model size D_w in bits, ``> 0``.
+    rounds : int
+        Number of rounds, ``>= 1``.
+    seed : int
+        Seed of the ``numpy.random.Generator`` (drop and rounds), ``>= 0``.
+
+    Returns
+    -------
+    dict
+        ``mean_available`` (devices per round), ``infeasible_share_of_available``
+        (infeasible / available over all rounds, ``None`` if none was available),
+        ``min_bandwidth_khz_quantiles`` (``"p5"``... -> kHz over available feasible devices,
+        ``None`` if there were none),
+        ``mean_fit_cheapest_first`` (devices per round that fit ``total_bandwidth_hz`` taken
+        cheapest first), ``fit_share_of_available`` (their sum over the sum of available).
+
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    cell = Cell(config, np.random.default_rng(seed))
+    num_available = np.zeros(rounds, dtype=np.int64)
+    num_infeasible = np.zeros(rounds, dtype=np.int64)
+    num_fit = np.zeros(rounds, dtype=np.int64)
+    finite_bandwidths: list[FloatArray] = []
+    for index in range(rounds):
+        draw = cell.draw_round(model_bits)
+        demands = draw.min_bandwidth_hz[draw.available]
+        num_available[index] = demands.size
+        num_infeasible[index] = np.count_nonzero(np.isinf(demands))
+        num_fit[index] = count_fit_cheapest_first(demands, config.total_bandwidth_hz)
+        finite_bandwidths.append(demands[np.isfinite(demands)])
+    finite = np.concatenate(finite_bandwidths)
+    total_available = int(num_available.sum())
+    quantiles: dict[str, float] | None = None
+    if finite.size:
+        values_khz = np.percentile(finite, QUANTILES_PERCENT) / 1e3
+        quantiles = {f"p{q}": float(v) for q, v in zip(QUANTILES_PERCENT, values_khz, strict=True)}
+    return {
+        "mean_available": float(num_available.mean()),
+        "infeasible_share_of_available": (
+            float(num_infeasible.sum() / total_available) if total_available else None
+        ),
+        "min_bandwidth_khz_quantiles": quantiles,
+        "mean_fit_cheapest_first": float(num_fit.mean()),
+        "fit_share_of_available": (
+            float(num_fit.sum() / total_available) if total_available else None
+        ),
+    }
+
+
+def plot_channel(config: CellConfig, model_bits: float, path: Path) -> None:
+    """Save a two-panel figure: path loss vs d2D, and B* vs d2D at median shadowing.
+
+    Left: LOS and NLOS path loss of both models over ``[min_distance_m, radius_m]``.
+    Right: ``B*`` (paper eq. (lambert)) with zero shadowing (the median of log-normal fading)
+    for LOS and NLOS of both models, log scale, with the total bandwidth as a reference line;
+    infeasible distances (``B* = inf``) are left blank.
+
+    Parameters
+    ----------
+    config : CellConfig
+        Cell settings (geometry, frequency, powers, deadline, total bandwidth).
+    model_bits : float
+        Uploaded model size D_w in bits.
+    path : pathlib.Path
+        Output PNG file.
+
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    distance_m = np.linspace(config.min_distance_m, config.radius_m, 400)
+    figure, (ax_loss, ax_bw) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    styles = {"paper": "-", "tr38901": "--"}
+    colours = {True: "tab:blue", False: "tab:red"}
+    for model in PATHLOSS_MODELS:
+        for los in (True, False):
+            loss_db = pathloss_db(
+                distance_m,
+                los,
+                model=model,
+                carrier_frequency_hz=config.carrier_frequency_hz,
+                h_bs_m=config.h_bs_m,
+                h_ut_m=config.h_ut_m,
+            )
+            label = f"{model}, {'LOS' if los else 'NLOS'}"
+            style = {"linestyle": styles[model], "color": colours[los], "label": label}
+            ax_loss.plot(distance_m, loss_db, **style)
+            bandwidth = min_bandwidth_hz(
+                model_bits,
+                config.deadline_s,
+                config.tx_power_w,
+                db_to_linear(-loss_db),
+                config.noise_psd_w_per_hz,
+            )
+            shown_khz = np.where(np.isfinite(bandwidth), bandwidth / 1e3, np.nan)
+            ax_bw.plot(distance_m, shown_khz, **style)
+    ax_loss.set(xlabel="2D distance d2D [m]", ylabel="path loss [dB]", title="UMi-Street Canyon")
+    ax_loss.legend()
+    ax_loss.grid(alpha=0.3)
+    ax_bw.axhline(
+        config.total_bandwidth_hz / 1e3, color="black", linewidth=0.8, label="total bandwidth B"
+    )
+    ax_bw.set_yscale("log")
+    ax_bw.set(
+        xlabel="2D distance d2D [m]",
+        ylabel="minimum bandwidth B* [kHz]",
+        title=f"B*: D = {model_bits:,.0f} bit, d = {config.deadline_s:g} s, median shadowing",
+    )
+    ax_bw.legend()
+    ax_bw.grid(alpha=0.3, which="both")
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def run_report(
+    config: CellConfig, model_bits: float, rounds: int, seed: int, out_dir: str | Path
+) -> dict[str, Any]:
+    """Simulate the cell, write ``summary.json`` and ``channel.png`` to ``out_dir``.
+
+    Parameters
+    ----------
+    config : CellConfig
+        Cell settings.
+    model_bits : float
+        Uploaded model size D_w in bits, ``> 0``.
+    rounds : int
+        Number of simulated rounds, ``>= 1``.
+    seed : int
+        Seed of the random generator, ``>= 0``.
+    out_dir : str or pathlib.Path
+        Output folder (created if missing).
+
+    Returns
+    -------
+    dict
+        The summary written to ``summary.json``: the settings (``config``, ``model_bits``,
+        ``rounds``, ``seed``) and the statistics of :func:`simulate_rounds`.
+
+    """
+    if isinstance(model_bits, bool) or not (
+        isinstance(model_bits, int | float) and math.isfinite(model_bits) and model_bits > 0
+    ):
+        raise ValueError(f"model_bits must be a finite number > 0, got {model_bits!r}")
+    statistics = simulate_rounds(config, model_bits, rounds, seed)
+    summary: dict[str, Any] = {
+        "config": dataclasses.asdict(config),
+        "model_bits": model_bits,
+        "rounds": rounds,
+        "seed": seed,
+        **statistics,
+    }
+    out_path = Path(out_dir)
+    out_path.mkdir(parents=True, exist_ok=True)
+    (out_path / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    plot_channel(config, model_bits, out_path / FIGURE_FILE)
+    return summary
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """Human-readable lines of a :func:`run_report` summary.
+
+    Parameters
+    ----------
+    summary : dict
+        Output of :func:`run_report`.
+
+    Returns
+    -------
+    str
+        Several lines of text.
+
+    """
+    config = summary["config"]
+    infeasible = summary["infeasible_share_of_available"]
+    fit_share = summary["fit_share_of_available"]
+    quantiles = summary["min_bandwidth_khz_quantiles"]
+    lines = [
+        f"cell: V={config['num_devices']}, p_a={config['availability_prob']}, "
+        f"model={config['pathloss_model']}, B={config['total_bandwidth_hz'] / 1e6:g} MHz, "
+        f"deadline={config['deadline_s']:g} s, D={summary['model_bits']:,} bit, "
+        f"{summary['rounds']} rounds, seed {summary['seed']}",
+        f"mean available devices per round: {summary['mean_available']:.2f}",
+        "share of available devices infeasible: "
+        + ("n/a (none available)" if infeasible is None else f"{100 * infeasible:.2f} %"),
+        "finite B* of available devices [kHz]: "
+        + (
+            "n/a (none)"
+            if quantiles is None
+            else ", ".join(f"{key}={value:,.1f}" for key, value in quantiles.items())
+        ),
+        f"mean devices fitting B cheapest-first: {summary['mean_fit_cheapest_first']:.2f}"
+        + ("" if fit_share is None else f" ({100 * fit_share:.1f} % of available)"),
+    ]
+    return "\n".join(lines)

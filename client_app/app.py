@@ -1,0 +1,317 @@
+"""The Flower ClientApp of a FedCGD device (Message API).
+
+Message types and what the device answers (record keys from :mod:`fedcgd_strategy.keys`):
+
+* ``query.info``: metrics {partition-id, num-examples}.
+* ``query.stats``: given the global model (ArrayRecord ``arrays``) and the round config
+  (ConfigRecord ``config``: server-round, local-steps, lr, batch-size), the pre-training
+  statistics of paper Algorithm 3, lines 7-10, without training: partition-id, num-examples
+  (|D_v|), label-hist (class counts of all tau b samples of this round's batches), sigma-hat
+  (paper eq. (local_est_sigma) at the received model, first batch), pre-loss (mean loss on the
+  first batch at the received model, eval mode).
+* ``train``: the same statistics (identical to the stats reply of the same round, since the
+  batches depend only on seed, round and partition id), then tau SGD steps on those batches;
+  replies the updated model under ``arrays`` plus train-loss, update-norm and train-time-s.
+* ``evaluate``: loss and accuracy of the received model on the local split.
+
+The partition id comes from ``context.node_config["partition-id"]``; ``num-partitions`` must
+equal the run config's ``num-devices``. Errors raised in a handler propagate; Flower turns them
+into an error reply, which the server skips. The handlers keep no per-node state.
+
+The ClientApp sets ``torch.set_num_threads(1)`` when it handles a message (in its lifespan, not
+at import of the library modules): in simulation several Ray workers share the machine's cores,
+and one intra-op thread each avoids oversubscription.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from torch import nn
+
+from client_app.local_data import LocalSplit, local_split
+from client_app.models import build_model
+from client_app.settings import ClientSettings
+from client_app.sigma import gradient_spread
+from client_app.training import (
+    compute_device,
+    dropout_seed,
+    evaluate,
+    local_batches,
+    train_local,
+)
+from fedcgd_strategy import keys
+
+#: Metric keys of the evaluate reply (not in ``fedcgd_strategy.keys``).
+EVAL_LOSS = "eval-loss"
+EVAL_ACC = "eval-acc"
+#: node_config keys Flower's simulation sets (and deployments pass with ``--node-config``).
+NODE_PARTITION_ID = "partition-id"
+NODE_NUM_PARTITIONS = "num-partitions"
+#: Intra-op threads per ClientApp process.
+CLIENT_NUM_THREADS = 1
+
+app = ClientApp()
+
+
+@app.lifespan()
+def lifespan(context: Context) -> Iterator[None]:
+    """Limit torch to :data:`CLIENT_NUM_THREADS` intra-op thread(s) while handling messages."""
+    torch.set_num_threads(CLIENT_NUM_THREADS)
+    yield
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """The round configuration the server sends with stats and train messages.
+
+    Attributes
+    ----------
+    server_round : int
+        Round j >= 0.
+    local_steps : int
+        tau >= 1.
+    learning_rate : float
+        eta > 0.
+    batch_size : int
+        b >= 1.
+    """
+
+    server_round: int
+    local_steps: int
+    learning_rate: float
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class PreTrainingStats:
+    """Statistics a device reports before training (identical in stats and train replies).
+
+    Attributes
+    ----------
+    label_hist : list of int, length C
+        Class counts of all samples of this round's tau batches (sums to tau b).
+    sigma : float
+        sigma-hat_v, paper eq. (local_est_sigma).
+    pre_loss : float
+        Mean cross-entropy on the first batch at the received model (nats).
+    """
+
+    label_hist: list[int]
+    sigma: float
+    pre_loss: float
+
+
+def node_partition(context: Context, settings: ClientSettings) -> int:
+    """Return the node's partition id, checking it against the run config.
+
+    Raises
+    ------
+    ValueError
+        If ``partition-id`` / ``num-partitions`` are missing from node_config, not integers,
+        if ``num-partitions`` differs from ``num-devices`` or the id is out of range.
+    """
+    config = context.node_config
+    for key in (NODE_PARTITION_ID, NODE_NUM_PARTITIONS):
+        if key not in config:
+            raise ValueError(
+                f"node_config key '{key}' is missing; start the SuperNode with "
+                f'--node-config "partition-id=<v> num-partitions=<V>"'
+            )
+        if isinstance(config[key], bool) or not isinstance(config[key], int):
+            raise ValueError(f"node_config key '{key}' must be an integer; got {config[key]!r}")
+    num_partitions = int(config[NODE_NUM_PARTITIONS])
+    if num_partitions != settings.num_devices:
+        raise ValueError(
+            f"node_config num-partitions ({num_partitions}) must equal run-config num-devices "
+            f"({settings.num_devices})"
+        )
+    partition_id = int(config[NODE_PARTITION_ID])
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(
+            f"node_config partition-id must be in 0 .. {num_partitions - 1}; got {partition_id}"
+        )
+    return partition_id
+
+
+def read_round_config(msg: Message) -> RoundConfig:
+    """Read and validate the ConfigRecord the server sends with stats / train messages."""
+    if keys.CONFIG not in msg.content.config_records:
+        raise ValueError(
+            f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
+            f"(with {keys.SERVER_ROUND}, {keys.LOCAL_STEPS}, {keys.LEARNING_RATE}, "
+            f"{keys.BATCH_SIZE})"
+        )
+    config = msg.content.config_records[keys.CONFIG]
+    values: dict[str, float | int] = {}
+    for key in (keys.SERVER_ROUND, keys.LOCAL_STEPS, keys.LEARNING_RATE, keys.BATCH_SIZE):
+        if key not in config:
+            raise ValueError(f"ConfigRecord '{keys.CONFIG}' lacks the key '{key}'")
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"ConfigRecord key '{key}' must be a number; got {value!r}")
+        values[key] = value
+    for key, minimum in ((keys.SERVER_ROUND, 0), (keys.LOCAL_STEPS, 1), (keys.BATCH_SIZE, 1)):
+        value = values[key]
+        if not float(value).is_integer() or value < minimum:
+            raise ValueError(f"ConfigRecord key '{key}' must be an integer >= {minimum}; "
+                             f"got {value!r}")
+    lr = float(values[keys.LEARNING_RATE])
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"ConfigRecord key '{keys.LEARNING_RATE}' must be > 0; got {lr!r}")
+    return RoundConfig(
+        server_round=int(values[keys.SERVER_ROUND]),
+        local_steps=int(values[keys.LOCAL_STEPS]),
+        learning_rate=lr,
+        batch_size=int(values[keys.BATCH_SIZE]),
+    )
+
+
+def received_model(msg: Message, settings: ClientSettings, split: LocalSplit) -> nn.Module:
+    """Build the model named in the run config and load the message's ArrayRecord into it."""
+    if keys.ARRAYS not in msg.content.array_records:
+        raise ValueError(
+            f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "
+            "(the global model's state_dict)"
+        )
+    state = msg.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    model = build_model(settings.model, split.num_classes, split.source.input_shape)
+    model.load_state_dict(state, strict=True)
+    return model.to(compute_device())
+
+
+def pre_training_stats(
+    model: nn.Module, split: LocalSplit, batches: list[np.ndarray]
+) -> PreTrainingStats:
+    """Compute the label histogram of the round's batches and sigma-hat / loss on the first."""
+    used = np.concatenate(batches)
+    hist = np.bincount(split.labels[used], minlength=split.num_classes)
+    x_first, y_first = split.tensors(batches[0])
+    spread = gradient_spread(model, x_first, y_first)
+    return PreTrainingStats(
+        label_hist=[int(c) for c in hist], sigma=float(spread.sigma), pre_loss=spread.mean_loss
+    )
+
+
+def update_norm(before: dict[str, torch.Tensor], model: nn.Module) -> float:
+    """Return ||w_new - w_received||_2 over all parameters (float64 accumulation)."""
+    total = 0.0
+    for name, param in model.named_parameters():
+        diff = param.detach().double() - before[name].double()
+        total += float((diff * diff).sum())
+    return math.sqrt(total)
+
+
+def _prepare(msg: Message, context: Context) -> tuple[ClientSettings, int, LocalSplit]:
+    """Parse the run config, the node's partition id and fetch its (cached) local split."""
+    settings = ClientSettings.from_run_config(context.run_config)
+    partition_id = node_partition(context, settings)
+    return settings, partition_id, local_split(settings, partition_id)
+
+
+def _round_batches(
+    settings: ClientSettings, round_config: RoundConfig, split: LocalSplit
+) -> list[np.ndarray]:
+    """Draw this round's batches with the tau and b the server sent."""
+    round_settings = replace(
+        settings, local_steps=round_config.local_steps, batch_size=round_config.batch_size
+    )
+    return local_batches(
+        round_settings, len(split), round_config.server_round, split.partition_id
+    )
+
+
+def _stats_metrics(partition_id: int, split: LocalSplit, stats: PreTrainingStats) -> dict:
+    """The metric entries shared by the stats and train replies (Python scalars only)."""
+    return {
+        keys.PARTITION_ID: int(partition_id),
+        keys.NUM_EXAMPLES: len(split),
+        keys.LABEL_HIST: stats.label_hist,
+        keys.SIGMA: float(stats.sigma),
+        keys.PRE_LOSS: float(stats.pre_loss),
+    }
+
+
+@app.query(keys.QUERY_INFO_ACTION)
+def query_info(msg: Message, context: Context) -> Message:
+    """Reply with the node's partition id and local dataset size."""
+    _, partition_id, split = _prepare(msg, context)
+    metrics = MetricRecord({keys.PARTITION_ID: partition_id, keys.NUM_EXAMPLES: len(split)})
+    return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
+
+
+@app.query(keys.QUERY_STATS_ACTION)
+def query_stats(msg: Message, context: Context) -> Message:
+    """Reply with the pre-training statistics at the received model (no training)."""
+    settings, partition_id, split = _prepare(msg, context)
+    round_config = read_round_config(msg)
+    model = received_model(msg, settings, split)
+    stats = pre_training_stats(model, split, _round_batches(settings, round_config, split))
+    metrics = MetricRecord(_stats_metrics(partition_id, split, stats))
+    return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
+    settings, partition_id, split = _prepare(msg, context)
+    round_config = read_round_config(msg)
+    model = received_model(msg, settings, split)
+    batches = _round_batches(settings, round_config, split)
+    stats = pre_training_stats(model, split, batches)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    rows = np.concatenate(batches)
+    x, y = split.tensors(rows)
+    # Batches index the gathered rows 0 .. tau b - 1 in order.
+    positions = [np.arange(t * len(b), (t + 1) * len(b)) for t, b in enumerate(batches)]
+    started = time.perf_counter()
+    result = train_local(
+        model,
+        x,
+        y,
+        positions,
+        round_config.learning_rate,
+        torch_seed=dropout_seed(settings.seed, round_config.server_round, partition_id),
+    )
+    train_time_s = time.perf_counter() - started
+    metrics = _stats_metrics(partition_id, split, stats)
+    metrics[keys.TRAIN_LOSS] = float(result.mean_loss)
+    metrics[keys.UPDATE_NORM] = update_norm(before, model)
+    metrics[keys.TRAIN_TIME_S] = float(train_time_s)
+    state = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    content = RecordDict({keys.ARRAYS: ArrayRecord(state), keys.METRICS: MetricRecord(metrics)})
+    return Message(content, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate_local(msg: Message, context: Context) -> Message:
+    """Reply with the received model's loss and accuracy on the local split."""
+    settings, _, split = _prepare(msg, context)
+    model = received_model(msg, settings, split)
+    x, y = split.tensors()
+    loss, accuracy = evaluate(model, x, y)
+    metrics = MetricRecord(
+        {keys.NUM_EXAMPLES: len(split), EVAL_LOSS: float(loss), EVAL_ACC: float(accuracy)}
+    )
+    return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
+
+
+__all__ = [
+    "EVAL_ACC",
+    "EVAL_LOSS",
+    "PreTrainingStats",
+    "RoundConfig",
+    "app",
+    "node_partition",
+    "pre_training_stats",
+    "read_round_config",
+    "received_model",
+    "update_norm",
+]

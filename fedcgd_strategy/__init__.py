@@ -1,0 +1,18 @@
+"""FedCGD scheduling math (pure numpy) and the Flower strategy glue."""
+
+from fedcgd_strategy.estimators import device_gradient_estimates as device_gradient_estimates
+from fedcgd_strategy.estimators import estimate_class_gradient as estimate_class_gradient
+from fedcgd_strategy.estimators import estimate_global_sigma as estimate_global_sigma
+from fedcgd_strategy.estimators import estimate_per_class_gradient as estimate_per_class_gradient
+from fedcgd_strategy.fedcbs import FedCBSState as FedCBSState
+from fedcgd_strategy.fedcbs import fedcbs_select as fedcbs_select
+from fedcgd_strategy.fedcbs import qcid as qcid
+from fedcgd_strategy.fedcbs import qcid_pairwise as qcid_pairwise
+from fedcgd_strategy.problem import SchedulingProblem as SchedulingProblem
+from fedcgd_strategy.selectors import best_channel as best_channel
+from fedcgd_strategy.selectors import best_effort_pack as best_effort_pack
+from fedcgd_strategy.selectors import best_norm as best_norm
+from fedcgd_strategy.selectors import power_of_choice as power_of_choice
+from fedcgd_strategy.solvers import METHODS as METHODS
+from fedcgd_strategy.solvers import ScheduleResult as ScheduleResult
+from fedcgd_strategy.solvers import solve as solve

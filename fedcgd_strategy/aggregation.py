@@ -1,0 +1,81 @@
+"""FedAvg aggregation and update flattening on plain numpy arrays (no flwr, no torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+def fedavg(
+    states: Sequence[Mapping[str, NDArray[np.generic]]], weights: Sequence[float]
+) -> dict[str, NDArray[np.generic]]:
+    """Weighted average of model states, paper eq. (edgeagg).
+
+    w = Σ_v α_v w_v with α_v = |D_v| / Σ_{v'∈Π} |D_v'| over the uploading devices Π.
+
+    Parameters
+    ----------
+    states : sequence of mapping str -> ndarray
+        One model state per uploading device; all with the same keys and shapes.
+    weights : sequence of float
+        |D_v| of each device (> 0).
+
+    Returns
+    -------
+    dict of str -> ndarray
+        The averaged state; each array keeps the dtype of the first state (integer buffers are
+        rounded).
+
+    Raises
+    ------
+    ValueError
+        With no states, mismatched lengths, non-positive weights, or inconsistent keys/shapes.
+    """
+    if len(states) == 0:
+        raise ValueError("fedavg: states is empty; at least one uploaded model is needed")
+    if len(states) != len(weights):
+        raise ValueError(f"fedavg: {len(states)} states but {len(weights)} weights")
+    w = np.asarray(weights, dtype=np.float64)
+    if not np.all(np.isfinite(w)) or np.any(w <= 0):
+        raise ValueError(f"fedavg: weights must be finite and > 0, got {w.tolist()}")
+    alpha = w / w.sum()
+    keys = list(states[0].keys())
+    out: dict[str, NDArray[np.generic]] = {}
+    for key in keys:
+        ref = np.asarray(states[0][key])
+        acc = np.zeros(ref.shape, dtype=np.float64)
+        for state, a in zip(states, alpha, strict=True):
+            if key not in state or np.shape(state[key]) != ref.shape:
+                raise ValueError(f"fedavg: array {key!r} missing or with another shape")
+            acc += a * np.asarray(state[key], dtype=np.float64)
+        if np.issubdtype(ref.dtype, np.integer):
+            acc = np.rint(acc)
+        out[key] = acc.astype(ref.dtype)
+    return out
+
+
+def flatten_update(
+    local: Mapping[str, NDArray[np.generic]], reference: Mapping[str, NDArray[np.generic]]
+) -> NDArray[np.float32]:
+    """Concatenate w_v − w over the floating-point arrays of a model, as float32[P].
+
+    Parameters
+    ----------
+    local, reference : mapping str -> ndarray
+        The device's model after local training and the global model it started from.
+
+    Returns
+    -------
+    ndarray of float32, shape [P]
+        The flattened update (integer buffers are skipped).
+    """
+    parts = [
+        (np.asarray(local[k], dtype=np.float32) - np.asarray(v, dtype=np.float32)).ravel()
+        for k, v in reference.items()
+        if np.issubdtype(np.asarray(v).dtype, np.floating)
+    ]
+    if not parts:
+        return np.zeros(0, dtype=np.float32)
+    return np.concatenate(parts)

@@ -1,0 +1,326 @@
+"""Estimates of σ and G (or G_c) from what the devices report, paper Section IV-C.
+
+The true sampling variance σ and the class-gradient bounds G_c of problem P1 cannot be computed
+during a round, so the server estimates them (paper Section IV-C, "Parameter Estimation"):
+
+* σ̂ from the per-device estimates σ̂_v, eq. (global_est_sigma);
+* the device gradients ∇f̂_v from the uploaded model updates and the global gradient ∇F̂ as their
+  aggregation-weighted mean (the two unnumbered equations before eq. (Gc_est));
+* Ĝ, eq. (G_est), and the per-class Ĝ_c, eq. (Gc_est), from the ratio of a device's gradient
+  divergence to the L1 distance of its label distribution from the target distribution.
+
+Everything is vectorised over the parameter axis P (P ~ 10^5 to 10^7); the only Python loop runs
+over the K uploading devices (K ~ 20) and never materialises more than one P-vector temporary.
+Pure numpy: this module imports neither flwr nor torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "SAME_DISTRIBUTION_TOL",
+    "device_gradient_estimates",
+    "estimate_class_gradient",
+    "estimate_global_sigma",
+    "estimate_per_class_gradient",
+    "gradient_divergence_norms",
+]
+
+#: Devices whose label distribution is within this L1 distance of the target distribution are
+#: left out of the maxima of eqs. (G_est) and (Gc_est): their ratio would divide by ~0.
+SAME_DISTRIBUTION_TOL = 1e-12
+
+#: Absolute tolerance on the row sums of a label distribution (rows must sum to 1).
+_DIST_SUM_ATOL = 1e-6
+
+
+def _as_weights(weights: ArrayLike, num: int, name: str = "weights") -> NDArray[np.float64]:
+    """Validate aggregation weights |D_v| (float[num], finite, >= 0, positive sum)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.shape[0] != num:
+        raise ValueError(f"{name}: expected shape ({num},), got {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"{name}: every weight must be finite and >= 0, got {w.tolist()}")
+    if num > 0 and not w.sum() > 0:
+        raise ValueError(f"{name}: the weights must have a positive sum, got {w.tolist()}")
+    return w
+
+
+def _as_distributions(dist: ArrayLike, name: str, shape0: int | None = None) -> NDArray[np.float64]:
+    """Validate a stack of label distributions float[K, C] (rows >= 0 summing to 1)."""
+    p = np.asarray(dist, dtype=np.float64)
+    if p.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D array [K, C], got shape {p.shape}")
+    if shape0 is not None and p.shape[0] != shape0:
+        raise ValueError(f"{name}: expected {shape0} rows (one per device), got {p.shape[0]}")
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ValueError(f"{name}: entries must be finite and >= 0")
+    sums = p.sum(axis=1)
+    bad = np.flatnonzero(np.abs(sums - 1.0) > _DIST_SUM_ATOL)
+    if bad.size:
+        raise ValueError(
+            f"{name}: every row must sum to 1 (normalise label histograms first); "
+            f"row {int(bad[0])} sums to {float(sums[bad[0]])}"
+        )
+    return p
+
+
+def _as_target(target_dist: ArrayLike, num_classes: int) -> NDArray[np.float64]:
+    """Validate the target distribution p (float[C], >= 0, summing to 1)."""
+    p = np.asarray(target_dist, dtype=np.float64)
+    if p.ndim != 1 or p.shape[0] != num_classes:
+        raise ValueError(f"target_dist: expected shape ({num_classes},), got {p.shape}")
+    return _as_distributions(p[None, :], "target_dist")[0]
+
+
+def _as_gradients(device_grads: ArrayLike) -> NDArray[np.floating]:
+    """Validate device gradients float[K, P]; keeps float32 input as float32 (no copy)."""
+    g = np.asarray(device_grads)
+    if g.ndim != 2:
+        raise ValueError(f"device_grads: expected a 2-D array [K, P], got shape {g.shape}")
+    if not np.issubdtype(g.dtype, np.floating):
+        g = g.astype(np.float64)
+    if not np.all(np.isfinite(g)):
+        raise ValueError("device_grads: entries must be finite (got NaN or inf)")
+    return g
+
+
+def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
+    """Global sampling-variance estimate σ̂, paper eq. (global_est_sigma).
+
+    σ̂ = sqrt(Σ_v α_v σ̂_v²) with α_v = |D_v| / Σ_u |D_u| over the reporting devices.
+
+    Parameters
+    ----------
+    sigma_v : float[K]
+        Per-device estimates σ̂_v, paper eq. (local_est_sigma); finite and >= 0.
+    weights : float[K]
+        Aggregation weights |D_v| of the same devices; finite, >= 0, positive sum.
+
+    Returns
+    -------
+    float
+        σ̂ (same unit as σ̂_v: gradient norm).
+
+    Raises
+    ------
+    ValueError
+        Empty input, shape mismatch, negative or non-finite σ̂_v or weights, zero weight sum.
+
+    """
+    s = np.asarray(sigma_v, dtype=np.float64)
+    if s.ndim != 1 or s.shape[0] == 0:
+        raise ValueError(f"sigma_v: expected a non-empty 1-D array, got shape {s.shape}")
+    if not np.all(np.isfinite(s)) or np.any(s < 0):
+        raise ValueError(f"sigma_v: every value must be finite and >= 0, got {s.tolist()}")
+    w = _as_weights(weights, s.shape[0])
+    alpha = w / w.sum()
+    return float(np.sqrt(np.dot(alpha, s * s)))
+
+
+def device_gradient_estimates(
+    updates: ArrayLike, learning_rate: float, local_steps: int
+) -> NDArray[np.floating]:
+    """Device gradient estimates ∇f̂_v from model updates, paper Section IV-C.
+
+    ∇f̂_v(w^{(j)}) = (w_v^{(j+1)} − w_v^{(j)}) / (τ η), as printed in the paper. With SGD the
+    update is −η Σ_t ∇f_{v,t}, so the printed expression is the *negative* mean gradient; the
+    sign is irrelevant for everything it feeds (norms of differences in eqs. G_est / Gc_est).
+
+    Parameters
+    ----------
+    updates : float[K, P]
+        Flattened model updates of the K uploading devices (P parameters).
+    learning_rate : float
+        η > 0.
+    local_steps : int
+        τ >= 1.
+
+    Returns
+    -------
+    float[K, P]
+        ∇f̂_v, same floating dtype as ``updates`` (integers become float64).
+
+    Raises
+    ------
+    ValueError
+        Non-2-D or non-finite updates, η <= 0, τ < 1 or not an integer.
+
+    """
+    u = _as_gradients(updates)
+    if not np.isfinite(learning_rate) or learning_rate <= 0:
+        raise ValueError(f"learning_rate: must be finite and > 0, got {learning_rate}")
+    if int(local_steps) != local_steps or local_steps < 1:
+        raise ValueError(f"local_steps: must be an integer >= 1, got {local_steps}")
+    scale = 1.0 / (int(local_steps) * float(learning_rate))
+    return u * u.dtype.type(scale)
+
+
+def gradient_divergence_norms(device_grads: ArrayLike, weights: ArrayLike) -> NDArray[np.float64]:
+    """Norms ||∇f̂_v − ∇F̂||₂ of each device's gradient divergence, paper Section IV-C.
+
+    ∇F̂ = Σ_v α_v ∇f̂_v with α_v = |D_v| / Σ_u |D_u| over the K uploading devices (the
+    unnumbered equation before eq. (Gc_est)).
+
+    Parameters
+    ----------
+    device_grads : float[K, P]
+        ∇f̂_v of the uploading devices.
+    weights : float[K]
+        Aggregation weights |D_v|.
+
+    Returns
+    -------
+    float[K]
+        The divergence norms (float64, accumulated in float64).
+
+    """
+    g = _as_gradients(device_grads)
+    k = g.shape[0]
+    w = _as_weights(weights, k)
+    if k == 0:
+        return np.zeros(0, dtype=np.float64)
+    alpha = w / w.sum()
+    global_grad = alpha @ g  # float64[P]: float32 rows are promoted by the float64 weights
+    norms = np.empty(k, dtype=np.float64)
+    for v in range(k):  # K ~ 20 rows; each step is one vectorised pass over P
+        norms[v] = np.linalg.norm(g[v] - global_grad)
+    return norms
+
+
+def _divergence_ratios(
+    device_grads: ArrayLike,
+    weights: ArrayLike,
+    label_dist: ArrayLike,
+    target_dist: ArrayLike,
+) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.float64]]:
+    """Ratios ||∇f̂_v − ∇F̂|| / ||p_v − p||₁, the usable-device mask and p_v (validated)."""
+    g = _as_gradients(device_grads)
+    k = g.shape[0]
+    if k == 0:  # nobody uploaded: nothing to estimate from (label_dist may be any empty array)
+        empty = np.zeros(0, dtype=np.float64)
+        return empty, np.zeros(0, dtype=bool), np.zeros((0, 0), dtype=np.float64)
+    p_v = _as_distributions(label_dist, "label_dist", shape0=k)
+    p = _as_target(target_dist, p_v.shape[1])
+    norms = gradient_divergence_norms(g, weights)
+    l1 = np.abs(p_v - p[None, :]).sum(axis=1)
+    usable = l1 > SAME_DISTRIBUTION_TOL
+    ratios = np.zeros(k, dtype=np.float64)
+    ratios[usable] = norms[usable] / l1[usable]
+    return ratios, usable, p_v
+
+
+def _check_previous(previous: float, name: str = "previous") -> float:
+    """Validate a previous Ĝ value (finite, >= 0)."""
+    value = float(previous)
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: must be finite and >= 0, got {previous}")
+    return value
+
+
+def estimate_class_gradient(
+    device_grads: ArrayLike,
+    weights: ArrayLike,
+    label_dist: ArrayLike,
+    target_dist: ArrayLike,
+    previous: float,
+) -> float:
+    """Class-gradient bound Ĝ, paper eq. (G_est).
+
+    Ĝ = max_v ||∇f̂_v − ∇F̂||₂ / ||p_v − p||₁ over the K uploading devices, with
+    ∇F̂ = Σ_v α_v ∇f̂_v (α_v = |D_v| / Σ|D|). Devices with ||p_v − p||₁ <= 1e-12
+    (:data:`SAME_DISTRIBUTION_TOL`) are left out of the max; when no device uploaded (K = 0) or
+    none is left, ``previous`` is returned unchanged.
+
+    Parameters
+    ----------
+    device_grads : float[K, P]
+        ∇f̂_v from :func:`device_gradient_estimates`.
+    weights : float[K]
+        Aggregation weights |D_v|.
+    label_dist : float[K, C]
+        Label distributions p_v (rows sum to 1).
+    target_dist : float[C]
+        Target distribution p (sums to 1).
+    previous : float
+        Ĝ of the previous round (finite, >= 0).
+
+    Returns
+    -------
+    float
+        Ĝ (gradient-norm units per unit of L1 distance).
+
+    Raises
+    ------
+    ValueError
+        Shape mismatches, non-finite values, negative weights, rows not summing to 1.
+
+    """
+    prev = _check_previous(previous)
+    ratios, usable, _ = _divergence_ratios(device_grads, weights, label_dist, target_dist)
+    if not np.any(usable):
+        return prev
+    return float(ratios[usable].max())
+
+
+def estimate_per_class_gradient(
+    device_grads: ArrayLike,
+    weights: ArrayLike,
+    label_dist: ArrayLike,
+    target_dist: ArrayLike,
+    previous: ArrayLike,
+) -> NDArray[np.float64]:
+    """Per-class gradient bounds Ĝ_c, paper eq. (Gc_est).
+
+    The paper assumes one class per device; each device is assigned its dominant class
+    argmax_c p_{v,c} (ties: the lowest class index). Then
+    Ĝ_c = max_{v: class(v) = c} ||∇f̂_v − ∇F̂||₂ / ||p_v − p||₁, with ∇F̂ over all K uploading
+    devices as in :func:`estimate_class_gradient`. Classes without an uploading device, or whose
+    devices all have ||p_v − p||₁ <= 1e-12, keep ``previous[c]``.
+
+    Parameters
+    ----------
+    device_grads : float[K, P]
+        ∇f̂_v from :func:`device_gradient_estimates`.
+    weights : float[K]
+        Aggregation weights |D_v|.
+    label_dist : float[K, C]
+        Label distributions p_v (rows sum to 1).
+    target_dist : float[C]
+        Target distribution p.
+    previous : float[C]
+        Ĝ_c of the previous round (finite, >= 0).
+
+    Returns
+    -------
+    float[C]
+        Ĝ_c.
+
+    Raises
+    ------
+    ValueError
+        Shape mismatches, non-finite values, negative weights, rows not summing to 1.
+
+    """
+    prev = np.asarray(previous, dtype=np.float64)
+    if prev.ndim != 1 or not np.all(np.isfinite(prev)) or np.any(prev < 0):
+        raise ValueError(f"previous: expected float[C], finite and >= 0, got {prev.tolist()}")
+    t = np.asarray(target_dist, dtype=np.float64)
+    if t.shape != prev.shape:
+        raise ValueError(
+            f"previous: expected shape {t.shape} (one value per class), got {prev.shape}"
+        )
+    ratios, usable, p_v = _divergence_ratios(device_grads, weights, label_dist, target_dist)
+    out = prev.copy()
+    if p_v.shape[0] == 0:
+        return out
+    if p_v.shape[1] != prev.shape[0]:
+        raise ValueError(f"label_dist: expected {prev.shape[0]} classes, got {p_v.shape[1]}")
+    dominant = np.argmax(p_v, axis=1)
+    best = np.full(prev.shape[0], -np.inf)
+    np.maximum.at(best, dominant[usable], ratios[usable])
+    seen = np.isfinite(best)
+    out[seen] = best[seen]
+    return out

@@ -1,0 +1,44 @@
+"""Message types and record keys shared by the ClientApp and the server strategies.
+
+Every key is kebab-case, as in Flower's own strategies. The client replies with a
+``MetricRecord`` under :data:`METRICS` (and, for training, an ``ArrayRecord`` under
+:data:`ARRAYS`); the server reads them with validating helpers that name the missing key.
+This module is pure Python: it imports neither flwr nor torch.
+"""
+
+# --- message types -------------------------------------------------------------------------
+#: Discovery: the node answers with its partition id and local dataset size.
+QUERY_INFO = "query.info"
+#: Pre-training statistics at the received model: sigma-hat, label histogram, loss.
+QUERY_STATS = "query.stats"
+#: The handler names used in ``@app.query(...)`` for the two query types above.
+QUERY_INFO_ACTION = "info"
+QUERY_STATS_ACTION = "stats"
+
+# --- record names inside a Message's RecordDict ---------------------------------------------
+ARRAYS = "arrays"
+CONFIG = "config"
+METRICS = "metrics"
+
+# --- ConfigRecord keys, server -> client -----------------------------------------------------
+SERVER_ROUND = "server-round"
+LOCAL_STEPS = "local-steps"
+LEARNING_RATE = "lr"
+BATCH_SIZE = "batch-size"
+
+# --- MetricRecord keys, client -> server -----------------------------------------------------
+PARTITION_ID = "partition-id"
+#: Local dataset size |D_v| (FedAvg weight), an int.
+NUM_EXAMPLES = "num-examples"
+#: Per-class counts (list[int], length C) of the samples the device uses this round.
+LABEL_HIST = "label-hist"
+#: sigma-hat_v, paper eq. (local_est_sigma), a float >= 0.
+SIGMA = "sigma-hat"
+#: Mean training loss accumulated over this round's local steps (POC's ranking key).
+TRAIN_LOSS = "train-loss"
+#: Loss on the first batch at the received model (available before training).
+PRE_LOSS = "pre-loss"
+#: L2 norm of the local update w_v^{(j+1)} - w^{(j)} (BN2's ranking key).
+UPDATE_NORM = "update-norm"
+#: Seconds the device spent in local training (for the time-split report).
+TRAIN_TIME_S = "train-time-s"

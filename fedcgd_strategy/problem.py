@@ -1,0 +1,298 @@
+"""Problem P1 of the paper: the FedCGD device-scheduling problem.
+
+P1 (paper Section IV-A, "Objective Transformation for Classification Problem") chooses a schedule
+x in {0, 1}^V that minimises the sum of the sample-level and the device-level collective gradient
+divergence bounds::
+
+    sigma / sqrt(sum_v x_v b_v)  +  sum_c G_c | sum_v x_v p_{v,c} / sum_v x_v - p_c |
+
+subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where the device cannot meet the deadline
+(``B*_v = inf``). The first term is the *sampling term*, the second the *weighted earth mover's
+distance* (WEMD). The empty schedule has objective ``+inf``.
+
+This module is pure numpy: it imports neither flwr nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+#: Rows of ``label_dist`` and ``target_dist`` must sum to one within this tolerance.
+DISTRIBUTION_SUM_TOL = 1e-6
+#: Relative slack of the bandwidth constraint, absorbing floating-point rounding of sums of B*.
+BANDWIDTH_REL_TOL = 1e-9
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+
+def wemd(
+    mean_dist: ArrayLike, target_dist: ArrayLike, class_gradient: ArrayLike
+) -> FloatArray | float:
+    """Weighted earth mover's distance of a collective label distribution, paper eq. (G1).
+
+    ``W = sum_c G_c | q_c - p_c |`` where ``q`` is the collective (sample-weighted, here: equal
+    device sizes, so device-averaged) label distribution of the scheduled devices.
+
+    Parameters
+    ----------
+    mean_dist
+        Collective label distribution ``q``, shape ``[..., C]`` (dimensionless, sums to 1).
+    target_dist
+        Global label distribution ``p``, shape ``[C]``.
+    class_gradient
+        Class-gradient norms ``G_c``, shape ``[C]`` (or a scalar ``G``), units of the gradient.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        WEMD, shape ``[...]``, units of the gradient.
+
+    """
+    diff = np.abs(np.asarray(mean_dist, dtype=float) - np.asarray(target_dist, dtype=float))
+    weights = np.broadcast_to(np.asarray(class_gradient, dtype=float), diff.shape[-1:])
+    out = diff @ weights
+    return float(out) if np.ndim(out) == 0 else np.asarray(out)
+
+
+def sampling_term(sigma: float, total_batch: ArrayLike) -> FloatArray | float:
+    """Sample-level divergence bound ``sigma / sqrt(sum_v x_v b_v)``, first term of problem P1.
+
+    Parameters
+    ----------
+    sigma
+        Per-sample gradient standard deviation ``sigma`` (units of the gradient), ``>= 0``.
+    total_batch
+        Total number of samples in the scheduled mini-batches ``sum_v x_v b_v``, any shape.
+        Zero (the empty schedule) gives ``+inf``.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        The sampling term, same shape as ``total_batch``.
+
+    """
+    total = np.asarray(total_batch, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(total > 0, sigma / np.sqrt(np.where(total > 0, total, 1.0)), np.inf)
+    return float(out) if out.ndim == 0 else out
+
+
+def _readonly(array: NDArray[Any]) -> NDArray[Any]:
+    out = np.array(array, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _as_float_array(name: str, value: object) -> FloatArray:
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric, got {value!r}") from exc
+
+
+@dataclass(frozen=True)
+class SchedulingProblem:
+    """One instance of problem P1 (paper Section IV-A), validated, with read-only arrays.
+
+    Attributes
+    ----------
+    label_dist
+        ``p_v``: label distribution of each device, float ``[V, C]``, rows non-negative and summing
+        to 1 (within 1e-6).
+    target_dist
+        ``p``: global (target) label distribution, float ``[C]``, sums to 1.
+    min_bandwidth_hz
+        ``B*_v``: minimum bandwidth of each device (paper eq. (lambert)) in Hz, float ``[V]``,
+        ``>= 0``; ``inf`` marks a device that cannot meet the deadline (never scheduled).
+    total_bandwidth_hz
+        ``B``: total uplink bandwidth in Hz, ``> 0``.
+    sigma
+        ``sigma``: per-sample gradient standard deviation, ``>= 0``.
+    class_gradient
+        ``G_c``: class-gradient norms; a scalar ``G`` is broadcast to all classes. Stored as float
+        ``[C]``, ``>= 0``.
+    batch_size
+        ``b_v``: mini-batch size of each device; a scalar ``b`` is broadcast (the paper's uniform
+        ``b``), an int ``[V]`` array gives the ``sum_v b_v`` form. Stored as int ``[V]``, ``> 0``.
+
+    """
+
+    label_dist: FloatArray
+    target_dist: FloatArray
+    min_bandwidth_hz: FloatArray
+    total_bandwidth_hz: float
+    sigma: float
+    class_gradient: FloatArray | float = 1.0
+    batch_size: NDArray[np.int64] | int = 32
+
+    def __post_init__(self) -> None:
+        label = _as_float_array("label_dist", self.label_dist)
+        if label.ndim != 2 or label.shape[0] < 1 or label.shape[1] < 1:
+            raise ValueError(
+                f"label_dist must be a float array of shape [V, C] with V, C >= 1, "
+                f"got shape {label.shape}"
+            )
+        num_devices, num_classes = label.shape
+        if not np.all(np.isfinite(label)) or np.any(label < 0):
+            raise ValueError(f"label_dist must hold finite non-negative values, got {label!r}")
+        row_sums = label.sum(axis=1)
+        bad_rows = np.flatnonzero(np.abs(row_sums - 1.0) > DISTRIBUTION_SUM_TOL)
+        if bad_rows.size:
+            raise ValueError(
+                f"label_dist rows must sum to 1 (within {DISTRIBUTION_SUM_TOL}); rows "
+                f"{bad_rows.tolist()} sum to {row_sums[bad_rows].tolist()}"
+            )
+
+        target = _as_float_array("target_dist", self.target_dist)
+        if target.shape != (num_classes,):
+            raise ValueError(
+                f"target_dist must have shape [C] = ({num_classes},), got shape {target.shape}"
+            )
+        if not np.all(np.isfinite(target)) or np.any(target < 0):
+            raise ValueError(f"target_dist must be finite and non-negative, got {target.tolist()}")
+        if abs(target.sum() - 1.0) > DISTRIBUTION_SUM_TOL:
+            raise ValueError(
+                f"target_dist must sum to 1 (within {DISTRIBUTION_SUM_TOL}), sums to "
+                f"{target.sum()!r}"
+            )
+
+        bandwidth = _as_float_array("min_bandwidth_hz", self.min_bandwidth_hz)
+        if bandwidth.shape != (num_devices,):
+            raise ValueError(
+                f"min_bandwidth_hz must have shape [V] = ({num_devices},), got shape "
+                f"{bandwidth.shape}"
+            )
+        if np.any(np.isnan(bandwidth)) or np.any(bandwidth < 0):
+            raise ValueError(
+                "min_bandwidth_hz must be >= 0 or inf (infeasible device), NaN is not allowed; "
+                f"got {bandwidth.tolist()}"
+            )
+
+        total = float(self.total_bandwidth_hz)
+        if not np.isfinite(total) or total <= 0:
+            raise ValueError(f"total_bandwidth_hz must be finite and > 0, got {total!r}")
+
+        sigma = float(self.sigma)
+        if not np.isfinite(sigma) or sigma < 0:
+            raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}")
+
+        gradient = _as_float_array("class_gradient", self.class_gradient)
+        if gradient.ndim == 0:
+            gradient = np.full(num_classes, float(gradient))
+        if gradient.shape != (num_classes,):
+            raise ValueError(
+                f"class_gradient must be a scalar or have shape [C] = ({num_classes},), got "
+                f"shape {gradient.shape}"
+            )
+        if not np.all(np.isfinite(gradient)) or np.any(gradient < 0):
+            raise ValueError(f"class_gradient must be finite and >= 0, got {gradient.tolist()}")
+
+        batch = _as_float_array("batch_size", self.batch_size)
+        if batch.ndim == 0:
+            batch = np.full(num_devices, float(batch))
+        if batch.shape != (num_devices,):
+            raise ValueError(
+                f"batch_size must be a scalar or have shape [V] = ({num_devices},), got shape "
+                f"{batch.shape}"
+            )
+        if not np.all(np.isfinite(batch)) or np.any(batch <= 0) or np.any(batch != np.round(batch)):
+            raise ValueError(f"batch_size must hold positive integers, got {batch.tolist()}")
+
+        object.__setattr__(self, "label_dist", _readonly(label))
+        object.__setattr__(self, "target_dist", _readonly(target))
+        object.__setattr__(self, "min_bandwidth_hz", _readonly(bandwidth))
+        object.__setattr__(self, "total_bandwidth_hz", total)
+        object.__setattr__(self, "sigma", sigma)
+        object.__setattr__(self, "class_gradient", _readonly(gradient))
+        object.__setattr__(self, "batch_size", _readonly(batch.astype(np.int64)))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_devices(self) -> int:
+        """Number of candidate devices ``V``."""
+        return int(self.label_dist.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes ``C``."""
+        return int(self.label_dist.shape[1])
+
+    @property
+    def feasible(self) -> BoolArray:
+        """Devices that can meet the deadline (finite ``B*_v``), bool ``[V]``."""
+        return np.isfinite(self.min_bandwidth_hz)
+
+    @property
+    def class_gradient_array(self) -> FloatArray:
+        """``G_c`` as float ``[C]`` (a scalar ``G`` broadcast to every class)."""
+        return np.asarray(self.class_gradient, dtype=float)
+
+    @property
+    def batch_size_array(self) -> NDArray[np.int64]:
+        """``b_v`` as int ``[V]`` (a scalar ``b`` broadcast to every device)."""
+        return np.asarray(self.batch_size, dtype=np.int64)
+
+    @property
+    def uniform_batch(self) -> bool:
+        """True when every device uses the same batch size (the paper's setting)."""
+        batch = self.batch_size_array
+        return bool(np.all(batch == batch[0]))
+
+    @property
+    def bandwidth_limit_hz(self) -> float:
+        """``B`` plus the rounding slack :data:`BANDWIDTH_REL_TOL`, used by every budget test."""
+        return self.total_bandwidth_hz * (1.0 + BANDWIDTH_REL_TOL)
+
+    # ------------------------------------------------------------------ evaluation
+    def _check_mask(self, mask: ArrayLike) -> BoolArray:
+        arr = np.asarray(mask)
+        if arr.shape != (self.num_devices,) or arr.dtype != np.bool_:
+            raise ValueError(
+                f"mask must be a bool array of shape [V] = ({self.num_devices},), got dtype "
+                f"{arr.dtype} and shape {arr.shape}"
+            )
+        return arr
+
+    def wemd(self, mask: ArrayLike) -> float:
+        """WEMD of the schedule ``mask`` (bool ``[V]``), paper eq. (G1); ``inf`` if empty."""
+        sel = self._check_mask(mask)
+        count = int(sel.sum())
+        if count == 0:
+            return float("inf")
+        mean = self.label_dist[sel].sum(axis=0) / count
+        return float(wemd(mean, self.target_dist, self.class_gradient_array))
+
+    def sampling_term(self, mask: ArrayLike) -> float:
+        """Return ``sigma / sqrt(sum_v x_v b_v)`` for ``mask``; ``inf`` if empty."""
+        sel = self._check_mask(mask)
+        return float(sampling_term(self.sigma, int(self.batch_size_array[sel].sum())))
+
+    def objective(self, mask: ArrayLike) -> float:
+        """Objective of P1 for ``mask`` (sampling term + WEMD); ``inf`` for the empty schedule.
+
+        Feasibility is not checked here; see :meth:`is_feasible`.
+        """
+        sel = self._check_mask(mask)
+        if not sel.any():
+            return float("inf")
+        return self.sampling_term(sel) + self.wemd(sel)
+
+    def bandwidth_used_hz(self, mask: ArrayLike) -> float:
+        """Total minimum bandwidth ``sum_v x_v B*_v`` of ``mask`` in Hz."""
+        sel = self._check_mask(mask)
+        return float(self.min_bandwidth_hz[sel].sum())
+
+    def is_feasible(self, mask: ArrayLike) -> bool:
+        """Check that ``mask`` schedules no infeasible device and fits the budget ``B``.
+
+        The budget test allows a relative slack of :data:`BANDWIDTH_REL_TOL` for rounding.
+        """
+        sel = self._check_mask(mask)
+        if np.any(sel & ~self.feasible):
+            return False
+        return self.bandwidth_used_hz(sel) <= self.bandwidth_limit_hz

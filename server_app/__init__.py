@@ -1,0 +1,1 @@
+"""ServerApp of the FedCGD Flower app: run config, strategy set-up, central evaluation, results."""

@@ -1,0 +1,165 @@
+"""The ServerApp: read the run config once, build cell + policy + strategy, evaluate, write results."""
+
+from __future__ import annotations
+
+import time
+from logging import INFO
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
+
+from channel import Cell
+from client_app.datasets import load_test_set, load_train_set
+from client_app.models import build_model, count_parameters
+from client_app.training import evaluate, select_device
+from fedcgd_strategy.policies import make_policy
+from fedcgd_strategy.strategy import RoundRecord, ScheduledStrategy
+from server_app.config import RunConfig, parse_run_config
+from server_app.results import MODEL_FILE, ResultWriter
+
+app = ServerApp()
+
+#: Bits per model parameter when the run config leaves ``channel.model-bits`` at 0.
+BITS_PER_PARAMETER = 32
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Entry point of ``flwr run``: validate the run config, then run the federation."""
+    config = parse_run_config(context.run_config)
+    run_federation(grid, config)
+
+
+def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
+    """Run ``config.num_server_rounds`` scheduled rounds on ``grid`` and write the result directory.
+
+    Parameters
+    ----------
+    grid : Grid
+        Flower's grid (simulation, deployment, or a test double).
+    config : RunConfig
+        The validated run config.
+
+    Returns
+    -------
+    dict
+        The end-of-run summary (also written to ``summary.json``).
+    """
+    t_start = time.perf_counter()
+    cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
+    train_set = load_train_set(config.client)
+    test_set = load_test_set(config.client)
+    num_classes = train_set.num_classes
+    model = build_model(config.client.model, num_classes, train_set.input_shape, seed=config.seed)
+    num_params = count_parameters(model)
+    model_bits = config.model_bits or num_params * BITS_PER_PARAMETER
+    target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
+    device = select_device()
+    x_test, y_test = test_set.tensors()
+
+    writer = ResultWriter(config.result_dir, config.num_server_rounds)
+    resolved = config.to_dict()
+    resolved.update(
+        num_parameters=num_params,
+        model_bits_used=model_bits,
+        num_classes=num_classes,
+        target_dist_global=target.tolist(),
+    )
+    writer.write_config(resolved)
+
+    policy = make_policy(
+        config.policy,
+        num_devices=config.client.num_devices,
+        num_classes=num_classes,
+        initial_g=config.initial_g,
+        pack_rule=config.pack_rule,
+        poc_candidates=config.poc_candidates,
+        fedcbs_lambda=config.fedcbs_lambda,
+    )
+    pending: list[RoundRecord] = []
+    strategy = ScheduledStrategy(
+        policy=policy,
+        cell=Cell(config.cell, np.random.default_rng(cell_seed)),
+        model_bits=model_bits,
+        total_bandwidth_hz=config.cell.total_bandwidth_hz,
+        num_devices=config.client.num_devices,
+        num_classes=num_classes,
+        target_dist=target if config.target_dist == "global" else None,
+        protocol=config.protocol,
+        local_steps=config.client.local_steps,
+        learning_rate=config.client.learning_rate,
+        batch_size=config.client.batch_size,
+        rng=np.random.default_rng(policy_seed),
+        query_timeout_s=config.query_timeout_s,
+        on_round=pending.append,
+    )
+    history: list[dict[str, Any]] = []
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        last = server_round == config.num_server_rounds
+        due = server_round == 0 or server_round % config.eval_every == 0 or last
+        metrics: dict[str, float] = {}
+        t0 = time.perf_counter()
+        if due:
+            model.load_state_dict(arrays.to_torch_state_dict())
+            loss, acc = evaluate(model.to(device), x_test, y_test, device=device)
+            metrics = {"accuracy": float(acc), "loss": float(loss)}
+        eval_s = time.perf_counter() - t0
+        if server_round == 0:
+            log(INFO, "initial model: accuracy %.4f, loss %.4f", metrics["accuracy"], metrics["loss"])
+            return MetricRecord(metrics)
+        record = pending.pop() if pending else None
+        line: dict[str, Any] = {
+            "round": server_round,
+            "accuracy": metrics.get("accuracy"),
+            "loss": metrics.get("loss"),
+            "eval_s": eval_s,
+            "wall_time_s": writer.elapsed_s(),
+        }
+        if record is not None:
+            line.update(record.to_dict())
+            line["round"] = server_round
+        writer.append_round(line)
+        history.append(line)
+        log(
+            INFO,
+            "%s",
+            writer.progress(
+                server_round,
+                metrics.get("accuracy"),
+                record.num_scheduled if record else 0,
+                record.num_available if record else 0,
+            ),
+        )
+        return MetricRecord(metrics) if metrics else None
+
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(model.state_dict()),
+        num_rounds=config.num_server_rounds,
+        timeout=config.train_timeout_s,
+        evaluate_fn=evaluate_fn,
+    )
+    torch.save(result.arrays.to_torch_state_dict(), writer.dir / MODEL_FILE)
+    accs = [h["accuracy"] for h in history if h.get("accuracy") is not None]
+    summary = {
+        "policy": config.policy,
+        "rounds": config.num_server_rounds,
+        "final_accuracy": accs[-1] if accs else None,
+        "max_accuracy": max(accs) if accs else None,
+        "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history]))
+        if history
+        else 0.0,
+        "mean_wemd": float(np.nanmean([h.get("wemd") or np.nan for h in history]))
+        if any(h.get("wemd") is not None for h in history)
+        else None,
+        "wall_time_s": time.perf_counter() - t_start,
+        "result_dir": str(writer.dir),
+    }
+    writer.write_summary(summary)
+    log(INFO, "results written to %s", writer.dir)
+    return summary

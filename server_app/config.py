@@ -1,0 +1,210 @@
+"""The run config, read once into a typed, validated object before any training.
+
+Every key of ``[tool.flwr.app.config]`` in pyproject.toml is read here (the client's keys
+through :class:`client_app.settings.ClientSettings`, the uplink's through
+:class:`channel.CellConfig`). A bad value raises one ``ValueError`` naming the run-config key,
+the value and what is allowed.
+
+=============================  ==================================================================
+run-config key                 meaning
+=============================  ==================================================================
+``num-server-rounds``          rounds J, int >= 1
+``policy``                     scheduling rule (:data:`fedcgd_strategy.policies.POLICY_NAMES`)
+``protocol``                   ``"auto"`` | ``"query"`` | ``"train-all"`` (auto: train-all for
+                               bn2/poc, query otherwise)
+``eval-every``                 central evaluation every k rounds (and always after the last)
+``result-dir``                 absolute folder for the run's results; ``""`` =
+                               ``~/fedcgd-results/<policy>-<UTC time>``
+``initial-g``                  Ĝ before the first upload (FedCGD), float >= 0
+``target-dist``                WEMD target: ``"global"`` (class distribution of the full
+                               training set) or ``"devices"`` (union of this round's histograms)
+``pack-rule``                  best-effort rule of the baselines: ``"stop"`` | ``"skip"``
+``poc-candidates``             POC's V' (0 = all available)
+``fedcbs-lambda``              Fed-CBS exploration weight λ
+``query-timeout-s``            wait for query replies, seconds > 0
+``train-timeout-s``            wait for training replies, seconds > 0
+``channel.*``                  :class:`channel.CellConfig` fields in kebab case, plus
+                               ``channel.model-bits`` (0 = parameters × 32)
+=============================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from channel import CellConfig
+from client_app.settings import ClientSettings
+from fedcgd_strategy.policies import POLICY_NAMES
+
+PROTOCOL_CHOICES = ("auto", "query", "train-all")
+TARGET_CHOICES = ("global", "devices")
+PACK_RULES = ("stop", "skip")
+#: Policies that rank on post-training values and therefore need every available device to train.
+POST_TRAINING_POLICIES = ("bn2", "poc")
+
+#: run-config key (without the ``channel.`` prefix) -> CellConfig field.
+CHANNEL_KEYS: dict[str, str] = {
+    "pathloss-model": "pathloss_model",
+    "availability-prob": "availability_prob",
+    "radius-m": "radius_m",
+    "min-distance-m": "min_distance_m",
+    "h-bs-m": "h_bs_m",
+    "h-ut-m": "h_ut_m",
+    "carrier-frequency-hz": "carrier_frequency_hz",
+    "total-bandwidth-hz": "total_bandwidth_hz",
+    "deadline-s": "deadline_s",
+    "tx-power-dbm": "tx_power_dbm",
+    "noise-psd-dbm-per-hz": "noise_psd_dbm_per_hz",
+    "noise-figure-db": "noise_figure_db",
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The validated run config (see the module docstring for the keys)."""
+
+    client: ClientSettings
+    cell: CellConfig
+    num_server_rounds: int
+    policy: str
+    protocol: str
+    eval_every: int
+    result_dir: str
+    initial_g: float
+    target_dist: str
+    pack_rule: str
+    poc_candidates: int
+    fedcbs_lambda: float
+    query_timeout_s: float
+    train_timeout_s: float
+    model_bits: int
+
+    @property
+    def seed(self) -> int:
+        """The run seed."""
+        return self.client.seed
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable view (nested client and cell settings)."""
+        return dataclasses.asdict(self)
+
+
+def _get(run_config: Mapping[str, Any], key: str) -> Any:
+    if key not in run_config:
+        raise ValueError(
+            f"run-config key '{key}' is missing; set it in [tool.flwr.app.config] or --run-config"
+        )
+    return run_config[key]
+
+
+def _int(run_config: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = _get(run_config, key)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"run-config key '{key}' must be an integer >= {minimum}; got {value!r}")
+    return value
+
+
+def _float(run_config: Mapping[str, Any], key: str, minimum: float, strict: bool) -> float:
+    value = _get(run_config, key)
+    relation = ">" if strict else ">="
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    number = float(value) if ok else math.nan
+    if not ok or not math.isfinite(number) or number < minimum or (strict and number == minimum):
+        raise ValueError(
+            f"run-config key '{key}' must be a finite number {relation} {minimum:g}; got {value!r}"
+        )
+    return number
+
+
+def _choice(run_config: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+    value = _get(run_config, key)
+    if value not in allowed:
+        raise ValueError(f"run-config key '{key}' = {value!r}; allowed: {', '.join(allowed)}")
+    return str(value)
+
+
+def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
+    values: dict[str, Any] = {"num_devices": num_devices}
+    for key, name in CHANNEL_KEYS.items():
+        full = f"channel.{key}"
+        if full in run_config:
+            values[name] = run_config[full]
+    try:
+        return CellConfig(**values)
+    except (ValueError, TypeError) as err:
+        text = str(err)
+        for key, name in CHANNEL_KEYS.items():
+            if name in text:
+                raise ValueError(f"run-config key 'channel.{key}': {text}") from err
+        raise ValueError(f"channel settings: {text}") from err
+
+
+def default_result_dir(policy: str) -> str:
+    """``~/fedcgd-results/<policy>-<UTC time>`` (absolute)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return str(Path("~/fedcgd-results").expanduser() / f"{policy}-{stamp}")
+
+
+def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
+    """Read and validate the whole run config.
+
+    Parameters
+    ----------
+    run_config : mapping
+        ``context.run_config`` (flat, kebab-case, dotted keys for nested tables).
+
+    Returns
+    -------
+    RunConfig
+
+    Raises
+    ------
+    ValueError
+        Naming the key, the bad value and what is allowed.
+    """
+    client = ClientSettings.from_run_config(run_config)
+    policy = _choice(run_config, "policy", POLICY_NAMES)
+    protocol = _choice(run_config, "protocol", PROTOCOL_CHOICES)
+    if protocol == "auto":
+        protocol = "train-all" if policy in POST_TRAINING_POLICIES else "query"
+    elif protocol == "query" and policy in POST_TRAINING_POLICIES:
+        raise ValueError(
+            f"run-config key 'protocol' = 'query' does not work with policy {policy!r}, which "
+            "ranks devices on post-training values; allowed: 'auto' or 'train-all'"
+        )
+    result_dir = _get(run_config, "result-dir")
+    if not isinstance(result_dir, str):
+        raise ValueError(f"run-config key 'result-dir' must be a string; got {result_dir!r}")
+    if result_dir == "":
+        result_dir = default_result_dir(policy)
+    elif not Path(result_dir).expanduser().is_absolute():
+        raise ValueError(
+            f"run-config key 'result-dir' = {result_dir!r} must be an absolute path (the "
+            "ServerApp runs in an unrelated working directory), or \"\" for the default"
+        )
+    model_bits = _int(run_config, "channel.model-bits", 0)
+    return RunConfig(
+        client=client,
+        cell=_cell_config(run_config, client.num_devices),
+        num_server_rounds=_int(run_config, "num-server-rounds", 1),
+        policy=policy,
+        protocol=protocol,
+        eval_every=_int(run_config, "eval-every", 1),
+        result_dir=str(Path(result_dir).expanduser()),
+        initial_g=_float(run_config, "initial-g", 0.0, strict=False),
+        target_dist=_choice(run_config, "target-dist", TARGET_CHOICES),
+        pack_rule=_choice(run_config, "pack-rule", PACK_RULES),
+        poc_candidates=_int(run_config, "poc-candidates", 0),
+        fedcbs_lambda=_float(run_config, "fedcbs-lambda", 0.0, strict=False),
+        query_timeout_s=_float(run_config, "query-timeout-s", 0.0, strict=True),
+        train_timeout_s=_float(run_config, "train-timeout-s", 0.0, strict=True),
+        model_bits=model_bits,
+    )

@@ -1,0 +1,224 @@
+"""Tests of the BC / BN2 / POC baselines and best-effort packing (paper Section V-A)."""
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedcgd_strategy.selectors import (
+    PACK_RULES,
+    best_channel,
+    best_effort_pack,
+    best_norm,
+    descending_order,
+    power_of_choice,
+)
+
+INF = np.inf
+
+
+def _slow_pack(order, need, total, rule):
+    """Obviously-correct reference of best-effort packing."""
+    taken, used = set(), 0.0
+    for dev in order:
+        if need[dev] == INF:
+            continue
+        if used + need[dev] <= total:
+            taken.add(dev)
+            used += need[dev]
+        elif rule == "stop":
+            break
+    return taken
+
+
+def _slow_rank(scores, available):
+    """Reference ranking: descending score, ties by lowest index, NaN / unavailable left out."""
+    devs = [i for i in range(len(scores)) if available[i] and not np.isnan(scores[i])]
+    return sorted(devs, key=lambda i: (-scores[i], i))
+
+
+# --- best_effort_pack ---------------------------------------------------------------------------
+
+
+def test_pack_stop_and_skip_hand_case():
+    need = np.array([3.0, 5.0, 2.0, INF, 1.0])
+    # budget 9: take 0 (3), 1 (3 + 5 = 8); 2 needs 8 + 2 = 10 > 9.
+    # "stop" ends there -> {0, 1}; "skip" passes 2 and the infeasible 3, takes 4 (8 + 1 = 9 <= 9).
+    stop = best_effort_pack([0, 1, 2, 3, 4], need, 9.0, rule="stop")
+    skip = best_effort_pack([0, 1, 2, 3, 4], need, 9.0, rule="skip")
+    np.testing.assert_array_equal(stop, [True, True, False, False, False])
+    np.testing.assert_array_equal(skip, [True, True, False, False, True])
+
+
+def test_pack_infeasible_device_is_never_a_reason_to_stop():
+    need = np.array([3.0, 5.0, 2.0, INF, 1.0])
+    # order [3, 4, 0]: 3 is infeasible (passed over), then 4 (1 Hz) and 0 (1 + 3 = 4 Hz).
+    mask = best_effort_pack([3, 4, 0], need, 4.0, rule="stop")
+    np.testing.assert_array_equal(mask, [True, False, False, False, True])
+
+
+def test_pack_zero_budget_and_empty_order():
+    need = np.array([0.0, 1.0])
+    np.testing.assert_array_equal(best_effort_pack([1, 0], need, 0.0, "stop"), [False, False])
+    np.testing.assert_array_equal(best_effort_pack([1, 0], need, 0.0, "skip"), [True, False])
+    np.testing.assert_array_equal(best_effort_pack(np.array([], int), need, 5.0), [False, False])
+
+
+def test_pack_matches_slow_reference():
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        v = int(rng.integers(1, 12))
+        need = rng.uniform(0.1, 3.0, size=v)
+        need[rng.random(v) < 0.2] = INF
+        order = rng.permutation(v)[: int(rng.integers(0, v + 1))]
+        total = float(rng.uniform(0, 10))
+        for rule in PACK_RULES:
+            mask = best_effort_pack(order, need, total, rule)
+            assert set(np.flatnonzero(mask).tolist()) == _slow_pack(order, need, total, rule)
+            assert need[mask].sum() <= total + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (([0], [1.0], 1.0, "greedy"), "stop, skip"),
+        (([0, 0], [1.0], 1.0, "stop"), "distinct"),
+        (([2], [1.0, 1.0], 1.0, "stop"), r"\[0, 2\)"),
+        (([-1], [1.0, 1.0], 1.0, "stop"), "order"),
+        (([0.5], [1.0, 1.0], 1.0, "stop"), "order"),
+        (([0], [np.nan], 1.0, "stop"), "min_bandwidth_hz"),
+        (([0], [-1.0], 1.0, "stop"), "min_bandwidth_hz"),
+        (([0], [1.0], -1.0, "stop"), "total_bandwidth_hz"),
+        (([0], [1.0], INF, "stop"), "total_bandwidth_hz"),
+    ],
+)
+def test_pack_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        best_effort_pack(*args)
+
+
+# --- BC / BN2 ----------------------------------------------------------------------------------
+
+
+def test_best_channel_hand_case_with_ties_nan_and_unavailable():
+    gain = np.array([1.0, 5.0, 5.0, 3.0, np.nan, 10.0])
+    avail = np.array([True, True, True, True, True, False])
+    need = np.ones(6)
+    # available, non-NaN, by gain descending, ties to the lowest index: 1, 2, 3, 0
+    np.testing.assert_array_equal(descending_order(gain, avail & ~np.isnan(gain)), [1, 2, 3, 0])
+    # budget 3 Hz -> {1, 2, 3}; device 5 (best gain, unavailable) and 4 (NaN) never taken
+    np.testing.assert_array_equal(
+        best_channel(avail, gain, need, 3.0), [False, True, True, True, False, False]
+    )
+    # budget 1 Hz: the tie between 1 and 2 goes to the lower index
+    np.testing.assert_array_equal(
+        best_channel(avail, gain, need, 1.0), [False, True, False, False, False, False]
+    )
+
+
+def test_best_channel_stop_vs_skip():
+    gain = np.array([4.0, 3.0, 2.0, 1.0])
+    need = np.array([1.0, 5.0, INF, 1.0])
+    avail = np.ones(4, dtype=bool)
+    # order 0, 1, 2, 3 with 3 Hz: take 0; 1 needs 6 > 3 -> stop: {0}; skip: 2 infeasible, 3 fits.
+    np.testing.assert_array_equal(best_channel(avail, gain, need, 3.0), [1, 0, 0, 0])
+    np.testing.assert_array_equal(best_channel(avail, gain, need, 3.0, "skip"), [1, 0, 0, 1])
+
+
+@pytest.mark.parametrize("selector", [best_channel, best_norm])
+def test_ranked_selectors_match_slow_reference(selector):
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        v = int(rng.integers(1, 15))
+        scores = rng.integers(0, 4, size=v).astype(float)  # many ties on purpose
+        scores[rng.random(v) < 0.1] = np.nan
+        avail = rng.random(v) < 0.7
+        need = rng.uniform(0.1, 2.0, size=v)
+        need[rng.random(v) < 0.2] = INF
+        total = float(rng.uniform(0, 6))
+        for rule in PACK_RULES:
+            mask = selector(avail, scores, need, total, rule=rule)
+            expect = _slow_pack(_slow_rank(scores, avail), need, total, rule)
+            assert set(np.flatnonzero(mask).tolist()) == expect
+            assert not np.any(mask & ~avail)
+            assert not np.any(mask & ~np.isfinite(need))
+            assert not np.any(mask & np.isnan(scores))
+
+
+def test_best_norm_orders_by_norm():
+    norm = np.array([0.1, 2.0, 1.0])
+    need = np.array([1.0, 1.0, 1.0])
+    # 2 Hz: the two largest norms, devices 1 and 2
+    np.testing.assert_array_equal(best_norm(np.ones(3, bool), norm, need, 2.0), [0, 1, 1])
+
+
+def test_ranked_selectors_reject_bad_input():
+    with pytest.raises(ValueError, match="available"):
+        best_channel(np.ones(3, bool), np.ones(2), np.ones(2), 1.0)
+    with pytest.raises(ValueError, match="available"):
+        best_channel(np.ones(2, int), np.ones(2), np.ones(2), 1.0)
+    with pytest.raises(ValueError, match="update_norm"):
+        best_norm(np.ones(2, bool), np.ones(3), np.ones(2), 1.0)
+    with pytest.raises(ValueError, match="stop, skip"):
+        best_norm(np.ones(2, bool), np.ones(2), np.ones(2), 1.0, rule="all")
+
+
+# --- POC ---------------------------------------------------------------------------------------
+
+
+def test_poc_all_candidates_is_loss_ranking():
+    loss = np.array([0.5, 2.0, np.nan, 1.0, 3.0])
+    avail = np.array([True, True, True, True, False])
+    need = np.ones(5)
+    # candidates = available with a loss: 0, 1, 3; by loss: 1, 3, 0; 2 Hz -> {1, 3}
+    for d in (0, 3, 10):
+        mask = power_of_choice(avail, loss, need, 2.0, d, np.random.default_rng(0))
+        np.testing.assert_array_equal(mask, [False, True, False, True, False])
+
+
+def test_poc_candidate_draw_is_uniform():
+    # 4 available devices, V' = 2, budget for 1 device: the scheduled device is the higher-loss
+    # device of a uniformly drawn pair. With losses 0 < 1 < 2 < 3 device k is taken iff it is
+    # in the pair and every other member has a lower loss: P(k) = k / C(4, 2) = k / 6.
+    loss = np.array([0.0, 1.0, 2.0, 3.0])
+    avail = np.ones(4, dtype=bool)
+    need = np.ones(4)
+    rng = np.random.default_rng(2024)
+    n = 6000
+    counts = np.zeros(4)
+    pairs = dict.fromkeys(itertools.combinations(range(4), 2), 0)
+    for _ in range(n):
+        mask = power_of_choice(avail, loss, need, 1.0, 2, rng)
+        counts += mask
+        both = power_of_choice(avail, loss, need, 2.0, 2, rng)  # whole pair fits
+        pairs[tuple(np.flatnonzero(both).tolist())] += 1
+    expected = n * np.array([0.0, 1.0, 2.0, 3.0]) / 6.0
+    assert counts[0] == 0
+    assert stats.chisquare(counts[1:], expected[1:]).pvalue > 1e-3
+    assert stats.chisquare(list(pairs.values())).pvalue > 1e-3  # 6 pairs, uniform
+
+
+def test_poc_same_seed_same_result_and_never_bad_devices():
+    rng0 = np.random.default_rng(1)
+    for _ in range(100):
+        v = 12
+        loss = rng0.uniform(size=v)
+        loss[rng0.random(v) < 0.1] = np.nan
+        avail = rng0.random(v) < 0.6
+        need = rng0.uniform(0.1, 1.0, size=v)
+        need[rng0.random(v) < 0.2] = INF
+        a = power_of_choice(avail, loss, need, 2.0, 4, np.random.default_rng(7))
+        b = power_of_choice(avail, loss, need, 2.0, 4, np.random.default_rng(7))
+        np.testing.assert_array_equal(a, b)
+        assert not np.any(a & ~avail)
+        assert not np.any(a & ~np.isfinite(need))
+        assert not np.any(a & np.isnan(loss))
+        assert a.sum() <= 4
+
+
+def test_poc_rejects_bad_candidate_count():
+    with pytest.raises(ValueError, match="num_candidates"):
+        power_of_choice(np.ones(2, bool), np.ones(2), np.ones(2), 1.0, -1, np.random.default_rng())
+    with pytest.raises(ValueError, match="num_candidates"):
+        power_of_choice(np.ones(2, bool), np.ones(2), np.ones(2), 1.0, 1.5, np.random.default_rng())

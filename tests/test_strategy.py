@@ -1,0 +1,287 @@
+"""ScheduledStrategy on an in-process fake Grid with scripted numpy clients (no Ray, no torch).
+
+The scripted clients answer the record protocol of ``fedcgd_strategy.keys`` with values the
+test controls, so the expected schedule and aggregate are computed here independently.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from fake_grid import FakeGrid, make_contexts
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from channel import RoundDraw
+from fedcgd_strategy import SchedulingProblem, keys, solve
+from fedcgd_strategy.policies import make_policy
+from fedcgd_strategy.strategy import ScheduledStrategy
+
+V, C = 6, 2
+NODES = [1000 + 7 * i for i in range(V)]
+# Label histograms of the samples each device uses (b = 4 samples, tau = 1).
+HISTS = np.array([[4, 0], [0, 4], [3, 1], [1, 3], [2, 2], [4, 0]])
+SIGMAS = np.array([1.0, 2.0, 0.5, 1.5, 1.0, 3.0])
+SIZES = np.array([10, 20, 30, 40, 50, 60])
+
+
+def global_model() -> dict[str, np.ndarray]:
+    return {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3, np.float32)}
+
+
+def local_delta(pid: int) -> dict[str, np.ndarray]:
+    """A distinct, known update per device."""
+    return {
+        "w": np.full((2, 3), 0.1 * (pid + 1), np.float32),
+        "b": np.full(3, -0.01 * (pid + 1), np.float32),
+    }
+
+
+class FixedChannel:
+    """The same draw every round."""
+
+    def __init__(self, draw: RoundDraw) -> None:
+        self.draw = draw
+        self.calls = 0
+
+    def draw_round(self, model_bits: float) -> RoundDraw:
+        self.calls += 1
+        return self.draw
+
+
+def make_draw(available, min_bw, gain=None) -> RoundDraw:
+    available = np.asarray(available, bool)
+    return RoundDraw(
+        available=available,
+        gain_lin=np.asarray(gain if gain is not None else np.linspace(1e-9, 1e-8, V)),
+        min_bandwidth_hz=np.asarray(min_bw, float),
+        los=np.ones(V, bool),
+        distance_2d_m=np.full(V, 50.0),
+    )
+
+
+def scripted_client(overrides: dict[int, dict] | None = None):
+    """A ClientApp stand-in; ``overrides[pid]`` replaces metric values (malformed replies)."""
+    overrides = overrides or {}
+
+    def handle(msg: Message, ctx: Context) -> Message:
+        pid = int(ctx.node_config["partition-id"])
+        base: dict = {keys.PARTITION_ID: pid, keys.NUM_EXAMPLES: int(SIZES[pid])}
+        kind = msg.metadata.message_type
+        if kind == keys.QUERY_INFO:
+            return Message(RecordDict({keys.METRICS: MetricRecord(base)}), reply_to=msg)
+        stats = {
+            keys.LABEL_HIST: HISTS[pid].tolist(),
+            keys.SIGMA: float(SIGMAS[pid]),
+            keys.PRE_LOSS: 1.0 + pid,
+        }
+        metrics = {**base, **stats}
+        content = RecordDict()
+        if kind == "train":
+            ref = {k: v.numpy() for k, v in msg.content.array_records[keys.ARRAYS].items()}
+            delta = local_delta(pid)
+            new = {k: ref[k] + delta[k] for k in ref}
+            norm = math.sqrt(sum(float((d.astype(np.float64) ** 2).sum()) for d in delta.values()))
+            metrics.update(
+                {
+                    keys.TRAIN_LOSS: 0.5 + 0.1 * pid,
+                    keys.UPDATE_NORM: norm,
+                    keys.TRAIN_TIME_S: 0.01,
+                }
+            )
+            content[keys.ARRAYS] = ArrayRecord({k: Array(v) for k, v in new.items()})
+        metrics.update(overrides.get(pid, {}))
+        content[keys.METRICS] = MetricRecord(metrics)
+        return Message(content, reply_to=msg)
+
+    return handle
+
+
+def build(policy_name: str, draw: RoundDraw, *, protocol="query", initial_g=1.0, handler=None,
+          silent=(), total_bw=10.0, target=None):
+    handler = handler or scripted_client()
+    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
+    policy = make_policy(policy_name, num_devices=V, num_classes=C, initial_g=initial_g)
+    records = []
+    strategy = ScheduledStrategy(
+        policy=policy,
+        cell=FixedChannel(draw),
+        model_bits=1e5,
+        total_bandwidth_hz=total_bw,
+        num_devices=V,
+        num_classes=C,
+        target_dist=np.array([0.5, 0.5]) if target is None else target,
+        protocol=protocol,
+        local_steps=1,
+        learning_rate=0.1,
+        batch_size=4,
+        rng=np.random.default_rng(0),
+        on_round=records.append,
+    )
+    return strategy, grid, records
+
+
+def run_round(strategy, grid, server_round=1):
+    arrays = ArrayRecord({k: Array(v) for k, v in global_model().items()})
+    msgs = list(strategy.configure_train(server_round, arrays, None, grid))
+    replies = grid.send_and_receive(msgs)
+    new, metrics = strategy.aggregate_train(server_round, replies)
+    return msgs, new
+
+
+def fedavg_by_hand(pids) -> dict[str, np.ndarray]:
+    g = global_model()
+    w = SIZES[pids] / SIZES[pids].sum()
+    return {k: sum(wi * (g[k] + local_delta(p)[k]) for wi, p in zip(w, pids)) for k in g}
+
+
+def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
+    available = [True, True, True, True, False, True]
+    min_bw = [3.0, 3.0, 2.0, 2.0, 1.0, 4.0]
+    strategy, grid, records = build("fedcgd-fscd", make_draw(available, min_bw))
+    msgs, new = run_round(strategy, grid)
+
+    # The expected schedule from the P1 solver on the same data, built here independently.
+    cand = np.array([0, 1, 2, 3, 5])
+    p_v = HISTS[cand] / 4.0
+    w = SIZES[cand] / SIZES[cand].sum()
+    sigma = math.sqrt(float(np.sum(w * SIGMAS[cand] ** 2)))  # eq. (global_est_sigma)
+    problem = SchedulingProblem(
+        label_dist=p_v,
+        target_dist=np.array([0.5, 0.5]),
+        min_bandwidth_hz=np.array(min_bw)[cand],
+        total_bandwidth_hz=10.0,
+        sigma=sigma,
+        class_gradient=1.0,
+        batch_size=4,
+    )
+    expected = cand[solve(problem, "fscd").selected]
+    assert expected.size >= 2
+
+    train_nodes = sorted(m.metadata.dst_node_id for m in msgs)
+    assert train_nodes == sorted(NODES[p] for p in expected)
+    # Device 4 was unavailable: never queried.
+    queried = {m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == keys.QUERY_STATS}
+    assert NODES[4] not in queried and len(queried) == 5
+
+    got = {k: v.numpy() for k, v in new.items()}
+    want = fedavg_by_hand(expected)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7)
+    rec = records[-1]
+    assert rec.scheduled == expected.tolist()
+    assert rec.num_available == 5
+    assert rec.bandwidth_used_hz == pytest.approx(float(np.sum(np.array(min_bw)[expected])))
+    assert rec.sigma == pytest.approx(sigma)
+
+
+def test_ideal_channel_everything_scheduled_equals_fedavg():
+    # Ideal channel: all available, B* = 0. FedCGD with G = 0 minimises the sampling term
+    # only, so it schedules everybody; the aggregate is FedAvg over all devices.
+    draw = make_draw([True] * V, [0.0] * V)
+    for name in ("fedcgd-fscd", "all"):
+        strategy, grid, records = build(name, draw, initial_g=0.0)
+        msgs, new = run_round(strategy, grid)
+        assert len(msgs) == V
+        want = fedavg_by_hand(np.arange(V))
+        got = {k: v.numpy() for k, v in new.items()}
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7)
+
+
+def test_failing_devices_are_excluded_and_the_round_goes_on():
+    draw = make_draw([True] * V, [0.0] * V)
+    overrides = {
+        1: {keys.LABEL_HIST: [1, 2, 1]},  # wrong histogram length
+        2: {keys.SIGMA: float("nan")},  # NaN sigma
+        3: {keys.LABEL_HIST: [-1, 5]},  # negative count
+    }
+    base = scripted_client(overrides)
+
+    def handler(msg, ctx):
+        if ctx.node_config["partition-id"] == 0 and msg.metadata.message_type != keys.QUERY_INFO:
+            raise RuntimeError("device crashed")
+        return base(msg, ctx)
+
+    strategy, grid, records = build("all", draw, handler=handler, silent=[NODES[4]])
+    msgs, new = run_round(strategy, grid)
+    rec = records[-1]
+    # Device 4 never answered discovery, so it has no node mapping and is not "available".
+    assert rec.scheduled == [5]
+    assert rec.failed == [0, 1, 2, 3]
+    got = {k: v.numpy() for k, v in new.items()}
+    want = fedavg_by_hand(np.array([5]))
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+
+
+def test_malformed_training_reply_is_not_aggregated():
+    draw = make_draw([True] * V, [0.0] * V)
+    base = scripted_client()
+
+    def handler(msg, ctx):
+        reply = base(msg, ctx)
+        if msg.metadata.message_type == "train" and ctx.node_config["partition-id"] == 2:
+            bad = {k: v.numpy() for k, v in reply.content.array_records[keys.ARRAYS].items()}
+            bad["w"] = bad["w"] * np.nan
+            reply.content[keys.ARRAYS] = ArrayRecord({k: Array(v) for k, v in bad.items()})
+        return reply
+
+    strategy, grid, records = build("all", draw, handler=handler)
+    _, new = run_round(strategy, grid)
+    assert records[-1].uploaded == [0, 1, 3, 4, 5]
+    got = {k: v.numpy() for k, v in new.items()}
+    want = fedavg_by_hand(np.array([0, 1, 3, 4, 5]))
+    np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6)
+
+
+def test_nothing_feasible_keeps_the_model():
+    draw = make_draw([True] * V, [np.inf] * V)
+    strategy, grid, records = build("fedcgd-fscd", draw)
+    msgs, new = run_round(strategy, grid)
+    assert msgs == [] and new is None
+    assert records[-1].model_kept and records[-1].num_scheduled == 0
+
+
+def test_best_channel_packs_by_gain_within_budget():
+    gain = np.array([6, 5, 4, 3, 2, 1], float) * 1e-9
+    draw = make_draw([True] * V, [4.0, 4.0, 4.0, 1.0, 1.0, 1.0], gain=gain)
+    strategy, grid, records = build("bc", draw, total_bw=10.0)
+    msgs, _ = run_round(strategy, grid)
+    # Best gains first: 4 + 4 fit (8 Hz), the third (4 Hz) does not: "stop" rule.
+    assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[0], NODES[1]]
+
+
+def test_post_training_policies_train_everyone_and_upload_the_scheduled():
+    draw = make_draw([True] * V, [4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
+    strategy, grid, records = build("bn2", draw, protocol="train-all", total_bw=8.0)
+    msgs, new = run_round(strategy, grid)
+    assert len(msgs) == V  # everybody trains
+    # Update norms grow with the partition id: devices 5 and 4 have the largest.
+    assert records[-1].scheduled == [4, 5]
+    got = {k: v.numpy() for k, v in new.items()}
+    np.testing.assert_allclose(got["w"], fedavg_by_hand(np.array([4, 5]))["w"], rtol=1e-6)
+
+
+def test_post_training_policy_rejects_query_protocol():
+    with pytest.raises(ValueError, match="train-all"):
+        build("poc", make_draw([True] * V, [0.0] * V), protocol="query")
+
+
+def test_fedcgd_updates_g_from_uploads():
+    draw = make_draw([True] * V, [0.0] * V)
+    strategy, grid, records = build("fedcgd-fscd", draw, initial_g=0.0)
+    run_round(strategy, grid)
+    # Eq. (G_est) by hand over all six uploads: grad_v = delta_v / (tau * eta).
+    deltas = np.stack(
+        [np.concatenate([local_delta(p)["w"].ravel(), local_delta(p)["b"].ravel()]) for p in range(V)]
+    ).astype(np.float64) / 0.1
+    w = SIZES / SIZES.sum()
+    mean = (w[:, None] * deltas).sum(0)
+    p_v = HISTS / 4.0
+    l1 = np.abs(p_v - 0.5).sum(1)
+    keep = l1 > 1e-12
+    ratios = np.linalg.norm(deltas - mean, axis=1)[keep] / l1[keep]
+    assert records[-1].class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
+    assert records[-1].class_gradient_used == 0.0
