@@ -32,6 +32,9 @@ from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.selectors import best_channel, best_norm, power_of_choice
 from fedcgd_strategy.solvers import solve
 
+#: Fewer uploads than this leave Ĝ unchanged (see :meth:`FedCGDPolicy.observe_uploads`).
+MIN_UPLOADS_FOR_G = 2
+
 #: Policy names accepted by :func:`make_policy` (and the run-config key ``policy``).
 POLICY_NAMES: tuple[str, ...] = (
     "fedcgd-fscd",
@@ -249,8 +252,13 @@ class FedCGDPolicy(Policy):
         )
 
     def observe_uploads(self, uploads: UploadedUpdates) -> None:
-        """Update Ĝ (eq. G_est) or Ĝ_c (eq. Gc_est); keep the old value with no uploads."""
-        if uploads.updates.shape[0] == 0:
+        """Update Ĝ (eq. G_est) or Ĝ_c (eq. Gc_est) from this round's uploads.
+
+        With fewer than two uploads the old value is kept: ∇F̂ is then the single device's own
+        gradient, so every ratio of eq. (G_est) is 0 by construction, which says nothing about G
+        (the paper is silent; an estimate of 0 would make the next round ignore the WEMD).
+        """
+        if uploads.updates.shape[0] < MIN_UPLOADS_FOR_G:
             return
         grads = device_gradient_estimates(
             uploads.updates, uploads.learning_rate, uploads.local_steps

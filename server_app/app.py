@@ -15,7 +15,7 @@ from flwr.supercore import log
 from channel import Cell
 from client_app.datasets import load_test_set, load_train_set
 from client_app.models import build_model, count_parameters
-from client_app.training import evaluate, select_device
+from client_app.training import compute_device, evaluate
 from fedcgd_strategy.policies import make_policy
 from fedcgd_strategy.strategy import RoundRecord, ScheduledStrategy
 from server_app.config import RunConfig, parse_run_config
@@ -58,7 +58,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     num_params = count_parameters(model)
     model_bits = config.model_bits or num_params * BITS_PER_PARAMETER
     target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
-    device = select_device()
+    device = compute_device()
     x_test, y_test = test_set.tensors()
 
     writer = ResultWriter(config.result_dir, config.num_server_rounds)
@@ -106,7 +106,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
         if due:
             model.load_state_dict(arrays.to_torch_state_dict())
-            loss, acc = evaluate(model.to(device), x_test, y_test, device=device)
+            loss, acc = evaluate(model.to(device), x_test, y_test)
             metrics = {"accuracy": float(acc), "loss": float(loss)}
         eval_s = time.perf_counter() - t0
         if server_round == 0:

@@ -1,0 +1,285 @@
+"""Run the app in Flower's simulation engine with ``flwr run`` and a SuperLink we own.
+
+``flwr run`` on the default ``local`` connection starts a detached SuperLink that keeps running
+after the run and whose PID nobody records. Here we start that SuperLink ourselves (same flags
+``flwr`` uses, on loopback, with runtime dependency installation disabled), run ``flwr run .
+local --stream`` against it, and stop it by its PID when the run ends, also on errors and
+Ctrl-C. Nothing is left running.
+
+``python -m experiments.launcher --run-config "policy='bc' num-server-rounds=5"`` runs one
+simulation; :func:`run_simulation` does the same from Python (tests, sweeps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = PROJECT_DIR / "results"
+HEALTH_TIMEOUT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _bin(name: str) -> str:
+    """An executable next to the running interpreter (the project's venv), else on PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH")
+    return found
+
+
+def format_run_config(values: Mapping[str, Any]) -> str:
+    """Render a dict as ``flwr run --run-config`` text (strings quoted, TOML style)."""
+    parts = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, str):
+            text = json.dumps(value)
+        else:
+            text = repr(value)
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+class LocalSuperLink:
+    """A simulation SuperLink on loopback, started and stopped by PID (a context manager).
+
+    Parameters
+    ----------
+    flwr_home : Path
+        ``FLWR_HOME`` for the SuperLink and ``flwr`` (config, database, logs, installed apps).
+    """
+
+    def __init__(self, flwr_home: Path) -> None:
+        self.flwr_home = flwr_home
+        self.http_port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_file = flwr_home / "local-superlink" / "superlink.log"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for the SuperLink and for ``flwr``."""
+        env = os.environ.copy()
+        env.update(
+            FLWR_HOME=str(self.flwr_home),
+            FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+            FLWR_DISABLE_UPDATE_CHECK="1",
+            FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(self.http_port),
+            PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        )
+        return env
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.http_port}/health", timeout=0.5
+            ) as response:
+                return bool(200 <= response.status < 300)
+        except OSError:
+            return False
+
+    def __enter__(self) -> LocalSuperLink:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        command = [
+            _bin("flower-superlink"),
+            "--insecure",
+            "--simulation",
+            "--isolation",
+            "subprocess",
+            "--disable-runtime-dependency-installation",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.http_port),
+            "--database",
+            ":flwr-in-memory:",
+            "--log-file",
+            str(self.log_file),
+        ]
+        self.process = subprocess.Popen(  # noqa: S603 - fixed command, loopback only
+            command,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"flower-superlink exited with code {self.process.returncode}; see {self.log_file}"
+                )
+            if self._healthy():
+                return self
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"flower-superlink not healthy after {HEALTH_TIMEOUT_S:.0f} s")
+
+    def stop(self) -> None:
+        """Stop the SuperLink and its children (its process group) by PID."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_simulation(
+    run_config: Mapping[str, Any],
+    *,
+    num_supernodes: int,
+    cpus_per_client: int = 1,
+    flwr_home: Path | None = None,
+    project_dir: Path = PROJECT_DIR,
+    log_path: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run one simulation with ``flwr run --stream`` and return the finished process.
+
+    Parameters
+    ----------
+    run_config : mapping
+        ``--run-config`` overrides (keys of ``[tool.flwr.app.config]``).
+    num_supernodes : int
+        Virtual nodes (= devices V).
+    cpus_per_client : float
+        Ray CPUs per ClientApp (1 → two clients at once on 2 cores).
+    flwr_home : Path, optional
+        ``FLWR_HOME``; a fresh temporary folder by default.
+    project_dir : Path
+        The Flower app to run.
+    log_path : Path, optional
+        Also write the streamed log there.
+
+    Returns
+    -------
+    subprocess.CompletedProcess
+        With the streamed output in ``stdout``.
+    """
+    home = flwr_home or Path(tempfile.mkdtemp(prefix="flwr-home-"))
+    with LocalSuperLink(home) as link:
+        (home / "config.toml").write_text(
+            '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+        )
+        command = [
+            _bin("flwr"),
+            "run",
+            str(project_dir),
+            "local",
+            "--stream",
+            "--federation-config",
+            f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g}",
+        ]
+        if run_config:
+            command += ["--run-config", format_run_config(run_config)]
+        print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+        proc = subprocess.Popen(  # noqa: S603 - fixed command
+            command,
+            env=link.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=project_dir,
+        )
+        lines = []
+        assert proc.stdout is not None
+        with open(log_path, "w") if log_path else open(os.devnull, "w") as log_fh:
+            for line in proc.stdout:
+                lines.append(line)
+                log_fh.write(line)
+                print(line, end="", flush=True)
+        proc.wait()
+    return subprocess.CompletedProcess(command, proc.returncode, "".join(lines), "")
+
+
+def _read_pyproject_config() -> dict[str, Any]:
+    import tomllib
+
+    data = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, table: Mapping[str, Any]) -> None:
+        for key, value in table.items():
+            if isinstance(value, Mapping):
+                walk(f"{prefix}{key}.", value)
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    walk("", data["tool"]["flwr"]["app"]["config"])
+    return flat
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: one simulation run, results under ``results/<policy>-<time>``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--run-config",
+        default="",
+        help='overrides, e.g. "policy=\'bc\' num-server-rounds=5" (keys of [tool.flwr.app.config])',
+    )
+    parser.add_argument("--num-supernodes", type=int, default=None, help="default: num-devices")
+    parser.add_argument("--cpus-per-client", type=int, default=1)
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    args = parser.parse_args(argv)
+
+    import tomllib
+
+    overrides: dict[str, Any] = {}
+    for item in shlex.split(args.run_config, posix=False):
+        overrides.update(tomllib.loads(item))
+    defaults = _read_pyproject_config()
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        parser.error(f"unknown run-config keys {unknown}; allowed: {sorted(defaults)}")
+    merged = {**defaults, **overrides}
+    if not merged.get("result-dir"):
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        merged["result-dir"] = str((args.results / f"{merged['policy']}-{stamp}").resolve())
+    overrides["result-dir"] = merged["result-dir"]
+    num_nodes = args.num_supernodes or int(merged["num-devices"])
+    proc = run_simulation(
+        overrides, num_supernodes=num_nodes, cpus_per_client=args.cpus_per_client
+    )
+    summary = Path(merged["result-dir"]) / "summary.json"
+    if proc.returncode != 0 or not summary.exists():
+        print(f"\nThe run failed (exit code {proc.returncode}); see the log above.", file=sys.stderr)
+        return proc.returncode or 1
+    print(f"\nResults: {merged['result-dir']}")
+    print(summary.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,249 @@
+"""Cell: config validation, device drop, per-round draws (KS tests, binomial bounds), seeding."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import channel
+from channel import Cell, CellConfig, RoundDraw
+
+MODEL_BITS = 258_898 * 32
+KS_MIN_P_VALUE = 1e-3
+
+
+def shadowing_db(cell: Cell, draw: RoundDraw) -> np.ndarray:
+    """Recover the shadow fading X = -10 log10(H) - PL(d2D, LOS) of every device."""
+    config = cell.config
+    loss_db = channel.pathloss_db(
+        draw.distance_2d_m,
+        draw.los,
+        model=config.pathloss_model,
+        carrier_frequency_hz=config.carrier_frequency_hz,
+        h_bs_m=config.h_bs_m,
+        h_ut_m=config.h_ut_m,
+    )
+    return -10.0 * np.log10(draw.gain_lin) - loss_db
+
+
+def test_default_config_is_table_i() -> None:
+    config = CellConfig()
+    assert (config.num_devices, config.radius_m, config.min_distance_m) == (64, 250.0, 10.0)
+    assert (config.h_bs_m, config.h_ut_m, config.carrier_frequency_hz) == (10.0, 1.5, 3.5e9)
+    assert (config.pathloss_model, config.availability_prob) == ("paper", 0.3)
+    assert (config.tx_power_dbm, config.noise_psd_dbm_per_hz, config.noise_figure_db) == (
+        23.0,
+        -174.0,
+        6.0,
+    )
+    assert (config.total_bandwidth_hz, config.deadline_s) == (20e6, 2.0)
+    assert config.redraw_los_each_round and config.redraw_shadowing_each_round
+    # 10^((23 - 30)/10) = 0.19952623149688797 W; 10^((-174 + 6 - 30)/10) = 1.5848931924611108e-20
+    assert config.tx_power_w == pytest.approx(0.19952623149688797, rel=1e-12)
+    assert config.noise_psd_w_per_hz == pytest.approx(1.5848931924611108e-20, rel=1e-12)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.radius_m = 100.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("num_devices", 0),
+        ("num_devices", 2.5),
+        ("num_devices", True),
+        ("radius_m", 10.0),
+        ("radius_m", math.inf),
+        ("min_distance_m", -1.0),
+        ("h_bs_m", 0.0),
+        ("h_ut_m", -1.5),
+        ("carrier_frequency_hz", 3.5),
+        ("carrier_frequency_hz", math.nan),
+        ("pathloss_model", "umi"),
+        ("availability_prob", 1.5),
+        ("availability_prob", -0.1),
+        ("tx_power_dbm", math.nan),
+        ("noise_psd_dbm_per_hz", "loud"),
+        ("noise_figure_db", -3.0),
+        ("total_bandwidth_hz", -20e6),
+        ("total_bandwidth_hz", 0.0),
+        ("deadline_s", 0.0),
+        ("deadline_s", -2.0),
+        ("redraw_los_each_round", 1),
+    ],
+)
+def test_config_errors_name_field_and_value(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=rf"CellConfig\.{field} = ") as info:
+        CellConfig(**{field: value})  # type: ignore[arg-type]
+    assert repr(value) in str(info.value) or str(value) in str(info.value)
+    assert "must be" in str(info.value)
+
+
+def test_config_tr38901_needs_heights_above_one_metre() -> None:
+    with pytest.raises(ValueError, match=r"CellConfig\.h_ut_m = 1\.0 .*tr38901"):
+        CellConfig(pathloss_model="tr38901", h_ut_m=1.0)
+    CellConfig(pathloss_model="paper", h_ut_m=1.0)  # fine without a breakpoint
+
+
+def test_config_accepts_integers_as_floats() -> None:
+    config = CellConfig(radius_m=300, total_bandwidth_hz=10_000_000, deadline_s=1)
+    assert isinstance(config.radius_m, float) and config.radius_m == 300.0
+    assert isinstance(config.deadline_s, float)
+
+
+def test_cell_needs_a_generator() -> None:
+    with pytest.raises(ValueError, match="rng"):
+        Cell(CellConfig(), 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="model_bits"):
+        Cell(CellConfig(), np.random.default_rng(0)).draw_round(0)
+
+
+def test_device_radii_uniform_over_annulus_area() -> None:
+    config = CellConfig(num_devices=20_000)
+    cell = Cell(config, np.random.default_rng(1))
+    r0, radius = config.min_distance_m, config.radius_m
+    assert np.all((cell.distance_2d_m >= r0) & (cell.distance_2d_m <= radius))
+
+    def area_cdf(r: np.ndarray) -> np.ndarray:
+        # P(d <= r) = (r^2 - r0^2) / (R^2 - r0^2) for a drop uniform over the annulus area.
+        return np.clip((r**2 - r0**2) / (radius**2 - r0**2), 0.0, 1.0)
+
+    assert stats.kstest(cell.distance_2d_m, area_cdf).pvalue > KS_MIN_P_VALUE
+    # A drop uniform in radius would fail this test.
+    uniform_radius = np.random.default_rng(2).uniform(r0, radius, 20_000)
+    assert stats.kstest(uniform_radius, area_cdf).pvalue < KS_MIN_P_VALUE
+    angles = stats.uniform(loc=0.0, scale=2.0 * np.pi).cdf
+    assert stats.kstest(cell.angle_rad, angles).pvalue > KS_MIN_P_VALUE
+
+
+@pytest.mark.parametrize(("model", "nlos_std_db"), [("paper", 8.2), ("tr38901", 7.82)])
+def test_shadowing_is_gaussian_with_the_state_std(model: str, nlos_std_db: float) -> None:
+    cell = Cell(CellConfig(num_devices=4_000, pathloss_model=model), np.random.default_rng(5))
+    draws = [cell.draw_round(MODEL_BITS) for _ in range(5)]
+    shadow = np.concatenate([shadowing_db(cell, draw) for draw in draws])
+    los = np.concatenate([draw.los for draw in draws])
+    for state, std_db in ((True, 4.0), (False, nlos_std_db)):
+        sample = shadow[los == state]
+        assert sample.size > 2_000
+        assert stats.kstest(sample, stats.norm(scale=std_db).cdf).pvalue > KS_MIN_P_VALUE
+        # Sample std within 4 standard errors (std error of s is about sigma / sqrt(2 n)).
+        assert np.std(sample) == pytest.approx(std_db, rel=4.0 / math.sqrt(2 * sample.size))
+
+
+def test_availability_frequency_within_binomial_bound() -> None:
+    p_a, rounds = 0.3, 400
+    cell = Cell(CellConfig(availability_prob=p_a), np.random.default_rng(7))
+    count = sum(int(cell.draw_round(MODEL_BITS).available.sum()) for _ in range(rounds))
+    trials = rounds * cell.num_devices
+    assert abs(count - trials * p_a) <= 5.0 * math.sqrt(trials * p_a * (1.0 - p_a))
+
+
+@pytest.mark.parametrize("p_a", [0.0, 1.0])
+def test_availability_extremes(p_a: float) -> None:
+    cell = Cell(CellConfig(availability_prob=p_a), np.random.default_rng(0))
+    assert np.all(cell.draw_round(MODEL_BITS).available == bool(p_a))
+
+
+def test_los_states_follow_los_probability() -> None:
+    cell = Cell(CellConfig(num_devices=2_000), np.random.default_rng(9))
+    rounds = 20
+    los_counts = np.sum([cell.draw_round(MODEL_BITS).los for _ in range(rounds)], axis=0)
+    probability = channel.los_probability(cell.distance_2d_m)
+    # Sum of independent Bernoullis: mean sum p, variance sum p (1 - p).
+    expected = rounds * probability.sum()
+    std = math.sqrt(rounds * float(np.sum(probability * (1.0 - probability))))
+    assert abs(los_counts.sum() - expected) <= 5.0 * std
+    assert np.all(los_counts[cell.distance_2d_m <= 18.0] == rounds)
+
+
+def test_round_draw_fields_consistent() -> None:
+    config = CellConfig()
+    cell = Cell(config, np.random.default_rng(4))
+    draw = cell.draw_round(MODEL_BITS)
+    for name in ("available", "gain_lin", "min_bandwidth_hz", "los", "distance_2d_m"):
+        assert getattr(draw, name).shape == (config.num_devices,)
+    assert draw.available.dtype == np.bool_ and draw.los.dtype == np.bool_
+    np.testing.assert_array_equal(draw.distance_2d_m, cell.distance_2d_m)
+    # A caller reproduces B* from the gain with the config's derived powers.
+    np.testing.assert_array_equal(
+        draw.min_bandwidth_hz,
+        channel.min_bandwidth_hz(
+            MODEL_BITS,
+            config.deadline_s,
+            config.tx_power_w,
+            draw.gain_lin,
+            config.noise_psd_w_per_hz,
+        ),
+    )
+
+
+def test_min_bandwidth_grows_with_distance_at_fixed_state() -> None:
+    # Zero shadowing, same LOS state: B* is monotone in distance through the path loss.
+    cell = Cell(CellConfig(num_devices=200), np.random.default_rng(8))
+    order = np.argsort(cell.distance_2d_m)
+    for los in (True, False):
+        states = np.full(cell.num_devices, los)
+        gain = cell.gain_lin(states, np.zeros(cell.num_devices))[order]
+        config = cell.config
+        bandwidth = channel.min_bandwidth_hz(
+            MODEL_BITS, config.deadline_s, config.tx_power_w, gain, config.noise_psd_w_per_hz
+        )
+        assert np.all(np.diff(gain) < 0.0)
+        assert np.all(np.diff(bandwidth) > 0.0)
+
+
+def test_same_seed_same_draws_and_other_seed_differs() -> None:
+    config = CellConfig()
+
+    def run(seed: int) -> list[RoundDraw]:
+        cell = Cell(config, np.random.default_rng(seed))
+        return [cell.draw_round(MODEL_BITS) for _ in range(3)]
+
+    first, second, other = run(123), run(123), run(124)
+    for a, b in zip(first, second, strict=True):
+        for field in dataclasses.fields(RoundDraw):
+            np.testing.assert_array_equal(getattr(a, field.name), getattr(b, field.name))
+    assert not np.array_equal(first[0].distance_2d_m, other[0].distance_2d_m)
+
+
+def test_fixed_los_and_shadowing_are_kept() -> None:
+    config = CellConfig(redraw_los_each_round=False, redraw_shadowing_each_round=False)
+    cell = Cell(config, np.random.default_rng(21))
+    draws = [cell.draw_round(MODEL_BITS) for _ in range(4)]
+    for draw in draws[1:]:
+        np.testing.assert_array_equal(draw.los, draws[0].los)
+        np.testing.assert_array_equal(draw.gain_lin, draws[0].gain_lin)
+    assert len({tuple(d.available) for d in draws}) > 1  # availability still redrawn
+
+
+def test_fixed_shadowing_with_redrawn_los_keeps_the_normal_variate() -> None:
+    config = CellConfig(num_devices=500, redraw_shadowing_each_round=False)
+    cell = Cell(config, np.random.default_rng(22))
+    draws = [cell.draw_round(MODEL_BITS) for _ in range(3)]
+    z = [shadowing_db(cell, d) / channel.shadow_fading_std_db(d.los) for d in draws]
+    np.testing.assert_allclose(z[1], z[0], atol=1e-9)
+    np.testing.assert_allclose(z[2], z[0], atol=1e-9)
+    assert not np.array_equal(draws[0].los, draws[1].los)
+
+
+def test_round_draw_built_directly_ideal_channel() -> None:
+    num = 5
+    ideal = RoundDraw(
+        available=np.ones(num, dtype=bool),
+        gain_lin=np.ones(num),
+        min_bandwidth_hz=np.zeros(num),
+        los=np.ones(num, dtype=bool),
+        distance_2d_m=np.full(num, 10.0),
+    )
+    assert ideal.num_devices == num and ideal.feasible.all()
+    with pytest.raises(ValueError, match="gain_lin"):
+        RoundDraw(
+            available=np.ones(num, dtype=bool),
+            gain_lin=np.ones(num + 1),
+            min_bandwidth_hz=np.zeros(num),
+            los=np.ones(num, dtype=bool),
+            distance_2d_m=np.full(num, 10.0),
+        )

@@ -1,0 +1,112 @@
+"""Tests of client_app.datasets: digits split, CIFAR loading from a fake folder, clear errors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from client_app import datasets
+from client_app.datasets import load_cifar, load_digits_split
+
+
+def test_digits_split_sizes_stratified_and_scaled() -> None:
+    train, test = load_digits_split()
+    # 1797 images, 20 % test: sklearn puts ceil(0.2 * 1797) = 360 in the test set.
+    assert len(train) == 1437 and len(test) == 360
+    assert train.input_shape == (1, 8, 8) and train.num_classes == 10
+    x, y = train.tensors()
+    assert x.dtype == torch.float32 and y.dtype == torch.int64
+    assert x.shape == (1437, 1, 8, 8)
+    assert float(x.min()) == 0.0 and float(x.max()) == 1.0  # 0..16 scaled by 1 / 16
+    # Stratified: each class's test share is within one sample of 20 %.
+    all_counts = np.bincount(train.labels, minlength=10) + np.bincount(test.labels, minlength=10)
+    test_counts = np.bincount(test.labels, minlength=10)
+    assert np.all(np.abs(test_counts - 0.2 * all_counts) <= 1)
+
+
+def test_digits_split_is_fixed() -> None:
+    a, _ = load_digits_split()
+    b, _ = load_digits_split()
+    np.testing.assert_array_equal(a.labels, b.labels)
+    np.testing.assert_array_equal(a.pixels, b.pixels)
+
+
+def test_tensors_subset_rows() -> None:
+    train, _ = load_digits_split()
+    x, y = train.tensors([5, 0, 5])
+    full_x, full_y = train.tensors()
+    torch.testing.assert_close(x, full_x[[5, 0, 5]])
+    assert y.tolist() == [int(full_y[5]), int(full_y[0]), int(full_y[5])]
+
+
+def write_fake_cifar10(root: Path, per_batch: int = 4) -> None:
+    """Write a tiny cifar-10-batches-py folder in torchvision's pickle format."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for k, name in enumerate(["data_batch_1", "data_batch_2", "data_batch_3",
+                              "data_batch_4", "data_batch_5", "test_batch"]):
+        data = np.zeros((per_batch, 3 * 32 * 32), dtype=np.uint8)
+        # Rows are channel-major (1024 red, 1024 green, 1024 blue values).
+        data[:, :1024] = 255
+        data[:, 2048:] = 128
+        labels = [(k + i) % 10 for i in range(per_batch)]
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": data, "labels": labels}, f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, f)
+
+
+@pytest.fixture
+def skip_md5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake files cannot match the official checksums: accept any existing file."""
+    import torchvision.datasets.cifar as tv_cifar
+
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+
+
+@pytest.mark.usefixtures("skip_md5")
+def test_fake_cifar10_loads_and_normalises(tmp_path: Path) -> None:
+    write_fake_cifar10(tmp_path)
+    train = load_cifar("cifar10", tmp_path, train=True, download=False)
+    test = load_cifar("cifar10", tmp_path, train=False, download=False)
+    assert len(train) == 20 and len(test) == 4
+    assert train.input_shape == (3, 32, 32) and train.num_classes == 10
+    assert train.labels.tolist()[:4] == [0, 1, 2, 3]
+    x, y = test.tensors()
+    assert x.shape == (4, 3, 32, 32) and y.dtype == torch.int64
+    # red 255 -> (1 - 0.4914) / 0.2470 = 2.05911; green 0 -> -0.4822 / 0.2435 = -1.98029;
+    # blue 128 -> (0.501961 - 0.4465) / 0.2616 = 0.0554608 / 0.2616 = 0.212006.
+    torch.testing.assert_close(x[:, 0], torch.full((4, 32, 32), 2.059109), atol=1e-5, rtol=0)
+    torch.testing.assert_close(x[:, 1], torch.full((4, 32, 32), -1.980287), atol=1e-5, rtol=0)
+    torch.testing.assert_close(x[:, 2], torch.full((4, 32, 32), 0.212006), atol=1e-5, rtol=0)
+
+
+def test_empty_folder_gives_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        load_cifar("cifar10", tmp_path, train=True, download=False)
+    message = str(info.value)
+    assert str(tmp_path) in message
+    assert "cifar-10-python.tar.gz" in message and "cifar-10-batches-py" in message
+
+
+def test_failed_download_gives_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchvision.datasets.cifar as tv_cifar
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", offline)
+    with pytest.raises(FileNotFoundError, match="cifar-100-python"):
+        load_cifar("cifar100", tmp_path / "nested", train=False, download=True)
+
+
+def test_unknown_dataset_rejected() -> None:
+    with pytest.raises(ValueError, match="mnist"):
+        datasets.load_dataset("mnist", "", train=True)

@@ -1,0 +1,77 @@
+"""Tests of client_app.models: architectures and parameter counts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from client_app.models import build_model, count_parameters
+
+
+def test_cnn_parameter_count_cifar10() -> None:
+    # conv 3->32: 3*9*32 + 32 = 896; conv 32->32: 32*9*32 + 32 = 9,248;
+    # conv 32->64: 32*9*64 + 64 = 18,496; conv 64->64: 64*9*64 + 64 = 36,928;
+    # 32 -> 30 -> 28 -> 14 -> 12 -> 10 -> 5: flatten 64*5*5 = 1600; fc 1600*120 + 120 = 192,120;
+    # fc 120*10 + 10 = 1,210. Sum = 258,898.
+    model = build_model("cnn", 10, (3, 32, 32))
+    assert count_parameters(model) == 258_898
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert all(c.padding == (0, 0) and c.kernel_size == (3, 3) for c in convs)
+    drops = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
+    assert drops == [0.2, 0.3]
+
+
+def test_cnn_other_input_size() -> None:
+    # 1 x 20 x 20: 20 -> 18 -> 16 -> 8 -> 6 -> 4 -> 2, flatten 64 * 2 * 2 = 256;
+    # params = (1*9*32 + 32) + 9,248 + 18,496 + 36,928 + (256*120 + 120) + (120*3 + 3)
+    #        = 320 + 9,248 + 18,496 + 36,928 + 30,840 + 363 = 96,195.
+    model = build_model("cnn", 3, (1, 20, 20))
+    assert count_parameters(model) == 96_195
+    assert model(torch.zeros(2, 1, 20, 20)).shape == (2, 3)
+    with pytest.raises(ValueError, match="too small"):
+        build_model("cnn", 3, (1, 13, 13))
+
+
+def test_mlp_parameter_count() -> None:
+    # 64*64 + 64 + 64*10 + 10 = 4,160 + 650 = 4,810.
+    model = build_model("mlp", 10, (1, 8, 8))
+    assert count_parameters(model) == 4_810
+    assert model(torch.zeros(5, 1, 8, 8)).shape == (5, 10)
+
+
+def test_resnet18gn_has_no_batchnorm() -> None:
+    model = build_model("resnet18gn", 100, (3, 32, 32))
+    kinds = {type(m) for m in model.modules()}
+    assert not any(issubclass(k, nn.modules.batchnorm._BatchNorm) for k in kinds)
+    groups = [m for m in model.modules() if isinstance(m, nn.GroupNorm)]
+    # ResNet-18: stem 1 + 8 blocks * 2 + 3 downsample norms = 20 GroupNorm layers.
+    assert len(groups) == 20 and all(g.num_groups == 32 for g in groups)
+    # Same count as torchvision's BatchNorm ResNet-18 with 100 classes: 11,176,512 + 512*100 + 100.
+    assert count_parameters(model) == 11_227_812
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
+
+
+def test_resnet18gn_single_channel_input() -> None:
+    model = build_model("resnet18gn", 10, (1, 16, 16))
+    assert model(torch.zeros(1, 1, 16, 16)).shape == (1, 10)
+
+
+def test_init_is_seeded_and_leaves_global_rng_alone() -> None:
+    before = torch.random.get_rng_state()
+    a = build_model("cnn", 10, (3, 32, 32), seed=1)
+    b = build_model("cnn", 10, (3, 32, 32), seed=1)
+    c = build_model("cnn", 10, (3, 32, 32), seed=2)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    for key, value in a.state_dict().items():
+        assert torch.equal(value, b.state_dict()[key])
+    assert not torch.equal(a.state_dict()["classifier.1.weight"], c.state_dict()["classifier.1.weight"])
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="vgg"):
+        build_model("vgg", 10, (3, 32, 32))
+    with pytest.raises(ValueError, match="num_classes"):
+        build_model("mlp", 0, (1, 8, 8))
+    with pytest.raises(ValueError, match="input_shape"):
+        build_model("mlp", 10, (8, 8))

@@ -1,0 +1,252 @@
+"""Tests of client_app.partition: imbalance subsampling, shard and Dirichlet splits."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from client_app.partition import (
+    apply_imbalance,
+    dirichlet_partition,
+    partition_indices,
+    shard_partition,
+)
+from client_app.settings import ClientSettings
+
+
+def balanced_labels(num_classes: int, per_class: int, seed: int = 0) -> np.ndarray:
+    """Shuffled labels with exactly ``per_class`` samples of each class."""
+    labels = np.repeat(np.arange(num_classes), per_class)
+    return np.random.default_rng(seed).permutation(labels)
+
+
+def assert_disjoint(parts: list[np.ndarray]) -> np.ndarray:
+    joined = np.concatenate(parts)
+    assert np.unique(joined).size == joined.size, "a sample was used twice"
+    return joined
+
+
+# --- apply_imbalance ------------------------------------------------------------------------
+
+
+def test_imbalance_ratio_one_keeps_everything() -> None:
+    labels = balanced_labels(10, 7)
+    kept = apply_imbalance(labels, 1.0, np.random.default_rng(0))
+    np.testing.assert_array_equal(kept, np.arange(70))
+
+
+def test_imbalance_hand_counts() -> None:
+    # 10 classes x 100 samples, r = 3: classes 0..4 keep round(100 / 3) = 33 each,
+    # classes 5..9 keep 100 each -> n1 = 165, n2 = 500.
+    labels = balanced_labels(10, 100)
+    kept = apply_imbalance(labels, 3.0, np.random.default_rng(1))
+    counts = np.bincount(labels[kept], minlength=10)
+    np.testing.assert_array_equal(counts, [33] * 5 + [100] * 5)
+    assert np.all(np.diff(kept) > 0)  # sorted, unique
+
+
+def test_imbalance_rounds_half_up() -> None:
+    # n_c = 5, r = 2 -> 2.5 -> 3 (round half up; Python's round() would give 2).
+    labels = balanced_labels(4, 5)
+    kept = apply_imbalance(labels, 2.0, np.random.default_rng(0))
+    np.testing.assert_array_equal(np.bincount(labels[kept], minlength=4), [3, 3, 5, 5])
+
+
+def test_imbalance_odd_class_count_middle_class_is_first_half() -> None:
+    # C = 5: classes c < 2.5, i.e. 0, 1, 2, are subsampled: 10 / 2 = 5 each.
+    labels = balanced_labels(5, 10)
+    kept = apply_imbalance(labels, 2.0, np.random.default_rng(0))
+    np.testing.assert_array_equal(np.bincount(labels[kept], minlength=5), [5, 5, 5, 10, 10])
+
+
+@pytest.mark.parametrize("ratio", [3.0, 9.0])
+def test_imbalance_ratio_achieved_on_cifar_sized_classes(ratio: float) -> None:
+    # CIFAR-10 sizes: 5000 per class; r = 9 keeps round(5000 / 9) = 556 -> 25000 / 2780 = 8.99.
+    labels = balanced_labels(10, 5000)
+    kept = apply_imbalance(labels, ratio, np.random.default_rng(2))
+    y = labels[kept]
+    n1, n2 = np.sum(y < 5), np.sum(y >= 5)
+    assert abs(n2 / n1 - ratio) / ratio < 0.01
+
+
+def test_imbalance_rejects_ratio_below_one() -> None:
+    with pytest.raises(ValueError, match="imbalance ratio"):
+        apply_imbalance(balanced_labels(2, 4), 0.5, np.random.default_rng(0))
+
+
+# --- shard_partition ------------------------------------------------------------------------
+
+
+def test_shards_use_every_sample_once_when_divisible() -> None:
+    # 10 classes x 60 = 600 samples, V = 10, l = 3 -> 30 shards of 20, 60 per device.
+    labels = balanced_labels(10, 60)
+    parts = shard_partition(labels, 10, 3, np.random.default_rng(0))
+    assert [p.size for p in parts] == [60] * 10
+    joined = assert_disjoint(parts)
+    np.testing.assert_array_equal(np.sort(joined), np.arange(600))
+    # Shards of 20 never straddle a class boundary (60 per class), so a device has <= 3 classes.
+    assert all(np.unique(labels[p]).size <= 3 for p in parts)
+
+
+def test_shards_one_per_device_one_class_each() -> None:
+    # Degenerate l = 1 with V = C and equal classes: every device holds exactly one class,
+    # and each class goes to exactly one device.
+    labels = balanced_labels(8, 25)
+    parts = shard_partition(labels, 8, 1, np.random.default_rng(5))
+    classes = [np.unique(labels[p]) for p in parts]
+    assert all(c.size == 1 for c in classes)
+    assert sorted(int(c[0]) for c in classes) == list(range(8))
+
+
+def test_shards_drop_remainder_and_stay_equal() -> None:
+    # N = 605, V = 6, l = 4 -> 24 shards of floor(605 / 24) = 25, 5 samples dropped.
+    labels = np.random.default_rng(3).integers(0, 7, size=605)
+    parts = shard_partition(labels, 6, 4, np.random.default_rng(0))
+    assert [p.size for p in parts] == [100] * 6
+    assert assert_disjoint(parts).size == 600
+
+
+def test_shards_reproducible_and_seed_dependent() -> None:
+    labels = balanced_labels(10, 40)
+    a = shard_partition(labels, 10, 2, np.random.default_rng(7))
+    b = shard_partition(labels, 10, 2, np.random.default_rng(7))
+    c = shard_partition(labels, 10, 2, np.random.default_rng(8))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+
+
+def test_shards_reject_too_many_shards() -> None:
+    with pytest.raises(ValueError, match="shards_per_device"):
+        shard_partition(balanced_labels(2, 5), 4, 3, np.random.default_rng(0))
+
+
+# --- dirichlet_partition --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("alpha", "num_devices"), [(0.1, 7), (1.0, 10), (100.0, 3)])
+def test_dirichlet_equal_sizes_no_duplicates(alpha: float, num_devices: int) -> None:
+    labels = balanced_labels(10, 53)  # N = 530
+    parts = dirichlet_partition(labels, num_devices, alpha, np.random.default_rng(0))
+    assert [p.size for p in parts] == [530 // num_devices] * num_devices
+    joined = assert_disjoint(parts)
+    assert joined.min() >= 0 and joined.max() < 530
+
+
+def test_dirichlet_reproducible_and_seed_dependent() -> None:
+    labels = balanced_labels(10, 50)
+    a = dirichlet_partition(labels, 10, 0.5, np.random.default_rng(11))
+    b = dirichlet_partition(labels, 10, 0.5, np.random.default_rng(11))
+    c = dirichlet_partition(labels, 10, 0.5, np.random.default_rng(12))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+
+
+def test_dirichlet_large_alpha_gives_near_global_mix() -> None:
+    # alpha = 1e5: p_v is within ~0.001 of p; the multinomial noise of a device's 1000 draws has
+    # std sqrt(0.1 * 0.9 / 1000) = 0.0095. The first half of the devices draw from full pools,
+    # so their class shares must lie within 0.05 (> 5 std) of p = 0.1.
+    labels = balanced_labels(10, 1000)
+    parts = dirichlet_partition(labels, 10, 1e5, np.random.default_rng(0))
+    for part in parts[:5]:
+        share = np.bincount(labels[part], minlength=10) / part.size
+        assert np.max(np.abs(share - 0.1)) < 0.05
+
+
+def test_dirichlet_small_alpha_concentrates_mix() -> None:
+    # alpha = 0.01, p uniform over 10 classes: Dir(0.001, ...) is almost one-hot; device 0 draws
+    # from full pools (n = 100 <= 1000 per class), so its largest class share is > 0.9 in nearly
+    # every seed (P(max component < 0.9) is tiny for total concentration 0.01).
+    labels = balanced_labels(10, 1000)
+    top = []
+    for seed in range(40):
+        part = dirichlet_partition(labels, 100, 0.01, np.random.default_rng(seed))[0]
+        top.append(np.bincount(labels[part], minlength=10).max() / part.size)
+    assert np.mean(np.asarray(top) > 0.9) >= 0.9
+
+
+def test_dirichlet_first_device_mix_follows_beta_ks() -> None:
+    # Two classes with p = (0.25, 0.75) and alpha = 4: Dir(alpha p) = Dir(1, 3), so device 0's
+    # class-0 share ~ Beta(1, 3). V = 4 gives n = 25,000 <= 25,000 class-0 samples: no capping;
+    # binomial noise (std <= 0.003) is far below the KS resolution for 200 draws.
+    labels = np.random.default_rng(0).permutation(np.repeat([0, 1], [25_000, 75_000]))
+    shares = []
+    for seed in range(200):
+        part = dirichlet_partition(labels, 4, 4.0, np.random.default_rng(seed))[0]
+        shares.append(np.mean(labels[part] == 0))
+    result = stats.kstest(shares, stats.beta(1, 3).cdf)
+    assert result.pvalue > 1e-3
+
+
+def test_dirichlet_mean_mix_is_imbalanced_global_distribution() -> None:
+    # E[p_v] = p for any alpha: device 0's mean class share over seeds must match p = counts / N.
+    counts = np.array([500, 1000, 1500, 2000])
+    labels = np.random.default_rng(1).permutation(np.repeat(np.arange(4), counts))
+    p = counts / counts.sum()
+    shares = []
+    for seed in range(300):
+        part = dirichlet_partition(labels, 10, 1.0, np.random.default_rng(seed))[0]
+        shares.append(np.bincount(labels[part], minlength=4) / part.size)
+    mean = np.mean(shares, axis=0)
+    # Var of a Dir(p) component = p(1-p)/2; std of the mean over 300 seeds <= sqrt(0.25/2/300)
+    # = 0.02; allow 4 std.
+    assert np.max(np.abs(mean - p)) < 0.08
+
+
+def test_dirichlet_rejects_bad_alpha() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        dirichlet_partition(balanced_labels(2, 5), 2, 0.0, np.random.default_rng(0))
+
+
+# --- partition_indices ----------------------------------------------------------------------
+
+SETTINGS = ClientSettings(
+    seed=4,
+    num_devices=10,
+    dataset="digits",
+    data_dir="/tmp",
+    model="mlp",
+    partition="shards",
+    dirichlet_alpha=1.0,
+    shards_per_device=2,
+    imbalance_ratio=1.0,
+    batch_size=32,
+    local_steps=1,
+    learning_rate=0.1,
+)
+
+
+def test_partition_indices_deterministic_and_ignores_training_keys() -> None:
+    labels = balanced_labels(10, 80)
+    a = partition_indices(SETTINGS, labels)
+    b = partition_indices(
+        dataclasses.replace(SETTINGS, batch_size=7, local_steps=3, learning_rate=0.5), labels
+    )
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    c = partition_indices(dataclasses.replace(SETTINGS, seed=5), labels)
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+
+
+def test_partition_indices_shards_with_imbalance() -> None:
+    # 10 classes x 300, r = 3: first half keeps 100 each -> 500 + 1500 = 2000 samples,
+    # V = 10, l = 4 -> 40 shards of 50, every kept sample used once; n2 / n1 = 3 exactly.
+    labels = balanced_labels(10, 300)
+    settings = dataclasses.replace(SETTINGS, imbalance_ratio=3.0, shards_per_device=4)
+    parts = partition_indices(settings, labels)
+    joined = assert_disjoint(parts)
+    assert joined.size == 2000
+    y = labels[joined]
+    assert np.sum(y >= 5) / np.sum(y < 5) == 3.0
+
+
+def test_partition_indices_dirichlet_maps_back_to_original_rows() -> None:
+    labels = balanced_labels(10, 100)
+    settings = dataclasses.replace(SETTINGS, partition="dirichlet", imbalance_ratio=9.0)
+    parts = partition_indices(settings, labels)
+    # kept: 5 * round(100 / 9) = 5 * 11 = 55 plus 500 -> 555 samples, 55 per device.
+    assert [p.size for p in parts] == [55] * 10
+    joined = assert_disjoint(parts)
+    y = labels[joined]
+    assert np.sum(y < 5) <= 55  # only the kept first-half samples can appear

@@ -1,0 +1,124 @@
+"""Tests of client_app.training: batch draws, local SGD determinism, evaluation."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from client_app.models import build_model
+from client_app.settings import ClientSettings
+from client_app.training import dropout_seed, evaluate, local_batches, train_local
+
+SETTINGS = ClientSettings(
+    seed=9,
+    num_devices=4,
+    dataset="digits",
+    data_dir="/tmp",
+    model="mlp",
+    partition="dirichlet",
+    dirichlet_alpha=1.0,
+    shards_per_device=2,
+    imbalance_ratio=1.0,
+    batch_size=4,
+    local_steps=3,
+    learning_rate=0.1,
+)
+
+
+def test_local_batches_wrap_around_a_permutation() -> None:
+    # 5 local samples, tau * b = 12 positions: the permutation read cyclically, so the first
+    # 2 entries of the permutation appear 3 times and the other 3 appear twice.
+    batches = local_batches(SETTINGS, 5, server_round=2, partition_id=1)
+    assert [b.size for b in batches] == [4, 4, 4]
+    flat = np.concatenate(batches)
+    np.testing.assert_array_equal(flat[:7], flat[5:12])
+    assert sorted(flat[:5].tolist()) == [0, 1, 2, 3, 4]
+    assert sorted(np.bincount(flat).tolist()) == [2, 2, 2, 3, 3]
+    assert all(np.unique(b).size == b.size for b in batches)  # b <= num_local: no repeats
+
+
+def test_local_batches_deterministic_by_seed_round_partition() -> None:
+    a = local_batches(SETTINGS, 100, 3, 2)
+    assert all(np.array_equal(x, y) for x, y in zip(a, local_batches(SETTINGS, 100, 3, 2),
+                                                     strict=True))
+    for other in (local_batches(SETTINGS, 100, 4, 2), local_batches(SETTINGS, 100, 3, 1),
+                  local_batches(dataclasses.replace(SETTINGS, seed=10), 100, 3, 2)):
+        assert not all(np.array_equal(x, y) for x, y in zip(a, other, strict=True))
+
+
+def test_local_batches_reject_empty_split() -> None:
+    with pytest.raises(ValueError, match="num_local"):
+        local_batches(SETTINGS, 0, 1, 0)
+
+
+def data(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(123)
+    return torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g)
+
+
+def test_train_local_bit_identical_with_dropout() -> None:
+    x, y = data(12, (3, 16, 16), 4)
+    batches = [np.array([0, 1, 2, 3]), np.array([4, 5, 6, 7]), np.array([8, 9, 10, 11])]
+    start = build_model("cnn", 4, (3, 16, 16), seed=0).state_dict()
+    outcomes = []
+    rng_before = torch.random.get_rng_state()
+    for _ in range(2):
+        model = build_model("cnn", 4, (3, 16, 16))
+        model.load_state_dict(start)
+        result = train_local(model, x, y, batches, 0.05, torch_seed=dropout_seed(1, 2, 3))
+        outcomes.append((result, model.state_dict()))
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
+    (r1, s1), (r2, s2) = outcomes
+    assert r1 == r2 and len(r1.step_losses) == 3
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)
+    assert any(not torch.equal(s1[k], start[k]) for k in s1)
+    # A different dropout seed changes the result.
+    model = build_model("cnn", 4, (3, 16, 16))
+    model.load_state_dict(start)
+    train_local(model, x, y, batches, 0.05, torch_seed=dropout_seed(1, 2, 4))
+    assert any(not torch.equal(model.state_dict()[k], s1[k]) for k in s1)
+
+
+def test_train_local_matches_manual_sgd() -> None:
+    # Reference: w <- w - lr * grad(mean CE on batch t), written out with autograd.grad.
+    x, y = data(6, (1, 8, 8), 10)
+    batches = [np.array([0, 1, 2]), np.array([3, 4, 5])]
+    model = build_model("mlp", 10, (1, 8, 8), seed=3)
+    weights = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
+    losses = []
+    for rows in batches:
+        h = torch.relu(x[rows].flatten(1) @ weights[0].T + weights[1])
+        loss = nn.functional.cross_entropy(h @ weights[2].T + weights[3], y[rows])
+        grads = torch.autograd.grad(loss, weights)
+        losses.append(float(loss))
+        weights = [(w - 0.2 * g).detach().requires_grad_(True) for w, g in zip(weights, grads,
+                                                                               strict=True)]
+    result = train_local(model, x, y, batches, 0.2, torch_seed=0)
+    for p, w in zip(model.parameters(), weights, strict=True):
+        torch.testing.assert_close(p.detach(), w.detach(), rtol=1e-5, atol=1e-6)
+    assert result.step_losses == pytest.approx(losses, rel=1e-6)
+    assert result.mean_loss == pytest.approx(sum(losses) / 2, rel=1e-6)
+
+
+def test_evaluate_hand_computed() -> None:
+    # Zero weights: every logit is 0, so CE = ln 2 = 0.693147 per sample and argmax picks
+    # class 0; labels [0, 1, 0] -> accuracy 2 / 3.
+    model = nn.Sequential(nn.Flatten(), nn.Linear(2, 2))
+    nn.init.zeros_(model[1].weight)
+    nn.init.zeros_(model[1].bias)
+    x = torch.randn(3, 1, 1, 2)
+    y = torch.tensor([0, 1, 0])
+    loss, acc = evaluate(model, x, y, batch_size=2)
+    assert loss == pytest.approx(math.log(2.0), rel=1e-6)
+    assert acc == pytest.approx(2 / 3)
+
+
+def test_dropout_seed_distinct_per_round_and_device() -> None:
+    seeds = {dropout_seed(0, r, v) for r in range(5) for v in range(5)}
+    assert len(seeds) == 25
+    assert all(0 <= s < 2**63 for s in seeds)
