@@ -91,11 +91,12 @@ class CellConfig:
         """Check every field; raise ValueError naming the field, its value and the allowed range."""
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.type == "bool" and not isinstance(value, bool):
+            # The type of each field's default tells what the field holds.
+            if isinstance(field.default, bool) and not isinstance(value, bool):
                 self._fail(field.name, value, "a bool (True or False)")
-            if field.type == "str" and not isinstance(value, str):
+            if isinstance(field.default, str) and not isinstance(value, str):
                 self._fail(field.name, value, f"one of {PATHLOSS_MODELS}")
-            if field.type == "float":
+            if isinstance(field.default, float):
                 object.__setattr__(self, field.name, self._finite_float(field.name, value))
         if isinstance(self.num_devices, bool) or not isinstance(self.num_devices, int | np.integer):
             self._fail("num_devices", self.num_devices, "an integer >= 1")

@@ -5,7 +5,7 @@ Message types and what the device answers (record keys from :mod:`fedcgd_strateg
 * ``query.info``: metrics {partition-id, num-examples}.
 * ``query.stats``: given the global model (ArrayRecord ``arrays``) and the round config
   (ConfigRecord ``config``: server-round, local-steps, lr, batch-size), the pre-training
-  statistics of paper Algorithm 3, lines 7-10, without training: partition-id, num-examples
+  statistics of paper Algorithm 3, lines 6-8, without training: partition-id, num-examples
   (|D_v|), label-hist (class counts of all tau b samples of this round's batches), sigma-hat
   (paper eq. (local_est_sigma) at the received model, first batch), pre-loss (mean loss on the
   first batch at the received model, eval mode).
@@ -32,7 +32,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    Context,
+    Message,
+    MetricRecord,
+    MetricRecordValues,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 from torch import nn
 
@@ -82,6 +89,7 @@ class RoundConfig:
         eta > 0.
     batch_size : int
         b >= 1.
+
     """
 
     server_round: int
@@ -102,6 +110,7 @@ class PreTrainingStats:
         sigma-hat_v, paper eq. (local_est_sigma).
     pre_loss : float
         Mean cross-entropy on the first batch at the received model (nats).
+
     """
 
     label_hist: list[int]
@@ -117,6 +126,7 @@ def node_partition(context: Context, settings: ClientSettings) -> int:
     ValueError
         If ``partition-id`` / ``num-partitions`` are missing from node_config, not integers,
         if ``num-partitions`` differs from ``num-devices`` or the id is out of range.
+
     """
     config = context.node_config
     for key in (NODE_PARTITION_ID, NODE_NUM_PARTITIONS):
@@ -161,8 +171,9 @@ def read_round_config(msg: Message) -> RoundConfig:
     for key, minimum in ((keys.SERVER_ROUND, 0), (keys.LOCAL_STEPS, 1), (keys.BATCH_SIZE, 1)):
         value = values[key]
         if not float(value).is_integer() or value < minimum:
-            raise ValueError(f"ConfigRecord key '{key}' must be an integer >= {minimum}; "
-                             f"got {value!r}")
+            raise ValueError(
+                f"ConfigRecord key '{key}' must be an integer >= {minimum}; got {value!r}"
+            )
     lr = float(values[keys.LEARNING_RATE])
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"ConfigRecord key '{keys.LEARNING_RATE}' must be > 0; got {lr!r}")
@@ -223,13 +234,13 @@ def _round_batches(
     round_settings = replace(
         settings, local_steps=round_config.local_steps, batch_size=round_config.batch_size
     )
-    return local_batches(
-        round_settings, len(split), round_config.server_round, split.partition_id
-    )
+    return local_batches(round_settings, len(split), round_config.server_round, split.partition_id)
 
 
-def _stats_metrics(partition_id: int, split: LocalSplit, stats: PreTrainingStats) -> dict:
-    """The metric entries shared by the stats and train replies (Python scalars only)."""
+def _stats_metrics(
+    partition_id: int, split: LocalSplit, stats: PreTrainingStats
+) -> dict[str, MetricRecordValues]:
+    """Return the metric entries shared by the stats and train replies (Python scalars)."""
     return {
         keys.PARTITION_ID: int(partition_id),
         keys.NUM_EXAMPLES: len(split),

@@ -67,6 +67,7 @@ class ImageSet:
         Factor mapping a raw intensity to [0, 1].
     mean, std : tuple of float, length C_channels
         Per-channel normalisation applied after scaling: x = (pixel * scale - mean) / std.
+
     """
 
     pixels: npt.NDArray[np.uint8]
@@ -85,9 +86,7 @@ class ImageSet:
         _, c, h, w = self.pixels.shape
         return (int(c), int(h), int(w))
 
-    def tensors(
-        self, indices: npt.ArrayLike | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Return normalised images and labels, optionally only for ``indices``.
 
         Parameters
@@ -101,6 +100,7 @@ class ImageSet:
             x = (pixel * scale - mean_c) / std_c.
         y : torch.Tensor of int64, shape [n]
             Class ids.
+
         """
         if indices is None:
             pixels, labels = self.pixels, self.labels
@@ -122,6 +122,7 @@ def load_digits_split() -> tuple[ImageSet, ImageSet]:
     -------
     train, test : ImageSet
         1437 and 360 images of shape [1, 8, 8], 10 classes, intensities scaled by 1 / 16.
+
     """
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
@@ -187,9 +188,10 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
     FileNotFoundError
         If the files are absent and cannot be downloaded; the message names the folder and the
         files to put there.
+
     """
     if name not in CIFAR_FILES:
-        raise ValueError(f"name must be \"cifar10\" or \"cifar100\"; got {name!r}")
+        raise ValueError(f'name must be "cifar10" or "cifar100"; got {name!r}')
     from torchvision import datasets as tv_datasets
 
     loader = tv_datasets.CIFAR10 if name == "cifar10" else tv_datasets.CIFAR100
@@ -238,13 +240,14 @@ def load_dataset(name: str, data_dir: str, *, train: bool, download: bool = True
     -------
     ImageSet
         The requested split.
+
     """
     if name == "digits":
         train_set, test_set = load_digits_split()
         return train_set if train else test_set
     if name in CIFAR_FILES:
         return load_cifar(name, data_dir, train=train, download=download)
-    raise ValueError(f"dataset must be one of \"digits\", \"cifar10\", \"cifar100\"; got {name!r}")
+    raise ValueError(f'dataset must be one of "digits", "cifar10", "cifar100"; got {name!r}')
 
 
 def load_train_set(settings: ClientSettings) -> ImageSet:

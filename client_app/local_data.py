@@ -37,6 +37,7 @@ class LocalSplit:
         Sorted rows of the full training set that belong to device v.
     source : ImageSet
         The full training set.
+
     """
 
     partition_id: int
@@ -56,9 +57,7 @@ class LocalSplit:
         """Labels of the local samples, shape [|D_v|]."""
         return self.source.labels[self.indices]
 
-    def tensors(
-        self, positions: npt.ArrayLike | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(self, positions: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Return normalised (x, y) of all local samples, or of the given local positions.
 
         Parameters
@@ -71,6 +70,7 @@ class LocalSplit:
         -------
         x : torch.Tensor of float32, shape [n, C, H, W]
         y : torch.Tensor of int64, shape [n]
+
         """
         rows = self.indices if positions is None else self.indices[np.asarray(positions)]
         return self.source.tensors(rows)
@@ -101,6 +101,7 @@ def local_split(settings: ClientSettings, partition_id: int) -> LocalSplit:
     -------
     LocalSplit
         D_v.
+
     """
     if not 0 <= partition_id < settings.num_devices:
         raise ValueError(

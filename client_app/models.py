@@ -78,7 +78,7 @@ class PaperCNN(nn.Module):
         if out_h < 1 or out_w < 1:
             raise ValueError(
                 f"input_shape {tuple(input_shape)} is too small for the cnn: height and width "
-                "must be at least 14"
+                "must be at least 16"
             )
         self.classifier = nn.Sequential(
             nn.Flatten(),
@@ -135,6 +135,7 @@ def build_model(
     -------
     torch.nn.Module
         The model on the CPU, in training mode.
+
     """
     if num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1; got {num_classes}")

@@ -82,6 +82,7 @@ def apply_imbalance(
     -------
     numpy.ndarray of int64, shape [N_kept]
         Sorted indices of the kept samples.
+
     """
     y = _check_labels(labels)
     if not (np.isfinite(ratio) and ratio >= 1.0):
@@ -141,6 +142,7 @@ def dirichlet_partition(
     list of numpy.ndarray of int64
         ``V`` sorted index arrays of length floor(N / V) each, pairwise disjoint. The last
         N mod V samples stay unassigned.
+
     """
     y = _check_labels(labels)
     _check_num_devices(num_devices, y.size)
@@ -201,6 +203,7 @@ def shard_partition(
     list of numpy.ndarray of int64
         ``V`` sorted index arrays of l s samples each, pairwise disjoint; when N is divisible
         by V l they cover every sample exactly once.
+
     """
     y = _check_labels(labels)
     _check_num_devices(num_devices, y.size)
@@ -243,6 +246,7 @@ def partition_indices(settings: ClientSettings, labels: npt.ArrayLike) -> list[I
     -------
     list of numpy.ndarray of int64
         ``V`` sorted, pairwise disjoint arrays of indices into ``labels``.
+
     """
     y = _check_labels(labels)
     rng = np.random.default_rng([settings.seed, PARTITION_STREAM])
@@ -252,7 +256,5 @@ def partition_indices(settings: ClientSettings, labels: npt.ArrayLike) -> list[I
     elif settings.partition == "shards":
         local = shard_partition(y[kept], settings.num_devices, settings.shards_per_device, rng)
     else:
-        raise ValueError(
-            f"partition must be \"dirichlet\" or \"shards\"; got {settings.partition!r}"
-        )
+        raise ValueError(f'partition must be "dirichlet" or "shards"; got {settings.partition!r}')
     return [kept[part] for part in local]

@@ -77,6 +77,7 @@ class ClientSettings:
         Local SGD steps per round tau (>= 1).
     learning_rate : float
         SGD learning rate eta (> 0).
+
     """
 
     seed: int
@@ -113,6 +114,7 @@ class ClientSettings:
         ValueError
             If a key is missing or a value has the wrong type or is out of range; the message
             names the key, the bad value and what is allowed.
+
         """
         dataset = _choice(run_config, "dataset", DATASETS)
         model = _choice(run_config, "model", MODELS)
@@ -153,6 +155,7 @@ def resolve_data_dir(data_dir: str) -> Path:
     -------
     pathlib.Path
         Absolute path (``~`` expanded). The folder need not exist.
+
     """
     if data_dir == "":
         return (Path.cwd() / DEFAULT_DATA_SUBDIR).resolve()

@@ -42,6 +42,7 @@ class GradientSpread:
         Mean cross-entropy of the batch at the given model (eval mode), nats.
     batch_size : int
         b, the number of samples used.
+
     """
 
     sigma: float
@@ -73,6 +74,7 @@ def gradient_spread(
     -------
     GradientSpread
         sigma-hat_v >= 0, the mean loss and b.
+
     """
     b = int(y.shape[0])
     if b < 1 or int(x.shape[0]) != b:
@@ -111,18 +113,14 @@ def gradient_spread(
             n_chunk = int(yc.shape[0])
             loss_sum += float(losses.double().sum())
             chunk_mean = {k: g.double().mean(dim=0) for k, g in grads.items()}
-            chunk_m2 = sum(
-                ((g.double() - chunk_mean[k]) ** 2).sum() for k, g in grads.items()
-            )
+            chunk_m2 = sum(((g.double() - chunk_mean[k]) ** 2).sum() for k, g in grads.items())
             if count == 0:
                 mean, m2 = chunk_mean, torch.as_tensor(chunk_m2, dtype=torch.float64)
             else:
                 total = count + n_chunk
                 shift_sq = sum(((chunk_mean[k] - mean[k]) ** 2).sum() for k in mean)
                 m2 = m2 + chunk_m2 + shift_sq * (count * n_chunk / total)
-                mean = {
-                    k: mean[k] + (chunk_mean[k] - mean[k]) * (n_chunk / total) for k in mean
-                }
+                mean = {k: mean[k] + (chunk_mean[k] - mean[k]) * (n_chunk / total) for k in mean}
             count += n_chunk
     finally:
         model.train(was_training)

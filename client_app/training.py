@@ -40,6 +40,7 @@ class LocalTrainResult:
         Mean over the tau steps of the mini-batch cross-entropy before each step (nats).
     step_losses : tuple of float
         The tau per-step losses (nats).
+
     """
 
     mean_loss: float
@@ -76,6 +77,7 @@ def local_batches(
     -------
     list of numpy.ndarray of int64
         ``tau`` arrays of ``b`` positions in ``0 .. num_local - 1`` (into the local index list).
+
     """
     if num_local < 1:
         raise ValueError(f"num_local (local dataset size) must be >= 1; got {num_local}")
@@ -132,6 +134,7 @@ def train_local(
     -------
     LocalTrainResult
         Mean and per-step mini-batch losses (each taken before its step).
+
     """
     if not lr > 0:
         raise ValueError(f"lr (learning rate) must be > 0; got {lr!r}")
@@ -178,6 +181,7 @@ def evaluate(
     -------
     loss, accuracy : float
         Sample-averaged loss and share of correct argmax predictions.
+
     """
     n = int(y.shape[0])
     if n == 0:

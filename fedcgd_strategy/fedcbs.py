@@ -4,17 +4,19 @@ Reference: J. Zhang, A. Li, M. Tang, J. Sun, X. Chen, F. Zhang, C. Chen, Y. Chen
 "Fed-CBS: A Heterogeneity-Aware Client Sampling Mechanism for Federated Learning via
 Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245); cited below as "Fed-CBS".
 
-* QCID, the quadratic class-imbalance degree of a group B of clients (Fed-CBS Section 3):
+* QCID, the quadratic class-imbalance degree of a group B of clients (Fed-CBS, definition of
+  QCID):
   QCID(B) = Σ_c (Σ_{k∈B} n_k p_{k,c} / Σ_{k∈B} n_k − 1/C)², the squared L2 distance of the
   group's label distribution from the uniform one.
-* Its privacy-preserving form from pairwise inner products (Fed-CBS Section 4.1):
+* Its privacy-preserving form from pairwise inner products (Fed-CBS, QCID estimation):
   QCID(B) = Σ_{k,k'∈B} n_k n_k' ⟨p_k, p_k'⟩ / (Σ_{k∈B} n_k)² − 1/C.
-* Sequential sampling (Fed-CBS Section 4.2, "sampling with probability"): the first client by
-  the combinatorial UCB P(c_1 = k) ∝ 1/QCID({k})^{β_1} + λ sqrt(3 ln t / (2 T_k)), every later
-  client by P(c_m = k | B_{m−1}) ∝ 1/QCID(B_{m−1} ∪ {k})^{β_m}, with λ = 10 and β_m = m.
-  (The paper writes the later factors as QCID(B_{m−1})^{β_{m−1}} / QCID(B_{m−1} ∪ {k})^{β_m},
-  and divides the second one by the first pick's UCB value, so that the product over the picks
-  telescopes; these factors do not depend on the candidate k and cancel in the normalisation.)
+* Sequential sampling (Fed-CBS, "client sampling with probability"): the first client is
+  drawn (not taken as the argmax) by the combinatorial UCB
+  P(c_1 = k) ∝ 1/QCID({k})^{β_1} + λ sqrt(3 ln t / (2 T_k)), every later client by
+  P(c_m = k | B_{m−1}) ∝ 1/QCID(B_{m−1} ∪ {k})^{β_m}, with λ = 10 and β_m = m.
+  (The paper writes the later conditionals with extra factors that depend only on B_{m−1},
+  such as QCID(B_{m−1})^{β_{m−1}}, so that the product over the picks telescopes; they do not
+  depend on the candidate k and cancel in the normalisation.)
 
 Adaptation to the wireless cell (DESIGN.md): only available devices with a finite minimum
 bandwidth are candidates; sampling continues until the next *sampled* device does not fit the
@@ -81,7 +83,7 @@ def _check_rows(p: NDArray[np.float64], rows: NDArray[np.intp]) -> None:
 
 
 def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
-    """Quadratic class-imbalance degree of a group, Fed-CBS Section 3 (definition of QCID).
+    """Quadratic class-imbalance degree of a group (Fed-CBS, definition of QCID).
 
     QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)².
 
@@ -104,7 +106,7 @@ def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
 
 
 def qcid_pairwise(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
-    """QCID from pairwise inner products, Fed-CBS Section 4.1 (privacy-preserving form).
+    """QCID from pairwise inner products (Fed-CBS, privacy-preserving QCID estimation).
 
     QCID(B) = Σ_{k,k'} n_k n_k' ⟨p_k, p_k'⟩ / (Σ_k n_k)² − 1/C. The server needs only the
     inner products ⟨p_k, p_k'⟩ (computable with secure aggregation), not the p_k themselves.
@@ -167,7 +169,7 @@ def cucb_first_pick_probabilities(
     lam: float,
     beta: float = 1.0,
 ) -> NDArray[np.float64]:
-    """First-pick probabilities of Fed-CBS, Section 4.2 (combinatorial UCB).
+    """First-pick probabilities of Fed-CBS sampling (combinatorial UCB term).
 
     P(c_1 = k) ∝ 1/max(QCID({k}), floor)^β + λ sqrt(3 ln t / (2 max(T_k, 1))).
 
@@ -205,7 +207,7 @@ def cucb_first_pick_probabilities(
 
 
 def sequential_pick_probabilities(qcid_with_candidate: ArrayLike, beta: float) -> NDArray:
-    """Later-pick probabilities of Fed-CBS, Section 4.2.
+    """Later-pick probabilities of Fed-CBS sampling (m >= 2).
 
     P(c_m = k | B_{m−1}) ∝ 1/max(QCID(B_{m−1} ∪ {k}), floor)^{β_m}, computed in log space so
     that large β_m (= m) neither overflows nor underflows.
@@ -313,7 +315,7 @@ def fedcbs_select(
     *,
     lam: float = 10.0,
 ) -> NDArray[np.bool_]:
-    """Fed-CBS sequential sampling under a bandwidth budget (Fed-CBS Section 4.2; DESIGN.md).
+    """Fed-CBS sequential sampling under a bandwidth budget (Fed-CBS sampling; DESIGN.md).
 
     Candidates are the available devices with a finite B*_v. The m-th device (m = 1, 2, ...) is
     drawn from the remaining candidates with :func:`cucb_first_pick_probabilities` (m = 1,

@@ -63,6 +63,7 @@ class RoundRecord:
     round: int
     num_available: int
     num_candidates: int
+    num_feasible: int
     num_scheduled: int
     num_uploaded: int
     scheduled: list[int]
@@ -497,6 +498,7 @@ class ScheduledStrategy(Strategy):
             round=server_round,
             num_available=len(state.available),
             num_candidates=int(inputs.candidate.sum()),
+            num_feasible=int(np.sum(inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))),
             num_scheduled=int(selected.sum()),
             num_uploaded=len(uploads),
             scheduled=np.flatnonzero(selected).tolist(),

@@ -146,6 +146,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     )
     torch.save(result.arrays.to_torch_state_dict(), writer.dir / MODEL_FILE)
     accs = [h["accuracy"] for h in history if h.get("accuracy") is not None]
+    wemds = [h["wemd"] for h in history if h.get("wemd") is not None and np.isfinite(h["wemd"])]
     summary = {
         "policy": config.policy,
         "rounds": config.num_server_rounds,
@@ -154,9 +155,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history]))
         if history
         else 0.0,
-        "mean_wemd": float(np.nanmean([h.get("wemd") or np.nan for h in history]))
-        if any(h.get("wemd") is not None for h in history)
-        else None,
+        "mean_wemd": float(np.mean(wemds)) if wemds else None,
         "wall_time_s": time.perf_counter() - t_start,
         "result_dir": str(writer.dir),
     }

@@ -153,3 +153,19 @@ def test_count_fit_cheapest_first_by_hand() -> None:
     assert channel.count_fit_cheapest_first(np.array([5.0, math.inf]), 4.0) == 0
     assert channel.count_fit_cheapest_first(np.array([]), 4.0) == 0
     assert channel.count_fit_cheapest_first(np.zeros(7), 0.0) == 7
+
+
+def test_matches_paper_lambert_formula_literally() -> None:
+    # Paper eq. (lambert) evaluated as printed, W on the k = -1 branch, for moderate Γ.
+    from scipy.special import lambertw
+
+    bits, deadline, power, noise = 1e6, 1.0, 1.0, 1e-20
+    gammas = np.linspace(0.01, 0.99, 99)
+    gains = noise * bits * LN2 / (deadline * power * gammas)  # Γ = N0 D ln2 / (d S H)
+    w = lambertw(-gammas * np.exp(-gammas), k=-1).real
+    expected = -bits * LN2 / (deadline * (w + gammas))
+    got = channel.min_bandwidth_hz(bits, deadline, power, gains, noise)
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+    # The principal branch gives the trivial root W_0 = -Γ (division by ~0), not B*.
+    w0 = lambertw(-gammas * np.exp(-gammas), k=0).real
+    np.testing.assert_allclose(w0, -gammas, rtol=1e-12)

@@ -48,8 +48,16 @@ def write_fake_cifar10(root: Path, per_batch: int = 4) -> None:
     """Write a tiny cifar-10-batches-py folder in torchvision's pickle format."""
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)
-    for k, name in enumerate(["data_batch_1", "data_batch_2", "data_batch_3",
-                              "data_batch_4", "data_batch_5", "test_batch"]):
+    for k, name in enumerate(
+        [
+            "data_batch_1",
+            "data_batch_2",
+            "data_batch_3",
+            "data_batch_4",
+            "data_batch_5",
+            "test_batch",
+        ]
+    ):
         data = np.zeros((per_batch, 3 * 32 * 32), dtype=np.uint8)
         # Rows are channel-major (1024 red, 1024 green, 1024 blue values).
         data[:, :1024] = 255
@@ -94,9 +102,7 @@ def test_empty_folder_gives_clear_error(tmp_path: Path) -> None:
     assert "cifar-10-python.tar.gz" in message and "cifar-10-batches-py" in message
 
 
-def test_failed_download_gives_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failed_download_gives_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torchvision.datasets.cifar as tv_cifar
 
     def offline(*args: object, **kwargs: object) -> None:

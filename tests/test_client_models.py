@@ -30,7 +30,7 @@ def test_cnn_other_input_size() -> None:
     assert count_parameters(model) == 96_195
     assert model(torch.zeros(2, 1, 20, 20)).shape == (2, 3)
     with pytest.raises(ValueError, match="too small"):
-        build_model("cnn", 3, (1, 13, 13))
+        build_model("cnn", 3, (1, 15, 15))
 
 
 def test_mlp_parameter_count() -> None:
@@ -65,7 +65,9 @@ def test_init_is_seeded_and_leaves_global_rng_alone() -> None:
     assert torch.equal(torch.random.get_rng_state(), before)
     for key, value in a.state_dict().items():
         assert torch.equal(value, b.state_dict()[key])
-    assert not torch.equal(a.state_dict()["classifier.1.weight"], c.state_dict()["classifier.1.weight"])
+    assert not torch.equal(
+        a.state_dict()["classifier.1.weight"], c.state_dict()["classifier.1.weight"]
+    )
 
 
 def test_bad_arguments() -> None:

@@ -44,10 +44,14 @@ def test_local_batches_wrap_around_a_permutation() -> None:
 
 def test_local_batches_deterministic_by_seed_round_partition() -> None:
     a = local_batches(SETTINGS, 100, 3, 2)
-    assert all(np.array_equal(x, y) for x, y in zip(a, local_batches(SETTINGS, 100, 3, 2),
-                                                     strict=True))
-    for other in (local_batches(SETTINGS, 100, 4, 2), local_batches(SETTINGS, 100, 3, 1),
-                  local_batches(dataclasses.replace(SETTINGS, seed=10), 100, 3, 2)):
+    assert all(
+        np.array_equal(x, y) for x, y in zip(a, local_batches(SETTINGS, 100, 3, 2), strict=True)
+    )
+    for other in (
+        local_batches(SETTINGS, 100, 4, 2),
+        local_batches(SETTINGS, 100, 3, 1),
+        local_batches(dataclasses.replace(SETTINGS, seed=10), 100, 3, 2),
+    ):
         assert not all(np.array_equal(x, y) for x, y in zip(a, other, strict=True))
 
 
@@ -95,9 +99,10 @@ def test_train_local_matches_manual_sgd() -> None:
         h = torch.relu(x[rows].flatten(1) @ weights[0].T + weights[1])
         loss = nn.functional.cross_entropy(h @ weights[2].T + weights[3], y[rows])
         grads = torch.autograd.grad(loss, weights)
-        losses.append(float(loss))
-        weights = [(w - 0.2 * g).detach().requires_grad_(True) for w, g in zip(weights, grads,
-                                                                               strict=True)]
+        losses.append(float(loss.detach()))
+        weights = [
+            (w - 0.2 * g).detach().requires_grad_(True) for w, g in zip(weights, grads, strict=True)
+        ]
     result = train_local(model, x, y, batches, 0.2, torch_seed=0)
     for p, w in zip(model.parameters(), weights, strict=True):
         torch.testing.assert_close(p.detach(), w.detach(), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,132 @@
+"""The whole app in-process: ServerApp logic + real ClientApp on digits over the fake Grid."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fake_grid import FakeGrid, make_contexts
+
+from client_app.app import app as client_app
+from fedcgd_strategy.policies import POLICY_NAMES
+from server_app.app import run_federation
+from server_app.config import parse_run_config
+from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def default_run_config() -> dict:
+    """``[tool.flwr.app.config]`` flattened the way Flower flattens nested tables."""
+    table = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    flat: dict = {}
+
+    def walk(prefix: str, node: dict) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(f"{prefix}{key}.", value)
+            else:
+                flat[prefix + key] = value
+
+    walk("", table)
+    return flat
+
+
+def run_inprocess(tmp_path: Path, name: str, **overrides) -> Path:
+    run_config = default_run_config()
+    run_config.update({"num-devices": 6, "num-server-rounds": 2, "channel.availability-prob": 0.8})
+    run_config.update(overrides)
+    run_config["result-dir"] = str(tmp_path / name)
+    nodes = [9000 + 13 * i for i in range(run_config["num-devices"])]
+    grid = FakeGrid(
+        {n: client_app for n in nodes}, make_contexts(nodes, run_config, len(nodes))
+    )
+    run_federation(grid, parse_run_config(run_config))
+    return tmp_path / name
+
+
+def read_lines(result_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (result_dir / METRICS_FILE).read_text().splitlines()]
+
+
+def test_fedcgd_query_and_train_all_protocols_give_the_same_schedule_and_model(tmp_path):
+    a = run_inprocess(tmp_path, "query", protocol="query")
+    b = run_inprocess(tmp_path, "train-all", protocol="train-all")
+    lines_a, lines_b = read_lines(a), read_lines(b)
+    assert [line["scheduled"] for line in lines_a] == [line["scheduled"] for line in lines_b]
+    assert any(line["num_scheduled"] > 0 for line in lines_a)
+    # In train-all every available device trained, in query only the scheduled ones.
+    assert sum(line["num_available"] for line in lines_b) >= sum(
+        line["num_scheduled"] for line in lines_a
+    )
+    model_a = torch.load(a / MODEL_FILE)
+    model_b = torch.load(b / MODEL_FILE)
+    assert model_a.keys() == model_b.keys()
+    for key in model_a:
+        assert torch.equal(model_a[key], model_b[key]), key
+
+
+def test_result_directory_contents(tmp_path):
+    out = run_inprocess(tmp_path, "files", **{"num-server-rounds": 3, "eval-every": 2})
+    config = json.loads((out / CONFIG_FILE).read_text())
+    assert config["policy"] == "fedcgd-fscd"
+    assert config["num_parameters"] == 4810
+    assert config["model_bits_used"] == 4810 * 32
+    lines = read_lines(out)
+    assert [line["round"] for line in lines] == [1, 2, 3]
+    # Evaluated at rounds 2 and 3 (the last), not at round 1.
+    assert lines[0]["accuracy"] is None and lines[1]["accuracy"] is not None
+    assert lines[2]["accuracy"] is not None
+    for line in lines:
+        for key in ("scheduled", "num_scheduled", "num_available", "wemd", "sampling_term",
+                    "sigma", "class_gradient_used", "bandwidth_used_hz", "wall_time_s"):
+            assert key in line
+        assert line["num_scheduled"] == len(line["scheduled"])
+        assert line["bandwidth_used_hz"] <= config["cell"]["total_bandwidth_hz"] + 1e-6
+    state = torch.load(out / MODEL_FILE)
+    assert sum(t.numel() for t in state.values()) == 4810
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_every_policy_runs_by_name(tmp_path, policy):
+    out = run_inprocess(tmp_path, policy, policy=policy, **{"num-server-rounds": 1})
+    line = read_lines(out)[0]
+    assert line["num_scheduled"] == len(line["scheduled"])
+    assert set(line["scheduled"]) <= set(range(6))
+    assert line["num_scheduled"] <= line["num_feasible"] <= line["num_candidates"]
+    if policy == "all":
+        assert line["num_scheduled"] == line["num_feasible"] > 0
+
+
+def test_bad_run_config_value_fails_before_training(tmp_path):
+    run_config = default_run_config()
+    run_config["channel.availability-prob"] = 1.5
+    with pytest.raises(ValueError, match="availability"):
+        parse_run_config(run_config)
+    run_config = default_run_config()
+    run_config["policy"] = "fedsgd"
+    with pytest.raises(ValueError, match="policy.*fedsgd"):
+        parse_run_config(run_config)
+    run_config = default_run_config()
+    run_config["result-dir"] = "relative/path"
+    with pytest.raises(ValueError, match="result-dir"):
+        parse_run_config(run_config)
+    run_config = default_run_config()
+    run_config.update(policy="bn2", protocol="query")
+    with pytest.raises(ValueError, match="protocol"):
+        parse_run_config(run_config)
+    run_config = default_run_config()
+    run_config["batch-size"] = 0
+    with pytest.raises(ValueError, match="batch-size"):
+        parse_run_config(run_config)
+
+
+def test_same_seed_same_run(tmp_path):
+    a = read_lines(run_inprocess(tmp_path, "a", policy="fedcbs"))
+    b = read_lines(run_inprocess(tmp_path, "b", policy="fedcbs"))
+    assert [x["scheduled"] for x in a] == [x["scheduled"] for x in b]
+    assert np.allclose([x["accuracy"] for x in a], [x["accuracy"] for x in b])

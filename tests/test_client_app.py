@@ -1,0 +1,241 @@
+"""Tests of client_app.app: the ClientApp handlers called with hand-built Messages."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from client_app import app as client
+from client_app.models import build_model
+from fedcgd_strategy import keys
+
+RUN_CONFIG: dict[str, Any] = {
+    "seed": 5,
+    "num-devices": 4,
+    "dataset": "digits",
+    "data-dir": "",
+    "model": "auto",
+    "partition": "dirichlet",
+    "dirichlet-alpha": 0.5,
+    "shards-per-device": 2,
+    "imbalance-ratio": 1.0,
+    "batch-size": 32,
+    "local-steps": 1,
+    "learning-rate": 0.1,
+}
+TAU, B, LR = 3, 8, 0.2
+
+
+@pytest.fixture(autouse=True)
+def task_identity() -> None:
+    """Instruction messages read the process's run / node / task ids; set them as Flower does."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id = 1
+    TaskIdentity.node_id = 0
+    TaskIdentity.task_id = 0
+
+
+def context(partition_id: int = 1, num_partitions: int = 4) -> Context:
+    return Context(
+        run_id=1,
+        node_id=100 + partition_id,
+        node_config={"partition-id": partition_id, "num-partitions": num_partitions},
+        state=RecordDict(),
+        run_config=dict(RUN_CONFIG),
+    )
+
+
+def global_state() -> dict[str, torch.Tensor]:
+    return build_model("mlp", 10, (1, 8, 8), seed=11).state_dict()
+
+
+def message(message_type: str, server_round: int = 2, with_model: bool = True) -> Message:
+    content = RecordDict()
+    if with_model:
+        content[keys.ARRAYS] = ArrayRecord(global_state())
+    content[keys.CONFIG] = ConfigRecord(
+        {
+            keys.SERVER_ROUND: server_round,
+            keys.LOCAL_STEPS: TAU,
+            keys.LEARNING_RATE: LR,
+            keys.BATCH_SIZE: B,
+        }
+    )
+    return Message(content=content, dst_node_id=101, message_type=message_type)
+
+
+def metrics_of(reply: Message) -> MetricRecord:
+    assert not reply.has_error()
+    return reply.content.metric_records[keys.METRICS]
+
+
+def test_info_reports_partition_and_size() -> None:
+    reply = client.app(
+        Message(RecordDict(), dst_node_id=101, message_type=keys.QUERY_INFO), context()
+    )
+    m = metrics_of(reply)
+    # Dirichlet split of the 1437 digits training images over 4 devices: floor(1437 / 4) = 359.
+    assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
+
+
+def test_stats_reply_contents() -> None:
+    reply = client.app(message(keys.QUERY_STATS), context())
+    m = metrics_of(reply)
+    assert keys.ARRAYS not in reply.content.array_records
+    assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
+    hist = m[keys.LABEL_HIST]
+    assert isinstance(hist, list) and len(hist) == 10 and all(isinstance(c, int) for c in hist)
+    assert sum(hist) == TAU * B  # 3 * 8 = 24 samples used this round
+    assert isinstance(m[keys.SIGMA], float) and m[keys.SIGMA] > 0
+    # The untrained model is near-uniform over 10 classes: loss close to ln 10 = 2.30.
+    assert abs(m[keys.PRE_LOSS] - math.log(10)) < 0.5
+
+
+def test_train_repeats_stats_and_updates_model() -> None:
+    stats = metrics_of(client.app(message(keys.QUERY_STATS), context()))
+    reply = client.app(message("train"), context())
+    m = metrics_of(reply)
+    for key in (keys.PARTITION_ID, keys.NUM_EXAMPLES, keys.LABEL_HIST, keys.SIGMA, keys.PRE_LOSS):
+        assert m[key] == stats[key], key
+    new_state = reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    old_state = global_state()
+    assert set(new_state) == set(old_state)
+    squared = sum(
+        float(((new_state[k].double() - old_state[k].double()) ** 2).sum()) for k in old_state
+    )
+    assert squared > 0
+    assert m[keys.UPDATE_NORM] == pytest.approx(math.sqrt(squared), rel=1e-6)
+    assert m[keys.TRAIN_TIME_S] >= 0 and isinstance(m[keys.TRAIN_LOSS], float)
+    # The first step's loss is the pre-training loss of the first batch (the mlp has no
+    # dropout), so the mean over 3 steps is finite and near it.
+    assert abs(m[keys.TRAIN_LOSS] - m[keys.PRE_LOSS]) < 0.5
+
+
+def test_train_is_deterministic_and_round_dependent() -> None:
+    first = client.app(message("train"), context())
+    second = client.app(message("train"), context())
+    third = client.app(message("train", server_round=3), context())
+    a = first.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    b = second.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    c = third.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+def test_histograms_differ_between_devices() -> None:
+    h1 = metrics_of(client.app(message(keys.QUERY_STATS), context(1)))[keys.LABEL_HIST]
+    h2 = metrics_of(client.app(message(keys.QUERY_STATS), context(2)))[keys.LABEL_HIST]
+    assert sum(h2) == TAU * B and h1 != h2
+
+
+def test_evaluate_matches_direct_forward_pass() -> None:
+    reply = client.app(message("evaluate"), context(0))
+    m = metrics_of(reply)
+    assert m[keys.NUM_EXAMPLES] == 359
+    # Reference: the same local rows through a plain forward pass.
+    from client_app.local_data import local_split
+    from client_app.settings import ClientSettings
+
+    split = local_split(ClientSettings.from_run_config(RUN_CONFIG), 0)
+    x, y = split.tensors()
+    model = build_model("mlp", 10, (1, 8, 8))
+    model.load_state_dict(global_state())
+    with torch.no_grad():
+        logits = model(x)
+    expected_acc = float((logits.argmax(1) == y).double().mean())
+    expected_loss = float(torch.nn.functional.cross_entropy(logits.double(), y))
+    assert m[client.EVAL_ACC] == pytest.approx(expected_acc)
+    assert m[client.EVAL_LOSS] == pytest.approx(expected_loss, rel=1e-5)
+
+
+def test_num_partitions_must_match_num_devices() -> None:
+    with pytest.raises(ValueError, match="num-partitions"):
+        client.app(message(keys.QUERY_STATS), context(num_partitions=5))
+
+
+def test_missing_model_and_config_are_named() -> None:
+    with pytest.raises(ValueError, match=f"'{keys.ARRAYS}'"):
+        client.app(message("train", with_model=False), context())
+    bare = Message(
+        RecordDict({keys.ARRAYS: ArrayRecord(global_state())}),
+        dst_node_id=101,
+        message_type="train",
+    )
+    with pytest.raises(ValueError, match=f"'{keys.CONFIG}'"):
+        client.app(bare, context())
+
+
+def test_bad_round_config_rejected() -> None:
+    msg = message("train")
+    msg.content[keys.CONFIG] = ConfigRecord(
+        {keys.SERVER_ROUND: 1, keys.LOCAL_STEPS: 0, keys.LEARNING_RATE: LR, keys.BATCH_SIZE: B}
+    )
+    with pytest.raises(ValueError, match=keys.LOCAL_STEPS):
+        client.app(msg, context())
+
+
+def test_label_hist_counts_the_round_batches() -> None:
+    # Independent recount: histogram of the labels at the drawn positions of the local split.
+    from client_app.local_data import local_split
+    from client_app.settings import ClientSettings
+    from client_app.training import local_batches
+
+    settings = ClientSettings.from_run_config({**RUN_CONFIG, "local-steps": TAU, "batch-size": B})
+    split = local_split(ClientSettings.from_run_config(RUN_CONFIG), 3)
+    rows = np.concatenate(local_batches(settings, len(split), 2, 3))
+    expected = [int(np.sum(split.labels[rows] == c)) for c in range(10)]
+    m = metrics_of(client.app(message(keys.QUERY_STATS), context(3)))
+    assert m[keys.LABEL_HIST] == expected
+
+
+def test_cifar10_cnn_end_to_end_on_fake_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 20-image fake CIFAR-10 folder (md5 checks bypassed), V = 2 devices with 2 shards each:
+    # 4 shards of 20 / 4 = 5 images, so each device holds 10 images.
+    import torchvision.datasets.cifar as tv_cifar
+    from test_client_datasets import write_fake_cifar10
+
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+    write_fake_cifar10(tmp_path)
+    run_config = {
+        **RUN_CONFIG,
+        "dataset": "cifar10",
+        "data-dir": str(tmp_path),
+        "num-devices": 2,
+        "partition": "shards",
+    }
+    ctx = Context(
+        run_id=1,
+        node_id=7,
+        node_config={"partition-id": 0, "num-partitions": 2},
+        state=RecordDict(),
+        run_config=run_config,
+    )
+    state = build_model("cnn", 10, (3, 32, 32), seed=3).state_dict()
+    content = RecordDict(
+        {
+            keys.ARRAYS: ArrayRecord(state),
+            keys.CONFIG: ConfigRecord(
+                {
+                    keys.SERVER_ROUND: 1,
+                    keys.LOCAL_STEPS: 2,
+                    keys.LEARNING_RATE: 0.1,
+                    keys.BATCH_SIZE: 4,
+                }
+            ),
+        }
+    )
+    reply = client.app(Message(content, dst_node_id=7, message_type="train"), ctx)
+    m = metrics_of(reply)
+    assert m[keys.NUM_EXAMPLES] == 10 and sum(m[keys.LABEL_HIST]) == 8
+    new_state = reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    assert set(new_state) == set(state) and m[keys.UPDATE_NORM] > 0
