@@ -42,7 +42,7 @@ def _median_time_s(fn: Callable[[], object], repeats: int) -> tuple[float, float
 
 def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
     """Time the real train handler on digits / mlp (tau = 1, b = 32) and sigma-hat alone."""
-    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict, UserConfig
     from flwr.supercore.task_identity import TaskIdentity
 
     from client_app.app import app
@@ -52,7 +52,7 @@ def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
     from fedcgd_strategy import keys
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
-    run_config = {
+    run_config: UserConfig = {
         "seed": 0,
         "num-devices": 20,
         "dataset": "digits",

@@ -1,0 +1,1 @@
+"""Experiment entry points: simulation launcher, benchmarks and figure scripts."""

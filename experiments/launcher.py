@@ -71,6 +71,7 @@ class LocalSuperLink:
     ----------
     flwr_home : Path
         ``FLWR_HOME`` for the SuperLink and ``flwr`` (config, database, logs, installed apps).
+
     """
 
     def __init__(self, flwr_home: Path) -> None:
@@ -119,7 +120,7 @@ class LocalSuperLink:
             "--log-file",
             str(self.log_file),
         ]
-        self.process = subprocess.Popen(  # noqa: S603 - fixed command, loopback only
+        self.process = subprocess.Popen(
             command,
             env=self.env,
             stdout=subprocess.DEVNULL,
@@ -130,7 +131,8 @@ class LocalSuperLink:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(
-                    f"flower-superlink exited with code {self.process.returncode}; see {self.log_file}"
+                    f"flower-superlink exited with code {self.process.returncode}; "
+                    f"see {self.log_file}"
                 )
             if self._healthy():
                 return self
@@ -187,6 +189,7 @@ def run_simulation(
     -------
     subprocess.CompletedProcess
         With the streamed output in ``stdout``.
+
     """
     home = flwr_home or Path(tempfile.mkdtemp(prefix="flwr-home-"))
     with LocalSuperLink(home) as link:
@@ -205,7 +208,7 @@ def run_simulation(
         if run_config:
             command += ["--run-config", format_run_config(run_config)]
         print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-        proc = subprocess.Popen(  # noqa: S603 - fixed command
+        proc = subprocess.Popen(
             command,
             env=link.env,
             stdout=subprocess.PIPE,
@@ -247,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--run-config",
         default="",
-        help='overrides, e.g. "policy=\'bc\' num-server-rounds=5" (keys of [tool.flwr.app.config])',
+        help="overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of [tool.flwr.app.config])",
     )
     parser.add_argument("--num-supernodes", type=int, default=None, help="default: num-devices")
     parser.add_argument("--cpus-per-client", type=int, default=1)
@@ -269,12 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         merged["result-dir"] = str((args.results / f"{merged['policy']}-{stamp}").resolve())
     overrides["result-dir"] = merged["result-dir"]
     num_nodes = args.num_supernodes or int(merged["num-devices"])
-    proc = run_simulation(
-        overrides, num_supernodes=num_nodes, cpus_per_client=args.cpus_per_client
-    )
+    proc = run_simulation(overrides, num_supernodes=num_nodes, cpus_per_client=args.cpus_per_client)
     summary = Path(merged["result-dir"]) / "summary.json"
     if proc.returncode != 0 or not summary.exists():
-        print(f"\nThe run failed (exit code {proc.returncode}); see the log above.", file=sys.stderr)
+        print(
+            f"\nThe run failed (exit code {proc.returncode}); see the log above.", file=sys.stderr
+        )
         return proc.returncode or 1
     print(f"\nResults: {merged['result-dir']}")
     print(summary.read_text())

@@ -32,6 +32,7 @@ def fedavg(
     ------
     ValueError
         With no states, mismatched lengths, non-positive weights, or inconsistent keys/shapes.
+
     """
     if len(states) == 0:
         raise ValueError("fedavg: states is empty; at least one uploaded model is needed")
@@ -70,6 +71,7 @@ def flatten_update(
     -------
     ndarray of float32, shape [P]
         The flattened update (integer buffers are skipped).
+
     """
     parts = [
         (np.asarray(local[k], dtype=np.float32) - np.asarray(v, dtype=np.float32)).ravel()

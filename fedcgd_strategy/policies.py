@@ -79,6 +79,7 @@ class RoundInputs:
         Loss accumulated over this round's local steps (only after local training).
     update_norm : float[V] or None
         L2 norm of the local update (only after local training).
+
     """
 
     candidate: NDArray[np.bool_]
@@ -122,6 +123,7 @@ class Decision:
         Value of problem P1 reported by the FedCGD solver (NaN for baselines).
     solver_iterations : int
         Solver iterations (0 for baselines).
+
     """
 
     selected: NDArray[np.bool_]
@@ -149,6 +151,7 @@ class UploadedUpdates:
         η.
     local_steps : int
         τ.
+
     """
 
     updates: NDArray[np.float64]
@@ -170,6 +173,7 @@ class Policy(ABC):
         True when the rule ranks devices by values known only after local training (BN2's
         update norm, POC's accumulated loss): then every available device trains first and
         only the scheduled ones upload, as in the paper.
+
     """
 
     name: str = "policy"
@@ -179,7 +183,7 @@ class Policy(ABC):
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Return this round's schedule."""
 
-    def observe_uploads(self, uploads: UploadedUpdates) -> None:
+    def observe_uploads(self, uploads: UploadedUpdates) -> None:  # noqa: B027 - optional hook
         """Update internal estimates from the scheduled devices' uploads (default: nothing)."""
 
     def state_dict(self) -> dict[str, object]:
@@ -205,6 +209,7 @@ class FedCGDPolicy(Policy):
         Ĝ (every Ĝ_c) before the first upload.
     num_classes : int
         C.
+
     """
 
     method: str = "fscd"
@@ -339,7 +344,9 @@ class PowerOfChoicePolicy(Policy):
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule by this round's training loss (needs post-training reports)."""
         if inputs.train_loss is None:
-            raise ValueError("policy 'poc' needs training losses: every available device must train")
+            raise ValueError(
+                "policy 'poc' needs training losses: every available device must train"
+            )
         mask = power_of_choice(
             inputs.candidate,
             inputs.train_loss,
@@ -431,6 +438,7 @@ def make_policy(
     ------
     ValueError
         For an unknown name.
+
     """
     fedcgd: dict[str, Callable[[], Policy]] = {
         "fedcgd-fscd": lambda: FedCGDPolicy("fscd", False, initial_g, num_classes, name),

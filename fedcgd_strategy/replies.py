@@ -45,6 +45,7 @@ class DeviceReport:
         Present in training replies only.
     arrays : dict of str -> ndarray, or None
         The trained local model (training replies only).
+
     """
 
     node_id: int
@@ -112,6 +113,7 @@ def read_report(
     ------
     MalformedReplyError
         For an error reply, a missing key or a malformed value.
+
     """
     node_id = int(msg.metadata.src_node_id)
     if msg.has_error():
@@ -149,9 +151,7 @@ def read_report(
     if reference is None:
         return DeviceReport(node_id, pid_raw, n_raw, hist.astype(np.int64), sigma, pre_loss)
 
-    train_loss = _finite_float(
-        _metric(metrics, keys.TRAIN_LOSS, node_id), keys.TRAIN_LOSS, node_id
-    )
+    train_loss = _finite_float(_metric(metrics, keys.TRAIN_LOSS, node_id), keys.TRAIN_LOSS, node_id)
     update_norm = _finite_float(
         _metric(metrics, keys.UPDATE_NORM, node_id), keys.UPDATE_NORM, node_id
     )

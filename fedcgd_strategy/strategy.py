@@ -1,4 +1,4 @@
-"""The Flower Strategy: one scheduled round of wireless FL (paper Algorithm 3, DESIGN.md "One round").
+"""The Flower Strategy: one scheduled round of wireless FL (paper Alg. 3, DESIGN.md "One round").
 
 Each round :meth:`ScheduledStrategy.configure_train`
 
@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.supercore import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from flwr.supercore import log
 from numpy.typing import NDArray
 
 from channel import RoundDraw
@@ -136,6 +136,7 @@ class ScheduledStrategy(Strategy):
         How long to wait for ``query.info`` / ``query.stats`` replies.
     on_round : callable, optional
         Called with each round's :class:`RoundRecord` at the end of :meth:`aggregate_train`.
+
     """
 
     def __init__(
@@ -235,9 +236,9 @@ class ScheduledStrategy(Strategy):
         """
         connected = set(grid.get_node_ids())
         for gone in [n for n in self.partition_of if n not in connected]:
-            pid = self.partition_of.pop(gone)
-            self.node_of.pop(pid, None)
-            log(WARNING, "node %d (partition %d) disconnected", gone, pid)
+            lost = self.partition_of.pop(gone)
+            self.node_of.pop(lost, None)
+            log(WARNING, "node %d (partition %d) disconnected", gone, lost)
         unknown = sorted(connected - set(self.partition_of))
         if not unknown:
             return
@@ -398,8 +399,9 @@ class ScheduledStrategy(Strategy):
         state.query_s = time.perf_counter() - t0
         decision = self._schedule(state, reports)
         state.t_sent = time.perf_counter()
-        return self._messages(content, np.flatnonzero(decision.selected).tolist(), "train",
-                              server_round)
+        return self._messages(
+            content, np.flatnonzero(decision.selected).tolist(), "train", server_round
+        )
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -426,10 +428,14 @@ class ScheduledStrategy(Strategy):
         new_arrays: ArrayRecord | None = None
         if uploads:
             averaged = fedavg([r.arrays or {} for r in uploads], [r.num_examples for r in uploads])
-            new_arrays = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()})
+            new_arrays = ArrayRecord(
+                {k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()}
+            )
             self.policy.observe_uploads(
                 UploadedUpdates(
-                    updates=np.stack([flatten_update(r.arrays or {}, state.reference) for r in uploads]),
+                    updates=np.stack(
+                        [flatten_update(r.arrays or {}, state.reference) for r in uploads]
+                    ),
                     weights=np.array([r.num_examples for r in uploads], dtype=float),
                     label_dist=np.stack([r.label_dist for r in uploads]),
                     target_dist=inputs.target_dist,
@@ -492,8 +498,11 @@ class ScheduledStrategy(Strategy):
             sampling = float(problem.sampling_term(mask))
             objective = float(decision.solver_objective)
         bw = inputs.min_bandwidth_hz[selected]
-        state_dict = self.policy.state_dict()
-        g_next = state_dict.get("class-gradient")
+        g_state = self.policy.state_dict().get("class-gradient")
+        g_next: float | list[float] | None = None
+        if isinstance(g_state, list):
+            values = [float(v) for v in g_state]
+            g_next = values[0] if len(values) == 1 else values
         return RoundRecord(
             round=server_round,
             num_available=len(state.available),
@@ -509,11 +518,7 @@ class ScheduledStrategy(Strategy):
             objective=objective,
             sigma=float(decision.sigma),
             class_gradient_used=decision.class_gradient,
-            class_gradient_next=(
-                None
-                if g_next is None
-                else (g_next[0] if isinstance(g_next, list) and len(g_next) == 1 else g_next)
-            ),
+            class_gradient_next=g_next,
             bandwidth_used_hz=float(np.sum(bw[np.isfinite(bw)])),
             solver_iterations=decision.solver_iterations,
             query_s=state.query_s,

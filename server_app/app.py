@@ -1,4 +1,4 @@
-"""The ServerApp: read the run config once, build cell + policy + strategy, evaluate, write results."""
+"""The ServerApp: read the run config once, build cell, policy and strategy, evaluate, save."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     -------
     dict
         The end-of-run summary (also written to ``summary.json``).
+
     """
     t_start = time.perf_counter()
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
@@ -102,7 +103,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         last = server_round == config.num_server_rounds
         due = server_round == 0 or server_round % config.eval_every == 0 or last
-        metrics: dict[str, float] = {}
+        metrics: dict[str, int | float | list[int] | list[float]] = {}
         t0 = time.perf_counter()
         if due:
             model.load_state_dict(arrays.to_torch_state_dict())
@@ -110,7 +111,12 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
             metrics = {"accuracy": float(acc), "loss": float(loss)}
         eval_s = time.perf_counter() - t0
         if server_round == 0:
-            log(INFO, "initial model: accuracy %.4f, loss %.4f", metrics["accuracy"], metrics["loss"])
+            log(
+                INFO,
+                "initial model: accuracy %.4f, loss %.4f",
+                metrics["accuracy"],
+                metrics["loss"],
+            )
             return MetricRecord(metrics)
         record = pending.pop() if pending else None
         line: dict[str, Any] = {
@@ -130,7 +136,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
             "%s",
             writer.progress(
                 server_round,
-                metrics.get("accuracy"),
+                line["accuracy"],
                 record.num_scheduled if record else 0,
                 record.num_available if record else 0,
             ),

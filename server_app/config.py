@@ -169,6 +169,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     ------
     ValueError
         Naming the key, the bad value and what is allowed.
+
     """
     client = ClientSettings.from_run_config(run_config)
     policy = _choice(run_config, "policy", POLICY_NAMES)
@@ -188,7 +189,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     elif not Path(result_dir).expanduser().is_absolute():
         raise ValueError(
             f"run-config key 'result-dir' = {result_dir!r} must be an absolute path (the "
-            "ServerApp runs in an unrelated working directory), or \"\" for the default"
+            'ServerApp runs in an unrelated working directory), or "" for the default'
         )
     model_bits = _int(run_config, "channel.model-bits", 0)
     return RunConfig(

@@ -34,6 +34,7 @@ class ResultWriter:
         Absolute folder; created if missing.
     num_rounds : int
         Rounds of the run (for the ETA).
+
     """
 
     def __init__(self, result_dir: str | Path, num_rounds: int) -> None:
@@ -60,7 +61,9 @@ class ResultWriter:
         """Seconds since the writer was created."""
         return time.perf_counter() - self.t_start
 
-    def progress(self, server_round: int, accuracy: float | None, scheduled: int, available: int) -> str:
+    def progress(
+        self, server_round: int, accuracy: float | None, scheduled: int, available: int
+    ) -> str:
         """One progress line: round i/N, accuracy, scheduled, elapsed, ETA."""
         elapsed = self.elapsed_s()
         eta = elapsed / server_round * (self.num_rounds - server_round) if server_round else 0.0

@@ -45,7 +45,9 @@ class FakeGrid(Grid):
         return self._run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # type: ignore[no-untyped-def]
-        return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
+        return Message(
+            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id
+        )
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.handlers)
@@ -65,7 +67,7 @@ class FakeGrid(Grid):
                 continue
             try:
                 reply = self.handlers[node](msg, self.contexts[node])
-            except Exception as err:  # noqa: BLE001 - mirrors Flower's error replies
+            except Exception as err:
                 reply = Message(Error(code=1, reason=repr(err)), reply_to=msg)
             replies.append(reply)
         return replies

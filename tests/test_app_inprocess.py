@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 from fake_grid import FakeGrid, make_contexts
 
@@ -42,9 +42,7 @@ def run_inprocess(tmp_path: Path, name: str, **overrides) -> Path:
     run_config.update(overrides)
     run_config["result-dir"] = str(tmp_path / name)
     nodes = [9000 + 13 * i for i in range(run_config["num-devices"])]
-    grid = FakeGrid(
-        {n: client_app for n in nodes}, make_contexts(nodes, run_config, len(nodes))
-    )
+    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config, len(nodes)))
     run_federation(grid, parse_run_config(run_config))
     return tmp_path / name
 
@@ -82,8 +80,17 @@ def test_result_directory_contents(tmp_path):
     assert lines[0]["accuracy"] is None and lines[1]["accuracy"] is not None
     assert lines[2]["accuracy"] is not None
     for line in lines:
-        for key in ("scheduled", "num_scheduled", "num_available", "wemd", "sampling_term",
-                    "sigma", "class_gradient_used", "bandwidth_used_hz", "wall_time_s"):
+        for key in (
+            "scheduled",
+            "num_scheduled",
+            "num_available",
+            "wemd",
+            "sampling_term",
+            "sigma",
+            "class_gradient_used",
+            "bandwidth_used_hz",
+            "wall_time_s",
+        ):
             assert key in line
         assert line["num_scheduled"] == len(line["scheduled"])
         assert line["bandwidth_used_hz"] <= config["cell"]["total_bandwidth_hz"] + 1e-6
@@ -109,7 +116,7 @@ def test_bad_run_config_value_fails_before_training(tmp_path):
         parse_run_config(run_config)
     run_config = default_run_config()
     run_config["policy"] = "fedsgd"
-    with pytest.raises(ValueError, match="policy.*fedsgd"):
+    with pytest.raises(ValueError, match=r"policy.*fedsgd"):
         parse_run_config(run_config)
     run_config = default_run_config()
     run_config["result-dir"] = "relative/path"

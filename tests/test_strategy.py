@@ -98,8 +98,17 @@ def scripted_client(overrides: dict[int, dict] | None = None):
     return handle
 
 
-def build(policy_name: str, draw: RoundDraw, *, protocol="query", initial_g=1.0, handler=None,
-          silent=(), total_bw=10.0, target=None):
+def build(
+    policy_name: str,
+    draw: RoundDraw,
+    *,
+    protocol="query",
+    initial_g=1.0,
+    handler=None,
+    silent=(),
+    total_bw=10.0,
+    target=None,
+):
     handler = handler or scripted_client()
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
     policy = make_policy(policy_name, num_devices=V, num_classes=C, initial_g=initial_g)
@@ -126,14 +135,16 @@ def run_round(strategy, grid, server_round=1):
     arrays = ArrayRecord({k: Array(v) for k, v in global_model().items()})
     msgs = list(strategy.configure_train(server_round, arrays, None, grid))
     replies = grid.send_and_receive(msgs)
-    new, metrics = strategy.aggregate_train(server_round, replies)
+    new, _ = strategy.aggregate_train(server_round, replies)
     return msgs, new
 
 
 def fedavg_by_hand(pids) -> dict[str, np.ndarray]:
     g = global_model()
     w = SIZES[pids] / SIZES[pids].sum()
-    return {k: sum(wi * (g[k] + local_delta(p)[k]) for wi, p in zip(w, pids)) for k in g}
+    return {
+        k: sum(wi * (g[k] + local_delta(p)[k]) for wi, p in zip(w, pids, strict=True)) for k in g
+    }
 
 
 def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
@@ -162,7 +173,9 @@ def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     train_nodes = sorted(m.metadata.dst_node_id for m in msgs)
     assert train_nodes == sorted(NODES[p] for p in expected)
     # Device 4 was unavailable: never queried.
-    queried = {m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == keys.QUERY_STATS}
+    queried = {
+        m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == keys.QUERY_STATS
+    }
     assert NODES[4] not in queried and len(queried) == 5
 
     got = {k: v.numpy() for k, v in new.items()}
@@ -181,7 +194,7 @@ def test_ideal_channel_everything_scheduled_equals_fedavg():
     # only, so it schedules everybody; the aggregate is FedAvg over all devices.
     draw = make_draw([True] * V, [0.0] * V)
     for name in ("fedcgd-fscd", "all"):
-        strategy, grid, records = build(name, draw, initial_g=0.0)
+        strategy, grid, _records = build(name, draw, initial_g=0.0)
         msgs, new = run_round(strategy, grid)
         assert len(msgs) == V
         want = fedavg_by_hand(np.arange(V))
@@ -205,7 +218,7 @@ def test_failing_devices_are_excluded_and_the_round_goes_on():
         return base(msg, ctx)
 
     strategy, grid, records = build("all", draw, handler=handler, silent=[NODES[4]])
-    msgs, new = run_round(strategy, grid)
+    _msgs, new = run_round(strategy, grid)
     rec = records[-1]
     # Device 4 never answered discovery, so it has no node mapping and is not "available".
     assert rec.scheduled == [5]
@@ -247,7 +260,7 @@ def test_nothing_feasible_keeps_the_model():
 def test_best_channel_packs_by_gain_within_budget():
     gain = np.array([6, 5, 4, 3, 2, 1], float) * 1e-9
     draw = make_draw([True] * V, [4.0, 4.0, 4.0, 1.0, 1.0, 1.0], gain=gain)
-    strategy, grid, records = build("bc", draw, total_bw=10.0)
+    strategy, grid, _records = build("bc", draw, total_bw=10.0)
     msgs, _ = run_round(strategy, grid)
     # Best gains first: 4 + 4 fit (8 Hz), the third (4 Hz) does not: "stop" rule.
     assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[0], NODES[1]]
@@ -274,9 +287,15 @@ def test_fedcgd_updates_g_from_uploads():
     strategy, grid, records = build("fedcgd-fscd", draw, initial_g=0.0)
     run_round(strategy, grid)
     # Eq. (G_est) by hand over all six uploads: grad_v = delta_v / (tau * eta).
-    deltas = np.stack(
-        [np.concatenate([local_delta(p)["w"].ravel(), local_delta(p)["b"].ravel()]) for p in range(V)]
-    ).astype(np.float64) / 0.1
+    deltas = (
+        np.stack(
+            [
+                np.concatenate([local_delta(p)["w"].ravel(), local_delta(p)["b"].ravel()])
+                for p in range(V)
+            ]
+        ).astype(np.float64)
+        / 0.1
+    )
     w = SIZES / SIZES.sum()
     mean = (w[:, None] * deltas).sum(0)
     p_v = HISTS / 4.0
