@@ -279,8 +279,13 @@ def main(argv: list[str] | None = None) -> int:
             f"\nThe run failed (exit code {proc.returncode}); see the log above.", file=sys.stderr
         )
         return proc.returncode or 1
-    print(f"\nResults: {merged['result-dir']}")
+    from experiments.plot_runs import plot_runs
+
+    curves = plot_runs([Path(merged["result-dir"])], Path(merged["result-dir"]) / "curves.png")
     print(summary.read_text())
+    print(
+        f"\nResults: {merged['result-dir']} (metrics.jsonl, config.json, model.pt, {curves.name})"
+    )
     return 0
 
 
