@@ -56,9 +56,6 @@ from client_app.training import (
 )
 from fedcgd_strategy import keys
 
-#: Metric keys of the evaluate reply (not in ``fedcgd_strategy.keys``).
-EVAL_LOSS = "eval-loss"
-EVAL_ACC = "eval-acc"
 #: node_config keys Flower's simulation sets (and deployments pass with ``--node-config``).
 NODE_PARTITION_ID = "partition-id"
 NODE_NUM_PARTITIONS = "num-partitions"
@@ -309,14 +306,12 @@ def evaluate_local(msg: Message, context: Context) -> Message:
     x, y = split.tensors()
     loss, accuracy = evaluate(model, x, y)
     metrics = MetricRecord(
-        {keys.NUM_EXAMPLES: len(split), EVAL_LOSS: float(loss), EVAL_ACC: float(accuracy)}
+        {keys.NUM_EXAMPLES: len(split), keys.EVAL_LOSS: float(loss), keys.EVAL_ACC: float(accuracy)}
     )
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
 
 __all__ = [
-    "EVAL_ACC",
-    "EVAL_LOSS",
     "PreTrainingStats",
     "RoundConfig",
     "app",

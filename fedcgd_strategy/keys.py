@@ -42,3 +42,6 @@ PRE_LOSS = "pre-loss"
 UPDATE_NORM = "update-norm"
 #: Seconds the device spent in local training (for the time-split report).
 TRAIN_TIME_S = "train-time-s"
+#: Loss and accuracy of the received model on the device's local split (evaluate replies).
+EVAL_LOSS = "eval-loss"
+EVAL_ACC = "eval-acc"

@@ -152,8 +152,8 @@ def test_evaluate_matches_direct_forward_pass() -> None:
         logits = model(x)
     expected_acc = float((logits.argmax(1) == y).double().mean())
     expected_loss = float(torch.nn.functional.cross_entropy(logits.double(), y))
-    assert m[client.EVAL_ACC] == pytest.approx(expected_acc)
-    assert m[client.EVAL_LOSS] == pytest.approx(expected_loss, rel=1e-5)
+    assert m[keys.EVAL_ACC] == pytest.approx(expected_acc)
+    assert m[keys.EVAL_LOSS] == pytest.approx(expected_loss, rel=1e-5)
 
 
 def test_num_partitions_must_match_num_devices() -> None:
