@@ -26,10 +26,10 @@ channel-report: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check channel fedcgd_strategy
+	$(PY) -m ruff format --check .
 
 typecheck: $(STAMP)
-	$(PY) -m mypy channel fedcgd_strategy
+	$(PY) -m mypy channel fedcgd_strategy server_app client_app experiments
 
 test: lint typecheck
 	$(PY) -m pytest -q

@@ -116,11 +116,11 @@ class ClientSettings:
             names the key, the bad value and what is allowed.
 
         """
-        dataset = _choice(run_config, "dataset", DATASETS)
-        model = _choice(run_config, "model", MODELS)
+        dataset = read_choice(run_config, "dataset", DATASETS)
+        model = read_choice(run_config, "model", MODELS)
         if model == "auto":
             model = AUTO_MODEL[dataset]
-        data_dir_raw = _require(run_config, "data-dir")
+        data_dir_raw = require_key(run_config, "data-dir")
         if not isinstance(data_dir_raw, str):
             raise ValueError(
                 f"run-config key 'data-dir' must be a string (a folder path, or \"\" for "
@@ -128,18 +128,18 @@ class ClientSettings:
             )
         data_dir = resolve_data_dir(data_dir_raw)
         return cls(
-            seed=_integer(run_config, "seed", minimum=0),
-            num_devices=_integer(run_config, "num-devices", minimum=1),
+            seed=read_int(run_config, "seed", minimum=0),
+            num_devices=read_int(run_config, "num-devices", minimum=1),
             dataset=dataset,
             data_dir=str(data_dir),
             model=model,
-            partition=_choice(run_config, "partition", PARTITIONS),
-            dirichlet_alpha=_real(run_config, "dirichlet-alpha", minimum=0.0, strict=True),
-            shards_per_device=_integer(run_config, "shards-per-device", minimum=1),
-            imbalance_ratio=_real(run_config, "imbalance-ratio", minimum=1.0, strict=False),
-            batch_size=_integer(run_config, "batch-size", minimum=1),
-            local_steps=_integer(run_config, "local-steps", minimum=1),
-            learning_rate=_real(run_config, "learning-rate", minimum=0.0, strict=True),
+            partition=read_choice(run_config, "partition", PARTITIONS),
+            dirichlet_alpha=read_real(run_config, "dirichlet-alpha", minimum=0.0, strict=True),
+            shards_per_device=read_int(run_config, "shards-per-device", minimum=1),
+            imbalance_ratio=read_real(run_config, "imbalance-ratio", minimum=1.0, strict=False),
+            batch_size=read_int(run_config, "batch-size", minimum=1),
+            local_steps=read_int(run_config, "local-steps", minimum=1),
+            learning_rate=read_real(run_config, "learning-rate", minimum=0.0, strict=True),
         )
 
 
@@ -162,7 +162,7 @@ def resolve_data_dir(data_dir: str) -> Path:
     return Path(data_dir).expanduser().resolve()
 
 
-def _require(run_config: Mapping[str, Any], key: str) -> Any:
+def require_key(run_config: Mapping[str, Any], key: str) -> Any:
     """Return ``run_config[key]`` or raise a ValueError naming the missing key."""
     if key not in run_config:
         raise ValueError(
@@ -172,9 +172,9 @@ def _require(run_config: Mapping[str, Any], key: str) -> Any:
     return run_config[key]
 
 
-def _integer(run_config: Mapping[str, Any], key: str, *, minimum: int | None) -> int:
+def read_int(run_config: Mapping[str, Any], key: str, *, minimum: int | None) -> int:
     """Read an integer (an integral float such as ``64.0`` is accepted) with a lower bound."""
-    value = _require(run_config, key)
+    value = require_key(run_config, key)
     allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}")
@@ -187,9 +187,9 @@ def _integer(run_config: Mapping[str, Any], key: str, *, minimum: int | None) ->
     return int(value)
 
 
-def _real(run_config: Mapping[str, Any], key: str, *, minimum: float, strict: bool) -> float:
+def read_real(run_config: Mapping[str, Any], key: str, *, minimum: float, strict: bool) -> float:
     """Read a finite real number ``> minimum`` (strict) or ``>= minimum``."""
-    value = _require(run_config, key)
+    value = require_key(run_config, key)
     relation = ">" if strict else ">="
     allowed = f"a finite number {relation} {minimum:g}"
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -201,9 +201,9 @@ def _real(run_config: Mapping[str, Any], key: str, *, minimum: float, strict: bo
     return number
 
 
-def _choice(run_config: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+def read_choice(run_config: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
     """Read a string that must be one of ``allowed``."""
-    value = _require(run_config, key)
+    value = require_key(run_config, key)
     if not isinstance(value, str) or value not in allowed:
         options = ", ".join(f'"{a}"' for a in allowed)
         raise ValueError(f"run-config key '{key}' must be one of {options}; got {value!r}")

@@ -31,7 +31,6 @@ run-config key                 meaning
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from channel import CellConfig
-from client_app.settings import ClientSettings
+from client_app.settings import (
+    ClientSettings,
+    read_choice,
+    read_int,
+    read_real,
+    require_key,
+)
 from fedcgd_strategy.policies import POLICY_NAMES
 
 PROTOCOL_CHOICES = ("auto", "query", "train-all")
@@ -95,42 +100,6 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def _get(run_config: Mapping[str, Any], key: str) -> Any:
-    if key not in run_config:
-        raise ValueError(
-            f"run-config key '{key}' is missing; set it in [tool.flwr.app.config] or --run-config"
-        )
-    return run_config[key]
-
-
-def _int(run_config: Mapping[str, Any], key: str, minimum: int) -> int:
-    value = _get(run_config, key)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"run-config key '{key}' must be an integer >= {minimum}; got {value!r}")
-    return value
-
-
-def _float(run_config: Mapping[str, Any], key: str, minimum: float, strict: bool) -> float:
-    value = _get(run_config, key)
-    relation = ">" if strict else ">="
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    number = float(value) if ok else math.nan
-    if not ok or not math.isfinite(number) or number < minimum or (strict and number == minimum):
-        raise ValueError(
-            f"run-config key '{key}' must be a finite number {relation} {minimum:g}; got {value!r}"
-        )
-    return number
-
-
-def _choice(run_config: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
-    value = _get(run_config, key)
-    if value not in allowed:
-        raise ValueError(f"run-config key '{key}' = {value!r}; allowed: {', '.join(allowed)}")
-    return str(value)
-
-
 def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
     values: dict[str, Any] = {"num_devices": num_devices}
     for key, name in CHANNEL_KEYS.items():
@@ -172,8 +141,8 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
 
     """
     client = ClientSettings.from_run_config(run_config)
-    policy = _choice(run_config, "policy", POLICY_NAMES)
-    protocol = _choice(run_config, "protocol", PROTOCOL_CHOICES)
+    policy = read_choice(run_config, "policy", POLICY_NAMES)
+    protocol = read_choice(run_config, "protocol", PROTOCOL_CHOICES)
     if protocol == "auto":
         protocol = "train-all" if policy in POST_TRAINING_POLICIES else "query"
     elif protocol == "query" and policy in POST_TRAINING_POLICIES:
@@ -181,7 +150,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             f"run-config key 'protocol' = 'query' does not work with policy {policy!r}, which "
             "ranks devices on post-training values; allowed: 'auto' or 'train-all'"
         )
-    result_dir = _get(run_config, "result-dir")
+    result_dir = require_key(run_config, "result-dir")
     if not isinstance(result_dir, str):
         raise ValueError(f"run-config key 'result-dir' must be a string; got {result_dir!r}")
     if result_dir == "":
@@ -191,21 +160,21 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             f"run-config key 'result-dir' = {result_dir!r} must be an absolute path (the "
             'ServerApp runs in an unrelated working directory), or "" for the default'
         )
-    model_bits = _int(run_config, "channel.model-bits", 0)
+    model_bits = read_int(run_config, "channel.model-bits", minimum=0)
     return RunConfig(
         client=client,
         cell=_cell_config(run_config, client.num_devices),
-        num_server_rounds=_int(run_config, "num-server-rounds", 1),
+        num_server_rounds=read_int(run_config, "num-server-rounds", minimum=1),
         policy=policy,
         protocol=protocol,
-        eval_every=_int(run_config, "eval-every", 1),
+        eval_every=read_int(run_config, "eval-every", minimum=1),
         result_dir=str(Path(result_dir).expanduser()),
-        initial_g=_float(run_config, "initial-g", 0.0, strict=False),
-        target_dist=_choice(run_config, "target-dist", TARGET_CHOICES),
-        pack_rule=_choice(run_config, "pack-rule", PACK_RULES),
-        poc_candidates=_int(run_config, "poc-candidates", 0),
-        fedcbs_lambda=_float(run_config, "fedcbs-lambda", 0.0, strict=False),
-        query_timeout_s=_float(run_config, "query-timeout-s", 0.0, strict=True),
-        train_timeout_s=_float(run_config, "train-timeout-s", 0.0, strict=True),
+        initial_g=read_real(run_config, "initial-g", minimum=0.0, strict=False),
+        target_dist=read_choice(run_config, "target-dist", TARGET_CHOICES),
+        pack_rule=read_choice(run_config, "pack-rule", PACK_RULES),
+        poc_candidates=read_int(run_config, "poc-candidates", minimum=0),
+        fedcbs_lambda=read_real(run_config, "fedcbs-lambda", minimum=0.0, strict=False),
+        query_timeout_s=read_real(run_config, "query-timeout-s", minimum=0.0, strict=True),
+        train_timeout_s=read_real(run_config, "train-timeout-s", minimum=0.0, strict=True),
         model_bits=model_bits,
     )
