@@ -7,7 +7,9 @@ local --stream`` against it, and stop it by its PID when the run ends, also on e
 Ctrl-C. Nothing is left running.
 
 ``python -m experiments.launcher --run-config "policy='bc' num-server-rounds=5"`` runs one
-simulation; :func:`run_simulation` does the same from Python (tests, sweeps).
+simulation; with ``--deployment`` the same app runs on ``flower-supernode`` processes (one per
+device, each message in a fresh ClientApp process) instead of the simulation engine.
+:func:`run_flwr` does the same from Python (tests, sweeps).
 """
 
 from __future__ import annotations
@@ -64,25 +66,37 @@ def format_run_config(values: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
-class LocalSuperLink:
-    """A simulation SuperLink on loopback, started and stopped by PID (a context manager).
+class LocalFederation:
+    """A SuperLink (and, for a deployment, SuperNodes) on loopback, stopped by PID.
+
+    Used as a context manager. Simulation mode starts one SuperLink with ``--simulation`` (Ray
+    runs the ClientApps); deployment mode starts a plain SuperLink and ``num_supernodes``
+    ``flower-supernode`` processes with ``--node-config "partition-id=i num-partitions=N"``,
+    each of which runs every message in a fresh ClientApp process, as on real devices.
 
     Parameters
     ----------
     flwr_home : Path
-        ``FLWR_HOME`` for the SuperLink and ``flwr`` (config, database, logs, installed apps).
-
+        ``FLWR_HOME`` for every process (config, logs, installed apps).
+    num_supernodes : int
+        SuperNodes to start (deployment mode only).
+    simulation : bool
+        Simulation (True) or deployment (False).
     """
 
-    def __init__(self, flwr_home: Path) -> None:
+    def __init__(
+        self, flwr_home: Path, *, num_supernodes: int = 0, simulation: bool = True
+    ) -> None:
         self.flwr_home = flwr_home
+        self.simulation = simulation
+        self.num_supernodes = 0 if simulation else num_supernodes
         self.http_port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log_file = flwr_home / "local-superlink" / "superlink.log"
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.log_dir = flwr_home / "logs"
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment for the SuperLink and for ``flwr``."""
+        """Environment for the SuperLink, the SuperNodes and ``flwr``."""
         env = os.environ.copy()
         env.update(
             FLWR_HOME=str(self.flwr_home),
@@ -93,6 +107,16 @@ class LocalSuperLink:
         )
         return env
 
+    @property
+    def connection_toml(self) -> str:
+        """The ``local`` connection of ``$FLWR_HOME/config.toml`` for ``flwr run``."""
+        address = ":local:" if self.simulation else f"127.0.0.1:{self.http_port}"
+        insecure = "" if self.simulation else "insecure = true\n"
+        return (
+            '[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+            f'address = "{address}"\n{insecure}'
+        )
+
     def _healthy(self) -> bool:
         try:
             with urllib.request.urlopen(
@@ -102,12 +126,25 @@ class LocalSuperLink:
         except OSError:
             return False
 
-    def __enter__(self) -> LocalSuperLink:
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+    def _start(self, command: list[str], name: str) -> subprocess.Popen[bytes]:
+        log_path = self.log_dir / f"{name}.log"
+        with open(log_path, "wb") as log_fh:
+            proc = subprocess.Popen(
+                command,
+                env=self.env,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append(proc)
+        return proc
+
+    def __enter__(self) -> LocalFederation:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.flwr_home / "config.toml").write_text(self.connection_toml)
         command = [
             _bin("flower-superlink"),
             "--insecure",
-            "--simulation",
             "--isolation",
             "subprocess",
             "--disable-runtime-dependency-installation",
@@ -117,100 +154,102 @@ class LocalSuperLink:
             str(self.http_port),
             "--database",
             ":flwr-in-memory:",
-            "--log-file",
-            str(self.log_file),
         ]
-        self.process = subprocess.Popen(
-            command,
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        if self.simulation:
+            command.insert(2, "--simulation")
+        link = self._start(command, "superlink")
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+        while not self._healthy():
+            if link.poll() is not None or time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError(
-                    f"flower-superlink exited with code {self.process.returncode}; "
-                    f"see {self.log_file}"
+                    f"flower-superlink did not come up (exit code {link.returncode}); "
+                    f"see {self.log_dir / 'superlink.log'}"
                 )
-            if self._healthy():
-                return self
             time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"flower-superlink not healthy after {HEALTH_TIMEOUT_S:.0f} s")
+        for pid in range(self.num_supernodes):
+            self._start(
+                [
+                    _bin("flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{self.http_port}",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(_free_port()),
+                    "--node-config",
+                    f"partition-id={pid} num-partitions={self.num_supernodes}",
+                ],
+                f"supernode-{pid}",
+            )
+        return self
 
     def stop(self) -> None:
-        """Stop the SuperLink and its children (its process group) by PID."""
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        """Stop every started process and its children (process groups), newest first."""
+        for proc in reversed(self.processes):
+            if proc.poll() is not None:
+                continue
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=10)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def run_simulation(
+def run_flwr(
     run_config: Mapping[str, Any],
     *,
     num_supernodes: int,
+    deployment: bool = False,
     cpus_per_client: int = 1,
     flwr_home: Path | None = None,
     project_dir: Path = PROJECT_DIR,
-    log_path: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run one simulation with ``flwr run --stream`` and return the finished process.
+    """Run the app once with ``flwr run --stream`` and return the finished process.
 
     Parameters
     ----------
     run_config : mapping
         ``--run-config`` overrides (keys of ``[tool.flwr.app.config]``).
     num_supernodes : int
-        Virtual nodes (= devices V).
-    cpus_per_client : float
-        Ray CPUs per ClientApp (1 → two clients at once on 2 cores).
+        Nodes (= devices V): virtual nodes in simulation, SuperNode processes in deployment.
+    deployment : bool
+        Start SuperNode processes instead of using the simulation engine.
+    cpus_per_client : int
+        Ray CPUs per ClientApp in simulation (1 → two clients at once on 2 cores).
     flwr_home : Path, optional
         ``FLWR_HOME``; a fresh temporary folder by default.
     project_dir : Path
         The Flower app to run.
-    log_path : Path, optional
-        Also write the streamed log there.
 
     Returns
     -------
     subprocess.CompletedProcess
         With the streamed output in ``stdout``.
-
     """
     home = flwr_home or Path(tempfile.mkdtemp(prefix="flwr-home-"))
-    with LocalSuperLink(home) as link:
-        (home / "config.toml").write_text(
-            '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
-        )
-        command = [
-            _bin("flwr"),
-            "run",
-            str(project_dir),
-            "local",
-            "--stream",
-            "--federation-config",
-            f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g}",
-        ]
+    home.mkdir(parents=True, exist_ok=True)
+    with LocalFederation(home, num_supernodes=num_supernodes, simulation=not deployment) as fed:
+        command = [_bin("flwr"), "run", str(project_dir), "local", "--stream"]
+        if not deployment:
+            command += [
+                "--federation-config",
+                f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g}",
+            ]
         if run_config:
             command += ["--run-config", format_run_config(run_config)]
         print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
         proc = subprocess.Popen(
             command,
-            env=link.env,
+            env=fed.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -218,11 +257,9 @@ def run_simulation(
         )
         lines = []
         assert proc.stdout is not None
-        with open(log_path, "w") if log_path else open(os.devnull, "w") as log_fh:
-            for line in proc.stdout:
-                lines.append(line)
-                log_fh.write(line)
-                print(line, end="", flush=True)
+        for line in proc.stdout:
+            lines.append(line)
+            print(line, end="", flush=True)
         proc.wait()
     return subprocess.CompletedProcess(command, proc.returncode, "".join(lines), "")
 
@@ -253,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         help="overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of [tool.flwr.app.config])",
     )
     parser.add_argument("--num-supernodes", type=int, default=None, help="default: num-devices")
+    parser.add_argument(
+        "--deployment",
+        action="store_true",
+        help="run SuperNode processes on loopback instead of the simulation engine",
+    )
     parser.add_argument("--cpus-per-client", type=int, default=1)
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
@@ -272,7 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         merged["result-dir"] = str((args.results / f"{merged['policy']}-{stamp}").resolve())
     overrides["result-dir"] = merged["result-dir"]
     num_nodes = args.num_supernodes or int(merged["num-devices"])
-    proc = run_simulation(overrides, num_supernodes=num_nodes, cpus_per_client=args.cpus_per_client)
+    proc = run_flwr(
+        overrides,
+        num_supernodes=num_nodes,
+        deployment=args.deployment,
+        cpus_per_client=args.cpus_per_client,
+    )
     summary = Path(merged["result-dir"]) / "summary.json"
     if proc.returncode != 0 or not summary.exists():
         print(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,22 @@ def main(grid: Grid, context: Context) -> None:
     """Entry point of ``flwr run``: validate the run config, then run the federation."""
     config = parse_run_config(context.run_config)
     run_federation(grid, config)
+
+
+def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
+    """Wait until ``expected`` nodes are connected (SuperNodes may still be starting).
+
+    Returns the number connected; with fewer after ``timeout_s`` the run goes on with a warning
+    (devices without a node are never available).
+    """
+    deadline = time.monotonic() + timeout_s
+    connected = len(list(grid.get_node_ids()))
+    while connected < expected and time.monotonic() < deadline:
+        time.sleep(1.0)
+        connected = len(list(grid.get_node_ids()))
+    if connected < expected:
+        log(WARNING, "only %d of %d nodes connected after %.0f s", connected, expected, timeout_s)
+    return connected
 
 
 def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
@@ -143,6 +159,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         )
         return MetricRecord(metrics) if metrics else None
 
+    wait_for_nodes(grid, config.client.num_devices, config.query_timeout_s)
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(model.state_dict()),

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from experiments.launcher import LocalSuperLink, run_simulation
+from experiments.launcher import LocalFederation, run_flwr
 from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 8
@@ -20,7 +20,7 @@ def _no_runtime_install(monkeypatch):
 
 def test_flwr_run_simulation_learns_and_writes_results(tmp_path):
     out = tmp_path / "run"
-    proc = run_simulation(
+    proc = run_flwr(
         {
             "num-devices": 6,
             "num-server-rounds": ROUNDS,
@@ -44,10 +44,36 @@ def test_flwr_run_simulation_learns_and_writes_results(tmp_path):
     assert "round    8/8" in proc.stdout
 
 
-def test_superlink_is_stopped_by_pid(tmp_path):
-    link = LocalSuperLink(tmp_path / "home")
-    with link:
-        pid = link.process.pid
-        os.kill(pid, 0)  # running
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+def test_deployment_with_supernode_processes(tmp_path):
+    """The same app on two SuperNode processes (a fresh ClientApp process per message)."""
+    out = tmp_path / "deployed"
+    proc = run_flwr(
+        {
+            "num-devices": 2,
+            "num-server-rounds": 2,
+            "channel.availability-prob": 1.0,
+            "channel.deadline-s": 1.0,
+            "result-dir": str(out),
+        },
+        num_supernodes=2,
+        deployment=True,
+        flwr_home=tmp_path / "flwr-home",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
+    assert [x["round"] for x in lines] == [1, 2]
+    # Both devices reported their partition id through query.info and were available.
+    assert all(x["num_available"] == 2 for x in lines)
+    assert all(x["num_uploaded"] >= 1 for x in lines)
+
+
+def test_every_started_process_is_stopped_by_pid(tmp_path):
+    federation = LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False)
+    with federation:
+        pids = [p.pid for p in federation.processes]
+        assert len(pids) == 3
+        for pid in pids:
+            os.kill(pid, 0)  # running
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
