@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = PROJECT_DIR / "results"
 HEALTH_TIMEOUT_S = 60.0
@@ -264,10 +266,23 @@ def run_flwr(
     return subprocess.CompletedProcess(command, proc.returncode, "".join(lines), "")
 
 
-def _read_pyproject_config() -> dict[str, Any]:
-    import tomllib
+def parse_run_config_text(text: str) -> dict[str, Any]:
+    """Parse ``--run-config`` text (``key=value`` pairs, TOML values) into a dict."""
+    values: dict[str, Any] = {}
+    for item in shlex.split(text, posix=False):
+        try:
+            values.update(tomllib.loads(item))
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(
+                f"--run-config item {item!r} is not key=value with a TOML value "
+                "(quote strings: policy='bc')"
+            ) from err
+    return values
 
-    data = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())
+
+def default_run_config(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
+    """``[tool.flwr.app.config]`` of the app, flattened as Flower flattens nested tables."""
+    data = tomllib.loads((project_dir / "pyproject.toml").read_text())
     flat: dict[str, Any] = {}
 
     def walk(prefix: str, table: Mapping[str, Any]) -> None:
@@ -299,12 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
 
-    import tomllib
-
-    overrides: dict[str, Any] = {}
-    for item in shlex.split(args.run_config, posix=False):
-        overrides.update(tomllib.loads(item))
-    defaults = _read_pyproject_config()
+    overrides = parse_run_config_text(args.run_config)
+    defaults = default_run_config()
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         parser.error(f"unknown run-config keys {unknown}; allowed: {sorted(defaults)}")

@@ -7,33 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 import torch
 from fake_grid import FakeGrid, make_contexts
 
 from client_app.app import app as client_app
+from experiments.launcher import default_run_config
 from fedcgd_strategy.policies import POLICY_NAMES
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE
-
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-
-
-def default_run_config() -> dict:
-    """``[tool.flwr.app.config]`` flattened the way Flower flattens nested tables."""
-    table = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
-    flat: dict = {}
-
-    def walk(prefix: str, node: dict) -> None:
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(f"{prefix}{key}.", value)
-            else:
-                flat[prefix + key] = value
-
-    walk("", table)
-    return flat
 
 
 def run_inprocess(tmp_path: Path, name: str, **overrides) -> Path:
