@@ -6,13 +6,15 @@ Uses :func:`scipy.optimize.milp` (HiGHS branch and cut).
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term
-from fedcgd_strategy.solvers.fscd import swap_search
+from fedcgd_strategy.solvers.fscd import fscd_schedule, swap_search
+from fedcgd_strategy.solvers.greedy import greedy_schedule
 from fedcgd_strategy.solvers.result import ScheduleResult, is_improvement
 
 #: Largest number of (size S, batch total T) pairs the exact solver accepts for per-device batch
@@ -20,7 +22,7 @@ from fedcgd_strategy.solvers.result import ScheduleResult, is_improvement
 MAX_SIZE_BATCH_PAIRS = 4096
 #: HiGHS options: close the gap completely (the default relative gap of 1e-4 is too loose to
 #: match brute force to 1e-9). ``mip_abs_gap`` is passed to HiGHS verbatim by scipy.
-_MILP_OPTIONS = {"mip_rel_gap": 0.0, "mip_abs_gap": 0.0, "presolve": True}
+_MILP_OPTIONS: dict[str, float | bool] = {"mip_rel_gap": 0.0, "mip_abs_gap": 0.0, "presolve": True}
 #: Budget tightening used for a second solve when HiGHS' feasibility tolerance let the rounded
 #: solution exceed ``B`` by more than the rounding slack.
 _BUDGET_BACKOFF = 1e-7
@@ -57,12 +59,39 @@ def size_batch_pairs(problem: SchedulingProblem) -> list[tuple[int, int]]:
     return sorted(pairs, key=lambda pair: (-pair[1], -pair[0]))
 
 
+@dataclass(frozen=True)
+class MilpOutcome:
+    """Answer of one per-size MILP.
+
+    Attributes
+    ----------
+    mask
+        Best schedule found with WEMD below the cutoff, bool ``[V]``, or ``None``.
+    wemd_lower_bound
+        Proven lower bound on the WEMD of every schedule of this size (and batch total) that beats
+        the cutoff; the cutoff itself when HiGHS proved that none does.
+    proven
+        False when the time limit stopped HiGHS before it closed the gap.
+    """
+
+    mask: NDArray[np.bool_] | None
+    wemd_lower_bound: float
+    proven: bool
+
+
 def best_wemd_milp(
-    problem: SchedulingProblem, size: int, batch_total: int | None, budget_scale: float = 1.0
-) -> NDArray[np.bool_] | None:
+    problem: SchedulingProblem,
+    size: int,
+    batch_total: int | None,
+    *,
+    cutoff: float = np.inf,
+    time_limit_s: float | None = None,
+    budget_scale: float = 1.0,
+) -> MilpOutcome:
     """Minimum-WEMD schedule with exactly ``size`` devices (and batch total), as a MILP.
 
-    With ``sum_v x_v = S`` the WEMD is linear after the usual linearisation of the absolute values::
+    With ``sum_v x_v = S`` the WEMD (paper eq. (G1)) is linear after the usual linearisation of the
+    absolute values::
 
         min_{x, t}  (1/S) sum_c G_c t_c
         s.t.        t_c >=  sum_v x_v p_vc - S p_c,   t_c >= -(sum_v x_v p_vc - S p_c),
@@ -77,14 +106,18 @@ def best_wemd_milp(
         Schedule size ``S >= 1``.
     batch_total
         ``T``; ``None`` leaves the batch total free (uniform batch sizes).
+    cutoff
+        Only schedules with WEMD below this value are of interest (HiGHS ``objective_bound``);
+        from the incumbent, ``cutoff = best objective - sigma / sqrt(T)``.
+    time_limit_s
+        HiGHS time limit in seconds; ``None`` = none (the answer is then always proven).
     budget_scale
         Right-hand side of the normalised budget row (1 = the budget ``B``).
 
     Returns
     -------
-    numpy.ndarray or None
-        The optimal schedule, bool ``[V]``, or ``None`` if the MILP is infeasible.
-
+    MilpOutcome
+        The schedule (if one beats the cutoff), a WEMD lower bound and whether it is proven.
     """
     feasible = np.flatnonzero(problem.feasible)
     n_x, n_c = feasible.size, problem.num_classes
@@ -94,12 +127,10 @@ def best_wemd_milp(
     rows = [
         np.hstack([labels.T, -eye]),  # sum x p_c - t_c <= S p_c
         np.hstack([-labels.T, -eye]),  # -sum x p_c - t_c <= -S p_c
+        np.concatenate([np.ones(n_x), np.zeros(n_c)])[None, :],
     ]
-    lower = [np.full(n_c, -np.inf), np.full(n_c, -np.inf)]
-    upper = [size * target, -size * target]
-    rows.append(np.concatenate([np.ones(n_x), np.zeros(n_c)])[None, :])
-    lower.append(np.array([size]))
-    upper.append(np.array([size]))
+    lower = [np.full(2 * n_c, -np.inf), np.array([size])]
+    upper = [size * target, -size * target, np.array([size])]
     if batch_total is not None:
         batch = problem.batch_size_array[feasible].astype(float)
         rows.append(np.concatenate([batch, np.zeros(n_c)])[None, :])
@@ -113,69 +144,111 @@ def best_wemd_milp(
     cost = np.concatenate([np.zeros(n_x), problem.class_gradient_array / size])
     integrality = np.concatenate([np.ones(n_x), np.zeros(n_c)])
     bounds = Bounds(np.zeros(n_x + n_c), np.concatenate([np.ones(n_x), np.full(n_c, np.inf)]))
+    options = dict(_MILP_OPTIONS)
+    if np.isfinite(cutoff):
+        options["objective_bound"] = float(cutoff)
+    if time_limit_s is not None:
+        options["time_limit"] = float(time_limit_s)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
         res = milp(
-            cost,
-            integrality=integrality,
-            bounds=bounds,
-            constraints=constraints,
-            options=dict(_MILP_OPTIONS),
+            cost, integrality=integrality, bounds=bounds, constraints=constraints, options=options
         )
-    if res.x is None:
-        return None
-    mask = np.zeros(problem.num_devices, dtype=bool)
-    mask[feasible[np.asarray(res.x[:n_x]) > 0.5]] = True
-    return mask
+    mask: NDArray[np.bool_] | None = None
+    if res.x is not None:
+        mask = np.zeros(problem.num_devices, dtype=bool)
+        mask[feasible[np.asarray(res.x[:n_x]) > 0.5]] = True
+    if res.status == 0 and mask is not None:
+        # HiGHS proved this schedule optimal up to its feasibility tolerances (~1e-7); its true
+        # WEMD, not the slightly relaxed ``res.fun``, is the size's optimum.
+        return MilpOutcome(mask, float(min(problem.wemd(mask), cutoff)), True)
+    if res.status in (0, 2):  # no schedule of this size beats the cutoff (or fits the budget)
+        return MilpOutcome(None, float(cutoff), True)
+    dual = getattr(res, "mip_dual_bound", None)
+    bound = float(dual) if dual is not None and np.isfinite(dual) else 0.0
+    return MilpOutcome(mask, max(0.0, min(bound, cutoff)), False)
 
 
-def exact_schedule(problem: SchedulingProblem) -> ScheduleResult:
-    """Solve P1 to optimality (any ``V``; tested against brute force for ``V <= 14``).
+def exact_schedule(
+    problem: SchedulingProblem, *, milp_time_limit_s: float | None = None
+) -> ScheduleResult:
+    """Solve P1 to optimality (tested against brute force for ``V <= 14``).
 
     Problem P1: minimise ``sigma / sqrt(sum_v x_v b_v) + sum_c G_c |sum_v x_v p_vc / sum_v x_v
     - p_c|`` over ``x in {0,1}^V`` subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where
     ``B*_v = inf``.
 
-    Algorithm (not in the paper, which reports the optimum without saying how it was found): for a
-    fixed size ``S`` and batch total ``T = sum_v x_v b_v`` the sampling term is the constant
-    ``sigma / sqrt(T)`` and the WEMD is a MILP (:func:`best_wemd_milp`). Pairs ``(S, T)`` are
-    visited by ``T`` descending (:func:`size_batch_pairs`; with a uniform ``b`` this is ``S`` from
-    large to small, one MILP per size); the loop stops once ``sigma / sqrt(T)`` alone is no better
-    than the incumbent, since every later pair has a larger sampling term. Each MILP answer is
-    polished by FSCD's 1-step transits (:func:`~fedcgd_strategy.solvers.fscd.swap_search`), which
-    only removes the residue of HiGHS' feasibility/integrality tolerances. If the rounded MILP
-    answer exceeds ``B`` beyond the rounding slack, the MILP is solved again with the budget
-    tightened by 1e-7 relative.
+    Algorithm (not in the paper, which reports the optimum without saying how it was found): the
+    incumbent starts as the better of the GS and FSCD schedules. For a fixed size ``S`` and batch
+    total ``T = sum_v x_v b_v`` the sampling term is the constant ``sigma / sqrt(T)`` and the
+    WEMD is a MILP (:func:`best_wemd_milp`) that only has to beat ``cutoff = incumbent -
+    sigma / sqrt(T)``. Pairs ``(S, T)`` are visited by ``T`` descending
+    (:func:`size_batch_pairs`; with a uniform ``b`` this is ``S`` from large to small, one MILP
+    per size); the loop stops once ``sigma / sqrt(T)`` alone is no better than the incumbent, since
+    every later pair has a larger sampling term. Each MILP answer is polished by FSCD's 1-step
+    transits (:func:`~fedcgd_strategy.solvers.fscd.swap_search`), which only removes the residue
+    of HiGHS' feasibility/integrality tolerances. If the rounded MILP answer exceeds ``B`` beyond
+    the rounding slack, the MILP is solved again with the budget tightened by 1e-7 relative.
+
+    P1 is NP-hard (paper Lemma lemma4): with a small ``sigma`` and many devices the per-size MILP
+    can take very long to prove optimality. ``milp_time_limit_s`` caps each MILP; the result's
+    ``lower_bound`` then tells how far from optimal the answer may be.
+
+    Parameters
+    ----------
+    problem
+        The P1 instance.
+    milp_time_limit_s
+        Time limit per MILP in seconds; ``None`` (default) = none, the answer is optimal.
 
     Returns
     -------
     ScheduleResult
-        ``iterations`` = number of MILPs solved. Empty schedule with objective ``inf`` when no
-        device is feasible or fits.
+        ``iterations`` = number of MILPs solved; ``lower_bound`` = proven lower bound on the
+        optimum (equal to ``objective`` unless a time limit was hit). Empty schedule with
+        objective ``inf`` when no device is feasible or fits.
 
     Raises
     ------
     ValueError
         Naming ``batch_size`` when per-device batch sizes give too many ``(S, T)`` pairs.
-
     """
     uniform = problem.uniform_batch
     best_mask = np.zeros(problem.num_devices, dtype=bool)
     best_objective = np.inf
+    for heuristic in (greedy_schedule(problem), fscd_schedule(problem)):
+        if is_improvement(heuristic.objective, best_objective):
+            best_mask, best_objective = heuristic.selected.copy(), heuristic.objective
+    lower_bound = np.inf  # min over the pairs of the proven bound; pruned pairs give >= best
     solved = 0
     for size, total in size_batch_pairs(problem):
-        if not is_improvement(float(sampling_term(problem.sigma, total)), best_objective):
+        sampling = float(sampling_term(problem.sigma, total))
+        if not is_improvement(sampling, best_objective):
             break
         batch_total = None if uniform else total
-        mask = best_wemd_milp(problem, size, batch_total)
+        cutoff = best_objective - sampling
+        outcome = best_wemd_milp(
+            problem, size, batch_total, cutoff=cutoff, time_limit_s=milp_time_limit_s
+        )
         solved += 1
-        if mask is not None and not problem.is_feasible(mask):
-            mask = best_wemd_milp(problem, size, batch_total, budget_scale=1.0 - _BUDGET_BACKOFF)
+        if outcome.mask is not None and not problem.is_feasible(outcome.mask):
+            outcome = best_wemd_milp(
+                problem,
+                size,
+                batch_total,
+                cutoff=cutoff,
+                time_limit_s=milp_time_limit_s,
+                budget_scale=1.0 - _BUDGET_BACKOFF,
+            )
             solved += 1
+        lower_bound = min(lower_bound, sampling + outcome.wemd_lower_bound)
+        mask = outcome.mask
         if mask is None or int(mask.sum()) != size or not problem.is_feasible(mask):
             continue
         mask, _, _ = swap_search(problem, mask)
         objective = problem.objective(mask)
         if is_improvement(objective, best_objective):
             best_mask, best_objective = mask, objective
-    return ScheduleResult.from_mask(problem, best_mask, iterations=solved, method="exact")
+    lower_bound = min(lower_bound, best_objective)
+    result = ScheduleResult.from_mask(problem, best_mask, iterations=solved, method="exact")
+    return replace(result, lower_bound=float(lower_bound))

@@ -45,6 +45,8 @@ class ScheduleResult:
         Solver-specific iteration count (see each solver's docstring).
     method
         Name of the solver that produced the schedule.
+    lower_bound
+        Proven lower bound on the optimum of P1 (exact solver only; NaN for the heuristics).
 
     """
 
@@ -55,6 +57,7 @@ class ScheduleResult:
     bandwidth_used_hz: float
     iterations: int
     method: str
+    lower_bound: float = float("nan")
 
     @property
     def num_selected(self) -> int:

@@ -1,0 +1,65 @@
+"""The solver-performance figure script on a tiny setting: CSV columns and values consistent."""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import solver_performance
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
+    code = solver_performance.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--instances",
+            "2",
+            "--num-devices",
+            "8,12",
+            "--alphas",
+            "0.1,10",
+            "--ratios",
+            "0.3,3",
+            "--milp-time-limit-s",
+            "0",
+            "--docs-png",
+            "",
+        ]
+    )
+    assert code == 0
+    rows = read(tmp_path / "rows.csv")
+    assert list(rows[0]) == solver_performance.ROW_FIELDS
+    assert len(rows) == 2 * 2 * 2 * 2  # V x alpha x instances x ratios
+    for row in rows:
+        optimum = float(row["opt_objective"])
+        assert row["opt_proven"] == "True"  # no time limit: every optimum is proven
+        assert float(row["sigma"]) == pytest.approx(float(row["ratio"]) * np.sqrt(32))
+        for method in ("gs", "fscd", "cd"):
+            objective = float(row[f"{method}_objective"])
+            error = float(row[f"{method}_rel_error"])
+            assert objective >= optimum * (1 - 1e-9)
+            assert error == pytest.approx((objective - optimum) / optimum, abs=1e-12)
+            assert error >= -1e-9
+            assert int(row[f"{method}_iterations"]) >= 0
+    summary = read(tmp_path / "summary.csv")
+    for entry in summary:
+        group = [
+            r
+            for r in rows
+            if int(r["num_devices"]) == int(entry["num_devices"])
+            and (entry["ratio"] == "all" or float(r["ratio"]) == float(entry["ratio"]))
+        ]
+        method = entry["method"]
+        assert int(entry["instances"]) == len(group)
+        expected = np.mean([float(r[f"{method}_rel_error"]) for r in group])
+        assert float(entry["mean_rel_error"]) == pytest.approx(expected, abs=1e-12)
+        iterations = np.mean([float(r[f"{method}_iterations"]) for r in group])
+        assert float(entry["mean_iterations"]) == pytest.approx(iterations)
+    assert (tmp_path / "solver_performance.png").stat().st_size > 0
