@@ -212,6 +212,7 @@ def run_flwr(
     num_supernodes: int,
     deployment: bool = False,
     cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
     flwr_home: Path | None = None,
     project_dir: Path = PROJECT_DIR,
 ) -> subprocess.CompletedProcess[str]:
@@ -227,6 +228,9 @@ def run_flwr(
         Start SuperNode processes instead of using the simulation engine.
     cpus_per_client : int
         Ray CPUs per ClientApp in simulation (1 → two clients at once on 2 cores).
+    gpus_per_client : float
+        Ray GPUs per ClientApp in simulation (e.g. 0.25: four clients share one GPU); the
+        ClientApp trains on CUDA whenever it sees a GPU.
     flwr_home : Path, optional
         ``FLWR_HOME``; a fresh temporary folder by default.
     project_dir : Path
@@ -244,7 +248,8 @@ def run_flwr(
         if not deployment:
             command += [
                 "--federation-config",
-                f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g}",
+                f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
+                f"client-resources-num-gpus={gpus_per_client:g}",
             ]
         if run_config:
             command += ["--run-config", format_run_config(run_config)]
@@ -311,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run SuperNode processes on loopback instead of the simulation engine",
     )
     parser.add_argument("--cpus-per-client", type=int, default=1)
+    parser.add_argument("--gpus-per-client", type=float, default=0.0)
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
 
@@ -330,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         num_supernodes=num_nodes,
         deployment=args.deployment,
         cpus_per_client=args.cpus_per_client,
+        gpus_per_client=args.gpus_per_client,
     )
     summary = Path(merged["result-dir"]) / "summary.json"
     if proc.returncode != 0 or not summary.exists():

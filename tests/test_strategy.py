@@ -304,3 +304,16 @@ def test_fedcgd_updates_g_from_uploads():
     ratios = np.linalg.norm(deltas - mean, axis=1)[keep] / l1[keep]
     assert records[-1].class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
     assert records[-1].class_gradient_used == 0.0
+
+
+def test_device_that_times_out_after_discovery_is_excluded():
+    draw = make_draw([True] * V, [0.0] * V)
+    strategy, grid, records = build("all", draw)
+    run_round(strategy, grid, 1)
+    assert records[-1].scheduled == list(range(V))
+    grid.silent = {NODES[2]}  # answers nothing from now on: a timeout
+    _, new = run_round(strategy, grid, 2)
+    assert 2 in records[-1].failed
+    assert records[-1].uploaded == [0, 1, 3, 4, 5]
+    got = {k: v.numpy() for k, v in new.items()}
+    np.testing.assert_allclose(got["w"], fedavg_by_hand(np.array([0, 1, 3, 4, 5]))["w"], rtol=1e-6)
