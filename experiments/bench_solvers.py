@@ -75,12 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     parser = argparse.ArgumentParser(description="Benchmark the P1 solvers.")
     parser.add_argument("--out", type=Path, default=Path("results/bench_solvers"))
-    parser.add_argument("--instances", type=int, default=5)
+    parser.add_argument("--instances", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-devices", type=str, default="16,32,64,128")
     parser.add_argument("--speedup-devices", type=int, default=64)
     parser.add_argument("--speedup-instances", type=int, default=3)
-    parser.add_argument("--milp-time-limit-s", type=float, default=1.0)
+    parser.add_argument("--milp-time-limit-s", type=float, default=0.5)
     return parser
 
 

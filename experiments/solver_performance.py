@@ -5,7 +5,8 @@ over C = 10 classes with p uniform, alpha in {0.1, 1, 10}; UMi uplink from :mod:
 paper's radio settings, all V devices candidates; CIFAR-10 CNN of 258,898 parameters x 32 bit,
 deadline 2 s), solve P1 with GS, FSCD, CD and the exact solver, and report the average number of
 iterations and the average relative error (obj - opt) / opt. The paper does not give sigma and G
-for this figure, so the ratio sigma / (sqrt(b) G) is swept with G = 1, b = 32.
+for this figure, so the ratio sigma / (sqrt(b) G) is swept (default 0.1, 0.3, 1, 3, 10) with
+G = 1, b = 32.
 
 The exact solver caps each MILP at ``--milp-time-limit-s``; ``opt`` is then the best schedule
 found and ``opt_lower_bound`` a proven lower bound (``opt_proven`` says which instances are
@@ -278,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-devices", type=_ints, default=list(range(16, 65, 8)))
     parser.add_argument("--alphas", type=_floats, default=[0.1, 1.0, 10.0])
-    parser.add_argument("--ratios", type=_floats, default=[0.1, 0.3, 1.0, 3.0])
+    parser.add_argument("--ratios", type=_floats, default=[0.1, 0.3, 1.0, 3.0, 10.0])
     parser.add_argument(
         "--milp-time-limit-s",
         type=float,
