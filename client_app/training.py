@@ -110,7 +110,7 @@ def train_local(
 ) -> LocalTrainResult:
     """Run tau plain SGD steps (no momentum, no weight decay) with cross-entropy, in place.
 
-    Paper Section II, local update: w <- w - eta grad f(w, batch_t), t = 1..tau. The model is
+    Paper eq. (localupdate): w <- w - eta grad f(w, batch_t), t = 1..tau. The model is
     in training mode (dropout on); the dropout masks come from the torch RNG seeded with
     ``torch_seed`` inside :func:`torch.random.fork_rng`, so the global RNG is untouched and
     equal inputs give bit-identical weights.

@@ -243,6 +243,10 @@ def run_flwr(
     """
     home = flwr_home or Path(tempfile.mkdtemp(prefix="flwr-home-"))
     home.mkdir(parents=True, exist_ok=True)
+    # The ServerApp and ClientApps run in unrelated working directories: pin the data folder
+    # to an absolute path, relative to where this command was started ("" = ./data).
+    data_dir = str(run_config.get("data-dir", "")) or "data"
+    run_config = {**run_config, "data-dir": str(Path(data_dir).expanduser().resolve())}
     with LocalFederation(home, num_supernodes=num_supernodes, simulation=not deployment) as fed:
         command = [_bin("flwr"), "run", str(project_dir), "local", "--stream"]
         if not deployment:
