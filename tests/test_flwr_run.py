@@ -77,3 +77,24 @@ def test_every_started_process_is_stopped_by_pid(tmp_path):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_default_run_of_make_run(tmp_path):
+    """What `make run` runs: the default settings, 20 devices, 30 rounds (~1.5 min)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.launcher", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (result_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert f"Results: {result_dir}" in proc.stdout
+    summary = json.loads((result_dir / SUMMARY_FILE).read_text())
+    assert summary["rounds"] == 30
+    assert summary["final_accuracy"] > 0.4
+    assert (result_dir / "curves.png").exists()
