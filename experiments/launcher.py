@@ -25,12 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = PROJECT_DIR / "results"
