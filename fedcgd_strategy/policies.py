@@ -209,6 +209,10 @@ class FedCGDPolicy(Policy):
         Ĝ (every Ĝ_c) before the first upload.
     num_classes : int
         C.
+    name : str
+        Policy name for logs.
+    exact_time_limit_s : float or None
+        Cap on each MILP of the ``"exact"`` method (None: no cap, the true optimum).
 
     """
 
@@ -217,6 +221,7 @@ class FedCGDPolicy(Policy):
     initial_g: float = 1.0
     num_classes: int = 10
     name: str = "fedcgd-fscd"
+    exact_time_limit_s: float | None = None
     _g: NDArray[np.float64] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -246,7 +251,7 @@ class FedCGDPolicy(Policy):
             class_gradient=self.class_gradient,
             batch_size=inputs.batch_size,
         )
-        result = solve(problem, self.method, rng=rng)
+        result = solve(problem, self.method, rng=rng, milp_time_limit_s=self.exact_time_limit_s)
         selected[idx[result.selected]] = True
         return Decision(
             selected,
@@ -411,6 +416,7 @@ def make_policy(
     pack_rule: str = "stop",
     poc_candidates: int = 0,
     fedcbs_lambda: float = 10.0,
+    exact_time_limit_s: float | None = None,
 ) -> Policy:
     """Build a policy by its name.
 
@@ -428,6 +434,8 @@ def make_policy(
         POC's V' (0 = all available).
     fedcbs_lambda : float
         Fed-CBS exploration weight λ.
+    exact_time_limit_s : float or None
+        ``fedcgd-exact`` only: cap on each MILP (None = no cap).
 
     Returns
     -------
@@ -444,7 +452,9 @@ def make_policy(
         "fedcgd-fscd": lambda: FedCGDPolicy("fscd", False, initial_g, num_classes, name),
         "fedcgd-gs": lambda: FedCGDPolicy("gs", False, initial_g, num_classes, name),
         "fedcgd-fscd-gc": lambda: FedCGDPolicy("fscd", True, initial_g, num_classes, name),
-        "fedcgd-exact": lambda: FedCGDPolicy("exact", False, initial_g, num_classes, name),
+        "fedcgd-exact": lambda: FedCGDPolicy(
+            "exact", False, initial_g, num_classes, name, exact_time_limit_s
+        ),
         "fedcgd-cd": lambda: FedCGDPolicy("cd", False, initial_g, num_classes, name),
         "bc": lambda: BestChannelPolicy(pack_rule),
         "bn2": lambda: BestNormPolicy(pack_rule),

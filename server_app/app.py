@@ -96,6 +96,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         pack_rule=config.pack_rule,
         poc_candidates=config.poc_candidates,
         fedcbs_lambda=config.fedcbs_lambda,
+        exact_time_limit_s=config.exact_time_limit_s or None,
     )
     pending: list[RoundRecord] = []
     strategy = ScheduledStrategy(

@@ -21,6 +21,7 @@ run-config key                 meaning
 ``pack-rule``                  best-effort rule of the baselines: ``"stop"`` | ``"skip"``
 ``poc-candidates``             POC's V' (0 = all available)
 ``fedcbs-lambda``              Fed-CBS exploration weight λ
+``exact-time-limit-s``         ``fedcgd-exact``: cap per MILP in seconds (0 = none: the optimum)
 ``query-timeout-s``            wait for query replies, seconds > 0
 ``train-timeout-s``            wait for training replies, seconds > 0
 ``channel.*``                  :class:`channel.CellConfig` fields in kebab case, plus
@@ -86,6 +87,7 @@ class RunConfig:
     pack_rule: str
     poc_candidates: int
     fedcbs_lambda: float
+    exact_time_limit_s: float
     query_timeout_s: float
     train_timeout_s: float
     model_bits: int
@@ -174,6 +176,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         pack_rule=read_choice(run_config, "pack-rule", PACK_RULES),
         poc_candidates=read_int(run_config, "poc-candidates", minimum=0),
         fedcbs_lambda=read_real(run_config, "fedcbs-lambda", minimum=0.0, strict=False),
+        exact_time_limit_s=read_real(run_config, "exact-time-limit-s", minimum=0.0, strict=False),
         query_timeout_s=read_real(run_config, "query-timeout-s", minimum=0.0, strict=True),
         train_timeout_s=read_real(run_config, "train-timeout-s", minimum=0.0, strict=True),
         model_bits=model_bits,

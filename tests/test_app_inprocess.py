@@ -119,3 +119,10 @@ def test_same_seed_same_run(tmp_path):
     b = read_lines(run_inprocess(tmp_path, "b", policy="fedcbs"))
     assert [x["scheduled"] for x in a] == [x["scheduled"] for x in b]
     assert np.allclose([x["accuracy"] for x in a], [x["accuracy"] for x in b])
+
+
+def test_negative_exact_time_limit_is_rejected():
+    run_config = default_run_config()
+    run_config["exact-time-limit-s"] = -1.0
+    with pytest.raises(ValueError, match="exact-time-limit-s"):
+        parse_run_config(run_config)

@@ -317,3 +317,22 @@ def test_device_that_times_out_after_discovery_is_excluded():
     assert records[-1].uploaded == [0, 1, 3, 4, 5]
     got = {k: v.numpy() for k, v in new.items()}
     np.testing.assert_allclose(got["w"], fedavg_by_hand(np.array([0, 1, 3, 4, 5]))["w"], rtol=1e-6)
+
+
+def test_exact_time_limit_reaches_the_solver(monkeypatch):
+    import fedcgd_strategy.policies as policies
+
+    seen = {}
+    real_solve = policies.solve
+
+    def spy(problem, method, **kwargs):
+        seen.update(method=method, **kwargs)
+        return real_solve(problem, method, **kwargs)
+
+    monkeypatch.setattr(policies, "solve", spy)
+    policy = make_policy("fedcgd-exact", num_devices=V, num_classes=C, exact_time_limit_s=2.5)
+    strategy, grid, records = build("fedcgd-exact", make_draw([True] * V, [1.0] * V))
+    strategy.policy = policy
+    run_round(strategy, grid)
+    assert seen["method"] == "exact" and seen["milp_time_limit_s"] == 2.5
+    assert records[-1].num_scheduled >= 1

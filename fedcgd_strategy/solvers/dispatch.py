@@ -16,7 +16,11 @@ METHODS = ("gs", "fscd", "cd", "exact")
 
 
 def solve(
-    problem: SchedulingProblem, method: str, *, rng: np.random.Generator | None = None
+    problem: SchedulingProblem,
+    method: str,
+    *,
+    rng: np.random.Generator | None = None,
+    milp_time_limit_s: float | None = None,
 ) -> ScheduleResult:
     """Solve problem P1 with the named method.
 
@@ -29,6 +33,9 @@ def solve(
         (plain coordinate descent baseline; needs ``rng``) or ``"exact"`` (MILP per size).
     rng
         Random generator for the random start of ``"cd"``; ignored by the other methods.
+    milp_time_limit_s
+        ``"exact"`` only: cap on each MILP (None = no cap, the true optimum). With a cap the
+        result may be suboptimal and carries a proven ``lower_bound``.
 
     Returns
     -------
@@ -54,5 +61,5 @@ def solve(
             )
         return coordinate_descent_schedule(problem, rng)
     if method == "exact":
-        return exact_schedule(problem)
+        return exact_schedule(problem, milp_time_limit_s=milp_time_limit_s)
     raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
