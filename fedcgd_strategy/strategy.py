@@ -314,6 +314,7 @@ class ScheduledStrategy(Strategy):
                 continue
             reports[report.partition_id] = report
         failed = sorted(set(expected) - set(reports))
+        log(INFO, "%s: received %d results and %d failures", what, len(reports), len(failed))
         if failed:
             log(WARNING, "%s: no valid reply from devices %s (excluded this round)", what, failed)
         return [reports[p] for p in sorted(reports)], failed
