@@ -28,7 +28,15 @@ from logging import INFO, WARNING
 from typing import Any, Protocol
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
@@ -83,7 +91,6 @@ class RoundRecord:
     aggregate_s: float
     client_train_s: float
     model_kept: bool
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -180,8 +187,6 @@ class ScheduledStrategy(Strategy):
         self.on_round = on_round
         self.node_of: dict[int, int] = {}
         self.partition_of: dict[int, int] = {}
-        self.num_examples_of: dict[int, int] = {}
-        self.records: list[RoundRecord] = []
         self._state: _RoundState | None = None
 
     # ----------------------------------------------------------------------------- helpers
@@ -259,7 +264,6 @@ class ScheduledStrategy(Strategy):
                     raise MalformedReplyError(f"error reply: {reply.error.reason}")
                 metrics = reply.content.metric_records[keys.METRICS]
                 pid = metrics[keys.PARTITION_ID]
-                n = metrics[keys.NUM_EXAMPLES]
                 if not isinstance(pid, int) or not 0 <= pid < self.num_devices:
                     raise MalformedReplyError(
                         f"{keys.PARTITION_ID!r} = {pid!r}; allowed: an int in "
@@ -280,7 +284,6 @@ class ScheduledStrategy(Strategy):
                 continue
             self.node_of[pid] = node
             self.partition_of[node] = pid
-            self.num_examples_of[pid] = int(n) if isinstance(n, int) else 0
         log(INFO, "discovery: %d of %d devices have a node", len(self.node_of), self.num_devices)
 
     def _read(
@@ -389,7 +392,7 @@ class ScheduledStrategy(Strategy):
         content = self._content(server_round, arrays)
         if self.protocol == "train-all":
             state.t_sent = time.perf_counter()
-            return self._messages(content, available, "train", server_round)
+            return self._messages(content, available, MessageType.TRAIN, server_round)
 
         t0 = time.perf_counter()
         replies = grid.send_and_receive(
@@ -401,7 +404,7 @@ class ScheduledStrategy(Strategy):
         decision = self._schedule(state, reports)
         state.t_sent = time.perf_counter()
         return self._messages(
-            content, np.flatnonzero(decision.selected).tolist(), "train", server_round
+            content, np.flatnonzero(decision.selected).tolist(), MessageType.TRAIN, server_round
         )
 
     def aggregate_train(
@@ -417,7 +420,7 @@ class ScheduledStrategy(Strategy):
             if self.protocol == "train-all"
             else np.flatnonzero(state.decision.selected).tolist()  # type: ignore[union-attr]
         )
-        reports, failed = self._read(replies, expected, state.reference, "train")
+        reports, failed = self._read(replies, expected, state.reference, MessageType.TRAIN)
         state.failed = sorted(set(state.failed) | set(failed))
         if self.protocol == "train-all":
             self._schedule(state, reports)
@@ -453,7 +456,6 @@ class ScheduledStrategy(Strategy):
         aggregate_s = time.perf_counter() - t0
 
         record = self._record(server_round, state, reports, uploads, aggregate_s, t_recv)
-        self.records.append(record)
         if self.on_round is not None:
             self.on_round(record)
         metrics = MetricRecord(
