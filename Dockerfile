@@ -13,6 +13,7 @@ COPY pyproject.toml README.md ./
 COPY channel ./channel
 COPY client_app ./client_app
 COPY fedcgd_strategy ./fedcgd_strategy
+COPY task ./task
 COPY server_app ./server_app
 # Extra pip arguments, e.g. a CPU-only torch index: --build-arg PIP_ARGS="--extra-index-url …"
 ARG PIP_ARGS=""

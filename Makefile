@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 
 typecheck: $(STAMP)
-	$(PY) -m mypy channel fedcgd_strategy server_app client_app experiments
+	$(PY) -m mypy channel fedcgd_strategy server_app client_app task experiments
 
 test: lint typecheck
 	$(PY) -m pytest -q

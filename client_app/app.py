@@ -1,18 +1,18 @@
 """The Flower ClientApp of a FedCGD device (Message API).
 
-Message types and what the device answers (record keys from :mod:`fedcgd_strategy.keys`):
+Message types and what the device answers (record keys from :mod:`task.keys`):
 
 * ``query.info``: metrics {partition-id, num-examples}.
 * ``query.stats``: given the global model (ArrayRecord ``arrays``) and the round config
   (ConfigRecord ``config``: server-round, local-steps, lr, batch-size), the pre-training
   statistics of paper Algorithm 3, lines 6-8, without training: partition-id, num-examples
-  (|D_v|), label-hist (class counts of all tau b samples of this round's batches), sigma-hat
-  (paper eq. (local_est_sigma) at the received model, first batch), pre-loss (mean loss on the
-  first batch at the received model, eval mode).
+  (|D_v|), label-hist (class counts of all tau b samples of this round's batches) and sigma-hat
+  (paper eq. (local_est_sigma) at the received model, first batch).
 * ``train``: the same statistics (identical to the stats reply of the same round, since the
   batches depend only on seed, round and partition id), then tau SGD steps on those batches;
   replies the updated model under ``arrays`` plus train-loss, update-norm and train-time-s.
-* ``evaluate``: loss and accuracy of the received model on the local split.
+
+The global model is evaluated centrally by the ServerApp, so there is no ``evaluate`` handler.
 
 The partition id comes from ``context.node_config["partition-id"]``; ``num-partitions`` must
 equal the run config's ``num-devices``. Errors raised in a handler propagate; Flower turns them
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -43,18 +43,12 @@ from flwr.app import (
 from flwr.clientapp import ClientApp
 from torch import nn
 
-from client_app.local_data import LocalSplit, local_split
-from client_app.models import build_model
-from client_app.settings import ClientSettings
 from client_app.sigma import gradient_spread
-from client_app.training import (
-    compute_device,
-    dropout_seed,
-    evaluate,
-    local_batches,
-    train_local,
-)
-from fedcgd_strategy import keys
+from task import keys
+from task.local_data import LocalSplit, local_split
+from task.models import build_model
+from task.settings import TaskSettings, TrainingSettings, read_round_config
+from task.training import compute_device, dropout_seed, local_batches, train_local
 
 #: node_config keys Flower's simulation sets (and deployments pass with ``--node-config``).
 NODE_PARTITION_ID = "partition-id"
@@ -73,29 +67,6 @@ def lifespan(context: Context) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class RoundConfig:
-    """The round configuration the server sends with stats and train messages.
-
-    Attributes
-    ----------
-    server_round : int
-        Round j >= 0.
-    local_steps : int
-        tau >= 1.
-    learning_rate : float
-        eta > 0.
-    batch_size : int
-        b >= 1.
-
-    """
-
-    server_round: int
-    local_steps: int
-    learning_rate: float
-    batch_size: int
-
-
-@dataclass(frozen=True)
 class PreTrainingStats:
     """Statistics a device reports before training (identical in stats and train replies).
 
@@ -105,17 +76,14 @@ class PreTrainingStats:
         Class counts of all samples of this round's tau batches (sums to tau b).
     sigma : float
         sigma-hat_v, paper eq. (local_est_sigma).
-    pre_loss : float
-        Mean cross-entropy on the first batch at the received model (nats).
 
     """
 
     label_hist: list[int]
     sigma: float
-    pre_loss: float
 
 
-def node_partition(context: Context, settings: ClientSettings) -> int:
+def node_partition(context: Context, settings: TaskSettings) -> int:
     """Return the node's partition id, checking it against the run config.
 
     Raises
@@ -148,41 +116,18 @@ def node_partition(context: Context, settings: ClientSettings) -> int:
     return partition_id
 
 
-def read_round_config(msg: Message) -> RoundConfig:
-    """Read and validate the ConfigRecord the server sends with stats / train messages."""
+def round_config(msg: Message) -> tuple[int, TrainingSettings]:
+    """Read the server round and τ, η, b from the message's ConfigRecord ``config``."""
     if keys.CONFIG not in msg.content.config_records:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
             f"(with {keys.SERVER_ROUND}, {keys.LOCAL_STEPS}, {keys.LEARNING_RATE}, "
             f"{keys.BATCH_SIZE})"
         )
-    config = msg.content.config_records[keys.CONFIG]
-    values: dict[str, float | int] = {}
-    for key in (keys.SERVER_ROUND, keys.LOCAL_STEPS, keys.LEARNING_RATE, keys.BATCH_SIZE):
-        if key not in config:
-            raise ValueError(f"ConfigRecord '{keys.CONFIG}' lacks the key '{key}'")
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"ConfigRecord key '{key}' must be a number; got {value!r}")
-        values[key] = value
-    for key, minimum in ((keys.SERVER_ROUND, 0), (keys.LOCAL_STEPS, 1), (keys.BATCH_SIZE, 1)):
-        value = values[key]
-        if not float(value).is_integer() or value < minimum:
-            raise ValueError(
-                f"ConfigRecord key '{key}' must be an integer >= {minimum}; got {value!r}"
-            )
-    lr = float(values[keys.LEARNING_RATE])
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"ConfigRecord key '{keys.LEARNING_RATE}' must be > 0; got {lr!r}")
-    return RoundConfig(
-        server_round=int(values[keys.SERVER_ROUND]),
-        local_steps=int(values[keys.LOCAL_STEPS]),
-        learning_rate=lr,
-        batch_size=int(values[keys.BATCH_SIZE]),
-    )
+    return read_round_config(msg.content.config_records[keys.CONFIG])
 
 
-def received_model(msg: Message, settings: ClientSettings, split: LocalSplit) -> nn.Module:
+def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
     """Build the model named in the run config and load the message's ArrayRecord into it."""
     if keys.ARRAYS not in msg.content.array_records:
         raise ValueError(
@@ -198,14 +143,12 @@ def received_model(msg: Message, settings: ClientSettings, split: LocalSplit) ->
 def pre_training_stats(
     model: nn.Module, split: LocalSplit, batches: list[np.ndarray]
 ) -> PreTrainingStats:
-    """Compute the label histogram of the round's batches and sigma-hat / loss on the first."""
+    """Compute the label histogram of the round's batches and sigma-hat on the first."""
     used = np.concatenate(batches)
     hist = np.bincount(split.labels[used], minlength=split.num_classes)
     x_first, y_first = split.tensors(batches[0])
     spread = gradient_spread(model, x_first, y_first)
-    return PreTrainingStats(
-        label_hist=[int(c) for c in hist], sigma=float(spread.sigma), pre_loss=spread.mean_loss
-    )
+    return PreTrainingStats(label_hist=[int(c) for c in hist], sigma=float(spread.sigma))
 
 
 def update_norm(before: dict[str, torch.Tensor], model: nn.Module) -> float:
@@ -217,21 +160,18 @@ def update_norm(before: dict[str, torch.Tensor], model: nn.Module) -> float:
     return math.sqrt(total)
 
 
-def _prepare(msg: Message, context: Context) -> tuple[ClientSettings, int, LocalSplit]:
+def _prepare(msg: Message, context: Context) -> tuple[TaskSettings, int, LocalSplit]:
     """Parse the run config, the node's partition id and fetch its (cached) local split."""
-    settings = ClientSettings.from_run_config(context.run_config)
+    settings = TaskSettings.from_run_config(context.run_config)
     partition_id = node_partition(context, settings)
     return settings, partition_id, local_split(settings, partition_id)
 
 
 def _round_batches(
-    settings: ClientSettings, round_config: RoundConfig, split: LocalSplit
+    settings: TaskSettings, server_round: int, training: TrainingSettings, split: LocalSplit
 ) -> list[np.ndarray]:
     """Draw this round's batches with the tau and b the server sent."""
-    round_settings = replace(
-        settings, local_steps=round_config.local_steps, batch_size=round_config.batch_size
-    )
-    return local_batches(round_settings, len(split), round_config.server_round, split.partition_id)
+    return local_batches(settings.seed, training, len(split), server_round, split.partition_id)
 
 
 def _stats_metrics(
@@ -243,7 +183,6 @@ def _stats_metrics(
         keys.NUM_EXAMPLES: len(split),
         keys.LABEL_HIST: stats.label_hist,
         keys.SIGMA: float(stats.sigma),
-        keys.PRE_LOSS: float(stats.pre_loss),
     }
 
 
@@ -259,9 +198,10 @@ def query_info(msg: Message, context: Context) -> Message:
 def query_stats(msg: Message, context: Context) -> Message:
     """Reply with the pre-training statistics at the received model (no training)."""
     settings, partition_id, split = _prepare(msg, context)
-    round_config = read_round_config(msg)
+    server_round, training = round_config(msg)
     model = received_model(msg, settings, split)
-    stats = pre_training_stats(model, split, _round_batches(settings, round_config, split))
+    batches = _round_batches(settings, server_round, training, split)
+    stats = pre_training_stats(model, split, batches)
     metrics = MetricRecord(_stats_metrics(partition_id, split, stats))
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
@@ -270,9 +210,9 @@ def query_stats(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
     settings, partition_id, split = _prepare(msg, context)
-    round_config = read_round_config(msg)
+    server_round, training = round_config(msg)
     model = received_model(msg, settings, split)
-    batches = _round_batches(settings, round_config, split)
+    batches = _round_batches(settings, server_round, training, split)
     stats = pre_training_stats(model, split, batches)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     rows = np.concatenate(batches)
@@ -285,8 +225,8 @@ def train(msg: Message, context: Context) -> Message:
         x,
         y,
         positions,
-        round_config.learning_rate,
-        torch_seed=dropout_seed(settings.seed, round_config.server_round, partition_id),
+        training.learning_rate,
+        torch_seed=dropout_seed(settings.seed, server_round, partition_id),
     )
     train_time_s = time.perf_counter() - started
     metrics = _stats_metrics(partition_id, split, stats)
@@ -298,26 +238,12 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
-@app.evaluate()
-def evaluate_local(msg: Message, context: Context) -> Message:
-    """Reply with the received model's loss and accuracy on the local split."""
-    settings, _, split = _prepare(msg, context)
-    model = received_model(msg, settings, split)
-    x, y = split.tensors()
-    loss, accuracy = evaluate(model, x, y)
-    metrics = MetricRecord(
-        {keys.NUM_EXAMPLES: len(split), keys.EVAL_LOSS: float(loss), keys.EVAL_ACC: float(accuracy)}
-    )
-    return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
-
-
 __all__ = [
     "PreTrainingStats",
-    "RoundConfig",
     "app",
     "node_partition",
     "pre_training_stats",
-    "read_round_config",
     "received_model",
+    "round_config",
     "update_norm",
 ]

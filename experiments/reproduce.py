@@ -27,7 +27,7 @@ import hydra
 import matplotlib
 from omegaconf import DictConfig, OmegaConf
 
-from client_app.datasets import load_dataset
+from task.datasets import load_dataset
 from experiments.compare_policies import TABLE_COLUMNS, check_policies, run_policies, write_table
 from experiments.launcher import default_run_config
 from experiments.plot_runs import load_run

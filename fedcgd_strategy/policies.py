@@ -14,7 +14,6 @@ valid statistics. Non-candidates are never scheduled.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -28,26 +27,18 @@ from fedcgd_strategy.estimators import (
     estimate_per_class_gradient,
 )
 from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
-from fedcgd_strategy.problem import SchedulingProblem
+from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.selectors import best_channel, best_norm, power_of_choice
-from fedcgd_strategy.solvers import solve
+from fedcgd_strategy.solvers import ScheduleResult, solve
 
 #: Fewer uploads than this leave Ĝ unchanged (see :meth:`FedCGDPolicy.observe_uploads`).
 MIN_UPLOADS_FOR_G = 2
 
-#: Policy names accepted by :func:`make_policy` (and the run-config key ``policy``).
-POLICY_NAMES: tuple[str, ...] = (
-    "fedcgd-fscd",
-    "fedcgd-gs",
-    "fedcgd-fscd-gc",
-    "fedcgd-exact",
-    "fedcgd-cd",
-    "bc",
-    "bn2",
-    "poc",
-    "fedcbs",
-    "all",
-)
+#: Round protocols: ``"query"`` (pre-training statistics, only the scheduled devices train) and
+#: ``"train-all"`` (every available device trains, only the scheduled ones are aggregated).
+PROTOCOLS: tuple[str, ...] = ("query", "train-all")
+#: Values of the run-config key ``protocol``: ``"auto"`` derives it from the policy.
+PROTOCOL_CHOICES: tuple[str, ...] = ("auto", *PROTOCOLS)
 
 
 @dataclass(frozen=True)
@@ -109,7 +100,9 @@ class RoundInputs:
 
 @dataclass(frozen=True)
 class Decision:
-    """A policy's schedule for one round.
+    """A policy's schedule for one round, with the numbers a round record needs.
+
+    Build it with :func:`decide`, which evaluates the schedule's terms once.
 
     Attributes
     ----------
@@ -117,20 +110,70 @@ class Decision:
         Scheduled devices (a subset of the candidates).
     sigma : float
         Global σ̂ of the round (eq. global_est_sigma), logged for every policy.
-    class_gradient : float or list of float
-        Ĝ (or Ĝ_c) the policy used; NaN for policies that do not use it.
-    solver_objective : float
-        Value of problem P1 reported by the FedCGD solver (NaN for baselines).
-    solver_iterations : int
-        Solver iterations (0 for baselines).
+    wemd : float
+        Plain WEMD Σ_c |p̄_c − p_c| of the schedule (G = 1, paper eq. (G1), comparable with the
+        paper's Table II); NaN when nothing is scheduled.
+    sampling_term : float
+        σ̂ / sqrt(b |S|), the first term of P1; NaN when nothing is scheduled.
+    bandwidth_used_hz : float
+        Σ_v x_v B*_v in Hz.
+    class_gradient : float[1] or float[C] or None
+        Ĝ (or Ĝ_c) the policy used; None for policies that do not use it.
+    solver : ScheduleResult or None
+        The P1 solver's result on the candidates (FedCGD policies only): objective with Ĝ,
+        iterations, method.
 
     """
 
     selected: NDArray[np.bool_]
     sigma: float
-    class_gradient: float | list[float] = float("nan")
-    solver_objective: float = float("nan")
-    solver_iterations: int = 0
+    wemd: float
+    sampling_term: float
+    bandwidth_used_hz: float
+    class_gradient: NDArray[np.float64] | None = None
+    solver: ScheduleResult | None = None
+
+
+def decide(
+    inputs: RoundInputs,
+    selected: NDArray[np.bool_],
+    class_gradient: NDArray[np.float64] | None = None,
+    solver: ScheduleResult | None = None,
+) -> Decision:
+    """Wrap a schedule into a :class:`Decision`, evaluating its WEMD and sampling term once.
+
+    Parameters
+    ----------
+    inputs : RoundInputs
+        The round's inputs.
+    selected : bool[V]
+        The schedule; must be a subset of the candidates.
+    class_gradient : float[1] or float[C], optional
+        Ĝ (Ĝ_c) used by the policy.
+    solver : ScheduleResult, optional
+        The solver's result (FedCGD).
+
+    """
+    selected = np.asarray(selected, dtype=bool)
+    if selected.shape != inputs.candidate.shape or np.any(selected & ~inputs.candidate):
+        raise ValueError("a policy scheduled a device that is not a candidate this round")
+    sigma = inputs.global_sigma()
+    count = int(selected.sum())
+    wemd_g1 = sampling = float("nan")
+    if count:
+        mean = inputs.label_dist[selected].sum(axis=0) / count
+        wemd_g1 = float(wemd(mean, inputs.target_dist, 1.0))
+        sampling = float(sampling_term(sigma, inputs.batch_size * count))
+    bandwidth = inputs.min_bandwidth_hz[selected]
+    return Decision(
+        selected=selected,
+        sigma=sigma,
+        wemd=wemd_g1,
+        sampling_term=sampling,
+        bandwidth_used_hz=float(np.sum(bandwidth[np.isfinite(bandwidth)])),
+        class_gradient=None if class_gradient is None else np.array(class_gradient, float),
+        solver=solver,
+    )
 
 
 @dataclass(frozen=True)
@@ -172,12 +215,17 @@ class Policy(ABC):
     needs_post_training : bool
         True when the rule ranks devices by values known only after local training (BN2's
         update norm, POC's accumulated loss): then every available device trains first and
-        only the scheduled ones upload, as in the paper.
+        only the scheduled ones upload, as in the paper (see :func:`resolve_protocol`).
 
     """
 
     name: str = "policy"
     needs_post_training: ClassVar[bool] = False
+
+    @property
+    def class_gradient(self) -> NDArray[np.float64] | None:
+        """Ĝ ([1]) or Ĝ_c ([C]) the next round will use; None for rules without it."""
+        return None
 
     @abstractmethod
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
@@ -228,38 +276,28 @@ class FedCGDPolicy(Policy):
         self._g = np.full(self.num_classes if self.per_class else 1, float(self.initial_g))
 
     @property
-    def class_gradient(self) -> float | NDArray[np.float64]:
-        """Current Ĝ (scalar) or Ĝ_c (float[C])."""
-        return self._g.copy() if self.per_class else float(self._g[0])
+    def class_gradient(self) -> NDArray[np.float64]:
+        """Ĝ (float[1]) or Ĝ_c (float[C]) the next round will use."""
+        return self._g.copy()
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Solve P1 over the candidates (paper Algorithm 3, "Call Alg. 1 or Alg. 2")."""
         idx = np.flatnonzero(inputs.candidate)
-        sigma = inputs.global_sigma()
-        g_used: float | list[float] = (
-            [float(v) for v in self._g] if self.per_class else float(self._g[0])
-        )
         selected = np.zeros(inputs.num_devices, dtype=bool)
         if idx.size == 0:
-            return Decision(selected, sigma, g_used)
+            return decide(inputs, selected, self._g)
         problem = SchedulingProblem(
             label_dist=inputs.label_dist[idx],
             target_dist=inputs.target_dist,
             min_bandwidth_hz=inputs.min_bandwidth_hz[idx],
             total_bandwidth_hz=inputs.total_bandwidth_hz,
-            sigma=sigma,
-            class_gradient=self.class_gradient,
+            sigma=inputs.global_sigma(),
+            class_gradient=self._g if self.per_class else float(self._g[0]),
             batch_size=inputs.batch_size,
         )
         result = solve(problem, self.method, rng=rng, milp_time_limit_s=self.exact_time_limit_s)
         selected[idx[result.selected]] = True
-        return Decision(
-            selected,
-            sigma,
-            g_used,
-            solver_objective=float(result.objective),
-            solver_iterations=int(result.iterations),
-        )
+        return decide(inputs, selected, self._g, result)
 
     def observe_uploads(self, uploads: UploadedUpdates) -> None:
         """Update Ĝ (eq. G_est) or Ĝ_c (eq. Gc_est) from this round's uploads.
@@ -312,7 +350,7 @@ class BestChannelPolicy(Policy):
             inputs.total_bandwidth_hz,
             rule=self.pack_rule,
         )
-        return Decision(np.asarray(mask, dtype=bool), inputs.global_sigma())
+        return decide(inputs, mask)
 
 
 @dataclass
@@ -334,7 +372,7 @@ class BestNormPolicy(Policy):
             inputs.total_bandwidth_hz,
             rule=self.pack_rule,
         )
-        return Decision(np.asarray(mask, dtype=bool), inputs.global_sigma())
+        return decide(inputs, mask)
 
 
 @dataclass
@@ -361,7 +399,7 @@ class PowerOfChoicePolicy(Policy):
             rng,
             rule=self.pack_rule,
         )
-        return Decision(np.asarray(mask, dtype=bool), inputs.global_sigma())
+        return decide(inputs, mask)
 
 
 @dataclass
@@ -388,7 +426,7 @@ class FedCBSPolicy(Policy):
             rng,
             lam=self.lam,
         )
-        return Decision(np.asarray(mask, dtype=bool), inputs.global_sigma())
+        return decide(inputs, mask)
 
     def state_dict(self) -> dict[str, object]:
         """Selection counts and round counter."""
@@ -403,8 +441,63 @@ class AllFeasiblePolicy(Policy):
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule every candidate with finite B*."""
-        mask = inputs.candidate & np.isfinite(inputs.min_bandwidth_hz)
-        return Decision(mask, inputs.global_sigma())
+        return decide(inputs, inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))
+
+
+#: Policy name -> (class, P1 solver for FedCGD variants, per-class Ĝ_c).
+_POLICIES: dict[str, tuple[type[Policy], str, bool]] = {
+    "fedcgd-fscd": (FedCGDPolicy, "fscd", False),
+    "fedcgd-gs": (FedCGDPolicy, "gs", False),
+    "fedcgd-fscd-gc": (FedCGDPolicy, "fscd", True),
+    "fedcgd-exact": (FedCGDPolicy, "exact", False),
+    "fedcgd-cd": (FedCGDPolicy, "cd", False),
+    "bc": (BestChannelPolicy, "", False),
+    "bn2": (BestNormPolicy, "", False),
+    "poc": (PowerOfChoicePolicy, "", False),
+    "fedcbs": (FedCBSPolicy, "", False),
+    "all": (AllFeasiblePolicy, "", False),
+}
+#: Policy names accepted by :func:`make_policy` (and the run-config key ``policy``).
+POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
+
+
+def _policy_type(name: str) -> type[Policy]:
+    if name not in _POLICIES:
+        raise ValueError(f"policy: got {name!r}; allowed: {', '.join(POLICY_NAMES)}")
+    return _POLICIES[name][0]
+
+
+def resolve_protocol(policy: str, requested: str = "auto") -> str:
+    """Return the round protocol for ``policy`` (the one place this rule lives).
+
+    Rules that rank devices on post-training values (:attr:`Policy.needs_post_training`: BN2,
+    POC) need ``"train-all"``; the others run ``"query"`` unless ``"train-all"`` is asked for
+    (same schedules and model, more training: useful to compare protocols).
+
+    Parameters
+    ----------
+    policy : str
+        One of :data:`POLICY_NAMES`.
+    requested : str
+        One of :data:`PROTOCOL_CHOICES`; ``"auto"`` derives the protocol from the policy.
+
+    Raises
+    ------
+    ValueError
+        For an unknown policy or protocol, or ``"query"`` with a post-training rule.
+
+    """
+    needs_post_training = _policy_type(policy).needs_post_training
+    if requested not in PROTOCOL_CHOICES:
+        raise ValueError(f"protocol: got {requested!r}; allowed: {', '.join(PROTOCOL_CHOICES)}")
+    if requested == "auto":
+        return "train-all" if needs_post_training else "query"
+    if requested == "query" and needs_post_training:
+        raise ValueError(
+            f"protocol 'query' does not work with policy {policy!r}, which ranks devices on "
+            "post-training values; allowed: 'auto' or 'train-all'"
+        )
+    return requested
 
 
 def make_policy(
@@ -448,20 +541,15 @@ def make_policy(
         For an unknown name.
 
     """
-    fedcgd: dict[str, Callable[[], Policy]] = {
-        "fedcgd-fscd": lambda: FedCGDPolicy("fscd", False, initial_g, num_classes, name),
-        "fedcgd-gs": lambda: FedCGDPolicy("gs", False, initial_g, num_classes, name),
-        "fedcgd-fscd-gc": lambda: FedCGDPolicy("fscd", True, initial_g, num_classes, name),
-        "fedcgd-exact": lambda: FedCGDPolicy(
-            "exact", False, initial_g, num_classes, name, exact_time_limit_s
-        ),
-        "fedcgd-cd": lambda: FedCGDPolicy("cd", False, initial_g, num_classes, name),
-        "bc": lambda: BestChannelPolicy(pack_rule),
-        "bn2": lambda: BestNormPolicy(pack_rule),
-        "poc": lambda: PowerOfChoicePolicy(poc_candidates, pack_rule),
-        "fedcbs": lambda: FedCBSPolicy(num_devices, fedcbs_lambda),
-        "all": lambda: AllFeasiblePolicy(),
-    }
-    if name not in fedcgd:
-        raise ValueError(f"policy: got {name!r}; allowed: {', '.join(POLICY_NAMES)}")
-    return fedcgd[name]()
+    kind = _policy_type(name)
+    _, method, per_class = _POLICIES[name]
+    if kind is FedCGDPolicy:
+        time_limit = exact_time_limit_s if method == "exact" else None
+        return FedCGDPolicy(method, per_class, initial_g, num_classes, name, time_limit)
+    if kind is PowerOfChoicePolicy:
+        return PowerOfChoicePolicy(poc_candidates, pack_rule)
+    if kind is FedCBSPolicy:
+        return FedCBSPolicy(num_devices, fedcbs_lambda)
+    if kind in (BestChannelPolicy, BestNormPolicy):
+        return kind(pack_rule)  # type: ignore[call-arg]
+    return kind()

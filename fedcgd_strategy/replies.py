@@ -9,14 +9,22 @@ strategy logs it and excludes that device for the round.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Message, MetricRecord
+from flwr.supercore import log
 from numpy.typing import NDArray
 
-from fedcgd_strategy import keys
+from channel import RoundDraw
+from fedcgd_strategy.policies import RoundInputs
+from task import keys
+
+if TYPE_CHECKING:
+    from fedcgd_strategy.discovery import NodeRegistry
 
 
 class MalformedReplyError(ValueError):
@@ -39,8 +47,6 @@ class DeviceReport:
         Class counts of the samples used this round.
     sigma : float
         σ̂_v, paper eq. (local_est_sigma).
-    pre_loss : float
-        Loss on the first batch at the received model.
     train_loss, update_norm, train_time_s : float or None
         Present in training replies only.
     arrays : dict of str -> ndarray, or None
@@ -53,7 +59,6 @@ class DeviceReport:
     num_examples: int
     label_hist: NDArray[np.int64]
     sigma: float
-    pre_loss: float
     train_loss: float | None = None
     update_norm: float | None = None
     train_time_s: float | None = None
@@ -81,6 +86,33 @@ def _finite_float(value: object, key: str, node_id: int, *, minimum: float | Non
         allowed = "a finite number" + (f" >= {minimum}" if minimum is not None else "")
         raise MalformedReplyError(f"node {node_id}: metric {key!r} = {value!r}; allowed: {allowed}")
     return out
+
+
+def _partition_id(metrics: MetricRecord, node_id: int, num_devices: int) -> int:
+    pid = _metric(metrics, keys.PARTITION_ID, node_id)
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < num_devices:
+        raise MalformedReplyError(
+            f"node {node_id}: {keys.PARTITION_ID!r} = {pid!r}; allowed: an int in "
+            f"[0, {num_devices})"
+        )
+    return pid
+
+
+def _metrics_of(msg: Message) -> tuple[int, MetricRecord]:
+    node_id = int(msg.metadata.src_node_id)
+    if msg.has_error():
+        raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
+    if keys.METRICS not in msg.content.metric_records:
+        raise MalformedReplyError(
+            f"reply from node {node_id} lacks the MetricRecord {keys.METRICS!r}"
+        )
+    return node_id, msg.content.metric_records[keys.METRICS]
+
+
+def read_info(msg: Message, *, num_devices: int) -> tuple[int, int]:
+    """Validate a ``query.info`` reply; return (node id, partition id)."""
+    node_id, metrics = _metrics_of(msg)
+    return node_id, _partition_id(metrics, node_id, num_devices)
 
 
 def read_report(
@@ -115,21 +147,9 @@ def read_report(
         For an error reply, a missing key or a malformed value.
 
     """
-    node_id = int(msg.metadata.src_node_id)
-    if msg.has_error():
-        raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
+    node_id, metrics = _metrics_of(msg)
     content = msg.content
-    if keys.METRICS not in content.metric_records:
-        raise MalformedReplyError(
-            f"reply from node {node_id} lacks the MetricRecord {keys.METRICS!r}"
-        )
-    metrics = content.metric_records[keys.METRICS]
-    pid_raw = _metric(metrics, keys.PARTITION_ID, node_id)
-    if not isinstance(pid_raw, int) or isinstance(pid_raw, bool) or not 0 <= pid_raw < num_devices:
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.PARTITION_ID!r} = {pid_raw!r}; allowed: an int in "
-            f"[0, {num_devices})"
-        )
+    pid_raw = _partition_id(metrics, node_id, num_devices)
     n_raw = _metric(metrics, keys.NUM_EXAMPLES, node_id)
     if not isinstance(n_raw, int) or isinstance(n_raw, bool) or n_raw <= 0:
         raise MalformedReplyError(
@@ -147,9 +167,8 @@ def read_report(
             "with a positive sum"
         )
     sigma = _finite_float(_metric(metrics, keys.SIGMA, node_id), keys.SIGMA, node_id)
-    pre_loss = _finite_float(_metric(metrics, keys.PRE_LOSS, node_id), keys.PRE_LOSS, node_id)
     if reference is None:
-        return DeviceReport(node_id, pid_raw, n_raw, hist.astype(np.int64), sigma, pre_loss)
+        return DeviceReport(node_id, pid_raw, n_raw, hist.astype(np.int64), sigma)
 
     train_loss = _finite_float(_metric(metrics, keys.TRAIN_LOSS, node_id), keys.TRAIN_LOSS, node_id)
     update_norm = _finite_float(
@@ -183,9 +202,120 @@ def read_report(
         n_raw,
         hist.astype(np.int64),
         sigma,
-        pre_loss,
         train_loss,
         update_norm,
         train_time,
         arrays,
+    )
+
+
+def collect_reports(
+    replies: Iterable[Message],
+    expected: Iterable[int],
+    registry: NodeRegistry,
+    *,
+    num_classes: int,
+    reference: Mapping[str, NDArray[np.generic]] | None,
+    phase: str,
+) -> tuple[list[DeviceReport], list[int]]:
+    """Validate a phase's replies; return the valid reports (by partition id) and the failures.
+
+    A reply is excluded (with a warning) when it is malformed or when its partition id is not
+    the one registered for its node. ``failed`` lists the expected partitions without a valid
+    reply (errors, timeouts, malformed or misattributed replies).
+    """
+    reports: dict[int, DeviceReport] = {}
+    for msg in replies:
+        try:
+            report = read_report(
+                msg,
+                num_devices=registry.num_devices,
+                num_classes=num_classes,
+                reference=reference,
+            )
+        except MalformedReplyError as err:
+            log(WARNING, "%s: device excluded this round: %s", phase, err)
+            continue
+        registered = registry.partition(report.node_id)
+        if registered != report.partition_id:
+            log(
+                WARNING,
+                "%s: node %d reported partition %d but is registered as %s; excluded",
+                phase,
+                report.node_id,
+                report.partition_id,
+                registered,
+            )
+            continue
+        reports[report.partition_id] = report
+    failed = sorted(set(expected) - set(reports))
+    log(INFO, "%s: received %d results and %d failures", phase, len(reports), len(failed))
+    if failed:
+        log(WARNING, "%s: no valid reply from devices %s (excluded this round)", phase, failed)
+    return [reports[p] for p in sorted(reports)], failed
+
+
+def inputs_from_reports(
+    reports: list[DeviceReport],
+    draw: RoundDraw,
+    *,
+    num_classes: int,
+    total_bandwidth_hz: float,
+    batch_size: int,
+    target_dist: NDArray[np.float64] | None,
+    post_training: bool,
+) -> RoundInputs:
+    """Assemble the policy's view of the round from the channel draw and the valid reports.
+
+    Parameters
+    ----------
+    reports : list of DeviceReport
+        Valid replies of this round; their devices become the candidates.
+    draw : RoundDraw
+        This round's channel (length-V arrays).
+    num_classes : int
+        C.
+    total_bandwidth_hz : float
+        Bandwidth budget B.
+    batch_size : int
+        b.
+    target_dist : float[C] or None
+        WEMD target p; None = the class distribution of the union of the reported histograms
+        (uniform when nobody reported).
+    post_training : bool
+        The reports carry post-training values (train-loss, update-norm) to pass on.
+
+    """
+    V = int(np.asarray(draw.available).shape[0])
+    candidate = np.zeros(V, dtype=bool)
+    label_dist = np.zeros((V, num_classes))
+    num_examples, sigma_v = np.zeros(V), np.zeros(V)
+    train_loss = np.full(V, np.nan) if post_training else None
+    update_norm = np.full(V, np.nan) if post_training else None
+    for r in reports:
+        v = r.partition_id
+        candidate[v] = True
+        label_dist[v], num_examples[v], sigma_v[v] = r.label_dist, r.num_examples, r.sigma
+        if train_loss is not None and update_norm is not None:
+            train_loss[v] = np.nan if r.train_loss is None else r.train_loss
+            update_norm[v] = np.nan if r.update_norm is None else r.update_norm
+    if target_dist is not None:
+        target = np.asarray(target_dist, dtype=float)
+    elif reports:
+        total = np.sum([r.label_hist for r in reports], axis=0).astype(float)
+        target = total / total.sum()
+    else:
+        target = np.full(num_classes, 1.0 / num_classes)
+    return RoundInputs(
+        candidate=candidate,
+        label_dist=label_dist,
+        num_examples=num_examples,
+        sigma_v=sigma_v,
+        min_bandwidth_hz=np.asarray(draw.min_bandwidth_hz, dtype=float),
+        gain_lin=np.asarray(draw.gain_lin, dtype=float),
+        total_bandwidth_hz=total_bandwidth_hz,
+        batch_size=batch_size,
+        target_dist=target,
+        train_loss=train_loss,
+        update_norm=update_norm,
     )

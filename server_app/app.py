@@ -8,18 +8,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from channel import Cell
-from client_app.datasets import load_test_set, load_train_set
-from client_app.models import build_model, count_parameters
-from client_app.training import compute_device, evaluate
 from fedcgd_strategy.policies import make_policy
-from fedcgd_strategy.strategy import RoundRecord, ScheduledStrategy
+from fedcgd_strategy.strategy import ScheduledStrategy
 from server_app.config import RunConfig, parse_run_config
 from server_app.results import MODEL_FILE, ResultWriter
+from task.datasets import load_test_set, load_train_set
+from task.models import build_model, count_parameters
+from task.training import compute_device, evaluate
 
 app = ServerApp()
 
@@ -68,10 +68,10 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     """
     t_start = time.perf_counter()
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
-    train_set = load_train_set(config.client)
-    test_set = load_test_set(config.client)
+    train_set = load_train_set(config.task)
+    test_set = load_test_set(config.task)
     num_classes = train_set.num_classes
-    model = build_model(config.client.model, num_classes, train_set.input_shape, seed=config.seed)
+    model = build_model(config.task.model, num_classes, train_set.input_shape, seed=config.seed)
     num_params = count_parameters(model)
     model_bits = config.model_bits or num_params * BITS_PER_PARAMETER
     target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
@@ -90,7 +90,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
 
     policy = make_policy(
         config.policy,
-        num_devices=config.client.num_devices,
+        num_devices=config.task.num_devices,
         num_classes=num_classes,
         initial_g=config.initial_g,
         pack_rule=config.pack_rule,
@@ -98,26 +98,22 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         fedcbs_lambda=config.fedcbs_lambda,
         exact_time_limit_s=config.exact_time_limit_s or None,
     )
-    pending: list[RoundRecord] = []
     strategy = ScheduledStrategy(
         policy=policy,
         cell=Cell(config.cell, np.random.default_rng(cell_seed)),
         model_bits=model_bits,
         total_bandwidth_hz=config.cell.total_bandwidth_hz,
-        num_devices=config.client.num_devices,
+        num_devices=config.task.num_devices,
         num_classes=num_classes,
         target_dist=target if config.target_dist == "global" else None,
-        protocol=config.protocol,
-        local_steps=config.client.local_steps,
-        learning_rate=config.client.learning_rate,
-        batch_size=config.client.batch_size,
         rng=np.random.default_rng(policy_seed),
+        protocol=config.protocol,
         query_timeout_s=config.query_timeout_s,
-        on_round=pending.append,
     )
     history: list[dict[str, Any]] = []
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """End-of-round hook: evaluate (when due) and write the round's line to metrics.jsonl."""
         last = server_round == config.num_server_rounds
         due = server_round == 0 or server_round % config.eval_every == 0 or last
         metrics: dict[str, int | float | list[int] | list[float]] = {}
@@ -135,7 +131,9 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
                 metrics["loss"],
             )
             return MetricRecord(metrics)
-        record = pending.pop() if pending else None
+        record = strategy.last_record
+        if record is None or record.round != server_round:
+            raise RuntimeError(f"round {server_round}: the strategy recorded no round")
         line: dict[str, Any] = {
             "round": server_round,
             "accuracy": metrics.get("accuracy"),
@@ -143,9 +141,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
             "eval_s": eval_s,
             "wall_time_s": writer.elapsed_s(),
         }
-        if record is not None:
-            line.update(record.to_dict())
-            line["round"] = server_round
+        line.update(record.to_dict())
         writer.append_round(line)
         history.append(line)
         log(
@@ -154,18 +150,19 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
             writer.progress(
                 server_round,
                 line["accuracy"],
-                record.num_scheduled if record else 0,
-                record.num_available if record else 0,
+                record.num_scheduled,
+                record.num_available,
             ),
         )
         return MetricRecord(metrics) if metrics else None
 
-    wait_for_nodes(grid, config.client.num_devices, config.query_timeout_s)
+    wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(model.state_dict()),
         num_rounds=config.num_server_rounds,
         timeout=config.train_timeout_s,
+        train_config=ConfigRecord(config.training.to_config()),
         evaluate_fn=evaluate_fn,
     )
     torch.save(result.arrays.to_torch_state_dict(), writer.dir / MODEL_FILE)

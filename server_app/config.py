@@ -1,9 +1,9 @@
 """The run config, read once into a typed, validated object before any training.
 
-Every key of ``[tool.flwr.app.config]`` in pyproject.toml is read here (the client's keys
-through :class:`client_app.settings.ClientSettings`, the uplink's through
-:class:`channel.CellConfig`). A bad value raises one ``ValueError`` naming the run-config key,
-the value and what is allowed.
+Every key of ``[tool.flwr.app.config]`` in pyproject.toml is read here (the learning task's keys
+through :class:`task.settings.TaskSettings`, τ, η, b through
+:class:`task.settings.TrainingSettings`, the uplink's through :class:`channel.CellConfig`).
+A bad value raises one ``ValueError`` naming the run-config key, the value and what is allowed.
 
 =============================  ==================================================================
 run-config key                 meaning
@@ -24,7 +24,9 @@ run-config key                 meaning
 ``exact-time-limit-s``         ``fedcgd-exact``: cap per MILP in seconds (0 = none: the optimum)
 ``query-timeout-s``            wait for query replies, seconds > 0
 ``train-timeout-s``            wait for training replies, seconds > 0
-``channel.*``                  :class:`channel.CellConfig` fields in kebab case, plus
+``channel.*``                  :class:`channel.CellConfig` fields in kebab case (among them
+                               ``channel.redraw-los-each-round`` and
+                               ``channel.redraw-shadowing-each-round``, true/false), plus
                                ``channel.model-bits`` (0 = parameters × 32)
 =============================  ==================================================================
 """
@@ -39,20 +41,18 @@ from pathlib import Path
 from typing import Any
 
 from channel import CellConfig
-from client_app.settings import (
-    ClientSettings,
+from fedcgd_strategy.policies import POLICY_NAMES, PROTOCOL_CHOICES, resolve_protocol
+from fedcgd_strategy.selectors import PACK_RULES
+from task.settings import (
+    TaskSettings,
+    TrainingSettings,
     read_choice,
     read_int,
     read_real,
     require_key,
 )
-from fedcgd_strategy.policies import POLICY_NAMES
 
-PROTOCOL_CHOICES = ("auto", "query", "train-all")
 TARGET_CHOICES = ("global", "devices")
-PACK_RULES = ("stop", "skip")
-#: Policies that rank on post-training values and therefore need every available device to train.
-POST_TRAINING_POLICIES = ("bn2", "poc")
 
 #: run-config key (without the ``channel.`` prefix) -> CellConfig field.
 CHANNEL_KEYS: dict[str, str] = {
@@ -68,6 +68,8 @@ CHANNEL_KEYS: dict[str, str] = {
     "tx-power-dbm": "tx_power_dbm",
     "noise-psd-dbm-per-hz": "noise_psd_dbm_per_hz",
     "noise-figure-db": "noise_figure_db",
+    "redraw-los-each-round": "redraw_los_each_round",
+    "redraw-shadowing-each-round": "redraw_shadowing_each_round",
 }
 
 
@@ -75,7 +77,8 @@ CHANNEL_KEYS: dict[str, str] = {
 class RunConfig:
     """The validated run config (see the module docstring for the keys)."""
 
-    client: ClientSettings
+    task: TaskSettings
+    training: TrainingSettings
     cell: CellConfig
     num_server_rounds: int
     policy: str
@@ -95,10 +98,10 @@ class RunConfig:
     @property
     def seed(self) -> int:
         """The run seed."""
-        return self.client.seed
+        return self.task.seed
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable view (nested client and cell settings)."""
+        """JSON-serialisable view (nested task, training and cell settings)."""
         return dataclasses.asdict(self)
 
 
@@ -142,16 +145,12 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         Naming the key, the bad value and what is allowed.
 
     """
-    client = ClientSettings.from_run_config(run_config)
+    task = TaskSettings.from_run_config(run_config)
     policy = read_choice(run_config, "policy", POLICY_NAMES)
-    protocol = read_choice(run_config, "protocol", PROTOCOL_CHOICES)
-    if protocol == "auto":
-        protocol = "train-all" if policy in POST_TRAINING_POLICIES else "query"
-    elif protocol == "query" and policy in POST_TRAINING_POLICIES:
-        raise ValueError(
-            f"run-config key 'protocol' = 'query' does not work with policy {policy!r}, which "
-            "ranks devices on post-training values; allowed: 'auto' or 'train-all'"
-        )
+    try:
+        protocol = resolve_protocol(policy, read_choice(run_config, "protocol", PROTOCOL_CHOICES))
+    except ValueError as err:
+        raise ValueError(f"run-config key 'protocol': {err}") from err
     result_dir = require_key(run_config, "result-dir")
     if not isinstance(result_dir, str):
         raise ValueError(f"run-config key 'result-dir' must be a string; got {result_dir!r}")
@@ -164,8 +163,9 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         )
     model_bits = read_int(run_config, "channel.model-bits", minimum=0)
     return RunConfig(
-        client=client,
-        cell=_cell_config(run_config, client.num_devices),
+        task=task,
+        training=TrainingSettings.from_run_config(run_config),
+        cell=_cell_config(run_config, task.num_devices),
         num_server_rounds=read_int(run_config, "num-server-rounds", minimum=1),
         policy=policy,
         protocol=protocol,

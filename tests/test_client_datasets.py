@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from client_app import datasets
-from client_app.datasets import load_cifar, load_digits_split
+from task import datasets
+from task.datasets import load_cifar, load_digits_split
 
 
 def test_digits_split_sizes_stratified_and_scaled() -> None:

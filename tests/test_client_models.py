@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from client_app.models import build_model, count_parameters
+from task.models import build_model, count_parameters
 
 
 def test_cnn_parameter_count_cifar10() -> None:

@@ -7,14 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 from scipy import stats
+from task_settings import make_settings
 
-from client_app.partition import (
+from task.partition import (
     apply_imbalance,
     dirichlet_partition,
     partition_indices,
     shard_partition,
 )
-from client_app.settings import ClientSettings
 
 
 def balanced_labels(num_classes: int, per_class: int, seed: int = 0) -> np.ndarray:
@@ -202,28 +202,13 @@ def test_dirichlet_rejects_bad_alpha() -> None:
 
 # --- partition_indices ----------------------------------------------------------------------
 
-SETTINGS = ClientSettings(
-    seed=4,
-    num_devices=10,
-    dataset="digits",
-    data_dir="/tmp",
-    model="mlp",
-    partition="shards",
-    dirichlet_alpha=1.0,
-    shards_per_device=2,
-    imbalance_ratio=1.0,
-    batch_size=32,
-    local_steps=1,
-    learning_rate=0.1,
-)
+SETTINGS = make_settings(seed=4, num_devices=10, partition="shards")
 
 
-def test_partition_indices_deterministic_and_ignores_training_keys() -> None:
+def test_partition_indices_deterministic_by_seed() -> None:
     labels = balanced_labels(10, 80)
     a = partition_indices(SETTINGS, labels)
-    b = partition_indices(
-        dataclasses.replace(SETTINGS, batch_size=7, local_steps=3, learning_rate=0.5), labels
-    )
+    b = partition_indices(make_settings(seed=4, num_devices=10, partition="shards"), labels)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     c = partition_indices(dataclasses.replace(SETTINGS, seed=5), labels)
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))

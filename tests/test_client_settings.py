@@ -1,4 +1,4 @@
-"""Tests of client_app.settings: parsing and validation of the client's run-config keys."""
+"""Tests of task.settings: the learning task's run-config keys and the round's ConfigRecord."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from client_app.settings import ClientSettings
+from task import keys
+from task.settings import TaskSettings, TrainingSettings, read_round_config
 
 BASE: dict[str, Any] = {
     "seed": 3,
@@ -32,14 +33,18 @@ def config(**changes: Any) -> dict[str, Any]:
     return out
 
 
+def parse_both(run_config: dict[str, Any]) -> tuple[TaskSettings, TrainingSettings]:
+    return TaskSettings.from_run_config(run_config), TrainingSettings.from_run_config(run_config)
+
+
 def test_parses_valid_config() -> None:
-    s = ClientSettings.from_run_config(BASE)
+    s, t = parse_both(BASE)
     assert s.seed == 3 and s.num_devices == 20 and s.dataset == "digits"
     assert s.model == "mlp"
     assert s.data_dir == str(Path("/tmp/some-data").resolve())
     assert s.partition == "dirichlet" and s.dirichlet_alpha == 0.3
     assert s.shards_per_device == 2 and s.imbalance_ratio == 1.0
-    assert s.batch_size == 32 and s.local_steps == 1 and s.learning_rate == 0.1
+    assert t == TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=32)
     hash(s)  # usable as a cache key
 
 
@@ -47,21 +52,21 @@ def test_parses_valid_config() -> None:
     ("dataset", "model"), [("digits", "mlp"), ("cifar10", "cnn"), ("cifar100", "resnet18gn")]
 )
 def test_auto_model(dataset: str, model: str) -> None:
-    assert ClientSettings.from_run_config(config(dataset=dataset)).model == model
+    assert TaskSettings.from_run_config(config(dataset=dataset)).model == model
 
 
 def test_explicit_model_kept() -> None:
-    assert ClientSettings.from_run_config(config(dataset="cifar10", model="mlp")).model == "mlp"
+    assert TaskSettings.from_run_config(config(dataset="cifar10", model="mlp")).model == "mlp"
 
 
 def test_empty_data_dir_is_cwd_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    s = ClientSettings.from_run_config(config(data_dir=""))
+    s = TaskSettings.from_run_config(config(data_dir=""))
     assert Path(s.data_dir) == (tmp_path / "data").resolve()
 
 
 def test_integral_floats_and_int_for_float_keys_accepted() -> None:
-    s = ClientSettings.from_run_config(config(num_devices=64.0, imbalance_ratio=3))
+    s = TaskSettings.from_run_config(config(num_devices=64.0, imbalance_ratio=3))
     assert s.num_devices == 64 and isinstance(s.num_devices, int)
     assert s.imbalance_ratio == 3.0 and isinstance(s.imbalance_ratio, float)
 
@@ -93,7 +98,7 @@ def test_bad_value_names_key_and_value(key: str, value: Any) -> None:
     bad = dict(BASE)
     bad[key] = value
     with pytest.raises(ValueError, match=f"'{key}'") as info:
-        ClientSettings.from_run_config(bad)
+        parse_both(bad)
     assert repr(value) in str(info.value)
 
 
@@ -101,4 +106,36 @@ def test_bad_value_names_key_and_value(key: str, value: Any) -> None:
 def test_missing_key(key: str) -> None:
     incomplete = {k: v for k, v in BASE.items() if k != key}
     with pytest.raises(ValueError, match=f"'{key}' is missing"):
-        ClientSettings.from_run_config(incomplete)
+        parse_both(incomplete)
+
+
+def test_round_config_round_trip() -> None:
+    training = TrainingSettings(local_steps=5, learning_rate=0.05, batch_size=16)
+    record = {**training.to_config(), keys.SERVER_ROUND: 7}
+    assert record == {"local-steps": 5, "lr": 0.05, "batch-size": 16, "server-round": 7}
+    assert read_round_config(record) == (7, training)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (keys.SERVER_ROUND, -1),
+        (keys.LOCAL_STEPS, 0),
+        (keys.LOCAL_STEPS, 1.5),
+        (keys.BATCH_SIZE, True),
+        (keys.LEARNING_RATE, 0.0),
+        (keys.LEARNING_RATE, float("nan")),
+        (keys.LEARNING_RATE, "0.1"),
+    ],
+)
+def test_round_config_bad_value_names_the_config_record_key(key: str, value: Any) -> None:
+    record: dict[str, Any] = {"local-steps": 1, "lr": 0.1, "batch-size": 8, "server-round": 1}
+    record[key] = value
+    with pytest.raises(ValueError, match=f"ConfigRecord key '{key}' must be") as info:
+        read_round_config(record)
+    assert repr(value) in str(info.value)
+
+
+def test_round_config_missing_key() -> None:
+    with pytest.raises(ValueError, match="ConfigRecord key 'lr' is missing"):
+        read_round_config({"local-steps": 1, "batch-size": 8, "server-round": 1})

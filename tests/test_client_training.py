@@ -8,32 +8,20 @@ import math
 import numpy as np
 import pytest
 import torch
+from task_settings import training
 from torch import nn
 
-from client_app.models import build_model
-from client_app.settings import ClientSettings
-from client_app.training import dropout_seed, evaluate, local_batches, train_local
+from task.models import build_model
+from task.training import dropout_seed, evaluate, local_batches, train_local
 
-SETTINGS = ClientSettings(
-    seed=9,
-    num_devices=4,
-    dataset="digits",
-    data_dir="/tmp",
-    model="mlp",
-    partition="dirichlet",
-    dirichlet_alpha=1.0,
-    shards_per_device=2,
-    imbalance_ratio=1.0,
-    batch_size=4,
-    local_steps=3,
-    learning_rate=0.1,
-)
+SEED = 9
+TRAINING = training(local_steps=3, batch_size=4)
 
 
 def test_local_batches_wrap_around_a_permutation() -> None:
     # 5 local samples, tau * b = 12 positions: the permutation read cyclically, so the first
     # 2 entries of the permutation appear 3 times and the other 3 appear twice.
-    batches = local_batches(SETTINGS, 5, server_round=2, partition_id=1)
+    batches = local_batches(SEED, TRAINING, 5, server_round=2, partition_id=1)
     assert [b.size for b in batches] == [4, 4, 4]
     flat = np.concatenate(batches)
     np.testing.assert_array_equal(flat[:7], flat[5:12])
@@ -43,21 +31,21 @@ def test_local_batches_wrap_around_a_permutation() -> None:
 
 
 def test_local_batches_deterministic_by_seed_round_partition() -> None:
-    a = local_batches(SETTINGS, 100, 3, 2)
+    a = local_batches(SEED, TRAINING, 100, 3, 2)
     assert all(
-        np.array_equal(x, y) for x, y in zip(a, local_batches(SETTINGS, 100, 3, 2), strict=True)
+        np.array_equal(x, y) for x, y in zip(a, local_batches(SEED, TRAINING, 100, 3, 2), strict=True)
     )
     for other in (
-        local_batches(SETTINGS, 100, 4, 2),
-        local_batches(SETTINGS, 100, 3, 1),
-        local_batches(dataclasses.replace(SETTINGS, seed=10), 100, 3, 2),
+        local_batches(SEED, TRAINING, 100, 4, 2),
+        local_batches(SEED, TRAINING, 100, 3, 1),
+        local_batches(10, TRAINING, 100, 3, 2),
     ):
         assert not all(np.array_equal(x, y) for x, y in zip(a, other, strict=True))
 
 
 def test_local_batches_reject_empty_split() -> None:
     with pytest.raises(ValueError, match="num_local"):
-        local_batches(SETTINGS, 0, 1, 0)
+        local_batches(SEED, TRAINING, 0, 1, 0)
 
 
 def data(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,8 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from channel import RoundDraw
-from fedcgd_strategy import SchedulingProblem, keys, solve
+from fedcgd_strategy import SchedulingProblem, solve
+from task import keys
 from fedcgd_strategy.policies import make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
 

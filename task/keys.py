@@ -9,7 +9,7 @@ This module is pure Python: it imports neither flwr nor torch.
 # --- message types -------------------------------------------------------------------------
 #: Discovery: the node answers with its partition id and local dataset size.
 QUERY_INFO = "query.info"
-#: Pre-training statistics at the received model: sigma-hat, label histogram, loss.
+#: Pre-training statistics at the received model: sigma-hat and label histogram.
 QUERY_STATS = "query.stats"
 #: The handler names used in ``@app.query(...)`` for the two query types above.
 QUERY_INFO_ACTION = "info"
@@ -36,12 +36,7 @@ LABEL_HIST = "label-hist"
 SIGMA = "sigma-hat"
 #: Mean training loss accumulated over this round's local steps (POC's ranking key).
 TRAIN_LOSS = "train-loss"
-#: Loss on the first batch at the received model (available before training).
-PRE_LOSS = "pre-loss"
 #: L2 norm of the local update w_v^{(j+1)} - w^{(j)} (BN2's ranking key).
 UPDATE_NORM = "update-norm"
 #: Seconds the device spent in local training (for the time-split report).
 TRAIN_TIME_S = "train-time-s"
-#: Loss and accuracy of the received model on the device's local split (evaluate replies).
-EVAL_LOSS = "eval-loss"
-EVAL_ACC = "eval-acc"

@@ -1,9 +1,12 @@
-"""Typed, validated view of the run-config keys the ClientApp needs.
+"""Typed, validated views of the run config shared by the ServerApp and the ClientApp.
 
 Flower hands every app a flat ``context.run_config`` mapping (kebab-case keys, scalar values).
-:meth:`ClientSettings.from_run_config` reads the keys below once, checks each value and returns a
-frozen, hashable :class:`ClientSettings`; the server calls it too, before any training, so a bad
-value stops the run at start-up with a message that names the key, the value and what is allowed.
+:meth:`TaskSettings.from_run_config` reads the learning task's keys below once, checks each value
+and returns a frozen, hashable :class:`TaskSettings`; the server calls it too, before any
+training, so a bad value stops the run at start-up with a message that names the key, the value
+and what is allowed. The local-training hyper-parameters τ, η, b are read by the server only
+(:meth:`TrainingSettings.from_run_config`) and reach the devices every round through the round's
+ConfigRecord (:meth:`TrainingSettings.to_config` / :func:`read_round_config`).
 
 =====================  ====================================================================
 run-config key         meaning
@@ -19,9 +22,9 @@ run-config key         meaning
 ``dirichlet-alpha``    concentration alpha of Dir(alpha p), float > 0
 ``shards-per-device``  l, shards per device for the sort-and-partition split, int >= 1
 ``imbalance-ratio``    r = n2 / n1 of the training set, float >= 1
-``batch-size``         b, int >= 1
-``local-steps``        tau, SGD steps per round, int >= 1
-``learning-rate``      eta, float > 0
+``batch-size``         b, int >= 1 (:class:`TrainingSettings`)
+``local-steps``        tau, SGD steps per round, int >= 1 (:class:`TrainingSettings`)
+``learning-rate``      eta, float > 0 (:class:`TrainingSettings`)
 =====================  ====================================================================
 
 Other keys in the run config (the server's settings) are ignored here.
@@ -30,25 +33,27 @@ Other keys in the run config (the server's settings) are ignored here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Datasets the client can load (see :mod:`client_app.datasets`).
+from task import keys
+
+#: Datasets the client can load (see :mod:`task.datasets`).
 DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 #: Model names accepted by the run config; ``auto`` is resolved through :data:`AUTO_MODEL`.
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn")
 #: The model ``model = "auto"`` selects for each dataset.
 AUTO_MODEL: dict[str, str] = {"digits": "mlp", "cifar10": "cnn", "cifar100": "resnet18gn"}
-#: Partition schemes (see :mod:`client_app.partition`).
+#: Partition schemes (see :mod:`task.partition`).
 PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
 
 
 @dataclass(frozen=True)
-class ClientSettings:
+class TaskSettings:
     """The client's part of the run config, validated; hashable (used as a cache key).
 
     Attributes
@@ -71,12 +76,6 @@ class ClientSettings:
         Shards per device l (>= 1).
     imbalance_ratio : float
         Imbalance ratio r = n2 / n1 (>= 1).
-    batch_size : int
-        Mini-batch size b (>= 1).
-    local_steps : int
-        Local SGD steps per round tau (>= 1).
-    learning_rate : float
-        SGD learning rate eta (> 0).
 
     """
 
@@ -89,12 +88,9 @@ class ClientSettings:
     dirichlet_alpha: float
     shards_per_device: int
     imbalance_ratio: float
-    batch_size: int
-    local_steps: int
-    learning_rate: float
 
     @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> ClientSettings:
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> TaskSettings:
         """Read and validate the client keys of a Flower run config.
 
         Parameters
@@ -105,7 +101,7 @@ class ClientSettings:
 
         Returns
         -------
-        ClientSettings
+        TaskSettings
             The validated settings, with ``data-dir`` made absolute and ``model = "auto"``
             resolved for the dataset.
 
@@ -137,10 +133,78 @@ class ClientSettings:
             dirichlet_alpha=read_real(run_config, "dirichlet-alpha", minimum=0.0, strict=True),
             shards_per_device=read_int(run_config, "shards-per-device", minimum=1),
             imbalance_ratio=read_real(run_config, "imbalance-ratio", minimum=1.0, strict=False),
-            batch_size=read_int(run_config, "batch-size", minimum=1),
+        )
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Local-training hyper-parameters, sent by the server with every stats and train message.
+
+    Attributes
+    ----------
+    local_steps : int
+        τ, SGD steps per round (>= 1).
+    learning_rate : float
+        η, SGD learning rate (> 0).
+    batch_size : int
+        b, mini-batch size (>= 1).
+
+    """
+
+    local_steps: int
+    learning_rate: float
+    batch_size: int
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> TrainingSettings:
+        """Read ``local-steps``, ``learning-rate`` and ``batch-size`` from the run config."""
+        return cls(
             local_steps=read_int(run_config, "local-steps", minimum=1),
             learning_rate=read_real(run_config, "learning-rate", minimum=0.0, strict=True),
+            batch_size=read_int(run_config, "batch-size", minimum=1),
         )
+
+    def to_config(self) -> dict[str, int | float]:
+        """The ConfigRecord entries (record keys of :mod:`task.keys`)."""
+        return {
+            keys.LOCAL_STEPS: self.local_steps,
+            keys.LEARNING_RATE: self.learning_rate,
+            keys.BATCH_SIZE: self.batch_size,
+        }
+
+
+def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings]:
+    """Read the server round and τ, η, b from a round's ConfigRecord.
+
+    Parameters
+    ----------
+    config : mapping
+        The ConfigRecord the server sends (keys :data:`task.keys.SERVER_ROUND`,
+        :data:`task.keys.LOCAL_STEPS`, :data:`task.keys.LEARNING_RATE`,
+        :data:`task.keys.BATCH_SIZE`).
+
+    Returns
+    -------
+    (int, TrainingSettings)
+        The server round j >= 0 and the validated hyper-parameters.
+
+    Raises
+    ------
+    ValueError
+        Naming the missing or bad ConfigRecord key, the value and what is allowed.
+
+    """
+
+    def where(key: str) -> str:
+        return f"ConfigRecord key '{key}'"
+
+    server_round = _read_int(config, keys.SERVER_ROUND, 0, where)
+    training = TrainingSettings(
+        local_steps=_read_int(config, keys.LOCAL_STEPS, 1, where),
+        learning_rate=_read_real(config, keys.LEARNING_RATE, 0.0, True, where),
+        batch_size=_read_int(config, keys.BATCH_SIZE, 1, where),
+    )
+    return server_round, training
 
 
 def resolve_data_dir(data_dir: str) -> Path:
@@ -162,6 +226,10 @@ def resolve_data_dir(data_dir: str) -> Path:
     return Path(data_dir).expanduser().resolve()
 
 
+def _run_config_key(key: str) -> str:
+    return f"run-config key '{key}'"
+
+
 def require_key(run_config: Mapping[str, Any], key: str) -> Any:
     """Return ``run_config[key]`` or raise a ValueError naming the missing key."""
     if key not in run_config:
@@ -172,33 +240,52 @@ def require_key(run_config: Mapping[str, Any], key: str) -> Any:
     return run_config[key]
 
 
+def _read_int(
+    mapping: Mapping[str, Any], key: str, minimum: int | None, where: Callable[[str], str]
+) -> int:
+    if key not in mapping:
+        raise ValueError(f"{where(key)} is missing")
+    value = mapping[key]
+    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
+    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    if not bad and isinstance(value, float):
+        bad = not (math.isfinite(value) and value.is_integer())
+    if bad or (minimum is not None and value < minimum):
+        raise ValueError(f"{where(key)} must be {allowed}; got {value!r}")
+    return int(value)
+
+
+def _read_real(
+    mapping: Mapping[str, Any],
+    key: str,
+    minimum: float,
+    strict: bool,
+    where: Callable[[str], str],
+) -> float:
+    if key not in mapping:
+        raise ValueError(f"{where(key)} is missing")
+    value = mapping[key]
+    relation = ">" if strict else ">="
+    allowed = f"a finite number {relation} {minimum:g}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{where(key)} must be {allowed}; got {value!r}")
+    number = float(value)
+    too_small = number <= minimum if strict else number < minimum
+    if not math.isfinite(number) or too_small:
+        raise ValueError(f"{where(key)} must be {allowed}; got {value!r}")
+    return number
+
+
 def read_int(run_config: Mapping[str, Any], key: str, *, minimum: int | None) -> int:
     """Read an integer (an integral float such as ``64.0`` is accepted) with a lower bound."""
-    value = require_key(run_config, key)
-    allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}")
-    if isinstance(value, float):
-        if not (math.isfinite(value) and value.is_integer()):
-            raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}")
-        value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}")
-    return int(value)
+    require_key(run_config, key)
+    return _read_int(run_config, key, minimum, _run_config_key)
 
 
 def read_real(run_config: Mapping[str, Any], key: str, *, minimum: float, strict: bool) -> float:
     """Read a finite real number ``> minimum`` (strict) or ``>= minimum``."""
-    value = require_key(run_config, key)
-    relation = ">" if strict else ">="
-    allowed = f"a finite number {relation} {minimum:g}"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}")
-    number = float(value)
-    too_small = number <= minimum if strict else number < minimum
-    if not math.isfinite(number) or too_small:
-        raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}")
-    return number
+    require_key(run_config, key)
+    return _read_real(run_config, key, minimum, strict, _run_config_key)
 
 
 def read_choice(run_config: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:

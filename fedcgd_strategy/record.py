@@ -1,0 +1,153 @@
+"""One round's record (one JSON line of the run's metrics file), built by a pure function.
+
+Pure numpy: it imports neither flwr nor torch. The strategy hands :func:`round_record` the
+round's inputs, the policy's :class:`~fedcgd_strategy.policies.Decision`, who uploaded and who
+failed, and its timings; the ServerApp writes the record through its end-of-round hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedcgd_strategy.policies import Decision, RoundInputs
+
+
+@dataclass(frozen=True)
+class RoundTimings:
+    """Where one round's time went (seconds, wall clock on the server).
+
+    Attributes
+    ----------
+    query_s : float
+        Query phase: ``query.stats`` round trip (0 without a query phase).
+    schedule_s : float
+        Building the policy's inputs and scheduling.
+    train_phase_s : float
+        From sending the train messages to receiving the replies.
+    aggregate_s : float
+        FedAvg and the Ĝ update.
+    client_train_s : float
+        Sum over replies of the devices' own local-training time.
+
+    """
+
+    query_s: float
+    schedule_s: float
+    train_phase_s: float
+    aggregate_s: float
+    client_train_s: float
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What happened in one round (one JSON line of the run's metrics file).
+
+    Attributes mirror the metrics-file columns; lists hold partition ids. ``wemd`` is the plain
+    Σ_c |p̄_c − p_c| (G = 1), ``objective`` the solver's P1 value with Ĝ (FedCGD only).
+    ``class_gradient_used`` / ``class_gradient_next`` are Ĝ (a float) or Ĝ_c (a list), None for
+    policies without it.
+    """
+
+    round: int
+    num_available: int
+    num_candidates: int
+    num_feasible: int
+    num_scheduled: int
+    num_uploaded: int
+    scheduled: list[int]
+    uploaded: list[int]
+    failed: list[int]
+    wemd: float
+    sampling_term: float
+    objective: float
+    sigma: float
+    class_gradient_used: float | list[float] | None
+    class_gradient_next: float | list[float] | None
+    bandwidth_used_hz: float
+    solver_iterations: int
+    query_s: float
+    schedule_s: float
+    train_phase_s: float
+    aggregate_s: float
+    client_train_s: float
+    model_kept: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return asdict(self)
+
+
+def class_gradient_value(g: NDArray[np.float64] | None) -> float | list[float] | None:
+    """Ĝ as written to the metrics file: a float for Ĝ (length 1), a list for Ĝ_c, else None."""
+    if g is None:
+        return None
+    values = [float(v) for v in np.asarray(g, dtype=float).ravel()]
+    return values[0] if len(values) == 1 else values
+
+
+def round_record(
+    server_round: int,
+    *,
+    num_available: int,
+    inputs: RoundInputs,
+    decision: Decision,
+    uploaded: Sequence[int],
+    failed: Sequence[int],
+    class_gradient_next: NDArray[np.float64] | None,
+    timings: RoundTimings,
+) -> RoundRecord:
+    """Build one round's :class:`RoundRecord`.
+
+    Parameters
+    ----------
+    server_round : int
+        Round j.
+    num_available : int
+        Devices drawn available that have a connected node.
+    inputs : RoundInputs
+        What the policy saw.
+    decision : Decision
+        What it decided.
+    uploaded : sequence of int
+        Partition ids whose model was aggregated.
+    failed : sequence of int
+        Partition ids with no valid reply in a phase of this round.
+    class_gradient_next : float[1] or float[C] or None
+        Ĝ after this round's update.
+    timings : RoundTimings
+        Where the round's time went.
+
+    """
+    selected = decision.selected
+    scheduled = bool(selected.any())
+    solver = decision.solver
+    return RoundRecord(
+        round=server_round,
+        num_available=num_available,
+        num_candidates=int(inputs.candidate.sum()),
+        num_feasible=int(np.sum(inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))),
+        num_scheduled=int(selected.sum()),
+        num_uploaded=len(uploaded),
+        scheduled=np.flatnonzero(selected).tolist(),
+        uploaded=[int(v) for v in uploaded],
+        failed=sorted(int(v) for v in failed),
+        wemd=decision.wemd,
+        sampling_term=decision.sampling_term,
+        objective=float(solver.objective) if solver is not None and scheduled else float("nan"),
+        sigma=float(decision.sigma),
+        class_gradient_used=class_gradient_value(decision.class_gradient),
+        class_gradient_next=class_gradient_value(class_gradient_next),
+        bandwidth_used_hz=decision.bandwidth_used_hz,
+        solver_iterations=int(solver.iterations) if solver is not None else 0,
+        query_s=timings.query_s,
+        schedule_s=timings.schedule_s,
+        train_phase_s=timings.train_phase_s,
+        aggregate_s=timings.aggregate_s,
+        client_train_s=timings.client_train_s,
+        model_kept=not uploaded,
+    )
