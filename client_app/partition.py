@@ -2,5 +2,5 @@
 
 from task.partition import apply_imbalance as apply_imbalance
 from task.partition import dirichlet_partition as dirichlet_partition
-from task.partition import shard_partition as shard_partition
 from task.partition import partition_indices as partition_indices
+from task.partition import shard_partition as shard_partition

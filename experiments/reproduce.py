@@ -27,11 +27,11 @@ import hydra
 import matplotlib
 from omegaconf import DictConfig, OmegaConf
 
-from task.datasets import load_dataset
 from experiments.compare_policies import TABLE_COLUMNS, check_policies, run_policies, write_table
 from experiments.launcher import default_run_config
 from experiments.plot_runs import load_run
 from server_app.config import parse_run_config
+from task.datasets import load_dataset
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

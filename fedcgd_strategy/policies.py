@@ -551,5 +551,5 @@ def make_policy(
     if kind is FedCBSPolicy:
         return FedCBSPolicy(num_devices, fedcbs_lambda)
     if kind in (BestChannelPolicy, BestNormPolicy):
-        return kind(pack_rule)  # type: ignore[call-arg]
+        return kind(pack_rule)
     return kind()

@@ -28,6 +28,7 @@ from flwr.app import (
     Message,
     MessageType,
     MetricRecord,
+    MetricRecordValues,
     RecordDict,
 )
 from flwr.serverapp import Grid
@@ -254,7 +255,11 @@ class ScheduledStrategy(Strategy):
         )
         self.last_record = record
         n_scheduled, n_uploaded = record.num_scheduled, record.num_uploaded
-        metrics = {"num-scheduled": n_scheduled, "num-uploaded": n_uploaded, "wemd": record.wemd}
+        metrics: dict[str, MetricRecordValues] = {
+            "num-scheduled": n_scheduled,
+            "num-uploaded": n_uploaded,
+            "wemd": record.wemd,
+        }
         return new_arrays, MetricRecord(metrics)
 
     def _aggregate(self, uploads: list[DeviceReport], state: _Round) -> ArrayRecord:

@@ -40,6 +40,9 @@ from typing import Any
 
 from task import keys
 
+#: A scalar value of a Flower ConfigRecord / run config as this project uses them.
+ConfigValue = Any
+
 #: Datasets the client can load (see :mod:`task.datasets`).
 DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 #: Model names accepted by the run config; ``auto`` is resolved through :data:`AUTO_MODEL`.
@@ -164,7 +167,7 @@ class TrainingSettings:
             batch_size=read_int(run_config, "batch-size", minimum=1),
         )
 
-    def to_config(self) -> dict[str, int | float]:
+    def to_config(self) -> dict[str, ConfigValue]:
         """The ConfigRecord entries (record keys of :mod:`task.keys`)."""
         return {
             keys.LOCAL_STEPS: self.local_steps,

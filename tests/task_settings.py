@@ -25,6 +25,10 @@ def make_settings(**overrides: Any) -> TaskSettings:
     return dataclasses.replace(BASE, **overrides)
 
 
-def training(local_steps: int = 1, learning_rate: float = 0.1, batch_size: int = 32) -> TrainingSettings:
+def training(
+    local_steps: int = 1, learning_rate: float = 0.1, batch_size: int = 32
+) -> TrainingSettings:
     """τ, η, b."""
-    return TrainingSettings(local_steps=local_steps, learning_rate=learning_rate, batch_size=batch_size)
+    return TrainingSettings(
+        local_steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -33,7 +32,8 @@ def test_local_batches_wrap_around_a_permutation() -> None:
 def test_local_batches_deterministic_by_seed_round_partition() -> None:
     a = local_batches(SEED, TRAINING, 100, 3, 2)
     assert all(
-        np.array_equal(x, y) for x, y in zip(a, local_batches(SEED, TRAINING, 100, 3, 2), strict=True)
+        np.array_equal(x, y)
+        for x, y in zip(a, local_batches(SEED, TRAINING, 100, 3, 2), strict=True)
     )
     for other in (
         local_batches(SEED, TRAINING, 100, 4, 2),

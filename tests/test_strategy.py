@@ -11,13 +11,15 @@ import math
 import numpy as np
 import pytest
 from fake_grid import FakeGrid, make_contexts
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from channel import RoundDraw
 from fedcgd_strategy import SchedulingProblem, solve
-from task import keys
-from fedcgd_strategy.policies import make_policy
+from fedcgd_strategy.discovery import NodeRegistry
+from fedcgd_strategy.policies import POLICY_NAMES, make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
+from task import keys
+from task.settings import TrainingSettings
 
 V, C = 6, 2
 NODES = [1000 + 7 * i for i in range(V)]
@@ -25,6 +27,12 @@ NODES = [1000 + 7 * i for i in range(V)]
 HISTS = np.array([[4, 0], [0, 4], [3, 1], [1, 3], [2, 2], [4, 0]])
 SIGMAS = np.array([1.0, 2.0, 0.5, 1.5, 1.0, 3.0])
 SIZES = np.array([10, 20, 30, 40, 50, 60])
+
+
+#: τ = 1, η = 0.1, b = 4, as Flower passes ``train_config`` to ``configure_train``.
+TRAIN_CONFIG = ConfigRecord(
+    TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=4).to_config()
+)
 
 
 def global_model() -> dict[str, np.ndarray]:
@@ -75,7 +83,6 @@ def scripted_client(overrides: dict[int, dict] | None = None):
         stats = {
             keys.LABEL_HIST: HISTS[pid].tolist(),
             keys.SIGMA: float(SIGMAS[pid]),
-            keys.PRE_LOSS: 1.0 + pid,
         }
         metrics = {**base, **stats}
         content = RecordDict()
@@ -103,7 +110,7 @@ def build(
     policy_name: str,
     draw: RoundDraw,
     *,
-    protocol="query",
+    protocol="auto",
     initial_g=1.0,
     handler=None,
     silent=(),
@@ -113,7 +120,6 @@ def build(
     handler = handler or scripted_client()
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
     policy = make_policy(policy_name, num_devices=V, num_classes=C, initial_g=initial_g)
-    records = []
     strategy = ScheduledStrategy(
         policy=policy,
         cell=FixedChannel(draw),
@@ -123,18 +129,14 @@ def build(
         num_classes=C,
         target_dist=np.array([0.5, 0.5]) if target is None else target,
         protocol=protocol,
-        local_steps=1,
-        learning_rate=0.1,
-        batch_size=4,
         rng=np.random.default_rng(0),
-        on_round=records.append,
     )
-    return strategy, grid, records
+    return strategy, grid
 
 
 def run_round(strategy, grid, server_round=1):
     arrays = ArrayRecord({k: Array(v) for k, v in global_model().items()})
-    msgs = list(strategy.configure_train(server_round, arrays, None, grid))
+    msgs = list(strategy.configure_train(server_round, arrays, TRAIN_CONFIG, grid))
     replies = grid.send_and_receive(msgs)
     new, _ = strategy.aggregate_train(server_round, replies)
     return msgs, new
@@ -151,7 +153,7 @@ def fedavg_by_hand(pids) -> dict[str, np.ndarray]:
 def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     available = [True, True, True, True, False, True]
     min_bw = [3.0, 3.0, 2.0, 2.0, 1.0, 4.0]
-    strategy, grid, records = build("fedcgd-fscd", make_draw(available, min_bw))
+    strategy, grid = build("fedcgd-fscd", make_draw(available, min_bw))
     msgs, new = run_round(strategy, grid)
 
     # The expected schedule from the P1 solver on the same data, built here independently.
@@ -183,7 +185,8 @@ def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     want = fedavg_by_hand(expected)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7)
-    rec = records[-1]
+    rec = strategy.last_record
+    assert rec is not None
     assert rec.scheduled == expected.tolist()
     assert rec.num_available == 5
     assert rec.bandwidth_used_hz == pytest.approx(float(np.sum(np.array(min_bw)[expected])))
@@ -195,7 +198,7 @@ def test_ideal_channel_everything_scheduled_equals_fedavg():
     # only, so it schedules everybody; the aggregate is FedAvg over all devices.
     draw = make_draw([True] * V, [0.0] * V)
     for name in ("fedcgd-fscd", "all"):
-        strategy, grid, _records = build(name, draw, initial_g=0.0)
+        strategy, grid = build(name, draw, initial_g=0.0)
         msgs, new = run_round(strategy, grid)
         assert len(msgs) == V
         want = fedavg_by_hand(np.arange(V))
@@ -218,9 +221,10 @@ def test_failing_devices_are_excluded_and_the_round_goes_on():
             raise RuntimeError("device crashed")
         return base(msg, ctx)
 
-    strategy, grid, records = build("all", draw, handler=handler, silent=[NODES[4]])
+    strategy, grid = build("all", draw, handler=handler, silent=[NODES[4]])
     _msgs, new = run_round(strategy, grid)
-    rec = records[-1]
+    rec = strategy.last_record
+    assert rec is not None
     # Device 4 never answered discovery, so it has no node mapping and is not "available".
     assert rec.scheduled == [5]
     assert rec.failed == [0, 1, 2, 3]
@@ -242,9 +246,9 @@ def test_malformed_training_reply_is_not_aggregated():
             reply.content[keys.ARRAYS] = ArrayRecord({k: Array(v) for k, v in bad.items()})
         return reply
 
-    strategy, grid, records = build("all", draw, handler=handler)
+    strategy, grid = build("all", draw, handler=handler)
     _, new = run_round(strategy, grid)
-    assert records[-1].uploaded == [0, 1, 3, 4, 5]
+    assert strategy.last_record.uploaded == [0, 1, 3, 4, 5]
     got = {k: v.numpy() for k, v in new.items()}
     want = fedavg_by_hand(np.array([0, 1, 3, 4, 5]))
     np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6)
@@ -252,16 +256,16 @@ def test_malformed_training_reply_is_not_aggregated():
 
 def test_nothing_feasible_keeps_the_model():
     draw = make_draw([True] * V, [np.inf] * V)
-    strategy, grid, records = build("fedcgd-fscd", draw)
+    strategy, grid = build("fedcgd-fscd", draw)
     msgs, new = run_round(strategy, grid)
     assert msgs == [] and new is None
-    assert records[-1].model_kept and records[-1].num_scheduled == 0
+    assert strategy.last_record.model_kept and strategy.last_record.num_scheduled == 0
 
 
 def test_best_channel_packs_by_gain_within_budget():
     gain = np.array([6, 5, 4, 3, 2, 1], float) * 1e-9
     draw = make_draw([True] * V, [4.0, 4.0, 4.0, 1.0, 1.0, 1.0], gain=gain)
-    strategy, grid, _records = build("bc", draw, total_bw=10.0)
+    strategy, grid = build("bc", draw, total_bw=10.0)
     msgs, _ = run_round(strategy, grid)
     # Best gains first: 4 + 4 fit (8 Hz), the third (4 Hz) does not: "stop" rule.
     assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[0], NODES[1]]
@@ -269,11 +273,11 @@ def test_best_channel_packs_by_gain_within_budget():
 
 def test_post_training_policies_train_everyone_and_upload_the_scheduled():
     draw = make_draw([True] * V, [4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
-    strategy, grid, records = build("bn2", draw, protocol="train-all", total_bw=8.0)
+    strategy, grid = build("bn2", draw, protocol="train-all", total_bw=8.0)
     msgs, new = run_round(strategy, grid)
     assert len(msgs) == V  # everybody trains
     # Update norms grow with the partition id: devices 5 and 4 have the largest.
-    assert records[-1].scheduled == [4, 5]
+    assert strategy.last_record.scheduled == [4, 5]
     got = {k: v.numpy() for k, v in new.items()}
     np.testing.assert_allclose(got["w"], fedavg_by_hand(np.array([4, 5]))["w"], rtol=1e-6)
 
@@ -285,7 +289,7 @@ def test_post_training_policy_rejects_query_protocol():
 
 def test_fedcgd_updates_g_from_uploads():
     draw = make_draw([True] * V, [0.0] * V)
-    strategy, grid, records = build("fedcgd-fscd", draw, initial_g=0.0)
+    strategy, grid = build("fedcgd-fscd", draw, initial_g=0.0)
     run_round(strategy, grid)
     # Eq. (G_est) by hand over all six uploads: grad_v = delta_v / (tau * eta).
     deltas = (
@@ -303,19 +307,19 @@ def test_fedcgd_updates_g_from_uploads():
     l1 = np.abs(p_v - 0.5).sum(1)
     keep = l1 > 1e-12
     ratios = np.linalg.norm(deltas - mean, axis=1)[keep] / l1[keep]
-    assert records[-1].class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
-    assert records[-1].class_gradient_used == 0.0
+    assert strategy.last_record.class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
+    assert strategy.last_record.class_gradient_used == 0.0
 
 
 def test_device_that_times_out_after_discovery_is_excluded():
     draw = make_draw([True] * V, [0.0] * V)
-    strategy, grid, records = build("all", draw)
+    strategy, grid = build("all", draw)
     run_round(strategy, grid, 1)
-    assert records[-1].scheduled == list(range(V))
+    assert strategy.last_record.scheduled == list(range(V))
     grid.silent = {NODES[2]}  # answers nothing from now on: a timeout
     _, new = run_round(strategy, grid, 2)
-    assert 2 in records[-1].failed
-    assert records[-1].uploaded == [0, 1, 3, 4, 5]
+    assert 2 in strategy.last_record.failed
+    assert strategy.last_record.uploaded == [0, 1, 3, 4, 5]
     got = {k: v.numpy() for k, v in new.items()}
     np.testing.assert_allclose(got["w"], fedavg_by_hand(np.array([0, 1, 3, 4, 5]))["w"], rtol=1e-6)
 
@@ -332,8 +336,106 @@ def test_exact_time_limit_reaches_the_solver(monkeypatch):
 
     monkeypatch.setattr(policies, "solve", spy)
     policy = make_policy("fedcgd-exact", num_devices=V, num_classes=C, exact_time_limit_s=2.5)
-    strategy, grid, records = build("fedcgd-exact", make_draw([True] * V, [1.0] * V))
+    strategy, grid = build("fedcgd-exact", make_draw([True] * V, [1.0] * V))
     strategy.policy = policy
     run_round(strategy, grid)
     assert seen["method"] == "exact" and seen["milp_time_limit_s"] == 2.5
-    assert records[-1].num_scheduled >= 1
+    assert strategy.last_record.num_scheduled >= 1
+
+
+# --- every policy: budget, candidates, recorded terms ------------------------------------------
+
+BUDGET_DRAW = ([True, True, True, True, False, True], [3.0, 3.0, 2.0, 2.0, 1.0, 4.0])
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_policy_schedules_candidates_within_budget_and_records_plain_wemd(name):
+    # Device 4 is unavailable, device 2 crashes: neither may ever be scheduled. Budget 7 Hz.
+    base = scripted_client()
+
+    def handler(msg, ctx):
+        if ctx.node_config["partition-id"] == 2 and msg.metadata.message_type != keys.QUERY_INFO:
+            raise RuntimeError("device crashed")
+        return base(msg, ctx)
+
+    available, min_bw = BUDGET_DRAW
+    strategy, grid = build(name, make_draw(available, min_bw), handler=handler, total_bw=7.0)
+    for server_round in (1, 2, 3):
+        run_round(strategy, grid, server_round)
+        rec = strategy.last_record
+        assert rec is not None and rec.round == server_round
+        scheduled = np.array(rec.scheduled, dtype=int)
+        assert not set(rec.scheduled) & {2, 4}
+        assert rec.num_candidates == 4 and rec.failed == [2]
+        used = float(np.sum(np.array(min_bw)[scheduled]))
+        assert rec.bandwidth_used_hz == pytest.approx(used)
+        if name != "all":  # "all" ignores the budget by definition (FedAvg reference)
+            assert used <= 7.0 + 1e-9
+        if scheduled.size == 0:
+            assert math.isnan(rec.wemd)
+            continue
+        # Plain WEMD (G = 1) and sampling term, computed here from the scripted histograms.
+        mean = (HISTS[scheduled] / 4.0).mean(axis=0)
+        assert rec.wemd == pytest.approx(float(np.abs(mean - 0.5).sum()), abs=1e-12)
+        cand = np.array([0, 1, 3, 5])
+        w = SIZES[cand] / SIZES[cand].sum()
+        sigma = math.sqrt(float(np.sum(w * SIGMAS[cand] ** 2)))
+        assert rec.sigma == pytest.approx(sigma)
+        assert rec.sampling_term == pytest.approx(sigma / math.sqrt(4 * scheduled.size))
+
+
+def test_best_channel_ranks_by_gain_not_by_id():
+    gain = np.array([1, 6, 3, 5, 2, 4], float) * 1e-9
+    draw = make_draw([True] * V, [3.0] * V, gain=gain)
+    strategy, grid = build("bc", draw, total_bw=7.0)
+    msgs, _ = run_round(strategy, grid)
+    # Gains 6 (device 1) and 5 (device 3) fit 3 + 3 = 6 Hz; the next (4, device 5) does not.
+    assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[1], NODES[3]]
+    assert strategy.last_record is not None and strategy.last_record.scheduled == [1, 3]
+
+
+# --- discovery: joins, leaves, duplicate claims ------------------------------------------------
+
+
+def test_registry_joins_leaves_and_duplicate_claims():
+    registry = NodeRegistry(3)
+    assert registry.unknown([10, 11]) == [10, 11]
+    assert registry.register(10, 0) == 10 and registry.register(11, 0) == 10  # duplicate refused
+    assert registry.partition(10) == 0 and registry.partition(11) is None
+    assert registry.unknown([10, 11]) == [11]
+    assert registry.with_node(np.array([True, True, False])) == [0]
+    assert registry.forget_disconnected([11]) == [(10, 0)]
+    assert registry.register(11, 0) == 11  # the second claimant takes over once the first left
+    assert registry.node(0) == 11
+    with pytest.raises(ValueError, match="out of range"):
+        registry.register(12, 3)
+
+
+def test_node_that_joins_later_is_discovered_and_scheduled():
+    draw = make_draw([True] * V, [0.0] * V)
+    strategy, grid = build("all", draw)
+    late = grid.handlers.pop(NODES[5])
+    run_round(strategy, grid, 1)
+    assert strategy.last_record is not None and strategy.last_record.scheduled == [0, 1, 2, 3, 4]
+    grid.handlers[NODES[5]] = late
+    run_round(strategy, grid, 2)
+    assert strategy.last_record.scheduled == list(range(V))
+
+
+def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
+    draw = make_draw([True] * V, [0.0] * V)
+    strategy, grid = build("all", draw)
+    # A seventh node claims partition 3, already served by NODES[3].
+    twin = 5555
+    grid.handlers[twin] = grid.handlers[NODES[3]]
+    grid.contexts[twin] = make_contexts([twin], {}, V)[twin]
+    grid.contexts[twin].node_config["partition-id"] = 3
+    run_round(strategy, grid, 1)
+    assert strategy.registry.node(3) == NODES[3] and strategy.registry.partition(twin) is None
+    assert strategy.last_record is not None and strategy.last_record.uploaded == list(range(V))
+    # NODES[3] disconnects: the twin is asked again and serves partition 3 from round 2 on.
+    del grid.handlers[NODES[3]]
+    msgs, _ = run_round(strategy, grid, 2)
+    assert strategy.registry.node(3) == twin
+    assert twin in {m.metadata.dst_node_id for m in msgs}
+    assert strategy.last_record.uploaded == list(range(V))
