@@ -130,3 +130,16 @@ def test_negative_exact_time_limit_is_rejected():
     run_config["exact-time-limit-s"] = -1.0
     with pytest.raises(ValueError, match="exact-time-limit-s"):
         parse_run_config(run_config)
+
+
+def test_redraw_settings_reach_the_cell():
+    run_config = default_run_config()
+    assert parse_run_config(run_config).cell.redraw_los_each_round is True
+    run_config.update(
+        {"channel.redraw-los-each-round": False, "channel.redraw-shadowing-each-round": False}
+    )
+    cell = parse_run_config(run_config).cell
+    assert cell.redraw_los_each_round is False and cell.redraw_shadowing_each_round is False
+    run_config["channel.redraw-los-each-round"] = 1
+    with pytest.raises(ValueError, match="channel.redraw-los-each-round"):
+        parse_run_config(run_config)
