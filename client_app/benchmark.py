@@ -1,6 +1,14 @@
-"""On-demand timing of one ClientApp train call and of its sigma-hat share.
+"""On-demand timing of one ClientApp train call and of sigma-hat against one SGD step.
 
-Run ``python -m client_app.benchmark [--repeats N] [--threads T]``. Two cases:
+Run ``python -m client_app.benchmark [--repeats N] [--vmap-repeats M] [--threads T]``.
+
+Table: for ``cnn`` (3 x 32 x 32, 10 classes) and ``resnet18gn`` (3 x 32 x 32, 100 classes) on
+a random batch of b = 32, side by side, the one-pass sigma-hat (:func:`gradient_spread`), the
+vmap reference (:func:`gradient_spread_vmap`, ``--vmap-repeats`` timed calls because it is slow)
+and one SGD step (:func:`train_local` with tau = 1: forward, backward, optimizer step), with the
+ratios of the two sigma-hats to the SGD step.
+
+Then two ClientApp cases:
 
 * ``digits/mlp``: the real ``train`` handler on the digits split (tau = 1, b = 32), timed end to
   end, plus sigma-hat alone on the same first batch;
@@ -23,7 +31,7 @@ import numpy as np
 import torch
 
 from client_app.models import build_model
-from client_app.sigma import gradient_spread
+from client_app.sigma import gradient_spread, gradient_spread_vmap
 from client_app.training import train_local
 
 
@@ -47,7 +55,7 @@ def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
 
     from client_app.app import app
     from client_app.local_data import local_split
-    from client_app.settings import ClientSettings
+    from client_app.settings import TaskSettings
     from client_app.training import local_batches
     from fedcgd_strategy import keys
 
@@ -92,7 +100,7 @@ def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
         return app(Message(content, dst_node_id=1, message_type="train"), context)
 
     first, handler_s = _median_time_s(call, repeats)
-    settings = ClientSettings.from_run_config(run_config)
+    settings = TaskSettings.from_run_config(run_config)
     split = local_split(settings, 0)
     x, y = split.tensors(local_batches(settings, len(split), 1, 0)[0])
     model = build_model("mlp", 10, (1, 8, 8))
@@ -121,14 +129,64 @@ def bench_cnn_steps(repeats: int) -> tuple[float, float, float]:
     return first, total_s, sigma_s
 
 
+#: (model name, input shape, classes) of the sigma-hat vs SGD-step table.
+SIGMA_CASES: tuple[tuple[str, tuple[int, int, int], int], ...] = (
+    ("cnn", (3, 32, 32), 10),
+    ("resnet18gn", (3, 32, 32), 100),
+)
+#: Mini-batch size b of the table.
+SIGMA_BATCH = 32
+
+
+def bench_sigma_vs_sgd(
+    name: str,
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    repeats: int,
+    vmap_repeats: int,
+) -> tuple[float, float, float]:
+    """Median seconds of (one-pass sigma-hat, vmap sigma-hat, one SGD step) at b = 32.
+
+    Each is timed on its own copy of the freshly built model (the SGD step changes its copy).
+    """
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(SIGMA_BATCH, *input_shape, generator=generator)
+    y = torch.randint(0, num_classes, (SIGMA_BATCH,), generator=generator)
+    models = [build_model(name, num_classes, input_shape) for _ in range(3)]
+    batch = [np.arange(SIGMA_BATCH)]
+    _, new_s = _median_time_s(lambda: gradient_spread(models[0], x, y), repeats)
+    _, vmap_s = _median_time_s(lambda: gradient_spread_vmap(models[1], x, y), vmap_repeats)
+    _, sgd_s = _median_time_s(
+        lambda: train_local(models[2], x, y, batch, 0.01, torch_seed=0), repeats
+    )
+    return new_s, vmap_s, sgd_s
+
+
+def print_sigma_table(repeats: int, vmap_repeats: int) -> None:
+    """Print the sigma-hat vs SGD-step table for :data:`SIGMA_CASES`."""
+    print(f"sigma-hat vs one SGD step, b = {SIGMA_BATCH} (median ms)")
+    header = ("model", "sigma 1-pass", "sigma vmap", "SGD step", "1-pass/SGD", "vmap/SGD")
+    print("{:<12} {:>12} {:>12} {:>10} {:>11} {:>9}".format(*header))
+    for name, shape, classes in SIGMA_CASES:
+        new_s, vmap_s, sgd_s = bench_sigma_vs_sgd(name, shape, classes, repeats, vmap_repeats)
+        print(
+            f"{name:<12} {new_s * 1e3:>12.1f} {vmap_s * 1e3:>12.1f} {sgd_s * 1e3:>10.1f} "
+            f"{new_s / sgd_s:>10.2f}x {vmap_s / sgd_s:>8.1f}x"
+        )
+
+
 def main() -> None:
-    """Print the timings of both cases."""
+    """Print the sigma-hat table, then the timings of both ClientApp cases."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10, help="timed calls after warm-up")
+    parser.add_argument(
+        "--vmap-repeats", type=int, default=3, help="timed calls of the slow vmap sigma-hat"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}, repeats: {args.repeats}")
+    print_sigma_table(args.repeats, args.vmap_repeats)
     for label, bench in (
         ("digits/mlp train handler", bench_digits_handler),
         ("cnn 3x32x32 train steps", bench_cnn_steps),

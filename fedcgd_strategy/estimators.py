@@ -19,6 +19,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedcgd_strategy.validation import (
+    as_label_distributions,
+    as_nonnegative_array,
+    as_nonnegative_float,
+    as_target_distribution,
+    as_weights,
+    check_integer,
+)
+
 __all__ = [
     "SAME_DISTRIBUTION_TOL",
     "device_gradient_estimates",
@@ -31,48 +40,6 @@ __all__ = [
 #: Devices whose label distribution is within this L1 distance of the target distribution are
 #: left out of the maxima of eqs. (G_est) and (Gc_est): their ratio would divide by ~0.
 SAME_DISTRIBUTION_TOL = 1e-12
-
-#: Absolute tolerance on the row sums of a label distribution (rows must sum to 1).
-_DIST_SUM_ATOL = 1e-6
-
-
-def _as_weights(weights: ArrayLike, num: int, name: str = "weights") -> NDArray[np.float64]:
-    """Validate aggregation weights |D_v| (float[num], finite, >= 0, positive sum)."""
-    w = np.asarray(weights, dtype=np.float64)
-    if w.ndim != 1 or w.shape[0] != num:
-        raise ValueError(f"{name}: expected shape ({num},), got {w.shape}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError(f"{name}: every weight must be finite and >= 0, got {w.tolist()}")
-    if num > 0 and not w.sum() > 0:
-        raise ValueError(f"{name}: the weights must have a positive sum, got {w.tolist()}")
-    return w
-
-
-def _as_distributions(dist: ArrayLike, name: str, shape0: int | None = None) -> NDArray[np.float64]:
-    """Validate a stack of label distributions float[K, C] (rows >= 0 summing to 1)."""
-    p = np.asarray(dist, dtype=np.float64)
-    if p.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D array [K, C], got shape {p.shape}")
-    if shape0 is not None and p.shape[0] != shape0:
-        raise ValueError(f"{name}: expected {shape0} rows (one per device), got {p.shape[0]}")
-    if not np.all(np.isfinite(p)) or np.any(p < 0):
-        raise ValueError(f"{name}: entries must be finite and >= 0")
-    sums = p.sum(axis=1)
-    bad = np.flatnonzero(np.abs(sums - 1.0) > _DIST_SUM_ATOL)
-    if bad.size:
-        raise ValueError(
-            f"{name}: every row must sum to 1 (normalise label histograms first); "
-            f"row {int(bad[0])} sums to {float(sums[bad[0]])}"
-        )
-    return p
-
-
-def _as_target(target_dist: ArrayLike, num_classes: int) -> NDArray[np.float64]:
-    """Validate the target distribution p (float[C], >= 0, summing to 1)."""
-    p = np.asarray(target_dist, dtype=np.float64)
-    if p.ndim != 1 or p.shape[0] != num_classes:
-        raise ValueError(f"target_dist: expected shape ({num_classes},), got {p.shape}")
-    return _as_distributions(p[None, :], "target_dist")[0]
 
 
 def _as_gradients(device_grads: ArrayLike) -> NDArray[np.floating]:
@@ -110,12 +77,10 @@ def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
         Empty input, shape mismatch, negative or non-finite σ̂_v or weights, zero weight sum.
 
     """
-    s = np.asarray(sigma_v, dtype=np.float64)
+    s = as_nonnegative_array(sigma_v, "sigma_v")
     if s.ndim != 1 or s.shape[0] == 0:
-        raise ValueError(f"sigma_v: expected a non-empty 1-D array, got shape {s.shape}")
-    if not np.all(np.isfinite(s)) or np.any(s < 0):
-        raise ValueError(f"sigma_v: every value must be finite and >= 0, got {s.tolist()}")
-    w = _as_weights(weights, s.shape[0])
+        raise ValueError(f"sigma_v must be a non-empty 1-D array [K], got shape {s.shape}")
+    w = as_weights(weights, s.shape[0])
     alpha = w / w.sum()
     return float(np.sqrt(np.dot(alpha, s * s)))
 
@@ -150,11 +115,9 @@ def device_gradient_estimates(
 
     """
     u = _as_gradients(updates)
-    if not np.isfinite(learning_rate) or learning_rate <= 0:
-        raise ValueError(f"learning_rate: must be finite and > 0, got {learning_rate}")
-    if int(local_steps) != local_steps or local_steps < 1:
-        raise ValueError(f"local_steps: must be an integer >= 1, got {local_steps}")
-    scale = 1.0 / (int(local_steps) * float(learning_rate))
+    eta = as_nonnegative_float(learning_rate, "learning_rate", strict=True)
+    tau = check_integer(local_steps, "local_steps", minimum=1)
+    scale = 1.0 / (tau * eta)
     return u * u.dtype.type(scale)
 
 
@@ -179,7 +142,7 @@ def gradient_divergence_norms(device_grads: ArrayLike, weights: ArrayLike) -> ND
     """
     g = _as_gradients(device_grads)
     k = g.shape[0]
-    w = _as_weights(weights, k)
+    w = as_weights(weights, k)
     if k == 0:
         return np.zeros(0, dtype=np.float64)
     alpha = w / w.sum()
@@ -207,22 +170,14 @@ def _divergence_ratios(
     if k == 0:  # nobody uploaded: nothing to estimate from (label_dist may be any empty array)
         empty = np.zeros(0, dtype=np.float64)
         return empty, np.zeros(0, dtype=bool), np.zeros((0, 0), dtype=np.float64)
-    p_v = _as_distributions(label_dist, "label_dist", shape0=k)
-    p = _as_target(target_dist, p_v.shape[1])
+    p_v = as_label_distributions(label_dist, num_rows=k)
+    p = as_target_distribution(target_dist, p_v.shape[1])
     norms = gradient_divergence_norms(g, weights)
     l1 = np.abs(p_v - p[None, :]).sum(axis=1)
     usable = l1 > SAME_DISTRIBUTION_TOL
     ratios = np.zeros(k, dtype=np.float64)
     ratios[usable] = norms[usable] / l1[usable]
     return ratios, usable, p_v
-
-
-def _check_previous(previous: float, name: str = "previous") -> float:
-    """Validate a previous Ĝ value (finite, >= 0)."""
-    value = float(previous)
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(f"{name}: must be finite and >= 0, got {previous}")
-    return value
 
 
 def estimate_class_gradient(
@@ -263,7 +218,7 @@ def estimate_class_gradient(
         Shape mismatches, non-finite values, negative weights, rows not summing to 1.
 
     """
-    prev = _check_previous(previous)
+    prev = as_nonnegative_float(previous, "previous")
     ratios, usable, _ = _divergence_ratios(device_grads, weights, label_dist, target_dist)
     if not np.any(usable):
         return prev
@@ -287,14 +242,9 @@ def estimate_per_class_gradient(
 
     Parameters
     ----------
-    device_grads : float[K, P]
-        ∇f̂_v from :func:`device_gradient_estimates`.
-    weights : float[K]
-        Aggregation weights |D_v|.
-    label_dist : float[K, C]
-        Label distributions p_v (rows sum to 1).
-    target_dist : float[C]
-        Target distribution p.
+    device_grads, weights, label_dist, target_dist
+        ∇f̂_v float[K, P], |D_v| float[K], p_v float[K, C] and p float[C], validated as in
+        :func:`estimate_class_gradient`.
     previous : float[C]
         Ĝ_c of the previous round (finite, >= 0).
 
@@ -306,23 +256,17 @@ def estimate_per_class_gradient(
     Raises
     ------
     ValueError
-        Shape mismatches, non-finite values, negative weights, rows not summing to 1.
+        The errors of :func:`estimate_class_gradient`, or ``previous`` not finite ``>= 0`` of
+        shape [C].
 
     """
-    prev = np.asarray(previous, dtype=np.float64)
-    if prev.ndim != 1 or not np.all(np.isfinite(prev)) or np.any(prev < 0):
-        raise ValueError(f"previous: expected float[C], finite and >= 0, got {prev.tolist()}")
-    t = np.asarray(target_dist, dtype=np.float64)
-    if t.shape != prev.shape:
-        raise ValueError(
-            f"previous: expected shape {t.shape} (one value per class), got {prev.shape}"
-        )
+    prev = as_nonnegative_array(previous, "previous", shape=np.shape(target_dist))
+    if prev.ndim != 1:
+        raise ValueError(f"previous must have shape [C] (one Ĝ_c per class), got {prev.shape}")
     ratios, usable, p_v = _divergence_ratios(device_grads, weights, label_dist, target_dist)
     out = prev.copy()
     if p_v.shape[0] == 0:
         return out
-    if p_v.shape[1] != prev.shape[0]:
-        raise ValueError(f"label_dist: expected {prev.shape[0]} classes, got {p_v.shape[1]}")
     dominant = np.argmax(p_v, axis=1)
     best = np.full(prev.shape[0], -np.inf)
     np.maximum.at(best, dominant[usable], ratios[usable])

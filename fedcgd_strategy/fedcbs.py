@@ -32,6 +32,16 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedcgd_strategy.validation import (
+    as_bool_mask,
+    as_label_distributions,
+    as_min_bandwidths,
+    as_nonnegative_array,
+    as_nonnegative_float,
+    check_integer,
+    check_total_bandwidth,
+)
+
 __all__ = [
     "QCID_FLOOR",
     "FedCBSState",
@@ -50,36 +60,12 @@ __all__ = [
 #: label counts can take (~1/N² for N <= 10^6 samples).
 QCID_FLOOR = 1e-12
 
-#: Absolute tolerance on the row sums of a label distribution.
-_DIST_SUM_ATOL = 1e-6
-
 
 def _check_group(label_dist: ArrayLike, num_examples: ArrayLike) -> tuple[NDArray, NDArray]:
     """Validate a non-empty group: label distributions float[K, C] and sizes float[K] > 0."""
-    p = np.asarray(label_dist, dtype=np.float64)
-    n = np.asarray(num_examples, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] == 0:
-        raise ValueError(f"label_dist: expected a non-empty 2-D array [K, C], got {p.shape}")
-    if n.shape != (p.shape[0],):
-        raise ValueError(f"num_examples: expected shape ({p.shape[0]},), got {n.shape}")
-    _check_rows(p, np.arange(p.shape[0]))
-    if not np.all(np.isfinite(n)) or np.any(n <= 0):
-        raise ValueError(f"num_examples: every value must be finite and > 0, got {n.tolist()}")
+    p = as_label_distributions(label_dist)
+    n = as_nonnegative_array(num_examples, "num_examples", shape=(p.shape[0],), strict=True)
     return p, n
-
-
-def _check_rows(p: NDArray[np.float64], rows: NDArray[np.intp]) -> None:
-    """Raise unless the given rows of ``p`` are label distributions (>= 0, summing to 1)."""
-    sub = p[rows]
-    if not np.all(np.isfinite(sub)) or np.any(sub < 0):
-        raise ValueError("label_dist: entries must be finite and >= 0")
-    sums = sub.sum(axis=1)
-    bad = np.flatnonzero(np.abs(sums - 1.0) > _DIST_SUM_ATOL)
-    if bad.size:
-        raise ValueError(
-            f"label_dist: every row must sum to 1 (normalise label histograms first); "
-            f"row {int(rows[bad[0]])} sums to {float(sums[bad[0]])}"
-        )
 
 
 def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
@@ -198,11 +184,9 @@ def cucb_first_pick_probabilities(
     """
     q = np.maximum(np.asarray(qcid_single, dtype=np.float64), QCID_FLOOR)
     t_k = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
-    if int(round_t) != round_t or round_t < 1:
-        raise ValueError(f"round_t: must be an integer >= 1, got {round_t}")
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam: the exploration weight must be finite and >= 0, got {lam}")
-    weights = q ** (-float(beta)) + lam * np.sqrt(3.0 * np.log(float(round_t)) / (2.0 * t_k))
+    t = check_integer(round_t, "round_t", minimum=1)
+    lam = as_nonnegative_float(lam, "lam")
+    weights = q ** (-float(beta)) + lam * np.sqrt(3.0 * np.log(float(t)) / (2.0 * t_k))
     return weights / weights.sum()
 
 
@@ -256,21 +240,16 @@ class FedCBSState:
     def __init__(
         self, num_devices: int, counts: ArrayLike | None = None, round_index: int = 0
     ) -> None:
-        if int(num_devices) != num_devices or num_devices < 1:
-            raise ValueError(f"num_devices: must be an integer >= 1, got {num_devices}")
+        v = check_integer(num_devices, "num_devices", minimum=1)
         if counts is None:
-            c = np.zeros(int(num_devices), dtype=np.int64)
+            c = np.zeros(v, dtype=np.int64)
         else:
-            raw = np.asarray(counts)
-            if raw.shape != (int(num_devices),) or np.any(raw < 0) or np.any(raw != np.round(raw)):
-                raise ValueError(
-                    f"counts: expected {num_devices} integers >= 0, got {raw.tolist()}"
-                )
+            raw = as_nonnegative_array(counts, "counts", shape=(v,))
+            if np.any(raw != np.round(raw)):
+                raise ValueError(f"counts must hold {v} integers >= 0, got {raw.tolist()}")
             c = raw.astype(np.int64)
-        if int(round_index) != round_index or round_index < 0:
-            raise ValueError(f"round_index: must be an integer >= 0, got {round_index}")
         self.counts: NDArray[np.int64] = c
-        self.round_index: int = int(round_index)
+        self.round_index: int = check_integer(round_index, "round_index", minimum=0)
 
     @property
     def num_devices(self) -> int:
@@ -357,35 +336,15 @@ def fedcbs_select(
         distributions, non-positive |D_v| of a candidate.
 
     """
-    b = np.asarray(min_bandwidth_hz, dtype=np.float64)
     v = state.num_devices
-    if b.shape != (v,):
-        raise ValueError(
-            f"min_bandwidth_hz: expected shape ({v},) (state has V={v}), got {b.shape}"
-        )
-    if np.any(np.isnan(b)) or np.any(b < 0):
-        raise ValueError(f"min_bandwidth_hz: values must be >= 0 Hz or +inf, got {b.tolist()}")
-    total = float(total_bandwidth_hz)
-    if not np.isfinite(total) or total < 0:
-        raise ValueError(f"total_bandwidth_hz: must be finite and >= 0, got {total_bandwidth_hz}")
-    avail = np.asarray(available)
-    if avail.shape != (v,) or avail.dtype != np.bool_:
-        raise ValueError(f"available: expected a boolean mask of shape ({v},), got {avail!r}")
-    p = np.asarray(label_dist, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] != v or p.shape[1] == 0:
-        raise ValueError(f"label_dist: expected shape ({v}, C), got {p.shape}")
-    n = np.asarray(num_examples, dtype=np.float64)
-    if n.shape != (v,):
-        raise ValueError(f"num_examples: expected shape ({v},), got {n.shape}")
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam: the exploration weight must be finite and >= 0, got {lam}")
-
-    remaining = np.flatnonzero(avail & np.isfinite(b))
-    _check_rows(p, remaining)
-    if np.any(~np.isfinite(n[remaining])) or np.any(n[remaining] <= 0):
-        raise ValueError(
-            f"num_examples: candidates need finite sizes > 0, got {n[remaining].tolist()}"
-        )
+    b = as_min_bandwidths(min_bandwidth_hz, v)
+    total = check_total_bandwidth(total_bandwidth_hz, allow_zero=True)
+    avail = as_bool_mask(available, v, "available")
+    lam = as_nonnegative_float(lam, "lam")
+    candidate = avail & np.isfinite(b)
+    p = as_label_distributions(label_dist, num_rows=v, rows=candidate)
+    n = as_nonnegative_array(num_examples, "num_examples", shape=(v,), strict=True, where=candidate)
+    remaining = np.flatnonzero(candidate)
 
     round_t = state.round_index + 1
     selected = np.zeros(v, dtype=bool)

@@ -334,6 +334,15 @@ def _candidate_bandwidth(inputs: RoundInputs) -> NDArray[np.float64]:
     return np.where(inputs.candidate, inputs.min_bandwidth_hz, np.inf)
 
 
+def _ranking_args(
+    inputs: RoundInputs, scores: NDArray[np.float64] | None, policy: str, what: str
+) -> tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.float64], float]:
+    """(eligible, scores, B*, B) for a selector of :mod:`fedcgd_strategy.selectors`."""
+    if scores is None:
+        raise ValueError(f"policy {policy!r} needs {what}: every available device must train")
+    return inputs.candidate, scores, _candidate_bandwidth(inputs), inputs.total_bandwidth_hz
+
+
 @dataclass
 class BestChannelPolicy(Policy):
     """BC (Amiri et al.): by channel gain, descending, best effort (DESIGN.md)."""
@@ -343,14 +352,8 @@ class BestChannelPolicy(Policy):
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule by gain."""
-        mask = best_channel(
-            inputs.candidate,
-            inputs.gain_lin,
-            _candidate_bandwidth(inputs),
-            inputs.total_bandwidth_hz,
-            rule=self.pack_rule,
-        )
-        return decide(inputs, mask)
+        args = _ranking_args(inputs, inputs.gain_lin, self.name, "channel gains")
+        return decide(inputs, best_channel(*args, rule=self.pack_rule))
 
 
 @dataclass
@@ -363,16 +366,8 @@ class BestNormPolicy(Policy):
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule by update norm (needs post-training reports)."""
-        if inputs.update_norm is None:
-            raise ValueError("policy 'bn2' needs update norms: every available device must train")
-        mask = best_norm(
-            inputs.candidate,
-            inputs.update_norm,
-            _candidate_bandwidth(inputs),
-            inputs.total_bandwidth_hz,
-            rule=self.pack_rule,
-        )
-        return decide(inputs, mask)
+        args = _ranking_args(inputs, inputs.update_norm, self.name, "update norms")
+        return decide(inputs, best_norm(*args, rule=self.pack_rule))
 
 
 @dataclass
@@ -386,19 +381,8 @@ class PowerOfChoicePolicy(Policy):
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule by this round's training loss (needs post-training reports)."""
-        if inputs.train_loss is None:
-            raise ValueError(
-                "policy 'poc' needs training losses: every available device must train"
-            )
-        mask = power_of_choice(
-            inputs.candidate,
-            inputs.train_loss,
-            _candidate_bandwidth(inputs),
-            inputs.total_bandwidth_hz,
-            self.num_candidates,
-            rng,
-            rule=self.pack_rule,
-        )
+        args = _ranking_args(inputs, inputs.train_loss, self.name, "training losses")
+        mask = power_of_choice(*args, self.num_candidates, rng, rule=self.pack_rule)
         return decide(inputs, mask)
 
 

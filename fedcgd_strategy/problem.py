@@ -21,13 +21,23 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-#: Rows of ``label_dist`` and ``target_dist`` must sum to one within this tolerance.
-DISTRIBUTION_SUM_TOL = 1e-6
+# DISTRIBUTION_SUM_TOL is re-exported: rows of ``label_dist`` and ``target_dist`` must sum to one
+# within it (the rule and the constant live in fedcgd_strategy.validation).
+from fedcgd_strategy.validation import DISTRIBUTION_SUM_TOL as DISTRIBUTION_SUM_TOL
+from fedcgd_strategy.validation import (
+    BoolArray,
+    FloatArray,
+    as_bool_mask,
+    as_label_distributions,
+    as_min_bandwidths,
+    as_nonnegative_array,
+    as_nonnegative_float,
+    as_target_distribution,
+    check_total_bandwidth,
+)
+
 #: Relative slack of the bandwidth constraint, absorbing floating-point rounding of sums of B*.
 BANDWIDTH_REL_TOL = 1e-9
-
-FloatArray = NDArray[np.float64]
-BoolArray = NDArray[np.bool_]
 
 
 def wemd(
@@ -88,13 +98,6 @@ def _readonly(array: NDArray[Any]) -> NDArray[Any]:
     return out
 
 
-def _as_float_array(name: str, value: object) -> FloatArray:
-    try:
-        return np.asarray(value, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be numeric, got {value!r}") from exc
-
-
 @dataclass(frozen=True)
 class SchedulingProblem:
     """One instance of problem P1 (paper Section IV-A), validated, with read-only arrays.
@@ -103,7 +106,7 @@ class SchedulingProblem:
     ----------
     label_dist
         ``p_v``: label distribution of each device, float ``[V, C]``, rows non-negative and summing
-        to 1 (within 1e-6).
+        to 1 (within :data:`DISTRIBUTION_SUM_TOL` = 1e-6).
     target_dist
         ``p``: global (target) label distribution, float ``[C]``, sums to 1.
     min_bandwidth_hz
@@ -131,76 +134,19 @@ class SchedulingProblem:
     batch_size: NDArray[np.int64] | int = 32
 
     def __post_init__(self) -> None:
-        label = _as_float_array("label_dist", self.label_dist)
-        if label.ndim != 2 or label.shape[0] < 1 or label.shape[1] < 1:
-            raise ValueError(
-                f"label_dist must be a float array of shape [V, C] with V, C >= 1, "
-                f"got shape {label.shape}"
-            )
+        label = as_label_distributions(self.label_dist)
         num_devices, num_classes = label.shape
-        if not np.all(np.isfinite(label)) or np.any(label < 0):
-            raise ValueError(f"label_dist must hold finite non-negative values, got {label!r}")
-        row_sums = label.sum(axis=1)
-        bad_rows = np.flatnonzero(np.abs(row_sums - 1.0) > DISTRIBUTION_SUM_TOL)
-        if bad_rows.size:
-            raise ValueError(
-                f"label_dist rows must sum to 1 (within {DISTRIBUTION_SUM_TOL}); rows "
-                f"{bad_rows.tolist()} sum to {row_sums[bad_rows].tolist()}"
-            )
-
-        target = _as_float_array("target_dist", self.target_dist)
-        if target.shape != (num_classes,):
-            raise ValueError(
-                f"target_dist must have shape [C] = ({num_classes},), got shape {target.shape}"
-            )
-        if not np.all(np.isfinite(target)) or np.any(target < 0):
-            raise ValueError(f"target_dist must be finite and non-negative, got {target.tolist()}")
-        if abs(target.sum() - 1.0) > DISTRIBUTION_SUM_TOL:
-            raise ValueError(
-                f"target_dist must sum to 1 (within {DISTRIBUTION_SUM_TOL}), sums to "
-                f"{target.sum()!r}"
-            )
-
-        bandwidth = _as_float_array("min_bandwidth_hz", self.min_bandwidth_hz)
-        if bandwidth.shape != (num_devices,):
-            raise ValueError(
-                f"min_bandwidth_hz must have shape [V] = ({num_devices},), got shape "
-                f"{bandwidth.shape}"
-            )
-        if np.any(np.isnan(bandwidth)) or np.any(bandwidth < 0):
-            raise ValueError(
-                "min_bandwidth_hz must be >= 0 or inf (infeasible device), NaN is not allowed; "
-                f"got {bandwidth.tolist()}"
-            )
-
-        total = float(self.total_bandwidth_hz)
-        if not np.isfinite(total) or total <= 0:
-            raise ValueError(f"total_bandwidth_hz must be finite and > 0, got {total!r}")
-
-        sigma = float(self.sigma)
-        if not np.isfinite(sigma) or sigma < 0:
-            raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}")
-
-        gradient = _as_float_array("class_gradient", self.class_gradient)
-        if gradient.ndim == 0:
-            gradient = np.full(num_classes, float(gradient))
-        if gradient.shape != (num_classes,):
-            raise ValueError(
-                f"class_gradient must be a scalar or have shape [C] = ({num_classes},), got "
-                f"shape {gradient.shape}"
-            )
-        if not np.all(np.isfinite(gradient)) or np.any(gradient < 0):
-            raise ValueError(f"class_gradient must be finite and >= 0, got {gradient.tolist()}")
-
-        batch = _as_float_array("batch_size", self.batch_size)
-        if batch.ndim == 0:
-            batch = np.full(num_devices, float(batch))
-        if batch.shape != (num_devices,):
-            raise ValueError(
-                f"batch_size must be a scalar or have shape [V] = ({num_devices},), got shape "
-                f"{batch.shape}"
-            )
-        if not np.all(np.isfinite(batch)) or np.any(batch <= 0) or np.any(batch != np.round(batch)):
+        target = as_target_distribution(self.target_dist, num_classes)
+        bandwidth = as_min_bandwidths(self.min_bandwidth_hz, num_devices)
+        total = check_total_bandwidth(self.total_bandwidth_hz)
+        sigma = as_nonnegative_float(self.sigma, "sigma")
+        gradient = as_nonnegative_array(
+            self.class_gradient, "class_gradient", shape=(num_classes,), broadcast_scalar=True
+        )
+        batch = as_nonnegative_array(
+            self.batch_size, "batch_size", shape=(num_devices,), broadcast_scalar=True, strict=True
+        )
+        if np.any(batch != np.round(batch)):
             raise ValueError(f"batch_size must hold positive integers, got {batch.tolist()}")
 
         object.__setattr__(self, "label_dist", _readonly(label))
@@ -250,13 +196,7 @@ class SchedulingProblem:
 
     # ------------------------------------------------------------------ evaluation
     def _check_mask(self, mask: ArrayLike) -> BoolArray:
-        arr = np.asarray(mask)
-        if arr.shape != (self.num_devices,) or arr.dtype != np.bool_:
-            raise ValueError(
-                f"mask must be a bool array of shape [V] = ({self.num_devices},), got dtype "
-                f"{arr.dtype} and shape {arr.shape}"
-            )
-        return arr
+        return as_bool_mask(mask, self.num_devices, "mask")
 
     def wemd(self, mask: ArrayLike) -> float:
         """WEMD of the schedule ``mask`` (bool ``[V]``), paper eq. (G1); ``inf`` if empty."""

@@ -22,6 +22,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedcgd_strategy.validation import (
+    as_bool_mask,
+    as_float_array,
+    as_min_bandwidths,
+    check_integer,
+    check_total_bandwidth,
+)
+
 __all__ = [
     "PACK_RULES",
     "best_channel",
@@ -36,49 +44,43 @@ __all__ = [
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
 
 
-def _as_min_bandwidth(min_bandwidth_hz: ArrayLike) -> NDArray[np.float64]:
-    """Validate B*_v in Hz (float[V]; each >= 0 or +inf, no NaN)."""
-    b = np.asarray(min_bandwidth_hz, dtype=np.float64)
-    if b.ndim != 1:
-        raise ValueError(f"min_bandwidth_hz: expected a 1-D array [V], got shape {b.shape}")
-    if np.any(np.isnan(b)) or np.any(b < 0):
-        raise ValueError(
-            f"min_bandwidth_hz: every value must be >= 0 Hz or +inf (infeasible), got {b.tolist()}"
-        )
-    return b
-
-
-def _check_total_bandwidth(total_bandwidth_hz: float) -> float:
-    """Validate the bandwidth budget B in Hz (finite, >= 0)."""
-    total = float(total_bandwidth_hz)
-    if not np.isfinite(total) or total < 0:
-        raise ValueError(f"total_bandwidth_hz: must be finite and >= 0, got {total_bandwidth_hz}")
-    return total
-
-
 def _check_rule(rule: str) -> str:
-    """Validate a best-effort rule name."""
+    """Validate a best-effort rule name (one of :data:`PACK_RULES`)."""
     if rule not in PACK_RULES:
-        raise ValueError(f"rule: got {rule!r}; allowed: {', '.join(PACK_RULES)}")
+        raise ValueError(f"rule must be one of {', '.join(PACK_RULES)}, got {rule!r}")
     return rule
 
 
-def _as_mask(available: ArrayLike, num_devices: int) -> NDArray[np.bool_]:
-    """Validate an availability mask bool[V]."""
-    a = np.asarray(available)
-    if a.ndim != 1 or a.shape[0] != num_devices:
-        raise ValueError(f"available: expected shape ({num_devices},), got {a.shape}")
-    if a.dtype != np.bool_:
-        raise ValueError(f"available: expected a boolean mask, got dtype {a.dtype}")
-    return a
+def _as_order(order: ArrayLike, num_devices: int) -> NDArray[np.intp]:
+    """Validate a ranking: distinct device indices in [0, V), int[K], best first."""
+    idx = np.asarray(order)
+    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+        raise ValueError(f"order must be a 1-D array of device indices, got {idx!r}")
+    if idx.size and (idx.min() < 0 or idx.max() >= num_devices):
+        raise ValueError(
+            f"order must hold device indices in [0, {num_devices}), got {idx.tolist()}"
+        )
+    if np.unique(idx).size != idx.size:
+        raise ValueError(f"order must hold distinct device indices, got {idx.tolist()}")
+    return idx.astype(np.intp)
 
 
-def _as_scores(scores: ArrayLike, num_devices: int, name: str) -> NDArray[np.float64]:
-    """Validate a ranking score float[V] (NaN allowed: such devices are never taken)."""
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1 or s.shape[0] != num_devices:
-        raise ValueError(f"{name}: expected shape ({num_devices},), got {s.shape}")
-    return s
+def _pack(
+    order: NDArray[np.intp], min_bandwidth_hz: NDArray[np.float64], total_hz: float, rule: str
+) -> NDArray[np.bool_]:
+    """Best-effort walk of :func:`best_effort_pack` on arguments its callers validated."""
+    selected = np.zeros(min_bandwidth_hz.shape[0], dtype=bool)
+    used_hz = 0.0
+    for dev in order.tolist():  # K <= V devices; the walk is inherently sequential
+        need = min_bandwidth_hz[dev]
+        if not np.isfinite(need):
+            continue
+        if used_hz + need <= total_hz:
+            selected[dev] = True
+            used_hz += need
+        elif rule == "stop":
+            break
+    return selected
 
 
 def best_effort_pack(
@@ -119,28 +121,9 @@ def best_effort_pack(
 
     """
     _check_rule(rule)
-    b = _as_min_bandwidth(min_bandwidth_hz)
-    total = _check_total_bandwidth(total_bandwidth_hz)
-    idx = np.asarray(order)
-    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-        raise ValueError(f"order: expected a 1-D array of device indices, got {idx!r}")
-    v = b.shape[0]
-    if idx.size and (idx.min() < 0 or idx.max() >= v):
-        raise ValueError(f"order: device indices must lie in [0, {v}), got {idx.tolist()}")
-    if np.unique(idx).size != idx.size:
-        raise ValueError(f"order: device indices must be distinct, got {idx.tolist()}")
-    selected = np.zeros(v, dtype=bool)
-    used_hz = 0.0
-    for dev in idx.tolist():  # K <= V devices; the walk is inherently sequential
-        need = b[dev]
-        if not np.isfinite(need):
-            continue
-        if used_hz + need <= total:
-            selected[dev] = True
-            used_hz += need
-        elif rule == "stop":
-            break
-    return selected
+    b = as_min_bandwidths(min_bandwidth_hz)
+    total = check_total_bandwidth(total_bandwidth_hz, allow_zero=True)
+    return _pack(_as_order(order, b.shape[0]), b, total, rule)
 
 
 def descending_order(scores: ArrayLike, eligible: ArrayLike) -> NDArray[np.intp]:
@@ -172,14 +155,26 @@ def _rank_and_pack(
     min_bandwidth_hz: ArrayLike,
     total_bandwidth_hz: float,
     rule: str,
+    num_candidates: int = 0,
+    rng: np.random.Generator | None = None,
 ) -> NDArray[np.bool_]:
-    """Rank available devices with a non-NaN score, descending, and pack them best effort."""
+    """Validate once, rank the eligible devices by score (descending) and pack them best effort.
+
+    Eligible: available with a non-NaN score; with ``rng`` and ``0 < num_candidates <`` their
+    number, only ``num_candidates`` of them drawn uniformly without replacement (POC).
+    """
     _check_rule(rule)
-    b = _as_min_bandwidth(min_bandwidth_hz)
-    mask = _as_mask(available, b.shape[0])
-    s = _as_scores(scores, b.shape[0], score_name)
-    order = descending_order(s, mask & ~np.isnan(s))
-    return best_effort_pack(order, b, total_bandwidth_hz, rule)
+    b = as_min_bandwidths(min_bandwidth_hz)
+    total = check_total_bandwidth(total_bandwidth_hz, allow_zero=True)
+    v = b.shape[0]
+    mask = as_bool_mask(available, v, "available")
+    s = as_float_array(scores, score_name, shape=(v,))
+    pool = np.flatnonzero(mask & ~np.isnan(s))
+    if rng is not None and 0 < num_candidates < pool.size:
+        pool = np.sort(rng.choice(pool, size=num_candidates, replace=False))
+    eligible = np.zeros(v, dtype=bool)
+    eligible[pool] = True
+    return _pack(descending_order(s, eligible), b, total, rule)
 
 
 def best_channel(
@@ -191,18 +186,18 @@ def best_channel(
 ) -> NDArray[np.bool_]:
     """BC: best channel first, best effort (paper Section V-A (1); Amiri et al. 2021).
 
+    Ranks the available devices by average channel gain, descending (ties: lowest index), and
+    packs them as :func:`best_effort_pack` does.
+
     Parameters
     ----------
     available : bool[V]
         Devices available this round.
     gain_lin : float[V]
         Average channel gain H̄_v (linear, dimensionless); NaN = never taken.
-    min_bandwidth_hz : float[V]
-        B*_v in Hz (+inf = infeasible, never taken).
-    total_bandwidth_hz : float
-        Budget B in Hz.
-    rule : str
-        Best-effort rule, ``"stop"`` or ``"skip"`` (:func:`best_effort_pack`).
+    min_bandwidth_hz, total_bandwidth_hz, rule
+        B*_v float[V] in Hz (+inf = infeasible, never taken), budget B in Hz and best-effort
+        rule, as in :func:`best_effort_pack`.
 
     Returns
     -------
@@ -212,39 +207,6 @@ def best_channel(
     """
     return _rank_and_pack(
         available, gain_lin, "gain_lin", min_bandwidth_hz, total_bandwidth_hz, rule
-    )
-
-
-def best_norm(
-    available: ArrayLike,
-    update_norm: ArrayLike,
-    min_bandwidth_hz: ArrayLike,
-    total_bandwidth_hz: float,
-    rule: str = "stop",
-) -> NDArray[np.bool_]:
-    """BN2: largest local-update L2 norm first, best effort (paper Section V-A (2); Amiri et al.).
-
-    Parameters
-    ----------
-    available : bool[V]
-        Devices available this round.
-    update_norm : float[V]
-        ||w_v^{(j+1)} − w^{(j)}||₂ of each device's local update; NaN = never taken.
-    min_bandwidth_hz : float[V]
-        B*_v in Hz (+inf = infeasible, never taken).
-    total_bandwidth_hz : float
-        Budget B in Hz.
-    rule : str
-        Best-effort rule, ``"stop"`` or ``"skip"`` (:func:`best_effort_pack`).
-
-    Returns
-    -------
-    bool[V]
-        The scheduled devices.
-
-    """
-    return _rank_and_pack(
-        available, update_norm, "update_norm", min_bandwidth_hz, total_bandwidth_hz, rule
     )
 
 
@@ -271,10 +233,8 @@ def power_of_choice(
         Devices available this round.
     loss : float[V]
         Training loss accumulated over this round's local steps; NaN = treated as unavailable.
-    min_bandwidth_hz : float[V]
-        B*_v in Hz (+inf = infeasible, never taken).
-    total_bandwidth_hz : float
-        Budget B in Hz.
+    min_bandwidth_hz, total_bandwidth_hz
+        B*_v float[V] in Hz and budget B in Hz, as in :func:`best_effort_pack`.
     num_candidates : int
         V' >= 0 (0 = all available).
     rng : numpy.random.Generator
@@ -285,7 +245,7 @@ def power_of_choice(
     Returns
     -------
     bool[V]
-        The scheduled devices.
+        The scheduled devices (a subset of the V' drawn candidates).
 
     Raises
     ------
@@ -293,21 +253,38 @@ def power_of_choice(
         Negative or non-integer ``num_candidates`` and the errors of :func:`best_effort_pack`.
 
     """
-    _check_rule(rule)
-    if int(num_candidates) != num_candidates or num_candidates < 0:
-        raise ValueError(
-            f"num_candidates: must be an integer >= 0 (0 = all available), got {num_candidates}"
-        )
-    b = _as_min_bandwidth(min_bandwidth_hz)
-    mask = _as_mask(available, b.shape[0])
-    s = _as_scores(loss, b.shape[0], "loss")
-    pool = np.flatnonzero(mask & ~np.isnan(s))
-    d = int(num_candidates)
-    if 0 < d < pool.size:
-        drawn = np.sort(rng.choice(pool, size=d, replace=False))
-    else:
-        drawn = pool
-    eligible = np.zeros(b.shape[0], dtype=bool)
-    eligible[drawn] = True
-    order = descending_order(s, eligible)
-    return best_effort_pack(order, b, total_bandwidth_hz, rule)
+    d = check_integer(num_candidates, "num_candidates", minimum=0)
+    return _rank_and_pack(
+        available, loss, "loss", min_bandwidth_hz, total_bandwidth_hz, rule, d, rng
+    )
+
+
+def best_norm(
+    available: ArrayLike,
+    update_norm: ArrayLike,
+    min_bandwidth_hz: ArrayLike,
+    total_bandwidth_hz: float,
+    rule: str = "stop",
+) -> NDArray[np.bool_]:
+    """BN2: largest local-update L2 norm first, best effort (paper Section V-A (2); Amiri et al.).
+
+    Same walk as :func:`best_channel` with the update norm as the score.
+
+    Parameters
+    ----------
+    available : bool[V]
+        Devices available this round.
+    update_norm : float[V]
+        ||w_v^{(j+1)} − w^{(j)}||₂ of each device's local update; NaN = never taken.
+    min_bandwidth_hz, total_bandwidth_hz, rule
+        As in :func:`best_channel`.
+
+    Returns
+    -------
+    bool[V]
+        The devices scheduled, largest norms first.
+
+    """
+    return _rank_and_pack(
+        available, update_norm, "update_norm", min_bandwidth_hz, total_bandwidth_hz, rule
+    )

@@ -13,8 +13,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from client_app import app as client
-from task.models import build_model
 from task import keys
+from task.models import build_model
 
 RUN_CONFIG: dict[str, Any] = {
     "seed": 5,
