@@ -74,13 +74,13 @@ class PreTrainingStats:
     ----------
     label_hist : list of int, length C
         Class counts of all samples of this round's tau batches (sums to tau b).
-    sigma : float
-        sigma-hat_v, paper eq. (local_est_sigma).
+    sigma : float or None
+        sigma-hat_v, paper eq. (local_est_sigma); None when the server did not ask for it.
 
     """
 
     label_hist: list[int]
-    sigma: float
+    sigma: float | None
 
 
 def node_partition(context: Context, settings: TaskSettings) -> int:
@@ -116,15 +116,19 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
     return partition_id
 
 
-def round_config(msg: Message) -> tuple[int, TrainingSettings]:
-    """Read the server round and τ, η, b from the message's ConfigRecord ``config``."""
+def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
+    """Read the server round, τ, η, b and whether to compute σ̂ from the ConfigRecord ``config``."""
     if keys.CONFIG not in msg.content.config_records:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
             f"(with {keys.SERVER_ROUND}, {keys.LOCAL_STEPS}, {keys.LEARNING_RATE}, "
             f"{keys.BATCH_SIZE})"
         )
-    return read_round_config(msg.content.config_records[keys.CONFIG])
+    config = msg.content.config_records[keys.CONFIG]
+    want_sigma = config.get(keys.WANT_SIGMA, True)
+    if not isinstance(want_sigma, bool):
+        raise ValueError(f"ConfigRecord key '{keys.WANT_SIGMA}' must be a bool; got {want_sigma!r}")
+    return (*read_round_config(config), want_sigma)
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
@@ -141,14 +145,16 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
 
 
 def pre_training_stats(
-    model: nn.Module, split: LocalSplit, batches: list[np.ndarray]
+    model: nn.Module, split: LocalSplit, batches: list[np.ndarray], *, want_sigma: bool = True
 ) -> PreTrainingStats:
-    """Compute the label histogram of the round's batches and sigma-hat on the first."""
+    """Compute the label histogram of the round's batches and (if asked) sigma-hat on the first."""
     used = np.concatenate(batches)
     hist = np.bincount(split.labels[used], minlength=split.num_classes)
-    x_first, y_first = split.tensors(batches[0])
-    spread = gradient_spread(model, x_first, y_first)
-    return PreTrainingStats(label_hist=[int(c) for c in hist], sigma=float(spread.sigma))
+    sigma = None
+    if want_sigma:
+        x_first, y_first = split.tensors(batches[0])
+        sigma = float(gradient_spread(model, x_first, y_first).sigma)
+    return PreTrainingStats(label_hist=[int(c) for c in hist], sigma=sigma)
 
 
 def update_norm(before: dict[str, torch.Tensor], model: nn.Module) -> float:
@@ -178,12 +184,14 @@ def _stats_metrics(
     partition_id: int, split: LocalSplit, stats: PreTrainingStats
 ) -> dict[str, MetricRecordValues]:
     """Return the metric entries shared by the stats and train replies (Python scalars)."""
-    return {
+    metrics: dict[str, MetricRecordValues] = {
         keys.PARTITION_ID: int(partition_id),
         keys.NUM_EXAMPLES: len(split),
         keys.LABEL_HIST: stats.label_hist,
-        keys.SIGMA: float(stats.sigma),
     }
+    if stats.sigma is not None:
+        metrics[keys.SIGMA] = float(stats.sigma)
+    return metrics
 
 
 @app.query(keys.QUERY_INFO_ACTION)
@@ -198,10 +206,10 @@ def query_info(msg: Message, context: Context) -> Message:
 def query_stats(msg: Message, context: Context) -> Message:
     """Reply with the pre-training statistics at the received model (no training)."""
     settings, partition_id, split = _prepare(msg, context)
-    server_round, training = round_config(msg)
+    server_round, training, want_sigma = round_config(msg)
     model = received_model(msg, settings, split)
     batches = _round_batches(settings, server_round, training, split)
-    stats = pre_training_stats(model, split, batches)
+    stats = pre_training_stats(model, split, batches, want_sigma=want_sigma)
     metrics = MetricRecord(_stats_metrics(partition_id, split, stats))
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
@@ -210,10 +218,10 @@ def query_stats(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
     settings, partition_id, split = _prepare(msg, context)
-    server_round, training = round_config(msg)
+    server_round, training, want_sigma = round_config(msg)
     model = received_model(msg, settings, split)
     batches = _round_batches(settings, server_round, training, split)
-    stats = pre_training_stats(model, split, batches)
+    stats = pre_training_stats(model, split, batches, want_sigma=want_sigma)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     rows = np.concatenate(batches)
     x, y = split.tensors(rows)

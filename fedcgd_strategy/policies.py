@@ -14,7 +14,7 @@ valid statistics. Non-candidates are never scheduled.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -34,9 +34,10 @@ from fedcgd_strategy.solvers import ScheduleResult, solve
 #: Fewer uploads than this leave Ĝ unchanged (see :meth:`FedCGDPolicy.observe_uploads`).
 MIN_UPLOADS_FOR_G = 2
 
-#: Round protocols: ``"query"`` (pre-training statistics, only the scheduled devices train) and
-#: ``"train-all"`` (every available device trains, only the scheduled ones are aggregated).
-PROTOCOLS: tuple[str, ...] = ("query", "train-all")
+#: Round protocols: ``"channel"`` (schedule from the channel draw alone, no query phase),
+#: ``"query"`` (pre-training statistics, only the scheduled devices train) and ``"train-all"``
+#: (every available device trains, only the scheduled ones are aggregated).
+PROTOCOLS: tuple[str, ...] = ("channel", "query", "train-all")
 #: Values of the run-config key ``protocol``: ``"auto"`` derives it from the policy.
 PROTOCOL_CHOICES: tuple[str, ...] = ("auto", *PROTOCOLS)
 
@@ -91,11 +92,46 @@ class RoundInputs:
         return int(self.candidate.shape[0])
 
     def global_sigma(self) -> float:
-        """σ̂ over the candidates, paper eq. (global_est_sigma); 0 when nobody reported."""
+        """σ̂ over the candidates, paper eq. (global_est_sigma).
+
+        0 when nobody reported; NaN when σ̂_v was not computed (the rule does not need it).
+        """
         idx = np.flatnonzero(self.candidate)
         if idx.size == 0:
             return 0.0
+        if np.any(np.isnan(self.sigma_v[idx])):
+            return float("nan")
         return estimate_global_sigma(self.sigma_v[idx], self.num_examples[idx])
+
+    @classmethod
+    def from_channel(
+        cls,
+        available: NDArray[np.bool_],
+        min_bandwidth_hz: NDArray[np.float64],
+        gain_lin: NDArray[np.float64],
+        *,
+        total_bandwidth_hz: float,
+        batch_size: int,
+        target_dist: NDArray[np.float64],
+    ) -> RoundInputs:
+        """Inputs for a rule that needs the channel only (protocol ``"channel"``).
+
+        The candidates are the available devices; nothing was reported, so every candidate's
+        label distribution stands at the target, |D_v| at 1 and σ̂_v at NaN (not computed). The
+        round's record takes the uploaded devices' statistics from their training replies.
+        """
+        num_devices, num_classes = int(available.shape[0]), int(target_dist.shape[0])
+        return cls(
+            candidate=np.asarray(available, dtype=bool),
+            label_dist=np.broadcast_to(target_dist, (num_devices, num_classes)).copy(),
+            num_examples=np.ones(num_devices),
+            sigma_v=np.full(num_devices, np.nan),
+            min_bandwidth_hz=min_bandwidth_hz,
+            gain_lin=gain_lin,
+            total_bandwidth_hz=total_bandwidth_hz,
+            batch_size=batch_size,
+            target_dist=target_dist,
+        )
 
 
 @dataclass(frozen=True)
@@ -157,13 +193,7 @@ def decide(
     selected = np.asarray(selected, dtype=bool)
     if selected.shape != inputs.candidate.shape or np.any(selected & ~inputs.candidate):
         raise ValueError("a policy scheduled a device that is not a candidate this round")
-    sigma = inputs.global_sigma()
-    count = int(selected.sum())
-    wemd_g1 = sampling = float("nan")
-    if count:
-        mean = inputs.label_dist[selected].sum(axis=0) / count
-        wemd_g1 = float(wemd(mean, inputs.target_dist, 1.0))
-        sampling = float(sampling_term(sigma, inputs.batch_size * count))
+    sigma, wemd_g1, sampling = _schedule_terms(inputs, selected)
     bandwidth = inputs.min_bandwidth_hz[selected]
     return Decision(
         selected=selected,
@@ -174,6 +204,30 @@ def decide(
         class_gradient=None if class_gradient is None else np.array(class_gradient, float),
         solver=solver,
     )
+
+
+def _schedule_terms(inputs: RoundInputs, mask: NDArray[np.bool_]) -> tuple[float, float, float]:
+    """(σ̂, plain WEMD Σ_c |p̄_c − p_c|, σ̂ / sqrt(b |S|)) of the devices in ``mask``; NaN if empty."""
+    sigma = inputs.global_sigma()
+    count = int(mask.sum())
+    if not count:
+        return sigma, float("nan"), float("nan")
+    mean = inputs.label_dist[mask].sum(axis=0) / count
+    return (
+        sigma,
+        float(wemd(mean, inputs.target_dist, 1.0)),
+        float(sampling_term(sigma, inputs.batch_size * count)),
+    )
+
+
+def with_reported_terms(decision: Decision, reported: RoundInputs) -> Decision:
+    """The decision with σ̂, WEMD and sampling term taken from the devices that reported.
+
+    For protocol ``"channel"``, where the schedule was made before any device reported: the
+    terms are evaluated over the scheduled devices whose training replies are in ``reported``.
+    """
+    sigma, wemd_g1, sampling = _schedule_terms(reported, decision.selected & reported.candidate)
+    return replace(decision, sigma=sigma, wemd=wemd_g1, sampling_term=sampling)
 
 
 @dataclass(frozen=True)
@@ -216,11 +270,17 @@ class Policy(ABC):
         True when the rule ranks devices by values known only after local training (BN2's
         update norm, POC's accumulated loss): then every available device trains first and
         only the scheduled ones upload, as in the paper (see :func:`resolve_protocol`).
+    needs_reports : bool
+        False when the rule needs the channel only (BC, all): no query phase.
+    needs_sigma : bool
+        True when the rule uses σ̂ (FedCGD): only then do devices compute it.
 
     """
 
     name: str = "policy"
     needs_post_training: ClassVar[bool] = False
+    needs_reports: ClassVar[bool] = True
+    needs_sigma: ClassVar[bool] = False
 
     @property
     def class_gradient(self) -> NDArray[np.float64] | None:
@@ -271,6 +331,7 @@ class FedCGDPolicy(Policy):
     name: str = "fedcgd-fscd"
     exact_time_limit_s: float | None = None
     _g: NDArray[np.float64] = field(init=False, repr=False)
+    needs_sigma: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self._g = np.full(self.num_classes if self.per_class else 1, float(self.initial_g))
@@ -349,6 +410,7 @@ class BestChannelPolicy(Policy):
 
     pack_rule: str = "stop"
     name: str = "bc"
+    needs_reports: ClassVar[bool] = False
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule by gain."""
@@ -422,6 +484,7 @@ class AllFeasiblePolicy(Policy):
     """Every available device that can meet the deadline (FedAvg reference; no bandwidth budget)."""
 
     name: str = "all"
+    needs_reports: ClassVar[bool] = False
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule every candidate with finite B*."""
@@ -454,9 +517,11 @@ def _policy_type(name: str) -> type[Policy]:
 def resolve_protocol(policy: str, requested: str = "auto") -> str:
     """Return the round protocol for ``policy`` (the one place this rule lives).
 
-    Rules that rank devices on post-training values (:attr:`Policy.needs_post_training`: BN2,
-    POC) need ``"train-all"``; the others run ``"query"`` unless ``"train-all"`` is asked for
-    (same schedules and model, more training: useful to compare protocols).
+    ``"auto"`` does no work the rule does not need: rules that rank devices on post-training
+    values (:attr:`Policy.needs_post_training`: BN2, POC) get ``"train-all"``; rules that need
+    the channel only (:attr:`Policy.needs_reports` false: BC, all) get ``"channel"`` (no query
+    phase); the others (FedCGD, Fed-CBS) get ``"query"``. A protocol with more work than needed
+    may be asked for (same schedules and model: useful to compare protocols).
 
     Parameters
     ----------
@@ -471,15 +536,21 @@ def resolve_protocol(policy: str, requested: str = "auto") -> str:
         For an unknown policy or protocol, or ``"query"`` with a post-training rule.
 
     """
-    needs_post_training = _policy_type(policy).needs_post_training
+    kind = _policy_type(policy)
     if requested not in PROTOCOL_CHOICES:
         raise ValueError(f"protocol: got {requested!r}; allowed: {', '.join(PROTOCOL_CHOICES)}")
+    if kind.needs_post_training:
+        allowed = ("train-all",)
+    elif kind.needs_reports:
+        allowed = ("query", "train-all")
+    else:
+        allowed = PROTOCOLS
     if requested == "auto":
-        return "train-all" if needs_post_training else "query"
-    if requested == "query" and needs_post_training:
+        return allowed[0]
+    if requested not in allowed:
         raise ValueError(
-            f"protocol 'query' does not work with policy {policy!r}, which ranks devices on "
-            "post-training values; allowed: 'auto' or 'train-all'"
+            f"protocol {requested!r} does not work with policy {policy!r}; allowed: 'auto' or "
+            + " or ".join(repr(a) for a in allowed)
         )
     return requested
 

@@ -46,7 +46,7 @@ class DeviceReport:
     label_hist : int[C]
         Class counts of the samples used this round.
     sigma : float
-        σ̂_v, paper eq. (local_est_sigma).
+        σ̂_v, paper eq. (local_est_sigma); NaN when the device was not asked for it.
     train_loss, update_norm, train_time_s : float or None
         Present in training replies only.
     arrays : dict of str -> ndarray, or None
@@ -166,7 +166,11 @@ def read_report(
             f"node {node_id}: {keys.LABEL_HIST!r} = {hist.tolist()}; allowed: finite counts >= 0 "
             "with a positive sum"
         )
-    sigma = _finite_float(_metric(metrics, keys.SIGMA, node_id), keys.SIGMA, node_id)
+    sigma = (
+        _finite_float(metrics[keys.SIGMA], keys.SIGMA, node_id)
+        if keys.SIGMA in metrics
+        else float("nan")  # not asked for (see keys.WANT_SIGMA)
+    )
     if reference is None:
         return DeviceReport(node_id, pid_raw, n_raw, hist.astype(np.int64), sigma)
 
@@ -256,8 +260,9 @@ def collect_reports(
 
 
 def inputs_from_reports(
-    reports: list[DeviceReport],
+    reports: list[DeviceReport] | None,
     draw: RoundDraw,
+    available: list[int],
     *,
     num_classes: int,
     total_bandwidth_hz: float,
@@ -269,10 +274,14 @@ def inputs_from_reports(
 
     Parameters
     ----------
-    reports : list of DeviceReport
-        Valid replies of this round; their devices become the candidates.
+    reports : list of DeviceReport, or None
+        Valid replies of this round; their devices become the candidates. None: nobody was
+        asked (protocol ``"channel"``); the ``available`` devices are the candidates
+        (:meth:`RoundInputs.from_channel`).
     draw : RoundDraw
         This round's channel (length-V arrays).
+    available : list of int
+        Partition ids drawn available that have a node.
     num_classes : int
         C.
     total_bandwidth_hz : float
@@ -287,6 +296,20 @@ def inputs_from_reports(
 
     """
     V = int(np.asarray(draw.available).shape[0])
+    min_bandwidth_hz = np.asarray(draw.min_bandwidth_hz, dtype=float)
+    gain_lin = np.asarray(draw.gain_lin, dtype=float)
+    if reports is None:
+        mask = np.zeros(V, dtype=bool)
+        mask[available] = True
+        uniform = np.full(num_classes, 1.0 / num_classes)
+        return RoundInputs.from_channel(
+            mask,
+            min_bandwidth_hz,
+            gain_lin,
+            total_bandwidth_hz=total_bandwidth_hz,
+            batch_size=batch_size,
+            target_dist=uniform if target_dist is None else np.asarray(target_dist, float),
+        )
     candidate = np.zeros(V, dtype=bool)
     label_dist = np.zeros((V, num_classes))
     num_examples, sigma_v = np.zeros(V), np.zeros(V)
@@ -311,8 +334,8 @@ def inputs_from_reports(
         label_dist=label_dist,
         num_examples=num_examples,
         sigma_v=sigma_v,
-        min_bandwidth_hz=np.asarray(draw.min_bandwidth_hz, dtype=float),
-        gain_lin=np.asarray(draw.gain_lin, dtype=float),
+        min_bandwidth_hz=min_bandwidth_hz,
+        gain_lin=gain_lin,
         total_bandwidth_hz=total_bandwidth_hz,
         batch_size=batch_size,
         target_dist=target,

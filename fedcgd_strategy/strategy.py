@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import (
@@ -45,6 +45,7 @@ from fedcgd_strategy.policies import (
     RoundInputs,
     UploadedUpdates,
     resolve_protocol,
+    with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.replies import DeviceReport, collect_reports, inputs_from_reports
@@ -144,8 +145,15 @@ class ScheduledStrategy(Strategy):
         """Log the hyper-parameters once."""
         text = "ScheduledStrategy: policy=%s protocol=%s V=%d C=%d B=%.3g Hz D_w=%.0f bit"
         sizes = (self.registry.num_devices, self.num_classes)
-        log(INFO, text, self.policy.name, self.protocol, *sizes, self.total_bandwidth_hz,
-            self.model_bits)  # fmt: skip
+        log(
+            INFO,
+            text,
+            self.policy.name,
+            self.protocol,
+            *sizes,
+            self.total_bandwidth_hz,
+            self.model_bits,
+        )
 
     def _send(
         self, content: RecordDict, nodes: Iterable[int], kind: str, server_round: int
@@ -155,17 +163,22 @@ class ScheduledStrategy(Strategy):
             for n in nodes
         ]
 
-    def _schedule(self, state: _Round, reports: list[DeviceReport]) -> Decision:
-        t0 = time.perf_counter()
-        inputs = inputs_from_reports(
+    def _inputs(self, state: _Round, reports: list[DeviceReport] | None) -> RoundInputs:
+        """The policy's view: from the reports, or (``reports=None``) from the channel only."""
+        return inputs_from_reports(
             reports,
             state.draw,
+            state.available,
             num_classes=self.num_classes,
             total_bandwidth_hz=self.total_bandwidth_hz,
             batch_size=state.training.batch_size,
             target_dist=self.target_dist,
             post_training=self.protocol == "train-all",
         )
+
+    def _schedule(self, state: _Round, reports: list[DeviceReport] | None) -> Decision:
+        t0 = time.perf_counter()
+        inputs = self._inputs(state, reports)
         decision = self.policy.schedule(inputs, self.rng)
         state.inputs, state.decision = inputs, decision
         state.schedule_s = time.perf_counter() - t0
@@ -176,8 +189,12 @@ class ScheduledStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Draw the channel, query, schedule, and address the devices that train."""
-        round_config = ConfigRecord({**dict(config.items()), keys.SERVER_ROUND: server_round})
+        """Draw the channel, query (if the rule needs reports), schedule, address the trainees.
+
+        Devices compute σ̂ only when the rule uses it (``want-sigma`` in the ConfigRecord): in
+        the query for FedCGD, in the training replies only for FedCGD under ``"train-all"``.
+        """
+        round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
         _, training = read_round_config(round_config)
         discover_nodes(grid, self.registry, server_round, self.query_timeout_s)
         draw = self.cell.draw_round(self.model_bits)
@@ -188,17 +205,26 @@ class ScheduledStrategy(Strategy):
             available=self.registry.with_node(draw.available),
         )
         self._round = state
-        content = RecordDict({keys.ARRAYS: arrays, keys.CONFIG: round_config})
+        needs_sigma, post = self.policy.needs_sigma, self.protocol == "train-all"
         trainees = state.available
-        if self.protocol == "query":
+        if self.protocol == "channel":
+            trainees = np.flatnonzero(self._schedule(state, None).selected).tolist()
+        elif self.protocol == "query":
             t0 = time.perf_counter()
+            content = self._content(arrays, round_config, want_sigma=needs_sigma)
             queries = self._send(content, self._nodes(trainees), keys.QUERY_STATS, server_round)
             replies = grid.send_and_receive(queries, timeout=self.query_timeout_s)
             reports, state.failed = self._collect(replies, trainees, None, keys.QUERY_STATS)
             state.query_s = time.perf_counter() - t0
             trainees = np.flatnonzero(self._schedule(state, reports).selected).tolist()
+        content = self._content(arrays, round_config, want_sigma=needs_sigma and post)
         state.t_sent = time.perf_counter()
         return self._send(content, self._nodes(trainees), MessageType.TRAIN, server_round)
+
+    @staticmethod
+    def _content(arrays: ArrayRecord, config: dict[str, Any], *, want_sigma: bool) -> RecordDict:
+        record = ConfigRecord({**config, keys.WANT_SIGMA: want_sigma})
+        return RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
 
     def _nodes(self, partitions: Iterable[int]) -> list[int]:
         return [self.registry.node(v) for v in partitions]
@@ -229,6 +255,8 @@ class ScheduledStrategy(Strategy):
         state.failed = sorted(set(state.failed) | set(failed))
         decision = self._schedule(state, reports) if post else state.decision
         assert decision is not None and state.inputs is not None
+        if self.protocol == "channel":  # the record's statistics come from the training replies
+            decision = with_reported_terms(decision, self._inputs(state, reports))
         uploads = [r for r in reports if decision.selected[r.partition_id]]
 
         t0 = time.perf_counter()

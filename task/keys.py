@@ -25,6 +25,8 @@ SERVER_ROUND = "server-round"
 LOCAL_STEPS = "local-steps"
 LEARNING_RATE = "lr"
 BATCH_SIZE = "batch-size"
+#: Whether the device must compute sigma-hat (bool; only FedCGD's rule uses it). Absent = True.
+WANT_SIGMA = "want-sigma"
 
 # --- MetricRecord keys, client -> server -----------------------------------------------------
 PARTITION_ID = "partition-id"
@@ -32,7 +34,7 @@ PARTITION_ID = "partition-id"
 NUM_EXAMPLES = "num-examples"
 #: Per-class counts (list[int], length C) of the samples the device uses this round.
 LABEL_HIST = "label-hist"
-#: sigma-hat_v, paper eq. (local_est_sigma), a float >= 0.
+#: sigma-hat_v, paper eq. (local_est_sigma), a float >= 0 (sent only when asked, see WANT_SIGMA).
 SIGMA = "sigma-hat"
 #: Mean training loss accumulated over this round's local steps (POC's ranking key).
 TRAIN_LOSS = "train-loss"

@@ -50,6 +50,20 @@ def test_fedcgd_query_and_train_all_protocols_give_the_same_schedule_and_model(t
         assert torch.equal(model_a[key], model_b[key]), key
 
 
+@pytest.mark.parametrize("policy", ["bc", "all"])
+def test_channel_protocol_equals_query_protocol(tmp_path, policy):
+    # Rules that need the channel only skip the query phase; with the same seed the schedules
+    # and the final model are those of the query protocol.
+    a = run_inprocess(tmp_path, "channel", policy=policy, protocol="channel")
+    b = run_inprocess(tmp_path, "query", policy=policy, protocol="query")
+    lines_a, lines_b = read_lines(a), read_lines(b)
+    assert [x["scheduled"] for x in lines_a] == [x["scheduled"] for x in lines_b]
+    assert [x["wemd"] for x in lines_a] == [x["wemd"] for x in lines_b]
+    assert all(x["query_s"] == 0.0 for x in lines_a)
+    model_a, model_b = torch.load(a / MODEL_FILE), torch.load(b / MODEL_FILE)
+    assert all(torch.equal(model_a[k], model_b[k]) for k in model_a)
+
+
 def test_result_directory_contents(tmp_path):
     out = run_inprocess(tmp_path, "files", **{"num-server-rounds": 3, "eval-every": 2})
     config = json.loads((out / CONFIG_FILE).read_text())
@@ -141,5 +155,5 @@ def test_redraw_settings_reach_the_cell():
     cell = parse_run_config(run_config).cell
     assert cell.redraw_los_each_round is False and cell.redraw_shadowing_each_round is False
     run_config["channel.redraw-los-each-round"] = 1
-    with pytest.raises(ValueError, match="channel.redraw-los-each-round"):
+    with pytest.raises(ValueError, match=r"channel\.redraw-los-each-round"):
         parse_run_config(run_config)

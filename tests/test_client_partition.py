@@ -109,11 +109,19 @@ def test_shards_drop_remainder_and_stay_equal() -> None:
     assert assert_disjoint(parts).size == 600
 
 
-def test_shards_reproducible_and_seed_dependent() -> None:
-    labels = balanced_labels(10, 40)
-    a = shard_partition(labels, 10, 2, np.random.default_rng(7))
-    b = shard_partition(labels, 10, 2, np.random.default_rng(7))
-    c = shard_partition(labels, 10, 2, np.random.default_rng(8))
+@pytest.mark.parametrize(
+    "split",
+    [
+        lambda labels, rng: shard_partition(labels, 10, 2, rng),
+        lambda labels, rng: dirichlet_partition(labels, 10, 0.5, rng),
+    ],
+    ids=["shards", "dirichlet"],
+)
+def test_partitions_reproducible_and_seed_dependent(split) -> None:  # type: ignore[no-untyped-def]
+    labels = balanced_labels(10, 50)
+    a = split(labels, np.random.default_rng(7))
+    b = split(labels, np.random.default_rng(7))
+    c = split(labels, np.random.default_rng(8))
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
 
@@ -133,15 +141,6 @@ def test_dirichlet_equal_sizes_no_duplicates(alpha: float, num_devices: int) -> 
     assert [p.size for p in parts] == [530 // num_devices] * num_devices
     joined = assert_disjoint(parts)
     assert joined.min() >= 0 and joined.max() < 530
-
-
-def test_dirichlet_reproducible_and_seed_dependent() -> None:
-    labels = balanced_labels(10, 50)
-    a = dirichlet_partition(labels, 10, 0.5, np.random.default_rng(11))
-    b = dirichlet_partition(labels, 10, 0.5, np.random.default_rng(11))
-    c = dirichlet_partition(labels, 10, 0.5, np.random.default_rng(12))
-    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
 
 
 def test_dirichlet_large_alpha_gives_near_global_mix() -> None:

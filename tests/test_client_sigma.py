@@ -1,4 +1,10 @@
-"""Tests of client_app.sigma: sigma-hat (paper eq. (local_est_sigma)) against a per-sample loop."""
+"""Tests of client_app.sigma: sigma-hat (paper eq. (local_est_sigma)) against a per-sample loop.
+
+:func:`gradient_spread` (one forward + backward, per-sample norms layer by layer) and the vmap
+reference :func:`gradient_spread_vmap` are both checked against a plain Python loop with one
+backward per sample; the layer formulas of :mod:`client_app.per_sample_norms` are checked on
+their own against autograd per sample.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +14,42 @@ import pytest
 import torch
 from torch import nn
 
+from client_app import per_sample_norms as psn
 from client_app.models import build_model
-from client_app.sigma import gradient_spread
+from client_app.sigma import gradient_spread, gradient_spread_vmap
+
+
+def per_sample_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One backward per sample (eval mode): float64 [b, num_params] per-sample gradients."""
+    was_training = model.training
+    model.eval()
+    grads = []
+    for i in range(x.shape[0]):
+        params = list(model.parameters())
+        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
+        per_param = torch.autograd.grad(loss, params, allow_unused=True)
+        grads.append(
+            torch.cat(
+                [
+                    (torch.zeros_like(p) if g is None else g).reshape(-1).double()
+                    for p, g in zip(params, per_param, strict=True)
+                ]
+            )
+        )
+    model.train(was_training)
+    return torch.stack(grads)
 
 
 def reference_sigma(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    """Slow reference: one backward per sample, float64 deviations from the mean gradient."""
-    model.eval()
-    grads, losses = [], []
-    for i in range(x.shape[0]):
-        model.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
-        loss.backward()
-        grads.append(torch.cat([p.grad.reshape(-1).double() for p in model.parameters()]))
-        losses.append(float(loss.detach()))
-    stacked = torch.stack(grads)
-    mean = stacked.mean(dim=0)
-    sigma = math.sqrt(float(((stacked - mean) ** 2).sum(dim=1).mean()))
-    return sigma, sum(losses) / len(losses)
+    """Slow reference: float64 deviations of the loop's per-sample gradients from their mean."""
+    stacked = per_sample_grads(model, x, y)
+    sigma = math.sqrt(float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean()))
+    with torch.no_grad():
+        was_training = model.training
+        model.eval()
+        loss = float(nn.functional.cross_entropy(model(x), y).double())
+        model.train(was_training)
+    return sigma, loss
 
 
 def batch(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,60 +57,238 @@ def batch(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, t
     return torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g)
 
 
-@pytest.mark.parametrize(
-    ("name", "shape", "classes", "n"),
-    [
-        ("mlp", (1, 8, 8), 10, 16),
-        ("cnn", (3, 16, 16), 5, 6),
-        ("resnet18gn", (3, 16, 16), 7, 2),
-    ],
-)
+def hook_count(model: nn.Module) -> int:
+    return sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+        for m in model.modules()
+    )
+
+
+MODEL_CASES = [
+    ("mlp", (1, 8, 8), 10, 16),
+    # 32 x 32: every Conv2d route is used (per-sample weight gradients in the cnn and the
+    # ResNet stem and stage 1, Gram matrices in stages 2 to 4, T = 1 in stage 4).
+    ("cnn", (3, 32, 32), 10, 5),
+    ("resnet18gn", (3, 32, 32), 100, 3),
+]
+
+
+@pytest.mark.parametrize("train_mode", [True, False], ids=["train-mode", "eval-mode"])
+@pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES)
 def test_matches_per_sample_loop(
+    name: str, shape: tuple[int, int, int], classes: int, n: int, train_mode: bool
+) -> None:
+    model = build_model(name, classes, shape, seed=1)
+    x, y = batch(n, shape, classes)
+    model.train(train_mode)  # gradient_spread evaluates in eval mode and restores the mode
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = gradient_spread(model, x, y)
+    assert model.training is train_mode
+    assert all(p.grad is None for p in model.parameters())
+    assert all(p.requires_grad for p in model.parameters())
+    assert hook_count(model) == 0
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    expected_sigma, expected_loss = reference_sigma(model, x, y)
+    assert result.batch_size == n
+    assert result.sigma == pytest.approx(expected_sigma, rel=1e-4)
+    assert result.mean_loss == pytest.approx(expected_loss, rel=1e-5)
+
+
+@pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES[:2])
+def test_vmap_reference_matches_per_sample_loop(
     name: str, shape: tuple[int, int, int], classes: int, n: int
 ) -> None:
     model = build_model(name, classes, shape, seed=1)
     x, y = batch(n, shape, classes)
-    model.train()  # gradient_spread must switch dropout off itself and restore the mode
-    result = gradient_spread(model, x, y)
-    assert model.training
+    result = gradient_spread_vmap(model, x, y)
     expected_sigma, expected_loss = reference_sigma(model, x, y)
-    assert result.batch_size == n
     assert result.sigma == pytest.approx(expected_sigma, rel=1e-5)
     assert result.mean_loss == pytest.approx(expected_loss, rel=1e-5)
 
 
-@pytest.mark.parametrize("chunk_size", [1, 3, 5])
-def test_chunked_combination_matches_single_chunk(chunk_size: int) -> None:
-    model = build_model("cnn", 4, (3, 16, 16), seed=2)
-    x, y = batch(7, (3, 16, 16), 4)
-    whole = gradient_spread(model, x, y, chunk_size=7)
-    parts = gradient_spread(model, x, y, chunk_size=chunk_size)
-    assert parts.sigma == pytest.approx(whole.sigma, rel=1e-6)
-    assert parts.mean_loss == pytest.approx(whole.mean_loss, rel=1e-6)
+def test_hand_checkable_linear() -> None:
+    # Logits z = W a + c with W = 0, c = 0: softmax p = (1/2, 1/2), so the per-sample gradients
+    # are dl/dW = (p - e_y) a^T and dl/dc = p - e_y. Samples a1 = (1, 0), y1 = 0 and
+    # a2 = (0, 1), y2 = 1 give g1 = ([[-1/2, 0], [1/2, 0]], (-1/2, 1/2)) and
+    # g2 = ([[0, 1/2], [0, -1/2]], (1/2, -1/2)), so ||g_i||^2 = 1/2 + 1/2 = 1, the mean gradient
+    # is ([[-1/4, 1/4], [1/4, -1/4]], (0, 0)) with squared norm 1/4, and
+    # sigma^2 = 1 - 1/4 = 3/4. Each loss is ln 2.
+    model = nn.Sequential(nn.Flatten(), nn.Linear(2, 2))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).reshape(2, 1, 1, 2)
+    y = torch.tensor([0, 1])
+    norms = psn.per_sample_grad_norms(model, x, y)
+    assert norms.sq_norms.tolist() == pytest.approx([1.0, 1.0])
+    assert norms.sum_grad_sq_norm == pytest.approx(4 * 0.25)  # ||g1 + g2||^2 = b^2 ||g_bar||^2
+    result = gradient_spread(model, x, y)
+    assert result.sigma == pytest.approx(math.sqrt(3) / 2, rel=1e-6)
+    assert result.mean_loss == pytest.approx(math.log(2), rel=1e-6)
 
 
-def test_identical_samples_have_zero_spread() -> None:
-    # All per-sample gradients are equal, so every deviation from their mean is 0.
-    model = build_model("mlp", 10, (1, 8, 8), seed=0)
-    x = torch.randn(1, 1, 8, 8).repeat(5, 1, 1, 1)
-    y = torch.full((5,), 3)
-    assert gradient_spread(model, x, y).sigma == pytest.approx(0.0, abs=1e-6)
+@pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES)
+def test_identical_samples_have_zero_spread(
+    name: str, shape: tuple[int, int, int], classes: int, n: int
+) -> None:
+    # All per-sample gradients are equal, so sigma = 0 exactly; the one-pass value is
+    # (1/b) sum ||g_i||^2 - ||g_bar||^2 with float32 rounding in both terms, so it may be
+    # ~sqrt(1e-7) of the gradient norm, not 0.
+    model = build_model(name, classes, shape, seed=0)
+    x = torch.randn(1, *shape, generator=torch.Generator().manual_seed(3)).repeat(n, 1, 1, 1)
+    y = torch.full((n,), 3)
+    grad_norm = float(torch.linalg.vector_norm(per_sample_grads(model, x[:1], y[:1])))
+    assert grad_norm > 0.1
+    assert gradient_spread(model, x, y).sigma <= 1e-3 * grad_norm
 
 
 def test_two_samples_hand_formula() -> None:
     # For b = 2 the deviations are +-(g1 - g2) / 2, so sigma = ||g1 - g2|| / 2.
-    model = build_model("mlp", 10, (1, 8, 8), seed=4)
-    x, y = batch(2, (1, 8, 8), 10)
-    per_sample = []
-    for i in range(2):
-        model.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
-        per_sample.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
-    expected = float(torch.linalg.vector_norm(per_sample[0] - per_sample[1])) / 2
-    assert gradient_spread(model, x, y).sigma == pytest.approx(expected, rel=1e-5)
+    model = build_model("cnn", 10, (3, 16, 16), seed=4)
+    x, y = batch(2, (3, 16, 16), 10)
+    grads = per_sample_grads(model, x, y)
+    expected = float(torch.linalg.vector_norm(grads[0] - grads[1])) / 2
+    assert gradient_spread(model, x, y).sigma == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 5])
+def test_chunk_size_changes_nothing_but_memory(chunk_size: int) -> None:
+    model = build_model("resnet18gn", 7, (3, 32, 32), seed=2)
+    x, y = batch(5, (3, 32, 32), 7)
+    whole = gradient_spread(model, x, y)
+    parts = gradient_spread(model, x, y, chunk_size=chunk_size)
+    assert parts.sigma == pytest.approx(whole.sigma, rel=1e-6)
+    assert parts.mean_loss == pytest.approx(whole.mean_loss, rel=1e-6)
+    vmap_parts = gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
+    assert vmap_parts.sigma == pytest.approx(whole.sigma, rel=1e-4)
+
+
+def test_model_state_is_kept() -> None:
+    # Existing .grad and requires_grad=False flags survive; frozen parameters still count, as
+    # in eq. (local_est_sigma) the norm runs over all parameters.
+    model = build_model("mlp", 10, (1, 8, 8), seed=5)
+    x, y = batch(6, (1, 8, 8), 10)
+    first = model.net[1]
+    first.weight.requires_grad_(False)
+    marker = torch.full_like(first.bias, 3.0)
+    first.bias.grad = marker.clone()
+    result = gradient_spread(model, x, y)
+    assert not first.weight.requires_grad
+    assert first.weight.grad is None
+    assert torch.equal(first.bias.grad, marker)
+    first.weight.requires_grad_(True)
+    assert result.sigma == pytest.approx(reference_sigma(model, x, y)[0], rel=1e-4)
+
+
+class TwiceLinear(nn.Module):
+    """Calls the same Linear twice: outside the one-pass scope."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(torch.tanh(self.inner(x.flatten(1))))
+
+
+def test_layer_run_twice_falls_back_to_vmap() -> None:
+    model = TwiceLinear()
+    x, y = batch(5, (1, 2, 2), 4)
+    with pytest.raises(psn.UnsupportedModelError, match="more than once"):
+        psn.per_sample_grad_norms(model, x, y)
+    assert hook_count(model) == 0
+    assert gradient_spread(model, x, y).sigma == pytest.approx(
+        reference_sigma(model, x, y)[0], rel=1e-5
+    )
+
+
+def test_unsupported_layer_falls_back_to_vmap() -> None:
+    model = nn.Sequential(
+        nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(12, 3)
+    )
+    reasons = psn.unsupported_reasons(model)
+    assert reasons and "BatchNorm2d" in reasons[0]
+    x, y = batch(4, (2, 4, 4), 3)
+    model.eval()
+    with torch.no_grad():
+        model(x)  # BatchNorm in eval mode: samples independent
+    assert gradient_spread(model, x, y).sigma == pytest.approx(
+        reference_sigma(model, x, y)[0], rel=1e-5
+    )
+
+
+def test_supported_scope_of_the_three_models() -> None:
+    for name, shape, classes, _ in MODEL_CASES:
+        assert psn.unsupported_reasons(build_model(name, classes, shape)) == []
+
+
+def conv_reference(conv: nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Per-sample ||dl/dW||^2 + ||dl/dc||^2 by autograd, with dl/dy = g[i] for sample i."""
+    out = []
+    for i in range(a.shape[0]):
+        params = list(conv.parameters())
+        grads = torch.autograd.grad(conv(a[i : i + 1]), params, g[i : i + 1])
+        out.append(sum(float(gr.double().square().sum()) for gr in grads))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("c_in", "c_out", "size", "kwargs"),
+    [
+        (3, 32, 12, {"kernel_size": 3}),  # many positions: per-sample weight gradients
+        (4, 64, 9, {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2}),
+        (6, 8, 10, {"kernel_size": (3, 2), "groups": 2, "bias": False}),
+        (64, 64, 4, {"kernel_size": 3, "padding": 1}),  # T = 16: Gram route
+        (32, 48, 3, {"kernel_size": 3}),  # T = 1
+        (16, 40, 5, {"kernel_size": 3, "stride": 2, "bias": False}),  # T = 4: Gram route
+    ],
+)
+def test_conv2d_norms_match_autograd(
+    c_in: int, c_out: int, size: int, kwargs: dict[str, object]
+) -> None:
+    torch.manual_seed(0)
+    conv = nn.Conv2d(c_in, c_out, **kwargs)  # type: ignore[arg-type]
+    a = torch.randn(5, c_in, size, size)
+    g = torch.randn_like(conv(a))
+    expected = conv_reference(conv, a, g)
+    for chunk_size in (None, 2):
+        got = psn.conv2d_sq_norms(conv, a, g, chunk_size=chunk_size)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=0.0)
+
+
+@pytest.mark.parametrize(("t", "k", "o"), [(1, 7, 5), (3, 40, 30), (12, 3, 4)])
+def test_linear_norms_over_positions_match_autograd(t: int, k: int, o: int) -> None:
+    # A Linear applied at T positions per sample (input [b, T, K]): both weight routes.
+    torch.manual_seed(1)
+    linear = nn.Linear(k, o)
+    a = torch.randn(4, t, k)
+    g = torch.randn(4, t, o)
+    expected = []
+    for i in range(4):
+        grads = torch.autograd.grad(linear(a[i]), list(linear.parameters()), g[i])
+        expected.append(sum(float(gr.double().square().sum()) for gr in grads))
+    got = psn.linear_sq_norms(linear, a, g)
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=0)
+
+
+def test_group_norm_norms_match_autograd() -> None:
+    torch.manual_seed(2)
+    norm = nn.GroupNorm(4, 8)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    a = torch.randn(3, 8, 5, 5) * 3 + 1
+    g = torch.randn(3, 8, 5, 5)
+    expected = []
+    for i in range(3):
+        grads = torch.autograd.grad(norm(a[i : i + 1]), list(norm.parameters()), g[i : i + 1])
+        expected.append(sum(float(gr.double().square().sum()) for gr in grads))
+    got = psn.group_norm_sq_norms(norm, a, g)
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=0)
 
 
 def test_rejects_mismatched_batch() -> None:
     model = build_model("mlp", 10, (1, 8, 8))
-    with pytest.raises(ValueError, match="same number"):
-        gradient_spread(model, torch.zeros(3, 1, 8, 8), torch.zeros(2, dtype=torch.int64))
+    for spread in (gradient_spread, gradient_spread_vmap):
+        with pytest.raises(ValueError, match="same number"):
+            spread(model, torch.zeros(3, 1, 8, 8), torch.zeros(2, dtype=torch.int64))

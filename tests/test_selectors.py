@@ -223,3 +223,26 @@ def test_poc_rejects_bad_candidate_count():
         power_of_choice(np.ones(2, bool), np.ones(2), np.ones(2), 1.0, -1, np.random.default_rng())
     with pytest.raises(ValueError, match="num_candidates"):
         power_of_choice(np.ones(2, bool), np.ones(2), np.ones(2), 1.0, 1.5, np.random.default_rng())
+
+
+def test_min_bandwidth_validated_once_per_public_call(monkeypatch):
+    from fedcgd_strategy import selectors
+
+    calls = []
+    real = selectors.as_min_bandwidths
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(selectors, "as_min_bandwidths", counting)
+    avail, score, need = np.ones(3, bool), np.array([3.0, 1.0, 2.0]), np.ones(3)
+    for call in (
+        lambda: best_channel(avail, score, need, 2.0),
+        lambda: best_norm(avail, score, need, 2.0),
+        lambda: power_of_choice(avail, score, need, 2.0, 2, np.random.default_rng(0)),
+        lambda: best_effort_pack([0, 2, 1], need, 2.0),
+    ):
+        calls.clear()
+        assert call().sum() == 2
+        assert len(calls) == 1

@@ -80,11 +80,9 @@ def scripted_client(overrides: dict[int, dict] | None = None):
         kind = msg.metadata.message_type
         if kind == keys.QUERY_INFO:
             return Message(RecordDict({keys.METRICS: MetricRecord(base)}), reply_to=msg)
-        stats = {
-            keys.LABEL_HIST: HISTS[pid].tolist(),
-            keys.SIGMA: float(SIGMAS[pid]),
-        }
-        metrics = {**base, **stats}
+        metrics = {**base, keys.LABEL_HIST: HISTS[pid].tolist()}
+        if msg.content.config_records[keys.CONFIG].get(keys.WANT_SIGMA, True):
+            metrics[keys.SIGMA] = float(SIGMAS[pid])
         content = RecordDict()
         if kind == "train":
             ref = {k: v.numpy() for k, v in msg.content.array_records[keys.ARRAYS].items()}
@@ -221,7 +219,7 @@ def test_failing_devices_are_excluded_and_the_round_goes_on():
             raise RuntimeError("device crashed")
         return base(msg, ctx)
 
-    strategy, grid = build("all", draw, handler=handler, silent=[NODES[4]])
+    strategy, grid = build("all", draw, handler=handler, silent=[NODES[4]], protocol="query")
     _msgs, new = run_round(strategy, grid)
     rec = strategy.last_record
     assert rec is not None
@@ -360,23 +358,32 @@ def test_every_policy_schedules_candidates_within_budget_and_records_plain_wemd(
 
     available, min_bw = BUDGET_DRAW
     strategy, grid = build(name, make_draw(available, min_bw), handler=handler, total_bw=7.0)
+    # Rules that need the channel only (BC, all) are not told about the crash before training.
+    channel_only = strategy.protocol == "channel"
     for server_round in (1, 2, 3):
         run_round(strategy, grid, server_round)
         rec = strategy.last_record
         assert rec is not None and rec.round == server_round
         scheduled = np.array(rec.scheduled, dtype=int)
-        assert not set(rec.scheduled) & {2, 4}
-        assert rec.num_candidates == 4 and rec.failed == [2]
+        assert 4 not in rec.scheduled and 2 not in rec.uploaded
+        assert rec.num_candidates == (5 if channel_only else 4)
+        if not channel_only:
+            assert 2 not in rec.scheduled and rec.failed == [2]
         used = float(np.sum(np.array(min_bw)[scheduled]))
         assert rec.bandwidth_used_hz == pytest.approx(used)
         if name != "all":  # "all" ignores the budget by definition (FedAvg reference)
             assert used <= 7.0 + 1e-9
-        if scheduled.size == 0:
+        reported = np.array([v for v in rec.scheduled if v != 2], dtype=int)
+        assert rec.uploaded == reported.tolist()
+        if reported.size == 0:
             assert math.isnan(rec.wemd)
             continue
-        # Plain WEMD (G = 1) and sampling term, computed here from the scripted histograms.
-        mean = (HISTS[scheduled] / 4.0).mean(axis=0)
+        # Plain WEMD (G = 1), computed here from the scripted histograms of the uploads.
+        mean = (HISTS[reported] / 4.0).mean(axis=0)
         assert rec.wemd == pytest.approx(float(np.abs(mean - 0.5).sum()), abs=1e-12)
+        if not strategy.policy.needs_sigma:  # σ̂ is computed only for FedCGD
+            assert math.isnan(rec.sigma) and math.isnan(rec.sampling_term)
+            continue
         cand = np.array([0, 1, 3, 5])
         w = SIZES[cand] / SIZES[cand].sum()
         sigma = math.sqrt(float(np.sum(w * SIGMAS[cand] ** 2)))
@@ -439,3 +446,57 @@ def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
     assert strategy.registry.node(3) == twin
     assert twin in {m.metadata.dst_node_id for m in msgs}
     assert strategy.last_record.uploaded == list(range(V))
+
+
+# --- no work a rule does not need ----------------------------------------------------------
+
+
+def sent_config(grid, kind):
+    return [
+        m.content.config_records[keys.CONFIG] for m in grid.sent if m.metadata.message_type == kind
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "protocol", "query_sigma", "train_sigma"),
+    [
+        ("fedcgd-fscd", "query", True, False),
+        ("fedcgd-fscd", "train-all", None, True),
+        ("fedcbs", "query", False, False),
+        ("bn2", "train-all", None, False),
+        ("poc", "train-all", None, False),
+        ("bc", "channel", None, False),
+        ("all", "channel", None, False),
+        ("bc", "query", False, False),
+    ],
+)
+def test_devices_do_only_the_work_the_rule_needs(name, protocol, query_sigma, train_sigma):
+    strategy, grid = build(name, make_draw([True] * V, [1.0] * V), protocol=protocol)
+    msgs, _ = run_round(strategy, grid)
+    assert msgs
+    queries = sent_config(grid, keys.QUERY_STATS)
+    if query_sigma is None:
+        assert queries == []  # no query phase at all
+    else:
+        assert len(queries) == V and {q[keys.WANT_SIGMA] for q in queries} == {query_sigma}
+    assert {c[keys.WANT_SIGMA] for c in sent_config(grid, "train")} == {train_sigma}
+
+
+def test_auto_protocol_per_policy():
+    auto = {
+        name: build(name, make_draw([True] * V, [1.0] * V))[0].protocol for name in POLICY_NAMES
+    }
+    assert auto == {
+        "fedcgd-fscd": "query",
+        "fedcgd-gs": "query",
+        "fedcgd-fscd-gc": "query",
+        "fedcgd-exact": "query",
+        "fedcgd-cd": "query",
+        "bc": "channel",
+        "bn2": "train-all",
+        "poc": "train-all",
+        "fedcbs": "query",
+        "all": "channel",
+    }
+    with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcbs'"):
+        build("fedcbs", make_draw([True] * V, [1.0] * V), protocol="channel")
