@@ -18,16 +18,13 @@ with the paper's defaults).
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from channel.arrays import FloatArray, as_bool_array, as_float_array
 from channel.units import SPEED_OF_LIGHT_M_PER_S, hz_to_ghz
-
-PathlossModel = Literal["paper", "tr38901"]
-"""Name of a path-loss model."""
 
 PATHLOSS_MODELS: Final[tuple[str, ...]] = ("paper", "tr38901")
 """All path-loss models, the first is the default."""
@@ -41,6 +38,63 @@ SHADOW_FADING_STD_DB: Final[dict[str, tuple[float, float]]] = {
     "tr38901": (4.0, 7.82),
 }
 """σ_SF in dB per model, as ``(LOS, NLOS)``."""
+
+
+class _LogFormula(NamedTuple):
+    """A path-loss formula ``A + Σ coefficient · log10(variable)`` of TR 38.901 Table 7.4.1-1.
+
+    ``terms`` pairs each variable (``"d3D"`` in m, ``"fc"`` in GHz) with its coefficient in dB
+    per decade, in the order the standard prints them. They are added to the intercept left to
+    right, so the floating-point result is that of the printed formula (where the intercept
+    stands in the first sum does not matter: IEEE addition is commutative).
+    """
+
+    intercept_db: float
+    terms: tuple[tuple[Literal["d3D", "fc"], float], ...]
+
+
+_UMI_LOS_PL1: Final = _LogFormula(32.4, (("d3D", 21.0), ("fc", 20.0)))
+"""PL1 of UMi-Street Canyon LOS, TR 38.901 Table 7.4.1-1:
+``32.4 + 21 log10(d3D) + 20 log10(fc)``."""
+
+_UMI_LOS_PL2: Final = _LogFormula(32.4, (("d3D", 40.0), ("fc", 20.0)))
+"""PL2 of UMi-Street Canyon LOS before its breakpoint term, TR 38.901 Table 7.4.1-1:
+``32.4 + 40 log10(d3D) + 20 log10(fc)``."""
+
+_UMI_LOS_PL2_BREAKPOINT_DB: Final[float] = 9.5
+"""Coefficient of ``-9.5 log10(d'_BP^2 + (h_BS - h_UT)^2)`` in PL2, TR 38.901 Table 7.4.1-1."""
+
+_UMI_NLOS_PRIME: Final = _LogFormula(22.4, (("d3D", 35.3), ("fc", 21.3)))
+"""PL'_UMi-NLOS before its height term, TR 38.901 Table 7.4.1-1:
+``35.3 log10(d3D) + 22.4 + 21.3 log10(fc)``."""
+
+_UMI_NLOS_PRIME_HEIGHT_DB_PER_M: Final[float] = 0.3
+"""Coefficient of ``-0.3 (h_UT - 1.5)`` in PL'_UMi-NLOS (dB per m), TR 38.901 Table 7.4.1-1."""
+
+_UMI_NLOS_PRIME_REFERENCE_HEIGHT_M: Final[float] = 1.5
+"""Device height at which the ``h_UT`` term of PL'_UMi-NLOS vanishes, in m."""
+
+_UMI_NLOS_OPTIONAL: Final = _LogFormula(32.4, (("fc", 20.0), ("d3D", 31.9)))
+"""Optional UMi-Street Canyon NLOS formula, TR 38.901 Table 7.4.1-1 (= paper PL_NLOS):
+``32.4 + 20 log10(fc) + 31.9 log10(d3D)``."""
+
+
+def _log_distance_db(
+    d3d_m: npt.ArrayLike, carrier_frequency_hz: float, formula: _LogFormula
+) -> FloatArray:
+    """Evaluate ``formula`` at 3D distance ``d3d_m`` (m, any shape, > 0) and ``fc`` (Hz).
+
+    The formulas of TR 38.901 take ``fc`` in GHz; it is converted here. Returns the path loss in
+    dB with the shape of ``d3d_m``.
+    """
+    log10_of = {
+        "d3D": np.log10(as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)),
+        "fc": np.log10(hz_to_ghz(carrier_frequency_hz)),
+    }
+    loss_db: float | FloatArray = formula.intercept_db
+    for variable, coefficient in formula.terms:
+        loss_db = loss_db + coefficient * log10_of[variable]
+    return np.asarray(loss_db)
 
 
 def check_pathloss_model(model: str) -> str:
@@ -119,24 +173,23 @@ def breakpoint_distance_m(h_bs_m: float, h_ut_m: float, carrier_frequency_hz: fl
 def pathloss_umi_los_pl1_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
     """PL1 of UMi-Street Canyon LOS, TR 38.901 Table 7.4.1-1 (= paper Section V-A PL_LOS).
 
-    ``PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc)``, ``d3D`` in m, ``fc`` in GHz.
+    ``PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc)``, ``d3D`` in m, ``fc`` in GHz. The ``"paper"``
+    model uses it at every distance, ``"tr38901"`` up to the breakpoint distance ``d'_BP``.
 
     Parameters
     ----------
     d3d_m : array_like
         3D distance in m, any shape, ``> 0``.
     carrier_frequency_hz : float
-        Carrier frequency in Hz.
+        Carrier frequency in Hz (the formula takes it in GHz).
 
     Returns
     -------
     numpy.ndarray
-        Path loss in dB, same shape as ``d3d_m``.
+        PL1 in dB, same shape as ``d3d_m``.
 
     """
-    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
-    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
-    return np.asarray(32.4 + 21.0 * np.log10(distance_m) + 20.0 * np.log10(fc_ghz))
+    return _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_LOS_PL1)
 
 
 def pathloss_umi_los_pl2_db(
@@ -149,27 +202,22 @@ def pathloss_umi_los_pl2_db(
 
     Parameters
     ----------
-    d3d_m : array_like
-        3D distance in m, any shape, ``> 0``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz.
+    d3d_m, carrier_frequency_hz
+        3D distance in m (any shape, ``> 0``) and carrier frequency in Hz, as in
+        :func:`pathloss_umi_los_pl1_db`.
     h_bs_m, h_ut_m : float
-        Antenna heights in m, both ``> 1 m``.
+        Base-station and device antenna heights in m, both ``> 1 m`` (they set ``d'_BP``).
 
     Returns
     -------
     numpy.ndarray
-        Path loss in dB, same shape as ``d3d_m``.
+        PL2 in dB, same shape as ``d3d_m``.
 
     """
-    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
     d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
-    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
     return np.asarray(
-        32.4
-        + 40.0 * np.log10(distance_m)
-        + 20.0 * np.log10(fc_ghz)
-        - 9.5 * np.log10(d_bp_m**2 + (h_bs_m - h_ut_m) ** 2)
+        _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_LOS_PL2)
+        - _UMI_LOS_PL2_BREAKPOINT_DB * np.log10(d_bp_m**2 + (h_bs_m - h_ut_m) ** 2)
     )
 
 
@@ -184,15 +232,13 @@ def pathloss_umi_los_db(
     ----------
     d2d_m : array_like
         Horizontal distance in m, any shape, ``>= 0``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz.
-    h_bs_m, h_ut_m : float
-        Antenna heights in m, both ``> 1 m``.
+    carrier_frequency_hz, h_bs_m, h_ut_m
+        Carrier frequency in Hz and antenna heights in m, as in :func:`pathloss_umi_los_pl2_db`.
 
     Returns
     -------
     numpy.ndarray
-        Path loss in dB, same shape as ``d2d_m``.
+        LOS path loss in dB, same shape as ``d2d_m``.
 
     """
     distance_2d_m = as_float_array("d2d_m", d2d_m, lower=0.0)
@@ -213,23 +259,20 @@ def pathloss_umi_nlos_prime_db(
 
     Parameters
     ----------
-    d3d_m : array_like
-        3D distance in m, any shape, ``> 0``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz.
+    d3d_m, carrier_frequency_hz
+        As in :func:`pathloss_umi_los_pl1_db` (m, Hz).
     h_ut_m : float
-        Device antenna height in m.
+        Device antenna height in m (the height term vanishes at 1.5 m).
 
     Returns
     -------
     numpy.ndarray
-        Path loss in dB, same shape as ``d3d_m``.
+        PL' in dB, same shape as ``d3d_m``.
 
     """
-    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
-    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
+    height_term_db = _UMI_NLOS_PRIME_HEIGHT_DB_PER_M * (h_ut_m - _UMI_NLOS_PRIME_REFERENCE_HEIGHT_M)
     return np.asarray(
-        35.3 * np.log10(distance_m) + 22.4 + 21.3 * np.log10(fc_ghz) - 0.3 * (h_ut_m - 1.5)
+        _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_NLOS_PRIME) - height_term_db
     )
 
 
@@ -238,21 +281,18 @@ def pathloss_umi_nlos_db(
 ) -> FloatArray:
     """UMi-Street Canyon NLOS path loss, TR 38.901 Table 7.4.1-1.
 
-    ``PL_NLOS = max(PL_UMi-LOS, PL'_UMi-NLOS)``.
+    ``PL_NLOS = max(PL_UMi-LOS, PL'_UMi-NLOS)``, so NLOS never loses less than LOS.
 
     Parameters
     ----------
-    d2d_m : array_like
-        Horizontal distance in m, any shape, ``>= 0``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz.
-    h_bs_m, h_ut_m : float
-        Antenna heights in m, both ``> 1 m``.
+    d2d_m, carrier_frequency_hz, h_bs_m, h_ut_m
+        Horizontal distance in m (any shape, ``>= 0``), carrier frequency in Hz and antenna
+        heights in m, as in :func:`pathloss_umi_los_db`.
 
     Returns
     -------
     numpy.ndarray
-        Path loss in dB, same shape as ``d2d_m``.
+        NLOS path loss in dB, same shape as ``d2d_m``.
 
     """
     d3d_m = distance_3d_m(d2d_m, h_bs_m, h_ut_m)
@@ -264,24 +304,22 @@ def pathloss_umi_nlos_db(
 def pathloss_umi_nlos_optional_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
     """Compute the optional UMi-SC NLOS path loss, TR 38.901 Table 7.4.1-1 (= paper PL_NLOS).
 
-    ``PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D)``, ``d3D`` in m, ``fc`` in GHz.
+    ``PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D)``, ``d3D`` in m, ``fc`` in GHz; the NLOS path
+    loss of the ``"paper"`` model (its shadow fading has σ_SF = 8.2 dB).
 
     Parameters
     ----------
-    d3d_m : array_like
-        3D distance in m, any shape, ``> 0``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz.
+    d3d_m, carrier_frequency_hz
+        3D distance in m (any shape, ``> 0``) and carrier frequency in Hz, as in
+        :func:`pathloss_umi_los_pl1_db`.
 
     Returns
     -------
     numpy.ndarray
-        Path loss in dB, same shape as ``d3d_m``.
+        Optional-model NLOS path loss in dB, same shape as ``d3d_m``.
 
     """
-    distance_m = as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)
-    fc_ghz = hz_to_ghz(carrier_frequency_hz)  # the formula takes fc in GHz
-    return np.asarray(32.4 + 20.0 * np.log10(fc_ghz) + 31.9 * np.log10(distance_m))
+    return _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_NLOS_OPTIONAL)
 
 
 def pathloss_db(

@@ -171,14 +171,9 @@ def run_report(
 
     Parameters
     ----------
-    config : CellConfig
-        Cell settings.
-    model_bits : float
-        Uploaded model size D_w in bits, ``> 0``.
-    rounds : int
-        Number of simulated rounds, ``>= 1``.
-    seed : int
-        Seed of the random generator, ``>= 0``.
+    config, model_bits, rounds, seed
+        Cell settings, model size D_w in bits (``> 0``), number of simulated rounds (``>= 1``)
+        and seed (``>= 0``), as in :func:`simulate_rounds`.
     out_dir : str or pathlib.Path
         Output folder (created if missing).
 

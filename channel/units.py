@@ -27,7 +27,7 @@ def db_to_linear(value_db: npt.ArrayLike) -> FloatArray:
     Parameters
     ----------
     value_db : array_like
-        Ratio in dB, any shape, finite.
+        Power ratio in dB, any shape, finite (NaN or ``±inf`` raise ValueError).
 
     Returns
     -------
@@ -94,7 +94,10 @@ def w_to_dbm(power_w: npt.ArrayLike) -> FloatArray:
 
 
 def hz_to_ghz(frequency_hz: npt.ArrayLike) -> FloatArray:
-    """Convert a frequency from Hz to GHz (the unit of ``fc`` in TR 38.901 path-loss formulas).
+    """Convert a frequency from Hz to GHz, ``f / 10^9``.
+
+    The channel API takes frequencies in Hz; TR 38.901 writes its path-loss formulas with the
+    carrier frequency ``fc`` in GHz.
 
     Parameters
     ----------

@@ -68,7 +68,11 @@ def _as_order(order: ArrayLike, num_devices: int) -> NDArray[np.intp]:
 def _pack(
     order: NDArray[np.intp], min_bandwidth_hz: NDArray[np.float64], total_hz: float, rule: str
 ) -> NDArray[np.bool_]:
-    """Best-effort walk of :func:`best_effort_pack` on arguments its callers validated."""
+    """Best-effort walk of :func:`best_effort_pack`, on arguments its callers validated.
+
+    ``order`` int[K] (distinct indices in [0, V)), ``min_bandwidth_hz`` float[V] in Hz (>= 0 or
+    +inf), ``total_hz`` the budget B in Hz, ``rule`` one of :data:`PACK_RULES`; returns bool[V].
+    """
     selected = np.zeros(min_bandwidth_hz.shape[0], dtype=bool)
     used_hz = 0.0
     for dev in order.tolist():  # K <= V devices; the walk is inherently sequential

@@ -1,0 +1,476 @@
+"""Argument validation shared by the scheduling math (problem P1, estimators, selectors, Fed-CBS).
+
+Each rule of the FedCGD inputs is written here once:
+
+* label distributions ``p_v`` (float ``[K, C]``) and the target distribution ``p`` (float ``[C]``):
+  finite, ``>= 0``, every row summing to 1 within :data:`DISTRIBUTION_SUM_TOL`;
+* minimum bandwidths ``B*_v`` (paper eq. (lambert)), float ``[V]`` in Hz: ``>= 0`` or ``+inf``
+  (the device cannot meet the deadline), never NaN;
+* the bandwidth budget ``B`` in Hz: finite and ``> 0`` (``>= 0`` where a zero budget is allowed);
+* aggregation weights ``|D_v|``: finite, ``>= 0``, with a positive sum;
+* finite non-negative scalars and arrays, integers with a lower bound, boolean masks.
+
+Every validator raises ``ValueError`` whose message names the argument, the offending value and
+what is allowed, and returns the value converted to the type the math uses (float64 arrays, a
+Python ``float`` or ``int``). Pure numpy: imports neither flwr nor torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "DISTRIBUTION_SUM_TOL",
+    "as_bool_mask",
+    "as_float_array",
+    "as_label_distributions",
+    "as_min_bandwidths",
+    "as_nonnegative_array",
+    "as_nonnegative_float",
+    "as_target_distribution",
+    "as_weights",
+    "check_integer",
+    "check_total_bandwidth",
+]
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+DISTRIBUTION_SUM_TOL: Final[float] = 1e-6
+"""Absolute tolerance on ``|Σ_c p_c − 1|`` for every label and target distribution."""
+
+_MAX_SHOWN: Final[int] = 4
+"""Offending entries quoted in an error message; further ones are only counted."""
+
+
+def _offending(
+    name: str,
+    array: NDArray[Any],
+    bad: NDArray[np.bool_],
+    row_ids: NDArray[np.intp] | None = None,
+) -> str:
+    """Quote the first offending entries of ``array`` (``bad`` marks them, same shape).
+
+    ``row_ids`` renumbers the first axis when ``array`` holds a subset of the caller's rows.
+    """
+    if array.ndim == 0:
+        return repr(array.item())
+    positions = np.argwhere(bad)
+    quoted = []
+    for pos in positions[:_MAX_SHOWN]:
+        index = [int(i) for i in pos]
+        if row_ids is not None:
+            index[0] = int(row_ids[index[0]])
+        quoted.append(f"{name}[{', '.join(map(str, index))}] = {array[tuple(pos)].item()!r}")
+    more = len(positions) - _MAX_SHOWN
+    return ", ".join(quoted) + (f" (and {more} more)" if more > 0 else "")
+
+
+def as_float_array(
+    value: ArrayLike,
+    name: str,
+    *,
+    shape: tuple[int, ...] | None = None,
+    broadcast_scalar: bool = False,
+) -> FloatArray:
+    """Convert ``value`` to a float64 array, optionally of a required shape.
+
+    Parameters
+    ----------
+    value : array_like
+        Numbers, any shape (NaN and inf are not checked here).
+    name : str
+        Argument name quoted in the error message.
+    shape : tuple of int, optional
+        Required shape; ``None`` accepts any shape.
+    broadcast_scalar : bool
+        With ``shape``: a scalar is broadcast to ``shape`` (e.g. one ``G`` for all classes).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 array of shape ``shape`` (or the shape of ``value``).
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not numeric or has another shape.
+
+    """
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric, got {value!r}") from exc
+    if shape is None:
+        return array
+    if broadcast_scalar and array.ndim == 0:
+        return np.full(shape, float(array))
+    if array.shape != shape:
+        expected = "be a scalar" if shape == () else f"have shape {shape}"
+        alternative = " or be a scalar" if broadcast_scalar else ""
+        raise ValueError(f"{name} must {expected}{alternative}, got shape {array.shape}")
+    return array
+
+
+def as_nonnegative_array(
+    value: ArrayLike,
+    name: str,
+    *,
+    shape: tuple[int, ...] | None = None,
+    broadcast_scalar: bool = False,
+    strict: bool = False,
+    where: ArrayLike | None = None,
+) -> FloatArray:
+    """Convert ``value`` to a float64 array whose entries are finite and ``>= 0`` (``> 0``).
+
+    Parameters
+    ----------
+    value : array_like
+        Numbers, shape ``shape`` (any shape when ``shape`` is None).
+    name, shape, broadcast_scalar
+        As in :func:`as_float_array`.
+    strict : bool
+        Require ``> 0`` instead of ``>= 0``.
+    where : array_like of bool, optional
+        Entries to check, same shape as ``value``; the others may hold anything (e.g. the sizes
+        of devices that are not candidates). ``None`` checks every entry.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 array (entries outside ``where`` unchanged).
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not numeric, has another shape, or a checked entry is NaN, infinite or
+        below the bound.
+
+    """
+    array = as_float_array(value, name, shape=shape, broadcast_scalar=broadcast_scalar)
+    below = array <= 0 if strict else array < 0
+    bad = ~np.isfinite(array) | below
+    if where is not None:
+        bad &= np.asarray(where, dtype=bool)
+    if np.any(bad):
+        relation = "> 0" if strict else ">= 0"
+        raise ValueError(
+            f"{name} must be finite and {relation}, got {_offending(name, array, bad)}"
+        )
+    return array
+
+
+def as_nonnegative_float(value: float, name: str, *, strict: bool = False) -> float:
+    """Return ``value`` as a float after checking that it is finite and ``>= 0`` (``> 0``).
+
+    Parameters
+    ----------
+    value : float
+        A scalar (e.g. σ, λ, η or a previous Ĝ).
+    name : str
+        The scalar's argument name, quoted in the error message.
+    strict : bool
+        Require ``> 0`` instead of ``>= 0``.
+
+    Returns
+    -------
+    float
+        The value.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a finite number within the bound.
+
+    """
+    return float(as_nonnegative_array(value, name, shape=(), strict=strict))
+
+
+def check_total_bandwidth(
+    total_bandwidth_hz: float, *, allow_zero: bool = False, name: str = "total_bandwidth_hz"
+) -> float:
+    """Validate the uplink bandwidth budget ``B`` of problem P1, in Hz.
+
+    Parameters
+    ----------
+    total_bandwidth_hz : float
+        ``B`` in Hz: finite and ``> 0``.
+    allow_zero : bool
+        Also accept ``B = 0`` (the baseline selectors then schedule only devices with
+        ``B*_v = 0``).
+    name : str
+        Argument name quoted in the error message (default ``"total_bandwidth_hz"``).
+
+    Returns
+    -------
+    float
+        ``B`` in Hz.
+
+    Raises
+    ------
+    ValueError
+        If ``B`` is not finite or not ``> 0`` (``>= 0`` with ``allow_zero``).
+
+    """
+    return as_nonnegative_float(total_bandwidth_hz, name, strict=not allow_zero)
+
+
+def as_min_bandwidths(
+    min_bandwidth_hz: ArrayLike, num_devices: int | None = None, name: str = "min_bandwidth_hz"
+) -> FloatArray:
+    """Validate the minimum bandwidths ``B*_v`` of paper eq. (lambert), in Hz.
+
+    ``B*_v = inf`` is how :func:`channel.min_bandwidth_hz` reports that no bandwidth meets the
+    deadline (``Γ >= 1``, DESIGN.md); such a device is never scheduled.
+
+    Parameters
+    ----------
+    min_bandwidth_hz : array_like
+        ``B*_v`` in Hz, shape ``[V]``; each ``>= 0``, or ``+inf`` for a device that cannot meet
+        the deadline (never scheduled). NaN is not allowed.
+    num_devices : int, optional
+        Required ``V``; ``None`` accepts any length.
+    name : str
+        Argument name quoted in the error message (default ``"min_bandwidth_hz"``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``B*_v`` in Hz as float64 ``[V]``.
+
+    Raises
+    ------
+    ValueError
+        If the array is not 1-D of length ``num_devices``, or an entry is NaN, negative or
+        ``-inf``.
+
+    """
+    bandwidth = as_float_array(min_bandwidth_hz, name)
+    if bandwidth.ndim != 1 or (num_devices is not None and bandwidth.shape[0] != num_devices):
+        expected = "V" if num_devices is None else str(num_devices)
+        raise ValueError(f"{name} must have shape [{expected}], got shape {bandwidth.shape}")
+    bad = np.isnan(bandwidth) | (bandwidth < 0)
+    if np.any(bad):
+        raise ValueError(
+            f"{name} must be >= 0 Hz or +inf (infeasible device), got "
+            f"{_offending(name, bandwidth, bad)}"
+        )
+    return bandwidth
+
+
+def _check_on_simplex(name: str, dist: FloatArray, row_ids: NDArray[np.intp] | None) -> None:
+    """Raise unless every row of ``dist`` (float ``[K, C]``) is finite, ``>= 0`` and sums to 1.
+
+    ``row_ids`` are the caller's indices of the rows (quoted in messages); ``None`` means that
+    ``dist`` is the single row of a 1-D argument such as the target distribution.
+    """
+    bad = ~np.isfinite(dist) | (dist < 0)
+    if np.any(bad):
+        quoted = (
+            _offending(name, dist[0], bad[0])
+            if row_ids is None
+            else _offending(name, dist, bad, row_ids)
+        )
+        raise ValueError(f"{name} must hold finite values >= 0, got {quoted}")
+    sums = dist.sum(axis=1)
+    off = np.flatnonzero(np.abs(sums - 1.0) > DISTRIBUTION_SUM_TOL)
+    if off.size == 0:
+        return
+    if row_ids is None:
+        raise ValueError(
+            f"{name} must sum to 1 (within {DISTRIBUTION_SUM_TOL}), got sum {float(sums[0])!r}"
+        )
+    quoted = ", ".join(
+        f"row {int(row_ids[i])} sums to {float(sums[i])!r}" for i in off[:_MAX_SHOWN]
+    )
+    more = off.size - _MAX_SHOWN
+    raise ValueError(
+        f"{name} rows must sum to 1 (within {DISTRIBUTION_SUM_TOL}; normalise label histograms "
+        f"first), got {quoted}" + (f" (and {more} more rows)" if more > 0 else "")
+    )
+
+
+def as_label_distributions(
+    label_dist: ArrayLike,
+    name: str = "label_dist",
+    *,
+    num_rows: int | None = None,
+    rows: ArrayLike | None = None,
+) -> FloatArray:
+    """Validate a stack of label distributions ``p_v`` (paper Section II), float ``[K, C]``.
+
+    Parameters
+    ----------
+    label_dist : array_like
+        One distribution over the ``C`` classes per row (dimensionless), shape ``[K, C]`` with
+        ``K, C >= 1``.
+    name : str
+        Argument name quoted in the error message (default ``"label_dist"``).
+    num_rows : int, optional
+        Required ``K`` (one row per device); ``None`` accepts any ``K >= 1``.
+    rows : array_like of bool, optional
+        Rows that must be distributions, shape ``[K]``; the others may hold anything (e.g. the
+        rows of devices that are not candidates). ``None`` checks every row.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 ``[K, C]`` (unchecked rows unchanged).
+
+    Raises
+    ------
+    ValueError
+        If the shape is wrong, a checked entry is NaN, infinite or negative, or a checked row
+        does not sum to 1 within :data:`DISTRIBUTION_SUM_TOL`.
+
+    """
+    dist = as_float_array(label_dist, name)
+    if (
+        dist.ndim != 2
+        or min(dist.shape) < 1
+        or (num_rows is not None and dist.shape[0] != num_rows)
+    ):
+        expected = "K" if num_rows is None else str(num_rows)
+        raise ValueError(
+            f"{name} must have shape [{expected}, C] (one row per device) with K, C >= 1, got "
+            f"shape {dist.shape}"
+        )
+    if rows is None:
+        row_ids = np.arange(dist.shape[0])
+    else:
+        row_ids = np.flatnonzero(as_bool_mask(rows, dist.shape[0], "rows"))
+    if row_ids.size:
+        _check_on_simplex(name, dist[row_ids], row_ids)
+    return dist
+
+
+def as_target_distribution(
+    target_dist: ArrayLike, num_classes: int | None = None, name: str = "target_dist"
+) -> FloatArray:
+    """Validate the target label distribution ``p`` of the WEMD (paper eq. (G1)), float ``[C]``.
+
+    Parameters
+    ----------
+    target_dist : array_like
+        ``p``, shape ``[C]``, finite, ``>= 0``, summing to 1 within :data:`DISTRIBUTION_SUM_TOL`.
+    num_classes : int, optional
+        Required ``C``; ``None`` accepts any ``C >= 1``.
+    name : str
+        Argument name quoted in the error message (default ``"target_dist"``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``p`` as float64 ``[C]``.
+
+    Raises
+    ------
+    ValueError
+        If the shape is wrong, an entry is NaN, infinite or negative, or the sum is not 1.
+
+    """
+    target = as_float_array(target_dist, name)
+    if target.ndim != 1 or target.shape[0] < 1 or num_classes not in (None, target.shape[0]):
+        expected = "C" if num_classes is None else str(num_classes)
+        raise ValueError(f"{name} must have shape [{expected}], got shape {target.shape}")
+    _check_on_simplex(name, target[None, :], None)
+    return target
+
+
+def as_weights(weights: ArrayLike, num: int, name: str = "weights") -> FloatArray:
+    """Validate aggregation weights ``|D_v|`` (the FedAvg weights ``α_v ∝ |D_v|``).
+
+    Parameters
+    ----------
+    weights : array_like
+        Shape ``[num]``, finite and ``>= 0`` (sample counts), with a positive sum when
+        ``num > 0``.
+    num : int
+        Required length ``K``.
+    name : str
+        Argument name quoted in the error message (default ``"weights"``).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 ``[num]``.
+
+    Raises
+    ------
+    ValueError
+        Wrong shape, a NaN, infinite or negative weight, or all weights zero.
+
+    """
+    w = as_nonnegative_array(weights, name, shape=(num,))
+    if num > 0 and not w.sum() > 0:
+        raise ValueError(f"{name} must have a positive sum, got {w.tolist()}")
+    return w
+
+
+def as_bool_mask(mask: ArrayLike, num_devices: int, name: str = "mask") -> BoolArray:
+    """Validate a boolean mask over the ``V`` devices (a schedule or an availability).
+
+    Parameters
+    ----------
+    mask : array_like of bool
+        Shape ``[V]``, dtype bool (integers 0/1 are rejected to catch index arrays).
+    num_devices : int
+        ``V``.
+    name : str
+        Argument name quoted in the error message (default ``"mask"``).
+
+    Returns
+    -------
+    numpy.ndarray
+        The bool ``[V]`` array (not copied).
+
+    Raises
+    ------
+    ValueError
+        If the dtype is not bool or the shape is not ``[V]``.
+
+    """
+    array = np.asarray(mask)
+    if array.shape != (num_devices,) or array.dtype != np.bool_:
+        raise ValueError(
+            f"{name} must be a bool array of shape ({num_devices},), got dtype {array.dtype} "
+            f"and shape {array.shape}"
+        )
+    return array
+
+
+def check_integer(value: float, name: str, *, minimum: int) -> int:
+    """Return ``value`` as an int after checking that it is an integer ``>= minimum``.
+
+    Integral floats (``2.0``) are accepted.
+
+    Parameters
+    ----------
+    value : int or float
+        Candidate (a count, a round index, a number of local steps).
+    name : str
+        Argument name quoted in the error message.
+    minimum : int
+        Smallest allowed value.
+
+    Returns
+    -------
+    int
+        The value.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not an integral number ``>= minimum``.
+
+    """
+    try:
+        integral = int(value) == value
+    except (TypeError, ValueError, OverflowError):
+        integral = False
+    if not integral or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
