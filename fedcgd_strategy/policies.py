@@ -30,6 +30,16 @@ from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.selectors import best_channel, best_norm, power_of_choice
 from fedcgd_strategy.solvers import ScheduleResult, solve
+from fedcgd_strategy.validation import (
+    as_bool_mask,
+    as_float_array,
+    as_label_distributions,
+    as_min_bandwidths,
+    as_nonnegative_array,
+    as_target_distribution,
+    check_integer,
+    check_total_bandwidth,
+)
 
 #: Fewer uploads than this leave Ĝ unchanged (see :meth:`FedCGDPolicy.observe_uploads`).
 MIN_UPLOADS_FOR_G = 2
@@ -44,7 +54,11 @@ PROTOCOL_CHOICES: tuple[str, ...] = ("auto", *PROTOCOLS)
 
 @dataclass(frozen=True)
 class RoundInputs:
-    """What a policy may use to schedule one round (all arrays have length V).
+    """What a policy may use to schedule one round (all arrays have length V), validated.
+
+    Construction checks every field (shapes, candidates' label distributions on the simplex,
+    |D_v| > 0 and σ̂_v >= 0 or NaN = not computed for candidates, B* >= 0 or inf, B > 0,
+    b >= 1) and raises ValueError naming the field, the bad value and what is allowed.
 
     Attributes
     ----------
@@ -85,6 +99,31 @@ class RoundInputs:
     target_dist: NDArray[np.float64]
     train_loss: NDArray[np.float64] | None = None
     update_norm: NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        """Validate every array where the round's data enters the scheduling math."""
+        num_devices = int(np.shape(self.candidate)[0]) if np.ndim(self.candidate) == 1 else -1
+        cand = as_bool_mask(self.candidate, max(num_devices, 0), "candidate")
+        target = as_target_distribution(self.target_dist)
+        as_label_distributions(self.label_dist, num_rows=num_devices, rows=cand)
+        if np.shape(self.label_dist)[-1] != target.shape[0]:
+            raise ValueError(
+                f"label_dist has {np.shape(self.label_dist)[-1]} classes, target_dist "
+                f"{target.shape[0]}; they must match"
+            )
+        vector = (num_devices,)
+        as_nonnegative_array(
+            self.num_examples, "num_examples", shape=vector, strict=True, where=cand
+        )
+        sigma_v = as_float_array(self.sigma_v, "sigma_v", shape=vector)
+        as_nonnegative_array(sigma_v, "sigma_v", where=cand & ~np.isnan(sigma_v))
+        as_min_bandwidths(self.min_bandwidth_hz, num_devices)
+        as_nonnegative_array(self.gain_lin, "gain_lin", shape=vector)
+        check_total_bandwidth(self.total_bandwidth_hz)
+        check_integer(self.batch_size, "batch_size", minimum=1)
+        for name in ("train_loss", "update_norm"):
+            if getattr(self, name) is not None:
+                as_float_array(getattr(self, name), name, shape=vector)
 
     @property
     def num_devices(self) -> int:

@@ -1,0 +1,83 @@
+"""RoundInputs validation, the protocol rule and Decision terms (pure numpy, no Flower)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedcgd_strategy.policies import RoundInputs, decide, make_policy, resolve_protocol
+
+
+def inputs(**changes: Any) -> RoundInputs:
+    fields: dict[str, Any] = {
+        "candidate": np.array([True, True, False]),
+        "label_dist": np.array([[1.0, 0.0], [0.25, 0.75], [0.0, 0.0]]),
+        "num_examples": np.array([10.0, 30.0, 0.0]),
+        "sigma_v": np.array([1.0, 3.0, 0.0]),
+        "min_bandwidth_hz": np.array([1.0, 2.0, np.inf]),
+        "gain_lin": np.array([1e-9, 2e-9, 3e-9]),
+        "total_bandwidth_hz": 10.0,
+        "batch_size": 4,
+        "target_dist": np.array([0.5, 0.5]),
+    }
+    fields.update(changes)
+    return RoundInputs(**fields)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("candidate", np.array([1, 1, 0]), "candidate"),
+        ("label_dist", np.array([[1.0, 0.0], [0.5, 0.6], [0.0, 0.0]]), "label_dist"),
+        ("label_dist", np.array([[1.0, 0.0, 0.0]] * 3), "classes"),
+        ("num_examples", np.array([10.0, 0.0, 0.0]), "num_examples"),
+        ("sigma_v", np.array([1.0, -3.0, 0.0]), "sigma_v"),
+        ("min_bandwidth_hz", np.array([1.0, np.nan, 1.0]), "min_bandwidth_hz"),
+        ("gain_lin", np.array([1.0, 1.0]), "gain_lin"),
+        ("total_bandwidth_hz", 0.0, "total_bandwidth_hz"),
+        ("batch_size", 0, "batch_size"),
+        ("target_dist", np.array([0.7, 0.7]), "target_dist"),
+    ],
+)
+def test_round_inputs_reject_bad_fields(field: str, value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        inputs(**{field: value})
+
+
+def test_non_candidate_rows_are_not_checked_and_nan_sigma_means_not_computed() -> None:
+    ok = inputs(sigma_v=np.array([np.nan, np.nan, -5.0]))
+    assert math.isnan(ok.global_sigma())
+    # eq. (global_est_sigma) by hand: sqrt(0.25 * 1 + 0.75 * 9) = sqrt(7).
+    assert inputs().global_sigma() == pytest.approx(math.sqrt(7.0))
+
+
+def test_decision_terms_by_hand() -> None:
+    decision = decide(inputs(), np.array([True, True, False]))
+    # p̄ = (0.625, 0.375): |0.125| + |0.125| = 0.25; σ̂ / sqrt(b |S|) = sqrt(7) / sqrt(8).
+    assert decision.wemd == pytest.approx(0.25)
+    assert decision.sampling_term == pytest.approx(math.sqrt(7.0 / 8.0))
+    assert decision.bandwidth_used_hz == 3.0
+    with pytest.raises(ValueError, match="not a candidate"):
+        decide(inputs(), np.array([True, False, True]))
+
+
+def test_protocol_rule() -> None:
+    assert resolve_protocol("bn2") == "train-all" and resolve_protocol("fedcbs") == "query"
+    assert resolve_protocol("bc") == "channel" and resolve_protocol("bc", "query") == "query"
+    with pytest.raises(ValueError, match="'query' does not work with policy 'poc'"):
+        resolve_protocol("poc", "query")
+    with pytest.raises(ValueError, match="policy: got 'fedsgd'"):
+        resolve_protocol("fedsgd")
+    with pytest.raises(ValueError, match="protocol: got 'push'"):
+        resolve_protocol("bc", "push")
+
+
+def test_class_gradient_is_one_array_shape_per_variant() -> None:
+    g = make_policy("fedcgd-fscd", num_devices=3, num_classes=2, initial_g=2.0).class_gradient
+    gc = make_policy("fedcgd-fscd-gc", num_devices=3, num_classes=2, initial_g=2.0).class_gradient
+    assert g is not None and g.tolist() == [2.0]
+    assert gc is not None and gc.tolist() == [2.0, 2.0]
+    assert make_policy("bc", num_devices=3, num_classes=2).class_gradient is None
