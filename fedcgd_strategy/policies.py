@@ -579,7 +579,7 @@ def resolve_protocol(policy: str, requested: str = "auto") -> str:
     if requested not in PROTOCOL_CHOICES:
         raise ValueError(f"protocol: got {requested!r}; allowed: {', '.join(PROTOCOL_CHOICES)}")
     if kind.needs_post_training:
-        allowed = ("train-all",)
+        allowed: tuple[str, ...] = ("train-all",)
     elif kind.needs_reports:
         allowed = ("query", "train-all")
     else:

@@ -20,8 +20,10 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from channel import RoundDraw
-from fedcgd_strategy.policies import RoundInputs
+from fedcgd_strategy.aggregation import flatten_update
+from fedcgd_strategy.policies import RoundInputs, UploadedUpdates
 from task import keys
+from task.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from fedcgd_strategy.discovery import NodeRegistry
@@ -217,7 +219,6 @@ def collect_reports(
     replies: Iterable[Message],
     expected: Iterable[int],
     registry: NodeRegistry,
-    *,
     num_classes: int,
     reference: Mapping[str, NDArray[np.generic]] | None,
     phase: str,
@@ -341,4 +342,34 @@ def inputs_from_reports(
         target_dist=target,
         train_loss=train_loss,
         update_norm=update_norm,
+    )
+
+
+def uploaded_updates(
+    uploads: list[DeviceReport],
+    reference: Mapping[str, NDArray[np.generic]],
+    target_dist: NDArray[np.float64],
+    training: TrainingSettings,
+) -> UploadedUpdates:
+    """The scheduled devices' uploads as the policy's Ĝ update needs them (eqs. G_est, Gc_est).
+
+    Parameters
+    ----------
+    uploads : list of DeviceReport
+        Valid training replies of the scheduled devices (with ``arrays``), K >= 1.
+    reference : mapping str -> ndarray
+        The global model sent this round (the updates are ``arrays - reference``).
+    target_dist : float[C]
+        WEMD target p.
+    training : TrainingSettings
+        τ and η of the round.
+
+    """
+    return UploadedUpdates(
+        updates=np.stack([flatten_update(r.arrays or {}, reference) for r in uploads]),
+        weights=np.array([r.num_examples for r in uploads], dtype=float),
+        label_dist=np.stack([r.label_dist for r in uploads]),
+        target_dist=target_dist,
+        learning_rate=training.learning_rate,
+        local_steps=training.local_steps,
     )

@@ -1,7 +1,7 @@
 """The Flower Strategy: one scheduled round of wireless FL (paper Alg. 3, DESIGN.md "One round").
 
 :meth:`ScheduledStrategy.configure_train` reads as the round does: draw the channel, query the
-available devices (protocol ``"query"``), schedule, build the train messages.
+available devices (protocol ``"query"``; ``"channel"`` skips it), schedule, build messages.
 :meth:`ScheduledStrategy.aggregate_train` reads the replies, schedules now if every device
 trained first (protocol ``"train-all"``, for rules that rank on post-training values), averages
 the scheduled devices' models, lets the policy update Ĝ, and builds the round's record.
@@ -28,7 +28,6 @@ from flwr.app import (
     Message,
     MessageType,
     MetricRecord,
-    MetricRecordValues,
     RecordDict,
 )
 from flwr.serverapp import Grid
@@ -37,20 +36,27 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from channel import RoundDraw
-from fedcgd_strategy.aggregation import fedavg, flatten_update
+from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.discovery import NodeRegistry, discover_nodes
 from fedcgd_strategy.policies import (
     Decision,
     Policy,
     RoundInputs,
-    UploadedUpdates,
     resolve_protocol,
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
-from fedcgd_strategy.replies import DeviceReport, collect_reports, inputs_from_reports
+from fedcgd_strategy.replies import (
+    DeviceReport,
+    collect_reports,
+    inputs_from_reports,
+    uploaded_updates,
+)
 from task import keys
 from task.settings import TrainingSettings, read_round_config
+
+#: A model as named numpy arrays (the global model sent this round).
+Arrays = dict[str, NDArray[np.generic]]
 
 
 class ChannelModel(Protocol):
@@ -67,7 +73,7 @@ class _Round:
 
     draw: RoundDraw
     training: TrainingSettings
-    reference: dict[str, NDArray[np.generic]]
+    reference: Arrays
     available: list[int]
     query_s: float = 0.0
     schedule_s: float = 0.0
@@ -144,23 +150,14 @@ class ScheduledStrategy(Strategy):
     def summary(self) -> None:
         """Log the hyper-parameters once."""
         text = "ScheduledStrategy: policy=%s protocol=%s V=%d C=%d B=%.3g Hz D_w=%.0f bit"
-        sizes = (self.registry.num_devices, self.num_classes)
-        log(
-            INFO,
-            text,
-            self.policy.name,
-            self.protocol,
-            *sizes,
-            self.total_bandwidth_hz,
-            self.model_bits,
-        )
+        args = (self.policy.name, self.protocol, self.registry.num_devices, self.num_classes)
+        log(INFO, text, *args, self.total_bandwidth_hz, self.model_bits)
 
-    def _send(
-        self, content: RecordDict, nodes: Iterable[int], kind: str, server_round: int
-    ) -> list[Message]:
+    def _send(self, content: RecordDict, to: list[int], kind: str, rnd: int) -> list[Message]:
+        """One message per partition id in ``to``, addressed to its node."""
+        node = self.registry.node
         return [
-            Message(content=content, dst_node_id=n, message_type=kind, group_id=str(server_round))
-            for n in nodes
+            Message(content, dst_node_id=node(v), message_type=kind, group_id=str(rnd)) for v in to
         ]
 
     def _inputs(self, state: _Round, reports: list[DeviceReport] | None) -> RoundInputs:
@@ -212,33 +209,31 @@ class ScheduledStrategy(Strategy):
         elif self.protocol == "query":
             t0 = time.perf_counter()
             content = self._content(arrays, round_config, want_sigma=needs_sigma)
-            queries = self._send(content, self._nodes(trainees), keys.QUERY_STATS, server_round)
+            queries = self._send(content, trainees, keys.QUERY_STATS, server_round)
             replies = grid.send_and_receive(queries, timeout=self.query_timeout_s)
             reports, state.failed = self._collect(replies, trainees, None, keys.QUERY_STATS)
             state.query_s = time.perf_counter() - t0
             trainees = np.flatnonzero(self._schedule(state, reports).selected).tolist()
         content = self._content(arrays, round_config, want_sigma=needs_sigma and post)
         state.t_sent = time.perf_counter()
-        return self._send(content, self._nodes(trainees), MessageType.TRAIN, server_round)
+        return self._send(content, trainees, MessageType.TRAIN, server_round)
 
     @staticmethod
     def _content(arrays: ArrayRecord, config: dict[str, Any], *, want_sigma: bool) -> RecordDict:
         record = ConfigRecord({**config, keys.WANT_SIGMA: want_sigma})
         return RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
 
-    def _nodes(self, partitions: Iterable[int]) -> list[int]:
-        return [self.registry.node(v) for v in partitions]
-
     def _collect(
-        self,
-        replies: Iterable[Message],
-        expected: list[int],
-        reference: dict[str, NDArray[np.generic]] | None,
-        phase: str,
+        self, replies: Iterable[Message], expected: list[int], reference: Arrays | None, phase: str
     ) -> tuple[list[DeviceReport], list[int]]:
-        registry, num_classes = self.registry, self.num_classes
+        num_classes = self.num_classes
         return collect_reports(
-            replies, expected, registry, num_classes=num_classes, reference=reference, phase=phase
+            replies,
+            expected,
+            self.registry,
+            num_classes=num_classes,
+            reference=reference,
+            phase=phase,
         )
 
     def aggregate_train(
@@ -246,8 +241,7 @@ class ScheduledStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate replies, (schedule,) average the scheduled models, update Ĝ, record."""
         state = self._round
-        if state is None:
-            raise RuntimeError("aggregate_train called before configure_train")
+        assert state is not None, "aggregate_train called before configure_train"
         t_recv = time.perf_counter()
         post = state.decision is None  # train-all: every available device trained
         trainees = state.available if post else np.flatnonzero(state.decision.selected).tolist()  # type: ignore[union-attr]
@@ -282,31 +276,16 @@ class ScheduledStrategy(Strategy):
             ),
         )
         self.last_record = record
-        n_scheduled, n_uploaded = record.num_scheduled, record.num_uploaded
-        metrics: dict[str, MetricRecordValues] = {
-            "num-scheduled": n_scheduled,
-            "num-uploaded": n_uploaded,
-            "wemd": record.wemd,
-        }
-        return new_arrays, MetricRecord(metrics)
+        scheduled = {"num-scheduled": record.num_scheduled, "num-uploaded": len(uploads)}
+        return new_arrays, MetricRecord({**scheduled, "wemd": record.wemd})
 
     def _aggregate(self, uploads: list[DeviceReport], state: _Round) -> ArrayRecord:
         """FedAvg over the uploads (weights |D_v|); hand the updates to the policy for Ĝ."""
         weights = [r.num_examples for r in uploads]
         averaged = fedavg([r.arrays or {} for r in uploads], weights)
         assert state.inputs is not None
-        self.policy.observe_uploads(
-            UploadedUpdates(
-                updates=np.stack(
-                    [flatten_update(r.arrays or {}, state.reference) for r in uploads]
-                ),
-                weights=np.array(weights, dtype=float),
-                label_dist=np.stack([r.label_dist for r in uploads]),
-                target_dist=state.inputs.target_dist,
-                learning_rate=state.training.learning_rate,
-                local_steps=state.training.local_steps,
-            )
-        )
+        target, training = state.inputs.target_dist, state.training
+        self.policy.observe_uploads(uploaded_updates(uploads, state.reference, target, training))
         return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()})
 
     def configure_evaluate(

@@ -7,6 +7,7 @@ from numpy.typing import NDArray
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.solvers.result import ScheduleResult, is_improvement
+from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
 
 
 def random_start(problem: SchedulingProblem, rng: np.random.Generator) -> NDArray[np.bool_]:
@@ -61,44 +62,32 @@ def coordinate_descent_schedule(
         device is feasible or fits.
 
     """
-    labels = problem.label_dist
-    target = problem.target_dist
-    gradient = problem.class_gradient_array
-    batch = problem.batch_size_array
-    bandwidth = problem.min_bandwidth_hz
-    limit_hz = problem.bandwidth_limit_hz
-    candidates = np.flatnonzero(problem.feasible)
-
+    arrays = ProblemArrays.of(problem)
+    candidates = np.flatnonzero(arrays.feasible)
     selected = random_start(problem, rng)
-    class_sum = labels[selected].sum(axis=0)
-    count = int(selected.sum())
-    total_batch = int(batch[selected].sum())
-    used_hz = float(bandwidth[selected].sum())
+    sums = RunningSums.of(arrays, selected)
     current = problem.objective(selected)
     flips = 0
-    cand_labels = labels[candidates]
-    cand_batch = batch[candidates]
-    cand_bandwidth = bandwidth[candidates]
+    cand_labels = arrays.labels[candidates]
+    cand_batch = arrays.batch[candidates]
+    cand_bandwidth = arrays.bandwidth_hz[candidates]
     while candidates.size:
         sign = np.where(selected[candidates], -1, 1)
-        new_count = count + sign
-        new_sums = class_sum + sign[:, None] * cand_labels
+        new_count = sums.count + sign
+        new_sums = sums.class_sum + sign[:, None] * cand_labels
         safe_count = np.where(new_count > 0, new_count, 1)
-        objective = np.asarray(wemd(new_sums / safe_count[:, None], target, gradient)) + np.asarray(
-            sampling_term(problem.sigma, total_batch + sign * cand_batch)
-        )
-        valid = (new_count > 0) & (used_hz + sign * cand_bandwidth <= limit_hz)
-        objective = np.where(valid, objective, np.inf)
+        objective = np.asarray(
+            wemd(new_sums / safe_count[:, None], arrays.target, arrays.gradient)
+        ) + np.asarray(sampling_term(arrays.sigma, sums.total_batch + sign * cand_batch))
+        fits = sums.used_hz + sign * cand_bandwidth <= arrays.limit_hz
+        objective = np.where((new_count > 0) & fits, objective, np.inf)
         best = int(np.argmin(objective))
         if not is_improvement(float(objective[best]), current):
             break
         device = int(candidates[best])
         step = int(sign[best])
         selected[device] = step > 0
-        class_sum = class_sum + step * labels[device]
-        count += step
-        total_batch += step * int(batch[device])
-        used_hz += step * float(bandwidth[device])
+        sums.flip(arrays, device, step)
         current = float(objective[best])
         flips += 1
     return ScheduleResult.from_mask(problem, selected, iterations=flips, method="cd")

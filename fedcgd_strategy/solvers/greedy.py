@@ -6,6 +6,7 @@ import numpy as np
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult
+from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
 
 
 def greedy_schedule(problem: SchedulingProblem) -> ScheduleResult:
@@ -34,39 +35,33 @@ def greedy_schedule(problem: SchedulingProblem) -> ScheduleResult:
         device is feasible or fits, the schedule is empty with objective ``inf``.
 
     """
-    labels = problem.label_dist
-    target = problem.target_dist
-    gradient = problem.class_gradient_array
-    batch = problem.batch_size_array
-    bandwidth = problem.min_bandwidth_hz
-    limit_hz = problem.bandwidth_limit_hz
-    feasible = problem.feasible
-
+    arrays = ProblemArrays.of(problem)
     selected = np.zeros(problem.num_devices, dtype=bool)
-    class_sum = np.zeros(problem.num_classes)
-    count = 0
-    total_batch = 0
-    used_hz = 0.0
+    sums = RunningSums.of(arrays, selected)
     current_wemd = np.inf
     current_sampling = np.inf
     while True:
-        candidates = np.flatnonzero(feasible & ~selected & (used_hz + bandwidth <= limit_hz))
+        fits = sums.used_hz + arrays.bandwidth_hz <= arrays.limit_hz
+        candidates = np.flatnonzero(arrays.feasible & ~selected & fits)
         if candidates.size == 0:
             break
-        new_wemd = wemd((class_sum + labels[candidates]) / (count + 1), target, gradient)
+        new_wemd = wemd(
+            (sums.class_sum + arrays.labels[candidates]) / (sums.count + 1),
+            arrays.target,
+            arrays.gradient,
+        )
         best = int(np.argmin(new_wemd))
         device = int(candidates[best])
         best_wemd = float(np.asarray(new_wemd)[best])
-        new_sampling = float(sampling_term(problem.sigma, total_batch + int(batch[device])))
-        if count > 0:
+        new_sampling = float(
+            sampling_term(arrays.sigma, sums.total_batch + int(arrays.batch[device]))
+        )
+        if sums.count > 0:
             decrease = (current_wemd - best_wemd) + (current_sampling - new_sampling)
             if decrease < -TIE_REL_TOL * (current_wemd + current_sampling):
                 break
         selected[device] = True
-        class_sum += labels[device]
-        count += 1
-        total_batch += int(batch[device])
-        used_hz += float(bandwidth[device])
+        sums.flip(arrays, device, 1)
         current_wemd = best_wemd
         current_sampling = new_sampling
-    return ScheduleResult.from_mask(problem, selected, iterations=count, method="gs")
+    return ScheduleResult.from_mask(problem, selected, iterations=sums.count, method="gs")

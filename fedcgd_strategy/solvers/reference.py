@@ -1,18 +1,25 @@
-"""Slow, obviously-correct references for the P1 solvers: loop versions and brute force.
+"""Slow, obviously-correct references for the P1 solvers: loop versions, dense FSCD, brute force.
 
 The loop versions follow the same algorithms and tie-breaking as the vectorised solvers but
 evaluate every candidate with :meth:`SchedulingProblem.objective` (or ``wemd``) on a fresh mask.
-They are the test oracle and the benchmark baseline; use :func:`fedcgd_strategy.solve` otherwise.
+The dense FSCD (:func:`fscd_dense`) evaluates the whole swap grid from scratch at every step; it
+is the oracle of the incremental :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`, which must
+take the same decisions. They are test oracles and benchmark baselines; use
+:func:`fedcgd_strategy.solve` otherwise.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 from numpy.typing import NDArray
 
-from fedcgd_strategy.problem import SchedulingProblem
+from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.solvers.coordinate_descent import random_start
+from fedcgd_strategy.solvers.fscd import FscdStage
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult, is_improvement
+from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
 
 #: Brute force enumerates 2^V schedules; refuse beyond this many devices.
 MAX_BRUTE_FORCE_DEVICES = 20
@@ -59,33 +66,52 @@ def greedy_loop(problem: SchedulingProblem) -> ScheduleResult:
     return ScheduleResult.from_mask(problem, selected, iterations=added, method="gs")
 
 
+def _descend(
+    problem: SchedulingProblem,
+    start: NDArray[np.bool_],
+    neighbours: Callable[[NDArray[np.bool_]], Iterator[NDArray[np.bool_]]],
+) -> tuple[NDArray[np.bool_], int]:
+    """Best-improvement local search, one ``problem.objective`` call per neighbour.
+
+    ``neighbours(selected)`` yields the trial masks in tie-breaking order; the first trial with
+    the least objective among the non-empty, feasible ones is taken while it is an improvement
+    (:func:`~fedcgd_strategy.solvers.result.is_improvement`). Returns the local optimum and the
+    number of accepted moves.
+    """
+    selected = start.copy()
+    current = problem.objective(selected)
+    moves = 0
+    while True:
+        best_trial: NDArray[np.bool_] | None = None
+        best_value = np.inf
+        for trial in neighbours(selected):
+            if not trial.any() or not problem.is_feasible(trial):
+                continue
+            value = problem.objective(trial)
+            if value < best_value:
+                best_trial, best_value = trial, value
+        if best_trial is None or not is_improvement(best_value, current):
+            break
+        selected, current = best_trial, best_value
+        moves += 1
+    return selected, moves
+
+
 def swap_search_loop(
     problem: SchedulingProblem, mask: NDArray[np.bool_]
 ) -> tuple[NDArray[np.bool_], int]:
     """Best-improvement 1-step transit search at fixed size, one objective call per transit."""
-    selected = mask.copy()
-    current = problem.objective(selected)
-    swaps = 0
-    while True:
-        best_trial: NDArray[np.bool_] | None = None
-        best_value = np.inf
+
+    def transits(selected: NDArray[np.bool_]) -> Iterator[NDArray[np.bool_]]:
         for leave in range(problem.num_devices):
             if not selected[leave]:
                 continue
             for enter in range(problem.num_devices):
                 if selected[enter] or not problem.feasible[enter]:
                     continue
-                trial = _with(_with(selected, leave, False), enter, True)
-                if not problem.is_feasible(trial):
-                    continue
-                value = problem.objective(trial)
-                if value < best_value:
-                    best_trial, best_value = trial, value
-        if best_trial is None or not is_improvement(best_value, current):
-            break
-        selected, current = best_trial, best_value
-        swaps += 1
-    return selected, swaps
+                yield _with(_with(selected, leave, False), enter, True)
+
+    return _descend(problem, mask, transits)
 
 
 def fscd_loop(problem: SchedulingProblem) -> ScheduleResult:
@@ -117,32 +143,125 @@ def fscd_loop(problem: SchedulingProblem) -> ScheduleResult:
     return ScheduleResult.from_mask(problem, best_mask, iterations=iterations, method="fscd")
 
 
+def swap_search_dense(
+    problem: SchedulingProblem, mask: NDArray[np.bool_]
+) -> tuple[NDArray[np.bool_], float, int]:
+    """Best-improvement 1-step transit search at fixed size, whole grid from scratch each step.
+
+    The vectorised FSCD inner loop (paper Algorithm 2) as it was before the incremental version:
+    each step evaluates the ``|Pi| x |not Pi|`` grid of transits (swap scheduled ``v`` for
+    unscheduled feasible ``u``) from the running class sums as an array ``[|Pi|, |not Pi|, C]``,
+    discards those that break ``sum_v x_v B*_v <= B``, and takes the argmin (the printed "argmax"
+    is a typo, DESIGN.md) while it is an improvement. Ties go to the lowest ``v``, then the lowest
+    ``u``. Oracle of :func:`~fedcgd_strategy.solvers.fscd.swap_search`.
+
+    Parameters
+    ----------
+    problem
+        The P1 instance.
+    mask
+        Feasible non-empty starting schedule, bool ``[V]``.
+
+    Returns
+    -------
+    tuple
+        ``(selected, objective, swaps)``: the local optimum (bool ``[V]``), its objective as
+        evaluated on the grid, and the number of accepted transits.
+
+    """
+    arrays = ProblemArrays.of(problem)
+    selected = np.array(mask, dtype=bool, copy=True)
+    sums = RunningSums.of(arrays, selected)
+    size = sums.count
+    current = sums.objective(arrays)
+    swaps = 0
+    while True:
+        inside = np.flatnonzero(selected)
+        outside = np.flatnonzero(arrays.feasible & ~selected)
+        if outside.size == 0:
+            break
+        class_sums = (
+            sums.class_sum - arrays.labels[inside][:, None, :] + arrays.labels[outside][None, :, :]
+        )
+        totals = sums.total_batch - arrays.batch[inside][:, None] + arrays.batch[outside]
+        objective = np.asarray(wemd(class_sums / size, arrays.target, arrays.gradient))
+        objective = objective + np.asarray(sampling_term(arrays.sigma, totals))
+        room = sums.used_hz - arrays.bandwidth_hz[inside][:, None]
+        objective = np.where(
+            room + arrays.bandwidth_hz[outside] <= arrays.limit_hz, objective, np.inf
+        )
+        flat = int(np.argmin(objective))
+        best = float(objective.flat[flat])
+        if not is_improvement(best, current):
+            break
+        row, col = divmod(flat, outside.size)
+        leave, enter = int(inside[row]), int(outside[col])
+        selected[leave] = False
+        selected[enter] = True
+        sums.swap(arrays, leave, enter)
+        current = best
+        swaps += 1
+    return selected, current, swaps
+
+
+def fscd_dense_stages(problem: SchedulingProblem) -> list[FscdStage]:
+    """The ``S`` loop of FSCD (paper Algorithm 2) with :func:`swap_search_dense`; every stage tried.
+
+    ``S`` runs from the number of feasible devices down to 1; an ``S`` whose cheapest ``S``
+    devices (ties in ``B*`` by the lower index) exceed ``B`` is skipped. After size ``S`` the loop
+    stops if the objective of ``x^(S)`` is at most ``sigma / sqrt(sum of the S-1 largest b_v)``.
+    Oracle of :func:`~fedcgd_strategy.solvers.fscd.fscd_stages`.
+    """
+    feasible = np.flatnonzero(problem.feasible)
+    by_cost = feasible[np.argsort(problem.min_bandwidth_hz[feasible], kind="stable")]
+    cheapest_hz = np.cumsum(problem.min_bandwidth_hz[by_cost])
+    batch_desc = np.sort(problem.batch_size_array[feasible])[::-1]
+    largest_totals = np.concatenate([[0], np.cumsum(batch_desc)]).astype(np.int64)
+    stages: list[FscdStage] = []
+    for size in range(by_cost.size, 0, -1):
+        if cheapest_hz[size - 1] > problem.bandwidth_limit_hz:
+            continue
+        start = np.zeros(problem.num_devices, dtype=bool)
+        start[by_cost[:size]] = True
+        selected, objective, swaps = swap_search_dense(problem, start)
+        stages.append(FscdStage(size, start, selected, objective, swaps))
+        if objective <= float(sampling_term(problem.sigma, int(largest_totals[size - 1]))):
+            break
+    return stages
+
+
+def fscd_dense(problem: SchedulingProblem) -> ScheduleResult:
+    """FSCD (paper Algorithm 2) evaluating the whole swap grid at every step (the former solver).
+
+    Same algorithm, early exit and tie-breaking as
+    :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`: the best stage of
+    :func:`fscd_dense_stages` (ties: the larger ``S``); ``iterations`` = accepted transits + sizes
+    tried.
+    """
+    stages = fscd_dense_stages(problem)
+    best_mask = np.zeros(problem.num_devices, dtype=bool)
+    best_objective = np.inf
+    for stage in stages:
+        if is_improvement(stage.objective, best_objective):
+            best_mask, best_objective = stage.selected, stage.objective
+    iterations = sum(stage.swaps for stage in stages) + len(stages)
+    return ScheduleResult.from_mask(problem, best_mask, iterations=iterations, method="fscd")
+
+
 def coordinate_descent_loop(problem: SchedulingProblem, rng: np.random.Generator) -> ScheduleResult:
     """Plain coordinate descent, one objective call per flip.
 
     Same start (:func:`~fedcgd_strategy.solvers.coordinate_descent.random_start`), flips and
     tie-breaking as :func:`~fedcgd_strategy.solvers.coordinate_descent.coordinate_descent_schedule`.
     """
-    selected = random_start(problem, rng)
-    current = problem.objective(selected)
-    flips = 0
-    while True:
-        best_trial: NDArray[np.bool_] | None = None
-        best_value = np.inf
+
+    def flips(selected: NDArray[np.bool_]) -> Iterator[NDArray[np.bool_]]:
         for device in range(problem.num_devices):
-            if not problem.feasible[device]:
-                continue
-            trial = _with(selected, device, not selected[device])
-            if not trial.any() or not problem.is_feasible(trial):
-                continue
-            value = problem.objective(trial)
-            if value < best_value:
-                best_trial, best_value = trial, value
-        if best_trial is None or not is_improvement(best_value, current):
-            break
-        selected, current = best_trial, best_value
-        flips += 1
-    return ScheduleResult.from_mask(problem, selected, iterations=flips, method="cd")
+            if problem.feasible[device]:
+                yield _with(selected, device, not selected[device])
+
+    selected, count = _descend(problem, random_start(problem, rng), flips)
+    return ScheduleResult.from_mask(problem, selected, iterations=count, method="cd")
 
 
 def brute_force(problem: SchedulingProblem) -> ScheduleResult:

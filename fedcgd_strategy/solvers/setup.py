@@ -1,0 +1,121 @@
+"""Set-up shared by the vectorised P1 solvers: the instance's arrays and a schedule's running sums.
+
+Every vectorised solver (and the dense FSCD oracle in :mod:`~fedcgd_strategy.solvers.reference`)
+reads the same arrays of a :class:`~fedcgd_strategy.problem.SchedulingProblem` and keeps the same
+running sums of its current schedule ``Pi``: the class sums ``sum_{v in Pi} p_v``, the size
+``|Pi|``, the batch total ``sum_{v in Pi} b_v`` and the bandwidth ``sum_{v in Pi} B*_v``. The
+update rules below are the exact floating-point expressions the solvers have always used, so that
+their decisions do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ProblemArrays:
+    """The arrays of a P1 instance in the form the vectorised solvers use (read-only views).
+
+    Attributes
+    ----------
+    labels
+        ``p_v``, float ``[V, C]``.
+    target
+        ``p``, float ``[C]``.
+    gradient
+        ``G_c``, float ``[C]`` (a scalar ``G`` broadcast).
+    batch
+        ``b_v``, int ``[V]`` (a scalar ``b`` broadcast).
+    bandwidth_hz
+        ``B*_v`` in Hz, float ``[V]`` (``inf`` = infeasible).
+    limit_hz
+        Budget ``B`` plus the rounding slack, in Hz (every budget test is ``<= limit_hz``).
+    feasible
+        Devices with finite ``B*_v``, bool ``[V]``.
+    sigma
+        ``sigma`` of the sampling term.
+
+    """
+
+    labels: FloatArray
+    target: FloatArray
+    gradient: FloatArray
+    batch: NDArray[np.int64]
+    bandwidth_hz: FloatArray
+    limit_hz: float
+    feasible: NDArray[np.bool_]
+    sigma: float
+
+    @classmethod
+    def of(cls, problem: SchedulingProblem) -> ProblemArrays:
+        """Collect the arrays of ``problem``."""
+        return cls(
+            labels=problem.label_dist,
+            target=problem.target_dist,
+            gradient=problem.class_gradient_array,
+            batch=problem.batch_size_array,
+            bandwidth_hz=problem.min_bandwidth_hz,
+            limit_hz=problem.bandwidth_limit_hz,
+            feasible=problem.feasible,
+            sigma=problem.sigma,
+        )
+
+
+@dataclass
+class RunningSums:
+    """Running sums of a schedule ``Pi``, updated in place as devices enter and leave.
+
+    Attributes
+    ----------
+    class_sum
+        ``sum_{v in Pi} p_v``, float ``[C]``.
+    count
+        ``|Pi|``.
+    total_batch
+        ``sum_{v in Pi} b_v`` (samples).
+    used_hz
+        ``sum_{v in Pi} B*_v`` in Hz.
+
+    """
+
+    class_sum: FloatArray
+    count: int
+    total_batch: int
+    used_hz: float
+
+    @classmethod
+    def of(cls, arrays: ProblemArrays, mask: NDArray[np.bool_]) -> RunningSums:
+        """Sums of the schedule ``mask`` (bool ``[V]``; all False gives zeros)."""
+        return cls(
+            class_sum=arrays.labels[mask].sum(axis=0),
+            count=int(mask.sum()),
+            total_batch=int(arrays.batch[mask].sum()),
+            used_hz=float(arrays.bandwidth_hz[mask].sum()),
+        )
+
+    def objective(self, arrays: ProblemArrays) -> float:
+        """P1 objective ``W + sigma / sqrt(sum b)`` evaluated from the sums (``count >= 1``)."""
+        return float(wemd(self.class_sum / self.count, arrays.target, arrays.gradient)) + float(
+            sampling_term(arrays.sigma, self.total_batch)
+        )
+
+    def flip(self, arrays: ProblemArrays, device: int, step: int) -> None:
+        """Add (``step = 1``) or remove (``step = -1``) ``device``."""
+        self.class_sum = self.class_sum + step * arrays.labels[device]
+        self.count += step
+        self.total_batch += step * int(arrays.batch[device])
+        self.used_hz += step * float(arrays.bandwidth_hz[device])
+
+    def swap(self, arrays: ProblemArrays, leave: int, enter: int) -> None:
+        """Apply the 1-step transit that replaces ``leave`` by ``enter`` (size unchanged)."""
+        self.class_sum = self.class_sum - arrays.labels[leave] + arrays.labels[enter]
+        self.total_batch += int(arrays.batch[enter]) - int(arrays.batch[leave])
+        self.used_hz += float(arrays.bandwidth_hz[enter]) - float(arrays.bandwidth_hz[leave])
