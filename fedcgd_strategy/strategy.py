@@ -6,10 +6,9 @@ available devices (protocol ``"query"``; ``"channel"`` skips it), schedule, buil
 trained first (protocol ``"train-all"``, for rules that rank on post-training values), averages
 the scheduled devices' models, lets the policy update Ĝ, and builds the round's record.
 
-Each rule lives in a pure function or small class: discovery in :mod:`~.discovery`, replies
-in :mod:`~.replies`, scheduling in :mod:`~.policies`, FedAvg in :mod:`~.aggregation`, the
-round record in :mod:`~.record`. A device whose reply is an error, times out or is malformed
-is excluded for the round with a warning; a round with nothing uploaded keeps the model.
+Each rule lives in a pure function or small class (:mod:`~.discovery`, :mod:`~.replies`,
+:mod:`~.policies`, :mod:`~.aggregation`, :mod:`~.record`). A device whose reply is an error,
+times out or is malformed is excluded for the round; with nothing uploaded the model is kept.
 """
 
 from __future__ import annotations
