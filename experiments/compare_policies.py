@@ -11,11 +11,17 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments.launcher import default_run_config, parse_run_config_text, run_flwr
+from experiments.launcher import (
+    default_run_config,
+    parse_run_config_text,
+    run_flwr,
+    validated_run_config,
+)
 from experiments.plot_runs import load_run, plot_runs
 from fedcgd_strategy.policies import POLICY_NAMES
 from server_app.results import SUMMARY_FILE
@@ -132,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_policies(policies)
         shared = parse_run_config_text(args.run_config)
+        for policy in policies:
+            validated_run_config({**shared, "policy": policy})
     except ValueError as err:
-        parser.error(str(err))
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     rows = run_policies(
         policies,
         shared,

@@ -274,12 +274,26 @@ def run_flwr(
     return subprocess.CompletedProcess(command, proc.returncode, "".join(lines), "")
 
 
+def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested tables to dotted keys, as Flower flattens ``[tool.flwr.app.config]``."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def parse_run_config_text(text: str) -> dict[str, Any]:
-    """Parse ``--run-config`` text (``key=value`` pairs, TOML values) into a dict."""
+    """Parse ``--run-config`` text (``key=value`` pairs, TOML values) into a flat dict.
+
+    Dotted keys (``channel.deadline-s=2.0``) stay dotted, as in ``flwr run --run-config``.
+    """
     values: dict[str, Any] = {}
     for item in shlex.split(text, posix=False):
         try:
-            values.update(tomllib.loads(item))
+            values.update(flatten(tomllib.loads(item)))
         except tomllib.TOMLDecodeError as err:
             raise ValueError(
                 f"--run-config item {item!r} is not key=value with a TOML value "
@@ -291,17 +305,30 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
 def default_run_config(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
     """``[tool.flwr.app.config]`` of the app, flattened as Flower flattens nested tables."""
     data = tomllib.loads((project_dir / "pyproject.toml").read_text())
-    flat: dict[str, Any] = {}
+    return flatten(data["tool"]["flwr"]["app"]["config"])
 
-    def walk(prefix: str, table: Mapping[str, Any]) -> None:
-        for key, value in table.items():
-            if isinstance(value, Mapping):
-                walk(f"{prefix}{key}.", value)
-            else:
-                flat[f"{prefix}{key}"] = value
 
-    walk("", data["tool"]["flwr"]["app"]["config"])
-    return flat
+def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The defaults with ``overrides`` applied, every key and value checked before any start.
+
+    Raises
+    ------
+    ValueError
+        One line naming the key, the bad value and what is allowed (an unknown key lists the
+        allowed keys).
+    """
+    from server_app.config import parse_run_config
+
+    defaults = default_run_config()
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(
+            f"unknown run-config key(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(defaults))}"
+        )
+    merged = {**defaults, **overrides}
+    parse_run_config({**merged, "result-dir": merged.get("result-dir") or "/"})
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,12 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
 
-    overrides = parse_run_config_text(args.run_config)
-    defaults = default_run_config()
-    unknown = sorted(set(overrides) - set(defaults))
-    if unknown:
-        parser.error(f"unknown run-config keys {unknown}; allowed: {sorted(defaults)}")
-    merged = {**defaults, **overrides}
+    try:
+        overrides = parse_run_config_text(args.run_config)
+        merged = validated_run_config(overrides)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if not merged.get("result-dir"):
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         merged["result-dir"] = str((args.results / f"{merged['policy']}-{stamp}").resolve())

@@ -19,6 +19,7 @@ The run config of every run is validated before the first one starts.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -117,8 +118,12 @@ def plot_estimates(result_dirs: list[Path], out: Path) -> Path:
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Run a preset (see the module docstring)."""
-    plans = planned_runs(cfg)
-    check_data(plans)
+    try:
+        plans = planned_runs(cfg)
+        check_data(plans)
+    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     out = Path(str(cfg.out)).resolve()
     print(f"{cfg.name}: {cfg.description}")
     print(f"{len(plans)} sweep point(s) × {len(cfg.policies)} policies -> {out}", flush=True)
