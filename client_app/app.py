@@ -2,7 +2,8 @@
 
 Message types and what the device answers (record keys from :mod:`task.keys`):
 
-* ``query.info``: metrics {partition-id, num-examples}.
+* ``query.info``: metrics {partition-id, num-examples, local-label-hist} (class counts of the
+  whole local dataset, reported once: Fed-CBS's class distribution).
 * ``query.stats``: given the global model (ArrayRecord ``arrays``) and the round config
   (ConfigRecord ``config``: server-round, local-steps, lr, batch-size), the pre-training
   statistics of paper Algorithm 3, lines 6-8, without training: partition-id, num-examples
@@ -213,9 +214,16 @@ def _stats_metrics(
 
 @app.query(keys.QUERY_INFO_ACTION)
 def query_info(msg: Message, context: Context) -> Message:
-    """Reply with the node's partition id and local dataset size."""
+    """Reply with the node's partition id, local dataset size and its whole class counts."""
     _, partition_id, split = _prepare(msg, context)
-    metrics = MetricRecord({keys.PARTITION_ID: partition_id, keys.NUM_EXAMPLES: len(split)})
+    local_hist = np.bincount(split.labels, minlength=split.num_classes)
+    metrics = MetricRecord(
+        {
+            keys.PARTITION_ID: partition_id,
+            keys.NUM_EXAMPLES: len(split),
+            keys.LOCAL_LABEL_HIST: [int(c) for c in local_hist],
+        }
+    )
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
 

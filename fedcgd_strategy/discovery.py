@@ -32,13 +32,16 @@ class NodeRegistry:
     ----------
     num_devices : int
         V; partition ids lie in ``[0, V)``.
+    num_classes : int
+        C, the length of the local class counts.
 
     """
 
-    def __init__(self, num_devices: int) -> None:
-        self.num_devices = int(num_devices)
+    def __init__(self, num_devices: int, num_classes: int) -> None:
+        self.num_devices, self.num_classes = int(num_devices), int(num_classes)
         self._node_of: dict[int, int] = {}
         self._partition_of: dict[int, int] = {}
+        self._local_hist: dict[int, NDArray[np.int64]] = {}
 
     def __len__(self) -> int:
         return len(self._node_of)
@@ -64,11 +67,14 @@ class NodeRegistry:
         """Connected node ids whose partition is not known yet, sorted."""
         return sorted(set(connected) - set(self._partition_of))
 
-    def register(self, node_id: int, partition_id: int) -> int:
+    def register(
+        self, node_id: int, partition_id: int, local_hist: NDArray[np.int64] | None = None
+    ) -> int:
         """Record that ``node_id`` serves ``partition_id``; return the node that keeps it.
 
         The return value differs from ``node_id`` when another node already holds the
-        partition (a duplicate claim, which is refused).
+        partition (a duplicate claim, which is refused). ``local_hist`` (int[C]) is the class
+        count of the device's whole local dataset, kept per partition.
         """
         if not 0 <= partition_id < self.num_devices:
             raise ValueError(
@@ -77,7 +83,16 @@ class NodeRegistry:
         holder = self._node_of.setdefault(partition_id, node_id)
         if holder == node_id:
             self._partition_of[node_id] = partition_id
+            if local_hist is not None:
+                self._local_hist[partition_id] = np.asarray(local_hist, dtype=np.int64)
         return holder
+
+    def local_counts(self) -> NDArray[np.int64]:
+        """int[V, C]: class counts of each known device's whole local dataset (0 rows: unknown)."""
+        out = np.zeros((self.num_devices, self.num_classes), dtype=np.int64)
+        for pid, hist in self._local_hist.items():
+            out[pid] = hist
+        return out
 
     def with_node(self, mask: NDArray[np.bool_]) -> list[int]:
         """Partition ids set in ``mask`` (bool[V]) that have a node, ascending."""
@@ -103,11 +118,13 @@ def discover_nodes(grid: Grid, registry: NodeRegistry, server_round: int, timeou
     ]
     for reply in grid.send_and_receive(msgs, timeout=timeout_s):
         try:
-            node, pid = read_info(reply, num_devices=registry.num_devices)
+            node, pid, hist = read_info(
+                reply, num_devices=registry.num_devices, num_classes=registry.num_classes
+            )
         except MalformedReplyError as err:
             log(WARNING, "discovery failed (%s); asked again next round", err)
             continue
-        holder = registry.register(node, pid)
+        holder = registry.register(node, pid, hist)
         if holder != node:
             log(WARNING, "nodes %d and %d both claim partition %d; kept %d", holder, node, pid,
                 holder)  # fmt: skip

@@ -85,6 +85,9 @@ class RoundInputs:
         Loss accumulated over this round's local steps (only after local training).
     update_norm : float[V] or None
         L2 norm of the local update (only after local training).
+    local_dist : float[V, C] or None
+        Each device's whole local class distribution, reported once at discovery (Fed-CBS's
+        p_v); rows of candidates are distributions.
 
     """
 
@@ -99,6 +102,7 @@ class RoundInputs:
     target_dist: NDArray[np.float64]
     train_loss: NDArray[np.float64] | None = None
     update_norm: NDArray[np.float64] | None = None
+    local_dist: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
         """Validate every array where the round's data enters the scheduling math."""
@@ -121,6 +125,8 @@ class RoundInputs:
         as_nonnegative_array(self.gain_lin, "gain_lin", shape=vector)
         check_total_bandwidth(self.total_bandwidth_hz)
         check_integer(self.batch_size, "batch_size", minimum=1)
+        if self.local_dist is not None:
+            as_label_distributions(self.local_dist, "local_dist", num_rows=num_devices, rows=cand)
         for name in ("train_loss", "update_norm"):
             if getattr(self, name) is not None:
                 as_float_array(getattr(self, name), name, shape=vector)
@@ -152,24 +158,32 @@ class RoundInputs:
         total_bandwidth_hz: float,
         batch_size: int,
         target_dist: NDArray[np.float64],
+        local_counts: NDArray[np.int64] | None = None,
     ) -> RoundInputs:
         """Inputs for a rule that needs the channel only (protocol ``"channel"``).
 
-        The candidates are the available devices; nothing was reported, so every candidate's
-        label distribution stands at the target, |D_v| at 1 and σ̂_v at NaN (not computed). The
-        round's record takes the uploaded devices' statistics from their training replies.
+        The candidates are the available devices; nothing was reported this round, so every
+        candidate's round label distribution stands at the target and σ̂_v at NaN (not
+        computed); |D_v| and the local distributions come from ``local_counts`` (int[V, C],
+        class counts of the whole local datasets, reported at discovery; |D_v| = 1 without).
+        The round's record takes the uploaded devices' statistics from their training replies.
         """
         num_devices, num_classes = int(available.shape[0]), int(target_dist.shape[0])
+        sizes, local_dist = np.ones(num_devices), None
+        if local_counts is not None:
+            sizes = local_counts.sum(axis=1).astype(float)
+            local_dist = local_counts / np.maximum(sizes, 1.0)[:, None]
         return cls(
             candidate=np.asarray(available, dtype=bool),
             label_dist=np.broadcast_to(target_dist, (num_devices, num_classes)).copy(),
-            num_examples=np.ones(num_devices),
+            num_examples=sizes,
             sigma_v=np.full(num_devices, np.nan),
             min_bandwidth_hz=min_bandwidth_hz,
             gain_lin=gain_lin,
             total_bandwidth_hz=total_bandwidth_hz,
             batch_size=batch_size,
             target_dist=target_dist,
+            local_dist=local_dist,
         )
 
 
@@ -310,7 +324,8 @@ class Policy(ABC):
         update norm, POC's accumulated loss): then every available device trains first and
         only the scheduled ones upload, as in the paper (see :func:`resolve_protocol`).
     needs_reports : bool
-        False when the rule needs the channel only (BC, all): no query phase.
+        False when the rule needs no per-round report before scheduling (BC, all: the channel;
+        Fed-CBS: the local distributions reported at discovery): no query phase.
     needs_sigma : bool
         True when the rule uses σ̂ (FedCGD): only then do devices compute it.
 
@@ -489,22 +504,29 @@ class PowerOfChoicePolicy(Policy):
 
 @dataclass
 class FedCBSPolicy(Policy):
-    """Fed-CBS (Zhang et al. 2023): QCID-driven CUCB sampling until the next device does not fit."""
+    """Fed-CBS (Zhang et al. 2023): QCID-driven CUCB sampling until the next device does not fit.
+
+    QCID uses each device's whole local class distribution (``inputs.local_dist``, reported
+    once at discovery), as Fed-CBS defines it; so the rule needs no query phase.
+    """
 
     num_devices: int = 1
     lam: float = 10.0
     name: str = "fedcbs"
     state: FedCBSState = field(init=False)
+    needs_reports: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self.state = FedCBSState(self.num_devices)
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Sample sequentially; selection counts persist across rounds in :attr:`state`."""
+        if inputs.local_dist is None:
+            raise ValueError("policy 'fedcbs' needs the devices' local class distributions")
         mask = fedcbs_select(
             self.state,
             inputs.candidate,
-            inputs.label_dist,
+            inputs.local_dist,
             inputs.num_examples,
             _candidate_bandwidth(inputs),
             inputs.total_bandwidth_hz,

@@ -111,10 +111,48 @@ def _metrics_of(msg: Message) -> tuple[int, MetricRecord]:
     return node_id, msg.content.metric_records[keys.METRICS]
 
 
-def read_info(msg: Message, *, num_devices: int) -> tuple[int, int]:
-    """Validate a ``query.info`` reply; return (node id, partition id)."""
+def _histogram(
+    metrics: MetricRecord, key: str, node_id: int, num_classes: int
+) -> NDArray[np.int64]:
+    raw = _metric(metrics, key, node_id)
+    hist = np.asarray(raw if isinstance(raw, list) else [raw], dtype=np.float64)
+    if hist.shape != (num_classes,):
+        raise MalformedReplyError(
+            f"node {node_id}: {key!r} has length {hist.size}; allowed: {num_classes}"
+        )
+    if not np.all(np.isfinite(hist)) or np.any(hist < 0) or hist.sum() <= 0:
+        raise MalformedReplyError(
+            f"node {node_id}: {key!r} = {hist.tolist()}; allowed: finite counts >= 0 "
+            "with a positive sum"
+        )
+    return hist.astype(np.int64)
+
+
+def _num_examples(metrics: MetricRecord, node_id: int) -> int:
+    n_raw = _metric(metrics, keys.NUM_EXAMPLES, node_id)
+    if not isinstance(n_raw, int) or isinstance(n_raw, bool) or n_raw <= 0:
+        raise MalformedReplyError(
+            f"node {node_id}: {keys.NUM_EXAMPLES!r} = {n_raw!r}; allowed: an int > 0"
+        )
+    return n_raw
+
+
+def read_info(
+    msg: Message, *, num_devices: int, num_classes: int
+) -> tuple[int, int, NDArray[np.int64]]:
+    """Validate a ``query.info`` reply; return (node id, partition id, local class counts).
+
+    The local class counts sum to |D_v| (``num-examples``), which is checked.
+    """
     node_id, metrics = _metrics_of(msg)
-    return node_id, _partition_id(metrics, node_id, num_devices)
+    pid = _partition_id(metrics, node_id, num_devices)
+    hist = _histogram(metrics, keys.LOCAL_LABEL_HIST, node_id, num_classes)
+    if int(hist.sum()) != _num_examples(metrics, node_id):
+        raise MalformedReplyError(
+            f"node {node_id}: {keys.LOCAL_LABEL_HIST!r} sums to {int(hist.sum())}, not to "
+            f"{keys.NUM_EXAMPLES!r}; allowed: the class counts of the whole local dataset"
+        )
+    return node_id, pid, hist
 
 
 def read_report(
@@ -152,29 +190,15 @@ def read_report(
     node_id, metrics = _metrics_of(msg)
     content = msg.content
     pid_raw = _partition_id(metrics, node_id, num_devices)
-    n_raw = _metric(metrics, keys.NUM_EXAMPLES, node_id)
-    if not isinstance(n_raw, int) or isinstance(n_raw, bool) or n_raw <= 0:
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.NUM_EXAMPLES!r} = {n_raw!r}; allowed: an int > 0"
-        )
-    hist_raw = _metric(metrics, keys.LABEL_HIST, node_id)
-    hist = np.asarray(hist_raw if isinstance(hist_raw, list) else [hist_raw], dtype=np.float64)
-    if hist.shape != (num_classes,):
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.LABEL_HIST!r} has length {hist.size}; allowed: {num_classes}"
-        )
-    if not np.all(np.isfinite(hist)) or np.any(hist < 0) or hist.sum() <= 0:
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.LABEL_HIST!r} = {hist.tolist()}; allowed: finite counts >= 0 "
-            "with a positive sum"
-        )
+    n_raw = _num_examples(metrics, node_id)
+    hist = _histogram(metrics, keys.LABEL_HIST, node_id, num_classes)
     sigma = (
         _finite_float(metrics[keys.SIGMA], keys.SIGMA, node_id)
         if keys.SIGMA in metrics
         else float("nan")  # not asked for (see keys.WANT_SIGMA)
     )
     if reference is None:
-        return DeviceReport(node_id, pid_raw, n_raw, hist.astype(np.int64), sigma)
+        return DeviceReport(node_id, pid_raw, n_raw, hist, sigma)
 
     train_loss = _finite_float(_metric(metrics, keys.TRAIN_LOSS, node_id), keys.TRAIN_LOSS, node_id)
     update_norm = _finite_float(
@@ -206,7 +230,7 @@ def read_report(
         node_id,
         pid_raw,
         n_raw,
-        hist.astype(np.int64),
+        hist,
         sigma,
         train_loss,
         update_norm,
@@ -219,7 +243,6 @@ def collect_reports(
     replies: Iterable[Message],
     expected: Iterable[int],
     registry: NodeRegistry,
-    num_classes: int,
     reference: Mapping[str, NDArray[np.generic]] | None,
     phase: str,
 ) -> tuple[list[DeviceReport], list[int]]:
@@ -235,7 +258,7 @@ def collect_reports(
             report = read_report(
                 msg,
                 num_devices=registry.num_devices,
-                num_classes=num_classes,
+                num_classes=registry.num_classes,
                 reference=reference,
             )
         except MalformedReplyError as err:
@@ -260,6 +283,14 @@ def collect_reports(
     return [reports[p] for p in sorted(reports)], failed
 
 
+def _distributions(counts: NDArray[np.int64] | None) -> NDArray[np.float64] | None:
+    """Rows normalised to sum 1 (zero rows stay zero)."""
+    if counts is None:
+        return None
+    totals = counts.sum(axis=1, keepdims=True)
+    return np.divide(counts, totals, out=np.zeros(counts.shape), where=totals > 0)
+
+
 def inputs_from_reports(
     reports: list[DeviceReport] | None,
     draw: RoundDraw,
@@ -270,6 +301,7 @@ def inputs_from_reports(
     batch_size: int,
     target_dist: NDArray[np.float64] | None,
     post_training: bool,
+    local_counts: NDArray[np.int64] | None = None,
 ) -> RoundInputs:
     """Assemble the policy's view of the round from the channel draw and the valid reports.
 
@@ -294,6 +326,9 @@ def inputs_from_reports(
         (uniform when nobody reported).
     post_training : bool
         The reports carry post-training values (train-loss, update-norm) to pass on.
+    local_counts : int[V, C], optional
+        Class counts of each device's whole local dataset, reported at discovery (Fed-CBS's
+        p_v; their row sums are |D_v|); zero rows for unknown devices.
 
     """
     V = int(np.asarray(draw.available).shape[0])
@@ -310,6 +345,7 @@ def inputs_from_reports(
             total_bandwidth_hz=total_bandwidth_hz,
             batch_size=batch_size,
             target_dist=uniform if target_dist is None else np.asarray(target_dist, float),
+            local_counts=local_counts,
         )
     candidate = np.zeros(V, dtype=bool)
     label_dist = np.zeros((V, num_classes))
@@ -342,6 +378,7 @@ def inputs_from_reports(
         target_dist=target,
         train_loss=train_loss,
         update_norm=update_norm,
+        local_dist=_distributions(local_counts),
     )
 
 

@@ -138,18 +138,18 @@ class ScheduledStrategy(Strategy):
         self.cell = cell
         self.model_bits = float(model_bits)
         self.total_bandwidth_hz = float(total_bandwidth_hz)
-        self.num_classes = int(num_classes)
         self.target_dist = None if target_dist is None else np.asarray(target_dist, float)
         self.rng = rng
         self.query_timeout_s = float(query_timeout_s)
-        self.registry = NodeRegistry(num_devices)
+        self.registry = NodeRegistry(num_devices, num_classes)
         self.last_record: RoundRecord | None = None
         self._round: _Round | None = None
 
     def summary(self) -> None:
         """Log the hyper-parameters once."""
         text = "ScheduledStrategy: policy=%s protocol=%s V=%d C=%d B=%.3g Hz D_w=%.0f bit"
-        args = (self.policy.name, self.protocol, self.registry.num_devices, self.num_classes)
+        sizes = (self.registry.num_devices, self.registry.num_classes)
+        args = (self.policy.name, self.protocol, *sizes)
         log(INFO, text, *args, self.total_bandwidth_hz, self.model_bits)
 
     def _send(self, content: RecordDict, to: list[int], kind: str, rnd: int) -> list[Message]:
@@ -165,11 +165,12 @@ class ScheduledStrategy(Strategy):
             reports,
             state.draw,
             state.available,
-            num_classes=self.num_classes,
+            num_classes=self.registry.num_classes,
             total_bandwidth_hz=self.total_bandwidth_hz,
             batch_size=state.training.batch_size,
             target_dist=self.target_dist,
             post_training=self.protocol == "train-all",
+            local_counts=self.registry.local_counts(),
         )
 
     def _schedule(self, state: _Round, reports: list[DeviceReport] | None) -> Decision:
@@ -225,15 +226,7 @@ class ScheduledStrategy(Strategy):
     def _collect(
         self, replies: Iterable[Message], expected: list[int], reference: Arrays | None, phase: str
     ) -> tuple[list[DeviceReport], list[int]]:
-        num_classes = self.num_classes
-        return collect_reports(
-            replies,
-            expected,
-            self.registry,
-            num_classes=num_classes,
-            reference=reference,
-            phase=phase,
-        )
+        return collect_reports(replies, expected, self.registry, reference, phase)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

@@ -7,7 +7,7 @@ This module is pure Python: it imports neither flwr nor torch.
 """
 
 # --- message types -------------------------------------------------------------------------
-#: Discovery: the node answers with its partition id and local dataset size.
+#: Discovery: the node answers with its partition id, local dataset size and class counts.
 QUERY_INFO = "query.info"
 #: Pre-training statistics at the received model: sigma-hat and label histogram.
 QUERY_STATS = "query.stats"
@@ -34,6 +34,8 @@ PARTITION_ID = "partition-id"
 NUM_EXAMPLES = "num-examples"
 #: Per-class counts (list[int], length C) of the samples the device uses this round.
 LABEL_HIST = "label-hist"
+#: Per-class counts (list[int], length C) of the device's whole local dataset (query.info).
+LOCAL_LABEL_HIST = "local-label-hist"
 #: sigma-hat_v, paper eq. (local_est_sigma), a float >= 0 (sent only when asked, see WANT_SIGMA).
 SIGMA = "sigma-hat"
 #: Mean training loss accumulated over this round's local steps (POC's ranking key).

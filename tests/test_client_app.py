@@ -84,6 +84,15 @@ def test_info_reports_partition_and_size() -> None:
     m = metrics_of(reply)
     # Dirichlet split of the 1437 digits training images over 4 devices: floor(1437 / 4) = 359.
     assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
+    # The whole local class counts, recounted here from the device's rows of the training set.
+    from task.datasets import load_digits_split
+    from task.local_data import local_split
+    from task.settings import TaskSettings
+
+    rows = local_split(TaskSettings.from_run_config(RUN_CONFIG), 1).indices
+    labels = load_digits_split()[0].labels[rows]
+    assert m[keys.LOCAL_LABEL_HIST] == [int(np.sum(labels == c)) for c in range(10)]
+    assert sum(m[keys.LOCAL_LABEL_HIST]) == 359
 
 
 def test_stats_reply_contents() -> None:

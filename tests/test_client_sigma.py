@@ -164,15 +164,19 @@ def test_chunk_size_changes_nothing_but_memory(chunk_size: int) -> None:
 
 
 def test_model_state_is_kept() -> None:
-    # Existing .grad and requires_grad=False flags survive; frozen parameters still count, as
-    # in eq. (local_est_sigma) the norm runs over all parameters.
+    # Existing .grad, requires_grad=False flags and per-module modes survive; frozen parameters
+    # still count, as in eq. (local_est_sigma) the norm runs over all parameters.
     model = build_model("mlp", 10, (1, 8, 8), seed=5)
     x, y = batch(6, (1, 8, 8), 10)
-    first = model.net[1]
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
     first.weight.requires_grad_(False)
     marker = torch.full_like(first.bias, 3.0)
     first.bias.grad = marker.clone()
+    model.train()
+    first.eval()  # a mixed train/eval state comes back module by module
     result = gradient_spread(model, x, y)
+    assert model.training
+    assert not first.training
     assert not first.weight.requires_grad
     assert first.weight.grad is None
     assert torch.equal(first.bias.grad, marker)

@@ -65,7 +65,8 @@ def test_decision_terms_by_hand() -> None:
 
 
 def test_protocol_rule() -> None:
-    assert resolve_protocol("bn2") == "train-all" and resolve_protocol("fedcbs") == "query"
+    assert resolve_protocol("bn2") == "train-all" and resolve_protocol("fedcbs") == "channel"
+    assert resolve_protocol("fedcgd-gs") == "query"
     assert resolve_protocol("bc") == "channel" and resolve_protocol("bc", "query") == "query"
     with pytest.raises(ValueError, match="'query' does not work with policy 'poc'"):
         resolve_protocol("poc", "query")

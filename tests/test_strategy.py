@@ -27,6 +27,8 @@ NODES = [1000 + 7 * i for i in range(V)]
 HISTS = np.array([[4, 0], [0, 4], [3, 1], [1, 3], [2, 2], [4, 0]])
 SIGMAS = np.array([1.0, 2.0, 0.5, 1.5, 1.0, 3.0])
 SIZES = np.array([10, 20, 30, 40, 50, 60])
+# Class counts of each device's whole local dataset (query.info), unlike its round histogram.
+LOCAL_HISTS = np.array([[9, 1], [1, 19], [15, 15], [10, 30], [25, 25], [50, 10]])
 
 
 #: τ = 1, η = 0.1, b = 4, as Flower passes ``train_config`` to ``configure_train``.
@@ -79,7 +81,8 @@ def scripted_client(overrides: dict[int, dict] | None = None):
         base: dict = {keys.PARTITION_ID: pid, keys.NUM_EXAMPLES: int(SIZES[pid])}
         kind = msg.metadata.message_type
         if kind == keys.QUERY_INFO:
-            return Message(RecordDict({keys.METRICS: MetricRecord(base)}), reply_to=msg)
+            info = {**base, keys.LOCAL_LABEL_HIST: LOCAL_HISTS[pid].tolist()}
+            return Message(RecordDict({keys.METRICS: MetricRecord(info)}), reply_to=msg)
         metrics = {**base, keys.LABEL_HIST: HISTS[pid].tolist()}
         if msg.content.config_records[keys.CONFIG].get(keys.WANT_SIGMA, True):
             metrics[keys.SIGMA] = float(SIGMAS[pid])
@@ -405,7 +408,7 @@ def test_best_channel_ranks_by_gain_not_by_id():
 
 
 def test_registry_joins_leaves_and_duplicate_claims():
-    registry = NodeRegistry(3)
+    registry = NodeRegistry(3, 2)
     assert registry.unknown([10, 11]) == [10, 11]
     assert registry.register(10, 0) == 10 and registry.register(11, 0) == 10  # duplicate refused
     assert registry.partition(10) == 0 and registry.partition(11) is None
@@ -495,8 +498,32 @@ def test_auto_protocol_per_policy():
         "bc": "channel",
         "bn2": "train-all",
         "poc": "train-all",
-        "fedcbs": "query",
+        "fedcbs": "channel",
         "all": "channel",
     }
-    with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcbs'"):
-        build("fedcbs", make_draw([True] * V, [1.0] * V), protocol="channel")
+    with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcgd-fscd'"):
+        build("fedcgd-fscd", make_draw([True] * V, [1.0] * V), protocol="channel")
+
+
+@pytest.mark.parametrize("protocol", ["channel", "query", "train-all"])
+def test_fedcbs_uses_the_whole_local_distribution_from_discovery(protocol):
+    # Same rng seed and state as the strategy: the schedule must be Fed-CBS on LOCAL_HISTS.
+    from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
+
+    available, min_bw = [True, True, False, True, True, True], [2.0, 3.0, 1.0, 2.0, 4.0, 1.0]
+    strategy, grid = build("fedcbs", make_draw(available, min_bw), protocol=protocol)
+    state, rng = FedCBSState(V), np.random.default_rng(0)
+    local = LOCAL_HISTS / LOCAL_HISTS.sum(axis=1, keepdims=True)
+    for server_round in (1, 2, 3):
+        run_round(strategy, grid, server_round)
+        expected = fedcbs_select(
+            state,
+            np.array(available),
+            local,
+            SIZES.astype(float),
+            np.where(available, min_bw, np.inf),
+            10.0,
+            rng,
+        )
+        assert strategy.last_record is not None
+        assert strategy.last_record.scheduled == np.flatnonzero(expected).tolist()
