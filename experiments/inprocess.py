@@ -1,0 +1,147 @@
+"""Run the app in one Python process: the real ServerApp logic and ClientApp, no Ray, no network.
+
+For quick sweeps on a laptop (many seeds × policies × settings on a small model), starting a
+SuperLink and Ray per run costs more than the run itself. :class:`InProcessGrid` is a Flower
+``Grid`` that hands each message straight to the ClientApp of the addressed node, with that
+node's ``Context`` (``partition-id``, ``num-partitions`` as in the simulation engine); a
+handler that raises becomes an error reply, as in Flower. :func:`run_inprocess` runs
+:func:`server_app.app.run_federation` over it. Everything random derives from the run seed, so
+a run gives the same schedules and the same model here as under ``flwr run`` (tested).
+
+Messages are handled one after another on this process's threads: use it for small models;
+the simulation engine (``flwr run``) and deployments are the real engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+from server_app.app import run_federation
+from server_app.config import parse_run_config
+
+Handler = Callable[[Message, Context], Message]
+
+#: Error code of the reply a raising handler produces (Flower's ClientApp exception code).
+CLIENT_APP_RAISED = 1
+
+
+class InProcessGrid(Grid):
+    """Deliver messages synchronously to ``handlers[node_id](message, context)``.
+
+    Parameters
+    ----------
+    handlers : dict of int -> callable
+        Node id -> ClientApp (or any ``(Message, Context) -> Message`` callable).
+    contexts : dict of int -> Context
+        Node id -> that node's Context (node_config, run_config, state).
+
+    """
+
+    def __init__(self, handlers: dict[int, Handler], contexts: dict[int, Context]) -> None:
+        # Messages read the run, node and task id of the process; set them as a ServerApp would.
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+        self.handlers = handlers
+        self.contexts = contexts
+        self.sent: list[Message] = []
+
+    def set_run(self, run: Run) -> None:
+        """Flower's hook; nothing to do in one process."""
+
+    @property
+    def run(self) -> Run:
+        """Not used by this app."""
+        raise NotImplementedError("InProcessGrid has no Run object")
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """Create a message to ``dst_node_id``."""
+        return Message(
+            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id
+        )
+
+    def get_node_ids(self) -> Iterable[int]:
+        """The connected nodes."""
+        return list(self.handlers)
+
+    def get_nodes(self) -> Any:
+        """Not used by this app."""
+        raise NotImplementedError("InProcessGrid only lists node ids")
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Not used by this app (it calls :meth:`send_and_receive`)."""
+        raise NotImplementedError("InProcessGrid only supports send_and_receive")
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Not used by this app (it calls :meth:`send_and_receive`)."""
+        raise NotImplementedError("InProcessGrid only supports send_and_receive")
+
+    def deliver(self, msg: Message) -> Message | None:
+        """Hand one message to its node; None means no reply (a timeout)."""
+        node = msg.metadata.dst_node_id
+        if node not in self.handlers:
+            return None
+        try:
+            return self.handlers[node](msg, self.contexts[node])
+        except Exception as err:  # a failing device must not take the run down
+            return Message(Error(code=CLIENT_APP_RAISED, reason=repr(err)), reply_to=msg)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Deliver every message and return the replies that came back."""
+        replies = []
+        for msg in messages:
+            self.sent.append(msg)
+            reply = self.deliver(msg)
+            if reply is not None:
+                replies.append(reply)
+        return replies
+
+
+def node_contexts(
+    node_ids: list[int], run_config: Mapping[str, Any], num_partitions: int
+) -> dict[int, Context]:
+    """One Context per node, partition id = position in ``node_ids`` (as the simulation does)."""
+    return {
+        node: Context(
+            run_id=1,
+            node_id=node,
+            node_config={"partition-id": pid, "num-partitions": num_partitions},
+            state=RecordDict(),
+            run_config=dict(run_config),
+        )
+        for pid, node in enumerate(node_ids)
+    }
+
+
+def run_inprocess(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one federation in this process and return its summary (also in ``summary.json``).
+
+    Parameters
+    ----------
+    run_config : mapping
+        A complete, flat run config (``experiments.launcher.validated_run_config``) with an
+        absolute ``result-dir``.
+
+    """
+    from client_app.app import app as client_app
+
+    config = parse_run_config(run_config)
+    num_devices = config.task.num_devices
+    nodes = [1_000_003 * (v + 1) for v in range(num_devices)]
+    grid = InProcessGrid(
+        {node: client_app for node in nodes}, node_contexts(nodes, run_config, num_devices)
+    )
+    return run_federation(grid, config)
