@@ -2,21 +2,30 @@
 
 ``python -m experiments.plot_runs RESULT_DIR [RESULT_DIR ...] --out curves.png`` draws, per
 run, test accuracy, the number of scheduled devices and the WEMD of the schedule against the
-round, labelled by each run's policy (from its ``config.json``).
+round, labelled by each run's policy (from its ``config.json``). With ``--mean`` the runs are
+grouped by policy (e.g. the seeds of a comparison, ``results/compare/*/seed-*``) and each
+policy is drawn as its mean over the runs with a shaded 95 % confidence band
+(:func:`plot_mean_runs`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from experiments.statistics import mean_band
 from server_app.results import CONFIG_FILE, METRICS_FILE
+
+PANEL_TITLES = ("test accuracy", "scheduled devices", "WEMD of the schedule (G = 1)")
 
 
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
@@ -27,6 +36,41 @@ def load_run(result_dir: Path) -> tuple[str, list[dict]]:
     if config_path.exists():
         label = str(json.loads(config_path.read_text()).get("policy", label))
     return label, lines
+
+
+def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
+    """Round → finite value of ``key`` in a run's metrics lines (rounds without one left out).
+
+    Parameters
+    ----------
+    lines : sequence of mapping
+        The run's ``metrics.jsonl`` lines.
+    key : str
+        Metric, e.g. ``accuracy``, ``num_scheduled``, ``wemd``.
+
+    Returns
+    -------
+    dict of int to float
+        One entry per round that has a finite value.
+    """
+    out: dict[int, float] = {}
+    for line in lines:
+        value = line.get(key)
+        if isinstance(value, int | float) and math.isfinite(float(value)):
+            out[int(line["round"])] = float(value)
+    return out
+
+
+def _finish(fig: Any, axes: Any, out: Path) -> Path:
+    for ax, title in zip(axes, PANEL_TITLES, strict=True):
+        ax.set_xlabel("round")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
 
 
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
@@ -43,17 +87,53 @@ def plot_runs(result_dirs: list[Path], out: Path) -> Path:
         )
         with_wemd = [x for x in lines if x.get("wemd") is not None]
         axes[2].plot([x["round"] for x in with_wemd], [x["wemd"] for x in with_wemd], label=label)
-    for ax, title in zip(
-        axes, ("test accuracy", "scheduled devices", "WEMD of the schedule (G = 1)"), strict=True
-    ):
-        ax.set_xlabel("round")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _finish(fig, axes, out)
+
+
+def group_by_label(result_dirs: Sequence[Path]) -> dict[str, list[Path]]:
+    """Result directories grouped by their label (the run's policy), in first-seen order."""
+    groups: dict[str, list[Path]] = {}
+    for result_dir in result_dirs:
+        groups.setdefault(load_run(result_dir)[0], []).append(result_dir)
+    return groups
+
+
+def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
+    """Three panels as :func:`plot_runs`, one mean curve and 95 % band per group of runs.
+
+    Parameters
+    ----------
+    groups : mapping of str to sequence of Path
+        Label (e.g. the policy) → its result directories (e.g. one per seed).
+    out : Path
+        PNG to write.
+
+    Returns
+    -------
+    Path
+        ``out``. Each curve is the per-round mean over the group's runs, the shaded band the
+        95 % confidence interval of that mean (Student t over the runs that have the round;
+        no band where only one does).
+    """
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
+    for label, dirs in groups.items():
+        runs = [load_run(d)[1] for d in dirs]
+        color = None
+        for ax, key in zip(axes, ("accuracy", "num_scheduled", "wemd"), strict=True):
+            band = mean_band([round_values(lines, key) for lines in runs])
+            if not len(band.x):
+                continue
+            (line,) = ax.plot(band.x, band.mean, color=color, label=f"{label} (n={len(dirs)})")
+            color = line.get_color()
+            ax.fill_between(
+                band.x,
+                band.mean - band.half_width,
+                band.mean + band.half_width,
+                color=color,
+                alpha=0.2,
+                linewidth=0,
+            )
+    return _finish(fig, axes, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,11 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("result_dirs", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=Path("results/curves.png"))
+    parser.add_argument(
+        "--mean",
+        action="store_true",
+        help="group the runs by policy: mean curve and 95 %% confidence band per policy",
+    )
     args = parser.parse_args(argv)
     for d in args.result_dirs:
         if not (d / METRICS_FILE).exists():
             parser.error(f"{d} has no {METRICS_FILE}; is it a result directory?")
-    print(f"wrote {plot_runs(args.result_dirs, args.out)}")
+    if args.mean:
+        out = plot_mean_runs(group_by_label(args.result_dirs), args.out)
+    else:
+        out = plot_runs(args.result_dirs, args.out)
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,26 +1,33 @@
 """Reproduce a table or figure of the paper from a Hydra preset in ``conf/experiment/``.
 
-``python -m experiments.reproduce experiment=<name>`` runs every policy of the preset for every
-combination of its sweep (e.g. ``local-steps: [1, 5]``) with ``flwr run``, then writes, under
-``out`` (default ``results/<name>``):
+``python -m experiments.reproduce experiment=<name> 'seeds=[0,1,2,3,4]'`` runs every policy of
+the preset for every seed (default ``[0]``) and every combination of its sweep (e.g.
+``local-steps: [1, 5]``) with ``flwr run``, then writes, under ``out`` (default
+``results/<name>``):
 
-- ``<key>=<value>/<policy>/`` one result directory per run (resumable: finished runs are kept),
-- ``<key>=<value>/table.csv`` and ``curves.png`` per sweep point,
-- ``table.csv`` over all sweep points (final / best accuracy, rounds to the target accuracy,
-  mean scheduled devices, mean WEMD: the paper's Table II columns and figure values),
-- ``estimates.png``: σ̂ and Ĝ per round of every run (the paper's CIFAR-100 panels).
+- ``<key>=<value>/<policy>/seed-<s>/`` one result directory per run (resumable: finished runs
+  are kept),
+- ``<key>=<value>/table.csv``, ``runs.csv`` and ``curves.png`` per sweep point (see
+  :mod:`experiments.compare_policies`: per policy the mean and 95 % confidence half-width over
+  seeds of final / best accuracy, rounds to the target accuracy, mean scheduled devices, mean
+  WEMD, and a paired t-test of the final accuracy against FedCGD-FSCD),
+- ``table.csv`` and ``runs.csv`` over all sweep points (a ``sweep`` column first),
+- ``estimates.png``: σ̂ and Ĝ per round, mean over seeds, of every (sweep point, policy) (the
+  paper's CIFAR-100 panels).
 
 Presets: ``digits_policies`` (offline), ``cifar10_local_steps`` (accuracy vs τ and Table II),
 ``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``. Any value can be
-overridden, e.g. ``run.data-dir=/data/cifar 'policies=[fedcgd-fscd,bc]' run.num-server-rounds=50``.
-The run config of every run is validated before the first one starts.
+overridden, e.g. ``run.data-dir=/data/cifar 'policies=[fedcgd-fscd,bc]' run.num-server-rounds=50
+'seeds=[0,1,2]'``. The run config of every run is validated before the first one starts. The
+seed is set by ``seeds`` only (``run.seed`` or ``sweep.seed`` are refused), so that runs of
+every policy with the same seed are paired.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +35,18 @@ import hydra
 import matplotlib
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.compare_policies import TABLE_COLUMNS, check_policies, run_policies, write_table
+from experiments.compare_policies import (
+    RUN_COLUMNS,
+    check_policies,
+    check_seeds,
+    format_row,
+    run_policies,
+    table_rows,
+    write_table,
+)
 from experiments.launcher import default_run_config
-from experiments.plot_runs import load_run
+from experiments.plot_runs import load_run, round_values
+from experiments.statistics import mean_band
 from server_app.config import parse_run_config
 from task.datasets import load_dataset
 
@@ -51,16 +67,36 @@ def point_label(point: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in point.items()) or "default"
 
 
-def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(sweep point, run-config overrides) of every sweep point, validated before any run.
+def planned_seeds(cfg: DictConfig) -> list[int]:
+    """The config's ``seeds`` (default ``[0]``; a single integer is one seed).
 
     Raises
     ------
     ValueError
-        For an unknown policy, an unknown run-config key or a bad value (naming the key).
+        For no seed, a non-integer or negative one, or a repeat.
+    """
+    seeds = cfg.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        return check_seeds([seeds])
+    if not OmegaConf.is_list(seeds):
+        raise ValueError(f"seeds: {seeds!r} is not a list of integers, e.g. seeds=[0,1,2]")
+    return check_seeds(list(seeds))
+
+
+def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(sweep point, run-config overrides) of every sweep point, validated before any run.
+
+    The seeds (:func:`planned_seeds`) are validated too; every sweep point runs every seed.
+
+    Raises
+    ------
+    ValueError
+        For an unknown policy, a bad seed list, ``seed`` in ``run`` or ``sweep`` (use
+        ``seeds``), an unknown run-config key or a bad value (naming the key).
     """
     policies = list(cfg.policies)
     check_policies(policies)
+    seeds = planned_seeds(cfg)
     defaults = default_run_config()
     shared = OmegaConf.to_container(cfg.run, resolve=True)
     sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
@@ -68,6 +104,8 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     unknown = sorted((set(shared) | set(sweep)) - set(defaults))
     if unknown:
         raise ValueError(f"run-config keys {unknown} do not exist; allowed: {sorted(defaults)}")
+    if "seed" in shared or "seed" in sweep:
+        raise ValueError("set the seeds with seeds=[0,1,2] (not run.seed or sweep.seed)")
     data_dir = str(Path(str(shared.get("data-dir", "")) or "data").expanduser().resolve())
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
@@ -75,6 +113,8 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
         for policy in policies:
             parse_run_config({**defaults, **overrides, "policy": policy, "result-dir": "/"})
         plans.append((point, overrides))
+    for seed in seeds:
+        parse_run_config({**defaults, **plans[0][1], "seed": seed, "result-dir": "/"})
     return plans
 
 
@@ -93,17 +133,39 @@ def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         load_dataset(str(dataset), str(data_dir), train=True)
 
 
-def plot_estimates(result_dirs: list[Path], out: Path) -> Path:
-    """σ̂ and Ĝ used per round for each run (the paper's CIFAR-100 estimate panels)."""
+def plot_estimates(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
+    """σ̂ and Ĝ used per round (the paper's CIFAR-100 estimate panels).
+
+    Parameters
+    ----------
+    groups : mapping of str to sequence of Path
+        Label (e.g. ``local-steps=5 fedcgd-fscd``) → result directories (one per seed); each
+        group is drawn as its mean over the runs, with a shaded 95 % band for several runs.
+        Rules that do not use σ̂ or Ĝ (null in ``metrics.jsonl``) are left out of that panel.
+    out : Path
+        PNG to write.
+
+    Returns
+    -------
+    Path
+        ``out``.
+    """
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    for result_dir in result_dirs:
-        policy, lines = load_run(result_dir)
-        label = f"{result_dir.parent.name} {policy}"
-        rounds = [x["round"] for x in lines]
-        axes[0].plot(rounds, [x.get("sigma") for x in lines], label=label)
-        g = [x.get("class_gradient_used") for x in lines]
-        if all(isinstance(v, int | float) for v in g):
-            axes[1].plot(rounds, g, label=label)
+    for label, dirs in groups.items():
+        runs = [load_run(d)[1] for d in dirs]
+        for ax, key in zip(axes, ("sigma", "class_gradient_used"), strict=True):
+            band = mean_band([round_values(lines, key) for lines in runs])
+            if not len(band.x):
+                continue
+            (line,) = ax.plot(band.x, band.mean, label=label)
+            ax.fill_between(
+                band.x,
+                band.mean - band.half_width,
+                band.mean + band.half_width,
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
     axes[0].set_title("estimated σ (eq. global_est_sigma)")
     axes[1].set_title("Ĝ used by FedCGD (eq. G_est)")
     for ax in axes:
@@ -125,29 +187,44 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     out = Path(str(cfg.out)).resolve()
+    seeds = planned_seeds(cfg)
+    target = cfg.get("target_accuracy")
     print(f"{cfg.name}: {cfg.description}")
-    print(f"{len(plans)} sweep point(s) × {len(cfg.policies)} policies -> {out}", flush=True)
+    print(
+        f"{len(plans)} sweep point(s) × {len(cfg.policies)} policies × {len(seeds)} seed(s) "
+        f"-> {out}",
+        flush=True,
+    )
+    all_runs: list[dict[str, Any]] = []
     all_rows: list[dict[str, Any]] = []
-    run_dirs: list[Path] = []
+    groups: dict[str, list[Path]] = {}
     for k, (point, overrides) in enumerate(plans, start=1):
         label = point_label(point)
-        rows = run_policies(
+        runs = run_policies(
             list(cfg.policies),
             overrides,
             out / label,
-            target_accuracy=cfg.get("target_accuracy"),
+            seeds=seeds,
+            target_accuracy=target,
             num_supernodes=cfg.launcher.num_supernodes,
             deployment=bool(cfg.launcher.deployment),
             cpus_per_client=int(cfg.launcher.cpus_per_client),
             gpus_per_client=float(cfg.launcher.gpus_per_client),
             progress=f"[{label} {k}/{len(plans)}] ",
         )
-        all_rows += [{"sweep": label, **row} for row in rows]
-        run_dirs += [out / label / row["policy"] for row in rows]
+        all_runs += [{"sweep": label, **run} for run in runs]
+        all_rows += [{"sweep": label, **row} for row in table_rows(runs, target)]
+        for run in runs:
+            groups.setdefault(f"{label} {run['policy']}", []).append(Path(run["result_dir"]))
     if all_rows:
         write_table(all_rows, out / "table.csv", extra_columns=("sweep",))
-        plot_estimates(run_dirs, out / "estimates.png")
-    print(f"wrote {out / 'table.csv'} ({len(all_rows)} runs; columns {TABLE_COLUMNS})")
+        write_table(all_runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
+        plot_estimates(groups, out / "estimates.png")
+        print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in all_rows))
+    print(
+        f"wrote {out / 'table.csv'} ({len(all_rows)} rows, {len(all_runs)} runs), "
+        f"{out / 'runs.csv'} and {out / 'estimates.png'}"
+    )
 
 
 if __name__ == "__main__":

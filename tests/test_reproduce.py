@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,15 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.reproduce import CONF_DIR, planned_runs, point_label, sweep_points
+from experiments import compare_policies
+from experiments.reproduce import (
+    CONF_DIR,
+    main,
+    planned_runs,
+    planned_seeds,
+    point_label,
+    sweep_points,
+)
 
 PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
@@ -68,6 +77,85 @@ def test_bad_overrides_are_rejected_before_any_run():
         planned_runs(load("digits_policies", ["policies=[fedsgd]"]))
 
 
+def test_seeds_default_to_zero_and_compose_from_the_command_line():
+    assert planned_seeds(load("digits_policies")) == [0]
+    for preset in PRESETS:
+        cfg = load(preset, ["seeds=[0,1]"])
+        assert planned_seeds(cfg) == [0, 1]
+        assert planned_runs(cfg)
+    assert planned_seeds(load("digits_policies", ["seeds=[0,1,2,3,4]"])) == [0, 1, 2, 3, 4]
+    assert planned_seeds(load("digits_policies", ["seeds=7"])) == [7]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["seeds=[0,0]"], "repeats"),
+        (["seeds=[]"], "at least one"),
+        (["seeds=[a]"], "not a non-negative integer"),
+        (["seeds=[-1]"], "not a non-negative integer"),
+        (["seeds=x"], "not a list"),
+        (["+run.seed=3"], "seeds="),
+        (["+sweep.seed=[0,1]"], "seeds="),
+    ],
+)
+def test_bad_seeds_are_rejected_before_any_run(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        planned_runs(load("digits_policies", overrides))
+
+
+def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
+    """The whole reproduce path with the federation replaced by fake result folders."""
+    calls = []
+
+    def fake_flwr(run_config, **kwargs):
+        calls.append(dict(run_config))
+        result_dir = Path(run_config["result-dir"])
+        result_dir.mkdir(parents=True)
+        policy, seed = run_config["policy"], run_config["seed"]
+        acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
+        lines = [
+            {"round": r, "accuracy": acc, "num_scheduled": 3, "wemd": 0.5, "sigma": 1.0 + seed}
+            for r in (1, 2)
+        ]
+        (result_dir / "config.json").write_text(json.dumps({"policy": policy}))
+        (result_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        (result_dir / "summary.json").write_text("{}")
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(compare_policies, "run_flwr", fake_flwr)
+    out = tmp_path / "sweep"
+    cfg = load(
+        "digits_policies",
+        ["policies=[bc,fedcgd-fscd]", "seeds=[0,1,2]", "+sweep.local-steps=[1,2]", f"out={out}"],
+    )
+    main.__wrapped__(cfg)
+    assert len(calls) == 2 * 2 * 3
+    assert {(c["local-steps"], c["policy"], c["seed"]) for c in calls} == {
+        (t, p, s) for t in (1, 2) for p in ("bc", "fedcgd-fscd") for s in (0, 1, 2)
+    }
+    assert (
+        "[local-steps=2 2/2] [policy 2/2, seed 3/3] fedcgd-fscd seed=2" in capsys.readouterr().out
+    )
+    assert (out / "local-steps=1" / "bc" / "seed-2" / "summary.json").exists()
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert [(r["sweep"], r["policy"]) for r in rows] == [
+        (f"local-steps={t}", p) for t in (1, 2) for p in ("bc", "fedcgd-fscd")
+    ]
+    bc = rows[0]
+    assert bc["n_seeds"] == "3" and float(bc["final_accuracy_mean"]) == pytest.approx(0.6)
+    assert float(bc["diff_vs_fedcgd_fscd"]) == pytest.approx(-0.05)
+    assert bc["p_value_vs_fedcgd_fscd"] == ""  # constant difference: the t-test is undefined
+    assert bc["reached_target"] == "2"  # target 0.6: seeds 1 and 2
+    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 12
+    assert (out / "local-steps=1" / "table.csv").exists()
+    assert (out / "local-steps=2" / "curves.png").stat().st_size > 0
+    assert (out / "estimates.png").stat().st_size > 0
+    calls.clear()
+    main.__wrapped__(cfg)  # resumed: nothing runs again
+    assert calls == []
+
+
 def test_sweep_points_are_the_cartesian_product():
     points = sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})
     assert len(points) == 6 and {"a": 2, "b": "z"} in points
@@ -100,5 +188,8 @@ def test_reproduce_runs_a_small_sweep(tmp_path):
     assert {(r["sweep"], r["policy"]) for r in rows} == {
         (f"local-steps={t}", p) for t in (1, 2) for p in ("all", "fedcgd-fscd")
     }
+    assert all(r["n_seeds"] == "1" for r in rows)
+    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 4
     assert (out / "estimates.png").stat().st_size > 0
+    assert (out / "local-steps=2" / "all" / "seed-0" / "summary.json").exists()
     assert (out / "local-steps=2" / "curves.png").exists()

@@ -1,0 +1,273 @@
+"""compare_policies over seeds: result layout, resume, runs.csv / table.csv statistics, curves.
+
+Result folders are written by hand (``config.json``, ``metrics.jsonl``, ``summary.json``) and
+``run_flwr`` is replaced, so no federation runs here; the slow test runs a real one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from experiments import compare_policies as cp
+from experiments.plot_runs import plot_mean_runs, plot_runs
+
+# policy -> seed -> test accuracy per round (rounds 1, 2, 3)
+ACCURACY = {
+    "fedcgd-fscd": {0: [0.30, 0.55, 0.70], 1: [0.40, 0.65, 0.60], 2: [0.20, 0.50, 0.72]},
+    "bc": {0: [0.30, 0.50, 0.60], 1: [0.35, 0.45, 0.58], 2: [0.10, 0.52, 0.61]},
+}
+SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the seed
+
+
+def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list[float]) -> None:
+    """A finished run's files as the ServerApp writes them."""
+    result_dir.mkdir(parents=True, exist_ok=True)
+    (result_dir / "config.json").write_text(json.dumps({"policy": policy, "task": {"seed": seed}}))
+    lines = [
+        {
+            "round": r,
+            "accuracy": acc,
+            "num_scheduled": SCHEDULED.get(policy, [3, 3, 3])[r - 1] + seed,
+            "wemd": 0.1 * r + 0.01 * seed,
+        }
+        for r, acc in enumerate(accuracy, start=1)
+    ]
+    (result_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (result_dir / "summary.json").write_text(json.dumps({"policy": policy}))
+
+
+def write_all(out: Path, accuracy: dict[str, dict[int, list[float]]] = ACCURACY) -> None:
+    for policy, per_seed in accuracy.items():
+        for seed, accs in per_seed.items():
+            fake_run(cp.run_dir(out, policy, seed), policy, seed, accs)
+
+
+def no_flwr(*args, **kwargs):
+    raise AssertionError("finished runs must not run again")
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.open()))
+
+
+def ci95(x: list[float]) -> float:
+    return float(stats.t.ppf(0.975, len(x) - 1) * np.std(x, ddof=1) / np.sqrt(len(x)))
+
+
+def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cmp"
+    write_all(out)
+    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    runs = cp.run_policies(["fedcgd-fscd", "bc"], {}, out, seeds=[0, 1, 2], target_accuracy=0.6)
+    assert len(runs) == 6
+    printed = capsys.readouterr().out
+    assert "[policy 1/2, seed 1/3] fedcgd-fscd seed=0" in printed
+    assert "[policy 2/2, seed 3/3] bc seed=2" in printed
+
+    by_run = {(r["policy"], r["seed"]): r for r in read(out / "runs.csv")}
+    assert set(by_run) == {(p, str(s)) for p in ACCURACY for s in (0, 1, 2)}
+    assert by_run[("bc", "1")]["rounds_to_target"] == ""  # never reached 0.6
+    assert by_run[("bc", "0")]["rounds_to_target"] == "3"
+    assert Path(by_run[("bc", "2")]["result_dir"]) == out / "bc" / "seed-2"
+
+    table = {r["policy"]: r for r in read(out / "table.csv")}
+    assert list(read(out / "table.csv")[0]) == list(cp.TABLE_COLUMNS)
+    for policy, per_seed in ACCURACY.items():
+        row = table[policy]
+        final = [accs[-1] for accs in per_seed.values()]
+        best = [max(accs) for accs in per_seed.values()]
+        scheduled = [np.mean(SCHEDULED[policy]) + s for s in per_seed]
+        wemd = [0.2 + 0.01 * s for s in per_seed]
+        assert row["n_seeds"] == "3" and row["seeds"] == "0 1 2"
+        for name, values in (
+            ("final_accuracy", final),
+            ("max_accuracy", best),
+            ("mean_scheduled", scheduled),
+            ("mean_wemd", wemd),
+        ):
+            assert float(row[f"{name}_mean"]) == pytest.approx(np.mean(values)), name
+            assert float(row[f"{name}_ci95"]) == pytest.approx(ci95(values)), name
+    # rounds to 0.6: fedcgd-fscd 3, 2, 3; bc 3, never, 3 (missing: mean over the two)
+    assert table["fedcgd-fscd"]["reached_target"] == "3"
+    assert float(table["fedcgd-fscd"]["rounds_to_target_mean"]) == pytest.approx(8 / 3)
+    assert float(table["fedcgd-fscd"]["rounds_to_target_ci95"]) == pytest.approx(ci95([3, 2, 3]))
+    assert table["bc"]["reached_target"] == "2"
+    assert float(table["bc"]["rounds_to_target_mean"]) == 3.0
+    assert float(table["bc"]["rounds_to_target_ci95"]) == 0.0
+
+    # paired t-test of bc against fedcgd-fscd on the final accuracy
+    bc = [ACCURACY["bc"][s][-1] for s in (0, 1, 2)]
+    ref = [ACCURACY["fedcgd-fscd"][s][-1] for s in (0, 1, 2)]
+    d = np.subtract(bc, ref)
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(3))
+    assert float(table["bc"]["diff_vs_fedcgd_fscd"]) == pytest.approx(d.mean())
+    assert float(table["bc"]["p_value_vs_fedcgd_fscd"]) == pytest.approx(2 * stats.t.sf(abs(t), 2))
+    assert float(table["bc"]["p_value_vs_fedcgd_fscd"]) == pytest.approx(
+        stats.ttest_rel(bc, ref).pvalue
+    )
+    assert table["bc"]["n_paired"] == "3"
+    for key in ("diff_vs_fedcgd_fscd", "p_value_vs_fedcgd_fscd", "n_paired"):
+        assert table["fedcgd-fscd"][key] == ""
+    assert (out / "curves.png").stat().st_size > 0
+
+
+def test_pairs_only_common_seeds_and_no_reference(tmp_path, monkeypatch):
+    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    out = tmp_path / "partial"
+    write_all(out, {"fedcgd-fscd": {0: [0.5], 1: [0.6], 2: [0.7]}, "poc": {1: [0.4], 2: [0.8]}})
+    cp.run_policies(["fedcgd-fscd", "poc"], {}, out, seeds=[1, 2])
+    row = {r["policy"]: r for r in read(out / "table.csv")}["poc"]
+    assert row["n_paired"] == "2"
+    assert float(row["diff_vs_fedcgd_fscd"]) == pytest.approx(((0.4 - 0.6) + (0.8 - 0.7)) / 2)
+    assert row["reached_target"] == "" and row["rounds_to_target_mean"] == ""
+
+    rows = cp.table_rows(
+        [{"policy": "bc", "seed": s, **dict.fromkeys(cp.METRICS, 0.5 + s)} for s in (0, 1)]
+    )
+    assert rows[0]["diff_vs_fedcgd_fscd"] is None and rows[0]["p_value_vs_fedcgd_fscd"] is None
+
+
+def test_one_seed_has_no_interval(tmp_path, monkeypatch):
+    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    out = tmp_path / "one"
+    write_all(out, {p: {0: accs[0]} for p, accs in ACCURACY.items()})
+    cp.run_policies(list(ACCURACY), {}, out, seeds=[0])
+    for row in read(out / "table.csv"):
+        assert row["n_seeds"] == "1" and row["final_accuracy_ci95"] == ""
+        assert row["p_value_vs_fedcgd_fscd"] == "" and row["diff_vs_fedcgd_fscd"] == ""
+    assert float(row["final_accuracy_mean"]) == ACCURACY[row["policy"]][0][-1]
+    assert (out / "curves.png").stat().st_size > 0
+
+
+def test_missing_runs_are_run_with_their_seed_and_failures_skipped(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    fake_run(cp.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6])
+    calls = []
+
+    def fake_flwr(run_config, **kwargs):
+        calls.append(dict(run_config))
+        seed = run_config["seed"]
+        if run_config["policy"] == "bc" and seed == 1:
+            return subprocess.CompletedProcess([], 1, "", "")
+        fake_run(Path(run_config["result-dir"]), run_config["policy"], seed, [0.4, 0.5 + seed])
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
+    runs = cp.run_policies(
+        ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
+    )
+    assert [(c["policy"], c["seed"]) for c in calls] == [
+        ("fedcgd-fscd", 0),
+        ("fedcgd-fscd", 1),
+        ("bc", 1),
+    ]
+    assert calls[0]["result-dir"] == str(out / "fedcgd-fscd" / "seed-0")
+    assert all(c["num-server-rounds"] == 2 for c in calls)
+    assert [(r["policy"], r["seed"]) for r in runs] == [
+        ("fedcgd-fscd", 0),
+        ("fedcgd-fscd", 1),
+        ("bc", 0),
+    ]
+    with pytest.raises(ValueError, match="seeds"):
+        cp.run_policies(["bc"], {"seed": 3}, out, seeds=[0])
+
+
+def test_command_line_seeds(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_flwr(run_config, **kwargs):
+        seen.append((run_config["policy"], run_config["seed"]))
+        fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.5])
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
+    out = tmp_path / "cli"
+    args = ["--policies", "fedcgd-fscd,bc", "--out", str(out)]
+    assert cp.main([*args, "--seeds", "3,1"]) == 0
+    assert seen == [("fedcgd-fscd", 3), ("fedcgd-fscd", 1), ("bc", 3), ("bc", 1)]
+    assert (out / "bc" / "seed-1" / "summary.json").exists()
+    seen.clear()
+    assert cp.main([*args, "--run-config", "seed=7"]) == 0  # one seed from the run config
+    assert seen == [("fedcgd-fscd", 7), ("bc", 7)]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--seeds", "0,a"], "comma-separated integers"),
+        (["--seeds", "0,1,0"], "repeats"),
+        (["--seeds", "-1"], "non-negative"),
+        (["--seeds", ","], "at least one"),
+        (["--seeds", "0,1", "--run-config", "seed=2"], "not both"),
+        (["--policies", "bc,fedsgd"], "unknown"),
+    ],
+)
+def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    assert cp.main(["--out", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err and err.count("\n") == 1
+
+
+def test_mean_and_single_run_plots(tmp_path):
+    write_all(tmp_path)
+    dirs = {p: [cp.run_dir(tmp_path, p, s) for s in (0, 1, 2)] for p in ACCURACY}
+    assert plot_mean_runs(dirs, tmp_path / "mean.png").stat().st_size > 0
+    assert plot_runs(dirs["bc"][:1], tmp_path / "one.png").stat().st_size > 0
+
+
+def test_summarise_reads_the_seed_from_the_config(tmp_path):
+    fake_run(tmp_path / "r", "bc", 4, [0.2, 0.4])
+    row = cp.summarise(tmp_path / "r", target_accuracy=0.3)
+    assert row["seed"] == 4 and row["rounds_to_target"] == 2 and row["final_accuracy"] == 0.4
+    assert math.isclose(row["mean_wemd"], 0.19)
+
+
+@pytest.mark.slow
+def test_two_seeds_two_policies_end_to_end(tmp_path):
+    out = tmp_path / "cmp"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.compare_policies",
+            "--policies",
+            "fedcgd-fscd,bc",
+            "--seeds",
+            "0,1",
+            "--run-config",
+            "num-devices=4 num-server-rounds=2",
+            "--target-accuracy",
+            "0.2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "[policy 2/2, seed 2/2] bc seed=1" in proc.stdout
+    runs = read(out / "runs.csv")
+    assert {(r["policy"], r["seed"]) for r in runs} == {
+        (p, s) for p in ("fedcgd-fscd", "bc") for s in ("0", "1")
+    }
+    table = {r["policy"]: r for r in read(out / "table.csv")}
+    assert table["bc"]["n_seeds"] == "2" and table["bc"]["n_paired"] == "2"
+    finals = {(r["policy"], r["seed"]): float(r["final_accuracy"]) for r in runs}
+    assert float(table["bc"]["final_accuracy_mean"]) == pytest.approx(
+        (finals[("bc", "0")] + finals[("bc", "1")]) / 2
+    )
+    for s in (0, 1):  # the run config's seed reached the app
+        config = json.loads((out / "bc" / f"seed-{s}" / "config.json").read_text())
+        assert config["task"]["seed"] == s
+    assert (out / "curves.png").stat().st_size > 0

@@ -1,0 +1,192 @@
+"""experiments.schedule_table: Table II's scheduled-number and WEMD columns without training."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.schedule_table import (
+    PAPER_CNN_PARAMETERS,
+    TABLE_COLUMNS,
+    TABLE_POLICIES,
+    PolicySpec,
+    TableSettings,
+    choose_poc_candidates,
+    main,
+    mean_ci95,
+    simulate,
+    simulate_rounds,
+)
+from fedcgd_strategy.policies import RoundInputs, make_policy
+
+#: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.
+PAPER = {
+    "fedcgd-fscd": (10.20, 0.306),
+    "fedcgd-gs": (10.01, 0.311),
+    "fedcgd-fscd-gc": (10.10, 0.310),
+    "fedcbs": (17.34, 0.536),
+    "poc": (13.71, 0.621),
+    "bn2": (17.39, 0.537),
+    "bc": (17.67, 0.527),
+}
+
+#: A small cell whose 5 MHz budget binds (about 10 of 16 devices available each round).
+TINY = TableSettings(
+    drops=2,
+    rounds=4,
+    num_devices=16,
+    availability_prob=0.6,
+    total_bandwidth_hz=5e6,
+    poc_candidates=3,
+)
+ALL_SPECS = [PolicySpec(p, p, 3 if p == "poc" else 0) for p in TABLE_POLICIES]
+
+
+def test_model_size_is_the_paper_cnn():
+    from task.models import build_model, count_parameters
+
+    # Paper Section V: 3x3 convs 3->32->32, pool, 32->64->64, pool (32->30->28->14->12->10->5),
+    # FC 64*5*5 -> 120 -> 10; weights + biases.
+    convs = sum(9 * i * o + o for i, o in ((3, 32), (32, 32), (32, 64), (64, 64)))
+    assert convs + (1600 * 120 + 120) + (120 * 10 + 10) == 258_898
+    assert PAPER_CNN_PARAMETERS == 258_898
+    assert count_parameters(build_model("cnn", 10, (3, 32, 32))) == 258_898
+    assert TableSettings().model_bits == 258_898 * 32
+
+
+def test_every_policy_respects_the_budget_in_every_round():
+    binding = 0
+    for res in simulate_rounds(TINY, ALL_SPECS):
+        need = res.inputs.min_bandwidth_hz
+        feasible = res.inputs.candidate & np.isfinite(need)
+        binding += int(need[feasible].sum() > TINY.total_bandwidth_hz)
+        for label, decision in res.decisions.items():
+            chosen = decision.selected
+            assert not np.any(chosen & ~res.inputs.candidate), label
+            assert np.all(np.isfinite(need[chosen])), label
+            assert need[chosen].sum() <= TINY.total_bandwidth_hz * (1 + 1e-9), label
+            if label == "poc":
+                assert chosen.sum() <= 3
+            if chosen.any():
+                mean = res.inputs.label_dist[chosen].mean(axis=0)
+                assert decision.wemd == pytest.approx(np.abs(mean - 0.1).sum())
+            else:
+                assert math.isnan(decision.wemd)
+    assert binding > 0, "the budget never binds: the test would prove nothing"
+
+
+def test_bc_count_on_a_hand_instance():
+    inf = np.inf
+    inputs = RoundInputs(
+        candidate=np.array([True, True, True, True, True, False]),
+        label_dist=np.tile(np.eye(2)[0], (6, 1)),
+        num_examples=np.ones(6),
+        sigma_v=np.ones(6),
+        min_bandwidth_hz=np.array([3e6, inf, 4e6, 2e6, 1e6, 0.0]),
+        gain_lin=np.array([5.0, 4.0, 3.0, 2.0, 1.0, 9.0]),
+        total_bandwidth_hz=8e6,
+        batch_size=32,
+        target_dist=np.array([0.5, 0.5]),
+    )
+    rng = np.random.default_rng(0)
+    # By gain: device 0 (3 MHz, used 3), 1 infeasible (passed over), 2 (4 MHz, used 7),
+    # 3 needs 2 MHz > 1 MHz left: stop. Device 5 is the best but not a candidate.
+    stop = make_policy("bc", num_devices=6, num_classes=2).schedule(inputs, rng)
+    assert stop.selected.tolist() == [True, False, True, False, False, False]
+    skip = make_policy("bc", num_devices=6, num_classes=2, pack_rule="skip")
+    assert skip.schedule(inputs, rng).selected.sum() == 3  # + device 4 (1 MHz, used 8)
+
+
+def test_bc_count_matches_a_walk_by_gain_in_every_simulated_round():
+    for res in simulate_rounds(TINY, [PolicySpec("bc", "bc")]):
+        need, gain = res.inputs.min_bandwidth_hz, res.inputs.gain_lin
+        order = sorted(np.flatnonzero(res.inputs.candidate), key=lambda v: -gain[v])
+        used, count = 0.0, 0
+        for v in order:
+            if not math.isfinite(need[v]):
+                continue
+            if used + need[v] > TINY.total_bandwidth_hz:
+                break
+            used, count = used + need[v], count + 1
+        assert int(res.decisions["bc"].selected.sum()) == count
+
+
+@pytest.mark.parametrize("mode", ["batch", "local"])
+def test_round_label_dist_comes_from_the_device_shard(mode):
+    settings = TableSettings(drops=1, rounds=2, label_dist=mode)
+    for res in simulate_rounds(settings, [PolicySpec("bc", "bc")]):
+        inputs = res.inputs
+        assert inputs.local_dist is not None
+        for v in np.flatnonzero(inputs.candidate):
+            local, p_v = inputs.local_dist[v], inputs.label_dist[v]
+            assert inputs.num_examples[v] == 781  # 50,000 labels in 64 shards of 781
+            assert np.count_nonzero(local) <= 2  # l = 1: one shard, at most two classes
+            if mode == "local":
+                np.testing.assert_allclose(p_v, local)
+            else:
+                counts = p_v * 32
+                np.testing.assert_allclose(counts, np.round(counts), atol=1e-9)
+                assert counts.sum() == pytest.approx(32)
+                assert np.all((p_v > 0) <= (local > 0))
+
+
+def test_poc_chooser_picks_the_nearest_mean():
+    v = list(range(1, 11))
+    means = [1.3 * x for x in v]  # 6.5 at V' = 5 is nearest 7.0 (7.8 at V' = 6)
+    assert choose_poc_candidates(v, means, target=7.0) == 5
+    assert choose_poc_candidates([1, 2, 3], [1.0, 3.0, 9.0], target=2.0) == 1  # tie: smaller
+    assert choose_poc_candidates([4, 9], [float("nan"), 20.0], target=5.0) == 9
+    with pytest.raises(ValueError):
+        choose_poc_candidates([], [])
+
+
+def test_mean_ci95_is_the_student_t_half_width():
+    mean, half = mean_ci95([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert mean == 3.0
+    assert half == pytest.approx(2.7764451 * math.sqrt(2.5) / math.sqrt(5), rel=1e-6)
+    assert math.isnan(mean_ci95([2.0])[1])
+
+
+def test_fedcbs_and_common_rounds_are_seeded():
+    one = simulate(TINY, ALL_SPECS)
+    two = simulate(TINY, ALL_SPECS)
+    for label in one:
+        assert one[label].scheduled == two[label].scheduled
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_cli_writes_the_table(tmp_path: Path):
+    assert main(["--drops", "2", "--rounds", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    with (tmp_path / "table.csv").open() as fh:
+        assert next(csv.reader(fh)) == list(TABLE_COLUMNS)
+    rows = read_csv(tmp_path / "table.csv")
+    assert [r["policy"] for r in rows] == list(TABLE_POLICIES)
+    for row in rows:
+        assert 0 < float(row["mean_scheduled"]) <= 64
+        assert 0 <= float(row["mean_wemd"]) <= 2
+        assert float(row["scheduled_ci95"]) >= 0
+        paper = PAPER[row["policy"]]
+        assert (float(row["paper_scheduled"]), float(row["paper_wemd"])) == paper
+    assert (tmp_path / "table.png").stat().st_size > 0
+
+
+def test_cli_fit_poc_uses_the_nearest_v_prime(tmp_path: Path):
+    argv = ["--drops", "2", "--rounds", "3", "--fit-poc", "--fit-max", "4"]
+    assert main([*argv, "--policies", "poc,bc", "--quiet", "--out", str(tmp_path)]) == 0
+    fit = read_csv(tmp_path / "poc_fit.csv")
+    assert [int(r["poc_candidates"]) for r in fit] == [1, 2, 3, 4]
+    for r in fit:
+        assert 0 <= float(r["mean_scheduled"]) <= int(r["poc_candidates"])
+    nearest = min(fit, key=lambda r: abs(float(r["mean_scheduled"]) - 13.71))
+    table = {r["policy"]: r for r in read_csv(tmp_path / "table.csv")}
+    assert table["poc"]["poc_candidates"] == nearest["poc_candidates"]
+    assert float(table["poc"]["mean_scheduled"]) == pytest.approx(float(nearest["mean_scheduled"]))
+    assert (tmp_path / "poc_fit.png").stat().st_size > 0
