@@ -35,6 +35,7 @@ from typing import Any
 from experiments.launcher import (
     default_run_config,
     parse_run_config_text,
+    resolve_data_dir,
     run_flwr,
     validated_run_config,
 )
@@ -247,6 +248,22 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from None
 
 
+#: Engines :func:`run_policies` can run on.
+ENGINES = ("simulation", "deployment", "inprocess")
+
+
+def _run_inprocess(overrides: Mapping[str, Any]) -> int:
+    """One in-process run; 0 on success, 1 (with the error printed) when it raised."""
+    from experiments.inprocess import run_inprocess
+
+    try:
+        run_inprocess(resolve_data_dir(validated_run_config(overrides)))
+    except Exception as err:  # one failed run must not stop a sweep
+        print(f"in-process run failed: {err!r}", flush=True)
+        return 1
+    return 0
+
+
 def run_policies(
     policies: list[str],
     shared: Mapping[str, Any],
@@ -259,11 +276,15 @@ def run_policies(
     cpus_per_client: int = 1,
     gpus_per_client: float = 0.0,
     progress: str = "",
+    engine: str = "simulation",
 ) -> list[dict[str, Any]]:
     """Run each policy for each seed into ``out/<policy>/seed-<s>`` and summarise them.
 
     A run whose result directory already holds a ``summary.json`` is not run again (long
     sweeps can be resumed). Writes ``out/runs.csv``, ``out/table.csv`` and ``out/curves.png``.
+    ``engine``: ``"simulation"`` (``flwr run``, Ray), ``"deployment"`` (SuperNode processes;
+    also ``deployment=True``) or ``"inprocess"`` (:mod:`experiments.inprocess`: the same
+    ServerApp and ClientApp in this process, no Ray; same results, for quick sweeps).
 
     Returns
     -------
@@ -277,6 +298,9 @@ def run_policies(
         For an unknown policy, a bad seed list, or ``seed`` in ``shared`` (give ``seeds``).
     """
     check_policies(policies)
+    if engine not in ENGINES:
+        raise ValueError(f"engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
+    engine = "deployment" if deployment else engine
     seeds = check_seeds(list(seeds))
     if "seed" in shared:
         raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
@@ -296,17 +320,21 @@ def run_policies(
             if (result_dir / SUMMARY_FILE).exists():
                 print("finished earlier; kept", flush=True)
             else:
-                proc = run_flwr(
-                    {**shared, "policy": policy, "seed": seed, "result-dir": str(result_dir)},
-                    num_supernodes=num_nodes,
-                    deployment=deployment,
-                    cpus_per_client=cpus_per_client,
-                    gpus_per_client=gpus_per_client,
-                )
-                if proc.returncode != 0 or not (result_dir / SUMMARY_FILE).exists():
+                overrides = {**shared, "policy": policy, "seed": seed}
+                overrides["result-dir"] = str(result_dir)
+                if engine == "inprocess":
+                    code = _run_inprocess(overrides)
+                else:
+                    code = run_flwr(
+                        overrides,
+                        num_supernodes=num_nodes,
+                        deployment=engine == "deployment",
+                        cpus_per_client=cpus_per_client,
+                        gpus_per_client=gpus_per_client,
+                    ).returncode
+                if code != 0 or not (result_dir / SUMMARY_FILE).exists():
                     print(
-                        f"policy {policy} seed {seed} failed (exit code {proc.returncode}); "
-                        "skipped",
+                        f"policy {policy} seed {seed} failed (exit code {code}); skipped",
                         flush=True,
                     )
                     continue
@@ -332,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/compare"))
     parser.add_argument("--num-supernodes", type=int, default=None)
     parser.add_argument("--target-accuracy", type=float, default=None)
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="simulation",
+        help="simulation (flwr run, Ray), deployment (SuperNode processes) or inprocess "
+        "(one process, no Ray: same results, fastest for small models)",
+    )
     args = parser.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
@@ -354,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds=seeds,
         target_accuracy=args.target_accuracy,
         num_supernodes=args.num_supernodes,
+        engine=args.engine,
     )
     return 0 if len(runs) == len(policies) * len(seeds) else 1
 

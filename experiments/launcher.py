@@ -242,10 +242,7 @@ def run_flwr(
     """
     home = flwr_home or Path(tempfile.mkdtemp(prefix="flwr-home-"))
     home.mkdir(parents=True, exist_ok=True)
-    # The ServerApp and ClientApps run in unrelated working directories: pin the data folder
-    # to an absolute path, relative to where this command was started ("" = ./data).
-    data_dir = str(run_config.get("data-dir", "")) or "data"
-    run_config = {**run_config, "data-dir": str(Path(data_dir).expanduser().resolve())}
+    run_config = resolve_data_dir(run_config)
     with LocalFederation(home, num_supernodes=num_supernodes, simulation=not deployment) as fed:
         command = [_bin("flwr"), "run", str(project_dir), "local", "--stream"]
         if not deployment:
@@ -283,6 +280,16 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def resolve_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_config`` with ``data-dir`` made absolute, relative to this process ("" = ./data).
+
+    The ServerApp and ClientApps run in unrelated working directories, so the data folder is
+    pinned here, where the command was started.
+    """
+    data_dir = str(run_config.get("data-dir", "")) or "data"
+    return {**run_config, "data-dir": str(Path(data_dir).expanduser().resolve())}
 
 
 def parse_run_config_text(text: str) -> dict[str, Any]:

@@ -208,6 +208,7 @@ def main(cfg: DictConfig) -> None:
             target_accuracy=target,
             num_supernodes=cfg.launcher.num_supernodes,
             deployment=bool(cfg.launcher.deployment),
+            engine=str(cfg.launcher.get("engine", "simulation")),
             cpus_per_client=int(cfg.launcher.cpus_per_client),
             gpus_per_client=float(cfg.launcher.gpus_per_client),
             progress=f"[{label} {k}/{len(plans)}] ",

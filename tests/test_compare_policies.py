@@ -271,3 +271,35 @@ def test_two_seeds_two_policies_end_to_end(tmp_path):
         config = json.loads((out / "bc" / f"seed-{s}" / "config.json").read_text())
         assert config["task"]["seed"] == s
     assert (out / "curves.png").stat().st_size > 0
+
+
+def test_inprocess_engine_runs_a_paired_comparison_end_to_end(tmp_path):
+    from experiments.compare_policies import main
+
+    out = tmp_path / "cmp"
+    code = main(
+        [
+            "--policies",
+            "fedcgd-fscd,bc",
+            "--seeds",
+            "0,1",
+            "--engine",
+            "inprocess",
+            "--out",
+            str(out),
+            "--run-config",
+            "num-devices=6 num-server-rounds=2 channel.availability-prob=0.8",
+        ]
+    )
+    assert code == 0
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert sorted((r["policy"], r["seed"]) for r in runs) == [
+        ("bc", "0"),
+        ("bc", "1"),
+        ("fedcgd-fscd", "0"),
+        ("fedcgd-fscd", "1"),
+    ]
+    table = {r["policy"]: r for r in csv.DictReader((out / "table.csv").open())}
+    finals = [float(r["final_accuracy"]) for r in runs if r["policy"] == "bc"]
+    assert float(table["bc"]["final_accuracy_mean"]) == pytest.approx(np.mean(finals))
+    assert table["bc"]["n_seeds"] == "2" and (out / "curves.png").exists()
