@@ -33,6 +33,7 @@ from typing import Any
 
 import hydra
 import matplotlib
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.compare_policies import (
@@ -177,6 +178,50 @@ def plot_estimates(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
     return out
 
 
+def plot_sweep(
+    rows: list[dict[str, Any]], sweep: Mapping[str, list[Any]], metrics: list[str], out: Path
+) -> Path | None:
+    """The preset's figure: each metric's mean over seeds ± 95 % CI against the swept value.
+
+    One panel per metric, one line per policy (``rows`` from :func:`table_rows` with a
+    ``sweep`` label). Only for a sweep over one run-config key; None otherwise.
+    """
+    if len(sweep) != 1 or not metrics:
+        return None
+    ((key, values),) = sweep.items()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 3.8), squeeze=False)
+    labels = [point_label({key: v}) for v in values]
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for policy in dict.fromkeys(r["policy"] for r in rows):
+            by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
+            mean = [_number(by_label.get(lb, {}).get(f"{metric}_mean")) for lb in labels]
+            ci = [_number(by_label.get(lb, {}).get(f"{metric}_ci95")) for lb in labels]
+            ax.errorbar(
+                range(len(values)),
+                mean,
+                yerr=np.nan_to_num(ci),
+                marker="o",
+                capsize=3,
+                label=policy,
+            )
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        ax.set_xlabel(key)
+        ax.set_title(f"{metric.replace('_', ' ')} (mean ± 95 % CI)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Run a preset (see the module docstring)."""
@@ -221,6 +266,14 @@ def main(cfg: DictConfig) -> None:
         write_table(all_rows, out / "table.csv", extra_columns=("sweep",))
         write_table(all_runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
         plot_estimates(groups, out / "estimates.png")
+        sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
+        metrics = list(cfg.get("figure_metrics") or [])
+        assert isinstance(sweep, dict)
+        figure = plot_sweep(
+            all_rows, {str(k): list(v) for k, v in sweep.items()}, metrics, out / "sweep.png"
+        )
+        if figure is not None:
+            print(f"wrote {figure}")
         print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in all_rows))
     print(
         f"wrote {out / 'table.csv'} ({len(all_rows)} rows, {len(all_runs)} runs), "
