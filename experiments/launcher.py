@@ -21,6 +21,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from experiments.certificates import CertificateSet
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = PROJECT_DIR / "results"
@@ -75,6 +78,13 @@ class LocalFederation:
     ``flower-supernode`` processes with ``--node-config "partition-id=i num-partitions=N"``,
     each of which runs every message in a fresh ClientApp process, as on real devices.
 
+    With ``tls`` (a :class:`experiments.certificates.CertificateSet`) every connection is
+    encrypted: the SuperLink serves its certificate and requires SuperNode authentication
+    (``--enable-supernode-auth``); each SuperNode's public key is registered with
+    ``flwr supernode register`` before it starts with its private key; ``flwr`` trusts the CA.
+    With ``ray_address`` the simulation joins that Ray cluster (``RAY_ADDRESS`` in the
+    SuperLink's environment) instead of starting a local one.
+
     Parameters
     ----------
     flwr_home : Path
@@ -83,17 +93,34 @@ class LocalFederation:
         SuperNodes to start (deployment mode only).
     simulation : bool
         Simulation (True) or deployment (False).
+    tls : CertificateSet, optional
+        Certificates and SuperNode keys (:func:`experiments.certificates.make_certificates`).
+    ray_address : str, optional
+        Address of an existing Ray cluster (``127.0.0.1:6379``) for the simulation.
     """
 
     def __init__(
-        self, flwr_home: Path, *, num_supernodes: int = 0, simulation: bool = True
+        self,
+        flwr_home: Path,
+        *,
+        num_supernodes: int = 0,
+        simulation: bool = True,
+        tls: CertificateSet | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.flwr_home = flwr_home
         self.simulation = simulation
         self.num_supernodes = 0 if simulation else num_supernodes
+        self.tls = tls
+        self.ray_address = ray_address
         self.http_port = _free_port()
         self.processes: list[subprocess.Popen[bytes]] = []
         self.log_dir = flwr_home / "logs"
+        if tls is not None and len(tls.supernode_keys) < self.num_supernodes:
+            raise ValueError(
+                f"TLS: {len(tls.supernode_keys)} SuperNode key pairs for "
+                f"{self.num_supernodes} SuperNodes"
+            )
 
     @property
     def env(self) -> dict[str, str]:
@@ -106,22 +133,34 @@ class LocalFederation:
             FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(self.http_port),
             PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         )
+        if self.ray_address:
+            env["RAY_ADDRESS"] = self.ray_address
         return env
 
     @property
     def connection_toml(self) -> str:
         """The ``local`` connection of ``$FLWR_HOME/config.toml`` for ``flwr run``."""
-        address = ":local:" if self.simulation else f"127.0.0.1:{self.http_port}"
-        insecure = "" if self.simulation else "insecure = true\n"
+        if self.tls is not None:
+            address, security = (
+                f"127.0.0.1:{self.http_port}",
+                (f'root-certificates = "{self.tls.ca_cert.resolve()}"\n'),
+            )
+        elif self.simulation:
+            address, security = ":local:", ""
+        else:
+            address, security = f"127.0.0.1:{self.http_port}", "insecure = true\n"
         return (
             '[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-            f'address = "{address}"\n{insecure}'
+            f'address = "{address}"\n{security}'
         )
 
     def _healthy(self) -> bool:
+        scheme, context = "http", None
+        if self.tls is not None:
+            scheme, context = "https", ssl.create_default_context(cafile=str(self.tls.ca_cert))
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.http_port}/health", timeout=0.5
+                f"{scheme}://127.0.0.1:{self.http_port}/health", timeout=0.5, context=context
             ) as response:
                 return bool(200 <= response.status < 300)
         except OSError:
@@ -143,9 +182,20 @@ class LocalFederation:
     def __enter__(self) -> LocalFederation:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.flwr_home / "config.toml").write_text(self.connection_toml)
+        security = ["--insecure"]
+        if self.tls is not None:
+            security = [
+                "--ssl-ca-certfile",
+                str(self.tls.ca_cert),
+                "--ssl-certfile",
+                str(self.tls.server_cert),
+                "--ssl-keyfile",
+                str(self.tls.server_key),
+                "--enable-supernode-auth",
+            ]
         command = [
             _bin("flower-superlink"),
-            "--insecure",
+            *security,
             "--isolation",
             "subprocess",
             "--disable-runtime-dependency-installation",
@@ -157,7 +207,7 @@ class LocalFederation:
             ":flwr-in-memory:",
         ]
         if self.simulation:
-            command.insert(2, "--simulation")
+            command.insert(1, "--simulation")
         link = self._start(command, "superlink")
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
         while not self._healthy():
@@ -169,22 +219,56 @@ class LocalFederation:
                 )
             time.sleep(0.3)
         for pid in range(self.num_supernodes):
-            self._start(
-                [
-                    _bin("flower-supernode"),
-                    "--insecure",
-                    "--superlink",
-                    f"127.0.0.1:{self.http_port}",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(_free_port()),
-                    "--node-config",
-                    f"partition-id={pid} num-partitions={self.num_supernodes}",
-                ],
-                f"supernode-{pid}",
-            )
+            self.start_supernode(pid)
         return self
+
+    def register(self, public_key: Path) -> None:
+        """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
+        proc = subprocess.run(
+            [_bin("flwr"), "supernode", "register", str(public_key), "local"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"registering {public_key} failed: {proc.stdout}{proc.stderr}")
+
+    def start_supernode(
+        self, partition_id: int, *, private_key: Path | None = None, register: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """Start the SuperNode of ``partition_id`` (again, e.g. after it was stopped).
+
+        With TLS it uses the ``partition_id``-th key pair unless ``private_key`` is given, and
+        registers the public key first when ``register``.
+        """
+        security = ["--insecure"]
+        if self.tls is not None:
+            if private_key is None:
+                private_key = self.tls.supernode_keys[partition_id]
+                if register:
+                    self.register(self.tls.supernode_public_keys[partition_id])
+            security = [
+                "--root-certificates",
+                str(self.tls.ca_cert),
+                "--auth-supernode-private-key",
+                str(private_key),
+            ]
+        return self._start(
+            [
+                _bin("flower-supernode"),
+                *security,
+                "--superlink",
+                f"127.0.0.1:{self.http_port}",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(_free_port()),
+                "--node-config",
+                f"partition-id={partition_id} num-partitions={self.num_supernodes}",
+            ],
+            f"supernode-{partition_id}-{len(self.processes)}",
+        )
 
     def stop(self) -> None:
         """Stop every started process and its children (process groups), newest first."""
@@ -214,6 +298,8 @@ def run_flwr(
     gpus_per_client: float = 0.0,
     flwr_home: Path | None = None,
     project_dir: Path = PROJECT_DIR,
+    tls: CertificateSet | None = None,
+    ray_address: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream`` and return the finished process.
 
@@ -234,6 +320,10 @@ def run_flwr(
         ``FLWR_HOME``; a fresh temporary folder by default.
     project_dir : Path
         The Flower app to run.
+    tls : CertificateSet, optional
+        Run over TLS with SuperNode authentication (see :class:`LocalFederation`).
+    ray_address : str, optional
+        Join this Ray cluster for the simulation.
 
     Returns
     -------
@@ -243,7 +333,14 @@ def run_flwr(
     home = flwr_home or Path(tempfile.mkdtemp(prefix="flwr-home-"))
     home.mkdir(parents=True, exist_ok=True)
     run_config = resolve_data_dir(run_config)
-    with LocalFederation(home, num_supernodes=num_supernodes, simulation=not deployment) as fed:
+    federation = LocalFederation(
+        home,
+        num_supernodes=num_supernodes,
+        simulation=not deployment,
+        tls=tls,
+        ray_address=ray_address,
+    )
+    with federation as fed:
         command = [_bin("flwr"), "run", str(project_dir), "local", "--stream"]
         if not deployment:
             command += [

@@ -47,10 +47,11 @@ class RoundTimings:
 class RoundRecord:
     """What happened in one round (one JSON line of the run's metrics file).
 
-    Attributes mirror the metrics-file columns; lists hold partition ids. ``wemd`` is the plain
-    Σ_c |p̄_c − p_c| (G = 1), ``objective`` the solver's P1 value with Ĝ (FedCGD only).
-    ``class_gradient_used`` / ``class_gradient_next`` are Ĝ (a float) or Ĝ_c (a list), None for
-    policies without it.
+    Attributes mirror the metrics-file columns; lists hold partition ids (``disconnected``:
+    drawn available by the channel but without a connected node, e.g. a SuperNode that died).
+    ``wemd`` is the plain Σ_c |p̄_c − p_c| (G = 1), ``objective`` the solver's P1 value with Ĝ
+    (FedCGD only). ``class_gradient_used`` / ``class_gradient_next`` are Ĝ (a float) or Ĝ_c (a
+    list), None for policies without it.
     """
 
     round: int
@@ -62,6 +63,7 @@ class RoundRecord:
     scheduled: list[int]
     uploaded: list[int]
     failed: list[int]
+    disconnected: list[int]
     wemd: float
     sampling_term: float
     objective: float
@@ -98,6 +100,7 @@ def round_record(
     decision: Decision,
     uploaded: Sequence[int],
     failed: Sequence[int],
+    disconnected: Sequence[int],
     class_gradient_next: NDArray[np.float64] | None,
     timings: RoundTimings,
 ) -> RoundRecord:
@@ -117,6 +120,8 @@ def round_record(
         Partition ids whose model was aggregated.
     failed : sequence of int
         Partition ids with no valid reply in a phase of this round.
+    disconnected : sequence of int
+        Partition ids drawn available that had no connected node.
     class_gradient_next : float[1] or float[C] or None
         Ĝ after this round's update.
     timings : RoundTimings
@@ -136,6 +141,7 @@ def round_record(
         scheduled=np.flatnonzero(selected).tolist(),
         uploaded=[int(v) for v in uploaded],
         failed=sorted(int(v) for v in failed),
+        disconnected=sorted(int(v) for v in disconnected),
         wemd=decision.wemd,
         sampling_term=decision.sampling_term,
         objective=float(solver.objective) if solver is not None and scheduled else float("nan"),

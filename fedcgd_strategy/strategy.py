@@ -258,6 +258,7 @@ class ScheduledStrategy(Strategy):
             decision=decision,
             uploaded=[r.partition_id for r in uploads],
             failed=state.failed,
+            disconnected=sorted(set(np.flatnonzero(state.draw.available)) - set(state.available)),
             class_gradient_next=self.policy.class_gradient,
             timings=RoundTimings(
                 query_s=state.query_s,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np
@@ -37,8 +37,12 @@ def main(grid: Grid, context: Context) -> None:
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
     """Wait until ``expected`` nodes are connected (SuperNodes may still be starting).
 
-    Returns the number connected; with fewer after ``timeout_s`` the run goes on with a warning
-    (devices without a node are never available).
+    Returns the number connected. Never hangs: with fewer after ``timeout_s`` it raises.
+
+    Raises
+    ------
+    RuntimeError
+        Naming how many nodes connected and what to do.
     """
     deadline = time.monotonic() + timeout_s
     connected = len(list(grid.get_node_ids()))
@@ -46,7 +50,11 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
         time.sleep(1.0)
         connected = len(list(grid.get_node_ids()))
     if connected < expected:
-        log(WARNING, "only %d of %d nodes connected after %.0f s", connected, expected, timeout_s)
+        raise RuntimeError(
+            f"only {connected} of {expected} SuperNodes connected after {timeout_s:.0f} s "
+            f"(run-config query-timeout-s); start the missing SuperNodes or set "
+            f"num-devices={connected}"
+        )
     return connected
 
 
