@@ -54,26 +54,13 @@ def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
     from flwr.supercore.task_identity import TaskIdentity
 
     from client_app.app import app
-    from client_app.local_data import local_split
-    from client_app.settings import TaskSettings
-    from client_app.training import local_batches
-    from fedcgd_strategy import keys
+    from task import keys
+    from task.local_data import local_split
+    from task.settings import TaskSettings, TrainingSettings, default_run_config
+    from task.training import local_batches
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
-    run_config: UserConfig = {
-        "seed": 0,
-        "num-devices": 20,
-        "dataset": "digits",
-        "data-dir": "",
-        "model": "mlp",
-        "partition": "dirichlet",
-        "dirichlet-alpha": 0.3,
-        "shards-per-device": 2,
-        "imbalance-ratio": 1.0,
-        "batch-size": 32,
-        "local-steps": 1,
-        "learning-rate": 0.1,
-    }
+    run_config: UserConfig = {**default_run_config(), "num-devices": 20, "model": "mlp"}
     context = Context(
         run_id=1,
         node_id=1,
@@ -82,27 +69,17 @@ def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
         run_config=run_config,
     )
     state = build_model("mlp", 10, (1, 8, 8)).state_dict()
+    training = TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=32)
+    config = {keys.SERVER_ROUND: 1, **training.to_config(), keys.WANT_SIGMA: True}
 
     def call() -> object:
-        content = RecordDict(
-            {
-                keys.ARRAYS: ArrayRecord(state),
-                keys.CONFIG: ConfigRecord(
-                    {
-                        keys.SERVER_ROUND: 1,
-                        keys.LOCAL_STEPS: 1,
-                        keys.LEARNING_RATE: 0.1,
-                        keys.BATCH_SIZE: 32,
-                    }
-                ),
-            }
-        )
+        content = RecordDict({keys.ARRAYS: ArrayRecord(state), keys.CONFIG: ConfigRecord(config)})
         return app(Message(content, dst_node_id=1, message_type="train"), context)
 
     first, handler_s = _median_time_s(call, repeats)
     settings = TaskSettings.from_run_config(run_config)
     split = local_split(settings, 0)
-    x, y = split.tensors(local_batches(settings, len(split), 1, 0)[0])
+    x, y = split.tensors(local_batches(settings.seed, training, len(split), 1, 0)[0])
     model = build_model("mlp", 10, (1, 8, 8))
     _, sigma_s = _median_time_s(lambda: gradient_spread(model, x, y), repeats)
     return first, handler_s, sigma_s
@@ -148,18 +125,34 @@ def bench_sigma_vs_sgd(
     """Median seconds of (one-pass sigma-hat, vmap sigma-hat, one SGD step) at b = 32.
 
     Each is timed on its own copy of the freshly built model (the SGD step changes its copy).
+    The one-pass sigma-hat and the SGD step alternate call by call, so that load from other
+    processes affects both alike; each gets one untimed warm-up call first.
     """
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(SIGMA_BATCH, *input_shape, generator=generator)
     y = torch.randint(0, num_classes, (SIGMA_BATCH,), generator=generator)
-    models = [build_model(name, num_classes, input_shape) for _ in range(3)]
-    batch = [np.arange(SIGMA_BATCH)]
-    _, new_s = _median_time_s(lambda: gradient_spread(models[0], x, y), repeats)
-    _, vmap_s = _median_time_s(lambda: gradient_spread_vmap(models[1], x, y), vmap_repeats)
-    _, sgd_s = _median_time_s(
-        lambda: train_local(models[2], x, y, batch, 0.01, torch_seed=0), repeats
+    sigma_model, vmap_model, sgd_model = (
+        build_model(name, num_classes, input_shape) for _ in range(3)
     )
-    return new_s, vmap_s, sgd_s
+    batch = [np.arange(SIGMA_BATCH)]
+
+    def sigma_call() -> object:
+        return gradient_spread(sigma_model, x, y)
+
+    def sgd_call() -> object:
+        return train_local(sgd_model, x, y, batch, 0.01, torch_seed=0)
+
+    sigma_call()
+    sgd_call()
+    sigma_times: list[float] = []
+    sgd_times: list[float] = []
+    for _ in range(repeats):
+        for fn, times in ((sigma_call, sigma_times), (sgd_call, sgd_times)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    _, vmap_s = _median_time_s(lambda: gradient_spread_vmap(vmap_model, x, y), vmap_repeats)
+    return statistics.median(sigma_times), vmap_s, statistics.median(sgd_times)
 
 
 def print_sigma_table(repeats: int, vmap_repeats: int) -> None:

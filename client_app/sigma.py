@@ -26,10 +26,12 @@ Two implementations:
   falls back to it for models outside the scope of the one-pass method.
 
 Rounding: the expanded form subtracts two float64 numbers that each carry the float32
-rounding of the network's forward and backward pass (relative error epsilon ~ 1e-6), so the
-absolute error of sigma-hat^2 is about epsilon (1/b) sum_i ||g_i||^2. It matters only when the
-spread is tiny next to the gradients themselves (sigma-hat^2 < ~1e-4 (1/b) sum_i ||g_i||^2); a
-negative rounding result is clamped to 0.
+rounding of the network's forward and backward pass (relative error epsilon ~ 1e-7), so
+sigma-hat^2 has an absolute error of about epsilon (1/b) sum_i ||g_i||^2, i.e. sigma-hat is
+resolved down to ~ sqrt(epsilon) ~ 3e-4 of the root-mean-square per-sample gradient norm (for
+b identical samples it returns that order of magnitude, or 0, instead of exactly 0). Spreads
+that small are far below the estimator's own sampling noise; a negative rounding result is
+clamped to 0.
 
 Memory: the vmap reference holds b times the model size of per-sample gradients (ResNet-18,
 b = 32: 1.4 GB), so it processes the batch in chunks whose gradients fit
@@ -41,6 +43,8 @@ one training step plus per-layer per-sample intermediates bounded by the same bu
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -118,19 +122,28 @@ def gradient_spread(
         raise ValueError(f"chunk_size must be an integer >= 1; got {chunk_size}")
     if unsupported_reasons(model):
         return gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
-    was_training = model.training
-    model.eval()
     try:
-        norms = per_sample_grad_norms(model, x, y, chunk_size=chunk_size)
+        with _eval_mode(model):
+            norms = per_sample_grad_norms(model, x, y, chunk_size=chunk_size)
     except UnsupportedModelError:
         return gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
-    finally:
-        model.train(was_training)
     mean_sq = float(norms.sq_norms.sum()) / b
     mean_grad_sq = norms.sum_grad_sq_norm / (b * b)
     sigma = math.sqrt(max(mean_sq - mean_grad_sq, 0.0))
     mean_loss = float(norms.losses.double().sum()) / b
     return GradientSpread(sigma=sigma, mean_loss=mean_loss, batch_size=b)
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every submodule of ``model`` in eval mode; restore each one's own flag on exit."""
+    flags = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, flag in flags:
+            module.training = flag
 
 
 def _check_batch(x: torch.Tensor, y: torch.Tensor) -> int:
@@ -192,9 +205,7 @@ def gradient_spread_vmap(
 
     per_sample = vmap(grad(sample_loss, has_aux=True), in_dims=(None, 0, 0))
 
-    was_training = model.training
-    model.eval()
-    try:
+    with _eval_mode(model):
         count = 0
         mean: dict[str, torch.Tensor] = {}
         m2 = torch.zeros((), dtype=torch.float64, device=device)
@@ -215,7 +226,5 @@ def gradient_spread_vmap(
                 m2 = m2 + chunk_m2 + shift_sq * (count * n_chunk / total)
                 mean = {k: mean[k] + (chunk_mean[k] - mean[k]) * (n_chunk / total) for k in mean}
             count += n_chunk
-    finally:
-        model.train(was_training)
     sigma = float(torch.sqrt(torch.clamp(m2, min=0.0) / b))
     return GradientSpread(sigma=sigma, mean_loss=loss_sum / b, batch_size=b)

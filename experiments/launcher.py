@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.certificates import CertificateSet
+from task.settings import default_run_config, flatten
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = PROJECT_DIR / "results"
@@ -368,17 +369,6 @@ def run_flwr(
     return subprocess.CompletedProcess(command, proc.returncode, "".join(lines), "")
 
 
-def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested tables to dotted keys, as Flower flattens ``[tool.flwr.app.config]``."""
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def resolve_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """``run_config`` with ``data-dir`` made absolute, relative to this process ("" = ./data).
 
@@ -387,6 +377,43 @@ def resolve_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """
     data_dir = str(run_config.get("data-dir", "")) or "data"
     return {**run_config, "data-dir": str(Path(data_dir).expanduser().resolve())}
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Raise ConnectionError naming ``address`` unless a TCP connection to it opens in time."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"SuperLink address {address!r} must be HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ConnectionError(
+            f"SuperLink at {address} is not reachable ({err}); start it or fix the address"
+        ) from err
+
+
+def run_on_superlink(
+    run_config: Mapping[str, Any], address: str, root_certificates: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the app with ``flwr run --stream`` on an existing SuperLink (e.g. docker compose).
+
+    ``root_certificates``: the CA certificate of a TLS SuperLink; None connects insecurely.
+    """
+    home = Path(tempfile.mkdtemp(prefix="flwr-home-"))
+    security = (
+        f'root-certificates = "{root_certificates.resolve()}"\n'
+        if root_certificates is not None
+        else "insecure = true\n"
+    )
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "remote"\n\n[superlink.remote]\naddress = "{address}"\n' + security
+    )
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
+    command = [_bin("flwr"), "run", str(PROJECT_DIR), "remote", "--stream"]
+    command += ["--run-config", format_run_config(run_config)]
+    print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+    return subprocess.run(command, env=env, text=True, capture_output=False, check=False)
 
 
 def parse_run_config_text(text: str) -> dict[str, Any]:
@@ -404,12 +431,6 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
                 "(quote strings: policy='bc')"
             ) from err
     return values
-
-
-def default_run_config(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
-    """``[tool.flwr.app.config]`` of the app, flattened as Flower flattens nested tables."""
-    data = tomllib.loads((project_dir / "pyproject.toml").read_text())
-    return flatten(data["tool"]["flwr"]["app"]["config"])
 
 
 def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -452,12 +473,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus-per-client", type=int, default=1)
     parser.add_argument("--gpus-per-client", type=float, default=0.0)
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS on every connection and SuperNode authentication (certificates are generated)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="join this Ray cluster for the simulation (e.g. 127.0.0.1:6379, see README)",
+    )
+    parser.add_argument(
+        "--superlink",
+        default=None,
+        help="run on an existing SuperLink at HOST:PORT instead of starting one",
+    )
+    parser.add_argument(
+        "--root-certificates",
+        type=Path,
+        default=None,
+        help="with --superlink: CA certificate of a TLS SuperLink (default: insecure)",
+    )
     args = parser.parse_args(argv)
 
     try:
         overrides = parse_run_config_text(args.run_config)
         merged = validated_run_config(overrides)
-    except ValueError as err:
+        if args.ray_address and (args.deployment or args.superlink):
+            raise ValueError("--ray-address is for the simulation engine only")
+        if args.superlink:
+            check_reachable(args.superlink)
+    except (ValueError, ConnectionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not merged.get("result-dir"):
@@ -465,13 +511,25 @@ def main(argv: list[str] | None = None) -> int:
         merged["result-dir"] = str((args.results / f"{merged['policy']}-{stamp}").resolve())
     overrides["result-dir"] = merged["result-dir"]
     num_nodes = args.num_supernodes or int(merged["num-devices"])
-    proc = run_flwr(
-        overrides,
-        num_supernodes=num_nodes,
-        deployment=args.deployment,
-        cpus_per_client=args.cpus_per_client,
-        gpus_per_client=args.gpus_per_client,
-    )
+    if args.superlink:
+        proc = run_on_superlink(overrides, args.superlink, args.root_certificates)
+    else:
+        tls = None
+        if args.tls:
+            from experiments.certificates import make_certificates
+
+            folder = Path(tempfile.mkdtemp(prefix="fedcgd-certificates-"))
+            tls = make_certificates(folder, supernodes=num_nodes if args.deployment else 0)
+            print(f"TLS certificates and SuperNode keys in {folder}", flush=True)
+        proc = run_flwr(
+            overrides,
+            num_supernodes=num_nodes,
+            deployment=args.deployment,
+            cpus_per_client=args.cpus_per_client,
+            gpus_per_client=args.gpus_per_client,
+            tls=tls,
+            ray_address=args.ray_address,
+        )
     summary = Path(merged["result-dir"]) / "summary.json"
     if proc.returncode != 0 or not summary.exists():
         print(

@@ -33,6 +33,7 @@ Other keys in the run config (the server's settings) are ignored here.
 from __future__ import annotations
 
 import math
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,27 @@ def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings]
         batch_size=_read_int(config, keys.BATCH_SIZE, 1, where),
     )
     return server_round, training
+
+
+#: The project folder (its pyproject.toml holds the defaults of every run-config key).
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested tables to dotted keys, as Flower flattens ``[tool.flwr.app.config]``."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def default_run_config(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
+    """``[tool.flwr.app.config]`` of the app, flattened as Flower flattens nested tables."""
+    data = tomllib.loads((project_dir / "pyproject.toml").read_text())
+    return flatten(data["tool"]["flwr"]["app"]["config"])
 
 
 def resolve_data_dir(data_dir: str) -> Path:

@@ -1,0 +1,148 @@
+"""Deployments on loopback: TLS with SuperNode authentication, a SuperNode that dies and comes
+back, too few SuperNodes, an unreachable SuperLink. Every process is stopped by its PID (the
+federation's context manager), also when a test fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.certificates import make_certificates
+from experiments.launcher import (
+    PROJECT_DIR,
+    LocalFederation,
+    _bin,
+    format_run_config,
+    main,
+    run_flwr,
+    validated_run_config,
+)
+from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+
+
+@pytest.fixture(autouse=True)
+def _no_runtime_install(monkeypatch):
+    monkeypatch.setenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+
+
+def metrics(out: Path) -> list[dict]:
+    path = out / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_tls_with_supernode_authentication(tmp_path):
+    certs = make_certificates(tmp_path / "certs", supernodes=4)
+    stranger = make_certificates(tmp_path / "stranger", supernodes=1)
+    out = tmp_path / "tls"
+    proc = run_flwr(
+        {
+            "num-devices": 4,
+            "num-server-rounds": 2,
+            "policy": "fedcgd-fscd",
+            "channel.availability-prob": 1.0,
+            "result-dir": str(out),
+        },
+        num_supernodes=4,
+        deployment=True,
+        flwr_home=tmp_path / "home",
+        tls=certs,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE):
+        assert (out / name).exists(), name
+    lines = metrics(out)
+    assert [x["round"] for x in lines] == [1, 2]
+    assert all(x["num_available"] == 4 and x["num_uploaded"] >= 1 for x in lines)
+
+    # A SuperNode whose key was never registered is refused: it exits with an error.
+    with LocalFederation(tmp_path / "home2", num_supernodes=1, simulation=False, tls=certs) as fed:
+        intruder = fed.start_supernode(0, private_key=stranger.supernode_keys[0], register=False)
+        assert intruder.wait(timeout=120) != 0
+        assert "Failed to activate SuperNode" in (fed.log_dir / "supernode-0-2.log").read_text()
+        assert fed.processes[1].poll() is None  # the registered SuperNode keeps running
+
+
+def test_unreachable_superlink_is_a_clear_error(capsys):
+    assert main(["--superlink", "127.0.0.1:1"]) == 2
+    assert "SuperLink at 127.0.0.1:1 is not reachable" in capsys.readouterr().err
+
+
+def flwr_run(fed: LocalFederation, run_config: dict) -> subprocess.Popen[str]:
+    command = [_bin("flwr"), "run", str(PROJECT_DIR), "local", "--stream"]
+    command += ["--run-config", format_run_config(run_config)]
+    return subprocess.Popen(
+        command,
+        env=fed.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=PROJECT_DIR,
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_too_few_supernodes_fail_after_the_timeout(tmp_path):
+    with LocalFederation(tmp_path / "home", num_supernodes=3, simulation=False) as fed:
+        stop(fed.processes[-1])  # only two of three SuperNodes remain
+        config = validated_run_config(
+            {"num-devices": 3, "num-server-rounds": 1, "query-timeout-s": 10.0}
+        )
+        config["result-dir"] = str(tmp_path / "few")
+        run = flwr_run(fed, config)
+        try:
+            output, _ = run.communicate(timeout=300)
+        finally:
+            stop(run)
+    assert "only 2 of 3 SuperNodes connected after 10 s" in output
+    assert not (tmp_path / "few" / SUMMARY_FILE).exists()
+
+
+def test_a_supernode_that_dies_is_recorded_and_used_again_after_restart(tmp_path):
+    out = tmp_path / "failure"
+    config = validated_run_config(
+        {
+            "num-devices": 4,
+            "num-server-rounds": 7,
+            "policy": "all",
+            "channel.availability-prob": 1.0,
+            "channel.deadline-s": 1.0,
+            "query-timeout-s": 20.0,
+            "train-timeout-s": 20.0,
+        }
+    )
+    config["result-dir"] = str(out)
+    with LocalFederation(tmp_path / "home", num_supernodes=4, simulation=False) as fed:
+        run = flwr_run(fed, config)
+        victim = fed.processes[2]  # the SuperNode of partition 1
+        try:
+            while len(metrics(out)) < 1 and run.poll() is None:
+                time.sleep(0.5)
+            stop(victim)
+            while not any(1 in x["disconnected"] for x in metrics(out)) and run.poll() is None:
+                time.sleep(0.5)
+            fed.start_supernode(1)
+            output, _ = run.communicate(timeout=900)
+        finally:
+            stop(run)
+    assert run.returncode == 0, output[-3000:]
+    lines = metrics(out)
+    assert [x["round"] for x in lines] == list(range(1, 8))
+    gone = [x["round"] for x in lines if x["disconnected"] == [1]]
+    assert gone, [x["disconnected"] for x in lines]
+    back = [x["round"] for x in lines if 1 in x["uploaded"] and x["round"] > gone[-1]]
+    assert back, [(x["round"], x["uploaded"]) for x in lines]
+    assert all(x["disconnected"] in ([], [1]) for x in lines)
