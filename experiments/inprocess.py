@@ -15,6 +15,7 @@ the simulation engine (``flwr run``) and deployments are the real engines.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -145,3 +146,38 @@ def run_inprocess(run_config: Mapping[str, Any]) -> dict[str, Any]:
         {node: client_app for node in nodes}, node_contexts(nodes, run_config, num_devices)
     )
     return run_federation(grid, config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: one run in this process (``--run-config`` as for the launcher)."""
+    import argparse
+    import json
+    import sys
+    import time
+
+    from experiments.launcher import (
+        DEFAULT_RESULTS,
+        parse_run_config_text,
+        resolve_data_dir,
+        validated_run_config,
+    )
+
+    parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
+    parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    args = parser.parse_args(argv)
+    try:
+        config = validated_run_config(parse_run_config_text(args.run_config))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not config.get("result-dir"):
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        config["result-dir"] = str((args.results / f"{config['policy']}-{stamp}").resolve())
+    summary = run_inprocess(resolve_data_dir(config))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

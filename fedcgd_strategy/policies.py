@@ -14,6 +14,7 @@ valid statistics. Non-candidates are never scheduled.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -349,8 +350,11 @@ class Policy(ABC):
         """Update internal estimates from the scheduled devices' uploads (default: nothing)."""
 
     def state_dict(self) -> dict[str, object]:
-        """Loggable internal state."""
+        """The rule's state across rounds (JSON-serialisable; for logs and checkpoints)."""
         return {}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:  # noqa: B027 - optional
+        """Restore :meth:`state_dict` output (default: the rule keeps no state)."""
 
 
 @dataclass
@@ -442,6 +446,13 @@ class FedCGDPolicy(Policy):
     def state_dict(self) -> dict[str, object]:
         """Ĝ (or Ĝ_c) after the last update."""
         return {"class-gradient": [float(v) for v in self._g]}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore Ĝ (Ĝ_c) from :meth:`state_dict` output."""
+        g = np.asarray(state["class-gradient"], dtype=np.float64)
+        if g.shape != self._g.shape:
+            raise ValueError(f"class-gradient has shape {g.shape}; expected {self._g.shape}")
+        self._g = g
 
 
 def _candidate_bandwidth(inputs: RoundInputs) -> NDArray[np.float64]:
@@ -538,6 +549,10 @@ class FedCBSPolicy(Policy):
     def state_dict(self) -> dict[str, object]:
         """Selection counts and round counter."""
         return dict(self.state.to_dict())
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore the selection counts and round counter."""
+        self.state = FedCBSState.from_dict(state)
 
 
 @dataclass

@@ -7,7 +7,7 @@ failed, and its timings; the ServerApp writes the record through its end-of-roun
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -100,7 +100,7 @@ def round_record(
     decision: Decision,
     uploaded: Sequence[int],
     failed: Sequence[int],
-    disconnected: Sequence[int],
+    disconnected: Iterable[int],
     class_gradient_next: NDArray[np.float64] | None,
     timings: RoundTimings,
 ) -> RoundRecord:

@@ -113,6 +113,8 @@ class ScheduledStrategy(Strategy):
         :func:`fedcgd_strategy.policies.resolve_protocol`.
     query_timeout_s : float
         How long to wait for ``query.info`` / ``query.stats`` replies.
+    round_offset : int
+        Rounds already done (a resumed run): Flower's round r is round r + offset.
 
     The record of the last aggregated round is :attr:`last_record` (read by the ServerApp's
     end-of-round hook).
@@ -132,6 +134,7 @@ class ScheduledStrategy(Strategy):
         rng: np.random.Generator,
         protocol: str = "auto",
         query_timeout_s: float = 120.0,
+        round_offset: int = 0,
     ) -> None:
         self.policy = policy
         self.protocol = resolve_protocol(policy.name, protocol)
@@ -142,6 +145,7 @@ class ScheduledStrategy(Strategy):
         self.rng = rng
         self.query_timeout_s = float(query_timeout_s)
         self.registry = NodeRegistry(num_devices, num_classes)
+        self.round_offset = int(round_offset)
         self.last_record: RoundRecord | None = None
         self._round: _Round | None = None
 
@@ -191,6 +195,7 @@ class ScheduledStrategy(Strategy):
         Devices compute σ̂ only when the rule uses it (``want-sigma`` in the ConfigRecord): in
         the query for FedCGD, in the training replies only for FedCGD under ``"train-all"``.
         """
+        server_round += self.round_offset
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
         _, training = read_round_config(round_config)
         discover_nodes(grid, self.registry, server_round, self.query_timeout_s)
@@ -232,6 +237,7 @@ class ScheduledStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate replies, (schedule,) average the scheduled models, update Ĝ, record."""
+        server_round += self.round_offset
         state = self._round
         assert state is not None, "aggregate_train called before configure_train"
         t_recv = time.perf_counter()
@@ -258,7 +264,7 @@ class ScheduledStrategy(Strategy):
             decision=decision,
             uploaded=[r.partition_id for r in uploads],
             failed=state.failed,
-            disconnected=sorted(set(np.flatnonzero(state.draw.available)) - set(state.available)),
+            disconnected=set(np.flatnonzero(state.draw.available).tolist()) - set(state.available),
             class_gradient_next=self.policy.class_gradient,
             timings=RoundTimings(
                 query_s=state.query_s,

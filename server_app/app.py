@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from logging import INFO
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,10 +17,12 @@ from flwr.supercore import log
 from channel import Cell
 from fedcgd_strategy.policies import make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
+from server_app.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from server_app.config import RunConfig, parse_run_config
-from server_app.results import MODEL_FILE, ResultWriter
+from server_app.results import CONFIG_FILE, MODEL_FILE, ResultWriter
 from task.datasets import load_test_set, load_train_set
 from task.models import build_model, count_parameters
+from task.settings import flatten
 from task.training import compute_device, evaluate
 
 app = ServerApp()
@@ -58,6 +62,43 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
     return connected
 
 
+#: Settings that may differ between a run and its resumption.
+RESUMABLE_CHANGES = ("num_server_rounds", "resume_from", "checkpoint_every", "result_dir")
+
+
+def check_same_run(result_dir: Path, resolved: dict[str, Any]) -> None:
+    """Refuse to resume ``result_dir`` with settings other than those it was started with.
+
+    Raises
+    ------
+    ValueError
+        Naming the settings that differ.
+    """
+    before = flatten(json.loads((result_dir / CONFIG_FILE).read_text()))
+    now = flatten(json.loads(json.dumps(_json_ready(resolved))))
+    differ = sorted(
+        k
+        for k in set(before) | set(now)
+        if k not in RESUMABLE_CHANGES and before.get(k) != now.get(k)
+    )
+    if differ:
+        raise ValueError(
+            f"run-config key 'resume-from': {result_dir} was started with other settings "
+            f"({', '.join(differ)}); resume with the same run config (only num-server-rounds "
+            "may change)"
+        )
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
+
+
 def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     """Run ``config.num_server_rounds`` scheduled rounds on ``grid`` and write the result directory.
 
@@ -86,13 +127,26 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     device = compute_device()
     x_test, y_test = test_set.tensors()
 
-    writer = ResultWriter(config.result_dir, config.num_server_rounds)
     resolved = config.to_dict()
     resolved.update(
         num_parameters=num_params,
         model_bits_used=model_bits,
         num_classes=num_classes,
         target_dist_global=target.tolist(),
+    )
+    resume = load_checkpoint(Path(config.resume_from)) if config.resume_from else None
+    if resume is not None:
+        check_same_run(Path(config.resume_from), resolved)
+        if resume.round >= config.num_server_rounds:
+            raise ValueError(
+                f"run-config key 'resume-from': the checkpoint is after round {resume.round}; "
+                f"num-server-rounds = {config.num_server_rounds} leaves nothing to run"
+            )
+    writer = ResultWriter(
+        config.result_dir,
+        config.num_server_rounds,
+        resume_after=None if resume is None else resume.round,
+        elapsed_s=0.0 if resume is None else resume.elapsed_s,
     )
     writer.write_config(resolved)
 
@@ -106,22 +160,33 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         fedcbs_lambda=config.fedcbs_lambda,
         exact_time_limit_s=config.exact_time_limit_s or None,
     )
+    cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
+    cell = Cell(config.cell, cell_rng)  # the drop: a pure function of the seed
+    if resume is not None:
+        policy.load_state_dict(resume.policy_state)
+        cell_rng.bit_generator.state = resume.cell_rng_state
+        policy_rng.bit_generator.state = resume.policy_rng_state
+        model.load_state_dict(resume.model)
+        log(INFO, "resuming %s after round %d", config.resume_from, resume.round)
     strategy = ScheduledStrategy(
         policy=policy,
-        cell=Cell(config.cell, np.random.default_rng(cell_seed)),
+        cell=cell,
         model_bits=model_bits,
         total_bandwidth_hz=config.cell.total_bandwidth_hz,
         num_devices=config.task.num_devices,
         num_classes=num_classes,
         target_dist=target if config.target_dist == "global" else None,
-        rng=np.random.default_rng(policy_seed),
+        rng=policy_rng,
         protocol=config.protocol,
         query_timeout_s=config.query_timeout_s,
+        round_offset=0 if resume is None else resume.round,
     )
-    history: list[dict[str, Any]] = []
 
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """End-of-round hook: evaluate (when due) and write the round's line to metrics.jsonl."""
+    def evaluate_fn(flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """End-of-round hook: evaluate (when due), write the round's line, checkpoint (when due)."""
+        if flower_round == 0 and strategy.round_offset:
+            return None  # resuming: the starting model was evaluated in the interrupted run
+        server_round = flower_round + strategy.round_offset
         last = server_round == config.num_server_rounds
         due = server_round == 0 or server_round % config.eval_every == 0 or last
         metrics: dict[str, int | float | list[int] | list[float]] = {}
@@ -151,7 +216,17 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         }
         line.update(record.to_dict())
         writer.append_round(line)
-        history.append(line)
+        every = config.checkpoint_every
+        if every and (server_round % every == 0 or last):
+            checkpoint = Checkpoint(
+                round=server_round,
+                model=arrays.to_torch_state_dict(),
+                policy_state=strategy.policy.state_dict(),
+                cell_rng_state=dict(cell_rng.bit_generator.state),
+                policy_rng_state=dict(policy_rng.bit_generator.state),
+                elapsed_s=writer.elapsed_s(),
+            )
+            save_checkpoint(writer.dir, checkpoint)
         log(
             INFO,
             "%s",
@@ -168,12 +243,13 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(model.state_dict()),
-        num_rounds=config.num_server_rounds,
+        num_rounds=config.num_server_rounds - strategy.round_offset,
         timeout=config.train_timeout_s,
         train_config=ConfigRecord(config.training.to_config()),
         evaluate_fn=evaluate_fn,
     )
     torch.save(result.arrays.to_torch_state_dict(), writer.dir / MODEL_FILE)
+    history = writer.lines
     accs = [h["accuracy"] for h in history if h.get("accuracy") is not None]
     wemds = [h["wemd"] for h in history if h.get("wemd") is not None and np.isfinite(h["wemd"])]
     summary = {
@@ -185,7 +261,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         if history
         else 0.0,
         "mean_wemd": float(np.mean(wemds)) if wemds else None,
-        "wall_time_s": time.perf_counter() - t_start,
+        "wall_time_s": writer.elapsed_s() if resume is not None else time.perf_counter() - t_start,
         "result_dir": str(writer.dir),
     }
     writer.write_summary(summary)

@@ -24,6 +24,9 @@ run-config key                 meaning
 ``exact-time-limit-s``         ``fedcgd-exact``: cap per MILP in seconds (0 = none: the optimum)
 ``query-timeout-s``            wait for query replies, seconds > 0
 ``train-timeout-s``            wait for training replies, seconds > 0
+``checkpoint-every``           save a checkpoint every k rounds (and after the last); 0 = off
+``resume-from``                a result directory with a checkpoint: continue that run there up
+                               to ``num-server-rounds`` (``""`` = a new run)
 ``channel.*``                  :class:`channel.CellConfig` fields in kebab case (among them
                                ``channel.redraw-los-each-round`` and
                                ``channel.redraw-shadowing-each-round``, true/false), plus
@@ -94,6 +97,8 @@ class RunConfig:
     query_timeout_s: float
     train_timeout_s: float
     model_bits: int
+    checkpoint_every: int
+    resume_from: str
 
     @property
     def seed(self) -> int:
@@ -162,6 +167,16 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             'ServerApp runs in an unrelated working directory), or "" for the default'
         )
     model_bits = read_int(run_config, "channel.model-bits", minimum=0)
+    resume_from = require_key(run_config, "resume-from")
+    if not isinstance(resume_from, str) or (
+        resume_from and not Path(resume_from).expanduser().is_absolute()
+    ):
+        raise ValueError(
+            f"run-config key 'resume-from' = {resume_from!r} must be the absolute path of a "
+            'result directory, or "" for a new run'
+        )
+    if resume_from:
+        result_dir = resume_from
     return RunConfig(
         task=task,
         training=TrainingSettings.from_run_config(run_config),
@@ -180,4 +195,6 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         query_timeout_s=read_real(run_config, "query-timeout-s", minimum=0.0, strict=True),
         train_timeout_s=read_real(run_config, "train-timeout-s", minimum=0.0, strict=True),
         model_bits=model_bits,
+        checkpoint_every=read_int(run_config, "checkpoint-every", minimum=0),
+        resume_from=str(Path(resume_from).expanduser()) if resume_from else "",
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -34,24 +35,46 @@ class ResultWriter:
         Absolute folder; created if missing.
     num_rounds : int
         Rounds of the run (for the ETA).
+    resume_after : int, optional
+        Continue a run whose last checkpoint is after this round: ``metrics.jsonl`` keeps its
+        lines up to that round (later ones, written before a crash, are dropped, since those
+        rounds run again) instead of starting empty.
+    elapsed_s : float
+        Seconds the run had taken before (a resumed run's clock goes on from there).
 
     """
 
-    def __init__(self, result_dir: str | Path, num_rounds: int) -> None:
+    def __init__(
+        self,
+        result_dir: str | Path,
+        num_rounds: int,
+        *,
+        resume_after: int | None = None,
+        elapsed_s: float = 0.0,
+    ) -> None:
         self.dir = Path(result_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.num_rounds = num_rounds
-        self.t_start = time.perf_counter()
-        (self.dir / METRICS_FILE).write_text("")
+        self.t_start = time.perf_counter() - elapsed_s
+        self.lines: list[dict[str, Any]] = []
+        if resume_after is not None:
+            previous = (self.dir / METRICS_FILE).read_text().splitlines()
+            self.lines = [json.loads(x) for x in previous if x.strip()]
+            self.lines = [x for x in self.lines if x["round"] <= resume_after]
+        (self.dir / METRICS_FILE).write_text("".join(json.dumps(x) + "\n" for x in self.lines))
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Write the resolved run config as JSON."""
         (self.dir / CONFIG_FILE).write_text(json.dumps(_clean(config), indent=2, sort_keys=True))
 
     def append_round(self, line: dict[str, Any]) -> None:
-        """Append one round's metrics as a JSON line."""
+        """Append one round's metrics as a JSON line (flushed to disk: nothing lost on a crash)."""
+        clean = _clean(line)
         with (self.dir / METRICS_FILE).open("a") as fh:
-            fh.write(json.dumps(_clean(line)) + "\n")
+            fh.write(json.dumps(clean) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.lines.append(clean)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write the end-of-run summary."""
