@@ -142,7 +142,7 @@ def plot_estimates(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
     groups : mapping of str to sequence of Path
         Label (e.g. ``local-steps=5 fedcgd-fscd``) → result directories (one per seed); each
         group is drawn as its mean over the runs, with a shaded 95 % band for several runs.
-        Rules that do not use σ̂ or Ĝ (null in ``metrics.jsonl``) are left out of that panel.
+        Only FedCGD policies are drawn (the other rules neither compute σ̂ nor keep Ĝ).
     out : Path
         PNG to write.
 
@@ -152,18 +152,21 @@ def plot_estimates(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
         ``out``.
     """
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    for label, dirs in groups.items():
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fedcgd = {k: v for k, v in groups.items() if " fedcgd" in f" {k.split()[-1]}"}
+    for i, (label, dirs) in enumerate(fedcgd.items()):
         runs = [load_run(d)[1] for d in dirs]
+        colour = colours[i % len(colours)]  # the same colour for a label in both panels
         for ax, key in zip(axes, ("sigma", "class_gradient_used"), strict=True):
             band = mean_band([round_values(lines, key) for lines in runs])
             if not len(band.x):
                 continue
-            (line,) = ax.plot(band.x, band.mean, label=label)
+            ax.plot(band.x, band.mean, label=label, color=colour)
             ax.fill_between(
                 band.x,
                 band.mean - band.half_width,
                 band.mean + band.half_width,
-                color=line.get_color(),
+                color=colour,
                 alpha=0.2,
                 linewidth=0,
             )

@@ -2,18 +2,24 @@
 
 Each step of the transit search needs the best swap of a scheduled device ``v`` for an
 unscheduled feasible device ``u``. Instead of evaluating the whole ``|Pi| x |not Pi| x C`` grid,
-:class:`TransitSearch` (i) keeps, for every scheduled ``v``, the number of unscheduled devices that
-fit the budget (they are a prefix of the devices sorted by ``B*``), (ii) bounds every fitting swap
-from below with one ``[|Pi|, C + 2] x [C + 2, |not Pi|]`` matrix product, (iii) evaluates only the
-swaps whose bound does not exceed the best value found so far, and (iv) settles near-ties by
-evaluating the few grid rows involved exactly as the dense grid does, so that the decisions (and
-the tie-breaking) are those of the dense search,
-:func:`~fedcgd_strategy.solvers.reference.swap_search_dense`.
+:class:`TransitSearch` (i) finds, for every scheduled ``v``, the unscheduled devices that fit the
+budget (a prefix of the devices sorted by ``B*``), (ii) bounds every fitting swap from below with
+one ``[|Pi|, C + 2] x [C + 2, |not Pi|]`` matrix product plus an exact term for each ``v``'s
+dominant class, (iii) evaluates only the swaps whose bound does not exceed the best value found,
+and (iv) settles near-ties by evaluating the few grid rows involved exactly as the dense grid
+does, so that the decisions, tie-breaking included, are those of the dense search
+(:func:`~fedcgd_strategy.solvers.reference.swap_search_dense`). At 1,000-3,000 candidate devices
+this is 10-20 times faster (``python -m experiments.bench_fscd_scale``). Pure numpy (threadpoolctl,
+when installed, only to keep BLAS on one thread).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,10 +28,51 @@ from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult, is_improvement
 from fedcgd_strategy.solvers.setup import FloatArray, ProblemArrays, RunningSums
 
-#: Safety margin of the pruning, relative to ``2 sum_c G_c + sigma + objective``. It covers the
-#: rounding differences (~1e-15 relative) between the bound, the candidate evaluation and the
-#: dense grid; swaps closer than this to the best are re-evaluated exactly as the dense grid does.
-PRUNE_REL_MARGIN = 1e-9
+#: Safety margin of the pruning by the lower bound, in units of ``(C + 2) * eps * (2 sum_c G_c +
+#: 2 |objective|)``: the bound and the objective values each sum at most ``C + 2`` rounded terms of
+#: at most that size, so they are off by a few ``(C + 2) * eps`` of it; 64 is a wide safety factor.
+#: A larger margin only costs more candidate evaluations.
+PRUNE_MARGIN_ULPS = 64.0
+#: Tie margin in units of ``(C + 1) * eps * |objective|``: a candidate value differs from the dense
+#: grid's value of the same transit only in the order of the ``C``-term weighted sum and one
+#: addition (the same rounded class terms enter both), i.e. by at most ``(C + 1) eps / 2`` of the
+#: objective each way; 8 is a safety factor. Rows with a candidate this close to the best are
+#: evaluated as the dense grid evaluates them.
+TIE_MARGIN_ULPS = 8.0
+#: Candidates evaluated before the bound is tightened by the best value among them.
+EVALUATE_FIRST = 256
+#: Up to this many fitting transits, all are evaluated directly (no bound).
+EVALUATE_ALL = 4096
+#: Up to this many elements ``I * O * C`` a step evaluates the whole grid as the dense search does
+#: (cheaper than the bookkeeping below this size).
+DENSE_GRID = 32768
+#: Up to this many rows of the bound with fewer fitting transits than the widest are masked one
+#: by one; more are masked in one pass.
+MASK_BY_LOOP = 8
+
+
+@functools.cache
+def _blas_controller() -> Any:
+    """The threadpoolctl controller of the loaded BLAS libraries (None without threadpoolctl)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # threadpoolctl comes with scikit-learn, a dependency
+        return None
+    return ThreadpoolController()
+
+
+def single_threaded_blas() -> AbstractContextManager[object]:
+    """Context in which BLAS runs on one thread (a no-op without threadpoolctl).
+
+    The transit search makes hundreds of small matrix products; BLAS threads speed them up
+    little and, on a machine whose cores are busy (the simulation engine's clients), make each
+    one up to ten times slower. The matrix-vector products of the dense grid give the same bits
+    for any thread count at these sizes, so the search's decisions do not change.
+    """
+    controller = _blas_controller()
+    if controller is None:
+        return contextlib.nullcontext()
+    return cast(AbstractContextManager[object], controller.limit(limits=1, user_api="blas"))
 
 
 @dataclass(frozen=True)
@@ -58,22 +105,6 @@ def cheapest_order(problem: SchedulingProblem) -> NDArray[np.intp]:
     """Feasible devices sorted by ``B*`` ascending, ties by the lower index (Alg. 2, line 2)."""
     candidates = np.flatnonzero(problem.feasible)
     return candidates[np.argsort(problem.min_bandwidth_hz[candidates], kind="stable")]
-
-
-def cheapest_start(problem: SchedulingProblem, size: int) -> NDArray[np.bool_] | None:
-    """FSCD's starting point: the ``size`` feasible devices with the least ``B*`` (Alg. 2, line 2).
-
-    Ties in ``B*`` go to the lower index. Returns ``None`` if fewer than ``size`` devices are
-    feasible or the cheapest ``size`` already exceed ``B`` (such an ``S`` is skipped, DESIGN.md).
-    """
-    order = cheapest_order(problem)
-    if size < 1 or size > order.size:
-        return None
-    mask = np.zeros(problem.num_devices, dtype=bool)
-    mask[order[:size]] = True
-    if not problem.is_feasible(mask):
-        return None
-    return mask
 
 
 def largest_batch_totals(problem: SchedulingProblem) -> NDArray[np.int64]:
@@ -110,46 +141,62 @@ def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> N
 
     """
     count = np.searchsorted(sorted_hz, limit_hz - room_hz, side="right")
-    size = sorted_hz.size
+    last = sorted_hz.size - 1
+    if last < 0:
+        return count
     while True:
-        grow = np.flatnonzero(count < size)
-        grow = grow[room_hz[grow] + sorted_hz[count[grow]] <= limit_hz]
-        shrink = np.flatnonzero(count > 0)
-        shrink = shrink[room_hz[shrink] + sorted_hz[count[shrink] - 1] > limit_hz]
-        if grow.size == 0 and shrink.size == 0:
+        after = sorted_hz[np.minimum(count, last)]
+        grow = (count <= last) & (room_hz + after <= limit_hz)
+        before = sorted_hz[np.maximum(count - 1, 0)]
+        shrink = (count > 0) & (room_hz + before > limit_hz)
+        if not (grow.any() or shrink.any()):
             return count
-        count[grow] = np.searchsorted(sorted_hz, sorted_hz[count[grow]], side="right")
-        count[shrink] = np.searchsorted(sorted_hz, sorted_hz[count[shrink] - 1], side="left")
+        count[grow] = np.searchsorted(sorted_hz, after[grow], side="right")
+        count[shrink] = np.searchsorted(sorted_hz, before[shrink], side="left")
 
 
 class TransitSearch:
     """Incremental best-improvement 1-step transit search of one P1 instance (Alg. 2, inner loop).
 
-    Holds what does not depend on the schedule (the feasible devices sorted by ``B*``, their
-    labels, the largest batch size), so that all sizes ``S`` of :func:`fscd_stages` share it.
+    Problem solved at each step: among the transits ``(v, u)`` (scheduled ``v`` leaves,
+    unscheduled feasible ``u`` enters) that keep ``sum_v x_v B*_v <= B``, find the one of least
+    P1 objective ``sum_c G_c |(sum_Pi p_c - p_vc + p_uc) / S - p_c| + sigma / sqrt(T - b_v +
+    b_u)`` (``S = |Pi|``, ``T = sum_Pi b``); ties go to the lowest ``v``, then the lowest ``u``.
+    The transit is applied while it is an improvement
+    (:func:`~fedcgd_strategy.solvers.result.is_improvement`). The decisions and the objective
+    values are those of the dense search
+    (:func:`~fedcgd_strategy.solvers.reference.swap_search_dense`), which evaluates the whole
+    ``[I, O, C]`` grid (``I = |Pi|``, ``O`` unscheduled feasible devices) at every step. A step
+    here:
 
-    Each step finds the transit ``(v, u)`` (scheduled ``v`` leaves, unscheduled feasible ``u``
-    enters) of least objective among those that keep ``sum_v x_v B*_v <= B``; ties go to the lowest
-    ``v``, then the lowest ``u``; the transit is applied while it is an improvement
-    (:func:`~fedcgd_strategy.solvers.result.is_improvement`). The result equals the dense search
-    (:func:`~fedcgd_strategy.solvers.reference.swap_search_dense`): same swaps, same objective
-    values. How a step avoids the dense grid:
+    1. *Budget.* With the unscheduled devices sorted by ``B*``, the transits of ``v`` that fit
+       are a prefix of length ``k_v`` (:func:`fit_counts`, with the dense grid's own
+       floating-point test); ``K = max_v k_v`` columns are considered.
+    2. *Small grids.* A grid of at most :data:`DENSE_GRID` elements ``I * O * C`` is evaluated
+       whole, as the dense search does. Otherwise, if at most :data:`EVALUATE_ALL` transits fit,
+       all of them are evaluated (step 4).
+    3. *Bound.* Otherwise, with ``w = sum_Pi p - S p`` and ``s_uc = sign(w_c + p_uc)``,
+       ``|w_c - p_vc + p_uc| >= s_uc (w_c + p_uc) - s_uc p_vc`` for every class and
+       ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``, so one matrix product
+       ``[I, C + 2] x [C + 2, K]`` bounds every transit from below. For the class ``d`` in which
+       ``v`` holds most of its samples (rows are grouped by it) the exact term replaces the
+       linear one: where ``s_ud = +1`` it adds ``2 G_d max(0, p_vd - w_d - p_ud) / S``. The exact
+       values at each row's least bound give an upper bound ``U`` on the best objective; only
+       transits with bound ``<= min(U, current) + margin`` are candidates (typically a few hundred
+       of ``I x K ~ 10^5``), and of those only the ones whose bound stays below the best of the
+       :data:`EVALUATE_FIRST` most promising are evaluated.
+    4. *Values.* Candidates are evaluated from the running class sums with the dense grid's
+       element-wise arithmetic (only the order of the final ``C``-term sum may differ).
+    5. *Ties.* The rows holding a candidate within :data:`TIE_MARGIN_ULPS` rounding units of the
+       best are evaluated exactly as the dense grid evaluates them (same arrays, same reductions,
+       bit for bit) and the argmin is taken over them in device order, so ties, including
+       rounding-level ones, are broken as the dense grid breaks them. A step whose best candidate
+       is clearly no improvement ends the search without this.
 
-    1. *Budget.* With ``u`` sorted by ``B*``, the transits of ``v`` that fit are a prefix of
-       length ``k_v`` (:func:`fit_counts`, the dense grid's own floating-point test).
-    2. *Bound.* With ``w = sum_{Pi} p - S p`` and ``s_uc = sign(w_c + p_uc)``,
-       ``sum_c G_c |w_c - p_vc + p_uc| >= sum_c G_c |w_c + p_uc| - sum_c G_c s_uc p_vc`` (since
-       ``|x| >= s x``), and ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``. So
-       the objective of ``(v, u)`` is at least ``L = X Y^T`` with ``X = [p_v, 1, floor_v]``
-       (``[I, C + 2]``) and ``Y = [-G s_u / S, sum_c G_c |w_c + p_uc| / S, 1]`` (``[K, C + 2]``):
-       one matrix product over the fitting block instead of an ``[I, K, C]`` array.
-    3. *Prune.* The exact values of each row's least bound give an upper bound ``U`` on the
-       best objective; only transits with ``L <= min(U, current) + margin`` are evaluated
-       (typically a few hundred of ``I x K`` ~ 10^5).
-    4. *Ties.* The rows holding a transit within the margin of the best are evaluated as the
-       dense grid evaluates them (same arrays, same reductions, bit for bit), and the argmin is
-       taken over those rows in device order, so rounding-level ties are broken as the dense grid
-       breaks them. A step whose best candidate is clearly no improvement ends the search at once.
+    Everything that does not depend on the schedule (feasible devices sorted by ``B*``, their
+    labels, each device's dominant class, the largest batch size) is computed once, so that all
+    sizes ``S`` of :func:`fscd_stages` share one instance. :func:`fscd_stages` and
+    :func:`swap_search` run it with BLAS on one thread (:func:`single_threaded_blas`).
 
     Parameters
     ----------
@@ -166,7 +213,12 @@ class TransitSearch:
         self.sorted_hz = self.arrays.bandwidth_hz[self.order]
         self.sorted_labels = np.ascontiguousarray(self.arrays.labels[self.order])
         self.max_batch = int(self.arrays.batch[self.order].max()) if self.order.size else 0
-        self.margin_scale = 2.0 * float(self.arrays.gradient.sum()) + self.arrays.sigma
+        self.dominant = np.argmax(self.arrays.labels, axis=1)
+        num_classes = self.arrays.target.size
+        eps = float(np.finfo(float).eps)
+        self.prune_unit = PRUNE_MARGIN_ULPS * (num_classes + 2) * eps
+        self.tie_unit = TIE_MARGIN_ULPS * (num_classes + 1) * eps
+        self.gradient_scale = 2.0 * float(self.arrays.gradient.sum())
 
     def run(self, mask: NDArray[np.bool_]) -> tuple[NDArray[np.bool_], float, int]:
         """Search from ``mask`` (feasible, non-empty, bool ``[V]``) until no transit improves.
@@ -193,17 +245,13 @@ class TransitSearch:
         current = sums.objective(self.arrays)
         outside = ~selected[self.order]
         swaps = 0
-        while True:
-            step = self._best_transit(selected, outside, sums, current)
-            if step is None:
-                break
-            leave, enter, best = step
+        while (step := self._best_transit(selected, outside, sums, current)) is not None:
+            leave, enter, current = step
             selected[leave] = False
             selected[enter] = True
             outside[self.position[leave]] = True
             outside[self.position[enter]] = False
             sums.swap(self.arrays, leave, enter)
-            current = best
             swaps += 1
         return selected, current, swaps
 
@@ -215,37 +263,103 @@ class TransitSearch:
         current: float,
     ) -> tuple[int, int, float] | None:
         """The dense grid's choice ``(leave, enter, objective)``, or None if it does not improve."""
-        arrays = self.arrays
         inside = np.flatnonzero(selected)
         positions = np.flatnonzero(outside)
-        room_hz = sums.used_hz - arrays.bandwidth_hz[inside]
-        fits = fit_counts(room_hz, self.sorted_hz[positions], arrays.limit_hz)
-        width = int(fits.max(initial=0))
-        if width == 0:
+        if positions.size == 0:
             return None
-        enter = self.order[positions[:width]]
-        bound = self._lower_bounds(inside, positions[:width], sums)
-        np.putmask(bound, np.arange(width) >= fits[:, None], np.inf)
-
-        margin = PRUNE_REL_MARGIN * (self.margin_scale + abs(current))
-        rows = np.flatnonzero(fits > 0)
-        cols = bound[rows].argmin(axis=1)
-        upper = float(self._objectives(sums, inside[rows], enter[cols]).min())
-        rows, cols = np.nonzero(bound <= min(upper, current) + margin)
-        values = self._objectives(sums, inside[rows], enter[cols])
+        if inside.size * positions.size * self.arrays.target.size <= DENSE_GRID:
+            leave, enter_device, best = self._dense_rows(selected, sums, inside, group=False)
+            return (leave, enter_device, best) if is_improvement(best, current) else None
+        inside = inside[np.argsort(self.dominant[inside], kind="stable")]
+        room_hz = sums.used_hz - self.arrays.bandwidth_hz[inside]
+        fits = fit_counts(room_hz, self.sorted_hz[positions], self.arrays.limit_hz)
+        area = int(fits.sum())
+        if area == 0:
+            return None
+        if area <= EVALUATE_ALL:
+            rows = np.repeat(np.arange(inside.size), fits)
+            cols = np.arange(area) - np.repeat(np.cumsum(fits) - fits, fits)
+            enter = self.order[positions[cols]]
+            values = self._objectives(sums, inside[rows], enter)
+        else:
+            candidates = self._pruned_candidates(inside, positions, fits, sums, current)
+            if candidates is None:
+                return None
+            rows, values = candidates
         lowest = float(values.min())
-        if lowest - margin >= current - TIE_REL_TOL * abs(current):
+        tie_margin = self.tie_unit * abs(lowest)
+        if lowest - tie_margin >= current - TIE_REL_TOL * abs(current):
             return None
-        near = np.unique(rows[values <= lowest + margin])
-        leave, enter_device, best = self._dense_rows(selected, sums, inside[near])
+        near = np.unique(inside[rows[values <= lowest + tie_margin]])
+        leave, enter_device, best = self._dense_rows(selected, sums, near)
         if not is_improvement(best, current):
             return None
         return leave, enter_device, best
 
+    def _pruned_candidates(
+        self,
+        inside: NDArray[np.intp],
+        positions: NDArray[np.intp],
+        fits: NDArray[np.intp],
+        sums: RunningSums,
+        current: float,
+    ) -> tuple[NDArray[np.intp], FloatArray] | None:
+        """Rows (into ``inside``) and values of the transits that may be best (step 3).
+
+        A value is ``inf`` where the bound proved the transit not best. None if no transit can
+        improve on ``current``.
+        """
+        width = int(fits.max())
+        enter = self.order[positions[:width]]
+        bound = self._lower_bounds(inside, positions[:width], sums)
+        partial = np.flatnonzero(fits < width)
+        if partial.size > MASK_BY_LOOP:
+            np.putmask(bound, np.arange(width) >= fits[:, None], np.inf)
+        else:
+            for row in partial:
+                bound[row, fits[row] :] = np.inf
+
+        # Upper bound on the best objective: the exact values at each row's least bound.
+        least = bound.argmin(axis=1)
+        rows = np.flatnonzero(fits > 0)
+        upper = float(self._objectives(sums, inside[rows], enter[least[rows]]).min())
+        threshold = min(upper, current) + self.prune_unit * (
+            self.gradient_scale + 2.0 * abs(current)
+        )
+        active = np.flatnonzero(bound[np.arange(inside.size), least] <= threshold)
+        rows, cols = np.nonzero(bound[active] <= threshold)
+        if rows.size == 0:  # every bound exceeds the current objective: no improvement
+            return None
+        rows = active[rows]
+        return rows, self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
+
+    def _candidate_values(
+        self,
+        sums: RunningSums,
+        leave: NDArray[np.intp],
+        enter: NDArray[np.intp],
+        bound: FloatArray,
+    ) -> FloatArray:
+        """Objectives of the candidate transits, ``inf`` where the bound proves them not best.
+
+        The :data:`EVALUATE_FIRST` candidates of least bound are evaluated first; of the others,
+        only those whose bound does not exceed the best value found (plus the prune margin).
+        """
+        if leave.size <= EVALUATE_FIRST:
+            return self._objectives(sums, leave, enter)
+        values = np.full(leave.size, np.inf)
+        first = np.argpartition(bound, EVALUATE_FIRST)[:EVALUATE_FIRST]
+        values[first] = self._objectives(sums, leave[first], enter[first])
+        best = float(values[first].min())
+        rest = bound <= best + self.prune_unit * (self.gradient_scale + 2.0 * abs(best))
+        rest[first] = False
+        values[rest] = self._objectives(sums, leave[rest], enter[rest])
+        return values
+
     def _lower_bounds(
         self, inside: NDArray[np.intp], positions: NDArray[np.intp], sums: RunningSums
     ) -> FloatArray:
-        """Lower bounds ``L`` of the transit objectives, float ``[I, K]`` (step 2 above)."""
+        """Lower bounds of the transit objectives, float ``[I, K]`` (step 3 of the class doc)."""
         arrays = self.arrays
         size = sums.count
         num_classes = arrays.target.size
@@ -253,40 +367,77 @@ class TransitSearch:
         left = np.empty((inside.size, num_classes + 2))
         left[:, :num_classes] = arrays.labels[inside]
         left[:, num_classes] = 1.0
-        left[:, num_classes + 1] = sampling_term(
-            arrays.sigma, sums.total_batch - arrays.batch[inside] + self.max_batch
+        left[:, num_classes + 1] = arrays.sigma / np.sqrt(
+            sums.total_batch - arrays.batch[inside] + self.max_batch
         )
         right = np.empty((positions.size, num_classes + 2))
         right[:, :num_classes] = np.where(shifted >= 0.0, -arrays.gradient, arrays.gradient) / size
         right[:, num_classes] = (np.abs(shifted) @ arrays.gradient) / size
         right[:, num_classes + 1] = 1.0
-        return left @ right.T
+        bound = left @ right.T
+        # Exact term for each row's dominant class d (rows are grouped by it): where the bound
+        # took s = +1 (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
+        # weight_d max(0, p_vd - w_d - p_ud) with weight_d = 2 G_d / S.
+        weight = 2.0 * arrays.gradient / size
+        crossing = np.ascontiguousarray(np.where(shifted >= 0.0, shifted * weight, np.inf).T)
+        dominant = self.dominant[inside]
+        held = weight[dominant] * arrays.labels[inside, dominant]  # [I]
+        starts = np.flatnonzero(np.diff(dominant, prepend=-1))
+        for start, stop in zip(starts, [*starts[1:], inside.size], strict=True):
+            excess = np.subtract.outer(held[start:stop], crossing[dominant[start]])
+            bound[start:stop] += np.maximum(excess, 0.0, out=excess)
+        return bound
 
     def _objectives(
         self, sums: RunningSums, leave: NDArray[np.intp], enter: NDArray[np.intp]
     ) -> FloatArray:
-        """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]`` (to ~1e-15)."""
+        """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]``.
+
+        The class terms ``|(sum_Pi p - p_v + p_u) / S - p_c|`` are rounded exactly as in the dense
+        grid; only the order of their weighted sum may differ (see :data:`TIE_MARGIN_ULPS`).
+        Batch totals are positive (``u`` enters), so the sampling term is ``sigma / sqrt(T)``.
+        """
         arrays = self.arrays
         class_sums = sums.class_sum - arrays.labels[leave] + arrays.labels[enter]
         totals = sums.total_batch - arrays.batch[leave] + arrays.batch[enter]
         deviation = np.abs(class_sums / sums.count - arrays.target)
-        return deviation @ arrays.gradient + np.asarray(sampling_term(arrays.sigma, totals))
+        return deviation @ arrays.gradient + arrays.sigma / np.sqrt(totals)
 
     def _dense_rows(
-        self, selected: NDArray[np.bool_], sums: RunningSums, leave: NDArray[np.intp]
+        self,
+        selected: NDArray[np.bool_],
+        sums: RunningSums,
+        leave: NDArray[np.intp],
+        group: bool = True,
     ) -> tuple[int, int, float]:
         """Argmin over the dense grid's rows ``leave`` (ascending), computed as the grid does.
 
         The values equal the dense grid's bit for bit: the same ``[rows, |not Pi|, C]`` arrays
-        and the same reductions (a matrix-vector product per row); ties go to the first row, then
-        the first column.
+        and the same reductions (one matrix-vector product per row). Rows whose partial sums
+        ``sum_Pi p - p_v`` and batch size are identical (devices whose labels differ below the
+        rounding of the sums) have identical values and are evaluated once; each row then gets its
+        own budget test (``group=False`` evaluates every row). Ties go to the first row, then the
+        first column.
         """
         arrays = self.arrays
         outside = np.flatnonzero(arrays.feasible & ~selected)
-        grid = sums.class_sum - arrays.labels[leave][:, None, :] + arrays.labels[outside][None]
-        totals = sums.total_batch - arrays.batch[leave][:, None] + arrays.batch[outside]
+        removed = sums.class_sum - arrays.labels[leave]
+        leave_batch = arrays.batch[leave]
+        rows: NDArray[np.intp] | None = None
+        if group and leave.size > 1:
+            # first[rows[i]] = the first row with the same partial sums and batch size as row i
+            same = np.all(removed[:, None, :] == removed[None, :, :], axis=2)
+            first, rows = np.unique(
+                np.argmax(same & (leave_batch[:, None] == leave_batch[None, :]), axis=1),
+                return_inverse=True,
+            )
+            removed, leave_batch = removed[first], leave_batch[first]
+        grid = removed[:, None, :] + arrays.labels[outside][None]
+        totals = sums.total_batch - leave_batch[:, None] + arrays.batch[outside]
         values = np.asarray(wemd(grid / sums.count, arrays.target, arrays.gradient))
         values = values + np.asarray(sampling_term(arrays.sigma, totals))
+        if rows is not None:
+            values = values[rows]
         room = sums.used_hz - arrays.bandwidth_hz[leave][:, None]
         values = np.where(room + arrays.bandwidth_hz[outside] <= arrays.limit_hz, values, np.inf)
         flat = int(np.argmin(values))
@@ -319,7 +470,8 @@ def swap_search(
         evaluated on the swap grid, and the number of accepted transits.
 
     """
-    return TransitSearch(problem).run(mask)
+    with single_threaded_blas():
+        return TransitSearch(problem).run(mask)
 
 
 def fscd_stages(problem: SchedulingProblem) -> list[FscdStage]:
@@ -329,22 +481,20 @@ def fscd_stages(problem: SchedulingProblem) -> list[FscdStage]:
     exceed ``B`` is skipped. After size ``S`` the loop stops early, as printed, if
     ``W(x^(S)) + sigma/sqrt(S b) <= sigma/sqrt((S-1) b)``; with per-device batch sizes the left
     side is the objective of ``x^(S)`` and the right side uses the largest ``S-1`` batch sizes.
-    All sizes share one :class:`TransitSearch`.
+    All sizes share one :class:`TransitSearch`; BLAS runs on one thread meanwhile.
     """
     search = TransitSearch(problem)
-    order = search.order
-    fits = np.cumsum(search.sorted_hz) <= problem.bandwidth_limit_hz
-    exit_bounds = sampling_term(problem.sigma, largest_batch_totals(problem))
+    # B* >= 0, so the sizes whose cheapest devices fit are 1 .. largest.
+    largest = int(np.count_nonzero(np.cumsum(search.sorted_hz) <= problem.bandwidth_limit_hz))
+    exit_bounds = np.asarray(sampling_term(problem.sigma, largest_batch_totals(problem)))
     stages: list[FscdStage] = []
-    for size in range(order.size, 0, -1):
-        if not fits[size - 1]:
-            continue
-        start = np.zeros(problem.num_devices, dtype=bool)
-        start[order[:size]] = True
-        stage = FscdStage(size, start, *search.run(start))
-        stages.append(stage)
-        if stage.objective <= float(np.asarray(exit_bounds)[size - 1]):
-            break
+    with single_threaded_blas():
+        for size in range(largest, 0, -1):
+            start = np.zeros(problem.num_devices, dtype=bool)
+            start[search.order[:size]] = True
+            stages.append(FscdStage(size, start, *search.run(start)))
+            if stages[-1].objective <= float(exit_bounds[size - 1]):
+                break
     return stages
 
 

@@ -153,21 +153,9 @@ def swap_search_dense(
     unscheduled feasible ``u``) from the running class sums as an array ``[|Pi|, |not Pi|, C]``,
     discards those that break ``sum_v x_v B*_v <= B``, and takes the argmin (the printed "argmax"
     is a typo, DESIGN.md) while it is an improvement. Ties go to the lowest ``v``, then the lowest
-    ``u``. Oracle of :func:`~fedcgd_strategy.solvers.fscd.swap_search`.
-
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-    mask
-        Feasible non-empty starting schedule, bool ``[V]``.
-
-    Returns
-    -------
-    tuple
-        ``(selected, objective, swaps)``: the local optimum (bool ``[V]``), its objective as
-        evaluated on the grid, and the number of accepted transits.
-
+    ``u``. Oracle of :func:`~fedcgd_strategy.solvers.fscd.swap_search`, with the same arguments
+    (``mask``: a feasible non-empty schedule, bool ``[V]``) and the same return value
+    ``(selected, objective, swaps)``.
     """
     arrays = ProblemArrays.of(problem)
     selected = np.array(mask, dtype=bool, copy=True)
