@@ -19,6 +19,7 @@ Ray worker process holds one copy.
 from __future__ import annotations
 
 import functools
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -162,8 +163,51 @@ def missing_cifar_message(name: str, data_dir: Path) -> str:
     )
 
 
+#: Files of each split inside the extracted folder (torchvision's layout).
+CIFAR_SPLIT_FILES: dict[tuple[str, bool], tuple[str, ...]] = {
+    ("cifar10", True): tuple(f"data_batch_{i}" for i in range(1, 6)),
+    ("cifar10", False): ("test_batch",),
+    ("cifar100", True): ("train",),
+    ("cifar100", False): ("test",),
+}
+
+
+def read_cifar_folder(
+    name: str, folder: Path, *, train: bool
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """Read an extracted CIFAR folder in torchvision's file format (Python pickles).
+
+    The same files and layout torchvision reads (``data``: uint8 rows of 3 × 1024 channel-major
+    pixels; ``labels``, or CIFAR-100's ``fine_labels``), without the official MD5 checks, so
+    re-packed or generated files in that format load too (e.g. the round benchmark's).
+
+    Returns
+    -------
+    (uint8 [N, 3, 32, 32], int64 [N])
+        Pixels and labels.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the missing file and the folder.
+    """
+    pixels, labels = [], []
+    for file in CIFAR_SPLIT_FILES[(name, train)]:
+        path = folder / file
+        if not path.is_file():
+            raise FileNotFoundError(f"{name}: '{path}' is missing from '{folder}'")
+        with path.open("rb") as fh:
+            entry = pickle.load(fh, encoding="latin1")
+        pixels.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        labels.append(np.asarray(entry.get("labels", entry.get("fine_labels")), dtype=np.int64))
+    return np.concatenate(pixels), np.concatenate(labels)
+
+
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> ImageSet:
-    """Load the CIFAR-10 or CIFAR-100 training or test split through torchvision.
+    """Load the CIFAR-10 or CIFAR-100 training or test split.
+
+    An extracted folder in ``data_dir`` is read directly (:func:`read_cifar_folder`);
+    otherwise torchvision loads the official archive, downloading it when allowed.
 
     Parameters
     ----------
@@ -192,25 +236,31 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
     """
     if name not in CIFAR_FILES:
         raise ValueError(f'name must be "cifar10" or "cifar100"; got {name!r}')
-    from torchvision import datasets as tv_datasets
-
-    loader = tv_datasets.CIFAR10 if name == "cifar10" else tv_datasets.CIFAR100
     root = Path(data_dir)
-    try:
-        data = loader(root=str(root), train=train, download=False)
-    except RuntimeError as not_found:
-        if not download:
-            raise FileNotFoundError(missing_cifar_message(name, root)) from not_found
+    folder = root / CIFAR_FILES[name][1]
+    if folder.is_dir():
+        pixels, targets = read_cifar_folder(name, folder, train=train)
+    else:
+        from torchvision import datasets as tv_datasets
+
+        loader = tv_datasets.CIFAR10 if name == "cifar10" else tv_datasets.CIFAR100
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            data = loader(root=str(root), train=train, download=True)
-        except Exception as failed:  # offline, proxy, bad archive: all mean "provide the files"
-            raise FileNotFoundError(missing_cifar_message(name, root)) from failed
-    pixels = np.ascontiguousarray(np.asarray(data.data, dtype=np.uint8).transpose(0, 3, 1, 2))
+            data = loader(root=str(root), train=train, download=False)
+        except RuntimeError as not_found:
+            if not download:
+                raise FileNotFoundError(missing_cifar_message(name, root)) from not_found
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                data = loader(root=str(root), train=train, download=True)
+            except Exception as failed:  # offline, proxy, bad archive: "provide the files"
+                raise FileNotFoundError(missing_cifar_message(name, root)) from failed
+        pixels = np.asarray(data.data, dtype=np.uint8).transpose(0, 3, 1, 2)
+        targets = np.asarray(data.targets, dtype=np.int64)
+    pixels = np.ascontiguousarray(pixels)
     mean, std = (CIFAR10_MEAN, CIFAR10_STD) if name == "cifar10" else (CIFAR100_MEAN, CIFAR100_STD)
     return ImageSet(
         pixels=pixels,
-        labels=np.asarray(data.targets, dtype=np.int64),
+        labels=targets,
         num_classes=_CIFAR_CLASSES[name],
         scale=1.0 / 255.0,
         mean=mean,

@@ -116,3 +116,22 @@ def test_failed_download_gives_clear_error(tmp_path: Path, monkeypatch: pytest.M
 def test_unknown_dataset_rejected() -> None:
     with pytest.raises(ValueError, match="mnist"):
         datasets.load_dataset("mnist", "", train=True)
+
+
+def test_extracted_folder_is_read_without_checksums_and_equals_torchvision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Our reader (no MD5: generated or re-packed files in torchvision's format load) against
+    # torchvision's own reader of the same files (its checksum test switched off).
+    import torchvision.datasets as tv_datasets
+    import torchvision.datasets.cifar as tv_cifar
+
+    write_fake_cifar10(tmp_path, per_batch=6)
+    ours = load_cifar("cifar10", tmp_path, train=True, download=False)
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+    theirs = tv_datasets.CIFAR10(root=str(tmp_path), train=True, download=False)
+    np.testing.assert_array_equal(ours.pixels, np.asarray(theirs.data).transpose(0, 3, 1, 2))
+    np.testing.assert_array_equal(ours.labels, np.asarray(theirs.targets))
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(FileNotFoundError, match="data_batch_3"):
+        load_cifar("cifar10", tmp_path, train=True, download=False)
