@@ -1,0 +1,110 @@
+r"""Check the scale-out: a small simulation on the Ray cluster at ``RAY_ADDRESS``, spread check.
+
+Runs the app once with :func:`experiments.launcher.run_flwr` joined to the cluster, then asks
+the cluster's GCS where Flower's ClientApp actors lived and handled messages
+(:func:`experiments.ray_cluster.clientapp_placement`) and prints one line
+``RAY-CLUSTER-CHECK {json}``. The exit code is 0 only when the run succeeded and every live node
+of the cluster ran ClientApp work. Meant to run under :mod:`experiments.ray_cluster`, inside a
+loopback-only network namespace::
+
+    unshare --net sh -c 'ip link set lo up && exec .venv/bin/python -m experiments.ray_cluster \
+        --workers 1 -- .venv/bin/python -m experiments.ray_cluster_check --result-dir /tmp/rc'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from experiments.launcher import run_flwr
+from experiments.ray_cluster import clientapp_placement
+
+REPORT_PREFIX = "RAY-CLUSTER-CHECK "
+
+
+def check(
+    address: str,
+    result_dir: Path,
+    *,
+    num_devices: int = 4,
+    rounds: int = 2,
+    cpus_per_client: int = 1,
+    flwr_home: Path | None = None,
+) -> dict[str, Any]:
+    """Run the app on the cluster at ``address`` and report where its ClientApps ran.
+
+    Parameters
+    ----------
+    address : str
+        The Ray cluster (``127.0.0.1:<port>``).
+    result_dir : Path
+        The run's ``result-dir``.
+    num_devices : int
+        Devices (= virtual SuperNodes).
+    rounds : int
+        Server rounds.
+    cpus_per_client : int
+        Ray CPUs per ClientApp actor.
+    flwr_home : Path, optional
+        ``FLWR_HOME`` of the run; a fresh temporary folder by default.
+
+    Returns
+    -------
+    dict
+        ``returncode`` of ``flwr run``, the keys of
+        :func:`experiments.ray_cluster.clientapp_placement` (``nodes``, ``head``,
+        ``actors_per_node``, ``runs_per_node``) and ``spread``: every live node hosted a
+        ClientApp actor that finished at least one ``run`` (handled a message).
+    """
+    proc = run_flwr(
+        {
+            "num-devices": num_devices,
+            "num-server-rounds": rounds,
+            "channel.availability-prob": 1.0,
+            "result-dir": str(result_dir),
+        },
+        num_supernodes=num_devices,
+        cpus_per_client=cpus_per_client,
+        ray_address=address,
+        flwr_home=flwr_home,
+    )
+    placement = clientapp_placement(address)
+    spread = len(placement["nodes"]) >= 2 and all(
+        placement["actors_per_node"].get(node, 0) >= 1
+        and placement["runs_per_node"].get(node, 0) >= 1
+        for node in placement["nodes"]
+    )
+    return {"returncode": proc.returncode, **placement, "spread": spread}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run the check against ``RAY_ADDRESS``; exit code 0 when it passes."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--result-dir", type=Path, required=True)
+    parser.add_argument("--num-devices", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cpus-per-client", type=int, default=1)
+    parser.add_argument("--flwr-home", type=Path, default=None)
+    args = parser.parse_args(argv)
+    address = os.environ.get("RAY_ADDRESS", "")
+    if not address or address == "auto":
+        print("error: set RAY_ADDRESS to the cluster's HOST:PORT", file=sys.stderr)
+        return 2
+    report = check(
+        address,
+        args.result_dir,
+        num_devices=args.num_devices,
+        rounds=args.rounds,
+        cpus_per_client=args.cpus_per_client,
+        flwr_home=args.flwr_home,
+    )
+    print(REPORT_PREFIX + json.dumps(report), flush=True)
+    return 0 if report["returncode"] == 0 and report["spread"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
