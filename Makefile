@@ -10,7 +10,7 @@ export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 # Keep Flower's state (SuperLink database, installed apps) inside the project folder.
 export FLWR_HOME ?= $(CURDIR)/.flwr
 
-.PHONY: run test test-slow lint typecheck channel-report bench clean
+.PHONY: run test test-slow test-compose lint typecheck channel-report bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ test: lint typecheck
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The docker-compose deployment for real (root; installs docker.io, debootstrap and
+# docker-compose with apt when missing): see scripts/test_compose.sh. Not part of `make test`.
+test-compose: $(STAMP)
+	PY=$(PY) scripts/test_compose.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .flwr

@@ -1,7 +1,8 @@
-"""docker-compose.yml and Dockerfile agree with the installed Flower and with the package layout.
+"""docker-compose.yml, docker-compose.test.yml and the Dockerfile agree with the installed Flower,
+with each other and with the package layout.
 
-No Docker engine runs here; the same SuperLink/SuperNode commands run for real on loopback in
-tests/test_flwr_run.py::test_deployment_with_supernode_processes.
+Static checks only (no Docker engine in the test suite); ``make test-compose``
+(scripts/test_compose.sh) builds the image and runs both compose files for real.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
+TEST_COMPOSE = yaml.safe_load((ROOT / "docker-compose.test.yml").read_text())
+TEST_SERVICES = TEST_COMPOSE["services"]
+SUPERNODES = sorted(n for n in SERVICES if n.startswith("supernode"))
 
 
 @cache
@@ -27,9 +31,18 @@ def help_text(binary: str) -> str:
     return subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120).stdout
 
 
-@pytest.mark.parametrize("name", sorted(SERVICES))
-def test_every_flag_exists_in_the_installed_flower(name):
-    command = SERVICES[name]["command"]
+def flag_value(command: list[str], flag: str) -> str:
+    assert command.count(flag) == 1, (flag, command)
+    return command[command.index(flag) + 1]
+
+
+@pytest.mark.parametrize(
+    ("file", "name"),
+    [("docker-compose.yml", n) for n in sorted(SERVICES)]
+    + [("docker-compose.test.yml", n) for n in sorted(TEST_SERVICES)],
+)
+def test_every_flag_exists_in_the_installed_flower(file, name):
+    command = (SERVICES if file == "docker-compose.yml" else TEST_SERVICES)[name]["command"]
     binary, *args = command
     assert binary in ("flower-superlink", "flower-supernode")
     text = help_text(binary)
@@ -60,3 +73,71 @@ def test_dockerfile_copies_every_package():
     for package in packages:
         assert f"COPY {package} ./{package}" in dockerfile
     assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in dockerfile
+
+
+@pytest.mark.parametrize("services", [SERVICES, TEST_SERVICES], ids=["public", "test"])
+def test_tls_and_supernode_authentication_everywhere(services):
+    superlink = services["superlink"]["command"]
+    assert "--insecure" not in superlink
+    assert "--enable-supernode-auth" in superlink
+    assert flag_value(superlink, "--ssl-ca-certfile") == "/certificates/ca.crt"
+    assert flag_value(superlink, "--ssl-certfile") == "/certificates/server.pem"
+    assert flag_value(superlink, "--ssl-keyfile") == "/certificates/server.key"
+    keys = []
+    for name in SUPERNODES:
+        command = services[name]["command"]
+        assert "--insecure" not in command
+        assert flag_value(command, "--root-certificates") == "/certificates/ca.crt"
+        keys.append(flag_value(command, "--auth-supernode-private-key"))
+    # One key per SuperNode, named as experiments.certificates writes them.
+    assert keys == [f"/certificates/supernode-{i}.key" for i in range(len(SUPERNODES))]
+
+
+def test_certificates_are_mounted_read_only_where_they_are_used():
+    merged = {
+        name: {
+            "volumes": TEST_SERVICES[name].get("volumes", []) + SERVICES[name].get("volumes", [])
+        }
+        for name in SERVICES
+    }
+    for services in (SERVICES, merged):
+        for name, service in services.items():
+            mounts = {v.split(":")[1]: v for v in service["volumes"]}
+            assert mounts["/certificates"].endswith(":ro"), (name, mounts)
+    assert "./results:/results" in SERVICES["superlink"]["volumes"]
+
+
+def test_the_test_override_runs_every_service_on_loopback_host_networking():
+    assert set(TEST_SERVICES) == set(SERVICES)
+    assert all(s["network_mode"] == "host" for s in TEST_SERVICES.values())
+    superlink = TEST_SERVICES["superlink"]["command"]
+    assert flag_value(superlink, "--host") == "127.0.0.1"
+    link_port = flag_value(superlink, "--port")
+    ports = [link_port]
+    for name in SUPERNODES:
+        command = TEST_SERVICES[name]["command"]
+        assert flag_value(command, "--superlink") == f"127.0.0.1:{link_port}"
+        assert flag_value(command, "--host") == "127.0.0.1"
+        ports.append(flag_value(command, "--port"))
+        # The same device as in the public file.
+        public = SERVICES[name]["command"]
+        assert flag_value(command, "--node-config") == flag_value(public, "--node-config")
+    assert len(set(ports)) == len(ports), ports
+
+
+def test_test_compose_script_matches_the_override():
+    script = (ROOT / "scripts" / "test_compose.sh").read_text()
+    link_port = flag_value(TEST_SERVICES["superlink"]["command"], "--port")
+    assert f"SUPERLINK_PORT={link_port}" in script
+    for name in SUPERNODES:
+        assert flag_value(TEST_SERVICES[name]["command"], "--port") in script
+    assert "-f docker-compose.yml -f docker-compose.test.yml" in script
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test-compose:.*\n\t.*scripts/test_compose\.sh", makefile, re.M)
+
+
+def test_dockerfile_defaults_to_the_public_python_image():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in dockerfile
+    # A base without Python (debootstrapped Debian) gets it from apt.
+    assert "python3 python3-venv" in dockerfile
