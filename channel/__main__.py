@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 from channel.cell import CellConfig
@@ -57,13 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.model_bits if args.model_bits is not None else args.model_params * BITS_PER_PARAM
     )
     try:
-        config = CellConfig(
-            num_devices=args.num_devices,
-            availability_prob=args.availability_prob,
-            deadline_s=args.deadline_s,
-            pathloss_model=args.pathloss_model,
-            total_bandwidth_hz=args.total_bandwidth_hz,
-        )
+        # The options named after a CellConfig field (the others set the model size, rounds,
+        # seed and output folder).
+        names = {f.name for f in fields(CellConfig)}
+        config = CellConfig(**{k: v for k, v in vars(args).items() if k in names})
         summary = run_report(config, model_bits, args.rounds, args.seed, args.out)
     except ValueError as error:
         parser.error(str(error))

@@ -43,6 +43,7 @@ from flwr.app import (
     MetricRecord,
     MetricRecordValues,
     RecordDict,
+    UserConfig,
 )
 from flwr.clientapp import ClientApp
 from torch import nn
@@ -85,6 +86,23 @@ class PreTrainingStats:
 
     label_hist: list[int]
     sigma: float | None
+
+
+def node_context(
+    run_config: UserConfig, partition_id: int, num_partitions: int, *, node_id: int = 1
+) -> Context:
+    """The Context of a node of run 1 (empty state), to call the handlers without Flower.
+
+    ``node_config`` holds ``partition-id`` and ``num-partitions`` as Flower's simulation sets
+    them.
+    """
+    return Context(
+        run_id=1,
+        node_id=node_id,
+        node_config={NODE_PARTITION_ID: partition_id, NODE_NUM_PARTITIONS: num_partitions},
+        state=RecordDict(),
+        run_config=run_config,
+    )
 
 
 def node_partition(context: Context, settings: TaskSettings) -> int:
@@ -198,6 +216,51 @@ def _round_batches(
     return local_batches(settings.seed, training, len(split), server_round, split.partition_id)
 
 
+@dataclass(frozen=True)
+class _RoundState:
+    """What the stats and train handlers read from a round's message before they differ.
+
+    Attributes
+    ----------
+    settings : TaskSettings
+        The run config.
+    partition_id : int
+        The node's partition id.
+    split : LocalSplit
+        The node's (cached) local split.
+    server_round : int
+        The round the server sent.
+    training : TrainingSettings
+        The tau, lr and b the server sent.
+    model : nn.Module
+        The process model holding the received weights.
+    batches : list of int arrays
+        This round's tau batches (rows of ``split``).
+    stats : PreTrainingStats
+        The pre-training statistics at the received model.
+
+    """
+
+    settings: TaskSettings
+    partition_id: int
+    split: LocalSplit
+    server_round: int
+    training: TrainingSettings
+    model: nn.Module
+    batches: list[np.ndarray]
+    stats: PreTrainingStats
+
+
+def _round_state(msg: Message, context: Context) -> _RoundState:
+    """Read the message and the node's data, load the model and compute the round's statistics."""
+    settings, partition_id, split = _prepare(msg, context)
+    server_round, training, want_sigma = round_config(msg)
+    model = received_model(msg, settings, split)
+    batches = _round_batches(settings, server_round, training, split)
+    stats = pre_training_stats(model, split, batches, want_sigma=want_sigma)
+    return _RoundState(settings, partition_id, split, server_round, training, model, batches, stats)
+
+
 def _stats_metrics(
     partition_id: int, split: LocalSplit, stats: PreTrainingStats
 ) -> dict[str, MetricRecordValues]:
@@ -230,50 +293,44 @@ def query_info(msg: Message, context: Context) -> Message:
 @app.query(keys.QUERY_STATS_ACTION)
 def query_stats(msg: Message, context: Context) -> Message:
     """Reply with the pre-training statistics at the received model (no training)."""
-    settings, partition_id, split = _prepare(msg, context)
-    server_round, training, want_sigma = round_config(msg)
-    model = received_model(msg, settings, split)
-    batches = _round_batches(settings, server_round, training, split)
-    stats = pre_training_stats(model, split, batches, want_sigma=want_sigma)
-    metrics = MetricRecord(_stats_metrics(partition_id, split, stats))
+    state = _round_state(msg, context)
+    metrics = MetricRecord(_stats_metrics(state.partition_id, state.split, state.stats))
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
-    settings, partition_id, split = _prepare(msg, context)
-    server_round, training, want_sigma = round_config(msg)
-    model = received_model(msg, settings, split)
-    batches = _round_batches(settings, server_round, training, split)
-    stats = pre_training_stats(model, split, batches, want_sigma=want_sigma)
+    state = _round_state(msg, context)
+    model = state.model
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    rows = np.concatenate(batches)
-    x, y = split.tensors(rows)
+    rows = np.concatenate(state.batches)
+    x, y = state.split.tensors(rows)
     # Batches index the gathered rows 0 .. tau b - 1 in order.
-    positions = [np.arange(t * len(b), (t + 1) * len(b)) for t, b in enumerate(batches)]
+    positions = [np.arange(t * len(b), (t + 1) * len(b)) for t, b in enumerate(state.batches)]
     started = time.perf_counter()
     result = train_local(
         model,
         x,
         y,
         positions,
-        training.learning_rate,
-        torch_seed=dropout_seed(settings.seed, server_round, partition_id),
+        state.training.learning_rate,
+        torch_seed=dropout_seed(state.settings.seed, state.server_round, state.partition_id),
     )
     train_time_s = time.perf_counter() - started
-    metrics = _stats_metrics(partition_id, split, stats)
+    metrics = _stats_metrics(state.partition_id, state.split, state.stats)
     metrics[keys.TRAIN_LOSS] = float(result.mean_loss)
     metrics[keys.UPDATE_NORM] = update_norm(before, model)
     metrics[keys.TRAIN_TIME_S] = float(train_time_s)
-    state = {name: t.detach().cpu() for name, t in model.state_dict().items()}
-    content = RecordDict({keys.ARRAYS: ArrayRecord(state), keys.METRICS: MetricRecord(metrics)})
+    weights = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    content = RecordDict({keys.ARRAYS: ArrayRecord(weights), keys.METRICS: MetricRecord(metrics)})
     return Message(content, reply_to=msg)
 
 
 __all__ = [
     "PreTrainingStats",
     "app",
+    "node_context",
     "node_partition",
     "pre_training_stats",
     "received_model",

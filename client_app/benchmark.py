@@ -50,10 +50,10 @@ def _median_time_s(fn: Callable[[], object], repeats: int) -> tuple[float, float
 
 def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
     """Time the real train handler on digits / mlp (tau = 1, b = 32) and sigma-hat alone."""
-    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict, UserConfig
+    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict, UserConfig
     from flwr.supercore.task_identity import TaskIdentity
 
-    from client_app.app import app
+    from client_app.app import app, node_context
     from task import keys
     from task.local_data import local_split
     from task.settings import TaskSettings, TrainingSettings, default_run_config
@@ -61,13 +61,7 @@ def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
     run_config: UserConfig = {**default_run_config(), "num-devices": 20, "model": "mlp"}
-    context = Context(
-        run_id=1,
-        node_id=1,
-        node_config={"partition-id": 0, "num-partitions": 20},
-        state=RecordDict(),
-        run_config=run_config,
-    )
+    context = node_context(run_config, 0, 20)
     state = build_model("mlp", 10, (1, 8, 8)).state_dict()
     training = TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=32)
     config = {keys.SERVER_ROUND: 1, **training.to_config(), keys.WANT_SIGMA: True}

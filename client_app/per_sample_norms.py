@@ -329,11 +329,7 @@ def group_norm_sq_norms(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor) 
 
 
 def per_sample_grad_norms(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    chunk_size: int | None = None,
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int | None = None
 ) -> PerSampleNorms:
     """Compute ||grad l_i(w)||^2 for every sample and ||sum_i grad l_i(w)||^2 in one pass.
 

@@ -26,12 +26,8 @@ from typing import SupportsFloat
 
 import numpy as np
 
-from channel import CellConfig
 from experiments.solver_performance import (
-    BATCH_SIZE,
-    CLASS_GRADIENT,
-    NUM_CLASSES,
-    make_instance,
+    random_problem,
     write_csv,
 )
 from fedcgd_strategy.problem import SchedulingProblem
@@ -45,16 +41,7 @@ ALPHA = 0.1
 def scale_problem(num_devices: int, seed: int, instance: int, ratio: float) -> SchedulingProblem:
     """One Table I instance with ``num_devices`` candidate devices (see the module docstring)."""
     rng = np.random.default_rng([seed, num_devices, instance, 11])
-    labels, bandwidth_hz = make_instance(num_devices, ALPHA, rng)
-    return SchedulingProblem(
-        labels,
-        np.full(NUM_CLASSES, 1.0 / NUM_CLASSES),
-        bandwidth_hz,
-        CellConfig().total_bandwidth_hz,
-        ratio * np.sqrt(BATCH_SIZE) * CLASS_GRADIENT,
-        CLASS_GRADIENT,
-        BATCH_SIZE,
-    )
+    return random_problem(num_devices, ALPHA, ratio, rng)
 
 
 def timed(

@@ -465,7 +465,7 @@ class Row:
     Attributes
     ----------
     policy : str
-        Scheduling policy.
+        Scheduling policy of the row.
     quantity : str
         What is measured.
     flwr_s, plain_s : float or None

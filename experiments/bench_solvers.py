@@ -20,12 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from channel import CellConfig
 from experiments.solver_performance import (
-    BATCH_SIZE,
-    CLASS_GRADIENT,
-    NUM_CLASSES,
-    make_instance,
+    random_problem,
     write_csv,
 )
 from fedcgd_strategy.problem import SchedulingProblem
@@ -38,21 +34,20 @@ from fedcgd_strategy.solvers.result import ScheduleResult
 
 RATIO = 1.0
 ALPHA = 1.0
+#: Printed line of a ``times.csv`` row and of a ``speedup.csv`` row.
+TIME_LINE = (
+    "{num_devices:>4} {method:>6} {median_time_s:10.4f} {mean_iterations:10.1f} "
+    "{proven_optimal!s:>7}"
+)
+SPEEDUP_LINE = (
+    "{method:>6} {vectorised_median_s:10.4f} {loop_median_s:10.3f} {speedup:8.0f}x {identical!s:>9}"
+)
 
 
 def bench_problem(num_devices: int, seed: int, instance: int) -> SchedulingProblem:
     """One benchmark instance (see the module docstring)."""
     rng = np.random.default_rng([seed, num_devices, instance, 7])
-    labels, bandwidth_hz = make_instance(num_devices, ALPHA, rng)
-    return SchedulingProblem(
-        labels,
-        np.full(NUM_CLASSES, 1.0 / NUM_CLASSES),
-        bandwidth_hz,
-        CellConfig().total_bandwidth_hz,
-        RATIO * np.sqrt(BATCH_SIZE) * CLASS_GRADIENT,
-        CLASS_GRADIENT,
-        BATCH_SIZE,
-    )
+    return random_problem(num_devices, ALPHA, RATIO, rng)
 
 
 def timed(func: Callable[[], ScheduleResult]) -> tuple[ScheduleResult, float]:
@@ -117,11 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "proven_optimal": sum(proven) if method == "exact" else "",
             }
             time_rows.append(row)
-            print(
-                f"{num_devices:>4} {method:>6} {row['median_time_s']:10.4f} "
-                f"{row['mean_iterations']:10.1f} {row['proven_optimal']!s:>7}",
-                flush=True,
-            )
+            print(TIME_LINE.format(**row), flush=True)
     write_csv(args.out / "times.csv", time_rows)
 
     speed_rows: list[dict[str, object]] = []
@@ -156,11 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "identical": same,
         }
         speed_rows.append(row)
-        print(
-            f"{method:>6} {row['vectorised_median_s']:10.4f} {row['loop_median_s']:10.3f} "
-            f"{row['speedup']:8.0f}x {same!s:>9}",
-            flush=True,
-        )
+        print(SPEEDUP_LINE.format(**row), flush=True)
     write_csv(args.out / "speedup.csv", speed_rows)
     print(f"wrote {args.out / 'times.csv'} and {args.out / 'speedup.csv'}")
     return 0

@@ -28,7 +28,7 @@ import tempfile
 import time
 import tomllib
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,33 @@ class LocalFederation:
             )
         self.processes.append(proc)
         return proc
+
+    def flwr_run(
+        self,
+        project_dir: Path,
+        options: Sequence[str] = (),
+        *,
+        echo: bool = False,
+        start_new_session: bool = False,
+    ) -> subprocess.Popen[str]:
+        """Start ``flwr run PROJECT_DIR local --stream OPTIONS`` on this federation.
+
+        Its output (stderr merged into stdout) is piped as text. ``echo`` prints the command
+        first (``$ ...``); ``start_new_session`` puts the process in a group of its own (to stop
+        it with :func:`os.killpg`).
+        """
+        command = [_bin("flwr"), "run", str(project_dir), "local", "--stream", *options]
+        if echo:
+            print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+        return subprocess.Popen(
+            command,
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=project_dir,
+            start_new_session=start_new_session,
+        )
 
     def __enter__(self) -> LocalFederation:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -342,31 +369,23 @@ def run_flwr(
         ray_address=ray_address,
     )
     with federation as fed:
-        command = [_bin("flwr"), "run", str(project_dir), "local", "--stream"]
+        options: list[str] = []
         if not deployment:
-            command += [
+            options += [
                 "--federation-config",
                 f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
                 f"client-resources-num-gpus={gpus_per_client:g}",
             ]
         if run_config:
-            command += ["--run-config", format_run_config(run_config)]
-        print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-        proc = subprocess.Popen(
-            command,
-            env=fed.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=project_dir,
-        )
+            options += ["--run-config", format_run_config(run_config)]
+        proc = fed.flwr_run(project_dir, options, echo=True)
         lines = []
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
             print(line, end="", flush=True)
         proc.wait()
-    return subprocess.CompletedProcess(command, proc.returncode, "".join(lines), "")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), "")
 
 
 def resolve_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:

@@ -73,6 +73,47 @@ def _finish(fig: Any, axes: Any, out: Path) -> Path:
     return out
 
 
+def plot_mean_bands(
+    axes: Sequence[Any],
+    keys: Sequence[str],
+    result_dirs: Sequence[Path],
+    label: str,
+    color: str | None = None,
+) -> None:
+    """Draw on each axis the mean of its key over the runs and the mean's shaded 95 % band.
+
+    Parameters
+    ----------
+    axes : sequence of matplotlib axes
+        One panel per key.
+    keys : sequence of str
+        Metric of each panel (see :func:`round_values`).
+    result_dirs : sequence of Path
+        The runs of one group (e.g. the seeds of one policy).
+    label : str
+        Legend label of the group's curves.
+    color : str, optional
+        Colour of the group's curves; by default the first curve's automatic colour.
+
+    A panel whose key no run has is left without a curve.
+    """
+    runs = [load_run(d)[1] for d in result_dirs]
+    for ax, key in zip(axes, keys, strict=True):
+        band = mean_band([round_values(lines, key) for lines in runs])
+        if not len(band.x):
+            continue
+        (line,) = ax.plot(band.x, band.mean, color=color, label=label)
+        color = line.get_color()
+        ax.fill_between(
+            band.x,
+            band.mean - band.half_width,
+            band.mean + band.half_width,
+            color=color,
+            alpha=0.2,
+            linewidth=0,
+        )
+
+
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round) to ``out``."""
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
@@ -117,22 +158,8 @@ def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
     """
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
     for label, dirs in groups.items():
-        runs = [load_run(d)[1] for d in dirs]
-        color = None
-        for ax, key in zip(axes, ("accuracy", "num_scheduled", "wemd"), strict=True):
-            band = mean_band([round_values(lines, key) for lines in runs])
-            if not len(band.x):
-                continue
-            (line,) = ax.plot(band.x, band.mean, color=color, label=f"{label} (n={len(dirs)})")
-            color = line.get_color()
-            ax.fill_between(
-                band.x,
-                band.mean - band.half_width,
-                band.mean + band.half_width,
-                color=color,
-                alpha=0.2,
-                linewidth=0,
-            )
+        keys = ("accuracy", "num_scheduled", "wemd")
+        plot_mean_bands(axes, keys, dirs, f"{label} (n={len(dirs)})")
     return _finish(fig, axes, out)
 
 

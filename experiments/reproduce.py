@@ -46,8 +46,7 @@ from experiments.compare_policies import (
     write_table,
 )
 from experiments.launcher import default_run_config
-from experiments.plot_runs import load_run, round_values
-from experiments.statistics import mean_band
+from experiments.plot_runs import plot_mean_bands
 from server_app.config import parse_run_config
 from task.datasets import load_dataset
 
@@ -155,21 +154,8 @@ def plot_estimates(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fedcgd = {k: v for k, v in groups.items() if " fedcgd" in f" {k.split()[-1]}"}
     for i, (label, dirs) in enumerate(fedcgd.items()):
-        runs = [load_run(d)[1] for d in dirs]
         colour = colours[i % len(colours)]  # the same colour for a label in both panels
-        for ax, key in zip(axes, ("sigma", "class_gradient_used"), strict=True):
-            band = mean_band([round_values(lines, key) for lines in runs])
-            if not len(band.x):
-                continue
-            ax.plot(band.x, band.mean, label=label, color=colour)
-            ax.fill_between(
-                band.x,
-                band.mean - band.half_width,
-                band.mean + band.half_width,
-                color=colour,
-                alpha=0.2,
-                linewidth=0,
-            )
+        plot_mean_bands(axes, ("sigma", "class_gradient_used"), dirs, label, colour)
     axes[0].set_title("estimated σ (eq. global_est_sigma)")
     axes[1].set_title("Ĝ used by FedCGD (eq. G_est)")
     for ax in axes:

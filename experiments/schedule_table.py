@@ -66,7 +66,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -740,17 +740,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}")
     if args.fit_max < 1:
         raise SystemExit("--fit-max must be >= 1")
-    settings = TableSettings(
-        drops=args.drops,
-        rounds=args.rounds,
-        seed=args.seed,
-        num_devices=args.num_devices,
-        local_steps=args.local_steps,
-        sigma_over_sqrt_b_g=args.sigma_over_sqrt_b_g,
-        poc_candidates=args.poc_candidates,
-        label_dist=args.label_dist,
-        pack_rule=args.pack_rule,
-    )
+    # The options named after a settings field (the others steer the command).
+    names = {f.name for f in fields(TableSettings)}
+    settings = TableSettings(**{k: v for k, v in vars(args).items() if k in names})
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

@@ -82,6 +82,29 @@ def make_instance(
     return labels, np.asarray(draw.min_bandwidth_hz, dtype=float)
 
 
+def instance_problem(
+    labels: np.ndarray, bandwidth_hz: np.ndarray, ratio: float
+) -> SchedulingProblem:
+    """P1 of one instance: uniform target, Table I budget, ``sigma = ratio sqrt(b) G``."""
+    return SchedulingProblem(
+        labels,
+        np.full(NUM_CLASSES, 1.0 / NUM_CLASSES),
+        bandwidth_hz,
+        CellConfig().total_bandwidth_hz,
+        ratio * np.sqrt(BATCH_SIZE) * CLASS_GRADIENT,
+        CLASS_GRADIENT,
+        BATCH_SIZE,
+    )
+
+
+def random_problem(
+    num_devices: int, alpha: float, ratio: float, rng: np.random.Generator
+) -> SchedulingProblem:
+    """:func:`instance_problem` of a fresh :func:`make_instance` drawn from ``rng``."""
+    labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
+    return instance_problem(labels, bandwidth_hz, ratio)
+
+
 def _timed(
     func: Callable[..., ScheduleResult], *args: object, **kwargs: object
 ) -> tuple[ScheduleResult, float]:
@@ -115,18 +138,9 @@ def run(
             for instance in range(instances):
                 rng = np.random.default_rng([seed, num_devices, alpha_index, instance])
                 labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
-                target = np.full(NUM_CLASSES, 1.0 / NUM_CLASSES)
                 for ratio in ratios:
                     sigma = ratio * np.sqrt(BATCH_SIZE) * CLASS_GRADIENT
-                    problem = SchedulingProblem(
-                        labels,
-                        target,
-                        bandwidth_hz,
-                        CellConfig().total_bandwidth_hz,
-                        sigma,
-                        CLASS_GRADIENT,
-                        BATCH_SIZE,
-                    )
+                    problem = instance_problem(labels, bandwidth_hz, ratio)
                     exact, exact_s = _timed(
                         exact_schedule, problem, milp_time_limit_s=milp_time_limit_s
                     )

@@ -66,10 +66,7 @@ def ci95_halfwidth(values: Iterable[float | None]) -> float:
 def mean_ci95(values: Iterable[float | None]) -> tuple[float, float]:
     """Mean and 95 % confidence half-width over seeds.
 
-    Parameters
-    ----------
-    values : iterable of float or None
-        One value per seed; None / NaN are dropped.
+    ``values`` is read as by :func:`ci95_halfwidth`: one value per seed, None / NaN dropped.
 
     Returns
     -------

@@ -160,32 +160,63 @@ class RoundInputs:
         batch_size: int,
         target_dist: NDArray[np.float64],
         local_counts: NDArray[np.int64] | None = None,
+        reported: ReportedStats | None = None,
     ) -> RoundInputs:
-        """Inputs for a rule that needs the channel only (protocol ``"channel"``).
+        """Inputs from the round's channel draw and, where devices replied, their statistics.
 
-        The candidates are the available devices; nothing was reported this round, so every
-        candidate's round label distribution stands at the target and σ̂_v at NaN (not
-        computed); |D_v| and the local distributions come from ``local_counts`` (int[V, C],
-        class counts of the whole local datasets, reported at discovery; |D_v| = 1 without).
-        The round's record takes the uploaded devices' statistics from their training replies.
+        The candidates are the ``available`` devices. ``local_counts`` (int[V, C], class counts
+        of the whole local datasets, reported at discovery) gives the local distributions (rows
+        normalised, zero rows stay zero). ``reported`` holds the candidates' replies of this
+        round. Without it, a rule that needs the channel only (protocol ``"channel"``): nothing
+        was reported, so every candidate's round label distribution stands at the target, σ̂_v
+        at NaN (not computed) and |D_v| at the row sums of ``local_counts`` (1 without); the
+        round's record takes the uploaded devices' statistics from their training replies.
         """
         num_devices, num_classes = int(available.shape[0]), int(target_dist.shape[0])
-        sizes, local_dist = np.ones(num_devices), None
+        local_dist = None
         if local_counts is not None:
-            sizes = local_counts.sum(axis=1).astype(float)
-            local_dist = local_counts / np.maximum(sizes, 1.0)[:, None]
+            totals = local_counts.sum(axis=1, keepdims=True)
+            local_dist = np.divide(
+                local_counts, totals, out=np.zeros(local_counts.shape), where=totals > 0
+            )
+        if reported is None:
+            sizes = np.ones(num_devices)
+            if local_counts is not None:
+                sizes = local_counts.sum(axis=1).astype(float)
+            reported = ReportedStats(
+                label_dist=np.broadcast_to(target_dist, (num_devices, num_classes)).copy(),
+                num_examples=sizes,
+                sigma_v=np.full(num_devices, np.nan),
+            )
         return cls(
             candidate=np.asarray(available, dtype=bool),
-            label_dist=np.broadcast_to(target_dist, (num_devices, num_classes)).copy(),
-            num_examples=sizes,
-            sigma_v=np.full(num_devices, np.nan),
+            label_dist=reported.label_dist,
+            num_examples=reported.num_examples,
+            sigma_v=reported.sigma_v,
             min_bandwidth_hz=min_bandwidth_hz,
             gain_lin=gain_lin,
             total_bandwidth_hz=total_bandwidth_hz,
             batch_size=batch_size,
             target_dist=target_dist,
+            train_loss=reported.train_loss,
+            update_norm=reported.update_norm,
             local_dist=local_dist,
         )
+
+
+@dataclass(frozen=True)
+class ReportedStats:
+    """The statistics the candidates reported this round (length-V arrays, as in RoundInputs).
+
+    Rows of devices that did not report are ignored; ``train_loss`` and ``update_norm`` come
+    with training replies only (None otherwise).
+    """
+
+    label_dist: NDArray[np.float64]
+    num_examples: NDArray[np.float64]
+    sigma_v: NDArray[np.float64]
+    train_loss: NDArray[np.float64] | None = None
+    update_norm: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True)

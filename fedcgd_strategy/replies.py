@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from channel import RoundDraw
 from fedcgd_strategy.aggregation import flatten_update
-from fedcgd_strategy.policies import RoundInputs, UploadedUpdates
+from fedcgd_strategy.policies import ReportedStats, RoundInputs, UploadedUpdates
 from task import keys
 from task.settings import TrainingSettings
 
@@ -283,12 +283,23 @@ def collect_reports(
     return [reports[p] for p in sorted(reports)], failed
 
 
-def _distributions(counts: NDArray[np.int64] | None) -> NDArray[np.float64] | None:
-    """Rows normalised to sum 1 (zero rows stay zero)."""
-    if counts is None:
-        return None
-    totals = counts.sum(axis=1, keepdims=True)
-    return np.divide(counts, totals, out=np.zeros(counts.shape), where=totals > 0)
+def _reported_stats(
+    reports: list[DeviceReport], num_devices: int, num_classes: int, post_training: bool
+) -> tuple[NDArray[np.bool_], ReportedStats]:
+    """The reporting devices (the candidates) and their statistics as length-V arrays."""
+    candidate = np.zeros(num_devices, dtype=bool)
+    label_dist = np.zeros((num_devices, num_classes))
+    num_examples, sigma_v = np.zeros(num_devices), np.zeros(num_devices)
+    train_loss = np.full(num_devices, np.nan) if post_training else None
+    update_norm = np.full(num_devices, np.nan) if post_training else None
+    for r in reports:
+        v = r.partition_id
+        candidate[v] = True
+        label_dist[v], num_examples[v], sigma_v[v] = r.label_dist, r.num_examples, r.sigma
+        if train_loss is not None and update_norm is not None:
+            train_loss[v] = np.nan if r.train_loss is None else r.train_loss
+            update_norm[v] = np.nan if r.update_norm is None else r.update_norm
+    return candidate, ReportedStats(label_dist, num_examples, sigma_v, train_loss, update_norm)
 
 
 def inputs_from_reports(
@@ -332,33 +343,12 @@ def inputs_from_reports(
 
     """
     V = int(np.asarray(draw.available).shape[0])
-    min_bandwidth_hz = np.asarray(draw.min_bandwidth_hz, dtype=float)
-    gain_lin = np.asarray(draw.gain_lin, dtype=float)
+    reported = None
     if reports is None:
-        mask = np.zeros(V, dtype=bool)
-        mask[available] = True
-        uniform = np.full(num_classes, 1.0 / num_classes)
-        return RoundInputs.from_channel(
-            mask,
-            min_bandwidth_hz,
-            gain_lin,
-            total_bandwidth_hz=total_bandwidth_hz,
-            batch_size=batch_size,
-            target_dist=uniform if target_dist is None else np.asarray(target_dist, float),
-            local_counts=local_counts,
-        )
-    candidate = np.zeros(V, dtype=bool)
-    label_dist = np.zeros((V, num_classes))
-    num_examples, sigma_v = np.zeros(V), np.zeros(V)
-    train_loss = np.full(V, np.nan) if post_training else None
-    update_norm = np.full(V, np.nan) if post_training else None
-    for r in reports:
-        v = r.partition_id
-        candidate[v] = True
-        label_dist[v], num_examples[v], sigma_v[v] = r.label_dist, r.num_examples, r.sigma
-        if train_loss is not None and update_norm is not None:
-            train_loss[v] = np.nan if r.train_loss is None else r.train_loss
-            update_norm[v] = np.nan if r.update_norm is None else r.update_norm
+        candidate = np.zeros(V, dtype=bool)
+        candidate[available] = True
+    else:
+        candidate, reported = _reported_stats(reports, V, num_classes, post_training)
     if target_dist is not None:
         target = np.asarray(target_dist, dtype=float)
     elif reports:
@@ -366,19 +356,15 @@ def inputs_from_reports(
         target = total / total.sum()
     else:
         target = np.full(num_classes, 1.0 / num_classes)
-    return RoundInputs(
-        candidate=candidate,
-        label_dist=label_dist,
-        num_examples=num_examples,
-        sigma_v=sigma_v,
-        min_bandwidth_hz=min_bandwidth_hz,
-        gain_lin=gain_lin,
+    return RoundInputs.from_channel(
+        candidate,
+        np.asarray(draw.min_bandwidth_hz, dtype=float),
+        np.asarray(draw.gain_lin, dtype=float),
         total_bandwidth_hz=total_bandwidth_hz,
         batch_size=batch_size,
         target_dist=target,
-        train_loss=train_loss,
-        update_norm=update_norm,
-        local_dist=_distributions(local_counts),
+        local_counts=local_counts,
+        reported=reported,
     )
 
 

@@ -19,7 +19,7 @@ from fedcgd_strategy.policies import make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
 from server_app.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from server_app.config import RunConfig, parse_run_config
-from server_app.results import CONFIG_FILE, MODEL_FILE, ResultWriter
+from server_app.results import CONFIG_FILE, MODEL_FILE, ResultWriter, json_ready
 from task.datasets import load_test_set, load_train_set
 from task.models import build_model, count_parameters
 from task.settings import flatten
@@ -75,7 +75,7 @@ def check_same_run(result_dir: Path, resolved: dict[str, Any]) -> None:
         Naming the settings that differ.
     """
     before = flatten(json.loads((result_dir / CONFIG_FILE).read_text()))
-    now = flatten(json.loads(json.dumps(_json_ready(resolved))))
+    now = flatten(json.loads(json.dumps(json_ready(resolved))))
     differ = sorted(
         k
         for k in set(before) | set(now)
@@ -87,16 +87,6 @@ def check_same_run(result_dir: Path, resolved: dict[str, Any]) -> None:
             f"({', '.join(differ)}); resume with the same run config (only num-server-rounds "
             "may change)"
         )
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_ready(v) for v in value]
-    return value
 
 
 def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:

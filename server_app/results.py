@@ -15,14 +15,14 @@ MODEL_FILE = "model.pt"
 SUMMARY_FILE = "summary.json"
 
 
-def _clean(value: Any) -> Any:
-    """Replace non-finite floats by None so every line is strict JSON."""
+def json_ready(value: Any) -> Any:
+    """Replace non-finite floats by None (in nested dicts, lists and tuples) for strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [json_ready(v) for v in value]
     return value
 
 
@@ -65,11 +65,13 @@ class ResultWriter:
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Write the resolved run config as JSON."""
-        (self.dir / CONFIG_FILE).write_text(json.dumps(_clean(config), indent=2, sort_keys=True))
+        (self.dir / CONFIG_FILE).write_text(
+            json.dumps(json_ready(config), indent=2, sort_keys=True)
+        )
 
     def append_round(self, line: dict[str, Any]) -> None:
         """Append one round's metrics as a JSON line (flushed to disk: nothing lost on a crash)."""
-        clean = _clean(line)
+        clean = json_ready(line)
         with (self.dir / METRICS_FILE).open("a") as fh:
             fh.write(json.dumps(clean) + "\n")
             fh.flush()
@@ -78,7 +80,7 @@ class ResultWriter:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write the end-of-run summary."""
-        (self.dir / SUMMARY_FILE).write_text(json.dumps(_clean(summary), indent=2))
+        (self.dir / SUMMARY_FILE).write_text(json.dumps(json_ready(summary), indent=2))
 
     def elapsed_s(self) -> float:
         """Seconds since the writer was created."""

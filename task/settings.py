@@ -50,10 +50,10 @@ DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn")
 #: The model ``model = "auto"`` selects for each dataset.
 AUTO_MODEL: dict[str, str] = {"digits": "mlp", "cifar10": "cnn", "cifar100": "resnet18gn"}
-#: Partition schemes (see :mod:`task.partition`).
-PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
+#: Partition schemes (see :mod:`task.partition`).
+PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class TaskSettings:
     Attributes
     ----------
     seed : int
-        Run seed.
+        Seed of the run.
     num_devices : int
         Number of devices V (>= 1).
     dataset : str

@@ -44,12 +44,8 @@ def task_identity() -> None:
 
 
 def context(partition_id: int = 1, num_partitions: int = 4) -> Context:
-    return Context(
-        run_id=1,
-        node_id=100 + partition_id,
-        node_config={"partition-id": partition_id, "num-partitions": num_partitions},
-        state=RecordDict(),
-        run_config=dict(RUN_CONFIG),
+    return client.node_context(
+        dict(RUN_CONFIG), partition_id, num_partitions, node_id=100 + partition_id
     )
 
 
@@ -202,13 +198,7 @@ def test_cifar10_cnn_end_to_end_on_fake_files(
         "num-devices": 2,
         "partition": "shards",
     }
-    ctx = Context(
-        run_id=1,
-        node_id=7,
-        node_config={"partition-id": 0, "num-partitions": 2},
-        state=RecordDict(),
-        run_config=run_config,
-    )
+    ctx = client.node_context(run_config, 0, 2, node_id=7)
     state = build_model("cnn", 10, (3, 32, 32), seed=3).state_dict()
     content = RecordDict(
         {

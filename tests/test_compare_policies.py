@@ -10,12 +10,12 @@ import csv
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
+from subprocesses import run_module
 
 from experiments import compare_policies as cp
 from experiments.plot_runs import plot_mean_runs, plot_runs
@@ -235,27 +235,12 @@ def test_summarise_reads_the_seed_from_the_config(tmp_path):
 @pytest.mark.slow
 def test_two_seeds_two_policies_end_to_end(tmp_path):
     out = tmp_path / "cmp"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiments.compare_policies",
-            "--policies",
-            "fedcgd-fscd,bc",
-            "--seeds",
-            "0,1",
-            "--run-config",
-            "num-devices=4 num-server-rounds=2",
-            "--target-accuracy",
-            "0.2",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc = run_module(
+        "experiments.compare_policies",
+        *("--policies", "fedcgd-fscd,bc", "--seeds", "0,1"),
+        *("--run-config", "num-devices=4 num-server-rounds=2", "--target-accuracy", "0.2"),
+        *("--out", str(out)),
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "[policy 2/2, seed 2/2] bc seed=1" in proc.stdout
     runs = read(out / "runs.csv")
     assert {(r["policy"], r["seed"]) for r in runs} == {

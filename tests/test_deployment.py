@@ -17,7 +17,6 @@ from experiments.certificates import make_certificates
 from experiments.launcher import (
     PROJECT_DIR,
     LocalFederation,
-    _bin,
     format_run_config,
     main,
     run_flwr,
@@ -76,17 +75,8 @@ def test_unreachable_superlink_is_a_clear_error(capsys):
 
 
 def flwr_run(fed: LocalFederation, run_config: dict) -> subprocess.Popen[str]:
-    command = [_bin("flwr"), "run", str(PROJECT_DIR), "local", "--stream"]
-    command += ["--run-config", format_run_config(run_config)]
-    return subprocess.Popen(
-        command,
-        env=fed.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=PROJECT_DIR,
-        start_new_session=True,
-    )
+    options = ["--run-config", format_run_config(run_config)]
+    return fed.flwr_run(PROJECT_DIR, options, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from subprocesses import run_module
 
 from experiments import compare_policies
 from experiments.reproduce import (
@@ -167,23 +167,15 @@ def test_sweep_points_are_the_cartesian_product():
 @pytest.mark.slow
 def test_reproduce_runs_a_small_sweep(tmp_path):
     out = tmp_path / "sweep"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiments.reproduce",
-            "experiment=digits_policies",
-            "policies=[all,fedcgd-fscd]",
-            "+sweep.local-steps=[1,2]",
-            "+run.num-devices=4",
-            "+run.num-server-rounds=2",
-            f"out={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
+    run_module(
+        "experiments.reproduce",
+        "experiment=digits_policies",
+        "policies=[all,fedcgd-fscd]",
+        "+sweep.local-steps=[1,2]",
+        "+run.num-devices=4",
+        "+run.num-server-rounds=2",
+        f"out={out}",
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert {(r["sweep"], r["policy"]) for r in rows} == {
         (f"local-steps={t}", p) for t in (1, 2) for p in ("all", "fedcgd-fscd")

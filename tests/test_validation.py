@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from subprocesses import assert_import_pulls_neither_flwr_nor_torch
 
 from fedcgd_strategy import problem
 from fedcgd_strategy.validation import (
@@ -33,13 +31,7 @@ def test_one_tolerance_reexported_by_problem() -> None:
 
 
 def test_import_pulls_neither_flwr_nor_torch() -> None:
-    code = (
-        "import sys\n"
-        "import fedcgd_strategy.validation\n"
-        "bad = sorted(m for m in ('flwr', 'torch') if m in sys.modules)\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    assert_import_pulls_neither_flwr_nor_torch("fedcgd_strategy.validation")
 
 
 # --- label and target distributions -------------------------------------------------------------

@@ -28,6 +28,9 @@ from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult, is_improvement
 from fedcgd_strategy.solvers.setup import FloatArray, ProblemArrays, RunningSums
 
+#: Device or row indices (``np.flatnonzero`` and friends).
+IndexArray = NDArray[np.intp]
+
 #: Safety margin of the pruning by the lower bound, in units of ``(C + 2) * eps * (2 sum_c G_c +
 #: 2 |objective|)``: the bound and the objective values each sum at most ``C + 2`` rounded terms of
 #: at most that size, so they are off by a few ``(C + 2) * eps`` of it; 64 is a wide safety factor.
@@ -101,7 +104,7 @@ class FscdStage:
     swaps: int
 
 
-def cheapest_order(problem: SchedulingProblem) -> NDArray[np.intp]:
+def cheapest_order(problem: SchedulingProblem) -> IndexArray:
     """Feasible devices sorted by ``B*`` ascending, ties by the lower index (Alg. 2, line 2)."""
     candidates = np.flatnonzero(problem.feasible)
     return candidates[np.argsort(problem.min_bandwidth_hz[candidates], kind="stable")]
@@ -117,7 +120,7 @@ def largest_batch_totals(problem: SchedulingProblem) -> NDArray[np.int64]:
     return np.concatenate([[0], np.cumsum(batch)]).astype(np.int64)
 
 
-def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> NDArray[np.intp]:
+def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> IndexArray:
     """How many leading entries of ``sorted_hz`` fit each ``room_hz``, with the exact budget test.
 
     ``out[i]`` = number of ``j`` with ``room_hz[i] + sorted_hz[j] <= limit_hz`` evaluated in
@@ -298,12 +301,12 @@ class TransitSearch:
 
     def _pruned_candidates(
         self,
-        inside: NDArray[np.intp],
-        positions: NDArray[np.intp],
-        fits: NDArray[np.intp],
+        inside: IndexArray,
+        positions: IndexArray,
+        fits: IndexArray,
         sums: RunningSums,
         current: float,
-    ) -> tuple[NDArray[np.intp], FloatArray] | None:
+    ) -> tuple[IndexArray, FloatArray] | None:
         """Rows (into ``inside``) and values of the transits that may be best (step 3).
 
         A value is ``inf`` where the bound proved the transit not best. None if no transit can
@@ -336,8 +339,8 @@ class TransitSearch:
     def _candidate_values(
         self,
         sums: RunningSums,
-        leave: NDArray[np.intp],
-        enter: NDArray[np.intp],
+        leave: IndexArray,
+        enter: IndexArray,
         bound: FloatArray,
     ) -> FloatArray:
         """Objectives of the candidate transits, ``inf`` where the bound proves them not best.
@@ -357,7 +360,7 @@ class TransitSearch:
         return values
 
     def _lower_bounds(
-        self, inside: NDArray[np.intp], positions: NDArray[np.intp], sums: RunningSums
+        self, inside: IndexArray, positions: IndexArray, sums: RunningSums
     ) -> FloatArray:
         """Lower bounds of the transit objectives, float ``[I, K]`` (step 3 of the class doc)."""
         arrays = self.arrays
@@ -388,9 +391,7 @@ class TransitSearch:
             bound[start:stop] += np.maximum(excess, 0.0, out=excess)
         return bound
 
-    def _objectives(
-        self, sums: RunningSums, leave: NDArray[np.intp], enter: NDArray[np.intp]
-    ) -> FloatArray:
+    def _objectives(self, sums: RunningSums, leave: IndexArray, enter: IndexArray) -> FloatArray:
         """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]``.
 
         The class terms ``|(sum_Pi p - p_v + p_u) / S - p_c|`` are rounded exactly as in the dense
@@ -407,7 +408,7 @@ class TransitSearch:
         self,
         selected: NDArray[np.bool_],
         sums: RunningSums,
-        leave: NDArray[np.intp],
+        leave: IndexArray,
         group: bool = True,
     ) -> tuple[int, int, float]:
         """Argmin over the dense grid's rows ``leave`` (ascending), computed as the grid does.
@@ -423,7 +424,7 @@ class TransitSearch:
         outside = np.flatnonzero(arrays.feasible & ~selected)
         removed = sums.class_sum - arrays.labels[leave]
         leave_batch = arrays.batch[leave]
-        rows: NDArray[np.intp] | None = None
+        rows: IndexArray | None = None
         if group and leave.size > 1:
             # first[rows[i]] = the first row with the same partial sums and batch size as row i
             same = np.all(removed[:, None, :] == removed[None, :, :], axis=2)

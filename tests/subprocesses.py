@@ -1,0 +1,29 @@
+"""Helpers of the tests that run Python in a child process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def assert_import_pulls_neither_flwr_nor_torch(*modules: str) -> None:
+    """Import ``modules`` in a fresh interpreter and fail if that loaded flwr or torch."""
+    code = (
+        "import sys\n"
+        f"import {', '.join(modules)}\n"
+        "bad = sorted(m for m in ('flwr', 'torch') if m in sys.modules)\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def run_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module args`` (15 min at most), assert that it exits with 0 and return it.
+
+    Its output is captured as text; the failure message shows the tail of both streams.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
