@@ -499,8 +499,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--ray-address",
+        default=os.environ.get("RAY_ADDRESS") or None,
+        help="join this Ray cluster for the simulation (e.g. HEAD:6379; default: $RAY_ADDRESS)",
+    )
+    parser.add_argument(
+        "--flwr-home",
+        type=Path,
         default=None,
-        help="join this Ray cluster for the simulation (e.g. 127.0.0.1:6379, see README)",
+        help="FLWR_HOME for the run (default: a fresh temporary folder); on a Ray cluster of "
+        "several machines it must be a shared folder at the same path everywhere",
     )
     parser.add_argument(
         "--superlink",
@@ -548,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus_per_client=args.gpus_per_client,
             tls=tls,
             ray_address=args.ray_address,
+            flwr_home=args.flwr_home,
         )
     summary = Path(merged["result-dir"]) / "summary.json"
     if proc.returncode != 0 or not summary.exists():
