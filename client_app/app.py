@@ -154,7 +154,7 @@ def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
-    """Build the model named in the run config and load the message's ArrayRecord into it."""
+    """Load the message's ArrayRecord into this process's model of the run config's kind."""
     if keys.ARRAYS not in msg.content.array_records:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "

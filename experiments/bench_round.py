@@ -80,8 +80,6 @@ PAPER_CIFAR10: dict[str, Any] = {
 }
 #: Policies compared; the first needs sigma-hat from every available device, BC none.
 POLICIES: tuple[str, ...] = ("fedcgd-fscd", "bc")
-#: Policies whose schedule uses sigma-hat (the plain replay computes it only for these).
-SIGMA_POLICIES: frozenset[str] = frozenset({"fedcgd-fscd"})
 #: CIFAR-10 layout: classes, training images per class, test images per class, batch files.
 NUM_CLASSES = 10
 TRAIN_PER_CLASS = 5000
@@ -344,6 +342,7 @@ def replay_plain(
     from channel import Cell
     from client_app.sigma import gradient_spread
     from fedcgd_strategy.aggregation import fedavg
+    from fedcgd_strategy.policies import policy_class
     from server_app.app import BITS_PER_PARAMETER
     from server_app.config import parse_run_config
     from task.datasets import load_test_set, load_train_set
@@ -387,7 +386,7 @@ def replay_plain(
             raise RuntimeError(f"round {server_round}: scheduled {scheduled} not in {available}")
 
         t0 = time.perf_counter()
-        if run_config["policy"] in SIGMA_POLICIES:
+        if policy_class(run_config["policy"]).needs_sigma:  # as the devices do
             model.load_state_dict(global_state)
             for v in available:
                 split = splits[v]

@@ -206,10 +206,8 @@ class TableSettings:
 
     def __post_init__(self) -> None:
         """Reject values the simulation cannot use, naming the field."""
-        for name in ("drops", "rounds", "num_devices", "num_classes", "samples_per_class"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
-        for name in ("shards_per_device", "batch_size", "local_steps"):
+        counts = ("drops", "rounds", "num_devices", "num_classes", "samples_per_class")
+        for name in (*counts, "shards_per_device", "batch_size", "local_steps"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
         if self.seed < 0 or self.poc_candidates < 0:

@@ -615,7 +615,8 @@ _POLICIES: dict[str, tuple[type[Policy], str, bool]] = {
 POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
 
 
-def _policy_type(name: str) -> type[Policy]:
+def policy_class(name: str) -> type[Policy]:
+    """The class of the policy called ``name`` (its ClassVars say what the rule needs)."""
     if name not in _POLICIES:
         raise ValueError(f"policy: got {name!r}; allowed: {', '.join(POLICY_NAMES)}")
     return _POLICIES[name][0]
@@ -643,7 +644,7 @@ def resolve_protocol(policy: str, requested: str = "auto") -> str:
         For an unknown policy or protocol, or ``"query"`` with a post-training rule.
 
     """
-    kind = _policy_type(policy)
+    kind = policy_class(policy)
     if requested not in PROTOCOL_CHOICES:
         raise ValueError(f"protocol: got {requested!r}; allowed: {', '.join(PROTOCOL_CHOICES)}")
     if kind.needs_post_training:
@@ -703,7 +704,7 @@ def make_policy(
         For an unknown name.
 
     """
-    kind = _policy_type(name)
+    kind = policy_class(name)
     _, method, per_class = _POLICIES[name]
     if kind is FedCGDPolicy:
         time_limit = exact_time_limit_s if method == "exact" else None
