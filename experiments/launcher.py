@@ -529,7 +529,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--ray-address is for the simulation engine only")
         if args.superlink:
             check_reachable(args.superlink)
-    except (ValueError, ConnectionError) as err:
+        else:  # the data must be there before anything starts (CIFAR cannot be downloaded)
+            from task.datasets import load_dataset
+
+            data_dir = resolve_data_dir(merged)["data-dir"]
+            load_dataset(str(merged["dataset"]), data_dir, train=True)
+    except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not merged.get("result-dir"):

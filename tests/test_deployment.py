@@ -139,3 +139,8 @@ def test_a_supernode_that_dies_is_recorded_and_used_again_after_restart(tmp_path
     back = [x["round"] for x in lines if 1 in x["uploaded"] and x["round"] > gone[-1]]
     assert back, [(x["round"], x["uploaded"]) for x in lines]
     assert all(x["disconnected"] in ([], [1]) for x in lines)
+
+
+def test_missing_data_stops_the_launcher_before_anything_starts(tmp_path, capsys):
+    assert main(["--run-config", f"dataset='cifar10' data-dir='{tmp_path / 'none'}'"]) == 2
+    assert "cifar10 files not found" in capsys.readouterr().err
