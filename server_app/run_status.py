@@ -1,0 +1,160 @@
+"""What a result folder says about its run: running, completed or failed, and with which settings.
+
+Pure Python (no flwr, no torch): the launcher, ``compare_policies`` and ``experiments.reproduce``
+read it to decide exit codes and whether a kept run may be reused; the ServerApp writes it.
+
+``status.json`` is written atomically (temporary file, fsync, rename) when a run starts
+(``"running"``), and when it ends (``"completed"``, or ``"failed"`` with the reason). A folder
+whose status is ``"running"`` after its process is gone was killed: it may be resumed from its
+checkpoint. ``config.json`` holds the settings the run was started with;
+:func:`settings_differences` compares them with the settings asked for now.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+STATUS_FILE = "status.json"
+
+#: The states a run can be in.
+RUNNING, COMPLETED, FAILED = "running", "completed", "failed"
+STATES = (RUNNING, COMPLETED, FAILED)
+
+#: Files whose presence means a folder already holds a run's results.
+RUN_FILES = (
+    "config.json",
+    "metrics.jsonl",
+    "summary.json",
+    "model.pt",
+    "checkpoint.pt",
+    STATUS_FILE,
+)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """The state of the run in one result folder.
+
+    Attributes
+    ----------
+    state : str
+        ``"running"``, ``"completed"`` or ``"failed"``.
+    last_round : int
+        The last round whose metrics line is written (0: none yet).
+    num_server_rounds : int
+        Rounds the run was asked for.
+    reason : str or None
+        Why the run failed (``"failed"`` only), one line.
+    updated_unix_s : float
+        Wall-clock time of this write (seconds since the epoch).
+
+    """
+
+    state: str
+    last_round: int
+    num_server_rounds: int
+    reason: str | None = None
+    updated_unix_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.state not in STATES:
+            raise ValueError(f"run status {self.state!r}; allowed: {', '.join(STATES)}")
+
+    @property
+    def succeeded(self) -> bool:
+        """True when the run completed."""
+        return self.state == COMPLETED
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a crash leaves the old file or the new one, never half.
+
+    The text goes to a temporary file in the same folder, is flushed to disk, and is renamed
+    over ``path`` (``os.replace`` is atomic on POSIX).
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_status(result_dir: Path, status: RunStatus) -> None:
+    """Write ``status.json`` atomically (``updated_unix_s`` set to now)."""
+    data = {**asdict(status), "updated_unix_s": time.time()}
+    atomic_write_text(Path(result_dir) / STATUS_FILE, json.dumps(data, indent=2) + "\n")
+
+
+def read_status(result_dir: Path) -> RunStatus | None:
+    """The run status of ``result_dir``; None when the folder holds no ``status.json``.
+
+    Raises
+    ------
+    ValueError
+        When the file exists but is not a valid status (names the file).
+    """
+    path = Path(result_dir) / STATUS_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return RunStatus(
+            state=str(data["state"]),
+            last_round=int(data["last_round"]),
+            num_server_rounds=int(data["num_server_rounds"]),
+            reason=None if data.get("reason") is None else str(data["reason"]),
+            updated_unix_s=float(data.get("updated_unix_s", 0.0)),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} is not a valid run status ({err})") from err
+
+
+def holds_run(result_dir: Path) -> bool:
+    """True when ``result_dir`` exists and holds any of a run's files (:data:`RUN_FILES`)."""
+    folder = Path(result_dir)
+    return folder.is_dir() and any((folder / name).exists() for name in RUN_FILES)
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys; values normalised through JSON (tuples become lists)."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: json.loads(json.dumps(value))}
+
+
+def settings_differences(
+    recorded: Mapping[str, Any],
+    requested: Mapping[str, Any],
+    *,
+    ignore: Iterable[str] = (),
+    requested_keys_only: bool = False,
+) -> list[str]:
+    """The (dotted) settings whose values differ between two resolved run configs, sorted.
+
+    Parameters
+    ----------
+    recorded : mapping
+        The settings a run was started with (its ``config.json``), possibly nested.
+    requested : mapping
+        The settings asked for now, in the same shape.
+    ignore : iterable of str
+        Dotted keys that may differ (e.g. ``num_server_rounds`` on resume).
+    requested_keys_only : bool
+        Compare only the keys present in ``requested`` (``recorded`` may hold values derived
+        at run time, such as the parameter count).
+
+    """
+    before, now = _flat(recorded), _flat(requested)
+    skip = set(ignore)
+    names = set(now) if requested_keys_only else set(before) | set(now)
+    return sorted(k for k in names if k not in skip and before.get(k) != now.get(k))
