@@ -22,10 +22,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.statistics import mean_band
+from experiments.figures import (
+    LEGEND_FONTSIZE,
+    draw_group,
+    label_axis,
+    policy_name,
+    policy_style,
+)
 from server_app.results import CONFIG_FILE, METRICS_FILE
 
-PANEL_TITLES = ("test accuracy", "scheduled devices", "WEMD of the schedule (G = 1)")
+#: The three panels of a run figure: one metric each (labels and ranges in
+#: :data:`experiments.figures.METRICS`).
+PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
 
 
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
@@ -61,12 +69,25 @@ def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, floa
     return out
 
 
-def _finish(fig: Any, axes: Any, out: Path) -> Path:
-    for ax, title in zip(axes, PANEL_TITLES, strict=True):
-        ax.set_xlabel("round")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].legend()
+def _panels(num: int = len(PANEL_KEYS)) -> tuple[Any, Any]:
+    fig, axes = plt.subplots(1, num, figsize=(14, 4.4), constrained_layout=True)
+    return fig, axes
+
+
+def finish_figure(fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path) -> Path:
+    """Label every panel (y label with unit), put one legend below the panels, save ``out``."""
+    for ax, key in zip(axes, keys, strict=True):
+        label_axis(ax, key)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(
+            handles,
+            labels,
+            loc="outside lower center",
+            ncol=min(len(labels), 5),
+            fontsize=LEGEND_FONTSIZE,
+            frameon=False,
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -79,8 +100,9 @@ def plot_mean_bands(
     result_dirs: Sequence[Path],
     label: str,
     color: str | None = None,
+    policy: str | None = None,
 ) -> None:
-    """Draw on each axis the mean of its key over the runs and the mean's shaded 95 % band.
+    """Draw on each axis one group of runs of its key (:func:`experiments.figures.draw_group`).
 
     Parameters
     ----------
@@ -94,41 +116,27 @@ def plot_mean_bands(
         Legend label of the group's curves.
     color : str, optional
         Colour of the group's curves; by default the first curve's automatic colour.
+    policy : str, optional
+        The group's policy, for its line style (FedCGD solid and thick, baselines dashed).
 
-    A panel whose key no run has is left without a curve.
+    Three runs or more: the mean and its 95 % band clipped to the metric's range; fewer: each
+    run. A panel whose key no run has is left without a curve.
     """
     runs = [load_run(d)[1] for d in result_dirs]
+    style = policy_style(policy) if policy else None
     for ax, key in zip(axes, keys, strict=True):
-        band = mean_band([round_values(lines, key) for lines in runs])
-        if not len(band.x):
-            continue
-        (line,) = ax.plot(band.x, band.mean, color=color, label=label)
-        color = line.get_color()
-        ax.fill_between(
-            band.x,
-            band.mean - band.half_width,
-            band.mean + band.half_width,
-            color=color,
-            alpha=0.2,
-            linewidth=0,
-        )
+        curves = [round_values(lines, key) for lines in runs]
+        drawn = draw_group(ax, curves, key, label, color=color, style=style)
+        color = drawn or color
 
 
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round) to ``out``."""
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
+    fig, axes = _panels()
     for result_dir in result_dirs:
-        label, lines = load_run(result_dir)
-        evaluated = [x for x in lines if x.get("accuracy") is not None]
-        axes[0].plot(
-            [x["round"] for x in evaluated], [x["accuracy"] for x in evaluated], label=label
-        )
-        axes[1].plot(
-            [x["round"] for x in lines], [x.get("num_scheduled", 0) for x in lines], label=label
-        )
-        with_wemd = [x for x in lines if x.get("wemd") is not None]
-        axes[2].plot([x["round"] for x in with_wemd], [x["wemd"] for x in with_wemd], label=label)
-    return _finish(fig, axes, out)
+        label, _ = load_run(result_dir)
+        plot_mean_bands(axes, PANEL_KEYS, [result_dir], policy_name(label), policy=label)
+    return finish_figure(fig, axes, PANEL_KEYS, out)
 
 
 def group_by_label(result_dirs: Sequence[Path]) -> dict[str, list[Path]]:
@@ -153,14 +161,15 @@ def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
     -------
     Path
         ``out``. Each curve is the per-round mean over the group's runs, the shaded band the
-        95 % confidence interval of that mean (Student t over the runs that have the round;
-        no band where only one does).
+        95 % confidence interval of that mean (Student t over the runs that have the round),
+        clipped to the metric's range; a group of fewer than three runs is drawn run by run
+        (a t-band over two runs says nothing).
     """
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
+    fig, axes = _panels()
     for label, dirs in groups.items():
-        keys = ("accuracy", "num_scheduled", "wemd")
-        plot_mean_bands(axes, keys, dirs, f"{label} (n={len(dirs)})")
-    return _finish(fig, axes, out)
+        name = f"{policy_name(label)} (n={len(dirs)})"
+        plot_mean_bands(axes, PANEL_KEYS, dirs, name, policy=label)
+    return finish_figure(fig, axes, PANEL_KEYS, out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,9 @@ from fedcgd_strategy.solvers.fscd import fscd_schedule
 from fedcgd_strategy.solvers.greedy import greedy_schedule
 from fedcgd_strategy.solvers.result import ScheduleResult
 
+#: Line style of each σ/(√b G) ratio's thin curve in panel (b), in the order of the ratios.
+RATIO_LINESTYLES = (":", "-.", (0, (5, 2)), (0, (1, 3)), (0, (3, 1, 1, 1, 1, 1)), (0, (8, 3)))
+
 #: Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions), DESIGN.md.
 CNN_PARAMETERS = 258_898
 #: Model size D_w in bit: parameters x 32 bit.
@@ -238,7 +241,7 @@ def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path])
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_it, ax_err) = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, (ax_it, ax_err) = plt.subplots(1, 2, figsize=(11, 3.8))
     labels = {"gs": "GS", "fscd": "FSCD", "cd": "CD"}
     ratios = sorted({r["ratio"] for r in summary if r["ratio"] != "all"}, key=float)
     for method in HEURISTICS:
@@ -253,21 +256,37 @@ def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path])
             color=color,
             label=f"{labels[method]} (all ratios)",
         )
-        for ratio in ratios:
+        for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):
             sub = [r for r in summary if r["method"] == method and r["ratio"] == ratio]
             ax_err.plot(
                 [int(r["num_devices"]) for r in sub],
                 [100 * float(r["mean_rel_error"]) for r in sub],
-                ":",
+                linestyle=style,
                 color=color,
-                alpha=0.5,
+                alpha=0.6,
                 linewidth=1,
             )
-    ax_it.set(xlabel="number of devices V", ylabel="average iterations", title="(a)")
-    ax_err.set(xlabel="number of devices V", ylabel="average relative error (%)", title="(b)")
+    for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, in grey
+        ax_err.plot([], [], linestyle=style, color="0.4", linewidth=1, label=f"σ/(√b G) = {ratio}")
+    ax_it.set(
+        xlabel="number of devices V",
+        ylabel="average iterations (count)",
+        title="(a) solver iterations",
+    )
+    ax_err.set(
+        xlabel="number of devices V",
+        ylabel="average relative error (%)",
+        title="(b) objective above the exact optimum",
+    )
     ax_err.set_yscale("symlog", linthresh=0.1)
-    ax_it.legend()
-    ax_err.legend(fontsize=7, title="dotted: per σ/(√b G)", title_fontsize=7)
+    ax_it.legend(fontsize=9)
+    ax_err.legend(
+        fontsize=8,
+        title="solid: mean over all ratios; thin: one ratio",
+        title_fontsize=8,
+        loc="center left",
+        bbox_to_anchor=(1.02, 0.5),
+    )
     for ax in (ax_it, ax_err):
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -303,8 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--docs-png",
         type=str,
-        default="docs/img/solver_performance.png",
-        help="second copy of the figure ('' to skip)",
+        default="",
+        help="also write the figure here (e.g. docs/img/solver_performance.png to refresh the "
+        "README's copy); default: only under --out",
     )
     return parser
 

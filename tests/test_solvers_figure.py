@@ -29,8 +29,6 @@ def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
             "0.3,3",
             "--milp-time-limit-s",
             "0",
-            "--docs-png",
-            "",
         ]
     )
     assert code == 0
@@ -63,3 +61,21 @@ def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
         iterations = np.mean([float(r[f"{method}_iterations"]) for r in group])
         assert float(entry["mean_iterations"]) == pytest.approx(iterations)
     assert (tmp_path / "solver_performance.png").stat().st_size > 0
+
+
+def test_by_default_it_writes_only_under_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No copy into a tracked folder (docs/img) unless --docs-png asks for it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs" / "img").mkdir(parents=True)
+    args = ["--out", "out", "--num-devices", "8", "--alphas", "1", "--ratios", "1"]
+    assert solver_performance.main(args) == 0
+    assert sorted(p.name for p in (tmp_path / "docs" / "img").iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "rows.csv",
+        "solver_performance.png",
+        "summary.csv",
+    ]
+    assert solver_performance.main([*args, "--docs-png", "docs/img/s.png"]) == 0
+    assert (tmp_path / "docs" / "img" / "s.png").stat().st_size > 0
