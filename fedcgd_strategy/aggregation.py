@@ -9,7 +9,9 @@ from numpy.typing import NDArray
 
 
 def fedavg(
-    states: Sequence[Mapping[str, NDArray[np.generic]]], weights: Sequence[float]
+    states: Sequence[Mapping[str, NDArray[np.generic]]],
+    weights: Sequence[float],
+    reference: Mapping[str, NDArray[np.generic]] | None = None,
 ) -> dict[str, NDArray[np.generic]]:
     """Weighted average of model states, paper eq. (edgeagg).
 
@@ -21,12 +23,15 @@ def fedavg(
         One model state per uploading device; all with the same keys and shapes.
     weights : sequence of float
         |D_v| of each device (> 0).
+    reference : mapping str -> ndarray, optional
+        The global model the states were trained from: the output has its keys and dtypes
+        (an upload never changes the global model's dtype). None: the first state's.
 
     Returns
     -------
     dict of str -> ndarray
-        The averaged state; each array keeps the dtype of the first state (integer buffers are
-        rounded).
+        The averaged state, accumulated in float64 and cast to the reference's dtype of each
+        array (integer buffers are rounded).
 
     Raises
     ------
@@ -42,10 +47,10 @@ def fedavg(
     if not np.all(np.isfinite(w)) or np.any(w <= 0):
         raise ValueError(f"fedavg: weights must be finite and > 0, got {w.tolist()}")
     alpha = w / w.sum()
-    keys = list(states[0].keys())
+    template = states[0] if reference is None else reference
     out: dict[str, NDArray[np.generic]] = {}
-    for key in keys:
-        ref = np.asarray(states[0][key])
+    for key in template:
+        ref = np.asarray(template[key])
         acc = np.zeros(ref.shape, dtype=np.float64)
         for state, a in zip(states, alpha, strict=True):
             if key not in state or np.shape(state[key]) != ref.shape:
@@ -81,3 +86,13 @@ def flatten_update(
     if not parts:
         return np.zeros(0, dtype=np.float32)
     return np.concatenate(parts)
+
+
+def non_finite_arrays(state: Mapping[str, NDArray[np.generic]]) -> list[str]:
+    """Names of the floating arrays of ``state`` holding a NaN or inf (empty: all finite)."""
+    return [
+        key
+        for key, value in state.items()
+        if np.issubdtype(np.asarray(value).dtype, np.floating)
+        and not bool(np.all(np.isfinite(value)))
+    ]

@@ -82,7 +82,11 @@ def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
         raise ValueError(f"sigma_v must be a non-empty 1-D array [K], got shape {s.shape}")
     w = as_weights(weights, s.shape[0])
     alpha = w / w.sum()
-    return float(np.sqrt(np.dot(alpha, s * s)))
+    top = float(s.max())
+    if top == 0.0:
+        return 0.0
+    scaled = s / top  # no overflow of σ̂_v² for large finite σ̂_v
+    return top * float(np.sqrt(np.dot(alpha, scaled * scaled)))
 
 
 def device_gradient_estimates(
@@ -106,7 +110,8 @@ def device_gradient_estimates(
     Returns
     -------
     float[K, P]
-        ∇f̂_v, same floating dtype as ``updates`` (integers become float64).
+        ∇f̂_v, same floating dtype as ``updates`` (integers become float64; float64 also when
+        the scaled values would overflow the input's dtype).
 
     Raises
     ------
@@ -118,6 +123,8 @@ def device_gradient_estimates(
     eta = as_nonnegative_float(learning_rate, "learning_rate", strict=True)
     tau = check_integer(local_steps, "local_steps", minimum=1)
     scale = 1.0 / (tau * eta)
+    if u.size and float(np.max(np.abs(u))) * scale > float(np.finfo(u.dtype).max):
+        u = u.astype(np.float64)  # the scaled values would overflow the input's precision
     return u * u.dtype.type(scale)
 
 

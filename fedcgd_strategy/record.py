@@ -7,7 +7,7 @@ failed, and its timings; the ServerApp writes the record through its end-of-roun
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -51,7 +51,9 @@ class RoundRecord:
     drawn available by the channel but without a connected node, e.g. a SuperNode that died).
     ``wemd`` is the plain Σ_c |p̄_c − p_c| (G = 1), ``objective`` the solver's P1 value with Ĝ
     (FedCGD only). ``class_gradient_used`` / ``class_gradient_next`` are Ĝ (a float) or Ĝ_c (a
-    list), None for policies without it.
+    list), None for policies without it. ``failed_reasons`` maps each partition id of ``failed``
+    (as a string, for JSON) to why it failed; ``model_kept`` is true when the global model did
+    not change this round, ``model_kept_reason`` says why (None when it changed).
     """
 
     round: int
@@ -78,6 +80,8 @@ class RoundRecord:
     aggregate_s: float
     client_train_s: float
     model_kept: bool
+    failed_reasons: dict[str, str]
+    model_kept_reason: str | None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -103,6 +107,8 @@ def round_record(
     disconnected: Iterable[int],
     class_gradient_next: NDArray[np.float64] | None,
     timings: RoundTimings,
+    failed_reasons: Mapping[int, str] | None = None,
+    model_kept_reason: str | None = None,
 ) -> RoundRecord:
     """Build one round's :class:`RoundRecord`.
 
@@ -126,10 +132,18 @@ def round_record(
         Ĝ after this round's update.
     timings : RoundTimings
         Where the round's time went.
+    failed_reasons : mapping int -> str, optional
+        One-line reason per failed partition id (its keys are added to ``failed``).
+    model_kept_reason : str, optional
+        Why the global model was kept although devices uploaded (e.g. a non-finite aggregate);
+        with no upload the reason is "nothing uploaded".
 
     """
     selected = decision.selected
     scheduled = bool(selected.any())
+    reasons = {int(k): str(v) for k, v in (failed_reasons or {}).items()}
+    if model_kept_reason is None and not uploaded:
+        model_kept_reason = "nothing uploaded"
     solver = decision.solver
     return RoundRecord(
         round=server_round,
@@ -140,7 +154,7 @@ def round_record(
         num_uploaded=len(uploaded),
         scheduled=np.flatnonzero(selected).tolist(),
         uploaded=[int(v) for v in uploaded],
-        failed=sorted(int(v) for v in failed),
+        failed=sorted({int(v) for v in failed} | set(reasons)),
         disconnected=sorted(int(v) for v in disconnected),
         wemd=decision.wemd,
         sampling_term=decision.sampling_term,
@@ -155,5 +169,7 @@ def round_record(
         train_phase_s=timings.train_phase_s,
         aggregate_s=timings.aggregate_s,
         client_train_s=timings.client_train_s,
-        model_kept=not uploaded,
+        model_kept=model_kept_reason is not None,
+        failed_reasons={str(k): reasons[k] for k in sorted(reasons)},
+        model_kept_reason=model_kept_reason,
     )

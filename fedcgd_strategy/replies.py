@@ -1,9 +1,22 @@
 """Reading and validating client replies (the Flower side of the record protocol).
 
-A reply that is an error, lacks a key, or carries malformed values (wrong histogram length,
-negative or NaN values, arrays that do not match the global model) raises
-:class:`MalformedReplyError` naming the node, the key and what the client must send; the
-strategy logs it and excludes that device for the round.
+Every value a device sends is checked where it enters, against the round and the model, and a
+reply that fails raises :class:`MalformedReplyError` naming the node, the key, the value and
+what is allowed; :func:`collect_reports` turns that into the device's failure for the round
+(with the one-line reason kept for the round's record). The rules (:mod:`~.screening` holds the
+pure ones):
+
+* the partition id is the one the node was registered with at discovery;
+* ``num-examples`` equals |D_v| as reported at discovery (the sum of the local class counts);
+* label histograms are lists of non-negative Python ints (floats are refused, even integral
+  ones) of length C; a round histogram sums to τ b and is consistent with the local class
+  counts reported at discovery (:func:`~.screening.round_histogram_problem`);
+* σ̂_v is finite, >= 0 and at most the largest float32;
+* the uploaded arrays have the global model's keys, shapes and dtypes, finite values, and an
+  update norm ||w_v − w|| that passes :func:`~.screening.update_norm_outliers` (k =
+  ``max-update-norm-ratio``, plus the absolute float32 bound).
+
+Nothing a device sends can raise in the server: a reply either passes every rule or is dropped.
 """
 
 from __future__ import annotations
@@ -12,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import numpy as np
 from flwr.app import Message, MetricRecord
@@ -22,11 +35,22 @@ from numpy.typing import NDArray
 from channel import RoundDraw
 from fedcgd_strategy.aggregation import flatten_update
 from fedcgd_strategy.policies import ReportedStats, RoundInputs, UploadedUpdates
+from fedcgd_strategy.screening import (
+    FLOAT32_MAX,
+    exceeds_float32,
+    round_histogram_problem,
+    update_norm,
+    update_norm_outliers,
+)
 from task import keys
 from task.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from fedcgd_strategy.discovery import NodeRegistry
+
+
+#: Largest class count accepted (exact in float64; far above any dataset).
+MAX_COUNT = 2**53
 
 
 class MalformedReplyError(ValueError):
@@ -53,6 +77,8 @@ class DeviceReport:
         Present in training replies only.
     arrays : dict of str -> ndarray, or None
         The trained local model (training replies only).
+    upload_norm : float or None
+        ||w_v − w|| computed by the server from ``arrays`` (float64; training replies only).
 
     """
 
@@ -65,6 +91,7 @@ class DeviceReport:
     update_norm: float | None = None
     train_time_s: float | None = None
     arrays: dict[str, NDArray[np.generic]] | None = None
+    upload_norm: float | None = None
 
     @property
     def label_dist(self) -> NDArray[np.float64]:
@@ -83,21 +110,33 @@ def _metric(metrics: MetricRecord, key: str, node_id: int) -> object:
 def _finite_float(value: object, key: str, node_id: int, *, minimum: float | None = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedReplyError(f"node {node_id}: metric {key!r} must be a number, got {value!r}")
-    out = float(value)
+    out = float(value) if not isinstance(value, int) or abs(value) < 2**1000 else math.inf
     if not math.isfinite(out) or (minimum is not None and out < minimum):
         allowed = "a finite number" + (f" >= {minimum}" if minimum is not None else "")
         raise MalformedReplyError(f"node {node_id}: metric {key!r} = {value!r}; allowed: {allowed}")
     return out
 
 
-def _partition_id(metrics: MetricRecord, node_id: int, num_devices: int) -> int:
+def _is_int(value: object) -> TypeGuard[int | np.integer]:
+    """A Python or numpy int, not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _partition_id(
+    metrics: MetricRecord, node_id: int, num_devices: int, registered: int | None = None
+) -> int:
     pid = _metric(metrics, keys.PARTITION_ID, node_id)
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < num_devices:
+    if not _is_int(pid) or not 0 <= int(pid) < num_devices:
         raise MalformedReplyError(
             f"node {node_id}: {keys.PARTITION_ID!r} = {pid!r}; allowed: an int in "
             f"[0, {num_devices})"
         )
-    return pid
+    if registered is not None and int(pid) != registered:
+        raise MalformedReplyError(
+            f"node {node_id}: {keys.PARTITION_ID!r} = {pid!r}; allowed: {registered}, the "
+            "partition it was registered with at discovery"
+        )
+    return int(pid)
 
 
 def _metrics_of(msg: Message) -> tuple[int, MetricRecord]:
@@ -115,26 +154,80 @@ def _histogram(
     metrics: MetricRecord, key: str, node_id: int, num_classes: int
 ) -> NDArray[np.int64]:
     raw = _metric(metrics, key, node_id)
-    hist = np.asarray(raw if isinstance(raw, list) else [raw], dtype=np.float64)
-    if hist.shape != (num_classes,):
+    values = raw if isinstance(raw, list) else [raw]
+    if len(values) != num_classes:
         raise MalformedReplyError(
-            f"node {node_id}: {key!r} has length {hist.size}; allowed: {num_classes}"
+            f"node {node_id}: {key!r} has length {len(values)}; allowed: {num_classes}"
         )
-    if not np.all(np.isfinite(hist)) or np.any(hist < 0) or hist.sum() <= 0:
+    shown = values if len(values) <= 12 else [*values[:12], "..."]
+    counts: list[int] = []
+    for value in values:
+        if not _is_int(value):
+            raise MalformedReplyError(
+                f"node {node_id}: {key!r} = {shown}; allowed: integer class counts (a list of ints)"
+            )
+        counts.append(int(value))
+    if min(counts) < 0 or sum(counts) <= 0 or max(counts) > MAX_COUNT:
         raise MalformedReplyError(
-            f"node {node_id}: {key!r} = {hist.tolist()}; allowed: finite counts >= 0 "
-            "with a positive sum"
+            f"node {node_id}: {key!r} = {shown}; allowed: counts 0 .. 2**53 with a positive sum"
         )
-    return hist.astype(np.int64)
+    return np.array(counts, dtype=np.int64)
 
 
-def _num_examples(metrics: MetricRecord, node_id: int) -> int:
+def _num_examples(metrics: MetricRecord, node_id: int, registered: int | None = None) -> int:
     n_raw = _metric(metrics, keys.NUM_EXAMPLES, node_id)
-    if not isinstance(n_raw, int) or isinstance(n_raw, bool) or n_raw <= 0:
+    if not _is_int(n_raw) or int(n_raw) <= 0:
         raise MalformedReplyError(
             f"node {node_id}: {keys.NUM_EXAMPLES!r} = {n_raw!r}; allowed: an int > 0"
         )
-    return n_raw
+    if registered is not None and int(n_raw) != registered:
+        raise MalformedReplyError(
+            f"node {node_id}: {keys.NUM_EXAMPLES!r} = {n_raw!r}; allowed: {registered}, the "
+            "local dataset size it reported at discovery"
+        )
+    return int(n_raw)
+
+
+def _sigma(metrics: MetricRecord, node_id: int) -> float:
+    """σ̂_v, or NaN when the reply carries none (the device was not asked: keys.WANT_SIGMA)."""
+    if keys.SIGMA not in metrics:
+        return float("nan")
+    sigma = _finite_float(metrics[keys.SIGMA], keys.SIGMA, node_id)
+    if exceeds_float32(sigma):
+        raise MalformedReplyError(
+            f"node {node_id}: metric {keys.SIGMA!r} = {sigma!r}; allowed: 0 .. {FLOAT32_MAX:.4g} "
+            "(the largest float32)"
+        )
+    return sigma
+
+
+def _model_arrays(
+    msg: Message, node_id: int, reference: Mapping[str, NDArray[np.generic]]
+) -> dict[str, NDArray[np.generic]]:
+    """The uploaded arrays, checked against the global model: keys, shapes, dtypes, finite."""
+    content = msg.content
+    if keys.ARRAYS not in content.array_records:
+        raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
+    arrays = {k: v.numpy() for k, v in content.array_records[keys.ARRAYS].items()}
+    if list(arrays) != list(reference):
+        raise MalformedReplyError(
+            f"node {node_id}: model arrays {list(arrays)[:3]}… do not match the global model's "
+            f"{list(reference)[:3]}…"
+        )
+    for k, ref in reference.items():
+        arr, want = arrays[k], np.asarray(ref)
+        if arr.shape != want.shape:
+            raise MalformedReplyError(
+                f"node {node_id}: array {k!r} has shape {arr.shape}; expected {want.shape}"
+            )
+        if arr.dtype != want.dtype:
+            raise MalformedReplyError(
+                f"node {node_id}: array {k!r} has dtype {arr.dtype}; allowed: {want.dtype}, the "
+                "global model's"
+            )
+        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+            raise MalformedReplyError(f"node {node_id}: array {k!r} has NaN or inf values")
+    return arrays
 
 
 def read_info(
@@ -155,12 +248,34 @@ def read_info(
     return node_id, pid, hist
 
 
+@dataclass(frozen=True)
+class ExpectedReply:
+    """What the server knows of a device before its reply arrives (all from discovery).
+
+    Attributes
+    ----------
+    partition_id : int
+        The partition its node was registered with.
+    local_counts : int[C] or None
+        Class counts of its whole local dataset (their sum is |D_v|); None: unknown (then
+        ``num-examples`` and the round histogram's per-class bounds are not checked).
+    num_samples : int or None
+        τ b of the round (the round histogram's sum); None: not checked.
+
+    """
+
+    partition_id: int
+    local_counts: NDArray[np.int64] | None = None
+    num_samples: int | None = None
+
+
 def read_report(
     msg: Message,
     *,
     num_devices: int,
     num_classes: int,
     reference: Mapping[str, NDArray[np.generic]] | None = None,
+    expected: ExpectedReply | None = None,
 ) -> DeviceReport:
     """Validate a stats or training reply and return its :class:`DeviceReport`.
 
@@ -174,8 +289,11 @@ def read_report(
         C; the label histogram must have this length.
     reference : mapping str -> ndarray, optional
         The global model sent this round. When given, the reply must carry an ArrayRecord
-        under ``"arrays"`` with the same keys and shapes and finite values, and the training
-        metrics (train-loss, update-norm).
+        under ``"arrays"`` with the same keys, shapes and dtypes and finite values, and the
+        training metrics (train-loss, update-norm).
+    expected : ExpectedReply, optional
+        What discovery says of the sender: its partition id, |D_v| and local class counts, and
+        τ b of the round (see :class:`ExpectedReply`).
 
     Returns
     -------
@@ -184,59 +302,82 @@ def read_report(
     Raises
     ------
     MalformedReplyError
-        For an error reply, a missing key or a malformed value.
+        For an error reply, a missing key or a value that breaks a rule of the module docstring.
 
     """
     node_id, metrics = _metrics_of(msg)
-    content = msg.content
-    pid_raw = _partition_id(metrics, node_id, num_devices)
-    n_raw = _num_examples(metrics, node_id)
+    known = expected or ExpectedReply(-1)
+    registered = None if expected is None else expected.partition_id
+    pid = _partition_id(metrics, node_id, num_devices, registered)
+    local = known.local_counts
+    n = _num_examples(metrics, node_id, None if local is None else int(np.sum(local)))
     hist = _histogram(metrics, keys.LABEL_HIST, node_id, num_classes)
-    sigma = (
-        _finite_float(metrics[keys.SIGMA], keys.SIGMA, node_id)
-        if keys.SIGMA in metrics
-        else float("nan")  # not asked for (see keys.WANT_SIGMA)
-    )
+    if known.num_samples is not None:
+        problem = round_histogram_problem(hist, local, known.num_samples)
+        if problem is not None:
+            raise MalformedReplyError(f"node {node_id}: {keys.LABEL_HIST!r} {problem}")
+    sigma = _sigma(metrics, node_id)
     if reference is None:
-        return DeviceReport(node_id, pid_raw, n_raw, hist, sigma)
+        return DeviceReport(node_id, pid, n, hist, sigma)
 
     train_loss = _finite_float(_metric(metrics, keys.TRAIN_LOSS, node_id), keys.TRAIN_LOSS, node_id)
-    update_norm = _finite_float(
-        _metric(metrics, keys.UPDATE_NORM, node_id), keys.UPDATE_NORM, node_id
-    )
+    norm = _finite_float(_metric(metrics, keys.UPDATE_NORM, node_id), keys.UPDATE_NORM, node_id)
     train_time = (
         _finite_float(metrics[keys.TRAIN_TIME_S], keys.TRAIN_TIME_S, node_id)
         if keys.TRAIN_TIME_S in metrics
         else None
     )
-    if keys.ARRAYS not in content.array_records:
-        raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
-    record = content.array_records[keys.ARRAYS]
-    arrays = {k: v.numpy() for k, v in record.items()}
-    if list(arrays) != list(reference):
-        raise MalformedReplyError(
-            f"node {node_id}: model arrays {list(arrays)[:3]}… do not match the global model's "
-            f"{list(reference)[:3]}…"
-        )
-    for k, ref in reference.items():
-        arr = arrays[k]
-        if arr.shape != np.shape(ref):
-            raise MalformedReplyError(
-                f"node {node_id}: array {k!r} has shape {arr.shape}; expected {np.shape(ref)}"
-            )
-        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            raise MalformedReplyError(f"node {node_id}: array {k!r} has NaN or inf values")
+    arrays = _model_arrays(msg, node_id, reference)
     return DeviceReport(
         node_id,
-        pid_raw,
-        n_raw,
+        pid,
+        n,
         hist,
         sigma,
-        train_loss,
-        update_norm,
-        train_time,
-        arrays,
+        train_loss=train_loss,
+        update_norm=norm,
+        train_time_s=train_time,
+        arrays=arrays,
+        upload_norm=update_norm(arrays, reference),
     )
+
+
+@dataclass(frozen=True)
+class Screening:
+    """How a phase's replies are screened beyond their own validity.
+
+    Attributes
+    ----------
+    num_samples : int or None
+        τ b of the round: the sum of every round histogram (None: not checked).
+    max_update_norm_ratio : float
+        k of :func:`~.screening.update_norm_outliers` (0 = only the absolute bound).
+    norm_reference : float or None
+        Median update norm of the last round's accepted uploads (for a round with one upload).
+
+    """
+
+    num_samples: int | None = None
+    max_update_norm_ratio: float = 0.0
+    norm_reference: float | None = None
+
+
+def _refuse_outlier_uploads(
+    reports: dict[int, DeviceReport], screening: Screening, failures: dict[int, str]
+) -> None:
+    """Move the uploads with an absurd update norm from ``reports`` to ``failures``."""
+    with_arrays = [p for p in sorted(reports) if reports[p].upload_norm is not None]
+    norms = np.array([reports[p].upload_norm for p in with_arrays], dtype=np.float64)
+    refused = update_norm_outliers(norms, screening.max_update_norm_ratio, screening.norm_reference)
+    others = {p: float(v) for p, v in zip(with_arrays, norms, strict=True)}
+    for pid, bad in zip(with_arrays, refused, strict=True):
+        if bad:
+            failures[pid] = (
+                f"node {reports[pid].node_id}: update norm ||w_v - w|| = {others[pid]:.4g}; "
+                f"allowed: at most max-update-norm-ratio = {screening.max_update_norm_ratio:g} "
+                "x the median of the round's other uploads, and a finite float32"
+            )
+            del reports[pid]
 
 
 def collect_reports(
@@ -245,42 +386,44 @@ def collect_reports(
     registry: NodeRegistry,
     reference: Mapping[str, NDArray[np.generic]] | None,
     phase: str,
-) -> tuple[list[DeviceReport], list[int]]:
+    screening: Screening | None = None,
+) -> tuple[list[DeviceReport], dict[int, str]]:
     """Validate a phase's replies; return the valid reports (by partition id) and the failures.
 
-    A reply is excluded (with a warning) when it is malformed or when its partition id is not
-    the one registered for its node. ``failed`` lists the expected partitions without a valid
-    reply (errors, timeouts, malformed or misattributed replies).
+    A reply is excluded (with a warning) when it is malformed, when its partition id is not
+    the one registered for its node, when it disagrees with what the device reported at
+    discovery, or when its upload is an outlier (``screening``). ``failures`` maps each
+    expected partition without a valid reply to a one-line reason (errors, timeouts, malformed
+    or misattributed replies, refused uploads).
     """
+    rules = screening or Screening()
+    wanted = set(expected)
     reports: dict[int, DeviceReport] = {}
+    failures: dict[int, str] = {}
     for msg in replies:
+        node_id = int(msg.metadata.src_node_id)
+        registered = registry.partition(node_id)
+        if registered is None or registered not in wanted:
+            log(WARNING, "%s: reply from node %d, which was not asked; ignored", phase, node_id)
+            continue
+        known = ExpectedReply(registered, registry.local_hist(registered), rules.num_samples)
         try:
-            report = read_report(
+            reports[registered] = read_report(
                 msg,
                 num_devices=registry.num_devices,
                 num_classes=registry.num_classes,
                 reference=reference,
+                expected=known,
             )
         except MalformedReplyError as err:
-            log(WARNING, "%s: device excluded this round: %s", phase, err)
-            continue
-        registered = registry.partition(report.node_id)
-        if registered != report.partition_id:
-            log(
-                WARNING,
-                "%s: node %d reported partition %d but is registered as %s; excluded",
-                phase,
-                report.node_id,
-                report.partition_id,
-                registered,
-            )
-            continue
-        reports[report.partition_id] = report
-    failed = sorted(set(expected) - set(reports))
-    log(INFO, "%s: received %d results and %d failures", phase, len(reports), len(failed))
-    if failed:
-        log(WARNING, "%s: no valid reply from devices %s (excluded this round)", phase, failed)
-    return [reports[p] for p in sorted(reports)], failed
+            failures[registered] = str(err)
+    _refuse_outlier_uploads(reports, rules, failures)
+    for pid in sorted(wanted - set(reports) - set(failures)):
+        failures[pid] = "no reply before the timeout"
+    log(INFO, "%s: received %d results and %d failures", phase, len(reports), len(failures))
+    for pid in sorted(failures):
+        log(WARNING, "%s: device %d excluded this round: %s", phase, pid, failures[pid])
+    return [reports[p] for p in sorted(reports)], dict(sorted(failures.items()))
 
 
 def _reported_stats(

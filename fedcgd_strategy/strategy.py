@@ -8,7 +8,10 @@ the scheduled devices' models, lets the policy update Ĝ, and builds the round's
 
 Each rule lives in a pure function or small class (:mod:`~.discovery`, :mod:`~.replies`,
 :mod:`~.policies`, :mod:`~.aggregation`, :mod:`~.record`). A device whose reply is an error,
-times out or is malformed is excluded for the round; with nothing uploaded the model is kept.
+times out or is malformed is excluded for the round (:mod:`~.replies` lists the rules; the
+reason goes to the round's record); with nothing uploaded, or an aggregate that is not finite,
+the model is kept. A node whose message timed out is sent nothing until it has answered
+(:mod:`~.pending`): its device sits the rounds out as failed ("busy"), the others go on.
 """
 
 from __future__ import annotations
@@ -35,8 +38,15 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from channel import RoundDraw
-from fedcgd_strategy.aggregation import fedavg
-from fedcgd_strategy.discovery import NodeRegistry, discover_nodes
+from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
+from fedcgd_strategy.discovery import (
+    NodeRegistry,
+    discover_nodes,
+    record_unanswered,
+    send_tracked,
+    settle_pending,
+)
+from fedcgd_strategy.pending import PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
     Policy,
@@ -47,10 +57,12 @@ from fedcgd_strategy.policies import (
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.replies import (
     DeviceReport,
+    Screening,
     collect_reports,
     inputs_from_reports,
     uploaded_updates,
 )
+from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from task import keys
 from task.settings import TrainingSettings, read_round_config
 
@@ -79,7 +91,14 @@ class _Round:
     t_sent: float = 0.0
     inputs: RoundInputs | None = None
     decision: Decision | None = None
-    failed: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    busy: dict[int, int] = field(default_factory=dict)
+    sent: list[Message] = field(default_factory=list)
+
+    @property
+    def reachable(self) -> list[int]:
+        """Available devices not busy with an earlier, unanswered message."""
+        return [v for v in self.available if v not in self.busy]
 
 
 class ScheduledStrategy(Strategy):
@@ -115,6 +134,13 @@ class ScheduledStrategy(Strategy):
         How long to wait for ``query.info`` / ``query.stats`` replies.
     round_offset : int
         Rounds already done (a resumed run): Flower's round r is round r + offset.
+    max_update_norm_ratio : float
+        k of :func:`fedcgd_strategy.screening.update_norm_outliers`: refuse an upload whose
+        update norm exceeds k times the median of the round's other uploads (0 = off; the
+        absolute float32 bound always applies).
+    partition_counts : int[V, C], optional
+        True class counts of every partition; discovery refuses a claim that does not match
+        (see :class:`~fedcgd_strategy.discovery.NodeRegistry`).
 
     The record of the last aggregated round is :attr:`last_record` (read by the ServerApp's
     end-of-round hook).
@@ -135,6 +161,8 @@ class ScheduledStrategy(Strategy):
         protocol: str = "auto",
         query_timeout_s: float = 120.0,
         round_offset: int = 0,
+        max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO,
+        partition_counts: NDArray[np.int64] | None = None,
     ) -> None:
         self.policy = policy
         self.protocol = resolve_protocol(policy.name, protocol)
@@ -144,8 +172,11 @@ class ScheduledStrategy(Strategy):
         self.target_dist = None if target_dist is None else np.asarray(target_dist, float)
         self.rng = rng
         self.query_timeout_s = float(query_timeout_s)
-        self.registry = NodeRegistry(num_devices, num_classes)
+        self.registry = NodeRegistry(num_devices, num_classes, partition_counts)
+        self.pending = PendingMessages()  # at most one message per node in flight
         self.round_offset = int(round_offset)
+        self.max_update_norm_ratio = float(max_update_norm_ratio)
+        self._norm_reference: float | None = None  # median accepted update norm, last round
         self.last_record: RoundRecord | None = None
         self._round: _Round | None = None
 
@@ -168,7 +199,7 @@ class ScheduledStrategy(Strategy):
         return inputs_from_reports(
             reports,
             state.draw,
-            state.available,
+            state.reachable,
             num_classes=self.registry.num_classes,
             total_bandwidth_hz=self.total_bandwidth_hz,
             batch_size=state.training.batch_size,
@@ -198,7 +229,8 @@ class ScheduledStrategy(Strategy):
         server_round += self.round_offset
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
         _, training = read_round_config(round_config)
-        discover_nodes(grid, self.registry, server_round, self.query_timeout_s)
+        late = settle_pending(grid, self.pending, wait_s=self.query_timeout_s)
+        discover_nodes(grid, self.registry, server_round, self.query_timeout_s, self.pending, late)
         draw = self.cell.draw_round(self.model_bits)
         state = _Round(
             draw=draw,
@@ -207,21 +239,32 @@ class ScheduledStrategy(Strategy):
             available=self.registry.with_node(draw.available),
         )
         self._round = state
+        self._mark_busy(state)
         needs_sigma, post = self.policy.needs_sigma, self.protocol == "train-all"
-        trainees = state.available
+        trainees = state.reachable
         if self.protocol == "channel":
             trainees = np.flatnonzero(self._schedule(state, None).selected).tolist()
         elif self.protocol == "query":
             t0 = time.perf_counter()
             content = self._content(arrays, round_config, want_sigma=needs_sigma)
             queries = self._send(content, trainees, keys.QUERY_STATS, server_round)
-            replies = grid.send_and_receive(queries, timeout=self.query_timeout_s)
-            reports, state.failed = self._collect(replies, trainees, None, keys.QUERY_STATS)
+            replies = send_tracked(grid, queries, self.query_timeout_s, self.pending, server_round)
+            reports, failed = self._collect(replies, trainees, state, keys.QUERY_STATS)
+            state.failed = {**state.failed, **failed}
             state.query_s = time.perf_counter() - t0
             trainees = np.flatnonzero(self._schedule(state, reports).selected).tolist()
         content = self._content(arrays, round_config, want_sigma=needs_sigma and post)
         state.t_sent = time.perf_counter()
-        return self._send(content, trainees, MessageType.TRAIN, server_round)
+        state.sent = self._send(content, trainees, MessageType.TRAIN, server_round)
+        return state.sent
+
+    def _mark_busy(self, state: _Round) -> None:
+        """Available devices whose node still owes a reply sit this round out, as failed."""
+        for node, since in self.pending.busy_nodes().items():
+            pid = self.registry.partition(node)
+            if pid is not None and pid in state.available:
+                state.busy[pid] = since
+                state.failed[pid] = f"busy: its message of round {since} is still unanswered"
 
     @staticmethod
     def _content(arrays: ArrayRecord, config: dict[str, Any], *, want_sigma: bool) -> RecordDict:
@@ -229,9 +272,23 @@ class ScheduledStrategy(Strategy):
         return RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
 
     def _collect(
-        self, replies: Iterable[Message], expected: list[int], reference: Arrays | None, phase: str
-    ) -> tuple[list[DeviceReport], list[int]]:
-        return collect_reports(replies, expected, self.registry, reference, phase)
+        self, replies: Iterable[Message], expected: list[int], state: _Round, phase: str
+    ) -> tuple[list[DeviceReport], dict[int, str]]:
+        """Validate a phase's replies against the round (training phase: with the model)."""
+        training = phase == MessageType.TRAIN
+        screening = Screening(
+            num_samples=state.training.local_steps * state.training.batch_size,
+            max_update_norm_ratio=self.max_update_norm_ratio,
+            norm_reference=self._norm_reference,
+        )
+        reference = state.reference if training else None
+        reports, failed = collect_reports(
+            replies, expected, self.registry, reference, phase, screening
+        )
+        if training:
+            accepted = median_norm([r.upload_norm for r in reports if r.upload_norm is not None])
+            self._norm_reference = accepted if accepted is not None else self._norm_reference
+        return reports, failed
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -241,10 +298,12 @@ class ScheduledStrategy(Strategy):
         state = self._round
         assert state is not None, "aggregate_train called before configure_train"
         t_recv = time.perf_counter()
-        post = state.decision is None  # train-all: every available device trained
-        trainees = state.available if post else np.flatnonzero(state.decision.selected).tolist()  # type: ignore[union-attr]
-        reports, failed = self._collect(replies, trainees, state.reference, MessageType.TRAIN)
-        state.failed = sorted(set(state.failed) | set(failed))
+        replies = list(replies)
+        record_unanswered(self.pending, state.sent, replies, server_round)
+        post = state.decision is None  # train-all: every reachable device trained
+        trainees = state.reachable if post else np.flatnonzero(state.decision.selected).tolist()  # type: ignore[union-attr]
+        reports, failed = self._collect(replies, trainees, state, MessageType.TRAIN)
+        state.failed = {**state.failed, **failed}
         decision = self._schedule(state, reports) if post else state.decision
         assert decision is not None and state.inputs is not None
         if self.protocol == "channel":  # the record's statistics come from the training replies
@@ -252,9 +311,9 @@ class ScheduledStrategy(Strategy):
         uploads = [r for r in reports if decision.selected[r.partition_id]]
 
         t0 = time.perf_counter()
-        new_arrays = self._aggregate(uploads, state) if uploads else None
+        new_arrays, kept_reason = self._aggregate(uploads, state)
         if new_arrays is None:
-            log(WARNING, "round %d: nothing uploaded; the global model is kept", server_round)
+            log(WARNING, "round %d: %s; the global model is kept", server_round, kept_reason)
         aggregate_s = time.perf_counter() - t0
 
         record = round_record(
@@ -263,7 +322,7 @@ class ScheduledStrategy(Strategy):
             inputs=state.inputs,
             decision=decision,
             uploaded=[r.partition_id for r in uploads],
-            failed=state.failed,
+            failed=list(state.failed),
             disconnected=set(np.flatnonzero(state.draw.available).tolist()) - set(state.available),
             class_gradient_next=self.policy.class_gradient,
             timings=RoundTimings(
@@ -273,19 +332,32 @@ class ScheduledStrategy(Strategy):
                 aggregate_s=aggregate_s,
                 client_train_s=float(sum(r.train_time_s or 0.0 for r in reports)),
             ),
+            failed_reasons=state.failed,
+            model_kept_reason=kept_reason,
         )
         self.last_record = record
         scheduled = {"num-scheduled": record.num_scheduled, "num-uploaded": len(uploads)}
         return new_arrays, MetricRecord({**scheduled, "wemd": record.wemd})
 
-    def _aggregate(self, uploads: list[DeviceReport], state: _Round) -> ArrayRecord:
-        """FedAvg over the uploads (weights |D_v|); hand the updates to the policy for Ĝ."""
+    def _aggregate(
+        self, uploads: list[DeviceReport], state: _Round
+    ) -> tuple[ArrayRecord | None, str | None]:
+        """FedAvg over the uploads (weights |D_v|); hand the updates to the policy for Ĝ.
+
+        Returns the new model, or None and why the global model is kept: nothing uploaded, or
+        an aggregate that is not finite in the global model's dtypes (then Ĝ is not updated).
+        """
+        if not uploads:
+            return None, "nothing uploaded"
         weights = [r.num_examples for r in uploads]
-        averaged = fedavg([r.arrays or {} for r in uploads], weights)
+        averaged = fedavg([r.arrays or {} for r in uploads], weights, state.reference)
+        bad = non_finite_arrays(averaged)
+        if bad:
+            return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"
         assert state.inputs is not None
         target, training = state.inputs.target_dist, state.training
         self.policy.observe_uploads(uploaded_updates(uploads, state.reference, target, training))
-        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()})
+        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()}), None
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -1,0 +1,101 @@
+"""Messages a node has not answered yet: a node that is still working is not sent more.
+
+A device slower than the timeouts keeps working on a message after the server has given up on
+it. Sending it the next round's message anyway piles work onto it; in Flower's simulation
+engine that is worse than a wasted message: the engine hands every queued message to the next
+free Ray actor, also a second message of a node whose first is still running, so the
+straggler's messages end up occupying every actor and the other devices' messages wait behind
+them until their round has timed out (README, "Failures and timeouts"). The rule kept here:
+**at most one message per node in flight**. A message sent and not answered before its
+timeout stays pending until its reply (late, or an error) is pulled; until then its node is
+busy and is neither queried nor trained, and the round records it as failed.
+
+Pure Python (no Flower): the strategy records what it sent and which replies came back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One unanswered message.
+
+    Attributes
+    ----------
+    message_id : str
+        The id the grid gave the message when it was pushed.
+    node_id : int
+        Its destination node.
+    server_round : int
+        The round it was sent in.
+    kind : str
+        Its message type (``query.info``, ``query.stats``, ``train``).
+    """
+
+    message_id: str
+    node_id: int
+    server_round: int
+    kind: str
+
+
+class PendingMessages:
+    """The unanswered messages of the run, by message id."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Pending] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def record_unanswered(
+        self,
+        sent: Iterable[tuple[str, int, str]],
+        answered: Iterable[str],
+        server_round: int,
+    ) -> list[Pending]:
+        """Keep the messages of ``sent`` whose id is not in ``answered``; return them.
+
+        Parameters
+        ----------
+        sent : iterable of (message_id, node_id, kind)
+            What a phase sent. An empty id (a grid that assigns none, such as the in-process
+            grid, which answers before it returns) is not tracked.
+        answered : iterable of str
+            The ``reply_to_message_id`` of every reply the phase received (errors included).
+        server_round : int
+            The round of the phase.
+        """
+        replied = set(answered)
+        new = [
+            Pending(mid, int(node), int(server_round), kind)
+            for mid, node, kind in sent
+            if mid and mid not in replied
+        ]
+        self._by_id.update((p.message_id, p) for p in new)
+        return new
+
+    def resolve(self, answered: Iterable[str]) -> list[Pending]:
+        """Forget the messages with these ids (their late reply arrived); return them."""
+        return [p for mid in answered if (p := self._by_id.pop(mid, None)) is not None]
+
+    def forget_nodes(self, nodes: Iterable[int]) -> list[Pending]:
+        """Forget every message to ``nodes`` (they disconnected); return them."""
+        gone = set(nodes)
+        dropped = [p for p in self._by_id.values() if p.node_id in gone]
+        for p in dropped:
+            del self._by_id[p.message_id]
+        return dropped
+
+    def message_ids(self) -> list[str]:
+        """Ids of every pending message, in the order they were recorded."""
+        return list(self._by_id)
+
+    def busy_nodes(self) -> dict[int, int]:
+        """Node id → the round of its oldest pending message, for every node with one."""
+        busy: dict[int, int] = {}
+        for p in self._by_id.values():
+            busy[p.node_id] = min(busy.get(p.node_id, p.server_round), p.server_round)
+        return busy

@@ -1,0 +1,244 @@
+"""A ClientApp wrapper in which ONE device misbehaves in a chosen way (for robustness tests).
+
+:func:`misbehaving` wraps any ``(Message, Context) -> Message`` handler (the real ClientApp,
+``client_app.app:app``, is one): every node answers as the wrapped handler does, except the node
+whose ``partition-id`` is the faulty one, whose replies of the message types in
+``FAULTS[name].kinds`` are corrupted by ``FAULTS[name]``. Use it
+
+* in process: ``InProcessGrid`` / ``tests/fake_grid.FakeGrid`` take handler callables, so pass
+  ``misbehaving(client_app, "huge-layer", partition=1)`` as every node's handler; the fault
+  ``"silent"`` (in process only) answers nothing, a timeout, for the same message types, which
+  is the oracle a faulty run is compared with (:func:`silent_like`);
+* under ``flwr run``: point a project's ``clientapp`` at ``tests.misbehaving:app`` and set
+  ``FEDCGD_FAULT=<name>`` and ``FEDCGD_FAULT_PARTITION=<id>`` (optional
+  ``FEDCGD_FAULT_CLAIM=<id>``, the partition the ``"claim-partition"`` fault claims; default
+  partition + 1 mod V; ``FEDCGD_FAULT_SLEEP_S``, how late the ``"sleep"`` fault answers,
+  default 10) in the SuperNodes' environment. Without ``FEDCGD_FAULT`` the app is the
+  real ClientApp.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from task import keys
+
+Handler = Callable[[Message, Context], Message]
+#: (reply, request, node's context) -> the corrupted reply.
+Corrupt = Callable[[Message, Message, Context], Message]
+
+STATS = (keys.QUERY_STATS, "train")
+TRAIN = ("train",)
+EVERY = (keys.QUERY_INFO, keys.QUERY_STATS, "train")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A way to misbehave: which replies it corrupts and how.
+
+    Attributes
+    ----------
+    kinds : tuple of str
+        Message types whose replies are corrupted.
+    corrupt : callable or None
+        (reply, request, context) -> corrupted reply; None: raise in the handler instead.
+    what : str
+        One line for logs and reports.
+
+    """
+
+    kinds: tuple[str, ...]
+    corrupt: Corrupt | None
+    what: str
+
+
+def _metrics(reply: Message) -> MetricRecord:
+    return reply.content.metric_records[keys.METRICS]
+
+
+def _set_metric(key: str, value: object) -> Corrupt:
+    def corrupt(reply: Message, request: Message, context: Context) -> Message:
+        _metrics(reply)[key] = value  # type: ignore[assignment]
+        return reply
+
+    return corrupt
+
+
+def _map_hist(fn: Callable[[list[int], Message], list]) -> Corrupt:
+    def corrupt(reply: Message, request: Message, context: Context) -> Message:
+        metrics = _metrics(reply)
+        hist = metrics[keys.LABEL_HIST]
+        assert isinstance(hist, list)
+        metrics[keys.LABEL_HIST] = fn([int(c) for c in hist], request)
+        return reply
+
+    return corrupt
+
+
+def _uniform_hist(hist: list[int], request: Message) -> list[int]:
+    """Integers summing to τ b, as even as possible over the classes (a plausible lie)."""
+    config = request.content.config_records[keys.CONFIG]
+    steps, batch = config[keys.LOCAL_STEPS], config[keys.BATCH_SIZE]
+    assert isinstance(steps, int) and isinstance(batch, int)
+    total = steps * batch
+    base, extra = divmod(total, len(hist))
+    return [base + (1 if c < extra else 0) for c in range(len(hist))]
+
+
+def _map_arrays(fn: Callable[[int, np.ndarray], np.ndarray]) -> Corrupt:
+    """Replace the uploaded arrays by ``fn(position, array)``."""
+
+    def corrupt(reply: Message, request: Message, context: Context) -> Message:
+        record = reply.content.array_records[keys.ARRAYS]
+        arrays = {k: fn(i, v.numpy()) for i, (k, v) in enumerate(record.items())}
+        reply.content[keys.ARRAYS] = ArrayRecord(
+            {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
+        )
+        return reply
+
+    return corrupt
+
+
+def _first_float(fill: float) -> Callable[[int, np.ndarray], np.ndarray]:
+    def fn(i: int, a: np.ndarray) -> np.ndarray:
+        return np.full_like(a, fill) if i == 0 and np.issubdtype(a.dtype, np.floating) else a
+
+    return fn
+
+
+def _every_float(fill: float) -> Callable[[int, np.ndarray], np.ndarray]:
+    def fn(i: int, a: np.ndarray) -> np.ndarray:
+        return np.full_like(a, fill) if np.issubdtype(a.dtype, np.floating) else a
+
+    return fn
+
+
+def _claim(reply: Message, request: Message, context: Context) -> Message:
+    num = int(context.node_config["num-partitions"])
+    own = int(context.node_config["partition-id"])
+    claim = int(os.environ.get("FEDCGD_FAULT_CLAIM", (own + 1) % num))
+    _metrics(reply)[keys.PARTITION_ID] = claim
+    return reply
+
+
+def _empty(reply: Message, request: Message, context: Context) -> Message:
+    return Message(RecordDict(), reply_to=request)
+
+
+def _sleep(reply: Message, request: Message, context: Context) -> Message:
+    """A straggler: answer ``FEDCGD_FAULT_SLEEP_S`` seconds late (default 10)."""
+    seconds = os.environ.get("FEDCGD_FAULT_SLEEP_S", "10")
+    try:
+        delay = float(seconds)
+    except ValueError as err:
+        raise ValueError(f"FEDCGD_FAULT_SLEEP_S={seconds!r}: need a number of seconds") from err
+    time.sleep(delay)
+    return reply
+
+
+#: Fault name -> Fault. Array faults corrupt training replies, report faults the stats and
+#: training replies, identity faults every reply (query.info included).
+FAULTS: dict[str, Fault] = {
+    "nan-array": Fault(TRAIN, _map_arrays(_first_float(np.nan)), "NaN in one layer"),
+    "huge-layer": Fault(TRAIN, _map_arrays(_first_float(1e30)), "1e30 in one layer"),
+    "max-float-all": Fault(TRAIN, _map_arrays(_every_float(3e38)), "3e38 in every array"),
+    "int32-arrays": Fault(
+        TRAIN, _map_arrays(lambda i, a: a.astype(np.int32)), "every array as int32"
+    ),
+    "float64-arrays": Fault(
+        TRAIN, _map_arrays(lambda i, a: a.astype(np.float64)), "every array as float64"
+    ),
+    "float16-arrays": Fault(
+        TRAIN, _map_arrays(lambda i, a: a.astype(np.float16)), "every array as float16"
+    ),
+    "fractional-hist": Fault(
+        STATS, _map_hist(lambda h, r: [0.5] * len(h)), "label histogram [0.5] * C"
+    ),
+    "hist-x3": Fault(STATS, _map_hist(lambda h, r: [3 * c for c in h]), "label histogram x 3"),
+    "fake-uniform-hist": Fault(
+        STATS, _map_hist(_uniform_hist), "uniform label histogram summing to tau b"
+    ),
+    "sigma-1e300": Fault(STATS, _set_metric(keys.SIGMA, 1e300), "sigma-hat = 1e300"),
+    "num-examples-1e15": Fault(STATS, _set_metric(keys.NUM_EXAMPLES, 10**15), "|D_v| = 1e15"),
+    "claim-partition": Fault(EVERY, _claim, "claims another partition id in every reply"),
+    "raising": Fault(EVERY, None, "the handler raises"),
+    "empty-reply": Fault(STATS, _empty, "a reply without content"),
+    "sleep": Fault(STATS, _sleep, "answers FEDCGD_FAULT_SLEEP_S seconds late (a straggler)"),
+}
+
+
+def _partition(context: Context) -> int:
+    return int(context.node_config["partition-id"])
+
+
+def misbehaving(handler: Handler, fault: str, partition: int) -> Handler:
+    """``handler`` with the node of ``partition`` misbehaving as ``FAULTS[fault]`` says.
+
+    ``fault`` may also be ``"silent"`` or ``"silent:<fault>"`` (in process only): no reply to
+    the message types of ``<fault>`` (all types for plain ``"silent"``).
+    """
+    silent = fault == "silent" or fault.startswith("silent:")
+    if silent:
+        kinds = FAULTS[fault.split(":", 1)[1]].kinds if ":" in fault else EVERY
+        spec = Fault(kinds, None, "no reply")
+    elif fault in FAULTS:
+        spec = FAULTS[fault]
+    else:
+        raise ValueError(f"fault {fault!r}; allowed: {', '.join(FAULTS)}, silent[:<fault>]")
+
+    def handle(msg: Message, context: Context) -> Message:
+        kind = msg.metadata.message_type
+        if _partition(context) != partition or kind not in spec.kinds:
+            return handler(msg, context)
+        if silent:
+            return None  # type: ignore[return-value]  # InProcessGrid: no reply, a timeout
+        if spec.corrupt is None:
+            raise RuntimeError(f"misbehaving device {partition}: {spec.what}")
+        return spec.corrupt(handler(msg, context), msg, context)
+
+    return handle
+
+
+def silent_like(handler: Handler, fault: str, partition: int) -> Handler:
+    """The oracle of ``fault``: the same device answers nothing where the fault would corrupt."""
+    return misbehaving(handler, f"silent:{fault}", partition)
+
+
+def _from_environment() -> Handler:
+    """The real ClientApp, wrapped as ``FEDCGD_FAULT`` / ``FEDCGD_FAULT_PARTITION`` say."""
+    from client_app.app import app as real_app
+
+    fault = os.environ.get("FEDCGD_FAULT", "")
+    if not fault:
+        return real_app
+    partition = int(os.environ.get("FEDCGD_FAULT_PARTITION", "0"))
+    return misbehaving(real_app, fault, partition)
+
+
+#: The ClientApp for ``flwr run`` (``clientapp = "tests.misbehaving:app"``).
+app = ClientApp()
+
+
+@app.query(keys.QUERY_INFO_ACTION)
+def query_info(msg: Message, context: Context) -> Message:
+    """``query.info``, possibly corrupted."""
+    return _from_environment()(msg, context)
+
+
+@app.query(keys.QUERY_STATS_ACTION)
+def query_stats(msg: Message, context: Context) -> Message:
+    """``query.stats``, possibly corrupted."""
+    return _from_environment()(msg, context)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """``train``, possibly corrupted."""
+    return _from_environment()(msg, context)

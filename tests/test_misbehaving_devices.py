@@ -1,0 +1,371 @@
+"""One misbehaving device among six cannot crash or poison a run (real ClientApp, in process).
+
+For every fault of a reply's values (:data:`REPLY_FAULTS`, faults of :mod:`misbehaving`) under
+the policies ``all`` and ``fedcgd-fscd``: the run finishes, the faulty device never uploads, is
+listed as failed with a one-line reason in every round in which it was scheduled, and the final
+model is finite float32 and equal to the oracle's: the same run in which that device sends
+nothing instead of the corrupted replies (``silent_like``: a timeout, as a silent node of
+``FakeGrid``). A node that claims another partition, or raises, is as if absent. Plus the pure
+rules of :mod:`fedcgd_strategy.screening`, by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fake_grid import FakeGrid, make_contexts
+from flwr.app import Message, MetricRecord, RecordDict
+from misbehaving import FAULTS, misbehaving, silent_like
+
+from client_app.app import app as client_app
+from experiments.launcher import default_run_config
+from fedcgd_strategy.aggregation import fedavg
+from fedcgd_strategy.discovery import NodeRegistry, discover_nodes
+from fedcgd_strategy.screening import (
+    FLOAT32_MAX,
+    round_histogram_bounds,
+    round_histogram_problem,
+    safe_norm,
+    update_norm,
+    update_norm_outliers,
+)
+from server_app.app import run_federation
+from server_app.config import parse_run_config
+from server_app.results import METRICS_FILE, MODEL_FILE
+from task import keys
+
+V = 6
+FAULTY = 1  # its node id is below the next partition's: it answers discovery first
+NODES = [9000 + 13 * i for i in range(V)]
+POLICIES = ("all", "fedcgd-fscd")
+ROUNDS = 3
+#: Faults of a reply's values (the device registers, its corrupted replies are refused).
+REPLY_FAULTS = [
+    "nan-array",
+    "huge-layer",
+    "max-float-all",
+    "int32-arrays",
+    "float64-arrays",
+    "float16-arrays",
+    "fractional-hist",
+    "hist-x3",
+    "fake-uniform-hist",
+    "sigma-1e300",
+    "num-examples-1e15",
+    "empty-reply",
+]
+
+
+def run(tmp_path: Path, name: str, handler, **overrides) -> tuple[list[dict], dict]:
+    run_config = default_run_config()
+    run_config.update(
+        {
+            "num-devices": V,
+            "num-server-rounds": ROUNDS,
+            "channel.availability-prob": 0.8,
+            "local-steps": 2,
+            "eval-every": ROUNDS,
+        }
+    )
+    run_config.update(overrides)
+    run_config["result-dir"] = str(tmp_path / name)
+    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, run_config, V))
+    run_federation(grid, parse_run_config(run_config))
+    out = tmp_path / name
+    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
+    return lines, torch.load(out / MODEL_FILE)
+
+
+@functools.cache
+def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
+    """The run in which the faulty device answers nothing where the fault would corrupt."""
+    return run(
+        Path(tmp_root), f"oracle-{policy}-{fault}", silent_like(client_app, fault, FAULTY),
+        policy=policy,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tmp_root(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("misbehaving"))
+
+
+def test_the_reply_faults_are_the_harness_faults():
+    assert set(REPLY_FAULTS) <= set(FAULTS)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("fault", REPLY_FAULTS)
+def test_a_faulty_device_costs_only_itself(tmp_root, policy, fault):
+    lines, model = run(
+        Path(tmp_root), f"{policy}-{fault}", misbehaving(client_app, fault, FAULTY),
+        policy=policy,
+    )  # fmt: skip
+    assert [x["round"] for x in lines] == list(range(1, ROUNDS + 1))  # the run finished
+    hits = 0
+    for line in lines:
+        assert FAULTY not in line["uploaded"]
+        if FAULTY in line["scheduled"]:
+            assert FAULTY in line["failed"]
+        if FAULTY in line["failed"]:
+            reason = line["failed_reasons"][str(FAULTY)]
+            assert reason and "\n" not in reason  # a one-line reason
+            hits += 1
+    assert hits > 0, "the faulty device was never asked: the test proves nothing"
+    _, expected = oracle(tmp_root, policy, fault)
+    assert model.keys() == expected.keys()
+    for key, value in model.items():
+        assert value.dtype == torch.float32, key
+        assert torch.isfinite(value).all(), key
+        np.testing.assert_allclose(value.numpy(), expected[key].numpy(), atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_failed_in_every_round_it_was_scheduled(tmp_root, policy):
+    lines, _ = run(
+        Path(tmp_root), f"every-{policy}", misbehaving(client_app, "huge-layer", FAULTY),
+        policy=policy,
+    )  # fmt: skip
+    scheduled = [x for x in lines if FAULTY in x["scheduled"]]
+    assert scheduled
+    for line in scheduled:
+        assert FAULTY in line["failed"] and "update norm" in line["failed_reasons"][str(FAULTY)]
+    # Not poisoned: the accuracy is the oracle's (a poisoned model sits at chance, 0.1).
+    oracle_lines, _ = oracle(tmp_root, policy, "huge-layer")
+    assert lines[-1]["accuracy"] == pytest.approx(oracle_lines[-1]["accuracy"], abs=1e-6)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("fault", ["claim-partition", "raising"])
+def test_a_device_that_never_registers_is_as_if_absent(tmp_root, policy, fault):
+    lines, model = run(
+        Path(tmp_root), f"{policy}-{fault}", misbehaving(client_app, fault, FAULTY),
+        policy=policy,
+    )  # fmt: skip
+    victim = (FAULTY + 1) % V
+    for line in lines:
+        assert FAULTY not in line["scheduled"] and FAULTY not in line["uploaded"]
+    # The victim partition is served by its own node: it uploads as in the oracle.
+    oracle_lines, expected = oracle(tmp_root, policy, fault)
+    assert [x["uploaded"] for x in lines] == [x["uploaded"] for x in oracle_lines]
+    assert any(victim in x["uploaded"] for x in lines)
+    for key, value in model.items():
+        np.testing.assert_allclose(value.numpy(), expected[key].numpy(), atol=1e-6, err_msg=key)
+
+
+def test_a_node_that_claims_another_partition_cannot_take_it_over():
+    run_config = default_run_config()
+    run_config.update({"num-devices": V})
+    handler = misbehaving(client_app, "claim-partition", FAULTY)
+    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, run_config, V))
+    config = parse_run_config(run_config)
+    from task.datasets import load_train_set
+    from task.local_data import all_partitions
+
+    labels = load_train_set(config.task).labels
+    truth = np.stack(
+        [np.bincount(labels[rows], minlength=10) for rows in all_partitions(config.task)]
+    )
+    registry = NodeRegistry(V, 10, truth)
+    discover_nodes(grid, registry, 1, 10.0)
+    victim = FAULTY + 1
+    assert registry.node(victim) == NODES[victim]  # the liar answered first, and was refused
+    assert registry.partition(NODES[FAULTY]) is None
+    # Without the true counts the first claimant keeps the partition (the old behaviour).
+    naive = NodeRegistry(V, 10)
+    discover_nodes(grid, naive, 1, 10.0)
+    assert naive.node(victim) == NODES[FAULTY]
+
+
+# --- the pure rules, by hand --------------------------------------------------------------
+
+
+def test_update_norm_outliers_by_hand():
+    norms = [1.0, 2.0, 3.0, 100.0]
+    # Medians of the others: [3, 3, 2, 2]; k = 10 -> only 100 > 20 is refused.
+    assert update_norm_outliers(norms, 10.0).tolist() == [False, False, False, True]
+    # k = 1.4: 3 > 1.4 * 2 = 2.8 and 100 > 2.8 refused; 2 <= 1.4 * 3 = 4.2 kept.
+    assert update_norm_outliers(norms, 1.4).tolist() == [False, False, True, True]
+    assert update_norm_outliers(norms, 0.0).tolist() == [False] * 4  # off
+    # Two uploads: each is held to the other one.
+    assert update_norm_outliers([1.0, 50.0], 10.0).tolist() == [False, True]
+    # One upload: the last round's median stands in; without one it passes.
+    assert update_norm_outliers([50.0], 10.0, reference=1.0).tolist() == [True]
+    assert update_norm_outliers([50.0], 10.0, reference=10.0).tolist() == [False]
+    assert update_norm_outliers([50.0], 10.0).tolist() == [False]
+    # The absolute bound applies whatever k, even 0.
+    assert update_norm_outliers([1.0, np.inf, 4e38], 0.0).tolist() == [False, True, True]
+    with pytest.raises(ValueError, match="max_ratio"):
+        update_norm_outliers(norms, -1.0)
+
+
+def test_update_norm_does_not_overflow():
+    ref = {"w": np.zeros(4, np.float32), "n": np.array(3, np.int64)}
+    local = {"w": np.full(4, 3e38, np.float32), "n": np.array(7, np.int64)}
+    assert update_norm(local, ref) == pytest.approx(2 * 3e38, rel=1e-6)  # sqrt(4) * 3e38
+    assert update_norm(local, ref) > FLOAT32_MAX
+    assert safe_norm([3.0, 4.0]) == pytest.approx(5.0)
+    assert safe_norm([1e300, 1e300]) == pytest.approx(np.sqrt(2) * 1e300)
+    assert safe_norm([np.nan]) == np.inf
+
+
+def test_round_histogram_rule_by_hand():
+    # 5 local samples (3 of class 0, 2 of class 1) read cyclically for tau b = 12 samples:
+    # q, r = 2, 2; class 0 appears 6 .. 6 + min(2, 3) = 8 times, class 1 4 .. 6 times.
+    low, high = round_histogram_bounds([3, 2], 12)
+    assert low.tolist() == [6, 4] and high.tolist() == [8, 6]
+    assert round_histogram_problem([7, 5], [3, 2], 12) is None
+    assert "sums to 13" in round_histogram_problem([8, 5], [3, 2], 12)
+    assert "class 0 has 9" in round_histogram_problem([9, 3], [3, 2], 12)
+    # A device without class 1 uses its 6 samples of class 0 exactly twice: 12 .. 12.
+    assert round_histogram_problem([12, 0], [6, 0], 12) is None
+    assert "class 0 has 6 samples" in round_histogram_problem([6, 6], [6, 0], 12)
+    assert "12 .. 12" in round_histogram_problem([6, 6], [6, 0], 12)
+
+
+def test_fedavg_keeps_the_reference_dtype():
+    ref = {"w": np.zeros(2, np.float32)}
+    out = fedavg([{"w": np.array([1, 3], np.int32)}, {"w": np.ones(2, np.float64)}], [1, 1], ref)
+    assert out["w"].dtype == np.float32 and out["w"].tolist() == [1.0, 2.0]
+
+
+def reply_with(metrics: dict) -> Message:
+    """A training reply from node 1 carrying ``metrics`` (as a device would send it)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    msg = Message(RecordDict(), dst_node_id=1, message_type="train")
+    return Message(RecordDict({keys.METRICS: MetricRecord(metrics)}), reply_to=msg)
+
+
+def test_fractional_histogram_in_a_reply_is_refused():
+    from fedcgd_strategy.replies import MalformedReplyError, read_report
+
+    metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [0.5, 0.5]}
+    with pytest.raises(MalformedReplyError, match="integer class counts"):
+        read_report(reply_with(metrics), num_devices=2, num_classes=2)
+
+
+def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
+    # Replies cannot carry inf past the checks, so the last line of defence is tested directly:
+    # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
+    from fedcgd_strategy.aggregation import non_finite_arrays
+    from fedcgd_strategy.policies import make_policy
+    from fedcgd_strategy.replies import DeviceReport
+    from fedcgd_strategy.strategy import ScheduledStrategy, _Round
+    from task.settings import TrainingSettings
+
+    reference = {"w": np.zeros(2, np.float32)}
+    huge = {"w": np.full(2, 1e39)}
+    assert non_finite_arrays(fedavg([huge, huge], [1, 1], reference)) == ["w"]
+    strategy = ScheduledStrategy(
+        policy=make_policy("all", num_devices=2, num_classes=2),
+        cell=None,  # type: ignore[arg-type]
+        model_bits=1.0,
+        total_bandwidth_hz=1.0,
+        num_devices=2,
+        num_classes=2,
+        target_dist=None,
+        rng=np.random.default_rng(0),
+    )
+    state = _Round(
+        draw=None,  # type: ignore[arg-type]
+        training=TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=1),
+        reference=reference,
+        available=[0, 1],
+    )
+    uploads = [DeviceReport(v, v, 1, np.array([1, 0]), float("nan"), arrays=huge) for v in (0, 1)]
+    arrays, reason = strategy._aggregate(uploads, state)
+    assert arrays is None and reason is not None and "not finite" in reason and "w" in reason
+    assert strategy._aggregate([], state) == (None, "nothing uploaded")
+
+
+ONE_ROUND_ALL_AVAILABLE = {"num-server-rounds": 1, "channel.availability-prob": 1.0}
+
+
+def test_the_module_level_app_reads_the_fault_from_the_environment(tmp_path, monkeypatch):
+    # What `flwr run` loads as `misbehaving:app`: the same fault, chosen by environment variables.
+    import misbehaving
+
+    monkeypatch.setenv("FEDCGD_FAULT", "num-examples-1e15")
+    monkeypatch.setenv("FEDCGD_FAULT_PARTITION", str(FAULTY))
+    lines, _ = run(tmp_path, "env", misbehaving.app, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    assert FAULTY in lines[0]["failed"]
+    assert "num-examples" in lines[0]["failed_reasons"][str(FAULTY)]
+    monkeypatch.delenv("FEDCGD_FAULT")
+    lines, _ = run(tmp_path, "plain", misbehaving.app, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    assert lines[0]["failed"] == [] and FAULTY in lines[0]["uploaded"]
+
+
+@pytest.mark.slow
+def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
+    """Under ``flwr run`` (Ray): the harness as ``misbehaving:app``, fault from the environment."""
+    from wrapped_project import run_wrapped
+
+    out = tmp_path / "out"
+    proc = run_wrapped(
+        {
+            "num-devices": 4,
+            "num-server-rounds": 3,
+            "policy": "all",
+            "channel.availability-prob": 1.0,
+            "channel.deadline-s": 1.0,
+            "local-steps": 2,
+            "result-dir": str(out),
+        },
+        wrapper=Path(__file__).resolve().parent / "misbehaving.py",
+        env={"FEDCGD_FAULT": "huge-layer", "FEDCGD_FAULT_PARTITION": str(FAULTY)},
+        num_supernodes=4,
+        workdir=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
+    assert [x["round"] for x in lines] == [1, 2, 3]
+    asked = [x for x in lines if FAULTY in x["scheduled"]]
+    assert asked, [x["scheduled"] for x in lines]
+    for line in asked:
+        assert FAULTY not in line["uploaded"]
+        assert "update norm" in line["failed_reasons"][str(FAULTY)]
+    model = torch.load(out / MODEL_FILE)
+    assert all(bool(torch.isfinite(v).all()) and float(v.abs().max()) < 1e3 for v in model.values())
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        (keys.LABEL_HIST, [2**70, 0], "2\\*\\*53"),
+        (keys.NUM_EXAMPLES, 2**70, "num-examples"),
+        (keys.SIGMA, 10**400, "sigma"),
+        (keys.SIGMA, 1e300, "largest float32"),
+        (keys.PARTITION_ID, 2**70, "partition-id"),
+    ],
+)
+def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
+    from fedcgd_strategy.replies import ExpectedReply, MalformedReplyError, read_report
+
+    metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1], key: value}
+    with pytest.raises(MalformedReplyError, match=match):
+        read_report(
+            reply_with(metrics),
+            num_devices=2,
+            num_classes=2,
+            expected=ExpectedReply(0, np.array([3, 1]), 4),
+        )
+
+
+def test_the_same_reply_with_sane_values_is_accepted():
+    from fedcgd_strategy.replies import ExpectedReply, read_report
+
+    metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1]}
+    report = read_report(
+        reply_with({**metrics, keys.SIGMA: 2.5}),
+        num_devices=2,
+        num_classes=2,
+        expected=ExpectedReply(0, np.array([3, 1]), 4),
+    )
+    assert report.label_hist.tolist() == [3, 1] and report.sigma == 2.5

@@ -1,0 +1,285 @@
+"""A device slower than the timeouts costs only its own participation (issue 13, point 3).
+
+Rule under test (``fedcgd_strategy.pending``): at most one message per node in flight; a node
+whose message timed out is busy, skipped and recorded as failed until its late reply is pulled,
+which is discarded (a late ``query.info`` still registers its device). Unit tests of the
+bookkeeping, the strategy on an in-process grid with a straggler (no Ray), and one real
+``flwr run`` with a sleeping device (slow).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from fake_grid import FakeGrid, make_contexts
+from flwr.app import Message
+from subprocesses import assert_import_pulls_neither_flwr_nor_torch
+from test_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
+from wrapped_project import build_wrapped_project, run_wrapped
+
+from fedcgd_strategy.discovery import settle_pending
+from fedcgd_strategy.pending import Pending, PendingMessages
+from fedcgd_strategy.policies import make_policy
+from fedcgd_strategy.strategy import ScheduledStrategy
+from server_app.results import METRICS_FILE
+from task import keys
+
+TESTS = Path(__file__).resolve().parent
+
+# --- the bookkeeping (pure) ---------------------------------------------------------------
+
+
+def test_unanswered_messages_make_their_nodes_busy_until_resolved():
+    pending = PendingMessages()
+    sent = [("a", 1, "query.stats"), ("b", 2, "query.stats"), ("c", 3, "query.stats")]
+    new = pending.record_unanswered(sent, answered=["b"], server_round=4)
+    assert new == [Pending("a", 1, 4, "query.stats"), Pending("c", 3, 4, "query.stats")]
+    pending.record_unanswered([("d", 1, "train")], answered=[], server_round=6)
+    assert pending.busy_nodes() == {1: 4, 3: 4}  # node 1: its oldest message is of round 4
+    assert pending.message_ids() == ["a", "c", "d"]
+    assert pending.resolve(["a", "zzz"]) == [Pending("a", 1, 4, "query.stats")]
+    assert pending.busy_nodes() == {1: 6, 3: 4}
+    assert pending.forget_nodes([1]) == [Pending("d", 1, 6, "train")]
+    assert pending.busy_nodes() == {3: 4} and len(pending) == 1
+
+
+def test_the_bookkeeping_imports_neither_flwr_nor_torch():
+    assert_import_pulls_neither_flwr_nor_torch("fedcgd_strategy.pending")
+
+
+def test_messages_without_an_id_are_not_tracked():
+    # A grid that assigns no ids (the in-process grid) answers before it returns.
+    pending = PendingMessages()
+    assert pending.record_unanswered([("", 1, "train")], answered=[], server_round=1) == []
+    assert len(pending) == 0
+
+
+# --- settle_pending on a scripted grid ----------------------------------------------------
+
+
+class ScriptedGrid:
+    """Nodes and, per pull, the ids whose late reply arrives (duck-typed replies)."""
+
+    def __init__(self, nodes, arrivals):
+        self.nodes, self.arrivals, self.pulls = list(nodes), list(arrivals), 0
+
+    def get_node_ids(self):
+        return self.nodes
+
+    def pull_messages(self, message_ids):
+        wanted = set(message_ids)
+        done = self.arrivals[self.pulls] if self.pulls < len(self.arrivals) else []
+        self.pulls += 1
+        return [reply(mid) for mid in done if mid in wanted]
+
+
+def reply(message_id, error=None):
+    return SimpleNamespace(
+        metadata=SimpleNamespace(reply_to_message_id=message_id),
+        has_error=lambda: error is not None,
+        error=SimpleNamespace(reason=error),
+    )
+
+
+def busy(*entries):
+    pending = PendingMessages()
+    for mid, node in entries:
+        pending.record_unanswered([(mid, node, "query.stats")], [], server_round=1)
+    return pending
+
+
+def test_a_late_reply_frees_its_node_and_a_straggler_is_not_waited_for():
+    pending = busy(("a", 1), ("b", 2))  # node 3 is free: one pull, no waiting
+    grid = ScriptedGrid([1, 2, 3], arrivals=[["a"], ["b"]])
+    settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
+    assert grid.pulls == 1 and pending.busy_nodes() == {2: 1}
+
+
+def test_while_every_node_is_busy_it_polls_until_one_is_free():
+    pending = busy(("a", 1), ("b", 2))
+    grid = ScriptedGrid([1, 2], arrivals=[[], [], ["b"], ["a"]])
+    settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
+    assert grid.pulls == 3 and pending.busy_nodes() == {1: 1}
+
+
+def test_polling_ends_at_the_deadline_and_errors_and_departures_settle():
+    pending = busy(("a", 1), ("b", 2))
+    settle_pending(ScriptedGrid([1, 2], arrivals=[]), pending, wait_s=0.0, poll_s=0.0)
+    assert pending.busy_nodes() == {1: 1, 2: 1}  # nothing arrived, no time to wait
+    grid = SimpleNamespace(get_node_ids=lambda: [2], pull_messages=lambda ids: [reply("b", "x")])
+    settle_pending(grid, pending, wait_s=0.0, poll_s=0.0)  # node 1 left; b: an error reply
+    assert len(pending) == 0
+
+
+# --- the strategy on an in-process grid with a straggler ------------------------------------
+
+
+class StragglerGrid(FakeGrid):
+    """Nodes in ``slow`` answer messages of ``kinds`` only ``delay`` grid calls after they came.
+
+    By default ``query.stats`` and ``train`` are late and discovery is answered at once, as by
+    the ``sleep`` fault of ``tests/misbehaving.py``. Every ``send_and_receive`` is one tick of
+    time (it counts down first, then sends); the slow node's reply then waits for
+    :meth:`pull_messages`, as a late reply waits in Flower's LinkState. ``peak`` counts, per
+    node, the most messages it had to work on at once.
+    """
+
+    def __init__(self, slow, delay, kinds=(keys.QUERY_STATS, "train")):
+        handler = scripted_client()
+        super().__init__({n: handler for n in NODES}, make_contexts(NODES, {}, V))
+        self.slow, self.delay, self.kinds = set(slow), delay, set(kinds)
+        self.working: dict[str, tuple[Message, int]] = {}  # id -> (message, ticks left)
+        self.ids = (f"m{i}" for i in itertools.count())
+        self.peak: Counter[int] = Counter()
+
+    def send_and_receive(self, messages, *, timeout=None):
+        self.working = {k: (m, left - 1) for k, (m, left) in self.working.items()}
+        replies = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = next(self.ids)
+            self.sent.append(msg)
+            node = msg.metadata.dst_node_id
+            if node in self.slow and msg.metadata.message_type in self.kinds:
+                self.working[msg.metadata.message_id] = (msg, self.delay)
+                load = sum(m.metadata.dst_node_id == node for m, _ in self.working.values())
+                self.peak[node] = max(self.peak[node], load)
+            elif (answer := self.deliver(msg)) is not None:
+                replies.append(answer)
+        return replies
+
+    def pull_messages(self, message_ids):
+        done = [k for k in message_ids if k in self.working and self.working[k][1] <= 0]
+        return [self.deliver(self.working.pop(k)[0]) for k in done]
+
+
+def straggler_strategy():
+    draw = make_draw([True] * V, [1.0] * V)  # everyone available, everyone fits
+    policy = make_policy("all", num_devices=V, num_classes=2)
+    return ScheduledStrategy(
+        policy=policy,
+        cell=FixedChannel(draw),
+        model_bits=1e5,
+        total_bandwidth_hz=100.0,
+        num_devices=V,
+        num_classes=2,
+        target_dist=np.array([0.5, 0.5]),
+        protocol="query",
+        rng=np.random.default_rng(0),
+        query_timeout_s=0.0,
+    )
+
+
+def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
+    slow = 2
+    grid = StragglerGrid(slow=[NODES[slow]], delay=5)
+    strategy = straggler_strategy()
+    records, queried = [], []
+    for rnd in range(1, 7):
+        before = len(grid.sent)
+        run_round(strategy, grid, rnd)
+        records.append(strategy.last_record)
+        queried.append(
+            sorted(
+                NODES.index(m.metadata.dst_node_id)
+                for m in grid.sent[before:]
+                if m.metadata.message_type == keys.QUERY_STATS
+            )
+        )
+    others = [p for p in range(V) if p != slow]
+    assert grid.peak[NODES[slow]] == 1  # never a second message while it works on one
+    for rec in records:
+        assert rec.uploaded == others  # every round: everybody else, never the straggler
+        assert rec.failed == [slow]
+    # Grid calls: round 1 = discovery, query, train; later rounds = query, train. The query of
+    # call 2 counts down at calls 3-7 and is pulled at the start of round 4 (before call 8),
+    # so the straggler is queried in round 1, busy in rounds 2-3, queried again in round 4.
+    assert [slow in q for q in queried] == [True, False, False, True, False, False]
+    assert records[1].failed_reasons[str(slow)].startswith("busy: its message of round 1")
+
+
+def test_a_late_discovery_answer_registers_the_device_without_asking_again():
+    slow = 4
+    grid = StragglerGrid(slow=[NODES[slow]], delay=2, kinds=[keys.QUERY_INFO])
+    strategy = straggler_strategy()
+    for rnd in (1, 2):
+        run_round(strategy, grid, rnd)
+    # Its query.info (call 1) counts down at calls 2-3 and is pulled in round 2.
+    asked = [m for m in grid.sent if m.metadata.dst_node_id == NODES[slow]]
+    assert [m.metadata.message_type for m in asked] == [keys.QUERY_INFO, keys.QUERY_STATS, "train"]
+    assert strategy.registry.partition(NODES[slow]) == slow
+    assert strategy.last_record.uploaded == list(range(V))
+
+
+def test_without_message_ids_nothing_changes():
+    # The plain in-process grid assigns no ids and answers at once: no node is ever busy.
+    grid = FakeGrid({n: scripted_client() for n in NODES}, make_contexts(NODES, {}, V))
+    strategy = straggler_strategy()
+    for rnd in (1, 2):
+        run_round(strategy, grid, rnd)
+        assert strategy.last_record.uploaded == list(range(V))
+    assert len(strategy.pending) == 0
+
+
+# --- flwr run (Ray) with a sleeping device ------------------------------------------------
+
+#: Rounds, the sleeping device, its sleep and the query timeout (discovery and query.stats).
+ROUNDS, SLOW, SLEEP_S, QUERY_TIMEOUT_S = 12, 0, 20.0, 6.0
+
+
+def test_the_wrapped_project_uses_the_wrapper_as_clientapp(tmp_path):
+    project = build_wrapped_project(tmp_path / "p", TESTS / "misbehaving.py")
+    text = (project / "pyproject.toml").read_text()
+    assert 'clientapp = "misbehaving:app"' in text
+    assert 'serverapp = "server_app.app:app"' in text
+    copied = (project / "misbehaving.py").read_text()
+    assert copied == (TESTS / "misbehaving.py").read_text()
+    with pytest.raises(ValueError, match="module name"):
+        build_wrapped_project(tmp_path / "q", TESTS / "test_stragglers.py")
+
+
+@pytest.mark.slow
+def test_flwr_run_a_sleeping_device_does_not_starve_the_others(tmp_path):
+    """Three devices on two Ray actors; device 0 sleeps 20 s per query/train, timeouts 6 s.
+
+    Before the fix, every round after the first with all devices known had no reply from any
+    device: the sleeper's queued messages occupied both actors.
+    """
+    out = tmp_path / "out"
+    proc = run_wrapped(
+        {
+            "num-devices": 3,
+            "num-server-rounds": ROUNDS,
+            "channel.availability-prob": 1.0,
+            "channel.deadline-s": 1.0,
+            "query-timeout-s": QUERY_TIMEOUT_S,
+            "train-timeout-s": QUERY_TIMEOUT_S,
+            "local-steps": 2,
+            "result-dir": str(out),
+        },
+        wrapper=TESTS / "misbehaving.py",
+        env={
+            "FEDCGD_FAULT": "sleep",
+            "FEDCGD_FAULT_PARTITION": str(SLOW),
+            "FEDCGD_FAULT_SLEEP_S": str(SLEEP_S),
+        },
+        num_supernodes=3,
+        workdir=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
+    assert [x["round"] for x in lines] == list(range(1, ROUNDS + 1))
+    # The first rounds may be lost while the Ray actors start (discovery unanswered). From the
+    # round in which all three devices are known, the sleeper is queried and times out; every
+    # later round has the other two devices' uploads and the sleeper among the failed.
+    first = next(x["round"] for x in lines if x["num_available"] == 3)
+    assert first <= ROUNDS - 3, [x["num_available"] for x in lines]
+    later = lines[first:]
+    assert [x["uploaded"] for x in later] == [[1, 2]] * len(later)
+    assert all(SLOW in x["failed"] for x in lines[first - 1 :])
+    assert all(SLOW not in x["uploaded"] for x in lines)
