@@ -149,11 +149,16 @@ def run_inprocess(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: one run in this process (``--run-config`` as for the launcher)."""
+    """Command line: one run in this process (``--run-config`` as for the launcher).
+
+    Exit code (and last line): 0 completed, 1 failed, 2 refused before the start
+    (:func:`experiments.preflight.run_outcome`).
+    """
     import argparse
     import json
     import sys
     import time
+    import traceback
 
     from experiments.launcher import (
         DEFAULT_RESULTS,
@@ -161,22 +166,35 @@ def main(argv: list[str] | None = None) -> int:
         resolve_data_dir,
         validated_run_config,
     )
+    from experiments.preflight import (
+        check_before_start,
+        effective_result_dir,
+        refused,
+        run_outcome,
+    )
 
     parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
     parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
     try:
-        config = validated_run_config(parse_run_config_text(args.run_config))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        config = resolve_data_dir(validated_run_config(parse_run_config_text(args.run_config)))
+        if not config.get("result-dir"):
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            config["result-dir"] = str((args.results / f"{config['policy']}-{stamp}").resolve())
+        check_before_start(config)
+    except (ValueError, FileNotFoundError) as err:
+        print(refused(err).message, file=sys.stderr)
         return 2
-    if not config.get("result-dir"):
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        config["result-dir"] = str((args.results / f"{config['policy']}-{stamp}").resolve())
-    summary = run_inprocess(resolve_data_dir(config))
-    print(json.dumps(summary, indent=2))
-    return 0
+    result_dir = effective_result_dir(config) or Path(config["result-dir"])
+    launched_unix_s = time.time()
+    try:
+        print(json.dumps(run_inprocess(config), indent=2))
+    except Exception:  # the status says what happened; the traceback says where
+        traceback.print_exc()
+    outcome = run_outcome(result_dir, launched_unix_s)
+    print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
+    return outcome.code
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from logging import INFO
 from pathlib import Path
@@ -17,12 +16,19 @@ from flwr.supercore import log
 from channel import Cell
 from fedcgd_strategy.policies import make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
-from server_app.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from server_app.checkpoint import (
+    Checkpoint,
+    ResumePlan,
+    check_resume,
+    save_checkpoint,
+    save_model,
+)
 from server_app.config import RunConfig, parse_run_config
-from server_app.results import CONFIG_FILE, MODEL_FILE, ResultWriter, json_ready
+from server_app.results import ResultWriter, check_new_result_dir
+from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 from task.datasets import load_test_set, load_train_set
+from task.local_data import all_partitions
 from task.models import build_model, count_parameters
-from task.settings import flatten
 from task.training import compute_device, evaluate
 
 app = ServerApp()
@@ -62,35 +68,41 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
     return connected
 
 
-#: Settings that may differ between a run and its resumption.
-RESUMABLE_CHANGES = ("num_server_rounds", "resume_from", "checkpoint_every", "result_dir")
+def check_result_dir(config: RunConfig) -> ResumePlan | None:
+    """The checks before a run writes anything in its result folder.
 
+    A new run refuses a folder that is a file or already holds a run's results; a resumed run
+    checks that its folder can be continued (:func:`server_app.checkpoint.check_resume`).
 
-def check_same_run(result_dir: Path, resolved: dict[str, Any]) -> None:
-    """Refuse to resume ``result_dir`` with settings other than those it was started with.
+    Returns
+    -------
+    ResumePlan or None
+        How to continue the run (None for a new run).
 
     Raises
     ------
-    ValueError
-        Naming the settings that differ.
+    ValueError, FileNotFoundError
+        One line naming the run-config key.
     """
-    before = flatten(json.loads((result_dir / CONFIG_FILE).read_text()))
-    now = flatten(json.loads(json.dumps(json_ready(resolved))))
-    differ = sorted(
-        k
-        for k in set(before) | set(now)
-        if k not in RESUMABLE_CHANGES and before.get(k) != now.get(k)
-    )
-    if differ:
-        raise ValueError(
-            f"run-config key 'resume-from': {result_dir} was started with other settings "
-            f"({', '.join(differ)}); resume with the same run config (only num-server-rounds "
-            "may change)"
-        )
+    if config.resume_from:
+        return check_resume(config)
+    check_new_result_dir(config.result_dir)
+    return None
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters), for ``status.json``."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {text}"[:300]
 
 
 def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     """Run ``config.num_server_rounds`` scheduled rounds on ``grid`` and write the result directory.
+
+    The folder is checked first (:func:`check_result_dir`; nothing is written when it is
+    refused). Then ``status.json`` says ``"running"``; at the end ``"completed"`` (after
+    ``model.pt`` and ``summary.json``), or ``"failed"`` with the reason when this function
+    raises or when no device uploaded an update in the whole run.
 
     Parameters
     ----------
@@ -105,7 +117,96 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         The end-of-run summary (also written to ``summary.json``).
 
     """
-    t_start = time.perf_counter()
+    plan = check_result_dir(config)
+    result_dir = Path(config.result_dir)
+    result_dir.mkdir(parents=True, exist_ok=True)
+    done = 0 if plan is None else plan.checkpoint.round
+    write_status(result_dir, RunStatus(RUNNING, done, config.num_server_rounds))
+    writer: ResultWriter | None = None
+    try:
+        writer = ResultWriter(
+            result_dir,
+            config.num_server_rounds,
+            kept_lines=None if plan is None else plan.lines,
+            elapsed_s=0.0 if plan is None else plan.checkpoint.elapsed_s,
+        )
+        if plan is not None and plan.finish_only:
+            log(INFO, "finishing %s from its checkpoint after round %d", result_dir, done)
+            final_model = plan.checkpoint.model
+        else:
+            final_model = train_rounds(grid, config, writer, plan)
+        return write_end(config, writer, final_model)
+    except BaseException as err:
+        last = writer.lines[-1]["round"] if writer is not None and writer.lines else done
+        failed = RunStatus(FAILED, last, config.num_server_rounds, reason=one_line(err))
+        write_status(result_dir, failed)
+        raise
+
+
+def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
+    """Why a run whose metrics lines are ``lines`` trained nothing; None when a device uploaded."""
+    if any(int(line.get("num_uploaded") or 0) > 0 for line in lines):
+        return None
+    failures = sum(len(line.get("failed") or []) for line in lines)
+    unreachable = sum(len(line.get("disconnected") or []) for line in lines)
+    scheduled = sum(int(line.get("num_scheduled") or 0) for line in lines)
+    head = (
+        f"no device uploaded an update in any of the {len(lines)} rounds, so the model never "
+        "changed"
+    )
+    if failures:
+        return (
+            f"{head}: {failures} scheduled devices failed or timed out (see the ClientApp errors "
+            "in the log)"
+        )
+    if unreachable and not scheduled:
+        return (
+            f"{head}: no device answered ({unreachable} times a device drawn available replied "
+            "with an error or not at all; see the ClientApp errors in the log)"
+        )
+    if not scheduled:
+        return f"{head}: none was scheduled (deadline, bandwidth or availability too tight?)"
+    return head
+
+
+def write_end(
+    config: RunConfig, writer: ResultWriter, final_model: dict[str, torch.Tensor]
+) -> dict[str, Any]:
+    """Write ``model.pt``, ``summary.json`` and the final status; return the summary."""
+    save_model(writer.dir, final_model)
+    history = writer.lines
+    accs = [h["accuracy"] for h in history if h.get("accuracy") is not None]
+    wemds = [h["wemd"] for h in history if h.get("wemd") is not None and np.isfinite(h["wemd"])]
+    summary = {
+        "policy": config.policy,
+        "rounds": config.num_server_rounds,
+        "final_accuracy": accs[-1] if accs else None,
+        "max_accuracy": max(accs) if accs else None,
+        "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history]))
+        if history
+        else 0.0,
+        "mean_wemd": float(np.mean(wemds)) if wemds else None,
+        "wall_time_s": writer.elapsed_s(),
+        "result_dir": str(writer.dir),
+    }
+    writer.write_summary(summary)
+    last = history[-1]["round"] if history else 0
+    reason = no_upload_reason(history)
+    state = COMPLETED if reason is None else FAILED
+    write_status(writer.dir, RunStatus(state, last, config.num_server_rounds, reason=reason))
+    log(INFO, "results written to %s (%s)", writer.dir, reason or "completed")
+    return summary
+
+
+def train_rounds(
+    grid: Grid, config: RunConfig, writer: ResultWriter, plan: ResumePlan | None
+) -> dict[str, torch.Tensor]:
+    """Run the rounds left (all of them, or those after ``plan``'s checkpoint).
+
+    Writes ``config.json``, one ``metrics.jsonl`` line per round and the checkpoints; returns
+    the final global model.
+    """
+    resume = None if plan is None else plan.checkpoint
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)
     test_set = load_test_set(config.task)
@@ -123,20 +224,6 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         model_bits_used=model_bits,
         num_classes=num_classes,
         target_dist_global=target.tolist(),
-    )
-    resume = load_checkpoint(Path(config.resume_from)) if config.resume_from else None
-    if resume is not None:
-        check_same_run(Path(config.resume_from), resolved)
-        if resume.round >= config.num_server_rounds:
-            raise ValueError(
-                f"run-config key 'resume-from': the checkpoint is after round {resume.round}; "
-                f"num-server-rounds = {config.num_server_rounds} leaves nothing to run"
-            )
-    writer = ResultWriter(
-        config.result_dir,
-        config.num_server_rounds,
-        resume_after=None if resume is None else resume.round,
-        elapsed_s=0.0 if resume is None else resume.elapsed_s,
     )
     writer.write_config(resolved)
 
@@ -170,6 +257,13 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         protocol=config.protocol,
         query_timeout_s=config.query_timeout_s,
         round_offset=0 if resume is None else resume.round,
+        max_update_norm_ratio=config.max_update_norm_ratio,
+        partition_counts=np.stack(  # the class counts each partition's node must report
+            [
+                np.bincount(train_set.labels[rows], minlength=num_classes)
+                for rows in all_partitions(config.task)
+            ]
+        ),
     )
 
     def evaluate_fn(flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
@@ -206,6 +300,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         }
         line.update(record.to_dict())
         writer.append_round(line)
+        write_status(writer.dir, RunStatus(RUNNING, server_round, config.num_server_rounds))
         every = config.checkpoint_every
         if every and (server_round % every == 0 or last):
             checkpoint = Checkpoint(
@@ -238,22 +333,4 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         train_config=ConfigRecord(config.training.to_config()),
         evaluate_fn=evaluate_fn,
     )
-    torch.save(result.arrays.to_torch_state_dict(), writer.dir / MODEL_FILE)
-    history = writer.lines
-    accs = [h["accuracy"] for h in history if h.get("accuracy") is not None]
-    wemds = [h["wemd"] for h in history if h.get("wemd") is not None and np.isfinite(h["wemd"])]
-    summary = {
-        "policy": config.policy,
-        "rounds": config.num_server_rounds,
-        "final_accuracy": accs[-1] if accs else None,
-        "max_accuracy": max(accs) if accs else None,
-        "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history]))
-        if history
-        else 0.0,
-        "mean_wemd": float(np.mean(wemds)) if wemds else None,
-        "wall_time_s": writer.elapsed_s() if resume is not None else time.perf_counter() - t_start,
-        "result_dir": str(writer.dir),
-    }
-    writer.write_summary(summary)
-    log(INFO, "results written to %s", writer.dir)
-    return summary
+    return dict(result.arrays.to_torch_state_dict())

@@ -11,14 +11,23 @@ equals the uninterrupted one.
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from server_app.config import RunConfig
+from server_app.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
+from server_app.run_status import COMPLETED, read_status, settings_differences
+
 CHECKPOINT_FILE = "checkpoint.pt"
+
+#: Settings that may differ between a run and its resumption.
+RESUMABLE_CHANGES = ("num_server_rounds", "resume_from", "checkpoint_every", "result_dir")
 
 
 @dataclass(frozen=True)
@@ -83,12 +92,132 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             f"run-config key 'resume-from' = '{result_dir}': no {CHECKPOINT_FILE} there (was the "
             "run started with checkpoint-every > 0?)"
         )
-    data = torch.load(path, weights_only=True)
-    return Checkpoint(
-        round=int(data["round"]),
-        model=dict(data["model"]),
-        policy_state=dict(data["policy_state"]),
-        cell_rng_state=dict(data["cell_rng_state"]),
-        policy_rng_state=dict(data["policy_rng_state"]),
-        elapsed_s=float(data["elapsed_s"]),
+    try:
+        data = torch.load(path, weights_only=True)
+        return Checkpoint(
+            round=int(data["round"]),
+            model=dict(data["model"]),
+            policy_state=dict(data["policy_state"]),
+            cell_rng_state=dict(data["cell_rng_state"]),
+            policy_rng_state=dict(data["policy_rng_state"]),
+            elapsed_s=float(data["elapsed_s"]),
+        )
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, TypeError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(
+            f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
+            f"(truncated or not a checkpoint of this app: {reason})"
+        ) from err
+
+
+def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
+    """Write the final model ``model.pt`` in ``result_dir`` atomically; return its path."""
+    path = result_dir / MODEL_FILE
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """How to continue the run in a result folder.
+
+    Attributes
+    ----------
+    checkpoint : Checkpoint
+        Its last checkpoint.
+    lines : list of dict
+        Its metrics lines of rounds 1 .. ``checkpoint.round``.
+    finish_only : bool
+        No rounds are left, but the run was stopped before its end was written: only
+        ``model.pt`` (from the checkpoint), ``summary.json`` and the status remain to write.
+
+    """
+
+    checkpoint: Checkpoint
+    lines: list[dict[str, Any]]
+    finish_only: bool
+
+
+def check_same_settings(result_dir: Path, config: RunConfig) -> None:
+    """Refuse to resume ``result_dir`` with settings other than those it was started with.
+
+    Only :data:`RESUMABLE_CHANGES` may differ; values the run derived at start (parameter
+    count, ...) are not compared.
+
+    Raises
+    ------
+    ValueError
+        One line naming the settings that differ (or the unreadable ``config.json``).
+    """
+    path = result_dir / CONFIG_FILE
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"run-config key 'resume-from': {path} cannot be read ({err}); the folder cannot "
+            "be resumed"
+        ) from err
+    differ = settings_differences(
+        recorded,
+        json_ready(config.to_dict()),
+        ignore=RESUMABLE_CHANGES,
+        requested_keys_only=True,
     )
+    if differ:
+        raise ValueError(
+            f"run-config key 'resume-from': {result_dir} was started with other settings "
+            f"({', '.join(differ)}); resume with the same run config (only num-server-rounds "
+            "may change)"
+        )
+
+
+def run_finished(result_dir: Path) -> bool:
+    """True when the run in ``result_dir`` wrote its end.
+
+    Its status says ``completed``; a folder without a status (written before statuses
+    existed) counts as finished when it holds both ``model.pt`` and ``summary.json``.
+    """
+    status = read_status(result_dir)
+    if status is not None:
+        return status.state == COMPLETED
+    return (result_dir / MODEL_FILE).is_file() and (result_dir / SUMMARY_FILE).is_file()
+
+
+def check_resume(config: RunConfig) -> ResumePlan:
+    """Check that ``config.resume_from`` can be continued up to ``config.num_server_rounds``.
+
+    Reads only: the folder, its checkpoint, ``config.json``, ``metrics.jsonl``, the status.
+
+    Returns
+    -------
+    ResumePlan
+
+    Raises
+    ------
+    FileNotFoundError
+        The folder or its checkpoint is missing.
+    ValueError
+        Unreadable checkpoint or metrics, other settings, or nothing left to run (one line).
+    """
+    folder = Path(config.resume_from)
+    key = f"run-config key 'resume-from' = '{folder}'"
+    if not folder.exists():
+        raise FileNotFoundError(f"{key}: no such folder")
+    if not folder.is_dir():
+        raise ValueError(f"{key} is a file, not a result folder")
+    checkpoint = load_checkpoint(folder)
+    check_same_settings(folder, config)
+    lines = read_metrics(folder, checkpoint.round)
+    wanted = config.num_server_rounds
+    if checkpoint.round > wanted or (checkpoint.round == wanted and run_finished(folder)):
+        state = "finished" if checkpoint.round == wanted else "past that"
+        raise ValueError(
+            f"{key}: the checkpoint is after round {checkpoint.round} (run {state}); "
+            f"num-server-rounds = {wanted} leaves nothing to run (set num-server-rounds > "
+            f"{checkpoint.round} to continue it)"
+        )
+    return ResumePlan(checkpoint=checkpoint, lines=lines, finish_only=checkpoint.round == wanted)

@@ -14,7 +14,8 @@ run-config key                 meaning
                                bn2/poc, query otherwise)
 ``eval-every``                 central evaluation every k rounds (and always after the last)
 ``result-dir``                 absolute folder for the run's results; ``""`` =
-                               ``~/fedcgd-results/<policy>-<UTC time>``
+                               ``~/fedcgd-results/<policy>-<UTC time>``; a folder that is a file
+                               or already holds a run's results is refused (never overwritten)
 ``initial-g``                  Ĝ before the first upload (FedCGD), float >= 0
 ``target-dist``                WEMD target: ``"global"`` (class distribution of the full
                                training set) or ``"devices"`` (union of this round's histograms)
@@ -22,11 +23,17 @@ run-config key                 meaning
 ``poc-candidates``             POC's V' (0 = all available)
 ``fedcbs-lambda``              Fed-CBS exploration weight λ
 ``exact-time-limit-s``         ``fedcgd-exact``: cap per MILP in seconds (0 = none: the optimum)
+``max-update-norm-ratio``      k >= 0: refuse an upload whose update norm ||w_v - w|| is above k x
+                               the median norm of the round's other uploads (the median ignores
+                               one absurd upload; a round with one upload uses the last round's
+                               median; uploads whose norm is not a finite float32 are always
+                               refused); 0 = off (see :mod:`fedcgd_strategy.screening`)
 ``query-timeout-s``            wait for query replies, seconds > 0
 ``train-timeout-s``            wait for training replies, seconds > 0
 ``checkpoint-every``           save a checkpoint every k rounds (and after the last); 0 = off
 ``resume-from``                a result directory with a checkpoint: continue that run there up
-                               to ``num-server-rounds`` (``""`` = a new run)
+                               to ``num-server-rounds`` (``""`` = a new run); with no rounds left
+                               it only writes the end a crash left unwritten (model, summary)
 ``channel.*``                  :class:`channel.CellConfig` fields in kebab case (among them
                                ``channel.redraw-los-each-round`` and
                                ``channel.redraw-shadowing-each-round``, true/false), plus
@@ -94,6 +101,7 @@ class RunConfig:
     poc_candidates: int
     fedcbs_lambda: float
     exact_time_limit_s: float
+    max_update_norm_ratio: float
     query_timeout_s: float
     train_timeout_s: float
     model_bits: int
@@ -192,6 +200,9 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         poc_candidates=read_int(run_config, "poc-candidates", minimum=0),
         fedcbs_lambda=read_real(run_config, "fedcbs-lambda", minimum=0.0, strict=False),
         exact_time_limit_s=read_real(run_config, "exact-time-limit-s", minimum=0.0, strict=False),
+        max_update_norm_ratio=read_real(
+            run_config, "max-update-norm-ratio", minimum=0.0, strict=False
+        ),
         query_timeout_s=read_real(run_config, "query-timeout-s", minimum=0.0, strict=True),
         train_timeout_s=read_real(run_config, "train-timeout-s", minimum=0.0, strict=True),
         model_bits=model_bits,

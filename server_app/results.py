@@ -1,4 +1,10 @@
-"""The run's result directory: resolved config, one JSON line per round, final model, progress."""
+"""The run's result directory: resolved config, one JSON line per round, final model, progress.
+
+Nothing in a folder is overwritten silently: a new run refuses a folder that already holds a
+run's results (:func:`check_new_result_dir`); a resumed run rewrites ``metrics.jsonl``,
+``config.json`` and ``summary.json`` atomically (:func:`server_app.run_status.atomic_write_text`),
+so a crash leaves the old file or the new one, never half of one.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+from server_app.run_status import RUN_FILES, atomic_write_text, holds_run
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -35,10 +43,10 @@ class ResultWriter:
         Absolute folder; created if missing.
     num_rounds : int
         Rounds of the run (for the ETA).
-    resume_after : int, optional
-        Continue a run whose last checkpoint is after this round: ``metrics.jsonl`` keeps its
-        lines up to that round (later ones, written before a crash, are dropped, since those
-        rounds run again) instead of starting empty.
+    kept_lines : list of dict, optional
+        Continue a run: ``metrics.jsonl`` is rewritten (atomically) with these lines, those up
+        to its last checkpoint (:func:`read_metrics`); later ones, written before a crash, are
+        dropped, since those rounds run again. None: a new run, an empty file.
     elapsed_s : float
         Seconds the run had taken before (a resumed run's clock goes on from there).
 
@@ -49,25 +57,21 @@ class ResultWriter:
         result_dir: str | Path,
         num_rounds: int,
         *,
-        resume_after: int | None = None,
+        kept_lines: list[dict[str, Any]] | None = None,
         elapsed_s: float = 0.0,
     ) -> None:
         self.dir = Path(result_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.num_rounds = num_rounds
         self.t_start = time.perf_counter() - elapsed_s
-        self.lines: list[dict[str, Any]] = []
-        if resume_after is not None:
-            previous = (self.dir / METRICS_FILE).read_text().splitlines()
-            self.lines = [json.loads(x) for x in previous if x.strip()]
-            self.lines = [x for x in self.lines if x["round"] <= resume_after]
-        (self.dir / METRICS_FILE).write_text("".join(json.dumps(x) + "\n" for x in self.lines))
+        self.lines: list[dict[str, Any]] = list(kept_lines or [])
+        text = "".join(json.dumps(x) + "\n" for x in self.lines)
+        atomic_write_text(self.dir / METRICS_FILE, text)
 
     def write_config(self, config: dict[str, Any]) -> None:
-        """Write the resolved run config as JSON."""
-        (self.dir / CONFIG_FILE).write_text(
-            json.dumps(json_ready(config), indent=2, sort_keys=True)
-        )
+        """Write the resolved run config as JSON (atomically)."""
+        text = json.dumps(json_ready(config), indent=2, sort_keys=True)
+        atomic_write_text(self.dir / CONFIG_FILE, text)
 
     def append_round(self, line: dict[str, Any]) -> None:
         """Append one round's metrics as a JSON line (flushed to disk: nothing lost on a crash)."""
@@ -79,8 +83,8 @@ class ResultWriter:
         self.lines.append(clean)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        """Write the end-of-run summary."""
-        (self.dir / SUMMARY_FILE).write_text(json.dumps(json_ready(summary), indent=2))
+        """Write the end-of-run summary (atomically)."""
+        atomic_write_text(self.dir / SUMMARY_FILE, json.dumps(json_ready(summary), indent=2))
 
     def elapsed_s(self) -> float:
         """Seconds since the writer was created."""
@@ -97,3 +101,88 @@ class ResultWriter:
             f"round {server_round:>4}/{self.num_rounds} | acc {acc} | scheduled "
             f"{scheduled:>3}/{available:<3} available | elapsed {elapsed:7.1f} s | ETA {eta:7.1f} s"
         )
+
+
+def check_new_result_dir(result_dir: str | Path) -> None:
+    """Refuse a folder a new run cannot use: a file, another run's results, or not creatable.
+
+    Nothing is created or changed here.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``result-dir``, the folder and what to do.
+    """
+    folder = Path(result_dir)
+    key = f"run-config key 'result-dir' = '{folder}'"
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{key} is a file; give a new or empty folder")
+    if holds_run(folder):
+        present = ", ".join(name for name in RUN_FILES if (folder / name).exists())
+        raise ValueError(
+            f"{key} already holds a run's results ({present}); choose a new folder, or "
+            f"continue that run with resume-from='{folder}'"
+        )
+    ancestor = folder
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{key} cannot be created: '{ancestor}' is a file")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'")
+
+
+def _valid_line(text: str) -> dict[str, Any] | None:
+    """One metrics line as a dict with an int ``round``; None when it is not one."""
+    try:
+        line = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(line, dict) or not isinstance(line.get("round"), int):
+        return None
+    return line
+
+
+def read_metrics(result_dir: str | Path, through_round: int) -> list[dict[str, Any]]:
+    """The metrics lines of rounds 1 .. ``through_round`` (a checkpoint's round), for resuming.
+
+    Lines after that round are dropped (those rounds run again). A torn last line (a crash
+    while it was written) is dropped when the lines before it already reach ``through_round``;
+    any other unreadable line, or missing or repeated rounds up to ``through_round``, is an
+    error: resuming would lose or duplicate rounds.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and what is wrong.
+    """
+    path = Path(result_dir) / METRICS_FILE
+    where = f"run-config key 'resume-from': {path}"
+    if not path.is_file():
+        raise ValueError(f"{where} is missing; the folder cannot be resumed")
+    rows = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    lines: list[dict[str, Any]] = []
+    for number, text in enumerate(rows, start=1):
+        if not text.strip():
+            continue
+        line = _valid_line(text)
+        if line is not None:
+            lines.append(line)
+            continue
+        is_last = not any(rest.strip() for rest in rows[number:])
+        reached = any(x["round"] >= through_round for x in lines)
+        if is_last and reached:
+            break  # torn while written, after the checkpoint's round: that round runs again
+        raise ValueError(
+            f"{where} line {number} is not a metrics line (corrupt at or before the "
+            f"checkpoint's round {through_round}); the folder cannot be resumed"
+        )
+    kept = [x for x in lines if x["round"] <= through_round]
+    rounds = [x["round"] for x in kept]
+    if rounds != list(range(1, through_round + 1)):
+        held = f"rounds {rounds[0]}..{rounds[-1]} ({len(rounds)} lines)" if rounds else "no rounds"
+        raise ValueError(
+            f"{where} holds {held} but the checkpoint is after round {through_round}: lines are "
+            "missing or repeated; the folder cannot be resumed"
+        )
+    return kept

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -203,6 +204,16 @@ def read_cifar_folder(
     return np.concatenate(pixels), np.concatenate(labels)
 
 
+def first_missing_folder(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None if ``path`` exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> ImageSet:
     """Load the CIFAR-10 or CIFAR-100 training or test split.
 
@@ -249,10 +260,13 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
         except RuntimeError as not_found:
             if not download:
                 raise FileNotFoundError(missing_cifar_message(name, root)) from not_found
+            created = first_missing_folder(root)
             try:
                 root.mkdir(parents=True, exist_ok=True)
                 data = loader(root=str(root), train=train, download=True)
             except Exception as failed:  # offline, proxy, bad archive: "provide the files"
+                if created is not None:  # a failed download leaves no folder behind
+                    shutil.rmtree(created, ignore_errors=True)
                 raise FileNotFoundError(missing_cifar_message(name, root)) from failed
         pixels = np.asarray(data.data, dtype=np.uint8).transpose(0, 3, 1, 2)
         targets = np.asarray(data.targets, dtype=np.int64)

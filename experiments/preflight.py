@@ -1,0 +1,246 @@
+"""Checks before a run starts, and the run's outcome after it ends.
+
+:func:`check_before_start` takes a few seconds and starts nothing (no SuperLink, no Ray): it
+refuses, with one line naming the run-config key, every setting that can only fail later or
+can only be a mistake: a result folder that is a file or holds another run, a ``resume-from``
+folder that cannot be continued (no checkpoint, unreadable checkpoint or metrics, other
+settings, nothing left to run), a model that does not fit the data set's images, and sizes
+beyond the training set (more devices or shards than samples, local training of more than
+:data:`MAX_LOCAL_PASSES` passes over a device's data per round).
+
+:func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
+and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
+since the launch: the ServerApp crashed before writing one), 2 refused before the start
+(:func:`refused`). ``flwr run`` exits 0 even when the ServerApp raises, so its exit code is
+not the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from server_app.run_status import COMPLETED, FAILED, read_status
+
+#: Local training may pass at most this many times over a device's data per round
+#: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|). Federated learning uses 1 to a few
+#: tens of local epochs; the bound leaves room for devices with a single sample (the default
+#: τ b = 320), and refuses only settings where a round could not end in any reasonable time.
+MAX_LOCAL_PASSES = 1000
+
+#: Exit codes.
+COMPLETED_CODE, FAILED_CODE, REFUSED_CODE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: the exit code and the last line to print.
+
+    Attributes
+    ----------
+    code : int
+        0 completed, 1 failed, 2 refused before the start.
+    message : str
+        One line: ``"completed: N rounds, results in X"``, ``"failed: <reason>"`` or
+        ``"error: <reason>"``.
+
+    """
+
+    code: int
+    message: str
+
+
+def refused(err: BaseException) -> Outcome:
+    """The outcome of a run refused before it started (exit code 2)."""
+    return Outcome(REFUSED_CODE, f"error: {err}")
+
+
+def effective_result_dir(run_config: Mapping[str, Any]) -> Path | None:
+    """The folder the run writes to: ``resume-from`` when resuming, else ``result-dir``.
+
+    None when both are empty (the launcher then picks a timestamped folder).
+    """
+    for key in ("resume-from", "result-dir"):
+        value = run_config.get(key)
+        if isinstance(value, str) and value:
+            return Path(value).expanduser()
+    return None
+
+
+def run_outcome(result_dir: Path, launched_unix_s: float) -> Outcome:
+    """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
+
+    Only a ``status.json`` written at or after the launch counts: an older one belongs to an
+    earlier run (or to the run this one resumed).
+    """
+    try:
+        status = read_status(result_dir)
+    except ValueError as err:
+        return Outcome(FAILED_CODE, f"failed: {err}")
+    if status is None or status.updated_unix_s < launched_unix_s:
+        return Outcome(
+            FAILED_CODE,
+            f"failed: the run wrote no status in {result_dir} since it was launched (the "
+            "ServerApp stopped before its start or crashed; see the log above)",
+        )
+    if status.state == COMPLETED:
+        return Outcome(
+            COMPLETED_CODE, f"completed: {status.last_round} rounds, results in {result_dir}"
+        )
+    if status.state == FAILED:
+        return Outcome(FAILED_CODE, f"failed: {status.reason}")
+    return Outcome(
+        FAILED_CODE,
+        f"failed: the run stopped after round {status.last_round} of "
+        f"{status.num_server_rounds} without finishing (killed?); continue it with "
+        f"resume-from='{result_dir}'",
+    )
+
+
+def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
+    """Training samples left after ``imbalance-ratio``.
+
+    The counts of :func:`task.partition.apply_imbalance`: class c < C / 2 keeps
+    round(n_c / r) (half up) of its n_c samples, the other classes all of theirs.
+    """
+    counts = np.bincount(np.asarray(labels, dtype=np.int64))
+    if ratio <= 1.0:
+        return int(counts.sum())
+    first = np.arange(counts.size) < counts.size / 2
+    kept = np.where(first, np.floor(counts / ratio + 0.5), counts)
+    return int(kept.sum())
+
+
+def device_samples(
+    partition: str, num_samples: int, num_devices: int, shards_per_device: int
+) -> int:
+    """|D_v| of every device: floor(N / V) (Dirichlet), l floor(N / (V l)) (shards)."""
+    if partition == "shards":
+        return shards_per_device * (num_samples // (num_devices * shards_per_device))
+    return num_samples // num_devices
+
+
+def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_name: str) -> None:
+    """Refuse device counts, shard counts and local work that the training set cannot carry.
+
+    Parameters
+    ----------
+    run_config : mapping
+        The flat run config (validated).
+    labels : array_like of int
+        Labels of the full training set.
+    dataset_name : str
+        For the message.
+
+    Raises
+    ------
+    ValueError
+        One line naming the keys, their values and the bound.
+    """
+    from task.settings import TaskSettings, TrainingSettings
+
+    task = TaskSettings.from_run_config(run_config)
+    training = TrainingSettings.from_run_config(run_config)
+    total = samples_after_imbalance(labels, task.imbalance_ratio)
+    source = f"the {total} training samples of {dataset_name}" + (
+        f" left by imbalance-ratio = {task.imbalance_ratio:g}" if task.imbalance_ratio > 1 else ""
+    )
+    if task.num_devices > total:
+        raise ValueError(
+            f"run-config key 'num-devices' = {task.num_devices} exceeds {source}; every device "
+            f"needs at least one sample: at most {total}"
+        )
+    shards = task.num_devices * task.shards_per_device
+    if task.partition == "shards" and shards > total:
+        raise ValueError(
+            f"run-config keys 'num-devices' × 'shards-per-device' = {task.num_devices} × "
+            f"{task.shards_per_device} = {shards} shards exceed {source}; every shard needs at "
+            "least one sample"
+        )
+    local = device_samples(task.partition, total, task.num_devices, task.shards_per_device)
+    work = training.local_steps * training.batch_size
+    if work > MAX_LOCAL_PASSES * local:
+        raise ValueError(
+            f"run-config keys 'local-steps' × 'batch-size' = {training.local_steps} × "
+            f"{training.batch_size} = {work} samples per round are {work / local:.3g} passes "
+            f"over a device's {local} samples; at most {MAX_LOCAL_PASSES} passes "
+            f"(local-steps <= {MAX_LOCAL_PASSES * local // training.batch_size})"
+        )
+
+
+def check_model_fits(
+    model: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...]
+) -> None:
+    """Build ``model`` for the data set's images and run it on one blank image.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``model``, the data set and why they do not fit.
+    """
+    import torch
+
+    from task.models import build_model
+
+    try:
+        net = build_model(model, num_classes, input_shape)
+        net.eval()
+        with torch.no_grad():
+            logits = net(torch.zeros(1, *input_shape))
+        if tuple(logits.shape) != (1, num_classes):
+            raise ValueError(f"it gives outputs of shape {tuple(logits.shape)}")
+    except (ValueError, RuntimeError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        shape = "×".join(str(s) for s in input_shape)
+        raise ValueError(
+            f"run-config key 'model' = '{model}' does not fit dataset '{dataset_name}' (images "
+            f"{shape}): {reason}; use model = 'auto'"
+        ) from err
+
+
+def check_result_folder(run_config: Mapping[str, Any]) -> None:
+    """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` unusable by a new run.
+
+    See :func:`server_app.checkpoint.check_resume` and
+    :func:`server_app.results.check_new_result_dir`. An empty ``result-dir`` stands for a
+    fresh, timestamped folder: nothing to check.
+    """
+    from server_app.checkpoint import check_resume
+    from server_app.config import parse_run_config
+    from server_app.results import check_new_result_dir
+
+    if run_config.get("resume-from"):
+        check_resume(parse_run_config(run_config))
+    elif run_config.get("result-dir"):
+        check_new_result_dir(Path(str(run_config["result-dir"])).expanduser())
+
+
+def check_before_start(run_config: Mapping[str, Any]) -> None:
+    """Every check that can be made before anything starts, in a few seconds.
+
+    Parameters
+    ----------
+    run_config : mapping
+        A complete flat run config (``experiments.launcher.validated_run_config``; an empty
+        ``result-dir`` stands for a fresh folder). The data set is loaded (cached per process).
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line naming the run-config key, the bad value and what is allowed.
+    """
+    from server_app.config import parse_run_config
+    from task.datasets import load_train_set
+
+    config = parse_run_config({**run_config, "result-dir": run_config.get("result-dir") or "/"})
+    check_result_folder(run_config)
+    train_set = load_train_set(config.task)
+    check_sizes(run_config, train_set.labels, config.task.dataset)
+    check_model_fits(
+        config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
+    )

@@ -1,0 +1,199 @@
+"""Checks before the start (one line, exit 2, nothing created) and the run's outcome.
+
+The functions under test are imported inside the tests, so that the command-line tests also run
+(and fail) on a tree without them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from task_settings import make_settings
+
+from experiments.inprocess import main as inprocess_main
+from experiments.launcher import format_run_config
+from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from server_app.results import METRICS_FILE
+from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
+from task.datasets import load_dataset
+from task.partition import apply_imbalance, partition_indices
+from task.settings import default_run_config
+
+DIGITS_TRAIN = 1437  # load_digits_split: 1437 training images
+
+
+def refused_by_main(capsys, tmp_path: Path, **overrides: object) -> str:
+    """Run inprocess main with ``overrides``; assert exit 2, one line, no result folder."""
+    out = tmp_path / "out"
+    values = {"num-server-rounds": 2, "result-dir": str(out), **overrides}
+    code = inprocess_main(["--run-config", format_run_config(values)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert not out.exists()
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"num-devices": 100_000_000}, "'num-devices' = 100000000"),
+        ({"num-devices": 5000}, "'num-devices' = 5000"),
+        ({"partition": "shards", "shards-per-device": 1000}, "'shards-per-device'"),
+        ({"local-steps": 1_000_000_000}, "'local-steps'"),
+        ({"model": "cnn"}, "'model' = 'cnn'"),
+        ({"imbalance-ratio": 10.0, "num-devices": 900}, "'num-devices' = 900"),
+    ],
+)
+def test_impossible_sizes_and_models_are_refused_before_the_start(
+    capsys, tmp_path, overrides, named
+):
+    assert named in refused_by_main(capsys, tmp_path, **overrides)
+
+
+def test_result_dir_inside_a_file_is_refused(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    values = {"num-server-rounds": 2, "result-dir": str(blocker / "run")}
+    assert inprocess_main(["--run-config", format_run_config(values)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'result-dir'" in err[0] and "is a file" in err[0]
+    assert blocker.read_text() == "x"
+
+
+def test_resume_from_a_missing_folder_or_one_without_checkpoint_is_refused(capsys, tmp_path):
+    line = refused_by_main(capsys, tmp_path, **{"resume-from": str(tmp_path / "nowhere")})
+    assert "'resume-from'" in line and "no such folder" in line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    line = refused_by_main(capsys, tmp_path, **{"resume-from": str(empty)})
+    assert "no checkpoint.pt" in line
+    assert list(empty.iterdir()) == []
+
+
+def test_truncated_checkpoint_is_one_line_naming_resume_from(tmp_path):
+    # A real checkpoint cut in half (a crash of the disk, a copy that stopped): one line.
+    torch.save({"round": 1, "model": {"w": torch.zeros(1000)}}, tmp_path / CHECKPOINT_FILE)
+    data = (tmp_path / CHECKPOINT_FILE).read_bytes()
+    (tmp_path / CHECKPOINT_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"'resume-from'.*checkpoint\.pt cannot be read") as err:
+        load_checkpoint(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_samples_after_imbalance_counts_what_apply_imbalance_keeps():
+    from experiments.preflight import samples_after_imbalance
+
+    labels = load_dataset("digits", "", train=True).labels
+    assert samples_after_imbalance(labels, 1.0) == DIGITS_TRAIN
+    for ratio in (1.5, 2.0, 10.0, 1000.0):
+        kept = apply_imbalance(labels, ratio, np.random.default_rng(0))
+        assert samples_after_imbalance(labels, ratio) == kept.size
+
+
+@pytest.mark.parametrize(
+    ("partition", "devices", "shards", "expected"),
+    [
+        ("dirichlet", 40, 2, 35),  # floor(1437 / 40)
+        ("dirichlet", 1437, 2, 1),
+        ("shards", 40, 2, 34),  # 2 * floor(1437 / 80) = 2 * 17
+        ("shards", 7, 3, 204),  # 3 * floor(1437 / 21) = 3 * 68
+    ],
+)
+def test_device_samples_is_the_size_of_every_partition(partition, devices, shards, expected):
+    from experiments.preflight import device_samples
+
+    labels = load_dataset("digits", "", train=True).labels
+    assert device_samples(partition, DIGITS_TRAIN, devices, shards) == expected
+    settings = make_settings(partition=partition, num_devices=devices, shards_per_device=shards)
+    sizes = {len(part) for part in partition_indices(settings, labels)}
+    assert sizes == {expected}
+
+
+def test_local_work_bound_is_max_local_passes_over_a_device():
+    from experiments.preflight import MAX_LOCAL_PASSES, check_sizes
+
+    labels = load_dataset("digits", "", train=True).labels
+    config = default_run_config()  # 40 devices on digits: 35 samples each, b = 32
+    assert MAX_LOCAL_PASSES == 1000
+    check_sizes({**config, "local-steps": 1093}, labels, "digits")  # 34,976 <= 35,000
+    with pytest.raises(ValueError, match=r"'local-steps' × 'batch-size' = 1094 × 32"):
+        check_sizes({**config, "local-steps": 1094}, labels, "digits")  # 35,008 > 35,000
+
+
+def test_model_fits_the_images_it_is_built_for():
+    from experiments.preflight import check_model_fits
+
+    check_model_fits("cnn", "cifar10", 10, (3, 32, 32))
+    check_model_fits("mlp", "digits", 10, (1, 8, 8))
+    with pytest.raises(ValueError, match=r"'model' = 'cnn' does not fit dataset 'digits'"):
+        check_model_fits("cnn", "digits", 10, (1, 8, 8))
+
+
+def test_new_result_dir_refuses_a_file_a_run_and_an_uncreatable_folder(tmp_path):
+    from server_app.results import check_new_result_dir
+
+    check_new_result_dir(tmp_path / "new" / "deeper")  # creatable: fine, nothing created
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    check_new_result_dir(tmp_path / "empty")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match="is a file"):
+        check_new_result_dir(tmp_path / "f")
+    with pytest.raises(ValueError, match=r"cannot be created: .* is a file"):
+        check_new_result_dir(tmp_path / "f" / "run")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / METRICS_FILE).write_text("")
+    with pytest.raises(ValueError, match=r"already holds a run's results \(metrics\.jsonl\)"):
+        check_new_result_dir(run)
+
+
+def metrics_text(rounds: list[int]) -> str:
+    return "".join(json.dumps({"round": r, "accuracy": 0.5}) + "\n" for r in rounds)
+
+
+def test_read_metrics_drops_a_torn_last_line_after_the_checkpoint_round(tmp_path):
+    from server_app.results import read_metrics
+
+    (tmp_path / METRICS_FILE).write_text(metrics_text([1, 2, 3]) + '{"round": 4, "acc')
+    assert [x["round"] for x in read_metrics(tmp_path, 3)] == [1, 2, 3]
+    assert [x["round"] for x in read_metrics(tmp_path, 2)] == [1, 2]
+
+
+def test_read_metrics_refuses_corrupt_missing_or_repeated_rounds(tmp_path):
+    from server_app.results import read_metrics
+
+    path = tmp_path / METRICS_FILE
+    path.write_text(metrics_text([1, 2]) + '{"round": 3, "acc')  # the checkpoint round is torn
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 3 is not a metrics line"):
+        read_metrics(tmp_path, 3)
+    path.write_text(metrics_text([1]) + "garbage\n" + metrics_text([3]))
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 is not a metrics line"):
+        read_metrics(tmp_path, 3)
+    path.write_text("")
+    with pytest.raises(ValueError, match=r"holds no rounds but the checkpoint is after round 6"):
+        read_metrics(tmp_path, 6)
+    path.write_text(metrics_text([1, 2, 2, 3]))
+    with pytest.raises(ValueError, match=r"missing or repeated"):
+        read_metrics(tmp_path, 3)
+
+
+def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
+    from experiments.preflight import run_outcome
+
+    assert run_outcome(tmp_path, 0.0).code == 1  # no status: the ServerApp never started
+    write_status(tmp_path, RunStatus(COMPLETED, 5, 5))
+    written = json.loads((tmp_path / "status.json").read_text())["updated_unix_s"]
+    done = run_outcome(tmp_path, written)
+    assert done.code == 0 and done.message == f"completed: 5 rounds, results in {tmp_path}"
+    assert run_outcome(tmp_path, written + 1.0).code == 1  # an older run's status
+    write_status(tmp_path, RunStatus(FAILED, 3, 5, reason="RuntimeError: boom"))
+    assert run_outcome(tmp_path, 0.0).message == "failed: RuntimeError: boom"
+    write_status(tmp_path, RunStatus(RUNNING, 3, 5))
+    stopped = run_outcome(tmp_path, 0.0)
+    assert stopped.code == 1 and f"resume-from='{tmp_path}'" in stopped.message

@@ -1,0 +1,244 @@
+"""Result folders: never overwritten, resumable after a crash at any point, truthful exit codes.
+
+Runs go through the command lines (``experiments.inprocess.main`` and
+``experiments.launcher.main``, the latter with ``flwr run`` replaced by an in-process run that,
+like ``flwr run``, exits 0 whatever the ServerApp did).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from fake_grid import FakeGrid, make_contexts
+
+import experiments.launcher as launcher
+from client_app.app import app as client_app
+from experiments.inprocess import main as inprocess_main
+from experiments.inprocess import run_inprocess
+from experiments.launcher import format_run_config, resolve_data_dir, validated_run_config
+from server_app.app import run_federation
+from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from server_app.config import parse_run_config
+from server_app.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from server_app.run_status import RUNNING, RunStatus, read_status, write_status
+
+SMALL = {
+    "num-devices": 8,
+    "num-server-rounds": 2,
+    "checkpoint-every": 1,
+    "channel.availability-prob": 0.8,
+}
+
+
+def overrides(result_dir: Path, **changes: object) -> dict:
+    return {**SMALL, "result-dir": str(result_dir), **changes}
+
+
+def run_config(result_dir: Path, **changes: object) -> dict:
+    return resolve_data_dir(validated_run_config(overrides(result_dir, **changes)))
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def rounds(folder: Path) -> list[int]:
+    return [json.loads(x)["round"] for x in (folder / METRICS_FILE).read_text().splitlines()]
+
+
+def comparable(folder: Path) -> list[tuple]:
+    keep = ("round", "accuracy", "scheduled", "uploaded", "wemd")
+    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
+    return [tuple(json.dumps(line[k]) for k in keep) for line in lines]
+
+
+def same_model(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def main_code(capsys, **values: object) -> tuple[int, list[str], list[str]]:
+    """Run inprocess main; return the exit code and the stdout and stderr lines."""
+    code = inprocess_main(["--run-config", format_run_config(values)])
+    out = capsys.readouterr()
+    return code, out.out.strip().splitlines(), out.err.strip().splitlines()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished 2-round run (checkpoint after every round)."""
+    folder = tmp_path_factory.mktemp("runs") / "finished"
+    run_inprocess(run_config(folder))
+    return folder
+
+
+@pytest.fixture
+def copy(finished, tmp_path) -> Path:
+    """A copy of :func:`finished` to change."""
+    return Path(shutil.copytree(finished, tmp_path / "run"))
+
+
+def test_second_run_into_a_run_folder_is_refused_and_changes_nothing(capsys, copy):
+    before = hashes(copy)
+    code, _, err = main_code(capsys, **overrides(copy, seed=7))
+    assert code == 2
+    assert err[-1].startswith("error: run-config key 'result-dir'") and "already holds" in err[-1]
+    assert hashes(copy) == before
+
+
+def test_the_serverapp_itself_refuses_a_folder_that_holds_a_run(copy):
+    before = hashes(copy)
+    config = parse_run_config(run_config(copy, seed=7))
+    nodes = [5 + v for v in range(8)]
+    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config(copy), 8))
+    with pytest.raises(ValueError, match=r"'result-dir'.*already holds") as err:
+        run_federation(grid, config)
+    assert "\n" not in str(err.value)
+    assert hashes(copy) == before
+
+
+def test_result_dir_that_is_a_file_is_refused(capsys, tmp_path):
+    target = tmp_path / "results"
+    target.write_text("keep me")
+    code, _, err = main_code(capsys, **overrides(target))
+    assert code == 2 and len(err) == 1 and "'result-dir'" in err[0] and "is a file" in err[0]
+    assert target.read_text() == "keep me"
+
+
+def test_resume_through_inprocess_main_exits_0_and_a_refused_one_exits_2(capsys, copy):
+    code, out, _ = main_code(
+        capsys, **overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
+    )
+    assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
+    assert rounds(copy) == [1, 2, 3]
+    before = hashes(copy)
+    code, _, err = main_code(  # the same again: finished, nothing to run
+        capsys, **overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
+    )
+    assert code == 2 and len(err) == 1 and "nothing to run" in err[0]
+    code, _, err = main_code(  # other settings
+        capsys, **overrides(copy, seed=3, **{"num-server-rounds": 4, "resume-from": str(copy)})
+    )
+    assert code == 2 and len(err) == 1 and "other settings (task.seed)" in err[0]
+    assert hashes(copy) == before
+
+
+def fake_flwr_run(run_config: dict, **_: object) -> subprocess.CompletedProcess[str]:
+    """``flwr run`` in this process: the ServerApp runs; exit code 0 whatever happened."""
+    try:
+        run_inprocess(resolve_data_dir(validated_run_config(run_config)))
+    except Exception as err:
+        print(f"ServerApp raised {err!r}")
+    return subprocess.CompletedProcess(["flwr", "run"], 0, "", "")
+
+
+def test_resume_through_the_launcher_exits_0_and_a_refused_one_exits_2(
+    capsys, monkeypatch, copy, tmp_path
+):
+    monkeypatch.setattr(launcher, "run_flwr", fake_flwr_run)
+    monkeypatch.setattr("experiments.plot_runs.plot_runs", lambda dirs, out: out)
+    text = format_run_config({**SMALL, "num-server-rounds": 3, "resume-from": str(copy)})
+    code = launcher.main(["--run-config", text, "--results", str(tmp_path / "stamped")])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
+    assert rounds(copy) == [1, 2, 3]
+    before = hashes(copy)
+    text = format_run_config(
+        {**SMALL, "num-server-rounds": 3, "resume-from": str(copy), "result-dir": str(copy)}
+    )
+    assert launcher.main(["--run-config", text]) == 2
+    assert "nothing to run" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert hashes(copy) == before
+
+
+def failing_client(message, context):
+    raise RuntimeError("this device cannot train")
+
+
+def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("client_app.app.app", failing_client)
+    folder = tmp_path / "run"
+    code, _, err = main_code(capsys, **overrides(folder))
+    assert code == 1
+    assert err[-1].startswith("failed: no device uploaded an update in any of the 2 rounds")
+    assert "no device answered" in err[-1]
+    status = read_status(folder)
+    assert status is not None and status.state == "failed" and status.last_round == 2
+
+
+def test_a_run_where_every_node_is_silent_is_a_failure(tmp_path):
+    from experiments.preflight import run_outcome  # new API: imported here
+
+    folder = tmp_path / "run"
+    config = run_config(folder)
+    nodes = [11 + v for v in range(8)]
+    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, config, 8), silent=nodes)
+    run_federation(grid, parse_run_config(config))
+    outcome = run_outcome(folder, 0.0)
+    assert outcome.code == 1 and "no device" in outcome.message
+
+
+def test_torn_last_line_after_the_checkpoint_is_dropped_on_resume(capsys, copy, tmp_path):
+    # Killed while writing round 3's line of a resume to 4 rounds (checkpoint after round 2).
+    with (copy / METRICS_FILE).open("a") as fh:
+        fh.write('{"round": 3, "accuracy": 0.4')
+    write_status(copy, RunStatus(RUNNING, 2, 4))
+    code, out, _ = main_code(
+        capsys, **overrides(copy, **{"num-server-rounds": 4, "resume-from": str(copy)})
+    )
+    assert code == 0 and out[-1] == f"completed: 4 rounds, results in {copy}"
+    whole = tmp_path / "whole"
+    run_inprocess(run_config(whole, **{"num-server-rounds": 4}))
+    assert comparable(copy) == comparable(whole)
+    assert same_model(torch.load(copy / MODEL_FILE), torch.load(whole / MODEL_FILE))
+
+
+def test_empty_metrics_at_resume_is_a_clear_error_not_a_silent_loss(capsys, copy):
+    (copy / METRICS_FILE).write_text("")  # e.g. a crash during a non-atomic rewrite
+    before = hashes(copy)
+    code, _, err = main_code(
+        capsys, **overrides(copy, **{"num-server-rounds": 4, "resume-from": str(copy)})
+    )
+    assert code == 2 and len(err) == 1
+    assert "metrics.jsonl holds no rounds but the checkpoint is after round 2" in err[0]
+    assert hashes(copy) == before
+
+
+def test_corrupt_line_before_the_checkpoint_round_is_refused(capsys, copy):
+    lines = (copy / METRICS_FILE).read_text().splitlines()
+    (copy / METRICS_FILE).write_text(lines[0][:20] + "\n" + lines[1] + "\n")
+    code, _, err = main_code(
+        capsys, **overrides(copy, **{"num-server-rounds": 4, "resume-from": str(copy)})
+    )
+    assert code == 2 and "metrics.jsonl line 1 is not a metrics line" in err[0]
+
+
+def test_truncated_checkpoint_is_refused_in_one_line(capsys, copy):
+    data = (copy / CHECKPOINT_FILE).read_bytes()
+    (copy / CHECKPOINT_FILE).write_bytes(data[: len(data) // 3])
+    code, _, err = main_code(
+        capsys, **overrides(copy, **{"num-server-rounds": 4, "resume-from": str(copy)})
+    )
+    assert code == 2 and len(err) == 1 and "checkpoint.pt cannot be read" in err[0]
+
+
+def test_killed_between_final_checkpoint_and_model_is_finished_by_resume(capsys, finished, copy):
+    # What a kill right after the last checkpoint leaves: no model, no summary, "running".
+    (copy / MODEL_FILE).unlink()
+    (copy / SUMMARY_FILE).unlink()
+    write_status(copy, RunStatus(RUNNING, 2, 2))
+    code, out, _ = main_code(capsys, **overrides(copy, **{"resume-from": str(copy)}))
+    assert code == 0 and out[-1] == f"completed: 2 rounds, results in {copy}"
+    assert same_model(torch.load(copy / MODEL_FILE), torch.load(finished / MODEL_FILE))
+    assert same_model(torch.load(copy / MODEL_FILE), load_checkpoint(copy).model)
+    summary = json.loads((copy / SUMMARY_FILE).read_text())
+    original = json.loads((finished / SUMMARY_FILE).read_text())
+    for key in ("final_accuracy", "max_accuracy", "mean_scheduled", "mean_wemd", "rounds"):
+        assert summary[key] == original[key], key
+    status = read_status(copy)
+    assert status is not None and status.state == "completed" and rounds(copy) == [1, 2]
