@@ -18,7 +18,16 @@ writes from the result files:
 
 ``rounds_to_target`` of a run that never reaches the target is missing (empty in
 ``runs.csv``): its mean and CI are over the runs that reached it, and ``reached_target`` says
-how many did (out of ``n_seeds``). Finished runs (with a ``summary.json``) are not run again.
+how many did (out of ``n_seeds``).
+
+Kept runs: before anything runs, every result folder is compared with the requested run. A run
+that completed with the same settings (``config.json``; only ``result-dir``, ``resume-from`` and
+``checkpoint-every`` may differ) is kept; an incomplete one with the same settings is resumed
+from its checkpoint (run again from the start without one); a run with other settings stops
+the command (exit code 2) naming the folder and the settings that differ: give another
+``--out`` or remove the folder. The outcome of each run is its ``status.json``: the exit code is
+0 when every run completed, 1 when any failed (the last line names each and why), 2 when
+refused before the start; SIGINT / SIGTERM stop every process of the current run (130 / 143).
 """
 
 from __future__ import annotations
@@ -27,8 +36,11 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +52,18 @@ from experiments.launcher import (
     validated_run_config,
 )
 from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
+from experiments.preflight import run_outcome
+from experiments.processes import Interrupted, stop_on_signals
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
 from fedcgd_strategy.policies import POLICY_NAMES
 from server_app.results import CONFIG_FILE, SUMMARY_FILE
+from server_app.run_status import (
+    FAILED,
+    RUN_FILES,
+    holds_run,
+    read_status,
+    settings_differences,
+)
 
 REFERENCE_POLICY = "fedcgd-fscd"
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
@@ -251,6 +272,195 @@ def parse_seeds(text: str) -> list[int]:
 #: Engines :func:`run_policies` can run on.
 ENGINES = ("simulation", "deployment", "inprocess")
 
+#: Settings a kept run may differ in from the requested ones (where and how often it saves).
+IGNORED_SETTINGS = ("result_dir", "resume_from", "checkpoint_every")
+
+#: What :func:`plan_run` decides for one (policy, seed): run it in a new folder, keep the
+#: completed run there, resume it from its checkpoint, or clear the incomplete run and run it
+#: again; ``refuse`` when the folder holds a run with other settings.
+RUN, KEEP, RESUME, RERUN, REFUSE = "run", "keep", "resume", "rerun", "refuse"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One (policy, seed) of a comparison and what to do with its result folder.
+
+    Attributes
+    ----------
+    policy : str
+        The scheduling policy.
+    seed : int
+        The run seed.
+    result_dir : Path
+        ``<out>/<policy>/seed-<seed>``.
+    overrides : dict
+        The run-config overrides of this run (``result-dir``, and ``resume-from`` to resume).
+    action : str
+        :data:`RUN`, :data:`KEEP`, :data:`RESUME`, :data:`RERUN` or :data:`REFUSE`.
+    note : str
+        Why (the settings that differ for :data:`REFUSE`), one line.
+
+    """
+
+    policy: str
+    seed: int
+    result_dir: Path
+    overrides: dict[str, Any]
+    action: str
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        """``<policy>/seed-<seed>``."""
+        return f"{self.policy}/seed-{self.seed}"
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A run that did not complete: its label (``bc/seed-1``) and why, one line."""
+
+    label: str
+    reason: str
+
+
+@dataclass
+class ComparisonRuns:
+    """What :func:`run_policies` ran: the completed runs' rows, the failures, the plan size."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[FailedRun] = field(default_factory=list)
+    planned: int = 0
+
+    @property
+    def code(self) -> int:
+        """Exit code: 0 when every planned run completed, 1 otherwise."""
+        return 0 if not self.failed and len(self.runs) == self.planned else 1
+
+    def last_line(self) -> str:
+        """One line saying what happened (the command's last line)."""
+        if self.code == 0:
+            return f"all {self.planned} runs completed"
+        reasons = ", ".join(f"{f.label} ({f.reason})" for f in self.failed)
+        return (
+            f"{len(self.failed)} of {self.planned} runs failed: {reasons}; the tables hold the "
+            f"{len(self.runs)} completed runs"
+        )
+
+
+def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved settings (as the ServerApp records them in ``config.json``) of a run.
+
+    Raises
+    ------
+    ValueError
+        For an unknown key or a bad value (one line naming it).
+    """
+    from server_app.config import parse_run_config
+
+    config = resolve_data_dir(validated_run_config(overrides))
+    config["result-dir"] = config.get("result-dir") or "/"
+    return dict(json.loads(json.dumps(parse_run_config(config).to_dict())))
+
+
+def _dotted(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_dotted(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, Any]) -> str:
+    """``key (kept K, asked A), ...`` for the settings that differ (empty when none).
+
+    :data:`IGNORED_SETTINGS` may differ, and so may the data folder of the bundled digits
+    (which is not read, so it depends only on where the command was started).
+    """
+    ignore = list(IGNORED_SETTINGS)
+    if requested.get("task", {}).get("dataset") == "digits":
+        ignore.append("task.data_dir")
+    keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
+    before, now = _dotted(recorded), _dotted(requested)
+    return ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
+
+
+def completed_earlier(result_dir: Path) -> bool:
+    """True when the folder's run completed (its ``status.json``).
+
+    Results written before ``status.json`` existed count as completed when they have a
+    ``summary.json``.
+    """
+    status = read_status(result_dir)
+    if status is None:
+        return (result_dir / SUMMARY_FILE).exists()
+    return status.succeeded
+
+
+def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
+    """Decide what to do with one (policy, seed) from what its result folder holds.
+
+    A folder without a run: run it. A run started with other settings (``config.json``
+    against the requested ones, ignoring :data:`IGNORED_SETTINGS`): refuse. The same settings
+    and completed: keep it; not completed but with a checkpoint: resume it; otherwise (no
+    checkpoint, or no ``config.json``): clear it and run again.
+    """
+    overrides = {**shared, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
+
+    def planned(action: str, note: str = "") -> PlannedRun:
+        extra = {"resume-from": str(result_dir)} if action == RESUME else {}
+        return PlannedRun(policy, seed, result_dir, {**overrides, **extra}, action, note)
+
+    if not holds_run(result_dir):
+        return planned(RUN)
+    try:
+        recorded = json.loads((result_dir / CONFIG_FILE).read_text())
+        completed = completed_earlier(result_dir)
+    except (OSError, ValueError):
+        return planned(RERUN, "no readable config.json or status.json")
+    differences = describe_differences(recorded, requested_settings(overrides))
+    if differences:
+        return planned(REFUSE, differences)
+    if completed:
+        return planned(KEEP)
+    from server_app.checkpoint import CHECKPOINT_FILE
+
+    if (result_dir / CHECKPOINT_FILE).exists():
+        return planned(RESUME)
+    return planned(RERUN, "incomplete, without a checkpoint")
+
+
+def plan_runs(
+    policies: Sequence[str], shared: Mapping[str, Any], out: Path, seeds: Sequence[int]
+) -> list[PlannedRun]:
+    """:func:`plan_run` for every (policy, seed), in the order they run."""
+    return [plan_run(p, s, run_dir(out, p, s), shared) for p in policies for s in seeds]
+
+
+def refuse_stale_runs(plans: Sequence[PlannedRun]) -> None:
+    """Raise ValueError (one line) naming every kept run whose settings differ.
+
+    Raises
+    ------
+    ValueError
+        ``N kept run(s) ... were started with other settings: FOLDER (key (kept K, asked A),
+        ...); ...`` and what to do.
+    """
+    stale = [p for p in plans if p.action == REFUSE]
+    if stale:
+        folders = "; ".join(f"{p.result_dir}: {p.note}" for p in stale)
+        raise ValueError(
+            f"{len(stale)} kept run(s) in the output folder were started with other settings "
+            f"({folders}); give another output folder, or remove those folders to run them "
+            "again with these settings"
+        )
+
+
+def clear_run(result_dir: Path) -> None:
+    """Remove an incomplete run's files (:data:`RUN_FILES`) so that it can run again there."""
+    for name in RUN_FILES:
+        (result_dir / name).unlink(missing_ok=True)
+
 
 def _run_inprocess(overrides: Mapping[str, Any]) -> int:
     """One in-process run; 0 on success, 1 (with the error printed) when it raised."""
@@ -262,6 +472,60 @@ def _run_inprocess(overrides: Mapping[str, Any]) -> int:
         print(f"in-process run failed: {err!r}", flush=True)
         return 1
     return 0
+
+
+def launch(
+    plan: PlannedRun,
+    engine: str,
+    num_supernodes: int,
+    cpus_per_client: int,
+    gpus_per_client: float,
+) -> str | None:
+    """Run one planned run; None when it completed, else why not (one line).
+
+    The outcome is the ``status.json`` the run wrote (``flwr run`` exits 0 even when the
+    ServerApp raised): :func:`experiments.preflight.run_outcome`.
+    """
+    if plan.action == RERUN:
+        clear_run(plan.result_dir)
+    launched_unix_s = time.time()
+    output = ""
+    if engine == "inprocess":
+        code = _run_inprocess(plan.overrides)
+    else:
+        proc = run_flwr(
+            plan.overrides,
+            num_supernodes=num_supernodes,
+            deployment=engine == "deployment",
+            cpus_per_client=cpus_per_client,
+            gpus_per_client=gpus_per_client,
+        )
+        code, output = proc.returncode, proc.stdout or ""
+    outcome = run_outcome(plan.result_dir, launched_unix_s)
+    if outcome.code == 0 and code == 0:
+        return None
+    reason = outcome.message.removeprefix("failed: ") if outcome.code else "completed"
+    status = read_status(plan.result_dir) if outcome.code else None
+    flower_error = first_error_line(output)
+    if flower_error and (status is None or status.state != FAILED):
+        reason = flower_error  # the simulation crashed before the ServerApp could say why
+    reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+    return reason if code == 0 else f"exit code {code}: {reason}"
+
+
+#: Characters of a failure reason kept for the last line.
+MAX_REASON = 200
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_error_line(output: str) -> str | None:
+    """The message of the first ``ERROR :`` line Flower logged (colour codes removed)."""
+    for line in output.splitlines():
+        match = re.match(r"\s*ERROR\s*:\s*(\S.*)", _ANSI.sub("", line))
+        if match:
+            return match.group(1).strip()
+    return None
 
 
 def run_policies(
@@ -277,25 +541,30 @@ def run_policies(
     gpus_per_client: float = 0.0,
     progress: str = "",
     engine: str = "simulation",
-) -> list[dict[str, Any]]:
+    plans: Sequence[PlannedRun] | None = None,
+) -> ComparisonRuns:
     """Run each policy for each seed into ``out/<policy>/seed-<s>`` and summarise them.
 
-    A run whose result directory already holds a ``summary.json`` is not run again (long
-    sweeps can be resumed). Writes ``out/runs.csv``, ``out/table.csv`` and ``out/curves.png``.
-    ``engine``: ``"simulation"`` (``flwr run``, Ray), ``"deployment"`` (SuperNode processes;
-    also ``deployment=True``) or ``"inprocess"`` (:mod:`experiments.inprocess`: the same
-    ServerApp and ClientApp in this process, no Ray; same results, for quick sweeps).
+    Every result folder is planned first (:func:`plan_runs`, unless ``plans`` are given): a
+    completed run with the same settings is kept, an incomplete one resumed from its
+    checkpoint (or run again), and a kept run with other settings stops everything before
+    any run starts. Writes ``out/runs.csv``, ``out/table.csv`` and ``out/curves.png`` from
+    the completed runs. ``engine``: ``"simulation"`` (``flwr run``, Ray), ``"deployment"``
+    (SuperNode processes; also ``deployment=True``) or ``"inprocess"``
+    (:mod:`experiments.inprocess`: the same ServerApp and ClientApp in this process, no Ray;
+    same results, for quick sweeps).
 
     Returns
     -------
-    list of dict
-        The ``runs.csv`` rows of the runs that finished (see :func:`summarise`); a failed run
-        is reported and left out.
+    ComparisonRuns
+        The ``runs.csv`` rows of the completed runs (see :func:`summarise`), the runs that
+        failed (and why), and how many were planned.
 
     Raises
     ------
     ValueError
-        For an unknown policy, a bad seed list, or ``seed`` in ``shared`` (give ``seeds``).
+        For an unknown policy, a bad seed list, ``seed`` in ``shared`` (give ``seeds``), or
+        kept runs with other settings (:func:`refuse_stale_runs`), before any run.
     """
     check_policies(policies)
     if engine not in ENGINES:
@@ -304,47 +573,40 @@ def run_policies(
     seeds = check_seeds(list(seeds))
     if "seed" in shared:
         raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
+    if plans is None:
+        plans = plan_runs(policies, shared, out, seeds)
+    refuse_stale_runs(plans)
     out.mkdir(parents=True, exist_ok=True)
     num_nodes = num_supernodes or int(
         shared.get("num-devices", default_run_config()["num-devices"])
     )
-    runs = []
-    for i, policy in enumerate(policies, start=1):
-        for j, seed in enumerate(seeds, start=1):
-            result_dir = run_dir(out, policy, seed)
-            print(
-                f"=== {progress}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] "
-                f"{policy} seed={seed} -> {result_dir}",
-                flush=True,
-            )
-            if (result_dir / SUMMARY_FILE).exists():
-                print("finished earlier; kept", flush=True)
-            else:
-                overrides = {**shared, "policy": policy, "seed": seed}
-                overrides["result-dir"] = str(result_dir)
-                if engine == "inprocess":
-                    code = _run_inprocess(overrides)
-                else:
-                    code = run_flwr(
-                        overrides,
-                        num_supernodes=num_nodes,
-                        deployment=engine == "deployment",
-                        cpus_per_client=cpus_per_client,
-                        gpus_per_client=gpus_per_client,
-                    ).returncode
-                if code != 0 or not (result_dir / SUMMARY_FILE).exists():
-                    print(
-                        f"policy {policy} seed {seed} failed (exit code {code}); skipped",
-                        flush=True,
-                    )
-                    continue
-            runs.append(summarise(result_dir, target_accuracy, seed))
-            print(json.dumps(runs[-1]), flush=True)
-    if runs:
-        rows = write_comparison(runs, out, target_accuracy)
+    result = ComparisonRuns(planned=len(plans))
+    for plan in plans:
+        i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
+        print(
+            f"=== {progress}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] "
+            f"{plan.policy} seed={plan.seed} -> {plan.result_dir}",
+            flush=True,
+        )
+        if plan.action == KEEP:
+            print("completed earlier with the same settings; kept", flush=True)
+        else:
+            if plan.action == RESUME:
+                print("incomplete, same settings: resumed from its checkpoint", flush=True)
+            elif plan.action == RERUN:
+                print(f"{plan.note}: run again from the start", flush=True)
+            reason = launch(plan, engine, num_nodes, cpus_per_client, gpus_per_client)
+            if reason is not None:
+                print(f"{plan.label} failed: {reason}", flush=True)
+                result.failed.append(FailedRun(plan.label, reason))
+                continue
+        result.runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
+        print(json.dumps(result.runs[-1]), flush=True)
+    if result.runs:
+        rows = write_comparison(result.runs, out, target_accuracy)
         print("\n".join(format_row(row) for row in rows), flush=True)
         print(f"wrote {out / 'table.csv'}, {out / 'runs.csv'} and {out / 'curves.png'}")
-    return runs
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,7 +630,23 @@ def main(argv: list[str] | None = None) -> int:
         "(one process, no Ray: same results, fastest for small models)",
     )
     args = parser.parse_args(argv)
+    with stop_on_signals():
+        try:
+            return compare(args)
+        except Interrupted as stop:
+            print(stop.message, file=sys.stderr, flush=True)
+            return stop.exit_code
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Validate and plan every run, run them, write the tables; the exit code.
+
+    0 when every planned run completed, 1 when one failed (the last line names each and
+    why), 2 when something is refused before any run starts (bad settings, or kept runs
+    with other settings).
+    """
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    out = args.out.resolve()
     try:
         check_policies(policies)
         shared = parse_run_config_text(args.run_config)
@@ -379,19 +657,48 @@ def main(argv: list[str] | None = None) -> int:
         for policy in policies:
             for seed in seeds:
                 validated_run_config({**shared, "policy": policy, "seed": seed})
-    except ValueError as err:
+        plans = plan_runs(policies, shared, out, seeds)
+        refuse_stale_runs(plans)
+        check_plans_before_start(plans)
+    except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    runs = run_policies(
+    result = run_policies(
         policies,
         shared,
-        args.out.resolve(),
+        out,
         seeds=seeds,
         target_accuracy=args.target_accuracy,
         num_supernodes=args.num_supernodes,
         engine=args.engine,
+        plans=plans,
     )
-    return 0 if len(runs) == len(policies) * len(seeds) else 1
+    print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
+    return result.code
+
+
+def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
+    """:func:`experiments.preflight.check_before_start` for every run that will start.
+
+    A run to be cleared and run again is checked as a new run in an empty folder.
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line naming the run's folder and what is wrong.
+    """
+    from experiments.preflight import check_before_start
+
+    for plan in plans:
+        if plan.action in (KEEP, REFUSE):
+            continue
+        config = resolve_data_dir(validated_run_config(plan.overrides))
+        if plan.action == RERUN:
+            config["result-dir"] = ""
+        try:
+            check_before_start(config)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{plan.result_dir}: {err}") from err
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ give a Student-t band 12.7 standard errors wide, which says nothing).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,27 @@ POLICY_NAMES: dict[str, str] = {
 }
 
 
+#: A fixed colour per built-in policy (the same in every figure): FedCGD in warm, saturated
+#: colours, the baselines in cool or grey ones.
+POLICY_COLORS: dict[str, str] = {
+    "fedcgd-fscd": "#d62728",
+    "fedcgd-fscd-gc": "#8c564b",
+    "fedcgd-gs": "#ff7f0e",
+    "fedcgd-exact": "#e377c2",
+    "bc": "#1f77b4",
+    "bn2": "#17becf",
+    "poc": "#2ca02c",
+    "fedcbs": "#9467bd",
+    "all": "#7f7f7f",
+}
+
+
+def policy_order(policies: Iterable[str]) -> list[str]:
+    """``policies`` in legend order: the built-ins as in :data:`POLICY_NAMES`, then the rest."""
+    known = list(POLICY_NAMES)
+    return sorted(dict.fromkeys(policies), key=lambda p: (known.index(p) if p in known else 99, p))
+
+
 def metric(key: str) -> Metric:
     """The :class:`Metric` of ``key``; an unknown key gets its name as label and no bounds."""
     return METRICS.get(key, Metric(key.replace("_", " ")))
@@ -94,10 +115,16 @@ def is_fedcgd(policy: str) -> bool:
 
 
 def policy_style(policy: str) -> dict[str, Any]:
-    """Matplotlib line keywords: FedCGD solid and thick, baselines dashed and thinner."""
+    """Matplotlib line keywords: FedCGD solid and thick, baselines dashed and thinner.
+
+    Built-in policies also get their fixed colour (:data:`POLICY_COLORS`).
+    """
+    style: dict[str, Any] = {"linestyle": "--", "linewidth": 1.3, "zorder": 2}
     if is_fedcgd(policy):
-        return {"linestyle": "-", "linewidth": 2.2, "zorder": 3}
-    return {"linestyle": "--", "linewidth": 1.3, "zorder": 2}
+        style = {"linestyle": "-", "linewidth": 2.2, "zorder": 3}
+    if policy in POLICY_COLORS:
+        style["color"] = POLICY_COLORS[policy]
+    return style
 
 
 def draw_group(
@@ -131,6 +158,8 @@ def draw_group(
     one labelled.
     """
     style = dict(style or {})
+    color = style.pop("color", color)
+    band_alpha = 0.2 if style.get("linestyle", "-") == "-" else 0.08
     if len(curves) < MIN_RUNS_FOR_BAND:
         drawn = None
         for i, curve in enumerate(c for c in curves if c):
@@ -154,7 +183,7 @@ def draw_group(
         bounds.clip(band.mean - band.half_width),
         bounds.clip(band.mean + band.half_width),
         color=line.get_color(),
-        alpha=0.15,
+        alpha=band_alpha,
         linewidth=0,
     )
     return line.get_color()

@@ -15,11 +15,11 @@ device, each message in a fresh ClientApp process) instead of the simulation eng
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -28,11 +28,12 @@ import tempfile
 import time
 import tomllib
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments.certificates import CertificateSet
+from experiments.processes import Interrupted, stop_on_signals, stop_tree
 from task.settings import default_run_config, flatten
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -167,6 +168,14 @@ class LocalFederation:
         except OSError:
             return False
 
+    def log_tail(self, name: str, lines: int = 5) -> str:
+        """The last ``lines`` lines of a process's log, joined with `` | ``."""
+        try:
+            text = (self.log_dir / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(text.strip().splitlines()[-lines:])
+
     def _start(self, command: list[str], name: str) -> subprocess.Popen[bytes]:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log_fh:
@@ -208,6 +217,15 @@ class LocalFederation:
         )
 
     def __enter__(self) -> LocalFederation:
+        try:
+            self._start_all()
+        except BaseException:  # an error or a signal while starting: stop what started
+            self.stop()
+            raise
+        return self
+
+    def _start_all(self) -> None:
+        """Start the SuperLink, wait until it answers, then the SuperNodes."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.flwr_home / "config.toml").write_text(self.connection_toml)
         security = ["--insecure"]
@@ -243,12 +261,11 @@ class LocalFederation:
                 self.stop()
                 raise RuntimeError(
                     f"flower-superlink did not come up (exit code {link.returncode}); "
-                    f"see {self.log_dir / 'superlink.log'}"
+                    f"the end of {self.log_dir / 'superlink.log'}: {self.log_tail('superlink')}"
                 )
             time.sleep(0.3)
         for pid in range(self.num_supernodes):
             self.start_supernode(pid)
-        return self
 
     def register(self, public_key: Path) -> None:
         """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
@@ -299,18 +316,17 @@ class LocalFederation:
         )
 
     def stop(self) -> None:
-        """Stop every started process and its children (process groups), newest first."""
-        for proc in reversed(self.processes):
-            if proc.poll() is not None:
-                continue
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        """Stop every started process and everything below it, by PID.
+
+        The SuperLink starts ``flower-superexec`` and ``flwr-simulation`` (and that Ray) in
+        sessions of their own, out of reach of its process group: the whole process tree is
+        read before anything is signalled (:func:`experiments.processes.stop_tree`): SIGTERM,
+        then SIGKILL after a few seconds.
+        """
+        running = [proc for proc in self.processes if proc.poll() is None]
+        stop_tree(proc.pid for proc in running)
+        for proc in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
 
     def __exit__(self, *exc: object) -> None:
@@ -358,34 +374,64 @@ def run_flwr(
     subprocess.CompletedProcess
         With the streamed output in ``stdout``.
     """
-    home = flwr_home or Path(tempfile.mkdtemp(prefix="flwr-home-"))
-    home.mkdir(parents=True, exist_ok=True)
     run_config = resolve_data_dir(run_config)
-    federation = LocalFederation(
-        home,
-        num_supernodes=num_supernodes,
-        simulation=not deployment,
-        tls=tls,
-        ray_address=ray_address,
-    )
-    with federation as fed:
-        options: list[str] = []
-        if not deployment:
-            options += [
-                "--federation-config",
-                f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
-                f"client-resources-num-gpus={gpus_per_client:g}",
-            ]
-        if run_config:
-            options += ["--run-config", format_run_config(run_config)]
-        proc = fed.flwr_run(project_dir, options, echo=True)
-        lines = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            print(line, end="", flush=True)
-        proc.wait()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), "")
+    options: list[str] = []
+    if not deployment:
+        options += [
+            "--federation-config",
+            f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
+            f"client-resources-num-gpus={gpus_per_client:g}",
+        ]
+    if run_config:
+        options += ["--run-config", format_run_config(run_config)]
+    with flower_home(flwr_home) as home:
+        federation = LocalFederation(
+            home,
+            num_supernodes=num_supernodes,
+            simulation=not deployment,
+            tls=tls,
+            ray_address=ray_address,
+        )
+        with federation as fed:
+            proc = fed.flwr_run(project_dir, options, echo=True)
+            try:
+                output = stream_output(proc)
+            finally:  # also on Ctrl-C / SIGTERM: the client goes before the SuperLink
+                if proc.poll() is None:
+                    stop_tree([proc.pid])
+                proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, output, "")
+
+
+def stream_output(proc: subprocess.Popen[str]) -> str:
+    """Print a process's piped output line by line as it comes; return all of it."""
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        print(line, end="", flush=True)
+    proc.wait()
+    return "".join(lines)
+
+
+@contextlib.contextmanager
+def flower_home(flwr_home: Path | None) -> Iterator[Path]:
+    """``FLWR_HOME`` of one run: ``flwr_home`` (created, kept), else a temporary folder.
+
+    The temporary folder (``$TMPDIR/flwr-home-*``: config, SuperLink logs, installed app) is
+    removed when the run ends, also on errors and signals. One per run on purpose: the
+    launcher writes its own SuperLink's address into ``config.toml``, so two runs sharing a
+    home (e.g. the Makefile's ``FLWR_HOME``) would send ``flwr run`` to each other's SuperLink.
+    """
+    if flwr_home is not None:
+        flwr_home.mkdir(parents=True, exist_ok=True)
+        yield flwr_home
+        return
+    home = Path(tempfile.mkdtemp(prefix="flwr-home-"))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def resolve_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -398,17 +444,20 @@ def resolve_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return {**run_config, "data-dir": str(Path(data_dir).expanduser().resolve())}
 
 
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Raise ConnectionError naming ``address`` unless a TCP connection to it opens in time."""
+def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink") -> None:
+    """Raise ConnectionError naming ``address`` unless a TCP connection to it opens in time.
+
+    ``what`` names the server in the message (e.g. ``"--ray-address: Ray cluster"``).
+    """
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"SuperLink address {address!r} must be HOST:PORT")
+        raise ValueError(f"{what} address {address!r} must be HOST:PORT")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
     except OSError as err:
         raise ConnectionError(
-            f"SuperLink at {address} is not reachable ({err}); start it or fix the address"
+            f"{what} at {address} is not reachable ({err}); start it or fix the address"
         ) from err
 
 
@@ -419,20 +468,28 @@ def run_on_superlink(
 
     ``root_certificates``: the CA certificate of a TLS SuperLink; None connects insecurely.
     """
-    home = Path(tempfile.mkdtemp(prefix="flwr-home-"))
     security = (
         f'root-certificates = "{root_certificates.resolve()}"\n'
         if root_certificates is not None
         else "insecure = true\n"
     )
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "remote"\n\n[superlink.remote]\naddress = "{address}"\n' + security
-    )
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
     command = [_bin("flwr"), "run", str(PROJECT_DIR), "remote", "--stream"]
     command += ["--run-config", format_run_config(run_config)]
-    print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-    return subprocess.run(command, env=env, text=True, capture_output=False, check=False)
+    with flower_home(None) as home:
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "remote"\n\n[superlink.remote]\naddress = "{address}"\n'
+            + security
+        )
+        env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
+        print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+        proc = subprocess.Popen(command, env=env)
+        try:
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                stop_tree([proc.pid])
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode)
 
 
 def parse_run_config_text(text: str) -> dict[str, Any]:
@@ -475,7 +532,58 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def check_ray_address(address: str) -> None:
+    """Raise ConnectionError unless the Ray cluster's port at ``address`` accepts connections.
+
+    ``HOST:PORT`` or ``ray://HOST:PORT``; Ray's own ``auto`` / ``local`` are left to Ray.
+    """
+    if address in ("auto", "local"):
+        return
+    check_reachable(address.removeprefix("ray://"), what="--ray-address: the Ray cluster")
+
+
+@contextlib.contextmanager
+def tls_certificates(
+    enabled: bool, folder: Path | None, supernodes: int
+) -> Iterator[CertificateSet | None]:
+    """Certificates and SuperNode keys for a ``--tls`` run (None without TLS).
+
+    Written to ``folder`` (kept) when given, else to a temporary ``fedcgd-certificates-*``
+    folder that is removed, private keys included, when the run ends (also on errors and
+    signals).
+    """
+    if not enabled:
+        yield None
+        return
+    from experiments.certificates import make_certificates
+
+    target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="fedcgd-certificates-"))
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        tls = make_certificates(target, supernodes=supernodes)
+        kept = "kept" if folder is not None else "removed at the end"
+        print(f"TLS certificates and SuperNode keys in {target} ({kept})", flush=True)
+        yield tls
+    finally:
+        if folder is None:
+            shutil.rmtree(target, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Command line (see :func:`run_command`); SIGINT / SIGTERM stop every process it started.
+
+    On a signal the run's processes are stopped and one line says so; the exit code is 130
+    (SIGINT, Ctrl-C) or 143 (SIGTERM).
+    """
+    with stop_on_signals():
+        try:
+            return run_command(argv)
+        except Interrupted as stop:
+            print(stop.message, file=sys.stderr, flush=True)
+            return stop.exit_code
+
+
+def run_command(argv: list[str] | None = None) -> int:
     """Command line: one simulation run, results under ``results/<policy>-<time>``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -496,6 +604,13 @@ def main(argv: list[str] | None = None) -> int:
         "--tls",
         action="store_true",
         help="TLS on every connection and SuperNode authentication (certificates are generated)",
+    )
+    parser.add_argument(
+        "--certificates-dir",
+        type=Path,
+        default=None,
+        help="with --tls: write the certificates and keys here and keep them (default: a "
+        "temporary folder, removed at the end)",
     )
     parser.add_argument(
         "--ray-address",
@@ -527,6 +642,10 @@ def main(argv: list[str] | None = None) -> int:
         merged = validated_run_config(overrides)
         if args.ray_address and (args.deployment or args.superlink):
             raise ValueError("--ray-address is for the simulation engine only")
+        if args.certificates_dir is not None and not args.tls:
+            raise ValueError("--certificates-dir is for --tls runs only")
+        if args.ray_address:
+            check_ray_address(args.ray_address)
         if args.superlink:
             check_reachable(args.superlink)
         else:  # the data must be there before anything starts (CIFAR cannot be downloaded)
@@ -541,40 +660,44 @@ def main(argv: list[str] | None = None) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         merged["result-dir"] = str((args.results / f"{merged['policy']}-{stamp}").resolve())
     overrides["result-dir"] = merged["result-dir"]
+    if not args.superlink:  # the folders and data of a remote SuperLink are not here
+        from experiments.preflight import check_before_start, refused
+
+        try:
+            check_before_start(resolve_data_dir(merged))
+        except (ValueError, FileNotFoundError) as err:
+            print(refused(err).message, file=sys.stderr)
+            return 2
+    launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])
     if args.superlink:
         proc = run_on_superlink(overrides, args.superlink, args.root_certificates)
     else:
-        tls = None
-        if args.tls:
-            from experiments.certificates import make_certificates
+        supernode_keys = num_nodes if args.deployment else 0
+        with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
+            proc = run_flwr(
+                overrides,
+                num_supernodes=num_nodes,
+                deployment=args.deployment,
+                cpus_per_client=args.cpus_per_client,
+                gpus_per_client=args.gpus_per_client,
+                tls=tls,
+                ray_address=args.ray_address,
+                flwr_home=args.flwr_home,
+            )
+    from experiments.preflight import effective_result_dir, run_outcome
 
-            folder = Path(tempfile.mkdtemp(prefix="fedcgd-certificates-"))
-            tls = make_certificates(folder, supernodes=num_nodes if args.deployment else 0)
-            print(f"TLS certificates and SuperNode keys in {folder}", flush=True)
-        proc = run_flwr(
-            overrides,
-            num_supernodes=num_nodes,
-            deployment=args.deployment,
-            cpus_per_client=args.cpus_per_client,
-            gpus_per_client=args.gpus_per_client,
-            tls=tls,
-            ray_address=args.ray_address,
-            flwr_home=args.flwr_home,
-        )
-    summary = Path(merged["result-dir"]) / "summary.json"
-    if proc.returncode != 0 or not summary.exists():
-        print(
-            f"\nThe run failed (exit code {proc.returncode}); see the log above.", file=sys.stderr
-        )
-        return proc.returncode or 1
+    result_dir = effective_result_dir(merged) or Path(merged["result-dir"])
+    outcome = run_outcome(result_dir, launched_unix_s)  # `flwr run` exits 0 on a crash too
+    if outcome.code != 0:
+        print(f"\n(flwr run exit code {proc.returncode})\n{outcome.message}", file=sys.stderr)
+        return outcome.code
     from experiments.plot_runs import plot_runs
 
-    curves = plot_runs([Path(merged["result-dir"])], Path(merged["result-dir"]) / "curves.png")
-    print(summary.read_text())
-    print(
-        f"\nResults: {merged['result-dir']} (metrics.jsonl, config.json, model.pt, {curves.name})"
-    )
+    curves = plot_runs([result_dir], result_dir / "curves.png")
+    print((result_dir / "summary.json").read_text())
+    print(f"\nResults: {result_dir} (metrics.jsonl, config.json, model.pt, {curves.name})")
+    print(outcome.message)
     return 0
 
 

@@ -27,6 +27,7 @@ from experiments.figures import (
     draw_group,
     label_axis,
     policy_name,
+    policy_order,
     policy_style,
 )
 from server_app.results import CONFIG_FILE, METRICS_FILE
@@ -166,7 +167,8 @@ def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
         (a t-band over two runs says nothing).
     """
     fig, axes = _panels()
-    for label, dirs in groups.items():
+    for label in policy_order(groups):
+        dirs = groups[label]
         name = f"{policy_name(label)} (n={len(dirs)})"
         plot_mean_bands(axes, PANEL_KEYS, dirs, name, policy=label)
     return finish_figure(fig, axes, PANEL_KEYS, out)

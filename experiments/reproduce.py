@@ -18,9 +18,13 @@ the preset for every seed (default ``[0]``) and every combination of its sweep (
 Presets: ``digits_policies`` (offline), ``cifar10_local_steps`` (accuracy vs τ and Table II),
 ``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``. Any value can be
 overridden, e.g. ``run.data-dir=/data/cifar 'policies=[fedcgd-fscd,bc]' run.num-server-rounds=50
-'seeds=[0,1,2]'``. The run config of every run is validated before the first one starts. The
-seed is set by ``seeds`` only (``run.seed`` or ``sweep.seed`` are refused), so that runs of
-every policy with the same seed are paired.
+'seeds=[0,1,2]'`` (``run.<key>=`` and ``sweep.<key>=`` take every run-config key, whether the
+preset lists it or not: :func:`hydra_overrides`). The run config of every run is validated, and
+every result folder planned (:mod:`experiments.compare_policies`: kept runs with other settings
+are refused, naming them), before the first one starts. The seed is set by ``seeds`` only
+(``run.seed`` or ``sweep.seed`` are refused), so that runs of every policy with the same seed are
+paired. Exit code: 0 when every run completed, 1 when one failed (the last line names each and
+why), 2 when refused before the start, 130 / 143 on SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
@@ -38,17 +42,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.compare_policies import (
     RUN_COLUMNS,
+    ComparisonRuns,
+    FailedRun,
+    PlannedRun,
+    check_plans_before_start,
     check_policies,
     check_seeds,
     format_row,
+    plan_runs,
+    refuse_stale_runs,
     run_policies,
     table_rows,
     write_table,
 )
 from experiments.launcher import default_run_config
 from experiments.plot_runs import plot_mean_bands
+from experiments.processes import Interrupted, stop_on_signals
 from server_app.config import parse_run_config
 from task.datasets import load_dataset
+from task.settings import flatten
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -83,6 +95,27 @@ def planned_seeds(cfg: DictConfig) -> list[int]:
     return check_seeds(list(seeds))
 
 
+#: Run-config keys a preset's ``run`` / ``sweep`` may not set, and what to use instead.
+NOT_IN_RUN = {
+    "policy": "list the policies with policies=[fedcgd-fscd,bc]",
+    "result-dir": "every run writes to <out>/<sweep point>/<policy>/seed-<s>; set out=/abs/folder",
+    "resume-from": "runs stopped early are resumed by running the same command again",
+}
+
+
+def run_keys(node: Any) -> dict[str, Any]:
+    """A ``run`` or ``sweep`` node as flat run-config keys.
+
+    Presets write dotted keys flat (``channel.deadline-s: 2.0``); on the command line
+    ``run.channel.deadline-s=3.0`` becomes a nested node, flattened here, and wins.
+    """
+    table = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(table, dict)
+    flat = {str(k): v for k, v in table.items() if not isinstance(v, dict)}
+    flat.update(flatten({str(k): v for k, v in table.items() if isinstance(v, dict)}))
+    return flat
+
+
 def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(sweep point, run-config overrides) of every sweep point, validated before any run.
 
@@ -98,14 +131,21 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     check_policies(policies)
     seeds = planned_seeds(cfg)
     defaults = default_run_config()
-    shared = OmegaConf.to_container(cfg.run, resolve=True)
-    sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
-    assert isinstance(shared, dict) and isinstance(sweep, dict)
+    shared, sweep = run_keys(cfg.run), run_keys(cfg.sweep)
     unknown = sorted((set(shared) | set(sweep)) - set(defaults))
     if unknown:
         raise ValueError(f"run-config keys {unknown} do not exist; allowed: {sorted(defaults)}")
     if "seed" in shared or "seed" in sweep:
         raise ValueError("set the seeds with seeds=[0,1,2] (not run.seed or sweep.seed)")
+    swept = sorted(set(shared) & set(sweep))
+    if swept:
+        raise ValueError(
+            f"run.{swept[0]}: this preset sweeps it; set its values with "
+            f"sweep.{swept[0]}=[...] instead"
+        )
+    for key, instead in NOT_IN_RUN.items():
+        if key in shared or key in sweep:
+            raise ValueError(f"run.{key} / sweep.{key}: not settable here; {instead}")
     data_dir = str(Path(str(shared.get("data-dir", "")) or "data").expanduser().resolve())
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
@@ -211,16 +251,52 @@ def _number(value: Any) -> float:
         return float("nan")
 
 
+def plan_sweep(
+    cfg: DictConfig, plans: list[tuple[dict[str, Any], dict[str, Any]]], out: Path
+) -> list[list[PlannedRun]]:
+    """The planned runs of every sweep point, checked before any starts.
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line: kept runs with other settings (naming every folder and setting), or a run
+        that cannot start (:func:`experiments.compare_policies.check_plans_before_start`).
+    """
+    seeds = planned_seeds(cfg)
+    policies = list(cfg.policies)
+    per_point = [
+        plan_runs(policies, overrides, out / point_label(point), seeds)
+        for point, overrides in plans
+    ]
+    every = [plan for point_plans in per_point for plan in point_plans]
+    refuse_stale_runs(every)
+    check_plans_before_start(every)
+    return per_point
+
+
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    """Run a preset (see the module docstring)."""
+    """Run a preset (see the module docstring); exit code 0, 1 (a run failed), 2 or 130 / 143."""
+    with stop_on_signals():
+        try:
+            code = reproduce(cfg)
+        except Interrupted as stop:
+            print(stop.message, file=sys.stderr, flush=True)
+            code = stop.exit_code
+    if code:
+        raise SystemExit(code)
+
+
+def reproduce(cfg: DictConfig) -> int:
+    """Plan and check every run, run them, write the tables and figures; the exit code."""
+    out = Path(str(cfg.out)).resolve()
     try:
         plans = planned_runs(cfg)
         check_data(plans)
+        per_point = plan_sweep(cfg, plans, out)
     except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
         print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    out = Path(str(cfg.out)).resolve()
+        return 2
     seeds = planned_seeds(cfg)
     target = cfg.get("target_accuracy")
     print(f"{cfg.name}: {cfg.description}")
@@ -232,9 +308,10 @@ def main(cfg: DictConfig) -> None:
     all_runs: list[dict[str, Any]] = []
     all_rows: list[dict[str, Any]] = []
     groups: dict[str, list[Path]] = {}
-    for k, (point, overrides) in enumerate(plans, start=1):
+    total = ComparisonRuns()
+    for k, ((point, overrides), point_plans) in enumerate(zip(plans, per_point, strict=True), 1):
         label = point_label(point)
-        runs = run_policies(
+        result = run_policies(
             list(cfg.policies),
             overrides,
             out / label,
@@ -246,29 +323,59 @@ def main(cfg: DictConfig) -> None:
             cpus_per_client=int(cfg.launcher.cpus_per_client),
             gpus_per_client=float(cfg.launcher.gpus_per_client),
             progress=f"[{label} {k}/{len(plans)}] ",
+            plans=point_plans,
         )
-        all_runs += [{"sweep": label, **run} for run in runs]
-        all_rows += [{"sweep": label, **row} for row in table_rows(runs, target)]
-        for run in runs:
+        total.planned += result.planned
+        total.runs += result.runs
+        total.failed += [FailedRun(f"{label}/{f.label}", f.reason) for f in result.failed]
+        all_runs += [{"sweep": label, **run} for run in result.runs]
+        all_rows += [{"sweep": label, **row} for row in table_rows(result.runs, target)]
+        for run in result.runs:
             groups.setdefault(f"{label} {run['policy']}", []).append(Path(run["result_dir"]))
     if all_rows:
-        write_table(all_rows, out / "table.csv", extra_columns=("sweep",))
-        write_table(all_runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
-        plot_estimates(groups, out / "estimates.png")
-        sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
-        metrics = list(cfg.get("figure_metrics") or [])
-        assert isinstance(sweep, dict)
-        figure = plot_sweep(
-            all_rows, {str(k): list(v) for k, v in sweep.items()}, metrics, out / "sweep.png"
-        )
-        if figure is not None:
-            print(f"wrote {figure}")
-        print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in all_rows))
+        write_outputs(cfg, all_rows, all_runs, groups, out)
+    print(total.last_line(), file=sys.stderr if total.code else sys.stdout, flush=True)
+    return total.code
+
+
+def write_outputs(
+    cfg: DictConfig,
+    rows: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+    groups: dict[str, list[Path]],
+    out: Path,
+) -> None:
+    """``table.csv``, ``runs.csv``, ``estimates.png`` and the sweep figure over all points."""
+    write_table(rows, out / "table.csv", extra_columns=("sweep",))
+    write_table(runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
+    plot_estimates(groups, out / "estimates.png")
+    sweep = run_keys(cfg.sweep)
+    metrics = list(cfg.get("figure_metrics") or [])
+    figure = plot_sweep(rows, {k: list(v) for k, v in sweep.items()}, metrics, out / "sweep.png")
+    if figure is not None:
+        print(f"wrote {figure}")
+    print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in rows))
     print(
-        f"wrote {out / 'table.csv'} ({len(all_rows)} rows, {len(all_runs)} runs), "
+        f"wrote {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
         f"{out / 'runs.csv'} and {out / 'estimates.png'}"
     )
 
 
+#: Config nodes whose keys are run-config keys: ``run.<key>=value`` and ``sweep.<key>=[...]``
+#: may name any of them, present in the preset or not.
+OPEN_NODES = ("run.", "sweep.")
+
+
+def hydra_overrides(args: Sequence[str]) -> list[str]:
+    """Command-line overrides with ``run.KEY=V`` / ``sweep.KEY=V`` made ``++run.KEY=V``.
+
+    Hydra's struct mode refuses ``run.num-server-rounds=3`` when the preset does not list
+    that key ("Key ... is not in struct"); ``++`` sets it whether listed or not. Unknown keys
+    are then refused by :func:`planned_runs` with one line listing the allowed ones.
+    """
+    return [f"++{a}" if a.startswith(OPEN_NODES) and "=" in a else a for a in args]
+
+
 if __name__ == "__main__":
+    sys.argv[1:] = hydra_overrides(sys.argv[1:])
     main()

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_runs import write_run
 from scipy import stats
 from subprocesses import run_module
 
 from experiments import compare_policies as cp
 from experiments.plot_runs import plot_mean_runs, plot_runs
+from experiments.processes import Interrupted
+from server_app.run_status import FAILED, RUNNING, read_status
 
 # policy -> seed -> test accuracy per round (rounds 1, 2, 3)
 ACCURACY = {
@@ -28,10 +31,15 @@ ACCURACY = {
 SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the seed
 
 
-def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list[float]) -> None:
-    """A finished run's files as the ServerApp writes them."""
-    result_dir.mkdir(parents=True, exist_ok=True)
-    (result_dir / "config.json").write_text(json.dumps({"policy": policy, "task": {"seed": seed}}))
+def fake_run(
+    result_dir: Path,
+    policy: str,
+    seed: int,
+    accuracy: list[float],
+    shared: dict | None = None,
+    **status,
+) -> None:
+    """A finished run's files as the ServerApp writes them (settings: ``shared``)."""
     lines = [
         {
             "round": r,
@@ -41,8 +49,7 @@ def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list[float]) ->
         }
         for r, acc in enumerate(accuracy, start=1)
     ]
-    (result_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (result_dir / "summary.json").write_text(json.dumps({"policy": policy}))
+    write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)
 
 
 def write_all(out: Path, accuracy: dict[str, dict[int, list[float]]] = ACCURACY) -> None:
@@ -67,8 +74,8 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     out = tmp_path / "cmp"
     write_all(out)
     monkeypatch.setattr(cp, "run_flwr", no_flwr)
-    runs = cp.run_policies(["fedcgd-fscd", "bc"], {}, out, seeds=[0, 1, 2], target_accuracy=0.6)
-    assert len(runs) == 6
+    result = cp.run_policies(["fedcgd-fscd", "bc"], {}, out, seeds=[0, 1, 2], target_accuracy=0.6)
+    assert len(result.runs) == 6 and result.code == 0
     printed = capsys.readouterr().out
     assert "[policy 1/2, seed 1/3] fedcgd-fscd seed=0" in printed
     assert "[policy 2/2, seed 3/3] bc seed=2" in printed
@@ -148,9 +155,9 @@ def test_one_seed_has_no_interval(tmp_path, monkeypatch):
     assert (out / "curves.png").stat().st_size > 0
 
 
-def test_missing_runs_are_run_with_their_seed_and_failures_skipped(tmp_path, monkeypatch):
+def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    fake_run(cp.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6])
+    fake_run(cp.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], {"num-server-rounds": 2})
     calls = []
 
     def fake_flwr(run_config, **kwargs):
@@ -158,11 +165,17 @@ def test_missing_runs_are_run_with_their_seed_and_failures_skipped(tmp_path, mon
         seed = run_config["seed"]
         if run_config["policy"] == "bc" and seed == 1:
             return subprocess.CompletedProcess([], 1, "", "")
-        fake_run(Path(run_config["result-dir"]), run_config["policy"], seed, [0.4, 0.5 + seed])
+        fake_run(
+            Path(run_config["result-dir"]),
+            run_config["policy"],
+            seed,
+            [0.4, 0.5 + seed],
+            {"num-server-rounds": 2},
+        )
         return subprocess.CompletedProcess([], 0, "", "")
 
     monkeypatch.setattr(cp, "run_flwr", fake_flwr)
-    runs = cp.run_policies(
+    result = cp.run_policies(
         ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
     )
     assert [(c["policy"], c["seed"]) for c in calls] == [
@@ -172,11 +185,13 @@ def test_missing_runs_are_run_with_their_seed_and_failures_skipped(tmp_path, mon
     ]
     assert calls[0]["result-dir"] == str(out / "fedcgd-fscd" / "seed-0")
     assert all(c["num-server-rounds"] == 2 for c in calls)
-    assert [(r["policy"], r["seed"]) for r in runs] == [
+    assert [(r["policy"], r["seed"]) for r in result.runs] == [
         ("fedcgd-fscd", 0),
         ("fedcgd-fscd", 1),
         ("bc", 0),
     ]
+    assert result.code == 1 and [f.label for f in result.failed] == ["bc/seed-1"]
+    assert result.last_line().startswith("1 of 4 runs failed: bc/seed-1 (exit code 1: ")
     with pytest.raises(ValueError, match="seeds"):
         cp.run_policies(["bc"], {"seed": 3}, out, seeds=[0])
 
@@ -216,6 +231,129 @@ def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
     assert cp.main(["--out", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and message in err and err.count("\n") == 1
+
+
+def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    """The adversarial case: 50-round seed-0 runs kept, 3 rounds with seeds 0 and 1 asked."""
+    out = tmp_path / "stale"
+    for policy in ("fedcgd-fscd", "bc"):
+        fake_run(cp.run_dir(out, policy, 0), policy, 0, [0.5, 0.6, 0.7], {"num-server-rounds": 50})
+    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
+    assert cp.main([*args, "--run-config", "num-server-rounds=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: 2 kept run(s)") and err.count("\n") == 1, err
+    for policy in ("fedcgd-fscd", "bc"):
+        assert f"{out / policy / 'seed-0'}: num_server_rounds (kept 50, asked 3)" in err
+    assert not (out / "bc" / "seed-1").exists()  # nothing ran, not even the new seed
+    assert not (out / "table.csv").exists()
+
+
+def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path, monkeypatch):
+    out = tmp_path / "kept"
+    kept = {"num-server-rounds": 2, "checkpoint-every": 1}
+    fake_run(cp.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], kept)
+    plan = cp.plan_run("bc", 0, cp.run_dir(out, "bc", 0), {"num-server-rounds": 2})
+    assert plan.action == cp.KEEP, plan.note
+    plan = cp.plan_run("bc", 0, cp.run_dir(out, "bc", 0), {**kept, "local-steps": 3})
+    assert plan.action == cp.REFUSE
+    assert plan.note == "training.local_steps (kept 10, asked 3)"
+    # digits ignore data-dir; CIFAR does not
+    elsewhere = {"num-server-rounds": 2, "data-dir": str(tmp_path / "other")}
+    assert cp.plan_run("bc", 0, cp.run_dir(out, "bc", 0), elsewhere).action == cp.KEEP
+    cifar = {"dataset": "cifar10", "num-server-rounds": 2}
+    fake_run(cp.run_dir(out, "bc", 1), "bc", 1, [0.5, 0.6], cifar)
+    plan = cp.plan_run("bc", 1, cp.run_dir(out, "bc", 1), {**cifar, **elsewhere})
+    assert plan.action == cp.REFUSE and plan.note.startswith("task.data_dir (kept ")
+
+
+def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
+    tmp_path, monkeypatch, capsys
+):
+    """``flwr run`` exits 0 when the ServerApp raises: the outcome comes from status.json."""
+
+    def fake_flwr(run_config, **kwargs):
+        policy, seed = run_config["policy"], run_config["seed"]
+        if policy == "bc" and seed == 1:
+            fake_run(
+                Path(run_config["result-dir"]),
+                policy,
+                seed,
+                [],
+                state=FAILED,
+                reason="RuntimeError: ActorPool is empty",
+                summary=False,
+            )
+        else:
+            fake_run(Path(run_config["result-dir"]), policy, seed, [0.5, 0.6])
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
+    out = tmp_path / "failing"
+    args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
+    assert cp.main(args) == 1
+    captured = capsys.readouterr()
+    last = captured.err.strip().splitlines()[-1]
+    assert last == (
+        "1 of 4 runs failed: bc/seed-1 (RuntimeError: ActorPool is empty); the tables hold "
+        "the 3 completed runs"
+    )
+    assert len(read(out / "runs.csv")) == 3
+    # run again: the failed run (no checkpoint) is cleared and run again; the others are kept
+    calls = []
+
+    def recording_flwr(run_config, **kwargs):
+        calls.append((run_config["policy"], run_config["seed"]))
+        assert not (Path(run_config["result-dir"]) / "status.json").exists()
+        fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.7])
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(cp, "run_flwr", recording_flwr)
+    assert cp.main(args) == 0
+    assert calls == [("bc", 1)]
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "all 4 runs completed"
+    assert len(read(out / "runs.csv")) == 4
+
+
+def test_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path, monkeypatch):
+    out = tmp_path / "resume"
+    folder = cp.run_dir(out, "bc", 0)
+    fake_run(folder, "bc", 0, [0.5], {"num-server-rounds": 3}, state=RUNNING, summary=False)
+    (folder / "checkpoint.pt").write_bytes(b"a checkpoint")
+    assert read_status(folder).state == RUNNING
+    calls = []
+
+    def fake_flwr(run_config, **kwargs):
+        calls.append(dict(run_config))
+        fake_run(folder, "bc", 0, [0.5, 0.6, 0.7], {"num-server-rounds": 3})
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
+    plans = cp.plan_runs(["bc"], {"num-server-rounds": 3}, out, [0])
+    assert [p.action for p in plans] == [cp.RESUME]
+    result = cp.run_policies(["bc"], {"num-server-rounds": 3}, out, seeds=[0], plans=plans)
+    assert [c["resume-from"] for c in calls] == [str(folder)]
+    assert result.code == 0 and result.runs[0]["final_accuracy"] == 0.7
+
+
+def test_results_from_before_status_files_are_kept(tmp_path, monkeypatch):
+    folder = cp.run_dir(tmp_path, "bc", 0)
+    fake_run(folder, "bc", 0, [0.5, 0.6])
+    (folder / "status.json").unlink()
+    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    assert cp.run_policies(["bc"], {}, tmp_path, seeds=[0]).code == 0
+
+
+def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys):
+    def interrupted(run_config, **kwargs):
+        raise Interrupted(15)
+
+    monkeypatch.setattr(cp, "run_flwr", interrupted)
+    assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 143
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "stopped by SIGTERM: every process of the run was stopped (exit code 143)"
+    ]
 
 
 def test_mean_and_single_run_plots(tmp_path):
@@ -288,3 +426,26 @@ def test_inprocess_engine_runs_a_paired_comparison_end_to_end(tmp_path):
     finals = [float(r["final_accuracy"]) for r in runs if r["policy"] == "bc"]
     assert float(table["bc"]["final_accuracy_mean"]) == pytest.approx(np.mean(finals))
     assert table["bc"]["n_seeds"] == "2" and (out / "curves.png").exists()
+
+
+def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monkeypatch, capsys):
+    """Ray's ActorPool is empty (GPUs asked, none present): the ServerApp never says why."""
+    log = (
+        "\x1b[92mINFO \x1b[0m:      [ROUND 1/1]\n"
+        "\x1b[91mERROR \x1b[0m:     An exception occured!! ActorPool is empty. Stopping "
+        "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine\n"
+        "\x1b[91mERROR \x1b[0m:     Traceback (most recent call last):\n"
+    )
+
+    def crashed(run_config, **kwargs):
+        lines = []
+        fake_run(Path(run_config["result-dir"]), "bc", 0, lines, state=RUNNING, summary=False)
+        return subprocess.CompletedProcess([], 0, log, "")
+
+    monkeypatch.setattr(cp, "run_flwr", crashed)
+    assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "1 of 1 runs failed: bc/seed-0 (An exception occured!! ActorPool is empty. Stopping "
+        "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine); the "
+        "tables hold the 0 completed runs"
+    )

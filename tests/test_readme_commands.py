@@ -1,25 +1,36 @@
-"""Every command in the README that takes run-config settings is valid as written.
+"""The README's commands run as written, with only their size knobs made small.
 
-The commands are extracted from README.md (code spans and code blocks, backslash continuations
-joined) and their settings validated against the schema, without running a federation:
-``make run RUN_CONFIG="…"`` and every ``--run-config "…"`` through the launcher's parser and
-validator, ``python -m experiments.reproduce experiment=…`` through Hydra's composition and
-the sweep planner.
+The commands are extracted from README.md (code spans, also those broken over a line, and code
+blocks, backslash continuations joined). Their settings are validated against the schema, and
+each command family is executed in a child process with tiny settings: only the rounds,
+devices, seeds and output folders are rewritten (output into ``tmp_path``; the comparisons
+also get two or three policies instead of seven). Each must exit 0 and leave its
+result files, or, for the CIFAR commands whose data are not here, exit 2 with one line before
+anything starts and without creating the data folder. Commands that start ``flwr run`` (a
+SuperLink, Ray or SuperNodes) are marked ``slow``; the in-process ones run in the default suite.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import re
 import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.launcher import parse_run_config_text, validated_run_config
-from experiments.reproduce import CONF_DIR, planned_runs
+from experiments.launcher import format_run_config, parse_run_config_text, validated_run_config
+from experiments.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PROJECT = Path(__file__).resolve().parents[1]
+README = PROJECT / "README.md"
+ROUNDS, DEVICES = 2, 4
 
 
 def readme_commands() -> list[str]:
@@ -29,8 +40,21 @@ def readme_commands() -> list[str]:
     for block in re.findall(r"```(?:[a-z]*)\n(.*?)```", text, flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
         commands += [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip()]
-    commands += re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    spans = re.findall(r"`([^`]+)`", prose)
+    commands += [" ".join(span.split()) for span in spans if "\n\n" not in span]
     return commands
+
+
+def module_commands(module: str) -> list[list[str]]:
+    """The arguments of every ``.venv/bin/python -m MODULE ...`` command, once each."""
+    found: dict[str, list[str]] = {}
+    for command in readme_commands():
+        if command.startswith(".venv/bin/python -m ") and f" -m {module}" in command:
+            words = shlex.split(command)
+            args = words[words.index(module) + 1 :]
+            found.setdefault(" ".join(args), args)
+    return list(found.values())
 
 
 def run_config_texts() -> list[str]:
@@ -41,19 +65,61 @@ def run_config_texts() -> list[str]:
     return [t for t in texts if "…" not in t and "..." not in t]
 
 
-def reproduce_commands() -> list[list[str]]:
-    out = []
+def make_run_configs() -> list[str]:
+    """The run config of every ``make run`` command ("" for plain ``make run``), once each."""
+    found = {""}
     for command in readme_commands():
-        if "experiments.reproduce" in command and "experiment=" in command:
-            words = shlex.split(command)
-            out.append(words[words.index("experiments.reproduce") + 1 :])
-    return out
+        if command.startswith("make run RUN_CONFIG="):
+            found.update(re.findall(r'RUN_CONFIG="([^"]*)"', command))
+    return sorted(found)
+
+
+def reproduce_commands() -> list[list[str]]:
+    return [args for args in module_commands("experiments.reproduce") if args]
+
+
+def resized(text: str, **values: Any) -> str:
+    """``--run-config`` text with the keys in ``values`` set (replaced or added)."""
+    settings = parse_run_config_text(text)
+    settings.update({k.replace("_", "-"): v for k, v in values.items()})
+    return format_run_config(settings)
+
+
+def run(module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` from the project folder, as the README runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def assert_completed(result_dir: Path, rounds: int) -> None:
+    """A run's result files: completed status, one metrics line per round, summary, model."""
+    status = json.loads((result_dir / "status.json").read_text())
+    assert status["state"] == "completed", status
+    lines = (result_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["round"] for x in lines] == list(range(1, rounds + 1))
+    for name in ("config.json", "summary.json", "model.pt"):
+        assert (result_dir / name).exists(), name
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.open()))
+
+
+def output(proc: subprocess.CompletedProcess[str]) -> str:
+    return proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_the_readme_has_commands_to_check() -> None:
     assert len(run_config_texts()) >= 3
     assert any("channel." in t for t in run_config_texts())
     assert len(reproduce_commands()) >= 5
+    assert any("--engine" in a for a in module_commands("experiments.compare_policies"))
+    assert any("--deployment" in a for a in module_commands("experiments.launcher"))
 
 
 @pytest.mark.parametrize("text", run_config_texts())
@@ -66,7 +132,7 @@ def test_readme_run_config_is_valid(text: str) -> None:
 @pytest.mark.parametrize("words", reproduce_commands(), ids=lambda w: " ".join(w))
 def test_readme_reproduce_command_composes_and_validates(words: list[str]) -> None:
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=words)
+        cfg = compose(config_name="config", overrides=hydra_overrides(words))
     assert planned_runs(cfg)
 
 
@@ -78,3 +144,185 @@ def test_dotted_channel_keys_are_accepted_and_bad_values_named() -> None:
         validated_run_config(parse_run_config_text("learning-rate=-1"))
     with pytest.raises(ValueError, match="unknown run-config key"):
         validated_run_config(parse_run_config_text("chanel.deadline-s=2.0"))
+
+
+# --- the commands, executed ---------------------------------------------------------------
+
+
+def cifar(text: str) -> bool:
+    return "cifar" in str(parse_run_config_text(text).get("dataset", ""))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", [t for t in make_run_configs() if not cifar(t)])
+def test_make_run_runs(text: str, tmp_path: Path) -> None:
+    """``make run [RUN_CONFIG="..."]``: the launcher, ``flwr run`` on its own SuperLink."""
+    out = tmp_path / "run"
+    small = resized(text, num_server_rounds=ROUNDS, num_devices=DEVICES, result_dir=str(out))
+    proc = run("experiments.launcher", "--run-config", small)
+    assert proc.returncode == 0, output(proc)
+    assert_completed(out, ROUNDS)
+    assert (out / "curves.png").exists()
+
+
+@pytest.mark.parametrize("text", [t for t in make_run_configs() if cifar(t)])
+def test_make_run_on_cifar_without_the_data_stops_in_one_line(text: str, tmp_path: Path) -> None:
+    data_dir = tmp_path / "no" / "data"
+    small = resized(text, num_server_rounds=ROUNDS, data_dir=str(data_dir))
+    proc = run("experiments.launcher", "--run-config", small)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1, proc.stderr
+    assert str(data_dir) in proc.stderr
+    assert not (tmp_path / "no").exists()
+
+
+def launcher_deployments() -> list[list[str]]:
+    return [a for a in module_commands("experiments.launcher") if "--deployment" in a]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", launcher_deployments(), ids=" ".join)
+def test_launcher_deployment_commands_run(args: list[str], tmp_path: Path) -> None:
+    """``--deployment [--tls]``: SuperNode processes on loopback (two of them here)."""
+    out = tmp_path / "run"
+    args = list(args)
+    i = args.index("--run-config") + 1
+    args[i] = resized(args[i], num_server_rounds=ROUNDS, num_devices=2, result_dir=str(out))
+    proc = run("experiments.launcher", *args)
+    assert proc.returncode == 0, output(proc)
+    assert_completed(out, ROUNDS)
+
+
+@pytest.mark.slow
+def test_resume_through_the_launcher(tmp_path: Path) -> None:
+    """``make run RUN_CONFIG="... checkpoint-every=1"``, then ``... resume-from='...'``."""
+    out = tmp_path / "run"
+    first = resized("", num_server_rounds=ROUNDS, num_devices=DEVICES, checkpoint_every=1)
+    proc = run("experiments.launcher", "--run-config", f"{first} result-dir='{out}'")
+    assert proc.returncode == 0, output(proc)
+    assert_completed(out, ROUNDS)
+    more = resized(first, num_server_rounds=ROUNDS + 1)
+    proc = run("experiments.launcher", "--run-config", f"{more} resume-from='{out}'")
+    assert proc.returncode == 0, output(proc)
+    assert_completed(out, ROUNDS + 1)
+
+
+def compare_command(engine_inprocess: bool) -> list[str]:
+    (args,) = [
+        a
+        for a in module_commands("experiments.compare_policies")
+        if ("--engine" in a) == engine_inprocess
+    ]
+    return args
+
+
+def small_comparison(args: list[str], out: Path, policies: str | None) -> list[str]:
+    """The command with one seed, tiny runs, ``out`` as its folder (and ``policies``)."""
+    args = list(args)
+    args[args.index("--seeds") + 1] = "0"
+    if "--out" in args:
+        args[args.index("--out") + 1] = str(out)
+    else:
+        args += ["--out", str(out)]
+    args += ["--run-config", f"num-server-rounds={ROUNDS} num-devices={DEVICES}"]
+    return args + (["--policies", policies] if policies else [])
+
+
+def test_compare_policies_inprocess_command_runs(tmp_path: Path) -> None:
+    out = tmp_path / "compare"
+    args = small_comparison(compare_command(engine_inprocess=True), out, "fedcgd-fscd,bc,all")
+    proc = run("experiments.compare_policies", *args)
+    assert proc.returncode == 0, output(proc)
+    policies = ["fedcgd-fscd", "bc", "all"]
+    assert [r["policy"] for r in rows(out / "table.csv")] == policies
+    assert len(rows(out / "runs.csv")) == len(policies)
+    assert proc.stdout.strip().splitlines()[-1] == f"all {len(policies)} runs completed"
+    assert_completed(out / "bc" / "seed-0", ROUNDS)
+
+
+@pytest.mark.slow
+def test_compare_policies_flwr_command_runs(tmp_path: Path) -> None:
+    out = tmp_path / "compare"
+    args = small_comparison(compare_command(engine_inprocess=False), out, "fedcgd-fscd,bc")
+    proc = run("experiments.compare_policies", *args)
+    assert proc.returncode == 0, output(proc)
+    assert [r["policy"] for r in rows(out / "table.csv")] == ["fedcgd-fscd", "bc"]
+    assert_completed(out / "fedcgd-fscd" / "seed-0", ROUNDS)
+
+
+def reproduce_preset(args: list[str]) -> str:
+    (preset,) = [a.split("=", 1)[1] for a in args if a.startswith("experiment=")]
+    return preset
+
+
+def preset_config(preset: str) -> Mapping[str, Any]:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return compose(config_name="config", overrides=[f"experiment={preset}"])
+
+
+def small_reproduction(args: list[str], out: Path, policies: str | None) -> list[str]:
+    """The command with one seed, tiny runs and ``out`` as its folder (and ``policies``)."""
+    args = [a for a in args if not a.startswith(("seeds=", "out="))]
+    args += ["seeds=[0]", f"run.num-server-rounds={ROUNDS}", f"run.num-devices={DEVICES}"]
+    return args + [f"out={out}"] + ([f"policies=[{policies}]"] if policies else [])
+
+
+def digits_reproductions(inprocess: bool) -> list[Any]:
+    params = []
+    for args in reproduce_commands():
+        preset = reproduce_preset(args)
+        cfg = preset_config(preset)
+        if cfg.run.get("dataset", "digits") != "digits":
+            continue
+        engine_inprocess = cfg.launcher.engine == "inprocess"
+        if engine_inprocess != inprocess:
+            continue
+        slow = not inprocess or preset != "digits_local_steps"
+        marks = [pytest.mark.slow] if slow else []
+        params.append(pytest.param(args, marks=marks, id=" ".join(args)))
+    return params
+
+
+@pytest.mark.parametrize("args", digits_reproductions(inprocess=True))
+def test_reproduce_digits_inprocess_command_runs(args: list[str], tmp_path: Path) -> None:
+    """The quick offline presets (in-process engine); the first one in the default suite."""
+    out = tmp_path / "reproduce"
+    proc = run("experiments.reproduce", *small_reproduction(args, out, "fedcgd-fscd,bc"))
+    assert proc.returncode == 0, output(proc)
+    cfg = preset_config(reproduce_preset(args))
+    points = 1
+    for values in cfg.sweep.values():
+        points *= len(values)
+    assert len(rows(out / "table.csv")) == points * 2
+    assert len(rows(out / "runs.csv")) == points * 2
+    assert (out / "estimates.png").exists()
+    assert proc.stdout.strip().splitlines()[-1] == f"all {points * 2} runs completed"
+
+
+@pytest.mark.parametrize("args", digits_reproductions(inprocess=False))
+def test_reproduce_digits_flwr_command_runs(args: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "reproduce"
+    proc = run("experiments.reproduce", *small_reproduction(args, out, "fedcgd-fscd,bc"))
+    assert proc.returncode == 0, output(proc)
+    assert [r["policy"] for r in rows(out / "table.csv")] == ["fedcgd-fscd", "bc"]
+    assert_completed(out / "default" / "bc" / "seed-0", ROUNDS)
+
+
+def cifar_reproductions() -> list[list[str]]:
+    return [a for a in reproduce_commands() if "cifar" in reproduce_preset(a)]
+
+
+@pytest.mark.parametrize("args", cifar_reproductions(), ids=" ".join)
+def test_reproduce_cifar_command_without_the_data_stops_in_one_line(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run in this process (Hydra composed as on the command line): no data, exit 2, one line."""
+    data_dir = tmp_path / "abs" / "data"
+    words = [a if not a.startswith("run.data-dir=") else f"run.data-dir={data_dir}" for a in args]
+    words = small_reproduction(words, tmp_path / "out", None)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=hydra_overrides(words))
+    assert reproduce(cfg) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1 and str(data_dir) in err, err
+    assert not (tmp_path / "abs").exists() and not (tmp_path / "out").exists()

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import csv
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from fake_runs import write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import run_module
 
 from experiments import compare_policies
 from experiments.reproduce import (
     CONF_DIR,
+    hydra_overrides,
     main,
     planned_runs,
     planned_seeds,
@@ -111,16 +112,14 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     def fake_flwr(run_config, **kwargs):
         calls.append(dict(run_config))
         result_dir = Path(run_config["result-dir"])
-        result_dir.mkdir(parents=True)
+        assert not result_dir.exists()
         policy, seed = run_config["policy"], run_config["seed"]
         acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
         lines = [
             {"round": r, "accuracy": acc, "num_scheduled": 3, "wemd": 0.5, "sigma": 1.0 + seed}
             for r in (1, 2)
         ]
-        (result_dir / "config.json").write_text(json.dumps({"policy": policy}))
-        (result_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-        (result_dir / "summary.json").write_text("{}")
+        write_run(result_dir, run_config, lines)
         return subprocess.CompletedProcess([], 0, "", "")
 
     monkeypatch.setattr(compare_policies, "run_flwr", fake_flwr)
@@ -154,6 +153,25 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     calls.clear()
     main.__wrapped__(cfg)  # resumed: nothing runs again
     assert calls == []
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "all 12 runs completed"
+
+    # other settings into the same folder: refused before anything runs, naming the folders
+    fewer = load(
+        "digits_policies",
+        hydra_overrides(
+            [
+                *("policies=[bc,fedcgd-fscd]", "seeds=[0,1,2,3]", "sweep.local-steps=[1,2]"),
+                *("run.num-server-rounds=3", f"out={out}"),
+            ]
+        ),
+    )
+    with pytest.raises(SystemExit) as stop:
+        main.__wrapped__(fewer)
+    assert stop.value.code == 2 and calls == []
+    err = capsys.readouterr().err
+    assert err.startswith("error: 12 kept run(s)") and err.count("\n") == 1
+    assert f"{out / 'local-steps=2' / 'bc' / 'seed-0'}: num_server_rounds (kept 50, asked 3)" in err
+    assert not (out / "local-steps=1" / "bc" / "seed-3").exists()
 
 
 def test_sweep_points_are_the_cartesian_product():
@@ -185,3 +203,92 @@ def test_reproduce_runs_a_small_sweep(tmp_path):
     assert (out / "estimates.png").stat().st_size > 0
     assert (out / "local-steps=2" / "all" / "seed-0" / "summary.json").exists()
     assert (out / "local-steps=2" / "curves.png").exists()
+
+
+def test_run_keys_absent_from_the_preset_can_be_set_as_the_readme_writes_them():
+    words = ["experiment=digits_policies", "run.num-server-rounds=3", "sweep.local-steps=[1,2]"]
+    with pytest.raises(Exception, match=r"Could not override 'run\.num-server-rounds'"):
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            compose("config", overrides=words)
+    assert hydra_overrides(words) == [
+        "experiment=digits_policies",
+        "++run.num-server-rounds=3",
+        "++sweep.local-steps=[1,2]",
+    ]
+    cfg = load("digits_policies", hydra_overrides(words[1:]))
+    plans = planned_runs(cfg)
+    assert [o["num-server-rounds"] for _, o in plans] == [3, 3]
+    assert [o["local-steps"] for _, o in plans] == [1, 2]
+    # a key the preset already sets is overridden the same way
+    cfg = load("cifar10_local_steps", hydra_overrides(["run.num-server-rounds=7"]))
+    assert {o["num-server-rounds"] for _, o in planned_runs(cfg)} == {7}
+    with pytest.raises(ValueError, match=r"\['num-rounds'\] do not exist; allowed: "):
+        planned_runs(load("digits_policies", hydra_overrides(["run.num-rounds=3"])))
+
+
+def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
+    def fake_flwr(run_config, **kwargs):
+        lines = [{"round": 1, "accuracy": 0.5, "num_scheduled": 3, "wemd": 0.5}]
+        if run_config["policy"] == "bc" and run_config["local-steps"] == 2:
+            # the ServerApp failed; flwr run still exits 0
+            write_run(
+                Path(run_config["result-dir"]),
+                run_config,
+                [],
+                state="failed",
+                reason="RuntimeError: ActorPool is empty",
+                summary=False,
+            )
+        else:
+            write_run(Path(run_config["result-dir"]), run_config, lines)
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(compare_policies, "run_flwr", fake_flwr)
+    out = tmp_path / "failing"
+    cfg = load(
+        "digits_policies",
+        hydra_overrides(["policies=[bc,all]", "sweep.local-steps=[1,2]", f"out={out}"]),
+    )
+    with pytest.raises(SystemExit) as stop:
+        main.__wrapped__(cfg)
+    assert stop.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "1 of 4 runs failed: local-steps=2/bc/seed-0 (RuntimeError: ActorPool is empty); the "
+        "tables hold the 3 completed runs"
+    )
+    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_run_config_key_can_be_set_in_every_preset(preset):
+    """``run.<key>=<value>`` for each key of pyproject's [tool.flwr.app.config] (not the seed,
+    the policy or the result folders, which the preset's other settings own)."""
+    from experiments.launcher import default_run_config
+
+    owned = {"seed", "policy", "result-dir", "resume-from"}
+    values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
+    for key, default in default_run_config().items():
+        if key in owned:
+            continue
+        value = values.get(key, default)
+        text = f"'{value}'" if isinstance(value, str) else str(value).lower()
+        cfg = load(preset, hydra_overrides([f"run.{key}={text}"]))
+        if key in cfg.sweep:  # the sweep owns it: one line saying so
+            with pytest.raises(ValueError, match=f"sweep.{key}="):
+                planned_runs(cfg)
+            continue
+        for _, overrides in planned_runs(cfg):
+            assert overrides[key] == value, key
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("run.policy='bc'", "policies="),
+        ("run.result-dir='/x'", "out="),
+        ("sweep.resume-from=['/x']", "running the same command again"),
+    ],
+)
+def test_keys_the_preset_owns_are_refused_in_one_line(override, message):
+    with pytest.raises(ValueError, match=message):
+        planned_runs(load("digits_policies", hydra_overrides([override])))

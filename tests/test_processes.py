@@ -1,0 +1,294 @@
+"""The launcher leaves nothing behind: processes, temporary Flower homes, keys, data folders.
+
+Each test starts ``python -m experiments.launcher`` in a process group of its own, with
+``TMPDIR`` pointing into ``tmp_path`` (so its temporary folders are looked for there and not
+among those of other runs on the machine). The process tree is read from ``/proc`` here, not
+with the code under test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def parents() -> dict[int, int]:
+    """PID -> parent PID of every process, from ``/proc/<pid>/stat``."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return table
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` in the process tree (children, grandchildren, ...)."""
+    table = parents()
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, parent in table.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def start_launcher(
+    tmp_path: Path, *args: str, module: str = "experiments.launcher"
+) -> subprocess.Popen[str]:
+    """``python -m MODULE ARGS`` in its own session, temporary files in tmp_path."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    # Ray's sockets live under its temporary folder and must stay short (AF_UNIX: 107 bytes)
+    env = {**os.environ, "TMPDIR": str(temp), "RAY_TMPDIR": "/tmp", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=PROJECT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_for_round(result_dir: Path, proc: subprocess.Popen[str], limit_s: float = 300) -> None:
+    """Wait until the run has written a metrics line (SuperLink, simulation and Ray are up)."""
+    metrics = result_dir / "metrics.jsonl"
+    deadline = time.monotonic() + limit_s
+    while not (metrics.exists() and metrics.read_text().strip()):
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the run ended early: {out[-3000:]}{err[-1000:]}")
+        assert time.monotonic() < deadline, "no round finished"
+        time.sleep(0.5)
+
+
+def kill_leftovers(pids: set[int]) -> None:
+    """Clean up after a failing test: SIGKILL what is still alive (by PID)."""
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@contextlib.contextmanager
+def socket_on_loopback() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that is bound (so no one else takes it) but never listens."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+
+
+def leftovers(tmp_path: Path, pattern: str) -> list[Path]:
+    return sorted((tmp_path / "tmp").glob(pattern))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "code", "to_group"),
+    [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)],
+    ids=["sigterm", "ctrl-c"],
+)
+def test_a_signal_stops_every_process_and_removes_the_flower_home(
+    tmp_path: Path, signum: int, code: int, to_group: bool
+) -> None:
+    """SIGTERM to the launcher, or Ctrl-C (SIGINT to its process group, as a terminal does)."""
+    result_dir = tmp_path / "run"
+    proc = start_launcher(
+        tmp_path,
+        "--run-config",
+        f"num-devices=4 num-server-rounds=500 result-dir='{result_dir}'",
+    )
+    tree: set[int] = set()
+    try:
+        wait_for_round(result_dir, proc)
+        tree = descendants(proc.pid)
+        assert len(tree) >= 3, tree  # flwr run, SuperLink, superexec / simulation, Ray, ...
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            os.kill(proc.pid, signum)
+        _, err = proc.communicate(timeout=120)
+        still = {pid for pid in tree if alive(pid)}
+        if still:  # give processes that were SIGKILLed a moment to be reaped
+            time.sleep(2)
+            still = {pid for pid in tree if alive(pid)}
+        assert not still, {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in still}
+        assert proc.returncode == code, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        last = err.strip().splitlines()[-1]
+        assert "stopped" in last and signal.Signals(signum).name in last, err[-2000:]
+        assert leftovers(tmp_path, "flwr-home-*") == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        kill_leftovers(tree)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_comparison_stops_its_run(tmp_path: Path) -> None:
+    """compare_policies runs ``flwr run`` like the launcher: the same clean stop."""
+    out = tmp_path / "compare"
+    proc = start_launcher(
+        tmp_path,
+        *("--policies", "bc", "--out", str(out)),
+        *("--run-config", "num-devices=4 num-server-rounds=500"),
+        module="experiments.compare_policies",
+    )
+    tree: set[int] = set()
+    try:
+        wait_for_round(out / "bc" / "seed-0", proc)
+        tree = descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        time.sleep(1)
+        assert not {pid for pid in tree if alive(pid)}
+        assert proc.returncode == 143, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        assert "stopped by SIGTERM" in err.strip().splitlines()[-1]
+        assert leftovers(tmp_path, "flwr-home-*") == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        kill_leftovers(tree)
+
+
+@pytest.mark.slow
+def test_a_finished_run_leaves_no_flower_home(tmp_path: Path) -> None:
+    proc = start_launcher(
+        tmp_path,
+        "--run-config",
+        f"num-devices=2 num-server-rounds=1 result-dir='{tmp_path / 'run'}'",
+    )
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert (tmp_path / "run" / "summary.json").exists()
+    assert leftovers(tmp_path, "flwr-home-*") == []
+    assert descendants(proc.pid) == set()
+
+
+@pytest.mark.slow
+def test_tls_run_leaves_no_keys_unless_asked(tmp_path: Path) -> None:
+    run_config = "num-devices=2 num-server-rounds=1"
+    proc = start_launcher(
+        tmp_path,
+        "--deployment",
+        "--tls",
+        "--run-config",
+        f"{run_config} result-dir='{tmp_path / 'run'}'",
+    )
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert (tmp_path / "run" / "summary.json").exists()
+    assert leftovers(tmp_path, "fedcgd-certificates-*") == []
+    assert list((tmp_path / "tmp").rglob("*.key")) == []
+    assert leftovers(tmp_path, "flwr-home-*") == []
+
+    kept = tmp_path / "certificates"  # asked for: kept
+    proc = start_launcher(
+        tmp_path,
+        "--deployment",
+        "--tls",
+        "--certificates-dir",
+        str(kept),
+        "--run-config",
+        f"{run_config} result-dir='{tmp_path / 'run2'}'",
+    )
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert sorted(p.name for p in kept.glob("*.key")) == [
+        "ca.key",
+        "server.key",
+        "supernode-0.key",
+        "supernode-1.key",
+    ]
+
+
+def test_a_missing_cifar_folder_is_not_created(tmp_path: Path) -> None:
+    data_dir = tmp_path / "absent" / "data"
+    proc = start_launcher(
+        tmp_path, "--run-config", f"dataset='cifar10' data-dir='{data_dir}' num-devices=2"
+    )
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out[-2000:] + err[-2000:]
+    assert err.startswith("error:") and err.count("\n") == 1, err
+    assert str(data_dir) in err
+    assert not (tmp_path / "absent").exists()
+    assert leftovers(tmp_path, "flwr-home-*") == []
+
+
+def test_an_unreachable_ray_address_fails_in_one_line(tmp_path: Path) -> None:
+    with socket_on_loopback() as port:  # a port nothing listens on: bound, never listening
+        proc = start_launcher(
+            tmp_path,
+            "--ray-address",
+            f"127.0.0.1:{port}",
+            "--run-config",
+            f"num-devices=2 num-server-rounds=1 result-dir='{tmp_path / 'run'}'",
+        )
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert proc.returncode == 2, out[-2000:] + err[-2000:]
+    assert err.startswith("error:") and err.count("\n") == 1, err
+    assert f"127.0.0.1:{port}" in err and "--ray-address" in err
+    assert not (tmp_path / "run").exists()
+    assert leftovers(tmp_path, "flwr-home-*") == []
+
+
+def test_federation_stop_reaches_processes_in_sessions_of_their_own(tmp_path: Path) -> None:
+    """As the SuperLink starts flower-superexec: a grandchild in a new session (setsid)."""
+    from experiments.launcher import LocalFederation
+
+    federation = LocalFederation(tmp_path)
+    root = subprocess.Popen(
+        ["sh", "-c", "setsid sleep 300 & sleep 300 & wait"], start_new_session=True
+    )
+    federation.processes.append(root)  # type: ignore[arg-type]
+    tree: set[int] = set()
+    try:
+        while len(tree) < 2:  # both sleeps started
+            tree = descendants(root.pid)
+            time.sleep(0.05)
+        sessions = {
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3] for pid in tree
+        }
+        assert len(sessions) == 2  # one of them in a session of its own
+        federation.stop()
+        assert root.poll() is not None
+        time.sleep(0.5)  # the orphaned one is reaped by init
+        assert not {pid for pid in tree if alive(pid)}
+    finally:
+        kill_leftovers(tree | {root.pid})
