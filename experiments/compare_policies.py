@@ -54,6 +54,7 @@ from experiments.launcher import (
 from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.preflight import run_outcome
 from experiments.processes import Interrupted, stop_on_signals
+from experiments.progress import RunProgress
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
 from fedcgd_strategy.policies import POLICY_NAMES
 from server_app.results import CONFIG_FILE, SUMMARY_FILE
@@ -273,7 +274,7 @@ def parse_seeds(text: str) -> list[int]:
 ENGINES = ("simulation", "deployment", "inprocess")
 
 #: Settings a kept run may differ in from the requested ones (where and how often it saves).
-IGNORED_SETTINGS = ("result_dir", "resume_from", "checkpoint_every")
+IGNORED_SETTINGS = ("result_dir", "resume_from", "checkpoint_every", "verbose")
 
 #: What :func:`plan_run` decides for one (policy, seed): run it in a new folder, keep the
 #: completed run there, resume it from its checkpoint, or clear the incomplete run and run it
@@ -358,7 +359,7 @@ def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
     from server_app.config import parse_run_config
 
     config = resolve_data_dir(validated_run_config(overrides))
-    config["result-dir"] = config.get("result-dir") or "/"
+    config["result-dir"] = config.get("result-dir") or config.get("resume-from") or "/"
     return dict(json.loads(json.dumps(parse_run_config(config).to_dict())))
 
 
@@ -542,6 +543,7 @@ def run_policies(
     progress: str = "",
     engine: str = "simulation",
     plans: Sequence[PlannedRun] | None = None,
+    tracker: RunProgress | None = None,
 ) -> ComparisonRuns:
     """Run each policy for each seed into ``out/<policy>/seed-<s>`` and summarise them.
 
@@ -552,7 +554,9 @@ def run_policies(
     the completed runs. ``engine``: ``"simulation"`` (``flwr run``, Ray), ``"deployment"``
     (SuperNode processes; also ``deployment=True``) or ``"inprocess"``
     (:mod:`experiments.inprocess`: the same ServerApp and ClientApp in this process, no Ray;
-    same results, for quick sweeps).
+    same results, for quick sweeps). Each run's header line says how far the whole command is
+    (``tracker``, shared by the sweep points of :mod:`experiments.reproduce`; by default one for
+    these runs).
 
     Returns
     -------
@@ -581,21 +585,25 @@ def run_policies(
         shared.get("num-devices", default_run_config()["num-devices"])
     )
     result = ComparisonRuns(planned=len(plans))
+    tracker = tracker or RunProgress(total=len(plans))
     for plan in plans:
         i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
         print(
-            f"=== {progress}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] "
-            f"{plan.policy} seed={plan.seed} -> {plan.result_dir}",
+            f"=== {tracker.header()} {progress}[policy {i}/{len(policies)}, seed "
+            f"{j}/{len(seeds)}] {plan.policy} seed={plan.seed} -> {plan.result_dir}",
             flush=True,
         )
         if plan.action == KEEP:
             print("completed earlier with the same settings; kept", flush=True)
+            tracker.end_run(kept=True)
         else:
             if plan.action == RESUME:
                 print("incomplete, same settings: resumed from its checkpoint", flush=True)
             elif plan.action == RERUN:
                 print(f"{plan.note}: run again from the start", flush=True)
+            tracker.start_run()
             reason = launch(plan, engine, num_nodes, cpus_per_client, gpus_per_client)
+            tracker.end_run(failed=reason is not None)
             if reason is not None:
                 print(f"{plan.label} failed: {reason}", flush=True)
                 result.failed.append(FailedRun(plan.label, reason))

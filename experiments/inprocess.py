@@ -171,17 +171,24 @@ def main(argv: list[str] | None = None) -> int:
         effective_result_dir,
         refused,
         run_outcome,
+        with_result_dir,
     )
 
     parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
     parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
-    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    parser.add_argument(
+        "--out",
+        "--results",
+        dest="out",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="folder for the run's result folder <policy>-<UTC time> (default: results/; "
+        "ignored when the run config sets result-dir or resume-from)",
+    )
     args = parser.parse_args(argv)
     try:
-        config = resolve_data_dir(validated_run_config(parse_run_config_text(args.run_config)))
-        if not config.get("result-dir"):
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-            config["result-dir"] = str((args.results / f"{config['policy']}-{stamp}").resolve())
+        overrides = validated_run_config(parse_run_config_text(args.run_config))
+        config = with_result_dir(resolve_data_dir(overrides), args.out)
         check_before_start(config)
     except (ValueError, FileNotFoundError) as err:
         print(refused(err).message, file=sys.stderr)

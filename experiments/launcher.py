@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -393,9 +394,10 @@ def run_flwr(
             ray_address=ray_address,
         )
         with federation as fed:
-            proc = fed.flwr_run(project_dir, options, echo=True)
+            verbose = run_config.get("verbose") is True
+            proc = fed.flwr_run(project_dir, options, echo=verbose)
             try:
-                output = stream_output(proc)
+                output = stream_output(proc, verbose=verbose)
             finally:  # also on Ctrl-C / SIGTERM: the client goes before the SuperLink
                 if proc.poll() is None:
                     stop_tree([proc.pid])
@@ -403,13 +405,50 @@ def run_flwr(
     return subprocess.CompletedProcess(proc.args, proc.returncode, output, "")
 
 
-def stream_output(proc: subprocess.Popen[str]) -> str:
-    """Print a process's piped output line by line as it comes; return all of it."""
+#: Lines of ``flwr run --stream`` that say nothing about this run (Flower's and Ray's start-up
+#: and shutdown notices); shown only with the run-config key ``verbose = true``.
+FLOWER_CHATTER = (
+    "Using SuperLink",
+    "Successfully started run",
+    "Starting logstream",
+    "Starting Flower Simulation",
+    "default simulated SuperNodes changed",
+    "Federation `",
+    "To change federation size",
+    "flwr federation simulation-config",
+    "Successfully installed",
+    "Manually terminating ClientAppActor",
+    "Ray will no longer override accelerator visible devices",
+    "warnings.warn(",
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def is_chatter(line: str) -> bool:
+    """True for a line of Flower's own start-up/shutdown notices (:data:`FLOWER_CHATTER`).
+
+    Empty log lines (``INFO :`` and nothing else) count too. Warnings and errors about the
+    run, tracebacks and the run's own lines are never chatter.
+    """
+    text = _ANSI.sub("", line).strip()
+    if text in ("", "INFO :"):
+        return True
+    return any(marker in text for marker in FLOWER_CHATTER)
+
+
+def stream_output(proc: subprocess.Popen[str], *, verbose: bool = True) -> str:
+    """Print a process's piped output line by line as it comes; return all of it.
+
+    Without ``verbose`` Flower's start-up and shutdown notices (:func:`is_chatter`) are not
+    printed; the returned text still holds every line.
+    """
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line)
-        print(line, end="", flush=True)
+        if verbose or not is_chatter(line):
+            print(line, end="", flush=True)
     proc.wait()
     return "".join(lines)
 
@@ -528,7 +567,9 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
             f"allowed: {', '.join(sorted(defaults))}"
         )
     merged = {**defaults, **overrides}
-    parse_run_config({**merged, "result-dir": merged.get("result-dir") or "/"})
+    parse_run_config(
+        {**merged, "result-dir": merged.get("result-dir") or merged.get("resume-from") or "/"}
+    )
     return merged
 
 
@@ -583,6 +624,20 @@ def main(argv: list[str] | None = None) -> int:
             return stop.exit_code
 
 
+def result_files(result_dir: Path) -> list[str]:
+    """The files a finished run left in ``result_dir``, in the README's order (those present)."""
+    names = (
+        "metrics.jsonl",
+        "config.json",
+        "summary.json",
+        "status.json",
+        "model.pt",
+        "checkpoint.pt",
+        "curves.png",
+    )
+    return [name for name in names if (result_dir / name).is_file()]
+
+
 def run_command(argv: list[str] | None = None) -> int:
     """Command line: one simulation run, results under ``results/<policy>-<time>``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -599,7 +654,15 @@ def run_command(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cpus-per-client", type=int, default=1)
     parser.add_argument("--gpus-per-client", type=float, default=0.0)
-    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    parser.add_argument(
+        "--out",
+        "--results",
+        dest="out",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="folder for the run's result folder <policy>-<UTC time> (default: results/; "
+        "ignored when the run config sets result-dir or resume-from)",
+    )
     parser.add_argument(
         "--tls",
         action="store_true",
@@ -656,10 +719,11 @@ def run_command(argv: list[str] | None = None) -> int:
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if not merged.get("result-dir"):
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        merged["result-dir"] = str((args.results / f"{merged['policy']}-{stamp}").resolve())
-    overrides["result-dir"] = merged["result-dir"]
+    from experiments.preflight import with_result_dir
+
+    merged = with_result_dir(merged, args.out)
+    if merged.get("result-dir"):
+        overrides["result-dir"] = merged["result-dir"]
     if not args.superlink:  # the folders and data of a remote SuperLink are not here
         from experiments.preflight import check_before_start, refused
 
@@ -694,9 +758,9 @@ def run_command(argv: list[str] | None = None) -> int:
         return outcome.code
     from experiments.plot_runs import plot_runs
 
-    curves = plot_runs([result_dir], result_dir / "curves.png")
+    plot_runs([result_dir], result_dir / "curves.png")
     print((result_dir / "summary.json").read_text())
-    print(f"\nResults: {result_dir} (metrics.jsonl, config.json, model.pt, {curves.name})")
+    print(f"\nResults: {result_dir} ({', '.join(result_files(result_dir))})")
     print(outcome.message)
     return 0
 

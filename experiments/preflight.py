@@ -17,6 +17,7 @@ not the outcome.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,20 @@ def effective_result_dir(run_config: Mapping[str, Any]) -> Path | None:
         if isinstance(value, str) and value:
             return Path(value).expanduser()
     return None
+
+
+def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
+    """``run_config`` with ``result-dir`` = ``out/<policy>-<UTC time>`` unless a folder is set.
+
+    A run that sets ``result-dir`` writes there; a resumed run (``resume-from``) continues in
+    its own folder; otherwise the command's ``--out`` folder (default ``results/``) gets a new
+    timestamped folder, so that no run lands in another's.
+    """
+    config = dict(run_config)
+    if not config.get("result-dir") and not config.get("resume-from"):
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        config["result-dir"] = str((out / f"{config['policy']}-{stamp}").resolve())
+    return config
 
 
 def run_outcome(result_dir: Path, launched_unix_s: float) -> Outcome:
@@ -237,7 +252,10 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     from server_app.config import parse_run_config
     from task.datasets import load_train_set
 
-    config = parse_run_config({**run_config, "result-dir": run_config.get("result-dir") or "/"})
+    placeholder = run_config.get("resume-from") or "/"  # a resumed run writes into its folder
+    config = parse_run_config(
+        {**run_config, "result-dir": run_config.get("result-dir") or placeholder}
+    )
     check_result_folder(run_config)
     train_set = load_train_set(config.task)
     check_sizes(run_config, train_set.labels, config.task.dataset)

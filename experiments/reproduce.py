@@ -55,9 +55,21 @@ from experiments.compare_policies import (
     table_rows,
     write_table,
 )
+from experiments.figures import (
+    LEGEND_FONTSIZE,
+    MIN_RUNS_FOR_BAND,
+    draw_group,
+    is_fedcgd,
+    label_axis,
+    metric,
+    policy_name,
+    policy_order,
+    policy_style,
+)
 from experiments.launcher import default_run_config
-from experiments.plot_runs import plot_mean_bands
+from experiments.plot_runs import finish_figure, load_run, round_values
 from experiments.processes import Interrupted, stop_on_signals
+from experiments.progress import RunProgress
 from server_app.config import parse_run_config
 from task.datasets import load_dataset
 from task.settings import flatten
@@ -173,15 +185,26 @@ def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         load_dataset(str(dataset), str(data_dir), train=True)
 
 
-def plot_estimates(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
+def group_name(label: str, policy: str) -> str:
+    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``.
+
+    The sweep point is left out when the preset has no sweep (its label is ``default``).
+    """
+    name = policy_name(policy)
+    return name if label == "default" else f"{name}, {label}"
+
+
+def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
     """σ̂ and Ĝ used per round (the paper's CIFAR-100 estimate panels).
 
     Parameters
     ----------
-    groups : mapping of str to sequence of Path
-        Label (e.g. ``local-steps=5 fedcgd-fscd``) → result directories (one per seed); each
-        group is drawn as its mean over the runs, with a shaded 95 % band for several runs.
-        Only FedCGD policies are drawn (the other rules neither compute σ̂ nor keep Ĝ).
+    groups : mapping of (sweep label, policy) to sequence of Path
+        E.g. ``("local-steps=5", "fedcgd-fscd")`` → result directories (one per seed); each
+        group is drawn as in :func:`experiments.figures.draw_group` (mean and clipped 95 %
+        band from three seeds, the runs themselves below). Only FedCGD policies are drawn (the
+        other rules neither compute σ̂ nor keep Ĝ). One colour per sweep point; FedCGD-FSCD
+        solid, the other FedCGD variants dashed.
     out : Path
         PNG to write.
 
@@ -190,21 +213,21 @@ def plot_estimates(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
     Path
         ``out``.
     """
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    keys = ("sigma", "class_gradient_used")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fedcgd = {k: v for k, v in groups.items() if " fedcgd" in f" {k.split()[-1]}"}
-    for i, (label, dirs) in enumerate(fedcgd.items()):
-        colour = colours[i % len(colours)]  # the same colour for a label in both panels
-        plot_mean_bands(axes, ("sigma", "class_gradient_used"), dirs, label, colour)
-    axes[0].set_title("estimated σ (eq. global_est_sigma)")
-    axes[1].set_title("Ĝ used by FedCGD (eq. G_est)")
-    for ax in axes:
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    labels = list(dict.fromkeys(label for label, _ in groups))
+    fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
+    for label, policy in sorted(fedcgd, key=lambda g: (policy_order([g[1]]), labels.index(g[0]))):
+        colour = colours[labels.index(label) % len(colours)]
+        style = {"linestyle": "-" if policy == "fedcgd-fscd" else "--", "linewidth": 1.8}
+        runs = [load_run(d)[1] for d in groups[(label, policy)]]
+        for ax, key in zip(axes, keys, strict=True):
+            curves = [round_values(lines, key) for lines in runs]
+            draw_group(ax, curves, key, group_name(label, policy), color=colour, style=style)
+    axes[0].set_title("σ̂: spread of the sampled gradients (paper's global σ estimate)")
+    axes[1].set_title("Ĝ: class-gradient bound FedCGD uses in the WEMD term")
+    return finish_figure(fig, axes, keys, out)
 
 
 def plot_sweep(
@@ -213,32 +236,48 @@ def plot_sweep(
     """The preset's figure: each metric's mean over seeds ± 95 % CI against the swept value.
 
     One panel per metric, one line per policy (``rows`` from :func:`table_rows` with a
-    ``sweep`` label). Only for a sweep over one run-config key; None otherwise.
+    ``sweep`` label). Only for a sweep over one run-config key; None otherwise. Error bars are
+    clipped to what the metric can be (accuracy in [0, 1], counts >= 0) and left out for a
+    point with fewer than three seeds (a 95 % t-interval over two runs says nothing).
     """
     if len(sweep) != 1 or not metrics:
         return None
     ((key, values),) = sweep.items()
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 3.8), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(5.6 * len(metrics), 4.4), squeeze=False, constrained_layout=True
+    )
     labels = [point_label({key: v}) for v in values]
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        for policy in dict.fromkeys(r["policy"] for r in rows):
+    for ax, name in zip(axes[0], metrics, strict=True):
+        bounds = metric(name)
+        for policy in policy_order(r["policy"] for r in rows):
             by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
-            mean = [_number(by_label.get(lb, {}).get(f"{metric}_mean")) for lb in labels]
-            ci = [_number(by_label.get(lb, {}).get(f"{metric}_ci95")) for lb in labels]
+            mean = np.array([_number(by_label.get(lb, {}).get(f"{name}_mean")) for lb in labels])
+            ci = np.array([_number(by_label.get(lb, {}).get(f"{name}_ci95")) for lb in labels])
+            seeds = np.array([_number(by_label.get(lb, {}).get("n_seeds")) for lb in labels])
+            ci = np.where(seeds >= MIN_RUNS_FOR_BAND, np.nan_to_num(ci), 0.0)
+            lower = mean - bounds.clip(mean - ci)
+            upper = bounds.clip(mean + ci) - mean
             ax.errorbar(
                 range(len(values)),
                 mean,
-                yerr=np.nan_to_num(ci),
+                yerr=np.nan_to_num(np.vstack([lower, upper])),
                 marker="o",
                 capsize=3,
-                label=policy,
+                label=policy_name(policy),
+                **policy_style(policy),
             )
         ax.set_xticks(range(len(values)), [str(v) for v in values])
-        ax.set_xlabel(key)
-        ax.set_title(f"{metric.replace('_', ' ')} (mean ± 95 % CI)")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+        label_axis(ax, name, xlabel=key)
+        ax.set_title("mean over seeds ± 95 % CI")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        names,
+        loc="outside lower center",
+        ncol=min(len(names), 5),
+        fontsize=LEGEND_FONTSIZE,
+        frameon=False,
+    )
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
@@ -307,8 +346,9 @@ def reproduce(cfg: DictConfig) -> int:
     )
     all_runs: list[dict[str, Any]] = []
     all_rows: list[dict[str, Any]] = []
-    groups: dict[str, list[Path]] = {}
+    groups: dict[tuple[str, str], list[Path]] = {}
     total = ComparisonRuns()
+    tracker = RunProgress(total=sum(len(p) for p in per_point))
     for k, ((point, overrides), point_plans) in enumerate(zip(plans, per_point, strict=True), 1):
         label = point_label(point)
         result = run_policies(
@@ -324,6 +364,7 @@ def reproduce(cfg: DictConfig) -> int:
             gpus_per_client=float(cfg.launcher.gpus_per_client),
             progress=f"[{label} {k}/{len(plans)}] ",
             plans=point_plans,
+            tracker=tracker,
         )
         total.planned += result.planned
         total.runs += result.runs
@@ -331,7 +372,7 @@ def reproduce(cfg: DictConfig) -> int:
         all_runs += [{"sweep": label, **run} for run in result.runs]
         all_rows += [{"sweep": label, **row} for row in table_rows(result.runs, target)]
         for run in result.runs:
-            groups.setdefault(f"{label} {run['policy']}", []).append(Path(run["result_dir"]))
+            groups.setdefault((label, str(run["policy"])), []).append(Path(run["result_dir"]))
     if all_rows:
         write_outputs(cfg, all_rows, all_runs, groups, out)
     print(total.last_line(), file=sys.stderr if total.code else sys.stdout, flush=True)
@@ -342,7 +383,7 @@ def write_outputs(
     cfg: DictConfig,
     rows: list[dict[str, Any]],
     runs: list[dict[str, Any]],
-    groups: dict[str, list[Path]],
+    groups: dict[tuple[str, str], list[Path]],
     out: Path,
 ) -> None:
     """``table.csv``, ``runs.csv``, ``estimates.png`` and the sweep figure over all points."""

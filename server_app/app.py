@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from logging import INFO
+from collections.abc import Iterator
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
-from flwr.supercore import log
+from flwr.supercore.logger import FLOWER_LOGGER
 
 from channel import Cell
 from fedcgd_strategy.policies import make_policy
@@ -40,8 +42,30 @@ BITS_PER_PARAMETER = 32
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point of ``flwr run``: validate the run config, then run the federation."""
-    config = parse_run_config(context.run_config)
-    run_federation(grid, config)
+    run_federation(grid, parse_run_config(context.run_config))
+
+
+@contextlib.contextmanager
+def flower_log_level(*, verbose: bool) -> Iterator[None]:
+    """Flower's per-round INFO lines only when ``verbose``; its warnings and errors always.
+
+    The run's own progress (one line per round, see :func:`say`) is printed, not logged, so it
+    shows either way.
+    """
+    if verbose:
+        yield
+        return
+    previous = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(WARNING)
+    try:
+        yield
+    finally:
+        FLOWER_LOGGER.setLevel(previous)
+
+
+def say(text: str) -> None:
+    """Print one line of the run's own output (streamed by ``flwr run --stream`` too)."""
+    print(text, flush=True)
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
@@ -99,8 +123,9 @@ def one_line(err: BaseException) -> str:
 def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
     """Run ``config.num_server_rounds`` scheduled rounds on ``grid`` and write the result directory.
 
-    The folder is checked first (:func:`check_result_dir`; nothing is written when it is
-    refused). Then ``status.json`` says ``"running"``; at the end ``"completed"`` (after
+    Flower's own INFO lines show only with ``verbose`` (:func:`flower_log_level`); the run
+    prints one progress line per round. The folder is checked first (:func:`check_result_dir`;
+    nothing is written when it is refused). Then ``status.json`` says ``"running"``; at the end ``"completed"`` (after
     ``model.pt`` and ``summary.json``), or ``"failed"`` with the reason when this function
     raises or when no device uploaded an update in the whole run.
 
@@ -117,6 +142,12 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         The end-of-run summary (also written to ``summary.json``).
 
     """
+    with flower_log_level(verbose=config.verbose):
+        return _run_and_record(grid, config)
+
+
+def _run_and_record(grid: Grid, config: RunConfig) -> dict[str, Any]:
+    """:func:`run_federation` without the log-level setting."""
     plan = check_result_dir(config)
     result_dir = Path(config.result_dir)
     result_dir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +162,7 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
             elapsed_s=0.0 if plan is None else plan.checkpoint.elapsed_s,
         )
         if plan is not None and plan.finish_only:
-            log(INFO, "finishing %s from its checkpoint after round %d", result_dir, done)
+            say(f"finishing {result_dir} from its checkpoint after round {done}")
             final_model = plan.checkpoint.model
         else:
             final_model = train_rounds(grid, config, writer, plan)
@@ -194,7 +225,7 @@ def write_end(
     reason = no_upload_reason(history)
     state = COMPLETED if reason is None else FAILED
     write_status(writer.dir, RunStatus(state, last, config.num_server_rounds, reason=reason))
-    log(INFO, "results written to %s (%s)", writer.dir, reason or "completed")
+    say(f"results written to {writer.dir} ({reason or 'completed'})")
     return summary
 
 
@@ -244,7 +275,7 @@ def train_rounds(
         cell_rng.bit_generator.state = resume.cell_rng_state
         policy_rng.bit_generator.state = resume.policy_rng_state
         model.load_state_dict(resume.model)
-        log(INFO, "resuming %s after round %d", config.resume_from, resume.round)
+        say(f"resuming {config.resume_from} after round {resume.round}")
     strategy = ScheduledStrategy(
         policy=policy,
         cell=cell,
@@ -281,12 +312,7 @@ def train_rounds(
             metrics = {"accuracy": float(acc), "loss": float(loss)}
         eval_s = time.perf_counter() - t0
         if server_round == 0:
-            log(
-                INFO,
-                "initial model: accuracy %.4f, loss %.4f",
-                metrics["accuracy"],
-                metrics["loss"],
-            )
+            say(f"initial model: accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}")
             return MetricRecord(metrics)
         record = strategy.last_record
         if record is None or record.round != server_round:
@@ -312,15 +338,10 @@ def train_rounds(
                 elapsed_s=writer.elapsed_s(),
             )
             save_checkpoint(writer.dir, checkpoint)
-        log(
-            INFO,
-            "%s",
+        say(
             writer.progress(
-                server_round,
-                line["accuracy"],
-                record.num_scheduled,
-                record.num_available,
-            ),
+                server_round, line["accuracy"], record.num_scheduled, record.num_available
+            )
         )
         return MetricRecord(metrics) if metrics else None
 

@@ -27,7 +27,13 @@ from server_app.run_status import COMPLETED, read_status, settings_differences
 CHECKPOINT_FILE = "checkpoint.pt"
 
 #: Settings that may differ between a run and its resumption.
-RESUMABLE_CHANGES = ("num_server_rounds", "resume_from", "checkpoint_every", "result_dir")
+RESUMABLE_CHANGES = (
+    "num_server_rounds",
+    "resume_from",
+    "checkpoint_every",
+    "result_dir",
+    "verbose",
+)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ run-config key                 meaning
 ``resume-from``                a result directory with a checkpoint: continue that run there up
                                to ``num-server-rounds`` (``""`` = a new run); with no rounds left
                                it only writes the end a crash left unwritten (model, summary)
+``verbose``                    true: also Flower's own log lines of every round; false (default):
+                               one progress line per round, warnings and errors
 ``channel.*``                  :class:`channel.CellConfig` fields in kebab case (among them
                                ``channel.redraw-los-each-round`` and
                                ``channel.redraw-shadowing-each-round``, true/false), plus
@@ -107,6 +109,7 @@ class RunConfig:
     model_bits: int
     checkpoint_every: int
     resume_from: str
+    verbose: bool = False
 
     @property
     def seed(self) -> int:
@@ -167,9 +170,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     result_dir = require_key(run_config, "result-dir")
     if not isinstance(result_dir, str):
         raise ValueError(f"run-config key 'result-dir' must be a string; got {result_dir!r}")
-    if result_dir == "":
-        result_dir = default_result_dir(policy)
-    elif not Path(result_dir).expanduser().is_absolute():
+    if result_dir and not Path(result_dir).expanduser().is_absolute():
         raise ValueError(
             f"run-config key 'result-dir' = {result_dir!r} must be an absolute path (the "
             'ServerApp runs in an unrelated working directory), or "" for the default'
@@ -184,7 +185,17 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             'result directory, or "" for a new run'
         )
     if resume_from:
+        if result_dir and Path(result_dir).expanduser() != Path(resume_from).expanduser():
+            raise ValueError(
+                f"run-config key 'result-dir' = {result_dir!r}: a resumed run continues in its "
+                f"own folder (resume-from = {resume_from!r}); leave result-dir empty or the same"
+            )
         result_dir = resume_from
+    elif result_dir == "":
+        result_dir = default_result_dir(policy)
+    verbose = require_key(run_config, "verbose")
+    if not isinstance(verbose, bool):
+        raise ValueError(f"run-config key 'verbose' must be true or false; got {verbose!r}")
     return RunConfig(
         task=task,
         training=TrainingSettings.from_run_config(run_config),
@@ -208,4 +219,5 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         model_bits=model_bits,
         checkpoint_every=read_int(run_config, "checkpoint-every", minimum=0),
         resume_from=str(Path(resume_from).expanduser()) if resume_from else "",
+        verbose=verbose,
     )

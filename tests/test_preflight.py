@@ -29,8 +29,10 @@ DIGITS_TRAIN = 1437  # load_digits_split: 1437 training images
 def refused_by_main(capsys, tmp_path: Path, **overrides: object) -> str:
     """Run inprocess main with ``overrides``; assert exit 2, one line, no result folder."""
     out = tmp_path / "out"
-    values = {"num-server-rounds": 2, "result-dir": str(out), **overrides}
-    code = inprocess_main(["--run-config", format_run_config(values)])
+    values = {"num-server-rounds": 2, **overrides}
+    if "resume-from" not in overrides:  # a resumed run continues in its own folder
+        values["result-dir"] = str(out)
+    code = inprocess_main(["--run-config", format_run_config(values), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: "), err
@@ -197,3 +199,13 @@ def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
     write_status(tmp_path, RunStatus(RUNNING, 3, 5))
     stopped = run_outcome(tmp_path, 0.0)
     assert stopped.code == 1 and f"resume-from='{tmp_path}'" in stopped.message
+
+
+def test_resume_with_another_result_dir_is_refused(capsys, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    values = {"resume-from": str(run), "result-dir": str(tmp_path / "elsewhere")}
+    assert inprocess_main(["--run-config", format_run_config(values)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'result-dir'" in err[0] and "resume" in err[0]
+    assert not (tmp_path / "elsewhere").exists() and list(run.iterdir()) == []

@@ -73,7 +73,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, policy):
     done = load_checkpoint(broken).round
     assert 3 <= done < ROUNDS and not (broken / MODEL_FILE).exists()
 
-    run_inprocess(config(tmp_path / "ignored", policy, **{"resume-from": str(broken)}))
+    run_inprocess(config(broken, policy, **{"resume-from": str(broken)}))
     assert comparable(broken) == comparable(whole)
     assert [x["round"] for x in lines(broken)] == list(range(1, ROUNDS + 1))
     a, b = torch.load(whole / MODEL_FILE), torch.load(broken / MODEL_FILE)
@@ -84,17 +84,15 @@ def test_resume_refuses_other_settings_and_a_missing_checkpoint(tmp_path):
     first = tmp_path / "first"
     run_inprocess(config(first, "fedcgd-fscd", **{"num-server-rounds": 2}))
     with pytest.raises(ValueError, match="seed"):
-        run_inprocess(config(tmp_path / "x", "fedcgd-fscd", seed=7, **{"resume-from": str(first)}))
+        run_inprocess(config(first, "fedcgd-fscd", seed=7, **{"resume-from": str(first)}))
     with pytest.raises(ValueError, match="nothing to run"):
         run_inprocess(
-            config(
-                tmp_path / "x", "fedcgd-fscd", **{"num-server-rounds": 2, "resume-from": str(first)}
-            )
+            config(first, "fedcgd-fscd", **{"num-server-rounds": 2, "resume-from": str(first)})
         )
     with pytest.raises(FileNotFoundError, match=r"no checkpoint\.pt"):
-        run_inprocess(config(tmp_path / "x", "fedcgd-fscd", **{"resume-from": str(tmp_path)}))
+        run_inprocess(config(tmp_path, "fedcgd-fscd", **{"resume-from": str(tmp_path)}))
     # More rounds on a finished run: it continues from its last checkpoint.
     run_inprocess(
-        config(tmp_path / "x", "fedcgd-fscd", **{"num-server-rounds": 3, "resume-from": str(first)})
+        config(first, "fedcgd-fscd", **{"num-server-rounds": 3, "resume-from": str(first)})
     )
     assert [x["round"] for x in lines(first)] == [1, 2, 3]

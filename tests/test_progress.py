@@ -1,0 +1,37 @@
+"""Overall progress of multi-run commands: counts, elapsed and time left by hand."""
+
+from __future__ import annotations
+
+from experiments.progress import RunProgress, format_duration
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_durations_read_like_a_person_writes_them() -> None:
+    assert format_duration(42.4) == "42 s"
+    assert format_duration(185) == "3 min 05 s"
+    assert format_duration(2 * 3600 + 7 * 60 + 30) == "2 h 07 min"
+
+
+def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
+    clock = Clock()
+    progress = RunProgress(total=5, clock=clock)
+    assert progress.header() == "[run 1/5 | 0 done | 0 s elapsed | time left unknown]"
+    progress.end_run(kept=True)  # kept runs cost nothing and do not enter the estimate
+    progress.start_run()
+    clock.now += 30.0
+    progress.end_run()
+    progress.start_run()
+    clock.now += 90.0
+    progress.end_run(failed=True)
+    # 3 of 5 done; mean executed run (30 + 90) / 2 = 60 s; 2 left -> 120 s
+    assert progress.seconds_left() == 120.0
+    assert progress.header() == (
+        "[run 4/5 | 1 done, 1 kept, 1 failed | 2 min 00 s elapsed | ~2 min 00 s left]"
+    )

@@ -1,0 +1,86 @@
+"""What a run prints: one progress line per round; Flower's own lines only with ``verbose``."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_grid import FakeGrid, make_contexts
+from flwr.supercore.logger import FLOWER_LOGGER
+
+from client_app.app import app as client_app
+from experiments.launcher import default_run_config, is_chatter, stream_output
+from server_app.app import run_federation
+from server_app.config import parse_run_config
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def run(tmp_path: Path, verbose: bool) -> list[logging.LogRecord]:
+    run_config = default_run_config()
+    run_config.update({"num-devices": 4, "num-server-rounds": 2, "verbose": verbose})
+    run_config["result-dir"] = str(tmp_path / f"verbose-{verbose}")
+    nodes = [100 + i for i in range(4)]
+    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config, 4))
+    handler = Records()
+    FLOWER_LOGGER.addHandler(handler)
+    try:
+        run_federation(grid, parse_run_config(run_config))
+    finally:
+        FLOWER_LOGGER.removeHandler(handler)
+    return handler.records
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_flower_round_lines_only_when_verbose(
+    tmp_path: Path, verbose: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    level_before = FLOWER_LOGGER.level
+    records = run(tmp_path, verbose)
+    info = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    assert any("[ROUND 1/2]" in m for m in info) is verbose
+    printed = capsys.readouterr().out.splitlines()
+    progress = [line for line in printed if line.startswith("round ")]
+    assert [line.split("|")[0].split() for line in progress] == [["round", "1/2"], ["round", "2/2"]]
+    assert all("ETA" in line and "elapsed" in line for line in progress)
+    assert FLOWER_LOGGER.level == level_before  # restored after the run
+
+
+def test_chatter_filter_keeps_what_matters() -> None:
+    chatter = [
+        "Using SuperLink: local (127.0.0.1:44703)\n",
+        "\x1b[92mINFO \x1b[0m:      Starting logstream for run_id `1`\n",
+        "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed\n",
+        "\x1b[92mINFO \x1b[0m:      \n",
+        "Successfully installed fedcgd to /tmp/x.\n",
+        "(ClientAppActor pid=1) WARNING :   Manually terminating ClientAppActor\n",
+    ]
+    kept = [
+        "round    1/3 | acc 21.67% | scheduled   5/6   available | elapsed 7.1 s | ETA 14.2 s\n",
+        "\x1b[93mWARNING \x1b[0m:   train: device 3 excluded this round: busy\n",
+        "\x1b[91mERROR \x1b[0m:     Simulation raised an exception\n",
+        "Traceback (most recent call last):\n",
+    ]
+    assert [is_chatter(x) for x in chatter] == [True] * len(chatter)
+    assert [is_chatter(x) for x in kept] == [False] * len(kept)
+
+
+def test_stream_output_hides_chatter_but_returns_every_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = "Using SuperLink: local\nround 1/1 | acc 50.00%\nSuccessfully installed app\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"print({text!r}, end='')"], stdout=subprocess.PIPE, text=True
+    )
+    assert stream_output(proc, verbose=False) == text
+    assert capsys.readouterr().out == "round 1/1 | acc 50.00%\n"
