@@ -125,9 +125,9 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
 
     Flower's own INFO lines show only with ``verbose`` (:func:`flower_log_level`); the run
     prints one progress line per round. The folder is checked first (:func:`check_result_dir`;
-    nothing is written when it is refused). Then ``status.json`` says ``"running"``; at the end ``"completed"`` (after
-    ``model.pt`` and ``summary.json``), or ``"failed"`` with the reason when this function
-    raises or when no device uploaded an update in the whole run.
+    nothing is written when it is refused). Then ``status.json`` says ``"running"``; at the
+    end ``"completed"`` (after ``model.pt`` and ``summary.json``), or ``"failed"`` with the
+    reason when this function raises or when no device uploaded an update in the whole run.
 
     Parameters
     ----------
