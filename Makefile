@@ -7,8 +7,6 @@ STAMP := $(VENV)/.installed
 
 # Never let a SuperLink install the app's dependencies per run (several GB, another torch).
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
-# Keep Flower's state (SuperLink database, installed apps) inside the project folder.
-export FLWR_HOME ?= $(CURDIR)/.flwr
 
 .PHONY: run test test-slow test-compose lint typecheck channel-report bench clean
 
@@ -43,4 +41,4 @@ test-compose: $(STAMP)
 	PY=$(PY) scripts/test_compose.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .flwr
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -58,7 +58,8 @@ def fedavg(
             acc += a * np.asarray(state[key], dtype=np.float64)
         if np.issubdtype(ref.dtype, np.integer):
             acc = np.rint(acc)
-        out[key] = acc.astype(ref.dtype)
+        with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the caller
+            out[key] = acc.astype(ref.dtype)  # detects (the round then keeps the model)
     return out
 
 
