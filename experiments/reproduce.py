@@ -268,7 +268,8 @@ def plot_sweep(
             )
         ax.set_xticks(range(len(values)), [str(v) for v in values])
         label_axis(ax, name, xlabel=key)
-        ax.set_title("mean over seeds ± 95 % CI")
+        reached = " (runs that reached it)" if name == "rounds_to_target" else ""
+        ax.set_title(f"mean over seeds{reached} ± 95 % CI")
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(
         handles,

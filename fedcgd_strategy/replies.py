@@ -38,6 +38,7 @@ from fedcgd_strategy.policies import ReportedStats, RoundInputs, UploadedUpdates
 from fedcgd_strategy.screening import (
     FLOAT32_MAX,
     exceeds_float32,
+    reported_norm_matches,
     round_histogram_problem,
     update_norm,
     update_norm_outliers,
@@ -328,6 +329,12 @@ def read_report(
         else None
     )
     arrays = _model_arrays(msg, node_id, reference)
+    upload_norm = update_norm(arrays, reference)
+    if not reported_norm_matches(norm, upload_norm):
+        raise MalformedReplyError(
+            f"node {node_id}: {keys.UPDATE_NORM!r} = {norm!r} but its uploaded model is "
+            f"{upload_norm:.6g} away from the global model; allowed: the norm of its own update"
+        )
     return DeviceReport(
         node_id,
         pid,
@@ -338,7 +345,7 @@ def read_report(
         update_norm=norm,
         train_time_s=train_time,
         arrays=arrays,
-        upload_norm=update_norm(arrays, reference),
+        upload_norm=upload_norm,
     )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "FLOAT32_MAX",
     "exceeds_float32",
     "median_norm",
+    "reported_norm_matches",
     "round_histogram_bounds",
     "round_histogram_problem",
     "safe_norm",
@@ -98,6 +99,21 @@ def update_norm(
         if np.issubdtype(np.asarray(ref).dtype, np.floating)
     ]
     return safe_norm(np.asarray(parts)) if parts else 0.0
+
+
+#: Relative tolerance between a device's reported update norm and the one of its upload.
+NORM_REL_TOL: Final[float] = 1e-5
+
+
+def reported_norm_matches(reported: float, uploaded: float) -> bool:
+    """True when a reported ``update-norm`` is the norm of the uploaded update.
+
+    BN2 ranks devices by the norm they report, so a device could rank itself first by lying;
+    the server has the upload and recomputes the norm (:func:`update_norm`). Both are float64
+    sums over the same float32 values, so they agree to rounding: the tolerance
+    (:data:`NORM_REL_TOL` relative, 1e-9 absolute) only absorbs summation order.
+    """
+    return bool(abs(reported - uploaded) <= NORM_REL_TOL * abs(uploaded) + 1e-9)
 
 
 def median_norm(norms: ArrayLike) -> float | None:

@@ -64,6 +64,7 @@ class ResultWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.num_rounds = num_rounds
         self.t_start = time.perf_counter() - elapsed_s
+        self._first_round: tuple[int, float] | None = None
         self.lines: list[dict[str, Any]] = list(kept_lines or [])
         text = "".join(json.dumps(x) + "\n" for x in self.lines)
         atomic_write_text(self.dir / METRICS_FILE, text)
@@ -93,14 +94,33 @@ class ResultWriter:
     def progress(
         self, server_round: int, accuracy: float | None, scheduled: int, available: int
     ) -> str:
-        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA."""
+        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA.
+
+        The ETA is the mean time of the rounds after the first one printed (whose time holds
+        the engine's start-up: Ray, the first model load) times the rounds left.
+        """
         elapsed = self.elapsed_s()
-        eta = elapsed / server_round * (self.num_rounds - server_round) if server_round else 0.0
+        if self._first_round is None:
+            self._first_round = (server_round, elapsed)
+        eta = eta_s(self._first_round, (server_round, elapsed), self.num_rounds)
         acc = "  -   " if accuracy is None else f"{accuracy:6.2%}"
         return (
             f"round {server_round:>4}/{self.num_rounds} | acc {acc} | scheduled "
             f"{scheduled:>3}/{available:<3} available | elapsed {elapsed:7.1f} s | ETA {eta:7.1f} s"
         )
+
+
+def eta_s(first: tuple[int, float], now: tuple[int, float], num_rounds: int) -> float:
+    """Seconds left after round ``now[0]`` of ``num_rounds``: (round, elapsed seconds) pairs.
+
+    The rate is measured from the first printed round on, so the start-up before it does not
+    enter; at the first round itself there is no rate yet and its own time is used.
+    """
+    (r0, t0), (r, t) = first, now
+    left = max(num_rounds - r, 0)
+    if r > r0:
+        return (t - t0) / (r - r0) * left
+    return t / max(r, 1) * left
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:

@@ -9,7 +9,8 @@ whose ``partition-id`` is the faulty one, whose replies of the message types in
   ``misbehaving(client_app, "huge-layer", partition=1)`` as every node's handler; the fault
   ``"silent"`` (in process only) answers nothing, a timeout, for the same message types, which
   is the oracle a faulty run is compared with (:func:`silent_like`);
-* under ``flwr run``: point a project's ``clientapp`` at ``tests.misbehaving:app`` and set
+* under ``flwr run``: :func:`wrapped_project.build_wrapped_project` copies this module next to
+  a copy of the app's pyproject.toml whose ``clientapp`` is ``misbehaving:app``; set
   ``FEDCGD_FAULT=<name>`` and ``FEDCGD_FAULT_PARTITION=<id>`` (optional
   ``FEDCGD_FAULT_CLAIM=<id>``, the partition the ``"claim-partition"`` fault claims; default
   partition + 1 mod V; ``FEDCGD_FAULT_SLEEP_S``, how late the ``"sleep"`` fault answers,
@@ -28,6 +29,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedcgd_strategy.screening import update_norm
 from task import keys
 
 Handler = Callable[[Message, Context], Message]
@@ -93,7 +95,12 @@ def _uniform_hist(hist: list[int], request: Message) -> list[int]:
 
 
 def _map_arrays(fn: Callable[[int, np.ndarray], np.ndarray]) -> Corrupt:
-    """Replace the uploaded arrays by ``fn(position, array)``."""
+    """Replace the uploaded arrays by ``fn(position, array)``.
+
+    The reported ``update-norm`` is set to the norm of the corrupted update, as a consistent
+    liar would (so that the server's screening of the upload itself is what refuses it, not
+    the mismatch between report and upload).
+    """
 
     def corrupt(reply: Message, request: Message, context: Context) -> Message:
         record = reply.content.array_records[keys.ARRAYS]
@@ -101,6 +108,10 @@ def _map_arrays(fn: Callable[[int, np.ndarray], np.ndarray]) -> Corrupt:
         reply.content[keys.ARRAYS] = ArrayRecord(
             {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
         )
+        sent = {k: v.numpy() for k, v in request.content.array_records[keys.ARRAYS].items()}
+        with np.errstate(all="ignore"):
+            norm = update_norm({k: np.asarray(v, np.float64) for k, v in arrays.items()}, sent)
+        _metrics(reply)[keys.UPDATE_NORM] = norm if np.isfinite(norm) else 0.0
         return reply
 
     return corrupt
@@ -167,6 +178,9 @@ FAULTS: dict[str, Fault] = {
     ),
     "sigma-1e300": Fault(STATS, _set_metric(keys.SIGMA, 1e300), "sigma-hat = 1e300"),
     "num-examples-1e15": Fault(STATS, _set_metric(keys.NUM_EXAMPLES, 10**15), "|D_v| = 1e15"),
+    "lie-update-norm": Fault(
+        TRAIN, _set_metric(keys.UPDATE_NORM, 1e3), "reports update norm 1e3 (BN2 ranks by it)"
+    ),
     "claim-partition": Fault(EVERY, _claim, "claims another partition id in every reply"),
     "raising": Fault(EVERY, None, "the handler raises"),
     "empty-reply": Fault(STATS, _empty, "a reply without content"),
@@ -222,7 +236,7 @@ def _from_environment() -> Handler:
     return misbehaving(real_app, fault, partition)
 
 
-#: The ClientApp for ``flwr run`` (``clientapp = "tests.misbehaving:app"``).
+#: The ClientApp for ``flwr run`` (``clientapp = "misbehaving:app"`` in a wrapped project).
 app = ClientApp()
 
 

@@ -57,6 +57,7 @@ REPLY_FAULTS = [
     "fake-uniform-hist",
     "sigma-1e300",
     "num-examples-1e15",
+    "lie-update-norm",
     "empty-reply",
 ]
 
@@ -369,3 +370,13 @@ def test_the_same_reply_with_sane_values_is_accepted():
         expected=ExpectedReply(0, np.array([3, 1]), 4),
     )
     assert report.label_hist.tolist() == [3, 1] and report.sigma == 2.5
+
+
+def test_a_reported_update_norm_must_be_that_of_the_upload():
+    from fedcgd_strategy.screening import reported_norm_matches
+
+    assert reported_norm_matches(5.0, 5.0)
+    assert reported_norm_matches(5.0 + 4e-5, 5.0)  # 8e-6 relative: summation order
+    assert not reported_norm_matches(5.0 + 6e-5, 5.0)  # 1.2e-5 relative
+    assert not reported_norm_matches(1e3, 0.8)
+    assert reported_norm_matches(0.0, 5e-10) and not reported_norm_matches(0.0, 2e-9)

@@ -35,3 +35,15 @@ def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
     assert progress.header() == (
         "[run 4/5 | 1 done, 1 kept, 1 failed | 2 min 00 s elapsed | ~2 min 00 s left]"
     )
+
+
+def test_round_eta_leaves_the_start_up_out() -> None:
+    from server_app.results import eta_s
+
+    # Round 1 printed at 20 s (Ray start-up), round 5 at 22 s: 0.5 s per round, 45 left.
+    assert eta_s((1, 20.0), (5, 22.0), 50) == 22.5
+    # At the first printed round itself only its own time is known: 20 s per round.
+    assert eta_s((1, 20.0), (1, 20.0), 3) == 40.0
+    # A resumed run whose first printed round is 7.
+    assert eta_s((7, 3.0), (9, 4.0), 10) == 0.5
+    assert eta_s((1, 1.0), (10, 5.0), 10) == 0.0
