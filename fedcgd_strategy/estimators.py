@@ -54,6 +54,11 @@ def _as_gradients(device_grads: ArrayLike) -> NDArray[np.floating]:
     return g
 
 
+#: Largest value whose square (times a weight <= 1, summed) stays finite in float64; every σ̂_v
+#: a device may send (at most the largest float32, see :mod:`~.screening`) is far below it.
+SQUARE_SAFE_MAX = 1e150
+
+
 def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
     """Global sampling-variance estimate σ̂, paper eq. (global_est_sigma).
 
@@ -83,9 +88,9 @@ def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
     w = as_weights(weights, s.shape[0])
     alpha = w / w.sum()
     top = float(s.max())
-    if top == 0.0:
-        return 0.0
-    scaled = s / top  # no overflow of σ̂_v² for large finite σ̂_v
+    if top <= SQUARE_SAFE_MAX:  # the plain formula (σ̂_v² cannot overflow)
+        return float(np.sqrt(np.dot(alpha, s * s)))
+    scaled = s / top  # huge but finite σ̂_v: scale first so that σ̂_v² does not overflow
     return top * float(np.sqrt(np.dot(alpha, scaled * scaled)))
 
 
