@@ -53,7 +53,7 @@ from experiments.launcher import (
 )
 from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.preflight import run_outcome
-from experiments.processes import Interrupted, stop_on_signals
+from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
 from fedcgd_strategy.policies import POLICY_NAMES
@@ -61,6 +61,7 @@ from server_app.results import CONFIG_FILE, SUMMARY_FILE
 from server_app.run_status import (
     FAILED,
     RUN_FILES,
+    flat_settings,
     holds_run,
     read_status,
     settings_differences,
@@ -363,15 +364,6 @@ def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return dict(json.loads(json.dumps(parse_run_config(config).to_dict())))
 
 
-def _dotted(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_dotted(item, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: value}
-
-
 def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, Any]) -> str:
     """``key (kept K, asked A), ...`` for the settings that differ (empty when none).
 
@@ -382,7 +374,7 @@ def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, An
     if requested.get("task", {}).get("dataset") == "digits":
         ignore.append("task.data_dir")
     keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
-    before, now = _dotted(recorded), _dotted(requested)
+    before, now = flat_settings(recorded), flat_settings(requested)
     return ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
 
 
@@ -638,12 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         "(one process, no Ray: same results, fastest for small models)",
     )
     args = parser.parse_args(argv)
-    with stop_on_signals():
-        try:
-            return compare(args)
-        except Interrupted as stop:
-            print(stop.message, file=sys.stderr, flush=True)
-            return stop.exit_code
+    return exit_code_stopping_on_signals(lambda: compare(args))
 
 
 def compare(args: argparse.Namespace) -> int:

@@ -194,3 +194,17 @@ def label_axis(ax: Any, key: str, *, xlabel: str = "round") -> None:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(metric(key).label)
     ax.grid(alpha=0.3)
+
+
+def legend_below(fig: Any, ax: Any) -> None:
+    """One legend for the whole figure, below the panels, with ``ax``'s entries."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(
+            handles,
+            labels,
+            loc="outside lower center",
+            ncol=min(len(labels), 5),
+            fontsize=LEGEND_FONTSIZE,
+            frameon=False,
+        )

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     import traceback
 
     from experiments.launcher import (
-        DEFAULT_RESULTS,
+        add_out_argument,
         parse_run_config_text,
         resolve_data_dir,
         validated_run_config,
@@ -176,15 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
     parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
-    parser.add_argument(
-        "--out",
-        "--results",
-        dest="out",
-        type=Path,
-        default=DEFAULT_RESULTS,
-        help="folder for the run's result folder <policy>-<UTC time> (default: results/; "
-        "ignored when the run config sets result-dir or resume-from)",
-    )
+    add_out_argument(parser)
     args = parser.parse_args(argv)
     try:
         overrides = validated_run_config(parse_run_config_text(args.run_config))

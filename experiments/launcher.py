@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.certificates import CertificateSet
-from experiments.processes import Interrupted, stop_on_signals, stop_tree
+from experiments.processes import exit_code_stopping_on_signals, stop_tree
 from task.settings import default_run_config, flatten
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -616,12 +616,20 @@ def main(argv: list[str] | None = None) -> int:
     On a signal the run's processes are stopped and one line says so; the exit code is 130
     (SIGINT, Ctrl-C) or 143 (SIGTERM).
     """
-    with stop_on_signals():
-        try:
-            return run_command(argv)
-        except Interrupted as stop:
-            print(stop.message, file=sys.stderr, flush=True)
-            return stop.exit_code
+    return exit_code_stopping_on_signals(lambda: run_command(argv))
+
+
+def add_out_argument(parser: argparse.ArgumentParser) -> None:
+    """``--out DIR`` (alias ``--results``): where a single run's timestamped folder goes."""
+    parser.add_argument(
+        "--out",
+        "--results",
+        dest="out",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="folder for the run's result folder <policy>-<UTC time> (default: results/; "
+        "ignored when the run config sets result-dir or resume-from)",
+    )
 
 
 def result_files(result_dir: Path) -> list[str]:
@@ -654,15 +662,7 @@ def run_command(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cpus-per-client", type=int, default=1)
     parser.add_argument("--gpus-per-client", type=float, default=0.0)
-    parser.add_argument(
-        "--out",
-        "--results",
-        dest="out",
-        type=Path,
-        default=DEFAULT_RESULTS,
-        help="folder for the run's result folder <policy>-<UTC time> (default: results/; "
-        "ignored when the run config sets result-dir or resume-from)",
-    )
+    add_out_argument(parser)
     parser.add_argument(
         "--tls",
         action="store_true",

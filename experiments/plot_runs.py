@@ -23,9 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from experiments.figures import (
-    LEGEND_FONTSIZE,
     draw_group,
     label_axis,
+    legend_below,
     policy_name,
     policy_order,
     policy_style,
@@ -79,16 +79,7 @@ def finish_figure(fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path)
     """Label every panel (y label with unit), put one legend below the panels, save ``out``."""
     for ax, key in zip(axes, keys, strict=True):
         label_axis(ax, key)
-    handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(
-            handles,
-            labels,
-            loc="outside lower center",
-            ncol=min(len(labels), 5),
-            fontsize=LEGEND_FONTSIZE,
-            frameon=False,
-        )
+    legend_below(fig, axes[0])
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -76,6 +77,20 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
+
+
+def exit_code_stopping_on_signals(command: Callable[[], int]) -> int:
+    """Run ``command`` (a command line's body) and return its exit code; stop cleanly on signals.
+
+    On SIGINT / SIGTERM the body unwinds (its ``finally`` blocks stop what it started), one
+    line says so on stderr, and the exit code is 130 (SIGINT, Ctrl-C) or 143 (SIGTERM).
+    """
+    with stop_on_signals():
+        try:
+            return command()
+        except Interrupted as stop:
+            print(stop.message, file=sys.stderr, flush=True)
+            return stop.exit_code
 
 
 def parent_pids() -> dict[int, int]:

@@ -56,11 +56,11 @@ from experiments.compare_policies import (
     write_table,
 )
 from experiments.figures import (
-    LEGEND_FONTSIZE,
     MIN_RUNS_FOR_BAND,
     draw_group,
     is_fedcgd,
     label_axis,
+    legend_below,
     metric,
     policy_name,
     policy_order,
@@ -68,7 +68,7 @@ from experiments.figures import (
 )
 from experiments.launcher import default_run_config
 from experiments.plot_runs import finish_figure, load_run, round_values
-from experiments.processes import Interrupted, stop_on_signals
+from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
 from server_app.config import parse_run_config
 from task.datasets import load_dataset
@@ -270,15 +270,7 @@ def plot_sweep(
         label_axis(ax, name, xlabel=key)
         reached = " (runs that reached it)" if name == "rounds_to_target" else ""
         ax.set_title(f"mean over seeds{reached} ± 95 % CI")
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(
-        handles,
-        names,
-        loc="outside lower center",
-        ncol=min(len(names), 5),
-        fontsize=LEGEND_FONTSIZE,
-        frameon=False,
-    )
+    legend_below(fig, axes[0][0])
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
@@ -317,12 +309,7 @@ def plan_sweep(
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Run a preset (see the module docstring); exit code 0, 1 (a run failed), 2 or 130 / 143."""
-    with stop_on_signals():
-        try:
-            code = reproduce(cfg)
-        except Interrupted as stop:
-            print(stop.message, file=sys.stderr, flush=True)
-            code = stop.exit_code
+    code = exit_code_stopping_on_signals(lambda: reproduce(cfg))
     if code:
         raise SystemExit(code)
 

@@ -123,21 +123,36 @@ def _is_int(value: object) -> TypeGuard[int | np.integer]:
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
+def _registered_int(
+    metrics: MetricRecord,
+    key: str,
+    node_id: int,
+    *,
+    low: int,
+    high: int | None,
+    registered: int | None,
+    what: str,
+) -> int:
+    """An int metric in ``[low, high)`` that must equal ``registered`` (``what`` it is) if given."""
+    raw = _metric(metrics, key, node_id)
+    if not _is_int(raw) or int(raw) < low or (high is not None and int(raw) >= high):
+        allowed = f"an int in [{low}, {high})" if high is not None else f"an int >= {low}"
+        raise MalformedReplyError(f"node {node_id}: {key!r} = {raw!r}; allowed: {allowed}")
+    if registered is not None and int(raw) != registered:
+        raise MalformedReplyError(
+            f"node {node_id}: {key!r} = {raw!r}; allowed: {registered}, {what}"
+        )
+    return int(raw)
+
+
 def _partition_id(
     metrics: MetricRecord, node_id: int, num_devices: int, registered: int | None = None
 ) -> int:
-    pid = _metric(metrics, keys.PARTITION_ID, node_id)
-    if not _is_int(pid) or not 0 <= int(pid) < num_devices:
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.PARTITION_ID!r} = {pid!r}; allowed: an int in "
-            f"[0, {num_devices})"
-        )
-    if registered is not None and int(pid) != registered:
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.PARTITION_ID!r} = {pid!r}; allowed: {registered}, the "
-            "partition it was registered with at discovery"
-        )
-    return int(pid)
+    what = "the partition it was registered with at discovery"
+    return _registered_int(
+        metrics, keys.PARTITION_ID, node_id, low=0, high=num_devices, registered=registered,
+        what=what,
+    )  # fmt: skip
 
 
 def _metrics_of(msg: Message) -> tuple[int, MetricRecord]:
@@ -176,17 +191,10 @@ def _histogram(
 
 
 def _num_examples(metrics: MetricRecord, node_id: int, registered: int | None = None) -> int:
-    n_raw = _metric(metrics, keys.NUM_EXAMPLES, node_id)
-    if not _is_int(n_raw) or int(n_raw) <= 0:
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.NUM_EXAMPLES!r} = {n_raw!r}; allowed: an int > 0"
-        )
-    if registered is not None and int(n_raw) != registered:
-        raise MalformedReplyError(
-            f"node {node_id}: {keys.NUM_EXAMPLES!r} = {n_raw!r}; allowed: {registered}, the "
-            "local dataset size it reported at discovery"
-        )
-    return int(n_raw)
+    what = "the local dataset size it reported at discovery"
+    return _registered_int(
+        metrics, keys.NUM_EXAMPLES, node_id, low=1, high=None, registered=registered, what=what
+    )
 
 
 def _sigma(metrics: MetricRecord, node_id: int) -> float:

@@ -122,12 +122,12 @@ def holds_run(result_dir: Path) -> bool:
     return folder.is_dir() and any((folder / name).exists() for name in RUN_FILES)
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts as dotted keys; values normalised through JSON (tuples become lists)."""
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            out.update(_flat(item, f"{prefix}{key}."))
+            out.update(flat_settings(item, f"{prefix}{key}."))
         return out
     return {prefix[:-1]: json.loads(json.dumps(value))}
 
@@ -154,7 +154,7 @@ def settings_differences(
         at run time, such as the parameter count).
 
     """
-    before, now = _flat(recorded), _flat(requested)
+    before, now = flat_settings(recorded), flat_settings(requested)
     skip = set(ignore)
     names = set(now) if requested_keys_only else set(before) | set(now)
     return sorted(k for k in names if k not in skip and before.get(k) != now.get(k))

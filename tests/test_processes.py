@@ -110,22 +110,35 @@ def leftovers(tmp_path: Path, pattern: str) -> list[Path]:
     return sorted((tmp_path / "tmp").glob(pattern))
 
 
+#: (module, extra arguments, folder of the run's metrics relative to tmp_path)
+LAUNCHER = ("experiments.launcher", ("--out", "{tmp}/runs"), "run")
+COMPARISON = ("experiments.compare_policies", ("--policies", "bc", "--out", "{tmp}/compare"),
+              "compare/bc/seed-0")  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("signum", "code", "to_group"),
-    [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)],
-    ids=["sigterm", "ctrl-c"],
+    ("command", "signum", "code", "to_group"),
+    [
+        (LAUNCHER, signal.SIGTERM, 143, False),
+        (LAUNCHER, signal.SIGINT, 130, True),
+        (COMPARISON, signal.SIGTERM, 143, False),
+    ],
+    ids=["sigterm", "ctrl-c", "comparison-sigterm"],
 )
 def test_a_signal_stops_every_process_and_removes_the_flower_home(
-    tmp_path: Path, signum: int, code: int, to_group: bool
-) -> None:
-    """SIGTERM to the launcher, or Ctrl-C (SIGINT to its process group, as a terminal does)."""
-    result_dir = tmp_path / "run"
-    proc = start_launcher(
-        tmp_path,
-        "--run-config",
-        f"num-devices=4 num-server-rounds=500 result-dir='{result_dir}'",
-    )
+    tmp_path: Path, command: tuple[str, tuple[str, ...], str], signum: int, code: int,
+    to_group: bool,
+) -> None:  # fmt: skip
+    """SIGTERM to the launcher or a comparison, or Ctrl-C (SIGINT to the process group, as a
+    terminal does): every process it started is gone, one line says so, no traceback."""
+    module, extra, folder = command
+    result_dir = tmp_path / folder
+    run_config = "num-devices=4 num-server-rounds=500"
+    if module == LAUNCHER[0]:
+        run_config += f" result-dir='{result_dir}'"
+    args = [a.format(tmp=tmp_path) for a in extra]
+    proc = start_launcher(tmp_path, *args, "--run-config", run_config, module=module)
     tree: set[int] = set()
     try:
         wait_for_round(result_dir, proc)
@@ -145,35 +158,6 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
         assert "Traceback" not in err, err[-3000:]
         last = err.strip().splitlines()[-1]
         assert "stopped" in last and signal.Signals(signum).name in last, err[-2000:]
-        assert leftovers(tmp_path, "flwr-home-*") == []
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-        kill_leftovers(tree)
-
-
-@pytest.mark.slow
-def test_sigterm_to_a_comparison_stops_its_run(tmp_path: Path) -> None:
-    """compare_policies runs ``flwr run`` like the launcher: the same clean stop."""
-    out = tmp_path / "compare"
-    proc = start_launcher(
-        tmp_path,
-        *("--policies", "bc", "--out", str(out)),
-        *("--run-config", "num-devices=4 num-server-rounds=500"),
-        module="experiments.compare_policies",
-    )
-    tree: set[int] = set()
-    try:
-        wait_for_round(out / "bc" / "seed-0", proc)
-        tree = descendants(proc.pid)
-        os.kill(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-        time.sleep(1)
-        assert not {pid for pid in tree if alive(pid)}
-        assert proc.returncode == 143, err[-3000:]
-        assert "Traceback" not in err, err[-3000:]
-        assert "stopped by SIGTERM" in err.strip().splitlines()[-1]
         assert leftovers(tmp_path, "flwr-home-*") == []
     finally:
         if proc.poll() is None:
