@@ -33,6 +33,21 @@ MAX_CARRIER_FREQUENCY_HZ: float = 100e9
 """Upper end of the frequency range of TR 38.901's UMi path-loss models (0.5-100 GHz)."""
 
 
+#: Largest cell radius: TR 38.901 gives the UMi path loss for d2D up to 5 km.
+MAX_RADIUS_M = 5_000.0
+
+#: Largest antenna height accepted (a mast, not a satellite).
+MAX_HEIGHT_M = 1_000.0
+
+#: Ranges of the logarithmic settings: wide enough for any radio, narrow enough that the powers
+#: in W stay finite and non-zero (the rate formula divides by the noise power).
+DB_RANGES: dict[str, tuple[float, float]] = {
+    "tx_power_dbm": (-100.0, 100.0),
+    "noise_psd_dbm_per_hz": (-300.0, 0.0),
+    "noise_figure_db": (0.0, 100.0),
+}
+
+
 @dataclass(frozen=True)
 class CellConfig:
     """Validated settings of a cell; defaults are the paper's Table I (CIFAR-10 deadline).
@@ -107,8 +122,13 @@ class CellConfig:
             self._fail("pathloss_model", self.pathloss_model, f"one of {PATHLOSS_MODELS}")
         if self.min_distance_m < 0.0:
             self._fail("min_distance_m", self.min_distance_m, ">= 0 m")
-        if not self.radius_m > self.min_distance_m:
-            self._fail("radius_m", self.radius_m, f"> min_distance_m = {self.min_distance_m} m")
+        if not self.min_distance_m < self.radius_m <= MAX_RADIUS_M:
+            self._fail(
+                "radius_m",
+                self.radius_m,
+                f"in (min_distance_m = {self.min_distance_m}, {MAX_RADIUS_M:g}] m (TR 38.901 "
+                "UMi validity range of d2D)",
+            )
         min_height_m = EFFECTIVE_ENVIRONMENT_HEIGHT_M if self.pathloss_model == "tr38901" else 0.0
         for name in ("h_bs_m", "h_ut_m"):
             if not getattr(self, name) > min_height_m:
@@ -125,8 +145,12 @@ class CellConfig:
             )
         if not 0.0 <= self.availability_prob <= 1.0:
             self._fail("availability_prob", self.availability_prob, "in [0, 1]")
-        if self.noise_figure_db < 0.0:
-            self._fail("noise_figure_db", self.noise_figure_db, ">= 0 dB")
+        for name, (low, high) in DB_RANGES.items():  # finite, non-zero powers in W
+            if not low <= getattr(self, name) <= high:
+                self._fail(name, getattr(self, name), f"in [{low:g}, {high:g}]")
+        for name in ("h_bs_m", "h_ut_m"):
+            if getattr(self, name) > MAX_HEIGHT_M:
+                self._fail(name, getattr(self, name), f"<= {MAX_HEIGHT_M:g} m")
         if not self.total_bandwidth_hz > 0.0:
             self._fail("total_bandwidth_hz", self.total_bandwidth_hz, "> 0 Hz")
         if not self.deadline_s > 0.0:

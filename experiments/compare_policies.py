@@ -242,10 +242,13 @@ def format_row(row: Mapping[str, Any]) -> str:
 
 
 def check_policies(policies: list[str]) -> None:
-    """Raise ValueError naming unknown policy names."""
+    """Raise ValueError naming unknown or repeated policy names."""
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown:
         raise ValueError(f"policies: unknown {unknown}; allowed: {', '.join(POLICY_NAMES)}")
+    repeated = sorted({p for p in policies if policies.count(p) > 1})
+    if repeated:
+        raise ValueError(f"policies: {policies} repeats {', '.join(repeated)}; name each once")
 
 
 def check_seeds(seeds: Sequence[Any]) -> list[int]:
@@ -569,6 +572,12 @@ def run_policies(
     seeds = check_seeds(list(seeds))
     if "seed" in shared:
         raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
+    for key in ("result-dir", "resume-from"):
+        if shared.get(key):
+            raise ValueError(
+                f"run-config key {key!r}: a comparison puts each run in "
+                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
+            )
     if plans is None:
         plans = plan_runs(policies, shared, out, seeds)
     refuse_stale_runs(plans)

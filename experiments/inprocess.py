@@ -94,9 +94,13 @@ class InProcessGrid(Grid):
         if node not in self.handlers:
             return None
         try:
-            return self.handlers[node](msg, self.contexts[node])
+            reply = self.handlers[node](msg, self.contexts[node])
         except Exception as err:  # a failing device must not take the run down
             return Message(Error(code=CLIENT_APP_RAISED, reason=repr(err)), reply_to=msg)
+        if not isinstance(reply, Message):  # as Flower: a ClientApp must return a Message
+            reason = f"the ClientApp returned {type(reply).__name__}, not a Message"
+            return Message(Error(code=CLIENT_APP_RAISED, reason=reason), reply_to=msg)
+        return reply
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None

@@ -539,12 +539,19 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for item in shlex.split(text, posix=False):
         try:
-            values.update(flatten(tomllib.loads(item)))
+            pairs = flatten(tomllib.loads(item))
         except tomllib.TOMLDecodeError as err:
             raise ValueError(
                 f"--run-config item {item!r} is not key=value with a TOML value "
                 "(quote strings: policy='bc')"
             ) from err
+        for key, value in pairs.items():
+            if key in values:
+                raise ValueError(
+                    f"run-config key {key!r} is given twice ({values[key]!r} and {value!r}); "
+                    "give it once"
+                )
+            values[key] = value
     return values
 
 

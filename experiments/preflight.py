@@ -184,7 +184,7 @@ def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_na
             f"run-config keys 'local-steps' × 'batch-size' = {training.local_steps} × "
             f"{training.batch_size} = {work} samples per round are {work / local:.3g} passes "
             f"over a device's {local} samples; at most {MAX_LOCAL_PASSES} passes "
-            f"(local-steps <= {MAX_LOCAL_PASSES * local // training.batch_size})"
+            f"(local-steps × batch-size <= {MAX_LOCAL_PASSES * local})"
         )
 
 

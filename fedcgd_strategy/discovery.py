@@ -34,7 +34,10 @@ class NodeRegistry:
     every partition, which the server can compute because the partition is a pure function of
     the run config), a claim whose local class counts are not those of the claimed partition is
     refused (:meth:`claim_problem`), so a node cannot take over another device's partition by
-    answering first. Without it, the first claimant keeps the partition.
+    answering first with its own data. It can by reporting the other partition's counts
+    exactly (they follow from the public run config): only node authentication (TLS with
+    SuperNode authentication, see the README) tells such a node apart. Without
+    ``partition_counts``, the first claimant keeps the partition.
 
     Parameters
     ----------
@@ -144,8 +147,11 @@ def discover_nodes(
     timeout_s: float,
     pending: PendingMessages | None = None,
     late: Iterable[Message] = (),
-) -> None:
+) -> dict[int, str]:
     """Forget nodes that left; ask connected nodes not seen before for their partition id.
+
+    Returns the nodes whose discovery failed this round, node id -> one-line reason (recorded
+    in the round's metrics line as ``discovery_failed``).
 
     Nodes that do not answer, answer with an error or a malformed id, or claim a partition
     another node holds stay unknown (never scheduled) and are asked again next round. With
@@ -164,30 +170,39 @@ def discover_nodes(
     answered = {r.metadata.src_node_id for r in late_info}
     unknown = [n for n in unknown if n not in busy and n not in answered]
     if not unknown and not late_info:
-        return
+        return {}
     content = RecordDict({keys.CONFIG: ConfigRecord({keys.SERVER_ROUND: server_round})})
     msgs = [
         Message(content, dst_node_id=n, message_type=keys.QUERY_INFO, group_id=str(server_round))
         for n in unknown
     ]
     replies = send_tracked(grid, msgs, timeout_s, pending, server_round) if msgs else []
+    failed: dict[int, str] = {}
     for reply in [*late_info, *replies]:
         try:
             node, pid, hist = read_info(
                 reply, num_devices=registry.num_devices, num_classes=registry.num_classes
             )
         except MalformedReplyError as err:
+            failed[int(reply.metadata.src_node_id)] = str(err)
             log(WARNING, "discovery failed (%s); asked again next round", err)
             continue
         problem = registry.claim_problem(pid, hist)
         if problem is not None:
+            failed[node] = f"claim refused: {problem}"
             log(WARNING, "discovery: node %d %s; refused, asked again next round", node, problem)
             continue
         holder = registry.register(node, pid, hist)
         if holder != node:
+            failed[node] = f"claims partition {pid}, which node {holder} holds"
             log(WARNING, "nodes %d and %d both claim partition %d; kept %d", holder, node, pid,
                 holder)  # fmt: skip
+    replied = {int(r.metadata.src_node_id) for r in replies}
+    for node in unknown:
+        if node not in replied:
+            failed[node] = "no query.info reply before the timeout"
     log(INFO, "discovery: %d of %d devices have a node", len(registry), registry.num_devices)
+    return dict(sorted(failed.items()))
 
 
 def send_tracked(

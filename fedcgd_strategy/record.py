@@ -54,6 +54,8 @@ class RoundRecord:
     list), None for policies without it. ``failed_reasons`` maps each partition id of ``failed``
     (as a string, for JSON) to why it failed; ``model_kept`` is true when the global model did
     not change this round, ``model_kept_reason`` says why (None when it changed).
+    ``discovery_failed`` maps node ids (not yet devices) whose discovery reply was refused or
+    missing this round to the reason.
     """
 
     round: int
@@ -82,6 +84,7 @@ class RoundRecord:
     model_kept: bool
     failed_reasons: dict[str, str]
     model_kept_reason: str | None
+    discovery_failed: dict[str, str]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -109,6 +112,7 @@ def round_record(
     timings: RoundTimings,
     failed_reasons: Mapping[int, str] | None = None,
     model_kept_reason: str | None = None,
+    discovery_failed: Mapping[int, str] | None = None,
 ) -> RoundRecord:
     """Build one round's :class:`RoundRecord`.
 
@@ -137,6 +141,9 @@ def round_record(
     model_kept_reason : str, optional
         Why the global model was kept although devices uploaded (e.g. a non-finite aggregate);
         with no upload the reason is "nothing uploaded".
+    discovery_failed : mapping int -> str, optional
+        Nodes (by node id: they have no partition yet) whose ``query.info`` reply was refused
+        or missing this round, with the reason.
 
     """
     selected = decision.selected
@@ -172,4 +179,5 @@ def round_record(
         model_kept=model_kept_reason is not None,
         failed_reasons={str(k): reasons[k] for k in sorted(reasons)},
         model_kept_reason=model_kept_reason,
+        discovery_failed={str(k): str(v) for k, v in sorted((discovery_failed or {}).items())},
     )

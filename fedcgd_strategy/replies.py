@@ -409,7 +409,8 @@ def collect_reports(
     the one registered for its node, when it disagrees with what the device reported at
     discovery, or when its upload is an outlier (``screening``). ``failures`` maps each
     expected partition without a valid reply to a one-line reason (errors, timeouts, malformed
-    or misattributed replies, refused uploads).
+    or misattributed replies, refused uploads). Only a node's first reply counts (Flower's
+    link stores one reply per message; a test grid might deliver more).
     """
     rules = screening or Screening()
     wanted = set(expected)
@@ -420,6 +421,9 @@ def collect_reports(
         registered = registry.partition(node_id)
         if registered is None or registered not in wanted:
             log(WARNING, "%s: reply from node %d, which was not asked; ignored", phase, node_id)
+            continue
+        if registered in reports or registered in failures:  # a link delivers one reply each
+            log(WARNING, "%s: another reply from node %d; the first one counts", phase, node_id)
             continue
         known = ExpectedReply(registered, registry.local_hist(registered), rules.num_samples)
         try:

@@ -92,6 +92,7 @@ class _Round:
     inputs: RoundInputs | None = None
     decision: Decision | None = None
     failed: dict[int, str] = field(default_factory=dict)
+    discovery_failed: dict[int, str] = field(default_factory=dict)
     busy: dict[int, int] = field(default_factory=dict)
     sent: list[Message] = field(default_factory=list)
 
@@ -230,13 +231,16 @@ class ScheduledStrategy(Strategy):
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
         _, training = read_round_config(round_config)
         late = settle_pending(grid, self.pending, wait_s=self.query_timeout_s)
-        discover_nodes(grid, self.registry, server_round, self.query_timeout_s, self.pending, late)
+        discovery_failed = discover_nodes(
+            grid, self.registry, server_round, self.query_timeout_s, self.pending, late
+        )
         draw = self.cell.draw_round(self.model_bits)
         state = _Round(
             draw=draw,
             training=training,
             reference={k: v.numpy() for k, v in arrays.items()},
             available=self.registry.with_node(draw.available),
+            discovery_failed=discovery_failed,
         )
         self._round = state
         self._mark_busy(state)
@@ -334,6 +338,7 @@ class ScheduledStrategy(Strategy):
             ),
             failed_reasons=state.failed,
             model_kept_reason=kept_reason,
+            discovery_failed=state.discovery_failed,
         )
         self.last_record = record
         scheduled = {"num-scheduled": record.num_scheduled, "num-uploaded": len(uploads)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def eta_s(first: tuple[int, float], now: tuple[int, float], num_rounds: int) -> 
 def check_new_result_dir(result_dir: str | Path) -> None:
     """Refuse a folder a new run cannot use: a file, another run's results, or not creatable.
 
-    Nothing is created or changed here.
+    Nothing is left behind (whether a file can be created is tried and undone).
 
     Raises
     ------
@@ -148,8 +149,22 @@ def check_new_result_dir(result_dir: str | Path) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise ValueError(f"{key} cannot be created: '{ancestor}' is a file")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
+    if not os.access(ancestor, os.W_OK | os.X_OK) or not can_create_in(ancestor):
         raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'")
+
+
+def can_create_in(folder: Path) -> bool:
+    """True when a file can really be created in ``folder`` (tried, and removed at once).
+
+    Permission bits do not tell for root, or for pseudo file systems such as ``/proc``.
+    """
+    try:
+        fd, name = tempfile.mkstemp(prefix=".fedcgd-write-test-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
 
 
 def _valid_line(text: str) -> dict[str, Any] | None:

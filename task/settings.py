@@ -128,7 +128,7 @@ class TaskSettings:
             )
         data_dir = resolve_data_dir(data_dir_raw)
         return cls(
-            seed=read_int(run_config, "seed", minimum=0),
+            seed=read_seed(run_config),
             num_devices=read_int(run_config, "num-devices", minimum=1),
             dataset=dataset,
             data_dir=str(data_dir),
@@ -299,6 +299,18 @@ def _read_real(
     if not math.isfinite(number) or too_small:
         raise ValueError(f"{where(key)} must be {allowed}; got {value!r}")
     return number
+
+
+#: Largest run seed: torch's generators take a signed 64-bit seed.
+MAX_SEED = 2**63 - 1
+
+
+def read_seed(run_config: Mapping[str, Any]) -> int:
+    """The run seed: an int in [0, 2**63 - 1]."""
+    seed = read_int(run_config, "seed", minimum=0)
+    if seed > MAX_SEED:
+        raise ValueError(f"run-config key 'seed' must be an int in [0, {MAX_SEED}]; got {seed}")
+    return seed
 
 
 def read_int(run_config: Mapping[str, Any], key: str, *, minimum: int | None) -> int:

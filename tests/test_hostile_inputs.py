@@ -1,0 +1,135 @@
+"""Inputs found by an adversarial review: each refused in one line or costing only its device."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from copy import deepcopy
+from pathlib import Path
+
+import pytest
+from fake_grid import FakeGrid, make_contexts
+from flwr.app import Message
+
+from channel import CellConfig
+from client_app.app import app as client_app
+from experiments.compare_policies import check_policies, run_policies
+from experiments.inprocess import main as inprocess_main
+from experiments.launcher import default_run_config, format_run_config, parse_run_config_text
+from server_app.app import run_federation
+from server_app.config import parse_run_config
+from server_app.results import METRICS_FILE
+from task import keys
+
+V = 6
+NODES = [9000 + 13 * i for i in range(V)]
+
+
+def run(tmp_path: Path, grid_type: type[FakeGrid], handler=client_app) -> list[dict]:
+    config = default_run_config()
+    config.update({"num-devices": V, "num-server-rounds": 3, "channel.availability-prob": 0.8})
+    config["result-dir"] = str(tmp_path / "run")
+    grid = grid_type({n: handler for n in NODES}, make_contexts(NODES, config, V))
+    run_federation(grid, parse_run_config(config))
+    return [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
+
+
+def refused_line(capsys, **values: object) -> str:
+    code = inprocess_main(["--run-config", format_run_config({"num-server-rounds": 1, **values})])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    return err[0]
+
+
+def test_a_seed_beyond_64_bits_is_refused_in_one_line(capsys, tmp_path):
+    line = refused_line(capsys, seed=2**64, **{"result-dir": str(tmp_path / "r")})
+    assert "'seed'" in line and str(2**63 - 1) in line
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tx_power_dbm", 4000.0),
+        ("tx_power_dbm", -1e300),
+        ("noise_psd_dbm_per_hz", 1e300),
+        ("noise_figure_db", 1e300),
+        ("radius_m", 1e300),
+        ("h_ut_m", 1e300),
+    ],
+)
+def test_channel_values_whose_powers_or_areas_overflow_are_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        CellConfig(**{field: value})
+
+
+def test_a_result_dir_nobody_can_create_is_refused(capsys):
+    line = refused_line(capsys, **{"result-dir": "/proc/fedcgd-run"})
+    assert "'result-dir'" in line and "cannot be created" in line
+
+
+def test_a_repeated_run_config_key_is_refused():
+    with pytest.raises(ValueError, match="'num-devices' is given twice"):
+        parse_run_config_text("num-devices=8 num-devices=9")
+
+
+def test_a_comparison_refuses_repeated_policies_and_its_own_result_dir(tmp_path):
+    with pytest.raises(ValueError, match="repeats bc"):
+        check_policies(["bc", "bc"])
+    with pytest.raises(ValueError, match="'result-dir'"):
+        run_policies(["bc"], {"result-dir": str(tmp_path / "x")}, tmp_path / "out")
+
+
+class TwiceGrid(FakeGrid):
+    """Partition 1's node answers every message twice: its real reply, then a corrupted copy."""
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        replies = []
+        for msg in messages:
+            self.sent.append(msg)
+            reply = self.deliver(msg)
+            if reply is None:
+                continue
+            replies.append(reply)
+            if msg.metadata.dst_node_id == NODES[1] and not reply.has_error():
+                copy = Message(deepcopy(reply.content), reply_to=msg)
+                if keys.METRICS in copy.content.metric_records:
+                    copy.content.metric_records[keys.METRICS][keys.LABEL_HIST] = [0.5]
+                replies.append(copy)
+        return replies
+
+
+def test_only_the_first_reply_of_a_node_counts(tmp_path):
+    lines = run(tmp_path, TwiceGrid)
+    for line in lines:
+        assert not set(line["uploaded"]) & set(line["failed"]), line["round"]
+    assert any(1 in line["uploaded"] for line in lines)
+
+
+def test_a_client_app_that_returns_no_message_costs_only_its_device(tmp_path):
+    def handler(msg, context):
+        if int(context.node_config["partition-id"]) == 1:
+            return "not a message"
+        return client_app(msg, context)
+
+    lines = run(tmp_path, FakeGrid, handler)
+    assert [x["round"] for x in lines] == [1, 2, 3]
+    assert all(1 not in x["uploaded"] for x in lines)
+    assert any("returned str" in json.dumps(x["discovery_failed"]) for x in lines)
+
+
+def test_a_refused_discovery_reply_is_recorded_in_the_round_line(tmp_path):
+    def handler(msg, context):
+        reply = client_app(msg, context)
+        if int(context.node_config["partition-id"]) == 1 and msg.metadata.message_type == (
+            keys.QUERY_INFO
+        ):
+            reply.content.metric_records[keys.METRICS][keys.PARTITION_ID] = 1.0
+        return reply
+
+    lines = run(tmp_path, FakeGrid, handler)
+    reasons = lines[0]["discovery_failed"]
+    assert list(reasons) == [str(NODES[1])] and "'partition-id' = 1.0" in reasons[str(NODES[1])]
+    assert all(1 not in x["uploaded"] for x in lines)
