@@ -86,18 +86,16 @@ class TwiceGrid(FakeGrid):
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        replies = []
+        replies: list[Message] = []
         for msg in messages:
-            self.sent.append(msg)
-            reply = self.deliver(msg)
-            if reply is None:
-                continue
-            replies.append(reply)
-            if msg.metadata.dst_node_id == NODES[1] and not reply.has_error():
-                copy = Message(deepcopy(reply.content), reply_to=msg)
-                if keys.METRICS in copy.content.metric_records:
-                    copy.content.metric_records[keys.METRICS][keys.LABEL_HIST] = [0.5]
-                replies.append(copy)
+            answer = list(super().send_and_receive([msg], timeout=timeout))
+            replies += answer
+            for reply in answer:
+                if msg.metadata.dst_node_id == NODES[1] and not reply.has_error():
+                    copy = Message(deepcopy(reply.content), reply_to=msg)
+                    if keys.METRICS in copy.content.metric_records:
+                        copy.content.metric_records[keys.METRICS][keys.LABEL_HIST] = [0.5]
+                    replies.append(copy)
         return replies
 
 
