@@ -37,7 +37,8 @@ from fedcgd_strategy.solvers.greedy import greedy_schedule
 from fedcgd_strategy.solvers.result import ScheduleResult
 
 #: Line style of each σ/(√b G) ratio's thin curve in panel (b), in the order of the ratios.
-RATIO_LINESTYLES = (":", "-.", (0, (5, 2)), (0, (1, 3)), (0, (3, 1, 1, 1, 1, 1)), (0, (8, 3)))
+RATIO_LINESTYLES = (":", "-.", "--", (0, (3, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 4)))
+
 
 #: Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions), DESIGN.md.
 CNN_PARAMETERS = 258_898
