@@ -10,10 +10,10 @@ FDMA uplink of device v with bandwidth ``B``, transmit power ``S``, average chan
 
     B* = -D ln2 / (d (W(-Γ e^{-Γ}) + Γ)),    Γ = N0 D ln2 / (d S H̄).
 
-Decision (DESIGN.md, Lambert-W branch): ``W`` is the lower branch ``W_{-1}``, the one that gives
-the finite, positive root; the principal branch returns the trivial solution ``W_0 = -Γ``.
-``Γ >= 1`` (equivalently ``S H̄ / (N0 ln 2) <= D / d``) means no bandwidth meets the deadline;
-then ``B* = +inf`` (the paper's "minus value") and the device is infeasible.
+Decision (docs/design.md, "Lambert-W branch"): ``W`` is the lower branch ``W_{-1}``, the one
+that gives the finite, positive root; the principal branch returns the trivial solution
+``W_0 = -Γ``. ``Γ >= 1`` (equivalently ``S H̄ / (N0 ln 2) <= D / d``) means no bandwidth meets
+the deadline; then ``B* = +inf`` (the paper's "minus value") and the device is infeasible.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """A single cell of the wireless FL system: device drop and per-round channel draws.
 
-Paper Section V-A with the decisions of DESIGN.md: V devices are dropped once, uniformly over
-the area of the annulus ``min_distance_m <= d2D <= radius_m`` around the base station; every
-round each device is available with probability ``p_a``, draws its LOS state (Bernoulli with
-``P_LOS(d2D)``, TR 38.901 Table 7.4.2-1) and log-normal shadow fading (σ_SF of its state), which
-give its average channel gain ``H̄_v`` and its minimum bandwidth ``B*_v`` (paper eq. (lambert)).
+Paper Section V-A with the decisions of docs/design.md, "Device drop": V devices are dropped once,
+uniformly over the area of the annulus ``min_distance_m <= d2D <= radius_m`` around the base
+station; every round each device is available with probability ``p_a``, draws its LOS state
+(Bernoulli with ``P_LOS(d2D)``, TR 38.901 Table 7.4.2-1) and log-normal shadow fading (σ_SF of its
+state), which give its average channel gain ``H̄_v`` and its minimum bandwidth ``B*_v`` (paper eq.
+(lambert)).
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ class RoundDraw:
 def drop_distances_2d_m(
     num_devices: int, min_distance_m: float, radius_m: float, rng: np.random.Generator
 ) -> tuple[FloatArray, FloatArray]:
-    """Drop devices uniformly over the area of an annulus (DESIGN.md, device drop).
+    """Drop devices uniformly over the area of an annulus (docs/design.md, "Device drop").
 
     Inverse CDF of the radius: ``r = sqrt(U (R^2 - r0^2) + r0^2)``, ``U ~ Uniform[0, 1)``, so
     ``P(r <= x) = (x^2 - r0^2) / (R^2 - r0^2)``; the angle is uniform in ``[0, 2 pi)``.
@@ -341,7 +342,7 @@ class Cell:
         return db_to_linear(-(loss_db + np.asarray(shadowing_db, dtype=np.float64)))
 
     def draw_round(self, model_bits: float) -> RoundDraw:
-        """Draw one round's channel for every device (DESIGN.md "One round", step 1).
+        """Draw one round's channel for every device (docs/design.md, "One round", step 1).
 
         Order of draws from ``rng``: availability (V uniforms), LOS states (V uniforms, if
         redrawn), shadowing (V standard normals, if redrawn).

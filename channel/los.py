@@ -1,8 +1,8 @@
 """Line-of-sight probability of the UMi-Street Canyon scenario (TR 38.901 Table 7.4.2-1).
 
-Decision (DESIGN.md): the paper prints ``18/d + exp[(-d/36)(1 - 18/d)]``, which exceeds 1
-(e.g. 1.57 at d = 20 m); that bracket is a typo. The standard's form is used instead:
-``P_LOS = 1`` for ``d2D <= 18 m``, else ``18/d2D + exp(-d2D/36) (1 - 18/d2D)``.
+Decision (docs/design.md, "LOS probability"): the paper prints ``18/d + exp[(-d/36)(1 - 18/d)]``,
+which exceeds 1 (e.g. 1.57 at d = 20 m); that bracket is a typo. The standard's form is used
+instead: ``P_LOS = 1`` for ``d2D <= 18 m``, else ``18/d2D + exp(-d2D/36) (1 - 18/d2D)``.
 """
 
 from __future__ import annotations

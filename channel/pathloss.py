@@ -1,6 +1,6 @@
 """Path loss and shadow-fading spread of the UMi-Street Canyon scenario (TR 38.901 Table 7.4.1-1).
 
-Two models (DESIGN.md):
+Two models (docs/design.md, "Path loss"):
 
 ``"paper"`` (default)
     The paper's Section V-A: LOS = PL1 of TR 38.901 (no breakpoint), σ_SF = 4 dB;

@@ -23,10 +23,13 @@ from channel.pathloss import PATHLOSS_MODELS, pathloss_db
 from channel.units import db_to_linear
 
 PAPER_CIFAR10_CNN_PARAMS: int = 258_898
-"""Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions, DESIGN.md)."""
+"""Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions).
+
+See docs/design.md, "Model size".
+"""
 
 BITS_PER_PARAM: int = 32
-"""Bits per uploaded parameter (float32), DESIGN.md."""
+"""Bits per uploaded parameter (float32), docs/design.md, "Model size"."""
 
 QUANTILES_PERCENT: tuple[int, ...] = (5, 25, 50, 75, 95)
 """Quantiles of the finite minimum bandwidth reported, in percent."""

@@ -10,8 +10,8 @@ the Flower strategy calls it: :func:`fedcgd_strategy.policies.make_policy` build
 returns the :class:`~fedcgd_strategy.policies.Decision` whose ``selected`` and plain ``wemd``
 (Σ_c |p̄_c − p_c|) are recorded.
 
-Settings (paper Section V and Table I; DESIGN.md)
--------------------------------------------------
+Settings (paper Section V and Table I; docs/design.md, "Paper settings")
+------------------------------------------------------------------------
 * Labels: CIFAR-10's training-label layout, 10 classes × 5,000 labels (``np.repeat``, class
   after class; no images). The split is the app's own
   :func:`task.partition.partition_indices` (sort-and-partition, l = 1, r = 1) seeded with the
@@ -21,7 +21,7 @@ Settings (paper Section V and Table I; DESIGN.md)
   class, so some shards straddle two classes.
 * Channel: one :class:`channel.Cell` per drop (V = 64, p_a = 0.3, B = 20 MHz, deadline 2 s, the
   other Table I values are the defaults of :class:`channel.CellConfig`); ``draw_round`` every
-  round with the paper CNN's size, 258,898 parameters × 32 bit (DESIGN.md, "Model size").
+  round with the paper CNN's size, 258,898 parameters × 32 bit (docs/design.md, "Model size").
   Candidates are the available devices (infeasible ones included: no policy takes them).
 * ``label_dist`` (p_v of the round): by default (``--label-dist batch``) the histogram of the
   τ·b = 32 labels the device would train on this round, drawn from its shard as
@@ -42,7 +42,8 @@ Settings (paper Section V and Table I; DESIGN.md)
   replaced by i.i.d. Uniform(0, 1) scores per device and round from a seeded stream, independent
   of the channel and the labels; this matches the property that matters for the count, namely
   that the ranking ignores the channel. POC draws V' = ``--poc-candidates`` of the available
-  devices (0 = all). Best effort stops at the first device that does not fit (DESIGN.md).
+  devices (0 = all). Best effort stops at the first device that does not fit
+  (docs/design.md, "Best effort").
 * Fed-CBS: one policy object per drop, so its selection counts persist over the drop's rounds.
 
 Statistics: per drop, the mean over rounds of the number scheduled (rounds with no candidate
@@ -78,9 +79,10 @@ from fedcgd_strategy.policies import POLICY_NAMES, Decision, Policy, RoundInputs
 from task.partition import partition_indices
 from task.settings import TaskSettings
 
-#: Parameters of the paper's CIFAR-10 CNN (unpadded 3×3 convolutions; DESIGN.md). A test checks
-#: it against ``count_parameters(build_model("cnn", 10, (3, 32, 32)))``; the constant keeps torch
-#: out of this script.
+#: Parameters of the paper's CIFAR-10 CNN (unpadded 3×3 convolutions; docs/design.md,
+#: "Model size"). A test checks it against
+#: ``count_parameters(build_model("cnn", 10, (3, 32, 32)))``; the constant keeps torch out of
+#: this script.
 PAPER_CNN_PARAMETERS = 258_898
 #: Bits per parameter of the uploaded model.
 BITS_PER_PARAMETER = 32

@@ -40,7 +40,8 @@ from fedcgd_strategy.solvers.result import ScheduleResult
 RATIO_LINESTYLES = (":", "-.", "--", (0, (3, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 4)))
 
 
-#: Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions), DESIGN.md.
+#: Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions), docs/design.md,
+#: "Model size".
 CNN_PARAMETERS = 258_898
 #: Model size D_w in bit: parameters x 32 bit.
 MODEL_BITS = CNN_PARAMETERS * 32

@@ -18,11 +18,11 @@ Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245); cited below as "Fed-CB
   such as QCID(B_{m−1})^{β_{m−1}}, so that the product over the picks telescopes; they do not
   depend on the candidate k and cancel in the normalisation.)
 
-Adaptation to the wireless cell (DESIGN.md): only available devices with a finite minimum
-bandwidth are candidates; sampling continues until the next *sampled* device does not fit the
-remaining bandwidth, and then stops (that device is not taken); the selection counts T_k of the
-selected devices are incremented and the round counter t advanced. Pure numpy: imports neither
-flwr nor torch.
+Adaptation to the wireless cell (docs/design.md, "Fed-CBS"): only available devices with a finite
+minimum bandwidth are candidates; sampling continues until the next *sampled* device does not fit
+the remaining bandwidth, and then stops (that device is not taken); the selection counts T_k of the
+selected devices are incremented and the round counter t advanced. Pure numpy: imports neither flwr
+nor torch.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ def fedcbs_select(
     *,
     lam: float = 10.0,
 ) -> NDArray[np.bool_]:
-    """Fed-CBS sequential sampling under a bandwidth budget (Fed-CBS sampling; DESIGN.md).
+    """Fed-CBS sequential sampling under a bandwidth budget (docs/design.md, "Fed-CBS").
 
     Candidates are the available devices with a finite B*_v. The m-th device (m = 1, 2, ...) is
     drawn from the remaining candidates with :func:`cucb_first_pick_probabilities` (m = 1,

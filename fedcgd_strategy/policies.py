@@ -394,7 +394,8 @@ class FedCGDPolicy(Policy):
 
     Paper Algorithm 3: σ̂ from eq. (global_est_sigma) over the reporting devices; Ĝ from the
     previous round's uploads (eq. G_est), or per class Ĝ_c (eq. Gc_est) when ``per_class``.
-    First round: no Ĝ exists yet, ``initial_g`` is used (DESIGN.md) and recorded in the log.
+    First round: no Ĝ exists yet, ``initial_g`` is used (docs/design.md, "First round") and recorded
+    in the log.
 
     Parameters
     ----------
@@ -502,7 +503,10 @@ def _ranking_args(
 
 @dataclass
 class BestChannelPolicy(Policy):
-    """BC (Amiri et al.): by channel gain, descending, best effort (DESIGN.md)."""
+    """BC (Amiri et al.): by channel gain, descending, best effort.
+
+    See docs/design.md, "Best effort".
+    """
 
     pack_rule: str = "stop"
     name: str = "bc"

@@ -11,10 +11,10 @@ enough for the next device":
   learning", AISTATS 2022): V' devices drawn uniformly without replacement from the available
   ones, ranked by the loss accumulated over this round's local steps, descending.
 
-Common rules (DESIGN.md "Best effort"): every selector returns a mask bool[V] over the V devices
-of the cell; devices that are unavailable, infeasible (minimum bandwidth B*_v = inf: the deadline
-cannot be met) or have a NaN score are never taken; ties in the ranking go to the lowest device
-index (stable sort). Pure numpy: this module imports neither flwr nor torch.
+Common rules (docs/design.md, "Best effort"): every selector returns a mask bool[V] over the V
+devices of the cell; devices that are unavailable, infeasible (minimum bandwidth B*_v = inf: the
+deadline cannot be met) or have a NaN score are never taken; ties in the ranking go to the lowest
+device index (stable sort). Pure numpy: this module imports neither flwr nor torch.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def best_effort_pack(
     <= B. Rule ``"stop"`` (paper: "schedule devices one by one until the channel bandwidth is
     not enough for the next device") ends the walk at the first device that does not fit;
     ``"skip"`` passes it over and continues. Infeasible devices (B*_v = inf) in ``order`` are
-    passed over under both rules: never taken and never a reason to stop (DESIGN.md: infeasible
-    devices are never taken; they cannot upload whatever the budget).
+    passed over under both rules: never taken and never a reason to stop (docs/design.md,
+    "Infeasible devices": never taken; they cannot upload whatever the budget).
 
     Parameters
     ----------
@@ -229,7 +229,8 @@ def power_of_choice(
     devices with a non-NaN loss (``rng.choice``; ``0`` or V' >= their number means all of them,
     and then ``rng`` is not used), rank them by the loss accumulated over this round's local
     steps, descending (ties: lowest index), and pack them best effort. Infeasible devices can be
-    drawn as candidates (they are available) but are never taken (DESIGN.md).
+    drawn as candidates (they are available) but are never taken
+    (docs/design.md, "Infeasible devices").
 
     Parameters
     ----------

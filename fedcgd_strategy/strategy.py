@@ -1,4 +1,4 @@
-"""The Flower Strategy: one scheduled round of wireless FL (paper Alg. 3, DESIGN.md "One round").
+"""The Flower Strategy: one scheduled round of wireless FL (Alg. 3; docs/design.md, "One round").
 
 :meth:`ScheduledStrategy.configure_train` reads as the round does: draw the channel, query the
 available devices (protocol ``"query"``; ``"channel"`` skips it), schedule, build messages.

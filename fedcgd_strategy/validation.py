@@ -224,7 +224,7 @@ def as_min_bandwidths(
     """Validate the minimum bandwidths ``B*_v`` of paper eq. (lambert), in Hz.
 
     ``B*_v = inf`` is how :func:`channel.min_bandwidth_hz` reports that no bandwidth meets the
-    deadline (``Γ >= 1``, DESIGN.md); such a device is never scheduled.
+    deadline (``Γ >= 1``, docs/design.md, "Infeasible devices"); such a device is never scheduled.
 
     Parameters
     ----------

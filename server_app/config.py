@@ -10,8 +10,8 @@ run-config key                 meaning
 =============================  ==================================================================
 ``num-server-rounds``          rounds J, int >= 1
 ``policy``                     scheduling rule (:data:`fedcgd_strategy.policies.POLICY_NAMES`)
-``protocol``                   ``"auto"`` | ``"query"`` | ``"train-all"`` (auto: train-all for
-                               bn2/poc, query otherwise)
+``protocol``                   ``"auto"`` | ``"channel"`` | ``"query"`` | ``"train-all"`` (auto:
+                               train-all for bn2/poc, channel for bc/all, query otherwise)
 ``eval-every``                 central evaluation every k rounds (and always after the last)
 ``result-dir``                 absolute folder for the run's results; ``""`` =
                                ``~/fedcgd-results/<policy>-<UTC time>``; a folder that is a file

@@ -1,6 +1,7 @@
 """Splitting a labelled training set over V devices (pure numpy; no torch, no flwr).
 
-Paper Section V describes two splits, made concrete in DESIGN.md:
+Paper Section V describes two splits, made concrete in docs/design.md, "Dirichlet split" and
+"Sort-and-partition":
 
 * Dirichlet (:func:`dirichlet_partition`): device v's class mix is p_v ~ Dir(alpha p), with p the
   class distribution of the (possibly imbalanced) training set; every device holds floor(N / V)
@@ -113,7 +114,8 @@ def dirichlet_partition(
 ) -> list[IntArray]:
     """Split samples over devices whose class mixes are drawn from Dir(alpha p).
 
-    Paper Section V, "Dirichlet distribution" (DESIGN.md: per-device mixes, equal sizes).
+    Paper Section V, "Dirichlet distribution" (docs/design.md, "Dirichlet split": per-device
+    mixes, equal sizes).
     Let p be the class distribution of ``labels`` over the classes present, n = floor(N / V).
     Devices are filled in order v = 0, ..., V-1: draw p_v ~ Dir(alpha p); then draw n class
     labels i.i.d. from p_v, where a draw of a class with no samples left is replaced by a draw

@@ -39,6 +39,9 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
     "experiments.certificates": (["--supernodes", "1"], []),
 }
 
+#: Commands that write nothing (they print timings): module -> extra arguments.
+PRINTING: dict[str, list[str]] = {"client_app.benchmark": ["--repeats", "1", "--vmap-repeats", "1"]}
+
 
 def run(module: str, args: list[str]) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
@@ -66,6 +69,14 @@ CASES = [(module, args) for module in TINY for args in module_commands(module)]
 
 def test_every_tool_family_of_the_readme_is_covered() -> None:
     assert {module for module, _ in CASES} == set(TINY)
+    assert all(module_commands(module) for module in PRINTING)
+
+
+@pytest.mark.parametrize("module", list(PRINTING))
+def test_readme_printing_command_runs(module: str) -> None:
+    for args in module_commands(module):
+        proc = run(module, [*args, *PRINTING[module]])
+        assert "sigma" in proc.stdout, proc.stdout[-2000:]
 
 
 @pytest.mark.parametrize(("module", "args"), CASES, ids=[" ".join(a) or m for m, a in CASES])

@@ -53,7 +53,7 @@ def coordinate_descent_schedule(
     one feasible device in or out) that keeps ``sum_v x_v B*_v <= B``, all at once from the running
     class sums, and move to the best one (argmin; the printed "argmax" is a typo, as in Alg. 2)
     while it strictly decreases the objective. Ties go to the lowest index. Infeasible devices are
-    never flipped in (DESIGN.md: they are never scheduled).
+    never flipped in (docs/design.md, "Infeasible devices").
 
     Returns
     -------

@@ -453,9 +453,9 @@ def swap_search(
 
     A 1-step transit swaps one scheduled device ``v`` for one unscheduled feasible device ``u``.
     Each step takes the transit of least objective (argmin; the printed "argmax" is a typo,
-    DESIGN.md) among those that keep ``sum_v x_v B*_v <= B``, while it strictly decreases the
-    objective (beyond the tie tolerance). Ties go to the lowest ``v``, then the lowest ``u``.
-    Evaluated incrementally by :class:`TransitSearch`; same decisions as the dense search.
+    docs/design.md, "FSCD") among those that keep ``sum_v x_v B*_v <= B``, while it strictly
+    decreases the objective (beyond the tie tolerance). Ties go to the lowest ``v``, then the lowest
+    ``u``. Evaluated incrementally by :class:`TransitSearch`; same decisions as the dense search.
 
     Parameters
     ----------
@@ -512,8 +512,8 @@ def fscd_schedule(problem: SchedulingProblem) -> ScheduleResult:
     and keeps ``sum_v x_v B*_v <= B``; stop the ``S`` loop by the paper's early exit; return the
     best local optimum over the sizes tried (ties: the larger ``S``).
 
-    DESIGN.md decisions: "argmax" in the printed algorithm means argmin; transits must keep the
-    bandwidth budget; an ``S`` whose cheapest ``S`` devices exceed ``B`` is skipped.
+    Decisions (docs/design.md, "FSCD"): "argmax" in the printed algorithm means argmin; transits
+    must keep the bandwidth budget; an ``S`` whose cheapest ``S`` devices exceed ``B`` is skipped.
 
     Returns
     -------

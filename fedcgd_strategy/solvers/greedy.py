@@ -24,9 +24,10 @@ def greedy_schedule(problem: SchedulingProblem) -> ScheduleResult:
     device with the smallest ``W({v})``. All candidate additions of a pass are evaluated at once
     from the running class sums.
 
-    DESIGN.md decisions: only devices that are feasible (finite ``B*_v``) and still fit the
-    remaining bandwidth are candidates. Ties go to the lowest device index; a decrease test within
-    :data:`~fedcgd_strategy.solvers.result.TIE_REL_TOL` of zero counts as ``>= 0``.
+    Decisions (docs/design.md, "Greedy scheduling"): only devices that are feasible (finite
+    ``B*_v``) and still fit the remaining bandwidth are candidates. Ties go to the lowest device
+    index; a decrease test within :data:`~fedcgd_strategy.solvers.result.TIE_REL_TOL` of zero counts
+    as ``>= 0``.
 
     Returns
     -------

@@ -152,9 +152,9 @@ def swap_search_dense(
     each step evaluates the ``|Pi| x |not Pi|`` grid of transits (swap scheduled ``v`` for
     unscheduled feasible ``u``) from the running class sums as an array ``[|Pi|, |not Pi|, C]``,
     discards those that break ``sum_v x_v B*_v <= B``, and takes the argmin (the printed "argmax"
-    is a typo, DESIGN.md) while it is an improvement. Ties go to the lowest ``v``, then the lowest
-    ``u``. Oracle of :func:`~fedcgd_strategy.solvers.fscd.swap_search`, with the same arguments
-    (``mask``: a feasible non-empty schedule, bool ``[V]``) and the same return value
+    is a typo, docs/design.md, "FSCD") while it is an improvement. Ties go to the lowest ``v``, then
+    the lowest ``u``. Oracle of :func:`~fedcgd_strategy.solvers.fscd.swap_search`, with the same
+    arguments (``mask``: a feasible non-empty schedule, bool ``[V]``) and the same return value
     ``(selected, objective, swaps)``.
     """
     arrays = ProblemArrays.of(problem)
