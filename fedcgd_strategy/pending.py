@@ -5,8 +5,8 @@ it. Sending it the next round's message anyway piles work onto it; in Flower's s
 engine that is worse than a wasted message: the engine hands every queued message to the next
 free Ray actor, also a second message of a node whose first is still running, so the
 straggler's messages end up occupying every actor and the other devices' messages wait behind
-them until their round has timed out (README, "TLS, SuperNode authentication, failures, resume"). The rule kept here:
-**at most one message per node in flight**. A message sent and not answered before its
+them until their round has timed out (docs/design.md, "One message per node"). The rule kept
+here: **at most one message per node in flight**. A message sent and not answered before its
 timeout stays pending until its reply (late, or an error) is pulled; until then its node is
 busy and is neither queried nor trained, and the round records it as failed.
 
