@@ -193,11 +193,20 @@ def pre_training_stats(
     return PreTrainingStats(label_hist=[int(c) for c in hist], sigma=sigma)
 
 
+def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The floating-point entries of the model's state dict, copied (what an update changes)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
 def update_norm(before: dict[str, torch.Tensor], model: nn.Module) -> float:
-    """Return ||w_new - w_received||_2 over all parameters (float64 accumulation)."""
+    """Return ||w_new - w_received||_2 over :func:`floating_state` (float64 accumulation).
+
+    The same quantity the server recomputes from the upload
+    (:func:`fedcgd_strategy.screening.update_norm`) to check the reported value.
+    """
     total = 0.0
-    for name, param in model.named_parameters():
-        diff = param.detach().double() - before[name].double()
+    for name, value in floating_state(model).items():
+        diff = value.double() - before[name].double()
         total += float((diff * diff).sum())
     return math.sqrt(total)
 
@@ -303,7 +312,7 @@ def train(msg: Message, context: Context) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
     state = _round_state(msg, context)
     model = state.model
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    before = floating_state(model)
     rows = np.concatenate(state.batches)
     x, y = state.split.tensors(rows)
     # Batches index the gathered rows 0 .. tau b - 1 in order.

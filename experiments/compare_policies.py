@@ -49,6 +49,7 @@ from experiments.launcher import (
     parse_run_config_text,
     resolve_data_dir,
     run_flwr,
+    strip_ansi,
     validated_run_config,
 )
 from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
@@ -57,7 +58,8 @@ from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
 from fedcgd_strategy.policies import POLICY_NAMES
-from server_app.results import CONFIG_FILE, SUMMARY_FILE
+from server_app.checkpoint import run_finished, unread_settings
+from server_app.results import CONFIG_FILE
 from server_app.run_status import (
     FAILED,
     RUN_FILES,
@@ -277,9 +279,6 @@ def parse_seeds(text: str) -> list[int]:
 #: Engines :func:`run_policies` can run on.
 ENGINES = ("simulation", "deployment", "inprocess")
 
-#: Settings a kept run may differ in from the requested ones (where and how often it saves).
-IGNORED_SETTINGS = ("result_dir", "resume_from", "checkpoint_every", "verbose")
-
 #: What :func:`plan_run` decides for one (policy, seed): run it in a new folder, keep the
 #: completed run there, resume it from its checkpoint, or clear the incomplete run and run it
 #: again; ``refuse`` when the folder holds a run with other settings.
@@ -363,43 +362,27 @@ def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
     from server_app.config import parse_run_config
 
     config = resolve_data_dir(validated_run_config(overrides))
-    config["result-dir"] = config.get("result-dir") or config.get("resume-from") or "/"
     return dict(json.loads(json.dumps(parse_run_config(config).to_dict())))
 
 
 def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, Any]) -> str:
     """``key (kept K, asked A), ...`` for the settings that differ (empty when none).
 
-    :data:`IGNORED_SETTINGS` may differ, and so may the data folder of the bundled digits
-    (which is not read, so it depends only on where the command was started).
+    The :func:`server_app.checkpoint.unread_settings` may differ.
     """
-    ignore = list(IGNORED_SETTINGS)
-    if requested.get("task", {}).get("dataset") == "digits":
-        ignore.append("task.data_dir")
+    ignore = unread_settings(requested)
     keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
     before, now = flat_settings(recorded), flat_settings(requested)
     return ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
-
-
-def completed_earlier(result_dir: Path) -> bool:
-    """True when the folder's run completed (its ``status.json``).
-
-    Results written before ``status.json`` existed count as completed when they have a
-    ``summary.json``.
-    """
-    status = read_status(result_dir)
-    if status is None:
-        return (result_dir / SUMMARY_FILE).exists()
-    return status.succeeded
 
 
 def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
     """Decide what to do with one (policy, seed) from what its result folder holds.
 
     A folder without a run: run it. A run started with other settings (``config.json``
-    against the requested ones, ignoring :data:`IGNORED_SETTINGS`): refuse. The same settings
-    and completed: keep it; not completed but with a checkpoint: resume it; otherwise (no
-    checkpoint, or no ``config.json``): clear it and run again.
+    against the requested ones, ignoring :func:`~server_app.checkpoint.unread_settings`):
+    refuse. The same settings and completed: keep it; not completed but with a checkpoint:
+    resume it; otherwise (no checkpoint, or no ``config.json``): clear it and run again.
     """
     overrides = {**shared, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
 
@@ -411,7 +394,7 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
         return planned(RUN)
     try:
         recorded = json.loads((result_dir / CONFIG_FILE).read_text())
-        completed = completed_earlier(result_dir)
+        completed = run_finished(result_dir)
     except (OSError, ValueError):
         return planned(RERUN, "no readable config.json or status.json")
     differences = describe_differences(recorded, requested_settings(overrides))
@@ -512,13 +495,11 @@ def launch(
 #: Characters of a failure reason kept for the last line.
 MAX_REASON = 200
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
 
 def first_error_line(output: str) -> str | None:
     """The message of the first ``ERROR :`` line Flower logged (colour codes removed)."""
     for line in output.splitlines():
-        match = re.match(r"\s*ERROR\s*:\s*(\S.*)", _ANSI.sub("", line))
+        match = re.match(r"\s*ERROR\s*:\s*(\S.*)", strip_ansi(line))
         if match:
             return match.group(1).strip()
     return None

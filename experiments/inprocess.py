@@ -15,7 +15,6 @@ the simulation engine (``flwr run``) and deployments are the real engines.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -189,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(refused(err).message, file=sys.stderr)
         return 2
-    result_dir = effective_result_dir(config) or Path(config["result-dir"])
+    result_dir = effective_result_dir(config)
     launched_unix_s = time.time()
     try:
         print(json.dumps(run_inprocess(config), indent=2))

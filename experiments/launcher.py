@@ -425,13 +425,18 @@ FLOWER_CHATTER = (
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def strip_ansi(line: str) -> str:
+    """``line`` without terminal colour codes (Flower colours its log levels)."""
+    return _ANSI.sub("", line)
+
+
 def is_chatter(line: str) -> bool:
     """True for a line of Flower's own start-up/shutdown notices (:data:`FLOWER_CHATTER`).
 
     Empty log lines (``INFO :`` and nothing else) count too. Warnings and errors about the
     run, tracebacks and the run's own lines are never chatter.
     """
-    text = _ANSI.sub("", line).strip()
+    text = strip_ansi(line).strip()
     if text in ("", "INFO :"):
         return True
     return any(marker in text for marker in FLOWER_CHATTER)
@@ -574,9 +579,7 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
             f"allowed: {', '.join(sorted(defaults))}"
         )
     merged = {**defaults, **overrides}
-    parse_run_config(
-        {**merged, "result-dir": merged.get("result-dir") or merged.get("resume-from") or "/"}
-    )
+    parse_run_config(merged)
     return merged
 
 
@@ -758,7 +761,7 @@ def run_command(argv: list[str] | None = None) -> int:
             )
     from experiments.preflight import effective_result_dir, run_outcome
 
-    result_dir = effective_result_dir(merged) or Path(merged["result-dir"])
+    result_dir = effective_result_dir(merged)
     outcome = run_outcome(result_dir, launched_unix_s)  # `flwr run` exits 0 on a crash too
     if outcome.code != 0:
         print(f"\n(flwr run exit code {proc.returncode})\n{outcome.message}", file=sys.stderr)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from server_app.run_status import COMPLETED, FAILED, read_status
+from server_app.run_status import COMPLETED, FAILED, first_line, read_status
 
 #: Local training may pass at most this many times over a device's data per round
 #: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|). Federated learning uses 1 to a few
@@ -61,16 +61,19 @@ def refused(err: BaseException) -> Outcome:
     return Outcome(REFUSED_CODE, f"error: {err}")
 
 
-def effective_result_dir(run_config: Mapping[str, Any]) -> Path | None:
+def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
     """The folder the run writes to: ``resume-from`` when resuming, else ``result-dir``.
 
-    None when both are empty (the launcher then picks a timestamped folder).
+    Raises
+    ------
+    ValueError
+        When both are empty (:func:`with_result_dir` fills ``result-dir`` first).
     """
     for key in ("resume-from", "result-dir"):
         value = run_config.get(key)
         if isinstance(value, str) and value:
             return Path(value).expanduser()
-    return None
+    raise ValueError("the run config names no result folder (result-dir and resume-from empty)")
 
 
 def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
@@ -210,7 +213,7 @@ def check_model_fits(
         if tuple(logits.shape) != (1, num_classes):
             raise ValueError(f"it gives outputs of shape {tuple(logits.shape)}")
     except (ValueError, RuntimeError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        reason = first_line(err)
         shape = "×".join(str(s) for s in input_shape)
         raise ValueError(
             f"run-config key 'model' = '{model}' does not fit dataset '{dataset_name}' (images "
@@ -252,10 +255,7 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     from server_app.config import parse_run_config
     from task.datasets import load_train_set
 
-    placeholder = run_config.get("resume-from") or "/"  # a resumed run writes into its folder
-    config = parse_run_config(
-        {**run_config, "result-dir": run_config.get("result-dir") or placeholder}
-    )
+    config = parse_run_config(run_config)
     check_result_folder(run_config)
     train_set = load_train_set(config.task)
     check_sizes(run_config, train_set.labels, config.task.dataset)

@@ -163,10 +163,10 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
         overrides = {**shared, **point, "data-dir": data_dir}
         for policy in policies:
-            parse_run_config({**defaults, **overrides, "policy": policy, "result-dir": "/"})
+            parse_run_config({**defaults, **overrides, "policy": policy})
         plans.append((point, overrides))
     for seed in seeds:
-        parse_run_config({**defaults, **plans[0][1], "seed": seed, "result-dir": "/"})
+        parse_run_config({**defaults, **plans[0][1], "seed": seed})
     return plans
 
 

@@ -54,11 +54,6 @@ def _as_gradients(device_grads: ArrayLike) -> NDArray[np.floating]:
     return g
 
 
-#: Largest value whose square (times a weight <= 1, summed) stays finite in float64; every σ̂_v
-#: a device may send (at most the largest float32, see :mod:`~.screening`) is far below it.
-SQUARE_SAFE_MAX = 1e150
-
-
 def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
     """Global sampling-variance estimate σ̂, paper eq. (global_est_sigma).
 
@@ -87,11 +82,7 @@ def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
         raise ValueError(f"sigma_v must be a non-empty 1-D array [K], got shape {s.shape}")
     w = as_weights(weights, s.shape[0])
     alpha = w / w.sum()
-    top = float(s.max())
-    if top <= SQUARE_SAFE_MAX:  # the plain formula (σ̂_v² cannot overflow)
-        return float(np.sqrt(np.dot(alpha, s * s)))
-    scaled = s / top  # huge but finite σ̂_v: scale first so that σ̂_v² does not overflow
-    return top * float(np.sqrt(np.dot(alpha, scaled * scaled)))
+    return float(np.sqrt(np.dot(alpha, s * s)))
 
 
 def device_gradient_estimates(
@@ -128,7 +119,7 @@ def device_gradient_estimates(
     eta = as_nonnegative_float(learning_rate, "learning_rate", strict=True)
     tau = check_integer(local_steps, "local_steps", minimum=1)
     scale = 1.0 / (tau * eta)
-    if u.size and float(np.max(np.abs(u))) * scale > float(np.finfo(u.dtype).max):
+    if u.size and max(float(u.max()), -float(u.min())) * scale > float(np.finfo(u.dtype).max):
         u = u.astype(np.float64)  # the scaled values would overflow the input's precision
     return u * u.dtype.type(scale)
 

@@ -106,7 +106,6 @@ def round_record(
     inputs: RoundInputs,
     decision: Decision,
     uploaded: Sequence[int],
-    failed: Sequence[int],
     disconnected: Iterable[int],
     class_gradient_next: NDArray[np.float64] | None,
     timings: RoundTimings,
@@ -128,8 +127,6 @@ def round_record(
         What it decided.
     uploaded : sequence of int
         Partition ids whose model was aggregated.
-    failed : sequence of int
-        Partition ids with no valid reply in a phase of this round.
     disconnected : sequence of int
         Partition ids drawn available that had no connected node.
     class_gradient_next : float[1] or float[C] or None
@@ -137,7 +134,8 @@ def round_record(
     timings : RoundTimings
         Where the round's time went.
     failed_reasons : mapping int -> str, optional
-        One-line reason per failed partition id (its keys are added to ``failed``).
+        One-line reason per partition id with no valid reply in a phase of this round (its
+        keys are the record's ``failed``).
     model_kept_reason : str, optional
         Why the global model was kept although devices uploaded (e.g. a non-finite aggregate);
         with no upload the reason is "nothing uploaded".
@@ -161,7 +159,7 @@ def round_record(
         num_uploaded=len(uploaded),
         scheduled=np.flatnonzero(selected).tolist(),
         uploaded=[int(v) for v in uploaded],
-        failed=sorted({int(v) for v in failed} | set(reasons)),
+        failed=sorted(reasons),
         disconnected=sorted(int(v) for v in disconnected),
         wemd=decision.wemd,
         sampling_term=decision.sampling_term,

@@ -326,7 +326,6 @@ class ScheduledStrategy(Strategy):
             inputs=state.inputs,
             decision=decision,
             uploaded=[r.partition_id for r in uploads],
-            failed=list(state.failed),
             disconnected=set(np.flatnonzero(state.draw.available).tolist()) - set(state.available),
             class_gradient_next=self.policy.class_gradient,
             timings=RoundTimings(

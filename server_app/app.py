@@ -27,7 +27,14 @@ from server_app.checkpoint import (
 )
 from server_app.config import RunConfig, parse_run_config
 from server_app.results import ResultWriter, check_new_result_dir
-from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
+from server_app.run_status import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    RunStatus,
+    one_line,
+    write_status,
+)
 from task.datasets import load_test_set, load_train_set
 from task.local_data import all_partitions
 from task.models import build_model, count_parameters
@@ -112,12 +119,6 @@ def check_result_dir(config: RunConfig) -> ResumePlan | None:
         return check_resume(config)
     check_new_result_dir(config.result_dir)
     return None
-
-
-def one_line(err: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters), for ``status.json``."""
-    text = (str(err).strip().splitlines() or [""])[0]
-    return f"{type(err).__name__}: {text}"[:300]
 
 
 def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,18 +23,23 @@ import torch
 
 from server_app.config import RunConfig
 from server_app.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
-from server_app.run_status import COMPLETED, read_status, settings_differences
+from server_app.run_status import COMPLETED, first_line, read_status, settings_differences
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
-#: Settings that may differ between a run and its resumption.
-RESUMABLE_CHANGES = (
-    "num_server_rounds",
-    "resume_from",
-    "checkpoint_every",
-    "result_dir",
-    "verbose",
-)
+
+def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """Recorded settings that do not change what a run computes, as dotted keys.
+
+    Where it writes and resumes from, how often it saves, how much it prints, and the data
+    folder of the bundled digits (never read, so it depends only on where a command started).
+    ``settings`` is a resolved run config (:meth:`server_app.config.RunConfig.to_dict`).
+    """
+    keys: tuple[str, ...] = ("result_dir", "resume_from", "checkpoint_every", "verbose")
+    task = settings.get("task")
+    if isinstance(task, Mapping) and task.get("dataset") == "digits":
+        keys += ("task.data_dir",)
+    return keys
 
 
 @dataclass(frozen=True)
@@ -65,19 +71,21 @@ class Checkpoint:
 
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
-    path = result_dir / CHECKPOINT_FILE
+    data = {
+        "round": checkpoint.round,
+        "model": checkpoint.model,
+        "policy_state": checkpoint.policy_state,
+        "cell_rng_state": checkpoint.cell_rng_state,
+        "policy_rng_state": checkpoint.policy_rng_state,
+        "elapsed_s": checkpoint.elapsed_s,
+    }
+    return atomic_torch_save(data, result_dir / CHECKPOINT_FILE)
+
+
+def atomic_torch_save(obj: object, path: Path) -> Path:
+    """``torch.save(obj, path)`` through a temporary file, flushed and renamed over ``path``."""
     tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "round": checkpoint.round,
-            "model": checkpoint.model,
-            "policy_state": checkpoint.policy_state,
-            "cell_rng_state": checkpoint.cell_rng_state,
-            "policy_rng_state": checkpoint.policy_rng_state,
-            "elapsed_s": checkpoint.elapsed_s,
-        },
-        tmp,
-    )
+    torch.save(obj, tmp)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -109,7 +117,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             elapsed_s=float(data["elapsed_s"]),
         )
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, TypeError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        reason = first_line(err)
         raise ValueError(
             f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
             f"(truncated or not a checkpoint of this app: {reason})"
@@ -118,13 +126,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
 
 def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
     """Write the final model ``model.pt`` in ``result_dir`` atomically; return its path."""
-    path = result_dir / MODEL_FILE
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return atomic_torch_save(state, result_dir / MODEL_FILE)
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,8 @@ class ResumePlan:
 def check_same_settings(result_dir: Path, config: RunConfig) -> None:
     """Refuse to resume ``result_dir`` with settings other than those it was started with.
 
-    Only :data:`RESUMABLE_CHANGES` may differ; values the run derived at start (parameter
-    count, ...) are not compared.
+    Only ``num_server_rounds`` and the :func:`unread_settings` may differ; values the run
+    derived at start (parameter count, ...) are not compared.
 
     Raises
     ------
@@ -167,10 +169,11 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
             f"run-config key 'resume-from': {path} cannot be read ({err}); the folder cannot "
             "be resumed"
         ) from err
+    requested = json_ready(config.to_dict())
     differ = settings_differences(
         recorded,
-        json_ready(config.to_dict()),
-        ignore=RESUMABLE_CHANGES,
+        requested,
+        ignore=("num_server_rounds", *unread_settings(requested)),
         requested_keys_only=True,
     )
     if differ:
@@ -185,12 +188,13 @@ def run_finished(result_dir: Path) -> bool:
     """True when the run in ``result_dir`` wrote its end.
 
     Its status says ``completed``; a folder without a status (written before statuses
-    existed) counts as finished when it holds both ``model.pt`` and ``summary.json``.
+    existed, when ``summary.json`` was the last file a run wrote) counts as finished when it
+    holds ``summary.json``.
     """
     status = read_status(result_dir)
     if status is not None:
         return status.state == COMPLETED
-    return (result_dir / MODEL_FILE).is_file() and (result_dir / SUMMARY_FILE).is_file()
+    return (result_dir / SUMMARY_FILE).is_file()
 
 
 def check_resume(config: RunConfig) -> ResumePlan:

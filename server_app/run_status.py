@@ -72,6 +72,16 @@ class RunStatus:
         return self.state == COMPLETED
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (its type's name when the message is empty)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters), for ``status.json``."""
+    return f"{type(err).__name__}: {first_line(err)}"[:300]
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a crash leaves the old file or the new one, never half.
 

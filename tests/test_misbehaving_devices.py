@@ -27,10 +27,9 @@ from experiments.launcher import default_run_config
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.discovery import NodeRegistry, discover_nodes
 from fedcgd_strategy.screening import (
-    FLOAT32_MAX,
+    reported_norm_matches,
     round_histogram_bounds,
     round_histogram_problem,
-    safe_norm,
     update_norm,
     update_norm_outliers,
 )
@@ -205,14 +204,31 @@ def test_update_norm_outliers_by_hand():
         update_norm_outliers(norms, -1.0)
 
 
-def test_update_norm_does_not_overflow():
-    ref = {"w": np.zeros(4, np.float32), "n": np.array(3, np.int64)}
-    local = {"w": np.full(4, 3e38, np.float32), "n": np.array(7, np.int64)}
-    assert update_norm(local, ref) == pytest.approx(2 * 3e38, rel=1e-6)  # sqrt(4) * 3e38
-    assert update_norm(local, ref) > FLOAT32_MAX
-    assert safe_norm([3.0, 4.0]) == pytest.approx(5.0)
-    assert safe_norm([1e300, 1e300]) == pytest.approx(np.sqrt(2) * 1e300)
-    assert safe_norm([np.nan]) == np.inf
+def test_update_norm_by_hand_skips_integer_buffers():
+    ref = {"w": np.zeros(2, np.float32), "n": np.array(3, np.int64)}
+    local = {"w": np.array([3.0, 4.0], np.float32), "n": np.array(7, np.int64)}
+    assert update_norm(local, ref) == 5.0
+
+
+def test_server_and_client_compute_the_same_update_norm():
+    """One definition on both sides, also for floating buffers (BatchNorm running means)."""
+    import torch.nn as nn
+
+    from client_app.app import floating_state
+    from client_app.app import update_norm as client_update_norm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    before = floating_state(model)
+    reference = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    model.train()
+    model(torch.randn(8, 3))  # moves the running statistics (buffers), not the weights
+    with torch.no_grad():
+        model[0].weight.add_(0.5)
+    local = {k: v.numpy() for k, v in model.state_dict().items()}
+    server = update_norm(local, reference)
+    assert client_update_norm(before, model) == pytest.approx(server, rel=1e-12)
+    assert reported_norm_matches(client_update_norm(before, model), server)
 
 
 def test_round_histogram_rule_by_hand():
