@@ -67,6 +67,6 @@ COPY pyproject.toml README.md ./
 COPY channel ./channel
 COPY client_app ./client_app
 COPY fedcgd_strategy ./fedcgd_strategy
-COPY task ./task
+COPY fedcgd_task ./fedcgd_task
 COPY server_app ./server_app
 RUN pip install --no-deps --no-build-isolation . && rm -rf /tmp/build

@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 
 typecheck: $(STAMP)
-	$(PY) -m mypy channel fedcgd_strategy server_app client_app task experiments
+	$(PY) -m mypy channel fedcgd_strategy server_app client_app fedcgd_task experiments
 
 test: lint typecheck
 	$(PY) -m pytest -q

@@ -1,7 +1,6 @@
-"""FedCGD ClientApp: data partitions, models, local SGD, sigma-hat and the Flower handlers.
+"""FedCGD ClientApp: the Flower handlers (:mod:`client_app.app`) and the devices' σ̂.
 
-The library modules (:mod:`client_app.settings`, :mod:`client_app.partition`,
-:mod:`client_app.datasets`, :mod:`client_app.models`, :mod:`client_app.training`,
-:mod:`client_app.sigma`, :mod:`client_app.local_data`) do not import flwr; only
-:mod:`client_app.app` does.
+:mod:`client_app.sigma` and :mod:`client_app.per_sample_norms` compute σ̂_v without flwr;
+datasets, partitions, models and local SGD, which the server needs too, live in
+:mod:`fedcgd_task`.
 """

@@ -1,6 +1,6 @@
 """The Flower ClientApp of a FedCGD device (Message API).
 
-Message types and what the device answers (record keys from :mod:`task.keys`):
+Message types and what the device answers (record keys from :mod:`fedcgd_task.keys`):
 
 * ``query.info``: metrics {partition-id, num-examples, local-label-hist} (class counts of the
   whole local dataset, reported once: Fed-CBS's class distribution).
@@ -49,11 +49,11 @@ from flwr.clientapp import ClientApp
 from torch import nn
 
 from client_app.sigma import gradient_spread
-from task import keys
-from task.local_data import LocalSplit, local_split
-from task.models import build_model
-from task.settings import TaskSettings, TrainingSettings, read_round_config
-from task.training import compute_device, dropout_seed, local_batches, train_local
+from fedcgd_task import keys
+from fedcgd_task.local_data import LocalSplit, local_split
+from fedcgd_task.models import build_model
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task.training import compute_device, dropout_seed, local_batches, train_local
 
 #: node_config keys Flower's simulation sets (and deployments pass with ``--node-config``).
 NODE_PARTITION_ID = "partition-id"

@@ -30,9 +30,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from client_app.models import build_model
 from client_app.sigma import gradient_spread, gradient_spread_vmap
-from client_app.training import train_local
+from fedcgd_task.models import build_model
+from fedcgd_task.training import train_local
 
 
 def _median_time_s(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -54,10 +54,10 @@ def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
     from flwr.supercore.task_identity import TaskIdentity
 
     from client_app.app import app, node_context
-    from task import keys
-    from task.local_data import local_split
-    from task.settings import TaskSettings, TrainingSettings, default_run_config
-    from task.training import local_batches
+    from fedcgd_task import keys
+    from fedcgd_task.local_data import local_split
+    from fedcgd_task.settings import TaskSettings, TrainingSettings, default_run_config
+    from fedcgd_task.training import local_batches
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
     run_config: UserConfig = {**default_run_config(), "num-devices": 20, "model": "mlp"}

@@ -30,7 +30,7 @@ summation, whose relative error, ~1e-7, is below the float32 rounding of the gra
 themselves, and these row sums are accumulated over layers and samples in float64.
 
 Scope: every parameter must be the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS`
-(the ``mlp``, ``cnn`` and ``resnet18gn`` models of :mod:`client_app.models` use only these),
+(the ``mlp``, ``cnn`` and ``resnet18gn`` models of :mod:`fedcgd_task.models` use only these),
 no parameter may be shared, every layer may run at most once per forward, and the model must
 treat the samples of a batch independently (true in eval mode; BatchNorm in training mode
 would couple them, and it is not supported). :func:`unsupported_reasons` checks the static

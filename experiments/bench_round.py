@@ -35,7 +35,7 @@ as the run and, since batches and dropout masks depend only on (seed, round, dev
 the run's test accuracy every round (the largest difference is printed).
 
 The app reads an extracted CIFAR folder in torchvision's file format directly
-(:func:`task.datasets.read_cifar_folder`), so the random files load as real ones would. Every
+(:func:`fedcgd_task.datasets.read_cifar_folder`), so the random files load as real ones would. Every
 temporary file (data, ``FLWR_HOME``, result folders) is removed at the end.
 """
 
@@ -274,7 +274,7 @@ class PlainRound:
         The training phase: load the global model, gather the batches, tau SGD steps, copy
         the weights, for every scheduled device.
     train_local_s : float
-        The part of ``train_s`` spent in :func:`task.training.train_local` (the same span as
+        The part of ``train_s`` spent in :func:`fedcgd_task.training.train_local` (the same span as
         the devices' own ``train-time-s``, summed in ``client_train_s``).
     aggregate_s : float
         FedAvg of the uploaded models.
@@ -343,12 +343,18 @@ def replay_plain(
     from client_app.sigma import gradient_spread
     from fedcgd_strategy.aggregation import fedavg
     from fedcgd_strategy.policies import policy_class
+    from fedcgd_task.datasets import load_test_set, load_train_set
+    from fedcgd_task.local_data import local_split
+    from fedcgd_task.models import build_model, count_parameters
+    from fedcgd_task.training import (
+        compute_device,
+        dropout_seed,
+        evaluate,
+        local_batches,
+        train_local,
+    )
     from server_app.app import BITS_PER_PARAMETER
     from server_app.config import parse_run_config
-    from task.datasets import load_test_set, load_train_set
-    from task.local_data import local_split
-    from task.models import build_model, count_parameters
-    from task.training import compute_device, dropout_seed, evaluate, local_batches, train_local
 
     torch.set_num_threads(threads)
     started = time.perf_counter()

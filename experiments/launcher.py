@@ -35,7 +35,7 @@ from typing import Any
 
 from experiments.certificates import CertificateSet
 from experiments.processes import exit_code_stopping_on_signals, stop_tree
-from task.settings import default_run_config, flatten
+from fedcgd_task.settings import default_run_config, flatten
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = PROJECT_DIR / "results"
@@ -722,7 +722,7 @@ def run_command(argv: list[str] | None = None) -> int:
         if args.superlink:
             check_reachable(args.superlink)
         else:  # the data must be there before anything starts (CIFAR cannot be downloaded)
-            from task.datasets import load_dataset
+            from fedcgd_task.datasets import load_dataset
 
             data_dir = resolve_data_dir(merged)["data-dir"]
             load_dataset(str(merged["dataset"]), data_dir, train=True)

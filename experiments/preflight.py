@@ -123,7 +123,7 @@ def run_outcome(result_dir: Path, launched_unix_s: float) -> Outcome:
 def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
     """Training samples left after ``imbalance-ratio``.
 
-    The counts of :func:`task.partition.apply_imbalance`: class c < C / 2 keeps
+    The counts of :func:`fedcgd_task.partition.apply_imbalance`: class c < C / 2 keeps
     round(n_c / r) (half up) of its n_c samples, the other classes all of theirs.
     """
     counts = np.bincount(np.asarray(labels, dtype=np.int64))
@@ -160,7 +160,7 @@ def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_na
     ValueError
         One line naming the keys, their values and the bound.
     """
-    from task.settings import TaskSettings, TrainingSettings
+    from fedcgd_task.settings import TaskSettings, TrainingSettings
 
     task = TaskSettings.from_run_config(run_config)
     training = TrainingSettings.from_run_config(run_config)
@@ -203,7 +203,7 @@ def check_model_fits(
     """
     import torch
 
-    from task.models import build_model
+    from fedcgd_task.models import build_model
 
     try:
         net = build_model(model, num_classes, input_shape)
@@ -252,8 +252,8 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     ValueError, FileNotFoundError
         One line naming the run-config key, the bad value and what is allowed.
     """
+    from fedcgd_task.datasets import load_train_set
     from server_app.config import parse_run_config
-    from task.datasets import load_train_set
 
     config = parse_run_config(run_config)
     check_result_folder(run_config)

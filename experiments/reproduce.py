@@ -70,9 +70,9 @@ from experiments.launcher import default_run_config
 from experiments.plot_runs import finish_figure, load_run, round_values
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
+from fedcgd_task.datasets import load_dataset
+from fedcgd_task.settings import flatten
 from server_app.config import parse_run_config
-from task.datasets import load_dataset
-from task.settings import flatten
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

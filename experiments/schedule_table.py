@@ -14,7 +14,7 @@ Settings (paper Section V and Table I; docs/design.md, "Paper settings")
 ------------------------------------------------------------------------
 * Labels: CIFAR-10's training-label layout, 10 classes × 5,000 labels (``np.repeat``, class
   after class; no images). The split is the app's own
-  :func:`task.partition.partition_indices` (sort-and-partition, l = 1, r = 1) seeded with the
+  :func:`fedcgd_task.partition.partition_indices` (sort-and-partition, l = 1, r = 1) seeded with the
   drop's seed, so drop ``d`` gives the devices a run with ``seed = --seed + d`` would give
   (up to the order of CIFAR's labels inside the file, which only decides which 16 surplus
   samples are dropped). With V = 64 each device holds one shard of 781 labels; 6.4 shards per
@@ -25,7 +25,7 @@ Settings (paper Section V and Table I; docs/design.md, "Paper settings")
   Candidates are the available devices (infeasible ones included: no policy takes them).
 * ``label_dist`` (p_v of the round): by default (``--label-dist batch``) the histogram of the
   τ·b = 32 labels the device would train on this round, drawn from its shard as
-  :func:`task.training.local_batches` draws them (a seeded permutation of the shard read
+  :func:`fedcgd_task.training.local_batches` draws them (a seeded permutation of the shard read
   cyclically). This is what the app's devices report and what Decision.wemd, hence the logged
   WEMD, is evaluated on, so it is the quantity comparable with the paper's "Avg. WEMD".
   ``--label-dist local`` uses the whole local distribution instead (a noiseless variant; with
@@ -76,8 +76,8 @@ from scipy.special import stdtrit
 
 from channel import Cell, CellConfig
 from fedcgd_strategy.policies import POLICY_NAMES, Decision, Policy, RoundInputs, make_policy
-from task.partition import partition_indices
-from task.settings import TaskSettings
+from fedcgd_task.partition import partition_indices
+from fedcgd_task.settings import TaskSettings
 
 #: Parameters of the paper's CIFAR-10 CNN (unpadded 3×3 convolutions; docs/design.md,
 #: "Model size"). A test checks it against
@@ -322,8 +322,8 @@ def cifar10_labels(num_classes: int = 10, samples_per_class: int = 5000) -> IntA
 def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
     """Drop the devices, split the labels and build the cell of drop ``index``.
 
-    The split is :func:`task.partition.partition_indices` for the run seed ``seed + index``; the
-    cell draws from ``default_rng([seed, index, CHANNEL_STREAM])``.
+    The split is :func:`fedcgd_task.partition.partition_indices` for the run seed
+    ``seed + index``; the cell draws from ``default_rng([seed, index, CHANNEL_STREAM])``.
     """
     task = TaskSettings(
         seed=settings.seed + index,
@@ -356,7 +356,7 @@ def round_label_dist(
     """p_v of the round for every candidate (zero rows for the others).
 
     ``"batch"``: histogram of τ·b positions of the device's shard, a permutation drawn from
-    ``rng`` read cyclically (as :func:`task.training.local_batches` does); ``"local"``: the
+    ``rng`` read cyclically (as :func:`fedcgd_task.training.local_batches` does); ``"local"``: the
     whole local distribution.
     """
     if settings.label_dist == "local":

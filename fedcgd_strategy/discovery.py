@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from fedcgd_strategy.pending import PendingMessages
 from fedcgd_strategy.replies import MalformedReplyError, read_info
-from task import keys
+from fedcgd_task import keys
 
 
 class NodeRegistry:

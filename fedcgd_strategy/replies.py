@@ -43,8 +43,8 @@ from fedcgd_strategy.screening import (
     update_norm,
     update_norm_outliers,
 )
-from task import keys
-from task.settings import TrainingSettings
+from fedcgd_task import keys
+from fedcgd_task.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from fedcgd_strategy.discovery import NodeRegistry

@@ -5,9 +5,10 @@ the global model is written here once; :mod:`fedcgd_strategy.replies` applies th
 
 * **Round histogram.** A device's label histogram of a round counts the labels of the
   ``tau * b`` samples of its ``tau`` mini-batches, which
-  :func:`task.training.local_batches` reads cyclically from a permutation of its ``n = |D_v|``
-  local samples. Every local sample is therefore used ``q = (tau b) // n`` or ``q + 1`` times,
-  and exactly ``r = (tau b) mod n`` samples are used ``q + 1`` times. So with the whole local
+  :func:`fedcgd_task.training.local_batches` reads cyclically from a permutation of its
+  ``n = |D_v|`` local samples. Every local sample is therefore used ``q = (tau b) // n`` or
+  ``q + 1`` times, and exactly ``r = (tau b) mod n`` samples are used ``q + 1`` times. So with
+  the whole local
   class counts ``L_c`` reported at discovery, ``q L_c <= h_c <= q L_c + min(r, L_c)`` and
   ``sum_c h_c = tau b`` (:func:`round_histogram_bounds`, :func:`round_histogram_problem`).
   Counts are integers: the ClientApp sends a list of Python ints, and nothing else is accepted

@@ -63,8 +63,8 @@ from fedcgd_strategy.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
-from task import keys
-from task.settings import TrainingSettings, read_round_config
+from fedcgd_task import keys
+from fedcgd_task.settings import TrainingSettings, read_round_config
 
 #: A model as named numpy arrays (the global model sent this round).
 Arrays = dict[str, NDArray[np.generic]]

@@ -18,6 +18,10 @@ from flwr.supercore.logger import FLOWER_LOGGER
 from channel import Cell
 from fedcgd_strategy.policies import make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
+from fedcgd_task.datasets import load_test_set, load_train_set
+from fedcgd_task.local_data import all_partitions
+from fedcgd_task.models import build_model, count_parameters
+from fedcgd_task.training import compute_device, evaluate
 from server_app.checkpoint import (
     Checkpoint,
     ResumePlan,
@@ -35,10 +39,6 @@ from server_app.run_status import (
     one_line,
     write_status,
 )
-from task.datasets import load_test_set, load_train_set
-from task.local_data import all_partitions
-from task.models import build_model, count_parameters
-from task.training import compute_device, evaluate
 
 app = ServerApp()
 

@@ -1,8 +1,8 @@
 """The run config, read once into a typed, validated object before any training.
 
 Every key of ``[tool.flwr.app.config]`` in pyproject.toml is read here (the learning task's keys
-through :class:`task.settings.TaskSettings`, τ, η, b through
-:class:`task.settings.TrainingSettings`, the uplink's through :class:`channel.CellConfig`).
+through :class:`fedcgd_task.settings.TaskSettings`, τ, η, b through
+:class:`fedcgd_task.settings.TrainingSettings`, the uplink's through :class:`channel.CellConfig`).
 A bad value raises one ``ValueError`` naming the run-config key, the value and what is allowed.
 
 =============================  ==================================================================
@@ -55,7 +55,7 @@ from typing import Any
 from channel import CellConfig
 from fedcgd_strategy.policies import POLICY_NAMES, PROTOCOL_CHOICES, resolve_protocol
 from fedcgd_strategy.selectors import PACK_RULES
-from task.settings import (
+from fedcgd_task.settings import (
     TaskSettings,
     TrainingSettings,
     read_choice,

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedcgd_task.settings import default_run_config
 from server_app.config import parse_run_config
 from server_app.run_status import COMPLETED, RunStatus, write_status
-from task.settings import default_run_config
 
 
 def recorded_config(overrides: Mapping[str, Any], result_dir: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 
 from fedcgd_strategy.screening import update_norm
-from task import keys
+from fedcgd_task import keys
 
 Handler = Callable[[Message, Context], Message]
 #: (reply, request, node's context) -> the corrupted reply.

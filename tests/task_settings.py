@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from task.settings import TaskSettings, TrainingSettings
+from fedcgd_task.settings import TaskSettings, TrainingSettings
 
 BASE = TaskSettings(
     seed=0,

@@ -13,8 +13,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from client_app import app as client
-from task import keys
-from task.models import build_model
+from fedcgd_task import keys
+from fedcgd_task.models import build_model
 
 RUN_CONFIG: dict[str, Any] = {
     "seed": 5,
@@ -81,9 +81,9 @@ def test_info_reports_partition_and_size() -> None:
     # Dirichlet split of the 1437 digits training images over 4 devices: floor(1437 / 4) = 359.
     assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
     # The whole local class counts, recounted here from the device's rows of the training set.
-    from task.datasets import load_digits_split
-    from task.local_data import local_split
-    from task.settings import TaskSettings
+    from fedcgd_task.datasets import load_digits_split
+    from fedcgd_task.local_data import local_split
+    from fedcgd_task.settings import TaskSettings
 
     rows = local_split(TaskSettings.from_run_config(RUN_CONFIG), 1).indices
     labels = load_digits_split()[0].labels[rows]
@@ -168,9 +168,9 @@ def test_bad_round_config_rejected() -> None:
 
 def test_label_hist_counts_the_round_batches() -> None:
     # Independent recount: histogram of the labels at the drawn positions of the local split.
-    from task.local_data import local_split
-    from task.settings import TaskSettings, TrainingSettings
-    from task.training import local_batches
+    from fedcgd_task.local_data import local_split
+    from fedcgd_task.settings import TaskSettings, TrainingSettings
+    from fedcgd_task.training import local_batches
 
     settings = TaskSettings.from_run_config(RUN_CONFIG)
     split = local_split(settings, 3)

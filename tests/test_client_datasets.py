@@ -1,4 +1,4 @@
-"""Tests of client_app.datasets: digits split, CIFAR loading from a fake folder, clear errors."""
+"""Tests of fedcgd_task.datasets: digits split, CIFAR loading from a fake folder, clear errors."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from task import datasets
-from task.datasets import load_cifar, load_digits_split
+from fedcgd_task import datasets
+from fedcgd_task.datasets import load_cifar, load_digits_split
 
 
 def test_digits_split_sizes_stratified_and_scaled() -> None:

@@ -1,4 +1,4 @@
-"""Tests of client_app.models: architectures and parameter counts."""
+"""Tests of fedcgd_task.models: architectures and parameter counts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from task.models import build_model, count_parameters
+from fedcgd_task.models import build_model, count_parameters
 
 
 def test_cnn_parameter_count_cifar10() -> None:

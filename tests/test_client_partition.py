@@ -1,4 +1,4 @@
-"""Tests of client_app.partition: imbalance subsampling, shard and Dirichlet splits."""
+"""Tests of fedcgd_task.partition: imbalance subsampling, shard and Dirichlet splits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 from task_settings import make_settings
 
-from task.partition import (
+from fedcgd_task.partition import (
     apply_imbalance,
     dirichlet_partition,
     partition_indices,

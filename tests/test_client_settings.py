@@ -1,4 +1,4 @@
-"""Tests of task.settings: the learning task's run-config keys and the round's ConfigRecord."""
+"""Tests of fedcgd_task.settings: the task's run-config keys and the round's ConfigRecord."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from task import keys
-from task.settings import TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task import keys
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
 
 BASE: dict[str, Any] = {
     "seed": 3,

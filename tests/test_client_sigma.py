@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from client_app import per_sample_norms as psn
-from client_app.models import build_model
 from client_app.sigma import gradient_spread, gradient_spread_vmap
+from fedcgd_task.models import build_model
 
 
 def per_sample_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Tests of client_app.training: batch draws, local SGD determinism, evaluation."""
+"""Tests of fedcgd_task.training: batch draws, local SGD determinism, evaluation."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from task_settings import training
 from torch import nn
 
-from task.models import build_model
-from task.training import dropout_seed, evaluate, local_batches, train_local
+from fedcgd_task.models import build_model
+from fedcgd_task.training import dropout_seed, evaluate, local_batches, train_local
 
 SEED = 9
 TRAINING = training(local_steps=3, batch_size=4)

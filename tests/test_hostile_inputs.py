@@ -16,10 +16,10 @@ from client_app.app import app as client_app
 from experiments.compare_policies import check_policies, run_policies
 from experiments.inprocess import main as inprocess_main
 from experiments.launcher import default_run_config, format_run_config, parse_run_config_text
+from fedcgd_task import keys
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.results import METRICS_FILE
-from task import keys
 
 V = 6
 NODES = [9000 + 13 * i for i in range(V)]

@@ -33,10 +33,10 @@ from fedcgd_strategy.screening import (
     update_norm,
     update_norm_outliers,
 )
+from fedcgd_task import keys
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.results import METRICS_FILE, MODEL_FILE
-from task import keys
 
 V = 6
 FAULTY = 1  # its node id is below the next partition's: it answers discovery first
@@ -164,8 +164,8 @@ def test_a_node_that_claims_another_partition_cannot_take_it_over():
     handler = misbehaving(client_app, "claim-partition", FAULTY)
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, run_config, V))
     config = parse_run_config(run_config)
-    from task.datasets import load_train_set
-    from task.local_data import all_partitions
+    from fedcgd_task.datasets import load_train_set
+    from fedcgd_task.local_data import all_partitions
 
     labels = load_train_set(config.task).labels
     truth = np.stack(
@@ -275,7 +275,7 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     from fedcgd_strategy.policies import make_policy
     from fedcgd_strategy.replies import DeviceReport
     from fedcgd_strategy.strategy import ScheduledStrategy, _Round
-    from task.settings import TrainingSettings
+    from fedcgd_task.settings import TrainingSettings
 
     reference = {"w": np.zeros(2, np.float32)}
     huge = {"w": np.full(2, 1e39)}

@@ -16,12 +16,12 @@ from task_settings import make_settings
 
 from experiments.inprocess import main as inprocess_main
 from experiments.launcher import format_run_config
+from fedcgd_task.datasets import load_dataset
+from fedcgd_task.partition import apply_imbalance, partition_indices
+from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.results import METRICS_FILE
 from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
-from task.datasets import load_dataset
-from task.partition import apply_imbalance, partition_indices
-from task.settings import default_run_config
 
 DIGITS_TRAIN = 1437  # load_digits_split: 1437 training images
 

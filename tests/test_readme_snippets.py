@@ -47,7 +47,7 @@ def test_scheduler_snippet_returns_what_the_text_says() -> None:
 
 
 def test_every_run_config_key_is_in_the_settings_table() -> None:
-    from task.settings import default_run_config
+    from fedcgd_task.settings import default_run_config
 
     named: set[str] = set()
     for row in re.findall(r"^\| (`.*)$", README.read_text(encoding="utf-8"), flags=re.M):

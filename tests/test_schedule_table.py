@@ -47,7 +47,7 @@ ALL_SPECS = [PolicySpec(p, p, 3 if p == "poc" else 0) for p in TABLE_POLICIES]
 
 
 def test_model_size_is_the_paper_cnn():
-    from task.models import build_model, count_parameters
+    from fedcgd_task.models import build_model, count_parameters
 
     # Paper Section V: 3x3 convs 3->32->32, pool, 32->64->64, pool (32->30->28->14->12->10->5),
     # FC 64*5*5 -> 120 -> 10; weights + biases.

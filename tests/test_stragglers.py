@@ -27,8 +27,8 @@ from fedcgd_strategy.discovery import settle_pending
 from fedcgd_strategy.pending import Pending, PendingMessages
 from fedcgd_strategy.policies import make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
+from fedcgd_task import keys
 from server_app.results import METRICS_FILE
-from task import keys
 
 TESTS = Path(__file__).resolve().parent
 

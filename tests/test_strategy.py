@@ -18,8 +18,8 @@ from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.discovery import NodeRegistry
 from fedcgd_strategy.policies import POLICY_NAMES, make_policy
 from fedcgd_strategy.strategy import ScheduledStrategy
-from task import keys
-from task.settings import TrainingSettings
+from fedcgd_task import keys
+from fedcgd_task.settings import TrainingSettings
 
 V, C = 6, 2
 NODES = [1000 + 7 * i for i in range(V)]

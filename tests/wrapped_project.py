@@ -4,10 +4,10 @@
 ``[tool.flwr.app.components] clientapp = "<module>:app"`` and a copy of the wrapper module next
 to it. ``flwr run`` bundles the folder (the FAB holds ``*.py`` and ``*.toml``) and the SuperLink
 loads the ClientApp from the installed bundle, whose folder is on ``sys.path`` (in simulation
-the Ray workers get the same ``PYTHONPATH``); ``server_app``, ``client_app`` and ``task`` come
-from the editable install of this project. The wrapper reads its settings from environment
-variables: :func:`run_wrapped` sets them in the environment the SuperLink (and, in a
-deployment, the SuperNodes) start with, which their ClientApp processes and Ray workers
+the Ray workers get the same ``PYTHONPATH``); ``server_app``, ``client_app`` and
+``fedcgd_task`` come from the editable install of this project. The wrapper reads its settings
+from environment variables: :func:`run_wrapped` sets them in the environment the SuperLink
+(and, in a deployment, the SuperNodes) start with, which their ClientApp processes and Ray workers
 inherit.
 """
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from task.settings import TaskSettings
+    from fedcgd_task.settings import TaskSettings
 
 IntArray = npt.NDArray[np.int64]
 

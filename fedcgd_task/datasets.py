@@ -30,7 +30,7 @@ import numpy.typing as npt
 import torch
 
 if TYPE_CHECKING:
-    from task.settings import TaskSettings
+    from fedcgd_task.settings import TaskSettings
 
 #: Seed of the fixed stratified train / test split of the digits set.
 DIGITS_SPLIT_SEED = 0

@@ -2,7 +2,7 @@
 
 The split is a pure function of the run settings (dataset, seed, number of devices, partition
 parameters) and the partition id, so it is cached in module-level caches: the full training set
-is loaded once per process (:func:`task.datasets.load_dataset`), the partition of all
+is loaded once per process (:func:`fedcgd_task.datasets.load_dataset`), the partition of all
 devices is computed once per settings (it must be computed jointly so that no sample goes to
 two devices), and each device keeps only its own index array. Caching at module level is safe
 for that reason: nothing here is per-node mutable state, which would belong in
@@ -20,9 +20,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from task.datasets import ImageSet, load_train_set
-from task.partition import partition_indices
-from task.settings import TaskSettings
+from fedcgd_task.datasets import ImageSet, load_train_set
+from fedcgd_task.partition import partition_indices
+from fedcgd_task.settings import TaskSettings
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,7 +64,7 @@ class LocalSplit:
         ----------
         positions : array_like of int, optional
             Positions in ``0 .. |D_v| - 1`` (e.g. a mini-batch from
-            :func:`task.training.local_batches`).
+            :func:`fedcgd_task.training.local_batches`).
 
         Returns
         -------

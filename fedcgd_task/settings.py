@@ -39,12 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from task import keys
+from fedcgd_task import keys
 
 #: A scalar value of a Flower ConfigRecord / run config as this project uses them.
 ConfigValue = Any
 
-#: Datasets the client can load (see :mod:`task.datasets`).
+#: Datasets the client can load (see :mod:`fedcgd_task.datasets`).
 DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 #: Model names accepted by the run config; ``auto`` is resolved through :data:`AUTO_MODEL`.
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn")
@@ -52,7 +52,7 @@ MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn")
 AUTO_MODEL: dict[str, str] = {"digits": "mlp", "cifar10": "cnn", "cifar100": "resnet18gn"}
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
-#: Partition schemes (see :mod:`task.partition`).
+#: Partition schemes (see :mod:`fedcgd_task.partition`).
 PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
 
 
@@ -169,7 +169,7 @@ class TrainingSettings:
         )
 
     def to_config(self) -> dict[str, ConfigValue]:
-        """The ConfigRecord entries (record keys of :mod:`task.keys`)."""
+        """The ConfigRecord entries (record keys of :mod:`fedcgd_task.keys`)."""
         return {
             keys.LOCAL_STEPS: self.local_steps,
             keys.LEARNING_RATE: self.learning_rate,
@@ -183,9 +183,9 @@ def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings]
     Parameters
     ----------
     config : mapping
-        The ConfigRecord the server sends (keys :data:`task.keys.SERVER_ROUND`,
-        :data:`task.keys.LOCAL_STEPS`, :data:`task.keys.LEARNING_RATE`,
-        :data:`task.keys.BATCH_SIZE`).
+        The ConfigRecord the server sends (keys :data:`fedcgd_task.keys.SERVER_ROUND`,
+        :data:`fedcgd_task.keys.LOCAL_STEPS`, :data:`fedcgd_task.keys.LEARNING_RATE`,
+        :data:`fedcgd_task.keys.BATCH_SIZE`).
 
     Returns
     -------

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
 
 if TYPE_CHECKING:
-    from task.settings import TrainingSettings
+    from fedcgd_task.settings import TrainingSettings
 
 #: Tag mixed into the seed of the batch stream ("BTCH").
 BATCH_STREAM = 0x42544348
