@@ -17,7 +17,7 @@ the model is kept. A node whose message timed out is sent nothing until it has a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any, Protocol
@@ -142,6 +142,9 @@ class ScheduledStrategy(Strategy):
     partition_counts : int[V, C], optional
         True class counts of every partition; discovery refuses a claim that does not match
         (see :class:`~fedcgd_strategy.discovery.NodeRegistry`).
+    on_record : callable, optional
+        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` at the end of
+        :meth:`aggregate_train` (before Flower calls the ``evaluate_fn`` of that round).
 
     The record of the last aggregated round is :attr:`last_record` (read by the ServerApp's
     end-of-round hook).
@@ -164,6 +167,7 @@ class ScheduledStrategy(Strategy):
         round_offset: int = 0,
         max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO,
         partition_counts: NDArray[np.int64] | None = None,
+        on_record: Callable[[RoundRecord], None] | None = None,
     ) -> None:
         self.policy = policy
         self.protocol = resolve_protocol(policy.name, protocol)
@@ -179,6 +183,7 @@ class ScheduledStrategy(Strategy):
         self.max_update_norm_ratio = float(max_update_norm_ratio)
         self._norm_reference: float | None = None  # median accepted update norm, last round
         self.last_record: RoundRecord | None = None
+        self.on_record = on_record
         self._round: _Round | None = None
 
     def summary(self) -> None:
@@ -340,6 +345,8 @@ class ScheduledStrategy(Strategy):
             discovery_failed=state.discovery_failed,
         )
         self.last_record = record
+        if self.on_record is not None:
+            self.on_record(record)
         scheduled = {"num-scheduled": record.num_scheduled, "num-uploaded": len(uploads)}
         return new_arrays, MetricRecord({**scheduled, "wemd": record.wemd})
 

@@ -1,0 +1,122 @@
+"""Objects named in the run config by import path: a researcher's policy, data set or model.
+
+A setting such as ``policy``, ``dataset`` or ``model`` takes either a built-in name or a
+reference to the researcher's own code, in one of two forms:
+
+* ``package.module:Name``: imported with :func:`importlib.import_module`, so ``package`` must be
+  importable by the process that needs it (``PYTHONPATH`` for local runs; shipped in the app
+  or installed on every machine for deployments);
+* ``/absolute/path/file.py:Name``: the file is loaded as a module of its own (the file must
+  exist, at that path, on every machine that needs it).
+
+Nothing here imports flwr or torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+#: ``package.module:Name`` (dotted module path, a colon, an attribute path).
+_MODULE_REFERENCE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*)*$"
+)
+#: ``/abs/file.py:Name``.
+_FILE_REFERENCE = re.compile(r"^(/.+\.py):([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*)*)$")
+
+#: What the error messages say a reference looks like.
+REFERENCE_FORMS = "'package.module:Name' (importable) or '/absolute/path/file.py:Name'"
+
+
+def is_reference(value: str) -> bool:
+    """True when ``value`` names an object by import path (it holds a colon)."""
+    return ":" in value
+
+
+def _load_file_module(path: Path, setting: str, value: str) -> object:
+    """Load ``path`` as a module named after its path (the same file gives the same module)."""
+    if not path.is_file():
+        raise ValueError(f"run-config key {setting!r} = {value!r}: file {path} does not exist")
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    name = f"fedcgd_user_{path.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"run-config key {setting!r} = {value!r}: cannot load {path} as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise ValueError(
+            f"run-config key {setting!r} = {value!r}: importing {path} raised "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    return module
+
+
+def import_object(value: str, setting: str) -> object:
+    """Return the object ``value`` names (see the module docstring for the two forms).
+
+    Parameters
+    ----------
+    value : str
+        ``package.module:Name`` or ``/absolute/path/file.py:Name`` (``Name`` may be dotted,
+        e.g. ``Class.factory``).
+    setting : str
+        The run-config key that holds ``value`` (named in the error message).
+
+    Raises
+    ------
+    ValueError
+        One line naming the key, the value and what is wrong: a malformed reference, a module
+        that cannot be imported (or raises while importing), a missing attribute.
+
+    """
+    file_match = _FILE_REFERENCE.match(value)
+    if file_match:
+        module = _load_file_module(Path(file_match.group(1)), setting, value)
+        attribute = file_match.group(2)
+    elif _MODULE_REFERENCE.match(value):
+        module_name, attribute = value.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            raise ValueError(
+                f"run-config key {setting!r} = {value!r}: no module named {err.name!r} (put its "
+                "folder on PYTHONPATH, install it, or give '/absolute/path/file.py:Name')"
+            ) from err
+        except Exception as err:
+            raise ValueError(
+                f"run-config key {setting!r} = {value!r}: importing {module_name!r} raised "
+                f"{type(err).__name__}: {err}"
+            ) from err
+    else:
+        raise ValueError(
+            f"run-config key {setting!r} = {value!r} is not a reference; allowed: {REFERENCE_FORMS}"
+        )
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValueError(
+                f"run-config key {setting!r} = {value!r}: {getattr(module, '__name__', module)!s} "
+                f"has no attribute {attribute!r}"
+            )
+        target = getattr(target, part)
+    return target
+
+
+def reference_label(value: str) -> str:
+    """A short, file-name-safe label for a reference (its last name): ``pkg.mod:Fair`` -> ``Fair``.
+
+    Built-in names (no colon) are returned unchanged.
+    """
+    if not is_reference(value):
+        return value
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", value.rsplit(":", 1)[1])
