@@ -3,7 +3,8 @@
 Pure numpy + scipy (no Flower, no torch): LOS probability and path loss of TR 38.901
 (Tables 7.4.2-1 and 7.4.1-1), log-normal shadowing, the FDMA rate and the minimum bandwidth
 of the paper's eq. (lambert), and a :class:`Cell` that drops devices and draws each round's
-channel. Frequencies are in Hz, distances in m, powers in W (or dBm where named).
+channel (or a :class:`TraceReplay` that replays a recorded one, :mod:`channel.trace`).
+Frequencies are in Hz, distances in m, powers in W (or dBm where named).
 """
 
 from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz, rate_bps, rate_limit_bps
@@ -16,13 +17,24 @@ from channel.pathloss import (
     pathloss_db,
     shadow_fading_std_db,
 )
+from channel.trace import (
+    ChannelTrace,
+    TraceError,
+    TraceReplay,
+    load_trace,
+    record_cell_trace,
+    write_trace,
+)
 from channel.units import db_to_linear, dbm_to_w, hz_to_ghz, linear_to_db, w_to_dbm
 
 __all__ = [
     "PATHLOSS_MODELS",
     "Cell",
     "CellConfig",
+    "ChannelTrace",
     "RoundDraw",
+    "TraceError",
+    "TraceReplay",
     "breakpoint_distance_m",
     "count_fit_cheapest_first",
     "db_to_linear",
@@ -31,11 +43,14 @@ __all__ = [
     "drop_distances_2d_m",
     "hz_to_ghz",
     "linear_to_db",
+    "load_trace",
     "los_probability",
     "min_bandwidth_hz",
     "pathloss_db",
     "rate_bps",
     "rate_limit_bps",
+    "record_cell_trace",
     "shadow_fading_std_db",
     "w_to_dbm",
+    "write_trace",
 ]

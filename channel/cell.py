@@ -197,18 +197,19 @@ class RoundDraw:
         Average channel gain ``H̄_v = 10^(-(PL + shadowing)/10)`` (linear, dimensionless).
     min_bandwidth_hz : numpy.ndarray of float
         Minimum bandwidth ``B*_v`` in Hz to meet the deadline, ``+inf`` = infeasible.
-    los : numpy.ndarray of bool
-        LOS state of the link this round.
-    distance_2d_m : numpy.ndarray of float
-        Horizontal device distance in m.
+    los : numpy.ndarray of bool or None
+        LOS state of the link this round; ``None`` where the geometry is unknown (a replayed
+        channel trace, docs/design.md, "Channel traces"). No scheduler reads it.
+    distance_2d_m : numpy.ndarray of float or None
+        Horizontal device distance in m; ``None`` where unknown, as ``los``.
 
     """
 
     available: BoolArray
     gain_lin: FloatArray
     min_bandwidth_hz: FloatArray
-    los: BoolArray
-    distance_2d_m: FloatArray
+    los: BoolArray | None = None
+    distance_2d_m: FloatArray | None = None
 
     def __post_init__(self) -> None:
         """Convert the fields to numpy arrays and check that they are 1-D of one length."""
@@ -219,6 +220,10 @@ class RoundDraw:
             ("los", np.bool_),
             ("distance_2d_m", np.float64),
         ):
+            if getattr(self, name) is None:  # only the geometry may be unknown
+                if name in ("los", "distance_2d_m"):
+                    continue
+                raise ValueError(f"RoundDraw.{name} must be an array, got None")
             array = np.asarray(getattr(self, name), dtype=dtype)
             if array.ndim != 1 or array.shape != np.shape(self.available):
                 raise ValueError(
@@ -238,6 +243,29 @@ class RoundDraw:
     def feasible(self) -> BoolArray:
         """Whether the device can meet the deadline at all (finite ``min_bandwidth_hz``)."""
         return np.asarray(np.isfinite(self.min_bandwidth_hz))
+
+
+def checked_model_bits(model_bits: object) -> float:
+    """Return the upload size ``D_w`` as a float, or raise ValueError unless finite and ``> 0``.
+
+    Parameters
+    ----------
+    model_bits : object
+        Model size D_w in bits (int or float, not bool).
+
+    Returns
+    -------
+    float
+        ``D_w`` in bits.
+
+    """
+    if isinstance(model_bits, bool) or not (
+        isinstance(model_bits, int | float | np.integer | np.floating)
+        and math.isfinite(model_bits)
+        and model_bits > 0
+    ):
+        raise ValueError(f"model_bits must be a finite number > 0, got {model_bits!r}")
+    return float(model_bits)
 
 
 def drop_distances_2d_m(
@@ -358,12 +386,7 @@ class Cell:
             Availability, gain, minimum bandwidth (``+inf`` = infeasible), LOS and distance.
 
         """
-        if isinstance(model_bits, bool) or not (
-            isinstance(model_bits, int | float | np.integer | np.floating)
-            and math.isfinite(model_bits)
-            and model_bits > 0
-        ):
-            raise ValueError(f"model_bits must be a finite number > 0, got {model_bits!r}")
+        bits = checked_model_bits(model_bits)
         config = self.config
         available = self._rng.random(self.num_devices) < config.availability_prob
         los = self._fixed_los if self._fixed_los is not None else self._draw_los()
@@ -374,7 +397,7 @@ class Cell:
         shadowing_db = shadowing_z * shadow_fading_std_db(los, config.pathloss_model)
         gain = self.gain_lin(los, shadowing_db)
         bandwidth = min_bandwidth_hz(
-            float(model_bits),
+            bits,
             config.deadline_s,
             config.tx_power_w,
             gain,

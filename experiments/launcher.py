@@ -563,6 +563,9 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
 def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The defaults with ``overrides`` applied, every key and value checked before any start.
 
+    ``policy-params.<name>`` keys are folded into the declared ``policy-params`` string
+    (:func:`server_app.policy_params.fold_policy_params`).
+
     Raises
     ------
     ValueError
@@ -570,8 +573,10 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
         allowed keys).
     """
     from server_app.config import parse_run_config
+    from server_app.policy_params import fold_policy_params
 
     defaults = default_run_config()
+    overrides = fold_policy_params(overrides)  # Flower accepts declared keys only
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         raise ValueError(

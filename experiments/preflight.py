@@ -4,9 +4,10 @@
 refuses, with one line naming the run-config key, every setting that can only fail later or
 can only be a mistake: a result folder that is a file or holds another run, a ``resume-from``
 folder that cannot be continued (no checkpoint, unreadable checkpoint or metrics, other
-settings, nothing left to run), a model that does not fit the data set's images, and sizes
-beyond the training set (more devices or shards than samples, local training of more than
-:data:`MAX_LOCAL_PASSES` passes over a device's data per round).
+settings, nothing left to run), a ``channel.trace`` file that cannot be replayed over the
+run (:func:`server_app.uplink.check_channel_trace`), a model that does not fit the data set's
+images, and sizes beyond the training set (more devices or shards than samples, local
+training of more than :data:`MAX_LOCAL_PASSES` passes over a device's data per round).
 
 :func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
 and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
@@ -254,8 +255,10 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     """
     from fedcgd_task.datasets import load_train_set
     from server_app.config import parse_run_config
+    from server_app.uplink import check_channel_trace
 
     config = parse_run_config(run_config)
+    check_channel_trace(config)
     check_result_folder(run_config)
     train_set = load_train_set(config.task)
     check_sizes(run_config, train_set.labels, config.task.dataset)

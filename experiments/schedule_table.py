@@ -5,7 +5,7 @@ reproduces the two scheduling columns of the paper's Table II ("Performance of b
 CIFAR-10, sort-and-partition with l = 1 shard per device, r = 1, τ = 1) for every policy, in
 seconds, without CIFAR images, training or a GPU. Every policy sees the same devices, the same
 channel draws and the same label histograms (common random numbers), and is called exactly as
-the Flower strategy calls it: :func:`fedcgd_strategy.policies.make_policy` builds it,
+the Flower strategy calls it: :func:`fedcgd_strategy.policies.registry.make_policy` builds it,
 :class:`~fedcgd_strategy.policies.RoundInputs` carries the round, ``policy.schedule(inputs, rng)``
 returns the :class:`~fedcgd_strategy.policies.Decision` whose ``selected`` and plain ``wemd``
 (Σ_c |p̄_c − p_c|) are recorded.
@@ -75,7 +75,14 @@ import numpy.typing as npt
 from scipy.special import stdtrit
 
 from channel import Cell, CellConfig
-from fedcgd_strategy.policies import POLICY_NAMES, Decision, Policy, RoundInputs, make_policy
+from fedcgd_strategy.policies import (
+    POLICY_NAMES,
+    Decision,
+    Policy,
+    PolicyContext,
+    RoundInputs,
+    make_policy,
+)
 from fedcgd_task.partition import partition_indices
 from fedcgd_task.settings import TaskSettings
 
@@ -375,11 +382,13 @@ def build_policies(settings: TableSettings, specs: Sequence[PolicySpec]) -> dict
     return {
         spec.label: make_policy(
             spec.name,
-            num_devices=settings.num_devices,
-            num_classes=settings.num_classes,
-            initial_g=1.0,
-            pack_rule=settings.pack_rule,
-            poc_candidates=spec.poc_candidates,
+            PolicyContext(
+                num_devices=settings.num_devices,
+                num_classes=settings.num_classes,
+                initial_g=1.0,
+                pack_rule=settings.pack_rule,
+                poc_candidates=spec.poc_candidates,
+            ),
         )
         for spec in specs
     }

@@ -1,4 +1,9 @@
-"""FedCGD scheduling math (pure numpy) and the Flower strategy glue."""
+"""FedCGD scheduling: the math and the policies (pure numpy), and the Flower glue (``flower/``).
+
+Write your own policy by subclassing :class:`Policy`: implement ``schedule(inputs, rng)``
+returning :func:`decision_from_mask` of a boolean mask over the devices, and name the class in
+the run config (``policy = "package.module:ClassName"``); see README, "Write your own policy".
+"""
 
 from fedcgd_strategy.estimators import device_gradient_estimates as device_gradient_estimates
 from fedcgd_strategy.estimators import estimate_class_gradient as estimate_class_gradient
@@ -8,6 +13,12 @@ from fedcgd_strategy.fedcbs import FedCBSState as FedCBSState
 from fedcgd_strategy.fedcbs import fedcbs_select as fedcbs_select
 from fedcgd_strategy.fedcbs import qcid as qcid
 from fedcgd_strategy.fedcbs import qcid_pairwise as qcid_pairwise
+from fedcgd_strategy.policies import Decision as Decision
+from fedcgd_strategy.policies import Policy as Policy
+from fedcgd_strategy.policies import Protocol as Protocol
+from fedcgd_strategy.policies import RoundInputs as RoundInputs
+from fedcgd_strategy.policies import UploadedUpdates as UploadedUpdates
+from fedcgd_strategy.policies import decision_from_mask as decision_from_mask
 from fedcgd_strategy.problem import SchedulingProblem as SchedulingProblem
 from fedcgd_strategy.selectors import best_channel as best_channel
 from fedcgd_strategy.selectors import best_effort_pack as best_effort_pack

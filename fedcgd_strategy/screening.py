@@ -1,7 +1,8 @@
 """Screening rules for the values a device sends, as pure functions (no flwr, no torch).
 
 Every rule a reply must pass before any of its values reaches the estimators, the solvers or
-the global model is written here once; :mod:`fedcgd_strategy.replies` applies them to messages.
+the global model is written here once; :mod:`fedcgd_strategy.flower.replies` applies them to
+messages.
 
 * **Round histogram.** A device's label histogram of a round counts the labels of the
   ``tau * b`` samples of its ``tau`` mini-batches, which

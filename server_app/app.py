@@ -15,9 +15,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from channel import Cell
-from fedcgd_strategy.policies import make_policy
-from fedcgd_strategy.strategy import ScheduledStrategy
+from fedcgd_strategy.policies.registry import make_policy
+from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_task.datasets import load_test_set, load_train_set
 from fedcgd_task.local_data import all_partitions
 from fedcgd_task.models import build_model, count_parameters
@@ -39,6 +38,7 @@ from server_app.run_status import (
     one_line,
     write_status,
 )
+from server_app.uplink import build_uplink
 
 app = ServerApp()
 
@@ -259,18 +259,9 @@ def train_rounds(
     )
     writer.write_config(resolved)
 
-    policy = make_policy(
-        config.policy,
-        num_devices=config.task.num_devices,
-        num_classes=num_classes,
-        initial_g=config.initial_g,
-        pack_rule=config.pack_rule,
-        poc_candidates=config.poc_candidates,
-        fedcbs_lambda=config.fedcbs_lambda,
-        exact_time_limit_s=config.exact_time_limit_s or None,
-    )
+    policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
     cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
-    cell = Cell(config.cell, cell_rng)  # the drop: a pure function of the seed
+    cell = build_uplink(config, cell_rng, first_round=0 if resume is None else resume.round)
     if resume is not None:
         policy.load_state_dict(resume.policy_state)
         cell_rng.bit_generator.state = resume.cell_rng_state

@@ -9,7 +9,15 @@ A bad value raises one ``ValueError`` naming the run-config key, the value and w
 run-config key                 meaning
 =============================  ==================================================================
 ``num-server-rounds``          rounds J, int >= 1
-``policy``                     scheduling rule (:data:`fedcgd_strategy.policies.POLICY_NAMES`)
+``policy``                     scheduling rule: a built-in name
+                               (:data:`fedcgd_strategy.policies.POLICY_NAMES`) or your own
+                               :class:`fedcgd_strategy.Policy` subclass as
+                               ``"package.module:ClassName"`` or ``"/abs/path/file.py:ClassName"``
+                               (:mod:`fedcgd_strategy.policies.registry`)
+``policy-params``              the policy's own constructor arguments: a TOML inline table as a
+                               string (``"{window = 20}"``), or ``policy-params.<name>`` keys
+                               where this project reads the run config
+                               (:mod:`server_app.policy_params`)
 ``protocol``                   ``"auto"`` | ``"channel"`` | ``"query"`` | ``"train-all"`` (auto:
                                train-all for bn2/poc, channel for bc/all, query otherwise)
 ``eval-every``                 central evaluation every k rounds (and always after the last)
@@ -40,6 +48,12 @@ run-config key                 meaning
                                ``channel.redraw-los-each-round`` and
                                ``channel.redraw-shadowing-each-round``, true/false), plus
                                ``channel.model-bits`` (0 = parameters × 32)
+``channel.trace``              absolute path of a recorded channel (``.npz`` with
+                               ``available[R, V]`` bool and ``gain_lin[R, V]`` float, V =
+                               num-devices, R >= num-server-rounds): round j replays row j-1, B*
+                               is recomputed from its gains; ``""`` = simulate the UMi cell (see
+                               :mod:`channel.trace`; the file is checked by
+                               :func:`server_app.uplink.check_channel_trace`)
 =============================  ==================================================================
 """
 
@@ -53,7 +67,8 @@ from pathlib import Path
 from typing import Any
 
 from channel import CellConfig
-from fedcgd_strategy.policies import POLICY_NAMES, PROTOCOL_CHOICES, resolve_protocol
+from fedcgd_strategy.policies import PROTOCOL_CHOICES, Protocol, resolve_protocol
+from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
 from fedcgd_strategy.selectors import PACK_RULES
 from fedcgd_task.settings import (
     TaskSettings,
@@ -63,6 +78,7 @@ from fedcgd_task.settings import (
     read_real,
     require_key,
 )
+from server_app.policy_params import read_policy_params
 
 TARGET_CHOICES = ("global", "devices")
 
@@ -94,7 +110,7 @@ class RunConfig:
     cell: CellConfig
     num_server_rounds: int
     policy: str
-    protocol: str
+    protocol: Protocol
     eval_every: int
     result_dir: str
     initial_g: float
@@ -110,11 +126,25 @@ class RunConfig:
     checkpoint_every: int
     resume_from: str
     verbose: bool = False
+    channel_trace: str = ""
+    policy_params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def seed(self) -> int:
         """The run seed."""
         return self.task.seed
+
+    def policy_context(self, num_classes: int) -> PolicyContext:
+        """What the policy's constructor may take by name besides ``policy-params``."""
+        return PolicyContext(
+            num_devices=self.task.num_devices,
+            num_classes=num_classes,
+            initial_g=self.initial_g,
+            pack_rule=self.pack_rule,
+            poc_candidates=self.poc_candidates,
+            fedcbs_lambda=self.fedcbs_lambda,
+            exact_time_limit_s=self.exact_time_limit_s,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable view (nested task, training and cell settings)."""
@@ -135,6 +165,31 @@ def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
             if name in text:
                 raise ValueError(f"run-config key 'channel.{key}': {text}") from err
         raise ValueError(f"channel settings: {text}") from err
+
+
+def read_channel_trace(run_config: Mapping[str, Any]) -> str:
+    """The ``channel.trace`` value: ``""`` (simulate the cell) or an absolute path, ``~`` expanded.
+
+    Only the value is checked here (no file is read: the launcher may validate a run config for
+    a SuperLink on another machine); :func:`server_app.uplink.check_channel_trace` checks the
+    file before the start.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``channel.trace``, the value and what is allowed.
+
+    """
+    value = require_key(run_config, "channel.trace")
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not Path(value).expanduser().is_absolute():
+        raise ValueError(
+            f"run-config key 'channel.trace' = {value!r} must be the absolute path of a channel "
+            'trace (.npz; the ServerApp runs in an unrelated working directory), or "" to '
+            "simulate the UMi cell"
+        )
+    return str(Path(value).expanduser())
 
 
 def default_result_dir(policy: str) -> str:
@@ -162,9 +217,12 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
 
     """
     task = TaskSettings.from_run_config(run_config)
-    policy = read_choice(run_config, "policy", POLICY_NAMES)
+    policy = require_key(run_config, "policy")
+    policy_params = read_policy_params(run_config)
+    check_policy_params(policy, policy_params)
     try:
-        protocol = resolve_protocol(policy, read_choice(run_config, "protocol", PROTOCOL_CHOICES))
+        requested = read_choice(run_config, "protocol", PROTOCOL_CHOICES)
+        protocol = resolve_protocol(policy_class(policy), requested, policy)
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     result_dir = require_key(run_config, "result-dir")
@@ -202,6 +260,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         cell=_cell_config(run_config, task.num_devices),
         num_server_rounds=read_int(run_config, "num-server-rounds", minimum=1),
         policy=policy,
+        policy_params=policy_params,
         protocol=protocol,
         eval_every=read_int(run_config, "eval-every", minimum=1),
         result_dir=str(Path(result_dir).expanduser()),
@@ -220,4 +279,5 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         checkpoint_every=read_int(run_config, "checkpoint-every", minimum=0),
         resume_from=str(Path(resume_from).expanduser()) if resume_from else "",
         verbose=verbose,
+        channel_trace=read_channel_trace(run_config),
     )

@@ -25,7 +25,8 @@ from misbehaving import FAULTS, misbehaving, silent_like
 from client_app.app import app as client_app
 from experiments.launcher import default_run_config
 from fedcgd_strategy.aggregation import fedavg
-from fedcgd_strategy.discovery import NodeRegistry, discover_nodes
+from fedcgd_strategy.flower.discovery import discover_nodes
+from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.screening import (
     reported_norm_matches,
     round_histogram_bounds,
@@ -261,7 +262,7 @@ def reply_with(metrics: dict) -> Message:
 
 
 def test_fractional_histogram_in_a_reply_is_refused():
-    from fedcgd_strategy.replies import MalformedReplyError, read_report
+    from fedcgd_strategy.flower.replies import MalformedReplyError, read_report
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [0.5, 0.5]}
     with pytest.raises(MalformedReplyError, match="integer class counts"):
@@ -272,16 +273,16 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     # Replies cannot carry inf past the checks, so the last line of defence is tested directly:
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from fedcgd_strategy.aggregation import non_finite_arrays
-    from fedcgd_strategy.policies import make_policy
-    from fedcgd_strategy.replies import DeviceReport
-    from fedcgd_strategy.strategy import ScheduledStrategy, _Round
+    from fedcgd_strategy.flower.replies import DeviceReport
+    from fedcgd_strategy.flower.strategy import ScheduledStrategy, _Round
+    from fedcgd_strategy.policies import PolicyContext, make_policy
     from fedcgd_task.settings import TrainingSettings
 
     reference = {"w": np.zeros(2, np.float32)}
     huge = {"w": np.full(2, 1e39)}
     assert non_finite_arrays(fedavg([huge, huge], [1, 1], reference)) == ["w"]
     strategy = ScheduledStrategy(
-        policy=make_policy("all", num_devices=2, num_classes=2),
+        policy=make_policy("all", PolicyContext(num_devices=2, num_classes=2)),
         cell=None,  # type: ignore[arg-type]
         model_bits=1.0,
         total_bandwidth_hz=1.0,
@@ -363,7 +364,7 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
     ],
 )
 def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
-    from fedcgd_strategy.replies import ExpectedReply, MalformedReplyError, read_report
+    from fedcgd_strategy.flower.replies import ExpectedReply, MalformedReplyError, read_report
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1], key: value}
     with pytest.raises(MalformedReplyError, match=match):
@@ -376,7 +377,7 @@ def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
 
 
 def test_the_same_reply_with_sane_values_is_accepted():
-    from fedcgd_strategy.replies import ExpectedReply, read_report
+    from fedcgd_strategy.flower.replies import ExpectedReply, read_report
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1]}
     report = read_report(

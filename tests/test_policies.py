@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedcgd_strategy.policies import RoundInputs, decide, make_policy, resolve_protocol
+from fedcgd_strategy.policies import (
+    PolicyContext,
+    RoundInputs,
+    decision_from_mask,
+    make_policy,
+    policy_class,
+    resolve_protocol,
+)
 
 
 def inputs(**changes: Any) -> RoundInputs:
@@ -55,30 +62,37 @@ def test_non_candidate_rows_are_not_checked_and_nan_sigma_means_not_computed() -
 
 
 def test_decision_terms_by_hand() -> None:
-    decision = decide(inputs(), np.array([True, True, False]))
+    decision = decision_from_mask(inputs(), np.array([True, True, False]))
     # p̄ = (0.625, 0.375): |0.125| + |0.125| = 0.25; σ̂ / sqrt(b |S|) = sqrt(7) / sqrt(8).
     assert decision.wemd == pytest.approx(0.25)
     assert decision.sampling_term == pytest.approx(math.sqrt(7.0 / 8.0))
     assert decision.bandwidth_used_hz == 3.0
     with pytest.raises(ValueError, match="not a candidate"):
-        decide(inputs(), np.array([True, False, True]))
+        decision_from_mask(inputs(), np.array([True, False, True]))
 
 
 def test_protocol_rule() -> None:
-    assert resolve_protocol("bn2") == "train-all" and resolve_protocol("fedcbs") == "channel"
-    assert resolve_protocol("fedcgd-gs") == "query"
-    assert resolve_protocol("bc") == "channel" and resolve_protocol("bc", "query") == "query"
+    def rule(name: str, requested: str = "auto") -> str:
+        return resolve_protocol(policy_class(name), requested, name)
+
+    assert rule("bn2") == "train-all" and rule("fedcbs") == "channel"
+    assert rule("fedcgd-gs") == "query"
+    assert rule("bc") == "channel" and rule("bc", "query") == "query"
     with pytest.raises(ValueError, match="'query' does not work with policy 'poc'"):
-        resolve_protocol("poc", "query")
-    with pytest.raises(ValueError, match="policy: got 'fedsgd'"):
-        resolve_protocol("fedsgd")
+        rule("poc", "query")
+    with pytest.raises(ValueError, match="'policy' = 'fedsgd'; allowed: fedcgd-fscd, "):
+        rule("fedsgd")
     with pytest.raises(ValueError, match="protocol: got 'push'"):
-        resolve_protocol("bc", "push")
+        rule("bc", "push")
 
 
 def test_class_gradient_is_one_array_shape_per_variant() -> None:
-    g = make_policy("fedcgd-fscd", num_devices=3, num_classes=2, initial_g=2.0).class_gradient
-    gc = make_policy("fedcgd-fscd-gc", num_devices=3, num_classes=2, initial_g=2.0).class_gradient
+    g = make_policy(
+        "fedcgd-fscd", PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
+    ).class_gradient
+    gc = make_policy(
+        "fedcgd-fscd-gc", PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
+    ).class_gradient
     assert g is not None and g.tolist() == [2.0]
     assert gc is not None and gc.tolist() == [2.0, 2.0]
-    assert make_policy("bc", num_devices=3, num_classes=2).class_gradient is None
+    assert make_policy("bc", PolicyContext(num_devices=3, num_classes=2)).class_gradient is None

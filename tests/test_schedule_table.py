@@ -21,7 +21,7 @@ from experiments.schedule_table import (
     simulate,
     simulate_rounds,
 )
-from fedcgd_strategy.policies import RoundInputs, make_policy
+from fedcgd_strategy.policies import PolicyContext, RoundInputs, make_policy
 
 #: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.
 PAPER = {
@@ -95,9 +95,9 @@ def test_bc_count_on_a_hand_instance():
     rng = np.random.default_rng(0)
     # By gain: device 0 (3 MHz, used 3), 1 infeasible (passed over), 2 (4 MHz, used 7),
     # 3 needs 2 MHz > 1 MHz left: stop. Device 5 is the best but not a candidate.
-    stop = make_policy("bc", num_devices=6, num_classes=2).schedule(inputs, rng)
+    stop = make_policy("bc", PolicyContext(num_devices=6, num_classes=2)).schedule(inputs, rng)
     assert stop.selected.tolist() == [True, False, True, False, False, False]
-    skip = make_policy("bc", num_devices=6, num_classes=2, pack_rule="skip")
+    skip = make_policy("bc", PolicyContext(num_devices=6, num_classes=2, pack_rule="skip"))
     assert skip.schedule(inputs, rng).selected.sum() == 3  # + device 4 (1 MHz, used 8)
 
 

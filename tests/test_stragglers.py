@@ -23,10 +23,10 @@ from subprocesses import assert_import_pulls_neither_flwr_nor_torch
 from test_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
 from wrapped_project import build_wrapped_project, run_wrapped
 
-from fedcgd_strategy.discovery import settle_pending
+from fedcgd_strategy.flower.discovery import settle_pending
+from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.pending import Pending, PendingMessages
-from fedcgd_strategy.policies import make_policy
-from fedcgd_strategy.strategy import ScheduledStrategy
+from fedcgd_strategy.policies import PolicyContext, make_policy
 from fedcgd_task import keys
 from server_app.results import METRICS_FILE
 
@@ -160,7 +160,7 @@ class StragglerGrid(FakeGrid):
 
 def straggler_strategy():
     draw = make_draw([True] * V, [1.0] * V)  # everyone available, everyone fits
-    policy = make_policy("all", num_devices=V, num_classes=2)
+    policy = make_policy("all", PolicyContext(num_devices=V, num_classes=2))
     return ScheduledStrategy(
         policy=policy,
         cell=FixedChannel(draw),

@@ -15,9 +15,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 
 from channel import RoundDraw
 from fedcgd_strategy import SchedulingProblem, solve
-from fedcgd_strategy.discovery import NodeRegistry
-from fedcgd_strategy.policies import POLICY_NAMES, make_policy
-from fedcgd_strategy.strategy import ScheduledStrategy
+from fedcgd_strategy.flower.strategy import ScheduledStrategy
+from fedcgd_strategy.nodes import NodeRegistry
+from fedcgd_strategy.policies import POLICY_NAMES, PolicyContext, make_policy
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings
 
@@ -120,7 +120,9 @@ def build(
 ):
     handler = handler or scripted_client()
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
-    policy = make_policy(policy_name, num_devices=V, num_classes=C, initial_g=initial_g)
+    policy = make_policy(
+        policy_name, PolicyContext(num_devices=V, num_classes=C, initial_g=initial_g)
+    )
     strategy = ScheduledStrategy(
         policy=policy,
         cell=FixedChannel(draw),
@@ -326,7 +328,7 @@ def test_device_that_times_out_after_discovery_is_excluded():
 
 
 def test_exact_time_limit_reaches_the_solver(monkeypatch):
-    import fedcgd_strategy.policies as policies
+    import fedcgd_strategy.policies.fedcgd as policies
 
     seen = {}
     real_solve = policies.solve
@@ -336,7 +338,9 @@ def test_exact_time_limit_reaches_the_solver(monkeypatch):
         return real_solve(problem, method, **kwargs)
 
     monkeypatch.setattr(policies, "solve", spy)
-    policy = make_policy("fedcgd-exact", num_devices=V, num_classes=C, exact_time_limit_s=2.5)
+    policy = make_policy(
+        "fedcgd-exact", PolicyContext(num_devices=V, num_classes=C, exact_time_limit_s=2.5)
+    )
     strategy, grid = build("fedcgd-exact", make_draw([True] * V, [1.0] * V))
     strategy.policy = policy
     run_round(strategy, grid)

@@ -1,8 +1,7 @@
-"""Which Flower node serves which device: partition id ↔ node id, joins and leaves.
+"""Discovery: ask the nodes the server does not know yet which partition they serve.
 
-The server cannot read a node's ``node_config``, so each node reports its partition id in a
-``query.info`` reply; :class:`NodeRegistry` (pure Python) keeps the answers and
-:func:`discover_nodes` asks the nodes it does not know yet.
+Each node reports its partition id (and its local class counts) in a ``query.info`` reply;
+:class:`~fedcgd_strategy.nodes.NodeRegistry` keeps the answers.
 """
 
 from __future__ import annotations
@@ -11,133 +10,14 @@ import time
 from collections.abc import Iterable
 from logging import INFO, WARNING
 
-import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
-from numpy.typing import NDArray
 
+from fedcgd_strategy.flower.replies import MalformedReplyError, read_info
+from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.pending import PendingMessages
-from fedcgd_strategy.replies import MalformedReplyError, read_info
 from fedcgd_task import keys
-
-
-class NodeRegistry:
-    """The partition id of every known node, and the node of every known partition.
-
-    Rules: a node that disconnects is forgotten (its partition becomes free and is learned again
-    when a node claims it); when two connected nodes claim the same partition the first one
-    keeps it and the second stays unknown (it is asked again next round, so it takes over once
-    the first leaves).
-
-    Claims are only as good as the evidence: with ``partition_counts`` (the class counts of
-    every partition, which the server can compute because the partition is a pure function of
-    the run config), a claim whose local class counts are not those of the claimed partition is
-    refused (:meth:`claim_problem`), so a node cannot take over another device's partition by
-    answering first with its own data. It can by reporting the other partition's counts
-    exactly (they follow from the public run config): only node authentication (TLS with
-    SuperNode authentication, see the README) tells such a node apart. Without
-    ``partition_counts``, the first claimant keeps the partition.
-
-    Parameters
-    ----------
-    num_devices : int
-        V; partition ids lie in ``[0, V)``.
-    num_classes : int
-        C, the length of the local class counts.
-    partition_counts : int[V, C], optional
-        The true class counts of each partition's local dataset.
-
-    """
-
-    def __init__(
-        self,
-        num_devices: int,
-        num_classes: int,
-        partition_counts: NDArray[np.int64] | None = None,
-    ) -> None:
-        self.num_devices, self.num_classes = int(num_devices), int(num_classes)
-        self._node_of: dict[int, int] = {}
-        self._partition_of: dict[int, int] = {}
-        self._local_hist: dict[int, NDArray[np.int64]] = {}
-        self._truth = None
-        if partition_counts is not None:
-            truth = np.asarray(partition_counts, dtype=np.int64)
-            if truth.shape != (self.num_devices, self.num_classes):
-                raise ValueError(
-                    f"partition_counts has shape {truth.shape}; expected "
-                    f"({self.num_devices}, {self.num_classes})"
-                )
-            self._truth = truth
-
-    def __len__(self) -> int:
-        return len(self._node_of)
-
-    def node(self, partition_id: int) -> int:
-        """Node id serving ``partition_id`` (KeyError if none)."""
-        return self._node_of[partition_id]
-
-    def partition(self, node_id: int) -> int | None:
-        """Partition id of ``node_id``, or None if the node is unknown."""
-        return self._partition_of.get(node_id)
-
-    def forget_disconnected(self, connected: Iterable[int]) -> list[tuple[int, int]]:
-        """Forget every known node not in ``connected``; return the (node, partition) pairs lost."""
-        alive = set(connected)
-        lost = [(n, p) for n, p in sorted(self._partition_of.items()) if n not in alive]
-        for node, pid in lost:
-            del self._partition_of[node]
-            del self._node_of[pid]
-        return lost
-
-    def unknown(self, connected: Iterable[int]) -> list[int]:
-        """Connected node ids whose partition is not known yet, sorted."""
-        return sorted(set(connected) - set(self._partition_of))
-
-    def register(
-        self, node_id: int, partition_id: int, local_hist: NDArray[np.int64] | None = None
-    ) -> int:
-        """Record that ``node_id`` serves ``partition_id``; return the node that keeps it.
-
-        The return value differs from ``node_id`` when another node already holds the
-        partition (a duplicate claim, which is refused). ``local_hist`` (int[C]) is the class
-        count of the device's whole local dataset, kept per partition.
-        """
-        if not 0 <= partition_id < self.num_devices:
-            raise ValueError(
-                f"partition id {partition_id!r} out of range; allowed: 0 .. {self.num_devices - 1}"
-            )
-        holder = self._node_of.setdefault(partition_id, node_id)
-        if holder == node_id:
-            self._partition_of[node_id] = partition_id
-            if local_hist is not None:
-                self._local_hist[partition_id] = np.asarray(local_hist, dtype=np.int64)
-        return holder
-
-    def local_hist(self, partition_id: int) -> NDArray[np.int64] | None:
-        """Class counts of ``partition_id``'s whole local dataset as registered (None: unknown)."""
-        return self._local_hist.get(partition_id)
-
-    def claim_problem(self, partition_id: int, local_hist: NDArray[np.int64]) -> str | None:
-        """Why a claim of ``partition_id`` with ``local_hist`` is refused (None: not refused)."""
-        if self._truth is None or np.array_equal(self._truth[partition_id], local_hist):
-            return None
-        return (
-            f"claims partition {partition_id} with local class counts "
-            f"{np.asarray(local_hist).tolist()}, which are not that partition's "
-            f"{self._truth[partition_id].tolist()}"
-        )
-
-    def local_counts(self) -> NDArray[np.int64]:
-        """int[V, C]: class counts of each known device's whole local dataset (0 rows: unknown)."""
-        out = np.zeros((self.num_devices, self.num_classes), dtype=np.int64)
-        for pid, hist in self._local_hist.items():
-            out[pid] = hist
-        return out
-
-    def with_node(self, mask: NDArray[np.bool_]) -> list[int]:
-        """Partition ids set in ``mask`` (bool[V]) that have a node, ascending."""
-        return [int(v) for v in np.flatnonzero(mask) if int(v) in self._node_of]
 
 
 def discover_nodes(

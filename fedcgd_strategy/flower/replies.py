@@ -25,16 +25,16 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TypeGuard
 
 import numpy as np
 from flwr.app import Message, MetricRecord
 from flwr.supercore import log
 from numpy.typing import NDArray
 
-from channel import RoundDraw
 from fedcgd_strategy.aggregation import flatten_update
-from fedcgd_strategy.policies import ReportedStats, RoundInputs, UploadedUpdates
+from fedcgd_strategy.nodes import NodeRegistry
+from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
 from fedcgd_strategy.screening import (
     FLOAT32_MAX,
     exceeds_float32,
@@ -45,10 +45,6 @@ from fedcgd_strategy.screening import (
 )
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings
-
-if TYPE_CHECKING:
-    from fedcgd_strategy.discovery import NodeRegistry
-
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53
@@ -445,89 +441,27 @@ def collect_reports(
     return [reports[p] for p in sorted(reports)], dict(sorted(failures.items()))
 
 
-def _reported_stats(
-    reports: list[DeviceReport], num_devices: int, num_classes: int, post_training: bool
-) -> tuple[NDArray[np.bool_], ReportedStats]:
-    """The reporting devices (the candidates) and their statistics as length-V arrays."""
-    candidate = np.zeros(num_devices, dtype=bool)
-    label_dist = np.zeros((num_devices, num_classes))
+def reported_stats(
+    reports: list[DeviceReport], num_devices: int, num_classes: int, *, post_training: bool
+) -> ReportedStats:
+    """The valid reports of a phase as length-V arrays (the policy's inputs are built from them).
+
+    ``post_training``: the reports carry post-training values (train-loss, update-norm) to pass
+    on (NaN rows for devices without them).
+    """
+    reported = np.zeros(num_devices, dtype=bool)
+    label_hist = np.zeros((num_devices, num_classes), dtype=np.int64)
     num_examples, sigma_v = np.zeros(num_devices), np.zeros(num_devices)
     train_loss = np.full(num_devices, np.nan) if post_training else None
     update_norm = np.full(num_devices, np.nan) if post_training else None
     for r in reports:
         v = r.partition_id
-        candidate[v] = True
-        label_dist[v], num_examples[v], sigma_v[v] = r.label_dist, r.num_examples, r.sigma
+        reported[v] = True
+        label_hist[v], num_examples[v], sigma_v[v] = r.label_hist, r.num_examples, r.sigma
         if train_loss is not None and update_norm is not None:
             train_loss[v] = np.nan if r.train_loss is None else r.train_loss
             update_norm[v] = np.nan if r.update_norm is None else r.update_norm
-    return candidate, ReportedStats(label_dist, num_examples, sigma_v, train_loss, update_norm)
-
-
-def inputs_from_reports(
-    reports: list[DeviceReport] | None,
-    draw: RoundDraw,
-    available: list[int],
-    *,
-    num_classes: int,
-    total_bandwidth_hz: float,
-    batch_size: int,
-    target_dist: NDArray[np.float64] | None,
-    post_training: bool,
-    local_counts: NDArray[np.int64] | None = None,
-) -> RoundInputs:
-    """Assemble the policy's view of the round from the channel draw and the valid reports.
-
-    Parameters
-    ----------
-    reports : list of DeviceReport, or None
-        Valid replies of this round; their devices become the candidates. None: nobody was
-        asked (protocol ``"channel"``); the ``available`` devices are the candidates
-        (:meth:`RoundInputs.from_channel`).
-    draw : RoundDraw
-        This round's channel (length-V arrays).
-    available : list of int
-        Partition ids drawn available that have a node.
-    num_classes : int
-        C.
-    total_bandwidth_hz : float
-        Bandwidth budget B.
-    batch_size : int
-        b.
-    target_dist : float[C] or None
-        WEMD target p; None = the class distribution of the union of the reported histograms
-        (uniform when nobody reported).
-    post_training : bool
-        The reports carry post-training values (train-loss, update-norm) to pass on.
-    local_counts : int[V, C], optional
-        Class counts of each device's whole local dataset, reported at discovery (Fed-CBS's
-        p_v; their row sums are |D_v|); zero rows for unknown devices.
-
-    """
-    V = int(np.asarray(draw.available).shape[0])
-    reported = None
-    if reports is None:
-        candidate = np.zeros(V, dtype=bool)
-        candidate[available] = True
-    else:
-        candidate, reported = _reported_stats(reports, V, num_classes, post_training)
-    if target_dist is not None:
-        target = np.asarray(target_dist, dtype=float)
-    elif reports:
-        total = np.sum([r.label_hist for r in reports], axis=0).astype(float)
-        target = total / total.sum()
-    else:
-        target = np.full(num_classes, 1.0 / num_classes)
-    return RoundInputs.from_channel(
-        candidate,
-        np.asarray(draw.min_bandwidth_hz, dtype=float),
-        np.asarray(draw.gain_lin, dtype=float),
-        total_bandwidth_hz=total_bandwidth_hz,
-        batch_size=batch_size,
-        target_dist=target,
-        local_counts=local_counts,
-        reported=reported,
-    )
+    return ReportedStats(reported, label_hist, num_examples, sigma_v, train_loss, update_norm)
 
 
 def uploaded_updates(

@@ -6,21 +6,25 @@ available devices (protocol ``"query"``; ``"channel"`` skips it), schedule, buil
 trained first (protocol ``"train-all"``, for rules that rank on post-training values), averages
 the scheduled devices' models, lets the policy update Ĝ, and builds the round's record.
 
-Each rule lives in a pure function or small class (:mod:`~.discovery`, :mod:`~.replies`,
-:mod:`~.policies`, :mod:`~.aggregation`, :mod:`~.record`). A device whose reply is an error,
-times out or is malformed is excluded for the round (:mod:`~.replies` lists the rules; the
+Each rule lives in a pure function or small class (:mod:`fedcgd_strategy.nodes`,
+:mod:`fedcgd_strategy.policies`, :mod:`fedcgd_strategy.aggregation`,
+:mod:`fedcgd_strategy.record`, :mod:`fedcgd_strategy.screening`); :mod:`~.discovery` and
+:mod:`~.replies` translate messages. A device whose reply is an error, times out or is
+malformed is excluded for the round (:mod:`~.replies` lists the rules; the
 reason goes to the round's record); with nothing uploaded, or an aggregate that is not finite,
 the model is kept. A node whose message timed out is sent nothing until it has answered
-(:mod:`~.pending`): its device sits the rounds out as failed ("busy"), the others go on.
+(:mod:`fedcgd_strategy.pending`): its device sits the rounds out as failed ("busy"), the
+others go on.
 """
 
 from __future__ import annotations
 
 import time
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from flwr.app import (
@@ -39,29 +43,31 @@ from numpy.typing import NDArray
 
 from channel import RoundDraw
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
-from fedcgd_strategy.discovery import (
-    NodeRegistry,
+from fedcgd_strategy.flower.discovery import (
     discover_nodes,
     record_unanswered,
     send_tracked,
     settle_pending,
 )
+from fedcgd_strategy.flower.replies import (
+    DeviceReport,
+    Screening,
+    collect_reports,
+    reported_stats,
+    uploaded_updates,
+)
+from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.pending import PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
     Policy,
+    Protocol,
     RoundInputs,
     resolve_protocol,
+    round_inputs,
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
-from fedcgd_strategy.replies import (
-    DeviceReport,
-    Screening,
-    collect_reports,
-    inputs_from_reports,
-    uploaded_updates,
-)
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings, read_round_config
@@ -70,7 +76,7 @@ from fedcgd_task.settings import TrainingSettings, read_round_config
 Arrays = dict[str, NDArray[np.generic]]
 
 
-class ChannelModel(Protocol):
+class ChannelModel(typing.Protocol):
     """What the strategy needs from a cell: one channel draw per round."""
 
     def draw_round(self, model_bits: float) -> RoundDraw:
@@ -79,7 +85,7 @@ class ChannelModel(Protocol):
 
 
 @dataclass
-class _Round:
+class RoundInProgress:
     """What :meth:`configure_train` leaves for :meth:`aggregate_train` of the same round."""
 
     draw: RoundDraw
@@ -114,7 +120,7 @@ class ScheduledStrategy(Strategy):
     Parameters
     ----------
     policy : Policy
-        The scheduling rule (see :func:`fedcgd_strategy.policies.make_policy`).
+        The scheduling rule (see :func:`fedcgd_strategy.policies.registry.make_policy`).
     cell : ChannelModel
         The uplink model (a :class:`channel.Cell`), drawn once per round.
     model_bits : float
@@ -129,8 +135,8 @@ class ScheduledStrategy(Strategy):
     rng : numpy.random.Generator
         Randomness of the policy (CD start, POC candidates, Fed-CBS sampling).
     protocol : str
-        ``"auto"`` (derived from the policy), ``"query"`` or ``"train-all"``; see
-        :func:`fedcgd_strategy.policies.resolve_protocol`.
+        ``"auto"`` (derived from the policy's class) or a :class:`Protocol` value; see
+        :func:`fedcgd_strategy.policies.protocol.resolve_protocol`.
     query_timeout_s : float
         How long to wait for ``query.info`` / ``query.stats`` replies.
     round_offset : int
@@ -141,7 +147,7 @@ class ScheduledStrategy(Strategy):
         absolute float32 bound always applies).
     partition_counts : int[V, C], optional
         True class counts of every partition; discovery refuses a claim that does not match
-        (see :class:`~fedcgd_strategy.discovery.NodeRegistry`).
+        (see :class:`~fedcgd_strategy.nodes.NodeRegistry`).
     on_record : callable, optional
         Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` at the end of
         :meth:`aggregate_train` (before Flower calls the ``evaluate_fn`` of that round).
@@ -170,7 +176,7 @@ class ScheduledStrategy(Strategy):
         on_record: Callable[[RoundRecord], None] | None = None,
     ) -> None:
         self.policy = policy
-        self.protocol = resolve_protocol(policy.name, protocol)
+        self.protocol = resolve_protocol(type(policy), protocol, policy.name)
         self.cell = cell
         self.model_bits = float(model_bits)
         self.total_bandwidth_hz = float(total_bandwidth_hz)
@@ -184,7 +190,7 @@ class ScheduledStrategy(Strategy):
         self._norm_reference: float | None = None  # median accepted update norm, last round
         self.last_record: RoundRecord | None = None
         self.on_record = on_record
-        self._round: _Round | None = None
+        self._round: RoundInProgress | None = None
 
     def summary(self) -> None:
         """Log the hyper-parameters once."""
@@ -200,21 +206,28 @@ class ScheduledStrategy(Strategy):
             Message(content, dst_node_id=node(v), message_type=kind, group_id=str(rnd)) for v in to
         ]
 
-    def _inputs(self, state: _Round, reports: list[DeviceReport] | None) -> RoundInputs:
+    def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:
         """The policy's view: from the reports, or (``reports=None``) from the channel only."""
-        return inputs_from_reports(
-            reports,
-            state.draw,
-            state.reachable,
-            num_classes=self.registry.num_classes,
+        num_devices, num_classes = self.registry.num_devices, self.registry.num_classes
+        reported = None
+        if reports is not None:
+            trained = self.protocol is Protocol.TRAIN_ALL
+            reported = reported_stats(reports, num_devices, num_classes, post_training=trained)
+        available = np.zeros(num_devices, dtype=bool)
+        available[state.reachable] = True
+        return round_inputs(
+            available=available,
+            min_bandwidth_hz=state.draw.min_bandwidth_hz,
+            gain_lin=state.draw.gain_lin,
             total_bandwidth_hz=self.total_bandwidth_hz,
             batch_size=state.training.batch_size,
+            num_classes=num_classes,
             target_dist=self.target_dist,
-            post_training=self.protocol == "train-all",
+            reported=reported,
             local_counts=self.registry.local_counts(),
         )
 
-    def _schedule(self, state: _Round, reports: list[DeviceReport] | None) -> Decision:
+    def _schedule(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> Decision:
         t0 = time.perf_counter()
         inputs = self._inputs(state, reports)
         decision = self.policy.schedule(inputs, self.rng)
@@ -240,7 +253,7 @@ class ScheduledStrategy(Strategy):
             grid, self.registry, server_round, self.query_timeout_s, self.pending, late
         )
         draw = self.cell.draw_round(self.model_bits)
-        state = _Round(
+        state = RoundInProgress(
             draw=draw,
             training=training,
             reference={k: v.numpy() for k, v in arrays.items()},
@@ -249,11 +262,12 @@ class ScheduledStrategy(Strategy):
         )
         self._round = state
         self._mark_busy(state)
-        needs_sigma, post = self.policy.needs_sigma, self.protocol == "train-all"
+        needs_sigma = self.policy.needs_sigma
+        trained_first = self.protocol is Protocol.TRAIN_ALL
         trainees = state.reachable
-        if self.protocol == "channel":
+        if self.protocol is Protocol.CHANNEL:
             trainees = np.flatnonzero(self._schedule(state, None).selected).tolist()
-        elif self.protocol == "query":
+        elif self.protocol is Protocol.QUERY:
             t0 = time.perf_counter()
             content = self._content(arrays, round_config, want_sigma=needs_sigma)
             queries = self._send(content, trainees, keys.QUERY_STATS, server_round)
@@ -262,12 +276,12 @@ class ScheduledStrategy(Strategy):
             state.failed = {**state.failed, **failed}
             state.query_s = time.perf_counter() - t0
             trainees = np.flatnonzero(self._schedule(state, reports).selected).tolist()
-        content = self._content(arrays, round_config, want_sigma=needs_sigma and post)
+        content = self._content(arrays, round_config, want_sigma=needs_sigma and trained_first)
         state.t_sent = time.perf_counter()
         state.sent = self._send(content, trainees, MessageType.TRAIN, server_round)
         return state.sent
 
-    def _mark_busy(self, state: _Round) -> None:
+    def _mark_busy(self, state: RoundInProgress) -> None:
         """Available devices whose node still owes a reply sit this round out, as failed."""
         for node, since in self.pending.busy_nodes().items():
             pid = self.registry.partition(node)
@@ -281,7 +295,7 @@ class ScheduledStrategy(Strategy):
         return RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
 
     def _collect(
-        self, replies: Iterable[Message], expected: list[int], state: _Round, phase: str
+        self, replies: Iterable[Message], expected: list[int], state: RoundInProgress, phase: str
     ) -> tuple[list[DeviceReport], dict[int, str]]:
         """Validate a phase's replies against the round (training phase: with the model)."""
         training = phase == MessageType.TRAIN
@@ -309,13 +323,19 @@ class ScheduledStrategy(Strategy):
         t_recv = time.perf_counter()
         replies = list(replies)
         record_unanswered(self.pending, state.sent, replies, server_round)
-        post = state.decision is None  # train-all: every reachable device trained
-        trainees = state.reachable if post else np.flatnonzero(state.decision.selected).tolist()  # type: ignore[union-attr]
+        trained_first = self.protocol is Protocol.TRAIN_ALL  # every reachable device trained
+        if trained_first:
+            trainees = state.reachable
+        else:
+            assert state.decision is not None
+            trainees = np.flatnonzero(state.decision.selected).tolist()
         reports, failed = self._collect(replies, trainees, state, MessageType.TRAIN)
         state.failed = {**state.failed, **failed}
-        decision = self._schedule(state, reports) if post else state.decision
+        decision = self._schedule(state, reports) if trained_first else state.decision
         assert decision is not None and state.inputs is not None
-        if self.protocol == "channel":  # the record's statistics come from the training replies
+        if (
+            self.protocol is Protocol.CHANNEL
+        ):  # the record's statistics come from the training replies
             decision = with_reported_terms(decision, self._inputs(state, reports))
         uploads = [r for r in reports if decision.selected[r.partition_id]]
 
@@ -351,7 +371,7 @@ class ScheduledStrategy(Strategy):
         return new_arrays, MetricRecord({**scheduled, "wemd": record.wemd})
 
     def _aggregate(
-        self, uploads: list[DeviceReport], state: _Round
+        self, uploads: list[DeviceReport], state: RoundInProgress
     ) -> tuple[ArrayRecord | None, str | None]:
         """FedAvg over the uploads (weights |D_v|); hand the updates to the policy for Ĝ.
 

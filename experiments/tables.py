@@ -1,0 +1,39 @@
+"""Writing the experiment tables: one CSV writer for every command that writes a table."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def write_csv(
+    path: Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None
+) -> None:
+    """Write ``rows`` as CSV with a header line, creating the parent folder if missing.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The CSV file (replaced if it exists).
+    rows : sequence of mapping
+        One mapping per row, column name -> value (written as ``str(value)``; the caller turns
+        None or NaN into what the table should show).
+    columns : sequence of str, optional
+        The columns, in order; every key of every row must be one of them. Default: the keys of
+        the first row (no rows: an empty file).
+
+    Raises
+    ------
+    ValueError
+        If a row has a key that is not a column.
+
+    """
+    fieldnames = list(columns) if columns is not None else list(rows[0]) if rows else []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        if not fieldnames:
+            return
+        writer = csv.DictWriter(handle, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,131 @@
+"""The paper's baselines: BC, BN2, POC, Fed-CBS, and every feasible device (FedAvg reference).
+
+The ranking baselines pack devices best effort into the bandwidth budget (docs/design.md, "Best
+effort"); the selectors live in :mod:`fedcgd_strategy.selectors`, Fed-CBS in
+:mod:`fedcgd_strategy.fedcbs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
+from fedcgd_strategy.policies.base import Policy
+from fedcgd_strategy.policies.decision import Decision, decision_from_mask
+from fedcgd_strategy.policies.inputs import RoundInputs
+from fedcgd_strategy.selectors import best_channel, best_norm, power_of_choice
+
+
+def _candidate_bandwidth(inputs: RoundInputs) -> NDArray[np.float64]:
+    """B* with non-candidates made infeasible, so selectors never take them."""
+    return np.where(inputs.candidate, inputs.min_bandwidth_hz, np.inf)
+
+
+def _ranking_args(
+    inputs: RoundInputs, scores: NDArray[np.float64] | None, policy: str, what: str
+) -> tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.float64], float]:
+    """(eligible, scores, B*, B) for a selector of :mod:`fedcgd_strategy.selectors`."""
+    if scores is None:
+        raise ValueError(f"policy {policy!r} needs {what}: every available device must train")
+    return inputs.candidate, scores, _candidate_bandwidth(inputs), inputs.total_bandwidth_hz
+
+
+@dataclass
+class BestChannelPolicy(Policy):
+    """BC (Amiri et al.): by channel gain, descending, best effort.
+
+    See docs/design.md, "Best effort".
+    """
+
+    pack_rule: str = "stop"
+    needs_reports: ClassVar[bool] = False
+
+    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
+        """Schedule by gain."""
+        args = _ranking_args(inputs, inputs.gain_lin, self.name, "channel gains")
+        return decision_from_mask(inputs, best_channel(*args, rule=self.pack_rule))
+
+
+@dataclass
+class BestNormPolicy(Policy):
+    """BN2 (Amiri et al.): by the L2 norm of the local update, descending, best effort."""
+
+    pack_rule: str = "stop"
+    needs_post_training: ClassVar[bool] = True
+
+    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
+        """Schedule by update norm (needs post-training reports)."""
+        args = _ranking_args(inputs, inputs.update_norm, self.name, "update norms")
+        return decision_from_mask(inputs, best_norm(*args, rule=self.pack_rule))
+
+
+@dataclass
+class PowerOfChoicePolicy(Policy):
+    """POC (Cho et al.): V' candidates drawn uniformly, by accumulated loss, best effort."""
+
+    poc_candidates: int = 0
+    pack_rule: str = "stop"
+    needs_post_training: ClassVar[bool] = True
+
+    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
+        """Schedule by this round's training loss (needs post-training reports)."""
+        args = _ranking_args(inputs, inputs.train_loss, self.name, "training losses")
+        mask = power_of_choice(*args, self.poc_candidates, rng, rule=self.pack_rule)
+        return decision_from_mask(inputs, mask)
+
+
+@dataclass
+class FedCBSPolicy(Policy):
+    """Fed-CBS (Zhang et al. 2023): QCID-driven CUCB sampling until the next device does not fit.
+
+    QCID uses each device's whole local class distribution (``inputs.local_dist``, reported
+    once at discovery), as Fed-CBS defines it; so the rule needs no query phase.
+    """
+
+    num_devices: int = 1
+    fedcbs_lambda: float = 10.0
+    state: FedCBSState = field(init=False)
+    needs_reports: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        self.state = FedCBSState(self.num_devices)
+
+    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
+        """Sample sequentially; selection counts persist across rounds in :attr:`state`."""
+        if inputs.local_dist is None:
+            raise ValueError(f"policy {self.name!r} needs the devices' local class distributions")
+        mask = fedcbs_select(
+            self.state,
+            inputs.candidate,
+            inputs.local_dist,
+            inputs.num_examples,
+            _candidate_bandwidth(inputs),
+            inputs.total_bandwidth_hz,
+            rng,
+            lam=self.fedcbs_lambda,
+        )
+        return decision_from_mask(inputs, mask)
+
+    def state_dict(self) -> dict[str, object]:
+        """Selection counts and round counter."""
+        return dict(self.state.to_dict())
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore the selection counts and round counter."""
+        self.state = FedCBSState.from_dict(state)
+
+
+@dataclass
+class AllFeasiblePolicy(Policy):
+    """Every available device that can meet the deadline (FedAvg reference; no bandwidth budget)."""
+
+    needs_reports: ClassVar[bool] = False
+
+    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
+        """Schedule every candidate with finite B*."""
+        return decision_from_mask(inputs, inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))

@@ -1,0 +1,240 @@
+"""What a run is built from: data, model, uplink, scheduling rule and strategy, all from the seed.
+
+:func:`build_setup` is the one place a run's objects are made, in a fixed order, so that two
+runs with the same run config (and a resumed run, from its checkpoint) start from the same
+state: the ServerApp (:func:`server_app.app.train_rounds`) runs its rounds on it and
+``experiments.bench_round`` replays a run's rounds on it in a plain process. The seed is split
+into the cell's and the policy's generator; the devices' batches and dropout masks depend only
+on (seed, round, device) (:mod:`fedcgd_task.training`), so nothing else needs to be saved to
+continue a run (docs/design.md, "Result folders").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+
+from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
+from fedcgd_strategy.policies import Policy
+from fedcgd_strategy.policies.registry import make_policy
+from fedcgd_strategy.record import RoundRecord
+from fedcgd_task.datasets import ImageSet, load_test_set, load_train_set
+from fedcgd_task.local_data import all_partitions
+from fedcgd_task.models import build_model, count_parameters
+from fedcgd_task.training import compute_device, evaluate
+from server_app.checkpoint import Checkpoint
+from server_app.config import RunConfig
+from server_app.uplink import build_uplink
+
+#: Bits per model parameter when the run config leaves ``channel.model-bits`` at 0.
+BITS_PER_PARAMETER = 32
+
+
+@dataclass
+class RunSetup:
+    """The objects one run is made of, built by :func:`build_setup`.
+
+    Attributes
+    ----------
+    config : RunConfig
+        The validated run config.
+    train_set, test_set : ImageSet
+        The full training set (partitioned over the devices) and the central test set.
+    test_tensors : (torch.Tensor, torch.Tensor)
+        The test set as normalised images and labels (:meth:`ImageSet.tensors`).
+    model : torch.nn.Module
+        The global model: initialised from the seed, or the checkpoint's when resuming. The
+        central evaluation loads each round's weights into it.
+    num_params : int
+        Its parameter count.
+    model_bits : int
+        D_w, bits a device uploads: ``channel.model-bits``, or 32 bits per parameter
+        (docs/design.md, "Model size").
+    target : float[C]
+        The class distribution of the training set (the WEMD target of ``target-dist =
+        "global"``, docs/design.md, "WEMD target").
+    device : torch.device
+        Where the central evaluation runs.
+    partition_counts : int[V, C]
+        The class counts of every device's partition (what its node must report).
+    cell : ChannelModel
+        The uplink, drawn once per round: the simulated cell or a channel trace.
+    cell_rng, policy_rng : numpy.random.Generator
+        The cell's and the policy's generators (their states go into checkpoints).
+    policy : Policy
+        The scheduling rule.
+    resume : Checkpoint or None
+        The checkpoint the run continues from (None for a new run).
+
+    """
+
+    config: RunConfig
+    train_set: ImageSet
+    test_set: ImageSet
+    test_tensors: tuple[torch.Tensor, torch.Tensor]
+    model: nn.Module
+    num_params: int
+    model_bits: int
+    target: NDArray[np.float64]
+    device: torch.device
+    partition_counts: NDArray[np.int64]
+    cell: ChannelModel
+    cell_rng: np.random.Generator
+    policy: Policy
+    policy_rng: np.random.Generator
+    resume: Checkpoint | None = None
+
+    @property
+    def num_classes(self) -> int:
+        """C, the classes of the data set."""
+        return self.train_set.num_classes
+
+    @property
+    def round_offset(self) -> int:
+        """Rounds done before this run started (the checkpoint's round; 0 for a new run)."""
+        return 0 if self.resume is None else self.resume.round
+
+    def strategy(self, on_record: Callable[[RoundRecord], None]) -> ScheduledStrategy:
+        """The Flower strategy over this set-up's policy, uplink and policy generator.
+
+        Build it once per run: it draws from :attr:`cell` and :attr:`policy_rng` and updates
+        :attr:`policy`.
+
+        Parameters
+        ----------
+        on_record : callable
+            Receives each round's record (:class:`~server_app.recorder.RoundRecorder`).
+
+        """
+        config = self.config
+        return ScheduledStrategy(
+            policy=self.policy,
+            cell=self.cell,
+            model_bits=self.model_bits,
+            total_bandwidth_hz=config.cell.total_bandwidth_hz,
+            num_devices=config.task.num_devices,
+            num_classes=self.num_classes,
+            target_dist=self.target if config.target_dist == "global" else None,
+            rng=self.policy_rng,
+            protocol=config.protocol,
+            query_timeout_s=config.query_timeout_s,
+            round_offset=self.round_offset,
+            max_update_norm_ratio=config.max_update_norm_ratio,
+            partition_counts=self.partition_counts,
+            on_record=on_record,
+        )
+
+    def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:
+        """Load ``state`` into :attr:`model` and return its test loss (nats) and accuracy."""
+        self.model.load_state_dict(state)
+        loss, accuracy = evaluate(self.model.to(self.device), *self.test_tensors)
+        return float(loss), float(accuracy)
+
+    def checkpoint(
+        self, server_round: int, model: dict[str, torch.Tensor], elapsed_s: float
+    ) -> Checkpoint:
+        """The run's state after ``server_round``: ``model``, the policy's and generators' states.
+
+        :func:`build_setup` with this checkpoint restores exactly this state.
+        """
+        return Checkpoint(
+            round=server_round,
+            model=model,
+            policy_state=self.policy.state_dict(),
+            cell_rng_state=dict(self.cell_rng.bit_generator.state),
+            policy_rng_state=dict(self.policy_rng.bit_generator.state),
+            elapsed_s=elapsed_s,
+        )
+
+
+def build_setup(
+    config: RunConfig,
+    resume: Checkpoint | None = None,
+    *,
+    on_settings: Callable[[dict[str, Any]], None] | None = None,
+) -> RunSetup:
+    """Build a run's objects from its config (and the checkpoint it continues from).
+
+    Parameters
+    ----------
+    config : RunConfig
+        The validated run config.
+    resume : Checkpoint, optional
+        Continue from this checkpoint: the model, the policy's state and both generators' states
+        are restored, the uplink goes on after its round.
+    on_settings : callable, optional
+        Called with the run's :func:`resolved_settings` as soon as the data and the model are
+        known, before the policy and the uplink are built: a run whose policy or channel trace
+        is refused still leaves the settings it was started with.
+
+    Returns
+    -------
+    RunSetup
+
+    """
+    cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
+    train_set = load_train_set(config.task)
+    test_set = load_test_set(config.task)
+    num_classes = train_set.num_classes
+    model = build_model(config.task.model, num_classes, train_set.input_shape, seed=config.seed)
+    num_params = count_parameters(model)
+    model_bits = config.model_bits or num_params * BITS_PER_PARAMETER
+    target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
+    if on_settings is not None:
+        on_settings(resolved_settings(config, num_params, model_bits, num_classes, target))
+
+    policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
+    cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
+    cell = build_uplink(config, cell_rng, first_round=0 if resume is None else resume.round)
+    if resume is not None:
+        policy.load_state_dict(resume.policy_state)
+        cell_rng.bit_generator.state = resume.cell_rng_state
+        policy_rng.bit_generator.state = resume.policy_rng_state
+        model.load_state_dict(resume.model)
+    partition_counts = np.stack(
+        [
+            np.bincount(train_set.labels[rows], minlength=num_classes)
+            for rows in all_partitions(config.task)
+        ]
+    )
+    return RunSetup(
+        config=config,
+        train_set=train_set,
+        test_set=test_set,
+        test_tensors=test_set.tensors(),
+        model=model,
+        num_params=num_params,
+        model_bits=model_bits,
+        target=target,
+        device=compute_device(),
+        partition_counts=partition_counts,
+        cell=cell,
+        cell_rng=cell_rng,
+        policy=policy,
+        policy_rng=policy_rng,
+        resume=resume,
+    )
+
+
+def resolved_settings(
+    config: RunConfig,
+    num_params: int,
+    model_bits: int,
+    num_classes: int,
+    target: NDArray[np.float64],
+) -> dict[str, Any]:
+    """The resolved settings of a run (its ``config.json``): the config and the derived values."""
+    resolved = config.to_dict()
+    resolved.update(
+        num_parameters=num_params,
+        model_bits_used=model_bits,
+        num_classes=num_classes,
+        target_dist_global=target.tolist(),
+    )
+    return resolved

@@ -1,0 +1,417 @@
+"""Recorded channels (``channel.trace``): format, B* of a replayed round, runs and resumes.
+
+The engine and the launcher are imported inside the tests, so that the pure tests of
+``channel.trace`` run on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from channel import Cell, CellConfig, ChannelTrace, TraceError, TraceReplay
+from channel.trace import load_trace, record_cell_trace, write_trace
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+# Radio of the hand-computed test: S = 23 dBm, N0 = -174 dBm/Hz + 6 dB, D_w = 1e5 bit, d = 10 ms.
+TX_POWER_W = 10.0 ** ((23.0 - 30.0) / 10.0)  # 0.19953 W
+NOISE_PSD_W_PER_HZ = 10.0 ** ((-174.0 + 6.0 - 30.0) / 10.0)  # 1.5849e-20 W/Hz
+MODEL_BITS = 1.0e5
+DEADLINE_S = 0.01  # D_w / d = 1e7 bit/s
+
+
+def oracle_min_bandwidth_hz(gain_lin: float) -> float:
+    """B* solving B log2(1 + S H / (B N0)) = D_w / d by bracketing (inf when no B reaches it)."""
+    snr_bandwidth_hz = TX_POWER_W * gain_lin / NOISE_PSD_W_PER_HZ
+    required_bps = MODEL_BITS / DEADLINE_S
+    if snr_bandwidth_hz / math.log(2.0) <= required_bps:  # the rate's limit for B -> inf
+        return math.inf
+
+    def excess_bps(bandwidth_hz: float) -> float:
+        return bandwidth_hz * math.log2(1.0 + snr_bandwidth_hz / bandwidth_hz) - required_bps
+
+    return float(brentq(excess_bps, 1.0, 1e15, xtol=1e-9, rtol=1e-14, maxiter=500))
+
+
+def hand_config(num_devices: int = 2) -> CellConfig:
+    return CellConfig(
+        num_devices=num_devices,
+        tx_power_dbm=23.0,
+        noise_psd_dbm_per_hz=-174.0,
+        noise_figure_db=6.0,
+        deadline_s=DEADLINE_S,
+    )
+
+
+# --- the format and the replay (pure) ------------------------------------------------------
+
+
+def test_replayed_min_bandwidth_is_the_lambert_w_root_and_inf_where_infeasible(tmp_path):
+    # Row 0: device 0 available (H = 1e-10), device 1 unavailable with no gain (0).
+    # Row 1: device 0 available but too far (H = 1e-14: S H / (N0 ln 2) = 1.8e5 < 1e7 bit/s),
+    #        device 1 unavailable with H = 2e-9 (B* computed all the same, as the Cell does).
+    available = np.array([[True, False], [True, False]])
+    gain_lin = np.array([[1e-10, 0.0], [1e-14, 2e-9]])
+    path = tmp_path / "hand.npz"
+    write_trace(path, available, gain_lin)
+    replay = TraceReplay(load_trace(path), hand_config())
+    first, second = replay.draw_round(MODEL_BITS), replay.draw_round(MODEL_BITS)
+
+    np.testing.assert_array_equal(first.available, [True, False])
+    np.testing.assert_array_equal(second.available, [True, False])
+    np.testing.assert_array_equal(first.gain_lin, [1e-10, 0.0])
+    # Hand check of the oracle for row 0, device 0: S H / N0 = 1.2589e9 Hz.
+    assert TX_POWER_W * 1e-10 / NOISE_PSD_W_PER_HZ == pytest.approx(1.2589254e9, rel=1e-6)
+    assert first.min_bandwidth_hz[0] == pytest.approx(oracle_min_bandwidth_hz(1e-10), rel=1e-9)
+    assert 0.0 < first.min_bandwidth_hz[0] < 2e6  # about 1.9 MHz for 10 Mbit/s
+    assert first.min_bandwidth_hz[1] == math.inf  # no gain, no rate
+    assert second.min_bandwidth_hz[0] == math.inf
+    assert second.min_bandwidth_hz[1] == pytest.approx(oracle_min_bandwidth_hz(2e-9), rel=1e-9)
+    assert list(first.feasible) == [True, False] and list(second.feasible) == [False, True]
+    assert first.los is None and first.distance_2d_m is None  # a trace holds no geometry
+    with pytest.raises(ValueError, match="2 rounds; round 3"):
+        replay.draw_round(MODEL_BITS)
+
+
+def test_the_minimum_bandwidth_scales_with_the_model_size_of_the_run():
+    # B* is recomputed from the gains: doubling D_w at fixed gain needs more bandwidth.
+    trace = ChannelTrace(available=np.ones((1, 1), dtype=bool), gain_lin=np.array([[1e-10]]))
+    small = TraceReplay(trace, hand_config(1)).draw_round(MODEL_BITS).min_bandwidth_hz[0]
+    large = TraceReplay(trace, hand_config(1)).draw_round(2 * MODEL_BITS).min_bandwidth_hz[0]
+    assert large > 2 * small  # the rate grows sub-linearly in B
+
+
+def test_a_replay_starts_at_the_given_round():
+    available = np.array([[True, False, False], [False, True, False], [False, False, True]])
+    trace = ChannelTrace(available=available, gain_lin=np.full((3, 3), 1e-10))
+    replay = TraceReplay(trace, hand_config(3), first_round=2)
+    np.testing.assert_array_equal(replay.draw_round(MODEL_BITS).available, [False, False, True])
+    assert replay.rounds_replayed == 3
+    TraceReplay(trace, hand_config(3), first_round=3)  # a finished run: nothing left to draw
+    for bad in (-1, 4, True, 1.0):
+        with pytest.raises(ValueError, match="first_round"):
+            TraceReplay(trace, hand_config(3), first_round=bad)
+    with pytest.raises(ValueError, match="3 devices"):
+        TraceReplay(trace, hand_config(2))
+
+
+def test_a_recorded_cell_replays_the_cell_bit_for_bit(tmp_path):
+    config = CellConfig(num_devices=12, availability_prob=0.6)
+    path = tmp_path / "cell.npz"
+    trace = record_cell_trace(path, Cell(config, np.random.default_rng(5)), 4)
+    assert (trace.num_rounds, trace.num_devices) == (4, 12)
+    cell = Cell(config, np.random.default_rng(5))
+    replay = TraceReplay(load_trace(path), config)
+    for _ in range(4):
+        drawn, replayed = cell.draw_round(4810 * 32), replay.draw_round(4810 * 32)
+        for name in ("available", "gain_lin", "min_bandwidth_hz"):
+            np.testing.assert_array_equal(getattr(replayed, name), getattr(drawn, name))
+    assert np.isfinite(trace.gain_lin).all() and (trace.gain_lin > 0).all()
+
+
+def test_write_trace_writes_exactly_the_path_and_the_two_arrays(tmp_path):
+    path = tmp_path / "no-suffix"
+    write_trace(path, np.ones((2, 3), dtype=bool), np.full((2, 3), 1e-9, dtype=np.float32))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["no-suffix"]
+    with np.load(path) as archive:
+        assert sorted(archive.files) == ["available", "gain_lin"]
+        assert archive["available"].dtype == np.bool_ and archive["gain_lin"].dtype == np.float64
+    trace = load_trace(path)
+    assert trace.gain_lin[1, 2] == np.float64(np.float32(1e-9))
+    with pytest.raises(ValueError):  # read-only: a replay cannot change the file's rounds
+        trace.gain_lin[0, 0] = 1.0
+
+
+@pytest.mark.parametrize(
+    ("available", "gain_lin", "message"),
+    [
+        (np.ones((2, 2), dtype=np.int64), np.ones((2, 2)), "available has dtype int64"),
+        (np.ones((2, 2), dtype=bool), np.ones((2, 2), dtype=np.int64), "gain_lin has dtype"),
+        (np.ones(2, dtype=bool), np.ones(2), r"shape \(2,\); must be 2-D"),
+        (np.ones((0, 2), dtype=bool), np.ones((0, 2)), "R >= 1"),
+        (np.ones((2, 2), dtype=bool), np.ones((2, 3)), r"\(2, 3\), available \(2, 2\)"),
+        (np.ones((2, 2), dtype=bool), np.array([[1.0, 1.0], [np.nan, 1.0]]), r"\[1, 0\] = nan"),
+        (np.ones((2, 2), dtype=bool), np.array([[1.0, np.inf], [1.0, 1.0]]), r"\[0, 1\] = inf"),
+        (np.ones((2, 2), dtype=bool), np.array([[1.0, 1.0], [1.0, -1e-9]]), "finite and >= 0"),
+    ],
+)
+def test_bad_arrays_are_refused_and_nothing_is_written(tmp_path, available, gain_lin, message):
+    with pytest.raises(TraceError, match=message):
+        write_trace(tmp_path / "bad.npz", available, gain_lin)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- runs of the app -----------------------------------------------------------------------
+
+
+def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
+    from experiments.launcher import resolve_data_dir, validated_run_config
+
+    overrides = {"num-devices": 6, "num-server-rounds": 3, "result-dir": str(result_dir)}
+    return resolve_data_dir(validated_run_config({**overrides, **changes}))
+
+
+def record_run_trace(path: Path, settings: dict[str, Any], num_rounds: int) -> ChannelTrace:
+    """The trace the run with ``settings`` simulates: its cell seeded as train_rounds seeds it."""
+    from server_app.config import parse_run_config
+
+    config = parse_run_config(settings)
+    cell_seed, _policy_seed = np.random.SeedSequence(config.seed).spawn(2)
+    return record_cell_trace(path, Cell(config.cell, np.random.default_rng(cell_seed)), num_rounds)
+
+
+def metrics(result_dir: Path) -> list[dict[str, Any]]:
+    text = (result_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in text]
+
+
+def channel_columns(result_dir: Path) -> list[tuple[Any, ...]]:
+    keep = ("round", "num_available", "num_feasible", "scheduled", "bandwidth_used_hz", "wemd")
+    return [tuple(line[k] for k in keep) for line in metrics(result_dir)]
+
+
+def model_bytes(result_dir: Path) -> dict[str, bytes]:
+    import torch
+
+    state = torch.load(result_dir / "model.pt")
+    return {name: tensor.cpu().numpy().tobytes() for name, tensor in state.items()}
+
+
+@pytest.fixture
+def outside(tmp_path_factory) -> Path:
+    """A folder outside the project (the trace must be an absolute path anywhere)."""
+    folder = tmp_path_factory.mktemp("trace")
+    assert PROJECT not in folder.parents
+    return folder
+
+
+@pytest.mark.parametrize("policy", ["fedcgd-fscd", "bc"])
+def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
+    from experiments.inprocess import run_inprocess
+
+    trace_path = outside / "cell.npz"
+    simulated = outside / "simulated"
+    record_run_trace(trace_path, run_settings(simulated, policy=policy), 3)
+    replayed = outside / "replayed"
+    run_inprocess(run_settings(simulated, policy=policy))
+    run_inprocess(run_settings(replayed, policy=policy, **{"channel.trace": str(trace_path)}))
+
+    assert channel_columns(replayed) == channel_columns(simulated)
+    assert sum(line["num_scheduled"] for line in metrics(simulated)) > 0
+    assert model_bytes(replayed) == model_bytes(simulated)
+    recorded = json.loads((replayed / "config.json").read_text())
+    assert recorded["channel_trace"] == str(trace_path)
+
+
+def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
+    from experiments.inprocess import run_inprocess
+
+    # Rounds 1-2: only devices 0-2 are available; rounds 3-4: only devices 3-5. A resumed run
+    # that replayed from the first row again would schedule devices 0-2 in round 3.
+    available = np.zeros((4, 6), dtype=bool)
+    available[:2, :3] = True
+    available[2:, 3:] = True
+    gain_lin = np.tile(10.0 ** -np.linspace(10.0, 11.0, 6), (4, 1))  # all feasible, unequal
+    trace_path = outside / "halves.npz"
+    write_trace(trace_path, available, gain_lin)
+    settings = {"channel.trace": str(trace_path), "checkpoint-every": 1, "policy": "bc"}
+
+    whole = outside / "whole"
+    run_inprocess(run_settings(whole, **settings, **{"num-server-rounds": 4}))
+    part = outside / "part"
+    run_inprocess(run_settings(part, **settings, **{"num-server-rounds": 2}))
+    assert [line["round"] for line in metrics(part)] == [1, 2]
+    run_inprocess(
+        run_settings(part, **settings, **{"num-server-rounds": 4, "resume-from": str(part)})
+    )
+
+    assert channel_columns(part) == channel_columns(whole)
+    assert model_bytes(part) == model_bytes(whole)
+    for line in metrics(whole):
+        rows = set(range(3)) if line["round"] <= 2 else set(range(3, 6))
+        assert line["scheduled"] and set(line["scheduled"]) <= rows, line
+
+
+# --- refusals before the start ---------------------------------------------------------------
+
+
+def good_trace(path: Path, rounds: int = 3, devices: int = 6) -> Path:
+    write_trace(path, np.ones((rounds, devices), dtype=bool), np.full((rounds, devices), 1e-10))
+    return path
+
+
+def bad_file(folder: Path, kind: str) -> tuple[str, str]:
+    """A ``channel.trace`` value of the given kind and a phrase its error must contain."""
+    trace = folder / f"{kind}.npz"
+    ones, gains = np.ones((3, 6), dtype=bool), np.full((3, 6), 1e-10)
+    if kind == "relative":
+        return "trace.npz", "must be the absolute path"
+    if kind == "missing":
+        return str(trace), "no such file"
+    if kind == "folder":
+        trace.mkdir()
+        return str(trace), "is not a file"
+    if kind == "text":
+        trace.write_text("available,gain_lin\n1,1e-10\n")
+        return str(trace), "is not an .npz archive"
+    if kind == "npy":
+        with open(trace, "wb") as handle:
+            np.save(handle, gains)
+        return str(trace), "single .npy array"
+    if kind == "extra-array":
+        np.savez(trace, available=ones, gain_lin=gains, los=ones)
+        return str(trace), "['available', 'gain_lin', 'los']"
+    if kind == "missing-array":
+        np.savez(trace, available=ones)
+        return str(trace), "holds the arrays ['available']"
+    if kind == "object-array":
+        np.savez(trace, available=ones, gain_lin=gains.astype(object))
+        return str(trace), "cannot be read"
+    if kind == "int-available":
+        np.savez(trace, available=ones.astype(np.int8), gain_lin=gains)
+        return str(trace), "available has dtype int8; must be bool"
+    if kind == "one-dimensional":
+        np.savez(trace, available=ones[0], gain_lin=gains[0])
+        return str(trace), "shape (6,); must be 2-D [R, V]"
+    if kind == "nan-gain":
+        gains[2, 4] = np.nan
+        np.savez(trace, available=ones, gain_lin=gains)
+        return str(trace), "gain_lin[2, 4] = nan"
+    if kind == "negative-gain":
+        gains[0, 1] = -1e-12
+        np.savez(trace, available=ones, gain_lin=gains)
+        return str(trace), "must be finite and >= 0"
+    if kind == "other-devices":
+        good_trace(trace, devices=5)
+        return str(trace), "V = 5 devices (columns of available and gain_lin); must equal num-devi"
+    if kind == "too-few-rounds":
+        good_trace(trace, rounds=2)
+        return str(trace), "R = 2 rounds (rows); must be >= num-server-rounds = 3"
+    raise AssertionError(kind)
+
+
+BAD_KINDS = [
+    "relative",
+    "missing",
+    "folder",
+    "text",
+    "npy",
+    "extra-array",
+    "missing-array",
+    "object-array",
+    "int-available",
+    "one-dimensional",
+    "nan-gain",
+    "negative-gain",
+    "other-devices",
+    "too-few-rounds",
+]
+
+
+@pytest.mark.parametrize("kind", BAD_KINDS)
+def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, kind):
+    from experiments.inprocess import main as inprocess_main
+    from experiments.launcher import format_run_config
+
+    value, phrase = bad_file(outside, kind)
+    out = outside / "out"
+    settings = {
+        "num-devices": 6,
+        "num-server-rounds": 3,
+        "result-dir": str(out),
+        "channel.trace": value,
+    }
+    code = inprocess_main(["--run-config", format_run_config(settings), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1, err
+    assert err[0].startswith("error: run-config key 'channel.trace' = "), err[0]
+    assert repr(value) in err[0] or f"'{value}'" in err[0], err[0]
+    assert phrase in err[0], err[0]
+    assert not out.exists()
+
+
+def test_a_trace_that_is_not_a_string_is_refused():
+    from experiments.launcher import validated_run_config
+
+    with pytest.raises(ValueError, match=r"'channel.trace' = 3 must be the absolute path"):
+        validated_run_config({"channel.trace": 3})
+
+
+def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
+    missing = outside / "nowhere" / "trace.npz"
+    run_config = f"num-devices=6 num-server-rounds=2 channel.trace='{missing}'"
+    for module in ("experiments.launcher", "experiments.inprocess"):
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "--run-config", run_config, "--out", str(outside)],
+            cwd=PROJECT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "'channel.trace'" in lines[0] and str(missing) in lines[0]
+        assert "no such file" in lines[0]
+    assert sorted(p.name for p in outside.iterdir()) == []
+
+
+def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
+    from experiments.inprocess import main as inprocess_main
+    from experiments.inprocess import run_inprocess
+    from experiments.launcher import format_run_config
+
+    trace = good_trace(outside / "three.npz", rounds=3)
+    first = outside / "first"
+    settings = {"channel.trace": str(trace), "checkpoint-every": 1, "num-server-rounds": 2}
+    run_inprocess(run_settings(first, **settings))
+    more = {**settings, "num-devices": 6, "num-server-rounds": 4, "resume-from": str(first)}
+    assert inprocess_main(["--run-config", format_run_config(more)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "'channel.trace'" in line and "must be >= num-server-rounds = 4" in line
+
+
+# --- through the launcher (flwr run) -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
+    """``make run RUN_CONFIG="channel.trace='...'"``: flwr run on its own SuperLink."""
+    from experiments.inprocess import run_inprocess
+    from experiments.launcher import format_run_config
+
+    small = {"num-devices": 3, "num-server-rounds": 2, "channel.availability-prob": 0.9}
+    simulated = outside / "simulated"
+    trace_path = outside / "cell.npz"
+    record_run_trace(trace_path, run_settings(simulated, **small), 2)
+    run_inprocess(run_settings(simulated, **small))
+
+    launched = outside / "launched"
+    run_config = {**small, "channel.trace": str(trace_path), "result-dir": str(launched)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.launcher",
+            "--run-config",
+            format_run_config(run_config),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    status = json.loads((launched / "status.json").read_text())
+    assert status["state"] == "completed", status
+    assert [line["round"] for line in metrics(launched)] == [1, 2]
+    assert channel_columns(launched) == channel_columns(simulated)
