@@ -25,11 +25,15 @@ from channel.units import db_to_linear
 PAPER_CIFAR10_CNN_PARAMS: int = 258_898
 """Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions).
 
-See docs/design.md, "Model size".
+The one place of this number: the scripts that need the size without building the model (and
+without torch) read it here; a test checks it against the model (docs/design.md, "Model size").
 """
 
 BITS_PER_PARAM: int = 32
 """Bits per uploaded parameter (float32), docs/design.md, "Model size"."""
+
+PAPER_CIFAR10_MODEL_BITS: int = PAPER_CIFAR10_CNN_PARAMS * BITS_PER_PARAM
+"""Upload size D_w of the paper's CIFAR-10 CNN in bits."""
 
 QUANTILES_PERCENT: tuple[int, ...] = (5, 25, 50, 75, 95)
 """Quantiles of the finite minimum bandwidth reported, in percent."""

@@ -117,9 +117,10 @@ class ChannelTrace:
         bad = ~(np.isfinite(gain) & (gain >= 0.0))
         if np.any(bad):
             row, column = (int(i) for i in np.argwhere(bad)[0])
+            value = float(gain[row, column])
             raise TraceError(
-                f"gain_lin[{row}, {column}] = {gain[row, column]!r} ({np.count_nonzero(bad)} "
-                "such values); every gain must be finite and >= 0"
+                f"gain_lin[{row}, {column}] = {value!r} ({np.count_nonzero(bad)} such values); "
+                "every gain must be finite and >= 0"
             )
         for name, array, dtype in (
             ("available", available, np.bool_),
@@ -178,8 +179,6 @@ def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
         loaded = np.load(file, allow_pickle=False)
     except unreadable as err:
         raise TraceError(f"cannot be read ({_first_line(err)}); {must}", path) from err
-    if not isinstance(loaded, np.lib.npyio.NpzFile):  # unreachable after the zip header check
-        raise TraceError(f"is not an .npz archive; {must}", path)
     with loaded as archive:
         names = sorted(archive.files)
         if names != sorted(TRACE_ARRAYS):

@@ -168,7 +168,7 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
 
 
 @functools.lru_cache(maxsize=2)
-def process_model(name: str, num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+def process_model(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     """One model per process and architecture, on the compute device, reused across messages.
 
     Building a model costs far more than loading weights into it (ResNet-18-GN: ~160 ms vs

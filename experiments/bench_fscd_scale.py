@@ -1,7 +1,7 @@
 """Benchmark FSCD at scale: the dense swap grid (former solver) vs the incremental search.
 
 Instances are the paper's Table I cell with every device a candidate (availability 1): UMi uplink
-at 20 MHz, CIFAR-10 CNN of 258,898 parameters x 32 bit, deadline 2 s, Dirichlet(alpha p) labels
+at 20 MHz, the paper's CIFAR-10 CNN size, deadline 2 s, Dirichlet(alpha p) labels
 with alpha = 0.1 over 10 classes (:func:`experiments.solver_performance.make_instance`), and
 sigma / (sqrt(b) G) = 1 with G = 1, b = 32 as in :mod:`experiments.bench_solvers`. Each instance
 is solved by :func:`fedcgd_strategy.solvers.reference.fscd_dense` and by
@@ -26,10 +26,8 @@ from typing import SupportsFloat
 
 import numpy as np
 
-from experiments.solver_performance import (
-    random_problem,
-    write_csv,
-)
+from experiments.solver_performance import random_problem
+from experiments.tables import write_csv
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.fscd import fscd_schedule, single_threaded_blas
 from fedcgd_strategy.solvers.reference import fscd_dense

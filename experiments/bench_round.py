@@ -10,13 +10,13 @@ What it does, in one invocation:
 1. Writes a CIFAR-10-shaped data set in torchvision's file format (``cifar-10-batches-py/``
    with ``data_batch_1..5``, ``test_batch``, ``batches.meta``; random ``uint8`` pixels, 10
    classes x 5,000 training and x 1,000 test images) to a temporary folder.
-2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: V = 64,
-   p_a = 0.3, deadline 2 s, tau = 1, b = 32, CNN, sort-and-partition with one shard per device,
-   central evaluation every round) with ``flwr run`` in the simulation engine
-   (:func:`experiments.launcher.run_flwr`, one CPU per ClientApp) for each policy of
-   :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
-3. Replays the same rounds in this process (:func:`replay_plain`): the same available devices
-   (the channel replayed from the run seed exactly as the ServerApp draws it), sigma-hat on
+2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: that of
+   :mod:`experiments.paper_settings`, central evaluation every round) with ``flwr run`` in the
+   simulation engine (:func:`experiments.launcher.run_flwr`, one CPU per ClientApp) for each
+   policy of :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
+3. Replays the same rounds in this process (:func:`replay_plain`) on the ServerApp's own
+   set-up (:func:`server_app.setup.build_setup`): the same available devices (the uplink
+   drawn from the run seed as the ServerApp draws it), sigma-hat on
    every available device's first batch (FedCGD only; BC needs none), tau SGD steps on the
    scheduled devices, FedAvg of the uploaded models and the same central evaluation, with
    ``torch.set_num_threads(--threads)``. The simulation runs two single-threaded ClientApps at
@@ -60,29 +60,17 @@ from typing import Any
 
 import numpy as np
 
+from experiments import paper_settings
 from experiments.launcher import default_run_config, run_flwr
 
-#: The paper's CIFAR-10 setting (README "CIFAR-10 with the paper's settings"), every round
+#: The paper's CIFAR-10 setting (:data:`experiments.paper_settings.PAPER_CIFAR10`), every round
 #: evaluated so that the central evaluation is timed in each round.
-PAPER_CIFAR10: dict[str, Any] = {
-    "dataset": "cifar10",
-    "model": "cnn",
-    "num-devices": 64,
-    "partition": "shards",
-    "shards-per-device": 1,
-    "imbalance-ratio": 1.0,
-    "local-steps": 1,
-    "learning-rate": 0.1,
-    "batch-size": 32,
-    "eval-every": 1,
-    "channel.availability-prob": 0.3,
-    "channel.deadline-s": 2.0,
-}
+PAPER_CIFAR10: dict[str, Any] = {**paper_settings.PAPER_CIFAR10, "eval-every": 1}
 #: Policies compared; the first needs sigma-hat from every available device, BC none.
 POLICIES: tuple[str, ...] = ("fedcgd-fscd", "bc")
 #: CIFAR-10 layout: classes, training images per class, test images per class, batch files.
-NUM_CLASSES = 10
-TRAIN_PER_CLASS = 5000
+NUM_CLASSES = paper_settings.CIFAR10_CLASSES
+TRAIN_PER_CLASS = paper_settings.CIFAR10_TRAIN_PER_CLASS
 TEST_PER_CLASS = 1000
 NUM_TRAIN_BATCHES = 5
 CIFAR10_LABEL_NAMES: tuple[str, ...] = (
@@ -303,7 +291,11 @@ class PlainRound:
 
 @dataclass(frozen=True)
 class PlainRun:
-    """The plain replay of one run: set-up time and one :class:`PlainRound` per round."""
+    """The plain replay of one run: set-up time and one :class:`PlainRound` per round.
+
+    ``setup_s`` is the ServerApp's set-up (:func:`server_app.setup.build_setup`: data, initial
+    model, uplink, policy) plus the devices' partitions.
+    """
 
     policy: str
     threads: int
@@ -339,38 +331,20 @@ def replay_plain(
     """
     import torch
 
-    from channel import Cell
     from client_app.sigma import gradient_spread
     from fedcgd_strategy.aggregation import fedavg
-    from fedcgd_strategy.policies import policy_class
-    from fedcgd_task.datasets import load_test_set, load_train_set
     from fedcgd_task.local_data import local_split
-    from fedcgd_task.models import build_model, count_parameters
-    from fedcgd_task.training import (
-        compute_device,
-        dropout_seed,
-        evaluate,
-        local_batches,
-        train_local,
-    )
-    from server_app.app import BITS_PER_PARAMETER
+    from fedcgd_task.training import dropout_seed, local_batches, train_local
     from server_app.config import parse_run_config
+    from server_app.setup import build_setup
 
     torch.set_num_threads(threads)
     started = time.perf_counter()
-    config = parse_run_config(run_config)
+    # The ServerApp's own set-up: seeds, data, initial model, D_w, the uplink, the policy.
+    setup = build_setup(parse_run_config(run_config))
+    config = setup.config
     settings, training = config.task, config.training
-    # The same set-up as server_app.app.run_federation: seeds, data, initial model, D_w.
-    cell_seed, _ = np.random.SeedSequence(config.seed).spawn(2)
-    train_set = load_train_set(settings)
-    test_set = load_test_set(settings)
-    device = compute_device()
-    model = build_model(
-        settings.model, train_set.num_classes, train_set.input_shape, seed=config.seed
-    ).to(device)
-    model_bits = config.model_bits or count_parameters(model) * BITS_PER_PARAMETER
-    cell = Cell(config.cell, np.random.default_rng(cell_seed))
-    x_test, y_test = test_set.tensors()
+    model = setup.model.to(setup.device)
     splits = [local_split(settings, v) for v in range(settings.num_devices)]
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     setup_s = time.perf_counter() - started
@@ -379,7 +353,7 @@ def replay_plain(
     for line in metrics:
         server_round = int(line["round"])
         t_round = time.perf_counter()
-        draw = cell.draw_round(model_bits)
+        draw = setup.cell.draw_round(setup.model_bits)
         available = [int(v) for v in np.flatnonzero(draw.available)]
         channel_s = time.perf_counter() - t_round
         if len(available) != int(line["num_available"]):
@@ -392,7 +366,7 @@ def replay_plain(
             raise RuntimeError(f"round {server_round}: scheduled {scheduled} not in {available}")
 
         t0 = time.perf_counter()
-        if policy_class(run_config["policy"]).needs_sigma:  # as the devices do
+        if setup.policy.needs_sigma:  # as the devices do
             model.load_state_dict(global_state)
             for v in available:
                 split = splits[v]
@@ -434,8 +408,7 @@ def replay_plain(
         aggregate_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        model.load_state_dict(global_state)
-        loss, accuracy = evaluate(model, x_test, y_test)
+        loss, accuracy = setup.evaluate(global_state)  # the ServerApp's central evaluation
         eval_s = time.perf_counter() - t0
         rounds.append(
             PlainRound(
@@ -449,8 +422,8 @@ def replay_plain(
                 aggregate_s=aggregate_s,
                 eval_s=eval_s,
                 round_s=time.perf_counter() - t_round,
-                accuracy=float(accuracy),
-                loss=float(loss),
+                accuracy=accuracy,
+                loss=loss,
             )
         )
     return PlainRun(

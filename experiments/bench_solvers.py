@@ -20,10 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.solver_performance import (
-    random_problem,
-    write_csv,
-)
+from experiments.solver_performance import random_problem
+from experiments.tables import write_csv
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
 from fedcgd_strategy.solvers.exact import exact_schedule

@@ -33,7 +33,6 @@ refused before the start; SIGINT / SIGTERM stop every process of the current run
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import re
@@ -57,7 +56,7 @@ from experiments.preflight import run_outcome
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
-from fedcgd_strategy.policies import POLICY_NAMES
+from experiments.tables import write_csv
 from server_app.checkpoint import run_finished, unread_settings
 from server_app.results import CONFIG_FILE
 from server_app.run_status import (
@@ -94,8 +93,14 @@ TABLE_COLUMNS = (
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
-    """Result directory of one (policy, seed) run: ``<out>/<policy>/seed-<seed>``."""
-    return out / policy / f"seed-{seed}"
+    """Result directory of one (policy, seed) run: ``<out>/<label>/seed-<seed>``.
+
+    The label is the policy's name, or the class name of a reference
+    (:func:`fedcgd_task.imports.reference_label`).
+    """
+    from fedcgd_task.imports import reference_label
+
+    return out / reference_label(policy) / f"seed-{seed}"
 
 
 def summarise(
@@ -198,10 +203,8 @@ def write_table(
     columns: Sequence[str] = TABLE_COLUMNS,
 ) -> None:
     """Write rows as CSV (``extra_columns`` first, e.g. the sweep point; None / NaN empty)."""
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=(*extra_columns, *columns))
-        writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+    cells = [{k: _cell(v) for k, v in row.items()} for row in rows]
+    write_csv(path, cells, (*extra_columns, *columns))
 
 
 def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
@@ -244,13 +247,73 @@ def format_row(row: Mapping[str, Any]) -> str:
 
 
 def check_policies(policies: list[str]) -> None:
-    """Raise ValueError naming unknown or repeated policy names."""
-    unknown = [p for p in policies if p not in POLICY_NAMES]
-    if unknown:
-        raise ValueError(f"policies: unknown {unknown}; allowed: {', '.join(POLICY_NAMES)}")
+    """Raise ValueError (one line) for a policy that cannot be built or a repeated folder name.
+
+    A policy is a built-in name or a reference to a Policy subclass (imported here, so a bad
+    path fails before anything runs); each gets the folder ``<out>/<label>/``, whose label
+    (:func:`fedcgd_task.imports.reference_label`) must be unique.
+    """
+    from fedcgd_strategy.policies.registry import policy_class
+    from fedcgd_task.imports import reference_label
+
+    for policy in policies:
+        try:
+            policy_class(policy)
+        except ValueError as err:
+            raise ValueError(f"policies: {err}") from None
     repeated = sorted({p for p in policies if policies.count(p) > 1})
     if repeated:
         raise ValueError(f"policies: {policies} repeats {', '.join(repeated)}; name each once")
+    labels = [reference_label(p) for p in policies]
+    clashing = sorted(
+        {p for p, label in zip(policies, labels, strict=True) if labels.count(label) > 1}
+    )
+    if clashing:
+        raise ValueError(
+            f"policies: {', '.join(clashing)} would share a result folder (same class name); "
+            "give the classes different names"
+        )
+
+
+def takes_policy_params(policy: str, shared: Mapping[str, Any]) -> bool:
+    """Whether ``policy`` takes every ``policy-params`` name of ``shared`` (False without any)."""
+    from fedcgd_strategy.policies.registry import policy_param_arguments
+    from server_app.policy_params import read_policy_params
+
+    params = read_policy_params(shared)
+    if not params:
+        return False
+    try:
+        policy_param_arguments(policy, params)
+    except ValueError:
+        return False
+    return True
+
+
+def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]:
+    """``shared`` for ``policy``: its ``policy-params`` kept only if the policy takes them all.
+
+    A comparison shares one run config; a researcher's policy parameters are meant for the
+    policies that take them, and the others run without them (:func:`check_policies` refuses
+    parameters that no policy of the comparison takes).
+    """
+    from server_app.policy_params import PARAMS_KEY, PARAMS_PREFIX
+
+    if takes_policy_params(policy, shared):
+        return dict(shared)
+    return {k: v for k, v in shared.items() if k != PARAMS_KEY and not k.startswith(PARAMS_PREFIX)}
+
+
+def check_policy_params_used(policies: Sequence[str], shared: Mapping[str, Any]) -> None:
+    """Raise ValueError (one line) when ``policy-params`` are given but no policy takes them."""
+    from server_app.policy_params import PARAMS_KEY, read_policy_params
+
+    params = read_policy_params(shared)
+    if params and not any(takes_policy_params(p, shared) for p in policies):
+        raise ValueError(
+            f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "
+            "takes all of them"
+        )
 
 
 def check_seeds(seeds: Sequence[Any]) -> list[int]:
@@ -384,7 +447,8 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     refuse. The same settings and completed: keep it; not completed but with a checkpoint:
     resume it; otherwise (no checkpoint, or no ``config.json``): clear it and run again.
     """
-    overrides = {**shared, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
+    own = with_policy_params(policy, shared)
+    overrides = {**own, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
 
     def planned(action: str, note: str = "") -> PlannedRun:
         extra = {"resume-from": str(result_dir)} if action == RESUME else {}
@@ -547,6 +611,7 @@ def run_policies(
         kept runs with other settings (:func:`refuse_stale_runs`), before any run.
     """
     check_policies(policies)
+    check_policy_params_used(policies, shared)
     if engine not in ENGINES:
         raise ValueError(f"engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
     engine = "deployment" if deployment else engine
@@ -639,9 +704,11 @@ def compare(args: argparse.Namespace) -> int:
             raise ValueError("give either --seeds or run-config 'seed', not both")
         seeds = parse_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
         seeds = check_seeds(seeds)
+        check_policy_params_used(policies, shared)
         for policy in policies:
             for seed in seeds:
-                validated_run_config({**shared, "policy": policy, "seed": seed})
+                own = with_policy_params(policy, shared)
+                validated_run_config({**own, "policy": policy, "seed": seed})
         plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)
         check_plans_before_start(plans)

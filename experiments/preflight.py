@@ -5,9 +5,12 @@ refuses, with one line naming the run-config key, every setting that can only fa
 can only be a mistake: a result folder that is a file or holds another run, a ``resume-from``
 folder that cannot be continued (no checkpoint, unreadable checkpoint or metrics, other
 settings, nothing left to run), a ``channel.trace`` file that cannot be replayed over the
-run (:func:`server_app.uplink.check_channel_trace`), a model that does not fit the data set's
-images, and sizes beyond the training set (more devices or shards than samples, local
-training of more than :data:`MAX_LOCAL_PASSES` passes over a device's data per round).
+run (:func:`server_app.uplink.check_channel_trace`), a data-set function that cannot be
+imported, fails or returns arrays outside its contract (:func:`fedcgd_task.datasets.load_data`),
+a model that does not fit the data set's inputs or whose σ̂ cannot be computed
+(:func:`check_model_fits`), and sizes beyond the training set (more devices or shards than
+samples, local training of more than :data:`MAX_LOCAL_PASSES` passes over a device's data per
+round).
 
 :func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
 and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
@@ -192,33 +195,66 @@ def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_na
         )
 
 
+#: Samples of the blank batch the model and σ̂ are tried on (two: a model that mixes the
+#: samples of a batch, e.g. returns one row per batch, gives the wrong output shape).
+BLANK_BATCH = 2
+
+
 def check_model_fits(
     model: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...]
 ) -> None:
-    """Build ``model`` for the data set's images and run it on one blank image.
+    """Build ``model`` for the data set's inputs, run it and σ̂ on a blank batch.
+
+    The model function must return a ``torch.nn.Module`` whose output on float32 zeros
+    [:data:`BLANK_BATCH`, *input_shape] is a float tensor [:data:`BLANK_BATCH`, C]; then σ̂
+    (:func:`client_app.sigma.gradient_spread`: per-sample gradient norms layer by layer for
+    Linear, Conv2d and GroupNorm, ``torch.func.vmap`` for any other model) must run on that
+    batch in eval mode.
 
     Raises
     ------
     ValueError
-        One line naming ``model``, the data set and why they do not fit.
+        One line naming ``model``, its value, the data set and why they do not fit (an import
+        error of a reference names the key too, :func:`fedcgd_task.models.model_function`).
     """
     import torch
 
-    from fedcgd_task.models import build_model
+    from client_app.sigma import gradient_spread
+    from fedcgd_task.models import MODEL_CONTRACT, MODEL_NAMES, build_model, model_function
 
+    model_function(model)  # an unknown name or a bad reference: its own one-line error
+    shape = "×".join(str(s) for s in input_shape)
+    head = (
+        f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
+        f"{shape}, {num_classes} classes)"
+    )
+    allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
+    blank = torch.zeros(BLANK_BATCH, *input_shape)
+    expected = (BLANK_BATCH, num_classes)
     try:
         net = build_model(model, num_classes, input_shape)
         net.eval()
         with torch.no_grad():
-            logits = net(torch.zeros(1, *input_shape))
-        if tuple(logits.shape) != (1, num_classes):
-            raise ValueError(f"it gives outputs of shape {tuple(logits.shape)}")
-    except (ValueError, RuntimeError) as err:
-        reason = first_line(err)
-        shape = "×".join(str(s) for s in input_shape)
+            logits = net(blank)
+        if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+            kind = getattr(logits, "dtype", type(logits).__name__)
+            raise ValueError(f"on a blank batch it gives {kind}, not a float tensor")
+        if tuple(logits.shape) != expected:
+            raise ValueError(
+                f"on a blank batch of {BLANK_BATCH} it gives outputs of shape "
+                f"{tuple(logits.shape)}, not {expected}"
+            )
+    except Exception as err:  # the researcher's code: any failure is a refusal in one line
+        raise ValueError(f"{head}: {first_line(err)}; {allowed}") from err
+    labels = torch.arange(BLANK_BATCH) % num_classes
+    try:
+        gradient_spread(net, blank, labels)
+    except Exception as err:
         raise ValueError(
-            f"run-config key 'model' = '{model}' does not fit dataset '{dataset_name}' (images "
-            f"{shape}): {reason}; use model = 'auto'"
+            f"run-config key 'model' = {model!r}: σ̂ (per-sample gradient norms, "
+            f"client_app/sigma.py) fails on it: {type(err).__name__}: {first_line(err)}; the "
+            "model must run under torch.func.vmap (no .item() or data-dependent control "
+            "flow), or use only Linear, Conv2d and GroupNorm layers"
         ) from err
 
 

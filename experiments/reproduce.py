@@ -47,12 +47,14 @@ from experiments.compare_policies import (
     PlannedRun,
     check_plans_before_start,
     check_policies,
+    check_policy_params_used,
     check_seeds,
     format_row,
     plan_runs,
     refuse_stale_runs,
     run_policies,
     table_rows,
+    with_policy_params,
     write_table,
 )
 from experiments.figures import (
@@ -73,6 +75,7 @@ from experiments.progress import RunProgress
 from fedcgd_task.datasets import load_dataset
 from fedcgd_task.settings import flatten
 from server_app.config import parse_run_config
+from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -144,7 +147,8 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     seeds = planned_seeds(cfg)
     defaults = default_run_config()
     shared, sweep = run_keys(cfg.run), run_keys(cfg.sweep)
-    unknown = sorted((set(shared) | set(sweep)) - set(defaults))
+    given = {k for k in set(shared) | set(sweep) if not k.startswith(PARAMS_PREFIX)}
+    unknown = sorted(given - set(defaults))
     if unknown:
         raise ValueError(f"run-config keys {unknown} do not exist; allowed: {sorted(defaults)}")
     if "seed" in shared or "seed" in sweep:
@@ -161,9 +165,11 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     data_dir = str(Path(str(shared.get("data-dir", "")) or "data").expanduser().resolve())
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
-        overrides = {**shared, **point, "data-dir": data_dir}
+        overrides = fold_policy_params({**shared, **point, "data-dir": data_dir})
+        check_policy_params_used(policies, overrides)
         for policy in policies:
-            parse_run_config({**defaults, **overrides, "policy": policy})
+            own = with_policy_params(policy, overrides)
+            parse_run_config({**defaults, **own, "policy": policy})
         plans.append((point, overrides))
     for seed in seeds:
         parse_run_config({**defaults, **plans[0][1], "seed": seed})

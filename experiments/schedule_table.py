@@ -12,6 +12,8 @@ returns the :class:`~fedcgd_strategy.policies.Decision` whose ``selected`` and p
 
 Settings (paper Section V and Table I; docs/design.md, "Paper settings")
 ------------------------------------------------------------------------
+The defaults of :class:`TableSettings` are :data:`experiments.paper_settings.PAPER_CIFAR10`.
+
 * Labels: CIFAR-10's training-label layout, 10 classes × 5,000 labels (``np.repeat``, class
   after class; no images). The split is the app's own
   :func:`fedcgd_task.partition.partition_indices` (sort-and-partition, l = 1, r = 1) seeded with the
@@ -19,9 +21,10 @@ Settings (paper Section V and Table I; docs/design.md, "Paper settings")
   (up to the order of CIFAR's labels inside the file, which only decides which 16 surplus
   samples are dropped). With V = 64 each device holds one shard of 781 labels; 6.4 shards per
   class, so some shards straddle two classes.
-* Channel: one :class:`channel.Cell` per drop (V = 64, p_a = 0.3, B = 20 MHz, deadline 2 s, the
+* Channel: one :class:`channel.Cell` per drop (V, p_a, B and the deadline of the setting, the
   other Table I values are the defaults of :class:`channel.CellConfig`); ``draw_round`` every
-  round with the paper CNN's size, 258,898 parameters × 32 bit (docs/design.md, "Model size").
+  round with the paper CNN's size, :data:`channel.report.PAPER_CIFAR10_MODEL_BITS`
+  (docs/design.md, "Model size").
   Candidates are the available devices (infeasible ones included: no policy takes them).
 * ``label_dist`` (p_v of the round): by default (``--label-dist batch``) the histogram of the
   τ·b = 32 labels the device would train on this round, drawn from its shard as
@@ -45,6 +48,9 @@ Settings (paper Section V and Table I; docs/design.md, "Paper settings")
   devices (0 = all). Best effort stops at the first device that does not fit
   (docs/design.md, "Best effort").
 * Fed-CBS: one policy object per drop, so its selection counts persist over the drop's rounds.
+* Random streams: each drop's channel, batches, scores and every policy's own stream are
+  seeded apart; a policy's stream is keyed by its name (:func:`policy_stream_word`), so adding
+  a policy leaves the others' numbers unchanged.
 
 Statistics: per drop, the mean over rounds of the number scheduled (rounds with no candidate
 count as 0) and of the WEMD (over rounds with a non-empty schedule); the table gives the mean of
@@ -62,19 +68,22 @@ Outputs under ``--out``: ``table.csv``, ``table.png`` (and ``poc_fit.*``).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import stdtrit
 
 from channel import Cell, CellConfig
+from channel.report import PAPER_CIFAR10_MODEL_BITS
+from experiments.paper_settings import CIFAR10_CLASSES, CIFAR10_TRAIN_PER_CLASS, PAPER_CIFAR10
+from experiments.statistics import mean_ci95
+from experiments.tables import write_csv
 from fedcgd_strategy.policies import (
     POLICY_NAMES,
     Decision,
@@ -86,13 +95,6 @@ from fedcgd_strategy.policies import (
 from fedcgd_task.partition import partition_indices
 from fedcgd_task.settings import TaskSettings
 
-#: Parameters of the paper's CIFAR-10 CNN (unpadded 3×3 convolutions; docs/design.md,
-#: "Model size"). A test checks it against
-#: ``count_parameters(build_model("cnn", 10, (3, 32, 32)))``; the constant keeps torch out of
-#: this script.
-PAPER_CNN_PARAMETERS = 258_898
-#: Bits per parameter of the uploaded model.
-BITS_PER_PARAMETER = 32
 #: The paper's POC scheduled number in Table II, the target of ``--fit-poc``.
 POC_TARGET_SCHEDULED = 13.71
 
@@ -151,6 +153,28 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+def policy_stream_word(name: str) -> int:
+    """The seed word of policy ``name``'s random stream: CRC-32 of the name's UTF-8 bytes.
+
+    A policy's stream (POC's candidate draw, Fed-CBS's sampling, ``fedcgd-cd``'s random start)
+    is seeded with ``[seed, drop, POLICY_STREAM, policy_stream_word(name), poc_candidates]``,
+    so it depends on the policy's own name only: adding, removing or reordering policies leaves
+    every other policy's numbers unchanged.
+
+    Parameters
+    ----------
+    name : str
+        The policy name given to :func:`make_policy` (e.g. ``"poc"``).
+
+    Returns
+    -------
+    int
+        An unsigned 32-bit word.
+
+    """
+    return zlib.crc32(name.encode("utf-8"))
+
+
 @dataclass(frozen=True)
 class TableSettings:
     """Settings of the simulation (defaults: the paper's CIFAR-10 Table II setting).
@@ -198,16 +222,16 @@ class TableSettings:
     drops: int = 20
     rounds: int = 50
     seed: int = 0
-    num_devices: int = 64
-    num_classes: int = 10
-    samples_per_class: int = 5000
-    shards_per_device: int = 1
-    availability_prob: float = 0.3
-    total_bandwidth_hz: float = 20e6
-    deadline_s: float = 2.0
-    model_bits: float = float(PAPER_CNN_PARAMETERS * BITS_PER_PARAMETER)
-    batch_size: int = 32
-    local_steps: int = 1
+    num_devices: int = PAPER_CIFAR10["num-devices"]
+    num_classes: int = CIFAR10_CLASSES
+    samples_per_class: int = CIFAR10_TRAIN_PER_CLASS
+    shards_per_device: int = PAPER_CIFAR10["shards-per-device"]
+    availability_prob: float = PAPER_CIFAR10["channel.availability-prob"]
+    total_bandwidth_hz: float = PAPER_CIFAR10["channel.total-bandwidth-hz"]
+    deadline_s: float = PAPER_CIFAR10["channel.deadline-s"]
+    model_bits: float = float(PAPER_CIFAR10_MODEL_BITS)
+    batch_size: int = PAPER_CIFAR10["batch-size"]
+    local_steps: int = PAPER_CIFAR10["local-steps"]
     sigma_over_sqrt_b_g: float = 1.0
     poc_candidates: int = 0
     label_dist: str = "batch"
@@ -321,7 +345,9 @@ class PolicyStats:
     empty_rounds: int = 0
 
 
-def cifar10_labels(num_classes: int = 10, samples_per_class: int = 5000) -> IntArray:
+def cifar10_labels(
+    num_classes: int = CIFAR10_CLASSES, samples_per_class: int = CIFAR10_TRAIN_PER_CLASS
+) -> IntArray:
     """CIFAR-10's training-label layout: ``samples_per_class`` labels of each class, in order."""
     return np.repeat(np.arange(num_classes, dtype=np.int64), samples_per_class)
 
@@ -335,13 +361,13 @@ def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
     task = TaskSettings(
         seed=settings.seed + index,
         num_devices=settings.num_devices,
-        dataset="cifar10",
+        dataset=PAPER_CIFAR10["dataset"],
         data_dir="",
-        model="cnn",
-        partition="shards",
-        dirichlet_alpha=1.0,
+        model=PAPER_CIFAR10["model"],
+        partition=PAPER_CIFAR10["partition"],
+        dirichlet_alpha=1.0,  # not read by the shards split
         shards_per_device=settings.shards_per_device,
-        imbalance_ratio=1.0,
+        imbalance_ratio=PAPER_CIFAR10["imbalance-ratio"],
     )
     parts = partition_indices(task, labels)
     local_labels = [labels[p] for p in parts]
@@ -426,7 +452,7 @@ def simulate_rounds(
         policies = build_policies(settings, specs)
         rngs = {
             s.label: np.random.default_rng(
-                [settings.seed, d, POLICY_STREAM, POLICY_NAMES.index(s.name), s.poc_candidates]
+                [settings.seed, d, POLICY_STREAM, policy_stream_word(s.name), s.poc_candidates]
             )
             for s in specs
         }
@@ -486,17 +512,6 @@ def simulate(
             wemds[label].append(decision.wemd)
     close_drop()
     return out
-
-
-def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and 95 % Student-t half-width of ``values`` (NaNs dropped; half-width NaN if n < 2)."""
-    x = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
-    if x.size == 0:
-        return float("nan"), float("nan")
-    if x.size < 2:
-        return float(x.mean()), float("nan")
-    half = float(stdtrit(x.size - 1, 0.975)) * x.std(ddof=1) / math.sqrt(x.size)
-    return float(x.mean()), float(half)
 
 
 def choose_poc_candidates(
@@ -577,14 +592,6 @@ def fit_poc(
             }
         )
     return rows
-
-
-def write_csv(path: Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> None:
-    """Write ``rows`` with the given columns."""
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(columns))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def number(value: object) -> float:

@@ -2,11 +2,11 @@
 
 For V in {16, 24, ..., 64} devices and random instances (Dirichlet label mixes p_v ~ Dir(alpha p)
 over C = 10 classes with p uniform, alpha in {0.1, 1, 10}; UMi uplink from :mod:`channel` with the
-paper's radio settings, all V devices candidates; CIFAR-10 CNN of 258,898 parameters x 32 bit,
-deadline 2 s), solve P1 with GS, FSCD, CD and the exact solver, and report the average number of
-iterations and the average relative error (obj - opt) / opt. The paper does not give sigma and G
-for this figure, so the ratio sigma / (sqrt(b) G) is swept (default 0.1, 0.3, 1, 3, 10) with
-G = 1, b = 32.
+paper's radio settings, all V devices candidates; the size of the paper's CIFAR-10 CNN,
+:data:`channel.report.PAPER_CIFAR10_MODEL_BITS`; deadline 2 s), solve P1 with GS, FSCD, CD and
+the exact solver, and report the average number of iterations and the average relative error
+(obj - opt) / opt. The paper does not give sigma and G for this figure, so the ratio
+sigma / (sqrt(b) G) is swept (default 0.1, 0.3, 1, 3, 10) with G = 1, b = 32.
 
 The exact solver caps each MILP at ``--milp-time-limit-s``; ``opt`` is then the best schedule
 found and ``opt_lower_bound`` a proven lower bound (``opt_proven`` says which instances are
@@ -21,14 +21,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from channel import Cell, CellConfig
+from channel.report import PAPER_CIFAR10_MODEL_BITS
+from experiments.paper_settings import CIFAR10_CLASSES, PAPER_CIFAR10
+from experiments.tables import write_csv
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
 from fedcgd_strategy.solvers.exact import exact_schedule
@@ -39,14 +41,10 @@ from fedcgd_strategy.solvers.result import ScheduleResult
 #: Line style of each σ/(√b G) ratio's thin curve in panel (b), in the order of the ratios.
 RATIO_LINESTYLES = (":", "-.", "--", (0, (3, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 4)))
 
-
-#: Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions), docs/design.md,
-#: "Model size".
-CNN_PARAMETERS = 258_898
-#: Model size D_w in bit: parameters x 32 bit.
-MODEL_BITS = CNN_PARAMETERS * 32
-NUM_CLASSES = 10
-BATCH_SIZE = 32
+#: Model size D_w in bit (the paper's CIFAR-10 CNN), classes C and batch size b.
+MODEL_BITS = PAPER_CIFAR10_MODEL_BITS
+NUM_CLASSES = CIFAR10_CLASSES
+BATCH_SIZE: int = PAPER_CIFAR10["batch-size"]
 CLASS_GRADIENT = 1.0
 HEURISTICS = ("gs", "fscd", "cd")
 PAPER_RELATIVE_ERROR = {"gs": 0.0516, "fscd": 0.0019}
@@ -225,15 +223,6 @@ def summarise(
                     }
                 )
     return out
-
-
-def write_csv(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
-    """Write ``rows`` (dicts with identical keys) as CSV."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path]) -> None:

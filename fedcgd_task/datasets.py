@@ -1,9 +1,33 @@
-"""The image datasets: scikit-learn's digits (offline default), CIFAR-10 and CIFAR-100.
+"""Data sets behind one contract: the built-in image sets and the researcher's own.
 
-Images are kept as ``uint8`` pixels plus a per-channel affine normalisation and converted to
-``float32`` only for the samples a computation needs (:meth:`ImageSet.tensors`): the full
-CIFAR training set is 150 MB as ``uint8`` but 614 MB as ``float32``, and in simulation every
-Ray worker process holds one copy.
+The run-config key ``dataset`` names a *data-set function*: a built-in name, the keys of
+:data:`BUILTIN_DATASETS` (``digits``, ``cifar10``, ``cifar100``), or a reference to the
+researcher's function, ``package.module:function`` or ``/absolute/path/file.py:function``
+(:func:`fedcgd_task.imports.import_object`). Built-in or not, every data-set function follows
+the same contract:
+
+* it takes no argument, or a ``data_dir`` keyword (the run config's ``data-dir`` as an
+  absolute path; the signature says which);
+* it returns ``((x_train, y_train), (x_test, y_test))`` or
+  ``((x_train, y_train), (x_test, y_test), num_classes)``;
+* ``x_train``, ``x_test``: real-valued arrays of shape [N, *input_shape] with at least one
+  input dimension and the same input shape in both sets (anything :func:`numpy.asarray`
+  reads; integer and bool values are converted too), stored as float32, every value finite;
+* ``y_train``, ``y_test``: integer arrays of shape [N] (an integer dtype; float labels are
+  refused) with labels in [0, num_classes);
+* ``num_classes``: an int >= 2; without it, C = the largest label of both sets + 1 (>= 2);
+* each set holds at least one sample, and x and y the same number N.
+
+:func:`load_data` calls the function once per process and (dataset, data-dir) (cached; the
+result must be a pure function of those two), checks the result (:func:`check_data`: a
+one-line ValueError naming the key ``dataset``, its value and what is allowed) and returns two
+:class:`DataSplit`. Nothing here branches on a data-set name: the built-ins are entries of
+:data:`BUILTIN_DATASETS` like any other function.
+
+The built-in image sets return their inputs as :class:`NormalizedPixels`: ``uint8`` pixels
+plus a per-channel affine normalisation, converted to ``float32`` only for the samples a
+computation needs (the full CIFAR training set is 150 MB as ``uint8`` but 614 MB as
+``float32``, and in simulation every Ray worker process holds one copy).
 
 * ``digits``: :func:`sklearn.datasets.load_digits`, 1797 images of 1 x 8 x 8 with integer
   intensities 0..16, scaled to [0, 1] (x = pixel / 16, no further normalisation); a fixed
@@ -19,15 +43,19 @@ Ray worker process holds one copy.
 from __future__ import annotations
 
 import functools
+import inspect
 import pickle
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 import torch
+
+from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
 
 if TYPE_CHECKING:
     from fedcgd_task.settings import TaskSettings
@@ -52,10 +80,72 @@ CIFAR_FILES: dict[str, tuple[str, str]] = {
 }
 _CIFAR_CLASSES = {"cifar10": 10, "cifar100": 100}
 
+#: The run-config key that names the data-set function.
+DATASET_KEY = "dataset"
+#: What a data-set function must return (named in the error messages).
+RETURN_CONTRACT = (
+    "((x_train, y_train), (x_test, y_test)) or ((x_train, y_train), (x_test, y_test), num_classes)"
+)
+
+
+@dataclass(frozen=True, eq=False)
+class NormalizedPixels:
+    """Images stored as ``uint8`` that read as ``float32``: x = (pixel * scale - mean_c) / std_c.
+
+    The inputs the built-in data-set functions return: a float32 array of shape [N, C, H, W]
+    in meaning, whose rows are computed on demand (:meth:`tensor`) from the stored pixels.
+
+    Attributes
+    ----------
+    pixels : numpy.ndarray of uint8, shape [N, C, H, W]
+        Raw intensities, channels first.
+    scale : float
+        Factor mapping a raw intensity to [0, 1].
+    mean, std : tuple of float, length C
+        Per-channel normalisation applied after scaling.
+
+    """
+
+    pixels: npt.NDArray[np.uint8]
+    scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """[N, C, H, W], the shape of the float32 array these pixels stand for."""
+        return tuple(int(s) for s in self.pixels.shape)
+
+    def __len__(self) -> int:
+        return int(self.pixels.shape[0])
+
+    def tensor(self, rows: npt.NDArray[np.int64] | None = None) -> torch.Tensor:
+        """The normalised images, all or ``rows`` (repeats allowed), as float32 [n, C, H, W]."""
+        pixels = self.pixels if rows is None else self.pixels[rows]
+        x = torch.from_numpy(np.ascontiguousarray(pixels)).to(torch.float32) * self.scale
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+    def all_finite(self) -> bool:
+        """Whether every value is finite: :meth:`tensor` of each of the 256 levels per channel."""
+        channels = int(self.pixels.shape[1])
+        ramp = np.arange(256, dtype=np.uint8).reshape(1, 1, 256, 1)
+        levels = np.tile(ramp, (1, channels, 1, 1))
+        levels_only = NormalizedPixels(levels, self.scale, self.mean, self.std)
+        return bool(torch.isfinite(levels_only.tensor()).all())
+
+
+#: The inputs of a :class:`DataSplit`: float32 values, stored as such or as normalised pixels.
+Inputs: TypeAlias = npt.NDArray[np.float32] | NormalizedPixels
+
 
 @dataclass(frozen=True, eq=False)
 class ImageSet:
     """Labelled images stored as ``uint8`` with the affine map to normalised ``float32``.
+
+    What the image readers (:func:`load_digits_split`, :func:`load_cifar`) return; the
+    built-in data-set functions hand on its :meth:`arrays`.
 
     Attributes
     ----------
@@ -88,6 +178,15 @@ class ImageSet:
         _, c, h, w = self.pixels.shape
         return (int(c), int(h), int(w))
 
+    @property
+    def inputs(self) -> NormalizedPixels:
+        """The images as :class:`NormalizedPixels` (no copy of the pixels)."""
+        return NormalizedPixels(self.pixels, self.scale, self.mean, self.std)
+
+    def arrays(self) -> tuple[NormalizedPixels, npt.NDArray[np.int64]]:
+        """``(x, y)`` of the data-set contract: the normalised images and their labels."""
+        return self.inputs, self.labels
+
     def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Return normalised images and labels, optionally only for ``indices``.
 
@@ -104,17 +203,61 @@ class ImageSet:
             Class ids.
 
         """
-        if indices is None:
-            pixels, labels = self.pixels, self.labels
-        else:
-            rows = np.asarray(indices, dtype=np.int64)
-            pixels, labels = self.pixels[rows], self.labels[rows]
-        x = torch.from_numpy(np.ascontiguousarray(pixels)).to(torch.float32) * self.scale
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
-        x = (x - mean) / std
+        rows = None if indices is None else np.asarray(indices, dtype=np.int64)
+        labels = self.labels if rows is None else self.labels[rows]
         y = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
-        return x, y
+        return self.inputs.tensor(rows), y
+
+
+@dataclass(frozen=True, eq=False)
+class DataSplit:
+    """One checked split (training or test) of a data set, as the apps use it.
+
+    Attributes
+    ----------
+    inputs : numpy.ndarray of float32 or NormalizedPixels, shape [N, *input_shape]
+        The inputs (finite).
+    labels : numpy.ndarray of int64, shape [N]
+        Class ids in ``0 .. num_classes - 1``.
+    num_classes : int
+        Number of classes C of the data set (not only those present in this split).
+
+    """
+
+    inputs: Inputs
+    labels: npt.NDArray[np.int64]
+    num_classes: int
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input (``x.shape[1:]``), e.g. (channels, height, width)."""
+        return tuple(int(s) for s in self.inputs.shape[1:])
+
+    def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return inputs and labels as tensors, optionally only for ``indices``.
+
+        Parameters
+        ----------
+        indices : array_like of int, shape [n], optional
+            Rows to take (repeats allowed); all rows when omitted.
+
+        Returns
+        -------
+        x : torch.Tensor of float32, shape [n, *input_shape]
+        y : torch.Tensor of int64, shape [n]
+
+        """
+        rows = None if indices is None else np.asarray(indices, dtype=np.int64)
+        if isinstance(self.inputs, NormalizedPixels):
+            x = self.inputs.tensor(rows)
+        else:
+            chosen = self.inputs if rows is None else self.inputs[rows]
+            x = torch.from_numpy(np.array(chosen, dtype=np.float32))
+        labels = self.labels if rows is None else self.labels[rows]
+        return x, torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
 
 
 def load_digits_split() -> tuple[ImageSet, ImageSet]:
@@ -282,9 +425,300 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
     )
 
 
-@functools.lru_cache(maxsize=4)
-def load_dataset(name: str, data_dir: str, *, train: bool, download: bool = True) -> ImageSet:
-    """Load one split of a dataset, once per process (cached).
+#: What a data-set function returns (checked by :func:`check_data`).
+LoadedData: TypeAlias = tuple[Any, ...]
+#: A data-set function: no argument or a ``data_dir`` keyword, returning :data:`LoadedData`.
+DataFunction: TypeAlias = Callable[..., Any]
+
+
+def digits_data() -> LoadedData:
+    """The ``digits`` data set under the data-set contract (bundled: no data folder).
+
+    Returns
+    -------
+    ((NormalizedPixels, int64 array), (NormalizedPixels, int64 array), int)
+        :func:`load_digits_split`'s 1437 training and 360 test images and C = 10.
+
+    """
+    train, test = load_digits_split()
+    return train.arrays(), test.arrays(), train.num_classes
+
+
+def _cifar_data(name: str, data_dir: str) -> LoadedData:
+    """CIFAR-10 or CIFAR-100 from ``data_dir`` under the data-set contract."""
+    train = load_cifar(name, data_dir, train=True)
+    test = load_cifar(name, data_dir, train=False)
+    return train.arrays(), test.arrays(), train.num_classes
+
+
+def cifar10_data(data_dir: str) -> LoadedData:
+    """The ``cifar10`` data set under the data-set contract (files in ``data_dir``).
+
+    Returns
+    -------
+    ((NormalizedPixels, int64 array), (NormalizedPixels, int64 array), int)
+        50,000 training and 10,000 test images of 3 x 32 x 32 and C = 10 (:func:`load_cifar`).
+
+    """
+    return _cifar_data("cifar10", data_dir)
+
+
+def cifar100_data(data_dir: str) -> LoadedData:
+    """The ``cifar100`` data set under the data-set contract (files in ``data_dir``).
+
+    Returns
+    -------
+    ((NormalizedPixels, int64 array), (NormalizedPixels, int64 array), int)
+        50,000 training and 10,000 test images of 3 x 32 x 32 and C = 100 (fine labels).
+
+    """
+    return _cifar_data("cifar100", data_dir)
+
+
+#: The built-in data sets: run-config name -> data-set function (the contract above).
+BUILTIN_DATASETS: dict[str, DataFunction] = {
+    "digits": digits_data,
+    "cifar10": cifar10_data,
+    "cifar100": cifar100_data,
+}
+
+
+def _where(name: str) -> str:
+    return f"run-config key '{DATASET_KEY}' = {name!r}"
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def dataset_function(name: str) -> DataFunction:
+    """Return the data-set function ``name`` names: a built-in, or the researcher's reference.
+
+    Raises
+    ------
+    ValueError
+        One line naming the key ``dataset`` and the value: an unknown name, a reference that
+        cannot be imported or lacks the attribute, an attribute that is not callable.
+
+    """
+    builtin = BUILTIN_DATASETS.get(name)
+    if builtin is not None:
+        return builtin
+    if not is_reference(name):
+        names = ", ".join(f'"{n}"' for n in BUILTIN_DATASETS)
+        raise ValueError(
+            f"{_where(name)} is not a data set; allowed: {names} or a data-set function "
+            f"{REFERENCE_FORMS}"
+        )
+    function = import_object(name, DATASET_KEY)
+    if not callable(function):
+        raise ValueError(
+            f"{_where(name)} names a {type(function).__name__}, not a function; allowed: a "
+            f"function of no argument or of a data_dir keyword that returns {RETURN_CONTRACT}"
+        )
+    return function
+
+
+def _takes_data_dir(function: DataFunction, name: str) -> bool:
+    """Whether ``function`` takes ``data_dir``; refuse one that needs other arguments."""
+    try:
+        params = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a C function): call it bare
+        return False
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    takes = any(
+        p.kind is inspect.Parameter.VAR_KEYWORD or (p.name == "data_dir" and p.kind in named)
+        for p in params
+    )
+    required = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, *named)
+        and not (p.name == "data_dir" and p.kind in named)
+    ]
+    if required:
+        raise ValueError(
+            f"{_where(name)}: the function needs the argument(s) {', '.join(required)}; a "
+            "data-set function takes no argument or a data_dir keyword"
+        )
+    return takes
+
+
+def call_dataset_function(function: DataFunction, name: str, data_dir: str) -> object:
+    """Call a data-set function, with ``data_dir=`` when its signature takes it.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the function raised one (missing data files), its first line after the key.
+    ValueError
+        One line naming the key ``dataset``: the function needs other arguments, or it raised.
+
+    """
+    kwargs = {"data_dir": data_dir} if _takes_data_dir(function, name) else {}
+    try:
+        return function(**kwargs)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{_where(name)}: {_first_line(err)}") from err
+    except Exception as err:  # the researcher's code: any failure becomes one line
+        raise ValueError(
+            f"{_where(name)}: the function raised {type(err).__name__}: {_first_line(err)}"
+        ) from err
+
+
+def _structure(value: object, depth: int = 2) -> str:
+    """A short picture of a returned value: ``(ndarray, ndarray)``, ``int``."""
+    if isinstance(value, tuple | list) and depth > 0:
+        inner = ", ".join(_structure(v, depth - 1) for v in value[:4])
+        inner += ", ..." if len(value) > 4 else ""
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    return type(value).__name__
+
+
+def _check_inputs(x: object, label: str, where: str) -> Inputs:
+    """``x`` as float32 [N, *input_shape] (or the given NormalizedPixels), finite."""
+    if isinstance(x, NormalizedPixels):
+        if not x.all_finite():
+            raise ValueError(f"{where}: {label} normalises pixels to values that are not finite")
+        if len(x.shape) < 2:
+            raise ValueError(f"{where}: {label} has shape {x.shape}; inputs need [N, *input_shape]")
+        return x
+    try:
+        array = np.asarray(x)
+    except Exception as err:  # ragged lists, tensors that need grad, ...
+        raise ValueError(
+            f"{where}: {label} cannot be read as a numeric array ({_first_line(err)}); inputs "
+            "must be real-valued arrays of shape [N, *input_shape]"
+        ) from err
+    if array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{where}: {label} has dtype {array.dtype}; inputs must be real numbers (float, or "
+            "int / bool, converted to float32)"
+        )
+    if array.ndim < 2:
+        raise ValueError(
+            f"{where}: {label} has shape {array.shape}; inputs must have shape "
+            "[N, *input_shape] with at least one input dimension (e.g. [N, 1] for one feature)"
+        )
+    with np.errstate(over="ignore"):
+        values = array.astype(np.float32, copy=False)
+    if not np.isfinite(values).all():
+        raise ValueError(
+            f"{where}: {label} holds values that are not finite in float32 (nan, inf, or "
+            "beyond ±3.4e38); inputs must be finite"
+        )
+    return values
+
+
+def _check_labels(y: object, label: str, where: str) -> npt.NDArray[Any]:
+    """``y`` as an integer array of shape [N] (not yet range-checked)."""
+    try:
+        array = np.asarray(y)
+    except Exception as err:
+        raise ValueError(
+            f"{where}: {label} cannot be read as an array ({_first_line(err)}); labels must be "
+            "integer arrays of shape [N]"
+        ) from err
+    if array.dtype.kind not in "iu":
+        raise ValueError(
+            f"{where}: {label} has dtype {array.dtype}; labels must have an integer dtype "
+            "(e.g. int64) with values in [0, num_classes)"
+        )
+    if array.ndim != 1:
+        raise ValueError(f"{where}: {label} has shape {array.shape}; labels must have shape [N]")
+    return array
+
+
+def _check_num_classes(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < 2:
+        raise ValueError(
+            f"{where}: the function returned num_classes = {value!r}; it must be an int >= 2"
+        )
+    return int(value)
+
+
+def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
+    """Check what a data-set function returned and turn it into the training and test split.
+
+    Parameters
+    ----------
+    result : object
+        The function's return value (the contract in the module docstring).
+    name : str
+        The run-config value ``dataset`` (named in the messages).
+
+    Returns
+    -------
+    train, test : DataSplit
+        Inputs as float32 (or the given :class:`NormalizedPixels`), labels as int64, and
+        the number of classes C (given, or the largest label + 1).
+
+    Raises
+    ------
+    ValueError
+        One line naming the key ``dataset``, its value, what is wrong and what is allowed.
+
+    """
+    where = _where(name)
+    well_formed = (
+        isinstance(result, tuple | list)
+        and len(result) in (2, 3)
+        and all(isinstance(part, tuple | list) and len(part) == 2 for part in result[:2])
+    )
+    if not well_formed:
+        raise ValueError(
+            f"{where}: the function returned {_structure(result)}; it must return {RETURN_CONTRACT}"
+        )
+    assert isinstance(result, tuple | list)
+    given = _check_num_classes(result[2], where) if len(result) == 3 else None
+    inputs: dict[str, Inputs] = {}
+    labels: dict[str, npt.NDArray[Any]] = {}
+    for part, split in zip(result[:2], ("train", "test"), strict=True):
+        x = _check_inputs(part[0], f"x_{split}", where)
+        y = _check_labels(part[1], f"y_{split}", where)
+        if len(x) != len(y):
+            raise ValueError(
+                f"{where}: x_{split} holds {len(x)} samples but y_{split} {len(y)}; x and y "
+                "must hold the same number N"
+            )
+        if len(y) == 0:
+            raise ValueError(
+                f"{where}: the {split} set holds no sample; each set needs at least one"
+            )
+        inputs[split], labels[split] = x, y
+    shape_train, shape_test = inputs["train"].shape[1:], inputs["test"].shape[1:]
+    if tuple(shape_train) != tuple(shape_test):
+        raise ValueError(
+            f"{where}: x_train holds inputs of shape {tuple(shape_train)} but x_test of "
+            f"{tuple(shape_test)}; both sets must have the same input shape"
+        )
+    lowest = min(int(labels[s].min()) for s in labels)
+    highest = max(int(labels[s].max()) for s in labels)
+    num_classes = given if given is not None else highest + 1
+    for split, y in labels.items():
+        low, high = int(y.min()), int(y.max())
+        bad = low if low < 0 else high
+        if low < 0 or high >= num_classes:
+            source = "num_classes" if given is not None else "the largest label + 1"
+            raise ValueError(
+                f"{where}: y_{split} holds label {bad}, outside [0, {num_classes}) "
+                f"({source} = {num_classes}); labels must be in [0, num_classes)"
+            )
+    if num_classes < 2:
+        raise ValueError(
+            f"{where}: the labels hold one class only (labels {lowest} to {highest}); a "
+            "classification task needs num_classes >= 2"
+        )
+    train, test = (
+        DataSplit(inputs[s], labels[s].astype(np.int64), num_classes) for s in ("train", "test")
+    )
+    return train, test
+
+
+@functools.lru_cache(maxsize=2)
+def load_data(name: str, data_dir: str) -> tuple[DataSplit, DataSplit]:
+    """Load, check and cache the training and test split of a data set, once per process.
 
     The cache is safe because the result is a pure function of the arguments (the files do not
     change during a run); per-node mutable state belongs in ``context.state`` instead.
@@ -292,33 +726,37 @@ def load_dataset(name: str, data_dir: str, *, train: bool, download: bool = True
     Parameters
     ----------
     name : str
-        ``"digits"``, ``"cifar10"`` or ``"cifar100"``.
+        The run-config value ``dataset``: a key of :data:`BUILTIN_DATASETS` or a reference to
+        a data-set function.
     data_dir : str
-        Data folder (ignored for digits, which ships with scikit-learn).
-    train : bool
-        Training (True) or test (False) split.
-    download : bool
-        Whether a CIFAR download may be attempted when the files are absent.
+        The absolute data folder (passed to functions that take ``data_dir``).
 
     Returns
     -------
-    ImageSet
-        The requested split.
+    train, test : DataSplit
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line naming the key ``dataset`` (:func:`dataset_function`,
+        :func:`call_dataset_function`, :func:`check_data`).
 
     """
-    if name == "digits":
-        train_set, test_set = load_digits_split()
-        return train_set if train else test_set
-    if name in CIFAR_FILES:
-        return load_cifar(name, data_dir, train=train, download=download)
-    raise ValueError(f'dataset must be one of "digits", "cifar10", "cifar100"; got {name!r}')
+    function = dataset_function(name)
+    return check_data(call_dataset_function(function, name, data_dir), name)
 
 
-def load_train_set(settings: TaskSettings) -> ImageSet:
+def load_dataset(name: str, data_dir: str, *, train: bool) -> DataSplit:
+    """The training (``train``) or test split of data set ``name`` (:func:`load_data`, cached)."""
+    train_set, test_set = load_data(name, data_dir)
+    return train_set if train else test_set
+
+
+def load_train_set(settings: TaskSettings) -> DataSplit:
     """Return the full training split of ``settings.dataset`` (cached per process)."""
     return load_dataset(settings.dataset, settings.data_dir, train=True)
 
 
-def load_test_set(settings: TaskSettings) -> ImageSet:
+def load_test_set(settings: TaskSettings) -> DataSplit:
     """Return the test split of ``settings.dataset`` (cached), for central evaluation."""
     return load_dataset(settings.dataset, settings.data_dir, train=False)

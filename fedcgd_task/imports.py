@@ -37,6 +37,26 @@ def is_reference(value: str) -> bool:
     return ":" in value
 
 
+def _first_line(err: BaseException) -> str:
+    """The first line of an error's message (its type's name when the message is empty)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def check_reference(value: str, setting: str) -> None:
+    """Check that ``value`` has one of the two reference forms, without importing anything.
+
+    Raises
+    ------
+    ValueError
+        One line naming the key, the value and the two allowed forms.
+
+    """
+    if not (_FILE_REFERENCE.match(value) or _MODULE_REFERENCE.match(value)):
+        raise ValueError(
+            f"run-config key {setting!r} = {value!r} is not a reference; allowed: {REFERENCE_FORMS}"
+        )
+
+
 def _load_file_module(path: Path, setting: str, value: str) -> object:
     """Load ``path`` as a module named after its path (the same file gives the same module)."""
     if not path.is_file():
@@ -56,7 +76,7 @@ def _load_file_module(path: Path, setting: str, value: str) -> object:
         del sys.modules[name]
         raise ValueError(
             f"run-config key {setting!r} = {value!r}: importing {path} raised "
-            f"{type(err).__name__}: {err}"
+            f"{type(err).__name__}: {_first_line(err)}"
         ) from err
     return module
 
@@ -79,11 +99,12 @@ def import_object(value: str, setting: str) -> object:
         that cannot be imported (or raises while importing), a missing attribute.
 
     """
+    check_reference(value, setting)
     file_match = _FILE_REFERENCE.match(value)
     if file_match:
-        module = _load_file_module(Path(file_match.group(1)), setting, value)
-        attribute = file_match.group(2)
-    elif _MODULE_REFERENCE.match(value):
+        module_name, attribute = file_match.group(1), file_match.group(2)
+        module = _load_file_module(Path(module_name), setting, value)
+    else:
         module_name, attribute = value.split(":")
         try:
             module = importlib.import_module(module_name)
@@ -95,18 +116,14 @@ def import_object(value: str, setting: str) -> object:
         except Exception as err:
             raise ValueError(
                 f"run-config key {setting!r} = {value!r}: importing {module_name!r} raised "
-                f"{type(err).__name__}: {err}"
+                f"{type(err).__name__}: {_first_line(err)}"
             ) from err
-    else:
-        raise ValueError(
-            f"run-config key {setting!r} = {value!r} is not a reference; allowed: {REFERENCE_FORMS}"
-        )
     target: object = module
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise ValueError(
-                f"run-config key {setting!r} = {value!r}: {getattr(module, '__name__', module)!s} "
-                f"has no attribute {attribute!r}"
+                f"run-config key {setting!r} = {value!r}: {module_name} has no attribute "
+                f"{attribute!r}"
             )
         target = getattr(target, part)
     return target

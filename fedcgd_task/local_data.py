@@ -8,7 +8,8 @@ two devices), and each device keeps only its own index array. Caching at module 
 for that reason: nothing here is per-node mutable state, which would belong in
 ``context.state``. In simulation a Ray worker serves several virtual nodes and the caches hold
 one small index array per node; in deployment every message starts a new process and the cache
-simply starts empty. Images are converted to float32 on demand, only for the rows needed.
+simply starts empty. Built-in images are converted to float32 on demand, only for the rows
+needed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from fedcgd_task.datasets import ImageSet, load_train_set
+from fedcgd_task.datasets import DataSplit, load_train_set
 from fedcgd_task.partition import partition_indices
 from fedcgd_task.settings import TaskSettings
 
@@ -35,14 +36,14 @@ class LocalSplit:
         Device index v.
     indices : numpy.ndarray of int64, shape [|D_v|]
         Sorted rows of the full training set that belong to device v.
-    source : ImageSet
+    source : DataSplit
         The full training set.
 
     """
 
     partition_id: int
     indices: npt.NDArray[np.int64]
-    source: ImageSet
+    source: DataSplit
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
@@ -68,7 +69,7 @@ class LocalSplit:
 
         Returns
         -------
-        x : torch.Tensor of float32, shape [n, C, H, W]
+        x : torch.Tensor of float32, shape [n, *input_shape]
         y : torch.Tensor of int64, shape [n]
 
         """

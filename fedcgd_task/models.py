@@ -1,9 +1,23 @@
-"""The three classifiers: digits MLP, the paper's CIFAR-10 CNN, ResNet-18 with GroupNorm.
+"""Model functions behind one contract: the three built-in classifiers and the researcher's own.
+
+The run-config key ``model`` names a *model function*: a built-in name, the keys of
+:data:`BUILTIN_MODELS`, or a reference to the researcher's function, ``package.module:function``
+or ``/absolute/path/file.py:function`` (:func:`fedcgd_task.imports.import_object`). Built-in or
+not, a model function is called as ``function(num_classes, input_shape)`` (an int C >= 2 and a
+tuple of positive ints, the shape of one input) and returns a ``torch.nn.Module`` that maps
+float32 inputs [N, *input_shape] to logits [N, C] (trained with cross-entropy). It must draw its
+initial weights from torch's default generator (as every ``torch.nn`` layer does):
+:func:`build_model` seeds it with the run seed, so every process builds the same model. The
+samples of a batch must be treated independently in eval mode (no batch statistics), as σ̂
+needs per-sample gradients (``client_app/sigma.py``). ``experiments.preflight`` builds the
+model and runs it, and σ̂, on a blank batch before a run starts.
 
 Paper Section V: CIFAR-10 uses a small CNN, CIFAR-100 a ResNet-18 whose BatchNorm layers are
-replaced by GroupNorm. The MLP serves the offline ``digits`` default. Parameter counts:
+replaced by GroupNorm. The MLP serves the offline ``digits`` default and any input shape.
+Parameter counts:
 
-* ``mlp`` (1 x 8 x 8, 10 classes): 64*64 + 64 + 64*10 + 10 = 4,810.
+* ``mlp`` (1 x 8 x 8, 10 classes): 64*64 + 64 + 64*10 + 10 = 4,810; in general
+  (prod(input_shape) + 1) * 64 + 65 * C.
 * ``cnn`` (3 x 32 x 32, 10 classes): 258,898 (arithmetic in :class:`PaperCNN`).
 * ``resnet18gn`` (100 classes): 11,227,812, the same as torchvision's ResNet-18 with BatchNorm
   (GroupNorm also has one weight and one bias per channel).
@@ -12,13 +26,23 @@ replaced by GroupNorm. The MLP serves the offline ``digits`` default. Parameter 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 from torch import nn
 
-#: Model names :func:`build_model` accepts.
-MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "resnet18gn")
+from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
+
+#: The run-config key that names the model function.
+MODEL_KEY = "model"
+#: What a model function is: ``(num_classes, input_shape) -> torch.nn.Module``.
+ModelFunction = Callable[[int, tuple[int, ...]], nn.Module]
+#: The contract, as the error messages state it.
+MODEL_CONTRACT = (
+    "a function (num_classes, input_shape) -> torch.nn.Module whose output on inputs "
+    "[N, *input_shape] is [N, num_classes]"
+)
 #: Hidden width of the digits MLP.
 MLP_HIDDEN = 64
 #: GroupNorm groups in ``resnet18gn``: 32 (the GroupNorm paper's default, Wu & He 2018); every
@@ -27,7 +51,7 @@ RESNET_GN_GROUPS = 32
 
 
 class DigitsMLP(nn.Module):
-    """Flatten -> Linear(in, 64) -> ReLU -> Linear(64, C)."""
+    """Flatten -> Linear(prod(input_shape), 64) -> ReLU -> Linear(64, C), for any input shape."""
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
         super().__init__()
@@ -59,7 +83,7 @@ class PaperCNN(nn.Module):
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
         super().__init__()
-        channels, height, width = (int(s) for s in input_shape)
+        channels, height, width = _image_shape(input_shape, "cnn")
         self.features = nn.Sequential(
             nn.Conv2d(channels, 32, kernel_size=3),
             nn.ReLU(),
@@ -92,6 +116,17 @@ class PaperCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+def _image_shape(input_shape: Sequence[int], model: str) -> tuple[int, int, int]:
+    """(channels, height, width), or a ValueError saying that ``model`` needs images."""
+    if len(input_shape) != 3:
+        raise ValueError(
+            f"input_shape {tuple(input_shape)} is not (channels, height, width): the {model} "
+            "takes images"
+        )
+    channels, height, width = (int(s) for s in input_shape)
+    return channels, height, width
+
+
 def _cnn_feature_size(size: int) -> int:
     """Spatial size after the CNN's two (conv, conv, pool) blocks: ((s - 4) // 2 - 4) // 2."""
     return ((size - 4) // 2 - 4) // 2
@@ -106,53 +141,107 @@ def _resnet18_gn(num_classes: int, input_shape: Sequence[int]) -> nn.Module:
     """Torchvision's ResNet-18 with GroupNorm; the stem takes ``input_shape[0]`` channels."""
     from torchvision.models import resnet18
 
+    in_channels = _image_shape(input_shape, "resnet18gn")[0]
     model = resnet18(weights=None, num_classes=num_classes, norm_layer=_group_norm)
-    in_channels = int(input_shape[0])
     if in_channels != 3:
         model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
         nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     return model
 
 
+#: The built-in models: run-config name -> model function (the contract above).
+BUILTIN_MODELS: dict[str, ModelFunction] = {
+    "mlp": DigitsMLP,
+    "cnn": PaperCNN,
+    "resnet18gn": _resnet18_gn,
+}
+#: Model names :func:`build_model` accepts besides references.
+MODEL_NAMES: tuple[str, ...] = tuple(BUILTIN_MODELS)
+
+
+def model_function(name: str) -> ModelFunction:
+    """Return the model function ``name`` names: a built-in, or the researcher's reference.
+
+    Raises
+    ------
+    ValueError
+        One line naming the key ``model`` and the value: an unknown name, a reference that
+        cannot be imported or lacks the attribute, an attribute that is not callable.
+
+    """
+    builtin = BUILTIN_MODELS.get(name)
+    if builtin is not None:
+        return builtin
+    if not is_reference(name):
+        allowed = ", ".join(f'"{n}"' for n in MODEL_NAMES)
+        raise ValueError(
+            f"run-config key '{MODEL_KEY}' = {name!r} is not a model; allowed: {allowed} or a "
+            f"model function {REFERENCE_FORMS}"
+        )
+    function = import_object(name, MODEL_KEY)
+    if not callable(function):
+        raise ValueError(
+            f"run-config key '{MODEL_KEY}' = {name!r} names a {type(function).__name__}, not a "
+            f"function; allowed: {MODEL_CONTRACT}"
+        )
+    return cast(ModelFunction, function)  # its result is checked by build_model
+
+
 def build_model(
     name: str, num_classes: int, input_shape: Sequence[int], *, seed: int = 0
 ) -> nn.Module:
-    """Build a freshly initialised classifier.
+    """Build a freshly initialised classifier with the model function ``name``.
 
     Parameters
     ----------
     name : str
-        ``"mlp"``, ``"cnn"`` or ``"resnet18gn"``.
+        ``"mlp"``, ``"cnn"``, ``"resnet18gn"`` or a reference to a model function
+        (:func:`model_function`).
     num_classes : int
         Number of output logits C >= 1.
     input_shape : sequence of int
-        (channels, height, width) of one input image.
+        Shape of one input, e.g. (channels, height, width) of an image (the ``cnn`` and
+        ``resnet18gn`` need images; the ``mlp`` takes any shape).
     seed : int
-        Seed of the weight initialisation. The draws run under :func:`torch.random.fork_rng`,
-        so the global torch RNG is neither used nor changed.
+        Seed of the weight initialisation. The model function runs under
+        :func:`torch.random.fork_rng` with the global torch generator seeded with ``seed``, so
+        the global torch RNG is neither used nor changed.
 
     Returns
     -------
     torch.nn.Module
-        The model on the CPU, in training mode.
+        The model (built-ins on the CPU, in training mode).
+
+    Raises
+    ------
+    ValueError
+        A bad name (:func:`model_function`), bad sizes, or a model function that raised or
+        returned something other than a ``torch.nn.Module`` (one line).
 
     """
     if num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1; got {num_classes}")
-    if len(input_shape) != 3 or any(int(s) < 1 for s in input_shape):
-        raise ValueError(
-            f"input_shape must be (channels, height, width) of positive ints; got {input_shape}"
-        )
+    shape = tuple(int(s) for s in input_shape)
+    if not shape or any(s < 1 for s in shape):
+        raise ValueError(f"input_shape must be a non-empty tuple of positive ints; got {shape}")
+    function = model_function(name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if name == "mlp":
-            return DigitsMLP(num_classes, input_shape)
-        if name == "cnn":
-            return PaperCNN(num_classes, input_shape)
-        if name == "resnet18gn":
-            return _resnet18_gn(num_classes, input_shape)
-    allowed = ", ".join(f'"{n}"' for n in MODEL_NAMES)
-    raise ValueError(f"model name must be one of {allowed}; got {name!r}")
+        try:
+            model = function(num_classes, shape)
+        except ValueError:  # the function's own account of sizes it cannot take
+            raise
+        except Exception as err:  # the researcher's code: any failure becomes one line
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ValueError(
+                f"the model function raised {type(err).__name__}: {reason} (called with "
+                f"num_classes={num_classes}, input_shape={shape})"
+            ) from err
+    if not isinstance(model, nn.Module):
+        raise ValueError(
+            f"the model function returned a {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
 
 
 def count_parameters(model: nn.Module) -> int:

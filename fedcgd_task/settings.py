@@ -13,11 +13,21 @@ run-config key         meaning
 =====================  ====================================================================
 ``seed``               run seed (int >= 0); every random draw of the client derives from it
 ``num-devices``        V, the number of devices (partitions), int >= 1
-``dataset``            ``"digits"`` | ``"cifar10"`` | ``"cifar100"``
-``data-dir``           folder holding the CIFAR files; ``""`` means ``<cwd>/data``, resolved
-                       against the working directory of the process that parses the config
-``model``              ``"auto"`` | ``"mlp"`` | ``"cnn"`` | ``"resnet18gn"``; ``auto`` picks mlp
-                       for digits, cnn for cifar10 and resnet18gn for cifar100
+``dataset``            ``"digits"`` | ``"cifar10"`` | ``"cifar100"``, or the researcher's
+                       data-set function ``"package.module:function"`` /
+                       ``"/absolute/path/file.py:function"``: no argument or a ``data_dir``
+                       keyword, returns ``((x_train, y_train), (x_test, y_test)[,
+                       num_classes])``, x float [N, *input_shape], y int [N] in [0, C)
+                       (contract and checks: :mod:`fedcgd_task.datasets`)
+``data-dir``           folder holding the CIFAR files (and the ``data_dir`` argument of a
+                       data-set function); ``""`` means ``<cwd>/data``, resolved against the
+                       working directory of the process that parses the config
+``model``              ``"auto"`` | ``"mlp"`` | ``"cnn"`` | ``"resnet18gn"``, or the
+                       researcher's model function ``"package.module:function"`` /
+                       ``"/absolute/path/file.py:function"``: ``(num_classes, input_shape) ->
+                       torch.nn.Module`` giving logits [N, C] (:mod:`fedcgd_task.models`);
+                       ``auto`` picks mlp for digits, cnn for cifar10, resnet18gn for cifar100
+                       and mlp (sized from the input shape) for any other data set
 ``partition``          ``"dirichlet"`` | ``"shards"``
 ``dirichlet-alpha``    concentration alpha of Dir(alpha p), float > 0
 ``shards-per-device``  l, shards per device for the sort-and-partition split, int >= 1
@@ -27,7 +37,9 @@ run-config key         meaning
 ``learning-rate``      eta, float > 0 (:class:`TrainingSettings`)
 =====================  ====================================================================
 
-Other keys in the run config (the server's settings) are ignored here.
+Other keys in the run config (the server's settings) are ignored here. A reference is checked
+here for its form only; it is imported, called and its result checked before the run starts
+(``experiments.preflight``), so this module imports neither flwr nor torch.
 """
 
 from __future__ import annotations
@@ -40,16 +52,21 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
+from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 
 #: A scalar value of a Flower ConfigRecord / run config as this project uses them.
 ConfigValue = Any
 
-#: Datasets the client can load (see :mod:`fedcgd_task.datasets`).
+#: Built-in data-set names (the keys of :data:`fedcgd_task.datasets.BUILTIN_DATASETS`).
 DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100")
-#: Model names accepted by the run config; ``auto`` is resolved through :data:`AUTO_MODEL`.
+#: Built-in model names (:data:`fedcgd_task.models.BUILTIN_MODELS` and ``auto``, resolved
+#: through :data:`AUTO_MODEL`).
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn")
-#: The model ``model = "auto"`` selects for each dataset.
+#: The model ``model = "auto"`` selects for each built-in dataset.
 AUTO_MODEL: dict[str, str] = {"digits": "mlp", "cifar10": "cnn", "cifar100": "resnet18gn"}
+#: The model ``model = "auto"`` selects for the researcher's own data set: the MLP
+#: Flatten -> Linear(prod(input_shape), 64) -> ReLU -> Linear(64, C), which fits any input shape.
+AUTO_MODEL_OWN_DATASET = "mlp"
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
 #: Partition schemes (see :mod:`fedcgd_task.partition`).
@@ -67,11 +84,12 @@ class TaskSettings:
     num_devices : int
         Number of devices V (>= 1).
     dataset : str
-        One of :data:`DATASETS`.
+        One of :data:`DATASETS`, or a reference to a data-set function.
     data_dir : str
         Absolute path of the data folder (``""`` in the run config resolved to ``<cwd>/data``).
     model : str
-        Concrete model name (``"mlp"``, ``"cnn"`` or ``"resnet18gn"``; ``auto`` already resolved).
+        Concrete model name (``"mlp"``, ``"cnn"`` or ``"resnet18gn"``; ``auto`` already
+        resolved), or a reference to a model function.
     partition : str
         One of :data:`PARTITIONS`.
     dirichlet_alpha : float
@@ -116,10 +134,10 @@ class TaskSettings:
             names the key, the bad value and what is allowed.
 
         """
-        dataset = read_choice(run_config, "dataset", DATASETS)
-        model = read_choice(run_config, "model", MODELS)
+        dataset = read_name_or_reference(run_config, "dataset", DATASETS)
+        model = read_name_or_reference(run_config, "model", MODELS)
         if model == "auto":
-            model = AUTO_MODEL[dataset]
+            model = AUTO_MODEL.get(dataset, AUTO_MODEL_OWN_DATASET)
         data_dir_raw = require_key(run_config, "data-dir")
         if not isinstance(data_dir_raw, str):
             raise ValueError(
@@ -323,6 +341,27 @@ def read_real(run_config: Mapping[str, Any], key: str, *, minimum: float, strict
     """Read a finite real number ``> minimum`` (strict) or ``>= minimum``."""
     require_key(run_config, key)
     return _read_real(run_config, key, minimum, strict, _run_config_key)
+
+
+def read_name_or_reference(
+    run_config: Mapping[str, Any], key: str, allowed: tuple[str, ...]
+) -> str:
+    """Read a string that is one of ``allowed`` or a reference to the researcher's function.
+
+    A reference (a value with a colon) is checked for its form only
+    (:func:`fedcgd_task.imports.check_reference`); nothing is imported here.
+    """
+    value = require_key(run_config, key)
+    if isinstance(value, str) and value in allowed:
+        return value
+    if isinstance(value, str) and is_reference(value):
+        check_reference(value, key)
+        return value
+    options = ", ".join(f'"{a}"' for a in allowed)
+    raise ValueError(
+        f"run-config key '{key}' must be one of {options} or a function "
+        f"{REFERENCE_FORMS}; got {value!r}"
+    )
 
 
 def read_choice(run_config: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:

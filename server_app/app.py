@@ -1,4 +1,9 @@
-"""The ServerApp: read the run config once, build cell, policy and strategy, evaluate, save."""
+"""The ServerApp: read the run config once, build the run, run its rounds, write the results.
+
+The run's objects come from :mod:`server_app.setup`; each round's end (evaluation, metrics line,
+status, checkpoint, progress line) is :mod:`server_app.recorder`; this module checks the result
+folder, sets the run's status and writes its end (``model.pt``, ``summary.json``).
+"""
 
 from __future__ import annotations
 
@@ -11,24 +16,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from fedcgd_strategy.policies.registry import make_policy
-from fedcgd_strategy.flower.strategy import ScheduledStrategy
-from fedcgd_task.datasets import load_test_set, load_train_set
-from fedcgd_task.local_data import all_partitions
-from fedcgd_task.models import build_model, count_parameters
-from fedcgd_task.training import compute_device, evaluate
-from server_app.checkpoint import (
-    Checkpoint,
-    ResumePlan,
-    check_resume,
-    save_checkpoint,
-    save_model,
-)
+from server_app.checkpoint import ResumePlan, check_resume, save_model
 from server_app.config import RunConfig, parse_run_config
+from server_app.recorder import RoundRecorder
 from server_app.results import ResultWriter, check_new_result_dir
 from server_app.run_status import (
     COMPLETED,
@@ -38,12 +32,9 @@ from server_app.run_status import (
     one_line,
     write_status,
 )
-from server_app.uplink import build_uplink
+from server_app.setup import build_setup
 
 app = ServerApp()
-
-#: Bits per model parameter when the run config leaves ``channel.model-bits`` at 0.
-BITS_PER_PARAMETER = 32
 
 
 @app.main()
@@ -235,115 +226,23 @@ def train_rounds(
 ) -> dict[str, torch.Tensor]:
     """Run the rounds left (all of them, or those after ``plan``'s checkpoint).
 
-    Writes ``config.json``, one ``metrics.jsonl`` line per round and the checkpoints; returns
-    the final global model.
+    Builds the run (:func:`server_app.setup.build_setup`, which hands ``config.json`` to
+    ``writer``); a :class:`~server_app.recorder.RoundRecorder` writes one ``metrics.jsonl`` line
+    per round and the checkpoints. Returns the final global model.
     """
     resume = None if plan is None else plan.checkpoint
-    cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
-    train_set = load_train_set(config.task)
-    test_set = load_test_set(config.task)
-    num_classes = train_set.num_classes
-    model = build_model(config.task.model, num_classes, train_set.input_shape, seed=config.seed)
-    num_params = count_parameters(model)
-    model_bits = config.model_bits or num_params * BITS_PER_PARAMETER
-    target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
-    device = compute_device()
-    x_test, y_test = test_set.tensors()
-
-    resolved = config.to_dict()
-    resolved.update(
-        num_parameters=num_params,
-        model_bits_used=model_bits,
-        num_classes=num_classes,
-        target_dist_global=target.tolist(),
-    )
-    writer.write_config(resolved)
-
-    policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
-    cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
-    cell = build_uplink(config, cell_rng, first_round=0 if resume is None else resume.round)
+    setup = build_setup(config, resume, on_settings=writer.write_config)
     if resume is not None:
-        policy.load_state_dict(resume.policy_state)
-        cell_rng.bit_generator.state = resume.cell_rng_state
-        policy_rng.bit_generator.state = resume.policy_rng_state
-        model.load_state_dict(resume.model)
         say(f"resuming {config.resume_from} after round {resume.round}")
-    strategy = ScheduledStrategy(
-        policy=policy,
-        cell=cell,
-        model_bits=model_bits,
-        total_bandwidth_hz=config.cell.total_bandwidth_hz,
-        num_devices=config.task.num_devices,
-        num_classes=num_classes,
-        target_dist=target if config.target_dist == "global" else None,
-        rng=policy_rng,
-        protocol=config.protocol,
-        query_timeout_s=config.query_timeout_s,
-        round_offset=0 if resume is None else resume.round,
-        max_update_norm_ratio=config.max_update_norm_ratio,
-        partition_counts=np.stack(  # the class counts each partition's node must report
-            [
-                np.bincount(train_set.labels[rows], minlength=num_classes)
-                for rows in all_partitions(config.task)
-            ]
-        ),
-    )
-
-    def evaluate_fn(flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """End-of-round hook: evaluate (when due), write the round's line, checkpoint (when due)."""
-        if flower_round == 0 and strategy.round_offset:
-            return None  # resuming: the starting model was evaluated in the interrupted run
-        server_round = flower_round + strategy.round_offset
-        last = server_round == config.num_server_rounds
-        due = server_round == 0 or server_round % config.eval_every == 0 or last
-        metrics: dict[str, int | float | list[int] | list[float]] = {}
-        t0 = time.perf_counter()
-        if due:
-            model.load_state_dict(arrays.to_torch_state_dict())
-            loss, acc = evaluate(model.to(device), x_test, y_test)
-            metrics = {"accuracy": float(acc), "loss": float(loss)}
-        eval_s = time.perf_counter() - t0
-        if server_round == 0:
-            say(f"initial model: accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}")
-            return MetricRecord(metrics)
-        record = strategy.last_record
-        if record is None or record.round != server_round:
-            raise RuntimeError(f"round {server_round}: the strategy recorded no round")
-        line: dict[str, Any] = {
-            "round": server_round,
-            "accuracy": metrics.get("accuracy"),
-            "loss": metrics.get("loss"),
-            "eval_s": eval_s,
-            "wall_time_s": writer.elapsed_s(),
-        }
-        line.update(record.to_dict())
-        writer.append_round(line)
-        write_status(writer.dir, RunStatus(RUNNING, server_round, config.num_server_rounds))
-        every = config.checkpoint_every
-        if every and (server_round % every == 0 or last):
-            checkpoint = Checkpoint(
-                round=server_round,
-                model=arrays.to_torch_state_dict(),
-                policy_state=strategy.policy.state_dict(),
-                cell_rng_state=dict(cell_rng.bit_generator.state),
-                policy_rng_state=dict(policy_rng.bit_generator.state),
-                elapsed_s=writer.elapsed_s(),
-            )
-            save_checkpoint(writer.dir, checkpoint)
-        say(
-            writer.progress(
-                server_round, line["accuracy"], record.num_scheduled, record.num_available
-            )
-        )
-        return MetricRecord(metrics) if metrics else None
-
+    recorder = RoundRecorder(setup, writer, say)
+    strategy = setup.strategy(on_record=recorder.add_record)
     wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
     result = strategy.start(
         grid=grid,
-        initial_arrays=ArrayRecord(model.state_dict()),
-        num_rounds=config.num_server_rounds - strategy.round_offset,
+        initial_arrays=ArrayRecord(setup.model.state_dict()),
+        num_rounds=config.num_server_rounds - setup.round_offset,
         timeout=config.train_timeout_s,
         train_config=ConfigRecord(config.training.to_config()),
-        evaluate_fn=evaluate_fn,
+        evaluate_fn=recorder,
     )
     return dict(result.arrays.to_torch_state_dict())

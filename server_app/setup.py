@@ -24,7 +24,7 @@ from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
 from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy
 from fedcgd_strategy.record import RoundRecord
-from fedcgd_task.datasets import ImageSet, load_test_set, load_train_set
+from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
 from fedcgd_task.local_data import all_partitions
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.training import compute_device, evaluate
@@ -44,10 +44,10 @@ class RunSetup:
     ----------
     config : RunConfig
         The validated run config.
-    train_set, test_set : ImageSet
+    train_set, test_set : DataSplit
         The full training set (partitioned over the devices) and the central test set.
     test_tensors : (torch.Tensor, torch.Tensor)
-        The test set as normalised images and labels (:meth:`ImageSet.tensors`).
+        The test set as inputs and labels (:meth:`DataSplit.tensors`).
     model : torch.nn.Module
         The global model: initialised from the seed, or the checkpoint's when resuming. The
         central evaluation loads each round's weights into it.
@@ -75,8 +75,8 @@ class RunSetup:
     """
 
     config: RunConfig
-    train_set: ImageSet
-    test_set: ImageSet
+    train_set: DataSplit
+    test_set: DataSplit
     test_tensors: tuple[torch.Tensor, torch.Tensor]
     model: nn.Module
     num_params: int

@@ -11,8 +11,9 @@ from scipy import stats
 
 import channel
 from channel import Cell, CellConfig, RoundDraw
+from channel.report import PAPER_CIFAR10_MODEL_BITS
 
-MODEL_BITS = 258_898 * 32
+MODEL_BITS = PAPER_CIFAR10_MODEL_BITS
 KS_MIN_P_VALUE = 1e-3
 
 

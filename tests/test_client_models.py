@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from channel.report import PAPER_CIFAR10_CNN_PARAMS
 from fedcgd_task.models import build_model, count_parameters
 
 
@@ -13,9 +14,9 @@ def test_cnn_parameter_count_cifar10() -> None:
     # conv 3->32: 3*9*32 + 32 = 896; conv 32->32: 32*9*32 + 32 = 9,248;
     # conv 32->64: 32*9*64 + 64 = 18,496; conv 64->64: 64*9*64 + 64 = 36,928;
     # 32 -> 30 -> 28 -> 14 -> 12 -> 10 -> 5: flatten 64*5*5 = 1600; fc 1600*120 + 120 = 192,120;
-    # fc 120*10 + 10 = 1,210. Sum = 258,898.
+    # fc 120*10 + 10 = 1,210. Sum = 258,898: the constant the torch-free scripts use.
     model = build_model("cnn", 10, (3, 32, 32))
-    assert count_parameters(model) == 258_898
+    assert count_parameters(model) == PAPER_CIFAR10_CNN_PARAMS == 258_898
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     assert all(c.padding == (0, 0) and c.kernel_size == (3, 3) for c in convs)
     drops = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
@@ -76,4 +77,15 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="num_classes"):
         build_model("mlp", 0, (1, 8, 8))
     with pytest.raises(ValueError, match="input_shape"):
-        build_model("mlp", 10, (8, 8))
+        build_model("mlp", 10, ())
+    with pytest.raises(ValueError, match=r"\(8, 8\) is not \(channels, height, width\)"):
+        build_model("cnn", 10, (8, 8))
+
+
+def test_mlp_takes_any_input_shape() -> None:
+    # 2 x 3 x 5 inputs flatten to 30 features: (30 + 1) * 64 + (64 + 1) * 4 = 1,984 + 260 = 2,244.
+    model = build_model("mlp", 4, (2, 3, 5))
+    assert count_parameters(model) == 2_244
+    assert model(torch.zeros(3, 2, 3, 5)).shape == (3, 4)
+    # 7 features: (7 + 1) * 64 + (64 + 1) * 3 = 512 + 195 = 707.
+    assert count_parameters(build_model("mlp", 3, (7,))) == 707

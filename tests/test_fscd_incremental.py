@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 
 from channel import Cell, CellConfig
+from channel.report import PAPER_CIFAR10_MODEL_BITS
 from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.problem import wemd
 from fedcgd_strategy.solvers import fscd, reference
 
-#: CIFAR-10 CNN size in bit (258,898 parameters x 32 bit), as in the paper's Table I.
-MODEL_BITS = 258_898 * 32
+#: The paper's CIFAR-10 CNN size in bit.
+MODEL_BITS = PAPER_CIFAR10_MODEL_BITS
 
 
 def random_instance(

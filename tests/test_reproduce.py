@@ -12,6 +12,8 @@ from hydra import compose, initialize_config_dir
 from subprocesses import run_module
 
 from experiments import compare_policies
+from experiments.launcher import default_run_config
+from experiments.paper_settings import PAPER_CIFAR10
 from experiments.reproduce import (
     CONF_DIR,
     hydra_overrides,
@@ -21,6 +23,7 @@ from experiments.reproduce import (
     point_label,
     sweep_points,
 )
+from server_app.config import parse_run_config
 
 PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
@@ -58,15 +61,31 @@ def test_presets_carry_the_paper_settings():
     tau = load("cifar10_local_steps")
     assert list(tau.sweep["local-steps"]) == [1, 5]
     assert "fedcgd-fscd-gc" in tau.policies and tau.run["shards-per-device"] == 1
-    for cfg in (imbalance, dirichlet, tau):
-        assert cfg.run["num-devices"] == 64
-        assert cfg.run["channel.availability-prob"] == 0.3
-        assert cfg.run["channel.deadline-s"] == 2.0
-        assert cfg.run["learning-rate"] == 0.1 and cfg.run["batch-size"] == 32
     c100 = load("cifar100_local_steps")
+    shared = ("num-devices", "channel.availability-prob", "learning-rate", "batch-size")
+    for cfg in (imbalance, dirichlet, tau, c100):
+        assert {key: cfg.run[key] for key in shared} == {key: PAPER_CIFAR10[key] for key in shared}
+    for cfg in (imbalance, dirichlet, tau):
+        assert cfg.run["dataset"] == "cifar10" and cfg.run["poc-candidates"] == 17
+        assert cfg.run["channel.deadline-s"] == PAPER_CIFAR10["channel.deadline-s"]
     assert list(c100.sweep["local-steps"]) == [1, 5, 10]
     assert c100.run["channel.deadline-s"] == 120.0 and c100.run["shards-per-device"] == 5
+    assert "poc-candidates" not in c100.run
     assert set(c100.policies) == {"fedcgd-fscd", "bc"}
+
+
+def test_table_ii_preset_point_is_the_python_paper_setting():
+    """conf/setting/ and experiments.paper_settings state the same setting.
+
+    The tau = 1 point of cifar10_local_steps is the paper's Table II setting: laying
+    PAPER_CIFAR10 over its run config changes nothing once resolved (B comes from the app's
+    default there, the model from ``model = "auto"``).
+    """
+    (point, overrides), _ = planned_runs(load("cifar10_local_steps"))
+    assert point == {"local-steps": 1}
+    base = {**default_run_config(), **overrides, "policy": "bc", "result-dir": "/abs/run"}
+    assert parse_run_config(base) == parse_run_config({**base, **PAPER_CIFAR10})
+    assert parse_run_config(base) != parse_run_config({**base, "channel.deadline-s": 3.0})
 
 
 def test_bad_overrides_are_rejected_before_any_run():

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import csv
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from experiments.schedule_table import (
-    PAPER_CNN_PARAMETERS,
     TABLE_COLUMNS,
     TABLE_POLICIES,
     PolicySpec,
     TableSettings,
     choose_poc_candidates,
     main,
-    mean_ci95,
+    policy_stream_word,
     simulate,
     simulate_rounds,
 )
@@ -44,18 +44,6 @@ TINY = TableSettings(
     poc_candidates=3,
 )
 ALL_SPECS = [PolicySpec(p, p, 3 if p == "poc" else 0) for p in TABLE_POLICIES]
-
-
-def test_model_size_is_the_paper_cnn():
-    from fedcgd_task.models import build_model, count_parameters
-
-    # Paper Section V: 3x3 convs 3->32->32, pool, 32->64->64, pool (32->30->28->14->12->10->5),
-    # FC 64*5*5 -> 120 -> 10; weights + biases.
-    convs = sum(9 * i * o + o for i, o in ((3, 32), (32, 32), (32, 64), (64, 64)))
-    assert convs + (1600 * 120 + 120) + (120 * 10 + 10) == 258_898
-    assert PAPER_CNN_PARAMETERS == 258_898
-    assert count_parameters(build_model("cnn", 10, (3, 32, 32))) == 258_898
-    assert TableSettings().model_bits == 258_898 * 32
 
 
 def test_every_policy_respects_the_budget_in_every_round():
@@ -144,18 +132,27 @@ def test_poc_chooser_picks_the_nearest_mean():
         choose_poc_candidates([], [])
 
 
-def test_mean_ci95_is_the_student_t_half_width():
-    mean, half = mean_ci95([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert mean == 3.0
-    assert half == pytest.approx(2.7764451 * math.sqrt(2.5) / math.sqrt(5), rel=1e-6)
-    assert math.isnan(mean_ci95([2.0])[1])
-
-
 def test_fedcbs_and_common_rounds_are_seeded():
     one = simulate(TINY, ALL_SPECS)
     two = simulate(TINY, ALL_SPECS)
     for label in one:
         assert one[label].scheduled == two[label].scheduled
+
+
+def test_a_policy_stream_depends_on_its_name_only(monkeypatch):
+    """A policy added to the registry (here at the front) leaves POC's and Fed-CBS's draws."""
+    from experiments import schedule_table
+
+    specs = [PolicySpec("poc", "poc", 3), PolicySpec("fedcbs", "fedcbs")]
+    before = simulate(TINY, specs)
+    names = ("my-policy", *schedule_table.POLICY_NAMES)
+    monkeypatch.setattr(schedule_table, "POLICY_NAMES", names)
+    after = simulate(TINY, list(reversed(specs)))
+    for label in ("poc", "fedcbs"):
+        assert after[label].scheduled == before[label].scheduled
+        assert after[label].wemd == before[label].wemd
+    assert policy_stream_word("poc") == zlib.crc32(b"poc")
+    assert policy_stream_word("poc") != policy_stream_word("fedcbs")
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

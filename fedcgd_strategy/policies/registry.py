@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,11 +112,11 @@ def register_policy(name: str, policy_type: type[Policy], **fixed: object) -> No
     _BUILT_IN[name] = PolicyEntry(policy_type, dict(fixed))
 
 
-register_policy("fedcgd-fscd", FedCGDPolicy, method="fscd")
-register_policy("fedcgd-gs", FedCGDPolicy, method="gs")
+register_policy("fedcgd-fscd", FedCGDPolicy, method="fscd", per_class=False)
+register_policy("fedcgd-gs", FedCGDPolicy, method="gs", per_class=False)
 register_policy("fedcgd-fscd-gc", FedCGDPolicy, method="fscd", per_class=True)
-register_policy("fedcgd-exact", FedCGDPolicy, method="exact")
-register_policy("fedcgd-cd", FedCGDPolicy, method="cd")
+register_policy("fedcgd-exact", FedCGDPolicy, method="exact", per_class=False)
+register_policy("fedcgd-cd", FedCGDPolicy, method="cd", per_class=False)
 register_policy("bc", BestChannelPolicy)
 register_policy("bn2", BestNormPolicy)
 register_policy("poc", PowerOfChoicePolicy)
@@ -172,25 +173,40 @@ def _parameters(policy_type: type[Policy]) -> dict[str, inspect.Parameter]:
     return {n: p for n, p in signature.parameters.items() if p.kind in kinds}
 
 
-def _checked_value(setting: str, key: str, value: object, parameter: inspect.Parameter) -> object:
-    """``value`` checked against the type of the parameter's default (ints pass as floats)."""
+def _expected_type(policy_type: type[Policy], parameter: inspect.Parameter) -> type | None:
+    """bool, int, float or str: the parameter's annotation, else its default's type; or None."""
+    try:
+        hints = typing.get_type_hints(policy_type.__init__)
+    except Exception:  # unresolvable annotations: fall back to the default
+        hints = {}
+    hinted = hints.get(parameter.name)
+    if hinted in (bool, int, float, str):
+        return typing.cast(type, hinted)
     default = parameter.default
     if default is inspect.Parameter.empty or default is None:
+        return None
+    return next((t for t in (bool, int, float, str) if isinstance(default, t)), None)
+
+
+def _checked_value(
+    setting: str, key: str, value: object, wanted: type | None, parameter: inspect.Parameter
+) -> object:
+    """``value`` checked against ``wanted`` (ints pass as floats; bools never pass as numbers)."""
+    if wanted is None:
         return value
-    wanted: tuple[type, ...]
-    if isinstance(default, bool):
-        ok, wanted = isinstance(value, bool), (bool,)
-    elif isinstance(default, int):
-        ok, wanted = isinstance(value, int) and not isinstance(value, bool), (int,)
-    elif isinstance(default, float):
-        ok, wanted = isinstance(value, int | float) and not isinstance(value, bool), (float,)
+    if wanted is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
         value = float(value) if ok else value  # type: ignore[arg-type]
+    elif wanted is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
     else:
-        ok, wanted = isinstance(value, type(default)), (type(default),)
+        ok = isinstance(value, wanted)
     if not ok:
+        default = parameter.default
+        like = "" if default is inspect.Parameter.empty else f" (like its default {default!r})"
         raise ValueError(
             f"run-config key {PARAMS_KEY}.{key} = {value!r} for policy {setting!r}; allowed: "
-            f"a {wanted[0].__name__} (like its default {default!r})"
+            f"a {wanted.__name__}{like}"
         )
     return value
 
@@ -235,7 +251,8 @@ def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[s
                 f"run-config key {PARAMS_KEY}.{key}: policy {setting!r} takes no parameter "
                 f"{name!r}; allowed: {allowed}"
             )
-        arguments[name] = _checked_value(setting, key, value, parameters[name])
+        wanted = _expected_type(entry.policy_type, parameters[name])
+        arguments[name] = _checked_value(setting, key, value, wanted, parameters[name])
     return arguments
 
 

@@ -1,0 +1,144 @@
+"""The end of each round: evaluate when due, write the round's line, status and checkpoint, print.
+
+:class:`RoundRecorder` receives each round's record from the strategy (its ``on_record``) and is
+Flower's ``evaluate_fn``, which Flower calls after the round's aggregation with the new global
+model. Per round, in this order (docs/design.md, "One round", step 4, and "Result folders"):
+
+1. the central evaluation, when due (:func:`evaluation_due`);
+2. the round's line in ``metrics.jsonl``: ``round``, ``accuracy``, ``loss``, ``eval_s``,
+   ``wall_time_s``, then the record's fields (:class:`~fedcgd_strategy.record.RoundRecord`);
+3. ``status.json``: running, with this round as the last written one;
+4. ``checkpoint.pt``, when due (:func:`checkpoint_due`), after the line, so that a checkpoint's
+   round always has its line;
+5. the progress line.
+
+Round 0 (Flower's evaluation of the starting model) is evaluated and printed only; a resumed
+run skips it (its starting model was evaluated in the interrupted run).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flwr.app import ArrayRecord, MetricRecord
+
+from fedcgd_strategy.record import RoundRecord
+from server_app.checkpoint import save_checkpoint
+from server_app.results import ResultWriter
+from server_app.run_status import RUNNING, RunStatus, write_status
+from server_app.setup import RunSetup
+
+
+def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
+    """True when round ``server_round`` is evaluated: round 0, every ``eval_every``-th, the last."""
+    return server_round == 0 or server_round % eval_every == 0 or server_round == num_rounds
+
+
+def checkpoint_due(server_round: int, num_rounds: int, checkpoint_every: int) -> bool:
+    """True when a checkpoint follows round ``server_round``.
+
+    Every ``checkpoint_every``-th round and the last; never with ``checkpoint_every = 0``.
+    """
+    every = checkpoint_every
+    return bool(every) and (server_round % every == 0 or server_round == num_rounds)
+
+
+class RoundRecorder:
+    """Record every round of a run in its result folder; Flower's ``evaluate_fn``.
+
+    Parameters
+    ----------
+    setup : RunSetup
+        The run: its config (rounds, ``eval-every``, ``checkpoint-every``), the model and test
+        set of the central evaluation (:meth:`RunSetup.evaluate`), the state a checkpoint holds
+        (:meth:`RunSetup.checkpoint`) and the rounds done before (a resumed run).
+    writer : ResultWriter
+        The run's result folder.
+    say : callable
+        Prints one line of the run's own output (the starting model's line, progress lines).
+
+    """
+
+    def __init__(self, setup: RunSetup, writer: ResultWriter, say: Callable[[str], None]) -> None:
+        self.setup = setup
+        self.writer = writer
+        self.say = say
+        self._record: RoundRecord | None = None
+
+    def add_record(self, record: RoundRecord) -> None:
+        """Keep the record of the round just aggregated (the strategy's ``on_record``)."""
+        self._record = record
+
+    def __call__(self, flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """End of Flower's round ``flower_round`` with the global model ``arrays``.
+
+        Returns
+        -------
+        MetricRecord or None
+            Accuracy and loss when the model was evaluated, else None.
+
+        Raises
+        ------
+        RuntimeError
+            When the strategy handed over no record of this round (nothing is written then).
+        """
+        offset = self.setup.round_offset
+        if flower_round == 0 and offset:
+            return None  # resuming: the starting model was evaluated in the interrupted run
+        server_round = flower_round + offset
+        config = self.setup.config
+        metrics: dict[str, int | float | list[int] | list[float]] = {}
+        t0 = time.perf_counter()
+        if evaluation_due(server_round, config.num_server_rounds, config.eval_every):
+            loss, accuracy = self.setup.evaluate(arrays.to_torch_state_dict())
+            metrics = {"accuracy": accuracy, "loss": loss}
+        eval_s = time.perf_counter() - t0
+        if server_round == 0:
+            self.say(
+                f"initial model: accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}"
+            )
+            return MetricRecord(metrics)
+        record = self._take_record(server_round)
+        line = self._write_round(server_round, metrics, eval_s, record, arrays)
+        self.say(
+            self.writer.progress(
+                server_round, line["accuracy"], record.num_scheduled, record.num_available
+            )
+        )
+        return MetricRecord(metrics) if metrics else None
+
+    def _take_record(self, server_round: int) -> RoundRecord:
+        """The kept record, which must be of ``server_round``; it is not kept any longer."""
+        record, self._record = self._record, None
+        if record is None or record.round != server_round:
+            raise RuntimeError(f"round {server_round}: the strategy recorded no round")
+        return record
+
+    def _write_round(
+        self,
+        server_round: int,
+        metrics: dict[str, Any],
+        eval_s: float,
+        record: RoundRecord,
+        arrays: ArrayRecord,
+    ) -> dict[str, Any]:
+        """Write the round's metrics line, the status and (when due) the checkpoint."""
+        writer, num_rounds = self.writer, self.setup.config.num_server_rounds
+        line: dict[str, Any] = {
+            "round": server_round,
+            "accuracy": metrics.get("accuracy"),
+            "loss": metrics.get("loss"),
+            "eval_s": eval_s,
+            "wall_time_s": writer.elapsed_s(),
+        }
+        line.update(record.to_dict())
+        writer.append_round(line)
+        write_status(writer.dir, RunStatus(RUNNING, server_round, num_rounds))
+        if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):
+            model = arrays.to_torch_state_dict()
+            save_checkpoint(
+                writer.dir, self.setup.checkpoint(server_round, model, writer.elapsed_s())
+            )
+        return line

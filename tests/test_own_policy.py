@@ -1,0 +1,283 @@
+"""A researcher's own policy: named in the run config by import path, with its own parameters."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from experiments.compare_policies import main as compare_main
+from experiments.inprocess import run_inprocess
+from experiments.launcher import resolve_data_dir, validated_run_config
+from experiments.reproduce import CONF_DIR, hydra_overrides, planned_runs
+from fedcgd_strategy import Policy, RoundInputs
+from fedcgd_strategy.policies import PolicyContext, make_policy, resolve_protocol
+from fedcgd_strategy.policies.registry import policy_class
+from server_app.config import parse_run_config
+from server_app.policy_params import fold_policy_params, read_policy_params
+
+PROJECT = Path(__file__).resolve().parents[1]
+PF = "examples.proportional_fair:ProportionalFair"
+
+#: A policy as a researcher writes it, in a folder outside the project: k devices at random
+#: among the candidates that fit, a required parameter and an optional one.
+RANDOM_K = """
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedcgd_strategy import Policy, decision_from_mask
+
+
+@dataclass
+class RandomK(Policy):
+    k: int
+    only_feasible: bool = True
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        ok = inputs.candidate & np.isfinite(inputs.min_bandwidth_hz)
+        pool = np.flatnonzero(ok if self.only_feasible else inputs.candidate)
+        chosen = rng.choice(pool, size=min(self.k, pool.size), replace=False)
+        mask = np.zeros(inputs.num_devices, dtype=bool)
+        mask[chosen] = True
+        return decision_from_mask(inputs, mask)
+
+
+class NotAPolicy:
+    pass
+
+
+class Unfinished(Policy):
+    pass
+"""
+
+
+@pytest.fixture
+def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("researcher")
+    (folder / "my_policies.py").write_text(textwrap.dedent(RANDOM_K))
+    return folder
+
+
+def inputs(bandwidth_hz: list[float], budget_hz: float) -> RoundInputs:
+    num = len(bandwidth_hz)
+    return RoundInputs(
+        candidate=np.ones(num, dtype=bool),
+        label_dist=np.full((num, 2), 0.5),
+        num_examples=np.ones(num),
+        sigma_v=np.full(num, np.nan),
+        min_bandwidth_hz=np.array(bandwidth_hz),
+        gain_lin=np.ones(num),
+        total_bandwidth_hz=budget_hz,
+        batch_size=1,
+        target_dist=np.array([0.5, 0.5]),
+    )
+
+
+def test_proportional_fair_by_hand():
+    # B* = 1, 2, 4 Hz, B = 5 Hz, window 2. Round 1: nobody served yet, so every priority is
+    # infinite and the higher rate (1/B*) goes first: 0 (1 Hz), 1 (3 Hz), 2 does not fit (7).
+    # Averages: (0 + (rate - 0) / 2) = [0.5, 0.25, 0]. Round 2: priorities 1/0.5 = 2, 0.5/0.25
+    # = 2, inf -> device 2 first (4 Hz), then 0 (5 Hz), then 1 does not fit.
+    policy = make_policy(PF, PolicyContext(num_devices=3, num_classes=2), {"window": 2})
+    rng = np.random.default_rng(0)
+    first = policy.schedule(inputs([1.0, 2.0, 4.0], 5.0), rng)
+    assert first.selected.tolist() == [True, True, False]
+    assert policy.state_dict() == {"average": [0.5, 0.25, 0.0]}
+    second = policy.schedule(inputs([1.0, 2.0, 4.0], 5.0), rng)
+    assert second.selected.tolist() == [True, False, True]
+    assert policy.state_dict() == {"average": [0.75, 0.125, 0.125]}
+    restored = make_policy(PF, PolicyContext(num_devices=3, num_classes=2), {"window": 2})
+    restored.load_state_dict(json.loads(json.dumps(policy.state_dict())))
+    assert restored.average == policy.average
+    assert policy.name == PF and resolve_protocol(type(policy)) == "channel"
+
+
+def test_shared_settings_reach_the_constructor_by_name():
+    skip = make_policy(PF, PolicyContext(num_devices=3, num_classes=2, pack_rule="skip"))
+    # "skip": round 1 takes 0 and 1 (3 Hz) and passes over 2 (4 Hz) with B = 4 Hz.
+    assert skip.schedule(inputs([1.0, 2.0, 4.0], 4.0), np.random.default_rng(0)).selected.tolist()
+    assert skip.pack_rule == "skip" and skip.window == 20.0
+
+
+def test_a_hand_built_policy_gets_the_protocol_of_its_class():
+    class RanksOnLoss(Policy):
+        needs_post_training = True
+
+        def schedule(self, inputs, rng):  # pragma: no cover - not run
+            raise AssertionError
+
+    named_like_bc = RanksOnLoss()
+    named_like_bc.name = "bc"
+    assert resolve_protocol(type(named_like_bc)) == "train-all"
+    assert resolve_protocol(policy_class("bc")) == "channel"
+
+
+def test_policy_params_travel_as_one_declared_key():
+    flat = {"policy": PF, "policy-params.window": 5, "policy-params.note": 'a "b"'}
+    folded = fold_policy_params(flat)
+    assert set(folded) == {"policy", "policy-params"}
+    assert read_policy_params(folded) == {"window": 5, "note": 'a "b"'}
+    assert read_policy_params({"policy-params": "{window = 2.5, on = true}"}) == {
+        "window": 2.5,
+        "on": True,
+    }
+    with pytest.raises(ValueError, match="also set in 'policy-params'"):
+        read_policy_params({"policy-params": "{window = 2}", "policy-params.window": 3})
+
+
+def user_run(result_dir: Path | None, policy: str, **extra: object) -> dict:
+    overrides = {
+        "num-devices": 6,
+        "num-server-rounds": 3,
+        "channel.availability-prob": 0.8,
+        "policy": policy,
+        **({} if result_dir is None else {"result-dir": str(result_dir)}),
+        **extra,
+    }
+    return resolve_data_dir(validated_run_config(overrides))
+
+
+def scheduled(result_dir: Path) -> list[list[int]]:
+    lines = (result_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["scheduled"] for line in lines]
+
+
+def model_bytes(result_dir: Path) -> list[bytes]:
+    state = torch.load(result_dir / "model.pt", map_location="cpu", weights_only=True)
+    return [state[k].numpy().tobytes() for k in sorted(state)]
+
+
+def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, tmp_path):
+    reference = f"{user_folder / 'my_policies.py'}:RandomK"
+    run_inprocess(user_run(tmp_path / "a", reference, **{"policy-params.k": 2}))
+    run_inprocess(user_run(tmp_path / "b", reference, **{"policy-params.k": 2}))
+    rounds = scheduled(tmp_path / "a")
+    assert len(rounds) == 3 and all(len(r) <= 2 for r in rounds) and any(rounds)
+    assert rounds == scheduled(tmp_path / "b")  # the policy's stream comes from the run seed
+    recorded = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert recorded["policy"] == reference and recorded["policy_params"] == {"k": 2}
+    assert recorded["protocol"] == "channel"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.inprocess", *args],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def test_a_module_on_pythonpath_runs_with_the_command_line(user_folder, tmp_path):
+    out = tmp_path / "run"
+    settings = (
+        "num-devices=4 num-server-rounds=2 policy='my_policies:RandomK' policy-params.k=1 "
+        f"result-dir='{out}'"
+    )
+    done = run_cli("--run-config", settings, env={"PYTHONPATH": str(user_folder)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [len(r) for r in scheduled(out)] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ("policy='no_such_module:X'", "no module named 'no_such_module'"),
+        ("policy='my_policies:Missing'", "has no attribute 'Missing'"),
+        ("policy='my_policies:NotAPolicy'", "allowed: a subclass of fedcgd_strategy.Policy"),
+        ("policy='my_policies:Unfinished'", "Unfinished does not implement schedule"),
+        ("policy='my_policies:RandomK'", "needs a value for 'k': set run-config key policy-par"),
+        ("policy='my_policies:RandomK' policy-params.k=1.5", "policy-params.k = 1.5 for policy"),
+        ("policy='my_policies:RandomK' policy-params.k=1 policy-params.kk=2", "parameter 'kk'"),
+        ("policy='bc' policy-params.window=3", "policy 'bc' takes no parameter 'window'"),
+        ("policy='fedcgd-gs' policy-params.method='cd'", "fixes method = 'gs'"),
+        ("policy='bc' policy-params.pack-rule='skip'", "comes from run-config key 'pack-rule'"),
+        ("policy='bc' policy-params='{window'", "is not a TOML inline table"),
+        ("policy='fedcgd'", "allowed: fedcgd-fscd, fedcgd-gs, fedcgd-fscd-gc,"),
+    ],
+)
+def test_a_bad_policy_setting_fails_before_start_in_one_line(
+    user_folder, tmp_path, settings, message
+):
+    out = tmp_path / "never"
+    done = run_cli(
+        "--run-config", f"{settings} result-dir='{out}'", env={"PYTHONPATH": str(user_folder)}
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+    assert not out.exists()
+
+
+def test_the_proportional_fair_example_checkpoints_and_resumes(tmp_path):
+    extra = {"channel.total-bandwidth-hz": 4e6, "policy-params.window": 3, "checkpoint-every": 1}
+    whole = tmp_path / "whole"
+    run_inprocess(user_run(whole, PF, **{**extra, "num-server-rounds": 5}))
+    part = tmp_path / "part"
+    run_inprocess(user_run(part, PF, **{**extra, "num-server-rounds": 2}))
+    checkpoint = torch.load(part / "checkpoint.pt", weights_only=False)
+    assert len(checkpoint["policy_state"]["average"]) == 6  # the averages are in the checkpoint
+    run_inprocess(user_run(None, PF, **{**extra, "num-server-rounds": 5, "resume-from": str(part)}))
+    assert scheduled(part) == scheduled(whole) and len(scheduled(whole)) == 5
+    assert len({len(r) for r in scheduled(whole)}) > 1 or any(scheduled(whole))
+    assert model_bytes(part) == model_bytes(whole)
+
+
+def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_folder, tmp_path):
+    reference = f"{user_folder / 'my_policies.py'}:RandomK"
+    out = tmp_path / "compare"
+    code = compare_main(
+        [
+            "--policies",
+            f"all,{reference}",
+            "--engine",
+            "inprocess",
+            "--run-config",
+            "num-devices=4 num-server-rounds=2 policy-params.k=1",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    assert [len(r) for r in scheduled(out / "RandomK" / "seed-0")] == [1, 1]
+    assert json.loads((out / "all" / "seed-0" / "config.json").read_text())["policy_params"] == {}
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert {r["policy"] for r in rows} == {"all", reference}
+    assert (
+        compare_main(
+            [
+                "--policies",
+                "all,bc",
+                "--engine",
+                "inprocess",
+                "--run-config",
+                "policy-params.k=1",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
+
+
+def test_a_hydra_preset_takes_a_reference_and_policy_params():
+    words = [f"policies=[fedcgd-fscd,'{PF}']", "run.policy-params.window=4"]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose("config", overrides=["experiment=digits_policies", *hydra_overrides(words)])
+    assert list(cfg.policies) == ["fedcgd-fscd", PF]
+    (_, overrides), *_ = planned_runs(cfg)
+    assert read_policy_params(overrides) == {"window": 4}
+    config = parse_run_config(validated_run_config({**overrides, "policy": PF}))
+    assert config.policy_params == {"window": 4} and config.protocol == "channel"

@@ -1,0 +1,246 @@
+"""The end of a round: evaluation and checkpoints on due rounds only, one metrics line per round.
+
+The recorder runs on a real set-up (digits, 4 devices) whose model and test set are replaced by a
+2-input linear classifier and 4 test points, so that every accuracy and loss is known by hand:
+
+    test points x = (1, 0), (0, 1), (1, 0), (0, 1) with labels 0, 1, 1, 1.
+    IDENTITY (logits = x): 3 of 4 right; the three right ones cost softplus(-1), the wrong one
+        softplus(1) = 1 + softplus(-1): loss softplus(-1) + 1/4.
+    SWAPPED (logits = x reversed): 1 of 4 right: loss softplus(-1) + 3/4.
+
+Rounds 0 and the odd rounds end with IDENTITY, the even rounds with SWAPPED.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, MetricRecord
+from torch import nn
+
+from experiments.launcher import default_run_config
+from fedcgd_strategy.record import RoundRecord
+from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
+from server_app.config import parse_run_config
+from server_app.recorder import RoundRecorder, checkpoint_due, evaluation_due
+from server_app.results import METRICS_FILE, ResultWriter
+from server_app.run_status import RUNNING, read_status
+from server_app.setup import RunSetup, build_setup
+
+SOFTPLUS_MINUS_1 = math.log(1.0 + math.exp(-1.0))  # 0.31326...
+IDENTITY = {"1.weight": torch.eye(2), "1.bias": torch.zeros(2)}
+SWAPPED = {"1.weight": torch.tensor([[0.0, 1.0], [1.0, 0.0]]), "1.bias": torch.zeros(2)}
+ACCURACY = {"identity": 0.75, "swapped": 0.25}
+LOSS = {"identity": SOFTPLUS_MINUS_1 + 0.25, "swapped": SOFTPLUS_MINUS_1 + 0.75}
+#: The keys of a metrics line, in order (the run's files before the recorder had them so).
+LINE_KEYS = (
+    "round accuracy loss eval_s wall_time_s num_available num_candidates num_feasible "
+    "num_scheduled num_uploaded scheduled uploaded failed disconnected wemd sampling_term "
+    "objective sigma class_gradient_used class_gradient_next bandwidth_used_hz "
+    "solver_iterations query_s schedule_s train_phase_s aggregate_s client_train_s model_kept "
+    "failed_reasons model_kept_reason discovery_failed"
+).split()
+
+
+def tiny_setup(tmp_path: Path, **overrides: object) -> RunSetup:
+    """A real run set-up with the 2-input classifier and the 4 test points."""
+    run_config = default_run_config()
+    run_config.update({"num-devices": 4, "result-dir": str(tmp_path / "run"), **overrides})
+    setup = build_setup(parse_run_config(run_config))
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]).view(4, 1, 1, 2)
+    y = torch.tensor([0, 1, 1, 1])
+    model = nn.Sequential(nn.Flatten(), nn.Linear(2, 2))
+    return dataclasses.replace(setup, model=model, test_tensors=(x, y), device=torch.device("cpu"))
+
+
+def fake_record(server_round: int) -> RoundRecord:
+    """A round's record: 2 of 3 available devices scheduled and uploaded."""
+    return RoundRecord(
+        round=server_round,
+        num_available=3,
+        num_candidates=3,
+        num_feasible=3,
+        num_scheduled=2,
+        num_uploaded=2,
+        scheduled=[0, 2],
+        uploaded=[0, 2],
+        failed=[],
+        disconnected=[],
+        wemd=0.5,
+        sampling_term=0.25,
+        objective=0.75,
+        sigma=1.5,
+        class_gradient_used=1.0,
+        class_gradient_next=2.0,
+        bandwidth_used_hz=1e6,
+        solver_iterations=3,
+        query_s=0.0,
+        schedule_s=0.0,
+        train_phase_s=0.0,
+        aggregate_s=0.0,
+        client_train_s=0.0,
+        model_kept=False,
+        failed_reasons={},
+        model_kept_reason=None,
+        discovery_failed={},
+    )
+
+
+def model_of(server_round: int) -> str:
+    return "swapped" if server_round % 2 == 0 and server_round > 0 else "identity"
+
+
+def arrays(name: str) -> ArrayRecord:
+    return ArrayRecord(IDENTITY if name == "identity" else SWAPPED)
+
+
+def lines(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
+
+
+def test_due_rounds_listed_by_hand():
+    assert [r for r in range(8) if evaluation_due(r, 7, 3)] == [0, 3, 6, 7]
+    assert [r for r in range(8) if evaluation_due(r, 7, 1)] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert [r for r in range(1, 6) if checkpoint_due(r, 5, 2)] == [2, 4, 5]
+    assert [r for r in range(1, 6) if checkpoint_due(r, 5, 1)] == [1, 2, 3, 4, 5]
+    assert [r for r in range(1, 6) if checkpoint_due(r, 5, 0)] == []
+
+
+def test_evaluates_only_round_0_every_third_round_and_the_last(tmp_path):
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 7, "eval-every": 3})
+    writer = ResultWriter(tmp_path / "run", 7)
+    said: list[str] = []
+    recorder = RoundRecorder(setup, writer, said.append)
+
+    returned = [recorder(0, arrays(model_of(0)))]
+    for r in range(1, 8):
+        recorder.add_record(fake_record(r))
+        returned.append(recorder(r, arrays(model_of(r))))
+
+    written = lines(tmp_path / "run")
+    assert [x["round"] for x in written] == [1, 2, 3, 4, 5, 6, 7]
+    assert [x["accuracy"] for x in written] == [None, None, 0.75, None, None, 0.25, 0.75]
+    expected_loss = [None, None, LOSS["identity"], None, None, LOSS["swapped"], LOSS["identity"]]
+    assert [x["loss"] for x in written] == pytest.approx(expected_loss, abs=1e-6)
+    assert all(list(x) == LINE_KEYS for x in written)
+    assert written[2]["scheduled"] == [0, 2] and written[2]["objective"] == 0.75
+
+    evaluated = [r for r, m in enumerate(returned) if m is not None]
+    assert evaluated == [0, 3, 6, 7]
+    assert isinstance(returned[0], MetricRecord)
+    assert returned[6]["accuracy"] == 0.25
+    assert returned[6]["loss"] == pytest.approx(SOFTPLUS_MINUS_1 + 0.75, abs=1e-6)
+
+    assert said[0] == "initial model: accuracy 0.7500, loss 0.5633"
+    assert said[1].startswith("round    1/7 | acc   -    | scheduled   2/3   available | elapsed")
+    assert said[3].startswith("round    3/7 | acc 75.00% | scheduled   2/3   available | elapsed")
+    assert said[6].startswith("round    6/7 | acc 25.00% |")
+    assert len(said) == 8
+    assert not (tmp_path / "run" / CHECKPOINT_FILE).exists()  # checkpoint-every = 0
+
+
+def test_checkpoints_after_rounds_2_4_and_the_last(tmp_path):
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "checkpoint-every": 2})
+    folder = tmp_path / "run"
+    recorder = RoundRecorder(setup, ResultWriter(folder, 5), lambda text: None)
+    recorder(0, arrays(model_of(0)))
+    assert not (folder / CHECKPOINT_FILE).exists()
+
+    after_each: list[int | None] = []
+    statuses = []
+    for r in range(1, 6):
+        setup.policy_rng.random()  # the policy draws in every round: the state moves on
+        recorder.add_record(fake_record(r))
+        recorder(r, arrays(model_of(r)))
+        path = folder / CHECKPOINT_FILE
+        after_each.append(load_checkpoint(folder).round if path.exists() else None)
+        status = read_status(folder)
+        assert status is not None
+        statuses.append((status.state, status.last_round, status.num_server_rounds))
+
+    assert after_each == [None, 2, 2, 4, 5]
+    assert statuses == [(RUNNING, r, 5) for r in range(1, 6)]
+    last = load_checkpoint(folder)
+    assert torch.equal(last.model["1.weight"], torch.eye(2))  # round 5 ended with IDENTITY
+    assert last.policy_rng_state == setup.policy_rng.bit_generator.state
+    assert last.cell_rng_state == setup.cell_rng.bit_generator.state
+    assert last.policy_state.keys() == setup.policy.state_dict().keys()
+    assert [x["round"] for x in lines(folder)] == [1, 2, 3, 4, 5]
+
+
+def test_a_record_of_another_round_or_none_raises_and_writes_nothing(tmp_path):
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 3, "checkpoint-every": 1})
+    folder = tmp_path / "run"
+    recorder = RoundRecorder(setup, ResultWriter(folder, 3), lambda text: None)
+    recorder.add_record(fake_record(2))
+    with pytest.raises(RuntimeError, match="round 1: the strategy recorded no round"):
+        recorder(1, arrays("identity"))
+    with pytest.raises(RuntimeError, match="round 1: the strategy recorded no round"):
+        recorder(1, arrays("identity"))  # no record at all
+    assert lines(folder) == []
+    assert not (folder / CHECKPOINT_FILE).exists()
+
+    recorder.add_record(fake_record(1))
+    recorder(1, arrays("identity"))
+    with pytest.raises(RuntimeError, match="round 1: the strategy recorded no round"):
+        recorder(1, arrays("identity"))  # its record was used up: no second line for round 1
+    with pytest.raises(RuntimeError, match="round 2: the strategy recorded no round"):
+        recorder(2, arrays("swapped"))
+    assert [x["round"] for x in lines(folder)] == [1]
+
+
+def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path):
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "eval-every": 10})
+    resume = Checkpoint(
+        round=3,
+        model=IDENTITY,
+        policy_state=setup.policy.state_dict(),
+        cell_rng_state=dict(setup.cell_rng.bit_generator.state),
+        policy_rng_state=dict(setup.policy_rng.bit_generator.state),
+        elapsed_s=0.0,
+    )
+    setup = dataclasses.replace(setup, resume=resume)
+    said: list[str] = []
+    recorder = RoundRecorder(setup, ResultWriter(tmp_path / "run", 5), said.append)
+    assert recorder(0, arrays("identity")) is None
+    assert said == []
+    recorder.add_record(fake_record(4))
+    assert recorder(1, arrays("swapped")) is None  # round 4: not due
+    recorder.add_record(fake_record(5))
+    metrics = recorder(2, arrays("swapped"))  # round 5, the last: due
+    assert metrics is not None and metrics["accuracy"] == 0.25
+    written = lines(tmp_path / "run")
+    assert [(x["round"], x["accuracy"]) for x in written] == [(4, None), (5, 0.25)]
+    assert [text[:12] for text in said] == ["round    4/5", "round    5/5"]
+
+
+def test_a_checkpoint_of_the_setup_rebuilds_the_same_state(tmp_path):
+    run_config = default_run_config()
+    run_config.update({"num-devices": 4, "result-dir": str(tmp_path / "run"), "policy": "bc"})
+    config = parse_run_config(run_config)
+    settings: list[dict] = []
+    first = build_setup(config, on_settings=settings.append)
+    first.cell.draw_round(first.model_bits)
+    first.policy_rng.random()
+    state = {k: v + 1.0 for k, v in first.model.state_dict().items()}
+    checkpoint = first.checkpoint(7, state, 1.5)
+    again = build_setup(config, checkpoint)
+
+    assert again.round_offset == 7 and first.round_offset == 0
+    assert again.cell_rng.bit_generator.state == first.cell_rng.bit_generator.state
+    assert again.policy_rng.bit_generator.state == first.policy_rng.bit_generator.state
+    for key, value in again.model.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    a, b = first.cell.draw_round(first.model_bits), again.cell.draw_round(again.model_bits)
+    assert np.array_equal(a.available, b.available)
+    assert len(settings) == 1
+    assert settings[0]["num_parameters"] == first.num_params
+    assert settings[0]["model_bits_used"] == first.num_params * 32
+    assert settings[0]["target_dist_global"] == pytest.approx(first.target.tolist())
+    assert sum(settings[0]["target_dist_global"]) == pytest.approx(1.0)
