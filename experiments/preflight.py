@@ -21,7 +21,6 @@ not the outcome.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,12 +84,14 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
 
     A run that sets ``result-dir`` writes there; a resumed run (``resume-from``) continues in
     its own folder; otherwise the command's ``--out`` folder (default ``results/``) gets a new
-    timestamped folder, so that no run lands in another's.
+    timestamped folder (:func:`server_app.config.timestamped_result_dir`), so that no run
+    lands in another's.
     """
+    from server_app.config import timestamped_result_dir
+
     config = dict(run_config)
     if not config.get("result-dir") and not config.get("resume-from"):
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        config["result-dir"] = str((out / f"{config['policy']}-{stamp}").resolve())
+        config["result-dir"] = str(timestamped_result_dir(out, str(config["policy"])))
     return config
 
 

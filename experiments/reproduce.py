@@ -171,8 +171,9 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
             own = with_policy_params(policy, overrides)
             parse_run_config({**defaults, **own, "policy": policy})
         plans.append((point, overrides))
+    first = {**with_policy_params(policies[0], plans[0][1]), "policy": policies[0]}
     for seed in seeds:
-        parse_run_config({**defaults, **plans[0][1], "seed": seed})
+        parse_run_config({**defaults, **first, "seed": seed})
     return plans
 
 

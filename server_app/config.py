@@ -21,9 +21,10 @@ run-config key                 meaning
 ``protocol``                   ``"auto"`` | ``"channel"`` | ``"query"`` | ``"train-all"`` (auto:
                                train-all for bn2/poc, channel for bc/all, query otherwise)
 ``eval-every``                 central evaluation every k rounds (and always after the last)
-``result-dir``                 absolute folder for the run's results; ``""`` =
-                               ``~/fedcgd-results/<policy>-<UTC time>``; a folder that is a file
-                               or already holds a run's results is refused (never overwritten)
+``result-dir``                 absolute folder for the run's results; ``""`` = a new folder
+                               (:func:`timestamped_result_dir`: ``~/fedcgd-results/<policy>-<UTC
+                               time>`` in a bare ``flwr run``); a folder that is a file or
+                               already holds a run's results is refused (never overwritten)
 ``initial-g``                  Ĝ before the first upload (FedCGD), float >= 0
 ``target-dist``                WEMD target: ``"global"`` (class distribution of the full
                                training set) or ``"devices"`` (union of this round's histograms)
@@ -60,6 +61,7 @@ run-config key                 meaning
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -192,10 +194,37 @@ def read_channel_trace(run_config: Mapping[str, Any]) -> str:
     return str(Path(value).expanduser())
 
 
-def default_result_dir(policy: str) -> str:
-    """``~/fedcgd-results/<policy>-<UTC time>`` (absolute)."""
+#: Parent of the result folder of a run whose ``result-dir`` is empty when the ServerApp starts.
+#: Only a bare ``flwr run`` gets there: the project's commands fill ``result-dir`` first, under
+#: their ``--out`` (``results/`` of the project by default). The ServerApp runs in a working
+#: directory unrelated to the project, so its fallback is a fixed folder in the home directory.
+SERVER_RESULTS_DIR = "~/fedcgd-results"
+
+
+def timestamped_result_dir(parent: str | Path, policy: str) -> Path:
+    """The folder of a new run: ``<parent>/<policy>-<UTC time>``, absolute.
+
+    The one rule for a run whose ``result-dir`` is empty: the project's commands use their
+    ``--out`` folder as ``parent`` (:func:`experiments.preflight.with_result_dir`), a bare
+    ``flwr run`` uses :data:`SERVER_RESULTS_DIR` (:func:`parse_run_config`).
+
+    Parameters
+    ----------
+    parent : str or pathlib.Path
+        The folder that holds the runs (``~`` expanded, relative to the working directory).
+    policy : str
+        The run's policy; characters other than letters, digits, ``.``, ``_`` and ``-`` (those
+        of a ``package.module:Name`` or file path policy) become ``_`` in the folder name.
+
+    Returns
+    -------
+    pathlib.Path
+        ``<parent>/<policy>-<YYYYmmdd-HHMMSS>`` in UTC; the folder is not created.
+
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return str(Path("~/fedcgd-results").expanduser() / f"{policy}-{stamp}")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", policy).strip("._") or "policy"
+    return Path(parent).expanduser().resolve() / f"{name}-{stamp}"
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
@@ -250,7 +279,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             )
         result_dir = resume_from
     elif result_dir == "":
-        result_dir = default_result_dir(policy)
+        result_dir = str(timestamped_result_dir(SERVER_RESULTS_DIR, policy))
     verbose = require_key(run_config, "verbose")
     if not isinstance(verbose, bool):
         raise ValueError(f"run-config key 'verbose' must be true or false; got {verbose!r}")

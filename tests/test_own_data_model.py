@@ -1,0 +1,481 @@
+"""A researcher's own data set and model, named in the run config alone (no project edit).
+
+The modules are written into a folder outside the project (pytest's ``tmp_path``): a package
+``toyproblem`` with a synthetic 3-class problem (numpy, fixed seed) and a tiny torch model, plus
+one file of bad cases. Every expected count below is computed by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from experiments.inprocess import main as inprocess_main
+from experiments.launcher import format_run_config
+from fedcgd_task.datasets import BUILTIN_DATASETS, check_data, load_data
+from fedcgd_task.models import BUILTIN_MODELS, build_model, count_parameters
+from fedcgd_task.settings import DATASETS, MODELS, TaskSettings, default_run_config
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+#: The synthetic problem: 3 classes, 6 features, 40 + 10 samples per class.
+FEATURES, CLASSES, TRAIN_PER_CLASS, TEST_PER_CLASS = 6, 3, 40, 10
+
+DATA_MODULE = """
+import os
+
+import numpy as np
+
+
+def _blobs(rng, per_class):
+    centres = 2.0 * np.eye(3, 6)  # class c sits at 2 e_c
+    y = np.repeat(np.arange(3), per_class)
+    return centres[y] + 0.5 * rng.standard_normal((y.size, 6)), y
+
+
+def load(data_dir: str):
+    assert os.path.isabs(data_dir), data_dir  # the run's data-dir, made absolute
+    rng = np.random.default_rng(7)
+    return _blobs(rng, 40), _blobs(rng, 10)
+"""
+
+MODEL_MODULE = """
+from torch import nn
+
+
+def build(num_classes, input_shape):
+    (features,) = input_shape
+    return nn.Sequential(nn.Linear(features, 5), nn.Tanh(), nn.Linear(5, num_classes))
+"""
+
+#: The same problem and a model with a LayerNorm (outside the one-pass σ̂: vmap), as files.
+FILE_MODULE = """
+import numpy as np
+from torch import nn
+
+
+def load():
+    rng = np.random.default_rng(7)
+    centres = 2.0 * np.eye(3, 6)
+    y_train, y_test = np.repeat(np.arange(3), 40), np.repeat(np.arange(3), 10)
+    x_train = centres[y_train] + 0.5 * rng.standard_normal((120, 6))
+    x_test = centres[y_test] + 0.5 * rng.standard_normal((30, 6))
+    return (x_train, y_train), (x_test, y_test), 3
+
+
+def build(num_classes, input_shape):
+    return nn.Sequential(
+        nn.Linear(input_shape[0], 5), nn.LayerNorm(5), nn.Tanh(), nn.Linear(5, num_classes)
+    )
+"""
+
+BAD_MODULE = """
+import numpy as np
+import torch
+from torch import nn
+
+rng = np.random.default_rng(0)
+X, Y = rng.standard_normal((30, 6)), np.repeat(np.arange(3), 10)
+
+
+def short_labels():
+    return (X, Y[:-1]), (X, Y)
+
+
+def other_width():
+    return (X, Y), (X[:, :5], Y)
+
+
+def float_labels():
+    return (X, Y.astype(float)), (X, Y)
+
+
+def label_out_of_range():
+    return (X, Y), (X, Y + 1), 3
+
+
+def one_set():
+    return (X, Y)
+
+
+def nan_inputs():
+    bad = X.copy()
+    bad[3, 2] = np.nan
+    return (bad, Y), (X, Y)
+
+
+def needs_two(path, size):
+    return (X, Y), (X, Y)
+
+
+def raises():
+    raise OSError("disk\\nerror")
+
+
+def wide(num_classes, input_shape):
+    return nn.Linear(input_shape[0], num_classes + 1)
+
+
+not_callable = 42
+
+
+def not_a_module(num_classes, input_shape):
+    return lambda x: x
+
+
+def broken(num_classes, input_shape):
+    raise TypeError("no such layer")
+
+
+class Tricky(nn.Module):
+    # A LayerNorm sends σ̂ to torch.func.vmap, and vmap cannot branch on a tensor's value.
+    def __init__(self, features, num_classes):
+        super().__init__()
+        self.norm, self.out = nn.LayerNorm(features), nn.Linear(features, num_classes)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.out(h) if float(h.sum()) >= 0 else -self.out(h)
+
+
+def tricky(num_classes, input_shape):
+    return Tricky(input_shape[0], num_classes)
+"""
+
+#: Tiny settings of every run here (120 training samples: 30 per device).
+SMALL = {
+    "num-devices": 4,
+    "num-server-rounds": 3,
+    "local-steps": 2,
+    "batch-size": 8,
+    "channel.availability-prob": 1.0,
+}
+#: Parameters of MODEL_MODULE's model for 6 features, 3 classes:
+#: Linear(6, 5) 6*5 + 5 = 35, Linear(5, 3) 5*3 + 3 = 18; 35 + 18 = 53.
+MODEL_PARAMETERS = 53
+#: FILE_MODULE's model adds a LayerNorm(5): weight and bias, 5 + 5 = 10; 53 + 10 = 63.
+FILE_MODEL_PARAMETERS = 63
+
+
+@pytest.fixture
+def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder outside the project: package ``toyproblem`` and the files of this module."""
+    folder = tmp_path_factory.mktemp("researcher")
+    package = folder / "toyproblem"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text(textwrap.dedent(DATA_MODULE))
+    (package / "nets.py").write_text(textwrap.dedent(MODEL_MODULE))
+    (folder / "toy_file.py").write_text(textwrap.dedent(FILE_MODULE))
+    (folder / "bad_cases.py").write_text(textwrap.dedent(BAD_MODULE))
+    assert not folder.resolve().is_relative_to(PROJECT)
+    return folder
+
+
+def reference_run_config(result_dir: Path, dataset: str, model: str) -> str:
+    return format_run_config(
+        {**SMALL, "dataset": dataset, "model": model, "result-dir": str(result_dir)}
+    )
+
+
+def assert_finished_run(result_dir: Path, dataset: str, model: str, num_parameters: int) -> None:
+    """Three rounds, the hand-computed sizes, an accuracy over the 30 test samples."""
+    lines = [json.loads(x) for x in (result_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [1, 2, 3]
+    # Every device is available (p_a = 1), so FedCGD asks each for σ̂ every round.
+    assert all(line["sigma"] is not None and math.isfinite(line["sigma"]) for line in lines)
+    assert all(line["num_scheduled"] >= 1 for line in lines)
+    config = json.loads((result_dir / "config.json").read_text())
+    assert config["num_classes"] == CLASSES
+    assert config["num_parameters"] == num_parameters
+    assert config["task"]["dataset"] == dataset and config["task"]["model"] == model
+    final = json.loads((result_dir / "summary.json").read_text())["final_accuracy"]
+    assert isinstance(final, float) and 0.0 <= final <= 1.0
+    correct = final * CLASSES * TEST_PER_CLASS  # accuracy over the 30 test samples
+    assert abs(correct - round(correct)) < 1e-9
+    assert json.loads((result_dir / "status.json").read_text())["state"] == "completed"
+
+
+def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_folder, tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.inprocess",
+            "--run-config",
+            reference_run_config(out, "toyproblem.data:load", "toyproblem.nets:build"),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(user_folder)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert_finished_run(out, "toyproblem.data:load", "toyproblem.nets:build", MODEL_PARAMETERS)
+
+
+def test_files_by_absolute_path_run_in_process_without_pythonpath(user_folder, tmp_path):
+    out = tmp_path / "run"
+    data, model = f"{user_folder / 'toy_file.py'}:load", f"{user_folder / 'toy_file.py'}:build"
+    code = inprocess_main(["--run-config", reference_run_config(out, data, model)])
+    assert code == 0
+    assert_finished_run(out, data, model, FILE_MODEL_PARAMETERS)
+
+
+def test_auto_picks_the_mlp_sized_from_the_input_shape(user_folder, tmp_path):
+    out = tmp_path / "run"
+    data = f"{user_folder / 'toy_file.py'}:load"
+    assert inprocess_main(["--run-config", reference_run_config(out, data, "auto")]) == 0
+    # mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643.
+    assert_finished_run(out, data, "mlp", 643)
+
+
+BAD = "bad_cases.py"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("dataset", "no_such_package_xyz.data:load", "no module named 'no_such_package_xyz'"),
+        ("dataset", f"{{folder}}/{BAD}:nowhere", f"{BAD} has no attribute 'nowhere'"),
+        ("dataset", "{folder}/missing.py:load", "missing.py does not exist"),
+        ("dataset", "mnist", "allowed: \"digits\", \"cifar10\", \"cifar100\" or a data-set"),
+        ("dataset", "./bad_cases.py:load", "is not a reference; allowed:"),
+        ("dataset", f"{{folder}}/{BAD}:short_labels", "x_train holds 30 samples but y_train 29"),
+        ("dataset", f"{{folder}}/{BAD}:other_width", "x_train holds inputs of shape (6,) but"),
+        ("dataset", f"{{folder}}/{BAD}:float_labels", "y_train has dtype float64; labels must"),
+        ("dataset", f"{{folder}}/{BAD}:label_out_of_range", "y_test holds label 3, outside [0, 3)"),
+        ("dataset", f"{{folder}}/{BAD}:one_set", "returned (ndarray, ndarray); it must return"),
+        ("dataset", f"{{folder}}/{BAD}:nan_inputs", "x_train holds values that are not finite"),
+        ("dataset", f"{{folder}}/{BAD}:needs_two", "needs the argument(s) path, size"),
+        ("dataset", f"{{folder}}/{BAD}:raises", "the function raised OSError: disk"),
+        ("dataset", f"{{folder}}/{BAD}:not_callable", "names a int, not a function"),
+        ("model", "no_such_package_xyz.nets:build", "no module named 'no_such_package_xyz'"),
+        ("model", "vgg", 'allowed: "mlp", "cnn", "resnet18gn" or a model function'),
+        ("model", f"{{folder}}/{BAD}:wide", "outputs of shape (2, 4), not (2, 3)"),
+        ("model", f"{{folder}}/{BAD}:not_callable", "names a int, not a function"),
+        ("model", f"{{folder}}/{BAD}:not_a_module", "returned a function, not a torch.nn.Module"),
+        ("model", f"{{folder}}/{BAD}:broken", "raised TypeError: no such layer"),
+        ("model", f"{{folder}}/{BAD}:tricky", "σ̂ (per-sample gradient norms, client_app/sig"),
+        ("model", "cnn", "does not fit dataset '{folder}/toy_file.py:load' (inputs 6, 3 classes)"),
+    ],
+)
+def test_a_bad_data_set_or_model_is_refused_before_the_start_in_one_line(
+    user_folder, tmp_path, capsys, key, value, message
+):
+    value, message = value.format(folder=user_folder), message.format(folder=user_folder)
+    settings = {"dataset": f"{user_folder / 'toy_file.py'}:load", "model": "auto", key: value}
+    out = tmp_path / "never"
+    text = format_run_config({**SMALL, **settings, "result-dir": str(out)})
+    code = inprocess_main(["--run-config", text, "--out", str(tmp_path / "out")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: run-config key '{key}'"), lines[0]
+    assert message in lines[0] and repr(value) in lines[0], lines[0]
+    assert not out.exists() and not (tmp_path / "out").exists()
+
+
+# --- the built-ins through the same interface ------------------------------------------------
+
+
+def test_the_built_in_registries_are_the_settings_names():
+    assert tuple(BUILTIN_DATASETS) == DATASETS
+    assert ("auto", *BUILTIN_MODELS) == MODELS
+
+
+def test_digits_through_the_data_set_contract_equals_scikit_learns_images():
+    # The old loader's definition, from scikit-learn directly: stratified 80 / 20 split with
+    # random_state 0, rows sorted, x = pixel / 16 as float32 [N, 1, 8, 8].
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    rows = train_test_split(
+        np.arange(bunch.target.size), test_size=0.2, random_state=0, stratify=bunch.target
+    )
+    train, test = load_data("digits", "/nowhere")
+    for split, index in zip((train, test), rows, strict=True):
+        index = np.sort(index)
+        x, y = split.tensors()
+        expected = (bunch.images[index] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+        assert torch.equal(x, torch.from_numpy(expected))
+        assert torch.equal(y, torch.from_numpy(bunch.target[index].astype(np.int64)))
+        assert split.num_classes == 10 and split.input_shape == (1, 8, 8)
+    assert (len(train), len(test)) == (1437, 360)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_the_digits_mlp_is_initialised_bit_for_bit_as_before(seed):
+    # The MLP as it was always built: torch.manual_seed(seed), then Flatten, Linear(64, 64),
+    # ReLU, Linear(64, 10), the layers drawing their weights in that order.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        reference = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    model = build_model("mlp", 10, (1, 8, 8), seed=seed)
+    ours = model.state_dict()
+    assert sorted(ours) == ["net.1.bias", "net.1.weight", "net.3.bias", "net.3.weight"]
+    for key, value in reference.state_dict().items():
+        assert torch.equal(ours[f"net.{key}"], value), key
+    assert count_parameters(model) == 4_810
+
+
+def test_a_model_function_is_built_from_the_run_seed(user_folder):
+    reference = f"{user_folder / 'toyproblem' / 'nets.py'}:build"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        expected = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3)).state_dict()
+    before = torch.random.get_rng_state()
+    built = build_model(reference, 3, (6,), seed=11).state_dict()
+    assert torch.equal(torch.random.get_rng_state(), before)  # the global generator untouched
+    assert all(torch.equal(built[k], expected[k]) for k in expected)
+    assert count_parameters(build_model(reference, 3, (6,))) == MODEL_PARAMETERS
+
+
+# --- the contract's details ------------------------------------------------------------------
+
+
+def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
+    x = np.arange(12, dtype=np.int16).reshape(4, 3)
+    y = np.array([0, 1, 1, 0], dtype=np.uint8)
+    train, test = check_data(((x, y), (x[:2], y[:2]), np.int64(5)), "m:load")
+    assert train.num_classes == test.num_classes == 5  # given, though labels reach 1 only
+    xt, yt = train.tensors([3, 0])
+    assert xt.dtype == torch.float32 and xt.tolist() == [[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]]
+    assert yt.dtype == torch.int64 and yt.tolist() == [0, 0]
+    # Without num_classes, C is the largest label of both sets + 1: 2 here.
+    assert check_data(((x, y), (x, y)), "m:load")[0].num_classes == 2
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        (((np.zeros((0, 2)), np.zeros(0, int)), (np.zeros((1, 2)), [1])), "the train set holds"),
+        (((np.zeros((2, 2)), [0, 0]), (np.zeros((2, 2)), [0, 0])), "labels hold one class only"),
+        (((np.zeros(2), [0, 1]), (np.zeros(2), [0, 1])), "x_train has shape (2,); inputs must"),
+        (((np.zeros((2, 2)), [0, -1]), (np.zeros((2, 2)), [0, 1])), "y_train holds label -1"),
+        (((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 2)), [0, 1]), 1), "num_classes = 1; it"),
+        (((np.full((2, 2), 1e39), [0, 1]), (np.zeros((2, 2)), [0, 1])), "not finite in float32"),
+        (((np.array(["a", "b"]), [0, 1]), (np.zeros((2, 2)), [0, 1])), "x_train has dtype <U1"),
+        (((np.zeros((2, 2)), [[0, 1]]), (np.zeros((2, 2)), [0, 1])), "y_train has shape (1, 2)"),
+    ],
+)
+def test_each_rule_of_the_contract_is_one_line_naming_the_key(result, message):
+    with pytest.raises(ValueError) as info:
+        check_data(result, "m:load")
+    text = str(info.value)
+    assert text.startswith("run-config key 'dataset' = 'm:load': ") and "\n" not in text
+    assert message in text, text
+
+
+def test_a_data_dir_keyword_or_kwargs_receive_the_folder_and_nothing_else_is_passed(tmp_path):
+    module = tmp_path / "dirs.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+
+            SEEN = []
+
+            def _data(n):
+                return (np.zeros((n, 1)), np.arange(n) % 2), (np.zeros((2, 1)), [0, 1])
+
+            def keyword(*, data_dir, scale=3):
+                SEEN.append(("keyword", data_dir, scale))
+                return _data(4)
+
+            def kwargs(**options):
+                SEEN.append(("kwargs", options))
+                return _data(6)
+
+            def bare(scale=2):
+                SEEN.append(("bare", scale))
+                return _data(8)
+            """
+        )
+    )
+    folder = str(tmp_path / "data")
+    sizes = [len(load_data(f"{module}:{name}", folder)[0]) for name in ("keyword", "kwargs", "bare")]
+    assert sizes == [4, 6, 8]
+    from fedcgd_task.imports import import_object
+
+    seen = import_object(f"{module}:SEEN", "dataset")
+    assert seen == [("keyword", folder, 3), ("kwargs", {"data_dir": folder}), ("bare", 2)]
+
+
+def test_settings_check_a_reference_by_its_form_without_importing_it():
+    run_config = {**default_run_config(), "dataset": "not_imported_yet.data:load", "model": "auto"}
+    settings = TaskSettings.from_run_config(run_config)
+    assert settings.dataset == "not_imported_yet.data:load" and settings.model == "mlp"
+    assert "not_imported_yet" not in sys.modules
+    with pytest.raises(ValueError, match=r"'model' = 'a:b:c' is not a reference"):
+        TaskSettings.from_run_config({**run_config, "model": "a:b:c"})
+
+
+def test_sigma_of_a_model_outside_the_one_pass_method_equals_a_per_sample_loop():
+    # A Conv1d and a LayerNorm are outside client_app.per_sample_norms: σ̂ falls back to vmap.
+    from client_app.per_sample_norms import unsupported_reasons
+    from client_app.sigma import gradient_spread
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = nn.Sequential(
+            nn.Conv1d(2, 4, 3), nn.Flatten(), nn.LayerNorm(24), nn.Tanh(), nn.Linear(24, 3)
+        )
+        x, y = torch.randn(7, 2, 8), torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    assert len(unsupported_reasons(model)) == 2
+    # Oracle: one backward per sample, sigma^2 = (1/b) sum_i ||g_i - mean g||^2, in float64.
+    model.eval()
+    grads = []
+    for i in range(7):
+        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
+        parts = torch.autograd.grad(loss, list(model.parameters()))
+        grads.append(torch.cat([g.reshape(-1) for g in parts]).double())
+    stacked = torch.stack(grads)
+    expected = float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean().sqrt())
+    assert gradient_spread(model, x, y).sigma == pytest.approx(expected, rel=1e-5)
+
+
+# --- the launcher (what `make run RUN_CONFIG=...` runs) ----------------------------------------
+
+
+@pytest.mark.slow
+def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tmp_path):
+    """``flwr run`` on our SuperLink: the ServerApp and the Ray workers import the modules.
+
+    The data set comes from ``PYTHONPATH`` (passed on to the SuperLink, the simulation and Ray's
+    workers), the model from a file path.
+    """
+    out = tmp_path / "run"
+    model = f"{user_folder / 'toy_file.py'}:build"
+    settings = {**SMALL, "num-devices": 2, "num-server-rounds": 2}
+    text = format_run_config(
+        {**settings, "dataset": "toyproblem.data:load", "model": model, "result-dir": str(out)}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.launcher", "--run-config", text],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(user_folder)},
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [1, 2]
+    assert all(line["num_uploaded"] >= 1 for line in lines)  # devices trained in Ray workers
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_classes"] == CLASSES and config["num_parameters"] == FILE_MODEL_PARAMETERS
+    final = json.loads((out / "summary.json").read_text())["final_accuracy"]
+    assert isinstance(final, float) and 0.0 <= final <= 1.0
