@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import lambertw
 
-from channel.arrays import FloatArray, as_float_array
+from channel.arrays import FloatArray, as_finite_array
 
 _NEWTON_MAX_ITERATIONS = 100
 _NEWTON_RELATIVE_TOLERANCE = 4.0 * np.finfo(np.float64).eps
@@ -58,11 +58,11 @@ def rate_bps(
         Rate in bit/s, with the broadcast shape of the arguments.
 
     """
-    bandwidth = as_float_array("bandwidth_hz", bandwidth_hz, lower=0.0, allow_inf=True)
-    power = as_float_array("tx_power_w", tx_power_w, lower=0.0, lower_inclusive=False)
-    gain = as_float_array("gain_lin", gain_lin, lower=0.0)
-    noise = as_float_array(
-        "noise_psd_w_per_hz", noise_psd_w_per_hz, lower=0.0, lower_inclusive=False
+    bandwidth = as_finite_array(bandwidth_hz, "bandwidth_hz", lower=0.0, allow_inf=True)
+    power = as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False)
+    gain = as_finite_array(gain_lin, "gain_lin", lower=0.0)
+    noise = as_finite_array(
+        noise_psd_w_per_hz, "noise_psd_w_per_hz", lower=0.0, lower_inclusive=False
     )
     snr_bandwidth_hz = power * gain / noise  # S H̄ / N0, in Hz
     bandwidth, snr_bandwidth_hz = np.broadcast_arrays(bandwidth, snr_bandwidth_hz)
@@ -94,10 +94,10 @@ def rate_limit_bps(
         Rate limit in bit/s, with the broadcast shape of the arguments.
 
     """
-    power = as_float_array("tx_power_w", tx_power_w, lower=0.0, lower_inclusive=False)
-    gain = as_float_array("gain_lin", gain_lin, lower=0.0)
-    noise = as_float_array(
-        "noise_psd_w_per_hz", noise_psd_w_per_hz, lower=0.0, lower_inclusive=False
+    power = as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False)
+    gain = as_finite_array(gain_lin, "gain_lin", lower=0.0)
+    noise = as_finite_array(
+        noise_psd_w_per_hz, "noise_psd_w_per_hz", lower=0.0, lower_inclusive=False
     )
     return np.asarray(power * gain / (noise * math.log(2.0)))
 
@@ -141,8 +141,8 @@ def min_bandwidth_hz(
         ``B*`` in Hz, ``+inf`` for an infeasible link, with the broadcast shape of the arguments.
 
     """
-    bits = as_float_array("model_bits", model_bits, lower=0.0)
-    deadline = as_float_array("deadline_s", deadline_s, lower=0.0, lower_inclusive=False)
+    bits = as_finite_array(model_bits, "model_bits", lower=0.0)
+    deadline = as_finite_array(deadline_s, "deadline_s", lower=0.0, lower_inclusive=False)
     required_bps = bits / deadline  # D / d
     limit_bps = rate_limit_bps(tx_power_w, gain_lin, noise_psd_w_per_hz)
     required_bps, limit_bps = np.broadcast_arrays(required_bps, limit_bps)
@@ -215,7 +215,7 @@ def count_fit_cheapest_first(min_bandwidth_hz: npt.ArrayLike, total_bandwidth_hz
         Number of devices that fit.
 
     """
-    demands = as_float_array("min_bandwidth_hz", min_bandwidth_hz, lower=0.0, allow_inf=True)
-    budget = float(as_float_array("total_bandwidth_hz", total_bandwidth_hz, lower=0.0))
+    demands = as_finite_array(min_bandwidth_hz, "min_bandwidth_hz", lower=0.0, allow_inf=True)
+    budget = float(as_finite_array(total_bandwidth_hz, "total_bandwidth_hz", lower=0.0))
     finite = np.sort(demands[np.isfinite(demands)].ravel())
     return int(np.count_nonzero(np.cumsum(finite) <= budget))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from channel.arrays import FloatArray, as_float_array
+from channel.arrays import FloatArray, as_finite_array
 
 LOS_CERTAIN_DISTANCE_M: float = 18.0
 """d1 of TR 38.901 Table 7.4.2-1 (UMi-Street Canyon): devices this close are always LOS."""
@@ -36,7 +36,7 @@ def los_probability(d2d_m: npt.ArrayLike) -> FloatArray:
         Probability in [0, 1], same shape as ``d2d_m``.
 
     """
-    distance_m = as_float_array("d2d_m", d2d_m, lower=0.0)
+    distance_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
     # Evaluate the far branch only where it applies (avoids 18/0 at d2D = 0).
     far_m = np.maximum(distance_m, LOS_CERTAIN_DISTANCE_M)
     ratio = LOS_CERTAIN_DISTANCE_M / far_m

@@ -23,7 +23,7 @@ from typing import Final, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from channel.arrays import FloatArray, as_bool_array, as_float_array
+from channel.arrays import FloatArray, as_bool_array, as_finite_array
 from channel.units import SPEED_OF_LIGHT_M_PER_S, hz_to_ghz
 
 PATHLOSS_MODELS: Final[tuple[str, ...]] = ("paper", "tr38901")
@@ -88,7 +88,7 @@ def _log_distance_db(
     dB with the shape of ``d3d_m``.
     """
     log10_of = {
-        "d3D": np.log10(as_float_array("d3d_m", d3d_m, lower=0.0, lower_inclusive=False)),
+        "d3D": np.log10(as_finite_array(d3d_m, "d3d_m", lower=0.0, lower_inclusive=False)),
         "fc": np.log10(hz_to_ghz(carrier_frequency_hz)),
     }
     loss_db: float | FloatArray = formula.intercept_db
@@ -134,9 +134,9 @@ def distance_3d_m(d2d_m: npt.ArrayLike, h_bs_m: float, h_ut_m: float) -> FloatAr
         3D distance in m, same shape as ``d2d_m``.
 
     """
-    distance_m = as_float_array("d2d_m", d2d_m, lower=0.0)
-    as_float_array("h_bs_m", h_bs_m, lower=0.0, lower_inclusive=False)
-    as_float_array("h_ut_m", h_ut_m, lower=0.0, lower_inclusive=False)
+    distance_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
+    as_finite_array(h_bs_m, "h_bs_m", lower=0.0, lower_inclusive=False)
+    as_finite_array(h_ut_m, "h_ut_m", lower=0.0, lower_inclusive=False)
     return np.asarray(np.hypot(distance_m, h_bs_m - h_ut_m))
 
 
@@ -159,7 +159,7 @@ def breakpoint_distance_m(h_bs_m: float, h_ut_m: float, carrier_frequency_hz: fl
         d'_BP in m (210 m for the paper's 10 m / 1.5 m / 3.5 GHz).
 
     """
-    as_float_array("carrier_frequency_hz", carrier_frequency_hz, lower=0.0, lower_inclusive=False)
+    as_finite_array(carrier_frequency_hz, "carrier_frequency_hz", lower=0.0, lower_inclusive=False)
     h_bs_eff_m = float(h_bs_m) - EFFECTIVE_ENVIRONMENT_HEIGHT_M
     h_ut_eff_m = float(h_ut_m) - EFFECTIVE_ENVIRONMENT_HEIGHT_M
     if not (h_bs_eff_m > 0.0 and h_ut_eff_m > 0.0):
@@ -241,7 +241,7 @@ def pathloss_umi_los_db(
         LOS path loss in dB, same shape as ``d2d_m``.
 
     """
-    distance_2d_m = as_float_array("d2d_m", d2d_m, lower=0.0)
+    distance_2d_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
     d3d_m = distance_3d_m(distance_2d_m, h_bs_m, h_ut_m)
     d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
     pl1_db = pathloss_umi_los_pl1_db(d3d_m, carrier_frequency_hz)
@@ -357,8 +357,8 @@ def pathloss_db(
 
     """
     check_pathloss_model(model)
-    distance_2d_m = as_float_array("d2d_m", d2d_m, lower=0.0)
-    los_state = as_bool_array("los", los)
+    distance_2d_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
+    los_state = as_bool_array(los, "los")
     d3d_m = distance_3d_m(distance_2d_m, h_bs_m, h_ut_m)
     if np.any(d3d_m <= 0.0):
         raise ValueError("d2d_m must be > 0 when h_bs_m == h_ut_m (the 3D distance would be 0)")
@@ -392,4 +392,4 @@ def shadow_fading_std_db(los: npt.ArrayLike, model: str = "paper") -> FloatArray
     """
     check_pathloss_model(model)
     los_std_db, nlos_std_db = SHADOW_FADING_STD_DB[model]
-    return np.asarray(np.where(as_bool_array("los", los), los_std_db, nlos_std_db))
+    return np.asarray(np.where(as_bool_array(los, "los"), los_std_db, nlos_std_db))

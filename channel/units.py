@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from channel.arrays import FloatArray, as_float_array
+from channel.arrays import FloatArray, as_finite_array
 
 SPEED_OF_LIGHT_M_PER_S: float = 3.0e8
 """Propagation velocity in free space, the value TR 38.901 Table 7.4.1-1 (note 1) prescribes."""
@@ -35,7 +35,7 @@ def db_to_linear(value_db: npt.ArrayLike) -> FloatArray:
         Linear ratio (dimensionless), same shape.
 
     """
-    return np.asarray(10.0 ** (as_float_array("value_db", value_db) / 10.0))
+    return np.asarray(10.0 ** (as_finite_array(value_db, "value_db") / 10.0))
 
 
 def linear_to_db(value_lin: npt.ArrayLike) -> FloatArray:
@@ -52,7 +52,7 @@ def linear_to_db(value_lin: npt.ArrayLike) -> FloatArray:
         Ratio in dB, same shape.
 
     """
-    array = as_float_array("value_lin", value_lin, lower=0.0, allow_inf=True)
+    array = as_finite_array(value_lin, "value_lin", lower=0.0, allow_inf=True)
     with np.errstate(divide="ignore"):
         return np.asarray(10.0 * np.log10(array))
 
@@ -90,7 +90,7 @@ def w_to_dbm(power_w: npt.ArrayLike) -> FloatArray:
         Power in dBm, same shape (0 W maps to ``-inf``).
 
     """
-    return np.asarray(linear_to_db(as_float_array("power_w", power_w, lower=0.0)) + 30.0)
+    return np.asarray(linear_to_db(as_finite_array(power_w, "power_w", lower=0.0)) + 30.0)
 
 
 def hz_to_ghz(frequency_hz: npt.ArrayLike) -> FloatArray:
@@ -110,4 +110,4 @@ def hz_to_ghz(frequency_hz: npt.ArrayLike) -> FloatArray:
         Frequency in GHz, same shape.
 
     """
-    return np.asarray(as_float_array("frequency_hz", frequency_hz) / HZ_PER_GHZ)
+    return np.asarray(as_finite_array(frequency_hz, "frequency_hz") / HZ_PER_GHZ)

@@ -55,9 +55,6 @@ from fedcgd_task.models import build_model
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.training import compute_device, dropout_seed, local_batches, train_local
 
-#: node_config keys Flower's simulation sets (and deployments pass with ``--node-config``).
-NODE_PARTITION_ID = "partition-id"
-NODE_NUM_PARTITIONS = "num-partitions"
 #: Intra-op threads per ClientApp process.
 CLIENT_NUM_THREADS = 1
 
@@ -93,13 +90,17 @@ def node_context(
 ) -> Context:
     """The Context of a node of run 1 (empty state), to call the handlers without Flower.
 
-    ``node_config`` holds ``partition-id`` and ``num-partitions`` as Flower's simulation sets
-    them.
+    The one place such a Context is built (the in-process engine, benchmarks and tests use it):
+    ``node_config`` holds :data:`fedcgd_task.keys.NODE_PARTITION_ID` and
+    :data:`fedcgd_task.keys.NODE_NUM_PARTITIONS` as Flower's simulation sets them.
     """
     return Context(
         run_id=1,
         node_id=node_id,
-        node_config={NODE_PARTITION_ID: partition_id, NODE_NUM_PARTITIONS: num_partitions},
+        node_config={
+            keys.NODE_PARTITION_ID: partition_id,
+            keys.NODE_NUM_PARTITIONS: num_partitions,
+        },
         state=RecordDict(),
         run_config=run_config,
     )
@@ -116,21 +117,21 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
 
     """
     config = context.node_config
-    for key in (NODE_PARTITION_ID, NODE_NUM_PARTITIONS):
+    for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
         if key not in config:
             raise ValueError(
-                f"node_config key '{key}' is missing; start the SuperNode with "
-                f'--node-config "partition-id=<v> num-partitions=<V>"'
+                f"node_config key '{key}' is missing; start the SuperNode with --node-config "
+                f'"{keys.NODE_PARTITION_ID}=<v> {keys.NODE_NUM_PARTITIONS}=<V>"'
             )
         if isinstance(config[key], bool) or not isinstance(config[key], int):
             raise ValueError(f"node_config key '{key}' must be an integer; got {config[key]!r}")
-    num_partitions = int(config[NODE_NUM_PARTITIONS])
+    num_partitions = int(config[keys.NODE_NUM_PARTITIONS])
     if num_partitions != settings.num_devices:
         raise ValueError(
             f"node_config num-partitions ({num_partitions}) must equal run-config num-devices "
             f"({settings.num_devices})"
         )
-    partition_id = int(config[NODE_PARTITION_ID])
+    partition_id = int(config[keys.NODE_PARTITION_ID])
     if not 0 <= partition_id < num_partitions:
         raise ValueError(
             f"node_config partition-id must be in 0 .. {num_partitions - 1}; got {partition_id}"

@@ -46,10 +46,10 @@ from typing import Any
 from experiments.launcher import (
     default_run_config,
     parse_run_config_text,
-    resolve_data_dir,
     run_flwr,
     strip_ansi,
     validated_run_config,
+    with_resolved_data_dir,
 )
 from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.preflight import run_outcome
@@ -424,7 +424,7 @@ def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """
     from server_app.config import parse_run_config
 
-    config = resolve_data_dir(validated_run_config(overrides))
+    config = with_resolved_data_dir(validated_run_config(overrides))
     return dict(json.loads(json.dumps(parse_run_config(config).to_dict())))
 
 
@@ -510,7 +510,7 @@ def _run_inprocess(overrides: Mapping[str, Any]) -> int:
     from experiments.inprocess import run_inprocess
 
     try:
-        run_inprocess(resolve_data_dir(validated_run_config(overrides)))
+        run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
     except Exception as err:  # one failed run must not stop a sweep
         print(f"in-process run failed: {err!r}", flush=True)
         return 1
@@ -744,7 +744,7 @@ def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
     for plan in plans:
         if plan.action in (KEEP, REFUSE):
             continue
-        config = resolve_data_dir(validated_run_config(plan.overrides))
+        config = with_resolved_data_dir(validated_run_config(plan.overrides))
         if plan.action == RERUN:
             config["result-dir"] = ""
         try:

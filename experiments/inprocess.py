@@ -117,15 +117,14 @@ class InProcessGrid(Grid):
 def node_contexts(
     node_ids: list[int], run_config: Mapping[str, Any], num_partitions: int
 ) -> dict[int, Context]:
-    """One Context per node, partition id = position in ``node_ids`` (as the simulation does)."""
+    """One Context per node, partition id = position in ``node_ids`` (as the simulation does).
+
+    Each is :func:`client_app.app.node_context` (its own copy of ``run_config``).
+    """
+    from client_app.app import node_context
+
     return {
-        node: Context(
-            run_id=1,
-            node_id=node,
-            node_config={"partition-id": pid, "num-partitions": num_partitions},
-            state=RecordDict(),
-            run_config=dict(run_config),
-        )
+        node: node_context(dict(run_config), pid, num_partitions, node_id=node)
         for pid, node in enumerate(node_ids)
     }
 
@@ -166,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.launcher import (
         add_out_argument,
         parse_run_config_text,
-        resolve_data_dir,
         validated_run_config,
+        with_resolved_data_dir,
     )
     from experiments.preflight import (
         check_before_start,
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         overrides = validated_run_config(parse_run_config_text(args.run_config))
-        config = with_result_dir(resolve_data_dir(overrides), args.out)
+        config = with_result_dir(with_resolved_data_dir(overrides), args.out)
         check_before_start(config)
     except (ValueError, FileNotFoundError) as err:
         print(refused(err).message, file=sys.stderr)

@@ -35,9 +35,11 @@ from typing import Any
 
 from experiments.certificates import CertificateSet
 from experiments.processes import exit_code_stopping_on_signals, stop_tree
-from fedcgd_task.settings import default_run_config, flatten
+from fedcgd_task import keys
+from fedcgd_task.settings import PROJECT_DIR, default_run_config, flatten, resolve_data_dir
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+#: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder
+#: (:func:`server_app.config.timestamped_result_dir`) when its ``result-dir`` is empty.
 DEFAULT_RESULTS = PROJECT_DIR / "results"
 HEALTH_TIMEOUT_S = 60.0
 
@@ -311,7 +313,8 @@ class LocalFederation:
                 "--port",
                 str(_free_port()),
                 "--node-config",
-                f"partition-id={partition_id} num-partitions={self.num_supernodes}",
+                f"{keys.NODE_PARTITION_ID}={partition_id} "
+                f"{keys.NODE_NUM_PARTITIONS}={self.num_supernodes}",
             ],
             f"supernode-{partition_id}-{len(self.processes)}",
         )
@@ -375,7 +378,7 @@ def run_flwr(
     subprocess.CompletedProcess
         With the streamed output in ``stdout``.
     """
-    run_config = resolve_data_dir(run_config)
+    run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
     if not deployment:
         options += [
@@ -478,14 +481,14 @@ def flower_home(flwr_home: Path | None) -> Iterator[Path]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def resolve_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
+def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """``run_config`` with ``data-dir`` made absolute, relative to this process ("" = ./data).
 
     The ServerApp and ClientApps run in unrelated working directories, so the data folder is
-    pinned here, where the command was started.
+    pinned here, where the command was started (:func:`fedcgd_task.settings.resolve_data_dir`).
     """
-    data_dir = str(run_config.get("data-dir", "")) or "data"
-    return {**run_config, "data-dir": str(Path(data_dir).expanduser().resolve())}
+    data_dir = resolve_data_dir(str(run_config.get("data-dir", "")))
+    return {**run_config, "data-dir": str(data_dir)}
 
 
 def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink") -> None:
@@ -729,7 +732,7 @@ def run_command(argv: list[str] | None = None) -> int:
         else:  # the data must be there before anything starts (CIFAR cannot be downloaded)
             from fedcgd_task.datasets import load_dataset
 
-            data_dir = resolve_data_dir(merged)["data-dir"]
+            data_dir = with_resolved_data_dir(merged)["data-dir"]
             load_dataset(str(merged["dataset"]), data_dir, train=True)
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -743,7 +746,7 @@ def run_command(argv: list[str] | None = None) -> int:
         from experiments.preflight import check_before_start, refused
 
         try:
-            check_before_start(resolve_data_dir(merged))
+            check_before_start(with_resolved_data_dir(merged))
         except (ValueError, FileNotFoundError) as err:
             print(refused(err).message, file=sys.stderr)
             return 2

@@ -73,7 +73,7 @@ from experiments.plot_runs import finish_figure, load_run, round_values
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
 from fedcgd_task.datasets import load_dataset
-from fedcgd_task.settings import flatten
+from fedcgd_task.settings import flatten, resolve_data_dir
 from server_app.config import parse_run_config
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
@@ -162,7 +162,7 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     for key, instead in NOT_IN_RUN.items():
         if key in shared or key in sweep:
             raise ValueError(f"run.{key} / sweep.{key}: not settable here; {instead}")
-    data_dir = str(Path(str(shared.get("data-dir", "")) or "data").expanduser().resolve())
+    data_dir = str(resolve_data_dir(str(shared.get("data-dir", ""))))
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
         overrides = fold_policy_params({**shared, **point, "data-dir": data_dir})

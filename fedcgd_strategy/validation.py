@@ -12,7 +12,9 @@ Each rule of the FedCGD inputs is written here once:
 
 Every validator raises ``ValueError`` whose message names the argument, the offending value and
 what is allowed, and returns the value converted to the type the math uses (float64 arrays, a
-Python ``float`` or ``int``). Pure numpy: imports neither flwr nor torch.
+Python ``float`` or ``int``). The conversion itself is :func:`channel.arrays.as_float_array`
+(re-exported here): numbers to float64, optionally of a required shape, no value checked.
+Pure numpy: imports neither flwr nor torch.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any, Final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from channel.arrays import BoolArray, FloatArray, as_float_array
 
 __all__ = [
     "DISTRIBUTION_SUM_TOL",
@@ -35,9 +39,6 @@ __all__ = [
     "check_integer",
     "check_total_bandwidth",
 ]
-
-FloatArray = NDArray[np.float64]
-BoolArray = NDArray[np.bool_]
 
 DISTRIBUTION_SUM_TOL: Final[float] = 1e-6
 """Absolute tolerance on ``|Σ_c p_c − 1|`` for every label and target distribution."""
@@ -69,52 +70,6 @@ def _offending(
     return ", ".join(quoted) + (f" (and {more} more)" if more > 0 else "")
 
 
-def as_float_array(
-    value: ArrayLike,
-    name: str,
-    *,
-    shape: tuple[int, ...] | None = None,
-    broadcast_scalar: bool = False,
-) -> FloatArray:
-    """Convert ``value`` to a float64 array, optionally of a required shape.
-
-    Parameters
-    ----------
-    value : array_like
-        Numbers, any shape (NaN and inf are not checked here).
-    name : str
-        Argument name quoted in the error message.
-    shape : tuple of int, optional
-        Required shape; ``None`` accepts any shape.
-    broadcast_scalar : bool
-        With ``shape``: a scalar is broadcast to ``shape`` (e.g. one ``G`` for all classes).
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 array of shape ``shape`` (or the shape of ``value``).
-
-    Raises
-    ------
-    ValueError
-        If ``value`` is not numeric or has another shape.
-
-    """
-    try:
-        array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be numeric, got {value!r}") from exc
-    if shape is None:
-        return array
-    if broadcast_scalar and array.ndim == 0:
-        return np.full(shape, float(array))
-    if array.shape != shape:
-        expected = "be a scalar" if shape == () else f"have shape {shape}"
-        alternative = " or be a scalar" if broadcast_scalar else ""
-        raise ValueError(f"{name} must {expected}{alternative}, got shape {array.shape}")
-    return array
-
-
 def as_nonnegative_array(
     value: ArrayLike,
     name: str,
@@ -131,7 +86,7 @@ def as_nonnegative_array(
     value : array_like
         Numbers, shape ``shape`` (any shape when ``shape`` is None).
     name, shape, broadcast_scalar
-        As in :func:`as_float_array`.
+        As in :func:`channel.arrays.as_float_array`.
     strict : bool
         Require ``> 0`` instead of ``>= 0``.
     where : array_like of bool, optional

@@ -513,8 +513,9 @@ def dataset_function(name: str) -> DataFunction:
     function = import_object(name, DATASET_KEY)
     if not callable(function):
         raise ValueError(
-            f"{_where(name)} names a {type(function).__name__}, not a function; allowed: a "
-            f"function of no argument or of a data_dir keyword that returns {RETURN_CONTRACT}"
+            f"{_where(name)} names an object of type {type(function).__name__}, not a "
+            "function; allowed: a function of no argument or of a data_dir keyword that returns "
+            f"{RETURN_CONTRACT}"
         )
     return function
 

@@ -1,10 +1,17 @@
-"""Message types and record keys shared by the ClientApp and the server strategies.
+"""Message types, record keys and node_config keys shared by the apps and the launchers.
 
 Every key is kebab-case, as in Flower's own strategies. The client replies with a
 ``MetricRecord`` under :data:`METRICS` (and, for training, an ``ArrayRecord`` under
 :data:`ARRAYS`); the server reads them with validating helpers that name the missing key.
 This module is pure Python: it imports neither flwr nor torch.
 """
+
+# --- node_config keys (a node's Context) -----------------------------------------------------
+#: The node's partition id: Flower's simulation sets it, deployments pass it with
+#: ``--node-config "partition-id=<v> num-partitions=<V>"``.
+NODE_PARTITION_ID = "partition-id"
+#: The number of partitions, which must equal the run config's ``num-devices``.
+NODE_NUM_PARTITIONS = "num-partitions"
 
 # --- message types -------------------------------------------------------------------------
 #: Discovery: the node answers with its partition id, local dataset size and class counts.

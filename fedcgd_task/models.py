@@ -181,8 +181,8 @@ def model_function(name: str) -> ModelFunction:
     function = import_object(name, MODEL_KEY)
     if not callable(function):
         raise ValueError(
-            f"run-config key '{MODEL_KEY}' = {name!r} names a {type(function).__name__}, not a "
-            f"function; allowed: {MODEL_CONTRACT}"
+            f"run-config key '{MODEL_KEY}' = {name!r} names an object of type "
+            f"{type(function).__name__}, not a function; allowed: {MODEL_CONTRACT}"
         )
     return cast(ModelFunction, function)  # its result is checked by build_model
 

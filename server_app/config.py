@@ -84,22 +84,13 @@ from server_app.policy_params import read_policy_params
 
 TARGET_CHOICES = ("global", "devices")
 
-#: run-config key (without the ``channel.`` prefix) -> CellConfig field.
+#: run-config key (without the ``channel.`` prefix) -> CellConfig field: every field but
+#: ``num_devices`` (the run's ``num-devices``), in kebab case (``deadline_s`` -> ``deadline-s``).
+#: ``channel.model-bits`` and ``channel.trace`` are read on their own.
 CHANNEL_KEYS: dict[str, str] = {
-    "pathloss-model": "pathloss_model",
-    "availability-prob": "availability_prob",
-    "radius-m": "radius_m",
-    "min-distance-m": "min_distance_m",
-    "h-bs-m": "h_bs_m",
-    "h-ut-m": "h_ut_m",
-    "carrier-frequency-hz": "carrier_frequency_hz",
-    "total-bandwidth-hz": "total_bandwidth_hz",
-    "deadline-s": "deadline_s",
-    "tx-power-dbm": "tx_power_dbm",
-    "noise-psd-dbm-per-hz": "noise_psd_dbm_per_hz",
-    "noise-figure-db": "noise_figure_db",
-    "redraw-los-each-round": "redraw_los_each_round",
-    "redraw-shadowing-each-round": "redraw_shadowing_each_round",
+    field.name.replace("_", "-"): field.name
+    for field in dataclasses.fields(CellConfig)
+    if field.name != "num_devices"
 }
 
 

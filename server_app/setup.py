@@ -6,7 +6,7 @@ state: the ServerApp (:func:`server_app.app.train_rounds`) runs its rounds on it
 ``experiments.bench_round`` replays a run's rounds on it in a plain process. The seed is split
 into the cell's and the policy's generator; the devices' batches and dropout masks depend only
 on (seed, round, device) (:mod:`fedcgd_task.training`), so nothing else needs to be saved to
-continue a run (docs/design.md, "Result folders").
+continue a run (:mod:`server_app.checkpoint`).
 """
 
 from __future__ import annotations

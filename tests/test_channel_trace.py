@@ -154,10 +154,10 @@ def test_bad_arrays_are_refused_and_nothing_is_written(tmp_path, available, gain
 
 
 def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
-    from experiments.launcher import resolve_data_dir, validated_run_config
+    from experiments.launcher import validated_run_config, with_resolved_data_dir
 
     overrides = {"num-devices": 6, "num-server-rounds": 3, "result-dir": str(result_dir)}
-    return resolve_data_dir(validated_run_config({**overrides, **changes}))
+    return with_resolved_data_dir(validated_run_config({**overrides, **changes}))
 
 
 def record_run_trace(path: Path, settings: dict[str, Any], num_rounds: int) -> ChannelTrace:

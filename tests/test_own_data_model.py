@@ -251,7 +251,7 @@ BAD = "bad_cases.py"
         ("dataset", "no_such_package_xyz.data:load", "no module named 'no_such_package_xyz'"),
         ("dataset", f"{{folder}}/{BAD}:nowhere", f"{BAD} has no attribute 'nowhere'"),
         ("dataset", "{folder}/missing.py:load", "missing.py does not exist"),
-        ("dataset", "mnist", "allowed: \"digits\", \"cifar10\", \"cifar100\" or a data-set"),
+        ("dataset", "mnist", 'must be one of "digits", "cifar10", "cifar100" or a function'),
         ("dataset", "./bad_cases.py:load", "is not a reference; allowed:"),
         ("dataset", f"{{folder}}/{BAD}:short_labels", "x_train holds 30 samples but y_train 29"),
         ("dataset", f"{{folder}}/{BAD}:other_width", "x_train holds inputs of shape (6,) but"),
@@ -261,11 +261,11 @@ BAD = "bad_cases.py"
         ("dataset", f"{{folder}}/{BAD}:nan_inputs", "x_train holds values that are not finite"),
         ("dataset", f"{{folder}}/{BAD}:needs_two", "needs the argument(s) path, size"),
         ("dataset", f"{{folder}}/{BAD}:raises", "the function raised OSError: disk"),
-        ("dataset", f"{{folder}}/{BAD}:not_callable", "names a int, not a function"),
+        ("dataset", f"{{folder}}/{BAD}:not_callable", "of type int, not a function"),
         ("model", "no_such_package_xyz.nets:build", "no module named 'no_such_package_xyz'"),
-        ("model", "vgg", 'allowed: "mlp", "cnn", "resnet18gn" or a model function'),
+        ("model", "vgg", 'one of "auto", "mlp", "cnn", "resnet18gn" or a function'),
         ("model", f"{{folder}}/{BAD}:wide", "outputs of shape (2, 4), not (2, 3)"),
-        ("model", f"{{folder}}/{BAD}:not_callable", "names a int, not a function"),
+        ("model", f"{{folder}}/{BAD}:not_callable", "of type int, not a function"),
         ("model", f"{{folder}}/{BAD}:not_a_module", "returned a function, not a torch.nn.Module"),
         ("model", f"{{folder}}/{BAD}:broken", "raised TypeError: no such layer"),
         ("model", f"{{folder}}/{BAD}:tricky", "σ̂ (per-sample gradient norms, client_app/sig"),
@@ -406,7 +406,9 @@ def test_a_data_dir_keyword_or_kwargs_receive_the_folder_and_nothing_else_is_pas
         )
     )
     folder = str(tmp_path / "data")
-    sizes = [len(load_data(f"{module}:{name}", folder)[0]) for name in ("keyword", "kwargs", "bare")]
+    sizes = [
+        len(load_data(f"{module}:{name}", folder)[0]) for name in ("keyword", "kwargs", "bare")
+    ]
     assert sizes == [4, 6, 8]
     from fedcgd_task.imports import import_object
 

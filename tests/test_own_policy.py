@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from experiments.compare_policies import main as compare_main
 from experiments.inprocess import run_inprocess
-from experiments.launcher import resolve_data_dir, validated_run_config
+from experiments.launcher import validated_run_config, with_resolved_data_dir
 from experiments.reproduce import CONF_DIR, hydra_overrides, planned_runs
 from fedcgd_strategy import Policy, RoundInputs
 from fedcgd_strategy.policies import PolicyContext, make_policy, resolve_protocol
@@ -145,7 +145,7 @@ def user_run(result_dir: Path | None, policy: str, **extra: object) -> dict:
         **({} if result_dir is None else {"result-dir": str(result_dir)}),
         **extra,
     }
-    return resolve_data_dir(validated_run_config(overrides))
+    return with_resolved_data_dir(validated_run_config(overrides))
 
 
 def scheduled(result_dir: Path) -> list[list[int]]:

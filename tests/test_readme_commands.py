@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
+from experiments.compare_policies import check_policy_params_used, with_policy_params
 from experiments.launcher import format_run_config, parse_run_config_text, validated_run_config
 from experiments.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
 
@@ -57,12 +58,14 @@ def module_commands(module: str) -> list[list[str]]:
     return list(found.values())
 
 
-def run_config_texts() -> list[str]:
+def run_config_texts() -> list[tuple[str, str]]:
+    """(run config, the ``--policies`` of its command or "") of every README command."""
     texts = []
     for command in readme_commands():
-        texts += re.findall(r'RUN_CONFIG="([^"]*)"', command)
-        texts += re.findall(r'--run-config "([^"]*)"', command)
-    return [t for t in texts if "…" not in t and "..." not in t]
+        policies = re.findall(r"--policies (\S+)", command)
+        texts += [(t, "") for t in re.findall(r'RUN_CONFIG="([^"]*)"', command)]
+        texts += [(t, ",".join(policies)) for t in re.findall(r'--run-config "([^"]*)"', command)]
+    return [(t, p) for t, p in texts if "…" not in t and "..." not in t]
 
 
 def make_run_configs() -> list[str]:
@@ -122,11 +125,17 @@ def test_the_readme_has_commands_to_check() -> None:
     assert any("--deployment" in a for a in module_commands("experiments.launcher"))
 
 
-@pytest.mark.parametrize("text", run_config_texts())
-def test_readme_run_config_is_valid(text: str) -> None:
+@pytest.mark.parametrize(("text", "policies"), run_config_texts())
+def test_readme_run_config_is_valid(text: str, policies: str) -> None:
     overrides = parse_run_config_text(text)
     assert overrides, text
-    validated_run_config(overrides)
+    if not policies:
+        validated_run_config(overrides)
+        return
+    names = policies.split(",")
+    check_policy_params_used(names, overrides)  # a comparison: each policy with its own params
+    for policy in names:
+        validated_run_config({**with_policy_params(policy, overrides), "policy": policy})
 
 
 @pytest.mark.parametrize("words", reproduce_commands(), ids=lambda w: " ".join(w))
@@ -213,12 +222,28 @@ def test_resume_through_the_launcher(tmp_path: Path) -> None:
 
 
 def compare_command(engine_inprocess: bool) -> list[str]:
+    """The README's comparison over seeds (in-process or with ``flwr run``)."""
     (args,) = [
         a
         for a in module_commands("experiments.compare_policies")
-        if ("--engine" in a) == engine_inprocess
+        if ("--engine" in a) == engine_inprocess and "--seeds" in a
     ]
     return args
+
+
+def test_compare_policies_own_policy_command_runs(tmp_path: Path) -> None:
+    """README "Write your own policy": a comparison with the proportional-fair example."""
+    (args,) = [a for a in module_commands("experiments.compare_policies") if "--seeds" not in a]
+    args = list(args)
+    at = args.index("--run-config") + 1
+    args[at] += f" num-server-rounds={ROUNDS} num-devices={DEVICES}"
+    out = tmp_path / "compare"
+    proc = run("experiments.compare_policies", *args, "--out", str(out))
+    assert proc.returncode == 0, output(proc)
+    policies = args[args.index("--policies") + 1].split(",")
+    assert {r["policy"] for r in rows(out / "table.csv")} == set(policies)
+    recorded = json.loads((out / "ProportionalFair" / "seed-0" / "config.json").read_text())
+    assert recorded["policy_params"] == {"window": 10}
 
 
 def small_comparison(args: list[str], out: Path, policies: str | None) -> list[str]:

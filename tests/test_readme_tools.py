@@ -16,7 +16,7 @@ import pytest
 from test_readme_commands import module_commands
 
 from experiments.inprocess import run_inprocess
-from experiments.launcher import resolve_data_dir, validated_run_config
+from experiments.launcher import validated_run_config, with_resolved_data_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,8 @@ def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:
     for name, policy in (("A", "bc"), ("B", "fedcgd-fscd")):
         folder = tmp_path / name
         config = {"num-devices": 6, "num-server-rounds": 2, "policy": policy}
-        run_inprocess(resolve_data_dir(validated_run_config({**config, "result-dir": str(folder)})))
+        config["result-dir"] = str(folder)
+        run_inprocess(with_resolved_data_dir(validated_run_config(config)))
         dirs.append(str(folder))
     out = tmp_path / "cmp.png"
     rewritten = [dirs[0], dirs[1], "--out", str(out)]

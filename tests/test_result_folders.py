@@ -21,7 +21,7 @@ import experiments.launcher as launcher
 from client_app.app import app as client_app
 from experiments.inprocess import main as inprocess_main
 from experiments.inprocess import run_inprocess
-from experiments.launcher import format_run_config, resolve_data_dir, validated_run_config
+from experiments.launcher import format_run_config, validated_run_config, with_resolved_data_dir
 from server_app.app import run_federation
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.config import parse_run_config
@@ -41,7 +41,7 @@ def overrides(result_dir: Path, **changes: object) -> dict:
 
 
 def run_config(result_dir: Path, **changes: object) -> dict:
-    return resolve_data_dir(validated_run_config(overrides(result_dir, **changes)))
+    return with_resolved_data_dir(validated_run_config(overrides(result_dir, **changes)))
 
 
 def hashes(folder: Path) -> dict[str, str]:
@@ -131,7 +131,7 @@ def test_resume_through_inprocess_main_exits_0_and_a_refused_one_exits_2(capsys,
 def fake_flwr_run(run_config: dict, **_: object) -> subprocess.CompletedProcess[str]:
     """``flwr run`` in this process: the ServerApp runs; exit code 0 whatever happened."""
     try:
-        run_inprocess(resolve_data_dir(validated_run_config(run_config)))
+        run_inprocess(with_resolved_data_dir(validated_run_config(run_config)))
     except Exception as err:
         print(f"ServerApp raised {err!r}")
     return subprocess.CompletedProcess(["flwr", "run"], 0, "", "")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from experiments.inprocess import run_inprocess
-from experiments.launcher import format_run_config, resolve_data_dir, validated_run_config
+from experiments.launcher import format_run_config, validated_run_config, with_resolved_data_dir
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.results import METRICS_FILE, MODEL_FILE
 
@@ -29,7 +29,7 @@ def config(result_dir: Path, policy: str, **changes: object) -> dict:
         "result-dir": str(result_dir),
         **changes,
     }
-    return resolve_data_dir(validated_run_config(overrides))
+    return with_resolved_data_dir(validated_run_config(overrides))
 
 
 def lines(result_dir: Path) -> list[dict]:

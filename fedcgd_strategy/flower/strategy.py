@@ -152,8 +152,7 @@ class ScheduledStrategy(Strategy):
         Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` at the end of
         :meth:`aggregate_train` (before Flower calls the ``evaluate_fn`` of that round).
 
-    The record of the last aggregated round is :attr:`last_record` (read by the ServerApp's
-    end-of-round hook).
+    The record of the last aggregated round is also kept as :attr:`last_record`.
 
     """
 
