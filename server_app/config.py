@@ -154,10 +154,18 @@ def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
         return CellConfig(**values)
     except (ValueError, TypeError) as err:
         text = str(err)
-        for key, name in CHANNEL_KEYS.items():
-            if name in text:
-                raise ValueError(f"run-config key 'channel.{key}': {text}") from err
+        # CellConfig names the bad field first ("CellConfig.h_bs_m = ..."); other fields may
+        # follow in the explanation.
+        named = sorted(CHANNEL_KEYS, key=lambda key: _position(text, CHANNEL_KEYS[key]))
+        if named and CHANNEL_KEYS[named[0]] in text:
+            raise ValueError(f"run-config key 'channel.{named[0]}': {text}") from err
         raise ValueError(f"channel settings: {text}") from err
+
+
+def _position(text: str, name: str) -> int:
+    """Where ``name`` first stands in ``text`` as a whole word (``len(text)`` if nowhere)."""
+    found = re.search(rf"\b{re.escape(name)}\b", text)
+    return found.start() if found else len(text)
 
 
 def read_channel_trace(run_config: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ from client_app.app import app as client_app
 from experiments.launcher import default_run_config
 from fedcgd_strategy.policies import POLICY_NAMES
 from server_app.app import run_federation
-from server_app.config import parse_run_config
+from server_app.config import CHANNEL_KEYS, parse_run_config
 from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE
 
 
@@ -157,3 +157,23 @@ def test_redraw_settings_reach_the_cell():
     run_config["channel.redraw-los-each-round"] = 1
     with pytest.raises(ValueError, match=r"channel\.redraw-los-each-round"):
         parse_run_config(run_config)
+
+
+def test_every_cell_setting_is_a_channel_key():
+    """channel.<key> for every CellConfig field but num_devices; errors name the bad key."""
+    run_config = default_run_config()
+    assert {f"channel.{key}" for key in CHANNEL_KEYS} == {
+        key for key in run_config if key.startswith("channel.")
+    } - {"channel.model-bits", "channel.trace"}
+    cell = parse_run_config({**run_config, "channel.noise-figure-db": 7.5}).cell
+    assert cell.noise_figure_db == 7.5
+    # The message explains with other fields (pathloss_model, min_distance_m): the key is the
+    # field CellConfig names first.
+    bad_heights = [
+        ({"channel.pathloss-model": "tr38901", "channel.h-bs-m": 1.0}, "h-bs-m"),
+        ({"channel.min-distance-m": 0.0, "channel.h-ut-m": 10.0}, "h-ut-m"),
+        ({"channel.radius-m": 5.0}, "radius-m"),
+    ]
+    for changes, key in bad_heights:
+        with pytest.raises(ValueError, match=rf"^run-config key 'channel\.{key}': "):
+            parse_run_config({**run_config, **changes})

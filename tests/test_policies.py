@@ -96,3 +96,19 @@ def test_class_gradient_is_one_array_shape_per_variant() -> None:
     assert g is not None and g.tolist() == [2.0]
     assert gc is not None and gc.tolist() == [2.0, 2.0]
     assert make_policy("bc", PolicyContext(num_devices=3, num_classes=2)).class_gradient is None
+
+
+def test_only_the_flower_glue_imports_flwr() -> None:
+    import pkgutil
+
+    import fedcgd_strategy
+    from subprocesses import assert_import_pulls_neither_flwr_nor_torch
+
+    modules = [
+        m.name
+        for m in pkgutil.walk_packages(fedcgd_strategy.__path__, "fedcgd_strategy.")
+        if not m.name.startswith("fedcgd_strategy.flower")
+    ]
+    assert {"fedcgd_strategy.policies.registry", "fedcgd_strategy.nodes"} <= set(modules)
+    assert len(modules) >= 25
+    assert_import_pulls_neither_flwr_nor_torch(*modules)
