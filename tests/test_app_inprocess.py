@@ -169,11 +169,11 @@ def test_every_cell_setting_is_a_channel_key():
     assert cell.noise_figure_db == 7.5
     # The message explains with other fields (pathloss_model, min_distance_m): the key is the
     # field CellConfig names first.
-    bad_heights = [
+    bad_settings = [
         ({"channel.pathloss-model": "tr38901", "channel.h-bs-m": 1.0}, "h-bs-m"),
         ({"channel.min-distance-m": 0.0, "channel.h-ut-m": 10.0}, "h-ut-m"),
         ({"channel.radius-m": 5.0}, "radius-m"),
     ]
-    for changes, key in bad_heights:
+    for changes, key in bad_settings:
         with pytest.raises(ValueError, match=rf"^run-config key 'channel\.{key}': "):
             parse_run_config({**run_config, **changes})

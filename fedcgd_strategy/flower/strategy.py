@@ -198,11 +198,14 @@ class ScheduledStrategy(Strategy):
         args = (self.policy.name, self.protocol, *sizes)
         log(INFO, text, *args, self.total_bandwidth_hz, self.model_bits)
 
-    def _send(self, content: RecordDict, to: list[int], kind: str, rnd: int) -> list[Message]:
+    def _send(
+        self, content: RecordDict, to: list[int], message_type: str, rnd: int
+    ) -> list[Message]:
         """One message per partition id in ``to``, addressed to its node."""
         node = self.registry.node
         return [
-            Message(content, dst_node_id=node(v), message_type=kind, group_id=str(rnd)) for v in to
+            Message(content, dst_node_id=node(v), message_type=message_type, group_id=str(rnd))
+            for v in to
         ]
 
     def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:

@@ -17,7 +17,8 @@ arguments come, by constructor parameter name, from
 
 A parameter name the constructor does not declare, a value of another type than the
 parameter's default, or a required parameter left unset is refused with one line before the
-run starts (:func:`check_policy_params`, :func:`make_policy`). Pure: no flwr, no torch.
+run starts (:func:`check_policy_params`, :func:`make_policy`). See docs/design.md, "Your own
+policy". Pure: no flwr, no torch.
 """
 
 from __future__ import annotations
