@@ -180,6 +180,57 @@ class CellConfig:
         """Noise PSD N0 in W/Hz with the noise figure: ``10^((-174 + 6 - 30)/10)`` by default."""
         return float(dbm_to_w(self.noise_psd_dbm_per_hz + self.noise_figure_db))
 
+    def pathloss_db(
+        self, distance_2d_m: npt.ArrayLike, los: npt.ArrayLike, model: str | None = None
+    ) -> FloatArray:
+        """Path loss in dB at ``distance_2d_m`` with this cell's heights and carrier frequency.
+
+        Parameters
+        ----------
+        distance_2d_m : array_like of float
+            Horizontal device distances in m.
+        los : array_like of bool
+            LOS state per device (same shape).
+        model : str, optional
+            Path-loss model (:data:`channel.pathloss.PATHLOSS_MODELS`); default
+            ``pathloss_model``.
+
+        Returns
+        -------
+        numpy.ndarray
+            :func:`channel.pathloss.pathloss_db` of every device.
+
+        """
+        return pathloss_db(
+            distance_2d_m,
+            los,
+            model=self.pathloss_model if model is None else model,
+            carrier_frequency_hz=self.carrier_frequency_hz,
+            h_bs_m=self.h_bs_m,
+            h_ut_m=self.h_ut_m,
+        )
+
+    def min_bandwidth_hz(self, model_bits: float, gain_lin: npt.ArrayLike) -> FloatArray:
+        """``B*_v`` (paper eq. (lambert)) with this cell's deadline, transmit power and noise.
+
+        Parameters
+        ----------
+        model_bits : float
+            Upload size D_w in bits, ``> 0``.
+        gain_lin : array_like of float
+            Average channel gain H̄_v of every device (linear).
+
+        Returns
+        -------
+        numpy.ndarray
+            :func:`channel.bandwidth.min_bandwidth_hz` in Hz (``+inf`` = cannot meet the
+            deadline).
+
+        """
+        return min_bandwidth_hz(
+            model_bits, self.deadline_s, self.tx_power_w, gain_lin, self.noise_psd_w_per_hz
+        )
+
 
 @dataclass(frozen=True)
 class RoundDraw:
@@ -358,15 +409,7 @@ class Cell:
             Linear gain, shape ``(V,)``.
 
         """
-        config = self.config
-        loss_db = pathloss_db(
-            self.distance_2d_m,
-            los,
-            model=config.pathloss_model,
-            carrier_frequency_hz=config.carrier_frequency_hz,
-            h_bs_m=config.h_bs_m,
-            h_ut_m=config.h_ut_m,
-        )
+        loss_db = self.config.pathloss_db(self.distance_2d_m, los)
         return db_to_linear(-(loss_db + np.asarray(shadowing_db, dtype=np.float64)))
 
     def draw_round(self, model_bits: float) -> RoundDraw:
@@ -396,13 +439,7 @@ class Cell:
             shadowing_z = self._rng.standard_normal(self.num_devices)
         shadowing_db = shadowing_z * shadow_fading_std_db(los, config.pathloss_model)
         gain = self.gain_lin(los, shadowing_db)
-        bandwidth = min_bandwidth_hz(
-            bits,
-            config.deadline_s,
-            config.tx_power_w,
-            gain,
-            config.noise_psd_w_per_hz,
-        )
+        bandwidth = config.min_bandwidth_hz(bits, gain)
         return RoundDraw(
             available=available,
             gain_lin=gain,

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from channel.arrays import FloatArray
-from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz
+from channel.bandwidth import count_fit_cheapest_first
 from channel.cell import Cell, CellConfig
-from channel.pathloss import PATHLOSS_MODELS, pathloss_db
+from channel.pathloss import PATHLOSS_MODELS
 from channel.units import db_to_linear
 
 PAPER_CIFAR10_CNN_PARAMS: int = 258_898
@@ -133,24 +133,11 @@ def plot_channel(config: CellConfig, model_bits: float, path: Path) -> None:
     colours = {True: "tab:blue", False: "tab:red"}
     for model in PATHLOSS_MODELS:
         for los in (True, False):
-            loss_db = pathloss_db(
-                distance_m,
-                los,
-                model=model,
-                carrier_frequency_hz=config.carrier_frequency_hz,
-                h_bs_m=config.h_bs_m,
-                h_ut_m=config.h_ut_m,
-            )
+            loss_db = config.pathloss_db(distance_m, los, model)
             label = f"{model}, {'LOS' if los else 'NLOS'}"
             style = {"linestyle": styles[model], "color": colours[los], "label": label}
             ax_loss.plot(distance_m, loss_db, **style)
-            bandwidth = min_bandwidth_hz(
-                model_bits,
-                config.deadline_s,
-                config.tx_power_w,
-                db_to_linear(-loss_db),
-                config.noise_psd_w_per_hz,
-            )
+            bandwidth = config.min_bandwidth_hz(model_bits, db_to_linear(-loss_db))
             shown_khz = np.where(np.isfinite(bandwidth), bandwidth / 1e3, np.nan)
             ax_bw.plot(distance_m, shown_khz, **style)
     ax_loss.set(xlabel="2D distance d2D [m]", ylabel="path loss [dB]", title="UMi-Street Canyon")

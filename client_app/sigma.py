@@ -102,7 +102,7 @@ def gradient_spread(
     model : torch.nn.Module
         The received global model; left unchanged (no hooks or ``.grad`` left behind; its
         train/eval mode and its parameters' ``requires_grad`` flags are restored).
-    x : torch.Tensor of float32, shape [b, C, H, W]
+    x : torch.Tensor of float32, shape [b, *input_shape]
         The first mini-batch (moved to the model's device).
     y : torch.Tensor of int64, shape [b]
         Its labels.
@@ -173,7 +173,7 @@ def gradient_spread_vmap(
     ----------
     model : torch.nn.Module
         The received global model; left unchanged (its train/eval mode is restored).
-    x : torch.Tensor of float32, shape [b, C, H, W]
+    x : torch.Tensor of float32, shape [b, *input_shape]
         The first mini-batch (moved to the model's device).
     y : torch.Tensor of int64, shape [b]
         Its labels.

@@ -19,6 +19,8 @@ device index (stable sort). Pure numpy: this module imports neither flwr nor tor
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -35,6 +37,7 @@ __all__ = [
     "best_channel",
     "best_effort_pack",
     "best_norm",
+    "best_score_first",
     "descending_order",
     "power_of_choice",
 ]
@@ -181,37 +184,50 @@ def _rank_and_pack(
     return _pack(descending_order(s, eligible), b, total, rule)
 
 
-def best_channel(
+def best_score_first(
     available: ArrayLike,
-    gain_lin: ArrayLike,
+    scores: ArrayLike,
     min_bandwidth_hz: ArrayLike,
     total_bandwidth_hz: float,
     rule: str = "stop",
+    *,
+    score_name: str = "scores",
 ) -> NDArray[np.bool_]:
-    """BC: best channel first, best effort (paper Section V-A (1); Amiri et al. 2021).
+    """BC and BN2: highest score first, best effort (paper Section V-A (1), (2); Amiri et al.).
 
-    Ranks the available devices by average channel gain, descending (ties: lowest index), and
-    packs them as :func:`best_effort_pack` does.
+    Ranks the available devices by ``scores``, descending (ties: lowest index), and packs them
+    as :func:`best_effort_pack` does. BC (:data:`best_channel`) ranks by the average channel
+    gain, BN2 (:data:`best_norm`) by the L2 norm of the local update: the same walk.
 
     Parameters
     ----------
     available : bool[V]
         Devices available this round.
-    gain_lin : float[V]
-        Average channel gain H̄_v (linear, dimensionless); NaN = never taken.
+    scores : float[V]
+        BC: average channel gain H̄_v (linear, dimensionless); BN2: ||w_v^{(j+1)} − w^{(j)}||₂
+        of each device's local update. NaN = never taken.
     min_bandwidth_hz, total_bandwidth_hz, rule
         B*_v float[V] in Hz (+inf = infeasible, never taken), budget B in Hz and best-effort
         rule, as in :func:`best_effort_pack`.
+    score_name : str
+        Name of ``scores`` in error messages.
 
     Returns
     -------
     bool[V]
-        The scheduled devices.
+        The scheduled devices, highest scores first.
 
     """
-    return _rank_and_pack(
-        available, gain_lin, "gain_lin", min_bandwidth_hz, total_bandwidth_hz, rule
-    )
+    return _rank_and_pack(available, scores, score_name, min_bandwidth_hz, total_bandwidth_hz, rule)
+
+
+#: BC: best channel first, ``best_channel(available, gain_lin, min_bandwidth_hz,
+#: total_bandwidth_hz, rule="stop")`` (:func:`best_score_first` by the average channel gain).
+best_channel = partial(best_score_first, score_name="gain_lin")
+
+#: BN2: largest local-update L2 norm first, ``best_norm(available, update_norm,
+#: min_bandwidth_hz, total_bandwidth_hz, rule="stop")`` (:func:`best_score_first`).
+best_norm = partial(best_score_first, score_name="update_norm")
 
 
 def power_of_choice(
@@ -261,35 +277,4 @@ def power_of_choice(
     d = check_integer(num_candidates, "num_candidates", minimum=0)
     return _rank_and_pack(
         available, loss, "loss", min_bandwidth_hz, total_bandwidth_hz, rule, d, rng
-    )
-
-
-def best_norm(
-    available: ArrayLike,
-    update_norm: ArrayLike,
-    min_bandwidth_hz: ArrayLike,
-    total_bandwidth_hz: float,
-    rule: str = "stop",
-) -> NDArray[np.bool_]:
-    """BN2: largest local-update L2 norm first, best effort (paper Section V-A (2); Amiri et al.).
-
-    Same walk as :func:`best_channel` with the update norm as the score.
-
-    Parameters
-    ----------
-    available : bool[V]
-        Devices available this round.
-    update_norm : float[V]
-        ||w_v^{(j+1)} − w^{(j)}||₂ of each device's local update; NaN = never taken.
-    min_bandwidth_hz, total_bandwidth_hz, rule
-        As in :func:`best_channel`.
-
-    Returns
-    -------
-    bool[V]
-        The devices scheduled, largest norms first.
-
-    """
-    return _rank_and_pack(
-        available, update_norm, "update_norm", min_bandwidth_hz, total_bandwidth_hz, rule
     )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
+
+from fedcgd_task.settings import PROJECT_DIR
 
 
 def assert_import_pulls_neither_flwr_nor_torch(*modules: str) -> None:
@@ -27,3 +30,22 @@ def run_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc
+
+
+def start_in_own_session(
+    command: Sequence[str], env: Mapping[str, str], *, merge_stderr: bool = False
+) -> subprocess.Popen[str]:
+    """Start ``command`` in the project folder, in a session of its own, with text pipes.
+
+    The session lets a test signal the whole process group (as Ctrl-C would) and find what the
+    command left running; ``merge_stderr`` sends stderr into the stdout pipe.
+    """
+    return subprocess.Popen(
+        list(command),
+        cwd=PROJECT_DIR,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )

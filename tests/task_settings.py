@@ -1,8 +1,10 @@
-"""A TaskSettings factory shared by the tests (digits, small, valid)."""
+"""Settings shared by the tests: a small valid TaskSettings, a small federation's run config."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from fedcgd_task.settings import TaskSettings, TrainingSettings
@@ -32,3 +34,20 @@ def training(
     return TrainingSettings(
         local_steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
     )
+
+
+def all_available_run(
+    result_dir: Path, num_devices: int, rounds: int, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run-config overrides of a small federation whose devices are available every round.
+
+    ``num_devices`` devices, ``rounds`` rounds, results in ``result_dir``; ``extra`` adds or
+    replaces keys (e.g. ``{"policy": "all", "local-steps": 2}``).
+    """
+    return {
+        "num-devices": num_devices,
+        "num-server-rounds": rounds,
+        "channel.availability-prob": 1.0,
+        **(extra or {}),
+        "result-dir": str(result_dir),
+    }

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from task_settings import all_available_run
 
 from experiments.certificates import make_certificates
 from experiments.launcher import (
@@ -42,13 +43,7 @@ def test_tls_with_supernode_authentication(tmp_path):
     stranger = make_certificates(tmp_path / "stranger", supernodes=1)
     out = tmp_path / "tls"
     proc = run_flwr(
-        {
-            "num-devices": 4,
-            "num-server-rounds": 2,
-            "policy": "fedcgd-fscd",
-            "channel.availability-prob": 1.0,
-            "result-dir": str(out),
-        },
+        all_available_run(out, 4, 2, {"policy": "fedcgd-fscd"}),
         num_supernodes=4,
         deployment=True,
         flwr_home=tmp_path / "home",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from task_settings import all_available_run
 
 from experiments.inprocess import run_inprocess
 from experiments.launcher import LocalFederation, run_flwr, validated_run_config
@@ -59,13 +60,7 @@ def test_deployment_with_supernode_processes(tmp_path):
     """The same app on two SuperNode processes (a fresh ClientApp process per message)."""
     out = tmp_path / "deployed"
     proc = run_flwr(
-        {
-            "num-devices": 2,
-            "num-server-rounds": 2,
-            "channel.availability-prob": 1.0,
-            "channel.deadline-s": 1.0,
-            "result-dir": str(out),
-        },
+        all_available_run(out, 2, 2, {"channel.deadline-s": 1.0}),
         num_supernodes=2,
         deployment=True,
         flwr_home=tmp_path / "flwr-home",

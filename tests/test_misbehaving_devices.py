@@ -21,6 +21,7 @@ import torch
 from fake_grid import FakeGrid, make_contexts
 from flwr.app import Message, MetricRecord, RecordDict
 from misbehaving import FAULTS, misbehaving, silent_like
+from task_settings import all_available_run
 
 from client_app.app import app as client_app
 from experiments.launcher import default_run_config
@@ -326,16 +327,9 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
     from wrapped_project import run_wrapped
 
     out = tmp_path / "out"
+    extra = {"policy": "all", "channel.deadline-s": 1.0, "local-steps": 2}
     proc = run_wrapped(
-        {
-            "num-devices": 4,
-            "num-server-rounds": 3,
-            "policy": "all",
-            "channel.availability-prob": 1.0,
-            "channel.deadline-s": 1.0,
-            "local-steps": 2,
-            "result-dir": str(out),
-        },
+        all_available_run(out, 4, 3, extra),
         wrapper=Path(__file__).resolve().parent / "misbehaving.py",
         env={"FEDCGD_FAULT": "huge-layer", "FEDCGD_FAULT_PARTITION": str(FAULTY)},
         num_supernodes=4,

@@ -481,3 +481,33 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
     assert config["num_classes"] == CLASSES and config["num_parameters"] == FILE_MODEL_PARAMETERS
     final = json.loads((out / "summary.json").read_text())["final_accuracy"]
     assert isinstance(final, float) and 0.0 <= final <= 1.0
+
+
+@pytest.mark.slow
+def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
+    """SuperNode processes, no ``PYTHONPATH``: the modules travel in the app bundle (FAB).
+
+    The app folder holds our ``pyproject.toml`` and the two modules; ``server_app`` and
+    ``client_app`` come from the installed project, the modules only from the bundle that
+    ``flwr run`` ships to the SuperLink and the SuperNodes.
+    """
+    from experiments.launcher import run_flwr
+
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "pyproject.toml").write_text((PROJECT / "pyproject.toml").read_text())
+    (app / "shipped_data.py").write_text(textwrap.dedent(DATA_MODULE))
+    (app / "shipped_nets.py").write_text(textwrap.dedent(MODEL_MODULE))
+    assert str(app) not in os.environ.get("PYTHONPATH", "")
+    out = tmp_path / "run"
+    settings = {**SMALL, "num-devices": 2, "num-server-rounds": 2, "result-dir": str(out)}
+    settings.update(dataset="shipped_data:load", model="shipped_nets:build")
+    done = run_flwr(settings, num_supernodes=2, deployment=True, project_dir=app)
+    assert "shipped_data" not in sys.modules  # imported by the apps' processes only
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "completed", (status, done.stdout[-3000:])
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [1, 2]
+    assert all(line["num_uploaded"] >= 1 for line in lines)
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_classes"] == CLASSES and config["num_parameters"] == MODEL_PARAMETERS

@@ -101,8 +101,9 @@ def test_class_gradient_is_one_array_shape_per_variant() -> None:
 def test_only_the_flower_glue_imports_flwr() -> None:
     import pkgutil
 
-    import fedcgd_strategy
     from subprocesses import assert_import_pulls_neither_flwr_nor_torch
+
+    import fedcgd_strategy
 
     modules = [
         m.name

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-PROJECT = Path(__file__).resolve().parents[1]
+from subprocesses import start_in_own_session
 
 
 def parents() -> dict[int, int]:
@@ -65,15 +64,20 @@ def start_launcher(
     temp.mkdir(exist_ok=True)
     # Ray's sockets live under its temporary folder and must stay short (AF_UNIX: 107 bytes)
     env = {**os.environ, "TMPDIR": str(temp), "RAY_TMPDIR": "/tmp", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        cwd=PROJECT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    return start_in_own_session([sys.executable, "-m", module, *args], env)
+
+
+def run_launcher_to_the_end(tmp_path: Path, result_dir: Path, *args: str) -> int:
+    """Run a one-round launch with ``args`` into ``result_dir``; assert that it completed.
+
+    Returns the launcher's PID (its process tree must be gone by now).
+    """
+    run_config = f"num-devices=2 num-server-rounds=1 result-dir='{result_dir}'"
+    proc = start_launcher(tmp_path, *args, "--run-config", run_config)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert (result_dir / "summary.json").exists()
+    return proc.pid
 
 
 def wait_for_round(result_dir: Path, proc: subprocess.Popen[str], limit_s: float = 300) -> None:
@@ -168,47 +172,21 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
 
 @pytest.mark.slow
 def test_a_finished_run_leaves_no_flower_home(tmp_path: Path) -> None:
-    proc = start_launcher(
-        tmp_path,
-        "--run-config",
-        f"num-devices=2 num-server-rounds=1 result-dir='{tmp_path / 'run'}'",
-    )
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-2000:] + err[-2000:]
-    assert (tmp_path / "run" / "summary.json").exists()
+    pid = run_launcher_to_the_end(tmp_path, tmp_path / "run")
     assert leftovers(tmp_path, "flwr-home-*") == []
-    assert descendants(proc.pid) == set()
+    assert descendants(pid) == set()
 
 
 @pytest.mark.slow
 def test_tls_run_leaves_no_keys_unless_asked(tmp_path: Path) -> None:
-    run_config = "num-devices=2 num-server-rounds=1"
-    proc = start_launcher(
-        tmp_path,
-        "--deployment",
-        "--tls",
-        "--run-config",
-        f"{run_config} result-dir='{tmp_path / 'run'}'",
-    )
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-2000:] + err[-2000:]
-    assert (tmp_path / "run" / "summary.json").exists()
+    run_launcher_to_the_end(tmp_path, tmp_path / "run", "--deployment", "--tls")
     assert leftovers(tmp_path, "fedcgd-certificates-*") == []
     assert list((tmp_path / "tmp").rglob("*.key")) == []
     assert leftovers(tmp_path, "flwr-home-*") == []
 
     kept = tmp_path / "certificates"  # asked for: kept
-    proc = start_launcher(
-        tmp_path,
-        "--deployment",
-        "--tls",
-        "--certificates-dir",
-        str(kept),
-        "--run-config",
-        f"{run_config} result-dir='{tmp_path / 'run2'}'",
-    )
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    tls = ("--deployment", "--tls", "--certificates-dir", str(kept))
+    run_launcher_to_the_end(tmp_path, tmp_path / "run2", *tls)
     assert sorted(p.name for p in kept.glob("*.key")) == [
         "ca.key",
         "server.key",

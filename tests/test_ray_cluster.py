@@ -15,13 +15,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from subprocesses import start_in_own_session
 
 from experiments import ray_cluster
 from experiments.ray_cluster import LocalRayCluster, require_loopback_only
 from experiments.ray_cluster_check import REPORT_PREFIX
 from server_app.results import METRICS_FILE, SUMMARY_FILE
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
 # A fresh network namespace with only loopback, then the command given after it.
 NAMESPACE = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
 MARKER = "FEDCGD_RAY_CLUSTER_TEST"
@@ -109,15 +109,7 @@ def test_simulation_runs_on_both_nodes_of_a_two_node_cluster(tmp_path):
     ]
     env = {**os.environ, MARKER: marker, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        command,
-        cwd=PROJECT_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_in_own_session(command, env, merge_stderr=True)
     leftovers: list[int] = []
     try:
         try:

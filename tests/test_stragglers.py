@@ -20,6 +20,7 @@ import pytest
 from fake_grid import FakeGrid, make_contexts
 from flwr.app import Message
 from subprocesses import assert_import_pulls_neither_flwr_nor_torch
+from task_settings import all_available_run
 from test_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
 from wrapped_project import build_wrapped_project, run_wrapped
 
@@ -251,17 +252,14 @@ def test_flwr_run_a_sleeping_device_does_not_starve_the_others(tmp_path):
     device: the sleeper's queued messages occupied both actors.
     """
     out = tmp_path / "out"
+    extra = {
+        "channel.deadline-s": 1.0,
+        "query-timeout-s": QUERY_TIMEOUT_S,
+        "train-timeout-s": QUERY_TIMEOUT_S,
+        "local-steps": 2,
+    }
     proc = run_wrapped(
-        {
-            "num-devices": 3,
-            "num-server-rounds": ROUNDS,
-            "channel.availability-prob": 1.0,
-            "channel.deadline-s": 1.0,
-            "query-timeout-s": QUERY_TIMEOUT_S,
-            "train-timeout-s": QUERY_TIMEOUT_S,
-            "local-steps": 2,
-            "result-dir": str(out),
-        },
+        all_available_run(out, 3, ROUNDS, extra),
         wrapper=TESTS / "misbehaving.py",
         env={
             "FEDCGD_FAULT": "sleep",
