@@ -62,9 +62,15 @@ def _bin(name: str) -> str:
 
 
 def format_run_config(values: Mapping[str, Any]) -> str:
-    """Render a dict as ``flwr run --run-config`` text (strings quoted, TOML style)."""
+    """Render a dict as ``flwr run --run-config`` text (strings quoted, TOML style).
+
+    ``policy-params.<name>`` keys are folded into the declared ``policy-params`` string first
+    (Flower refuses keys that pyproject.toml does not declare).
+    """
+    from server_app.policy_params import fold_policy_params
+
     parts = []
-    for key, value in values.items():
+    for key, value in fold_policy_params(values).items():
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, str):

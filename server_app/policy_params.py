@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 PARAMS_KEY = "policy-params"
 #: Prefix of the flat form ``policy-params.<name>``.
 PARAMS_PREFIX = PARAMS_KEY + "."
+#: A TOML bare key.
+BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def format_toml_value(value: object) -> str:
@@ -46,14 +49,23 @@ def format_toml_value(value: object) -> str:
     if isinstance(value, str):
         return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(format_toml_value(v) for v in value) + "]"
+        return "[" + ",".join(format_toml_value(v) for v in value) + "]"
     raise ValueError(f"run-config key {PARAMS_KEY!r}: cannot write {value!r} as a TOML value")
 
 
 def format_policy_params(params: Mapping[str, object]) -> str:
-    """``params`` as the string value of ``policy-params`` (a TOML inline table)."""
-    items = ", ".join(f"{json.dumps(k)} = {format_toml_value(v)}" for k, v in params.items())
-    return "{" + items + "}"
+    """``params`` as the string value of ``policy-params``: a TOML inline table, no spaces.
+
+    The names are parameter names (TOML bare keys) and no space stands outside string values,
+    so that the text survives being one word of a ``--run-config`` line.
+    """
+    bad = [k for k in params if not BARE_KEY.fullmatch(k)]
+    if bad:
+        raise ValueError(
+            f"run-config key {PARAMS_KEY}.{bad[0]}: allowed: a parameter name (letters, digits, "
+            "'_' and '-')"
+        )
+    return "{" + ",".join(f"{k}={format_toml_value(v)}" for k, v in params.items()) + "}"
 
 
 def _parse_table(text: object) -> dict[str, Any]:

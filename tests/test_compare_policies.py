@@ -223,7 +223,7 @@ def test_command_line_seeds(tmp_path, monkeypatch):
         (["--seeds", "-1"], "non-negative"),
         (["--seeds", ","], "at least one"),
         (["--seeds", "0,1", "--run-config", "seed=2"], "not both"),
-        (["--policies", "bc,fedsgd"], "unknown"),
+        (["--policies", "bc,fedsgd"], "'policy' = 'fedsgd'; allowed: fedcgd-fscd"),
     ],
 )
 def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):

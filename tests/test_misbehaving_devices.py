@@ -275,7 +275,7 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from fedcgd_strategy.aggregation import non_finite_arrays
     from fedcgd_strategy.flower.replies import DeviceReport
-    from fedcgd_strategy.flower.strategy import ScheduledStrategy, _Round
+    from fedcgd_strategy.flower.strategy import RoundInProgress, ScheduledStrategy
     from fedcgd_strategy.policies import PolicyContext, make_policy
     from fedcgd_task.settings import TrainingSettings
 
@@ -292,7 +292,7 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
         target_dist=None,
         rng=np.random.default_rng(0),
     )
-    state = _Round(
+    state = RoundInProgress(
         draw=None,  # type: ignore[arg-type]
         training=TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=1),
         reference=reference,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,13 @@ def test_the_readme_has_python_snippets() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(python_snippets())))
-def test_snippet_runs_as_written(index: int, capsys: pytest.CaptureFixture[str]) -> None:
-    namespace: dict[str, object] = {"__name__": f"readme_snippet_{index}"}
-    exec(compile(python_snippets()[index], f"README.md python block {index}", "exec"), namespace)
+def test_snippet_runs_as_written(
+    index: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType(f"readme_snippet_{index}")  # as a file run as a module
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    code = compile(python_snippets()[index], f"README.md python block {index}", "exec")
+    exec(code, module.__dict__)
 
 
 def test_scheduler_snippet_returns_what_the_text_says() -> None:
@@ -57,3 +63,8 @@ def test_every_run_config_key_is_in_the_settings_table() -> None:
         if "channel.*" in keys:  # the remaining channel keys are listed in the meaning column
             named.update(f"channel.{k}" for k in re.findall(r"`([a-z0-9-]+)`", cells[-1]))
     assert sorted(set(default_run_config()) - named) == []
+
+
+def test_the_policy_example_in_the_readme_is_the_file() -> None:
+    example = (README.parent / "examples" / "proportional_fair.py").read_text(encoding="utf-8")
+    assert example in python_snippets()
