@@ -55,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
+from fedcgd_task.imports import builtin_or_function, first_line
 
 if TYPE_CHECKING:
     from fedcgd_task.settings import TaskSettings
@@ -188,25 +188,8 @@ class ImageSet:
         return self.inputs, self.labels
 
     def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return normalised images and labels, optionally only for ``indices``.
-
-        Parameters
-        ----------
-        indices : array_like of int, shape [n], optional
-            Rows to take (repeats allowed); all rows when omitted.
-
-        Returns
-        -------
-        x : torch.Tensor of float32, shape [n, C, H, W]
-            x = (pixel * scale - mean_c) / std_c.
-        y : torch.Tensor of int64, shape [n]
-            Class ids.
-
-        """
-        rows = None if indices is None else np.asarray(indices, dtype=np.int64)
-        labels = self.labels if rows is None else self.labels[rows]
-        y = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
-        return self.inputs.tensor(rows), y
+        """Return the normalised images [n, C, H, W] and labels [n] (:meth:`DataSplit.tensors`)."""
+        return DataSplit(self.inputs, self.labels, self.num_classes).tensors(indices)
 
 
 @dataclass(frozen=True, eq=False)
@@ -487,37 +470,14 @@ def _where(name: str) -> str:
     return f"run-config key '{DATASET_KEY}' = {name!r}"
 
 
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
-
-
 def dataset_function(name: str) -> DataFunction:
     """Return the data-set function ``name`` names: a built-in, or the researcher's reference.
 
-    Raises
-    ------
-    ValueError
-        One line naming the key ``dataset`` and the value: an unknown name, a reference that
-        cannot be imported or lacks the attribute, an attribute that is not callable.
-
+    An unknown name, or a reference that cannot be imported or is not callable, raises a
+    one-line ValueError (:func:`fedcgd_task.imports.builtin_or_function`).
     """
-    builtin = BUILTIN_DATASETS.get(name)
-    if builtin is not None:
-        return builtin
-    if not is_reference(name):
-        names = ", ".join(f'"{n}"' for n in BUILTIN_DATASETS)
-        raise ValueError(
-            f"{_where(name)} is not a data set; allowed: {names} or a data-set function "
-            f"{REFERENCE_FORMS}"
-        )
-    function = import_object(name, DATASET_KEY)
-    if not callable(function):
-        raise ValueError(
-            f"{_where(name)} names an object of type {type(function).__name__}, not a "
-            "function; allowed: a function of no argument or of a data_dir keyword that returns "
-            f"{RETURN_CONTRACT}"
-        )
-    return function
+    contract = f"a function of no argument or of a data_dir keyword that returns {RETURN_CONTRACT}"
+    return builtin_or_function(name, DATASET_KEY, BUILTIN_DATASETS, "data set", contract)
 
 
 def _takes_data_dir(function: DataFunction, name: str) -> bool:
@@ -561,10 +521,10 @@ def call_dataset_function(function: DataFunction, name: str, data_dir: str) -> o
     try:
         return function(**kwargs)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"{_where(name)}: {_first_line(err)}") from err
+        raise FileNotFoundError(f"{_where(name)}: {first_line(err)}") from err
     except Exception as err:  # the researcher's code: any failure becomes one line
         raise ValueError(
-            f"{_where(name)}: the function raised {type(err).__name__}: {_first_line(err)}"
+            f"{_where(name)}: the function raised {type(err).__name__}: {first_line(err)}"
         ) from err
 
 
@@ -589,7 +549,7 @@ def _check_inputs(x: object, label: str, where: str) -> Inputs:
         array = np.asarray(x)
     except Exception as err:  # ragged lists, tensors that need grad, ...
         raise ValueError(
-            f"{where}: {label} cannot be read as a numeric array ({_first_line(err)}); inputs "
+            f"{where}: {label} cannot be read as a numeric array ({first_line(err)}); inputs "
             "must be real-valued arrays of shape [N, *input_shape]"
         ) from err
     if array.dtype.kind not in "biuf":
@@ -618,7 +578,7 @@ def _check_labels(y: object, label: str, where: str) -> npt.NDArray[Any]:
         array = np.asarray(y)
     except Exception as err:
         raise ValueError(
-            f"{where}: {label} cannot be read as an array ({_first_line(err)}); labels must be "
+            f"{where}: {label} cannot be read as an array ({first_line(err)}); labels must be "
             "integer arrays of shape [N]"
         ) from err
     if array.dtype.kind not in "iu":

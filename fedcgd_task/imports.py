@@ -19,7 +19,9 @@ import importlib
 import importlib.util
 import re
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar, cast
 
 #: ``package.module:Name`` (dotted module path, a colon, an attribute path).
 _MODULE_REFERENCE = re.compile(
@@ -31,13 +33,16 @@ _FILE_REFERENCE = re.compile(r"^(/.+\.py):([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*
 #: What the error messages say a reference looks like.
 REFERENCE_FORMS = "'package.module:Name' (importable) or '/absolute/path/file.py:Name'"
 
+#: A function a setting names (a data-set or a model function).
+FunctionT = TypeVar("FunctionT", bound=Callable[..., object])
+
 
 def is_reference(value: str) -> bool:
     """True when ``value`` names an object by import path (it holds a colon)."""
     return ":" in value
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     """The first line of an error's message (its type's name when the message is empty)."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
@@ -76,7 +81,7 @@ def _load_file_module(path: Path, setting: str, value: str) -> object:
         del sys.modules[name]
         raise ValueError(
             f"run-config key {setting!r} = {value!r}: importing {path} raised "
-            f"{type(err).__name__}: {_first_line(err)}"
+            f"{type(err).__name__}: {first_line(err)}"
         ) from err
     return module
 
@@ -116,7 +121,7 @@ def import_object(value: str, setting: str) -> object:
         except Exception as err:
             raise ValueError(
                 f"run-config key {setting!r} = {value!r}: importing {module_name!r} raised "
-                f"{type(err).__name__}: {_first_line(err)}"
+                f"{type(err).__name__}: {first_line(err)}"
             ) from err
     target: object = module
     for part in attribute.split("."):
@@ -127,6 +132,51 @@ def import_object(value: str, setting: str) -> object:
             )
         target = getattr(target, part)
     return target
+
+
+def builtin_or_function(
+    value: str, setting: str, builtins: Mapping[str, FunctionT], kind: str, contract: str
+) -> FunctionT:
+    """Return the function ``value`` names: a built-in, or the researcher's reference.
+
+    Parameters
+    ----------
+    value : str
+        The run-config value: a key of ``builtins`` or a reference (see the module docstring).
+    setting : str
+        The run-config key that holds ``value`` (named in the error messages).
+    builtins : mapping
+        The built-in functions by name.
+    kind : str
+        What the setting names, e.g. ``"data set"`` (its functions are "data-set functions").
+    contract : str
+        What the function must be, as the error message states it.
+
+    Raises
+    ------
+    ValueError
+        One line naming the key and the value: an unknown name, a reference that cannot be
+        imported or lacks the attribute (:func:`import_object`), an attribute that is not
+        callable.
+
+    """
+    builtin = builtins.get(value)
+    if builtin is not None:
+        return builtin
+    where = f"run-config key {setting!r} = {value!r}"
+    if not is_reference(value):
+        names = ", ".join(f'"{n}"' for n in builtins)
+        raise ValueError(
+            f"{where} is not a {kind}; allowed: {names} or a {kind.replace(' ', '-')} function "
+            f"{REFERENCE_FORMS}"
+        )
+    function = import_object(value, setting)
+    if not callable(function):
+        raise ValueError(
+            f"{where} names an object of type {type(function).__name__}, not a function; "
+            f"allowed: {contract}"
+        )
+    return cast(FunctionT, function)  # its result is checked where it is called
 
 
 def reference_label(value: str) -> str:

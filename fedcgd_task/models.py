@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import cast
 
 import torch
 from torch import nn
 
-from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
+from fedcgd_task.imports import builtin_or_function
 
 #: The run-config key that names the model function.
 MODEL_KEY = "model"
@@ -162,29 +161,10 @@ MODEL_NAMES: tuple[str, ...] = tuple(BUILTIN_MODELS)
 def model_function(name: str) -> ModelFunction:
     """Return the model function ``name`` names: a built-in, or the researcher's reference.
 
-    Raises
-    ------
-    ValueError
-        One line naming the key ``model`` and the value: an unknown name, a reference that
-        cannot be imported or lacks the attribute, an attribute that is not callable.
-
+    An unknown name, or a reference that cannot be imported or is not callable, raises a
+    one-line ValueError (:func:`fedcgd_task.imports.builtin_or_function`).
     """
-    builtin = BUILTIN_MODELS.get(name)
-    if builtin is not None:
-        return builtin
-    if not is_reference(name):
-        allowed = ", ".join(f'"{n}"' for n in MODEL_NAMES)
-        raise ValueError(
-            f"run-config key '{MODEL_KEY}' = {name!r} is not a model; allowed: {allowed} or a "
-            f"model function {REFERENCE_FORMS}"
-        )
-    function = import_object(name, MODEL_KEY)
-    if not callable(function):
-        raise ValueError(
-            f"run-config key '{MODEL_KEY}' = {name!r} names an object of type "
-            f"{type(function).__name__}, not a function; allowed: {MODEL_CONTRACT}"
-        )
-    return cast(ModelFunction, function)  # its result is checked by build_model
+    return builtin_or_function(name, MODEL_KEY, BUILTIN_MODELS, "model", MODEL_CONTRACT)
 
 
 def build_model(

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fedcgd_task.imports import first_line
+
 STATUS_FILE = "status.json"
 
 #: The states a run can be in.
@@ -70,11 +72,6 @@ class RunStatus:
     def succeeded(self) -> bool:
         """True when the run completed."""
         return self.state == COMPLETED
-
-
-def first_line(err: BaseException) -> str:
-    """The first line of an error's message (its type's name when the message is empty)."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def one_line(err: BaseException) -> str:

@@ -206,23 +206,35 @@ def assert_finished_run(result_dir: Path, dataset: str, model: str, num_paramete
     assert json.loads((result_dir / "status.json").read_text())["state"] == "completed"
 
 
-def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_folder, tmp_path):
-    out = tmp_path / "run"
+def run_module(module: str, run_config: str, user_folder: Path, timeout: int) -> None:
+    """Run ``python -m <module> --run-config <run_config>`` with ``user_folder`` on PYTHONPATH.
+
+    It runs from the project folder and must exit 0.
+    """
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiments.inprocess",
-            "--run-config",
-            reference_run_config(out, "toyproblem.data:load", "toyproblem.nets:build"),
-        ],
+        [sys.executable, "-m", module, "--run-config", run_config],
         cwd=PROJECT,
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(user_folder)},
-        timeout=300,
+        timeout=timeout,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def assert_two_rounds_uploaded(result_dir: Path, num_parameters: int) -> None:
+    """Rounds 1 and 2 written, each with an upload; the hand-computed sizes in ``config.json``."""
+    lines = [json.loads(x) for x in (result_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [1, 2]
+    assert all(line["num_uploaded"] >= 1 for line in lines)
+    config = json.loads((result_dir / "config.json").read_text())
+    assert config["num_classes"] == CLASSES and config["num_parameters"] == num_parameters
+
+
+def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_folder, tmp_path):
+    out = tmp_path / "run"
+    text = reference_run_config(out, "toyproblem.data:load", "toyproblem.nets:build")
+    run_module("experiments.inprocess", text, user_folder, timeout=300)
     assert_finished_run(out, "toyproblem.data:load", "toyproblem.nets:build", MODEL_PARAMETERS)
 
 
@@ -465,20 +477,8 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
     text = format_run_config(
         {**settings, "dataset": "toyproblem.data:load", "model": model, "result-dir": str(out)}
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "experiments.launcher", "--run-config", text],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(user_folder)},
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [line["round"] for line in lines] == [1, 2]
-    assert all(line["num_uploaded"] >= 1 for line in lines)  # devices trained in Ray workers
-    config = json.loads((out / "config.json").read_text())
-    assert config["num_classes"] == CLASSES and config["num_parameters"] == FILE_MODEL_PARAMETERS
+    run_module("experiments.launcher", text, user_folder, timeout=900)
+    assert_two_rounds_uploaded(out, FILE_MODEL_PARAMETERS)  # devices trained in Ray workers
     final = json.loads((out / "summary.json").read_text())["final_accuracy"]
     assert isinstance(final, float) and 0.0 <= final <= 1.0
 
@@ -506,8 +506,4 @@ def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     assert "shipped_data" not in sys.modules  # imported by the apps' processes only
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "completed", (status, done.stdout[-3000:])
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [line["round"] for line in lines] == [1, 2]
-    assert all(line["num_uploaded"] >= 1 for line in lines)
-    config = json.loads((out / "config.json").read_text())
-    assert config["num_classes"] == CLASSES and config["num_parameters"] == MODEL_PARAMETERS
+    assert_two_rounds_uploaded(out, MODEL_PARAMETERS)

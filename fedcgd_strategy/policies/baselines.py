@@ -18,7 +18,7 @@ from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
 from fedcgd_strategy.policies.base import Policy
 from fedcgd_strategy.policies.decision import Decision, decision_from_mask
 from fedcgd_strategy.policies.inputs import RoundInputs
-from fedcgd_strategy.selectors import best_channel, best_norm, power_of_choice
+from fedcgd_strategy.selectors import best_score_first, power_of_choice
 
 
 def _candidate_bandwidth(inputs: RoundInputs) -> NDArray[np.float64]:
@@ -36,32 +36,48 @@ def _ranking_args(
 
 
 @dataclass
-class BestChannelPolicy(Policy):
+class RankingPolicy(Policy):
+    """A rule that ranks the candidates by one score, highest first, and packs them best effort.
+
+    A subclass names the score: :attr:`score`, a field of :class:`RoundInputs` (also its name
+    in the selector's error messages), and :attr:`score_label`, what the rule's error calls it
+    when the round lacks it. See docs/design.md, "Best effort".
+    """
+
+    pack_rule: str = "stop"
+    score: ClassVar[str]
+    score_label: ClassVar[str]
+
+    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
+        """Schedule by :attr:`score` (:func:`~fedcgd_strategy.selectors.best_score_first`)."""
+        scores = getattr(inputs, self.score)
+        args = _ranking_args(inputs, scores, self.name, self.score_label)
+        mask = best_score_first(*args, rule=self.pack_rule, score_name=self.score)
+        return decision_from_mask(inputs, mask)
+
+
+@dataclass
+class BestChannelPolicy(RankingPolicy):
     """BC (Amiri et al.): by channel gain, descending, best effort.
 
     See docs/design.md, "Best effort".
     """
 
-    pack_rule: str = "stop"
+    score: ClassVar[str] = "gain_lin"
+    score_label: ClassVar[str] = "channel gains"
     needs_reports: ClassVar[bool] = False
-
-    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
-        """Schedule by gain."""
-        args = _ranking_args(inputs, inputs.gain_lin, self.name, "channel gains")
-        return decision_from_mask(inputs, best_channel(*args, rule=self.pack_rule))
 
 
 @dataclass
-class BestNormPolicy(Policy):
-    """BN2 (Amiri et al.): by the L2 norm of the local update, descending, best effort."""
+class BestNormPolicy(RankingPolicy):
+    """BN2 (Amiri et al.): by the L2 norm of the local update, descending, best effort.
 
-    pack_rule: str = "stop"
+    The norms are known only after local training, so every available device trains first.
+    """
+
+    score: ClassVar[str] = "update_norm"
+    score_label: ClassVar[str] = "update norms"
     needs_post_training: ClassVar[bool] = True
-
-    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
-        """Schedule by update norm (needs post-training reports)."""
-        args = _ranking_args(inputs, inputs.update_norm, self.name, "update norms")
-        return decision_from_mask(inputs, best_norm(*args, rule=self.pack_rule))
 
 
 @dataclass
