@@ -84,10 +84,12 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return here
 
 
-def settings(folder: Path, result_dir: Path) -> str:
+def settings(folder: Path, result_dir: Path, *, by_file: bool) -> str:
+    """The run config; ``by_file``: name the file itself, else the module (on PYTHONPATH)."""
+    where = f"{folder / 'researcher.py'}:" if by_file else "researcher:"
     return (
-        "policy='researcher:RoundRobin' policy-params.per-round=2 dataset='researcher:load' "
-        f"model='researcher:build' channel.trace='{folder / 'trace.npz'}' num-devices=4 "
+        f"policy='{where}RoundRobin' policy-params.per-round=2 dataset='{where}load' "
+        f"model='{where}build' channel.trace='{folder / 'trace.npz'}' num-devices=4 "
         f"num-server-rounds=4 batch-size=8 result-dir='{result_dir}'"
     )
 
@@ -104,16 +106,20 @@ def check_run(result_dir: Path) -> None:
     assert 0.0 <= lines[-1]["accuracy"] <= 1.0
 
 
-def environment(folder: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(folder)}
+def environment(folder: Path | None) -> dict[str, str]:
+    """This process's environment, with ``folder`` as PYTHONPATH (without one when None)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return env if folder is None else {**env, "PYTHONPATH": str(folder)}
 
 
-def test_all_four_run_in_process_named_in_the_run_config_alone(folder, tmp_path):
+@pytest.mark.parametrize("by_file", [True, False], ids=["file-paths", "modules-on-pythonpath"])
+def test_all_four_run_in_process_named_in_the_run_config_alone(folder, tmp_path, by_file):
     out = tmp_path / "run"
+    text = settings(folder, out, by_file=by_file)
     done = subprocess.run(
-        [sys.executable, "-m", "experiments.inprocess", "--run-config", settings(folder, out)],
+        [sys.executable, "-m", "experiments.inprocess", "--run-config", text],
         cwd=PROJECT,
-        env=environment(folder),
+        env=environment(None if by_file else folder),
         capture_output=True,
         text=True,
         timeout=300,
@@ -126,9 +132,15 @@ def test_all_four_run_in_process_named_in_the_run_config_alone(folder, tmp_path)
 def test_all_four_run_with_make_run(folder, tmp_path):
     out = tmp_path / "run"
     done = subprocess.run(  # -o: the virtual environment is there, do not reinstall it
-        ["make", "-o", ".venv/.installed", "run", f"RUN_CONFIG={settings(folder, out)}"],
+        [
+            "make",
+            "-o",
+            ".venv/.installed",
+            "run",
+            f"RUN_CONFIG={settings(folder, out, by_file=True)}",
+        ],
         cwd=PROJECT,
-        env=environment(folder),
+        env=environment(None),  # the run config alone names everything
         capture_output=True,
         text=True,
         timeout=900,
