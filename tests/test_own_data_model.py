@@ -487,7 +487,8 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
 def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     """SuperNode processes, no ``PYTHONPATH``: the modules travel in the app bundle (FAB).
 
-    The app folder holds our ``pyproject.toml`` and the two modules; ``server_app`` and
+    The app folder holds our ``pyproject.toml``, the two modules and a policy (the
+    proportional-fair example); ``server_app`` and
     ``client_app`` come from the installed project, the modules only from the bundle that
     ``flwr run`` ships to the SuperLink and the SuperNodes.
     """
@@ -498,12 +499,17 @@ def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     (app / "pyproject.toml").write_text((PROJECT / "pyproject.toml").read_text())
     (app / "shipped_data.py").write_text(textwrap.dedent(DATA_MODULE))
     (app / "shipped_nets.py").write_text(textwrap.dedent(MODEL_MODULE))
+    example = (PROJECT / "examples" / "proportional_fair.py").read_text()
+    (app / "shipped_policy.py").write_text(example)  # the ServerApp imports it from the bundle
     assert str(app) not in os.environ.get("PYTHONPATH", "")
     out = tmp_path / "run"
     settings = {**SMALL, "num-devices": 2, "num-server-rounds": 2, "result-dir": str(out)}
     settings.update(dataset="shipped_data:load", model="shipped_nets:build")
+    settings.update({"policy": "shipped_policy:ProportionalFair", "policy-params.window": 3})
     done = run_flwr(settings, num_supernodes=2, deployment=True, project_dir=app)
     assert "shipped_data" not in sys.modules  # imported by the apps' processes only
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["policy_params"] == {"window": 3} and recorded["protocol"] == "channel"
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "completed", (status, done.stdout[-3000:])
     assert_two_rounds_uploaded(out, MODEL_PARAMETERS)
