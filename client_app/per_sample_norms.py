@@ -16,25 +16,27 @@ Layer formulas (sample i; T output positions, K = input features per position, O
   which is ||a||^2 ||g||^2 when T = 1; dl_i/dc = sum_t g_t.
 * ``nn.Conv2d`` (zero padding): the same with U = unfold(a), shape [K, T],
   K = C_in k_h k_w, T = H_out W_out: y = W_mat U + c, dl_i/dW_mat = G U^T with G [O, T].
+* ``nn.Conv1d`` (zero padding): a Conv2d of height 1 (input [C_in, 1, L], kernel 1 x k, stride,
+  padding and dilation 1 / 0 / 1 in height), so the same formulas with K = C_in k, T = L_out.
 * ``nn.GroupNorm``: y = gamma * a_hat + beta per channel, with a_hat the normalised input, so
   dl_i/dgamma_c = sum_s g_cs a_hat_cs and dl_i/dbeta_c = sum_s g_cs over spatial positions s.
 
-Each weight norm is taken by the cheaper of two routes for the layer's shape: form the
-per-sample weight gradients G U^T ([b, O, K], ~ T K O multiply-adds per sample; for Conv2d via
-one weight-gradient convolution with one group per sample, see :func:`conv2d_sq_norms`), or
-evaluate the double sum through the two T x T Gram matrices U^T U and G^T G (~ T^2 (K + O),
-:func:`gram_sq_norms`), which wins when a layer has few output positions (T = 1 for a plain
-Linear, 1 to 16 in the deeper ResNet stages on 32 x 32 images). Sums of squares are accumulated
-in float64: each row of a per-sample tensor is summed in float32 by torch's cascade (pairwise)
-summation, whose relative error, ~1e-7, is below the float32 rounding of the gradients
-themselves, and these row sums are accumulated over layers and samples in float64.
+Each weight norm is taken by the cheaper of two routes for the layer's shape: form the per-sample
+weight gradients G U^T ([b, O, K], ~ T K O multiply-adds per sample; for a convolution via one
+weight-gradient convolution with one group per sample, see :func:`conv2d_sq_norms`), or evaluate
+the double sum through the two T x T Gram matrices U^T U and G^T G (~ T^2 (K + O),
+:func:`gram_sq_norms`), which wins when a layer has few output positions (T = 1 for a plain Linear,
+1 to 16 in the deeper ResNet stages on 32 x 32 images). Sums of squares are accumulated in float64:
+each row of a per-sample tensor is summed in float32 by torch's cascade (pairwise) summation, whose
+relative error, ~1e-7, is below the float32 rounding of the gradients themselves, and these row
+sums are accumulated over layers and samples in float64.
 
-Scope: every parameter must be the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS`
-(the ``mlp``, ``cnn`` and ``resnet18gn`` models of :mod:`fedcgd_task.models` use only these),
-no parameter may be shared, every layer may run at most once per forward, and the model must
-treat the samples of a batch independently (true in eval mode; BatchNorm in training mode
-would couple them, and it is not supported). :func:`unsupported_reasons` checks the static
-part; the rest raises :class:`UnsupportedModelError` during the pass.
+Scope: every parameter must be the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS` (the
+built-in models of :mod:`fedcgd_task.models` use only these), a convolution's input must be batched
+([b, C_in, L] or [b, C_in, H, W]), no parameter may be shared, every layer may run at most once per
+forward, and the model must treat the samples of a batch independently (true in eval mode;
+BatchNorm in training mode would couple them, and it is not supported). :func:`unsupported_reasons`
+checks the static part; the rest raises :class:`UnsupportedModelError` during the pass.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ from torch.nn.grad import conv2d_weight
 from torch.utils.hooks import RemovableHandle
 
 #: Layer types whose parameters get per-sample gradient norms.
-SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d, nn.GroupNorm)
+SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.GroupNorm)
+#: Dimensions of a batched input of each convolution type ([b, C_in, *spatial]).
+_CONV_INPUT_DIMS: dict[type[nn.Module], int] = {nn.Conv1d: 3, nn.Conv2d: 4}
 #: Upper bound on the per-sample intermediate floats one layer holds at once (64 Mi floats =
 #: 256 MB); the samples of a layer are processed in chunks that fit it.
 CHUNK_BUDGET_FLOATS = 64 * 1024 * 1024
@@ -109,9 +113,10 @@ def unsupported_reasons(model: nn.Module) -> list[str]:
         extra = sorted(set(own) - {"weight", "bias"})
         if extra:
             reasons.append(f"{label}: unexpected parameters {extra}")
-        if isinstance(module, nn.Conv2d):
+        if isinstance(module, nn.Conv1d | nn.Conv2d):
             if module.padding_mode != "zeros" or isinstance(module.padding, str):
-                reasons.append(f"{label}: Conv2d padding must be explicit zero padding")
+                kind = type(module).__name__
+                reasons.append(f"{label}: {kind} padding must be explicit zero padding")
         for param_name, param in own.items():
             if id(param) in owner:
                 reasons.append(f"{label}.{param_name}: shared with {owner[id(param)]}")
@@ -262,12 +267,83 @@ def conv2d_sq_norms(
     torch.Tensor of float64, shape [b]
 
     """
+    padding: tuple[int, int] = module.padding  # type: ignore[assignment]  # checked in scope
+    return _conv_sq_norms(
+        a,
+        g,
+        kernel_size=(module.kernel_size[0], module.kernel_size[1]),
+        stride=(module.stride[0], module.stride[1]),
+        padding=padding,
+        dilation=(module.dilation[0], module.dilation[1]),
+        groups=module.groups,
+        has_bias=module.bias is not None,
+        chunk_size=chunk_size,
+    )
+
+
+def conv1d_sq_norms(
+    module: nn.Conv1d, a: torch.Tensor, g: torch.Tensor, *, chunk_size: int | None = None
+) -> torch.Tensor:
+    """Per-sample ||dl_i/dW||^2 + ||dl_i/dc||^2 of a Conv1d layer.
+
+    A Conv1d of kernel k is a Conv2d of kernel 1 x k on inputs of height 1: the input
+    [b, C_in, L] is viewed as [b, C_in, 1, L], the output gradient [b, O, L_out] as
+    [b, O, 1, L_out], and the stride, padding and dilation in height are 1, 0 and 1. The
+    weights and the per-sample gradients are the same numbers, so :func:`conv2d_sq_norms`'s
+    routes apply unchanged (K = C_in / groups k, T = L_out).
+
+    Parameters
+    ----------
+    module : torch.nn.Conv1d
+        The layer (C_in -> O channels, kernel k, zero padding).
+    a : torch.Tensor, shape [b, C_in, L]
+        Its input.
+    g : torch.Tensor, shape [b, O, L_out]
+        Gradient of the per-sample losses with respect to its output.
+    chunk_size : int, optional
+        Samples per chunk (memory only).
+
+    Returns
+    -------
+    torch.Tensor of float64, shape [b]
+
+    """
+    padding: tuple[int] = module.padding  # type: ignore[assignment]  # checked in scope
+    return _conv_sq_norms(
+        a.unsqueeze(2),
+        g.unsqueeze(2),
+        kernel_size=(1, module.kernel_size[0]),
+        stride=(1, module.stride[0]),
+        padding=(0, padding[0]),
+        dilation=(1, module.dilation[0]),
+        groups=module.groups,
+        has_bias=module.bias is not None,
+        chunk_size=chunk_size,
+    )
+
+
+def _conv_sq_norms(
+    a: torch.Tensor,
+    g: torch.Tensor,
+    *,
+    kernel_size: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+    has_bias: bool,
+    chunk_size: int | None,
+) -> torch.Tensor:
+    """:func:`conv2d_sq_norms` for a 2-D convolution given by its geometry.
+
+    ``a`` [b, C_in, H, W] and ``g`` [b, O, H_out, W_out]; the weight has shape
+    [O, C_in / groups, *kernel_size].
+    """
     b, c_in, h, w = (int(s) for s in a.shape)
-    o, groups = module.out_channels, module.groups
+    o = int(g.shape[1])
     h_out, w_out = int(g.shape[2]), int(g.shape[3])
     t = h_out * w_out
-    k = (c_in // groups) * module.kernel_size[0] * module.kernel_size[1]
-    padding: tuple[int, int] = module.padding  # type: ignore[assignment]  # checked in scope
+    k = (c_in // groups) * kernel_size[0] * kernel_size[1]
     use_gram = groups == 1 and _gram_is_cheaper(t, k, o)
     chunk = _chunk(k * t + 2 * t * t if use_gram else o * k, chunk_size)
     parts = []
@@ -276,26 +352,22 @@ def conv2d_sq_norms(
         n = int(ac.shape[0])
         if use_gram:
             u = F.unfold(
-                ac,
-                kernel_size=module.kernel_size,
-                dilation=module.dilation,
-                padding=padding,
-                stride=module.stride,
+                ac, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride
             )
             parts.append(gram_sq_norms(u, gc.reshape(n, o, t)))
         else:
             gw = conv2d_weight(
                 ac.reshape(1, n * c_in, h, w),
-                (n * o, c_in // groups, *module.kernel_size),
+                (n * o, c_in // groups, *kernel_size),
                 gc.reshape(1, n * o, h_out, w_out),
-                stride=module.stride,
+                stride=stride,
                 padding=padding,
-                dilation=module.dilation,
+                dilation=dilation,
                 groups=n * groups,
             )
             parts.append(row_sq_sums(gw.reshape(n, -1)))
     total = torch.cat(parts)
-    if module.bias is not None:
+    if has_bias:
         total = total + row_sq_sums(g.sum(dim=(2, 3)))
     return total
 
@@ -381,6 +453,8 @@ def per_sample_grad_norms(
     def layer_norms(module: nn.Module, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         if isinstance(module, nn.Linear):
             return linear_sq_norms(module, a, g, chunk_size=chunk_size)
+        if isinstance(module, nn.Conv1d):
+            return conv1d_sq_norms(module, a, g, chunk_size=chunk_size)
         if isinstance(module, nn.Conv2d):
             return conv2d_sq_norms(module, a, g, chunk_size=chunk_size)
         if isinstance(module, nn.GroupNorm):
@@ -401,6 +475,8 @@ def per_sample_grad_norms(
         a = args[0]
         if calls[module] > 1:
             errors.append(f"{type(module).__name__} ran more than once in one forward pass")
+        elif a.dim() != _CONV_INPUT_DIMS.get(type(module), a.dim()):
+            errors.append(f"{type(module).__name__} saw an unbatched input {tuple(a.shape)}")
         elif int(a.shape[0]) != b or int(out.shape[0]) != b:
             errors.append(f"{type(module).__name__} saw a batch of {a.shape[0]}, not {b}")
         elif out.requires_grad:

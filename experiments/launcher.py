@@ -736,10 +736,10 @@ def run_command(argv: list[str] | None = None) -> int:
         if args.superlink:
             check_reachable(args.superlink)
         else:  # the data must be there before anything starts (CIFAR cannot be downloaded)
-            from fedcgd_task.datasets import load_dataset
+            from fedcgd_task.datasets import load_train_set
+            from fedcgd_task.settings import TaskSettings
 
-            data_dir = with_resolved_data_dir(merged)["data-dir"]
-            load_dataset(str(merged["dataset"]), data_dir, train=True)
+            load_train_set(TaskSettings.from_run_config(with_resolved_data_dir(merged)))
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

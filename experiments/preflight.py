@@ -209,8 +209,8 @@ def check_model_fits(
     The model function must return a ``torch.nn.Module`` whose output on float32 zeros
     [:data:`BLANK_BATCH`, *input_shape] is a float tensor [:data:`BLANK_BATCH`, C]; then σ̂
     (:func:`client_app.sigma.gradient_spread`: per-sample gradient norms layer by layer for
-    Linear, Conv2d and GroupNorm, ``torch.func.vmap`` for any other model) must run on that
-    batch in eval mode.
+    Linear, Conv1d, Conv2d and GroupNorm, ``torch.func.vmap`` for any other model) must run on
+    that batch in eval mode.
 
     Raises
     ------
@@ -255,7 +255,7 @@ def check_model_fits(
             f"run-config key 'model' = {model!r}: σ̂ (per-sample gradient norms, "
             f"client_app/sigma.py) fails on it: {type(err).__name__}: {first_line(err)}; the "
             "model must run under torch.func.vmap (no .item() or data-dependent control "
-            "flow), or use only Linear, Conv2d and GroupNorm layers"
+            "flow), or use only Linear, Conv1d, Conv2d and GroupNorm layers"
         ) from err
 
 

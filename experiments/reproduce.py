@@ -72,8 +72,8 @@ from experiments.launcher import default_run_config
 from experiments.plot_runs import finish_figure, load_run, round_values
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
-from fedcgd_task.datasets import load_dataset
-from fedcgd_task.settings import flatten, resolve_data_dir
+from fedcgd_task.datasets import load_train_set
+from fedcgd_task.settings import TaskSettings, flatten, resolve_data_dir
 from server_app.config import parse_run_config
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
@@ -186,10 +186,8 @@ def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         Naming the folder and how to provide the files (CIFAR offline).
     """
     defaults = default_run_config()
-    for dataset, data_dir in {
-        (o.get("dataset", defaults["dataset"]), o["data-dir"]) for _, o in plans
-    }:
-        load_dataset(str(dataset), str(data_dir), train=True)
+    for task in {TaskSettings.from_run_config({**defaults, **o}) for _, o in plans}:
+        load_train_set(task)  # cached per (dataset, data-dir), and settings where read
 
 
 def group_name(label: str, policy: str) -> str:

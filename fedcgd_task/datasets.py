@@ -1,13 +1,16 @@
-"""Data sets behind one contract: the built-in image sets and the researcher's own.
+"""Data sets behind one contract: the built-in image and MNIST-1D sets and the researcher's own.
 
 The run-config key ``dataset`` names a *data-set function*: a built-in name, the keys of
-:data:`BUILTIN_DATASETS` (``digits``, ``cifar10``, ``cifar100``), or a reference to the
-researcher's function, ``package.module:function`` or ``/absolute/path/file.py:function``
+:data:`BUILTIN_DATASETS` (``digits``, ``cifar10``, ``cifar100``, ``mnist1d``), or a reference to
+the researcher's function, ``package.module:function`` or ``/absolute/path/file.py:function``
 (:func:`fedcgd_task.imports.import_object`). Built-in or not, every data-set function follows
 the same contract:
 
-* it takes no argument, or a ``data_dir`` keyword (the run config's ``data-dir`` as an
-  absolute path; the signature says which);
+* it takes no argument, or keyword arguments among :data:`DATA_KEYWORDS` (its signature says
+  which): ``data_dir``, the run config's ``data-dir`` as an absolute path, and ``settings``, the
+  run's validated :class:`fedcgd_task.settings.TaskSettings`, for data that depend on other
+  run-config keys (the built-in ``mnist1d`` reads ``mnist1d-samples`` from it). A function with
+  ``**kwargs`` gets ``data_dir``; ``settings`` only goes to a function that names it;
 * it returns ``((x_train, y_train), (x_test, y_test))`` or
   ``((x_train, y_train), (x_test, y_test), num_classes)``;
 * ``x_train``, ``x_test``: real-valued arrays of shape [N, *input_shape] with at least one
@@ -18,11 +21,11 @@ the same contract:
 * ``num_classes``: an int >= 2; without it, C = the largest label of both sets + 1 (>= 2);
 * each set holds at least one sample, and x and y the same number N.
 
-:func:`load_data` calls the function once per process and (dataset, data-dir) (cached; the
-result must be a pure function of those two), checks the result (:func:`check_data`: a
-one-line ValueError naming the key ``dataset``, its value and what is allowed) and returns two
-:class:`DataSplit`. Nothing here branches on a data-set name: the built-ins are entries of
-:data:`BUILTIN_DATASETS` like any other function.
+:func:`load_data` calls the function once per process and (dataset, data-dir), and settings
+for a function that takes them (cached; the result must be a pure function of its arguments),
+checks the result (:func:`check_data`: a one-line ValueError naming the key ``dataset``, its
+value and what is allowed) and returns two :class:`DataSplit`. Nothing here branches on a
+data-set name: the built-ins are entries of :data:`BUILTIN_DATASETS` like any other function.
 
 The built-in image sets return their inputs as :class:`NormalizedPixels`: ``uint8`` pixels
 plus a per-channel affine normalisation, converted to ``float32`` only for the samples a
@@ -38,15 +41,36 @@ computation needs (the full CIFAR training set is 150 MB as ``uint8`` but 614 MB
   statistics :data:`CIFAR10_MEAN` / :data:`CIFAR10_STD` and :data:`CIFAR100_MEAN` /
   :data:`CIFAR100_STD`. The files are looked for first; if absent, one download is attempted;
   if that fails too (offline), a :class:`FileNotFoundError` says where to put them.
+* ``mnist1d``: MNIST-1D (Greydanus & Kobak 2024), generated offline by the ``mnist1d``
+  package's ``make_dataset`` with its default arguments (``get_dataset_args``: generator seed
+  42, ``train_split`` 0.8, ...) except ``num_samples`` = the run config's ``mnist1d-samples``
+  (default 20,000: 16,000 training and 4,000 test samples); inputs float32 [N, 1, 40] (one
+  channel of 40 points, as Conv1d takes them, standardised by the package to mean 0 and
+  standard deviation 1 over the whole set), labels int64 in 0..9. The data do not depend on the
+  run seed, and generating them leaves the global random states of ``numpy.random`` and
+  ``random`` (which the package seeds and draws from) as they were. The arrays are cached in
+  ``data-dir`` as ``mnist1d-<N>-<key>.npz``, the key a hash of every argument of
+  ``make_dataset`` and the package version (:func:`mnist1d_cache_path`), written atomically; a
+  later load with the same arguments reads that file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import importlib.metadata
 import inspect
+import json
+import os
 import pickle
+import random
 import shutil
-from collections.abc import Callable
+import tempfile
+import threading
+import warnings
+import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -410,7 +434,7 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
 
 #: What a data-set function returns (checked by :func:`check_data`).
 LoadedData: TypeAlias = tuple[Any, ...]
-#: A data-set function: no argument or a ``data_dir`` keyword, returning :data:`LoadedData`.
+#: A data-set function: no argument or :data:`DATA_KEYWORDS`, returning :data:`LoadedData`.
 DataFunction: TypeAlias = Callable[..., Any]
 
 
@@ -458,12 +482,242 @@ def cifar100_data(data_dir: str) -> LoadedData:
     return _cifar_data("cifar100", data_dir)
 
 
+#: Number of classes of MNIST-1D (the digits 0..9).
+MNIST1D_NUM_CLASSES = 10
+#: Version of the cache file's layout (part of the cache key: a new layout never reads an old
+#: file).
+MNIST1D_CACHE_FORMAT = 1
+#: ``get_dataset_args`` entries that ``make_dataset`` does not read (the download address of
+#: the package's pre-built file), left out of the arguments and the cache key.
+MNIST1D_UNUSED_ARGS: tuple[str, ...] = ("url",)
+#: One generation at a time per process: the package draws from the global numpy generator,
+#: whose state is saved before and restored after each generation.
+_GLOBAL_RNG_LOCK = threading.Lock()
+
+#: The four arrays of a generated MNIST-1D: x_train, y_train, x_test, y_test.
+Mnist1dArrays: TypeAlias = tuple[
+    npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]
+]
+
+
+def mnist1d_arguments(num_samples: int) -> dict[str, Any]:
+    """The arguments ``make_dataset`` gets: the package defaults with ``num_samples``.
+
+    Parameters
+    ----------
+    num_samples : int
+        Total samples N (training and test); the package makes N // 10 of each digit.
+
+    Returns
+    -------
+    dict
+        ``mnist1d.data.get_dataset_args(as_dict=True)`` without :data:`MNIST1D_UNUSED_ARGS`,
+        ``num_samples`` replaced (JSON-serialisable: the cache key is built from it).
+
+    """
+    from mnist1d.data import get_dataset_args
+
+    arguments = {
+        key: value
+        for key, value in get_dataset_args(as_dict=True).items()
+        if key not in MNIST1D_UNUSED_ARGS
+    }
+    arguments["num_samples"] = int(num_samples)
+    return arguments
+
+
+def mnist1d_cache_key(arguments: dict[str, Any]) -> str:
+    """Canonical JSON of everything the generated arrays depend on (the cache key's source).
+
+    The ``make_dataset`` arguments, the installed ``mnist1d`` version and
+    :data:`MNIST1D_CACHE_FORMAT`, with sorted keys and no spaces: equal arguments give the same
+    text, any other argument another text.
+    """
+    key = {
+        "format": MNIST1D_CACHE_FORMAT,
+        "make_dataset": arguments,
+        "mnist1d": importlib.metadata.version("mnist1d"),
+    }
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+def mnist1d_cache_path(data_dir: str | Path, arguments: dict[str, Any]) -> Path:
+    """``<data_dir>/mnist1d-<N>-<16 hex digits of sha256(mnist1d_cache_key(arguments))>.npz``."""
+    digest = hashlib.sha256(mnist1d_cache_key(arguments).encode()).hexdigest()[:16]
+    return Path(data_dir) / f"mnist1d-{arguments['num_samples']}-{digest}.npz"
+
+
+@contextlib.contextmanager
+def global_random_state_kept() -> Iterator[None]:
+    """Run a block that seeds or draws from ``numpy.random``'s and ``random``'s global state.
+
+    Both states are saved on entry and restored on exit (also after an exception), under a
+    process-wide lock, so code outside the block sees the global generators unchanged. Threads
+    that draw from the global generators at the same time are not protected.
+    """
+    with _GLOBAL_RNG_LOCK:
+        numpy_state = np.random.get_state()  # noqa: NPY002 (the legacy global state itself)
+        python_state = random.getstate()
+        try:
+            yield
+        finally:
+            np.random.set_state(numpy_state)  # noqa: NPY002
+            random.setstate(python_state)
+
+
+def generate_mnist1d(arguments: dict[str, Any]) -> Mnist1dArrays:
+    """Generate MNIST-1D with ``mnist1d.data.make_dataset(arguments)`` (deterministic).
+
+    The package seeds and draws from the global numpy (and ``random``) generators; that runs
+    inside :func:`global_random_state_kept`.
+
+    Parameters
+    ----------
+    arguments : dict
+        :func:`mnist1d_arguments`.
+
+    Returns
+    -------
+    x_train, y_train, x_test, y_test
+        Inputs float32 [n, 1, final_seq_length] (channels first), labels int64 [n]; the
+        package's split: the first ``int(N * train_split)`` shuffled samples train.
+
+    """
+    from mnist1d.data import make_dataset
+    from mnist1d.utils import ObjectView
+
+    with global_random_state_kept():
+        data = make_dataset(ObjectView(dict(arguments)))
+
+    def inputs(x: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        array = np.asarray(x, dtype=np.float32)
+        return np.ascontiguousarray(array.reshape(array.shape[0], 1, -1))
+
+    def labels(y: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        return np.ascontiguousarray(np.asarray(y, dtype=np.int64))
+
+    return inputs(data["x"]), labels(data["y"]), inputs(data["x_test"]), labels(data["y_test"])
+
+
+#: Names of the arrays in a cache file, in :data:`Mnist1dArrays` order.
+_MNIST1D_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def _read_mnist1d_cache(path: Path, key: str) -> Mnist1dArrays | None:
+    """The arrays of cache file ``path`` if it exists, reads and was written for ``key``."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if str(data["key"]) != key:  # a hash collision or a foreign file: regenerate
+                return None
+            x_train, y_train, x_test, y_test = (np.asarray(data[n]) for n in _MNIST1D_ARRAYS)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None  # unreadable (e.g. truncated by hand): regenerate and overwrite
+    return (
+        x_train.astype(np.float32, copy=False),
+        y_train.astype(np.int64, copy=False),
+        x_test.astype(np.float32, copy=False),
+        y_test.astype(np.int64, copy=False),
+    )
+
+
+def _write_mnist1d_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
+    """Write ``arrays`` and ``key`` to ``path`` atomically (temporary file, then os.replace).
+
+    Processes that generate the same data at once each write a whole file and the last rename
+    wins; readers see either no file or a complete one. A folder that cannot be written only
+    costs the cache (a warning): the data were generated anyway.
+    """
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            x_train, y_train, x_test, y_test = arrays
+            np.savez(
+                fh,
+                key=np.array(key),
+                x_train=x_train,
+                y_train=y_train,
+                x_test=x_test,
+                y_test=y_test,
+            )
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the cache from other users
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as err:
+        warnings.warn(
+            f"mnist1d: could not cache the generated arrays in {path.parent} ({err}); they are "
+            "generated again by every process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def load_mnist1d(data_dir: str | Path, num_samples: int) -> Mnist1dArrays:
+    """MNIST-1D with ``num_samples`` samples: from the cache in ``data_dir``, or generated.
+
+    Parameters
+    ----------
+    data_dir : str or pathlib.Path
+        Folder of the cache file (:func:`mnist1d_cache_path`); created when absent.
+    num_samples : int
+        Total samples N (:func:`mnist1d_arguments`).
+
+    Returns
+    -------
+    x_train, y_train, x_test, y_test
+        :func:`generate_mnist1d`'s arrays (read back bit for bit from the cache).
+
+    """
+    arguments = mnist1d_arguments(num_samples)
+    key = mnist1d_cache_key(arguments)
+    path = mnist1d_cache_path(data_dir, arguments)
+    cached = _read_mnist1d_cache(path, key)
+    if cached is not None:
+        return cached
+    arrays = generate_mnist1d(arguments)
+    _write_mnist1d_cache(path, key, arrays)
+    return arrays
+
+
+def mnist1d_data(*, data_dir: str, settings: TaskSettings) -> LoadedData:
+    """The ``mnist1d`` data set under the data-set contract (generated; cached in ``data_dir``).
+
+    Parameters
+    ----------
+    data_dir : str
+        The run's data folder: where the generated arrays are cached.
+    settings : TaskSettings
+        The run's settings; ``settings.mnist1d_samples`` is the sample count N.
+
+    Returns
+    -------
+    ((float32 array, int64 array), (float32 array, int64 array), int)
+        0.8 N training and 0.2 N test inputs [n, 1, 40] with their labels, and C = 10
+        (:func:`load_mnist1d`).
+
+    """
+    x_train, y_train, x_test, y_test = load_mnist1d(data_dir, settings.mnist1d_samples)
+    return (x_train, y_train), (x_test, y_test), MNIST1D_NUM_CLASSES
+
+
 #: The built-in data sets: run-config name -> data-set function (the contract above).
 BUILTIN_DATASETS: dict[str, DataFunction] = {
     "digits": digits_data,
     "cifar10": cifar10_data,
     "cifar100": cifar100_data,
+    "mnist1d": mnist1d_data,
 }
+#: Keyword arguments a data-set function may take (its signature says which).
+DATA_KEYWORDS: tuple[str, ...] = ("data_dir", "settings")
 
 
 def _where(name: str) -> str:
@@ -476,38 +730,76 @@ def dataset_function(name: str) -> DataFunction:
     An unknown name, or a reference that cannot be imported or is not callable, raises a
     one-line ValueError (:func:`fedcgd_task.imports.builtin_or_function`).
     """
-    contract = f"a function of no argument or of a data_dir keyword that returns {RETURN_CONTRACT}"
+    contract = (
+        "a function of no argument or of data_dir and / or settings keywords that returns "
+        f"{RETURN_CONTRACT}"
+    )
     return builtin_or_function(name, DATASET_KEY, BUILTIN_DATASETS, "data set", contract)
 
 
-def _takes_data_dir(function: DataFunction, name: str) -> bool:
-    """Whether ``function`` takes ``data_dir``; refuse one that needs other arguments."""
+def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
+    """The :data:`DATA_KEYWORDS` ``function`` takes; refuse one that needs other arguments.
+
+    A parameter named ``data_dir`` or ``settings`` (positional-or-keyword or keyword-only)
+    takes that keyword; ``**kwargs`` takes ``data_dir``. A function without a readable
+    signature (a C function) is called bare.
+
+    Raises
+    ------
+    ValueError
+        One line naming the key ``dataset``: the function needs other arguments.
+
+    """
     try:
         params = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # no signature to read (a C function): call it bare
-        return False
+        return frozenset()
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    takes = any(
-        p.kind is inspect.Parameter.VAR_KEYWORD or (p.name == "data_dir" and p.kind in named)
-        for p in params
-    )
+    takes = {p.name for p in params if p.name in DATA_KEYWORDS and p.kind in named}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        takes.add("data_dir")
     required = [
         p.name
         for p in params
         if p.default is inspect.Parameter.empty
         and p.kind in (inspect.Parameter.POSITIONAL_ONLY, *named)
-        and not (p.name == "data_dir" and p.kind in named)
+        and not (p.name in DATA_KEYWORDS and p.kind in named)
     ]
     if required:
         raise ValueError(
             f"{_where(name)}: the function needs the argument(s) {', '.join(required)}; a "
-            "data-set function takes no argument or a data_dir keyword"
+            "data-set function takes no argument, or data_dir and / or settings keywords"
         )
-    return takes
+    return frozenset(takes)
 
 
-def call_dataset_function(function: DataFunction, name: str, data_dir: str) -> object:
-    """Call a data-set function, with ``data_dir=`` when its signature takes it.
+def default_task_settings(name: str, data_dir: str) -> TaskSettings:
+    """The project's default settings (pyproject.toml) with data set ``name`` in ``data_dir``.
+
+    What a data-set function that takes ``settings`` gets when it is loaded outside a run
+    (:func:`load_data` without settings).
+    """
+    from fedcgd_task.settings import TaskSettings, default_run_config
+
+    config = {**default_run_config(), DATASET_KEY: name, "data-dir": data_dir}
+    return TaskSettings.from_run_config(config)
+
+
+def call_dataset_function(
+    function: DataFunction, name: str, data_dir: str, settings: TaskSettings | None = None
+) -> object:
+    """Call a data-set function with the keywords of :data:`DATA_KEYWORDS` its signature takes.
+
+    Parameters
+    ----------
+    function : callable
+        The data-set function.
+    name : str
+        The run-config value ``dataset`` (named in the messages).
+    data_dir : str
+        The absolute data folder, for ``data_dir``.
+    settings : TaskSettings, optional
+        For ``settings``; default: :func:`default_task_settings`.
 
     Raises
     ------
@@ -517,7 +809,12 @@ def call_dataset_function(function: DataFunction, name: str, data_dir: str) -> o
         One line naming the key ``dataset``: the function needs other arguments, or it raised.
 
     """
-    kwargs = {"data_dir": data_dir} if _takes_data_dir(function, name) else {}
+    takes = data_keywords(function, name)
+    kwargs: dict[str, Any] = {}
+    if "data_dir" in takes:
+        kwargs["data_dir"] = data_dir
+    if "settings" in takes:
+        kwargs["settings"] = default_task_settings(name, data_dir) if settings is None else settings
     try:
         return function(**kwargs)
     except FileNotFoundError as err:
@@ -677,12 +974,15 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
     return train, test
 
 
-@functools.lru_cache(maxsize=2)
-def load_data(name: str, data_dir: str) -> tuple[DataSplit, DataSplit]:
+def load_data(
+    name: str, data_dir: str, settings: TaskSettings | None = None
+) -> tuple[DataSplit, DataSplit]:
     """Load, check and cache the training and test split of a data set, once per process.
 
-    The cache is safe because the result is a pure function of the arguments (the files do not
-    change during a run); per-node mutable state belongs in ``context.state`` instead.
+    The cache is safe because the result is a pure function of the arguments the function
+    takes (the files do not change during a run); per-node mutable state belongs in
+    ``context.state`` instead. It is keyed by (name, data_dir), and by the settings only for a
+    function that takes them.
 
     Parameters
     ----------
@@ -691,6 +991,9 @@ def load_data(name: str, data_dir: str) -> tuple[DataSplit, DataSplit]:
         a data-set function.
     data_dir : str
         The absolute data folder (passed to functions that take ``data_dir``).
+    settings : TaskSettings, optional
+        The run's settings (passed to functions that take ``settings``); default:
+        :func:`default_task_settings`.
 
     Returns
     -------
@@ -703,21 +1006,36 @@ def load_data(name: str, data_dir: str) -> tuple[DataSplit, DataSplit]:
         :func:`call_dataset_function`, :func:`check_data`).
 
     """
+    takes = data_keywords(dataset_function(name), name)
+    if "settings" not in takes:
+        return _load_checked(name, data_dir, None)
+    if settings is None:
+        settings = default_task_settings(name, data_dir)
+    return _load_checked(name, data_dir, settings)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_checked(
+    name: str, data_dir: str, settings: TaskSettings | None
+) -> tuple[DataSplit, DataSplit]:
+    """:func:`load_data`'s cached part: call the function and check its result."""
     function = dataset_function(name)
-    return check_data(call_dataset_function(function, name, data_dir), name)
+    return check_data(call_dataset_function(function, name, data_dir, settings), name)
 
 
-def load_dataset(name: str, data_dir: str, *, train: bool) -> DataSplit:
+def load_dataset(
+    name: str, data_dir: str, *, train: bool, settings: TaskSettings | None = None
+) -> DataSplit:
     """The training (``train``) or test split of data set ``name`` (:func:`load_data`, cached)."""
-    train_set, test_set = load_data(name, data_dir)
+    train_set, test_set = load_data(name, data_dir, settings)
     return train_set if train else test_set
 
 
 def load_train_set(settings: TaskSettings) -> DataSplit:
     """Return the full training split of ``settings.dataset`` (cached per process)."""
-    return load_dataset(settings.dataset, settings.data_dir, train=True)
+    return load_dataset(settings.dataset, settings.data_dir, train=True, settings=settings)
 
 
 def load_test_set(settings: TaskSettings) -> DataSplit:
     """Return the test split of ``settings.dataset`` (cached), for central evaluation."""
-    return load_dataset(settings.dataset, settings.data_dir, train=False)
+    return load_dataset(settings.dataset, settings.data_dir, train=False, settings=settings)

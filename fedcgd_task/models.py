@@ -1,4 +1,4 @@
-"""Model functions behind one contract: the three built-in classifiers and the researcher's own.
+"""Model functions behind one contract: the four built-in classifiers and the researcher's own.
 
 The run-config key ``model`` names a *model function*: a built-in name, the keys of
 :data:`BUILTIN_MODELS`, or a reference to the researcher's function, ``package.module:function``
@@ -13,14 +13,15 @@ needs per-sample gradients (``client_app/sigma.py``). ``experiments.preflight`` 
 model and runs it, and σ̂, on a blank batch before a run starts.
 
 Paper Section V: CIFAR-10 uses a small CNN, CIFAR-100 a ResNet-18 whose BatchNorm layers are
-replaced by GroupNorm. The MLP serves the offline ``digits`` default and any input shape.
-Parameter counts:
+replaced by GroupNorm. The MLP serves the offline ``digits`` default and any input shape; the
+``cnn1d`` is the convolutional baseline of MNIST-1D (Greydanus & Kobak 2024). Parameter counts:
 
 * ``mlp`` (1 x 8 x 8, 10 classes): 64*64 + 64 + 64*10 + 10 = 4,810; in general
   (prod(input_shape) + 1) * 64 + 65 * C.
 * ``cnn`` (3 x 32 x 32, 10 classes): 258,898 (arithmetic in :class:`PaperCNN`).
 * ``resnet18gn`` (100 classes): 11,227,812, the same as torchvision's ResNet-18 with BatchNorm
   (GroupNorm also has one weight and one bias per channel).
+* ``cnn1d`` (1 x 40, 10 classes): 5,210 (arithmetic in :class:`Mnist1dCNN`).
 """
 
 from __future__ import annotations
@@ -115,6 +116,55 @@ class PaperCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+#: Channels of each of the cnn1d's convolutions (MNIST-1D's ``ConvBase``).
+CNN1D_CHANNELS = 25
+#: Kernel sizes of the cnn1d's three convolutions; each has stride 2 and zero padding 1.
+CNN1D_KERNELS: tuple[int, int, int] = (5, 3, 3)
+
+
+class Mnist1dCNN(nn.Module):
+    """The convolutional baseline of MNIST-1D: three strided Conv1d layers and a linear layer.
+
+    [conv1d k5-25, ReLU] -> [conv1d k3-25, ReLU] -> [conv1d k3-25, ReLU] -> flatten -> FC C,
+    every convolution with stride 2 and zero padding 1 (the ``ConvBase`` of the mnist1d
+    repository, Greydanus & Kobak 2024). A length L becomes floor((L + 2 - k) / 2) + 1 after a
+    convolution of kernel k: for a 1 x 40 input 40 -> 19 -> 10 -> 5, so the flatten size is
+    25 * 5 = 125, and with C = 10 the parameter count is
+    (1*5*25 + 25) + (25*3*25 + 25) + (25*3*25 + 25) + (125*10 + 10)
+    = 150 + 1,900 + 1,900 + 1,260 = 5,210. Other input lengths and channel counts get the
+    sizes from the same arithmetic.
+    """
+
+    def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
+        super().__init__()
+        if len(input_shape) != 2:
+            raise ValueError(
+                f"input_shape {tuple(input_shape)} is not (channels, length): the cnn1d takes "
+                "sequences"
+            )
+        channels, length = (int(s) for s in input_shape)
+        layers: list[nn.Module] = []
+        for kernel in CNN1D_KERNELS:
+            layers += [
+                nn.Conv1d(channels, CNN1D_CHANNELS, kernel_size=kernel, stride=2, padding=1),
+                nn.ReLU(),
+            ]
+            channels, length = CNN1D_CHANNELS, (length + 2 - kernel) // 2 + 1
+            if length < 1:
+                raise ValueError(
+                    f"input_shape {tuple(input_shape)} is too small for the cnn1d: the length "
+                    "must be at least 3"
+                )
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(CNN1D_CHANNELS * length, num_classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map sequences [n, C_in, L] to logits [n, C]."""
+        return self.classifier(self.features(x))
+
+
 def _image_shape(input_shape: Sequence[int], model: str) -> tuple[int, int, int]:
     """(channels, height, width), or a ValueError saying that ``model`` needs images."""
     if len(input_shape) != 3:
@@ -153,6 +203,7 @@ BUILTIN_MODELS: dict[str, ModelFunction] = {
     "mlp": DigitsMLP,
     "cnn": PaperCNN,
     "resnet18gn": _resnet18_gn,
+    "cnn1d": Mnist1dCNN,
 }
 #: Model names :func:`build_model` accepts besides references.
 MODEL_NAMES: tuple[str, ...] = tuple(BUILTIN_MODELS)
@@ -175,13 +226,14 @@ def build_model(
     Parameters
     ----------
     name : str
-        ``"mlp"``, ``"cnn"``, ``"resnet18gn"`` or a reference to a model function
+        ``"mlp"``, ``"cnn"``, ``"resnet18gn"``, ``"cnn1d"`` or a reference to a model function
         (:func:`model_function`).
     num_classes : int
         Number of output logits C >= 1.
     input_shape : sequence of int
         Shape of one input, e.g. (channels, height, width) of an image (the ``cnn`` and
-        ``resnet18gn`` need images; the ``mlp`` takes any shape).
+        ``resnet18gn`` need images, the ``cnn1d`` (channels, length) sequences; the ``mlp``
+        takes any shape).
     seed : int
         Seed of the weight initialisation. The model function runs under
         :func:`torch.random.fork_rng` with the global torch generator seeded with ``seed``, so

@@ -13,21 +13,26 @@ run-config key         meaning
 =====================  ====================================================================
 ``seed``               run seed (int >= 0); every random draw of the client derives from it
 ``num-devices``        V, the number of devices (partitions), int >= 1
-``dataset``            ``"digits"`` | ``"cifar10"`` | ``"cifar100"``, or the researcher's
-                       data-set function ``"package.module:function"`` /
-                       ``"/absolute/path/file.py:function"``: no argument or a ``data_dir``
-                       keyword, returns ``((x_train, y_train), (x_test, y_test)[,
-                       num_classes])``, x float [N, *input_shape], y int [N] in [0, C)
-                       (contract and checks: :mod:`fedcgd_task.datasets`)
-``data-dir``           folder holding the CIFAR files (and the ``data_dir`` argument of a
-                       data-set function); ``""`` means ``<cwd>/data``, resolved against the
-                       working directory of the process that parses the config
-``model``              ``"auto"`` | ``"mlp"`` | ``"cnn"`` | ``"resnet18gn"``, or the
-                       researcher's model function ``"package.module:function"`` /
+``dataset``            ``"digits"`` | ``"cifar10"`` | ``"cifar100"`` | ``"mnist1d"``, or the
+                       researcher's data-set function ``"package.module:function"`` /
+                       ``"/absolute/path/file.py:function"``: no argument, or ``data_dir``
+                       and / or ``settings`` keywords, returns ``((x_train, y_train),
+                       (x_test, y_test)[, num_classes])``, x float [N, *input_shape], y int
+                       [N] in [0, C) (contract and checks: :mod:`fedcgd_task.datasets`)
+``data-dir``           folder holding the CIFAR files and the generated mnist1d arrays (and
+                       the ``data_dir`` argument of a data-set function); ``""`` means
+                       ``<cwd>/data``, resolved against the working directory of the process
+                       that parses the config
+``mnist1d-samples``    N, the samples ``dataset = "mnist1d"`` generates (80 % training, 20 %
+                       test): an int >= 100, a multiple of 10 (N / 10 per digit); read by the
+                       mnist1d data set only
+``model``              ``"auto"`` | ``"mlp"`` | ``"cnn"`` | ``"resnet18gn"`` | ``"cnn1d"``, or
+                       the researcher's model function ``"package.module:function"`` /
                        ``"/absolute/path/file.py:function"``: ``(num_classes, input_shape) ->
                        torch.nn.Module`` giving logits [N, C] (:mod:`fedcgd_task.models`);
-                       ``auto`` picks mlp for digits, cnn for cifar10, resnet18gn for cifar100
-                       and mlp (sized from the input shape) for any other data set
+                       ``auto`` picks mlp for digits, cnn for cifar10, resnet18gn for
+                       cifar100, cnn1d for mnist1d and mlp (sized from the input shape) for
+                       any other data set
 ``partition``          ``"dirichlet"`` | ``"shards"``
 ``dirichlet-alpha``    concentration alpha of Dir(alpha p), float > 0
 ``shards-per-device``  l, shards per device for the sort-and-partition split, int >= 1
@@ -58,12 +63,17 @@ from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 ConfigValue = Any
 
 #: Built-in data-set names (the keys of :data:`fedcgd_task.datasets.BUILTIN_DATASETS`).
-DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100")
+DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100", "mnist1d")
 #: Built-in model names (:data:`fedcgd_task.models.BUILTIN_MODELS` and ``auto``, resolved
 #: through :data:`AUTO_MODEL`).
-MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn")
+MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
 #: The model ``model = "auto"`` selects for each built-in dataset.
-AUTO_MODEL: dict[str, str] = {"digits": "mlp", "cifar10": "cnn", "cifar100": "resnet18gn"}
+AUTO_MODEL: dict[str, str] = {
+    "digits": "mlp",
+    "cifar10": "cnn",
+    "cifar100": "resnet18gn",
+    "mnist1d": "cnn1d",
+}
 #: The model ``model = "auto"`` selects for the researcher's own data set: the MLP
 #: Flatten -> Linear(prod(input_shape), 64) -> ReLU -> Linear(64, C), which fits any input shape.
 AUTO_MODEL_OWN_DATASET = "mlp"
@@ -71,6 +81,13 @@ AUTO_MODEL_OWN_DATASET = "mlp"
 DEFAULT_DATA_SUBDIR = "data"
 #: Partition schemes (see :mod:`fedcgd_task.partition`).
 PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
+#: Default of ``mnist1d-samples``: 16,000 training samples, 250 per device for V = 64 (and
+#: 125 per shard with the paper's two shards per device), and 4,000 test samples.
+DEFAULT_MNIST1D_SAMPLES = 20_000
+#: Smallest ``mnist1d-samples``: 10 samples of each digit, 80 training and 20 test samples.
+MIN_MNIST1D_SAMPLES = 100
+#: The mnist1d generator makes ``mnist1d-samples`` / MNIST1D_CLASSES samples of each digit.
+MNIST1D_CLASSES = 10
 
 
 @dataclass(frozen=True)
@@ -98,6 +115,9 @@ class TaskSettings:
         Shards per device l (>= 1).
     imbalance_ratio : float
         Imbalance ratio r = n2 / n1 (>= 1).
+    mnist1d_samples : int
+        Samples the ``mnist1d`` data set generates (>= :data:`MIN_MNIST1D_SAMPLES`, a multiple
+        of :data:`MNIST1D_CLASSES`); read by that data set only.
 
     """
 
@@ -110,6 +130,7 @@ class TaskSettings:
     dirichlet_alpha: float
     shards_per_device: int
     imbalance_ratio: float
+    mnist1d_samples: int = DEFAULT_MNIST1D_SAMPLES
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> TaskSettings:
@@ -155,6 +176,7 @@ class TaskSettings:
             dirichlet_alpha=read_real(run_config, "dirichlet-alpha", minimum=0.0, strict=True),
             shards_per_device=read_int(run_config, "shards-per-device", minimum=1),
             imbalance_ratio=read_real(run_config, "imbalance-ratio", minimum=1.0, strict=False),
+            mnist1d_samples=read_mnist1d_samples(run_config),
         )
 
 
@@ -329,6 +351,27 @@ def read_seed(run_config: Mapping[str, Any]) -> int:
     if seed > MAX_SEED:
         raise ValueError(f"run-config key 'seed' must be an int in [0, {MAX_SEED}]; got {seed}")
     return seed
+
+
+def read_mnist1d_samples(run_config: Mapping[str, Any]) -> int:
+    """``mnist1d-samples``: an int >= :data:`MIN_MNIST1D_SAMPLES` and a multiple of 10.
+
+    The generator makes N // 10 samples of each digit, so a multiple of 10 is the number of
+    samples it returns (anything else would silently lose the remainder).
+    """
+    key = "mnist1d-samples"
+    allowed = (
+        f"an integer >= {MIN_MNIST1D_SAMPLES} and a multiple of {MNIST1D_CLASSES} "
+        f"(N / {MNIST1D_CLASSES} samples of each digit)"
+    )
+    value = require_key(run_config, key)
+    try:
+        samples = _read_int(run_config, key, MIN_MNIST1D_SAMPLES, _run_config_key)
+    except ValueError:
+        raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}") from None
+    if samples % MNIST1D_CLASSES:
+        raise ValueError(f"run-config key '{key}' must be {allowed}; got {value!r}")
+    return samples
 
 
 def read_int(run_config: Mapping[str, Any], key: str, *, minimum: int | None) -> int:

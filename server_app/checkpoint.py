@@ -28,17 +28,29 @@ from server_app.run_status import COMPLETED, first_line, read_status, settings_d
 CHECKPOINT_FILE = "checkpoint.pt"
 
 
+#: Built-in data sets whose arrays do not depend on the data folder (bundled, or generated with
+#: the folder only as a cache).
+DATA_DIR_UNREAD: tuple[str, ...] = ("digits", "mnist1d")
+#: Built-in data sets that do not read ``mnist1d-samples``.
+MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
+
+
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """Recorded settings that do not change what a run computes, as dotted keys.
 
-    Where it writes and resumes from, how often it saves, how much it prints, and the data
-    folder of the bundled digits (never read, so it depends only on where a command started).
+    Where it writes and resumes from, how often it saves, how much it prints, the data folder
+    of the bundled digits and the generated mnist1d (never read, or only a cache, so it depends
+    only on where a command started), and ``mnist1d-samples`` for the built-in data sets other
+    than mnist1d (runs recorded before the key existed hold no value for it).
     ``settings`` is a resolved run config (:meth:`server_app.config.RunConfig.to_dict`).
     """
     keys: tuple[str, ...] = ("result_dir", "resume_from", "checkpoint_every", "verbose")
     task = settings.get("task")
-    if isinstance(task, Mapping) and task.get("dataset") == "digits":
+    dataset = task.get("dataset") if isinstance(task, Mapping) else None
+    if dataset in DATA_DIR_UNREAD:
         keys += ("task.data_dir",)
+    if dataset in MNIST1D_SAMPLES_UNREAD:
+        keys += ("task.mnist1d_samples",)
     return keys
 
 

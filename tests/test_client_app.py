@@ -26,6 +26,7 @@ RUN_CONFIG: dict[str, Any] = {
     "dirichlet-alpha": 0.5,
     "shards-per-device": 2,
     "imbalance-ratio": 1.0,
+    "mnist1d-samples": 20000,
     "batch-size": 32,
     "local-steps": 1,
     "learning-rate": 0.1,

@@ -20,6 +20,7 @@ BASE: dict[str, Any] = {
     "dirichlet-alpha": 0.3,
     "shards-per-device": 2,
     "imbalance-ratio": 1.0,
+    "mnist1d-samples": 20000,
     "batch-size": 32,
     "local-steps": 1,
     "learning-rate": 0.1,

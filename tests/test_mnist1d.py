@@ -1,0 +1,387 @@
+"""MNIST-1D: the generated data set (``dataset = "mnist1d"``), its cache, and the ``cnn1d``.
+
+The oracles are the ``mnist1d`` package itself (its ``make_dataset`` called directly), counts
+worked out by hand in the comments, and per-sample gradients from one backward per sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from client_app import per_sample_norms as psn
+from client_app.sigma import gradient_spread, gradient_spread_vmap
+from experiments.inprocess import main as inprocess_main
+from experiments.launcher import format_run_config
+from fedcgd_task import datasets
+from fedcgd_task.datasets import (
+    generate_mnist1d,
+    global_random_state_kept,
+    load_data,
+    load_mnist1d,
+    mnist1d_arguments,
+    mnist1d_cache_path,
+)
+from fedcgd_task.models import build_model, count_parameters
+from fedcgd_task.settings import DEFAULT_MNIST1D_SAMPLES, TaskSettings, default_run_config
+from server_app.checkpoint import unread_settings
+
+#: A small sample count: 20 of each digit, int(200 * 0.8) = 160 training and 40 test samples.
+SMALL_N = 200
+
+
+def numpy_state_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two ``np.random.get_state()`` tuples are the same state."""
+    return all(
+        np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def settings_for(data_dir: Path, samples: int) -> TaskSettings:
+    config = {
+        **default_run_config(),
+        "dataset": "mnist1d",
+        "data-dir": str(data_dir),
+        "mnist1d-samples": samples,
+    }
+    return TaskSettings.from_run_config(config)
+
+
+def package_dataset(samples: int) -> dict[str, Any]:
+    """The oracle: the package's own make_dataset with its default arguments but num_samples."""
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    args = get_dataset_args()
+    args.num_samples = samples
+    with global_random_state_kept():
+        return make_dataset(args)
+
+
+# --- the generator ---------------------------------------------------------------------------
+
+
+def test_arrays_are_the_packages_make_dataset_with_its_defaults_and_split(tmp_path):
+    x_train, y_train, x_test, y_test = load_mnist1d(tmp_path, SMALL_N)
+    expected = package_dataset(SMALL_N)
+    assert x_train.shape == (160, 1, 40) and x_test.shape == (40, 1, 40)
+    assert x_train.dtype == x_test.dtype == np.float32
+    assert y_train.dtype == y_test.dtype == np.int64
+    np.testing.assert_array_equal(x_train[:, 0, :], expected["x"].astype(np.float32))
+    np.testing.assert_array_equal(x_test[:, 0, :], expected["x_test"].astype(np.float32))
+    np.testing.assert_array_equal(y_train, expected["y"])
+    np.testing.assert_array_equal(y_test, expected["y_test"])
+    # 200 // 10 = 20 samples of each digit over both sets.
+    counts = np.bincount(y_train, minlength=10) + np.bincount(y_test, minlength=10)
+    assert counts.tolist() == [20] * 10
+
+
+def test_the_arguments_are_the_package_defaults_but_the_sample_count():
+    from mnist1d.data import get_dataset_args
+
+    defaults = get_dataset_args(as_dict=True)
+    arguments = mnist1d_arguments(1230)
+    assert arguments["num_samples"] == 1230 and defaults["num_samples"] == 5000
+    assert arguments["seed"] == 42 and arguments["train_split"] == 0.8
+    assert set(arguments) == set(defaults) - {"url"}
+    assert all(arguments[k] == defaults[k] for k in arguments if k != "num_samples")
+
+
+def test_the_generator_is_deterministic():
+    arguments = mnist1d_arguments(SMALL_N)
+    first, second = generate_mnist1d(arguments), generate_mnist1d(dict(arguments))
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+    other = generate_mnist1d({**arguments, "seed": 43})
+    assert not np.array_equal(first[0], other[0])
+
+
+def test_loading_leaves_the_global_random_states_alone(tmp_path):
+    np.random.seed(1234)  # noqa: NPY002 (the global state under test)
+    random.seed(99)
+    numpy_before, python_before = np.random.get_state(), random.getstate()  # noqa: NPY002
+    load_mnist1d(tmp_path, SMALL_N)  # generated (the package seeds both with 42)
+    assert numpy_state_equal(np.random.get_state(), numpy_before)  # noqa: NPY002
+    assert random.getstate() == python_before
+    load_mnist1d(tmp_path, SMALL_N)  # read from the cache
+    assert numpy_state_equal(np.random.get_state(), numpy_before)  # noqa: NPY002
+    assert random.getstate() == python_before
+    # The next global draws are those of seed 1234 and 99, as if nothing had run.
+    np.random.seed(1234)  # noqa: NPY002
+    random.seed(99)
+    expected = (np.random.rand(3), random.random())  # noqa: NPY002
+    np.random.set_state(numpy_before)  # noqa: NPY002
+    random.setstate(python_before)
+    got = (np.random.rand(3), random.random())  # noqa: NPY002
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1]
+
+
+def test_the_global_states_are_restored_after_an_exception():
+    numpy_before, python_before = np.random.get_state(), random.getstate()  # noqa: NPY002
+    with pytest.raises(RuntimeError, match="inside"), global_random_state_kept():
+        np.random.seed(7)  # noqa: NPY002
+        random.seed(7)
+        raise RuntimeError("inside")
+    assert numpy_state_equal(np.random.get_state(), numpy_before)  # noqa: NPY002
+    assert random.getstate() == python_before
+
+
+# --- the cache -------------------------------------------------------------------------------
+
+
+def test_same_arguments_read_the_cached_file(tmp_path, monkeypatch):
+    first = load_mnist1d(tmp_path, SMALL_N)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    path = mnist1d_cache_path(tmp_path, mnist1d_arguments(SMALL_N))
+    assert files == [path.name]  # no temporary file left behind
+    assert (
+        path.name.startswith(f"mnist1d-{SMALL_N}-") and len(path.stem) == len("mnist1d-200-") + 16
+    )
+    stamp = path.stat().st_mtime_ns
+
+    def no_generation(arguments):
+        raise AssertionError("generated again although the cache holds these arguments")
+
+    monkeypatch.setattr(datasets, "generate_mnist1d", no_generation)
+    second = load_mnist1d(tmp_path, SMALL_N)
+    assert path.stat().st_mtime_ns == stamp
+    for a, b in zip(first, second, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+
+def test_other_arguments_never_read_another_file(tmp_path, monkeypatch):
+    small = load_mnist1d(tmp_path, SMALL_N)
+    larger = load_mnist1d(tmp_path, 300)
+    assert len(larger[1]) == 240 and len(small[1]) == 160  # int(300 * 0.8), int(200 * 0.8)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert len(names) == 2 and any(n.startswith("mnist1d-300-") for n in names)
+    # Every argument of make_dataset and the package version are in the key.
+    arguments = mnist1d_arguments(SMALL_N)
+    base = mnist1d_cache_path(tmp_path, arguments)
+    for key, value in [("seed", 43), ("train_split", 0.7), ("padding", [36, 61])]:
+        assert mnist1d_cache_path(tmp_path, {**arguments, key: value}) != base
+    real_version = importlib.metadata.version
+
+    def other_version(name: str) -> str:
+        return "9.9.9" if name == "mnist1d" else real_version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", other_version)
+    assert mnist1d_cache_path(tmp_path, arguments) != base
+
+
+def test_a_foreign_or_broken_file_at_the_cache_path_is_replaced(tmp_path):
+    path = mnist1d_cache_path(tmp_path, mnist1d_arguments(SMALL_N))
+    zeros = np.zeros((1, 1, 40), np.float32), np.zeros(1, np.int64)
+    np.savez(path, key=np.array("another key"), x_train=zeros[0], y_train=zeros[1])
+    fresh = generate_mnist1d(mnist1d_arguments(SMALL_N))
+    loaded = load_mnist1d(tmp_path, SMALL_N)
+    np.testing.assert_array_equal(loaded[0], fresh[0])
+    path.write_bytes(b"not a zip file")
+    np.testing.assert_array_equal(load_mnist1d(tmp_path, SMALL_N)[2], fresh[2])
+    with np.load(path) as data:  # rewritten with this key
+        np.testing.assert_array_equal(data["x_test"], fresh[2])
+
+
+def test_an_unwritable_data_folder_costs_only_the_cache(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.warns(RuntimeWarning, match="could not cache"):
+        arrays = load_mnist1d(blocker / "data", SMALL_N)
+    assert len(arrays[0]) == 160
+
+
+# --- the data set through the contract and the settings ----------------------------------
+
+
+def test_the_sample_count_reaches_the_generator_through_the_settings(tmp_path):
+    train, test = load_data("mnist1d", str(tmp_path), settings_for(tmp_path, SMALL_N))
+    assert (len(train), len(test)) == (160, 40)
+    assert train.input_shape == (1, 40) and train.num_classes == test.num_classes == 10
+    x, y = train.tensors()
+    assert x.dtype == torch.float32 and y.dtype == torch.int64
+    assert set(np.unique(np.concatenate([train.labels, test.labels]))) == set(range(10))
+    # The package standardises the whole set (training and test) to mean 0, std 1.
+    values = np.concatenate([np.asarray(train.inputs), np.asarray(test.inputs)]).astype(np.float64)
+    assert abs(values.mean()) < 1e-5 and abs(values.std() - 1.0) < 1e-5
+    train300, _ = load_data("mnist1d", str(tmp_path), settings_for(tmp_path, 300))
+    assert len(train300) == 240
+
+
+def test_settings_default_validation_and_auto_model(tmp_path):
+    defaults = default_run_config()
+    assert defaults["mnist1d-samples"] == DEFAULT_MNIST1D_SAMPLES == 20000
+    settings = settings_for(tmp_path, 20000)
+    assert settings.mnist1d_samples == 20000 and settings.model == "cnn1d"
+    for bad in (90, 0, -10, 105, 2.5, "200", True):
+        config = {**defaults, "mnist1d-samples": bad}
+        with pytest.raises(ValueError) as info:
+            TaskSettings.from_run_config(config)
+        text = str(info.value)
+        assert text.startswith("run-config key 'mnist1d-samples' must be an integer >= 100 and ")
+        assert "a multiple of 10" in text and repr(bad) in text and "\n" not in text
+    assert (
+        TaskSettings.from_run_config({**defaults, "mnist1d-samples": 100.0}).mnist1d_samples == 100
+    )
+
+
+def test_the_data_folder_and_sample_count_are_unread_where_they_change_nothing():
+    def task(dataset: str) -> dict[str, Any]:
+        return {"task": {"dataset": dataset}}
+
+    assert "task.data_dir" in unread_settings(task("mnist1d"))  # only a cache
+    assert "task.mnist1d_samples" not in unread_settings(task("mnist1d"))
+    for dataset in ("digits", "cifar10", "cifar100"):
+        assert "task.mnist1d_samples" in unread_settings(task(dataset))
+    assert "task.data_dir" not in unread_settings(task("cifar10"))
+    assert "task.mnist1d_samples" not in unread_settings(task("/abs/mine.py:load"))
+
+
+# --- the models ------------------------------------------------------------------------------
+
+
+def test_cnn1d_parameter_count_by_hand():
+    # A length L becomes (L + 2 - k) // 2 + 1: 40 -> 19 (k 5) -> 10 (k 3) -> 5 (k 3).
+    # conv 1->25, k 5: 1*5*25 + 25 = 150; conv 25->25, k 3: 25*3*25 + 25 = 1,900 (twice);
+    # linear 25*5 = 125 -> 10: 125*10 + 10 = 1,260. Sum 150 + 1,900 + 1,900 + 1,260 = 5,210.
+    model = build_model("cnn1d", 10, (1, 40))
+    assert count_parameters(model) == 5_210
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv1d)]
+    assert [c.kernel_size for c in convs] == [(5,), (3,), (3,)]
+    assert all(c.stride == (2,) and c.padding == (1,) and c.out_channels == 25 for c in convs)
+    assert model(torch.zeros(3, 1, 40)).shape == (3, 10)
+    # 2 x 20 inputs, 4 classes: 20 -> 9 -> 5 -> 3, flatten 75;
+    # (2*5*25 + 25) + 1,900 + 1,900 + (75*4 + 4) = 275 + 3,800 + 304 = 4,379.
+    assert count_parameters(build_model("cnn1d", 4, (2, 20))) == 4_379
+    with pytest.raises(ValueError, match=r"\(1, 8, 8\) is not \(channels, length\)"):
+        build_model("cnn1d", 10, (1, 8, 8))
+    with pytest.raises(ValueError, match="at least 3"):
+        build_model("cnn1d", 10, (1, 2))
+
+
+def test_the_mlp_takes_mnist1d_inputs():
+    # (1*40 + 1) * 64 + (64 + 1) * 10 = 2,624 + 650 = 3,274.
+    model = build_model("mlp", 10, (1, 40))
+    assert count_parameters(model) == 3_274
+    assert model(torch.zeros(2, 1, 40)).shape == (2, 10)
+
+
+def loop_sigma(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Oracle: one backward per sample, sigma^2 = (1/b) sum_i ||g_i - mean g||^2 in float64."""
+    model.eval()
+    grads = []
+    for i in range(x.shape[0]):
+        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
+        parts = torch.autograd.grad(loss, list(model.parameters()))
+        grads.append(torch.cat([g.reshape(-1) for g in parts]).double())
+    stacked = torch.stack(grads)
+    return math.sqrt(float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean()))
+
+
+def test_sigma_of_the_cnn1d_equals_a_per_sample_loop(tmp_path):
+    model = build_model("cnn1d", 10, (1, 40), seed=3)
+    assert psn.unsupported_reasons(model) == []  # the one-pass method, not vmap
+    train, _ = load_data("mnist1d", str(tmp_path), settings_for(tmp_path, SMALL_N))
+    x, y = train.tensors(np.arange(32))
+    expected = loop_sigma(model, x, y)
+    assert gradient_spread(model, x, y).sigma == pytest.approx(expected, rel=1e-5)
+    assert gradient_spread(model, x, y, chunk_size=5).sigma == pytest.approx(expected, rel=1e-5)
+    assert gradient_spread_vmap(model, x, y).sigma == pytest.approx(expected, rel=1e-5)
+
+
+def conv1d_reference(conv: nn.Conv1d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Per-sample ||dl/dW||^2 + ||dl/dc||^2 by autograd, with dl/dy = g[i] for sample i."""
+    out = []
+    for i in range(a.shape[0]):
+        grads = torch.autograd.grad(conv(a[i : i + 1]), list(conv.parameters()), g[i : i + 1])
+        out.append(sum(float(gr.double().square().sum()) for gr in grads))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("c_in", "c_out", "length", "kwargs"),
+    [
+        (1, 25, 40, {"kernel_size": 5, "stride": 2, "padding": 1}),  # the cnn1d's first layer
+        (25, 25, 19, {"kernel_size": 3, "stride": 2, "padding": 1}),
+        (4, 6, 17, {"kernel_size": 3, "padding": 2, "dilation": 3, "bias": False}),
+        (6, 8, 12, {"kernel_size": 2, "groups": 2}),
+        (64, 64, 4, {"kernel_size": 3, "padding": 1}),  # T = 4: the Gram route
+        (16, 40, 3, {"kernel_size": 3}),  # T = 1
+    ],
+)
+def test_conv1d_norms_match_autograd(
+    c_in: int, c_out: int, length: int, kwargs: dict[str, Any]
+) -> None:
+    torch.manual_seed(0)
+    conv = nn.Conv1d(c_in, c_out, **kwargs)
+    a = torch.randn(5, c_in, length)
+    g = torch.randn_like(conv(a))
+    expected = conv1d_reference(conv, a, g)
+    for chunk_size in (None, 2):
+        got = psn.conv1d_sq_norms(conv, a, g, chunk_size=chunk_size)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=0.0)
+
+
+def test_conv1d_out_of_scope_falls_back_to_vmap():
+    # 'same' padding is a string (outside the one-pass method); an unbatched Conv1d input is
+    # detected during the pass. Both still give the loop's σ̂.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        same = nn.Sequential(nn.Conv1d(1, 3, 3, padding="same"), nn.Flatten(), nn.Linear(24, 3))
+        x, y = torch.randn(6, 1, 8), torch.tensor([0, 1, 2, 0, 1, 2])
+    assert "padding" in psn.unsupported_reasons(same)[0]
+    assert gradient_spread(same, x, y).sigma == pytest.approx(loop_sigma(same, x, y), rel=1e-5)
+
+    # A batch of 6 samples [6, 8] read by Conv1d(6, 6, 3) as ONE unbatched input of 6 channels:
+    # batch sizes match (6 in, 6 out) but the samples are mixed; the one-pass method refuses.
+    mixing = nn.Sequential(nn.Conv1d(6, 6, 3), nn.Linear(6, 3))
+    with pytest.raises(psn.UnsupportedModelError, match="unbatched input"):
+        psn.per_sample_grad_norms(mixing, torch.randn(6, 8), y)
+
+
+# --- a run -----------------------------------------------------------------------------------
+
+
+def test_an_in_process_run_on_mnist1d_completes(tmp_path):
+    data, out = tmp_path / "data", tmp_path / "run"
+    # 400 samples: 320 training (80 per device), 80 test.
+    overrides = {
+        "dataset": "mnist1d",
+        "mnist1d-samples": 400,
+        "num-devices": 4,
+        "num-server-rounds": 2,
+        "local-steps": 2,
+        "batch-size": 8,
+        "channel.availability-prob": 1.0,
+        "data-dir": str(data),
+        "result-dir": str(out),
+    }
+    assert inprocess_main(["--run-config", format_run_config(overrides)]) == 0
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [1, 2]
+    assert all(line["sigma"] is not None and math.isfinite(line["sigma"]) for line in lines)
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_classes"] == 10 and config["num_parameters"] == 5_210
+    assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 400
+    correct = json.loads((out / "summary.json").read_text())["final_accuracy"] * 80
+    assert abs(correct - round(correct)) < 1e-9  # an accuracy over the 80 test samples
+    assert [p.name for p in data.iterdir()] == [
+        mnist1d_cache_path(data, mnist1d_arguments(400)).name
+    ]
+
+
+def test_task_settings_stay_hashable_with_the_sample_count(tmp_path):
+    settings = settings_for(tmp_path, SMALL_N)
+    assert hash(settings) == hash(dataclasses.replace(settings))
+    assert settings != dataclasses.replace(settings, mnist1d_samples=300)
