@@ -31,12 +31,15 @@ from __future__ import annotations
 import functools
 import math
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from flwr.app import (
+    Array,
     ArrayRecord,
     Context,
     Message,
@@ -161,11 +164,55 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
             f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "
             "(the global model's state_dict)"
         )
-    state = msg.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    state = decoded_state(msg.content.array_records[keys.ARRAYS])
     model = process_model(settings.model, split.num_classes, split.source.input_shape)
     model.load_state_dict(state, strict=True)  # copies into the existing tensors, in place
     model.zero_grad(set_to_none=True)
     return model
+
+
+@dataclass
+class _DecodedRecord:
+    """An ArrayRecord decoded by :func:`decoded_state`: its arrays (weakly) and the result."""
+
+    arrays: list[tuple[str, weakref.ref[Array]]]
+    state: OrderedDict[str, torch.Tensor]
+
+
+#: The last record :func:`decoded_state` decoded (at most one entry).
+_LAST_DECODED: list[_DecodedRecord] = []
+
+
+def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
+    """``record.to_torch_state_dict()``, decoded once for the messages that share the record.
+
+    Flower's arrays are serialised bytes; decoding one parses its header and copies it. The
+    server sends a round's global model in one record to every device it addresses, so where
+    the messages reach the ClientApp as objects (the in-process engine) every query and
+    training message of a round carries the same :class:`~flwr.app.Array` objects. The last
+    decoded record is kept with weak references to its arrays: a record whose arrays are the
+    very same objects, under the same names and in the same order, gets the kept result (an
+    Array's bytes are set once, when it is built); anything else is decoded. The kept result
+    is dropped as soon as one of its arrays is freed, so a process whose messages are
+    deserialised one by one (``flwr run``, deployments) holds no extra copy between messages.
+    The returned tensors are only read (:func:`received_model` copies them into the model).
+    """
+    items = list(record.items())
+    for kept in _LAST_DECODED:
+        if len(kept.arrays) == len(items) and all(
+            name == kept_name and ref() is array
+            for (name, array), (kept_name, ref) in zip(items, kept.arrays, strict=True)
+        ):
+            return kept.state
+    state = record.to_torch_state_dict()
+
+    def forget(_: weakref.ref[Array]) -> None:
+        _LAST_DECODED.clear()
+
+    _LAST_DECODED[:] = [
+        _DecodedRecord([(name, weakref.ref(array, forget)) for name, array in items], state)
+    ]
+    return state
 
 
 @functools.lru_cache(maxsize=2)
@@ -340,6 +387,7 @@ def train(msg: Message, context: Context) -> Message:
 __all__ = [
     "PreTrainingStats",
     "app",
+    "decoded_state",
     "node_context",
     "node_partition",
     "pre_training_stats",

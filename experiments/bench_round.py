@@ -108,14 +108,17 @@ def load_average() -> float | None:
         return None
 
 
-def progress(text: str, log: list[dict[str, Any]] | None = None) -> None:
+def progress(
+    text: str, log: list[dict[str, Any]] | None = None, *, tag: str = "bench_round"
+) -> None:
     """Print one progress line with the machine's 1-minute load average; append it to ``log``.
 
     The machine may be shared: the load average tells how much other work ran beside a phase.
+    The line starts with ``[tag]``.
     """
     load = load_average()
     suffix = "" if load is None else f" [load {load:.1f}]"
-    print(f"[bench_round] {text}{suffix}", flush=True)
+    print(f"[{tag}] {text}{suffix}", flush=True)
     if log is not None:
         log.append({"time": time.time(), "text": text, "load_1min": load})
 

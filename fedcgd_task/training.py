@@ -121,6 +121,10 @@ def train_local(
     ``torch_seed`` inside :func:`torch.random.fork_rng`, so the global RNG is untouched and
     equal inputs give bit-identical weights.
 
+    The step is :func:`sgd_step`, the update of ``torch.optim.SGD`` without momentum or weight
+    decay done directly, bit for bit the same; the tau batches are gathered from ``x`` / ``y``
+    in one indexing operation and then sliced.
+
     Parameters
     ----------
     model : torch.nn.Module
@@ -146,22 +150,69 @@ def train_local(
         raise ValueError(f"lr (learning rate) must be > 0; got {lr!r}")
     if len(batches) == 0:
         raise ValueError("batches must hold at least one mini-batch (local_steps >= 1)")
-    device = next(model.parameters()).device
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0, weight_decay=0.0)
+    params = list(model.parameters())
+    device = params[0].device
+    rows = [np.asarray(b, dtype=np.int64) for b in batches]
+    index = torch.from_numpy(np.concatenate(rows))
+    x_all, y_all = x[index].to(device), y[index].to(device)
+    ends = np.cumsum([len(r) for r in rows]).tolist()
     losses: list[float] = []
     model.train()
     fork_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices):
-        torch.manual_seed(torch_seed)
-        for rows in batches:
-            index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-            xb, yb = x[index].to(device), y[index].to(device)
-            optimizer.zero_grad(set_to_none=True)
+        seed_dropout(torch_seed, device)
+        start = 0
+        for end in ends:
+            xb, yb = x_all[start:end], y_all[start:end]
+            start = end
+            for p in params:  # optimizer.zero_grad(set_to_none=True)
+                p.grad = None
             loss = F.cross_entropy(model(xb), yb)
             loss.backward()
-            optimizer.step()
+            sgd_step(params, lr)
             losses.append(float(loss.detach()))
     return LocalTrainResult(mean_loss=float(np.mean(losses)), step_losses=tuple(losses))
+
+
+def seed_dropout(torch_seed: int, device: torch.device) -> None:
+    """Seed the generator that draws the dropout masks on ``device`` with ``torch_seed``.
+
+    On the CPU only the CPU generator draws the masks, and it is seeded directly:
+    :func:`torch.manual_seed` would also queue a seed for every accelerator not yet
+    initialised, recording a stack trace for each (about 0.1 ms a call); both leave the CPU
+    generator in the same state. On any other device this is :func:`torch.manual_seed`.
+    """
+    if device.type == "cpu":
+        torch.default_generator.manual_seed(torch_seed)
+    else:
+        torch.manual_seed(torch_seed)
+
+
+@torch.no_grad()
+def sgd_step(params: Sequence[torch.Tensor], lr: float) -> None:
+    """One plain SGD step in place: p <- p - lr p.grad for every parameter with a gradient.
+
+    Bit for bit what ``torch.optim.SGD(params, lr=lr).step()`` does without momentum, weight
+    decay or ``maximize`` (tested): on the CPU torch's own step is the same ``add_`` per
+    parameter (its default, single-tensor path), and building an optimizer per call, its
+    step's bookkeeping and its first construction in a process (which imports torch's compiler,
+    about a second) are avoided. Parameters elsewhere (CUDA and other devices, where torch
+    defaults to its multi-tensor kernels) are stepped by ``torch.optim.SGD`` itself.
+
+    Parameters
+    ----------
+    params : sequence of torch.Tensor
+        The model's parameters (``.grad`` None: left unchanged, as torch's optimizer does).
+    lr : float
+        Learning rate eta > 0.
+
+    """
+    if all(p.device.type == "cpu" for p in params):
+        for p in params:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-lr)
+        return
+    torch.optim.SGD(params, lr=lr, momentum=0.0, weight_decay=0.0).step()
 
 
 @torch.no_grad()

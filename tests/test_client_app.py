@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 from pathlib import Path
@@ -133,6 +134,43 @@ def test_train_is_deterministic_and_round_dependent() -> None:
     c = third.content.array_records[keys.ARRAYS].to_torch_state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+def test_messages_sharing_a_record_decode_it_once() -> None:
+    # The in-process engine hands every device the same record: it is decoded once, and the
+    # devices' replies equal those from records decoded one by one.
+    shared = message("train")
+    record = shared.content.array_records[keys.ARRAYS]
+    decoded = client.decoded_state(record)
+    assert client.decoded_state(record) is decoded
+    expected = record.to_torch_state_dict()
+    assert list(decoded) == list(expected)
+    assert all(torch.equal(decoded[k], expected[k]) for k in expected)
+    replies = [client.app(shared, context(v)) for v in (1, 2)]
+    assert client.decoded_state(record) is decoded
+    for v, reply in zip((1, 2), replies, strict=True):
+        alone = client.app(message("train"), context(v))  # its own record, decoded anew
+        a = reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
+        b = alone.content.array_records[keys.ARRAYS].to_torch_state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert metrics_of(reply)[keys.UPDATE_NORM] == metrics_of(alone)[keys.UPDATE_NORM]
+
+
+def test_decoded_record_is_not_reused_for_other_arrays() -> None:
+    record = ArrayRecord(global_state())
+    first = client.decoded_state(record)
+    # Equal values in new Array objects: decoded again.
+    again = ArrayRecord(global_state())
+    assert client.decoded_state(again) is not first
+    # One array of the record replaced: the new values are read.
+    name = next(iter(record))
+    record[name] = ArrayRecord({name: torch.zeros_like(first[name])})[name]
+    changed = client.decoded_state(record)
+    assert torch.count_nonzero(changed[name]) == 0
+    # Nothing is held once the record's arrays are gone.
+    del record, again, changed, first
+    gc.collect()
+    assert client._LAST_DECODED == []
 
 
 def test_histograms_differ_between_devices() -> None:

@@ -36,6 +36,10 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
         ["times.csv", "speedup.csv"],
     ),
     "experiments.bench_fscd_scale": (["--num-devices", "30", "--instances", "1"], []),
+    "experiments.bench_inprocess": (
+        ["--rounds", "2", "--repeats", "1"],
+        ["table.csv", "table.json"],
+    ),
     "experiments.certificates": (["--supernodes", "1"], []),
 }
 
