@@ -56,8 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench_round import load_average, progress, read_metrics
+from experiments.bench_round import load_average, progress, read_metrics, round_fields
 from experiments.launcher import default_run_config, format_run_config
+from experiments.tables import text_table
 
 #: The benchmark's run config (the data and result folders, rounds, τ, policy, deadline and
 #: seed are added per run): the paper's device setting on MNIST-1D with its 1-D CNN.
@@ -386,13 +387,14 @@ def format_table(rows: Sequence[Row]) -> str:
     """The printed table: median (min .. max) of every row."""
     width = max(len(r.quantity) for r in rows)
     header = f"{'checkout':<8} {'quantity':<{width}} {'median':>9} {'min':>9} {'max':>9}"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
+    return text_table(
+        header,
+        (
             f"{r.checkout:<8} {r.quantity:<{width}} {r.median:9.4f} {min(r.values):9.4f} "
             f"{max(r.values):9.4f}"
-        )
-    return "\n".join(lines)
+            for r in rows
+        ),
+    )
 
 
 def write_outputs(
@@ -428,20 +430,7 @@ def write_outputs(
             checkout: [
                 {
                     "process_s": r.process_s,
-                    "rounds": [
-                        {
-                            k: m.get(k)
-                            for k in (
-                                "round",
-                                "wall_time_s",
-                                "num_available",
-                                "num_scheduled",
-                                "accuracy",
-                                *PHASES,
-                            )
-                        }
-                        for m in r.metrics
-                    ],
+                    "rounds": round_fields(r.metrics, PHASES),
                 }
                 for r in its_runs
             ]

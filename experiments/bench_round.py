@@ -62,6 +62,7 @@ import numpy as np
 
 from experiments import paper_settings
 from experiments.launcher import default_run_config, run_flwr
+from experiments.tables import text_table
 
 #: The paper's CIFAR-10 setting (:data:`experiments.paper_settings.PAPER_CIFAR10`), every round
 #: evaluated so that the central evaluation is timed in each round.
@@ -572,13 +573,25 @@ def format_table(rows: Sequence[Row]) -> str:
     """The printed table: one block per policy."""
     width = max(len(r.quantity) for r in rows)
     header = f"{'policy':<12} {'quantity':<{width}} {'flwr s':>8} {'plain s':>8} {'flwr/plain':>10}"
-    out = [header, "-" * len(header)]
-    for row in rows:
-        out.append(
+    return text_table(
+        header,
+        (
             f"{row.policy:<12} {row.quantity:<{width}} {_fmt(row.flwr_s)} {_fmt(row.plain_s)} "
             f"{_fmt(row.ratio, '10.2f')}"
-        )
-    return "\n".join(out)
+            for row in rows
+        ),
+    )
+
+
+#: The fields of a run's metrics lines a benchmark keeps per round, besides its phase timings.
+ROUND_FIELDS = ("round", "wall_time_s", "num_available", "num_scheduled", "accuracy")
+
+
+def round_fields(
+    metrics: Sequence[Mapping[str, Any]], phases: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per round, the values of :data:`ROUND_FIELDS` and of ``phases`` (None where absent)."""
+    return [{k: m.get(k) for k in (*ROUND_FIELDS, *phases)} for m in metrics]
 
 
 def write_outputs(
@@ -603,20 +616,7 @@ def write_outputs(
             {
                 "policy": run.policy,
                 "total_s": run.total_s,
-                "rounds": [
-                    {
-                        k: m.get(k)
-                        for k in (
-                            "round",
-                            "wall_time_s",
-                            "num_available",
-                            "num_scheduled",
-                            "accuracy",
-                            *FLWR_PHASES,
-                        )
-                    }
-                    for m in run.metrics
-                ],
+                "rounds": round_fields(run.metrics, FLWR_PHASES),
             }
             for run in runs
         ],

@@ -1,9 +1,9 @@
-"""Writing the experiment tables: one CSV writer for every command that writes a table."""
+"""The experiment tables: one CSV writer and one printed-table layout for every command."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -37,3 +37,8 @@ def write_csv(
         writer = csv.DictWriter(handle, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def text_table(header: str, lines: Iterable[str]) -> str:
+    """A printed table: ``header``, a rule of dashes as wide as it, then ``lines``."""
+    return "\n".join([header, "-" * len(header), *lines])

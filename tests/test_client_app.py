@@ -16,21 +16,14 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from client_app import app as client
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
+from fedcgd_task.settings import default_run_config
 
-RUN_CONFIG: dict[str, Any] = {
+RUN_CONFIG: dict[str, Any] = {  # the app's defaults, with a small federation
+    **default_run_config(),
     "seed": 5,
     "num-devices": 4,
-    "dataset": "digits",
-    "data-dir": "",
-    "model": "auto",
-    "partition": "dirichlet",
     "dirichlet-alpha": 0.5,
-    "shards-per-device": 2,
-    "imbalance-ratio": 1.0,
-    "mnist1d-samples": 20000,
-    "batch-size": 32,
     "local-steps": 1,
-    "learning-rate": 0.1,
 }
 TAU, B, LR = 3, 8, 0.2
 
