@@ -33,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 
 from channel.arrays import BoolArray, FloatArray
-from channel.bandwidth import min_bandwidth_hz
 from channel.cell import Cell, CellConfig, RoundDraw, checked_model_bits
 
 #: Names of the arrays of a trace file, in the order they are written.
@@ -348,10 +347,7 @@ class TraceReplay:
                 "asked for (record at least num-server-rounds rounds)"
             )
         gain = self.trace.gain_lin[row]
-        config = self.config
-        bandwidth = min_bandwidth_hz(
-            bits, config.deadline_s, config.tx_power_w, gain, config.noise_psd_w_per_hz
-        )
+        bandwidth = self.config.min_bandwidth_hz(bits, gain)  # the cell's own B* rule
         self._next_row = row + 1
         return RoundDraw(
             available=self.trace.available[row].copy(),

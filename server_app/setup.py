@@ -20,6 +20,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
+from channel.report import BITS_PER_PARAM
 from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
 from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy
@@ -31,9 +32,6 @@ from fedcgd_task.training import compute_device, evaluate
 from server_app.checkpoint import Checkpoint
 from server_app.config import RunConfig
 from server_app.uplink import build_uplink
-
-#: Bits per model parameter when the run config leaves ``channel.model-bits`` at 0.
-BITS_PER_PARAMETER = 32
 
 
 @dataclass
@@ -184,7 +182,7 @@ def build_setup(
     num_classes = train_set.num_classes
     model = build_model(config.task.model, num_classes, train_set.input_shape, seed=config.seed)
     num_params = count_parameters(model)
-    model_bits = config.model_bits or num_params * BITS_PER_PARAMETER
+    model_bits = config.model_bits or num_params * BITS_PER_PARAM  # channel.model-bits = 0
     target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
     if on_settings is not None:
         on_settings(resolved_settings(config, num_params, model_bits, num_classes, target))
