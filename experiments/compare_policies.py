@@ -38,7 +38,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ from experiments.launcher import (
 from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.preflight import run_outcome
 from experiments.processes import exit_code_stopping_on_signals
-from experiments.progress import RunProgress
+from experiments.progress import RunProgress, format_duration
+from experiments.run_pool import RUN_LOG, Job, inprocess_command, resolve_jobs, run_jobs
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.tables import write_csv
 from server_app.checkpoint import run_finished, unread_settings
@@ -524,13 +525,12 @@ def launch(
     cpus_per_client: int,
     gpus_per_client: float,
 ) -> str | None:
-    """Run one planned run; None when it completed, else why not (one line).
+    """Run one planned run in the foreground; None when it completed, else why not (one line).
 
     The outcome is the ``status.json`` the run wrote (``flwr run`` exits 0 even when the
-    ServerApp raised): :func:`experiments.preflight.run_outcome`.
+    ServerApp raised): :func:`run_reason`.
     """
-    if plan.action == RERUN:
-        clear_run(plan.result_dir)
+    prepare(plan)
     launched_unix_s = time.time()
     output = ""
     if engine == "inprocess":
@@ -544,6 +544,21 @@ def launch(
             gpus_per_client=gpus_per_client,
         )
         code, output = proc.returncode, proc.stdout or ""
+    return run_reason(plan, code, launched_unix_s, output)
+
+
+def prepare(plan: PlannedRun) -> None:
+    """Clear the folder of a run to be run again from the start (:data:`RERUN`)."""
+    if plan.action == RERUN:
+        clear_run(plan.result_dir)
+
+
+def run_reason(plan: PlannedRun, code: int, launched_unix_s: float, output: str = "") -> str | None:
+    """None when the run launched at ``launched_unix_s`` completed, else why not (one line).
+
+    ``code`` is the exit code of what ran it; ``output`` what Flower printed (its first
+    ``ERROR`` line explains a simulation that crashed before the ServerApp could say why).
+    """
     outcome = run_outcome(plan.result_dir, launched_unix_s)
     if outcome.code == 0 and code == 0:
         return None
@@ -584,6 +599,7 @@ def run_policies(
     engine: str = "simulation",
     plans: Sequence[PlannedRun] | None = None,
     tracker: RunProgress | None = None,
+    jobs: int = 1,
 ) -> ComparisonRuns:
     """Run each policy for each seed into ``out/<policy>/seed-<s>`` and summarise them.
 
@@ -595,8 +611,8 @@ def run_policies(
     (SuperNode processes; also ``deployment=True``) or ``"inprocess"``
     (:mod:`experiments.inprocess`: the same ServerApp and ClientApp in this process, no Ray;
     same results, for quick sweeps). Each run's header line says how far the whole command is
-    (``tracker``, shared by the sweep points of :mod:`experiments.reproduce`; by default one for
-    these runs).
+    (``tracker``; by default one for these runs). ``jobs``: runs at once (0: one per usable
+    core; more than one needs the ``inprocess`` engine, see :func:`execute_plans`).
 
     Returns
     -------
@@ -615,6 +631,7 @@ def run_policies(
     if engine not in ENGINES:
         raise ValueError(f"engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
     engine = "deployment" if deployment else engine
+    jobs = resolve_jobs(jobs, engine)
     seeds = check_seeds(list(seeds))
     if "seed" in shared:
         raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
@@ -628,33 +645,126 @@ def run_policies(
         plans = plan_runs(policies, shared, out, seeds)
     refuse_stale_runs(plans)
     out.mkdir(parents=True, exist_ok=True)
-    num_nodes = num_supernodes or int(
-        shared.get("num-devices", default_run_config()["num-devices"])
-    )
-    result = ComparisonRuns(planned=len(plans))
     tracker = tracker or RunProgress(total=len(plans))
-    for plan in plans:
+
+    def header(plan: PlannedRun) -> str:
         i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
-        print(
-            f"=== {tracker.header()} {progress}[policy {i}/{len(policies)}, seed "
-            f"{j}/{len(seeds)}] {plan.policy} seed={plan.seed} -> {plan.result_dir}",
-            flush=True,
+        return (
+            f"{progress}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {plan.policy} "
+            f"seed={plan.seed} -> {plan.result_dir}"
         )
+
+    outcomes = execute_plans(
+        plans,
+        engine=engine,
+        jobs=jobs,
+        num_supernodes=num_supernodes,
+        cpus_per_client=cpus_per_client,
+        gpus_per_client=gpus_per_client,
+        tracker=tracker,
+        header=header,
+    )
+    return collect_runs(plans, outcomes, out, target_accuracy)
+
+
+def execute_plans(
+    plans: Sequence[PlannedRun],
+    *,
+    engine: str,
+    jobs: int = 1,
+    num_supernodes: int | None = None,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    tracker: RunProgress,
+    header: Callable[[PlannedRun], str],
+) -> dict[Path, str | None]:
+    """Run every plan that is not kept; result folder -> None (completed or kept) or why not.
+
+    With ``jobs`` = 1 each run goes in the foreground, its output on this terminal. With more
+    (``inprocess`` engine only, :func:`experiments.run_pool.resolve_jobs`) up to ``jobs`` runs
+    go at once, each in its own process with its output in ``<result folder>/run.log``; a
+    line says when each starts and how it ended. Each start line begins with ``tracker``'s
+    overall progress and then ``header(plan)``. ``num_supernodes`` (simulation and deployment):
+    default the run's ``num-devices``.
+    """
+    outcomes: dict[Path, str | None] = {}
+    to_run = []
+    for plan in plans:
         if plan.action == KEEP:
+            print(f"=== {tracker.header()} {header(plan)}", flush=True)
             print("completed earlier with the same settings; kept", flush=True)
             tracker.end_run(kept=True)
+            outcomes[plan.result_dir] = None
         else:
-            if plan.action == RESUME:
-                print("incomplete, same settings: resumed from its checkpoint", flush=True)
-            elif plan.action == RERUN:
-                print(f"{plan.note}: run again from the start", flush=True)
-            tracker.start_run()
-            reason = launch(plan, engine, num_nodes, cpus_per_client, gpus_per_client)
-            tracker.end_run(failed=reason is not None)
-            if reason is not None:
-                print(f"{plan.label} failed: {reason}", flush=True)
-                result.failed.append(FailedRun(plan.label, reason))
-                continue
+            to_run.append(plan)
+
+    def announce(plan: PlannedRun, where: str = "") -> None:
+        print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
+        if plan.action == RESUME:
+            print("incomplete, same settings: resumed from its checkpoint", flush=True)
+        elif plan.action == RERUN:
+            print(f"{plan.note}: run again from the start", flush=True)
+
+    def record(plan: PlannedRun, reason: str | None) -> None:
+        tracker.end_run(plan.result_dir, failed=reason is not None)
+        outcomes[plan.result_dir] = reason
+        if reason is not None:
+            print(f"{plan.label} failed: {reason}", flush=True)
+
+    if jobs == 1:
+        for plan in to_run:
+            announce(plan)
+            tracker.start_run(plan.result_dir)
+            nodes = num_supernodes or int(
+                plan.overrides.get("num-devices", default_run_config()["num-devices"])
+            )
+            record(plan, launch(plan, engine, nodes, cpus_per_client, gpus_per_client))
+        return outcomes
+    launched: dict[int, float] = {}
+
+    def on_start(i: int) -> None:
+        plan = to_run[i]
+        announce(plan, f" (started; output in {plan.result_dir / RUN_LOG})")
+        prepare(plan)
+        tracker.start_run(plan.result_dir)
+        launched[i] = time.time()
+
+    def on_end(i: int, code: int) -> None:
+        plan = to_run[i]
+        reason = run_reason(plan, code, launched[i])
+        spent = format_duration(time.time() - launched[i])
+        if reason is None:
+            print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
+        record(plan, reason)
+
+    run_jobs(
+        [Job(inprocess_command(p.overrides), p.result_dir / RUN_LOG) for p in to_run],
+        jobs,
+        on_start,
+        on_end,
+    )
+    return outcomes
+
+
+def collect_runs(
+    plans: Sequence[PlannedRun],
+    outcomes: Mapping[Path, str | None],
+    out: Path,
+    target_accuracy: float | None,
+) -> ComparisonRuns:
+    """Summarise the completed runs of ``plans`` and write ``out``'s tables and curves.
+
+    ``outcomes``: result folder -> None (completed or kept) or why it failed
+    (:func:`execute_plans`); a plan without an entry did not run.
+    """
+    result = ComparisonRuns(planned=len(plans))
+    for plan in plans:
+        if plan.result_dir not in outcomes:
+            continue
+        reason = outcomes[plan.result_dir]
+        if reason is not None:
+            result.failed.append(FailedRun(plan.label, reason))
+            continue
         result.runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
         print(json.dumps(result.runs[-1]), flush=True)
     if result.runs:
@@ -684,6 +794,13 @@ def main(argv: list[str] | None = None) -> int:
         help="simulation (flwr run, Ray), deployment (SuperNode processes) or inprocess "
         "(one process, no Ray: same results, fastest for small models)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="inprocess runs going at once, each in its own process with its output in "
+        "<run folder>/run.log (0: one per usable CPU core)",
+    )
     args = parser.parse_args(argv)
     return exit_code_stopping_on_signals(lambda: compare(args))
 
@@ -704,6 +821,7 @@ def compare(args: argparse.Namespace) -> int:
             raise ValueError("give either --seeds or run-config 'seed', not both")
         seeds = parse_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
         seeds = check_seeds(seeds)
+        jobs = resolve_jobs(args.jobs, args.engine)
         check_policy_params_used(policies, shared)
         for policy in policies:
             for seed in seeds:
@@ -724,6 +842,7 @@ def compare(args: argparse.Namespace) -> int:
         num_supernodes=args.num_supernodes,
         engine=args.engine,
         plans=plans,
+        jobs=jobs,
     )
     print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
     return result.code

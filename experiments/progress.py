@@ -4,13 +4,13 @@ Each run prints its own per-round lines, so a live progress bar would be torn ap
 :class:`RunProgress` instead gives every run a header line that says how far the whole command
 is: ``[run 4/75 | 3 done, 1 kept | 2 min 05 s elapsed | ~48 min left]``. Time left is the
 mean wall time of the runs that actually ran (kept runs cost nothing) times the runs still to
-run.
+run, divided by the runs going at once (``workers``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 
@@ -34,17 +34,20 @@ class RunProgress:
         Runs the command will go through (kept ones included).
     clock : callable
         Seconds, monotonic (a parameter so that tests can drive it).
+    workers : int
+        Runs going at once (side-by-side runs, :mod:`experiments.run_pool`).
 
     """
 
     total: int
     clock: Callable[[], float] = time.monotonic
+    workers: int = 1
     ran: int = 0
     kept: int = 0
     failed: int = 0
     started: float = field(default=0.0)
     _run_s: float = 0.0
-    _run_started: float | None = None
+    _run_started: dict[Hashable, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -59,11 +62,12 @@ class RunProgress:
         executed = self.ran + self.failed
         if executed == 0:
             return None
-        return self._run_s / executed * (self.total - self.done)
+        return self._run_s / executed * (self.total - self.done) / self.workers
 
     def header(self) -> str:
         """The overall progress text for the run about to start."""
-        parts = [f"run {min(self.done + 1, self.total)}/{self.total}"]
+        going = self.done + len(self._run_started)  # finished and still going
+        parts = [f"run {min(going + 1, self.total)}/{self.total}"]
         counts = [f"{self.ran} done"]
         if self.kept:
             counts.append(f"{self.kept} kept")
@@ -75,18 +79,18 @@ class RunProgress:
         parts.append("time left unknown" if left is None else f"~{format_duration(left)} left")
         return "[" + " | ".join(parts) + "]"
 
-    def start_run(self) -> None:
-        """A run starts executing (not for kept runs)."""
-        self._run_started = self.clock()
+    def start_run(self, key: Hashable = None) -> None:
+        """Run ``key`` starts executing (not for kept runs); one key per run going at once."""
+        self._run_started[key] = self.clock()
 
-    def end_run(self, *, kept: bool = False, failed: bool = False) -> None:
-        """A run ended: executed (``failed`` or not) or ``kept`` from an earlier invocation."""
+    def end_run(self, key: Hashable = None, *, kept: bool = False, failed: bool = False) -> None:
+        """Run ``key`` ended: executed (``failed`` or not) or ``kept`` from earlier."""
         if kept:
             self.kept += 1
             return
-        if self._run_started is not None:
-            self._run_s += self.clock() - self._run_started
-            self._run_started = None
+        started = self._run_started.pop(key, None)
+        if started is not None:
+            self._run_s += self.clock() - started
         if failed:
             self.failed += 1
         else:

@@ -41,6 +41,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.compare_policies import (
+    ENGINES,
     RUN_COLUMNS,
     ComparisonRuns,
     FailedRun,
@@ -49,10 +50,11 @@ from experiments.compare_policies import (
     check_policies,
     check_policy_params_used,
     check_seeds,
+    collect_runs,
+    execute_plans,
     format_row,
     plan_runs,
     refuse_stale_runs,
-    run_policies,
     table_rows,
     with_policy_params,
     write_table,
@@ -72,6 +74,7 @@ from experiments.launcher import default_run_config
 from experiments.plot_runs import finish_figure, load_run, round_values
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
+from experiments.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.settings import TaskSettings, flatten, resolve_data_dir
 from server_app.config import parse_run_config
@@ -288,6 +291,20 @@ def _number(value: Any) -> float:
         return float("nan")
 
 
+def launcher_engine(cfg: DictConfig) -> str:
+    """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true.
+
+    Raises
+    ------
+    ValueError
+        For an engine not in :data:`experiments.compare_policies.ENGINES`.
+    """
+    engine = str(cfg.launcher.get("engine", "simulation"))
+    if engine not in ENGINES:
+        raise ValueError(f"launcher.engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
+    return "deployment" if cfg.launcher.get("deployment") else engine
+
+
 def plan_sweep(
     cfg: DictConfig, plans: list[tuple[dict[str, Any], dict[str, Any]]], out: Path
 ) -> list[list[PlannedRun]]:
@@ -323,6 +340,8 @@ def reproduce(cfg: DictConfig) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code."""
     out = Path(str(cfg.out)).resolve()
     try:
+        engine = launcher_engine(cfg)
+        jobs = resolve_jobs(cfg.launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_data(plans)
         per_point = plan_sweep(cfg, plans, out)
@@ -334,31 +353,42 @@ def reproduce(cfg: DictConfig) -> int:
     print(f"{cfg.name}: {cfg.description}")
     print(
         f"{len(plans)} sweep point(s) × {len(cfg.policies)} policies × {len(seeds)} seed(s) "
-        f"-> {out}",
+        f"-> {out} ({engine} engine, {jobs} run(s) at once)",
         flush=True,
     )
     all_runs: list[dict[str, Any]] = []
     all_rows: list[dict[str, Any]] = []
     groups: dict[tuple[str, str], list[Path]] = {}
     total = ComparisonRuns()
-    tracker = RunProgress(total=sum(len(p) for p in per_point))
-    for k, ((point, overrides), point_plans) in enumerate(zip(plans, per_point, strict=True), 1):
-        label = point_label(point)
-        result = run_policies(
-            list(cfg.policies),
-            overrides,
-            out / label,
-            seeds=seeds,
-            target_accuracy=target,
-            num_supernodes=cfg.launcher.num_supernodes,
-            deployment=bool(cfg.launcher.deployment),
-            engine=str(cfg.launcher.get("engine", "simulation")),
-            cpus_per_client=int(cfg.launcher.cpus_per_client),
-            gpus_per_client=float(cfg.launcher.gpus_per_client),
-            progress=f"[{label} {k}/{len(plans)}] ",
-            plans=point_plans,
-            tracker=tracker,
+    tracker = RunProgress(total=sum(len(p) for p in per_point), workers=jobs)
+    points = {
+        plan.result_dir: (k, point_label(point))
+        for k, ((point, _), point_plans) in enumerate(zip(plans, per_point, strict=True), 1)
+        for plan in point_plans
+    }
+    policies, num_points = list(cfg.policies), len(plans)
+
+    def header(plan: PlannedRun) -> str:
+        k, label = points[plan.result_dir]
+        i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
+        return (
+            f"[{label} {k}/{num_points}] [policy {i}/{len(policies)}, seed {j}/{len(seeds)}] "
+            f"{plan.policy} seed={plan.seed} -> {plan.result_dir}"
         )
+
+    outcomes = execute_plans(
+        [plan for point_plans in per_point for plan in point_plans],
+        engine=engine,
+        jobs=jobs,
+        num_supernodes=cfg.launcher.num_supernodes,
+        cpus_per_client=int(cfg.launcher.cpus_per_client),
+        gpus_per_client=float(cfg.launcher.gpus_per_client),
+        tracker=tracker,
+        header=header,
+    )
+    for (point, _), point_plans in zip(plans, per_point, strict=True):
+        label = point_label(point)
+        result = collect_runs(point_plans, outcomes, out / label, target)
         total.planned += result.planned
         total.runs += result.runs
         total.failed += [FailedRun(f"{label}/{f.label}", f.reason) for f in result.failed]
