@@ -47,3 +47,18 @@ def test_round_eta_leaves_the_start_up_out() -> None:
     # A resumed run whose first printed round is 7.
     assert eta_s((7, 3.0), (9, 4.0), 10) == 0.5
     assert eta_s((1, 1.0), (10, 5.0), 10) == 0.0
+
+
+def test_runs_side_by_side_share_the_time_left_and_count_the_runs_going() -> None:
+    clock = Clock()
+    progress = RunProgress(total=6, clock=clock, workers=2)
+    progress.start_run("a")
+    assert progress.header().startswith("[run 2/6 | 0 done")  # "a" is going: the next is 2
+    progress.start_run("b")
+    clock.now += 40.0
+    progress.end_run("b")
+    clock.now += 20.0
+    progress.end_run("a")
+    # runs of 40 s and 60 s: mean 50 s; 4 left on 2 workers -> 100 s
+    assert progress.seconds_left() == 100.0
+    assert progress.header() == "[run 3/6 | 2 done | 1 min 00 s elapsed | ~1 min 40 s left]"

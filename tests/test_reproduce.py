@@ -74,6 +74,42 @@ def test_presets_carry_the_paper_settings():
     assert set(c100.policies) == {"fedcgd-fscd", "bc"}
 
 
+def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_rate():
+    """The three MNIST-1D presets: the paper's cell, devices and policies, 5 seeds, in-process.
+
+    The deadline makes a device need the paper's CIFAR-10 uplink rate: 2 s × (5,210 × 32 bit)
+    / (258,898 × 32 bit) = 0.040248 s, written 0.0402 s (by hand: 10,420 / 258,898 = 0.040248).
+    """
+    presets = {
+        "mnist1d_local_steps": ("local-steps", [1, 5], 7),
+        "mnist1d_imbalance": ("imbalance-ratio", [1.0, 3.0, 9.0], 7),
+        "mnist1d_dirichlet": ("dirichlet-alpha", [0.1, 1.0, 10.0], 6),
+    }
+    seven = ["fedcgd-fscd-gc", "fedcgd-fscd", "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"]
+    for name, (key, values, num_policies) in presets.items():
+        cfg = load(name)
+        assert dict(cfg.sweep) == {key: values}
+        assert list(cfg.policies) == seven[7 - num_policies :]
+        assert list(cfg.seeds) == [0, 1, 2, 3, 4]
+        assert cfg.launcher.engine == "inprocess" and cfg.launcher.jobs == 0
+        run = cfg.run
+        assert (run["dataset"], run["model"], run["num-devices"], run["batch-size"]) == (
+            "mnist1d",
+            "auto",
+            64,
+            32,
+        )
+        assert run["channel.availability-prob"] == 0.3 and run["poc-candidates"] == 17
+        assert "channel.total-bandwidth-hz" not in run  # the app's default, 20 MHz
+        assert default_run_config()["channel.total-bandwidth-hz"] == 20e6
+        assert abs(run["channel.deadline-s"] - 2.0 * 5_210 / 258_898) < 1e-4
+        assert run["partition"] == ("dirichlet" if key == "dirichlet-alpha" else "shards")
+        if run["partition"] == "shards":
+            assert run["shards-per-device"] == 1
+        if key != "local-steps":
+            assert run["local-steps"] == 1
+
+
 def test_table_ii_preset_point_is_the_python_paper_setting():
     """conf/setting/ and experiments.paper_settings state the same setting.
 

@@ -1,0 +1,177 @@
+"""Runs side by side: how many at once, what each is told, logs, and stopping by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from experiments.processes import is_alive
+from experiments.reproduce import CONF_DIR, reproduce
+from experiments.run_pool import RUN_LOG, Job, resolve_jobs, run_jobs, usable_cores
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True, None])
+def test_a_bad_job_count_is_refused_naming_the_setting(bad):
+    with pytest.raises(ValueError, match=r"jobs: got .*allowed: a whole number >= 1"):
+        resolve_jobs(bad, "inprocess")
+
+
+def test_zero_jobs_means_one_per_usable_core_and_only_inprocess_runs_side_by_side():
+    assert resolve_jobs(0, "inprocess") == len(os.sched_getaffinity(0)) == usable_cores()
+    assert resolve_jobs(3, "inprocess") == 3
+    assert resolve_jobs(1, "simulation") == 1
+    with pytest.raises(ValueError, match=r"jobs: got 2 with engine 'simulation'.*inprocess"):
+        resolve_jobs(2, "simulation")
+
+
+def test_never_more_than_workers_at_once_and_each_end_reports_its_exit_code(tmp_path):
+    # Each job marks itself running, counts the marks, and removes its own before it exits:
+    # a new job starts only after an old one has exited, so the count can never exceed 2.
+    code = (
+        "import os, sys, time, pathlib\n"
+        f"d = pathlib.Path({str(tmp_path)!r}); i = int(sys.argv[1])\n"
+        "(d / f'run-{i}').touch(); n = len(list(d.glob('run-*')))\n"
+        "(d / f'count-{i}').write_text(str(n)); print('job', i, 'saw', n)\n"
+        "time.sleep(0.2); (d / f'run-{i}').unlink(); sys.exit(i % 3)\n"
+    )
+    jobs = [Job([*python(code), str(i)], tmp_path / f"log-{i}") for i in range(6)]
+    events: list[tuple[str, int, int | None]] = []
+    run_jobs(
+        jobs,
+        2,
+        lambda i: events.append(("start", i, None)),
+        lambda i, rc: events.append(("end", i, rc)),
+    )
+    counts = [int((tmp_path / f"count-{i}").read_text()) for i in range(6)]
+    assert max(counts) <= 2
+    assert [i for kind, i, _ in events if kind == "start"] == list(range(6))  # list order
+    ends = {i: rc for kind, i, rc in events if kind == "end"}
+    assert ends == {i: i % 3 for i in range(6)}
+    assert (tmp_path / "log-4").read_text() == f"job 4 saw {counts[4]}\n"
+
+
+def test_two_workers_run_two_jobs_at_the_same_time(tmp_path):
+    # Job 0 waits for job 1's file: it can only finish when both run at once.
+    wait = (
+        "import pathlib, sys, time\n"
+        f"f = pathlib.Path({str(tmp_path / 'one')!r})\n"
+        "for _ in range(200):\n"
+        "    if f.exists(): sys.exit(0)\n"
+        "    time.sleep(0.05)\n"
+        "sys.exit(9)\n"
+    )
+    touch = f"import pathlib; pathlib.Path({str(tmp_path / 'one')!r}).touch()"
+    ends: dict[int, int] = {}
+    jobs = [Job(python(wait), tmp_path / "a.log"), Job(python(touch), tmp_path / "b.log")]
+    run_jobs(jobs, 2, lambda i: None, ends.__setitem__)
+    assert ends == {0: 0, 1: 0}
+
+
+def test_an_exception_in_the_caller_stops_every_running_job_by_pid(tmp_path):
+    pid_file = tmp_path / "pid"
+    sleeper = (
+        f"import os, pathlib, time; pathlib.Path({str(pid_file)!r})"
+        ".write_text(str(os.getpid())); time.sleep(60)"
+    )
+
+    def on_start(i: int) -> None:
+        if i == 1:
+            deadline = time.monotonic() + 20
+            while not pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise KeyboardInterrupt  # what Ctrl-C raises in the waiting command
+
+    jobs = [Job(python(sleeper), tmp_path / "a.log"), Job(python("pass"), tmp_path / "b.log")]
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(jobs, 2, on_start, lambda i, rc: None)
+    pid = int(pid_file.read_text())
+    assert not is_alive(pid)
+
+
+def load(preset: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return compose("config", overrides=[f"experiment={preset}", *overrides])
+
+
+def comparable(run_dir: Path) -> list[dict]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in x.items() if not k.endswith("_s")} for x in lines]
+
+
+def test_a_preset_run_side_by_side_equals_the_same_preset_one_at_a_time(tmp_path, capsys):
+    common = [
+        "'policies=[fedcgd-fscd,bc]'",
+        "seeds=[0,1]",
+        "++run.num-server-rounds=3",
+        "++run.num-devices=8",
+        "launcher.engine=inprocess",
+    ]
+    common = [c.strip("'") for c in common]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert reproduce(load("digits_local_steps", [*common, f"out={one}", "launcher.jobs=1"])) == 0
+    assert "1 run(s) at once" in capsys.readouterr().out
+    assert reproduce(load("digits_local_steps", [*common, f"out={two}", "launcher.jobs=2"])) == 0
+    printed = capsys.readouterr().out
+    assert "2 run(s) at once" in printed and "completed in" in printed
+    runs = sorted(p.relative_to(one) for p in one.glob("*/*/seed-*"))
+    assert len(runs) == 3 * 2 * 2  # tau in {1, 5, 10} x two policies x two seeds
+    for run in runs:
+        assert comparable(one / run) == comparable(two / run), run
+        first, second = torch.load(one / run / "model.pt"), torch.load(two / run / "model.pt")
+        assert all(torch.equal(first[k], second[k]) for k in first)
+        assert not (one / run / RUN_LOG).exists()
+        assert "completed: 3 rounds" in (two / run / RUN_LOG).read_text()
+    assert (one / "table.csv").read_text() == (two / "table.csv").read_text().replace(
+        str(two), str(one)
+    )
+
+
+def test_a_failed_run_side_by_side_is_named_and_the_exit_code_is_one(tmp_path, capsys):
+    # A policy file that raises in its third round: that run fails, the other completes.
+    policy = tmp_path / "breaks.py"
+    policy.write_text(
+        "from dataclasses import dataclass, field\n"
+        "import numpy as np\n"
+        "from fedcgd_strategy import Policy, decision_from_mask\n"
+        "@dataclass\n"
+        "class Breaks(Policy):\n"
+        "    rounds: int = field(default=0, init=False)\n"
+        "    needs_reports = False\n"
+        "    def schedule(self, inputs, rng):\n"
+        "        self.rounds += 1\n"
+        "        if self.rounds == 3:\n"
+        "            raise RuntimeError('broken on purpose')\n"
+        "        first = np.zeros(inputs.num_devices, dtype=bool)\n"
+        "        first[np.flatnonzero(inputs.candidate)[:1]] = True\n"
+        "        return decision_from_mask(inputs, first)\n"
+    )
+    overrides = [
+        f"policies=[bc,'{policy}:Breaks']",
+        "seeds=[0]",
+        "++run.num-server-rounds=4",
+        "++run.num-devices=8",
+        "launcher.engine=inprocess",
+        "launcher.jobs=2",
+        f"out={tmp_path / 'out'}",
+        "'sweep.local-steps=[1]'",
+    ]
+    overrides = [o.strip("'") for o in overrides]
+    assert reproduce(load("digits_local_steps", overrides)) == 1
+    captured = capsys.readouterr()
+    assert (
+        f"1 of 2 runs failed: local-steps=1/{policy}:Breaks/seed-0 (exit code 1: RuntimeError: "
+        "broken on purpose)" in captured.err
+    )
+    log = (tmp_path / "out" / "local-steps=1" / "Breaks" / "seed-0" / RUN_LOG).read_text()
+    assert "broken on purpose" in log
