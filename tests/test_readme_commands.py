@@ -343,6 +343,44 @@ def test_reproduce_digits_flwr_command_runs(args: list[str], tmp_path: Path) -> 
     assert_completed(out / "default" / policies[-1].rsplit(":")[-1] / "seed-0", ROUNDS)
 
 
+def mnist1d_reproductions() -> list[Any]:
+    params = []
+    for args in reproduce_commands():
+        preset = reproduce_preset(args)
+        if preset_config(preset).run.get("dataset") == "mnist1d":
+            marks = [] if preset == "mnist1d_local_steps" else [pytest.mark.slow]
+            params.append(pytest.param(args, marks=marks, id=" ".join(args)))
+    return params
+
+
+def test_the_readme_runs_every_mnist1d_preset() -> None:
+    presets = {reproduce_preset(p.values[0]) for p in mnist1d_reproductions()}
+    assert presets == {"mnist1d_local_steps", "mnist1d_imbalance", "mnist1d_dirichlet"}
+
+
+@pytest.mark.parametrize("args", mnist1d_reproductions())
+def test_reproduce_mnist1d_command_runs(args: list[str], tmp_path: Path) -> None:
+    """The MNIST-1D presets, side by side as written (jobs = one per core), tiny and 1 seed."""
+    out = tmp_path / "reproduce"
+    small = small_reproduction(args, out, "fedcgd-fscd,bc")
+    small += [f"run.data-dir={tmp_path / 'data'}", "run.mnist1d-samples=600"]
+    proc = run("experiments.reproduce", *small)
+    assert proc.returncode == 0, output(proc)
+    cfg = preset_config(reproduce_preset(args))
+    ((key, values),) = cfg.sweep.items()
+    assert "run(s) at once" in proc.stdout
+    assert [r["sweep"] for r in rows(out / "table.csv")] == [
+        f"{key}={v}" for v in values for _ in range(2)
+    ]
+    for v in values:
+        for policy in ("fedcgd-fscd", "bc"):
+            run_dir = out / f"{key}={v}" / policy / "seed-0"
+            assert_completed(run_dir, ROUNDS)
+            config = json.loads((run_dir / "config.json").read_text())
+            assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 600
+    assert proc.stdout.strip().splitlines()[-1] == f"all {len(values) * 2} runs completed"
+
+
 def cifar_reproductions() -> list[list[str]]:
     return [a for a in reproduce_commands() if "cifar" in reproduce_preset(a)]
 
