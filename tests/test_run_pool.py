@@ -175,3 +175,59 @@ def test_a_failed_run_side_by_side_is_named_and_the_exit_code_is_one(tmp_path, c
     )
     log = (tmp_path / "out" / "local-steps=1" / "Breaks" / "seed-0" / RUN_LOG).read_text()
     assert "broken on purpose" in log
+
+
+def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_same_models(
+    tmp_path,
+):
+    """SIGTERM mid-comparison: exit 143, no run left running; again: resumed, bit-identical."""
+    import signal
+    import subprocess
+
+    from experiments.processes import parent_pids
+
+    project = Path(__file__).resolve().parents[1]
+    settings = "num-server-rounds=60 num-devices=8 checkpoint-every=1 eval-every=60"
+    words = ["--policies", "fedcgd-fscd,bc", "--seeds", "0", "--engine", "inprocess"]
+    command = [sys.executable, "-m", "experiments.compare_policies", *words]
+    stopped, whole = tmp_path / "stopped", tmp_path / "whole"
+    proc = subprocess.Popen(
+        [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    checkpoints = [stopped / p / "seed-0" / "checkpoint.pt" for p in ("fedcgd-fscd", "bc")]
+    deadline = time.monotonic() + 120
+    while not all(c.exists() for c in checkpoints) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = [pid for pid, parent in parent_pids().items() if parent == proc.pid]
+    assert len(children) == 2  # the two runs, side by side
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM" in err
+    assert not any(is_alive(pid) for pid in children)
+    again = subprocess.run(
+        [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert again.stdout.count("resumed from its checkpoint") == 2
+    reference = subprocess.run(
+        [*command, "--run-config", settings, "--out", str(whole)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    for policy in ("fedcgd-fscd", "bc"):
+        run, ref = stopped / policy / "seed-0", whole / policy / "seed-0"
+        assert comparable(run) == comparable(ref)
+        first, second = torch.load(run / "model.pt"), torch.load(ref / "model.pt")
+        assert all(torch.equal(first[k], second[k]) for k in first)
