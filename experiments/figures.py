@@ -200,11 +200,16 @@ def legend_below(fig: Any, ax: Any) -> None:
     """One legend for the whole figure, below the panels, with ``ax``'s entries."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
+        # As many columns (at most 5) as fit the figure's width: a character of the legend's
+        # font is about 0.6 of its size wide, and each entry adds its line sample (~6 chars).
+        chars_per_inch = 72 / (0.6 * LEGEND_FONTSIZE)
+        width_chars = fig.get_figwidth() * chars_per_inch
+        fit = int(width_chars // (max(len(label) for label in labels) + 6))
         fig.legend(
             handles,
             labels,
             loc="outside lower center",
-            ncol=min(len(labels), 5),
+            ncol=max(1, min(len(labels), 5, fit)),
             fontsize=LEGEND_FONTSIZE,
             frameon=False,
         )

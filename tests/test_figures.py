@@ -59,3 +59,20 @@ def test_labels_carry_units_and_fedcgd_stands_out() -> None:
     assert (metric("wemd").low, metric("wemd").high) == (0.0, 2.0)
     assert policy_style("fedcgd-fscd")["linewidth"] > policy_style("bc")["linewidth"]
     assert policy_style("bc")["linestyle"] != policy_style("fedcgd-gs")["linestyle"]
+
+
+def test_the_shared_legend_fits_inside_the_figure_with_long_names():
+    """Long legend names (policy and sweep point) wrap into rows instead of running off."""
+    import matplotlib.pyplot as plt
+
+    from experiments.figures import legend_below
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
+    for name in ("FedCGD-FSCD", "FedCGD-FSCD (Ĝ_c)", "FedCGD-GS"):
+        for tau in (1, 5):
+            axes[0].plot([0, 1], [0, tau], label=f"{name}, local-steps={tau}")
+    legend_below(fig, axes[0])
+    fig.canvas.draw()
+    box = fig.legends[0].get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+    plt.close(fig)
