@@ -122,7 +122,23 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
         stats.ttest_rel(bc, ref).pvalue
     )
     assert table["bc"]["n_paired"] == "3"
-    for key in ("diff_vs_fedcgd_fscd", "p_value_vs_fedcgd_fscd", "n_paired"):
+    # and on the best accuracy
+    bc_best = [max(ACCURACY["bc"][s]) for s in (0, 1, 2)]
+    ref_best = [max(ACCURACY["fedcgd-fscd"][s]) for s in (0, 1, 2)]
+    d_best = np.subtract(bc_best, ref_best)
+    t_best = d_best.mean() / (d_best.std(ddof=1) / np.sqrt(3))
+    assert float(table["bc"]["best_diff_vs_fedcgd_fscd"]) == pytest.approx(d_best.mean())
+    assert float(table["bc"]["best_p_value_vs_fedcgd_fscd"]) == pytest.approx(
+        2 * stats.t.sf(abs(t_best), 2)
+    )
+    assert table["bc"]["best_p_value_vs_fedcgd_fscd"] != table["bc"]["p_value_vs_fedcgd_fscd"]
+    for key in (
+        "diff_vs_fedcgd_fscd",
+        "p_value_vs_fedcgd_fscd",
+        "best_diff_vs_fedcgd_fscd",
+        "best_p_value_vs_fedcgd_fscd",
+        "n_paired",
+    ):
         assert table["fedcgd-fscd"][key] == ""
     assert (out / "curves.png").stat().st_size > 0
 
