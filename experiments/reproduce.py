@@ -23,7 +23,10 @@ preset lists it or not: :func:`hydra_overrides`). The run config of every run is
 every result folder planned (:mod:`experiments.compare_policies`: kept runs with other settings
 are refused, naming them), before the first one starts. The seed is set by ``seeds`` only
 (``run.seed`` or ``sweep.seed`` are refused), so that runs of every policy with the same seed are
-paired. Exit code: 0 when every run completed, 1 when one failed (the last line names each and
+paired. ``launcher.jobs=N`` keeps N in-process runs going at once (0: one per usable core),
+each in its own process with its output in its folder's ``run.log``
+(:mod:`experiments.run_pool`); the tables and figures are written once every run has ended.
+Exit code: 0 when every run completed, 1 when one failed (the last line names each and
 why), 2 when refused before the start, 130 / 143 on SIGINT / SIGTERM.
 """
 
