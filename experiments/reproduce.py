@@ -16,7 +16,9 @@ the preset for every seed (default ``[0]``) and every combination of its sweep (
   paper's CIFAR-100 panels).
 
 Presets: ``digits_policies`` (offline), ``cifar10_local_steps`` (accuracy vs τ and Table II),
-``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``. Any value can be
+``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``; offline on MNIST-1D
+with 5 seeds: ``mnist1d_local_steps``, ``mnist1d_imbalance``, ``mnist1d_dirichlet``; quick
+digits variants ``digits_*``. Any value can be
 overridden, e.g. ``run.data-dir=/data/cifar 'policies=[fedcgd-fscd,bc]' run.num-server-rounds=50
 'seeds=[0,1,2]'`` (``run.<key>=`` and ``sweep.<key>=`` take every run-config key, whether the
 preset lists it or not: :func:`hydra_overrides`). The run config of every run is validated, and
