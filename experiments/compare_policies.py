@@ -608,7 +608,6 @@ def run_policies(
     deployment: bool = False,
     cpus_per_client: int = 1,
     gpus_per_client: float = 0.0,
-    progress: str = "",
     engine: str = "simulation",
     plans: Sequence[PlannedRun] | None = None,
     tracker: RunProgress | None = None,
@@ -659,14 +658,6 @@ def run_policies(
     refuse_stale_runs(plans)
     out.mkdir(parents=True, exist_ok=True)
     tracker = tracker or RunProgress(total=len(plans))
-
-    def header(plan: PlannedRun) -> str:
-        i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
-        return (
-            f"{progress}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {plan.policy} "
-            f"seed={plan.seed} -> {plan.result_dir}"
-        )
-
     outcomes = execute_plans(
         plans,
         engine=engine,
@@ -675,9 +666,20 @@ def run_policies(
         cpus_per_client=cpus_per_client,
         gpus_per_client=gpus_per_client,
         tracker=tracker,
-        header=header,
+        header=lambda plan: run_header(plan, policies, seeds),
     )
     return collect_runs(plans, outcomes, out, target_accuracy)
+
+
+def run_header(
+    plan: PlannedRun, policies: Sequence[str], seeds: Sequence[int], prefix: str = ""
+) -> str:
+    """``<prefix>[policy i/N, seed j/M] <policy> seed=<s> -> <folder>``: a run's header line."""
+    i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
+    return (
+        f"{prefix}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {plan.policy} "
+        f"seed={plan.seed} -> {plan.result_dir}"
+    )
 
 
 def execute_plans(

@@ -60,6 +60,7 @@ from experiments.compare_policies import (
     format_row,
     plan_runs,
     refuse_stale_runs,
+    run_header,
     table_rows,
     with_policy_params,
     write_table,
@@ -375,11 +376,7 @@ def reproduce(cfg: DictConfig) -> int:
 
     def header(plan: PlannedRun) -> str:
         k, label = points[plan.result_dir]
-        i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
-        return (
-            f"[{label} {k}/{num_points}] [policy {i}/{len(policies)}, seed {j}/{len(seeds)}] "
-            f"{plan.policy} seed={plan.seed} -> {plan.result_dir}"
-        )
+        return run_header(plan, policies, seeds, prefix=f"[{label} {k}/{num_points}] ")
 
     outcomes = execute_plans(
         [plan for point_plans in per_point for plan in point_plans],
