@@ -59,11 +59,17 @@ from experiments.progress import RunProgress, format_duration
 from experiments.run_pool import RUN_LOG, Job, inprocess_command, resolve_jobs, run_jobs
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.tables import write_csv
+from server_app.atomic_files import ResultWriteError
 from server_app.checkpoint import run_finished, unread_settings
-from server_app.results import CONFIG_FILE
+from server_app.folder_lock import FolderClaim, claim_folder
+from server_app.json_files import read_json_object
+from server_app.results import CONFIG_FILE, read_metrics_lines
 from server_app.run_status import (
     FAILED,
     RUN_FILES,
+    RunStatus,
+    failure_from_output,
+    first_line,
     flat_settings,
     holds_run,
     read_status,
@@ -131,10 +137,16 @@ def summarise(
     -------
     dict
         The keys of ``RUN_COLUMNS``.
+
+    Raises
+    ------
+    ValueError
+        One line naming a damaged file of the run (:func:`experiments.plot_runs.load_run`).
     """
     policy, lines = load_run(result_dir)
     if seed is None and (result_dir / CONFIG_FILE).exists():
-        seed = json.loads((result_dir / CONFIG_FILE).read_text()).get("task", {}).get("seed")
+        task = read_json_object(result_dir / CONFIG_FILE).get("task")
+        seed = task.get("seed") if isinstance(task, dict) else None
     evaluated = [x for x in lines if x.get("accuracy") is not None]
     accs = [x["accuracy"] for x in evaluated]
     wemds = [x["wemd"] for x in lines if x.get("wemd") is not None]
@@ -471,7 +483,7 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     if not holds_run(result_dir):
         return planned(RUN)
     try:
-        recorded = json.loads((result_dir / CONFIG_FILE).read_text())
+        recorded = read_json_object(result_dir / CONFIG_FILE)
         completed = run_finished(result_dir)
     except (OSError, ValueError):
         return planned(RERUN, "no readable config.json or status.json")
@@ -479,6 +491,10 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     if differences:
         return planned(REFUSE, differences)
     if completed:
+        try:
+            read_metrics_lines(result_dir)
+        except (OSError, ValueError) as err:  # a kept run must read whole: never half a table
+            return planned(REFUSE, f"completed, but {first_line(err)}")
         return planned(KEEP)
     from server_app.checkpoint import CHECKPOINT_FILE
 
@@ -500,16 +516,16 @@ def refuse_stale_runs(plans: Sequence[PlannedRun]) -> None:
     Raises
     ------
     ValueError
-        ``N kept run(s) ... were started with other settings: FOLDER (key (kept K, asked A),
-        ...); ...`` and what to do.
+        ``N kept run(s) ... were started with other settings or cannot be read: FOLDER (key
+        (kept K, asked A), ...); ...`` and what to do.
     """
     stale = [p for p in plans if p.action == REFUSE]
     if stale:
         folders = "; ".join(f"{p.result_dir}: {p.note}" for p in stale)
         raise ValueError(
             f"{len(stale)} kept run(s) in the output folder were started with other settings "
-            f"({folders}); give another output folder, or remove those folders to run them "
-            "again with these settings"
+            f"or cannot be read ({folders}); give another output folder, or remove those "
+            "folders to run them again with these settings"
         )
 
 
@@ -519,16 +535,26 @@ def clear_run(result_dir: Path) -> None:
         (result_dir / name).unlink(missing_ok=True)
 
 
-def _run_inprocess(overrides: Mapping[str, Any]) -> int:
-    """One in-process run; 0 on success, 1 (with the error printed) when it raised."""
+def _run_inprocess(overrides: Mapping[str, Any]) -> BaseException | None:
+    """One in-process run; None on success, else what it raised (printed unless one line)."""
     from experiments.inprocess import run_inprocess
 
     try:
         run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
     except Exception as err:  # one failed run must not stop a sweep
-        print(f"in-process run failed: {err!r}", flush=True)
-        return 1
-    return 0
+        if not getattr(err, "complete_message", False):
+            print(f"in-process run failed: {err!r}", flush=True)
+        return err
+    return None
+
+
+def claim_run_folder(plan: PlannedRun) -> FolderClaim:
+    """Lock a planned run's folder for this command while the run goes (its owner lock).
+
+    Its processes (the in-process run, ``flwr run``'s ServerApp, a job's process) work under
+    this lock; another process that holds it is named (:mod:`server_app.folder_lock`).
+    """
+    return claim_folder(plan.result_dir, f"{plan.label}: result folder")
 
 
 def launch(
@@ -540,24 +566,32 @@ def launch(
 ) -> str | None:
     """Run one planned run in the foreground; None when it completed, else why not (one line).
 
-    The outcome is the ``status.json`` the run wrote (``flwr run`` exits 0 even when the
-    ServerApp raised): :func:`run_reason`.
+    The folder is locked for the run (:func:`claim_run_folder`; taken by another process: that
+    is the reason). The outcome is the ``status.json`` the run wrote (``flwr run`` exits 0
+    even when the ServerApp raised) or what the run said itself: :func:`run_reason`.
     """
-    prepare(plan)
-    launched_unix_s = time.time()
-    output = ""
-    if engine == "inprocess":
-        code = _run_inprocess(plan.overrides)
-    else:
-        proc = run_flwr(
-            plan.overrides,
-            num_supernodes=num_supernodes,
-            deployment=engine == "deployment",
-            cpus_per_client=cpus_per_client,
-            gpus_per_client=gpus_per_client,
-        )
-        code, output = proc.returncode, proc.stdout or ""
-    return run_reason(plan, code, launched_unix_s, output)
+    try:
+        claim = claim_run_folder(plan)
+    except ValueError as err:
+        return first_line(err)
+    with claim:
+        prepare(plan)
+        launched_unix_s = time.time()
+        output = ""
+        failure = None
+        if engine == "inprocess":
+            failure = _run_inprocess(plan.overrides)
+            code = 0 if failure is None else 1
+        else:
+            proc = run_flwr(
+                plan.overrides,
+                num_supernodes=num_supernodes,
+                deployment=engine == "deployment",
+                cpus_per_client=cpus_per_client,
+                gpus_per_client=gpus_per_client,
+            )
+            code, output = proc.returncode, proc.stdout or ""
+        return run_reason(plan, code, launched_unix_s, output, failure)
 
 
 def prepare(plan: PlannedRun) -> None:
@@ -566,22 +600,39 @@ def prepare(plan: PlannedRun) -> None:
         clear_run(plan.result_dir)
 
 
-def run_reason(plan: PlannedRun, code: int, launched_unix_s: float, output: str = "") -> str | None:
+def run_reason(
+    plan: PlannedRun,
+    code: int,
+    launched_unix_s: float,
+    output: str = "",
+    failure: BaseException | None = None,
+) -> str | None:
     """None when the run launched at ``launched_unix_s`` completed, else why not (one line).
 
-    ``code`` is the exit code of what ran it; ``output`` what Flower printed (its first
-    ``ERROR`` line explains a simulation that crashed before the ServerApp could say why).
+    ``code`` is the exit code of what ran it; ``output`` what it printed (the ServerApp's
+    ``run failed: ...`` line, or Flower's first ``ERROR`` line, which explains a simulation
+    that crashed before the ServerApp could say why); ``failure`` what an in-process run
+    raised.
     """
-    outcome = run_outcome(plan.result_dir, launched_unix_s)
+    outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
         return None
     reason = outcome.message.removeprefix("failed: ") if outcome.code else "completed"
-    status = read_status(plan.result_dir) if outcome.code else None
+    status = read_status_or_none(plan.result_dir) if outcome.code else None
     flower_error = first_error_line(output)
-    if flower_error and (status is None or status.state != FAILED):
+    said = failure is not None or failure_from_output(output) is not None
+    if flower_error and not said and (status is None or status.state != FAILED):
         reason = flower_error  # the simulation crashed before the ServerApp could say why
     reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
     return reason if code == 0 else f"exit code {code}: {reason}"
+
+
+def read_status_or_none(result_dir: Path) -> RunStatus | None:
+    """The run's status; None when there is none or it cannot be read."""
+    try:
+        return read_status(result_dir)
+    except ValueError:
+        return None
 
 
 #: Characters of a failure reason kept for the last line.
@@ -653,11 +704,41 @@ def run_policies(
                 f"run-config key {key!r}: a comparison puts each run in "
                 "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
             )
-    if plans is None:
-        plans = plan_runs(policies, shared, out, seeds)
-    refuse_stale_runs(plans)
-    out.mkdir(parents=True, exist_ok=True)
-    tracker = tracker or RunProgress(total=len(plans))
+    with claim_folder(out, "--out"):  # held by compare(): it works under that claim
+        if plans is None:
+            plans = plan_runs(policies, shared, out, seeds)
+        refuse_stale_runs(plans)
+        tracker = tracker or RunProgress(total=len(plans))
+        return _execute_and_collect(
+            plans,
+            policies,
+            seeds,
+            out,
+            engine=engine,
+            jobs=jobs,
+            num_supernodes=num_supernodes,
+            cpus_per_client=cpus_per_client,
+            gpus_per_client=gpus_per_client,
+            tracker=tracker,
+            target_accuracy=target_accuracy,
+        )
+
+
+def _execute_and_collect(
+    plans: Sequence[PlannedRun],
+    policies: list[str],
+    seeds: Sequence[int],
+    out: Path,
+    *,
+    engine: str,
+    jobs: int,
+    num_supernodes: int | None,
+    cpus_per_client: int,
+    gpus_per_client: float,
+    tracker: RunProgress,
+    target_accuracy: float | None,
+) -> ComparisonRuns:
+    """:func:`run_policies` once the output folder is claimed and the runs planned."""
     outcomes = execute_plans(
         plans,
         engine=engine,
@@ -736,29 +817,63 @@ def execute_plans(
             record(plan, launch(plan, engine, nodes, cpus_per_client, gpus_per_client))
         return outcomes
     launched: dict[int, float] = {}
+    claims: dict[int, FolderClaim] = {}
 
-    def on_start(i: int) -> None:
+    def on_start(i: int) -> bool:
         plan = to_run[i]
         announce(plan, f" (started; output in {plan.result_dir / RUN_LOG})")
+        try:  # the job's process works under this lock (its parent's)
+            claims[i] = claim_run_folder(plan)
+        except ValueError as err:
+            record(plan, first_line(err))
+            return False
         prepare(plan)
         tracker.start_run(plan.result_dir)
         launched[i] = time.time()
+        return True
 
     def on_end(i: int, code: int) -> None:
         plan = to_run[i]
+        claims.pop(i).release()
         reason = run_reason(plan, code, launched[i])
+        said = last_outcome_line(plan.result_dir / RUN_LOG)
+        if reason is not None and said is not None:
+            reason = f"exit code {code}: {said}"  # the run's own last line says it best
         spent = format_duration(time.time() - launched[i])
         if reason is None:
             print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
         record(plan, reason)
 
-    run_jobs(
-        [Job(inprocess_command(p.overrides), p.result_dir / RUN_LOG) for p in to_run],
-        jobs,
-        on_start,
-        on_end,
-    )
+    try:
+        run_jobs(
+            [Job(inprocess_command(p.overrides), p.result_dir / RUN_LOG) for p in to_run],
+            jobs,
+            on_start,
+            on_end,
+        )
+    finally:
+        for claim in claims.values():
+            claim.release()
     return outcomes
+
+
+def last_outcome_line(log: Path) -> str | None:
+    """The ``failed: ...`` / ``error: ...`` last line of a run's log (without the prefix)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - 4096))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    for prefix in ("failed: ", "error: "):
+        if last.startswith(prefix):
+            text = last.removeprefix(prefix)
+            return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+    return None
 
 
 def collect_runs(
@@ -777,10 +892,14 @@ def collect_runs(
         if plan.result_dir not in outcomes:
             continue
         reason = outcomes[plan.result_dir]
+        if reason is None:
+            try:
+                result.runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
+            except ValueError as err:  # a file damaged after the run: not half a table
+                reason = first_line(err)
         if reason is not None:
             result.failed.append(FailedRun(plan.label, reason))
             continue
-        result.runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
         print(json.dumps(result.runs[-1]), flush=True)
     if result.runs:
         rows = write_comparison(result.runs, out, target_accuracy)
@@ -829,6 +948,7 @@ def compare(args: argparse.Namespace) -> int:
     """
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()
+    claim = None
     try:
         check_policies(policies)
         shared = parse_run_config_text(args.run_config)
@@ -842,23 +962,32 @@ def compare(args: argparse.Namespace) -> int:
             for seed in seeds:
                 own = with_policy_params(policy, shared)
                 validated_run_config({**own, "policy": policy, "seed": seed})
+        claim = claim_folder(out, "--out")  # one comparison in a folder at a time
         plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)
         check_plans_before_start(plans)
     except (ValueError, FileNotFoundError) as err:
+        if claim is not None:
+            claim.abandon()
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = run_policies(
-        policies,
-        shared,
-        out,
-        seeds=seeds,
-        target_accuracy=args.target_accuracy,
-        num_supernodes=args.num_supernodes,
-        engine=args.engine,
-        plans=plans,
-        jobs=jobs,
-    )
+    try:
+        result = run_policies(
+            policies,
+            shared,
+            out,
+            seeds=seeds,
+            target_accuracy=args.target_accuracy,
+            num_supernodes=args.num_supernodes,
+            engine=args.engine,
+            plans=plans,
+            jobs=jobs,
+        )
+    except ResultWriteError as err:  # the tables or the figure: disk full, ...
+        print(f"failed: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        claim.release()
     print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
     return result.code
 
@@ -874,10 +1003,12 @@ def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
         One line naming the run's folder and what is wrong.
     """
     from experiments.preflight import check_before_start
+    from server_app.folder_lock import probe_free
 
     for plan in plans:
         if plan.action in (KEEP, REFUSE):
             continue
+        probe_free(plan.result_dir, f"{plan.label}: result folder")  # in use: named
         config = with_resolved_data_dir(validated_run_config(plan.overrides))
         if plan.action == RERUN:
             config["result-dir"] = ""

@@ -168,32 +168,30 @@ def main(argv: list[str] | None = None) -> int:
         validated_run_config,
         with_resolved_data_dir,
     )
-    from experiments.preflight import (
-        check_before_start,
-        effective_result_dir,
-        refused,
-        run_outcome,
-        with_result_dir,
-    )
+    from experiments.preflight import claim_run, effective_result_dir, refused, run_outcome
 
     parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
     parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
     add_out_argument(parser)
     args = parser.parse_args(argv)
-    try:
+    try:  # the run's folder is locked from here until this process ends
         overrides = validated_run_config(parse_run_config_text(args.run_config))
-        config = with_result_dir(with_resolved_data_dir(overrides), args.out)
-        check_before_start(config)
+        config, claim = claim_run(with_resolved_data_dir(overrides), args.out)
     except (ValueError, FileNotFoundError) as err:
         print(refused(err).message, file=sys.stderr)
         return 2
     result_dir = effective_result_dir(config)
     launched_unix_s = time.time()
+    failure: Exception | None = None
     try:
         print(json.dumps(run_inprocess(config), indent=2))
-    except Exception:  # the status says what happened; the traceback says where
-        traceback.print_exc()
-    outcome = run_outcome(result_dir, launched_unix_s)
+    except Exception as err:  # the status says what happened; the traceback says where
+        failure = err
+        if not getattr(err, "complete_message", False):  # a one-line error needs no trace
+            traceback.print_exc()
+    finally:
+        claim.release()
+    outcome = run_outcome(result_dir, launched_unix_s, failure)
     print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
     return outcome.code
 

@@ -34,7 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from experiments.certificates import CertificateSet
-from experiments.processes import exit_code_stopping_on_signals, stop_tree
+from experiments.processes import (
+    exit_code_stopping_on_signals,
+    guarded,
+    guarded_popen,
+    stop_tree,
+)
 from fedcgd_task import keys
 from fedcgd_task.settings import PROJECT_DIR, default_run_config, flatten, resolve_data_dir
 
@@ -188,7 +193,7 @@ class LocalFederation:
     def _start(self, command: list[str], name: str) -> subprocess.Popen[bytes]:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log_fh:
-            proc = subprocess.Popen(
+            proc = guarded_popen(
                 command,
                 env=self.env,
                 stdout=log_fh,
@@ -215,7 +220,7 @@ class LocalFederation:
         command = [_bin("flwr"), "run", str(project_dir), "local", "--stream", *options]
         if echo:
             print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-        return subprocess.Popen(
+        return guarded_popen(
             command,
             env=self.env,
             text=True,
@@ -278,8 +283,10 @@ class LocalFederation:
 
     def register(self, public_key: Path) -> None:
         """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
+        argv, fds = guarded([_bin("flwr"), "supernode", "register", str(public_key), "local"])
         proc = subprocess.run(
-            [_bin("flwr"), "supernode", "register", str(public_key), "local"],
+            argv,
+            pass_fds=fds,
             env=self.env,
             capture_output=True,
             text=True,
@@ -535,7 +542,7 @@ def run_on_superlink(
         )
         env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
         print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-        proc = subprocess.Popen(command, env=env)
+        proc = guarded_popen(command, env=env)
         try:
             proc.wait()
         finally:
@@ -743,19 +750,31 @@ def run_command(argv: list[str] | None = None) -> int:
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from experiments.preflight import with_result_dir
+    from experiments.preflight import claim_run, refused, with_result_dir
 
-    merged = with_result_dir(merged, args.out)
-    if merged.get("result-dir"):
-        overrides["result-dir"] = merged["result-dir"]
-    if not args.superlink:  # the folders and data of a remote SuperLink are not here
-        from experiments.preflight import check_before_start, refused
-
+    claim = None
+    if args.superlink:  # the folders and data of a remote SuperLink are not here
+        merged = with_result_dir(merged, args.out)
+    else:  # the run's folder is locked from here until this process ends
         try:
-            check_before_start(with_resolved_data_dir(merged))
+            merged, claim = claim_run(with_resolved_data_dir(merged), args.out)
         except (ValueError, FileNotFoundError) as err:
             print(refused(err).message, file=sys.stderr)
             return 2
+    if merged.get("result-dir"):
+        overrides["result-dir"] = merged["result-dir"]
+    try:
+        return launch_run(args, overrides, merged)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def launch_run(args: argparse.Namespace, overrides: dict[str, Any], merged: dict[str, Any]) -> int:
+    """Run the checked run (:func:`run_command`) and say how it ended; the exit code."""
+    from experiments.preflight import effective_result_dir, run_outcome
+    from server_app.atomic_files import ResultWriteError
+
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])
     if args.superlink:
@@ -773,16 +792,19 @@ def run_command(argv: list[str] | None = None) -> int:
                 ray_address=args.ray_address,
                 flwr_home=args.flwr_home,
             )
-    from experiments.preflight import effective_result_dir, run_outcome
-
     result_dir = effective_result_dir(merged)
-    outcome = run_outcome(result_dir, launched_unix_s)  # `flwr run` exits 0 on a crash too
+    # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
+    outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
     if outcome.code != 0:
         print(f"\n(flwr run exit code {proc.returncode})\n{outcome.message}", file=sys.stderr)
         return outcome.code
     from experiments.plot_runs import plot_runs
 
-    plot_runs([result_dir], result_dir / "curves.png")
+    try:
+        plot_runs([result_dir], result_dir / "curves.png")
+    except ResultWriteError as err:
+        print(f"failed: {err} (the run itself completed, in {result_dir})", file=sys.stderr)
+        return 1
     print((result_dir / "summary.json").read_text())
     print(f"\nResults: {result_dir} ({', '.join(result_files(result_dir))})")
     print(outcome.message)

@@ -11,8 +11,8 @@ policy is drawn as its mean over the runs with a shaded 95 % confidence band
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,9 @@ from experiments.figures import (
     policy_order,
     policy_style,
 )
-from server_app.results import CONFIG_FILE, METRICS_FILE
+from server_app.atomic_files import ResultWriteError, atomic_write
+from server_app.json_files import read_json_object
+from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 
 #: The three panels of a run figure: one metric each (labels and ranges in
 #: :data:`experiments.figures.METRICS`).
@@ -38,13 +40,42 @@ PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
 
 
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
-    """Return (label, per-round lines) of a result directory."""
-    lines = [json.loads(x) for x in (result_dir / METRICS_FILE).read_text().splitlines() if x]
-    config_path = result_dir / CONFIG_FILE
-    label = result_dir.name
-    if config_path.exists():
-        label = str(json.loads(config_path.read_text()).get("policy", label))
+    """Return (label, per-round lines) of a result directory.
+
+    A torn last line of ``metrics.jsonl`` (a run stopped, or still writing it) is left out
+    (:func:`server_app.results.read_metrics_lines`); the label is the policy of
+    ``config.json`` (bounded in size and depth), else the folder's name.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file: a damaged metrics line, or a ``config.json`` that is not a
+        run's.
+    """
+    try:
+        lines = read_metrics_lines(result_dir)
+        config_path = result_dir / CONFIG_FILE
+        label = result_dir.name
+        if config_path.exists():
+            label = str(read_json_object(config_path).get("policy", label))
+    except OSError as err:
+        raise ValueError(f"{result_dir}: cannot be read ({err.strerror or err})") from err
     return label, lines
+
+
+def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
+    """Save ``fig`` as PNG at ``out`` whole or not at all (temporary file renamed over it).
+
+    Raises
+    ------
+    server_app.atomic_files.ResultWriteError
+        One line naming ``out`` (disk full, ...); no temporary file is left.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return atomic_write(out, lambda handle: fig.savefig(handle, dpi=dpi, format="png"))
+    finally:
+        plt.close(fig)
 
 
 def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
@@ -80,10 +111,7 @@ def finish_figure(fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path)
     for ax, key in zip(axes, keys, strict=True):
         label_axis(ax, key)
     legend_below(fig, axes[0])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def plot_mean_bands(
@@ -179,10 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     for d in args.result_dirs:
         if not (d / METRICS_FILE).exists():
             parser.error(f"{d} has no {METRICS_FILE}; is it a result directory?")
-    if args.mean:
-        out = plot_mean_runs(group_by_label(args.result_dirs), args.out)
-    else:
-        out = plot_runs(args.result_dirs, args.out)
+    try:
+        if args.mean:
+            out = plot_mean_runs(group_by_label(args.result_dirs), args.out)
+        else:
+            out = plot_runs(args.result_dirs, args.out)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ResultWriteError as err:
+        print(f"failed: {err}", file=sys.stderr)
+        return 1
     print(f"wrote {out}")
     return 0
 

@@ -12,24 +12,41 @@ a model that does not fit the data set's inputs or whose σ̂ cannot be computed
 samples, local training of more than :data:`MAX_LOCAL_PASSES` passes over a device's data per
 round).
 
+:func:`claim_run` takes a run's folder for the command that starts it (the launcher, the
+in-process engine): locked for the command's whole life (:mod:`server_app.folder_lock`), so a
+second run, a resume of a live run or a comparison into it is refused naming its PID.
+
 :func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
 and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
 since the launch: the ServerApp crashed before writing one), 2 refused before the start
 (:func:`refused`). ``flwr run`` exits 0 even when the ServerApp raises, so its exit code is
-not the outcome.
+not the outcome. A run that stopped unfinished is advised to resume only when its folder holds
+a checkpoint (:func:`server_app.run_status.resume_advice`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from server_app.run_status import COMPLETED, FAILED, first_line, read_status
+from server_app.run_status import (
+    COMPLETED,
+    FAILED,
+    failure_from_output,
+    failure_line,
+    first_line,
+    read_status,
+    resume_advice,
+)
+
+if TYPE_CHECKING:
+    from server_app.folder_lock import FolderClaim
 
 #: Local training may pass at most this many times over a device's data per round
 #: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|). Federated learning uses 1 to a few
@@ -95,17 +112,40 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
     return config
 
 
-def run_outcome(result_dir: Path, launched_unix_s: float) -> Outcome:
+def failure_outcome(err: BaseException, result_dir: Path) -> Outcome:
+    """The outcome of a run whose ServerApp raised ``err`` (exit code 1, one line).
+
+    A failed write (:class:`server_app.atomic_files.ResultWriteError`: disk full, I/O error)
+    is followed by what to do next (:func:`server_app.run_status.resume_advice`).
+    """
+    return Outcome(FAILED_CODE, f"failed: {failure_line(err, result_dir)}")
+
+
+def run_outcome(
+    result_dir: Path,
+    launched_unix_s: float,
+    failure: BaseException | None = None,
+    output: str = "",
+) -> Outcome:
     """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
 
     Only a ``status.json`` written at or after the launch counts: an older one belongs to an
-    earlier run (or to the run this one resumed).
+    earlier run (or to the run this one resumed). What the run said itself wins over the
+    status, which a full disk may have kept from being written: ``failure``, what it raised
+    (the in-process engine sees it), or the ``run failed: ...`` line the ServerApp printed in
+    ``output`` (``flwr run``, :data:`server_app.run_status.FAILURE_MARKER`).
     """
+    if failure is not None:
+        return failure_outcome(failure, result_dir)
+    printed = failure_from_output(output)
+    if printed is not None:
+        return Outcome(FAILED_CODE, f"failed: {printed}")
     try:
         status = read_status(result_dir)
     except ValueError as err:
         return Outcome(FAILED_CODE, f"failed: {err}")
-    if status is None or status.updated_unix_s < launched_unix_s:
+    fresh = status is not None and status.updated_unix_s >= launched_unix_s
+    if status is None or not fresh:
         return Outcome(
             FAILED_CODE,
             f"failed: the run wrote no status in {result_dir} since it was launched (the "
@@ -120,8 +160,7 @@ def run_outcome(result_dir: Path, launched_unix_s: float) -> Outcome:
     return Outcome(
         FAILED_CODE,
         f"failed: the run stopped after round {status.last_round} of "
-        f"{status.num_server_rounds} without finishing (killed?); continue it with "
-        f"resume-from='{result_dir}'",
+        f"{status.num_server_rounds} without finishing (killed?); {resume_advice(result_dir)}",
     )
 
 
@@ -263,17 +302,92 @@ def check_result_folder(run_config: Mapping[str, Any]) -> None:
     """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` unusable by a new run.
 
     See :func:`server_app.checkpoint.check_resume` and
-    :func:`server_app.results.check_new_result_dir`. An empty ``result-dir`` stands for a
-    fresh, timestamped folder: nothing to check.
+    :func:`server_app.results.check_new_result_dir`; a folder another process holds is refused
+    naming its PID, and one that is or holds a symbolic link is refused
+    (:mod:`server_app.folder_lock`). An empty ``result-dir`` stands for a fresh, timestamped
+    folder: nothing to check.
     """
     from server_app.checkpoint import check_resume
     from server_app.config import parse_run_config
+    from server_app.folder_lock import probe_free, refuse_links
     from server_app.results import check_new_result_dir
 
     if run_config.get("resume-from"):
-        check_resume(parse_run_config(run_config))
+        folder, key = Path(str(run_config["resume-from"])).expanduser(), "resume-from"
     elif run_config.get("result-dir"):
-        check_new_result_dir(Path(str(run_config["result-dir"])).expanduser())
+        folder, key = Path(str(run_config["result-dir"])).expanduser(), "result-dir"
+    else:
+        return
+    where = f"run-config key '{key}'"
+    if os.path.lexists(folder):
+        refuse_links(folder, where)
+        probe_free(folder, where)
+    if key == "resume-from":
+        check_resume(parse_run_config(run_config))
+    else:
+        check_new_result_dir(folder)
+
+
+def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
+    """Check a run before its start and lock its folder for this command's whole life.
+
+    The folder is ``result-dir``, ``resume-from``, or a new ``<out>/<policy>-<UTC time>``
+    (created under a name nobody else has, :func:`server_app.folder_lock.new_folder`). A
+    folder that exists is locked before anything else, so that a run still alive there is
+    named (its PID; a folder that holds no lock file was never claimed, and is not touched
+    before the checks); every check of :func:`check_before_start` runs after that, and the
+    folder's checks again under the lock. A refused run leaves no folder it created, and
+    writes nothing in a folder that was never claimed.
+
+    Parameters
+    ----------
+    run_config : mapping
+        A complete flat run config (data folder resolved).
+    out : Path
+        The command's ``--out`` (for a run without ``result-dir`` and ``resume-from``).
+
+    Returns
+    -------
+    (dict, FolderClaim)
+        The run config with ``result-dir`` set to the folder taken, and the claim (release it
+        when the command ends; the kernel releases it when the process dies).
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line (:class:`server_app.folder_lock.FolderInUseError` names the holder's PID).
+    """
+    from server_app.folder_lock import claim_folder, holds_lock_files
+
+    config = dict(run_config)
+    fresh = not config.get("result-dir") and not config.get("resume-from")
+    resume = bool(config.get("resume-from"))
+    key = f"run-config key '{'resume-from' if resume else 'result-dir'}'"
+    early = None
+    if not fresh:
+        folder = effective_result_dir(config)
+        if folder.is_symlink() or (folder.is_dir() and holds_lock_files(folder)):
+            early = claim_folder(folder, key, create=False)  # a live holder is named first
+    try:
+        check_before_start(config)
+        if early is not None:
+            return config, early
+        if fresh:
+            target = with_result_dir(config, out)["result-dir"]
+            claim = claim_folder(Path(target), key, fresh_name=True)
+            config["result-dir"] = str(claim.folder)
+        else:
+            claim = claim_folder(effective_result_dir(config), key, create=not resume)
+    except BaseException:
+        if early is not None:
+            early.release()
+        raise
+    try:
+        check_result_folder(config)  # again, under the lock
+    except BaseException:
+        claim.abandon()
+        raise
+    return config, claim
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> None:

@@ -1,4 +1,10 @@
-"""Stopping what a run started: process trees by PID, and SIGINT / SIGTERM as an exception.
+"""Starting and stopping what a run starts: guarded process trees, stops by PID, signals.
+
+Every process a command starts goes through :func:`guarded_popen` (or :func:`guarded` for
+``subprocess.run``): it runs under ``experiments/guard.py``, a subreaper that kills the whole
+tree below it as soon as this process dies, however it dies (docs/design.md, "No process
+outlives its launcher"). The guards learn of the death from a pipe (:func:`lifeline_fd`)
+whose write end only this process holds.
 
 Flower's SuperLink starts ``flower-superexec`` and ``flwr-simulation`` (which starts Ray) in
 sessions of their own, so signalling the SuperLink's process group misses them. Here the whole
@@ -17,14 +23,60 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE_S = 3.0
+
+#: The guard every started command runs under (a script: ``python -I`` runs it in a few tens
+#: of milliseconds, importing nothing of the project).
+GUARD_SCRIPT = Path(__file__).resolve().with_name("guard.py")
+
+#: This process's lifeline: (its PID, the pipe's read end, its write end). Created once per
+#: process; the write end is never inherited (``os.pipe`` gives non-inheritable ends) and never
+#: closed, so the kernel closes it exactly when this process ends.
+_LIFELINE: tuple[int, int, int] | None = None
+
+
+def lifeline_fd() -> int:
+    """The read end of this process's lifeline pipe (handed to every guard it starts).
+
+    A forked child (whose parent's write end it shares) gets a pipe of its own.
+    """
+    global _LIFELINE
+    if _LIFELINE is None or _LIFELINE[0] != os.getpid():
+        read_end, write_end = os.pipe()
+        _LIFELINE = (os.getpid(), read_end, write_end)
+    return _LIFELINE[1]
+
+
+def guarded(command: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
+    """``command`` run under the guard: its argument vector and the ``pass_fds`` it needs.
+
+    For ``subprocess.run(argv, pass_fds=fds, ...)``; :func:`guarded_popen` does the same for
+    ``Popen``. The guard passes its standard streams, environment and working folder on, and
+    exits as the command did.
+    """
+    fd = lifeline_fd()
+    return [sys.executable, "-I", str(GUARD_SCRIPT), str(fd), "--", *command], (fd,)
+
+
+def guarded_popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(command, **kwargs)`` under the guard (see the module docstring).
+
+    The returned process is the guard: signals sent to it reach the command; its exit code is
+    the command's; :func:`stop_tree` on its PID reaches everything the command started.
+    """
+    argv, fds = guarded(command)
+    kwargs["pass_fds"] = tuple(kwargs.get("pass_fds", ())) + fds
+    return subprocess.Popen(argv, **kwargs)
+
 
 #: Signals turned into :class:`Interrupted`.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -39,6 +39,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from experiments.processes import guarded_popen
+
 HOST = "127.0.0.1"
 DEFAULT_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
@@ -206,7 +208,7 @@ class LocalRayCluster:
             str(self.temp_dir),
         ]
         with open(self.temp_dir / f"{name}.log", "wb") as log_fh:
-            proc = subprocess.Popen(
+            proc = guarded_popen(
                 [_ray_bin(), "start", *args, *common],
                 env=self.env,
                 stdout=log_fh,
@@ -245,7 +247,7 @@ class LocalRayCluster:
 
     def _wait_for_nodes(self, deadline: float) -> None:
         remaining = max(deadline - time.monotonic(), 1.0)
-        probe = subprocess.Popen(
+        probe = guarded_popen(
             [sys.executable, "-c", _NODES_PROBE, self.address, str(self.num_nodes), str(remaining)],
             env=self.env,
             stdout=subprocess.PIPE,
@@ -470,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            proc = subprocess.Popen(command, env={**os.environ, "RAY_ADDRESS": cluster.address})
+            proc = guarded_popen(command, env={**os.environ, "RAY_ADDRESS": cluster.address})
             try:
                 returncode = proc.wait()
             finally:

@@ -77,13 +77,15 @@ from experiments.figures import (
     policy_style,
 )
 from experiments.launcher import default_run_config
-from experiments.plot_runs import finish_figure, load_run, round_values
+from experiments.plot_runs import finish_figure, load_run, round_values, save_figure
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
 from experiments.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.settings import TaskSettings, flatten, resolve_data_dir
+from server_app.atomic_files import ResultWriteError
 from server_app.config import parse_run_config
+from server_app.folder_lock import FolderClaim, claim_folder
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
 matplotlib.use("Agg")
@@ -285,9 +287,7 @@ def plot_sweep(
         reached = " (runs that reached it)" if name == "rounds_to_target" else ""
         ax.set_title(f"mean over seeds{reached} ± 95 % CI")
     legend_below(fig, axes[0][0])
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def _number(value: Any) -> float:
@@ -345,15 +345,41 @@ def main(cfg: DictConfig) -> None:
 def reproduce(cfg: DictConfig) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code."""
     out = Path(str(cfg.out)).resolve()
+    claims: list[FolderClaim] = []
     try:
         engine = launcher_engine(cfg)
         jobs = resolve_jobs(cfg.launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_data(plans)
+        # One command in these folders at a time: the whole output and each sweep point's.
+        claims.append(claim_folder(out, "out"))
+        for point, _ in plans:
+            claims.append(claim_folder(out / point_label(point), "out"))
         per_point = plan_sweep(cfg, plans, out)
     except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
+        for claim in reversed(claims):
+            claim.abandon()
         print(f"error: {err}", file=sys.stderr)
         return 2
+    try:
+        return _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
+    except ResultWriteError as err:  # a table or a figure: disk full, ...
+        print(f"failed: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for claim in claims:
+            claim.release()
+
+
+def _reproduce_planned(
+    cfg: DictConfig,
+    plans: list[tuple[dict[str, Any], dict[str, Any]]],
+    per_point: list[list[PlannedRun]],
+    out: Path,
+    engine: str,
+    jobs: int,
+) -> int:
+    """:func:`reproduce` once every run is planned and checked: run them, write the outputs."""
     seeds = planned_seeds(cfg)
     target = cfg.get("target_accuracy")
     print(f"{cfg.name}: {cfg.description}")

@@ -5,7 +5,9 @@ machine with several cores finishes a preset about ``jobs`` times sooner when th
 at once. Each run is its own ``python -m experiments.inprocess`` process (a crash, a hang or a
 leak costs that run only, and it can be stopped by its PID), in a session of its own, with its
 output in a log file (``run.log`` in its result folder: the per-round lines of several runs
-would tear each other apart on one terminal). The caller is told when each starts and ends
+would tear each other apart on one terminal), under a guard that kills it, and everything it
+started, as soon as this process dies (:func:`experiments.processes.guarded_popen`, also on
+``kill -9``). The caller is told when each starts and ends
 (:func:`run_jobs`). On SIGINT / SIGTERM (:class:`experiments.processes.Interrupted`) or any
 other exception, every run still going is stopped by PID before the exception goes on.
 """
@@ -23,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.launcher import format_run_config
-from experiments.processes import stop_tree
+from experiments.processes import guarded_popen, stop_tree
+from server_app.atomic_files import open_log
 
 #: Log file of a run started by :func:`run_jobs` for a comparison, in its result folder.
 RUN_LOG = "run.log"
@@ -87,7 +90,7 @@ class Job:
 def run_jobs(
     jobs: Sequence[Job],
     workers: int,
-    on_start: Callable[[int], None],
+    on_start: Callable[[int], bool | None],
     on_end: Callable[[int, int], None],
     *,
     poll_s: float = POLL_S,
@@ -103,7 +106,8 @@ def run_jobs(
     workers : int
         Jobs running at once (>= 1).
     on_start : callable
-        ``on_start(i)`` just before job ``i`` starts.
+        ``on_start(i)`` just before job ``i`` starts; returning False keeps it from
+        starting (``on_end`` is not called for it).
     on_end : callable
         ``on_end(i, exit_code)`` after job ``i`` ended (a negative code: killed by that
         signal), in the order they end.
@@ -119,10 +123,11 @@ def run_jobs(
         while pending or running:
             while pending and len(running) < workers:
                 i = pending.popleft()
-                on_start(i)
+                if on_start(i) is False:
+                    continue
                 jobs[i].log.parent.mkdir(parents=True, exist_ok=True)
-                with jobs[i].log.open("ab") as log:
-                    running[i] = subprocess.Popen(
+                with open_log(jobs[i].log) as log:
+                    running[i] = guarded_popen(
                         jobs[i].argv,
                         stdin=subprocess.DEVNULL,
                         stdout=log,

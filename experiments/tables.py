@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+
+from server_app.atomic_files import atomic_write_text
 
 
 def write_csv(
@@ -27,16 +30,18 @@ def write_csv(
     ------
     ValueError
         If a row has a key that is not a column.
+    server_app.atomic_files.ResultWriteError
+        When the file cannot be written (one line; the old file, if any, is kept whole).
 
     """
     fieldnames = list(columns) if columns is not None else list(rows[0]) if rows else []
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        if not fieldnames:
-            return
+    handle = io.StringIO(newline="")
+    if fieldnames:
         writer = csv.DictWriter(handle, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
+    atomic_write_text(path, handle.getvalue())
 
 
 def text_table(header: str, lines: Iterable[str]) -> str:

@@ -1,8 +1,9 @@
 """The ServerApp: read the run config once, build the run, run its rounds, write the results.
 
 The run's objects come from :mod:`server_app.setup`; each round's end (evaluation, metrics line,
-status, checkpoint, progress line) is :mod:`server_app.recorder`; this module checks the result
-folder, sets the run's status and writes its end (``model.pt``, ``summary.json``).
+status, checkpoint, progress line) is :mod:`server_app.recorder`; this module takes the result
+folder (locked for the whole run and checked under the lock, :mod:`server_app.run_folder`),
+sets the run's status and writes its end (``model.pt``, ``summary.json``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from server_app.checkpoint import ResumePlan, check_resume, save_model
+from server_app.atomic_files import ResultWriteError
+from server_app.checkpoint import ResumePlan, save_model
 from server_app.config import RunConfig, parse_run_config
 from server_app.recorder import RoundRecorder
-from server_app.results import ResultWriter, check_new_result_dir
+from server_app.results import ResultWriter
+from server_app.run_folder import claim_run_folder
 from server_app.run_status import (
     COMPLETED,
     FAILED,
+    FAILURE_MARKER,
     RUNNING,
     RunStatus,
+    failure_line,
     one_line,
     write_status,
 )
@@ -39,8 +44,25 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Entry point of ``flwr run``: validate the run config, then run the federation."""
-    run_federation(grid, parse_run_config(context.run_config))
+    """Entry point of ``flwr run``: validate the run config, then run the federation.
+
+    With an empty ``result-dir`` (and no ``resume-from``) the run takes a new
+    ``~/fedcgd-results/<policy>-<UTC time>`` folder whose name no other run has.
+
+    A failure that is one line by itself (a failed write, a folder in use, a policy's
+    decision that breaks the budget) is printed as ``run failed: <line>``
+    (:data:`server_app.run_status.FAILURE_MARKER`, read back by the commands) instead of a
+    traceback.
+    """
+    run_config = context.run_config
+    fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
+    config = parse_run_config(run_config)
+    try:
+        run_federation(grid, config, fresh_name=fresh)
+    except Exception as err:
+        if not getattr(err, "complete_message", False):
+            raise
+        say(FAILURE_MARKER + failure_line(err, Path(config.result_dir)))
 
 
 @contextlib.contextmanager
@@ -90,36 +112,17 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
     return connected
 
 
-def check_result_dir(config: RunConfig) -> ResumePlan | None:
-    """The checks before a run writes anything in its result folder.
-
-    A new run refuses a folder that is a file or already holds a run's results; a resumed run
-    checks that its folder can be continued (:func:`server_app.checkpoint.check_resume`).
-
-    Returns
-    -------
-    ResumePlan or None
-        How to continue the run (None for a new run).
-
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line naming the run-config key.
-    """
-    if config.resume_from:
-        return check_resume(config)
-    check_new_result_dir(config.result_dir)
-    return None
-
-
-def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
+def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
     """Run ``config.num_server_rounds`` scheduled rounds on ``grid`` and write the result directory.
 
     Flower's own INFO lines show only with ``verbose`` (:func:`flower_log_level`); the run
-    prints one progress line per round. The folder is checked first (:func:`check_result_dir`;
-    nothing is written when it is refused). Then ``status.json`` says ``"running"``; at the
-    end ``"completed"`` (after ``model.pt`` and ``summary.json``), or ``"failed"`` with the
-    reason when this function raises or when no device uploaded an update in the whole run.
+    prints one progress line per round. The folder is locked for the whole run and checked
+    under the lock (:func:`server_app.run_folder.claim_run_folder`: another live run there is
+    refused, naming its PID; nothing is written when the folder is refused). Then
+    ``status.json`` says ``"running"``; at the end ``"completed"`` (after ``model.pt`` and
+    ``summary.json``), or ``"failed"`` with the reason when this function raises or when no
+    device uploaded an update in the whole run (when the status itself cannot be written, the
+    exception still says why).
 
     Parameters
     ----------
@@ -127,6 +130,9 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
         Flower's grid (simulation, deployment, or a test double).
     config : RunConfig
         The validated run config.
+    fresh_name : bool
+        ``config.result_dir`` is a default ``<policy>-<UTC time>`` name: a suffix is added
+        when another run has it.
 
     Returns
     -------
@@ -135,14 +141,19 @@ def run_federation(grid: Grid, config: RunConfig) -> dict[str, Any]:
 
     """
     with flower_log_level(verbose=config.verbose):
-        return _run_and_record(grid, config)
+        return _run_and_record(grid, config, fresh_name=fresh_name)
 
 
-def _run_and_record(grid: Grid, config: RunConfig) -> dict[str, Any]:
+def _run_and_record(grid: Grid, config: RunConfig, *, fresh_name: bool) -> dict[str, Any]:
     """:func:`run_federation` without the log-level setting."""
-    plan = check_result_dir(config)
+    taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
+    with taken.claim:
+        return _record_run(grid, taken.config, taken.plan)
+
+
+def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[str, Any]:
+    """Run and record in the claimed folder: status, metrics, checkpoints, end."""
     result_dir = Path(config.result_dir)
-    result_dir.mkdir(parents=True, exist_ok=True)
     done = 0 if plan is None else plan.checkpoint.round
     write_status(result_dir, RunStatus(RUNNING, done, config.num_server_rounds))
     writer: ResultWriter | None = None
@@ -162,7 +173,8 @@ def _run_and_record(grid: Grid, config: RunConfig) -> dict[str, Any]:
     except BaseException as err:
         last = writer.lines[-1]["round"] if writer is not None and writer.lines else done
         failed = RunStatus(FAILED, last, config.num_server_rounds, reason=one_line(err))
-        write_status(result_dir, failed)
+        with contextlib.suppress(ResultWriteError):  # a full disk may refuse this one too
+            write_status(result_dir, failed)
         raise
 
 

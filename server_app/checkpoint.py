@@ -11,8 +11,6 @@ equals the uninterrupted one.
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +19,9 @@ from typing import Any
 
 import torch
 
+from server_app.atomic_files import atomic_write
 from server_app.config import RunConfig
+from server_app.json_files import read_json_object
 from server_app.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
 from server_app.run_status import COMPLETED, first_line, read_status, settings_differences
 
@@ -95,13 +95,24 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
 
 
 def atomic_torch_save(obj: object, path: Path) -> Path:
-    """``torch.save(obj, path)`` through a temporary file, flushed and renamed over ``path``."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    """``torch.save(obj, path)`` through a temporary file, flushed and renamed over ``path``.
+
+    The temporary file is created exclusively under a unique name
+    (:func:`server_app.atomic_files.atomic_write`), so no file planted in the folder (a link
+    named ``checkpoint.tmp``, say) can redirect the write.
+
+    Raises
+    ------
+    server_app.atomic_files.ResultWriteError
+        One line naming ``path`` (disk full, ...); no temporary file is left.
+    """
+    return atomic_write(path, lambda handle: torch.save(obj, handle))
+
+
+#: Largest ``checkpoint.pt`` read when resuming (bytes): the model, the policy's state and two
+#: generator states. A checkpoint is about 4 bytes per parameter (ResNet-18: 45 MB), so 8 GiB
+#: is two billion parameters; a larger file is not a checkpoint of this app.
+MAX_CHECKPOINT_BYTES = 8 * 2**30
 
 
 def load_checkpoint(result_dir: Path) -> Checkpoint:
@@ -116,7 +127,18 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
     if not path.exists():
         raise FileNotFoundError(
             f"run-config key 'resume-from' = '{result_dir}': no {CHECKPOINT_FILE} there (was the "
-            "run started with checkpoint-every > 0?)"
+            "run started with checkpoint-every = 0?)"
+        )
+    if path.is_symlink() or not path.is_file():
+        raise ValueError(
+            f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} is not a regular "
+            "file (a link or a folder); the folder cannot be resumed"
+        )
+    size = path.stat().st_size
+    if size > MAX_CHECKPOINT_BYTES:
+        raise ValueError(
+            f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} holds {size} "
+            f"bytes, more than {MAX_CHECKPOINT_BYTES} (not a checkpoint of this app)"
         )
     try:
         data = torch.load(path, weights_only=True)
@@ -175,7 +197,7 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
     """
     path = result_dir / CONFIG_FILE
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = read_json_object(path)
     except (OSError, ValueError) as err:
         raise ValueError(
             f"run-config key 'resume-from': {path} cannot be read ({err}); the folder cannot "

@@ -2,8 +2,12 @@
 
 Nothing in a folder is overwritten silently: a new run refuses a folder that already holds a
 run's results (:func:`check_new_result_dir`); a resumed run rewrites ``metrics.jsonl``,
-``config.json`` and ``summary.json`` atomically (:func:`server_app.run_status.atomic_write_text`),
-so a crash leaves the old file or the new one, never half of one.
+``config.json`` and ``summary.json`` atomically (:func:`server_app.atomic_files.atomic_write_text`),
+so a crash leaves the old file or the new one, never half of one. Metrics lines are appended
+through ``O_NOFOLLOW`` and fsynced (:func:`server_app.atomic_files.append_line`); a failed write
+raises :class:`server_app.atomic_files.ResultWriteError`, one line naming the file.
+:func:`read_metrics` (resume) and :func:`read_metrics_lines` (plots, tables) read the lines back,
+bounded in size (:data:`server_app.json_files.MAX_METRICS_LINE_BYTES` per line).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server_app.run_status import RUN_FILES, atomic_write_text, holds_run
+from server_app.atomic_files import append_line, atomic_write_text
+from server_app.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds
+from server_app.run_status import RUN_FILES, holds_run
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -78,10 +84,7 @@ class ResultWriter:
     def append_round(self, line: dict[str, Any]) -> None:
         """Append one round's metrics as a JSON line (flushed to disk: nothing lost on a crash)."""
         clean = json_ready(line)
-        with (self.dir / METRICS_FILE).open("a") as fh:
-            fh.write(json.dumps(clean) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_line(self.dir / METRICS_FILE, json.dumps(clean))
         self.lines.append(clean)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
@@ -169,13 +172,71 @@ def can_create_in(folder: Path) -> bool:
 
 def _valid_line(text: str) -> dict[str, Any] | None:
     """One metrics line as a dict with an int ``round``; None when it is not one."""
+    if len(text) > MAX_METRICS_LINE_BYTES or json_depth_exceeds(text):
+        return None
     try:
         line = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(line, dict) or not isinstance(line.get("round"), int):
         return None
     return line
+
+
+def _metrics_rows(path: Path) -> tuple[list[str], bool]:
+    """The lines of ``metrics.jsonl`` (without newlines) and whether the file ends with one.
+
+    Lines longer than :data:`server_app.json_files.MAX_METRICS_LINE_BYTES` are cut there (and
+    then read as not a metrics line): a line of a run holds about 100 bytes per device.
+    """
+    rows: list[str] = []
+    ends_with_newline = True
+    with path.open("rb") as handle:
+        while True:
+            raw = handle.readline(MAX_METRICS_LINE_BYTES + 1)
+            if not raw:
+                break
+            ends_with_newline = raw.endswith(b"\n")
+            if not ends_with_newline and len(raw) > MAX_METRICS_LINE_BYTES:
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the long line
+                    raw = handle.readline(MAX_METRICS_LINE_BYTES)
+                ends_with_newline = True
+                rows.append("x" * (MAX_METRICS_LINE_BYTES + 1))
+                continue
+            rows.append(raw.rstrip(b"\n").decode("utf-8", errors="replace"))
+    return rows, ends_with_newline
+
+
+def read_metrics_lines(result_dir: str | Path) -> list[dict[str, Any]]:
+    """Every line of a run's ``metrics.jsonl``, for plots and tables.
+
+    A torn last line (no newline at its end and not a metrics line: the run was stopped, or is
+    still writing it) is left out; any other line that is not a metrics line (a JSON object
+    with an integer ``round``) is an error.
+
+    Raises
+    ------
+    OSError
+        When the file cannot be read.
+    ValueError
+        One line naming the file and the line.
+    """
+    path = Path(result_dir) / METRICS_FILE
+    rows, ends_with_newline = _metrics_rows(path)
+    lines: list[dict[str, Any]] = []
+    for number, text in enumerate(rows, start=1):
+        if not text.strip():
+            continue
+        line = _valid_line(text)
+        if line is None:
+            if number == len(rows) and not ends_with_newline:
+                break  # torn while written
+            raise ValueError(
+                f"{path} line {number} is not a metrics line (a JSON object with an integer "
+                "round); the file was edited or damaged"
+            )
+        lines.append(line)
+    return lines
 
 
 def read_metrics(result_dir: str | Path, through_round: int) -> list[dict[str, Any]]:
@@ -195,7 +256,10 @@ def read_metrics(result_dir: str | Path, through_round: int) -> list[dict[str, A
     where = f"run-config key 'resume-from': {path}"
     if not path.is_file():
         raise ValueError(f"{where} is missing; the folder cannot be resumed")
-    rows = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    try:
+        rows, _ = _metrics_rows(path)
+    except OSError as err:
+        raise ValueError(f"{where} cannot be read ({err}); the folder cannot be resumed") from err
     lines: list[dict[str, Any]] = []
     for number, text in enumerate(rows, start=1):
         if not text.strip():

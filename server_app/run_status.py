@@ -13,7 +13,6 @@ checkpoint. ``config.json`` holds the settings the run was started with;
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task.imports import first_line
+from server_app.atomic_files import atomic_write_text
+from server_app.json_files import read_json_object
 
 STATUS_FILE = "status.json"
 
@@ -75,22 +76,68 @@ class RunStatus:
 
 
 def one_line(err: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters), for ``status.json``."""
+    """``Type: first line of the message`` (at most 300 characters), for ``status.json``.
+
+    An error whose class says its message is complete (``complete_message = True``: a failed
+    write, a policy's decision that breaks the budget, a folder in use) is its message alone.
+    """
+    if getattr(err, "complete_message", False):
+        return first_line(err)[:300]
     return f"{type(err).__name__}: {first_line(err)}"[:300]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a crash leaves the old file or the new one, never half.
+#: The checkpoint file of a run (:data:`server_app.checkpoint.CHECKPOINT_FILE`, which imports
+#: torch).
+CHECKPOINT_NAME = "checkpoint.pt"
 
-    The text goes to a temporary file in the same folder, is flushed to disk, and is renamed
-    over ``path`` (``os.replace`` is atomic on POSIX).
+#: How the ServerApp under ``flwr run`` says in its output why the run failed, when the error
+#: is one line (a failed write, a broken budget, a folder in use): ``run failed: <line>``. The
+#: commands read it back (:func:`failure_from_output`): a full disk may refuse
+#: ``status.json`` too.
+FAILURE_MARKER = "run failed: "
+
+
+def resume_advice(result_dir: Path, *, when: str = "") -> str:
+    """What a run that stopped unfinished can do next, true to its folder.
+
+    With a ``checkpoint.pt`` the run continues from it (``resume-from``); without one (the run
+    was started with ``checkpoint-every = 0``, or stopped before its first checkpoint) it can
+    only run again, in a new folder. ``when`` is said first (``free space on the disk``).
     """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    first = f"{when}, then " if when else ""
+    if (Path(result_dir) / CHECKPOINT_NAME).is_file():
+        return f"{first}continue it from its checkpoint with resume-from='{result_dir}'"
+    return (
+        f"{first}run it again in a new folder: '{result_dir}' holds no checkpoint to resume "
+        "from (checkpoint-every = 0, or stopped before the first one)"
+    )
+
+
+def failure_line(err: BaseException, result_dir: Path) -> str:
+    """Why a run failed, in one line, with what to do next after a failed write.
+
+    :func:`one_line` of ``err``; a failed write (disk full, I/O error: an error with a
+    ``disk_full`` attribute, :class:`server_app.atomic_files.ResultWriteError`) is followed by
+    :func:`resume_advice`.
+    """
+    text = one_line(err)
+    disk_full = getattr(err, "disk_full", None)
+    if disk_full is not None:
+        when = "free space on the disk" if disk_full else "fix the file system"
+        written = getattr(err, "path", None)  # a file of the run's folder (its real name)
+        folder = Path(written).parent if written else Path(result_dir)
+        text += f"; {resume_advice(folder, when=when)}"
+    return text
+
+
+def failure_from_output(output: str) -> str | None:
+    """The last ``run failed: ...`` line the ServerApp printed (without the marker), or None."""
+    found = None
+    for line in output.splitlines():
+        start = line.find(FAILURE_MARKER)
+        if start >= 0:
+            found = line[start + len(FAILURE_MARKER) :].strip()
+    return found
 
 
 def write_status(result_dir: Path, status: RunStatus) -> None:
@@ -111,7 +158,7 @@ def read_status(result_dir: Path) -> RunStatus | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_object(path)
         return RunStatus(
             state=str(data["state"]),
             last_round=int(data["last_round"]),

@@ -197,6 +197,10 @@ def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
     write_status(tmp_path, RunStatus(FAILED, 3, 5, reason="RuntimeError: boom"))
     assert run_outcome(tmp_path, 0.0).message == "failed: RuntimeError: boom"
     write_status(tmp_path, RunStatus(RUNNING, 3, 5))
+    stopped = run_outcome(tmp_path, 0.0)  # killed before any checkpoint: resume is impossible
+    assert stopped.code == 1 and "resume-from" not in stopped.message
+    assert "run it again in a new folder" in stopped.message
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"a checkpoint")
     stopped = run_outcome(tmp_path, 0.0)
     assert stopped.code == 1 and f"resume-from='{tmp_path}'" in stopped.message
 

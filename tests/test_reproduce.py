@@ -24,6 +24,7 @@ from experiments.reproduce import (
     sweep_points,
 )
 from server_app.config import parse_run_config
+from server_app.run_status import holds_run
 
 PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
@@ -167,7 +168,7 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     def fake_flwr(run_config, **kwargs):
         calls.append(dict(run_config))
         result_dir = Path(run_config["result-dir"])
-        assert not result_dir.exists()
+        assert not holds_run(result_dir)  # a fresh folder (locked for the run: it exists)
         policy, seed = run_config["policy"], run_config["seed"]
         acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
         lines = [

@@ -1,0 +1,111 @@
+"""Reading the JSON files of a result folder: bounded in size and depth, one-line errors.
+
+Pure Python (no flwr, no torch). A result folder is data like any other: a ``config.json``
+nested 100,000 levels deep, a ``status.json`` of gigabytes or a torn last line of
+``metrics.jsonl`` must give one line naming the file, not a traceback or an exhausted memory
+(docs/design.md, "Result folders"). The sizes are bounded far above what a run writes:
+
+* :data:`MAX_JSON_BYTES` for ``config.json``, ``status.json`` and ``summary.json`` (a run's
+  ``config.json`` is a few kB: its largest part, the WEMD target, holds C numbers);
+* :data:`MAX_METRICS_LINE_BYTES` for one line of ``metrics.jsonl`` (a line holds a few
+  numbers per device: about 100 bytes per device, so 16 MiB is V > 100,000);
+* :data:`MAX_JSON_DEPTH` levels of nesting (a run writes at most 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+#: Largest ``config.json`` / ``status.json`` / ``summary.json`` read (bytes).
+MAX_JSON_BYTES = 64 * 2**20
+#: Largest line of ``metrics.jsonl`` read (bytes).
+MAX_METRICS_LINE_BYTES = 16 * 2**20
+#: Deepest nesting of arrays and objects read.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when ``text`` nests arrays / objects more than ``limit`` levels (strings skipped)."""
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads(text)``; ValueError naming ``where`` for bad JSON or too deep a nesting."""
+    if json_depth_exceeds(text):
+        raise ValueError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels; not a file of a run")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"{where} is not valid JSON ({first_line_of(err)})") from err
+
+
+def first_line_of(err: BaseException) -> str:
+    """The first line of an exception's message, or its type when it has none."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def read_bounded_text(path: str | os.PathLike[str], max_bytes: int) -> str:
+    """The text of ``path`` (UTF-8, bad bytes replaced) if it holds at most ``max_bytes``.
+
+    Raises
+    ------
+    OSError
+        When the file cannot be read.
+    ValueError
+        Naming the file and the bound when it is larger.
+
+    """
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(max_bytes + 1)
+    if size > max_bytes or len(data) > max_bytes:
+        raise ValueError(
+            f"{os.fspath(path)} holds {max(size, len(data))} bytes, more than the "
+            f"{max_bytes} a run writes; not a file of a run"
+        )
+    return data.decode("utf-8", errors="replace")
+
+
+def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Parse the JSON file ``path`` (at most ``max_bytes``, :data:`MAX_JSON_DEPTH` levels).
+
+    Raises
+    ------
+    OSError
+        When the file cannot be read.
+    ValueError
+        One line naming the file: too large, too deep, or not JSON.
+
+    """
+    where = str(Path(path))
+    return parse_json(read_bounded_text(path, max_bytes), where)
+
+
+def read_json_object(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> dict:
+    """:func:`read_json_file` that must give a JSON object (ValueError naming the file)."""
+    value = read_json_file(path, max_bytes)
+    if not isinstance(value, dict):
+        raise ValueError(f"{Path(path)} holds a JSON {type(value).__name__}, not an object")
+    return value
