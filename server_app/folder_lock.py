@@ -18,9 +18,9 @@ lock is never stale:
   hand, or one left running by a killed owner before it is stopped) is refused.
 
 A process that finds a lock taken is refused with :class:`FolderInUseError`, one line naming the
-holder's PID (read from ``/proc/locks``, else from the lock file). Lock files are opened with
-``O_NOFOLLOW`` and never removed (removing a lock file lets two processes lock two different
-files of one name). A folder that is a symbolic link or holds one is refused
+holder's PID (as the kernel lists it in ``/proc/locks``; the lock files stay empty). Lock files
+are opened with ``O_NOFOLLOW`` and never removed (removing a lock file lets two processes lock
+two different files of one name). A folder that is a symbolic link or holds one is refused
 (:func:`refuse_links`): a link could send a write out of the folder. :func:`new_folder`
 creates a folder whose name no other command can take at the same time (``os.mkdir`` fails on
 an existing name; the next free ``-2``, ``-3``, ... suffix is taken instead).
@@ -112,16 +112,12 @@ def _holder_from_proc_locks(path: Path) -> int | None:
 
 
 def lock_holder(path: Path) -> int | None:
-    """The PID holding the lock on ``path``: from ``/proc/locks``, else the PID in the file."""
-    pid = _holder_from_proc_locks(path)
-    if pid is not None:
-        return pid
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read(64).decode("ascii", errors="replace").strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+    """The PID holding the flock on ``path``, as the kernel lists it in ``/proc/locks``.
+
+    Nothing is written in a lock file: its holder is what the kernel says, never a stale
+    number (None when ``/proc/locks`` cannot be read or names nobody).
+    """
+    return _holder_from_proc_locks(path)
 
 
 def describe_process(pid: int | None) -> str:
@@ -132,7 +128,7 @@ def describe_process(pid: int | None) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return f"process {pid}"
-    command = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    command = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())  # one line
     command = command if len(command) <= 80 else command[:77] + "..."
     return f"process {pid} ({command})" if command else f"process {pid}"
 
@@ -243,8 +239,6 @@ class FolderLock:
                 "in a folder at a time: wait for it to end, or stop it first",
                 holder,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
         return self
 

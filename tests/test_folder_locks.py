@@ -1,0 +1,295 @@
+"""One writer per result folder: concurrent runs, live resumes, live comparisons, links, names.
+
+The processes here are real (``python -m experiments.inprocess`` / ``compare_policies``
+started side by side); who holds a lock is read from ``/proc/locks`` by the code under test
+and checked here against the PID this test started.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.launcher import format_run_config
+from experiments.preflight import claim_run
+from fedcgd_task.settings import PROJECT_DIR
+from server_app.atomic_files import atomic_write_text
+from server_app.checkpoint import CHECKPOINT_FILE, save_model
+from server_app.folder_lock import (
+    LOCK_FILE,
+    WRITER_LOCK_FILE,
+    FolderInUseError,
+    claim_folder,
+    new_folder,
+)
+from server_app.results import METRICS_FILE
+
+SMALL = {"num-devices": 8, "channel.availability-prob": 0.8}
+
+
+def start(module: str, *args: str) -> subprocess.Popen[str]:
+    """``python -m module args`` in the project folder, output captured as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=PROJECT_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def inprocess(**values: object) -> subprocess.Popen[str]:
+    return start("experiments.inprocess", "--run-config", format_run_config({**SMALL, **values}))
+
+
+def rounds(folder: Path) -> list[int]:
+    return [json.loads(x)["round"] for x in (folder / METRICS_FILE).read_text().splitlines()]
+
+
+def wait_for(predicate, proc: subprocess.Popen[str], limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the run ended early: {out[-2000:]}{err[-2000:]}")
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_two_runs_started_together_into_one_folder_one_is_refused_naming_the_other(tmp_path, trial):
+    folder = tmp_path / "run"
+    runs = [
+        inprocess(**{"result-dir": str(folder), "seed": s, "num-server-rounds": 4}) for s in (1, 2)
+    ]
+    outputs = [proc.communicate(timeout=300) for proc in runs]
+    codes = [proc.returncode for proc in runs]
+    assert sorted(codes) == [0, 2], outputs
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    err = outputs[loser][1].strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: run-config key 'result-dir'"), err
+    # The refused one names the other's PID (or, when it came after the end, the used folder).
+    assert f"process {runs[winner].pid} " in err[0] or "already holds" in err[0], err
+    assert rounds(folder) == [1, 2, 3, 4]  # one run's lines, once each
+    seed = json.loads((folder / "config.json").read_text())["task"]["seed"]
+    assert seed == (1, 2)[winner]
+    assert json.loads((folder / "status.json").read_text())["state"] == "completed"
+
+
+def test_a_resume_of_a_live_run_is_refused_naming_its_pid(tmp_path):
+    folder = tmp_path / "run"
+    live = inprocess(**{"result-dir": str(folder), "num-server-rounds": 400, "checkpoint-every": 1})
+    try:
+        wait_for(lambda: (folder / CHECKPOINT_FILE).exists(), live)
+        second = inprocess(**{"resume-from": str(folder), "num-server-rounds": 400})
+        _, err = second.communicate(timeout=300)
+        lines = err.strip().splitlines()
+        assert second.returncode == 2 and len(lines) == 1, err
+        assert "'resume-from'" in lines[0] and f"in use by process {live.pid} " in lines[0]
+        assert live.poll() is None  # the live run goes on, untouched
+    finally:
+        stop(live)
+
+
+def test_a_comparison_into_a_live_out_is_refused_naming_its_pid(tmp_path):
+    out = tmp_path / "compare"
+    args = ["--engine", "inprocess", "--policies", "bc", "--out", str(out)]
+    run_config = "num-devices=8 num-server-rounds=400"
+    first = start("experiments.compare_policies", *args, "--run-config", run_config)
+    try:
+        wait_for(lambda: (out / "bc" / "seed-0" / METRICS_FILE).exists(), first)
+        second = start("experiments.compare_policies", *args, "--run-config", run_config)
+        _, err = second.communicate(timeout=300)
+        lines = err.strip().splitlines()
+        assert second.returncode == 2 and len(lines) == 1, err
+        assert lines[0].startswith("error: --out") and f"in use by process {first.pid} " in lines[0]
+        assert first.poll() is None
+    finally:
+        stop(first)
+
+
+def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path):
+    # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(folder / WRITER_LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(300)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 1})
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 2, err
+        assert f"written by process {holder.pid} " in err and err.count("\n") == 1, err
+        assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_two_commands_with_the_same_default_folder_name_get_two_folders(tmp_path):
+    # What two launchers started in the same second compute: the same <policy>-<time> name.
+    name = tmp_path / "results" / "fedcgd-fscd-20250101-000000"
+    first, second = new_folder(name, "result-dir"), new_folder(name, "result-dir")
+    assert first == name and second == name.with_name(name.name + "-2")
+    assert first.is_dir() and second.is_dir()
+
+
+def test_default_folders_of_runs_started_together_never_collide(tmp_path):
+    out = tmp_path / "results"
+    runs = [
+        start(
+            "experiments.inprocess",
+            "--out",
+            str(out),
+            "--run-config",
+            format_run_config({**SMALL, "num-server-rounds": 1}),
+        )
+        for _ in range(3)
+    ]
+    for proc in runs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    folders = sorted(out.iterdir())
+    assert len(folders) == 3
+    assert all(rounds(f) == [1] for f in folders)
+
+
+def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path, monkeypatch):
+    import server_app.config as config_module
+
+    monkeypatch.setattr(config_module.time, "strftime", lambda *_: "20250101-000000")
+    from experiments.launcher import validated_run_config, with_resolved_data_dir
+
+    config = with_resolved_data_dir(validated_run_config({**SMALL, "num-server-rounds": 1}))
+    first, claim_a = claim_run(config, tmp_path)
+    second, claim_b = claim_run(config, tmp_path)
+    try:
+        assert Path(first["result-dir"]).name == "fedcgd-fscd-20250101-000000"
+        assert Path(second["result-dir"]).name == "fedcgd-fscd-20250101-000000-2"
+    finally:
+        claim_a.release()
+        claim_b.release()
+
+
+def test_a_result_folder_holding_a_link_is_refused_and_the_target_is_untouched(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("checkpoint.tmp", "model.tmp"):
+        (folder / name).symlink_to(victim)
+    run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1})
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 2 and err.count("\n") == 1, err
+    assert "symbolic link" in err and "'checkpoint.tmp'" in err
+    assert victim.read_text() == "precious"
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.tmp", "model.tmp"]
+
+
+def test_a_result_folder_that_is_a_link_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    run = inprocess(**{"result-dir": str(tmp_path / "link"), "num-server-rounds": 1})
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 2 and "is a symbolic link" in err and err.count("\n") == 1, err
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.parametrize("planted", ["checkpoint.tmp", "model.tmp", ".status.json.tmp"])
+def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, planted):
+    # A link planted after the folder was checked (the old fixed temporary names, and any
+    # other) cannot redirect a write: temporary files are created exclusively under new names.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / planted).symlink_to(victim)
+    save_model(folder, {"w": torch.ones(3)})
+    atomic_write_text(folder / "status.json", "{}")
+    assert victim.read_text() == "precious"
+    assert torch.equal(torch.load(folder / "model.pt")["w"], torch.ones(3))
+    assert sorted(p.name for p in folder.iterdir()) == sorted([planted, "model.pt", "status.json"])
+
+
+def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("x")
+    (folder / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(ValueError, match="symbolic link"):
+        claim_folder(folder, "result-dir")
+    assert victim.read_text() == "x"
+
+
+def test_a_held_lock_names_its_holder_and_dies_with_it(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1])\n"
+            "from pathlib import Path\n"
+            "from server_app.folder_lock import claim_folder\n"
+            "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
+            "print('held', flush=True)\n"
+            "import time; time.sleep(300)\n",
+            str(PROJECT_DIR),
+            str(folder),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderInUseError) as err:
+            claim_folder(folder, "result-dir")
+        assert err.value.pid == holder.pid and "\n" not in str(err.value)
+        holder.kill()  # kill -9: the kernel drops the lock
+        holder.wait()
+        claim_folder(folder, "result-dir").release()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_lock_files_are_empty_and_the_holder_is_the_kernels_word(tmp_path):
+    folder = tmp_path / "run"
+    claim = claim_folder(folder, "result-dir", writer=True)
+    try:
+        for name in (LOCK_FILE, WRITER_LOCK_FILE):
+            assert (folder / name).read_bytes() == b""
+            fd = os.open(folder / name, os.O_RDONLY)
+            try:
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+    finally:
+        claim.release()
