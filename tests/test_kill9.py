@@ -1,0 +1,274 @@
+"""``kill -9`` of a command: nothing it started stays alive, and a later run continues exactly.
+
+The commands run as real processes; their process trees are read from ``/proc`` here (not with
+the code under test) just before the kill, and every PID of it must be gone (or a zombie)
+within :data:`GONE_WITHIN_S`. Then the run is continued (``resume-from``, or the same
+comparison again) and must equal an uninterrupted one: every metrics line but its timings,
+and the final model bit for bit, with no round twice.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.launcher import format_run_config
+from fedcgd_task.settings import PROJECT_DIR
+
+#: Seconds every process of a killed command has to be gone in.
+GONE_WITHIN_S = 5.0
+#: Fields of a metrics line that are timings (they differ between any two runs).
+TIMINGS = (
+    "eval_s",
+    "wall_time_s",
+    "query_s",
+    "schedule_s",
+    "train_phase_s",
+    "aggregate_s",
+    "client_train_s",
+)
+
+
+def parents() -> dict[int, int]:
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return table
+
+
+def tree(pid: int) -> set[int]:
+    table = parents()
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in table.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:150]
+    except OSError:
+        return "?"
+
+
+def start(module: str, *args: str, env: dict | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=PROJECT_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # as a terminal would not: a kill of the group cannot help
+    )
+
+
+def lines(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def comparable(folder: Path) -> list[dict]:
+    return [{k: v for k, v in line.items() if k not in TIMINGS} for line in lines(folder)]
+
+
+def same_model(a: Path, b: Path) -> bool:
+    x, y = torch.load(a / "model.pt"), torch.load(b / "model.pt")
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def rounds_written(folder: Path) -> int:
+    try:
+        return len((folder / "metrics.jsonl").read_text().splitlines())
+    except OSError:
+        return 0
+
+
+def wait_for(predicate, proc: subprocess.Popen[str], limit_s: float = 300.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if proc.poll() is not None:
+            pytest.fail(f"ended early (exit {proc.returncode}): {proc.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def kill9_and_check_nothing_survives(proc: subprocess.Popen[str], min_processes: int) -> None:
+    """Read the command's tree, ``kill -9`` the command, assert the whole tree goes."""
+    before = tree(proc.pid)
+    assert len(before) >= min_processes, {p: command(p) for p in before}
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    left = {p for p in before if alive(p)}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = {p for p in left if alive(p)}
+    for pid in left:  # clean up before failing
+        os.kill(pid, signal.SIGKILL)
+    assert not left, {p: command(p) for p in left}
+
+
+def test_the_guard_kills_a_tree_that_escaped_into_other_sessions_and_orphans(tmp_path):
+    script = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(PROJECT_DIR)!r})\n"
+        "from experiments.processes import guarded_popen\n"
+        "guarded_popen(['sh', '-c', 'setsid sleep 300 & (sleep 300 &); sleep 300 & wait'],\n"
+        "              start_new_session=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while sum("sleep 300" in command(p) for p in tree(proc.pid)) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # the guard, sh, and three sleeps: one in a session of its own, one orphaned (its
+        # subshell exited), so that it is re-parented to the guard and not to init
+        kill9_and_check_nothing_survives(proc, min_processes=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path):
+    # Default settings: a checkpoint after every round (checkpoint-every = 1).
+    values = {"num-server-rounds": 30, "num-devices": 20}
+    whole = tmp_path / "whole"
+    done = start(
+        "experiments.inprocess",
+        "--run-config",
+        format_run_config({**values, "result-dir": str(whole)}),
+    )
+    _, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+
+    broken = tmp_path / "broken"
+    proc = start(
+        "experiments.inprocess",
+        "--run-config",
+        format_run_config({**values, "result-dir": str(broken)}),
+    )
+    wait_for(lambda: rounds_written(broken) >= 8, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not (broken / "model.pt").exists()  # killed mid-run
+    again = start(
+        "experiments.inprocess",
+        "--run-config",
+        format_run_config({**values, "resume-from": str(broken)}),
+    )
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert [x["round"] for x in lines(broken)] == list(range(1, 31))
+    assert comparable(broken) == comparable(whole)
+    assert same_model(broken, whole)
+
+
+def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path):
+    args = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
+    run_config = "num-devices=20 num-server-rounds=60"
+    reference = start(
+        "experiments.compare_policies", *args, "--out", str(tmp_path / "whole"),
+        "--run-config", run_config,
+    )  # fmt: skip
+    _, err = reference.communicate(timeout=600)
+    assert reference.returncode == 0, err
+
+    out = tmp_path / "broken"
+    proc = start(
+        "experiments.compare_policies", *args, "--out", str(out), "--run-config", run_config
+    )
+    folders = [out / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
+    wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc)
+    # compare_policies, two guards, two run processes
+    kill9_and_check_nothing_survives(proc, min_processes=4)
+    assert all(not (f / "model.pt").exists() for f in folders)
+
+    again = start(
+        "experiments.compare_policies", *args, "--out", str(out), "--run-config", run_config
+    )
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    with open(out / "runs.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted((r["policy"], r["seed"]) for r in rows) == [("bc", "0"), ("fedcgd-fscd", "0")]
+    for folder in folders:
+        reference_folder = tmp_path / "whole" / folder.relative_to(out)
+        assert [x["round"] for x in lines(folder)] == list(range(1, 61))
+        assert comparable(folder) == comparable(reference_folder)
+        assert same_model(folder, reference_folder)
+
+
+def launcher(values: dict, env: dict, **more: object) -> subprocess.Popen[str]:
+    run_config = format_run_config({**values, **more})
+    return start("experiments.launcher", "--run-config", run_config, env=env)
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_leaves_nothing_of_flower_or_ray_and_resumes_exactly(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "RAY_TMPDIR": "/tmp", "PYTHONUNBUFFERED": "1"}
+    values = {"num-devices": 4, "num-server-rounds": 40}
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    done = launcher(values, env, **{"result-dir": str(whole)})
+    _, err = done.communicate(timeout=900)
+    assert done.returncode == 0, err
+
+    proc = launcher(values, env, **{"result-dir": str(broken)})
+    wait_for(lambda: rounds_written(broken) >= 3, proc, limit_s=600)
+    # flwr run, SuperLink, SuperExec, flwr-simulation, Ray (gcs, raylet, workers), guards
+    kill9_and_check_nothing_survives(proc, min_processes=8)
+    again = launcher(values, env, **{"resume-from": str(broken)})
+    _, err = again.communicate(timeout=900)
+    assert again.returncode == 0, err
+    assert [x["round"] for x in lines(broken)] == list(range(1, 41))
+    assert comparable(broken) == comparable(whole)
+    assert same_model(broken, whole)
+
+
+@pytest.mark.slow
+def test_a_killed_reproduce_leaves_no_run_alive_and_runs_again_exactly(tmp_path):
+    out = tmp_path / "sweep"
+    args = [
+        "experiment=digits_policies",
+        "policies=[bc,fedcgd-fscd]",
+        f"out={out}",
+        "launcher.engine=inprocess",
+        "launcher.jobs=2",
+        "++run.num-server-rounds=60",
+        "++run.num-devices=20",
+    ]
+    proc = start("experiments.reproduce", *args)
+    folders = [out / "default" / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
+    wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc)
+    kill9_and_check_nothing_survives(proc, min_processes=4)
+    again = start("experiments.reproduce", *args)
+    _, err = again.communicate(timeout=900)
+    assert again.returncode == 0, err
+    for folder in folders:
+        assert [x["round"] for x in lines(folder)] == list(range(1, 61))
