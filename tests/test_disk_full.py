@@ -1,0 +1,223 @@
+"""A full disk (or another I/O error) while a run writes: one line, a true status, no leftovers.
+
+The disk fills by injection: ``os.write`` and ``os.fsync`` raise ``OSError(ENOSPC)`` for the
+files of the result folder once a condition holds (every file the app writes goes through one
+of them: appended lines through ``os.write``, whole files through ``fsync`` before their
+rename). The slow test at the end fills a real tmpfs (root only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.inprocess import main as inprocess_main
+from experiments.launcher import format_run_config
+from fedcgd_task.settings import PROJECT_DIR
+from server_app.atomic_files import ResultWriteError, append_line, atomic_write_text
+
+SMALL = {"num-devices": 8, "num-server-rounds": 5, "channel.availability-prob": 0.8}
+TIMINGS = ("eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
+           "client_train_s")  # fmt: skip
+
+
+def fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def disk_full(
+    monkeypatch, folder: Path, when: Callable[[str], bool], code: int = errno.ENOSPC
+) -> Iterator[None]:
+    """Writes of files in ``folder`` fail with ``code`` while ``when(path)`` holds."""
+    real_write, real_fsync = os.write, os.fsync
+    prefix = str(folder) + os.sep
+
+    def failing(real):
+        def call(fd, *args):
+            path = fd_path(fd)
+            if path.startswith(prefix) and when(path):
+                raise OSError(code, os.strerror(code))
+            return real(fd, *args)
+
+        return call
+
+    monkeypatch.setattr(os, "write", failing(real_write))
+    monkeypatch.setattr(os, "fsync", failing(real_fsync))
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(os, "write", real_write)
+        monkeypatch.setattr(os, "fsync", real_fsync)
+
+
+def rounds_in(folder: Path) -> int:
+    try:
+        return len((folder / "metrics.jsonl").read_text().splitlines())
+    except OSError:
+        return 0
+
+
+def run_main(capsys, **values: object) -> tuple[int, str, str]:
+    code = inprocess_main(["--run-config", format_run_config({**SMALL, **values})])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def comparable(folder: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k not in TIMINGS} for row in rows]
+
+
+def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
+    capsys, monkeypatch, tmp_path
+):
+    whole = tmp_path / "whole"
+    assert run_main(capsys, **{"result-dir": str(whole)})[0] == 0
+
+    folder = tmp_path / "run"
+    with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 2):
+        code, _, err = run_main(capsys, **{"result-dir": str(folder)})
+    lines = err.strip().splitlines()
+    assert code == 1, err
+    assert "Traceback" not in err and len(lines) == 1, err
+    # round 2's line went in, its fsync failed
+    assert lines[0] == (
+        f"failed: no space left on device while writing {folder}/metrics.jsonl; free space on "
+        f"the disk, then continue it from its checkpoint with resume-from='{folder}'"
+    )
+    assert temporaries(folder) == []
+    # status.json could not say failed (the whole disk is full): it says where it got
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "running" and status["last_round"] == 1
+    # the advice is true: after freeing space the run continues exactly
+    code, _, err = run_main(capsys, **{"resume-from": str(folder)})
+    assert code == 0, err
+    assert comparable(folder) == comparable(whole)
+    a, b = torch.load(folder / "model.pt"), torch.load(whole / "model.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_failed_checkpoint_write_says_failed_in_the_status_and_leaves_no_temporary(
+    capsys, monkeypatch, tmp_path
+):
+    folder = tmp_path / "run"
+    is_checkpoint = lambda path: os.path.basename(path).startswith(".checkpoint.pt.")  # noqa: E731
+    with disk_full(monkeypatch, folder, lambda p: is_checkpoint(p) and rounds_in(folder) >= 3):
+        code, _, err = run_main(capsys, **{"result-dir": str(folder)})
+    assert code == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith(f"failed: no space left on device while writing {folder}/checkpoint.pt")
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "failed" and status["last_round"] == 3
+    assert status["reason"] == f"no space left on device while writing {folder}/checkpoint.pt"
+    assert temporaries(folder) == []
+    assert torch.load(folder / "checkpoint.pt")["round"] == 2  # the last whole checkpoint
+
+
+def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(
+    capsys, monkeypatch, tmp_path
+):
+    folder = tmp_path / "run"
+    with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 2):
+        code, _, err = run_main(capsys, **{"result-dir": str(folder), "checkpoint-every": 0})
+    assert code == 1 and err.count("\n") == 1, err
+    assert "no space left on device while writing" in err and "resume-from" not in err
+    assert "run it again in a new folder" in err
+    assert not (folder / "checkpoint.pt").exists()
+
+
+def test_other_io_errors_are_one_line_too(capsys, monkeypatch, tmp_path):
+    folder = tmp_path / "run"
+    with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 3, code=errno.EIO):
+        code, _, err = run_main(capsys, **{"result-dir": str(folder)})
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"failed: input/output error while writing {folder}/")
+    assert "fix the file system, then continue it from its checkpoint" in err
+
+
+def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tmp_path):
+    target = tmp_path / "status.json"
+    atomic_write_text(target, "old")
+    with disk_full(monkeypatch, tmp_path, lambda _: True):
+        with pytest.raises(ResultWriteError, match="no space left on device while writing"):
+            atomic_write_text(target, "new")
+        with pytest.raises(ResultWriteError) as err:
+            append_line(tmp_path / "metrics.jsonl", "{}")
+    assert err.value.disk_full and err.value.errno == errno.ENOSPC
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "status.json"]
+
+
+def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(
+    capsys, monkeypatch, tmp_path
+):
+    from experiments.compare_policies import main as compare_main
+
+    out = tmp_path / "compare"
+    with disk_full(monkeypatch, out, lambda p: os.path.basename(p).startswith(".table.csv")):
+        code = compare_main(
+            ["--engine", "inprocess", "--policies", "bc", "--out", str(out), "--run-config",
+             "num-devices=8 num-server-rounds=2"]
+        )  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err == [f"failed: no space left on device while writing {out}/table.csv"]
+    assert temporaries(out) == []
+
+
+@pytest.mark.slow
+def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
+    """A 160 kB tmpfs as the result folder of a ``flwr run`` (root only)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        folder = mount / "run"
+        values = {"num-devices": 4, "num-server-rounds": 200, "result-dir": str(folder)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "experiments.launcher", "--run-config",
+             format_run_config(values)],
+            cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert last.startswith(f"failed: no space left on device while writing {folder}/"), last
+        assert last.endswith(f"continue it from its checkpoint with resume-from='{folder}'")
+        assert "Traceback" not in proc.stdout + proc.stderr
+        assert temporaries(folder) == []
+        checkpoint_round = torch.load(folder / "checkpoint.pt")["round"]
+        # free space: move the run to a disk with room, and resume it there
+        moved = tmp_path / "run"
+        shutil.copytree(folder, moved, symlinks=True)
+        values = {"num-devices": 4, "num-server-rounds": 200, "resume-from": str(moved)}
+        again = subprocess.run(
+            [sys.executable, "-m", "experiments.launcher", "--run-config",
+             format_run_config(values)],
+            cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr[-2000:]
+        text = (moved / "metrics.jsonl").read_text()
+        rounds = [json.loads(x)["round"] for x in text.splitlines()]
+        assert rounds == list(range(1, 201)) and checkpoint_round >= 1
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
