@@ -8,9 +8,10 @@ settings, nothing left to run), a ``channel.trace`` file that cannot be replayed
 run (:func:`server_app.uplink.check_channel_trace`), a data-set function that cannot be
 imported, fails or returns arrays outside its contract (:func:`fedcgd_task.datasets.load_data`),
 a model that does not fit the data set's inputs or whose σ̂ cannot be computed
-(:func:`check_model_fits`), and sizes beyond the training set (more devices or shards than
-samples, local training of more than :data:`MAX_LOCAL_PASSES` passes over a device's data per
-round).
+(:func:`check_model_fits`), a user's policy that does not return a valid ``Decision`` on a
+synthetic round (:func:`check_own_policy`), and sizes beyond the training set (more devices
+or shards than samples, local training of more than :data:`MAX_LOCAL_PASSES` passes over a
+device's data per round).
 
 :func:`claim_run` takes a run's folder for the command that starts it (the launcher, the
 in-process engine): locked for the command's whole life (:mod:`server_app.folder_lock`), so a
@@ -46,6 +47,7 @@ from server_app.run_status import (
 )
 
 if TYPE_CHECKING:
+    from server_app.config import RunConfig
     from server_app.folder_lock import FolderClaim
 
 #: Local training may pass at most this many times over a device's data per round
@@ -416,3 +418,33 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     check_model_fits(
         config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
     )
+    check_own_policy(config, train_set.num_classes)
+
+
+def check_own_policy(config: RunConfig, num_classes: int) -> None:
+    """Call a user's policy once on a synthetic round: it must return a valid ``Decision``.
+
+    A fresh policy object (the run builds its own) gets
+    :func:`fedcgd_strategy.policies.decision_check.synthetic_round` with the run's V, C, B and
+    b; what it returns must pass every rule a round checks (a ``Decision``, candidates only,
+    feasible devices, the budget: :func:`~fedcgd_strategy.policies.decision_check.check_decision`).
+    Built-in policies are checked in every round of every run and tested; they are not probed.
+
+    Raises
+    ------
+    ValueError
+        One line naming the policy (:class:`~fedcgd_strategy.policies.PolicyDecisionError`).
+    """
+    from fedcgd_strategy.policies.decision_check import probe_policy, synthetic_round
+    from fedcgd_strategy.policies.registry import POLICY_NAMES, make_policy
+
+    if config.policy in POLICY_NAMES:
+        return
+    policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
+    inputs = synthetic_round(
+        config.task.num_devices,
+        num_classes,
+        config.cell.total_bandwidth_hz,
+        config.training.batch_size,
+    )
+    probe_policy(policy, inputs, seed=config.seed)

@@ -23,7 +23,7 @@ from torch import nn
 from channel.report import BITS_PER_PARAM
 from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
 from fedcgd_strategy.policies import Policy
-from fedcgd_strategy.policies.registry import make_policy
+from fedcgd_strategy.policies.registry import make_policy, policy_class
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
 from fedcgd_task.local_data import all_partitions
@@ -227,12 +227,17 @@ def resolved_settings(
     num_classes: int,
     target: NDArray[np.float64],
 ) -> dict[str, Any]:
-    """The resolved settings of a run (its ``config.json``): the config and the derived values."""
+    """The resolved settings of a run (its ``config.json``): the config and the derived values.
+
+    ``policy_uses_budget`` is False for a rule that schedules without the bandwidth budget
+    (the ``all`` reference, :attr:`fedcgd_strategy.policies.Policy.uses_budget`).
+    """
     resolved = config.to_dict()
     resolved.update(
         num_parameters=num_params,
         model_bits_used=model_bits,
         num_classes=num_classes,
         target_dist_global=target.tolist(),
+        policy_uses_budget=bool(policy_class(config.policy).uses_budget),
     )
     return resolved

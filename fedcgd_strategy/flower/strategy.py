@@ -67,6 +67,7 @@ from fedcgd_strategy.policies import (
     round_inputs,
     with_reported_terms,
 )
+from fedcgd_strategy.policies.decision_check import check_decision
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
@@ -92,6 +93,7 @@ class RoundInProgress:
     training: TrainingSettings
     reference: Arrays
     available: list[int]
+    server_round: int = 0
     query_s: float = 0.0
     schedule_s: float = 0.0
     t_sent: float = 0.0
@@ -232,7 +234,13 @@ class ScheduledStrategy(Strategy):
     def _schedule(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> Decision:
         t0 = time.perf_counter()
         inputs = self._inputs(state, reports)
-        decision = self.policy.schedule(inputs, self.rng)
+        decision = check_decision(  # the round fails here if the schedule breaks the physics
+            self.policy.schedule(inputs, self.rng),
+            inputs,
+            policy=self.policy.name,
+            server_round=state.server_round,
+            uses_budget=type(self.policy).uses_budget,
+        )
         state.inputs, state.decision = inputs, decision
         state.schedule_s = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())
@@ -260,6 +268,7 @@ class ScheduledStrategy(Strategy):
             training=training,
             reference={k: v.numpy() for k, v in arrays.items()},
             available=self.registry.with_node(draw.available),
+            server_round=server_round,
             discovery_failed=discovery_failed,
         )
         self._round = state

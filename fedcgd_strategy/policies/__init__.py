@@ -6,6 +6,8 @@ module                 holds
 :mod:`~.inputs`        :class:`RoundInputs` (what a policy sees) and :func:`round_inputs`, the one
                        place it is assembled
 :mod:`~.decision`      :class:`Decision` and :func:`decision_from_mask`
+:mod:`~.decision_check` :func:`check_decision`: every decision against the round's physics
+                       (candidates, deadline, budget), and the pre-start probe of a policy
 :mod:`~.base`          :class:`Policy` (subclass it for your own rule) and :class:`UploadedUpdates`
 :mod:`~.protocol`      :class:`Protocol` and :func:`resolve_protocol` (from the policy's class)
 :mod:`~.fedcgd`        FedCGD (paper Algorithm 3)
@@ -24,6 +26,9 @@ from fedcgd_strategy.policies.baselines import PowerOfChoicePolicy as PowerOfCho
 from fedcgd_strategy.policies.decision import Decision as Decision
 from fedcgd_strategy.policies.decision import decision_from_mask as decision_from_mask
 from fedcgd_strategy.policies.decision import with_reported_terms as with_reported_terms
+from fedcgd_strategy.policies.decision_check import BUDGET_REL_TOL as BUDGET_REL_TOL
+from fedcgd_strategy.policies.decision_check import PolicyDecisionError as PolicyDecisionError
+from fedcgd_strategy.policies.decision_check import check_decision as check_decision
 from fedcgd_strategy.policies.fedcgd import FedCGDPolicy as FedCGDPolicy
 from fedcgd_strategy.policies.inputs import ReportedStats as ReportedStats
 from fedcgd_strategy.policies.inputs import RoundInputs as RoundInputs

@@ -74,6 +74,11 @@ class Policy(ABC):
         Fed-CBS: the local distributions reported at discovery): no query phase.
     needs_sigma : bool
         True when the rule uses σ̂ (FedCGD): only then do devices compute it.
+    uses_budget : bool
+        True (every rule but one): its schedules fit the bandwidth budget B, which every
+        round checks (:func:`~fedcgd_strategy.policies.decision_check.check_decision`).
+        False only for a reference that schedules without a budget (``all``, the FedAvg
+        reference); its runs say so in ``config.json`` (``policy_uses_budget``).
 
     """
 
@@ -81,6 +86,7 @@ class Policy(ABC):
     needs_post_training: ClassVar[bool] = False
     needs_reports: ClassVar[bool] = True
     needs_sigma: ClassVar[bool] = False
+    uses_budget: ClassVar[bool] = True
 
     @property
     def class_gradient(self) -> NDArray[np.float64] | None:

@@ -141,6 +141,7 @@ class AllFeasiblePolicy(Policy):
     """Every available device that can meet the deadline (FedAvg reference; no bandwidth budget)."""
 
     needs_reports: ClassVar[bool] = False
+    uses_budget: ClassVar[bool] = False  # the reference without a budget (still checked else)
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule every candidate with finite B*."""

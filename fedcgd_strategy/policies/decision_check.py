@@ -1,0 +1,199 @@
+"""Every policy's decision, built-in or the user's, checked against the round's physics.
+
+Pure numpy (no flwr, no torch). A schedule is only meaningful when it could be carried out:
+:func:`check_decision` is the one rule, applied to every round of every run (the Flower
+strategy calls it on what :meth:`~fedcgd_strategy.policies.base.Policy.schedule` returned) and
+to the pre-start probe of a user's policy (:func:`probe_policy` on :func:`synthetic_round`).
+A decision must
+
+1. be a :class:`~fedcgd_strategy.policies.decision.Decision` whose ``selected`` is a bool[V]
+   mask;
+2. schedule only candidates (available this round, with a valid report when the rule asked
+   for one);
+3. schedule only devices that can meet the deadline this round (B*_v finite, paper eq.
+   (lambert));
+4. fit the bandwidth budget: Σ_{v scheduled} B*_v <= B (1 + :data:`BUDGET_REL_TOL`), the
+   relative slack every solver's budget test allows for rounding
+   (:data:`fedcgd_strategy.problem.BANDWIDTH_REL_TOL`, 1e-9: 0.02 Hz of 20 MHz). A rule that
+   declares ``uses_budget = False`` (the ``all`` FedAvg reference: every feasible device,
+   no budget) is exempt from this one rule only, and says so in the run's ``config.json``;
+5. carry the numbers of its own schedule: σ̂, WEMD, sampling term and bandwidth used as
+   :func:`~fedcgd_strategy.policies.decision.decision_from_mask` computes them (the round's
+   record and every table are made of them).
+
+A decision that breaks a rule ends the run in that round with :class:`PolicyDecisionError`,
+one line naming the policy, the round, the devices and the bandwidth used against the budget
+(docs/design.md, "Checked decisions").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedcgd_strategy.policies.base import Policy
+from fedcgd_strategy.policies.decision import Decision, decision_from_mask
+from fedcgd_strategy.policies.inputs import RoundInputs
+from fedcgd_strategy.problem import BANDWIDTH_REL_TOL
+
+#: Relative slack of the budget test (the solvers' rounding slack).
+BUDGET_REL_TOL = BANDWIDTH_REL_TOL
+#: Devices named in a message at most.
+SHOWN_DEVICES = 12
+
+
+class PolicyDecisionError(ValueError):
+    """A policy's decision breaks the round's physics; the message is one complete line."""
+
+    complete_message: ClassVar[bool] = True
+
+
+def _devices(mask: NDArray[np.bool_]) -> str:
+    """``[3, 5, 9]`` (at most :data:`SHOWN_DEVICES`, then ``... (n in all)``)."""
+    idx = np.flatnonzero(mask).tolist()
+    if len(idx) <= SHOWN_DEVICES:
+        return str(idx)
+    return f"{str(idx[:SHOWN_DEVICES])[:-1]}, ...] ({len(idx)} in all)"
+
+
+def _mhz(value_hz: float) -> str:
+    return f"{value_hz / 1e6:.6g} MHz"
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal floats, NaN equal to NaN."""
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def check_decision(
+    decision: object,
+    inputs: RoundInputs,
+    *,
+    policy: str,
+    server_round: int | None,
+    uses_budget: bool = True,
+) -> Decision:
+    """Return ``decision`` if it obeys the rules of the module docstring; else raise.
+
+    Parameters
+    ----------
+    decision : object
+        What the policy's ``schedule`` returned.
+    inputs : RoundInputs
+        The round it was given.
+    policy : str
+        The policy's run-config value (named in the message).
+    server_round : int or None
+        The round (named in the message); None: the synthetic round of the pre-start probe.
+    uses_budget : bool
+        False for a rule that schedules without the budget (rule 4 is not applied).
+
+    Raises
+    ------
+    PolicyDecisionError
+        One line: ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
+
+    """
+    where = "a synthetic round before the start" if server_round is None else "round"
+    head = f"policy {policy!r}, {where}" + ("" if server_round is None else f" {server_round}")
+    if not isinstance(decision, Decision):
+        raise PolicyDecisionError(
+            f"{head}: schedule() returned {type(decision).__name__}, not a Decision; return "
+            "decision_from_mask(inputs, mask) with a bool mask over the devices"
+        )
+    selected = np.asarray(decision.selected)
+    if selected.dtype != np.bool_ or selected.shape != inputs.candidate.shape:
+        raise PolicyDecisionError(
+            f"{head}: the decision's selected is {selected.dtype} of shape {selected.shape}; "
+            f"it must be a bool mask of shape ({inputs.num_devices},), one entry per device"
+        )
+    budget = float(inputs.total_bandwidth_hz)
+    need = np.asarray(inputs.min_bandwidth_hz, dtype=float)
+    used = float(np.sum(need[selected & np.isfinite(need)]))
+    tail = f"bandwidth used {_mhz(used)} of the {_mhz(budget)} budget"
+    outside = selected & ~inputs.candidate
+    if outside.any():
+        raise PolicyDecisionError(
+            f"{head}: scheduled devices {_devices(outside)} that are not candidates this round "
+            f"(unavailable, or without a valid report); {tail}"
+        )
+    infeasible = selected & ~np.isfinite(need)
+    if infeasible.any():
+        raise PolicyDecisionError(
+            f"{head}: scheduled devices {_devices(infeasible)} that cannot meet the deadline "
+            f"this round (minimum bandwidth B* = inf); {tail}"
+        )
+    if uses_budget and used > budget * (1.0 + BUDGET_REL_TOL):
+        raise PolicyDecisionError(
+            f"{head}: scheduled devices {_devices(selected)} need {_mhz(used)} (the sum of "
+            f"their minimum bandwidths B*), more than the {_mhz(budget)} budget (tolerance "
+            f"{BUDGET_REL_TOL:g} relative); a decision must fit the bandwidth budget"
+        )
+    honest = decision_from_mask(inputs, selected)
+    for name in ("sigma", "wemd", "sampling_term", "bandwidth_used_hz"):
+        given, true = float(getattr(decision, name)), float(getattr(honest, name))
+        if not _same(given, true):
+            raise PolicyDecisionError(
+                f"{head}: the decision's {name} = {given!r} is not that of its schedule "
+                f"({true!r}); build the decision with decision_from_mask(inputs, mask)"
+            )
+    return decision
+
+
+def synthetic_round(
+    num_devices: int, num_classes: int, total_bandwidth_hz: float, batch_size: int
+) -> RoundInputs:
+    """A small round every device of which can be scheduled: for the pre-start probe.
+
+    Every device is a candidate with a label distribution (device v holds classes v mod C
+    and v + 1 mod C), |D_v| = 100, σ̂_v = 1, a training loss and an update norm (for rules that
+    rank on them), its whole local distribution, and a minimum bandwidth of B / (2V): all of
+    them together take half the budget.
+    """
+    devices = np.arange(num_devices)
+    label_dist = np.zeros((num_devices, num_classes))
+    label_dist[devices, devices % num_classes] += 0.5
+    label_dist[devices, (devices + 1) % num_classes] += 0.5
+    ramp = 1.0 + devices / max(num_devices, 1)
+    return RoundInputs(
+        candidate=np.ones(num_devices, dtype=bool),
+        label_dist=label_dist,
+        num_examples=np.full(num_devices, 100.0),
+        sigma_v=np.ones(num_devices),
+        min_bandwidth_hz=np.full(num_devices, total_bandwidth_hz / (2 * num_devices)),
+        gain_lin=1e-10 * ramp,
+        total_bandwidth_hz=float(total_bandwidth_hz),
+        batch_size=int(batch_size),
+        target_dist=np.full(num_classes, 1.0 / num_classes),
+        train_loss=ramp.copy(),
+        update_norm=ramp.copy(),
+        local_dist=label_dist.copy(),
+    )
+
+
+def probe_policy(policy: Policy, inputs: RoundInputs, seed: int = 0) -> Decision:
+    """Call a (fresh) policy once on ``inputs`` and check what it returns.
+
+    Raises
+    ------
+    PolicyDecisionError
+        One line: the policy raised (its exception's first line), or its decision breaks
+        a rule of :func:`check_decision`.
+
+    """
+    try:
+        decision = policy.schedule(inputs, np.random.default_rng(seed))
+    except Exception as err:  # the user's code: any failure is one line
+        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise PolicyDecisionError(
+            f"policy {policy.name!r}: schedule() raised {type(err).__name__}"
+            f"{': ' + text if text else ''} on a synthetic round of {inputs.num_devices} "
+            "devices, all available and feasible"
+        ) from err
+    uses_budget = bool(getattr(type(policy), "uses_budget", True))
+    return check_decision(
+        decision, inputs, policy=policy.name, server_round=None, uses_budget=uses_budget
+    )
