@@ -28,8 +28,8 @@ from server_app.policy_params import fold_policy_params, read_policy_params
 PROJECT = Path(__file__).resolve().parents[1]
 PF = "examples.proportional_fair:ProportionalFair"
 
-#: A policy as a researcher writes it, in a folder outside the project: k devices at random
-#: among the candidates that fit, a required parameter and an optional one.
+#: A policy as a researcher writes it, in a folder outside the project: up to k devices at
+#: random among the candidates that fit the budget, a required parameter and an optional one.
 RANDOM_K = """
 from dataclasses import dataclass
 
@@ -41,15 +41,18 @@ from fedcgd_strategy import Policy, decision_from_mask
 @dataclass
 class RandomK(Policy):
     k: int
-    only_feasible: bool = True
+    shuffle: bool = True
     needs_reports = False
 
     def schedule(self, inputs, rng):
-        ok = inputs.candidate & np.isfinite(inputs.min_bandwidth_hz)
-        pool = np.flatnonzero(ok if self.only_feasible else inputs.candidate)
-        chosen = rng.choice(pool, size=min(self.k, pool.size), replace=False)
+        pool = np.flatnonzero(inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))
+        order = rng.permutation(pool) if self.shuffle else pool
         mask = np.zeros(inputs.num_devices, dtype=bool)
-        mask[chosen] = True
+        used = 0.0
+        for v in order:  # at most k, in random order, while they fit the budget
+            need = inputs.min_bandwidth_hz[v]
+            if mask.sum() < self.k and used + need <= inputs.total_bandwidth_hz:
+                mask[v], used = True, used + need
         return decision_from_mask(inputs, mask)
 
 

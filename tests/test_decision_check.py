@@ -1,0 +1,307 @@
+"""Every policy's decision is checked against the round: candidates, deadline, budget, numbers.
+
+Unit cases on a hand-made round (V = 4, B = 20 MHz, B* = 5, 8, 9 MHz and inf), a property
+check of every built-in policy on random rounds, and runs of users' policies that break the
+physics (each fails in its round, in one line) or return no ``Decision`` (refused before the
+start).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.launcher import format_run_config
+from fedcgd_strategy.policies import (
+    POLICY_NAMES,
+    Decision,
+    PolicyContext,
+    RoundInputs,
+    decision_from_mask,
+    make_policy,
+)
+from fedcgd_strategy.policies.decision_check import (
+    BUDGET_REL_TOL,
+    PolicyDecisionError,
+    check_decision,
+    probe_policy,
+    synthetic_round,
+)
+from fedcgd_task.settings import PROJECT_DIR
+
+MHZ = 1e6
+
+
+def round_of(min_bandwidth_hz, candidate=(True, True, True, False), total=20 * MHZ):
+    v = len(min_bandwidth_hz)
+    label_dist = np.tile([0.5, 0.5], (v, 1))
+    return RoundInputs(
+        candidate=np.array(candidate),
+        label_dist=label_dist,
+        num_examples=np.full(v, 10.0),
+        sigma_v=np.ones(v),
+        min_bandwidth_hz=np.array(min_bandwidth_hz, dtype=float),
+        gain_lin=np.ones(v),
+        total_bandwidth_hz=total,
+        batch_size=4,
+        target_dist=np.array([0.5, 0.5]),
+    )
+
+
+INPUTS = round_of([5 * MHZ, 8 * MHZ, 9 * MHZ, np.inf], candidate=(True, True, True, True))
+
+
+def mask(*devices: int, v: int = 4) -> np.ndarray:
+    out = np.zeros(v, dtype=bool)
+    out[list(devices)] = True
+    return out
+
+
+def check(decision, inputs=INPUTS, uses_budget=True):
+    return check_decision(decision, inputs, policy="mine", server_round=7, uses_budget=uses_budget)
+
+
+def test_a_schedule_within_the_budget_passes_unchanged():
+    decision = decision_from_mask(INPUTS, mask(0, 1))  # 13 MHz
+    assert check(decision) is decision
+
+
+def test_a_schedule_over_the_budget_fails_naming_policy_round_devices_and_bandwidth():
+    with pytest.raises(PolicyDecisionError) as err:
+        check(decision_from_mask(INPUTS, mask(0, 1, 2)))  # 5 + 8 + 9 = 22 MHz
+    assert str(err.value) == (
+        "policy 'mine', round 7: scheduled devices [0, 1, 2] need 22 MHz (the sum of their "
+        "minimum bandwidths B*), more than the 20 MHz budget (tolerance 1e-09 relative); a "
+        "decision must fit the bandwidth budget"
+    )
+
+
+def test_the_budget_tolerance_is_one_part_in_a_billion():
+    b = 20 * MHZ
+    at = round_of([b / 2, b / 2 * (1 + 2 * BUDGET_REL_TOL) - 1e-9, 1.0, 1.0])
+    over = round_of([b / 2, b / 2 * (1 + 2 * BUDGET_REL_TOL) + 1e-6, 1.0, 1.0])
+    check(decision_from_mask(at, mask(0, 1)), inputs=at)  # B (1 + 1e-9) minus a hair: fits
+    with pytest.raises(PolicyDecisionError, match="more than the 20 MHz budget"):
+        check(decision_from_mask(over, mask(0, 1)), inputs=over)
+
+
+def test_a_device_that_cannot_meet_the_deadline_fails():
+    with pytest.raises(PolicyDecisionError, match=r"round 7: scheduled devices \[3\] that cannot"):
+        check(decision_from_mask(INPUTS, mask(0, 3)))
+
+
+def test_a_device_that_is_not_a_candidate_fails():
+    inputs = round_of([5 * MHZ, 8 * MHZ, 9 * MHZ, 1 * MHZ])  # device 3 unavailable
+    decision = Decision(mask(3), 1.0, 0.0, 0.5, 1 * MHZ)  # made by hand, not by the helper
+    with pytest.raises(PolicyDecisionError, match=r"devices \[3\] that are not candidates"):
+        check(decision, inputs=inputs)
+
+
+@pytest.mark.parametrize(
+    ("returned", "what"),
+    [(mask(0), "ndarray"), (None, "NoneType"), ([True, False, False, False], "list")],
+)
+def test_anything_but_a_decision_fails(returned, what):
+    with pytest.raises(PolicyDecisionError, match=f"returned {what}, not a Decision"):
+        check(returned)
+
+
+def test_a_decision_with_a_mask_of_another_shape_or_type_fails():
+    with pytest.raises(PolicyDecisionError, match=r"bool mask of shape \(4,\)"):
+        check(Decision(np.ones(3, dtype=bool), 1.0, 0.0, 0.5, 0.0))
+    with pytest.raises(PolicyDecisionError, match=r"bool mask of shape \(4,\)"):
+        check(Decision(np.array([1, 0, 0, 0]), 1.0, 0.0, 0.5, 0.0))
+
+
+@pytest.mark.parametrize("field", ["wemd", "sampling_term", "bandwidth_used_hz", "sigma"])
+def test_a_decision_whose_numbers_are_not_those_of_its_schedule_fails(field):
+    honest = decision_from_mask(INPUTS, mask(0, 1))
+    values = {
+        f: getattr(honest, f) for f in ("sigma", "wemd", "sampling_term", "bandwidth_used_hz")
+    }
+    values[field] = values[field] / 2 + 0.001
+    lie = Decision(honest.selected, **values)
+    with pytest.raises(PolicyDecisionError, match=f"decision's {field} = .* is not that of"):
+        check(lie)
+
+
+def test_a_rule_without_a_budget_is_still_held_to_candidates_and_the_deadline():
+    check(decision_from_mask(INPUTS, mask(0, 1, 2)), uses_budget=False)  # 22 MHz: allowed
+    with pytest.raises(PolicyDecisionError, match="cannot meet the deadline"):
+        check(decision_from_mask(INPUTS, mask(2, 3)), uses_budget=False)
+
+
+def random_round(rng: np.random.Generator, v: int, c: int) -> RoundInputs:
+    """A round like a cell's: some devices unavailable or infeasible, B* spread widely."""
+    candidate = rng.random(v) < 0.7
+    need = rng.lognormal(np.log(4 * MHZ), 1.0, size=v)
+    need[rng.random(v) < 0.15] = np.inf
+    counts = rng.integers(0, 5, size=(v, c)).astype(float)
+    counts[:, 0] += 1
+    dist = counts / counts.sum(axis=1, keepdims=True)
+    return RoundInputs(
+        candidate=candidate,
+        label_dist=dist,
+        num_examples=rng.integers(20, 200, size=v).astype(float),
+        sigma_v=rng.random(v) + 0.1,
+        min_bandwidth_hz=need,
+        gain_lin=rng.random(v),
+        total_bandwidth_hz=20 * MHZ,
+        batch_size=8,
+        target_dist=np.full(c, 1.0 / c),
+        train_loss=rng.random(v),
+        update_norm=rng.random(v),
+        local_dist=dist,
+    )
+
+
+@pytest.mark.parametrize(
+    "name", [p for p in POLICY_NAMES if p != "fedcgd-exact"] + ["fedcgd-exact"]
+)
+def test_every_built_in_policy_passes_the_check_on_random_rounds(name):
+    # The check must not break honest runs: each built-in's decisions obey every rule.
+    rng = np.random.default_rng(2024)
+    v, c = (10, 3) if name == "fedcgd-exact" else (30, 5)
+    policy = make_policy(name, PolicyContext(num_devices=v, num_classes=c))
+    for r in range(15 if name == "fedcgd-exact" else 40):
+        inputs = random_round(rng, v, c)
+        check_decision(
+            policy.schedule(inputs, rng),
+            inputs,
+            policy=name,
+            server_round=r + 1,
+            uses_budget=type(policy).uses_budget,
+        )
+
+
+def test_only_the_all_reference_schedules_without_the_budget():
+    without = [p for p in POLICY_NAMES if not type(make_policy(p, PolicyContext(4, 2))).uses_budget]
+    assert without == ["all"]
+
+
+def test_the_synthetic_round_fits_every_device_into_half_the_budget():
+    inputs = synthetic_round(40, 10, 20 * MHZ, 32)
+    assert inputs.candidate.all() and np.isfinite(inputs.min_bandwidth_hz).all()
+    assert inputs.min_bandwidth_hz.sum() == pytest.approx(10 * MHZ)
+    every = decision_from_mask(inputs, np.ones(40, dtype=bool))
+    check_decision(every, inputs, policy="p", server_round=None)
+
+
+def test_the_probe_names_a_policy_that_raises():
+    class Broken(make_policy("bc", PolicyContext(4, 2)).__class__):  # type: ignore[misc]
+        def schedule(self, inputs, rng):
+            raise KeyError("gain")
+
+    policy = Broken()
+    policy.name = "mine:Broken"
+    with pytest.raises(PolicyDecisionError) as err:
+        probe_policy(policy, synthetic_round(4, 2, 20 * MHZ, 8))
+    assert str(err.value) == (
+        "policy 'mine:Broken': schedule() raised KeyError: 'gain' on a synthetic round of 4 "
+        "devices, all available and feasible"
+    )
+
+
+#: Users' policies that break the physics, each in a file outside the project.
+CHEATS = """
+import numpy as np
+
+from fedcgd_strategy import Policy, decision_from_mask
+
+
+class EveryCandidate(Policy):
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        return decision_from_mask(inputs, inputs.candidate.copy())
+
+
+class EveryFeasible(Policy):  # fits the budget only by luck; never exceeds the deadline
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        return decision_from_mask(inputs, inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))
+
+
+class BareMask(Policy):
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        return inputs.candidate & np.isfinite(inputs.min_bandwidth_hz)
+
+
+class Raises(Policy):
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        return inputs.no_such_field
+"""
+
+
+@pytest.fixture(scope="module")
+def cheats(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("user") / "cheats.py"
+    path.write_text(textwrap.dedent(CHEATS))
+    return path
+
+
+def run(cheats: Path, name: str, folder: Path, **values: object):
+    settings = {"num-server-rounds": 3, "result-dir": str(folder), "policy": f"{cheats}:{name}"}
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.inprocess", "--run-config",
+         format_run_config({**settings, **values})],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_policy_that_schedules_every_candidate_fails_in_round_1_in_one_line(cheats, tmp_path):
+    done = run(cheats, "EveryCandidate", tmp_path / "run")
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(err) == 1 and "Traceback" not in done.stderr, err
+    assert err[0].startswith(f"failed: policy '{cheats}:EveryCandidate', round 1: scheduled ")
+    assert "MHz budget" in err[0] or "cannot meet the deadline" in err[0]
+    status = (tmp_path / "run" / "status.json").read_text()
+    assert '"state": "failed"' in status and "round 1: scheduled devices" in status
+    assert not (tmp_path / "run" / "metrics.jsonl").read_text()  # round 1 never happened
+
+
+def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(cheats, tmp_path):
+    # every feasible device: the cell's B* are in the MHz, 20 of them exceed 20 MHz
+    done = run(cheats, "EveryFeasible", tmp_path / "run")
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(err) == 1, err
+    assert ", round 1: scheduled devices [" in err[0]
+    assert "MHz (the sum of their minimum bandwidths B*), more than the 20 MHz budget" in err[0]
+
+
+def test_the_all_reference_is_exempt_from_the_budget_only(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.inprocess", "--run-config",
+         format_run_config({"num-server-rounds": 2, "policy": "all",
+                            "result-dir": str(tmp_path / "run")})],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '"policy_uses_budget": false' in (tmp_path / "run" / "config.json").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("BareMask", "schedule() returned ndarray, not a Decision"),
+        ("Raises", "schedule() raised AttributeError: 'RoundInputs' object has no attribute"),
+    ],
+)
+def test_a_policy_that_returns_no_decision_is_refused_before_the_start(
+    cheats, tmp_path, name, message
+):
+    done = run(cheats, name, tmp_path / "run")
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(err) == 1, done.stderr[-2000:]
+    assert err[0].startswith(f"error: policy '{cheats}:{name}'") and message in err[0], err
+    assert not (tmp_path / "run").exists()
