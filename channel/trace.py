@@ -24,7 +24,9 @@ simulation), :func:`load_trace` reads and validates one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ import numpy.typing as npt
 
 from channel.arrays import BoolArray, FloatArray
 from channel.cell import Cell, CellConfig, RoundDraw, checked_model_bits
+from channel.npz import ZIP_MAGIC, npz_headers
 
 #: Names of the arrays of a trace file, in the order they are written.
 TRACE_ARRAYS: tuple[str, str] = ("available", "gain_lin")
@@ -45,8 +48,13 @@ TRACE_FORMAT = (
 )
 
 #: First bytes of a zip archive (an .npz is one) and of a single .npy array.
-_ZIP_MAGIC = b"PK\x03\x04"
+_ZIP_MAGIC = ZIP_MAGIC
 _NPY_MAGIC = b"\x93NUMPY"
+
+#: Largest trace read (bytes of both arrays as declared by their headers): 512 MiB, e.g.
+#: 10^6 rounds x 59 devices or 10^4 rounds x 5,900 devices as bool and float64. Loading keeps
+#: a float64 / bool copy, so a trace costs at most about twice this in memory.
+MAX_TRACE_BYTES = 512 * 2**20
 
 #: D_w passed to :meth:`channel.Cell.draw_round` while recording: availability and gains do not
 #: depend on it, and B* is not recorded (it is recomputed from the gains when replayed).
@@ -140,8 +148,74 @@ class ChannelTrace:
         return int(self.available.shape[1])
 
 
+def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(R, V) of a trace file, from its arrays' headers only (no data is read).
+
+    The headers must declare exactly ``available`` (bool) and ``gain_lin`` (a float type),
+    both 2-D of the same non-empty shape, of at most :data:`MAX_TRACE_BYTES` together.
+
+    Raises
+    ------
+    TraceError
+        One line naming the file.
+
+    """
+    file, must = Path(path), f"must be {TRACE_FORMAT}"
+    if not file.exists():
+        raise TraceError(f"no such file; {must}", path)
+    if not file.is_file():
+        raise TraceError(f"is not a file; {must}", path)
+    try:
+        with open(file, "rb") as handle:
+            magic = handle.read(len(_NPY_MAGIC))
+    except OSError as err:
+        raise TraceError(f"cannot be read ({_first_line(err)}); {must}", path) from err
+    if magic == _NPY_MAGIC:
+        raise TraceError(f"is a single .npy array, not an .npz archive; {must}", path)
+    if not magic.startswith(_ZIP_MAGIC):  # never let np.load fall back to other formats
+        raise TraceError(f"is not an .npz archive (no zip header); {must}", path)
+    try:
+        headers = npz_headers(file)
+    except (OSError, ValueError) as err:
+        raise TraceError(f"{_first_line(err)}; {must}", path) from err
+    names = sorted(headers)
+    if names != sorted(TRACE_ARRAYS):
+        raise TraceError(f"holds the arrays {names}; {must}", path)
+    available, gain = headers["available"], headers["gain_lin"]
+    if available.dtype != np.bool_:
+        raise TraceError(f"array available has dtype {available.dtype}; must be bool", path)
+    if gain.dtype.kind != "f":
+        raise TraceError(f"array gain_lin has dtype {gain.dtype}; must be a float type", path)
+    for name, header in (("available", available), ("gain_lin", gain)):
+        if len(header.shape) != 2 or 0 in header.shape:
+            raise TraceError(
+                f"array {name} has shape {header.shape}; must be 2-D [R, V] with R >= 1 "
+                "rounds and V >= 1 devices",
+                path,
+            )
+    if gain.shape != available.shape:
+        raise TraceError(
+            f"array gain_lin has shape {gain.shape}, available {available.shape}; both must "
+            "be [R, V]",
+            path,
+        )
+    total = available.nbytes + gain.nbytes
+    if total > MAX_TRACE_BYTES:
+        raise TraceError(
+            f"declares arrays of shape {available.shape} ({total} bytes once read), more than "
+            f"{MAX_TRACE_BYTES} bytes (R x V <= {MAX_TRACE_BYTES // 9} for bool and float64); "
+            "record the rounds and devices the run uses",
+            path,
+        )
+    rounds, devices = available.shape
+    return int(rounds), int(devices)
+
+
 def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
     """Read and validate a trace file (see the module docstring for the format).
+
+    The arrays' headers are checked first (:func:`trace_shape`: names, dtypes, shapes, at most
+    :data:`MAX_TRACE_BYTES`), so no data is read from a file that declares anything else.
 
     Parameters
     ----------
@@ -156,24 +230,13 @@ def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
     ------
     TraceError
         One line naming the file: missing, a folder, not an ``.npz`` archive, other arrays
-        than ``available`` and ``gain_lin``, or arrays that :class:`ChannelTrace` refuses.
+        than ``available`` and ``gain_lin``, arrays too large, or arrays that
+        :class:`ChannelTrace` refuses.
 
     """
     file, must = Path(path), f"must be {TRACE_FORMAT}"
-    if not file.exists():
-        raise TraceError(f"no such file; {must}", path)
-    if not file.is_file():
-        raise TraceError(f"is not a file; {must}", path)
+    trace_shape(file)
     unreadable = (OSError, ValueError, EOFError, zipfile.BadZipFile)
-    try:
-        with open(file, "rb") as handle:
-            magic = handle.read(len(_NPY_MAGIC))
-    except OSError as err:
-        raise TraceError(f"cannot be read ({_first_line(err)}); {must}", path) from err
-    if magic == _NPY_MAGIC:
-        raise TraceError(f"is a single .npy array, not an .npz archive; {must}", path)
-    if not magic.startswith(_ZIP_MAGIC):  # never let np.load fall back to other formats
-        raise TraceError(f"is not an .npz archive (no zip header); {must}", path)
     try:
         loaded = np.load(file, allow_pickle=False)
     except unreadable as err:
@@ -204,7 +267,8 @@ def write_trace(
     """Validate ``available`` and ``gain_lin`` and write them as a trace file at ``path``.
 
     The file is written under exactly ``path`` (``numpy.savez`` would append ``.npz`` to a
-    name without it) through a temporary file renamed over it.
+    name without it) through a temporary file created exclusively in its folder and renamed
+    over it.
 
     Parameters
     ----------
@@ -228,10 +292,16 @@ def write_trace(
     """
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
     file = Path(path)
-    tmp = file.with_name(f".{file.name}.tmp")
-    with open(tmp, "wb") as handle:
-        np.savez(handle, available=trace.available, gain_lin=trace.gain_lin)
-    os.replace(tmp, file)
+    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+    try:  # created exclusively under a new name: never through a link planted in the folder
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, available=trace.available, gain_lin=trace.gain_lin)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, file)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return trace
 
 

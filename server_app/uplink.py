@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from channel import Cell, ChannelTrace, TraceError, TraceReplay, load_trace
+from channel.trace import trace_shape
 from server_app.config import RunConfig
 
 #: The run-config key of the trace, as the errors name it.
@@ -42,21 +43,24 @@ def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
     if not path:
         return None
     key = f"run-config key '{TRACE_KEY}' = '{path}'"
-    try:
-        trace = load_trace(path)
+    try:  # the arrays' headers first: a trace that cannot cover the run is not read at all
+        rounds, devices = trace_shape(path)
     except TraceError as err:
         raise ValueError(f"{key}: {err.reason}") from err
-    if trace.num_devices != config.task.num_devices:
+    if devices != config.task.num_devices:
         raise ValueError(
-            f"{key}: the trace has V = {trace.num_devices} devices (columns of available and "
+            f"{key}: the trace has V = {devices} devices (columns of available and "
             f"gain_lin); must equal num-devices = {config.task.num_devices}"
         )
-    if trace.num_rounds < config.num_server_rounds:
+    if rounds < config.num_server_rounds:
         raise ValueError(
-            f"{key}: the trace has R = {trace.num_rounds} rounds (rows); must be >= "
+            f"{key}: the trace has R = {rounds} rounds (rows); must be >= "
             f"num-server-rounds = {config.num_server_rounds}"
         )
-    return trace
+    try:
+        return load_trace(path)
+    except TraceError as err:
+        raise ValueError(f"{key}: {err.reason}") from err
 
 
 def build_uplink(

@@ -6,10 +6,12 @@ The engine and the launcher are imported inside the tests, so that the pure test
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -270,12 +272,21 @@ def bad_file(folder: Path, kind: str) -> tuple[str, str]:
     if kind == "extra-array":
         np.savez(trace, available=ones, gain_lin=gains, los=ones)
         return str(trace), "['available', 'gain_lin', 'los']"
+    if kind == "huge-header":  # 10^7 x 10^7 declared in a file of a few hundred bytes
+        header_only(trace, (10**7, 10**7))
+        return str(trace), "more than 536870912 bytes"
+    if kind == "inflating":  # 20,000 x 20,000 (3.6 GB once read), data absent
+        header_only(trace, (20_000, 20_000))
+        return str(trace), "(3600000000 bytes once read)"
+    if kind == "other-devices-unread":  # V = 7 declared, data truncated: refused unread
+        header_only(trace, (3, 7))
+        return str(trace), "V = 7 devices"
     if kind == "missing-array":
         np.savez(trace, available=ones)
         return str(trace), "holds the arrays ['available']"
     if kind == "object-array":
         np.savez(trace, available=ones, gain_lin=gains.astype(object))
-        return str(trace), "cannot be read"
+        return str(trace), "holds Python objects"
     if kind == "int-available":
         np.savez(trace, available=ones.astype(np.int8), gain_lin=gains)
         return str(trace), "available has dtype int8; must be bool"
@@ -299,7 +310,20 @@ def bad_file(folder: Path, kind: str) -> tuple[str, str]:
     raise AssertionError(kind)
 
 
+def header_only(trace: Path, shape: tuple[int, int]) -> None:
+    """An .npz whose two arrays declare ``shape`` in their headers but hold no data."""
+    with zipfile.ZipFile(trace, "w") as archive:
+        for name, descr in (("available", "|b1"), ("gain_lin", "<f8")):
+            member = io.BytesIO()
+            header = {"descr": descr, "fortran_order": False, "shape": shape}
+            np.lib.format.write_array_header_1_0(member, header)
+            archive.writestr(f"{name}.npy", member.getvalue())
+
+
 BAD_KINDS = [
+    "huge-header",
+    "inflating",
+    "other-devices-unread",
     "relative",
     "missing",
     "folder",

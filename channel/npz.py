@@ -1,0 +1,86 @@
+"""Reading ``.npz`` archives with bounds: every array's header before any of its data.
+
+Pure numpy. ``numpy.load`` of an archive allocates each array at the shape its header declares
+before reading a byte of it, and inflates compressed members without limit: a 2 MB file can
+declare 10^7 × 10^7 values (a ``MemoryError``) or inflate to gigabytes. :func:`npz_headers`
+reads only the ``.npy`` header of each member (a few hundred bytes, through :mod:`zipfile`),
+so that callers check names, dtypes, shapes and the total size before :func:`numpy.load`
+touches the data (channel traces, :mod:`channel.trace`; the MNIST-1D cache,
+:mod:`fedcgd_task.datasets`).
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+#: First bytes of a zip archive (an .npz is one).
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+@dataclass(frozen=True)
+class ArrayHeader:
+    """What an ``.npy`` header declares: shape, dtype, and the bytes of the data.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The declared shape.
+    dtype : numpy.dtype
+        The declared dtype.
+
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the array once read (the product of the shape times the item size)."""
+        count = 1
+        for size in self.shape:
+            count *= int(size)
+        return count * int(self.dtype.itemsize)
+
+
+def npz_headers(path: str | os.PathLike[str]) -> dict[str, ArrayHeader]:
+    """The header of every array of the ``.npz`` archive ``path``, by array name.
+
+    Reads the zip directory and the first bytes of each member only.
+
+    Raises
+    ------
+    ValueError
+        One line: not a zip archive, a member that is not an ``.npy`` array, an object
+        (pickled) dtype, or an unreadable header.
+    OSError
+        When the file cannot be opened.
+
+    """
+    with open(path, "rb") as handle:
+        if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            raise ValueError("is not an .npz archive (no zip header)")
+    headers: dict[str, ArrayHeader] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                name = info.filename
+                if not name.endswith(".npy"):
+                    raise ValueError(f"holds {name!r}, which is not an .npy array")
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                    else:
+                        raise ValueError(f"array {name[:-4]!r} has .npy format {version}")
+                if dtype.hasobject:
+                    raise ValueError(f"array {name[:-4]!r} holds Python objects (pickled data)")
+                headers[name[:-4]] = ArrayHeader(tuple(int(s) for s in shape), dtype)
+    except (zipfile.BadZipFile, EOFError) as err:
+        raise ValueError(f"is not a readable .npz archive ({err})") from err
+    return headers
