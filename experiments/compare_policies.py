@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -63,7 +64,7 @@ from server_app.atomic_files import ResultWriteError
 from server_app.checkpoint import run_finished, unread_settings
 from server_app.folder_lock import FolderClaim, claim_folder
 from server_app.json_files import read_json_object
-from server_app.results import CONFIG_FILE, read_metrics_lines
+from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 from server_app.run_status import (
     FAILED,
     RUN_FILES,
@@ -491,16 +492,36 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     if differences:
         return planned(REFUSE, differences)
     if completed:
-        try:
-            read_metrics_lines(result_dir)
-        except (OSError, ValueError) as err:  # a kept run must read whole: never half a table
-            return planned(REFUSE, f"completed, but {first_line(err)}")
+        damage = kept_run_damage(result_dir)
+        if damage:  # a kept run must read whole: never half a table
+            return planned(REFUSE, f"completed, but {damage}")
         return planned(KEEP)
     from server_app.checkpoint import CHECKPOINT_FILE
 
     if (result_dir / CHECKPOINT_FILE).exists():
         return planned(RESUME)
     return planned(RERUN, "incomplete, without a checkpoint")
+
+
+def kept_run_damage(result_dir: Path) -> str | None:
+    """Why a completed run's ``metrics.jsonl`` cannot be kept; None when it reads whole.
+
+    Whole: every line a metrics line, the last one ended (a torn last line in a completed run
+    is damage, not a write in progress), rounds 1, 2, ... once each.
+    """
+    path = result_dir / METRICS_FILE
+    try:
+        lines = read_metrics_lines(result_dir)
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - 1, 0))
+            ended = size == 0 or handle.read(1) == b"\n"
+    except (OSError, ValueError) as err:
+        return first_line(err)
+    rounds = [line["round"] for line in lines]
+    if not ended or rounds != list(range(1, len(rounds) + 1)):
+        return f"its {path} has a torn last line or rounds missing or repeated"
+    return None
 
 
 def plan_runs(

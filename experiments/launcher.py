@@ -558,12 +558,17 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
     Dotted keys (``channel.deadline-s=2.0``) stay dotted, as in ``flwr run --run-config``.
     """
     values: dict[str, Any] = {}
-    for item in shlex.split(text, posix=False):
+    try:
+        items = shlex.split(text, posix=False)
+    except ValueError as err:  # an unclosed quote
+        raise ValueError(f"--run-config cannot be split into key=value items ({err})") from err
+    for item in items:
         try:
             pairs = flatten(tomllib.loads(item))
-        except tomllib.TOMLDecodeError as err:
+        except (tomllib.TOMLDecodeError, RecursionError) as err:
+            shown = item if len(item) <= 80 else item[:77] + "..."
             raise ValueError(
-                f"--run-config item {item!r} is not key=value with a TOML value "
+                f"--run-config item {shown!r} is not key=value with a TOML value "
                 "(quote strings: policy='bc')"
             ) from err
         for key, value in pairs.items():

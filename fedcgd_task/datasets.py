@@ -50,8 +50,14 @@ computation needs (the full CIFAR training set is 150 MB as ``uint8`` but 614 MB
   run seed, and generating them leaves the global random states of ``numpy.random`` and
   ``random`` (which the package seeds and draws from) as they were. The arrays are cached in
   ``data-dir`` as ``mnist1d-<N>-<key>.npz``, the key a hash of every argument of
-  ``make_dataset`` and the package version (:func:`mnist1d_cache_path`), written atomically; a
-  later load with the same arguments reads that file.
+  ``make_dataset`` and the package version (:func:`mnist1d_cache_path`), written atomically
+  with the SHA-256 of its content; a later load with the same arguments reads that file only
+  when its arrays' headers declare exactly the expected shapes and dtypes and its content
+  hashes to the stored digest, and regenerates it otherwise (:func:`_read_mnist1d_cache`).
+
+The CIFAR batch files (Python pickles) are read with an unpickler that builds numpy arrays,
+lists, dicts, strings and numbers only (:class:`CifarUnpickler`): a crafted ``data_batch_*``
+cannot run code while it is read.
 """
 
 from __future__ import annotations
@@ -323,14 +329,97 @@ CIFAR_SPLIT_FILES: dict[tuple[str, bool], tuple[str, ...]] = {
 }
 
 
+#: Largest CIFAR batch file read (bytes). The official files are 31 MB (CIFAR-10, each of six)
+#: and 155 MB (CIFAR-100's ``train``); a larger one is not a CIFAR batch.
+MAX_CIFAR_FILE_BYTES = 256 * 2**20
+
+#: The only globals a CIFAR batch file refers to: numpy's array and dtype reconstruction
+#: (under numpy 1 and 2 module names, pickle protocols 2 to 5) and ``_codecs.encode`` (how
+#: protocol 2 stores bytes). Nothing else can be looked up, so nothing else can be called.
+CIFAR_PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """An unpickler that builds only what a CIFAR batch holds (:data:`CIFAR_PICKLE_GLOBALS`).
+
+    Dicts, lists, strings, bytes and numbers need no global; numpy arrays need the globals
+    above. Any other global (``os.system``, ``builtins.eval``, a class's constructor, ...) is
+    refused before it is looked up, so a crafted file cannot run code while it is read.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle's hook
+        if (module, name) in CIFAR_PICKLE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"it refers to {module}.{name}, which a CIFAR batch never holds (refused unread: "
+            "only numpy arrays, lists, dicts, strings and numbers are built)"
+        )
+
+
+def _cifar_entry(path: Path, name: str) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """Pixels [n, 3, 32, 32] and labels [n] of one CIFAR batch file, checked.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file: too large, refused by :class:`CifarUnpickler`, or not a
+        dict with ``data`` (uint8 [n, 3072]) and ``labels`` / ``fine_labels`` (n integers in
+        [0, C)).
+    """
+    where = f"{name}: '{path}' is not a CIFAR batch"
+    size = path.stat().st_size
+    if size > MAX_CIFAR_FILE_BYTES:
+        raise ValueError(f"{where}: it holds {size} bytes, more than {MAX_CIFAR_FILE_BYTES}")
+    try:
+        with path.open("rb") as fh:
+            entry = CifarUnpickler(fh, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+        raise ValueError(f"{where}: {first_line(err)}") from err
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: it holds a {type(entry).__name__}, not a dict")
+    entry = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in entry.items()}
+    data = entry.get("data")
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
+        kind = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data)
+        raise ValueError(f"{where}: its 'data' is {kind}, not a uint8 array [n, 3072]")
+    if data.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"{where}: its 'data' has {data.shape[1]} values per image, not 3072")
+    raw = entry.get("labels", entry.get("fine_labels"))
+    try:
+        labels = np.asarray(raw)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{where}: its labels cannot be read ({first_line(err)})") from err
+    classes = _CIFAR_CLASSES[name]
+    if labels.dtype.kind not in "iu" or labels.shape != (data.shape[0],):
+        raise ValueError(
+            f"{where}: its labels are {labels.dtype} {labels.shape}, not {data.shape[0]} integers"
+        )
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"{where}: its labels leave [0, {classes})")
+    return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
+
+
 def read_cifar_folder(
     name: str, folder: Path, *, train: bool
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """Read an extracted CIFAR folder in torchvision's file format (Python pickles).
+    """Read an extracted CIFAR folder in torchvision's file format (Python pickles), safely.
 
     The same files and layout torchvision reads (``data``: uint8 rows of 3 × 1024 channel-major
     pixels; ``labels``, or CIFAR-100's ``fine_labels``), without the official MD5 checks, so
-    re-packed or generated files in that format load too (e.g. the round benchmark's).
+    re-packed or generated files in that format load too (e.g. the round benchmark's). Each
+    file is at most :data:`MAX_CIFAR_FILE_BYTES` and is read by :class:`CifarUnpickler`, which
+    builds numpy arrays, lists, dicts, strings and numbers only: a crafted file cannot run
+    code.
 
     Returns
     -------
@@ -341,16 +430,17 @@ def read_cifar_folder(
     ------
     FileNotFoundError
         Naming the missing file and the folder.
+    ValueError
+        One line naming a file that is not a CIFAR batch (:func:`_cifar_entry`).
     """
     pixels, labels = [], []
     for file in CIFAR_SPLIT_FILES[(name, train)]:
         path = folder / file
         if not path.is_file():
             raise FileNotFoundError(f"{name}: '{path}' is missing from '{folder}'")
-        with path.open("rb") as fh:
-            entry = pickle.load(fh, encoding="latin1")
-        pixels.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(entry.get("labels", entry.get("fine_labels")), dtype=np.int64))
+        batch_pixels, batch_labels = _cifar_entry(path, name)
+        pixels.append(batch_pixels)
+        labels.append(batch_labels)
     return np.concatenate(pixels), np.concatenate(labels)
 
 
@@ -485,8 +575,8 @@ def cifar100_data(data_dir: str) -> LoadedData:
 #: Number of classes of MNIST-1D (the digits 0..9).
 MNIST1D_NUM_CLASSES = 10
 #: Version of the cache file's layout (part of the cache key: a new layout never reads an old
-#: file).
-MNIST1D_CACHE_FORMAT = 1
+#: file). 2: the file holds the SHA-256 of its content (:func:`mnist1d_content_digest`).
+MNIST1D_CACHE_FORMAT = 2
 #: ``get_dataset_args`` entries that ``make_dataset`` does not read (the download address of
 #: the package's pre-built file), left out of the arguments and the cache key.
 MNIST1D_UNUSED_ARGS: tuple[str, ...] = ("url",)
@@ -603,23 +693,72 @@ def generate_mnist1d(arguments: dict[str, Any]) -> Mnist1dArrays:
 _MNIST1D_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 
-def _read_mnist1d_cache(path: Path, key: str) -> Mnist1dArrays | None:
-    """The arrays of cache file ``path`` if it exists, reads and was written for ``key``."""
-    if not path.is_file():
+def mnist1d_content_digest(key: str, arrays: Mnist1dArrays) -> str:
+    """SHA-256 (hex) of a cache's content: its key, and each array's dtype, shape and bytes."""
+    digest = hashlib.sha256(key.encode())
+    for name, array in zip(_MNIST1D_ARRAYS, arrays, strict=True):
+        contiguous = np.ascontiguousarray(array)
+        digest.update(f"|{name}|{contiguous.dtype.str}|{contiguous.shape}|".encode())
+        digest.update(contiguous.tobytes())
+    return digest.hexdigest()
+
+
+def mnist1d_shapes(arguments: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Shape and dtype of each array :func:`generate_mnist1d` returns for ``arguments``.
+
+    The package splits the N = ``num_samples`` samples at ``int(N * train_split)``; inputs
+    have ``final_seq_length`` points in one channel.
+    """
+    total = int(arguments["num_samples"])
+    train = int(total * float(arguments["train_split"]))
+    length = int(arguments["final_seq_length"])
+    return {
+        "x_train": ((train, 1, length), np.dtype(np.float32).str),
+        "y_train": ((train,), np.dtype(np.int64).str),
+        "x_test": ((total - train, 1, length), np.dtype(np.float32).str),
+        "y_test": ((total - train,), np.dtype(np.int64).str),
+    }
+
+
+def _read_mnist1d_cache(
+    path: Path, key: str, arguments: dict[str, Any] | None = None
+) -> Mnist1dArrays | None:
+    """The arrays of cache file ``path`` if it exists, reads, and is what ``key`` generates.
+
+    Checked before any data is read: the arrays' headers must declare exactly the names,
+    shapes and dtypes :func:`mnist1d_shapes` gives (a file cannot make this read allocate
+    more than the real arrays); after reading, the stored key and the SHA-256 of the content
+    (:func:`mnist1d_content_digest`) must match. Anything else (another generator's file, an
+    edited label, a truncated file) returns None: the caller regenerates and overwrites it.
+    """
+    from channel.npz import npz_headers
+
+    if path.is_symlink() or not path.is_file():
         return None
     try:
+        headers = npz_headers(path)
+        if arguments is not None:
+            wanted = mnist1d_shapes(arguments)
+            declared = {n: (h.shape, h.dtype.str) for n, h in headers.items() if n in wanted}
+            if set(headers) != {*wanted, "key", "content"} or declared != wanted:
+                return None
+            if any(headers[n].nbytes > 64 * 2**10 for n in ("key", "content")):
+                return None
         with np.load(path, allow_pickle=False) as data:
             if str(data["key"]) != key:  # a hash collision or a foreign file: regenerate
                 return None
-            x_train, y_train, x_test, y_test = (np.asarray(data[n]) for n in _MNIST1D_ARRAYS)
+            stored = str(data["content"])
+            arrays: Mnist1dArrays = (
+                np.asarray(data["x_train"], dtype=np.float32),
+                np.asarray(data["y_train"], dtype=np.int64),
+                np.asarray(data["x_test"], dtype=np.float32),
+                np.asarray(data["y_test"], dtype=np.int64),
+            )
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None  # unreadable (e.g. truncated by hand): regenerate and overwrite
-    return (
-        x_train.astype(np.float32, copy=False),
-        y_train.astype(np.int64, copy=False),
-        x_test.astype(np.float32, copy=False),
-        y_test.astype(np.int64, copy=False),
-    )
+    if stored != mnist1d_content_digest(key, arrays):
+        return None  # edited after it was written (labels shifted, ...): regenerate
+    return arrays
 
 
 def _write_mnist1d_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
@@ -638,6 +777,7 @@ def _write_mnist1d_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
             np.savez(
                 fh,
                 key=np.array(key),
+                content=np.array(mnist1d_content_digest(key, arrays)),
                 x_train=x_train,
                 y_train=y_train,
                 x_test=x_test,
@@ -680,7 +820,7 @@ def load_mnist1d(data_dir: str | Path, num_samples: int) -> Mnist1dArrays:
     arguments = mnist1d_arguments(num_samples)
     key = mnist1d_cache_key(arguments)
     path = mnist1d_cache_path(data_dir, arguments)
-    cached = _read_mnist1d_cache(path, key)
+    cached = _read_mnist1d_cache(path, key, arguments)
     if cached is not None:
         return cached
     arrays = generate_mnist1d(arguments)

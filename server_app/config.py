@@ -8,7 +8,7 @@ A bad value raises one ``ValueError`` naming the run-config key, the value and w
 =============================  ==================================================================
 run-config key                 meaning
 =============================  ==================================================================
-``num-server-rounds``          rounds J, int >= 1
+``num-server-rounds``          rounds J, int in [1, 100,000] (:data:`MAX_SERVER_ROUNDS`)
 ``policy``                     scheduling rule: a built-in name
                                (:data:`fedcgd_strategy.policies.POLICY_NAMES`) or your own
                                :class:`fedcgd_strategy.Policy` subclass as
@@ -75,6 +75,7 @@ from fedcgd_strategy.selectors import PACK_RULES
 from fedcgd_task.settings import (
     TaskSettings,
     TrainingSettings,
+    check_path_names,
     read_choice,
     read_int,
     read_real,
@@ -83,6 +84,12 @@ from fedcgd_task.settings import (
 from server_app.policy_params import read_policy_params
 
 TARGET_CHOICES = ("global", "devices")
+
+#: Largest ``num-server-rounds``. The ServerApp keeps every round's metrics line in memory (the
+#: summary and the no-upload check read them) and on disk: about 2 kB per line on disk and
+#: 10 kB as Python objects for 40 devices, so 100,000 rounds are about 1 GB of memory and
+#: 200 MB of ``metrics.jsonl`` (the paper's runs have at most a few thousand rounds).
+MAX_SERVER_ROUNDS = 100_000
 
 #: run-config key (without the ``channel.`` prefix) -> CellConfig field: every field but
 #: ``num_devices`` (the run's ``num-devices``), in kebab case (``deadline_s`` -> ``deadline-s``).
@@ -184,6 +191,8 @@ def read_channel_trace(run_config: Mapping[str, Any]) -> str:
     value = require_key(run_config, "channel.trace")
     if value == "":
         return ""
+    if isinstance(value, str):
+        check_path_names(value, "channel.trace")
     if not isinstance(value, str) or not Path(value).expanduser().is_absolute():
         raise ValueError(
             f"run-config key 'channel.trace' = {value!r} must be the absolute path of a channel "
@@ -226,6 +235,17 @@ def timestamped_result_dir(parent: str | Path, policy: str) -> Path:
     return Path(parent).expanduser().resolve() / f"{name}-{stamp}"
 
 
+def read_rounds(run_config: Mapping[str, Any]) -> int:
+    """``num-server-rounds``: an int in [1, :data:`MAX_SERVER_ROUNDS`]."""
+    rounds = read_int(run_config, "num-server-rounds", minimum=1)
+    if rounds > MAX_SERVER_ROUNDS:
+        raise ValueError(
+            f"run-config key 'num-server-rounds' must be an integer in [1, {MAX_SERVER_ROUNDS}] "
+            f"(every round's metrics line is kept in memory, about 10 kB each); got {rounds}"
+        )
+    return rounds
+
+
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     """Read and validate the whole run config.
 
@@ -256,6 +276,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     result_dir = require_key(run_config, "result-dir")
     if not isinstance(result_dir, str):
         raise ValueError(f"run-config key 'result-dir' must be a string; got {result_dir!r}")
+    check_path_names(result_dir, "result-dir")
     if result_dir and not Path(result_dir).expanduser().is_absolute():
         raise ValueError(
             f"run-config key 'result-dir' = {result_dir!r} must be an absolute path (the "
@@ -263,6 +284,8 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         )
     model_bits = read_int(run_config, "channel.model-bits", minimum=0)
     resume_from = require_key(run_config, "resume-from")
+    if isinstance(resume_from, str):
+        check_path_names(resume_from, "resume-from")
     if not isinstance(resume_from, str) or (
         resume_from and not Path(resume_from).expanduser().is_absolute()
     ):
@@ -286,7 +309,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         task=task,
         training=TrainingSettings.from_run_config(run_config),
         cell=_cell_config(run_config, task.num_devices),
-        num_server_rounds=read_int(run_config, "num-server-rounds", minimum=1),
+        num_server_rounds=read_rounds(run_config),
         policy=policy,
         policy_params=policy_params,
         protocol=protocol,

@@ -68,18 +68,34 @@ def format_policy_params(params: Mapping[str, object]) -> str:
     return "{" + ",".join(f"{k}={format_toml_value(v)}" for k, v in params.items()) + "}"
 
 
+#: Longest ``policy-params`` text (characters): room for a list of a few thousand numbers.
+MAX_PARAMS_CHARS = 65536
+
+
+def _shown(text: str) -> str:
+    """``text`` as repr, cut to 80 characters for a one-line message."""
+    shown = repr(text)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
 def _parse_table(text: object) -> dict[str, Any]:
     if not isinstance(text, str):
         raise ValueError(
             f"run-config key {PARAMS_KEY!r} = {text!r}; allowed: a TOML inline table as a "
             "string, e.g. '{window = 20}'"
         )
+    if len(text) > MAX_PARAMS_CHARS:
+        raise ValueError(
+            f"run-config key {PARAMS_KEY!r} = {_shown(text)} holds {len(text)} characters; "
+            f"allowed: at most {MAX_PARAMS_CHARS}"
+        )
     try:
         table = tomllib.loads(f"table = {text.strip() or '{}'}")["table"]
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, RecursionError) as err:
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise ValueError(
-            f"run-config key {PARAMS_KEY!r} = {text!r} is not a TOML inline table ({err}); "
-            "allowed: e.g. '{window = 20, beta = 0.5}'"
+            f"run-config key {PARAMS_KEY!r} = {_shown(text)} is not a TOML inline table "
+            f"({reason}); allowed: e.g. '{{window = 20, beta = 0.5}}'"
         ) from err
     if not isinstance(table, dict):
         raise ValueError(
