@@ -6,7 +6,7 @@ measures, on this machine:
 1. ``save_checkpoint`` (``torch.save`` to an exclusive temporary file, fsync, rename) of each
    built-in model with its data set's input shape, median of 20 writes (5 for ResNet-18), and
    the file's size;
-2. the default run (digits, 40 devices, 50 rounds, in-process engine) with
+2. the default run (digits, 40 devices, ``--rounds`` 50 rounds, in-process engine) with
    ``checkpoint-every`` = 0, 1, 5 and 10, the settings interleaved and repeated ``--repeats``
    times, as seconds per round (the run's wall time over its rounds, start-up excluded): the
    overhead of each cadence against no checkpoint, measured side by side.
@@ -79,7 +79,7 @@ def time_writes() -> list[dict[str, object]]:
     return rows
 
 
-def time_runs(repeats: int) -> list[dict[str, object]]:
+def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     """Seconds per round of the default run at each cadence, interleaved ``repeats`` times."""
     from experiments.inprocess import run_inprocess
     from experiments.launcher import validated_run_config, with_resolved_data_dir
@@ -91,7 +91,11 @@ def time_runs(repeats: int) -> list[dict[str, object]]:
                 result_dir = Path(folder) / f"every-{cadence}-{rep}"
                 config = with_resolved_data_dir(
                     validated_run_config(
-                        {"checkpoint-every": cadence, "result-dir": str(result_dir)}
+                        {
+                            "checkpoint-every": cadence,
+                            "num-server-rounds": rounds,
+                            "result-dir": str(result_dir),
+                        }
                     )
                 )
                 with contextlib.redirect_stdout(io.StringIO()):  # the run's progress lines
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=50, help="rounds of each run (>= 2)")
     parser.add_argument("--out", type=Path, default=Path("results/bench_checkpoint"))
     args = parser.parse_args(argv)
     writes = time_writes()
@@ -131,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
     )
-    runs = time_runs(args.repeats)
+    runs = time_runs(args.repeats, max(args.rounds, 2))
     write_csv(args.out / "checkpoint_runs.csv", runs)
     print(
         text_table(

@@ -305,3 +305,13 @@ def test_a_policy_that_returns_no_decision_is_refused_before_the_start(
     assert done.returncode == 2 and len(err) == 1, done.stderr[-2000:]
     assert err[0].startswith(f"error: policy '{cheats}:{name}'") and message in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_readme_lists_every_round_inputs_field():
+    import dataclasses
+
+    text = (PROJECT_DIR / "README.md").read_text()
+    section = text[text.index("What `schedule` gets, `RoundInputs`") :]
+    section = section[: section.index("**The budget rule**")]
+    listed = [line.split("|")[1].strip(" `") for line in section.splitlines() if line[:3] == "| `"]
+    assert listed == [f.name for f in dataclasses.fields(RoundInputs)]

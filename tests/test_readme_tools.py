@@ -41,6 +41,10 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
         ["table.csv", "table.json"],
     ),
     "experiments.certificates": (["--supernodes", "1"], []),
+    "experiments.bench_checkpoint": (
+        ["--repeats", "1", "--rounds", "2"],
+        ["checkpoint_writes.csv", "checkpoint_runs.csv"],
+    ),
 }
 
 #: Commands that write nothing (they print timings): module -> extra arguments.
