@@ -1040,4 +1040,6 @@ def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from experiments.processes import run_as_command
+
+    raise SystemExit(run_as_command(main))

@@ -197,4 +197,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from experiments.processes import run_as_command
+
+    raise SystemExit(run_as_command(main))

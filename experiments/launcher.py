@@ -817,4 +817,6 @@ def launch_run(args: argparse.Namespace, overrides: dict[str, Any], merged: dict
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from experiments.processes import run_as_command
+
+    raise SystemExit(run_as_command(main))

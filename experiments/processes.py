@@ -21,6 +21,7 @@ exits with ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM) and one line.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -143,6 +144,37 @@ def exit_code_stopping_on_signals(command: Callable[[], int]) -> int:
         except Interrupted as stop:
             print(stop.message, file=sys.stderr, flush=True)
             return stop.exit_code
+
+
+#: ``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (orphans below it stay below it); True if it is."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def run_as_command(main: Callable[[], int | None]) -> int | None:
+    """Run a command's ``main`` as this process's whole life; nothing it started survives it.
+
+    The process becomes a subreaper first, so that a process orphaned below it (its guard
+    killed by hand, say) stays below it; whatever is still below it when ``main`` returns or
+    raises is stopped by PID (:func:`stop_tree`). For the ``__main__`` of the commands only:
+    called from a test, it would stop the test's own children.
+    """
+    become_subreaper()
+    try:
+        return main()
+    finally:
+        me = os.getpid()
+        left = {pid for pid in process_tree([me]) - {me} if is_alive(pid)}
+        if left:
+            stop_tree(left)
 
 
 def parent_pids() -> dict[int, int]:

@@ -469,5 +469,7 @@ def hydra_overrides(args: Sequence[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    from experiments.processes import run_as_command
+
     sys.argv[1:] = hydra_overrides(sys.argv[1:])
-    main()
+    run_as_command(main)

@@ -113,7 +113,7 @@ def test_due_rounds_listed_by_hand():
 
 
 def test_evaluates_only_round_0_every_third_round_and_the_last(tmp_path):
-    setup = tiny_setup(tmp_path, **{"num-server-rounds": 7, "eval-every": 3})
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 7, "eval-every": 3, "checkpoint-every": 0})
     writer = ResultWriter(tmp_path / "run", 7)
     said: list[str] = []
     recorder = RoundRecorder(setup, writer, said.append)

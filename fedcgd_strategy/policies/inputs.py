@@ -5,12 +5,15 @@ Every array has one entry per device of the cell (length V), indexed by partitio
 (or, when the rule schedules from the channel alone, every available device). Non-candidates
 are never scheduled. :func:`round_inputs` is the only place that builds a :class:`RoundInputs`
 from a round: the channel draw, the reported statistics (as arrays, see :class:`ReportedStats`),
-the local class counts reported at discovery and the WEMD target. Pure numpy.
+the local class counts reported at discovery and the WEMD target. Its arrays are read-only
+copies: a policy cannot change the round its decision is then checked against (a policy that
+set every B* to 0 would otherwise pass the budget rule). Pure numpy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -236,16 +239,23 @@ def round_inputs(
         num_examples, sigma_v = reported.num_examples, reported.sigma_v
         train_loss, update_norm = reported.train_loss, reported.update_norm
     return RoundInputs(
-        candidate=candidate,
-        label_dist=label_dist,
-        num_examples=num_examples,
-        sigma_v=sigma_v,
-        min_bandwidth_hz=np.asarray(min_bandwidth_hz, dtype=float),
-        gain_lin=np.asarray(gain_lin, dtype=float),
+        candidate=_frozen(candidate),
+        label_dist=_frozen(label_dist),
+        num_examples=_frozen(num_examples),
+        sigma_v=_frozen(sigma_v),
+        min_bandwidth_hz=_frozen(np.asarray(min_bandwidth_hz, dtype=float)),
+        gain_lin=_frozen(np.asarray(gain_lin, dtype=float)),
         total_bandwidth_hz=total_bandwidth_hz,
         batch_size=batch_size,
-        target_dist=target,
-        train_loss=train_loss,
-        update_norm=update_norm,
-        local_dist=local_dist,
+        target_dist=_frozen(target),
+        train_loss=None if train_loss is None else _frozen(train_loss),
+        update_norm=None if update_norm is None else _frozen(update_norm),
+        local_dist=None if local_dist is None else _frozen(local_dist),
     )
+
+
+def _frozen(array: NDArray[Any]) -> NDArray[Any]:
+    """A read-only copy: a policy cannot change the round it is checked against."""
+    copy = np.array(array)
+    copy.setflags(write=False)
+    return copy
