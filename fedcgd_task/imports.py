@@ -64,7 +64,14 @@ def check_reference(value: str, setting: str) -> None:
 
 def _load_file_module(path: Path, setting: str, value: str) -> object:
     """Load ``path`` as a module named after its path (the same file gives the same module)."""
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as err:  # a name longer than the file system takes, ...
+        raise ValueError(
+            f"run-config key {setting!r} = {value!r}: file {path} cannot be looked up "
+            f"({err.strerror or type(err).__name__})"
+        ) from err
+    if not found:
         raise ValueError(f"run-config key {setting!r} = {value!r}: file {path} does not exist")
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
     name = f"fedcgd_user_{path.stem}_{digest}"

@@ -203,7 +203,7 @@ def test_the_probe_names_a_policy_that_raises():
         probe_policy(policy, synthetic_round(4, 2, 20 * MHZ, 8))
     assert str(err.value) == (
         "policy 'mine:Broken': schedule() raised KeyError: 'gain' on a synthetic round of 4 "
-        "devices, all available and feasible"
+        "devices, all available and feasible (its arrays read-only, as in a run)"
     )
 
 
@@ -240,6 +240,25 @@ class Raises(Policy):
 
     def schedule(self, inputs, rng):
         return inputs.no_such_field
+
+
+class ZeroesTheBandwidths(Policy):  # would pass the budget rule on the round it changed
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        inputs.min_bandwidth_hz[:] = 0.0
+        return decision_from_mask(inputs, inputs.candidate.copy())
+
+
+class FailsInRound3(Policy):
+    needs_reports = False
+    calls = 0
+
+    def schedule(self, inputs, rng):
+        type(self).calls += 1  # the pre-start probe is call 1
+        if type(self).calls == 4:
+            raise RuntimeError("out of ideas")
+        return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
 """
 
 
@@ -295,6 +314,7 @@ def test_the_all_reference_is_exempt_from_the_budget_only(tmp_path):
     [
         ("BareMask", "schedule() returned ndarray, not a Decision"),
         ("Raises", "schedule() raised AttributeError: 'RoundInputs' object has no attribute"),
+        ("ZeroesTheBandwidths", "raised ValueError: assignment destination is read-only"),
     ],
 )
 def test_a_policy_that_returns_no_decision_is_refused_before_the_start(
@@ -315,3 +335,31 @@ def test_the_readme_lists_every_round_inputs_field():
     section = section[: section.index("**The budget rule**")]
     listed = [line.split("|")[1].strip(" `") for line in section.splitlines() if line[:3] == "| `"]
     assert listed == [f.name for f in dataclasses.fields(RoundInputs)]
+
+
+def test_a_users_policy_that_raises_mid_run_fails_that_round_in_one_line(cheats, tmp_path):
+    done = run(cheats, "FailsInRound3", tmp_path / "run", **{"num-server-rounds": 5})
+    err = done.stderr.strip().splitlines()  # (rounds 1, 2 warn: nothing scheduled, uploaded)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, err
+    assert err[-1] == (
+        f"failed: policy '{cheats}:FailsInRound3', round 3: schedule() raised RuntimeError: "
+        "out of ideas"
+    )
+
+
+def test_the_round_inputs_a_policy_gets_are_read_only():
+    from fedcgd_strategy.policies import round_inputs
+
+    inputs = round_inputs(
+        available=np.ones(3, dtype=bool),
+        min_bandwidth_hz=np.ones(3),
+        gain_lin=np.ones(3),
+        total_bandwidth_hz=10.0,
+        batch_size=2,
+        num_classes=2,
+        target_dist=np.array([0.5, 0.5]),
+    )
+    for name in ("candidate", "label_dist", "num_examples", "sigma_v", "min_bandwidth_hz",
+                 "gain_lin", "target_dist"):  # fmt: skip
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(inputs, name)[0] = 0

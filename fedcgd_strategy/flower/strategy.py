@@ -67,7 +67,7 @@ from fedcgd_strategy.policies import (
     round_inputs,
     with_reported_terms,
 )
-from fedcgd_strategy.policies.decision_check import check_decision
+from fedcgd_strategy.policies.decision_check import schedule_checked
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
@@ -234,13 +234,8 @@ class ScheduledStrategy(Strategy):
     def _schedule(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> Decision:
         t0 = time.perf_counter()
         inputs = self._inputs(state, reports)
-        decision = check_decision(  # the round fails here if the schedule breaks the physics
-            self.policy.schedule(inputs, self.rng),
-            inputs,
-            policy=self.policy.name,
-            server_round=state.server_round,
-            uses_budget=type(self.policy).uses_budget,
-        )
+        # the round fails here, in one line, if the schedule breaks the physics
+        decision = schedule_checked(self.policy, inputs, self.rng, server_round=state.server_round)
         state.inputs, state.decision = inputs, decision
         state.schedule_s = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())

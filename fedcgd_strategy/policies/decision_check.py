@@ -143,6 +143,37 @@ def check_decision(
     return decision
 
 
+def schedule_checked(
+    policy: Policy, inputs: RoundInputs, rng: np.random.Generator, *, server_round: int | None
+) -> Decision:
+    """``policy.schedule(inputs, rng)``, checked (:func:`check_decision`).
+
+    An exception raised by a user's policy (one named by reference, ``module:Class``) becomes a
+    :class:`PolicyDecisionError` naming the policy and the round (its cause chained): the
+    user's code, one line. A built-in policy's exception goes on unchanged (a bug: its
+    traceback says where).
+    """
+    try:
+        decision = policy.schedule(inputs, rng)
+    except Exception as err:
+        if ":" not in policy.name:
+            raise
+        where = "a synthetic round before the start" if server_round is None else "round"
+        round_text = "" if server_round is None else f" {server_round}"
+        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise PolicyDecisionError(
+            f"policy {policy.name!r}, {where}{round_text}: schedule() raised "
+            f"{type(err).__name__}{': ' + text if text else ''}"
+        ) from err
+    return check_decision(
+        decision,
+        inputs,
+        policy=policy.name,
+        server_round=server_round,
+        uses_budget=bool(getattr(type(policy), "uses_budget", True)),
+    )
+
+
 def synthetic_round(
     num_devices: int, num_classes: int, total_bandwidth_hz: float, batch_size: int
 ) -> RoundInputs:
@@ -158,19 +189,22 @@ def synthetic_round(
     label_dist[devices, devices % num_classes] += 0.5
     label_dist[devices, (devices + 1) % num_classes] += 0.5
     ramp = 1.0 + devices / max(num_devices, 1)
+    arrays = {
+        "candidate": np.ones(num_devices, dtype=bool),
+        "label_dist": label_dist,
+        "num_examples": np.full(num_devices, 100.0),
+        "sigma_v": np.ones(num_devices),
+        "min_bandwidth_hz": np.full(num_devices, total_bandwidth_hz / (2 * num_devices)),
+        "gain_lin": 1e-10 * ramp,
+        "target_dist": np.full(num_classes, 1.0 / num_classes),
+        "train_loss": ramp.copy(),
+        "update_norm": ramp.copy(),
+        "local_dist": label_dist.copy(),
+    }
+    for array in arrays.values():  # read-only, as in a run (round_inputs)
+        array.setflags(write=False)
     return RoundInputs(
-        candidate=np.ones(num_devices, dtype=bool),
-        label_dist=label_dist,
-        num_examples=np.full(num_devices, 100.0),
-        sigma_v=np.ones(num_devices),
-        min_bandwidth_hz=np.full(num_devices, total_bandwidth_hz / (2 * num_devices)),
-        gain_lin=1e-10 * ramp,
-        total_bandwidth_hz=float(total_bandwidth_hz),
-        batch_size=int(batch_size),
-        target_dist=np.full(num_classes, 1.0 / num_classes),
-        train_loss=ramp.copy(),
-        update_norm=ramp.copy(),
-        local_dist=label_dist.copy(),
+        total_bandwidth_hz=float(total_bandwidth_hz), batch_size=int(batch_size), **arrays
     )
 
 
@@ -191,7 +225,7 @@ def probe_policy(policy: Policy, inputs: RoundInputs, seed: int = 0) -> Decision
         raise PolicyDecisionError(
             f"policy {policy.name!r}: schedule() raised {type(err).__name__}"
             f"{': ' + text if text else ''} on a synthetic round of {inputs.num_devices} "
-            "devices, all available and feasible"
+            "devices, all available and feasible (its arrays read-only, as in a run)"
         ) from err
     uses_budget = bool(getattr(type(policy), "uses_budget", True))
     return check_decision(
