@@ -326,13 +326,20 @@ def require_key(run_config: Mapping[str, Any], key: str) -> Any:
 
 
 def check_path_names(value: str, key: str) -> str:
-    """Return the path ``value`` if each of its names fits :data:`MAX_NAME_BYTES`; else raise.
+    """Return the path ``value`` if it is printable and its names fit :data:`MAX_NAME_BYTES`.
 
     Raises
     ------
     ValueError
-        Naming ``key`` and the first name that is too long (no file system takes it).
+        Naming ``key``: a control character (a newline would break every one-line message
+        that names the path; NUL no system call takes), or the first name that is too long
+        (no file system takes it).
     """
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ValueError(
+            f"run-config key '{key}' = {value[:80]!r} holds a control character (a newline, a "
+            "tab, NUL, ...); allowed: a path of printable characters"
+        )
     for name in Path(value).parts:
         size = len(name.encode("utf-8", errors="surrogateescape"))
         if size > MAX_NAME_BYTES:

@@ -10,6 +10,7 @@ refused run leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -18,6 +19,7 @@ from server_app.checkpoint import ResumePlan, check_resume
 from server_app.config import RunConfig
 from server_app.folder_lock import FolderClaim, claim_folder
 from server_app.results import check_new_result_dir
+from server_app.run_status import RUN_FILES
 
 
 def folder_key(config: RunConfig) -> str:
@@ -104,4 +106,24 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     except BaseException:
         claim.abandon()
         raise
+    if writer:
+        remove_stale_temporaries(claim.folder)
     return ClaimedRun(config, claim, plan)
+
+
+def remove_stale_temporaries(folder: Path) -> list[str]:
+    """Remove the temporary files a killed writer left (``.<run file>.<random>.tmp``).
+
+    Called by the writer once it holds the folder's writer lock: no other process writes
+    there, so a temporary file of a run file's name is a leftover (a process killed between
+    creating it and renaming it). Only regular files of that pattern go; returns their names.
+    """
+    removed = []
+    for entry in os.scandir(folder):
+        name = entry.name
+        ours = any(name.startswith(f".{run_file}.") for run_file in RUN_FILES)
+        if ours and name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed.append(name)
+    return removed

@@ -176,6 +176,10 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert not (broken / "model.pt").exists()  # killed mid-run
+    # what a kill between creating a temporary file and renaming it leaves: the resume's
+    # writer removes it (regular files of that pattern only)
+    (broken / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
+    (broken / ".notes.tmp").write_text("not ours")
     again = start(
         "experiments.inprocess",
         "--run-config",
@@ -183,6 +187,8 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
     )
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
+    assert not (broken / ".checkpoint.pt.k1ll3d.tmp").exists()
+    assert (broken / ".notes.tmp").read_text() == "not ours"
     assert [x["round"] for x in lines(broken)] == list(range(1, 31))
     assert comparable(broken) == comparable(whole)
     assert same_model(broken, whole)

@@ -192,6 +192,7 @@ def test_a_cache_declaring_a_huge_array_is_regenerated_without_reading_it(tmp_pa
         ({"channel.trace": "/tmp/" + "d" * 5000 + ".npz"}, "'channel.trace' holds"),
         ({"policy": "x" * 5000 + ":P"}, "'policy' holds 5002 characters"),
         ({"policy": "/tmp/" + "p" * 300 + ".py:P"}, "cannot be looked up (File name too long)"),
+        ({"result-dir": "/tmp/two\nlines"}, "'result-dir' = '/tmp/two\\nlines' holds a control"),
         ({"dataset": "/tmp/" + "q" * 300 + ".py:f"}, "cannot be looked up (File name too long)"),
         ({"policy-params": "{a=" * 5000 + "1" + "}" * 5000}, "nested too deeply"),
     ],
