@@ -59,7 +59,14 @@ from client_app.per_sample_norms import (
     unsupported_reasons,
 )
 
-__all__ = ["CHUNK_BUDGET_FLOATS", "GradientSpread", "gradient_spread", "gradient_spread_vmap"]
+__all__ = [
+    "CHUNK_BUDGET_FLOATS",
+    "GradientSpread",
+    "gradient_spread",
+    "gradient_spread_vmap",
+    "gradient_spreads",
+    "spread_from_norms",
+]
 
 
 @dataclass(frozen=True)
@@ -91,10 +98,8 @@ def gradient_spread(
 ) -> GradientSpread:
     """Compute sigma-hat_v (paper eq. (local_est_sigma)) and the batch loss at ``model``.
 
-    sigma-hat_v^2 = (1/b) sum_i ||g_i||^2 - ||g_bar||^2 (derivation in the module docstring),
-    with the per-sample squared norms ||g_i||^2 and g_bar = (1/b) sum_i g_i from one forward +
-    backward pass of the summed loss (:func:`client_app.per_sample_norms.per_sample_grad_norms`),
-    in eval mode. Models outside that function's scope (other parametrised layer types, shared
+    The one-device case of :func:`gradient_spreads` (one group holding the whole batch); see
+    there. Models outside the one-pass method's scope (other parametrised layer types, shared
     parameters, a layer run twice) go to :func:`gradient_spread_vmap` instead.
 
     Parameters
@@ -123,15 +128,89 @@ def gradient_spread(
     if unsupported_reasons(model):
         return gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
     try:
-        with _eval_mode(model):
-            norms = per_sample_grad_norms(model, x, y, chunk_size=chunk_size)
+        return gradient_spreads(model, x, y, group_size=b, chunk_size=chunk_size)[0]
     except UnsupportedModelError:
         return gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
-    mean_sq = float(norms.sq_norms.sum()) / b
-    mean_grad_sq = norms.sum_grad_sq_norm / (b * b)
-    sigma = math.sqrt(max(mean_sq - mean_grad_sq, 0.0))
-    mean_loss = float(norms.losses.double().sum()) / b
-    return GradientSpread(sigma=sigma, mean_loss=mean_loss, batch_size=b)
+
+
+def gradient_spreads(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    group_size: int,
+    chunk_size: int | None = None,
+) -> list[GradientSpread]:
+    """sigma-hat_v of each of N devices whose first mini-batches are stacked, at one model.
+
+    For each device (group of ``group_size`` consecutive samples),
+    sigma-hat_v^2 = (1/b) sum_i ||g_i||^2 - ||g_bar||^2 (derivation in the module docstring),
+    with the per-sample squared norms ||g_i||^2 and ||b g_bar||^2 = ||sum_i g_i||^2 of every
+    device from one forward + backward pass of the summed loss of all N b samples
+    (:func:`client_app.per_sample_norms.per_sample_grad_norms`), in eval mode. The samples do
+    not interact (eval mode), so each device's result is the one its own batch gives alone, up
+    to float32 summation order.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The shared global model, within the scope of
+        :func:`client_app.per_sample_norms.unsupported_reasons`; left unchanged.
+    x : torch.Tensor of float32, shape [N b, *input_shape]
+        The devices' first mini-batches, device after device.
+    y : torch.Tensor of int64, shape [N b]
+        Their labels.
+    group_size : int
+        b, samples per device (divides N b).
+    chunk_size : int, optional
+        Memory only, as in :func:`gradient_spread`.
+
+    Returns
+    -------
+    list of GradientSpread, length N
+        Per device: sigma-hat_v >= 0, its mean loss (nats) and b.
+
+    Raises
+    ------
+    UnsupportedModelError
+        If the model is outside the one-pass method's scope.
+
+    """
+    _check_batch(x, y)
+    with _eval_mode(model):
+        norms = per_sample_grad_norms(model, x, y, group_size=group_size, chunk_size=chunk_size)
+    b = group_size
+    sample_sq = norms.sq_norms.reshape(-1, b).sum(dim=1).tolist()
+    group_sq = norms.group_sq_norms.tolist()
+    loss_sums = norms.losses.double().reshape(-1, b).sum(dim=1).tolist()
+    return [
+        GradientSpread(sigma=spread_from_norms(sq, g_sq, b), mean_loss=loss / b, batch_size=b)
+        for sq, g_sq, loss in zip(sample_sq, group_sq, loss_sums, strict=True)
+    ]
+
+
+def spread_from_norms(sum_sq_norms: float, sum_grad_sq_norm: float, b: int) -> float:
+    """sigma-hat_v from sum_i ||g_i||^2 and ||sum_i g_i||^2 (paper eq. (local_est_sigma)).
+
+    sigma-hat_v = sqrt(max((1/b) sum_i ||g_i||^2 - ||sum_i g_i||^2 / b^2, 0)): the expanded
+    square of the module docstring; a negative rounding result is clamped to 0.
+
+    Parameters
+    ----------
+    sum_sq_norms : float
+        sum_i ||g_i||^2, (loss units per parameter unit)^2.
+    sum_grad_sq_norm : float
+        ||sum_i g_i||^2 = b^2 ||g_bar||^2, same units.
+    b : int
+        Number of samples (>= 1).
+
+    Returns
+    -------
+    float
+        sigma-hat_v >= 0, loss units per parameter unit.
+
+    """
+    return math.sqrt(max(sum_sq_norms / b - sum_grad_sq_norm / (b * b), 0.0))
 
 
 @contextmanager

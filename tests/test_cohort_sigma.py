@@ -1,0 +1,169 @@
+"""σ̂ of many devices from one pass: group norms against autograd per group, cohorts against devices.
+
+The oracle is the obvious computation: the summed gradient of each group of samples by one
+autograd backward per group, and each device's σ̂ from its own batch alone
+(:func:`client_app.sigma.gradient_spread`) or from per-sample gradients
+(:func:`client_app.sigma.gradient_spread_vmap`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812 (torch convention)
+
+from client_app import layer_norms
+from client_app.per_sample_norms import per_sample_grad_norms
+from client_app.sigma import (
+    gradient_spread,
+    gradient_spread_vmap,
+    gradient_spreads,
+    spread_from_norms,
+)
+from fedcgd_task.models import build_model
+
+
+def group_reference(layer: nn.Module, a: torch.Tensor, g: torch.Tensor, size: int) -> torch.Tensor:
+    """||sum_{i in group} dl_i/dθ||^2 per group by one autograd backward per group."""
+    out = []
+    params = list(layer.parameters())
+    for start in range(0, a.shape[0], size):
+        rows = slice(start, start + size)
+        grads = torch.autograd.grad(layer(a[rows]), params, g[rows])
+        out.append(sum(float(gr.double().square().sum()) for gr in grads))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(("t", "k", "o"), [(None, 7, 5), (3, 40, 30), (12, 3, 4)])
+@pytest.mark.parametrize("chunk_size", [None, 1])
+def test_linear_group_norms(t: int | None, k: int, o: int, chunk_size: int | None) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(k, o)
+    shape = (12, k) if t is None else (12, t, k)
+    a = torch.randn(*shape)
+    g = torch.randn(*shape[:-1], o)
+    got = layer_norms.linear_group_sq_norms(linear, a, g, 4, chunk_size=chunk_size)
+    torch.testing.assert_close(got, group_reference(linear, a, g, 4), rtol=1e-5, atol=0.0)
+
+
+@pytest.mark.parametrize(
+    ("c_in", "c_out", "size", "kwargs"),
+    [
+        (3, 8, 9, {"kernel_size": 3}),
+        (4, 6, 9, {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2}),
+        (6, 8, 7, {"kernel_size": (3, 2), "groups": 2, "bias": False}),
+    ],
+)
+@pytest.mark.parametrize("chunk_size", [None, 1])
+def test_conv2d_group_norms(
+    c_in: int, c_out: int, size: int, kwargs: dict[str, object], chunk_size: int | None
+) -> None:
+    torch.manual_seed(1)
+    conv = nn.Conv2d(c_in, c_out, **kwargs)  # type: ignore[arg-type]
+    a = torch.randn(9, c_in, size, size)
+    g = torch.randn_like(conv(a))
+    got = layer_norms.conv2d_group_sq_norms(conv, a, g, 3, chunk_size=chunk_size)
+    torch.testing.assert_close(got, group_reference(conv, a, g, 3), rtol=1e-5, atol=0.0)
+
+
+@pytest.mark.parametrize("kwargs", [{"kernel_size": 5}, {"kernel_size": 3, "stride": 2}])
+def test_conv1d_group_norms(kwargs: dict[str, int]) -> None:
+    torch.manual_seed(2)
+    conv = nn.Conv1d(2, 5, **kwargs)
+    a = torch.randn(8, 2, 20)
+    g = torch.randn_like(conv(a))
+    for chunk_size in (None, 1):
+        got = layer_norms.conv1d_group_sq_norms(conv, a, g, 2, chunk_size=chunk_size)
+        torch.testing.assert_close(got, group_reference(conv, a, g, 2), rtol=1e-5, atol=0.0)
+
+
+def test_group_norm_group_norms() -> None:
+    torch.manual_seed(3)
+    norm = nn.GroupNorm(2, 6)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    a = torch.randn(6, 6, 4, 4) * 2 + 1
+    g = torch.randn(6, 6, 4, 4)
+    got = layer_norms.group_norm_group_sq_norms(norm, a, g, 3)
+    torch.testing.assert_close(got, group_reference(norm, a, g, 3), rtol=1e-5, atol=0.0)
+
+
+def test_group_size_must_divide_the_batch() -> None:
+    linear = nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="does not split into groups of 4"):
+        layer_norms.linear_group_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
+
+
+def test_spread_from_norms_by_hand() -> None:
+    # Two samples with gradients (1, 0) and (0, 1): sum ||g_i||^2 = 2, ||g1 + g2||^2 = 2,
+    # sigma^2 = 2/2 - 2/4 = 1/2.
+    assert spread_from_norms(2.0, 2.0, 2) == pytest.approx(math.sqrt(0.5))
+    assert spread_from_norms(1.0, 1.0 + 1e-12, 1) == 0.0  # rounding below zero is clamped
+
+
+MODELS = [
+    ("mlp", 10, (1, 8, 8)),
+    ("cnn1d", 10, (1, 40)),
+    ("cnn", 10, (3, 32, 32)),
+]
+
+
+@pytest.mark.parametrize(("name", "classes", "shape"), MODELS)
+def test_whole_model_group_norms_match_autograd(
+    name: str, classes: int, shape: tuple[int, ...]
+) -> None:
+    torch.manual_seed(4)
+    model = build_model(name, classes, shape).eval()
+    x = torch.randn(12, *shape)
+    y = torch.randint(0, classes, (12,))
+    norms = per_sample_grad_norms(model, x, y, group_size=4)
+    expected = []
+    for start in range(0, 12, 4):
+        loss = F.cross_entropy(model(x[start : start + 4]), y[start : start + 4], reduction="sum")
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        expected.append(sum(float(gr.double().square().sum()) for gr in grads))
+    torch.testing.assert_close(
+        norms.group_sq_norms, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=0.0
+    )
+    assert not any(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize(("name", "classes", "shape"), MODELS)
+def test_cohort_spreads_equal_each_device_alone(
+    name: str, classes: int, shape: tuple[int, ...]
+) -> None:
+    torch.manual_seed(5)
+    model = build_model(name, classes, shape)
+    b, devices = 8, 5
+    x = torch.randn(devices * b, *shape)
+    y = torch.randint(0, classes, (devices * b,))
+    cohort = gradient_spreads(model, x, y, group_size=b)
+    assert len(cohort) == devices
+    for v, spread in enumerate(cohort):
+        rows = slice(v * b, (v + 1) * b)
+        alone = gradient_spread(model, x[rows], y[rows])
+        reference = gradient_spread_vmap(model, x[rows], y[rows])
+        assert spread.batch_size == b
+        assert spread.sigma == pytest.approx(alone.sigma, rel=1e-5)
+        assert spread.sigma == pytest.approx(reference.sigma, rel=1e-4)
+        assert spread.mean_loss == pytest.approx(alone.mean_loss, rel=1e-6)
+    assert model.training  # the mode is restored
+
+
+def test_cohort_devices_differ_as_their_batches_do() -> None:
+    # Device 1 holds device 0's first two samples twice each; device 2 one sample b times,
+    # whose spread is 0 (up to the rounding of the expanded square).
+    torch.manual_seed(6)
+    model = build_model("mlp", 10, (1, 8, 8))
+    x0 = torch.randn(4, 1, 8, 8)
+    y0 = torch.randint(0, 10, (4,))
+    x = torch.cat([x0, x0[[0, 0, 1, 1]], x0[[0]].repeat(4, 1, 1, 1)])
+    y = torch.cat([y0, y0[[0, 0, 1, 1]], y0[[0]].repeat(4)])
+    spreads = gradient_spreads(model, x, y, group_size=4)
+    alone = [gradient_spread(model, x[i : i + 4], y[i : i + 4]).sigma for i in (0, 4, 8)]
+    assert [s.sigma for s in spreads] == pytest.approx(alone, rel=1e-5)
+    assert spreads[2].sigma < 1e-3 * spreads[0].sigma
