@@ -72,7 +72,7 @@ def test_conv2d_group_norms(
 @pytest.mark.parametrize("kwargs", [{"kernel_size": 5}, {"kernel_size": 3, "stride": 2}])
 def test_conv1d_group_norms(kwargs: dict[str, int]) -> None:
     torch.manual_seed(2)
-    conv = nn.Conv1d(2, 5, **kwargs)
+    conv = nn.Conv1d(2, 5, **kwargs)  # type: ignore[arg-type]
     a = torch.randn(8, 2, 20)
     g = torch.randn_like(conv(a))
     for chunk_size in (None, 1):
