@@ -8,13 +8,19 @@ handler that raises becomes an error reply, as in Flower. :func:`run_inprocess` 
 :func:`server_app.app.run_federation` over it. Everything random derives from the run seed, so
 a run gives the same schedules and the same model here as under ``flwr run`` (tested).
 
-Messages are handled one after another on this process's threads: use it for small models;
-the simulation engine (``flwr run``) and deployments are the real engines.
+Cohort execution (default): the devices that receive the same global model in the same
+phase are computed together (:mod:`client_app.cohort`): sigma-hat of all queried devices from
+batched passes, the scheduled devices' local steps batched with ``torch.func.vmap``; each
+device's ClientApp still builds its own reply from its result. ``cohorts=False`` (command line
+``--per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
+are handled on this process's thread: use it for small models; the simulation engine
+(``flwr run``) and deployments are the real engines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -40,14 +46,29 @@ class InProcessGrid(Grid):
         Node id -> ClientApp (or any ``(Message, Context) -> Message`` callable).
     contexts : dict of int -> Context
         Node id -> that node's Context (node_config, run_config, state).
+    cohorts : bool
+        Open the messages of each :meth:`send_and_receive` as cohorts
+        (:func:`client_app.cohort.opened`) so that the ClientApp computes the devices that
+        share a model together; False: one device at a time.
+    keep_sent : bool
+        Keep every message sent in :attr:`sent` (for tests; a long run would keep them all).
 
     """
 
-    def __init__(self, handlers: dict[int, Handler], contexts: dict[int, Context]) -> None:
+    def __init__(
+        self,
+        handlers: dict[int, Handler],
+        contexts: dict[int, Context],
+        *,
+        cohorts: bool = True,
+        keep_sent: bool = False,
+    ) -> None:
         # Messages read the run, node and task id of the process; set them as a ServerApp would.
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
         self.handlers = handlers
         self.contexts = contexts
+        self.cohorts = cohorts
+        self.keep_sent = keep_sent
         self.sent: list[Message] = []
 
     def set_run(self, run: Run) -> None:
@@ -104,14 +125,29 @@ class InProcessGrid(Grid):
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Deliver every message and return the replies that came back."""
+        """Deliver every message (cohorts opened, see the class) and return the replies."""
+        messages = list(messages)
+        if self.keep_sent:
+            self.sent.extend(messages)
         replies = []
-        for msg in messages:
-            self.sent.append(msg)
-            reply = self.deliver(msg)
-            if reply is not None:
-                replies.append(reply)
+        with self._cohorts(messages):
+            for msg in messages:
+                reply = self.deliver(msg)
+                if reply is not None:
+                    replies.append(reply)
         return replies
+
+    def _cohorts(self, messages: list[Message]) -> AbstractContextManager[None]:
+        if not self.cohorts:
+            return nullcontext()
+        from client_app.cohort import opened
+
+        deliveries = [
+            (msg, self.contexts[msg.metadata.dst_node_id])
+            for msg in messages
+            if msg.metadata.dst_node_id in self.handlers
+        ]
+        return opened(deliveries)
 
 
 def node_contexts(
@@ -129,7 +165,7 @@ def node_contexts(
     }
 
 
-def run_inprocess(run_config: Mapping[str, Any]) -> dict[str, Any]:
+def run_inprocess(run_config: Mapping[str, Any], *, cohorts: bool = True) -> dict[str, Any]:
     """Run one federation in this process and return its summary (also in ``summary.json``).
 
     Parameters
@@ -137,6 +173,8 @@ def run_inprocess(run_config: Mapping[str, Any]) -> dict[str, Any]:
     run_config : mapping
         A complete, flat run config (``experiments.launcher.validated_run_config``) with an
         absolute ``result-dir``.
+    cohorts : bool
+        Cohort execution (see the module docstring); False: every device alone.
 
     """
     from client_app.app import app as client_app
@@ -145,7 +183,9 @@ def run_inprocess(run_config: Mapping[str, Any]) -> dict[str, Any]:
     num_devices = config.task.num_devices
     nodes = [1_000_003 * (v + 1) for v in range(num_devices)]
     grid = InProcessGrid(
-        {node: client_app for node in nodes}, node_contexts(nodes, run_config, num_devices)
+        {node: client_app for node in nodes},
+        node_contexts(nodes, run_config, num_devices),
+        cohorts=cohorts,
     )
     return run_federation(grid, config)
 
@@ -172,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
     parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
+    parser.add_argument(
+        "--per-device",
+        action="store_true",
+        help="hand every message to the ClientApp alone (no cohort execution)",
+    )
     add_out_argument(parser)
     args = parser.parse_args(argv)
     try:  # the run's folder is locked from here until this process ends
@@ -184,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     launched_unix_s = time.time()
     failure: Exception | None = None
     try:
-        print(json.dumps(run_inprocess(config), indent=2))
+        print(json.dumps(run_inprocess(config, cohorts=not args.per_device), indent=2))
     except Exception as err:  # the status says what happened; the traceback says where
         failure = err
         if not getattr(err, "complete_message", False):  # a one-line error needs no trace

@@ -17,8 +17,10 @@ class FakeGrid(InProcessGrid):
         handlers: dict[int, Handler],
         contexts: dict[int, Context],
         silent: Iterable[int] = (),
+        *,
+        cohorts: bool = True,
     ) -> None:
-        super().__init__(handlers, contexts)
+        super().__init__(handlers, contexts, cohorts=cohorts, keep_sent=True)
         self.silent = set(silent)
 
     def deliver(self, msg: Message) -> Message | None:

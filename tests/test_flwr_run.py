@@ -136,13 +136,24 @@ def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path):
         flwr_home=tmp_path / "flwr-home",
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    run_inprocess(validated_run_config({**overrides, "result-dir": str(here)}))
+    # Per device, as under flwr run: bit for bit. Cohort execution (the in-process default):
+    # the same schedules, sigma-hat and weights up to float32 summation order.
+    cohort_dir = tmp_path / "cohorts"
+    run_inprocess(validated_run_config({**overrides, "result-dir": str(here)}), cohorts=False)
+    run_inprocess(validated_run_config({**overrides, "result-dir": str(cohort_dir)}))
     ray_lines = [json.loads(x) for x in (ray_dir / METRICS_FILE).read_text().splitlines()]
     lines = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
+    cohort_lines = [json.loads(x) for x in (cohort_dir / METRICS_FILE).read_text().splitlines()]
     assert [x["scheduled"] for x in lines] == [x["scheduled"] for x in ray_lines]
+    assert [x["scheduled"] for x in cohort_lines] == [x["scheduled"] for x in ray_lines]
     assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
     assert [x["sigma"] for x in lines] == [x["sigma"] for x in ray_lines]
+    for cohort_line, ray_line in zip(cohort_lines, ray_lines, strict=True):
+        assert cohort_line["sigma"] == pytest.approx(ray_line["sigma"], rel=1e-5)
     config = json.loads((here / CONFIG_FILE).read_text())
     assert config["task"]["model"] == "cnn1d" and config["num_parameters"] == 5_210
     model_ray, model_here = torch.load(ray_dir / MODEL_FILE), torch.load(here / MODEL_FILE)
     assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
+    model_cohort = torch.load(cohort_dir / MODEL_FILE)
+    for k in model_ray:
+        torch.testing.assert_close(model_cohort[k], model_ray[k], rtol=1e-5, atol=1e-6)

@@ -1,0 +1,326 @@
+"""A device's round: what the ClientApp reads from a message, and the per-device computation.
+
+The pieces both engines of the ClientApp share: the per-device path of :mod:`client_app.app`
+(one message at a time, every engine) and the cohort path of :mod:`client_app.cohort` (the
+in-process engine's devices that received the same global model, computed together). Each
+quantity a device reports is defined here once: the label histogram (:func:`label_hist`),
+sigma-hat (:func:`client_app.sigma.gradient_spread` / :func:`client_app.sigma.gradient_spreads`,
+one formula), the update norm (:func:`update_norm_between`) and the round's batches
+(:func:`fedcgd_task.training.local_batches`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, Context, Message
+from torch import nn
+
+from client_app.sigma import gradient_spread
+from fedcgd_task import keys
+from fedcgd_task.local_data import LocalSplit, local_split
+from fedcgd_task.models import build_model
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task.training import compute_device, dropout_seed, local_batches, train_local
+
+
+@dataclass(frozen=True)
+class PreTrainingStats:
+    """Statistics a device reports before training (identical in stats and train replies).
+
+    Attributes
+    ----------
+    label_hist : list of int, length C
+        Class counts of all samples of this round's tau batches (sums to tau b).
+    sigma : float or None
+        sigma-hat_v, paper eq. (local_est_sigma); None when the server did not ask for it.
+
+    """
+
+    label_hist: list[int]
+    sigma: float | None
+
+
+def node_partition(context: Context, settings: TaskSettings) -> int:
+    """Return the node's partition id, checking it against the run config.
+
+    Raises
+    ------
+    ValueError
+        If ``partition-id`` / ``num-partitions`` are missing from node_config, not integers,
+        if ``num-partitions`` differs from ``num-devices`` or the id is out of range.
+
+    """
+    config = context.node_config
+    for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
+        if key not in config:
+            raise ValueError(
+                f"node_config key '{key}' is missing; start the SuperNode with --node-config "
+                f'"{keys.NODE_PARTITION_ID}=<v> {keys.NODE_NUM_PARTITIONS}=<V>"'
+            )
+        if isinstance(config[key], bool) or not isinstance(config[key], int):
+            raise ValueError(f"node_config key '{key}' must be an integer; got {config[key]!r}")
+    num_partitions = int(config[keys.NODE_NUM_PARTITIONS])
+    if num_partitions != settings.num_devices:
+        raise ValueError(
+            f"node_config num-partitions ({num_partitions}) must equal run-config num-devices "
+            f"({settings.num_devices})"
+        )
+    partition_id = int(config[keys.NODE_PARTITION_ID])
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(
+            f"node_config partition-id must be in 0 .. {num_partitions - 1}; got {partition_id}"
+        )
+    return partition_id
+
+
+def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
+    """Read the server round, τ, η, b and whether to compute σ̂ from the ConfigRecord ``config``."""
+    if keys.CONFIG not in msg.content.config_records:
+        raise ValueError(
+            f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
+            f"(with {keys.SERVER_ROUND}, {keys.LOCAL_STEPS}, {keys.LEARNING_RATE}, "
+            f"{keys.BATCH_SIZE})"
+        )
+    config = msg.content.config_records[keys.CONFIG]
+    want_sigma = config.get(keys.WANT_SIGMA, True)
+    if not isinstance(want_sigma, bool):
+        raise ValueError(f"ConfigRecord key '{keys.WANT_SIGMA}' must be a bool; got {want_sigma!r}")
+    return (*read_round_config(config), want_sigma)
+
+
+def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
+    """Load the message's ArrayRecord into this process's model of the run config's kind."""
+    if keys.ARRAYS not in msg.content.array_records:
+        raise ValueError(
+            f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "
+            "(the global model's state_dict)"
+        )
+    state = decoded_state(msg.content.array_records[keys.ARRAYS])
+    model = process_model(settings.model, split.num_classes, split.source.input_shape)
+    model.load_state_dict(state, strict=True)  # copies into the existing tensors, in place
+    model.zero_grad(set_to_none=True)
+    return model
+
+
+@dataclass
+class _DecodedRecord:
+    """An ArrayRecord decoded by :func:`decoded_state`: its arrays (weakly) and the result."""
+
+    arrays: list[tuple[str, weakref.ref[Array]]]
+    state: OrderedDict[str, torch.Tensor]
+
+
+#: The last record :func:`decoded_state` decoded (at most one entry).
+_LAST_DECODED: list[_DecodedRecord] = []
+
+
+def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
+    """``record.to_torch_state_dict()``, decoded once for the messages that share the record.
+
+    Flower's arrays are serialised bytes; decoding one parses its header and copies it. The
+    server sends a round's global model in one record to every device it addresses, so where
+    the messages reach the ClientApp as objects (the in-process engine) every query and
+    training message of a round carries the same :class:`~flwr.app.Array` objects. The last
+    decoded record is kept with weak references to its arrays: a record whose arrays are the
+    very same objects, under the same names and in the same order, gets the kept result (an
+    Array's bytes are set once, when it is built); anything else is decoded. The kept result
+    is dropped as soon as one of its arrays is freed, so a process whose messages are
+    deserialised one by one (``flwr run``, deployments) holds no extra copy between messages.
+    The returned tensors are only read (:func:`received_model` copies them into the model).
+    """
+    items = list(record.items())
+    for kept in _LAST_DECODED:
+        if len(kept.arrays) == len(items) and all(
+            name == kept_name and ref() is array
+            for (name, array), (kept_name, ref) in zip(items, kept.arrays, strict=True)
+        ):
+            return kept.state
+    state = record.to_torch_state_dict()
+
+    def forget(_: weakref.ref[Array]) -> None:
+        _LAST_DECODED.clear()
+
+    _LAST_DECODED[:] = [
+        _DecodedRecord([(name, weakref.ref(array, forget)) for name, array in items], state)
+    ]
+    return state
+
+
+@functools.lru_cache(maxsize=2)
+def process_model(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """One model per process and architecture, on the compute device, reused across messages.
+
+    Building a model costs far more than loading weights into it (ResNet-18-GN: ~160 ms vs
+    ~7 ms on one CPU thread), and in simulation a Ray worker serves many messages. Every
+    parameter and buffer is overwritten by :func:`received_model` (``strict=True``) and the
+    gradients are cleared, so nothing of an earlier message survives; the handlers run one
+    message at a time per process.
+    """
+    return build_model(name, num_classes, input_shape).to(compute_device())
+
+
+@dataclass(frozen=True)
+class DeviceRound:
+    """What a stats or train message asks of a device, read before any computation.
+
+    Attributes
+    ----------
+    settings : TaskSettings
+        The run config.
+    partition_id : int
+        The node's partition id.
+    split : LocalSplit
+        The node's (cached) local split.
+    server_round : int
+        The round the server sent.
+    training : TrainingSettings
+        The tau, lr and b the server sent.
+    want_sigma : bool
+        Whether the server asked for sigma-hat.
+    batches : list of int64 arrays
+        This round's tau batches (positions in ``split``).
+
+    """
+
+    settings: TaskSettings
+    partition_id: int
+    split: LocalSplit
+    server_round: int
+    training: TrainingSettings
+    want_sigma: bool
+    batches: list[np.ndarray]
+
+
+def device_round(msg: Message, context: Context) -> DeviceRound:
+    """Read the run config, the node's partition, the round config and draw the round's batches.
+
+    Raises
+    ------
+    ValueError
+        A bad node config or round config (one line naming the setting).
+
+    """
+    settings = TaskSettings.from_run_config(context.run_config)
+    partition_id = node_partition(context, settings)
+    split = local_split(settings, partition_id)
+    server_round, training, want_sigma = round_config(msg)
+    batches = local_batches(settings.seed, training, len(split), server_round, partition_id)
+    return DeviceRound(settings, partition_id, split, server_round, training, want_sigma, batches)
+
+
+def label_hist(split: LocalSplit, batches: list[np.ndarray]) -> list[int]:
+    """Class counts of all samples of the round's batches (length C, sums to tau b)."""
+    used = np.concatenate(batches)
+    return [int(c) for c in np.bincount(split.labels[used], minlength=split.num_classes)]
+
+
+def pre_training_stats(
+    model: nn.Module, split: LocalSplit, batches: list[np.ndarray], *, want_sigma: bool = True
+) -> PreTrainingStats:
+    """Compute the label histogram of the round's batches and (if asked) sigma-hat on the first."""
+    sigma = None
+    if want_sigma:
+        x_first, y_first = split.tensors(batches[0])
+        sigma = float(gradient_spread(model, x_first, y_first).sigma)
+    return PreTrainingStats(label_hist=label_hist(split, batches), sigma=sigma)
+
+
+def device_stats(msg: Message, rnd: DeviceRound) -> PreTrainingStats:
+    """Load the received model and compute :func:`pre_training_stats` (the per-device path)."""
+    model = received_model(msg, rnd.settings, rnd.split)
+    return pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+
+
+def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The floating-point entries of the model's state dict, copied (what an update changes)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
+def update_norm_between(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
+    """Return ||w_new - w_received||_2 over the floating entries of ``before`` (float64 sums).
+
+    Parameters
+    ----------
+    before : dict of str -> torch.Tensor
+        The received model's floating entries (:func:`floating_state`).
+    after : dict of str -> torch.Tensor
+        The updated model's state (at least the keys of ``before``).
+
+    Returns
+    -------
+    float
+        The Euclidean norm of the update, in parameter units; the same quantity the server
+        recomputes from the upload (:func:`fedcgd_strategy.screening.update_norm`).
+
+    """
+    total = 0.0
+    for name, value in before.items():
+        diff = after[name].detach().double() - value.double()
+        total += float((diff * diff).sum())
+    return math.sqrt(total)
+
+
+def update_norm(before: dict[str, torch.Tensor], model: nn.Module) -> float:
+    """Return ||w_new - w_received||_2 of ``model`` (:func:`update_norm_between`)."""
+    return update_norm_between(before, model.state_dict())
+
+
+@dataclass(frozen=True)
+class TrainedDevice:
+    """A device's training outcome, as its train reply reports it.
+
+    Attributes
+    ----------
+    stats : PreTrainingStats
+        The pre-training statistics at the received model.
+    weights : dict of str -> torch.Tensor
+        The updated model's state dict (CPU tensors, the model's key order).
+    mean_loss : float
+        Mean over the tau steps of the mini-batch loss before each step (nats).
+    update_norm : float
+        ||w_new - w_received||_2.
+    train_time_s : float
+        Seconds of training (in a cohort: its training time divided by its devices).
+
+    """
+
+    stats: PreTrainingStats
+    weights: dict[str, torch.Tensor]
+    mean_loss: float
+    update_norm: float
+    train_time_s: float
+
+
+def train_device(msg: Message, rnd: DeviceRound) -> TrainedDevice:
+    """The per-device path: load the received model, compute the statistics, run tau SGD steps."""
+    model = received_model(msg, rnd.settings, rnd.split)
+    stats = pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+    before = floating_state(model)
+    x, y = rnd.split.tensors(np.concatenate(rnd.batches))
+    # Batches index the gathered rows 0 .. tau b - 1 in order.
+    positions = [np.arange(t * len(b), (t + 1) * len(b)) for t, b in enumerate(rnd.batches)]
+    started = time.perf_counter()
+    result = train_local(
+        model,
+        x,
+        y,
+        positions,
+        rnd.training.learning_rate,
+        torch_seed=dropout_seed(rnd.settings.seed, rnd.server_round, rnd.partition_id),
+    )
+    train_time_s = time.perf_counter() - started
+    return TrainedDevice(
+        stats=stats,
+        weights={name: t.detach().cpu() for name, t in model.state_dict().items()},
+        mean_loss=float(result.mean_loss),
+        update_norm=update_norm(before, model),
+        train_time_s=float(train_time_s),
+    )
