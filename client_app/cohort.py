@@ -10,7 +10,8 @@ cohort's message (:func:`stats_of`, :func:`trained_of`), the whole cohort is com
 * ``query.stats``: every device's label histogram, and sigma-hat of all of them from batched
   passes at the one model (:func:`client_app.sigma.gradient_spreads`, one group of b samples
   per device) over chunks of :data:`QUERY_CHUNK_SAMPLES` samples;
-* ``train``: the same statistics, then the tau SGD steps of all the devices together:
+* ``train``: the same statistics (those the round's query cohort computed at the same model
+  are reused), then the tau SGD steps of all the devices together:
   :func:`torch.func.functional_call` + :func:`torch.func.vmap` of the gradient over the devices'
   stacked parameters, each device on its own batches
   (:func:`fedcgd_task.training.local_batches`: its own draws and order), in chunks of at most
@@ -37,13 +38,14 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, MessageType
+from flwr.app import Array, ArrayRecord, Context, Message, MessageType
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F  # noqa: N812 (torch convention)
@@ -98,6 +100,20 @@ class _Cohort:
     ids: set[int] = field(default_factory=set)
 
 
+@dataclass
+class _KeptStats:
+    """The statistics of the last query cohort, kept for the train cohort of the same round.
+
+    ``arrays``: weak references to the model record's arrays (an Array's bytes are set once,
+    so the same objects are the same model); ``stats``: :func:`_stats_key` -> statistics.
+    """
+
+    arrays: list[tuple[str, weakref.ref[Array]]]
+    stats: dict[tuple[object, ...], PreTrainingStats]
+
+
+#: At most one entry; dropped as soon as one of its arrays is freed.
+_KEPT: list[_KeptStats] = []
 #: id(message) -> its open cohort (only during :func:`opened`).
 _OPEN: dict[int, _Cohort] = {}
 #: (model name, kind, reason) already logged.
@@ -208,20 +224,65 @@ def _compute(cohort: _Cohort) -> dict[int, tuple[DeviceRound, object]]:
         return {}
     devices = [rnd for _, rnd in rounds]
     ids = [id(msg) for msg, _ in rounds]
+    stats = _kept_or_computed_stats(first_msg.content.array_records[keys.ARRAYS], model, devices)
     if cohort.kind == keys.QUERY_STATS:
-        stats = cohort_stats(model, devices)
         return {i: (rnd, s) for i, rnd, s in zip(ids, devices, stats, strict=True)}
     blockers = training_blockers(model)
     if blockers:
         _log_once(name, cohort.kind, "; ".join(blockers))
         return {}
     try:
-        trained = cohort_train(model, devices)
+        trained = cohort_train(model, devices, stats=stats)
     except RuntimeError as err:  # vmap rejects the model
         _FAILED.add((name, cohort.kind))
         _log_once(name, cohort.kind, f"torch.func.vmap raised {type(err).__name__}: {err}")
         return {}
     return {i: (rnd, t) for i, rnd, t in zip(ids, devices, trained, strict=True)}
+
+
+def _stats_key(device: DeviceRound) -> tuple[object, ...]:
+    """What a device's statistics depend on besides the model (its batches and sigma-hat)."""
+    return (
+        device.settings,
+        device.partition_id,
+        device.server_round,
+        device.training.local_steps,
+        device.training.batch_size,
+        device.want_sigma,
+    )
+
+
+def _kept_or_computed_stats(
+    record: ArrayRecord, model: nn.Module, devices: Sequence[DeviceRound]
+) -> list[PreTrainingStats]:
+    """:func:`cohort_stats`, reusing those the last cohort computed at the same model.
+
+    A round's train messages carry the record of its query messages, and a device's
+    statistics depend only on the model and its batches (seed, round, tau, b, partition):
+    the scheduled devices' statistics were computed in the query phase and are reused,
+    the others computed now. The kept statistics are those of the last record only.
+    """
+    items = list(record.items())
+    kept = _KEPT[0] if _KEPT else None
+    if (
+        kept is None
+        or len(kept.arrays) != len(items)
+        or not all(
+            name == kept_name and ref() is array
+            for (name, array), (kept_name, ref) in zip(items, kept.arrays, strict=True)
+        )
+    ):
+
+        def forget(_: weakref.ref[Array]) -> None:
+            _KEPT.clear()
+
+        kept = _KeptStats([(name, weakref.ref(array, forget)) for name, array in items], {})
+        _KEPT[:] = [kept]
+    missing = [d for d in devices if _stats_key(d) not in kept.stats]
+    if missing:
+        computed = cohort_stats(model, missing)
+        kept.stats.update(zip(map(_stats_key, missing), computed, strict=True))
+    return [kept.stats[_stats_key(d)] for d in devices]
 
 
 def cohort_stats(model: nn.Module, devices: Sequence[DeviceRound]) -> list[PreTrainingStats]:
@@ -275,7 +336,12 @@ def train_chunk_devices(model: nn.Module) -> int:
     return max(1, min(TRAIN_CHUNK_MAX_DEVICES, by_memory))
 
 
-def cohort_train(model: nn.Module, devices: Sequence[DeviceRound]) -> list[TrainedDevice]:
+def cohort_train(
+    model: nn.Module,
+    devices: Sequence[DeviceRound],
+    *,
+    stats: Sequence[PreTrainingStats] | None = None,
+) -> list[TrainedDevice]:
     """Tau plain SGD steps of every device from ``model``, batched over devices with vmap.
 
     Per device the arithmetic of :func:`fedcgd_task.training.train_local` (paper eq.
@@ -290,6 +356,8 @@ def cohort_train(model: nn.Module, devices: Sequence[DeviceRound]) -> list[Train
         :func:`training_blockers`).
     devices : sequence of DeviceRound
         Devices with the same tau, b and eta.
+    stats : sequence of PreTrainingStats, optional
+        Their statistics at ``model`` if known (default: :func:`cohort_stats`).
 
     Returns
     -------
@@ -298,7 +366,8 @@ def cohort_train(model: nn.Module, devices: Sequence[DeviceRound]) -> list[Train
         update norm and its share of the chunk's training time.
 
     """
-    stats = cohort_stats(model, devices)
+    if stats is None:
+        stats = cohort_stats(model, devices)
     before = floating_state(model)
     state = {name: t.detach().clone() for name, t in model.state_dict().items()}
     buffers = {name: t.detach() for name, t in model.named_buffers()}

@@ -212,3 +212,32 @@ def test_train_chunks_and_query_chunks_give_the_same_results(tmp_path: Path, mon
         wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
         for name in wa:
             np.testing.assert_allclose(wb[name].numpy(), wa[name].numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, monkeypatch) -> None:
+    run_config = validated_run_config({"num-devices": 6, "data-dir": str(tmp_path / "data")})
+    nodes = [100 + v for v in range(6)]
+    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config, 6))
+    computed: list[int] = []
+    real = cohort.cohort_stats
+    monkeypatch.setattr(
+        cohort, "cohort_stats", lambda m, ds: computed.append(len(ds)) or real(m, ds)
+    )
+    config = ConfigRecord(
+        {keys.SERVER_ROUND: 2, keys.LOCAL_STEPS: 1, keys.LEARNING_RATE: 0.1, keys.BATCH_SIZE: 8}
+    )
+
+    def send(record: ArrayRecord, kind: str, to: list[int]) -> list[Message]:
+        content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
+        return list(grid.send_and_receive([grid.create_message(content, kind, n, "2") for n in to]))
+
+    record = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=1).state_dict())
+    queried = send(record, keys.QUERY_STATS, nodes)
+    trained = send(record, "train", nodes[:4])
+    assert computed == [6]  # the four trainees' statistics came from the query phase
+    for q, t in zip(queried, trained, strict=False):
+        mq, mt = q.content.metric_records[keys.METRICS], t.content.metric_records[keys.METRICS]
+        assert mt[keys.SIGMA] == mq[keys.SIGMA] and mt[keys.LABEL_HIST] == mq[keys.LABEL_HIST]
+    other = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=2).state_dict())
+    send(other, "train", nodes[:3])  # another model: computed anew
+    assert computed == [6, 3]
