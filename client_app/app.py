@@ -56,12 +56,12 @@ from client_app.device_round import (
     pre_training_stats,
     received_model,
     round_config,
+    run_settings,
     train_device,
     update_norm,
 )
 from fedcgd_task import keys
 from fedcgd_task.local_data import local_split
-from fedcgd_task.settings import TaskSettings
 
 #: Intra-op threads per ClientApp process.
 CLIENT_NUM_THREADS = 1
@@ -112,7 +112,7 @@ def _stats_metrics(rnd: DeviceRound, stats: PreTrainingStats) -> dict[str, Metri
 @app.query(keys.QUERY_INFO_ACTION)
 def query_info(msg: Message, context: Context) -> Message:
     """Reply with the node's partition id, local dataset size and its whole class counts."""
-    settings = TaskSettings.from_run_config(context.run_config)
+    settings = run_settings(context.run_config)
     partition_id = node_partition(context, settings)
     split = local_split(settings, partition_id)
     local_hist = np.bincount(split.labels, minlength=split.num_classes)

@@ -36,10 +36,12 @@ and the activations of their tau b samples. Results are dropped when the deliver
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 import weakref
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -61,6 +63,7 @@ from client_app.device_round import (
     label_hist,
     pre_training_stats,
     received_model,
+    same_config,
     update_norm_between,
 )
 from client_app.layer_norms import CHUNK_BUDGET_FLOATS
@@ -96,6 +99,7 @@ class _Cohort:
 
     kind: str
     members: list[tuple[Message, Context]]
+    threads: int = 1
     results: dict[int, tuple[DeviceRound, object]] | None = None
     ids: set[int] = field(default_factory=set)
 
@@ -122,8 +126,8 @@ _LOGGED: set[tuple[str, str, str]] = set()
 _FAILED: set[tuple[str, str]] = set()
 
 
-def _cohort_key(msg: Message, context: Context) -> tuple[object, ...] | None:
-    """The messages computed together share this key; None: not a cohort message."""
+def _cohort_key(msg: Message) -> tuple[object, ...] | None:
+    """Messages computed together share this key and an equal run config; None: not cohort."""
     kind = msg.metadata.message_type
     if kind not in _KINDS:
         return None
@@ -131,32 +135,44 @@ def _cohort_key(msg: Message, context: Context) -> tuple[object, ...] | None:
     config = msg.content.config_records.get(keys.CONFIG)
     if arrays is None or config is None:
         return None
-    round_config = tuple(sorted((k, repr(v)) for k, v in config.items()))
-    run_config = tuple(sorted((k, repr(v)) for k, v in context.run_config.items()))
-    return (kind, id(arrays), round_config, run_config)
+    round_config = tuple(sorted((k, type(v).__name__, repr(v)) for k, v in config.items()))
+    return (kind, id(arrays), round_config)
 
 
 @contextmanager
-def opened(deliveries: Sequence[tuple[Message, Context]]) -> Iterator[None]:
+def opened(deliveries: Sequence[tuple[Message, Context]], *, threads: int = 1) -> Iterator[None]:
     """Open the cohorts among ``deliveries`` (message, its node's context) while they are handled.
 
-    Messages stay the caller's: they must be alive and unchanged until the block ends; the
-    results are dropped when it ends.
+    A cohort: the messages of one kind with the same record object, an equal round config and
+    an equal run config (:func:`client_app.device_round.same_config`). Messages stay the
+    caller's: they must be alive and unchanged until the block ends; the results are dropped
+    when it ends. ``threads``: threads that share a cohort's sigma-hat passes
+    (:func:`cohort_stats`).
     """
-    groups: dict[tuple[object, ...], list[tuple[Message, Context]]] = {}
+    if threads < 1:
+        raise ValueError(f"threads: got {threads}; allowed: >= 1")
+    groups: dict[tuple[object, ...], list[list[tuple[Message, Context]]]] = {}
     for msg, context in deliveries:
-        key = _cohort_key(msg, context)
-        if key is not None:
-            groups.setdefault(key, []).append((msg, context))
-    opened_ids: list[int] = []
-    for key, members in groups.items():
-        if len(members) < MIN_COHORT:
+        key = _cohort_key(msg)
+        if key is None:
             continue
-        cohort = _Cohort(kind=str(key[0]), members=members)
-        cohort.ids = {id(msg) for msg, _ in members}
-        for msg_id in cohort.ids:
-            _OPEN[msg_id] = cohort
-            opened_ids.append(msg_id)
+        subgroups = groups.setdefault(key, [])
+        for members in subgroups:
+            if same_config(members[0][1].run_config, context.run_config):
+                members.append((msg, context))
+                break
+        else:
+            subgroups.append([(msg, context)])
+    opened_ids: list[int] = []
+    for key, subgroups in groups.items():
+        for members in subgroups:
+            if len(members) < MIN_COHORT:
+                continue
+            cohort = _Cohort(kind=str(key[0]), members=members, threads=threads)
+            cohort.ids = {id(msg) for msg, _ in members}
+            for msg_id in cohort.ids:
+                _OPEN[msg_id] = cohort
+                opened_ids.append(msg_id)
     try:
         yield
     finally:
@@ -224,7 +240,8 @@ def _compute(cohort: _Cohort) -> dict[int, tuple[DeviceRound, object]]:
         return {}
     devices = [rnd for _, rnd in rounds]
     ids = [id(msg) for msg, _ in rounds]
-    stats = _kept_or_computed_stats(first_msg.content.array_records[keys.ARRAYS], model, devices)
+    record = first_msg.content.array_records[keys.ARRAYS]
+    stats = _kept_or_computed_stats(record, model, devices, threads=cohort.threads)
     if cohort.kind == keys.QUERY_STATS:
         return {i: (rnd, s) for i, rnd, s in zip(ids, devices, stats, strict=True)}
     blockers = training_blockers(model)
@@ -253,7 +270,7 @@ def _stats_key(device: DeviceRound) -> tuple[object, ...]:
 
 
 def _kept_or_computed_stats(
-    record: ArrayRecord, model: nn.Module, devices: Sequence[DeviceRound]
+    record: ArrayRecord, model: nn.Module, devices: Sequence[DeviceRound], *, threads: int = 1
 ) -> list[PreTrainingStats]:
     """:func:`cohort_stats`, reusing those the last cohort computed at the same model.
 
@@ -280,17 +297,23 @@ def _kept_or_computed_stats(
         _KEPT[:] = [kept]
     missing = [d for d in devices if _stats_key(d) not in kept.stats]
     if missing:
-        computed = cohort_stats(model, missing)
+        computed = cohort_stats(model, missing, threads=threads)
         kept.stats.update(zip(map(_stats_key, missing), computed, strict=True))
     return [kept.stats[_stats_key(d)] for d in devices]
 
 
-def cohort_stats(model: nn.Module, devices: Sequence[DeviceRound]) -> list[PreTrainingStats]:
+def cohort_stats(
+    model: nn.Module, devices: Sequence[DeviceRound], *, threads: int = 1
+) -> list[PreTrainingStats]:
     """Pre-training statistics of devices sharing ``model`` and the round config.
 
     sigma-hat of all of them from batched passes (:func:`client_app.sigma.gradient_spreads`)
-    when the model is within the one-pass method's scope, else per device
-    (:func:`client_app.device_round.pre_training_stats`, the per-device path's function).
+    over chunks of :data:`QUERY_CHUNK_SAMPLES` samples when the model is within the one-pass
+    method's scope, else per device (:func:`client_app.device_round.pre_training_stats`, the
+    per-device path's function). With ``threads`` > 1 and several chunks, the chunks are dealt
+    out in turn to that many threads, each with its own copy of the model (the passes hook
+    its layers); torch releases the interpreter lock in its operations, so the threads use
+    that many cores, each on one intra-op thread.
     """
     want_sigma = devices[0].want_sigma
     name = devices[0].settings.model
@@ -303,13 +326,34 @@ def cohort_stats(model: nn.Module, devices: Sequence[DeviceRound]) -> list[PreTr
         ]
     b = len(devices[0].batches[0])
     per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
-    sigmas: list[float] = []
-    try:
-        for start in range(0, len(devices), per_chunk):
-            chunk = devices[start : start + per_chunk]
+    chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
+    workers = max(1, min(threads, len(chunks)))
+
+    def spreads_of(worker_model: nn.Module, mine: list[Sequence[DeviceRound]]) -> list[float]:
+        sigmas: list[float] = []
+        for chunk in mine:
             xs, ys = zip(*(d.split.tensors(d.batches[0]) for d in chunk), strict=True)
-            spreads = gradient_spreads(model, torch.cat(xs), torch.cat(ys), group_size=b)
-            sigmas.extend(spread.sigma for spread in spreads)
+            found = gradient_spreads(worker_model, torch.cat(xs), torch.cat(ys), group_size=b)
+            sigmas.extend(spread.sigma for spread in found)
+        return sigmas
+
+    try:
+        if workers == 1:
+            sigmas = spreads_of(model, chunks)
+        else:
+            dealt = [chunks[w::workers] for w in range(workers)]
+            models = [model, *(copy.deepcopy(model) for _ in range(workers - 1))]
+            with ThreadPoolExecutor(workers) as pool:
+                futures = [
+                    pool.submit(spreads_of, m, d) for m, d in zip(models, dealt, strict=True)
+                ]
+                parts = [future.result() for future in futures]
+            by_chunk: list[list[float]] = [[] for _ in chunks]
+            for w, part in enumerate(parts):
+                for k, chunk in enumerate(dealt[w]):
+                    by_chunk[w + k * workers] = part[: len(chunk)]
+                    part = part[len(chunk) :]
+            sigmas = [sigma for chunk_sigmas in by_chunk for sigma in chunk_sigmas]
     except UnsupportedModelError as err:  # found during the pass (e.g. a layer ran twice)
         _log_once(name, keys.QUERY_STATS, str(err))
         return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]

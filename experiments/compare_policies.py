@@ -57,7 +57,14 @@ from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.preflight import run_outcome
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress, format_duration
-from experiments.run_pool import RUN_LOG, Job, inprocess_command, resolve_jobs, run_jobs
+from experiments.run_pool import (
+    RUN_LOG,
+    Job,
+    cores_per_job,
+    inprocess_command,
+    resolve_jobs,
+    run_jobs,
+)
 from experiments.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.tables import write_csv
 from server_app.atomic_files import ResultWriteError
@@ -867,7 +874,13 @@ def execute_plans(
 
     try:
         run_jobs(
-            [Job(inprocess_command(p.overrides), p.result_dir / RUN_LOG) for p in to_run],
+            [
+                Job(
+                    inprocess_command(p.overrides, cohort_threads=cores_per_job(jobs)),
+                    p.result_dir / RUN_LOG,
+                )
+                for p in to_run
+            ],
             jobs,
             on_start,
             on_end,

@@ -52,6 +52,9 @@ class InProcessGrid(Grid):
         share a model together; False: one device at a time.
     keep_sent : bool
         Keep every message sent in :attr:`sent` (for tests; a long run would keep them all).
+    cohort_threads : int
+        Threads that share a cohort's sigma-hat passes (:func:`client_app.cohort.cohort_stats`);
+        the results do not depend on it.
 
     """
 
@@ -62,6 +65,7 @@ class InProcessGrid(Grid):
         *,
         cohorts: bool = True,
         keep_sent: bool = False,
+        cohort_threads: int = 1,
     ) -> None:
         # Messages read the run, node and task id of the process; set them as a ServerApp would.
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
@@ -69,6 +73,7 @@ class InProcessGrid(Grid):
         self.contexts = contexts
         self.cohorts = cohorts
         self.keep_sent = keep_sent
+        self.cohort_threads = cohort_threads
         self.sent: list[Message] = []
 
     def set_run(self, run: Run) -> None:
@@ -147,7 +152,7 @@ class InProcessGrid(Grid):
             for msg in messages
             if msg.metadata.dst_node_id in self.handlers
         ]
-        return opened(deliveries)
+        return opened(deliveries, threads=self.cohort_threads)
 
 
 def node_contexts(
@@ -165,7 +170,9 @@ def node_contexts(
     }
 
 
-def run_inprocess(run_config: Mapping[str, Any], *, cohorts: bool = True) -> dict[str, Any]:
+def run_inprocess(
+    run_config: Mapping[str, Any], *, cohorts: bool = True, cohort_threads: int = 1
+) -> dict[str, Any]:
     """Run one federation in this process and return its summary (also in ``summary.json``).
 
     Parameters
@@ -175,6 +182,8 @@ def run_inprocess(run_config: Mapping[str, Any], *, cohorts: bool = True) -> dic
         absolute ``result-dir``.
     cohorts : bool
         Cohort execution (see the module docstring); False: every device alone.
+    cohort_threads : int
+        Threads for a cohort's sigma-hat passes (one per core the run may use alone).
 
     """
     from client_app.app import app as client_app
@@ -186,6 +195,7 @@ def run_inprocess(run_config: Mapping[str, Any], *, cohorts: bool = True) -> dic
         {node: client_app for node in nodes},
         node_contexts(nodes, run_config, num_devices),
         cohorts=cohorts,
+        cohort_threads=cohort_threads,
     )
     return run_federation(grid, config)
 
@@ -209,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         with_resolved_data_dir,
     )
     from experiments.preflight import claim_run, effective_result_dir, refused, run_outcome
+    from experiments.run_pool import usable_cores
 
     parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
     parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
@@ -217,8 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="hand every message to the ClientApp alone (no cohort execution)",
     )
+    parser.add_argument(
+        "--cohort-threads",
+        type=int,
+        default=0,
+        help="threads for a cohort's sigma-hat passes (default 0: one per usable CPU core)",
+    )
     add_out_argument(parser)
     args = parser.parse_args(argv)
+    if args.cohort_threads < 0:
+        parser.error(f"--cohort-threads: got {args.cohort_threads}; allowed: >= 1, or 0")
+    threads = args.cohort_threads or usable_cores()
     try:  # the run's folder is locked from here until this process ends
         overrides = validated_run_config(parse_run_config_text(args.run_config))
         config, claim = claim_run(with_resolved_data_dir(overrides), args.out)
@@ -229,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     launched_unix_s = time.time()
     failure: Exception | None = None
     try:
-        print(json.dumps(run_inprocess(config, cohorts=not args.per_device), indent=2))
+        summary = run_inprocess(config, cohorts=not args.per_device, cohort_threads=threads)
+        print(json.dumps(summary, indent=2))
     except Exception as err:  # the status says what happened; the traceback says where
         failure = err
         if not getattr(err, "complete_message", False):  # a one-line error needs no trace

@@ -68,15 +68,26 @@ def resolve_jobs(jobs: Any, engine: str) -> int:
     return count
 
 
-def inprocess_command(overrides: Mapping[str, Any]) -> list[str]:
-    """The command line of one in-process run with these run-config overrides."""
+def inprocess_command(overrides: Mapping[str, Any], *, cohort_threads: int = 0) -> list[str]:
+    """The command line of one in-process run with these run-config overrides.
+
+    ``cohort_threads``: the run's ``--cohort-threads`` (0: one per usable core; runs side by
+    side each get their share of the cores, :func:`cores_per_job`).
+    """
     return [
         sys.executable,
         "-m",
         "experiments.inprocess",
         "--run-config",
         format_run_config(overrides),
+        "--cohort-threads",
+        str(cohort_threads),
     ]
+
+
+def cores_per_job(jobs: int) -> int:
+    """Usable cores per run when ``jobs`` runs go at once (at least 1)."""
+    return max(1, usable_cores() // max(1, jobs))
 
 
 @dataclass(frozen=True)

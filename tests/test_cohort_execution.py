@@ -221,8 +221,9 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, mo
     computed: list[int] = []
     real = cohort.cohort_stats
     monkeypatch.setattr(
-        cohort, "cohort_stats", lambda m, ds: computed.append(len(ds)) or real(m, ds)
+        cohort, "cohort_stats", lambda m, ds, **kw: computed.append(len(ds)) or real(m, ds, **kw)
     )
+
     config = ConfigRecord(
         {keys.SERVER_ROUND: 2, keys.LOCAL_STEPS: 1, keys.LEARNING_RATE: 0.1, keys.BATCH_SIZE: 8}
     )
@@ -241,3 +242,29 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, mo
     other = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=2).state_dict())
     send(other, "train", nodes[:3])  # another model: computed anew
     assert computed == [6, 3]
+
+
+def test_threads_share_the_query_chunks_with_the_same_results(tmp_path: Path, monkeypatch) -> None:
+    run_config = validated_run_config(
+        {**MNIST1D, "model": "cnn1d", "num-devices": 9, "data-dir": str(tmp_path / "data")}
+    )
+    nodes = [100 + v for v in range(9)]
+    contexts = make_contexts(nodes, run_config, 9)
+    record = ArrayRecord(build_model("cnn1d", 10, (1, 40), seed=4).state_dict())
+    config = ConfigRecord(
+        {keys.SERVER_ROUND: 1, keys.LOCAL_STEPS: 1, keys.LEARNING_RATE: 0.1, keys.BATCH_SIZE: 16}
+    )
+    monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
+    sigmas = {}
+    for threads in (0, 1, 2, 3):  # 0: per device
+        cohort._KEPT.clear()
+        grid = FakeGrid({n: client_app for n in nodes}, contexts, cohorts=threads > 0)
+        grid.cohort_threads = max(threads, 1)
+        content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
+        sent = [grid.create_message(content, keys.QUERY_STATS, n, "1") for n in nodes]
+        sigmas[threads] = [
+            r.content.metric_records[keys.METRICS][keys.SIGMA] for r in grid.send_and_receive(sent)
+        ]
+    assert sigmas[2] == sigmas[1] and sigmas[3] == sigmas[1]  # the same passes, bit for bit
+    assert sigmas[1] == pytest.approx(sigmas[0], rel=1e-5)
+    assert len(set(sigmas[0])) == 9
