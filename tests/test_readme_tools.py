@@ -40,6 +40,10 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
         ["--rounds", "2", "--repeats", "1"],
         ["table.csv", "table.json"],
     ),
+    "experiments.bench_scale": (
+        ["--devices", "12", "--rounds", "3", "--samples", "2000"],
+        ["table.csv", "table.json"],
+    ),
     "experiments.certificates": (["--supernodes", "1"], []),
     "experiments.bench_checkpoint": (
         ["--repeats", "1", "--rounds", "2"],
