@@ -268,3 +268,24 @@ def test_threads_share_the_query_chunks_with_the_same_results(tmp_path: Path, mo
     assert sigmas[2] == sigmas[1] and sigmas[3] == sigmas[1]  # the same passes, bit for bit
     assert sigmas[1] == pytest.approx(sigmas[0], rel=1e-5)
     assert len(set(sigmas[0])) == 9
+
+
+def test_the_first_evaluation_runs_on_one_torch_thread(tmp_path: Path, monkeypatch) -> None:
+    import server_app.setup as setup
+
+    seen: list[int] = []
+    real = setup.evaluate
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(setup, "evaluate", recording)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        config = {"num-devices": 4, "num-server-rounds": 1, "data-dir": str(tmp_path / "d")}
+        run_inprocess(validated_run_config({**config, "result-dir": str(tmp_path / "run")}))
+    finally:
+        torch.set_num_threads(threads)
+    assert seen and seen[0] == 1  # before any message reached a ClientApp
