@@ -13,7 +13,11 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,7 @@ from server_app.config import parse_run_config
 from server_app.policy_params import fold_policy_params
 from server_app.results import METRICS_FILE, MODEL_FILE
 
+PROJECT = Path(__file__).resolve().parents[1]
 V = 8
 NODES = [7000 + 11 * i for i in range(V)]
 
@@ -344,3 +349,56 @@ def test_the_attack_breaks_the_schedulers_fedavg(attacked):
 def test_a_robust_aggregator_withstands_the_poisoned_device(attacked, aggregator):
     assert attacked[aggregator, True] > attacked["FedAvg", True] + 0.3
     assert attacked[aggregator, True] > attacked[aggregator, False] - 0.1
+
+
+def readme_command(start: str) -> list[str]:
+    """The README command starting with ``start`` (exactly one)."""
+    from test_readme_commands import readme_commands
+
+    (found,) = {c for c in readme_commands() if c.startswith(start)}
+    return shlex.split(found)
+
+
+def test_readme_inprocess_aggregator_command_runs(tmp_path):
+    words = readme_command('.venv/bin/python -m experiments.inprocess --run-config "aggregator=')
+    at = words.index("--run-config") + 1
+    words[at] += " num-devices=8"
+    proc = subprocess.run(
+        [sys.executable, *words[1:], "--out", str(tmp_path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["aggregator"] == "Krum" and config["aggregator_params"] == {
+        "num-malicious-nodes": 1
+    }
+    assert len((folder / METRICS_FILE).read_text().splitlines()) == 3
+
+
+def test_readme_attack_sweep_command_runs(tmp_path):
+    words = readme_command(".venv/bin/python tests/attack_sweep.py")
+    words[words.index("--seeds") + 1] = "0"
+    words[words.index("--out") + 1] = str(tmp_path)
+    small = ["--rounds", "2", "--policies", "all", "--aggregators", "FedAvg,Krum"]
+    proc = subprocess.run(
+        [sys.executable, *words[1:], *small, "--attackers", "0,1"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with (tmp_path / "table.csv").open() as handle:
+        table = list(csv.DictReader(handle))
+    assert {(r["aggregator"], r["attackers"]) for r in table} == {
+        (a, k) for a in ("FedAvg", "Krum") for k in ("0", "1")
+    }
+    assert (tmp_path / "attack.png").exists()
+    # without attackers no round counts as an attacker's
+    with (tmp_path / "runs.csv").open() as handle:
+        runs = list(csv.DictReader(handle))
+    assert all(int(r["attacker_rounds"]) == 0 for r in runs if r["attackers"] == "0")
