@@ -402,3 +402,45 @@ def test_readme_attack_sweep_command_runs(tmp_path):
     with (tmp_path / "runs.csv").open() as handle:
         runs = list(csv.DictReader(handle))
     assert all(int(r["attacker_rounds"]) == 0 for r in runs if r["attackers"] == "0")
+
+
+def test_compare_policies_sweeps_aggregators(tmp_path):
+    from experiments.compare_policies import main
+
+    out = tmp_path / "compare"
+    code = main(
+        [
+            "--aggregators",
+            "default,FedTrimmedAvg",
+            "--policies",
+            "fedcgd-fscd,all",
+            "--engine",
+            "inprocess",
+            "--run-config",
+            "num-server-rounds=2 num-devices=6",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    for folder, recorded in (
+        ("aggregator=default", ""),
+        ("aggregator=FedTrimmedAvg", "FedTrimmedAvg"),
+    ):
+        with (out / folder / "table.csv").open() as handle:
+            assert {r["policy"] for r in csv.DictReader(handle)} == {"fedcgd-fscd", "all"}
+        for policy in ("fedcgd-fscd", "all"):
+            config = json.loads((out / folder / policy / "seed-0" / "config.json").read_text())
+            assert config["aggregator"] == recorded
+
+
+def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, capsys):
+    from experiments.compare_policies import main
+
+    out = tmp_path / "compare"
+    args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]
+    code = main([*args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: run-config key") and "\n" not in err
+    assert not out.exists()
