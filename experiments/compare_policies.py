@@ -17,6 +17,12 @@ writes from the result files:
 - ``curves.png``: accuracy, scheduled devices and WEMD per round; with several seeds the mean
   per policy with a shaded 95 % band.
 
+``--aggregators default,FedMedian,FedTrimmedAvg`` sweeps the run-config key ``aggregator`` as
+well: one comparison of the policies per aggregator, each in ``<out>/aggregator=<name>/`` with
+its own tables (``default`` is the scheduler's FedAvg, ``aggregator = ""``; ``aggregator-params``
+of ``--run-config`` go to every one of them). Every aggregator's run config is validated before
+the first run starts.
+
 ``rounds_to_target`` of a run that never reaches the target is missing (empty in
 ``runs.csv``): its mean and CI are over the runs that reached it, and ``reached_target`` says
 how many did (out of ``n_seeds``).
@@ -952,6 +958,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated run seeds, e.g. 0,1,2,3,4 (default: the run config's seed, 0)",
     )
     parser.add_argument("--run-config", default="", help="overrides shared by every run")
+    parser.add_argument(
+        "--aggregators",
+        default=None,
+        help="comma-separated aggregators, one comparison each into <out>/aggregator=<name> "
+        "(default = the scheduler's FedAvg; e.g. default,FedMedian,FedTrimmedAvg)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/compare"))
     parser.add_argument("--num-supernodes", type=int, default=None)
     parser.add_argument("--target-accuracy", type=float, default=None)
@@ -970,7 +982,58 @@ def main(argv: list[str] | None = None) -> int:
         "<run folder>/run.log (0: one per usable CPU core)",
     )
     args = parser.parse_args(argv)
+    if args.aggregators is not None:
+        return exit_code_stopping_on_signals(lambda: compare_aggregators(args))
     return exit_code_stopping_on_signals(lambda: compare(args))
+
+
+#: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
+DEFAULT_AGGREGATOR_NAME = "default"
+
+
+def aggregator_comparisons(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """One comparison's arguments per aggregator of ``--aggregators``, all validated.
+
+    Raises
+    ------
+    ValueError
+        One line: an empty list, ``aggregator`` also in ``--run-config``, or an aggregator
+        (with the shared ``aggregator-params``) that the run config refuses.
+    """
+    import argparse as _argparse
+
+    names = [a.strip() for a in str(args.aggregators).split(",") if a.strip()]
+    if not names:
+        raise ValueError("--aggregators is empty; allowed: comma-separated aggregator names")
+    shared = parse_run_config_text(args.run_config)
+    if "aggregator" in shared:
+        raise ValueError("give the aggregators with --aggregators, not run-config 'aggregator'")
+    out = args.out.resolve()
+    comparisons = []
+    for name in names:
+        value = "" if name == DEFAULT_AGGREGATOR_NAME else name
+        validated_run_config({**shared, "aggregator": value})
+        text = f'{args.run_config} aggregator="{value}"'.strip()
+        folder = out / f"aggregator={re.sub(r'[^A-Za-z0-9._-]', '_', name)}"
+        comparisons.append(_argparse.Namespace(**{**vars(args), "run_config": text, "out": folder}))
+    return comparisons
+
+
+def compare_aggregators(args: argparse.Namespace) -> int:
+    """:func:`compare` once per aggregator of ``--aggregators``; the worst exit code.
+
+    Every aggregator is validated before the first comparison starts (exit code 2 otherwise).
+    """
+    try:
+        comparisons = aggregator_comparisons(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    codes = []
+    for i, each in enumerate(comparisons, 1):
+        print(f"== aggregator {i}/{len(comparisons)}: {each.out.name} ==", flush=True)
+        codes.append(compare(each))
+    return max(codes)
 
 
 def compare(args: argparse.Namespace) -> int:

@@ -1,7 +1,9 @@
 """Checkpoints of a run: everything needed to continue it bit for bit after a crash.
 
 A checkpoint holds the round number, the global model, the scheduling rule's state (Ĝ / Ĝ_c,
-Fed-CBS counts), the states of the two random generators (the cell's and the policy's) and the
+Fed-CBS counts), the aggregator's state (a Flower strategy's momentum, Adam moments, its copy
+of the model: :func:`fedcgd_strategy.flower.aggregators.aggregator_state`), the states of the
+two random generators (the cell's and the policy's) and the
 seconds elapsed. It is written after the round's line is in ``metrics.jsonl``, atomically
 (a temporary file renamed over the old one), so a crash leaves either the previous checkpoint or
 the new one, never half of one. Everything else (the devices' data, the drop of the devices,
@@ -13,10 +15,11 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from server_app.atomic_files import atomic_write
@@ -26,6 +29,8 @@ from server_app.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready
 from server_app.run_status import COMPLETED, first_line, read_status, settings_differences
 
 CHECKPOINT_FILE = "checkpoint.pt"
+#: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_to_torch`).
+NUMPY_TAG = "__numpy__"
 
 
 #: Built-in data sets whose arrays do not depend on the data folder (bundled, or generated with
@@ -70,6 +75,9 @@ class Checkpoint:
         ``numpy.random.Generator.bit_generator.state`` of the cell's and the policy's generator.
     elapsed_s : float
         Wall-clock seconds the run had taken.
+    aggregator_state : dict
+        :func:`fedcgd_strategy.flower.aggregators.aggregator_state` (``{}`` for the
+        scheduler's FedAvg, and in checkpoints written before aggregators existed).
 
     """
 
@@ -79,6 +87,36 @@ class Checkpoint:
     cell_rng_state: dict[str, Any]
     policy_rng_state: dict[str, Any]
     elapsed_s: float
+    aggregator_state: dict[str, Any] = field(default_factory=dict)
+
+
+def _to_torch(value: Any) -> Any:
+    """``value`` with every numpy array (and numpy scalar) as a tensor tagged with its kind.
+
+    ``torch.load(weights_only=True)`` reads tensors and plain containers only.
+    """
+    if isinstance(value, np.ndarray):
+        return {NUMPY_TAG: torch.from_numpy(np.array(value, copy=True))}
+    if isinstance(value, dict):
+        return {k: _to_torch(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_torch(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_to_torch(v) for v in value)
+    return value
+
+
+def _from_torch(value: Any) -> Any:
+    """The inverse of :func:`_to_torch`."""
+    if isinstance(value, dict):
+        if set(value) == {NUMPY_TAG} and isinstance(value[NUMPY_TAG], torch.Tensor):
+            return value[NUMPY_TAG].numpy().copy()
+        return {k: _from_torch(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_torch(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_from_torch(v) for v in value)
+    return value
 
 
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
@@ -90,6 +128,7 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
         "cell_rng_state": checkpoint.cell_rng_state,
         "policy_rng_state": checkpoint.policy_rng_state,
         "elapsed_s": checkpoint.elapsed_s,
+        "aggregator_state": _to_torch(checkpoint.aggregator_state),
     }
     return atomic_torch_save(data, result_dir / CHECKPOINT_FILE)
 
@@ -149,6 +188,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             cell_rng_state=dict(data["cell_rng_state"]),
             policy_rng_state=dict(data["policy_rng_state"]),
             elapsed_s=float(data["elapsed_s"]),
+            aggregator_state=dict(_from_torch(data.get("aggregator_state", {}))),
         )
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, TypeError) as err:
         reason = first_line(err)

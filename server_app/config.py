@@ -18,6 +18,16 @@ run-config key                 meaning
                                string (``"{window = 20}"``), or ``policy-params.<name>`` keys
                                where this project reads the run config
                                (:mod:`server_app.policy_params`)
+``aggregator``                 how the scheduled uploads are combined: ``""`` (default) the
+                               scheduler's FedAvg, or a Flower strategy whose own
+                               ``aggregate_train`` runs on them: a name of
+                               ``flwr.serverapp.strategy`` (``FedMedian``, ``FedTrimmedAvg``,
+                               ``Krum``, ``MultiKrum``, ``Bulyan``, ``FedAvgM``, ``FedAdam``, ...)
+                               or ``"package.module:ClassName"``
+                               (:mod:`fedcgd_strategy.flower.aggregators`)
+``aggregator-params``          its constructor arguments, as ``policy-params`` (e.g.
+                               ``aggregator-params.num-malicious-nodes = 1``); checked against
+                               its signature before the start
 ``protocol``                   ``"auto"`` | ``"channel"`` | ``"query"`` | ``"train-all"`` (auto:
                                train-all for bn2/poc, channel for bc/all, query otherwise)
 ``eval-every``                 central evaluation every k rounds (and always after the last)
@@ -69,6 +79,7 @@ from pathlib import Path
 from typing import Any
 
 from channel import CellConfig
+from fedcgd_strategy.flower.aggregators import AGGREGATOR_KEY, check_aggregator
 from fedcgd_strategy.policies import PROTOCOL_CHOICES, Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
 from fedcgd_strategy.selectors import PACK_RULES
@@ -81,7 +92,7 @@ from fedcgd_task.settings import (
     read_real,
     require_key,
 )
-from server_app.policy_params import read_policy_params
+from server_app.policy_params import AGGREGATOR_PARAMS_KEY, read_params, read_policy_params
 
 TARGET_CHOICES = ("global", "devices")
 
@@ -128,6 +139,8 @@ class RunConfig:
     verbose: bool = False
     channel_trace: str = ""
     policy_params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    aggregator: str = ""
+    aggregator_params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def seed(self) -> int:
@@ -273,6 +286,14 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         protocol = resolve_protocol(policy_class(policy), requested, policy)
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
+    aggregator = run_config.get(AGGREGATOR_KEY, "")
+    if not isinstance(aggregator, str):
+        raise ValueError(
+            f"run-config key {AGGREGATOR_KEY!r} must be a string (a Flower strategy's name or "
+            f"'package.module:ClassName'); got {aggregator!r}"
+        )
+    aggregator_params = read_params(run_config, AGGREGATOR_PARAMS_KEY)
+    check_aggregator(aggregator, aggregator_params, task.num_devices)
     result_dir = require_key(run_config, "result-dir")
     if not isinstance(result_dir, str):
         raise ValueError(f"run-config key 'result-dir' must be a string; got {result_dir!r}")
@@ -312,6 +333,8 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         num_server_rounds=read_rounds(run_config),
         policy=policy,
         policy_params=policy_params,
+        aggregator=aggregator,
+        aggregator_params=aggregator_params,
         protocol=protocol,
         eval_every=read_int(run_config, "eval-every", minimum=1),
         result_dir=str(Path(result_dir).expanduser()),

@@ -7,7 +7,8 @@ holding a TOML inline table (``policy-params = "{window = 20, beta = 0.5}"``). W
 project reads a run config itself (the launcher's and the in-process engine's ``--run-config``,
 ``compare_policies``, the Hydra presets), ``policy-params.<name> = value`` keys are accepted
 too and folded into that string (:func:`fold_policy_params`); :func:`read_policy_params` reads
-either form.
+either form. The aggregator's constructor arguments travel the same way, as ``aggregator-params``
+(:data:`AGGREGATOR_PARAMS_KEY`, read by :func:`read_params`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from typing import Any
 PARAMS_KEY = "policy-params"
 #: Prefix of the flat form ``policy-params.<name>``.
 PARAMS_PREFIX = PARAMS_KEY + "."
+#: The declared run-config key of the aggregator's parameters (same form as ``policy-params``).
+AGGREGATOR_PARAMS_KEY = "aggregator-params"
+#: Every parameter table of the run config.
+PARAMS_KEYS = (PARAMS_KEY, AGGREGATOR_PARAMS_KEY)
 #: A TOML bare key.
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -53,8 +58,8 @@ def format_toml_value(value: object) -> str:
     raise ValueError(f"run-config key {PARAMS_KEY!r}: cannot write {value!r} as a TOML value")
 
 
-def format_policy_params(params: Mapping[str, object]) -> str:
-    """``params`` as the string value of ``policy-params``: a TOML inline table, no spaces.
+def format_policy_params(params: Mapping[str, object], key: str = PARAMS_KEY) -> str:
+    """``params`` as the string value of ``key`` (``policy-params``): a TOML inline table.
 
     The names are parameter names (TOML bare keys) and no space stands outside string values,
     so that the text survives being one word of a ``--run-config`` line.
@@ -62,7 +67,7 @@ def format_policy_params(params: Mapping[str, object]) -> str:
     bad = [k for k in params if not BARE_KEY.fullmatch(k)]
     if bad:
         raise ValueError(
-            f"run-config key {PARAMS_KEY}.{bad[0]}: allowed: a parameter name (letters, digits, "
+            f"run-config key {key}.{bad[0]}: allowed: a parameter name (letters, digits, "
             "'_' and '-')"
         )
     return "{" + ",".join(f"{k}={format_toml_value(v)}" for k, v in params.items()) + "}"
@@ -78,15 +83,15 @@ def _shown(text: str) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def _parse_table(text: object) -> dict[str, Any]:
+def _parse_table(text: object, key: str = PARAMS_KEY) -> dict[str, Any]:
     if not isinstance(text, str):
         raise ValueError(
-            f"run-config key {PARAMS_KEY!r} = {text!r}; allowed: a TOML inline table as a "
+            f"run-config key {key!r} = {text!r}; allowed: a TOML inline table as a "
             "string, e.g. '{window = 20}'"
         )
     if len(text) > MAX_PARAMS_CHARS:
         raise ValueError(
-            f"run-config key {PARAMS_KEY!r} = {_shown(text)} holds {len(text)} characters; "
+            f"run-config key {key!r} = {_shown(text)} holds {len(text)} characters; "
             f"allowed: at most {MAX_PARAMS_CHARS}"
         )
     try:
@@ -94,15 +99,39 @@ def _parse_table(text: object) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, RecursionError) as err:
         reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise ValueError(
-            f"run-config key {PARAMS_KEY!r} = {_shown(text)} is not a TOML inline table "
+            f"run-config key {key!r} = {_shown(text)} is not a TOML inline table "
             f"({reason}); allowed: e.g. '{{window = 20, beta = 0.5}}'"
         ) from err
     if not isinstance(table, dict):
         raise ValueError(
-            f"run-config key {PARAMS_KEY!r} = {text!r}; allowed: a TOML inline table such as "
+            f"run-config key {key!r} = {text!r}; allowed: a TOML inline table such as "
             "'{window = 20}'"
         )
     return table
+
+
+def read_params(run_config: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """The table ``key`` from its string value and its ``<key>.<name>`` keys.
+
+    Raises
+    ------
+    ValueError
+        One line: the string is not a TOML inline table, or a name is given in both forms.
+
+    """
+    params = _parse_table(run_config.get(key, "{}"), key)
+    prefix = key + "."
+    for flat, value in run_config.items():
+        if not flat.startswith(prefix):
+            continue
+        name = flat.removeprefix(prefix)
+        if name in params:
+            raise ValueError(
+                f"run-config key {flat!r} is also set in {key!r} = {run_config.get(key)!r}; "
+                "give it once"
+            )
+        params[name] = value
+    return params
 
 
 def read_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,28 +143,21 @@ def read_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
         One line: the string is not a TOML inline table, or a name is given in both forms.
 
     """
-    params = _parse_table(run_config.get(PARAMS_KEY, "{}"))
-    for key, value in run_config.items():
-        if not key.startswith(PARAMS_PREFIX):
-            continue
-        name = key.removeprefix(PARAMS_PREFIX)
-        if name in params:
-            raise ValueError(
-                f"run-config key {key!r} is also set in {PARAMS_KEY!r} = "
-                f"{run_config.get(PARAMS_KEY)!r}; give it once"
-            )
-        params[name] = value
-    return params
+    return read_params(run_config, PARAMS_KEY)
 
 
 def fold_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """``run_config`` with every ``policy-params.<name>`` key folded into ``policy-params``.
+    """``run_config`` with every ``<table>.<name>`` key folded into its table's string.
 
-    What Flower accepts: only declared keys. Without flat keys the mapping is returned as is.
+    The tables are :data:`PARAMS_KEYS` (``policy-params``, ``aggregator-params``): what Flower
+    accepts are declared keys only. Without flat keys the mapping is returned as is.
     """
-    if not any(key.startswith(PARAMS_PREFIX) for key in run_config):
-        return dict(run_config)
-    params = read_policy_params(run_config)
-    out = {k: v for k, v in run_config.items() if not k.startswith(PARAMS_PREFIX)}
-    out[PARAMS_KEY] = format_policy_params(params)
+    out = dict(run_config)
+    for key in PARAMS_KEYS:
+        prefix = key + "."
+        if not any(flat.startswith(prefix) for flat in out):
+            continue
+        params = read_params(out, key)
+        out = {k: v for k, v in out.items() if not k.startswith(prefix)}
+        out[key] = format_policy_params(params, key)
     return out

@@ -17,10 +17,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from flwr.serverapp.strategy import Strategy
 from numpy.typing import NDArray
 from torch import nn
 
 from channel.report import BITS_PER_PARAM
+from fedcgd_strategy.flower.aggregators import (
+    aggregator_state,
+    load_aggregator_state,
+    make_aggregator,
+)
 from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
 from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy, policy_class
@@ -69,6 +75,9 @@ class RunSetup:
         The scheduling rule.
     resume : Checkpoint or None
         The checkpoint the run continues from (None for a new run).
+    aggregator : flwr.serverapp.strategy.Strategy or None
+        The Flower strategy that combines the uploads (run-config ``aggregator``; None: the
+        scheduler's FedAvg). Its state goes into checkpoints.
 
     """
 
@@ -87,6 +96,7 @@ class RunSetup:
     policy: Policy
     policy_rng: np.random.Generator
     resume: Checkpoint | None = None
+    aggregator: Strategy | None = None
 
     @property
     def num_classes(self) -> int:
@@ -126,6 +136,7 @@ class RunSetup:
             max_update_norm_ratio=config.max_update_norm_ratio,
             partition_counts=self.partition_counts,
             on_record=on_record,
+            aggregator=self.aggregator,
         )
 
     def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:
@@ -148,6 +159,7 @@ class RunSetup:
             cell_rng_state=dict(self.cell_rng.bit_generator.state),
             policy_rng_state=dict(self.policy_rng.bit_generator.state),
             elapsed_s=elapsed_s,
+            aggregator_state=aggregator_state(self.aggregator),
         )
 
 
@@ -164,8 +176,8 @@ def build_setup(
     config : RunConfig
         The validated run config.
     resume : Checkpoint, optional
-        Continue from this checkpoint: the model, the policy's state and both generators' states
-        are restored, the uplink goes on after its round.
+        Continue from this checkpoint: the model, the policy's and the aggregator's state and
+        both generators' states are restored, the uplink goes on after its round.
     on_settings : callable, optional
         Called with the run's :func:`resolved_settings` as soon as the data and the model are
         known, before the policy and the uplink are built: a run whose policy or channel trace
@@ -190,7 +202,9 @@ def build_setup(
     policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
     cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
     cell = build_uplink(config, cell_rng, first_round=0 if resume is None else resume.round)
+    aggregator = make_aggregator(config.aggregator, config.aggregator_params)
     if resume is not None:
+        load_aggregator_state(aggregator, resume.aggregator_state)
         policy.load_state_dict(resume.policy_state)
         cell_rng.bit_generator.state = resume.cell_rng_state
         policy_rng.bit_generator.state = resume.policy_rng_state
@@ -217,6 +231,7 @@ def build_setup(
         policy=policy,
         policy_rng=policy_rng,
         resume=resume,
+        aggregator=aggregator,
     )
 
 

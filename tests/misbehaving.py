@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,6 +117,34 @@ def _map_arrays(fn: Callable[[int, np.ndarray], np.ndarray]) -> Corrupt:
     return corrupt
 
 
+def sign_flip(scale: float) -> Corrupt:
+    """Upload w + scale (w_v − w) (scale < 0: the update sign-flipped and scaled).
+
+    The reported ``update-norm`` is the norm of the upload's update, as a consistent liar's:
+    with |scale| below ``max-update-norm-ratio`` the upload passes the server's norm screen.
+    Integer buffers are left as trained.
+    """
+
+    def corrupt(reply: Message, request: Message, context: Context) -> Message:
+        sent = {k: v.numpy() for k, v in request.content.array_records[keys.ARRAYS].items()}
+        record = reply.content.array_records[keys.ARRAYS]
+        arrays = {}
+        for k, v in record.items():
+            local, ref = v.numpy(), sent[k]
+            if np.issubdtype(local.dtype, np.floating):
+                delta = local.astype(np.float64) - ref.astype(np.float64)
+                local = (ref.astype(np.float64) + scale * delta).astype(local.dtype)
+            arrays[k] = local
+        reply.content[keys.ARRAYS] = ArrayRecord(
+            {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
+        )
+        wide = {k: np.asarray(v, np.float64) for k, v in arrays.items()}
+        _metrics(reply)[keys.UPDATE_NORM] = update_norm(wide, sent)
+        return reply
+
+    return corrupt
+
+
 def _first_float(fill: float) -> Callable[[int, np.ndarray], np.ndarray]:
     def fn(i: int, a: np.ndarray) -> np.ndarray:
         return np.full_like(a, fill) if i == 0 and np.issubdtype(a.dtype, np.floating) else a
@@ -181,6 +209,9 @@ FAULTS: dict[str, Fault] = {
     "lie-update-norm": Fault(
         TRAIN, _set_metric(keys.UPDATE_NORM, 1e3), "reports update norm 1e3 (BN2 ranks by it)"
     ),
+    "sign-flip-x5": Fault(
+        TRAIN, sign_flip(-5.0), "uploads its update sign-flipped and x5, with its true norm"
+    ),
     "claim-partition": Fault(EVERY, _claim, "claims another partition id in every reply"),
     "raising": Fault(EVERY, None, "the handler raises"),
     "empty-reply": Fault(STATS, _empty, "a reply without content"),
@@ -192,8 +223,10 @@ def _partition(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def misbehaving(handler: Handler, fault: str, partition: int) -> Handler:
+def misbehaving(handler: Handler, fault: str, partition: int | Collection[int]) -> Handler:
     """``handler`` with the node of ``partition`` misbehaving as ``FAULTS[fault]`` says.
+
+    ``partition`` may be several partition ids: each of those nodes misbehaves the same way.
 
     ``fault`` may also be ``"silent"`` or ``"silent:<fault>"`` (in process only): no reply to
     the message types of ``<fault>`` (all types for plain ``"silent"``).
@@ -207,9 +240,11 @@ def misbehaving(handler: Handler, fault: str, partition: int) -> Handler:
     else:
         raise ValueError(f"fault {fault!r}; allowed: {', '.join(FAULTS)}, silent[:<fault>]")
 
+    faulty = {partition} if isinstance(partition, int) else set(partition)
+
     def handle(msg: Message, context: Context) -> Message:
         kind = msg.metadata.message_type
-        if _partition(context) != partition or kind not in spec.kinds:
+        if _partition(context) not in faulty or kind not in spec.kinds:
             return handler(msg, context)
         if silent:
             return None  # type: ignore[return-value]  # InProcessGrid: no reply, a timeout

@@ -4,7 +4,8 @@
 available devices (protocol ``"query"``; ``"channel"`` skips it), schedule, build messages.
 :meth:`ScheduledStrategy.aggregate_train` reads the replies, schedules now if every device
 trained first (protocol ``"train-all"``, for rules that rank on post-training values), averages
-the scheduled devices' models, lets the policy update Ĝ, and builds the round's record.
+the scheduled devices' models (the scheduler's FedAvg, or the run's Flower strategy named by
+``aggregator``, :mod:`~.aggregators`), lets the policy update Ĝ, and builds the round's record.
 
 Each rule lives in a pure function or small class (:mod:`fedcgd_strategy.nodes`,
 :mod:`fedcgd_strategy.policies`, :mod:`fedcgd_strategy.aggregation`,
@@ -43,6 +44,7 @@ from numpy.typing import NDArray
 
 from channel import RoundDraw
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
+from fedcgd_strategy.flower.aggregators import aggregate_uploads
 from fedcgd_strategy.flower.discovery import (
     discover_nodes,
     record_unanswered,
@@ -153,6 +155,10 @@ class ScheduledStrategy(Strategy):
     on_record : callable, optional
         Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` at the end of
         :meth:`aggregate_train` (before Flower calls the ``evaluate_fn`` of that round).
+    aggregator : flwr.serverapp.strategy.Strategy, optional
+        Combines the scheduled uploads with its own ``aggregate_train``
+        (:func:`~fedcgd_strategy.flower.aggregators.aggregate_uploads`); None (default): the
+        scheduler's FedAvg, :func:`fedcgd_strategy.aggregation.fedavg`.
 
     The record of the last aggregated round is also kept as :attr:`last_record`.
 
@@ -175,6 +181,7 @@ class ScheduledStrategy(Strategy):
         max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO,
         partition_counts: NDArray[np.int64] | None = None,
         on_record: Callable[[RoundRecord], None] | None = None,
+        aggregator: Strategy | None = None,
     ) -> None:
         self.policy = policy
         self.protocol = resolve_protocol(type(policy), protocol, policy.name)
@@ -191,6 +198,7 @@ class ScheduledStrategy(Strategy):
         self._norm_reference: float | None = None  # median accepted update norm, last round
         self.last_record: RoundRecord | None = None
         self.on_record = on_record
+        self.aggregator = aggregator
         self._round: RoundInProgress | None = None
 
     def summary(self) -> None:
@@ -379,15 +387,26 @@ class ScheduledStrategy(Strategy):
     def _aggregate(
         self, uploads: list[DeviceReport], state: RoundInProgress
     ) -> tuple[ArrayRecord | None, str | None]:
-        """FedAvg over the uploads (weights |D_v|); hand the updates to the policy for Ĝ.
+        """Aggregate the uploads (weights |D_v|); hand the updates to the policy for Ĝ.
 
-        Returns the new model, or None and why the global model is kept: nothing uploaded, or
-        an aggregate that is not finite in the global model's dtypes (then Ĝ is not updated).
+        Returns the new model, or None and why the global model is kept: nothing uploaded,
+        an aggregate that is not finite in the global model's dtypes, or what the aggregator
+        refused (too few uploads for it, ...); then Ĝ is not updated.
         """
         if not uploads:
             return None, "nothing uploaded"
         weights = [r.num_examples for r in uploads]
-        averaged = fedavg([r.arrays or {} for r in uploads], weights, state.reference)
+        models = [r.arrays or {} for r in uploads]
+        if self.aggregator is None:
+            averaged = fedavg(models, weights, state.reference)
+        else:
+            nodes = [r.node_id for r in uploads]
+            combined, reason = aggregate_uploads(
+                self.aggregator, state.server_round, models, weights, state.reference, nodes
+            )
+            if combined is None:
+                return None, reason
+            averaged = combined
         bad = non_finite_arrays(averaged)
         if bad:
             return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"

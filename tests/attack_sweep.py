@@ -1,0 +1,248 @@
+"""Scheduling × aggregation under a sign-flip attack (README "Robust aggregation").
+
+A test-harness command, not part of the app: the attack lives in :mod:`misbehaving` (fault
+``"sign-flip-x5"``: the first ``k`` partitions upload w + (−5)(w_v − w) with their true update
+norm, which passes the ×10 median norm screen). For every policy × aggregator × number of
+attackers × seed it runs the real ServerApp and ClientApp in this process (the in-process
+engine's grid) and writes
+
+* ``runs.csv``: one row per run (final and best accuracy, rounds to the target, rounds whose
+  model was kept, rounds in which an attacker's upload reached the aggregator and the model
+  changed);
+* ``table.csv``: per (policy, aggregator, attackers) the mean and 95 % confidence half-width
+  over the seeds (:func:`experiments.statistics.mean_ci95`);
+* ``attack.png``: final accuracy per aggregator, one panel per policy, one bar per number of
+  attackers (mean ± 95 % CI).
+
+Finished runs (``status.json`` completed) are read back, so an interrupted sweep goes on
+where it stopped. Usage (from the project root)::
+
+    .venv/bin/python tests/attack_sweep.py --seeds 0,1,2,3,4 --out results/attack
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from misbehaving import misbehaving
+
+from client_app.app import app as client_app
+from experiments.compare_policies import summarise
+from experiments.inprocess import InProcessGrid, node_contexts
+from experiments.launcher import default_run_config
+from experiments.statistics import mean_ci95
+from server_app.app import run_federation
+from server_app.config import parse_run_config
+from server_app.policy_params import fold_policy_params
+from server_app.results import read_metrics_lines
+from server_app.run_status import COMPLETED, read_status
+
+#: label -> (aggregator, aggregator-params); "FedAvg" is the scheduler's own (the default).
+AGGREGATORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "FedAvg": ("", {}),
+    "FedMedian": ("FedMedian", {}),
+    "FedTrimmedAvg": ("FedTrimmedAvg", {"beta": 0.2}),
+    "Krum": ("Krum", {"num-malicious-nodes": 1}),
+    "Bulyan": ("Bulyan", {"num-malicious-nodes": 1}),
+}
+POLICIES = ("fedcgd-fscd", "bc", "all")
+ATTACKERS = (0, 1, 3)
+FAULT = "sign-flip-x5"
+RUN_COLUMNS = (
+    "policy",
+    "aggregator",
+    "attackers",
+    "seed",
+    "final_accuracy",
+    "max_accuracy",
+    "rounds_to_target",
+    "kept_rounds",
+    "attacker_rounds",
+    "mean_scheduled",
+    "result_dir",
+)
+METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "kept_rounds", "attacker_rounds")
+
+
+def run_config(
+    policy: str, aggregator: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The full run config of one run (the app's defaults, ``shared``, the run's own keys)."""
+    name, params = AGGREGATORS[aggregator]
+    flat = {f"aggregator-params.{k}": v for k, v in params.items()}
+    return fold_policy_params(
+        {
+            **default_run_config(),
+            **shared,
+            **flat,
+            "policy": policy,
+            "aggregator": name,
+            "seed": seed,
+            "result-dir": str(result_dir),
+        }
+    )
+
+
+def run_attacked(config: Mapping[str, Any], attackers: int) -> None:
+    """One federation in this process; partitions 0 .. attackers-1 run the attack."""
+    parsed = parse_run_config(config)
+    num_devices = parsed.task.num_devices
+    nodes = [1_000_003 * (v + 1) for v in range(num_devices)]
+    handler = misbehaving(client_app, FAULT, range(attackers)) if attackers else client_app
+    grid = InProcessGrid(
+        {node: handler for node in nodes}, node_contexts(nodes, config, num_devices)
+    )
+    run_federation(grid, parsed)
+
+
+def run_row(
+    result_dir: Path, policy: str, aggregator: str, attackers: int, seed: int, target: float
+) -> dict[str, Any]:
+    """One ``runs.csv`` row from a finished run's folder."""
+    row = summarise(result_dir, target, seed)
+    lines = read_metrics_lines(result_dir)
+    return {
+        **row,
+        "policy": policy,
+        "aggregator": aggregator,
+        "attackers": attackers,
+        "kept_rounds": sum(1 for x in lines if x.get("model_kept")),
+        "attacker_rounds": sum(
+            1
+            for x in lines
+            if not x.get("model_kept") and any(v < attackers for v in x.get("uploaded") or [])
+        ),
+    }
+
+
+def table(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and 95 % CI half-width over the seeds per (policy, aggregator, attackers)."""
+    groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["policy"], run["aggregator"], run["attackers"]), []).append(run)
+    rows = []
+    for (policy, aggregator, attackers), members in groups.items():
+        row: dict[str, Any] = {
+            "policy": policy,
+            "aggregator": aggregator,
+            "attackers": attackers,
+            "n_seeds": len(members),
+            "reached_target": sum(1 for m in members if m["rounds_to_target"] is not None),
+        }
+        for metric in METRICS:
+            mean, half = mean_ci95([m[metric] for m in members])
+            row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean, half
+        rows.append(row)
+    return rows
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``rows`` as CSV with the first row's columns."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Final accuracy per aggregator, one panel per policy, one bar per attacker count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    aggregators = list(dict.fromkeys(r["aggregator"] for r in rows))
+    counts = sorted({int(r["attackers"]) for r in rows})
+    fig, axes = plt.subplots(1, len(policies), figsize=(4.2 * len(policies), 3.6), sharey=True)
+    axes = [axes] if len(policies) == 1 else list(axes)
+    width = 0.8 / max(len(counts), 1)
+    for ax, policy in zip(axes, policies, strict=True):
+        for j, count in enumerate(counts):
+            found = {
+                r["aggregator"]: r
+                for r in rows
+                if r["policy"] == policy and int(r["attackers"]) == count
+            }
+            xs = [i + (j - (len(counts) - 1) / 2) * width for i in range(len(aggregators))]
+            means = [found[a]["final_accuracy_mean"] if a in found else 0.0 for a in aggregators]
+            halves = [found[a]["final_accuracy_ci95"] if a in found else 0.0 for a in aggregators]
+            halves = [h if h == h else 0.0 for h in halves]  # NaN (one seed): no bar
+            ax.bar(xs, means, width, yerr=halves, capsize=2, label=f"{count} of 40 attack")
+        ax.set_title(policy)
+        ax.set_xticks(range(len(aggregators)), aggregators, rotation=30)
+        ax.set_ylim(0, 1)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("final test accuracy")
+    axes[0].legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; exit code 0 when every run completed, 1 otherwise."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--out", default="results/attack", help="output folder")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--aggregators", default=",".join(AGGREGATORS))
+    parser.add_argument("--attackers", default=",".join(map(str, ATTACKERS)))
+    parser.add_argument("--target-accuracy", type=float, default=0.85)
+    parser.add_argument("--rounds", type=int, default=0, help="num-server-rounds (0: default)")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    policies = args.policies.split(",")
+    aggregators = args.aggregators.split(",")
+    unknown = [a for a in aggregators if a not in AGGREGATORS]
+    if unknown:
+        print(f"--aggregators {unknown[0]!r}; allowed: {', '.join(AGGREGATORS)}", file=sys.stderr)
+        return 2
+    attacker_counts = [int(k) for k in args.attackers.split(",")]
+    shared = {"num-server-rounds": args.rounds} if args.rounds else {}
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    plans = [
+        (p, a, k, s) for p in policies for a in aggregators for k in attacker_counts for s in seeds
+    ]
+    runs, failed, start = [], 0, time.monotonic()
+    for i, (policy, aggregator, attackers, seed) in enumerate(plans, 1):
+        result_dir = out / policy / aggregator / f"{attackers}-attackers" / f"seed-{seed}"
+        status = read_status(result_dir) if result_dir.exists() else None
+        if status is None or status.state != COMPLETED:
+            if result_dir.exists():
+                import shutil
+
+                shutil.rmtree(result_dir)
+            config = run_config(policy, aggregator, seed, result_dir, shared)
+            try:
+                run_attacked(config, attackers)
+            except Exception as err:  # reported, counted; the sweep goes on
+                failed += 1
+                print(f"[{i}/{len(plans)}] {result_dir}: failed: {err}", flush=True)
+                continue
+        row = run_row(result_dir, policy, aggregator, attackers, seed, args.target_accuracy)
+        runs.append(row)
+        elapsed = time.monotonic() - start
+        print(
+            f"[{i}/{len(plans)}] {policy} {aggregator} {attackers} attackers seed {seed}: "
+            f"final {row['final_accuracy']:.3f} ({elapsed:.0f} s)",
+            flush=True,
+        )
+    if runs:
+        write_csv(out / "runs.csv", [{c: r.get(c) for c in RUN_COLUMNS} for r in runs])
+        rows = table(runs)
+        write_csv(out / "table.csv", rows)
+        plot(rows, out / "attack.png")
+    print(f"{len(runs)} of {len(plans)} runs completed; tables in {out}", flush=True)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,446 @@
+"""Run-config ``aggregator``: Flower's own strategies combine the scheduled uploads.
+
+* Each aggregator's global model equals what Flower's strategy, run directly on the replies
+  the devices sent (its own ``configure_train`` and ``aggregate_train``, as its ``start`` loop
+  calls them), makes of them: bit for bit, over two rounds (the stateful ones too).
+* The default (``aggregator = ""``) is the scheduler's FedAvg on exactly the uploaded replies.
+* Bad ``aggregator`` / ``aggregator-params`` are refused before the start in one line.
+* A round with fewer uploads than the aggregator needs keeps the model and says so.
+* A resumed run with a stateful aggregator equals the uninterrupted one.
+* Under a sign-flip ×5 attack (:mod:`misbehaving`), each robust aggregator keeps the model
+  accurate where the scheduler's FedAvg does not.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fake_grid import FakeGrid, make_contexts
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
+from flwr.serverapp import strategy as flower_strategies
+from misbehaving import misbehaving
+
+from client_app.app import app as client_app
+from experiments.inprocess import run_inprocess
+from experiments.launcher import default_run_config, validated_run_config, with_resolved_data_dir
+from fedcgd_strategy.aggregation import fedavg
+from fedcgd_strategy.flower.aggregators import (
+    aggregate_uploads,
+    aggregator_state,
+    load_aggregator_state,
+    make_aggregator,
+    synthetic_uploads,
+)
+from fedcgd_task import keys
+from server_app.app import run_federation
+from server_app.checkpoint import load_checkpoint
+from server_app.config import parse_run_config
+from server_app.policy_params import fold_policy_params
+from server_app.results import METRICS_FILE, MODEL_FILE
+
+PROJECT = Path(__file__).resolve().parents[1]
+V = 8
+NODES = [7000 + 11 * i for i in range(V)]
+
+
+class Recorder:
+    """The real ClientApp, keeping every training reply it sends, by round and partition."""
+
+    def __init__(self, handler=client_app) -> None:
+        self.handler = handler
+        self.train: dict[int, dict[int, Message]] = {}
+
+    def __call__(self, msg: Message, context: Context) -> Message:
+        reply = self.handler(msg, context)
+        if msg.metadata.message_type == "train" and not reply.has_error():
+            pid = int(context.node_config["partition-id"])
+            self.train.setdefault(int(msg.metadata.group_id), {})[pid] = reply
+        return reply
+
+
+def run(
+    result_dir: Path, handler, rounds: int = 2, **overrides: Any
+) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    config = default_run_config()
+    config.update(
+        {
+            "num-devices": V,
+            "num-server-rounds": rounds,
+            "policy": "all",
+            "channel.availability-prob": 1.0,
+            "channel.deadline-s": 10.0,  # every device meets it: "all" schedules all
+            "local-steps": 2,
+            "max-update-norm-ratio": 0.0,
+            "eval-every": rounds,
+        }
+    )
+    config.update(overrides)
+    config = fold_policy_params(config)
+    config["result-dir"] = str(result_dir)
+    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, config, V))
+    run_federation(grid, parse_run_config(config))
+    lines = [json.loads(x) for x in (result_dir / METRICS_FILE).read_text().splitlines()]
+    return lines, torch.load(result_dir / MODEL_FILE)
+
+
+def initial_model(tmp_path: Path) -> dict[str, np.ndarray]:
+    """The global model before round 1 (a zero-round run does not exist: one run's checkpoint
+    after round 1 is not it either, so it is rebuilt as the ServerApp builds it)."""
+    from server_app.setup import build_setup
+
+    config = default_run_config()
+    config.update({"num-devices": V, "result-dir": str(tmp_path / "init")})
+    setup = build_setup(parse_run_config(config))
+    return {k: v.detach().numpy().copy() for k, v in setup.model.state_dict().items()}
+
+
+CASES = [
+    ("FedAvg", {}),
+    ("FedMedian", {}),
+    ("FedTrimmedAvg", {"beta": 0.2}),
+    ("Krum", {"num-malicious-nodes": 1}),
+    ("MultiKrum", {"num-malicious-nodes": 1, "num-nodes-to-select": 3}),
+    ("Bulyan", {"num-malicious-nodes": 1}),
+    ("FedAvgM", {"server-momentum": 0.9}),
+    ("FedAdam", {"eta": 0.05}),
+    ("FedYogi", {}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), CASES, ids=[c[0] for c in CASES])
+def test_each_aggregator_equals_flower_run_directly(tmp_path, name, params):
+    recorder = Recorder()
+    flat = {f"aggregator-params.{k}": v for k, v in params.items()}
+    lines, model = run(tmp_path / "run", recorder, aggregator=name, **flat)
+    assert all(line["num_uploaded"] == V and not line["model_kept"] for line in lines)
+
+    # Flower's strategy on its own: what its start() loop does with the same replies, the
+    # global model kept in its dtype (the FedOpt family answers float64 for a float32 model)
+    direct = getattr(flower_strategies, name)(**{k.replace("-", "_"): v for k, v in params.items()})
+    grid = FakeGrid({n: client_app for n in NODES}, make_contexts(NODES, {}, V))
+    initial = initial_model(tmp_path)
+    expected = initial
+    for rnd in (1, 2):
+        arrays = ArrayRecord({k: Array(v) for k, v in expected.items()})
+        list(direct.configure_train(rnd, arrays, ConfigRecord(), grid))
+        replies = [recorder.train[rnd][pid] for pid in range(V)]
+        aggregated, _ = direct.aggregate_train(rnd, replies)
+        assert aggregated is not None
+        expected = {k: v.numpy().astype(initial[k].dtype) for k, v in aggregated.items()}
+    assert list(expected) == list(model)
+    for key, value in model.items():
+        np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+
+
+def test_the_default_is_the_schedulers_fedavg_of_the_uploads_bit_for_bit(tmp_path):
+    """FedCGD-FSCD on the default channel: only the scheduled uploads, weighted by |D_v|."""
+    recorder = Recorder()
+    overrides = {"policy": "fedcgd-fscd", "channel.availability-prob": 0.6}
+    lines, model = run(tmp_path / "run", recorder, rounds=1, **overrides)
+    config = parse_run_config({**default_run_config(), "result-dir": str(tmp_path / "x")})
+    assert config.aggregator == "" and config.aggregator_params == {}
+    (line,) = lines
+    assert 0 < len(line["uploaded"]) < V  # a scheduled subset
+    uploads = [recorder.train[1][pid] for pid in line["uploaded"]]
+    states = [{k: v.numpy() for k, v in m.content[keys.ARRAYS].items()} for m in uploads]
+    weights = [int(m.content[keys.METRICS][keys.NUM_EXAMPLES]) for m in uploads]
+    expected = fedavg(states, weights, initial_model(tmp_path))
+    for key, value in model.items():
+        np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+
+
+def refused(tmp_path: Path, **overrides: Any) -> str:
+    config = fold_policy_params(
+        {**default_run_config(), "num-devices": V, "result-dir": str(tmp_path), **overrides}
+    )
+    with pytest.raises(ValueError) as caught:
+        parse_run_config(config)
+    text = str(caught.value)
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"aggregator": "FedMean"}, "'aggregator' = 'FedMean'; allowed"),
+        ({"aggregator": "os.path:join"}, "not a subclass of flwr.serverapp.strategy.Strategy"),
+        ({"aggregator": "nowhere.module:Thing"}, "no module named 'nowhere'"),
+        ({"aggregator": 3}, "'aggregator' must be a string"),
+        ({"aggregator-params.beta": 0.1}, "is set, but 'aggregator' is \"\""),
+        (
+            {"aggregator": "Krum", "aggregator-params.fraction-train": 0.5},
+            "aggregator-params.fraction-train: not settable here",
+        ),
+        (
+            {"aggregator": "Krum", "aggregator-params.num-malicious": 1},
+            "takes no parameter 'num_malicious' from a run config; allowed: num-malicious-nodes",
+        ),
+        (
+            {"aggregator": "Krum", "aggregator-params.num-malicious-nodes": 1.5},
+            "num-malicious-nodes = 1.5 for aggregator 'Krum'; allowed: an int",
+        ),
+        (
+            {"aggregator": "FedTrimmedAvg", "aggregator-params.beta": 0.7},
+            "`beta` must be in the range [0, 0.5)",
+        ),
+        (
+            {"aggregator": "Bulyan", "aggregator-params.num-malicious-nodes": 2},
+            "Bulyan needs 4 f + 3 uploads, f = num-malicious-nodes = 2, more than num-devices = 8",
+        ),
+        (
+            {"aggregator": "Krum", "aggregator-params.num-malicious-nodes": 3},
+            "Krum needs 2 f + 3 uploads, f = num-malicious-nodes = 3, more than num-devices = 8",
+        ),
+        ({"aggregator": "QFedAvg"}, "needs a value for 'client_learning_rate'"),
+        (
+            {"aggregator": "DifferentialPrivacyServerSideFixedClipping"},
+            "needs a value for 'strategy': it is not a value a run config can hold",
+        ),
+        ({"aggregator": "FedProx"}, "FedProx changes the clients' training"),
+        ({"aggregator": "FedAvg", "aggregator-params": "{beta = "}, "not a TOML inline table"),
+    ],
+)
+def test_bad_aggregator_settings_are_refused_before_the_start(tmp_path, overrides, expected):
+    assert expected in refused(tmp_path, **overrides)
+
+
+def test_a_strategy_that_cannot_aggregate_the_uploads_is_refused_by_the_probe(tmp_path):
+    module = tmp_path / "broken_strategy.py"
+    module.write_text(
+        "from flwr.serverapp.strategy import FedAvg\n"
+        "class NeedsLoss(FedAvg):\n"
+        "    def aggregate_train(self, server_round, replies):\n"
+        "        replies = list(replies)\n"
+        "        return None, None if 'train-loss' not in replies[0].content['metrics'] else 1\n"
+    )
+    text = refused(tmp_path, aggregator=f"{module}:NeedsLoss")
+    assert "cannot aggregate the scheduler's uploads" in text
+    assert "returned no model from 3 uploads" in text
+
+
+def test_too_few_uploads_keep_the_model_and_say_so(tmp_path):
+    lines, _ = run(
+        tmp_path / "run",
+        client_app,
+        rounds=6,
+        policy="fedcgd-fscd",
+        aggregator="Bulyan",
+        **{"aggregator-params.num-malicious-nodes": 1, "channel.availability-prob": 0.7},
+    )
+    few = [x for x in lines if 0 < x["num_uploaded"] < 7]
+    enough = [x for x in lines if x["num_uploaded"] >= 7]
+    assert few, "the test needs a round with fewer than 4 f + 3 = 7 uploads"
+    for line in few:
+        assert line["model_kept"]
+        assert line["model_kept_reason"].startswith(
+            f"too few uploads for Bulyan: {line['num_uploaded']} < 7"
+        )
+    assert all(not x["model_kept"] for x in enough)
+
+
+def test_a_refused_aggregate_leaves_the_aggregators_state_as_it_was():
+    aggregator = make_aggregator("FedAvgM", {"server-momentum": 0.9})
+    assert aggregator is not None
+    reference, models = synthetic_uploads(3)
+    first, reason = aggregate_uploads(aggregator, 1, models, [1, 1, 1], reference)
+    assert first is not None and reason is None
+    before = aggregator_state(aggregator)
+    poisoned = [{k: np.full_like(v, np.inf) for k, v in models[0].items()}, *models[1:]]
+    result, reason = aggregate_uploads(aggregator, 2, poisoned, [1, 1, 1], first)
+    assert result is None and "not finite" in str(reason)
+    after = aggregator_state(aggregator)
+    momentum = [x["__ndarray__"] for x in before["momentum_vector"]]
+    assert [np.array_equal(a, x["__ndarray__"]) for a, x in
+            zip(momentum, after["momentum_vector"], strict=True)] == [True, True]  # fmt: skip
+    # and a state survives the round trip through load_aggregator_state
+    fresh = make_aggregator("FedAvgM", {"server-momentum": 0.9})
+    load_aggregator_state(fresh, after)
+    again, _ = aggregate_uploads(fresh, 3, models, [1, 1, 1], first)
+    same, _ = aggregate_uploads(aggregator, 3, models, [1, 1, 1], first)
+    assert again is not None and same is not None
+    assert all(np.array_equal(again[k], same[k]) for k in same)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("FedAdam", {"eta": 0.05}), ("FedAvgM", {"server-momentum": 0.9})],
+    ids=["FedAdam", "FedAvgM"],
+)
+def test_a_resumed_run_with_a_stateful_aggregator_equals_the_uninterrupted_one(
+    tmp_path, name, params
+):
+    def config(result_dir: Path, rounds: int, **changes: Any) -> dict:
+        overrides = {
+            "num-devices": 10,
+            "num-server-rounds": rounds,
+            "aggregator": name,
+            **{f"aggregator-params.{k}": v for k, v in params.items()},
+            "checkpoint-every": 1,
+            "result-dir": str(result_dir),
+            **changes,
+        }
+        return with_resolved_data_dir(validated_run_config(overrides))
+
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    run_inprocess(config(whole, 6))
+    run_inprocess(config(part, 3))
+    assert load_checkpoint(part).aggregator_state  # the state went into the checkpoint
+    run_inprocess(config(part, 6, **{"resume-from": str(part)}))
+    a, b = torch.load(whole / MODEL_FILE), torch.load(part / MODEL_FILE)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    keep = ("round", "accuracy", "uploaded", "wemd")
+
+    def comparable(folder: Path) -> list:
+        text = (folder / METRICS_FILE).read_text().splitlines()
+        return [[json.loads(x)[k] for k in keep] for x in text]
+
+    assert comparable(part) == comparable(whole)
+
+
+ATTACK_ROUNDS = 12
+ROBUST = {
+    "FedMedian": {},
+    "FedTrimmedAvg": {"beta": 0.2},
+    "Krum": {"num-malicious-nodes": 1},
+    "Bulyan": {"num-malicious-nodes": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory) -> dict[tuple[str, bool], float]:
+    """Final accuracy of 'all' on 8 near-IID devices, honest and with device 0 attacking.
+
+    Keyed by (aggregator, attacked); "FedAvg" is the scheduler's (the default).
+    """
+    root = tmp_path_factory.mktemp("attack")
+    handler = misbehaving(client_app, "sign-flip-x5", 0)
+    out = {}
+    for label, params in [("FedAvg", {}), *ROBUST.items()]:
+        for attack in (False, True):
+            lines, _ = run(
+                root / f"{label}-{attack}",
+                handler if attack else client_app,
+                rounds=ATTACK_ROUNDS,
+                aggregator="" if label == "FedAvg" else label,
+                **{"local-steps": 5, "max-update-norm-ratio": 10.0, "dirichlet-alpha": 100.0},
+                **{f"aggregator-params.{k}": v for k, v in params.items()},
+            )
+            # the attacker passes the norm screen (its update has an honest size)
+            assert sum(0 in x["uploaded"] for x in lines) >= ATTACK_ROUNDS // 2
+            out[label, attack] = lines[-1]["accuracy"]
+    return out
+
+
+def test_the_attack_breaks_the_schedulers_fedavg(attacked):
+    assert attacked["FedAvg", True] < attacked["FedAvg", False] - 0.3
+
+
+@pytest.mark.parametrize("aggregator", list(ROBUST))
+def test_a_robust_aggregator_withstands_the_poisoned_device(attacked, aggregator):
+    assert attacked[aggregator, True] > attacked["FedAvg", True] + 0.3
+    assert attacked[aggregator, True] > attacked[aggregator, False] - 0.1
+
+
+def readme_command(start: str) -> list[str]:
+    """The README command starting with ``start`` (exactly one)."""
+    from test_readme_commands import readme_commands
+
+    (found,) = {c for c in readme_commands() if c.startswith(start)}
+    return shlex.split(found)
+
+
+def test_readme_inprocess_aggregator_command_runs(tmp_path):
+    words = readme_command('.venv/bin/python -m experiments.inprocess --run-config "aggregator=')
+    at = words.index("--run-config") + 1
+    words[at] += " num-devices=8"
+    proc = subprocess.run(
+        [sys.executable, *words[1:], "--out", str(tmp_path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["aggregator"] == "Krum" and config["aggregator_params"] == {
+        "num-malicious-nodes": 1
+    }
+    assert len((folder / METRICS_FILE).read_text().splitlines()) == 3
+
+
+def test_readme_attack_sweep_command_runs(tmp_path):
+    words = readme_command(".venv/bin/python tests/attack_sweep.py")
+    words[words.index("--seeds") + 1] = "0"
+    words[words.index("--out") + 1] = str(tmp_path)
+    small = ["--rounds", "2", "--policies", "all", "--aggregators", "FedAvg,Krum"]
+    proc = subprocess.run(
+        [sys.executable, *words[1:], *small, "--attackers", "0,1"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with (tmp_path / "table.csv").open() as handle:
+        table = list(csv.DictReader(handle))
+    assert {(r["aggregator"], r["attackers"]) for r in table} == {
+        (a, k) for a in ("FedAvg", "Krum") for k in ("0", "1")
+    }
+    assert (tmp_path / "attack.png").exists()
+    # without attackers no round counts as an attacker's
+    with (tmp_path / "runs.csv").open() as handle:
+        runs = list(csv.DictReader(handle))
+    assert all(int(r["attacker_rounds"]) == 0 for r in runs if r["attackers"] == "0")
+
+
+def test_compare_policies_sweeps_aggregators(tmp_path):
+    from experiments.compare_policies import main
+
+    out = tmp_path / "compare"
+    code = main(
+        [
+            "--aggregators",
+            "default,FedTrimmedAvg",
+            "--policies",
+            "fedcgd-fscd,all",
+            "--engine",
+            "inprocess",
+            "--run-config",
+            "num-server-rounds=2 num-devices=6",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    for folder, recorded in (
+        ("aggregator=default", ""),
+        ("aggregator=FedTrimmedAvg", "FedTrimmedAvg"),
+    ):
+        with (out / folder / "table.csv").open() as handle:
+            assert {r["policy"] for r in csv.DictReader(handle)} == {"fedcgd-fscd", "all"}
+        for policy in ("fedcgd-fscd", "all"):
+            config = json.loads((out / folder / policy / "seed-0" / "config.json").read_text())
+            assert config["aggregator"] == recorded
+
+
+def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, capsys):
+    from experiments.compare_policies import main
+
+    out = tmp_path / "compare"
+    args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]
+    code = main([*args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: run-config key") and "\n" not in err
+    assert not out.exists()
