@@ -119,6 +119,8 @@ def whole_run(tmp_path: Path, name: str, *, cohorts: bool, **overrides) -> tuple
         ("bc", {}, 5),
         ("poc", {}, 1),
         ("fedcbs", {}, 1),
+        ("fedcgd-fscd", {"aggregator": "FedMedian"}, 1),  # a Flower aggregator over cohorts
+        ("all", {"aggregator": "FedAdam"}, 2),
         ("fedcgd-gs", {**MNIST1D, "model": "cnn1d", "channel.deadline-s": 0.004}, 1),
         ("fedcgd-fscd", {**MNIST1D, "model": "cnn1d", "channel.deadline-s": 0.004}, 5),
     ],
