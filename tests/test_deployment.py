@@ -99,6 +99,7 @@ def test_too_few_supernodes_fail_after_the_timeout(tmp_path):
 ROUNDS = 5
 
 
+@pytest.mark.slow  # a minute: a deployment whose SuperNode is killed and restarted
 def test_a_supernode_that_dies_is_recorded_and_used_again_after_restart(tmp_path):
     out = tmp_path / "failure"
     config = validated_run_config(

@@ -75,6 +75,7 @@ def test_command_line_needs_a_command():
     assert exc.value.code == 2
 
 
+@pytest.mark.slow  # a minute: two Ray nodes and a simulation on them
 def test_simulation_runs_on_both_nodes_of_a_two_node_cluster(tmp_path):
     problem = _namespace_problem()
     if problem is not None:
