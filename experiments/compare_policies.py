@@ -81,6 +81,7 @@ from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 from server_app.run_status import (
     FAILED,
     RUN_FILES,
+    SETTINGS_ADDED_LATER,
     RunStatus,
     failure_from_output,
     first_line,
@@ -475,7 +476,8 @@ def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, An
     """
     ignore = unread_settings(requested)
     keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
-    before, now = flat_settings(recorded), flat_settings(requested)
+    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
+    now = flat_settings(requested)
     return ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
 
 

@@ -186,6 +186,12 @@ def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: json.loads(json.dumps(value))}
 
 
+#: Settings added after runs were recorded, with the value every run recorded before them used:
+#: a ``config.json`` without the key compares as if it held that value (a run recorded before
+#: ``aggregator`` existed aggregated with the scheduler's own FedAvg, today's ``""``).
+SETTINGS_ADDED_LATER: dict[str, Any] = {"aggregator": ""}
+
+
 def settings_differences(
     recorded: Mapping[str, Any],
     requested: Mapping[str, Any],
@@ -207,8 +213,11 @@ def settings_differences(
         Compare only the keys present in ``requested`` (``recorded`` may hold values derived
         at run time, such as the parameter count).
 
+    A key of :data:`SETTINGS_ADDED_LATER` missing from ``recorded`` takes the value runs had
+    before it existed.
     """
-    before, now = flat_settings(recorded), flat_settings(requested)
+    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
+    now = flat_settings(requested)
     skip = set(ignore)
     names = set(now) if requested_keys_only else set(before) | set(now)
     return sorted(k for k in names if k not in skip and before.get(k) != now.get(k))

@@ -444,3 +444,13 @@ def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: run-config key") and "\n" not in err
     assert not out.exists()
+
+
+def test_a_run_recorded_before_the_aggregator_setting_compares_as_the_default() -> None:
+    from server_app.run_status import settings_differences
+
+    recorded = {"policy": "bc", "seed": 0, "task": {"dataset": "digits"}}  # no "aggregator"
+    asked = {**recorded, "aggregator": ""}
+    assert settings_differences(recorded, asked) == []
+    assert settings_differences(recorded, {**recorded, "aggregator": "FedMedian"}) == ["aggregator"]
+    assert settings_differences({**recorded, "aggregator": "Krum"}, asked) == ["aggregator"]
