@@ -44,6 +44,8 @@ that fit :data:`CHUNK_BUDGET_FLOATS`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
@@ -195,18 +197,7 @@ def conv2d_sq_norms(
     torch.Tensor of float64, shape [b]
 
     """
-    padding: tuple[int, int] = module.padding  # type: ignore[assignment]  # checked in scope
-    return _conv_sq_norms(
-        a,
-        g,
-        kernel_size=(module.kernel_size[0], module.kernel_size[1]),
-        stride=(module.stride[0], module.stride[1]),
-        padding=padding,
-        dilation=(module.dilation[0], module.dilation[1]),
-        groups=module.groups,
-        has_bias=module.bias is not None,
-        chunk_size=chunk_size,
-    )
+    return _conv_sq_norms(a, g, **_conv2d_geometry(module), chunk_size=chunk_size)
 
 
 def conv1d_sq_norms(
@@ -236,18 +227,34 @@ def conv1d_sq_norms(
     torch.Tensor of float64, shape [b]
 
     """
+    geometry = _conv1d_geometry(module)
+    return _conv_sq_norms(a.unsqueeze(2), g.unsqueeze(2), **geometry, chunk_size=chunk_size)
+
+
+def _conv2d_geometry(module: nn.Conv2d) -> dict[str, Any]:
+    """The keyword arguments of :func:`_conv_sq_norms` / :func:`_conv_group_sq_norms`."""
+    padding: tuple[int, int] = module.padding  # type: ignore[assignment]  # checked in scope
+    return {
+        "kernel_size": (module.kernel_size[0], module.kernel_size[1]),
+        "stride": (module.stride[0], module.stride[1]),
+        "padding": padding,
+        "dilation": (module.dilation[0], module.dilation[1]),
+        "groups": module.groups,
+        "has_bias": module.bias is not None,
+    }
+
+
+def _conv1d_geometry(module: nn.Conv1d) -> dict[str, Any]:
+    """A Conv1d as a Conv2d of height 1: kernel 1 x k, no stride, padding or dilation in height."""
     padding: tuple[int] = module.padding  # type: ignore[assignment]  # checked in scope
-    return _conv_sq_norms(
-        a.unsqueeze(2),
-        g.unsqueeze(2),
-        kernel_size=(1, module.kernel_size[0]),
-        stride=(1, module.stride[0]),
-        padding=(0, padding[0]),
-        dilation=(1, module.dilation[0]),
-        groups=module.groups,
-        has_bias=module.bias is not None,
-        chunk_size=chunk_size,
-    )
+    return {
+        "kernel_size": (1, module.kernel_size[0]),
+        "stride": (1, module.stride[0]),
+        "padding": (0, padding[0]),
+        "dilation": (1, module.dilation[0]),
+        "groups": module.groups,
+        "has_bias": module.bias is not None,
+    }
 
 
 def _conv_sq_norms(
@@ -408,19 +415,8 @@ def conv2d_group_sq_norms(
     torch.Tensor of float64, shape [N]
 
     """
-    padding: tuple[int, int] = module.padding  # type: ignore[assignment]  # checked in scope
-    return _conv_group_sq_norms(
-        a,
-        g,
-        group_size,
-        kernel_size=(module.kernel_size[0], module.kernel_size[1]),
-        stride=(module.stride[0], module.stride[1]),
-        padding=padding,
-        dilation=(module.dilation[0], module.dilation[1]),
-        groups=module.groups,
-        has_bias=module.bias is not None,
-        chunk_size=chunk_size,
-    )
+    geometry = _conv2d_geometry(module)
+    return _conv_group_sq_norms(a, g, group_size, **geometry, chunk_size=chunk_size)
 
 
 def conv1d_group_sq_norms(
@@ -451,18 +447,9 @@ def conv1d_group_sq_norms(
     torch.Tensor of float64, shape [N]
 
     """
-    padding: tuple[int] = module.padding  # type: ignore[assignment]  # checked in scope
+    geometry = _conv1d_geometry(module)
     return _conv_group_sq_norms(
-        a.unsqueeze(2),
-        g.unsqueeze(2),
-        group_size,
-        kernel_size=(1, module.kernel_size[0]),
-        stride=(1, module.stride[0]),
-        padding=(0, padding[0]),
-        dilation=(1, module.dilation[0]),
-        groups=module.groups,
-        has_bias=module.bias is not None,
-        chunk_size=chunk_size,
+        a.unsqueeze(2), g.unsqueeze(2), group_size, **geometry, chunk_size=chunk_size
     )
 
 
