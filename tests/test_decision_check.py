@@ -330,7 +330,7 @@ def test_a_policy_that_returns_no_decision_is_refused_before_the_start(
 def test_the_readme_lists_every_round_inputs_field():
     import dataclasses
 
-    text = (PROJECT_DIR / "README.md").read_text()
+    text = (PROJECT_DIR / "docs" / "bring-your-own.md").read_text()
     section = text[text.index("What `schedule` gets, `RoundInputs`") :]
     section = section[: section.index("**The budget rule**")]
     listed = [line.split("|")[1].strip(" `") for line in section.splitlines() if line[:3] == "| `"]

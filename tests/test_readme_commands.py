@@ -1,13 +1,14 @@
-"""The README's commands run as written, with only their size knobs made small.
+"""The commands of README.md and docs/ run as written, with only their size knobs made small.
 
-The commands are extracted from README.md (code spans, also those broken over a line, and code
-blocks, backslash continuations joined). Their settings are validated against the schema, and
-each command family is executed in a child process with tiny settings: only the rounds,
-devices, seeds and output folders are rewritten (output into ``tmp_path``; the comparisons
-also get two or three policies instead of seven). Each must exit 0 and leave its
-result files, or, for the CIFAR commands whose data are not here, exit 2 with one line before
-anything starts and without creating the data folder. Commands that start ``flwr run`` (a
-SuperLink, Ray or SuperNodes) are marked ``slow``; the in-process ones run in the default suite.
+The commands are extracted from README.md and the pages of docs/ (code spans, also those
+broken over a line, and code blocks, backslash continuations joined). Their settings are
+validated against the schema, and each command family is executed in a child process with tiny
+settings: only the rounds, devices, seeds and output folders are rewritten (output into
+``tmp_path``; the comparisons also get two or three policies instead of seven). Each must exit
+0 and leave its result files, or, for the CIFAR commands whose data are not here, exit 2 with
+one line before anything starts and without creating the data folder. Commands that start
+``flwr run`` (a SuperLink, Ray or SuperNodes) are marked ``slow``; the in-process ones run in
+the default suite.
 """
 
 from __future__ import annotations
@@ -23,20 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doc_pages import PROJECT, doc_text
 from hydra import compose, initialize_config_dir
 
 from experiments.compare_policies import check_policy_params_used, with_policy_params
 from experiments.launcher import format_run_config, parse_run_config_text, validated_run_config
 from experiments.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
 
-PROJECT = Path(__file__).resolve().parents[1]
-README = PROJECT / "README.md"
 ROUNDS, DEVICES = 2, 4
 
 
 def readme_commands() -> list[str]:
-    """Shell commands in the README (code blocks line by line, and inline code spans)."""
-    text = README.read_text()
+    """Shell commands in README.md and docs/ (code blocks line by line, and inline code spans)."""
+    text = doc_text()
     commands: list[str] = []
     for block in re.findall(r"```(?:[a-z]*)\n(.*?)```", text, flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", block)

@@ -1,22 +1,20 @@
-"""Every Python snippet in the README runs as written, and says what it returns."""
+"""Every Python snippet in the README and docs/ runs as written, and says what it returns."""
 
 from __future__ import annotations
 
 import re
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+from doc_pages import PROJECT, doc_text, page_text
 
 
 def python_snippets() -> list[str]:
-    """The bodies of the README's fenced ``python`` blocks, in order."""
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    """The bodies of the fenced ``python`` blocks of README.md and docs/, in order."""
+    return re.findall(r"```python\n(.*?)```", doc_text(), flags=re.S)
 
 
 def test_the_readme_has_python_snippets() -> None:
@@ -29,14 +27,14 @@ def test_snippet_runs_as_written(
 ) -> None:
     module = types.ModuleType(f"readme_snippet_{index}")  # as a file run as a module
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    code = compile(python_snippets()[index], f"README.md python block {index}", "exec")
+    code = compile(python_snippets()[index], f"docs python block {index}", "exec")
     exec(code, module.__dict__)
 
 
 def test_scheduler_snippet_returns_what_the_text_says() -> None:
     snippet = next(s for s in python_snippets() if "solve(problem" in s)
     ns: dict[str, Any] = {}
-    exec(compile(snippet, "README.md scheduler block", "exec"), ns)
+    exec(compile(snippet, "docs scheduler block", "exec"), ns)
     result, problem = ns["result"], ns["problem"]
     selected = result.selected
     # "selected is a boolean mask over the V devices"
@@ -56,7 +54,7 @@ def test_every_run_config_key_is_in_the_settings_table() -> None:
     from fedcgd_task.settings import default_run_config
 
     named: set[str] = set()
-    for row in re.findall(r"^\| (`.*)$", README.read_text(encoding="utf-8"), flags=re.M):
+    for row in re.findall(r"^\| (`.*)$", page_text("running.md"), flags=re.M):
         cells = [c.strip() for c in row.split(" | ")]
         keys = re.findall(r"`([a-z0-9.*-]+)`", cells[0])
         named.update(keys)
@@ -66,5 +64,5 @@ def test_every_run_config_key_is_in_the_settings_table() -> None:
 
 
 def test_the_policy_example_in_the_readme_is_the_file() -> None:
-    example = (README.parent / "examples" / "proportional_fair.py").read_text(encoding="utf-8")
+    example = (PROJECT / "examples" / "proportional_fair.py").read_text(encoding="utf-8")
     assert example in python_snippets()
