@@ -17,15 +17,6 @@ from fedcgd_strategy.problem import SchedulingProblem, sampling_term
 from fedcgd_strategy.solvers.result import ScheduleResult, is_improvement
 from fedcgd_strategy.solvers.transit_search import TransitSearch, single_threaded_blas
 
-__all__ = [
-    "FscdStage",
-    "fscd_schedule",
-    "fscd_stages",
-    "largest_batch_totals",
-    "single_threaded_blas",
-    "swap_search",
-]
-
 
 @dataclass(frozen=True)
 class FscdStage:
