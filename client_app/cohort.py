@@ -44,6 +44,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -120,6 +121,8 @@ class _KeptStats:
 _KEPT: list[_KeptStats] = []
 #: id(message) -> its open cohort (only during :func:`opened`).
 _OPEN: dict[int, _Cohort] = {}
+#: The type of a cohort's result (:func:`stats_of`, :func:`trained_of`).
+_R = TypeVar("_R", PreTrainingStats, TrainedDevice)
 #: (model name, kind, reason) already logged.
 _LOGGED: set[tuple[str, str, str]] = set()
 #: (model name, kind) whose batched path failed at run time: per device from then on.
@@ -182,31 +185,27 @@ def opened(deliveries: Sequence[tuple[Message, Context]], *, threads: int = 1) -
 
 def stats_of(msg: Message) -> tuple[DeviceRound, PreTrainingStats] | None:
     """The device's round and statistics from its open ``query.stats`` cohort; None: alone."""
-    found = _result(msg, keys.QUERY_STATS)
-    if found is None:
-        return None
-    rnd, stats = found
-    assert isinstance(stats, PreTrainingStats)
-    return rnd, stats
+    return _result(msg, keys.QUERY_STATS, PreTrainingStats)
 
 
 def trained_of(msg: Message) -> tuple[DeviceRound, TrainedDevice] | None:
     """The device's round and training outcome from its open ``train`` cohort; None: alone."""
-    found = _result(msg, MessageType.TRAIN)
-    if found is None:
-        return None
-    rnd, trained = found
-    assert isinstance(trained, TrainedDevice)
-    return rnd, trained
+    return _result(msg, MessageType.TRAIN, TrainedDevice)
 
 
-def _result(msg: Message, kind: str) -> tuple[DeviceRound, object] | None:
+def _result(msg: Message, kind: str, result_type: type[_R]) -> tuple[DeviceRound, _R] | None:
+    """``msg``'s result in its open cohort of ``kind`` (computed at the first ask); None: alone."""
     cohort = _OPEN.get(id(msg))
     if cohort is None or cohort.kind != kind:
         return None
     if cohort.results is None:
         cohort.results = _compute(cohort)
-    return cohort.results.get(id(msg))
+    found = cohort.results.get(id(msg))
+    if found is None:
+        return None
+    rnd, result = found
+    assert isinstance(result, result_type)
+    return rnd, result
 
 
 def _log_once(model: str, kind: str, reason: str) -> None:

@@ -31,10 +31,8 @@ from torch.utils.hooks import RemovableHandle
 
 from client_app.layer_norms import (
     CHUNK_BUDGET_FLOATS,
-    conv1d_group_sq_norms,
-    conv1d_sq_norms,
-    conv2d_group_sq_norms,
-    conv2d_sq_norms,
+    conv_group_sq_norms,
+    conv_sq_norms,
     group_norm_group_sq_norms,
     group_norm_sq_norms,
     groups_of,
@@ -190,12 +188,9 @@ def per_sample_grad_norms(
         if isinstance(module, nn.Linear):
             sq_norms.add_(linear_sq_norms(module, a, g, chunk_size=chunk_size))
             group_sq.add_(linear_group_sq_norms(module, a, g, size, chunk_size=chunk_size))
-        elif isinstance(module, nn.Conv1d):
-            sq_norms.add_(conv1d_sq_norms(module, a, g, chunk_size=chunk_size))
-            group_sq.add_(conv1d_group_sq_norms(module, a, g, size, chunk_size=chunk_size))
-        elif isinstance(module, nn.Conv2d):
-            sq_norms.add_(conv2d_sq_norms(module, a, g, chunk_size=chunk_size))
-            group_sq.add_(conv2d_group_sq_norms(module, a, g, size, chunk_size=chunk_size))
+        elif isinstance(module, nn.Conv1d | nn.Conv2d):
+            sq_norms.add_(conv_sq_norms(module, a, g, chunk_size=chunk_size))
+            group_sq.add_(conv_group_sq_norms(module, a, g, size, chunk_size=chunk_size))
         elif isinstance(module, nn.GroupNorm):
             sq_norms.add_(group_norm_sq_norms(module, a, g))
             group_sq.add_(group_norm_group_sq_norms(module, a, g, size))

@@ -258,7 +258,7 @@ def test_conv2d_norms_match_autograd(
     g = torch.randn_like(conv(a))
     expected = conv_reference(conv, a, g)
     for chunk_size in (None, 2):
-        got = layer_norms.conv2d_sq_norms(conv, a, g, chunk_size=chunk_size)
+        got = layer_norms.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=0.0)
 
 

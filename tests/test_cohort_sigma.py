@@ -65,7 +65,7 @@ def test_conv2d_group_norms(
     conv = nn.Conv2d(c_in, c_out, **kwargs)  # type: ignore[arg-type]
     a = torch.randn(9, c_in, size, size)
     g = torch.randn_like(conv(a))
-    got = layer_norms.conv2d_group_sq_norms(conv, a, g, 3, chunk_size=chunk_size)
+    got = layer_norms.conv_group_sq_norms(conv, a, g, 3, chunk_size=chunk_size)
     torch.testing.assert_close(got, group_reference(conv, a, g, 3), rtol=1e-5, atol=0.0)
 
 
@@ -76,7 +76,7 @@ def test_conv1d_group_norms(kwargs: dict[str, int]) -> None:
     a = torch.randn(8, 2, 20)
     g = torch.randn_like(conv(a))
     for chunk_size in (None, 1):
-        got = layer_norms.conv1d_group_sq_norms(conv, a, g, 2, chunk_size=chunk_size)
+        got = layer_norms.conv_group_sq_norms(conv, a, g, 2, chunk_size=chunk_size)
         torch.testing.assert_close(got, group_reference(conv, a, g, 2), rtol=1e-5, atol=0.0)
 
 

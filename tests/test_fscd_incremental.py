@@ -7,7 +7,7 @@ from channel import Cell, CellConfig
 from channel.report import PAPER_CIFAR10_MODEL_BITS
 from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.problem import wemd
-from fedcgd_strategy.solvers import fscd, reference
+from fedcgd_strategy.solvers import fscd, reference, transit_search
 
 #: The paper's CIFAR-10 CNN size in bit.
 MODEL_BITS = PAPER_CIFAR10_MODEL_BITS
@@ -102,7 +102,7 @@ def assert_same_stages(
         if monkeypatch is not None:
             monkeypatch.undo()
             for name, value in settings.items():
-                monkeypatch.setattr(fscd, name, value)
+                monkeypatch.setattr(transit_search, name, value)
         new = fscd.fscd_stages(problem)
         where = f"{label} ({path})"
         assert [s.size for s in new] == [s.size for s in old], where
@@ -149,7 +149,7 @@ def test_swap_search_equals_dense_from_random_starts(
     path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in PATHS[path].items():
-        monkeypatch.setattr(fscd, name, value)
+        monkeypatch.setattr(transit_search, name, value)
     rng = np.random.default_rng(31)
     checked = 0
     while checked < 100:
@@ -215,7 +215,7 @@ def test_fit_counts_match_the_elementwise_budget_test() -> None:
         room = rng.choice([0.0, 0.1, 0.2, 0.3, 0.7, 1 - 1 / 3], 8) + rng.choice([0.0, 1e-17], 8)
         limit = float(rng.choice([0.4, 1.0, 2 / 3 + 1e-16, 0.5]))
         expected = (room[:, None] + values[None, :] <= limit).sum(axis=1)
-        np.testing.assert_array_equal(fscd.fit_counts(room, values, limit), expected)
+        np.testing.assert_array_equal(transit_search.fit_counts(room, values, limit), expected)
 
 
 def test_grid_rows_evaluated_alone_equal_the_full_grid() -> None:

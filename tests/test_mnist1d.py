@@ -24,7 +24,6 @@ from client_app import per_sample_norms as psn
 from client_app.sigma import gradient_spread, gradient_spread_vmap
 from experiments.inprocess import main as inprocess_main
 from experiments.launcher import format_run_config
-from fedcgd_task import datasets
 from fedcgd_task.datasets import (
     generate_mnist1d,
     global_random_state_kept,
@@ -33,6 +32,7 @@ from fedcgd_task.datasets import (
     mnist1d_arguments,
     mnist1d_cache_path,
 )
+from fedcgd_task.datasets import mnist1d as mnist1d_module
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.settings import DEFAULT_MNIST1D_SAMPLES, TaskSettings, default_run_config
 from server_app.checkpoint import unread_settings
@@ -154,7 +154,7 @@ def test_same_arguments_read_the_cached_file(tmp_path, monkeypatch):
     def no_generation(arguments):
         raise AssertionError("generated again although the cache holds these arguments")
 
-    monkeypatch.setattr(datasets, "generate_mnist1d", no_generation)
+    monkeypatch.setattr(mnist1d_module, "generate_mnist1d", no_generation)
     second = load_mnist1d(tmp_path, SMALL_N)
     assert path.stat().st_mtime_ns == stamp
     for a, b in zip(first, second, strict=True):
@@ -330,7 +330,7 @@ def test_conv1d_norms_match_autograd(
     g = torch.randn_like(conv(a))
     expected = conv1d_reference(conv, a, g)
     for chunk_size in (None, 2):
-        got = layer_norms.conv1d_sq_norms(conv, a, g, chunk_size=chunk_size)
+        got = layer_norms.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=0.0)
 
 

@@ -1,0 +1,246 @@
+"""Squared gradient norms of ``nn.Conv2d`` and ``nn.Conv1d`` layers: per sample and per group.
+
+``nn.Conv2d`` (zero padding): with U = unfold(a), shape [K, T], K = C_in / groups k_h k_w,
+T = H_out W_out, the layer is y = W_mat U + c and dl_i/dW_mat = G U^T with G [O, T]. A group's
+summed weight gradient is one weight-gradient convolution over its samples.
+
+``nn.Conv1d`` (zero padding) is a Conv2d of height 1: the input [b, C_in, L] is viewed as
+[b, C_in, 1, L], the output gradient [b, O, L_out] as [b, O, 1, L_out], the kernel k as 1 x k,
+and the stride, padding and dilation in height are 1, 0 and 1. The weights and the per-sample
+gradients are the same numbers, so both types run one code path (K = C_in / groups k,
+T = L_out), given by the layer's :class:`ConvGeometry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812 (torch convention)
+from torch.nn.grad import conv2d_weight
+
+from client_app.layer_norms.weight_matrix import (
+    chunk_length,
+    gram_is_cheaper,
+    gram_sq_norms,
+    groups_of,
+    row_sq_sums,
+)
+
+#: The convolution layers these formulas take.
+Conv: TypeAlias = nn.Conv1d | nn.Conv2d
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution as a 2-D one: weight [O, C_in / groups, *kernel_size], zero padding.
+
+    Attributes
+    ----------
+    kernel_size, stride, padding, dilation : tuple of int, length 2
+        Height and width; a Conv1d's height entries are 1, 1, 0 and 1.
+    groups : int
+        The layer's channel groups.
+    has_bias : bool
+        Whether the layer has a bias.
+
+    """
+
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    has_bias: bool
+
+    def inputs_per_output(self, in_channels: int) -> int:
+        """K = C_in / groups k_h k_w: the inputs one output of the layer reads at a position."""
+        return (in_channels // self.groups) * self.kernel_size[0] * self.kernel_size[1]
+
+    @classmethod
+    def of(cls, module: Conv) -> ConvGeometry:
+        """The geometry of ``module``; a Conv1d as a Conv2d of height 1."""
+        padding: tuple[int, ...] = module.padding  # type: ignore[assignment]  # checked in scope
+        if isinstance(module, nn.Conv1d):
+            return cls(
+                kernel_size=(1, module.kernel_size[0]),
+                stride=(1, module.stride[0]),
+                padding=(0, padding[0]),
+                dilation=(1, module.dilation[0]),
+                groups=module.groups,
+                has_bias=module.bias is not None,
+            )
+        return cls(
+            kernel_size=(module.kernel_size[0], module.kernel_size[1]),
+            stride=(module.stride[0], module.stride[1]),
+            padding=(padding[0], padding[1]),
+            dilation=(module.dilation[0], module.dilation[1]),
+            groups=module.groups,
+            has_bias=module.bias is not None,
+        )
+
+
+def stacked_weight_gradients(
+    geometry: ConvGeometry, x: torch.Tensor, grad: torch.Tensor, copies: int
+) -> torch.Tensor:
+    """Weight gradients of ``copies`` copies of the layer, side by side in the channels.
+
+    One weight-gradient convolution (:func:`torch.nn.grad.conv2d_weight`) with ``copies`` times
+    the layer's groups: copy j sees input channels ``j C_in .. (j + 1) C_in - 1`` of ``x`` and
+    output channels ``j O .. (j + 1) O - 1`` of ``grad``, summed over the batch of ``x``.
+
+    Parameters
+    ----------
+    geometry : ConvGeometry
+        The layer.
+    x : torch.Tensor, shape [n, copies C_in, H, W]
+        Inputs of the copies.
+    grad : torch.Tensor, shape [n, copies O, H_out, W_out]
+        Output gradients of the copies.
+    copies : int
+        Number of copies.
+
+    Returns
+    -------
+    torch.Tensor, shape [copies O, C_in / groups, *kernel_size]
+        Copy j's weight gradient in rows ``j O .. (j + 1) O - 1``.
+
+    """
+    c_in = int(x.shape[1]) // copies
+    return conv2d_weight(
+        x,
+        (int(grad.shape[1]), c_in // geometry.groups, *geometry.kernel_size),
+        grad,
+        stride=geometry.stride,
+        padding=geometry.padding,
+        dilation=geometry.dilation,
+        groups=copies * geometry.groups,
+    )
+
+
+def conv_operands(
+    module: Conv, a: torch.Tensor, g: torch.Tensor
+) -> tuple[ConvGeometry, torch.Tensor, torch.Tensor]:
+    """The layer's geometry, its input ``a`` and output gradient ``g`` as a 2-D convolution's.
+
+    A Conv1d's [b, C, L] become [b, C, 1, L]; a Conv2d's are returned as they are.
+    """
+    if isinstance(module, nn.Conv1d):
+        a, g = a.unsqueeze(2), g.unsqueeze(2)
+    return ConvGeometry.of(module), a, g
+
+
+def conv_sq_norms(
+    module: Conv, a: torch.Tensor, g: torch.Tensor, *, chunk_size: int | None = None
+) -> torch.Tensor:
+    """Per-sample ||dl_i/dW||^2 + ||dl_i/dc||^2 of a Conv2d or Conv1d layer.
+
+    Two routes, the cheaper for the layer's shape (K = C_in / groups k_h k_w inputs and
+    T = H_out W_out positions per output, O output channels; a Conv1d at height 1):
+
+    * Gram (groups = 1 only, when T (K + O) < K O, i.e. few output positions):
+      :func:`~client_app.layer_norms.weight_matrix.gram_sq_norms` on the unfolded input
+      U = unfold(a_i), [K, T], and G_i, [O, T];
+    * otherwise the per-sample weight gradients themselves, [b, O, K], from one weight-gradient
+      convolution (:func:`torch.nn.grad.conv2d_weight`) in which each sample is a group of its
+      own (the chunk of c samples becomes one image with c C_in channels and c groups).
+
+    Parameters
+    ----------
+    module : torch.nn.Conv2d or torch.nn.Conv1d
+        The layer (C_in -> O channels, kernel k_h x k_w or k, zero padding).
+    a : torch.Tensor, shape [b, C_in, H, W] or [b, C_in, L]
+        Its input.
+    g : torch.Tensor, shape [b, O, H_out, W_out] or [b, O, L_out]
+        Gradient of the per-sample losses with respect to its output.
+    chunk_size : int, optional
+        Samples per chunk (memory only); the unfolded input or the per-sample weight
+        gradients are formed one chunk at a time.
+
+    Returns
+    -------
+    torch.Tensor of float64, shape [b]
+
+    """
+    geometry, a, g = conv_operands(module, a, g)
+    (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]
+    t, k = h_out * w_out, geometry.inputs_per_output(c_in)
+    use_gram = geometry.groups == 1 and gram_is_cheaper(t, k, o)
+    chunk = chunk_length(k * t + 2 * t * t if use_gram else o * k, chunk_size)
+    parts = []
+    for start in range(0, b, chunk):
+        ac, gc = a[start : start + chunk], g[start : start + chunk]
+        n = int(ac.shape[0])
+        if use_gram:
+            u = F.unfold(
+                ac,
+                kernel_size=geometry.kernel_size,
+                dilation=geometry.dilation,
+                padding=geometry.padding,
+                stride=geometry.stride,
+            )
+            parts.append(gram_sq_norms(u, gc.reshape(n, o, t)))
+        else:
+            x, grad = ac.reshape(1, n * c_in, h, w), gc.reshape(1, n * o, h_out, w_out)
+            gw = stacked_weight_gradients(geometry, x, grad, n)
+            parts.append(row_sq_sums(gw.reshape(n, -1)))
+    total = torch.cat(parts)
+    if geometry.has_bias:
+        total = total + row_sq_sums(g.sum(dim=(2, 3)))
+    return total
+
+
+def conv_group_sq_norms(
+    module: Conv,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    group_size: int,
+    *,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Conv2d or Conv1d layer.
+
+    A group's summed weight gradient is the weight gradient of the layer over the group's
+    samples; the groups of a chunk are computed by one weight-gradient convolution
+    (:func:`torch.nn.grad.conv2d_weight`) in which each group is a group of channels and its
+    samples are the batch.
+
+    Parameters
+    ----------
+    module : torch.nn.Conv2d or torch.nn.Conv1d
+        The layer (zero padding).
+    a : torch.Tensor, shape [N group_size, C_in, H, W] or [N group_size, C_in, L]
+        Its input, groups of ``group_size`` consecutive samples.
+    g : torch.Tensor, shape [N group_size, O, H_out, W_out] or [N group_size, O, L_out]
+        Gradient of the per-sample losses with respect to its output.
+    group_size : int
+        Samples per group.
+    chunk_size : int, optional
+        Groups per chunk (memory only).
+
+    Returns
+    -------
+    torch.Tensor of float64, shape [N]
+
+    """
+    geometry, a, g = conv_operands(module, a, g)
+    (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]
+    n, k = groups_of(b, group_size), geometry.inputs_per_output(c_in)
+    per_group = o * k + group_size * (c_in * h * w + o * h_out * w_out)
+    chunk = chunk_length(per_group, chunk_size)
+    parts = []
+    for start in range(0, n, chunk):
+        rows = slice(start * group_size, (start + chunk) * group_size)
+        m = min(chunk, n - start)
+        # [m, s, C, H, W] -> [s, m C, H, W]: the samples are the batch, the groups channels.
+        ac = a[rows].reshape(m, group_size, c_in, h, w).transpose(0, 1)
+        gc = g[rows].reshape(m, group_size, o, h_out, w_out).transpose(0, 1)
+        x = ac.reshape(group_size, m * c_in, h, w)
+        gw = stacked_weight_gradients(geometry, x, gc.reshape(group_size, m * o, h_out, w_out), m)
+        parts.append(row_sq_sums(gw.reshape(m, -1)))
+    total = torch.cat(parts)
+    if geometry.has_bias:
+        total = total + row_sq_sums(g.sum(dim=(2, 3)).reshape(n, group_size, o).sum(dim=1))
+    return total
