@@ -9,15 +9,15 @@ What it does, in one invocation:
 
 1. Writes a CIFAR-10-shaped data set in torchvision's file format (``cifar-10-batches-py/``
    with ``data_batch_1..5``, ``test_batch``, ``batches.meta``; random ``uint8`` pixels, 10
-   classes x 5,000 training and x 1,000 test images) to a temporary folder.
+   classes x 5,000 training and x 1,000 test images) to a temporary folder
+   (:func:`experiments.bench_common.write_random_cifar10`).
 2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: that of
    :mod:`experiments.paper_settings`, central evaluation every round) with ``flwr run`` in the
    simulation engine (:func:`experiments.launcher.run_flwr`, one CPU per ClientApp) for each
    policy of :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
-3. Replays the same rounds in this process
-   (:func:`experiments.bench_round_replay.replay_plain`) on the ServerApp's own
-   set-up (:func:`server_app.setup.build_setup`): the same available devices (the uplink
-   drawn from the run seed as the ServerApp draws it), sigma-hat on
+3. Replays the same rounds in this process (:func:`experiments.bench_round_replay.replay_plain`)
+   on the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available
+   devices (the uplink drawn from the run seed as the ServerApp draws it), sigma-hat on
    every available device's first batch (FedCGD only; BC needs none), tau SGD steps on the
    scheduled devices, FedAvg of the uploaded models and the same central evaluation, with
    ``torch.set_num_threads(--threads)``. The simulation runs two single-threaded ClientApps at
