@@ -16,7 +16,8 @@ every round. What it does, in one invocation:
 2. ``--repeats`` times: runs ``python -m experiments.inprocess`` with ``--rounds`` rounds as a
    separate process in this checkout (and, with ``--compare-with``, in another checkout of the
    project, e.g. ``git worktree add /tmp/base HEAD``; the two alternate in order from repeat
-   to repeat), then the bare loop (:func:`bare_rounds`) in this process.
+   to repeat), then the bare loop (:func:`experiments.bench_bare_loop.bare_rounds`) in this
+   process.
 3. Prints, per checkout, the medians over the repeats of: seconds per round in-process (rounds
    2..R from the ``wall_time_s`` of ``metrics.jsonl``, so start-up and the first round's
    warm-ups are left out), seconds per round of the bare loop and their ratio, the process's
@@ -50,13 +51,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from experiments.bench_round import load_average, progress, read_metrics, round_fields
+from experiments.bench_bare_loop import BareRun, bare_rounds
+from experiments.bench_common import (
+    PHASES,
+    largest_accuracy_gap,
+    load_average,
+    progress,
+    read_metrics,
+    round_fields,
+)
 from experiments.launcher import default_run_config, format_run_config
 from experiments.tables import text_table
 
@@ -80,15 +87,6 @@ IMPORT_STATEMENTS: dict[str, str] = {
         "import torch; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)"
     ),
 }
-#: Per-round timing columns of ``metrics.jsonl`` reported (seconds, medians of rounds 2..R).
-PHASES: tuple[str, ...] = (
-    "query_s",
-    "schedule_s",
-    "train_phase_s",
-    "client_train_s",
-    "aggregate_s",
-    "eval_s",
-)
 #: The name of this checkout in the table.
 THIS = "this"
 #: The name of the ``--compare-with`` checkout in the table.
@@ -141,32 +139,6 @@ class InProcessRun:
         return {k: statistics.median(float(m[k]) for m in steady) for k in PHASES}
 
 
-@dataclass
-class BareRun:
-    """Seconds of each bare round and its test accuracy.
-
-    Attributes
-    ----------
-    round_s, sigma_s, train_s, aggregate_s, eval_s : list of float
-        Per round: the whole round and its parts (σ̂, SGD steps, FedAvg, evaluation).
-    accuracy : list of float or None
-        Test accuracy after each round (None where the run did not evaluate).
-
-    """
-
-    round_s: list[float] = field(default_factory=list)
-    sigma_s: list[float] = field(default_factory=list)
-    train_s: list[float] = field(default_factory=list)
-    aggregate_s: list[float] = field(default_factory=list)
-    eval_s: list[float] = field(default_factory=list)
-    accuracy: list[float | None] = field(default_factory=list)
-
-    @property
-    def per_round_s(self) -> float:
-        """Seconds per round over rounds 2..R (as for the in-process run)."""
-        return float(statistics.fmean(self.round_s[1:]))
-
-
 def run_config_for(
     data_dir: Path, result_dir: Path, rounds: int, local_steps: int, policy: str, deadline_s: float,
     seed: int,
@@ -207,129 +179,6 @@ def run_inprocess_process(
         tail = (proc.stdout + proc.stderr)[-2000:]
         raise RuntimeError(f"{checkout}: the in-process run failed ({proc.returncode}):\n{tail}")
     return InProcessRun(checkout, process_s, read_metrics(result_dir))
-
-
-def bare_rounds(
-    run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
-) -> BareRun:
-    """The arithmetic of a run's rounds in a bare loop (module docstring), timed per round.
-
-    Parameters
-    ----------
-    run_config : mapping
-        The run's full run config.
-    metrics : sequence of mapping
-        The run's ``metrics.jsonl`` lines (``scheduled``, ``uploaded``, ``num_available`` and
-        ``accuracy`` per round).
-    threads : int
-        ``torch.set_num_threads`` (the in-process ClientApp uses 1).
-
-    Raises
-    ------
-    RuntimeError
-        If the redrawn channel gives another number of available devices than the run.
-
-    """
-    import torch
-    from torch.nn import functional as F  # noqa: N812 (torch convention)
-
-    from client_app.sigma import gradient_spread
-    from fedcgd_strategy.aggregation import fedavg
-    from fedcgd_task.local_data import local_split
-    from fedcgd_task.training import dropout_seed, evaluate, local_batches
-    from server_app.config import parse_run_config
-    from server_app.recorder import evaluation_due
-    from server_app.setup import build_setup
-
-    torch.set_num_threads(threads)
-    setup = build_setup(parse_run_config(run_config))
-    config, model = setup.config, setup.model
-    training, seed = config.training, config.seed
-    splits = [local_split(config.task, v) for v in range(config.task.num_devices)]
-    params = list(model.parameters())
-    tensors = list(model.state_dict().values())
-    global_state = [t.detach().clone() for t in tensors]
-    test_x, test_y = setup.test_tensors
-    lr = training.learning_rate
-    out = BareRun()
-    for line in metrics:  # everything a round needs, prepared before its clock starts
-        server_round = int(line["round"])
-        available = np.flatnonzero(setup.cell.draw_round(setup.model_bits).available).tolist()
-        if len(available) != int(line["num_available"]):
-            raise RuntimeError(
-                f"round {server_round}: the redrawn channel has {len(available)} available "
-                f"devices, the run {line['num_available']}"
-            )
-        queried = available if setup.policy.needs_sigma else []
-        first = []
-        for v in queried:
-            batches = local_batches(seed, training, len(splits[v]), server_round, v)
-            first.append(splits[v].tensors(batches[0]))
-        trained = []
-        for v in (int(u) for u in line["scheduled"]):
-            batches = local_batches(seed, training, len(splits[v]), server_round, v)
-            x, y = splits[v].tensors(np.concatenate(batches))
-            ends = np.cumsum([len(b) for b in batches]).tolist()
-            trained.append((v, x, y, ends, dropout_seed(seed, server_round, v)))
-        uploaded = [int(v) for v in line["uploaded"]]
-        weights = [float(len(splits[v])) for v in uploaded]
-        evaluated = evaluation_due(server_round, config.num_server_rounds, config.eval_every)
-
-        t_round = time.perf_counter()
-        with torch.no_grad():
-            for t, g in zip(tensors, global_state, strict=True):
-                t.copy_(g)
-        for x_first, y_first in first:  # σ̂ leaves the model as it is
-            gradient_spread(model, x_first, y_first)
-        t_train = time.perf_counter()
-        states = {}
-        for v, x, y, ends, torch_seed in trained:
-            with torch.no_grad():
-                for t, g in zip(tensors, global_state, strict=True):
-                    t.copy_(g)
-            model.train()
-            with torch.random.fork_rng(devices=[]):
-                torch.default_generator.manual_seed(torch_seed)
-                start = 0
-                for end in ends:
-                    for p in params:
-                        p.grad = None
-                    F.cross_entropy(model(x[start:end]), y[start:end]).backward()
-                    with torch.no_grad():
-                        for p in params:
-                            if p.grad is not None:
-                                p.add_(p.grad, alpha=-lr)
-                    start = end
-            states[v] = {str(i): t.detach().numpy().copy() for i, t in enumerate(tensors)}
-        t_aggregate = time.perf_counter()
-        if uploaded:
-            averaged = fedavg([states[v] for v in uploaded], weights)
-            global_state = [torch.from_numpy(averaged[str(i)]) for i in range(len(tensors))]
-        t_eval = time.perf_counter()
-        accuracy = None
-        if evaluated:
-            with torch.no_grad():
-                for t, g in zip(tensors, global_state, strict=True):
-                    t.copy_(g)
-            accuracy = evaluate(model, test_x, test_y)[1]
-        t_end = time.perf_counter()
-        out.round_s.append(t_end - t_round)
-        out.sigma_s.append(t_train - t_round)
-        out.train_s.append(t_aggregate - t_train)
-        out.aggregate_s.append(t_eval - t_aggregate)
-        out.eval_s.append(t_end - t_eval)
-        out.accuracy.append(accuracy)
-    return out
-
-
-def largest_accuracy_gap(run: InProcessRun, bare: BareRun) -> float:
-    """Largest |run accuracy − bare accuracy| over the evaluated rounds (0: the same models)."""
-    gaps = [
-        abs(float(m["accuracy"]) - float(a))
-        for m, a in zip(run.metrics, bare.accuracy, strict=True)
-        if m.get("accuracy") is not None and a is not None
-    ]
-    return max(gaps) if gaps else float("nan")
 
 
 def time_statement(code: str, cwd: Path) -> float:
@@ -513,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"repeat {repeat + 1}/{args.repeats}: bare loop")
             bare = bare_rounds({**defaults, **first}, reference.metrics)
             bares.append(bare)
-            gaps.append(largest_accuracy_gap(reference, bare))
+            gaps.append(largest_accuracy_gap(reference.metrics, bare.accuracy))
             log(f"  {bare.per_round_s:.4f} s/round, accuracy difference {gaps[-1]:.3g}")
             for label, code in IMPORT_STATEMENTS.items():
                 imports[label].append(time_statement(code, this))

@@ -9,14 +9,15 @@ What it does, in one invocation:
 
 1. Writes a CIFAR-10-shaped data set in torchvision's file format (``cifar-10-batches-py/``
    with ``data_batch_1..5``, ``test_batch``, ``batches.meta``; random ``uint8`` pixels, 10
-   classes x 5,000 training and x 1,000 test images) to a temporary folder.
+   classes x 5,000 training and x 1,000 test images) to a temporary folder
+   (:func:`experiments.bench_common.write_random_cifar10`).
 2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: that of
    :mod:`experiments.paper_settings`, central evaluation every round) with ``flwr run`` in the
    simulation engine (:func:`experiments.launcher.run_flwr`, one CPU per ClientApp) for each
    policy of :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
-3. Replays the same rounds in this process (:func:`replay_plain`) on the ServerApp's own
-   set-up (:func:`server_app.setup.build_setup`): the same available devices (the uplink
-   drawn from the run seed as the ServerApp draws it), sigma-hat on
+3. Replays the same rounds in this process (:func:`experiments.bench_round_replay.replay_plain`)
+   on the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available
+   devices (the uplink drawn from the run seed as the ServerApp draws it), sigma-hat on
    every available device's first batch (FedCGD only; BC needs none), tau SGD steps on the
    scheduled devices, FedAvg of the uploaded models and the same central evaluation, with
    ``torch.set_num_threads(--threads)``. The simulation runs two single-threaded ClientApps at
@@ -47,7 +48,6 @@ import csv
 import itertools
 import json
 import os
-import pickle
 import shutil
 import statistics
 import sys
@@ -58,9 +58,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from experiments import paper_settings
+from experiments.bench_common import (
+    PHASES,
+    largest_accuracy_gap,
+    progress,
+    read_metrics,
+    round_fields,
+    write_random_cifar10,
+)
+from experiments.bench_round_replay import PlainRun, replay_plain
 from experiments.launcher import default_run_config, run_flwr
 from experiments.tables import text_table
 
@@ -69,112 +76,10 @@ from experiments.tables import text_table
 PAPER_CIFAR10: dict[str, Any] = {**paper_settings.PAPER_CIFAR10, "eval-every": 1}
 #: Policies compared; the first needs sigma-hat from every available device, BC none.
 POLICIES: tuple[str, ...] = ("fedcgd-fscd", "bc")
-#: CIFAR-10 layout: classes, training images per class, test images per class, batch files.
-NUM_CLASSES = paper_settings.CIFAR10_CLASSES
-TRAIN_PER_CLASS = paper_settings.CIFAR10_TRAIN_PER_CLASS
-TEST_PER_CLASS = 1000
-NUM_TRAIN_BATCHES = 5
-CIFAR10_LABEL_NAMES: tuple[str, ...] = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
 #: CPUs per ClientApp in the simulation (two at a time on 2 cores).
 CPUS_PER_CLIENT = 1
 #: Smallest plain time (s) a ratio is printed for (below, the ratio is noise).
 MIN_RATIO_BASE_S = 1e-3
-#: Per-round timing columns of ``metrics.jsonl`` (seconds).
-FLWR_PHASES: tuple[str, ...] = (
-    "query_s",
-    "schedule_s",
-    "train_phase_s",
-    "client_train_s",
-    "aggregate_s",
-    "eval_s",
-)
-
-
-def load_average() -> float | None:
-    """The 1-minute load average of the machine (None where the OS has none)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return None
-
-
-def progress(
-    text: str, log: list[dict[str, Any]] | None = None, *, tag: str = "bench_round"
-) -> None:
-    """Print one progress line with the machine's 1-minute load average; append it to ``log``.
-
-    The machine may be shared: the load average tells how much other work ran beside a phase.
-    The line starts with ``[tag]``.
-    """
-    load = load_average()
-    suffix = "" if load is None else f" [load {load:.1f}]"
-    print(f"[{tag}] {text}{suffix}", flush=True)
-    if log is not None:
-        log.append({"time": time.time(), "text": text, "load_1min": load})
-
-
-# --------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------
-
-
-def write_random_cifar10(root: Path, seed: int) -> Path:
-    """Write a CIFAR-10-shaped ``cifar-10-batches-py`` folder with random pixels.
-
-    Parameters
-    ----------
-    root : pathlib.Path
-        Data folder (the run config's ``data-dir``); created if missing.
-    seed : int
-        Seed of the pixels and of the label order.
-
-    Returns
-    -------
-    pathlib.Path
-        The ``cifar-10-batches-py`` folder: ``data_batch_1..5`` (10,000 images each),
-        ``test_batch`` (10,000) and ``batches.meta``, pickled dicts as in the official
-        archive (rows of 3,072 ``uint8``, channel-major; ``labels`` a list of int).
-
-    """
-    rng = np.random.default_rng([seed, 0xC1FA])
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True, exist_ok=True)
-    train_labels = rng.permutation(np.repeat(np.arange(NUM_CLASSES), TRAIN_PER_CLASS))
-    test_labels = rng.permutation(np.repeat(np.arange(NUM_CLASSES), TEST_PER_CLASS))
-    per_batch = train_labels.size // NUM_TRAIN_BATCHES
-    files: list[tuple[str, str, np.ndarray]] = [
-        (
-            f"data_batch_{k + 1}",
-            f"training batch {k + 1} of {NUM_TRAIN_BATCHES}",
-            train_labels[k * per_batch : (k + 1) * per_batch],
-        )
-        for k in range(NUM_TRAIN_BATCHES)
-    ]
-    files.append(("test_batch", "testing batch 1 of 1", test_labels))
-    for name, batch_label, labels in files:
-        data = rng.integers(0, 256, size=(labels.size, 3 * 32 * 32), dtype=np.uint8)
-        entry = {"batch_label": batch_label, "labels": labels.tolist(), "data": data}
-        with open(folder / name, "wb") as fh:
-            pickle.dump(entry, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    meta = {
-        "label_names": list(CIFAR10_LABEL_NAMES),
-        "num_cases_per_batch": per_batch,
-        "num_vis": 3 * 32 * 32,
-    }
-    with open(folder / "batches.meta", "wb") as fh:
-        pickle.dump(meta, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    return folder
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,204 +142,6 @@ def run_simulation(
     return proc.returncode, time.perf_counter() - start, tail
 
 
-def read_metrics(result_dir: Path) -> list[dict[str, Any]]:
-    """Read a run's ``metrics.jsonl`` (one dict per round)."""
-    text = (result_dir / "metrics.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-# --------------------------------------------------------------------------------------------
-# Plain PyTorch replay
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PlainRound:
-    """Timings (seconds) and outcome of one replayed round.
-
-    Attributes
-    ----------
-    round : int
-        Server round j.
-    num_available, num_scheduled : int
-        Devices available (replayed channel) and trained (from the run's ``scheduled``).
-    channel_s : float
-        Replaying the channel draw.
-    sigma_s : float
-        sigma-hat (and label histogram) on every available device's first batch (0 for BC).
-    train_s : float
-        The training phase: load the global model, gather the batches, tau SGD steps, copy
-        the weights, for every scheduled device.
-    train_local_s : float
-        The part of ``train_s`` spent in :func:`fedcgd_task.training.train_local` (the same span as
-        the devices' own ``train-time-s``, summed in ``client_train_s``).
-    aggregate_s : float
-        FedAvg of the uploaded models.
-    eval_s : float
-        Central evaluation on the test set.
-    round_s : float
-        The whole round.
-    accuracy, loss : float
-        Test accuracy and loss after the round.
-
-    """
-
-    round: int
-    num_available: int
-    num_scheduled: int
-    channel_s: float
-    sigma_s: float
-    train_s: float
-    train_local_s: float
-    aggregate_s: float
-    eval_s: float
-    round_s: float
-    accuracy: float
-    loss: float
-
-
-@dataclass(frozen=True)
-class PlainRun:
-    """The plain replay of one run: set-up time and one :class:`PlainRound` per round.
-
-    ``setup_s`` is the ServerApp's set-up (:func:`server_app.setup.build_setup`: data, initial
-    model, uplink, policy) plus the devices' partitions.
-    """
-
-    policy: str
-    threads: int
-    setup_s: float
-    rounds: list[PlainRound]
-
-
-def replay_plain(
-    run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int
-) -> PlainRun:
-    """Redo a run's rounds in this process: same devices, same batches, same model updates.
-
-    Parameters
-    ----------
-    run_config : mapping
-        The run's full run config (pyproject defaults plus the overrides).
-    metrics : sequence of mapping
-        The run's ``metrics.jsonl`` lines (``scheduled`` and ``uploaded`` per round are used;
-        ``num_available`` is checked against the replayed channel).
-    threads : int
-        ``torch.set_num_threads`` of this process.
-
-    Returns
-    -------
-    PlainRun
-
-    Raises
-    ------
-    RuntimeError
-        If the replayed channel gives another number of available devices than the run, or a
-        scheduled device was not available.
-
-    """
-    import torch
-
-    from client_app.sigma import gradient_spread
-    from fedcgd_strategy.aggregation import fedavg
-    from fedcgd_task.local_data import local_split
-    from fedcgd_task.training import dropout_seed, local_batches, train_local
-    from server_app.config import parse_run_config
-    from server_app.setup import build_setup
-
-    torch.set_num_threads(threads)
-    started = time.perf_counter()
-    # The ServerApp's own set-up: seeds, data, initial model, D_w, the uplink, the policy.
-    setup = build_setup(parse_run_config(run_config))
-    config = setup.config
-    settings, training = config.task, config.training
-    model = setup.model.to(setup.device)
-    splits = [local_split(settings, v) for v in range(settings.num_devices)]
-    global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    setup_s = time.perf_counter() - started
-
-    rounds: list[PlainRound] = []
-    for line in metrics:
-        server_round = int(line["round"])
-        t_round = time.perf_counter()
-        draw = setup.cell.draw_round(setup.model_bits)
-        available = [int(v) for v in np.flatnonzero(draw.available)]
-        channel_s = time.perf_counter() - t_round
-        if len(available) != int(line["num_available"]):
-            raise RuntimeError(
-                f"round {server_round}: the replayed channel has {len(available)} available "
-                f"devices, the run {line['num_available']}"
-            )
-        scheduled = [int(v) for v in line["scheduled"]]
-        if not set(scheduled) <= set(available):
-            raise RuntimeError(f"round {server_round}: scheduled {scheduled} not in {available}")
-
-        t0 = time.perf_counter()
-        if setup.policy.needs_sigma:  # as the devices do
-            model.load_state_dict(global_state)
-            for v in available:
-                split = splits[v]
-                batches = local_batches(config.seed, training, len(split), server_round, v)
-                np.bincount(split.labels[np.concatenate(batches)], minlength=split.num_classes)
-                x_first, y_first = split.tensors(batches[0])
-                gradient_spread(model, x_first, y_first)
-        sigma_s = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        train_local_s = 0.0
-        states: dict[int, dict[str, np.ndarray]] = {}
-        for v in scheduled:
-            split = splits[v]
-            model.load_state_dict(global_state)
-            batches = local_batches(config.seed, training, len(split), server_round, v)
-            x, y = split.tensors(np.concatenate(batches))
-            positions = [np.arange(t * len(b), (t + 1) * len(b)) for t, b in enumerate(batches)]
-            t1 = time.perf_counter()
-            train_local(
-                model,
-                x,
-                y,
-                positions,
-                training.learning_rate,
-                torch_seed=dropout_seed(config.seed, server_round, v),
-            )
-            train_local_s += time.perf_counter() - t1
-            states[v] = {k: t.detach().cpu().numpy().copy() for k, t in model.state_dict().items()}
-        train_s = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        uploaded = [int(v) for v in line.get("uploaded", scheduled)]
-        if uploaded:
-            averaged = fedavg([states[v] for v in uploaded], [len(splits[v]) for v in uploaded])
-            global_state = {
-                k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in averaged.items()
-            }
-        aggregate_s = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        loss, accuracy = setup.evaluate(global_state)  # the ServerApp's central evaluation
-        eval_s = time.perf_counter() - t0
-        rounds.append(
-            PlainRound(
-                round=server_round,
-                num_available=len(available),
-                num_scheduled=len(scheduled),
-                channel_s=channel_s,
-                sigma_s=sigma_s,
-                train_s=train_s,
-                train_local_s=train_local_s,
-                aggregate_s=aggregate_s,
-                eval_s=eval_s,
-                round_s=time.perf_counter() - t_round,
-                accuracy=accuracy,
-                loss=loss,
-            )
-        )
-    return PlainRun(
-        policy=str(run_config["policy"]), threads=threads, setup_s=setup_s, rounds=rounds
-    )
-
-
 # --------------------------------------------------------------------------------------------
 # Table
 # --------------------------------------------------------------------------------------------
@@ -486,7 +193,7 @@ def build_rows(run: FlwrRun, plain: PlainRun) -> list[Row]:
     walls = [float(m["wall_time_s"]) for m in lines]
     steady = lines[1:]
     per_round = [b - a for a, b in itertools.pairwise(walls)]
-    flwr = {key: _mean([float(m[key]) for m in steady]) for key in FLWR_PHASES}
+    flwr = {key: _mean([float(m[key]) for m in steady]) for key in PHASES}
     prounds = plain.rounds[1:]
     p = {
         field: _mean([float(getattr(r, field)) for r in prounds])
@@ -501,7 +208,7 @@ def build_rows(run: FlwrRun, plain: PlainRun) -> list[Row]:
         )
     }
     flwr_round = _mean(per_round)
-    flwr_known = sum(flwr[k] for k in FLWR_PHASES if k != "client_train_s")
+    flwr_known = sum(flwr[k] for k in PHASES if k != "client_train_s")
     plain_known = sum(p[k] for k in ("channel_s", "sigma_s", "train_s", "aggregate_s", "eval_s"))
     pol = run.policy
     return [
@@ -583,17 +290,6 @@ def format_table(rows: Sequence[Row]) -> str:
     )
 
 
-#: The fields of a run's metrics lines a benchmark keeps per round, besides its phase timings.
-ROUND_FIELDS = ("round", "wall_time_s", "num_available", "num_scheduled", "accuracy")
-
-
-def round_fields(
-    metrics: Sequence[Mapping[str, Any]], phases: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Per round, the values of :data:`ROUND_FIELDS` and of ``phases`` (None where absent)."""
-    return [{k: m.get(k) for k in (*ROUND_FIELDS, *phases)} for m in metrics]
-
-
 def write_outputs(
     out: Path,
     rows: Sequence[Row],
@@ -616,7 +312,7 @@ def write_outputs(
             {
                 "policy": run.policy,
                 "total_s": run.total_s,
-                "rounds": round_fields(run.metrics, FLWR_PHASES),
+                "rounds": round_fields(run.metrics, PHASES),
             }
             for run in runs
         ],
@@ -704,12 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"{policy}: plain PyTorch replay ({args.threads} torch thread(s))", phases)
             plain = replay_plain({**defaults, **overrides}, metrics, args.threads)
             plains.append(plain)
-            gaps = [
-                abs(float(m["accuracy"]) - r.accuracy)
-                for m, r in zip(metrics, plain.rounds, strict=True)
-                if m.get("accuracy") is not None
-            ]
-            accuracy_gaps[policy] = max(gaps) if gaps else float("nan")
+            accuracies = [r.accuracy for r in plain.rounds]
+            accuracy_gaps[policy] = largest_accuracy_gap(metrics, accuracies)
             replay_s = plain.setup_s + sum(r.round_s for r in plain.rounds)
             progress(
                 f"{policy}: plain replay done in {replay_s:.1f} s; largest test-accuracy "

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.bench_round import read_metrics
+from experiments.bench_common import read_metrics
 from experiments.launcher import format_run_config
 from experiments.tables import text_table
 

@@ -3,7 +3,7 @@
 :data:`PAPER_CIFAR10` is the setting of the paper's Table II as run-config keys: CIFAR-10 and
 its CNN, V = 64 devices, sort-and-partition with one shard per device (l = 1), r = 1, τ = 1,
 η = 0.1, b = 32, p_a = 0.3, B = 20 MHz, deadline 2 s. :mod:`experiments.schedule_table` takes
-its :class:`~experiments.schedule_table.TableSettings` defaults from it, and
+its :class:`~experiments.schedule_simulation.TableSettings` defaults from it, and
 :mod:`experiments.bench_round` its runs.
 
 The Hydra presets take the same values from ``conf/setting/paper.yaml`` (devices, training,

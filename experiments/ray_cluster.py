@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import logging
 import os
 import shlex
 import shutil
@@ -34,17 +33,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from experiments.processes import guarded_popen
 
 HOST = "127.0.0.1"
 DEFAULT_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-CLIENT_ACTOR_CLASS = "ClientAppActor"
 
 # Run by a short-lived interpreter: connect to the cluster, wait for ``expected`` live nodes,
 # print how many joined as the last line. A subprocess keeps this process free of Ray state.
@@ -365,65 +361,6 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 10.0
     while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-def clientapp_placement(address: str, class_name: str = CLIENT_ACTOR_CLASS) -> dict[str, Any]:
-    """Where the actors of ``class_name`` lived and where their ``run`` calls finished.
-
-    Connects a driver to the cluster (``ray.init(address=...)``) and reads two tables the GCS
-    keeps without the dashboard, for finished jobs too: the actor table (every actor's node,
-    also once it is dead) and the task events (every actor method call with the node that
-    executed it and its state timestamps). Both are read through ``ray._private.state``, the
-    accessor behind ``ray.util.state``'s listings, which need the dashboard.
-
-    Parameters
-    ----------
-    address : str
-        The cluster's GCS address.
-    class_name : str
-        Actor class (Flower's ``ClientAppActor`` by default).
-
-    Returns
-    -------
-    dict
-        ``nodes``: ids of the live nodes; ``head``: the head's node id; ``actors_per_node``:
-        node id -> ``class_name`` actors placed there; ``runs_per_node``: node id -> finished
-        ``class_name.run`` calls (one per message a ClientApp handled) executed there.
-    """
-    import ray
-    from ray._private import state
-    from ray.core.generated import common_pb2, gcs_pb2
-
-    finished = common_pb2.TaskStatus.Value("FINISHED")  # type: ignore[attr-defined]
-    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-    try:
-        nodes = [node for node in ray.nodes() if node["Alive"]]
-        actors = Counter(
-            info["Address"]["NodeID"]
-            for info in state.actors().values()
-            if info.get("ActorClassName") == class_name
-        )
-        runs: Counter[str] = Counter()
-        for raw in state.state._connect_and_get_accessor().get_task_events():
-            event = gcs_pb2.TaskEvents.FromString(raw)  # type: ignore[attr-defined]
-            update = event.state_updates
-            if (
-                event.task_info.name == f"{class_name}.run"
-                and update.HasField("node_id")
-                and finished in update.state_ts_ns
-            ):
-                runs[update.node_id.hex()] += 1
-    finally:
-        ray.shutdown()
-    head = next(
-        (n["NodeID"] for n in nodes if "node:__internal_head__" in n.get("Resources", {})), None
-    )
-    return {
-        "nodes": sorted(n["NodeID"] for n in nodes),
-        "head": head,
-        "actors_per_node": dict(actors),
-        "runs_per_node": dict(runs),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@ r"""Check the scale-out: a small simulation on the Ray cluster at ``RAY_ADDRESS`
 
 Runs the app once with :func:`experiments.launcher.run_flwr` joined to the cluster, then asks
 the cluster's GCS where Flower's ClientApp actors lived and handled messages
-(:func:`experiments.ray_cluster.clientapp_placement`) and prints one line
+(:func:`clientapp_placement`, the placement probe) and prints one line
 ``RAY-CLUSTER-CHECK {json}``. The exit code is 0 only when the run succeeded and every live node
 of the cluster ran ClientApp work. Meant to run under :mod:`experiments.ray_cluster`, inside a
 loopback-only network namespace::
@@ -15,15 +15,77 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from experiments.launcher import run_flwr
-from experiments.ray_cluster import clientapp_placement
 
 REPORT_PREFIX = "RAY-CLUSTER-CHECK "
+#: Flower's ClientApp actor class in Ray.
+CLIENT_ACTOR_CLASS = "ClientAppActor"
+
+
+def clientapp_placement(address: str, class_name: str = CLIENT_ACTOR_CLASS) -> dict[str, Any]:
+    """Where the actors of ``class_name`` lived and where their ``run`` calls finished.
+
+    Connects a driver to the cluster (``ray.init(address=...)``) and reads two tables the GCS
+    keeps without the dashboard, for finished jobs too: the actor table (every actor's node,
+    also once it is dead) and the task events (every actor method call with the node that
+    executed it and its state timestamps). Both are read through ``ray._private.state``, the
+    accessor behind ``ray.util.state``'s listings, which need the dashboard.
+
+    Parameters
+    ----------
+    address : str
+        The cluster's GCS address.
+    class_name : str
+        Actor class (Flower's ``ClientAppActor`` by default).
+
+    Returns
+    -------
+    dict
+        ``nodes``: ids of the live nodes; ``head``: the head's node id; ``actors_per_node``:
+        node id -> ``class_name`` actors placed there; ``runs_per_node``: node id -> finished
+        ``class_name.run`` calls (one per message a ClientApp handled) executed there.
+    """
+    import ray
+    from ray._private import state
+    from ray.core.generated import common_pb2, gcs_pb2
+
+    finished = common_pb2.TaskStatus.Value("FINISHED")  # type: ignore[attr-defined]
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        nodes = [node for node in ray.nodes() if node["Alive"]]
+        actors = Counter(
+            info["Address"]["NodeID"]
+            for info in state.actors().values()
+            if info.get("ActorClassName") == class_name
+        )
+        runs: Counter[str] = Counter()
+        for raw in state.state._connect_and_get_accessor().get_task_events():
+            event = gcs_pb2.TaskEvents.FromString(raw)  # type: ignore[attr-defined]
+            update = event.state_updates
+            if (
+                event.task_info.name == f"{class_name}.run"
+                and update.HasField("node_id")
+                and finished in update.state_ts_ns
+            ):
+                runs[update.node_id.hex()] += 1
+    finally:
+        ray.shutdown()
+    head = next(
+        (n["NodeID"] for n in nodes if "node:__internal_head__" in n.get("Resources", {})), None
+    )
+    return {
+        "nodes": sorted(n["NodeID"] for n in nodes),
+        "head": head,
+        "actors_per_node": dict(actors),
+        "runs_per_node": dict(runs),
+    }
 
 
 def check(
@@ -56,7 +118,7 @@ def check(
     -------
     dict
         ``returncode`` of ``flwr run``, the keys of
-        :func:`experiments.ray_cluster.clientapp_placement` (``nodes``, ``head``,
+        :func:`clientapp_placement` (``nodes``, ``head``,
         ``actors_per_node``, ``runs_per_node``) and ``spread``: every live node hosted a
         ClientApp actor that finished at least one ``run`` (handled a message).
     """

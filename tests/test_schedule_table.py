@@ -10,17 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.schedule_table import (
-    TABLE_COLUMNS,
-    TABLE_POLICIES,
+from experiments.schedule_report import TABLE_COLUMNS
+from experiments.schedule_simulation import (
     PolicySpec,
     TableSettings,
     choose_poc_candidates,
-    main,
     policy_stream_word,
     simulate,
     simulate_rounds,
 )
+from experiments.schedule_table import TABLE_POLICIES, main
 from fedcgd_strategy.policies import PolicyContext, RoundInputs, make_policy
 
 #: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.
