@@ -12,8 +12,14 @@ the preset for every seed (default ``[0]``) and every combination of its sweep (
   seeds of final / best accuracy, rounds to the target accuracy, mean scheduled devices, mean
   WEMD, and a paired t-test of the final accuracy against FedCGD-FSCD),
 - ``table.csv`` and ``runs.csv`` over all sweep points (a ``sweep`` column first),
-- ``estimates.png``: σ̂ and Ĝ per round, mean over seeds, of every (sweep point, policy) (the
-  paper's CIFAR-100 panels).
+- ``estimates.png``: σ̂ and Ĝ per round, mean over seeds with its 95 % band, of every (sweep
+  point, FedCGD policy) (the paper's CIFAR-100 panels),
+- ``sweep.png`` for a preset that sweeps one key: its ``figure_metrics`` against the swept
+  value, mean over seeds ± 95 % CI.
+
+Every figure draws the mean over seeds with its 95 % confidence interval (Student t) from two
+seeds on, and a single seed as its run, and is titled with the data set and settings
+(:mod:`experiments.figures`, :mod:`experiments.figure_titles`).
 
 Presets: ``digits_policies`` (offline), ``cifar10_local_steps`` (accuracy vs τ and Table II),
 ``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``; offline on MNIST-1D
@@ -65,8 +71,10 @@ from experiments.compare_policies import (
     with_policy_params,
     write_table,
 )
+from experiments.figure_titles import runs_title
 from experiments.figures import (
     MIN_RUNS_FOR_BAND,
+    distinct_styles,
     draw_group,
     is_fedcgd,
     label_axis,
@@ -74,7 +82,7 @@ from experiments.figures import (
     metric,
     policy_name,
     policy_order,
-    policy_style,
+    series_styles,
 )
 from experiments.launcher import default_run_config
 from experiments.plot_runs import finish_figure, load_run, round_values, save_figure
@@ -210,6 +218,39 @@ def group_name(label: str, policy: str) -> str:
     return name if label == "default" else f"{name}, {label}"
 
 
+#: Line style of each FedCGD variant in ``estimates.png`` when colours tell the sweep points
+#: apart (other policies take the next free style: :func:`experiments.figures.distinct_styles`).
+ESTIMATE_LINESTYLES: dict[str, Any] = {
+    "fedcgd-fscd": "-",
+    "fedcgd-gs": "--",
+    "fedcgd-fscd-gc": ":",
+    "fedcgd-exact": "-.",
+    "fedcgd-cd": (0, (5, 1)),
+}
+
+
+def estimate_styles(drawn: Sequence[tuple[str, str]], labels: Sequence[str]) -> list[dict]:
+    """Line keywords of each (sweep label, policy) group of ``estimates.png``, all distinct.
+
+    Without a sweep (one label) each policy in its own style
+    (:func:`experiments.figures.series_styles`); with one, a colour per sweep point (in the
+    order of ``labels``) and a line style per FedCGD variant (:data:`ESTIMATE_LINESTYLES`).
+    """
+    if len(set(labels)) <= 1:
+        return series_styles([policy for _, policy in drawn])
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return distinct_styles(
+        [
+            {
+                "color": colours[labels.index(label) % len(colours)],
+                "linestyle": ESTIMATE_LINESTYLES.get(policy, "-"),
+                "linewidth": 1.8,
+            }
+            for label, policy in drawn
+        ]
+    )
+
+
 def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
     """σ̂ and Ĝ used per round (the paper's CIFAR-100 estimate panels).
 
@@ -217,10 +258,10 @@ def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) 
     ----------
     groups : mapping of (sweep label, policy) to sequence of Path
         E.g. ``("local-steps=5", "fedcgd-fscd")`` → result directories (one per seed); each
-        group is drawn as in :func:`experiments.figures.draw_group` (mean and clipped 95 %
-        band from three seeds, the runs themselves below). Only FedCGD policies are drawn (the
-        other rules neither compute σ̂ nor keep Ĝ). One colour per sweep point; FedCGD-FSCD
-        solid, the other FedCGD variants dashed.
+        group is drawn as in :func:`experiments.figures.draw_group` (the mean over seeds and,
+        from two seeds on, its clipped 95 % band; one seed: the run). Only FedCGD policies are
+        drawn (the other rules neither compute σ̂ nor keep Ĝ). Styles: :func:`estimate_styles`.
+        Titled with the runs' settings (:func:`experiments.figure_titles.runs_title`).
     out : Path
         PNG to write.
 
@@ -230,42 +271,49 @@ def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) 
         ``out``.
     """
     keys = ("sigma", "class_gradient_used")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.9), constrained_layout=True)
     labels = list(dict.fromkeys(label for label, _ in groups))
     fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
-    for label, policy in sorted(fedcgd, key=lambda g: (policy_order([g[1]]), labels.index(g[0]))):
-        colour = colours[labels.index(label) % len(colours)]
-        style = {"linestyle": "-" if policy == "fedcgd-fscd" else "--", "linewidth": 1.8}
+    drawn = sorted(fedcgd, key=lambda g: (policy_order([g[1]]), labels.index(g[0])))
+    for (label, policy), style in zip(drawn, estimate_styles(drawn, labels), strict=True):
         runs = [load_run(d)[1] for d in groups[(label, policy)]]
         for ax, key in zip(axes, keys, strict=True):
             curves = [round_values(lines, key) for lines in runs]
-            draw_group(ax, curves, key, group_name(label, policy), color=colour, style=style)
+            draw_group(ax, curves, key, group_name(label, policy), style=style)
     axes[0].set_title("σ̂: spread of the sampled gradients (paper's global σ estimate)")
     axes[1].set_title("Ĝ: class-gradient bound FedCGD uses in the WEMD term")
-    return finish_figure(fig, axes, keys, out)
+    title = runs_title(d for group in drawn for d in groups[group])
+    return finish_figure(fig, axes, keys, out, title)
 
 
 def plot_sweep(
-    rows: list[dict[str, Any]], sweep: Mapping[str, list[Any]], metrics: list[str], out: Path
+    rows: list[dict[str, Any]],
+    sweep: Mapping[str, list[Any]],
+    metrics: list[str],
+    out: Path,
+    title: str = "",
 ) -> Path | None:
     """The preset's figure: each metric's mean over seeds ± 95 % CI against the swept value.
 
     One panel per metric, one line per policy (``rows`` from :func:`table_rows` with a
-    ``sweep`` label). Only for a sweep over one run-config key; None otherwise. Error bars are
-    clipped to what the metric can be (accuracy in [0, 1], counts >= 0) and left out for a
-    point with fewer than three seeds (a 95 % t-interval over two runs says nothing).
+    ``sweep`` label), titled ``title`` (the runs' settings). Only for a sweep over one
+    run-config key; None otherwise. The error bars are the 95 % confidence intervals of
+    ``table.csv`` (Student t, from two seeds on, as every band of the project's figures:
+    :data:`experiments.figures.MIN_RUNS_FOR_BAND`; none for one seed), clipped to what the
+    metric can be (accuracy in [0, 1], counts >= 0).
     """
     if len(sweep) != 1 or not metrics:
         return None
     ((key, values),) = sweep.items()
     fig, axes = plt.subplots(
-        1, len(metrics), figsize=(5.6 * len(metrics), 4.4), squeeze=False, constrained_layout=True
+        1, len(metrics), figsize=(5.6 * len(metrics), 4.7), squeeze=False, constrained_layout=True
     )
     labels = [point_label({key: v}) for v in values]
+    policies = policy_order(r["policy"] for r in rows)
+    styles = series_styles(policies)
     for ax, name in zip(axes[0], metrics, strict=True):
         bounds = metric(name)
-        for policy in policy_order(r["policy"] for r in rows):
+        for policy, style in zip(policies, styles, strict=True):
             by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
             mean = np.array([_number(by_label.get(lb, {}).get(f"{name}_mean")) for lb in labels])
             ci = np.array([_number(by_label.get(lb, {}).get(f"{name}_ci95")) for lb in labels])
@@ -280,13 +328,15 @@ def plot_sweep(
                 marker="o",
                 capsize=3,
                 label=policy_name(policy),
-                **policy_style(policy),
+                **style,
             )
         ax.set_xticks(range(len(values)), [str(v) for v in values])
-        label_axis(ax, name, xlabel=key)
+        label_axis(ax, name, xlabel=key, x_count=False)
         reached = " (runs that reached it)" if name == "rounds_to_target" else ""
-        ax.set_title(f"mean over seeds{reached} ± 95 % CI")
+        ax.set_title(f"mean over seeds{reached}; bars: 95 % CI (Student t)", fontsize=10)
     legend_below(fig, axes[0][0])
+    if title:
+        fig.suptitle(title)
     return save_figure(fig, out)
 
 
@@ -443,7 +493,10 @@ def write_outputs(
     plot_estimates(groups, out / "estimates.png")
     sweep = run_keys(cfg.sweep)
     metrics = list(cfg.get("figure_metrics") or [])
-    figure = plot_sweep(rows, {k: list(v) for k, v in sweep.items()}, metrics, out / "sweep.png")
+    title = runs_title(Path(run["result_dir"]) for run in runs)
+    figure = plot_sweep(
+        rows, {k: list(v) for k, v in sweep.items()}, metrics, out / "sweep.png", title
+    )
     if figure is not None:
         print(f"wrote {figure}")
     print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in rows))

@@ -1,0 +1,109 @@
+"""Figure titles from the runs' recorded settings: data set, split, τ, V and the seeds.
+
+A figure over several result folders is titled with what they were run on, read from each
+folder's ``config.json`` (the resolved run config the ServerApp records), e.g.
+``MNIST-1D · Dirichlet α = 0.1 · τ = 1 · V = 64 · 5 seeds``. A setting that differs between
+the runs lists its values (``τ = 1, 5``); a folder without a readable ``config.json`` adds
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from server_app.json_files import read_json_object
+from server_app.results import CONFIG_FILE
+
+#: Display names of the built-in data sets (a researcher's data set shows its function name).
+DATASET_NAMES = {
+    "digits": "digits",
+    "mnist1d": "MNIST-1D",
+    "cifar10": "CIFAR-10",
+    "cifar100": "CIFAR-100",
+}
+
+#: Separator of the title's parts.
+SEPARATOR = " · "
+
+
+def read_config(result_dir: Path) -> dict[str, Any] | None:
+    """The ``config.json`` of ``result_dir``; None when absent or unreadable (no title part)."""
+    try:
+        return read_json_object(result_dir / CONFIG_FILE)
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+
+def _values(parts: Iterable[str]) -> str:
+    return ", ".join(dict.fromkeys(parts))
+
+
+def dataset_text(config: Mapping[str, Any]) -> str:
+    """``MNIST-1D``; a reference ``pkg.mod:my_data`` as ``my_data``."""
+    name = str(_section(config, "task").get("dataset", "?"))
+    return DATASET_NAMES.get(name, name.rsplit(":", 1)[-1])
+
+
+def split_text(config: Mapping[str, Any]) -> str:
+    """The split: ``Dirichlet α = 0.1`` or ``2 shards per device``, with ``r = 9`` if r > 1."""
+    task = _section(config, "task")
+    if task.get("partition") == "shards":
+        shards = task.get("shards_per_device")
+        text = f"{_number(shards)} shard{'' if shards == 1 else 's'} per device"
+    else:
+        text = f"Dirichlet α = {_number(task.get('dirichlet_alpha'))}"
+    ratio = task.get("imbalance_ratio", 1.0)
+    if ratio != 1.0:
+        text += f", r = {_number(ratio)}"
+    return text
+
+
+def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    section = config.get(name)
+    return section if isinstance(section, Mapping) else {}
+
+
+def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool = True) -> str:
+    """The title of a figure over runs with these recorded configs ("" when none is known).
+
+    Parameters
+    ----------
+    configs : sequence of mapping or None
+        Each run's ``config.json`` (None: unknown, left out).
+    seeds : bool
+        End with the seeds: ``seed 0`` for one, ``5 seeds`` for several distinct ones.
+
+    Returns
+    -------
+    str
+        Data set · split (and imbalance ratio r when above 1) · τ (local steps) · V (devices)
+        · aggregator when not the scheduler's FedAvg · seeds, joined by " · ", each listing
+        its distinct values in order of appearance when the runs differ.
+    """
+    known = [c for c in configs if c]
+    if not known:
+        return ""
+    parts = [
+        _values(dataset_text(c) for c in known),
+        _values(split_text(c) for c in known),
+        "τ = " + _values(_number(_section(c, "training").get("local_steps")) for c in known),
+        "V = " + _values(_number(_section(c, "task").get("num_devices")) for c in known),
+    ]
+    aggregators = [str(c.get("aggregator") or "") for c in known]
+    if any(aggregators):
+        parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
+    if seeds:
+        distinct = list(dict.fromkeys(_section(c, "task").get("seed") for c in known))
+        parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
+    return SEPARATOR.join(parts)
+
+
+def runs_title(result_dirs: Iterable[Path], *, seeds: bool = True) -> str:
+    """:func:`settings_title` of the runs in ``result_dirs``."""
+    return settings_title([read_config(d) for d in result_dirs], seeds=seeds)
