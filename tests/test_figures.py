@@ -1,6 +1,9 @@
-"""Figure conventions: bands stay inside what a metric can be; few seeds are drawn run by run."""
+"""Figure conventions: bands stay inside what a metric can be; figures tell runs apart."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -8,9 +11,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from fake_runs import write_run
 from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_hex
 
-from experiments.figures import draw_group, metric, policy_style
+from experiments.figure_titles import settings_title
+from experiments.figures import (
+    BAND_LABEL,
+    POLICY_COLORS,
+    draw_group,
+    label_axis,
+    legend_below,
+    metric,
+    moving_average,
+    policy_style,
+    series_styles,
+    smoothing_window,
+)
 
 
 def _band_y(ax: plt.Axes) -> np.ndarray:
@@ -41,18 +58,6 @@ def test_count_band_stays_non_negative() -> None:
     plt.close(fig)
 
 
-def test_fewer_than_three_runs_are_drawn_one_by_one_without_a_band() -> None:
-    curves = [{1: 0.1, 2: 0.3}, {1: 0.9, 2: 0.7}]
-    fig, ax = plt.subplots()
-    draw_group(ax, curves, "accuracy", "two seeds")
-    lines = ax.get_lines()
-    assert [list(line.get_ydata()) for line in lines] == [[0.1, 0.3], [0.9, 0.7]]
-    assert lines[0].get_label() == "two seeds"
-    assert lines[0].get_color() == lines[1].get_color()
-    assert not [c for c in ax.collections if isinstance(c, PolyCollection)]
-    plt.close(fig)
-
-
 def test_labels_carry_units_and_fedcgd_stands_out() -> None:
     assert metric("accuracy").label.endswith("(fraction correct)")
     assert "(count)" in metric("num_scheduled").label
@@ -76,3 +81,291 @@ def test_the_shared_legend_fits_inside_the_figure_with_long_names():
     box = fig.legends[0].get_window_extent()
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width
     plt.close(fig)
+
+
+# --- Figures tell runs apart (styles, labels, ticks, titles, smoothing, the 2-seed rule) ---
+
+OWN_POLICY = "examples.proportional_fair:ProportionalFair"
+
+
+def _capture(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Keep every figure the plotting functions would save (drawn, not written)."""
+    figures: list[Any] = []
+
+    def keep(fig: Any, out: Path, dpi: int = 120) -> Path:
+        fig.canvas.draw()
+        figures.append(fig)
+        return out
+
+    monkeypatch.setattr("experiments.plot_runs.save_figure", keep)
+    monkeypatch.setattr("experiments.reproduce.save_figure", keep)
+    return figures
+
+
+def _series(ax: Any) -> list[tuple[str, str, str]]:
+    """(label, colour, line style) of every labelled line of ``ax``."""
+    return [
+        (line.get_label(), to_hex(line.get_color()), repr(line.get_linestyle()))
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    ]
+
+
+def _visible_ticks(axis: Any) -> list[float]:
+    lo, hi = sorted(axis.get_view_interval())
+    return [t for t in axis.get_majorticklocs() if lo - 1e-9 <= t <= hi + 1e-9]
+
+
+def _lines(rounds: int, scheduled: Any = 4, wemd: Any = 0.2) -> list[dict[str, Any]]:
+    return [
+        {
+            "round": r,
+            "accuracy": 0.1 * r,
+            "num_scheduled": scheduled(r) if callable(scheduled) else scheduled,
+            "wemd": wemd(r) if callable(wemd) else wemd,
+        }
+        for r in range(1, rounds + 1)
+    ]
+
+
+def test_every_built_in_and_own_policy_gets_its_own_colour_and_line_style() -> None:
+    from fedcgd_strategy.policies.registry import POLICY_NAMES as BUILT_IN
+
+    own = [f"lab.policies:Mine{i}" for i in range(9)] + ["/abs/fair.py:Fair"]
+    policies = [*BUILT_IN, *own]
+    styles = series_styles(policies)
+    pairs = {(to_hex(s["color"]), repr(s["linestyle"])) for s in styles}
+    assert len(pairs) == len(policies)
+    reordered = dict(zip(reversed(BUILT_IN), series_styles(list(reversed(BUILT_IN))), strict=True))
+    for policy, style in zip(BUILT_IN, styles, strict=False):  # fixed, the same in every figure
+        assert to_hex(style["color"]) == POLICY_COLORS[policy]
+        assert style == reordered[policy]
+    # The issue's case: a researcher's policy beside BC is not a second blue dashed line.
+    bc, mine = series_styles(["bc", "lab.policies:Mine0"])
+    assert (bc["color"], bc["linestyle"]) != (mine["color"], mine["linestyle"])
+    assert to_hex(mine["color"]) not in POLICY_COLORS.values()
+
+
+def test_an_own_policy_beside_bc_is_drawn_apart_in_the_comparison_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.plot_runs import plot_mean_runs
+
+    figures = _capture(monkeypatch)
+    groups: dict[str, list[Path]] = {}
+    for policy in ("bc", OWN_POLICY, "fedcgd-fscd"):
+        for seed in (0, 1, 2):
+            folder = tmp_path / policy.rsplit(":", 1)[-1] / f"seed-{seed}"
+            write_run(folder, {"policy": policy, "seed": seed}, _lines(4))
+            groups.setdefault(policy, []).append(folder)
+    plot_mean_runs(groups, tmp_path / "mean.png")
+    (fig,) = figures
+    for ax in fig.axes:
+        series = _series(ax)
+        assert len(series) == 3
+        assert len({(colour, style) for _, colour, style in series}) == 3
+    assert {label for label, _, _ in _series(fig.axes[0])} == {
+        "BC (best channel) (n=3)",
+        "ProportionalFair (n=3)",
+        "FedCGD-FSCD (n=3)",
+    }
+
+
+def test_plot_runs_tells_two_runs_of_one_policy_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.plot_runs import plot_runs
+
+    figures = _capture(monkeypatch)
+    dirs = [tmp_path / "cmp" / "bc" / f"seed-{s}" for s in (0, 1)] + [tmp_path / "other"]
+    for seed, folder in enumerate(dirs[:2]):
+        write_run(folder, {"policy": "bc", "seed": seed}, _lines(3))
+    write_run(dirs[2], {"policy": "fedcgd-fscd"}, _lines(3))
+    plot_runs(dirs, tmp_path / "runs.png")
+    (fig,) = figures
+    series = _series(fig.axes[0])
+    assert [label for label, _, _ in series] == [
+        "BC (best channel) · seed-0",
+        "BC (best channel) · seed-1",
+        "FedCGD-FSCD",  # alone with its policy: no folder needed
+    ]
+    assert len({(colour, style) for _, colour, style in series}) == 3
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert legend == [label for label, _, _ in series]  # one run: no band to name
+
+
+def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> None:
+    from experiments.plot_runs import run_labels
+
+    dirs = [Path("/r/a/seed-0"), Path("/r/b/seed-0"), Path("/r/a/seed-0")]
+    assert run_labels(dirs, ["poc"] * 3) == [
+        "POC (power of choice) · seed-0 #1",
+        "POC (power of choice) · b/seed-0",
+        "POC (power of choice) · seed-0 #2",
+    ]
+    assert run_labels(dirs[:2], ["poc", "bc"]) == ["POC (power of choice)", "BC (best channel)"]
+
+
+def test_rounds_and_device_counts_get_integer_ticks_even_when_constant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.plot_runs import plot_runs
+
+    figures = _capture(monkeypatch)
+    write_run(tmp_path / "r", {"policy": "bc"}, _lines(2, scheduled=4))  # rounds 1, 2; 4 always
+    plot_runs([tmp_path / "r"], tmp_path / "r.png")
+    (fig,) = figures
+    accuracy, scheduled, wemd = fig.axes
+    for axis in (accuracy.xaxis, scheduled.xaxis, wemd.xaxis, scheduled.yaxis):
+        ticks = _visible_ticks(axis)
+        assert len(ticks) >= 2 and all(t == int(t) for t in ticks), ticks
+    assert 4 in _visible_ticks(scheduled.yaxis)
+    assert not all(t == int(t) for t in _visible_ticks(wemd.yaxis))  # not a count: untouched
+
+
+def test_count_ticks_never_go_below_zero_for_a_count_that_stays_at_zero() -> None:
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [0, 0, 0])
+    label_axis(ax, "num_scheduled")
+    fig.canvas.draw()
+    assert ax.get_ylim() == (0.0, 1.0) and _visible_ticks(ax.yaxis) == [0.0, 1.0]
+    plt.close(fig)
+
+
+def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
+    def config(seed: int, alpha: float = 0.1, tau: int = 1) -> dict[str, Any]:
+        task = {"dataset": "mnist1d", "partition": "dirichlet", "dirichlet_alpha": alpha}
+        task |= {"imbalance_ratio": 1.0, "num_devices": 64, "seed": seed}
+        return {"task": task, "training": {"local_steps": tau}, "aggregator": ""}
+
+    five = [config(s) for s in range(5)]
+    assert settings_title(five) == "MNIST-1D · Dirichlet α = 0.1 · τ = 1 · V = 64 · 5 seeds"
+    mixed = [config(0, tau=1), config(0, tau=5), None]  # a folder without config.json: skipped
+    assert settings_title(mixed) == "MNIST-1D · Dirichlet α = 0.1 · τ = 1, 5 · V = 64 · seed 0"
+    shards = config(3)
+    shards["task"] |= {"partition": "shards", "shards_per_device": 1, "imbalance_ratio": 9.0}
+    shards["aggregator"] = "FedMedian"
+    assert settings_title([shards], seeds=False) == (
+        "MNIST-1D · 1 shard per device, r = 9 · τ = 1 · V = 64 · aggregator FedMedian"
+    )
+    assert settings_title([None]) == ""
+
+
+def test_a_comparison_figure_is_titled_from_the_recorded_configs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.plot_runs import plot_mean_runs
+
+    figures = _capture(monkeypatch)
+    shared = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3}
+    shared |= {"local-steps": 5, "num-devices": 12}
+    dirs = [tmp_path / f"seed-{s}" for s in (0, 1, 2)]
+    for seed, folder in enumerate(dirs):
+        write_run(folder, {**shared, "policy": "bc", "seed": seed}, _lines(3))
+    plot_mean_runs({"bc": dirs}, tmp_path / "mean.png")
+    (fig,) = figures
+    assert fig.get_suptitle() == "digits · Dirichlet α = 0.3 · τ = 5 · V = 12 · 3 seeds"
+
+
+def test_moving_average_is_the_centred_mean_cut_at_the_ends() -> None:
+    # window 3: [1, 2, 3, 4, 10] -> (1+2)/2, (1+2+3)/3, (2+3+4)/3, (3+4+10)/3, (4+10)/2
+    got = moving_average([1, 2, 3, 4, 10], 3)
+    assert list(got) == pytest.approx([1.5, 2.0, 3.0, 17 / 3, 7.0])
+    assert list(moving_average([5, 7], 1)) == [5.0, 7.0]
+    assert [smoothing_window(n) for n in (10, 30, 400, 1500)] == [1, 3, 21, 75]
+    with pytest.raises(ValueError, match="odd"):
+        moving_average([1, 2], 2)
+
+
+def test_per_round_panels_draw_the_moving_average_over_the_faint_raw_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.plot_runs import plot_runs
+
+    figures = _capture(monkeypatch)
+    scheduled = [3, 9, 6, 12, 0] * 6  # 30 rounds: window 3
+    write_run(tmp_path / "r", {"policy": "bc"}, _lines(30, scheduled=lambda r: scheduled[r - 1]))
+    plot_runs([tmp_path / "r"], tmp_path / "r.png")
+    (fig,) = figures
+    panel = fig.axes[1]
+    (line,) = [x for x in panel.get_lines() if not x.get_label().startswith("_")]
+    by_hand = (
+        [(3 + 9) / 2]
+        + [sum(scheduled[i - 1 : i + 2]) / 3 for i in range(1, 29)]
+        + [(scheduled[28] + scheduled[29]) / 2]
+    )
+    assert list(line.get_ydata()) == pytest.approx(by_hand)
+    (faint,) = [x for x in panel.get_lines() if x.get_label().startswith("_")]
+    assert list(faint.get_ydata()) == scheduled and faint.get_alpha() < 0.5
+    assert "moving average over 3 rounds" in panel.get_title()
+    (accuracy,) = fig.axes[0].get_lines()  # accuracy is not smoothed
+    assert list(accuracy.get_ydata()) == pytest.approx([0.1 * r for r in range(1, 31)])
+
+
+def test_two_seeds_draw_the_mean_and_its_t_band_with_one_degree_of_freedom() -> None:
+    # sigma at round 1: 10 and 11 -> mean 10.5, sd 0.7071, t(0.975, 1) = 12.7062:
+    # half-width 12.7062 * 0.7071 / sqrt(2) = 6.3531.
+    curves = [{1: 10.0, 2: 3.0}, {1: 11.0, 2: 3.0}]
+    fig, ax = plt.subplots()
+    draw_group(ax, curves, "sigma", "two seeds")
+    (line,) = ax.get_lines()
+    assert list(line.get_ydata()) == pytest.approx([10.5, 3.0])
+    y = _band_y(ax)
+    assert y.max() == pytest.approx(10.5 + 6.353102, abs=1e-5)
+    assert y.min() == pytest.approx(3.0)  # round 2: no spread
+    assert [c.get_gid() for c in ax.collections] == ["ci95-band"]
+    legend_below(fig, ax)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["two seeds", BAND_LABEL]
+    plt.close(fig)
+
+
+def test_one_run_is_its_own_line_without_a_band() -> None:
+    fig, ax = plt.subplots()
+    draw_group(ax, [{1: 0.2, 2: 0.4}], "accuracy", "one seed")
+    (line,) = ax.get_lines()
+    assert list(line.get_ydata()) == [0.2, 0.4] and not ax.collections
+    legend_below(fig, ax)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["one seed"]
+    plt.close(fig)
+
+
+def test_the_sweep_figure_draws_two_seed_error_bars_as_its_title_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.reproduce import plot_sweep
+
+    figures = _capture(monkeypatch)
+    rows = [
+        {"sweep": f"local-steps={t}", "policy": "bc", "n_seeds": 2}
+        | {"final_accuracy_mean": m, "final_accuracy_ci95": 0.05}
+        for t, m in ((1, 0.5), (5, 0.6))
+    ]
+    plot_sweep(rows, {"local-steps": [1, 5]}, ["final_accuracy"], tmp_path / "s.png", "T")
+    (fig,) = figures
+    (ax,) = fig.axes
+    assert "95 % CI" in ax.get_title() and fig.get_suptitle() == "T"
+    (container,) = ax.containers
+    (bars,) = container.lines[2]
+    spans = [seg[1][1] - seg[0][1] for seg in bars.get_segments()]
+    assert spans == pytest.approx([0.1, 0.1])
+
+
+def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.reproduce import plot_estimates
+
+    figures = _capture(monkeypatch)
+    groups = {}
+    for tau in (1, 5):
+        for policy in ("fedcgd-fscd", "fedcgd-gs", "fedcgd-fscd-gc", "bc"):
+            folder = tmp_path / f"local-steps={tau}" / policy / "seed-0"
+            lines = [{**x, "sigma": 1.0, "class_gradient_used": 1.0} for x in _lines(3)]
+            write_run(folder, {"policy": policy, "local-steps": tau}, lines)
+            groups[(f"local-steps={tau}", policy)] = [folder]
+    plot_estimates(groups, tmp_path / "estimates.png")
+    (fig,) = figures
+    series = _series(fig.axes[0])
+    assert len(series) == 6  # FedCGD only
+    assert len({(colour, style) for _, colour, style in series}) == 6
+    assert "τ = 1, 5" in fig.get_suptitle()
