@@ -98,6 +98,8 @@ from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib import colormaps
+from matplotlib.colors import to_hex
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -218,8 +220,8 @@ def group_name(label: str, policy: str) -> str:
     return name if label == "default" else f"{name}, {label}"
 
 
-#: Line style of each FedCGD variant in ``estimates.png`` when colours tell the sweep points
-#: apart (other policies take the next free style: :func:`experiments.figures.distinct_styles`).
+#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours are the sweep
+#: points there; another policy takes the next free style: :func:`distinct_styles`).
 ESTIMATE_LINESTYLES: dict[str, Any] = {
     "fedcgd-fscd": "-",
     "fedcgd-gs": "--",
@@ -232,17 +234,19 @@ ESTIMATE_LINESTYLES: dict[str, Any] = {
 def estimate_styles(drawn: Sequence[tuple[str, str]], labels: Sequence[str]) -> list[dict]:
     """Line keywords of each (sweep label, policy) group of ``estimates.png``, all distinct.
 
-    Without a sweep (one label) each policy in its own style
-    (:func:`experiments.figures.series_styles`); with one, a colour per sweep point (in the
-    order of ``labels``) and a line style per FedCGD variant (:data:`ESTIMATE_LINESTYLES`).
+    Without a sweep (one label) each policy in its colour and style of every figure
+    (:func:`experiments.figures.series_styles`). Over a sweep the sweep points are what the
+    panels compare (σ̂ against τ), so they get the colours: shades of the sequential "viridis"
+    map from dark (first point) to light (last), none of them a policy's colour, and each
+    FedCGD variant its line style (:data:`ESTIMATE_LINESTYLES`).
     """
     if len(set(labels)) <= 1:
         return series_styles([policy for _, policy in drawn])
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    shades = colormaps["viridis"](np.linspace(0.0, 0.8, len(labels)))
     return distinct_styles(
         [
             {
-                "color": colours[labels.index(label) % len(colours)],
+                "color": to_hex(shades[labels.index(label)]),
                 "linestyle": ESTIMATE_LINESTYLES.get(policy, "-"),
                 "linewidth": 1.8,
             }
@@ -274,7 +278,8 @@ def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.9), constrained_layout=True)
     labels = list(dict.fromkeys(label for label, _ in groups))
     fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
-    drawn = sorted(fedcgd, key=lambda g: (policy_order([g[1]]), labels.index(g[0])))
+    order = policy_order(p for _, p in fedcgd)
+    drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
     for (label, policy), style in zip(drawn, estimate_styles(drawn, labels), strict=True):
         runs = [load_run(d)[1] for d in groups[(label, policy)]]
         for ax, key in zip(axes, keys, strict=True):

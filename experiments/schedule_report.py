@@ -133,14 +133,18 @@ def plot_fit(rows: Sequence[Mapping[str, object]], chosen: int, path: Path) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments.figures import POLICY_COLORS, count_ticks
+
     v = [int(number(r["poc_candidates"])) for r in rows]
     m = [number(r["mean_scheduled"]) for r in rows]
     ci = [number(r["scheduled_ci95"]) for r in rows]
     ci = [0.0 if not math.isfinite(c) else c for c in ci]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.errorbar(v, m, yerr=ci, marker="o", ms=3, capsize=2, label="POC (95 % CI)")
-    ax.axhline(POC_TARGET_SCHEDULED, color="C1", ls="--", label="paper POC 13.71")
-    ax.axvline(chosen, color="C2", ls=":", label=f"chosen V' = {chosen}")
+    poc = POLICY_COLORS["poc"]  # POC's colour in every figure
+    ax.errorbar(v, m, yerr=ci, marker="o", ms=3, capsize=2, color=poc, label="POC (95 % CI)")
+    ax.axhline(POC_TARGET_SCHEDULED, color="0.2", ls="--", label="paper POC 13.71")
+    ax.axvline(chosen, color="0.5", ls=":", label=f"chosen V' = {chosen}")
+    count_ticks(ax.xaxis, 0.0)  # V': a number of devices
     ax.set_xlabel("V' (POC candidates)")
     ax.set_ylabel("avg. scheduled number")
     ax.grid(alpha=0.3)

@@ -232,14 +232,18 @@ def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path])
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments.figures import POLICY_COLORS, count_ticks
+
     fig, (ax_it, ax_err) = plt.subplots(1, 2, figsize=(11, 3.8))
     labels = {"gs": "GS", "fscd": "FSCD", "cd": "CD"}
     ratios = sorted({r["ratio"] for r in summary if r["ratio"] != "all"}, key=float)
     for method in HEURISTICS:
         rows = [r for r in summary if r["method"] == method and r["ratio"] == "all"]
         sizes = [int(r["num_devices"]) for r in rows]
-        line = ax_it.plot(sizes, [r["mean_iterations"] for r in rows], "o-", label=labels[method])
-        color = line[0].get_color()
+        color = POLICY_COLORS[f"fedcgd-{method}"]  # as the policy FedCGD-<method> everywhere
+        ax_it.plot(
+            sizes, [r["mean_iterations"] for r in rows], "o-", color=color, label=labels[method]
+        )
         ax_err.plot(
             sizes,
             [100 * float(r["mean_rel_error"]) for r in rows],
@@ -280,6 +284,7 @@ def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path])
     )
     for ax in (ax_it, ax_err):
         ax.grid(alpha=0.3)
+        count_ticks(ax.xaxis, 0.0)  # V: a number of devices
     fig.tight_layout()
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
