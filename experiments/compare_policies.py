@@ -15,7 +15,9 @@ writes from the result files:
   FedCGD-FSCD; ``p_value_vs_fedcgd_fscd``; ``n_paired``), and the same for the best accuracy
   (``best_diff_vs_fedcgd_fscd``, ``best_p_value_vs_fedcgd_fscd``);
 - ``curves.png``: accuracy, scheduled devices and WEMD per round; with several seeds the mean
-  per policy with a shaded 95 % band.
+  per policy with a shaded 95 % band (from two seeds on), scheduled devices and WEMD as a
+  moving average over the faint per-round line, titled with the data set and settings
+  (:func:`experiments.plot_runs.plot_mean_runs`).
 
 ``--aggregators default,FedMedian,FedTrimmedAvg`` sweeps the run-config key ``aggregator`` as
 well: one comparison of the policies per aggregator, each in ``<out>/aggregator=<name>/`` with
@@ -249,7 +251,10 @@ def write_table(
 
 
 def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
-    """``curves.png``: one curve per policy, mean and 95 % band when a policy has several seeds."""
+    """``curves.png``: one curve per policy, mean and 95 % band when a policy has two seeds or more.
+
+    With one seed per policy each run is drawn as itself (:func:`experiments.plot_runs.plot_runs`).
+    """
     groups: dict[str, list[Path]] = {}
     for run in runs:
         groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
