@@ -24,6 +24,9 @@ DATASET_NAMES = {
     "cifar100": "CIFAR-100",
 }
 
+#: Longest data-set name shown (a title stays one line whatever a config holds).
+MAX_NAME = 40
+
 #: Separator of the title's parts.
 SEPARATOR = " · "
 
@@ -47,7 +50,7 @@ def _values(parts: Iterable[str]) -> str:
 def dataset_text(config: Mapping[str, Any]) -> str:
     """``MNIST-1D``; a reference ``pkg.mod:my_data`` as ``my_data``."""
     name = str(_section(config, "task").get("dataset", "?"))
-    return DATASET_NAMES.get(name, name.rsplit(":", 1)[-1])
+    return DATASET_NAMES.get(name, name.rsplit(":", 1)[-1])[:MAX_NAME]
 
 
 def split_text(config: Mapping[str, Any]) -> str:
@@ -75,7 +78,8 @@ def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool =
     Parameters
     ----------
     configs : sequence of mapping or None
-        Each run's ``config.json`` (None: unknown, left out).
+        Each run's ``config.json`` (None, or one without a ``task`` table: unknown, left
+        out).
     seeds : bool
         End with the seeds: ``seed 0`` for one, ``5 seeds`` for several distinct ones.
 
@@ -86,7 +90,7 @@ def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool =
         · aggregator when not the scheduler's FedAvg · seeds, joined by " · ", each listing
         its distinct values in order of appearance when the runs differ.
     """
-    known = [c for c in configs if c]
+    known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
     if not known:
         return ""
     parts = [
@@ -99,7 +103,7 @@ def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool =
     if any(aggregators):
         parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
     if seeds:
-        distinct = list(dict.fromkeys(_section(c, "task").get("seed") for c in known))
+        distinct = list(dict.fromkeys(_number(_section(c, "task").get("seed")) for c in known))
         parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
     return SEPARATOR.join(parts)
 

@@ -248,7 +248,10 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
     assert settings_title([shards], seeds=False) == (
         "MNIST-1D · 1 shard per device, r = 9 · τ = 1 · V = 64 · aggregator FedMedian"
     )
-    assert settings_title([None]) == ""
+    assert settings_title([None]) == "" and settings_title([{"task": "not a table"}]) == ""
+    hostile = config(0)
+    hostile["task"] |= {"seed": [1, 2], "dataset": "pkg.data:" + "x" * 500, "num_devices": "64"}
+    assert settings_title([hostile]) == (f"{'x' * 40} · Dirichlet α = 0.1 · τ = 1 · V = ? · seed ?")
 
 
 def test_a_comparison_figure_is_titled_from_the_recorded_configs(
