@@ -203,19 +203,26 @@ def mean_band(curves: Sequence[Mapping[int, float | None]]) -> Band:
     Returns
     -------
     Band
-        One entry per round present in any curve.
+        One entry per round present in any curve; each round's mean and half-width are
+        :func:`mean_ci95` of the seeds' finite values there (computed for all rounds at once).
     """
     x = sorted({int(r) for curve in curves for r in curve})
-    means, halves, counts = [], [], []
-    for r in x:
-        column = finite(curve.get(r) for curve in curves)
-        mean, half = mean_ci95(column)
-        means.append(mean)
-        halves.append(half)
-        counts.append(len(column))
+    column = {r: i for i, r in enumerate(x)}
+    values = np.full((len(curves), len(x)), np.nan)
+    for row, curve in enumerate(curves):
+        for r, value in curve.items():
+            if value is not None:
+                values[row, column[int(r)]] = float(value)
+    values[~np.isfinite(values)] = np.nan  # NaN and infinities are missing values
+    n = np.sum(~np.isnan(values), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):  # rounds without 1 or 2 values
+        mean = np.nansum(values, axis=0) / n
+        sd = np.sqrt(np.nansum((values - mean) ** 2, axis=0) / (n - 1))
+        t = stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1))
+        half = np.where(n >= 2, t * sd / np.sqrt(n), np.nan)
     return Band(
         x=np.array(x, dtype=int),
-        mean=np.array(means, dtype=float),
-        half_width=np.array(halves, dtype=float),
-        n=np.array(counts, dtype=int),
+        mean=np.where(n > 0, mean, np.nan),
+        half_width=half,
+        n=n.astype(int),
     )

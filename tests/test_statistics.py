@@ -100,3 +100,23 @@ def test_mean_band_per_round():
     assert band.half_width[1] == pytest.approx(stats.t.ppf(0.975, 1) * 0.1)
     assert np.isnan(band.half_width[2:]).all()
     assert mean_band([]).x.size == 0
+
+
+def test_mean_band_equals_mean_ci95_round_by_round():
+    """The all-rounds-at-once band against the per-round oracle, with gaps, None, NaN, inf."""
+    rng = np.random.default_rng(7)
+    curves = []
+    for _ in range(5):
+        curve = {}
+        for r in range(1, 41):
+            draw = rng.random()
+            if draw < 0.15:
+                continue  # round missing
+            curve[r] = None if draw < 0.2 else float("nan") if draw < 0.25 else rng.normal()
+        curve[41] = float("inf")
+        curves.append(curve)
+    band = mean_band(curves)
+    for i, r in enumerate(band.x):
+        mean, half = mean_ci95(curve.get(r) for curve in curves)
+        assert band.n[i] == len(finite(curve.get(r) for curve in curves))
+        np.testing.assert_allclose([band.mean[i], band.half_width[i]], [mean, half], rtol=1e-12)
