@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.colors import to_hex
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
@@ -231,6 +232,43 @@ def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         taken.add(_style_key(style))
         out.append(style)
     return out
+
+
+#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours are the sweep
+#: points there; another policy takes the next free style: :func:`distinct_styles`).
+ESTIMATE_LINESTYLES: dict[str, Any] = {
+    "fedcgd-fscd": "-",
+    "fedcgd-gs": "--",
+    "fedcgd-fscd-gc": ":",
+    "fedcgd-exact": "-.",
+    "fedcgd-cd": (0, (5, 1)),
+}
+
+
+def estimate_styles(
+    drawn: Sequence[tuple[str, str]], labels: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Line keywords of each (sweep label, policy) group of ``estimates.png``, all distinct.
+
+    Without a sweep (one label) each policy in its colour and style of every figure
+    (:func:`series_styles`). Over a sweep the sweep points are what the panels compare (σ̂
+    against τ), so they get the colours: shades of the sequential "viridis" map from dark
+    (first point) to light (last), none of them a policy's colour, and each FedCGD variant its
+    line style (:data:`ESTIMATE_LINESTYLES`).
+    """
+    if len(set(labels)) <= 1:
+        return series_styles([policy for _, policy in drawn])
+    shades = colormaps["viridis"](np.linspace(0.0, 0.8, len(labels)))
+    return distinct_styles(
+        [
+            {
+                "color": to_hex(shades[labels.index(label)]),
+                "linestyle": ESTIMATE_LINESTYLES.get(policy, "-"),
+                "linewidth": 1.8,
+            }
+            for label, policy in drawn
+        ]
+    )
 
 
 def smoothing_window(num_rounds: int) -> int:

@@ -74,8 +74,8 @@ from experiments.compare_policies import (
 from experiments.figure_titles import runs_title
 from experiments.figures import (
     MIN_RUNS_FOR_BAND,
-    distinct_styles,
     draw_group,
+    estimate_styles,
     is_fedcgd,
     label_axis,
     legend_below,
@@ -98,8 +98,6 @@ from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib import colormaps
-from matplotlib.colors import to_hex
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -220,41 +218,6 @@ def group_name(label: str, policy: str) -> str:
     return name if label == "default" else f"{name}, {label}"
 
 
-#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours are the sweep
-#: points there; another policy takes the next free style: :func:`distinct_styles`).
-ESTIMATE_LINESTYLES: dict[str, Any] = {
-    "fedcgd-fscd": "-",
-    "fedcgd-gs": "--",
-    "fedcgd-fscd-gc": ":",
-    "fedcgd-exact": "-.",
-    "fedcgd-cd": (0, (5, 1)),
-}
-
-
-def estimate_styles(drawn: Sequence[tuple[str, str]], labels: Sequence[str]) -> list[dict]:
-    """Line keywords of each (sweep label, policy) group of ``estimates.png``, all distinct.
-
-    Without a sweep (one label) each policy in its colour and style of every figure
-    (:func:`experiments.figures.series_styles`). Over a sweep the sweep points are what the
-    panels compare (σ̂ against τ), so they get the colours: shades of the sequential "viridis"
-    map from dark (first point) to light (last), none of them a policy's colour, and each
-    FedCGD variant its line style (:data:`ESTIMATE_LINESTYLES`).
-    """
-    if len(set(labels)) <= 1:
-        return series_styles([policy for _, policy in drawn])
-    shades = colormaps["viridis"](np.linspace(0.0, 0.8, len(labels)))
-    return distinct_styles(
-        [
-            {
-                "color": to_hex(shades[labels.index(label)]),
-                "linestyle": ESTIMATE_LINESTYLES.get(policy, "-"),
-                "linewidth": 1.8,
-            }
-            for label, policy in drawn
-        ]
-    )
-
-
 def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
     """σ̂ and Ĝ used per round (the paper's CIFAR-100 estimate panels).
 
@@ -264,8 +227,9 @@ def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) 
         E.g. ``("local-steps=5", "fedcgd-fscd")`` → result directories (one per seed); each
         group is drawn as in :func:`experiments.figures.draw_group` (the mean over seeds and,
         from two seeds on, its clipped 95 % band; one seed: the run). Only FedCGD policies are
-        drawn (the other rules neither compute σ̂ nor keep Ĝ). Styles: :func:`estimate_styles`.
-        Titled with the runs' settings (:func:`experiments.figure_titles.runs_title`).
+        drawn (the other rules neither compute σ̂ nor keep Ĝ); styles from
+        :func:`experiments.figures.estimate_styles`; titled with the runs' settings
+        (:func:`experiments.figure_titles.runs_title`).
     out : Path
         PNG to write.
 
