@@ -33,13 +33,8 @@ from client_app.app import app as client_app
 from experiments.inprocess import run_inprocess
 from experiments.launcher import default_run_config, validated_run_config, with_resolved_data_dir
 from fedcgd_strategy.aggregation import fedavg
-from fedcgd_strategy.flower.aggregators import (
-    aggregate_uploads,
-    aggregator_state,
-    load_aggregator_state,
-    make_aggregator,
-    synthetic_uploads,
-)
+from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
+from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, synthetic_uploads
 from fedcgd_task import keys
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
@@ -183,7 +178,7 @@ def refused(tmp_path: Path, **overrides: Any) -> str:
         ),
         (
             {"aggregator": "Krum", "aggregator-params.num-malicious": 1},
-            "takes no parameter 'num_malicious' from a run config; allowed: num-malicious-nodes",
+            "aggregator 'Krum' takes no parameter 'num_malicious'; allowed: num-malicious-nodes",
         ),
         (
             {"aggregator": "Krum", "aggregator-params.num-malicious-nodes": 1.5},
@@ -203,8 +198,8 @@ def refused(tmp_path: Path, **overrides: Any) -> str:
         ),
         ({"aggregator": "QFedAvg"}, "needs a value for 'client_learning_rate'"),
         (
-            {"aggregator": "DifferentialPrivacyServerSideFixedClipping"},
-            "needs a value for 'strategy': it is not a value a run config can hold",
+            {"aggregator": "DifferentialPrivacyClientSideFixedClipping"},
+            "client-side clipping needs the clients' fixedclipping_mod",
         ),
         ({"aggregator": "FedProx"}, "FedProx changes the clients' training"),
         ({"aggregator": "FedAvg", "aggregator-params": "{beta = "}, "not a TOML inline table"),
