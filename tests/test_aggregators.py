@@ -370,7 +370,9 @@ def readme_command(start: str) -> list[str]:
 
 
 def test_readme_inprocess_aggregator_command_runs(tmp_path):
-    words = readme_command('.venv/bin/python -m experiments.inprocess --run-config "aggregator=')
+    words = readme_command(
+        ".venv/bin/python -m experiments.inprocess --run-config \"aggregator='Krum'"
+    )
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8"
     proc = subprocess.run(
@@ -390,7 +392,7 @@ def test_readme_inprocess_aggregator_command_runs(tmp_path):
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):
-    words = readme_command(".venv/bin/python tests/attack_sweep.py")
+    words = readme_command(".venv/bin/python tests/attack_sweep.py --seeds")
     words[words.index("--seeds") + 1] = "0"
     words[words.index("--out") + 1] = str(tmp_path)
     small = ["--rounds", "2", "--policies", "all", "--aggregators", "FedAvg,Krum"]

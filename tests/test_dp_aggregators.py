@@ -18,7 +18,11 @@ stateful aggregators.)
 from __future__ import annotations
 
 import copy
+import csv
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
-from test_aggregators import NODES, Recorder, V, initial_model, refused, run
+from test_aggregators import NODES, PROJECT, Recorder, V, initial_model, refused, run
 
 from client_app.app import app as client_app
 from experiments.inprocess import run_inprocess
@@ -37,7 +41,7 @@ from experiments.launcher import default_run_config, validated_run_config
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
 from fedcgd_strategy.flower.dp_aggregators import noise_seed
 from fedcgd_task import keys
-from server_app.results import MODEL_FILE
+from server_app.results import METRICS_FILE, MODEL_FILE
 
 FIXED = "DifferentialPrivacyServerSideFixedClipping"
 ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"
@@ -178,14 +182,16 @@ def test_the_adaptive_clipping_norm_settles_at_the_median_update_norm():
 
 
 def test_integer_arrays_of_the_model_pass_through_dp():
-    """A BatchNorm-like counter: Flower scales in place, which numpy refuses for integers."""
-    aggregator = make_aggregator(FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1e6}, 3)
+    """A BatchNorm-like counter: Flower scales a clipped update in place, which numpy refuses
+    for integer arrays; they go to Flower as float64 and come back as the model's ints."""
+    aggregator = make_aggregator(FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0}, 3)
     reference, models, weights = hand_round()
     reference["count"] = np.array([4], np.int64)
-    models = [{**m, "count": np.array([5 + i], np.int64)} for i, m in enumerate(models)]
+    models = [{**m, "count": np.array([4], np.int64)} for m in models]  # the norms stay 5, 0.5, 2
     result, reason = aggregate_uploads(aggregator, 1, models, weights, reference)
     assert reason is None and result is not None
-    assert result["count"].dtype == np.int64 and result["count"].tolist() == [6]
+    np.testing.assert_allclose(result["w"], [1.2, 1.0 - 0.2 / 3], rtol=1e-6)
+    assert result["count"].dtype == np.int64 and result["count"].tolist() == [4]
 
 
 def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
@@ -297,3 +303,80 @@ def test_adaptive_noise_beyond_what_its_clipped_count_allows_is_refused(tmp_path
     flat["aggregator-params.clipped-count-stddev"] = 1.0  # then it is allowed
     config = validated_run_config({"num-devices": V, "aggregator": ADAPTIVE, **flat})
     assert config["aggregator"] == ADAPTIVE
+
+
+def test_readme_dp_command_runs(tmp_path):
+    from test_aggregators import readme_command
+
+    words = readme_command(
+        f".venv/bin/python -m experiments.inprocess --run-config \"aggregator='{FIXED}'"
+    )
+    at = words.index("--run-config") + 1
+    words[at] += " num-devices=8"
+    proc = subprocess.run(
+        [sys.executable, *words[1:], "--out", str(tmp_path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["aggregator"] == FIXED
+    assert config["aggregator_params"] == {"noise-multiplier": 0.3, "clipping-norm": 0.5}
+    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
+    assert len(lines) == 3 and not any(x["model_kept"] for x in lines)
+
+
+def test_readme_dp_measurement_command_runs(tmp_path):
+    from test_aggregators import readme_command
+
+    words = readme_command(".venv/bin/python tests/attack_sweep.py --policies fedcgd-fscd")
+    words[words.index("--seeds") + 1] = "0"
+    words[words.index("--out") + 1] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, *words[1:], "--rounds", "2"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with (tmp_path / "runs.csv").open() as handle:
+        runs = list(csv.DictReader(handle))
+    named = words[words.index("--aggregators") + 1].split(",")
+    assert [r["aggregator"] for r in runs] == named and len(named) == 6
+    for run_row in runs[1:]:  # each DP label ran Flower's wrapper with its own parameters
+        config = json.loads((Path(run_row["result_dir"]) / "config.json").read_text())
+        assert config["aggregator"].startswith("DifferentialPrivacyServerSide")
+        assert config["aggregator_params"]["noise-multiplier"] == float(
+            run_row["aggregator"].split("-z")[1]
+        )
+
+
+def test_compare_policies_runs_a_dp_aggregator(tmp_path):
+    from experiments.compare_policies import main
+
+    out = tmp_path / "compare"
+    settings = "num-server-rounds=2 num-devices=6 aggregator-params.noise-multiplier=0.3"
+    code = main(
+        [
+            "--aggregators",
+            FIXED,
+            "--policies",
+            "fedcgd-fscd,all",
+            "--engine",
+            "inprocess",
+            "--run-config",
+            f"{settings} aggregator-params.clipping-norm=0.5",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    for policy in ("fedcgd-fscd", "all"):
+        folder = out / f"aggregator={FIXED}" / policy / "seed-0"
+        config = json.loads((folder / "config.json").read_text())
+        assert config["aggregator"] == FIXED
+        assert config["aggregator_params"]["clipping-norm"] == 0.5
