@@ -52,6 +52,10 @@ def format_toml_value(value: object) -> str:
             return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str):
+        if "'" not in value and value.isprintable():
+            # a TOML literal string: no double quote reaches the table's text, which Flower's
+            # --run-config parser cannot read inside a quoted value ("...\"...\"...")
+            return f"'{value}'"
         return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
     if isinstance(value, list | tuple):
         return "[" + ",".join(format_toml_value(v) for v in value) + "]"

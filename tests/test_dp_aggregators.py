@@ -295,6 +295,29 @@ def test_bad_dp_settings_are_refused_before_the_start(tmp_path, overrides, expec
     assert expected in refused(tmp_path, aggregator=FIXED, **flat)
 
 
+def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
+    """``flwr run --run-config`` reads a quoted value up to its next double quote, so the
+    folded table must hold its strings as TOML literal strings (the launcher passes it on)."""
+    from flwr.common.config import parse_config_args
+
+    from experiments.launcher import format_run_config
+    from server_app.policy_params import read_params
+
+    flat = {
+        "aggregator": ADAPTIVE,
+        "aggregator-params.noise-multiplier": 0.3,
+        "aggregator-params.strategy": "FedTrimmedAvg",
+        "aggregator-params.strategy-params.beta": 0.2,
+    }
+    parsed = parse_config_args([format_run_config(flat)])
+    assert parsed["aggregator"] == ADAPTIVE
+    assert read_params(parsed, "aggregator-params") == {
+        "noise-multiplier": 0.3,
+        "strategy": "FedTrimmedAvg",
+        "strategy-params": {"beta": 0.2},
+    }
+
+
 def test_adaptive_noise_beyond_what_its_clipped_count_allows_is_refused(tmp_path):
     """Flower: z must stay below 2 x clipped-count-stddev (default num_sampled_clients / 20)."""
     flat = {"aggregator-params.noise-multiplier": 1.0}  # V = 8: stddev 0.4, z < 0.8
