@@ -41,10 +41,10 @@ updates (its ``norm_bit`` is "scaled down") but updates the clipping norm with A
 rule, which takes the fraction *not* clipped: C <- C exp(-lr (clipped - q)). More clipped
 updates than the target then shrink C further, and the norm collapses (on the default digits
 run from 0.5 to 0.003 in 50 rounds). Flower's older ``DPFedAvgAdaptive`` sends ``norm_bit =
-not clipped`` to the same rule. :class:`AdaptiveClipping` (built for Flower's class) keeps
-every other step of Flower's wrapper and only overrides that update with the paper's rule
-(:meth:`AdaptiveClipping._geometric_update`), so that ``target-clipped-quantile`` means what
-Flower documents: the fraction of updates to clip.
+not clipped`` to the same rule. This module's :class:`DifferentialPrivacyServerSideAdaptiveClipping`
+(built where the run config names Flower's) keeps every other step of Flower's wrapper and
+only overrides that update with the paper's rule (its ``_geometric_update``), so that
+``target-clipped-quantile`` means what Flower documents: the fraction of updates to clip.
 
 The adaptive wrapper's clipping norm is state: it is saved in the checkpoint with the
 wrapped strategy's state (:mod:`fedcgd_strategy.flower.aggregator_state`).
@@ -60,10 +60,9 @@ from typing import Any
 
 import numpy as np
 from flwr.serverapp.strategy import (
-    DifferentialPrivacyServerSideAdaptiveClipping,
-    DifferentialPrivacyServerSideFixedClipping,
-    Strategy,
+    DifferentialPrivacyServerSideAdaptiveClipping as FlowerAdaptiveClipping,
 )
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, Strategy
 from numpy.typing import NDArray
 
 from fedcgd_strategy.flower.aggregator_registry import (
@@ -78,7 +77,7 @@ from fedcgd_task.imports import first_line
 #: Flower's server-side DP wrappers (and their subclasses) are built here.
 SERVER_SIDE_DP: tuple[type[Strategy], ...] = (
     DifferentialPrivacyServerSideFixedClipping,
-    DifferentialPrivacyServerSideAdaptiveClipping,
+    FlowerAdaptiveClipping,
 )
 #: ``aggregator-params`` names of the wrapped strategy and of its parameters.
 INNER_NAME, INNER_PARAMS = "strategy", "strategy-params"
@@ -97,12 +96,13 @@ DP_OWNS: dict[str, str] = {
 NOISE_STREAM = 0x4E4F4953
 
 
-class AdaptiveClipping(DifferentialPrivacyServerSideAdaptiveClipping):
+class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
     """Flower's server-side adaptive clipping with the clipping-norm update of Andrew et al.
 
     Everything (clipping, the noisy clipped count, the noise, the wrapped strategy's
-    aggregation) is Flower's ``DifferentialPrivacyServerSideAdaptiveClipping``; only
-    :meth:`_geometric_update` is replaced (see the module's notes).
+    aggregation) is Flower's class of the same name (``flwr.serverapp.strategy``), which the
+    run config names; only :meth:`_geometric_update` is replaced (see the module's notes).
+    The name is Flower's so that messages name the class as the run config does.
     """
 
     def _geometric_update(self, clipped_fraction: float) -> None:
@@ -204,8 +204,9 @@ def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: 
     """Flower's DP wrapper ``setting`` around the strategy ``aggregator-params`` name.
 
     Built with ``num_sampled_clients = num_devices`` (see the module's notes; each round sets
-    it to the round's number of uploads). Flower's adaptive wrapper is built as
-    :class:`AdaptiveClipping`; a subclass of it named by import path is built as it is.
+    it to the round's number of uploads). Flower's adaptive wrapper is built as this module's
+    :class:`DifferentialPrivacyServerSideAdaptiveClipping`; a subclass of it named by import
+    path is built as it is.
 
     Raises
     ------
@@ -216,8 +217,8 @@ def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: 
     inner, inner_params, arguments = dp_arguments(setting, params)
     wrapped = build_strategy(inner, inner_params, key=INNER_KEY, table=INNER_TABLE)
     cls: Any = aggregator_class(setting)  # a DP wrapper's constructor (is_dp_class)
-    if cls is DifferentialPrivacyServerSideAdaptiveClipping:
-        cls = AdaptiveClipping  # Flower's, with the paper's clipping-norm update
+    if cls is FlowerAdaptiveClipping:
+        cls = DifferentialPrivacyServerSideAdaptiveClipping  # the paper's clipping-norm update
     try:
         return typing.cast(
             Strategy, cls(strategy=wrapped, num_sampled_clients=num_devices, **arguments)
