@@ -2,7 +2,7 @@
 
 A checkpoint holds the round number, the global model, the scheduling rule's state (Ĝ / Ĝ_c,
 Fed-CBS counts), the aggregator's state (a Flower strategy's momentum, Adam moments, its copy
-of the model: :func:`fedcgd_strategy.flower.aggregators.aggregator_state`), the states of the
+of the model: :func:`fedcgd_strategy.flower.aggregator_state.aggregator_state`), the states of the
 two random generators (the cell's and the policy's) and the
 seconds elapsed. It is written after the round's line is in ``metrics.jsonl``, atomically
 (a temporary file renamed over the old one), so a crash leaves either the previous checkpoint or
@@ -76,7 +76,7 @@ class Checkpoint:
     elapsed_s : float
         Wall-clock seconds the run had taken.
     aggregator_state : dict
-        :func:`fedcgd_strategy.flower.aggregators.aggregator_state` (``{}`` for the
+        :func:`fedcgd_strategy.flower.aggregator_state.aggregator_state` (``{}`` for the
         scheduler's FedAvg, and in checkpoints written before aggregators existed).
 
     """

@@ -79,7 +79,8 @@ from pathlib import Path
 from typing import Any
 
 from channel import CellConfig
-from fedcgd_strategy.flower.aggregators import AGGREGATOR_KEY, check_aggregator
+from fedcgd_strategy.flower.aggregator_registry import AGGREGATOR_KEY
+from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import PROTOCOL_CHOICES, Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
 from fedcgd_strategy.selectors import PACK_RULES

@@ -33,7 +33,7 @@ BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def format_toml_value(value: object) -> str:
-    """``value`` as a TOML value (bool, int, float, str, or a list of those).
+    """``value`` as a TOML value (bool, int, float, str, a list of those, or a table).
 
     Raises
     ------
@@ -52,9 +52,15 @@ def format_toml_value(value: object) -> str:
             return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str):
+        if "'" not in value and value.isprintable():
+            # a TOML literal string: no double quote reaches the table's text, which Flower's
+            # --run-config parser cannot read inside a quoted value ("...\"...\"...")
+            return f"'{value}'"
         return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
     if isinstance(value, list | tuple):
         return "[" + ",".join(format_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return format_policy_params(value)
     raise ValueError(f"run-config key {PARAMS_KEY!r}: cannot write {value!r} as a TOML value")
 
 
@@ -113,6 +119,9 @@ def _parse_table(text: object, key: str = PARAMS_KEY) -> dict[str, Any]:
 def read_params(run_config: Mapping[str, Any], key: str) -> dict[str, Any]:
     """The table ``key`` from its string value and its ``<key>.<name>`` keys.
 
+    A dotted name is a nested table, as in TOML: ``aggregator-params.strategy-params.beta``
+    is ``beta`` in the table ``strategy-params``.
+
     Raises
     ------
     ValueError
@@ -124,13 +133,21 @@ def read_params(run_config: Mapping[str, Any], key: str) -> dict[str, Any]:
     for flat, value in run_config.items():
         if not flat.startswith(prefix):
             continue
-        name = flat.removeprefix(prefix)
-        if name in params:
+        *tables, name = flat.removeprefix(prefix).split(".")
+        table = params
+        for part in tables:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise ValueError(
+                    f"run-config key {flat!r}: {prefix}{part} is set to a value, not a table; "
+                    "give it once"
+                )
+        if name in table:
             raise ValueError(
                 f"run-config key {flat!r} is also set in {key!r} = {run_config.get(key)!r}; "
                 "give it once"
             )
-        params[name] = value
+        table[name] = value
     return params
 
 

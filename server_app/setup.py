@@ -22,11 +22,8 @@ from numpy.typing import NDArray
 from torch import nn
 
 from channel.report import BITS_PER_PARAM
-from fedcgd_strategy.flower.aggregators import (
-    aggregator_state,
-    load_aggregator_state,
-    make_aggregator,
-)
+from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
+from fedcgd_strategy.flower.aggregators import make_aggregator
 from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
 from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy, policy_class
@@ -137,6 +134,7 @@ class RunSetup:
             partition_counts=self.partition_counts,
             on_record=on_record,
             aggregator=self.aggregator,
+            seed=config.seed,
         )
 
     def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:
@@ -202,7 +200,9 @@ def build_setup(
     policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
     cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
     cell = build_uplink(config, cell_rng, first_round=0 if resume is None else resume.round)
-    aggregator = make_aggregator(config.aggregator, config.aggregator_params)
+    aggregator = make_aggregator(
+        config.aggregator, config.aggregator_params, config.task.num_devices
+    )
     if resume is not None:
         load_aggregator_state(aggregator, resume.aggregator_state)
         policy.load_state_dict(resume.policy_state)

@@ -44,13 +44,29 @@ from server_app.results import read_metrics_lines
 from server_app.run_status import COMPLETED, read_status
 
 #: label -> (aggregator, aggregator-params); "FedAvg" is the scheduler's own (the default).
-AGGREGATORS: dict[str, tuple[str, dict[str, Any]]] = {
+ROBUST: dict[str, tuple[str, dict[str, Any]]] = {
     "FedAvg": ("", {}),
     "FedMedian": ("FedMedian", {}),
     "FedTrimmedAvg": ("FedTrimmedAvg", {"beta": 0.2}),
     "Krum": ("Krum", {"num-malicious-nodes": 1}),
     "Bulyan": ("Bulyan", {"num-malicious-nodes": 1}),
 }
+#: Flower's server-side DP around its FedAvg: fixed clipping norm C = 0.5 (about the median
+#: update norm of the default digits run's middle rounds) with noise multiplier z, and
+#: adaptive clipping (from C = 0.5, target quantile 0.5). Run with ``--aggregators``.
+DP_FIXED, DP_ADAPTIVE = (
+    "DifferentialPrivacyServerSideFixedClipping",
+    "DifferentialPrivacyServerSideAdaptiveClipping",
+)
+PRIVATE: dict[str, tuple[str, dict[str, Any]]] = {
+    "DP-fixed-z0": (DP_FIXED, {"noise-multiplier": 0.0, "clipping-norm": 0.5}),
+    "DP-fixed-z0.3": (DP_FIXED, {"noise-multiplier": 0.3, "clipping-norm": 0.5}),
+    "DP-fixed-z1": (DP_FIXED, {"noise-multiplier": 1.0, "clipping-norm": 0.5}),
+    "DP-adaptive-z0": (DP_ADAPTIVE, {"noise-multiplier": 0.0, "initial-clipping-norm": 0.5}),
+    "DP-adaptive-z0.3": (DP_ADAPTIVE, {"noise-multiplier": 0.3, "initial-clipping-norm": 0.5}),
+    "DP-adaptive-z1": (DP_ADAPTIVE, {"noise-multiplier": 1.0, "initial-clipping-norm": 0.5}),
+}
+AGGREGATORS = {**ROBUST, **PRIVATE}
 POLICIES = ("fedcgd-fscd", "bc", "all")
 ATTACKERS = (0, 1, 3)
 FAULT = "sign-flip-x5"
@@ -192,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--out", default="results/attack", help="output folder")
     parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--aggregators", default=",".join(AGGREGATORS))
+    parser.add_argument("--aggregators", default=",".join(ROBUST))
     parser.add_argument("--attackers", default=",".join(map(str, ATTACKERS)))
     parser.add_argument("--target-accuracy", type=float, default=0.85)
     parser.add_argument("--rounds", type=int, default=0, help="num-server-rounds (0: default)")

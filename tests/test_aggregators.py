@@ -33,13 +33,8 @@ from client_app.app import app as client_app
 from experiments.inprocess import run_inprocess
 from experiments.launcher import default_run_config, validated_run_config, with_resolved_data_dir
 from fedcgd_strategy.aggregation import fedavg
-from fedcgd_strategy.flower.aggregators import (
-    aggregate_uploads,
-    aggregator_state,
-    load_aggregator_state,
-    make_aggregator,
-    synthetic_uploads,
-)
+from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
+from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, synthetic_uploads
 from fedcgd_task import keys
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
@@ -183,7 +178,7 @@ def refused(tmp_path: Path, **overrides: Any) -> str:
         ),
         (
             {"aggregator": "Krum", "aggregator-params.num-malicious": 1},
-            "takes no parameter 'num_malicious' from a run config; allowed: num-malicious-nodes",
+            "aggregator 'Krum' takes no parameter 'num_malicious'; allowed: num-malicious-nodes",
         ),
         (
             {"aggregator": "Krum", "aggregator-params.num-malicious-nodes": 1.5},
@@ -203,8 +198,8 @@ def refused(tmp_path: Path, **overrides: Any) -> str:
         ),
         ({"aggregator": "QFedAvg"}, "needs a value for 'client_learning_rate'"),
         (
-            {"aggregator": "DifferentialPrivacyServerSideFixedClipping"},
-            "needs a value for 'strategy': it is not a value a run config can hold",
+            {"aggregator": "DifferentialPrivacyClientSideFixedClipping"},
+            "client-side clipping needs the clients' fixedclipping_mod",
         ),
         ({"aggregator": "FedProx"}, "FedProx changes the clients' training"),
         ({"aggregator": "FedAvg", "aggregator-params": "{beta = "}, "not a TOML inline table"),
@@ -271,10 +266,22 @@ def test_a_refused_aggregate_leaves_the_aggregators_state_as_it_was():
     assert all(np.array_equal(again[k], same[k]) for k in same)
 
 
+ADAPTIVE_DP = {  # Flower's adaptive clipping around FedAvgM: the clipping norm and momentum
+    "noise-multiplier": 0.3,
+    "initial-clipping-norm": 0.5,
+    "strategy": "FedAvgM",
+    "strategy-params.server-momentum": 0.9,
+}
+
+
 @pytest.mark.parametrize(
     ("name", "params"),
-    [("FedAdam", {"eta": 0.05}), ("FedAvgM", {"server-momentum": 0.9})],
-    ids=["FedAdam", "FedAvgM"],
+    [
+        ("FedAdam", {"eta": 0.05}),
+        ("FedAvgM", {"server-momentum": 0.9}),
+        ("DifferentialPrivacyServerSideAdaptiveClipping", ADAPTIVE_DP),
+    ],
+    ids=["FedAdam", "FedAvgM", "DP-adaptive"],
 )
 def test_a_resumed_run_with_a_stateful_aggregator_equals_the_uninterrupted_one(
     tmp_path, name, params
@@ -294,7 +301,10 @@ def test_a_resumed_run_with_a_stateful_aggregator_equals_the_uninterrupted_one(
     whole, part = tmp_path / "whole", tmp_path / "part"
     run_inprocess(config(whole, 6))
     run_inprocess(config(part, 3))
-    assert load_checkpoint(part).aggregator_state  # the state went into the checkpoint
+    state = load_checkpoint(part).aggregator_state  # the state went into the checkpoint
+    assert state
+    if "clipping_norm" in state:  # it moved: resuming from the initial one would differ
+        assert state["clipping_norm"] != ADAPTIVE_DP["initial-clipping-norm"]
     run_inprocess(config(part, 6, **{"resume-from": str(part)}))
     a, b = torch.load(whole / MODEL_FILE), torch.load(part / MODEL_FILE)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -360,7 +370,9 @@ def readme_command(start: str) -> list[str]:
 
 
 def test_readme_inprocess_aggregator_command_runs(tmp_path):
-    words = readme_command('.venv/bin/python -m experiments.inprocess --run-config "aggregator=')
+    words = readme_command(
+        ".venv/bin/python -m experiments.inprocess --run-config \"aggregator='Krum'"
+    )
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8"
     proc = subprocess.run(
@@ -380,7 +392,7 @@ def test_readme_inprocess_aggregator_command_runs(tmp_path):
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):
-    words = readme_command(".venv/bin/python tests/attack_sweep.py")
+    words = readme_command(".venv/bin/python tests/attack_sweep.py --seeds")
     words[words.index("--seeds") + 1] = "0"
     words[words.index("--out") + 1] = str(tmp_path)
     small = ["--rounds", "2", "--policies", "all", "--aggregators", "FedAvg,Krum"]

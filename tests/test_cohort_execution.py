@@ -121,6 +121,15 @@ def whole_run(tmp_path: Path, name: str, *, cohorts: bool, **overrides) -> tuple
         ("fedcbs", {}, 1),
         ("fedcgd-fscd", {"aggregator": "FedMedian"}, 1),  # a Flower aggregator over cohorts
         ("all", {"aggregator": "FedAdam"}, 2),
+        (  # Flower's DP wrapper: clipping, and noise seeded from (seed, round)
+            "all",
+            {
+                "aggregator": "DifferentialPrivacyServerSideFixedClipping",
+                "aggregator-params.noise-multiplier": 0.3,
+                "aggregator-params.clipping-norm": 0.1,
+            },
+            2,
+        ),
         ("fedcgd-gs", {**MNIST1D, "model": "cnn1d", "channel.deadline-s": 0.004}, 1),
         ("fedcgd-fscd", {**MNIST1D, "model": "cnn1d", "channel.deadline-s": 0.004}, 5),
     ],

@@ -159,6 +159,9 @@ class ScheduledStrategy(Strategy):
         Combines the scheduled uploads with its own ``aggregate_train``
         (:func:`~fedcgd_strategy.flower.aggregators.aggregate_uploads`); None (default): the
         scheduler's FedAvg, :func:`fedcgd_strategy.aggregation.fedavg`.
+    seed : int
+        The run's seed, for an aggregator that draws from numpy's global generator (Flower's
+        DP noise): it is seeded from (seed, round) for the call and restored after.
 
     The record of the last aggregated round is also kept as :attr:`last_record`.
 
@@ -182,6 +185,7 @@ class ScheduledStrategy(Strategy):
         partition_counts: NDArray[np.int64] | None = None,
         on_record: Callable[[RoundRecord], None] | None = None,
         aggregator: Strategy | None = None,
+        seed: int = 0,
     ) -> None:
         self.policy = policy
         self.protocol = resolve_protocol(type(policy), protocol, policy.name)
@@ -199,6 +203,7 @@ class ScheduledStrategy(Strategy):
         self.last_record: RoundRecord | None = None
         self.on_record = on_record
         self.aggregator = aggregator
+        self.seed = int(seed)
         self._round: RoundInProgress | None = None
 
     def summary(self) -> None:
@@ -402,7 +407,13 @@ class ScheduledStrategy(Strategy):
         else:
             nodes = [r.node_id for r in uploads]
             combined, reason = aggregate_uploads(
-                self.aggregator, state.server_round, models, weights, state.reference, nodes
+                self.aggregator,
+                state.server_round,
+                models,
+                weights,
+                state.reference,
+                nodes,
+                seed=self.seed,
             )
             if combined is None:
                 return None, reason

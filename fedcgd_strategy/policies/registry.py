@@ -17,15 +17,15 @@ arguments come, by constructor parameter name, from
 
 A parameter name the constructor does not declare, a value of another type than the
 parameter's default, or a required parameter left unset is refused with one line before the
-run starts (:func:`check_policy_params`, :func:`make_policy`). See docs/design.md, "Your own
-policy". Pure: no flwr, no torch.
+run starts (:func:`check_policy_params`, :func:`make_policy`), by the check that
+``aggregator-params`` go through too (:mod:`fedcgd_task.constructor_params`). See
+docs/design.md, "Your own policy". Pure: no flwr, no torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +39,7 @@ from fedcgd_strategy.policies.baselines import (
     PowerOfChoicePolicy,
 )
 from fedcgd_strategy.policies.fedcgd import FedCGDPolicy
+from fedcgd_task.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
 
 #: Run-config key of the policy.
@@ -167,53 +168,22 @@ def policy_class(setting: str) -> type[Policy]:
     return policy_entry(setting).policy_type
 
 
-def _parameters(policy_type: type[Policy]) -> dict[str, inspect.Parameter]:
-    """The constructor's keyword-capable parameters, by name."""
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    signature = inspect.signature(policy_type)
-    return {n: p for n, p in signature.parameters.items() if p.kind in kinds}
-
-
-def _expected_type(policy_type: type[Policy], parameter: inspect.Parameter) -> type | None:
-    """bool, int, float or str: the parameter's annotation, else its default's type; or None."""
-    try:
-        hints = typing.get_type_hints(policy_type.__init__)
-    except Exception:  # unresolvable annotations: fall back to the default
-        hints = {}
-    hinted = hints.get(parameter.name)
-    if hinted in (bool, int, float, str):
-        return typing.cast(type, hinted)
-    default = parameter.default
-    if default is inspect.Parameter.empty or default is None:
-        return None
-    return next((t for t in (bool, int, float, str) if isinstance(default, t)), None)
-
-
-def _checked_value(
-    setting: str, key: str, value: object, wanted: type | None, parameter: inspect.Parameter
-) -> object:
-    """``value`` checked against ``wanted`` (ints pass as floats; bools never pass as numbers)."""
-    if wanted is None:
-        return value
-    if wanted is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        value = float(value) if ok else value  # type: ignore[arg-type]
-    elif wanted is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, wanted)
-    if not ok:
-        default = parameter.default
-        like = "" if default is inspect.Parameter.empty else f" (like its default {default!r})"
-        raise ValueError(
-            f"run-config key {PARAMS_KEY}.{key} = {value!r} for policy {setting!r}; allowed: "
-            f"a {wanted.__name__}{like}"
+def _refused(setting: str, entry: PolicyEntry) -> dict[str, str]:
+    """Constructor parameters ``policy-params`` may not set, and why (they come from elsewhere)."""
+    refused = {n: f"{n} comes from {source}; set it there" for n, source in CONTEXT_SOURCES.items()}
+    for name, value in entry.fixed.items():
+        refused[name] = (
+            f"policy {setting!r} fixes {name} = {value!r}; name another policy to change it"
         )
-    return value
+    return refused
 
 
 def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[str, object]:
     """Check ``policy-params`` against the constructor of ``setting``'s class; return kwargs.
+
+    The check is :func:`fedcgd_task.constructor_params.constructor_arguments` (the one
+    ``aggregator-params`` go through too); a parameter whose type neither its annotation nor
+    its default says takes any value.
 
     Parameters
     ----------
@@ -227,34 +197,18 @@ def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[s
     ValueError
         One line per problem: a name the constructor does not take, a name that comes from
         elsewhere (fixed by a built-in name, or a :class:`PolicyContext` setting), a value of
-        the wrong type.
+        the wrong type, a required parameter left unset.
 
     """
     entry = policy_entry(setting)
-    parameters = _parameters(entry.policy_type)
-    arguments: dict[str, object] = {}
-    for key, value in params.items():
-        name = key.replace("-", "_")
-        if name in entry.fixed:
-            raise ValueError(
-                f"run-config key {PARAMS_KEY}.{key}: policy {setting!r} fixes {name} = "
-                f"{entry.fixed[name]!r}; name another policy to change it"
-            )
-        if name in CONTEXT_SOURCES:
-            raise ValueError(
-                f"run-config key {PARAMS_KEY}.{key}: {name} comes from {CONTEXT_SOURCES[name]}; "
-                "set it there"
-            )
-        if name not in parameters:
-            free = [n for n in parameters if n not in entry.fixed and n not in CONTEXT_SOURCES]
-            allowed = ", ".join(n.replace("_", "-") for n in free) or "none"
-            raise ValueError(
-                f"run-config key {PARAMS_KEY}.{key}: policy {setting!r} takes no parameter "
-                f"{name!r}; allowed: {allowed}"
-            )
-        wanted = _expected_type(entry.policy_type, parameters[name])
-        arguments[name] = _checked_value(setting, key, value, wanted, parameters[name])
-    return arguments
+    return constructor_arguments(
+        entry.policy_type,
+        params,
+        table=PARAMS_KEY,
+        owner=f"policy {setting!r}",
+        refused=_refused(setting, entry),
+        untyped=True,
+    )
 
 
 def check_policy_params(setting: str, params: Mapping[str, object]) -> None:
@@ -264,14 +218,7 @@ def check_policy_params(setting: str, params: Mapping[str, object]) -> None:
     parameter is one its constructor takes, with a value of the right type, and every required
     parameter is given.
     """
-    entry = policy_entry(setting)
-    given = set(policy_param_arguments(setting, params)) | set(entry.fixed) | set(CONTEXT_SOURCES)
-    for name, parameter in _parameters(entry.policy_type).items():
-        if parameter.default is inspect.Parameter.empty and name not in given:
-            raise ValueError(
-                f"policy {setting!r} needs a value for {name!r}: set run-config key "
-                f"{PARAMS_KEY}.{name.replace('_', '-')}"
-            )
+    policy_param_arguments(setting, params)
 
 
 def make_policy(
@@ -301,7 +248,7 @@ def make_policy(
     """
     check_policy_params(setting, params or {})
     entry = policy_entry(setting)
-    parameters = _parameters(entry.policy_type)
+    parameters = keyword_parameters(entry.policy_type)
     shared = {name: getattr(context, name) for name in CONTEXT_SOURCES if name in parameters}
     arguments: dict[str, Any] = {
         **shared,

@@ -1,0 +1,163 @@
+"""A class's constructor arguments from a run-config table, checked against its signature.
+
+A run config names a class (a scheduling policy, a Flower strategy) and a table of its
+constructor arguments (``policy-params``, ``aggregator-params``): ``<table>.<name> = value``,
+kebab-case names becoming snake case. :func:`constructor_arguments` is the one check both
+tables go through before the start: every name must be a keyword parameter of the constructor
+that the table may set, every value of the parameter's type (read from its annotation, else
+its default: bool, int, float or str, ``X | None`` as ``X``; an int passes as a float, a bool
+never as a number), and every required parameter must be given. Each refusal is one line
+naming ``<table>.<name>``, the value and what is allowed. Nothing here imports flwr or torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Collection, Mapping
+
+#: The types a run config holds (TOML scalars).
+SCALAR_TYPES: tuple[type, ...] = (bool, int, float, str)
+
+
+def keyword_parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """The constructor's parameters that can be passed by keyword, by name."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {n: p for n, p in inspect.signature(cls).parameters.items() if p.kind in kinds}
+
+
+def _scalar(hint: object) -> type | None:
+    """``hint`` if it is a scalar type; ``X`` for ``X | None``; else None."""
+    if hint in SCALAR_TYPES:
+        return typing.cast(type, hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(members) == 1 and members[0] in SCALAR_TYPES:
+            return typing.cast(type, members[0])
+    return None
+
+
+def scalar_type(cls: type, parameter: inspect.Parameter) -> type | None:
+    """bool, int, float or str: the parameter's annotation, else its default's type; or None.
+
+    None when neither says (no annotation that resolves, and a default of None or none).
+    """
+    try:
+        hints = typing.get_type_hints(getattr(cls, "__init__"))  # noqa: B009
+    except Exception:  # unresolvable annotations: fall back to the default
+        hints = {}
+    hinted = _scalar(hints.get(parameter.name))
+    if hinted is not None:
+        return hinted
+    default = parameter.default
+    if default is inspect.Parameter.empty or default is None:
+        return None
+    return next((t for t in SCALAR_TYPES if isinstance(default, t)), None)
+
+
+def _checked(value: object, wanted: type) -> tuple[bool, object]:
+    """(ok, value) for a value meant as ``wanted`` (an int becomes a float where one is wanted)."""
+    if wanted is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return ok, float(value) if ok else value  # type: ignore[arg-type]
+    if wanted is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    return isinstance(value, wanted), value
+
+
+def kebab(name: str) -> str:
+    """A parameter name as a run-config name: ``num_malicious_nodes`` -> ``num-malicious-nodes``."""
+    return name.replace("_", "-")
+
+
+def constructor_arguments(
+    cls: type,
+    params: Mapping[str, object],
+    *,
+    table: str,
+    owner: str,
+    refused: Mapping[str, str] | None = None,
+    untyped: bool = False,
+    also_allowed: Collection[str] = (),
+) -> dict[str, object]:
+    """Check ``params`` (a run-config table) against ``cls``'s constructor; return its kwargs.
+
+    Parameters
+    ----------
+    cls : type
+        The class the table's owner builds.
+    params : mapping
+        The table (names in kebab or snake case).
+    table : str
+        The table's run-config key, e.g. ``"policy-params"`` (named in every message).
+    owner : str
+        What takes the parameters, e.g. ``"policy 'bc'"`` (named in the messages).
+    refused : mapping of str to str, optional
+        Parameter name -> why the table may not set it (it comes from elsewhere, or the caller
+        owns it). These are not asked for when required either: the caller supplies them.
+    untyped : bool
+        Whether a parameter whose type is not a scalar (:func:`scalar_type` is None) takes any
+        value (True: policies) or is not settable from a run config (False: aggregators).
+    also_allowed : collection of str
+        Names the caller reads from the table itself, listed among the allowed ones.
+
+    Returns
+    -------
+    dict
+        Snake-case name -> value (ints given for floats converted).
+
+    Raises
+    ------
+    ValueError
+        One line: a name the constructor does not take, one in ``refused``, one whose type a
+        run config cannot hold (unless ``untyped``), a value of another type, or a required
+        parameter left unset.
+
+    """
+    refused = refused or {}
+    parameters = keyword_parameters(cls)
+    types_ = {n: scalar_type(cls, p) for n, p in parameters.items()}
+    settable = [n for n in parameters if n not in refused and (untyped or types_[n] is not None)]
+    allowed = ", ".join([*also_allowed, *map(kebab, settable)]) or "none"
+    arguments: dict[str, object] = {}
+    for key, value in params.items():
+        name = key.replace("-", "_")
+        if name in refused:
+            raise ValueError(f"run-config key {table}.{key}: {refused[name]}; allowed: {allowed}")
+        if name not in parameters:
+            raise ValueError(
+                f"run-config key {table}.{key}: {owner} takes no parameter {name!r}; "
+                f"allowed: {allowed}"
+            )
+        wanted = types_[name]
+        if wanted is None:
+            if not untyped:
+                raise ValueError(
+                    f"run-config key {table}.{key}: {owner} cannot take a value for {name!r} "
+                    f"from a run config; allowed: {allowed}"
+                )
+            arguments[name] = value
+            continue
+        ok, value = _checked(value, wanted)
+        if not ok:
+            default = parameters[name].default
+            like = "" if default is inspect.Parameter.empty else f" (like its default {default!r})"
+            article = "an" if wanted is int else "a"
+            raise ValueError(
+                f"run-config key {table}.{key} = {value!r} for {owner}; allowed: "
+                f"{article} {wanted.__name__}{like}"
+            )
+        arguments[name] = value
+    for name, parameter in parameters.items():
+        if parameter.default is not inspect.Parameter.empty or name in arguments:
+            continue
+        if name in refused:
+            continue
+        how = (
+            f"set run-config key {table}.{kebab(name)}"
+            if name in settable
+            else "it is not a value a run config can hold, so this class cannot be named here"
+        )
+        raise ValueError(f"{owner} needs a value for {name!r}: {how}")
+    return arguments

@@ -1,0 +1,405 @@
+"""Run-config ``aggregator``: Flower's server-side differential privacy over the scheduled uploads.
+
+* A run with ``DifferentialPrivacyServerSide{Fixed,Adaptive}Clipping`` equals Flower's wrapper
+  run directly on the replies the devices sent (uniform weights, its noise drawn with numpy's
+  global generator seeded as the run seeds it), bit for bit, over three rounds.
+* With noise multiplier 0 the aggregate is the plain mean of the clipped updates, computed by
+  hand; the adaptive clipping norm moves as Andrew et al.'s geometric rule says and settles at
+  the target quantile of the update norms (Flower 1.42's own rule, whose sign is reversed,
+  drives it to zero: the one step replaced, see fedcgd_strategy/flower/dp_aggregators.py).
+* The noise depends on the run's seed and the round only, and numpy's global generator is left
+  as it was; two runs with the same seed are equal, and cohort execution changes nothing.
+* Bad ``aggregator-params`` for a DP wrapper are refused before the start in one line.
+
+(The resume of a run with adaptive clipping is in tests/test_aggregators.py, with the other
+stateful aggregators.)
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fake_grid import FakeGrid, make_contexts
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import strategy as flower_strategies
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
+from test_aggregators import NODES, PROJECT, Recorder, V, initial_model, refused, run
+
+from client_app.app import app as client_app
+from experiments.inprocess import run_inprocess
+from experiments.launcher import default_run_config, validated_run_config
+from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
+from fedcgd_strategy.flower.dp_aggregators import noise_seed
+from fedcgd_task import keys
+from server_app.results import METRICS_FILE, MODEL_FILE
+
+FIXED = "DifferentialPrivacyServerSideFixedClipping"
+ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"
+#: About the median update norm of the 8 devices' first rounds (0.18 .. 0.31): some clipped.
+CLIP = 0.25
+ROUNDS = 3
+
+CASES = [
+    ("fixed", FIXED, {"noise-multiplier": 0.5, "clipping-norm": CLIP}, "FedAvg", {}),
+    ("adaptive", ADAPTIVE, {"noise-multiplier": 0.5, "initial-clipping-norm": CLIP}, "FedAvg", {}),
+    (
+        "fixed-trimmed",
+        FIXED,
+        {"noise-multiplier": 0.5, "clipping-norm": CLIP},
+        "FedTrimmedAvg",
+        {"beta": 0.2},
+    ),
+]
+
+
+class PaperRule(DifferentialPrivacyServerSideAdaptiveClipping):
+    """Flower's adaptive wrapper with the clipping-norm update as Andrew et al. write it.
+
+    Algorithm 1 of arXiv:1905.03871: b = fraction of updates with norm <= C (not clipped),
+    C <- C exp(-eta (b - gamma)), gamma the target fraction not clipped.
+    """
+
+    def _geometric_update(self, clipped_fraction: float) -> None:
+        b, gamma = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
+        self.clipping_norm = self.clipping_norm * math.exp(-self.clip_norm_lr * (b - gamma))
+
+
+def update_norm(reply: Message, model: dict[str, np.ndarray]) -> float:
+    arrays = reply.content[keys.ARRAYS]
+    return math.sqrt(sum(float(((arrays[k].numpy() - v) ** 2).sum()) for k, v in model.items()))
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "params", "inner", "inner_params"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_the_dp_aggregator_equals_flowers_wrapper_run_directly(
+    tmp_path, wrapper, params, inner, inner_params
+):
+    recorder = Recorder()
+    flat = {f"aggregator-params.{k}": v for k, v in params.items()}
+    if inner != "FedAvg":
+        flat["aggregator-params.strategy"] = inner
+        flat.update({f"aggregator-params.strategy-params.{k}": v for k, v in inner_params.items()})
+    lines, model = run(tmp_path / "run", recorder, rounds=ROUNDS, aggregator=wrapper, **flat)
+    assert all(line["num_uploaded"] == V and not line["model_kept"] for line in lines)
+    seed = int(default_run_config()["seed"])
+
+    # Flower's wrapper on its own, as its start() loop drives it: every reply weighted 1
+    # (uniform), num_sampled_clients = the V replies, numpy's global generator seeded per round
+    wrapped = getattr(flower_strategies, inner)(**{k.replace("-", "_"): v for k, v in
+                                                   inner_params.items()})  # fmt: skip
+    own = {k.replace("-", "_"): v for k, v in params.items()}
+    flower_class = PaperRule if wrapper == ADAPTIVE else getattr(flower_strategies, wrapper)
+    direct = flower_class(wrapped, num_sampled_clients=V, **own)
+    grid = FakeGrid({n: client_app for n in NODES}, make_contexts(NODES, {}, V))
+    initial = initial_model(tmp_path)
+    expected = initial
+    norms = []
+    for rnd in range(1, ROUNDS + 1):
+        replies = [copy.deepcopy(recorder.train[rnd][pid]) for pid in range(V)]
+        norms += [update_norm(r, expected) for r in replies]
+        for reply in replies:
+            reply.content[keys.METRICS][keys.NUM_EXAMPLES] = 1
+        arrays = ArrayRecord({k: Array(v) for k, v in expected.items()})
+        np.random.seed(noise_seed(seed, rnd))  # noqa: NPY002
+        list(direct.configure_train(rnd, arrays, ConfigRecord(), grid))
+        aggregated, _ = direct.aggregate_train(rnd, replies)
+        assert aggregated is not None
+        expected = {k: v.numpy().astype(initial[k].dtype) for k, v in aggregated.items()}
+    assert min(norms) < CLIP < max(norms)  # clipping changed some uploads and not others
+    assert list(expected) == list(model)
+    for key, value in model.items():
+        np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+
+
+def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], list[int]]:
+    """Global model w = (1, 1), b = (0); three uploads whose updates have norms 5, 0.5 and 2."""
+    reference = {"w": np.array([1.0, 1.0], np.float32), "b": np.array([0.0], np.float32)}
+    updates = [((3.0, 4.0), (0.0,)), ((0.0, 0.0), (0.5,)), ((0.0, -2.0), (0.0,))]
+    models = [
+        {
+            "w": reference["w"] + np.array(w, np.float32),
+            "b": reference["b"] + np.array(b, np.float32),
+        }
+        for w, b in updates
+    ]
+    return reference, models, [1, 100, 7]  # |D_v| very unequal: DP weighs every upload 1
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "params"),
+    [
+        (FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0}),
+        (ADAPTIVE, {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0}),
+    ],
+    ids=["fixed", "adaptive"],
+)
+def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, params):
+    aggregator = make_aggregator(wrapper, params, num_devices=3)
+    reference, models, weights = hand_round()
+    result, reason = aggregate_uploads(aggregator, 1, models, weights, reference)
+    assert reason is None and result is not None
+    # clipped to norm 1: (3, 4, 0) -> (0.6, 0.8, 0); (0, 0, 0.5) stays; (0, -2, 0) -> (0, -1, 0)
+    # their plain mean: (0.2, -0.2 / 3, 0.5 / 3)
+    np.testing.assert_allclose(result["w"], [1.2, 1.0 - 0.2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(result["b"], [0.5 / 3], rtol=1e-6)
+    assert result["w"].dtype == np.float32
+    if wrapper == ADAPTIVE:
+        # two of three clipped, one of three not: b = 1/3 below the target 1 - q = 0.5, so C
+        # grows: C <- C exp(-lr (1/3 - 1/2)), lr = 0.2 (the defaults)
+        assert aggregator.clipping_norm == pytest.approx(math.exp(0.2 / 6), rel=1e-12)
+
+
+def test_the_adaptive_clipping_norm_settles_at_the_median_update_norm():
+    """Update norms 5, 0.5 and 2 every round, target quantile 0.5: C climbs from 1 to ~2.
+
+    Flower 1.42's wrapper as shipped shrinks C whenever more than half are clipped, so from
+    C = 1 (two of three clipped) it falls below every norm and keeps falling.
+    """
+    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0}
+    ours = make_aggregator(ADAPTIVE, params, num_devices=3)
+    shipped = DifferentialPrivacyServerSideAdaptiveClipping(
+        flower_strategies.FedAvg(), 0.0, 3, initial_clipping_norm=1.0
+    )
+    reference, models, weights = hand_round()
+    for rnd in range(1, 61):
+        aggregate_uploads(ours, rnd, models, weights, reference)
+        aggregate_uploads(shipped, rnd, models, weights, reference)
+    assert 2.0 / math.exp(0.2 / 6) <= ours.clipping_norm <= 2.0 * math.exp(0.2 / 3)
+    assert shipped.clipping_norm < 0.05  # every update clipped: C falls by exp(-0.1) a round
+
+
+def test_integer_arrays_of_the_model_pass_through_dp():
+    """A BatchNorm-like counter: Flower scales a clipped update in place, which numpy refuses
+    for integer arrays; they go to Flower as float64 and come back as the model's ints."""
+    aggregator = make_aggregator(FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0}, 3)
+    reference, models, weights = hand_round()
+    reference["count"] = np.array([4], np.int64)
+    models = [{**m, "count": np.array([4], np.int64)} for m in models]  # the norms stay 5, 0.5, 2
+    result, reason = aggregate_uploads(aggregator, 1, models, weights, reference)
+    assert reason is None and result is not None
+    np.testing.assert_allclose(result["w"], [1.2, 1.0 - 0.2 / 3], rtol=1e-6)
+    assert result["count"].dtype == np.int64 and result["count"].tolist() == [4]
+
+
+def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
+    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)
+    reference, models, weights = hand_round()
+    result, _ = aggregate_uploads(aggregator, server_round, models, weights, reference, seed=seed)
+    assert result is not None
+    return result
+
+
+def test_the_noise_depends_on_the_seed_and_the_round_only():
+    np.random.seed(1)  # noqa: NPY002
+    first = noisy(7)
+    np.random.seed(2)  # noqa: NPY002  another global state before the call: the same noise
+    state = np.random.get_state()  # noqa: NPY002
+    again = noisy(7)
+    after = np.random.get_state()  # noqa: NPY002  ... and the global state is put back
+    assert state[0] == after[0] and np.array_equal(state[1], after[1]) and state[2:] == after[2:]
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    for other in (noisy(8), noisy(7, server_round=2)):
+        assert all(not np.array_equal(first[k], other[k]) for k in first)
+    # and it is noise: std z C / n = 1/3 around the clipped mean (1.2, 0.933, 0.167)
+    assert not np.allclose(first["w"], [1.2, 1.0 - 0.2 / 3], atol=1e-3)
+
+
+def test_the_noise_is_calibrated_to_the_rounds_uploads():
+    """Built for V = 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40.
+
+    The oracle: the hand-computed clipped mean plus Flower's documented draw, one
+    ``np.random.normal(0, std, shape)`` per array in the model's order, from the generator
+    seeded for (seed, round).
+    """
+    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40)
+    reference, models, weights = hand_round()
+    result, _ = aggregate_uploads(aggregator, 4, models, weights, reference, seed=11)
+    assert result is not None
+    draw = np.random.RandomState()  # the legacy generator Flower draws from
+    draw.seed(noise_seed(11, 4))
+    mean = {"w": np.array([1.2, 1.0 - 0.2 / 3]), "b": np.array([0.5 / 3])}
+    for key in ("w", "b"):
+        noise = draw.normal(0.0, 1.0 / 3, mean[key].shape).astype(np.float32)
+        np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
+
+
+def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -> dict:
+    config = validated_run_config(
+        {
+            "num-devices": 8,
+            "num-server-rounds": 3,
+            "aggregator": FIXED,
+            "aggregator-params.noise-multiplier": 0.3,
+            "aggregator-params.clipping-norm": CLIP,
+            "data-dir": str(tmp_path / "data"),
+            **changes,
+            "result-dir": str(tmp_path / name),
+        }
+    )
+    run_inprocess(config, cohorts=cohorts)
+    return torch.load(tmp_path / name / MODEL_FILE)
+
+
+def test_the_same_seed_gives_the_same_private_run_under_cohorts_and_alone(tmp_path):
+    first = dp_run(tmp_path, "first", seed=3)
+    second = dp_run(tmp_path, "second", seed=3)
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    alone = dp_run(tmp_path, "alone", seed=3, cohorts=False)  # per-device ClientApp calls
+    for key in first:
+        torch.testing.assert_close(alone[key], first[key], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"clipping-norm": None}, "needs a value for 'clipping_norm': set run-config key "
+         "aggregator-params.clipping-norm"),
+        ({"num-sampled-clients": 4}, "aggregator-params.num-sampled-clients: not settable here "
+         "(set every round to the round's number of uploads"),
+        ({"accountant": "rdp"}, "aggregator-params.accountant: not settable here"),
+        ({"noise-multiplier": -1.0}, "The noise multiplier should be a non-negative value"),
+        ({"noise-multiplier": float("nan")}, "noise-multiplier = nan for aggregator "
+         f"'{FIXED}'; allowed: a finite number"),
+        ({"noise-multiplier": "lots"}, "noise-multiplier = 'lots' for aggregator "
+         f"'{FIXED}'; allowed: a float"),
+        ({"clipping-norm": 0.0}, "The clipping norm should be a positive value"),
+        ({"strategy": "FedMean"}, "'aggregator-params.strategy' = 'FedMean'; allowed: a Flower"),
+        ({"strategy": 3}, "aggregator-params.strategy = 3; allowed: the strategy to wrap"),
+        ({"strategy": ADAPTIVE}, "is a DP wrapper itself"),
+        ({"strategy": "FedProx"}, "FedProx changes the clients' training"),
+        ({"strategy-params.beta": 0.2}, "aggregator-params.strategy-params.beta: aggregator "
+         "'FedAvg' takes no parameter 'beta'"),
+        ({"strategy-params": 3}, "aggregator-params.strategy-params = 3; allowed: a table"),
+        ({"strategy": "Krum", "strategy-params.num-malicious-nodes": 3},
+         "Krum needs 2 f + 3 uploads, f = num-malicious-nodes = 3, more than num-devices = 8"),
+        ({"strategy": "FedAvg", "strategy-params.fraction-train": 0.5},
+         "aggregator-params.strategy-params.fraction-train: not settable here"),
+    ],
+)  # fmt: skip
+def test_bad_dp_settings_are_refused_before_the_start(tmp_path, overrides, expected):
+    params = {"noise-multiplier": 0.5, "clipping-norm": 1.0, **overrides}
+    flat = {f"aggregator-params.{k}": v for k, v in params.items() if v is not None}
+    assert expected in refused(tmp_path, aggregator=FIXED, **flat)
+
+
+def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
+    """``flwr run --run-config`` reads a quoted value up to its next double quote, so the
+    folded table must hold its strings as TOML literal strings (the launcher passes it on)."""
+    from flwr.common.config import parse_config_args
+
+    from experiments.launcher import format_run_config
+    from server_app.policy_params import read_params
+
+    flat = {
+        "aggregator": ADAPTIVE,
+        "aggregator-params.noise-multiplier": 0.3,
+        "aggregator-params.strategy": "FedTrimmedAvg",
+        "aggregator-params.strategy-params.beta": 0.2,
+    }
+    parsed = parse_config_args([format_run_config(flat)])
+    assert parsed["aggregator"] == ADAPTIVE
+    assert read_params(parsed, "aggregator-params") == {
+        "noise-multiplier": 0.3,
+        "strategy": "FedTrimmedAvg",
+        "strategy-params": {"beta": 0.2},
+    }
+
+
+def test_adaptive_noise_beyond_what_its_clipped_count_allows_is_refused(tmp_path):
+    """Flower: z must stay below 2 x clipped-count-stddev (default num_sampled_clients / 20)."""
+    flat = {"aggregator-params.noise-multiplier": 1.0}  # V = 8: stddev 0.4, z < 0.8
+    text = refused(tmp_path, aggregator=ADAPTIVE, **flat)
+    assert "(num-devices = 8): ValueError: If not specified, `clipped_count_stddev`" in text
+    flat["aggregator-params.clipped-count-stddev"] = 1.0  # then it is allowed
+    config = validated_run_config({"num-devices": V, "aggregator": ADAPTIVE, **flat})
+    assert config["aggregator"] == ADAPTIVE
+
+
+def test_readme_dp_command_runs(tmp_path):
+    from test_aggregators import readme_command
+
+    words = readme_command(
+        f".venv/bin/python -m experiments.inprocess --run-config \"aggregator='{FIXED}'"
+    )
+    at = words.index("--run-config") + 1
+    words[at] += " num-devices=8"
+    proc = subprocess.run(
+        [sys.executable, *words[1:], "--out", str(tmp_path)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["aggregator"] == FIXED
+    assert config["aggregator_params"] == {"noise-multiplier": 0.3, "clipping-norm": 0.5}
+    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
+    assert len(lines) == 3 and not any(x["model_kept"] for x in lines)
+
+
+def test_readme_dp_measurement_command_runs(tmp_path):
+    from test_aggregators import readme_command
+
+    words = readme_command(".venv/bin/python tests/attack_sweep.py --policies fedcgd-fscd")
+    words[words.index("--seeds") + 1] = "0"
+    words[words.index("--out") + 1] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, *words[1:], "--rounds", "2"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with (tmp_path / "runs.csv").open() as handle:
+        runs = list(csv.DictReader(handle))
+    named = words[words.index("--aggregators") + 1].split(",")
+    assert [r["aggregator"] for r in runs] == named and len(named) == 6
+    for run_row in runs[1:]:  # each DP label ran Flower's wrapper with its own parameters
+        config = json.loads((Path(run_row["result_dir"]) / "config.json").read_text())
+        assert config["aggregator"].startswith("DifferentialPrivacyServerSide")
+        assert config["aggregator_params"]["noise-multiplier"] == float(
+            run_row["aggregator"].split("-z")[1]
+        )
+
+
+def test_compare_policies_runs_a_dp_aggregator(tmp_path):
+    from experiments.compare_policies import main
+
+    out = tmp_path / "compare"
+    settings = "num-server-rounds=2 num-devices=6 aggregator-params.noise-multiplier=0.3"
+    code = main(
+        [
+            "--aggregators",
+            FIXED,
+            "--policies",
+            "fedcgd-fscd,all",
+            "--engine",
+            "inprocess",
+            "--run-config",
+            f"{settings} aggregator-params.clipping-norm=0.5",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    for policy in ("fedcgd-fscd", "all"):
+        folder = out / f"aggregator={FIXED}" / policy / "seed-0"
+        config = json.loads((folder / "config.json").read_text())
+        assert config["aggregator"] == FIXED
+        assert config["aggregator_params"]["clipping-norm"] == 0.5
