@@ -71,7 +71,10 @@ class ResultWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.num_rounds = num_rounds
         self.t_start = time.perf_counter() - elapsed_s
-        self._first_round: tuple[int, float] | None = None
+        # the ETA's clock (:meth:`start_rounds`); from the writer's creation until it is called
+        self._rounds_started_s = elapsed_s
+        self._rounds_timed = 0
+        self._not_round_work_s = 0.0
         self.lines: list[dict[str, Any]] = list(kept_lines or [])
         text = "".join(json.dumps(x) + "\n" for x in self.lines)
         atomic_write_text(self.dir / METRICS_FILE, text)
@@ -92,21 +95,45 @@ class ResultWriter:
         atomic_write_text(self.dir / SUMMARY_FILE, json.dumps(json_ready(summary), indent=2))
 
     def elapsed_s(self) -> float:
-        """Seconds since the writer was created."""
+        """Seconds since the writer was created (plus those of the run before a resume)."""
         return time.perf_counter() - self.t_start
 
+    def start_rounds(self) -> None:
+        """The rounds begin now: what came before (start-up) stays out of the ETA.
+
+        Called when the starting model has been evaluated (or, resuming, when that evaluation
+        is skipped): imports, data, the model, the SuperLink and Ray, the nodes connecting and
+        the first evaluation all lie before this point.
+        """
+        self._rounds_started_s = self.elapsed_s()
+        self._rounds_timed = 0
+        self._not_round_work_s = 0.0
+
     def progress(
-        self, server_round: int, accuracy: float | None, scheduled: int, available: int
+        self,
+        server_round: int,
+        accuracy: float | None,
+        scheduled: int,
+        available: int,
+        *,
+        discovery_s: float = 0.0,
     ) -> str:
         """One progress line: round i/N, accuracy, scheduled, elapsed, ETA.
 
-        The ETA is the mean time of the rounds after the first one printed (whose time holds
-        the engine's start-up: Ray, the first model load) times the rounds left.
+        The ETA is the mean time of the rounds finished since :meth:`start_rounds` (without
+        their node discovery, ``discovery_s``: the first round's holds every ClientApp's
+        start) times the rounds left (:func:`eta_s`).
         """
         elapsed = self.elapsed_s()
-        if self._first_round is None:
-            self._first_round = (server_round, elapsed)
-        eta = eta_s(self._first_round, (server_round, elapsed), self.num_rounds)
+        self._rounds_timed += 1
+        self._not_round_work_s += discovery_s
+        eta = eta_s(
+            self._rounds_started_s,
+            elapsed,
+            self._rounds_timed,
+            self.num_rounds - server_round,
+            excluded_s=self._not_round_work_s,
+        )
         acc = "  -   " if accuracy is None else f"{accuracy:6.2%}"
         return (
             f"round {server_round:>4}/{self.num_rounds} | acc {acc} | scheduled "
@@ -114,17 +141,40 @@ class ResultWriter:
         )
 
 
-def eta_s(first: tuple[int, float], now: tuple[int, float], num_rounds: int) -> float:
-    """Seconds left after round ``now[0]`` of ``num_rounds``: (round, elapsed seconds) pairs.
+def eta_s(
+    rounds_started_s: float,
+    now_s: float,
+    rounds_done: int,
+    rounds_left: int,
+    *,
+    excluded_s: float = 0.0,
+) -> float:
+    """Seconds left: the measured time per finished round times the rounds left.
 
-    The rate is measured from the first printed round on, so the start-up before it does not
-    enter; at the first round itself there is no rate yet and its own time is used.
+    Parameters
+    ----------
+    rounds_started_s : float
+        When the rounds began (seconds on the run's clock): the start-up before it (imports,
+        data, SuperLink and Ray, the first evaluation) does not enter.
+    now_s : float
+        Now, on the same clock (the end of the last finished round).
+    rounds_done : int
+        Rounds finished since ``rounds_started_s`` (>= 1).
+    rounds_left : int
+        Rounds still to run (negative counts as 0).
+    excluded_s : float
+        Time within those rounds that is not round work (node discovery: the engine's
+        warm-up in the first round).
+
+    Raises
+    ------
+    ValueError
+        When no round has finished yet (no time per round is known).
     """
-    (r0, t0), (r, t) = first, now
-    left = max(num_rounds - r, 0)
-    if r > r0:
-        return (t - t0) / (r - r0) * left
-    return t / max(r, 1) * left
+    if rounds_done < 1:
+        raise ValueError(f"eta_s: rounds_done = {rounds_done}; the ETA needs a finished round")
+    per_round_s = max(now_s - rounds_started_s - excluded_s, 0.0) / rounds_done
+    return per_round_s * max(rounds_left, 0)
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:

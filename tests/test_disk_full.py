@@ -28,7 +28,7 @@ from server_app.atomic_files import ResultWriteError, append_line, atomic_write_
 
 SMALL = {"num-devices": 8, "num-server-rounds": 5, "channel.availability-prob": 0.8}
 TIMINGS = ("eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
-           "client_train_s")  # fmt: skip
+           "client_train_s", "discovery_s")  # fmt: skip
 
 
 def fd_path(fd: int) -> str:
