@@ -17,6 +17,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +72,9 @@ class ResultWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.num_rounds = num_rounds
         self.t_start = time.perf_counter() - elapsed_s
-        # the ETA's clock (:meth:`start_rounds`); from the writer's creation until it is called
-        self._rounds_started_s = elapsed_s
-        self._rounds_timed = 0
-        self._not_round_work_s = 0.0
+        # the ETA's clock (:meth:`start_rounds`; until it is called, the writer's creation)
+        self._last_end_s = elapsed_s
+        self._round_s: list[float] = []
         self.lines: list[dict[str, Any]] = list(kept_lines or [])
         text = "".join(json.dumps(x) + "\n" for x in self.lines)
         atomic_write_text(self.dir / METRICS_FILE, text)
@@ -105,9 +105,8 @@ class ResultWriter:
         is skipped): imports, data, the model, the SuperLink and Ray, the nodes connecting and
         the first evaluation all lie before this point.
         """
-        self._rounds_started_s = self.elapsed_s()
-        self._rounds_timed = 0
-        self._not_round_work_s = 0.0
+        self._last_end_s = self.elapsed_s()
+        self._round_s = []
 
     def progress(
         self,
@@ -120,20 +119,14 @@ class ResultWriter:
     ) -> str:
         """One progress line: round i/N, accuracy, scheduled, elapsed, ETA.
 
-        The ETA is the mean time of the rounds finished since :meth:`start_rounds` (without
-        their node discovery, ``discovery_s``: the first round's holds every ClientApp's
-        start) times the rounds left (:func:`eta_s`).
+        The round's own time is the time since the previous round ended (since
+        :meth:`start_rounds` for the first) without its node discovery (``discovery_s``: the
+        first round's holds every ClientApp's start); the ETA is :func:`eta_s` of these times.
         """
         elapsed = self.elapsed_s()
-        self._rounds_timed += 1
-        self._not_round_work_s += discovery_s
-        eta = eta_s(
-            self._rounds_started_s,
-            elapsed,
-            self._rounds_timed,
-            self.num_rounds - server_round,
-            excluded_s=self._not_round_work_s,
-        )
+        self._round_s.append(max(elapsed - self._last_end_s - discovery_s, 0.0))
+        self._last_end_s = elapsed
+        eta = eta_s(self._round_s, self.num_rounds - server_round)
         acc = "  -   " if accuracy is None else f"{accuracy:6.2%}"
         return (
             f"round {server_round:>4}/{self.num_rounds} | acc {acc} | scheduled "
@@ -141,40 +134,28 @@ class ResultWriter:
         )
 
 
-def eta_s(
-    rounds_started_s: float,
-    now_s: float,
-    rounds_done: int,
-    rounds_left: int,
-    *,
-    excluded_s: float = 0.0,
-) -> float:
-    """Seconds left: the measured time per finished round times the rounds left.
+def eta_s(round_s: Sequence[float], rounds_left: int) -> float:
+    """Seconds left: the mean time of the finished rounds times the rounds left.
 
     Parameters
     ----------
-    rounds_started_s : float
-        When the rounds began (seconds on the run's clock): the start-up before it (imports,
-        data, SuperLink and Ray, the first evaluation) does not enter.
-    now_s : float
-        Now, on the same clock (the end of the last finished round).
-    rounds_done : int
-        Rounds finished since ``rounds_started_s`` (>= 1).
+    round_s : sequence of float
+        The own time of each round finished in this process, in order (start-up and node
+        discovery left out: :meth:`ResultWriter.progress`). The first one is used alone at
+        first; once others have finished it is left out, since it holds one-time costs (the
+        engine's first training pass, caches filling).
     rounds_left : int
         Rounds still to run (negative counts as 0).
-    excluded_s : float
-        Time within those rounds that is not round work (node discovery: the engine's
-        warm-up in the first round).
 
     Raises
     ------
     ValueError
         When no round has finished yet (no time per round is known).
     """
-    if rounds_done < 1:
-        raise ValueError(f"eta_s: rounds_done = {rounds_done}; the ETA needs a finished round")
-    per_round_s = max(now_s - rounds_started_s - excluded_s, 0.0) / rounds_done
-    return per_round_s * max(rounds_left, 0)
+    if not round_s:
+        raise ValueError("eta_s: no finished round; the ETA needs one")
+    timed = round_s[1:] if len(round_s) > 1 else round_s
+    return sum(timed) / len(timed) * max(rounds_left, 0)
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:

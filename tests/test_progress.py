@@ -39,21 +39,17 @@ def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
     )
 
 
-def test_round_eta_leaves_the_start_up_out() -> None:
+def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
     from server_app.results import eta_s
 
-    # 100 s of start-up (imports, data, SuperLink, Ray, first evaluation), then round 1 ends
-    # at 103.5 s of which 2.5 s were node discovery (the ClientApps starting): 1 s per round,
-    # 9 rounds left.
-    assert eta_s(100.0, 103.5, 1, 9, excluded_s=2.5) == 9.0
-    # Round 5 of 50 at 106.5 s: (106.5 - 100 - 2.5) / 5 = 0.8 s per round, 45 left.
-    assert eta_s(100.0, 106.5, 5, 45, excluded_s=2.5) == 36.0
-    # A resumed run: its clock goes on from the interrupted run's 40 s; rounds restart at 47 s,
-    # two rounds (8 and 9 of 10) end at 48 s: 0.5 s per round, 1 left.
-    assert eta_s(47.0, 48.0, 2, 1) == 0.5
-    assert eta_s(1.0, 5.0, 10, 0) == 0.0
-    with pytest.raises(ValueError, match="rounds_done = 0"):
-        eta_s(1.0, 5.0, 0, 3)
+    # After round 1 only its own time is known: 3 s per round, 9 rounds left.
+    assert eta_s([3.0], 9) == 27.0
+    # Later the first round (one-time costs: the first training pass) is left out:
+    # (1 + 2) / 2 = 1.5 s per round, 7 left.
+    assert eta_s([3.0, 1.0, 2.0], 7) == 10.5
+    assert eta_s([3.0, 1.0], 0) == 0.0 and eta_s([3.0, 1.0], -1) == 0.0
+    with pytest.raises(ValueError, match="no finished round"):
+        eta_s([], 3)
 
 
 class FakeClock:
@@ -66,7 +62,7 @@ class FakeClock:
 
 def test_the_progress_line_eta_counts_the_rounds_own_time_only(monkeypatch, tmp_path) -> None:
     """A run whose start-up took 830 s and whose rounds take 0.4 s: ETA 19.6 s at round 1 of 50,
-    not 831 s x 49 (what the round-1 line used to say: its time held the start-up)."""
+    not 842 s x 49 (what the round-1 line used to say: its time held the start-up)."""
     import server_app.results as results
 
     clock = FakeClock(1000.0)
@@ -77,8 +73,10 @@ def test_the_progress_line_eta_counts_the_rounds_own_time_only(monkeypatch, tmp_
     clock.now += 0.4 + 12.0  # round 1: 0.4 s of work, 12 s of ClientApps starting
     line = writer.progress(1, 0.1, 8, 17, discovery_s=12.0)
     assert line.endswith("| elapsed   842.4 s | ETA    19.6 s"), line
-    clock.now += 0.6  # round 2: (0.4 + 0.6) / 2 = 0.5 s per round, 48 left
+    clock.now += 0.5  # round 2: 0.5 s, 48 left (round 1 now left out)
     assert writer.progress(2, None, 8, 17).endswith("ETA    24.0 s")
+    clock.now += 0.3  # round 3: (0.5 + 0.3) / 2 = 0.4 s, 47 left
+    assert writer.progress(3, None, 8, 17).endswith("ETA    18.8 s")
 
 
 def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
