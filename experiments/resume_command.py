@@ -139,12 +139,17 @@ def single_run_line(
     )
 
 
-def rerun_line(command: str) -> str:
-    """The last line of a comparison or preset that stopped: the same command goes on."""
-    return (
+def rerun_line(command: str | None) -> str:
+    """The last line of a comparison or preset that stopped: the same command goes on.
+
+    ``command`` None (not known: called from Python, not from a command line): the line
+    says so without it.
+    """
+    line = (
         "to go on, run the same command again (completed runs are kept, stopped ones "
-        f"continue from their checkpoints): {command}"
+        "continue from their checkpoints)"
     )
+    return line if command is None else f"{line}: {command}"
 
 
 class LastWords:
