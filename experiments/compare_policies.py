@@ -33,8 +33,10 @@ that completed with the same settings (``config.json``; only ``result-dir``, ``r
 from its checkpoint (run again from the start without one); a run with other settings stops
 the command (exit code 2) naming the folder and the settings that differ: give another
 ``--out`` or remove the folder. The outcome of each run is its ``status.json``: the exit code is
-0 when every run completed, 1 when any failed (the last line names each and why), 2 when
-refused before the start; SIGINT / SIGTERM stop every process of the current run (130 / 143).
+0 when every run completed, 1 when any failed (a line names each and why), 2 when refused
+before the start; SIGINT / SIGTERM stop every process of the current run (130 / 143). The
+first line names the output folder; after a failure or a signal the last line gives the same
+command to run again (:func:`experiments.resume_command.rerun_line`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ Ctrl-C. Nothing is left running.
 ``python -m experiments.launcher --run-config "policy='bc' num-server-rounds=5"`` runs one
 simulation; with ``--deployment`` the same app runs on ``flower-supernode`` processes (one per
 device, each message in a fresh ClientApp process) instead of the simulation engine.
-:func:`run_flwr` does the same from Python (tests, sweeps).
+:func:`run_flwr` does the same from Python (tests, sweeps). The first line names the run's
+folder; a run stopped by a signal or a failure ends with the command that continues it
+(:mod:`experiments.resume_command`).
 """
 
 from __future__ import annotations

@@ -28,8 +28,10 @@ are refused, naming them), before the first one starts. The seed is set by ``see
 paired. ``launcher.jobs=N`` keeps N in-process runs going at once (0: one per usable core),
 each in its own process with its output in its folder's ``run.log``
 (:mod:`experiments.run_pool`); the tables and figures are written once every run has ended.
-Exit code: 0 when every run completed, 1 when one failed (the last line names each and
-why), 2 when refused before the start, 130 / 143 on SIGINT / SIGTERM.
+Exit code: 0 when every run completed, 1 when one failed (a line names each and why), 2
+when refused before the start, 130 / 143 on SIGINT / SIGTERM. The first line names the output
+folder; after a failure or a signal the last line gives the same command to run again
+(completed runs are kept, stopped ones resume: :func:`experiments.resume_command.rerun_line`).
 """
 
 from __future__ import annotations
