@@ -315,3 +315,48 @@ def test_the_round_of_the_checkpoint_is_named(tmp_path):
     assert single_run_line(folder, "RESUME", "AGAIN", 1) == (
         "to continue after round 7 of 50: RESUME"
     )
+
+
+def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, monkeypatch):
+    from experiments.launcher import continue_line, launcher_parser
+
+    monkeypatch.chdir(PROJECT_DIR)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    folder = folder_with(tmp_path, RunStatus(RUNNING, 3, 9))
+    torch.save({"round": 3}, folder / "checkpoint.pt")
+    text = f"num-devices=4 num-server-rounds=9 policy='bc' result-dir='{folder}'"
+    argv = ["--deployment", "--num-supernodes", "5", "--out", "elsewhere", "--run-config", text]
+    parser = launcher_parser()
+    overrides = {
+        "num-devices": 4,
+        "num-server-rounds": 9,
+        "policy": "bc",
+        "result-dir": str(folder),
+    }
+    merged = {**overrides, "checkpoint-every": 1}
+    line = continue_line(parser, parser.parse_args(argv), overrides, merged)()
+    words = printed_command(line, CONTINUE)
+    assert line.startswith(f"{CONTINUE}3 of 9: ")
+    # --out has no say in a resume; result-dir gives way to resume-from
+    assert words[1:] == [
+        "-m", "experiments.launcher", "--num-supernodes", "5", "--deployment", "--run-config",
+        f'num-devices=4 num-server-rounds=9 policy="bc" resume-from="{folder}"',
+    ]  # fmt: skip
+    (folder / "checkpoint.pt").unlink()
+    again = continue_line(parser, parser.parse_args(argv), overrides, merged)()
+    assert shlex.split(again.split("new folder: ", 1)[1])[3:] == [
+        "--num-supernodes", "5", "--deployment", "--out", "elsewhere", "--run-config",
+        'num-devices=4 num-server-rounds=9 policy="bc"',
+    ]  # fmt: skip
+
+
+def test_the_interpreter_is_written_as_the_readme_writes_it(tmp_path, monkeypatch):
+    from experiments.resume_command import python_command
+
+    monkeypatch.setattr(sys, "executable", str(PROJECT_DIR / ".venv" / "bin" / "python"))
+    monkeypatch.chdir(PROJECT_DIR)
+    assert python_command("experiments.inprocess", ["--run-config", "a='b c'"]) == (
+        ".venv/bin/python -m experiments.inprocess --run-config 'a='\"'\"'b c'\"'\"''"
+    )
+    monkeypatch.chdir(tmp_path)  # elsewhere: the absolute path
+    assert python_command("m", []) == f"{PROJECT_DIR}/.venv/bin/python -m m"
