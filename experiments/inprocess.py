@@ -249,19 +249,12 @@ def run_command(argv: list[str] | None, last_words: LastWords) -> int:
     import traceback
 
     from experiments.launcher import (
-        format_run_config,
         parse_run_config_text,
         validated_run_config,
         with_resolved_data_dir,
     )
     from experiments.preflight import claim_run, effective_result_dir, refused, run_outcome
-    from experiments.resume_command import (
-        changed_options,
-        fresh_overrides,
-        python_command,
-        resume_overrides,
-        single_run_line,
-    )
+    from experiments.resume_command import single_run_commands, single_run_line
     from experiments.run_pool import usable_cores
 
     parser = inprocess_parser()
@@ -278,13 +271,7 @@ def run_command(argv: list[str] | None, last_words: LastWords) -> int:
         return 2
     result_dir = effective_result_dir(config)
     print(f"result folder: {result_dir}", flush=True)
-    module = "experiments.inprocess"
-    resume_words = changed_options(parser, args, skip=("run_config", "out"))
-    resume_words += ["--run-config", format_run_config(resume_overrides(given, result_dir))]
-    again_words = changed_options(parser, args, skip=("run_config",))
-    if fresh_overrides(given):
-        again_words += ["--run-config", format_run_config(fresh_overrides(given))]
-    resume, again = python_command(module, resume_words), python_command(module, again_words)
+    resume, again = single_run_commands("experiments.inprocess", parser, args, given, result_dir)
     every = int(config["checkpoint-every"])
     last_words.set(lambda: single_run_line(result_dir, resume, again, every))
     launched_unix_s = time.time()

@@ -813,23 +813,10 @@ def continue_line(
     (:func:`experiments.resume_command.single_run_line`).
     """
     from experiments.preflight import effective_result_dir
-    from experiments.resume_command import (
-        changed_options,
-        fresh_overrides,
-        python_command,
-        resume_overrides,
-        single_run_line,
-    )
+    from experiments.resume_command import single_run_commands, single_run_line
 
     result_dir = effective_result_dir(merged)
-    module = "experiments.launcher"
-    resume_words = changed_options(parser, args, skip=("run_config", "out"))
-    resume_words += ["--run-config", format_run_config(resume_overrides(overrides, result_dir))]
-    again_words = changed_options(parser, args, skip=("run_config",))
-    fresh = fresh_overrides(overrides)
-    if fresh:
-        again_words += ["--run-config", format_run_config(fresh)]
-    resume, again = python_command(module, resume_words), python_command(module, again_words)
+    resume, again = single_run_commands("experiments.launcher", parser, args, overrides, result_dir)
     every = int(merged.get("checkpoint-every", 1))
     if args.superlink:  # the folder lies on the SuperLink's machine: nothing to read here
         return lambda: (

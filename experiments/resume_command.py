@@ -79,6 +79,44 @@ def fresh_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in overrides.items() if k not in FOLDER_KEYS}
 
 
+def single_run_commands(
+    module: str,
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    overrides: Mapping[str, Any],
+    result_dir: Path,
+) -> tuple[str, str]:
+    """The commands that continue a single run, and that start it again in a new folder.
+
+    Parameters
+    ----------
+    module : str
+        The entry point (``experiments.launcher``, ``experiments.inprocess``).
+    parser, args : argparse
+        Its options and the values the run was started with.
+    overrides : mapping
+        The ``--run-config`` the run was started with (parsed, not merged with the defaults).
+    result_dir : Path
+        The run's folder.
+
+    Returns
+    -------
+    (str, str)
+        The same options (``--out`` aside: a resume stays in its folder) and run config with
+        ``resume-from`` = ``result_dir`` (:func:`resume_overrides`); and the same options and
+        run config without a folder (:func:`fresh_overrides`).
+    """
+    from experiments.launcher import format_run_config
+
+    resume_words = changed_options(parser, args, skip=("run_config", "out"))
+    resume_words += ["--run-config", format_run_config(resume_overrides(overrides, result_dir))]
+    again_words = changed_options(parser, args, skip=("run_config",))
+    fresh = fresh_overrides(overrides)
+    if fresh:
+        again_words += ["--run-config", format_run_config(fresh)]
+    return python_command(module, resume_words), python_command(module, again_words)
+
+
 def _status(result_dir: Path) -> RunStatus | None:
     try:
         return read_status(result_dir)
