@@ -35,8 +35,10 @@ that completed with the same settings (``config.json``; only ``result-dir``, ``r
 from its checkpoint (run again from the start without one); a run with other settings stops
 the command (exit code 2) naming the folder and the settings that differ: give another
 ``--out`` or remove the folder. The outcome of each run is its ``status.json``: the exit code is
-0 when every run completed, 1 when any failed (the last line names each and why), 2 when
-refused before the start; SIGINT / SIGTERM stop every process of the current run (130 / 143).
+0 when every run completed, 1 when any failed (a line names each and why), 2 when refused
+before the start; SIGINT / SIGTERM stop every process of the current run (130 / 143). The
+first line names the output folder; after a failure or a signal the last line gives the same
+command to run again (:func:`experiments.resume_command.rerun_line`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from experiments.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.preflight import run_outcome
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress, format_duration
+from experiments.resume_command import LastWords, python_command, rerun_line
 from experiments.run_pool import (
     RUN_LOG,
     Job,
@@ -989,9 +992,14 @@ def main(argv: list[str] | None = None) -> int:
         "<run folder>/run.log (0: one per usable CPU core)",
     )
     args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = python_command("experiments.compare_policies", words)
+    last_words = LastWords()
     if args.aggregators is not None:
-        return exit_code_stopping_on_signals(lambda: compare_aggregators(args))
-    return exit_code_stopping_on_signals(lambda: compare(args))
+        return exit_code_stopping_on_signals(
+            lambda: compare_aggregators(args, command, last_words), last_words
+        )
+    return exit_code_stopping_on_signals(lambda: compare(args, command, last_words), last_words)
 
 
 #: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
@@ -1026,29 +1034,43 @@ def aggregator_comparisons(args: argparse.Namespace) -> list[argparse.Namespace]
     return comparisons
 
 
-def compare_aggregators(args: argparse.Namespace) -> int:
+def compare_aggregators(
+    args: argparse.Namespace, command: str | None = None, last_words: LastWords | None = None
+) -> int:
     """:func:`compare` once per aggregator of ``--aggregators``; the worst exit code.
 
     Every aggregator is validated before the first comparison starts (exit code 2 otherwise).
+    The first line names the output folder; when a comparison failed, the last line says that
+    the same ``command`` runs again what did not complete (:func:`compare`).
     """
     try:
         comparisons = aggregator_comparisons(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    print(f"output folder: {args.out.resolve()}", flush=True)
+    if command is not None and last_words is not None:
+        last_words.set(lambda: rerun_line(command))
     codes = []
     for i, each in enumerate(comparisons, 1):
         print(f"== aggregator {i}/{len(comparisons)}: {each.out.name} ==", flush=True)
         codes.append(compare(each))
+    if max(codes) == 1 and command is not None:
+        print(rerun_line(command), file=sys.stderr, flush=True)
     return max(codes)
 
 
-def compare(args: argparse.Namespace) -> int:
+def compare(
+    args: argparse.Namespace, command: str | None = None, last_words: LastWords | None = None
+) -> int:
     """Validate and plan every run, run them, write the tables; the exit code.
 
-    0 when every planned run completed, 1 when one failed (the last line names each and
-    why), 2 when something is refused before any run starts (bad settings, or kept runs
-    with other settings).
+    0 when every planned run completed, 1 when one failed (a line names each and why), 2 when
+    something is refused before any run starts (bad settings, or kept runs with other
+    settings). Once everything is planned the first line names the output folder. With the
+    ``command`` that started the comparison, a failure's last line, and ``last_words`` (what
+    a signal's stop line is followed by), say that running it again keeps the completed runs
+    and continues the others (:func:`experiments.resume_command.rerun_line`).
     """
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()
@@ -1075,6 +1097,9 @@ def compare(args: argparse.Namespace) -> int:
             claim.abandon()
         print(f"error: {err}", file=sys.stderr)
         return 2
+    print(f"output folder: {out}", flush=True)
+    if command is not None and last_words is not None:
+        last_words.set(lambda: rerun_line(command))
     try:
         result = run_policies(
             policies,
@@ -1089,10 +1114,14 @@ def compare(args: argparse.Namespace) -> int:
         )
     except ResultWriteError as err:  # the tables or the figure: disk full, ...
         print(f"failed: {err}", file=sys.stderr, flush=True)
+        if command is not None:
+            print(rerun_line(command), file=sys.stderr, flush=True)
         return 1
     finally:
         claim.release()
     print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
+    if result.code and command is not None:
+        print(rerun_line(command), file=sys.stderr, flush=True)
     return result.code
 
 

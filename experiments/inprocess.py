@@ -19,9 +19,10 @@ are handled on this process's thread: use it for small models; the simulation en
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.serverapp import Grid
@@ -30,6 +31,9 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from server_app.app import run_federation
 from server_app.config import parse_run_config
+
+if TYPE_CHECKING:
+    from experiments.resume_command import LastWords
 
 Handler = Callable[[Message, Context], Message]
 
@@ -200,26 +204,9 @@ def run_inprocess(
     return run_federation(grid, config)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: one run in this process (``--run-config`` as for the launcher).
-
-    Exit code (and last line): 0 completed, 1 failed, 2 refused before the start
-    (:func:`experiments.preflight.run_outcome`).
-    """
-    import argparse
-    import json
-    import sys
-    import time
-    import traceback
-
-    from experiments.launcher import (
-        add_out_argument,
-        parse_run_config_text,
-        validated_run_config,
-        with_resolved_data_dir,
-    )
-    from experiments.preflight import claim_run, effective_result_dir, refused, run_outcome
-    from experiments.run_pool import usable_cores
+def inprocess_parser() -> argparse.ArgumentParser:
+    """The in-process engine's command-line options."""
+    from experiments.launcher import add_out_argument
 
     parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
     parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
@@ -235,17 +222,58 @@ def main(argv: list[str] | None = None) -> int:
         help="threads for a cohort's sigma-hat passes (default 0: one per usable CPU core)",
     )
     add_out_argument(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: one run in this process (``--run-config`` as for the launcher).
+
+    The first line names the run's folder. Exit code (and last line): 0 completed, 1 failed,
+    2 refused before the start (:func:`experiments.preflight.run_outcome`), 130 / 143 on
+    SIGINT / SIGTERM; after a failure or a signal the last line gives the command that
+    continues the run from its checkpoint, or says why it cannot
+    (:mod:`experiments.resume_command`).
+    """
+    from experiments.processes import exit_code_stopping_on_signals
+    from experiments.resume_command import LastWords
+
+    last_words = LastWords()
+    return exit_code_stopping_on_signals(lambda: run_command(argv, last_words), last_words)
+
+
+def run_command(argv: list[str] | None, last_words: LastWords) -> int:
+    """:func:`main` without the signal handling."""
+    import json
+    import sys
+    import time
+    import traceback
+
+    from experiments.launcher import (
+        parse_run_config_text,
+        validated_run_config,
+        with_resolved_data_dir,
+    )
+    from experiments.preflight import claim_run, effective_result_dir, refused, run_outcome
+    from experiments.resume_command import single_run_commands, single_run_line
+    from experiments.run_pool import usable_cores
+
+    parser = inprocess_parser()
     args = parser.parse_args(argv)
     if args.cohort_threads < 0:
         parser.error(f"--cohort-threads: got {args.cohort_threads}; allowed: >= 1, or 0")
     threads = args.cohort_threads or usable_cores()
     try:  # the run's folder is locked from here until this process ends
-        overrides = validated_run_config(parse_run_config_text(args.run_config))
+        given = parse_run_config_text(args.run_config)
+        overrides = validated_run_config(given)
         config, claim = claim_run(with_resolved_data_dir(overrides), args.out)
     except (ValueError, FileNotFoundError) as err:
         print(refused(err).message, file=sys.stderr)
         return 2
     result_dir = effective_result_dir(config)
+    print(f"result folder: {result_dir}", flush=True)
+    resume, again = single_run_commands("experiments.inprocess", parser, args, given, result_dir)
+    every = int(config["checkpoint-every"])
+    last_words.set(lambda: single_run_line(result_dir, resume, again, every))
     launched_unix_s = time.time()
     failure: Exception | None = None
     try:
@@ -259,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         claim.release()
     outcome = run_outcome(result_dir, launched_unix_s, failure)
     print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
+    if outcome.code:
+        print(last_words(), file=sys.stderr)
     return outcome.code
 
 

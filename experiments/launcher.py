@@ -9,7 +9,9 @@ Ctrl-C. Nothing is left running.
 ``python -m experiments.launcher --run-config "policy='bc' num-server-rounds=5"`` runs one
 simulation; with ``--deployment`` the same app runs on ``flower-supernode`` processes (one per
 device, each message in a fresh ClientApp process) instead of the simulation engine.
-:func:`run_flwr` does the same from Python (tests, sweeps).
+:func:`run_flwr` does the same from Python (tests, sweeps). The first line names the run's
+folder; a run stopped by a signal or a failure ends with the command that continues it
+(:mod:`experiments.resume_command`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import tempfile
 import time
 import tomllib
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.certificates import CertificateSet
 from experiments.processes import (
@@ -42,6 +44,9 @@ from experiments.processes import (
 )
 from fedcgd_task import keys
 from fedcgd_task.settings import PROJECT_DIR, default_run_config, flatten, resolve_data_dir
+
+if TYPE_CHECKING:
+    from experiments.resume_command import LastWords
 
 #: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder
 #: (:func:`server_app.config.timestamped_result_dir`) when its ``result-dir`` is empty.
@@ -650,9 +655,13 @@ def main(argv: list[str] | None = None) -> int:
     """Command line (see :func:`run_command`); SIGINT / SIGTERM stop every process it started.
 
     On a signal the run's processes are stopped and one line says so; the exit code is 130
-    (SIGINT, Ctrl-C) or 143 (SIGTERM).
+    (SIGINT, Ctrl-C) or 143 (SIGTERM). The last line then gives the command that continues the
+    run from its checkpoint, or says why it cannot (:mod:`experiments.resume_command`).
     """
-    return exit_code_stopping_on_signals(lambda: run_command(argv))
+    from experiments.resume_command import LastWords
+
+    last_words = LastWords()
+    return exit_code_stopping_on_signals(lambda: run_command(argv, last_words), last_words)
 
 
 def add_out_argument(parser: argparse.ArgumentParser) -> None:
@@ -682,8 +691,8 @@ def result_files(result_dir: Path) -> list[str]:
     return [name for name in names if (result_dir / name).is_file()]
 
 
-def run_command(argv: list[str] | None = None) -> int:
-    """Command line: one simulation run, results under ``results/<policy>-<time>``."""
+def launcher_parser() -> argparse.ArgumentParser:
+    """The launcher's command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--run-config",
@@ -734,6 +743,16 @@ def run_command(argv: list[str] | None = None) -> int:
         default=None,
         help="with --superlink: CA certificate of a TLS SuperLink (default: insecure)",
     )
+    return parser
+
+
+def run_command(argv: list[str] | None = None, last_words: LastWords | None = None) -> int:
+    """Command line: one simulation run, results under ``results/<policy>-<time>``.
+
+    The first line names the run's folder once it is taken; ``last_words`` learns how the run
+    continues (the command a stopped run's last line gives).
+    """
+    parser = launcher_parser()
     args = parser.parse_args(argv)
 
     try:
@@ -755,7 +774,7 @@ def run_command(argv: list[str] | None = None) -> int:
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from experiments.preflight import claim_run, refused, with_result_dir
+    from experiments.preflight import claim_run, effective_result_dir, refused, with_result_dir
 
     claim = None
     if args.superlink:  # the folders and data of a remote SuperLink are not here
@@ -766,17 +785,57 @@ def run_command(argv: list[str] | None = None) -> int:
         except (ValueError, FileNotFoundError) as err:
             print(refused(err).message, file=sys.stderr)
             return 2
+    user_overrides = dict(overrides)
     if merged.get("result-dir"):
         overrides["result-dir"] = merged["result-dir"]
+    result_dir = effective_result_dir(merged)
+    print(f"result folder: {result_dir}", flush=True)
+    continuing = continue_line(parser, args, user_overrides, merged)
+    if last_words is not None:
+        last_words.set(continuing)
     try:
-        return launch_run(args, overrides, merged)
+        return launch_run(args, overrides, merged, continuing)
     finally:
         if claim is not None:
             claim.release()
 
 
-def launch_run(args: argparse.Namespace, overrides: dict[str, Any], merged: dict[str, Any]) -> int:
-    """Run the checked run (:func:`run_command`) and say how it ended; the exit code."""
+def continue_line(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    overrides: Mapping[str, Any],
+    merged: Mapping[str, Any],
+) -> Callable[[], str]:
+    """What the last line of a stopped run says (read when it is printed): how it continues.
+
+    The same launcher options (``--out`` aside) and run config, with ``resume-from`` = the
+    run's folder; without a checkpoint, the command that starts it again in a new folder
+    (:func:`experiments.resume_command.single_run_line`).
+    """
+    from experiments.preflight import effective_result_dir
+    from experiments.resume_command import single_run_commands, single_run_line
+
+    result_dir = effective_result_dir(merged)
+    resume, again = single_run_commands("experiments.launcher", parser, args, overrides, result_dir)
+    every = int(merged.get("checkpoint-every", 1))
+    if args.superlink:  # the folder lies on the SuperLink's machine: nothing to read here
+        return lambda: (
+            f"to continue, when {result_dir} on the SuperLink's machine holds a "
+            f"checkpoint.pt: {resume}"
+        )
+    return lambda: single_run_line(result_dir, resume, again, every)
+
+
+def launch_run(
+    args: argparse.Namespace,
+    overrides: dict[str, Any],
+    merged: dict[str, Any],
+    continuing: Callable[[], str] | None = None,
+) -> int:
+    """Run the checked run (:func:`run_command`) and say how it ended; the exit code.
+
+    A failed run's last line is ``continuing()``: how it continues, or why it cannot.
+    """
     from experiments.preflight import effective_result_dir, run_outcome
     from server_app.atomic_files import ResultWriteError
 
@@ -802,6 +861,8 @@ def launch_run(args: argparse.Namespace, overrides: dict[str, Any], merged: dict
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
     if outcome.code != 0:
         print(f"\n(flwr run exit code {proc.returncode})\n{outcome.message}", file=sys.stderr)
+        if continuing is not None:
+            print(continuing(), file=sys.stderr)
         return outcome.code
     from experiments.plot_runs import plot_runs
 

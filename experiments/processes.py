@@ -90,11 +90,16 @@ class Interrupted(BaseException):
     ----------
     signum : int
         The signal received.
+    complete_message : bool
+        Its message (``stopped by SIGINT``) is the whole story: a run's ``status.json`` records
+        it as the reason, without the class name (:func:`server_app.run_status.one_line`).
     """
+
+    complete_message = True
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
-        super().__init__(signal.Signals(signum).name)
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
 
     @property
     def exit_code(self) -> int:
@@ -132,17 +137,24 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(s, old)
 
 
-def exit_code_stopping_on_signals(command: Callable[[], int]) -> int:
+def exit_code_stopping_on_signals(
+    command: Callable[[], int], last_words: Callable[[], str | None] | None = None
+) -> int:
     """Run ``command`` (a command line's body) and return its exit code; stop cleanly on signals.
 
     On SIGINT / SIGTERM the body unwinds (its ``finally`` blocks stop what it started), one
     line says so on stderr, and the exit code is 130 (SIGINT, Ctrl-C) or 143 (SIGTERM).
+    ``last_words()``, called once everything is stopped, gives the line printed after it
+    (how to continue: :mod:`experiments.resume_command`); None prints nothing more.
     """
     with stop_on_signals():
         try:
             return command()
         except Interrupted as stop:
             print(stop.message, file=sys.stderr, flush=True)
+            line = last_words() if last_words is not None else None
+            if line:
+                print(line, file=sys.stderr, flush=True)
             return stop.exit_code
 
 

@@ -34,8 +34,10 @@ are refused, naming them), before the first one starts. The seed is set by ``see
 paired. ``launcher.jobs=N`` keeps N in-process runs going at once (0: one per usable core),
 each in its own process with its output in its folder's ``run.log``
 (:mod:`experiments.run_pool`); the tables and figures are written once every run has ended.
-Exit code: 0 when every run completed, 1 when one failed (the last line names each and
-why), 2 when refused before the start, 130 / 143 on SIGINT / SIGTERM.
+Exit code: 0 when every run completed, 1 when one failed (a line names each and why), 2
+when refused before the start, 130 / 143 on SIGINT / SIGTERM. The first line names the output
+folder; after a failure or a signal the last line gives the same command to run again
+(completed runs are kept, stopped ones resume: :func:`experiments.resume_command.rerun_line`).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ from experiments.launcher import default_run_config
 from experiments.plot_runs import finish_figure, load_run, round_values, save_figure
 from experiments.processes import exit_code_stopping_on_signals
 from experiments.progress import RunProgress
+from experiments.resume_command import LastWords, python_command, rerun_line
 from experiments.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.settings import TaskSettings, flatten, resolve_data_dir
@@ -353,16 +356,48 @@ def plan_sweep(
     return per_point
 
 
+#: The words of the command line as the user wrote them (before :func:`hydra_overrides`), set
+#: when the module runs as a command: the command a stopped preset's last line gives.
+COMMAND_WORDS: list[str] | None = None
+
+
+def command_line() -> str | None:
+    """The command that started this preset, to run again; None when not known.
+
+    :data:`COMMAND_WORDS` when the module runs as a command, else Hydra's record of the
+    command-line overrides (with ``++`` where :func:`hydra_overrides` added it).
+    """
+    words = COMMAND_WORDS
+    if words is None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            words = list(HydraConfig.get().overrides.task)
+        except ValueError:  # not started by Hydra's command line (a test calling it)
+            return None
+    return python_command("experiments.reproduce", words)
+
+
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Run a preset (see the module docstring); exit code 0, 1 (a run failed), 2 or 130 / 143."""
-    code = exit_code_stopping_on_signals(lambda: reproduce(cfg))
+    command = command_line()
+    last_words = LastWords()
+    code = exit_code_stopping_on_signals(lambda: reproduce(cfg, command, last_words), last_words)
     if code:
         raise SystemExit(code)
 
 
-def reproduce(cfg: DictConfig) -> int:
-    """Plan and check every run, run them, write the tables and figures; the exit code."""
+def reproduce(
+    cfg: DictConfig, command: str | None = None, last_words: LastWords | None = None
+) -> int:
+    """Plan and check every run, run them, write the tables and figures; the exit code.
+
+    Once every run is planned the first line names the output folder; after a failure, and
+    after a signal's stop line (``last_words``), the last line says that the same
+    ``command`` keeps the completed runs and continues the others
+    (:func:`experiments.resume_command.rerun_line`).
+    """
     out = Path(str(cfg.out)).resolve()
     claims: list[FolderClaim] = []
     try:
@@ -380,14 +415,20 @@ def reproduce(cfg: DictConfig) -> int:
             claim.abandon()
         print(f"error: {err}", file=sys.stderr)
         return 2
+    print(f"output folder: {out}", flush=True)
+    if last_words is not None:
+        last_words.set(lambda: rerun_line(command))
     try:
-        return _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
+        code = _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
     except ResultWriteError as err:  # a table or a figure: disk full, ...
         print(f"failed: {err}", file=sys.stderr, flush=True)
-        return 1
+        code = 1
     finally:
         for claim in claims:
             claim.release()
+    if code == 1:
+        print(rerun_line(command), file=sys.stderr, flush=True)
+    return code
 
 
 def _reproduce_planned(
@@ -493,5 +534,6 @@ def hydra_overrides(args: Sequence[str]) -> list[str]:
 if __name__ == "__main__":
     from experiments.processes import run_as_command
 
+    COMMAND_WORDS = sys.argv[1:]
     sys.argv[1:] = hydra_overrides(sys.argv[1:])
     run_as_command(main)

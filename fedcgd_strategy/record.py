@@ -33,6 +33,10 @@ class RoundTimings:
         FedAvg and the Ĝ update.
     client_train_s : float
         Sum over replies of the devices' own local-training time.
+    discovery_s : float
+        Finding nodes not known yet (``query.info`` to each): the first round's holds the
+        engine's warm-up (every ClientApp's start), later ones are about 0 unless a node joins.
+        Not round work: the progress line's ETA leaves it out.
 
     """
 
@@ -41,6 +45,7 @@ class RoundTimings:
     train_phase_s: float
     aggregate_s: float
     client_train_s: float
+    discovery_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,8 @@ class RoundRecord:
     (as a string, for JSON) to why it failed; ``model_kept`` is true when the global model did
     not change this round, ``model_kept_reason`` says why (None when it changed).
     ``discovery_failed`` maps node ids (not yet devices) whose discovery reply was refused or
-    missing this round to the reason.
+    missing this round to the reason; ``discovery_s`` is the time that discovery took
+    (:class:`RoundTimings`).
     """
 
     round: int
@@ -85,6 +91,7 @@ class RoundRecord:
     failed_reasons: dict[str, str]
     model_kept_reason: str | None
     discovery_failed: dict[str, str]
+    discovery_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -178,4 +185,5 @@ def round_record(
         failed_reasons={str(k): reasons[k] for k in sorted(reasons)},
         model_kept_reason=model_kept_reason,
         discovery_failed={str(k): str(v) for k, v in sorted((discovery_failed or {}).items())},
+        discovery_s=timings.discovery_s,
     )

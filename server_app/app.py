@@ -154,8 +154,14 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
 
 
 def _run_and_record(grid: Grid, config: RunConfig, *, fresh_name: bool) -> dict[str, Any]:
-    """:func:`run_federation` without the log-level setting."""
+    """:func:`run_federation` without the log-level setting.
+
+    A folder this ServerApp named itself (a bare ``flwr run``) is the first line it prints; the
+    commands name the folder they chose themselves.
+    """
     taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
+    if fresh_name:
+        say(f"result folder: {taken.config.result_dir}")
     with taken.claim:
         return _record_run(grid, taken.config, taken.plan)
 

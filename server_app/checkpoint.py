@@ -198,6 +198,29 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
         ) from err
 
 
+def checkpoint_round(result_dir: Path) -> int | None:
+    """The round of ``result_dir``'s ``checkpoint.pt``; None when there is none or it is unreadable.
+
+    Reads the file memory-mapped: the model's tensors are not loaded.
+    """
+    path = result_dir / CHECKPOINT_FILE
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_CHECKPOINT_BYTES:
+        return None
+    try:
+        data = torch.load(path, weights_only=True, mmap=True)
+        return int(data["round"])
+    except (
+        OSError,
+        RuntimeError,
+        EOFError,
+        pickle.UnpicklingError,
+        KeyError,
+        TypeError,
+        ValueError,
+    ):
+        return None
+
+
 def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
     """Write the final model ``model.pt`` in ``result_dir`` atomically; return its path."""
     return atomic_torch_save(state, result_dir / MODEL_FILE)

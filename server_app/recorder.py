@@ -10,7 +10,8 @@ model. Per round, in this order (docs/design.md, "One round", step 4, and "Resul
 3. ``status.json``: running, with this round as the last written one;
 4. ``checkpoint.pt``, when due (:func:`checkpoint_due`), after the line, so that a checkpoint's
    round always has its line;
-5. the progress line.
+5. the progress line (its ETA counts the rounds' own time only, from the end of round 0:
+   :meth:`~server_app.results.ResultWriter.start_rounds`).
 
 Round 0 (Flower's evaluation of the starting model) is evaluated and printed only; a resumed
 run skips it (its starting model was evaluated in the interrupted run).
@@ -86,6 +87,7 @@ class RoundRecorder:
         """
         offset = self.setup.round_offset
         if flower_round == 0 and offset:
+            self.writer.start_rounds()
             return None  # resuming: the starting model was evaluated in the interrupted run
         server_round = flower_round + offset
         config = self.setup.config
@@ -99,12 +101,17 @@ class RoundRecorder:
             self.say(
                 f"initial model: accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}"
             )
+            self.writer.start_rounds()  # the start-up ends here: not in the ETA
             return MetricRecord(metrics)
         record = self._take_record(server_round)
         line = self._write_round(server_round, metrics, eval_s, record, arrays)
         self.say(
             self.writer.progress(
-                server_round, line["accuracy"], record.num_scheduled, record.num_available
+                server_round,
+                line["accuracy"],
+                record.num_scheduled,
+                record.num_available,
+                discovery_s=record.discovery_s,
             )
         )
         return MetricRecord(metrics) if metrics else None

@@ -17,6 +17,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,9 @@ class ResultWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.num_rounds = num_rounds
         self.t_start = time.perf_counter() - elapsed_s
-        self._first_round: tuple[int, float] | None = None
+        # the ETA's clock (:meth:`start_rounds`; until it is called, the writer's creation)
+        self._last_end_s = elapsed_s
+        self._round_s: list[float] = []
         self.lines: list[dict[str, Any]] = list(kept_lines or [])
         text = "".join(json.dumps(x) + "\n" for x in self.lines)
         atomic_write_text(self.dir / METRICS_FILE, text)
@@ -92,21 +95,38 @@ class ResultWriter:
         atomic_write_text(self.dir / SUMMARY_FILE, json.dumps(json_ready(summary), indent=2))
 
     def elapsed_s(self) -> float:
-        """Seconds since the writer was created."""
+        """Seconds since the writer was created (plus those of the run before a resume)."""
         return time.perf_counter() - self.t_start
 
+    def start_rounds(self) -> None:
+        """The rounds begin now: what came before (start-up) stays out of the ETA.
+
+        Called when the starting model has been evaluated (or, resuming, when that evaluation
+        is skipped): imports, data, the model, the SuperLink and Ray, the nodes connecting and
+        the first evaluation all lie before this point.
+        """
+        self._last_end_s = self.elapsed_s()
+        self._round_s = []
+
     def progress(
-        self, server_round: int, accuracy: float | None, scheduled: int, available: int
+        self,
+        server_round: int,
+        accuracy: float | None,
+        scheduled: int,
+        available: int,
+        *,
+        discovery_s: float = 0.0,
     ) -> str:
         """One progress line: round i/N, accuracy, scheduled, elapsed, ETA.
 
-        The ETA is the mean time of the rounds after the first one printed (whose time holds
-        the engine's start-up: Ray, the first model load) times the rounds left.
+        The round's own time is the time since the previous round ended (since
+        :meth:`start_rounds` for the first) without its node discovery (``discovery_s``: the
+        first round's holds every ClientApp's start); the ETA is :func:`eta_s` of these times.
         """
         elapsed = self.elapsed_s()
-        if self._first_round is None:
-            self._first_round = (server_round, elapsed)
-        eta = eta_s(self._first_round, (server_round, elapsed), self.num_rounds)
+        self._round_s.append(max(elapsed - self._last_end_s - discovery_s, 0.0))
+        self._last_end_s = elapsed
+        eta = eta_s(self._round_s, self.num_rounds - server_round)
         acc = "  -   " if accuracy is None else f"{accuracy:6.2%}"
         return (
             f"round {server_round:>4}/{self.num_rounds} | acc {acc} | scheduled "
@@ -114,17 +134,28 @@ class ResultWriter:
         )
 
 
-def eta_s(first: tuple[int, float], now: tuple[int, float], num_rounds: int) -> float:
-    """Seconds left after round ``now[0]`` of ``num_rounds``: (round, elapsed seconds) pairs.
+def eta_s(round_s: Sequence[float], rounds_left: int) -> float:
+    """Seconds left: the mean time of the finished rounds times the rounds left.
 
-    The rate is measured from the first printed round on, so the start-up before it does not
-    enter; at the first round itself there is no rate yet and its own time is used.
+    Parameters
+    ----------
+    round_s : sequence of float
+        The own time of each round finished in this process, in order (start-up and node
+        discovery left out: :meth:`ResultWriter.progress`). The first one is used alone at
+        first; once others have finished it is left out, since it holds one-time costs (the
+        engine's first training pass, caches filling).
+    rounds_left : int
+        Rounds still to run (negative counts as 0).
+
+    Raises
+    ------
+    ValueError
+        When no round has finished yet (no time per round is known).
     """
-    (r0, t0), (r, t) = first, now
-    left = max(num_rounds - r, 0)
-    if r > r0:
-        return (t - t0) / (r - r0) * left
-    return t / max(r, 1) * left
+    if not round_s:
+        raise ValueError("eta_s: no finished round; the ETA needs one")
+    timed = round_s[1:] if len(round_s) > 1 else round_s
+    return sum(timed) / len(timed) * max(rounds_left, 0)
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:

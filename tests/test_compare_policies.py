@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,21 @@ from experiments import compare_policies as cp
 from experiments.plot_runs import plot_mean_runs, plot_runs
 from experiments.processes import Interrupted
 from server_app.run_status import FAILED, RUNNING, read_status
+
+RERUN = (
+    "to go on, run the same command again (completed runs are kept, stopped ones continue "
+    "from their checkpoints): "
+)
+
+
+def rerun_command(line: str) -> list[str]:
+    """The arguments of the comparison command a last line gives (its interpreter checked)."""
+    assert line.startswith(RERUN), line
+    words = shlex.split(line.removeprefix(RERUN))
+    assert Path(words[0]).resolve() == Path(sys.executable).resolve(), words
+    assert words[1:3] == ["-m", "experiments.compare_policies"], words
+    return words[3:]
+
 
 # policy -> seed -> test accuracy per round (rounds 1, 2, 3)
 ACCURACY = {
@@ -309,13 +326,17 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert cp.main(args) == 1
     captured = capsys.readouterr()
-    last = captured.err.strip().splitlines()[-1]
-    assert last == (
+    assert captured.out.splitlines()[0] == f"output folder: {out}"
+    failed, last = captured.err.strip().splitlines()[-2:]
+    assert failed == (
         "1 of 4 runs failed: bc/seed-1 (RuntimeError: ActorPool is empty); the tables hold "
         "the 3 completed runs"
     )
+    assert rerun_command(last) == args
     assert len(read(out / "runs.csv")) == 3
-    # run again: the failed run (no checkpoint) is cleared and run again; the others are kept
+    # the printed command again: the failed run (no checkpoint) is cleared and run again; the
+    # others are kept
+    args = rerun_command(last)
     calls = []
 
     def recording_flwr(run_config, **kwargs):
@@ -367,9 +388,11 @@ def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(cp, "run_flwr", interrupted)
     assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 143
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == [
+    assert err.strip().splitlines()[0] == (
         "stopped by SIGTERM: every process of the run was stopped (exit code 143)"
-    ]
+    )
+    last = err.strip().splitlines()[1]
+    assert rerun_command(last) == ["--policies", "bc", "--out", str(tmp_path)]
 
 
 def test_mean_and_single_run_plots(tmp_path):
@@ -460,8 +483,10 @@ def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monk
 
     monkeypatch.setattr(cp, "run_flwr", crashed)
     assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    failed, last = capsys.readouterr().err.strip().splitlines()[-2:]
+    assert failed == (
         "1 of 1 runs failed: bc/seed-0 (An exception occured!! ActorPool is empty. Stopping "
         "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine); the "
         "tables hold the 0 completed runs"
     )
+    assert rerun_command(last) == ["--policies", "bc", "--out", str(tmp_path)]

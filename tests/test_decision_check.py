@@ -281,8 +281,12 @@ def run(cheats: Path, name: str, folder: Path, **values: object):
 def test_a_policy_that_schedules_every_candidate_fails_in_round_1_in_one_line(cheats, tmp_path):
     done = run(cheats, "EveryCandidate", tmp_path / "run")
     err = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(err) == 1 and "Traceback" not in done.stderr, err
+    assert done.returncode == 1 and len(err) == 2 and "Traceback" not in done.stderr, err
     assert err[0].startswith(f"failed: policy '{cheats}:EveryCandidate', round 1: scheduled ")
+    assert err[1].startswith(
+        f"cannot be resumed: {tmp_path / 'run'} holds no checkpoint (it stopped before its "
+        "first checkpoint); to start again in a new folder: "
+    )
     assert "MHz budget" in err[0] or "cannot meet the deadline" in err[0]
     status = (tmp_path / "run" / "status.json").read_text()
     assert '"state": "failed"' in status and "round 1: scheduled devices" in status
@@ -293,7 +297,7 @@ def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(cheats,
     # every feasible device: the cell's B* are in the MHz, 20 of them exceed 20 MHz
     done = run(cheats, "EveryFeasible", tmp_path / "run")
     err = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(err) == 1, err
+    assert done.returncode == 1 and len(err) == 2, err
     assert ", round 1: scheduled devices [" in err[0]
     assert "MHz (the sum of their minimum bandwidths B*), more than the 20 MHz budget" in err[0]
 
@@ -341,10 +345,11 @@ def test_a_users_policy_that_raises_mid_run_fails_that_round_in_one_line(cheats,
     done = run(cheats, "FailsInRound3", tmp_path / "run", **{"num-server-rounds": 5})
     err = done.stderr.strip().splitlines()  # (rounds 1, 2 warn: nothing scheduled, uploaded)
     assert done.returncode == 1 and "Traceback" not in done.stderr, err
-    assert err[-1] == (
+    assert err[-2] == (
         f"failed: policy '{cheats}:FailsInRound3', round 3: schedule() raised RuntimeError: "
         "out of ideas"
     )
+    assert err[-1].startswith("to continue after round 2 of 5: "), err[-1]
 
 
 def test_the_round_inputs_a_policy_gets_are_read_only():

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from server_app.atomic_files import ResultWriteError, append_line, atomic_write_
 
 SMALL = {"num-devices": 8, "num-server-rounds": 5, "channel.availability-prob": 0.8}
 TIMINGS = ("eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
-           "client_train_s")  # fmt: skip
+           "client_train_s", "discovery_s")  # fmt: skip
 
 
 def fd_path(fd: int) -> str:
@@ -97,19 +98,23 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     lines = err.strip().splitlines()
     assert code == 1, err
-    assert "Traceback" not in err and len(lines) == 1, err
+    assert "Traceback" not in err and len(lines) == 2, err
     # round 2's line went in, its fsync failed
     assert lines[0] == (
         f"failed: no space left on device while writing {folder}/metrics.jsonl; free space on "
         f"the disk, then continue it from its checkpoint with resume-from='{folder}'"
     )
+    continue_after = "to continue after round 1 of 5: "
+    assert lines[1].startswith(continue_after), lines[1]
     assert temporaries(folder) == []
     # status.json could not say failed (the whole disk is full): it says where it got
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "running" and status["last_round"] == 1
-    # the advice is true: after freeing space the run continues exactly
-    code, _, err = run_main(capsys, **{"resume-from": str(folder)})
-    assert code == 0, err
+    # the advice is true: after freeing space the printed command continues the run exactly
+    words = shlex.split(lines[1].removeprefix(continue_after))
+    assert words[1:3] == ["-m", "experiments.inprocess"]
+    code = inprocess_main(words[3:])
+    assert code == 0, capsys.readouterr().err
     assert comparable(folder) == comparable(whole)
     a, b = torch.load(folder / "model.pt"), torch.load(whole / "model.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -122,8 +127,9 @@ def test_a_failed_checkpoint_write_says_failed_in_the_status_and_leaves_no_tempo
     is_checkpoint = lambda path: os.path.basename(path).startswith(".checkpoint.pt.")  # noqa: E731
     with disk_full(monkeypatch, folder, lambda p: is_checkpoint(p) and rounds_in(folder) >= 3):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
-    assert code == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert code == 1 and "Traceback" not in err and err.count("\n") == 2, err
     assert err.startswith(f"failed: no space left on device while writing {folder}/checkpoint.pt")
+    assert err.splitlines()[1].startswith("to continue after round 2 of 5: "), err
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "failed" and status["last_round"] == 3
     assert status["reason"] == f"no space left on device while writing {folder}/checkpoint.pt"
@@ -137,9 +143,13 @@ def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(
     folder = tmp_path / "run"
     with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 2):
         code, _, err = run_main(capsys, **{"result-dir": str(folder), "checkpoint-every": 0})
-    assert code == 1 and err.count("\n") == 1, err
+    assert code == 1 and err.count("\n") == 2, err
     assert "no space left on device while writing" in err and "resume-from" not in err
     assert "run it again in a new folder" in err
+    assert err.splitlines()[1].startswith(
+        f"cannot be resumed: {folder} holds no checkpoint (it was started with "
+        "checkpoint-every = 0); to start again in a new folder: "
+    ), err
     assert not (folder / "checkpoint.pt").exists()
 
 
@@ -147,7 +157,7 @@ def test_other_io_errors_are_one_line_too(capsys, monkeypatch, tmp_path):
     folder = tmp_path / "run"
     with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 3, code=errno.EIO):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
-    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert code == 1 and err.count("\n") == 2 and "Traceback" not in err, err
     assert err.startswith(f"failed: input/output error while writing {folder}/")
     assert "fix the file system, then continue it from its checkpoint" in err
 
@@ -177,7 +187,9 @@ def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(
              "num-devices=8 num-server-rounds=2"]
         )  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and err == [f"failed: no space left on device while writing {out}/table.csv"]
+    assert code == 1 and len(err) == 2, err
+    assert err[0] == f"failed: no space left on device while writing {out}/table.csv"
+    assert err[1].startswith("to go on, run the same command again (completed runs are kept, ")
     assert temporaries(out) == []
 
 
@@ -199,10 +211,11 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
              format_run_config(values)],
             cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
-        last = proc.stderr.strip().splitlines()[-1]
+        failed, last = proc.stderr.strip().splitlines()[-2:]
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-        assert last.startswith(f"failed: no space left on device while writing {folder}/"), last
-        assert last.endswith(f"continue it from its checkpoint with resume-from='{folder}'")
+        assert failed.startswith(f"failed: no space left on device while writing {folder}/")
+        assert failed.endswith(f"continue it from its checkpoint with resume-from='{folder}'")
+        assert last.startswith("to continue after round "), last
         assert "Traceback" not in proc.stdout + proc.stderr
         assert temporaries(folder) == []
         checkpoint_round = torch.load(folder / "checkpoint.pt")["round"]

@@ -35,6 +35,7 @@ TIMINGS = (
     "train_phase_s",
     "aggregate_s",
     "client_train_s",
+    "discovery_s",
 )
 
 

@@ -160,8 +160,10 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
         assert not still, {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in still}
         assert proc.returncode == code, err[-3000:]
         assert "Traceback" not in err, err[-3000:]
-        last = err.strip().splitlines()[-1]
-        assert "stopped" in last and signal.Signals(signum).name in last, err[-2000:]
+        stopped, last = err.strip().splitlines()[-2:]
+        assert "stopped" in stopped and signal.Signals(signum).name in stopped, err[-2000:]
+        # then how to go on (tests/test_resume_command.py runs these commands)
+        assert last.startswith(("to continue after round ", "to go on, run the same command")), last
         assert leftovers(tmp_path, "flwr-home-*") == []
     finally:
         if proc.poll() is None:

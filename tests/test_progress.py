@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from experiments.progress import RunProgress, format_duration
 
 
@@ -37,16 +39,58 @@ def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
     )
 
 
-def test_round_eta_leaves_the_start_up_out() -> None:
+def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
     from server_app.results import eta_s
 
-    # Round 1 printed at 20 s (Ray start-up), round 5 at 22 s: 0.5 s per round, 45 left.
-    assert eta_s((1, 20.0), (5, 22.0), 50) == 22.5
-    # At the first printed round itself only its own time is known: 20 s per round.
-    assert eta_s((1, 20.0), (1, 20.0), 3) == 40.0
-    # A resumed run whose first printed round is 7.
-    assert eta_s((7, 3.0), (9, 4.0), 10) == 0.5
-    assert eta_s((1, 1.0), (10, 5.0), 10) == 0.0
+    # After round 1 only its own time is known: 3 s per round, 9 rounds left.
+    assert eta_s([3.0], 9) == 27.0
+    # Later the first round (one-time costs: the first training pass) is left out:
+    # (1 + 2) / 2 = 1.5 s per round, 7 left.
+    assert eta_s([3.0, 1.0, 2.0], 7) == 10.5
+    assert eta_s([3.0, 1.0], 0) == 0.0 and eta_s([3.0, 1.0], -1) == 0.0
+    with pytest.raises(ValueError, match="no finished round"):
+        eta_s([], 3)
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_progress_line_eta_counts_the_rounds_own_time_only(monkeypatch, tmp_path) -> None:
+    """A run whose start-up took 830 s and whose rounds take 0.4 s: ETA 19.6 s at round 1 of 50,
+    not 842 s x 49 (what the round-1 line used to say: its time held the start-up)."""
+    import server_app.results as results
+
+    clock = FakeClock(1000.0)
+    monkeypatch.setattr(results.time, "perf_counter", clock)
+    writer = results.ResultWriter(tmp_path / "run", 50)
+    clock.now += 830.0  # imports, data, SuperLink, Ray, the first evaluation
+    writer.start_rounds()
+    clock.now += 0.4 + 12.0  # round 1: 0.4 s of work, 12 s of ClientApps starting
+    line = writer.progress(1, 0.1, 8, 17, discovery_s=12.0)
+    assert line.endswith("| elapsed   842.4 s | ETA    19.6 s"), line
+    clock.now += 0.5  # round 2: 0.5 s, 48 left (round 1 now left out)
+    assert writer.progress(2, None, 8, 17).endswith("ETA    24.0 s")
+    clock.now += 0.3  # round 3: (0.5 + 0.3) / 2 = 0.4 s, 47 left
+    assert writer.progress(3, None, 8, 17).endswith("ETA    18.8 s")
+
+
+def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
+    monkeypatch, tmp_path
+) -> None:
+    import server_app.results as results
+
+    clock = FakeClock(50.0)
+    monkeypatch.setattr(results.time, "perf_counter", clock)
+    writer = results.ResultWriter(tmp_path / "run", 10, elapsed_s=40.0)  # 40 s before
+    clock.now += 7.0
+    writer.start_rounds()
+    clock.now += 2.0  # round 8: 2 s, 2 left
+    assert writer.progress(8, 0.5, 3, 4).endswith("| elapsed    49.0 s | ETA     4.0 s")
 
 
 def test_runs_side_by_side_share_the_time_left_and_count_the_runs_going() -> None:

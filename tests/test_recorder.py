@@ -44,7 +44,7 @@ LINE_KEYS = (
     "num_scheduled num_uploaded scheduled uploaded failed disconnected wemd sampling_term "
     "objective sigma class_gradient_used class_gradient_next bandwidth_used_hz "
     "solver_iterations query_s schedule_s train_phase_s aggregate_s client_train_s model_kept "
-    "failed_reasons model_kept_reason discovery_failed"
+    "failed_reasons model_kept_reason discovery_failed discovery_s"
 ).split()
 
 
@@ -218,6 +218,29 @@ def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path)
     written = lines(tmp_path / "run")
     assert [(x["round"], x["accuracy"]) for x in written] == [(4, None), (5, 0.25)]
     assert [text[:12] for text in said] == ["round    4/5", "round    5/5"]
+
+
+def test_the_eta_starts_after_round_0_and_leaves_node_discovery_out(monkeypatch, tmp_path):
+    """Start-up before the starting model's evaluation, and the first round's node discovery
+    (every ClientApp starting), are not round time: ETA = the rounds' own time per round."""
+    import server_app.results as results
+
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 11, "checkpoint-every": 0})
+    now = [500.0]
+    monkeypatch.setattr(results.time, "perf_counter", lambda: now[0])
+    said: list[str] = []
+    recorder = RoundRecorder(setup, ResultWriter(tmp_path / "run", 11), said.append)
+    now[0] += 60.0  # the set-up, the SuperLink, Ray, the nodes connecting
+    recorder(0, arrays(model_of(0)))
+    now[0] += 20.0 + 3.0  # round 1: node discovery 20 s, the round itself 3 s
+    recorder.add_record(dataclasses.replace(fake_record(1), discovery_s=20.0))
+    recorder(1, arrays(model_of(1)))
+    now[0] += 2.0  # round 2: 2 s per round (round 1 left out from now on), 9 rounds left
+    recorder.add_record(fake_record(2))
+    recorder(2, arrays(model_of(2)))
+    assert said[1].endswith("| elapsed    83.0 s | ETA    30.0 s"), said[1]  # 3 s x 10
+    assert said[2].endswith("| elapsed    85.0 s | ETA    18.0 s"), said[2]
+    assert lines(tmp_path / "run")[0]["discovery_s"] == 20.0
 
 
 def test_a_checkpoint_of_the_setup_rebuilds_the_same_state(tmp_path):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ from fake_runs import write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import run_module
 
-from experiments import compare_policies
+from experiments import compare_policies, reproduce
 from experiments.launcher import default_run_config
 from experiments.paper_settings import PAPER_CIFAR10
 from experiments.reproduce import (
@@ -301,17 +303,28 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
 
     monkeypatch.setattr(compare_policies, "run_flwr", fake_flwr)
     out = tmp_path / "failing"
-    cfg = load(
-        "digits_policies",
-        hydra_overrides(["policies=[bc,all]", "sweep.local-steps=[1,2]", f"out={out}"]),
-    )
+    words = ["experiment=digits_policies", "policies=[bc,all]", "sweep.local-steps=[1,2]",
+             f"out={out}"]  # fmt: skip
+    monkeypatch.setattr(reproduce, "COMMAND_WORDS", words)  # as the command line sets it
+    cfg = load("digits_policies", hydra_overrides(words[1:]))
     with pytest.raises(SystemExit) as stop:
         main.__wrapped__(cfg)
     assert stop.value.code == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == f"output folder: {out}"
+    failed, last = captured.err.strip().splitlines()[-2:]
+    assert failed == (
         "1 of 4 runs failed: local-steps=2/bc/seed-0 (RuntimeError: ActorPool is empty); the "
         "tables hold the 3 completed runs"
     )
+    head = (
+        "to go on, run the same command again (completed runs are kept, stopped ones continue "
+        "from their checkpoints): "
+    )
+    assert last.startswith(head), last
+    command = shlex.split(last.removeprefix(head))
+    assert Path(command[0]).resolve() == Path(sys.executable).resolve()
+    assert command[1:] == ["-m", "experiments.reproduce", *words]
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3
 
 

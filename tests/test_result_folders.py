@@ -165,8 +165,9 @@ def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
     folder = tmp_path / "run"
     code, _, err = main_code(capsys, **overrides(folder))
     assert code == 1
-    assert err[-1].startswith("failed: no device uploaded an update in any of the 2 rounds")
-    assert "no device answered" in err[-1]
+    assert err[-2].startswith("failed: no device uploaded an update in any of the 2 rounds")
+    assert "no device answered" in err[-2]
+    assert err[-1] == f"nothing to continue: all 2 rounds ran; results in {folder}"
     status = read_status(folder)
     assert status is not None and status.state == "failed" and status.last_round == 2
 

@@ -84,3 +84,25 @@ def test_stream_output_hides_chatter_but_returns_every_line(
     )
     assert stream_output(proc, verbose=False) == text
     assert capsys.readouterr().out == "round 1/1 | acc 50.00%\n"
+
+
+def test_a_bare_serverapp_names_the_folder_it_chose_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a bare ``flwr run`` (no result-dir) the ServerApp picks the folder itself: its
+    first line names it; a command that chose the folder names it itself (no second line)."""
+    import dataclasses
+
+    run_config = default_run_config()
+    run_config.update({"num-devices": 4, "num-server-rounds": 1})
+    nodes = [100 + i for i in range(4)]
+    config = parse_run_config(run_config)
+    chosen = tmp_path / "bc-20250101-000000"
+    config = dataclasses.replace(config, result_dir=str(chosen))
+    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config, 4))
+    run_federation(grid, config, fresh_name=True)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"result folder: {chosen}"
+    again = dataclasses.replace(config, result_dir=str(tmp_path / "given"))
+    run_federation(grid, again)
+    assert not any("result folder" in line for line in capsys.readouterr().out.splitlines())

@@ -103,6 +103,7 @@ class RoundInProgress:
     decision: Decision | None = None
     failed: dict[int, str] = field(default_factory=dict)
     discovery_failed: dict[int, str] = field(default_factory=dict)
+    discovery_s: float = 0.0
     busy: dict[int, int] = field(default_factory=dict)
     sent: list[Message] = field(default_factory=list)
 
@@ -267,9 +268,11 @@ class ScheduledStrategy(Strategy):
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
         _, training = read_round_config(round_config)
         late = settle_pending(grid, self.pending, wait_s=self.query_timeout_s)
+        t0 = time.perf_counter()
         discovery_failed = discover_nodes(
             grid, self.registry, server_round, self.query_timeout_s, self.pending, late
         )
+        discovery_s = time.perf_counter() - t0
         draw = self.cell.draw_round(self.model_bits)
         state = RoundInProgress(
             draw=draw,
@@ -278,6 +281,7 @@ class ScheduledStrategy(Strategy):
             available=self.registry.with_node(draw.available),
             server_round=server_round,
             discovery_failed=discovery_failed,
+            discovery_s=discovery_s,
         )
         self._round = state
         self._mark_busy(state)
@@ -378,6 +382,7 @@ class ScheduledStrategy(Strategy):
                 train_phase_s=t_recv - state.t_sent,
                 aggregate_s=aggregate_s,
                 client_train_s=float(sum(r.train_time_s or 0.0 for r in reports)),
+                discovery_s=state.discovery_s,
             ),
             failed_reasons=state.failed,
             model_kept_reason=kept_reason,

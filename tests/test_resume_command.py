@@ -1,0 +1,362 @@
+"""A run that stops says how to go on: its folder first, the exact command last, run verbatim.
+
+Each command runs in a child process, is stopped by a signal after round k (read from its
+``metrics.jsonl``), and its last line is checked; the command it prints is then run word for
+word (``shlex.split``) from the project folder, and the run must end as an uninterrupted one
+does: same metrics lines (timings aside), same final model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.inprocess import run_inprocess
+from experiments.launcher import validated_run_config, with_resolved_data_dir
+from experiments.resume_command import single_run_line
+from fedcgd_task.settings import PROJECT_DIR
+from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
+
+#: Fields of a metrics line that are timings (they differ between any two runs).
+TIMINGS = {"eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
+           "client_train_s", "discovery_s"}  # fmt: skip
+CONTINUE = "to continue after round "
+NO_CHECKPOINT = "cannot be resumed: "
+RERUN = (
+    "to go on, run the same command again (completed runs are kept, stopped ones continue "
+    "from their checkpoints): "
+)
+
+
+def start(words: list[str]) -> subprocess.Popen[str]:
+    """``words`` in the project folder, in a session of its own (a Ctrl-C reaches the group)."""
+    return subprocess.Popen(
+        words,
+        cwd=PROJECT_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
+
+
+def python_m(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def lines(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def comparable(folder: Path) -> list[dict]:
+    return [{k: v for k, v in line.items() if k not in TIMINGS} for line in lines(folder)]
+
+
+def same_model(a: Path, b: Path) -> bool:
+    x, y = torch.load(a / "model.pt"), torch.load(b / "model.pt")
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def rounds_written(folder: Path) -> int:
+    try:
+        return len((folder / "metrics.jsonl").read_text().splitlines())
+    except OSError:
+        return 0
+
+
+def wait_for(predicate: Callable[[], bool], proc: subprocess.Popen[str], limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"ended early (exit {proc.returncode}): {out[-2000:]}{err[-3000:]}")
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def first_line_folder(proc: subprocess.Popen[str], prefix: str = "result folder: ") -> Path:
+    """The folder the command's first line names (read as soon as it is printed)."""
+    assert proc.stdout is not None
+    first = proc.stdout.readline().rstrip("\n")
+    assert first.startswith(prefix), first
+    return Path(first.removeprefix(prefix))
+
+
+def stop_after(
+    proc: subprocess.Popen[str], folder: Path, rounds: int, signum: int, limit_s: float = 300
+) -> tuple[str, str]:
+    """Signal the command (its whole group for SIGINT, as Ctrl-C) once ``rounds`` are written."""
+    wait_for(lambda: rounds_written(folder) >= rounds, proc, limit_s)
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=120)
+    return out, err
+
+
+def printed_command(line: str, head: str) -> list[str]:
+    """The command words at the end of ``line`` after ``head`` (``head`` ends with ': ')."""
+    assert line.startswith(head), line
+    return shlex.split(line.split(": ", 1)[1])
+
+
+def run_verbatim(words: list[str], limit_s: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run a printed command word for word from the project folder (as a user pastes it)."""
+    assert Path(PROJECT_DIR / words[0]).resolve() == Path(sys.executable).resolve(), words
+    return subprocess.run(
+        words, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=limit_s, check=False
+    )
+
+
+def whole_run(folder: Path, values: dict) -> None:
+    """The uninterrupted run, in this process (the in-process engine: the same results)."""
+    run_inprocess(
+        with_resolved_data_dir(validated_run_config({**values, "result-dir": str(folder)}))
+    )
+
+
+def run_config_text(values: dict) -> str:
+    from experiments.launcher import format_run_config
+
+    return format_run_config(values)
+
+
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp_path, signum):
+    values = {"num-devices": 12, "num-server-rounds": 150, "policy": "fedcgd-fscd"}
+    proc = start(
+        python_m("experiments.inprocess", "--out", str(tmp_path / "runs"), "--run-config",
+                 run_config_text(values))
+    )  # fmt: skip
+    folder = first_line_folder(proc)
+    assert folder.parent == tmp_path / "runs" and folder.name.startswith("fedcgd-fscd-")
+    _, err = stop_after(proc, folder, 5, signum)
+    assert proc.returncode == 128 + signum, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    stopped, last = err.strip().splitlines()[-2:]
+    name = signal.Signals(signum).name
+    assert stopped == f"stopped by {name}: every process of the run was stopped (exit code " + (
+        f"{128 + signum})"
+    )
+    # the signal may land between round 5's line and its checkpoint: then round 4's is the last
+    done = torch.load(folder / "checkpoint.pt")["round"]
+    assert 4 <= done < 150 and not (folder / "model.pt").exists()
+    assert last.startswith(f"{CONTINUE}{done} of 150: "), last
+    words = printed_command(last, CONTINUE)
+    assert words[1:3] == ["-m", "experiments.inprocess"]
+
+    again = run_verbatim(words)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.splitlines()[0] == f"result folder: {folder}"
+    assert again.stdout.strip().splitlines()[-1] == f"completed: 150 rounds, results in {folder}"
+    whole = tmp_path / "whole"
+    whole_run(whole, values)
+    assert [x["round"] for x in lines(folder)] == list(range(1, 151))
+    assert comparable(folder) == comparable(whole)
+    assert same_model(folder, whole)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_again(tmp_path):
+    # the first checkpoint is due after round 1,000, i.e. after the last round (200)
+    values = {"num-devices": 10, "num-server-rounds": 200, "checkpoint-every": 1000}
+    out_dir = tmp_path / "runs"
+    proc = start(
+        python_m("experiments.inprocess", "--out", str(out_dir), "--run-config",
+                 run_config_text(values))
+    )  # fmt: skip
+    folder = first_line_folder(proc)
+    _, err = stop_after(proc, folder, 3, signal.SIGTERM)
+    assert proc.returncode == 143, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    head = (
+        f"{NO_CHECKPOINT}{folder} holds no checkpoint (it stopped before its first "
+        "checkpoint); to start again in a new folder: "
+    )
+    assert last.startswith(head), last
+    words = shlex.split(last.removeprefix(head))
+    assert "resume-from" not in last and words[words.index("--out") + 1] == str(out_dir)
+    again = run_verbatim(words)
+    assert again.returncode == 0, again.stderr[-3000:]
+    folders = sorted(p for p in out_dir.iterdir() if p != folder)
+    assert len(folders) == 1 and again.stdout.splitlines()[0] == f"result folder: {folders[0]}"
+    assert [x["round"] for x in lines(folders[0])] == list(range(1, 201))
+    assert rounds_written(folder) < 200  # the stopped run's folder is left as it was
+
+
+def test_a_stopped_comparison_prints_the_same_command_which_finishes_every_run(tmp_path):
+    out = tmp_path / "compare"
+    args = ["--engine", "inprocess", "--policies", "bc,fedcgd-fscd", "--out", str(out),
+            "--run-config", "num-devices=10 num-server-rounds=150"]  # fmt: skip
+    proc = start(python_m("experiments.compare_policies", *args))
+    assert first_line_folder(proc, "output folder: ") == out
+    _, err = stop_after(proc, out / "bc" / "seed-0", 5, signal.SIGINT)
+    assert proc.returncode == 130, err[-3000:]
+    words = printed_command(err.strip().splitlines()[-1], RERUN)
+    assert words[1:] == ["-m", "experiments.compare_policies", *args]
+    again = run_verbatim(words)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
+    for policy in ("bc", "fedcgd-fscd"):
+        folder, whole = out / policy / "seed-0", tmp_path / "whole" / policy
+        whole_run(whole, {"num-devices": 10, "num-server-rounds": 150, "policy": policy})
+        assert comparable(folder) == comparable(whole), policy
+        assert same_model(folder, whole), policy
+
+
+@pytest.mark.slow
+def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path):
+    """``make run``'s launcher (flwr run, Ray) stopped with Ctrl-C after round 3."""
+    values = {"num-devices": 4, "num-server-rounds": 40}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = start(
+        python_m("experiments.launcher", "--out", str(tmp_path / "runs"), "--run-config",
+                 run_config_text(values))
+    )  # fmt: skip
+    folder = first_line_folder(proc)
+    _, err = stop_after(proc, folder, 3, signal.SIGINT, limit_s=600)
+    assert proc.returncode == 130, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    done = torch.load(folder / "checkpoint.pt")["round"]
+    assert last.startswith(f"{CONTINUE}{done} of 40: "), last
+    words = printed_command(last, CONTINUE)
+    assert words[1:3] == ["-m", "experiments.launcher"]
+    again = run_verbatim(words, limit_s=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.splitlines()[0] == f"result folder: {folder}"
+    whole = tmp_path / "whole"
+    whole_run(whole, values)
+    assert [x["round"] for x in lines(folder)] == list(range(1, 41))
+    assert comparable(folder) == comparable(whole)
+    assert same_model(folder, whole)
+
+
+@pytest.mark.slow
+def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_path):
+    out = tmp_path / "sweep"
+    args = [
+        "experiment=digits_policies",
+        "policies=[bc,fedcgd-fscd]",
+        f"out={out}",
+        "launcher.engine=inprocess",
+        "run.num-server-rounds=150",
+        "run.num-devices=10",
+    ]
+    proc = start(python_m("experiments.reproduce", *args))
+    assert first_line_folder(proc, "output folder: ") == out
+    _, err = stop_after(proc, out / "default" / "bc" / "seed-0", 5, signal.SIGTERM)
+    assert proc.returncode == 143, err[-3000:]
+    words = printed_command(err.strip().splitlines()[-1], RERUN)
+    assert words[1:] == ["-m", "experiments.reproduce", *args]
+    again = run_verbatim(words)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
+    for policy in ("bc", "fedcgd-fscd"):
+        assert [x["round"] for x in lines(out / "default" / policy / "seed-0")] == list(
+            range(1, 151)
+        )
+
+
+# What the last line says, from the folder's files alone (no run needed).
+
+
+def folder_with(tmp_path: Path, status: RunStatus | None, *files: str) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    if status is not None:
+        write_status(folder, status)
+    for name in files:
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+def test_without_a_checkpoint_the_line_says_why_it_cannot_be_resumed(tmp_path):
+    folder = folder_with(tmp_path, RunStatus(RUNNING, 7, 50))
+    assert single_run_line(folder, "RESUME", "AGAIN", 0) == (
+        f"cannot be resumed: {folder} holds no checkpoint (it was started with "
+        "checkpoint-every = 0); to start again in a new folder: AGAIN"
+    )
+    assert single_run_line(folder, "RESUME", "AGAIN", 10) == (
+        f"cannot be resumed: {folder} holds no checkpoint (it stopped before its first "
+        "checkpoint); to start again in a new folder: AGAIN"
+    )
+
+
+def test_a_completed_or_fully_run_folder_has_nothing_to_continue(tmp_path):
+    done = folder_with(tmp_path, RunStatus(COMPLETED, 50, 50), "checkpoint.pt", "model.pt")
+    assert single_run_line(done, "RESUME", "AGAIN", 1) == (
+        f"nothing to continue: the run completed; results in {done}"
+    )
+    write_status(done, RunStatus(FAILED, 50, 50, reason="no device uploaded"))
+    assert single_run_line(done, "RESUME", "AGAIN", 1) == (
+        f"nothing to continue: all 50 rounds ran; results in {done}"
+    )
+
+
+def test_the_round_of_the_checkpoint_is_named(tmp_path):
+    folder = folder_with(tmp_path, RunStatus(RUNNING, 8, 50))
+    torch.save({"round": 7}, folder / "checkpoint.pt")  # round 8's checkpoint never written
+    assert single_run_line(folder, "RESUME", "AGAIN", 1) == (
+        "to continue after round 7 of 50: RESUME"
+    )
+
+
+def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, monkeypatch):
+    from experiments.launcher import continue_line, launcher_parser
+
+    monkeypatch.chdir(PROJECT_DIR)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    folder = folder_with(tmp_path, RunStatus(RUNNING, 3, 9))
+    torch.save({"round": 3}, folder / "checkpoint.pt")
+    text = f"num-devices=4 num-server-rounds=9 policy='bc' result-dir='{folder}'"
+    argv = ["--deployment", "--num-supernodes", "5", "--out", "elsewhere", "--run-config", text]
+    parser = launcher_parser()
+    overrides = {
+        "num-devices": 4,
+        "num-server-rounds": 9,
+        "policy": "bc",
+        "result-dir": str(folder),
+    }
+    merged = {**overrides, "checkpoint-every": 1}
+    line = continue_line(parser, parser.parse_args(argv), overrides, merged)()
+    words = printed_command(line, CONTINUE)
+    assert line.startswith(f"{CONTINUE}3 of 9: ")
+    # --out has no say in a resume; result-dir gives way to resume-from
+    assert words[1:] == [
+        "-m", "experiments.launcher", "--num-supernodes", "5", "--deployment", "--run-config",
+        f'num-devices=4 num-server-rounds=9 policy="bc" resume-from="{folder}"',
+    ]  # fmt: skip
+    (folder / "checkpoint.pt").unlink()
+    again = continue_line(parser, parser.parse_args(argv), overrides, merged)()
+    assert shlex.split(again.split("new folder: ", 1)[1])[3:] == [
+        "--num-supernodes", "5", "--deployment", "--out", "elsewhere", "--run-config",
+        'num-devices=4 num-server-rounds=9 policy="bc"',
+    ]  # fmt: skip
+
+
+def test_the_interpreter_is_written_as_the_readme_writes_it(tmp_path, monkeypatch):
+    from experiments.resume_command import python_command
+
+    monkeypatch.setattr(sys, "executable", str(PROJECT_DIR / ".venv" / "bin" / "python"))
+    monkeypatch.chdir(PROJECT_DIR)
+    assert python_command("experiments.inprocess", ["--run-config", "a='b c'"]) == (
+        ".venv/bin/python -m experiments.inprocess --run-config 'a='\"'\"'b c'\"'\"''"
+    )
+    monkeypatch.chdir(tmp_path)  # elsewhere: the absolute path
+    assert python_command("m", []) == f"{PROJECT_DIR}/.venv/bin/python -m m"
