@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	@$(PY) -m experiments.launcher $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)",)
+	@$(PY) -m experiments.run.launcher $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)",)
 
 channel-report: $(STAMP)
 	$(PY) -m channel --out results/channel-report

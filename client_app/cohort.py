@@ -1,6 +1,6 @@
 """Cohort execution: devices that received the same global model in one phase, computed together.
 
-The in-process engine (:class:`experiments.inprocess.InProcessGrid`) hands each message
+The in-process engine (:class:`experiments.run.inprocess.InProcessGrid`) hands each message
 straight to its node's ClientApp. Before it delivers the messages of one ``send_and_receive``
 it opens them (:func:`opened`): the ``query.stats`` messages, and the ``train`` messages, that
 carry the same ArrayRecord object (the round's one global model), the same round config and

@@ -9,7 +9,7 @@ float32 inputs [N, *input_shape] to logits [N, C] (trained with cross-entropy). 
 initial weights from torch's default generator (as every ``torch.nn`` layer does):
 :func:`build_model` seeds it with the run seed, so every process builds the same model. The
 samples of a batch must be treated independently in eval mode (no batch statistics), as σ̂
-needs per-sample gradients (``client_app/sigma.py``). ``experiments.preflight`` builds the
+needs per-sample gradients (``client_app/sigma.py``). ``experiments.run.preflight`` builds the
 model and runs it, and σ̂, on a blank batch before a run starts.
 
 Paper Section V: CIFAR-10 uses a small CNN, CIFAR-100 a ResNet-18 whose BatchNorm layers are

@@ -44,7 +44,7 @@ run-config key         meaning
 
 Other keys in the run config (the server's settings) are ignored here. A reference is checked
 here for its form only; it is imported, called and its result checked before the run starts
-(``experiments.preflight``), so this module imports neither flwr nor torch.
+(``experiments.run.preflight``), so this module imports neither flwr nor torch.
 """
 
 from __future__ import annotations

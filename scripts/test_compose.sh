@@ -134,7 +134,7 @@ docker image prune -f --filter label=org.opencontainers.image.title=fedcgd >/dev
 # 5. Certificates, an empty results folder owned by this user, a flwr connection with TLS.
 rm -rf "$WORK/certificates" "$WORK/results" "$WORK/flwr-home"
 # Five key pairs: 0-3 for the SuperNodes, 4 for a SuperNode that must be turned away.
-"$PY" -m experiments.certificates --out "$WORK/certificates" --supernodes 5
+"$PY" -m experiments.run.certificates --out "$WORK/certificates" --supernodes 5
 mkdir -p "$WORK/results" "$WORK/flwr-home"
 export FEDCGD_UID FEDCGD_GID
 FEDCGD_UID="$(id -u)"

@@ -227,7 +227,7 @@ def timestamped_result_dir(parent: str | Path, policy: str) -> Path:
     """The folder of a new run: ``<parent>/<policy>-<UTC time>``, absolute.
 
     The one rule for a run whose ``result-dir`` is empty: the project's commands use their
-    ``--out`` folder as ``parent`` (:func:`experiments.preflight.with_result_dir`), a bare
+    ``--out`` folder as ``parent`` (:func:`experiments.run.preflight.with_result_dir`), a bare
     ``flwr run`` uses :data:`SERVER_RESULTS_DIR` (:func:`parse_run_config`).
 
     Parameters

@@ -121,7 +121,7 @@ def lock_holder(path: Path) -> int | None:
 
 
 def describe_process(pid: int | None) -> str:
-    """``process 1234 (python -m experiments.launcher ...)``, the command cut at 80 characters."""
+    """``process 1234 (python -m experiments.run.launcher ...)``, the command cut at 80 chars."""
     if pid is None:
         return "another process"
     try:

@@ -1,7 +1,8 @@
 """What a result folder says about its run: running, completed or failed, and with which settings.
 
-Pure Python (no flwr, no torch): the launcher, ``compare_policies`` and ``experiments.reproduce``
-read it to decide exit codes and whether a kept run may be reused; the ServerApp writes it.
+Pure Python (no flwr, no torch): the launcher, ``experiments.compare.policies`` and
+``experiments.compare.reproduce`` read it to decide exit codes and whether a kept run may be
+reused; the ServerApp writes it.
 
 ``status.json`` is written atomically (temporary file, fsync, rename) when a run starts
 (``"running"``), and when it ends (``"completed"``, or ``"failed"`` with the reason). A folder

@@ -3,7 +3,7 @@
 :func:`build_setup` is the one place a run's objects are made, in a fixed order, so that two
 runs with the same run config (and a resumed run, from its checkpoint) start from the same
 state: the ServerApp (:func:`server_app.app.train_rounds`) runs its rounds on it and
-``experiments.bench_round`` replays a run's rounds on it in a plain process. The seed is split
+``experiments.bench.round`` replays a run's rounds on it in a plain process. The seed is split
 into the cell's and the policy's generator; the devices' batches and dropout masks depend only
 on (seed, round, device) (:mod:`fedcgd_task.training`), so nothing else needs to be saved to
 continue a run (:mod:`server_app.checkpoint`).

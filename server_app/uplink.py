@@ -2,7 +2,7 @@
 
 :func:`build_uplink` is what the ServerApp draws each round's channel from; both kinds have
 ``draw_round(model_bits) -> RoundDraw``. :func:`check_channel_trace` reads and checks a trace
-file against the run (also before the start, :func:`experiments.preflight.check_before_start`),
+file against the run (also before the start, :func:`experiments.run.preflight.check_before_start`),
 with one-line errors naming the run-config key (docs/design.md, "Channel traces").
 """
 

@@ -10,7 +10,7 @@ engine's grid) and writes
   model was kept, rounds in which an attacker's upload reached the aggregator and the model
   changed);
 * ``table.csv``: per (policy, aggregator, attackers) the mean and 95 % confidence half-width
-  over the seeds (:func:`experiments.statistics.mean_ci95`);
+  over the seeds (:func:`experiments.analysis.statistics.mean_ci95`);
 * ``attack.png``: final accuracy per aggregator, one panel per policy, one bar per number of
   attackers (mean ± 95 % CI).
 
@@ -33,10 +33,10 @@ from typing import Any
 from misbehaving import misbehaving
 
 from client_app.app import app as client_app
-from experiments.compare_policies import summarise
-from experiments.inprocess import InProcessGrid, node_contexts
-from experiments.launcher import default_run_config
-from experiments.statistics import mean_ci95
+from experiments.analysis.statistics import mean_ci95
+from experiments.compare.policies import summarise
+from experiments.run.inprocess import InProcessGrid, node_contexts
+from experiments.run.launcher import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.policy_params import fold_policy_params

@@ -1,4 +1,4 @@
-"""The in-process Grid of :mod:`experiments.inprocess`, plus silent nodes (timeouts) for tests."""
+"""The in-process Grid of :mod:`experiments.run.inprocess`, plus silent nodes (timeouts)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from flwr.app import Context, Message
 
-from experiments.inprocess import Handler, InProcessGrid, node_contexts
+from experiments.run.inprocess import Handler, InProcessGrid, node_contexts
 
 
 class FakeGrid(InProcessGrid):

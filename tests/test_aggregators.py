@@ -30,8 +30,12 @@ from flwr.serverapp import strategy as flower_strategies
 from misbehaving import misbehaving
 
 from client_app.app import app as client_app
-from experiments.inprocess import run_inprocess
-from experiments.launcher import default_run_config, validated_run_config, with_resolved_data_dir
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import (
+    default_run_config,
+    validated_run_config,
+    with_resolved_data_dir,
+)
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, synthetic_uploads
@@ -371,7 +375,7 @@ def readme_command(start: str) -> list[str]:
 
 def test_readme_inprocess_aggregator_command_runs(tmp_path):
     words = readme_command(
-        ".venv/bin/python -m experiments.inprocess --run-config \"aggregator='Krum'"
+        ".venv/bin/python -m experiments.run.inprocess --run-config \"aggregator='Krum'"
     )
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8"
@@ -417,7 +421,7 @@ def test_readme_attack_sweep_command_runs(tmp_path):
 
 
 def test_compare_policies_sweeps_aggregators(tmp_path):
-    from experiments.compare_policies import main
+    from experiments.compare.policies import main
 
     out = tmp_path / "compare"
     code = main(
@@ -447,7 +451,7 @@ def test_compare_policies_sweeps_aggregators(tmp_path):
 
 
 def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, capsys):
-    from experiments.compare_policies import main
+    from experiments.compare.policies import main
 
     out = tmp_path / "compare"
     args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]

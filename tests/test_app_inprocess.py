@@ -11,7 +11,7 @@ import torch
 from fake_grid import FakeGrid, make_contexts
 
 from client_app.app import app as client_app
-from experiments.launcher import default_run_config
+from experiments.run.launcher import default_run_config
 from fedcgd_strategy.policies import POLICY_NAMES
 from server_app.app import run_federation
 from server_app.config import CHANNEL_KEYS, parse_run_config

@@ -156,7 +156,7 @@ def test_bad_arrays_are_refused_and_nothing_is_written(tmp_path, available, gain
 
 
 def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
-    from experiments.launcher import validated_run_config, with_resolved_data_dir
+    from experiments.run.launcher import validated_run_config, with_resolved_data_dir
 
     overrides = {"num-devices": 6, "num-server-rounds": 3, "result-dir": str(result_dir)}
     return with_resolved_data_dir(validated_run_config({**overrides, **changes}))
@@ -198,7 +198,7 @@ def outside(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("policy", ["fedcgd-fscd", "bc"])
 def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
-    from experiments.inprocess import run_inprocess
+    from experiments.run.inprocess import run_inprocess
 
     trace_path = outside / "cell.npz"
     simulated = outside / "simulated"
@@ -215,7 +215,7 @@ def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
 
 
 def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
-    from experiments.inprocess import run_inprocess
+    from experiments.run.inprocess import run_inprocess
 
     # Rounds 1-2: only devices 0-2 are available; rounds 3-4: only devices 3-5. A resumed run
     # that replayed from the first row again would schedule devices 0-2 in round 3.
@@ -343,8 +343,8 @@ BAD_KINDS = [
 
 @pytest.mark.parametrize("kind", BAD_KINDS)
 def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, kind):
-    from experiments.inprocess import main as inprocess_main
-    from experiments.launcher import format_run_config
+    from experiments.run.inprocess import main as inprocess_main
+    from experiments.run.launcher import format_run_config
 
     value, phrase = bad_file(outside, kind)
     out = outside / "out"
@@ -365,7 +365,7 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
 
 
 def test_a_trace_that_is_not_a_string_is_refused():
-    from experiments.launcher import validated_run_config
+    from experiments.run.launcher import validated_run_config
 
     with pytest.raises(ValueError, match=r"'channel.trace' = 3 must be the absolute path"):
         validated_run_config({"channel.trace": 3})
@@ -374,7 +374,7 @@ def test_a_trace_that_is_not_a_string_is_refused():
 def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
     missing = outside / "nowhere" / "trace.npz"
     run_config = f"num-devices=6 num-server-rounds=2 channel.trace='{missing}'"
-    for module in ("experiments.launcher", "experiments.inprocess"):
+    for module in ("experiments.run.launcher", "experiments.run.inprocess"):
         proc = subprocess.run(
             [sys.executable, "-m", module, "--run-config", run_config, "--out", str(outside)],
             cwd=PROJECT,
@@ -390,9 +390,9 @@ def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
 
 
 def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
-    from experiments.inprocess import main as inprocess_main
-    from experiments.inprocess import run_inprocess
-    from experiments.launcher import format_run_config
+    from experiments.run.inprocess import main as inprocess_main
+    from experiments.run.inprocess import run_inprocess
+    from experiments.run.launcher import format_run_config
 
     trace = good_trace(outside / "three.npz", rounds=3)
     first = outside / "first"
@@ -410,8 +410,8 @@ def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside)
 @pytest.mark.slow
 def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     """``make run RUN_CONFIG="channel.trace='...'"``: flwr run on its own SuperLink."""
-    from experiments.inprocess import run_inprocess
-    from experiments.launcher import format_run_config
+    from experiments.run.inprocess import run_inprocess
+    from experiments.run.launcher import format_run_config
 
     small = {"num-devices": 3, "num-server-rounds": 2, "channel.availability-prob": 0.9}
     simulated = outside / "simulated"
@@ -425,7 +425,7 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
         [
             sys.executable,
             "-m",
-            "experiments.launcher",
+            "experiments.run.launcher",
             "--run-config",
             format_run_config(run_config),
         ],

@@ -22,8 +22,8 @@ from misbehaving import misbehaving
 
 from client_app import cohort
 from client_app.app import app as client_app
-from experiments.inprocess import run_inprocess
-from experiments.launcher import default_run_config, validated_run_config
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import default_run_config, validated_run_config
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
 from server_app.app import run_federation

@@ -20,9 +20,9 @@ from fake_runs import write_run
 from scipy import stats
 from subprocesses import run_module
 
-from experiments import compare_policies as cp
-from experiments.plot_runs import plot_mean_runs, plot_runs
-from experiments.processes import Interrupted
+from experiments.analysis.plot_runs import plot_mean_runs, plot_runs
+from experiments.compare import policies as cp
+from experiments.run.processes import Interrupted
 from server_app.run_status import FAILED, RUNNING, read_status
 
 RERUN = (
@@ -36,7 +36,7 @@ def rerun_command(line: str) -> list[str]:
     assert line.startswith(RERUN), line
     words = shlex.split(line.removeprefix(RERUN))
     assert Path(words[0]).resolve() == Path(sys.executable).resolve(), words
-    assert words[1:3] == ["-m", "experiments.compare_policies"], words
+    assert words[1:3] == ["-m", "experiments.compare.policies"], words
     return words[3:]
 
 
@@ -413,7 +413,7 @@ def test_summarise_reads_the_seed_from_the_config(tmp_path):
 def test_two_seeds_two_policies_end_to_end(tmp_path):
     out = tmp_path / "cmp"
     proc = run_module(
-        "experiments.compare_policies",
+        "experiments.compare.policies",
         *("--policies", "fedcgd-fscd,bc", "--seeds", "0,1"),
         *("--run-config", "num-devices=4 num-server-rounds=2", "--target-accuracy", "0.2"),
         *("--out", str(out)),
@@ -436,7 +436,7 @@ def test_two_seeds_two_policies_end_to_end(tmp_path):
 
 
 def test_inprocess_engine_runs_a_paired_comparison_end_to_end(tmp_path):
-    from experiments.compare_policies import main
+    from experiments.compare.policies import main
 
     out = tmp_path / "cmp"
     code = main(

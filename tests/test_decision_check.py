@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.launcher import format_run_config
+from experiments.run.launcher import format_run_config
 from fedcgd_strategy.policies import (
     POLICY_NAMES,
     Decision,
@@ -272,7 +272,7 @@ def cheats(tmp_path_factory) -> Path:
 def run(cheats: Path, name: str, folder: Path, **values: object):
     settings = {"num-server-rounds": 3, "result-dir": str(folder), "policy": f"{cheats}:{name}"}
     return subprocess.run(
-        [sys.executable, "-m", "experiments.inprocess", "--run-config",
+        [sys.executable, "-m", "experiments.run.inprocess", "--run-config",
          format_run_config({**settings, **values})],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -304,7 +304,7 @@ def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(cheats,
 
 def test_the_all_reference_is_exempt_from_the_budget_only(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "experiments.inprocess", "--run-config",
+        [sys.executable, "-m", "experiments.run.inprocess", "--run-config",
          format_run_config({"num-server-rounds": 2, "policy": "all",
                             "result-dir": str(tmp_path / "run")})],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,

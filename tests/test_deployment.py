@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from task_settings import all_available_run
 
-from experiments.certificates import make_certificates
-from experiments.launcher import (
+from experiments.run.certificates import make_certificates
+from experiments.run.launcher import (
     PROJECT_DIR,
     LocalFederation,
     format_run_config,

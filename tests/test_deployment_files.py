@@ -89,7 +89,7 @@ def test_tls_and_supernode_authentication_everywhere(services):
         assert "--insecure" not in command
         assert flag_value(command, "--root-certificates") == "/certificates/ca.crt"
         keys.append(flag_value(command, "--auth-supernode-private-key"))
-    # One key per SuperNode, named as experiments.certificates writes them.
+    # One key per SuperNode, named as experiments.run.certificates writes them.
     assert keys == [f"/certificates/supernode-{i}.key" for i in range(len(SUPERNODES))]
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.inprocess import main as inprocess_main
-from experiments.launcher import format_run_config
+from experiments.run.inprocess import main as inprocess_main
+from experiments.run.launcher import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 from server_app.atomic_files import ResultWriteError, append_line, atomic_write_text
 
@@ -112,7 +112,7 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
     assert status["state"] == "running" and status["last_round"] == 1
     # the advice is true: after freeing space the printed command continues the run exactly
     words = shlex.split(lines[1].removeprefix(continue_after))
-    assert words[1:3] == ["-m", "experiments.inprocess"]
+    assert words[1:3] == ["-m", "experiments.run.inprocess"]
     code = inprocess_main(words[3:])
     assert code == 0, capsys.readouterr().err
     assert comparable(folder) == comparable(whole)
@@ -178,7 +178,7 @@ def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tm
 def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(
     capsys, monkeypatch, tmp_path
 ):
-    from experiments.compare_policies import main as compare_main
+    from experiments.compare.policies import main as compare_main
 
     out = tmp_path / "compare"
     with disk_full(monkeypatch, out, lambda p: os.path.basename(p).startswith(".table.csv")):
@@ -207,7 +207,7 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         folder = mount / "run"
         values = {"num-devices": 4, "num-server-rounds": 200, "result-dir": str(folder)}
         proc = subprocess.run(
-            [sys.executable, "-m", "experiments.launcher", "--run-config",
+            [sys.executable, "-m", "experiments.run.launcher", "--run-config",
              format_run_config(values)],
             cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
@@ -224,7 +224,7 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         shutil.copytree(folder, moved, symlinks=True)
         values = {"num-devices": 4, "num-server-rounds": 200, "resume-from": str(moved)}
         again = subprocess.run(
-            [sys.executable, "-m", "experiments.launcher", "--run-config",
+            [sys.executable, "-m", "experiments.run.launcher", "--run-config",
              format_run_config(values)],
             cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
         )  # fmt: skip

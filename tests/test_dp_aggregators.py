@@ -36,8 +36,8 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 from test_aggregators import NODES, PROJECT, Recorder, V, initial_model, refused, run
 
 from client_app.app import app as client_app
-from experiments.inprocess import run_inprocess
-from experiments.launcher import default_run_config, validated_run_config
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import default_run_config, validated_run_config
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
 from fedcgd_strategy.flower.dp_aggregators import noise_seed
 from fedcgd_task import keys
@@ -300,7 +300,7 @@ def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
     folded table must hold its strings as TOML literal strings (the launcher passes it on)."""
     from flwr.common.config import parse_config_args
 
-    from experiments.launcher import format_run_config
+    from experiments.run.launcher import format_run_config
     from server_app.policy_params import read_params
 
     flat = {
@@ -332,7 +332,7 @@ def test_readme_dp_command_runs(tmp_path):
     from test_aggregators import readme_command
 
     words = readme_command(
-        f".venv/bin/python -m experiments.inprocess --run-config \"aggregator='{FIXED}'"
+        f".venv/bin/python -m experiments.run.inprocess --run-config \"aggregator='{FIXED}'"
     )
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8"
@@ -379,7 +379,7 @@ def test_readme_dp_measurement_command_runs(tmp_path):
 
 
 def test_compare_policies_runs_a_dp_aggregator(tmp_path):
-    from experiments.compare_policies import main
+    from experiments.compare.policies import main
 
     out = tmp_path / "compare"
     settings = "num-server-rounds=2 num-devices=6 aggregator-params.noise-multiplier=0.3"

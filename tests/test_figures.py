@@ -15,8 +15,8 @@ from fake_runs import write_run
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
 
-from experiments.figure_titles import settings_title
-from experiments.figures import (
+from experiments.analysis.figure_titles import settings_title
+from experiments.analysis.figures import (
     BAND_LABEL,
     POLICY_COLORS,
     draw_group,
@@ -70,7 +70,7 @@ def test_the_shared_legend_fits_inside_the_figure_with_long_names():
     """Long legend names (policy and sweep point) wrap into rows instead of running off."""
     import matplotlib.pyplot as plt
 
-    from experiments.figures import legend_below
+    from experiments.analysis.figures import legend_below
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
     for name in ("FedCGD-FSCD", "FedCGD-FSCD (Ĝ_c)", "FedCGD-GS"):
@@ -97,8 +97,8 @@ def _capture(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         figures.append(fig)
         return out
 
-    monkeypatch.setattr("experiments.plot_runs.save_figure", keep)
-    monkeypatch.setattr("experiments.reproduce.save_figure", keep)
+    monkeypatch.setattr("experiments.analysis.plot_runs.save_figure", keep)
+    monkeypatch.setattr("experiments.compare.reproduce.save_figure", keep)
     return figures
 
 
@@ -149,7 +149,7 @@ def test_every_built_in_and_own_policy_gets_its_own_colour_and_line_style() -> N
 def test_an_own_policy_beside_bc_is_drawn_apart_in_the_comparison_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.plot_runs import plot_mean_runs
+    from experiments.analysis.plot_runs import plot_mean_runs
 
     figures = _capture(monkeypatch)
     groups: dict[str, list[Path]] = {}
@@ -174,7 +174,7 @@ def test_an_own_policy_beside_bc_is_drawn_apart_in_the_comparison_figure(
 def test_plot_runs_tells_two_runs_of_one_policy_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.plot_runs import plot_runs
+    from experiments.analysis.plot_runs import plot_runs
 
     figures = _capture(monkeypatch)
     dirs = [tmp_path / "cmp" / "bc" / f"seed-{s}" for s in (0, 1)] + [tmp_path / "other"]
@@ -195,7 +195,7 @@ def test_plot_runs_tells_two_runs_of_one_policy_apart(
 
 
 def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> None:
-    from experiments.plot_runs import run_labels
+    from experiments.analysis.plot_runs import run_labels
 
     dirs = [Path("/r/a/seed-0"), Path("/r/b/seed-0"), Path("/r/a/seed-0")]
     assert run_labels(dirs, ["poc"] * 3) == [
@@ -209,7 +209,7 @@ def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> N
 def test_rounds_and_device_counts_get_integer_ticks_even_when_constant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.plot_runs import plot_runs
+    from experiments.analysis.plot_runs import plot_runs
 
     figures = _capture(monkeypatch)
     write_run(tmp_path / "r", {"policy": "bc"}, _lines(2, scheduled=4))  # rounds 1, 2; 4 always
@@ -257,7 +257,7 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
 def test_a_comparison_figure_is_titled_from_the_recorded_configs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.plot_runs import plot_mean_runs
+    from experiments.analysis.plot_runs import plot_mean_runs
 
     figures = _capture(monkeypatch)
     shared = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3}
@@ -283,7 +283,7 @@ def test_moving_average_is_the_centred_mean_cut_at_the_ends() -> None:
 def test_per_round_panels_draw_the_moving_average_over_the_faint_raw_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.plot_runs import plot_runs
+    from experiments.analysis.plot_runs import plot_runs
 
     figures = _capture(monkeypatch)
     scheduled = [3, 9, 6, 12, 0] * 6  # 30 rounds: window 3
@@ -335,7 +335,7 @@ def test_one_run_is_its_own_line_without_a_band() -> None:
 def test_the_sweep_figure_draws_two_seed_error_bars_as_its_title_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.reproduce import plot_sweep
+    from experiments.compare.reproduce import plot_sweep
 
     figures = _capture(monkeypatch)
     rows = [
@@ -356,7 +356,7 @@ def test_the_sweep_figure_draws_two_seed_error_bars_as_its_title_says(
 def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.reproduce import plot_estimates
+    from experiments.compare.reproduce import plot_estimates
 
     figures = _capture(monkeypatch)
     groups = {}

@@ -10,8 +10,8 @@ import pytest
 import torch
 from task_settings import all_available_run
 
-from experiments.inprocess import run_inprocess
-from experiments.launcher import LocalFederation, run_flwr, validated_run_config
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import LocalFederation, run_flwr, validated_run_config
 from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 8
@@ -44,7 +44,7 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     assert summary["final_accuracy"] > 0.3
     assert "round    8/8" in proc.stdout
 
-    # The same run in one process (experiments.inprocess): same schedules, bit-identical model.
+    # The same run in one process (experiments.run.inprocess): same schedules, bit-identical model.
     here = tmp_path / "inprocess"
     config = validated_run_config({**overrides, "result-dir": str(here)})
     config["data-dir"] = str((Path.cwd() / "data").resolve())
@@ -92,7 +92,7 @@ def test_default_run_of_make_run(tmp_path):
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.launcher", "--results", str(tmp_path)],
+        [sys.executable, "-m", "experiments.run.launcher", "--results", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=900,

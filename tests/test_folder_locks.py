@@ -1,6 +1,6 @@
 """One writer per result folder: concurrent runs, live resumes, live comparisons, links, names.
 
-The processes here are real (``python -m experiments.inprocess`` / ``compare_policies``
+The processes here are real (``python -m experiments.run.inprocess`` / ``compare_policies``
 started side by side); who holds a lock is read from ``/proc/locks`` by the code under test
 and checked here against the PID this test started.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.launcher import format_run_config
-from experiments.preflight import claim_run
+from experiments.run.launcher import format_run_config
+from experiments.run.preflight import claim_run
 from fedcgd_task.settings import PROJECT_DIR
 from server_app.atomic_files import atomic_write_text
 from server_app.checkpoint import CHECKPOINT_FILE, save_model
@@ -47,7 +47,9 @@ def start(module: str, *args: str) -> subprocess.Popen[str]:
 
 
 def inprocess(**values: object) -> subprocess.Popen[str]:
-    return start("experiments.inprocess", "--run-config", format_run_config({**SMALL, **values}))
+    return start(
+        "experiments.run.inprocess", "--run-config", format_run_config({**SMALL, **values})
+    )
 
 
 def rounds(folder: Path) -> list[int]:
@@ -109,10 +111,10 @@ def test_a_comparison_into_a_live_out_is_refused_naming_its_pid(tmp_path):
     out = tmp_path / "compare"
     args = ["--engine", "inprocess", "--policies", "bc", "--out", str(out)]
     run_config = "num-devices=8 num-server-rounds=400"
-    first = start("experiments.compare_policies", *args, "--run-config", run_config)
+    first = start("experiments.compare.policies", *args, "--run-config", run_config)
     try:
         wait_for(lambda: (out / "bc" / "seed-0" / METRICS_FILE).exists(), first)
-        second = start("experiments.compare_policies", *args, "--run-config", run_config)
+        second = start("experiments.compare.policies", *args, "--run-config", run_config)
         _, err = second.communicate(timeout=300)
         lines = err.strip().splitlines()
         assert second.returncode == 2 and len(lines) == 1, err
@@ -161,7 +163,7 @@ def test_default_folders_of_runs_started_together_never_collide(tmp_path):
     out = tmp_path / "results"
     runs = [
         start(
-            "experiments.inprocess",
+            "experiments.run.inprocess",
             "--out",
             str(out),
             "--run-config",
@@ -181,7 +183,7 @@ def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path,
     import server_app.config as config_module
 
     monkeypatch.setattr(config_module.time, "strftime", lambda *_: "20250101-000000")
-    from experiments.launcher import validated_run_config, with_resolved_data_dir
+    from experiments.run.launcher import validated_run_config, with_resolved_data_dir
 
     config = with_resolved_data_dir(validated_run_config({**SMALL, "num-server-rounds": 1}))
     first, claim_a = claim_run(config, tmp_path)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.launcher import format_run_config
+from experiments.run.launcher import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 
 #: Seconds every process of a killed command has to be gone in.
@@ -136,7 +136,7 @@ def test_the_guard_kills_a_tree_that_escaped_into_other_sessions_and_orphans(tmp
     script = (
         "import sys, time\n"
         f"sys.path.insert(0, {str(PROJECT_DIR)!r})\n"
-        "from experiments.processes import guarded_popen\n"
+        "from experiments.run.processes import guarded_popen\n"
         "guarded_popen(['sh', '-c', 'setsid sleep 300 & (sleep 300 &); sleep 300 & wait'],\n"
         "              start_new_session=True)\n"
         "time.sleep(300)\n"
@@ -160,7 +160,7 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
     values = {"num-server-rounds": 30, "num-devices": 20}
     whole = tmp_path / "whole"
     done = start(
-        "experiments.inprocess",
+        "experiments.run.inprocess",
         "--run-config",
         format_run_config({**values, "result-dir": str(whole)}),
     )
@@ -169,7 +169,7 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
 
     broken = tmp_path / "broken"
     proc = start(
-        "experiments.inprocess",
+        "experiments.run.inprocess",
         "--run-config",
         format_run_config({**values, "result-dir": str(broken)}),
     )
@@ -182,7 +182,7 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
     (broken / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
     (broken / ".notes.tmp").write_text("not ours")
     again = start(
-        "experiments.inprocess",
+        "experiments.run.inprocess",
         "--run-config",
         format_run_config({**values, "resume-from": str(broken)}),
     )
@@ -199,7 +199,7 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
     args = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
     run_config = "num-devices=20 num-server-rounds=60"
     reference = start(
-        "experiments.compare_policies", *args, "--out", str(tmp_path / "whole"),
+        "experiments.compare.policies", *args, "--out", str(tmp_path / "whole"),
         "--run-config", run_config,
     )  # fmt: skip
     _, err = reference.communicate(timeout=600)
@@ -207,7 +207,7 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
 
     out = tmp_path / "broken"
     proc = start(
-        "experiments.compare_policies", *args, "--out", str(out), "--run-config", run_config
+        "experiments.compare.policies", *args, "--out", str(out), "--run-config", run_config
     )
     folders = [out / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
     wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc)
@@ -216,7 +216,7 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
     assert all(not (f / "model.pt").exists() for f in folders)
 
     again = start(
-        "experiments.compare_policies", *args, "--out", str(out), "--run-config", run_config
+        "experiments.compare.policies", *args, "--out", str(out), "--run-config", run_config
     )
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
@@ -232,7 +232,7 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
 
 def launcher(values: dict, env: dict, **more: object) -> subprocess.Popen[str]:
     run_config = format_run_config({**values, **more})
-    return start("experiments.launcher", "--run-config", run_config, env=env)
+    return start("experiments.run.launcher", "--run-config", run_config, env=env)
 
 
 @pytest.mark.slow
@@ -270,11 +270,11 @@ def test_a_killed_reproduce_leaves_no_run_alive_and_runs_again_exactly(tmp_path)
         "++run.num-server-rounds=60",
         "++run.num-devices=20",
     ]
-    proc = start("experiments.reproduce", *args)
+    proc = start("experiments.compare.reproduce", *args)
     folders = [out / "default" / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
     wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc)
     kill9_and_check_nothing_survives(proc, min_processes=4)
-    again = start("experiments.reproduce", *args)
+    again = start("experiments.compare.reproduce", *args)
     _, err = again.communicate(timeout=900)
     assert again.returncode == 0, err
     for folder in folders:

@@ -24,7 +24,7 @@ from misbehaving import FAULTS, misbehaving, silent_like
 from task_settings import all_available_run
 
 from client_app.app import app as client_app
-from experiments.launcher import default_run_config
+from experiments.run.launcher import default_run_config
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.nodes import NodeRegistry

@@ -20,8 +20,8 @@ import pytest
 import torch
 from torch import nn
 
-from experiments.inprocess import main as inprocess_main
-from experiments.launcher import format_run_config
+from experiments.run.inprocess import main as inprocess_main
+from experiments.run.launcher import format_run_config
 from fedcgd_task.datasets import BUILTIN_DATASETS, check_data, load_data
 from fedcgd_task.models import BUILTIN_MODELS, build_model, count_parameters
 from fedcgd_task.settings import DATASETS, MODELS, TaskSettings, default_run_config
@@ -234,7 +234,7 @@ def assert_two_rounds_uploaded(result_dir: Path, num_parameters: int) -> None:
 def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_folder, tmp_path):
     out = tmp_path / "run"
     text = reference_run_config(out, "toyproblem.data:load", "toyproblem.nets:build")
-    run_module("experiments.inprocess", text, user_folder, timeout=300)
+    run_module("experiments.run.inprocess", text, user_folder, timeout=300)
     assert_finished_run(out, "toyproblem.data:load", "toyproblem.nets:build", MODEL_PARAMETERS)
 
 
@@ -478,7 +478,7 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
     text = format_run_config(
         {**settings, "dataset": "toyproblem.data:load", "model": model, "result-dir": str(out)}
     )
-    run_module("experiments.launcher", text, user_folder, timeout=900)
+    run_module("experiments.run.launcher", text, user_folder, timeout=900)
     assert_two_rounds_uploaded(out, FILE_MODEL_PARAMETERS)  # devices trained in Ray workers
     final = json.loads((out / "summary.json").read_text())["final_accuracy"]
     assert isinstance(final, float) and 0.0 <= final <= 1.0
@@ -493,7 +493,7 @@ def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     ``client_app`` come from the installed project, the modules only from the bundle that
     ``flwr run`` ships to the SuperLink and the SuperNodes.
     """
-    from experiments.launcher import run_flwr
+    from experiments.run.launcher import run_flwr
 
     app = tmp_path / "app"
     app.mkdir()

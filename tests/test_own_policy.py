@@ -15,10 +15,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from experiments.compare_policies import main as compare_main
-from experiments.inprocess import run_inprocess
-from experiments.launcher import validated_run_config, with_resolved_data_dir
-from experiments.reproduce import CONF_DIR, hydra_overrides, planned_runs
+from experiments.compare.policies import main as compare_main
+from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import validated_run_config, with_resolved_data_dir
 from fedcgd_strategy import Policy, RoundInputs
 from fedcgd_strategy.policies import PolicyContext, make_policy, resolve_protocol
 from fedcgd_strategy.policies.registry import policy_class
@@ -175,7 +175,7 @@ def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, t
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.inprocess", *args],
+        [sys.executable, "-m", "experiments.run.inprocess", *args],
         cwd=PROJECT,
         capture_output=True,
         text=True,

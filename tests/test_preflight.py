@@ -14,8 +14,8 @@ import pytest
 import torch
 from task_settings import make_settings
 
-from experiments.inprocess import main as inprocess_main
-from experiments.launcher import format_run_config
+from experiments.run.inprocess import main as inprocess_main
+from experiments.run.launcher import format_run_config
 from fedcgd_task.datasets import load_dataset
 from fedcgd_task.partition import apply_imbalance, partition_indices
 from fedcgd_task.settings import default_run_config
@@ -88,7 +88,7 @@ def test_truncated_checkpoint_is_one_line_naming_resume_from(tmp_path):
 
 
 def test_samples_after_imbalance_counts_what_apply_imbalance_keeps():
-    from experiments.preflight import samples_after_imbalance
+    from experiments.run.preflight import samples_after_imbalance
 
     labels = load_dataset("digits", "", train=True).labels
     assert samples_after_imbalance(labels, 1.0) == DIGITS_TRAIN
@@ -107,7 +107,7 @@ def test_samples_after_imbalance_counts_what_apply_imbalance_keeps():
     ],
 )
 def test_device_samples_is_the_size_of_every_partition(partition, devices, shards, expected):
-    from experiments.preflight import device_samples
+    from experiments.run.preflight import device_samples
 
     labels = load_dataset("digits", "", train=True).labels
     assert device_samples(partition, DIGITS_TRAIN, devices, shards) == expected
@@ -117,7 +117,7 @@ def test_device_samples_is_the_size_of_every_partition(partition, devices, shard
 
 
 def test_local_work_bound_is_max_local_passes_over_a_device():
-    from experiments.preflight import MAX_LOCAL_PASSES, check_sizes
+    from experiments.run.preflight import MAX_LOCAL_PASSES, check_sizes
 
     labels = load_dataset("digits", "", train=True).labels
     config = default_run_config()  # 40 devices on digits: 35 samples each, b = 32
@@ -128,7 +128,7 @@ def test_local_work_bound_is_max_local_passes_over_a_device():
 
 
 def test_model_fits_the_images_it_is_built_for():
-    from experiments.preflight import check_model_fits
+    from experiments.run.preflight import check_model_fits
 
     check_model_fits("cnn", "cifar10", 10, (3, 32, 32))
     check_model_fits("mlp", "digits", 10, (1, 8, 8))
@@ -186,7 +186,7 @@ def test_read_metrics_refuses_corrupt_missing_or_repeated_rounds(tmp_path):
 
 
 def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
-    from experiments.preflight import run_outcome
+    from experiments.run.preflight import run_outcome
 
     assert run_outcome(tmp_path, 0.0).code == 1  # no status: the ServerApp never started
     write_status(tmp_path, RunStatus(COMPLETED, 5, 5))

@@ -1,6 +1,6 @@
 """The launcher leaves nothing behind: processes, temporary Flower homes, keys, data folders.
 
-Each test starts ``python -m experiments.launcher`` in a process group of its own, with
+Each test starts ``python -m experiments.run.launcher`` in a process group of its own, with
 ``TMPDIR`` pointing into ``tmp_path`` (so its temporary folders are looked for there and not
 among those of other runs on the machine). The process tree is read from ``/proc`` here, not
 with the code under test.
@@ -57,7 +57,7 @@ def alive(pid: int) -> bool:
 
 
 def start_launcher(
-    tmp_path: Path, *args: str, module: str = "experiments.launcher"
+    tmp_path: Path, *args: str, module: str = "experiments.run.launcher"
 ) -> subprocess.Popen[str]:
     """``python -m MODULE ARGS`` in its own session, temporary files in tmp_path."""
     temp = tmp_path / "tmp"
@@ -115,8 +115,8 @@ def leftovers(tmp_path: Path, pattern: str) -> list[Path]:
 
 
 #: (module, extra arguments, folder of the run's metrics relative to tmp_path)
-LAUNCHER = ("experiments.launcher", ("--out", "{tmp}/runs"), "run")
-COMPARISON = ("experiments.compare_policies", ("--policies", "bc", "--out", "{tmp}/compare"),
+LAUNCHER = ("experiments.run.launcher", ("--out", "{tmp}/runs"), "run")
+COMPARISON = ("experiments.compare.policies", ("--policies", "bc", "--out", "{tmp}/compare"),
               "compare/bc/seed-0")  # fmt: skip
 
 
@@ -234,7 +234,7 @@ def test_an_unreachable_ray_address_fails_in_one_line(tmp_path: Path) -> None:
 
 def test_federation_stop_reaches_processes_in_sessions_of_their_own(tmp_path: Path) -> None:
     """As the SuperLink starts flower-superexec: a grandchild in a new session (setsid)."""
-    from experiments.launcher import LocalFederation
+    from experiments.run.launcher import LocalFederation
 
     federation = LocalFederation(tmp_path)
     root = subprocess.Popen(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.progress import RunProgress, format_duration
+from experiments.run.progress import RunProgress, format_duration
 
 
 class Clock:

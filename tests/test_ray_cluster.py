@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from subprocesses import start_in_own_session
 
-from experiments import ray_cluster
-from experiments.ray_cluster import LocalRayCluster, require_loopback_only
-from experiments.ray_cluster_check import REPORT_PREFIX
+from experiments.run import ray_cluster
+from experiments.run.ray_cluster import LocalRayCluster, require_loopback_only
+from experiments.run.ray_cluster_check import REPORT_PREFIX
 from server_app.results import METRICS_FILE, SUMMARY_FILE
 
 # A fresh network namespace with only loopback, then the command given after it.
@@ -88,7 +88,7 @@ def test_simulation_runs_on_both_nodes_of_a_two_node_cluster(tmp_path):
         *NAMESPACE,
         sys.executable,
         "-m",
-        "experiments.ray_cluster",
+        "experiments.run.ray_cluster",
         "--workers",
         "1",
         "--cpus-per-node",
@@ -98,7 +98,7 @@ def test_simulation_runs_on_both_nodes_of_a_two_node_cluster(tmp_path):
         "--",
         sys.executable,
         "-m",
-        "experiments.ray_cluster_check",
+        "experiments.run.ray_cluster_check",
         "--num-devices",
         "4",
         "--rounds",

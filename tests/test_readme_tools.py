@@ -15,37 +15,37 @@ from pathlib import Path
 import pytest
 from test_readme_commands import module_commands
 
-from experiments.inprocess import run_inprocess
-from experiments.launcher import validated_run_config, with_resolved_data_dir
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import validated_run_config, with_resolved_data_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 
 #: module -> (extra arguments that make it tiny, files it must write under --out)
 TINY: dict[str, tuple[list[str], list[str]]] = {
     "channel": (["--rounds", "20"], ["summary.json", "channel.png"]),
-    "experiments.schedule_table": (
+    "experiments.paper.schedule_table": (
         ["--drops", "1", "--rounds", "2", "--quiet"],
         ["table.csv", "table.png"],
     ),
-    "experiments.solver_performance": (
+    "experiments.paper.solver_performance": (
         ["--instances", "1", "--num-devices", "8", "--alphas", "1", "--ratios", "1"],
         ["rows.csv", "summary.csv", "solver_performance.png"],
     ),
-    "experiments.bench_solvers": (
+    "experiments.bench.solvers": (
         ["--instances", "1", "--num-devices", "8", "--speedup-devices", "8"],
         ["times.csv", "speedup.csv"],
     ),
-    "experiments.bench_fscd_scale": (["--num-devices", "30", "--instances", "1"], []),
-    "experiments.bench_inprocess": (
+    "experiments.bench.fscd_scale": (["--num-devices", "30", "--instances", "1"], []),
+    "experiments.bench.inprocess": (
         ["--rounds", "2", "--repeats", "1"],
         ["table.csv", "table.json"],
     ),
-    "experiments.bench_scale": (
+    "experiments.bench.scale": (
         ["--devices", "12", "--rounds", "3", "--samples", "2000"],
         ["table.csv", "table.json"],
     ),
-    "experiments.certificates": (["--supernodes", "1"], []),
-    "experiments.bench_checkpoint": (
+    "experiments.run.certificates": (["--supernodes", "1"], []),
+    "experiments.bench.checkpoint": (
         ["--repeats", "1", "--rounds", "2"],
         ["checkpoint_writes.csv", "checkpoint_runs.csv"],
     ),
@@ -98,12 +98,12 @@ def test_readme_tool_command_runs(module: str, args: list[str], tmp_path: Path) 
     run(module, with_out([*args, *extra], out))
     for name in files:
         assert (out / name).stat().st_size > 0, name
-    if module == "experiments.certificates":  # CA, SuperLink certificate and key, one key pair
+    if module == "experiments.run.certificates":  # CA, SuperLink certificate and key, one key pair
         assert len([p for p in out.rglob("*") if p.is_file()]) >= 5
 
 
 def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:
-    (args,) = module_commands("experiments.plot_runs")  # results/A results/B --out cmp.png
+    (args,) = module_commands("experiments.analysis.plot_runs")  # results/A results/B --out cmp.png
     dirs = []
     for name, policy in (("A", "bc"), ("B", "fedcgd-fscd")):
         folder = tmp_path / name
@@ -114,16 +114,16 @@ def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:
     out = tmp_path / "cmp.png"
     rewritten = [dirs[0], dirs[1], "--out", str(out)]
     assert [a.startswith("results/") for a in args[:2]] == [True, True]
-    run("experiments.plot_runs", rewritten)
+    run("experiments.analysis.plot_runs", rewritten)
     assert out.stat().st_size > 0
 
 
 @pytest.mark.slow
 def test_readme_round_benchmark_command_runs(tmp_path: Path) -> None:
     """The paper's CIFAR-10 setting on generated CIFAR-shaped data, flwr run against plain."""
-    (args,) = module_commands("experiments.bench_round")  # --rounds 4 --threads 1
+    (args,) = module_commands("experiments.bench.round")  # --rounds 4 --threads 1
     out = tmp_path / "bench"
     proc = run(
-        "experiments.bench_round", [*args, "--rounds", "2", "--policies", "bc", "--out", str(out)]
+        "experiments.bench.round", [*args, "--rounds", "2", "--policies", "bc", "--out", str(out)]
     )
     assert "flwr" in proc.stdout and any(out.rglob("*.csv")), proc.stdout[-2000:]

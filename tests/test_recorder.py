@@ -24,7 +24,7 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord
 from torch import nn
 
-from experiments.launcher import default_run_config
+from experiments.run.launcher import default_run_config
 from fedcgd_strategy.record import RoundRecord
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
 from server_app.config import parse_run_config

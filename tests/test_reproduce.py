@@ -13,10 +13,9 @@ from fake_runs import write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import run_module
 
-from experiments import compare_policies, reproduce
-from experiments.launcher import default_run_config
-from experiments.paper_settings import PAPER_CIFAR10
-from experiments.reproduce import (
+from experiments.compare import policies as compare_policies
+from experiments.compare import reproduce
+from experiments.compare.reproduce import (
     CONF_DIR,
     hydra_overrides,
     main,
@@ -25,6 +24,8 @@ from experiments.reproduce import (
     point_label,
     sweep_points,
 )
+from experiments.paper.settings import PAPER_CIFAR10
+from experiments.run.launcher import default_run_config
 from server_app.config import parse_run_config
 from server_app.run_status import holds_run
 
@@ -114,7 +115,7 @@ def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_r
 
 
 def test_table_ii_preset_point_is_the_python_paper_setting():
-    """conf/setting/ and experiments.paper_settings state the same setting.
+    """conf/setting/ and experiments.paper.settings state the same setting.
 
     The tau = 1 point of cifar10_local_steps is the paper's Table II setting: laying
     PAPER_CIFAR10 over its run config changes nothing once resolved (B comes from the app's
@@ -244,7 +245,7 @@ def test_sweep_points_are_the_cartesian_product():
 def test_reproduce_runs_a_small_sweep(tmp_path):
     out = tmp_path / "sweep"
     run_module(
-        "experiments.reproduce",
+        "experiments.compare.reproduce",
         "experiment=digits_policies",
         "policies=[all,fedcgd-fscd]",
         "+sweep.local-steps=[1,2]",
@@ -324,7 +325,7 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
     assert last.startswith(head), last
     command = shlex.split(last.removeprefix(head))
     assert Path(command[0]).resolve() == Path(sys.executable).resolve()
-    assert command[1:] == ["-m", "experiments.reproduce", *words]
+    assert command[1:] == ["-m", "experiments.compare.reproduce", *words]
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3
 
 
@@ -332,7 +333,7 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
 def test_every_run_config_key_can_be_set_in_every_preset(preset):
     """``run.<key>=<value>`` for each key of pyproject's [tool.flwr.app.config] (not the seed,
     the policy or the result folders, which the preset's other settings own)."""
-    from experiments.launcher import default_run_config
+    from experiments.run.launcher import default_run_config
 
     owned = {"seed", "policy", "result-dir", "resume-from"}
     values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}

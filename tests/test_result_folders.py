@@ -1,7 +1,7 @@
 """Result folders: never overwritten, resumable after a crash at any point, truthful exit codes.
 
-Runs go through the command lines (``experiments.inprocess.main`` and
-``experiments.launcher.main``, the latter with ``flwr run`` replaced by an in-process run that,
+Runs go through the command lines (``experiments.run.inprocess.main`` and
+``experiments.run.launcher.main``, the latter with ``flwr run`` replaced by an in-process run that,
 like ``flwr run``, exits 0 whatever the ServerApp did).
 """
 
@@ -17,11 +17,11 @@ import pytest
 import torch
 from fake_grid import FakeGrid, make_contexts
 
-import experiments.launcher as launcher
+import experiments.run.launcher as launcher
 from client_app.app import app as client_app
-from experiments.inprocess import main as inprocess_main
-from experiments.inprocess import run_inprocess
-from experiments.launcher import format_run_config, validated_run_config, with_resolved_data_dir
+from experiments.run.inprocess import main as inprocess_main
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import format_run_config, validated_run_config, with_resolved_data_dir
 from server_app.app import run_federation
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.config import parse_run_config
@@ -141,7 +141,7 @@ def test_resume_through_the_launcher_exits_0_and_a_refused_one_exits_2(
     capsys, monkeypatch, copy, tmp_path
 ):
     monkeypatch.setattr(launcher, "run_flwr", fake_flwr_run)
-    monkeypatch.setattr("experiments.plot_runs.plot_runs", lambda dirs, out: out)
+    monkeypatch.setattr("experiments.analysis.plot_runs.plot_runs", lambda dirs, out: out)
     text = format_run_config({**SMALL, "num-server-rounds": 3, "resume-from": str(copy)})
     code = launcher.main(["--run-config", text, "--results", str(tmp_path / "stamped")])
     out = capsys.readouterr().out.strip().splitlines()
@@ -173,7 +173,7 @@ def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
 
 
 def test_a_run_where_every_node_is_silent_is_a_failure(tmp_path):
-    from experiments.preflight import run_outcome  # new API: imported here
+    from experiments.run.preflight import run_outcome  # new API: imported here
 
     folder = tmp_path / "run"
     config = run_config(folder)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.inprocess import run_inprocess
-from experiments.launcher import format_run_config, validated_run_config, with_resolved_data_dir
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import format_run_config, validated_run_config, with_resolved_data_dir
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.results import METRICS_FILE, MODEL_FILE
 
@@ -52,7 +52,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, policy):
         [
             sys.executable,
             "-m",
-            "experiments.inprocess",
+            "experiments.run.inprocess",
             "--run-config",
             format_run_config(config(broken, policy)),
         ],

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.inprocess import run_inprocess
-from experiments.launcher import validated_run_config, with_resolved_data_dir
-from experiments.resume_command import single_run_line
+from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+from experiments.run.resume_command import single_run_line
 from fedcgd_task.settings import PROJECT_DIR
 from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
@@ -128,7 +128,7 @@ def whole_run(folder: Path, values: dict) -> None:
 
 
 def run_config_text(values: dict) -> str:
-    from experiments.launcher import format_run_config
+    from experiments.run.launcher import format_run_config
 
     return format_run_config(values)
 
@@ -141,7 +141,7 @@ def run_config_text(values: dict) -> str:
 def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp_path, signum):
     values = {"num-devices": 12, "num-server-rounds": 150, "policy": "fedcgd-fscd"}
     proc = start(
-        python_m("experiments.inprocess", "--out", str(tmp_path / "runs"), "--run-config",
+        python_m("experiments.run.inprocess", "--out", str(tmp_path / "runs"), "--run-config",
                  run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
@@ -159,7 +159,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     assert 4 <= done < 150 and not (folder / "model.pt").exists()
     assert last.startswith(f"{CONTINUE}{done} of 150: "), last
     words = printed_command(last, CONTINUE)
-    assert words[1:3] == ["-m", "experiments.inprocess"]
+    assert words[1:3] == ["-m", "experiments.run.inprocess"]
 
     again = run_verbatim(words)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -177,7 +177,7 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_agai
     values = {"num-devices": 10, "num-server-rounds": 200, "checkpoint-every": 1000}
     out_dir = tmp_path / "runs"
     proc = start(
-        python_m("experiments.inprocess", "--out", str(out_dir), "--run-config",
+        python_m("experiments.run.inprocess", "--out", str(out_dir), "--run-config",
                  run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
@@ -203,12 +203,12 @@ def test_a_stopped_comparison_prints_the_same_command_which_finishes_every_run(t
     out = tmp_path / "compare"
     args = ["--engine", "inprocess", "--policies", "bc,fedcgd-fscd", "--out", str(out),
             "--run-config", "num-devices=10 num-server-rounds=150"]  # fmt: skip
-    proc = start(python_m("experiments.compare_policies", *args))
+    proc = start(python_m("experiments.compare.policies", *args))
     assert first_line_folder(proc, "output folder: ") == out
     _, err = stop_after(proc, out / "bc" / "seed-0", 5, signal.SIGINT)
     assert proc.returncode == 130, err[-3000:]
     words = printed_command(err.strip().splitlines()[-1], RERUN)
-    assert words[1:] == ["-m", "experiments.compare_policies", *args]
+    assert words[1:] == ["-m", "experiments.compare.policies", *args]
     again = run_verbatim(words)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
@@ -226,7 +226,7 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     temp = tmp_path / "tmp"
     temp.mkdir()
     proc = start(
-        python_m("experiments.launcher", "--out", str(tmp_path / "runs"), "--run-config",
+        python_m("experiments.run.launcher", "--out", str(tmp_path / "runs"), "--run-config",
                  run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
@@ -236,7 +236,7 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     done = torch.load(folder / "checkpoint.pt")["round"]
     assert last.startswith(f"{CONTINUE}{done} of 40: "), last
     words = printed_command(last, CONTINUE)
-    assert words[1:3] == ["-m", "experiments.launcher"]
+    assert words[1:3] == ["-m", "experiments.run.launcher"]
     again = run_verbatim(words, limit_s=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
@@ -258,12 +258,12 @@ def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_p
         "run.num-server-rounds=150",
         "run.num-devices=10",
     ]
-    proc = start(python_m("experiments.reproduce", *args))
+    proc = start(python_m("experiments.compare.reproduce", *args))
     assert first_line_folder(proc, "output folder: ") == out
     _, err = stop_after(proc, out / "default" / "bc" / "seed-0", 5, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
     words = printed_command(err.strip().splitlines()[-1], RERUN)
-    assert words[1:] == ["-m", "experiments.reproduce", *args]
+    assert words[1:] == ["-m", "experiments.compare.reproduce", *args]
     again = run_verbatim(words)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
@@ -318,7 +318,7 @@ def test_the_round_of_the_checkpoint_is_named(tmp_path):
 
 
 def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, monkeypatch):
-    from experiments.launcher import continue_line, launcher_parser
+    from experiments.run.launcher import continue_line, launcher_parser
 
     monkeypatch.chdir(PROJECT_DIR)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -339,7 +339,7 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
     assert line.startswith(f"{CONTINUE}3 of 9: ")
     # --out has no say in a resume; result-dir gives way to resume-from
     assert words[1:] == [
-        "-m", "experiments.launcher", "--num-supernodes", "5", "--deployment", "--run-config",
+        "-m", "experiments.run.launcher", "--num-supernodes", "5", "--deployment", "--run-config",
         f'num-devices=4 num-server-rounds=9 policy="bc" resume-from="{folder}"',
     ]  # fmt: skip
     (folder / "checkpoint.pt").unlink()
@@ -351,12 +351,12 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
 
 
 def test_the_interpreter_is_written_as_the_readme_writes_it(tmp_path, monkeypatch):
-    from experiments.resume_command import python_command
+    from experiments.run.resume_command import python_command
 
     monkeypatch.setattr(sys, "executable", str(PROJECT_DIR / ".venv" / "bin" / "python"))
     monkeypatch.chdir(PROJECT_DIR)
-    assert python_command("experiments.inprocess", ["--run-config", "a='b c'"]) == (
-        ".venv/bin/python -m experiments.inprocess --run-config 'a='\"'\"'b c'\"'\"''"
+    assert python_command("experiments.run.inprocess", ["--run-config", "a='b c'"]) == (
+        ".venv/bin/python -m experiments.run.inprocess --run-config 'a='\"'\"'b c'\"'\"''"
     )
     monkeypatch.chdir(tmp_path)  # elsewhere: the absolute path
     assert python_command("m", []) == f"{PROJECT_DIR}/.venv/bin/python -m m"

@@ -12,9 +12,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from experiments.processes import is_alive
-from experiments.reproduce import CONF_DIR, reproduce
-from experiments.run_pool import RUN_LOG, Job, resolve_jobs, run_jobs, usable_cores
+from experiments.compare.reproduce import CONF_DIR, reproduce
+from experiments.run.processes import is_alive
+from experiments.run.run_pool import RUN_LOG, Job, resolve_jobs, run_jobs, usable_cores
 
 
 def python(code: str) -> list[str]:
@@ -185,12 +185,12 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     import signal
     import subprocess
 
-    from experiments.processes import parent_pids
+    from experiments.run.processes import parent_pids
 
     project = Path(__file__).resolve().parents[1]
     settings = "num-server-rounds=60 num-devices=8 checkpoint-every=1 eval-every=60"
     words = ["--policies", "fedcgd-fscd,bc", "--seeds", "0", "--engine", "inprocess"]
-    command = [sys.executable, "-m", "experiments.compare_policies", *words]
+    command = [sys.executable, "-m", "experiments.compare.policies", *words]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
     proc = subprocess.Popen(
         [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from fake_runs import write_run
 
-from experiments.launcher import format_run_config
+from experiments.run.launcher import format_run_config
 from fedcgd_task.datasets import (
     load_cifar,
     load_mnist1d,
@@ -36,7 +36,7 @@ N = 400  # MNIST-1D samples of these tests
 
 def inprocess(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.inprocess", *args],
+        [sys.executable, "-m", "experiments.run.inprocess", *args],
         cwd=PROJECT_DIR,
         capture_output=True,
         text=True,
@@ -221,7 +221,7 @@ def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path):
 
 
 def test_a_huge_status_json_is_one_line(tmp_path):
-    from experiments.preflight import run_outcome
+    from experiments.run.preflight import run_outcome
 
     (tmp_path / "status.json").write_bytes(b" " * (64 * 2**20 + 1))
     outcome = run_outcome(tmp_path, 0.0)
@@ -229,7 +229,7 @@ def test_a_huge_status_json_is_one_line(tmp_path):
 
 
 def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
-    from experiments.plot_runs import main as plot_main
+    from experiments.analysis.plot_runs import main as plot_main
 
     run = tmp_path / "run"
     write_run(run, {"policy": "bc"}, [{"round": r, "accuracy": 0.5} for r in (1, 2)])
@@ -244,7 +244,7 @@ def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
 
 
 def test_a_kept_comparison_run_with_a_torn_metrics_file_is_refused_in_one_line(tmp_path, capsys):
-    from experiments.compare_policies import main as compare_main
+    from experiments.compare.policies import main as compare_main
 
     out = tmp_path / "compare"
     args = ["--engine", "inprocess", "--policies", "bc", "--out", str(out),

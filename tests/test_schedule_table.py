@@ -1,4 +1,4 @@
-"""experiments.schedule_table: Table II's scheduled-number and WEMD columns without training."""
+"""experiments.paper.schedule_table: Table II's scheduled number and WEMD without training."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.schedule_report import TABLE_COLUMNS
-from experiments.schedule_simulation import (
+from experiments.paper.schedule_report import TABLE_COLUMNS
+from experiments.paper.schedule_simulation import (
     PolicySpec,
     TableSettings,
     choose_poc_candidates,
@@ -19,7 +19,7 @@ from experiments.schedule_simulation import (
     simulate,
     simulate_rounds,
 )
-from experiments.schedule_table import TABLE_POLICIES, main
+from experiments.paper.schedule_table import TABLE_POLICIES, main
 from fedcgd_strategy.policies import PolicyContext, RoundInputs, make_policy
 
 #: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.
@@ -140,7 +140,7 @@ def test_fedcbs_and_common_rounds_are_seeded():
 
 def test_a_policy_stream_depends_on_its_name_only(monkeypatch):
     """A policy added to the registry (here at the front) leaves POC's and Fed-CBS's draws."""
-    from experiments import schedule_table
+    from experiments.paper import schedule_table
 
     specs = [PolicySpec("poc", "poc", 3), PolicySpec("fedcbs", "fedcbs")]
     before = simulate(TINY, specs)

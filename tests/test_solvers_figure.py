@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import solver_performance
+from experiments.paper import solver_performance
 
 
 def read(path: Path) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""Statistics over seeds (experiments/statistics.py) against hand-computed values."""
+"""Statistics over seeds (experiments/analysis/statistics.py) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments.statistics import (
+from experiments.analysis.statistics import (
     ci95_halfwidth,
     finite,
     first_round_reaching,

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from experiments.launcher import PROJECT_DIR, run_flwr
+from experiments.run.launcher import PROJECT_DIR, run_flwr
 
 #: The ``clientapp`` line of ``[tool.flwr.app.components]`` in our pyproject.toml.
 CLIENTAPP_LINE = re.compile(r'^clientapp\s*=\s*"[^"]*"\s*$', re.MULTILINE)

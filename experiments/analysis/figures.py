@@ -1,0 +1,444 @@
+"""How every figure of the project looks: axis labels with units, value ranges, policy styles.
+
+One place for what a reader needs to read a curve:
+
+- each metric's y label (with its unit), the range the metric can take, so that a 95 % band
+  never leaves it (an accuracy band stays in [0, 1], a count band above 0), and whether it is a
+  count (rounds, devices), whose axis gets integer ticks only (:func:`label_axis`);
+- one fixed colour and line style per built-in policy, FedCGD's variants solid and thick, the
+  baselines dashed and thinner, so that with seven policies the method under study stands out;
+  a researcher's own policies get dash-dotted lines in colours no built-in uses, and
+  :func:`series_styles` makes sure no two series of one figure share colour and line style;
+- :func:`draw_group`, which draws a group of runs (the seeds of one policy) by one rule used in
+  every figure: the per-round mean over the runs, and from two runs on the shaded 95 %
+  confidence band of that mean (Student t with n - 1 degrees of freedom, so two runs give an
+  honest but wide band: 12.7 standard errors); a single run is its own line, without a band.
+  The legend names the band (:func:`legend_below`);
+- a centred moving average (:func:`moving_average`) drawn over the faint per-round line of the
+  noisy per-round panels (scheduled devices, WEMD), its window in the panel's title.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import to_hex
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from experiments.analysis.statistics import mean_band
+
+#: From this many runs on a group is drawn with the 95 % band of its mean (one run: its line).
+MIN_RUNS_FOR_BAND = 2
+
+#: Font size of legends (readable when a 14-inch-wide figure is shown at README width).
+LEGEND_FONTSIZE = 9
+
+#: ``gid`` of every shaded confidence band, so that the legend can name it.
+BAND_GID = "ci95-band"
+
+#: The legend entry of the shaded bands.
+BAND_LABEL = "shaded: 95 % CI of the mean over seeds (Student t)"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How to label and bound one metric on a y axis.
+
+    Attributes
+    ----------
+    label : str
+        Y-axis label with the unit (or "fraction", "count" for dimensionless values).
+    low, high : float
+        The values the metric can take; bands are clipped to ``[low, high]``.
+    count : bool
+        A number of things (devices, rounds), or a mean of such numbers: its axis gets
+        integer ticks only.
+
+    """
+
+    label: str
+    low: float = -math.inf
+    high: float = math.inf
+    count: bool = False
+
+    def clip(self, values: np.ndarray) -> np.ndarray:
+        """``values`` clipped to the metric's range (NaN stays NaN)."""
+        return np.clip(np.asarray(values, dtype=float), self.low, self.high)
+
+
+#: Per-round metrics (metrics.jsonl) and per-run statistics (runs.csv / table.csv columns).
+METRICS: dict[str, Metric] = {
+    "accuracy": Metric("test accuracy (fraction correct)", 0.0, 1.0),
+    "final_accuracy": Metric("final test accuracy (fraction correct)", 0.0, 1.0),
+    "max_accuracy": Metric("best test accuracy (fraction correct)", 0.0, 1.0),
+    "loss": Metric("test loss (cross-entropy, nats)", 0.0),
+    "num_scheduled": Metric("scheduled devices (count)", 0.0, count=True),
+    "mean_scheduled": Metric("scheduled devices per round (count)", 0.0, count=True),
+    "wemd": Metric("WEMD Σ_c |p̄_c − p_c| of the schedule (0–2)", 0.0, 2.0),
+    "mean_wemd": Metric("mean WEMD Σ_c |p̄_c − p_c| (0–2)", 0.0, 2.0),
+    "rounds_to_target": Metric("rounds to the target accuracy (rounds)", 0.0, count=True),
+    "sigma": Metric("σ̂, spread of the sampled gradients (gradient norm)", 0.0),
+    "class_gradient_used": Metric("Ĝ, class-gradient bound used (gradient norm)", 0.0),
+}
+
+#: Human names of the policies, in the order they appear in legends.
+POLICY_NAMES: dict[str, str] = {
+    "fedcgd-fscd": "FedCGD-FSCD",
+    "fedcgd-fscd-gc": "FedCGD-FSCD (Ĝ_c)",
+    "fedcgd-gs": "FedCGD-GS",
+    "fedcgd-exact": "FedCGD-exact",
+    "fedcgd-cd": "FedCGD-CD",
+    "bc": "BC (best channel)",
+    "bn2": "BN2 (best norm)",
+    "poc": "POC (power of choice)",
+    "fedcbs": "Fed-CBS",
+    "all": "all (no budget)",
+}
+
+
+#: A fixed colour per built-in policy (the same in every figure): FedCGD in warm, saturated
+#: colours, the baselines in cool or grey ones (matplotlib's ten "tab" colours).
+POLICY_COLORS: dict[str, str] = {
+    "fedcgd-fscd": "#d62728",
+    "fedcgd-fscd-gc": "#8c564b",
+    "fedcgd-gs": "#ff7f0e",
+    "fedcgd-exact": "#e377c2",
+    "fedcgd-cd": "#bcbd22",
+    "bc": "#1f77b4",
+    "bn2": "#17becf",
+    "poc": "#2ca02c",
+    "fedcbs": "#9467bd",
+    "all": "#7f7f7f",
+}
+
+#: Colours of a researcher's own policies, in the order they first appear in a figure: dark
+#: ones that no built-in policy uses (near-black, then matplotlib's "tab20b" darks).
+USER_COLORS: tuple[str, ...] = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
+
+#: Line style of a researcher's own policy (built-ins are solid or dashed).
+USER_LINESTYLE = "-."
+
+#: Line styles tried, in order, when a series' preferred (colour, style) is already taken in
+#: its figure (a second run of one policy, more own policies than :data:`USER_COLORS`).
+LINESTYLES: tuple[Any, ...] = (
+    "-",
+    "--",
+    "-.",
+    ":",
+    (0, (5, 1)),
+    (0, (3, 1, 1, 1, 1, 1)),
+    (0, (1, 1)),
+    (0, (5, 2, 1, 2)),
+    (0, (8, 2)),
+    (0, (3, 3)),
+)
+
+
+def policy_order(policies: Iterable[str]) -> list[str]:
+    """``policies`` in legend order: the built-ins as in :data:`POLICY_NAMES`, then the rest."""
+    known = list(POLICY_NAMES)
+    return sorted(dict.fromkeys(policies), key=lambda p: (known.index(p) if p in known else 99, p))
+
+
+def metric(key: str) -> Metric:
+    """The :class:`Metric` of ``key``; an unknown key gets its name as label and no bounds."""
+    return METRICS.get(key, Metric(key.replace("_", " ")))
+
+
+def policy_name(policy: str) -> str:
+    """The legend name of ``policy``: a built-in's human name, a reference's class name.
+
+    ``pkg.module:FairShare`` and ``/abs/file.py:FairShare`` are shown as ``FairShare``; any
+    other string as itself.
+    """
+    if policy in POLICY_NAMES:
+        return POLICY_NAMES[policy]
+    return policy.rsplit(":", 1)[1] if ":" in policy else policy
+
+
+def is_fedcgd(policy: str) -> bool:
+    """True for the FedCGD variants (drawn to stand out from the baselines)."""
+    return policy.startswith("fedcgd")
+
+
+def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
+    """Matplotlib line keywords of ``policy``'s preferred style.
+
+    FedCGD solid and thick, the other built-ins dashed and thinner, each built-in in its
+    colour of :data:`POLICY_COLORS`; a researcher's own policy dash-dotted in
+    ``USER_COLORS[own_index]`` (``own_index``: its rank among the own policies of the figure).
+    Use :func:`series_styles` for the styles of a whole figure: it keeps them distinct.
+    """
+    if policy in POLICY_COLORS:
+        if is_fedcgd(policy):
+            return {"color": POLICY_COLORS[policy], "linestyle": "-", "linewidth": 2.2, "zorder": 3}
+        return {"color": POLICY_COLORS[policy], "linestyle": "--", "linewidth": 1.3, "zorder": 2}
+    color = USER_COLORS[own_index % len(USER_COLORS)]
+    return {"color": color, "linestyle": USER_LINESTYLE, "linewidth": 2.0, "zorder": 3}
+
+
+def linestyles() -> Iterator[Any]:
+    """:data:`LINESTYLES`, then ever longer dashes ``(0, (k, 2))``: a style for any number."""
+    yield from LINESTYLES
+    for k in itertools.count(10):
+        yield (0, (k, 2))
+
+
+def _style_key(style: Mapping[str, Any]) -> tuple[str, str]:
+    return to_hex(style["color"]), repr(style["linestyle"])
+
+
+def series_styles(policies: Sequence[str]) -> list[dict[str, Any]]:
+    """One style per series of a figure, no two with the same colour and line style.
+
+    Parameters
+    ----------
+    policies : sequence of str
+        The policy of each series, in drawing order; a policy may repeat (two runs of it).
+
+    Returns
+    -------
+    list of dict
+        Matplotlib line keywords per series: the policy's preferred style
+        (:func:`policy_style`; own policies numbered in order of first appearance), made
+        distinct by :func:`distinct_styles` (the second run of BC is blue and dash-dotted, not
+        a second blue dashed line).
+    """
+    own = [p for p in dict.fromkeys(policies) if p not in POLICY_COLORS]
+    return distinct_styles([policy_style(p, own.index(p) if p in own else 0) for p in policies])
+
+
+def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``styles`` (each with ``color`` and ``linestyle``) with no (colour, line style) twice.
+
+    A style whose pair an earlier one took keeps its colour and gets the first line style of
+    :func:`linestyles` not yet drawn in that colour.
+    """
+    taken: set[tuple[str, str]] = set()
+    out = []
+    for given in styles:
+        style = dict(given)
+        if _style_key(style) in taken:
+            style["linestyle"] = next(
+                ls for ls in linestyles() if _style_key({**style, "linestyle": ls}) not in taken
+            )
+        taken.add(_style_key(style))
+        out.append(style)
+    return out
+
+
+#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours are the sweep
+#: points there; another policy takes the next free style: :func:`distinct_styles`).
+ESTIMATE_LINESTYLES: dict[str, Any] = {
+    "fedcgd-fscd": "-",
+    "fedcgd-gs": "--",
+    "fedcgd-fscd-gc": ":",
+    "fedcgd-exact": "-.",
+    "fedcgd-cd": (0, (5, 1)),
+}
+
+
+def estimate_styles(
+    drawn: Sequence[tuple[str, str]], labels: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Line keywords of each (sweep label, policy) group of ``estimates.png``, all distinct.
+
+    Without a sweep (one label) each policy in its colour and style of every figure
+    (:func:`series_styles`). Over a sweep the sweep points are what the panels compare (σ̂
+    against τ), so they get the colours: shades of the sequential "viridis" map from dark
+    (first point) to light (last), none of them a policy's colour, and each FedCGD variant its
+    line style (:data:`ESTIMATE_LINESTYLES`).
+    """
+    if len(set(labels)) <= 1:
+        return series_styles([policy for _, policy in drawn])
+    shades = colormaps["viridis"](np.linspace(0.0, 0.8, len(labels)))
+    return distinct_styles(
+        [
+            {
+                "color": to_hex(shades[labels.index(label)]),
+                "linestyle": ESTIMATE_LINESTYLES.get(policy, "-"),
+                "linewidth": 1.8,
+            }
+            for label, policy in drawn
+        ]
+    )
+
+
+def smoothing_window(num_rounds: int) -> int:
+    """The moving-average window for a run of ``num_rounds`` rounds: about a twentieth, odd.
+
+    ``round(num_rounds / 20)`` made odd (centred windows), at least 1 (no smoothing): 30
+    rounds -> 3, 400 -> 21, 1,500 -> 75.
+    """
+    window = max(1, round(num_rounds / 20))
+    return window if window % 2 else window + 1
+
+
+def moving_average(values: Sequence[float], window: int) -> np.ndarray:
+    """Centred moving average of ``values`` over ``window`` consecutive entries.
+
+    Parameters
+    ----------
+    values : sequence of float
+        One value per round, in round order.
+    window : int
+        Odd number of entries averaged (1: ``values`` unchanged).
+
+    Returns
+    -------
+    numpy.ndarray
+        Entry i is the mean of ``values[i - h : i + h + 1]`` with ``h = window // 2``; near
+        the ends the window is cut to the entries that exist (so the first entry averages
+        ``values[0 : h + 1]``), which keeps the curve as long as the data.
+
+    Raises
+    ------
+    ValueError
+        For an even or non-positive ``window``.
+    """
+    if window < 1 or window % 2 == 0:
+        raise ValueError(f"moving-average window must be a positive odd integer; got {window}")
+    x = np.asarray(values, dtype=float)
+    h = window // 2
+    sums = np.concatenate([[0.0], np.cumsum(x)])
+    i = np.arange(len(x))
+    low, high = np.maximum(i - h, 0), np.minimum(i + h + 1, len(x))
+    return (sums[high] - sums[low]) / (high - low)
+
+
+def smooth_curve(curve: Mapping[int, float], window: int) -> dict[int, float]:
+    """``curve`` (round -> value) with its values replaced by :func:`moving_average`."""
+    rounds = sorted(curve)
+    smoothed = moving_average([curve[r] for r in rounds], window)
+    return dict(zip(rounds, (float(v) for v in smoothed), strict=True))
+
+
+def draw_group(
+    ax: Any,
+    curves: Sequence[Mapping[int, float]],
+    key: str,
+    label: str,
+    *,
+    color: Any = None,
+    style: Mapping[str, Any] | None = None,
+    smooth: int = 1,
+) -> Any:
+    """Draw one group of runs of ``key`` on ``ax``; return the colour used (None: nothing drawn).
+
+    Parameters
+    ----------
+    ax : matplotlib axes
+        Where to draw.
+    curves : sequence of mapping int -> float
+        One curve per run (round → value).
+    key : str
+        The metric (for the band's range, see :data:`METRICS`).
+    label : str
+        Legend label of the group (drawn once).
+    color : matplotlib colour, optional
+        The group's colour; by default the axis' next colour.
+    style : mapping, optional
+        Line keywords (:func:`series_styles`).
+    smooth : int
+        Odd moving-average window in rounds (:func:`moving_average`); above 1, the per-round
+        mean is drawn as a faint thin line and the labelled line and the band are those of the
+        runs' moving averages.
+
+    The labelled line is the per-round mean over the runs that have the round (a single run:
+    the run itself); with at least :data:`MIN_RUNS_FOR_BAND` runs, the shaded 95 % confidence
+    band of that mean (Student t), clipped to the metric's range, with ``gid`` :data:`BAND_GID`.
+    """
+    style = dict(style or {})
+    color = style.pop("color", color)
+    curves = [c for c in curves if c]
+    if not curves:
+        return None
+    if smooth > 1:
+        raw = mean_band(curves)
+        (faint,) = ax.plot(raw.x, raw.mean, color=color, linewidth=0.7, alpha=0.3, zorder=1)
+        color = faint.get_color()
+        curves = [smooth_curve(c, smooth) for c in curves]
+    band = mean_band(curves)
+    (line,) = ax.plot(band.x, band.mean, color=color, label=label, **style)
+    if len(curves) >= MIN_RUNS_FOR_BAND:
+        bounds = metric(key)
+        ax.fill_between(
+            band.x,
+            bounds.clip(band.mean - band.half_width),
+            bounds.clip(band.mean + band.half_width),
+            color=line.get_color(),
+            alpha=0.2 if style.get("linestyle", "-") == "-" else 0.1,
+            linewidth=0,
+            gid=BAND_GID,
+        )
+    return line.get_color()
+
+
+def count_ticks(axis: Any, low: float = -math.inf) -> None:
+    """Integer ticks only on ``axis`` (a matplotlib x or y axis of counts), on any range.
+
+    Call it once everything is drawn: when the view holds fewer than two integers (a count
+    that stays at 4 is shown from 3.78 to 4.22), it is widened to the integers around it, not
+    below ``low`` (0 for counts), so that ticks say 3, 4, 5 rather than 3.80 ... 4.20.
+    """
+    axis.set_major_locator(MaxNLocator(integer=True))
+    lo, hi = sorted(axis.get_view_interval())
+    if math.floor(hi) - math.ceil(lo) < 1:
+        new_lo = max(math.floor(lo), low) if math.isfinite(low) else math.floor(lo)
+        new_hi = max(math.ceil(hi), new_lo + 1)
+        if axis.axis_name == "x":
+            axis.axes.set_xlim(new_lo, new_hi)
+        else:
+            axis.axes.set_ylim(new_lo, new_hi)
+
+
+def label_axis(ax: Any, key: str, *, xlabel: str = "round", x_count: bool | None = None) -> None:
+    """X label, the y label with its unit, a light grid, integer ticks on count axes.
+
+    The y axis of a count metric (:attr:`Metric.count`) and the x axis when it counts
+    (``x_count``; by default when ``xlabel`` is ``"round"``) get :func:`count_ticks`.
+    """
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric(key).label)
+    ax.grid(alpha=0.3)
+    if x_count if x_count is not None else xlabel == "round":
+        count_ticks(ax.xaxis, 0.0)
+    if metric(key).count:
+        count_ticks(ax.yaxis, metric(key).low)
+
+
+def has_band(fig: Any) -> bool:
+    """Whether any panel of ``fig`` holds a confidence band drawn by :func:`draw_group`."""
+    return any(c.get_gid() == BAND_GID for ax in fig.axes for c in ax.collections)
+
+
+def legend_below(fig: Any, ax: Any) -> None:
+    """One legend for the whole figure, below the panels, with ``ax``'s entries.
+
+    When a panel holds a confidence band, a grey patch says what it is (:data:`BAND_LABEL`).
+    """
+    handles, labels = ax.get_legend_handles_labels()
+    if has_band(fig):
+        handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))
+        labels.append(BAND_LABEL)
+    if handles:
+        # As many columns (at most 5) as fit the figure's width: a character of the legend's
+        # font is about 0.6 of its size wide, and each entry adds its line sample (~6 chars).
+        chars_per_inch = 72 / (0.6 * LEGEND_FONTSIZE)
+        width_chars = fig.get_figwidth() * chars_per_inch
+        fit = int(width_chars // (max(len(label) for label in labels) + 6))
+        fig.legend(
+            handles,
+            labels,
+            loc="outside lower center",
+            ncol=max(1, min(len(labels), 5, fit)),
+            fontsize=LEGEND_FONTSIZE,
+            frameon=False,
+        )

@@ -1,0 +1,327 @@
+"""Plot one or more runs from their result directories (reads ``metrics.jsonl`` only).
+
+``python -m experiments.analysis.plot_runs RESULT_DIR [RESULT_DIR ...] --out curves.png`` draws, per
+run, test accuracy, the number of scheduled devices and the WEMD of the schedule against the
+round, labelled by each run's policy (from its ``config.json``) and, when several runs share a
+policy, by their folders (``seed-0``, ``seed-1``), each run in its own colour and line style.
+With ``--mean`` the runs are grouped by policy (e.g. the seeds of a comparison,
+``results/compare/*/seed-*``) and each policy is drawn as its mean over the runs with a shaded
+95 % confidence band from two runs on (:func:`plot_mean_runs`). Scheduled devices and WEMD,
+one noisy value per round, are drawn as a moving average (the window, about a twentieth of the
+rounds, in the panel's title) over the faint per-round line; the figure's title names the data
+set, the split, τ, V and the seeds from the runs' ``config.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from experiments.analysis.figure_titles import runs_title
+from experiments.analysis.figures import (
+    draw_group,
+    label_axis,
+    legend_below,
+    policy_name,
+    policy_order,
+    policy_style,
+    series_styles,
+    smoothing_window,
+)
+from server_app.atomic_files import ResultWriteError, atomic_write
+from server_app.json_files import read_json_object
+from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
+
+#: The three panels of a run figure: one metric each (labels and ranges in
+#: :data:`experiments.analysis.figures.METRICS`).
+PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
+#: Per-round panels drawn as a moving average over their faint per-round line (one value per
+#: round, dominated by the round's channel and availability draw).
+SMOOTHED_KEYS = ("num_scheduled", "wemd")
+
+
+def load_run(result_dir: Path) -> tuple[str, list[dict]]:
+    """Return (label, per-round lines) of a result directory.
+
+    A torn last line of ``metrics.jsonl`` (a run stopped, or still writing it) is left out
+    (:func:`server_app.results.read_metrics_lines`); the label is the policy of
+    ``config.json`` (bounded in size and depth), else the folder's name.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file: a damaged metrics line, or a ``config.json`` that is not a
+        run's.
+    """
+    try:
+        lines = read_metrics_lines(result_dir)
+        config_path = result_dir / CONFIG_FILE
+        label = result_dir.name
+        if config_path.exists():
+            label = str(read_json_object(config_path).get("policy", label))
+    except OSError as err:
+        raise ValueError(f"{result_dir}: cannot be read ({err.strerror or err})") from err
+    return label, lines
+
+
+def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
+    """Save ``fig`` as PNG at ``out`` whole or not at all (temporary file renamed over it).
+
+    Raises
+    ------
+    server_app.atomic_files.ResultWriteError
+        One line naming ``out`` (disk full, ...); no temporary file is left.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return atomic_write(out, lambda handle: fig.savefig(handle, dpi=dpi, format="png"))
+    finally:
+        plt.close(fig)
+
+
+def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
+    """Round → finite value of ``key`` in a run's metrics lines (rounds without one left out).
+
+    Parameters
+    ----------
+    lines : sequence of mapping
+        The run's ``metrics.jsonl`` lines.
+    key : str
+        Metric, e.g. ``accuracy``, ``num_scheduled``, ``wemd``.
+
+    Returns
+    -------
+    dict of int to float
+        One entry per round that has a finite value.
+    """
+    out: dict[int, float] = {}
+    for line in lines:
+        value = line.get(key)
+        if isinstance(value, int | float) and math.isfinite(float(value)):
+            out[int(line["round"])] = float(value)
+    return out
+
+
+def _panels(num: int = len(PANEL_KEYS)) -> tuple[Any, Any]:
+    fig, axes = plt.subplots(1, num, figsize=(14, 4.6), constrained_layout=True)
+    return fig, axes
+
+
+def finish_figure(
+    fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path, title: str = ""
+) -> Path:
+    """Label the panels, put one legend below them, title the figure, save ``out``.
+
+    Each panel gets its y label with the unit and integer ticks on counts
+    (:func:`experiments.analysis.figures.label_axis`); the legend names the shaded band if there
+    is one (:func:`experiments.analysis.figures.legend_below`); ``title`` (if any) goes above the
+    panels.
+    """
+    for ax, key in zip(axes, keys, strict=True):
+        label_axis(ax, key)
+    legend_below(fig, axes[0])
+    if title:
+        fig.suptitle(title)
+    return save_figure(fig, out)
+
+
+def panel_window(runs: Sequence[Sequence[Mapping[str, Any]]]) -> int:
+    """Moving-average window of the per-round panels (:data:`SMOOTHED_KEYS`) of these runs.
+
+    :func:`experiments.analysis.figures.smoothing_window` of the longest run's number of rounds.
+    """
+    return smoothing_window(max((len(lines) for lines in runs), default=0))
+
+
+def title_smoothed_panels(axes: Sequence[Any], keys: Sequence[str], window: int) -> None:
+    """Say on each smoothed panel what its lines are (nothing when ``window`` is 1)."""
+    if window > 1:
+        for ax, key in zip(axes, keys, strict=True):
+            if key in SMOOTHED_KEYS:
+                ax.set_title(f"moving average over {window} rounds (faint: per round)", fontsize=9)
+
+
+def plot_mean_bands(
+    axes: Sequence[Any],
+    keys: Sequence[str],
+    result_dirs: Sequence[Path],
+    label: str,
+    color: str | None = None,
+    policy: str | None = None,
+    *,
+    style: Mapping[str, Any] | None = None,
+    window: int = 1,
+) -> None:
+    """Draw on each axis one group of runs of its key.
+
+    Each group as :func:`experiments.analysis.figures.draw_group` draws it.
+
+    Parameters
+    ----------
+    axes : sequence of matplotlib axes
+        One panel per key.
+    keys : sequence of str
+        Metric of each panel (see :func:`round_values`).
+    result_dirs : sequence of Path
+        The runs of one group (e.g. the seeds of one policy).
+    label : str
+        Legend label of the group's curves.
+    color : str, optional
+        Colour of the group's curves; by default the style's, else the first curve's
+        automatic colour.
+    policy : str, optional
+        The group's policy, for its line style when ``style`` is not given
+        (:func:`experiments.analysis.figures.policy_style`).
+    style : mapping, optional
+        Line keywords (:func:`experiments.analysis.figures.series_styles`).
+    window : int
+        Moving-average window of the keys in :data:`SMOOTHED_KEYS` (1: none).
+
+    The mean over the runs, with its 95 % band from two runs on, clipped to the metric's
+    range; one run is drawn as itself. A panel whose key no run has is left without a curve.
+    """
+    runs = [load_run(d)[1] for d in result_dirs]
+    if style is None and policy:
+        style = policy_style(policy)
+    for ax, key in zip(axes, keys, strict=True):
+        curves = [round_values(lines, key) for lines in runs]
+        smooth = window if key in SMOOTHED_KEYS else 1
+        drawn = draw_group(ax, curves, key, label, color=color, style=style, smooth=smooth)
+        color = drawn or color
+
+
+def folder_suffix(index: int, paths: Sequence[Path]) -> str:
+    """The fewest trailing parts of ``paths[index]`` that no other path ends with.
+
+    ``results/cmp/bc/seed-0`` among ``.../seed-1`` -> ``seed-0``; ``runs/a/seed-0`` among
+    ``runs/b/seed-0`` -> ``a/seed-0``; a folder given twice gets its name and ``#2``, ``#3``.
+    """
+    parts = paths[index].parts
+    others = [p.parts for i, p in enumerate(paths) if i != index]
+    for k in range(1, len(parts) + 1):
+        if all(o[-k:] != parts[-k:] for o in others):
+            return "/".join(parts[-k:])
+    return f"{paths[index].name} #{paths[: index + 1].count(paths[index])}"
+
+
+def run_labels(result_dirs: Sequence[Path], policies: Sequence[str]) -> list[str]:
+    """Legend label of each run: its policy's name, and its folder when another run shares it.
+
+    Two runs of BC in ``cmp/bc/seed-0`` and ``cmp/bc/seed-1`` are ``BC (best channel) ·
+    seed-0`` and ``... · seed-1`` (:func:`folder_suffix` among the runs with that name).
+    """
+    names = [policy_name(p) for p in policies]
+    paths = [Path(d).resolve() for d in result_dirs]
+    labels = []
+    for i, name in enumerate(names):
+        same = [j for j, other in enumerate(names) if other == name]
+        if len(same) == 1:
+            labels.append(name)
+        else:
+            suffix = folder_suffix(same.index(i), [paths[j] for j in same])
+            labels.append(f"{name} · {suffix}")
+    return labels
+
+
+def plot_runs(result_dirs: list[Path], out: Path) -> Path:
+    """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round) to ``out``.
+
+    One line per run, labelled by its policy (and its folder when runs share a policy:
+    :func:`run_labels`), each in its own colour and line style
+    (:func:`experiments.analysis.figures.series_styles`); scheduled devices and WEMD as a moving
+    average over the faint per-round line; titled with the runs' settings
+    (:func:`experiments.analysis.figure_titles.runs_title`).
+    """
+    fig, axes = _panels()
+    loaded = [load_run(d) for d in result_dirs]
+    policies = [policy for policy, _ in loaded]
+    window = panel_window([lines for _, lines in loaded])
+    labels = run_labels(result_dirs, policies)
+    styles = series_styles(policies)
+    for result_dir, label, style in zip(result_dirs, labels, styles, strict=True):
+        plot_mean_bands(axes, PANEL_KEYS, [result_dir], label, style=style, window=window)
+    title_smoothed_panels(axes, PANEL_KEYS, window)
+    return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(result_dirs))
+
+
+def group_by_label(result_dirs: Sequence[Path]) -> dict[str, list[Path]]:
+    """Result directories grouped by their label (the run's policy), in first-seen order."""
+    groups: dict[str, list[Path]] = {}
+    for result_dir in result_dirs:
+        groups.setdefault(load_run(result_dir)[0], []).append(result_dir)
+    return groups
+
+
+def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
+    """Three panels as :func:`plot_runs`, one mean curve and 95 % band per group of runs.
+
+    Parameters
+    ----------
+    groups : mapping of str to sequence of Path
+        Label (e.g. the policy) → its result directories (e.g. one per seed).
+    out : Path
+        PNG to write.
+
+    Returns
+    -------
+    Path
+        ``out``. Each curve is the per-round mean over the group's runs, the shaded band the
+        95 % confidence interval of that mean (Student t over the runs that have the round),
+        clipped to the metric's range, from two runs on (a group of one run is that run);
+        the legend names the band and each group's number of runs. Scheduled devices and
+        WEMD are moving averages over the faint per-round mean; the title gives the runs'
+        settings (:func:`experiments.analysis.figure_titles.runs_title`).
+    """
+    fig, axes = _panels()
+    order = policy_order(groups)
+    every = [d for label in order for d in groups[label]]
+    window = panel_window([load_run(d)[1] for d in every])
+    for label, style in zip(order, series_styles(order), strict=True):
+        dirs = groups[label]
+        name = f"{policy_name(label)} (n={len(dirs)})"
+        plot_mean_bands(axes, PANEL_KEYS, dirs, name, style=style, window=window)
+    title_smoothed_panels(axes, PANEL_KEYS, window)
+    return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(every))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("result_dirs", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("results/curves.png"))
+    parser.add_argument(
+        "--mean",
+        action="store_true",
+        help="group the runs by policy: mean curve per policy and, from two runs on, its "
+        "95 %% confidence band",
+    )
+    args = parser.parse_args(argv)
+    for d in args.result_dirs:
+        if not (d / METRICS_FILE).exists():
+            parser.error(f"{d} has no {METRICS_FILE}; is it a result directory?")
+    try:
+        if args.mean:
+            out = plot_mean_runs(group_by_label(args.result_dirs), args.out)
+        else:
+            out = plot_runs(args.result_dirs, args.out)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ResultWriteError as err:
+        print(f"failed: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

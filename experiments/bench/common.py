@@ -1,0 +1,165 @@
+"""Helpers of the benchmarks: progress lines, a run's metrics, per-round fields, random CIFAR-10.
+
+:mod:`experiments.bench.round` and :mod:`experiments.bench.inprocess` both print progress lines
+with the machine's load average (:func:`progress`), read a run's ``metrics.jsonl``
+(:func:`read_metrics`, as :mod:`experiments.bench.scale` does), keep, per round,
+:data:`ROUND_FIELDS` and the timing columns :data:`PHASES` (:func:`round_fields`) in their
+``table.json``, and check their replay against the run (:func:`largest_accuracy_gap`).
+:func:`write_random_cifar10` writes a CIFAR-10-shaped folder of random images in torchvision's
+file format, which the app reads as it reads the real archive (the round benchmark trains on
+it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.paper import settings as paper_settings
+
+#: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
+PHASES: tuple[str, ...] = (
+    "query_s",
+    "schedule_s",
+    "train_phase_s",
+    "client_train_s",
+    "aggregate_s",
+    "eval_s",
+)
+#: CIFAR-10 layout: classes, training images per class, test images per class, batch files.
+NUM_CLASSES = paper_settings.CIFAR10_CLASSES
+TRAIN_PER_CLASS = paper_settings.CIFAR10_TRAIN_PER_CLASS
+TEST_PER_CLASS = 1000
+NUM_TRAIN_BATCHES = 5
+CIFAR10_LABEL_NAMES: tuple[str, ...] = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
+#: The fields of a run's metrics lines a benchmark keeps per round, besides its phase timings.
+ROUND_FIELDS = ("round", "wall_time_s", "num_available", "num_scheduled", "accuracy")
+
+
+def load_average() -> float | None:
+    """The 1-minute load average of the machine (None where the OS has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+def progress(
+    text: str, log: list[dict[str, Any]] | None = None, *, tag: str = "bench_round"
+) -> None:
+    """Print one progress line with the machine's 1-minute load average; append it to ``log``.
+
+    The machine may be shared: the load average tells how much other work ran beside a phase.
+    The line starts with ``[tag]`` (by default the round benchmark's).
+    """
+    load = load_average()
+    suffix = "" if load is None else f" [load {load:.1f}]"
+    print(f"[{tag}] {text}{suffix}", flush=True)
+    if log is not None:
+        log.append({"time": time.time(), "text": text, "load_1min": load})
+
+
+def read_metrics(result_dir: Path) -> list[dict[str, Any]]:
+    """Read a run's ``metrics.jsonl`` (one dict per round)."""
+    text = (result_dir / "metrics.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def round_fields(
+    metrics: Sequence[Mapping[str, Any]], phases: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per round, the values of :data:`ROUND_FIELDS` and of ``phases`` (None where absent)."""
+    return [{k: m.get(k) for k in (*ROUND_FIELDS, *phases)} for m in metrics]
+
+
+def largest_accuracy_gap(
+    metrics: Sequence[Mapping[str, Any]], accuracies: Sequence[float | None]
+) -> float:
+    """Largest |run accuracy − replayed accuracy| over the rounds both evaluated.
+
+    Parameters
+    ----------
+    metrics : sequence of mapping
+        The run's ``metrics.jsonl`` lines (``accuracy`` is absent or None where the run did not
+        evaluate).
+    accuracies : sequence of float or None
+        The replay's test accuracy after each of the same rounds (None: not evaluated).
+
+    Returns
+    -------
+    float
+        The largest difference (0: the same models), NaN when no round was evaluated by both.
+
+    """
+    gaps = [
+        abs(float(m["accuracy"]) - float(a))
+        for m, a in zip(metrics, accuracies, strict=True)
+        if m.get("accuracy") is not None and a is not None
+    ]
+    return max(gaps) if gaps else float("nan")
+
+
+def write_random_cifar10(root: Path, seed: int) -> Path:
+    """Write a CIFAR-10-shaped ``cifar-10-batches-py`` folder with random pixels.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        Data folder (the run config's ``data-dir``); created if missing.
+    seed : int
+        Seed of the pixels and of the label order.
+
+    Returns
+    -------
+    pathlib.Path
+        The ``cifar-10-batches-py`` folder: ``data_batch_1..5`` (10,000 images each),
+        ``test_batch`` (10,000) and ``batches.meta``, pickled dicts as in the official
+        archive (rows of 3,072 ``uint8``, channel-major; ``labels`` a list of int).
+
+    """
+    rng = np.random.default_rng([seed, 0xC1FA])
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    train_labels = rng.permutation(np.repeat(np.arange(NUM_CLASSES), TRAIN_PER_CLASS))
+    test_labels = rng.permutation(np.repeat(np.arange(NUM_CLASSES), TEST_PER_CLASS))
+    per_batch = train_labels.size // NUM_TRAIN_BATCHES
+    files: list[tuple[str, str, np.ndarray]] = [
+        (
+            f"data_batch_{k + 1}",
+            f"training batch {k + 1} of {NUM_TRAIN_BATCHES}",
+            train_labels[k * per_batch : (k + 1) * per_batch],
+        )
+        for k in range(NUM_TRAIN_BATCHES)
+    ]
+    files.append(("test_batch", "testing batch 1 of 1", test_labels))
+    for name, batch_label, labels in files:
+        data = rng.integers(0, 256, size=(labels.size, 3 * 32 * 32), dtype=np.uint8)
+        entry = {"batch_label": batch_label, "labels": labels.tolist(), "data": data}
+        with open(folder / name, "wb") as fh:
+            pickle.dump(entry, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    meta = {
+        "label_names": list(CIFAR10_LABEL_NAMES),
+        "num_cases_per_batch": per_batch,
+        "num_vis": 3 * 32 * 32,
+    }
+    with open(folder / "batches.meta", "wb") as fh:
+        pickle.dump(meta, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return folder

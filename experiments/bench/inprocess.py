@@ -1,0 +1,405 @@
+"""In-process round benchmark: the in-process engine against its arithmetic in a bare loop.
+
+Usage::
+
+    python -m experiments.bench.inprocess [--rounds 20] [--repeats 3] [--seed 0]
+                                          [--local-steps 5] [--policy fedcgd-fscd]
+                                          [--deadline-s 0.02] [--compare-with FOLDER]
+                                          [--out results/bench-inprocess]
+
+The workload is a tiny model in the paper's device setting (:data:`SETTING`): MNIST-1D and its
+5,210-parameter 1-D CNN, V = 64 devices, p_a = 0.3 (about 19 available per round), b = 32,
+τ = ``--local-steps``, a deadline that leaves about 10 of them schedulable, central evaluation
+every round. What it does, in one invocation:
+
+1. Generates the data set once into a temporary folder (every run reads it from there).
+2. ``--repeats`` times: runs ``python -m experiments.run.inprocess`` with ``--rounds`` rounds as a
+   separate process in this checkout (and, with ``--compare-with``, in another checkout of the
+   project, e.g. ``git worktree add /tmp/base HEAD``; the two alternate in order from repeat
+   to repeat), then the bare loop (:func:`experiments.bench.bare_loop.bare_rounds`) in this
+   process.
+3. Prints, per checkout, the medians over the repeats of: seconds per round in-process (rounds
+   2..R from the ``wall_time_s`` of ``metrics.jsonl``, so start-up and the first round's
+   warm-ups are left out), seconds per round of the bare loop and their ratio, the process's
+   wall time and its start-up (the wall time less rounds 2..R: imports, data, set-up, round 1,
+   the result files); and the import costs of a fresh process (:data:`IMPORT_STATEMENTS`).
+   Writes the table to ``<out>/table.csv`` and everything measured to ``<out>/table.json``.
+
+The bare loop is the same arithmetic and nothing else: on the run's own set-up
+(:func:`server_app.setup.build_setup`) and the same devices (the channel redrawn from the seed
+as the ServerApp draws it; the schedule read from the run's ``metrics.jsonl``), σ̂
+(:func:`client_app.sigma.gradient_spread`) on every available device's first batch when the
+policy uses σ̂, τ SGD steps (``p.add_(p.grad, alpha=-lr)``) on every scheduled device's
+batches, FedAvg (:func:`fedcgd_strategy.aggregation.fedavg`) and the central evaluation
+(:func:`fedcgd_task.training.evaluate`), with torch on one thread as the in-process ClientApp.
+Batches, weights and test tensors are prepared before the clock starts; there are no
+messages, records, validation, histograms, metrics lines or files. It checks itself: it must
+reach the run's test accuracy every round (the largest difference is printed; 0 means the
+same models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.tables import text_table
+from experiments.bench.bare_loop import BareRun, bare_rounds
+from experiments.bench.common import (
+    PHASES,
+    largest_accuracy_gap,
+    load_average,
+    progress,
+    read_metrics,
+    round_fields,
+)
+from experiments.run.launcher import default_run_config, format_run_config
+
+#: The benchmark's run config (the data and result folders, rounds, τ, policy, deadline and
+#: seed are added per run): the paper's device setting on MNIST-1D with its 1-D CNN.
+SETTING: dict[str, Any] = {
+    "dataset": "mnist1d",
+    "model": "cnn1d",
+    "num-devices": 64,
+    "channel.availability-prob": 0.3,
+    "batch-size": 32,
+    "eval-every": 1,
+}
+#: Deadline (s) of the default run: about 10 of the about 19 available devices scheduled.
+DEFAULT_DEADLINE_S = 0.02
+#: Statements timed in a fresh interpreter (label -> code).
+IMPORT_STATEMENTS: dict[str, str] = {
+    "import torch": "import torch",
+    "import torch.optim": "import torch.optim",
+    "import torch + first torch.optim.SGD": (
+        "import torch; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)"
+    ),
+}
+#: The name of this checkout in the table.
+THIS = "this"
+#: The name of the ``--compare-with`` checkout in the table.
+OTHER = "other"
+
+
+def log(text: str) -> None:
+    """One progress line with the machine's load average."""
+    progress(text, tag="bench_inprocess")
+
+
+@dataclass(frozen=True)
+class InProcessRun:
+    """One ``python -m experiments.run.inprocess`` run and what it measured.
+
+    Attributes
+    ----------
+    checkout : str
+        :data:`THIS` or :data:`OTHER`.
+    process_s : float
+        Wall time of the whole process.
+    metrics : list of dict
+        Its ``metrics.jsonl`` lines.
+
+    """
+
+    checkout: str
+    process_s: float
+    metrics: list[dict[str, Any]]
+
+    @property
+    def rounds_s(self) -> float:
+        """Rounds 2..R: last minus first ``wall_time_s``."""
+        walls = [float(m["wall_time_s"]) for m in self.metrics]
+        return walls[-1] - walls[0]
+
+    @property
+    def per_round_s(self) -> float:
+        """Seconds per round over rounds 2..R."""
+        return self.rounds_s / (len(self.metrics) - 1)
+
+    @property
+    def startup_s(self) -> float:
+        """Everything but rounds 2..R: imports, data, set-up, round 1 and the result files."""
+        return self.process_s - self.rounds_s
+
+    def phase_medians(self) -> dict[str, float]:
+        """Median over rounds 2..R of each :data:`PHASES` column."""
+        steady = self.metrics[1:]
+        return {k: statistics.median(float(m[k]) for m in steady) for k in PHASES}
+
+
+def run_config_for(
+    data_dir: Path, result_dir: Path, rounds: int, local_steps: int, policy: str, deadline_s: float,
+    seed: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``--run-config`` overrides of one benchmark run."""
+    return {
+        **SETTING,
+        "data-dir": str(data_dir),
+        "result-dir": str(result_dir),
+        "num-server-rounds": rounds,
+        "local-steps": local_steps,
+        "policy": policy,
+        "channel.deadline-s": deadline_s,
+        "seed": seed,
+    }
+
+
+def run_inprocess_process(
+    project: Path, overrides: Mapping[str, Any], checkout: str, log_path: Path
+) -> InProcessRun:
+    """Run ``python -m experiments.run.inprocess`` in ``project``'s folder; time the whole process.
+
+    Raises
+    ------
+    RuntimeError
+        With the end of the log when the run fails.
+
+    """
+    command = [sys.executable, "-m", "experiments.run.inprocess"]
+    command += ["--run-config", format_run_config(overrides)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=project, capture_output=True, text=True, env=env)
+    process_s = time.perf_counter() - started
+    log_path.write_text(proc.stdout + proc.stderr)
+    result_dir = Path(str(overrides["result-dir"]))
+    if proc.returncode != 0 or not (result_dir / "metrics.jsonl").exists():
+        tail = (proc.stdout + proc.stderr)[-2000:]
+        raise RuntimeError(f"{checkout}: the in-process run failed ({proc.returncode}):\n{tail}")
+    return InProcessRun(checkout, process_s, read_metrics(result_dir))
+
+
+def time_statement(code: str, cwd: Path) -> float:
+    """Wall seconds of ``python -c code`` in a fresh interpreter."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=cwd, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a quantity's median, min and max over the repeats."""
+
+    checkout: str
+    quantity: str
+    values: list[float]
+
+    @property
+    def median(self) -> float:
+        """Median over the repeats."""
+        return float(statistics.median(self.values))
+
+
+def build_rows(
+    runs: Mapping[str, Sequence[InProcessRun]],
+    bares: Sequence[BareRun],
+    imports: Mapping[str, Sequence[float]],
+) -> list[Row]:
+    """The table's rows: per checkout, then the import costs (see the module docstring)."""
+    rows: list[Row] = []
+    bare = [b.per_round_s for b in bares]
+    for checkout, its_runs in runs.items():
+        per_round = [r.per_round_s for r in its_runs]
+        ratios = [a / b for a, b in zip(per_round, bare, strict=True)]
+        rows += [
+            Row(checkout, "in-process s/round", per_round),
+            Row(checkout, "bare loop s/round", bare),
+            Row(checkout, "in-process / bare", ratios),
+            Row(checkout, "process wall s", [r.process_s for r in its_runs]),
+            Row(checkout, "start-up s (wall - rounds 2..R)", [r.startup_s for r in its_runs]),
+        ]
+        for phase in PHASES:
+            rows.append(Row(checkout, f"  {phase}", [r.phase_medians()[phase] for r in its_runs]))
+    rows += [
+        Row(THIS, "  bare sigma-hat s", [statistics.fmean(b.sigma_s[1:]) for b in bares]),
+        Row(THIS, "  bare SGD steps s", [statistics.fmean(b.train_s[1:]) for b in bares]),
+        Row(THIS, "  bare FedAvg s", [statistics.fmean(b.aggregate_s[1:]) for b in bares]),
+        Row(THIS, "  bare evaluation s", [statistics.fmean(b.eval_s[1:]) for b in bares]),
+    ]
+    rows += [Row("python", label, list(values)) for label, values in imports.items()]
+    return rows
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The printed table: median (min .. max) of every row."""
+    width = max(len(r.quantity) for r in rows)
+    header = f"{'checkout':<8} {'quantity':<{width}} {'median':>9} {'min':>9} {'max':>9}"
+    return text_table(
+        header,
+        (
+            f"{r.checkout:<8} {r.quantity:<{width}} {r.median:9.4f} {min(r.values):9.4f} "
+            f"{max(r.values):9.4f}"
+            for r in rows
+        ),
+    )
+
+
+def write_outputs(
+    out: Path,
+    rows: Sequence[Row],
+    runs: Mapping[str, Sequence[InProcessRun]],
+    bares: Sequence[BareRun],
+    settings: Mapping[str, Any],
+) -> tuple[Path, Path]:
+    """Write ``table.csv`` (medians and values) and ``table.json`` (plus per-round data)."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = out / "table.csv", out / "table.json"
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["checkout", "quantity", "median", "min", "max", "values"])
+        for r in rows:
+            values = json.dumps(r.values)
+            writer.writerow(
+                [r.checkout, r.quantity.strip(), r.median, min(r.values), max(r.values), values]
+            )
+    payload = {
+        "settings": dict(settings),
+        "rows": [
+            {
+                "checkout": r.checkout,
+                "quantity": r.quantity.strip(),
+                "median": r.median,
+                "values": r.values,
+            }
+            for r in rows
+        ],
+        "runs": {
+            checkout: [
+                {
+                    "process_s": r.process_s,
+                    "rounds": round_fields(r.metrics, PHASES),
+                }
+                for r in its_runs
+            ]
+            for checkout, its_runs in runs.items()
+        },
+        "bare_runs": [b.__dict__ for b in bares],
+    }
+    json_path.write_text(json.dumps(payload, indent=2))
+    return csv_path, json_path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        description="Seconds per round: the in-process engine vs its arithmetic in a bare loop."
+    )
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per run (>= 2; default 20)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per checkout (default 3)")
+    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    parser.add_argument("--local-steps", type=int, default=5, help="tau (default 5)")
+    parser.add_argument("--policy", default="fedcgd-fscd", help="default fedcgd-fscd")
+    parser.add_argument(
+        "--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
+        help=f"channel.deadline-s (default {DEFAULT_DEADLINE_S})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compare-with", type=Path, default=None,
+        help="another checkout of the project, timed beside this one (e.g. a git worktree)",
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("results/bench-inprocess"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return the exit code (0 on success)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be >= 2 (round 1 is left out of the timings)")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    this = Path(__file__).resolve().parents[2]
+    projects = {THIS: this}
+    if args.compare_with is not None:
+        other = args.compare_with.resolve()
+        if not (other / "experiments" / "inprocess.py").is_file():
+            parser.error(f"--compare-with {other}: not a checkout of this project")
+        projects[OTHER] = other
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-inprocess-"))
+    data_dir = tmp / "data"
+    runs: dict[str, list[InProcessRun]] = {name: [] for name in projects}
+    bares: list[BareRun] = []
+    gaps: list[float] = []
+    imports: dict[str, list[float]] = {label: [] for label in IMPORT_STATEMENTS}
+    try:
+        from fedcgd_task.datasets import load_test_set, load_train_set
+        from fedcgd_task.settings import TaskSettings
+
+        defaults = default_run_config()
+        log(f"generating MNIST-1D into {data_dir}")
+        first = run_config_for(
+            data_dir, tmp / "r", args.rounds, args.local_steps, args.policy, args.deadline_s,
+            args.seed,
+        )  # fmt: skip
+        task = TaskSettings.from_run_config({**defaults, **first})
+        load_train_set(task), load_test_set(task)
+        for repeat in range(args.repeats):
+            order = list(projects) if repeat % 2 == 0 else list(reversed(projects))
+            for name in order:
+                result_dir = tmp / f"run-{name}-{repeat}"
+                overrides = {**first, "result-dir": str(result_dir)}
+                log(f"repeat {repeat + 1}/{args.repeats}: {name} in-process, {args.rounds} rounds")
+                log_path = out / f"inprocess-{name}-{repeat}.log"
+                run = run_inprocess_process(projects[name], overrides, name, log_path)
+                runs[name].append(run)
+                log(f"  {run.per_round_s:.4f} s/round, process {run.process_s:.2f} s")
+            reference = runs[THIS][-1]
+            log(f"repeat {repeat + 1}/{args.repeats}: bare loop")
+            bare = bare_rounds({**defaults, **first}, reference.metrics)
+            bares.append(bare)
+            gaps.append(largest_accuracy_gap(reference.metrics, bare.accuracy))
+            log(f"  {bare.per_round_s:.4f} s/round, accuracy difference {gaps[-1]:.3g}")
+            for label, code in IMPORT_STATEMENTS.items():
+                imports[label].append(time_statement(code, this))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    rows = build_rows(runs, bares, imports)
+    steady = runs[THIS][0].metrics[1:]
+    settings = {
+        **SETTING,
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "local-steps": args.local_steps,
+        "policy": args.policy,
+        "channel.deadline-s": args.deadline_s,
+        "checkouts": {name: str(path) for name, path in projects.items()},
+        "mean_available": float(statistics.fmean(m["num_available"] for m in steady)),
+        "mean_scheduled": float(statistics.fmean(m["num_scheduled"] for m in steady)),
+        "max_accuracy_difference": max(gaps),
+        "cpu_count": os.cpu_count(),
+        "load_1min_end": load_average(),
+    }
+    csv_path, json_path = write_outputs(out, rows, runs, bares, settings)
+    print()
+    print(
+        f"Rounds 2..{args.rounds} of {args.repeats} run(s) per checkout, seed {args.seed}, "
+        f"tau = {args.local_steps}, {args.policy}: mean available "
+        f"{settings['mean_available']:.1f}, mean scheduled {settings['mean_scheduled']:.1f}; "
+        f"largest accuracy difference in-process vs bare {max(gaps):.3g}."
+    )
+    print()
+    print(format_table(rows))
+    print()
+    log(f"wrote {csv_path} and {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""Round benchmark: ``flwr run`` against the same computation in one plain PyTorch process.
+
+Usage::
+
+    python -m experiments.bench.round [--rounds 5] [--seed 0] [--threads 2]
+                                      [--out results/bench_round]
+
+What it does, in one invocation:
+
+1. Writes a CIFAR-10-shaped data set in torchvision's file format (``cifar-10-batches-py/``
+   with ``data_batch_1..5``, ``test_batch``, ``batches.meta``; random ``uint8`` pixels, 10
+   classes x 5,000 training and x 1,000 test images) to a temporary folder
+   (:func:`experiments.bench.common.write_random_cifar10`).
+2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: that of
+   :mod:`experiments.paper.settings`, central evaluation every round) with ``flwr run`` in the
+   simulation engine (:func:`experiments.run.launcher.run_flwr`, one CPU per ClientApp) for each
+   policy of :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
+3. Replays the same rounds in this process (:func:`experiments.bench.round_replay.replay_plain`)
+   on the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available
+   devices (the uplink drawn from the run seed as the ServerApp draws it), sigma-hat on
+   every available device's first batch (FedCGD only; BC needs none), tau SGD steps on the
+   scheduled devices, FedAvg of the uploaded models and the same central evaluation, with
+   ``torch.set_num_threads(--threads)``. The simulation runs two single-threaded ClientApps at
+   a time on the machine's 2 cores (and evaluates in the ServerApp with torch's default
+   threads), so the fair plain baseline is one process with 2 intra-op threads (the default).
+   On a busy shared machine (load above the core count) 2 intra-op threads can be several
+   times slower than 1, because every parallel op waits for a descheduled thread; the progress
+   lines show the 1-minute load average, and ``--threads 1`` gives the robust baseline.
+4. Prints seconds per round of both (round 1, which pays for Ray start-up, node discovery and
+   first-call warm-ups, is left out), their ratio, and where the time goes per round, and
+   writes the table to ``<out>/table.csv`` and ``<out>/table.json`` (with the per-round data),
+   plus the ``flwr`` logs and each run's ``metrics.jsonl``.
+
+The replay checks itself: the plain process must find the same number of available devices
+as the run and, since batches and dropout masks depend only on (seed, round, device), reach
+the run's test accuracy every round (the largest difference is printed).
+
+The app reads an extracted CIFAR folder in torchvision's file format directly
+(:func:`fedcgd_task.datasets.read_cifar_folder`), so the random files load as real ones would. Every
+temporary file (data, ``FLWR_HOME``, result folders) is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import itertools
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.tables import text_table
+from experiments.bench.common import (
+    PHASES,
+    largest_accuracy_gap,
+    progress,
+    read_metrics,
+    round_fields,
+    write_random_cifar10,
+)
+from experiments.bench.round_replay import PlainRun, replay_plain
+from experiments.paper import settings as paper_settings
+from experiments.run.launcher import default_run_config, run_flwr
+
+#: The paper's CIFAR-10 setting (:data:`experiments.paper.settings.PAPER_CIFAR10`), every round
+#: evaluated so that the central evaluation is timed in each round.
+PAPER_CIFAR10: dict[str, Any] = {**paper_settings.PAPER_CIFAR10, "eval-every": 1}
+#: Policies compared; the first needs sigma-hat from every available device, BC none.
+POLICIES: tuple[str, ...] = ("fedcgd-fscd", "bc")
+#: CPUs per ClientApp in the simulation (two at a time on 2 cores).
+CPUS_PER_CLIENT = 1
+#: Smallest plain time (s) a ratio is printed for (below, the ratio is noise).
+MIN_RATIO_BASE_S = 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# flwr run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlwrRun:
+    """One ``flwr run`` and its per-round metrics.
+
+    Attributes
+    ----------
+    policy : str
+        Scheduling policy.
+    total_s : float
+        Wall time of the whole ``flwr run`` (SuperLink start to exit).
+    metrics : list of dict
+        The lines of ``metrics.jsonl``, one per round.
+
+    """
+
+    policy: str
+    total_s: float
+    metrics: list[dict[str, Any]]
+
+
+def run_config_for(policy: str, data_dir: Path, result_dir: Path, rounds: int, seed: int) -> dict:
+    """The ``--run-config`` overrides of one benchmark run."""
+    return {
+        **PAPER_CIFAR10,
+        "data-dir": str(data_dir),
+        "result-dir": str(result_dir),
+        "num-server-rounds": rounds,
+        "policy": policy,
+        "seed": seed,
+    }
+
+
+def run_simulation(
+    overrides: Mapping[str, Any], flwr_home: Path, log_path: Path
+) -> tuple[int, float, str]:
+    """Run ``flwr run`` with ``overrides``; its streamed output goes to ``log_path``.
+
+    Returns
+    -------
+    (int, float, str)
+        Exit code, wall time in seconds, and the last lines of the log.
+
+    """
+    start = time.perf_counter()
+    with open(log_path, "w") as log_fh, contextlib.redirect_stdout(log_fh):
+        proc = run_flwr(
+            overrides,
+            num_supernodes=int(overrides["num-devices"]),
+            cpus_per_client=CPUS_PER_CLIENT,
+            flwr_home=flwr_home,
+        )
+    tail = "".join(proc.stdout.splitlines(keepends=True)[-40:])
+    return proc.returncode, time.perf_counter() - start, tail
+
+
+# --------------------------------------------------------------------------------------------
+# Table
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a quantity per round (means over rounds 2..R), both ways.
+
+    Attributes
+    ----------
+    policy : str
+        Scheduling policy of the row.
+    quantity : str
+        What is measured.
+    flwr_s, plain_s : float or None
+        Seconds under ``flwr run`` and in the plain process (None: not applicable).
+    note : str
+        Which fields were compared.
+
+    """
+
+    policy: str
+    quantity: str
+    flwr_s: float | None
+    plain_s: float | None
+    note: str
+
+    @property
+    def ratio(self) -> float | None:
+        """Return flwr / plain, when both are known and plain takes at least 1 ms."""
+        if self.flwr_s is None or self.plain_s is None or self.plain_s < MIN_RATIO_BASE_S:
+            return None
+        return self.flwr_s / self.plain_s
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(statistics.fmean(values)) if values else float("nan")
+
+
+def build_rows(run: FlwrRun, plain: PlainRun) -> list[Row]:
+    """Compare one policy's run and replay, per round, leaving out round 1.
+
+    Seconds per round under ``flwr run`` are the differences of consecutive ``wall_time_s``
+    (the time from one round's metrics line to the next: channel draw, query, schedule,
+    training, aggregation, evaluation and Flower's own work in between).
+    """
+    lines = sorted(run.metrics, key=lambda m: int(m["round"]))
+    walls = [float(m["wall_time_s"]) for m in lines]
+    steady = lines[1:]
+    per_round = [b - a for a, b in itertools.pairwise(walls)]
+    flwr = {key: _mean([float(m[key]) for m in steady]) for key in PHASES}
+    prounds = plain.rounds[1:]
+    p = {
+        field: _mean([float(getattr(r, field)) for r in prounds])
+        for field in (
+            "channel_s",
+            "sigma_s",
+            "train_s",
+            "train_local_s",
+            "aggregate_s",
+            "eval_s",
+            "round_s",
+        )
+    }
+    flwr_round = _mean(per_round)
+    flwr_known = sum(flwr[k] for k in PHASES if k != "client_train_s")
+    plain_known = sum(p[k] for k in ("channel_s", "sigma_s", "train_s", "aggregate_s", "eval_s"))
+    pol = run.policy
+    return [
+        Row(
+            pol,
+            "seconds per round",
+            flwr_round,
+            p["round_s"],
+            "flwr: diff of wall_time_s; plain: whole replayed round",
+        ),
+        Row(
+            pol,
+            "query / sigma-hat phase",
+            flwr["query_s"],
+            p["sigma_s"],
+            "query_s (query.stats round trip) vs sigma-hat on every available device",
+        ),
+        Row(
+            pol,
+            "schedule",
+            flwr["schedule_s"],
+            None,
+            "schedule_s; plain takes the schedule from metrics.jsonl",
+        ),
+        Row(
+            pol,
+            "training phase",
+            flwr["train_phase_s"],
+            p["train_s"],
+            "train_phase_s (send to last reply) vs training of the scheduled devices",
+        ),
+        Row(
+            pol,
+            "  of which SGD steps (sum over devices)",
+            flwr["client_train_s"],
+            p["train_local_s"],
+            "client_train_s vs train_local calls",
+        ),
+        Row(
+            pol,
+            "aggregate",
+            flwr["aggregate_s"],
+            p["aggregate_s"],
+            "aggregate_s (FedAvg + G-hat update) vs FedAvg",
+        ),
+        Row(pol, "central evaluation", flwr["eval_s"], p["eval_s"], "eval_s vs evaluate()"),
+        Row(
+            pol,
+            "rest (unaccounted)",
+            flwr_round - flwr_known,
+            p["round_s"] - plain_known,
+            "seconds per round minus the phases above (plain: includes channel replay)",
+        ),
+        Row(
+            pol,
+            "whole run incl. start-up",
+            run.total_s,
+            plain.setup_s + sum(r.round_s for r in plain.rounds),
+            "flwr run from SuperLink start to exit vs plain set-up + all rounds",
+        ),
+    ]
+
+
+def _fmt(value: float | None, spec: str = "8.3f") -> str:
+    return " " * (len(format(0.0, spec)) - 1) + "-" if value is None else format(value, spec)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The printed table: one block per policy."""
+    width = max(len(r.quantity) for r in rows)
+    header = f"{'policy':<12} {'quantity':<{width}} {'flwr s':>8} {'plain s':>8} {'flwr/plain':>10}"
+    return text_table(
+        header,
+        (
+            f"{row.policy:<12} {row.quantity:<{width}} {_fmt(row.flwr_s)} {_fmt(row.plain_s)} "
+            f"{_fmt(row.ratio, '10.2f')}"
+            for row in rows
+        ),
+    )
+
+
+def write_outputs(
+    out: Path,
+    rows: Sequence[Row],
+    runs: Sequence[FlwrRun],
+    plains: Sequence[PlainRun],
+    settings: Mapping[str, Any],
+) -> tuple[Path, Path]:
+    """Write ``table.csv`` and ``table.json`` (the rows plus per-round data) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = out / "table.csv", out / "table.json"
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["policy", "quantity", "flwr_s", "plain_s", "flwr_over_plain", "note"])
+        for r in rows:
+            writer.writerow([r.policy, r.quantity.strip(), r.flwr_s, r.plain_s, r.ratio, r.note])
+    payload = {
+        "settings": dict(settings),
+        "rows": [{**asdict(r), "quantity": r.quantity.strip(), "ratio": r.ratio} for r in rows],
+        "flwr_runs": [
+            {
+                "policy": run.policy,
+                "total_s": run.total_s,
+                "rounds": round_fields(run.metrics, PHASES),
+            }
+            for run in runs
+        ],
+        "plain_runs": [
+            {
+                "policy": p.policy,
+                "threads": p.threads,
+                "setup_s": p.setup_s,
+                "rounds": [asdict(r) for r in p.rounds],
+            }
+            for p in plains
+        ],
+    }
+    json_path.write_text(json.dumps(payload, indent=2))
+    return csv_path, json_path
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        description="Seconds per round: flwr run vs the same computation in one plain process."
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per run (>= 2; default 5)")
+    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads of the plain process (default 2)"
+    )
+    parser.add_argument(
+        "--policies", default=",".join(POLICIES), help=f"default {','.join(POLICIES)}"
+    )
+    parser.add_argument("--out", type=Path, default=Path("results/bench_round"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return the exit code (0 on success)."""
+    args = build_parser().parse_args(argv)
+    if args.rounds < 2:
+        build_parser().error("--rounds must be >= 2 (round 1 is left out of the timings)")
+    if args.threads < 1:
+        build_parser().error("--threads must be >= 1")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-round-"))
+    data_dir = tmp / "data"
+    runs: list[FlwrRun] = []
+    plains: list[PlainRun] = []
+    rows: list[Row] = []
+    accuracy_gaps: dict[str, float] = {}
+    phases: list[dict[str, Any]] = []
+    try:
+        t0 = time.perf_counter()
+        progress(f"writing random CIFAR-10 files (50,000 + 10,000 images) to {data_dir}", phases)
+        write_random_cifar10(data_dir, args.seed)
+        progress(f"data written in {time.perf_counter() - t0:.1f} s", phases)
+        defaults = default_run_config()
+        for policy in policies:
+            result_dir = tmp / f"run-{policy}"
+            overrides = run_config_for(policy, data_dir, result_dir, args.rounds, args.seed)
+            log_path = out / f"flwr-{policy}.log"
+            progress(f"{policy}: flwr run, {args.rounds} rounds (log: {log_path})", phases)
+            code, total_s, tail = run_simulation(overrides, tmp / f"flwr-home-{policy}", log_path)
+            if code != 0 or not (result_dir / "metrics.jsonl").exists():
+                progress(
+                    f"{policy}: flwr run failed (exit code {code}); last lines:\n{tail}", phases
+                )
+                return code or 1
+            metrics = read_metrics(result_dir)
+            shutil.copyfile(result_dir / "metrics.jsonl", out / f"metrics-{policy}.jsonl")
+            if len(metrics) != args.rounds:
+                progress(
+                    f"{policy}: metrics.jsonl has {len(metrics)} rounds, not {args.rounds}", phases
+                )
+                return 1
+            run = FlwrRun(policy=policy, total_s=total_s, metrics=metrics)
+            runs.append(run)
+            progress(f"{policy}: flwr run done in {total_s:.1f} s", phases)
+
+            progress(f"{policy}: plain PyTorch replay ({args.threads} torch thread(s))", phases)
+            plain = replay_plain({**defaults, **overrides}, metrics, args.threads)
+            plains.append(plain)
+            accuracies = [r.accuracy for r in plain.rounds]
+            accuracy_gaps[policy] = largest_accuracy_gap(metrics, accuracies)
+            replay_s = plain.setup_s + sum(r.round_s for r in plain.rounds)
+            progress(
+                f"{policy}: plain replay done in {replay_s:.1f} s; largest test-accuracy "
+                f"difference to the run {accuracy_gaps[policy]:.4f}",
+                phases,
+            )
+            rows += build_rows(run, plain)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    settings = {
+        **PAPER_CIFAR10,
+        "rounds": args.rounds,
+        "seed": args.seed,
+        "policies": policies,
+        "plain_threads": args.threads,
+        "cpus_per_client": CPUS_PER_CLIENT,
+        "client_threads": 1,
+        "cpu_count": os.cpu_count(),
+        "timed_rounds": f"2..{args.rounds}",
+        "max_accuracy_difference": accuracy_gaps,
+        "phases": phases,
+    }
+    csv_path, json_path = write_outputs(out, rows, runs, plains, settings)
+    print()
+    print(
+        f"Per-round means over rounds 2..{args.rounds} (round 1 left out), seed {args.seed}; "
+        f"flwr: {CPUS_PER_CLIENT} CPU and 1 torch thread per ClientApp on {os.cpu_count()} "
+        f"cores; plain: one process, {args.threads} torch thread(s)."
+    )
+    for run in runs:
+        steady = run.metrics[1:]
+        print(
+            f"  {run.policy}: mean available {_mean([m['num_available'] for m in steady]):.1f}, "
+            f"mean scheduled {_mean([m['num_scheduled'] for m in steady]):.1f}, "
+            f"largest accuracy difference flwr vs plain {accuracy_gaps[run.policy]:.4f}"
+        )
+    print()
+    print(format_table(rows))
+    print()
+    progress(f"wrote {csv_path} and {json_path}", phases)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Rounds at scale in-process: seconds per phase and memory at V devices, cohorts against alone.
+
+Usage::
+
+    python -m experiments.bench.scale [--devices 1000 10000] [--rounds 4] [--samples 200000]
+                                      [--per-device] [--compare-with FOLDER]
+                                      [--out results/bench-scale]
+
+For each V of ``--devices``: one ``python -m experiments.run.inprocess`` run of ``--rounds`` rounds
+on MNIST-1D (``--samples`` samples, its 1-D CNN, the default settings otherwise: p_a = 0.5, so
+about V / 2 devices are queried a round, evaluation every round), as its own process in this
+checkout with cohort execution; with ``--per-device`` also with ``--per-device``; with
+``--compare-with`` also in another checkout (e.g. a ``git worktree`` of the code before). The
+data set is generated once into ``<out>/data``. Reported per run (medians over rounds 2..R, so
+start-up and first-round warm-ups are left out): seconds per round and its phases (query,
+schedule, training, evaluation, from ``metrics.jsonl``), devices queried per round, the
+process's peak resident memory (``wait4``), and its resident memory at the end of round 2 and
+at the end of the run (sampled every 0.1 s from ``/proc``): equal when memory is flat over
+rounds. Writes ``<out>/table.csv`` and ``<out>/table.json``; prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.tables import text_table
+from experiments.bench.common import read_metrics
+from experiments.run.launcher import format_run_config
+
+#: Phases read from each round's metrics line.
+PHASES = ("query_s", "schedule_s", "train_phase_s", "eval_s")
+#: Seconds between two samples of the run's resident memory.
+SAMPLE_S = 0.1
+
+
+def log(text: str) -> None:
+    """Progress on stderr."""
+    print(f"[bench_scale] {text}", file=sys.stderr, flush=True)
+
+
+def resident_mib(pid: int) -> float | None:
+    """The process's resident memory (VmRSS) in MiB, or None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def rounds_done(metrics_path: Path) -> int:
+    """Complete lines of ``metrics.jsonl`` so far (one per round)."""
+    try:
+        return metrics_path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def run_one(project: Path, overrides: dict[str, Any], per_device: bool, log_path: Path) -> dict:
+    """Run one in-process run; return its per-round medians and memory figures."""
+    command = [sys.executable, "-m", "experiments.run.inprocess"]
+    command += ["--run-config", format_run_config(overrides)]
+    if per_device:
+        command.append("--per-device")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    metrics_path = Path(overrides["result-dir"]) / "metrics.jsonl"
+    with log_path.open("w") as out:
+        proc = subprocess.Popen(command, cwd=project, stdout=out, stderr=subprocess.STDOUT, env=env)
+        by_round: dict[int, float] = {}
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                rss = resident_mib(proc.pid)
+                if rss is not None:
+                    done = rounds_done(metrics_path)
+                    by_round[done] = max(by_round.get(done, 0.0), rss)
+                stop.wait(SAMPLE_S)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        stop.set()
+        sampler.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = log_path.read_text()[-2000:]
+        raise RuntimeError(f"the run in {project} failed ({proc.returncode}):\n{tail}")
+    lines = read_metrics(Path(overrides["result-dir"]))
+    walls = [float(x["wall_time_s"]) for x in lines]
+    later = lines[1:]
+    result = {
+        "round_s": statistics.median(b - a for a, b in itertools.pairwise(walls)),
+        "queried": statistics.median(int(x["num_available"]) for x in later),
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+        "rss_after_round_2_mib": by_round.get(2),
+        "rss_at_end_mib": by_round.get(max(by_round)) if by_round else None,
+    }
+    for phase in PHASES:
+        result[phase] = statistics.median(float(x.get(phase) or 0.0) for x in later)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return the exit code (0 on success)."""
+    parser = argparse.ArgumentParser(description="In-process rounds at scale: phases, memory.")
+    parser.add_argument("--devices", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per run (>= 3)")
+    parser.add_argument("--samples", type=int, default=200_000, help="mnist1d-samples")
+    parser.add_argument("--per-device", action="store_true", help="also time cohorts off")
+    parser.add_argument("--compare-with", type=Path, default=None, help="another checkout")
+    parser.add_argument("--out", type=Path, default=Path("results/bench-scale"))
+    args = parser.parse_args(argv)
+    if args.rounds < 3:
+        parser.error(f"--rounds must be >= 3 (rounds 2..R are timed); got {args.rounds}")
+    here = Path(__file__).resolve().parents[2]
+    variants: list[tuple[str, Path, bool]] = [("cohorts", here, False)]
+    if args.per_device:
+        variants.append(("per device", here, True))
+    if args.compare_with is not None:
+        variants.append(("other checkout", args.compare_with.resolve(), False))
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for v in args.devices:
+        for name, project, per_device in variants:
+            result_dir = out / f"V{v}-{name.replace(' ', '-')}-{time.time_ns()}"
+            overrides = {
+                "dataset": "mnist1d",
+                "mnist1d-samples": args.samples,
+                "num-devices": v,
+                "num-server-rounds": args.rounds,
+                "data-dir": str(out / "data"),
+                "result-dir": str(result_dir),
+            }
+            log(f"V = {v}, {name} ({project}) ...")
+            result = run_one(project, overrides, per_device, out / f"{result_dir.name}.log")
+            rows.append({"V": v, "variant": name, **result})
+            log(f"  {result['round_s']:.2f} s a round, peak {result['peak_rss_mib']:.0f} MiB")
+    header = ["V", "variant", "round_s", "queried", *PHASES, "peak_rss_mib"]
+    header += ["rss_after_round_2_mib", "rss_at_end_mib"]
+    with (out / "table.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    settings = {"rounds": args.rounds, "samples": args.samples, "cpu_count": os.cpu_count()}
+    (out / "table.json").write_text(json.dumps({"settings": settings, "rows": rows}, indent=2))
+
+    def cell(value: object) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    widths = [max(len(h), *(len(cell(row.get(h))) for row in rows)) for h in header]
+    lines = [
+        "  ".join(cell(row.get(h)).rjust(w) for h, w in zip(header, widths, strict=True))
+        for row in rows
+    ]
+    print(text_table("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)), lines))
+    log(f"wrote {out / 'table.csv'} and {out / 'table.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Comparisons and presets: policies over seeds with statistics, and the paper's presets (Hydra)."""

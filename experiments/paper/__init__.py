@@ -1,0 +1,1 @@
+"""The paper's tables and figures that need no training, and the paper's setting for the scripts."""

@@ -1,0 +1,450 @@
+"""The simulation behind Table II: drops, rounds, policies and the POC V' fit.
+
+Every policy is simulated as :mod:`experiments.paper.schedule_table` describes (settings, random
+streams, statistics): :class:`TableSettings` holds the setting, :func:`make_drop` builds one
+drop's cell and shards, :func:`simulate_rounds` yields every round of every drop with each
+policy's :class:`~fedcgd_strategy.policies.Decision`, :func:`simulate` reduces them to per-drop
+means (:class:`PolicyStats`), and :func:`fit_poc` / :func:`choose_poc_candidates` scan POC's V'
+for the one nearest the paper's scheduled number.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from channel import Cell, CellConfig
+from channel.report import PAPER_CIFAR10_MODEL_BITS
+from experiments.analysis.statistics import mean_ci95
+from experiments.paper.settings import CIFAR10_CLASSES, CIFAR10_TRAIN_PER_CLASS, PAPER_CIFAR10
+from fedcgd_strategy.policies import Decision, Policy, PolicyContext, RoundInputs, make_policy
+from fedcgd_task.partition import partition_indices
+from fedcgd_task.settings import TaskSettings
+
+#: The paper's POC scheduled number in Table II, the target of ``--fit-poc``.
+POC_TARGET_SCHEDULED = 13.71
+
+#: Seed-stream tags (ASCII codes), keeping the random streams of one drop apart.
+CHANNEL_STREAM = 0x4348414E  # "CHAN"
+BATCH_STREAM = 0x42415443  # "BATC"
+SCORE_STREAM = 0x53434F52  # "SCOR"
+POLICY_STREAM = 0x504F4C49  # "POLI"
+#: Label-distribution modes of ``--label-dist``.
+LABEL_DIST_MODES: tuple[str, ...] = ("batch", "local")
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def policy_stream_word(name: str) -> int:
+    """The seed word of policy ``name``'s random stream: CRC-32 of the name's UTF-8 bytes.
+
+    A policy's stream (POC's candidate draw, Fed-CBS's sampling, ``fedcgd-cd``'s random start)
+    is seeded with ``[seed, drop, POLICY_STREAM, policy_stream_word(name), poc_candidates]``,
+    so it depends on the policy's own name only: adding, removing or reordering policies leaves
+    every other policy's numbers unchanged.
+
+    Parameters
+    ----------
+    name : str
+        The policy name given to :func:`make_policy` (e.g. ``"poc"``).
+
+    Returns
+    -------
+    int
+        An unsigned 32-bit word.
+
+    """
+    return zlib.crc32(name.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """Settings of the simulation (defaults: the paper's CIFAR-10 Table II setting).
+
+    Attributes
+    ----------
+    drops : int
+        Number of independent drops (seeds ``seed .. seed + drops - 1``): device positions,
+        partition and channel.
+    rounds : int
+        Rounds per drop.
+    seed : int
+        Base seed.
+    num_devices : int
+        V.
+    num_classes : int
+        C.
+    samples_per_class : int
+        Training labels per class (CIFAR-10: 5,000).
+    shards_per_device : int
+        l of the sort-and-partition split.
+    availability_prob : float
+        p_a.
+    total_bandwidth_hz : float
+        B in Hz.
+    deadline_s : float
+        Upload deadline in s.
+    model_bits : float
+        D_w in bits.
+    batch_size : int
+        b.
+    local_steps : int
+        τ.
+    sigma_over_sqrt_b_g : float
+        σ̂ / (√b Ĝ) of every FedCGD round (Ĝ = 1).
+    poc_candidates : int
+        POC's V' (0 = all available).
+    label_dist : str
+        ``"batch"`` (histogram of the round's τ·b labels) or ``"local"`` (whole shard).
+    pack_rule : str
+        Best-effort rule of the baselines (``"stop"`` or ``"skip"``).
+
+    """
+
+    drops: int = 20
+    rounds: int = 50
+    seed: int = 0
+    num_devices: int = PAPER_CIFAR10["num-devices"]
+    num_classes: int = CIFAR10_CLASSES
+    samples_per_class: int = CIFAR10_TRAIN_PER_CLASS
+    shards_per_device: int = PAPER_CIFAR10["shards-per-device"]
+    availability_prob: float = PAPER_CIFAR10["channel.availability-prob"]
+    total_bandwidth_hz: float = PAPER_CIFAR10["channel.total-bandwidth-hz"]
+    deadline_s: float = PAPER_CIFAR10["channel.deadline-s"]
+    model_bits: float = float(PAPER_CIFAR10_MODEL_BITS)
+    batch_size: int = PAPER_CIFAR10["batch-size"]
+    local_steps: int = PAPER_CIFAR10["local-steps"]
+    sigma_over_sqrt_b_g: float = 1.0
+    poc_candidates: int = 0
+    label_dist: str = "batch"
+    pack_rule: str = "stop"
+
+    def __post_init__(self) -> None:
+        """Reject values the simulation cannot use, naming the field."""
+        counts = ("drops", "rounds", "num_devices", "num_classes", "samples_per_class")
+        for name in (*counts, "shards_per_device", "batch_size", "local_steps"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.seed < 0 or self.poc_candidates < 0:
+            raise ValueError("seed and poc_candidates must be >= 0")
+        if not (math.isfinite(self.sigma_over_sqrt_b_g) and self.sigma_over_sqrt_b_g >= 0):
+            raise ValueError(
+                f"sigma_over_sqrt_b_g must be finite and >= 0; got {self.sigma_over_sqrt_b_g}"
+            )
+        if self.label_dist not in LABEL_DIST_MODES:
+            raise ValueError(f"label_dist must be one of {LABEL_DIST_MODES}; got {self.label_dist}")
+
+    @property
+    def samples_per_round(self) -> int:
+        """τ·b, the number of labels a device uses in a round."""
+        return self.local_steps * self.batch_size
+
+
+@dataclass(frozen=True)
+class Drop:
+    """One drop: the cell, the devices' shards and the random streams of its rounds.
+
+    Attributes
+    ----------
+    index : int
+        Drop number d (seed ``settings.seed + d``).
+    cell : Cell
+        Device positions and the per-round channel.
+    local_labels : list of int arrays
+        Labels of each device's shard.
+    local_dist : float[V, C]
+        Whole local class distributions.
+    num_examples : float[V]
+        |D_v|.
+
+    """
+
+    index: int
+    cell: Cell
+    local_labels: list[IntArray]
+    local_dist: FloatArray
+    num_examples: FloatArray
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """One simulated round: the inputs every policy saw and each policy's decision.
+
+    Attributes
+    ----------
+    drop, round : int
+        Drop and round numbers (0-based).
+    inputs : RoundInputs
+        The round's inputs (shared by all policies).
+    decisions : dict
+        Policy label -> :class:`~fedcgd_strategy.policies.Decision`.
+
+    """
+
+    drop: int
+    round: int
+    inputs: RoundInputs
+    decisions: dict[str, Decision]
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy to simulate under a label (the label keys the results).
+
+    Attributes
+    ----------
+    label : str
+        Key of the results (e.g. ``"poc"`` or ``"poc@7"`` in the V' scan).
+    name : str
+        Policy name for :func:`make_policy`.
+    poc_candidates : int
+        POC's V' (ignored by the other policies).
+
+    """
+
+    label: str
+    name: str
+    poc_candidates: int = 0
+
+
+@dataclass
+class PolicyStats:
+    """Per-drop means of one policy.
+
+    Attributes
+    ----------
+    scheduled : list of float
+        Per drop, mean number scheduled per round.
+    wemd : list of float
+        Per drop, mean WEMD over the rounds with a non-empty schedule (NaN if none).
+    empty_rounds : int
+        Rounds (over all drops) in which nothing was scheduled.
+
+    """
+
+    scheduled: list[float] = field(default_factory=list)
+    wemd: list[float] = field(default_factory=list)
+    empty_rounds: int = 0
+
+
+def cifar10_labels(
+    num_classes: int = CIFAR10_CLASSES, samples_per_class: int = CIFAR10_TRAIN_PER_CLASS
+) -> IntArray:
+    """CIFAR-10's training-label layout: ``samples_per_class`` labels of each class, in order."""
+    return np.repeat(np.arange(num_classes, dtype=np.int64), samples_per_class)
+
+
+def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
+    """Drop the devices, split the labels and build the cell of drop ``index``.
+
+    The split is :func:`fedcgd_task.partition.partition_indices` for the run seed
+    ``seed + index``; the cell draws from ``default_rng([seed, index, CHANNEL_STREAM])``.
+    """
+    task = TaskSettings(
+        seed=settings.seed + index,
+        num_devices=settings.num_devices,
+        dataset=PAPER_CIFAR10["dataset"],
+        data_dir="",
+        model=PAPER_CIFAR10["model"],
+        partition=PAPER_CIFAR10["partition"],
+        dirichlet_alpha=1.0,  # not read by the shards split
+        shards_per_device=settings.shards_per_device,
+        imbalance_ratio=PAPER_CIFAR10["imbalance-ratio"],
+    )
+    parts = partition_indices(task, labels)
+    local_labels = [labels[p] for p in parts]
+    counts = np.stack([np.bincount(y, minlength=settings.num_classes) for y in local_labels])
+    sizes = counts.sum(axis=1).astype(np.float64)
+    config = CellConfig(
+        num_devices=settings.num_devices,
+        availability_prob=settings.availability_prob,
+        deadline_s=settings.deadline_s,
+        total_bandwidth_hz=settings.total_bandwidth_hz,
+    )
+    cell = Cell(config, np.random.default_rng([settings.seed, index, CHANNEL_STREAM]))
+    return Drop(index, cell, local_labels, counts / sizes[:, None], sizes)
+
+
+def round_label_dist(
+    drop: Drop, candidate: npt.NDArray[np.bool_], settings: TableSettings, rng: np.random.Generator
+) -> FloatArray:
+    """p_v of the round for every candidate (zero rows for the others).
+
+    ``"batch"``: histogram of τ·b positions of the device's shard, a permutation drawn from
+    ``rng`` read cyclically (as :func:`fedcgd_task.training.local_batches` does); ``"local"``: the
+    whole local distribution.
+    """
+    if settings.label_dist == "local":
+        return np.where(candidate[:, None], drop.local_dist, 0.0)
+    out = np.zeros_like(drop.local_dist)
+    used = settings.samples_per_round
+    for v in np.flatnonzero(candidate).tolist():
+        shard = drop.local_labels[v]
+        positions = rng.permutation(shard.size)[np.arange(used) % shard.size]
+        out[v] = np.bincount(shard[positions], minlength=settings.num_classes) / used
+    return out
+
+
+def build_policies(settings: TableSettings, specs: Sequence[PolicySpec]) -> dict[str, Policy]:
+    """Fresh policy objects (one set per drop, so Fed-CBS's counts live for one drop)."""
+    return {
+        spec.label: make_policy(
+            spec.name,
+            PolicyContext(
+                num_devices=settings.num_devices,
+                num_classes=settings.num_classes,
+                initial_g=1.0,
+                pack_rule=settings.pack_rule,
+                poc_candidates=spec.poc_candidates,
+            ),
+        )
+        for spec in specs
+    }
+
+
+def simulate_rounds(
+    settings: TableSettings,
+    specs: Sequence[PolicySpec],
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[RoundResult]:
+    """Yield every round of every drop with each policy's decision.
+
+    Parameters
+    ----------
+    settings : TableSettings
+        Simulation settings.
+    specs : sequence of PolicySpec
+        Policies to run (all on the same rounds).
+    progress : callable, optional
+        Called with (drops done, drops) before each drop and at the end.
+
+    Yields
+    ------
+    RoundResult
+        One per (drop, round).
+
+    """
+    labels = cifar10_labels(settings.num_classes, settings.samples_per_class)
+    target = np.full(settings.num_classes, 1.0 / settings.num_classes)
+    sigma = settings.sigma_over_sqrt_b_g * math.sqrt(settings.batch_size)
+    for d in range(settings.drops):
+        if progress is not None:
+            progress(d, settings.drops)
+        drop = make_drop(settings, d, labels)
+        policies = build_policies(settings, specs)
+        rngs = {
+            s.label: np.random.default_rng(
+                [settings.seed, d, POLICY_STREAM, policy_stream_word(s.name), s.poc_candidates]
+            )
+            for s in specs
+        }
+        batch_rng = np.random.default_rng([settings.seed, d, BATCH_STREAM])
+        score_rng = np.random.default_rng([settings.seed, d, SCORE_STREAM])
+        for r in range(settings.rounds):
+            draw = drop.cell.draw_round(settings.model_bits)
+            candidate = draw.available
+            inputs = RoundInputs(
+                candidate=candidate,
+                label_dist=round_label_dist(drop, candidate, settings, batch_rng),
+                num_examples=np.where(candidate, drop.num_examples, 0.0),
+                sigma_v=np.full(settings.num_devices, sigma),
+                min_bandwidth_hz=draw.min_bandwidth_hz,
+                gain_lin=draw.gain_lin,
+                total_bandwidth_hz=settings.total_bandwidth_hz,
+                batch_size=settings.batch_size,
+                target_dist=target,
+                train_loss=score_rng.random(settings.num_devices),
+                update_norm=score_rng.random(settings.num_devices),
+                local_dist=drop.local_dist,
+            )
+            decisions = {
+                label: policy.schedule(inputs, rngs[label]) for label, policy in policies.items()
+            }
+            yield RoundResult(d, r, inputs, decisions)
+    if progress is not None:
+        progress(settings.drops, settings.drops)
+
+
+def simulate(
+    settings: TableSettings,
+    specs: Sequence[PolicySpec],
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, PolicyStats]:
+    """Per-drop mean scheduled number and WEMD of every policy (see the module docstring)."""
+    out = {s.label: PolicyStats() for s in specs}
+    counts: dict[str, list[int]] = {s.label: [] for s in specs}
+    wemds: dict[str, list[float]] = {s.label: [] for s in specs}
+
+    def close_drop() -> None:
+        for label, result in out.items():
+            result.scheduled.append(float(np.mean(counts[label])))
+            finite = [w for w in wemds[label] if math.isfinite(w)]
+            result.wemd.append(float(np.mean(finite)) if finite else float("nan"))
+            result.empty_rounds += len(counts[label]) - len(finite)
+            counts[label].clear()
+            wemds[label].clear()
+
+    current = 0
+    for res in simulate_rounds(settings, specs, progress):
+        if res.drop != current:
+            close_drop()
+            current = res.drop
+        for label, decision in res.decisions.items():
+            counts[label].append(int(decision.selected.sum()))
+            wemds[label].append(decision.wemd)
+    close_drop()
+    return out
+
+
+def choose_poc_candidates(
+    candidates: Sequence[int], means: Sequence[float], target: float = POC_TARGET_SCHEDULED
+) -> int:
+    """The V' whose mean scheduled number is nearest ``target`` (ties: the smaller V').
+
+    Raises
+    ------
+    ValueError
+        If the sequences are empty or of different lengths, or no mean is finite.
+
+    """
+    if len(candidates) != len(means) or not candidates:
+        raise ValueError("candidates and means must be non-empty and of equal length")
+    best: tuple[float, int] | None = None
+    for v, m in zip(candidates, means, strict=True):
+        if not math.isfinite(m):
+            continue
+        key = (abs(m - target), int(v))
+        if best is None or key < best:
+            best = key
+    if best is None:
+        raise ValueError("no finite mean scheduled number to choose from")
+    return best[1]
+
+
+def fit_poc(
+    settings: TableSettings,
+    max_candidates: int = 30,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, object]]:
+    """POC's mean scheduled number for V' = 1 .. ``max_candidates`` on the same rounds."""
+    specs = [PolicySpec(f"poc@{v}", "poc", v) for v in range(1, max_candidates + 1)]
+    results = simulate(settings, specs, progress)
+    rows: list[dict[str, object]] = []
+    for spec in specs:
+        sched, ci = mean_ci95(results[spec.label].scheduled)
+        wemd, _ = mean_ci95(results[spec.label].wemd)
+        rows.append(
+            {
+                "poc_candidates": spec.poc_candidates,
+                "mean_scheduled": sched,
+                "scheduled_ci95": ci,
+                "mean_wemd": wemd,
+            }
+        )
+    return rows

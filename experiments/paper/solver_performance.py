@@ -1,0 +1,363 @@
+"""Performance of the P1 solvers, paper Section V-B figure "Performance of proposed algorithms".
+
+For V in {16, 24, ..., 64} devices and random instances (Dirichlet label mixes p_v ~ Dir(alpha p)
+over C = 10 classes with p uniform, alpha in {0.1, 1, 10}; UMi uplink from :mod:`channel` with the
+paper's radio settings, all V devices candidates; the size of the paper's CIFAR-10 CNN,
+:data:`channel.report.PAPER_CIFAR10_MODEL_BITS`; deadline 2 s), solve P1 with GS, FSCD, CD and
+the exact solver, and report the average number of iterations and the average relative error
+(obj - opt) / opt. The paper does not give sigma and G for this figure, so the ratio
+sigma / (sqrt(b) G) is swept (default 0.1, 0.3, 1, 3, 10) with G = 1, b = 32.
+
+The exact solver caps each MILP at ``--milp-time-limit-s``; ``opt`` is then the best schedule
+found and ``opt_lower_bound`` a proven lower bound (``opt_proven`` says which instances are
+certified). ``rel_error_upper`` = (obj - lower bound) / lower bound bounds the true error.
+
+Usage::
+
+    python -m experiments.paper.solver_performance --out results/solver_performance \
+        [--instances N --seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from channel import Cell, CellConfig
+from channel.report import PAPER_CIFAR10_MODEL_BITS
+from experiments.analysis.tables import write_csv
+from experiments.paper.settings import CIFAR10_CLASSES, PAPER_CIFAR10
+from fedcgd_strategy.problem import SchedulingProblem
+from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
+from fedcgd_strategy.solvers.exact import exact_schedule
+from fedcgd_strategy.solvers.fscd import fscd_schedule
+from fedcgd_strategy.solvers.greedy import greedy_schedule
+from fedcgd_strategy.solvers.result import ScheduleResult
+
+#: Line style of each σ/(√b G) ratio's thin curve in panel (b), in the order of the ratios.
+RATIO_LINESTYLES = (":", "-.", "--", (0, (3, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 4)))
+
+#: Model size D_w in bit (the paper's CIFAR-10 CNN), classes C and batch size b.
+MODEL_BITS = PAPER_CIFAR10_MODEL_BITS
+NUM_CLASSES = CIFAR10_CLASSES
+BATCH_SIZE: int = PAPER_CIFAR10["batch-size"]
+CLASS_GRADIENT = 1.0
+HEURISTICS = ("gs", "fscd", "cd")
+PAPER_RELATIVE_ERROR = {"gs": 0.0516, "fscd": 0.0019}
+
+ROW_FIELDS = [
+    "num_devices",
+    "alpha",
+    "ratio",
+    "instance",
+    "sigma",
+    "num_feasible",
+    "opt_objective",
+    "opt_lower_bound",
+    "opt_proven",
+    "opt_num_selected",
+    "exact_iterations",
+    "exact_time_s",
+] + [
+    f"{m}_{k}"
+    for m in HEURISTICS
+    for k in ("objective", "iterations", "rel_error", "rel_error_upper", "num_selected", "time_s")
+]
+
+
+def make_instance(
+    num_devices: int, alpha: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Label mixes ``p_v ~ Dir(alpha p)`` (p uniform, [V, C]) and this round's ``B*`` in Hz ([V]).
+
+    The cell uses :class:`channel.CellConfig` defaults (the paper's Table I); availability is
+    ignored: all ``num_devices`` devices are candidates.
+    """
+    target = np.full(NUM_CLASSES, 1.0 / NUM_CLASSES)
+    labels = rng.dirichlet(alpha * target, size=num_devices)
+    labels = labels / labels.sum(axis=1, keepdims=True)
+    cell = Cell(CellConfig(num_devices=num_devices), rng)
+    draw = cell.draw_round(MODEL_BITS)
+    return labels, np.asarray(draw.min_bandwidth_hz, dtype=float)
+
+
+def instance_problem(
+    labels: np.ndarray, bandwidth_hz: np.ndarray, ratio: float
+) -> SchedulingProblem:
+    """P1 of one instance: uniform target, Table I budget, ``sigma = ratio sqrt(b) G``."""
+    return SchedulingProblem(
+        labels,
+        np.full(NUM_CLASSES, 1.0 / NUM_CLASSES),
+        bandwidth_hz,
+        CellConfig().total_bandwidth_hz,
+        ratio * np.sqrt(BATCH_SIZE) * CLASS_GRADIENT,
+        CLASS_GRADIENT,
+        BATCH_SIZE,
+    )
+
+
+def random_problem(
+    num_devices: int, alpha: float, ratio: float, rng: np.random.Generator
+) -> SchedulingProblem:
+    """:func:`instance_problem` of a fresh :func:`make_instance` drawn from ``rng``."""
+    labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
+    return instance_problem(labels, bandwidth_hz, ratio)
+
+
+def _timed(
+    func: Callable[..., ScheduleResult], *args: object, **kwargs: object
+) -> tuple[ScheduleResult, float]:
+    start = time.perf_counter()
+    result = func(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def relative_error(objective: float, reference: float) -> float:
+    """``(objective - reference) / reference``; NaN when the reference is not positive/finite."""
+    if not np.isfinite(reference) or reference <= 0 or not np.isfinite(objective):
+        return float("nan")
+    return (objective - reference) / reference
+
+
+def run(
+    num_devices_list: Sequence[int],
+    alphas: Sequence[float],
+    ratios: Sequence[float],
+    instances: int,
+    seed: int,
+    milp_time_limit_s: float | None,
+) -> list[dict[str, float | int | bool]]:
+    """Solve every instance with every method and return one row per (instance, ratio)."""
+    rows: list[dict[str, float | int | bool]] = []
+    total = len(num_devices_list) * len(alphas) * instances
+    done = 0
+    start = time.perf_counter()
+    for num_devices in num_devices_list:
+        for alpha_index, alpha in enumerate(alphas):
+            for instance in range(instances):
+                rng = np.random.default_rng([seed, num_devices, alpha_index, instance])
+                labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
+                for ratio in ratios:
+                    sigma = ratio * np.sqrt(BATCH_SIZE) * CLASS_GRADIENT
+                    problem = instance_problem(labels, bandwidth_hz, ratio)
+                    exact, exact_s = _timed(
+                        exact_schedule, problem, milp_time_limit_s=milp_time_limit_s
+                    )
+                    row: dict[str, float | int | bool] = {
+                        "num_devices": num_devices,
+                        "alpha": alpha,
+                        "ratio": ratio,
+                        "instance": instance,
+                        "sigma": sigma,
+                        "num_feasible": int(problem.feasible.sum()),
+                        "opt_objective": exact.objective,
+                        "opt_lower_bound": exact.lower_bound,
+                        "opt_proven": bool(exact.lower_bound >= exact.objective * (1 - 1e-9)),
+                        "opt_num_selected": exact.num_selected,
+                        "exact_iterations": exact.iterations,
+                        "exact_time_s": exact_s,
+                    }
+                    cd_rng = np.random.default_rng([seed, num_devices, alpha_index, instance, 1])
+                    results = {
+                        "gs": _timed(greedy_schedule, problem),
+                        "fscd": _timed(fscd_schedule, problem),
+                        "cd": _timed(coordinate_descent_schedule, problem, cd_rng),
+                    }
+                    for method, (result, seconds) in results.items():
+                        row[f"{method}_objective"] = result.objective
+                        row[f"{method}_iterations"] = result.iterations
+                        row[f"{method}_rel_error"] = relative_error(
+                            result.objective, exact.objective
+                        )
+                        row[f"{method}_rel_error_upper"] = relative_error(
+                            result.objective, exact.lower_bound
+                        )
+                        row[f"{method}_num_selected"] = result.num_selected
+                        row[f"{method}_time_s"] = seconds
+                    rows.append(row)
+                done += 1
+                elapsed = time.perf_counter() - start
+                eta = elapsed / done * (total - done)
+                print(
+                    f"[{done}/{total}] V={num_devices} alpha={alpha} instance={instance} "
+                    f"elapsed {elapsed:.0f} s, ETA {eta:.0f} s",
+                    flush=True,
+                )
+    return rows
+
+
+def summarise(
+    rows: Sequence[dict[str, float | int | bool]],
+) -> list[dict[str, float | int | str]]:
+    """Average iterations and relative errors per (V, ratio, method), plus ratio = "all"."""
+    out: list[dict[str, float | int | str]] = []
+    sizes = sorted({int(r["num_devices"]) for r in rows})
+    ratios: list[float | str] = [*sorted({float(r["ratio"]) for r in rows}), "all"]
+    for num_devices in sizes:
+        for ratio in ratios:
+            group = [
+                r
+                for r in rows
+                if int(r["num_devices"]) == num_devices and (ratio == "all" or r["ratio"] == ratio)
+            ]
+            for method in HEURISTICS:
+                errors = np.array([float(r[f"{method}_rel_error"]) for r in group])
+                uppers = np.array([float(r[f"{method}_rel_error_upper"]) for r in group])
+                out.append(
+                    {
+                        "num_devices": num_devices,
+                        "ratio": ratio,
+                        "method": method,
+                        "instances": len(group),
+                        "mean_iterations": float(
+                            np.mean([float(r[f"{method}_iterations"]) for r in group])
+                        ),
+                        "mean_rel_error": float(np.nanmean(errors)),
+                        "max_rel_error": float(np.nanmax(errors)),
+                        "mean_rel_error_upper": float(np.nanmean(uppers)),
+                        "proven_fraction": float(np.mean([bool(r["opt_proven"]) for r in group])),
+                    }
+                )
+    return out
+
+
+def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path]) -> None:
+    """Two-panel figure: (a) average iterations, (b) average relative error, versus V."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.analysis.figures import POLICY_COLORS, count_ticks
+
+    fig, (ax_it, ax_err) = plt.subplots(1, 2, figsize=(11, 3.8))
+    labels = {"gs": "GS", "fscd": "FSCD", "cd": "CD"}
+    ratios = sorted({r["ratio"] for r in summary if r["ratio"] != "all"}, key=float)
+    for method in HEURISTICS:
+        rows = [r for r in summary if r["method"] == method and r["ratio"] == "all"]
+        sizes = [int(r["num_devices"]) for r in rows]
+        color = POLICY_COLORS[f"fedcgd-{method}"]  # as the policy FedCGD-<method> everywhere
+        ax_it.plot(
+            sizes, [r["mean_iterations"] for r in rows], "o-", color=color, label=labels[method]
+        )
+        ax_err.plot(
+            sizes,
+            [100 * float(r["mean_rel_error"]) for r in rows],
+            "o-",
+            color=color,
+            label=f"{labels[method]} (all ratios)",
+        )
+        for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):
+            sub = [r for r in summary if r["method"] == method and r["ratio"] == ratio]
+            ax_err.plot(
+                [int(r["num_devices"]) for r in sub],
+                [100 * float(r["mean_rel_error"]) for r in sub],
+                linestyle=style,
+                color=color,
+                alpha=0.6,
+                linewidth=1,
+            )
+    for ratio, key_style in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, grey
+        key = f"σ/(√b G) = {ratio}"
+        ax_err.plot([], [], linestyle=key_style, color="0.4", linewidth=1, label=key)
+    ax_it.set(
+        xlabel="number of devices V",
+        ylabel="average iterations (count)",
+        title="(a) solver iterations",
+    )
+    ax_err.set(
+        xlabel="number of devices V",
+        ylabel="average relative error (%)",
+        title="(b) objective above the exact optimum",
+    )
+    ax_err.set_yscale("symlog", linthresh=0.1)
+    ax_it.legend(fontsize=9)
+    ax_err.legend(
+        fontsize=8,
+        title="solid: mean over all ratios; thin: one ratio",
+        title_fontsize=8,
+        loc="center left",
+        bbox_to_anchor=(1.02, 0.5),
+    )
+    for ax in (ax_it, ax_err):
+        ax.grid(alpha=0.3)
+        count_ticks(ax.xaxis, 0.0)  # V: a number of devices
+    fig.tight_layout()
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, default=Path("results/solver_performance"))
+    parser.add_argument("--instances", type=int, default=1, help="instances per (V, alpha)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-devices", type=_ints, default=list(range(16, 65, 8)))
+    parser.add_argument("--alphas", type=_floats, default=[0.1, 1.0, 10.0])
+    parser.add_argument("--ratios", type=_floats, default=[0.1, 0.3, 1.0, 3.0, 10.0])
+    parser.add_argument(
+        "--milp-time-limit-s",
+        type=float,
+        default=0.2,
+        help="time limit per MILP of the exact solver (<= 0: none)",
+    )
+    parser.add_argument(
+        "--docs-png",
+        type=str,
+        default="",
+        help="also write the figure here (e.g. docs/img/solver_performance.png to refresh the "
+        "README's copy); default: only under --out",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the sweep, write ``rows.csv``, ``summary.csv`` and ``solver_performance.png``."""
+    args = build_parser().parse_args(argv)
+    for name in ("instances",):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    limit = args.milp_time_limit_s if args.milp_time_limit_s > 0 else None
+    rows = run(args.num_devices, args.alphas, args.ratios, args.instances, args.seed, limit)
+    summary = summarise(rows)
+    write_csv(args.out / "rows.csv", rows)
+    write_csv(args.out / "summary.csv", summary)
+    paths = [args.out / "solver_performance.png"]
+    if args.docs_png:
+        paths.append(Path(args.docs_png))
+    plot(summary, paths)
+    print(f"{'V':>4} {'ratio':>6} {'method':>6} {'iters':>7} {'rel err %':>10} {'<= %':>8}")
+    for r in summary:
+        print(
+            f"{r['num_devices']:>4} {r['ratio']!s:>6} {r['method']:>6} "
+            f"{float(r['mean_iterations']):7.1f} {100 * float(r['mean_rel_error']):10.3f} "
+            f"{100 * float(r['mean_rel_error_upper']):8.3f}"
+        )
+    for method in HEURISTICS:
+        all_rows = [r for r in summary if r["method"] == method and r["ratio"] == "all"]
+        worst = max(float(r["mean_rel_error"]) for r in all_rows)
+        paper = PAPER_RELATIVE_ERROR.get(method)
+        note = f" (paper: up to {100 * paper:.2f} %)" if paper is not None else ""
+        print(f"{method}: largest mean relative error over V = {100 * worst:.3f} %{note}")
+    written = [args.out / "rows.csv", args.out / "summary.csv", *paths]
+    print("wrote " + ", ".join(map(str, written)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

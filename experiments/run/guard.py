@@ -1,0 +1,183 @@
+"""Run one command so that nothing it starts outlives the process that started the guard.
+
+``python -I experiments/run/guard.py FD -- COMMAND [ARGS...]`` (built by
+:func:`experiments.run.processes.guarded`; docs/design.md, "No process outlives its launcher"):
+
+* the guard makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): every
+  process below it whose parent dies is re-parented to the guard instead of to PID 1, so the
+  whole tree the command starts stays below the guard, also the SuperLink's ``flower-superexec``
+  and ``flwr-simulation``, Ray's raylet and workers, in sessions of their own or orphaned;
+* it starts COMMAND as its child, with ``PR_SET_PDEATHSIG = SIGKILL`` (the command dies with
+  the guard, whatever kills the guard);
+* it reads the inherited file descriptor FD, the read end of a pipe whose write end only the
+  starting process holds: when that process dies, however it dies (``kill -9`` included), the
+  kernel closes the write end, the read returns end-of-file, and the guard kills its whole
+  tree with SIGKILL at once;
+* SIGTERM, SIGINT and SIGHUP sent to the guard are passed on to COMMAND;
+* when COMMAND ends, whatever it left running below the guard gets SIGTERM, then SIGKILL
+  after :data:`GRACE_S`, and the guard exits as COMMAND did (same code, or the same signal).
+
+Standard library only, run with ``python -I`` (no site packages, no script folder on the path):
+it must start in a few tens of milliseconds and import nothing of the project.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+#: ``prctl`` options (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+#: Seconds between SIGTERM and SIGKILL for what the command leaves behind when it ends.
+GRACE_S = 3.0
+#: Signals passed on to the command.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def prctl(option: int, value: int) -> None:
+    """``prctl(option, value)``; OSError when the kernel refuses it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below ``root`` (read from ``/proc``; zombies included)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop()
+        for child in children.get(pid, []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def signal_all(pids: set[int], signum: int) -> None:
+    """Send ``signum`` to every PID (those already gone are skipped)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def reap() -> None:
+    """Collect every child that has ended (orphans re-parented to the guard included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_tree(grace_s: float) -> None:
+    """Stop everything below the guard: SIGTERM (unless ``grace_s`` is 0), SIGKILL after it."""
+    me = os.getpid()
+    if grace_s > 0:
+        signal_all(descendants(me), signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            reap()
+            if not descendants(me):
+                return
+            time.sleep(0.05)
+    for _ in range(100):  # a process forked meanwhile is caught on a later pass
+        left = descendants(me)
+        if not left:
+            return
+        signal_all(left, signal.SIGKILL)
+        reap()
+        time.sleep(0.01)
+
+
+def watch_lifeline(fd: int) -> None:
+    """Block until the starting process is gone (end-of-file on ``fd``), then kill the tree."""
+    while True:
+        try:
+            data = os.read(fd, 4096)
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+    kill_tree(0.0)
+    os._exit(128 + signal.SIGKILL)
+
+
+def exit_like(status: int) -> None:
+    """Exit as a process with wait status ``status`` did (its code, or killed by its signal)."""
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)  # a signal whose default is not to end the process: exit as the shell
+        sys.exit(128 + signum)
+    sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def main(argv: list[str]) -> None:
+    """``guard.py FD -- COMMAND...``: run COMMAND as described in the module docstring."""
+    if len(argv) < 4 or argv[2] != "--" or not argv[1].isdigit():
+        sys.stderr.write("usage: guard.py FD -- COMMAND [ARGS...]\n")
+        sys.exit(2)
+    fd, command = int(argv[1]), argv[3:]
+    os.set_inheritable(fd, False)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+    guard_pid = os.getpid()
+
+    def die_with_guard() -> None:  # in the child, before exec
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != guard_pid:  # the guard died before the line above
+            os._exit(128 + signal.SIGKILL)
+
+    try:
+        child = subprocess.Popen(command, preexec_fn=die_with_guard)
+    except OSError as err:
+        sys.stderr.write(f"error: cannot start {command[0]!r}: {err.strerror or err}\n")
+        sys.exit(127)
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    threading.Thread(target=watch_lifeline, args=(fd,), daemon=True).start()
+    status = 0
+    while True:  # reap every child; stop when the command itself has ended
+        try:
+            pid, wait_status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == child.pid:
+            status = wait_status
+            break
+    kill_tree(GRACE_S)
+    exit_like(status)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,300 @@
+"""Run the app in one Python process: the real ServerApp logic and ClientApp, no Ray, no network.
+
+For quick sweeps on a laptop (many seeds × policies × settings on a small model), starting a
+SuperLink and Ray per run costs more than the run itself. :class:`InProcessGrid` is a Flower
+``Grid`` that hands each message straight to the ClientApp of the addressed node, with that
+node's ``Context`` (``partition-id``, ``num-partitions`` as in the simulation engine); a
+handler that raises becomes an error reply, as in Flower. :func:`run_inprocess` runs
+:func:`server_app.app.run_federation` over it. Everything random derives from the run seed, so
+a run gives the same schedules and the same model here as under ``flwr run`` (tested).
+
+Cohort execution (default): the devices that receive the same global model in the same
+phase are computed together (:mod:`client_app.cohort`): sigma-hat of all queried devices from
+batched passes, the scheduled devices' local steps batched with ``torch.func.vmap``; each
+device's ClientApp still builds its own reply from its result. ``cohorts=False`` (command line
+``--per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
+are handled on this process's thread: use it for small models; the simulation engine
+(``flwr run``) and deployments are the real engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+from server_app.app import run_federation
+from server_app.config import parse_run_config
+
+if TYPE_CHECKING:
+    from experiments.run.resume_command import LastWords
+
+Handler = Callable[[Message, Context], Message]
+
+#: Error code of the reply a raising handler produces (Flower's ClientApp exception code).
+CLIENT_APP_RAISED = 1
+
+
+class InProcessGrid(Grid):
+    """Deliver messages synchronously to ``handlers[node_id](message, context)``.
+
+    Parameters
+    ----------
+    handlers : dict of int -> callable
+        Node id -> ClientApp (or any ``(Message, Context) -> Message`` callable).
+    contexts : dict of int -> Context
+        Node id -> that node's Context (node_config, run_config, state).
+    cohorts : bool
+        Open the messages of each :meth:`send_and_receive` as cohorts
+        (:func:`client_app.cohort.opened`) so that the ClientApp computes the devices that
+        share a model together; False: one device at a time.
+    keep_sent : bool
+        Keep every message sent in :attr:`sent` (for tests; a long run would keep them all).
+    cohort_threads : int
+        Threads that share a cohort's sigma-hat passes (:func:`client_app.cohort.cohort_stats`);
+        the results do not depend on it.
+
+    """
+
+    def __init__(
+        self,
+        handlers: dict[int, Handler],
+        contexts: dict[int, Context],
+        *,
+        cohorts: bool = True,
+        keep_sent: bool = False,
+        cohort_threads: int = 1,
+    ) -> None:
+        # Messages read the run, node and task id of the process; set them as a ServerApp would.
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+        self.handlers = handlers
+        self.contexts = contexts
+        self.cohorts = cohorts
+        self.keep_sent = keep_sent
+        self.cohort_threads = cohort_threads
+        self.sent: list[Message] = []
+
+    def set_run(self, run: Run) -> None:
+        """Flower's hook; nothing to do in one process."""
+
+    @property
+    def run(self) -> Run:
+        """Not used by this app."""
+        raise NotImplementedError("InProcessGrid has no Run object")
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """Create a message to ``dst_node_id``."""
+        return Message(
+            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id
+        )
+
+    def get_node_ids(self) -> Iterable[int]:
+        """The connected nodes."""
+        return list(self.handlers)
+
+    def get_nodes(self) -> Any:
+        """Not used by this app."""
+        raise NotImplementedError("InProcessGrid only lists node ids")
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Not used by this app (it calls :meth:`send_and_receive`)."""
+        raise NotImplementedError("InProcessGrid only supports send_and_receive")
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Not used by this app (it calls :meth:`send_and_receive`)."""
+        raise NotImplementedError("InProcessGrid only supports send_and_receive")
+
+    def deliver(self, msg: Message) -> Message | None:
+        """Hand one message to its node; None means no reply (a timeout)."""
+        node = msg.metadata.dst_node_id
+        if node not in self.handlers:
+            return None
+        try:
+            reply = self.handlers[node](msg, self.contexts[node])
+        except Exception as err:  # a failing device must not take the run down
+            return Message(Error(code=CLIENT_APP_RAISED, reason=repr(err)), reply_to=msg)
+        if not isinstance(reply, Message):  # as Flower: a ClientApp must return a Message
+            reason = f"the ClientApp returned {type(reply).__name__}, not a Message"
+            return Message(Error(code=CLIENT_APP_RAISED, reason=reason), reply_to=msg)
+        return reply
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Deliver every message (cohorts opened, see the class) and return the replies."""
+        messages = list(messages)
+        if self.keep_sent:
+            self.sent.extend(messages)
+        replies = []
+        with self._cohorts(messages):
+            for msg in messages:
+                reply = self.deliver(msg)
+                if reply is not None:
+                    replies.append(reply)
+        return replies
+
+    def _cohorts(self, messages: list[Message]) -> AbstractContextManager[None]:
+        if not self.cohorts:
+            return nullcontext()
+        from client_app.cohort import opened
+
+        deliveries = [
+            (msg, self.contexts[msg.metadata.dst_node_id])
+            for msg in messages
+            if msg.metadata.dst_node_id in self.handlers
+        ]
+        return opened(deliveries, threads=self.cohort_threads)
+
+
+def node_contexts(
+    node_ids: list[int], run_config: Mapping[str, Any], num_partitions: int
+) -> dict[int, Context]:
+    """One Context per node, partition id = position in ``node_ids`` (as the simulation does).
+
+    Each is :func:`client_app.app.node_context` (its own copy of ``run_config``).
+    """
+    from client_app.app import node_context
+
+    return {
+        node: node_context(dict(run_config), pid, num_partitions, node_id=node)
+        for pid, node in enumerate(node_ids)
+    }
+
+
+def run_inprocess(
+    run_config: Mapping[str, Any], *, cohorts: bool = True, cohort_threads: int = 1
+) -> dict[str, Any]:
+    """Run one federation in this process and return its summary (also in ``summary.json``).
+
+    Parameters
+    ----------
+    run_config : mapping
+        A complete, flat run config (``experiments.run.launcher.validated_run_config``) with an
+        absolute ``result-dir``.
+    cohorts : bool
+        Cohort execution (see the module docstring); False: every device alone.
+    cohort_threads : int
+        Threads for a cohort's sigma-hat passes (one per core the run may use alone).
+
+    """
+    from client_app.app import app as client_app
+
+    config = parse_run_config(run_config)
+    num_devices = config.task.num_devices
+    nodes = [1_000_003 * (v + 1) for v in range(num_devices)]
+    grid = InProcessGrid(
+        {node: client_app for node in nodes},
+        node_contexts(nodes, run_config, num_devices),
+        cohorts=cohorts,
+        cohort_threads=cohort_threads,
+    )
+    return run_federation(grid, config)
+
+
+def inprocess_parser() -> argparse.ArgumentParser:
+    """The in-process engine's command-line options."""
+    from experiments.run.launcher import add_out_argument
+
+    parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
+    parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
+    parser.add_argument(
+        "--per-device",
+        action="store_true",
+        help="hand every message to the ClientApp alone (no cohort execution)",
+    )
+    parser.add_argument(
+        "--cohort-threads",
+        type=int,
+        default=0,
+        help="threads for a cohort's sigma-hat passes (default 0: one per usable CPU core)",
+    )
+    add_out_argument(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: one run in this process (``--run-config`` as for the launcher).
+
+    The first line names the run's folder. Exit code (and last line): 0 completed, 1 failed,
+    2 refused before the start (:func:`experiments.run.preflight.run_outcome`), 130 / 143 on
+    SIGINT / SIGTERM; after a failure or a signal the last line gives the command that
+    continues the run from its checkpoint, or says why it cannot
+    (:mod:`experiments.run.resume_command`).
+    """
+    from experiments.run.processes import exit_code_stopping_on_signals
+    from experiments.run.resume_command import LastWords
+
+    last_words = LastWords()
+    return exit_code_stopping_on_signals(lambda: run_command(argv, last_words), last_words)
+
+
+def run_command(argv: list[str] | None, last_words: LastWords) -> int:
+    """:func:`main` without the signal handling."""
+    import json
+    import sys
+    import time
+    import traceback
+
+    from experiments.run.launcher import (
+        parse_run_config_text,
+        validated_run_config,
+        with_resolved_data_dir,
+    )
+    from experiments.run.preflight import claim_run, effective_result_dir, refused, run_outcome
+    from experiments.run.resume_command import single_run_commands, single_run_line
+    from experiments.run.run_pool import usable_cores
+
+    parser = inprocess_parser()
+    args = parser.parse_args(argv)
+    if args.cohort_threads < 0:
+        parser.error(f"--cohort-threads: got {args.cohort_threads}; allowed: >= 1, or 0")
+    threads = args.cohort_threads or usable_cores()
+    try:  # the run's folder is locked from here until this process ends
+        given = parse_run_config_text(args.run_config)
+        overrides = validated_run_config(given)
+        config, claim = claim_run(with_resolved_data_dir(overrides), args.out)
+    except (ValueError, FileNotFoundError) as err:
+        print(refused(err).message, file=sys.stderr)
+        return 2
+    result_dir = effective_result_dir(config)
+    print(f"result folder: {result_dir}", flush=True)
+    resume, again = single_run_commands(
+        "experiments.run.inprocess", parser, args, given, result_dir
+    )
+    every = int(config["checkpoint-every"])
+    last_words.set(lambda: single_run_line(result_dir, resume, again, every))
+    launched_unix_s = time.time()
+    failure: Exception | None = None
+    try:
+        summary = run_inprocess(config, cohorts=not args.per_device, cohort_threads=threads)
+        print(json.dumps(summary, indent=2))
+    except Exception as err:  # the status says what happened; the traceback says where
+        failure = err
+        if not getattr(err, "complete_message", False):  # a one-line error needs no trace
+            traceback.print_exc()
+    finally:
+        claim.release()
+    outcome = run_outcome(result_dir, launched_unix_s, failure)
+    print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
+    if outcome.code:
+        print(last_words(), file=sys.stderr)
+    return outcome.code
+
+
+if __name__ == "__main__":
+    from experiments.run.processes import run_as_command
+
+    raise SystemExit(run_as_command(main))

@@ -1,0 +1,450 @@
+"""Checks before a run starts, and the run's outcome after it ends.
+
+:func:`check_before_start` takes a few seconds and starts nothing (no SuperLink, no Ray): it
+refuses, with one line naming the run-config key, every setting that can only fail later or
+can only be a mistake: a result folder that is a file or holds another run, a ``resume-from``
+folder that cannot be continued (no checkpoint, unreadable checkpoint or metrics, other
+settings, nothing left to run), a ``channel.trace`` file that cannot be replayed over the
+run (:func:`server_app.uplink.check_channel_trace`), a data-set function that cannot be
+imported, fails or returns arrays outside its contract (:func:`fedcgd_task.datasets.load_data`),
+a model that does not fit the data set's inputs or whose σ̂ cannot be computed
+(:func:`check_model_fits`), a user's policy that does not return a valid ``Decision`` on a
+synthetic round (:func:`check_own_policy`), and sizes beyond the training set (more devices
+or shards than samples, local training of more than :data:`MAX_LOCAL_PASSES` passes over a
+device's data per round).
+
+:func:`claim_run` takes a run's folder for the command that starts it (the launcher, the
+in-process engine): locked for the command's whole life (:mod:`server_app.folder_lock`), so a
+second run, a resume of a live run or a comparison into it is refused naming its PID.
+
+:func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
+and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
+since the launch: the ServerApp crashed before writing one), 2 refused before the start
+(:func:`refused`). ``flwr run`` exits 0 even when the ServerApp raises, so its exit code is
+not the outcome. A run that stopped unfinished is advised to resume only when its folder holds
+a checkpoint (:func:`server_app.run_status.resume_advice`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from server_app.run_status import (
+    COMPLETED,
+    FAILED,
+    failure_from_output,
+    failure_line,
+    first_line,
+    read_status,
+    resume_advice,
+)
+
+if TYPE_CHECKING:
+    from server_app.config import RunConfig
+    from server_app.folder_lock import FolderClaim
+
+#: Local training may pass at most this many times over a device's data per round
+#: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|). Federated learning uses 1 to a few
+#: tens of local epochs; the bound leaves room for devices with a single sample (the default
+#: τ b = 320), and refuses only settings where a round could not end in any reasonable time.
+MAX_LOCAL_PASSES = 1000
+
+#: Exit codes.
+COMPLETED_CODE, FAILED_CODE, REFUSED_CODE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: the exit code and the last line to print.
+
+    Attributes
+    ----------
+    code : int
+        0 completed, 1 failed, 2 refused before the start.
+    message : str
+        One line: ``"completed: N rounds, results in X"``, ``"failed: <reason>"`` or
+        ``"error: <reason>"``.
+
+    """
+
+    code: int
+    message: str
+
+
+def refused(err: BaseException) -> Outcome:
+    """The outcome of a run refused before it started (exit code 2)."""
+    return Outcome(REFUSED_CODE, f"error: {err}")
+
+
+def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
+    """The folder the run writes to: ``resume-from`` when resuming, else ``result-dir``.
+
+    Raises
+    ------
+    ValueError
+        When both are empty (:func:`with_result_dir` fills ``result-dir`` first).
+    """
+    for key in ("resume-from", "result-dir"):
+        value = run_config.get(key)
+        if isinstance(value, str) and value:
+            return Path(value).expanduser()
+    raise ValueError("the run config names no result folder (result-dir and resume-from empty)")
+
+
+def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
+    """``run_config`` with ``result-dir`` = ``out/<policy>-<UTC time>`` unless a folder is set.
+
+    A run that sets ``result-dir`` writes there; a resumed run (``resume-from``) continues in
+    its own folder; otherwise the command's ``--out`` folder (default ``results/``) gets a new
+    timestamped folder (:func:`server_app.config.timestamped_result_dir`), so that no run
+    lands in another's.
+    """
+    from server_app.config import timestamped_result_dir
+
+    config = dict(run_config)
+    if not config.get("result-dir") and not config.get("resume-from"):
+        config["result-dir"] = str(timestamped_result_dir(out, str(config["policy"])))
+    return config
+
+
+def failure_outcome(err: BaseException, result_dir: Path) -> Outcome:
+    """The outcome of a run whose ServerApp raised ``err`` (exit code 1, one line).
+
+    A failed write (:class:`server_app.atomic_files.ResultWriteError`: disk full, I/O error)
+    is followed by what to do next (:func:`server_app.run_status.resume_advice`).
+    """
+    return Outcome(FAILED_CODE, f"failed: {failure_line(err, result_dir)}")
+
+
+def run_outcome(
+    result_dir: Path,
+    launched_unix_s: float,
+    failure: BaseException | None = None,
+    output: str = "",
+) -> Outcome:
+    """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
+
+    Only a ``status.json`` written at or after the launch counts: an older one belongs to an
+    earlier run (or to the run this one resumed). What the run said itself wins over the
+    status, which a full disk may have kept from being written: ``failure``, what it raised
+    (the in-process engine sees it), or the ``run failed: ...`` line the ServerApp printed in
+    ``output`` (``flwr run``, :data:`server_app.run_status.FAILURE_MARKER`).
+    """
+    if failure is not None:
+        return failure_outcome(failure, result_dir)
+    printed = failure_from_output(output)
+    if printed is not None:
+        return Outcome(FAILED_CODE, f"failed: {printed}")
+    try:
+        status = read_status(result_dir)
+    except ValueError as err:
+        return Outcome(FAILED_CODE, f"failed: {err}")
+    fresh = status is not None and status.updated_unix_s >= launched_unix_s
+    if status is None or not fresh:
+        return Outcome(
+            FAILED_CODE,
+            f"failed: the run wrote no status in {result_dir} since it was launched (the "
+            "ServerApp stopped before its start or crashed; see the log above)",
+        )
+    if status.state == COMPLETED:
+        return Outcome(
+            COMPLETED_CODE, f"completed: {status.last_round} rounds, results in {result_dir}"
+        )
+    if status.state == FAILED:
+        return Outcome(FAILED_CODE, f"failed: {status.reason}")
+    return Outcome(
+        FAILED_CODE,
+        f"failed: the run stopped after round {status.last_round} of "
+        f"{status.num_server_rounds} without finishing (killed?); {resume_advice(result_dir)}",
+    )
+
+
+def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
+    """Training samples left after ``imbalance-ratio``.
+
+    The counts of :func:`fedcgd_task.partition.apply_imbalance`: class c < C / 2 keeps
+    round(n_c / r) (half up) of its n_c samples, the other classes all of theirs.
+    """
+    counts = np.bincount(np.asarray(labels, dtype=np.int64))
+    if ratio <= 1.0:
+        return int(counts.sum())
+    first = np.arange(counts.size) < counts.size / 2
+    kept = np.where(first, np.floor(counts / ratio + 0.5), counts)
+    return int(kept.sum())
+
+
+def device_samples(
+    partition: str, num_samples: int, num_devices: int, shards_per_device: int
+) -> int:
+    """|D_v| of every device: floor(N / V) (Dirichlet), l floor(N / (V l)) (shards)."""
+    if partition == "shards":
+        return shards_per_device * (num_samples // (num_devices * shards_per_device))
+    return num_samples // num_devices
+
+
+def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_name: str) -> None:
+    """Refuse device counts, shard counts and local work that the training set cannot carry.
+
+    Parameters
+    ----------
+    run_config : mapping
+        The flat run config (validated).
+    labels : array_like of int
+        Labels of the full training set.
+    dataset_name : str
+        For the message.
+
+    Raises
+    ------
+    ValueError
+        One line naming the keys, their values and the bound.
+    """
+    from fedcgd_task.settings import TaskSettings, TrainingSettings
+
+    task = TaskSettings.from_run_config(run_config)
+    training = TrainingSettings.from_run_config(run_config)
+    total = samples_after_imbalance(labels, task.imbalance_ratio)
+    source = f"the {total} training samples of {dataset_name}" + (
+        f" left by imbalance-ratio = {task.imbalance_ratio:g}" if task.imbalance_ratio > 1 else ""
+    )
+    if task.num_devices > total:
+        raise ValueError(
+            f"run-config key 'num-devices' = {task.num_devices} exceeds {source}; every device "
+            f"needs at least one sample: at most {total}"
+        )
+    shards = task.num_devices * task.shards_per_device
+    if task.partition == "shards" and shards > total:
+        raise ValueError(
+            f"run-config keys 'num-devices' × 'shards-per-device' = {task.num_devices} × "
+            f"{task.shards_per_device} = {shards} shards exceed {source}; every shard needs at "
+            "least one sample"
+        )
+    local = device_samples(task.partition, total, task.num_devices, task.shards_per_device)
+    work = training.local_steps * training.batch_size
+    if work > MAX_LOCAL_PASSES * local:
+        raise ValueError(
+            f"run-config keys 'local-steps' × 'batch-size' = {training.local_steps} × "
+            f"{training.batch_size} = {work} samples per round are {work / local:.3g} passes "
+            f"over a device's {local} samples; at most {MAX_LOCAL_PASSES} passes "
+            f"(local-steps × batch-size <= {MAX_LOCAL_PASSES * local})"
+        )
+
+
+#: Samples of the blank batch the model and σ̂ are tried on (two: a model that mixes the
+#: samples of a batch, e.g. returns one row per batch, gives the wrong output shape).
+BLANK_BATCH = 2
+
+
+def check_model_fits(
+    model: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...]
+) -> None:
+    """Build ``model`` for the data set's inputs, run it and σ̂ on a blank batch.
+
+    The model function must return a ``torch.nn.Module`` whose output on float32 zeros
+    [:data:`BLANK_BATCH`, *input_shape] is a float tensor [:data:`BLANK_BATCH`, C]; then σ̂
+    (:func:`client_app.sigma.gradient_spread`: per-sample gradient norms layer by layer for
+    Linear, Conv1d, Conv2d and GroupNorm, ``torch.func.vmap`` for any other model) must run on
+    that batch in eval mode.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``model``, its value, the data set and why they do not fit (an import
+        error of a reference names the key too, :func:`fedcgd_task.models.model_function`).
+    """
+    import torch
+
+    from client_app.sigma import gradient_spread
+    from fedcgd_task.models import MODEL_CONTRACT, MODEL_NAMES, build_model, model_function
+
+    model_function(model)  # an unknown name or a bad reference: its own one-line error
+    shape = "×".join(str(s) for s in input_shape)
+    head = (
+        f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
+        f"{shape}, {num_classes} classes)"
+    )
+    allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
+    blank = torch.zeros(BLANK_BATCH, *input_shape)
+    expected = (BLANK_BATCH, num_classes)
+    try:
+        net = build_model(model, num_classes, input_shape)
+        net.eval()
+        with torch.no_grad():
+            logits = net(blank)
+        if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+            kind = getattr(logits, "dtype", type(logits).__name__)
+            raise ValueError(f"on a blank batch it gives {kind}, not a float tensor")
+        if tuple(logits.shape) != expected:
+            raise ValueError(
+                f"on a blank batch of {BLANK_BATCH} it gives outputs of shape "
+                f"{tuple(logits.shape)}, not {expected}"
+            )
+    except Exception as err:  # the researcher's code: any failure is a refusal in one line
+        raise ValueError(f"{head}: {first_line(err)}; {allowed}") from err
+    labels = torch.arange(BLANK_BATCH) % num_classes
+    try:
+        gradient_spread(net, blank, labels)
+    except Exception as err:
+        raise ValueError(
+            f"run-config key 'model' = {model!r}: σ̂ (per-sample gradient norms, "
+            f"client_app/sigma.py) fails on it: {type(err).__name__}: {first_line(err)}; the "
+            "model must run under torch.func.vmap (no .item() or data-dependent control "
+            "flow), or use only Linear, Conv1d, Conv2d and GroupNorm layers"
+        ) from err
+
+
+def check_result_folder(run_config: Mapping[str, Any]) -> None:
+    """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` unusable by a new run.
+
+    See :func:`server_app.checkpoint.check_resume` and
+    :func:`server_app.results.check_new_result_dir`; a folder another process holds is refused
+    naming its PID, and one that is or holds a symbolic link is refused
+    (:mod:`server_app.folder_lock`). An empty ``result-dir`` stands for a fresh, timestamped
+    folder: nothing to check.
+    """
+    from server_app.checkpoint import check_resume
+    from server_app.config import parse_run_config
+    from server_app.folder_lock import probe_free, refuse_links
+    from server_app.results import check_new_result_dir
+
+    if run_config.get("resume-from"):
+        folder, key = Path(str(run_config["resume-from"])).expanduser(), "resume-from"
+    elif run_config.get("result-dir"):
+        folder, key = Path(str(run_config["result-dir"])).expanduser(), "result-dir"
+    else:
+        return
+    where = f"run-config key '{key}'"
+    if os.path.lexists(folder):
+        refuse_links(folder, where)
+        probe_free(folder, where)
+    if key == "resume-from":
+        check_resume(parse_run_config(run_config))
+    else:
+        check_new_result_dir(folder)
+
+
+def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
+    """Check a run before its start and lock its folder for this command's whole life.
+
+    The folder is ``result-dir``, ``resume-from``, or a new ``<out>/<policy>-<UTC time>``
+    (created under a name nobody else has, :func:`server_app.folder_lock.new_folder`). A
+    folder that exists is locked before anything else, so that a run still alive there is
+    named (its PID; a folder that holds no lock file was never claimed, and is not touched
+    before the checks); every check of :func:`check_before_start` runs after that, and the
+    folder's checks again under the lock. A refused run leaves no folder it created, and
+    writes nothing in a folder that was never claimed.
+
+    Parameters
+    ----------
+    run_config : mapping
+        A complete flat run config (data folder resolved).
+    out : Path
+        The command's ``--out`` (for a run without ``result-dir`` and ``resume-from``).
+
+    Returns
+    -------
+    (dict, FolderClaim)
+        The run config with ``result-dir`` set to the folder taken, and the claim (release it
+        when the command ends; the kernel releases it when the process dies).
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line (:class:`server_app.folder_lock.FolderInUseError` names the holder's PID).
+    """
+    from server_app.folder_lock import claim_folder, holds_lock_files
+
+    config = dict(run_config)
+    fresh = not config.get("result-dir") and not config.get("resume-from")
+    resume = bool(config.get("resume-from"))
+    key = f"run-config key '{'resume-from' if resume else 'result-dir'}'"
+    early = None
+    if not fresh:
+        folder = effective_result_dir(config)
+        if folder.is_symlink() or (folder.is_dir() and holds_lock_files(folder)):
+            early = claim_folder(folder, key, create=False)  # a live holder is named first
+    try:
+        check_before_start(config)
+        if early is not None:
+            return config, early
+        if fresh:
+            target = with_result_dir(config, out)["result-dir"]
+            claim = claim_folder(Path(target), key, fresh_name=True)
+            config["result-dir"] = str(claim.folder)
+        else:
+            claim = claim_folder(effective_result_dir(config), key, create=not resume)
+    except BaseException:
+        if early is not None:
+            early.release()
+        raise
+    try:
+        check_result_folder(config)  # again, under the lock
+    except BaseException:
+        claim.abandon()
+        raise
+    return config, claim
+
+
+def check_before_start(run_config: Mapping[str, Any]) -> None:
+    """Every check that can be made before anything starts, in a few seconds.
+
+    Parameters
+    ----------
+    run_config : mapping
+        A complete flat run config (``experiments.run.launcher.validated_run_config``; an empty
+        ``result-dir`` stands for a fresh folder). The data set is loaded (cached per process).
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line naming the run-config key, the bad value and what is allowed.
+    """
+    from fedcgd_task.datasets import load_train_set
+    from server_app.config import parse_run_config
+    from server_app.uplink import check_channel_trace
+
+    config = parse_run_config(run_config)
+    check_channel_trace(config)
+    check_result_folder(run_config)
+    train_set = load_train_set(config.task)
+    check_sizes(run_config, train_set.labels, config.task.dataset)
+    check_model_fits(
+        config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
+    )
+    check_own_policy(config, train_set.num_classes)
+
+
+def check_own_policy(config: RunConfig, num_classes: int) -> None:
+    """Call a user's policy once on a synthetic round: it must return a valid ``Decision``.
+
+    A fresh policy object (the run builds its own) gets
+    :func:`fedcgd_strategy.policies.decision_check.synthetic_round` with the run's V, C, B and
+    b; what it returns must pass every rule a round checks (a ``Decision``, candidates only,
+    feasible devices, the budget: :func:`~fedcgd_strategy.policies.decision_check.check_decision`).
+    Built-in policies are checked in every round of every run and tested; they are not probed.
+
+    Raises
+    ------
+    ValueError
+        One line naming the policy (:class:`~fedcgd_strategy.policies.PolicyDecisionError`).
+    """
+    from fedcgd_strategy.policies.decision_check import probe_policy, synthetic_round
+    from fedcgd_strategy.policies.registry import POLICY_NAMES, make_policy
+
+    if config.policy in POLICY_NAMES:
+        return
+    policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
+    inputs = synthetic_round(
+        config.task.num_devices,
+        num_classes,
+        config.cell.total_bandwidth_hz,
+        config.training.batch_size,
+    )
+    probe_policy(policy, inputs, seed=config.seed)

@@ -1,0 +1,252 @@
+"""Starting and stopping what a run starts: guarded process trees, stops by PID, signals.
+
+Every process a command starts goes through :func:`guarded_popen` (or :func:`guarded` for
+``subprocess.run``): it runs under ``experiments/run/guard.py``, a subreaper that kills the whole
+tree below it as soon as this process dies, however it dies (docs/design.md, "No process
+outlives its launcher"). The guards learn of the death from a pipe (:func:`lifeline_fd`)
+whose write end only this process holds.
+
+Flower's SuperLink starts ``flower-superexec`` and ``flwr-simulation`` (which starts Ray) in
+sessions of their own, so signalling the SuperLink's process group misses them. Here the whole
+tree below a process is read from ``/proc`` *before* anything is signalled (once a parent is
+gone its children are re-parented and can no longer be found), every process in it gets
+SIGTERM, and whatever is still alive after a short grace period gets SIGKILL.
+
+:func:`stop_on_signals` turns the first SIGINT or SIGTERM into :class:`Interrupted` (a
+``BaseException``, like ``KeyboardInterrupt``, so ``except Exception`` does not swallow it),
+which unwinds through the ``finally`` blocks that stop the processes; the command line then
+exits with ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM) and one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+#: Seconds between SIGTERM and SIGKILL.
+GRACE_S = 3.0
+
+#: The guard every started command runs under (a script: ``python -I`` runs it in a few tens
+#: of milliseconds, importing nothing of the project).
+GUARD_SCRIPT = Path(__file__).resolve().with_name("guard.py")
+
+#: This process's lifeline: (its PID, the pipe's read end, its write end). Created once per
+#: process; the write end is never inherited (``os.pipe`` gives non-inheritable ends) and never
+#: closed, so the kernel closes it exactly when this process ends.
+_LIFELINE: tuple[int, int, int] | None = None
+
+
+def lifeline_fd() -> int:
+    """The read end of this process's lifeline pipe (handed to every guard it starts).
+
+    A forked child (whose parent's write end it shares) gets a pipe of its own.
+    """
+    global _LIFELINE
+    if _LIFELINE is None or _LIFELINE[0] != os.getpid():
+        read_end, write_end = os.pipe()
+        _LIFELINE = (os.getpid(), read_end, write_end)
+    return _LIFELINE[1]
+
+
+def guarded(command: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
+    """``command`` run under the guard: its argument vector and the ``pass_fds`` it needs.
+
+    For ``subprocess.run(argv, pass_fds=fds, ...)``; :func:`guarded_popen` does the same for
+    ``Popen``. The guard passes its standard streams, environment and working folder on, and
+    exits as the command did.
+    """
+    fd = lifeline_fd()
+    return [sys.executable, "-I", str(GUARD_SCRIPT), str(fd), "--", *command], (fd,)
+
+
+def guarded_popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(command, **kwargs)`` under the guard (see the module docstring).
+
+    The returned process is the guard: signals sent to it reach the command; its exit code is
+    the command's; :func:`stop_tree` on its PID reaches everything the command started.
+    """
+    argv, fds = guarded(command)
+    kwargs["pass_fds"] = tuple(kwargs.get("pass_fds", ())) + fds
+    return subprocess.Popen(argv, **kwargs)
+
+
+#: Signals turned into :class:`Interrupted`.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """Raised in the main thread by the first SIGINT or SIGTERM (see :func:`stop_on_signals`).
+
+    Attributes
+    ----------
+    signum : int
+        The signal received.
+    complete_message : bool
+        Its message (``stopped by SIGINT``) is the whole story: a run's ``status.json`` records
+        it as the reason, without the class name (:func:`server_app.run_status.one_line`).
+    """
+
+    complete_message = True
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
+        return 128 + self.signum
+
+    @property
+    def message(self) -> str:
+        """One line for stderr."""
+        return (
+            f"stopped by {signal.Signals(self.signum).name}: every process of the run was "
+            f"stopped (exit code {self.exit_code})"
+        )
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Raise :class:`Interrupted` on the first SIGINT / SIGTERM; ignore repeats while stopping.
+
+    The previous handlers are restored on exit. Only usable in the main thread.
+    """
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if received:  # already stopping: let the clean-up finish
+            return
+        received.append(signum)
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+def exit_code_stopping_on_signals(
+    command: Callable[[], int], last_words: Callable[[], str | None] | None = None
+) -> int:
+    """Run ``command`` (a command line's body) and return its exit code; stop cleanly on signals.
+
+    On SIGINT / SIGTERM the body unwinds (its ``finally`` blocks stop what it started), one
+    line says so on stderr, and the exit code is 130 (SIGINT, Ctrl-C) or 143 (SIGTERM).
+    ``last_words()``, called once everything is stopped, gives the line printed after it
+    (how to continue: :mod:`experiments.run.resume_command`); None prints nothing more.
+    """
+    with stop_on_signals():
+        try:
+            return command()
+        except Interrupted as stop:
+            print(stop.message, file=sys.stderr, flush=True)
+            line = last_words() if last_words is not None else None
+            if line:
+                print(line, file=sys.stderr, flush=True)
+            return stop.exit_code
+
+
+#: ``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (orphans below it stay below it); True if it is."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def run_as_command(main: Callable[[], int | None]) -> int | None:
+    """Run a command's ``main`` as this process's whole life; nothing it started survives it.
+
+    The process becomes a subreaper first, so that a process orphaned below it (its guard
+    killed by hand, say) stays below it; whatever is still below it when ``main`` returns or
+    raises is stopped by PID (:func:`stop_tree`). For the ``__main__`` of the commands only:
+    called from a test, it would stop the test's own children.
+    """
+    become_subreaper()
+    try:
+        return main()
+    finally:
+        me = os.getpid()
+        left = {pid for pid in process_tree([me]) - {me} if is_alive(pid)}
+        if left:
+            stop_tree(left)
+
+
+def parent_pids() -> dict[int, int]:
+    """PID -> parent PID of every process visible in ``/proc``."""
+    table: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        # the command name (field 2) is in parentheses and may hold spaces
+        table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return table
+
+
+def process_tree(roots: Iterable[int]) -> set[int]:
+    """``roots`` and every process below them (children, grandchildren, ...)."""
+    table = parent_pids()
+    found = {pid for pid in roots if pid in table}
+    frontier = set(found)
+    while frontier:
+        frontier = {pid for pid, parent in table.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _signal_all(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def stop_tree(roots: Iterable[int], grace_s: float = GRACE_S) -> None:
+    """Stop ``roots`` and all their descendants: SIGTERM, then SIGKILL after ``grace_s``.
+
+    The tree is read again while waiting, so processes started meanwhile (e.g. a Ray worker
+    forked during the shutdown) are stopped too. Zombies of our own children are left for the
+    caller's ``wait()``.
+    """
+    tree = process_tree(roots)
+    _signal_all(tree, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        newcomers = process_tree(tree) - tree
+        if newcomers:
+            _signal_all(newcomers, signal.SIGTERM)
+            tree |= newcomers
+        if not any(is_alive(pid) for pid in tree):
+            return
+        time.sleep(0.1)
+    tree |= process_tree(tree)
+    _signal_all([pid for pid in tree if is_alive(pid)], signal.SIGKILL)

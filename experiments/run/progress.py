@@ -1,0 +1,97 @@
+"""Overall progress of a command that runs many federations: runs done, time spent, time left.
+
+Each run prints its own per-round lines, so a live progress bar would be torn apart by them;
+:class:`RunProgress` instead gives every run a header line that says how far the whole command
+is: ``[run 4/75 | 3 done, 1 kept | 2 min 05 s elapsed | ~48 min left]``. Time left is the
+mean wall time of the runs that actually ran (kept runs cost nothing) times the runs still to
+run, divided by the runs going at once (``workers``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+
+def format_duration(seconds: float) -> str:
+    """``"42 s"``, ``"3 min 05 s"``, ``"2 h 07 min"``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+@dataclass
+class RunProgress:
+    """Counts the runs of a command and estimates the time left.
+
+    Parameters
+    ----------
+    total : int
+        Runs the command will go through (kept ones included).
+    clock : callable
+        Seconds, monotonic (a parameter so that tests can drive it).
+    workers : int
+        Runs going at once (side-by-side runs, :mod:`experiments.run.run_pool`).
+
+    """
+
+    total: int
+    clock: Callable[[], float] = time.monotonic
+    workers: int = 1
+    ran: int = 0
+    kept: int = 0
+    failed: int = 0
+    started: float = field(default=0.0)
+    _run_s: float = 0.0
+    _run_started: dict[Hashable, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    @property
+    def done(self) -> int:
+        """Runs finished so far (ran, kept or failed)."""
+        return self.ran + self.kept + self.failed
+
+    def seconds_left(self) -> float | None:
+        """Estimated seconds until the last run ends; None before any run has run."""
+        executed = self.ran + self.failed
+        if executed == 0:
+            return None
+        return self._run_s / executed * (self.total - self.done) / self.workers
+
+    def header(self) -> str:
+        """The overall progress text for the run about to start."""
+        going = self.done + len(self._run_started)  # finished and still going
+        parts = [f"run {min(going + 1, self.total)}/{self.total}"]
+        counts = [f"{self.ran} done"]
+        if self.kept:
+            counts.append(f"{self.kept} kept")
+        if self.failed:
+            counts.append(f"{self.failed} failed")
+        parts.append(", ".join(counts))
+        parts.append(f"{format_duration(self.clock() - self.started)} elapsed")
+        left = self.seconds_left()
+        parts.append("time left unknown" if left is None else f"~{format_duration(left)} left")
+        return "[" + " | ".join(parts) + "]"
+
+    def start_run(self, key: Hashable = None) -> None:
+        """Run ``key`` starts executing (not for kept runs); one key per run going at once."""
+        self._run_started[key] = self.clock()
+
+    def end_run(self, key: Hashable = None, *, kept: bool = False, failed: bool = False) -> None:
+        """Run ``key`` ended: executed (``failed`` or not) or ``kept`` from earlier."""
+        if kept:
+            self.kept += 1
+            return
+        started = self._run_started.pop(key, None)
+        if started is not None:
+            self._run_s += self.clock() - started
+        if failed:
+            self.failed += 1
+        else:
+            self.ran += 1

@@ -1,0 +1,209 @@
+"""What a command says last when it stops before its end: the exact command that continues.
+
+A single run (the launcher, the in-process engine) continues from its folder's checkpoint with
+the same command and ``resume-from`` set to the folder (:func:`single_run_line`), or says why
+it cannot (no checkpoint yet, or nothing left to run). A comparison or a preset continues when
+the same command runs again: completed runs are kept, stopped ones resume from their
+checkpoints (:func:`rerun_line`). Commands are written for a POSIX shell, to be started in the
+working folder of the command that stopped (:func:`python_command`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from server_app.run_status import CHECKPOINT_NAME, COMPLETED, RunStatus, read_status
+
+#: The run-config keys that name a run's folder: a resume sets ``resume-from`` alone.
+FOLDER_KEYS = ("result-dir", "resume-from")
+
+#: The final model (:data:`server_app.results.MODEL_FILE`, whose module this one does not need).
+MODEL_NAME = "model.pt"
+
+
+def python_command(module: str, args: Sequence[str]) -> str:
+    """The command line ``<interpreter> -m <module> <args>``, quoted for a POSIX shell.
+
+    The interpreter is written relative to the working folder when it lies inside it
+    (``.venv/bin/python``, as the README writes it), else as an absolute path.
+    """
+    executable = Path(sys.executable)
+    try:
+        shown = str(executable.relative_to(Path.cwd()))
+        if "/" not in shown:
+            shown = f"./{shown}"  # not looked up on PATH
+    except ValueError:
+        shown = str(executable)
+    return shlex.join([shown, "-m", module, *args])
+
+
+def changed_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, skip: Collection[str] = ()
+) -> list[str]:
+    """The options of ``args`` whose values differ from ``parser``'s defaults, as words.
+
+    Flags (options without a value) are written when set; options with a value as their first
+    name and the value (``--out results/x``). Destinations in ``skip`` are left out.
+    """
+    words: list[str] = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest in skip or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        if action.nargs == 0:  # a flag: store_true
+            if value:
+                words.append(action.option_strings[0])
+            continue
+        words += [action.option_strings[0], str(value)]
+    return words
+
+
+def resume_overrides(overrides: Mapping[str, Any], result_dir: Path) -> dict[str, Any]:
+    """The run-config overrides that continue the run in ``result_dir``.
+
+    The same settings (a resume must use them), the folder given as ``resume-from`` only.
+    """
+    kept = {k: v for k, v in overrides.items() if k not in FOLDER_KEYS}
+    return {**kept, "resume-from": str(result_dir)}
+
+
+def fresh_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides that start the same run again in a new folder (no folder keys)."""
+    return {k: v for k, v in overrides.items() if k not in FOLDER_KEYS}
+
+
+def single_run_commands(
+    module: str,
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    overrides: Mapping[str, Any],
+    result_dir: Path,
+) -> tuple[str, str]:
+    """The commands that continue a single run, and that start it again in a new folder.
+
+    Parameters
+    ----------
+    module : str
+        The entry point (``experiments.run.launcher``, ``experiments.run.inprocess``).
+    parser, args : argparse
+        Its options and the values the run was started with.
+    overrides : mapping
+        The ``--run-config`` the run was started with (parsed, not merged with the defaults).
+    result_dir : Path
+        The run's folder.
+
+    Returns
+    -------
+    (str, str)
+        The same options (``--out`` aside: a resume stays in its folder) and run config with
+        ``resume-from`` = ``result_dir`` (:func:`resume_overrides`); and the same options and
+        run config without a folder (:func:`fresh_overrides`).
+    """
+    from experiments.run.launcher import format_run_config
+
+    resume_words = changed_options(parser, args, skip=("run_config", "out"))
+    resume_words += ["--run-config", format_run_config(resume_overrides(overrides, result_dir))]
+    again_words = changed_options(parser, args, skip=("run_config",))
+    fresh = fresh_overrides(overrides)
+    if fresh:
+        again_words += ["--run-config", format_run_config(fresh)]
+    return python_command(module, resume_words), python_command(module, again_words)
+
+
+def _status(result_dir: Path) -> RunStatus | None:
+    try:
+        return read_status(result_dir)
+    except ValueError:  # unreadable: say what the files say
+        return None
+
+
+def single_run_line(
+    result_dir: Path, resume_command: str, again_command: str, checkpoint_every: int
+) -> str:
+    """The last line of a single run that stopped (a signal, a failure): how it continues.
+
+    Parameters
+    ----------
+    result_dir : Path
+        The run's folder.
+    resume_command : str
+        The command that continues it from its checkpoint (``resume-from`` = the folder).
+    again_command : str
+        The command that starts it again in a new folder (when it holds no checkpoint).
+    checkpoint_every : int
+        The run's ``checkpoint-every`` (0: the run never writes a checkpoint).
+
+    Returns
+    -------
+    str
+        ``to continue after round k of N: <command>``; ``cannot be resumed: ... (why); to
+        start again in a new folder: <command>``; or ``nothing to continue: ...`` when the
+        run completed or ran all its rounds.
+    """
+    folder = Path(result_dir)
+    status = _status(folder)
+    if status is not None and status.state == COMPLETED:
+        return f"nothing to continue: the run completed; results in {folder}"
+    if (
+        status is not None
+        and status.last_round >= status.num_server_rounds
+        and (folder / MODEL_NAME).is_file()
+    ):
+        return (
+            f"nothing to continue: all {status.num_server_rounds} rounds ran; results in {folder}"
+        )
+    if (folder / CHECKPOINT_NAME).is_file():
+        from server_app.checkpoint import checkpoint_round
+
+        done = checkpoint_round(folder)
+        total = f" of {status.num_server_rounds}" if status is not None else ""
+        where = "from its checkpoint" if done is None else f"after round {done}{total}"
+        return f"to continue {where}: {resume_command}"
+    why = (
+        "it was started with checkpoint-every = 0"
+        if checkpoint_every == 0
+        else "it stopped before its first checkpoint"
+    )
+    return (
+        f"cannot be resumed: {folder} holds no checkpoint ({why}); to start again in a new "
+        f"folder: {again_command}"
+    )
+
+
+def rerun_line(command: str | None) -> str:
+    """The last line of a comparison or preset that stopped: the same command goes on.
+
+    ``command`` None (not known: called from Python, not from a command line): the line
+    says so without it.
+    """
+    line = (
+        "to go on, run the same command again (completed runs are kept, stopped ones "
+        "continue from their checkpoints)"
+    )
+    return line if command is None else f"{line}: {command}"
+
+
+class LastWords:
+    """The line a command ends with when it stops early, known once its folder is.
+
+    Handed to :func:`experiments.run.processes.exit_code_stopping_on_signals`, which prints it
+    after the line that names the signal; None (nothing printed) until :meth:`set`.
+    """
+
+    def __init__(self) -> None:
+        self._make: Callable[[], str] | None = None
+
+    def set(self, make: Callable[[], str]) -> None:
+        """From now on the last line is ``make()`` (read when it is printed)."""
+        self._make = make
+
+    def __call__(self) -> str | None:
+        """The last line, or None while nothing is known to continue."""
+        return None if self._make is None else self._make()

@@ -1,0 +1,154 @@
+"""Run many in-process federations side by side: one process per run, ``jobs`` at a time.
+
+A sweep of small-model runs (:mod:`experiments.run.inprocess`) keeps one core busy per run, so a
+machine with several cores finishes a preset about ``jobs`` times sooner when that many runs go
+at once. Each run is its own ``python -m experiments.run.inprocess`` process (a crash, a hang or a
+leak costs that run only, and it can be stopped by its PID), in a session of its own, with its
+output in a log file (``run.log`` in its result folder: the per-round lines of several runs
+would tear each other apart on one terminal), under a guard that kills it, and everything it
+started, as soon as this process dies (:func:`experiments.run.processes.guarded_popen`, also on
+``kill -9``). The caller is told when each starts and ends
+(:func:`run_jobs`). On SIGINT / SIGTERM (:class:`experiments.run.processes.Interrupted`) or any
+other exception, every run still going is stopped by PID before the exception goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.run.launcher import format_run_config
+from experiments.run.processes import guarded_popen, stop_tree
+from server_app.atomic_files import open_log
+
+#: Log file of a run started by :func:`run_jobs` for a comparison, in its result folder.
+RUN_LOG = "run.log"
+
+#: Seconds between looks at the running processes when none has ended.
+POLL_S = 0.1
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_jobs(jobs: Any, engine: str) -> int:
+    """The number of runs to keep going at once: ``jobs``, or every usable core for 0.
+
+    Raises
+    ------
+    ValueError
+        For a value that is not a non-negative integer, or more than one job on an engine
+        other than ``inprocess`` (the simulation engine and deployments run their clients in
+        parallel themselves and start servers on fixed ports).
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(
+            f"jobs: got {jobs!r}; allowed: a whole number >= 1 (runs at once), or 0 for one "
+            f"per usable CPU core ({usable_cores()} here)"
+        )
+    count = jobs or usable_cores()
+    if count > 1 and engine != "inprocess":
+        raise ValueError(
+            f"jobs: got {jobs!r} with engine {engine!r}; runs side by side need the inprocess "
+            "engine (the simulation engine and deployments already run clients in parallel): "
+            "use jobs=1 or the inprocess engine"
+        )
+    return count
+
+
+def inprocess_command(overrides: Mapping[str, Any], *, cohort_threads: int = 0) -> list[str]:
+    """The command line of one in-process run with these run-config overrides.
+
+    ``cohort_threads``: the run's ``--cohort-threads`` (0: one per usable core; runs side by
+    side each get their share of the cores, :func:`cores_per_job`).
+    """
+    return [
+        sys.executable,
+        "-m",
+        "experiments.run.inprocess",
+        "--run-config",
+        format_run_config(overrides),
+        "--cohort-threads",
+        str(cohort_threads),
+    ]
+
+
+def cores_per_job(jobs: int) -> int:
+    """Usable cores per run when ``jobs`` runs go at once (at least 1)."""
+    return max(1, usable_cores() // max(1, jobs))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command to run: its argument vector and the file its output is appended to."""
+
+    argv: list[str]
+    log: Path
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    workers: int,
+    on_start: Callable[[int], bool | None],
+    on_end: Callable[[int, int], None],
+    *,
+    poll_s: float = POLL_S,
+) -> None:
+    """Run every job, at most ``workers`` at a time, in list order.
+
+    Parameters
+    ----------
+    jobs : sequence of Job
+        The commands; each gets stdin from ``/dev/null``, its stdout and stderr appended to
+        its log, and a session of its own (a Ctrl-C at the terminal reaches this process,
+        which stops them by PID).
+    workers : int
+        Jobs running at once (>= 1).
+    on_start : callable
+        ``on_start(i)`` just before job ``i`` starts; returning False keeps it from
+        starting (``on_end`` is not called for it).
+    on_end : callable
+        ``on_end(i, exit_code)`` after job ``i`` ended (a negative code: killed by that
+        signal), in the order they end.
+    poll_s : float
+        Seconds to wait before looking again when no job has ended.
+
+    """
+    if workers < 1:
+        raise ValueError(f"workers: got {workers}; allowed: >= 1")
+    pending = deque(range(len(jobs)))
+    running: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                i = pending.popleft()
+                if on_start(i) is False:
+                    continue
+                jobs[i].log.parent.mkdir(parents=True, exist_ok=True)
+                with open_log(jobs[i].log) as log:
+                    running[i] = guarded_popen(
+                        jobs[i].argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+            ended = [i for i, proc in running.items() if proc.poll() is not None]
+            for i in ended:
+                on_end(i, running.pop(i).returncode)
+            if not ended:
+                time.sleep(poll_s)
+    finally:
+        stop_tree([proc.pid for proc in running.values()])
