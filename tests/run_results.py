@@ -1,4 +1,7 @@
-"""What the tests that stop and continue runs compare: metrics lines (timings aside), models."""
+"""What the tests that stop and continue runs compare: metrics lines (timings aside), models.
+
+Also the two-policy preset those tests stop (its command-line words).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,13 @@ TIMINGS = frozenset(
     {"eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
      "client_train_s", "discovery_s"}
 )  # fmt: skip
+
+
+def two_policy_preset(out: Path, *settings: str) -> list[str]:
+    """Command-line words of the ``digits_policies`` preset for BC and FedCGD-FSCD, in process,
+    into ``out``, with the Hydra ``settings`` added."""
+    return ["experiment=digits_policies", "policies=[bc,fedcgd-fscd]", f"out={out}",
+            "launcher.engine=inprocess", *settings]  # fmt: skip
 
 
 def lines(folder: Path) -> list[dict]:

@@ -34,8 +34,6 @@ from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
 from experiments.run.launcher import (
     default_run_config,
-    validated_run_config,
-    with_resolved_data_dir,
 )
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +42,9 @@ def start(module: str, *args: str) -> subprocess.Popen[str]:
 
 def hold(script: str, *args: str) -> subprocess.Popen[str]:
     """``python -c script args``, its stdout a text pipe (the script says when it holds)."""
-    return subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
+    )
 
 
 def inprocess(**values: object) -> subprocess.Popen[str]:

@@ -15,11 +15,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from proc_tree import alive, command_line, descendants
-from run_results import assert_same_run, lines, rounds_written
+from run_results import assert_same_run, lines, rounds_written, two_policy_preset
 from subprocesses import wait_for
 
 from experiments.run.launcher import format_run_config
@@ -167,15 +166,9 @@ def test_a_killed_launcher_leaves_nothing_of_flower_or_ray_and_resumes_exactly(t
 @pytest.mark.slow
 def test_a_killed_reproduce_leaves_no_run_alive_and_runs_again_exactly(tmp_path):
     out = tmp_path / "sweep"
-    args = [
-        "experiment=digits_policies",
-        "policies=[bc,fedcgd-fscd]",
-        f"out={out}",
-        "launcher.engine=inprocess",
-        "launcher.jobs=2",
-        "++run.num-server-rounds=60",
-        "++run.num-devices=20",
-    ]
+    args = two_policy_preset(
+        out, "launcher.jobs=2", "++run.num-server-rounds=60", "++run.num-devices=20"
+    )
     proc = start("experiments.compare.reproduce", *args)
     folders = [out / "default" / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
     wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc, limit_s=300)

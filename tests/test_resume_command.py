@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_results import assert_same_run, comparable, lines, rounds_written, same_model
+from run_results import (
+    assert_same_run,
+    comparable,
+    lines,
+    rounds_written,
+    same_model,
+    two_policy_preset,
+)
 from subprocesses import start_in_own_session, wait_for
 
 from experiments.run.inprocess import run_inprocess
@@ -210,14 +217,7 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
 @pytest.mark.slow
 def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_path):
     out = tmp_path / "sweep"
-    args = [
-        "experiment=digits_policies",
-        "policies=[bc,fedcgd-fscd]",
-        f"out={out}",
-        "launcher.engine=inprocess",
-        "run.num-server-rounds=150",
-        "run.num-devices=10",
-    ]
+    args = two_policy_preset(out, "run.num-server-rounds=150", "run.num-devices=10")
     proc = start(python_m("experiments.compare.reproduce", *args))
     assert first_line_folder(proc, "output folder: ") == out
     _, err = stop_after(proc, out / "default" / "bc" / "seed-0", 5, signal.SIGTERM)
