@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import pytest
 
 from fedcgd_task.settings import PROJECT_DIR
 
@@ -49,3 +52,18 @@ def start_in_own_session(
         text=True,
         start_new_session=True,
     )
+
+
+def wait_for(predicate: Callable[[], bool], proc: subprocess.Popen[str], limit_s: float) -> None:
+    """Poll ``predicate`` until it holds; fail if ``proc`` ends first or ``limit_s`` pass.
+
+    When the command ended early, the failure shows its exit code and the tail of its output.
+    """
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            tail = (out or "")[-2000:] + (err or "")[-3000:]
+            pytest.fail(f"ended early (exit {proc.returncode}): {tail}")
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)

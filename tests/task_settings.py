@@ -51,3 +51,15 @@ def all_available_run(
         **(extra or {}),
         "result-dir": str(result_dir),
     }
+
+
+def checkpointed_run_config(result_dir: Path, **overrides: Any) -> dict[str, Any]:
+    """The validated run config of a run into ``result_dir`` that checkpoints after every round.
+
+    ``overrides`` add or replace keys (``resume-from`` too); the data folder is resolved, so the
+    config is ready for ``run_inprocess``.
+    """
+    from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+
+    overrides = {"checkpoint-every": 1, "result-dir": str(result_dir), **overrides}
+    return with_resolved_data_dir(validated_run_config(overrides))

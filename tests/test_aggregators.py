@@ -28,13 +28,12 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import strategy as flower_strategies
 from misbehaving import misbehaving
+from task_settings import checkpointed_run_config
 
 from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
 from experiments.run.launcher import (
     default_run_config,
-    validated_run_config,
-    with_resolved_data_dir,
 )
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
@@ -291,16 +290,9 @@ def test_a_resumed_run_with_a_stateful_aggregator_equals_the_uninterrupted_one(
     tmp_path, name, params
 ):
     def config(result_dir: Path, rounds: int, **changes: Any) -> dict:
-        overrides = {
-            "num-devices": 10,
-            "num-server-rounds": rounds,
-            "aggregator": name,
-            **{f"aggregator-params.{k}": v for k, v in params.items()},
-            "checkpoint-every": 1,
-            "result-dir": str(result_dir),
-            **changes,
-        }
-        return with_resolved_data_dir(validated_run_config(overrides))
+        overrides = {"num-devices": 10, "num-server-rounds": rounds, "aggregator": name}
+        overrides |= {f"aggregator-params.{k}": v for k, v in params.items()}
+        return checkpointed_run_config(result_dir, **(overrides | changes))
 
     whole, part = tmp_path / "whole", tmp_path / "part"
     run_inprocess(config(whole, 6))
@@ -373,21 +365,41 @@ def readme_command(start: str) -> list[str]:
     return shlex.split(found)
 
 
-def test_readme_inprocess_aggregator_command_runs(tmp_path):
+def run_python(*args: str) -> None:
+    """``python args`` in the project folder (10 min at most); assert that it exits with 0."""
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=PROJECT, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
+    """Run the README's attack-sweep command starting with ``start``, with seed 0, ``--out out``
+    and ``extra`` added; assert that it exits with 0 and return the README's words."""
+    words = readme_command(start)
+    words[words.index("--seeds") + 1] = "0"
+    words[words.index("--out") + 1] = str(out)
+    run_python(*words[1:], *extra)
+    return words
+
+
+def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
+    """Run the README's in-process command with ``aggregator`` (8 devices, ``--out out``).
+
+    Asserts that it exits with 0; returns the one run folder it wrote.
+    """
     words = readme_command(
-        ".venv/bin/python -m experiments.run.inprocess --run-config \"aggregator='Krum'"
+        f".venv/bin/python -m experiments.run.inprocess --run-config \"aggregator='{aggregator}'"
     )
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8"
-    proc = subprocess.run(
-        [sys.executable, *words[1:], "--out", str(tmp_path)],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run_python(*words[1:], "--out", str(out))
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    return folder
+
+
+def test_readme_inprocess_aggregator_command_runs(tmp_path):
+    folder = run_readme_inprocess_command("Krum", tmp_path)
     config = json.loads((folder / "config.json").read_text())
     assert config["aggregator"] == "Krum" and config["aggregator_params"] == {
         "num-malicious-nodes": 1
@@ -396,18 +408,10 @@ def test_readme_inprocess_aggregator_command_runs(tmp_path):
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):
-    words = readme_command(".venv/bin/python tests/attack_sweep.py --seeds")
-    words[words.index("--seeds") + 1] = "0"
-    words[words.index("--out") + 1] = str(tmp_path)
     small = ["--rounds", "2", "--policies", "all", "--aggregators", "FedAvg,Krum"]
-    proc = subprocess.run(
-        [sys.executable, *words[1:], *small, "--attackers", "0,1"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    run_readme_attack_sweep(
+        ".venv/bin/python tests/attack_sweep.py --seeds", tmp_path, *small, "--attackers", "0,1"
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     with (tmp_path / "table.csv").open() as handle:
         table = list(csv.DictReader(handle))
     assert {(r["aggregator"], r["attackers"]) for r in table} == {

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from layer_cases import group_reference, random_group_norm
 from torch import nn
 
 from client_app import layer_norms
@@ -278,19 +279,10 @@ def test_linear_norms_over_positions_match_autograd(t: int, k: int, o: int) -> N
 
 
 def test_group_norm_norms_match_autograd() -> None:
-    torch.manual_seed(2)
-    norm = nn.GroupNorm(4, 8)
-    with torch.no_grad():
-        norm.weight.normal_()
-        norm.bias.normal_()
-    a = torch.randn(3, 8, 5, 5) * 3 + 1
-    g = torch.randn(3, 8, 5, 5)
-    expected = []
-    for i in range(3):
-        grads = torch.autograd.grad(norm(a[i : i + 1]), list(norm.parameters()), g[i : i + 1])
-        expected.append(sum(float(gr.double().square().sum()) for gr in grads))
+    norm, a, g = random_group_norm(2, groups=4, channels=8, shape=(3, 5, 5), scale=3, shift=1)
+    expected = group_reference(norm, a, g, 1)  # one autograd backward per sample
     got = layer_norms.group_norm_sq_norms(norm, a, g)
-    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=0)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=0)
 
 
 def test_rejects_mismatched_batch() -> None:

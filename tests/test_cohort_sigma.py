@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from layer_cases import group_reference, random_group_norm
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
 
@@ -24,17 +25,6 @@ from client_app.sigma import (
     spread_from_norms,
 )
 from fedcgd_task.models import build_model
-
-
-def group_reference(layer: nn.Module, a: torch.Tensor, g: torch.Tensor, size: int) -> torch.Tensor:
-    """||sum_{i in group} dl_i/dθ||^2 per group by one autograd backward per group."""
-    out = []
-    params = list(layer.parameters())
-    for start in range(0, a.shape[0], size):
-        rows = slice(start, start + size)
-        grads = torch.autograd.grad(layer(a[rows]), params, g[rows])
-        out.append(sum(float(gr.double().square().sum()) for gr in grads))
-    return torch.tensor(out, dtype=torch.float64)
 
 
 @pytest.mark.parametrize(("t", "k", "o"), [(None, 7, 5), (3, 40, 30), (12, 3, 4)])
@@ -81,13 +71,7 @@ def test_conv1d_group_norms(kwargs: dict[str, int]) -> None:
 
 
 def test_group_norm_group_norms() -> None:
-    torch.manual_seed(3)
-    norm = nn.GroupNorm(2, 6)
-    with torch.no_grad():
-        norm.weight.normal_()
-        norm.bias.normal_()
-    a = torch.randn(6, 6, 4, 4) * 2 + 1
-    g = torch.randn(6, 6, 4, 4)
+    norm, a, g = random_group_norm(3, groups=2, channels=6, shape=(6, 4, 4), scale=2, shift=1)
     got = layer_norms.group_norm_group_sq_norms(norm, a, g, 3)
     torch.testing.assert_close(got, group_reference(norm, a, g, 3), rtol=1e-5, atol=0.0)
 

@@ -193,6 +193,15 @@ def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(
     assert temporaries(out) == []
 
 
+def launch(values: dict) -> subprocess.CompletedProcess[str]:
+    """``python -m experiments.run.launcher --run-config VALUES`` to its end, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.run.launcher", "--run-config",
+         format_run_config(values)],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
     """A 160 kB tmpfs as the result folder of a ``flwr run`` (root only)."""
@@ -206,11 +215,7 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
     try:
         folder = mount / "run"
         values = {"num-devices": 4, "num-server-rounds": 200, "result-dir": str(folder)}
-        proc = subprocess.run(
-            [sys.executable, "-m", "experiments.run.launcher", "--run-config",
-             format_run_config(values)],
-            cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+        proc = launch(values)
         failed, last = proc.stderr.strip().splitlines()[-2:]
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert failed.startswith(f"failed: no space left on device while writing {folder}/")
@@ -223,11 +228,7 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         moved = tmp_path / "run"
         shutil.copytree(folder, moved, symlinks=True)
         values = {"num-devices": 4, "num-server-rounds": 200, "resume-from": str(moved)}
-        again = subprocess.run(
-            [sys.executable, "-m", "experiments.run.launcher", "--run-config",
-             format_run_config(values)],
-            cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+        again = launch(values)
         assert again.returncode == 0, again.stderr[-2000:]
         text = (moved / "metrics.jsonl").read_text()
         rounds = [json.loads(x)["round"] for x in text.splitlines()]

@@ -21,8 +21,6 @@ import copy
 import csv
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,7 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
-from test_aggregators import NODES, PROJECT, Recorder, V, initial_model, refused, run
+from test_aggregators import NODES, Recorder, V, initial_model, refused, run
 
 from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
@@ -329,22 +327,9 @@ def test_adaptive_noise_beyond_what_its_clipped_count_allows_is_refused(tmp_path
 
 
 def test_readme_dp_command_runs(tmp_path):
-    from test_aggregators import readme_command
+    from test_aggregators import run_readme_inprocess_command
 
-    words = readme_command(
-        f".venv/bin/python -m experiments.run.inprocess --run-config \"aggregator='{FIXED}'"
-    )
-    at = words.index("--run-config") + 1
-    words[at] += " num-devices=8"
-    proc = subprocess.run(
-        [sys.executable, *words[1:], "--out", str(tmp_path)],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    folder = run_readme_inprocess_command(FIXED, tmp_path)
     config = json.loads((folder / "config.json").read_text())
     assert config["aggregator"] == FIXED
     assert config["aggregator_params"] == {"noise-multiplier": 0.3, "clipping-norm": 0.5}
@@ -353,19 +338,11 @@ def test_readme_dp_command_runs(tmp_path):
 
 
 def test_readme_dp_measurement_command_runs(tmp_path):
-    from test_aggregators import readme_command
+    from test_aggregators import run_readme_attack_sweep
 
-    words = readme_command(".venv/bin/python tests/attack_sweep.py --policies fedcgd-fscd")
-    words[words.index("--seeds") + 1] = "0"
-    words[words.index("--out") + 1] = str(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, *words[1:], "--rounds", "2"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    words = run_readme_attack_sweep(
+        ".venv/bin/python tests/attack_sweep.py --policies fedcgd-fscd", tmp_path, "--rounds", "2"
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     with (tmp_path / "runs.csv").open() as handle:
         runs = list(csv.DictReader(handle))
     named = words[words.index("--aggregators") + 1].split(",")

@@ -12,11 +12,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from subprocesses import start_in_own_session, wait_for
 
 from experiments.run.launcher import format_run_config
 from experiments.run.preflight import claim_run
@@ -37,12 +37,13 @@ SMALL = {"num-devices": 8, "channel.availability-prob": 0.8}
 
 def start(module: str, *args: str) -> subprocess.Popen[str]:
     """``python -m module args`` in the project folder, output captured as text."""
+    return start_in_own_session([sys.executable, "-m", module, *args], os.environ)
+
+
+def hold(script: str, *args: str) -> subprocess.Popen[str]:
+    """``python -c script args``, its stdout a text pipe (the script says when it holds)."""
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        cwd=PROJECT_DIR,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
     )
 
 
@@ -54,16 +55,6 @@ def inprocess(**values: object) -> subprocess.Popen[str]:
 
 def rounds(folder: Path) -> list[int]:
     return [json.loads(x)["round"] for x in (folder / METRICS_FILE).read_text().splitlines()]
-
-
-def wait_for(predicate, proc: subprocess.Popen[str], limit_s: float = 120.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the run ended early: {out[-2000:]}{err[-2000:]}")
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
@@ -96,7 +87,7 @@ def test_a_resume_of_a_live_run_is_refused_naming_its_pid(tmp_path):
     folder = tmp_path / "run"
     live = inprocess(**{"result-dir": str(folder), "num-server-rounds": 400, "checkpoint-every": 1})
     try:
-        wait_for(lambda: (folder / CHECKPOINT_FILE).exists(), live)
+        wait_for(lambda: (folder / CHECKPOINT_FILE).exists(), live, limit_s=120)
         second = inprocess(**{"resume-from": str(folder), "num-server-rounds": 400})
         _, err = second.communicate(timeout=300)
         lines = err.strip().splitlines()
@@ -113,7 +104,7 @@ def test_a_comparison_into_a_live_out_is_refused_naming_its_pid(tmp_path):
     run_config = "num-devices=8 num-server-rounds=400"
     first = start("experiments.compare.policies", *args, "--run-config", run_config)
     try:
-        wait_for(lambda: (out / "bc" / "seed-0" / METRICS_FILE).exists(), first)
+        wait_for(lambda: (out / "bc" / "seed-0" / METRICS_FILE).exists(), first, limit_s=120)
         second = start("experiments.compare.policies", *args, "--run-config", run_config)
         _, err = second.communicate(timeout=300)
         lines = err.strip().splitlines()
@@ -128,16 +119,10 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path):
     # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
     folder = tmp_path / "run"
     folder.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, os, sys, time\n"
-            f"fd = os.open({str(folder / WRITER_LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(300)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    holder = hold(
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(folder / WRITER_LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(300)\n"
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
@@ -251,21 +236,15 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
 def test_a_held_lock_names_its_holder_and_dies_with_it(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; sys.path.insert(0, sys.argv[1])\n"
-            "from pathlib import Path\n"
-            "from server_app.folder_lock import claim_folder\n"
-            "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
-            "print('held', flush=True)\n"
-            "import time; time.sleep(300)\n",
-            str(PROJECT_DIR),
-            str(folder),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    holder = hold(
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from pathlib import Path\n"
+        "from server_app.folder_lock import claim_folder\n"
+        "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
+        "print('held', flush=True)\n"
+        "import time; time.sleep(300)\n",
+        str(PROJECT_DIR),
+        str(folder),
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

@@ -10,69 +10,22 @@ and the final model bit for bit, with no round twice.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-import torch
+from proc_tree import alive, command_line, descendants
+from run_results import assert_same_run, lines, rounds_written, two_policy_preset
+from subprocesses import wait_for
 
 from experiments.run.launcher import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 
 #: Seconds every process of a killed command has to be gone in.
 GONE_WITHIN_S = 5.0
-#: Fields of a metrics line that are timings (they differ between any two runs).
-TIMINGS = (
-    "eval_s",
-    "wall_time_s",
-    "query_s",
-    "schedule_s",
-    "train_phase_s",
-    "aggregate_s",
-    "client_train_s",
-    "discovery_s",
-)
-
-
-def parents() -> dict[int, int]:
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return table
-
-
-def tree(pid: int) -> set[int]:
-    table = parents()
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in table.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:150]
-    except OSError:
-        return "?"
 
 
 def start(module: str, *args: str, env: dict | None = None) -> subprocess.Popen[str]:
@@ -87,39 +40,21 @@ def start(module: str, *args: str, env: dict | None = None) -> subprocess.Popen[
     )
 
 
-def lines(folder: Path) -> list[dict]:
-    return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+def finish(proc: subprocess.Popen[str], timeout_s: float) -> None:
+    """Wait for the command; assert that it exited with 0."""
+    _, err = proc.communicate(timeout=timeout_s)
+    assert proc.returncode == 0, err
 
 
-def comparable(folder: Path) -> list[dict]:
-    return [{k: v for k, v in line.items() if k not in TIMINGS} for line in lines(folder)]
-
-
-def same_model(a: Path, b: Path) -> bool:
-    x, y = torch.load(a / "model.pt"), torch.load(b / "model.pt")
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-
-
-def rounds_written(folder: Path) -> int:
-    try:
-        return len((folder / "metrics.jsonl").read_text().splitlines())
-    except OSError:
-        return 0
-
-
-def wait_for(predicate, proc: subprocess.Popen[str], limit_s: float = 300.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        if proc.poll() is not None:
-            pytest.fail(f"ended early (exit {proc.returncode}): {proc.communicate()[1][-3000:]}")
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
+def inprocess(values: dict, **more: object) -> subprocess.Popen[str]:
+    run_config = format_run_config({**values, **more})
+    return start("experiments.run.inprocess", "--run-config", run_config)
 
 
 def kill9_and_check_nothing_survives(proc: subprocess.Popen[str], min_processes: int) -> None:
     """Read the command's tree, ``kill -9`` the command, assert the whole tree goes."""
-    before = tree(proc.pid)
-    assert len(before) >= min_processes, {p: command(p) for p in before}
+    before = descendants(proc.pid)
+    assert len(before) >= min_processes, {p: command_line(p) for p in before}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     deadline = time.monotonic() + GONE_WITHIN_S
@@ -129,7 +64,7 @@ def kill9_and_check_nothing_survives(proc: subprocess.Popen[str], min_processes:
         left = {p for p in left if alive(p)}
     for pid in left:  # clean up before failing
         os.kill(pid, signal.SIGKILL)
-    assert not left, {p: command(p) for p in left}
+    assert not left, {p: command_line(p) for p in left}
 
 
 def test_the_guard_kills_a_tree_that_escaped_into_other_sessions_and_orphans(tmp_path):
@@ -144,7 +79,7 @@ def test_the_guard_kills_a_tree_that_escaped_into_other_sessions_and_orphans(tmp
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, text=True)
     try:
         deadline = time.monotonic() + 30
-        while sum("sleep 300" in command(p) for p in tree(proc.pid)) < 3:
+        while sum("sleep 300" in command_line(p) for p in descendants(proc.pid)) < 3:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         # the guard, sh, and three sleeps: one in a session of its own, one orphaned (its
@@ -158,22 +93,11 @@ def test_the_guard_kills_a_tree_that_escaped_into_other_sessions_and_orphans(tmp
 def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path):
     # Default settings: a checkpoint after every round (checkpoint-every = 1).
     values = {"num-server-rounds": 30, "num-devices": 20}
-    whole = tmp_path / "whole"
-    done = start(
-        "experiments.run.inprocess",
-        "--run-config",
-        format_run_config({**values, "result-dir": str(whole)}),
-    )
-    _, err = done.communicate(timeout=300)
-    assert done.returncode == 0, err
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    finish(inprocess(values, **{"result-dir": str(whole)}), timeout_s=300)
 
-    broken = tmp_path / "broken"
-    proc = start(
-        "experiments.run.inprocess",
-        "--run-config",
-        format_run_config({**values, "result-dir": str(broken)}),
-    )
-    wait_for(lambda: rounds_written(broken) >= 8, proc)
+    proc = inprocess(values, **{"result-dir": str(broken)})
+    wait_for(lambda: rounds_written(broken) >= 8, proc, limit_s=300)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert not (broken / "model.pt").exists()  # killed mid-run
@@ -181,18 +105,10 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
     # writer removes it (regular files of that pattern only)
     (broken / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
     (broken / ".notes.tmp").write_text("not ours")
-    again = start(
-        "experiments.run.inprocess",
-        "--run-config",
-        format_run_config({**values, "resume-from": str(broken)}),
-    )
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err
+    finish(inprocess(values, **{"resume-from": str(broken)}), timeout_s=300)
     assert not (broken / ".checkpoint.pt.k1ll3d.tmp").exists()
     assert (broken / ".notes.tmp").read_text() == "not ours"
-    assert [x["round"] for x in lines(broken)] == list(range(1, 31))
-    assert comparable(broken) == comparable(whole)
-    assert same_model(broken, whole)
+    assert_same_run(broken, whole, rounds=30)
 
 
 def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path):
@@ -202,15 +118,14 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
         "experiments.compare.policies", *args, "--out", str(tmp_path / "whole"),
         "--run-config", run_config,
     )  # fmt: skip
-    _, err = reference.communicate(timeout=600)
-    assert reference.returncode == 0, err
+    finish(reference, timeout_s=600)
 
     out = tmp_path / "broken"
     proc = start(
         "experiments.compare.policies", *args, "--out", str(out), "--run-config", run_config
     )
     folders = [out / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
-    wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc)
+    wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc, limit_s=300)
     # compare_policies, two guards, two run processes
     kill9_and_check_nothing_survives(proc, min_processes=4)
     assert all(not (f / "model.pt").exists() for f in folders)
@@ -218,16 +133,12 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
     again = start(
         "experiments.compare.policies", *args, "--out", str(out), "--run-config", run_config
     )
-    _, err = again.communicate(timeout=600)
-    assert again.returncode == 0, err
+    finish(again, timeout_s=600)
     with open(out / "runs.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert sorted((r["policy"], r["seed"]) for r in rows) == [("bc", "0"), ("fedcgd-fscd", "0")]
     for folder in folders:
-        reference_folder = tmp_path / "whole" / folder.relative_to(out)
-        assert [x["round"] for x in lines(folder)] == list(range(1, 61))
-        assert comparable(folder) == comparable(reference_folder)
-        assert same_model(folder, reference_folder)
+        assert_same_run(folder, tmp_path / "whole" / folder.relative_to(out), rounds=60)
 
 
 def launcher(values: dict, env: dict, **more: object) -> subprocess.Popen[str]:
@@ -242,40 +153,26 @@ def test_a_killed_launcher_leaves_nothing_of_flower_or_ray_and_resumes_exactly(t
     env = {**os.environ, "TMPDIR": str(temp), "RAY_TMPDIR": "/tmp", "PYTHONUNBUFFERED": "1"}
     values = {"num-devices": 4, "num-server-rounds": 40}
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    done = launcher(values, env, **{"result-dir": str(whole)})
-    _, err = done.communicate(timeout=900)
-    assert done.returncode == 0, err
+    finish(launcher(values, env, **{"result-dir": str(whole)}), timeout_s=900)
 
     proc = launcher(values, env, **{"result-dir": str(broken)})
     wait_for(lambda: rounds_written(broken) >= 3, proc, limit_s=600)
     # flwr run, SuperLink, SuperExec, flwr-simulation, Ray (gcs, raylet, workers), guards
     kill9_and_check_nothing_survives(proc, min_processes=8)
-    again = launcher(values, env, **{"resume-from": str(broken)})
-    _, err = again.communicate(timeout=900)
-    assert again.returncode == 0, err
-    assert [x["round"] for x in lines(broken)] == list(range(1, 41))
-    assert comparable(broken) == comparable(whole)
-    assert same_model(broken, whole)
+    finish(launcher(values, env, **{"resume-from": str(broken)}), timeout_s=900)
+    assert_same_run(broken, whole, rounds=40)
 
 
 @pytest.mark.slow
 def test_a_killed_reproduce_leaves_no_run_alive_and_runs_again_exactly(tmp_path):
     out = tmp_path / "sweep"
-    args = [
-        "experiment=digits_policies",
-        "policies=[bc,fedcgd-fscd]",
-        f"out={out}",
-        "launcher.engine=inprocess",
-        "launcher.jobs=2",
-        "++run.num-server-rounds=60",
-        "++run.num-devices=20",
-    ]
+    args = two_policy_preset(
+        out, "launcher.jobs=2", "++run.num-server-rounds=60", "++run.num-devices=20"
+    )
     proc = start("experiments.compare.reproduce", *args)
     folders = [out / "default" / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
-    wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc)
+    wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc, limit_s=300)
     kill9_and_check_nothing_survives(proc, min_processes=4)
-    again = start("experiments.compare.reproduce", *args)
-    _, err = again.communicate(timeout=900)
-    assert again.returncode == 0, err
+    finish(start("experiments.compare.reproduce", *args), timeout_s=900)
     for folder in folders:
         assert [x["round"] for x in lines(folder)] == list(range(1, 61))

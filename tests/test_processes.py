@@ -19,41 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proc_tree import alive, command_line, descendants, session_of
 from subprocesses import start_in_own_session
-
-
-def parents() -> dict[int, int]:
-    """PID -> parent PID of every process, from ``/proc/<pid>/stat``."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return table
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` in the process tree (children, grandchildren, ...)."""
-    table = parents()
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {p for p, parent in table.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def start_launcher(
@@ -157,7 +124,7 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
         if still:  # give processes that were SIGKILLed a moment to be reaped
             time.sleep(2)
             still = {pid for pid in tree if alive(pid)}
-        assert not still, {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in still}
+        assert not still, {pid: command_line(pid) for pid in still}
         assert proc.returncode == code, err[-3000:]
         assert "Traceback" not in err, err[-3000:]
         stopped, last = err.strip().splitlines()[-2:]
@@ -246,9 +213,7 @@ def test_federation_stop_reaches_processes_in_sessions_of_their_own(tmp_path: Pa
         while len(tree) < 2:  # both sleeps started
             tree = descendants(root.pid)
             time.sleep(0.05)
-        sessions = {
-            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3] for pid in tree
-        }
+        sessions = {session_of(pid) for pid in tree}
         assert len(sessions) == 2  # one of them in a session of its own
         federation.stop()
         assert root.poll() is not None

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from task_settings import checkpointed_run_config
 
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import format_run_config, validated_run_config, with_resolved_data_dir
+from experiments.run.launcher import format_run_config
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.results import METRICS_FILE, MODEL_FILE
 
@@ -21,15 +22,10 @@ ROUNDS = 12
 
 
 def config(result_dir: Path, policy: str, **changes: object) -> dict:
-    overrides = {
-        "num-devices": 20,
-        "num-server-rounds": ROUNDS,
-        "policy": policy,
-        "checkpoint-every": 1,
-        "result-dir": str(result_dir),
-        **changes,
-    }
-    return with_resolved_data_dir(validated_run_config(overrides))
+    """Run-config of a 20-device run of ``policy`` that checkpoints after every round."""
+    return checkpointed_run_config(
+        result_dir, policy=policy, **{"num-devices": 20, "num-server-rounds": ROUNDS, **changes}
+    )
 
 
 def lines(result_dir: Path) -> list[dict]:

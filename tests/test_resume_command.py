@@ -8,18 +8,24 @@ does: same metrics lines (timings aside), same final model.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from run_results import (
+    assert_same_run,
+    comparable,
+    lines,
+    rounds_written,
+    same_model,
+    two_policy_preset,
+)
+from subprocesses import start_in_own_session, wait_for
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.launcher import validated_run_config, with_resolved_data_dir
@@ -27,9 +33,6 @@ from experiments.run.resume_command import single_run_line
 from fedcgd_task.settings import PROJECT_DIR
 from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
-#: Fields of a metrics line that are timings (they differ between any two runs).
-TIMINGS = {"eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
-           "client_train_s", "discovery_s"}  # fmt: skip
 CONTINUE = "to continue after round "
 NO_CHECKPOINT = "cannot be resumed: "
 RERUN = (
@@ -40,49 +43,11 @@ RERUN = (
 
 def start(words: list[str]) -> subprocess.Popen[str]:
     """``words`` in the project folder, in a session of its own (a Ctrl-C reaches the group)."""
-    return subprocess.Popen(
-        words,
-        cwd=PROJECT_DIR,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
+    return start_in_own_session(words, {**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def python_m(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
-
-
-def lines(folder: Path) -> list[dict]:
-    return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
-
-
-def comparable(folder: Path) -> list[dict]:
-    return [{k: v for k, v in line.items() if k not in TIMINGS} for line in lines(folder)]
-
-
-def same_model(a: Path, b: Path) -> bool:
-    x, y = torch.load(a / "model.pt"), torch.load(b / "model.pt")
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-
-
-def rounds_written(folder: Path) -> int:
-    try:
-        return len((folder / "metrics.jsonl").read_text().splitlines())
-    except OSError:
-        return 0
-
-
-def wait_for(predicate: Callable[[], bool], proc: subprocess.Popen[str], limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"ended early (exit {proc.returncode}): {out[-2000:]}{err[-3000:]}")
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
 
 
 def first_line_folder(proc: subprocess.Popen[str], prefix: str = "result folder: ") -> Path:
@@ -118,6 +83,16 @@ def run_verbatim(words: list[str], limit_s: float = 600) -> subprocess.Completed
     return subprocess.run(
         words, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=limit_s, check=False
     )
+
+
+def rerun_printed_command(err: str, module: str, args: list[str]) -> None:
+    """The last line of ``err`` is the same command again: run it verbatim; it completes both
+    runs."""
+    words = printed_command(err.strip().splitlines()[-1], RERUN)
+    assert words[1:] == ["-m", module, *args]
+    again = run_verbatim(words)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
 
 
 def whole_run(folder: Path, values: dict) -> None:
@@ -167,9 +142,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     assert again.stdout.strip().splitlines()[-1] == f"completed: 150 rounds, results in {folder}"
     whole = tmp_path / "whole"
     whole_run(whole, values)
-    assert [x["round"] for x in lines(folder)] == list(range(1, 151))
-    assert comparable(folder) == comparable(whole)
-    assert same_model(folder, whole)
+    assert_same_run(folder, whole, rounds=150)
 
 
 def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_again(tmp_path):
@@ -207,11 +180,7 @@ def test_a_stopped_comparison_prints_the_same_command_which_finishes_every_run(t
     assert first_line_folder(proc, "output folder: ") == out
     _, err = stop_after(proc, out / "bc" / "seed-0", 5, signal.SIGINT)
     assert proc.returncode == 130, err[-3000:]
-    words = printed_command(err.strip().splitlines()[-1], RERUN)
-    assert words[1:] == ["-m", "experiments.compare.policies", *args]
-    again = run_verbatim(words)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
+    rerun_printed_command(err, "experiments.compare.policies", args)
     for policy in ("bc", "fedcgd-fscd"):
         folder, whole = out / policy / "seed-0", tmp_path / "whole" / policy
         whole_run(whole, {"num-devices": 10, "num-server-rounds": 150, "policy": policy})
@@ -242,31 +211,18 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
     whole = tmp_path / "whole"
     whole_run(whole, values)
-    assert [x["round"] for x in lines(folder)] == list(range(1, 41))
-    assert comparable(folder) == comparable(whole)
-    assert same_model(folder, whole)
+    assert_same_run(folder, whole, rounds=40)
 
 
 @pytest.mark.slow
 def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_path):
     out = tmp_path / "sweep"
-    args = [
-        "experiment=digits_policies",
-        "policies=[bc,fedcgd-fscd]",
-        f"out={out}",
-        "launcher.engine=inprocess",
-        "run.num-server-rounds=150",
-        "run.num-devices=10",
-    ]
+    args = two_policy_preset(out, "run.num-server-rounds=150", "run.num-devices=10")
     proc = start(python_m("experiments.compare.reproduce", *args))
     assert first_line_folder(proc, "output folder: ") == out
     _, err = stop_after(proc, out / "default" / "bc" / "seed-0", 5, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
-    words = printed_command(err.strip().splitlines()[-1], RERUN)
-    assert words[1:] == ["-m", "experiments.compare.reproduce", *args]
-    again = run_verbatim(words)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
+    rerun_printed_command(err, "experiments.compare.reproduce", args)
     for policy in ("bc", "fedcgd-fscd"):
         assert [x["round"] for x in lines(out / "default" / policy / "seed-0")] == list(
             range(1, 151)

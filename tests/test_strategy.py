@@ -1,7 +1,9 @@
-"""ScheduledStrategy on an in-process fake Grid with scripted numpy clients (no Ray, no torch).
+"""ScheduledStrategy round by round: the solver's schedule, FedAvg, failures, timeouts, budgets.
 
-The scripted clients answer the record protocol of ``fedcgd_strategy.keys`` with values the
-test controls, so the expected schedule and aggregate are computed here independently.
+Scripted numpy clients on a fake Grid (tests/scripted_strategy.py: no Ray, no torch) answer
+with values the test controls, so the expected schedule and aggregate are computed here
+independently. Every policy, discovery and the work each rule asks for are in
+tests/test_strategy_policies.py.
 """
 
 from __future__ import annotations
@@ -10,147 +12,25 @@ import math
 
 import numpy as np
 import pytest
-from fake_grid import FakeGrid, make_contexts
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
-
-from channel import RoundDraw
-from fedcgd_strategy import SchedulingProblem, solve
-from fedcgd_strategy.flower.strategy import ScheduledStrategy
-from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.policies import POLICY_NAMES, PolicyContext, make_policy
-from fedcgd_task import keys
-from fedcgd_task.settings import TrainingSettings
-
-V, C = 6, 2
-NODES = [1000 + 7 * i for i in range(V)]
-# Label histograms of the samples each device uses (b = 4 samples, tau = 1).
-HISTS = np.array([[4, 0], [0, 4], [3, 1], [1, 3], [2, 2], [4, 0]])
-SIGMAS = np.array([1.0, 2.0, 0.5, 1.5, 1.0, 3.0])
-SIZES = np.array([10, 20, 30, 40, 50, 60])
-# Class counts of each device's whole local dataset (query.info), unlike its round histogram.
-LOCAL_HISTS = np.array([[9, 1], [1, 19], [15, 15], [10, 30], [25, 25], [50, 10]])
-
-
-#: τ = 1, η = 0.1, b = 4, as Flower passes ``train_config`` to ``configure_train``.
-TRAIN_CONFIG = ConfigRecord(
-    TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=4).to_config()
+from flwr.app import Array, ArrayRecord
+from scripted_strategy import (
+    HISTS,
+    NODES,
+    SIGMAS,
+    SIZES,
+    C,
+    V,
+    build,
+    fedavg_by_hand,
+    local_delta,
+    make_draw,
+    run_round,
+    scripted_client,
 )
 
-
-def global_model() -> dict[str, np.ndarray]:
-    return {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3, np.float32)}
-
-
-def local_delta(pid: int) -> dict[str, np.ndarray]:
-    """A distinct, known update per device."""
-    return {
-        "w": np.full((2, 3), 0.1 * (pid + 1), np.float32),
-        "b": np.full(3, -0.01 * (pid + 1), np.float32),
-    }
-
-
-class FixedChannel:
-    """The same draw every round."""
-
-    def __init__(self, draw: RoundDraw) -> None:
-        self.draw = draw
-        self.calls = 0
-
-    def draw_round(self, model_bits: float) -> RoundDraw:
-        self.calls += 1
-        return self.draw
-
-
-def make_draw(available, min_bw, gain=None) -> RoundDraw:
-    available = np.asarray(available, bool)
-    return RoundDraw(
-        available=available,
-        gain_lin=np.asarray(gain if gain is not None else np.linspace(1e-9, 1e-8, V)),
-        min_bandwidth_hz=np.asarray(min_bw, float),
-        los=np.ones(V, bool),
-        distance_2d_m=np.full(V, 50.0),
-    )
-
-
-def scripted_client(overrides: dict[int, dict] | None = None):
-    """A ClientApp stand-in; ``overrides[pid]`` replaces metric values (malformed replies)."""
-    overrides = overrides or {}
-
-    def handle(msg: Message, ctx: Context) -> Message:
-        pid = int(ctx.node_config["partition-id"])
-        base: dict = {keys.PARTITION_ID: pid, keys.NUM_EXAMPLES: int(SIZES[pid])}
-        kind = msg.metadata.message_type
-        if kind == keys.QUERY_INFO:
-            info = {**base, keys.LOCAL_LABEL_HIST: LOCAL_HISTS[pid].tolist()}
-            return Message(RecordDict({keys.METRICS: MetricRecord(info)}), reply_to=msg)
-        metrics = {**base, keys.LABEL_HIST: HISTS[pid].tolist()}
-        if msg.content.config_records[keys.CONFIG].get(keys.WANT_SIGMA, True):
-            metrics[keys.SIGMA] = float(SIGMAS[pid])
-        content = RecordDict()
-        if kind == "train":
-            ref = {k: v.numpy() for k, v in msg.content.array_records[keys.ARRAYS].items()}
-            delta = local_delta(pid)
-            new = {k: ref[k] + delta[k] for k in ref}
-            norm = math.sqrt(sum(float((d.astype(np.float64) ** 2).sum()) for d in delta.values()))
-            metrics.update(
-                {
-                    keys.TRAIN_LOSS: 0.5 + 0.1 * pid,
-                    keys.UPDATE_NORM: norm,
-                    keys.TRAIN_TIME_S: 0.01,
-                }
-            )
-            content[keys.ARRAYS] = ArrayRecord({k: Array(v) for k, v in new.items()})
-        metrics.update(overrides.get(pid, {}))
-        content[keys.METRICS] = MetricRecord(metrics)
-        return Message(content, reply_to=msg)
-
-    return handle
-
-
-def build(
-    policy_name: str,
-    draw: RoundDraw,
-    *,
-    protocol="auto",
-    initial_g=1.0,
-    handler=None,
-    silent=(),
-    total_bw=10.0,
-    target=None,
-):
-    handler = handler or scripted_client()
-    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
-    policy = make_policy(
-        policy_name, PolicyContext(num_devices=V, num_classes=C, initial_g=initial_g)
-    )
-    strategy = ScheduledStrategy(
-        policy=policy,
-        cell=FixedChannel(draw),
-        model_bits=1e5,
-        total_bandwidth_hz=total_bw,
-        num_devices=V,
-        num_classes=C,
-        target_dist=np.array([0.5, 0.5]) if target is None else target,
-        protocol=protocol,
-        rng=np.random.default_rng(0),
-    )
-    return strategy, grid
-
-
-def run_round(strategy, grid, server_round=1):
-    arrays = ArrayRecord({k: Array(v) for k, v in global_model().items()})
-    msgs = list(strategy.configure_train(server_round, arrays, TRAIN_CONFIG, grid))
-    replies = grid.send_and_receive(msgs)
-    new, _ = strategy.aggregate_train(server_round, replies)
-    return msgs, new
-
-
-def fedavg_by_hand(pids) -> dict[str, np.ndarray]:
-    g = global_model()
-    w = SIZES[pids] / SIZES[pids].sum()
-    return {
-        k: sum(wi * (g[k] + local_delta(p)[k]) for wi, p in zip(w, pids, strict=True)) for k in g
-    }
+from fedcgd_strategy import SchedulingProblem, solve
+from fedcgd_strategy.policies import PolicyContext, make_policy
+from fedcgd_task import keys
 
 
 def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
@@ -346,188 +226,3 @@ def test_exact_time_limit_reaches_the_solver(monkeypatch):
     run_round(strategy, grid)
     assert seen["method"] == "exact" and seen["milp_time_limit_s"] == 2.5
     assert strategy.last_record.num_scheduled >= 1
-
-
-# --- every policy: budget, candidates, recorded terms ------------------------------------------
-
-BUDGET_DRAW = ([True, True, True, True, False, True], [3.0, 3.0, 2.0, 2.0, 1.0, 4.0])
-
-
-@pytest.mark.parametrize("name", POLICY_NAMES)
-def test_every_policy_schedules_candidates_within_budget_and_records_plain_wemd(name):
-    # Device 4 is unavailable, device 2 crashes: neither may ever be scheduled. Budget 7 Hz.
-    base = scripted_client()
-
-    def handler(msg, ctx):
-        if ctx.node_config["partition-id"] == 2 and msg.metadata.message_type != keys.QUERY_INFO:
-            raise RuntimeError("device crashed")
-        return base(msg, ctx)
-
-    available, min_bw = BUDGET_DRAW
-    strategy, grid = build(name, make_draw(available, min_bw), handler=handler, total_bw=7.0)
-    # Rules that need the channel only (BC, all) are not told about the crash before training.
-    channel_only = strategy.protocol == "channel"
-    for server_round in (1, 2, 3):
-        run_round(strategy, grid, server_round)
-        rec = strategy.last_record
-        assert rec is not None and rec.round == server_round
-        scheduled = np.array(rec.scheduled, dtype=int)
-        assert 4 not in rec.scheduled and 2 not in rec.uploaded
-        assert rec.num_candidates == (5 if channel_only else 4)
-        if not channel_only:
-            assert 2 not in rec.scheduled and rec.failed == [2]
-        used = float(np.sum(np.array(min_bw)[scheduled]))
-        assert rec.bandwidth_used_hz == pytest.approx(used)
-        if name != "all":  # "all" ignores the budget by definition (FedAvg reference)
-            assert used <= 7.0 + 1e-9
-        reported = np.array([v for v in rec.scheduled if v != 2], dtype=int)
-        assert rec.uploaded == reported.tolist()
-        if reported.size == 0:
-            assert math.isnan(rec.wemd)
-            continue
-        # Plain WEMD (G = 1), computed here from the scripted histograms of the uploads.
-        mean = (HISTS[reported] / 4.0).mean(axis=0)
-        assert rec.wemd == pytest.approx(float(np.abs(mean - 0.5).sum()), abs=1e-12)
-        if not strategy.policy.needs_sigma:  # σ̂ is computed only for FedCGD
-            assert math.isnan(rec.sigma) and math.isnan(rec.sampling_term)
-            continue
-        cand = np.array([0, 1, 3, 5])
-        w = SIZES[cand] / SIZES[cand].sum()
-        sigma = math.sqrt(float(np.sum(w * SIGMAS[cand] ** 2)))
-        assert rec.sigma == pytest.approx(sigma)
-        assert rec.sampling_term == pytest.approx(sigma / math.sqrt(4 * scheduled.size))
-
-
-def test_best_channel_ranks_by_gain_not_by_id():
-    gain = np.array([1, 6, 3, 5, 2, 4], float) * 1e-9
-    draw = make_draw([True] * V, [3.0] * V, gain=gain)
-    strategy, grid = build("bc", draw, total_bw=7.0)
-    msgs, _ = run_round(strategy, grid)
-    # Gains 6 (device 1) and 5 (device 3) fit 3 + 3 = 6 Hz; the next (4, device 5) does not.
-    assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[1], NODES[3]]
-    assert strategy.last_record is not None and strategy.last_record.scheduled == [1, 3]
-
-
-# --- discovery: joins, leaves, duplicate claims ------------------------------------------------
-
-
-def test_registry_joins_leaves_and_duplicate_claims():
-    registry = NodeRegistry(3, 2)
-    assert registry.unknown([10, 11]) == [10, 11]
-    assert registry.register(10, 0) == 10 and registry.register(11, 0) == 10  # duplicate refused
-    assert registry.partition(10) == 0 and registry.partition(11) is None
-    assert registry.unknown([10, 11]) == [11]
-    assert registry.with_node(np.array([True, True, False])) == [0]
-    assert registry.forget_disconnected([11]) == [(10, 0)]
-    assert registry.register(11, 0) == 11  # the second claimant takes over once the first left
-    assert registry.node(0) == 11
-    with pytest.raises(ValueError, match="out of range"):
-        registry.register(12, 3)
-
-
-def test_node_that_joins_later_is_discovered_and_scheduled():
-    draw = make_draw([True] * V, [0.0] * V)
-    strategy, grid = build("all", draw)
-    late = grid.handlers.pop(NODES[5])
-    run_round(strategy, grid, 1)
-    assert strategy.last_record is not None and strategy.last_record.scheduled == [0, 1, 2, 3, 4]
-    grid.handlers[NODES[5]] = late
-    run_round(strategy, grid, 2)
-    assert strategy.last_record.scheduled == list(range(V))
-
-
-def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
-    draw = make_draw([True] * V, [0.0] * V)
-    strategy, grid = build("all", draw)
-    # A seventh node claims partition 3, already served by NODES[3].
-    twin = 5555
-    grid.handlers[twin] = grid.handlers[NODES[3]]
-    grid.contexts[twin] = make_contexts([twin], {}, V)[twin]
-    grid.contexts[twin].node_config["partition-id"] = 3
-    run_round(strategy, grid, 1)
-    assert strategy.registry.node(3) == NODES[3] and strategy.registry.partition(twin) is None
-    assert strategy.last_record is not None and strategy.last_record.uploaded == list(range(V))
-    # NODES[3] disconnects: the twin is asked again and serves partition 3 from round 2 on.
-    del grid.handlers[NODES[3]]
-    msgs, _ = run_round(strategy, grid, 2)
-    assert strategy.registry.node(3) == twin
-    assert twin in {m.metadata.dst_node_id for m in msgs}
-    assert strategy.last_record.uploaded == list(range(V))
-
-
-# --- no work a rule does not need ----------------------------------------------------------
-
-
-def sent_config(grid, kind):
-    return [
-        m.content.config_records[keys.CONFIG] for m in grid.sent if m.metadata.message_type == kind
-    ]
-
-
-@pytest.mark.parametrize(
-    ("name", "protocol", "query_sigma", "train_sigma"),
-    [
-        ("fedcgd-fscd", "query", True, False),
-        ("fedcgd-fscd", "train-all", None, True),
-        ("fedcbs", "query", False, False),
-        ("bn2", "train-all", None, False),
-        ("poc", "train-all", None, False),
-        ("bc", "channel", None, False),
-        ("all", "channel", None, False),
-        ("bc", "query", False, False),
-    ],
-)
-def test_devices_do_only_the_work_the_rule_needs(name, protocol, query_sigma, train_sigma):
-    strategy, grid = build(name, make_draw([True] * V, [1.0] * V), protocol=protocol)
-    msgs, _ = run_round(strategy, grid)
-    assert msgs
-    queries = sent_config(grid, keys.QUERY_STATS)
-    if query_sigma is None:
-        assert queries == []  # no query phase at all
-    else:
-        assert len(queries) == V and {q[keys.WANT_SIGMA] for q in queries} == {query_sigma}
-    assert {c[keys.WANT_SIGMA] for c in sent_config(grid, "train")} == {train_sigma}
-
-
-def test_auto_protocol_per_policy():
-    auto = {
-        name: build(name, make_draw([True] * V, [1.0] * V))[0].protocol for name in POLICY_NAMES
-    }
-    assert auto == {
-        "fedcgd-fscd": "query",
-        "fedcgd-gs": "query",
-        "fedcgd-fscd-gc": "query",
-        "fedcgd-exact": "query",
-        "fedcgd-cd": "query",
-        "bc": "channel",
-        "bn2": "train-all",
-        "poc": "train-all",
-        "fedcbs": "channel",
-        "all": "channel",
-    }
-    with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcgd-fscd'"):
-        build("fedcgd-fscd", make_draw([True] * V, [1.0] * V), protocol="channel")
-
-
-@pytest.mark.parametrize("protocol", ["channel", "query", "train-all"])
-def test_fedcbs_uses_the_whole_local_distribution_from_discovery(protocol):
-    # Same rng seed and state as the strategy: the schedule must be Fed-CBS on LOCAL_HISTS.
-    from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
-
-    available, min_bw = [True, True, False, True, True, True], [2.0, 3.0, 1.0, 2.0, 4.0, 1.0]
-    strategy, grid = build("fedcbs", make_draw(available, min_bw), protocol=protocol)
-    state, rng = FedCBSState(V), np.random.default_rng(0)
-    local = LOCAL_HISTS / LOCAL_HISTS.sum(axis=1, keepdims=True)
-    for server_round in (1, 2, 3):
-        run_round(strategy, grid, server_round)
-        expected = fedcbs_select(
-            state,
-            np.array(available),
-            local,
-            SIZES.astype(float),
-            np.where(available, min_bw, np.inf),
-            10.0,
-            rng,
-        )
-        assert strategy.last_record is not None
-        assert strategy.last_record.scheduled == np.flatnonzero(expected).tolist()

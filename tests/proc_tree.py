@@ -1,0 +1,61 @@
+"""The process tree as ``/proc`` tells it, read here and not with the code under test.
+
+The tests that stop commands check, with these, that every process a command started is gone;
+experiments/run/processes.py reads the same files for the product, so this is written apart
+from it (a child map walked depth first) to stay an independent witness.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, or None once it is gone.
+
+    The command name (field 2) is in parentheses and may hold spaces or parentheses itself, so
+    the fields start after the last ``)``: state, parent PID, process group, session, ...
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 1 :].split()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, grandchildren, ...), ``pid`` itself not included."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        fields = stat_fields(entry.name) if entry.name.isdigit() else None
+        if fields is not None:
+            children[int(fields[1])].append(int(entry.name))
+    found: set[int] = set()
+    pending = list(children[pid])
+    while pending:
+        child = pending.pop()
+        if child not in found:
+            found.add(child)
+            pending.extend(children[child])
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def session_of(pid: int) -> str | None:
+    """The session ID of ``pid`` (None once it is gone)."""
+    fields = stat_fields(pid)
+    return None if fields is None else fields[3]
+
+
+def command_line(pid: int) -> str:
+    """The first 150 characters of ``pid``'s command line, for failure messages."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:150]
+    except OSError:
+        return "?"

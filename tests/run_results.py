@@ -1,0 +1,56 @@
+"""What the tests that stop and continue runs compare: metrics lines (timings aside), models.
+
+Also the two-policy preset those tests stop (its command-line words).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+#: Fields of a metrics line that are timings (they differ between any two runs).
+TIMINGS = frozenset(
+    {"eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
+     "client_train_s", "discovery_s"}
+)  # fmt: skip
+
+
+def two_policy_preset(out: Path, *settings: str) -> list[str]:
+    """Command-line words of the ``digits_policies`` preset for BC and FedCGD-FSCD, in process,
+    into ``out``, with the Hydra ``settings`` added."""
+    return ["experiment=digits_policies", "policies=[bc,fedcgd-fscd]", f"out={out}",
+            "launcher.engine=inprocess", *settings]  # fmt: skip
+
+
+def lines(folder: Path) -> list[dict]:
+    """The run's metrics lines, parsed."""
+    return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def comparable(folder: Path) -> list[dict]:
+    """The run's metrics lines without their timings."""
+    return [{k: v for k, v in line.items() if k not in TIMINGS} for line in lines(folder)]
+
+
+def same_model(a: Path, b: Path) -> bool:
+    """True when the final models of runs ``a`` and ``b`` are equal bit for bit."""
+    x, y = torch.load(a / "model.pt"), torch.load(b / "model.pt")
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def rounds_written(folder: Path) -> int:
+    """How many metrics lines the run has written so far (0 before its file exists)."""
+    try:
+        return len((folder / "metrics.jsonl").read_text().splitlines())
+    except OSError:
+        return 0
+
+
+def assert_same_run(folder: Path, whole: Path, rounds: int) -> None:
+    """Run ``folder`` wrote rounds 1..``rounds`` once each and equals the uninterrupted ``whole``:
+    every metrics line but its timings, and the final model bit for bit."""
+    assert [x["round"] for x in lines(folder)] == list(range(1, rounds + 1))
+    assert comparable(folder) == comparable(whole)
+    assert same_model(folder, whole)

@@ -1,0 +1,170 @@
+"""The data-set and model contract on its own: the built-ins through it, and its rules.
+
+No user folder and no run here (those are in tests/test_own_data_model.py): the built-in data
+sets and models must come out as they always did, and each rule of the contract is checked on
+hand-written arrays.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedcgd_task.datasets import BUILTIN_DATASETS, check_data, load_data
+from fedcgd_task.models import BUILTIN_MODELS, build_model, count_parameters
+from fedcgd_task.settings import DATASETS, MODELS, TaskSettings, default_run_config
+
+# --- the built-ins through the same interface ------------------------------------------------
+
+
+def test_the_built_in_registries_are_the_settings_names():
+    assert tuple(BUILTIN_DATASETS) == DATASETS
+    assert ("auto", *BUILTIN_MODELS) == MODELS
+
+
+def test_digits_through_the_data_set_contract_equals_scikit_learns_images():
+    # The old loader's definition, from scikit-learn directly: stratified 80 / 20 split with
+    # random_state 0, rows sorted, x = pixel / 16 as float32 [N, 1, 8, 8].
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    rows = train_test_split(
+        np.arange(bunch.target.size), test_size=0.2, random_state=0, stratify=bunch.target
+    )
+    train, test = load_data("digits", "/nowhere")
+    for split, index in zip((train, test), rows, strict=True):
+        index = np.sort(index)
+        x, y = split.tensors()
+        expected = (bunch.images[index] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+        assert torch.equal(x, torch.from_numpy(expected))
+        assert torch.equal(y, torch.from_numpy(bunch.target[index].astype(np.int64)))
+        assert split.num_classes == 10 and split.input_shape == (1, 8, 8)
+    assert (len(train), len(test)) == (1437, 360)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_the_digits_mlp_is_initialised_bit_for_bit_as_before(seed):
+    # The MLP as it was always built: torch.manual_seed(seed), then Flatten, Linear(64, 64),
+    # ReLU, Linear(64, 10), the layers drawing their weights in that order.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        reference = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    model = build_model("mlp", 10, (1, 8, 8), seed=seed)
+    ours = model.state_dict()
+    assert sorted(ours) == ["net.1.bias", "net.1.weight", "net.3.bias", "net.3.weight"]
+    for key, value in reference.state_dict().items():
+        assert torch.equal(ours[f"net.{key}"], value), key
+    assert count_parameters(model) == 4_810
+
+
+# --- the contract's details ------------------------------------------------------------------
+
+
+def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
+    x = np.arange(12, dtype=np.int16).reshape(4, 3)
+    y = np.array([0, 1, 1, 0], dtype=np.uint8)
+    train, test = check_data(((x, y), (x[:2], y[:2]), np.int64(5)), "m:load")
+    assert train.num_classes == test.num_classes == 5  # given, though labels reach 1 only
+    xt, yt = train.tensors([3, 0])
+    assert xt.dtype == torch.float32 and xt.tolist() == [[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]]
+    assert yt.dtype == torch.int64 and yt.tolist() == [0, 0]
+    # Without num_classes, C is the largest label of both sets + 1: 2 here.
+    assert check_data(((x, y), (x, y)), "m:load")[0].num_classes == 2
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        (((np.zeros((0, 2)), np.zeros(0, int)), (np.zeros((1, 2)), [1])), "the train set holds"),
+        (((np.zeros((2, 2)), [0, 0]), (np.zeros((2, 2)), [0, 0])), "labels hold one class only"),
+        (((np.zeros(2), [0, 1]), (np.zeros(2), [0, 1])), "x_train has shape (2,); inputs must"),
+        (((np.zeros((2, 2)), [0, -1]), (np.zeros((2, 2)), [0, 1])), "y_train holds label -1"),
+        (((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 2)), [0, 1]), 1), "num_classes = 1; it"),
+        (((np.full((2, 2), 1e39), [0, 1]), (np.zeros((2, 2)), [0, 1])), "not finite in float32"),
+        (((np.array(["a", "b"]), [0, 1]), (np.zeros((2, 2)), [0, 1])), "x_train has dtype <U1"),
+        (((np.zeros((2, 2)), [[0, 1]]), (np.zeros((2, 2)), [0, 1])), "y_train has shape (1, 2)"),
+    ],
+)
+def test_each_rule_of_the_contract_is_one_line_naming_the_key(result, message):
+    with pytest.raises(ValueError) as info:
+        check_data(result, "m:load")
+    text = str(info.value)
+    assert text.startswith("run-config key 'dataset' = 'm:load': ") and "\n" not in text
+    assert message in text, text
+
+
+def test_a_data_dir_keyword_or_kwargs_receive_the_folder_and_nothing_else_is_passed(tmp_path):
+    module = tmp_path / "dirs.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+
+            SEEN = []
+
+            def _data(n):
+                return (np.zeros((n, 1)), np.arange(n) % 2), (np.zeros((2, 1)), [0, 1])
+
+            def keyword(*, data_dir, scale=3):
+                SEEN.append(("keyword", data_dir, scale))
+                return _data(4)
+
+            def kwargs(**options):
+                SEEN.append(("kwargs", options))
+                return _data(6)
+
+            def bare(scale=2):
+                SEEN.append(("bare", scale))
+                return _data(8)
+            """
+        )
+    )
+    folder = str(tmp_path / "data")
+    sizes = [
+        len(load_data(f"{module}:{name}", folder)[0]) for name in ("keyword", "kwargs", "bare")
+    ]
+    assert sizes == [4, 6, 8]
+    from fedcgd_task.imports import import_object
+
+    seen = import_object(f"{module}:SEEN", "dataset")
+    assert seen == [("keyword", folder, 3), ("kwargs", {"data_dir": folder}), ("bare", 2)]
+
+
+def test_settings_check_a_reference_by_its_form_without_importing_it():
+    run_config = {**default_run_config(), "dataset": "not_imported_yet.data:load", "model": "auto"}
+    settings = TaskSettings.from_run_config(run_config)
+    assert settings.dataset == "not_imported_yet.data:load" and settings.model == "mlp"
+    assert "not_imported_yet" not in sys.modules
+    with pytest.raises(ValueError, match=r"'model' = 'a:b:c' is not a reference"):
+        TaskSettings.from_run_config({**run_config, "model": "a:b:c"})
+
+
+def test_sigma_of_a_model_outside_the_one_pass_method_equals_a_per_sample_loop():
+    # A LayerNorm is outside client_app.per_sample_norms (the Conv1d is inside): σ̂ falls back
+    # to vmap for the whole model.
+    from client_app.per_sample_norms import unsupported_reasons
+    from client_app.sigma import gradient_spread
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = nn.Sequential(
+            nn.Conv1d(2, 4, 3), nn.Flatten(), nn.LayerNorm(24), nn.Tanh(), nn.Linear(24, 3)
+        )
+        x, y = torch.randn(7, 2, 8), torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    assert [r.split(":")[0] for r in unsupported_reasons(model)] == ["2"]  # the LayerNorm
+    # Oracle: one backward per sample, sigma^2 = (1/b) sum_i ||g_i - mean g||^2, in float64.
+    model.eval()
+    grads = []
+    for i in range(7):
+        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
+        parts = torch.autograd.grad(loss, list(model.parameters()))
+        grads.append(torch.cat([g.reshape(-1) for g in parts]).double())
+    stacked = torch.stack(grads)
+    expected = float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean().sqrt())
+    assert gradient_spread(model, x, y).sigma == pytest.approx(expected, rel=1e-5)
