@@ -34,7 +34,7 @@ from misbehaving import misbehaving
 
 from client_app.app import app as client_app
 from experiments.analysis.statistics import mean_ci95
-from experiments.compare.policies import summarise
+from experiments.compare.results import summarise
 from experiments.run.inprocess import InProcessGrid, node_contexts
 from experiments.run.launcher import default_run_config
 from server_app.app import run_federation

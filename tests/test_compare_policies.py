@@ -21,6 +21,8 @@ from scipy import stats
 from subprocesses import run_module
 
 from experiments.analysis.plot_runs import plot_mean_runs, plot_runs
+from experiments.compare import execution, results
+from experiments.compare import plans as planning
 from experiments.compare import policies as cp
 from experiments.run.processes import Interrupted
 from server_app.run_status import FAILED, RUNNING, read_status
@@ -72,7 +74,7 @@ def fake_run(
 def write_all(out: Path, accuracy: dict[str, dict[int, list[float]]] = ACCURACY) -> None:
     for policy, per_seed in accuracy.items():
         for seed, accs in per_seed.items():
-            fake_run(cp.run_dir(out, policy, seed), policy, seed, accs)
+            fake_run(planning.run_dir(out, policy, seed), policy, seed, accs)
 
 
 def no_flwr(*args, **kwargs):
@@ -90,8 +92,10 @@ def ci95(x: list[float]) -> float:
 def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     out = tmp_path / "cmp"
     write_all(out)
-    monkeypatch.setattr(cp, "run_flwr", no_flwr)
-    result = cp.run_policies(["fedcgd-fscd", "bc"], {}, out, seeds=[0, 1, 2], target_accuracy=0.6)
+    monkeypatch.setattr(execution, "run_flwr", no_flwr)
+    result = execution.run_policies(
+        ["fedcgd-fscd", "bc"], {}, out, seeds=[0, 1, 2], target_accuracy=0.6
+    )
     assert len(result.runs) == 6 and result.code == 0
     printed = capsys.readouterr().out
     assert "[policy 1/2, seed 1/3] fedcgd-fscd seed=0" in printed
@@ -104,7 +108,7 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert Path(by_run[("bc", "2")]["result_dir"]) == out / "bc" / "seed-2"
 
     table = {r["policy"]: r for r in read(out / "table.csv")}
-    assert list(read(out / "table.csv")[0]) == list(cp.TABLE_COLUMNS)
+    assert list(read(out / "table.csv")[0]) == list(results.TABLE_COLUMNS)
     for policy, per_seed in ACCURACY.items():
         row = table[policy]
         final = [accs[-1] for accs in per_seed.values()]
@@ -161,26 +165,26 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_pairs_only_common_seeds_and_no_reference(tmp_path, monkeypatch):
-    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    monkeypatch.setattr(execution, "run_flwr", no_flwr)
     out = tmp_path / "partial"
     write_all(out, {"fedcgd-fscd": {0: [0.5], 1: [0.6], 2: [0.7]}, "poc": {1: [0.4], 2: [0.8]}})
-    cp.run_policies(["fedcgd-fscd", "poc"], {}, out, seeds=[1, 2])
+    execution.run_policies(["fedcgd-fscd", "poc"], {}, out, seeds=[1, 2])
     row = {r["policy"]: r for r in read(out / "table.csv")}["poc"]
     assert row["n_paired"] == "2"
     assert float(row["diff_vs_fedcgd_fscd"]) == pytest.approx(((0.4 - 0.6) + (0.8 - 0.7)) / 2)
     assert row["reached_target"] == "" and row["rounds_to_target_mean"] == ""
 
-    rows = cp.table_rows(
-        [{"policy": "bc", "seed": s, **dict.fromkeys(cp.METRICS, 0.5 + s)} for s in (0, 1)]
+    rows = results.table_rows(
+        [{"policy": "bc", "seed": s, **dict.fromkeys(results.METRICS, 0.5 + s)} for s in (0, 1)]
     )
     assert rows[0]["diff_vs_fedcgd_fscd"] is None and rows[0]["p_value_vs_fedcgd_fscd"] is None
 
 
 def test_one_seed_has_no_interval(tmp_path, monkeypatch):
-    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    monkeypatch.setattr(execution, "run_flwr", no_flwr)
     out = tmp_path / "one"
     write_all(out, {p: {0: accs[0]} for p, accs in ACCURACY.items()})
-    cp.run_policies(list(ACCURACY), {}, out, seeds=[0])
+    execution.run_policies(list(ACCURACY), {}, out, seeds=[0])
     for row in read(out / "table.csv"):
         assert row["n_seeds"] == "1" and row["final_accuracy_ci95"] == ""
         assert row["p_value_vs_fedcgd_fscd"] == "" and row["diff_vs_fedcgd_fscd"] == ""
@@ -190,7 +194,7 @@ def test_one_seed_has_no_interval(tmp_path, monkeypatch):
 
 def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    fake_run(cp.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], {"num-server-rounds": 2})
+    fake_run(planning.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], {"num-server-rounds": 2})
     calls = []
 
     def fake_flwr(run_config, **kwargs):
@@ -207,8 +211,8 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
         )
         return subprocess.CompletedProcess([], 0, "", "")
 
-    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
-    result = cp.run_policies(
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    result = execution.run_policies(
         ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
     )
     assert [(c["policy"], c["seed"]) for c in calls] == [
@@ -226,7 +230,7 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
     assert result.code == 1 and [f.label for f in result.failed] == ["bc/seed-1"]
     assert result.last_line().startswith("1 of 4 runs failed: bc/seed-1 (exit code 1: ")
     with pytest.raises(ValueError, match="seeds"):
-        cp.run_policies(["bc"], {"seed": 3}, out, seeds=[0])
+        execution.run_policies(["bc"], {"seed": 3}, out, seeds=[0])
 
 
 def test_command_line_seeds(tmp_path, monkeypatch):
@@ -237,7 +241,7 @@ def test_command_line_seeds(tmp_path, monkeypatch):
         fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.5])
         return subprocess.CompletedProcess([], 0, "", "")
 
-    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
     out = tmp_path / "cli"
     args = ["--policies", "fedcgd-fscd,bc", "--out", str(out)]
     assert cp.main([*args, "--seeds", "3,1"]) == 0
@@ -260,7 +264,7 @@ def test_command_line_seeds(tmp_path, monkeypatch):
     ],
 )
 def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+    monkeypatch.setattr(execution, "run_flwr", no_flwr)
     assert cp.main(["--out", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and message in err and err.count("\n") == 1
@@ -270,8 +274,10 @@ def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monk
     """The adversarial case: 50-round seed-0 runs kept, 3 rounds with seeds 0 and 1 asked."""
     out = tmp_path / "stale"
     for policy in ("fedcgd-fscd", "bc"):
-        fake_run(cp.run_dir(out, policy, 0), policy, 0, [0.5, 0.6, 0.7], {"num-server-rounds": 50})
-    monkeypatch.setattr(cp, "run_flwr", no_flwr)
+        fake_run(
+            planning.run_dir(out, policy, 0), policy, 0, [0.5, 0.6, 0.7], {"num-server-rounds": 50}
+        )
+    monkeypatch.setattr(execution, "run_flwr", no_flwr)
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert cp.main([*args, "--run-config", "num-server-rounds=3"]) == 2
     err = capsys.readouterr().err
@@ -285,19 +291,22 @@ def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monk
 def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path, monkeypatch):
     out = tmp_path / "kept"
     kept = {"num-server-rounds": 2, "checkpoint-every": 1}
-    fake_run(cp.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], kept)
-    plan = cp.plan_run("bc", 0, cp.run_dir(out, "bc", 0), {"num-server-rounds": 2})
-    assert plan.action == cp.KEEP, plan.note
-    plan = cp.plan_run("bc", 0, cp.run_dir(out, "bc", 0), {**kept, "local-steps": 3})
-    assert plan.action == cp.REFUSE
+    fake_run(planning.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], kept)
+    plan = planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), {"num-server-rounds": 2})
+    assert plan.action == planning.KEEP, plan.note
+    plan = planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), {**kept, "local-steps": 3})
+    assert plan.action == planning.REFUSE
     assert plan.note == "training.local_steps (kept 10, asked 3)"
     # digits ignore data-dir; CIFAR does not
     elsewhere = {"num-server-rounds": 2, "data-dir": str(tmp_path / "other")}
-    assert cp.plan_run("bc", 0, cp.run_dir(out, "bc", 0), elsewhere).action == cp.KEEP
+    assert (
+        planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), elsewhere).action
+        == planning.KEEP
+    )
     cifar = {"dataset": "cifar10", "num-server-rounds": 2}
-    fake_run(cp.run_dir(out, "bc", 1), "bc", 1, [0.5, 0.6], cifar)
-    plan = cp.plan_run("bc", 1, cp.run_dir(out, "bc", 1), {**cifar, **elsewhere})
-    assert plan.action == cp.REFUSE and plan.note.startswith("task.data_dir (kept ")
+    fake_run(planning.run_dir(out, "bc", 1), "bc", 1, [0.5, 0.6], cifar)
+    plan = planning.plan_run("bc", 1, planning.run_dir(out, "bc", 1), {**cifar, **elsewhere})
+    assert plan.action == planning.REFUSE and plan.note.startswith("task.data_dir (kept ")
 
 
 def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
@@ -321,7 +330,7 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
             fake_run(Path(run_config["result-dir"]), policy, seed, [0.5, 0.6])
         return subprocess.CompletedProcess([], 0, "", "")
 
-    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
     out = tmp_path / "failing"
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert cp.main(args) == 1
@@ -345,7 +354,7 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
         fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.7])
         return subprocess.CompletedProcess([], 0, "", "")
 
-    monkeypatch.setattr(cp, "run_flwr", recording_flwr)
+    monkeypatch.setattr(execution, "run_flwr", recording_flwr)
     assert cp.main(args) == 0
     assert calls == [("bc", 1)]
     assert capsys.readouterr().out.strip().splitlines()[-1] == "all 4 runs completed"
@@ -354,7 +363,7 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
 
 def test_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path, monkeypatch):
     out = tmp_path / "resume"
-    folder = cp.run_dir(out, "bc", 0)
+    folder = planning.run_dir(out, "bc", 0)
     fake_run(folder, "bc", 0, [0.5], {"num-server-rounds": 3}, state=RUNNING, summary=False)
     (folder / "checkpoint.pt").write_bytes(b"a checkpoint")
     assert read_status(folder).state == RUNNING
@@ -365,27 +374,27 @@ def test_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path, monkeypatch):
         fake_run(folder, "bc", 0, [0.5, 0.6, 0.7], {"num-server-rounds": 3})
         return subprocess.CompletedProcess([], 0, "", "")
 
-    monkeypatch.setattr(cp, "run_flwr", fake_flwr)
-    plans = cp.plan_runs(["bc"], {"num-server-rounds": 3}, out, [0])
-    assert [p.action for p in plans] == [cp.RESUME]
-    result = cp.run_policies(["bc"], {"num-server-rounds": 3}, out, seeds=[0], plans=plans)
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    plans = planning.plan_runs(["bc"], {"num-server-rounds": 3}, out, [0])
+    assert [p.action for p in plans] == [planning.RESUME]
+    result = execution.run_policies(["bc"], {"num-server-rounds": 3}, out, seeds=[0], plans=plans)
     assert [c["resume-from"] for c in calls] == [str(folder)]
     assert result.code == 0 and result.runs[0]["final_accuracy"] == 0.7
 
 
 def test_results_from_before_status_files_are_kept(tmp_path, monkeypatch):
-    folder = cp.run_dir(tmp_path, "bc", 0)
+    folder = planning.run_dir(tmp_path, "bc", 0)
     fake_run(folder, "bc", 0, [0.5, 0.6])
     (folder / "status.json").unlink()
-    monkeypatch.setattr(cp, "run_flwr", no_flwr)
-    assert cp.run_policies(["bc"], {}, tmp_path, seeds=[0]).code == 0
+    monkeypatch.setattr(execution, "run_flwr", no_flwr)
+    assert execution.run_policies(["bc"], {}, tmp_path, seeds=[0]).code == 0
 
 
 def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys):
     def interrupted(run_config, **kwargs):
         raise Interrupted(15)
 
-    monkeypatch.setattr(cp, "run_flwr", interrupted)
+    monkeypatch.setattr(execution, "run_flwr", interrupted)
     assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 143
     err = capsys.readouterr().err
     assert err.strip().splitlines()[0] == (
@@ -397,14 +406,14 @@ def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys
 
 def test_mean_and_single_run_plots(tmp_path):
     write_all(tmp_path)
-    dirs = {p: [cp.run_dir(tmp_path, p, s) for s in (0, 1, 2)] for p in ACCURACY}
+    dirs = {p: [planning.run_dir(tmp_path, p, s) for s in (0, 1, 2)] for p in ACCURACY}
     assert plot_mean_runs(dirs, tmp_path / "mean.png").stat().st_size > 0
     assert plot_runs(dirs["bc"][:1], tmp_path / "one.png").stat().st_size > 0
 
 
 def test_summarise_reads_the_seed_from_the_config(tmp_path):
     fake_run(tmp_path / "r", "bc", 4, [0.2, 0.4])
-    row = cp.summarise(tmp_path / "r", target_accuracy=0.3)
+    row = results.summarise(tmp_path / "r", target_accuracy=0.3)
     assert row["seed"] == 4 and row["rounds_to_target"] == 2 and row["final_accuracy"] == 0.4
     assert math.isclose(row["mean_wemd"], 0.19)
 
@@ -481,7 +490,7 @@ def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monk
         fake_run(Path(run_config["result-dir"]), "bc", 0, lines, state=RUNNING, summary=False)
         return subprocess.CompletedProcess([], 0, log, "")
 
-    monkeypatch.setattr(cp, "run_flwr", crashed)
+    monkeypatch.setattr(execution, "run_flwr", crashed)
     assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 1
     failed, last = capsys.readouterr().err.strip().splitlines()[-2:]
     assert failed == (

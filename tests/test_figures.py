@@ -98,7 +98,7 @@ def _capture(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return out
 
     monkeypatch.setattr("experiments.analysis.plot_runs.save_figure", keep)
-    monkeypatch.setattr("experiments.compare.reproduce.save_figure", keep)
+    monkeypatch.setattr("experiments.analysis.preset_figures.save_figure", keep)
     return figures
 
 
@@ -335,7 +335,7 @@ def test_one_run_is_its_own_line_without_a_band() -> None:
 def test_the_sweep_figure_draws_two_seed_error_bars_as_its_title_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.compare.reproduce import plot_sweep
+    from experiments.analysis.preset_figures import plot_sweep
 
     figures = _capture(monkeypatch)
     rows = [
@@ -356,7 +356,7 @@ def test_the_sweep_figure_draws_two_seed_error_bars_as_its_title_says(
 def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.compare.reproduce import plot_estimates
+    from experiments.analysis.preset_figures import plot_estimates
 
     figures = _capture(monkeypatch)
     groups = {}

@@ -13,7 +13,8 @@ from flwr.app import Message
 
 from channel import CellConfig
 from client_app.app import app as client_app
-from experiments.compare.policies import check_policies, run_policies
+from experiments.compare.execution import run_policies
+from experiments.compare.plans import check_policies
 from experiments.run.inprocess import main as inprocess_main
 from experiments.run.launcher import default_run_config, format_run_config, parse_run_config_text
 from fedcgd_task import keys

@@ -27,7 +27,7 @@ import pytest
 from doc_pages import PROJECT, doc_text
 from hydra import compose, initialize_config_dir
 
-from experiments.compare.policies import check_policy_params_used, with_policy_params
+from experiments.compare.plans import check_policy_params_used, with_policy_params
 from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
 from experiments.run.launcher import format_run_config, parse_run_config_text, validated_run_config
 

@@ -13,15 +13,14 @@ from fake_runs import write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import run_module
 
-from experiments.compare import policies as compare_policies
-from experiments.compare import reproduce
+from experiments.analysis.preset_figures import point_label
+from experiments.compare import execution, reproduce
 from experiments.compare.reproduce import (
     CONF_DIR,
     hydra_overrides,
     main,
     planned_runs,
     planned_seeds,
-    point_label,
     sweep_points,
 )
 from experiments.paper.settings import PAPER_CIFAR10
@@ -181,7 +180,7 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
         write_run(result_dir, run_config, lines)
         return subprocess.CompletedProcess([], 0, "", "")
 
-    monkeypatch.setattr(compare_policies, "run_flwr", fake_flwr)
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
     out = tmp_path / "sweep"
     cfg = load(
         "digits_policies",
@@ -302,7 +301,7 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
             write_run(Path(run_config["result-dir"]), run_config, lines)
         return subprocess.CompletedProcess([], 0, "", "")
 
-    monkeypatch.setattr(compare_policies, "run_flwr", fake_flwr)
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
     out = tmp_path / "failing"
     words = ["experiment=digits_policies", "policies=[bc,all]", "sweep.local-steps=[1,2]",
              f"out={out}"]  # fmt: skip

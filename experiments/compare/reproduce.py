@@ -8,7 +8,7 @@ policy of the preset for every seed (default ``[0]``) and every combination of i
 - ``<key>=<value>/<policy>/seed-<s>/`` one result directory per run (resumable: finished runs
   are kept),
 - ``<key>=<value>/table.csv``, ``runs.csv`` and ``curves.png`` per sweep point (see
-  :mod:`experiments.compare.policies`: per policy the mean and 95 % confidence half-width over
+  :mod:`experiments.compare.results`: per policy the mean and 95 % confidence half-width over
   seeds of final / best accuracy, rounds to the target accuracy, mean scheduled devices, mean
   WEMD, and a paired t-test of the final accuracy against FedCGD-FSCD),
 - ``table.csv`` and ``runs.csv`` over all sweep points (a ``sweep`` column first),
@@ -19,7 +19,8 @@ policy of the preset for every seed (default ``[0]``) and every combination of i
 
 Every figure draws the mean over seeds with its 95 % confidence interval (Student t) from two
 seeds on, and a single seed as its run, and is titled with the data set and settings
-(:mod:`experiments.analysis.figures`, :mod:`experiments.analysis.figure_titles`).
+(:mod:`experiments.analysis.preset_figures`, :mod:`experiments.analysis.figures`,
+:mod:`experiments.analysis.figure_titles`).
 
 Presets: ``digits_policies`` (offline), ``cifar10_local_steps`` (accuracy vs τ and Table II),
 ``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``; offline on MNIST-1D
@@ -28,7 +29,7 @@ digits variants ``digits_*``. Any value can be
 overridden, e.g. ``run.data-dir=/data/cifar 'policies=[fedcgd-fscd,bc]' run.num-server-rounds=50
 'seeds=[0,1,2]'`` (``run.<key>=`` and ``sweep.<key>=`` take every run-config key, whether the
 preset lists it or not: :func:`hydra_overrides`). The run config of every run is validated, and
-every result folder planned (:mod:`experiments.compare.policies`: kept runs with other settings
+every result folder planned (:mod:`experiments.compare.plans`: kept runs with other settings
 are refused, naming them), before the first one starts. The seed is set by ``seeds`` only
 (``run.seed`` or ``sweep.seed`` are refused), so that runs of every policy with the same seed are
 paired. ``launcher.jobs=N`` keeps N in-process runs going at once (0: one per usable core),
@@ -49,44 +50,29 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import matplotlib
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.analysis.figure_titles import runs_title
-from experiments.analysis.figures import (
-    MIN_RUNS_FOR_BAND,
-    draw_group,
-    estimate_styles,
-    is_fedcgd,
-    label_axis,
-    legend_below,
-    metric,
-    policy_name,
-    policy_order,
-    series_styles,
-)
-from experiments.analysis.plot_runs import finish_figure, load_run, round_values, save_figure
-from experiments.compare.policies import (
+from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
+from experiments.compare.execution import (
     ENGINES,
-    RUN_COLUMNS,
     ComparisonRuns,
     FailedRun,
+    collect_runs,
+    execute_plans,
+    run_header,
+)
+from experiments.compare.plans import (
     PlannedRun,
     check_plans_before_start,
     check_policies,
     check_policy_params_used,
     check_seeds,
-    collect_runs,
-    execute_plans,
-    format_row,
     plan_runs,
     refuse_stale_runs,
-    run_header,
-    table_rows,
     with_policy_params,
-    write_table,
 )
+from experiments.compare.results import RUN_COLUMNS, format_row, table_rows, write_table
 from experiments.run.launcher import default_run_config
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
@@ -99,9 +85,6 @@ from server_app.config import parse_run_config
 from server_app.folder_lock import FolderClaim, claim_folder
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 
@@ -109,11 +92,6 @@ def sweep_points(sweep: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     """Every combination of the sweep values (one empty dict for no sweep)."""
     keys = list(sweep)
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*sweep.values())]
-
-
-def point_label(point: Mapping[str, Any]) -> str:
-    """Folder name of a sweep point, e.g. ``local-steps=5`` (``default`` for no sweep)."""
-    return ",".join(f"{k}={v}" for k, v in point.items()) or "default"
 
 
 def planned_seeds(cfg: DictConfig) -> list[int]:
@@ -212,120 +190,13 @@ def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         load_train_set(task)  # cached per (dataset, data-dir), and settings where read
 
 
-def group_name(label: str, policy: str) -> str:
-    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``.
-
-    The sweep point is left out when the preset has no sweep (its label is ``default``).
-    """
-    name = policy_name(policy)
-    return name if label == "default" else f"{name}, {label}"
-
-
-def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
-    """σ̂ and Ĝ used per round (the paper's CIFAR-100 estimate panels).
-
-    Parameters
-    ----------
-    groups : mapping of (sweep label, policy) to sequence of Path
-        E.g. ``("local-steps=5", "fedcgd-fscd")`` → result directories (one per seed); each
-        group is drawn as in :func:`experiments.analysis.figures.draw_group` (the mean over
-        seeds and, from two seeds on, its clipped 95 % band; one seed: the run). Only FedCGD
-        policies are drawn (the other rules neither compute σ̂ nor keep Ĝ); styles from
-        :func:`experiments.analysis.figures.estimate_styles`; titled with the runs' settings
-        (:func:`experiments.analysis.figure_titles.runs_title`).
-    out : Path
-        PNG to write.
-
-    Returns
-    -------
-    Path
-        ``out``.
-    """
-    keys = ("sigma", "class_gradient_used")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.9), constrained_layout=True)
-    labels = list(dict.fromkeys(label for label, _ in groups))
-    fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
-    order = policy_order(p for _, p in fedcgd)
-    drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
-    for (label, policy), style in zip(drawn, estimate_styles(drawn, labels), strict=True):
-        runs = [load_run(d)[1] for d in groups[(label, policy)]]
-        for ax, key in zip(axes, keys, strict=True):
-            curves = [round_values(lines, key) for lines in runs]
-            draw_group(ax, curves, key, group_name(label, policy), style=style)
-    axes[0].set_title("σ̂: spread of the sampled gradients (paper's global σ estimate)")
-    axes[1].set_title("Ĝ: class-gradient bound FedCGD uses in the WEMD term")
-    title = runs_title(d for group in drawn for d in groups[group])
-    return finish_figure(fig, axes, keys, out, title)
-
-
-def plot_sweep(
-    rows: list[dict[str, Any]],
-    sweep: Mapping[str, list[Any]],
-    metrics: list[str],
-    out: Path,
-    title: str = "",
-) -> Path | None:
-    """The preset's figure: each metric's mean over seeds ± 95 % CI against the swept value.
-
-    One panel per metric, one line per policy (``rows`` from :func:`table_rows` with a
-    ``sweep`` label), titled ``title`` (the runs' settings). Only for a sweep over one
-    run-config key; None otherwise. The error bars are the 95 % confidence intervals of
-    ``table.csv`` (Student t, from two seeds on, as every band of the project's figures:
-    :data:`experiments.analysis.figures.MIN_RUNS_FOR_BAND`; none for one seed), clipped to what the
-    metric can be (accuracy in [0, 1], counts >= 0).
-    """
-    if len(sweep) != 1 or not metrics:
-        return None
-    ((key, values),) = sweep.items()
-    fig, axes = plt.subplots(
-        1, len(metrics), figsize=(5.6 * len(metrics), 4.7), squeeze=False, constrained_layout=True
-    )
-    labels = [point_label({key: v}) for v in values]
-    policies = policy_order(r["policy"] for r in rows)
-    styles = series_styles(policies)
-    for ax, name in zip(axes[0], metrics, strict=True):
-        bounds = metric(name)
-        for policy, style in zip(policies, styles, strict=True):
-            by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
-            mean = np.array([_number(by_label.get(lb, {}).get(f"{name}_mean")) for lb in labels])
-            ci = np.array([_number(by_label.get(lb, {}).get(f"{name}_ci95")) for lb in labels])
-            seeds = np.array([_number(by_label.get(lb, {}).get("n_seeds")) for lb in labels])
-            ci = np.where(seeds >= MIN_RUNS_FOR_BAND, np.nan_to_num(ci), 0.0)
-            lower = mean - bounds.clip(mean - ci)
-            upper = bounds.clip(mean + ci) - mean
-            ax.errorbar(
-                range(len(values)),
-                mean,
-                yerr=np.nan_to_num(np.vstack([lower, upper])),
-                marker="o",
-                capsize=3,
-                label=policy_name(policy),
-                **style,
-            )
-        ax.set_xticks(range(len(values)), [str(v) for v in values])
-        label_axis(ax, name, xlabel=key, x_count=False)
-        reached = " (runs that reached it)" if name == "rounds_to_target" else ""
-        ax.set_title(f"mean over seeds{reached}; bars: 95 % CI (Student t)", fontsize=10)
-    legend_below(fig, axes[0][0])
-    if title:
-        fig.suptitle(title)
-    return save_figure(fig, out)
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
 def launcher_engine(cfg: DictConfig) -> str:
     """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true.
 
     Raises
     ------
     ValueError
-        For an engine not in :data:`experiments.compare.policies.ENGINES`.
+        For an engine not in :data:`experiments.compare.execution.ENGINES`.
     """
     engine = str(cfg.launcher.get("engine", "simulation"))
     if engine not in ENGINES:
@@ -342,7 +213,7 @@ def plan_sweep(
     ------
     ValueError, FileNotFoundError
         One line: kept runs with other settings (naming every folder and setting), or a run
-        that cannot start (:func:`experiments.compare.policies.check_plans_before_start`).
+        that cannot start (:func:`experiments.compare.plans.check_plans_before_start`).
     """
     seeds = planned_seeds(cfg)
     policies = list(cfg.policies)

@@ -1,0 +1,148 @@
+"""The figures of a preset's reproduction: the estimates used per round and the sweep figure.
+
+:func:`plot_estimates` draws σ̂ and Ĝ per round of every (sweep point, FedCGD policy) (the
+paper's CIFAR-100 panels, ``estimates.png``); :func:`plot_sweep` draws each metric's mean over
+seeds ± 95 % CI against the swept value (``sweep.png``). Both are written by
+:mod:`experiments.compare.reproduce`; :func:`point_label` names a sweep point there (its folder
+and the ``sweep`` column of its tables) and on the sweep figure's axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+
+from experiments.analysis.figure_titles import runs_title
+from experiments.analysis.figures import (
+    MIN_RUNS_FOR_BAND,
+    draw_group,
+    estimate_styles,
+    is_fedcgd,
+    label_axis,
+    legend_below,
+    metric,
+    policy_name,
+    policy_order,
+    series_styles,
+)
+from experiments.analysis.plot_runs import finish_figure, load_run, round_values, save_figure
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def point_label(point: Mapping[str, Any]) -> str:
+    """Folder name of a sweep point, e.g. ``local-steps=5`` (``default`` for no sweep)."""
+    return ",".join(f"{k}={v}" for k, v in point.items()) or "default"
+
+
+def group_name(label: str, policy: str) -> str:
+    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``.
+
+    The sweep point is left out when the preset has no sweep (its label is ``default``).
+    """
+    name = policy_name(policy)
+    return name if label == "default" else f"{name}, {label}"
+
+
+def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
+    """σ̂ and Ĝ used per round (the paper's CIFAR-100 estimate panels).
+
+    Parameters
+    ----------
+    groups : mapping of (sweep label, policy) to sequence of Path
+        E.g. ``("local-steps=5", "fedcgd-fscd")`` → result directories (one per seed); each
+        group is drawn as in :func:`experiments.analysis.figures.draw_group` (the mean over
+        seeds and, from two seeds on, its clipped 95 % band; one seed: the run). Only FedCGD
+        policies are drawn (the other rules neither compute σ̂ nor keep Ĝ); styles from
+        :func:`experiments.analysis.figures.estimate_styles`; titled with the runs' settings
+        (:func:`experiments.analysis.figure_titles.runs_title`).
+    out : Path
+        PNG to write.
+
+    Returns
+    -------
+    Path
+        ``out``.
+    """
+    keys = ("sigma", "class_gradient_used")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.9), constrained_layout=True)
+    labels = list(dict.fromkeys(label for label, _ in groups))
+    fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
+    order = policy_order(p for _, p in fedcgd)
+    drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
+    for (label, policy), style in zip(drawn, estimate_styles(drawn, labels), strict=True):
+        runs = [load_run(d)[1] for d in groups[(label, policy)]]
+        for ax, key in zip(axes, keys, strict=True):
+            curves = [round_values(lines, key) for lines in runs]
+            draw_group(ax, curves, key, group_name(label, policy), style=style)
+    axes[0].set_title("σ̂: spread of the sampled gradients (paper's global σ estimate)")
+    axes[1].set_title("Ĝ: class-gradient bound FedCGD uses in the WEMD term")
+    title = runs_title(d for group in drawn for d in groups[group])
+    return finish_figure(fig, axes, keys, out, title)
+
+
+def plot_sweep(
+    rows: list[dict[str, Any]],
+    sweep: Mapping[str, list[Any]],
+    metrics: list[str],
+    out: Path,
+    title: str = "",
+) -> Path | None:
+    """The preset's figure: each metric's mean over seeds ± 95 % CI against the swept value.
+
+    One panel per metric, one line per policy (``rows`` from
+    :func:`experiments.compare.results.table_rows` with a ``sweep`` label), titled ``title``
+    (the runs' settings). Only for a sweep over one
+    run-config key; None otherwise. The error bars are the 95 % confidence intervals of
+    ``table.csv`` (Student t, from two seeds on, as every band of the project's figures:
+    :data:`experiments.analysis.figures.MIN_RUNS_FOR_BAND`; none for one seed), clipped to what the
+    metric can be (accuracy in [0, 1], counts >= 0).
+    """
+    if len(sweep) != 1 or not metrics:
+        return None
+    ((key, values),) = sweep.items()
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(5.6 * len(metrics), 4.7), squeeze=False, constrained_layout=True
+    )
+    labels = [point_label({key: v}) for v in values]
+    policies = policy_order(r["policy"] for r in rows)
+    styles = series_styles(policies)
+    for ax, name in zip(axes[0], metrics, strict=True):
+        bounds = metric(name)
+        for policy, style in zip(policies, styles, strict=True):
+            by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
+            mean = np.array([_number(by_label.get(lb, {}).get(f"{name}_mean")) for lb in labels])
+            ci = np.array([_number(by_label.get(lb, {}).get(f"{name}_ci95")) for lb in labels])
+            seeds = np.array([_number(by_label.get(lb, {}).get("n_seeds")) for lb in labels])
+            ci = np.where(seeds >= MIN_RUNS_FOR_BAND, np.nan_to_num(ci), 0.0)
+            lower = mean - bounds.clip(mean - ci)
+            upper = bounds.clip(mean + ci) - mean
+            ax.errorbar(
+                range(len(values)),
+                mean,
+                yerr=np.nan_to_num(np.vstack([lower, upper])),
+                marker="o",
+                capsize=3,
+                label=policy_name(policy),
+                **style,
+            )
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        label_axis(ax, name, xlabel=key, x_count=False)
+        reached = " (runs that reached it)" if name == "rounds_to_target" else ""
+        ax.set_title(f"mean over seeds{reached}; bars: 95 % CI (Student t)", fontsize=10)
+    legend_below(fig, axes[0][0])
+    if title:
+        fig.suptitle(title)
+    return save_figure(fig, out)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

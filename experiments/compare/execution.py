@@ -1,0 +1,447 @@
+"""Running a comparison's planned runs and collecting what they left.
+
+:func:`run_policies` plans (:mod:`experiments.compare.plans`), runs every run that is not
+kept (:func:`execute_plans`: one at a time in the foreground, or several in-process jobs at
+once) and writes the tables of the completed runs (:func:`collect_runs`,
+:mod:`experiments.compare.results`). A run's outcome is its ``status.json`` or what it said
+itself (:func:`run_reason`); each failure is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.compare.plans import (
+    KEEP,
+    RERUN,
+    RESUME,
+    PlannedRun,
+    check_policies,
+    check_policy_params_used,
+    check_seeds,
+    plan_runs,
+    refuse_stale_runs,
+)
+from experiments.compare.results import format_row, summarise, write_comparison
+from experiments.run.launcher import (
+    default_run_config,
+    run_flwr,
+    strip_ansi,
+    validated_run_config,
+    with_resolved_data_dir,
+)
+from experiments.run.preflight import run_outcome
+from experiments.run.progress import RunProgress, format_duration
+from experiments.run.run_pool import (
+    RUN_LOG,
+    Job,
+    cores_per_job,
+    inprocess_command,
+    resolve_jobs,
+    run_jobs,
+)
+from server_app.folder_lock import FolderClaim, claim_folder
+from server_app.run_status import (
+    FAILED,
+    RUN_FILES,
+    RunStatus,
+    failure_from_output,
+    first_line,
+    read_status,
+)
+
+#: Engines :func:`run_policies` can run on.
+ENGINES = ("simulation", "deployment", "inprocess")
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A run that did not complete: its label (``bc/seed-1``) and why, one line."""
+
+    label: str
+    reason: str
+
+
+@dataclass
+class ComparisonRuns:
+    """What :func:`run_policies` ran: the completed runs' rows, the failures, the plan size."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[FailedRun] = field(default_factory=list)
+    planned: int = 0
+
+    @property
+    def code(self) -> int:
+        """Exit code: 0 when every planned run completed, 1 otherwise."""
+        return 0 if not self.failed and len(self.runs) == self.planned else 1
+
+    def last_line(self) -> str:
+        """One line saying what happened (the command's last line)."""
+        if self.code == 0:
+            return f"all {self.planned} runs completed"
+        reasons = ", ".join(f"{f.label} ({f.reason})" for f in self.failed)
+        return (
+            f"{len(self.failed)} of {self.planned} runs failed: {reasons}; the tables hold the "
+            f"{len(self.runs)} completed runs"
+        )
+
+
+def clear_run(result_dir: Path) -> None:
+    """Remove an incomplete run's files (:data:`RUN_FILES`) so that it can run again there."""
+    for name in RUN_FILES:
+        (result_dir / name).unlink(missing_ok=True)
+
+
+def _run_inprocess(overrides: Mapping[str, Any]) -> BaseException | None:
+    """One in-process run; None on success, else what it raised (printed unless one line)."""
+    from experiments.run.inprocess import run_inprocess
+
+    try:
+        run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
+    except Exception as err:  # one failed run must not stop a sweep
+        if not getattr(err, "complete_message", False):
+            print(f"in-process run failed: {err!r}", flush=True)
+        return err
+    return None
+
+
+def claim_run_folder(plan: PlannedRun) -> FolderClaim:
+    """Lock a planned run's folder for this command while the run goes (its owner lock).
+
+    Its processes (the in-process run, ``flwr run``'s ServerApp, a job's process) work under
+    this lock; another process that holds it is named (:mod:`server_app.folder_lock`).
+    """
+    return claim_folder(plan.result_dir, f"{plan.label}: result folder")
+
+
+def launch(
+    plan: PlannedRun,
+    engine: str,
+    num_supernodes: int,
+    cpus_per_client: int,
+    gpus_per_client: float,
+) -> str | None:
+    """Run one planned run in the foreground; None when it completed, else why not (one line).
+
+    The folder is locked for the run (:func:`claim_run_folder`; taken by another process: that
+    is the reason). The outcome is the ``status.json`` the run wrote (``flwr run`` exits 0
+    even when the ServerApp raised) or what the run said itself: :func:`run_reason`.
+    """
+    try:
+        claim = claim_run_folder(plan)
+    except ValueError as err:
+        return first_line(err)
+    with claim:
+        prepare(plan)
+        launched_unix_s = time.time()
+        output = ""
+        failure = None
+        if engine == "inprocess":
+            failure = _run_inprocess(plan.overrides)
+            code = 0 if failure is None else 1
+        else:
+            proc = run_flwr(
+                plan.overrides,
+                num_supernodes=num_supernodes,
+                deployment=engine == "deployment",
+                cpus_per_client=cpus_per_client,
+                gpus_per_client=gpus_per_client,
+            )
+            code, output = proc.returncode, proc.stdout or ""
+        return run_reason(plan, code, launched_unix_s, output, failure)
+
+
+def prepare(plan: PlannedRun) -> None:
+    """Clear the folder of a run to be run again from the start (:data:`RERUN`)."""
+    if plan.action == RERUN:
+        clear_run(plan.result_dir)
+
+
+def run_reason(
+    plan: PlannedRun,
+    code: int,
+    launched_unix_s: float,
+    output: str = "",
+    failure: BaseException | None = None,
+) -> str | None:
+    """None when the run launched at ``launched_unix_s`` completed, else why not (one line).
+
+    ``code`` is the exit code of what ran it; ``output`` what it printed (the ServerApp's
+    ``run failed: ...`` line, or Flower's first ``ERROR`` line, which explains a simulation
+    that crashed before the ServerApp could say why); ``failure`` what an in-process run
+    raised.
+    """
+    outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
+    if outcome.code == 0 and code == 0:
+        return None
+    reason = outcome.message.removeprefix("failed: ") if outcome.code else "completed"
+    status = read_status_or_none(plan.result_dir) if outcome.code else None
+    flower_error = first_error_line(output)
+    said = failure is not None or failure_from_output(output) is not None
+    if flower_error and not said and (status is None or status.state != FAILED):
+        reason = flower_error  # the simulation crashed before the ServerApp could say why
+    reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+    return reason if code == 0 else f"exit code {code}: {reason}"
+
+
+def read_status_or_none(result_dir: Path) -> RunStatus | None:
+    """The run's status; None when there is none or it cannot be read."""
+    try:
+        return read_status(result_dir)
+    except ValueError:
+        return None
+
+
+#: Characters of a failure reason kept for the last line.
+MAX_REASON = 200
+
+
+def first_error_line(output: str) -> str | None:
+    """The message of the first ``ERROR :`` line Flower logged (colour codes removed)."""
+    for line in output.splitlines():
+        match = re.match(r"\s*ERROR\s*:\s*(\S.*)", strip_ansi(line))
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def run_policies(
+    policies: list[str],
+    shared: Mapping[str, Any],
+    out: Path,
+    *,
+    seeds: Sequence[int] = (0,),
+    target_accuracy: float | None = None,
+    num_supernodes: int | None = None,
+    deployment: bool = False,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    engine: str = "simulation",
+    plans: Sequence[PlannedRun] | None = None,
+    tracker: RunProgress | None = None,
+    jobs: int = 1,
+) -> ComparisonRuns:
+    """Run each policy for each seed into ``out/<policy>/seed-<s>`` and summarise them.
+
+    Every result folder is planned first (:func:`plan_runs`, unless ``plans`` are given): a
+    completed run with the same settings is kept, an incomplete one resumed from its
+    checkpoint (or run again), and a kept run with other settings stops everything before
+    any run starts. Writes ``out/runs.csv``, ``out/table.csv`` and ``out/curves.png`` from
+    the completed runs. ``engine``: ``"simulation"`` (``flwr run``, Ray), ``"deployment"``
+    (SuperNode processes; also ``deployment=True``) or ``"inprocess"``
+    (:mod:`experiments.run.inprocess`: the same ServerApp and ClientApp in this process, no Ray;
+    same results, for quick sweeps). Each run's header line says how far the whole command is
+    (``tracker``; by default one for these runs). ``jobs``: runs at once (0: one per usable
+    core; more than one needs the ``inprocess`` engine, see :func:`execute_plans`).
+
+    Returns
+    -------
+    ComparisonRuns
+        The ``runs.csv`` rows of the completed runs (see :func:`summarise`), the runs that
+        failed (and why), and how many were planned.
+
+    Raises
+    ------
+    ValueError
+        For an unknown policy, a bad seed list, ``seed`` in ``shared`` (give ``seeds``), or
+        kept runs with other settings (:func:`refuse_stale_runs`), before any run.
+    """
+    check_policies(policies)
+    check_policy_params_used(policies, shared)
+    if engine not in ENGINES:
+        raise ValueError(f"engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
+    engine = "deployment" if deployment else engine
+    jobs = resolve_jobs(jobs, engine)
+    seeds = check_seeds(list(seeds))
+    if "seed" in shared:
+        raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
+    for key in ("result-dir", "resume-from"):
+        if shared.get(key):
+            raise ValueError(
+                f"run-config key {key!r}: a comparison puts each run in "
+                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
+            )
+    with claim_folder(out, "--out"):  # held by compare(): it works under that claim
+        if plans is None:
+            plans = plan_runs(policies, shared, out, seeds)
+        refuse_stale_runs(plans)
+        tracker = tracker or RunProgress(total=len(plans))
+        outcomes = execute_plans(
+            plans,
+            engine=engine,
+            jobs=jobs,
+            num_supernodes=num_supernodes,
+            cpus_per_client=cpus_per_client,
+            gpus_per_client=gpus_per_client,
+            tracker=tracker,
+            header=lambda plan: run_header(plan, policies, seeds),
+        )
+        return collect_runs(plans, outcomes, out, target_accuracy)
+
+
+def run_header(
+    plan: PlannedRun, policies: Sequence[str], seeds: Sequence[int], prefix: str = ""
+) -> str:
+    """``<prefix>[policy i/N, seed j/M] <policy> seed=<s> -> <folder>``: a run's header line."""
+    i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
+    return (
+        f"{prefix}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {plan.policy} "
+        f"seed={plan.seed} -> {plan.result_dir}"
+    )
+
+
+def execute_plans(
+    plans: Sequence[PlannedRun],
+    *,
+    engine: str,
+    jobs: int = 1,
+    num_supernodes: int | None = None,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    tracker: RunProgress,
+    header: Callable[[PlannedRun], str],
+) -> dict[Path, str | None]:
+    """Run every plan that is not kept; result folder -> None (completed or kept) or why not.
+
+    With ``jobs`` = 1 each run goes in the foreground, its output on this terminal. With more
+    (``inprocess`` engine only, :func:`experiments.run.run_pool.resolve_jobs`) up to ``jobs`` runs
+    go at once, each in its own process with its output in ``<result folder>/run.log``; a
+    line says when each starts and how it ended. Each start line begins with ``tracker``'s
+    overall progress and then ``header(plan)``. ``num_supernodes`` (simulation and deployment):
+    default the run's ``num-devices``.
+    """
+    outcomes: dict[Path, str | None] = {}
+    to_run = []
+    for plan in plans:
+        if plan.action == KEEP:
+            print(f"=== {tracker.header()} {header(plan)}", flush=True)
+            print("completed earlier with the same settings; kept", flush=True)
+            tracker.end_run(kept=True)
+            outcomes[plan.result_dir] = None
+        else:
+            to_run.append(plan)
+
+    def announce(plan: PlannedRun, where: str = "") -> None:
+        print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
+        if plan.action == RESUME:
+            print("incomplete, same settings: resumed from its checkpoint", flush=True)
+        elif plan.action == RERUN:
+            print(f"{plan.note}: run again from the start", flush=True)
+
+    def record(plan: PlannedRun, reason: str | None) -> None:
+        tracker.end_run(plan.result_dir, failed=reason is not None)
+        outcomes[plan.result_dir] = reason
+        if reason is not None:
+            print(f"{plan.label} failed: {reason}", flush=True)
+
+    if jobs == 1:
+        for plan in to_run:
+            announce(plan)
+            tracker.start_run(plan.result_dir)
+            nodes = num_supernodes or int(
+                plan.overrides.get("num-devices", default_run_config()["num-devices"])
+            )
+            record(plan, launch(plan, engine, nodes, cpus_per_client, gpus_per_client))
+        return outcomes
+    launched: dict[int, float] = {}
+    claims: dict[int, FolderClaim] = {}
+
+    def on_start(i: int) -> bool:
+        plan = to_run[i]
+        announce(plan, f" (started; output in {plan.result_dir / RUN_LOG})")
+        try:  # the job's process works under this lock (its parent's)
+            claims[i] = claim_run_folder(plan)
+        except ValueError as err:
+            record(plan, first_line(err))
+            return False
+        prepare(plan)
+        tracker.start_run(plan.result_dir)
+        launched[i] = time.time()
+        return True
+
+    def on_end(i: int, code: int) -> None:
+        plan = to_run[i]
+        claims.pop(i).release()
+        reason = run_reason(plan, code, launched[i])
+        said = last_outcome_line(plan.result_dir / RUN_LOG)
+        if reason is not None and said is not None:
+            reason = f"exit code {code}: {said}"  # the run's own last line says it best
+        spent = format_duration(time.time() - launched[i])
+        if reason is None:
+            print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
+        record(plan, reason)
+
+    try:
+        run_jobs(
+            [
+                Job(
+                    inprocess_command(p.overrides, cohort_threads=cores_per_job(jobs)),
+                    p.result_dir / RUN_LOG,
+                )
+                for p in to_run
+            ],
+            jobs,
+            on_start,
+            on_end,
+        )
+    finally:
+        for claim in claims.values():
+            claim.release()
+    return outcomes
+
+
+def last_outcome_line(log: Path) -> str | None:
+    """The ``failed: ...`` / ``error: ...`` last line of a run's log (without the prefix)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - 4096))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    for prefix in ("failed: ", "error: "):
+        if last.startswith(prefix):
+            text = last.removeprefix(prefix)
+            return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+    return None
+
+
+def collect_runs(
+    plans: Sequence[PlannedRun],
+    outcomes: Mapping[Path, str | None],
+    out: Path,
+    target_accuracy: float | None,
+) -> ComparisonRuns:
+    """Summarise the completed runs of ``plans`` and write ``out``'s tables and curves.
+
+    ``outcomes``: result folder -> None (completed or kept) or why it failed
+    (:func:`execute_plans`); a plan without an entry did not run.
+    """
+    result = ComparisonRuns(planned=len(plans))
+    for plan in plans:
+        if plan.result_dir not in outcomes:
+            continue
+        reason = outcomes[plan.result_dir]
+        if reason is None:
+            try:
+                result.runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
+            except ValueError as err:  # a file damaged after the run: not half a table
+                reason = first_line(err)
+        if reason is not None:
+            result.failed.append(FailedRun(plan.label, reason))
+            continue
+        print(json.dumps(result.runs[-1]), flush=True)
+    if result.runs:
+        rows = write_comparison(result.runs, out, target_accuracy)
+        print("\n".join(format_row(row) for row in rows), flush=True)
+        print(f"wrote {out / 'table.csv'}, {out / 'runs.csv'} and {out / 'curves.png'}")
+    return result

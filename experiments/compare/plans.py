@@ -1,0 +1,312 @@
+"""Planning a comparison: its settings checked, and each (policy, seed) decided from its folder.
+
+Before anything runs, every result folder ``<out>/<policy>/seed-<s>`` is compared with the
+requested run (:func:`plan_run`): run it, keep a completed run with the same settings, resume
+an incomplete one from its checkpoint (or clear it and run it again), or refuse a folder that
+holds a run with other settings (:func:`refuse_stale_runs`). The policies, seeds and
+``policy-params`` of a comparison are checked here too, each bad value refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.run.launcher import (
+    validated_run_config,
+    with_resolved_data_dir,
+)
+from server_app.checkpoint import run_finished, unread_settings
+from server_app.json_files import read_json_object
+from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
+from server_app.run_status import (
+    SETTINGS_ADDED_LATER,
+    first_line,
+    flat_settings,
+    holds_run,
+    settings_differences,
+)
+
+
+def run_dir(out: Path, policy: str, seed: int) -> Path:
+    """Result directory of one (policy, seed) run: ``<out>/<label>/seed-<seed>``.
+
+    The label is the policy's name, or the class name of a reference
+    (:func:`fedcgd_task.imports.reference_label`).
+    """
+    from fedcgd_task.imports import reference_label
+
+    return out / reference_label(policy) / f"seed-{seed}"
+
+
+def check_policies(policies: list[str]) -> None:
+    """Raise ValueError (one line) for a policy that cannot be built or a repeated folder name.
+
+    A policy is a built-in name or a reference to a Policy subclass (imported here, so a bad
+    path fails before anything runs); each gets the folder ``<out>/<label>/``, whose label
+    (:func:`fedcgd_task.imports.reference_label`) must be unique.
+    """
+    from fedcgd_strategy.policies.registry import policy_class
+    from fedcgd_task.imports import reference_label
+
+    for policy in policies:
+        try:
+            policy_class(policy)
+        except ValueError as err:
+            raise ValueError(f"policies: {err}") from None
+    repeated = sorted({p for p in policies if policies.count(p) > 1})
+    if repeated:
+        raise ValueError(f"policies: {policies} repeats {', '.join(repeated)}; name each once")
+    labels = [reference_label(p) for p in policies]
+    clashing = sorted(
+        {p for p, label in zip(policies, labels, strict=True) if labels.count(label) > 1}
+    )
+    if clashing:
+        raise ValueError(
+            f"policies: {', '.join(clashing)} would share a result folder (same class name); "
+            "give the classes different names"
+        )
+
+
+def takes_policy_params(policy: str, shared: Mapping[str, Any]) -> bool:
+    """Whether ``policy`` takes every ``policy-params`` name of ``shared`` (False without any)."""
+    from fedcgd_strategy.policies.registry import policy_param_arguments
+    from server_app.policy_params import read_policy_params
+
+    params = read_policy_params(shared)
+    if not params:
+        return False
+    try:
+        policy_param_arguments(policy, params)
+    except ValueError:
+        return False
+    return True
+
+
+def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]:
+    """``shared`` for ``policy``: its ``policy-params`` kept only if the policy takes them all.
+
+    A comparison shares one run config; a researcher's policy parameters are meant for the
+    policies that take them, and the others run without them (:func:`check_policies` refuses
+    parameters that no policy of the comparison takes).
+    """
+    from server_app.policy_params import PARAMS_KEY, PARAMS_PREFIX
+
+    if takes_policy_params(policy, shared):
+        return dict(shared)
+    return {k: v for k, v in shared.items() if k != PARAMS_KEY and not k.startswith(PARAMS_PREFIX)}
+
+
+def check_policy_params_used(policies: Sequence[str], shared: Mapping[str, Any]) -> None:
+    """Raise ValueError (one line) when ``policy-params`` are given but no policy takes them."""
+    from server_app.policy_params import PARAMS_KEY, read_policy_params
+
+    params = read_policy_params(shared)
+    if params and not any(takes_policy_params(p, shared) for p in policies):
+        raise ValueError(
+            f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "
+            "takes all of them"
+        )
+
+
+def check_seeds(seeds: Sequence[Any]) -> list[int]:
+    """The seeds as ints; ValueError for none, a non-integer, a negative one or a repeat."""
+    if not seeds:
+        raise ValueError("seeds: give at least one seed, e.g. 0,1,2,3,4")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"seeds: {s!r} is not a non-negative integer")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds: {list(seeds)} repeats a seed")
+    return [int(s) for s in seeds]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` → ``[0, 1, 2]`` (checked as in :func:`check_seeds`)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        return check_seeds([int(x) for x in items])
+    except ValueError as err:
+        if str(err).startswith("seeds:"):
+            raise
+        raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from None
+
+
+#: What :func:`plan_run` decides for one (policy, seed): run it in a new folder, keep the
+#: completed run there, resume it from its checkpoint, or clear the incomplete run and run it
+#: again; ``refuse`` when the folder holds a run with other settings.
+RUN, KEEP, RESUME, RERUN, REFUSE = "run", "keep", "resume", "rerun", "refuse"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One (policy, seed) of a comparison and what to do with its result folder.
+
+    Attributes
+    ----------
+    policy : str
+        The scheduling policy.
+    seed : int
+        The run seed.
+    result_dir : Path
+        ``<out>/<policy>/seed-<seed>``.
+    overrides : dict
+        The run-config overrides of this run (``result-dir``, and ``resume-from`` to resume).
+    action : str
+        :data:`RUN`, :data:`KEEP`, :data:`RESUME`, :data:`RERUN` or :data:`REFUSE`.
+    note : str
+        Why (the settings that differ for :data:`REFUSE`), one line.
+
+    """
+
+    policy: str
+    seed: int
+    result_dir: Path
+    overrides: dict[str, Any]
+    action: str
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        """``<policy>/seed-<seed>``."""
+        return f"{self.policy}/seed-{self.seed}"
+
+
+def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved settings (as the ServerApp records them in ``config.json``) of a run.
+
+    Raises
+    ------
+    ValueError
+        For an unknown key or a bad value (one line naming it).
+    """
+    from server_app.config import parse_run_config
+
+    config = with_resolved_data_dir(validated_run_config(overrides))
+    return dict(json.loads(json.dumps(parse_run_config(config).to_dict())))
+
+
+def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, Any]) -> str:
+    """``key (kept K, asked A), ...`` for the settings that differ (empty when none).
+
+    The :func:`server_app.checkpoint.unread_settings` may differ.
+    """
+    ignore = unread_settings(requested)
+    keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
+    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
+    now = flat_settings(requested)
+    return ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
+
+
+def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
+    """Decide what to do with one (policy, seed) from what its result folder holds.
+
+    A folder without a run: run it. A run started with other settings (``config.json``
+    against the requested ones, ignoring :func:`~server_app.checkpoint.unread_settings`):
+    refuse. The same settings and completed: keep it; not completed but with a checkpoint:
+    resume it; otherwise (no checkpoint, or no ``config.json``): clear it and run again.
+    """
+    own = with_policy_params(policy, shared)
+    overrides = {**own, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
+
+    def planned(action: str, note: str = "") -> PlannedRun:
+        extra = {"resume-from": str(result_dir)} if action == RESUME else {}
+        return PlannedRun(policy, seed, result_dir, {**overrides, **extra}, action, note)
+
+    if not holds_run(result_dir):
+        return planned(RUN)
+    try:
+        recorded = read_json_object(result_dir / CONFIG_FILE)
+        completed = run_finished(result_dir)
+    except (OSError, ValueError):
+        return planned(RERUN, "no readable config.json or status.json")
+    differences = describe_differences(recorded, requested_settings(overrides))
+    if differences:
+        return planned(REFUSE, differences)
+    if completed:
+        damage = kept_run_damage(result_dir)
+        if damage:  # a kept run must read whole: never half a table
+            return planned(REFUSE, f"completed, but {damage}")
+        return planned(KEEP)
+    from server_app.checkpoint import CHECKPOINT_FILE
+
+    if (result_dir / CHECKPOINT_FILE).exists():
+        return planned(RESUME)
+    return planned(RERUN, "incomplete, without a checkpoint")
+
+
+def kept_run_damage(result_dir: Path) -> str | None:
+    """Why a completed run's ``metrics.jsonl`` cannot be kept; None when it reads whole.
+
+    Whole: every line a metrics line, the last one ended (a torn last line in a completed run
+    is damage, not a write in progress), rounds 1, 2, ... once each.
+    """
+    path = result_dir / METRICS_FILE
+    try:
+        lines = read_metrics_lines(result_dir)
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - 1, 0))
+            ended = size == 0 or handle.read(1) == b"\n"
+    except (OSError, ValueError) as err:
+        return first_line(err)
+    rounds = [line["round"] for line in lines]
+    if not ended or rounds != list(range(1, len(rounds) + 1)):
+        return f"its {path} has a torn last line or rounds missing or repeated"
+    return None
+
+
+def plan_runs(
+    policies: Sequence[str], shared: Mapping[str, Any], out: Path, seeds: Sequence[int]
+) -> list[PlannedRun]:
+    """:func:`plan_run` for every (policy, seed), in the order they run."""
+    return [plan_run(p, s, run_dir(out, p, s), shared) for p in policies for s in seeds]
+
+
+def refuse_stale_runs(plans: Sequence[PlannedRun]) -> None:
+    """Raise ValueError (one line) naming every kept run whose settings differ.
+
+    Raises
+    ------
+    ValueError
+        ``N kept run(s) ... were started with other settings or cannot be read: FOLDER (key
+        (kept K, asked A), ...); ...`` and what to do.
+    """
+    stale = [p for p in plans if p.action == REFUSE]
+    if stale:
+        folders = "; ".join(f"{p.result_dir}: {p.note}" for p in stale)
+        raise ValueError(
+            f"{len(stale)} kept run(s) in the output folder were started with other settings "
+            f"or cannot be read ({folders}); give another output folder, or remove those "
+            "folders to run them again with these settings"
+        )
+
+
+def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
+    """:func:`experiments.run.preflight.check_before_start` for every run that will start.
+
+    A run to be cleared and run again is checked as a new run in an empty folder.
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        One line naming the run's folder and what is wrong.
+    """
+    from experiments.run.preflight import check_before_start
+    from server_app.folder_lock import probe_free
+
+    for plan in plans:
+        if plan.action in (KEEP, REFUSE):
+            continue
+        probe_free(plan.result_dir, f"{plan.label}: result folder")  # in use: named
+        config = with_resolved_data_dir(validated_run_config(plan.overrides))
+        if plan.action == RERUN:
+            config["result-dir"] = ""
+        try:
+            check_before_start(config)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{plan.result_dir}: {err}") from err

@@ -1,0 +1,208 @@
+"""A comparison's results: per-run rows, per-policy statistics, tables, curves, console lines.
+
+:func:`summarise` reads one run's ``metrics.jsonl`` into a ``runs.csv`` row; :func:`table_rows`
+turns the rows into one ``table.csv`` row per policy (mean and 95 % confidence half-width over
+seeds, paired t-test against FedCGD-FSCD); :func:`write_comparison` writes ``runs.csv``,
+``table.csv`` and ``curves.png`` (:mod:`experiments.compare.policies` describes the columns).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
+from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
+from experiments.analysis.tables import write_csv
+from server_app.json_files import read_json_object
+from server_app.results import CONFIG_FILE
+
+REFERENCE_POLICY = "fedcgd-fscd"
+#: Metrics tested against the reference policy, paired by seed, and their column prefixes:
+#: the final accuracy (``diff_vs_fedcgd_fscd``, ``p_value_vs_fedcgd_fscd``) and the best one
+#: (``best_...``; the paper's imbalance figure compares maximum accuracies, and on strongly
+#: non-IID splits the last evaluation of a run swings from round to round).
+PAIRED_METRICS = {"final_accuracy": "", "max_accuracy": "best_"}
+METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
+RUN_COLUMNS = ("policy", "seed", *METRICS, "result_dir")
+TABLE_COLUMNS = (
+    "policy",
+    "n_seeds",
+    "final_accuracy_mean",
+    "final_accuracy_ci95",
+    "max_accuracy_mean",
+    "max_accuracy_ci95",
+    "rounds_to_target_mean",
+    "rounds_to_target_ci95",
+    "reached_target",
+    "mean_scheduled_mean",
+    "mean_scheduled_ci95",
+    "mean_wemd_mean",
+    "mean_wemd_ci95",
+    "diff_vs_fedcgd_fscd",
+    "p_value_vs_fedcgd_fscd",
+    "best_diff_vs_fedcgd_fscd",
+    "best_p_value_vs_fedcgd_fscd",
+    "n_paired",
+    "seeds",
+)
+
+
+def summarise(
+    result_dir: Path, target_accuracy: float | None = None, seed: int | None = None
+) -> dict[str, Any]:
+    """One row of ``runs.csv`` from a run's ``metrics.jsonl`` (and its ``config.json``).
+
+    Parameters
+    ----------
+    result_dir : Path
+        The run's result directory.
+    target_accuracy : float, optional
+        ``rounds_to_target`` is the first round whose test accuracy reaches it (the paper's
+        "epochs to reach the target test accuracy"); None if never reached or not given.
+    seed : int, optional
+        The run's seed; read from ``config.json`` when not given.
+
+    Returns
+    -------
+    dict
+        The keys of ``RUN_COLUMNS``.
+
+    Raises
+    ------
+    ValueError
+        One line naming a damaged file of the run (:func:`experiments.analysis.plot_runs.load_run`).
+    """
+    policy, lines = load_run(result_dir)
+    if seed is None and (result_dir / CONFIG_FILE).exists():
+        task = read_json_object(result_dir / CONFIG_FILE).get("task")
+        seed = task.get("seed") if isinstance(task, dict) else None
+    evaluated = [x for x in lines if x.get("accuracy") is not None]
+    accs = [x["accuracy"] for x in evaluated]
+    wemds = [x["wemd"] for x in lines if x.get("wemd") is not None]
+    return {
+        "policy": policy,
+        "seed": seed,
+        "final_accuracy": accs[-1] if accs else None,
+        "max_accuracy": max(accs) if accs else None,
+        "rounds_to_target": first_round_reaching(
+            [x["round"] for x in evaluated], accs, target_accuracy
+        ),
+        "mean_scheduled": sum(x.get("num_scheduled", 0) for x in lines) / max(len(lines), 1),
+        "mean_wemd": sum(wemds) / len(wemds) if wemds else None,
+        "result_dir": str(result_dir),
+    }
+
+
+def table_rows(
+    runs: Sequence[Mapping[str, Any]],
+    target_accuracy: float | None = None,
+    reference: str = REFERENCE_POLICY,
+) -> list[dict[str, Any]]:
+    """One ``table.csv`` row per policy (in order of appearance) from the per-run rows.
+
+    Parameters
+    ----------
+    runs : sequence of mapping
+        Rows of :func:`summarise` (``policy``, ``seed`` and the ``METRICS``).
+    target_accuracy : float, optional
+        Whether a target was given (else ``reached_target`` is empty).
+    reference : str
+        Policy the others are tested against (paired by seed, on the final and the best
+        accuracy: :data:`PAIRED_METRICS`).
+
+    Returns
+    -------
+    list of dict
+        The keys of ``TABLE_COLUMNS``; NaN where a statistic is undefined (one seed, no
+        reference, fewer than two common seeds).
+    """
+    by_policy: dict[str, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        by_policy.setdefault(str(run["policy"]), []).append(run)
+    ref = {
+        metric: {r["seed"]: r[metric] for r in by_policy.get(reference, [])}
+        for metric in PAIRED_METRICS
+    }
+    rows = []
+    for policy, group in by_policy.items():
+        row: dict[str, Any] = {"policy": policy, "n_seeds": len(group)}
+        for metric in METRICS:
+            row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean_ci95(r[metric] for r in group)
+        row["reached_target"] = (
+            None
+            if target_accuracy is None
+            else sum(r["rounds_to_target"] is not None for r in group)
+        )
+        for metric, prefix in PAIRED_METRICS.items():
+            test = paired_test({r["seed"]: r[metric] for r in group}, ref[metric])
+            skip = policy == reference or reference not in by_policy or test.n < 2
+            row[f"{prefix}diff_vs_fedcgd_fscd"] = None if skip else test.mean_diff
+            row[f"{prefix}p_value_vs_fedcgd_fscd"] = None if skip else test.p_value
+        row["n_paired"] = None if policy == reference or reference not in by_policy else test.n
+        row["seeds"] = " ".join(str(r["seed"]) for r in group)
+        rows.append(row)
+    return rows
+
+
+def _cell(value: Any) -> Any:
+    """CSV cell: None and NaN as empty."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
+
+
+def write_table(
+    rows: Sequence[Mapping[str, Any]],
+    path: Path,
+    extra_columns: tuple[str, ...] = (),
+    columns: Sequence[str] = TABLE_COLUMNS,
+) -> None:
+    """Write rows as CSV (``extra_columns`` first, e.g. the sweep point; None / NaN empty)."""
+    cells = [{k: _cell(v) for k, v in row.items()} for row in rows]
+    write_csv(path, cells, (*extra_columns, *columns))
+
+
+def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
+    """``curves.png``: one curve per policy, mean and 95 % band when a policy has two seeds or more.
+
+    With one seed per policy each run is drawn as itself
+    (:func:`experiments.analysis.plot_runs.plot_runs`).
+    """
+    groups: dict[str, list[Path]] = {}
+    for run in runs:
+        groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
+    if max(len(dirs) for dirs in groups.values()) > 1:
+        return plot_mean_runs(groups, out)
+    return plot_runs([d for dirs in groups.values() for d in dirs], out)
+
+
+def write_comparison(
+    runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
+) -> list[dict[str, Any]]:
+    """Write ``runs.csv``, ``table.csv`` and ``curves.png`` under ``out``; return the table rows."""
+    rows = table_rows(runs, target_accuracy)
+    write_table(runs, out / "runs.csv", columns=RUN_COLUMNS)
+    write_table(rows, out / "table.csv")
+    plot_comparison(runs, out / "curves.png")
+    return rows
+
+
+def format_row(row: Mapping[str, Any]) -> str:
+    """One line per policy for the console: final accuracy mean ± CI and the paired test."""
+
+    def num(value: Any, fmt: str) -> str:
+        return "-" if _cell(value) == "" else format(value, fmt)
+
+    text = (
+        f"{row['policy']:>15}: final accuracy {num(row['final_accuracy_mean'], '.3f')}"
+        f" ± {num(row['final_accuracy_ci95'], '.3f')} (n={row['n_seeds']})"
+    )
+    if _cell(row.get("diff_vs_fedcgd_fscd")) != "":
+        text += (
+            f", vs {REFERENCE_POLICY} {row['diff_vs_fedcgd_fscd']:+.3f}"
+            f" (p={num(row['p_value_vs_fedcgd_fscd'], '.3g')}, {row['n_paired']} pairs)"
+        )
+    return text
