@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from fake_grid import FakeGrid, make_contexts
 from flwr.app import Message
+from scripted_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
 from subprocesses import assert_import_pulls_neither_flwr_nor_torch
 from task_settings import all_available_run
-from test_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
 from wrapped_project import build_wrapped_project, run_wrapped
 
 from fedcgd_strategy.flower.discovery import settle_pending
