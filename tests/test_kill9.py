@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 
 #: Seconds every process of a killed command has to be gone in.

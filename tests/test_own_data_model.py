@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from experiments.run.inprocess import main as inprocess_main
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import BUILTIN_DATASETS, check_data, load_data
 from fedcgd_task.models import BUILTIN_MODELS, build_model, count_parameters
 from fedcgd_task.settings import DATASETS, MODELS, TaskSettings, default_run_config
@@ -493,7 +493,7 @@ def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     ``client_app`` come from the installed project, the modules only from the bundle that
     ``flwr run`` ships to the SuperLink and the SuperNodes.
     """
-    from experiments.run.launcher import run_flwr
+    from experiments.run.flwr_run import run_flwr
 
     app = tmp_path / "app"
     app.mkdir()

@@ -13,7 +13,11 @@ import pytest
 import torch
 
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import format_run_config, validated_run_config, with_resolved_data_dir
+from experiments.run.run_config import (
+    format_run_config,
+    validated_run_config,
+    with_resolved_data_dir,
+)
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.results import METRICS_FILE, MODEL_FILE
 

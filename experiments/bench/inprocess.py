@@ -65,7 +65,8 @@ from experiments.bench.common import (
     read_metrics,
     round_fields,
 )
-from experiments.run.launcher import default_run_config, format_run_config
+from experiments.run.run_config import format_run_config
+from fedcgd_task.settings import default_run_config
 
 #: The benchmark's run config (the data and result folders, rounds, τ, policy, deadline and
 #: seed are added per run): the paper's device setting on MNIST-1D with its 1-D CNN.

@@ -13,7 +13,7 @@ What it does, in one invocation:
    (:func:`experiments.bench.common.write_random_cifar10`).
 2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: that of
    :mod:`experiments.paper.settings`, central evaluation every round) with ``flwr run`` in the
-   simulation engine (:func:`experiments.run.launcher.run_flwr`, one CPU per ClientApp) for each
+   simulation engine (:func:`experiments.run.flwr_run.run_flwr`, one CPU per ClientApp) for each
    policy of :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
 3. Replays the same rounds in this process (:func:`experiments.bench.round_replay.replay_plain`)
    on the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available
@@ -69,7 +69,8 @@ from experiments.bench.common import (
 )
 from experiments.bench.round_replay import PlainRun, replay_plain
 from experiments.paper import settings as paper_settings
-from experiments.run.launcher import default_run_config, run_flwr
+from experiments.run.flwr_run import run_flwr
+from fedcgd_task.settings import default_run_config
 
 #: The paper's CIFAR-10 setting (:data:`experiments.paper.settings.PAPER_CIFAR10`), every round
 #: evaluated so that the central evaluation is timed in each round.
