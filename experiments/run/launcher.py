@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import tls_certificates
-from experiments.run.flwr_output import strip_ansi as strip_ansi
+from experiments.run.flwr_output import strip_ansi as strip_ansi  # re-export *
 from experiments.run.flwr_run import (
     check_ray_address,
     check_reachable,
@@ -36,10 +36,13 @@ from experiments.run.run_config import (
     with_resolved_data_dir,
 )
 from fedcgd_task.settings import PROJECT_DIR
-from fedcgd_task.settings import default_run_config as default_run_config
+from fedcgd_task.settings import default_run_config as default_run_config  # re-export *
 
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
+
+# * Still imported from here by experiments/compare/ (policies.py, reproduce.py); new code imports
+#   them from experiments.run.flwr_output and fedcgd_task.settings.
 
 #: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder
 #: (:func:`server_app.config.timestamped_result_dir`) when its ``result-dir`` is empty.

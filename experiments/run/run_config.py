@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir
+from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, set_once
 
 
 def format_run_config(values: Mapping[str, Any]) -> str:
@@ -67,12 +67,8 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
                 "(quote strings: policy='bc')"
             ) from err
         for key, value in pairs.items():
-            if key in values:
-                raise ValueError(
-                    f"run-config key {key!r} is given twice ({values[key]!r} and {value!r}); "
-                    "give it once"
-                )
-            values[key] = value
+            clash = f"is given twice ({values.get(key)!r} and {value!r})"
+            set_once(values, key, value, key=key, clash=clash)
     return values
 
 
