@@ -276,6 +276,30 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: str) -> None:
+    """``table[name] = value``, refusing a run-config key that is given twice.
+
+    Parameters
+    ----------
+    table : dict
+        Where ``name`` goes (a flat run config, or a parameter table).
+    name, value
+        The entry.
+    key : str
+        The run-config key as the user wrote it (named in the error).
+    clash : str
+        What the error says about the two places, e.g. ``"is given twice (1 and 2)"``.
+
+    Raises
+    ------
+    ValueError
+        ``run-config key '<key>' <clash>; give it once`` when ``name`` is in ``table`` already.
+    """
+    if name in table:
+        raise ValueError(f"run-config key {key!r} {clash}; give it once")
+    table[name] = value
+
+
 def default_run_config(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
     """``[tool.flwr.app.config]`` of the app, flattened as Flower flattens nested tables."""
     data = tomllib.loads((project_dir / "pyproject.toml").read_text())

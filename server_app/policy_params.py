@@ -20,6 +20,8 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
+from fedcgd_task.settings import set_once
+
 #: The declared run-config key (a TOML inline table as a string).
 PARAMS_KEY = "policy-params"
 #: Prefix of the flat form ``policy-params.<name>``.
@@ -142,12 +144,8 @@ def read_params(run_config: Mapping[str, Any], key: str) -> dict[str, Any]:
                     f"run-config key {flat!r}: {prefix}{part} is set to a value, not a table; "
                     "give it once"
                 )
-        if name in table:
-            raise ValueError(
-                f"run-config key {flat!r} is also set in {key!r} = {run_config.get(key)!r}; "
-                "give it once"
-            )
-        table[name] = value
+        clash = f"is also set in {key!r} = {run_config.get(key)!r}"
+        set_once(table, name, value, key=flat, clash=clash)
     return params
 
 

@@ -36,7 +36,7 @@ from client_app.app import app as client_app
 from experiments.analysis.statistics import mean_ci95
 from experiments.compare.results import summarise
 from experiments.run.inprocess import InProcessGrid, node_contexts
-from experiments.run.launcher import default_run_config
+from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.policy_params import fold_policy_params

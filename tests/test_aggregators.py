@@ -32,13 +32,11 @@ from task_settings import checkpointed_run_config
 
 from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import (
-    default_run_config,
-)
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, synthetic_uploads
 from fedcgd_task import keys
+from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
 from server_app.config import parse_run_config

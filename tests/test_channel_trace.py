@@ -156,7 +156,7 @@ def test_bad_arrays_are_refused_and_nothing_is_written(tmp_path, available, gain
 
 
 def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
-    from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+    from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
     overrides = {"num-devices": 6, "num-server-rounds": 3, "result-dir": str(result_dir)}
     return with_resolved_data_dir(validated_run_config({**overrides, **changes}))
@@ -344,7 +344,7 @@ BAD_KINDS = [
 @pytest.mark.parametrize("kind", BAD_KINDS)
 def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, kind):
     from experiments.run.inprocess import main as inprocess_main
-    from experiments.run.launcher import format_run_config
+    from experiments.run.run_config import format_run_config
 
     value, phrase = bad_file(outside, kind)
     out = outside / "out"
@@ -365,7 +365,7 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
 
 
 def test_a_trace_that_is_not_a_string_is_refused():
-    from experiments.run.launcher import validated_run_config
+    from experiments.run.run_config import validated_run_config
 
     with pytest.raises(ValueError, match=r"'channel.trace' = 3 must be the absolute path"):
         validated_run_config({"channel.trace": 3})
@@ -392,7 +392,7 @@ def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
 def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
     from experiments.run.inprocess import main as inprocess_main
     from experiments.run.inprocess import run_inprocess
-    from experiments.run.launcher import format_run_config
+    from experiments.run.run_config import format_run_config
 
     trace = good_trace(outside / "three.npz", rounds=3)
     first = outside / "first"
@@ -411,7 +411,7 @@ def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside)
 def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     """``make run RUN_CONFIG="channel.trace='...'"``: flwr run on its own SuperLink."""
     from experiments.run.inprocess import run_inprocess
-    from experiments.run.launcher import format_run_config
+    from experiments.run.run_config import format_run_config
 
     small = {"num-devices": 3, "num-server-rounds": 2, "channel.availability-prob": 0.9}
     simulated = outside / "simulated"

@@ -23,9 +23,10 @@ from misbehaving import misbehaving
 from client_app import cohort
 from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import default_run_config, validated_run_config
+from experiments.run.run_config import validated_run_config
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
+from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.results import METRICS_FILE, MODEL_FILE

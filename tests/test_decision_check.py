@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_strategy.policies import (
     POLICY_NAMES,
     Decision,

@@ -15,14 +15,11 @@ import pytest
 from task_settings import all_available_run
 
 from experiments.run.certificates import make_certificates
-from experiments.run.launcher import (
-    PROJECT_DIR,
-    LocalFederation,
-    format_run_config,
-    main,
-    run_flwr,
-    validated_run_config,
-)
+from experiments.run.federation import LocalFederation
+from experiments.run.flwr_run import run_flwr
+from experiments.run.launcher import main
+from experiments.run.run_config import format_run_config, validated_run_config
+from fedcgd_task.settings import PROJECT_DIR
 from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from experiments.run.inprocess import main as inprocess_main
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 from server_app.atomic_files import ResultWriteError, append_line, atomic_write_text
 

@@ -35,10 +35,11 @@ from test_aggregators import NODES, Recorder, V, initial_model, refused, run
 
 from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import default_run_config, validated_run_config
+from experiments.run.run_config import validated_run_config
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
 from fedcgd_strategy.flower.dp_aggregators import noise_seed
 from fedcgd_task import keys
+from fedcgd_task.settings import default_run_config
 from server_app.results import METRICS_FILE, MODEL_FILE
 
 FIXED = "DifferentialPrivacyServerSideFixedClipping"
@@ -298,7 +299,7 @@ def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
     folded table must hold its strings as TOML literal strings (the launcher passes it on)."""
     from flwr.common.config import parse_config_args
 
-    from experiments.run.launcher import format_run_config
+    from experiments.run.run_config import format_run_config
     from server_app.policy_params import read_params
 
     flat = {

@@ -10,8 +10,10 @@ import pytest
 import torch
 from task_settings import all_available_run
 
+from experiments.run.federation import LocalFederation
+from experiments.run.flwr_run import run_flwr
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import LocalFederation, run_flwr, validated_run_config
+from experiments.run.run_config import validated_run_config
 from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 8

@@ -18,8 +18,8 @@ import pytest
 import torch
 from subprocesses import start_in_own_session, wait_for
 
-from experiments.run.launcher import format_run_config
 from experiments.run.preflight import claim_run
+from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 from server_app.atomic_files import atomic_write_text
 from server_app.checkpoint import CHECKPOINT_FILE, save_model
@@ -168,7 +168,7 @@ def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path,
     import server_app.config as config_module
 
     monkeypatch.setattr(config_module.time, "strftime", lambda *_: "20250101-000000")
-    from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+    from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
     config = with_resolved_data_dir(validated_run_config({**SMALL, "num-server-rounds": 1}))
     first, claim_a = claim_run(config, tmp_path)

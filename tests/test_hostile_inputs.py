@@ -16,8 +16,9 @@ from client_app.app import app as client_app
 from experiments.compare.execution import run_policies
 from experiments.compare.plans import check_policies
 from experiments.run.inprocess import main as inprocess_main
-from experiments.run.launcher import default_run_config, format_run_config, parse_run_config_text
+from experiments.run.run_config import format_run_config, parse_run_config_text
 from fedcgd_task import keys
+from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.results import METRICS_FILE

@@ -21,7 +21,7 @@ from proc_tree import alive, command_line, descendants
 from run_results import assert_same_run, lines, rounds_written, two_policy_preset
 from subprocesses import wait_for
 
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 
 #: Seconds every process of a killed command has to be gone in.

@@ -24,7 +24,6 @@ from misbehaving import FAULTS, misbehaving, silent_like
 from task_settings import all_available_run
 
 from client_app.app import app as client_app
-from experiments.run.launcher import default_run_config
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.nodes import NodeRegistry
@@ -36,6 +35,7 @@ from fedcgd_strategy.screening import (
     update_norm_outliers,
 )
 from fedcgd_task import keys
+from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.results import METRICS_FILE, MODEL_FILE

@@ -23,7 +23,7 @@ from client_app import layer_norms
 from client_app import per_sample_norms as psn
 from client_app.sigma import gradient_spread, gradient_spread_vmap
 from experiments.run.inprocess import main as inprocess_main
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import (
     generate_mnist1d,
     global_random_state_kept,

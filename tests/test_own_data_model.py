@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from experiments.run.inprocess import main as inprocess_main
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.models import build_model, count_parameters
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -339,7 +339,7 @@ def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     ``client_app`` come from the installed project, the modules only from the bundle that
     ``flwr run`` ships to the SuperLink and the SuperNodes.
     """
-    from experiments.run.launcher import run_flwr
+    from experiments.run.flwr_run import run_flwr
 
     app = tmp_path / "app"
     app.mkdir()

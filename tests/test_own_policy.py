@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from experiments.compare.policies import main as compare_main
 from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_strategy import Policy, RoundInputs
 from fedcgd_strategy.policies import PolicyContext, make_policy, resolve_protocol
 from fedcgd_strategy.policies.registry import policy_class

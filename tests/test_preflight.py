@@ -15,7 +15,7 @@ import torch
 from task_settings import make_settings
 
 from experiments.run.inprocess import main as inprocess_main
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import load_dataset
 from fedcgd_task.partition import apply_imbalance, partition_indices
 from fedcgd_task.settings import default_run_config

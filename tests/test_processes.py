@@ -201,7 +201,7 @@ def test_an_unreachable_ray_address_fails_in_one_line(tmp_path: Path) -> None:
 
 def test_federation_stop_reaches_processes_in_sessions_of_their_own(tmp_path: Path) -> None:
     """As the SuperLink starts flower-superexec: a grandchild in a new session (setsid)."""
-    from experiments.run.launcher import LocalFederation
+    from experiments.run.federation import LocalFederation
 
     federation = LocalFederation(tmp_path)
     root = subprocess.Popen(

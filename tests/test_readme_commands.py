@@ -29,7 +29,11 @@ from hydra import compose, initialize_config_dir
 
 from experiments.compare.plans import check_policy_params_used, with_policy_params
 from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
-from experiments.run.launcher import format_run_config, parse_run_config_text, validated_run_config
+from experiments.run.run_config import (
+    format_run_config,
+    parse_run_config_text,
+    validated_run_config,
+)
 
 ROUNDS, DEVICES = 2, 4
 

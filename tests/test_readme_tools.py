@@ -16,7 +16,7 @@ import pytest
 from test_readme_commands import module_commands
 
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 

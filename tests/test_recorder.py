@@ -24,8 +24,8 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord
 from torch import nn
 
-from experiments.run.launcher import default_run_config
 from fedcgd_strategy.record import RoundRecord
+from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
 from server_app.config import parse_run_config
 from server_app.recorder import RoundRecorder, checkpoint_due, evaluation_due

@@ -24,7 +24,7 @@ from experiments.compare.reproduce import (
     sweep_points,
 )
 from experiments.paper.settings import PAPER_CIFAR10
-from experiments.run.launcher import default_run_config
+from fedcgd_task.settings import default_run_config
 from server_app.config import parse_run_config
 from server_app.run_status import holds_run
 
@@ -332,7 +332,7 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
 def test_every_run_config_key_can_be_set_in_every_preset(preset):
     """``run.<key>=<value>`` for each key of pyproject's [tool.flwr.app.config] (not the seed,
     the policy or the result folders, which the preset's other settings own)."""
-    from experiments.run.launcher import default_run_config
+    from fedcgd_task.settings import default_run_config
 
     owned = {"seed", "policy", "result-dir", "resume-from"}
     values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}

@@ -21,7 +21,11 @@ import experiments.run.launcher as launcher
 from client_app.app import app as client_app
 from experiments.run.inprocess import main as inprocess_main
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import format_run_config, validated_run_config, with_resolved_data_dir
+from experiments.run.run_config import (
+    format_run_config,
+    validated_run_config,
+    with_resolved_data_dir,
+)
 from server_app.app import run_federation
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.config import parse_run_config

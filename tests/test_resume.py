@@ -14,7 +14,9 @@ import torch
 from task_settings import checkpointed_run_config
 
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import (
+    format_run_config,
+)
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.results import METRICS_FILE, MODEL_FILE
 

@@ -28,8 +28,8 @@ from run_results import (
 from subprocesses import start_in_own_session, wait_for
 
 from experiments.run.inprocess import run_inprocess
-from experiments.run.launcher import validated_run_config, with_resolved_data_dir
 from experiments.run.resume_command import single_run_line
+from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
 from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
@@ -103,7 +103,7 @@ def whole_run(folder: Path, values: dict) -> None:
 
 
 def run_config_text(values: dict) -> str:
-    from experiments.run.launcher import format_run_config
+    from experiments.run.run_config import format_run_config
 
     return format_run_config(values)
 

@@ -12,7 +12,8 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.supercore.logger import FLOWER_LOGGER
 
 from client_app.app import app as client_app
-from experiments.run.launcher import default_run_config, is_chatter, stream_output
+from experiments.run.flwr_output import is_chatter, stream_output
+from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 

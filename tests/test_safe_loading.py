@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from fake_runs import write_run
 
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import (
     load_cifar,
     load_mnist1d,

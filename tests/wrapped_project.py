@@ -22,7 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from experiments.run.launcher import PROJECT_DIR, run_flwr
+from experiments.run.flwr_run import run_flwr
+from fedcgd_task.settings import PROJECT_DIR
 
 #: The ``clientapp`` line of ``[tool.flwr.app.components]`` in our pyproject.toml.
 CLIENTAPP_LINE = re.compile(r'^clientapp\s*=\s*"[^"]*"\s*$', re.MULTILINE)

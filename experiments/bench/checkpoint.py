@@ -82,7 +82,7 @@ def time_writes() -> list[dict[str, object]]:
 def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     """Seconds per round of the default run at each cadence, interleaved ``repeats`` times."""
     from experiments.run.inprocess import run_inprocess
-    from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+    from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
     per_round: dict[int, list[float]] = {c: [] for c in CADENCES}
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-runs-") as folder:

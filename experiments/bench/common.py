@@ -12,6 +12,8 @@ it).
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import os
 import pickle
@@ -88,6 +90,45 @@ def round_fields(
 ) -> list[dict[str, Any]]:
     """Per round, the values of :data:`ROUND_FIELDS` and of ``phases`` (None where absent)."""
     return [{k: m.get(k) for k in (*ROUND_FIELDS, *phases)} for m in metrics]
+
+
+def write_table(
+    out: Path, header: Sequence[str], rows: Sequence[Sequence[Any]], payload: Mapping[str, Any]
+) -> tuple[Path, Path]:
+    """Write a benchmark's ``table.csv`` (``header`` and ``rows``) and ``table.json`` (``payload``).
+
+    ``out`` is created; returns the two paths.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = out / "table.csv", out / "table.json"
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    json_path.write_text(json.dumps(payload, indent=2))
+    return csv_path, json_path
+
+
+def add_timed_run_options(parser: argparse.ArgumentParser, default_rounds: int) -> None:
+    """``--rounds`` and ``--seed`` of a benchmark that times rounds 2..R of seeded runs.
+
+    Round 1 holds the start-up, so at least two rounds are needed (:func:`parse_timed_args`).
+    """
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=default_rounds,
+        help=f"rounds per run (>= 2; default {default_rounds})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+
+
+def parse_timed_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; stop with a usage error unless ``--rounds`` >= 2 (round 1 is not timed)."""
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be >= 2 (round 1 is left out of the timings)")
+    return args
 
 
 def largest_accuracy_gap(

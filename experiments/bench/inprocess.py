@@ -41,7 +41,6 @@ same models).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -59,13 +58,17 @@ from experiments.analysis.tables import text_table
 from experiments.bench.bare_loop import BareRun, bare_rounds
 from experiments.bench.common import (
     PHASES,
+    add_timed_run_options,
     largest_accuracy_gap,
     load_average,
+    parse_timed_args,
     progress,
     read_metrics,
     round_fields,
+    write_table,
 )
-from experiments.run.launcher import default_run_config, format_run_config
+from experiments.run.run_config import format_run_config
+from fedcgd_task.settings import default_run_config
 
 #: The benchmark's run config (the data and result folders, rounds, τ, policy, deadline and
 #: seed are added per run): the paper's device setting on MNIST-1D with its 1-D CNN.
@@ -254,16 +257,10 @@ def write_outputs(
     settings: Mapping[str, Any],
 ) -> tuple[Path, Path]:
     """Write ``table.csv`` (medians and values) and ``table.json`` (plus per-round data)."""
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path, json_path = out / "table.csv", out / "table.json"
-    with open(csv_path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["checkout", "quantity", "median", "min", "max", "values"])
-        for r in rows:
-            values = json.dumps(r.values)
-            writer.writerow(
-                [r.checkout, r.quantity.strip(), r.median, min(r.values), max(r.values), values]
-            )
+    table: list[list[Any]] = []
+    for r in rows:
+        low, high = min(r.values), max(r.values)
+        table.append([r.checkout, r.quantity.strip(), r.median, low, high, json.dumps(r.values)])
     payload = {
         "settings": dict(settings),
         "rows": [
@@ -287,8 +284,8 @@ def write_outputs(
         },
         "bare_runs": [b.__dict__ for b in bares],
     }
-    json_path.write_text(json.dumps(payload, indent=2))
-    return csv_path, json_path
+    header = ["checkout", "quantity", "median", "min", "max", "values"]
+    return write_table(out, header, table, payload)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -296,9 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Seconds per round: the in-process engine vs its arithmetic in a bare loop."
     )
-    parser.add_argument("--rounds", type=int, default=20, help="rounds per run (>= 2; default 20)")
+    add_timed_run_options(parser, default_rounds=20)
     parser.add_argument("--repeats", type=int, default=3, help="runs per checkout (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     parser.add_argument("--local-steps", type=int, default=5, help="tau (default 5)")
     parser.add_argument("--policy", default="fedcgd-fscd", help="default fedcgd-fscd")
     parser.add_argument(
@@ -316,16 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit code (0 on success)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.rounds < 2:
-        parser.error("--rounds must be >= 2 (round 1 is left out of the timings)")
+    args = parse_timed_args(parser, argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     this = Path(__file__).resolve().parents[2]
     projects = {THIS: this}
     if args.compare_with is not None:
         other = args.compare_with.resolve()
-        if not (other / "experiments" / "inprocess.py").is_file():
+        if not (other / "experiments" / "run" / "inprocess.py").is_file():
             parser.error(f"--compare-with {other}: not a checkout of this project")
         projects[OTHER] = other
     out = args.out.resolve()

@@ -13,7 +13,7 @@ What it does, in one invocation:
    (:func:`experiments.bench.common.write_random_cifar10`).
 2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: that of
    :mod:`experiments.paper.settings`, central evaluation every round) with ``flwr run`` in the
-   simulation engine (:func:`experiments.run.launcher.run_flwr`, one CPU per ClientApp) for each
+   simulation engine (:func:`experiments.run.flwr_run.run_flwr`, one CPU per ClientApp) for each
    policy of :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
 3. Replays the same rounds in this process (:func:`experiments.bench.round_replay.replay_plain`)
    on the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available
@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import itertools
-import json
 import os
 import shutil
 import statistics
@@ -61,15 +59,19 @@ from typing import Any
 from experiments.analysis.tables import text_table
 from experiments.bench.common import (
     PHASES,
+    add_timed_run_options,
     largest_accuracy_gap,
+    parse_timed_args,
     progress,
     read_metrics,
     round_fields,
     write_random_cifar10,
+    write_table,
 )
 from experiments.bench.round_replay import PlainRun, replay_plain
 from experiments.paper import settings as paper_settings
-from experiments.run.launcher import default_run_config, run_flwr
+from experiments.run.flwr_run import run_flwr
+from fedcgd_task.settings import default_run_config
 
 #: The paper's CIFAR-10 setting (:data:`experiments.paper.settings.PAPER_CIFAR10`), every round
 #: evaluated so that the central evaluation is timed in each round.
@@ -298,13 +300,8 @@ def write_outputs(
     settings: Mapping[str, Any],
 ) -> tuple[Path, Path]:
     """Write ``table.csv`` and ``table.json`` (the rows plus per-round data) under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path, json_path = out / "table.csv", out / "table.json"
-    with open(csv_path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["policy", "quantity", "flwr_s", "plain_s", "flwr_over_plain", "note"])
-        for r in rows:
-            writer.writerow([r.policy, r.quantity.strip(), r.flwr_s, r.plain_s, r.ratio, r.note])
+    header = ["policy", "quantity", "flwr_s", "plain_s", "flwr_over_plain", "note"]
+    table = [[r.policy, r.quantity.strip(), r.flwr_s, r.plain_s, r.ratio, r.note] for r in rows]
     payload = {
         "settings": dict(settings),
         "rows": [{**asdict(r), "quantity": r.quantity.strip(), "ratio": r.ratio} for r in rows],
@@ -326,8 +323,7 @@ def write_outputs(
             for p in plains
         ],
     }
-    json_path.write_text(json.dumps(payload, indent=2))
-    return csv_path, json_path
+    return write_table(out, header, table, payload)
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,8 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Seconds per round: flwr run vs the same computation in one plain process."
     )
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per run (>= 2; default 5)")
-    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    add_timed_run_options(parser, default_rounds=5)
     parser.add_argument(
         "--threads", type=int, default=2, help="torch threads of the plain process (default 2)"
     )
@@ -354,11 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit code (0 on success)."""
-    args = build_parser().parse_args(argv)
-    if args.rounds < 2:
-        build_parser().error("--rounds must be >= 2 (round 1 is left out of the timings)")
+    parser = build_parser()
+    args = parse_timed_args(parser, argv)
     if args.threads < 1:
-        build_parser().error("--threads must be >= 1")
+        parser.error("--threads must be >= 1")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)

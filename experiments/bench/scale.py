@@ -36,7 +36,7 @@ from typing import Any
 
 from experiments.analysis.tables import text_table
 from experiments.bench.common import read_metrics
-from experiments.run.launcher import format_run_config
+from experiments.run.run_config import format_run_config
 
 #: Phases read from each round's metrics line.
 PHASES = ("query_s", "schedule_s", "train_phase_s", "eval_s")

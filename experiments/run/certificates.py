@@ -11,14 +11,19 @@
   for ``flwr supernode register``), as Flower's SuperNode authentication requires.
 
 Built with the ``cryptography`` package (a dependency of Flower), so no ``openssl`` binary is
-needed. Keys are written readable by the owner only.
+needed. Keys are written readable by the owner only. :func:`tls_certificates` gives a ``--tls``
+run its certificates for the length of the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import ipaddress
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +145,31 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
         )
         publics.append(_write(out / f"supernode-{i}.pub", openssh + b"\n", private=False))
     return CertificateSet(ca_path, cert_path, key_path, tuple(keys), tuple(publics))
+
+
+@contextlib.contextmanager
+def tls_certificates(
+    enabled: bool, folder: Path | None, supernodes: int
+) -> Iterator[CertificateSet | None]:
+    """Certificates and SuperNode keys for a ``--tls`` run (None without TLS).
+
+    Written to ``folder`` (kept) when given, else to a temporary ``fedcgd-certificates-*``
+    folder that is removed, private keys included, when the run ends (also on errors and
+    signals).
+    """
+    if not enabled:
+        yield None
+        return
+    target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="fedcgd-certificates-"))
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        tls = make_certificates(target, supernodes=supernodes)
+        kept = "kept" if folder is not None else "removed at the end"
+        print(f"TLS certificates and SuperNode keys in {target} ({kept})", flush=True)
+        yield tls
+    finally:
+        if folder is None:
+            shutil.rmtree(target, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -182,7 +182,7 @@ def run_inprocess(
     Parameters
     ----------
     run_config : mapping
-        A complete, flat run config (``experiments.run.launcher.validated_run_config``) with an
+        A complete, flat run config (``experiments.run.run_config.validated_run_config``) with an
         absolute ``result-dir``.
     cohorts : bool
         Cohort execution (see the module docstring); False: every device alone.
@@ -248,13 +248,13 @@ def run_command(argv: list[str] | None, last_words: LastWords) -> int:
     import time
     import traceback
 
-    from experiments.run.launcher import (
+    from experiments.run.preflight import claim_run, effective_result_dir, refused, run_outcome
+    from experiments.run.resume_command import single_run_commands, single_run_line
+    from experiments.run.run_config import (
         parse_run_config_text,
         validated_run_config,
         with_resolved_data_dir,
     )
-    from experiments.run.preflight import claim_run, effective_result_dir, refused, run_outcome
-    from experiments.run.resume_command import single_run_commands, single_run_line
     from experiments.run.run_pool import usable_cores
 
     parser = inprocess_parser()

@@ -398,7 +398,7 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     Parameters
     ----------
     run_config : mapping
-        A complete flat run config (``experiments.run.launcher.validated_run_config``; an empty
+        A complete flat run config (``experiments.run.run_config.validated_run_config``; an empty
         ``result-dir`` stands for a fresh folder). The data set is loaded (cached per process).
 
     Raises

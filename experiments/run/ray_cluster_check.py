@@ -1,6 +1,6 @@
 r"""Check the scale-out: a small simulation on the Ray cluster at ``RAY_ADDRESS``, spread check.
 
-Runs the app once with :func:`experiments.run.launcher.run_flwr` joined to the cluster, then asks
+Runs the app once with :func:`experiments.run.flwr_run.run_flwr` joined to the cluster, then asks
 the cluster's GCS where Flower's ClientApp actors lived and handled messages
 (:func:`clientapp_placement`, the placement probe) and prints one line
 ``RAY-CLUSTER-CHECK {json}``. The exit code is 0 only when the run succeeded and every live node
@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from experiments.run.launcher import run_flwr
+from experiments.run.flwr_run import run_flwr
 
 REPORT_PREFIX = "RAY-CLUSTER-CHECK "
 #: Flower's ClientApp actor class in Ray.

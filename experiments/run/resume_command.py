@@ -106,7 +106,7 @@ def single_run_commands(
         ``resume-from`` = ``result_dir`` (:func:`resume_overrides`); and the same options and
         run config without a folder (:func:`fresh_overrides`).
     """
-    from experiments.run.launcher import format_run_config
+    from experiments.run.run_config import format_run_config
 
     resume_words = changed_options(parser, args, skip=("run_config", "out"))
     resume_words += ["--run-config", format_run_config(resume_overrides(overrides, result_dir))]

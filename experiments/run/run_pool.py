@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.run.launcher import format_run_config
 from experiments.run.processes import guarded_popen, stop_tree
+from experiments.run.run_config import format_run_config
 from server_app.atomic_files import open_log
 
 #: Log file of a run started by :func:`run_jobs` for a comparison, in its result folder.

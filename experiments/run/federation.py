@@ -1,0 +1,332 @@
+"""A SuperLink (and SuperNodes) of our own on loopback, stopped by PID: :class:`LocalFederation`.
+
+``flwr run`` on the default ``local`` connection starts a detached SuperLink that keeps running
+after the run and whose PID nobody records. Here the SuperLink is started by us (same flags
+``flwr`` uses, on loopback, with runtime dependency installation disabled), in the simulation
+engine or, for a deployment, with one ``flower-supernode`` process per device, optionally over
+TLS; everything is stopped by its PID when the run ends, also on errors and Ctrl-C.
+:func:`flower_home` gives each run its own ``FLWR_HOME``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from experiments.run.certificates import CertificateSet
+from experiments.run.processes import guarded, guarded_popen, stop_tree
+from fedcgd_task import keys
+
+HEALTH_TIMEOUT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def executable(name: str) -> str:
+    """An executable next to the running interpreter (the project's venv), else on PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH")
+    return found
+
+
+class LocalFederation:
+    """A SuperLink (and, for a deployment, SuperNodes) on loopback, stopped by PID.
+
+    Used as a context manager. Simulation mode starts one SuperLink with ``--simulation`` (Ray
+    runs the ClientApps); deployment mode starts a plain SuperLink and ``num_supernodes``
+    ``flower-supernode`` processes with ``--node-config "partition-id=i num-partitions=N"``,
+    each of which runs every message in a fresh ClientApp process, as on real devices.
+
+    With ``tls`` (a :class:`experiments.run.certificates.CertificateSet`) every connection is
+    encrypted: the SuperLink serves its certificate and requires SuperNode authentication
+    (``--enable-supernode-auth``); each SuperNode's public key is registered with
+    ``flwr supernode register`` before it starts with its private key; ``flwr`` trusts the CA.
+    With ``ray_address`` the simulation joins that Ray cluster (``RAY_ADDRESS`` in the
+    SuperLink's environment) instead of starting a local one.
+
+    Parameters
+    ----------
+    flwr_home : Path
+        ``FLWR_HOME`` for every process (config, logs, installed apps).
+    num_supernodes : int
+        SuperNodes to start (deployment mode only).
+    simulation : bool
+        Simulation (True) or deployment (False).
+    tls : CertificateSet, optional
+        Certificates and SuperNode keys (:func:`experiments.run.certificates.make_certificates`).
+    ray_address : str, optional
+        Address of an existing Ray cluster (``127.0.0.1:6379``) for the simulation.
+    """
+
+    def __init__(
+        self,
+        flwr_home: Path,
+        *,
+        num_supernodes: int = 0,
+        simulation: bool = True,
+        tls: CertificateSet | None = None,
+        ray_address: str | None = None,
+    ) -> None:
+        self.flwr_home = flwr_home
+        self.simulation = simulation
+        self.num_supernodes = 0 if simulation else num_supernodes
+        self.tls = tls
+        self.ray_address = ray_address
+        self.http_port = _free_port()
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.log_dir = flwr_home / "logs"
+        if tls is not None and len(tls.supernode_keys) < self.num_supernodes:
+            raise ValueError(
+                f"TLS: {len(tls.supernode_keys)} SuperNode key pairs for "
+                f"{self.num_supernodes} SuperNodes"
+            )
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for the SuperLink, the SuperNodes and ``flwr``."""
+        env = os.environ.copy()
+        env.update(
+            FLWR_HOME=str(self.flwr_home),
+            FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+            FLWR_DISABLE_UPDATE_CHECK="1",
+            FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(self.http_port),
+            PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        )
+        if self.ray_address:
+            env["RAY_ADDRESS"] = self.ray_address
+        return env
+
+    @property
+    def connection_toml(self) -> str:
+        """The ``local`` connection of ``$FLWR_HOME/config.toml`` for ``flwr run``."""
+        if self.tls is not None:
+            address, security = (
+                f"127.0.0.1:{self.http_port}",
+                (f'root-certificates = "{self.tls.ca_cert.resolve()}"\n'),
+            )
+        elif self.simulation:
+            address, security = ":local:", ""
+        else:
+            address, security = f"127.0.0.1:{self.http_port}", "insecure = true\n"
+        return (
+            '[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+            f'address = "{address}"\n{security}'
+        )
+
+    def _healthy(self) -> bool:
+        scheme, context = "http", None
+        if self.tls is not None:
+            scheme, context = "https", ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        try:
+            with urllib.request.urlopen(
+                f"{scheme}://127.0.0.1:{self.http_port}/health", timeout=0.5, context=context
+            ) as response:
+                return bool(200 <= response.status < 300)
+        except OSError:
+            return False
+
+    def log_tail(self, name: str, lines: int = 5) -> str:
+        """The last ``lines`` lines of a process's log, joined with `` | ``."""
+        try:
+            text = (self.log_dir / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+    def _start(self, command: list[str], name: str) -> subprocess.Popen[bytes]:
+        log_path = self.log_dir / f"{name}.log"
+        with open(log_path, "wb") as log_fh:
+            proc = guarded_popen(
+                command,
+                env=self.env,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append(proc)
+        return proc
+
+    def flwr_run(
+        self,
+        project_dir: Path,
+        options: Sequence[str] = (),
+        *,
+        echo: bool = False,
+        start_new_session: bool = False,
+    ) -> subprocess.Popen[str]:
+        """Start ``flwr run PROJECT_DIR local --stream OPTIONS`` on this federation.
+
+        Its output (stderr merged into stdout) is piped as text. ``echo`` prints the command
+        first (``$ ...``); ``start_new_session`` puts the process in a group of its own (to stop
+        it with :func:`os.killpg`).
+        """
+        command = [executable("flwr"), "run", str(project_dir), "local", "--stream", *options]
+        if echo:
+            print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+        return guarded_popen(
+            command,
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=project_dir,
+            start_new_session=start_new_session,
+        )
+
+    def __enter__(self) -> LocalFederation:
+        try:
+            self._start_all()
+        except BaseException:  # an error or a signal while starting: stop what started
+            self.stop()
+            raise
+        return self
+
+    def _start_all(self) -> None:
+        """Start the SuperLink, wait until it answers, then the SuperNodes."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.flwr_home / "config.toml").write_text(self.connection_toml)
+        security = ["--insecure"]
+        if self.tls is not None:
+            security = [
+                "--ssl-ca-certfile",
+                str(self.tls.ca_cert),
+                "--ssl-certfile",
+                str(self.tls.server_cert),
+                "--ssl-keyfile",
+                str(self.tls.server_key),
+                "--enable-supernode-auth",
+            ]
+        command = [
+            executable("flower-superlink"),
+            *security,
+            "--isolation",
+            "subprocess",
+            "--disable-runtime-dependency-installation",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.http_port),
+            "--database",
+            ":flwr-in-memory:",
+        ]
+        if self.simulation:
+            command.insert(1, "--simulation")
+        link = self._start(command, "superlink")
+        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        while not self._healthy():
+            if link.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"flower-superlink did not come up (exit code {link.returncode}); "
+                    f"the end of {self.log_dir / 'superlink.log'}: {self.log_tail('superlink')}"
+                )
+            time.sleep(0.3)
+        for pid in range(self.num_supernodes):
+            self.start_supernode(pid)
+
+    def register(self, public_key: Path) -> None:
+        """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
+        argv, fds = guarded([executable("flwr"), "supernode", "register", str(public_key), "local"])
+        proc = subprocess.run(
+            argv,
+            pass_fds=fds,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"registering {public_key} failed: {proc.stdout}{proc.stderr}")
+
+    def start_supernode(
+        self, partition_id: int, *, private_key: Path | None = None, register: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """Start the SuperNode of ``partition_id`` (again, e.g. after it was stopped).
+
+        With TLS it uses the ``partition_id``-th key pair unless ``private_key`` is given, and
+        registers the public key first when ``register``.
+        """
+        security = ["--insecure"]
+        if self.tls is not None:
+            if private_key is None:
+                private_key = self.tls.supernode_keys[partition_id]
+                if register:
+                    self.register(self.tls.supernode_public_keys[partition_id])
+            security = [
+                "--root-certificates",
+                str(self.tls.ca_cert),
+                "--auth-supernode-private-key",
+                str(private_key),
+            ]
+        return self._start(
+            [
+                executable("flower-supernode"),
+                *security,
+                "--superlink",
+                f"127.0.0.1:{self.http_port}",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(_free_port()),
+                "--node-config",
+                f"{keys.NODE_PARTITION_ID}={partition_id} "
+                f"{keys.NODE_NUM_PARTITIONS}={self.num_supernodes}",
+            ],
+            f"supernode-{partition_id}-{len(self.processes)}",
+        )
+
+    def stop(self) -> None:
+        """Stop every started process and everything below it, by PID.
+
+        The SuperLink starts ``flower-superexec`` and ``flwr-simulation`` (and that Ray) in
+        sessions of their own, out of reach of its process group: the whole process tree is
+        read before anything is signalled (:func:`experiments.run.processes.stop_tree`): SIGTERM,
+        then SIGKILL after a few seconds.
+        """
+        running = [proc for proc in self.processes if proc.poll() is None]
+        stop_tree(proc.pid for proc in running)
+        for proc in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def flower_home(flwr_home: Path | None) -> Iterator[Path]:
+    """``FLWR_HOME`` of one run: ``flwr_home`` (created, kept), else a temporary folder.
+
+    The temporary folder (``$TMPDIR/flwr-home-*``: config, SuperLink logs, installed app) is
+    removed when the run ends, also on errors and signals. One per run on purpose: the
+    launcher writes its own SuperLink's address into ``config.toml``, so two runs sharing a
+    home (e.g. the Makefile's ``FLWR_HOME``) would send ``flwr run`` to each other's SuperLink.
+    """
+    if flwr_home is not None:
+        flwr_home.mkdir(parents=True, exist_ok=True)
+        yield flwr_home
+        return
+    home = Path(tempfile.mkdtemp(prefix="flwr-home-"))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,154 @@
+"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink.
+
+:func:`run_flwr` starts a :class:`experiments.run.federation.LocalFederation` (simulation or
+deployment, optionally over TLS or on a Ray cluster), runs ``flwr run . local --stream``
+against it and stops everything when the run ends; :func:`run_on_superlink` runs on an
+existing SuperLink (e.g. docker compose). :func:`check_reachable` and
+:func:`check_ray_address` check a given server before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from experiments.run.certificates import CertificateSet
+from experiments.run.federation import LocalFederation, executable, flower_home
+from experiments.run.flwr_output import stream_output
+from experiments.run.processes import guarded_popen, stop_tree
+from experiments.run.run_config import format_run_config, with_resolved_data_dir
+from fedcgd_task.settings import PROJECT_DIR
+
+
+def run_flwr(
+    run_config: Mapping[str, Any],
+    *,
+    num_supernodes: int,
+    deployment: bool = False,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    flwr_home: Path | None = None,
+    project_dir: Path = PROJECT_DIR,
+    tls: CertificateSet | None = None,
+    ray_address: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the app once with ``flwr run --stream`` and return the finished process.
+
+    Parameters
+    ----------
+    run_config : mapping
+        ``--run-config`` overrides (keys of ``[tool.flwr.app.config]``).
+    num_supernodes : int
+        Nodes (= devices V): virtual nodes in simulation, SuperNode processes in deployment.
+    deployment : bool
+        Start SuperNode processes instead of using the simulation engine.
+    cpus_per_client : int
+        Ray CPUs per ClientApp in simulation (1 → two clients at once on 2 cores).
+    gpus_per_client : float
+        Ray GPUs per ClientApp in simulation (e.g. 0.25: four clients share one GPU); the
+        ClientApp trains on CUDA whenever it sees a GPU.
+    flwr_home : Path, optional
+        ``FLWR_HOME``; a fresh temporary folder by default.
+    project_dir : Path
+        The Flower app to run.
+    tls : CertificateSet, optional
+        Run over TLS with SuperNode authentication (see :class:`LocalFederation`).
+    ray_address : str, optional
+        Join this Ray cluster for the simulation.
+
+    Returns
+    -------
+    subprocess.CompletedProcess
+        With the streamed output in ``stdout``.
+    """
+    run_config = with_resolved_data_dir(run_config)
+    options: list[str] = []
+    if not deployment:
+        options += [
+            "--federation-config",
+            f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
+            f"client-resources-num-gpus={gpus_per_client:g}",
+        ]
+    if run_config:
+        options += ["--run-config", format_run_config(run_config)]
+    with flower_home(flwr_home) as home:
+        federation = LocalFederation(
+            home,
+            num_supernodes=num_supernodes,
+            simulation=not deployment,
+            tls=tls,
+            ray_address=ray_address,
+        )
+        with federation as fed:
+            verbose = run_config.get("verbose") is True
+            proc = fed.flwr_run(project_dir, options, echo=verbose)
+            try:
+                output = stream_output(proc, verbose=verbose)
+            finally:  # also on Ctrl-C / SIGTERM: the client goes before the SuperLink
+                if proc.poll() is None:
+                    stop_tree([proc.pid])
+                proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, output, "")
+
+
+def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink") -> None:
+    """Raise ConnectionError naming ``address`` unless a TCP connection to it opens in time.
+
+    ``what`` names the server in the message (e.g. ``"--ray-address: Ray cluster"``).
+    """
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{what} address {address!r} must be HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ConnectionError(
+            f"{what} at {address} is not reachable ({err}); start it or fix the address"
+        ) from err
+
+
+def run_on_superlink(
+    run_config: Mapping[str, Any], address: str, root_certificates: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the app with ``flwr run --stream`` on an existing SuperLink (e.g. docker compose).
+
+    ``root_certificates``: the CA certificate of a TLS SuperLink; None connects insecurely.
+    """
+    security = (
+        f'root-certificates = "{root_certificates.resolve()}"\n'
+        if root_certificates is not None
+        else "insecure = true\n"
+    )
+    command = [executable("flwr"), "run", str(PROJECT_DIR), "remote", "--stream"]
+    command += ["--run-config", format_run_config(run_config)]
+    with flower_home(None) as home:
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "remote"\n\n[superlink.remote]\naddress = "{address}"\n'
+            + security
+        )
+        env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
+        print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+        proc = guarded_popen(command, env=env)
+        try:
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                stop_tree([proc.pid])
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode)
+
+
+def check_ray_address(address: str) -> None:
+    """Raise ConnectionError unless the Ray cluster's port at ``address`` accepts connections.
+
+    ``HOST:PORT`` or ``ray://HOST:PORT``; Ray's own ``auto`` / ``local`` are left to Ray.
+    """
+    if address in ("auto", "local"):
+        return
+    check_reachable(address.removeprefix("ray://"), what="--ray-address: the Ray cluster")
