@@ -59,7 +59,7 @@ def checkpointed_run_config(result_dir: Path, **overrides: Any) -> dict[str, Any
     ``overrides`` add or replace keys (``resume-from`` too); the data folder is resolved, so the
     config is ready for ``run_inprocess``.
     """
-    from experiments.run.launcher import validated_run_config, with_resolved_data_dir
+    from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
     overrides = {"checkpoint-every": 1, "result-dir": str(result_dir), **overrides}
     return with_resolved_data_dir(validated_run_config(overrides))

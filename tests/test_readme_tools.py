@@ -69,7 +69,15 @@ def run(module: str, args: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def with_out(args: list[str], out: Path) -> list[str]:
-    """``args`` with its ``--out`` (or the one it lacks) pointing into ``out``."""
+    """``args`` with its ``--out`` (or the one it lacks) pointing into ``out``.
+
+    A ``--docs-png`` (the committed figure a command can also write) goes into ``out`` too, so
+    that the suite never rewrites a tracked file.
+    """
+    args = list(args)
+    if "--docs-png" in args:
+        i = args.index("--docs-png")
+        args[i + 1] = str(out / "docs.png")
     if "--out" in args:
         i = args.index("--out")
         return [*args[:i], "--out", str(out), *args[i + 2 :]]

@@ -29,15 +29,11 @@ from experiments.compare.plans import (
     refuse_stale_runs,
 )
 from experiments.compare.results import format_row, summarise, write_comparison
-from experiments.run.launcher import (
-    default_run_config,
-    run_flwr,
-    strip_ansi,
-    validated_run_config,
-    with_resolved_data_dir,
-)
+from experiments.run.flwr_output import strip_ansi
+from experiments.run.flwr_run import run_flwr
 from experiments.run.preflight import run_outcome
 from experiments.run.progress import RunProgress, format_duration
+from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from experiments.run.run_pool import (
     RUN_LOG,
     Job,
@@ -46,6 +42,7 @@ from experiments.run.run_pool import (
     resolve_jobs,
     run_jobs,
 )
+from fedcgd_task.settings import default_run_config
 from server_app.folder_lock import FolderClaim, claim_folder
 from server_app.run_status import (
     FAILED,

@@ -16,10 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.run.launcher import (
-    validated_run_config,
-    with_resolved_data_dir,
-)
+from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from server_app.checkpoint import run_finished, unread_settings
 from server_app.json_files import read_json_object
 from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines

@@ -63,9 +63,9 @@ from experiments.compare.plans import (
     refuse_stale_runs,
     with_policy_params,
 )
-from experiments.run.launcher import parse_run_config_text, validated_run_config
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import LastWords, python_command, rerun_line
+from experiments.run.run_config import parse_run_config_text, validated_run_config
 from experiments.run.run_pool import resolve_jobs
 from server_app.atomic_files import ResultWriteError
 from server_app.folder_lock import claim_folder

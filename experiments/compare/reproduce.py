@@ -73,13 +73,12 @@ from experiments.compare.plans import (
     with_policy_params,
 )
 from experiments.compare.results import RUN_COLUMNS, format_row, table_rows, write_table
-from experiments.run.launcher import default_run_config
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
 from experiments.run.resume_command import LastWords, python_command, rerun_line
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
-from fedcgd_task.settings import TaskSettings, flatten, resolve_data_dir
+from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
 from server_app.atomic_files import ResultWriteError
 from server_app.config import parse_run_config
 from server_app.folder_lock import FolderClaim, claim_folder

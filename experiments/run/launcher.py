@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import tls_certificates
-from experiments.run.flwr_output import strip_ansi as strip_ansi  # re-export *
 from experiments.run.flwr_run import (
     check_ray_address,
     check_reachable,
@@ -36,7 +35,6 @@ from experiments.run.run_config import (
     with_resolved_data_dir,
 )
 from fedcgd_task.settings import PROJECT_DIR
-from fedcgd_task.settings import default_run_config as default_run_config  # re-export *
 
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
