@@ -372,3 +372,25 @@ def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
     assert len(series) == 6  # FedCGD only
     assert len({(colour, style) for _, colour, style in series}) == 6
     assert "τ = 1, 5" in fig.get_suptitle()
+
+
+def test_long_runs_draw_the_estimates_as_moving_averages_over_the_faint_raw_mean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.analysis.preset_figures import plot_estimates
+
+    figures = _capture(monkeypatch)
+    sigma = [1.0, 1.0, 7.0, 1.0, 1.0] * 6  # 30 rounds: window 3; one spike every 5 rounds
+    folder = tmp_path / "fedcgd-fscd" / "seed-0"
+    lines = [{**x, "sigma": sigma[x["round"] - 1], "class_gradient_used": 2.0} for x in _lines(30)]
+    write_run(folder, {"policy": "fedcgd-fscd"}, lines)
+    plot_estimates({("default", "fedcgd-fscd"): [folder]}, tmp_path / "estimates.png")
+    (fig,) = figures
+    panel = fig.axes[0]
+    (line,) = [x for x in panel.get_lines() if not x.get_label().startswith("_")]
+    by_hand = [1.0] + [sum(sigma[i - 1 : i + 2]) / 3 for i in range(1, 29)] + [1.0]
+    assert list(line.get_ydata()) == pytest.approx(by_hand)
+    assert max(line.get_ydata()) == pytest.approx(3.0)  # the spike of 7 is averaged down
+    (faint,) = [x for x in panel.get_lines() if x.get_label().startswith("_")]
+    assert list(faint.get_ydata()) == sigma and faint.get_alpha() < 0.5
+    assert "moving average over 3 rounds" in panel.get_title()

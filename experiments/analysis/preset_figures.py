@@ -29,7 +29,13 @@ from experiments.analysis.figures import (
     policy_order,
     series_styles,
 )
-from experiments.analysis.plot_runs import finish_figure, load_run, round_values, save_figure
+from experiments.analysis.plot_runs import (
+    finish_figure,
+    load_run,
+    panel_window,
+    round_values,
+    save_figure,
+)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -57,7 +63,10 @@ def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) 
     groups : mapping of (sweep label, policy) to sequence of Path
         E.g. ``("local-steps=5", "fedcgd-fscd")`` → result directories (one per seed); each
         group is drawn as in :func:`experiments.analysis.figures.draw_group` (the mean over
-        seeds and, from two seeds on, its clipped 95 % band; one seed: the run). Only FedCGD
+        seeds and, from two seeds on, its clipped 95 % band; one seed: the run), as moving
+        averages over :func:`experiments.analysis.plot_runs.panel_window` rounds above a faint
+        per-round mean once the runs are long enough (single rounds' spikes of σ̂ and Ĝ would
+        otherwise set the scale). Only FedCGD
         policies are drawn (the other rules neither compute σ̂ nor keep Ĝ); styles from
         :func:`experiments.analysis.figures.estimate_styles`; titled with the runs' settings
         (:func:`experiments.analysis.figure_titles.runs_title`).
@@ -75,13 +84,19 @@ def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) 
     fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
     order = policy_order(p for _, p in fedcgd)
     drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
+    loaded = {group: [load_run(d)[1] for d in groups[group]] for group in drawn}
+    window = panel_window([lines for runs in loaded.values() for lines in runs])
     for (label, policy), style in zip(drawn, estimate_styles(drawn, labels), strict=True):
-        runs = [load_run(d)[1] for d in groups[(label, policy)]]
         for ax, key in zip(axes, keys, strict=True):
-            curves = [round_values(lines, key) for lines in runs]
-            draw_group(ax, curves, key, group_name(label, policy), style=style)
-    axes[0].set_title("σ̂: spread of the sampled gradients (paper's global σ estimate)")
-    axes[1].set_title("Ĝ: class-gradient bound FedCGD uses in the WEMD term")
+            curves = [round_values(lines, key) for lines in loaded[(label, policy)]]
+            draw_group(ax, curves, key, group_name(label, policy), style=style, smooth=window)
+    averaged = f"\nmoving average over {window} rounds (faint: per round)" if window > 1 else ""
+    axes[0].set_title(
+        "σ̂: spread of the sampled gradients (paper's global σ estimate)" + averaged, fontsize=10
+    )
+    axes[1].set_title(
+        "Ĝ: class-gradient bound FedCGD uses in the WEMD term" + averaged, fontsize=10
+    )
     title = runs_title(d for group in drawn for d in groups[group])
     return finish_figure(fig, axes, keys, out, title)
 
