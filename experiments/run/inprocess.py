@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from flwr.app import Context, Error, Message, RecordDict
-from flwr.serverapp import Grid
-from flwr.supercore.run import Run
+from flwr.app import Context, Error, Message
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedcgd_strategy.flower.local_grid import LocalGrid
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 
@@ -41,7 +40,7 @@ Handler = Callable[[Message, Context], Message]
 CLIENT_APP_RAISED = 1
 
 
-class InProcessGrid(Grid):
+class InProcessGrid(LocalGrid):
     """Deliver messages synchronously to ``handlers[node_id](message, context)``.
 
     Parameters
@@ -62,6 +61,8 @@ class InProcessGrid(Grid):
 
     """
 
+    refusal = "InProcessGrid only lists node ids and delivers messages with send_and_receive"
+
     def __init__(
         self,
         handlers: dict[int, Handler],
@@ -80,42 +81,9 @@ class InProcessGrid(Grid):
         self.cohort_threads = cohort_threads
         self.sent: list[Message] = []
 
-    def set_run(self, run: Run) -> None:
-        """Flower's hook; nothing to do in one process."""
-
-    @property
-    def run(self) -> Run:
-        """Not used by this app."""
-        raise NotImplementedError("InProcessGrid has no Run object")
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        """Create a message to ``dst_node_id``."""
-        return Message(
-            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id
-        )
-
     def get_node_ids(self) -> Iterable[int]:
         """The connected nodes."""
         return list(self.handlers)
-
-    def get_nodes(self) -> Any:
-        """Not used by this app."""
-        raise NotImplementedError("InProcessGrid only lists node ids")
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Not used by this app (it calls :meth:`send_and_receive`)."""
-        raise NotImplementedError("InProcessGrid only supports send_and_receive")
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Not used by this app (it calls :meth:`send_and_receive`)."""
-        raise NotImplementedError("InProcessGrid only supports send_and_receive")
 
     def deliver(self, msg: Message) -> Message | None:
         """Hand one message to its node; None means no reply (a timeout)."""

@@ -42,7 +42,6 @@ import contextlib
 import gc
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from flwr.app import (
@@ -55,10 +54,8 @@ from flwr.app import (
     MetricRecord,
     RecordDict,
 )
-from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import FLOWER_LOGGER
-from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from numpy.typing import NDArray
 
@@ -80,6 +77,7 @@ from fedcgd_strategy.flower.dp_aggregators import (
     make_dp_aggregator,
     numpy_global_seeded,
 )
+from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
 from fedcgd_task.imports import first_line
 
@@ -125,7 +123,7 @@ def uploads_needed(aggregator: Strategy) -> tuple[int, str]:
     return minimum_uploads(inner_strategy(aggregator))
 
 
-class StandInGrid(Grid):
+class StandInGrid(LocalGrid):
     """What an aggregator's own ``configure_train`` sees: ``num_nodes`` node ids, nothing else.
 
     Stateful Flower strategies remember the global model in ``configure_train``; they sample
@@ -135,29 +133,11 @@ class StandInGrid(Grid):
     """
 
     MAX_LISTINGS = 10
+    refusal = "the aggregator's configure_train may only list node ids, not send messages"
 
     def __init__(self, num_nodes: int) -> None:
         self.node_ids = list(range(1, num_nodes + 1))
         self.listings = 0
-
-    def set_run(self, run: Run) -> None:
-        """Nothing to do: there is no run behind this grid."""
-
-    @property
-    def run(self) -> Run:
-        """There is no run behind this grid."""
-        raise RuntimeError("the aggregator's configure_train may only list node ids")
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        """Refused (the scheduler builds the round's messages)."""
-        raise RuntimeError("the aggregator's configure_train may only list node ids")
 
     def get_node_ids(self) -> Iterable[int]:
         """The stand-in node ids (refused after :attr:`MAX_LISTINGS` calls in one round)."""
@@ -169,23 +149,11 @@ class StandInGrid(Grid):
             )
         return list(self.node_ids)
 
-    def get_nodes(self) -> Any:
-        """Refused (only node ids are listed)."""
-        raise RuntimeError("the aggregator's configure_train may only list node ids")
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Refused (the scheduler sends the round's messages)."""
-        raise RuntimeError("the aggregator's configure_train may not send messages")
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Refused (the scheduler sends the round's messages)."""
-        raise RuntimeError("the aggregator's configure_train may not send messages")
-
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
         """Refused (the scheduler sends the round's messages)."""
-        raise RuntimeError("the aggregator's configure_train may not send messages")
+        raise RuntimeError(self.refusal)
 
 
 @contextlib.contextmanager
