@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedcgd_task.nested import DESCEND, map_nested
 from server_app.atomic_files import atomic_write
 from server_app.config import RunConfig
 from server_app.json_files import read_json_object
@@ -95,28 +96,28 @@ def _to_torch(value: Any) -> Any:
 
     ``torch.load(weights_only=True)`` reads tensors and plain containers only.
     """
+    return map_nested(value, _tagged_tensor)
+
+
+def _tagged_tensor(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return {NUMPY_TAG: torch.from_numpy(np.array(value, copy=True))}
-    if isinstance(value, dict):
-        return {k: _to_torch(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_torch(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_to_torch(v) for v in value)
-    return value
+    return DESCEND
 
 
 def _from_torch(value: Any) -> Any:
     """The inverse of :func:`_to_torch`."""
-    if isinstance(value, dict):
-        if set(value) == {NUMPY_TAG} and isinstance(value[NUMPY_TAG], torch.Tensor):
-            return value[NUMPY_TAG].numpy().copy()
-        return {k: _from_torch(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_torch(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_from_torch(v) for v in value)
-    return value
+    return map_nested(value, _untagged_array)
+
+
+def _untagged_array(value: Any) -> Any:
+    if (
+        isinstance(value, dict)
+        and set(value) == {NUMPY_TAG}
+        and isinstance(value[NUMPY_TAG], torch.Tensor)
+    ):
+        return value[NUMPY_TAG].numpy().copy()
+    return DESCEND
 
 
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:

@@ -18,7 +18,7 @@ import json
 import os
 import pickle
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,26 +109,41 @@ def write_table(
     return csv_path, json_path
 
 
-def add_timed_run_options(parser: argparse.ArgumentParser, default_rounds: int) -> None:
-    """``--rounds`` and ``--seed`` of a benchmark that times rounds 2..R of seeded runs.
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number >= ``minimum`` (otherwise a usage error naming it)."""
 
-    Round 1 holds the start-up, so at least two rounds are needed (:func:`parse_timed_args`).
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {minimum}")
+        return value
+
+    return whole_number
+
+
+def timed_run_parser(
+    description: str, default_rounds: int, default_out: Path
+) -> argparse.ArgumentParser:
+    """A benchmark's parser with ``--rounds``, ``--seed`` and ``--out``.
+
+    The benchmark times rounds 2..R of seeded runs: round 1 holds the start-up, so at least two
+    rounds are needed.
     """
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=at_least(2),
         default=default_rounds,
-        help=f"rounds per run (>= 2; default {default_rounds})",
+        help=f"rounds per run (>= 2: round 1 is left out of the timings; default {default_rounds})",
     )
     parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
-
-
-def parse_timed_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """Parse ``argv``; stop with a usage error unless ``--rounds`` >= 2 (round 1 is not timed)."""
-    args = parser.parse_args(argv)
-    if args.rounds < 2:
-        parser.error("--rounds must be >= 2 (round 1 is left out of the timings)")
-    return args
+    parser.add_argument(
+        "--out", type=Path, default=default_out, help=f"result folder (default {default_out})"
+    )
+    return parser
 
 
 def largest_accuracy_gap(

@@ -58,13 +58,13 @@ from experiments.analysis.tables import text_table
 from experiments.bench.bare_loop import BareRun, bare_rounds
 from experiments.bench.common import (
     PHASES,
-    add_timed_run_options,
+    at_least,
     largest_accuracy_gap,
     load_average,
-    parse_timed_args,
     progress,
     read_metrics,
     round_fields,
+    timed_run_parser,
     write_table,
 )
 from experiments.run.run_config import format_run_config
@@ -290,11 +290,14 @@ def write_outputs(
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    parser = argparse.ArgumentParser(
-        description="Seconds per round: the in-process engine vs its arithmetic in a bare loop."
+    parser = timed_run_parser(
+        "Seconds per round: the in-process engine vs its arithmetic in a bare loop.",
+        default_rounds=20,
+        default_out=Path("results/bench-inprocess"),
     )
-    add_timed_run_options(parser, default_rounds=20)
-    parser.add_argument("--repeats", type=int, default=3, help="runs per checkout (default 3)")
+    parser.add_argument(
+        "--repeats", type=at_least(1), default=3, help="runs per checkout (default 3)"
+    )
     parser.add_argument("--local-steps", type=int, default=5, help="tau (default 5)")
     parser.add_argument("--policy", default="fedcgd-fscd", help="default fedcgd-fscd")
     parser.add_argument(
@@ -305,16 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare-with", type=Path, default=None,
         help="another checkout of the project, timed beside this one (e.g. a git worktree)",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=Path("results/bench-inprocess"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit code (0 on success)."""
     parser = build_parser()
-    args = parse_timed_args(parser, argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be >= 1")
+    args = parser.parse_args(argv)
     this = Path(__file__).resolve().parents[2]
     projects = {THIS: this}
     if args.compare_with is not None:

@@ -59,12 +59,12 @@ from typing import Any
 from experiments.analysis.tables import text_table
 from experiments.bench.common import (
     PHASES,
-    add_timed_run_options,
+    at_least,
     largest_accuracy_gap,
-    parse_timed_args,
     progress,
     read_metrics,
     round_fields,
+    timed_run_parser,
     write_random_cifar10,
     write_table,
 )
@@ -333,26 +333,26 @@ def write_outputs(
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    parser = argparse.ArgumentParser(
-        description="Seconds per round: flwr run vs the same computation in one plain process."
+    parser = timed_run_parser(
+        "Seconds per round: flwr run vs the same computation in one plain process.",
+        default_rounds=5,
+        default_out=Path("results/bench_round"),
     )
-    add_timed_run_options(parser, default_rounds=5)
     parser.add_argument(
-        "--threads", type=int, default=2, help="torch threads of the plain process (default 2)"
+        "--threads",
+        type=at_least(1),
+        default=2,
+        help="torch threads of the plain process (default 2)",
     )
     parser.add_argument(
         "--policies", default=",".join(POLICIES), help=f"default {','.join(POLICIES)}"
     )
-    parser.add_argument("--out", type=Path, default=Path("results/bench_round"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit code (0 on success)."""
-    parser = build_parser()
-    args = parse_timed_args(parser, argv)
-    if args.threads < 1:
-        parser.error("--threads must be >= 1")
+    args = build_parser().parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)

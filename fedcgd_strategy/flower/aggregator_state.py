@@ -19,6 +19,7 @@ from flwr.app import Array, ArrayRecord
 from flwr.serverapp.strategy import Strategy
 
 from fedcgd_strategy.flower.aggregator_registry import AGGREGATOR_KEY
+from fedcgd_task.nested import DESCEND, map_nested
 
 #: Tags of the values :func:`aggregator_state` writes that are not plain Python data.
 ARRAY_TAG, SCALAR_TAG, RECORD_TAG = "__ndarray__", "__numpy_scalar__", "__arrayrecord__"
@@ -55,6 +56,11 @@ def _plain(value: object) -> tuple[bool, object]:
 
 
 def _restored(value: object) -> object:
+    """The inverse of :func:`_plain` (a nested strategy's state is left to the loader)."""
+    return map_nested(value, _untagged)
+
+
+def _untagged(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {ARRAY_TAG}:
             return np.array(value[ARRAY_TAG])
@@ -63,12 +69,7 @@ def _restored(value: object) -> object:
         if set(value) == {RECORD_TAG}:
             arrays = value[RECORD_TAG]
             return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
-        return {k: _restored(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_restored(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_restored(v) for v in value)
-    return value
+    return DESCEND
 
 
 def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
