@@ -31,6 +31,7 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
+from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
 from test_aggregators import NODES, Recorder, V, initial_model, refused, run
 
 from client_app.app import app as client_app
@@ -62,15 +63,26 @@ CASES = [
 
 
 class PaperRule(DifferentialPrivacyServerSideAdaptiveClipping):
-    """Flower's adaptive wrapper with the clipping-norm update as Andrew et al. write it.
+    """Flower's adaptive wrapper with the clipping-norm update and noise of Andrew et al.
 
-    Algorithm 1 of arXiv:1905.03871: b = fraction of updates with norm <= C (not clipped),
+    Algorithm 1 of arXiv:1905.03871: the mean of the updates clipped to C is noised with
+    standard deviation z C / n, then b = fraction of updates with norm <= C (not clipped),
     C <- C exp(-eta (b - gamma)), gamma the target fraction not clipped.
     """
+
+    def aggregate_train(self, server_round, replies):
+        self.clipped_with = self.clipping_norm
+        return super().aggregate_train(server_round, replies)
 
     def _geometric_update(self, clipped_fraction: float) -> None:
         b, gamma = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
         self.clipping_norm = self.clipping_norm * math.exp(-self.clip_norm_lr * (b - gamma))
+
+    def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
+        nds = aggregated.to_numpy_ndarrays()
+        std = self.noise_multiplier * self.clipped_with / self.num_sampled_clients
+        add_gaussian_noise_inplace(nds, std)  # Flower's draw
+        return ArrayRecord({k: Array(np.asarray(v)) for k, v in zip(aggregated, nds, strict=True)})
 
 
 def update_norm(reply: Message, model: dict[str, np.ndarray]) -> float:
@@ -233,6 +245,64 @@ def test_the_noise_is_calibrated_to_the_rounds_uploads():
     for key in ("w", "b"):
         noise = draw.normal(0.0, 1.0 / 3, mean[key].shape).astype(np.float32)
         np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_noise_is_scaled_by_the_norm_the_round_clipped_with():
+    """C_0 = 1 clips two of the three hand updates; this round's noise has std z' C_0 / 3,
+    although C has moved for the next round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy
+    fraction not clipped).
+
+    Flower splits the noise multiplier z between the clipped count (std sigma_b = 2) and the
+    updates: z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1.
+    The oracle: Flower's documented draws from the generator seeded for (seed, round): the
+    noisy clipped count first, then one normal array per model array.
+    """
+    params = {
+        "noise-multiplier": 1.0,
+        "initial-clipping-norm": 1.0,
+        "clip-norm-lr": 1.0,
+        "clipped-count-stddev": 2.0,
+    }
+    aggregator = make_aggregator(ADAPTIVE, params, 3)
+    reference, models, weights = hand_round()
+    result, _ = aggregate_uploads(aggregator, 2, models, weights, reference, seed=5)
+    assert result is not None
+    draw = np.random.RandomState()  # the legacy generator Flower draws from
+    draw.seed(noise_seed(5, 2))
+    unclipped = 1.0 - draw.normal(2.0, 2.0) / 3  # the noisy count of the two clipped
+    next_norm = math.exp(-(unclipped - 0.5))
+    assert aggregator.clipping_norm == pytest.approx(next_norm, rel=1e-12)
+    assert abs(next_norm - 1.0) > 0.05  # the two norms differ enough to tell apart
+    z_updates = (1.0 - 1.0 / 16) ** -0.5
+    mean = {"w": np.array([1.2, 1.0 - 0.2 / 3]), "b": np.array([0.5 / 3])}
+    for key in ("w", "b"):
+        noise = draw.normal(0.0, z_updates * 1.0 / 3, mean[key].shape).astype(np.float32)
+        np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("quantile", "low", "high"), [(0.2, 8.0, 9.0), (0.7, 3.0, 4.0)])
+def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, low, high):
+    """Ten updates of norms 1, 2, ..., 10 every round: with q = 0.2 two are clipped (norms 9
+    and 10) once C is in [8, 9); with q = 0.7, seven (norms 4 .. 10) once C is in [3, 4).
+    (Andrew et al.'s gamma = 0.2 unclipped would settle C in [2, 3) instead.)"""
+    params = {
+        "noise-multiplier": 0.0,
+        "initial-clipping-norm": 5.5,
+        "target-clipped-quantile": quantile,
+        "clipped-count-stddev": 0.0,
+    }
+    aggregator = make_aggregator(ADAPTIVE, params, 10)
+    reference = {"w": np.zeros(1, np.float32)}
+    models = [{"w": np.array([float(n)], np.float32)} for n in range(1, 11)]
+    seen = []
+    for rnd in range(1, 201):
+        aggregate_uploads(aggregator, rnd, models, [1] * 10, reference)
+        seen.append(aggregator.clipping_norm)
+    # from 5.5 it moves by at most exp(0.2 |b - gamma|) <= exp(0.2) a round into its band,
+    # then steps across the band's edges and back (exactly at the target it does not move)
+    settled = seen[100:]
+    assert low / math.exp(0.2) <= min(settled) and max(settled) <= high * math.exp(0.2)
+    assert low <= float(np.median(settled)) <= high
 
 
 def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -> dict:

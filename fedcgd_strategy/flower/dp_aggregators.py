@@ -36,15 +36,24 @@ privacy"):
 * ``accountant``: Flower's privacy accountant is an object; a run config cannot hold one, so
   accounting is not offered here (refused).
 
-One deviation, a fix: Flower 1.42's message-based adaptive wrapper counts the *clipped*
-updates (its ``norm_bit`` is "scaled down") but updates the clipping norm with Andrew et al.'s
-rule, which takes the fraction *not* clipped: C <- C exp(-lr (clipped - q)). More clipped
-updates than the target then shrink C further, and the norm collapses (on the default digits
-run from 0.5 to 0.003 in 50 rounds). Flower's older ``DPFedAvgAdaptive`` sends ``norm_bit =
-not clipped`` to the same rule. This module's :class:`DifferentialPrivacyServerSideAdaptiveClipping`
-(built where the run config names Flower's) keeps every other step of Flower's wrapper and
-only overrides that update with the paper's rule (its ``_geometric_update``), so that
-``target-clipped-quantile`` means what Flower documents: the fraction of updates to clip.
+Two deviations, fixes of Flower 1.42's message-based adaptive wrapper, in this module's
+:class:`DifferentialPrivacyServerSideAdaptiveClipping` (built where the run config names
+Flower's; every other step is Flower's):
+
+* The update's sign. Flower counts the *clipped* updates (its ``norm_bit`` is "scaled down")
+  but updates the clipping norm with Andrew et al.'s rule, which takes the fraction *not*
+  clipped: C <- C exp(-lr (clipped - q)). More clipped updates than the target then shrink C
+  further, and the norm collapses (on the default digits run from 0.5 to 0.003 in 50 rounds).
+  The replaced ``_geometric_update`` is Andrew et al.'s rule with b = the fraction not
+  clipped and gamma = 1 - q, so that ``target-clipped-quantile`` q means what Flower's
+  Message-API wrapper documents: the fraction of updates to clip (C settles at the (1 - q)
+  quantile of the update norms). Flower's older ``DPFedAvgAdaptive`` and Andrew et al. name
+  the other fraction: their ``clip_norm_target_quantile`` gamma is the fraction *not* clipped
+  (gamma = 1 - q; the same at the default 0.5).
+* The noise's scale. Flower updates C before it adds the noise, so the round's noise is
+  scaled by the next round's norm C_{t+1} while the updates were clipped to C_t (too little
+  noise in a round where C shrinks). The noise is scaled by C_t, as in Andrew et al.'s
+  Algorithm 1.
 
 The adaptive wrapper's clipping norm is state: it is saved in the checkpoint with the
 wrapped strategy's state (:mod:`fedcgd_strategy.flower.aggregator_state`).
@@ -59,6 +68,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping as FlowerAdaptiveClipping,
 )
@@ -97,12 +107,14 @@ NOISE_STREAM = 0x4E4F4953
 
 
 class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
-    """Flower's server-side adaptive clipping with the clipping-norm update of Andrew et al.
+    """Flower's server-side adaptive clipping with the steps of Andrew et al.'s Algorithm 1.
 
     Everything (clipping, the noisy clipped count, the noise, the wrapped strategy's
     aggregation) is Flower's class of the same name (``flwr.serverapp.strategy``), which the
-    run config names; only :meth:`_geometric_update` is replaced (see the module's notes).
-    The name is Flower's so that messages name the class as the run config does.
+    run config names; two steps are replaced (see the module's notes): the clipping-norm
+    update (:meth:`_geometric_update`) and the norm the noise is scaled by
+    (:meth:`_add_noise_to_aggregated_arrays`: the round's, C_t, not the updated C_{t+1}). The
+    name is Flower's so that messages name the class as the run config does.
     """
 
     def _geometric_update(self, clipped_fraction: float) -> None:
@@ -110,11 +122,27 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
 
         b = 1 - ``clipped_fraction`` is the noisy fraction of updates not clipped (norm <= C),
         gamma = 1 - ``target_clipped_quantile`` the target fraction not clipped, lr =
-        ``clip_norm_lr``. More clipped updates than the target make C grow.
+        ``clip_norm_lr``. More clipped updates than the target make C grow. The norm the
+        round clipped with is kept for the round's noise.
         """
+        self._round_clipping_norm = self.clipping_norm
         unclipped = 1.0 - clipped_fraction
         target_unclipped = 1.0 - self.target_clipped_quantile
         self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
+
+    def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
+        """Flower's Gaussian noise, standard deviation z C_t / n with C_t the round's norm.
+
+        Flower updates C before it adds the noise and so scales the noise by C_{t+1}; the
+        sensitivity of the mean of n updates clipped to C_t is C_t / n, and Andrew et al.'s
+        Algorithm 1 noises with C_t before it updates C.
+        """
+        updated = self.clipping_norm
+        self.clipping_norm = self.__dict__.pop("_round_clipping_norm", updated)
+        try:
+            return super()._add_noise_to_aggregated_arrays(aggregated)
+        finally:
+            self.clipping_norm = updated
 
 
 def is_dp_class(cls: type) -> bool:
