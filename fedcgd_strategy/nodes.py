@@ -27,7 +27,7 @@ class NodeRegistry:
     refused (:meth:`claim_problem`), so a node cannot take over another device's partition by
     answering first with its own data. It can by reporting the other partition's counts
     exactly (they follow from the public run config): only node authentication (TLS with
-    SuperNode authentication, see the README) tells such a node apart. Without
+    SuperNode authentication, docs/deployment.md) tells such a node apart. Without
     ``partition_counts``, the first claimant keeps the partition.
 
     Parameters

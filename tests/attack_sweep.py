@@ -1,4 +1,4 @@
-"""Scheduling × aggregation under a sign-flip attack (README "Robust aggregation").
+"""Scheduling × aggregation under a sign-flip attack (docs/aggregation.md).
 
 A test-harness command, not part of the app: the attack lives in :mod:`misbehaving` (fault
 ``"sign-flip-x5"``: the first ``k`` partitions upload w + (−5)(w_v − w) with their true update

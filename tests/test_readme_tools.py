@@ -135,3 +135,18 @@ def test_readme_round_benchmark_command_runs(tmp_path: Path) -> None:
         "experiments.bench.round", [*args, "--rounds", "2", "--policies", "bc", "--out", str(out)]
     )
     assert "flwr" in proc.stdout and any(out.rglob("*.csv")), proc.stdout[-2000:]
+
+
+def test_the_inprocess_benchmark_finds_the_engine_in_old_and_new_checkouts(tmp_path) -> None:
+    """``--compare-with`` takes a checkout from before experiments/ had subpackages too."""
+    from experiments.bench.inprocess import engine_module
+
+    new, old, other = tmp_path / "new", tmp_path / "old", tmp_path / "other"
+    (new / "experiments" / "run").mkdir(parents=True)
+    (new / "experiments" / "run" / "inprocess.py").write_text("")
+    (old / "experiments").mkdir(parents=True)
+    (old / "experiments" / "inprocess.py").write_text("")
+    other.mkdir()
+    assert engine_module(new) == "experiments.run.inprocess"
+    assert engine_module(old) == "experiments.inprocess"
+    assert engine_module(other) is None

@@ -12,7 +12,7 @@ measures, on this machine:
    overhead of each cadence against no checkpoint, measured side by side.
 
 Writes ``checkpoint_writes.csv`` and ``checkpoint_runs.csv`` under ``--out`` and prints both
-tables (the numbers of README, "Settings", ``checkpoint-every``).
+tables (the numbers of docs/running.md, "Settings", ``checkpoint-every``).
 """
 
 from __future__ import annotations

@@ -159,10 +159,23 @@ def run_config_for(
     }
 
 
+#: Where the in-process engine's module lives, newest layout first (checkouts from before
+#: experiments/ was split into subpackages have it at the top level).
+ENGINE_MODULES = ("experiments.run.inprocess", "experiments.inprocess")
+
+
+def engine_module(project: Path) -> str | None:
+    """The in-process engine's module in the checkout ``project``; None: not this project."""
+    for module in ENGINE_MODULES:
+        if (project / (module.replace(".", "/") + ".py")).is_file():
+            return module
+    return None
+
+
 def run_inprocess_process(
     project: Path, overrides: Mapping[str, Any], checkout: str, log_path: Path
 ) -> InProcessRun:
-    """Run ``python -m experiments.run.inprocess`` in ``project``'s folder; time the whole process.
+    """Run the in-process engine (:func:`engine_module`) in ``project``'s folder; time it all.
 
     Raises
     ------
@@ -170,7 +183,7 @@ def run_inprocess_process(
         With the end of the log when the run fails.
 
     """
-    command = [sys.executable, "-m", "experiments.run.inprocess"]
+    command = [sys.executable, "-m", str(engine_module(project))]
     command += ["--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = time.perf_counter()
@@ -319,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     projects = {THIS: this}
     if args.compare_with is not None:
         other = args.compare_with.resolve()
-        if not (other / "experiments" / "run" / "inprocess.py").is_file():
+        if engine_module(other) is None:
             parser.error(f"--compare-with {other}: not a checkout of this project")
         projects[OTHER] = other
     out = args.out.resolve()

@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=str,
         default="",
         help="also write the figure here (e.g. docs/img/solver_performance.png to refresh the "
-        "README's copy); default: only under --out",
+        "copy in docs/evidence.md); default: only under --out",
     )
     return parser
 

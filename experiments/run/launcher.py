@@ -39,9 +39,6 @@ from fedcgd_task.settings import PROJECT_DIR
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
 
-# * Still imported from here by experiments/compare/ (policies.py, reproduce.py); new code imports
-#   them from experiments.run.flwr_output and fedcgd_task.settings.
-
 #: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder
 #: (:func:`server_app.config.timestamped_result_dir`) when its ``result-dir`` is empty.
 DEFAULT_RESULTS = PROJECT_DIR / "results"
@@ -74,7 +71,7 @@ def add_out_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def result_files(result_dir: Path) -> list[str]:
-    """The files a finished run left in ``result_dir``, in the README's order (those present)."""
+    """The files a finished run left in ``result_dir`` (docs/running.md says what each holds)."""
     names = (
         "metrics.jsonl",
         "config.json",

@@ -16,7 +16,7 @@ machine, i.e. inside a network namespace that has only loopback::
 
 The command after ``--`` runs with ``RAY_ADDRESS`` set to the cluster (the launcher's SuperLink
 inherits it); the cluster is stopped when the command ends. On real machines use ``ray start``
-directly (see README, "Scale-out on a Ray cluster").
+directly (see docs/deployment.md, "Scale-out on a Ray cluster").
 """
 
 from __future__ import annotations
