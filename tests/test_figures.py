@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,15 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
         "MNIST-1D · 1 shard per device, r = 9 · τ = 1 · V = 64 · aggregator FedMedian"
     )
     assert settings_title([None]) == "" and settings_title([{"task": "not a table"}]) == ""
+    # a sweep lists each setting once with its values: r over 1, 3, 9; α over 0.1, 1, 10
+    swept = [copy.deepcopy(shards) for _ in range(3)]
+    for run, ratio in zip(swept, (1.0, 3.0, 9.0), strict=True):
+        run["task"]["imbalance_ratio"] = ratio
+    assert settings_title(swept, seeds=False) == (
+        "MNIST-1D · 1 shard per device, r = 1, 3, 9 · τ = 1 · V = 64 · aggregator FedMedian"
+    )
+    alphas = [config(0, alpha=a) for a in (0.1, 1.0, 10.0)]
+    assert settings_title(alphas) == "MNIST-1D · Dirichlet α = 0.1, 1, 10 · τ = 1 · V = 64 · seed 0"
     hostile = config(0)
     hostile["task"] |= {"seed": [1, 2], "dataset": "pkg.data:" + "x" * 500, "num_devices": "64"}
     assert settings_title([hostile]) == (f"{'x' * 40} · Dirichlet α = 0.1 · τ = 1 · V = ? · seed ?")

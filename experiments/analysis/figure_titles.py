@@ -53,17 +53,25 @@ def dataset_text(config: Mapping[str, Any]) -> str:
     return DATASET_NAMES.get(name, name.rsplit(":", 1)[-1])[:MAX_NAME]
 
 
-def split_text(config: Mapping[str, Any]) -> str:
-    """The split: ``Dirichlet α = 0.1`` or ``2 shards per device``, with ``r = 9`` if r > 1."""
-    task = _section(config, "task")
-    if task.get("partition") == "shards":
-        shards = task.get("shards_per_device")
-        text = f"{_number(shards)} shard{'' if shards == 1 else 's'} per device"
-    else:
-        text = f"Dirichlet α = {_number(task.get('dirichlet_alpha'))}"
-    ratio = task.get("imbalance_ratio", 1.0)
-    if ratio != 1.0:
-        text += f", r = {_number(ratio)}"
+def split_text(configs: Sequence[Mapping[str, Any]]) -> str:
+    """The split of these runs, each setting listed once with its distinct values.
+
+    ``Dirichlet α = 0.1, 1, 10`` or ``1 shard per device`` (``1, 2 shards per device``), and
+    ``r = 1, 3, 9`` after it when a run's imbalance ratio is above 1.
+    """
+    tasks = [_section(c, "task") for c in configs]
+    alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
+    shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
+    texts = []
+    if alphas:
+        texts.append("Dirichlet α = " + _values(alphas))
+    if shards:
+        plural = "" if set(shards) == {1} else "s"
+        texts.append(_values(_number(n) for n in shards) + f" shard{plural} per device")
+    text = ", ".join(texts)
+    ratios = [t.get("imbalance_ratio", 1.0) for t in tasks]
+    if any(r != 1.0 for r in ratios):
+        text += ", r = " + _values(_number(r) for r in ratios)
     return text
 
 
@@ -95,7 +103,7 @@ def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool =
         return ""
     parts = [
         _values(dataset_text(c) for c in known),
-        _values(split_text(c) for c in known),
+        split_text(known),
         "τ = " + _values(_number(_section(c, "training").get("local_steps")) for c in known),
         "V = " + _values(_number(_section(c, "task").get("num_devices")) for c in known),
     ]
