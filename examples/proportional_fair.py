@@ -1,4 +1,7 @@
-"""Proportional-fair scheduling as a user's policy (docs/bring-your-own.md, "Write your own policy")."""
+"""Proportional-fair scheduling as a user's policy.
+
+How to write one: docs/bring-your-own.md, "Write your own policy".
+"""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -2,7 +2,8 @@
 
 Write your own policy by subclassing :class:`Policy`: implement ``schedule(inputs, rng)``
 returning :func:`decision_from_mask` of a boolean mask over the devices, and name the class in
-the run config (``policy = "package.module:ClassName"``); see docs/bring-your-own.md, "Write your own policy".
+the run config (``policy = "package.module:ClassName"``); see docs/bring-your-own.md, "Write
+your own policy".
 """
 
 from fedcgd_strategy.estimators import device_gradient_estimates as device_gradient_estimates

@@ -262,6 +262,10 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
     hostile = config(0)
     hostile["task"] |= {"seed": [1, 2], "dataset": "pkg.data:" + "x" * 500, "num_devices": "64"}
     assert settings_title([hostile]) == (f"{'x' * 40} · Dirichlet α = 0.1 · τ = 1 · V = ? · seed ?")
+    odd = config(0)
+    odd["task"] |= {"partition": "shards", "shards_per_device": [1, 2], "imbalance_ratio": {}}
+    title = settings_title([odd], seeds=False)
+    assert title == "MNIST-1D · ? shards per device, r = ? · τ = 1 · V = 64"
 
 
 def test_a_comparison_figure_is_titled_from_the_recorded_configs(

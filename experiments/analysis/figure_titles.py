@@ -66,7 +66,7 @@ def split_text(configs: Sequence[Mapping[str, Any]]) -> str:
     if alphas:
         texts.append("Dirichlet α = " + _values(alphas))
     if shards:
-        plural = "" if set(shards) == {1} else "s"
+        plural = "" if all(n == 1 for n in shards) else "s"
         texts.append(_values(_number(n) for n in shards) + f" shard{plural} per device")
     text = ", ".join(texts)
     ratios = [t.get("imbalance_ratio", 1.0) for t in tasks]

@@ -183,7 +183,10 @@ def run_inprocess_process(
         With the end of the log when the run fails.
 
     """
-    command = [sys.executable, "-m", str(engine_module(project))]
+    module = engine_module(project)
+    if module is None:
+        raise RuntimeError(f"{project}: not a checkout of this project (no in-process engine)")
+    command = [sys.executable, "-m", module]
     command += ["--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = time.perf_counter()

@@ -124,12 +124,13 @@ def uploads_needed(aggregator: Strategy) -> tuple[int, str]:
 
 
 class StandInGrid(LocalGrid):
-    """What an aggregator's own ``configure_train`` sees: ``num_nodes`` node ids, nothing else.
+    """What an aggregator's own ``configure_train`` sees: ``num_nodes`` node ids to list.
 
     Stateful Flower strategies remember the global model in ``configure_train``; they sample
-    from the grid's node ids and build messages, which are discarded. Sending is refused: the
-    scheduler sends the round's messages. A strategy that keeps waiting for more nodes than
-    are listed is stopped after :attr:`MAX_LISTINGS` listings instead of hanging.
+    from the grid's node ids and build messages (:meth:`create_message` builds them too), which
+    are discarded. Sending is refused: the scheduler sends the round's messages. A strategy
+    that keeps waiting for more nodes than are listed is stopped after :attr:`MAX_LISTINGS`
+    listings instead of hanging.
     """
 
     MAX_LISTINGS = 10

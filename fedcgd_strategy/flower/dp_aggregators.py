@@ -64,11 +64,11 @@ from __future__ import annotations
 import contextlib
 import math
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping as FlowerAdaptiveClipping,
 )
@@ -102,6 +102,8 @@ DP_OWNS: dict[str, str] = {
     "accountant": "Flower's privacy accountant is an object a run config cannot hold; "
     "accounting is not offered here",
 }
+#: Attribute holding, within one ``aggregate_train``, the norm the round clipped with.
+ROUND_NORM = "_round_clipping_norm"
 #: Stream tag of the noise's seed (mixed with the run seed and the round): "NOIS".
 NOISE_STREAM = 0x4E4F4953
 
@@ -117,6 +119,19 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
     name is Flower's so that messages name the class as the run config does.
     """
 
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower's ``aggregate_train``; the round's clipping norm is not kept after it.
+
+        (It would otherwise stay an attribute, and so part of the checkpointed state, in a
+        round whose wrapped strategy returns no model.)
+        """
+        try:
+            return super().aggregate_train(server_round, replies)
+        finally:
+            self.__dict__.pop(ROUND_NORM, None)
+
     def _geometric_update(self, clipped_fraction: float) -> None:
         """C <- C exp(-lr (b - gamma)): Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1.
 
@@ -125,7 +140,7 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
         ``clip_norm_lr``. More clipped updates than the target make C grow. The norm the
         round clipped with is kept for the round's noise.
         """
-        self._round_clipping_norm = self.clipping_norm
+        setattr(self, ROUND_NORM, self.clipping_norm)
         unclipped = 1.0 - clipped_fraction
         target_unclipped = 1.0 - self.target_clipped_quantile
         self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
@@ -138,7 +153,7 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
         Algorithm 1 noises with C_t before it updates C.
         """
         updated = self.clipping_norm
-        self.clipping_norm = self.__dict__.pop("_round_clipping_norm", updated)
+        self.clipping_norm = self.__dict__.get(ROUND_NORM, updated)
         try:
             return super()._add_noise_to_aggregated_arrays(aggregated)
         finally:
