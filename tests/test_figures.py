@@ -408,3 +408,12 @@ def test_long_runs_draw_the_estimates_as_moving_averages_over_the_faint_raw_mean
     (faint,) = [x for x in panel.get_lines() if x.get_label().startswith("_")]
     assert list(faint.get_ydata()) == sigma and faint.get_alpha() < 0.5
     assert "moving average over 3 rounds" in panel.get_title()
+
+
+def test_the_solver_figure_is_titled_with_its_settings() -> None:
+    from experiments.paper.solver_performance import figure_title
+
+    assert figure_title([0.1, 1.0, 10.0], 3) == (
+        "P1 instances: UMi uplinks, CIFAR-10 CNN (258,898 × 32 bit), deadline 2 s"
+        " · Dirichlet α = 0.1, 1, 10 · 3 per (V, α)"
+    )

@@ -225,7 +225,18 @@ def summarise(
     return out
 
 
-def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path]) -> None:
+def figure_title(alphas: Sequence[float], instances: int) -> str:
+    """The settings behind the figure, in one line."""
+    listed = ", ".join(f"{a:g}" for a in alphas)
+    return (
+        f"P1 instances: UMi uplinks, CIFAR-10 CNN ({MODEL_BITS / 32:,.0f} × 32 bit), deadline 2 s"
+        f" · Dirichlet α = {listed} · {instances} per (V, α)"
+    )
+
+
+def plot(
+    summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path], title: str = ""
+) -> None:
     """Two-panel figure: (a) average iterations, (b) average relative error, versus V."""
     import matplotlib
 
@@ -242,7 +253,11 @@ def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path])
         sizes = [int(r["num_devices"]) for r in rows]
         color = POLICY_COLORS[f"fedcgd-{method}"]  # as the policy FedCGD-<method> everywhere
         ax_it.plot(
-            sizes, [r["mean_iterations"] for r in rows], "o-", color=color, label=labels[method]
+            sizes,
+            [float(r["mean_iterations"]) for r in rows],
+            "o-",
+            color=color,
+            label=labels[method],
         )
         ax_err.plot(
             sizes,
@@ -283,9 +298,14 @@ def plot(summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path])
         loc="center left",
         bbox_to_anchor=(1.02, 0.5),
     )
+    sizes = sorted({int(r["num_devices"]) for r in summary})
     for ax in (ax_it, ax_err):
         ax.grid(alpha=0.3)
         count_ticks(ax.xaxis, 0.0)  # V: a number of devices
+        if len(sizes) <= 12:
+            ax.set_xticks(sizes)  # the swept V, not round numbers between them
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -340,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = [args.out / "solver_performance.png"]
     if args.docs_png:
         paths.append(Path(args.docs_png))
-    plot(summary, paths)
+    plot(summary, paths, figure_title(args.alphas, args.instances))
     print(f"{'V':>4} {'ratio':>6} {'method':>6} {'iters':>7} {'rel err %':>10} {'<= %':>8}")
     for r in summary:
         print(
