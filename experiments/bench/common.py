@@ -113,11 +113,8 @@ def at_least(minimum: int) -> Callable[[str], int]:
     """An argparse ``type``: a whole number >= ``minimum`` (otherwise a usage error naming it)."""
 
     def whole_number(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        if value is None or value < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {minimum}")
         return value
 

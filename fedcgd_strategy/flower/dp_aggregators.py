@@ -122,11 +122,12 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Flower's ``aggregate_train``; the round's clipping norm is not kept after it.
+        """Flower's ``aggregate_train``, the norm it clips with held for the round's noise.
 
-        (It would otherwise stay an attribute, and so part of the checkpointed state, in a
-        round whose wrapped strategy returns no model.)
+        The norm is held only during the call (an attribute left behind would become part of
+        the checkpointed state).
         """
+        setattr(self, ROUND_NORM, self.clipping_norm)
         try:
             return super().aggregate_train(server_round, replies)
         finally:
@@ -137,10 +138,8 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
 
         b = 1 - ``clipped_fraction`` is the noisy fraction of updates not clipped (norm <= C),
         gamma = 1 - ``target_clipped_quantile`` the target fraction not clipped, lr =
-        ``clip_norm_lr``. More clipped updates than the target make C grow. The norm the
-        round clipped with is kept for the round's noise.
+        ``clip_norm_lr``. More clipped updates than the target make C grow.
         """
-        setattr(self, ROUND_NORM, self.clipping_norm)
         unclipped = 1.0 - clipped_fraction
         target_unclipped = 1.0 - self.target_clipped_quantile
         self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
