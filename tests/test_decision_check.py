@@ -20,6 +20,7 @@ from experiments.run.run_config import format_run_config
 from fedcgd_strategy.policies import (
     POLICY_NAMES,
     Decision,
+    Policy,
     PolicyContext,
     RoundInputs,
     decision_from_mask,
@@ -66,9 +67,18 @@ def check(decision, inputs=INPUTS, uses_budget=True):
     return check_decision(decision, inputs, policy="mine", server_round=7, uses_budget=uses_budget)
 
 
-def test_a_schedule_within_the_budget_passes_unchanged():
+def test_a_schedule_within_the_budget_passes_with_its_own_copy_of_the_mask():
     decision = decision_from_mask(INPUTS, mask(0, 1))  # 13 MHz
-    assert check(decision) is decision
+    checked = check(decision)
+    assert checked.selected.tolist() == [True, True, False, False]
+    assert checked.bandwidth_used_hz == 13 * MHZ
+    assert (checked.sigma, checked.wemd, checked.sampling_term) == (
+        decision.sigma,
+        decision.wemd,
+        decision.sampling_term,
+    )
+    decision.selected[2] = True  # the policy's handle on its mask reaches nothing checked
+    assert checked.selected.tolist() == [True, True, False, False]
 
 
 def test_a_schedule_over_the_budget_fails_naming_policy_round_devices_and_bandwidth():
@@ -250,6 +260,19 @@ class ZeroesTheBandwidths(Policy):  # would pass the budget rule on the round it
         return decision_from_mask(inputs, inputs.candidate.copy())
 
 
+class UnlocksAndZeroes(Policy):  # makes its copy writable again, then "frees" the band
+    needs_reports = False
+    calls = 0
+
+    def schedule(self, inputs, rng):
+        type(self).calls += 1  # honest in the pre-start probe (call 1), cheats in the run
+        if type(self).calls == 1:
+            return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
+        inputs.min_bandwidth_hz.setflags(write=True)
+        inputs.min_bandwidth_hz[np.isfinite(inputs.min_bandwidth_hz)] = 0.0
+        return decision_from_mask(inputs, inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))
+
+
 class FailsInRound3(Policy):
     needs_reports = False
     calls = 0
@@ -299,6 +322,19 @@ def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(cheats,
     err = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(err) == 2, err
     assert ", round 1: scheduled devices [" in err[0]
+    assert "MHz (the sum of their minimum bandwidths B*), more than the 20 MHz budget" in err[0]
+
+
+def test_a_policy_that_unlocks_and_zeroes_its_bandwidths_fails_on_the_servers_copy(
+    cheats, tmp_path
+):
+    # honest in the pre-start probe; in round 1 the server's own B* say what the schedule
+    # needs, whatever the policy did to the copy it was given (on the shared arrays this run
+    # ended "completed" with 14-21 devices needing 39.5-439 MHz of 20 MHz)
+    done = run(cheats, "UnlocksAndZeroes", tmp_path / "run")
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, err
+    assert err[0].startswith(f"failed: policy '{cheats}:UnlocksAndZeroes', round 1: "), err
     assert "MHz (the sum of their minimum bandwidths B*), more than the 20 MHz budget" in err[0]
 
 
@@ -368,3 +404,81 @@ def test_the_round_inputs_a_policy_gets_are_read_only():
                  "gain_lin", "target_dist"):  # fmt: skip
         with pytest.raises(ValueError, match="read-only"):
             getattr(inputs, name)[0] = 0
+
+
+class _Unlocks(Policy):
+    """Re-enables writing on its copy of B* and zeroes it, then schedules every feasible device."""
+
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        need = inputs.min_bandwidth_hz
+        need.setflags(write=True)
+        feasible = inputs.candidate & np.isfinite(need)
+        need[feasible] = 0.0
+        return decision_from_mask(inputs, feasible)
+
+
+class _WidensTheBudget(Policy):
+    """Writes a huge budget into its (frozen) copy, then schedules every feasible device."""
+
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        object.__setattr__(inputs, "total_bandwidth_hz", 1e12)
+        return decision_from_mask(inputs, inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))
+
+
+def _frozen_round():
+    from fedcgd_strategy.policies import round_inputs
+
+    return round_inputs(  # as in a run: read-only arrays that own their memory
+        available=np.ones(4, dtype=bool),
+        min_bandwidth_hz=np.array([5 * MHZ, 8 * MHZ, 9 * MHZ, np.inf]),
+        gain_lin=np.ones(4),
+        total_bandwidth_hz=20 * MHZ,
+        batch_size=4,
+        num_classes=2,
+        target_dist=np.array([0.5, 0.5]),
+    )
+
+
+def test_zeroing_an_unlocked_copy_of_the_bandwidths_changes_no_verdict():
+    from fedcgd_strategy.policies.decision_check import schedule_checked
+
+    inputs = _frozen_round()
+    policy = _Unlocks()
+    policy.name = "mine:Unlocks"
+    with pytest.raises(PolicyDecisionError) as err:
+        schedule_checked(policy, inputs, np.random.default_rng(0), server_round=3)
+    # the decision it built says 0 Hz; the server's B* say 5 + 8 + 9 = 22 MHz
+    assert (
+        "devices [0, 1, 2] need 22 MHz (the sum of their minimum bandwidths B*), more "
+        "than the 20 MHz budget" in str(err.value)
+    )
+    assert inputs.min_bandwidth_hz.tolist()[:3] == [5 * MHZ, 8 * MHZ, 9 * MHZ]
+    assert not inputs.min_bandwidth_hz.flags.writeable
+
+
+def test_a_budget_written_into_the_copy_changes_no_verdict():
+    from fedcgd_strategy.policies.decision_check import schedule_checked
+
+    inputs = _frozen_round()
+    policy = _WidensTheBudget()
+    policy.name = "mine:WidensTheBudget"
+    with pytest.raises(PolicyDecisionError) as err:
+        schedule_checked(policy, inputs, np.random.default_rng(0), server_round=3)
+    assert "need 22 MHz (the sum of their minimum bandwidths B*), more than the 20 MHz" in str(
+        err.value
+    )
+    assert inputs.total_bandwidth_hz == 20 * MHZ
+
+
+def test_the_pre_start_probe_also_hands_the_policy_a_copy():
+    inputs = synthetic_round(4, 2, 20 * MHZ, 8)
+    before = inputs.min_bandwidth_hz.copy()
+    policy = _Unlocks()
+    policy.name = "mine:Unlocks"
+    with pytest.raises(PolicyDecisionError, match=r"bandwidth_used_hz = 0\.0 is not that"):
+        probe_policy(policy, inputs)
+    assert np.array_equal(inputs.min_bandwidth_hz, before)

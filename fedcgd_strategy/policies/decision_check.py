@@ -21,6 +21,12 @@ A decision must
    :func:`~fedcgd_strategy.policies.decision.decision_from_mask` computes them (the round's
    record and every table are made of them).
 
+The policy is handed a copy of the round (:func:`~fedcgd_strategy.policies.inputs.policy_copy`)
+and its decision is checked against the server's own :class:`RoundInputs`, which the policy never
+saw; the decision that is used (and recorded) is rebuilt from the server's instance, so no
+mutation of what the policy was given, or of the decision it returned, can change the verdict
+or the recorded numbers.
+
 A decision that breaks a rule ends the run in that round with :class:`PolicyDecisionError`,
 one line naming the policy, the round, the devices and the bandwidth used against the budget
 (docs/design.md, "Checked decisions").
@@ -29,6 +35,7 @@ one line naming the policy, the round, the devices and the bandwidth used agains
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
@@ -36,7 +43,7 @@ from numpy.typing import NDArray
 
 from fedcgd_strategy.policies.base import Policy
 from fedcgd_strategy.policies.decision import Decision, decision_from_mask
-from fedcgd_strategy.policies.inputs import RoundInputs
+from fedcgd_strategy.policies.inputs import RoundInputs, policy_copy
 from fedcgd_strategy.problem import BANDWIDTH_REL_TOL
 
 #: Relative slack of the budget test (the solvers' rounding slack).
@@ -76,7 +83,11 @@ def check_decision(
     server_round: int | None,
     uses_budget: bool = True,
 ) -> Decision:
-    """Return ``decision`` if it obeys the rules of the module docstring; else raise.
+    """Return ``decision``, rebuilt from ``inputs``, if it obeys the module's rules; else raise.
+
+    The returned :class:`Decision` holds a copy of the schedule and the numbers computed on
+    ``inputs`` (equal to the decision's own, rule 5); the policy's ``class_gradient`` and
+    ``solver`` are kept (copied).
 
     Parameters
     ----------
@@ -104,14 +115,14 @@ def check_decision(
             f"{head}: schedule() returned {type(decision).__name__}, not a Decision; return "
             "decision_from_mask(inputs, mask) with a bool mask over the devices"
         )
-    selected = np.asarray(decision.selected)
+    selected = np.array(decision.selected)  # a copy: the policy keeps no handle on it
     if selected.dtype != np.bool_ or selected.shape != inputs.candidate.shape:
         raise PolicyDecisionError(
             f"{head}: the decision's selected is {selected.dtype} of shape {selected.shape}; "
             f"it must be a bool mask of shape ({inputs.num_devices},), one entry per device"
         )
     budget = float(inputs.total_bandwidth_hz)
-    need = np.asarray(inputs.min_bandwidth_hz, dtype=float)
+    need = np.array(inputs.min_bandwidth_hz, dtype=float)
     used = float(np.sum(need[selected & np.isfinite(need)]))
     tail = f"bandwidth used {_mhz(used)} of the {_mhz(budget)} budget"
     outside = selected & ~inputs.candidate
@@ -140,13 +151,18 @@ def check_decision(
                 f"{head}: the decision's {name} = {given!r} is not that of its schedule "
                 f"({true!r}); build the decision with decision_from_mask(inputs, mask)"
             )
-    return decision
+    gradient = decision.class_gradient
+    return replace(
+        honest,
+        class_gradient=None if gradient is None else np.array(gradient, dtype=float),
+        solver=decision.solver,
+    )
 
 
 def schedule_checked(
     policy: Policy, inputs: RoundInputs, rng: np.random.Generator, *, server_round: int | None
 ) -> Decision:
-    """``policy.schedule(inputs, rng)``, checked (:func:`check_decision`).
+    """``policy.schedule`` on a copy of ``inputs``, checked against ``inputs`` itself.
 
     An exception raised by a user's policy (one named by reference, ``module:Class``) becomes a
     :class:`PolicyDecisionError` naming the policy and the round (its cause chained): the
@@ -154,7 +170,7 @@ def schedule_checked(
     traceback says where).
     """
     try:
-        decision = policy.schedule(inputs, rng)
+        decision = policy.schedule(policy_copy(inputs), rng)
     except Exception as err:
         if ":" not in policy.name:
             raise
@@ -219,7 +235,7 @@ def probe_policy(policy: Policy, inputs: RoundInputs, seed: int = 0) -> Decision
 
     """
     try:
-        decision = policy.schedule(inputs, np.random.default_rng(seed))
+        decision = policy.schedule(policy_copy(inputs), np.random.default_rng(seed))
     except Exception as err:  # the user's code: any failure is one line
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise PolicyDecisionError(

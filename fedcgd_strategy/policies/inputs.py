@@ -6,13 +6,15 @@ Every array has one entry per device of the cell (length V), indexed by partitio
 are never scheduled. :func:`round_inputs` is the only place that builds a :class:`RoundInputs`
 from a round: the channel draw, the reported statistics (as arrays, see :class:`ReportedStats`),
 the local class counts reported at discovery and the WEMD target. Its arrays are read-only
-copies: a policy cannot change the round its decision is then checked against (a policy that
-set every B* to 0 would otherwise pass the budget rule). Pure numpy.
+copies, and a policy is handed a copy of its own (:func:`policy_copy`): the decision is checked
+against the server's instance, which no policy ever sees, so nothing a policy does to what it
+was given (``setflags(write=True)`` and zeroing B*, ``object.__setattr__`` on the budget) can
+change the verdict. Pure numpy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -259,3 +261,20 @@ def _frozen(array: NDArray[Any]) -> NDArray[Any]:
     copy = np.array(array)
     copy.setflags(write=False)
     return copy
+
+
+def policy_copy(inputs: RoundInputs) -> RoundInputs:
+    """A copy of ``inputs`` for the policy: new read-only arrays, a new (frozen) object.
+
+    What the policy does to it never reaches ``inputs``, the server's instance, against which
+    its decision is checked and from which the round's record is computed (docs/design.md,
+    "Checked decisions").
+    """
+    copied = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
+    for name, value in copied.items():
+        if isinstance(value, np.ndarray):
+            copied[name] = _frozen(value)
+    view = object.__new__(RoundInputs)
+    for name, value in copied.items():  # already validated: no second __post_init__
+        object.__setattr__(view, name, value)
+    return view
