@@ -187,7 +187,8 @@ def refused(tmp_path: Path, **overrides: Any) -> str:
         ),
         (
             {"aggregator": "FedTrimmedAvg", "aggregator-params.beta": 0.7},
-            "`beta` must be in the range [0, 0.5)",
+            "aggregator-params.beta = 0.7 for aggregator 'FedTrimmedAvg'; allowed: a number in "
+            "[0, 0.5)",
         ),
         (
             {"aggregator": "Bulyan", "aggregator-params.num-malicious-nodes": 2},
