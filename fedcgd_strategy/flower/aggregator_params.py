@@ -112,26 +112,27 @@ RANGES: dict[type, dict[str, Range]] = {
     },
     FedAvgM: {
         "server_learning_rate": learning_rate("the server's step (1: FedAvg's)"),
-        "server_momentum": decay("momentum: 1 never forgets an update (Hsu et al. 2019: "
-                                 "beta < 1)"),
+        "server_momentum": decay("momentum: 1 never forgets an update; Hsu et al. 2019 "
+                                 "use beta < 1"),
     },
     FedTrimmedAvg: {
         "beta": Range("fraction cut at each end; FedTrimmedAvg's docs: [0, 0.5)", low=0.0,
                       high=0.5, high_open=True),
     },
     MultiKrum: {
-        "num_malicious_nodes": non_negative("f, the attackers assumed (Krum needs 2 f + 3 "
-                                            "uploads)"),
-        "num_nodes_to_select": Range("the uploads averaged (1: Krum); more than the devices "
-                                     "is all of them, FedAvg", low=1.0, up_to_devices=True),
+        "num_malicious_nodes": non_negative("f, the attackers assumed; Krum needs 2 f + 3 "
+                                            "uploads"),
+        "num_nodes_to_select": Range("the uploads averaged, 1 is Krum; more than the "
+                                     "devices would be all of them, FedAvg", low=1.0,
+                                     up_to_devices=True),
     },
     Bulyan: {
-        "num_malicious_nodes": non_negative("f, the attackers assumed (Bulyan needs 4 f + 3 "
-                                            "uploads)"),
+        "num_malicious_nodes": non_negative("f, the attackers assumed; Bulyan needs 4 f + 3 "
+                                            "uploads"),
     },
     QFedAvg: {
         "client_learning_rate": learning_rate("QFedAvg's Lipschitz estimate is its inverse"),
-        "q": non_negative("fairness; q = 0 is FedAvg (QFedAvg's docs)"),
+        "q": non_negative("fairness; q = 0 is FedAvg, QFedAvg's docs"),
     },
     DifferentialPrivacyFixedClippingBase: {
         "noise_multiplier": non_negative("z; Flower: non-negative"),

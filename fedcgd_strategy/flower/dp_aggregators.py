@@ -62,6 +62,7 @@ wrapped strategy's state (:mod:`fedcgd_strategy.flower.aggregator_state`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -73,6 +74,7 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping as FlowerAdaptiveClipping,
 )
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, Strategy
+from flwr.supercore.logger import FLOWER_LOGGER
 from numpy.typing import NDArray
 
 from fedcgd_strategy.flower.aggregator_params import check_ranges
@@ -303,7 +305,12 @@ def resolved_dp(setting: str, params: Mapping[str, object], num_devices: int) ->
         One line: see :func:`make_dp_aggregator`.
 
     """
-    built = make_dp_aggregator(setting, params, num_devices)
+    previous = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(max(previous, logging.ERROR))  # its warnings came with the check
+    try:
+        built = make_dp_aggregator(setting, params, num_devices)
+    finally:
+        FLOWER_LOGGER.setLevel(previous)
     inner, inner_params, arguments = dp_arguments(setting, params, num_devices)
     cls = dp_class(setting)
     resolved = with_defaults(cls, arguments, refused=_refused())
