@@ -395,9 +395,7 @@ def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
         f".venv/bin/python -m experiments.run.inprocess --run-config \"aggregator='{aggregator}'"
     )
     at = words.index("--run-config") + 1
-    words[at] += (
-        " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
-    )
+    words[at] += " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
     run_python(*words[1:], "--out", str(out))
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     return folder
