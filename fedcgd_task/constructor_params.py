@@ -6,7 +6,8 @@ kebab-case names becoming snake case. :func:`constructor_arguments` is the one c
 tables go through before the start: every name must be a keyword parameter of the constructor
 that the table may set, every value of the parameter's type (read from its annotation, else
 its default: bool, int, float or str, ``X | None`` as ``X``; an int passes as a float, a bool
-never as a number), and every required parameter must be given. Each refusal is one line
+never as a number), no name may be given in two spellings (``per-round`` and ``per_round``),
+and every required parameter must be given. Each refusal is one line
 naming ``<table>.<name>``, the value and what is allowed. Nothing here imports flwr or torch.
 """
 
@@ -111,8 +112,9 @@ def constructor_arguments(
     ------
     ValueError
         One line: a name the constructor does not take, one in ``refused``, one whose type a
-        run config cannot hold (unless ``untyped``), a value of another type, or a required
-        parameter left unset.
+        run config cannot hold (unless ``untyped``), a value of another type, a required
+        parameter left unset, or two spellings of one name (``server-momentum`` and
+        ``server_momentum``).
 
     """
     refused = refused or {}
@@ -121,8 +123,15 @@ def constructor_arguments(
     settable = [n for n in parameters if n not in refused and (untyped or types_[n] is not None)]
     allowed = ", ".join([*also_allowed, *map(kebab, settable)]) or "none"
     arguments: dict[str, object] = {}
+    spelled: dict[str, str] = {}  # parameter name -> the key that gave it
     for key, value in params.items():
         name = key.replace("-", "_")
+        if name in spelled:
+            raise ValueError(
+                f"run-config key {table}.{key} names the same parameter {name!r} as "
+                f"{table}.{spelled[name]}; give it once"
+            )
+        spelled[name] = key
         if name in refused:
             raise ValueError(f"run-config key {table}.{key}: {refused[name]}; allowed: {allowed}")
         if name not in parameters:
@@ -161,3 +170,24 @@ def constructor_arguments(
         )
         raise ValueError(f"{owner} needs a value for {name!r}: {how}")
     return arguments
+
+
+def with_defaults(
+    cls: type, arguments: Mapping[str, object], refused: Collection[str] = ()
+) -> dict[str, object]:
+    """``arguments`` (of :func:`constructor_arguments`) with the constructor's own defaults.
+
+    Every parameter a run config could set (a scalar type, not in ``refused``) that has a
+    default or a value, in the constructor's order: the values the object is built with.
+    """
+    out: dict[str, object] = {}
+    for name, parameter in keyword_parameters(cls).items():
+        if name in arguments:
+            out[name] = arguments[name]
+        elif (
+            name not in refused
+            and parameter.default is not inspect.Parameter.empty
+            and scalar_type(cls, parameter) is not None
+        ):
+            out[name] = parameter.default
+    return out

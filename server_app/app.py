@@ -124,9 +124,10 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     under the lock (:func:`server_app.run_folder.claim_run_folder`: another live run there is
     refused, naming its PID; nothing is written when the folder is refused). Then
     ``status.json`` says ``"running"``; at the end ``"completed"`` (after ``model.pt`` and
-    ``summary.json``), or ``"failed"`` with the reason when this function raises or when no
-    device uploaded an update in the whole run (when the status itself cannot be written, the
-    exception still says why).
+    ``summary.json``), or ``"failed"`` with the reason when this function raises, when no
+    device uploaded an update in the whole run, or when aggregation failed in more than half
+    of the rounds with uploads (:func:`aggregation_failure_reason`; when the status itself
+    cannot be written, the exception still says why).
 
     Parameters
     ----------
@@ -219,6 +220,31 @@ def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     return head
 
 
+#: A run fails when its aggregation failed (uploads came, the model was kept: the aggregator
+#: raised, returned nothing or something not finite, or had too few uploads) in more than this
+#: share of the rounds with uploads: its model mostly did not train, so it is no result.
+MAX_FAILED_AGGREGATION_SHARE = 0.5
+
+
+def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
+    """Why a run whose metrics lines are ``lines`` failed to aggregate; None when it did not.
+
+    None unless the model was kept despite uploads in more than
+    :data:`MAX_FAILED_AGGREGATION_SHARE` of the rounds with uploads (rounds without uploads
+    are :func:`no_upload_reason`'s); the reason names the first such round's cause.
+    """
+    with_uploads = [line for line in lines if int(line.get("num_uploaded") or 0) > 0]
+    failed = [line for line in with_uploads if line.get("model_kept")]
+    if not failed or len(failed) <= MAX_FAILED_AGGREGATION_SHARE * len(with_uploads):
+        return None
+    first = failed[0]
+    return (
+        f"aggregation failed in {len(failed)} of the {len(with_uploads)} rounds with uploads "
+        f"(allowed: at most {MAX_FAILED_AGGREGATION_SHARE:.0%}), so the model was kept instead; "
+        f"round {first.get('round')}: {first.get('model_kept_reason')}"
+    )
+
+
 def write_end(
     config: RunConfig, writer: ResultWriter, final_model: dict[str, torch.Tensor]
 ) -> dict[str, Any]:
@@ -241,7 +267,7 @@ def write_end(
     }
     writer.write_summary(summary)
     last = history[-1]["round"] if history else 0
-    reason = no_upload_reason(history)
+    reason = no_upload_reason(history) or aggregation_failure_reason(history)
     state = COMPLETED if reason is None else FAILED
     write_status(writer.dir, RunStatus(state, last, config.num_server_rounds, reason=reason))
     say(f"results written to {writer.dir} ({reason or 'completed'})")

@@ -27,7 +27,8 @@ run-config key                 meaning
                                (:mod:`fedcgd_strategy.flower.aggregators`)
 ``aggregator-params``          its constructor arguments, as ``policy-params`` (e.g.
                                ``aggregator-params.num-malicious-nodes = 1``); checked against
-                               its signature before the start
+                               its signature and each number against its range before the
+                               start (:mod:`fedcgd_strategy.flower.aggregator_params`)
 ``protocol``                   ``"auto"`` | ``"channel"`` | ``"query"`` | ``"train-all"`` (auto:
                                train-all for bn2/poc, channel for bc/all, query otherwise)
 ``eval-every``                 central evaluation every k rounds (and always after the last)

@@ -23,7 +23,7 @@ from torch import nn
 
 from channel.report import BITS_PER_PARAM
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
-from fedcgd_strategy.flower.aggregators import make_aggregator
+from fedcgd_strategy.flower.aggregators import make_aggregator, resolved_aggregator
 from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
 from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy, policy_class
@@ -246,6 +246,9 @@ def resolved_settings(
 
     ``policy_uses_budget`` is False for a rule that schedules without the bandwidth budget
     (the ``all`` reference, :attr:`fedcgd_strategy.policies.Policy.uses_budget`).
+    ``aggregator_resolved`` is the aggregator's class and every parameter it is built with,
+    Flower's defaults filled in (and a DP wrapper's wrapped strategy's; None for the
+    scheduler's FedAvg: :func:`fedcgd_strategy.flower.aggregators.resolved_aggregator`).
     """
     resolved = config.to_dict()
     resolved.update(
@@ -254,5 +257,8 @@ def resolved_settings(
         num_classes=num_classes,
         target_dist_global=target.tolist(),
         policy_uses_budget=bool(policy_class(config.policy).uses_budget),
+        aggregator_resolved=resolved_aggregator(
+            config.aggregator, config.aggregator_params, config.task.num_devices
+        ),
     )
     return resolved

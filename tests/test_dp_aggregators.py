@@ -359,12 +359,14 @@ def test_the_same_seed_gives_the_same_private_run_under_cohorts_and_alone(tmp_pa
         ({"num-sampled-clients": 4}, "aggregator-params.num-sampled-clients: not settable here "
          "(set every round to the round's number of uploads"),
         ({"accountant": "rdp"}, "aggregator-params.accountant: not settable here"),
-        ({"noise-multiplier": -1.0}, "The noise multiplier should be a non-negative value"),
+        ({"noise-multiplier": -1.0}, "noise-multiplier = -1.0 for aggregator "
+         f"'{FIXED}'; allowed: a number >= 0"),
         ({"noise-multiplier": float("nan")}, "noise-multiplier = nan for aggregator "
-         f"'{FIXED}'; allowed: a finite number"),
+         f"'{FIXED}'; allowed: a number >= 0"),
         ({"noise-multiplier": "lots"}, "noise-multiplier = 'lots' for aggregator "
          f"'{FIXED}'; allowed: a float"),
-        ({"clipping-norm": 0.0}, "The clipping norm should be a positive value"),
+        ({"clipping-norm": 0.0}, "clipping-norm = 0.0 for aggregator "
+         f"'{FIXED}'; allowed: a number > 0"),
         ({"strategy": "FedMean"}, "'aggregator-params.strategy' = 'FedMean'; allowed: a Flower"),
         ({"strategy": 3}, "aggregator-params.strategy = 3; allowed: the strategy to wrap"),
         ({"strategy": ADAPTIVE}, "is a DP wrapper itself"),

@@ -8,8 +8,12 @@ Flower (the names of ``flwr.serverapp.strategy``: ``FedMedian``, ``FedTrimmedAvg
 ``/absolute/path/file.py:ClassName``. ``""`` (the default) is the scheduler's own FedAvg.
 ``aggregator-params`` are its constructor arguments, checked against the constructor's
 signature by the check ``policy-params`` go through too
-(:func:`fedcgd_task.constructor_params.constructor_arguments`); the parameters that steer
+(:func:`fedcgd_task.constructor_params.constructor_arguments`: names, two spellings of one
+name, types), then against the range of each numeric parameter
+(:func:`fedcgd_strategy.flower.aggregator_params.check_ranges`); the parameters that steer
 Flower's own sampling, evaluation and record keys (:data:`SCHEDULER_OWNS`) are refused.
+:func:`resolved_strategy` is what ``config.json`` records: the class and every parameter with
+Flower's defaults filled in.
 The DP wrappers, which take another strategy, are built by
 :mod:`fedcgd_strategy.flower.dp_aggregators`.
 """
@@ -28,7 +32,8 @@ from flwr.serverapp.strategy import (
     Strategy,
 )
 
-from fedcgd_task.constructor_params import constructor_arguments
+from fedcgd_strategy.flower.aggregator_params import check_ranges
+from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
 from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
 #: Run-config key of the aggregator.
@@ -109,15 +114,21 @@ def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
 
 
 def aggregator_arguments(
-    setting: str, params: Mapping[str, object], key: str = AGGREGATOR_KEY, table: str = PARAMS_KEY
+    setting: str,
+    params: Mapping[str, object],
+    key: str = AGGREGATOR_KEY,
+    table: str = PARAMS_KEY,
+    num_devices: int | None = None,
 ) -> dict[str, object]:
     """Check ``aggregator-params`` against the constructor of ``setting``; return the kwargs.
 
     Names may be kebab or snake case. Refused, each in one line: a name the constructor does
     not take, one the scheduler owns (:data:`SCHEDULER_OWNS`), one whose parameter is not a
-    bool, int, float or str (a run config holds nothing else), a value of another type, and a
-    required parameter left unset. ``key`` and ``table`` are the run-config keys of the class
-    and of its parameters, as the messages name them.
+    bool, int, float or str (a run config holds nothing else), a value of another type, two
+    spellings of one name, a required parameter left unset, and a number out of its range
+    (:func:`~fedcgd_strategy.flower.aggregator_params.check_ranges`; ``num_devices``: the
+    run's, for a bound that is the number of devices). ``key`` and ``table`` are the
+    run-config keys of the class and of its parameters, as the messages name them.
 
     Raises
     ------
@@ -127,17 +138,23 @@ def aggregator_arguments(
     """
     cls = aggregator_class(setting, key)
     refused = {name: f"not settable here ({why})" for name, why in SCHEDULER_OWNS.items()}
-    return constructor_arguments(
-        cls, params, table=table, owner=f"aggregator {setting!r}", refused=refused
-    )
+    owner = f"aggregator {setting!r}"
+    arguments = constructor_arguments(cls, params, table=table, owner=owner, refused=refused)
+    check_ranges(cls, arguments, table=table, owner=owner, num_devices=num_devices)
+    return arguments
 
 
 def build_strategy(
-    setting: str, params: Mapping[str, object], key: str = AGGREGATOR_KEY, table: str = PARAMS_KEY
+    setting: str,
+    params: Mapping[str, object],
+    key: str = AGGREGATOR_KEY,
+    table: str = PARAMS_KEY,
+    num_devices: int | None = None,
 ) -> Strategy:
     """A fresh strategy of the class ``setting`` names, built with the checked ``params``.
 
-    ``key`` and ``table`` are the run-config keys of the class and of its parameters.
+    ``key`` and ``table`` are the run-config keys of the class and of its parameters;
+    ``num_devices`` the run's (see :func:`aggregator_arguments`).
 
     Raises
     ------
@@ -145,7 +162,7 @@ def build_strategy(
         One line: see :func:`aggregator_arguments`; or the constructor raised.
 
     """
-    arguments = aggregator_arguments(setting, params, key, table)
+    arguments = aggregator_arguments(setting, params, key, table, num_devices)
     try:
         return aggregator_class(setting, key)(**arguments)
     except Exception as err:
@@ -153,6 +170,31 @@ def build_strategy(
             f"run-config key {key!r} = {setting!r}: building it with {arguments} "
             f"raised {type(err).__name__}: {first_line(err)}"
         ) from err
+
+
+def class_path(cls: type) -> str:
+    """``package.module:ClassName`` of ``cls``."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def resolved_strategy(
+    setting: str, params: Mapping[str, object], key: str = AGGREGATOR_KEY, table: str = PARAMS_KEY
+) -> dict[str, object]:
+    """``{"class": ..., "params": ...}``: the class ``setting`` names and its parameters.
+
+    ``params`` holds every parameter a run config can set (kebab case), the given values and
+    the constructor's defaults for the others: what the strategy is built with.
+
+    Raises
+    ------
+    ValueError
+        One line: see :func:`aggregator_arguments`.
+
+    """
+    cls = aggregator_class(setting, key)
+    arguments = aggregator_arguments(setting, params, key, table)
+    resolved = with_defaults(cls, arguments, refused=SCHEDULER_OWNS)
+    return {"class": class_path(cls), "params": {kebab(k): v for k, v in resolved.items()}}
 
 
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:

@@ -67,6 +67,7 @@ from fedcgd_strategy.flower.aggregator_registry import (
     aggregator_class,
     build_strategy,
     minimum_uploads,
+    resolved_strategy,
 )
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.dp_aggregators import (
@@ -76,6 +77,7 @@ from fedcgd_strategy.flower.dp_aggregators import (
     is_dp_class,
     make_dp_aggregator,
     numpy_global_seeded,
+    resolved_dp,
 )
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
@@ -111,7 +113,30 @@ def make_aggregator(
         if num_devices is None:
             raise TypeError(f"aggregator {setting!r} is built with num_devices")
         return make_dp_aggregator(setting, params, num_devices)
-    return build_strategy(setting, params)
+    return build_strategy(setting, params, num_devices=num_devices)
+
+
+def resolved_aggregator(
+    setting: str, params: Mapping[str, object], num_devices: int
+) -> dict[str, object] | None:
+    """What ``config.json`` records as ``aggregator_resolved``; None for the default FedAvg.
+
+    ``{"class": "package.module:Name", "params": {...}}`` with every parameter a run config
+    can set, Flower's defaults filled in (a DP wrapper: also ``"strategy"``, the wrapped
+    strategy's, :func:`~fedcgd_strategy.flower.dp_aggregators.resolved_dp`).
+
+    Raises
+    ------
+    ValueError
+        One line: see :func:`make_aggregator`.
+
+    """
+    if setting == DEFAULT_AGGREGATOR:
+        make_aggregator(setting, params)  # refuses parameters
+        return None
+    if is_dp_class(aggregator_class(setting)):
+        return resolved_dp(setting, params, num_devices)
+    return resolved_strategy(setting, params)
 
 
 def uploads_needed(aggregator: Strategy) -> tuple[int, str]:

@@ -62,6 +62,7 @@ wrapped strategy's state (:mod:`fedcgd_strategy.flower.aggregator_state`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -73,15 +74,19 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping as FlowerAdaptiveClipping,
 )
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, Strategy
+from flwr.supercore.logger import FLOWER_LOGGER
 from numpy.typing import NDArray
 
+from fedcgd_strategy.flower.aggregator_params import check_ranges
 from fedcgd_strategy.flower.aggregator_registry import (
     PARAMS_KEY,
     SCHEDULER_OWNS,
     aggregator_class,
     build_strategy,
+    class_path,
+    resolved_strategy,
 )
-from fedcgd_task.constructor_params import constructor_arguments, kebab
+from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
 from fedcgd_task.imports import first_line
 
 #: Flower's server-side DP wrappers (and their subclasses) are built here.
@@ -180,12 +185,18 @@ def _split(params: Mapping[str, object]) -> tuple[str, dict[str, Any], dict[str,
     inner: object = DEFAULT_INNER
     inner_params: object = {}
     own: dict[str, object] = {}
+    spelled: dict[str, str] = {}  # INNER_NAME / INNER_PARAMS -> the key that gave it
     for key, value in params.items():
         name = kebab(key)
+        if name in spelled:
+            raise ValueError(
+                f"run-config key {PARAMS_KEY}.{key} names the same setting as "
+                f"{PARAMS_KEY}.{spelled[name]}; give it once"
+            )
         if name == INNER_NAME:
-            inner = value
+            inner, spelled[name] = value, key
         elif name == INNER_PARAMS:
-            inner_params = value
+            inner_params, spelled[name] = value, key
         else:
             own[key] = value
     if not isinstance(inner, str) or not inner:
@@ -201,8 +212,15 @@ def _split(params: Mapping[str, object]) -> tuple[str, dict[str, Any], dict[str,
     return inner, inner_params, own
 
 
+def _refused() -> dict[str, str]:
+    """The wrapper's parameters ``aggregator-params`` may not set, and why."""
+    refused = {n: f"not settable here ({why})" for n, why in {**SCHEDULER_OWNS, **DP_OWNS}.items()}
+    refused[INNER_NAME] = f"{INNER_KEY} names it"  # read by _split: never reached
+    return refused
+
+
 def dp_arguments(
-    setting: str, params: Mapping[str, object]
+    setting: str, params: Mapping[str, object], num_devices: int | None = None
 ) -> tuple[str, dict[str, Any], dict[str, object]]:
     """Check ``aggregator-params`` of a DP wrapper; (wrapped name, its params, wrapper kwargs).
 
@@ -213,7 +231,9 @@ def dp_arguments(
         wrapped strategy cannot be built (an unknown name, another DP wrapper, a bad parameter
         of its own), a parameter the wrapper does not take or that the scheduler sets
         (:data:`DP_OWNS`, :data:`~fedcgd_strategy.flower.aggregator_registry.SCHEDULER_OWNS`),
-        a value of another type or not finite, or a required one missing.
+        two spellings of one name, a value of another type or out of its range
+        (:func:`~fedcgd_strategy.flower.aggregator_params.check_ranges`), or a required one
+        missing.
 
     """
     cls = aggregator_class(setting)
@@ -223,23 +243,23 @@ def dp_arguments(
             f"run-config key {INNER_KEY} = {inner!r} is a DP wrapper itself; allowed: a "
             "strategy that aggregates (FedAvg, FedTrimmedAvg, ...)"
         )
-    refused = {n: f"not settable here ({why})" for n, why in {**SCHEDULER_OWNS, **DP_OWNS}.items()}
-    refused[INNER_NAME] = f"{INNER_KEY} names it"  # read by _split: never reached
+    owner = f"aggregator {setting!r}"
     arguments = constructor_arguments(
         cls,
         own,
         table=PARAMS_KEY,
-        owner=f"aggregator {setting!r}",
-        refused=refused,
+        owner=owner,
+        refused=_refused(),
         also_allowed=(INNER_NAME, INNER_PARAMS),
     )
-    for name, value in arguments.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(
-                f"run-config key {PARAMS_KEY}.{kebab(name)} = {value!r} for aggregator "
-                f"{setting!r}; allowed: a finite number"
-            )
+    check_ranges(cls, arguments, table=PARAMS_KEY, owner=owner, num_devices=num_devices)
     return inner, inner_params, arguments
+
+
+def dp_class(setting: str) -> type[Strategy]:
+    """The class built for ``setting``: this module's adaptive wrapper for Flower's own."""
+    cls = aggregator_class(setting)
+    return DifferentialPrivacyServerSideAdaptiveClipping if cls is FlowerAdaptiveClipping else cls
 
 
 def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> Strategy:
@@ -247,8 +267,8 @@ def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: 
 
     Built with ``num_sampled_clients = num_devices`` (see the module's notes; each round sets
     it to the round's number of uploads). Flower's adaptive wrapper is built as this module's
-    :class:`DifferentialPrivacyServerSideAdaptiveClipping`; a subclass of it named by import
-    path is built as it is.
+    :class:`DifferentialPrivacyServerSideAdaptiveClipping` (:func:`dp_class`); a subclass of
+    it named by import path is built as it is.
 
     Raises
     ------
@@ -256,11 +276,9 @@ def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: 
         One line: see :func:`dp_arguments`; or the wrapper's constructor refused the values.
 
     """
-    inner, inner_params, arguments = dp_arguments(setting, params)
-    wrapped = build_strategy(inner, inner_params, key=INNER_KEY, table=INNER_TABLE)
-    cls: Any = aggregator_class(setting)  # a DP wrapper's constructor (is_dp_class)
-    if cls is FlowerAdaptiveClipping:
-        cls = DifferentialPrivacyServerSideAdaptiveClipping  # the paper's clipping-norm update
+    inner, inner_params, arguments = dp_arguments(setting, params, num_devices)
+    wrapped = build_strategy(inner, inner_params, INNER_KEY, INNER_TABLE, num_devices)
+    cls: Any = dp_class(setting)  # a DP wrapper's constructor (is_dp_class)
     try:
         return typing.cast(
             Strategy, cls(strategy=wrapped, num_sampled_clients=num_devices, **arguments)
@@ -271,6 +289,38 @@ def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: 
             f"run-config key {PARAMS_KEY} = {shown!r} for aggregator {setting!r} "
             f"(num-devices = {num_devices}): {type(err).__name__}: {first_line(err)}"
         ) from err
+
+
+def resolved_dp(setting: str, params: Mapping[str, object], num_devices: int) -> dict[str, Any]:
+    """What ``config.json`` records of a DP wrapper: its class, parameters and wrapped strategy.
+
+    ``{"class": ..., "params": ..., "strategy": {"class": ..., "params": ...}}``; the
+    parameters are the given values and the constructors' defaults for the others, with the
+    adaptive wrapper's ``clipped-count-stddev`` as Flower derives it when not given
+    (``num_sampled_clients`` / 20 = num-devices / 20 for z > 0, else 0).
+
+    Raises
+    ------
+    ValueError
+        One line: see :func:`make_dp_aggregator`.
+
+    """
+    previous = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(max(previous, logging.ERROR))  # its warnings came with the check
+    try:
+        built = make_dp_aggregator(setting, params, num_devices)
+    finally:
+        FLOWER_LOGGER.setLevel(previous)
+    inner, inner_params, arguments = dp_arguments(setting, params, num_devices)
+    cls = dp_class(setting)
+    resolved = with_defaults(cls, arguments, refused=_refused())
+    if "clipped_count_stddev" in resolved:
+        resolved["clipped_count_stddev"] = float(getattr(built, "clipped_count_stddev"))  # noqa: B009
+    return {
+        "class": class_path(cls),
+        "params": {kebab(k): v for k, v in resolved.items()},
+        "strategy": resolved_strategy(inner, inner_params, INNER_KEY, INNER_TABLE),
+    }
 
 
 Arrays = Mapping[str, NDArray[np.generic]]

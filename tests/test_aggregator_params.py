@@ -1,0 +1,444 @@
+"""Every aggregator and DP parameter is checked before the start; a run that cannot aggregate fails.
+
+* Each parameter of Flower's strategies and server-side DP wrappers is refused outside the range
+  its docs or source give (finite, signs, [0, 1) for β's, f >= 0, ...), in one line naming
+  ``aggregator-params.<key>``, the value and the range; the edges of each range are accepted.
+* Two spellings of one parameter (kebab and snake case) are refused.
+* A run whose aggregation failed in more than half of its rounds with uploads ends ``failed``,
+  exit 1, with one line saying why, and a comparison leaves it out of its tables.
+* ``config.json`` holds the resolved parameters, Flower's defaults filled in (compared with
+  the defaults of Flower's constructors, read with :mod:`inspect`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flwr.serverapp import strategy as flower_strategies
+
+from experiments.run.inprocess import main as inprocess_main
+from experiments.run.run_config import format_run_config
+from fedcgd_task.settings import default_run_config
+from server_app.config import parse_run_config
+from server_app.policy_params import fold_policy_params
+from server_app.run_status import read_status
+
+V = 8
+FIXED = "DifferentialPrivacyServerSideFixedClipping"
+ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"
+NAN, INF = float("nan"), float("inf")
+
+
+def settings(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[str, Any]:
+    flat = {f"aggregator-params.{k}": v for k, v in params.items()}
+    return fold_policy_params(
+        {
+            **default_run_config(),
+            "num-devices": V,
+            "result-dir": str(tmp_path),
+            "aggregator": aggregator,
+            **flat,
+        }
+    )
+
+
+def refusal(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> str:
+    with pytest.raises(ValueError) as caught:
+        parse_run_config(settings(tmp_path, aggregator, params))
+    text = str(caught.value)
+    assert "\n" not in text
+    return text
+
+
+# (aggregator, parameters, the setting named, the value as shown, the allowed range as shown)
+DP_FIXED = {"noise-multiplier": 0.5, "clipping-norm": 1.0}
+DP_ADAPTIVE = {"noise-multiplier": 0.0}
+REFUSED = [
+    # the cases of issue 30
+    ("FedAdam", {"tau": 0.0}, "tau", "0.0", "a number > 0"),
+    ("FedAdam", {"tau": -1e-3}, "tau", "-0.001", "a number > 0"),
+    ("FedAdam", {"eta": 1e30}, "eta", "1e+30", "a number in (0, 10]"),
+    ("FedAdam", {"beta-1": 2.0}, "beta-1", "2.0", "a number in [0, 1)"),
+    ("FedAvgM", {"server-momentum": NAN}, "server-momentum", "nan", "a number in [0, 1)"),
+    ("Krum", {"num-malicious-nodes": -1}, "num-malicious-nodes", "-1", "an integer >= 0"),
+    ("MultiKrum", {"num-malicious-nodes": -2}, "num-malicious-nodes", "-2", "an integer >= 0"),
+    ("Bulyan", {"num-malicious-nodes": -1}, "num-malicious-nodes", "-1", "an integer >= 0"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "clip-norm-lr": 1e6}, "clip-norm-lr", "1000000.0",
+     "a number in (0, 10]"),
+    # FedOpt family
+    ("FedAdam", {"tau": NAN}, "tau", "nan", "a number > 0"),
+    ("FedAdam", {"tau": INF}, "tau", "inf", "a number > 0"),
+    ("FedAdam", {"eta": 0}, "eta", "0.0", "a number in (0, 10]"),
+    ("FedAdam", {"eta": -INF}, "eta", "-inf", "a number in (0, 10]"),
+    ("FedAdam", {"eta": NAN}, "eta", "nan", "a number in (0, 10]"),
+    ("FedAdam", {"eta-l": -0.1}, "eta-l", "-0.1", "a number in (0, 10]"),
+    ("FedAdam", {"beta-1": 1.0}, "beta-1", "1.0", "a number in [0, 1)"),
+    ("FedAdam", {"beta-2": -0.1}, "beta-2", "-0.1", "a number in [0, 1)"),
+    ("FedAdam", {"beta-2": NAN}, "beta-2", "nan", "a number in [0, 1)"),
+    ("FedYogi", {"beta-1": INF}, "beta-1", "inf", "a number in [0, 1)"),
+    ("FedYogi", {"tau": -1.0}, "tau", "-1.0", "a number > 0"),
+    ("FedYogi", {"eta": 11.0}, "eta", "11.0", "a number in (0, 10]"),
+    ("FedAdagrad", {"eta": -0.1}, "eta", "-0.1", "a number in (0, 10]"),
+    ("FedAdagrad", {"tau": INF}, "tau", "inf", "a number > 0"),
+    # FedAvgM
+    ("FedAvgM", {"server-momentum": 1.0}, "server-momentum", "1.0", "a number in [0, 1)"),
+    ("FedAvgM", {"server-momentum": -0.5}, "server-momentum", "-0.5", "a number in [0, 1)"),
+    ("FedAvgM", {"server-learning-rate": 0.0}, "server-learning-rate", "0.0",
+     "a number in (0, 10]"),
+    ("FedAvgM", {"server-learning-rate": 1e30}, "server-learning-rate", "1e+30",
+     "a number in (0, 10]"),
+    ("FedAvgM", {"server-learning-rate": -INF}, "server-learning-rate", "-inf",
+     "a number in (0, 10]"),
+    # robust rules
+    ("FedTrimmedAvg", {"beta": 0.5}, "beta", "0.5", "a number in [0, 0.5)"),
+    ("FedTrimmedAvg", {"beta": -0.1}, "beta", "-0.1", "a number in [0, 0.5)"),
+    ("FedTrimmedAvg", {"beta": NAN}, "beta", "nan", "a number in [0, 0.5)"),
+    ("MultiKrum", {"num-nodes-to-select": 0}, "num-nodes-to-select", "0",
+     "an integer in [1, 8]"),
+    ("MultiKrum", {"num-nodes-to-select": -1}, "num-nodes-to-select", "-1",
+     "an integer in [1, 8]"),
+    ("MultiKrum", {"num-nodes-to-select": 9}, "num-nodes-to-select", "9",
+     "an integer in [1, 8]"),
+    ("QFedAvg", {"client-learning-rate": 0.0}, "client-learning-rate", "0.0",
+     "a number in (0, 10]"),
+    ("QFedAvg", {"client-learning-rate": NAN}, "client-learning-rate", "nan",
+     "a number in (0, 10]"),
+    ("QFedAvg", {"client-learning-rate": 0.1, "q": -1.0}, "q", "-1.0", "a number >= 0"),
+    ("QFedAvg", {"client-learning-rate": 0.1, "q": INF}, "q", "inf", "a number >= 0"),
+    # DP: fixed clipping
+    (FIXED, {**DP_FIXED, "noise-multiplier": NAN}, "noise-multiplier", "nan", "a number >= 0"),
+    (FIXED, {**DP_FIXED, "noise-multiplier": INF}, "noise-multiplier", "inf", "a number >= 0"),
+    (FIXED, {**DP_FIXED, "noise-multiplier": -1.0}, "noise-multiplier", "-1.0",
+     "a number >= 0"),
+    (FIXED, {**DP_FIXED, "clipping-norm": 0.0}, "clipping-norm", "0.0", "a number > 0"),
+    (FIXED, {**DP_FIXED, "clipping-norm": INF}, "clipping-norm", "inf", "a number > 0"),
+    (FIXED, {**DP_FIXED, "clipping-norm": NAN}, "clipping-norm", "nan", "a number > 0"),
+    # DP: adaptive clipping
+    (ADAPTIVE, {**DP_ADAPTIVE, "clip-norm-lr": 0.0}, "clip-norm-lr", "0.0",
+     "a number in (0, 10]"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "clip-norm-lr": NAN}, "clip-norm-lr", "nan",
+     "a number in (0, 10]"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "initial-clipping-norm": 0.0}, "initial-clipping-norm", "0.0",
+     "a number > 0"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "initial-clipping-norm": INF}, "initial-clipping-norm", "inf",
+     "a number > 0"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "target-clipped-quantile": 1.5}, "target-clipped-quantile",
+     "1.5", "a number in [0, 1]"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "target-clipped-quantile": NAN}, "target-clipped-quantile",
+     "nan", "a number in [0, 1]"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "clipped-count-stddev": -1.0}, "clipped-count-stddev", "-1.0",
+     "a number >= 0"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "clipped-count-stddev": NAN}, "clipped-count-stddev", "nan",
+     "a number >= 0"),
+    (ADAPTIVE, {"noise-multiplier": NAN}, "noise-multiplier", "nan", "a number >= 0"),
+    # the strategy a DP wrapper wraps is checked the same way
+    (FIXED, {**DP_FIXED, "strategy": "FedAdam", "strategy-params": {"tau": 0.0}},
+     "strategy-params.tau", "0.0", "a number > 0"),
+    (ADAPTIVE, {**DP_ADAPTIVE, "strategy": "FedAvgM",
+                "strategy-params": {"server-momentum": NAN}},
+     "strategy-params.server-momentum", "nan", "a number in [0, 1)"),
+    # wrong types
+    ("FedAdam", {"eta": "0.1"}, "eta", "'0.1'", "a float"),
+    ("FedAvgM", {"server-momentum": True}, "server-momentum", "True", "a float"),
+    ("Krum", {"num-malicious-nodes": True}, "num-malicious-nodes", "True", "an int"),
+    ("Krum", {"num-malicious-nodes": 1.0}, "num-malicious-nodes", "1.0", "an int"),
+    (FIXED, {**DP_FIXED, "clipping-norm": "big"}, "clipping-norm", "'big'", "a float"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("aggregator", "params", "key", "shown", "allowed"),
+    REFUSED,
+    ids=[f"{c[0][:20]}-{c[2]}={c[3]}" for c in REFUSED],
+)
+def test_a_parameter_out_of_its_range_is_refused_naming_it(
+    tmp_path, aggregator, params, key, shown, allowed
+):
+    text = refusal(tmp_path, aggregator, params)
+    assert f"aggregator-params.{key} = {shown} " in text, text
+    assert f"allowed: {allowed}" in text, text
+
+
+ACCEPTED = [
+    ("FedAdam", {"beta-1": 0.0, "beta-2": 0.0}),
+    ("FedAdam", {"eta": 10.0, "tau": 1e-12, "eta-l": 10}),
+    ("FedYogi", {"beta-1": 0.999, "beta-2": 0.9999}),
+    ("FedAvgM", {"server-momentum": 0.0, "server-learning-rate": 10.0}),
+    ("FedAvgM", {"server-momentum": 0.99}),
+    ("FedTrimmedAvg", {"beta": 0.0}),
+    ("FedTrimmedAvg", {"beta": 0.49}),
+    ("Krum", {"num-malicious-nodes": 0}),
+    ("MultiKrum", {"num-nodes-to-select": 1}),
+    ("MultiKrum", {"num-nodes-to-select": V}),
+    (FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1e-6}),
+    (ADAPTIVE, {"noise-multiplier": 0.0, "target-clipped-quantile": 0.0}),
+    (ADAPTIVE, {"noise-multiplier": 0.0, "target-clipped-quantile": 1.0}),
+    (ADAPTIVE, {"noise-multiplier": 0.0, "clipped-count-stddev": 0.0, "clip-norm-lr": 10.0}),
+    (FIXED, {"noise-multiplier": 0.3, "clipping-norm": 0.5, "strategy": "FedAdam",
+             "strategy-params": {"beta-1": 0.0}}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("aggregator", "params"), ACCEPTED, ids=[str(c) for c in ACCEPTED])
+def test_the_edges_of_each_range_are_accepted(tmp_path, aggregator, params):
+    config = parse_run_config(settings(tmp_path, aggregator, params))
+    assert config.aggregator == aggregator
+
+
+@pytest.mark.parametrize(
+    ("aggregator", "params", "first", "second"),
+    [
+        ("FedAvgM", {"server-learning-rate": 0.5, "server_learning_rate": 2.0},
+         "server-learning-rate", "server_learning_rate"),
+        ("Krum", {"num_malicious_nodes": 1, "num-malicious-nodes": 1},
+         "num_malicious_nodes", "num-malicious-nodes"),
+        (FIXED, {**DP_FIXED, "clipping_norm": 2.0}, "clipping-norm", "clipping_norm"),
+        (FIXED, {**DP_FIXED, "strategy-params": {}, "strategy_params": {}},
+         "strategy-params", "strategy_params"),
+    ],
+)  # fmt: skip
+def test_two_spellings_of_one_parameter_are_refused(tmp_path, aggregator, params, first, second):
+    text = refusal(tmp_path, aggregator, params)
+    assert f"aggregator-params.{second}" in text and f"aggregator-params.{first}" in text, text
+    assert "give it once" in text, text
+
+
+ROUND_ROBIN = """\
+from dataclasses import dataclass
+
+from fedcgd_strategy import Policy
+
+
+@dataclass
+class RoundRobin(Policy):
+    per_round: int = 1
+
+    def schedule(self, inputs, rng):  # never called: the check comes first
+        raise AssertionError
+"""
+
+
+def test_a_policys_two_spellings_of_one_parameter_are_refused(tmp_path):
+    module = tmp_path / "round_robin.py"
+    module.write_text(ROUND_ROBIN)
+    config = fold_policy_params(
+        {
+            **default_run_config(),
+            "result-dir": str(tmp_path),
+            "policy": f"{module}:RoundRobin",
+            "policy-params.per-round": 2,
+            "policy-params.per_round": 3,
+        }
+    )
+    with pytest.raises(ValueError, match=r"policy-params\.per_round.*give it once"):
+        parse_run_config(config)
+
+
+def test_every_numeric_parameter_of_every_flower_strategy_has_a_range():
+    """A Flower release that adds a parameter fails here until its range is written down."""
+    from fedcgd_strategy.flower.aggregator_params import parameter_range
+    from fedcgd_strategy.flower.aggregator_registry import (
+        SCHEDULER_OWNS,
+        aggregator_class,
+        short_names,
+    )
+    from fedcgd_strategy.flower.dp_aggregators import DP_OWNS
+
+    owned = {*SCHEDULER_OWNS, *DP_OWNS, "strategy"}
+    missing = []
+    for name in short_names():
+        try:
+            cls = aggregator_class(name)
+        except ValueError:  # refused as a whole (FedProx, client-side DP)
+            continue
+        for parameter in inspect.signature(cls).parameters.values():
+            hint = parameter.annotation
+            numeric = hint in (int, float) or float in typing.get_args(hint)
+            if parameter.name in owned or not numeric:
+                continue
+            if parameter_range(cls, parameter.name) is None:
+                missing.append(f"{name}.{parameter.name}")
+    assert missing == []
+
+
+# --- a run whose aggregation keeps failing ---------------------------------------------------
+
+#: A FedAvg that passes the probe before the start (a tiny synthetic model of two arrays) and
+#: raises on every round of a real model: what a diverging or broken strategy does.
+BREAKS_ON_REAL_MODELS = """\
+from flwr.serverapp.strategy import FedAvg
+
+
+class BreaksOnRealModels(FedAvg):
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        if len(replies[0].content["arrays"]) > 2:
+            raise FloatingPointError("diverged")
+        return super().aggregate_train(server_round, replies)
+"""
+
+
+def failing_aggregator(tmp_path: Path) -> str:
+    module = tmp_path / "breaks_on_real_models.py"
+    module.write_text(BREAKS_ON_REAL_MODELS)
+    return f"{module}:BreaksOnRealModels"
+
+
+SMALL = {
+    "num-devices": V,
+    "num-server-rounds": 2,
+    "policy": "all",
+    "channel.availability-prob": 1.0,
+    "channel.deadline-s": 10.0,
+    "local-steps": 1,
+}
+
+
+def test_a_run_whose_aggregation_fails_every_round_ends_failed_exit_1(capsys, tmp_path):
+    folder = tmp_path / "run"
+    values = {**SMALL, "aggregator": failing_aggregator(tmp_path), "result-dir": str(folder)}
+    code = inprocess_main(["--run-config", format_run_config(values)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    failed = [line for line in err if line.startswith("failed: ")]
+    assert len(failed) == 1, err
+    assert failed[0].startswith("failed: aggregation failed in 2 of the 2 rounds with uploads"), err
+    assert "BreaksOnRealModels.aggregate_train raised FloatingPointError: diverged" in failed[0]
+    status = read_status(folder)
+    assert status is not None and status.state == "failed"
+    assert status.reason is not None and status.reason.startswith("aggregation failed in 2 of")
+
+
+def test_a_comparison_leaves_a_run_whose_aggregation_failed_out_of_its_tables(tmp_path):
+    from experiments.compare.execution import run_policies
+
+    shared = {k: v for k, v in SMALL.items() if k != "policy"}
+    shared["aggregator"] = failing_aggregator(tmp_path)
+    result = run_policies(["all"], shared, tmp_path / "out", engine="inprocess")
+    assert result.runs == []
+    (failed,) = result.failed
+    assert failed.label == "all/seed-0" and failed.reason.startswith("aggregation failed in 2 of")
+    assert not (tmp_path / "out" / "runs.csv").exists()
+
+
+def line(rnd: int, uploaded: int, kept: bool, reason: str | None = None) -> dict[str, Any]:
+    return {
+        "round": rnd,
+        "num_uploaded": uploaded,
+        "model_kept": kept,
+        "model_kept_reason": reason if kept else None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("lines", "failed"),
+    [
+        # 3 of 4 rounds with uploads kept the model: more than half
+        ([line(1, 5, True, "A raised"), line(2, 5, True, "A raised"), line(3, 5, False),
+          line(4, 5, True, "A raised")], (3, 4)),
+        # exactly half is not more than half
+        ([line(1, 5, True, "A raised"), line(2, 5, False), line(3, 5, True, "A raised"),
+          line(4, 5, False)], None),
+        # rounds without uploads do not count (the no-upload check is another one)
+        ([line(1, 0, True, "nothing uploaded"), line(2, 0, True, "nothing uploaded"),
+          line(3, 4, True, "too few uploads for Krum: 4 < 5"), line(4, 5, False)], None),
+        ([line(1, 0, True, "nothing uploaded"), line(2, 3, True, "too few uploads"),
+          line(3, 4, True, "too few uploads")], (2, 2)),
+        ([line(1, 5, False)], None),
+        ([], None),
+    ],
+)  # fmt: skip
+def test_the_share_of_failed_aggregations_that_fails_a_run(lines, failed):
+    from server_app.app import aggregation_failure_reason
+
+    reason = aggregation_failure_reason(lines)
+    if failed is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert reason.startswith(f"aggregation failed in {failed[0]} of the {failed[1]} rounds")
+        first = next(x for x in lines if x["num_uploaded"] and x["model_kept"])
+        assert f"round {first['round']}: {first['model_kept_reason']}" in reason
+
+
+# --- config.json: the resolved parameters ----------------------------------------------------
+
+
+def flower_defaults(cls: type, *names: str) -> dict[str, Any]:
+    """The defaults of ``names`` in Flower's constructor of ``cls``, in kebab case."""
+    parameters = inspect.signature(cls).parameters
+    return {name.replace("_", "-"): parameters[name].default for name in names}
+
+
+def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[str, Any]:
+    from server_app.setup import build_setup
+
+    recorded: dict[str, Any] = {}
+    config = parse_run_config(settings(tmp_path, aggregator, params))
+    build_setup(config, on_settings=recorded.update)
+    return json.loads(json.dumps(recorded))  # as config.json holds it
+
+
+def test_config_json_holds_the_resolved_parameters_of_a_strategy(tmp_path):
+    resolved = recorded_config(tmp_path, "FedAdam", {"eta": 0.05})["aggregator_resolved"]
+    expected = flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau")
+    assert resolved == {
+        "class": "flwr.serverapp.strategy.fedadam:FedAdam",
+        "params": {"eta": 0.05, **expected},
+    }
+    assert expected == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
+
+
+def test_config_json_holds_the_resolved_parameters_of_a_dp_wrapper_and_its_strategy(tmp_path):
+    params = {
+        "noise-multiplier": 0.3,
+        "clip-norm-lr": 0.1,
+        "strategy": "FedAvgM",
+        "strategy-params": {"server-momentum": 0.9},
+    }
+    resolved = recorded_config(tmp_path, ADAPTIVE, params)["aggregator_resolved"]
+    wrapper = flower_strategies.DifferentialPrivacyServerSideAdaptiveClipping
+    assert resolved == {
+        "class": "fedcgd_strategy.flower.dp_aggregators:" + ADAPTIVE,
+        "params": {
+            "noise-multiplier": 0.3,
+            "clip-norm-lr": 0.1,
+            **flower_defaults(wrapper, "initial_clipping_norm", "target_clipped_quantile"),
+            # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
+            "clipped-count-stddev": V / 20,
+        },
+        "strategy": {
+            "class": "flwr.serverapp.strategy.fedavgm:FedAvgM",
+            "params": {
+                "server-momentum": 0.9,
+                **flower_defaults(flower_strategies.FedAvgM, "server_learning_rate"),
+            },
+        },
+    }
+
+
+def test_config_json_of_the_default_aggregator_and_of_fixed_clipping(tmp_path):
+    assert recorded_config(tmp_path / "a", "", {})["aggregator_resolved"] is None
+    resolved = recorded_config(tmp_path / "b", FIXED, DP_FIXED)["aggregator_resolved"]
+    assert resolved == {
+        "class": "flwr.serverapp.strategy.dp_fixed_clipping:" + FIXED,
+        "params": {"noise-multiplier": 0.5, "clipping-norm": 1.0},
+        "strategy": {"class": "flwr.serverapp.strategy.fedavg:FedAvg", "params": {}},
+    }
+    assert not any(math.isnan(v) for v in resolved["params"].values())
+
+
+def test_docs_list_the_range_of_every_parameter():
+    from fedcgd_strategy.flower.aggregator_params import RANGES
+    from fedcgd_task.constructor_params import kebab
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "aggregation.md").read_text()
+    table = docs[docs.index("## Allowed values") :]
+    names = {kebab(name) for ranges in RANGES.values() for name in ranges}
+    assert [n for n in sorted(names) if f"`{n}`" not in table] == []
