@@ -128,11 +128,6 @@ class BatchCentred(nn.Module):
         return self.out(h - h.mean(dim=0))
 
 
-def batch_centred_mlp(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
-    """The model function of :class:`BatchCentred` (run config ``model = "layer_cases:..."``)."""
-    return BatchCentred(math.prod(input_shape), num_classes)
-
-
 class Float64(nn.Module):
     """A model computed in float64: its inputs are cast, its parameters are float64."""
 
@@ -156,3 +151,8 @@ def cnn1d_float64(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     from fedcgd_task.models import build_model
 
     return Float64(build_model("cnn1d", num_classes, input_shape))
+
+
+def batch_centred_mlp(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """:class:`BatchCentred` in float64 (run config ``model = "layer_cases:batch_centred_mlp"``)."""
+    return Float64(BatchCentred(math.prod(input_shape), num_classes))
