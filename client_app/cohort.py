@@ -144,6 +144,8 @@ _MIXING: dict[tuple[object, ...], str | None] = {}
 #: the relative rounding of a float32 forward pass, so a model that passes mixes the devices by
 #: less than the float32 computation resolves.
 MIXING_TOLERANCE = 1e-6
+#: Samples of each of two devices :func:`sample_mixing` computes together and apart.
+MIXING_PROBE_SAMPLES = 4
 
 
 def _cohort_key(msg: Message) -> tuple[object, ...] | None:
@@ -341,9 +343,10 @@ def cohort_stats(
             pre_training_stats(model, d.split, d.batches, want_sigma=want_sigma) for d in devices
         ]
     b = len(devices[0].batches[0])
-    if len(devices) > 1:
-        probe = torch.cat([d.split.tensors(d.batches[0])[0] for d in devices[:2]])
-        mixing = sample_mixing(model, probe, group_size=b)
+    if len(devices) > 1:  # a few samples of two devices' first batches tell
+        size = min(b, MIXING_PROBE_SAMPLES)
+        probe = torch.cat([d.split.tensors(d.batches[0][:size])[0] for d in devices[:2]])
+        mixing = sample_mixing(model, probe, group_size=size)
         if mixing is not None:
             _log_once(name, keys.QUERY_STATS, mixing)
             return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]
