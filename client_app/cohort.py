@@ -78,6 +78,7 @@ from client_app.layer_norms import CHUNK_BUDGET_FLOATS
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
+from fedcgd_task.imports import first_line
 
 __all__ = [
     "QUERY_CHUNK_SAMPLES",
@@ -401,12 +402,13 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
     The batched sigma-hat pass (:func:`client_app.sigma.gradient_spreads`) computes the devices'
     first batches, stacked, in one batch; it gives each device the result of its own pass only
     if the model computes a device's samples (eval mode) without looking at the other devices'.
-    Checked on ``x`` (two or more groups of ``group_size`` samples, e.g. two devices' first
-    batches): the model's outputs for the whole of ``x`` against those of each group alone, on
+    Checked on ``x`` (two or more groups of ``group_size`` samples, e.g. a few samples of two
+    devices' first batches; a model that mixes only batches larger than ``x`` passes): the
+    model's outputs for the whole of ``x`` against those of each group alone, on
     a float64 copy of the model, in eval mode, without gradients and without touching the
     global random stream. A change above :data:`MIXING_TOLERANCE` of the outputs' largest
     magnitude, or a model that cannot run so, is a reason. The verdict is kept per model
-    structure (module types and state shapes): later calls for the model cost nothing. A check
+    structure (module types and state shapes): later calls cost a look-up. A check
     whose outputs are not finite gives None and keeps nothing (the next cohort checks again).
 
     Parameters
@@ -416,7 +418,7 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
     x : torch.Tensor, shape [N group_size, *input_shape]
         Samples of N >= 2 groups, group after group.
     group_size : int
-        Samples per group (b).
+        Samples per group.
 
     Returns
     -------
@@ -434,10 +436,11 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             together = twin(x64)
             apart = torch.cat([twin(group) for group in torch.split(x64, group_size)])
-    except (RuntimeError, TypeError, ValueError) as err:
+    except Exception as err:  # any failure of the probe sends the model to the per-device path
         reason = (
             "the check that a device's samples are computed apart from the other devices' "
-            f"could not run on a float64 copy of the model ({type(err).__name__}: {err})"
+            f"could not run on a float64 copy of the model ({type(err).__name__}: "
+            f"{first_line(err)})"
         )
         _MIXING[key] = reason
         return reason
