@@ -20,13 +20,19 @@ cohort's message (:func:`stats_of`, :func:`trained_of`), the whole cohort is com
 Each handler then builds its own reply from its device's result, as on the per-device path, so
 anything that wraps the ClientApp (a misbehaving device in the tests) sees the same replies, and
 the replies go through the server's validation like any other. The results equal the per-device
-path's up to float32 summation order (tested: within 1e-5 relative; the same schedules).
+path's up to summation order (tested in float64: within 1.1e-9 relative, the same schedules;
+float32: docs/running.md, "Same seed, same run").
 
 Where the batched path cannot run, the devices are computed one at a time, and the log says so
-once per model and reason: a model outside :mod:`client_app.per_sample_norms`'s scope gets
-sigma-hat per device (:func:`client_app.device_round.pre_training_stats`); a model with dropout
-(each device draws its masks from its own seeded stream), with batch normalisation (its running
-statistics are updated in training mode) or one that ``vmap`` rejects trains per device.
+once per model and reason: a model outside :mod:`client_app.per_sample_norms`'s scope, or one
+whose outputs for one device's samples change when other devices' samples share the batch
+(:func:`sample_mixing`, checked once per model structure: a parameter-free ``x - x.mean(0)``
+in ``forward``, say), gets sigma-hat per device
+(:func:`client_app.device_round.pre_training_stats`); a model with dropout (each device draws
+its masks from its own seeded stream), with batch normalisation (its running statistics are
+updated in training mode) or one that ``vmap`` rejects trains per device. The batched training
+needs no such check: ``vmap`` hands each device's function its own batch alone, so a model
+that mixes the samples of a batch mixes each device's own, as on the per-device path.
 
 Memory: a query chunk holds the activations of :data:`QUERY_CHUNK_SAMPLES` samples plus
 per-layer intermediates bounded by :data:`client_app.layer_norms.CHUNK_BUDGET_FLOATS`; a
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -71,10 +78,12 @@ from client_app.layer_norms import CHUNK_BUDGET_FLOATS
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
+from fedcgd_task.imports import first_line
 
 __all__ = [
     "QUERY_CHUNK_SAMPLES",
     "opened",
+    "sample_mixing",
     "stats_of",
     "train_chunk_devices",
     "trained_of",
@@ -127,6 +136,17 @@ _R = TypeVar("_R", PreTrainingStats, TrainedDevice)
 _LOGGED: set[tuple[str, str, str]] = set()
 #: (model name, kind) whose batched path failed at run time: per device from then on.
 _FAILED: set[tuple[str, str]] = set()
+#: :func:`sample_mixing`'s verdicts by model structure (:func:`_structure`).
+_MIXING: dict[tuple[object, ...], str | None] = {}
+#: Largest change of a device's outputs, relative to their largest magnitude, that
+#: :func:`sample_mixing` accepts between the device's batch alone and in a cohort's batch. The
+#: check runs in float64, whose rounding differences between the two batch sizes stay below
+#: ~1e-12 here (fewer than 1e4 roundings of 1.1e-16); 1e-6 lies far above them and about at
+#: the relative rounding of a float32 forward pass, so a model that passes mixes the devices by
+#: less than the float32 computation resolves.
+MIXING_TOLERANCE = 1e-6
+#: Samples of each of two devices :func:`sample_mixing` computes together and apart.
+MIXING_PROBE_SAMPLES = 4
 
 
 def _cohort_key(msg: Message) -> tuple[object, ...] | None:
@@ -324,6 +344,13 @@ def cohort_stats(
             pre_training_stats(model, d.split, d.batches, want_sigma=want_sigma) for d in devices
         ]
     b = len(devices[0].batches[0])
+    if len(devices) > 1:  # a few samples of two devices' first batches tell
+        size = min(b, MIXING_PROBE_SAMPLES)
+        probe = torch.cat([d.split.tensors(d.batches[0][:size])[0] for d in devices[:2]])
+        mixing = sample_mixing(model, probe, group_size=size)
+        if mixing is not None:
+            _log_once(name, keys.QUERY_STATS, mixing)
+            return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]
     per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
     chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
     workers = max(1, min(threads, len(chunks)))
@@ -360,6 +387,78 @@ def cohort_stats(
         PreTrainingStats(label_hist=label_hist(d.split, d.batches), sigma=float(sigma))
         for d, sigma in zip(devices, sigmas, strict=True)
     ]
+
+
+def _structure(model: nn.Module) -> tuple[object, ...]:
+    """What :func:`sample_mixing`'s verdict depends on: the module types and the state's shapes."""
+    modules = tuple((name, type(module)) for name, module in model.named_modules())
+    state = tuple((name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items())
+    return (modules, state)
+
+
+def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str | None:
+    """Why the samples of one group in ``x`` are not computed apart from the others; None: they are.
+
+    The batched sigma-hat pass (:func:`client_app.sigma.gradient_spreads`) computes the devices'
+    first batches, stacked, in one batch; it gives each device the result of its own pass only
+    if the model computes a device's samples (eval mode) without looking at the other devices'.
+    Checked on ``x`` (two or more groups of ``group_size`` samples, e.g. a few samples of two
+    devices' first batches; a model that mixes only batches larger than ``x`` passes): the
+    model's outputs for the whole of ``x`` against those of each group alone, on
+    a float64 copy of the model, in eval mode, without gradients and without touching the
+    global random stream. A change above :data:`MIXING_TOLERANCE` of the outputs' largest
+    magnitude, or a model that cannot run so, is a reason. The verdict is kept per model
+    structure (module types and state shapes): later calls cost a look-up. A check
+    whose outputs are not finite gives None and keeps nothing (the next cohort checks again).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The received global model; left unchanged.
+    x : torch.Tensor, shape [N group_size, *input_shape]
+        Samples of N >= 2 groups, group after group.
+    group_size : int
+        Samples per group.
+
+    Returns
+    -------
+    str or None
+        One line saying why the batched pass would not equal the per-device one, or None.
+
+    """
+    key = _structure(model)
+    if key in _MIXING:
+        return _MIXING[key]
+    try:
+        twin = copy.deepcopy(model).double().eval()
+        device = next(iter(twin.state_dict().values()), x).device
+        x64 = x.to(device=device, dtype=torch.float64)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            together = twin(x64)
+            apart = torch.cat([twin(group) for group in torch.split(x64, group_size)])
+    except Exception as err:  # any failure of the probe sends the model to the per-device path
+        reason = (
+            "the check that a device's samples are computed apart from the other devices' "
+            f"could not run on a float64 copy of the model ({type(err).__name__}: "
+            f"{first_line(err)})"
+        )
+        _MIXING[key] = reason
+        return reason
+    if not (torch.isfinite(together).all() and torch.isfinite(apart).all()):
+        return None
+    change = float((together - apart).abs().max())
+    scale = float(apart.abs().max())
+    if change > MIXING_TOLERANCE * scale:
+        relative = change / scale if scale > 0 else math.inf
+        reason = (
+            f"its outputs for one device's samples change by {relative:.1e} of their "
+            "scale when other devices' samples share the batch (the model mixes the samples "
+            "of a batch)"
+        )
+        _MIXING[key] = reason
+        return reason
+    _MIXING[key] = None
+    return None
 
 
 def training_blockers(model: nn.Module) -> list[str]:

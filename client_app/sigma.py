@@ -147,9 +147,10 @@ def gradient_spreads(
     sigma-hat_v^2 = (1/b) sum_i ||g_i||^2 - ||g_bar||^2 (derivation in the module docstring),
     with the per-sample squared norms ||g_i||^2 and ||b g_bar||^2 = ||sum_i g_i||^2 of every
     device from one forward + backward pass of the summed loss of all N b samples
-    (:func:`client_app.per_sample_norms.per_sample_grad_norms`), in eval mode. The samples do
-    not interact (eval mode), so each device's result is the one its own batch gives alone, up
-    to float32 summation order.
+    (:func:`client_app.per_sample_norms.per_sample_grad_norms`), in eval mode. Each device's
+    result is the one its own batch gives alone, up to summation order, if the model computes
+    each sample without the other samples of the batch (the caller's to check:
+    :func:`client_app.cohort.sample_mixing`).
 
     Parameters
     ----------

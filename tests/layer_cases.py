@@ -1,6 +1,9 @@
-"""Layers with random inputs, and the autograd oracle the per-sample norm tests check against."""
+"""Random layers and inputs, and the autograd oracles of the per-sample norm and σ̂ tests."""
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -27,14 +30,129 @@ def random_group_norm(
     """A GroupNorm with random affine parameters, its input ``a`` and output gradient ``g``.
 
     Drawn after ``torch.manual_seed(seed)``; ``shape`` is (batch, height, width), ``a`` is
-    standard normal times ``scale`` plus ``shift`` (off the origin, as activations are).
+    standard normal times ``scale`` plus ``shift`` (off the origin, as activations are). All in
+    float64, so that the tests compare against autograd with float64 rounding only.
     """
     torch.manual_seed(seed)
-    norm = nn.GroupNorm(groups, channels)
+    norm = nn.GroupNorm(groups, channels).double()
     with torch.no_grad():
         norm.weight.normal_()
         norm.bias.normal_()
     batch, height, width = shape
-    a = torch.randn(batch, channels, height, width) * scale + shift
-    g = torch.randn(batch, channels, height, width)
+    a = torch.randn(batch, channels, height, width, dtype=torch.float64) * scale + shift
+    g = torch.randn(batch, channels, height, width, dtype=torch.float64)
     return norm, a, g
+
+
+def per_sample_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One backward per sample (eval mode): float64 [b, num_params] per-sample gradients."""
+    was_training = model.training
+    model.eval()
+    grads = []
+    for i in range(x.shape[0]):
+        params = list(model.parameters())
+        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
+        per_param = torch.autograd.grad(loss, params, allow_unused=True)
+        grads.append(
+            torch.cat(
+                [
+                    (torch.zeros_like(p) if g is None else g).reshape(-1).double()
+                    for p, g in zip(params, per_param, strict=True)
+                ]
+            )
+        )
+    model.train(was_training)
+    return torch.stack(grads)
+
+
+class Reference(NamedTuple):
+    """The slow reference's sigma-hat and mean loss, and the tolerance for comparing with it."""
+
+    sigma: float
+    loss: float
+    rel_tol: float
+
+
+def reference_sigma(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Reference:
+    """Slow reference: float64 deviations of the loop's per-sample gradients from their mean."""
+    stacked = per_sample_grads(model, x, y)
+    var = float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean())
+    with torch.no_grad():
+        was_training = model.training
+        model.eval()
+        loss = float(nn.functional.cross_entropy(model(x), y).double())
+        model.train(was_training)
+    mean_sq = float(stacked.square().sum(dim=1).mean())
+    return Reference(math.sqrt(var), loss, sigma_rel_tol(mean_sq, var))
+
+
+#: Relative tolerance of a float64 result computed two ways without cancellation (the losses,
+#: the vmap reference against the loop): below 1e4 roundings of relative size eps = 1.1e-16
+#: each (see :func:`sigma_rel_tol`), times 10.
+REL64 = 1.1e-11
+
+
+def sigma_rel_tol(mean_sq_norm: float, sigma_sq: float) -> float:
+    """Relative tolerance between two float64 computations of sigma-hat of a batch.
+
+    ``mean_sq_norm``: (1/b) sum_i ||g_i||^2 of the batch's per-sample gradients; ``sigma_sq``:
+    sigma-hat^2.
+
+    Each computation rounds the forward and backward pass; an entry of a per-sample gradient
+    or of a layer's sum of squares passes through fewer than 1e4 roundings here (depth 20 at
+    most, times the log2 of sums of at most 1e6 terms, times a safety factor), so it carries a
+    relative error below 1e4 eps = 1.1e-12 (eps = 1.1e-16, float64). The loop and the vmap
+    reference form the deviations g_i - g_bar directly: sigma-hat inherits that relative error.
+    The one-pass method subtracts ||g_bar||^2 from (1/b) sum_i ||g_i||^2: the error of sigma-hat^2
+    is that relative error times (1/b) sum_i ||g_i||^2, so sigma-hat's relative error grows by
+    the ratio (1/b) sum_i ||g_i||^2 / sigma-hat^2 (halved by the square root). Hence
+    REL64 (1 + ratio), with the margin of :data:`REL64`.
+    """
+    return REL64 * (1 + mean_sq_norm / sigma_sq)
+
+
+class BatchCentred(nn.Module):
+    """An MLP whose hidden layer subtracts its batch mean: a sample's output depends on the batch.
+
+    The centring has no parameters, so the model stays within the one-pass sigma-hat method's
+    scope (two Linear layers) while it mixes the samples of a batch.
+    """
+
+    def __init__(self, features: int, num_classes: int) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(features, 16)
+        self.out = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.hidden(x.flatten(1)))
+        return self.out(h - h.mean(dim=0))
+
+
+class Float64(nn.Module):
+    """A model computed in float64: its inputs are cast, its parameters are float64."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner.double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.double())
+
+
+def mlp_float64(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """The built-in ``mlp`` in float64 (run config ``model = "layer_cases:mlp_float64"``)."""
+    from fedcgd_task.models import build_model
+
+    return Float64(build_model("mlp", num_classes, input_shape))
+
+
+def cnn1d_float64(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """The built-in ``cnn1d`` in float64 (run config ``model = "layer_cases:cnn1d_float64"``)."""
+    from fedcgd_task.models import build_model
+
+    return Float64(build_model("cnn1d", num_classes, input_shape))
+
+
+def batch_centred_mlp(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """:class:`BatchCentred` in float64 (run config ``model = "layer_cases:batch_centred_mlp"``)."""
+    return Float64(BatchCentred(math.prod(input_shape), num_classes))

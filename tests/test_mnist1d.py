@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from layer_cases import REL64, reference_sigma
 from torch import nn
 
 from client_app import layer_norms
@@ -291,14 +292,18 @@ def loop_sigma(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def test_sigma_of_the_cnn1d_equals_a_per_sample_loop(tmp_path):
-    model = build_model("cnn1d", 10, (1, 40), seed=3)
+    # In float64, with the tolerance of float64 rounding (test_client_sigma says why).
+    model = build_model("cnn1d", 10, (1, 40), seed=3).double()
     assert psn.unsupported_reasons(model) == []  # the one-pass method, not vmap
     train, _ = load_data("mnist1d", str(tmp_path), settings_for(tmp_path, SMALL_N))
     x, y = train.tensors(np.arange(32))
-    expected = loop_sigma(model, x, y)
-    assert gradient_spread(model, x, y).sigma == pytest.approx(expected, rel=1e-5)
-    assert gradient_spread(model, x, y, chunk_size=5).sigma == pytest.approx(expected, rel=1e-5)
-    assert gradient_spread_vmap(model, x, y).sigma == pytest.approx(expected, rel=1e-5)
+    x = x.double()
+    expected = reference_sigma(model, x, y)
+    assert loop_sigma(model, x, y) == pytest.approx(expected.sigma, rel=REL64)
+    sigma, tol = expected.sigma, expected.rel_tol
+    assert gradient_spread(model, x, y).sigma == pytest.approx(sigma, rel=tol)
+    assert gradient_spread(model, x, y, chunk_size=5).sigma == pytest.approx(sigma, rel=tol)
+    assert gradient_spread_vmap(model, x, y).sigma == pytest.approx(expected.sigma, rel=REL64)
 
 
 def conv1d_reference(conv: nn.Conv1d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -325,13 +330,13 @@ def test_conv1d_norms_match_autograd(
     c_in: int, c_out: int, length: int, kwargs: dict[str, Any]
 ) -> None:
     torch.manual_seed(0)
-    conv = nn.Conv1d(c_in, c_out, **kwargs)
-    a = torch.randn(5, c_in, length)
+    conv = nn.Conv1d(c_in, c_out, **kwargs).double()
+    a = torch.randn(5, c_in, length, dtype=torch.float64)
     g = torch.randn_like(conv(a))
     expected = conv1d_reference(conv, a, g)
     for chunk_size in (None, 2):
         got = layer_norms.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=0.0)
+        torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
 
 
 def test_conv1d_out_of_scope_falls_back_to_vmap():
@@ -341,8 +346,9 @@ def test_conv1d_out_of_scope_falls_back_to_vmap():
         torch.manual_seed(4)
         same = nn.Sequential(nn.Conv1d(1, 3, 3, padding="same"), nn.Flatten(), nn.Linear(24, 3))
         x, y = torch.randn(6, 1, 8), torch.tensor([0, 1, 2, 0, 1, 2])
+    same, x = same.double(), x.double()
     assert "padding" in psn.unsupported_reasons(same)[0]
-    assert gradient_spread(same, x, y).sigma == pytest.approx(loop_sigma(same, x, y), rel=1e-5)
+    assert gradient_spread(same, x, y).sigma == pytest.approx(loop_sigma(same, x, y), rel=REL64)
 
     # A batch of 6 samples [6, 8] read by Conv1d(6, 6, 3) as ONE unbatched input of 6 channels:
     # batch sizes match (6 in, 6 out) but the samples are mixed; the one-pass method refuses.

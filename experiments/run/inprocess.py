@@ -6,7 +6,8 @@ SuperLink and Ray per run costs more than the run itself. :class:`InProcessGrid`
 node's ``Context`` (``partition-id``, ``num-partitions`` as in the simulation engine); a
 handler that raises becomes an error reply, as in Flower. :func:`run_inprocess` runs
 :func:`server_app.app.run_federation` over it. Everything random derives from the run seed, so
-a run gives the same schedules and the same model here as under ``flwr run`` (tested).
+with ``cohorts=False`` a run is the one ``flwr run`` gives on the same machine, bit for bit
+(tested); with cohorts, the same up to rounding (docs/running.md, "Same seed, same run").
 
 Cohort execution (default): the devices that receive the same global model in the same
 phase are computed together (:mod:`client_app.cohort`): sigma-hat of all queried devices from
