@@ -116,7 +116,7 @@ class Checkpoint:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-class CheckpointRefused(ValueError):
+class CheckpointRefusedError(ValueError):
     """A checkpoint that is not the run's or does not fit it: one line, nothing written."""
 
     complete_message: ClassVar[bool] = True
@@ -160,14 +160,14 @@ def check_identity(folder: Path, checkpoint: Checkpoint, config: RunConfig) -> N
 
     Raises
     ------
-    CheckpointRefused
+    CheckpointRefusedError
         One line naming the field, the checkpoint's value and this run's.
     """
     found, wanted = checkpoint.identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     version = found.get("format", 1)
     if not _same_value(version, CHECKPOINT_FORMAT):
-        raise CheckpointRefused(
+        raise CheckpointRefusedError(
             f"{head} has format {version!r}; this version of the app reads format "
             f"{CHECKPOINT_FORMAT} (the file was written by another version); it cannot be "
             "resumed: run again in a new folder"
@@ -175,12 +175,12 @@ def check_identity(folder: Path, checkpoint: Checkpoint, config: RunConfig) -> N
     tail = "a checkpoint copied from another run's folder? resume a run from its own checkpoint"
     for name in ("seed", "policy"):
         if not _same_value(found.get(name), wanted[name]):
-            raise CheckpointRefused(
+            raise CheckpointRefusedError(
                 f"{head} is another run's: {name} = {found.get(name)!r} in the checkpoint, "
                 f"{wanted[name]!r} in this run ({tail})"
             )
     if not _same_value(found.get("settings_sha256"), wanted["settings_sha256"]):
-        raise CheckpointRefused(
+        raise CheckpointRefusedError(
             f"{head} is another run's: {_settings_change(found, wanted)} ({tail})"
         )
 
@@ -207,7 +207,8 @@ def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str
     if not isinstance(saved, dict):
         saved = {}
     now = json.loads(wanted["settings"])
-    keys = sorted(k for k in set(saved) | set(now) if saved.get(k, "(none)") != now.get(k, "(none)"))
+    none = "(none)"
+    keys = sorted(k for k in set(saved) | set(now) if saved.get(k, none) != now.get(k, none))
     if not keys:
         return "its settings digest is not this run's"
     more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
@@ -331,7 +332,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
         AttributeError,
     ) as err:
         reason = first_line(err)
-        raise CheckpointRefused(
+        raise CheckpointRefusedError(
             f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
             f"(truncated or not a checkpoint of this app: {reason})"
         ) from err

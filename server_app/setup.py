@@ -29,11 +29,11 @@ from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy, policy_class
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
+from fedcgd_task.imports import first_line
 from fedcgd_task.local_data import all_partitions
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.training import compute_device, evaluate
-from fedcgd_task.imports import first_line
-from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefused, run_identity
+from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefusedError, run_identity
 from server_app.config import RunConfig
 from server_app.uplink import build_uplink
 
@@ -197,7 +197,7 @@ def build_setup(
 
     Raises
     ------
-    server_app.checkpoint.CheckpointRefused
+    server_app.checkpoint.CheckpointRefusedError
         ``resume`` does not fit the run (one line, :func:`restore`).
 
     """
@@ -263,14 +263,14 @@ def restore(
 
     Raises
     ------
-    server_app.checkpoint.CheckpointRefused
+    server_app.checkpoint.CheckpointRefusedError
         One line naming ``resume-from``, the part and why.
     """
     head = f"run-config key 'resume-from' = '{config.resume_from}': {CHECKPOINT_FILE}"
     expected = model.state_dict()
     problem = model_mismatch(expected, resume.model)
     if problem is not None:
-        raise CheckpointRefused(f"{head} does not fit the run's model: {problem}")
+        raise CheckpointRefusedError(f"{head} does not fit the run's model: {problem}")
     steps: list[tuple[str, Callable[[], None]]] = [
         ("its policy state", lambda: policy.load_state_dict(resume.policy_state)),
         ("its cell generator state", lambda: _set_state(rngs[0], resume.cell_rng_state)),
@@ -288,7 +288,8 @@ def restore(
         try:
             step()
         except Exception as err:  # a user's policy may raise anything: one line
-            raise CheckpointRefused(f"{head}: {part} does not fit the run: {first_line(err)}") from err
+            reason = first_line(err)
+            raise CheckpointRefusedError(f"{head}: {part} does not fit the run: {reason}") from err
     model.load_state_dict(resume.model)
 
 
@@ -296,17 +297,16 @@ def _set_state(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
     rng.bit_generator.state = dict(state)
 
 
-def model_mismatch(
-    expected: Mapping[str, torch.Tensor], found: Mapping[str, object]
-) -> str | None:
-    """Why the arrays ``found`` do not fit a model whose state dict is ``expected``; None if they do.
+def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, object]) -> str | None:
+    """Why the arrays ``found`` do not fit a model whose state dict is ``expected``.
 
-    Fitting: the same keys, each a tensor of the same shape and dtype.
+    Fitting: the same keys, each a tensor of the same shape and dtype (then None).
     """
     missing = [k for k in expected if k not in found]
     unexpected = [k for k in found if k not in expected]
     if missing or unexpected:
-        parts = [f"{name} {', '.join(map(repr, keys[:3]))}" for name, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
+        named = (("missing", missing), ("unexpected", unexpected))
+        parts = [f"{name} {', '.join(map(repr, keys[:3]))}" for name, keys in named if keys]
         return f"other arrays ({'; '.join(parts)})"
     for key, reference in expected.items():
         value = found[key]

@@ -77,14 +77,19 @@ def edit_checkpoint(folder: Path, change: Callable[[dict[str, Any]], None]) -> N
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """Completed 2-round runs: seeds 0 and 1 of fedcgd-fscd, and seed 0 of bc."""
+    """Completed 2-round runs: fedcgd-fscd (seeds 0 and 1; seed 0 with η = 0.05), bc, fedcbs."""
     root = tmp_path_factory.mktemp("runs")
     return {
         "seed0": run(root / "seed0", seed=0),
         "seed1": run(root / "seed1", seed=1),
         "bc": run(root / "bc", seed=0, policy="bc"),
         "lr": run(root / "lr", seed=0, **{"learning-rate": 0.05}),
+        "fedcbs": run(root / "fedcbs", seed=0, policy="fedcbs"),
     }
+
+
+def policy_of(folder: Path) -> str:
+    return json.loads((folder / "config.json").read_text())["policy"]
 
 
 def copy_run(runs: dict[str, Path], name: str, tmp_path: Path) -> Path:
@@ -170,6 +175,10 @@ def _short_class_gradient(data: dict[str, Any]) -> None:
     data["policy_state"] = {"class-gradient": []}
 
 
+def _fedcbs_counts_of_other_devices(data: dict[str, Any]) -> None:
+    data["policy_state"] = {"num-devices": 4, "round": 2, "counts": [1, 1, 1, 1]}
+
+
 def _bad_generator(data: dict[str, Any]) -> None:
     data["cell_rng_state"] = {"bit_generator": "MT19937", "state": {}}
 
@@ -178,29 +187,31 @@ def _aggregator_state_for_fedavg(data: dict[str, Any]) -> None:
     data["aggregator_state"] = {"momentum_vector": None}
 
 
-DAMAGE = {
-    "model-shape": (_short_model, "does not fit the run's model: "),
-    "model-keys": (_missing_array, "does not fit the run's model: other arrays (missing "),
-    "model-dtype": (_float64_model, "has dtype torch.float64, the model's torch.float32"),
-    "policy-state": (_short_class_gradient, "its policy state does not fit the run"),
-    "generator": (_bad_generator, "its cell generator state does not fit the run"),
-    "aggregator": (_aggregator_state_for_fedavg, "is the default FedAvg"),
+DAMAGE = {  # the run whose checkpoint is damaged, the damage, what the refusal says
+    "model-shape": ("seed0", _short_model, "does not fit the run's model: "),
+    "model-keys": ("seed0", _missing_array, "does not fit the run's model: other arrays (missing "),
+    "model-dtype": ("seed0", _float64_model, "has dtype torch.float64, the model's torch.float32"),
+    "policy-state": ("seed0", _short_class_gradient, "its policy state does not fit the run"),
+    "fedcbs-counts": ("fedcbs", _fedcbs_counts_of_other_devices, "Fed-CBS counts of 4 devices"),
+    "generator": ("seed0", _bad_generator, "its cell generator state does not fit the run"),
+    "aggregator": ("seed0", _aggregator_state_for_fedavg, "is the default FedAvg"),
 }
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_a_checkpoint_that_does_not_fit_the_run_leaves_the_folder_as_it_was(
-    runs, tmp_path, damage
-):
+def test_a_checkpoint_that_does_not_fit_the_run_leaves_the_folder_as_it_was(runs, tmp_path, damage):
     """The ServerApp itself (no check before the start): refused before its first write."""
-    change, phrase = DAMAGE[damage]
-    folder = copy_run(runs, "seed0", tmp_path)
+    name, change, phrase = DAMAGE[damage]
+    folder = copy_run(runs, name, tmp_path)
     edit_checkpoint(folder, change)
     before = files(folder)
     config = checkpointed_run_config(
-        folder, **overrides(**{"num-server-rounds": 3, "resume-from": str(folder)})
+        folder,
+        **overrides(
+            policy=policy_of(folder), **{"num-server-rounds": 3, "resume-from": str(folder)}
+        ),
     )
-    with pytest.raises(Exception) as caught:  # noqa: PT011 - the type is checked below
+    with pytest.raises(Exception) as caught:  # the type is checked below
         run_inprocess(config)
     assert files(folder) == before  # status "completed", config, metrics: byte for byte
     message = str(caught.value)

@@ -433,7 +433,7 @@ def check_checkpoint_fits(config: RunConfig) -> None:
 
     Raises
     ------
-    server_app.checkpoint.CheckpointRefused
+    server_app.checkpoint.CheckpointRefusedError
         One line naming ``resume-from``, the part that does not fit and why.
     """
     from server_app.checkpoint import load_checkpoint

@@ -341,7 +341,8 @@ def _model_arrays_problem(value: object, model: Mapping[str, NDArray[Any]]) -> s
         if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
             return f"holds {type(array).__name__} for {key!r}, not a numeric array"
         if array.shape != reference.shape:
-            return f"has {key!r} of shape {list(array.shape)}; the model's is {list(reference.shape)}"
+            shapes = f"{list(array.shape)}; the model's is {list(reference.shape)}"
+            return f"has {key!r} of shape {shapes}"
         if reference.dtype.kind == "f" and array.dtype != reference.dtype:
             return f"has {key!r} of dtype {array.dtype}; the model's is {reference.dtype}"
         if array.dtype.kind == "f" and not np.isfinite(array).all():
