@@ -63,7 +63,7 @@ MODEL, POSITIVE, HELD, PLAIN = "model arrays", "a finite number > 0", "held stra
 #: ancestor's entry; the DP wrappers of :mod:`fedcgd_strategy.flower.dp_aggregators` derive
 #: from Flower's). Read from Flower 1.42's code: what ``configure_train`` / ``aggregate_train``
 #: assign. FedAvg, FedMedian, FedTrimmedAvg, Krum, MultiKrum and Bulyan keep none.
-STATE_ATTRIBUTES: dict[type[Strategy], dict[str, str]] = {
+STATE_ATTRIBUTES: dict[type, dict[str, str]] = {
     Strategy: {},
     FedAvgM: {"current_arrays": MODEL, "momentum_vector": MODEL},
     FedAdam: {"current_arrays": MODEL, "m_t": MODEL, "v_t": MODEL},
@@ -406,7 +406,7 @@ def _same(a: object, b: object) -> bool:
     if isinstance(a, list | tuple):
         return (
             type(a) is type(b)
-            and len(a) == len(b)  # type: ignore[arg-type]
-            and all(_same(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[call-overload]
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
         )
     return a == b

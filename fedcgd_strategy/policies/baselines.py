@@ -136,8 +136,7 @@ class FedCBSPolicy(Policy):
         restored = FedCBSState.from_dict(state)
         if restored.num_devices != self.num_devices:
             raise ValueError(
-                f"Fed-CBS counts of {restored.num_devices} devices; this run has "
-                f"{self.num_devices}"
+                f"Fed-CBS counts of {restored.num_devices} devices; this run has {self.num_devices}"
             )
         self.state = restored
 
