@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ import torch
 
 from fedcgd_task.nested import DESCEND, map_nested
 from server_app.atomic_files import atomic_write
-from server_app.config import RunConfig
+from server_app.config import MAX_SERVER_ROUNDS, RunConfig
 from server_app.json_files import read_json_object
 from server_app.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
 from server_app.run_status import (
@@ -311,8 +312,8 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
         )
     try:
         data = torch.load(path, weights_only=True)
-        return Checkpoint(
-            round=int(data["round"]),
+        checkpoint = Checkpoint(
+            round=_whole(data["round"], "round", minimum=1, maximum=MAX_SERVER_ROUNDS),
             model=dict(data["model"]),
             policy_state=dict(data["policy_state"]),
             cell_rng_state=dict(data["cell_rng_state"]),
@@ -321,6 +322,9 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             aggregator_state=dict(_from_torch(data.get("aggregator_state", {}))),
             identity=dict(data.get("identity", {})),
         )
+        if not (math.isfinite(checkpoint.elapsed_s) and checkpoint.elapsed_s >= 0):
+            raise ValueError(f"elapsed_s = {checkpoint.elapsed_s!r}, not seconds >= 0")
+        return checkpoint
     except (
         OSError,
         RuntimeError,
@@ -336,6 +340,13 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
             f"(truncated or not a checkpoint of this app: {reason})"
         ) from err
+
+
+def _whole(value: object, name: str, *, minimum: int, maximum: int) -> int:
+    """``value`` when it is an int in [``minimum``, ``maximum``] (not a bool, float or str)."""
+    if type(value) is not int or not minimum <= value <= maximum:
+        raise ValueError(f"{name} = {value!r}, not a whole number in [{minimum}, {maximum}]")
+    return value
 
 
 def checkpoint_round(result_dir: Path) -> int | None:

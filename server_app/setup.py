@@ -300,7 +300,7 @@ def _set_state(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
 def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, object]) -> str | None:
     """Why the arrays ``found`` do not fit a model whose state dict is ``expected``.
 
-    Fitting: the same keys, each a tensor of the same shape and dtype (then None).
+    Fitting: the same keys, each a tensor of the same shape and dtype, finite (then None).
     """
     missing = [k for k in expected if k not in found]
     unexpected = [k for k in found if k not in expected]
@@ -316,6 +316,8 @@ def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, obj
             return f"{key!r} has shape {list(value.shape)}, the model's {list(reference.shape)}"
         if value.dtype != reference.dtype:
             return f"{key!r} has dtype {value.dtype}, the model's {reference.dtype}"
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"{key!r} is not finite (a run's global model always is)"
     return None
 
 

@@ -175,6 +175,19 @@ def _short_class_gradient(data: dict[str, Any]) -> None:
     data["policy_state"] = {"class-gradient": []}
 
 
+def _nan_class_gradient(data: dict[str, Any]) -> None:
+    data["policy_state"] = {"class-gradient": [math.nan]}
+
+
+def _nan_model(data: dict[str, Any]) -> None:
+    key = next(iter(data["model"]))
+    data["model"][key] = torch.full_like(data["model"][key], math.nan)
+
+
+def _round_as_text(data: dict[str, Any]) -> None:
+    data["round"] = "2"
+
+
 def _fedcbs_counts_of_other_devices(data: dict[str, Any]) -> None:
     data["policy_state"] = {"num-devices": 4, "round": 2, "counts": [1, 1, 1, 1]}
 
@@ -192,6 +205,9 @@ DAMAGE = {  # the run whose checkpoint is damaged, the damage, what the refusal 
     "model-keys": ("seed0", _missing_array, "does not fit the run's model: other arrays (missing "),
     "model-dtype": ("seed0", _float64_model, "has dtype torch.float64, the model's torch.float32"),
     "policy-state": ("seed0", _short_class_gradient, "its policy state does not fit the run"),
+    "class-gradient-nan": ("seed0", _nan_class_gradient, "class-gradient must be finite"),
+    "model-nan": ("seed0", _nan_model, "is not finite"),
+    "round-text": ("seed0", _round_as_text, "round = '2', not a whole number in [1, 100000]"),
     "fedcbs-counts": ("fedcbs", _fedcbs_counts_of_other_devices, "Fed-CBS counts of 4 devices"),
     "generator": ("seed0", _bad_generator, "its cell generator state does not fit the run"),
     "aggregator": ("seed0", _aggregator_state_for_fedavg, "is the default FedAvg"),
