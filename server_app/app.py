@@ -37,7 +37,7 @@ from server_app.run_status import (
     one_line,
     write_status,
 )
-from server_app.setup import build_setup
+from server_app.setup import RunSetup, build_setup
 
 app = ServerApp()
 
@@ -168,9 +168,15 @@ def _run_and_record(grid: Grid, config: RunConfig, *, fresh_name: bool) -> dict[
 
 
 def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[str, Any]:
-    """Run and record in the claimed folder: status, metrics, checkpoints, end."""
+    """Run and record in the claimed folder: status, metrics, checkpoints, end.
+
+    A resumed run is built from its checkpoint (restored and checked,
+    :func:`server_app.setup.build_setup`) before anything is written: a checkpoint that does
+    not fit the run is refused in one line with the folder as it was.
+    """
     result_dir = Path(config.result_dir)
     done = 0 if plan is None else plan.checkpoint.round
+    setup = None if plan is None else build_setup(config, plan.checkpoint)
     write_status(result_dir, RunStatus(RUNNING, done, config.num_server_rounds))
     writer: ResultWriter | None = None
     try:
@@ -180,11 +186,13 @@ def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[
             kept_lines=None if plan is None else plan.lines,
             elapsed_s=0.0 if plan is None else plan.checkpoint.elapsed_s,
         )
+        if setup is not None:
+            writer.write_config(setup.settings())
         if plan is not None and plan.finish_only:
             say(f"finishing {result_dir} from its checkpoint after round {done}")
             final_model = plan.checkpoint.model
         else:
-            final_model = train_rounds(grid, config, writer, plan)
+            final_model = train_rounds(grid, config, writer, setup)
         return write_end(config, writer, final_model)
     except BaseException as err:
         last = writer.lines[-1]["round"] if writer is not None and writer.lines else done
@@ -275,18 +283,19 @@ def write_end(
 
 
 def train_rounds(
-    grid: Grid, config: RunConfig, writer: ResultWriter, plan: ResumePlan | None
+    grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
 ) -> dict[str, torch.Tensor]:
-    """Run the rounds left (all of them, or those after ``plan``'s checkpoint).
+    """Run the rounds left (all of them, or those after ``setup``'s checkpoint).
 
-    Builds the run (:func:`server_app.setup.build_setup`, which hands ``config.json`` to
-    ``writer``); a :class:`~server_app.recorder.RoundRecorder` writes one ``metrics.jsonl`` line
-    per round and the checkpoints. Returns the final global model.
+    A new run (``setup`` None) is built here (:func:`server_app.setup.build_setup`, which
+    hands ``config.json`` to ``writer``); a resumed one comes built from its checkpoint. A
+    :class:`~server_app.recorder.RoundRecorder` writes one ``metrics.jsonl`` line per round
+    and the checkpoints. Returns the final global model.
     """
-    resume = None if plan is None else plan.checkpoint
-    setup = build_setup(config, resume, on_settings=writer.write_config)
-    if resume is not None:
-        say(f"resuming {config.resume_from} after round {resume.round}")
+    if setup is None:
+        setup = build_setup(config, on_settings=writer.write_config)
+    else:
+        say(f"resuming {config.resume_from} after round {setup.round_offset}")
     recorder = RoundRecorder(setup, writer, say)
     strategy = setup.strategy(on_record=recorder.add_record)
     wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)

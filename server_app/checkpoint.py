@@ -2,34 +2,57 @@
 
 A checkpoint holds the round number, the global model, the scheduling rule's state (Ĝ / Ĝ_c,
 Fed-CBS counts), the aggregator's state (a Flower strategy's momentum, Adam moments, its copy
-of the model: :func:`fedcgd_strategy.flower.aggregator_state.aggregator_state`), the states of the
-two random generators (the cell's and the policy's) and the
-seconds elapsed. It is written after the round's line is in ``metrics.jsonl``, atomically
-(a temporary file renamed over the old one), so a crash leaves either the previous checkpoint or
-the new one, never half of one. Everything else (the devices' data, the drop of the devices,
-the batches of a round) is a pure function of the run seed and the round, so the resumed run
-equals the uninterrupted one.
+of the model, the adaptive clipping norm; never a setting:
+:func:`fedcgd_strategy.flower.aggregator_state.aggregator_state`), the states of the two random
+generators (the cell's and the policy's), the seconds elapsed, and the identity of its run
+(:func:`run_identity`: the checkpoint format, the seed, the policy and a SHA-256 digest of the
+settings that change what the run computes). It is written after the round's line is in
+``metrics.jsonl``, atomically (a temporary file renamed over the old one), so a crash leaves
+either the previous checkpoint or the new one, never half of one. Everything else (the devices'
+data, the drop of the devices, the batches of a round) is a pure function of the run seed and
+the round, so the resumed run equals the uninterrupted one.
+
+On resume a checkpoint of another run (another seed, policy or setting, another format) is
+refused in one line naming what differs (:func:`check_identity`), before anything in the folder
+is written; so is one whose model, policy state, generator states or aggregator state do not
+fit the run (:func:`server_app.setup.build_setup`, which the ServerApp calls for a resume before
+its first write). The identity guards against mistakes (a checkpoint copied from another folder,
+a file from another version of the app); it is not a signature: whoever can rewrite the file
+can also rewrite the code.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from fedcgd_task.nested import DESCEND, map_nested
 from server_app.atomic_files import atomic_write
-from server_app.config import RunConfig
+from server_app.config import MAX_SERVER_ROUNDS, RunConfig
 from server_app.json_files import read_json_object
 from server_app.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
-from server_app.run_status import COMPLETED, first_line, read_status, settings_differences
+from server_app.run_status import (
+    COMPLETED,
+    first_line,
+    flat_settings,
+    read_status,
+    settings_differences,
+)
 
 CHECKPOINT_FILE = "checkpoint.pt"
+#: The checkpoint's format: what it holds and how a resume reads it. 1: before checkpoints
+#: carried their run's identity (their aggregator state held the strategy's settings too);
+#: 2: :func:`run_identity`, and the aggregator's state only. Another format is refused on resume.
+CHECKPOINT_FORMAT = 2
 #: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_to_torch`).
 NUMPY_TAG = "__numpy__"
 
@@ -78,7 +101,9 @@ class Checkpoint:
         Wall-clock seconds the run had taken.
     aggregator_state : dict
         :func:`fedcgd_strategy.flower.aggregator_state.aggregator_state` (``{}`` for the
-        scheduler's FedAvg, and in checkpoints written before aggregators existed).
+        scheduler's FedAvg).
+    identity : dict
+        :func:`run_identity` of the run that wrote it (``{}`` in a checkpoint of format 1).
 
     """
 
@@ -89,6 +114,110 @@ class Checkpoint:
     policy_rng_state: dict[str, Any]
     elapsed_s: float
     aggregator_state: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+class CheckpointRefusedError(ValueError):
+    """A checkpoint that is not the run's or does not fit it: one line, nothing written."""
+
+    complete_message: ClassVar[bool] = True
+
+
+def identity_settings(config: RunConfig) -> dict[str, Any]:
+    """The settings that change what a run computes: flat (dotted keys), sorted, JSON values.
+
+    Every setting of :meth:`RunConfig.to_dict` but ``num_server_rounds`` (a resume may raise
+    it) and the :func:`unread_settings`.
+    """
+    settings = json_ready(config.to_dict())
+    skip = {"num_server_rounds", *unread_settings(settings)}
+    return {k: v for k, v in sorted(flat_settings(settings).items()) if k not in skip}
+
+
+def run_identity(config: RunConfig) -> dict[str, Any]:
+    """What ties a checkpoint to its run.
+
+    ``format`` (:data:`CHECKPOINT_FORMAT`), ``seed``, ``policy``, ``settings`` (the canonical
+    JSON of :func:`identity_settings`: sorted keys, no spaces, ASCII) and ``settings_sha256``
+    (its SHA-256, hex).
+    """
+    text = json.dumps(
+        identity_settings(config), sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "seed": config.seed,
+        "policy": config.policy,
+        "settings": text,
+        "settings_sha256": hashlib.sha256(text.encode("ascii")).hexdigest(),
+    }
+
+
+def check_identity(folder: Path, checkpoint: Checkpoint, config: RunConfig) -> None:
+    """Refuse a checkpoint that another run wrote (or another format of the app).
+
+    Compared in this order: the format, the seed, the policy, the settings digest (the
+    setting that differs is named from the settings the checkpoint holds).
+
+    Raises
+    ------
+    CheckpointRefusedError
+        One line naming the field, the checkpoint's value and this run's.
+    """
+    found, wanted = checkpoint.identity, run_identity(config)
+    head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
+    version = found.get("format", 1)
+    if not _same_value(version, CHECKPOINT_FORMAT):
+        raise CheckpointRefusedError(
+            f"{head} has format {version!r}; this version of the app reads format "
+            f"{CHECKPOINT_FORMAT} (the file was written by another version); it cannot be "
+            "resumed: run again in a new folder"
+        )
+    tail = "a checkpoint copied from another run's folder? resume a run from its own checkpoint"
+    for name in ("seed", "policy"):
+        if not _same_value(found.get(name), wanted[name]):
+            raise CheckpointRefusedError(
+                f"{head} is another run's: {name} = {found.get(name)!r} in the checkpoint, "
+                f"{wanted[name]!r} in this run ({tail})"
+            )
+    if not _same_value(found.get("settings_sha256"), wanted["settings_sha256"]):
+        raise CheckpointRefusedError(
+            f"{head} is another run's: {_settings_change(found, wanted)} ({tail})"
+        )
+
+
+def _same_value(found: object, wanted: object) -> bool:
+    """``found == wanted`` for plain values of the same type (a tensor or a list never is)."""
+    return type(found) is type(wanted) and found == wanted
+
+
+def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
+    """The first setting that differs, with both values (from the checkpoint's settings)."""
+    text = found.get("settings")
+    digest = found.get("settings_sha256")
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
+        return (
+            f"its settings digest {str(digest)[:12]!r} is not this run's "
+            f"{wanted['settings_sha256'][:12]!r} (its settings do not match their digest: "
+            "damaged or edited)"
+        )
+    try:
+        saved = json.loads(text)
+    except ValueError:
+        saved = {}
+    if not isinstance(saved, dict):
+        saved = {}
+    now = json.loads(wanted["settings"])
+    none = "(none)"
+    keys = sorted(k for k in set(saved) | set(now) if saved.get(k, none) != now.get(k, none))
+    if not keys:
+        return "its settings digest is not this run's"
+    more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+    key = keys[0]
+    return (
+        f"setting {key} = {saved.get(key, '(none)')!r} in the checkpoint, "
+        f"{now.get(key, '(none)')!r} in this run{more}"
+    )
 
 
 def _to_torch(value: Any) -> Any:
@@ -130,6 +259,7 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
         "policy_rng_state": checkpoint.policy_rng_state,
         "elapsed_s": checkpoint.elapsed_s,
         "aggregator_state": _to_torch(checkpoint.aggregator_state),
+        "identity": checkpoint.identity,
     }
     return atomic_torch_save(data, result_dir / CHECKPOINT_FILE)
 
@@ -182,21 +312,41 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
         )
     try:
         data = torch.load(path, weights_only=True)
-        return Checkpoint(
-            round=int(data["round"]),
+        checkpoint = Checkpoint(
+            round=_whole(data["round"], "round", minimum=1, maximum=MAX_SERVER_ROUNDS),
             model=dict(data["model"]),
             policy_state=dict(data["policy_state"]),
             cell_rng_state=dict(data["cell_rng_state"]),
             policy_rng_state=dict(data["policy_rng_state"]),
             elapsed_s=float(data["elapsed_s"]),
             aggregator_state=dict(_from_torch(data.get("aggregator_state", {}))),
+            identity=dict(data.get("identity", {})),
         )
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, TypeError) as err:
+        if not (math.isfinite(checkpoint.elapsed_s) and checkpoint.elapsed_s >= 0):
+            raise ValueError(f"elapsed_s = {checkpoint.elapsed_s!r}, not seconds >= 0")
+        return checkpoint
+    except (
+        OSError,
+        RuntimeError,
+        EOFError,
+        pickle.UnpicklingError,
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+    ) as err:
         reason = first_line(err)
-        raise ValueError(
+        raise CheckpointRefusedError(
             f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
             f"(truncated or not a checkpoint of this app: {reason})"
         ) from err
+
+
+def _whole(value: object, name: str, *, minimum: int, maximum: int) -> int:
+    """``value`` when it is an int in [``minimum``, ``maximum``] (not a bool, float or str)."""
+    if type(value) is not int or not minimum <= value <= maximum:
+        raise ValueError(f"{name} = {value!r}, not a whole number in [{minimum}, {maximum}]")
+    return value
 
 
 def checkpoint_round(result_dir: Path) -> int | None:
@@ -309,7 +459,8 @@ def check_resume(config: RunConfig) -> ResumePlan:
     FileNotFoundError
         The folder or its checkpoint is missing.
     ValueError
-        Unreadable checkpoint or metrics, other settings, or nothing left to run (one line).
+        Unreadable checkpoint or metrics, other settings, a checkpoint of another run
+        (:func:`check_identity`), or nothing left to run (one line).
     """
     folder = Path(config.resume_from)
     key = f"run-config key 'resume-from' = '{folder}'"
@@ -319,6 +470,7 @@ def check_resume(config: RunConfig) -> ResumePlan:
         raise ValueError(f"{key} is a file, not a result folder")
     checkpoint = load_checkpoint(folder)
     check_same_settings(folder, config)
+    check_identity(folder, checkpoint, config)
     lines = read_metrics(folder, checkpoint.round)
     wanted = config.num_server_rounds
     if checkpoint.round > wanted or (checkpoint.round == wanted and run_finished(folder)):

@@ -29,10 +29,11 @@ from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy, policy_class
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
+from fedcgd_task.imports import first_line
 from fedcgd_task.local_data import all_partitions
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.training import compute_device, evaluate
-from server_app.checkpoint import Checkpoint
+from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefusedError, run_identity
 from server_app.config import RunConfig
 from server_app.uplink import build_uplink
 
@@ -158,6 +159,13 @@ class RunSetup:
             policy_rng_state=dict(self.policy_rng.bit_generator.state),
             elapsed_s=elapsed_s,
             aggregator_state=aggregator_state(self.aggregator),
+            identity=run_identity(self.config),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The run's :func:`resolved_settings` (its ``config.json``)."""
+        return resolved_settings(
+            self.config, self.num_params, self.model_bits, self.num_classes, self.target
         )
 
 
@@ -175,7 +183,9 @@ def build_setup(
         The validated run config.
     resume : Checkpoint, optional
         Continue from this checkpoint: the model, the policy's and the aggregator's state and
-        both generators' states are restored, the uplink goes on after its round.
+        both generators' states are restored, each checked first (:func:`restore`), the
+        uplink goes on after its round. Nothing is written: the ServerApp builds a resumed
+        run before its first write to the folder.
     on_settings : callable, optional
         Called with the run's :func:`resolved_settings` as soon as the data and the model are
         known, before the policy and the uplink are built: a run whose policy or channel trace
@@ -184,6 +194,11 @@ def build_setup(
     Returns
     -------
     RunSetup
+
+    Raises
+    ------
+    server_app.checkpoint.CheckpointRefusedError
+        ``resume`` does not fit the run (one line, :func:`restore`).
 
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
@@ -204,11 +219,7 @@ def build_setup(
         config.aggregator, config.aggregator_params, config.task.num_devices
     )
     if resume is not None:
-        load_aggregator_state(aggregator, resume.aggregator_state)
-        policy.load_state_dict(resume.policy_state)
-        cell_rng.bit_generator.state = resume.cell_rng_state
-        policy_rng.bit_generator.state = resume.policy_rng_state
-        model.load_state_dict(resume.model)
+        restore(config, resume, model, policy, aggregator, (cell_rng, policy_rng))
     partition_counts = np.stack(
         [
             np.bincount(train_set.labels[rows], minlength=num_classes)
@@ -233,6 +244,81 @@ def build_setup(
         resume=resume,
         aggregator=aggregator,
     )
+
+
+def restore(
+    config: RunConfig,
+    resume: Checkpoint,
+    model: nn.Module,
+    policy: Policy,
+    aggregator: Strategy | None,
+    rngs: tuple[np.random.Generator, np.random.Generator],
+) -> None:
+    """Restore a checkpoint on the run's freshly built objects, each part checked first.
+
+    The model's arrays must have the run's model's keys, shapes and dtypes; the policy must
+    accept its state; the generators' states must be states of their bit generator; the
+    aggregator's state is state only, fitting the model
+    (:func:`~fedcgd_strategy.flower.aggregator_state.load_aggregator_state`).
+
+    Raises
+    ------
+    server_app.checkpoint.CheckpointRefusedError
+        One line naming ``resume-from``, the part and why.
+    """
+    head = f"run-config key 'resume-from' = '{config.resume_from}': {CHECKPOINT_FILE}"
+    expected = model.state_dict()
+    problem = model_mismatch(expected, resume.model)
+    if problem is not None:
+        raise CheckpointRefusedError(f"{head} does not fit the run's model: {problem}")
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("its policy state", lambda: policy.load_state_dict(resume.policy_state)),
+        ("its cell generator state", lambda: _set_state(rngs[0], resume.cell_rng_state)),
+        ("its policy generator state", lambda: _set_state(rngs[1], resume.policy_rng_state)),
+        (
+            "its aggregator state",
+            lambda: load_aggregator_state(
+                aggregator,
+                resume.aggregator_state,
+                {k: v.detach().cpu().numpy() for k, v in expected.items()},
+            ),
+        ),
+    ]
+    for part, step in steps:
+        try:
+            step()
+        except Exception as err:  # a user's policy may raise anything: one line
+            reason = first_line(err)
+            raise CheckpointRefusedError(f"{head}: {part} does not fit the run: {reason}") from err
+    model.load_state_dict(resume.model)
+
+
+def _set_state(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
+    rng.bit_generator.state = dict(state)
+
+
+def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, object]) -> str | None:
+    """Why the arrays ``found`` do not fit a model whose state dict is ``expected``.
+
+    Fitting: the same keys, each a tensor of the same shape and dtype, finite (then None).
+    """
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    if missing or unexpected:
+        named = (("missing", missing), ("unexpected", unexpected))
+        parts = [f"{name} {', '.join(map(repr, keys[:3]))}" for name, keys in named if keys]
+        return f"other arrays ({'; '.join(parts)})"
+    for key, reference in expected.items():
+        value = found[key]
+        if not isinstance(value, torch.Tensor):
+            return f"{key!r} is {type(value).__name__}, not a tensor"
+        if value.shape != reference.shape:
+            return f"{key!r} has shape {list(value.shape)}, the model's {list(reference.shape)}"
+        if value.dtype != reference.dtype:
+            return f"{key!r} has dtype {value.dtype}, the model's {reference.dtype}"
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"{key!r} is not finite (a run's global model always is)"
+    return None
 
 
 def resolved_settings(

@@ -261,7 +261,7 @@ def test_a_refused_aggregate_leaves_the_aggregators_state_as_it_was():
             zip(momentum, after["momentum_vector"], strict=True)] == [True, True]  # fmt: skip
     # and a state survives the round trip through load_aggregator_state
     fresh = make_aggregator("FedAvgM", {"server-momentum": 0.9})
-    load_aggregator_state(fresh, after)
+    load_aggregator_state(fresh, after, first)
     again, _ = aggregate_uploads(fresh, 3, models, [1, 1, 1], first)
     same, _ = aggregate_uploads(aggregator, 3, models, [1, 1, 1], first)
     assert again is not None and same is not None

@@ -308,8 +308,8 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
 
 def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
     """A round whose wrapped strategy returns no model keeps the global model; the norm the
-    round clipped with (kept for its noise) must not stay behind as state."""
-    from fedcgd_strategy.flower.aggregator_state import aggregator_state
+    round clipped with (kept for its noise) must not stay behind as an attribute."""
+    from fedcgd_strategy.flower.aggregator_state import snapshot
     from fedcgd_strategy.flower.dp_aggregators import (
         DifferentialPrivacyServerSideAdaptiveClipping as Ours,
     )
@@ -319,11 +319,11 @@ def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
             return None, None
 
     aggregator = Ours(NoModel(), 0.0, 3, initial_clipping_norm=1.0)
-    before = set(aggregator_state(aggregator))
+    before = set(snapshot(aggregator))
     reference, models, weights = hand_round()
     result, _ = aggregate_uploads(aggregator, 1, models, weights, reference)
     assert result is None
-    assert set(aggregator_state(aggregator)) == before
+    assert set(snapshot(aggregator)) == before
 
 
 def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -> dict:

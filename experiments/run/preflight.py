@@ -4,7 +4,8 @@
 refuses, with one line naming the run-config key, every setting that can only fail later or
 can only be a mistake: a result folder that is a file or holds another run, a ``resume-from``
 folder that cannot be continued (no checkpoint, unreadable checkpoint or metrics, other
-settings, nothing left to run), a ``channel.trace`` file that cannot be replayed over the
+settings, a checkpoint of another run or one that does not fit the run's model, policy or
+aggregator, nothing left to run), a ``channel.trace`` file that cannot be replayed over the
 run (:func:`server_app.uplink.check_channel_trace`), a data-set function that cannot be
 imported, fails or returns arrays outside its contract (:func:`fedcgd_task.datasets.load_data`),
 a model that does not fit the data set's inputs or whose σ̂ cannot be computed
@@ -419,6 +420,26 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
         config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
     )
     check_own_policy(config, train_set.num_classes)
+    if config.resume_from:
+        check_checkpoint_fits(config)
+
+
+def check_checkpoint_fits(config: RunConfig) -> None:
+    """Restore a resumed run's checkpoint on freshly built run objects, as the run will.
+
+    :func:`server_app.setup.build_setup` with the checkpoint: its model, policy state,
+    generator states and aggregator state must fit the run (its identity is checked before,
+    :func:`server_app.checkpoint.check_resume`).
+
+    Raises
+    ------
+    server_app.checkpoint.CheckpointRefusedError
+        One line naming ``resume-from``, the part that does not fit and why.
+    """
+    from server_app.checkpoint import load_checkpoint
+    from server_app.setup import build_setup
+
+    build_setup(config, load_checkpoint(Path(config.resume_from)))
 
 
 def check_own_policy(config: RunConfig, num_classes: int) -> None:

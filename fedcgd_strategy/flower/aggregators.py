@@ -69,7 +69,11 @@ from fedcgd_strategy.flower.aggregator_registry import (
     minimum_uploads,
     resolved_strategy,
 )
-from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
+from fedcgd_strategy.flower.aggregator_state import (
+    check_declared_state,
+    restore_snapshot,
+    snapshot,
+)
 from fedcgd_strategy.flower.dp_aggregators import (
     dp_inputs,
     inner_strategy,
@@ -303,13 +307,13 @@ def aggregate_uploads(
     need, why = uploads_needed(aggregator)
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
-    before = aggregator_state(aggregator)  # copies
+    before = snapshot(aggregator)  # copies
     with numpy_global_seeded(seed, server_round):
         result, reason = _call_aggregator(
             aggregator, server_round, models, weights, reference, node_ids
         )
     if result is None:
-        load_aggregator_state(aggregator, before)
+        restore_snapshot(aggregator, before)
     return result, reason
 
 
@@ -380,7 +384,9 @@ def check_aggregator(setting: str, params: Mapping[str, object], num_devices: in
     Checks that the constructor takes ``aggregator-params`` (:func:`make_aggregator`), that
     ``num_devices`` can ever reach :func:`uploads_needed`, and that the strategy's
     ``aggregate_train`` turns a synthetic round of that many uploads into a model (a fresh
-    instance is probed; the run's own starts clean).
+    instance is probed; the run's own starts clean), and that every attribute the round
+    changed is state a checkpoint holds
+    (:func:`~fedcgd_strategy.flower.aggregator_state.check_declared_state`).
 
     Raises
     ------
@@ -399,6 +405,7 @@ def check_aggregator(setting: str, params: Mapping[str, object], num_devices: in
             "num-malicious-nodes or add devices"
         )
     reference, models = synthetic_uploads(max(need, 3))
+    fresh = snapshot(aggregator)
     previous = FLOWER_LOGGER.level
     FLOWER_LOGGER.setLevel(max(previous, logging.WARNING))  # the probe's INFO lines are noise
     try:
@@ -410,3 +417,4 @@ def check_aggregator(setting: str, params: Mapping[str, object], num_devices: in
             f"run-config key {AGGREGATOR_KEY!r} = {setting!r} cannot aggregate the scheduler's "
             f"uploads (probed on {len(models)} synthetic uploads: {reason})"
         )
+    check_declared_state(aggregator, fresh, setting)

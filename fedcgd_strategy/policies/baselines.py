@@ -132,8 +132,13 @@ class FedCBSPolicy(Policy):
         return dict(self.state.to_dict())
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore the selection counts and round counter."""
-        self.state = FedCBSState.from_dict(state)
+        """Restore the selection counts and round counter (of this rule's V devices)."""
+        restored = FedCBSState.from_dict(state)
+        if restored.num_devices != self.num_devices:
+            raise ValueError(
+                f"Fed-CBS counts of {restored.num_devices} devices; this run has {self.num_devices}"
+            )
+        self.state = restored
 
 
 @dataclass

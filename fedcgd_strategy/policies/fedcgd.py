@@ -19,6 +19,7 @@ from fedcgd_strategy.policies.decision import Decision, decision_from_mask
 from fedcgd_strategy.policies.inputs import RoundInputs
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers import solve
+from fedcgd_strategy.validation import as_nonnegative_array
 
 #: Fewer uploads than this leave Ĝ unchanged (see :meth:`FedCGDPolicy.observe_uploads`).
 MIN_UPLOADS_FOR_G = 2
@@ -114,8 +115,8 @@ class FedCGDPolicy(Policy):
         return {"class-gradient": [float(v) for v in self._g]}
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore Ĝ (Ĝ_c) from :meth:`state_dict` output."""
+        """Restore Ĝ (Ĝ_c) from :meth:`state_dict` output (finite, >= 0, of this rule's shape)."""
         g = np.asarray(state["class-gradient"], dtype=np.float64)
         if g.shape != self._g.shape:
             raise ValueError(f"class-gradient has shape {g.shape}; expected {self._g.shape}")
-        self._g = g
+        self._g = as_nonnegative_array(g, "class-gradient")

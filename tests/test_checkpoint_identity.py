@@ -1,0 +1,448 @@
+"""A checkpoint belongs to its run: another run's is refused, a damaged one too, before any write.
+
+Each case is a hostile resume: a checkpoint copied from another seed's, policy's or setting's
+folder, one whose aggregator state was edited to switch DP off or change FedAdam's settings,
+one whose model, policy state or generator state does not fit the run. Every refusal is one
+line, and the folder's files (status, config, metrics, checkpoint) stay byte for byte as they
+were.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from task_settings import checkpointed_run_config
+
+from experiments.run.inprocess import main as inprocess_main
+from experiments.run.inprocess import run_inprocess
+from experiments.run.run_config import format_run_config
+from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
+from fedcgd_strategy.flower.aggregators import (
+    aggregate_uploads,
+    check_aggregator,
+    make_aggregator,
+    synthetic_uploads,
+)
+from server_app.checkpoint import CHECKPOINT_FILE
+from server_app.results import METRICS_FILE, MODEL_FILE
+from server_app.run_status import RUN_FILES
+
+DEVICES, ROUNDS = 6, 2
+FIXED_DP = "DifferentialPrivacyServerSideFixedClipping"
+ADAPTIVE_DP = "DifferentialPrivacyServerSideAdaptiveClipping"
+#: The adaptive wrapper's noise on the clipped count (its default n / 20 is too small for 3
+#: uploads at these noise multipliers: Flower refuses it).
+COUNT_NOISE = {"clipped-count-stddev": 5.0}
+
+
+def overrides(**changes: Any) -> dict[str, Any]:
+    """The run config's overrides of a small run (6 devices, 2 rounds), ``changes`` applied."""
+    return {"num-devices": DEVICES, "num-server-rounds": ROUNDS, **changes}
+
+
+def run(folder: Path, **changes: Any) -> Path:
+    run_inprocess(checkpointed_run_config(folder, **overrides(**changes)))
+    return folder
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """The run's files, byte for byte."""
+    return {name: (folder / name).read_bytes() for name in RUN_FILES if (folder / name).exists()}
+
+
+def resume_command(capsys, folder: Path, **changes: Any) -> tuple[int, list[str]]:
+    """``python -m experiments.run.inprocess`` resuming ``folder`` one round further."""
+    settings = overrides(**{"num-server-rounds": ROUNDS + 1, **changes})
+    settings |= {"checkpoint-every": 1, "resume-from": str(folder)}
+    code = inprocess_main(["--run-config", format_run_config(settings)])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def edit_checkpoint(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite ``folder``'s checkpoint with ``change`` applied to its raw contents."""
+    path = folder / CHECKPOINT_FILE
+    data = torch.load(path, weights_only=True)
+    change(data)
+    torch.save(data, path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Completed 2-round runs: fedcgd-fscd (seeds 0 and 1; seed 0 with η = 0.05), bc, fedcbs."""
+    root = tmp_path_factory.mktemp("runs")
+    return {
+        "seed0": run(root / "seed0", seed=0),
+        "seed1": run(root / "seed1", seed=1),
+        "bc": run(root / "bc", seed=0, policy="bc"),
+        "lr": run(root / "lr", seed=0, **{"learning-rate": 0.05}),
+        "fedcbs": run(root / "fedcbs", seed=0, policy="fedcbs"),
+    }
+
+
+def policy_of(folder: Path) -> str:
+    return json.loads((folder / "config.json").read_text())["policy"]
+
+
+def copy_run(runs: dict[str, Path], name: str, tmp_path: Path) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(runs[name], folder)
+    return folder
+
+
+# --- another run's checkpoint ---------------------------------------------------------------
+
+
+def test_a_checkpoint_of_another_seed_is_refused_in_one_line_naming_the_seed(
+    capsys, runs, tmp_path
+):
+    folder = copy_run(runs, "seed1", tmp_path)
+    shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)
+    before = files(folder)
+    code, err = resume_command(capsys, folder, seed=1)
+    assert code == 2, err
+    assert len(err) == 1, err
+    assert "seed = 0 in the checkpoint, 1 in this run" in err[0], err[0]
+    assert err[0].startswith("error: run-config key 'resume-from'"), err[0]
+    assert files(folder) == before
+
+
+def test_a_checkpoint_of_another_policy_is_refused(capsys, runs, tmp_path):
+    folder = copy_run(runs, "bc", tmp_path)
+    shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)  # fedcgd-fscd's
+    before = files(folder)
+    code, err = resume_command(capsys, folder, seed=0, policy="bc")
+    assert code == 2 and len(err) == 1, err
+    assert "policy = 'fedcgd-fscd' in the checkpoint, 'bc' in this run" in err[0], err[0]
+    assert files(folder) == before
+
+
+def test_a_checkpoint_of_other_settings_is_refused_naming_the_setting(capsys, runs, tmp_path):
+    folder = copy_run(runs, "lr", tmp_path)
+    shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)  # lr 0.1's
+    before = files(folder)
+    code, err = resume_command(capsys, folder, seed=0, **{"learning-rate": 0.05})
+    assert code == 2 and len(err) == 1, err
+    assert "training.learning_rate = 0.1 in the checkpoint, 0.05 in this run" in err[0], err[0]
+    assert files(folder) == before
+
+
+def test_a_checkpoint_without_identity_is_refused_naming_its_format(runs, tmp_path):
+    folder = copy_run(runs, "seed0", tmp_path)
+    edit_checkpoint(folder, lambda data: data.pop("identity"))
+    before = files(folder)
+    config = checkpointed_run_config(
+        folder, **overrides(**{"num-server-rounds": 3, "resume-from": str(folder)})
+    )
+    with pytest.raises(ValueError, match=r"has format 1; this version of the app reads format 2"):
+        run_inprocess(config)
+    assert files(folder) == before
+
+
+def test_an_honest_resume_of_the_copied_folders_still_works(runs, tmp_path):
+    folder = copy_run(runs, "seed1", tmp_path)
+    config = overrides(seed=1, **{"num-server-rounds": 3, "resume-from": str(folder)})
+    run_inprocess(checkpointed_run_config(folder, **config))
+    lines = (folder / METRICS_FILE).read_text().splitlines()
+    assert [json.loads(x)["round"] for x in lines] == [1, 2, 3]
+
+
+# --- a checkpoint that does not fit the run: refused before anything is written -------------
+
+
+def _short_model(data: dict[str, Any]) -> None:
+    key = next(k for k, v in data["model"].items() if v.ndim == 2)
+    data["model"][key] = data["model"][key][:-1].clone()  # one output row fewer
+
+
+def _missing_array(data: dict[str, Any]) -> None:
+    data["model"].pop(next(iter(data["model"])))
+
+
+def _float64_model(data: dict[str, Any]) -> None:
+    data["model"] = {k: v.double() for k, v in data["model"].items()}
+
+
+def _short_class_gradient(data: dict[str, Any]) -> None:
+    data["policy_state"] = {"class-gradient": []}
+
+
+def _nan_class_gradient(data: dict[str, Any]) -> None:
+    data["policy_state"] = {"class-gradient": [math.nan]}
+
+
+def _nan_model(data: dict[str, Any]) -> None:
+    key = next(iter(data["model"]))
+    data["model"][key] = torch.full_like(data["model"][key], math.nan)
+
+
+def _round_as_text(data: dict[str, Any]) -> None:
+    data["round"] = "2"
+
+
+def _fedcbs_counts_of_other_devices(data: dict[str, Any]) -> None:
+    data["policy_state"] = {"num-devices": 4, "round": 2, "counts": [1, 1, 1, 1]}
+
+
+def _bad_generator(data: dict[str, Any]) -> None:
+    data["cell_rng_state"] = {"bit_generator": "MT19937", "state": {}}
+
+
+def _aggregator_state_for_fedavg(data: dict[str, Any]) -> None:
+    data["aggregator_state"] = {"momentum_vector": None}
+
+
+DAMAGE = {  # the run whose checkpoint is damaged, the damage, what the refusal says
+    "model-shape": ("seed0", _short_model, "does not fit the run's model: "),
+    "model-keys": ("seed0", _missing_array, "does not fit the run's model: other arrays (missing "),
+    "model-dtype": ("seed0", _float64_model, "has dtype torch.float64, the model's torch.float32"),
+    "policy-state": ("seed0", _short_class_gradient, "its policy state does not fit the run"),
+    "class-gradient-nan": ("seed0", _nan_class_gradient, "class-gradient must be finite"),
+    "model-nan": ("seed0", _nan_model, "is not finite"),
+    "round-text": ("seed0", _round_as_text, "round = '2', not a whole number in [1, 100000]"),
+    "fedcbs-counts": ("fedcbs", _fedcbs_counts_of_other_devices, "Fed-CBS counts of 4 devices"),
+    "generator": ("seed0", _bad_generator, "its cell generator state does not fit the run"),
+    "aggregator": ("seed0", _aggregator_state_for_fedavg, "is the default FedAvg"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_checkpoint_that_does_not_fit_the_run_leaves_the_folder_as_it_was(runs, tmp_path, damage):
+    """The ServerApp itself (no check before the start): refused before its first write."""
+    name, change, phrase = DAMAGE[damage]
+    folder = copy_run(runs, name, tmp_path)
+    edit_checkpoint(folder, change)
+    before = files(folder)
+    config = checkpointed_run_config(
+        folder,
+        **overrides(
+            policy=policy_of(folder), **{"num-server-rounds": 3, "resume-from": str(folder)}
+        ),
+    )
+    with pytest.raises(Exception) as caught:  # the type is checked below
+        run_inprocess(config)
+    assert files(folder) == before  # status "completed", config, metrics: byte for byte
+    message = str(caught.value)
+    assert isinstance(caught.value, ValueError), message
+    assert "\n" not in message and phrase in message, message
+    assert message.startswith(f"run-config key 'resume-from' = '{folder}': checkpoint.pt")
+
+
+def test_a_wrong_shape_model_is_refused_by_the_command_in_one_line(capsys, runs, tmp_path):
+    folder = copy_run(runs, "seed0", tmp_path)
+    edit_checkpoint(folder, _short_model)
+    before = files(folder)
+    code, err = resume_command(capsys, folder, seed=0)
+    assert code == 2 and len(err) == 1, err
+    assert "does not fit the run's model" in err[0] and "has shape" in err[0], err[0]
+    assert files(folder) == before
+
+
+# --- the aggregator's settings are the run config's, never the checkpoint's -----------------
+
+
+def dp_config(folder: Path, rounds: int, **changes: Any) -> dict[str, Any]:
+    """Fixed-clipping DP, z = 5, C = 0.5 (the DP case of the issue)."""
+    settings = overrides(
+        **{
+            "num-server-rounds": rounds,
+            "aggregator": FIXED_DP,
+            "aggregator-params.noise-multiplier": 5.0,
+            "aggregator-params.clipping-norm": 0.5,
+            **changes,
+        }
+    )
+    return checkpointed_run_config(folder, **settings)
+
+
+def test_a_dp_checkpoint_that_switches_noise_and_clipping_off_is_refused(tmp_path):
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    run_inprocess(dp_config(whole, 3))
+    run_inprocess(dp_config(part, 2))
+    honest = (part / CHECKPOINT_FILE).read_bytes()
+
+    def no_privacy(data: dict[str, Any]) -> None:
+        data["aggregator_state"]["noise_multiplier"] = 0.0
+        data["aggregator_state"]["clipping_norm"] = 1e30
+
+    edit_checkpoint(part, no_privacy)
+    before = files(part)
+    with pytest.raises(ValueError, match=r"noise_multiplier \(a setting from the run config"):
+        run_inprocess(dp_config(part, 3, **{"resume-from": str(part)}))
+    assert files(part) == before
+    # the honest checkpoint resumes with z = 5, C = 0.5: round 3 draws the same noise as the
+    # uninterrupted run's round 3, so the final models are equal
+    (part / CHECKPOINT_FILE).write_bytes(honest)
+    run_inprocess(dp_config(part, 3, **{"resume-from": str(part)}))
+    a, b = torch.load(whole / MODEL_FILE), torch.load(part / MODEL_FILE)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def stepped(name: str, params: dict[str, Any], rounds: int = 2):
+    """A fresh aggregator after ``rounds`` synthetic rounds, and the round's model."""
+    aggregator = make_aggregator(name, params, 3)
+    reference, models = synthetic_uploads(3)
+    current = reference
+    for rnd in range(1, rounds + 1):
+        out, reason = aggregate_uploads(aggregator, rnd, models, [1, 2, 3], current, seed=4)
+        assert out is not None, reason
+        current = out
+    return aggregator, current, models
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "setting", "value"),
+    [
+        ("FedAdam", {"eta": 0.05}, "eta", 10.0),
+        ("FedAdam", {"eta": 0.05}, "beta_1", 0.0),
+        ("FedAdam", {"eta": 0.05}, "tau", 1e9),
+        ("FedYogi", {}, "beta_2", 0.5),
+        ("FedAvgM", {"server-momentum": 0.9}, "server_momentum", 0.0),
+        ("FedAvgM", {"server-momentum": 0.9}, "server_opt", False),
+        (FIXED_DP, {"noise-multiplier": 5.0, "clipping-norm": 0.5}, "noise_multiplier", 0.0),
+        (FIXED_DP, {"noise-multiplier": 5.0, "clipping-norm": 0.5}, "clipping_norm", 1e30),
+        (ADAPTIVE_DP, {"noise-multiplier": 5.0, **COUNT_NOISE}, "noise_multiplier", 0.0),
+        (ADAPTIVE_DP, {"noise-multiplier": 5.0, **COUNT_NOISE}, "clip_norm_lr", 100.0),
+    ],
+)
+def test_a_saved_setting_is_refused_and_the_configured_one_stays(name, params, setting, value):
+    saved, _, _ = stepped(name, params)
+    state = aggregator_state(saved)
+    assert setting not in state  # an honest checkpoint holds state only
+    fresh = make_aggregator(name, params, 3)
+    configured = getattr(fresh, setting)
+    reference, _ = synthetic_uploads(3)
+    with pytest.raises(ValueError, match=rf"holds {name}\.{setting} \(a setting from the run"):
+        load_aggregator_state(fresh, {**state, setting: value}, reference)
+    assert getattr(fresh, setting) == configured
+
+
+def test_a_held_strategys_setting_is_refused_too():
+    params = {"noise-multiplier": 1.0, "clipping-norm": 0.5, "strategy": "FedAvgM"}
+    params["strategy-params"] = {"server-momentum": 0.9}
+    saved, _, _ = stepped(FIXED_DP, params)
+    state = aggregator_state(saved)
+    state["strategy"]["__strategy__"]["server_learning_rate"] = 100.0
+    fresh = make_aggregator(FIXED_DP, params, 3)
+    reference, _ = synthetic_uploads(3)
+    with pytest.raises(ValueError, match=r"holds .*\.strategy\.server_learning_rate \(a setting"):
+        load_aggregator_state(fresh, state, reference)
+    assert fresh.strategy.server_learning_rate == 1.0
+
+
+@pytest.mark.parametrize("name", ["FedAdam", "FedAvgM", ADAPTIVE_DP])
+def test_restored_state_continues_exactly_as_the_uninterrupted_aggregator(name):
+    """What a resume restores is enough: the next round's aggregate (with DP its noise too)
+    equals the uninterrupted strategy's, and the settings are the configured ones."""
+    params = {
+        "FedAdam": {"eta": 0.05},
+        "FedAvgM": {"server-momentum": 0.9},
+        ADAPTIVE_DP: {"noise-multiplier": 0.5, "strategy": "FedAvgM", **COUNT_NOISE},
+    }[name]
+    if name == ADAPTIVE_DP:
+        params["strategy-params"] = {"server-momentum": 0.9}
+    whole, current, models = stepped(name, params)
+    fresh = make_aggregator(name, params, 3)
+    load_aggregator_state(fresh, aggregator_state(whole), current)
+    if name == ADAPTIVE_DP:
+        assert fresh.clipping_norm == whole.clipping_norm != 0.1  # the adapted norm is state
+        configured = make_aggregator(name, params, 3).noise_multiplier  # Flower's effective z
+        assert fresh.noise_multiplier == whole.noise_multiplier == configured
+    a, _ = aggregate_uploads(whole, 3, models, [1, 2, 3], current, seed=4)
+    b, _ = aggregate_uploads(fresh, 3, models, [1, 2, 3], current, seed=4)
+    assert a is not None and b is not None
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+STATE_PARAMS: dict[str, dict[str, Any]] = {
+    "FedAvgM": {"server-momentum": 0.9},
+    "FedAdam": {"eta": 0.05},
+    ADAPTIVE_DP: {"noise-multiplier": 1.0, **COUNT_NOISE},
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "attribute", "bad", "phrase"),
+    [
+        ("FedAvgM", "momentum_vector", lambda v: v[:1], "holds 1 arrays; the model has 2"),
+        ("FedAvgM", "momentum_vector", lambda v: v[::-1], "of shape [3]; the model's is [2, 3]"),
+        ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "has other arrays than the model"),
+        ("FedAdam", "v_t", lambda v: {k: x[..., :1] for k, x in v.items()}, "of shape [2, 1]"),
+        (
+            "FedAdam",
+            "v_t",
+            lambda v: {k: x.astype(np.float64) for k, x in v.items()},
+            "of dtype float64; the model's is float32",
+        ),
+        ("FedAdam", "m_t", lambda v: {k: x * np.nan for k, x in v.items()}, "not finite"),
+        (ADAPTIVE_DP, "clipping_norm", lambda v: -1.0, "= -1.0; allowed: a finite number > 0"),
+        (ADAPTIVE_DP, "clipping_norm", lambda v: math.inf, "allowed: a finite number > 0"),
+        (ADAPTIVE_DP, "clipping_norm", lambda v: "0.5", "is str, not a finite number > 0"),
+    ],
+)
+def test_restored_state_must_fit_the_model(name, attribute, bad, phrase):
+    saved, current, _ = stepped(name, STATE_PARAMS[name])
+    setattr(saved, attribute, bad(getattr(saved, attribute)))  # then saved as it is
+    state = aggregator_state(saved)
+    fresh = make_aggregator(name, STATE_PARAMS[name], 3)
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        load_aggregator_state(fresh, state, current)
+
+
+def test_a_missing_state_attribute_is_refused():
+    saved, current, _ = stepped("FedAvgM", {"server-momentum": 0.9})
+    state = aggregator_state(saved)
+    del state["momentum_vector"]
+    with pytest.raises(ValueError, match=r"lacks FedAvgM\.momentum_vector"):
+        load_aggregator_state(make_aggregator("FedAvgM", {"server-momentum": 0.9}), state, current)
+
+
+# --- a researcher's strategy declares its state ---------------------------------------------
+
+
+COUNTING = """
+from flwr.serverapp.strategy import FedAvg
+
+
+class Counting(FedAvg):
+    {declaration}
+
+    def __init__(self, step: float = 1.0) -> None:
+        super().__init__()
+        self.step = step
+        self.rounds_seen = 0.0
+
+    def aggregate_train(self, server_round, replies):
+        self.rounds_seen += self.step
+        return super().aggregate_train(server_round, replies)
+"""
+
+
+def test_a_strategy_whose_round_changes_an_undeclared_attribute_is_refused(tmp_path):
+    path = tmp_path / "counting.py"
+    path.write_text(COUNTING.format(declaration="pass"))
+    with pytest.raises(ValueError, match=r"its round changes Counting\.rounds_seen, which a "):
+        check_aggregator(f"{path}:Counting", {}, 4)
+
+
+def test_a_declared_state_is_checkpointed_and_restored_without_its_settings(tmp_path):
+    path = tmp_path / "declared.py"
+    path.write_text(COUNTING.format(declaration='checkpoint_state = ("rounds_seen",)'))
+    setting = f"{path}:Counting"
+    check_aggregator(setting, {"step": 2.0}, 4)
+    saved, current, _ = stepped(setting, {"step": 2.0})
+    state = aggregator_state(saved)
+    assert state == {"rounds_seen": 4.0}
+    fresh = make_aggregator(setting, {"step": 2.0}, 3)
+    load_aggregator_state(fresh, state, current)
+    assert (fresh.rounds_seen, fresh.step) == (4.0, 2.0)
+    with pytest.raises(ValueError, match=r"holds Counting\.step \(a setting from the run config"):
+        load_aggregator_state(fresh, {**state, "step": 0.0}, current)
