@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.run.certificates import tls_certificates
+from experiments.run.certificates import check_certificates_dir, tls_certificates
 from experiments.run.flwr_run import (
     check_ray_address,
     check_reachable,
@@ -155,6 +155,9 @@ def run_command(argv: list[str] | None = None, last_words: LastWords | None = No
             raise ValueError("--ray-address is for the simulation engine only")
         if args.certificates_dir is not None and not args.tls:
             raise ValueError("--certificates-dir is for --tls runs only")
+        if args.certificates_dir is not None:
+            nodes = args.num_supernodes or int(merged["num-devices"])
+            check_certificates_dir(args.certificates_dir, nodes if args.deployment else 0)
         if args.ray_address:
             check_ray_address(args.ray_address)
         if args.superlink:
