@@ -80,11 +80,9 @@ def test_an_earlier_set_is_never_overwritten(tmp_path):
     assert sorted(before) == sorted(certificate_names(2))
     with pytest.raises(ValueError) as err:
         make_certificates(out, supernodes=2)
-    assert "already holds ca.key, ca.crt, server.pem, server.key, supernode-0.key" in one_line(
-        err
-    )
+    assert "already holds ca.key, ca.crt, server.pem, server.key, supernode-0.key" in one_line(err)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    with pytest.raises(ValueError, match="already holds supernode-1.key"):
+    with pytest.raises(ValueError, match=r"already holds supernode-1\.key"):
         (out / "ca.key").unlink()
         for name in ("ca.crt", "server.pem", "server.key", "supernode-0.key", "supernode-0.pub"):
             (out / name).unlink()

@@ -124,7 +124,7 @@ def test_every_string_round_trips_through_run_config_text_toml_file_and_shell(te
 def test_a_string_toml_cannot_hold_is_refused_in_one_line():
     lone_surrogate = "name\udcff"  # a file name that is not UTF-8 (surrogateescape)
     for values in ({"result-dir": lone_surrogate}, {"policy-params.x": lone_surrogate}):
-        with pytest.raises(ValueError, match="cannot write .* as a TOML value") as err:
+        with pytest.raises(ValueError, match=r"cannot write .* as a TOML value") as err:
             format_run_config(values)
         assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="cannot write None"):
@@ -172,7 +172,7 @@ def test_the_documented_aggregator_params_forms_are_read():
     expected = {"noise-multiplier": 0.3, "strategy": "FedTrimmedAvg"}
     expected["strategy-params"] = {"beta": 0.2}
     assert read_params(parse_run_config_text(text), "aggregator-params") == expected
-    quoted = "aggregator-params=\"{noise-multiplier = 0.3, strategy-params = {beta = 0.2}}\""
+    quoted = 'aggregator-params="{noise-multiplier = 0.3, strategy-params = {beta = 0.2}}"'
     assert read_params(parse_run_config_text(quoted), "aggregator-params") == {
         "noise-multiplier": 0.3,
         "strategy-params": {"beta": 0.2},
@@ -333,4 +333,3 @@ def test_the_launcher_runs_flwr_run_into_a_hostile_out_folder(tmp_path):
     assert config["result_dir"] == str(folder) and config["task"]["data_dir"] == str(data)
     assert [x["round"] for x in lines(folder)] == [1]
     assert json.loads((folder / "status.json").read_text())["state"] == "completed"
-

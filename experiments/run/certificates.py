@@ -248,8 +248,8 @@ def tls_certificates(
     """Certificates and SuperNode keys for a ``--tls`` run (None without TLS).
 
     Written to ``folder`` (kept; refused as :func:`check_certificates_dir` says) when given,
-    else to a temporary ``fedcgd-certificates-*`` folder that is removed, private keys included, when the run ends (also on errors and
-    signals).
+    else to a temporary ``fedcgd-certificates-*`` folder that is removed, private keys
+    included, when the run ends (also on errors and signals).
     """
     if not enabled:
         yield None

@@ -36,8 +36,7 @@ def _check_key(key: str) -> str:
     """``key`` if it is a run-config key (:data:`_RUN_CONFIG_KEY`); else a one-line error."""
     if not _RUN_CONFIG_KEY.fullmatch(key):
         raise ValueError(
-            f"run-config key {key!r}: allowed: names of letters, digits, '_' and '-', "
-            "joined by '.'"
+            f"run-config key {key!r}: allowed: names of letters, digits, '_' and '-', joined by '.'"
         )
     return key
 
