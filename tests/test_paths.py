@@ -283,8 +283,10 @@ def test_a_run_in_a_hostile_folder_stops_and_continues_with_the_printed_command_
 
 
 def test_a_side_by_side_comparison_in_a_hostile_folder_completes(tmp_path):
+    """Each run is a process of its own, its run config (result-dir in the folder) passed as
+    ``--run-config`` text."""
     out = hostile_folder(tmp_path) / "compare"
-    settings = format_run_config({"num-devices": 6, "num-server-rounds": 2, "data-dir": str(out)})
+    settings = "num-devices=6 num-server-rounds=2"
     words = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
     proc = subprocess.run(
         [sys.executable, "-m", "experiments.compare.policies", *words, "--seeds", "0",
