@@ -228,6 +228,42 @@ def test_a_control_character_in_a_path_is_refused_naming_the_key(key, char, tmp_
     assert "\n" not in str(err.value)
 
 
+def not_utf8(folder: Path) -> str:
+    """A path under ``folder`` whose last name is not UTF-8, as Python decodes it."""
+    return os.fsdecode(os.fsencode(folder) + b"/out\xff")
+
+
+@pytest.mark.parametrize("key", ["result-dir", "resume-from", "data-dir"])
+def test_a_name_that_is_not_utf8_is_refused_naming_the_key(key, tmp_path):
+    with pytest.raises(ValueError, match=f"'{key}' .* not valid UTF-8") as err:
+        validated_run_config({key: not_utf8(tmp_path)})
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("module", "option"),
+    [
+        ("experiments.run.inprocess", "--out"),
+        ("experiments.run.launcher", "--out"),
+        ("experiments.run.launcher", "--certificates-dir"),
+        ("experiments.compare.policies", "--out"),
+        ("experiments.run.certificates", "--out"),
+    ],
+)
+def test_an_option_path_that_is_not_utf8_is_refused_before_anything_starts(
+    module, option, tmp_path, capsys
+):
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exit_:
+        main([option, not_utf8(tmp_path), "--run-config", "num-devices=4 num-server-rounds=1"])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {option}" in last and "not valid UTF-8" in last, last
+    assert list(tmp_path.iterdir()) == []
+
+
 def hostile_folder(tmp_path: Path) -> Path:
     folder = tmp_path / HOSTILE_NAME
     folder.mkdir()

@@ -40,6 +40,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from experiments.run.run_config import path_argument
+
 #: Certificates are valid this long from their creation.
 VALIDITY = dt.timedelta(days=365)
 #: Names the SuperLink certificate is always valid for.
@@ -268,7 +270,7 @@ def tls_certificates(
 def main(argv: list[str] | None = None) -> int:
     """Command line: write the certificate set."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("certificates"))
+    parser.add_argument("--out", type=path_argument("--out"), default=Path("certificates"))
     parser.add_argument("--supernodes", type=int, default=4)
     parser.add_argument(
         "--host", action="append", default=[], help="extra SuperLink name (repeatable)"
