@@ -349,26 +349,36 @@ def require_key(run_config: Mapping[str, Any], key: str) -> Any:
     return value
 
 
-def check_path_names(value: str, key: str) -> str:
+def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
     """Return the path ``value`` if it is printable and its names fit :data:`MAX_NAME_BYTES`.
+
+    ``label`` names the setting in the errors (default: ``run-config key '<key>'``; e.g.
+    ``"--out"`` for a command-line option).
 
     Raises
     ------
     ValueError
         Naming ``key``: a control character (a newline would break every one-line message
-        that names the path; NUL no system call takes), or the first name that is too long
-        (no file system takes it).
+        that names the path; NUL no system call takes), a name that is not valid UTF-8 (a
+        lone surrogate, as Python decodes such a name: no TOML file or Flower message holds
+        it), or the first name that is too long (no file system takes it).
     """
+    where = label or f"run-config key '{key}'"
     if any(ord(char) < 32 or ord(char) == 127 for char in value):
         raise ValueError(
-            f"run-config key '{key}' = {value[:80]!r} holds a control character (a newline, a "
+            f"{where} = {value[:80]!r} holds a control character (a newline, a "
             "tab, NUL, ...); allowed: a path of printable characters"
+        )
+    if any(0xD800 <= ord(char) <= 0xDFFF for char in value):
+        raise ValueError(
+            f"{where} = {value[:80]!r} holds a name that is not valid UTF-8; "
+            "allowed: a path of Unicode characters (rename the folder)"
         )
     for name in Path(value).parts:
         size = len(name.encode("utf-8", errors="surrogateescape"))
         if size > MAX_NAME_BYTES:
             raise ValueError(
-                f"run-config key '{key}' holds a folder or file name of {size} bytes "
+                f"{where} holds a folder or file name of {size} bytes "
                 f"({name[:40]!r}...); allowed: at most {MAX_NAME_BYTES} bytes per name"
             )
     return value

@@ -13,12 +13,12 @@ either form. The aggregator's constructor arguments travel the same way, as ``ag
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any
+
+import tomli_w
 
 from fedcgd_task.settings import set_once
 
@@ -34,51 +34,50 @@ PARAMS_KEYS = (PARAMS_KEY, AGGREGATOR_PARAMS_KEY)
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def format_toml_value(value: object) -> str:
-    """``value`` as a TOML value (bool, int, float, str, a list of those, or a table).
+def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
+    """``value`` as the text of one TOML value, on one line.
+
+    Scalars (bool, int, float, str: quotes, backslashes, control and non-ASCII characters
+    escaped as TOML requires) are written by ``tomli_w``; arrays and tables are written
+    inline, their items by this function.
 
     Raises
     ------
     ValueError
-        For any other type (a run config holds nothing else).
+        Naming ``key``: a value TOML cannot hold (None, an object, a string that is not
+        valid Unicode such as a lone surrogate from a non-UTF-8 file name), or a table name
+        that is not a TOML bare key.
 
     """
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        if "'" not in value and value.isprintable():
-            # a TOML literal string: no double quote reaches the table's text, which Flower's
-            # --run-config parser cannot read inside a quoted value ("...\"...\"...")
-            return f"'{value}'"
-        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+    if isinstance(value, Mapping):
+        return format_policy_params(value, key)
     if isinstance(value, list | tuple):
-        return "[" + ",".join(format_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return format_policy_params(value)
-    raise ValueError(f"run-config key {PARAMS_KEY!r}: cannot write {value!r} as a TOML value")
+        return "[" + ", ".join(format_toml_value(v, key) for v in value) + "]"
+    try:
+        text = tomli_w.dumps({"v": value}).removeprefix("v = ").removesuffix("\n")
+        text.encode("utf-8")  # what a TOML file and Flower's messages hold
+    except (TypeError, UnicodeEncodeError) as err:
+        raise ValueError(
+            f"run-config key {key!r}: cannot write {value!r} as a TOML value ({err}); "
+            "allowed: a bool, number, string of Unicode characters, or an array or table of them"
+        ) from err
+    return text
 
 
 def format_policy_params(params: Mapping[str, object], key: str = PARAMS_KEY) -> str:
     """``params`` as the string value of ``key`` (``policy-params``): a TOML inline table.
 
-    The names are parameter names (TOML bare keys) and no space stands outside string values,
-    so that the text survives being one word of a ``--run-config`` line.
+    One line, ``{name = value, ...}`` (:func:`format_toml_value`); the names are parameter
+    names (TOML bare keys).
     """
-    bad = [k for k in params if not BARE_KEY.fullmatch(k)]
+    bad = [k for k in params if not isinstance(k, str) or not BARE_KEY.fullmatch(k)]
     if bad:
         raise ValueError(
             f"run-config key {key}.{bad[0]}: allowed: a parameter name (letters, digits, "
             "'_' and '-')"
         )
-    return "{" + ",".join(f"{k}={format_toml_value(v)}" for k, v in params.items()) + "}"
+    items = ", ".join(f"{k} = {format_toml_value(v, f'{key}.{k}')}" for k, v in params.items())
+    return "{" + items + "}"
 
 
 #: Longest ``policy-params`` text (characters): room for a list of a few thousand numbers.

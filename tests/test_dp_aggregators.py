@@ -393,11 +393,11 @@ def test_bad_dp_settings_are_refused_before_the_start(tmp_path, overrides, expec
 
 
 def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
-    """``flwr run --run-config`` reads a quoted value up to its next double quote, so the
-    folded table must hold its strings as TOML literal strings (the launcher passes it on)."""
+    """The launcher hands ``flwr run`` its run config as a TOML file (``--run-config
+    FILE.toml``): Flower's parser reads the folded table back."""
     from flwr.common.config import parse_config_args
 
-    from experiments.run.run_config import format_run_config
+    from experiments.run.run_config import run_config_file
     from server_app.policy_params import read_params
 
     flat = {
@@ -406,7 +406,8 @@ def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
         "aggregator-params.strategy": "FedTrimmedAvg",
         "aggregator-params.strategy-params.beta": 0.2,
     }
-    parsed = parse_config_args([format_run_config(flat)])
+    with run_config_file(flat) as path:
+        parsed = parse_config_args([str(path)])
     assert parsed["aggregator"] == ADAPTIVE
     assert read_params(parsed, "aggregator-params") == {
         "noise-multiplier": 0.3,

@@ -65,7 +65,11 @@ from experiments.compare.plans import (
 )
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import LastWords, python_command, rerun_line
-from experiments.run.run_config import parse_run_config_text, validated_run_config
+from experiments.run.run_config import (
+    parse_run_config_text,
+    path_argument,
+    validated_run_config,
+)
 from experiments.run.run_pool import resolve_jobs
 from server_app.atomic_files import ResultWriteError
 from server_app.folder_lock import claim_folder
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated aggregators, one comparison each into <out>/aggregator=<name> "
         "(default = the scheduler's FedAvg; e.g. default,FedMedian,FedTrimmedAvg)",
     )
-    parser.add_argument("--out", type=Path, default=Path("results/compare"))
+    parser.add_argument("--out", type=path_argument("--out"), default=Path("results/compare"))
     parser.add_argument("--num-supernodes", type=int, default=None)
     parser.add_argument("--target-accuracy", type=float, default=None)
     parser.add_argument(

@@ -11,8 +11,13 @@
   for ``flwr supernode register``), as Flower's SuperNode authentication requires.
 
 Built with the ``cryptography`` package (a dependency of Flower), so no ``openssl`` binary is
-needed. Keys are written readable by the owner only. :func:`tls_certificates` gives a ``--tls``
-run its certificates for the length of the run.
+needed. Every file is created new (``O_CREAT | O_EXCL | O_NOFOLLOW``, through a descriptor of
+the folder opened with ``O_NOFOLLOW``): a private key is readable by its owner only from its
+creation (mode 0600), a certificate or public key gets 0644; nothing is written through a
+link. A folder that is a link, holds a link, or already holds a file of the set is refused
+before any key is made (one line; remove the old set, or choose another folder): an earlier
+set is never overwritten, so keys a deployment uses are not replaced behind its back.
+:func:`tls_certificates` gives a ``--tls`` run its certificates for the length of the run.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ import argparse
 import contextlib
 import datetime as dt
 import ipaddress
+import os
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +39,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from experiments.run.run_config import path_argument
 
 #: Certificates are valid this long from their creation.
 VALIDITY = dt.timedelta(days=365)
@@ -58,10 +68,73 @@ class CertificateSet:
     supernode_public_keys: tuple[Path, ...]
 
 
-def _write(path: Path, data: bytes, *, private: bool) -> Path:
-    path.write_bytes(data)
-    path.chmod(0o600 if private else 0o644)
-    return path
+#: Modes of the files: private keys for their owner only, certificates and public keys public.
+PRIVATE_MODE, PUBLIC_MODE = 0o600, 0o644
+
+
+def certificate_names(supernodes: int) -> list[str]:
+    """The names of the files :func:`make_certificates` writes for ``supernodes`` key pairs."""
+    names = ["ca.key", "ca.crt", "server.pem", "server.key"]
+    for i in range(supernodes):
+        names += [f"supernode-{i}.key", f"supernode-{i}.pub"]
+    return names
+
+
+def check_certificates_dir(out: Path, supernodes: int) -> None:
+    """Refuse a folder the certificate set cannot be written to safely, before any key is made.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``out``: it is a link or not a folder, it holds a link (which a file
+        could be written through), or it holds a file of the set already (an earlier set is
+        never overwritten).
+    """
+    try:
+        mode = out.lstat().st_mode
+    except FileNotFoundError:
+        return  # created by make_certificates
+    if stat.S_ISLNK(mode):
+        raise ValueError(
+            f"certificates folder {out} is a symbolic link; allowed: a folder that is not a "
+            "link (give the path it points to)"
+        )
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"certificates folder {out} is not a folder")
+    links = sorted(p.name for p in out.iterdir() if p.is_symlink())
+    if links:
+        raise ValueError(
+            f"certificates folder {out} holds symbolic links ({', '.join(links)}); allowed: "
+            "a folder without links (a certificate or key is never written through one)"
+        )
+    taken = [name for name in certificate_names(supernodes) if (out / name).exists()]
+    if taken:
+        raise ValueError(
+            f"certificates folder {out} already holds {', '.join(taken)}; remove the earlier "
+            "set or choose another folder (an existing certificate or key is never overwritten)"
+        )
+
+
+def _write(folder_fd: int, folder: Path, name: str, data: bytes, *, private: bool) -> Path:
+    """Create ``name`` in the open folder ``folder_fd``, new, at its final mode, and write it.
+
+    ``O_EXCL``: the file must not exist (a link planted at the name fails too, and is not
+    followed: ``O_NOFOLLOW``); the mode is set at creation (a private key is never readable
+    by others, whatever the umask) and made exact with ``fchmod`` on the descriptor.
+    """
+    mode = PRIVATE_MODE if private else PUBLIC_MODE
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, mode, dir_fd=folder_fd)
+    except FileExistsError as err:
+        raise ValueError(
+            f"certificates folder {folder} already holds {name}; remove the earlier set or "
+            "choose another folder (an existing certificate or key is never overwritten)"
+        ) from err
+    with os.fdopen(fd, "wb") as handle:
+        os.fchmod(handle.fileno(), mode)
+        handle.write(data)
+    return folder / name
 
 
 def _pem_private(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> bytes:
@@ -95,10 +168,33 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
         Extra names (DNS or IP) the SuperLink certificate is valid for, beyond 127.0.0.1 and
         localhost.
 
+    Raises
+    ------
+    ValueError
+        One line: ``out`` is refused (:func:`check_certificates_dir`), or a file of the set
+        appeared in it meanwhile.
+
     """
     if supernodes < 0:
         raise ValueError(f"supernodes must be >= 0; got {supernodes}")
-    out.mkdir(parents=True, exist_ok=True)
+    check_certificates_dir(out, supernodes)
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        folder_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:  # replaced by a link or a file since the check
+        raise ValueError(f"certificates folder {out} cannot be opened as a folder ({err})") from err
+    try:
+        return _make_certificates(out, folder_fd, supernodes, hosts)
+    finally:
+        os.close(folder_fd)
+
+
+def _make_certificates(
+    out: Path, folder_fd: int, supernodes: int, hosts: tuple[str, ...]
+) -> CertificateSet:
+    def write(name: str, data: bytes, *, private: bool) -> Path:
+        return _write(folder_fd, out, name, data, private=private)
+
     now = dt.datetime.now(dt.UTC)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "FedCGD test CA")])
@@ -127,10 +223,10 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    _write(out / "ca.key", _pem_private(ca_key), private=True)
-    ca_path = _write(out / "ca.crt", ca_cert.public_bytes(pem), private=False)
-    cert_path = _write(out / "server.pem", server_cert.public_bytes(pem), private=False)
-    key_path = _write(out / "server.key", _pem_private(server_key), private=True)
+    write("ca.key", _pem_private(ca_key), private=True)
+    ca_path = write("ca.crt", ca_cert.public_bytes(pem), private=False)
+    cert_path = write("server.pem", server_cert.public_bytes(pem), private=False)
+    key_path = write("server.key", _pem_private(server_key), private=True)
     keys, publics = [], []
     for i in range(supernodes):
         node_key = ec.generate_private_key(ec.SECP384R1())
@@ -139,11 +235,11 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
             serialization.PrivateFormat.OpenSSH,
             serialization.NoEncryption(),
         )
-        keys.append(_write(out / f"supernode-{i}.key", private_openssh, private=True))
+        keys.append(write(f"supernode-{i}.key", private_openssh, private=True))
         openssh = node_key.public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
         )
-        publics.append(_write(out / f"supernode-{i}.pub", openssh + b"\n", private=False))
+        publics.append(write(f"supernode-{i}.pub", openssh + b"\n", private=False))
     return CertificateSet(ca_path, cert_path, key_path, tuple(keys), tuple(publics))
 
 
@@ -153,16 +249,15 @@ def tls_certificates(
 ) -> Iterator[CertificateSet | None]:
     """Certificates and SuperNode keys for a ``--tls`` run (None without TLS).
 
-    Written to ``folder`` (kept) when given, else to a temporary ``fedcgd-certificates-*``
-    folder that is removed, private keys included, when the run ends (also on errors and
-    signals).
+    Written to ``folder`` (kept; refused as :func:`check_certificates_dir` says) when given,
+    else to a temporary ``fedcgd-certificates-*`` folder that is removed, private keys
+    included, when the run ends (also on errors and signals).
     """
     if not enabled:
         yield None
         return
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="fedcgd-certificates-"))
     try:
-        target.mkdir(parents=True, exist_ok=True)
         tls = make_certificates(target, supernodes=supernodes)
         kept = "kept" if folder is not None else "removed at the end"
         print(f"TLS certificates and SuperNode keys in {target} ({kept})", flush=True)
@@ -175,13 +270,17 @@ def tls_certificates(
 def main(argv: list[str] | None = None) -> int:
     """Command line: write the certificate set."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("certificates"))
+    parser.add_argument("--out", type=path_argument("--out"), default=Path("certificates"))
     parser.add_argument("--supernodes", type=int, default=4)
     parser.add_argument(
         "--host", action="append", default=[], help="extra SuperLink name (repeatable)"
     )
     args = parser.parse_args(argv)
-    made = make_certificates(args.out, supernodes=args.supernodes, hosts=tuple(args.host))
+    try:
+        made = make_certificates(args.out, supernodes=args.supernodes, hosts=tuple(args.host))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"wrote {made.ca_cert}, {made.server_cert}, {len(made.supernode_keys)} SuperNode keys")
     return 0
 

@@ -24,6 +24,8 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import tomli_w
+
 from experiments.run.certificates import CertificateSet
 from experiments.run.processes import guarded, guarded_popen, stop_tree
 from fedcgd_task import keys
@@ -119,18 +121,12 @@ class LocalFederation:
     def connection_toml(self) -> str:
         """The ``local`` connection of ``$FLWR_HOME/config.toml`` for ``flwr run``."""
         if self.tls is not None:
-            address, security = (
-                f"127.0.0.1:{self.http_port}",
-                (f'root-certificates = "{self.tls.ca_cert.resolve()}"\n'),
+            return connection_toml(
+                "local", f"127.0.0.1:{self.http_port}", root_certificates=self.tls.ca_cert
             )
-        elif self.simulation:
-            address, security = ":local:", ""
-        else:
-            address, security = f"127.0.0.1:{self.http_port}", "insecure = true\n"
-        return (
-            '[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-            f'address = "{address}"\n{security}'
-        )
+        if self.simulation:
+            return connection_toml("local", ":local:")
+        return connection_toml("local", f"127.0.0.1:{self.http_port}", insecure=True)
 
     def _healthy(self) -> bool:
         scheme, context = "http", None
@@ -203,7 +199,7 @@ class LocalFederation:
     def _start_all(self) -> None:
         """Start the SuperLink, wait until it answers, then the SuperNodes."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        (self.flwr_home / "config.toml").write_text(self.connection_toml)
+        (self.flwr_home / "config.toml").write_text(self.connection_toml, encoding="utf-8")
         security = ["--insecure"]
         if self.tls is not None:
             security = [
@@ -310,6 +306,22 @@ class LocalFederation:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def connection_toml(
+    name: str, address: str, *, root_certificates: Path | None = None, insecure: bool = False
+) -> str:
+    """``$FLWR_HOME/config.toml`` with one SuperLink connection ``name``, its default.
+
+    Written by ``tomli_w``: a certificate path with quotes, backslashes or any Unicode
+    character is a TOML string like any other.
+    """
+    connection: dict[str, str | bool] = {"address": address}
+    if root_certificates is not None:
+        connection["root-certificates"] = str(root_certificates.resolve())
+    if insecure:
+        connection["insecure"] = True
+    return tomli_w.dumps({"superlink": {"default": name, name: connection}})
 
 
 @contextlib.contextmanager

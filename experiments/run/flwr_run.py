@@ -18,10 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.certificates import CertificateSet
-from experiments.run.federation import LocalFederation, executable, flower_home
+from experiments.run.federation import (
+    LocalFederation,
+    connection_toml,
+    executable,
+    flower_home,
+)
 from experiments.run.flwr_output import stream_output
 from experiments.run.processes import guarded_popen, stop_tree
-from experiments.run.run_config import format_run_config, with_resolved_data_dir
+from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
 
 
@@ -74,9 +79,8 @@ def run_flwr(
             f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
             f"client-resources-num-gpus={gpus_per_client:g}",
         ]
-    if run_config:
-        options += ["--run-config", format_run_config(run_config)]
-    with flower_home(flwr_home) as home:
+    with flower_home(flwr_home) as home, run_config_file(run_config) as config_file:
+        options += ["--run-config", str(config_file)]
         federation = LocalFederation(
             home,
             num_supernodes=num_supernodes,
@@ -120,20 +124,20 @@ def run_on_superlink(
 
     ``root_certificates``: the CA certificate of a TLS SuperLink; None connects insecurely.
     """
-    security = (
-        f'root-certificates = "{root_certificates.resolve()}"\n'
-        if root_certificates is not None
-        else "insecure = true\n"
-    )
     command = [executable("flwr"), "run", str(PROJECT_DIR), "remote", "--stream"]
-    command += ["--run-config", format_run_config(run_config)]
-    with flower_home(None) as home:
+    with flower_home(None) as home, run_config_file(run_config) as config_file:
+        command += ["--run-config", str(config_file)]
         (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "remote"\n\n[superlink.remote]\naddress = "{address}"\n'
-            + security
+            connection_toml(
+                "remote",
+                address,
+                root_certificates=root_certificates,
+                insecure=root_certificates is None,
+            ),
+            encoding="utf-8",
         )
         env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
-        print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+        print("$ " + shlex.join(command), flush=True)
         proc = guarded_popen(command, env=env)
         try:
             proc.wait()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.run.certificates import tls_certificates
+from experiments.run.certificates import check_certificates_dir, tls_certificates
 from experiments.run.flwr_run import (
     check_ray_address,
     check_reachable,
@@ -31,6 +31,7 @@ from experiments.run.flwr_run import (
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.run_config import (
     parse_run_config_text,
+    path_argument,
     validated_run_config,
     with_resolved_data_dir,
 )
@@ -63,7 +64,7 @@ def add_out_argument(parser: argparse.ArgumentParser) -> None:
         "--out",
         "--results",
         dest="out",
-        type=Path,
+        type=path_argument("--out"),
         default=DEFAULT_RESULTS,
         help="folder for the run's result folder <policy>-<UTC time> (default: results/; "
         "ignored when the run config sets result-dir or resume-from)",
@@ -108,7 +109,7 @@ def launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--certificates-dir",
-        type=Path,
+        type=path_argument("--certificates-dir"),
         default=None,
         help="with --tls: write the certificates and keys here and keep them (default: a "
         "temporary folder, removed at the end)",
@@ -120,7 +121,7 @@ def launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--flwr-home",
-        type=Path,
+        type=path_argument("--flwr-home"),
         default=None,
         help="FLWR_HOME for the run (default: a fresh temporary folder); on a Ray cluster of "
         "several machines it must be a shared folder at the same path everywhere",
@@ -132,7 +133,7 @@ def launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--root-certificates",
-        type=Path,
+        type=path_argument("--root-certificates"),
         default=None,
         help="with --superlink: CA certificate of a TLS SuperLink (default: insecure)",
     )
@@ -155,6 +156,9 @@ def run_command(argv: list[str] | None = None, last_words: LastWords | None = No
             raise ValueError("--ray-address is for the simulation engine only")
         if args.certificates_dir is not None and not args.tls:
             raise ValueError("--certificates-dir is for --tls runs only")
+        if args.certificates_dir is not None:
+            nodes = args.num_supernodes or int(merged["num-devices"])
+            check_certificates_dir(args.certificates_dir, nodes if args.deployment else 0)
         if args.ray_address:
             check_ray_address(args.ray_address)
         if args.superlink:

@@ -1,40 +1,113 @@
 """The run config of one run, as the commands take it: parsed, checked, rendered for ``flwr run``.
 
-``--run-config`` text (``key=value`` pairs, TOML values) becomes a flat dict
+``--run-config`` text (``key=value`` items, TOML values) becomes a flat dict
 (:func:`parse_run_config_text`); :func:`validated_run_config` applies it to the defaults and
 checks every key and value before anything starts; :func:`format_run_config` renders a dict
-back as ``flwr run --run-config`` text; :func:`with_resolved_data_dir` pins the data folder.
+back as ``--run-config`` text for this project's commands, :func:`run_config_toml` as the
+TOML file ``flwr run --run-config FILE.toml`` reads; :func:`with_resolved_data_dir` pins the
+data folder. TOML is read with ``tomllib`` and values are written with ``tomli_w``
+(:func:`server_app.policy_params.format_toml_value`), so any string (spaces, both quotes,
+backslashes, non-ASCII and non-BMP characters) goes through unchanged.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
+import argparse
+import contextlib
+import re
+import tempfile
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
-from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, set_once
+import tomli_w
+
+from fedcgd_task.settings import (
+    check_path_names,
+    default_run_config,
+    flatten,
+    resolve_data_dir,
+    set_once,
+)
+
+#: A run-config key: TOML bare keys joined by dots (``channel.deadline-s``).
+_RUN_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+#: Where an item of ``--run-config`` text may end: shell whitespace outside a value.
+_ITEM_SEPARATORS = " \t\r\n"
+#: TOML string delimiters, the three-character ones first.
+_QUOTES = ('"""', "'''", '"', "'")
+
+
+def _check_key(key: str) -> str:
+    """``key`` if it is a run-config key (:data:`_RUN_CONFIG_KEY`); else a one-line error."""
+    if not _RUN_CONFIG_KEY.fullmatch(key):
+        raise ValueError(
+            f"run-config key {key!r}: allowed: names of letters, digits, '_' and '-', joined by '.'"
+        )
+    return key
 
 
 def format_run_config(values: Mapping[str, Any]) -> str:
-    """Render a dict as ``flwr run --run-config`` text (strings quoted, TOML style).
+    """Render a dict as ``--run-config`` text of this project's commands (one line).
 
-    ``policy-params.<name>`` keys are folded into the declared ``policy-params`` string first
-    (Flower refuses keys that pyproject.toml does not declare).
+    ``key=value`` items separated by spaces, each value as TOML writes it
+    (:func:`server_app.policy_params.format_toml_value`); :func:`parse_run_config_text` reads
+    it back to ``values``. ``policy-params.<name>`` keys are folded into the declared
+    ``policy-params`` string first (Flower refuses keys that pyproject.toml does not declare).
+
+    Raises
+    ------
+    ValueError
+        A key that is not a dotted run-config name, or a value TOML cannot hold.
     """
-    from server_app.policy_params import fold_policy_params
+    from server_app.policy_params import fold_policy_params, format_toml_value
 
-    parts = []
+    return " ".join(
+        f"{_check_key(key)}={format_toml_value(value, key)}"
+        for key, value in fold_policy_params(values).items()
+    )
+
+
+def run_config_toml(values: Mapping[str, Any]) -> str:
+    """``values`` as a TOML document, for ``flwr run --run-config FILE.toml``.
+
+    Flower reads a ``--run-config`` argument that ends in ``.toml`` as a file and flattens its
+    tables to dotted keys (``flwr.common.config.parse_config_args``). A file, not text:
+    Flower splits ``--run-config`` text with a regular expression that ends a quoted value at
+    its next quote character, so a string holding both kinds of quotes, or an escaped one,
+    cannot be written as text at all. Written by ``tomli_w``, dotted keys as nested tables.
+    """
+    from server_app.policy_params import fold_policy_params, format_toml_value
+
+    nested: dict[str, Any] = {}
     for key, value in fold_policy_params(values).items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, str):
-            text = json.dumps(value)
-        else:
-            text = repr(value)
-        parts.append(f"{key}={text}")
-    return " ".join(parts)
+        format_toml_value(value, key)  # a one-line error for a value TOML cannot hold
+        *tables, name = _check_key(key).split(".")
+        table = nested
+        for part in tables:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise ValueError(f"run-config key {key!r}: {part!r} is also given a value")
+        table[name] = value
+    return tomli_w.dumps(nested)
+
+
+def path_argument(option: str) -> Callable[[str], Path]:
+    """An argparse ``type`` for a path option: the path, or the error that refuses it.
+
+    The checks of a run-config path (:func:`fedcgd_task.settings.check_path_names`): a
+    control character or a name that is not UTF-8 could not be printed on one line, written
+    to a run config, or given back in a printed command.
+    """
+
+    def path(text: str) -> Path:
+        try:
+            return Path(check_path_names(text, option, label=option))
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from err
+
+    return path
 
 
 def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,25 +120,99 @@ def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return {**run_config, "data-dir": str(data_dir)}
 
 
-def parse_run_config_text(text: str) -> dict[str, Any]:
-    """Parse ``--run-config`` text (``key=value`` pairs, TOML values) into a flat dict.
+@contextlib.contextmanager
+def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
+    """A temporary ``run-config.toml`` holding ``values`` (:func:`run_config_toml`).
 
-    Dotted keys (``channel.deadline-s=2.0``) stay dotted, as in ``flwr run --run-config``.
+    For ``flwr run --run-config FILE``; the file and its folder are removed on exit.
+    """
+    text = run_config_toml(values)
+    with tempfile.TemporaryDirectory(prefix="fedcgd-run-config-") as folder:
+        path = Path(folder) / "run-config.toml"
+        path.write_text(text, encoding="utf-8")
+        yield path
+
+
+def _string_end(text: str, start: int, quote: str) -> int:
+    """The index just past the TOML string that opens with ``quote`` at ``start``.
+
+    Basic strings (``"``) end at an unescaped quote; a three-quote string may end with up to
+    two more quote characters (TOML 1.0). An unclosed string runs to the end of ``text``.
+    """
+    i = start + len(quote)
+    while i < len(text):
+        if quote[0] == '"' and text[i] == "\\":
+            i += 2
+            continue
+        if text.startswith(quote, i):
+            end = i + len(quote)
+            while len(quote) == 3 and end < len(text) and text[end] == quote[0] and end - i < 5:
+                end += 1
+            return end
+        i += 1
+    return len(text)
+
+
+def split_run_config_text(text: str) -> list[str]:
+    """The ``key=value`` items of ``--run-config`` text, in order.
+
+    Items are separated by whitespace outside a value: inside a TOML string (either quote,
+    with its escapes), an array or an inline table, whitespace belongs to the value. So
+    ``result-dir="/a b/it's"`` and ``policy-params="{window = 20}"`` are one item each. What
+    each item means is left to ``tomllib`` (:func:`parse_run_config_text`).
+    """
+    items: list[str] = []
+    start: int | None = None
+    depth = 0
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if start is None:
+            if char in _ITEM_SEPARATORS:
+                i += 1
+                continue
+            start = i
+        quote = next((q for q in _QUOTES if text.startswith(q, i)), None)
+        if quote is not None:
+            i = _string_end(text, i, quote)
+            continue
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        elif char in _ITEM_SEPARATORS and depth == 0:
+            items.append(text[start:i])
+            start = None
+        i += 1
+    if start is not None:
+        items.append(text[start:])
+    return items
+
+
+def parse_run_config_text(text: str) -> dict[str, Any]:
+    """Parse ``--run-config`` text (``key=value`` items, TOML values) into a flat dict.
+
+    Items are split by :func:`split_run_config_text` and each is read by ``tomllib``. Dotted
+    keys (``channel.deadline-s=2.0``) stay dotted, as in ``flwr run --run-config``.
+
+    Raises
+    ------
+    ValueError
+        One line naming the item: not ``key=value`` with a TOML value, setting no key (a
+        comment), or a key given twice.
     """
     values: dict[str, Any] = {}
-    try:
-        items = shlex.split(text, posix=False)
-    except ValueError as err:  # an unclosed quote
-        raise ValueError(f"--run-config cannot be split into key=value items ({err})") from err
-    for item in items:
+    for item in split_run_config_text(text):
+        shown = item if len(item) <= 80 else item[:77] + "..."
         try:
             pairs = flatten(tomllib.loads(item))
         except (tomllib.TOMLDecodeError, RecursionError) as err:
-            shown = item if len(item) <= 80 else item[:77] + "..."
             raise ValueError(
                 f"--run-config item {shown!r} is not key=value with a TOML value "
                 "(quote strings: policy='bc')"
             ) from err
+        if not pairs:
+            raise ValueError(f"--run-config item {shown!r} sets no key; allowed: key=value")
         for key, value in pairs.items():
             clash = f"is given twice ({values.get(key)!r} and {value!r})"
             set_once(values, key, value, key=key, clash=clash)

@@ -1,0 +1,182 @@
+"""Certificates and keys: created new, never through a link, private keys 0600 from creation."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.run import certificates
+from experiments.run.certificates import certificate_names, make_certificates
+from fedcgd_task.settings import PROJECT_DIR
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def one_line(err: pytest.ExceptionInfo[ValueError]) -> str:
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+def test_a_link_planted_in_the_folder_is_refused_and_its_target_untouched(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    out = tmp_path / "certs"
+    out.mkdir()
+    (out / "ca.crt").symlink_to(target)
+    with pytest.raises(ValueError) as err:
+        make_certificates(out, supernodes=1)
+    assert "holds symbolic links (ca.crt)" in one_line(err)
+    assert target.read_text() == "keep me"
+    assert [p.name for p in out.iterdir()] == ["ca.crt"]  # nothing written beside it
+
+
+def test_a_dangling_link_at_a_key_name_is_refused_and_nothing_is_created(tmp_path):
+    out = tmp_path / "certs"
+    out.mkdir()
+    (out / "server.key").symlink_to(tmp_path / "stolen.key")
+    with pytest.raises(ValueError, match=r"holds symbolic links \(server.key\)"):
+        make_certificates(out, supernodes=0)
+    assert not (tmp_path / "stolen.key").exists()
+
+
+def test_a_folder_that_is_a_link_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(ValueError) as err:
+        make_certificates(tmp_path / "link", supernodes=1)
+    assert "is a symbolic link" in one_line(err)
+    assert list(real.iterdir()) == []
+
+
+def test_a_link_planted_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    """The check aside, each file is created with O_EXCL | O_NOFOLLOW: a link that appears
+    between the check and the write (a race) makes the write fail, not follow it."""
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    out = tmp_path / "certs"
+    out.mkdir()
+    monkeypatch.setattr(certificates, "check_certificates_dir", lambda out, supernodes: None)
+    (out / "server.pem").symlink_to(target)
+    with pytest.raises(ValueError) as err:
+        make_certificates(out, supernodes=0)
+    assert "already holds server.pem" in one_line(err)
+    assert target.read_text() == "keep me"
+
+
+def test_an_earlier_set_is_never_overwritten(tmp_path):
+    out = tmp_path / "certs"
+    make_certificates(out, supernodes=2)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == sorted(certificate_names(2))
+    with pytest.raises(ValueError) as err:
+        make_certificates(out, supernodes=2)
+    assert "already holds ca.key, ca.crt, server.pem, server.key, supernode-0.key" in one_line(err)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    with pytest.raises(ValueError, match=r"already holds supernode-1\.key"):
+        (out / "ca.key").unlink()
+        for name in ("ca.crt", "server.pem", "server.key", "supernode-0.key", "supernode-0.pub"):
+            (out / name).unlink()
+        make_certificates(out, supernodes=2)  # one file of the set left is enough to refuse
+
+
+def test_the_command_refuses_in_one_line(tmp_path, capsys):
+    out = tmp_path / "certs"
+    assert certificates.main(["--out", str(out), "--supernodes", "1"]) == 0
+    assert certificates.main(["--out", str(out), "--supernodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: certificates folder") and err.count("\n") == 1, err
+
+
+def test_the_launcher_refuses_a_certificates_folder_with_a_link_before_the_start(
+    tmp_path, monkeypatch, capsys
+):
+    from experiments.run import launcher
+
+    def started(*args, **kwargs):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(launcher, "launch_run", started)
+    out = tmp_path / "certs"
+    out.mkdir()
+    (out / "ca.crt").symlink_to(tmp_path / "elsewhere.crt")
+    argv = ["--deployment", "--tls", "--certificates-dir", str(out), "--out", str(tmp_path)]
+    assert launcher.run_command([*argv, "--run-config", "num-devices=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: certificates folder") and err.count("\n") == 1, err
+    assert not (tmp_path / "elsewhere.crt").exists()
+
+
+#: Make a set with umask 0 and look at the folder at every audited event (each open, chmod,
+#: ...): the modes of the keys seen, and the flags of every file opened in the folder.
+WATCH = """
+import json, os, stat, sys
+from pathlib import Path
+from experiments.run.certificates import make_certificates
+
+out = Path(sys.argv[1])
+seen, opened, busy = {}, [], False
+
+def hook(event, args):
+    global busy
+    if busy or not watching:
+        return
+    busy = True
+    try:
+        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+            opened.append([os.fsdecode(args[0]), args[2]])
+        if out.is_dir():
+            for name in os.listdir(out):
+                if name.endswith(".key"):
+                    seen.setdefault(name, set()).add(stat.S_IMODE(os.lstat(out / name).st_mode))
+    finally:
+        busy = False
+
+watching = False
+sys.addaudithook(hook)
+os.umask(0)
+out.mkdir()
+watching = True
+make_certificates(out, supernodes=2)
+watching = False
+print(json.dumps({"seen": {k: sorted(v) for k, v in seen.items()}, "opened": opened}))
+"""
+
+
+def test_keys_are_never_readable_by_others_even_with_umask_zero(tmp_path):
+    out = tmp_path / "certs"
+    proc = subprocess.run(
+        [sys.executable, "-c", WATCH, str(out)],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    keys = ["ca.key", "server.key", "supernode-0.key", "supernode-1.key"]
+    assert sorted(report["seen"]) == keys
+    assert all(modes == [0o600] for modes in report["seen"].values()), report["seen"]
+    # every file of the set was opened once, new, never through a link
+    # (a file opened relative to the folder's descriptor is audited by its name alone)
+    names = certificate_names(2)
+    in_folder = [
+        (Path(p).name, flags)
+        for p, flags in report["opened"]
+        if Path(p).name in names and Path(p).parent in (out, Path("."))
+    ]
+    assert sorted(name for name, _ in in_folder) == sorted(names)
+    required = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    assert all(flags & required == required for _, flags in in_folder), in_folder
+    for name in certificate_names(2):
+        assert mode(out / name) == (0o600 if name.endswith(".key") else 0o644), name

@@ -1,0 +1,373 @@
+"""Any path a user can type: spaces, both quotes, backslashes, non-ASCII and non-BMP characters.
+
+Run configs are read with ``tomllib`` and written with ``tomli_w``: every string goes from a
+dict to ``--run-config`` text (this project's commands), to a TOML file (``flwr run``), through
+a POSIX shell (the printed commands) and back unchanged. The runs below take such a folder
+through the in-process engine (stopped, then continued with the printed command run by
+``bash``), a ``--jobs 2`` comparison, a preset, and one ``flwr run``. Characters refused: a
+control character (newline, tab, NUL, ...) in a path, which no one-line message or printed
+command can hold (:func:`fedcgd_task.settings.check_path_names`), and a lone surrogate (a name
+that is not UTF-8), which neither a TOML file nor Flower's messages can hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from run_results import assert_same_run, lines, rounds_written, two_policy_preset
+from subprocesses import start_in_own_session, wait_for
+
+from experiments.run.run_config import (
+    format_run_config,
+    parse_run_config_text,
+    run_config_file,
+    run_config_toml,
+    split_run_config_text,
+    validated_run_config,
+    with_resolved_data_dir,
+)
+from fedcgd_task.settings import PROJECT_DIR, flatten
+from server_app.policy_params import fold_policy_params, read_params, read_policy_params
+
+#: A folder name with a space, both quotes, a backslash, non-ASCII and non-BMP characters.
+HOSTILE_NAME = "a b 'q' \"dq\" back\\slash ü 😀"
+
+#: Strings a run config must carry unchanged (values of string keys and table entries).
+NASTY = [
+    "",
+    " ",
+    "a b",
+    "  two  spaces  ",
+    "it's",
+    'say "hi"',
+    "both ' and \"",
+    "back\\slash",
+    "trailing backslash\\",
+    '\\"',
+    "\\u0041 is not A",
+    "'''",
+    '"""',
+    "'",
+    '"',
+    "#not a comment",
+    "a=b c=d",
+    "key = 'value'",
+    "{window = 20}",
+    "[1, 2]",
+    "} ] { [",
+    "$HOME `id` $(id) ; | & > <",
+    "*?[a-z]~",
+    "ünïcødé",
+    "日本語のパス",
+    "😀 emoji",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math",
+    "\u200b zero width \ufeff",
+    "new\nline",
+    "tab\there",
+    "\r\n",
+    "nul\x00byte",
+    "\x7f delete",
+    HOSTILE_NAME,
+]
+
+
+def bash_words(command: str) -> list[str]:
+    """The words ``bash`` makes of ``command`` (as a user pasting it would get)."""
+    proc = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {command}"],
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    return proc.stdout.decode("utf-8").split("\0")[:-1]
+
+
+@pytest.mark.parametrize("text", NASTY, ids=range(len(NASTY)))
+def test_every_string_round_trips_through_run_config_text_toml_file_and_shell(text, tmp_path):
+    from flwr.common.config import parse_config_args
+
+    values = {
+        "policy": text,
+        "result-dir": text,
+        "channel.trace": text,
+        "policy-params.note": text,
+        "policy-params.notes": [text, "x"],
+        "aggregator-params.strategy-params.name": text,
+        "num-devices": 3,
+        "learning-rate": 0.5,
+        "verbose": True,
+    }
+    folded = fold_policy_params(values)
+    line = format_run_config(values)
+    assert "\n" not in line  # one line: a printed command stays on its line
+    assert parse_run_config_text(line) == folded
+    assert read_policy_params(parse_run_config_text(line)) == {"note": text, "notes": [text, "x"]}
+    assert read_params(parse_run_config_text(line), "aggregator-params") == {
+        "strategy-params": {"name": text}
+    }
+    # the same text as one word of a command, through bash and back
+    assert bash_words(shlex.join(["--run-config", line])) == ["--run-config", line]
+    # the TOML file `flwr run` gets: read by tomllib and by Flower's own parser
+    assert flatten(tomllib.loads(run_config_toml(values))) == folded
+    with run_config_file(values) as path:
+        assert parse_config_args([str(path)]) == folded
+
+
+def test_a_string_toml_cannot_hold_is_refused_in_one_line():
+    lone_surrogate = "name\udcff"  # a file name that is not UTF-8 (surrogateescape)
+    for values in ({"result-dir": lone_surrogate}, {"policy-params.x": lone_surrogate}):
+        with pytest.raises(ValueError, match=r"cannot write .* as a TOML value") as err:
+            format_run_config(values)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="cannot write None"):
+        run_config_toml({"policy-params.x": None})
+
+
+#: The example policy of README and docs/bring-your-own.md (its parameter: ``window``).
+PF = "examples.proportional_fair:ProportionalFair"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # docs/running.md: policy-params is "a TOML inline table in a string"
+        ('policy-params="{window = 20}"', {"window": 20}),
+        ("policy-params='{window = 12.5}'", {"window": 12.5}),
+        # the same table written as TOML, and the flat form of README / bring-your-own.md
+        ("policy-params={window = 20}", {"window": 20}),
+        ("policy-params.window=10", {"window": 10}),
+    ],
+)
+def test_the_documented_policy_params_forms_are_read(text, expected):
+    parsed = parse_run_config_text(f"policy='{PF}' {text} num-server-rounds=3")
+    assert parsed["policy"] == PF and parsed["num-server-rounds"] == 3
+    assert read_policy_params(parsed) == expected
+    folded = validated_run_config(parsed)  # checked against the constructor, passed on
+    assert read_policy_params(folded) == expected
+    assert read_policy_params(parse_run_config_text(format_run_config(folded))) == expected
+
+
+def test_a_table_with_spaces_and_arrays_is_one_item():
+    text = "policy-params={weights = [1, 2, 3], name = 'a b'} policy-params.x=[4, 5] seed=1"
+    parsed = parse_run_config_text(text)
+    assert parsed["seed"] == 1
+    assert read_policy_params(parsed) == {"weights": [1, 2, 3], "name": "a b", "x": [4, 5]}
+
+
+def test_the_documented_aggregator_params_forms_are_read():
+    # docs/aggregation.md and docs/running.md
+    text = (
+        "aggregator='DifferentialPrivacyServerSideAdaptiveClipping' "
+        "aggregator-params.noise-multiplier=0.3 aggregator-params.strategy='FedTrimmedAvg' "
+        "aggregator-params.strategy-params.beta=0.2 num-server-rounds=3"
+    )
+    expected = {"noise-multiplier": 0.3, "strategy": "FedTrimmedAvg"}
+    expected["strategy-params"] = {"beta": 0.2}
+    assert read_params(parse_run_config_text(text), "aggregator-params") == expected
+    quoted = 'aggregator-params="{noise-multiplier = 0.3, strategy-params = {beta = 0.2}}"'
+    assert read_params(parse_run_config_text(quoted), "aggregator-params") == {
+        "noise-multiplier": 0.3,
+        "strategy-params": {"beta": 0.2},
+    }
+
+
+def test_flowers_own_run_config_text_reads_the_documented_string_form():
+    """``flwr run --run-config 'policy-params="{window = 20}"'`` (docs/running.md) reaches the
+    ServerApp as the string it reads."""
+    from flwr.common.config import parse_config_args
+
+    parsed = parse_config_args(['policy-params="{window = 20}" num-server-rounds=3'])
+    assert read_policy_params(parsed) == {"window": 20}
+
+
+@pytest.mark.parametrize(
+    ("text", "items"),
+    [
+        ("a=1 b=2", ["a=1", "b=2"]),
+        ("  a=1\t\nb=2  ", ["a=1", "b=2"]),
+        ("a='x y' b=\"p q\"", ["a='x y'", 'b="p q"']),
+        ('a="it\'s \\" b=2" c=3', ['a="it\'s \\" b=2"', "c=3"]),
+        ("a='''x ' y''' b=1", ["a='''x ' y'''", "b=1"]),
+        ('a="""x "" y""""" b=1', ['a="""x "" y"""""', "b=1"]),
+        ("t={x = [1, 2], y = 'a b'} z=1", ["t={x = [1, 2], y = 'a b'}", "z=1"]),
+    ],
+)
+def test_items_end_at_whitespace_outside_strings_arrays_and_tables(text, items):
+    assert split_run_config_text(text) == items
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("result-dir='/a b", "is not key=value with a TOML value"),
+        ('result-dir="/a b', "is not key=value with a TOML value"),
+        ("policy=bc", "is not key=value with a TOML value"),
+        ("num-devices=3 #seed=1", "'#seed=1' sets no key"),
+        ("seed=1 seed=2", "'seed' is given twice"),
+    ],
+)
+def test_bad_run_config_text_is_refused_in_one_line(text, message):
+    with pytest.raises(ValueError, match=message) as err:
+        parse_run_config_text(text)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["result-dir", "resume-from", "data-dir"])
+@pytest.mark.parametrize("char", ["\n", "\t", "\x00", "\x1b"])
+def test_a_control_character_in_a_path_is_refused_naming_the_key(key, char, tmp_path):
+    with pytest.raises(ValueError, match=f"'{key}' .* holds a control character") as err:
+        validated_run_config({key: f"{tmp_path}/a{char}b"})
+    assert "\n" not in str(err.value)
+
+
+def not_utf8(folder: Path) -> str:
+    """A path under ``folder`` whose last name is not UTF-8, as Python decodes it."""
+    return os.fsdecode(os.fsencode(folder) + b"/out\xff")
+
+
+@pytest.mark.parametrize("key", ["result-dir", "resume-from", "data-dir"])
+def test_a_name_that_is_not_utf8_is_refused_naming_the_key(key, tmp_path):
+    with pytest.raises(ValueError, match=f"'{key}' .* not valid UTF-8") as err:
+        validated_run_config({key: not_utf8(tmp_path)})
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("module", "option"),
+    [
+        ("experiments.run.inprocess", "--out"),
+        ("experiments.run.launcher", "--out"),
+        ("experiments.run.launcher", "--certificates-dir"),
+        ("experiments.compare.policies", "--out"),
+        ("experiments.run.certificates", "--out"),
+    ],
+)
+def test_an_option_path_that_is_not_utf8_is_refused_before_anything_starts(
+    module, option, tmp_path, capsys
+):
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exit_:
+        main([option, not_utf8(tmp_path), "--run-config", "num-devices=4 num-server-rounds=1"])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {option}" in last and "not valid UTF-8" in last, last
+    assert list(tmp_path.iterdir()) == []
+
+
+def hostile_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / HOSTILE_NAME
+    folder.mkdir()
+    return folder
+
+
+SMALL = {"num-devices": 6, "num-server-rounds": 150, "policy": "fedcgd-fscd"}
+
+
+def test_a_run_in_a_hostile_folder_stops_and_continues_with_the_printed_command_in_bash(
+    tmp_path,
+):
+    """The in-process engine with result-dir and data-dir in a folder whose name holds a space,
+    both quotes, a backslash and a non-BMP character: stopped with SIGTERM, its last line is
+    pasted into ``bash``, and the run ends as the uninterrupted one."""
+    base = hostile_folder(tmp_path)
+    folder, data = base / "run 😀", base / "data 'ü'"
+    values = {**SMALL, "result-dir": str(folder), "data-dir": str(data)}
+    command = [sys.executable, "-m", "experiments.run.inprocess"]
+    proc = start_in_own_session(
+        [*command, "--run-config", format_run_config(values)],
+        {**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == f"result folder: {folder}\n"
+    wait_for(lambda: rounds_written(folder) >= 4, proc, 300)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    head, printed = last.split(": ", 1)
+    assert head.startswith("to continue after round "), last
+    again = subprocess.run(
+        ["bash", "-c", printed],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.splitlines()[0] == f"result folder: {folder}"
+    assert json.loads((folder / "config.json").read_text())["task"]["data_dir"] == str(data)
+    whole = tmp_path / "whole"
+    from experiments.run.inprocess import run_inprocess
+
+    run_inprocess(
+        with_resolved_data_dir(
+            validated_run_config({**values, "result-dir": str(whole), "data-dir": str(data)})
+        )
+    )
+    assert_same_run(folder, whole, rounds=SMALL["num-server-rounds"])
+
+
+def test_a_side_by_side_comparison_in_a_hostile_folder_completes(tmp_path):
+    """Each run is a process of its own, its run config (result-dir in the folder) passed as
+    ``--run-config`` text."""
+    out = hostile_folder(tmp_path) / "compare"
+    settings = "num-devices=6 num-server-rounds=2"
+    words = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.compare.policies", *words, "--seeds", "0",
+         "--out", str(out), "--run-config", settings],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for policy in ("bc", "fedcgd-fscd"):
+        assert [x["round"] for x in lines(out / policy / "seed-0")] == [1, 2], policy
+
+
+def test_a_preset_with_side_by_side_runs_in_a_hostile_folder_completes(tmp_path):
+    out = hostile_folder(tmp_path) / "preset"
+    # Hydra's override grammar: a quoted value, its own quotes escaped (a backslash before
+    # any other character is kept as it is)
+    quoted = out.as_posix().replace("'", "\\'")
+    args = two_policy_preset(Path("PLACEHOLDER"), "run.num-server-rounds=2", "run.num-devices=6")
+    args = [f"out='{quoted}'" if a == "out=PLACEHOLDER" else a for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.compare.reproduce", *args, "launcher.jobs=2"],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[0] == f"output folder: {out}"
+    for policy in ("bc", "fedcgd-fscd"):
+        assert [x["round"] for x in lines(out / "default" / policy / "seed-0")] == [1, 2]
+
+
+def test_the_launcher_runs_flwr_run_into_a_hostile_out_folder(tmp_path):
+    """One real ``flwr run`` (simulation engine, tiny settings): ``--out`` and ``data-dir`` hold
+    a space, both quotes, a backslash and a non-BMP character."""
+    out = hostile_folder(tmp_path) / "runs 𝔘"
+    data = tmp_path / HOSTILE_NAME / "data"
+    settings = format_run_config(
+        {"num-devices": 2, "num-server-rounds": 1, "policy": "bc", "data-dir": str(data)}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.run.launcher", "--out", str(out),
+         "--run-config", settings],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (folder,) = out.iterdir()
+    assert proc.stdout.splitlines()[0] == f"result folder: {folder}"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["result_dir"] == str(folder) and config["task"]["data_dir"] == str(data)
+    assert [x["round"] for x in lines(folder)] == [1]
+    assert json.loads((folder / "status.json").read_text())["state"] == "completed"
