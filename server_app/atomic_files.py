@@ -29,8 +29,8 @@ import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from types import FrameType
 from pathlib import Path
+from types import FrameType
 from typing import BinaryIO, ClassVar
 
 #: Mode of the files written (the temporary files start at mkstemp's 0600).
