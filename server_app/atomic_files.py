@@ -112,8 +112,8 @@ def stop_signals_held() -> Iterator[None]:
         _holding = False
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for s in dict.fromkeys(held):
-            signal.raise_signal(s)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from fedcgd_task.imports import first_line
 from server_app.atomic_files import atomic_write_text
@@ -84,16 +84,23 @@ class RunStatus:
         return self.state == COMPLETED
 
 
-def lost_counts(lines: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+class LostCounts(TypedDict):
+    """:class:`RunStatus`'s (and ``summary.json``'s) counts of lost devices."""
+
+    devices_lost: int
+    rounds_with_lost_devices: int
+
+
+def lost_counts(lines: Iterable[Mapping[str, Any]]) -> LostCounts:
     """``devices_lost`` and ``rounds_with_lost_devices`` over a run's metrics lines.
 
     Each line's ``devices_lost`` (lines written before the count existed count 0).
     """
     per_round = [int(line.get("devices_lost") or 0) for line in lines]
-    return {
-        "devices_lost": sum(per_round),
-        "rounds_with_lost_devices": sum(count > 0 for count in per_round),
-    }
+    return LostCounts(
+        devices_lost=sum(per_round),
+        rounds_with_lost_devices=sum(count > 0 for count in per_round),
+    )
 
 
 def lost_note(devices_lost: int, rounds_with_lost_devices: int) -> str:

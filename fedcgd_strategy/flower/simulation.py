@@ -94,7 +94,7 @@ def dropped_line(reply: Message) -> str:
     """The line of a simulation whose link answered a message with an error of its own."""
     return (
         f"simulation stalled: the link dropped the message to node "
-        f"{reply.metadata.src_node_id} (error {reply.error.code}, {reply.error.reason[:100]}); "
+        f"{reply.metadata.src_node_id} (error {reply.error.code}, {str(reply.error.reason)[:100]}); "
         "in a simulation that is no device dropout"
     )
 
@@ -151,7 +151,7 @@ class PatientGrid(Grid):
 
     def get_nodes(self) -> Any:
         """The wrapped grid's."""
-        return self.grid.get_nodes()  # type: ignore[attr-defined]
+        return self.grid.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """The wrapped grid's."""
