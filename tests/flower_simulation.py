@@ -84,15 +84,16 @@ def run_simulated(
     run_config: Mapping[str, Any],
     delay: Delay = no_delay,
     *,
-    client_app: ClientApp | None = None,
+    server_main: Callable[[Grid], object] | None = None,
 ) -> BaseException | None:
     """Run the federation of ``run_config`` under Flower's simulation runtime (threads).
 
     Returns what ``run_federation`` raised (None when it returned). ``num-devices`` simulated
-    SuperNodes; ``delay`` holds each message back as a busy host would.
+    SuperNodes; ``delay`` holds each message back as a busy host would. ``server_main``: what
+    the ServerApp does with Flower's grid instead of ``run_federation``.
     """
-    if client_app is None:
-        from client_app.app import app as client_app
+    from client_app.app import app as client_app
+
     config = parse_run_config(run_config)
     raised: list[BaseException] = []
     server = ServerApp()
@@ -100,7 +101,7 @@ def run_simulated(
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            run_federation(grid, config)
+            run_federation(grid, config) if server_main is None else server_main(grid)
         except Exception as err:
             raised.append(err)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fake_grid import FakeGrid, make_contexts
 from flower_simulation import run_simulated
+from flwr.app import ConfigRecord, Message, RecordDict
 from run_results import comparable, lines, same_model
 from task_settings import all_available_run
 from test_resume_command import run_config_text
@@ -39,7 +40,7 @@ from experiments.run.preflight import run_outcome
 from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, is_simulation
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from server_app.app import run_federation
+from server_app.app import run_federation, wait_for_nodes
 from server_app.config import parse_run_config
 from server_app.run_status import read_status
 
@@ -93,6 +94,25 @@ def test_a_stuck_simulated_run_stops_with_one_line(tmp_path, monkeypatch):
     assert status.last_round == 1 and status.devices_lost == 0
     outcome = run_outcome(folder, 0.0)
     assert outcome.code == 1 and outcome.message == f"failed: {text}"
+
+
+def test_a_message_the_link_drops_stops_a_simulation_in_one_line(tmp_path, monkeypatch):
+    def ask_one_node_briefly(grid):
+        wait_for_nodes(grid, V, timeout_s=120)
+        node = sorted(grid.get_node_ids())[0]
+        content = RecordDict({keys.CONFIG: ConfigRecord({keys.SERVER_ROUND: 1})})
+        message = Message(content, dst_node_id=node, message_type=keys.QUERY_INFO, ttl=0.5)
+        return PatientGrid(grid, stall_limit_s=60.0).send_and_receive([message])
+
+    def late(pid: int, message_type: str, server_round: int) -> float:
+        return 2.0  # past the message's time to live: Flower's link answers it with an error
+
+    err = run_simulated(
+        monkeypatch, run_config(tmp_path / "x"), late, server_main=ask_one_node_briefly
+    )
+    assert isinstance(err, SimulationStalledError), err
+    assert str(err).startswith("simulation stalled: the link dropped the message to node ")
+    assert "\n" not in str(err)
 
 
 class StuckClientApp:

@@ -92,10 +92,11 @@ def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
 
 def dropped_line(reply: Message) -> str:
     """The line of a simulation whose link answered a message with an error of its own."""
+    reason = str(reply.error.reason)[:100]
     return (
         f"simulation stalled: the link dropped the message to node "
-        f"{reply.metadata.src_node_id} (error {reply.error.code}, {str(reply.error.reason)[:100]}); "
-        "in a simulation that is no device dropout"
+        f"{reply.metadata.src_node_id} (error {reply.error.code}, {reason}); in a simulation "
+        "that is no device dropout"
     )
 
 
