@@ -54,7 +54,7 @@ run-config key                 meaning
                                in-process engine): replies are waited for as long as the host
                                needs; a run that gets no reply at all for this many seconds is
                                stuck and stopped (status failed, exit 1, one line), seconds in
-                               (0, 43,200] (Flower drops a message after 12 h)
+                               [1, 43,200] (Flower drops a message after 12 h)
                                (:mod:`fedcgd_strategy.flower.simulation`)
 ``checkpoint-every``           save a checkpoint every k rounds (and after the last); 0 = off
 ``resume-from``                a result directory with a checkpoint: continue that run there up
@@ -88,7 +88,7 @@ from typing import Any
 from channel import CellConfig
 from fedcgd_strategy.flower.aggregator_registry import AGGREGATOR_KEY
 from fedcgd_strategy.flower.aggregators import check_aggregator
-from fedcgd_strategy.flower.simulation import MAX_STALL_LIMIT_S
+from fedcgd_strategy.flower.simulation import MAX_STALL_LIMIT_S, MIN_STALL_LIMIT_S
 from fedcgd_strategy.policies import PROTOCOL_CHOICES, Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
 from fedcgd_strategy.selectors import PACK_RULES
@@ -199,13 +199,13 @@ def _position(text: str, name: str) -> int:
 
 
 def read_stall_limit(run_config: Mapping[str, Any]) -> float:
-    """The ``stall-limit-s`` value: seconds in (0, :data:`MAX_STALL_LIMIT_S`]."""
+    """The ``stall-limit-s`` value: seconds in [``MIN_STALL_LIMIT_S``, ``MAX_STALL_LIMIT_S``]."""
     value = read_real(run_config, "stall-limit-s", minimum=0.0, strict=True)
-    if value > MAX_STALL_LIMIT_S:
+    if not MIN_STALL_LIMIT_S <= value <= MAX_STALL_LIMIT_S:
         raise ValueError(
-            f"run-config key 'stall-limit-s' = {value!r} exceeds {MAX_STALL_LIMIT_S:.0f} s, the "
-            "12 h after which Flower drops an unanswered message; allowed: seconds in "
-            f"(0, {MAX_STALL_LIMIT_S:.0f}]"
+            f"run-config key 'stall-limit-s' = {value!r}; allowed: seconds in "
+            f"[{MIN_STALL_LIMIT_S:.0f}, {MAX_STALL_LIMIT_S:.0f}] (no reply for this long stops "
+            "a simulation as stuck; Flower drops an unanswered message after 12 h)"
         )
     return value
 

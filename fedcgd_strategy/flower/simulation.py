@@ -36,6 +36,10 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
+#: Smallest ``stall-limit-s``: a second (the watchdog's timer has microseconds; a limit below
+#: them would switch it off).
+MIN_STALL_LIMIT_S = 1.0
+
 #: Largest ``stall-limit-s``: Flower drops a message unanswered for its time to live (12 h,
 #: ``flwr.app.constants.DEFAULT_TTL``), so no longer wait can be honoured.
 MAX_STALL_LIMIT_S = 43200.0
