@@ -147,7 +147,8 @@ class ScheduledStrategy(Strategy):
         ``"auto"`` (derived from the policy's class) or a :class:`Protocol` value; see
         :func:`fedcgd_strategy.policies.protocol.resolve_protocol`.
     query_timeout_s : float
-        How long to wait for ``query.info`` / ``query.stats`` replies.
+        How long to wait for ``query.info`` / ``query.stats`` replies (a simulation's grid
+        waits for every reply whatever it is given: :mod:`~.simulation`).
     round_offset : int
         Rounds already done (a resumed run): Flower's round r is round r + offset.
     max_update_norm_ratio : float
