@@ -8,7 +8,7 @@ failed, and its timings; the ServerApp writes the record through its end-of-roun
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,11 @@ class RoundRecord:
     not change this round, ``model_kept_reason`` says why (None when it changed).
     ``discovery_failed`` maps node ids (not yet devices) whose discovery reply was refused or
     missing this round to the reason; ``discovery_s`` is the time that discovery took
-    (:class:`RoundTimings`).
+    (:class:`RoundTimings`). ``lost`` lists the devices drawn available that the round lost to
+    something outside the simulated physics: no connected node (``disconnected``), or no reply
+    or an error reply to a message of the round (a timeout, a crashed ClientApp; a node still
+    busy with an earlier unanswered message); ``devices_lost`` is their number. A device whose
+    reply was refused (malformed, an outlier) is failed, not lost.
     """
 
     round: int
@@ -92,6 +96,8 @@ class RoundRecord:
     model_kept_reason: str | None
     discovery_failed: dict[str, str]
     discovery_s: float = 0.0
+    devices_lost: int = 0
+    lost: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -119,6 +125,7 @@ def round_record(
     failed_reasons: Mapping[int, str] | None = None,
     model_kept_reason: str | None = None,
     discovery_failed: Mapping[int, str] | None = None,
+    lost: Iterable[int] = (),
 ) -> RoundRecord:
     """Build one round's :class:`RoundRecord`.
 
@@ -149,6 +156,8 @@ def round_record(
     discovery_failed : mapping int -> str, optional
         Nodes (by node id: they have no partition yet) whose ``query.info`` reply was refused
         or missing this round, with the reason.
+    lost : iterable of int, optional
+        Partition ids lost to a timeout, a disconnection or an error reply this round.
 
     """
     selected = decision.selected
@@ -186,4 +195,6 @@ def round_record(
         model_kept_reason=model_kept_reason,
         discovery_failed={str(k): str(v) for k, v in sorted((discovery_failed or {}).items())},
         discovery_s=timings.discovery_s,
+        devices_lost=len(set(lost)),
+        lost=sorted({int(v) for v in lost}),
     )

@@ -21,6 +21,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
+from fedcgd_strategy.flower.simulation import patient
 from server_app.atomic_files import ResultWriteError
 from server_app.checkpoint import ResumePlan, save_model
 from server_app.config import RunConfig, parse_run_config
@@ -33,8 +34,10 @@ from server_app.run_status import (
     FAILURE_MARKER,
     RUNNING,
     RunStatus,
+    ended_by,
     failure_line,
-    one_line,
+    lost_counts,
+    lost_note,
     write_status,
 )
 from server_app.setup import RunSetup, build_setup
@@ -124,10 +127,12 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     under the lock (:func:`server_app.run_folder.claim_run_folder`: another live run there is
     refused, naming its PID; nothing is written when the folder is refused). Then
     ``status.json`` says ``"running"``; at the end ``"completed"`` (after ``model.pt`` and
-    ``summary.json``), or ``"failed"`` with the reason when this function raises, when no
-    device uploaded an update in the whole run, or when aggregation failed in more than half
-    of the rounds with uploads (:func:`aggregation_failure_reason`; when the status itself
-    cannot be written, the exception still says why).
+    ``summary.json``), ``"stopped"`` when a SIGINT / SIGTERM stopped it (a file being written
+    is finished first: :func:`server_app.atomic_files.stop_signals_held`), or ``"failed"`` with
+    the reason when this function raises otherwise, when no device uploaded an update in the
+    whole run, or when aggregation failed in more than half of the rounds with uploads
+    (:func:`aggregation_failure_reason`; when the status itself cannot be written, the
+    exception still says why).
 
     Parameters
     ----------
@@ -177,7 +182,10 @@ def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[
     result_dir = Path(config.result_dir)
     done = 0 if plan is None else plan.checkpoint.round
     setup = None if plan is None else build_setup(config, plan.checkpoint)
-    write_status(result_dir, RunStatus(RUNNING, done, config.num_server_rounds))
+    kept = [] if plan is None else plan.lines
+    write_status(
+        result_dir, RunStatus(RUNNING, done, config.num_server_rounds, **lost_counts(kept))
+    )
     writer: ResultWriter | None = None
     try:
         writer = ResultWriter(
@@ -195,10 +203,10 @@ def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[
             final_model = train_rounds(grid, config, writer, setup)
         return write_end(config, writer, final_model)
     except BaseException as err:
-        last = writer.lines[-1]["round"] if writer is not None and writer.lines else done
-        failed = RunStatus(FAILED, last, config.num_server_rounds, reason=one_line(err))
+        lines = writer.lines if writer is not None else kept
+        last = lines[-1]["round"] if lines else done
         with contextlib.suppress(ResultWriteError):  # a full disk may refuse this one too
-            write_status(result_dir, failed)
+            write_status(result_dir, ended_by(err, lines, last, config.num_server_rounds))
         raise
 
 
@@ -256,9 +264,14 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
 def write_end(
     config: RunConfig, writer: ResultWriter, final_model: dict[str, torch.Tensor]
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status; return the summary."""
+    """Write ``model.pt``, ``summary.json`` and the final status; return the summary.
+
+    The summary and the status count the devices lost to timeouts, disconnections or errors
+    (:func:`server_app.run_status.lost_counts`), and the last line says so when there were any.
+    """
     save_model(writer.dir, final_model)
     history = writer.lines
+    lost = lost_counts(history)
     accs = [h["accuracy"] for h in history if h.get("accuracy") is not None]
     wemds = [h["wemd"] for h in history if h.get("wemd") is not None and np.isfinite(h["wemd"])]
     summary = {
@@ -272,13 +285,15 @@ def write_end(
         "mean_wemd": float(np.mean(wemds)) if wemds else None,
         "wall_time_s": writer.elapsed_s(),
         "result_dir": str(writer.dir),
+        **lost,
     }
     writer.write_summary(summary)
     last = history[-1]["round"] if history else 0
     reason = no_upload_reason(history) or aggregation_failure_reason(history)
     state = COMPLETED if reason is None else FAILED
-    write_status(writer.dir, RunStatus(state, last, config.num_server_rounds, reason=reason))
-    say(f"results written to {writer.dir} ({reason or 'completed'})")
+    status = RunStatus(state, last, config.num_server_rounds, reason=reason, **lost)
+    write_status(writer.dir, status)
+    say(f"results written to {writer.dir} ({reason or 'completed'}{lost_note(**lost)})")
     return summary
 
 
@@ -291,6 +306,11 @@ def train_rounds(
     hands ``config.json`` to ``writer``); a resumed one comes built from its checkpoint. A
     :class:`~server_app.recorder.RoundRecorder` writes one ``metrics.jsonl`` line per round
     and the checkpoints. Returns the final global model.
+
+    In a simulation every reply is waited for, however long the host takes, and a run without
+    any reply for ``stall-limit-s`` stops as stuck
+    (:func:`fedcgd_strategy.flower.simulation.patient`); a deployment waits
+    ``query-timeout-s`` / ``train-timeout-s`` and counts the devices it lost (``devices_lost``).
     """
     if setup is None:
         setup = build_setup(config, on_settings=writer.write_config)
@@ -298,6 +318,7 @@ def train_rounds(
         say(f"resuming {config.resume_from} after round {setup.round_offset}")
     recorder = RoundRecorder(setup, writer, say)
     strategy = setup.strategy(on_record=recorder.add_record)
+    grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply
     wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
     result = strategy.start(
         grid=grid,

@@ -12,6 +12,9 @@ here (docs/design.md, "Result folders"):
   other name) cannot redirect a write: the temporary name is never one that exists.
 * :func:`append_line` appends one line to ``metrics.jsonl`` through ``O_NOFOLLOW``, flushed and
   fsynced.
+* A SIGINT or SIGTERM that arrives while a file is written waits until the write is done
+  (:func:`stop_signals_held`), so a stop never tears a file or turns into a failure of the
+  write itself (``torch.save`` interrupted mid-file raised ``RuntimeError: unexpected pos``).
 * An :class:`OSError` while writing (disk full, quota, read-only file system, I/O error)
   becomes :class:`ResultWriteError`, whose message is the one line to show:
   ``no space left on device while writing /abs/path/metrics.jsonl``.
@@ -22,9 +25,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import BinaryIO, ClassVar
 
 #: Mode of the files written (the temporary files start at mkstemp's 0600).
@@ -67,6 +73,49 @@ def io_reason(err: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
+#: The signals that stop a run (the commands turn them into a clean stop).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: True while :func:`stop_signals_held` holds the signals back (the outermost block delivers).
+_holding = False
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs; deliver them once it has ended.
+
+    Around every write of a result file: a stop takes effect between writes, never inside one.
+    A signal received meanwhile is raised again (:func:`signal.raise_signal`, once per signal)
+    after the handlers in place before the block are back, so it does exactly what it would
+    have done, only later (the commands' handler raises
+    :class:`experiments.run.processes.Interrupted` there). Python runs signal handlers in the
+    main thread only: elsewhere (the ServerApp's thread in Flower's simulation process) and in
+    a nested block this does nothing. A signal whose handler was not set from Python is not
+    held (it could not be put back).
+    """
+    global _holding
+    if _holding or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = {s: h for s in STOP_SIGNALS if (h := signal.getsignal(s)) is not None}
+    for s in previous:
+        signal.signal(s, hold)
+    _holding = True
+    try:
+        yield
+    finally:
+        _holding = False
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
+
+
 @contextlib.contextmanager
 def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     """Turn an OSError raised in the block into :class:`ResultWriteError` naming ``path``."""
@@ -97,6 +146,9 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
     pathlib.Path
         ``path``.
 
+    A SIGINT / SIGTERM received meanwhile takes effect once the file is in place
+    (:func:`stop_signals_held`).
+
     Raises
     ------
     ResultWriteError
@@ -105,7 +157,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
     """
     target = Path(path)
     tmp: str | None = None
-    with writing(target):
+    with stop_signals_held(), writing(target):
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -143,7 +195,7 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
     """
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     data = (line + "\n").encode("utf-8")
-    with writing(path):
+    with stop_signals_held(), writing(path):
         fd = os.open(path, flags, FILE_MODE)
         try:
             written = os.write(fd, data)

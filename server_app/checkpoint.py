@@ -67,13 +67,20 @@ MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """Recorded settings that do not change what a run computes, as dotted keys.
 
-    Where it writes and resumes from, how often it saves, how much it prints, the data folder
+    Where it writes and resumes from, how often it saves, how much it prints, how long a
+    simulation waits before it calls itself stuck (``stall-limit-s``), the data folder
     of the bundled digits and the generated mnist1d (never read, or only a cache, so it depends
     only on where a command started), and ``mnist1d-samples`` for the built-in data sets other
     than mnist1d (runs recorded before the key existed hold no value for it).
     ``settings`` is a resolved run config (:meth:`server_app.config.RunConfig.to_dict`).
     """
-    keys: tuple[str, ...] = ("result_dir", "resume_from", "checkpoint_every", "verbose")
+    keys: tuple[str, ...] = (
+        "result_dir",
+        "resume_from",
+        "checkpoint_every",
+        "verbose",
+        "stall_limit_s",
+    )
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None
     if dataset in DATA_DIR_UNREAD:

@@ -48,8 +48,15 @@ run-config key                 meaning
                                one absurd upload; a round with one upload uses the last round's
                                median; uploads whose norm is not a finite float32 are always
                                refused); 0 = off (see :mod:`fedcgd_strategy.screening`)
-``query-timeout-s``            wait for query replies, seconds > 0
-``train-timeout-s``            wait for training replies, seconds > 0
+``query-timeout-s``            deployment: wait for query replies, seconds > 0; also how long
+                               the run waits for ``num-devices`` nodes to connect (any engine)
+``train-timeout-s``            deployment: wait for training replies, seconds > 0
+``stall-limit-s``              simulation (``flwr run`` on a simulation federation, the
+                               in-process engine): replies are waited for as long as the host
+                               needs; a run that gets no reply at all for this many seconds is
+                               stuck and stopped (status failed, exit 1, one line), seconds in
+                               [1, 43,200] (Flower drops a message after 12 h)
+                               (:mod:`fedcgd_strategy.flower.simulation`)
 ``checkpoint-every``           save a checkpoint every k rounds (and after the last); 0 = off
 ``resume-from``                a result directory with a checkpoint: continue that run there up
                                to ``num-server-rounds`` (``""`` = a new run); with no rounds left
@@ -82,6 +89,7 @@ from typing import Any
 from channel import CellConfig
 from fedcgd_strategy.flower.aggregator_registry import AGGREGATOR_KEY
 from fedcgd_strategy.flower.aggregators import check_aggregator
+from fedcgd_strategy.flower.simulation import MAX_STALL_LIMIT_S, MIN_STALL_LIMIT_S
 from fedcgd_strategy.policies import PROTOCOL_CHOICES, Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
 from fedcgd_strategy.selectors import PACK_RULES
@@ -135,6 +143,7 @@ class RunConfig:
     max_update_norm_ratio: float
     query_timeout_s: float
     train_timeout_s: float
+    stall_limit_s: float
     model_bits: int
     checkpoint_every: int
     resume_from: str
@@ -188,6 +197,18 @@ def _position(text: str, name: str) -> int:
     """Where ``name`` first stands in ``text`` as a whole word (``len(text)`` if nowhere)."""
     found = re.search(rf"\b{re.escape(name)}\b", text)
     return found.start() if found else len(text)
+
+
+def read_stall_limit(run_config: Mapping[str, Any]) -> float:
+    """The ``stall-limit-s`` value: seconds in [``MIN_STALL_LIMIT_S``, ``MAX_STALL_LIMIT_S``]."""
+    value = read_real(run_config, "stall-limit-s", minimum=0.0, strict=True)
+    if not MIN_STALL_LIMIT_S <= value <= MAX_STALL_LIMIT_S:
+        raise ValueError(
+            f"run-config key 'stall-limit-s' = {value!r}; allowed: seconds in "
+            f"[{MIN_STALL_LIMIT_S:.0f}, {MAX_STALL_LIMIT_S:.0f}] (no reply for this long stops "
+            "a simulation as stuck; Flower drops an unanswered message after 12 h)"
+        )
+    return value
 
 
 def read_channel_trace(run_config: Mapping[str, Any]) -> str:
@@ -351,6 +372,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         ),
         query_timeout_s=read_real(run_config, "query-timeout-s", minimum=0.0, strict=True),
         train_timeout_s=read_real(run_config, "train-timeout-s", minimum=0.0, strict=True),
+        stall_limit_s=read_stall_limit(run_config),
         model_bits=model_bits,
         checkpoint_every=read_int(run_config, "checkpoint-every", minimum=0),
         resume_from=str(Path(resume_from).expanduser()) if resume_from else "",

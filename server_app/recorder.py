@@ -7,7 +7,8 @@ model. Per round, in this order (docs/design.md, "One round", step 4, and "Resul
 1. the central evaluation, when due (:func:`evaluation_due`);
 2. the round's line in ``metrics.jsonl``: ``round``, ``accuracy``, ``loss``, ``eval_s``,
    ``wall_time_s``, then the record's fields (:class:`~fedcgd_strategy.record.RoundRecord`);
-3. ``status.json``: running, with this round as the last written one;
+3. ``status.json``: running, with this round as the last written one (and the devices lost so
+   far, ``devices_lost``);
 4. ``checkpoint.pt``, when due (:func:`checkpoint_due`), after the line, so that a checkpoint's
    round always has its line;
 5. the progress line (its ETA counts the rounds' own time only, from the end of round 0:
@@ -28,7 +29,7 @@ from flwr.app import ArrayRecord, MetricRecord
 from fedcgd_strategy.record import RoundRecord
 from server_app.checkpoint import save_checkpoint
 from server_app.results import ResultWriter
-from server_app.run_status import RUNNING, RunStatus, write_status
+from server_app.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.setup import RunSetup
 
 
@@ -142,7 +143,8 @@ class RoundRecorder:
         }
         line.update(record.to_dict())
         writer.append_round(line)
-        write_status(writer.dir, RunStatus(RUNNING, server_round, num_rounds))
+        lost = lost_counts(writer.lines)
+        write_status(writer.dir, RunStatus(RUNNING, server_round, num_rounds, **lost))
         if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):
             model = arrays.to_torch_state_dict()
             save_checkpoint(

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from server_app.atomic_files import append_line, atomic_write_text
+from server_app.atomic_files import append_line, atomic_write_text, stop_signals_held
 from server_app.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds
 from server_app.run_status import RUN_FILES, holds_run
 
@@ -85,10 +85,14 @@ class ResultWriter:
         atomic_write_text(self.dir / CONFIG_FILE, text)
 
     def append_round(self, line: dict[str, Any]) -> None:
-        """Append one round's metrics as a JSON line (flushed to disk: nothing lost on a crash)."""
+        """Append one round's metrics as a JSON line (flushed to disk: nothing lost on a crash).
+
+        A stop signal waits until the line is both on disk and in :attr:`lines`.
+        """
         clean = json_ready(line)
-        append_line(self.dir / METRICS_FILE, json.dumps(clean))
-        self.lines.append(clean)
+        with stop_signals_held():
+            append_line(self.dir / METRICS_FILE, json.dumps(clean))
+            self.lines.append(clean)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write the end-of-run summary (atomically)."""

@@ -5,9 +5,10 @@ Pure Python (no flwr, no torch): the launcher, ``experiments.compare.policies`` 
 reused; the ServerApp writes it.
 
 ``status.json`` is written atomically (temporary file, fsync, rename) when a run starts
-(``"running"``), and when it ends (``"completed"``, or ``"failed"`` with the reason). A folder
-whose status is ``"running"`` after its process is gone was killed: it may be resumed from its
-checkpoint. ``config.json`` holds the settings the run was started with;
+(``"running"``), and when it ends (``"completed"``; ``"failed"`` with the reason; ``"stopped"``
+when a SIGINT / SIGTERM stopped it in this process, with the signal). A folder whose status is
+``"running"`` after its process is gone was killed: it may be resumed from its checkpoint, as
+a stopped or failed one. ``config.json`` holds the settings the run was started with;
 :func:`settings_differences` compares them with the settings asked for now.
 """
 
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from fedcgd_task.imports import first_line
 from server_app.atomic_files import atomic_write_text
@@ -27,8 +28,8 @@ from server_app.json_files import read_json_object
 STATUS_FILE = "status.json"
 
 #: The states a run can be in.
-RUNNING, COMPLETED, FAILED = "running", "completed", "failed"
-STATES = (RUNNING, COMPLETED, FAILED)
+RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
+STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
 
 #: Files whose presence means a folder already holds a run's results.
 RUN_FILES = (
@@ -48,15 +49,20 @@ class RunStatus:
     Attributes
     ----------
     state : str
-        ``"running"``, ``"completed"`` or ``"failed"``.
+        ``"running"``, ``"completed"``, ``"failed"`` or ``"stopped"``.
     last_round : int
         The last round whose metrics line is written (0: none yet).
     num_server_rounds : int
         Rounds the run was asked for.
     reason : str or None
-        Why the run failed (``"failed"`` only), one line.
+        Why the run failed or what stopped it (``"failed"``, ``"stopped"``), one line.
     updated_unix_s : float
         Wall-clock time of this write (seconds since the epoch).
+    devices_lost : int
+        Devices lost to a timeout, a disconnection or an error reply, summed over the rounds
+        written (a device lost in two rounds counts twice; :func:`lost_counts`).
+    rounds_with_lost_devices : int
+        Rounds written in which a device was lost.
 
     """
 
@@ -65,6 +71,8 @@ class RunStatus:
     num_server_rounds: int
     reason: str | None = None
     updated_unix_s: float = 0.0
+    devices_lost: int = 0
+    rounds_with_lost_devices: int = 0
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -74,6 +82,58 @@ class RunStatus:
     def succeeded(self) -> bool:
         """True when the run completed."""
         return self.state == COMPLETED
+
+
+class LostCounts(TypedDict):
+    """:class:`RunStatus`'s (and ``summary.json``'s) counts of lost devices."""
+
+    devices_lost: int
+    rounds_with_lost_devices: int
+
+
+def lost_counts(lines: Iterable[Mapping[str, Any]]) -> LostCounts:
+    """``devices_lost`` and ``rounds_with_lost_devices`` over a run's metrics lines.
+
+    Each line's ``devices_lost`` (lines written before the count existed count 0).
+    """
+    per_round = [int(line.get("devices_lost") or 0) for line in lines]
+    return LostCounts(
+        devices_lost=sum(per_round),
+        rounds_with_lost_devices=sum(count > 0 for count in per_round),
+    )
+
+
+def lost_note(devices_lost: int, rounds_with_lost_devices: int) -> str:
+    """What the final line adds when devices were lost (``""`` when none was)."""
+    if not devices_lost:
+        return ""
+    return (
+        f"; {devices_lost} device-round(s) lost to timeouts, disconnections or errors in "
+        f"{rounds_with_lost_devices} round(s) (metrics.jsonl 'lost')"
+    )
+
+
+def stops_the_run(err: BaseException) -> bool:
+    """True for what a SIGINT / SIGTERM raises, a ``KeyboardInterrupt`` or a stop of ours.
+
+    Ours: an error whose class says ``stops_run = True``
+    (:class:`experiments.run.processes.Interrupted`).
+    """
+    return isinstance(err, KeyboardInterrupt) or bool(getattr(err, "stops_run", False))
+
+
+def ended_by(
+    err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
+) -> RunStatus:
+    """The status of a run that ``err`` ended after ``last_round``: stopped or failed.
+
+    ``lines``: its metrics lines (for the lost devices).
+    """
+    lost = lost_counts(lines)
+    if stops_the_run(err):
+        reason = one_line(err) if str(err) else "stopped by SIGINT (KeyboardInterrupt)"
+        return RunStatus(STOPPED, last_round, num_server_rounds, reason=reason, **lost)
+    return RunStatus(FAILED, last_round, num_server_rounds, reason=one_line(err), **lost)
 
 
 def one_line(err: BaseException) -> str:
@@ -166,6 +226,8 @@ def read_status(result_dir: Path) -> RunStatus | None:
             num_server_rounds=int(data["num_server_rounds"]),
             reason=None if data.get("reason") is None else str(data["reason"]),
             updated_unix_s=float(data.get("updated_unix_s", 0.0)),
+            devices_lost=int(data.get("devices_lost", 0)),
+            rounds_with_lost_devices=int(data.get("rounds_with_lost_devices", 0)),
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path} is not a valid run status ({err})") from err

@@ -10,7 +10,13 @@ from experiments.run.inprocess import Handler, InProcessGrid, node_contexts
 
 
 class FakeGrid(InProcessGrid):
-    """:class:`InProcessGrid` whose nodes in ``silent`` never reply (a timeout)."""
+    """:class:`InProcessGrid` whose nodes in ``silent`` never reply (a timeout).
+
+    It stands for a deployment, where a node can time out (a simulation would wait for it):
+    ``simulated = False``.
+    """
+
+    simulated = False
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ from fedcgd_task.partition import apply_imbalance, partition_indices
 from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.results import METRICS_FILE
-from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
+from server_app.run_status import COMPLETED, FAILED, RUNNING, STOPPED, RunStatus, write_status
 
 DIGITS_TRAIN = 1437  # load_digits_split: 1437 training images
 
@@ -203,6 +203,11 @@ def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
     (tmp_path / CHECKPOINT_FILE).write_bytes(b"a checkpoint")
     stopped = run_outcome(tmp_path, 0.0)
     assert stopped.code == 1 and f"resume-from='{tmp_path}'" in stopped.message
+    write_status(tmp_path, RunStatus(STOPPED, 4, 5, reason="stopped by SIGTERM"))
+    assert run_outcome(tmp_path, 0.0).message == (
+        "failed: stopped by SIGTERM after round 4 of 5; continue it from its checkpoint with "
+        f"resume-from='{tmp_path}'"
+    )
 
 
 def test_resume_with_another_result_dir_is_refused(capsys, tmp_path):

@@ -26,7 +26,10 @@ REFERENCE_POLICY = "fedcgd-fscd"
 #: non-IID splits the last evaluation of a run swings from round to round).
 PAIRED_METRICS = {"final_accuracy": "", "max_accuracy": "best_"}
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
-RUN_COLUMNS = ("policy", "seed", *METRICS, "result_dir")
+#: A run's devices lost to timeouts, disconnections or errors (device-rounds; only deployments
+#: lose devices to timeouts): its row of ``runs.csv`` says how many, the policy's row of
+#: ``table.csv`` in how many runs, and the console line flags it (:data:`LOST_MARKER`).
+RUN_COLUMNS = ("policy", "seed", *METRICS, "devices_lost", "result_dir")
 TABLE_COLUMNS = (
     "policy",
     "n_seeds",
@@ -46,8 +49,12 @@ TABLE_COLUMNS = (
     "best_diff_vs_fedcgd_fscd",
     "best_p_value_vs_fedcgd_fscd",
     "n_paired",
+    "runs_with_lost_devices",
     "seeds",
 )
+
+#: How the console line flags a policy with runs that lost devices.
+LOST_MARKER = "[!] devices lost"
 
 
 def summarise(
@@ -68,7 +75,8 @@ def summarise(
     Returns
     -------
     dict
-        The keys of ``RUN_COLUMNS``.
+        The keys of ``RUN_COLUMNS``; ``devices_lost`` sums the lines' counts (lines written
+        before the count existed count 0).
 
     Raises
     ------
@@ -92,6 +100,7 @@ def summarise(
         ),
         "mean_scheduled": sum(x.get("num_scheduled", 0) for x in lines) / max(len(lines), 1),
         "mean_wemd": sum(wemds) / len(wemds) if wemds else None,
+        "devices_lost": sum(int(x.get("devices_lost") or 0) for x in lines),
         "result_dir": str(result_dir),
     }
 
@@ -117,7 +126,8 @@ def table_rows(
     -------
     list of dict
         The keys of ``TABLE_COLUMNS``; NaN where a statistic is undefined (one seed, no
-        reference, fewer than two common seeds).
+        reference, fewer than two common seeds). ``runs_with_lost_devices`` counts the runs
+        whose ``devices_lost`` is above 0: their results hold more than the simulated physics.
     """
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -142,6 +152,7 @@ def table_rows(
             row[f"{prefix}diff_vs_fedcgd_fscd"] = None if skip else test.mean_diff
             row[f"{prefix}p_value_vs_fedcgd_fscd"] = None if skip else test.p_value
         row["n_paired"] = None if policy == reference or reference not in by_policy else test.n
+        row["runs_with_lost_devices"] = sum(int(r.get("devices_lost") or 0) > 0 for r in group)
         row["seeds"] = " ".join(str(r["seed"]) for r in group)
         rows.append(row)
     return rows
@@ -191,7 +202,10 @@ def write_comparison(
 
 
 def format_row(row: Mapping[str, Any]) -> str:
-    """One line per policy for the console: final accuracy mean ± CI and the paired test."""
+    """One line per policy for the console: final accuracy mean ± CI and the paired test.
+
+    A policy with runs that lost devices ends with :data:`LOST_MARKER` and how many.
+    """
 
     def num(value: Any, fmt: str) -> str:
         return "-" if _cell(value) == "" else format(value, fmt)
@@ -204,5 +218,10 @@ def format_row(row: Mapping[str, Any]) -> str:
         text += (
             f", vs {REFERENCE_POLICY} {row['diff_vs_fedcgd_fscd']:+.3f}"
             f" (p={num(row['p_value_vs_fedcgd_fscd'], '.3g')}, {row['n_paired']} pairs)"
+        )
+    lost = row.get("runs_with_lost_devices")
+    if lost:
+        text += (
+            f" {LOST_MARKER} in {lost} of {row['n_seeds']} runs (timeouts, disconnections, errors)"
         )
     return text

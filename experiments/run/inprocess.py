@@ -16,6 +16,10 @@ device's ClientApp still builds its own reply from its result. ``cohorts=False``
 ``--per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
 are handled on this process's thread: use it for small models; the simulation engine
 (``flwr run``) and deployments are the real engines.
+
+A simulation: every reply is waited for, however long the host takes; a ClientApp that gives
+no reply for ``stall-limit-s`` stops the run as stuck
+(:func:`fedcgd_strategy.flower.simulation.stall_alarm`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from flwr.app import Context, Error, Message
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedcgd_strategy.flower.local_grid import LocalGrid
+from fedcgd_strategy.flower.simulation import describe_unanswered, stall_alarm
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 
@@ -59,10 +64,17 @@ class InProcessGrid(LocalGrid):
     cohort_threads : int
         Threads that share a cohort's sigma-hat passes (:func:`client_app.cohort.cohort_stats`);
         the results do not depend on it.
+    stall_limit_s : float, optional
+        Stop the run as stuck when a ``send_and_receive`` goes this many seconds without a
+        reply (:func:`~fedcgd_strategy.flower.simulation.stall_alarm`); None: no watchdog.
 
     """
 
     refusal = "InProcessGrid only lists node ids and delivers messages with send_and_receive"
+
+    #: A simulation (:func:`fedcgd_strategy.flower.simulation.is_simulation`): every message is
+    #: answered before :meth:`send_and_receive` returns, however long the ClientApp takes.
+    simulated = True
 
     def __init__(
         self,
@@ -72,6 +84,7 @@ class InProcessGrid(LocalGrid):
         cohorts: bool = True,
         keep_sent: bool = False,
         cohort_threads: int = 1,
+        stall_limit_s: float | None = None,
     ) -> None:
         # Messages read the run, node and task id of the process; set them as a ServerApp would.
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
@@ -80,6 +93,7 @@ class InProcessGrid(LocalGrid):
         self.cohorts = cohorts
         self.keep_sent = keep_sent
         self.cohort_threads = cohort_threads
+        self.stall_limit_s = stall_limit_s
         self.sent: list[Message] = []
 
     def get_node_ids(self) -> Iterable[int]:
@@ -103,14 +117,24 @@ class InProcessGrid(LocalGrid):
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Deliver every message (cohorts opened, see the class) and return the replies."""
+        """Deliver every message (cohorts opened, see the class) and return the replies.
+
+        ``timeout`` is not used: a simulation waits (see the class for the watchdog).
+        """
         messages = list(messages)
         if self.keep_sent:
             self.sent.extend(messages)
-        replies = []
-        with self._cohorts(messages):
+        replies: list[Message] = []
+        delivered = 0
+
+        def describe() -> str:
+            return describe_unanswered(messages[delivered:], self.stall_limit_s or 0.0)
+
+        with stall_alarm(self.stall_limit_s, describe) as progress, self._cohorts(messages):
             for msg in messages:
                 reply = self.deliver(msg)
+                delivered += 1
+                progress()
                 if reply is not None:
                     replies.append(reply)
         return replies
@@ -169,6 +193,7 @@ def run_inprocess(
         node_contexts(nodes, run_config, num_devices),
         cohorts=cohorts,
         cohort_threads=cohort_threads,
+        stall_limit_s=config.stall_limit_s,
     )
     return run_federation(grid, config)
 

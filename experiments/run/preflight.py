@@ -40,9 +40,11 @@ import numpy.typing as npt
 from server_app.run_status import (
     COMPLETED,
     FAILED,
+    STOPPED,
     failure_from_output,
     failure_line,
     first_line,
+    lost_note,
     read_status,
     resume_advice,
 )
@@ -155,11 +157,19 @@ def run_outcome(
             "ServerApp stopped before its start or crashed; see the log above)",
         )
     if status.state == COMPLETED:
+        lost = lost_note(status.devices_lost, status.rounds_with_lost_devices)
         return Outcome(
-            COMPLETED_CODE, f"completed: {status.last_round} rounds, results in {result_dir}"
+            COMPLETED_CODE,
+            f"completed: {status.last_round} rounds, results in {result_dir}{lost}",
         )
     if status.state == FAILED:
         return Outcome(FAILED_CODE, f"failed: {status.reason}")
+    if status.state == STOPPED:
+        return Outcome(
+            FAILED_CODE,
+            f"failed: {status.reason} after round {status.last_round} of "
+            f"{status.num_server_rounds}; {resume_advice(result_dir)}",
+        )
     return Outcome(
         FAILED_CODE,
         f"failed: the run stopped after round {status.last_round} of "

@@ -93,9 +93,12 @@ class Interrupted(BaseException):
     complete_message : bool
         Its message (``stopped by SIGINT``) is the whole story: a run's ``status.json`` records
         it as the reason, without the class name (:func:`server_app.run_status.one_line`).
+    stops_run : bool
+        A run it ends is ``stopped``, not ``failed`` (:func:`server_app.run_status.ended_by`).
     """
 
     complete_message = True
+    stops_run = True
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

@@ -441,6 +441,23 @@ def collect_reports(
     return [reports[p] for p in sorted(reports)], dict(sorted(failures.items()))
 
 
+def lost_devices(
+    replies: Iterable[Message], expected: Iterable[int], registry: NodeRegistry
+) -> set[int]:
+    """The partitions of ``expected`` whose node sent no reply or an error reply: lost.
+
+    Lost is what the link or the host did to a device (a timeout, a disconnection, a crashed
+    ClientApp), not what the device sent: a reply that is malformed or refused is a failure of
+    its own (:func:`collect_reports`), not a loss. A node's first reply counts.
+    """
+    first: dict[int, bool] = {}  # partition -> its first reply is an error
+    for msg in replies:
+        pid = registry.partition(int(msg.metadata.src_node_id))
+        if pid is not None:
+            first.setdefault(pid, msg.has_error())
+    return {pid for pid in expected if first.get(pid, True)}
+
+
 def reported_stats(
     reports: list[DeviceReport], num_devices: int, num_classes: int, *, post_training: bool
 ) -> ReportedStats:

@@ -15,7 +15,9 @@ malformed is excluded for the round (:mod:`~.replies` lists the rules; the
 reason goes to the round's record); with nothing uploaded, or an aggregate that is not finite,
 the model is kept. A node whose message timed out is sent nothing until it has answered
 (:mod:`fedcgd_strategy.pending`): its device sits the rounds out as failed ("busy"), the
-others go on.
+others go on. Devices lost to a timeout, a disconnection or an error reply (not those whose
+reply was refused) are the record's ``lost``. Timeouts happen in deployments only: in a
+simulation the grid waits for every reply (:mod:`~.simulation`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from fedcgd_strategy.flower.replies import (
     DeviceReport,
     Screening,
     collect_reports,
+    lost_devices,
     reported_stats,
     uploaded_updates,
 )
@@ -106,6 +109,7 @@ class RoundInProgress:
     discovery_s: float = 0.0
     busy: dict[int, int] = field(default_factory=dict)
     sent: list[Message] = field(default_factory=list)
+    lost: set[int] = field(default_factory=set)
 
     @property
     def reachable(self) -> list[int]:
@@ -143,7 +147,8 @@ class ScheduledStrategy(Strategy):
         ``"auto"`` (derived from the policy's class) or a :class:`Protocol` value; see
         :func:`fedcgd_strategy.policies.protocol.resolve_protocol`.
     query_timeout_s : float
-        How long to wait for ``query.info`` / ``query.stats`` replies.
+        How long to wait for ``query.info`` / ``query.stats`` replies (a simulation's grid
+        waits for every reply whatever it is given: :mod:`~.simulation`).
     round_offset : int
         Rounds already done (a resumed run): Flower's round r is round r + offset.
     max_update_norm_ratio : float
@@ -311,6 +316,7 @@ class ScheduledStrategy(Strategy):
             if pid is not None and pid in state.available:
                 state.busy[pid] = since
                 state.failed[pid] = f"busy: its message of round {since} is still unanswered"
+                state.lost.add(pid)  # to the timeout of its unanswered message
 
     @staticmethod
     def _content(arrays: ArrayRecord, config: dict[str, Any], *, want_sigma: bool) -> RecordDict:
@@ -318,9 +324,13 @@ class ScheduledStrategy(Strategy):
         return RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
 
     def _collect(
-        self, replies: Iterable[Message], expected: list[int], state: RoundInProgress, phase: str
+        self, replies: list[Message], expected: list[int], state: RoundInProgress, phase: str
     ) -> tuple[list[DeviceReport], dict[int, str]]:
-        """Validate a phase's replies against the round (training phase: with the model)."""
+        """Validate a phase's replies against the round (training phase: with the model).
+
+        The devices without a reply or with an error reply are added to ``state.lost``.
+        """
+        state.lost |= lost_devices(replies, expected, self.registry)
         training = phase == MessageType.TRAIN
         screening = Screening(
             num_samples=state.training.local_steps * state.training.batch_size,
@@ -361,6 +371,7 @@ class ScheduledStrategy(Strategy):
         ):  # the record's statistics come from the training replies
             decision = with_reported_terms(decision, self._inputs(state, reports))
         uploads = [r for r in reports if decision.selected[r.partition_id]]
+        disconnected = set(np.flatnonzero(state.draw.available).tolist()) - set(state.available)
 
         t0 = time.perf_counter()
         new_arrays, kept_reason = self._aggregate(uploads, state)
@@ -374,7 +385,7 @@ class ScheduledStrategy(Strategy):
             inputs=state.inputs,
             decision=decision,
             uploaded=[r.partition_id for r in uploads],
-            disconnected=set(np.flatnonzero(state.draw.available).tolist()) - set(state.available),
+            disconnected=disconnected,
             class_gradient_next=self.policy.class_gradient,
             timings=RoundTimings(
                 query_s=state.query_s,
@@ -387,6 +398,7 @@ class ScheduledStrategy(Strategy):
             failed_reasons=state.failed,
             model_kept_reason=kept_reason,
             discovery_failed=state.discovery_failed,
+            lost=state.lost | disconnected,
         )
         self.last_record = record
         if self.on_record is not None:

@@ -1,0 +1,244 @@
+"""Waiting for replies in a simulation: as long as the host needs, and a stuck run stops.
+
+In a simulation the host's wall-clock time is no part of the simulated physics: a device is late
+only by the channel model's deadline. A reply that is slow because the host is busy (a loaded
+machine, the ClientApps' first start) is waited for; a wall-clock timeout there would turn host
+load into simulated device dropouts and change the run (docs/design.md, "Host load and
+simulated time"). Deployments keep their timeouts (``query-timeout-s``, ``train-timeout-s``):
+there a late device is real.
+
+Which engine runs the ServerApp is told by its grid (:func:`is_simulation`): Flower's simulation
+runtime (``flwr run`` against a simulation federation, however started, and the deprecated
+``flwr.simulation.run_simulation``) hands the ServerApp a
+:class:`flwr.superlink.grid.InMemoryGrid`; a deployment's ServerApp process (``flwr-serverapp``)
+an ``HttpGrid``; the in-process engine's grid says ``simulated = True`` itself.
+
+The watchdog: a simulated run is stopped as stuck when no reply at all has come for
+``stall-limit-s`` seconds while replies are awaited (:class:`SimulationStalledError`: the run ends
+``failed``, exit 1, one line). It measures progress, not a phase's length, so a large run
+whose phases honestly take hours is never stopped while its replies keep coming.
+:class:`PatientGrid` does this for Flower's simulation grid; the in-process engine, which runs
+every ClientApp on its own thread, arms :func:`stall_alarm` around its deliveries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
+from typing import Any
+
+from flwr.app import Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+
+#: Smallest ``stall-limit-s``: a second (the watchdog's timer has microseconds; a limit below
+#: them would switch it off).
+MIN_STALL_LIMIT_S = 1.0
+
+#: Largest ``stall-limit-s``: Flower drops a message unanswered for its time to live (12 h,
+#: ``flwr.app.constants.DEFAULT_TTL``), so no longer wait can be honoured.
+MAX_STALL_LIMIT_S = 43200.0
+
+#: Error codes of a reply that the link made, not the device: the message expired, its reply
+#: expired, the node is gone. In a simulation none of them is part of the physics.
+LINK_ERRORS = (
+    ErrorCode.MESSAGE_UNAVAILABLE,
+    ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+    ErrorCode.NODE_UNAVAILABLE,
+)
+
+
+class SimulationStalledError(RuntimeError):
+    """A simulated run got no reply for ``stall-limit-s`` (or its link dropped a message).
+
+    The message is one complete line (no ``Type:`` prefix in ``status.json``).
+    """
+
+    complete_message = True
+
+
+def is_simulation(grid: Grid) -> bool:
+    """True when ``grid`` is a simulation's: Flower's simulation grid or one that says so.
+
+    Flower's simulation runtime runs the ServerApp on
+    :class:`flwr.superlink.grid.InMemoryGrid` (``flwr-simulation``; the deprecated
+    ``run_simulation`` too), a deployment on ``HttpGrid`` (``flwr-serverapp``); the grid is
+    chosen by the process Flower starts, not by anything a user sets. Another grid is a
+    simulation's when its class says ``simulated = True`` (the in-process engine's).
+    """
+    declared = getattr(grid, "simulated", None)
+    if declared is not None:
+        return bool(declared)
+    from flwr.superlink.grid import InMemoryGrid  # loaded by both of Flower's ServerApp runners
+
+    return isinstance(grid, InMemoryGrid)
+
+
+def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
+    """The watchdog's line (under 300 characters, all of it kept in ``status.json``)."""
+    meta = [m.metadata for m in waiting]
+    kinds = "/".join(sorted({m.message_type for m in meta}))
+    rounds = "/".join(sorted({m.group_id for m in meta}))
+    nodes = sorted(int(m.dst_node_id) for m in meta)
+    more = f" and {len(nodes) - 1} more" if len(nodes) > 1 else ""
+    return (
+        f"simulation stalled: no reply in {stall_limit_s:g} s (stall-limit-s) to "
+        f"{len(meta)} {kinds} message(s) of round {rounds} (node {nodes[0] if nodes else '?'}"
+        f"{more}); a slow simulated device is never dropped: raise stall-limit-s if the host "
+        "is this slow, else find the stuck ClientApp"
+    )
+
+
+def dropped_line(reply: Message) -> str:
+    """The line of a simulation whose link answered a message with an error of its own."""
+    reason = str(reply.error.reason)[:100]
+    return (
+        f"simulation stalled: the link dropped the message to node "
+        f"{reply.metadata.src_node_id} (error {reply.error.code}, {reason}); in a simulation "
+        "that is no device dropout"
+    )
+
+
+class PatientGrid(Grid):
+    """Flower's simulation grid, whose ``send_and_receive`` waits for every reply.
+
+    ``send_and_receive`` ignores the ``timeout`` it is given and returns once every message is
+    answered; it raises :class:`SimulationStalledError` after ``stall_limit_s`` seconds without any
+    new reply, and when the link itself answers a message (:data:`LINK_ERRORS`). A device's
+    own error reply (its ClientApp raised) is returned as a reply, as always. Everything else
+    is the wrapped grid's.
+
+    Parameters
+    ----------
+    grid : Grid
+        The simulation runtime's grid.
+    stall_limit_s : float
+        Seconds without a reply after which the run is stuck (run-config ``stall-limit-s``).
+    poll_s : float
+        Seconds between two pulls (Flower's own grid polls every 0.1 s).
+    """
+
+    simulated = True
+
+    def __init__(self, grid: Grid, stall_limit_s: float, poll_s: float = 0.1) -> None:
+        self.grid = grid
+        self.stall_limit_s = float(stall_limit_s)
+        self.poll_s = float(poll_s)
+
+    def set_run(self, run: Run) -> None:
+        """The wrapped grid's."""
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        """The wrapped grid's."""
+        return self.grid.run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """The wrapped grid's."""
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        """The wrapped grid's."""
+        return self.grid.get_node_ids()
+
+    def get_nodes(self) -> Any:
+        """The wrapped grid's."""
+        return self.grid.get_nodes()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """The wrapped grid's."""
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """The wrapped grid's."""
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Push ``messages`` and return every reply (``timeout`` is not used: see the class)."""
+        messages = list(messages)
+        waiting = set(self.grid.push_messages(messages))
+        replies: list[Message] = []
+        last_reply = time.monotonic()
+        while waiting:
+            pulled = list(self.grid.pull_messages(waiting))
+            for reply in pulled:
+                if reply.has_error() and reply.error.code in LINK_ERRORS:
+                    raise SimulationStalledError(dropped_line(reply))
+            replies += pulled
+            waiting -= {r.metadata.reply_to_message_id for r in pulled}
+            if pulled:
+                last_reply = time.monotonic()
+            elif time.monotonic() - last_reply > self.stall_limit_s:
+                left = [m for m in messages if m.metadata.message_id in waiting]
+                raise SimulationStalledError(describe_unanswered(left, self.stall_limit_s))
+            elif waiting:
+                time.sleep(self.poll_s)
+        return replies
+
+
+def patient(grid: Grid, stall_limit_s: float) -> Grid:
+    """The grid a run waits on: Flower's simulation grid as a :class:`PatientGrid`.
+
+    A deployment's grid, and a grid that says whether it is a simulation itself (the
+    in-process engine's, which waits and watches itself), are returned as they are.
+    """
+    if getattr(grid, "simulated", None) is None and is_simulation(grid):
+        return PatientGrid(grid, stall_limit_s)
+    return grid
+
+
+class _Alarm(BaseException):
+    """Raised by :func:`stall_alarm`'s signal handler, wherever the main thread is.
+
+    A BaseException, so that no ``except Exception`` in a ClientApp can take it for a
+    device's error; :func:`stall_alarm` turns it into :class:`SimulationStalledError`.
+    """
+
+
+@contextlib.contextmanager
+def stall_alarm(
+    stall_limit_s: float | None, describe: Callable[[], str]
+) -> Iterator[Callable[[], None]]:
+    """Raise :class:`SimulationStalledError` when the block goes ``stall_limit_s`` s idle.
+
+    Yields ``progress()``, to call after each reply: it restarts the count. The alarm is
+    ``SIGALRM`` (``signal.setitimer``), so it interrupts a ClientApp stuck in Python code or
+    a sleep; the message is ``describe()``. Only in the main thread (elsewhere, and with
+    ``stall_limit_s = None``, nothing is armed); after the block the timer is off and the
+    previous handler back.
+    """
+    if stall_limit_s is None or threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    limit = float(stall_limit_s)
+
+    def ring(signum: int, frame: FrameType | None) -> None:
+        raise _Alarm
+
+    def progress() -> None:
+        signal.setitimer(signal.ITIMER_REAL, limit)
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    try:
+        progress()
+        yield progress
+    except _Alarm:
+        raise SimulationStalledError(describe()) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)

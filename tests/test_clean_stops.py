@@ -1,0 +1,174 @@
+"""A stop is always clean: SIGINT / SIGTERM take effect between writes (issue 30, point 3).
+
+A signal delivered while a result file is written (here: sent from inside the write, so the
+moment is exact) is held until the file is whole, then stops the run: status ``stopped`` with
+the round reached, every file whole, exit 130 / 143, and the printed command finishes the run
+as if it had never stopped. Before the fix a SIGINT inside ``torch.save`` failed the run
+(``RuntimeError: ... unexpected pos``) and any stop left the status ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from run_results import assert_same_run, lines
+from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim, whole_run
+
+from experiments.run import inprocess
+from server_app.atomic_files import atomic_write_text, stop_signals_held
+
+VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd"}
+
+#: The round in whose writes the signal is sent: from inside torch.save of its checkpoint
+#: (between two chunks of the file), from its metrics line, from its status.
+STOP_ROUND = 3
+
+
+def signal_inside_torch_save(monkeypatch, signum: int, call: int) -> None:
+    """The ``call``-th ``torch.save`` sends ``signum`` to this process after its first chunk."""
+    real_save, calls = torch.save, []
+
+    class Signalling:
+        def __init__(self, handle):
+            self.handle, self.sent = handle, False
+
+        def write(self, data):
+            written = self.handle.write(data)
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signum)
+            return written
+
+        def flush(self):
+            self.handle.flush()
+
+    def save(obj, f, *args, **kwargs):
+        calls.append(1)
+        target = Signalling(f) if len(calls) == call else f
+        return real_save(obj, target, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+#: The file a signal is sent from and which of its fsyncs: round 3's metrics line is the third
+#: line appended; round 3's status is the fourth written (the first says the run started).
+WRITES = {"metrics.jsonl": ("metrics.jsonl", STOP_ROUND), "status.json": (".status.json.", 4)}
+
+
+def signal_inside_fsync(monkeypatch, signum: int, where: str) -> None:
+    """An fsync of ``where`` (:data:`WRITES`) sends ``signum`` first (the data is written,
+    not yet synced, renamed or closed)."""
+    name, call = WRITES[where]
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd):
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(name):
+            calls.append(1)
+            if len(calls) == call:
+                os.kill(os.getpid(), signum)
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("whole") / "run"
+    whole_run(folder, VALUES)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("where", "signum"),
+    [
+        ("checkpoint.pt", signal.SIGINT),
+        ("checkpoint.pt", signal.SIGTERM),
+        ("metrics.jsonl", signal.SIGINT),
+        ("status.json", signal.SIGTERM),
+    ],
+    ids=["torch-save-sigint", "torch-save-sigterm", "metrics-line-sigint", "status-sigterm"],
+)
+def test_a_signal_inside_a_write_stops_the_run_cleanly(
+    tmp_path, monkeypatch, capsys, whole, where, signum
+):
+    if where == "checkpoint.pt":
+        signal_inside_torch_save(monkeypatch, signum, call=STOP_ROUND)
+    else:
+        signal_inside_fsync(monkeypatch, signum, where)
+    out_dir = tmp_path / "runs"
+    code = inprocess.main(["--out", str(out_dir), "--run-config", run_config_text(VALUES)])
+    monkeypatch.undo()
+    out, err = capsys.readouterr()
+    name = signal.Signals(signum).name
+    assert code == 128 + signum, err[-3000:]
+    assert "Traceback" not in err and "RuntimeError" not in err, err[-3000:]
+    folder = Path(out.splitlines()[0].removeprefix("result folder: "))
+    stopped, last = err.strip().splitlines()[-2:]
+    assert stopped.startswith(f"stopped by {name}: "), stopped
+
+    # every file whole, the status says stopped with the round reached
+    written = lines(folder)  # each line parses
+    assert (folder / "metrics.jsonl").read_bytes().endswith(b"\n")
+    assert [x["round"] for x in written] == list(range(1, STOP_ROUND + 1))
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "stopped" and status["reason"] == f"stopped by {name}"
+    assert status["last_round"] == STOP_ROUND
+    done = torch.load(folder / "checkpoint.pt")["round"]  # loads: whole
+    # the checkpoint follows the line and the status: a stop in those comes before round 3's
+    assert done == (STOP_ROUND if where == "checkpoint.pt" else STOP_ROUND - 1)
+    assert not list(folder.glob(".*.tmp")) and not (folder / "model.pt").exists()
+
+    # the printed command finishes the run as if it had never stopped
+    assert last.startswith(f"{CONTINUE}{done} of {VALUES['num-server-rounds']}: "), last
+    again = run_verbatim(printed_command(last, CONTINUE))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert_same_run(folder, whole, rounds=VALUES["num-server-rounds"])
+
+
+# --- the holding itself ---------------------------------------------------------------------
+
+
+class Stop(BaseException):
+    pass
+
+
+def raising_handler(signum, frame):
+    raise Stop(signum)
+
+
+def test_a_signal_during_a_write_is_delivered_after_it_once(tmp_path):
+    previous = signal.signal(signal.SIGINT, raising_handler)
+    try:
+        reached_end = []
+        with pytest.raises(Stop):
+            with stop_signals_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)  # twice: delivered once
+                with stop_signals_held():  # nested: the outer block delivers
+                    atomic_write_text(tmp_path / "f.txt", "whole")
+                reached_end.append(True)
+        assert reached_end == [True]
+        assert (tmp_path / "f.txt").read_text() == "whole"
+        assert signal.getsignal(signal.SIGINT) is raising_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_outside_the_main_thread_nothing_is_held(tmp_path):
+    seen = []
+
+    def write():
+        with stop_signals_held():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    before = signal.getsignal(signal.SIGINT)
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join()
+    assert seen == [before]

@@ -1,0 +1,260 @@
+"""Host load never changes a simulated run; a deployment counts the devices it loses (issue 30, 2).
+
+In a simulation a reply is waited for as long as the host needs: a device whose messages the
+host holds back far beyond ``query-timeout-s`` / ``train-timeout-s`` changes nothing (the same
+seed gives the same metrics and model as the unslowed run); a run with no reply at all for
+``stall-limit-s`` stops as stuck, ``failed``, exit 1, one line. Before the fix the slow device
+missed its timeouts and was dropped: other schedules, another model, and exit 0. In a
+deployment (here the deployment stand-in ``FakeGrid``, whose silent node times out) every
+device lost to a timeout, disconnection or error is counted: per round in ``metrics.jsonl``,
+in ``summary.json`` and ``status.json``, in the final line and in the comparison tables.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from fake_grid import FakeGrid, make_contexts
+from flower_simulation import run_simulated
+from flwr.app import ConfigRecord, Message, RecordDict
+from run_results import comparable, lines, same_model
+from task_settings import all_available_run
+from test_resume_command import run_config_text
+
+from client_app.app import app as client_app
+from experiments.compare.results import (
+    LOST_MARKER,
+    RUN_COLUMNS,
+    TABLE_COLUMNS,
+    format_row,
+    summarise,
+    table_rows,
+    write_comparison,
+)
+from experiments.run import inprocess
+from experiments.run.inprocess import InProcessGrid
+from experiments.run.preflight import run_outcome
+from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, is_simulation
+from fedcgd_task import keys
+from fedcgd_task.settings import default_run_config
+from server_app.app import run_federation, wait_for_nodes
+from server_app.config import parse_run_config
+from server_app.run_status import read_status
+
+V, ROUNDS, SLOW = 4, 3, 1
+#: The timeouts of the run, and how long the host holds each message of the slow device.
+TIMEOUT_S, HOLD_S = 0.2, 1.0
+
+
+def run_config(folder: Path, **extra) -> dict:
+    """FedCGD-FSCD (a query phase, then training) with every device available and feasible."""
+    settings = {"local-steps": 2, "channel.deadline-s": 1.0, **extra}
+    return {**default_run_config(), **all_available_run(folder, V, ROUNDS, settings)}
+
+
+def hold_slow_device(pid: int, message_type: str, server_round: int) -> float:
+    return HOLD_S if pid == SLOW else 0.0
+
+
+# --- simulation: host load changes nothing ---------------------------------------------------
+
+
+def test_a_device_held_back_past_every_timeout_changes_nothing_in_a_simulation(
+    tmp_path, monkeypatch
+):
+    timeouts = {"query-timeout-s": TIMEOUT_S, "train-timeout-s": TIMEOUT_S}
+    slowed, plain = tmp_path / "slowed", tmp_path / "plain"
+    assert run_simulated(monkeypatch, run_config(slowed, **timeouts), hold_slow_device) is None
+    assert run_simulated(monkeypatch, run_config(plain)) is None
+    slow_lines = lines(slowed)
+    assert [x["round"] for x in slow_lines] == list(range(1, ROUNDS + 1))
+    for line in slow_lines:  # the slow device took part in every round, as all the others
+        assert SLOW in line["uploaded"] and line["uploaded"] == line["scheduled"], line
+        assert line["failed"] == [] and line["lost"] == [] and line["devices_lost"] == 0
+    assert comparable(slowed) == comparable(plain)
+    assert same_model(slowed, plain)
+    assert json.loads((slowed / "summary.json").read_text())["devices_lost"] == 0
+
+
+def test_a_stuck_simulated_run_stops_with_one_line(tmp_path, monkeypatch):
+    def stuck(pid: int, message_type: str, server_round: int) -> float:
+        return 3.0 if pid == SLOW and message_type == "train" and server_round == 2 else 0.0
+
+    folder = tmp_path / "stuck"
+    err = run_simulated(monkeypatch, run_config(folder, **{"stall-limit-s": 1.0}), stuck)
+    assert isinstance(err, SimulationStalledError)
+    text = str(err)
+    assert "\n" not in text and text.startswith("simulation stalled: no reply in 1 s")
+    assert "stall-limit-s" in text and "train message(s) of round 2" in text
+    status = read_status(folder)
+    assert status is not None and status.state == "failed" and status.reason == text
+    assert status.last_round == 1 and status.devices_lost == 0
+    outcome = run_outcome(folder, 0.0)
+    assert outcome.code == 1 and outcome.message == f"failed: {text}"
+
+
+def test_a_message_the_link_drops_stops_a_simulation_in_one_line(tmp_path, monkeypatch):
+    def ask_one_node_briefly(grid):
+        wait_for_nodes(grid, V, timeout_s=120)
+        node = sorted(grid.get_node_ids())[0]
+        content = RecordDict({keys.CONFIG: ConfigRecord({keys.SERVER_ROUND: 1})})
+        message = Message(content, dst_node_id=node, message_type=keys.QUERY_INFO, ttl=0.5)
+        return PatientGrid(grid, stall_limit_s=60.0).send_and_receive([message])
+
+    def late(pid: int, message_type: str, server_round: int) -> float:
+        return 2.0  # past the message's time to live: Flower's link answers it with an error
+
+    err = run_simulated(
+        monkeypatch, run_config(tmp_path / "x"), late, server_main=ask_one_node_briefly
+    )
+    assert isinstance(err, SimulationStalledError), err
+    assert str(err).startswith("simulation stalled: the link dropped the message to node ")
+    assert "\n" not in str(err)
+
+
+class StuckClientApp:
+    """The project's ClientApp, stuck (a long sleep) on the ``train`` of one device and round."""
+
+    def __init__(self, partition_id: int, server_round: int) -> None:
+        self.partition_id, self.server_round = partition_id, server_round
+
+    def __call__(self, message, context):
+        config = message.content.config_records[keys.CONFIG]
+        if (
+            message.metadata.message_type == "train"
+            and context.node_config["partition-id"] == self.partition_id
+            and config[keys.SERVER_ROUND] == self.server_round
+        ):
+            time.sleep(600)
+        return client_app(message, context)
+
+
+def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    import client_app.app
+
+    monkeypatch.setattr(client_app.app, "app", StuckClientApp(SLOW, server_round=2))
+    values = {
+        "num-devices": V,
+        "num-server-rounds": ROUNDS,
+        "channel.availability-prob": 1.0,
+        "channel.deadline-s": 1.0,
+        "stall-limit-s": 1.0,
+    }
+    code = inprocess.main(
+        ["--per-device", "--out", str(tmp_path), "--run-config", run_config_text(values)]
+    )
+    out, err = capsys.readouterr()  # returned: the 600 s sleep was cut short
+    assert code == 1, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    failed, last = err.strip().splitlines()[-2:]
+    assert failed.startswith("failed: simulation stalled: no reply in 1 s"), failed
+    assert "train message(s) of round 2" in failed and "stall-limit-s" in failed
+    assert last.startswith("to continue after round 1 of 3: "), last
+    folder = Path(out.splitlines()[0].removeprefix("result folder: "))
+    status = read_status(folder)
+    assert status is not None and status.state == "failed" and status.last_round == 1
+
+
+def test_which_grid_is_a_simulation():
+    from flwr.superlink.grid import HttpGrid, InMemoryGrid
+
+    assert is_simulation(InProcessGrid({}, {}))
+    assert not is_simulation(FakeGrid({}, {}))  # the deployment stand-in of the tests
+    deployment = HttpGrid(runtime_api_address="127.0.0.1:9", insecure=True, token="t")
+    assert not is_simulation(deployment)  # Flower's deployment grid (flwr-serverapp)
+    memory = InMemoryGrid.__new__(InMemoryGrid)  # Flower's simulation grid, not connected
+    assert is_simulation(memory)
+    assert is_simulation(PatientGrid(memory, 1.0))
+
+
+# --- deployment: a lost device is counted everywhere ------------------------------------------
+
+
+def test_a_deployment_counts_the_devices_it_lost(tmp_path):
+    config = run_config(tmp_path / "lost")
+    nodes = [7000 + 11 * i for i in range(V)]
+    silent = nodes[SLOW]  # times out in every round (discovery included)
+    grid = FakeGrid(
+        {n: client_app for n in nodes}, make_contexts(nodes, config, V), silent=[silent]
+    )
+    t0 = time.time()
+    run_federation(grid, parse_run_config(config))
+    folder = Path(config["result-dir"])
+    written = lines(folder)
+    # drawn available every round, never discovered: lost (as disconnected) in every round
+    for line in written:
+        assert line["lost"] == [SLOW] and line["devices_lost"] == 1
+        assert SLOW in line["disconnected"]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["devices_lost"] == ROUNDS and summary["rounds_with_lost_devices"] == ROUNDS
+    status = read_status(folder)
+    assert status is not None and status.state == "completed"
+    assert (status.devices_lost, status.rounds_with_lost_devices) == (ROUNDS, ROUNDS)
+    outcome = run_outcome(folder, t0)
+    assert outcome.code == 0
+    assert outcome.message == (
+        f"completed: {ROUNDS} rounds, results in {folder}; {ROUNDS} device-round(s) lost to "
+        f"timeouts, disconnections or errors in {ROUNDS} round(s) (metrics.jsonl 'lost')"
+    )
+
+    # the comparison tables flag it: a column in runs.csv and table.csv, a console marker
+    clean = run_config(tmp_path / "clean")
+    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, clean, V))
+    run_federation(grid, parse_run_config(clean))
+    runs = [summarise(folder, seed=0), summarise(Path(clean["result-dir"]), seed=1)]
+    assert [r["devices_lost"] for r in runs] == [ROUNDS, 0]
+    rows = table_rows(runs)
+    assert rows[0]["runs_with_lost_devices"] == 1
+    assert format_row(rows[0]).endswith(
+        f"{LOST_MARKER} in 1 of 2 runs (timeouts, disconnections, errors)"
+    )
+    out = tmp_path / "compare"
+    out.mkdir()
+    write_comparison(runs, out)
+    runs_csv = (out / "runs.csv").read_text().splitlines()
+    assert runs_csv[0].split(",") == list(RUN_COLUMNS)
+    column = RUN_COLUMNS.index("devices_lost")
+    assert [x.split(",")[column] for x in runs_csv[1:]] == [str(ROUNDS), "0"]
+    table_csv = (out / "table.csv").read_text().splitlines()
+    assert table_csv[0].split(",")[TABLE_COLUMNS.index("runs_with_lost_devices")] == (
+        "runs_with_lost_devices"
+    )
+    assert table_csv[1].split(",")[TABLE_COLUMNS.index("runs_with_lost_devices")] == "1"
+
+
+def test_an_error_reply_is_a_lost_device_and_a_refused_reply_is_not(tmp_path):
+    from misbehaving import misbehaving
+
+    config = run_config(tmp_path / "errors")
+    nodes = [7000 + 11 * i for i in range(V)]
+
+    def raising_in_round_2(message, context):
+        cfg = message.content.config_records[keys.CONFIG]
+        if context.node_config["partition-id"] == SLOW and cfg[keys.SERVER_ROUND] == 2:
+            raise RuntimeError("the device crashed")
+        return client_app(message, context)
+
+    grid = FakeGrid({n: raising_in_round_2 for n in nodes}, make_contexts(nodes, config, V))
+    run_federation(grid, parse_run_config(config))
+    assert [x["lost"] for x in lines(tmp_path / "errors")] == [[], [SLOW], []]
+
+    refused = run_config(tmp_path / "refused")
+    handler = misbehaving(client_app, "nan-array", SLOW)
+    grid = FakeGrid({n: handler for n in nodes}, make_contexts(nodes, refused, V))
+    run_federation(grid, parse_run_config(refused))
+    written = lines(tmp_path / "refused")
+    assert all(SLOW in x["failed"] for x in written)
+    assert [x["devices_lost"] for x in written] == [0] * ROUNDS
+
+
+@pytest.mark.parametrize("value", [0.0, 0.5, -1.0, 43201.0, float("nan"), float("inf"), "1", True])
+def test_a_bad_stall_limit_is_refused_in_one_line(value):
+    config = {**default_run_config(), "stall-limit-s": value}
+    with pytest.raises(ValueError, match="'stall-limit-s'") as caught:
+        parse_run_config(config)
+    assert "\n" not in str(caught.value)
