@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from command_batch import in_one_process
 
 from experiments.run.run_config import format_run_config
 from fedcgd_strategy.policies import (
@@ -292,13 +293,41 @@ def cheats(tmp_path_factory) -> Path:
     return path
 
 
+def settings(cheats: Path, name: str, folder: Path, **values: object) -> dict[str, object]:
+    own = {"num-server-rounds": 3, "result-dir": str(folder), "policy": f"{cheats}:{name}"}
+    return {**own, **values}
+
+
 def run(cheats: Path, name: str, folder: Path, **values: object):
-    settings = {"num-server-rounds": 3, "result-dir": str(folder), "policy": f"{cheats}:{name}"}
+    """The run as a whole process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "experiments.run.inprocess", "--run-config",
-         format_run_config({**settings, **values})],
+         format_run_config(settings(cheats, name, folder, **values))],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+#: The cheats run in one child process (tests/command_batch.py): name -> extra settings.
+BATCHED = {
+    "EveryFeasible": {},
+    "UnlocksAndZeroes": {},
+    "BareMask": {},
+    "Raises": {},
+    "ZeroesTheBandwidths": {},
+    "FailsInRound3": {"num-server-rounds": 5},
+}
+
+
+@pytest.fixture(scope="module")
+def batched(cheats, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
+    """Each of BATCHED's runs: its folder and its outcome (exit code, stdout, stderr)."""
+    folders = {name: tmp_path_factory.mktemp(name) / "run" for name in BATCHED}
+    argvs = [
+        ["--run-config", format_run_config(settings(cheats, name, folders[name], **values))]
+        for name, values in BATCHED.items()
+    ]
+    done = in_one_process("experiments.run.inprocess", argvs)
+    return {name: (folders[name], d) for name, d in zip(BATCHED, done, strict=True)}
 
 
 def test_a_policy_that_schedules_every_candidate_fails_in_round_1_in_one_line(cheats, tmp_path):
@@ -316,22 +345,20 @@ def test_a_policy_that_schedules_every_candidate_fails_in_round_1_in_one_line(ch
     assert not (tmp_path / "run" / "metrics.jsonl").read_text()  # round 1 never happened
 
 
-def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(cheats, tmp_path):
+def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(batched):
     # every feasible device: the cell's B* are in the MHz, 20 of them exceed 20 MHz
-    done = run(cheats, "EveryFeasible", tmp_path / "run")
+    _, done = batched["EveryFeasible"]
     err = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(err) == 2, err
     assert ", round 1: scheduled devices [" in err[0]
     assert "MHz (the sum of their minimum bandwidths B*), more than the 20 MHz budget" in err[0]
 
 
-def test_a_policy_that_unlocks_and_zeroes_its_bandwidths_fails_on_the_servers_copy(
-    cheats, tmp_path
-):
+def test_a_policy_that_unlocks_and_zeroes_its_bandwidths_fails_on_the_servers_copy(cheats, batched):
     # honest in the pre-start probe; in round 1 the server's own B* say what the schedule
     # needs, whatever the policy did to the copy it was given (on the shared arrays this run
     # ended "completed" with 14-21 devices needing 39.5-439 MHz of 20 MHz)
-    done = run(cheats, "UnlocksAndZeroes", tmp_path / "run")
+    _, done = batched["UnlocksAndZeroes"]
     err = done.stderr.strip().splitlines()
     assert done.returncode == 1 and "Traceback" not in done.stderr, err
     assert err[0].startswith(f"failed: policy '{cheats}:UnlocksAndZeroes', round 1: "), err
@@ -358,13 +385,13 @@ def test_the_all_reference_is_exempt_from_the_budget_only(tmp_path):
     ],
 )
 def test_a_policy_that_returns_no_decision_is_refused_before_the_start(
-    cheats, tmp_path, name, message
+    cheats, batched, name, message
 ):
-    done = run(cheats, name, tmp_path / "run")
+    folder, done = batched[name]
     err = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(err) == 1, done.stderr[-2000:]
     assert err[0].startswith(f"error: policy '{cheats}:{name}'") and message in err[0], err
-    assert not (tmp_path / "run").exists()
+    assert not folder.exists()
 
 
 def test_the_readme_lists_every_round_inputs_field():
@@ -377,8 +404,8 @@ def test_the_readme_lists_every_round_inputs_field():
     assert listed == [f.name for f in dataclasses.fields(RoundInputs)]
 
 
-def test_a_users_policy_that_raises_mid_run_fails_that_round_in_one_line(cheats, tmp_path):
-    done = run(cheats, "FailsInRound3", tmp_path / "run", **{"num-server-rounds": 5})
+def test_a_users_policy_that_raises_mid_run_fails_that_round_in_one_line(cheats, batched):
+    _, done = batched["FailsInRound3"]
     err = done.stderr.strip().splitlines()  # (rounds 1, 2 warn: nothing scheduled, uploaded)
     assert done.returncode == 1 and "Traceback" not in done.stderr, err
     assert err[-2] == (

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from task_settings import all_available_run
+from test_paths import hostile_folder
 
 from client_app import device_round
 from experiments.run.federation import LocalFederation
@@ -60,7 +61,9 @@ def same_lines(here: list[dict], ray: list[dict]) -> None:
 
 
 def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path, monkeypatch):
-    out = tmp_path / "run"
+    """Also: the result folder's path holds a space, both quotes, a backslash and a non-BMP
+    character, which the run config's TOML file must carry to the ServerApp unchanged."""
+    out = hostile_folder(tmp_path) / "run 𝔘"
     overrides = {
         "num-devices": 6,
         "num-server-rounds": ROUNDS,
@@ -93,6 +96,7 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
 
 
+@pytest.mark.slow  # 80 s; test_deployment's TLS run covers SuperNode processes in the default suite
 def test_deployment_with_supernode_processes(tmp_path):
     """The same app on two SuperNode processes (a fresh ClientApp process per message)."""
     out = tmp_path / "deployed"
@@ -150,6 +154,7 @@ def test_default_run_of_make_run(tmp_path):
     assert (result_dir / "curves.png").exists()
 
 
+@pytest.mark.slow  # 40 s; the digits run above checks the same equality in the default suite
 def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path, monkeypatch):
     """MNIST-1D through Ray's simulation and through the in-process engine: one run."""
     data = tmp_path / "data"

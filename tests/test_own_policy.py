@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from command_batch import in_one_process
 from hydra import compose, initialize_config_dir
 
 from experiments.compare.policies import main as compare_main
@@ -195,27 +196,51 @@ def test_a_module_on_pythonpath_runs_with_the_command_line(user_folder, tmp_path
     assert [len(r) for r in scheduled(out)] == [1, 1]
 
 
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        ("policy='no_such_module:X'", "no module named 'no_such_module'"),
-        ("policy='my_policies:Missing'", "has no attribute 'Missing'"),
-        ("policy='my_policies:NotAPolicy'", "allowed: a subclass of fedcgd_strategy.Policy"),
-        ("policy='my_policies:Unfinished'", "Unfinished does not implement schedule"),
-        ("policy='my_policies:RandomK'", "needs a value for 'k': set run-config key policy-par"),
-        ("policy='my_policies:RandomK' policy-params.k=1.5", "policy-params.k = 1.5 for policy"),
-        ("policy='my_policies:RandomK' policy-params.k=1 policy-params.kk=2", "parameter 'kk'"),
-        ("policy='bc' policy-params.window=3", "policy 'bc' takes no parameter 'window'"),
-        ("policy='fedcgd-gs' policy-params.method='cd'", "fixes method = 'gs'"),
-        ("policy='bc' policy-params.pack-rule='skip'", "comes from run-config key 'pack-rule'"),
-        ("policy='bc' policy-params='{window'", "is not a TOML inline table"),
-        ("policy='fedcgd'", "allowed: fedcgd-fscd, fedcgd-gs, fedcgd-fscd-gc,"),
-    ],
-)
-def test_a_bad_policy_setting_fails_before_start_in_one_line(
-    user_folder, tmp_path, settings, message
-):
+BAD_SETTINGS = [
+    ("policy='no_such_module:X'", "no module named 'no_such_module'"),
+    ("policy='my_policies:Missing'", "has no attribute 'Missing'"),
+    ("policy='my_policies:NotAPolicy'", "allowed: a subclass of fedcgd_strategy.Policy"),
+    ("policy='my_policies:Unfinished'", "Unfinished does not implement schedule"),
+    ("policy='my_policies:RandomK'", "needs a value for 'k': set run-config key policy-par"),
+    ("policy='my_policies:RandomK' policy-params.k=1.5", "policy-params.k = 1.5 for policy"),
+    ("policy='my_policies:RandomK' policy-params.k=1 policy-params.kk=2", "parameter 'kk'"),
+    ("policy='bc' policy-params.window=3", "policy 'bc' takes no parameter 'window'"),
+    ("policy='fedcgd-gs' policy-params.method='cd'", "fixes method = 'gs'"),
+    ("policy='bc' policy-params.pack-rule='skip'", "comes from run-config key 'pack-rule'"),
+    ("policy='bc' policy-params='{window'", "is not a TOML inline table"),
+    ("policy='fedcgd'", "allowed: fedcgd-fscd, fedcgd-gs, fedcgd-fscd-gc,"),
+]
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+    """Each bad setting's command line, run in one child process (tests/command_batch.py)."""
+    folder = tmp_path_factory.mktemp("researcher")
+    (folder / "my_policies.py").write_text(textwrap.dedent(RANDOM_K))
+    outs = [tmp_path_factory.mktemp("never") / "out" for _ in BAD_SETTINGS]
+    argvs = [
+        ["--run-config", f"{settings} result-dir='{out}'"]
+        for (settings, _), out in zip(BAD_SETTINGS, outs, strict=True)
+    ]
+    done = in_one_process("experiments.run.inprocess", argvs, pythonpath=[folder])
+    return {
+        settings: (out, result)
+        for (settings, _), out, result in zip(BAD_SETTINGS, outs, done, strict=True)
+    }
+
+
+@pytest.mark.parametrize(("settings", "message"), BAD_SETTINGS)
+def test_a_bad_policy_setting_fails_before_start_in_one_line(refused, settings, message):
+    out, done = refused[settings]
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+    assert not out.exists()
+
+
+def test_a_bad_policy_setting_ends_the_process_with_exit_code_2(user_folder, tmp_path):
+    """The same refusal as a whole process of its own: exit code 2, one line, no folder."""
     out = tmp_path / "never"
+    settings, message = BAD_SETTINGS[1]
     done = run_cli(
         "--run-config", f"{settings} result-dir='{out}'", env={"PYTHONPATH": str(user_folder)}
     )

@@ -351,6 +351,7 @@ def test_a_preset_with_side_by_side_runs_in_a_hostile_folder_completes(tmp_path)
         assert [x["round"] for x in lines(out / "default" / policy / "seed-0")] == [1, 2]
 
 
+@pytest.mark.slow  # 45 s; test_flwr_run's simulation writes into a hostile folder by default
 def test_the_launcher_runs_flwr_run_into_a_hostile_out_folder(tmp_path):
     """One real ``flwr run`` (simulation engine, tiny settings): ``--out`` and ``data-dir`` hold
     a space, both quotes, a backslash and a non-BMP character."""

@@ -87,6 +87,16 @@ def with_out(args: list[str], out: Path) -> list[str]:
 CASES = [(module, args) for module in TINY for args in module_commands(module)]
 
 
+def _case(module: str, args: list[str]) -> object:
+    """A parametrize entry; the in-process benchmark's variants other than the README's fullest
+    (each 40 s: it also times Python's start-up) are slow, their options parsed by the fullest."""
+    fullest = max(module_commands(module), key=len)
+    slow = module == "experiments.bench.inprocess" and args != fullest
+    return pytest.param(
+        module, args, id=" ".join(args) or module, marks=[pytest.mark.slow] if slow else []
+    )
+
+
 def test_every_tool_family_of_the_readme_is_covered() -> None:
     assert {module for module, _ in CASES} == set(TINY)
     assert all(module_commands(module) for module in PRINTING)
@@ -99,7 +109,7 @@ def test_readme_printing_command_runs(module: str) -> None:
         assert "sigma" in proc.stdout, proc.stdout[-2000:]
 
 
-@pytest.mark.parametrize(("module", "args"), CASES, ids=[" ".join(a) or m for m, a in CASES])
+@pytest.mark.parametrize(("module", "args"), [_case(m, a) for m, a in CASES])
 def test_readme_tool_command_runs(module: str, args: list[str], tmp_path: Path) -> None:
     extra, files = TINY[module]
     out = tmp_path / "out"

@@ -336,18 +336,26 @@ def test_every_run_config_key_can_be_set_in_every_preset(preset):
 
     owned = {"seed", "policy", "result-dir", "resume-from"}
     values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
+    swept = set(load(preset, hydra_overrides([])).sweep)
+    settings: dict[str, object] = {}
     for key, default in default_run_config().items():
-        if key in owned:
-            continue
-        value = values.get(key, default)
-        text = f"'{value}'" if isinstance(value, str) else str(value).lower()
-        cfg = load(preset, hydra_overrides([f"run.{key}={text}"]))
-        if key in cfg.sweep:  # the sweep owns it: one line saying so
-            with pytest.raises(ValueError, match=f"sweep.{key}="):
-                planned_runs(cfg)
-            continue
-        for _, overrides in planned_runs(cfg):
-            assert overrides[key] == value, key
+        if key not in owned:
+            settings[key] = values.get(key, default)
+
+    def override(key: str) -> str:
+        value = settings[key]
+        return f"run.{key}=" + (f"'{value}'" if isinstance(value, str) else str(value).lower())
+
+    # Every key the sweep does not own, set in one command line: each run holds each value.
+    free = [key for key in settings if key not in swept]
+    runs = planned_runs(load(preset, hydra_overrides([override(key) for key in free])))
+    for _, overrides in runs:
+        for key in free:
+            assert overrides[key] == settings[key], key
+    for key in swept & settings.keys():  # the sweep owns it: one line saying so
+        cfg = load(preset, hydra_overrides([override(key)]))
+        with pytest.raises(ValueError, match=f"sweep.{key}="):
+            planned_runs(cfg)
 
 
 @pytest.mark.parametrize(

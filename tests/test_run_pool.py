@@ -109,6 +109,7 @@ def comparable(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in x.items() if not k.endswith("_s")} for x in lines]
 
 
+@pytest.mark.slow  # 60 s; test_paths runs a preset side by side in the default suite
 def test_a_preset_run_side_by_side_equals_the_same_preset_one_at_a_time(tmp_path, capsys):
     common = [
         "'policies=[fedcgd-fscd,bc]'",
@@ -178,6 +179,7 @@ def test_a_failed_run_side_by_side_is_named_and_the_exit_code_is_one(tmp_path, c
     assert "broken on purpose" in log
 
 
+@pytest.mark.slow  # 55 s; test_kill9, test_resume_command stop and resume comparisons by default
 def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_same_models(
     tmp_path,
 ):

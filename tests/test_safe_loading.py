@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from command_batch import in_one_process
 from fake_runs import write_run
 
 from experiments.run.run_config import format_run_config
@@ -181,29 +182,44 @@ def test_a_cache_declaring_a_huge_array_is_regenerated_without_reading_it(tmp_pa
 # --- sizes and strings, before anything starts -------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("values", "phrase"),
-    [
-        ({"num-server-rounds": 10**12}, "'num-server-rounds' must be an integer in [1, 100000]"),
-        ({"dataset": "mnist1d", "mnist1d-samples": 10**9}, "in [100, 1000000]"),
-        ({"result-dir": "/tmp/" + "a" * 5000}, "'result-dir' holds 5005 characters"),
-        ({"result-dir": "/tmp/" + "b" * 300}, "name of 300 bytes"),
-        ({"data-dir": "/tmp/" + "c" * 300}, "'data-dir' holds a folder or file name of 300"),
-        ({"channel.trace": "/tmp/" + "d" * 5000 + ".npz"}, "'channel.trace' holds"),
-        ({"policy": "x" * 5000 + ":P"}, "'policy' holds 5002 characters"),
-        ({"policy": "/tmp/" + "p" * 300 + ".py:P"}, "cannot be looked up (File name too long)"),
-        ({"result-dir": "/tmp/two\nlines"}, "'result-dir' = '/tmp/two\\nlines' holds a control"),
-        ({"dataset": "/tmp/" + "q" * 300 + ".py:f"}, "cannot be looked up (File name too long)"),
-        ({"policy-params": "{a=" * 5000 + "1" + "}" * 5000}, "nested too deeply"),
-    ],
-)
-def test_sizes_beyond_the_bounds_are_refused_in_one_line(values, phrase):
-    line = refused_line(inprocess("--run-config", format_run_config(values)))
-    assert phrase in line, line
+TOO_BIG = [
+    ({"num-server-rounds": 10**12}, "'num-server-rounds' must be an integer in [1, 100000]"),
+    ({"dataset": "mnist1d", "mnist1d-samples": 10**9}, "in [100, 1000000]"),
+    ({"result-dir": "/tmp/" + "a" * 5000}, "'result-dir' holds 5005 characters"),
+    ({"result-dir": "/tmp/" + "b" * 300}, "name of 300 bytes"),
+    ({"data-dir": "/tmp/" + "c" * 300}, "'data-dir' holds a folder or file name of 300"),
+    ({"channel.trace": "/tmp/" + "d" * 5000 + ".npz"}, "'channel.trace' holds"),
+    ({"policy": "x" * 5000 + ":P"}, "'policy' holds 5002 characters"),
+    ({"policy": "/tmp/" + "p" * 300 + ".py:P"}, "cannot be looked up (File name too long)"),
+    ({"result-dir": "/tmp/two\nlines"}, "'result-dir' = '/tmp/two\\nlines' holds a control"),
+    ({"dataset": "/tmp/" + "q" * 300 + ".py:f"}, "cannot be looked up (File name too long)"),
+    ({"policy-params": "{a=" * 5000 + "1" + "}" * 5000}, "nested too deeply"),
+]
+#: A run-config item nested 5,000 deep (not a key's value: the item as typed).
+DEEP_ITEM = "x=" + "[" * 5000 + "]" * 5000
 
 
-def test_a_run_config_item_nested_deeply_is_one_line():
-    line = refused_line(inprocess("--run-config", "x=" + "[" * 5000 + "]" * 5000))
+@pytest.fixture(scope="module")
+def refused() -> list[subprocess.CompletedProcess[str]]:
+    """TOO_BIG's command lines, then DEEP_ITEM's, in one child process (command_batch.py)."""
+    argvs = [["--run-config", format_run_config(values)] for values, _ in TOO_BIG]
+    return in_one_process("experiments.run.inprocess", [*argvs, ["--run-config", DEEP_ITEM]])
+
+
+@pytest.mark.parametrize("case", range(len(TOO_BIG)), ids=[p for _, p in TOO_BIG])
+def test_sizes_beyond_the_bounds_are_refused_in_one_line(refused, case):
+    line = refused_line(refused[case])
+    assert TOO_BIG[case][1] in line, line
+
+
+def test_a_size_beyond_the_bounds_ends_the_process_with_exit_code_2():
+    """One of them as a whole process of its own: exit code 2, one line."""
+    values, phrase = TOO_BIG[0]
+    assert phrase in refused_line(inprocess("--run-config", format_run_config(values)))
+
+
+def test_a_run_config_item_nested_deeply_is_one_line(refused):
+    line = refused_line(refused[-1])
     assert line.startswith("error: --run-config item 'x=[[[[") and "..." in line
 
 

@@ -1,0 +1,116 @@
+"""Many command lines of one command, each as its ``main(argv)``, in one child process.
+
+A fresh Python process that imports torch costs about 4 s on two cores; a test of a command
+line's refusal (exit code 2, one line on stderr, nothing started) or of a run's one-line
+failure needs the command's ``main`` and its output, not a process of its own.
+:func:`in_one_process` runs a list of command lines in one child process (run as a script:
+``python tests/command_batch.py``), each with its own captured stdout and stderr and its exit
+code as Python would give it. What a command imported from outside the project and the
+virtual environment (a researcher's ``my_policies.py``) is forgotten before the next one
+runs. One command line of each family still runs as a whole process of its own in the tests
+that use this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def in_one_process(
+    module: str, argvs: list[list[str]], *, pythonpath: list[Path] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """``module``'s ``main(argv)`` for each of ``argvs``, in one child process, in order.
+
+    Parameters
+    ----------
+    module : str
+        A command's module (``experiments.run.inprocess``); its ``main`` takes ``argv``.
+    argvs : list of list of str
+        The command lines (without the program name).
+    pythonpath : list of Path, optional
+        Folders put in front of the child's ``PYTHONPATH``.
+
+    Returns
+    -------
+    list of subprocess.CompletedProcess
+        One per command line: ``returncode`` (0 for a ``main`` returning None, the code of
+        ``SystemExit``, 1 with the traceback on stderr for any other exception), ``stdout``,
+        ``stderr``.
+    """
+    paths = [str(p) for p in pythonpath or []] + [os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), module],
+        input=json.dumps(argvs),
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout)
+    return [
+        subprocess.CompletedProcess([module, *argv], r["returncode"], r["stdout"], r["stderr"])
+        for argv, r in zip(argvs, results, strict=True)
+    ]
+
+
+def _exit_code(err: SystemExit, stderr: io.StringIO) -> int:
+    """The process exit code Python gives ``raise SystemExit(err.code)``."""
+    if err.code is None:
+        return 0
+    if isinstance(err.code, int):
+        return err.code
+    print(err.code, file=stderr)
+    return 1
+
+
+def _own_or_installed(name: str) -> bool:
+    """Whether module ``name`` comes from the project or the environment (kept between runs)."""
+    file = getattr(sys.modules.get(name), "__file__", None)
+    if file is None:
+        return True
+    roots = (str(PROJECT), sys.prefix, sys.base_prefix)
+    return str(Path(file).resolve()).startswith(roots)
+
+
+def _main() -> None:
+    """The child: read the command lines as JSON on stdin, write the results as JSON."""
+    import importlib
+
+    sys.path.insert(0, str(PROJECT))
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    main = importlib.import_module(sys.argv[1]).main
+    results = []
+    for argv in json.loads(sys.stdin.read()):
+        before = set(sys.modules)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                returned = main(argv)
+                code = 0 if returned is None else int(returned)
+            except SystemExit as stop:
+                code = _exit_code(stop, err)
+            except BaseException:
+                traceback.print_exc(file=err)
+                code = 1
+        for name in set(sys.modules) - before:
+            if not _own_or_installed(name):
+                del sys.modules[name]
+        results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+    sys.stdout.write(json.dumps(results))
+
+
+if __name__ == "__main__":
+    _main()
