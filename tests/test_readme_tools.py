@@ -102,6 +102,7 @@ def test_every_tool_family_of_the_readme_is_covered() -> None:
     assert all(module_commands(module) for module in PRINTING)
 
 
+@pytest.mark.slow  # 40 s: it times σ̂ on every model, ResNet-18 included
 @pytest.mark.parametrize("module", list(PRINTING))
 def test_readme_printing_command_runs(module: str) -> None:
     for args in module_commands(module):
