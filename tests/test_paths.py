@@ -273,6 +273,7 @@ def hostile_folder(tmp_path: Path) -> Path:
 SMALL = {"num-devices": 6, "num-server-rounds": 150, "policy": "fedcgd-fscd"}
 
 
+@pytest.mark.slow  # 35 s; test_resume_command's Ctrl-C run does the same by default (--out)
 def test_a_run_in_a_hostile_folder_stops_and_continues_with_the_printed_command_in_bash(
     tmp_path,
 ):

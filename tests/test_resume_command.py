@@ -8,6 +8,7 @@ does: same metrics lines (timings aside), same final model.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -26,6 +27,7 @@ from run_results import (
     two_policy_preset,
 )
 from subprocesses import start_in_own_session, wait_for
+from test_paths import hostile_folder
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.resume_command import single_run_line
@@ -114,13 +116,19 @@ def run_config_text(values: dict) -> str:
     ids=["ctrl-c", "sigterm"],
 )
 def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp_path, signum):
-    values = {"num-devices": 12, "num-server-rounds": 150, "policy": "fedcgd-fscd"}
+    """``--out`` and ``data-dir`` lie in a folder whose name holds a space, both quotes, a
+    backslash and a non-BMP character; the printed command is pasted into ``bash``."""
+    base = hostile_folder(tmp_path)
+    out, data = base / "runs 😀", base / "data 'ü'"
+    values = {
+        "num-devices": 12, "num-server-rounds": 150, "policy": "fedcgd-fscd", "data-dir": str(data)
+    }  # fmt: skip
     proc = start(
-        python_m("experiments.run.inprocess", "--out", str(tmp_path / "runs"), "--run-config",
+        python_m("experiments.run.inprocess", "--out", str(out), "--run-config",
                  run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
-    assert folder.parent == tmp_path / "runs" and folder.name.startswith("fedcgd-fscd-")
+    assert folder.parent == out and folder.name.startswith("fedcgd-fscd-")
     _, err = stop_after(proc, folder, 5, signum)
     assert proc.returncode == 128 + signum, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
@@ -136,9 +144,13 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     words = printed_command(last, CONTINUE)
     assert words[1:3] == ["-m", "experiments.run.inprocess"]
 
-    again = run_verbatim(words)
+    again = subprocess.run(  # the line as printed, pasted into a shell
+        ["bash", "-c", last.split(": ", 1)[1]],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
+    assert json.loads((folder / "config.json").read_text())["task"]["data_dir"] == str(data)
     assert again.stdout.strip().splitlines()[-1] == f"completed: 150 rounds, results in {folder}"
     whole = tmp_path / "whole"
     whole_run(whole, values)
@@ -146,8 +158,8 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
 
 
 def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_again(tmp_path):
-    # the first checkpoint is due after round 1,000, i.e. after the last round (200)
-    values = {"num-devices": 10, "num-server-rounds": 200, "checkpoint-every": 1000}
+    # the first checkpoint is due after round 1,000, i.e. after the last round (100)
+    values = {"num-devices": 10, "num-server-rounds": 100, "checkpoint-every": 1000}
     out_dir = tmp_path / "runs"
     proc = start(
         python_m("experiments.run.inprocess", "--out", str(out_dir), "--run-config",
@@ -168,10 +180,11 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_agai
     assert again.returncode == 0, again.stderr[-3000:]
     folders = sorted(p for p in out_dir.iterdir() if p != folder)
     assert len(folders) == 1 and again.stdout.splitlines()[0] == f"result folder: {folders[0]}"
-    assert [x["round"] for x in lines(folders[0])] == list(range(1, 201))
-    assert rounds_written(folder) < 200  # the stopped run's folder is left as it was
+    assert [x["round"] for x in lines(folders[0])] == list(range(1, 101))
+    assert rounds_written(folder) < 100  # the stopped run's folder is left as it was
 
 
+@pytest.mark.slow  # 50 s; test_kill9 stops a comparison and runs it again by default
 def test_a_stopped_comparison_prints_the_same_command_which_finishes_every_run(tmp_path):
     out = tmp_path / "compare"
     args = ["--engine", "inprocess", "--policies", "bc,fedcgd-fscd", "--out", str(out),
