@@ -29,11 +29,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy channel fedcgd_strategy server_app client_app fedcgd_task experiments
 
+# Two test processes (pytest-xdist): most tests wait on child processes, so two share two cores
+# well (12.5 min of tests instead of 18 on 2 cores); PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 2
+
 test: lint typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m slow
 
 # The docker-compose deployment for real (root; installs docker.io, debootstrap and
 # docker-compose with apt when missing): see scripts/test_compose.sh. Not part of `make test`.
