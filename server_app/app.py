@@ -22,6 +22,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
 from fedcgd_strategy.flower.simulation import patient
+from fedcgd_task.errors import OneLineMessage
 from server_app.atomic_files import ResultWriteError
 from server_app.checkpoint import ResumePlan, save_model
 from server_app.config import RunConfig, parse_run_config
@@ -63,7 +64,7 @@ def main(grid: Grid, context: Context) -> None:
     try:
         run_federation(grid, config, fresh_name=fresh)
     except Exception as err:
-        if not getattr(err, "complete_message", False):
+        if not isinstance(err, OneLineMessage):
             raise
         say(FAILURE_MARKER + failure_line(err, Path(config.result_dir)))
 

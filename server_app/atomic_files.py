@@ -31,13 +31,15 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import BinaryIO, ClassVar
+from typing import BinaryIO
+
+from fedcgd_task.errors import OneLineMessage
 
 #: Mode of the files written (the temporary files start at mkstemp's 0600).
 FILE_MODE = 0o644
 
 
-class ResultWriteError(Exception):
+class ResultWriteError(OneLineMessage, Exception):
     """A file of a result folder could not be written; the message is one complete line.
 
     Attributes
@@ -51,7 +53,6 @@ class ResultWriteError(Exception):
 
     #: The message is the whole line to show (no ``Type:`` prefix, see
     #: :func:`server_app.run_status.one_line`).
-    complete_message: ClassVar[bool] = True
 
     def __init__(self, message: str, *, errno_code: int | None, path: str) -> None:
         super().__init__(message)

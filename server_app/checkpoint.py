@@ -30,11 +30,12 @@ import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
 
+from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.nested import DESCEND, map_nested
 from server_app.atomic_files import atomic_write
 from server_app.config import MAX_SERVER_ROUNDS, RunConfig
@@ -124,10 +125,8 @@ class Checkpoint:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-class CheckpointRefusedError(ValueError):
+class CheckpointRefusedError(OneLineMessage, ValueError):
     """A checkpoint that is not the run's or does not fit it: one line, nothing written."""
-
-    complete_message: ClassVar[bool] = True
 
 
 def identity_settings(config: RunConfig) -> dict[str, Any]:

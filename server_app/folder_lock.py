@@ -34,7 +34,8 @@ import fcntl
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+
+from fedcgd_task.errors import OneLineMessage
 
 #: The owner's lock file (the command that started the run or the comparison).
 LOCK_FILE = ".fedcgd.lock"
@@ -46,7 +47,7 @@ LOCK_FILES = (LOCK_FILE, WRITER_LOCK_FILE)
 MAX_NAME_SUFFIX = 999
 
 
-class FolderInUseError(ValueError):
+class FolderInUseError(OneLineMessage, ValueError):
     """A folder's lock is held by another process; the message is one complete line.
 
     Attributes
@@ -55,8 +56,6 @@ class FolderInUseError(ValueError):
         The holder's PID, when it could be read.
 
     """
-
-    complete_message: ClassVar[bool] = True
 
     def __init__(self, message: str, pid: int | None) -> None:
         super().__init__(message)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import first_line
 from server_app.atomic_files import atomic_write_text
 from server_app.json_files import read_json_object
@@ -139,10 +140,11 @@ def ended_by(
 def one_line(err: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters), for ``status.json``.
 
-    An error whose class says its message is complete (``complete_message = True``: a failed
-    write, a policy's decision that breaks the budget, a folder in use) is its message alone.
+    An error whose message is one complete line (a :class:`~fedcgd_task.errors.OneLineMessage`:
+    a failed write, a policy's decision that breaks the budget, a folder in use) is its message
+    alone.
     """
-    if getattr(err, "complete_message", False):
+    if isinstance(err, OneLineMessage):
         return first_line(err)[:300]
     return f"{type(err).__name__}: {first_line(err)}"[:300]
 

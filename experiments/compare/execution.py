@@ -42,6 +42,7 @@ from experiments.run.run_pool import (
     resolve_jobs,
     run_jobs,
 )
+from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.settings import default_run_config
 from server_app.folder_lock import FolderClaim, claim_folder
 from server_app.run_status import (
@@ -102,7 +103,7 @@ def _run_inprocess(overrides: Mapping[str, Any]) -> BaseException | None:
     try:
         run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
     except Exception as err:  # one failed run must not stop a sweep
-        if not getattr(err, "complete_message", False):
+        if not isinstance(err, OneLineMessage):
             print(f"in-process run failed: {err!r}", flush=True)
         return err
     return None

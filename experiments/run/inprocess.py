@@ -34,6 +34,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_strategy.flower.simulation import describe_unanswered, stall_alarm
+from fedcgd_task.errors import OneLineMessage
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 
@@ -277,7 +278,7 @@ def run_command(argv: list[str] | None, last_words: LastWords) -> int:
         print(json.dumps(summary, indent=2))
     except Exception as err:  # the status says what happened; the traceback says where
         failure = err
-        if not getattr(err, "complete_message", False):  # a one-line error needs no trace
+        if not isinstance(err, OneLineMessage):  # a one-line error needs no trace
             traceback.print_exc()
     finally:
         claim.release()

@@ -32,6 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from fedcgd_task.errors import OneLineMessage
+
 #: Seconds between SIGTERM and SIGKILL.
 GRACE_S = 3.0
 
@@ -83,21 +85,20 @@ def guarded_popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class Interrupted(BaseException):
+class Interrupted(OneLineMessage, BaseException):
     """Raised in the main thread by the first SIGINT or SIGTERM (see :func:`stop_on_signals`).
+
+    Its message (``stopped by SIGINT``) is the whole story (:class:`OneLineMessage`): a run's
+    ``status.json`` records it as the reason, without the class name.
 
     Attributes
     ----------
     signum : int
         The signal received.
-    complete_message : bool
-        Its message (``stopped by SIGINT``) is the whole story: a run's ``status.json`` records
-        it as the reason, without the class name (:func:`server_app.run_status.one_line`).
     stops_run : bool
         A run it ends is ``stopped``, not ``failed`` (:func:`server_app.run_status.ended_by`).
     """
 
-    complete_message = True
     stops_run = True
 
     def __init__(self, signum: int) -> None:

@@ -36,6 +36,8 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
+from fedcgd_task.errors import OneLineMessage
+
 #: Smallest ``stall-limit-s``: a second (the watchdog's timer has microseconds; a limit below
 #: them would switch it off).
 MIN_STALL_LIMIT_S = 1.0
@@ -53,13 +55,11 @@ LINK_ERRORS = (
 )
 
 
-class SimulationStalledError(RuntimeError):
+class SimulationStalledError(OneLineMessage, RuntimeError):
     """A simulated run got no reply for ``stall-limit-s`` (or its link dropped a message).
 
     The message is one complete line (no ``Type:`` prefix in ``status.json``).
     """
-
-    complete_message = True
 
 
 def is_simulation(grid: Grid) -> bool:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,6 +44,7 @@ from fedcgd_strategy.policies.base import Policy
 from fedcgd_strategy.policies.decision import Decision, decision_from_mask
 from fedcgd_strategy.policies.inputs import RoundInputs, policy_copy
 from fedcgd_strategy.problem import BANDWIDTH_REL_TOL
+from fedcgd_task.errors import OneLineMessage
 
 #: Relative slack of the budget test (the solvers' rounding slack).
 BUDGET_REL_TOL = BANDWIDTH_REL_TOL
@@ -52,10 +52,8 @@ BUDGET_REL_TOL = BANDWIDTH_REL_TOL
 SHOWN_DEVICES = 12
 
 
-class PolicyDecisionError(ValueError):
+class PolicyDecisionError(OneLineMessage, ValueError):
     """A policy's decision breaks the round's physics; the message is one complete line."""
-
-    complete_message: ClassVar[bool] = True
 
 
 def _devices(mask: NDArray[np.bool_]) -> str:
