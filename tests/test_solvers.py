@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from experiments.bench import reference_solvers as reference
 from fedcgd_strategy import METHODS, SchedulingProblem, solve
-from fedcgd_strategy.solvers import reference
 from fedcgd_strategy.solvers.exact import size_batch_pairs
 from fedcgd_strategy.solvers.fscd import fscd_stages
 

@@ -4,7 +4,7 @@ Instances are the paper's Table I cell with every device a candidate (availabili
 at 20 MHz, the paper's CIFAR-10 CNN size, deadline 2 s, Dirichlet(alpha p) labels
 with alpha = 0.1 over 10 classes (:func:`experiments.paper.solver_performance.make_instance`), and
 sigma / (sqrt(b) G) = 1 with G = 1, b = 32 as in :mod:`experiments.bench.solvers`. Each instance
-is solved by :func:`fedcgd_strategy.solvers.reference.fscd_dense` and by
+is solved by :func:`experiments.bench.reference_solvers.fscd_dense` and by
 :func:`fedcgd_strategy.solvers.fscd.fscd_schedule`; the table gives median wall times and whether
 the two agree (same schedule, iterations and objective). CPU times are printed too: on a busy
 machine they are steadier than wall times.
@@ -27,10 +27,10 @@ from typing import SupportsFloat
 import numpy as np
 
 from experiments.analysis.tables import write_csv
+from experiments.bench.reference_solvers import fscd_dense
 from experiments.paper.solver_performance import random_problem
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.fscd import fscd_schedule, single_threaded_blas
-from fedcgd_strategy.solvers.reference import fscd_dense
 from fedcgd_strategy.solvers.result import ScheduleResult
 
 ALPHA = 0.1

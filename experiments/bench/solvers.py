@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from experiments.analysis.tables import write_csv
+from experiments.bench.reference_solvers import coordinate_descent_loop, fscd_loop, greedy_loop
 from experiments.paper.solver_performance import random_problem
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
 from fedcgd_strategy.solvers.exact import exact_schedule
 from fedcgd_strategy.solvers.fscd import fscd_schedule
 from fedcgd_strategy.solvers.greedy import greedy_schedule
-from fedcgd_strategy.solvers.reference import coordinate_descent_loop, fscd_loop, greedy_loop
 from fedcgd_strategy.solvers.result import ScheduleResult
 
 RATIO = 1.0

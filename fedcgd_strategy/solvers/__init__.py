@@ -1,7 +1,8 @@
 """Solvers for problem P1 (paper Section IV-B): greedy, FSCD, coordinate descent and exact.
 
-The entry point is :func:`solve`; each algorithm also has its own module. ``reference`` holds the
-slow, loop-based versions used as test oracles and benchmark baselines. Pure numpy/scipy.
+The entry point is :func:`solve`; each algorithm also has its own module. The slow, loop-based
+versions used as test oracles and benchmark baselines are in experiments/bench/reference_solvers.py
+(not installed). Pure numpy/scipy.
 """
 
 from fedcgd_strategy.solvers.dispatch import METHODS, solve

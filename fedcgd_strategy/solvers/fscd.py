@@ -3,7 +3,7 @@
 For each size ``S`` the search starts from the ``S`` feasible devices with the least ``B*`` and
 applies the best 1-step transit while it improves the objective; the transits are found by the
 incremental search of :mod:`fedcgd_strategy.solvers.transit_search`, whose decisions are those
-of the dense search (:func:`~fedcgd_strategy.solvers.reference.swap_search_dense`). Pure numpy.
+of the dense search (:func:`~experiments.bench.reference_solvers.swap_search_dense`). Pure numpy.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Set-up shared by the vectorised P1 solvers: the instance's arrays and a schedule's running sums.
 
-Every vectorised solver (and the dense FSCD oracle in :mod:`~fedcgd_strategy.solvers.reference`)
+Every vectorised solver (and the dense FSCD oracle in :mod:`~experiments.bench.reference_solvers`)
 reads the same arrays of a :class:`~fedcgd_strategy.problem.SchedulingProblem` and keeps the same
 running sums of its current schedule ``Pi``: the class sums ``sum_{v in Pi} p_v``, the size
 ``|Pi|``, the batch total ``sum_{v in Pi} b_v`` and the bandwidth ``sum_{v in Pi} B*_v``. The

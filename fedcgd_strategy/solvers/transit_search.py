@@ -8,7 +8,7 @@ one ``[|Pi|, C + 2] x [C + 2, |not Pi|]`` matrix product plus an exact term for 
 dominant class, (iii) evaluates only the swaps whose bound does not exceed the best value found,
 and (iv) settles near-ties by evaluating the few grid rows involved exactly as the dense grid
 does, so that the decisions, tie-breaking included, are those of the dense search
-(:func:`~fedcgd_strategy.solvers.reference.swap_search_dense`). At 1,000-3,000 candidate devices
+(:func:`~experiments.bench.reference_solvers.swap_search_dense`). At 1,000-3,000 candidate devices
 this is 10-20 times faster (``python -m experiments.bench.fscd_scale``). Pure numpy (threadpoolctl,
 when installed, only to keep BLAS on one thread).
 """
@@ -131,7 +131,7 @@ class TransitSearch:
     The transit is applied while it is an improvement
     (:func:`~fedcgd_strategy.solvers.result.is_improvement`). The decisions and the objective
     values are those of the dense search
-    (:func:`~fedcgd_strategy.solvers.reference.swap_search_dense`), which evaluates the whole
+    (:func:`~experiments.bench.reference_solvers.swap_search_dense`), which evaluates the whole
     ``[I, O, C]`` grid (``I = |Pi|``, ``O`` unscheduled feasible devices) at every step. A step
     here:
 
