@@ -23,11 +23,6 @@ from fedcgd_task.settings import PROJECT_DIR
 from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 
-@pytest.fixture(autouse=True)
-def _no_runtime_install(monkeypatch):
-    monkeypatch.setenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
-
-
 def metrics(out: Path) -> list[dict]:
     path = out / METRICS_FILE
     if not path.exists():

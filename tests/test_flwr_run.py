@@ -30,11 +30,6 @@ from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FI
 ROUNDS = 8
 
 
-@pytest.fixture(autouse=True)
-def _no_runtime_install(monkeypatch):
-    monkeypatch.setenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
-
-
 def per_device_inprocess(config: dict, monkeypatch) -> None:
     """Run ``config`` in process, one device at a time, with the ClientApps on the CPU.
 
