@@ -289,6 +289,17 @@ def atomic_torch_save(obj: object, path: Path) -> Path:
 #: generator states. A checkpoint is about 4 bytes per parameter (ResNet-18: 45 MB), so 8 GiB
 #: is two billion parameters; a larger file is not a checkpoint of this app.
 MAX_CHECKPOINT_BYTES = 8 * 2**30
+#: What reading a checkpoint file that is torn, foreign or tampered with raises (torch.load's
+#: own errors and those of the checks on what it returns).
+_UNREADABLE = (
+    OSError,
+    RuntimeError,
+    EOFError,
+    pickle.UnpicklingError,
+    KeyError,
+    TypeError,
+    ValueError,
+)
 
 
 def load_checkpoint(result_dir: Path) -> Checkpoint:
@@ -331,16 +342,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
         if not (math.isfinite(checkpoint.elapsed_s) and checkpoint.elapsed_s >= 0):
             raise ValueError(f"elapsed_s = {checkpoint.elapsed_s!r}, not seconds >= 0")
         return checkpoint
-    except (
-        OSError,
-        RuntimeError,
-        EOFError,
-        pickle.UnpicklingError,
-        KeyError,
-        TypeError,
-        ValueError,
-        AttributeError,
-    ) as err:
+    except (*_UNREADABLE, AttributeError) as err:
         reason = first_line(err)
         raise CheckpointRefusedError(
             f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
@@ -366,15 +368,7 @@ def checkpoint_round(result_dir: Path) -> int | None:
     try:
         data = torch.load(path, weights_only=True, mmap=True)
         return int(data["round"])
-    except (
-        OSError,
-        RuntimeError,
-        EOFError,
-        pickle.UnpicklingError,
-        KeyError,
-        TypeError,
-        ValueError,
-    ):
+    except _UNREADABLE:
         return None
 
 
