@@ -23,13 +23,9 @@ from flwr.supercore.logger import FLOWER_LOGGER
 
 from fedcgd_strategy.flower.simulation import patient
 from fedcgd_task.errors import OneLineMessage
-from server_app.atomic_files import ResultWriteError
-from server_app.checkpoint import ResumePlan, save_model
-from server_app.config import RunConfig, parse_run_config
-from server_app.recorder import RoundRecorder
-from server_app.results import ResultWriter
-from server_app.run_folder import claim_run_folder
-from server_app.run_status import (
+from run_files.atomic_files import ResultWriteError
+from run_files.results import ResultWriter
+from run_files.run_status import (
     COMPLETED,
     FAILED,
     FAILURE_MARKER,
@@ -41,6 +37,10 @@ from server_app.run_status import (
     lost_note,
     write_status,
 )
+from server_app.checkpoint import ResumePlan, save_model
+from server_app.config import RunConfig, parse_run_config
+from server_app.recorder import RoundRecorder
+from server_app.run_folder import claim_run_folder
 from server_app.setup import RunSetup, build_setup
 
 app = ServerApp()
@@ -55,7 +55,7 @@ def main(grid: Grid, context: Context) -> None:
 
     A failure that is one line by itself (a failed write, a folder in use, a policy's
     decision that breaks the budget) is printed as ``run failed: <line>``
-    (:data:`server_app.run_status.FAILURE_MARKER`, read back by the commands) instead of a
+    (:data:`run_files.run_status.FAILURE_MARKER`, read back by the commands) instead of a
     traceback.
     """
     run_config = context.run_config
@@ -129,7 +129,7 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     refused, naming its PID; nothing is written when the folder is refused). Then
     ``status.json`` says ``"running"``; at the end ``"completed"`` (after ``model.pt`` and
     ``summary.json``), ``"stopped"`` when a SIGINT / SIGTERM stopped it (a file being written
-    is finished first: :func:`server_app.atomic_files.stop_signals_held`), or ``"failed"`` with
+    is finished first: :func:`run_files.atomic_files.stop_signals_held`), or ``"failed"`` with
     the reason when this function raises otherwise, when no device uploaded an update in the
     whole run, or when aggregation failed in more than half of the rounds with uploads
     (:func:`aggregation_failure_reason`; when the status itself cannot be written, the
@@ -268,7 +268,7 @@ def write_end(
     """Write ``model.pt``, ``summary.json`` and the final status; return the summary.
 
     The summary and the status count the devices lost to timeouts, disconnections or errors
-    (:func:`server_app.run_status.lost_counts`), and the last line says so when there were any.
+    (:func:`run_files.run_status.lost_counts`), and the last line says so when there were any.
     """
     save_model(writer.dir, final_model)
     history = writer.lines

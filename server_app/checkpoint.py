@@ -37,17 +37,17 @@ import torch
 
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.nested import DESCEND, map_nested
-from server_app.atomic_files import atomic_write
-from server_app.config import MAX_SERVER_ROUNDS, RunConfig
-from server_app.json_files import read_json_object
-from server_app.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
-from server_app.run_status import (
+from run_files.atomic_files import atomic_write
+from run_files.json_files import read_json_object
+from run_files.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
+from run_files.run_status import (
     COMPLETED,
     first_line,
     flat_settings,
     read_status,
     settings_differences,
 )
+from server_app.config import MAX_SERVER_ROUNDS, RunConfig
 
 CHECKPOINT_FILE = "checkpoint.pt"
 #: The checkpoint's format: what it holds and how a resume reads it. 1: before checkpoints
@@ -274,12 +274,12 @@ def atomic_torch_save(obj: object, path: Path) -> Path:
     """``torch.save(obj, path)`` through a temporary file, flushed and renamed over ``path``.
 
     The temporary file is created exclusively under a unique name
-    (:func:`server_app.atomic_files.atomic_write`), so no file planted in the folder (a link
+    (:func:`run_files.atomic_files.atomic_write`), so no file planted in the folder (a link
     named ``checkpoint.tmp``, say) can redirect the write.
 
     Raises
     ------
-    server_app.atomic_files.ResultWriteError
+    run_files.atomic_files.ResultWriteError
         One line naming ``path`` (disk full, ...); no temporary file is left.
     """
     return atomic_write(path, lambda handle: torch.save(obj, handle))

@@ -12,7 +12,7 @@ model. Per round, in this order (docs/design.md, "One round", step 4, and "Resul
 4. ``checkpoint.pt``, when due (:func:`checkpoint_due`), after the line, so that a checkpoint's
    round always has its line;
 5. the progress line (its ETA counts the rounds' own time only, from the end of round 0:
-   :meth:`~server_app.results.ResultWriter.start_rounds`).
+   :meth:`~run_files.results.ResultWriter.start_rounds`).
 
 Round 0 (Flower's evaluation of the starting model) is evaluated and printed only; a resumed
 run skips it (its starting model was evaluated in the interrupted run).
@@ -27,9 +27,9 @@ from typing import Any
 from flwr.app import ArrayRecord, MetricRecord
 
 from fedcgd_strategy.record import RoundRecord
+from run_files.results import ResultWriter
+from run_files.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.checkpoint import save_checkpoint
-from server_app.results import ResultWriter
-from server_app.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.setup import RunSetup
 
 

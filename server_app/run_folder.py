@@ -2,7 +2,7 @@
 
 The checks of a folder (a new run: not a file, no run's files yet; a resume: a checkpoint, the
 same settings, rounds left) are only true while nobody else writes there, so they run under the
-folder's locks (:mod:`server_app.folder_lock`, docs/design.md, "One writer per folder"). A
+folder's locks (:mod:`run_files.folder_lock`, docs/design.md, "One writer per folder"). A
 folder that already exists is locked first, so that a run still alive in it is named (its PID)
 rather than described by its files; a missing folder is checked before it is created, so that a
 refused run leaves nothing behind.
@@ -15,11 +15,11 @@ import dataclasses
 import os
 from pathlib import Path
 
+from run_files.folder_lock import FolderClaim, claim_folder
+from run_files.results import check_new_result_dir
+from run_files.run_status import RUN_FILES
 from server_app.checkpoint import ResumePlan, check_resume
 from server_app.config import RunConfig
-from server_app.folder_lock import FolderClaim, claim_folder
-from server_app.results import check_new_result_dir
-from server_app.run_status import RUN_FILES
 
 
 def folder_key(config: RunConfig) -> str:

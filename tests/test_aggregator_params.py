@@ -25,9 +25,9 @@ from flwr.serverapp import strategy as flower_strategies
 from experiments.run.inprocess import main as inprocess_main
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import default_run_config
+from run_files.run_status import read_status
 from server_app.config import parse_run_config
 from server_app.policy_params import fold_policy_params
-from server_app.run_status import read_status
 
 V = 8
 FIXED = "DifferentialPrivacyServerSideFixedClipping"

@@ -13,9 +13,9 @@ from fake_grid import FakeGrid, make_contexts
 from client_app.app import app as client_app
 from fedcgd_strategy.policies import POLICY_NAMES
 from fedcgd_task.settings import default_run_config
+from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE
 from server_app.app import run_federation
 from server_app.config import CHANNEL_KEYS, parse_run_config
-from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE
 
 
 def run_inprocess(tmp_path: Path, name: str, *, cohorts: bool = True, **overrides) -> Path:

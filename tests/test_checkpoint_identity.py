@@ -32,9 +32,9 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
     synthetic_uploads,
 )
+from run_files.results import METRICS_FILE, MODEL_FILE
+from run_files.run_status import RUN_FILES
 from server_app.checkpoint import CHECKPOINT_FILE
-from server_app.results import METRICS_FILE, MODEL_FILE
-from server_app.run_status import RUN_FILES
 
 DEVICES, ROUNDS = 6, 2
 FIXED_DP = "DifferentialPrivacyServerSideFixedClipping"

@@ -21,7 +21,7 @@ from run_results import assert_same_run, lines
 from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim, whole_run
 
 from experiments.run import inprocess
-from server_app.atomic_files import atomic_write_text, stop_signals_held
+from run_files.atomic_files import atomic_write_text, stop_signals_held
 
 VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd"}
 

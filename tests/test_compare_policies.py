@@ -25,7 +25,7 @@ from experiments.compare import execution, results
 from experiments.compare import plans as planning
 from experiments.compare import policies as cp
 from experiments.run.processes import Interrupted
-from server_app.run_status import FAILED, RUNNING, read_status
+from run_files.run_status import FAILED, RUNNING, read_status
 
 RERUN = (
     "to go on, run the same command again (completed runs are kept, stopped ones continue "

@@ -20,7 +20,7 @@ from experiments.run.flwr_run import run_flwr
 from experiments.run.launcher import main
 from experiments.run.run_config import format_run_config, validated_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from server_app.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 
 def metrics(out: Path) -> list[dict]:

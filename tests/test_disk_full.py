@@ -25,7 +25,7 @@ import torch
 from experiments.run.inprocess import main as inprocess_main
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from server_app.atomic_files import ResultWriteError, append_line, atomic_write_text
+from run_files.atomic_files import ResultWriteError, append_line, atomic_write_text
 
 SMALL = {"num-devices": 8, "num-server-rounds": 5, "channel.availability-prob": 0.8}
 TIMINGS = ("eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",

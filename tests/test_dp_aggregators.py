@@ -42,7 +42,7 @@ from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregato
 from fedcgd_strategy.flower.dp_aggregators import noise_seed
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from server_app.results import METRICS_FILE, MODEL_FILE
+from run_files.results import METRICS_FILE, MODEL_FILE
 
 FIXED = "DifferentialPrivacyServerSideFixedClipping"
 ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"

@@ -16,21 +16,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from subprocesses import start_in_own_session, wait_for
+from subprocesses import assert_import_pulls_neither_flwr_nor_torch, start_in_own_session, wait_for
 
 from experiments.run.preflight import claim_run
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from server_app.atomic_files import atomic_write_text
-from server_app.checkpoint import CHECKPOINT_FILE, save_model
-from server_app.folder_lock import (
+from run_files.atomic_files import atomic_write_text
+from run_files.folder_lock import (
     LOCK_FILE,
     WRITER_LOCK_FILE,
     FolderInUseError,
     claim_folder,
     new_folder,
 )
-from server_app.results import METRICS_FILE
+from run_files.results import METRICS_FILE
+from server_app.checkpoint import CHECKPOINT_FILE, save_model
 
 SMALL = {"num-devices": 8, "channel.availability-prob": 0.8}
 
@@ -239,7 +239,7 @@ def test_a_held_lock_names_its_holder_and_dies_with_it(tmp_path):
     holder = hold(
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from pathlib import Path\n"
-        "from server_app.folder_lock import claim_folder\n"
+        "from run_files.folder_lock import claim_folder\n"
         "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
         "print('held', flush=True)\n"
         "import time; time.sleep(300)\n",
@@ -274,3 +274,13 @@ def test_lock_files_are_empty_and_the_holder_is_the_kernels_word(tmp_path):
                 os.close(fd)
     finally:
         claim.release()
+
+
+def test_the_run_files_package_imports_neither_flwr_nor_torch():
+    assert_import_pulls_neither_flwr_nor_torch(
+        "run_files.folder_lock",
+        "run_files.atomic_files",
+        "run_files.json_files",
+        "run_files.run_status",
+        "run_files.results",
+    )

@@ -40,7 +40,7 @@ def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
 
 
 def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
-    from server_app.results import eta_s
+    from run_files.results import eta_s
 
     # After round 1 only its own time is known: 3 s per round, 9 rounds left.
     assert eta_s([3.0], 9) == 27.0
@@ -63,7 +63,7 @@ class FakeClock:
 def test_the_progress_line_eta_counts_the_rounds_own_time_only(monkeypatch, tmp_path) -> None:
     """A run whose start-up took 830 s and whose rounds take 0.4 s: ETA 19.6 s at round 1 of 50,
     not 842 s x 49 (what the round-1 line used to say: its time held the start-up)."""
-    import server_app.results as results
+    import run_files.results as results
 
     clock = FakeClock(1000.0)
     monkeypatch.setattr(results.time, "perf_counter", clock)
@@ -82,7 +82,7 @@ def test_the_progress_line_eta_counts_the_rounds_own_time_only(monkeypatch, tmp_
 def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
     monkeypatch, tmp_path
 ) -> None:
-    import server_app.results as results
+    import run_files.results as results
 
     clock = FakeClock(50.0)
     monkeypatch.setattr(results.time, "perf_counter", clock)

@@ -20,7 +20,7 @@ from subprocesses import start_in_own_session
 from experiments.run import ray_cluster
 from experiments.run.ray_cluster import LocalRayCluster, require_loopback_only
 from experiments.run.ray_cluster_check import REPORT_PREFIX
-from server_app.results import METRICS_FILE, SUMMARY_FILE
+from run_files.results import METRICS_FILE, SUMMARY_FILE
 
 # A fresh network namespace with only loopback, then the command given after it.
 NAMESPACE = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]

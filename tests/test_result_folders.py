@@ -26,11 +26,11 @@ from experiments.run.run_config import (
     validated_run_config,
     with_resolved_data_dir,
 )
+from run_files.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from run_files.run_status import RUNNING, RunStatus, read_status, write_status
 from server_app.app import run_federation
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.config import parse_run_config
-from server_app.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
-from server_app.run_status import RUNNING, RunStatus, read_status, write_status
 
 SMALL = {
     "num-devices": 8,

@@ -17,8 +17,8 @@ from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import (
     format_run_config,
 )
+from run_files.results import METRICS_FILE, MODEL_FILE
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from server_app.results import METRICS_FILE, MODEL_FILE
 
 ROUNDS = 12
 

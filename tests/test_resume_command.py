@@ -33,7 +33,7 @@ from experiments.run.inprocess import run_inprocess
 from experiments.run.resume_command import single_run_line
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
-from server_app.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
+from run_files.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
 CONTINUE = "to continue after round "
 NO_CHECKPOINT = "cannot be resumed: "

@@ -30,7 +30,7 @@ from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.pending import Pending, PendingMessages
 from fedcgd_strategy.policies import PolicyContext, make_policy
 from fedcgd_task import keys
-from server_app.results import METRICS_FILE
+from run_files.results import METRICS_FILE
 
 TESTS = Path(__file__).resolve().parent
 

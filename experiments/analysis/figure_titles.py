@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from server_app.json_files import read_json_object
-from server_app.results import CONFIG_FILE
+from run_files.json_files import read_json_object
+from run_files.results import CONFIG_FILE
 
 #: Display names of the built-in data sets (a researcher's data set shows its function name).
 DATASET_NAMES = {

@@ -37,9 +37,9 @@ from experiments.analysis.figures import (
     series_styles,
     smoothing_window,
 )
-from server_app.atomic_files import ResultWriteError, atomic_write
-from server_app.json_files import read_json_object
-from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
+from run_files.atomic_files import ResultWriteError, atomic_write
+from run_files.json_files import read_json_object
+from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 
 #: The three panels of a run figure: one metric each (labels and ranges in
 #: :data:`experiments.analysis.figures.METRICS`).
@@ -53,7 +53,7 @@ def load_run(result_dir: Path) -> tuple[str, list[dict]]:
     """Return (label, per-round lines) of a result directory.
 
     A torn last line of ``metrics.jsonl`` (a run stopped, or still writing it) is left out
-    (:func:`server_app.results.read_metrics_lines`); the label is the policy of
+    (:func:`run_files.results.read_metrics_lines`); the label is the policy of
     ``config.json`` (bounded in size and depth), else the folder's name.
 
     Raises
@@ -78,7 +78,7 @@ def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
 
     Raises
     ------
-    server_app.atomic_files.ResultWriteError
+    run_files.atomic_files.ResultWriteError
         One line naming ``out`` (disk full, ...); no temporary file is left.
     """
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from server_app.atomic_files import atomic_write_text
+from run_files.atomic_files import atomic_write_text
 
 
 def write_csv(
@@ -30,7 +30,7 @@ def write_csv(
     ------
     ValueError
         If a row has a key that is not a column.
-    server_app.atomic_files.ResultWriteError
+    run_files.atomic_files.ResultWriteError
         When the file cannot be written (one line; the old file, if any, is kept whole).
 
     """

@@ -44,8 +44,8 @@ from experiments.run.run_pool import (
 )
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.settings import default_run_config
-from server_app.folder_lock import FolderClaim, claim_folder
-from server_app.run_status import (
+from run_files.folder_lock import FolderClaim, claim_folder
+from run_files.run_status import (
     FAILED,
     RUN_FILES,
     RunStatus,
@@ -113,7 +113,7 @@ def claim_run_folder(plan: PlannedRun) -> FolderClaim:
     """Lock a planned run's folder for this command while the run goes (its owner lock).
 
     Its processes (the in-process run, ``flwr run``'s ServerApp, a job's process) work under
-    this lock; another process that holds it is named (:mod:`server_app.folder_lock`).
+    this lock; another process that holds it is named (:mod:`run_files.folder_lock`).
     """
     return claim_folder(plan.result_dir, f"{plan.label}: result folder")
 

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-from server_app.checkpoint import run_finished, unread_settings
-from server_app.json_files import read_json_object
-from server_app.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
-from server_app.run_status import (
+from run_files.json_files import read_json_object
+from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
+from run_files.run_status import (
     SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
     holds_run,
     settings_differences,
 )
+from server_app.checkpoint import run_finished, unread_settings
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
@@ -294,7 +294,7 @@ def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
         One line naming the run's folder and what is wrong.
     """
     from experiments.run.preflight import check_before_start
-    from server_app.folder_lock import probe_free
+    from run_files.folder_lock import probe_free
 
     for plan in plans:
         if plan.action in (KEEP, REFUSE):

@@ -71,8 +71,8 @@ from experiments.run.run_config import (
     validated_run_config,
 )
 from experiments.run.run_pool import resolve_jobs
-from server_app.atomic_files import ResultWriteError
-from server_app.folder_lock import claim_folder
+from run_files.atomic_files import ResultWriteError
+from run_files.folder_lock import claim_folder
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,9 +79,9 @@ from experiments.run.resume_command import LastWords, python_command, rerun_line
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
-from server_app.atomic_files import ResultWriteError
+from run_files.atomic_files import ResultWriteError
+from run_files.folder_lock import FolderClaim, claim_folder
 from server_app.config import parse_run_config
-from server_app.folder_lock import FolderClaim, claim_folder
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")

@@ -16,8 +16,8 @@ from typing import Any
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.analysis.tables import write_csv
-from server_app.json_files import read_json_object
-from server_app.results import CONFIG_FILE
+from run_files.json_files import read_json_object
+from run_files.results import CONFIG_FILE
 
 REFERENCE_POLICY = "fedcgd-fscd"
 #: Metrics tested against the reference policy, paired by seed, and their column prefixes:

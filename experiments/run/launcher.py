@@ -236,7 +236,7 @@ def launch_run(
     A failed run's last line is ``continuing()``: how it continues, or why it cannot.
     """
     from experiments.run.preflight import effective_result_dir, run_outcome
-    from server_app.atomic_files import ResultWriteError
+    from run_files.atomic_files import ResultWriteError
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])

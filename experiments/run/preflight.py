@@ -15,7 +15,7 @@ or shards than samples, local training of more than :data:`MAX_LOCAL_PASSES` pas
 device's data per round).
 
 :func:`claim_run` takes a run's folder for the command that starts it (the launcher, the
-in-process engine): locked for the command's whole life (:mod:`server_app.folder_lock`), so a
+in-process engine): locked for the command's whole life (:mod:`run_files.folder_lock`), so a
 second run, a resume of a live run or a comparison into it is refused naming its PID.
 
 :func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
@@ -23,7 +23,7 @@ and turns it into an exit code and a last line: 0 completed, 1 failed (or no sta
 since the launch: the ServerApp crashed before writing one), 2 refused before the start
 (:func:`refused`). ``flwr run`` exits 0 even when the ServerApp raises, so its exit code is
 not the outcome. A run that stopped unfinished is advised to resume only when its folder holds
-a checkpoint (:func:`server_app.run_status.resume_advice`).
+a checkpoint (:func:`run_files.run_status.resume_advice`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from server_app.run_status import (
+from run_files.run_status import (
     COMPLETED,
     FAILED,
     STOPPED,
@@ -50,8 +50,8 @@ from server_app.run_status import (
 )
 
 if TYPE_CHECKING:
+    from run_files.folder_lock import FolderClaim
     from server_app.config import RunConfig
-    from server_app.folder_lock import FolderClaim
 
 #: Local training may pass at most this many times over a device's data per round
 #: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|). Federated learning uses 1 to a few
@@ -120,8 +120,8 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
 def failure_outcome(err: BaseException, result_dir: Path) -> Outcome:
     """The outcome of a run whose ServerApp raised ``err`` (exit code 1, one line).
 
-    A failed write (:class:`server_app.atomic_files.ResultWriteError`: disk full, I/O error)
-    is followed by what to do next (:func:`server_app.run_status.resume_advice`).
+    A failed write (:class:`run_files.atomic_files.ResultWriteError`: disk full, I/O error)
+    is followed by what to do next (:func:`run_files.run_status.resume_advice`).
     """
     return Outcome(FAILED_CODE, f"failed: {failure_line(err, result_dir)}")
 
@@ -138,7 +138,7 @@ def run_outcome(
     earlier run (or to the run this one resumed). What the run said itself wins over the
     status, which a full disk may have kept from being written: ``failure``, what it raised
     (the in-process engine sees it), or the ``run failed: ...`` line the ServerApp printed in
-    ``output`` (``flwr run``, :data:`server_app.run_status.FAILURE_MARKER`).
+    ``output`` (``flwr run``, :data:`run_files.run_status.FAILURE_MARKER`).
     """
     if failure is not None:
         return failure_outcome(failure, result_dir)
@@ -315,15 +315,15 @@ def check_result_folder(run_config: Mapping[str, Any]) -> None:
     """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` unusable by a new run.
 
     See :func:`server_app.checkpoint.check_resume` and
-    :func:`server_app.results.check_new_result_dir`; a folder another process holds is refused
+    :func:`run_files.results.check_new_result_dir`; a folder another process holds is refused
     naming its PID, and one that is or holds a symbolic link is refused
-    (:mod:`server_app.folder_lock`). An empty ``result-dir`` stands for a fresh, timestamped
+    (:mod:`run_files.folder_lock`). An empty ``result-dir`` stands for a fresh, timestamped
     folder: nothing to check.
     """
+    from run_files.folder_lock import probe_free, refuse_links
+    from run_files.results import check_new_result_dir
     from server_app.checkpoint import check_resume
     from server_app.config import parse_run_config
-    from server_app.folder_lock import probe_free, refuse_links
-    from server_app.results import check_new_result_dir
 
     if run_config.get("resume-from"):
         folder, key = Path(str(run_config["resume-from"])).expanduser(), "resume-from"
@@ -345,7 +345,7 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
     """Check a run before its start and lock its folder for this command's whole life.
 
     The folder is ``result-dir``, ``resume-from``, or a new ``<out>/<policy>-<UTC time>``
-    (created under a name nobody else has, :func:`server_app.folder_lock.new_folder`). A
+    (created under a name nobody else has, :func:`run_files.folder_lock.new_folder`). A
     folder that exists is locked before anything else, so that a run still alive there is
     named (its PID; a folder that holds no lock file was never claimed, and is not touched
     before the checks); every check of :func:`check_before_start` runs after that, and the
@@ -368,9 +368,9 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
     Raises
     ------
     ValueError, FileNotFoundError
-        One line (:class:`server_app.folder_lock.FolderInUseError` names the holder's PID).
+        One line (:class:`run_files.folder_lock.FolderInUseError` names the holder's PID).
     """
-    from server_app.folder_lock import claim_folder, holds_lock_files
+    from run_files.folder_lock import claim_folder, holds_lock_files
 
     config = dict(run_config)
     fresh = not config.get("result-dir") and not config.get("resume-from")

@@ -96,7 +96,7 @@ class Interrupted(OneLineMessage, BaseException):
     signum : int
         The signal received.
     stops_run : bool
-        A run it ends is ``stopped``, not ``failed`` (:func:`server_app.run_status.ended_by`).
+        A run it ends is ``stopped``, not ``failed`` (:func:`run_files.run_status.ended_by`).
     """
 
     stops_run = True

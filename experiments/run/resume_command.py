@@ -17,12 +17,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from server_app.run_status import CHECKPOINT_NAME, COMPLETED, RunStatus, read_status
+from run_files.run_status import CHECKPOINT_NAME, COMPLETED, RunStatus, read_status
 
 #: The run-config keys that name a run's folder: a resume sets ``resume-from`` alone.
 FOLDER_KEYS = ("result-dir", "resume-from")
 
-#: The final model (:data:`server_app.results.MODEL_FILE`, whose module this one does not need).
+#: The final model (:data:`run_files.results.MODEL_FILE`, whose module this one does not need).
 MODEL_NAME = "model.pt"
 
 

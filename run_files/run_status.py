@@ -23,8 +23,8 @@ from typing import Any, TypedDict
 
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import first_line
-from server_app.atomic_files import atomic_write_text
-from server_app.json_files import read_json_object
+from run_files.atomic_files import atomic_write_text
+from run_files.json_files import read_json_object
 
 STATUS_FILE = "status.json"
 
@@ -180,7 +180,7 @@ def failure_line(err: BaseException, result_dir: Path) -> str:
     """Why a run failed, in one line, with what to do next after a failed write.
 
     :func:`one_line` of ``err``; a failed write (disk full, I/O error: an error with a
-    ``disk_full`` attribute, :class:`server_app.atomic_files.ResultWriteError`) is followed by
+    ``disk_full`` attribute, :class:`run_files.atomic_files.ResultWriteError`) is followed by
     :func:`resume_advice`.
     """
     text = one_line(err)

@@ -52,7 +52,7 @@ class ResultWriteError(OneLineMessage, Exception):
     """
 
     #: The message is the whole line to show (no ``Type:`` prefix, see
-    #: :func:`server_app.run_status.one_line`).
+    #: :func:`run_files.run_status.one_line`).
 
     def __init__(self, message: str, *, errno_code: int | None, path: str) -> None:
         super().__init__(message)

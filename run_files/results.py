@@ -2,12 +2,12 @@
 
 Nothing in a folder is overwritten silently: a new run refuses a folder that already holds a
 run's results (:func:`check_new_result_dir`); a resumed run rewrites ``metrics.jsonl``,
-``config.json`` and ``summary.json`` atomically (:func:`server_app.atomic_files.atomic_write_text`),
+``config.json`` and ``summary.json`` atomically (:func:`run_files.atomic_files.atomic_write_text`),
 so a crash leaves the old file or the new one, never half of one. Metrics lines are appended
-through ``O_NOFOLLOW`` and fsynced (:func:`server_app.atomic_files.append_line`); a failed write
-raises :class:`server_app.atomic_files.ResultWriteError`, one line naming the file.
+through ``O_NOFOLLOW`` and fsynced (:func:`run_files.atomic_files.append_line`); a failed write
+raises :class:`run_files.atomic_files.ResultWriteError`, one line naming the file.
 :func:`read_metrics` (resume) and :func:`read_metrics_lines` (plots, tables) read the lines back,
-bounded in size (:data:`server_app.json_files.MAX_METRICS_LINE_BYTES` per line).
+bounded in size (:data:`run_files.json_files.MAX_METRICS_LINE_BYTES` per line).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from server_app.atomic_files import append_line, atomic_write_text, stop_signals_held
-from server_app.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds
-from server_app.run_status import RUN_FILES, holds_run
+from run_files.atomic_files import append_line, atomic_write_text, stop_signals_held
+from run_files.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds
+from run_files.run_status import RUN_FILES, holds_run
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -221,7 +221,7 @@ def _valid_line(text: str) -> dict[str, Any] | None:
 def _metrics_rows(path: Path) -> tuple[list[str], bool]:
     """The lines of ``metrics.jsonl`` (without newlines) and whether the file ends with one.
 
-    Lines longer than :data:`server_app.json_files.MAX_METRICS_LINE_BYTES` are cut there (and
+    Lines longer than :data:`run_files.json_files.MAX_METRICS_LINE_BYTES` are cut there (and
     then read as not a metrics line): a line of a run holds about 100 bytes per device.
     """
     rows: list[str] = []
