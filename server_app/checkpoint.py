@@ -5,29 +5,26 @@ Fed-CBS counts), the aggregator's state (a Flower strategy's momentum, Adam mome
 of the model, the adaptive clipping norm; never a setting:
 :func:`fedcgd_strategy.flower.aggregator_state.aggregator_state`), the states of the two random
 generators (the cell's and the policy's), the seconds elapsed, and the identity of its run
-(:func:`run_identity`: the checkpoint format, the seed, the policy and a SHA-256 digest of the
-settings that change what the run computes). It is written after the round's line is in
-``metrics.jsonl``, atomically (a temporary file renamed over the old one), so a crash leaves
-either the previous checkpoint or the new one, never half of one. Everything else (the devices'
-data, the drop of the devices, the batches of a round) is a pure function of the run seed and
-the round, so the resumed run equals the uninterrupted one.
+(:mod:`server_app.run_identity`: the checkpoint format, the seed, the policy and a SHA-256
+digest of the settings that change what the run computes). It is written after the round's line
+is in ``metrics.jsonl``, atomically (a temporary file renamed over the old one), so a crash
+leaves either the previous checkpoint or the new one, never half of one. Everything else (the
+devices' data, the drop of the devices, the batches of a round) is a pure function of the run
+seed and the round, so the resumed run equals the uninterrupted one.
 
 On resume a checkpoint of another run (another seed, policy or setting, another format) is
-refused in one line naming what differs (:func:`check_identity`), before anything in the folder
-is written; so is one whose model, policy state, generator states or aggregator state do not
-fit the run (:func:`server_app.setup.build_setup`, which the ServerApp calls for a resume before
-its first write). The identity guards against mistakes (a checkpoint copied from another folder,
-a file from another version of the app); it is not a signature: whoever can rewrite the file
-can also rewrite the code.
+refused in one line naming what differs, before anything in the folder is written; so is one
+whose model, policy state, generator states or aggregator state do not fit the run
+(:func:`server_app.setup.build_setup`, which the ServerApp calls for a resume before its first
+write). The identity guards against mistakes (a checkpoint copied from another folder, a file
+from another version of the app); it is not a signature: whoever can rewrite the file can also
+rewrite the code.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import pickle
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +32,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.nested import DESCEND, map_nested
 from run_files.atomic_files import atomic_write
 from run_files.json_files import read_json_object
@@ -43,52 +39,15 @@ from run_files.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready,
 from run_files.run_status import (
     COMPLETED,
     first_line,
-    flat_settings,
     read_status,
     settings_differences,
 )
 from server_app.config import MAX_SERVER_ROUNDS, RunConfig
+from server_app.run_identity import CheckpointRefusedError, check_identity, unread_settings
 
 CHECKPOINT_FILE = "checkpoint.pt"
-#: The checkpoint's format: what it holds and how a resume reads it. 1: before checkpoints
-#: carried their run's identity (their aggregator state held the strategy's settings too);
-#: 2: :func:`run_identity`, and the aggregator's state only. Another format is refused on resume.
-CHECKPOINT_FORMAT = 2
 #: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_to_torch`).
 NUMPY_TAG = "__numpy__"
-
-
-#: Built-in data sets whose arrays do not depend on the data folder (bundled, or generated with
-#: the folder only as a cache).
-DATA_DIR_UNREAD: tuple[str, ...] = ("digits", "mnist1d")
-#: Built-in data sets that do not read ``mnist1d-samples``.
-MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
-
-
-def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
-    """Recorded settings that do not change what a run computes, as dotted keys.
-
-    Where it writes and resumes from, how often it saves, how much it prints, how long a
-    simulation waits before it calls itself stuck (``stall-limit-s``), the data folder
-    of the bundled digits and the generated mnist1d (never read, or only a cache, so it depends
-    only on where a command started), and ``mnist1d-samples`` for the built-in data sets other
-    than mnist1d (runs recorded before the key existed hold no value for it).
-    ``settings`` is a resolved run config (:meth:`server_app.config.RunConfig.to_dict`).
-    """
-    keys: tuple[str, ...] = (
-        "result_dir",
-        "resume_from",
-        "checkpoint_every",
-        "verbose",
-        "stall_limit_s",
-    )
-    task = settings.get("task")
-    dataset = task.get("dataset") if isinstance(task, Mapping) else None
-    if dataset in DATA_DIR_UNREAD:
-        keys += ("task.data_dir",)
-    if dataset in MNIST1D_SAMPLES_UNREAD:
-        keys += ("task.mnist1d_samples",)
-    return keys
 
 
 @dataclass(frozen=True)
@@ -123,107 +82,6 @@ class Checkpoint:
     elapsed_s: float
     aggregator_state: dict[str, Any] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
-
-
-class CheckpointRefusedError(OneLineMessage, ValueError):
-    """A checkpoint that is not the run's or does not fit it: one line, nothing written."""
-
-
-def identity_settings(config: RunConfig) -> dict[str, Any]:
-    """The settings that change what a run computes: flat (dotted keys), sorted, JSON values.
-
-    Every setting of :meth:`RunConfig.to_dict` but ``num_server_rounds`` (a resume may raise
-    it) and the :func:`unread_settings`.
-    """
-    settings = json_ready(config.to_dict())
-    skip = {"num_server_rounds", *unread_settings(settings)}
-    return {k: v for k, v in sorted(flat_settings(settings).items()) if k not in skip}
-
-
-def run_identity(config: RunConfig) -> dict[str, Any]:
-    """What ties a checkpoint to its run.
-
-    ``format`` (:data:`CHECKPOINT_FORMAT`), ``seed``, ``policy``, ``settings`` (the canonical
-    JSON of :func:`identity_settings`: sorted keys, no spaces, ASCII) and ``settings_sha256``
-    (its SHA-256, hex).
-    """
-    text = json.dumps(
-        identity_settings(config), sort_keys=True, separators=(",", ":"), allow_nan=False
-    )
-    return {
-        "format": CHECKPOINT_FORMAT,
-        "seed": config.seed,
-        "policy": config.policy,
-        "settings": text,
-        "settings_sha256": hashlib.sha256(text.encode("ascii")).hexdigest(),
-    }
-
-
-def check_identity(folder: Path, checkpoint: Checkpoint, config: RunConfig) -> None:
-    """Refuse a checkpoint that another run wrote (or another format of the app).
-
-    Compared in this order: the format, the seed, the policy, the settings digest (the
-    setting that differs is named from the settings the checkpoint holds).
-
-    Raises
-    ------
-    CheckpointRefusedError
-        One line naming the field, the checkpoint's value and this run's.
-    """
-    found, wanted = checkpoint.identity, run_identity(config)
-    head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
-    version = found.get("format", 1)
-    if not _same_value(version, CHECKPOINT_FORMAT):
-        raise CheckpointRefusedError(
-            f"{head} has format {version!r}; this version of the app reads format "
-            f"{CHECKPOINT_FORMAT} (the file was written by another version); it cannot be "
-            "resumed: run again in a new folder"
-        )
-    tail = "a checkpoint copied from another run's folder? resume a run from its own checkpoint"
-    for name in ("seed", "policy"):
-        if not _same_value(found.get(name), wanted[name]):
-            raise CheckpointRefusedError(
-                f"{head} is another run's: {name} = {found.get(name)!r} in the checkpoint, "
-                f"{wanted[name]!r} in this run ({tail})"
-            )
-    if not _same_value(found.get("settings_sha256"), wanted["settings_sha256"]):
-        raise CheckpointRefusedError(
-            f"{head} is another run's: {_settings_change(found, wanted)} ({tail})"
-        )
-
-
-def _same_value(found: object, wanted: object) -> bool:
-    """``found == wanted`` for plain values of the same type (a tensor or a list never is)."""
-    return type(found) is type(wanted) and found == wanted
-
-
-def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
-    """The first setting that differs, with both values (from the checkpoint's settings)."""
-    text = found.get("settings")
-    digest = found.get("settings_sha256")
-    if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
-        return (
-            f"its settings digest {str(digest)[:12]!r} is not this run's "
-            f"{wanted['settings_sha256'][:12]!r} (its settings do not match their digest: "
-            "damaged or edited)"
-        )
-    try:
-        saved = json.loads(text)
-    except ValueError:
-        saved = {}
-    if not isinstance(saved, dict):
-        saved = {}
-    now = json.loads(wanted["settings"])
-    none = "(none)"
-    keys = sorted(k for k in set(saved) | set(now) if saved.get(k, none) != now.get(k, none))
-    if not keys:
-        return "its settings digest is not this run's"
-    more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
-    key = keys[0]
-    return (
-        f"setting {key} = {saved.get(key, '(none)')!r} in the checkpoint, "
-        f"{now.get(key, '(none)')!r} in this run{more}"
-    )
 
 
 def _to_torch(value: Any) -> Any:
@@ -470,7 +328,7 @@ def check_resume(config: RunConfig) -> ResumePlan:
         raise ValueError(f"{key} is a file, not a result folder")
     checkpoint = load_checkpoint(folder)
     check_same_settings(folder, config)
-    check_identity(folder, checkpoint, config)
+    check_identity(folder, checkpoint.identity, config)
     lines = read_metrics(folder, checkpoint.round)
     wanted = config.num_server_rounds
     if checkpoint.round > wanted or (checkpoint.round == wanted and run_finished(folder)):

@@ -33,8 +33,9 @@ from fedcgd_task.imports import first_line
 from fedcgd_task.local_data import all_partitions
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.training import compute_device, evaluate
-from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefusedError, run_identity
+from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint
 from server_app.config import RunConfig
+from server_app.run_identity import CheckpointRefusedError, run_identity
 from server_app.uplink import build_uplink
 
 
@@ -197,7 +198,7 @@ def build_setup(
 
     Raises
     ------
-    server_app.checkpoint.CheckpointRefusedError
+    server_app.run_identity.CheckpointRefusedError
         ``resume`` does not fit the run (one line, :func:`restore`).
 
     """
@@ -263,7 +264,7 @@ def restore(
 
     Raises
     ------
-    server_app.checkpoint.CheckpointRefusedError
+    server_app.run_identity.CheckpointRefusedError
         One line naming ``resume-from``, the part and why.
     """
     head = f"run-config key 'resume-from' = '{config.resume_from}': {CHECKPOINT_FILE}"

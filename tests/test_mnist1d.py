@@ -36,7 +36,7 @@ from fedcgd_task.datasets import (
 from fedcgd_task.datasets import mnist1d as mnist1d_module
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.settings import DEFAULT_MNIST1D_SAMPLES, TaskSettings, default_run_config
-from server_app.checkpoint import unread_settings
+from server_app.run_identity import unread_settings
 
 #: A small sample count: 20 of each digit, int(200 * 0.8) = 160 training and 40 test samples.
 SMALL_N = 200

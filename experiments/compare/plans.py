@@ -26,7 +26,8 @@ from run_files.run_status import (
     holds_run,
     settings_differences,
 )
-from server_app.checkpoint import run_finished, unread_settings
+from server_app.checkpoint import run_finished
+from server_app.run_identity import unread_settings
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
@@ -190,7 +191,7 @@ def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
 def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, Any]) -> str:
     """``key (kept K, asked A), ...`` for the settings that differ (empty when none).
 
-    The :func:`server_app.checkpoint.unread_settings` may differ.
+    The :func:`server_app.run_identity.unread_settings` may differ.
     """
     ignore = unread_settings(requested)
     keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
@@ -203,7 +204,7 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     """Decide what to do with one (policy, seed) from what its result folder holds.
 
     A folder without a run: run it. A run started with other settings (``config.json``
-    against the requested ones, ignoring :func:`~server_app.checkpoint.unread_settings`):
+    against the requested ones, ignoring :func:`~server_app.run_identity.unread_settings`):
     refuse. The same settings and completed: keep it; not completed but with a checkpoint:
     resume it; otherwise (no checkpoint, or no ``config.json``): clear it and run again.
     """

@@ -443,7 +443,7 @@ def check_checkpoint_fits(config: RunConfig) -> None:
 
     Raises
     ------
-    server_app.checkpoint.CheckpointRefusedError
+    server_app.run_identity.CheckpointRefusedError
         One line naming ``resume-from``, the part that does not fit and why.
     """
     from server_app.checkpoint import load_checkpoint
