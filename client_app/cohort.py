@@ -15,7 +15,7 @@ cohort's message (:func:`stats_of`, :func:`trained_of`), the whole cohort is com
   :func:`torch.func.functional_call` + :func:`torch.func.vmap` of the gradient over the devices'
   stacked parameters, each device on its own batches
   (:func:`fedcgd_task.training.local_batches`: its own draws and order), in chunks of at most
-  :func:`train_chunk_devices` devices.
+  :func:`client_app.cohort_training.train_chunk_devices` devices.
 
 Each handler then builds its own reply from its device's result, as on the per-device path, so
 anything that wraps the ClientApp (a misbehaving device in the tests) sees the same replies, and
@@ -26,8 +26,8 @@ float32: docs/running.md, "Same seed, same run").
 Where the batched path cannot run, the devices are computed one at a time, and the log says so
 once per model and reason: a model outside :mod:`client_app.per_sample_norms`'s scope, or one
 whose outputs for one device's samples change when other devices' samples share the batch
-(:func:`sample_mixing`, checked once per model structure: a parameter-free ``x - x.mean(0)``
-in ``forward``, say), gets sigma-hat per device
+(:func:`client_app.sample_mixing.sample_mixing`, checked once per model structure: a
+parameter-free ``x - x.mean(0)`` in ``forward``, say), gets sigma-hat per device
 (:func:`client_app.device_round.pre_training_stats`); a model with dropout (each device draws
 its masks from its own seeded stream), with batch normalisation (its running statistics are
 updated in training mode) or one that ``vmap`` rejects trains per device. The batched training
@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
-import time
 import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,41 +51,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MessageType
 from torch import nn
-from torch.func import functional_call, vmap
-from torch.nn import functional as F  # noqa: N812 (torch convention)
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.dropout import _DropoutNd
 
+from client_app.cohort_training import cohort_train, training_blockers
 from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
     TrainedDevice,
     device_round,
-    floating_state,
     label_hist,
     pre_training_stats,
     received_model,
     same_config,
-    update_norm_between,
 )
-from client_app.layer_norms import CHUNK_BUDGET_FLOATS
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
+from client_app.sample_mixing import MIXING_PROBE_SAMPLES, sample_mixing
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
-from fedcgd_task.imports import first_line
 
 __all__ = [
     "QUERY_CHUNK_SAMPLES",
     "opened",
-    "sample_mixing",
     "stats_of",
-    "train_chunk_devices",
     "trained_of",
-    "training_blockers",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -96,8 +84,6 @@ LOG = logging.getLogger(__name__)
 #: overheads vanish, small enough that the activations stay in the CPU's caches (one pass over
 #: 1,000 devices was 1.35x the per-device loop, 100 devices 2.0x).
 QUERY_CHUNK_SAMPLES = 4096
-#: Most devices trained together.
-TRAIN_CHUNK_MAX_DEVICES = 64
 #: Cohorts smaller than this are left to the per-device path.
 MIN_COHORT = 2
 _KINDS = (keys.QUERY_STATS, MessageType.TRAIN)
@@ -136,17 +122,6 @@ _R = TypeVar("_R", PreTrainingStats, TrainedDevice)
 _LOGGED: set[tuple[str, str, str]] = set()
 #: (model name, kind) whose batched path failed at run time: per device from then on.
 _FAILED: set[tuple[str, str]] = set()
-#: :func:`sample_mixing`'s verdicts by model structure (:func:`_structure`).
-_MIXING: dict[tuple[object, ...], str | None] = {}
-#: Largest change of a device's outputs, relative to their largest magnitude, that
-#: :func:`sample_mixing` accepts between the device's batch alone and in a cohort's batch. The
-#: check runs in float64, whose rounding differences between the two batch sizes stay below
-#: ~1e-12 here (fewer than 1e4 roundings of 1.1e-16); 1e-6 lies far above them and about at
-#: the relative rounding of a float32 forward pass, so a model that passes mixes the devices by
-#: less than the float32 computation resolves.
-MIXING_TOLERANCE = 1e-6
-#: Samples of each of two devices :func:`sample_mixing` computes together and apart.
-MIXING_PROBE_SAMPLES = 4
 
 
 def _cohort_key(msg: Message) -> tuple[object, ...] | None:
@@ -387,191 +362,3 @@ def cohort_stats(
         PreTrainingStats(label_hist=label_hist(d.split, d.batches), sigma=float(sigma))
         for d, sigma in zip(devices, sigmas, strict=True)
     ]
-
-
-def _structure(model: nn.Module) -> tuple[object, ...]:
-    """What :func:`sample_mixing`'s verdict depends on: the module types and the state's shapes."""
-    modules = tuple((name, type(module)) for name, module in model.named_modules())
-    state = tuple((name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items())
-    return (modules, state)
-
-
-def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str | None:
-    """Why the samples of one group in ``x`` are not computed apart from the others; None: they are.
-
-    The batched sigma-hat pass (:func:`client_app.sigma.gradient_spreads`) computes the devices'
-    first batches, stacked, in one batch; it gives each device the result of its own pass only
-    if the model computes a device's samples (eval mode) without looking at the other devices'.
-    Checked on ``x`` (two or more groups of ``group_size`` samples, e.g. a few samples of two
-    devices' first batches; a model that mixes only batches larger than ``x`` passes): the
-    model's outputs for the whole of ``x`` against those of each group alone, on
-    a float64 copy of the model, in eval mode, without gradients and without touching the
-    global random stream. A change above :data:`MIXING_TOLERANCE` of the outputs' largest
-    magnitude, or a model that cannot run so, is a reason. The verdict is kept per model
-    structure (module types and state shapes): later calls cost a look-up. A check
-    whose outputs are not finite gives None and keeps nothing (the next cohort checks again).
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The received global model; left unchanged.
-    x : torch.Tensor, shape [N group_size, *input_shape]
-        Samples of N >= 2 groups, group after group.
-    group_size : int
-        Samples per group.
-
-    Returns
-    -------
-    str or None
-        One line saying why the batched pass would not equal the per-device one, or None.
-
-    """
-    key = _structure(model)
-    if key in _MIXING:
-        return _MIXING[key]
-    try:
-        twin = copy.deepcopy(model).double().eval()
-        device = next(iter(twin.state_dict().values()), x).device
-        x64 = x.to(device=device, dtype=torch.float64)
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            together = twin(x64)
-            apart = torch.cat([twin(group) for group in torch.split(x64, group_size)])
-    except Exception as err:  # any failure of the probe sends the model to the per-device path
-        reason = (
-            "the check that a device's samples are computed apart from the other devices' "
-            f"could not run on a float64 copy of the model ({type(err).__name__}: "
-            f"{first_line(err)})"
-        )
-        _MIXING[key] = reason
-        return reason
-    if not (torch.isfinite(together).all() and torch.isfinite(apart).all()):
-        return None
-    change = float((together - apart).abs().max())
-    scale = float(apart.abs().max())
-    if change > MIXING_TOLERANCE * scale:
-        relative = change / scale if scale > 0 else math.inf
-        reason = (
-            f"its outputs for one device's samples change by {relative:.1e} of their "
-            "scale when other devices' samples share the batch (the model mixes the samples "
-            "of a batch)"
-        )
-        _MIXING[key] = reason
-        return reason
-    _MIXING[key] = None
-    return None
-
-
-def training_blockers(model: nn.Module) -> list[str]:
-    """Why the devices' training cannot be batched with ``vmap`` (empty: it can)."""
-    reasons = []
-    if any(isinstance(m, _DropoutNd) and m.p > 0 for m in model.modules()):
-        reasons.append("dropout masks come from each device's own seeded stream")
-    if any(isinstance(m, _BatchNorm) for m in model.modules()):
-        reasons.append("batch normalisation updates running statistics in training mode")
-    return reasons
-
-
-def train_chunk_devices(model: nn.Module) -> int:
-    """Devices trained together: parameters and gradients within a quarter of the budget."""
-    num_params = sum(p.numel() for p in model.parameters())
-    by_memory = CHUNK_BUDGET_FLOATS // (4 * 2 * max(num_params, 1))
-    return max(1, min(TRAIN_CHUNK_MAX_DEVICES, by_memory))
-
-
-def cohort_train(
-    model: nn.Module,
-    devices: Sequence[DeviceRound],
-    *,
-    stats: Sequence[PreTrainingStats] | None = None,
-) -> list[TrainedDevice]:
-    """Tau plain SGD steps of every device from ``model``, batched over devices with vmap.
-
-    Per device the arithmetic of :func:`fedcgd_task.training.train_local` (paper eq.
-    (localupdate): w <- w - eta grad f(w, batch_t), the mean cross-entropy of batch t, in
-    training mode), on its own batches; the per-step update is ``torch.add(w, g, alpha=-eta)``,
-    the operation of :func:`fedcgd_task.training.sgd_step`. ``model`` is left unchanged.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The received global model (no dropout, no batch normalisation:
-        :func:`training_blockers`).
-    devices : sequence of DeviceRound
-        Devices with the same tau, b and eta.
-    stats : sequence of PreTrainingStats, optional
-        Their statistics at ``model`` if known (default: :func:`cohort_stats`).
-
-    Returns
-    -------
-    list of TrainedDevice
-        Per device: its statistics at ``model``, its updated state dict, mean step loss,
-        update norm and its share of the chunk's training time.
-
-    """
-    if stats is None:
-        stats = cohort_stats(model, devices)
-    before = floating_state(model)
-    state = {name: t.detach().clone() for name, t in model.state_dict().items()}
-    buffers = {name: t.detach() for name, t in model.named_buffers()}
-    lr = devices[0].training.learning_rate
-    b = len(devices[0].batches[0])
-    steps = len(devices[0].batches)
-    device = next(model.parameters()).device
-
-    def batch_loss(
-        params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        return F.cross_entropy(functional_call(model, (params, buffers), (x,)), y)
-
-    # The devices' losses from one batched forward; one backward of their sum then gives each
-    # device its own gradient (they share nothing). torch.func.grad would give the same
-    # gradients (tested) but imports torch's compiler on first use (1.4 s).
-    device_losses = vmap(batch_loss, randomness="error")
-    per_chunk = train_chunk_devices(model)
-    out: list[TrainedDevice] = []
-    flags = [(m, m.training) for m in model.modules()]
-    model.train()
-    try:
-        for start in range(0, len(devices), per_chunk):
-            chunk = devices[start : start + per_chunk]
-            started = time.perf_counter()
-            data = [d.split.tensors(np.concatenate(d.batches)) for d in chunk]
-            x_all = torch.stack([x for x, _ in data]).to(device)
-            y_all = torch.stack([y for _, y in data]).to(device)
-            params = {
-                name: p.detach().unsqueeze(0).repeat(len(chunk), *([1] * p.dim()))
-                for name, p in model.named_parameters()
-            }
-            losses = []
-            for t in range(steps):
-                rows = slice(t * b, (t + 1) * b)
-                for p in params.values():
-                    p.requires_grad_(True)
-                with torch.enable_grad():
-                    loss = device_losses(params, x_all[:, rows], y_all[:, rows])
-                    grads = torch.autograd.grad(loss.sum(), list(params.values()))
-                with torch.no_grad():
-                    params = {
-                        n: torch.add(p, g, alpha=-lr)
-                        for (n, p), g in zip(params.items(), grads, strict=True)
-                    }
-                losses.append(loss.detach().tolist())
-            share_s = (time.perf_counter() - started) / len(chunk)
-            for v in range(len(chunk)):
-                weights = {
-                    name: (params[name][v] if name in params else value).cpu()
-                    for name, value in state.items()
-                }
-                out.append(
-                    TrainedDevice(
-                        stats=stats[start + v],
-                        weights=weights,
-                        mean_loss=float(np.mean([step_losses[v] for step_losses in losses])),
-                        update_norm=update_norm_between(before, weights),
-                        train_time_s=float(share_s),
-                    )
-                )
-    finally:
-        for module, flag in flags:
-            module.training = flag
-    return out

@@ -150,7 +150,7 @@ def gradient_spreads(
     (:func:`client_app.per_sample_norms.per_sample_grad_norms`), in eval mode. Each device's
     result is the one its own batch gives alone, up to summation order, if the model computes
     each sample without the other samples of the batch (the caller's to check:
-    :func:`client_app.cohort.sample_mixing`).
+    :func:`client_app.sample_mixing.sample_mixing`).
 
     Parameters
     ----------

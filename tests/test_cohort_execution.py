@@ -28,7 +28,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from layer_cases import REL64
 from misbehaving import misbehaving
 
-from client_app import cohort
+from client_app import cohort, cohort_training
+from client_app import sample_mixing as mixing
 from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
@@ -209,17 +210,17 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
 def test_dropout_trains_per_device_and_says_so_once(tmp_path: Path, caplog) -> None:
     cohort._LOGGED.clear()
     model = build_model("cnn", 10, (3, 32, 32))
-    assert cohort.training_blockers(model) == [
+    assert cohort_training.training_blockers(model) == [
         "dropout masks come from each device's own seeded stream"
     ]
-    assert cohort.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
+    assert cohort_training.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
     run_config = validated_run_config({"num-devices": 5, "data-dir": str(tmp_path / "data")})
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         for _ in range(2):
             together = replies(run_config, "train", cohorts=True, model="mlp", tau=1)
     assert not caplog.records  # the MLP batches
     bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
-    assert "batch normalisation" in cohort.training_blockers(bn)[0]
+    assert "batch normalisation" in cohort_training.training_blockers(bn)[0]
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         cohort._log_once("cnn", "train", "dropout")
         cohort._log_once("cnn", "train", "dropout")
@@ -232,7 +233,7 @@ def test_train_chunks_and_query_chunks_give_the_same_results(tmp_path: Path, mon
         {**MNIST1D, "model": CNN1D, "num-devices": 7, "data-dir": str(tmp_path / "data")}
     )
     whole = replies(run_config, "train", cohorts=True, model=CNN1D, tau=2)
-    monkeypatch.setattr(cohort, "TRAIN_CHUNK_MAX_DEVICES", 2)
+    monkeypatch.setattr(cohort_training, "TRAIN_CHUNK_MAX_DEVICES", 2)
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 40)  # 2 devices of b = 16 per pass
     chunked = replies(run_config, "train", cohorts=True, model=CNN1D, tau=2)
     for a, b in zip(whole, chunked, strict=True):
@@ -344,7 +345,7 @@ def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so_once
     # BatchCentred subtracts the batch mean of a hidden layer: one batched pass over several
     # devices would let each device's sigma-hat see the others' samples (1 % to 5 % off here).
     monkeypatch.setattr(cohort, "_LOGGED", set())
-    monkeypatch.setattr(cohort, "_MIXING", {}, raising=False)  # verdicts of other tests
+    monkeypatch.setattr(mixing, "_MIXING", {})  # verdicts of other tests
     passes = batched_passes(monkeypatch)
     run_config = validated_run_config(
         {"model": CENTRED, "num-devices": 7, "data-dir": str(tmp_path / "data")}
@@ -386,7 +387,7 @@ def test_a_whole_run_of_a_model_that_mixes_the_batch_equals_the_per_device_run(
 def test_an_honest_model_takes_the_batched_path(
     tmp_path: Path, model: str, data: dict, monkeypatch, caplog
 ) -> None:
-    monkeypatch.setattr(cohort, "_MIXING", {}, raising=False)
+    monkeypatch.setattr(mixing, "_MIXING", {})
     passes = batched_passes(monkeypatch)
     run_config = validated_run_config(
         {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
@@ -412,14 +413,14 @@ class CountingForward(torch.nn.Module):
 
 
 def test_the_check_of_mixed_samples_is_made_once_per_model_structure(monkeypatch) -> None:
-    monkeypatch.setattr(cohort, "_MIXING", {}, raising=False)
+    monkeypatch.setattr(mixing, "_MIXING", {})
     torch.manual_seed(0)
     x = torch.randn(6, 4)
     model = CountingForward()
-    assert cohort.sample_mixing(model, x, group_size=3) is None
+    assert mixing.sample_mixing(model, x, group_size=3) is None
     assert CountingForward.calls == 3  # the batch, then each group alone
     other = CountingForward()  # another object of the same structure: the kept verdict
-    assert cohort.sample_mixing(other, torch.randn(6, 4), group_size=3) is None
+    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3) is None
     assert CountingForward.calls == 3
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64
 
@@ -442,9 +443,9 @@ def bn_model() -> torch.nn.Module:
 def test_which_models_mix_the_samples_of_a_batch(
     build, shape: tuple, mixes: bool, monkeypatch
 ) -> None:
-    monkeypatch.setattr(cohort, "_MIXING", {}, raising=False)
+    monkeypatch.setattr(mixing, "_MIXING", {})
     x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
-    reason = cohort.sample_mixing(build(), x, group_size=4)
+    reason = mixing.sample_mixing(build(), x, group_size=4)
     assert (reason is not None) is mixes
     if mixes:
         assert "mixes the samples of a batch" in str(reason)

@@ -1,0 +1,101 @@
+"""Whether a model computes each device's samples apart from the others' (cohort's assumption).
+
+The batched σ̂ pass of cohort execution (:mod:`client_app.cohort`) stacks the first batches of
+several devices into one batch; each device gets the result of its own pass only if the model
+computes a sample without looking at the others (no batch statistics, no ``x - x.mean(0)``).
+:func:`sample_mixing` checks that once per model structure, on a float64 copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from fedcgd_task.imports import first_line
+
+#: :func:`sample_mixing`'s verdicts by model structure (:func:`_structure`).
+_MIXING: dict[tuple[object, ...], str | None] = {}
+#: Largest change of a device's outputs, relative to their largest magnitude, that
+#: :func:`sample_mixing` accepts between the device's batch alone and in a cohort's batch. The
+#: check runs in float64, whose rounding differences between the two batch sizes stay below
+#: ~1e-12 here (fewer than 1e4 roundings of 1.1e-16); 1e-6 lies far above them and about at
+#: the relative rounding of a float32 forward pass, so a model that passes mixes the devices by
+#: less than the float32 computation resolves.
+MIXING_TOLERANCE = 1e-6
+#: Samples of each of two devices :func:`sample_mixing` computes together and apart.
+MIXING_PROBE_SAMPLES = 4
+
+
+def _structure(model: nn.Module) -> tuple[object, ...]:
+    """What :func:`sample_mixing`'s verdict depends on: the module types and the state's shapes."""
+    modules = tuple((name, type(module)) for name, module in model.named_modules())
+    state = tuple((name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items())
+    return (modules, state)
+
+
+def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str | None:
+    """Why the samples of one group in ``x`` are not computed apart from the others; None: they are.
+
+    The batched sigma-hat pass (:func:`client_app.sigma.gradient_spreads`) computes the devices'
+    first batches, stacked, in one batch; it gives each device the result of its own pass only
+    if the model computes a device's samples (eval mode) without looking at the other devices'.
+    Checked on ``x`` (two or more groups of ``group_size`` samples, e.g. a few samples of two
+    devices' first batches; a model that mixes only batches larger than ``x`` passes): the
+    model's outputs for the whole of ``x`` against those of each group alone, on
+    a float64 copy of the model, in eval mode, without gradients and without touching the
+    global random stream. A change above :data:`MIXING_TOLERANCE` of the outputs' largest
+    magnitude, or a model that cannot run so, is a reason. The verdict is kept per model
+    structure (module types and state shapes): later calls cost a look-up. A check
+    whose outputs are not finite gives None and keeps nothing (the next cohort checks again).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The received global model; left unchanged.
+    x : torch.Tensor, shape [N group_size, *input_shape]
+        Samples of N >= 2 groups, group after group.
+    group_size : int
+        Samples per group.
+
+    Returns
+    -------
+    str or None
+        One line saying why the batched pass would not equal the per-device one, or None.
+
+    """
+    key = _structure(model)
+    if key in _MIXING:
+        return _MIXING[key]
+    try:
+        twin = copy.deepcopy(model).double().eval()
+        device = next(iter(twin.state_dict().values()), x).device
+        x64 = x.to(device=device, dtype=torch.float64)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            together = twin(x64)
+            apart = torch.cat([twin(group) for group in torch.split(x64, group_size)])
+    except Exception as err:  # any failure of the probe sends the model to the per-device path
+        reason = (
+            "the check that a device's samples are computed apart from the other devices' "
+            f"could not run on a float64 copy of the model ({type(err).__name__}: "
+            f"{first_line(err)})"
+        )
+        _MIXING[key] = reason
+        return reason
+    if not (torch.isfinite(together).all() and torch.isfinite(apart).all()):
+        return None
+    change = float((together - apart).abs().max())
+    scale = float(apart.abs().max())
+    if change > MIXING_TOLERANCE * scale:
+        relative = change / scale if scale > 0 else math.inf
+        reason = (
+            f"its outputs for one device's samples change by {relative:.1e} of their "
+            "scale when other devices' samples share the batch (the model mixes the samples "
+            "of a batch)"
+        )
+        _MIXING[key] = reason
+        return reason
+    _MIXING[key] = None
+    return None
