@@ -322,7 +322,15 @@ def digits_reproductions(inprocess: bool) -> list[Any]:
 def test_reproduce_digits_inprocess_command_runs(args: list[str], tmp_path: Path) -> None:
     """The quick offline presets (in-process engine); the first one in the default suite."""
     out = tmp_path / "reproduce"
-    proc = run("experiments.compare.reproduce", *small_reproduction(args, out, "fedcgd-fscd,bc"))
+    small = small_reproduction(args, out, "fedcgd-fscd,bc")
+    if reproduce_preset(args) == "digits_aggregators":
+        # Krum and Bulyan need 3 uploads a round (2f + 3, 4f + 3 with f = 0), and a run whose
+        # aggregation fails in most rounds ends failed (docs/aggregation.md): 8 devices, every
+        # one available, a deadline that every one meets in a fraction of the band
+        small = [a for a in small if not a.startswith("run.num-devices=")]
+        small += ["run.num-devices=8", "run.channel.availability-prob=1.0"]
+        small += ["run.channel.deadline-s=1.0"]
+    proc = run("experiments.compare.reproduce", *small)
     assert proc.returncode == 0, output(proc)
     cfg = preset_config(reproduce_preset(args))
     points = 1

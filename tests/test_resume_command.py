@@ -97,10 +97,15 @@ def rerun_printed_command(err: str, module: str, args: list[str]) -> None:
     assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
 
 
-def whole_run(folder: Path, values: dict) -> None:
-    """The uninterrupted run, in this process (the in-process engine: the same results)."""
+def whole_run(folder: Path, values: dict, *, per_device: bool = False) -> None:
+    """The uninterrupted run, in this process (the in-process engine: the same results).
+
+    ``per_device``: one device at a time, as ``flwr run`` computes (docs/running.md, "Same seed,
+    same run": cohort execution sums in another order, equal only up to rounding).
+    """
     run_inprocess(
-        with_resolved_data_dir(validated_run_config({**values, "result-dir": str(folder)}))
+        with_resolved_data_dir(validated_run_config({**values, "result-dir": str(folder)})),
+        cohorts=not per_device,
     )
 
 
@@ -223,7 +228,7 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
     whole = tmp_path / "whole"
-    whole_run(whole, values)
+    whole_run(whole, values, per_device=True)  # the launcher's flwr run: one device at a time
     assert_same_run(folder, whole, rounds=40)
 
 
