@@ -30,7 +30,7 @@ typecheck: $(STAMP)
 	$(PY) -m mypy channel fedcgd_strategy server_app run_files client_app fedcgd_task experiments
 
 # Two test processes (pytest-xdist): most tests wait on child processes, so two share two cores
-# well (12.5 min of tests instead of 18 on 2 cores); PYTEST_WORKERS=0 runs them in one process.
+# well (the README gives the measured time); PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
 
 test: lint typecheck

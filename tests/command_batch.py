@@ -90,7 +90,6 @@ def _main() -> None:
     import importlib
 
     sys.path.insert(0, str(PROJECT))
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     main = importlib.import_module(sys.argv[1]).main
     results = []
     for argv in json.loads(sys.stdin.read()):
