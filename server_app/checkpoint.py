@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from fedcgd_task.nested import DESCEND, map_nested
+from fedcgd_task.schema import MAX_SERVER_ROUNDS
 from run_files.atomic_files import atomic_write
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
@@ -42,7 +43,7 @@ from run_files.run_status import (
     read_status,
     settings_differences,
 )
-from server_app.config import MAX_SERVER_ROUNDS, RunConfig
+from server_app.config import RunConfig
 from server_app.run_identity import CheckpointRefusedError, check_identity, unread_settings
 
 CHECKPOINT_FILE = "checkpoint.pt"

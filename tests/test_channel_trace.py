@@ -256,7 +256,7 @@ def bad_file(folder: Path, kind: str) -> tuple[str, str]:
     trace = folder / f"{kind}.npz"
     ones, gains = np.ones((3, 6), dtype=bool), np.full((3, 6), 1e-10)
     if kind == "relative":
-        return "trace.npz", "must be the absolute path"
+        return "trace.npz", "must be an absolute path"
     if kind == "missing":
         return str(trace), "no such file"
     if kind == "folder":
@@ -367,7 +367,7 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
 def test_a_trace_that_is_not_a_string_is_refused():
     from experiments.run.run_config import validated_run_config
 
-    with pytest.raises(ValueError, match=r"'channel.trace' = 3 must be the absolute path"):
+    with pytest.raises(ValueError, match=r"'channel.trace' must be an absolute path, or \"\"; got 3"):
         validated_run_config({"channel.trace": 3})
 
 

@@ -17,7 +17,8 @@ from torch import nn
 
 from fedcgd_task.datasets import BUILTIN_DATASETS, check_data, load_data
 from fedcgd_task.models import BUILTIN_MODELS, build_model, count_parameters
-from fedcgd_task.settings import DATASETS, MODELS, TaskSettings, default_run_config
+from fedcgd_task.schema import DATASETS, MODELS
+from fedcgd_task.settings import TaskSettings, default_run_config
 
 # --- the built-ins through the same interface ------------------------------------------------
 

@@ -38,14 +38,6 @@ from flwr.supercore.run import Run
 
 from fedcgd_task.errors import OneLineMessage
 
-#: Smallest ``stall-limit-s``: a second (the watchdog's timer has microseconds; a limit below
-#: them would switch it off).
-MIN_STALL_LIMIT_S = 1.0
-
-#: Largest ``stall-limit-s``: Flower drops a message unanswered for its time to live (12 h,
-#: ``flwr.app.constants.DEFAULT_TTL``), so no longer wait can be honoured.
-MAX_STALL_LIMIT_S = 43200.0
-
 #: Error codes of a reply that the link made, not the device: the message expired, its reply
 #: expired, the node is gone. In a simulation none of them is part of the physics.
 LINK_ERRORS = (

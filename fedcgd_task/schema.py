@@ -1,0 +1,638 @@
+"""The run config's schema: every key of ``[tool.flwr.app.config]`` defined once.
+
+Each :class:`Setting` holds a key's type (the type of its default), default, allowed values and
+one-line help. :func:`read` is the one check of a value against its setting (used by the
+ServerApp, the ClientApp and every command before anything starts); :func:`defaults` gives the
+defaults without reading pyproject.toml (an installed wheel has none); :func:`settings_table`
+renders the settings table of docs/running.md. ``tests/test_schema.py`` fails when the schema,
+pyproject.toml's ``[tool.flwr.app.config]`` and the docs table disagree.
+
+Imports neither flwr nor torch (nor scipy): the ClientApp reads its settings through it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
+
+#: What a string setting holds beyond its type: ``value`` (a plain value or one of
+#: ``choices``), ``reference`` (one of ``choices`` or the researcher's function
+#: ``"package.module:function"``), ``path`` (a folder, ``""`` = a default), ``absolute-path``
+#: (an absolute path or ``""``), ``table`` (a TOML inline table in a string, read by
+#: :mod:`server_app.policy_params`), ``class`` (a built-in name or ``"package.module:Class"``,
+#: checked by the policy and aggregator registries).
+Form = Literal["value", "reference", "path", "absolute-path", "table", "class"]
+
+#: Longest string value of any run-config key (PATH_MAX, the longest path Linux opens); the
+#: parameter tables have their own limit (:data:`server_app.policy_params.MAX_PARAMS_CHARS`).
+MAX_SETTING_CHARS = 4096
+#: Longest folder or file name in a path value (NAME_MAX, in UTF-8 bytes).
+MAX_NAME_BYTES = 255
+#: Largest run seed: torch's generators take a signed 64-bit seed.
+MAX_SEED = 2**63 - 1
+#: Largest ``num-server-rounds``: the ServerApp keeps every round's metrics line in memory
+#: (about 10 kB each as Python objects for 40 devices: 100,000 rounds are about 1 GB).
+MAX_SERVER_ROUNDS = 100_000
+#: ``stall-limit-s`` bounds: a second (the watchdog's timer has microseconds; a limit below them
+#: would switch it off) to 12 h: Flower drops a message unanswered for its time to live
+#: (``flwr.app.constants.DEFAULT_TTL``), so no longer wait can be honoured.
+MIN_STALL_LIMIT_S = 1.0
+MAX_STALL_LIMIT_S = 43_200.0
+#: ``mnist1d-samples`` bounds: 10 samples of each digit at least; generating takes about
+#: 0.8 kB of memory and 0.18 ms per sample, and every process that trains keeps 168 bytes per
+#: sample (10^6 samples: about 3 minutes, 168 MB per process).
+MIN_MNIST1D_SAMPLES = 100
+MAX_MNIST1D_SAMPLES = 1_000_000
+MNIST1D_CLASSES = 10
+
+#: Built-in data sets, models, partitions and the choices of the server's settings.
+DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100", "mnist1d")
+MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
+PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
+PROTOCOLS: tuple[str, ...] = ("auto", "channel", "query", "train-all")
+TARGET_DISTS: tuple[str, ...] = ("global", "devices")
+PACK_RULES: tuple[str, ...] = ("stop", "skip")
+PATHLOSS_MODELS: tuple[str, ...] = ("paper", "tr38901")
+
+Scalar = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One run-config key: its type (that of ``default``), default, allowed values and help.
+
+    Attributes
+    ----------
+    key : str
+        The run-config key (kebab case; ``channel.*`` keys dotted).
+    default : bool, int, float or str
+        The default, as pyproject.toml holds it; its type is the setting's type (an integral
+        float such as ``64.0`` is taken for an int setting).
+    help : str
+        One line (Markdown) for the docs table.
+    minimum, maximum : float or None
+        Bounds of a number (inclusive, except ``minimum`` when ``above``).
+    above : bool
+        ``minimum`` is a strict lower bound (``> minimum``).
+    choices : tuple of str
+        The allowed strings (``form`` ``value`` or ``reference``).
+    form : Form
+        What a string holds beyond its type (see :data:`Form`).
+    multiple_of : int or None
+        An int setting must be a multiple of this.
+    why : str
+        Said after what is allowed when a value is refused (e.g. where a bound comes from).
+
+    """
+
+    key: str
+    default: Scalar
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False
+    choices: tuple[str, ...] = ()
+    form: Form = "value"
+    multiple_of: int | None = None
+    why: str = ""
+
+    @property
+    def attribute(self) -> str:
+        """The key as a Python name: ``channel.deadline-s`` -> ``deadline_s``."""
+        return self.key.rsplit(".", 1)[-1].replace("-", "_")
+
+    def allowed(self) -> str:
+        """What is allowed, in words: ``an integer in [1, 100000]``, ``one of "a", "b"``."""
+        kind = type(self.default)
+        if kind is bool:
+            return "true or false"
+        if kind in (int, float):
+            text = "an integer" if kind is int else "a finite number"
+
+            def shown(bound: float) -> str:
+                return str(int(bound)) if kind is int else f"{bound:g}"
+
+            low, high = self.minimum, self.maximum
+            if low is not None and high is not None:
+                text += f" in {'(' if self.above else '['}{shown(low)}, {shown(high)}]"
+            elif low is not None:
+                text += f" {'>' if self.above else '>='} {shown(low)}"
+            elif high is not None:
+                text += f" <= {shown(high)}"
+            if self.multiple_of:
+                text += f", a multiple of {self.multiple_of}"
+            return text
+        options = ", ".join(f'"{choice}"' for choice in self.choices)
+        if self.form == "reference":
+            return f"one of {options} or a function {REFERENCE_FORMS}"
+        if self.choices:
+            return f"one of {options}"
+        if self.form == "absolute-path":
+            return 'an absolute path, or ""'
+        if self.form == "path":
+            return 'a folder path, or ""'
+        if self.form == "table":
+            return 'a TOML inline table in a string ("{name = value}")'
+        if self.form == "class":
+            return 'a built-in name or "package.module:ClassName"'
+        return "a string"
+
+
+def _channel(key: str, default: Scalar, help: str, **limits: Any) -> Setting:
+    return Setting(f"channel.{key}", default, help, **limits)
+
+
+#: Every key of ``[tool.flwr.app.config]``, in pyproject.toml's order.
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "seed",
+        0,
+        "one seed for everything: device drop, channel, partitions, batches, model init, policies",
+        minimum=0,
+        maximum=MAX_SEED,
+        why="torch's generators take a signed 64-bit seed",
+    ),
+    Setting(
+        "num-server-rounds",
+        50,
+        "rounds J (every round's metrics line stays in memory, about 10 kB each)",
+        minimum=1,
+        maximum=MAX_SERVER_ROUNDS,
+        why="every round's metrics line is kept in memory, about 10 kB each",
+    ),
+    Setting("num-devices", 40, "V (the simulation's number of SuperNodes)", minimum=1),
+    Setting(
+        "policy",
+        "fedcgd-fscd",
+        "`fedcgd-fscd`, `fedcgd-gs`, `fedcgd-fscd-gc` (per-class Ĝ_c), `fedcgd-exact` (MILP "
+        "optimum of P1), `fedcgd-cd` (plain coordinate descent), `bc` (best channel), `bn2` "
+        "(best update norm), `poc` (power of choice), `fedcbs` (Fed-CBS), `all` (every available "
+        "device that meets the deadline: the FedAvg reference); or your own policy class, "
+        '`"package.module:ClassName"` or `"/abs/path/file.py:ClassName"` (see [Write your own '
+        "policy](bring-your-own.md#write-your-own-policy))",
+        form="class",
+    ),
+    Setting(
+        "policy-params",
+        "{}",
+        "your policy's constructor arguments, a TOML inline table in a string "
+        '(`policy-params="{window = 20}"`, as `flwr run --run-config` takes it too); the '
+        "project's commands also take the table itself (`policy-params={window = 20}`) and "
+        "`policy-params.<name>=value` (`run.policy-params.<name>=` in presets). Names the "
+        "constructor does not take, or values of another type, are refused before the start; "
+        "at most 65,536 characters",
+        form="table",
+    ),
+    Setting(
+        "protocol",
+        "auto",
+        "`channel`: schedule from the channel draw alone, no query phase (enough for `bc`, "
+        "`all`); `query`: devices report label histograms (and σ̂, for FedCGD only) before "
+        "training and only the scheduled devices train (`fedcgd-*`, `fedcbs`); `train-all`: "
+        "every available device trains, only the scheduled ones upload (needed by `bn2`, "
+        "`poc`); `auto` picks the one with the least work. Same seed, same schedules and model "
+        "under every protocol a policy allows",
+        choices=PROTOCOLS,
+    ),
+    Setting(
+        "aggregator",
+        "",
+        'how the scheduled uploads are combined: `""` the scheduler\'s FedAvg (weights '
+        "\\|D_v\\|, float64 accumulation); or a Flower strategy whose own `aggregate_train` "
+        "runs on the scheduled, validated uploads: `FedMedian`, `FedTrimmedAvg`, `Krum`, "
+        "`MultiKrum`, `Bulyan`, `FedAvgM`, `FedAdam`, `FedYogi`, `FedAdagrad`, `FedAvg` "
+        "(Flower's), `DifferentialPrivacyServerSideFixedClipping`, "
+        "`DifferentialPrivacyServerSideAdaptiveClipping` (see [Server-side differential "
+        "privacy](aggregation.md#server-side-differential-privacy)), or "
+        '`"package.module:ClassName"` (see [Robust aggregation](aggregation.md))',
+        form="class",
+    ),
+    Setting(
+        "aggregator-params",
+        "{}",
+        "its constructor arguments, as `policy-params` (`aggregator-params.num-malicious-"
+        "nodes=1`); checked against its signature and each number against its range before "
+        'the start (docs/aggregation.md, "Allowed values"). A DP wrapper\'s: its own, plus '
+        "`strategy` (the wrapped strategy, default `FedAvg`) and the table `strategy-params` "
+        "(`aggregator-params.strategy-params.beta=0.2`)",
+        form="table",
+    ),
+    Setting(
+        "dataset",
+        "digits",
+        "`digits` (bundled, offline), `cifar10`, `cifar100` (its Python-pickle batches read by "
+        "an unpickler that builds arrays and plain data only: a crafted file cannot run code), "
+        "`mnist1d` (MNIST-1D, generated offline by the `mnist1d` package: 10 classes, inputs "
+        "1×40, 80/20 train/test split), or your function `'package.module:function'` / "
+        "`'/abs/file.py:function'` (see [Bring your own data set and model](bring-your-own.md"
+        "#bring-your-own-data-set-and-model))",
+        choices=DATASETS,
+        form="reference",
+    ),
+    Setting(
+        "data-dir",
+        "",
+        "folder with the CIFAR files and the cached MNIST-1D arrays (`mnist1d-<N>-<hash>.npz`), "
+        'also passed to your data-set function (`""` = `./data` of the process that reads the '
+        "settings)",
+        form="path",
+    ),
+    Setting(
+        "mnist1d-samples",
+        20_000,
+        "N, the samples `mnist1d` generates (0.8 N training, 0.2 N test; N/10 of each digit; "
+        "generating takes about 0.8 kB of memory and 0.18 ms per sample); read by `mnist1d` "
+        "only. The cached arrays are used only when their content hashes to the digest stored "
+        "with them (otherwise they are generated again)",
+        minimum=MIN_MNIST1D_SAMPLES,
+        maximum=MAX_MNIST1D_SAMPLES,
+        multiple_of=MNIST1D_CLASSES,
+        why="N / 10 samples of each digit; generating takes about 0.8 kB of memory per sample",
+    ),
+    Setting(
+        "model",
+        "auto",
+        "`mlp` (digits, 4,810 parameters; any input shape), `cnn` (the paper's CIFAR-10 CNN, "
+        "258,898 parameters), `resnet18gn` (ResNet-18 with GroupNorm), `cnn1d` (MNIST-1D's "
+        "CNN: three 25-channel Conv1d layers and a linear layer, 5,210 parameters for 1×40), "
+        "or your function `'package.module:function'` / `'/abs/file.py:function'`; `auto` "
+        "picks by dataset (`mlp` for digits, `cnn` for cifar10, `resnet18gn` for cifar100, "
+        "`cnn1d` for mnist1d, `mlp` for your own)",
+        choices=MODELS,
+        form="reference",
+    ),
+    Setting(
+        "partition",
+        "dirichlet",
+        "`dirichlet`: p_v ~ Dir(α p), equal sizes; `shards`: sort-and-partition with l shards "
+        "per device",
+        choices=PARTITIONS,
+    ),
+    Setting("dirichlet-alpha", 1.0, "α of the Dirichlet split", minimum=0.0, above=True),
+    Setting("shards-per-device", 2, "l, shards per device of the shards split", minimum=1),
+    Setting(
+        "imbalance-ratio",
+        1.0,
+        "r = n2/n1 (the first half of the classes subsampled by 1/r)",
+        minimum=1.0,
+    ),
+    Setting(
+        "local-steps", 10, "τ, SGD steps per round (sent in each round's ConfigRecord)", minimum=1
+    ),
+    Setting(
+        "learning-rate", 0.1, "η, the SGD learning rate (sent likewise)", minimum=0.0, above=True
+    ),
+    Setting("batch-size", 32, "b, the mini-batch size (sent likewise)", minimum=1),
+    Setting(
+        "eval-every",
+        1,
+        "central test-set evaluation every k rounds (and after the last)",
+        minimum=1,
+    ),
+    Setting(
+        "result-dir",
+        "",
+        'output folder (`""`: a new `<policy>-<UTC time>` folder under the command\'s `--out`, '
+        "`results/` by default; under `~/fedcgd-results` in a bare `flwr run`, whose ServerApp "
+        "does not know the project folder); a folder that already holds a run's results is "
+        "refused (never overwritten)",
+        form="absolute-path",
+    ),
+    Setting(
+        "initial-g",
+        1.0,
+        "Ĝ before the first upload (recorded per round as `class_gradient_used`)",
+        minimum=0.0,
+    ),
+    Setting(
+        "target-dist",
+        "global",
+        "WEMD target p: class distribution of the full training set, or `devices` (union of "
+        "this round's histograms)",
+        choices=TARGET_DISTS,
+    ),
+    Setting(
+        "pack-rule",
+        "stop",
+        "best effort of the baselines: stop at the first device that does not fit, or `skip` it",
+        choices=PACK_RULES,
+    ),
+    Setting("poc-candidates", 0, "POC's V' (0 = all available)", minimum=0),
+    Setting("fedcbs-lambda", 10.0, "Fed-CBS exploration weight λ", minimum=0.0),
+    Setting(
+        "exact-time-limit-s",
+        0.0,
+        '`fedcgd-exact`: cap per MILP in seconds (0 = none, the true optimum; see "The scheduler")',
+        minimum=0.0,
+    ),
+    Setting(
+        "max-update-norm-ratio",
+        10.0,
+        "refuse an upload whose update norm ‖w_v − w‖ is more than k × the median norm of the "
+        "round's other uploads (the median is not moved by one absurd upload; with a single "
+        "upload the last round's median stands in); 0 = off. Uploads whose norm or values are "
+        "not finite float32 are always refused",
+        minimum=0.0,
+    ),
+    Setting(
+        "query-timeout-s",
+        120.0,
+        "deployments: how long to wait for query replies (a device that misses them is lost for "
+        "the round and counted in `devices_lost`); any engine: fewer than `num-devices` "
+        "SuperNodes connected after this long stops the run with a message saying how many "
+        "connected",
+        minimum=0.0,
+        above=True,
+    ),
+    Setting(
+        "train-timeout-s",
+        600.0,
+        "deployments: how long to wait for training replies (as `query-timeout-s`)",
+        minimum=0.0,
+        above=True,
+    ),
+    Setting(
+        "stall-limit-s",
+        3600.0,
+        "simulations (`flwr run` on a simulation federation, the in-process engine): every "
+        "reply is waited for as long as the host needs, so host load never changes a run; a "
+        "run that gets no reply at all for this many seconds is stuck and stops (`failed`, "
+        "exit 1, one line; resumable, also with another `stall-limit-s`)",
+        minimum=MIN_STALL_LIMIT_S,
+        maximum=MAX_STALL_LIMIT_S,
+        why="Flower drops an unanswered message after 12 h",
+    ),
+    Setting(
+        "checkpoint-every",
+        1,
+        "save `checkpoint.pt` (model, Ĝ / Fed-CBS counts, generator states, round) every k "
+        "rounds and after the last; 0 = off (then a stopped run cannot be resumed). Cost: "
+        "[Performance](performance.md)",
+        minimum=0,
+    ),
+    Setting(
+        "resume-from",
+        "",
+        "result directory of a run with a checkpoint: continue it there up to "
+        "`num-server-rounds` (same settings required; a checkpoint of another run, or one that "
+        "does not fit the run, is refused in one line before anything in the folder is "
+        'written; the resumed run equals the uninterrupted one bit for bit); `""` = a new run',
+        form="absolute-path",
+    ),
+    Setting(
+        "verbose",
+        False,
+        "true: also Flower's own log lines of every round and its start-up notices; false: one "
+        "progress line per round (round, accuracy, scheduled / available, elapsed, ETA), "
+        "warnings and errors",
+    ),
+    _channel(
+        "pathloss-model",
+        "paper",
+        "`paper` (the paper's LOS/NLOS formulas) or `tr38901` (the full standard)",
+        choices=PATHLOSS_MODELS,
+    ),
+    _channel(
+        "availability-prob",
+        0.5,
+        "p_a, the probability that a device is available",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    _channel(
+        "radius-m",
+        250.0,
+        "cell radius (Table I), above `min-distance-m`",
+        minimum=0.0,
+        above=True,
+        maximum=5_000.0,
+        why="TR 38.901 UMi validity range of d2D",
+    ),
+    _channel("min-distance-m", 10.0, "smallest horizontal device distance (Table I)", minimum=0.0),
+    _channel(
+        "h-bs-m",
+        10.0,
+        "base-station antenna height (Table I; > 1 m for `tr38901`)",
+        minimum=0.0,
+        above=True,
+        maximum=1_000.0,
+    ),
+    _channel(
+        "h-ut-m",
+        1.5,
+        "device antenna height (Table I; > 1 m for `tr38901`)",
+        minimum=0.0,
+        above=True,
+        maximum=1_000.0,
+    ),
+    _channel(
+        "carrier-frequency-hz",
+        3.5e9,
+        "carrier frequency (Table I)",
+        minimum=0.5e9,
+        maximum=100e9,
+        why="TR 38.901 validity range",
+    ),
+    _channel("total-bandwidth-hz", 20e6, "B, the uplink bandwidth", minimum=0.0, above=True),
+    _channel(
+        "deadline-s",
+        0.012,
+        "upload deadline d (tuned so that FedCGD schedules about 9 of the ~20 available devices "
+        "in 20 MHz with the 4,810-parameter model)",
+        minimum=0.0,
+        above=True,
+    ),
+    _channel(
+        "tx-power-dbm", 23.0, "device transmit power S (Table I)", minimum=-100.0, maximum=100.0
+    ),
+    _channel(
+        "noise-psd-dbm-per-hz",
+        -174.0,
+        "thermal noise density (Table I)",
+        minimum=-300.0,
+        maximum=0.0,
+    ),
+    _channel("noise-figure-db", 6.0, "receiver noise figure (Table I)", minimum=0.0, maximum=100.0),
+    _channel(
+        "redraw-los-each-round", True, "redraw LOS states every round (false: drawn once per seed)"
+    ),
+    _channel(
+        "redraw-shadowing-each-round",
+        True,
+        "redraw shadow fading every round (false: drawn once per seed)",
+    ),
+    _channel("model-bits", 0, "D_w, the bits of an upload; 0 = parameters × 32", minimum=0),
+    _channel(
+        "trace",
+        "",
+        "absolute path of a recorded channel to replay instead of the simulated cell (see [Your "
+        'own channel](bring-your-own.md#your-own-channel)); `""` = simulate the UMi cell. Its '
+        "arrays' headers are read first: at most 512 MiB of arrays, V = `num-devices` and R ≥ "
+        "`num-server-rounds`, or it is refused without reading its data",
+        form="absolute-path",
+    ),
+)
+
+#: The settings by key.
+SCHEMA: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
+
+
+def defaults() -> dict[str, Scalar]:
+    """Every key's default: the flat run config a run has when nothing is overridden."""
+    return {setting.key: setting.default for setting in SETTINGS}
+
+
+def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
+    """Return the path ``value`` if it is printable and its names fit :data:`MAX_NAME_BYTES`.
+
+    ``label`` names the setting in the errors (default: ``run-config key '<key>'``; e.g.
+    ``"--out"`` for a command-line option).
+
+    Raises
+    ------
+    ValueError
+        Naming ``key``: a control character (a newline would break every one-line message
+        that names the path; NUL no system call takes), a name that is not valid UTF-8 (a
+        lone surrogate, as Python decodes such a name: no TOML file or Flower message holds
+        it), or the first name that is too long (no file system takes it).
+    """
+    where = label or f"run-config key '{key}'"
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ValueError(
+            f"{where} = {value[:80]!r} holds a control character (a newline, a "
+            "tab, NUL, ...); allowed: a path of printable characters"
+        )
+    if any(0xD800 <= ord(char) <= 0xDFFF for char in value):
+        raise ValueError(
+            f"{where} = {value[:80]!r} holds a name that is not valid UTF-8; "
+            "allowed: a path of Unicode characters (rename the folder)"
+        )
+    for name in Path(value).parts:
+        size = len(name.encode("utf-8", errors="surrogateescape"))
+        if size > MAX_NAME_BYTES:
+            raise ValueError(
+                f"{where} holds a folder or file name of {size} bytes "
+                f"({name[:40]!r}...); allowed: at most {MAX_NAME_BYTES} bytes per name"
+            )
+    return value
+
+
+def require(run_config: Mapping[str, Any], key: str) -> Any:
+    """``run_config[key]``; a ValueError names a missing key or too long a string."""
+    if key not in run_config:
+        raise ValueError(
+            f"run-config key '{key}' is missing; it must be set in [tool.flwr.app.config] of "
+            "pyproject.toml or with --run-config"
+        )
+    value = run_config[key]
+    table = key in SCHEMA and SCHEMA[key].form == "table"  # tables have their own limit
+    if isinstance(value, str) and not table and len(value) > MAX_SETTING_CHARS:
+        raise ValueError(
+            f"run-config key '{key}' holds {len(value)} characters ({value[:40]!r}...); "
+            f"allowed: at most {MAX_SETTING_CHARS}"
+        )
+    return value
+
+
+def check_value(setting: Setting, value: Any, where: str) -> Scalar:
+    """``value`` checked against ``setting``: an int, float, bool or str as the setting holds.
+
+    Parameters
+    ----------
+    setting : Setting
+        The key's setting.
+    value : object
+        The value as the run config (or a round's ConfigRecord) holds it.
+    where : str
+        How the errors name the setting, e.g. ``"run-config key 'seed'"``.
+
+    Returns
+    -------
+    bool, int, float or str
+        The value; an integral float of an int setting as an int, an int of a float setting as
+        a float; a path with ``~`` expanded when it must be absolute.
+
+    Raises
+    ------
+    ValueError
+        ``<where> must be <allowed> (<why>); got <value>``.
+    """
+    kind = type(setting.default)
+    why = f" ({setting.why})" if setting.why else ""
+    refused = ValueError(f"{where} must be {setting.allowed()}{why}; got {value!r}")
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise refused
+        return value
+    if kind in (int, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise refused
+        if isinstance(value, float) and not math.isfinite(value):
+            raise refused
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise refused
+        number: int | float = int(value) if kind is int else float(value)
+        low, high = setting.minimum, setting.maximum
+        if low is not None and (number <= low if setting.above else number < low):
+            raise refused
+        if high is not None and number > high:
+            raise refused
+        if setting.multiple_of and int(number) % setting.multiple_of:
+            raise refused
+        return number
+    if not isinstance(value, str):
+        raise refused
+    if setting.choices and value in setting.choices:
+        return value
+    if setting.form == "reference" and is_reference(value):
+        check_reference(value, setting.key)
+        return value
+    if setting.choices:
+        raise refused
+    if setting.form in ("path", "absolute-path") and value:
+        check_path_names(value, setting.key, label=where)
+        if setting.form == "absolute-path":
+            if not Path(value).expanduser().is_absolute():
+                raise ValueError(
+                    f"{where} = {value!r} must be an absolute path (the ServerApp runs in an "
+                    'unrelated working directory), or ""'
+                )
+            return str(Path(value).expanduser())
+    return value
+
+
+def read(run_config: Mapping[str, Any], key: str) -> Any:
+    """The value of ``key`` in a run config, checked against its :class:`Setting`.
+
+    Raises
+    ------
+    ValueError
+        One line naming the key, the value and what is allowed (or that the key is missing).
+    """
+    return check_value(SCHEMA[key], require(run_config, key), f"run-config key '{key}'")
+
+
+def _shown_default(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, float) and abs(value) >= 1e6:
+        return f"{value:.4g}".replace("+0", "").replace("+", "")
+    return repr(value)
+
+
+def settings_table() -> str:
+    """The settings table of docs/running.md (Markdown), one row per key in schema order."""
+    rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    for setting in SETTINGS:
+        allowed = setting.allowed().replace("|", "\\|")
+        rows.append(
+            f"| `{setting.key}` | {_shown_default(setting.default)} | {allowed} | {setting.help} |"
+        )
+    return "\n".join(rows) + "\n"
