@@ -367,7 +367,9 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
 def test_a_trace_that_is_not_a_string_is_refused():
     from experiments.run.run_config import validated_run_config
 
-    with pytest.raises(ValueError, match=r"'channel.trace' must be an absolute path, or \"\"; got 3"):
+    with pytest.raises(
+        ValueError, match=r"'channel.trace' must be an absolute path, or \"\"; got 3"
+    ):
         validated_run_config({"channel.trace": 3})
 
 

@@ -1,0 +1,153 @@
+"""The run config's schema (fedcgd_task/schema.py) against pyproject.toml, the docs and the code.
+
+Each key is defined once in the schema; Flower reads the defaults from pyproject.toml's
+``[tool.flwr.app.config]`` and users read docs/running.md's settings table, so both must say
+what the schema says. The checker is tested on hand-written values.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import pytest
+
+from fedcgd_task import schema
+from fedcgd_task.schema import SCHEMA, SETTINGS, Setting, check_value, read
+from fedcgd_task.settings import PROJECT_DIR, flatten
+
+REGENERATE = (
+    'regenerate it: .venv/bin/python -c "from fedcgd_task.schema import settings_table; '
+    'print(settings_table(), end=str())" and paste between the markers'
+)
+
+
+def pyproject_config() -> dict[str, object]:
+    data = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())
+    return flatten(data["tool"]["flwr"]["app"]["config"])
+
+
+def test_pyproject_declares_every_key_with_the_schema_default_in_its_order():
+    declared = pyproject_config()
+    assert list(declared) == [setting.key for setting in SETTINGS]
+    for setting in SETTINGS:
+        value = declared[setting.key]
+        assert type(value) is type(setting.default), setting.key  # 1 is not 1.0 for Flower
+        assert value == setting.default, setting.key
+
+
+def test_the_docs_table_is_the_schema_table():
+    text = (PROJECT_DIR / "docs" / "running.md").read_text()
+    start = text.index("<!-- settings table:")
+    start = text.index("\n", start) + 1
+    end = text.index("<!-- end of settings table -->")
+    assert text[start:end] == schema.settings_table(), REGENERATE
+
+
+def test_the_docs_table_has_one_row_per_key():
+    rows = [line for line in schema.settings_table().splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(SCHEMA)
+
+
+def test_the_choices_are_those_the_code_takes():
+    from channel import cell, pathloss
+    from fedcgd_strategy import selectors
+    from fedcgd_strategy.policies import PROTOCOL_CHOICES
+    from fedcgd_task.datasets import BUILTIN_DATASETS
+    from fedcgd_task.models import BUILTIN_MODELS
+
+    assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES
+    assert SCHEMA["pack-rule"].choices == selectors.PACK_RULES
+    assert SCHEMA["channel.pathloss-model"].choices == pathloss.PATHLOSS_MODELS
+    assert set(SCHEMA["dataset"].choices) == set(BUILTIN_DATASETS)
+    assert set(SCHEMA["model"].choices) == {"auto", *BUILTIN_MODELS}
+    assert SCHEMA["channel.radius-m"].maximum == cell.MAX_RADIUS_M
+    assert SCHEMA["channel.h-bs-m"].maximum == SCHEMA["channel.h-ut-m"].maximum == cell.MAX_HEIGHT_M
+    carrier = SCHEMA["channel.carrier-frequency-hz"]
+    assert (carrier.minimum, carrier.maximum) == (
+        cell.MIN_CARRIER_FREQUENCY_HZ,
+        cell.MAX_CARRIER_FREQUENCY_HZ,
+    )
+    for name, bounds in cell.DB_RANGES.items():
+        setting = SCHEMA[f"channel.{name.replace('_', '-')}"]
+        assert (setting.minimum, setting.maximum) == bounds
+
+
+def test_every_channel_key_is_a_cell_field_or_read_on_its_own():
+    from server_app.config import CHANNEL_KEYS
+
+    channel = {key.removeprefix("channel.") for key in SCHEMA if key.startswith("channel.")}
+    assert channel == {*CHANNEL_KEYS, "model-bits", "trace"}
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.key)
+def test_every_default_passes_its_own_check(setting: Setting):
+    assert check_value(setting, setting.default, setting.key) == setting.default
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.key)
+def test_a_value_of_another_type_is_refused_naming_the_key(setting: Setting):
+    wrong: object = 7 if isinstance(setting.default, str | bool) else "7"
+    with pytest.raises(ValueError, match=rf"run-config key '{setting.key}' must be .*; got "):
+        read({setting.key: wrong}, setting.key)
+
+
+NUMBERS = [s for s in SETTINGS if type(s.default) in (int, float)]
+
+
+@pytest.mark.parametrize("setting", NUMBERS, ids=lambda s: s.key)
+def test_each_bound_is_enforced_at_its_edge(setting: Setting):
+    step = 1 if type(setting.default) is int else 1e-9 * max(1.0, abs(setting.minimum or 1.0))
+    if setting.minimum is not None:
+        edge = setting.minimum
+        if setting.above:
+            with pytest.raises(ValueError, match=setting.key):
+                check_value(setting, edge, setting.key)
+        else:
+            assert check_value(setting, edge, setting.key) == edge
+            with pytest.raises(ValueError, match=setting.key):
+                check_value(setting, edge - step, setting.key)
+    if setting.maximum is not None:
+        high = setting.maximum
+        if setting.multiple_of:
+            high -= high % setting.multiple_of
+        assert check_value(setting, high, setting.key) == high
+        beyond = high + max(step, 1e-9 * abs(high)) if type(high) is float else high + 1
+        with pytest.raises(ValueError, match=setting.key):
+            check_value(setting, beyond, setting.key)
+
+
+def test_hand_written_values():
+    rounds = SCHEMA["num-server-rounds"]
+    assert check_value(rounds, 64.0, "r") == 64 and type(check_value(rounds, 64.0, "r")) is int
+    for bad in (64.5, True, math.nan, math.inf, "64"):
+        with pytest.raises(ValueError, match=r"^r must be an integer in \[1, 100000\]"):
+            check_value(rounds, bad, "r")
+    rate = SCHEMA["learning-rate"]
+    assert check_value(rate, 1, "eta") == 1.0 and type(check_value(rate, 1, "eta")) is float
+    with pytest.raises(ValueError, match=r"^eta must be a finite number > 0; got 0.0$"):
+        check_value(rate, 0.0, "eta")
+    samples = SCHEMA["mnist1d-samples"]
+    assert check_value(samples, 110, "n") == 110
+    with pytest.raises(ValueError, match=r"a multiple of 10 .*got 105$"):
+        check_value(samples, 105, "n")
+    with pytest.raises(ValueError, match=r'one of "global", "devices"; got \'Global\''):
+        check_value(SCHEMA["target-dist"], "Global", "t")
+    assert check_value(SCHEMA["dataset"], "my.data:load", "d") == "my.data:load"
+    with pytest.raises(ValueError, match="must be one of"):
+        check_value(SCHEMA["dataset"], "cifar11", "d")
+    assert check_value(SCHEMA["result-dir"], "~/x", "o").endswith("/x")
+    with pytest.raises(ValueError, match="must be an absolute path"):
+        check_value(SCHEMA["result-dir"], "x", "o")
+    with pytest.raises(ValueError, match="control character"):
+        check_value(SCHEMA["data-dir"], "a\nb", "p")
+    assert check_value(SCHEMA["verbose"], False, "v") is False
+    with pytest.raises(ValueError, match="true or false; got 0"):
+        check_value(SCHEMA["verbose"], 0, "v")
+
+
+def test_a_missing_key_and_too_long_a_string_are_refused():
+    with pytest.raises(ValueError, match="run-config key 'seed' is missing"):
+        read({}, "seed")
+    with pytest.raises(ValueError, match="holds 4097 characters"):
+        read({"data-dir": "/" + "a" * 4096}, "data-dir")
