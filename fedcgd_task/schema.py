@@ -1,38 +1,22 @@
 """The run config's schema: every key of ``[tool.flwr.app.config]`` defined once.
 
-Each :class:`Setting` holds a key's type (the type of its default), default, allowed values and
-one-line help. :func:`read` is the one check of a value against its setting (used by the
-ServerApp, the ClientApp and every command before anything starts); :func:`defaults` gives the
-defaults without reading pyproject.toml (an installed wheel has none); :func:`settings_table`
-renders the settings table of docs/running.md. ``tests/test_schema.py`` fails when the schema,
-pyproject.toml's ``[tool.flwr.app.config]`` and the docs table disagree.
+Each :class:`fedcgd_task.setting.Setting` holds a key's type (that of its default), default,
+allowed values and one-line help. :func:`read` is the one check of a value against its setting
+(used by the ServerApp, the ClientApp and every command before anything starts);
+:func:`defaults` gives the defaults without reading pyproject.toml (an installed wheel has none);
+:func:`settings_table` renders the settings table of docs/running.md. ``tests/test_schema.py``
+fails when the schema, pyproject.toml's ``[tool.flwr.app.config]`` and the docs table disagree.
 
 Imports neither flwr nor torch (nor scipy): the ClientApp reads its settings through it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
+from fedcgd_task.setting import Scalar, Setting, check_value, require
 
-#: What a string setting holds beyond its type: ``value`` (a plain value or one of
-#: ``choices``), ``reference`` (one of ``choices`` or the researcher's function
-#: ``"package.module:function"``), ``path`` (a folder, ``""`` = a default), ``absolute-path``
-#: (an absolute path or ``""``), ``table`` (a TOML inline table in a string, read by
-#: :mod:`server_app.policy_params`), ``class`` (a built-in name or ``"package.module:Class"``,
-#: checked by the policy and aggregator registries).
-Form = Literal["value", "reference", "path", "absolute-path", "table", "class"]
-
-#: Longest string value of any run-config key (PATH_MAX, the longest path Linux opens); the
-#: parameter tables have their own limit (:data:`server_app.policy_params.MAX_PARAMS_CHARS`).
-MAX_SETTING_CHARS = 4096
-#: Longest folder or file name in a path value (NAME_MAX, in UTF-8 bytes).
-MAX_NAME_BYTES = 255
 #: Largest run seed: torch's generators take a signed 64-bit seed.
 MAX_SEED = 2**63 - 1
 #: Largest ``num-server-rounds``: the ServerApp keeps every round's metrics line in memory
@@ -58,89 +42,6 @@ PROTOCOLS: tuple[str, ...] = ("auto", "channel", "query", "train-all")
 TARGET_DISTS: tuple[str, ...] = ("global", "devices")
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
 PATHLOSS_MODELS: tuple[str, ...] = ("paper", "tr38901")
-
-Scalar = bool | int | float | str
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One run-config key: its type (that of ``default``), default, allowed values and help.
-
-    Attributes
-    ----------
-    key : str
-        The run-config key (kebab case; ``channel.*`` keys dotted).
-    default : bool, int, float or str
-        The default, as pyproject.toml holds it; its type is the setting's type (an integral
-        float such as ``64.0`` is taken for an int setting).
-    help : str
-        One line (Markdown) for the docs table.
-    minimum, maximum : float or None
-        Bounds of a number (inclusive, except ``minimum`` when ``above``).
-    above : bool
-        ``minimum`` is a strict lower bound (``> minimum``).
-    choices : tuple of str
-        The allowed strings (``form`` ``value`` or ``reference``).
-    form : Form
-        What a string holds beyond its type (see :data:`Form`).
-    multiple_of : int or None
-        An int setting must be a multiple of this.
-    why : str
-        Said after what is allowed when a value is refused (e.g. where a bound comes from).
-
-    """
-
-    key: str
-    default: Scalar
-    help: str
-    minimum: float | None = None
-    maximum: float | None = None
-    above: bool = False
-    choices: tuple[str, ...] = ()
-    form: Form = "value"
-    multiple_of: int | None = None
-    why: str = ""
-
-    @property
-    def attribute(self) -> str:
-        """The key as a Python name: ``channel.deadline-s`` -> ``deadline_s``."""
-        return self.key.rsplit(".", 1)[-1].replace("-", "_")
-
-    def allowed(self) -> str:
-        """What is allowed, in words: ``an integer in [1, 100000]``, ``one of "a", "b"``."""
-        kind = type(self.default)
-        if kind is bool:
-            return "true or false"
-        if kind in (int, float):
-            text = "an integer" if kind is int else "a finite number"
-
-            def shown(bound: float) -> str:
-                return str(int(bound)) if kind is int else f"{bound:g}"
-
-            low, high = self.minimum, self.maximum
-            if low is not None and high is not None:
-                text += f" in {'(' if self.above else '['}{shown(low)}, {shown(high)}]"
-            elif low is not None:
-                text += f" {'>' if self.above else '>='} {shown(low)}"
-            elif high is not None:
-                text += f" <= {shown(high)}"
-            if self.multiple_of:
-                text += f", a multiple of {self.multiple_of}"
-            return text
-        options = ", ".join(f'"{choice}"' for choice in self.choices)
-        if self.form == "reference":
-            return f"one of {options} or a function {REFERENCE_FORMS}"
-        if self.choices:
-            return f"one of {options}"
-        if self.form == "absolute-path":
-            return 'an absolute path, or ""'
-        if self.form == "path":
-            return 'a folder path, or ""'
-        if self.form == "table":
-            return 'a TOML inline table in a string ("{name = value}")'
-        if self.form == "class":
-            return 'a built-in name or "package.module:ClassName"'
-        return "a string"
 
 
 def _channel(key: str, default: Scalar, help: str, **limits: Any) -> Setting:
@@ -489,125 +390,6 @@ def defaults() -> dict[str, Scalar]:
     return {setting.key: setting.default for setting in SETTINGS}
 
 
-def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
-    """Return the path ``value`` if it is printable and its names fit :data:`MAX_NAME_BYTES`.
-
-    ``label`` names the setting in the errors (default: ``run-config key '<key>'``; e.g.
-    ``"--out"`` for a command-line option).
-
-    Raises
-    ------
-    ValueError
-        Naming ``key``: a control character (a newline would break every one-line message
-        that names the path; NUL no system call takes), a name that is not valid UTF-8 (a
-        lone surrogate, as Python decodes such a name: no TOML file or Flower message holds
-        it), or the first name that is too long (no file system takes it).
-    """
-    where = label or f"run-config key '{key}'"
-    if any(ord(char) < 32 or ord(char) == 127 for char in value):
-        raise ValueError(
-            f"{where} = {value[:80]!r} holds a control character (a newline, a "
-            "tab, NUL, ...); allowed: a path of printable characters"
-        )
-    if any(0xD800 <= ord(char) <= 0xDFFF for char in value):
-        raise ValueError(
-            f"{where} = {value[:80]!r} holds a name that is not valid UTF-8; "
-            "allowed: a path of Unicode characters (rename the folder)"
-        )
-    for name in Path(value).parts:
-        size = len(name.encode("utf-8", errors="surrogateescape"))
-        if size > MAX_NAME_BYTES:
-            raise ValueError(
-                f"{where} holds a folder or file name of {size} bytes "
-                f"({name[:40]!r}...); allowed: at most {MAX_NAME_BYTES} bytes per name"
-            )
-    return value
-
-
-def require(run_config: Mapping[str, Any], key: str) -> Any:
-    """``run_config[key]``; a ValueError names a missing key or too long a string."""
-    if key not in run_config:
-        raise ValueError(
-            f"run-config key '{key}' is missing; it must be set in [tool.flwr.app.config] of "
-            "pyproject.toml or with --run-config"
-        )
-    value = run_config[key]
-    table = key in SCHEMA and SCHEMA[key].form == "table"  # tables have their own limit
-    if isinstance(value, str) and not table and len(value) > MAX_SETTING_CHARS:
-        raise ValueError(
-            f"run-config key '{key}' holds {len(value)} characters ({value[:40]!r}...); "
-            f"allowed: at most {MAX_SETTING_CHARS}"
-        )
-    return value
-
-
-def check_value(setting: Setting, value: Any, where: str) -> Scalar:
-    """``value`` checked against ``setting``: an int, float, bool or str as the setting holds.
-
-    Parameters
-    ----------
-    setting : Setting
-        The key's setting.
-    value : object
-        The value as the run config (or a round's ConfigRecord) holds it.
-    where : str
-        How the errors name the setting, e.g. ``"run-config key 'seed'"``.
-
-    Returns
-    -------
-    bool, int, float or str
-        The value; an integral float of an int setting as an int, an int of a float setting as
-        a float; a path with ``~`` expanded when it must be absolute.
-
-    Raises
-    ------
-    ValueError
-        ``<where> must be <allowed> (<why>); got <value>``.
-    """
-    kind = type(setting.default)
-    why = f" ({setting.why})" if setting.why else ""
-    refused = ValueError(f"{where} must be {setting.allowed()}{why}; got {value!r}")
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise refused
-        return value
-    if kind in (int, float):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise refused
-        if isinstance(value, float) and not math.isfinite(value):
-            raise refused
-        if kind is int and isinstance(value, float) and not value.is_integer():
-            raise refused
-        number: int | float = int(value) if kind is int else float(value)
-        low, high = setting.minimum, setting.maximum
-        if low is not None and (number <= low if setting.above else number < low):
-            raise refused
-        if high is not None and number > high:
-            raise refused
-        if setting.multiple_of and int(number) % setting.multiple_of:
-            raise refused
-        return number
-    if not isinstance(value, str):
-        raise refused
-    if setting.choices and value in setting.choices:
-        return value
-    if setting.form == "reference" and is_reference(value):
-        check_reference(value, setting.key)
-        return value
-    if setting.choices:
-        raise refused
-    if setting.form in ("path", "absolute-path") and value:
-        check_path_names(value, setting.key, label=where)
-        if setting.form == "absolute-path":
-            if not Path(value).expanduser().is_absolute():
-                raise ValueError(
-                    f"{where} = {value!r} must be an absolute path (the ServerApp runs in an "
-                    'unrelated working directory), or ""'
-                )
-            return str(Path(value).expanduser())
-    return value
-
-
 def read(run_config: Mapping[str, Any], key: str) -> Any:
     """The value of ``key`` in a run config, checked against its :class:`Setting`.
 
@@ -616,7 +398,8 @@ def read(run_config: Mapping[str, Any], key: str) -> Any:
     ValueError
         One line naming the key, the value and what is allowed (or that the key is missing).
     """
-    return check_value(SCHEMA[key], require(run_config, key), f"run-config key '{key}'")
+    setting = SCHEMA[key]
+    return check_value(setting, require(run_config, setting), f"run-config key '{key}'")
 
 
 def _shown_default(value: Scalar) -> str:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
-from fedcgd_task.schema import SCHEMA, Setting, check_value, defaults, read
+from fedcgd_task.schema import SCHEMA, defaults, read
+from fedcgd_task.setting import Setting, check_value
 
 #: A scalar value of a Flower ConfigRecord / run config as this project uses them.
 ConfigValue = Any

@@ -6,7 +6,7 @@ a POSIX shell (the printed commands) and back unchanged. The runs below take suc
 through the in-process engine (stopped, then continued with the printed command run by
 ``bash``), a ``--jobs 2`` comparison, a preset, and one ``flwr run``. Characters refused: a
 control character (newline, tab, NUL, ...) in a path, which no one-line message or printed
-command can hold (:func:`fedcgd_task.schema.check_path_names`), and a lone surrogate (a name
+command can hold (:func:`fedcgd_task.setting.check_path_names`), and a lone surrogate (a name
 that is not UTF-8), which neither a TOML file nor Flower's messages can hold.
 """
 

@@ -13,7 +13,8 @@ import tomllib
 import pytest
 
 from fedcgd_task import schema
-from fedcgd_task.schema import SCHEMA, SETTINGS, Setting, check_value, read
+from fedcgd_task.schema import SCHEMA, SETTINGS, read
+from fedcgd_task.setting import Setting, check_value
 from fedcgd_task.settings import PROJECT_DIR, flatten
 
 REGENERATE = (

@@ -23,7 +23,7 @@ from typing import Any
 
 import tomli_w
 
-from fedcgd_task.schema import check_path_names
+from fedcgd_task.setting import check_path_names
 from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, set_once
 
 #: A run-config key: TOML bare keys joined by dots (``channel.deadline-s``).
@@ -91,7 +91,7 @@ def run_config_toml(values: Mapping[str, Any]) -> str:
 def path_argument(option: str) -> Callable[[str], Path]:
     """An argparse ``type`` for a path option: the path, or the error that refuses it.
 
-    The checks of a run-config path (:func:`fedcgd_task.schema.check_path_names`): a
+    The checks of a run-config path (:func:`fedcgd_task.setting.check_path_names`): a
     control character or a name that is not UTF-8 could not be printed on one line, written
     to a run config, or given back in a printed command.
     """
