@@ -3,7 +3,7 @@
 A setting such as ``policy``, ``dataset`` or ``model`` takes either a built-in name or a
 reference to the researcher's own code, in one of two forms:
 
-* ``package.module:Name``: imported with :func:`importlib.import_module`, so ``package`` must be
+* ``package.module:Name``: imported with :func:`pkgutil.resolve_name`, so ``package`` must be
   importable by the process that needs it (``PYTHONPATH`` for local runs; shipped in the app
   or installed on every machine for deployments);
 * ``/absolute/path/file.py:Name``: the file is loaded as a module of its own (the file must
@@ -15,8 +15,8 @@ Nothing here imports flwr or torch.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.util
+import pkgutil
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -112,31 +112,28 @@ def import_object(value: str, setting: str) -> object:
 
     """
     check_reference(value, setting)
+    where = f"run-config key {setting!r} = {value!r}"
     file_match = _FILE_REFERENCE.match(value)
-    if file_match:
-        module_name, attribute = file_match.group(1), file_match.group(2)
-        module = _load_file_module(Path(module_name), setting, value)
-    else:
-        module_name, attribute = value.split(":")
+    if not file_match:
         try:
-            module = importlib.import_module(module_name)
+            return pkgutil.resolve_name(value)
         except ModuleNotFoundError as err:
             raise ValueError(
-                f"run-config key {setting!r} = {value!r}: no module named {err.name!r} (put its "
-                "folder on PYTHONPATH, install it, or give '/absolute/path/file.py:Name')"
+                f"{where}: no module named {err.name!r} (put its folder on PYTHONPATH, install "
+                "it, or give '/absolute/path/file.py:Name')"
             ) from err
+        except AttributeError as err:
+            raise ValueError(f"{where}: {first_line(err)}") from err
         except Exception as err:
             raise ValueError(
-                f"run-config key {setting!r} = {value!r}: importing {module_name!r} raised "
-                f"{type(err).__name__}: {first_line(err)}"
+                f"{where}: importing {value.split(':')[0]!r} raised {type(err).__name__}: "
+                f"{first_line(err)}"
             ) from err
-    target: object = module
+    path, attribute = Path(file_match.group(1)), file_match.group(2)
+    target: object = _load_file_module(path, setting, value)
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(
-                f"run-config key {setting!r} = {value!r}: {module_name} has no attribute "
-                f"{attribute!r}"
-            )
+            raise ValueError(f"{where}: {path} has no attribute {attribute!r}")
         target = getattr(target, part)
     return target
 

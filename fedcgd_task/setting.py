@@ -109,7 +109,7 @@ class Setting:
         if self.form == "table":
             return 'a TOML inline table in a string ("{name = value}")'
         if self.form == "class":
-            return 'a built-in name or "package.module:ClassName"'
+            return 'a string: a built-in name or "package.module:ClassName"'
         return "a string"
 
 
