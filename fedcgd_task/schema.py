@@ -272,10 +272,8 @@ SETTINGS: tuple[Setting, ...] = (
         "checkpoint-every",
         1,
         "save `checkpoint.pt` (model, Ĝ / Fed-CBS counts, generator states, round) every k "
-        "rounds and after the last; 0 = off (then a stopped run cannot be resumed). Cost on a "
-        "quiet machine: 0.7 ms per checkpoint of the digits MLP (1.7 ms the CIFAR CNN, 68 ms "
-        "ResNet-18; about 8 ms under load, waiting on the disk) against 54 ms per round of the "
-        "default run in process (the checkpoint benchmark)",
+        "rounds and after the last; 0 = off (then a stopped run cannot be resumed). Cost: "
+        'under 1 % of a round of the default run ([Performance](performance.md), "Checkpoints")',
         minimum=0,
     ),
     Setting(

@@ -2,7 +2,8 @@
 
 :mod:`experiments.bench.round` and :mod:`experiments.bench.inprocess` both print progress lines
 with the machine's load average (:func:`progress`), read a run's ``metrics.jsonl``
-(:func:`read_metrics`, as :mod:`experiments.bench.scale` does), keep, per round,
+(:func:`run_files.results.read_metrics_lines`, as :mod:`experiments.bench.scale` does), keep,
+per round,
 :data:`ROUND_FIELDS` and the timing columns :data:`PHASES` (:func:`round_fields`) in their
 ``table.json``, and check their replay against the run (:func:`largest_accuracy_gap`).
 :func:`write_random_cifar10` writes a CIFAR-10-shaped folder of random images in torchvision's
@@ -13,7 +14,6 @@ it).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import pickle
@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from experiments.analysis.tables import write_csv
 from experiments.paper import settings as paper_settings
+from run_files.atomic_files import atomic_write_text
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
 PHASES: tuple[str, ...] = (
@@ -79,12 +81,6 @@ def progress(
         log.append({"time": time.time(), "text": text, "load_1min": load})
 
 
-def read_metrics(result_dir: Path) -> list[dict[str, Any]]:
-    """Read a run's ``metrics.jsonl`` (one dict per round)."""
-    text = (result_dir / "metrics.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def round_fields(
     metrics: Sequence[Mapping[str, Any]], phases: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -99,13 +95,9 @@ def write_table(
 
     ``out`` is created; returns the two paths.
     """
-    out.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out / "table.csv", out / "table.json"
-    with open(csv_path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(header)
-        writer.writerows(rows)
-    json_path.write_text(json.dumps(payload, indent=2))
+    write_csv(csv_path, [dict(zip(header, row, strict=True)) for row in rows], header)
+    atomic_write_text(json_path, json.dumps(payload, indent=2))
     return csv_path, json_path
 
 

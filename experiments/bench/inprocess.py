@@ -62,13 +62,13 @@ from experiments.bench.common import (
     largest_accuracy_gap,
     load_average,
     progress,
-    read_metrics,
     round_fields,
     timed_run_parser,
     write_table,
 )
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import default_run_config
+from run_files.results import read_metrics_lines
 
 #: The benchmark's run config (the data and result folders, rounds, τ, policy, deadline and
 #: seed are added per run): the paper's device setting on MNIST-1D with its 1-D CNN.
@@ -197,7 +197,7 @@ def run_inprocess_process(
     if proc.returncode != 0 or not (result_dir / "metrics.jsonl").exists():
         tail = (proc.stdout + proc.stderr)[-2000:]
         raise RuntimeError(f"{checkout}: the in-process run failed ({proc.returncode}):\n{tail}")
-    return InProcessRun(checkout, process_s, read_metrics(result_dir))
+    return InProcessRun(checkout, process_s, read_metrics_lines(result_dir))
 
 
 def time_statement(code: str, cwd: Path) -> float:

@@ -62,7 +62,6 @@ from experiments.bench.common import (
     at_least,
     largest_accuracy_gap,
     progress,
-    read_metrics,
     round_fields,
     timed_run_parser,
     write_random_cifar10,
@@ -72,6 +71,7 @@ from experiments.bench.round_replay import PlainRun, replay_plain
 from experiments.paper import settings as paper_settings
 from experiments.run.flwr_run import run_flwr
 from fedcgd_task.settings import default_run_config
+from run_files.results import read_metrics_lines
 
 #: The paper's CIFAR-10 setting (:data:`experiments.paper.settings.PAPER_CIFAR10`), every round
 #: evaluated so that the central evaluation is timed in each round.
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{policy}: flwr run failed (exit code {code}); last lines:\n{tail}", phases
                 )
                 return code or 1
-            metrics = read_metrics(result_dir)
+            metrics = read_metrics_lines(result_dir)
             shutil.copyfile(result_dir / "metrics.jsonl", out / f"metrics-{policy}.jsonl")
             if len(metrics) != args.rounds:
                 progress(

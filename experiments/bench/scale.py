@@ -22,9 +22,7 @@ rounds. Writes ``<out>/table.csv`` and ``<out>/table.json``; prints the table.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
-import json
 import os
 import statistics
 import subprocess
@@ -35,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.tables import text_table
-from experiments.bench.common import read_metrics
+from experiments.bench.common import write_table
 from experiments.run.run_config import format_run_config
+from run_files.results import read_metrics_lines
 
 #: Phases read from each round's metrics line.
 PHASES = ("query_s", "schedule_s", "train_phase_s", "eval_s")
@@ -98,7 +97,7 @@ def run_one(project: Path, overrides: dict[str, Any], per_device: bool, log_path
     if proc.returncode != 0:
         tail = log_path.read_text()[-2000:]
         raise RuntimeError(f"the run in {project} failed ({proc.returncode}):\n{tail}")
-    lines = read_metrics(Path(overrides["result-dir"]))
+    lines = read_metrics_lines(Path(overrides["result-dir"]))
     walls = [float(x["wall_time_s"]) for x in lines]
     later = lines[1:]
     result = {
@@ -151,12 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {result['round_s']:.2f} s a round, peak {result['peak_rss_mib']:.0f} MiB")
     header = ["V", "variant", "round_s", "queried", *PHASES, "peak_rss_mib"]
     header += ["rss_after_round_2_mib", "rss_at_end_mib"]
-    with (out / "table.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=header)
-        writer.writeheader()
-        writer.writerows(rows)
     settings = {"rounds": args.rounds, "samples": args.samples, "cpu_count": os.cpu_count()}
-    (out / "table.json").write_text(json.dumps({"settings": settings, "rows": rows}, indent=2))
+    table = [[row.get(h) for h in header] for row in rows]
+    write_table(out, header, table, {"settings": settings, "rows": rows})
 
     def cell(value: object) -> str:
         return f"{value:.3g}" if isinstance(value, float) else str(value)
