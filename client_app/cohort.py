@@ -27,15 +27,16 @@ path's up to summation order (tested in float64: within 1.1e-9 relative, the sam
 float32: docs/running.md, "Same seed, same run").
 
 Where the batched path cannot run, the devices are computed one at a time, and the log says so
-once per engine (:class:`Cohorts`), model and reason: a model outside :mod:`client_app.per_sample_norms`'s scope, or one
-whose outputs for one device's samples change when other devices' samples share the batch
-(:func:`client_app.sample_mixing.sample_mixing`, checked once per engine and model structure: a
-parameter-free ``x - x.mean(0)`` in ``forward``, say), gets sigma-hat per device
-(:func:`client_app.device_round.pre_training_stats`); a model with dropout (each device draws
-its masks from its own seeded stream), with batch normalisation (its running statistics are
-updated in training mode) or one that ``vmap`` rejects trains per device. The batched training
-needs no such check: ``vmap`` hands each device's function its own batch alone, so a model
-that mixes the samples of a batch mixes each device's own, as on the per-device path.
+once per engine (:class:`Cohorts`), model and reason: a model outside
+:mod:`client_app.per_sample_norms`'s scope, or one whose outputs for one device's samples change
+when other devices' samples share the batch (:func:`client_app.sample_mixing.sample_mixing`,
+checked once per engine and model structure: a parameter-free ``x - x.mean(0)`` in
+``forward``, say), gets sigma-hat per device (:func:`client_app.device_round.pre_training_stats`);
+a model with dropout (each device draws its masks from its own seeded stream), with batch
+normalisation (its running statistics are updated in training mode) or one that ``vmap``
+rejects trains per device. The batched training needs no such check: ``vmap`` hands each
+device's function its own batch alone, so a model that mixes the samples of a batch mixes each
+device's own, as on the per-device path.
 
 Memory: a query chunk holds the activations of :data:`QUERY_CHUNK_SAMPLES` samples plus
 per-layer intermediates bounded by :data:`client_app.layer_norms.CHUNK_BUDGET_FLOATS`; a
@@ -67,6 +68,7 @@ from client_app.device_round import (
     label_hist,
     pre_training_stats,
     received_model,
+    same_arrays,
     same_config,
 )
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
@@ -173,7 +175,7 @@ class Cohorts:
 
     @contextmanager
     def opened(self, deliveries: Sequence[tuple[Message, Context]]) -> Iterator[None]:
-        """Open the cohorts among ``deliveries`` (message, its node's context) while they are handled.
+        """Open the cohorts among ``deliveries`` (message, its node's context) while handled.
 
         A cohort: the messages of one kind with the same record object, an equal round config
         and an equal run config (:func:`client_app.device_round.same_config`). Messages stay
@@ -219,7 +221,7 @@ class Cohorts:
     def _result(
         self, msg: Message, kind: str, result_type: type[_R]
     ) -> tuple[DeviceRound, _R] | None:
-        """``msg``'s result in its open cohort of ``kind`` (computed at the first ask); None: alone."""
+        """``msg``'s result in its open cohort of ``kind`` (computed at first ask); None: alone."""
         cohort = self._open.get(id(msg))
         if cohort is None or cohort.kind != kind:
             return None
@@ -288,23 +290,15 @@ class Cohorts:
         the scheduled devices' statistics were computed in the query phase and are reused,
         the others computed now. The kept statistics are those of the last record only.
         """
-        items = list(record.items())
         kept = self._kept
-        if (
-            kept is None
-            or len(kept.arrays) != len(items)
-            or not all(
-                name == kept_name and ref() is array
-                for (name, array), (kept_name, ref) in zip(items, kept.arrays, strict=True)
-            )
-        ):
+        if kept is None or not same_arrays(record, kept.arrays):
             kept = _KeptStats([], {})
 
             def forget(_: weakref.ref[Array], dropped: _KeptStats = kept) -> None:
                 if self._kept is dropped:
                     self._kept = None
 
-            kept.arrays = [(name, weakref.ref(array, forget)) for name, array in items]
+            kept.arrays = [(name, weakref.ref(array, forget)) for name, array in record.items()]
             self._kept = kept
         missing = [d for d in devices if _stats_key(d) not in kept.stats]
         if missing:
@@ -344,8 +338,7 @@ class Cohorts:
             if mixing is not None:
                 self._log_once(name, keys.QUERY_STATS, mixing)
                 return [
-                    pre_training_stats(model, d.split, d.batches, want_sigma=True)
-                    for d in devices
+                    pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices
                 ]
         per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
         chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
@@ -378,9 +371,7 @@ class Cohorts:
                 sigmas = [sigma for chunk_sigmas in by_chunk for sigma in chunk_sigmas]
         except UnsupportedModelError as err:  # found during the pass (e.g. a layer ran twice)
             self._log_once(name, keys.QUERY_STATS, str(err))
-            return [
-                pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices
-            ]
+            return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]
         return [
             PreTrainingStats(label_hist=label_hist(d.split, d.batches), sigma=float(sigma))
             for d, sigma in zip(devices, sigmas, strict=True)

@@ -1,9 +1,10 @@
 """The project's marks of errors: a message that is one complete line, a stop of a run.
 
-:class:`OneLineMessage`: a refused setting, a folder in use, a failed write, a decision that breaks the budget, a stop
-by a signal: the message says what happened and what to do, so a command prints it alone (no
-traceback) and a run's ``status.json`` records it without the class name. :class:`StopsRun`: an
-end of a run that is not a failure (a SIGINT or SIGTERM). Nothing here imports flwr or torch.
+:class:`OneLineMessage`: a refused setting, a folder in use, a failed write, a decision that
+breaks the budget, a stop by a signal: the message says what happened and what to do, so a
+command prints it alone (no traceback) and a run's ``status.json`` records it without the class
+name. :class:`StopsRun`: an end of a run that is not a failure (a SIGINT or SIGTERM). Nothing
+here imports flwr or torch.
 """
 
 from __future__ import annotations

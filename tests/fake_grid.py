@@ -40,7 +40,7 @@ class FakeGrid(InProcessGrid):
 
 
 def cohort_app(cohorts: bool = True, *, threads: int = 1) -> tuple[ClientApp, Cohorts | None]:
-    """The real ClientApp and the cohorts a grid must open for it, as the in-process engine builds them.
+    """The real ClientApp and the cohorts a grid opens for it, as the in-process engine builds them.
 
     ``cohorts=False``: the ClientApp Flower loads and None (every device alone).
     """

@@ -179,12 +179,12 @@ def test_a_stop_is_told_by_its_mark_class_alone():
     from fedcgd_task.errors import StopsRun
     from run_files.run_status import stops_the_run
 
-    class Marked(StopsRun, Exception):
+    class MarkedError(StopsRun, Exception):
         pass
 
-    class Lookalike(Exception):  # an attribute is no mark
+    class LookalikeError(Exception):  # an attribute is no mark
         stops_run = True
 
-    assert stops_the_run(Marked("stopped")) and stops_the_run(Interrupted(signal.SIGTERM))
+    assert stops_the_run(MarkedError("stopped")) and stops_the_run(Interrupted(signal.SIGTERM))
     assert stops_the_run(KeyboardInterrupt())
-    assert not stops_the_run(Lookalike("failed")) and not stops_the_run(RuntimeError("failed"))
+    assert not stops_the_run(LookalikeError("failed")) and not stops_the_run(RuntimeError("failed"))

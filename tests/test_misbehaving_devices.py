@@ -263,7 +263,8 @@ def reply_with(metrics: dict) -> Message:
 
 
 def test_fractional_histogram_in_a_reply_is_refused():
-    from fedcgd_strategy.flower.replies import MalformedReplyError, read_report
+    from fedcgd_strategy.flower.replies import read_report
+    from fedcgd_strategy.flower.reply_fields import MalformedReplyError
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [0.5, 0.5]}
     with pytest.raises(MalformedReplyError, match="integer class counts"):
@@ -275,7 +276,8 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from fedcgd_strategy.aggregation import non_finite_arrays
     from fedcgd_strategy.flower.replies import DeviceReport
-    from fedcgd_strategy.flower.strategy import RoundInProgress, ScheduledStrategy
+    from fedcgd_strategy.flower.round_state import RoundInProgress
+    from fedcgd_strategy.flower.strategy import ScheduledStrategy
     from fedcgd_strategy.policies import PolicyContext, make_policy
     from fedcgd_task.settings import TrainingSettings
 
@@ -358,7 +360,8 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
     ],
 )
 def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
-    from fedcgd_strategy.flower.replies import ExpectedReply, MalformedReplyError, read_report
+    from fedcgd_strategy.flower.replies import ExpectedReply, read_report
+    from fedcgd_strategy.flower.reply_fields import MalformedReplyError
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1], key: value}
     with pytest.raises(MalformedReplyError, match=match):
