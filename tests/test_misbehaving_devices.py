@@ -315,11 +315,15 @@ def test_the_module_level_app_reads_the_fault_from_the_environment(tmp_path, mon
 
     monkeypatch.setenv("FEDCGD_FAULT", "num-examples-1e15")
     monkeypatch.setenv("FEDCGD_FAULT_PARTITION", str(FAULTY))
-    lines, _ = run(tmp_path, "env", misbehaving.app, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+
+    def flower_loads(_app):  # every node runs what `flwr run` loads as `misbehaving:app`
+        return misbehaving.app
+
+    lines, _ = run(tmp_path, "env", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
     assert FAULTY in lines[0]["failed"]
     assert "num-examples" in lines[0]["failed_reasons"][str(FAULTY)]
     monkeypatch.delenv("FEDCGD_FAULT")
-    lines, _ = run(tmp_path, "plain", misbehaving.app, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    lines, _ = run(tmp_path, "plain", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
     assert lines[0]["failed"] == [] and FAULTY in lines[0]["uploaded"]
 
 
