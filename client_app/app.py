@@ -15,11 +15,16 @@ Message types and what the device answers (record keys from :mod:`fedcgd_task.ke
 
 The global model is evaluated centrally by the ServerApp, so there is no ``evaluate`` handler.
 
+The module's ``app`` (what Flower loads: ``clientapp = "client_app.app:app"``) is
+:func:`make_app` without cohorts; the in-process engine builds its own with the
+:class:`~client_app.cohort.Cohorts` it owns, so no module global links the engine and the
+handlers.
+
 The partition id comes from ``context.node_config["partition-id"]``; ``num-partitions`` must
 equal the run config's ``num-devices``. Errors raised in a handler propagate; Flower turns them
 into an error reply, which the server skips. The handlers keep no per-node state; a process
-keeps one model skeleton per architecture (:func:`process_model`) and loads each message's
-weights into it.
+keeps one model skeleton per architecture (:func:`client_app.device_round.process_model`) and
+loads each message's weights into it.
 
 The ClientApp sets ``torch.set_num_threads(1)`` when it handles a message (in its lifespan, not
 at import of the library modules): in simulation several Ray workers share the machine's cores,
@@ -29,6 +34,7 @@ and one intra-op thread each avoids oversubscription.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -43,9 +49,7 @@ from flwr.app import (
 )
 from flwr.clientapp import ClientApp
 
-from client_app import cohort
 from client_app.device_round import (
-    _LAST_DECODED,
     DeviceRound,
     PreTrainingStats,
     decoded_state,
@@ -63,13 +67,36 @@ from client_app.device_round import (
 from fedcgd_task import keys
 from fedcgd_task.local_data import local_split
 
+if TYPE_CHECKING:
+    from client_app.cohort import Cohorts
+
 #: Intra-op threads per ClientApp process.
 CLIENT_NUM_THREADS = 1
 
-app = ClientApp()
+
+def make_app(cohorts: Cohorts | None = None) -> ClientApp:
+    """A ClientApp of a FedCGD device; with ``cohorts``, one of the in-process engine's.
+
+    ``cohorts``: the engine's :class:`~client_app.cohort.Cohorts` (its grid opens them around
+    each delivery): :func:`query_stats` and :func:`train` take their device's result from its
+    open cohort where it has one. None (the module's ``app``, what Flower loads): every message
+    is computed for its device alone.
+    """
+    client = ClientApp()
+    client.lifespan()(lifespan)
+    client.query(keys.QUERY_INFO_ACTION)(query_info)
+
+    @client.query(keys.QUERY_STATS_ACTION)
+    def stats(msg: Message, context: Context) -> Message:
+        return query_stats(msg, context, cohorts)
+
+    @client.train()
+    def trained(msg: Message, context: Context) -> Message:
+        return train(msg, context, cohorts)
+
+    return client
 
 
-@app.lifespan()
 def lifespan(context: Context) -> Iterator[None]:
     """Limit torch to :data:`CLIENT_NUM_THREADS` intra-op thread(s) while handling messages."""
     torch.set_num_threads(CLIENT_NUM_THREADS)
@@ -109,7 +136,6 @@ def _stats_metrics(rnd: DeviceRound, stats: PreTrainingStats) -> dict[str, Metri
     return metrics
 
 
-@app.query(keys.QUERY_INFO_ACTION)
 def query_info(msg: Message, context: Context) -> Message:
     """Reply with the node's partition id, local dataset size and its whole class counts."""
     settings = run_settings(context.run_config)
@@ -126,14 +152,14 @@ def query_info(msg: Message, context: Context) -> Message:
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
 
-@app.query(keys.QUERY_STATS_ACTION)
-def query_stats(msg: Message, context: Context) -> Message:
+def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Reply with the pre-training statistics at the received model (no training).
 
-    In a cohort (:mod:`client_app.cohort`, the in-process engine) the statistics were computed
-    with the cohort's other devices; otherwise here, for this device alone.
+    In an open cohort of ``cohorts`` (:mod:`client_app.cohort`, the in-process engine) the
+    statistics were computed with the cohort's other devices; otherwise here, for this device
+    alone.
     """
-    done = cohort.stats_of(msg)
+    done = None if cohorts is None else cohorts.stats_of(msg)
     rnd, stats = done if done is not None else _alone(msg, context)
     metrics = MetricRecord(_stats_metrics(rnd, stats))
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
@@ -144,14 +170,14 @@ def _alone(msg: Message, context: Context) -> tuple[DeviceRound, PreTrainingStat
     return rnd, device_stats(msg, rnd)
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
+def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics.
 
-    In a cohort (:mod:`client_app.cohort`) the steps ran with the cohort's other devices;
-    otherwise here, for this device alone (:func:`client_app.device_round.train_device`).
+    In an open cohort of ``cohorts`` (:mod:`client_app.cohort`) the steps ran with the cohort's
+    other devices; otherwise here, for this device alone
+    (:func:`client_app.device_round.train_device`).
     """
-    done = cohort.trained_of(msg)
+    done = None if cohorts is None else cohorts.trained_of(msg)
     if done is None:
         rnd = device_round(msg, context)
         done = (rnd, train_device(msg, rnd))
@@ -166,12 +192,15 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+#: The ClientApp Flower loads (``flwr run``, deployments): every device alone.
+app = make_app()
+
 __all__ = [
-    "_LAST_DECODED",
     "PreTrainingStats",
     "app",
     "decoded_state",
     "floating_state",
+    "make_app",
     "node_context",
     "node_partition",
     "pre_training_stats",

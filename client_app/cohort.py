@@ -1,11 +1,14 @@
 """Cohort execution: devices that received the same global model in one phase, computed together.
 
-The in-process engine (:class:`experiments.run.inprocess.InProcessGrid`) hands each message
-straight to its node's ClientApp. Before it delivers the messages of one ``send_and_receive``
-it opens them (:func:`opened`): the ``query.stats`` messages, and the ``train`` messages, that
-carry the same ArrayRecord object (the round's one global model), the same round config and
-the same run config form a *cohort*. The first time a handler of the ClientApp asks for a
-cohort's message (:func:`stats_of`, :func:`trained_of`), the whole cohort is computed at once:
+The in-process engine (:func:`experiments.run.inprocess.run_inprocess`) owns one
+:class:`Cohorts` and builds its ClientApp with it (:func:`client_app.app.make_app`); nothing of
+it lives in a module global. Its grid (:class:`experiments.run.inprocess.InProcessGrid`) hands
+each message straight to its node's ClientApp; before it delivers the messages of one
+``send_and_receive`` it opens them (:meth:`Cohorts.opened`): the ``query.stats`` messages, and
+the ``train`` messages, that carry the same ArrayRecord object (the round's one global model),
+the same round config and the same run config form a *cohort*. The first time a handler of that
+ClientApp asks for a cohort's message (:meth:`Cohorts.stats_of`, :meth:`Cohorts.trained_of`),
+the whole cohort is computed at once:
 
 * ``query.stats``: every device's label histogram, and sigma-hat of all of them from batched
   passes at the one model (:func:`client_app.sigma.gradient_spreads`, one group of b samples
@@ -24,15 +27,16 @@ path's up to summation order (tested in float64: within 1.1e-9 relative, the sam
 float32: docs/running.md, "Same seed, same run").
 
 Where the batched path cannot run, the devices are computed one at a time, and the log says so
-once per model and reason: a model outside :mod:`client_app.per_sample_norms`'s scope, or one
-whose outputs for one device's samples change when other devices' samples share the batch
-(:func:`client_app.sample_mixing.sample_mixing`, checked once per model structure: a
-parameter-free ``x - x.mean(0)`` in ``forward``, say), gets sigma-hat per device
-(:func:`client_app.device_round.pre_training_stats`); a model with dropout (each device draws
-its masks from its own seeded stream), with batch normalisation (its running statistics are
-updated in training mode) or one that ``vmap`` rejects trains per device. The batched training
-needs no such check: ``vmap`` hands each device's function its own batch alone, so a model
-that mixes the samples of a batch mixes each device's own, as on the per-device path.
+once per engine (:class:`Cohorts`), model and reason: a model outside
+:mod:`client_app.per_sample_norms`'s scope, or one whose outputs for one device's samples change
+when other devices' samples share the batch (:func:`client_app.sample_mixing.sample_mixing`,
+checked once per engine and model structure: a parameter-free ``x - x.mean(0)`` in
+``forward``, say), gets sigma-hat per device (:func:`client_app.device_round.pre_training_stats`);
+a model with dropout (each device draws its masks from its own seeded stream), with batch
+normalisation (its running statistics are updated in training mode) or one that ``vmap``
+rejects trains per device. The batched training needs no such check: ``vmap`` hands each
+device's function its own batch alone, so a model that mixes the samples of a batch mixes each
+device's own, as on the per-device path.
 
 Memory: a query chunk holds the activations of :data:`QUERY_CHUNK_SAMPLES` samples plus
 per-layer intermediates bounded by :data:`client_app.layer_norms.CHUNK_BUDGET_FLOATS`; a
@@ -64,6 +68,7 @@ from client_app.device_round import (
     label_hist,
     pre_training_stats,
     received_model,
+    same_arrays,
     same_config,
 )
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
@@ -71,12 +76,7 @@ from client_app.sample_mixing import MIXING_PROBE_SAMPLES, sample_mixing
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
 
-__all__ = [
-    "QUERY_CHUNK_SAMPLES",
-    "opened",
-    "stats_of",
-    "trained_of",
-]
+__all__ = ["QUERY_CHUNK_SAMPLES", "Cohorts"]
 
 LOG = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ QUERY_CHUNK_SAMPLES = 4096
 #: Cohorts smaller than this are left to the per-device path.
 MIN_COHORT = 2
 _KINDS = (keys.QUERY_STATS, MessageType.TRAIN)
+#: The type of a cohort's result (:meth:`Cohorts.stats_of`, :meth:`Cohorts.trained_of`).
+_R = TypeVar("_R", PreTrainingStats, TrainedDevice)
 
 
 @dataclass
@@ -95,7 +97,6 @@ class _Cohort:
 
     kind: str
     members: list[tuple[Message, Context]]
-    threads: int = 1
     results: dict[int, tuple[DeviceRound, object]] | None = None
     ids: set[int] = field(default_factory=set)
 
@@ -112,18 +113,6 @@ class _KeptStats:
     stats: dict[tuple[object, ...], PreTrainingStats]
 
 
-#: At most one entry; dropped as soon as one of its arrays is freed.
-_KEPT: list[_KeptStats] = []
-#: id(message) -> its open cohort (only during :func:`opened`).
-_OPEN: dict[int, _Cohort] = {}
-#: The type of a cohort's result (:func:`stats_of`, :func:`trained_of`).
-_R = TypeVar("_R", PreTrainingStats, TrainedDevice)
-#: (model name, kind, reason) already logged.
-_LOGGED: set[tuple[str, str, str]] = set()
-#: (model name, kind) whose batched path failed at run time: per device from then on.
-_FAILED: set[tuple[str, str]] = set()
-
-
 def _cohort_key(msg: Message) -> tuple[object, ...] | None:
     """Messages computed together share this key and an equal run config; None: not cohort."""
     kind = msg.metadata.message_type
@@ -135,120 +124,6 @@ def _cohort_key(msg: Message) -> tuple[object, ...] | None:
         return None
     round_config = tuple(sorted((k, type(v).__name__, repr(v)) for k, v in config.items()))
     return (kind, id(arrays), round_config)
-
-
-@contextmanager
-def opened(deliveries: Sequence[tuple[Message, Context]], *, threads: int = 1) -> Iterator[None]:
-    """Open the cohorts among ``deliveries`` (message, its node's context) while they are handled.
-
-    A cohort: the messages of one kind with the same record object, an equal round config and
-    an equal run config (:func:`client_app.device_round.same_config`). Messages stay the
-    caller's: they must be alive and unchanged until the block ends; the results are dropped
-    when it ends. ``threads``: threads that share a cohort's sigma-hat passes
-    (:func:`cohort_stats`).
-    """
-    if threads < 1:
-        raise ValueError(f"threads: got {threads}; allowed: >= 1")
-    groups: dict[tuple[object, ...], list[list[tuple[Message, Context]]]] = {}
-    for msg, context in deliveries:
-        key = _cohort_key(msg)
-        if key is None:
-            continue
-        subgroups = groups.setdefault(key, [])
-        for members in subgroups:
-            if same_config(members[0][1].run_config, context.run_config):
-                members.append((msg, context))
-                break
-        else:
-            subgroups.append([(msg, context)])
-    opened_ids: list[int] = []
-    for key, subgroups in groups.items():
-        for members in subgroups:
-            if len(members) < MIN_COHORT:
-                continue
-            cohort = _Cohort(kind=str(key[0]), members=members, threads=threads)
-            cohort.ids = {id(msg) for msg, _ in members}
-            for msg_id in cohort.ids:
-                _OPEN[msg_id] = cohort
-                opened_ids.append(msg_id)
-    try:
-        yield
-    finally:
-        for msg_id in opened_ids:
-            _OPEN.pop(msg_id, None)
-
-
-def stats_of(msg: Message) -> tuple[DeviceRound, PreTrainingStats] | None:
-    """The device's round and statistics from its open ``query.stats`` cohort; None: alone."""
-    return _result(msg, keys.QUERY_STATS, PreTrainingStats)
-
-
-def trained_of(msg: Message) -> tuple[DeviceRound, TrainedDevice] | None:
-    """The device's round and training outcome from its open ``train`` cohort; None: alone."""
-    return _result(msg, MessageType.TRAIN, TrainedDevice)
-
-
-def _result(msg: Message, kind: str, result_type: type[_R]) -> tuple[DeviceRound, _R] | None:
-    """``msg``'s result in its open cohort of ``kind`` (computed at the first ask); None: alone."""
-    cohort = _OPEN.get(id(msg))
-    if cohort is None or cohort.kind != kind:
-        return None
-    if cohort.results is None:
-        cohort.results = _compute(cohort)
-    found = cohort.results.get(id(msg))
-    if found is None:
-        return None
-    rnd, result = found
-    assert isinstance(result, result_type)
-    return rnd, result
-
-
-def _log_once(model: str, kind: str, reason: str) -> None:
-    if (model, kind, reason) not in _LOGGED:
-        _LOGGED.add((model, kind, reason))
-        LOG.warning(
-            "cohort execution: %s of model '%s' computed one device at a time: %s",
-            "training" if kind == MessageType.TRAIN else "sigma-hat",
-            model,
-            reason,
-        )
-
-
-def _compute(cohort: _Cohort) -> dict[int, tuple[DeviceRound, object]]:
-    """Compute every member of ``cohort`` that reads cleanly; the others are left out."""
-    rounds: list[tuple[Message, DeviceRound]] = []
-    for msg, context in cohort.members:
-        try:
-            rounds.append((msg, device_round(msg, context)))
-        except (ValueError, TypeError):  # its handler raises the same error alone
-            continue
-    if len(rounds) < MIN_COHORT:
-        return {}
-    first_msg, first = rounds[0]
-    name = first.settings.model
-    if (name, cohort.kind) in _FAILED:
-        return {}
-    try:
-        model = received_model(first_msg, first.settings, first.split)
-    except (ValueError, RuntimeError):  # a bad record: each handler says so alone
-        return {}
-    devices = [rnd for _, rnd in rounds]
-    ids = [id(msg) for msg, _ in rounds]
-    record = first_msg.content.array_records[keys.ARRAYS]
-    stats = _kept_or_computed_stats(record, model, devices, threads=cohort.threads)
-    if cohort.kind == keys.QUERY_STATS:
-        return {i: (rnd, s) for i, rnd, s in zip(ids, devices, stats, strict=True)}
-    blockers = training_blockers(model)
-    if blockers:
-        _log_once(name, cohort.kind, "; ".join(blockers))
-        return {}
-    try:
-        trained = cohort_train(model, devices, stats=stats)
-    except RuntimeError as err:  # vmap rejects the model
-        _FAILED.add((name, cohort.kind))
-        _log_once(name, cohort.kind, f"torch.func.vmap raised {type(err).__name__}: {err}")
-        return {}
-    return {i: (rnd, t) for i, rnd, t in zip(ids, devices, trained, strict=True)}
 
 
 def _stats_key(device: DeviceRound) -> tuple[object, ...]:
@@ -263,102 +138,241 @@ def _stats_key(device: DeviceRound) -> tuple[object, ...]:
     )
 
 
-def _kept_or_computed_stats(
-    record: ArrayRecord, model: nn.Module, devices: Sequence[DeviceRound], *, threads: int = 1
-) -> list[PreTrainingStats]:
-    """:func:`cohort_stats`, reusing those the last cohort computed at the same model.
+class Cohorts:
+    """One engine's cohort execution: its grid opens the cohorts, its ClientApp reads them.
 
-    A round's train messages carry the record of its query messages, and a device's
-    statistics depend only on the model and its batches (seed, round, tau, b, partition):
-    the scheduled devices' statistics were computed in the query phase and are reused,
-    the others computed now. The kept statistics are those of the last record only.
+    The in-process engine builds one, hands it to its grid (which calls :meth:`opened` around
+    each delivery) and to the ClientApp it builds (:func:`client_app.app.make_app`, whose
+    ``query.stats`` and ``train`` handlers call :meth:`stats_of` / :meth:`trained_of`). It holds
+    everything cohort execution keeps between messages: the open cohorts (only during
+    :meth:`opened`), the last query cohort's statistics (for the train cohort of the same
+    round), the sample-mixing verdicts by model structure
+    (:func:`client_app.sample_mixing.sample_mixing`), the models whose batched training failed
+    (per device from then on) and the reasons already logged.
+
+    Parameters
+    ----------
+    threads : int
+        Threads that share a cohort's sigma-hat passes (:meth:`cohort_stats`); the results do
+        not depend on it.
+
     """
-    items = list(record.items())
-    kept = _KEPT[0] if _KEPT else None
-    if (
-        kept is None
-        or len(kept.arrays) != len(items)
-        or not all(
-            name == kept_name and ref() is array
-            for (name, array), (kept_name, ref) in zip(items, kept.arrays, strict=True)
-        )
-    ):
 
-        def forget(_: weakref.ref[Array]) -> None:
-            _KEPT.clear()
+    def __init__(self, *, threads: int = 1) -> None:
+        if threads < 1:
+            raise ValueError(f"threads: got {threads}; allowed: >= 1")
+        self.threads = threads
+        #: id(message) -> its open cohort (only during :meth:`opened`).
+        self._open: dict[int, _Cohort] = {}
+        #: The last query cohort's statistics; dropped as soon as one of its arrays is freed.
+        self._kept: _KeptStats | None = None
+        #: :func:`client_app.sample_mixing.sample_mixing`'s verdicts by model structure.
+        self._mixing: dict[tuple[object, ...], str | None] = {}
+        #: (model name, kind, reason) already logged.
+        self._logged: set[tuple[str, str, str]] = set()
+        #: (model name, kind) whose batched path failed at run time: per device from then on.
+        self._failed: set[tuple[str, str]] = set()
 
-        kept = _KeptStats([(name, weakref.ref(array, forget)) for name, array in items], {})
-        _KEPT[:] = [kept]
-    missing = [d for d in devices if _stats_key(d) not in kept.stats]
-    if missing:
-        computed = cohort_stats(model, missing, threads=threads)
-        kept.stats.update(zip(map(_stats_key, missing), computed, strict=True))
-    return [kept.stats[_stats_key(d)] for d in devices]
+    @contextmanager
+    def opened(self, deliveries: Sequence[tuple[Message, Context]]) -> Iterator[None]:
+        """Open the cohorts among ``deliveries`` (message, its node's context) while handled.
 
+        A cohort: the messages of one kind with the same record object, an equal round config
+        and an equal run config (:func:`client_app.device_round.same_config`). Messages stay
+        the caller's: they must be alive and unchanged until the block ends; the results are
+        dropped when it ends.
+        """
+        groups: dict[tuple[object, ...], list[list[tuple[Message, Context]]]] = {}
+        for msg, context in deliveries:
+            key = _cohort_key(msg)
+            if key is None:
+                continue
+            subgroups = groups.setdefault(key, [])
+            for members in subgroups:
+                if same_config(members[0][1].run_config, context.run_config):
+                    members.append((msg, context))
+                    break
+            else:
+                subgroups.append([(msg, context)])
+        opened_ids: list[int] = []
+        for key, subgroups in groups.items():
+            for members in subgroups:
+                if len(members) < MIN_COHORT:
+                    continue
+                cohort = _Cohort(kind=str(key[0]), members=members)
+                cohort.ids = {id(msg) for msg, _ in members}
+                for msg_id in cohort.ids:
+                    self._open[msg_id] = cohort
+                    opened_ids.append(msg_id)
+        try:
+            yield
+        finally:
+            for msg_id in opened_ids:
+                self._open.pop(msg_id, None)
 
-def cohort_stats(
-    model: nn.Module, devices: Sequence[DeviceRound], *, threads: int = 1
-) -> list[PreTrainingStats]:
-    """Pre-training statistics of devices sharing ``model`` and the round config.
+    def stats_of(self, msg: Message) -> tuple[DeviceRound, PreTrainingStats] | None:
+        """The device's round and statistics from its open ``query.stats`` cohort; None: alone."""
+        return self._result(msg, keys.QUERY_STATS, PreTrainingStats)
 
-    sigma-hat of all of them from batched passes (:func:`client_app.sigma.gradient_spreads`)
-    over chunks of :data:`QUERY_CHUNK_SAMPLES` samples when the model is within the one-pass
-    method's scope, else per device (:func:`client_app.device_round.pre_training_stats`, the
-    per-device path's function). With ``threads`` > 1 and several chunks, the chunks are dealt
-    out in turn to that many threads, each with its own copy of the model (the passes hook
-    its layers); torch releases the interpreter lock in its operations, so the threads use
-    that many cores, each on one intra-op thread.
-    """
-    want_sigma = devices[0].want_sigma
-    name = devices[0].settings.model
-    reasons = unsupported_reasons(model) if want_sigma else []
-    if reasons:
-        _log_once(name, keys.QUERY_STATS, "; ".join(reasons))
-    if not want_sigma or reasons:
-        return [
-            pre_training_stats(model, d.split, d.batches, want_sigma=want_sigma) for d in devices
-        ]
-    b = len(devices[0].batches[0])
-    if len(devices) > 1:  # a few samples of two devices' first batches tell
-        size = min(b, MIXING_PROBE_SAMPLES)
-        probe = torch.cat([d.split.tensors(d.batches[0][:size])[0] for d in devices[:2]])
-        mixing = sample_mixing(model, probe, group_size=size)
-        if mixing is not None:
-            _log_once(name, keys.QUERY_STATS, mixing)
-            return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]
-    per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
-    chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
-    workers = max(1, min(threads, len(chunks)))
+    def trained_of(self, msg: Message) -> tuple[DeviceRound, TrainedDevice] | None:
+        """The device's round and training outcome from its open ``train`` cohort; None: alone."""
+        return self._result(msg, MessageType.TRAIN, TrainedDevice)
 
-    def spreads_of(worker_model: nn.Module, mine: list[Sequence[DeviceRound]]) -> list[float]:
-        sigmas: list[float] = []
-        for chunk in mine:
-            xs, ys = zip(*(d.split.tensors(d.batches[0]) for d in chunk), strict=True)
-            found = gradient_spreads(worker_model, torch.cat(xs), torch.cat(ys), group_size=b)
-            sigmas.extend(spread.sigma for spread in found)
-        return sigmas
+    def _result(
+        self, msg: Message, kind: str, result_type: type[_R]
+    ) -> tuple[DeviceRound, _R] | None:
+        """``msg``'s result in its open cohort of ``kind`` (computed at first ask); None: alone."""
+        cohort = self._open.get(id(msg))
+        if cohort is None or cohort.kind != kind:
+            return None
+        if cohort.results is None:
+            cohort.results = self._compute(cohort)
+        found = cohort.results.get(id(msg))
+        if found is None:
+            return None
+        rnd, result = found
+        assert isinstance(result, result_type)
+        return rnd, result
 
-    try:
-        if workers == 1:
-            sigmas = spreads_of(model, chunks)
-        else:
-            dealt = [chunks[w::workers] for w in range(workers)]
-            models = [model, *(copy.deepcopy(model) for _ in range(workers - 1))]
-            with ThreadPoolExecutor(workers) as pool:
-                futures = [
-                    pool.submit(spreads_of, m, d) for m, d in zip(models, dealt, strict=True)
+    def _log_once(self, model: str, kind: str, reason: str) -> None:
+        if (model, kind, reason) not in self._logged:
+            self._logged.add((model, kind, reason))
+            LOG.warning(
+                "cohort execution: %s of model '%s' computed one device at a time: %s",
+                "training" if kind == MessageType.TRAIN else "sigma-hat",
+                model,
+                reason,
+            )
+
+    def _compute(self, cohort: _Cohort) -> dict[int, tuple[DeviceRound, object]]:
+        """Compute every member of ``cohort`` that reads cleanly; the others are left out."""
+        rounds: list[tuple[Message, DeviceRound]] = []
+        for msg, context in cohort.members:
+            try:
+                rounds.append((msg, device_round(msg, context)))
+            except (ValueError, TypeError):  # its handler raises the same error alone
+                continue
+        if len(rounds) < MIN_COHORT:
+            return {}
+        first_msg, first = rounds[0]
+        name = first.settings.model
+        if (name, cohort.kind) in self._failed:
+            return {}
+        try:
+            model = received_model(first_msg, first.settings, first.split)
+        except (ValueError, RuntimeError):  # a bad record: each handler says so alone
+            return {}
+        devices = [rnd for _, rnd in rounds]
+        ids = [id(msg) for msg, _ in rounds]
+        record = first_msg.content.array_records[keys.ARRAYS]
+        stats = self._kept_or_computed_stats(record, model, devices)
+        if cohort.kind == keys.QUERY_STATS:
+            return {i: (rnd, s) for i, rnd, s in zip(ids, devices, stats, strict=True)}
+        blockers = training_blockers(model)
+        if blockers:
+            self._log_once(name, cohort.kind, "; ".join(blockers))
+            return {}
+        try:
+            trained = cohort_train(model, devices, stats=stats)
+        except RuntimeError as err:  # vmap rejects the model
+            self._failed.add((name, cohort.kind))
+            self._log_once(name, cohort.kind, f"torch.func.vmap raised {type(err).__name__}: {err}")
+            return {}
+        return {i: (rnd, t) for i, rnd, t in zip(ids, devices, trained, strict=True)}
+
+    def _kept_or_computed_stats(
+        self, record: ArrayRecord, model: nn.Module, devices: Sequence[DeviceRound]
+    ) -> list[PreTrainingStats]:
+        """:meth:`cohort_stats`, reusing those the last cohort computed at the same model.
+
+        A round's train messages carry the record of its query messages, and a device's
+        statistics depend only on the model and its batches (seed, round, tau, b, partition):
+        the scheduled devices' statistics were computed in the query phase and are reused,
+        the others computed now. The kept statistics are those of the last record only.
+        """
+        kept = self._kept
+        if kept is None or not same_arrays(record, kept.arrays):
+            kept = _KeptStats([], {})
+
+            def forget(_: weakref.ref[Array], dropped: _KeptStats = kept) -> None:
+                if self._kept is dropped:
+                    self._kept = None
+
+            kept.arrays = [(name, weakref.ref(array, forget)) for name, array in record.items()]
+            self._kept = kept
+        missing = [d for d in devices if _stats_key(d) not in kept.stats]
+        if missing:
+            computed = self.cohort_stats(model, missing)
+            kept.stats.update(zip(map(_stats_key, missing), computed, strict=True))
+        return [kept.stats[_stats_key(d)] for d in devices]
+
+    def cohort_stats(
+        self, model: nn.Module, devices: Sequence[DeviceRound]
+    ) -> list[PreTrainingStats]:
+        """Pre-training statistics of devices sharing ``model`` and the round config.
+
+        sigma-hat of all of them from batched passes (:func:`client_app.sigma.gradient_spreads`)
+        over chunks of :data:`QUERY_CHUNK_SAMPLES` samples when the model is within the
+        one-pass method's scope, else per device
+        (:func:`client_app.device_round.pre_training_stats`, the per-device path's function).
+        With :attr:`threads` > 1 and several chunks, the chunks are dealt out in turn to that
+        many threads, each with its own copy of the model (the passes hook its layers); torch
+        releases the interpreter lock in its operations, so the threads use that many cores,
+        each on one intra-op thread.
+        """
+        want_sigma = devices[0].want_sigma
+        name = devices[0].settings.model
+        reasons = unsupported_reasons(model) if want_sigma else []
+        if reasons:
+            self._log_once(name, keys.QUERY_STATS, "; ".join(reasons))
+        if not want_sigma or reasons:
+            return [
+                pre_training_stats(model, d.split, d.batches, want_sigma=want_sigma)
+                for d in devices
+            ]
+        b = len(devices[0].batches[0])
+        if len(devices) > 1:  # a few samples of two devices' first batches tell
+            size = min(b, MIXING_PROBE_SAMPLES)
+            probe = torch.cat([d.split.tensors(d.batches[0][:size])[0] for d in devices[:2]])
+            mixing = sample_mixing(model, probe, group_size=size, verdicts=self._mixing)
+            if mixing is not None:
+                self._log_once(name, keys.QUERY_STATS, mixing)
+                return [
+                    pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices
                 ]
-                parts = [future.result() for future in futures]
-            by_chunk: list[list[float]] = [[] for _ in chunks]
-            for w, part in enumerate(parts):
-                for k, chunk in enumerate(dealt[w]):
-                    by_chunk[w + k * workers] = part[: len(chunk)]
-                    part = part[len(chunk) :]
-            sigmas = [sigma for chunk_sigmas in by_chunk for sigma in chunk_sigmas]
-    except UnsupportedModelError as err:  # found during the pass (e.g. a layer ran twice)
-        _log_once(name, keys.QUERY_STATS, str(err))
-        return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]
-    return [
-        PreTrainingStats(label_hist=label_hist(d.split, d.batches), sigma=float(sigma))
-        for d, sigma in zip(devices, sigmas, strict=True)
-    ]
+        per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
+        chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
+        workers = max(1, min(self.threads, len(chunks)))
+
+        def spreads_of(worker_model: nn.Module, mine: list[Sequence[DeviceRound]]) -> list[float]:
+            sigmas: list[float] = []
+            for chunk in mine:
+                xs, ys = zip(*(d.split.tensors(d.batches[0]) for d in chunk), strict=True)
+                found = gradient_spreads(worker_model, torch.cat(xs), torch.cat(ys), group_size=b)
+                sigmas.extend(spread.sigma for spread in found)
+            return sigmas
+
+        try:
+            if workers == 1:
+                sigmas = spreads_of(model, chunks)
+            else:
+                dealt = [chunks[w::workers] for w in range(workers)]
+                models = [model, *(copy.deepcopy(model) for _ in range(workers - 1))]
+                with ThreadPoolExecutor(workers) as pool:
+                    futures = [
+                        pool.submit(spreads_of, m, d) for m, d in zip(models, dealt, strict=True)
+                    ]
+                    parts = [future.result() for future in futures]
+                by_chunk: list[list[float]] = [[] for _ in chunks]
+                for w, part in enumerate(parts):
+                    for k, chunk in enumerate(dealt[w]):
+                        by_chunk[w + k * workers] = part[: len(chunk)]
+                        part = part[len(chunk) :]
+                sigmas = [sigma for chunk_sigmas in by_chunk for sigma in chunk_sigmas]
+        except UnsupportedModelError as err:  # found during the pass (e.g. a layer ran twice)
+            self._log_once(name, keys.QUERY_STATS, str(err))
+            return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]
+        return [
+            PreTrainingStats(label_hist=label_hist(d.split, d.batches), sigma=float(sigma))
+            for d, sigma in zip(devices, sigmas, strict=True)
+        ]

@@ -123,6 +123,18 @@ class _DecodedRecord:
 _LAST_DECODED: list[_DecodedRecord] = []
 
 
+def same_arrays(record: ArrayRecord, kept: list[tuple[str, weakref.ref[Array]]]) -> bool:
+    """Whether ``record`` holds the very Array objects ``kept`` refers to, by name and in order.
+
+    An Array's bytes are set once, when it is built, so the same objects are the same values.
+    """
+    items = list(record.items())
+    return len(kept) == len(items) and all(
+        name == kept_name and ref() is array
+        for (name, array), (kept_name, ref) in zip(items, kept, strict=True)
+    )
+
+
 def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     """``record.to_torch_state_dict()``, decoded once for the messages that share the record.
 
@@ -137,12 +149,8 @@ def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     deserialised one by one (``flwr run``, deployments) holds no extra copy between messages.
     The returned tensors are only read (:func:`received_model` copies them into the model).
     """
-    items = list(record.items())
     for kept in _LAST_DECODED:
-        if len(kept.arrays) == len(items) and all(
-            name == kept_name and ref() is array
-            for (name, array), (kept_name, ref) in zip(items, kept.arrays, strict=True)
-        ):
+        if same_arrays(record, kept.arrays):
             return kept.state
     state = record.to_torch_state_dict()
 
@@ -150,7 +158,9 @@ def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
         _LAST_DECODED.clear()
 
     _LAST_DECODED[:] = [
-        _DecodedRecord([(name, weakref.ref(array, forget)) for name, array in items], state)
+        _DecodedRecord(
+            [(name, weakref.ref(array, forget)) for name, array in record.items()], state
+        )
     ]
     return state
 

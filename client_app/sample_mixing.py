@@ -3,21 +3,21 @@
 The batched σ̂ pass of cohort execution (:mod:`client_app.cohort`) stacks the first batches of
 several devices into one batch; each device gets the result of its own pass only if the model
 computes a sample without looking at the others (no batch statistics, no ``x - x.mean(0)``).
-:func:`sample_mixing` checks that once per model structure, on a float64 copy.
+:func:`sample_mixing` checks that on a float64 copy; its caller keeps the verdicts by model
+structure (:class:`client_app.cohort.Cohorts`: once per engine and structure).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import MutableMapping
 
 import torch
 from torch import nn
 
 from fedcgd_task.imports import first_line
 
-#: :func:`sample_mixing`'s verdicts by model structure (:func:`_structure`).
-_MIXING: dict[tuple[object, ...], str | None] = {}
 #: Largest change of a device's outputs, relative to their largest magnitude, that
 #: :func:`sample_mixing` accepts between the device's batch alone and in a cohort's batch. The
 #: check runs in float64, whose rounding differences between the two batch sizes stay below
@@ -36,7 +36,13 @@ def _structure(model: nn.Module) -> tuple[object, ...]:
     return (modules, state)
 
 
-def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str | None:
+def sample_mixing(
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    group_size: int,
+    verdicts: MutableMapping[tuple[object, ...], str | None] | None = None,
+) -> str | None:
     """Why the samples of one group in ``x`` are not computed apart from the others; None: they are.
 
     The batched sigma-hat pass (:func:`client_app.sigma.gradient_spreads`) computes the devices'
@@ -47,9 +53,10 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
     model's outputs for the whole of ``x`` against those of each group alone, on
     a float64 copy of the model, in eval mode, without gradients and without touching the
     global random stream. A change above :data:`MIXING_TOLERANCE` of the outputs' largest
-    magnitude, or a model that cannot run so, is a reason. The verdict is kept per model
-    structure (module types and state shapes): later calls cost a look-up. A check
-    whose outputs are not finite gives None and keeps nothing (the next cohort checks again).
+    magnitude, or a model that cannot run so, is a reason. With ``verdicts``, the verdict is
+    kept there per model structure (module types and state shapes): later calls with the same
+    mapping cost a look-up. A check whose outputs are not finite gives None and keeps nothing
+    (the next cohort checks again).
 
     Parameters
     ----------
@@ -59,6 +66,9 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
         Samples of N >= 2 groups, group after group.
     group_size : int
         Samples per group.
+    verdicts : mutable mapping, optional
+        Verdicts kept by model structure (the caller's; :class:`client_app.cohort.Cohorts`
+        keeps one per engine); None: nothing is kept.
 
     Returns
     -------
@@ -66,9 +76,10 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
         One line saying why the batched pass would not equal the per-device one, or None.
 
     """
+    kept: MutableMapping[tuple[object, ...], str | None] = {} if verdicts is None else verdicts
     key = _structure(model)
-    if key in _MIXING:
-        return _MIXING[key]
+    if key in kept:
+        return kept[key]
     try:
         twin = copy.deepcopy(model).double().eval()
         device = next(iter(twin.state_dict().values()), x).device
@@ -82,7 +93,7 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
             f"could not run on a float64 copy of the model ({type(err).__name__}: "
             f"{first_line(err)})"
         )
-        _MIXING[key] = reason
+        kept[key] = reason
         return reason
     if not (torch.isfinite(together).all() and torch.isfinite(apart).all()):
         return None
@@ -95,7 +106,7 @@ def sample_mixing(model: nn.Module, x: torch.Tensor, *, group_size: int) -> str 
             "scale when other devices' samples share the batch (the model mixes the samples "
             "of a batch)"
         )
-        _MIXING[key] = reason
+        kept[key] = reason
         return reason
-    _MIXING[key] = None
+    kept[key] = None
     return None

@@ -1,9 +1,10 @@
-"""The project's mark of an error whose message is one complete line for the user.
+"""The project's marks of errors: a message that is one complete line, a stop of a run.
 
-A refused setting, a folder in use, a failed write, a decision that breaks the budget, a stop
-by a signal: the message says what happened and what to do, so a command prints it alone (no
-traceback) and a run's ``status.json`` records it without the class name. Nothing here imports
-flwr or torch.
+:class:`OneLineMessage`: a refused setting, a folder in use, a failed write, a decision that
+breaks the budget, a stop by a signal: the message says what happened and what to do, so a
+command prints it alone (no traceback) and a run's ``status.json`` records it without the class
+name. :class:`StopsRun`: an end of a run that is not a failure (a SIGINT or SIGTERM). Nothing
+here imports flwr or torch.
 """
 
 from __future__ import annotations
@@ -14,4 +15,12 @@ class OneLineMessage:
 
     ``isinstance(err, OneLineMessage)`` is how the commands, the ServerApp and
     ``status.json``'s writer tell such an error from a bug (whose traceback says where).
+    """
+
+
+class StopsRun:
+    """Mix into an exception class that stops a run on purpose (a signal), not a failure.
+
+    ``isinstance(err, StopsRun)`` is how a run's status tells such an end (``stopped``) from a
+    failure (:func:`run_files.run_status.stops_the_run`).
     """

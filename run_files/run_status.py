@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.errors import OneLineMessage, StopsRun
 from fedcgd_task.imports import first_line
 from run_files.atomic_files import atomic_write_text
 from run_files.json_files import read_json_object
@@ -117,10 +117,10 @@ def lost_note(devices_lost: int, rounds_with_lost_devices: int) -> str:
 def stops_the_run(err: BaseException) -> bool:
     """True for what a SIGINT / SIGTERM raises, a ``KeyboardInterrupt`` or a stop of ours.
 
-    Ours: an error whose class says ``stops_run = True``
+    Ours: an error of a class marked :class:`fedcgd_task.errors.StopsRun`
     (:class:`experiments.run.processes.Interrupted`).
     """
-    return isinstance(err, KeyboardInterrupt) or bool(getattr(err, "stops_run", False))
+    return isinstance(err, KeyboardInterrupt | StopsRun)
 
 
 def ended_by(

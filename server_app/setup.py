@@ -24,7 +24,8 @@ from torch import nn
 from channel.report import BITS_PER_PARAM
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.aggregators import make_aggregator, resolved_aggregator
-from fedcgd_strategy.flower.strategy import ChannelModel, ScheduledStrategy
+from fedcgd_strategy.flower.round_state import ChannelModel
+from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import Policy
 from fedcgd_strategy.policies.registry import make_policy, policy_class
 from fedcgd_strategy.record import RoundRecord

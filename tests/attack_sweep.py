@@ -32,7 +32,8 @@ from typing import Any
 
 from misbehaving import misbehaving
 
-from client_app.app import app as client_app
+from client_app.app import make_app
+from client_app.cohort import Cohorts
 from experiments.analysis.statistics import mean_ci95
 from experiments.compare.results import summarise
 from experiments.run.inprocess import InProcessGrid, node_contexts
@@ -110,9 +111,13 @@ def run_attacked(config: Mapping[str, Any], attackers: int) -> None:
     parsed = parse_run_config(config)
     num_devices = parsed.task.num_devices
     nodes = [1_000_003 * (v + 1) for v in range(num_devices)]
+    cohorts = Cohorts()  # as the in-process engine runs: cohort execution
+    client_app = make_app(cohorts)
     handler = misbehaving(client_app, FAULT, range(attackers)) if attackers else client_app
     grid = InProcessGrid(
-        {node: handler for node in nodes}, node_contexts(nodes, config, num_devices)
+        {node: handler for node in nodes},
+        node_contexts(nodes, config, num_devices),
+        cohorts=cohorts,
     )
     run_federation(grid, parsed)
 

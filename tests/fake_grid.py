@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
 
+from client_app.app import make_app
+from client_app.cohort import Cohorts
 from experiments.run.inprocess import Handler, InProcessGrid, node_contexts
 
 
@@ -13,7 +16,8 @@ class FakeGrid(InProcessGrid):
     """:class:`InProcessGrid` whose nodes in ``silent`` never reply (a timeout).
 
     It stands for a deployment, where a node can time out (a simulation would wait for it):
-    ``simulated = False``.
+    ``simulated = False``. ``cohorts``: as :class:`InProcessGrid`'s (:func:`cohort_app` builds a
+    ClientApp with its own).
     """
 
     simulated = False
@@ -24,7 +28,7 @@ class FakeGrid(InProcessGrid):
         contexts: dict[int, Context],
         silent: Iterable[int] = (),
         *,
-        cohorts: bool = True,
+        cohorts: Cohorts | None = None,
     ) -> None:
         super().__init__(handlers, contexts, cohorts=cohorts, keep_sent=True)
         self.silent = set(silent)
@@ -33,6 +37,32 @@ class FakeGrid(InProcessGrid):
         if msg.metadata.dst_node_id in self.silent:
             return None
         return super().deliver(msg)
+
+
+def cohort_app(cohorts: bool = True, *, threads: int = 1) -> tuple[ClientApp, Cohorts | None]:
+    """The real ClientApp and the cohorts a grid opens for it, as the in-process engine builds them.
+
+    ``cohorts=False``: the ClientApp Flower loads and None (every device alone).
+    """
+    together = Cohorts(threads=threads) if cohorts else None
+    return make_app(together), together
+
+
+def app_grid(
+    contexts: dict[int, Context],
+    *,
+    wrap: Callable[[Handler], Handler] | None = None,
+    silent: Iterable[int] = (),
+    cohorts: bool = True,
+) -> FakeGrid:
+    """A :class:`FakeGrid` whose every node (of ``contexts``) runs the real ClientApp.
+
+    With cohort execution as the in-process engine runs it (:func:`cohort_app`); ``wrap``: what
+    every node runs instead, given that ClientApp (a misbehaving device).
+    """
+    app, together = cohort_app(cohorts)
+    handler = app if wrap is None else wrap(app)
+    return FakeGrid({n: handler for n in contexts}, contexts, silent, cohorts=together)
 
 
 def make_contexts(node_ids: list[int], run_config: dict, num_partitions: int) -> dict[int, Context]:

@@ -18,20 +18,20 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import app_grid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import strategy as flower_strategies
 from misbehaving import misbehaving
 from task_settings import checkpointed_run_config
 
-from client_app.app import app as client_app
-from experiments.run.inprocess import run_inprocess
+from experiments.run.inprocess import Handler, run_inprocess
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, synthetic_uploads
@@ -51,11 +51,17 @@ NODES = [7000 + 11 * i for i in range(V)]
 class Recorder:
     """The real ClientApp, keeping every training reply it sends, by round and partition."""
 
-    def __init__(self, handler=client_app) -> None:
-        self.handler = handler
+    def __init__(self) -> None:
+        self.handler: Handler | None = None
         self.train: dict[int, dict[int, Message]] = {}
 
+    def wrap(self, app: Handler) -> Recorder:
+        """Record what ``app`` (the grid's ClientApp) replies (:func:`run`'s ``wrap``)."""
+        self.handler = app
+        return self
+
     def __call__(self, msg: Message, context: Context) -> Message:
+        assert self.handler is not None, "give Recorder.wrap to run()"
         reply = self.handler(msg, context)
         if msg.metadata.message_type == "train" and not reply.has_error():
             pid = int(context.node_config["partition-id"])
@@ -64,8 +70,12 @@ class Recorder:
 
 
 def run(
-    result_dir: Path, handler, rounds: int = 2, **overrides: Any
+    result_dir: Path,
+    wrap: Callable[[Handler], Handler] | None,
+    rounds: int = 2,
+    **overrides: Any,
 ) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    """A run whose nodes answer as the real ClientApp does (or ``wrap(it)``), cohorts on."""
     config = default_run_config()
     config.update(
         {
@@ -82,7 +92,7 @@ def run(
     config.update(overrides)
     config = fold_policy_params(config)
     config["result-dir"] = str(result_dir)
-    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, config, V))
+    grid = app_grid(make_contexts(NODES, config, V), wrap=wrap)
     run_federation(grid, parse_run_config(config))
     lines = [json.loads(x) for x in (result_dir / METRICS_FILE).read_text().splitlines()]
     return lines, torch.load(result_dir / MODEL_FILE)
@@ -116,13 +126,13 @@ CASES = [
 def test_each_aggregator_equals_flower_run_directly(tmp_path, name, params):
     recorder = Recorder()
     flat = {f"aggregator-params.{k}": v for k, v in params.items()}
-    lines, model = run(tmp_path / "run", recorder, aggregator=name, **flat)
+    lines, model = run(tmp_path / "run", recorder.wrap, aggregator=name, **flat)
     assert all(line["num_uploaded"] == V and not line["model_kept"] for line in lines)
 
     # Flower's strategy on its own: what its start() loop does with the same replies, the
     # global model kept in its dtype (the FedOpt family answers float64 for a float32 model)
     direct = getattr(flower_strategies, name)(**{k.replace("-", "_"): v for k, v in params.items()})
-    grid = FakeGrid({n: client_app for n in NODES}, make_contexts(NODES, {}, V))
+    grid = app_grid(make_contexts(NODES, {}, V))
     initial = initial_model(tmp_path)
     expected = initial
     for rnd in (1, 2):
@@ -141,7 +151,7 @@ def test_the_default_is_the_schedulers_fedavg_of_the_uploads_bit_for_bit(tmp_pat
     """FedCGD-FSCD on the default channel: only the scheduled uploads, weighted by |D_v|."""
     recorder = Recorder()
     overrides = {"policy": "fedcgd-fscd", "channel.availability-prob": 0.6}
-    lines, model = run(tmp_path / "run", recorder, rounds=1, **overrides)
+    lines, model = run(tmp_path / "run", recorder.wrap, rounds=1, **overrides)
     config = parse_run_config({**default_run_config(), "result-dir": str(tmp_path / "x")})
     assert config.aggregator == "" and config.aggregator_params == {}
     (line,) = lines
@@ -228,7 +238,7 @@ def test_a_strategy_that_cannot_aggregate_the_uploads_is_refused_by_the_probe(tm
 def test_too_few_uploads_keep_the_model_and_say_so(tmp_path):
     lines, _ = run(
         tmp_path / "run",
-        client_app,
+        None,
         rounds=6,
         policy="fedcgd-fscd",
         aggregator="Bulyan",
@@ -328,13 +338,16 @@ def attacked(tmp_path_factory) -> dict[tuple[str, bool], float]:
     Keyed by (aggregator, attacked); "FedAvg" is the scheduler's (the default).
     """
     root = tmp_path_factory.mktemp("attack")
-    handler = misbehaving(client_app, "sign-flip-x5", 0)
+
+    def attacker(app: Handler) -> Handler:
+        return misbehaving(app, "sign-flip-x5", 0)
+
     out = {}
     for label, params in [("FedAvg", {}), *ROBUST.items()]:
         for attack in (False, True):
             lines, _ = run(
                 root / f"{label}-{attack}",
-                handler if attack else client_app,
+                attacker if attack else None,
                 rounds=ATTACK_ROUNDS,
                 aggregator="" if label == "FedAvg" else label,
                 **{"local-steps": 5, "max-update-norm-ratio": 10.0, "dirichlet-alpha": 100.0},

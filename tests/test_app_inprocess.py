@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import app_grid, make_contexts
 
-from client_app.app import app as client_app
 from fedcgd_strategy.policies import POLICY_NAMES
 from fedcgd_task.settings import default_run_config
 from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE
@@ -25,7 +24,7 @@ def run_inprocess(tmp_path: Path, name: str, *, cohorts: bool = True, **override
     run_config["result-dir"] = str(tmp_path / name)
     nodes = [9000 + 13 * i for i in range(run_config["num-devices"])]
     contexts = make_contexts(nodes, run_config, len(nodes))
-    grid = FakeGrid({n: client_app for n in nodes}, contexts, cohorts=cohorts)
+    grid = app_grid(contexts, cohorts=cohorts)
     run_federation(grid, parse_run_config(run_config))
     return tmp_path / name
 

@@ -172,3 +172,19 @@ def test_outside_the_main_thread_nothing_is_held(tmp_path):
     thread.start()
     thread.join()
     assert seen == [before]
+
+
+def test_a_stop_is_told_by_its_mark_class_alone():
+    from experiments.run.processes import Interrupted
+    from fedcgd_task.errors import StopsRun
+    from run_files.run_status import stops_the_run
+
+    class MarkedError(StopsRun, Exception):
+        pass
+
+    class LookalikeError(Exception):  # an attribute is no mark
+        stops_run = True
+
+    assert stops_the_run(MarkedError("stopped")) and stops_the_run(Interrupted(signal.SIGTERM))
+    assert stops_the_run(KeyboardInterrupt())
+    assert not stops_the_run(LookalikeError("failed")) and not stops_the_run(RuntimeError("failed"))

@@ -14,6 +14,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from client_app import app as client
+from client_app import device_round
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
 from fedcgd_task.settings import default_run_config
@@ -163,7 +164,7 @@ def test_decoded_record_is_not_reused_for_other_arrays() -> None:
     # Nothing is held once the record's arrays are gone.
     del record, again, changed, first
     gc.collect()
-    assert client._LAST_DECODED == []
+    assert device_round._LAST_DECODED == []
 
 
 def test_histograms_differ_between_devices() -> None:

@@ -1,6 +1,6 @@
 """Cohort execution against the per-device path: the same replies, the same runs.
 
-The oracle is the per-device path (``InProcessGrid(cohorts=False)``, what ``flwr run`` and
+The oracle is the per-device path (``InProcessGrid`` without cohorts, what ``flwr run`` and
 deployments do; bit for bit equal to ``flwr run`` in ``test_flwr_run``). Cohort execution
 computes the same quantities in another summation order (batched passes, ``vmap``), so the two
 agree up to rounding. The comparisons run the built-in models in float64 (the model functions
@@ -23,14 +23,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import FakeGrid, app_grid, cohort_app, make_contexts
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from layer_cases import REL64
 from misbehaving import misbehaving
 
 from client_app import cohort, cohort_training
 from client_app import sample_mixing as mixing
-from client_app.app import app as client_app
+from client_app.app import make_app
+from client_app.cohort import Cohorts
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from fedcgd_task import keys
@@ -50,12 +51,19 @@ MLP, CNN1D = "layer_cases:mlp_float64", "layer_cases:cnn1d_float64"
 REL = 100 * REL64
 
 
-def replies(run_config: dict, kind: str, *, cohorts: bool, model: str, tau: int) -> list[Message]:
-    """Every node's reply to one message of ``kind`` carrying the same model."""
+def replies(
+    run_config: dict, kind: str, *, cohorts: Cohorts | None, model: str, tau: int
+) -> list[Message]:
+    """Every node's reply to one message of ``kind`` carrying the same model.
+
+    ``cohorts``: the engine's (the grid opens them, its ClientApp reads them); None: alone.
+    """
     v = int(run_config["num-devices"])
     nodes = [100 + v_ for v_ in range(v)]
     grid = FakeGrid(
-        {n: client_app for n in nodes}, make_contexts(nodes, run_config, v), cohorts=cohorts
+        {n: make_app(cohorts) for n in nodes},
+        make_contexts(nodes, run_config, v),
+        cohorts=cohorts,
     )
     shape = (1, 40) if run_config.get("dataset") == "mnist1d" else (1, 8, 8)
     weights = build_model(model, 10, shape, seed=3).state_dict()
@@ -91,8 +99,8 @@ def test_every_reply_field_matches_the_per_device_path(
     run_config = validated_run_config(
         {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
     )
-    alone = replies(run_config, kind, cohorts=False, model=model, tau=tau)
-    together = replies(run_config, kind, cohorts=True, model=model, tau=tau)
+    alone = replies(run_config, kind, cohorts=None, model=model, tau=tau)
+    together = replies(run_config, kind, cohorts=Cohorts(), model=model, tau=tau)
     assert len(alone) == len(together) == 7
     for a, b in zip(alone, together, strict=True):
         assert not a.has_error() and not b.has_error()
@@ -190,9 +198,10 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
                 "result-dir": str(tmp_path / f"cohorts-{cohorts}"),
             }
         )
-        handler = misbehaving(client_app, "huge-layer", partition=1)
-        grid = FakeGrid(
-            {n: handler for n in nodes}, make_contexts(nodes, run_config, 6), cohorts=cohorts
+        grid = app_grid(
+            make_contexts(nodes, run_config, 6),
+            wrap=lambda app: misbehaving(app, "huge-layer", partition=1),
+            cohorts=cohorts,
         )
         run_federation(grid, parse_run_config(run_config))
         out = tmp_path / f"cohorts-{cohorts}"
@@ -208,7 +217,6 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
 
 
 def test_dropout_trains_per_device_and_says_so_once(tmp_path: Path, caplog) -> None:
-    cohort._LOGGED.clear()
     model = build_model("cnn", 10, (3, 32, 32))
     assert cohort_training.training_blockers(model) == [
         "dropout masks come from each device's own seeded stream"
@@ -217,13 +225,14 @@ def test_dropout_trains_per_device_and_says_so_once(tmp_path: Path, caplog) -> N
     run_config = validated_run_config({"num-devices": 5, "data-dir": str(tmp_path / "data")})
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         for _ in range(2):
-            together = replies(run_config, "train", cohorts=True, model="mlp", tau=1)
+            together = replies(run_config, "train", cohorts=Cohorts(), model="mlp", tau=1)
     assert not caplog.records  # the MLP batches
     bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
     assert "batch normalisation" in cohort_training.training_blockers(bn)[0]
+    engine = Cohorts()
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        cohort._log_once("cnn", "train", "dropout")
-        cohort._log_once("cnn", "train", "dropout")
+        engine._log_once("cnn", "train", "dropout")
+        engine._log_once("cnn", "train", "dropout")
     assert len(caplog.records) == 1 and "one device at a time" in caplog.records[0].message
     assert len(together) == 5
 
@@ -232,10 +241,10 @@ def test_train_chunks_and_query_chunks_give_the_same_results(tmp_path: Path, mon
     run_config = validated_run_config(
         {**MNIST1D, "model": CNN1D, "num-devices": 7, "data-dir": str(tmp_path / "data")}
     )
-    whole = replies(run_config, "train", cohorts=True, model=CNN1D, tau=2)
+    whole = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
     monkeypatch.setattr(cohort_training, "TRAIN_CHUNK_MAX_DEVICES", 2)
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 40)  # 2 devices of b = 16 per pass
-    chunked = replies(run_config, "train", cohorts=True, model=CNN1D, tau=2)
+    chunked = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
     for a, b in zip(whole, chunked, strict=True):
         ma, mb = a.content.metric_records[keys.METRICS], b.content.metric_records[keys.METRICS]
         assert close(float(mb[keys.SIGMA]), float(ma[keys.SIGMA]))
@@ -249,11 +258,11 @@ def test_train_chunks_and_query_chunks_give_the_same_results(tmp_path: Path, mon
 def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, monkeypatch) -> None:
     run_config = validated_run_config({"num-devices": 6, "data-dir": str(tmp_path / "data")})
     nodes = [100 + v for v in range(6)]
-    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config, 6))
+    grid = app_grid(make_contexts(nodes, run_config, 6))
     computed: list[int] = []
-    real = cohort.cohort_stats
+    real = Cohorts.cohort_stats
     monkeypatch.setattr(
-        cohort, "cohort_stats", lambda m, ds, **kw: computed.append(len(ds)) or real(m, ds, **kw)
+        Cohorts, "cohort_stats", lambda self, m, ds: computed.append(len(ds)) or real(self, m, ds)
     )
 
     config = ConfigRecord(
@@ -276,6 +285,36 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, mo
     assert computed == [6, 3]
 
 
+def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # No module global links an engine and a ClientApp: while one engine's cohorts are open,
+    # Flower's ``app`` and another engine's ClientApp compute every device alone.
+    from client_app.app import app as flower_app
+
+    passes = batched_passes(monkeypatch)
+    run_config = validated_run_config(
+        {"model": MLP, "num-devices": 6, "data-dir": str(tmp_path / "data")}
+    )
+    nodes = [100 + v for v in range(6)]
+    contexts = make_contexts(nodes, run_config, 6)
+    record = ArrayRecord(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
+    config = ConfigRecord(
+        {keys.SERVER_ROUND: 2, keys.LOCAL_STEPS: 1, keys.LEARNING_RATE: 0.1, keys.BATCH_SIZE: 8}
+    )
+    engine = Cohorts()
+    sigmas = []
+    for handler in (flower_app, make_app(Cohorts()), make_app(engine)):
+        grid = FakeGrid({n: handler for n in nodes}, contexts, cohorts=engine)
+        content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
+        sent = [grid.create_message(content, keys.QUERY_STATS, n, "2") for n in nodes]
+        got = list(grid.send_and_receive(sent))
+        sigmas.append([r.content.metric_records[keys.METRICS][keys.SIGMA] for r in got])
+    assert passes == [6]  # only the engine's own ClientApp took the batched pass
+    assert sigmas[0] == sigmas[1]  # the per-device path, twice
+    assert all(close(b, a) for a, b in zip(sigmas[0], sigmas[2], strict=True))
+
+
 def test_threads_share_the_query_chunks_with_the_same_results(tmp_path: Path, monkeypatch) -> None:
     run_config = validated_run_config(
         {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
@@ -289,9 +328,8 @@ def test_threads_share_the_query_chunks_with_the_same_results(tmp_path: Path, mo
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
     sigmas = {}
     for threads in (0, 1, 2, 3):  # 0: per device
-        cohort._KEPT.clear()
-        grid = FakeGrid({n: client_app for n in nodes}, contexts, cohorts=threads > 0)
-        grid.cohort_threads = max(threads, 1)
+        app, together = cohort_app(threads > 0, threads=max(threads, 1))
+        grid = FakeGrid({n: app for n in nodes}, contexts, cohorts=together)
         content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
         sent = [grid.create_message(content, keys.QUERY_STATS, n, "1") for n in nodes]
         sigmas[threads] = [
@@ -344,17 +382,16 @@ def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so_once
 ) -> None:
     # BatchCentred subtracts the batch mean of a hidden layer: one batched pass over several
     # devices would let each device's sigma-hat see the others' samples (1 % to 5 % off here).
-    monkeypatch.setattr(cohort, "_LOGGED", set())
-    monkeypatch.setattr(mixing, "_MIXING", {})  # verdicts of other tests
     passes = batched_passes(monkeypatch)
+    together = Cohorts()  # one engine: it says so once
     run_config = validated_run_config(
         {"model": CENTRED, "num-devices": 7, "data-dir": str(tmp_path / "data")}
     )
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         for kind in (keys.QUERY_STATS, "train", keys.QUERY_STATS):
-            alone = replies(run_config, kind, cohorts=False, model=CENTRED, tau=2)
-            together = replies(run_config, kind, cohorts=True, model=CENTRED, tau=2)
-            for a, b in zip(alone, together, strict=True):
+            alone = replies(run_config, kind, cohorts=None, model=CENTRED, tau=2)
+            batched = replies(run_config, kind, cohorts=together, model=CENTRED, tau=2)
+            for a, b in zip(alone, batched, strict=True):
                 ma, mb = (
                     a.content.metric_records[keys.METRICS],
                     b.content.metric_records[keys.METRICS],
@@ -387,13 +424,12 @@ def test_a_whole_run_of_a_model_that_mixes_the_batch_equals_the_per_device_run(
 def test_an_honest_model_takes_the_batched_path(
     tmp_path: Path, model: str, data: dict, monkeypatch, caplog
 ) -> None:
-    monkeypatch.setattr(mixing, "_MIXING", {})
     passes = batched_passes(monkeypatch)
     run_config = validated_run_config(
         {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
     )
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        replies(run_config, keys.QUERY_STATS, cohorts=True, model=model, tau=1)
+        replies(run_config, keys.QUERY_STATS, cohorts=Cohorts(), model=model, tau=1)
     assert passes == [7]  # all seven devices in one batched pass
     assert not caplog.records
 
@@ -412,16 +448,18 @@ class CountingForward(torch.nn.Module):
         return self.linear(x)
 
 
-def test_the_check_of_mixed_samples_is_made_once_per_model_structure(monkeypatch) -> None:
-    monkeypatch.setattr(mixing, "_MIXING", {})
+def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
     torch.manual_seed(0)
     x = torch.randn(6, 4)
     model = CountingForward()
-    assert mixing.sample_mixing(model, x, group_size=3) is None
+    verdicts: dict = {}
+    assert mixing.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
     assert CountingForward.calls == 3  # the batch, then each group alone
     other = CountingForward()  # another object of the same structure: the kept verdict
-    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3) is None
+    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
     assert CountingForward.calls == 3
+    assert mixing.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
+    assert CountingForward.calls == 6
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64
 
 
@@ -440,10 +478,7 @@ def bn_model() -> torch.nn.Module:
     ],
     ids=["mlp", "cnn1d", "resnet18gn", "batchnorm", "batch-centred"],
 )
-def test_which_models_mix_the_samples_of_a_batch(
-    build, shape: tuple, mixes: bool, monkeypatch
-) -> None:
-    monkeypatch.setattr(mixing, "_MIXING", {})
+def test_which_models_mix_the_samples_of_a_batch(build, shape: tuple, mixes: bool) -> None:
     x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
     reason = mixing.sample_mixing(build(), x, group_size=4)
     assert (reason is not None) is mixes

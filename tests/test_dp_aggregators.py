@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import app_grid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
@@ -35,7 +35,6 @@ from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
 from layer_cases import REL64
 from test_aggregators import NODES, Recorder, V, initial_model, refused, run
 
-from client_app.app import app as client_app
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
@@ -104,7 +103,7 @@ def test_the_dp_aggregator_equals_flowers_wrapper_run_directly(
     if inner != "FedAvg":
         flat["aggregator-params.strategy"] = inner
         flat.update({f"aggregator-params.strategy-params.{k}": v for k, v in inner_params.items()})
-    lines, model = run(tmp_path / "run", recorder, rounds=ROUNDS, aggregator=wrapper, **flat)
+    lines, model = run(tmp_path / "run", recorder.wrap, rounds=ROUNDS, aggregator=wrapper, **flat)
     assert all(line["num_uploaded"] == V and not line["model_kept"] for line in lines)
     seed = int(default_run_config()["seed"])
 
@@ -115,7 +114,7 @@ def test_the_dp_aggregator_equals_flowers_wrapper_run_directly(
     own = {k.replace("-", "_"): v for k, v in params.items()}
     flower_class = PaperRule if wrapper == ADAPTIVE else getattr(flower_strategies, wrapper)
     direct = flower_class(wrapped, num_sampled_clients=V, **own)
-    grid = FakeGrid({n: client_app for n in NODES}, make_contexts(NODES, {}, V))
+    grid = app_grid(make_contexts(NODES, {}, V))
     initial = initial_model(tmp_path)
     expected = initial
     norms = []

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import FakeGrid, app_grid, make_contexts
 from flower_simulation import run_simulated
 from flwr.app import ConfigRecord, Message, RecordDict
 from run_results import comparable, lines, same_model
@@ -137,7 +137,9 @@ def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
 ):
     import client_app.app
 
-    monkeypatch.setattr(client_app.app, "app", StuckClientApp(SLOW, server_round=2))
+    monkeypatch.setattr(
+        client_app.app, "make_app", lambda cohorts=None: StuckClientApp(SLOW, server_round=2)
+    )
     values = {
         "num-devices": V,
         "num-server-rounds": ROUNDS,
@@ -179,9 +181,7 @@ def test_a_deployment_counts_the_devices_it_lost(tmp_path):
     config = run_config(tmp_path / "lost")
     nodes = [7000 + 11 * i for i in range(V)]
     silent = nodes[SLOW]  # times out in every round (discovery included)
-    grid = FakeGrid(
-        {n: client_app for n in nodes}, make_contexts(nodes, config, V), silent=[silent]
-    )
+    grid = app_grid(make_contexts(nodes, config, V), silent=[silent])
     t0 = time.time()
     run_federation(grid, parse_run_config(config))
     folder = Path(config["result-dir"])
@@ -204,7 +204,7 @@ def test_a_deployment_counts_the_devices_it_lost(tmp_path):
 
     # the comparison tables flag it: a column in runs.csv and table.csv, a console marker
     clean = run_config(tmp_path / "clean")
-    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, clean, V))
+    grid = app_grid(make_contexts(nodes, clean, V))
     run_federation(grid, parse_run_config(clean))
     runs = [summarise(folder, seed=0), summarise(Path(clean["result-dir"]), seed=1)]
     assert [r["devices_lost"] for r in runs] == [ROUNDS, 0]
@@ -233,19 +233,22 @@ def test_an_error_reply_is_a_lost_device_and_a_refused_reply_is_not(tmp_path):
     config = run_config(tmp_path / "errors")
     nodes = [7000 + 11 * i for i in range(V)]
 
-    def raising_in_round_2(message, context):
-        cfg = message.content.config_records[keys.CONFIG]
-        if context.node_config["partition-id"] == SLOW and cfg[keys.SERVER_ROUND] == 2:
-            raise RuntimeError("the device crashed")
-        return client_app(message, context)
+    def raising_in_round_2(app):
+        def handle(message, context):
+            cfg = message.content.config_records[keys.CONFIG]
+            if context.node_config["partition-id"] == SLOW and cfg[keys.SERVER_ROUND] == 2:
+                raise RuntimeError("the device crashed")
+            return app(message, context)
 
-    grid = FakeGrid({n: raising_in_round_2 for n in nodes}, make_contexts(nodes, config, V))
+        return handle
+
+    grid = app_grid(make_contexts(nodes, config, V), wrap=raising_in_round_2)
     run_federation(grid, parse_run_config(config))
     assert [x["lost"] for x in lines(tmp_path / "errors")] == [[], [SLOW], []]
 
     refused = run_config(tmp_path / "refused")
-    handler = misbehaving(client_app, "nan-array", SLOW)
-    grid = FakeGrid({n: handler for n in nodes}, make_contexts(nodes, refused, V))
+    contexts = make_contexts(nodes, refused, V)
+    grid = app_grid(contexts, wrap=lambda app: misbehaving(app, "nan-array", SLOW))
     run_federation(grid, parse_run_config(refused))
     written = lines(tmp_path / "refused")
     assert all(SLOW in x["failed"] for x in written)

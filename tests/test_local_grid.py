@@ -13,7 +13,7 @@ def _in_process() -> InProcessGrid:
     def echo(msg: Message, _context: object) -> Message:
         return Message(RecordDict(), reply_to=msg)
 
-    return InProcessGrid({7: echo, 9: echo}, {7: None, 9: None}, cohorts=False)  # type: ignore[dict-item]
+    return InProcessGrid({7: echo, 9: echo}, {7: None, 9: None})  # type: ignore[dict-item]
 
 
 @pytest.mark.parametrize("make", [_in_process, lambda: StandInGrid(3)])

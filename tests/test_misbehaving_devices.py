@@ -18,12 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import app_grid, make_contexts
 from flwr.app import Message, MetricRecord, RecordDict
 from misbehaving import FAULTS, misbehaving, silent_like
 from task_settings import all_available_run
 
-from client_app.app import app as client_app
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.nodes import NodeRegistry
@@ -63,7 +62,8 @@ REPLY_FAULTS = [
 ]
 
 
-def run(tmp_path: Path, name: str, handler, **overrides) -> tuple[list[dict], dict]:
+def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]:
+    """A run whose nodes answer as ``wrap(the ClientApp)`` does (cohort execution on)."""
     run_config = default_run_config()
     run_config.update(
         {
@@ -76,7 +76,7 @@ def run(tmp_path: Path, name: str, handler, **overrides) -> tuple[list[dict], di
     )
     run_config.update(overrides)
     run_config["result-dir"] = str(tmp_path / name)
-    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, run_config, V))
+    grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap)
     run_federation(grid, parse_run_config(run_config))
     out = tmp_path / name
     lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
@@ -87,7 +87,7 @@ def run(tmp_path: Path, name: str, handler, **overrides) -> tuple[list[dict], di
 def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
     """The run in which the faulty device answers nothing where the fault would corrupt."""
     return run(
-        Path(tmp_root), f"oracle-{policy}-{fault}", silent_like(client_app, fault, FAULTY),
+        Path(tmp_root), f"oracle-{policy}-{fault}", lambda app: silent_like(app, fault, FAULTY),
         policy=policy,
     )  # fmt: skip
 
@@ -105,7 +105,7 @@ def test_the_reply_faults_are_the_harness_faults():
 @pytest.mark.parametrize("fault", REPLY_FAULTS)
 def test_a_faulty_device_costs_only_itself(tmp_root, policy, fault):
     lines, model = run(
-        Path(tmp_root), f"{policy}-{fault}", misbehaving(client_app, fault, FAULTY),
+        Path(tmp_root), f"{policy}-{fault}", lambda app: misbehaving(app, fault, FAULTY),
         policy=policy,
     )  # fmt: skip
     assert [x["round"] for x in lines] == list(range(1, ROUNDS + 1))  # the run finished
@@ -130,7 +130,7 @@ def test_a_faulty_device_costs_only_itself(tmp_root, policy, fault):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_failed_in_every_round_it_was_scheduled(tmp_root, policy):
     lines, _ = run(
-        Path(tmp_root), f"every-{policy}", misbehaving(client_app, "huge-layer", FAULTY),
+        Path(tmp_root), f"every-{policy}", lambda app: misbehaving(app, "huge-layer", FAULTY),
         policy=policy,
     )  # fmt: skip
     scheduled = [x for x in lines if FAULTY in x["scheduled"]]
@@ -146,7 +146,7 @@ def test_failed_in_every_round_it_was_scheduled(tmp_root, policy):
 @pytest.mark.parametrize("fault", ["claim-partition", "raising"])
 def test_a_device_that_never_registers_is_as_if_absent(tmp_root, policy, fault):
     lines, model = run(
-        Path(tmp_root), f"{policy}-{fault}", misbehaving(client_app, fault, FAULTY),
+        Path(tmp_root), f"{policy}-{fault}", lambda app: misbehaving(app, fault, FAULTY),
         policy=policy,
     )  # fmt: skip
     victim = (FAULTY + 1) % V
@@ -163,8 +163,8 @@ def test_a_device_that_never_registers_is_as_if_absent(tmp_root, policy, fault):
 def test_a_node_that_claims_another_partition_cannot_take_it_over():
     run_config = default_run_config()
     run_config.update({"num-devices": V})
-    handler = misbehaving(client_app, "claim-partition", FAULTY)
-    grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, run_config, V))
+    contexts = make_contexts(NODES, run_config, V)
+    grid = app_grid(contexts, wrap=lambda app: misbehaving(app, "claim-partition", FAULTY))
     config = parse_run_config(run_config)
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.local_data import all_partitions
@@ -263,7 +263,8 @@ def reply_with(metrics: dict) -> Message:
 
 
 def test_fractional_histogram_in_a_reply_is_refused():
-    from fedcgd_strategy.flower.replies import MalformedReplyError, read_report
+    from fedcgd_strategy.flower.replies import read_report
+    from fedcgd_strategy.flower.reply_fields import MalformedReplyError
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [0.5, 0.5]}
     with pytest.raises(MalformedReplyError, match="integer class counts"):
@@ -275,7 +276,8 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from fedcgd_strategy.aggregation import non_finite_arrays
     from fedcgd_strategy.flower.replies import DeviceReport
-    from fedcgd_strategy.flower.strategy import RoundInProgress, ScheduledStrategy
+    from fedcgd_strategy.flower.round_state import RoundInProgress
+    from fedcgd_strategy.flower.strategy import ScheduledStrategy
     from fedcgd_strategy.policies import PolicyContext, make_policy
     from fedcgd_task.settings import TrainingSettings
 
@@ -313,11 +315,15 @@ def test_the_module_level_app_reads_the_fault_from_the_environment(tmp_path, mon
 
     monkeypatch.setenv("FEDCGD_FAULT", "num-examples-1e15")
     monkeypatch.setenv("FEDCGD_FAULT_PARTITION", str(FAULTY))
-    lines, _ = run(tmp_path, "env", misbehaving.app, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+
+    def flower_loads(_app):  # every node runs what `flwr run` loads as `misbehaving:app`
+        return misbehaving.app
+
+    lines, _ = run(tmp_path, "env", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
     assert FAULTY in lines[0]["failed"]
     assert "num-examples" in lines[0]["failed_reasons"][str(FAULTY)]
     monkeypatch.delenv("FEDCGD_FAULT")
-    lines, _ = run(tmp_path, "plain", misbehaving.app, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    lines, _ = run(tmp_path, "plain", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
     assert lines[0]["failed"] == [] and FAULTY in lines[0]["uploaded"]
 
 
@@ -358,7 +364,8 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
     ],
 )
 def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
-    from fedcgd_strategy.flower.replies import ExpectedReply, MalformedReplyError, read_report
+    from fedcgd_strategy.flower.replies import ExpectedReply, read_report
+    from fedcgd_strategy.flower.reply_fields import MalformedReplyError
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1], key: value}
     with pytest.raises(MalformedReplyError, match=match):

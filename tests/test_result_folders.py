@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import app_grid, make_contexts
 
 import experiments.run.launcher as launcher
-from client_app.app import app as client_app
 from experiments.run.inprocess import main as inprocess_main
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import (
@@ -99,7 +98,7 @@ def test_the_serverapp_itself_refuses_a_folder_that_holds_a_run(copy):
     before = hashes(copy)
     config = parse_run_config(run_config(copy, seed=7))
     nodes = [5 + v for v in range(8)]
-    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config(copy), 8))
+    grid = app_grid(make_contexts(nodes, run_config(copy), 8))
     with pytest.raises(ValueError, match=r"'result-dir'.*already holds") as err:
         run_federation(grid, config)
     assert "\n" not in str(err.value)
@@ -165,7 +164,7 @@ def failing_client(message, context):
 
 
 def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr("client_app.app.app", failing_client)
+    monkeypatch.setattr("client_app.app.make_app", lambda cohorts=None: failing_client)
     folder = tmp_path / "run"
     code, _, err = main_code(capsys, **overrides(folder))
     assert code == 1
@@ -182,7 +181,7 @@ def test_a_run_where_every_node_is_silent_is_a_failure(tmp_path):
     folder = tmp_path / "run"
     config = run_config(folder)
     nodes = [11 + v for v in range(8)]
-    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, config, 8), silent=nodes)
+    grid = app_grid(make_contexts(nodes, config, 8), silent=nodes)
     run_federation(grid, parse_run_config(config))
     outcome = run_outcome(folder, 0.0)
     assert outcome.code == 1 and "no device" in outcome.message

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_grid import FakeGrid, make_contexts
+from fake_grid import app_grid, make_contexts
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from client_app.app import app as client_app
 from experiments.run.flwr_output import is_chatter, stream_output
 from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
@@ -32,7 +31,7 @@ def run(tmp_path: Path, verbose: bool) -> list[logging.LogRecord]:
     run_config.update({"num-devices": 4, "num-server-rounds": 2, "verbose": verbose})
     run_config["result-dir"] = str(tmp_path / f"verbose-{verbose}")
     nodes = [100 + i for i in range(4)]
-    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config, 4))
+    grid = app_grid(make_contexts(nodes, run_config, 4))
     handler = Records()
     FLOWER_LOGGER.addHandler(handler)
     try:
@@ -100,7 +99,7 @@ def test_a_bare_serverapp_names_the_folder_it_chose_first(
     config = parse_run_config(run_config)
     chosen = tmp_path / "bc-20250101-000000"
     config = dataclasses.replace(config, result_dir=str(chosen))
-    grid = FakeGrid({n: client_app for n in nodes}, make_contexts(nodes, run_config, 4))
+    grid = app_grid(make_contexts(nodes, run_config, 4))
     run_federation(grid, config, fresh_name=True)
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == f"result folder: {chosen}"

@@ -12,7 +12,9 @@ with ``cohorts=False`` a run is the one ``flwr run`` gives on the same machine, 
 Cohort execution (default): the devices that receive the same global model in the same
 phase are computed together (:mod:`client_app.cohort`): sigma-hat of all queried devices from
 batched passes, the scheduled devices' local steps batched with ``torch.func.vmap``; each
-device's ClientApp still builds its own reply from its result. ``cohorts=False`` (command line
+device's ClientApp still builds its own reply from its result. The engine owns its
+:class:`~client_app.cohort.Cohorts` and hands it to its grid and to the ClientApp it builds
+(:func:`client_app.app.make_app`). ``cohorts=False`` (command line
 ``--per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
 are handled on this process's thread: use it for small models; the simulation engine
 (``flwr run``) and deployments are the real engines.
@@ -39,6 +41,7 @@ from server_app.app import run_federation
 from server_app.config import parse_run_config
 
 if TYPE_CHECKING:
+    from client_app.cohort import Cohorts
     from experiments.run.resume_command import LastWords
 
 Handler = Callable[[Message, Context], Message]
@@ -56,15 +59,13 @@ class InProcessGrid(LocalGrid):
         Node id -> ClientApp (or any ``(Message, Context) -> Message`` callable).
     contexts : dict of int -> Context
         Node id -> that node's Context (node_config, run_config, state).
-    cohorts : bool
+    cohorts : Cohorts, optional
         Open the messages of each :meth:`send_and_receive` as cohorts
-        (:func:`client_app.cohort.opened`) so that the ClientApp computes the devices that
-        share a model together; False: one device at a time.
+        (:meth:`client_app.cohort.Cohorts.opened`) so that a ClientApp built with the same
+        object (:func:`client_app.app.make_app`) computes the devices that share a model
+        together; None: one device at a time.
     keep_sent : bool
         Keep every message sent in :attr:`sent` (for tests; a long run would keep them all).
-    cohort_threads : int
-        Threads that share a cohort's sigma-hat passes (:func:`client_app.cohort.cohort_stats`);
-        the results do not depend on it.
     stall_limit_s : float, optional
         Stop the run as stuck when a ``send_and_receive`` goes this many seconds without a
         reply (:func:`~fedcgd_strategy.flower.simulation.stall_alarm`); None: no watchdog.
@@ -82,9 +83,8 @@ class InProcessGrid(LocalGrid):
         handlers: dict[int, Handler],
         contexts: dict[int, Context],
         *,
-        cohorts: bool = True,
+        cohorts: Cohorts | None = None,
         keep_sent: bool = False,
-        cohort_threads: int = 1,
         stall_limit_s: float | None = None,
     ) -> None:
         # Messages read the run, node and task id of the process; set them as a ServerApp would.
@@ -93,7 +93,6 @@ class InProcessGrid(LocalGrid):
         self.contexts = contexts
         self.cohorts = cohorts
         self.keep_sent = keep_sent
-        self.cohort_threads = cohort_threads
         self.stall_limit_s = stall_limit_s
         self.sent: list[Message] = []
 
@@ -141,16 +140,14 @@ class InProcessGrid(LocalGrid):
         return replies
 
     def _cohorts(self, messages: list[Message]) -> AbstractContextManager[None]:
-        if not self.cohorts:
+        if self.cohorts is None:
             return nullcontext()
-        from client_app.cohort import opened
-
         deliveries = [
             (msg, self.contexts[msg.metadata.dst_node_id])
             for msg in messages
             if msg.metadata.dst_node_id in self.handlers
         ]
-        return opened(deliveries, threads=self.cohort_threads)
+        return self.cohorts.opened(deliveries)
 
 
 def node_contexts(
@@ -184,16 +181,18 @@ def run_inprocess(
         Threads for a cohort's sigma-hat passes (one per core the run may use alone).
 
     """
-    from client_app.app import app as client_app
+    from client_app.app import make_app
+    from client_app.cohort import Cohorts
 
     config = parse_run_config(run_config)
     num_devices = config.task.num_devices
     nodes = [1_000_003 * (v + 1) for v in range(num_devices)]
+    together = Cohorts(threads=cohort_threads) if cohorts else None
+    client_app = make_app(together)
     grid = InProcessGrid(
         {node: client_app for node in nodes},
         node_contexts(nodes, run_config, num_devices),
-        cohorts=cohorts,
-        cohort_threads=cohort_threads,
+        cohorts=together,
         stall_limit_s=config.stall_limit_s,
     )
     return run_federation(grid, config)

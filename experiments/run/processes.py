@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.errors import OneLineMessage, StopsRun
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE_S = 3.0
@@ -85,7 +85,7 @@ def guarded_popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class Interrupted(OneLineMessage, BaseException):
+class Interrupted(OneLineMessage, StopsRun, BaseException):
     """Raised in the main thread by the first SIGINT or SIGTERM (see :func:`stop_on_signals`).
 
     Its message (``stopped by SIGINT``) is the whole story (:class:`OneLineMessage`): a run's
@@ -95,11 +95,10 @@ class Interrupted(OneLineMessage, BaseException):
     ----------
     signum : int
         The signal received.
-    stops_run : bool
-        A run it ends is ``stopped``, not ``failed`` (:func:`run_files.run_status.ended_by`).
-    """
 
-    stops_run = True
+    A run it ends is ``stopped``, not ``failed`` (:class:`~fedcgd_task.errors.StopsRun`,
+    :func:`run_files.run_status.ended_by`).
+    """
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

@@ -1,19 +1,25 @@
 """The Flower Strategy: one scheduled round of wireless FL (Alg. 3; docs/design.md, "One round").
 
-:meth:`ScheduledStrategy.configure_train` reads as the round does: draw the channel, query the
-available devices (protocol ``"query"``; ``"channel"`` skips it), schedule, build messages.
-:meth:`ScheduledStrategy.aggregate_train` reads the replies, schedules now if every device
-trained first (protocol ``"train-all"``, for rules that rank on post-training values), averages
-the scheduled devices' models (the scheduler's FedAvg, or the run's Flower strategy named by
-``aggregator``, :mod:`~.aggregators`), lets the policy update Ĝ, and builds the round's record.
+Flower's round loop (``Strategy.start``) calls :meth:`ScheduledStrategy.configure_train`, sends
+the train messages it returns and hands their replies to
+:meth:`ScheduledStrategy.aggregate_train`. ``configure_train`` states the phases before
+training in order: settle late replies, discover new nodes, draw the channel, choose the
+trainees (query the reachable devices and schedule under protocol ``"query"``; ``"channel"``
+schedules from the draw alone), build the train messages. The settling, the discovery and the
+query are network round trips made there: Flower's loop has no other place before training.
+``aggregate_train`` reads the replies, schedules now if every device trained first (protocol
+``"train-all"``, for rules that rank on post-training values), averages the scheduled devices'
+models (the scheduler's FedAvg, or the run's Flower strategy named by ``aggregator``,
+:mod:`~.aggregators`), lets the policy update Ĝ, and builds the round's record
+(:class:`~.round_state.RoundInProgress` carries the round from one method to the other).
 
 Each rule lives in a pure function or small class (:mod:`fedcgd_strategy.nodes`,
 :mod:`fedcgd_strategy.policies`, :mod:`fedcgd_strategy.aggregation`,
-:mod:`fedcgd_strategy.record`, :mod:`fedcgd_strategy.screening`); :mod:`~.discovery` and
-:mod:`~.replies` translate messages. A device whose reply is an error, times out or is
-malformed is excluded for the round (:mod:`~.replies` lists the rules; the
-reason goes to the round's record); with nothing uploaded, or an aggregate that is not finite,
-the model is kept. A node whose message timed out is sent nothing until it has answered
+:mod:`fedcgd_strategy.record`, :mod:`fedcgd_strategy.screening`); :mod:`~.discovery`,
+:mod:`~.replies` and :mod:`~.phase_replies` translate messages. A device whose reply is an
+error, times out or is malformed is excluded for the round (:mod:`~.replies` lists the rules;
+the reason goes to the round's record); with nothing uploaded, or an aggregate that is not
+finite, the model is kept. A node whose message timed out is sent nothing until it has answered
 (:mod:`fedcgd_strategy.pending`): its device sits the rounds out as failed ("busy"), the
 others go on. Devices lost to a timeout, a disconnection or an error reply (not those whose
 reply was refused) are the record's ``lost``. Timeouts happen in deployments only: in a
@@ -23,9 +29,7 @@ simulation the grid waits for every reply (:mod:`~.simulation`).
 from __future__ import annotations
 
 import time
-import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
 
@@ -44,7 +48,6 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
 from numpy.typing import NDArray
 
-from channel import RoundDraw
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
 from fedcgd_strategy.flower.aggregators import aggregate_uploads
 from fedcgd_strategy.flower.discovery import (
@@ -53,14 +56,9 @@ from fedcgd_strategy.flower.discovery import (
     send_tracked,
     settle_pending,
 )
-from fedcgd_strategy.flower.replies import (
-    DeviceReport,
-    Screening,
-    collect_reports,
-    lost_devices,
-    reported_stats,
-    uploaded_updates,
-)
+from fedcgd_strategy.flower.phase_replies import Screening, collect_reports, lost_devices
+from fedcgd_strategy.flower.replies import DeviceReport, reported_stats, uploaded_updates
+from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
 from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.pending import PendingMessages
 from fedcgd_strategy.policies import (
@@ -76,45 +74,7 @@ from fedcgd_strategy.policies.decision_check import schedule_checked
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
-from fedcgd_task.settings import TrainingSettings, read_round_config
-
-#: A model as named numpy arrays (the global model sent this round).
-Arrays = dict[str, NDArray[np.generic]]
-
-
-class ChannelModel(typing.Protocol):
-    """What the strategy needs from a cell: one channel draw per round."""
-
-    def draw_round(self, model_bits: float) -> RoundDraw:
-        """Draw availability, gains and minimum bandwidths for this round."""
-        ...
-
-
-@dataclass
-class RoundInProgress:
-    """What :meth:`configure_train` leaves for :meth:`aggregate_train` of the same round."""
-
-    draw: RoundDraw
-    training: TrainingSettings
-    reference: Arrays
-    available: list[int]
-    server_round: int = 0
-    query_s: float = 0.0
-    schedule_s: float = 0.0
-    t_sent: float = 0.0
-    inputs: RoundInputs | None = None
-    decision: Decision | None = None
-    failed: dict[int, str] = field(default_factory=dict)
-    discovery_failed: dict[int, str] = field(default_factory=dict)
-    discovery_s: float = 0.0
-    busy: dict[int, int] = field(default_factory=dict)
-    sent: list[Message] = field(default_factory=list)
-    lost: set[int] = field(default_factory=set)
-
-    @property
-    def reachable(self) -> list[int]:
-        """Available devices not busy with an earlier, unanswered message."""
-        return [v for v in self.available if v not in self.busy]
+from fedcgd_task.settings import read_round_config
 
 
 class ScheduledStrategy(Strategy):
@@ -264,7 +224,17 @@ class ScheduledStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Draw the channel, query (if the rule needs reports), schedule, address the trainees.
+        """The round's phases up to its training messages, in order (docs/design.md, "One round").
+
+        1. settle: the replies that came after their timeout (:func:`~.discovery.settle_pending`,
+           a network round trip in a deployment);
+        2. discover: ask the connected nodes not seen before for their partition (a round trip);
+        3. draw the channel; a device whose node still owes a reply sits the round out (busy);
+        4. choose the trainees (:meth:`_trainees`): query the reachable devices and schedule
+           (protocol ``"query"``, a round trip), schedule from the channel alone
+           (``"channel"``), or every reachable device (``"train-all"``);
+        5. the train messages, which Flower sends; their replies reach :meth:`aggregate_train`
+           (which, under ``"train-all"``, schedules first).
 
         Devices compute σ̂ only when the rule uses it (``want-sigma`` in the ConfigRecord): in
         the query for FedCGD, in the training replies only for FedCGD under ``"train-all"``.
@@ -290,24 +260,30 @@ class ScheduledStrategy(Strategy):
         )
         self._round = state
         self._mark_busy(state)
-        needs_sigma = self.policy.needs_sigma
-        trained_first = self.protocol is Protocol.TRAIN_ALL
-        trainees = state.reachable
-        if self.protocol is Protocol.CHANNEL:
-            trainees = np.flatnonzero(self._schedule(state, None).selected).tolist()
-        elif self.protocol is Protocol.QUERY:
-            t0 = time.perf_counter()
-            content = self._content(arrays, round_config, want_sigma=needs_sigma)
-            queries = self._send(content, trainees, keys.QUERY_STATS, server_round)
-            replies = send_tracked(grid, queries, self.query_timeout_s, self.pending, server_round)
-            reports, failed = self._collect(replies, trainees, state, keys.QUERY_STATS)
-            state.failed = {**state.failed, **failed}
-            state.query_s = time.perf_counter() - t0
-            trainees = np.flatnonzero(self._schedule(state, reports).selected).tolist()
-        content = self._content(arrays, round_config, want_sigma=needs_sigma and trained_first)
+        trainees = self._trainees(state, arrays, round_config, grid)
+        want_sigma = self.policy.needs_sigma and self.protocol is Protocol.TRAIN_ALL
+        content = self._content(arrays, round_config, want_sigma=want_sigma)
         state.t_sent = time.perf_counter()
         state.sent = self._send(content, trainees, MessageType.TRAIN, server_round)
         return state.sent
+
+    def _trainees(
+        self, state: RoundInProgress, arrays: ArrayRecord, round_config: dict[str, Any], grid: Grid
+    ) -> list[int]:
+        """Phase 4 of :meth:`configure_train`: the partitions that train this round."""
+        if self.protocol is Protocol.CHANNEL:
+            return np.flatnonzero(self._schedule(state, None).selected).tolist()
+        if self.protocol is not Protocol.QUERY:
+            return state.reachable
+        t0 = time.perf_counter()
+        asked, rnd = state.reachable, state.server_round
+        content = self._content(arrays, round_config, want_sigma=self.policy.needs_sigma)
+        queries = self._send(content, asked, keys.QUERY_STATS, rnd)
+        replies = send_tracked(grid, queries, self.query_timeout_s, self.pending, rnd)
+        reports, failed = self._collect(replies, asked, state, keys.QUERY_STATS)
+        state.failed = {**state.failed, **failed}
+        state.query_s = time.perf_counter() - t0
+        return np.flatnonzero(self._schedule(state, reports).selected).tolist()
 
     def _mark_busy(self, state: RoundInProgress) -> None:
         """Available devices whose node still owes a reply sit this round out, as failed."""
