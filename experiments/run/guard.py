@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 #: ``prctl`` options (linux/prctl.h).
@@ -50,30 +51,29 @@ def prctl(option: int, value: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def descendants(root: int) -> set[int]:
-    """Every process below ``root`` (read from ``/proc``; zombies included)."""
+def descendants(roots: Iterable[int]) -> set[int]:
+    """Every process below ``roots`` (read from ``/proc``; zombies included; roots excluded)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+            parent = int(stat.rsplit(")", 1)[1].split()[1])  # field 2 is in parentheses
+        except (OSError, IndexError, ValueError):  # it ended meanwhile
             continue
         children.setdefault(parent, []).append(int(entry.name))
     found: set[int] = set()
-    frontier = [root]
+    frontier = list(roots)
     while frontier:
-        pid = frontier.pop()
-        for child in children.get(pid, []):
+        for child in children.get(frontier.pop(), []):
             if child not in found:
                 found.add(child)
                 frontier.append(child)
     return found
 
 
-def signal_all(pids: set[int], signum: int) -> None:
+def signal_all(pids: Iterable[int], signum: int) -> None:
     """Send ``signum`` to every PID (those already gone are skipped)."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -95,15 +95,15 @@ def kill_tree(grace_s: float) -> None:
     """Stop everything below the guard: SIGTERM (unless ``grace_s`` is 0), SIGKILL after it."""
     me = os.getpid()
     if grace_s > 0:
-        signal_all(descendants(me), signal.SIGTERM)
+        signal_all(descendants([me]), signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             reap()
-            if not descendants(me):
+            if not descendants([me]):
                 return
             time.sleep(0.05)
     for _ in range(100):  # a process forked meanwhile is caught on a later pass
-        left = descendants(me)
+        left = descendants([me])
         if not left:
             return
         signal_all(left, signal.SIGKILL)

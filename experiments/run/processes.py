@@ -32,6 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from experiments.run.guard import descendants, signal_all
 from fedcgd_task.errors import OneLineMessage
 
 #: Seconds between SIGTERM and SIGKILL.
@@ -187,36 +188,9 @@ def run_as_command(main: Callable[[], int | None]) -> int | None:
     try:
         return main()
     finally:
-        me = os.getpid()
-        left = {pid for pid in process_tree([me]) - {me} if is_alive(pid)}
+        left = {pid for pid in descendants([os.getpid()]) if is_alive(pid)}
         if left:
             stop_tree(left)
-
-
-def parent_pids() -> dict[int, int]:
-    """PID -> parent PID of every process visible in ``/proc``."""
-    table: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended meanwhile
-            continue
-        # the command name (field 2) is in parentheses and may hold spaces
-        table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return table
-
-
-def process_tree(roots: Iterable[int]) -> set[int]:
-    """``roots`` and every process below them (children, grandchildren, ...)."""
-    table = parent_pids()
-    found = {pid for pid in roots if pid in table}
-    frontier = set(found)
-    while frontier:
-        frontier = {pid for pid, parent in table.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def is_alive(pid: int) -> bool:
@@ -228,12 +202,6 @@ def is_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _signal_all(pids: Iterable[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
-
-
 def stop_tree(roots: Iterable[int], grace_s: float = GRACE_S) -> None:
     """Stop ``roots`` and all their descendants: SIGTERM, then SIGKILL after ``grace_s``.
 
@@ -241,16 +209,17 @@ def stop_tree(roots: Iterable[int], grace_s: float = GRACE_S) -> None:
     forked during the shutdown) are stopped too. Zombies of our own children are left for the
     caller's ``wait()``.
     """
-    tree = process_tree(roots)
-    _signal_all(tree, signal.SIGTERM)
+    tree = set(roots)
+    tree |= descendants(tree)
+    signal_all(tree, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        newcomers = process_tree(tree) - tree
+        newcomers = descendants(tree) - tree
         if newcomers:
-            _signal_all(newcomers, signal.SIGTERM)
+            signal_all(newcomers, signal.SIGTERM)
             tree |= newcomers
         if not any(is_alive(pid) for pid in tree):
             return
         time.sleep(0.1)
-    tree |= process_tree(tree)
-    _signal_all([pid for pid in tree if is_alive(pid)], signal.SIGKILL)
+    tree |= descendants(tree)
+    signal_all([pid for pid in tree if is_alive(pid)], signal.SIGKILL)
