@@ -91,23 +91,42 @@ def reap() -> None:
             return
 
 
-def kill_tree(grace_s: float) -> None:
-    """Stop everything below the guard: SIGTERM (unless ``grace_s`` is 0), SIGKILL after it."""
-    me = os.getpid()
-    if grace_s > 0:
-        signal_all(descendants([me]), signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            reap()
-            if not descendants([me]):
-                return
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_tree(roots: Iterable[int], grace_s: float = GRACE_S, subreaper: int | None = None) -> None:
+    """Stop ``roots`` and every process below them: SIGTERM, then SIGKILL after ``grace_s``.
+
+    The tree is read again on every pass, so processes started meanwhile (a Ray worker forked
+    during the shutdown) are stopped too; ``grace_s`` = 0 sends SIGKILL at once.
+    ``subreaper``: this process's PID when it is one (the guard): what is re-parented to it
+    belongs to the tree, and its ended children are collected. Otherwise zombies of the
+    caller's own children are left for its ``wait()``.
+    """
+    tree, warned = set(roots), set()
+    deadline = time.monotonic() + grace_s
+    for _ in range(100):  # passes with SIGKILL (a process stuck in the kernel: given up on)
+        while True:
+            tree |= descendants([*tree, *([subreaper] if subreaper else [])])
+            left = {pid for pid in tree if is_alive(pid)}
+            if not left or time.monotonic() >= deadline:
+                break
+            signal_all(left - warned, signal.SIGTERM)
+            warned |= left
+            if subreaper:
+                reap()
             time.sleep(0.05)
-    for _ in range(100):  # a process forked meanwhile is caught on a later pass
-        left = descendants([me])
         if not left:
             return
         signal_all(left, signal.SIGKILL)
-        reap()
+        if subreaper:
+            reap()
         time.sleep(0.01)
 
 
@@ -122,7 +141,7 @@ def watch_lifeline(fd: int) -> None:
             break
         if not data:
             break
-    kill_tree(0.0)
+    stop_tree((), 0.0, subreaper=os.getpid())
     os._exit(128 + signal.SIGKILL)
 
 
@@ -175,7 +194,7 @@ def main(argv: list[str]) -> None:
         if pid == child.pid:
             status = wait_status
             break
-    kill_tree(GRACE_S)
+    stop_tree((), GRACE_S, subreaper=os.getpid())
     exit_like(status)
 
 
