@@ -109,7 +109,7 @@ def stop_tree(roots: Iterable[int], grace_s: float = GRACE_S, subreaper: int | N
     belongs to the tree, and its ended children are collected. Otherwise zombies of the
     caller's own children are left for its ``wait()``.
     """
-    tree, warned = set(roots), set()
+    tree, warned = set(roots), set[int]()
     deadline = time.monotonic() + grace_s
     for _ in range(100):  # passes with SIGKILL (a process stuck in the kernel: given up on)
         while True:
