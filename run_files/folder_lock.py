@@ -38,7 +38,7 @@ import fcntl
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedcgd_task.errors import OneLineMessage
@@ -266,14 +266,12 @@ class FolderClaim:
     owner: FolderLock
     writer: FolderLock | None = None
     created: Path | None = None
-    _released: bool = field(default=False, repr=False)
 
     def release(self) -> None:
         """Drop every lock of the claim."""
         if self.writer is not None:
             self.writer.release()
         self.owner.release()
-        self._released = True
 
     def abandon(self) -> None:
         """Drop the claim; remove the folders it created when they hold nothing but lock files.
