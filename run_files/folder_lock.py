@@ -11,14 +11,18 @@ lock is never stale:
 * :data:`LOCK_FILE` (``.fedcgd.lock``): the *owner*, the command that started the run
   (launcher, in-process engine, ``compare_policies`` / ``reproduce`` for their ``--out`` and
   for each run they execute). The owner's children (the SuperLink, ``flwr-simulation`` and the
-  ServerApp in it, a comparison's run processes) find the lock held by an ancestor and work
-  under it.
+  ServerApp in it, a comparison's run processes) work under it: an owner adds its PID to the
+  environment variable :data:`OWNERS_ENV`, which every process it starts inherits (Flower's
+  SuperLink, SuperExec and ``flwr-simulation`` pass their environment on), and a process that
+  finds the lock held by a PID listed there works under that lock.
 * :data:`WRITER_LOCK_FILE` (``.fedcgd-writer.lock``): the ServerApp that writes the run's
   files, for the whole run. It is never shared: a second writer (a ``flwr run`` started by
   hand, or one left running by a killed owner before it is stopped) is refused.
 
-A process that finds a lock taken is refused with :class:`FolderInUseError`, one line naming the
-holder's PID (as the kernel lists it in ``/proc/locks``; the lock files stay empty). Lock files
+A holder writes its PID and command line in the lock file right after it has locked it, and
+empties the file when it lets go; a process that finds a lock taken reads them there and is
+refused with :class:`FolderInUseError`, one line naming the holder. The lock itself is the
+kernel's: a PID left in the file by a killed holder locks nothing. Lock files
 are opened with ``O_NOFOLLOW`` and never removed (removing a lock file lets two processes lock
 two different files of one name). A folder that is a symbolic link or holds one is refused
 (:func:`refuse_links`): a link could send a write out of the folder. :func:`new_folder`
@@ -32,7 +36,9 @@ import contextlib
 import errno
 import fcntl
 import os
-from dataclasses import dataclass, field
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedcgd_task.errors import OneLineMessage
@@ -45,6 +51,9 @@ WRITER_LOCK_FILE = ".fedcgd-writer.lock"
 LOCK_FILES = (LOCK_FILE, WRITER_LOCK_FILE)
 #: Suffixes tried by :func:`new_folder` after the bare name (``name-2`` ... ``name-999``).
 MAX_NAME_SUFFIX = 999
+#: Environment variable: the PIDs (space-separated) of the processes above this one, and of this
+#: one, that took a lock; a lock one of them holds is this process's too (owner locks only).
+OWNERS_ENV = "FEDCGD_LOCK_OWNERS"
 
 
 class FolderInUseError(OneLineMessage, ValueError):
@@ -62,74 +71,24 @@ class FolderInUseError(OneLineMessage, ValueError):
         self.pid = pid
 
 
-def parent_pid(pid: int) -> int | None:
-    """The parent of ``pid`` from ``/proc/<pid>/stat`` (None when it cannot be read)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[1])
-    except (IndexError, ValueError):
-        return None
+def _owners() -> set[int]:
+    """The PIDs whose locks this process shares: its own and those in :data:`OWNERS_ENV`."""
+    inherited = os.environ.get(OWNERS_ENV, "").split()
+    return {os.getpid(), *(int(pid) for pid in inherited if pid.isdigit())}
 
 
-def self_and_ancestors() -> set[int]:
-    """The PIDs of this process and of every process above it (parent, ... up to PID 1)."""
-    found = {os.getpid()}
-    pid: int | None = os.getppid()
-    while pid and pid not in found:
-        found.add(pid)
-        pid = parent_pid(pid)
-    return found
+def _holder(fd: int) -> tuple[int | None, str]:
+    """The PID and command line the holder wrote in the lock file open as ``fd``.
 
-
-def _holder_from_proc_locks(path: Path) -> int | None:
-    """The PID ``/proc/locks`` names for the flock on ``path``'s inode (None if not found)."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return None
-    for row in text.splitlines():
-        parts = row.split()
-        if len(parts) < 6 or parts[1] == "->" or parts[1] != "FLOCK":
-            continue
-        try:
-            major, minor, inode = parts[5].split(":")
-            pid = int(parts[4])
-            same = (int(major, 16), int(minor, 16), int(inode)) == (
-                os.major(st.st_dev),
-                os.minor(st.st_dev),
-                st.st_ino,
-            )
-        except ValueError:
-            continue
-        if same and pid > 0:
-            return pid
-    return None
-
-
-def lock_holder(path: Path) -> int | None:
-    """The PID holding the flock on ``path``, as the kernel lists it in ``/proc/locks``.
-
-    Nothing is written in a lock file: its holder is what the kernel says, never a stale
-    number (None when ``/proc/locks`` cannot be read or names nobody).
+    The holder writes them right after it has locked: an empty file is read again for a
+    moment (None when it stays empty).
     """
-    return _holder_from_proc_locks(path)
-
-
-def describe_process(pid: int | None) -> str:
-    """``process 1234 (python -m experiments.run.launcher ...)``, the command cut at 80 chars."""
-    if pid is None:
-        return "another process"
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return f"process {pid}"
-    command = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())  # one line
-    command = command if len(command) <= 80 else command[:77] + "..."
-    return f"process {pid} ({command})" if command else f"process {pid}"
+    for _ in range(50):
+        pid, _, command = os.pread(fd, 4096, 0).decode(errors="replace").partition(" ")
+        if pid.isdigit():
+            return int(pid), command.strip()
+        time.sleep(0.01)
+    return None, ""
 
 
 def refuse_links(folder: Path, key: str) -> None:
@@ -197,8 +156,8 @@ class FolderLock:
         key : str
             What names the folder in the messages (``run-config key 'result-dir'``).
         shared_with_ancestors : bool
-            When the lock is held by this process or an ancestor, work under it
-            (:attr:`delegated`) instead of refusing.
+            When the lock is held by this process or an ancestor (listed in
+            :data:`OWNERS_ENV`), work under it (:attr:`delegated`) instead of refusing.
         create : bool
             Create the lock file when missing; otherwise a missing lock file is a lock nobody
             holds (nothing is taken, :attr:`fd` stays None).
@@ -227,23 +186,34 @@ class FolderLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = lock_holder(self.path)
+            holder, command = _holder(fd)
             os.close(fd)
-            if shared_with_ancestors and holder is not None and holder in self_and_ancestors():
+            if shared_with_ancestors and holder in _owners():
                 self.delegated = True
                 return self
+            who = f"process {holder}" if holder is not None else "another process"
             role = "written by" if self.name == WRITER_LOCK_FILE else "in use by"
             raise FolderInUseError(
-                f"{key}: '{self.folder}' is {role} {describe_process(holder)}; one run writes "
-                "in a folder at a time: wait for it to end, or stop it first",
+                f"{key}: '{self.folder}' is {role} {who}{f' ({command})' if command else ''}; "
+                "one run writes in a folder at a time: wait for it to end, or stop it first",
                 holder,
             ) from None
+        command = " ".join(" ".join(sys.orig_argv).split())  # one line, cut at 80 characters
+        command = command if len(command) <= 80 else command[:77] + "..."
+        with contextlib.suppress(OSError):  # a full disk: the lock holds, unnamed
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {command}".encode())
+        owners = os.environ.get(OWNERS_ENV, "").split()
+        if str(os.getpid()) not in owners:  # for the processes this one starts from now on
+            os.environ[OWNERS_ENV] = " ".join([*owners, str(os.getpid())])
         self.fd = fd
         return self
 
     def release(self) -> None:
         """Drop the lock (close the file; the file stays)."""
         if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)  # a file read in a later holder's first moment is empty
             with contextlib.suppress(OSError):
                 os.close(self.fd)
         self.fd = None
@@ -296,14 +266,12 @@ class FolderClaim:
     owner: FolderLock
     writer: FolderLock | None = None
     created: Path | None = None
-    _released: bool = field(default=False, repr=False)
 
     def release(self) -> None:
         """Drop every lock of the claim."""
         if self.writer is not None:
             self.writer.release()
         self.owner.release()
-        self._released = True
 
     def abandon(self) -> None:
         """Drop the claim; remove the folders it created when they hold nothing but lock files.

@@ -1,8 +1,8 @@
 """One writer per result folder: concurrent runs, live resumes, live comparisons, links, names.
 
 The processes here are real (``python -m experiments.run.inprocess`` / ``compare_policies``
-started side by side); who holds a lock is read from ``/proc/locks`` by the code under test
-and checked here against the PID this test started.
+started side by side); the holder a refused process names is checked here against the PID this
+test started.
 """
 
 from __future__ import annotations
@@ -120,9 +120,14 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     holder = hold(
-        "import fcntl, os, sys, time\n"
-        f"fd = os.open({str(folder / WRITER_LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(300)\n"
+        "import sys, time; sys.path.insert(0, sys.argv[1])\n"
+        "from pathlib import Path\n"
+        "from run_files.folder_lock import WRITER_LOCK_FILE, FolderLock\n"
+        "lock = FolderLock(Path(sys.argv[2]), WRITER_LOCK_FILE)\n"
+        "lock.acquire('k', shared_with_ancestors=False)\n"
+        "print('locked', flush=True); time.sleep(300)\n",
+        str(PROJECT_DIR),
+        str(folder),
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
@@ -260,12 +265,13 @@ def test_a_held_lock_names_its_holder_and_dies_with_it(tmp_path):
             holder.wait()
 
 
-def test_lock_files_are_empty_and_the_holder_is_the_kernels_word(tmp_path):
+def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp_path):
     folder = tmp_path / "run"
     claim = claim_folder(folder, "result-dir", writer=True)
     try:
         for name in (LOCK_FILE, WRITER_LOCK_FILE):
-            assert (folder / name).read_bytes() == b""
+            pid, command = (folder / name).read_text().split(" ", 1)
+            assert int(pid) == os.getpid() and command[:40] == " ".join(sys.orig_argv)[:40]
             fd = os.open(folder / name, os.O_RDONLY)
             try:
                 with pytest.raises(BlockingIOError):
@@ -274,6 +280,91 @@ def test_lock_files_are_empty_and_the_holder_is_the_kernels_word(tmp_path):
                 os.close(fd)
     finally:
         claim.release()
+    assert [(folder / name).read_bytes() for name in (LOCK_FILE, WRITER_LOCK_FILE)] == [b"", b""]
+
+
+#: Claims ``argv[2]`` (as the writer when ``argv[3]`` is ``writer``; after a line on stdin when
+#: ``argv[4]`` is ``later``), says how it holds it, and holds it until a line on stdin.
+CLAIM_AND_SAY = (
+    "import sys; sys.path.insert(0, sys.argv[1])\n"
+    "from pathlib import Path\n"
+    "from run_files.folder_lock import FolderInUseError, claim_folder\n"
+    "if sys.argv[4:] == ['later']: sys.stdin.readline()\n"
+    "try:\n"
+    "    c = claim_folder(Path(sys.argv[2]), 'k', writer=sys.argv[3] == 'writer')\n"
+    "    print('delegated' if c.owner.delegated else 'owner', flush=True)\n"
+    "except FolderInUseError as err:\n"
+    "    print('refused', err.pid, flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+#: Starts ``CLAIM_AND_SAY argv[4:]`` (after claiming ``argv[2]`` itself), stdin and stdout piped.
+OWNER_HEAD = (
+    "import subprocess, sys; sys.path.insert(0, sys.argv[1])\n"
+    "from pathlib import Path\n"
+    "from run_files.folder_lock import claim_folder\n"
+    "claim = claim_folder(Path(sys.argv[2]), 'k')\n"
+    "say = [sys.executable, '-c', sys.argv[3], sys.argv[1], sys.argv[2], *sys.argv[4:]]\n"
+    "def child(): return subprocess.Popen(say, stdin=subprocess.PIPE, stdout=subprocess.PIPE,\n"
+    "                                     text=True)\n"
+)
+
+
+def start_owner(folder: Path, body: str, *child_args: str) -> subprocess.Popen[str]:
+    """A process that claims ``folder`` and runs ``body`` (:data:`OWNER_HEAD`), text pipes."""
+    argv = [sys.executable, "-c", OWNER_HEAD + body, str(PROJECT_DIR), str(folder)]
+    pipe = subprocess.PIPE
+    return subprocess.Popen([*argv, CLAIM_AND_SAY, *child_args], stdin=pipe, stdout=pipe, text=True)
+
+
+def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(tmp_path):
+    # What a launcher and its ServerApps do, without Flower between them: the owner's
+    # descendants share its owner lock; the writer lock is never shared, not even among them.
+    folder = tmp_path / "run"
+    owner = start_owner(
+        folder,
+        "first, second = child(), child()\n"
+        "print(first.stdout.readline().strip(), flush=True)\n"
+        "print(second.stdout.readline().strip(), flush=True)\n"
+        "sys.stdin.readline()\n",
+        "writer",
+    )
+    try:
+        assert owner.stdout is not None
+        said = sorted(owner.stdout.readline().split() for _ in range(2))
+        assert said[0] == ["delegated"]  # one child writes, under the owner's lock
+        assert said[1][0] == "refused" and int(said[1][1]) not in (owner.pid, os.getpid())
+        with pytest.raises(FolderInUseError) as err:  # the owner's parent does not share it
+            claim_folder(folder, "result-dir")
+        assert err.value.pid == owner.pid
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(tmp_path):
+    folder = tmp_path / "run"
+    owner = start_owner(
+        folder,
+        "late = child(); claim.release(); print('released', flush=True)\n"
+        "sys.stdin.readline(); late.stdin.write('claim\\n'); late.stdin.flush()\n"
+        "print(late.stdout.readline().strip(), flush=True); sys.stdin.readline()\n",
+        "owner",
+        "later",
+    )
+    processes = [owner]
+    try:
+        assert owner.stdout is not None and owner.stdin is not None
+        assert owner.stdout.readline().strip() == "released"
+        processes.append(next_owner := hold(CLAIM_AND_SAY, str(PROJECT_DIR), str(folder), "owner"))
+        assert next_owner.stdout is not None and next_owner.stdout.readline().strip() == "owner"
+        owner.stdin.write("go\n")
+        owner.stdin.flush()
+        assert owner.stdout.readline().split() == ["refused", str(next_owner.pid)]
+    finally:
+        for proc in processes:
+            proc.kill()
+            proc.wait()
 
 
 def test_the_run_files_package_imports_neither_flwr_nor_torch():

@@ -90,6 +90,57 @@ def test_the_guard_kills_a_tree_that_escaped_into_other_sessions_and_orphans(tmp
             proc.kill()
 
 
+#: Starts a process that ignores SIGTERM, prints its PID once it does, and exits with 3.
+LEAVES_A_STUBBORN_CHILD = (
+    "import subprocess, sys\n"
+    "code = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print(1, flush=True); time.sleep(300)'\n"
+    "child = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,\n"
+    "                         start_new_session=True)\n"
+    "child.stdout.readline(); print(child.pid, flush=True); sys.exit(3)\n"
+)
+
+
+def test_what_a_guarded_command_leaves_running_is_killed_when_it_ends(tmp_path):
+    # The command exits with 3, leaving a child (in a session of its own) that ignores
+    # SIGTERM: the guard exits as the command did, once that child is gone too (SIGKILL).
+    from experiments.run.processes import guarded_popen
+
+    command = [sys.executable, "-c", LEAVES_A_STUBBORN_CHILD]
+    proc = guarded_popen(command, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    left = int(out)
+    try:
+        assert proc.returncode == 3
+        assert not alive(left), command_line(left)
+    finally:
+        if alive(left):
+            os.kill(left, signal.SIGKILL)
+
+
+def test_a_tree_stopped_by_pid_is_killed_after_the_grace_period():
+    from experiments.run.processes import stop_tree
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LEAVES_A_STUBBORN_CHILD.replace("sys.exit(3)", "input()")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    try:
+        stop_tree([proc.pid], grace_s=0.5)  # the parent ends on SIGTERM; the child ignores it
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGTERM
+        assert not alive(child), command_line(child)
+    finally:
+        for pid in (proc.pid, child):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path):
     # Default settings: a checkpoint after every round (checkpoint-every = 1).
     values = {"num-server-rounds": 30, "num-devices": 20}

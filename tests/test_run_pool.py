@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from proc_tree import alive, descendants, stat_fields
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
-from experiments.run.processes import is_alive
 from experiments.run.run_pool import RUN_LOG, Job, resolve_jobs, run_jobs, usable_cores
 
 
@@ -96,7 +96,7 @@ def test_an_exception_in_the_caller_stops_every_running_job_by_pid(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_jobs(jobs, 2, on_start, lambda i, rc: None)
     pid = int(pid_file.read_text())
-    assert not is_alive(pid)
+    assert not alive(pid)
 
 
 def load(preset: str, overrides: list[str]):
@@ -187,8 +187,6 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     import signal
     import subprocess
 
-    from experiments.run.processes import parent_pids
-
     project = Path(__file__).resolve().parents[1]
     settings = "num-server-rounds=60 num-devices=8 checkpoint-every=1 eval-every=60"
     words = ["--policies", "fedcgd-fscd,bc", "--seeds", "0", "--engine", "inprocess"]
@@ -205,13 +203,15 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     deadline = time.monotonic() + 120
     while not all(c.exists() for c in checkpoints) and time.monotonic() < deadline:
         time.sleep(0.05)
-    children = [pid for pid, parent in parent_pids().items() if parent == proc.pid]
+    children = [
+        pid for pid in descendants(proc.pid) if (stat_fields(pid) or [0, 0])[1] == str(proc.pid)
+    ]
     assert len(children) == 2  # the two runs, side by side
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "stopped by SIGTERM" in err
-    assert not any(is_alive(pid) for pid in children)
+    assert not any(alive(pid) for pid in children)
     again = subprocess.run(
         [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],
         cwd=project,

@@ -174,6 +174,15 @@ def test_cli_writes_the_table(tmp_path: Path):
     assert (tmp_path / "table.png").stat().st_size > 0
 
 
+def test_progress_into_a_log_is_plain_lines(tmp_path: Path, capsys):
+    # stderr is not a terminal here (as in a log file): whole lines, no carriage return and no
+    # escape code; the last says every drop is done
+    assert main(["--drops", "2", "--rounds", "2", "--policies", "bc", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err, repr(err)
+    assert err.endswith("\n") and err.splitlines()[-1].startswith("table: drop 2/2 ("), repr(err)
+
+
 def test_cli_fit_poc_uses_the_nearest_v_prime(tmp_path: Path):
     argv = ["--drops", "2", "--rounds", "3", "--fit-poc", "--fit-max", "4"]
     assert main([*argv, "--policies", "poc,bc", "--quiet", "--out", str(tmp_path)]) == 0

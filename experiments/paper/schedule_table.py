@@ -98,6 +98,7 @@ from experiments.paper.schedule_simulation import (
     fit_poc,
     simulate,
 )
+from experiments.run.progress import step_reporter
 from fedcgd_strategy.policies import POLICY_NAMES
 
 #: Policies of Table II, in the order of the printed table.
@@ -113,18 +114,7 @@ TABLE_POLICIES: tuple[str, ...] = (
 
 
 def _progress_printer(prefix: str) -> Callable[[int, int], None]:
-    start = time.perf_counter()
-
-    def report(done: int, total: int) -> None:
-        end = "\n" if done == total else ""
-        print(
-            f"\r{prefix}: drop {done}/{total} ({time.perf_counter() - start:.1f} s)",
-            end=end,
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return report
+    return step_reporter(f"{prefix}: drop")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 #: ``prctl`` options (linux/prctl.h).
@@ -50,30 +51,29 @@ def prctl(option: int, value: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def descendants(root: int) -> set[int]:
-    """Every process below ``root`` (read from ``/proc``; zombies included)."""
+def descendants(roots: Iterable[int]) -> set[int]:
+    """Every process below ``roots`` (read from ``/proc``; zombies included; roots excluded)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+            parent = int(stat.rsplit(")", 1)[1].split()[1])  # field 2 is in parentheses
+        except (OSError, IndexError, ValueError):  # it ended meanwhile
             continue
         children.setdefault(parent, []).append(int(entry.name))
     found: set[int] = set()
-    frontier = [root]
+    frontier = list(roots)
     while frontier:
-        pid = frontier.pop()
-        for child in children.get(pid, []):
+        for child in children.get(frontier.pop(), []):
             if child not in found:
                 found.add(child)
                 frontier.append(child)
     return found
 
 
-def signal_all(pids: set[int], signum: int) -> None:
+def signal_all(pids: Iterable[int], signum: int) -> None:
     """Send ``signum`` to every PID (those already gone are skipped)."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -91,23 +91,42 @@ def reap() -> None:
             return
 
 
-def kill_tree(grace_s: float) -> None:
-    """Stop everything below the guard: SIGTERM (unless ``grace_s`` is 0), SIGKILL after it."""
-    me = os.getpid()
-    if grace_s > 0:
-        signal_all(descendants(me), signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            reap()
-            if not descendants(me):
-                return
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_tree(roots: Iterable[int], grace_s: float = GRACE_S, subreaper: int | None = None) -> None:
+    """Stop ``roots`` and every process below them: SIGTERM, then SIGKILL after ``grace_s``.
+
+    The tree is read again on every pass, so processes started meanwhile (a Ray worker forked
+    during the shutdown) are stopped too; ``grace_s`` = 0 sends SIGKILL at once.
+    ``subreaper``: this process's PID when it is one (the guard): what is re-parented to it
+    belongs to the tree, and its ended children are collected. Otherwise zombies of the
+    caller's own children are left for its ``wait()``.
+    """
+    tree, warned = set(roots), set[int]()
+    deadline = time.monotonic() + grace_s
+    for _ in range(100):  # passes with SIGKILL (a process stuck in the kernel: given up on)
+        while True:
+            tree |= descendants([*tree, *([subreaper] if subreaper else [])])
+            left = {pid for pid in tree if is_alive(pid)}
+            if not left or time.monotonic() >= deadline:
+                break
+            signal_all(left - warned, signal.SIGTERM)
+            warned |= left
+            if subreaper:
+                reap()
             time.sleep(0.05)
-    for _ in range(100):  # a process forked meanwhile is caught on a later pass
-        left = descendants(me)
         if not left:
             return
         signal_all(left, signal.SIGKILL)
-        reap()
+        if subreaper:
+            reap()
         time.sleep(0.01)
 
 
@@ -122,7 +141,7 @@ def watch_lifeline(fd: int) -> None:
             break
         if not data:
             break
-    kill_tree(0.0)
+    stop_tree((), 0.0, subreaper=os.getpid())
     os._exit(128 + signal.SIGKILL)
 
 
@@ -175,7 +194,7 @@ def main(argv: list[str]) -> None:
         if pid == child.pid:
             status = wait_status
             break
-    kill_tree(GRACE_S)
+    stop_tree((), GRACE_S, subreaper=os.getpid())
     exit_like(status)
 
 

@@ -21,21 +21,23 @@ exits with ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM) and one line.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from experiments.run.guard import (
+    PR_SET_CHILD_SUBREAPER,
+    descendants,
+    is_alive,
+    prctl,
+    stop_tree,
+)
 from fedcgd_task.errors import OneLineMessage, StopsRun
-
-#: Seconds between SIGTERM and SIGKILL.
-GRACE_S = 3.0
 
 #: The guard every started command runs under (a script: ``python -I`` runs it in a few tens
 #: of milliseconds, importing nothing of the project).
@@ -161,19 +163,6 @@ def exit_code_stopping_on_signals(
             return stop.exit_code
 
 
-#: ``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process.
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> bool:
-    """Make this process a child subreaper (orphans below it stay below it); True if it is."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):  # not Linux
-        return False
-
-
 def run_as_command(main: Callable[[], int | None]) -> int | None:
     """Run a command's ``main`` as this process's whole life; nothing it started survives it.
 
@@ -182,74 +171,11 @@ def run_as_command(main: Callable[[], int | None]) -> int | None:
     raises is stopped by PID (:func:`stop_tree`). For the ``__main__`` of the commands only:
     called from a test, it would stop the test's own children.
     """
-    become_subreaper()
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no subreaper
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
         return main()
     finally:
-        me = os.getpid()
-        left = {pid for pid in process_tree([me]) - {me} if is_alive(pid)}
+        left = {pid for pid in descendants([os.getpid()]) if is_alive(pid)}
         if left:
             stop_tree(left)
-
-
-def parent_pids() -> dict[int, int]:
-    """PID -> parent PID of every process visible in ``/proc``."""
-    table: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended meanwhile
-            continue
-        # the command name (field 2) is in parentheses and may hold spaces
-        table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return table
-
-
-def process_tree(roots: Iterable[int]) -> set[int]:
-    """``roots`` and every process below them (children, grandchildren, ...)."""
-    table = parent_pids()
-    found = {pid for pid in roots if pid in table}
-    frontier = set(found)
-    while frontier:
-        frontier = {pid for pid, parent in table.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def is_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _signal_all(pids: Iterable[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
-
-
-def stop_tree(roots: Iterable[int], grace_s: float = GRACE_S) -> None:
-    """Stop ``roots`` and all their descendants: SIGTERM, then SIGKILL after ``grace_s``.
-
-    The tree is read again while waiting, so processes started meanwhile (e.g. a Ray worker
-    forked during the shutdown) are stopped too. Zombies of our own children are left for the
-    caller's ``wait()``.
-    """
-    tree = process_tree(roots)
-    _signal_all(tree, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        newcomers = process_tree(tree) - tree
-        if newcomers:
-            _signal_all(newcomers, signal.SIGTERM)
-            tree |= newcomers
-        if not any(is_alive(pid) for pid in tree):
-            return
-        time.sleep(0.1)
-    tree |= process_tree(tree)
-    _signal_all([pid for pid in tree if is_alive(pid)], signal.SIGKILL)

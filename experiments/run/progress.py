@@ -1,17 +1,24 @@
-"""Overall progress of a command that runs many federations: runs done, time spent, time left.
+"""Progress of long commands: a loop of steps, and a command that runs many federations.
 
-Each run prints its own per-round lines, so a live progress bar would be torn apart by them;
-:class:`RunProgress` instead gives every run a header line that says how far the whole command
-is: ``[run 4/75 | 3 done, 1 kept | 2 min 05 s elapsed | ~48 min left]``. Time left is the
-mean wall time of the runs that actually ran (kept runs cost nothing) times the runs still to
-run, divided by the runs going at once (``workers``).
+A loop that prints nothing else (:func:`step_reporter`) shows a ``rich.progress`` bar when
+stderr is a terminal, and plain lines otherwise (a log file holds no escape codes).
+
+Each run of a multi-run command prints its own per-round lines, so a live bar would be torn
+apart by them; :class:`RunProgress` instead gives every run a header line that says how far the
+whole command is: ``[run 4/75 | 3 done, 1 kept | 2 min 05 s elapsed | ~48 min left]``. Time
+left is the mean wall time of the runs that actually ran (kept runs cost nothing) times the
+runs still to run, divided by the runs going at once (``workers``).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress, TimeElapsedColumn
 
 
 def format_duration(seconds: float) -> str:
@@ -22,6 +29,36 @@ def format_duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def step_reporter(description: str) -> Callable[[int, int], None]:
+    """``report(done, total)`` for a loop of ``total`` steps, called with ``done == total`` last.
+
+    On a terminal (stderr): a ``rich.progress`` bar, closed by the last call. Elsewhere: one
+    plain line on stderr for each tenth of the steps done, ``<description> 3/10 (1.2 s)``.
+    """
+    console = Console(stderr=True)
+    if console.is_terminal:
+        bar = Progress(*Progress.get_default_columns(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       console=console)  # fmt: skip
+        task = bar.add_task(description, total=None)
+
+        def show(done: int, total: int) -> None:
+            bar.start()  # the first call starts it; later ones do nothing
+            bar.update(task, completed=done, total=total)
+            if done >= total:
+                bar.stop()
+
+        return show
+    start, shown = time.perf_counter(), [-1]
+
+    def print_line(done: int, total: int) -> None:
+        if done * 10 // max(total, 1) > shown[0]:
+            shown[0] = done * 10 // max(total, 1)
+            elapsed = time.perf_counter() - start
+            print(f"{description} {done}/{total} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+
+    return print_line
 
 
 @dataclass

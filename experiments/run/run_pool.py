@@ -17,9 +17,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,6 @@ from run_files.atomic_files import open_log
 
 #: Log file of a run started by :func:`run_jobs` for a comparison, in its result folder.
 RUN_LOG = "run.log"
-
-#: Seconds between looks at the running processes when none has ended.
-POLL_S = 0.1
 
 
 def usable_cores() -> int:
@@ -103,10 +99,11 @@ def run_jobs(
     workers: int,
     on_start: Callable[[int], bool | None],
     on_end: Callable[[int, int], None],
-    *,
-    poll_s: float = POLL_S,
 ) -> None:
     """Run every job, at most ``workers`` at a time, in list order.
+
+    The callbacks run in the calling thread; a thread of a ``ThreadPoolExecutor`` waits for
+    each running process.
 
     Parameters
     ----------
@@ -122,33 +119,35 @@ def run_jobs(
     on_end : callable
         ``on_end(i, exit_code)`` after job ``i`` ended (a negative code: killed by that
         signal), in the order they end.
-    poll_s : float
-        Seconds to wait before looking again when no job has ended.
 
     """
     if workers < 1:
         raise ValueError(f"workers: got {workers}; allowed: >= 1")
-    pending = deque(range(len(jobs)))
-    running: dict[int, subprocess.Popen[bytes]] = {}
-    try:
-        while pending or running:
-            while pending and len(running) < workers:
-                i = pending.popleft()
+    running: dict[Future[int], tuple[int, subprocess.Popen[bytes]]] = {}
+
+    def end_one() -> None:
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            on_end(running.pop(future)[0], future.result())
+
+    with ThreadPoolExecutor(workers) as waiters:
+        try:
+            for i, job in enumerate(jobs):
+                while len(running) >= workers:
+                    end_one()
                 if on_start(i) is False:
                     continue
-                jobs[i].log.parent.mkdir(parents=True, exist_ok=True)
-                with open_log(jobs[i].log) as log:
-                    running[i] = guarded_popen(
-                        jobs[i].argv,
+                job.log.parent.mkdir(parents=True, exist_ok=True)
+                with open_log(job.log) as log:
+                    proc = guarded_popen(
+                        job.argv,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
-            ended = [i for i, proc in running.items() if proc.poll() is not None]
-            for i in ended:
-                on_end(i, running.pop(i).returncode)
-            if not ended:
-                time.sleep(poll_s)
-    finally:
-        stop_tree([proc.pid for proc in running.values()])
+                running[waiters.submit(proc.wait)] = (i, proc)
+            while running:
+                end_one()
+        finally:
+            stop_tree([proc.pid for _, proc in running.values()])
