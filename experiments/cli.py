@@ -295,16 +295,13 @@ def compare_command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 def reproduce_command(
-    overrides: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="[KEY=VALUE]...",
-            help="Hydra overrides of conf/config.yaml, e.g. experiment=mnist1d_dirichlet "
-            "'seeds=\\[0,1,2]' run.num-server-rounds=3 launcher.engine=inprocess",
-        ),
-    ] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...")] = None,
 ) -> None:
-    """A table or figure of the paper from a preset of conf/experiment/ (Hydra overrides)."""
+    """A table or figure of the paper from a preset of conf/experiment/.
+
+    KEY=VALUE are Hydra overrides of conf/config.yaml, e.g. experiment=mnist1d_dirichlet
+    'seeds=\\[0,1,2]' run.num-server-rounds=3 launcher.engine=inprocess (docs/comparing.md).
+    """
     from experiments.compare import reproduce
 
     _done(reproduce.main(list(overrides or [])))
