@@ -297,10 +297,10 @@ def compare_command(
 def reproduce_command(
     overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...")] = None,
 ) -> None:
-    """A table or figure of the paper from a preset of conf/experiment/.
+    r"""A table or figure of the paper from a preset of conf/experiment/.
 
     KEY=VALUE are Hydra overrides of conf/config.yaml, e.g. experiment=mnist1d_dirichlet
-    'seeds=\\[0,1,2]' run.num-server-rounds=3 launcher.engine=inprocess (docs/comparing.md).
+    'seeds=\[0,1,2]' run.num-server-rounds=3 launcher.engine=inprocess (docs/comparing.md).
     """
     from experiments.compare import reproduce
 
@@ -459,28 +459,15 @@ def ray_cluster_check_command(
     _done(ray_cluster_check.main(result_dir, num_devices, rounds, cpus_per_client, flwr_home))
 
 
-class CommaList(click.ParamType):
-    """A comma-separated list of numbers (``16,32,64``), each of ``kind``."""
-
-    def __init__(self, kind: type[int] | type[float]) -> None:
-        self.kind = kind
-        self.name = f"{kind.__name__}[,{kind.__name__}...]"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> list[Any]:
-        """``value`` as a list, or a usage error naming the option."""
-        if isinstance(value, list):
-            return value
-        try:
-            numbers = [self.kind(x) for x in str(value).split(",") if x.strip()]
-        except ValueError:
-            self.fail(
-                f"{value!r} is not a comma-separated list of {self.kind.__name__}", param, ctx
-            )
-        if not numbers:
-            self.fail("give at least one value", param, ctx)
-        return numbers
+def _numbers(text: str, kind: type[int] | type[float], option: str) -> list[Any]:
+    """The comma-separated numbers of ``option`` (``16,32,64``); refused in one line if not."""
+    try:
+        numbers = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        numbers = []
+    if not numbers:
+        _refuse(f"{option} = {text!r}; allowed: comma-separated {kind.__name__} values")
+    return numbers
 
 
 paper = typer.Typer(
@@ -496,15 +483,13 @@ def solver_performance_command(
         int, typer.Option("--instances", min=1, help="instances per (V, alpha)")
     ] = 1,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    num_devices: Annotated[
-        list[int], typer.Option("--num-devices", click_type=CommaList(int))
-    ] = "16,24,32,40,48,56,64",  # type: ignore[assignment]
-    alphas: Annotated[
-        list[float], typer.Option("--alphas", click_type=CommaList(float))
-    ] = "0.1,1,10",  # type: ignore[assignment]
+    num_devices: Annotated[str, typer.Option("--num-devices", help="values of V")] = (
+        "16,24,32,40,48,56,64"
+    ),
+    alphas: Annotated[str, typer.Option("--alphas", help="Dirichlet alphas")] = "0.1,1,10",
     ratios: Annotated[
-        list[float], typer.Option("--ratios", click_type=CommaList(float))
-    ] = "0.1,0.3,1,3,10",  # type: ignore[assignment]
+        str, typer.Option("--ratios", help="values of sigma / (sqrt(b) G)")
+    ] = "0.1,0.3,1,3,10",
     milp_time_limit_s: Annotated[
         float,
         typer.Option(
@@ -524,7 +509,14 @@ def solver_performance_command(
     from experiments.paper import solver_performance
 
     options = solver_performance.Options(
-        out, instances, seed, num_devices, alphas, ratios, milp_time_limit_s, docs_png
+        out,
+        instances,
+        seed,
+        _numbers(num_devices, int, "--num-devices"),
+        _numbers(alphas, float, "--alphas"),
+        _numbers(ratios, float, "--ratios"),
+        milp_time_limit_s,
+        docs_png,
     )
     _done(solver_performance.main(options))
 
@@ -655,9 +647,7 @@ def bench_fscd_scale_command(
 
 @bench.command("scale")
 def bench_scale_command(
-    devices: Annotated[
-        list[int], typer.Option("--devices", click_type=CommaList(int), help="values of V")
-    ] = "1000,10000",  # type: ignore[assignment]
+    devices: Annotated[str, typer.Option("--devices", help="values of V")] = "1000,10000",
     rounds: Annotated[
         int, typer.Option("--rounds", min=3, help="rounds per run (>= 3: rounds 2..R are timed)")
     ] = 4,
@@ -671,7 +661,8 @@ def bench_scale_command(
     """In-process rounds at scale: seconds per phase and memory."""
     from experiments.bench import scale
 
-    _done(scale.main(scale.Options(devices, rounds, samples, per_device, compare_with, out)))
+    sizes = _numbers(devices, int, "--devices")
+    _done(scale.main(scale.Options(sizes, rounds, samples, per_device, compare_with, out)))
 
 
 @bench.command("checkpoint")

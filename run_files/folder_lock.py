@@ -120,7 +120,7 @@ def lock_holder(path: Path) -> int | None:
 
 
 def describe_process(pid: int | None) -> str:
-    """``process 1234 (python -m experiments.run.launcher ...)``, the command cut at 80 chars."""
+    """``process 1234 (.venv/bin/fedcgd run ...)``, the command cut at 80 chars."""
     if pid is None:
         return "another process"
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from subprocesses import FEDCGD
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from experiments.run.processes import is_alive
@@ -192,7 +193,7 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     project = Path(__file__).resolve().parents[1]
     settings = "num-server-rounds=60 num-devices=8 checkpoint-every=1 eval-every=60"
     words = ["--policies", "fedcgd-fscd,bc", "--seeds", "0", "--engine", "inprocess"]
-    command = [sys.executable, "-m", "experiments.compare.policies", *words]
+    command = [FEDCGD, "compare", *words]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
     proc = subprocess.Popen(
         [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],
