@@ -323,10 +323,14 @@ def batched(cheats, tmp_path_factory) -> dict[str, tuple[Path, subprocess.Comple
     """Each of BATCHED's runs: its folder and its outcome (exit code, stdout, stderr)."""
     folders = {name: tmp_path_factory.mktemp(name) / "run" for name in BATCHED}
     argvs = [
-        ["--run-config", format_run_config(settings(cheats, name, folders[name], **values))]
+        [
+            "inprocess",
+            "--run-config",
+            format_run_config(settings(cheats, name, folders[name], **values)),
+        ]
         for name, values in BATCHED.items()
     ]
-    done = in_one_process("experiments.run.inprocess", argvs)
+    done = in_one_process(argvs)
     return {name: (folders[name], d) for name, d in zip(BATCHED, done, strict=True)}
 
 
