@@ -152,8 +152,8 @@ def test_the_inprocess_benchmark_finds_the_engine_in_old_and_new_checkouts(tmp_p
     from experiments.bench.inprocess import engine_command
 
     tool, new, old, other = (tmp_path / n for n in ("tool", "new", "old", "other"))
-    (tool / "experiments").mkdir(parents=True)
-    (tool / "experiments" / "cli.py").write_text("")
+    (tool / "experiments" / "cli").mkdir(parents=True)
+    (tool / "experiments" / "cli" / "__main__.py").write_text("")
     (new / "experiments" / "run").mkdir(parents=True)
     (new / "experiments" / "run" / "inprocess.py").write_text("")
     (old / "experiments").mkdir(parents=True)

@@ -31,7 +31,8 @@ from run_results import (
 from subprocesses import FEDCGD, fedcgd, start_in_own_session, wait_for
 from test_paths import hostile_folder
 
-from experiments.cli import app, given_options, started_as
+from experiments.cli import app
+from experiments.cli.options import given_options, started_as
 from experiments.run.inprocess import run_inprocess
 from experiments.run.resume_command import single_run_line
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir

@@ -160,7 +160,7 @@ def run_config_for(
 #: interpreter's arguments), newest layout first: the ``fedcgd`` tool, then older checkouts'
 #: ``python -m`` commands (before and after experiments/ was split into subpackages).
 ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("experiments/cli.py", ("-m", "experiments.cli", "inprocess")),
+    ("experiments/cli/__main__.py", ("-m", "experiments.cli", "inprocess")),
     ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
     ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
 )
