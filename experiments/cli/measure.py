@@ -12,28 +12,19 @@ from experiments.cli.options import done, not_none, numbers, refuse
 
 
 def solver_performance_command(
-    out: Annotated[Path, typer.Option("--out")] = Path("results/solver_performance"),
-    instances: Annotated[
-        int, typer.Option("--instances", min=1, help="instances per (V, alpha)")
-    ] = 1,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    num_devices: Annotated[str, typer.Option("--num-devices", help="values of V")] = (
-        "16,24,32,40,48,56,64"
-    ),
-    alphas: Annotated[str, typer.Option("--alphas", help="Dirichlet alphas")] = "0.1,1,10",
-    ratios: Annotated[
-        str, typer.Option("--ratios", help="values of sigma / (sqrt(b) G)")
-    ] = "0.1,0.3,1,3,10",
+    out: Path = Path("results/solver_performance"),
+    instances: Annotated[int, typer.Option(min=1, help="instances per (V, alpha)")] = 1,
+    seed: int = 0,
+    num_devices: Annotated[str, typer.Option(help="values of V")] = ("16,24,32,40,48,56,64"),
+    alphas: Annotated[str, typer.Option(help="Dirichlet alphas")] = "0.1,1,10",
+    ratios: Annotated[str, typer.Option(help="values of sigma / (sqrt(b) G)")] = "0.1,0.3,1,3,10",
     milp_time_limit_s: Annotated[
         float,
-        typer.Option(
-            "--milp-time-limit-s", help="time limit per MILP of the exact solver (<= 0: none)"
-        ),
+        typer.Option(help="time limit per MILP of the exact solver (<= 0: none)"),
     ] = 0.2,
     docs_png: Annotated[
         str,
         typer.Option(
-            "--docs-png",
             help="also write the figure here (e.g. docs/img/solver_performance.png to refresh "
             "the copy in docs/evidence.md); default: only under --out",
         ),
@@ -56,21 +47,18 @@ def solver_performance_command(
 
 
 def schedule_table_command(
-    drops: Annotated[int | None, typer.Option("--drops", help="drops (seeds); default 20")] = None,
-    rounds: Annotated[
-        int | None, typer.Option("--rounds", help="rounds per drop; default 50")
-    ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="base seed; default 0")] = None,
+    drops: Annotated[int | None, typer.Option(help="drops (seeds); default 20")] = None,
+    rounds: Annotated[int | None, typer.Option(help="rounds per drop; default 50")] = None,
+    seed: Annotated[int | None, typer.Option(help="base seed; default 0")] = None,
     sigma_over_sqrt_b_g: Annotated[
         float | None,
         typer.Option(
-            "--sigma-over-sqrt-b-g",
             help="FedCGD's sigma-hat / (sqrt(b) G-hat), fixed (no training here); default 1",
         ),
     ] = None,
     poc_candidates: Annotated[
         int | None,
-        typer.Option("--poc-candidates", help="POC's V' (0 = all available, the default)"),
+        typer.Option(help="POC's V' (0 = all available, the default)"),
     ] = None,
     fit_poc: Annotated[
         bool,
@@ -78,32 +66,25 @@ def schedule_table_command(
             "--fit-poc", help="scan V' = 1..--fit-max, pick the one nearest the paper's 13.71"
         ),
     ] = False,
-    fit_max: Annotated[int, typer.Option("--fit-max", min=1, help="largest V' of --fit-poc")] = 30,
+    fit_max: Annotated[int, typer.Option(min=1, help="largest V' of --fit-poc")] = 30,
     label_dist: Annotated[
         str | None,
         typer.Option(
-            "--label-dist",
             click_type=click.Choice(["batch", "local"]),
             help="p_v: histogram of the round's tau*b labels (batch, the default), or the shard",
         ),
     ] = None,
-    num_devices: Annotated[
-        int | None, typer.Option("--num-devices", help="V (default: the paper's)")
-    ] = None,
-    local_steps: Annotated[
-        int | None, typer.Option("--local-steps", help="tau (default: the paper's)")
-    ] = None,
+    num_devices: Annotated[int | None, typer.Option(help="V (default: the paper's)")] = None,
+    local_steps: Annotated[int | None, typer.Option(help="tau (default: the paper's)")] = None,
     pack_rule: Annotated[
         str | None,
-        typer.Option(
-            "--pack-rule", click_type=click.Choice(["stop", "skip"]), help="best effort (stop)"
-        ),
+        typer.Option(click_type=click.Choice(["stop", "skip"]), help="best effort (stop)"),
     ] = None,
     policies: Annotated[
         str | None,
-        typer.Option("--policies", help="comma-separated policies (Table II's by default)"),
+        typer.Option(help="comma-separated policies (Table II's by default)"),
     ] = None,
-    out: Annotated[Path, typer.Option("--out")] = Path("results/schedule_table"),
+    out: Path = Path("results/schedule_table"),
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """The paper's Table II: scheduled number and WEMD of each policy, without training."""
@@ -134,13 +115,13 @@ ROUNDS_HELP = "rounds per run (>= 2: round 1 is left out of the timings)"
 
 
 def bench_solvers_command(
-    out: Annotated[Path, typer.Option("--out")] = Path("results/bench_solvers"),
-    instances: Annotated[int, typer.Option("--instances", min=1)] = 3,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    num_devices: Annotated[str, typer.Option("--num-devices")] = "16,32,64,128",
-    speedup_devices: Annotated[int, typer.Option("--speedup-devices")] = 64,
-    speedup_instances: Annotated[int, typer.Option("--speedup-instances", min=1)] = 3,
-    milp_time_limit_s: Annotated[float, typer.Option("--milp-time-limit-s")] = 0.5,
+    out: Path = Path("results/bench_solvers"),
+    instances: Annotated[int, typer.Option(min=1)] = 3,
+    seed: int = 0,
+    num_devices: str = "16,32,64,128",
+    speedup_devices: int = 64,
+    speedup_instances: Annotated[int, typer.Option(min=1)] = 3,
+    milp_time_limit_s: float = 0.5,
 ) -> None:
     """Time the P1 solvers; vectorised against loop implementations."""
     from experiments.bench import solvers
@@ -152,11 +133,11 @@ def bench_solvers_command(
 
 
 def bench_fscd_scale_command(
-    out: Annotated[Path, typer.Option("--out")] = Path("results/bench_fscd_scale"),
-    num_devices: Annotated[str, typer.Option("--num-devices")] = "1000,3000",
-    instances: Annotated[int, typer.Option("--instances", min=1)] = 5,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    ratio: Annotated[float, typer.Option("--ratio", help="sigma / (sqrt(b) G)")] = 1.0,
+    out: Path = Path("results/bench_fscd_scale"),
+    num_devices: str = "1000,3000",
+    instances: Annotated[int, typer.Option(min=1)] = 5,
+    seed: int = 0,
+    ratio: Annotated[float, typer.Option(help="sigma / (sqrt(b) G)")] = 1.0,
     single_thread_dense: Annotated[
         bool,
         typer.Option(
@@ -174,16 +155,14 @@ def bench_fscd_scale_command(
 
 
 def bench_scale_command(
-    devices: Annotated[str, typer.Option("--devices", help="values of V")] = "1000,10000",
+    devices: Annotated[str, typer.Option(help="values of V")] = "1000,10000",
     rounds: Annotated[
-        int, typer.Option("--rounds", min=3, help="rounds per run (>= 3: rounds 2..R are timed)")
+        int, typer.Option(min=3, help="rounds per run (>= 3: rounds 2..R are timed)")
     ] = 4,
-    samples: Annotated[int, typer.Option("--samples", help="mnist1d-samples")] = 200_000,
+    samples: Annotated[int, typer.Option(help="mnist1d-samples")] = 200_000,
     per_device: Annotated[bool, typer.Option("--per-device", help="also time cohorts off")] = False,
-    compare_with: Annotated[
-        Path | None, typer.Option("--compare-with", help="another checkout")
-    ] = None,
-    out: Annotated[Path, typer.Option("--out")] = Path("results/bench-scale"),
+    compare_with: Annotated[Path | None, typer.Option(help="another checkout")] = None,
+    out: Path = Path("results/bench-scale"),
 ) -> None:
     """In-process rounds at scale: seconds per phase and memory."""
     from experiments.bench import scale
@@ -193,9 +172,9 @@ def bench_scale_command(
 
 
 def bench_checkpoint_command(
-    repeats: Annotated[int, typer.Option("--repeats", min=1)] = 3,
-    rounds: Annotated[int, typer.Option("--rounds", min=2, help="rounds of each run")] = 50,
-    out: Annotated[Path, typer.Option("--out")] = Path("results/bench_checkpoint"),
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,
+    out: Path = Path("results/bench_checkpoint"),
 ) -> None:
     """What writing a checkpoint every round costs."""
     from experiments.bench import checkpoint
@@ -204,17 +183,16 @@ def bench_checkpoint_command(
 
 
 def bench_inprocess_command(
-    rounds: Annotated[int, typer.Option("--rounds", min=2, help=ROUNDS_HELP)] = 20,
-    seed: Annotated[int, typer.Option("--seed", help="run seed")] = 0,
-    out: Annotated[Path, typer.Option("--out")] = Path("results/bench-inprocess"),
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="runs per checkout")] = 3,
-    local_steps: Annotated[int, typer.Option("--local-steps", help="tau")] = 5,
-    policy: Annotated[str, typer.Option("--policy")] = "fedcgd-fscd",
-    deadline_s: Annotated[float, typer.Option("--deadline-s", help="channel.deadline-s")] = 0.02,
+    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 20,
+    seed: Annotated[int, typer.Option(help="run seed")] = 0,
+    out: Path = Path("results/bench-inprocess"),
+    repeats: Annotated[int, typer.Option(min=1, help="runs per checkout")] = 3,
+    local_steps: Annotated[int, typer.Option(help="tau")] = 5,
+    policy: str = "fedcgd-fscd",
+    deadline_s: Annotated[float, typer.Option(help="channel.deadline-s")] = 0.02,
     compare_with: Annotated[
         Path | None,
         typer.Option(
-            "--compare-with",
             help="another checkout of the project, timed beside this one (e.g. a git worktree)",
         ),
     ] = None,
@@ -229,13 +207,11 @@ def bench_inprocess_command(
 
 
 def bench_round_command(
-    rounds: Annotated[int, typer.Option("--rounds", min=2, help=ROUNDS_HELP)] = 5,
-    seed: Annotated[int, typer.Option("--seed", help="run seed")] = 0,
-    out: Annotated[Path, typer.Option("--out")] = Path("results/bench_round"),
-    threads: Annotated[
-        int, typer.Option("--threads", min=1, help="torch threads of the plain process")
-    ] = 2,
-    policies: Annotated[str, typer.Option("--policies")] = "fedcgd-fscd,bc",
+    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 5,
+    seed: Annotated[int, typer.Option(help="run seed")] = 0,
+    out: Path = Path("results/bench_round"),
+    threads: Annotated[int, typer.Option(min=1, help="torch threads of the plain process")] = 2,
+    policies: str = "fedcgd-fscd,bc",
 ) -> None:
     """Seconds per round: flwr run against the same computation in one plain process."""
     from experiments.bench import round as bench_round
@@ -244,13 +220,11 @@ def bench_round_command(
 
 
 def bench_client_command(
-    repeats: Annotated[
-        int, typer.Option("--repeats", min=1, help="timed calls after warm-up")
-    ] = 10,
+    repeats: Annotated[int, typer.Option(min=1, help="timed calls after warm-up")] = 10,
     vmap_repeats: Annotated[
-        int, typer.Option("--vmap-repeats", min=1, help="timed calls of the slow vmap sigma-hat")
+        int, typer.Option(min=1, help="timed calls of the slow vmap sigma-hat")
     ] = 3,
-    threads: Annotated[int, typer.Option("--threads", min=1, help="torch intra-op threads")] = 1,
+    threads: Annotated[int, typer.Option(min=1, help="torch intra-op threads")] = 1,
 ) -> None:
     """The ClientApp's handlers and sigma-hat against one SGD step."""
     from client_app import benchmark

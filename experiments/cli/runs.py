@@ -27,10 +27,8 @@ from experiments.run.resume_command import fedcgd_command
 
 def run_command(
     ctx: typer.Context,
-    run_config: Annotated[str, typer.Option("--run-config", help=RUN_CONFIG_HELP)] = "",
-    num_supernodes: Annotated[
-        int | None, typer.Option("--num-supernodes", help="default: num-devices")
-    ] = None,
+    run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
+    num_supernodes: Annotated[int | None, typer.Option(help="default: num-devices")] = None,
     deployment: Annotated[
         bool,
         typer.Option(
@@ -38,8 +36,8 @@ def run_command(
             help="run SuperNode processes on loopback instead of the simulation engine",
         ),
     ] = False,
-    cpus_per_client: Annotated[int, typer.Option("--cpus-per-client")] = 1,
-    gpus_per_client: Annotated[float, typer.Option("--gpus-per-client")] = 0.0,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
     out: Annotated[
         Path, path_option("--out", "--results", help=OUT_HELP, show_default="results/")
     ] = DEFAULT_RESULTS,
@@ -62,7 +60,6 @@ def run_command(
     ray_address: Annotated[
         str | None,
         typer.Option(
-            "--ray-address",
             envvar="RAY_ADDRESS",
             help="join this Ray cluster for the simulation (e.g. HEAD:6379; default: $RAY_ADDRESS)",
         ),
@@ -77,9 +74,7 @@ def run_command(
     ] = None,
     superlink: Annotated[
         str | None,
-        typer.Option(
-            "--superlink", help="run on an existing SuperLink at HOST:PORT instead of starting one"
-        ),
+        typer.Option(help="run on an existing SuperLink at HOST:PORT instead of starting one"),
     ] = None,
     root_certificates: Annotated[
         Path | None,
@@ -99,7 +94,7 @@ def run_command(
 
 def inprocess_command(
     ctx: typer.Context,
-    run_config: Annotated[str, typer.Option("--run-config", help=RUN_CONFIG_HELP)] = "",
+    run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
     per_device: Annotated[
         bool,
         typer.Option(
@@ -109,7 +104,6 @@ def inprocess_command(
     cohort_threads: Annotated[
         int,
         typer.Option(
-            "--cohort-threads",
             min=0,
             help="threads for a cohort's sigma-hat passes (default 0: one per usable CPU core)",
         ),
@@ -130,33 +124,28 @@ ENGINE_CHOICE = click.Choice(["simulation", "deployment", "inprocess"])
 def compare_command(
     ctx: typer.Context,
     policies: Annotated[
-        str, typer.Option("--policies", help="comma-separated policies")
+        str, typer.Option(help="comma-separated policies")
     ] = "fedcgd-fscd,fedcgd-gs,bc,bn2,poc,fedcbs,all",
     seeds: Annotated[
         str | None,
         typer.Option(
-            "--seeds",
             help="comma-separated run seeds, e.g. 0,1,2,3,4 (default: the run config's seed, 0)",
         ),
     ] = None,
-    run_config: Annotated[
-        str, typer.Option("--run-config", help="run-config overrides shared by every run")
-    ] = "",
+    run_config: Annotated[str, typer.Option(help="run-config overrides shared by every run")] = "",
     aggregators: Annotated[
         str | None,
         typer.Option(
-            "--aggregators",
             help="comma-separated aggregators, one comparison each into <out>/aggregator=<name> "
             "(default = the scheduler's FedAvg; e.g. default,FedMedian,FedTrimmedAvg)",
         ),
     ] = None,
     out: Annotated[Path, path_option("--out", help="output folder")] = Path("results/compare"),
-    num_supernodes: Annotated[int | None, typer.Option("--num-supernodes")] = None,
-    target_accuracy: Annotated[float | None, typer.Option("--target-accuracy")] = None,
+    num_supernodes: int | None = None,
+    target_accuracy: float | None = None,
     engine: Annotated[
         str,
         typer.Option(
-            "--engine",
             click_type=ENGINE_CHOICE,
             help="simulation (flwr run, Ray), deployment (SuperNode processes) or inprocess "
             "(one process, no Ray: same results, fastest for small models)",
@@ -165,7 +154,6 @@ def compare_command(
     jobs: Annotated[
         int,
         typer.Option(
-            "--jobs",
             help="inprocess runs going at once, each in its own process with its output in "
             "<run folder>/run.log (0: one per usable CPU core)",
         ),
@@ -193,9 +181,7 @@ def reproduce_command(
 
 def plot_command(
     result_dirs: Annotated[list[Path], typer.Argument(help="result folders of runs")],
-    out: Annotated[Path, typer.Option("--out", help="the figure (PNG)")] = Path(
-        "results/curves.png"
-    ),
+    out: Annotated[Path, typer.Option(help="the figure (PNG)")] = Path("results/curves.png"),
     mean: Annotated[
         bool,
         typer.Option(

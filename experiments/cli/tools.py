@@ -13,10 +13,10 @@ from experiments.cli.options import done, not_none, path_option, refuse
 
 def certificates_command(
     out: Annotated[Path, path_option("--out", help="folder for the set")] = Path("certificates"),
-    supernodes: Annotated[int, typer.Option("--supernodes", help="SuperNode key pairs")] = 4,
+    supernodes: Annotated[int, typer.Option(help="SuperNode key pairs")] = 4,
     host: Annotated[
         list[str] | None,
-        typer.Option("--host", help="extra SuperLink name (repeatable, e.g. the compose service)"),
+        typer.Option(help="extra SuperLink name (repeatable, e.g. the compose service)"),
     ] = None,
 ) -> None:
     """TLS certificates and SuperNode keys for a deployment (docs/deployment.md)."""
@@ -26,38 +26,28 @@ def certificates_command(
 
 
 def channel_report_command(
-    out: Annotated[Path, typer.Option("--out", help="output folder")],
-    num_devices: Annotated[int | None, typer.Option("--num-devices", help="V (default 64)")] = None,
-    availability_prob: Annotated[
-        float | None, typer.Option("--availability-prob", help="p_a (default 0.3)")
-    ] = None,
-    model_bits: Annotated[
-        int | None, typer.Option("--model-bits", help="uploaded model size in bits")
-    ] = None,
+    out: Annotated[Path, typer.Option(help="output folder")],
+    num_devices: Annotated[int | None, typer.Option(help="V (default 64)")] = None,
+    availability_prob: Annotated[float | None, typer.Option(help="p_a (default 0.3)")] = None,
+    model_bits: Annotated[int | None, typer.Option(help="uploaded model size in bits")] = None,
     model_params: Annotated[
         int | None,
         typer.Option(
-            "--model-params",
             help="model parameters, uploaded as 32 bit each (default: the paper's CIFAR-10 CNN, "
             "258,898); give this or --model-bits",
         ),
     ] = None,
-    deadline_s: Annotated[
-        float | None, typer.Option("--deadline-s", help="upload deadline (default 2 s)")
-    ] = None,
-    rounds: Annotated[int, typer.Option("--rounds")] = 1000,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    deadline_s: Annotated[float | None, typer.Option(help="upload deadline (default 2 s)")] = None,
+    rounds: int = 1000,
+    seed: int = 0,
     pathloss_model: Annotated[
         str | None,
         typer.Option(
-            "--pathloss-model",
             click_type=click.Choice(["paper", "tr38901"]),
             help="default: paper",
         ),
     ] = None,
-    total_bandwidth_hz: Annotated[
-        float | None, typer.Option("--total-bandwidth-hz", help="default 20 MHz")
-    ] = None,
+    total_bandwidth_hz: Annotated[float | None, typer.Option(help="default 20 MHz")] = None,
 ) -> None:
     """The UMi-Street Canyon uplink of a cell: availability, feasibility, bandwidths."""
     from channel.cell import CellConfig
@@ -90,15 +80,11 @@ def ray_cluster_run_command(
     command: Annotated[
         list[str] | None, typer.Argument(help="the command to run, after --", metavar="-- COMMAND")
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="worker nodes besides the head")] = 1,
-    cpus_per_node: Annotated[int, typer.Option("--cpus-per-node")] = 1,
-    object_store_mb: Annotated[int, typer.Option("--object-store-mb")] = 200,
-    temp_dir: Annotated[
-        Path | None, typer.Option("--temp-dir", help="default: a fresh folder")
-    ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="seconds to start the cluster")
-    ] = 120.0,
+    workers: Annotated[int, typer.Option(help="worker nodes besides the head")] = 1,
+    cpus_per_node: int = 1,
+    object_store_mb: int = 200,
+    temp_dir: Annotated[Path | None, typer.Option(help="default: a fresh folder")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to start the cluster")] = 120.0,
 ) -> None:
     """Start a head and worker nodes, run the command with RAY_ADDRESS set, stop the cluster."""
     from experiments.run import ray_cluster as cluster
@@ -107,11 +93,11 @@ def ray_cluster_run_command(
 
 
 def ray_cluster_check_command(
-    result_dir: Annotated[Path, typer.Option("--result-dir", help="the run's result folder")],
-    num_devices: Annotated[int, typer.Option("--num-devices")] = 4,
-    rounds: Annotated[int, typer.Option("--rounds")] = 2,
-    cpus_per_client: Annotated[int, typer.Option("--cpus-per-client")] = 1,
-    flwr_home: Annotated[Path | None, typer.Option("--flwr-home")] = None,
+    result_dir: Annotated[Path, typer.Option(help="the run's result folder")],
+    num_devices: int = 4,
+    rounds: int = 2,
+    cpus_per_client: int = 1,
+    flwr_home: Path | None = None,
 ) -> None:
     """A small simulation on the cluster at RAY_ADDRESS: 0 when it ran on every node."""
     from experiments.run import ray_cluster_check
