@@ -3,12 +3,13 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+FEDCGD := $(VENV)/bin/fedcgd
 STAMP := $(VENV)/.installed
 
 # Never let a SuperLink install the app's dependencies per run (several GB, another torch).
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 
-.PHONY: run test test-slow test-compose lint typecheck channel-report bench clean
+.PHONY: run test test-slow test-compose lint typecheck channel-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,10 +18,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	@$(PY) -m experiments.run.launcher $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)",)
+	@$(FEDCGD) run $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)",)
 
 channel-report: $(STAMP)
-	$(PY) -m channel --out results/channel-report
+	$(FEDCGD) channel-report --out results/channel-report
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,6 +1,6 @@
 """On-demand timing of one ClientApp train call and of sigma-hat against one SGD step.
 
-Run ``python -m client_app.benchmark [--repeats N] [--vmap-repeats M] [--threads T]``.
+Run ``fedcgd bench client [--repeats N] [--vmap-repeats M] [--threads T]``.
 
 Table: for ``cnn`` (3 x 32 x 32, 10 classes) and ``resnet18gn`` (3 x 32 x 32, 100 classes) on
 a random batch of b = 32, side by side, the one-pass sigma-hat (:func:`gradient_spread`), the
@@ -22,7 +22,6 @@ pays for torch's lazy initialisation); the first call is printed too.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -162,28 +161,18 @@ def print_sigma_table(repeats: int, vmap_repeats: int) -> None:
         )
 
 
-def main() -> None:
-    """Print the sigma-hat table, then the timings of both ClientApp cases."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10, help="timed calls after warm-up")
-    parser.add_argument(
-        "--vmap-repeats", type=int, default=3, help="timed calls of the slow vmap sigma-hat"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"torch threads: {torch.get_num_threads()}, repeats: {args.repeats}")
-    print_sigma_table(args.repeats, args.vmap_repeats)
+def main(repeats: int = 10, vmap_repeats: int = 3, threads: int = 1) -> int:
+    """``fedcgd bench client``: the sigma-hat table, then the timings of both ClientApp cases."""
+    torch.set_num_threads(threads)
+    print(f"torch threads: {torch.get_num_threads()}, repeats: {repeats}")
+    print_sigma_table(repeats, vmap_repeats)
     for label, bench in (
         ("digits/mlp train handler", bench_digits_handler),
         ("cnn 3x32x32 train steps", bench_cnn_steps),
     ):
-        first, total_s, sigma_s = bench(args.repeats)
+        first, total_s, sigma_s = bench(repeats)
         print(
             f"{label}: first call {first * 1e3:.1f} ms, median {total_s * 1e3:.1f} ms, "
             f"sigma-hat {sigma_s * 1e3:.1f} ms ({100 * sigma_s / total_s:.0f} %)"
         )
-
-
-if __name__ == "__main__":
-    main()
+    return 0

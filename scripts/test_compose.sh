@@ -24,6 +24,7 @@ cd "$ROOT"
 WORK=build/compose
 PY="${PY:-.venv/bin/python}"
 BIN="$(dirname "$PY")"
+FEDCGD="$BIN/fedcgd"
 BASE_IMAGE="${FEDCGD_BASE_IMAGE:-fedcgd-base:bookworm}"
 CA_BUNDLE_SRC="${CA_BUNDLE_SRC:-/etc/ssl/certs/ca-certificates.crt}"
 RUN_TIMEOUT_S="${RUN_TIMEOUT_S:-900}"
@@ -134,7 +135,7 @@ docker image prune -f --filter label=org.opencontainers.image.title=fedcgd >/dev
 # 5. Certificates, an empty results folder owned by this user, a flwr connection with TLS.
 rm -rf "$WORK/certificates" "$WORK/results" "$WORK/flwr-home"
 # Five key pairs: 0-3 for the SuperNodes, 4 for a SuperNode that must be turned away.
-"$PY" -m experiments.run.certificates --out "$WORK/certificates" --supernodes 5
+"$FEDCGD" certificates --out "$WORK/certificates" --supernodes 5
 mkdir -p "$WORK/results" "$WORK/flwr-home"
 export FEDCGD_UID FEDCGD_GID
 FEDCGD_UID="$(id -u)"

@@ -1,8 +1,8 @@
-"""Many command lines of one command, each as its ``main(argv)``, in one child process.
+"""Many ``fedcgd`` command lines in one child process, each through the Typer app in-process.
 
 A fresh Python process that imports torch costs about 4 s on two cores; a test of a command
 line's refusal (exit code 2, one line on stderr, nothing started) or of a run's one-line
-failure needs the command's ``main`` and its output, not a process of its own.
+failure needs the command's exit code and output, not a process of its own.
 :func:`in_one_process` runs a list of command lines in one child process (run as a script:
 ``python tests/command_batch.py``), each with its own captured stdout and stderr and its exit
 code as Python would give it. What a command imported from outside the project and the
@@ -26,30 +26,31 @@ PROJECT = Path(__file__).resolve().parents[1]
 
 
 def in_one_process(
-    module: str, argvs: list[list[str]], *, pythonpath: list[Path] | None = None
+    argvs: list[list[str]], *, pythonpath: list[Path] | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
-    """``module``'s ``main(argv)`` for each of ``argvs``, in one child process, in order.
+    """``fedcgd <argv>`` for each of ``argvs``, in one child process, in order.
+
+    Each runs through :func:`experiments.cli.invoke` (the Typer app, as the console script
+    runs it, without a process of its own).
 
     Parameters
     ----------
-    module : str
-        A command's module (``experiments.run.inprocess``); its ``main`` takes ``argv``.
     argvs : list of list of str
-        The command lines (without the program name).
+        The command lines without the program name (``["inprocess", "--run-config", ...]``).
     pythonpath : list of Path, optional
         Folders put in front of the child's ``PYTHONPATH``.
 
     Returns
     -------
     list of subprocess.CompletedProcess
-        One per command line: ``returncode`` (0 for a ``main`` returning None, the code of
+        One per command line: ``returncode`` (the command's exit code, the code of
         ``SystemExit``, 1 with the traceback on stderr for any other exception), ``stdout``,
         ``stderr``.
     """
     paths = [str(p) for p in pythonpath or []] + [os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), module],
+        [sys.executable, str(Path(__file__).resolve())],
         input=json.dumps(argvs),
         cwd=PROJECT,
         env=env,
@@ -61,7 +62,7 @@ def in_one_process(
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout)
     return [
-        subprocess.CompletedProcess([module, *argv], r["returncode"], r["stdout"], r["stderr"])
+        subprocess.CompletedProcess(["fedcgd", *argv], r["returncode"], r["stdout"], r["stderr"])
         for argv, r in zip(argvs, results, strict=True)
     ]
 
@@ -87,18 +88,16 @@ def _own_or_installed(name: str) -> bool:
 
 def _main() -> None:
     """The child: read the command lines as JSON on stdin, write the results as JSON."""
-    import importlib
-
     sys.path.insert(0, str(PROJECT))
-    main = importlib.import_module(sys.argv[1]).main
+    from experiments.cli import invoke
+
     results = []
     for argv in json.loads(sys.stdin.read()):
         before = set(sys.modules)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                returned = main(argv)
-                code = 0 if returned is None else int(returned)
+                code = invoke(argv)
             except SystemExit as stop:
                 code = _exit_code(stop, err)
             except BaseException:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -23,14 +24,21 @@ def assert_import_pulls_neither_flwr_nor_torch(*modules: str) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def run_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m module args`` (15 min at most), assert that it exits with 0 and return it.
+#: The console script ``fedcgd`` installed beside this interpreter (pyproject.toml).
+FEDCGD = str(Path(sys.executable).with_name("fedcgd"))
+
+
+def fedcgd(*args: str) -> list[str]:
+    """The command line ``fedcgd args``, with the script of this environment."""
+    return [FEDCGD, *args]
+
+
+def run_fedcgd(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``fedcgd args`` (15 min at most), assert that it exits with 0 and return it.
 
     Its output is captured as text; the failure message shows the tail of both streams.
     """
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900
-    )
+    proc = subprocess.run(fedcgd(*args), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc
 

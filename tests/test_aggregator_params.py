@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from flwr.serverapp import strategy as flower_strategies
 
-from experiments.run.inprocess import main as inprocess_main
+from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import default_run_config
 from run_files.run_status import read_status
@@ -303,7 +303,7 @@ SMALL = {
 def test_a_run_whose_aggregation_fails_every_round_ends_failed_exit_1(capsys, tmp_path):
     folder = tmp_path / "run"
     values = {**SMALL, "aggregator": failing_aggregator(tmp_path), "result-dir": str(folder)}
-    code = inprocess_main(["--run-config", format_run_config(values)])
+    code = invoke(["inprocess", "--run-config", format_run_config(values)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     failed = [line for line in err if line.startswith("failed: ")]

@@ -29,8 +29,10 @@ from fake_grid import app_grid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import strategy as flower_strategies
 from misbehaving import misbehaving
+from subprocesses import FEDCGD
 from task_settings import checkpointed_run_config
 
+from experiments.cli import invoke
 from experiments.run.inprocess import Handler, run_inprocess
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
@@ -377,10 +379,12 @@ def readme_command(start: str) -> list[str]:
     return shlex.split(found)
 
 
-def run_python(*args: str) -> None:
-    """``python args`` in the project folder (10 min at most); assert that it exits with 0."""
+def run_as_written(*words: str) -> None:
+    """A README command (``.venv/bin/python ...`` or ``.venv/bin/fedcgd ...``) in the project
+    folder, with this environment's programs (10 min at most); assert that it exits with 0."""
+    program = {".venv/bin/python": sys.executable, ".venv/bin/fedcgd": FEDCGD}[words[0]]
     proc = subprocess.run(
-        [sys.executable, *args], cwd=PROJECT, capture_output=True, text=True, timeout=600
+        [program, *words[1:]], cwd=PROJECT, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
@@ -391,7 +395,7 @@ def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
     words = readme_command(start)
     words[words.index("--seeds") + 1] = "0"
     words[words.index("--out") + 1] = str(out)
-    run_python(*words[1:], *extra)
+    run_as_written(*words, *extra)
     return words
 
 
@@ -404,12 +408,10 @@ def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
     more than half of its rounds). Asserts that it exits with 0; returns the one run folder
     it wrote.
     """
-    words = readme_command(
-        f".venv/bin/python -m experiments.run.inprocess --run-config \"aggregator='{aggregator}'"
-    )
+    words = readme_command(f".venv/bin/fedcgd inprocess --run-config \"aggregator='{aggregator}'")
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
-    run_python(*words[1:], "--out", str(out))
+    run_as_written(*words, "--out", str(out))
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     return folder
 
@@ -441,11 +443,10 @@ def test_readme_attack_sweep_command_runs(tmp_path):
 
 
 def test_compare_policies_sweeps_aggregators(tmp_path):
-    from experiments.compare.policies import main
-
     out = tmp_path / "compare"
-    code = main(
+    code = invoke(
         [
+            "compare",
             "--aggregators",
             "default,FedTrimmedAvg",
             "--policies",
@@ -480,18 +481,18 @@ def test_a_failed_aggregator_comparison_ends_with_the_rerun_line(
 
     returned = iter(codes)
     monkeypatch.setattr(policies, "compare", lambda _args: next(returned))
-    code = policies.main(["--aggregators", "default,FedMedian", "--out", str(tmp_path / "out")])
+    code = invoke(["compare", "--aggregators", "default,FedMedian", "--out", str(tmp_path / "out")])
     assert code == max(codes)
     err = capsys.readouterr().err.strip().splitlines()
     assert (bool(err) and err[-1].startswith("to go on, run the same command again")) is rerun
 
 
 def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, capsys):
-    from experiments.compare.policies import main
-
     out = tmp_path / "compare"
     args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]
-    code = main([*args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"])
+    code = invoke(
+        ["compare", *args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: run-config key") and "\n" not in err

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.cli import invoke
 from experiments.run import certificates
 from experiments.run.certificates import certificate_names, make_certificates
 from fedcgd_task.settings import PROJECT_DIR
@@ -91,8 +92,8 @@ def test_an_earlier_set_is_never_overwritten(tmp_path):
 
 def test_the_command_refuses_in_one_line(tmp_path, capsys):
     out = tmp_path / "certs"
-    assert certificates.main(["--out", str(out), "--supernodes", "1"]) == 0
-    assert certificates.main(["--out", str(out), "--supernodes", "1"]) == 2
+    assert invoke(["certificates", "--out", str(out), "--supernodes", "1"]) == 0
+    assert invoke(["certificates", "--out", str(out), "--supernodes", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: certificates folder") and err.count("\n") == 1, err
 
@@ -110,7 +111,7 @@ def test_the_launcher_refuses_a_certificates_folder_with_a_link_before_the_start
     out.mkdir()
     (out / "ca.crt").symlink_to(tmp_path / "elsewhere.crt")
     argv = ["--deployment", "--tls", "--certificates-dir", str(out), "--out", str(tmp_path)]
-    assert launcher.run_command([*argv, "--run-config", "num-devices=2"]) == 2
+    assert invoke(["run", *argv, "--run-config", "num-devices=2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: certificates folder") and err.count("\n") == 1, err
     assert not (tmp_path / "elsewhere.crt").exists()

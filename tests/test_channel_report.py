@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from channel import Cell, CellConfig, count_fit_cheapest_first
-from channel.__main__ import main
 from channel.report import run_report
+from experiments.cli import invoke
 
 
 def test_run_report_writes_summary_and_figure(tmp_path: Path) -> None:
@@ -53,8 +53,9 @@ def test_run_report_rejects_bad_arguments(tmp_path: Path) -> None:
 
 def test_cli_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report"
-    code = main(
+    code = invoke(
         [
+            "channel-report",
             "--out",
             str(out),
             "--num-devices",
@@ -85,6 +86,7 @@ def test_cli_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str
         (["--total-bandwidth-hz", "-1"], "total_bandwidth_hz"),
         (["--num-devices", "0"], "num_devices"),
         (["--model-params", "0"], "--model-params"),
+        (["--model-params", "9", "--model-bits", "9"], "not both"),
         (["--rounds", "0"], "rounds"),
         (["--pathloss-model", "umi"], "pathloss-model"),
     ],
@@ -92,7 +94,7 @@ def test_cli_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_cli_bad_values_exit_with_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["--out", str(tmp_path), *argv])
-    assert info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert invoke(["channel-report", "--out", str(tmp_path / "out"), *argv]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and message in line, line
+    assert not (tmp_path / "out").exists()

@@ -10,7 +10,6 @@ import io
 import json
 import math
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy.optimize import brentq
+from subprocesses import FEDCGD
 
 from channel import Cell, CellConfig, ChannelTrace, TraceError, TraceReplay
 from channel.trace import load_trace, record_cell_trace, write_trace
@@ -343,7 +343,7 @@ BAD_KINDS = [
 
 @pytest.mark.parametrize("kind", BAD_KINDS)
 def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, kind):
-    from experiments.run.inprocess import main as inprocess_main
+    from experiments.cli import invoke
     from experiments.run.run_config import format_run_config
 
     value, phrase = bad_file(outside, kind)
@@ -354,7 +354,7 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
         "result-dir": str(out),
         "channel.trace": value,
     }
-    code = inprocess_main(["--run-config", format_run_config(settings), "--out", str(out)])
+    code = invoke(["inprocess", "--run-config", format_run_config(settings), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1, err
@@ -376,9 +376,9 @@ def test_a_trace_that_is_not_a_string_is_refused():
 def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
     missing = outside / "nowhere" / "trace.npz"
     run_config = f"num-devices=6 num-server-rounds=2 channel.trace='{missing}'"
-    for module in ("experiments.run.launcher", "experiments.run.inprocess"):
+    for command in ("run", "inprocess"):
         proc = subprocess.run(
-            [sys.executable, "-m", module, "--run-config", run_config, "--out", str(outside)],
+            [FEDCGD, command, "--run-config", run_config, "--out", str(outside)],
             cwd=PROJECT,
             capture_output=True,
             text=True,
@@ -392,7 +392,7 @@ def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
 
 
 def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
-    from experiments.run.inprocess import main as inprocess_main
+    from experiments.cli import invoke
     from experiments.run.inprocess import run_inprocess
     from experiments.run.run_config import format_run_config
 
@@ -401,7 +401,7 @@ def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside)
     settings = {"channel.trace": str(trace), "checkpoint-every": 1, "num-server-rounds": 2}
     run_inprocess(run_settings(first, **settings))
     more = {**settings, "num-devices": 6, "num-server-rounds": 4, "resume-from": str(first)}
-    assert inprocess_main(["--run-config", format_run_config(more)]) == 2
+    assert invoke(["inprocess", "--run-config", format_run_config(more)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "'channel.trace'" in line and "must be >= num-server-rounds = 4" in line
 
@@ -425,9 +425,8 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     run_config = {**small, "channel.trace": str(trace_path), "result-dir": str(launched)}
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "experiments.run.launcher",
+            FEDCGD,
+            "run",
             "--run-config",
             format_run_config(run_config),
         ],

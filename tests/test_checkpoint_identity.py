@@ -22,7 +22,7 @@ import pytest
 import torch
 from task_settings import checkpointed_run_config
 
-from experiments.run.inprocess import main as inprocess_main
+from experiments.cli import invoke
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import format_run_config
 from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
@@ -60,10 +60,10 @@ def files(folder: Path) -> dict[str, bytes]:
 
 
 def resume_command(capsys, folder: Path, **changes: Any) -> tuple[int, list[str]]:
-    """``python -m experiments.run.inprocess`` resuming ``folder`` one round further."""
+    """``fedcgd inprocess`` resuming ``folder`` one round further."""
     settings = overrides(**{"num-server-rounds": ROUNDS + 1, **changes})
     settings |= {"checkpoint-every": 1, "resume-from": str(folder)}
-    code = inprocess_main(["--run-config", format_run_config(settings)])
+    code = invoke(["inprocess", "--run-config", format_run_config(settings)])
     return code, capsys.readouterr().err.strip().splitlines()
 
 

@@ -20,7 +20,7 @@ import torch
 from run_results import assert_same_run, lines
 from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim, whole_run
 
-from experiments.run import inprocess
+from experiments.cli import invoke
 from run_files.atomic_files import atomic_write_text, stop_signals_held
 
 VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd"}
@@ -102,7 +102,7 @@ def test_a_signal_inside_a_write_stops_the_run_cleanly(
     else:
         signal_inside_fsync(monkeypatch, signum, where)
     out_dir = tmp_path / "runs"
-    code = inprocess.main(["--out", str(out_dir), "--run-config", run_config_text(VALUES)])
+    code = invoke(["inprocess", "--out", str(out_dir), "--run-config", run_config_text(VALUES)])
     monkeypatch.undo()
     out, err = capsys.readouterr()
     name = signal.Signals(signum).name

@@ -11,19 +11,18 @@ import json
 import math
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fake_runs import write_run
 from scipy import stats
-from subprocesses import run_module
+from subprocesses import FEDCGD, run_fedcgd
 
 from experiments.analysis.plot_runs import plot_mean_runs, plot_runs
+from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
-from experiments.compare import policies as cp
 from experiments.run.processes import Interrupted
 from run_files.run_status import FAILED, RUNNING, read_status
 
@@ -34,12 +33,12 @@ RERUN = (
 
 
 def rerun_command(line: str) -> list[str]:
-    """The arguments of the comparison command a last line gives (its interpreter checked)."""
+    """The options of the ``fedcgd compare`` command a last line gives (its script checked)."""
     assert line.startswith(RERUN), line
     words = shlex.split(line.removeprefix(RERUN))
-    assert Path(words[0]).resolve() == Path(sys.executable).resolve(), words
-    assert words[1:3] == ["-m", "experiments.compare.policies"], words
-    return words[3:]
+    assert Path(words[0]).resolve() == Path(FEDCGD).resolve(), words
+    assert words[1] == "compare", words
+    return words[2:]
 
 
 # policy -> seed -> test accuracy per round (rounds 1, 2, 3)
@@ -244,11 +243,11 @@ def test_command_line_seeds(tmp_path, monkeypatch):
     monkeypatch.setattr(execution, "run_flwr", fake_flwr)
     out = tmp_path / "cli"
     args = ["--policies", "fedcgd-fscd,bc", "--out", str(out)]
-    assert cp.main([*args, "--seeds", "3,1"]) == 0
+    assert invoke(["compare", *args, "--seeds", "3,1"]) == 0
     assert seen == [("fedcgd-fscd", 3), ("fedcgd-fscd", 1), ("bc", 3), ("bc", 1)]
     assert (out / "bc" / "seed-1" / "summary.json").exists()
     seen.clear()
-    assert cp.main([*args, "--run-config", "seed=7"]) == 0  # one seed from the run config
+    assert invoke(["compare", *args, "--run-config", "seed=7"]) == 0  # one seed from the run config
     assert seen == [("fedcgd-fscd", 7), ("bc", 7)]
 
 
@@ -265,7 +264,7 @@ def test_command_line_seeds(tmp_path, monkeypatch):
 )
 def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(execution, "run_flwr", no_flwr)
-    assert cp.main(["--out", str(tmp_path), *extra]) == 2
+    assert invoke(["compare", "--out", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and message in err and err.count("\n") == 1
 
@@ -279,7 +278,7 @@ def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monk
         )
     monkeypatch.setattr(execution, "run_flwr", no_flwr)
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
-    assert cp.main([*args, "--run-config", "num-server-rounds=3"]) == 2
+    assert invoke(["compare", *args, "--run-config", "num-server-rounds=3"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: 2 kept run(s)") and err.count("\n") == 1, err
     for policy in ("fedcgd-fscd", "bc"):
@@ -333,7 +332,7 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
     monkeypatch.setattr(execution, "run_flwr", fake_flwr)
     out = tmp_path / "failing"
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
-    assert cp.main(args) == 1
+    assert invoke(["compare", *args]) == 1
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0] == f"output folder: {out}"
     failed, last = captured.err.strip().splitlines()[-2:]
@@ -355,7 +354,7 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
         return subprocess.CompletedProcess([], 0, "", "")
 
     monkeypatch.setattr(execution, "run_flwr", recording_flwr)
-    assert cp.main(args) == 0
+    assert invoke(["compare", *args]) == 0
     assert calls == [("bc", 1)]
     assert capsys.readouterr().out.strip().splitlines()[-1] == "all 4 runs completed"
     assert len(read(out / "runs.csv")) == 4
@@ -395,7 +394,7 @@ def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys
         raise Interrupted(15)
 
     monkeypatch.setattr(execution, "run_flwr", interrupted)
-    assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 143
+    assert invoke(["compare", "--policies", "bc", "--out", str(tmp_path)]) == 143
     err = capsys.readouterr().err
     assert err.strip().splitlines()[0] == (
         "stopped by SIGTERM: every process of the run was stopped (exit code 143)"
@@ -421,8 +420,8 @@ def test_summarise_reads_the_seed_from_the_config(tmp_path):
 @pytest.mark.slow
 def test_two_seeds_two_policies_end_to_end(tmp_path):
     out = tmp_path / "cmp"
-    proc = run_module(
-        "experiments.compare.policies",
+    proc = run_fedcgd(
+        "compare",
         *("--policies", "fedcgd-fscd,bc", "--seeds", "0,1"),
         *("--run-config", "num-devices=4 num-server-rounds=2", "--target-accuracy", "0.2"),
         *("--out", str(out)),
@@ -445,11 +444,10 @@ def test_two_seeds_two_policies_end_to_end(tmp_path):
 
 
 def test_inprocess_engine_runs_a_paired_comparison_end_to_end(tmp_path):
-    from experiments.compare.policies import main
-
     out = tmp_path / "cmp"
-    code = main(
+    code = invoke(
         [
+            "compare",
             "--policies",
             "fedcgd-fscd,bc",
             "--seeds",
@@ -491,7 +489,7 @@ def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monk
         return subprocess.CompletedProcess([], 0, log, "")
 
     monkeypatch.setattr(execution, "run_flwr", crashed)
-    assert cp.main(["--policies", "bc", "--out", str(tmp_path)]) == 1
+    assert invoke(["compare", "--policies", "bc", "--out", str(tmp_path)]) == 1
     failed, last = capsys.readouterr().err.strip().splitlines()[-2:]
     assert failed == (
         "1 of 1 runs failed: bc/seed-0 (An exception occured!! ActorPool is empty. Stopping "

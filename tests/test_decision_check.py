@@ -9,13 +9,13 @@ start).
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 from command_batch import in_one_process
+from subprocesses import FEDCGD
 
 from experiments.run.run_config import format_run_config
 from fedcgd_strategy.policies import (
@@ -301,7 +301,7 @@ def settings(cheats: Path, name: str, folder: Path, **values: object) -> dict[st
 def run(cheats: Path, name: str, folder: Path, **values: object):
     """The run as a whole process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "experiments.run.inprocess", "--run-config",
+        [FEDCGD, "inprocess", "--run-config",
          format_run_config(settings(cheats, name, folder, **values))],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -323,10 +323,14 @@ def batched(cheats, tmp_path_factory) -> dict[str, tuple[Path, subprocess.Comple
     """Each of BATCHED's runs: its folder and its outcome (exit code, stdout, stderr)."""
     folders = {name: tmp_path_factory.mktemp(name) / "run" for name in BATCHED}
     argvs = [
-        ["--run-config", format_run_config(settings(cheats, name, folders[name], **values))]
+        [
+            "inprocess",
+            "--run-config",
+            format_run_config(settings(cheats, name, folders[name], **values)),
+        ]
         for name, values in BATCHED.items()
     ]
-    done = in_one_process("experiments.run.inprocess", argvs)
+    done = in_one_process(argvs)
     return {name: (folders[name], d) for name, d in zip(BATCHED, done, strict=True)}
 
 
@@ -367,7 +371,7 @@ def test_a_policy_that_unlocks_and_zeroes_its_bandwidths_fails_on_the_servers_co
 
 def test_the_all_reference_is_exempt_from_the_budget_only(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "experiments.run.inprocess", "--run-config",
+        [FEDCGD, "inprocess", "--run-config",
          format_run_config({"num-server-rounds": 2, "policy": "all",
                             "result-dir": str(tmp_path / "run")})],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,

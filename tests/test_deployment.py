@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from task_settings import all_available_run
 
+from experiments.cli import invoke
 from experiments.run.certificates import make_certificates
 from experiments.run.federation import LocalFederation
 from experiments.run.flwr_run import run_flwr
-from experiments.run.launcher import main
 from experiments.run.run_config import format_run_config, validated_run_config
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
@@ -59,7 +59,7 @@ def test_tls_with_supernode_authentication(tmp_path):
 
 
 def test_unreachable_superlink_is_a_clear_error(capsys):
-    assert main(["--superlink", "127.0.0.1:1"]) == 2
+    assert invoke(["run", "--superlink", "127.0.0.1:1"]) == 2
     assert "SuperLink at 127.0.0.1:1 is not reachable" in capsys.readouterr().err
 
 
@@ -132,5 +132,5 @@ def test_a_supernode_that_dies_is_recorded_and_used_again_after_restart(tmp_path
 
 
 def test_missing_data_stops_the_launcher_before_anything_starts(tmp_path, capsys):
-    assert main(["--run-config", f"dataset='cifar10' data-dir='{tmp_path / 'none'}'"]) == 2
+    assert invoke(["run", "--run-config", f"dataset='cifar10' data-dir='{tmp_path / 'none'}'"]) == 2
     assert "cifar10 files not found" in capsys.readouterr().err

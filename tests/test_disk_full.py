@@ -15,14 +15,14 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from subprocesses import fedcgd
 
-from experiments.run.inprocess import main as inprocess_main
+from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.atomic_files import ResultWriteError, append_line, atomic_write_text
@@ -73,7 +73,7 @@ def rounds_in(folder: Path) -> int:
 
 
 def run_main(capsys, **values: object) -> tuple[int, str, str]:
-    code = inprocess_main(["--run-config", format_run_config({**SMALL, **values})])
+    code = invoke(["inprocess", "--run-config", format_run_config({**SMALL, **values})])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -112,8 +112,8 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
     assert status["state"] == "running" and status["last_round"] == 1
     # the advice is true: after freeing space the printed command continues the run exactly
     words = shlex.split(lines[1].removeprefix(continue_after))
-    assert words[1:3] == ["-m", "experiments.run.inprocess"]
-    code = inprocess_main(words[3:])
+    assert words[1] == "inprocess"
+    code = invoke(words[1:])
     assert code == 0, capsys.readouterr().err
     assert comparable(folder) == comparable(whole)
     a, b = torch.load(folder / "model.pt"), torch.load(whole / "model.pt")
@@ -178,13 +178,11 @@ def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tm
 def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(
     capsys, monkeypatch, tmp_path
 ):
-    from experiments.compare.policies import main as compare_main
-
     out = tmp_path / "compare"
     with disk_full(monkeypatch, out, lambda p: os.path.basename(p).startswith(".table.csv")):
-        code = compare_main(
-            ["--engine", "inprocess", "--policies", "bc", "--out", str(out), "--run-config",
-             "num-devices=8 num-server-rounds=2"]
+        code = invoke(
+            ["compare", "--engine", "inprocess", "--policies", "bc", "--out", str(out),
+             "--run-config", "num-devices=8 num-server-rounds=2"]
         )  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 2, err
@@ -194,10 +192,9 @@ def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(
 
 
 def launch(values: dict) -> subprocess.CompletedProcess[str]:
-    """``python -m experiments.run.launcher --run-config VALUES`` to its end, output captured."""
+    """``fedcgd run --run-config VALUES`` to its end, output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "experiments.run.launcher", "--run-config",
-         format_run_config(values)],
+        fedcgd("run", "--run-config", format_run_config(values)),
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
 

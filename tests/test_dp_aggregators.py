@@ -455,12 +455,13 @@ def test_readme_dp_measurement_command_runs(tmp_path):
 
 
 def test_compare_policies_runs_a_dp_aggregator(tmp_path):
-    from experiments.compare.policies import main
+    from experiments.cli import invoke
 
     out = tmp_path / "compare"
     settings = "num-server-rounds=2 num-devices=6 aggregator-params.noise-multiplier=0.3"
-    code = main(
+    code = invoke(
         [
+            "compare",
             "--aggregators",
             FIXED,
             "--policies",

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from subprocesses import FEDCGD
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -117,7 +117,7 @@ def test_all_four_run_in_process_named_in_the_run_config_alone(folder, tmp_path,
     out = tmp_path / "run"
     text = settings(folder, out, by_file=by_file)
     done = subprocess.run(
-        [sys.executable, "-m", "experiments.run.inprocess", "--run-config", text],
+        [FEDCGD, "inprocess", "--run-config", text],
         cwd=PROJECT,
         env=environment(None if by_file else folder),
         capture_output=True,

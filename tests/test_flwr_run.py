@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from subprocesses import FEDCGD
 from task_settings import all_available_run
 from test_paths import hostile_folder
 
@@ -125,10 +126,9 @@ def test_every_started_process_is_stopped_by_pid(tmp_path):
 def test_default_run_of_make_run(tmp_path):
     """What `make run` runs: the default settings, 40 devices, 50 rounds (README's promises)."""
     import subprocess
-    import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.run.launcher", "--results", str(tmp_path)],
+        [FEDCGD, "run", "--results", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=900,

@@ -1,6 +1,6 @@
 """One writer per result folder: concurrent runs, live resumes, live comparisons, links, names.
 
-The processes here are real (``python -m experiments.run.inprocess`` / ``compare_policies``
+The processes here are real (``fedcgd inprocess`` / ``compare_policies``
 started side by side); the holder a refused process names is checked here against the PID this
 test started.
 """
@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from subprocesses import assert_import_pulls_neither_flwr_nor_torch, start_in_own_session, wait_for
+from subprocesses import (
+    FEDCGD,
+    assert_import_pulls_neither_flwr_nor_torch,
+    start_in_own_session,
+    wait_for,
+)
 
 from experiments.run.preflight import claim_run
 from experiments.run.run_config import format_run_config
@@ -35,9 +40,9 @@ from server_app.checkpoint import CHECKPOINT_FILE, save_model
 SMALL = {"num-devices": 8, "channel.availability-prob": 0.8}
 
 
-def start(module: str, *args: str) -> subprocess.Popen[str]:
-    """``python -m module args`` in the project folder, output captured as text."""
-    return start_in_own_session([sys.executable, "-m", module, *args], os.environ)
+def start(command: str, *args: str) -> subprocess.Popen[str]:
+    """``fedcgd command args`` in the project folder, output captured as text."""
+    return start_in_own_session([FEDCGD, command, *args], os.environ)
 
 
 def hold(script: str, *args: str) -> subprocess.Popen[str]:
@@ -48,9 +53,7 @@ def hold(script: str, *args: str) -> subprocess.Popen[str]:
 
 
 def inprocess(**values: object) -> subprocess.Popen[str]:
-    return start(
-        "experiments.run.inprocess", "--run-config", format_run_config({**SMALL, **values})
-    )
+    return start("inprocess", "--run-config", format_run_config({**SMALL, **values}))
 
 
 def rounds(folder: Path) -> list[int]:
@@ -102,10 +105,10 @@ def test_a_comparison_into_a_live_out_is_refused_naming_its_pid(tmp_path):
     out = tmp_path / "compare"
     args = ["--engine", "inprocess", "--policies", "bc", "--out", str(out)]
     run_config = "num-devices=8 num-server-rounds=400"
-    first = start("experiments.compare.policies", *args, "--run-config", run_config)
+    first = start("compare", *args, "--run-config", run_config)
     try:
         wait_for(lambda: (out / "bc" / "seed-0" / METRICS_FILE).exists(), first, limit_s=120)
-        second = start("experiments.compare.policies", *args, "--run-config", run_config)
+        second = start("compare", *args, "--run-config", run_config)
         _, err = second.communicate(timeout=300)
         lines = err.strip().splitlines()
         assert second.returncode == 2 and len(lines) == 1, err
@@ -153,7 +156,7 @@ def test_default_folders_of_runs_started_together_never_collide(tmp_path):
     out = tmp_path / "results"
     runs = [
         start(
-            "experiments.run.inprocess",
+            "inprocess",
             "--out",
             str(out),
             "--run-config",

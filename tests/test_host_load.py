@@ -25,6 +25,7 @@ from task_settings import all_available_run
 from test_resume_command import run_config_text
 
 from client_app.app import app as client_app
+from experiments.cli import invoke
 from experiments.compare.results import (
     LOST_MARKER,
     RUN_COLUMNS,
@@ -34,7 +35,6 @@ from experiments.compare.results import (
     table_rows,
     write_comparison,
 )
-from experiments.run import inprocess
 from experiments.run.inprocess import InProcessGrid
 from experiments.run.preflight import run_outcome
 from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, is_simulation
@@ -147,8 +147,15 @@ def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
         "channel.deadline-s": 1.0,
         "stall-limit-s": 1.0,
     }
-    code = inprocess.main(
-        ["--per-device", "--out", str(tmp_path), "--run-config", run_config_text(values)]
+    code = invoke(
+        [
+            "inprocess",
+            "--per-device",
+            "--out",
+            str(tmp_path),
+            "--run-config",
+            run_config_text(values),
+        ]
     )
     out, err = capsys.readouterr()  # returned: the 600 s sleep was cut short
     assert code == 1, err[-3000:]

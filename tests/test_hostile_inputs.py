@@ -13,9 +13,9 @@ from flwr.app import Message
 
 from channel import CellConfig
 from client_app.app import app as client_app
+from experiments.cli import invoke
 from experiments.compare.execution import run_policies
 from experiments.compare.plans import check_policies
-from experiments.run.inprocess import main as inprocess_main
 from experiments.run.run_config import format_run_config, parse_run_config_text
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
@@ -37,7 +37,9 @@ def run(tmp_path: Path, grid_type: type[FakeGrid], handler=client_app) -> list[d
 
 
 def refused_line(capsys, **values: object) -> str:
-    code = inprocess_main(["--run-config", format_run_config({"num-server-rounds": 1, **values})])
+    code = invoke(
+        ["inprocess", "--run-config", format_run_config({"num-server-rounds": 1, **values})]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     return err[0]

@@ -19,7 +19,7 @@ import time
 import pytest
 from proc_tree import alive, command_line, descendants
 from run_results import assert_same_run, lines, rounds_written, two_policy_preset
-from subprocesses import wait_for
+from subprocesses import FEDCGD, wait_for
 
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
@@ -28,9 +28,9 @@ from fedcgd_task.settings import PROJECT_DIR
 GONE_WITHIN_S = 5.0
 
 
-def start(module: str, *args: str, env: dict | None = None) -> subprocess.Popen[str]:
+def start(command: str, *args: str, env: dict | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        [FEDCGD, command, *args],
         cwd=PROJECT_DIR,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -48,7 +48,7 @@ def finish(proc: subprocess.Popen[str], timeout_s: float) -> None:
 
 def inprocess(values: dict, **more: object) -> subprocess.Popen[str]:
     run_config = format_run_config({**values, **more})
-    return start("experiments.run.inprocess", "--run-config", run_config)
+    return start("inprocess", "--run-config", run_config)
 
 
 def kill9_and_check_nothing_survives(proc: subprocess.Popen[str], min_processes: int) -> None:
@@ -166,24 +166,20 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
     args = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
     run_config = "num-devices=20 num-server-rounds=60"
     reference = start(
-        "experiments.compare.policies", *args, "--out", str(tmp_path / "whole"),
+        "compare", *args, "--out", str(tmp_path / "whole"),
         "--run-config", run_config,
     )  # fmt: skip
     finish(reference, timeout_s=600)
 
     out = tmp_path / "broken"
-    proc = start(
-        "experiments.compare.policies", *args, "--out", str(out), "--run-config", run_config
-    )
+    proc = start("compare", *args, "--out", str(out), "--run-config", run_config)
     folders = [out / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
     wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc, limit_s=300)
     # compare_policies, two guards, two run processes
     kill9_and_check_nothing_survives(proc, min_processes=4)
     assert all(not (f / "model.pt").exists() for f in folders)
 
-    again = start(
-        "experiments.compare.policies", *args, "--out", str(out), "--run-config", run_config
-    )
+    again = start("compare", *args, "--out", str(out), "--run-config", run_config)
     finish(again, timeout_s=600)
     with open(out / "runs.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -194,7 +190,7 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
 
 def launcher(values: dict, env: dict, **more: object) -> subprocess.Popen[str]:
     run_config = format_run_config({**values, **more})
-    return start("experiments.run.launcher", "--run-config", run_config, env=env)
+    return start("run", "--run-config", run_config, env=env)
 
 
 @pytest.mark.slow
@@ -220,10 +216,10 @@ def test_a_killed_reproduce_leaves_no_run_alive_and_runs_again_exactly(tmp_path)
     args = two_policy_preset(
         out, "launcher.jobs=2", "++run.num-server-rounds=60", "++run.num-devices=20"
     )
-    proc = start("experiments.compare.reproduce", *args)
+    proc = start("reproduce", *args)
     folders = [out / "default" / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
     wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc, limit_s=300)
     kill9_and_check_nothing_survives(proc, min_processes=4)
-    finish(start("experiments.compare.reproduce", *args), timeout_s=900)
+    finish(start("reproduce", *args), timeout_s=900)
     for folder in folders:
         assert [x["round"] for x in lines(folder)] == list(range(1, 61))

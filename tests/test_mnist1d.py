@@ -23,7 +23,7 @@ from torch import nn
 from client_app import layer_norms
 from client_app import per_sample_norms as psn
 from client_app.sigma import gradient_spread, gradient_spread_vmap
-from experiments.run.inprocess import main as inprocess_main
+from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import (
     generate_mnist1d,
@@ -374,7 +374,7 @@ def test_an_in_process_run_on_mnist1d_completes(tmp_path):
         "data-dir": str(data),
         "result-dir": str(out),
     }
-    assert inprocess_main(["--run-config", format_run_config(overrides)]) == 0
+    assert invoke(["inprocess", "--run-config", format_run_config(overrides)]) == 0
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [line["round"] for line in lines] == [1, 2]
     assert all(line["sigma"] is not None and math.isfinite(line["sigma"]) for line in lines)

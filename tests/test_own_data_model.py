@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from subprocesses import FEDCGD
 from torch import nn
 
-from experiments.run.inprocess import main as inprocess_main
+from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.models import build_model, count_parameters
 
@@ -203,13 +204,13 @@ def assert_finished_run(result_dir: Path, dataset: str, model: str, num_paramete
     assert json.loads((result_dir / "status.json").read_text())["state"] == "completed"
 
 
-def run_module(module: str, run_config: str, user_folder: Path, timeout: int) -> None:
-    """Run ``python -m <module> --run-config <run_config>`` with ``user_folder`` on PYTHONPATH.
+def run_command(command: str, run_config: str, user_folder: Path, timeout: int) -> None:
+    """Run ``fedcgd <command> --run-config <run_config>`` with ``user_folder`` on PYTHONPATH.
 
     It runs from the project folder and must exit 0.
     """
     done = subprocess.run(
-        [sys.executable, "-m", module, "--run-config", run_config],
+        [FEDCGD, command, "--run-config", run_config],
         cwd=PROJECT,
         capture_output=True,
         text=True,
@@ -231,14 +232,14 @@ def assert_two_rounds_uploaded(result_dir: Path, num_parameters: int) -> None:
 def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_folder, tmp_path):
     out = tmp_path / "run"
     text = reference_run_config(out, "toyproblem.data:load", "toyproblem.nets:build")
-    run_module("experiments.run.inprocess", text, user_folder, timeout=300)
+    run_command("inprocess", text, user_folder, timeout=300)
     assert_finished_run(out, "toyproblem.data:load", "toyproblem.nets:build", MODEL_PARAMETERS)
 
 
 def test_files_by_absolute_path_run_in_process_without_pythonpath(user_folder, tmp_path):
     out = tmp_path / "run"
     data, model = f"{user_folder / 'toy_file.py'}:load", f"{user_folder / 'toy_file.py'}:build"
-    code = inprocess_main(["--run-config", reference_run_config(out, data, model)])
+    code = invoke(["inprocess", "--run-config", reference_run_config(out, data, model)])
     assert code == 0
     assert_finished_run(out, data, model, FILE_MODEL_PARAMETERS)
 
@@ -246,7 +247,7 @@ def test_files_by_absolute_path_run_in_process_without_pythonpath(user_folder, t
 def test_auto_picks_the_mlp_sized_from_the_input_shape(user_folder, tmp_path):
     out = tmp_path / "run"
     data = f"{user_folder / 'toy_file.py'}:load"
-    assert inprocess_main(["--run-config", reference_run_config(out, data, "auto")]) == 0
+    assert invoke(["inprocess", "--run-config", reference_run_config(out, data, "auto")]) == 0
     # mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643.
     assert_finished_run(out, data, "mlp", 643)
 
@@ -288,7 +289,7 @@ def test_a_bad_data_set_or_model_is_refused_before_the_start_in_one_line(
     settings = {"dataset": f"{user_folder / 'toy_file.py'}:load", "model": "auto", key: value}
     out = tmp_path / "never"
     text = format_run_config({**SMALL, **settings, "result-dir": str(out)})
-    code = inprocess_main(["--run-config", text, "--out", str(tmp_path / "out")])
+    code = invoke(["inprocess", "--run-config", text, "--out", str(tmp_path / "out")])
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"error: run-config key '{key}'"), lines[0]
@@ -324,7 +325,7 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
     text = format_run_config(
         {**settings, "dataset": "toyproblem.data:load", "model": model, "result-dir": str(out)}
     )
-    run_module("experiments.run.launcher", text, user_folder, timeout=900)
+    run_command("run", text, user_folder, timeout=900)
     assert_two_rounds_uploaded(out, FILE_MODEL_PARAMETERS)  # devices trained in Ray workers
     final = json.loads((out / "summary.json").read_text())["final_accuracy"]
     assert isinstance(final, float) and 0.0 <= final <= 1.0

@@ -6,7 +6,6 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -15,8 +14,9 @@ import pytest
 import torch
 from command_batch import in_one_process
 from hydra import compose, initialize_config_dir
+from subprocesses import fedcgd
 
-from experiments.compare.policies import main as compare_main
+from experiments.cli import invoke
 from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
@@ -176,7 +176,7 @@ def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, t
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.run.inprocess", *args],
+        fedcgd("inprocess", *args),
         cwd=PROJECT,
         capture_output=True,
         text=True,
@@ -219,10 +219,10 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, o
     (folder / "my_policies.py").write_text(textwrap.dedent(RANDOM_K))
     outs = [tmp_path_factory.mktemp("never") / "out" for _ in BAD_SETTINGS]
     argvs = [
-        ["--run-config", f"{settings} result-dir='{out}'"]
+        ["inprocess", "--run-config", f"{settings} result-dir='{out}'"]
         for (settings, _), out in zip(BAD_SETTINGS, outs, strict=True)
     ]
-    done = in_one_process("experiments.run.inprocess", argvs, pythonpath=[folder])
+    done = in_one_process(argvs, pythonpath=[folder])
     return {
         settings: (out, result)
         for (settings, _), out, result in zip(BAD_SETTINGS, outs, done, strict=True)
@@ -266,8 +266,9 @@ def test_the_proportional_fair_example_checkpoints_and_resumes(tmp_path):
 def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_folder, tmp_path):
     reference = f"{user_folder / 'my_policies.py'}:RandomK"
     out = tmp_path / "compare"
-    code = compare_main(
+    code = invoke(
         [
+            "compare",
             "--policies",
             f"all,{reference}",
             "--engine",
@@ -284,8 +285,9 @@ def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_fol
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert {r["policy"] for r in rows} == {"all", reference}
     assert (
-        compare_main(
+        invoke(
             [
+                "compare",
                 "--policies",
                 "all,bc",
                 "--engine",

@@ -17,14 +17,14 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from run_results import assert_same_run, lines, rounds_written, two_policy_preset
-from subprocesses import start_in_own_session, wait_for
+from subprocesses import FEDCGD, start_in_own_session, wait_for
 
+from experiments.cli import invoke
 from experiments.run.run_config import (
     format_run_config,
     parse_run_config_text,
@@ -240,27 +240,26 @@ def test_a_name_that_is_not_utf8_is_refused_naming_the_key(key, tmp_path):
     assert "\n" not in str(err.value)
 
 
+RUN_CONFIG = ["--run-config", "num-devices=4 num-server-rounds=1"]
+
+
 @pytest.mark.parametrize(
-    ("module", "option"),
+    ("command", "option", "extra"),
     [
-        ("experiments.run.inprocess", "--out"),
-        ("experiments.run.launcher", "--out"),
-        ("experiments.run.launcher", "--certificates-dir"),
-        ("experiments.compare.policies", "--out"),
-        ("experiments.run.certificates", "--out"),
+        ("inprocess", "--out", RUN_CONFIG),
+        ("run", "--out", RUN_CONFIG),
+        ("run", "--certificates-dir", ["--tls", *RUN_CONFIG]),
+        ("compare", "--out", RUN_CONFIG),
+        ("certificates", "--out", []),
     ],
 )
 def test_an_option_path_that_is_not_utf8_is_refused_before_anything_starts(
-    module, option, tmp_path, capsys
+    command, option, extra, tmp_path, capsys
 ):
-    import importlib
-
-    main = importlib.import_module(module).main
-    with pytest.raises(SystemExit) as exit_:
-        main([option, not_utf8(tmp_path), "--run-config", "num-devices=4 num-server-rounds=1"])
-    assert exit_.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert f"argument {option}" in last and "not valid UTF-8" in last, last
+    assert invoke([command, option, not_utf8(tmp_path), *extra]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: Invalid value for '{option}'"), line
+    assert "not valid UTF-8" in line, line
     assert list(tmp_path.iterdir()) == []
 
 
@@ -283,7 +282,7 @@ def test_a_run_in_a_hostile_folder_stops_and_continues_with_the_printed_command_
     base = hostile_folder(tmp_path)
     folder, data = base / "run 😀", base / "data 'ü'"
     values = {**SMALL, "result-dir": str(folder), "data-dir": str(data)}
-    command = [sys.executable, "-m", "experiments.run.inprocess"]
+    command = [FEDCGD, "inprocess"]
     proc = start_in_own_session(
         [*command, "--run-config", format_run_config(values)],
         {**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -326,7 +325,7 @@ def test_a_side_by_side_comparison_in_a_hostile_folder_completes(tmp_path):
     settings = "num-devices=6 num-server-rounds=2"
     words = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.compare.policies", *words, "--seeds", "0",
+        [FEDCGD, "compare", *words, "--seeds", "0",
          "--out", str(out), "--run-config", settings],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
@@ -343,7 +342,7 @@ def test_a_preset_with_side_by_side_runs_in_a_hostile_folder_completes(tmp_path)
     args = two_policy_preset(Path("PLACEHOLDER"), "run.num-server-rounds=2", "run.num-devices=6")
     args = [f"out='{quoted}'" if a == "out=PLACEHOLDER" else a for a in args]
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.compare.reproduce", *args, "launcher.jobs=2"],
+        [FEDCGD, "reproduce", *args, "launcher.jobs=2"],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -362,7 +361,7 @@ def test_the_launcher_runs_flwr_run_into_a_hostile_out_folder(tmp_path):
         {"num-devices": 2, "num-server-rounds": 1, "policy": "bc", "data-dir": str(data)}
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.run.launcher", "--out", str(out),
+        [FEDCGD, "run", "--out", str(out),
          "--run-config", settings],
         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 import torch
 from task_settings import make_settings
 
-from experiments.run.inprocess import main as inprocess_main
+from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import load_dataset
 from fedcgd_task.partition import apply_imbalance, partition_indices
@@ -32,7 +32,7 @@ def refused_by_main(capsys, tmp_path: Path, **overrides: object) -> str:
     values = {"num-server-rounds": 2, **overrides}
     if "resume-from" not in overrides:  # a resumed run continues in its own folder
         values["result-dir"] = str(out)
-    code = inprocess_main(["--run-config", format_run_config(values), "--out", str(out)])
+    code = invoke(["inprocess", "--run-config", format_run_config(values), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: "), err
@@ -61,7 +61,7 @@ def test_result_dir_inside_a_file_is_refused(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     values = {"num-server-rounds": 2, "result-dir": str(blocker / "run")}
-    assert inprocess_main(["--run-config", format_run_config(values)]) == 2
+    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'result-dir'" in err[0] and "is a file" in err[0]
     assert blocker.read_text() == "x"
@@ -214,7 +214,7 @@ def test_resume_with_another_result_dir_is_refused(capsys, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     values = {"resume-from": str(run), "result-dir": str(tmp_path / "elsewhere")}
-    assert inprocess_main(["--run-config", format_run_config(values)]) == 2
+    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'result-dir'" in err[0] and "resume" in err[0]
     assert not (tmp_path / "elsewhere").exists() and list(run.iterdir()) == []

@@ -1,6 +1,6 @@
 """The launcher leaves nothing behind: processes, temporary Flower homes, keys, data folders.
 
-Each test starts ``python -m experiments.run.launcher`` in a process group of its own, with
+Each test starts ``fedcgd run`` in a process group of its own, with
 ``TMPDIR`` pointing into ``tmp_path`` (so its temporary folders are looked for there and not
 among those of other runs on the machine). The process tree is read from ``/proc`` here, not
 with the code under test.
@@ -13,25 +13,22 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from proc_tree import alive, command_line, descendants, session_of
-from subprocesses import start_in_own_session
+from subprocesses import FEDCGD, start_in_own_session
 
 
-def start_launcher(
-    tmp_path: Path, *args: str, module: str = "experiments.run.launcher"
-) -> subprocess.Popen[str]:
-    """``python -m MODULE ARGS`` in its own session, temporary files in tmp_path."""
+def start_launcher(tmp_path: Path, *args: str, command: str = "run") -> subprocess.Popen[str]:
+    """``fedcgd COMMAND ARGS`` in its own session, temporary files in tmp_path."""
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     # Ray's sockets live under its temporary folder and must stay short (AF_UNIX: 107 bytes)
     env = {**os.environ, "TMPDIR": str(temp), "RAY_TMPDIR": "/tmp", "PYTHONUNBUFFERED": "1"}
-    return start_in_own_session([sys.executable, "-m", module, *args], env)
+    return start_in_own_session([FEDCGD, command, *args], env)
 
 
 def run_launcher_to_the_end(tmp_path: Path, result_dir: Path, *args: str) -> int:
@@ -81,9 +78,9 @@ def leftovers(tmp_path: Path, pattern: str) -> list[Path]:
     return sorted((tmp_path / "tmp").glob(pattern))
 
 
-#: (module, extra arguments, folder of the run's metrics relative to tmp_path)
-LAUNCHER = ("experiments.run.launcher", ("--out", "{tmp}/runs"), "run")
-COMPARISON = ("experiments.compare.policies", ("--policies", "bc", "--out", "{tmp}/compare"),
+#: (subcommand, extra arguments, folder of the run's metrics relative to tmp_path)
+LAUNCHER = ("run", ("--out", "{tmp}/runs"), "run")
+COMPARISON = ("compare", ("--policies", "bc", "--out", "{tmp}/compare"),
               "compare/bc/seed-0")  # fmt: skip
 
 
@@ -103,13 +100,13 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
 ) -> None:  # fmt: skip
     """SIGTERM to the launcher or a comparison, or Ctrl-C (SIGINT to the process group, as a
     terminal does): every process it started is gone, one line says so, no traceback."""
-    module, extra, folder = command
+    subcommand, extra, folder = command
     result_dir = tmp_path / folder
     run_config = "num-devices=4 num-server-rounds=500"
-    if module == LAUNCHER[0]:
+    if subcommand == LAUNCHER[0]:
         run_config += f" result-dir='{result_dir}'"
     args = [a.format(tmp=tmp_path) for a in extra]
-    proc = start_launcher(tmp_path, *args, "--run-config", run_config, module=module)
+    proc = start_launcher(tmp_path, *args, "--run-config", run_config, command=subcommand)
     tree: set[int] = set()
     try:
         wait_for_round(result_dir, proc)

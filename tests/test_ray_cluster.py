@@ -8,15 +8,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from subprocesses import start_in_own_session
+from subprocesses import FEDCGD, start_in_own_session
 
+from experiments.cli import invoke
 from experiments.run import ray_cluster
 from experiments.run.ray_cluster import LocalRayCluster, require_loopback_only
 from experiments.run.ray_cluster_check import REPORT_PREFIX
@@ -66,13 +66,12 @@ def test_refuses_outside_a_loopback_only_namespace(monkeypatch):
     with pytest.raises(ValueError, match=r"192\.0\.2\.2"), cluster:
         pass
     assert cluster.processes == []  # nothing was started
-    assert ray_cluster.main(["--", "true"]) == 2
+    assert invoke(["ray-cluster", "run", "--", "true"]) == 2
 
 
-def test_command_line_needs_a_command():
-    with pytest.raises(SystemExit) as exc:
-        ray_cluster.main(["--workers", "1"])
-    assert exc.value.code == 2
+def test_command_line_needs_a_command(capsys):
+    assert invoke(["ray-cluster", "run", "--workers", "1"]) == 2
+    assert capsys.readouterr().err == "error: give the command to run after --\n"
 
 
 @pytest.mark.slow  # a minute: two Ray nodes and a simulation on them
@@ -86,9 +85,9 @@ def test_simulation_runs_on_both_nodes_of_a_two_node_cluster(tmp_path):
     ray_temp = Path(tempfile.mkdtemp(prefix="ray-"))
     command = [
         *NAMESPACE,
-        sys.executable,
-        "-m",
-        "experiments.run.ray_cluster",
+        FEDCGD,
+        "ray-cluster",
+        "run",
         "--workers",
         "1",
         "--cpus-per-node",
@@ -96,9 +95,9 @@ def test_simulation_runs_on_both_nodes_of_a_two_node_cluster(tmp_path):
         "--temp-dir",
         str(ray_temp),
         "--",
-        sys.executable,
-        "-m",
-        "experiments.run.ray_cluster_check",
+        FEDCGD,
+        "ray-cluster",
+        "check",
         "--num-devices",
         "4",
         "--rounds",

@@ -18,7 +18,6 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 from doc_pages import PROJECT, doc_text
 from hydra import compose, initialize_config_dir
+from subprocesses import fedcgd
 
 from experiments.compare.plans import check_policy_params_used, with_policy_params
 from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
@@ -51,14 +51,19 @@ def readme_commands() -> list[str]:
     return commands
 
 
-def module_commands(module: str) -> list[list[str]]:
-    """The arguments of every ``.venv/bin/python -m MODULE ...`` command, once each."""
+def fedcgd_commands(subcommand: str) -> list[list[str]]:
+    """The arguments of every ``.venv/bin/fedcgd SUBCOMMAND ...`` command, once each.
+
+    ``subcommand`` may be several words (``"bench round"``).
+    """
+    head = [".venv/bin/fedcgd", *subcommand.split()]
     found: dict[str, list[str]] = {}
     for command in readme_commands():
-        if command.startswith(".venv/bin/python -m ") and f" -m {module}" in command:
+        if command.startswith(".venv/bin/fedcgd "):
             words = shlex.split(command)
-            args = words[words.index(module) + 1 :]
-            found.setdefault(" ".join(args), args)
+            if words[: len(head)] == head:
+                args = words[len(head) :]
+                found.setdefault(" ".join(args), args)
     return list(found.values())
 
 
@@ -82,7 +87,7 @@ def make_run_configs() -> list[str]:
 
 
 def reproduce_commands() -> list[list[str]]:
-    return [args for args in module_commands("experiments.compare.reproduce") if args]
+    return [args for args in fedcgd_commands("reproduce") if args]
 
 
 def resized(text: str, **values: Any) -> str:
@@ -92,10 +97,10 @@ def resized(text: str, **values: Any) -> str:
     return format_run_config(settings)
 
 
-def run(module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """``python -m MODULE ARGS`` from the project folder, as the README runs it."""
+def run(subcommand: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``fedcgd SUBCOMMAND ARGS`` from the project folder, as the README runs it."""
     return subprocess.run(
-        [sys.executable, "-m", module, *args],
+        fedcgd(*subcommand.split(), *args),
         cwd=PROJECT,
         capture_output=True,
         text=True,
@@ -125,8 +130,8 @@ def test_the_readme_has_commands_to_check() -> None:
     assert len(run_config_texts()) >= 3
     assert any("channel." in t for t, _ in run_config_texts())
     assert len(reproduce_commands()) >= 5
-    assert any("--engine" in a for a in module_commands("experiments.compare.policies"))
-    assert any("--deployment" in a for a in module_commands("experiments.run.launcher"))
+    assert any("--engine" in a for a in fedcgd_commands("compare"))
+    assert any("--deployment" in a for a in fedcgd_commands("run"))
 
 
 @pytest.mark.parametrize(("text", "policies"), run_config_texts())
@@ -177,7 +182,7 @@ def test_make_run_runs(text: str, tmp_path: Path) -> None:
     """``make run [RUN_CONFIG="..."]``: the launcher, ``flwr run`` on its own SuperLink."""
     out = tmp_path / "run"
     small = resized(text, num_server_rounds=ROUNDS, num_devices=DEVICES, result_dir=str(out))
-    proc = run("experiments.run.launcher", "--run-config", small)
+    proc = run("run", "--run-config", small)
     assert proc.returncode == 0, output(proc)
     assert_completed(out, ROUNDS)
     assert (out / "curves.png").exists()
@@ -187,7 +192,7 @@ def test_make_run_runs(text: str, tmp_path: Path) -> None:
 def test_make_run_on_cifar_without_the_data_stops_in_one_line(text: str, tmp_path: Path) -> None:
     data_dir = tmp_path / "no" / "data"
     small = resized(text, num_server_rounds=ROUNDS, data_dir=str(data_dir))
-    proc = run("experiments.run.launcher", "--run-config", small)
+    proc = run("run", "--run-config", small)
     assert proc.returncode == 2, output(proc)
     assert proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1, proc.stderr
     assert str(data_dir) in proc.stderr
@@ -195,7 +200,7 @@ def test_make_run_on_cifar_without_the_data_stops_in_one_line(text: str, tmp_pat
 
 
 def launcher_deployments() -> list[list[str]]:
-    return [a for a in module_commands("experiments.run.launcher") if "--deployment" in a]
+    return [a for a in fedcgd_commands("run") if "--deployment" in a]
 
 
 @pytest.mark.slow
@@ -206,7 +211,7 @@ def test_launcher_deployment_commands_run(args: list[str], tmp_path: Path) -> No
     args = list(args)
     i = args.index("--run-config") + 1
     args[i] = resized(args[i], num_server_rounds=ROUNDS, num_devices=2, result_dir=str(out))
-    proc = run("experiments.run.launcher", *args)
+    proc = run("run", *args)
     assert proc.returncode == 0, output(proc)
     assert_completed(out, ROUNDS)
 
@@ -216,11 +221,11 @@ def test_resume_through_the_launcher(tmp_path: Path) -> None:
     """``make run RUN_CONFIG="... checkpoint-every=1"``, then ``... resume-from='...'``."""
     out = tmp_path / "run"
     first = resized("", num_server_rounds=ROUNDS, num_devices=DEVICES, checkpoint_every=1)
-    proc = run("experiments.run.launcher", "--run-config", f"{first} result-dir='{out}'")
+    proc = run("run", "--run-config", f"{first} result-dir='{out}'")
     assert proc.returncode == 0, output(proc)
     assert_completed(out, ROUNDS)
     more = resized(first, num_server_rounds=ROUNDS + 1)
-    proc = run("experiments.run.launcher", "--run-config", f"{more} resume-from='{out}'")
+    proc = run("run", "--run-config", f"{more} resume-from='{out}'")
     assert proc.returncode == 0, output(proc)
     assert_completed(out, ROUNDS + 1)
 
@@ -229,7 +234,7 @@ def compare_command(engine_inprocess: bool) -> list[str]:
     """The README's comparison over seeds (in-process or with ``flwr run``)."""
     (args,) = [
         a
-        for a in module_commands("experiments.compare.policies")
+        for a in fedcgd_commands("compare")
         if ("--engine" in a) == engine_inprocess and "--seeds" in a
     ]
     return args
@@ -237,12 +242,12 @@ def compare_command(engine_inprocess: bool) -> list[str]:
 
 def test_compare_policies_own_policy_command_runs(tmp_path: Path) -> None:
     """README "Write your own policy": a comparison with the proportional-fair example."""
-    (args,) = [a for a in module_commands("experiments.compare.policies") if "--seeds" not in a]
+    (args,) = [a for a in fedcgd_commands("compare") if "--seeds" not in a]
     args = list(args)
     at = args.index("--run-config") + 1
     args[at] += f" num-server-rounds={ROUNDS} num-devices={DEVICES}"
     out = tmp_path / "compare"
-    proc = run("experiments.compare.policies", *args, "--out", str(out))
+    proc = run("compare", *args, "--out", str(out))
     assert proc.returncode == 0, output(proc)
     policies = args[args.index("--policies") + 1].split(",")
     assert {r["policy"] for r in rows(out / "table.csv")} == set(policies)
@@ -265,7 +270,7 @@ def small_comparison(args: list[str], out: Path, policies: str | None) -> list[s
 def test_compare_policies_inprocess_command_runs(tmp_path: Path) -> None:
     out = tmp_path / "compare"
     args = small_comparison(compare_command(engine_inprocess=True), out, "fedcgd-fscd,bc,all")
-    proc = run("experiments.compare.policies", *args)
+    proc = run("compare", *args)
     assert proc.returncode == 0, output(proc)
     policies = ["fedcgd-fscd", "bc", "all"]
     assert [r["policy"] for r in rows(out / "table.csv")] == policies
@@ -278,7 +283,7 @@ def test_compare_policies_inprocess_command_runs(tmp_path: Path) -> None:
 def test_compare_policies_flwr_command_runs(tmp_path: Path) -> None:
     out = tmp_path / "compare"
     args = small_comparison(compare_command(engine_inprocess=False), out, "fedcgd-fscd,bc")
-    proc = run("experiments.compare.policies", *args)
+    proc = run("compare", *args)
     assert proc.returncode == 0, output(proc)
     assert [r["policy"] for r in rows(out / "table.csv")] == ["fedcgd-fscd", "bc"]
     assert_completed(out / "fedcgd-fscd" / "seed-0", ROUNDS)
@@ -330,7 +335,7 @@ def test_reproduce_digits_inprocess_command_runs(args: list[str], tmp_path: Path
         small = [a for a in small if not a.startswith("run.num-devices=")]
         small += ["run.num-devices=8", "run.channel.availability-prob=1.0"]
         small += ["run.channel.deadline-s=1.0"]
-    proc = run("experiments.compare.reproduce", *small)
+    proc = run("reproduce", *small)
     assert proc.returncode == 0, output(proc)
     cfg = preset_config(reproduce_preset(args))
     points = 1
@@ -350,7 +355,7 @@ def test_reproduce_digits_flwr_command_runs(args: list[str], tmp_path: Path) -> 
     if own:
         policies = [p.strip("'\"") for p in own[0].removeprefix("policies=[").strip("]").split(",")]
     small = small_reproduction(args, out, None if own else ",".join(policies))
-    proc = run("experiments.compare.reproduce", *small)
+    proc = run("reproduce", *small)
     assert proc.returncode == 0, output(proc)
     assert [r["policy"] for r in rows(out / "table.csv")] == policies
     assert_completed(out / "default" / policies[-1].rsplit(":")[-1] / "seed-0", ROUNDS)
@@ -377,7 +382,7 @@ def test_reproduce_mnist1d_command_runs(args: list[str], tmp_path: Path) -> None
     out = tmp_path / "reproduce"
     small = small_reproduction(args, out, "fedcgd-fscd,bc")
     small += [f"run.data-dir={tmp_path / 'data'}", "run.mnist1d-samples=600"]
-    proc = run("experiments.compare.reproduce", *small)
+    proc = run("reproduce", *small)
     assert proc.returncode == 0, output(proc)
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="config", overrides=hydra_overrides(args))

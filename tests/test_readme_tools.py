@@ -9,55 +9,55 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_readme_commands import module_commands
+from subprocesses import fedcgd
+from test_readme_commands import fedcgd_commands
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 
-#: module -> (extra arguments that make it tiny, files it must write under --out)
+#: subcommand -> (extra arguments that make it tiny, files it must write under --out)
 TINY: dict[str, tuple[list[str], list[str]]] = {
-    "channel": (["--rounds", "20"], ["summary.json", "channel.png"]),
-    "experiments.paper.schedule_table": (
+    "channel-report": (["--rounds", "20"], ["summary.json", "channel.png"]),
+    "paper schedule-table": (
         ["--drops", "1", "--rounds", "2", "--quiet"],
         ["table.csv", "table.png"],
     ),
-    "experiments.paper.solver_performance": (
+    "paper solver-performance": (
         ["--instances", "1", "--num-devices", "8", "--alphas", "1", "--ratios", "1"],
         ["rows.csv", "summary.csv", "solver_performance.png"],
     ),
-    "experiments.bench.solvers": (
+    "bench solvers": (
         ["--instances", "1", "--num-devices", "8", "--speedup-devices", "8"],
         ["times.csv", "speedup.csv"],
     ),
-    "experiments.bench.fscd_scale": (["--num-devices", "30", "--instances", "1"], []),
-    "experiments.bench.inprocess": (
+    "bench fscd-scale": (["--num-devices", "30", "--instances", "1"], []),
+    "bench inprocess": (
         ["--rounds", "2", "--repeats", "1"],
         ["table.csv", "table.json"],
     ),
-    "experiments.bench.scale": (
+    "bench scale": (
         ["--devices", "12", "--rounds", "3", "--samples", "2000"],
         ["table.csv", "table.json"],
     ),
-    "experiments.run.certificates": (["--supernodes", "1"], []),
-    "experiments.bench.checkpoint": (
+    "certificates": (["--supernodes", "1"], []),
+    "bench checkpoint": (
         ["--repeats", "1", "--rounds", "2"],
         ["checkpoint_writes.csv", "checkpoint_runs.csv"],
     ),
 }
 
-#: Commands that write nothing (they print timings): module -> extra arguments.
-PRINTING: dict[str, list[str]] = {"client_app.benchmark": ["--repeats", "1", "--vmap-repeats", "1"]}
+#: Commands that write nothing (they print timings): subcommand -> extra arguments.
+PRINTING: dict[str, list[str]] = {"bench client": ["--repeats", "1", "--vmap-repeats", "1"]}
 
 
-def run(module: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+def run(subcommand: str, args: list[str]) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
+        fedcgd(*subcommand.split(), *args),
         cwd=PROJECT,
         capture_output=True,
         text=True,
@@ -84,45 +84,45 @@ def with_out(args: list[str], out: Path) -> list[str]:
     return [*args, "--out", str(out)]
 
 
-CASES = [(module, args) for module in TINY for args in module_commands(module)]
+CASES = [(command, args) for command in TINY for args in fedcgd_commands(command)]
 
 
-def _case(module: str, args: list[str]) -> object:
+def _case(command: str, args: list[str]) -> object:
     """A parametrize entry; the in-process benchmark's variants other than the README's fullest
     (each 40 s: it also times Python's start-up) are slow, their options parsed by the fullest."""
-    fullest = max(module_commands(module), key=len)
-    slow = module == "experiments.bench.inprocess" and args != fullest
+    fullest = max(fedcgd_commands(command), key=len)
+    slow = command == "bench inprocess" and args != fullest
     return pytest.param(
-        module, args, id=" ".join(args) or module, marks=[pytest.mark.slow] if slow else []
+        command, args, id=" ".join(args) or command, marks=[pytest.mark.slow] if slow else []
     )
 
 
 def test_every_tool_family_of_the_readme_is_covered() -> None:
-    assert {module for module, _ in CASES} == set(TINY)
-    assert all(module_commands(module) for module in PRINTING)
+    assert {command for command, _ in CASES} == set(TINY)
+    assert all(fedcgd_commands(command) for command in PRINTING)
 
 
 @pytest.mark.slow  # 40 s: it times σ̂ on every model, ResNet-18 included
-@pytest.mark.parametrize("module", list(PRINTING))
-def test_readme_printing_command_runs(module: str) -> None:
-    for args in module_commands(module):
-        proc = run(module, [*args, *PRINTING[module]])
+@pytest.mark.parametrize("command", list(PRINTING))
+def test_readme_printing_command_runs(command: str) -> None:
+    for args in fedcgd_commands(command):
+        proc = run(command, [*args, *PRINTING[command]])
         assert "sigma" in proc.stdout, proc.stdout[-2000:]
 
 
-@pytest.mark.parametrize(("module", "args"), [_case(m, a) for m, a in CASES])
-def test_readme_tool_command_runs(module: str, args: list[str], tmp_path: Path) -> None:
-    extra, files = TINY[module]
+@pytest.mark.parametrize(("command", "args"), [_case(m, a) for m, a in CASES])
+def test_readme_tool_command_runs(command: str, args: list[str], tmp_path: Path) -> None:
+    extra, files = TINY[command]
     out = tmp_path / "out"
-    run(module, with_out([*args, *extra], out))
+    run(command, with_out([*args, *extra], out))
     for name in files:
         assert (out / name).stat().st_size > 0, name
-    if module == "experiments.run.certificates":  # CA, SuperLink certificate and key, one key pair
+    if command == "certificates":  # CA, SuperLink certificate and key, one key pair
         assert len([p for p in out.rglob("*") if p.is_file()]) >= 5
 
 
 def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:
-    (args,) = module_commands("experiments.analysis.plot_runs")  # results/A results/B --out cmp.png
+    (args,) = fedcgd_commands("plot")  # results/A results/B --out cmp.png
     dirs = []
     for name, policy in (("A", "bc"), ("B", "fedcgd-fscd")):
         folder = tmp_path / name
@@ -133,31 +133,33 @@ def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:
     out = tmp_path / "cmp.png"
     rewritten = [dirs[0], dirs[1], "--out", str(out)]
     assert [a.startswith("results/") for a in args[:2]] == [True, True]
-    run("experiments.analysis.plot_runs", rewritten)
+    run("plot", rewritten)
     assert out.stat().st_size > 0
 
 
 @pytest.mark.slow
 def test_readme_round_benchmark_command_runs(tmp_path: Path) -> None:
     """The paper's CIFAR-10 setting on generated CIFAR-shaped data, flwr run against plain."""
-    (args,) = module_commands("experiments.bench.round")  # --rounds 4 --threads 1
+    (args,) = fedcgd_commands("bench round")  # --rounds 4 --threads 1
     out = tmp_path / "bench"
-    proc = run(
-        "experiments.bench.round", [*args, "--rounds", "2", "--policies", "bc", "--out", str(out)]
-    )
+    proc = run("bench round", [*args, "--rounds", "2", "--policies", "bc", "--out", str(out)])
     assert "flwr" in proc.stdout and any(out.rglob("*.csv")), proc.stdout[-2000:]
 
 
 def test_the_inprocess_benchmark_finds_the_engine_in_old_and_new_checkouts(tmp_path) -> None:
-    """``--compare-with`` takes a checkout from before experiments/ had subpackages too."""
-    from experiments.bench.inprocess import engine_module
+    """``--compare-with`` takes a checkout of every layout: the ``fedcgd`` tool, the
+    ``python -m`` engine before it, and the engine from before experiments/ had subpackages."""
+    from experiments.bench.inprocess import engine_command
 
-    new, old, other = tmp_path / "new", tmp_path / "old", tmp_path / "other"
+    tool, new, old, other = (tmp_path / n for n in ("tool", "new", "old", "other"))
+    (tool / "experiments" / "cli").mkdir(parents=True)
+    (tool / "experiments" / "cli" / "__main__.py").write_text("")
     (new / "experiments" / "run").mkdir(parents=True)
     (new / "experiments" / "run" / "inprocess.py").write_text("")
     (old / "experiments").mkdir(parents=True)
     (old / "experiments" / "inprocess.py").write_text("")
     other.mkdir()
-    assert engine_module(new) == "experiments.run.inprocess"
-    assert engine_module(old) == "experiments.inprocess"
-    assert engine_module(other) is None
+    assert engine_command(tool) == ["-m", "experiments.cli", "inprocess"]
+    assert engine_command(new) == ["-m", "experiments.run.inprocess"]
+    assert engine_command(old) == ["-m", "experiments.inprocess"]
+    assert engine_command(other) is None

@@ -5,20 +5,18 @@ from __future__ import annotations
 import csv
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from fake_runs import write_run
 from hydra import compose, initialize_config_dir
-from subprocesses import run_module
+from subprocesses import FEDCGD, run_fedcgd
 
 from experiments.analysis.preset_figures import point_label
 from experiments.compare import execution, reproduce
 from experiments.compare.reproduce import (
     CONF_DIR,
     hydra_overrides,
-    main,
     planned_runs,
     planned_seeds,
     sweep_points,
@@ -186,7 +184,7 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
         "digits_policies",
         ["policies=[bc,fedcgd-fscd]", "seeds=[0,1,2]", "+sweep.local-steps=[1,2]", f"out={out}"],
     )
-    main.__wrapped__(cfg)
+    assert reproduce.reproduce(cfg) == 0
     assert len(calls) == 2 * 2 * 3
     assert {(c["local-steps"], c["policy"], c["seed"]) for c in calls} == {
         (t, p, s) for t in (1, 2) for p in ("bc", "fedcgd-fscd") for s in (0, 1, 2)
@@ -209,7 +207,7 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert (out / "local-steps=2" / "curves.png").stat().st_size > 0
     assert (out / "estimates.png").stat().st_size > 0
     calls.clear()
-    main.__wrapped__(cfg)  # resumed: nothing runs again
+    assert reproduce.reproduce(cfg) == 0  # resumed: nothing runs again
     assert calls == []
     assert capsys.readouterr().out.strip().splitlines()[-1] == "all 12 runs completed"
 
@@ -223,9 +221,7 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
             ]
         ),
     )
-    with pytest.raises(SystemExit) as stop:
-        main.__wrapped__(fewer)
-    assert stop.value.code == 2 and calls == []
+    assert reproduce.reproduce(fewer) == 2 and calls == []
     err = capsys.readouterr().err
     assert err.startswith("error: 12 kept run(s)") and err.count("\n") == 1
     assert f"{out / 'local-steps=2' / 'bc' / 'seed-0'}: num_server_rounds (kept 50, asked 3)" in err
@@ -243,8 +239,8 @@ def test_sweep_points_are_the_cartesian_product():
 @pytest.mark.slow
 def test_reproduce_runs_a_small_sweep(tmp_path):
     out = tmp_path / "sweep"
-    run_module(
-        "experiments.compare.reproduce",
+    run_fedcgd(
+        "reproduce",
         "experiment=digits_policies",
         "policies=[all,fedcgd-fscd]",
         "+sweep.local-steps=[1,2]",
@@ -305,11 +301,7 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
     out = tmp_path / "failing"
     words = ["experiment=digits_policies", "policies=[bc,all]", "sweep.local-steps=[1,2]",
              f"out={out}"]  # fmt: skip
-    monkeypatch.setattr(reproduce, "COMMAND_WORDS", words)  # as the command line sets it
-    cfg = load("digits_policies", hydra_overrides(words[1:]))
-    with pytest.raises(SystemExit) as stop:
-        main.__wrapped__(cfg)
-    assert stop.value.code == 1
+    assert reproduce.main(words) == 1  # the command, as the user wrote it
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0] == f"output folder: {out}"
     failed, last = captured.err.strip().splitlines()[-2:]
@@ -323,8 +315,8 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
     )
     assert last.startswith(head), last
     command = shlex.split(last.removeprefix(head))
-    assert Path(command[0]).resolve() == Path(sys.executable).resolve()
-    assert command[1:] == ["-m", "experiments.compare.reproduce", *words]
+    assert Path(command[0]).resolve() == Path(FEDCGD).resolve()
+    assert command[1:] == ["reproduce", *words]
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3
 
 

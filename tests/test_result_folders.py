@@ -1,7 +1,7 @@
 """Result folders: never overwritten, resumable after a crash at any point, truthful exit codes.
 
-Runs go through the command lines (``experiments.run.inprocess.main`` and
-``experiments.run.launcher.main``, the latter with ``flwr run`` replaced by an in-process run that,
+Runs go through the command lines (``fedcgd inprocess`` and ``fedcgd run`` in this process,
+the latter with ``flwr run`` replaced by an in-process run that,
 like ``flwr run``, exits 0 whatever the ServerApp did).
 """
 
@@ -18,7 +18,7 @@ import torch
 from fake_grid import app_grid, make_contexts
 
 import experiments.run.launcher as launcher
-from experiments.run.inprocess import main as inprocess_main
+from experiments.cli import invoke
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import (
     format_run_config,
@@ -67,7 +67,7 @@ def same_model(a: dict, b: dict) -> bool:
 
 def main_code(capsys, **values: object) -> tuple[int, list[str], list[str]]:
     """Run inprocess main; return the exit code and the stdout and stderr lines."""
-    code = inprocess_main(["--run-config", format_run_config(values)])
+    code = invoke(["inprocess", "--run-config", format_run_config(values)])
     out = capsys.readouterr()
     return code, out.out.strip().splitlines(), out.err.strip().splitlines()
 
@@ -113,7 +113,7 @@ def test_result_dir_that_is_a_file_is_refused(capsys, tmp_path):
     assert target.read_text() == "keep me"
 
 
-def test_resume_through_inprocess_main_exits_0_and_a_refused_one_exits_2(capsys, copy):
+def test_resume_through_fedcgd_inprocess_exits_0_and_a_refused_one_exits_2(capsys, copy):
     code, out, _ = main_code(
         capsys, **overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
     )
@@ -146,7 +146,7 @@ def test_resume_through_the_launcher_exits_0_and_a_refused_one_exits_2(
     monkeypatch.setattr(launcher, "run_flwr", fake_flwr_run)
     monkeypatch.setattr("experiments.analysis.plot_runs.plot_runs", lambda dirs, out: out)
     text = format_run_config({**SMALL, "num-server-rounds": 3, "resume-from": str(copy)})
-    code = launcher.main(["--run-config", text, "--results", str(tmp_path / "stamped")])
+    code = invoke(["run", "--run-config", text, "--results", str(tmp_path / "stamped")])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
     assert rounds(copy) == [1, 2, 3]
@@ -154,7 +154,7 @@ def test_resume_through_the_launcher_exits_0_and_a_refused_one_exits_2(
     text = format_run_config(
         {**SMALL, "num-server-rounds": 3, "resume-from": str(copy), "result-dir": str(copy)}
     )
-    assert launcher.main(["--run-config", text]) == 2
+    assert invoke(["run", "--run-config", text]) == 2
     assert "nothing to run" in capsys.readouterr().err.strip().splitlines()[-1]
     assert hashes(copy) == before
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from subprocesses import FEDCGD
 from task_settings import checkpointed_run_config
 
 from experiments.run.inprocess import run_inprocess
@@ -48,9 +48,8 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, policy):
     broken = tmp_path / "broken"
     child = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "experiments.run.inprocess",
+            FEDCGD,
+            "inprocess",
             "--run-config",
             format_run_config(config(broken, policy)),
         ],

@@ -16,8 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import torch
+import typer
 from run_results import (
     assert_same_run,
     comparable,
@@ -26,9 +28,11 @@ from run_results import (
     same_model,
     two_policy_preset,
 )
-from subprocesses import start_in_own_session, wait_for
+from subprocesses import FEDCGD, fedcgd, start_in_own_session, wait_for
 from test_paths import hostile_folder
 
+from experiments.cli import app
+from experiments.cli.options import given_options, started_as
 from experiments.run.inprocess import run_inprocess
 from experiments.run.resume_command import single_run_line
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
@@ -46,10 +50,6 @@ RERUN = (
 def start(words: list[str]) -> subprocess.Popen[str]:
     """``words`` in the project folder, in a session of its own (a Ctrl-C reaches the group)."""
     return start_in_own_session(words, {**os.environ, "PYTHONUNBUFFERED": "1"})
-
-
-def python_m(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
 
 
 def first_line_folder(proc: subprocess.Popen[str], prefix: str = "result folder: ") -> Path:
@@ -81,17 +81,17 @@ def printed_command(line: str, head: str) -> list[str]:
 
 def run_verbatim(words: list[str], limit_s: float = 600) -> subprocess.CompletedProcess[str]:
     """Run a printed command word for word from the project folder (as a user pastes it)."""
-    assert Path(PROJECT_DIR / words[0]).resolve() == Path(sys.executable).resolve(), words
+    assert Path(PROJECT_DIR / words[0]).resolve() == Path(FEDCGD).resolve(), words
     return subprocess.run(
         words, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=limit_s, check=False
     )
 
 
-def rerun_printed_command(err: str, module: str, args: list[str]) -> None:
+def rerun_printed_command(err: str, args: list[str]) -> None:
     """The last line of ``err`` is the same command again: run it verbatim; it completes both
     runs."""
     words = printed_command(err.strip().splitlines()[-1], RERUN)
-    assert words[1:] == ["-m", module, *args]
+    assert words[1:] == args
     again = run_verbatim(words)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
@@ -129,8 +129,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
         "num-devices": 12, "num-server-rounds": 150, "policy": "fedcgd-fscd", "data-dir": str(data)
     }  # fmt: skip
     proc = start(
-        python_m("experiments.run.inprocess", "--out", str(out), "--run-config",
-                 run_config_text(values))
+        fedcgd("inprocess", "--out", str(out), "--run-config", run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
     assert folder.parent == out and folder.name.startswith("fedcgd-fscd-")
@@ -147,7 +146,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     assert 4 <= done < 150 and not (folder / "model.pt").exists()
     assert last.startswith(f"{CONTINUE}{done} of 150: "), last
     words = printed_command(last, CONTINUE)
-    assert words[1:3] == ["-m", "experiments.run.inprocess"]
+    assert words[1] == "inprocess"
 
     again = subprocess.run(  # the line as printed, pasted into a shell
         ["bash", "-c", last.split(": ", 1)[1]],
@@ -167,8 +166,7 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_agai
     values = {"num-devices": 10, "num-server-rounds": 100, "checkpoint-every": 1000}
     out_dir = tmp_path / "runs"
     proc = start(
-        python_m("experiments.run.inprocess", "--out", str(out_dir), "--run-config",
-                 run_config_text(values))
+        fedcgd("inprocess", "--out", str(out_dir), "--run-config", run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
     _, err = stop_after(proc, folder, 3, signal.SIGTERM)
@@ -192,13 +190,14 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_agai
 @pytest.mark.slow  # 50 s; test_kill9 stops a comparison and runs it again by default
 def test_a_stopped_comparison_prints_the_same_command_which_finishes_every_run(tmp_path):
     out = tmp_path / "compare"
-    args = ["--engine", "inprocess", "--policies", "bc,fedcgd-fscd", "--out", str(out),
-            "--run-config", "num-devices=10 num-server-rounds=150"]  # fmt: skip
-    proc = start(python_m("experiments.compare.policies", *args))
+    args = ["compare", "--policies", "bc,fedcgd-fscd", "--run-config",
+            "num-devices=10 num-server-rounds=150", "--out", str(out),
+            "--engine", "inprocess"]  # fmt: skip
+    proc = start(fedcgd(*args))
     assert first_line_folder(proc, "output folder: ") == out
     _, err = stop_after(proc, out / "bc" / "seed-0", 5, signal.SIGINT)
     assert proc.returncode == 130, err[-3000:]
-    rerun_printed_command(err, "experiments.compare.policies", args)
+    rerun_printed_command(err, args)
     for policy in ("bc", "fedcgd-fscd"):
         folder, whole = out / policy / "seed-0", tmp_path / "whole" / policy
         whole_run(whole, {"num-devices": 10, "num-server-rounds": 150, "policy": policy})
@@ -213,8 +212,7 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     temp = tmp_path / "tmp"
     temp.mkdir()
     proc = start(
-        python_m("experiments.run.launcher", "--out", str(tmp_path / "runs"), "--run-config",
-                 run_config_text(values))
+        fedcgd("run", "--out", str(tmp_path / "runs"), "--run-config", run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
     _, err = stop_after(proc, folder, 3, signal.SIGINT, limit_s=600)
@@ -223,7 +221,7 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     done = torch.load(folder / "checkpoint.pt")["round"]
     assert last.startswith(f"{CONTINUE}{done} of 40: "), last
     words = printed_command(last, CONTINUE)
-    assert words[1:3] == ["-m", "experiments.run.launcher"]
+    assert words[1] == "run"
     again = run_verbatim(words, limit_s=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
@@ -236,11 +234,11 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
 def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_path):
     out = tmp_path / "sweep"
     args = two_policy_preset(out, "run.num-server-rounds=150", "run.num-devices=10")
-    proc = start(python_m("experiments.compare.reproduce", *args))
+    proc = start(fedcgd("reproduce", *args))
     assert first_line_folder(proc, "output folder: ") == out
     _, err = stop_after(proc, out / "default" / "bc" / "seed-0", 5, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
-    rerun_printed_command(err, "experiments.compare.reproduce", args)
+    rerun_printed_command(err, ["reproduce", *args])
     for policy in ("bc", "fedcgd-fscd"):
         assert [x["round"] for x in lines(out / "default" / policy / "seed-0")] == list(
             range(1, 151)
@@ -291,16 +289,24 @@ def test_the_round_of_the_checkpoint_is_named(tmp_path):
     )
 
 
+def run_context(argv: list[str]) -> click.Context:
+    """The click context of ``fedcgd run <argv>`` once parsed (what the command is given)."""
+    group = typer.main.get_command(app)
+    parent = click.Context(group, info_name="fedcgd")
+    return group.get_command(parent, "run").make_context("run", argv, parent=parent)
+
+
 def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, monkeypatch):
-    from experiments.run.launcher import continue_line, launcher_parser
+    from experiments.run.launcher import LaunchOptions, continue_line
 
     monkeypatch.chdir(PROJECT_DIR)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     folder = folder_with(tmp_path, RunStatus(RUNNING, 3, 9))
     torch.save({"round": 3}, folder / "checkpoint.pt")
     text = f"num-devices=4 num-server-rounds=9 policy='bc' result-dir='{folder}'"
-    argv = ["--deployment", "--num-supernodes", "5", "--out", "elsewhere", "--run-config", text]
-    parser = launcher_parser()
+    argv = ["--out", "elsewhere", "--deployment", "--num-supernodes", "5", "--run-config", text]
+    argv += ["--cpus-per-client", "1"]  # the default: not repeated
+    ctx = run_context(argv)
     overrides = {
         "num-devices": 4,
         "num-server-rounds": 9,
@@ -308,29 +314,45 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
         "result-dir": str(folder),
     }
     merged = {**overrides, "checkpoint-every": 1}
-    line = continue_line(parser, parser.parse_args(argv), overrides, merged)()
+    options = LaunchOptions(**ctx.params)
+    line = continue_line(started_as(ctx), options, overrides, merged)()
     words = printed_command(line, CONTINUE)
     assert line.startswith(f"{CONTINUE}3 of 9: ")
     # --out has no say in a resume; result-dir gives way to resume-from
-    assert words[1:] == [
-        "-m", "experiments.run.launcher", "--num-supernodes", "5", "--deployment", "--run-config",
+    assert words == [
+        ".venv/bin/fedcgd", "run", "--num-supernodes", "5", "--deployment", "--run-config",
         f'num-devices=4 num-server-rounds=9 policy="bc" resume-from="{folder}"',
     ]  # fmt: skip
     (folder / "checkpoint.pt").unlink()
-    again = continue_line(parser, parser.parse_args(argv), overrides, merged)()
-    assert shlex.split(again.split("new folder: ", 1)[1])[3:] == [
-        "--num-supernodes", "5", "--deployment", "--out", "elsewhere", "--run-config",
+    again = continue_line(started_as(ctx), options, overrides, merged)()
+    assert shlex.split(again.split("new folder: ", 1)[1])[1:] == [
+        "run", "--num-supernodes", "5", "--deployment", "--out", "elsewhere", "--run-config",
         'num-devices=4 num-server-rounds=9 policy="bc"',
     ]  # fmt: skip
 
 
-def test_the_interpreter_is_written_as_the_readme_writes_it(tmp_path, monkeypatch):
-    from experiments.run.resume_command import python_command
+def test_a_flag_cleared_and_a_repeated_option_are_written_back(monkeypatch):
+    """Every kind of click option the commands declare comes back as the user wrote it."""
+    group = typer.main.get_command(app)
+    parent = click.Context(group, info_name="fedcgd")
+    command = group.get_command(parent, "certificates")
+    ctx = command.make_context("certificates", ["--host", "a", "--host", "b c"], parent=parent)
+    assert given_options(ctx) == ["--host", "a", "--host", "b c"]
+    flag = click.Command("x", params=[click.Option(["--on/--off"], default=True)])
+    assert given_options(flag.make_context("x", ["--off"])) == ["--off"]
+    assert given_options(flag.make_context("x", ["--on"])) == []
+
+
+def test_the_script_is_written_as_the_readme_writes_it(tmp_path, monkeypatch):
+    from experiments.run.resume_command import fedcgd_command
 
     monkeypatch.setattr(sys, "executable", str(PROJECT_DIR / ".venv" / "bin" / "python"))
     monkeypatch.chdir(PROJECT_DIR)
-    assert python_command("experiments.run.inprocess", ["--run-config", "a='b c'"]) == (
-        ".venv/bin/python -m experiments.run.inprocess --run-config 'a='\"'\"'b c'\"'\"''"
+    assert fedcgd_command(["inprocess", "--run-config", "a='b c'"]) == (
+        ".venv/bin/fedcgd inprocess --run-config 'a='\"'\"'b c'\"'\"''"
     )
     monkeypatch.chdir(tmp_path)  # elsewhere: the absolute path
-    assert python_command("m", []) == f"{PROJECT_DIR}/.venv/bin/python -m m"
+    assert fedcgd_command([]) == f"{PROJECT_DIR}/.venv/bin/fedcgd"
+    python = tmp_path / "bin" / "python"  # an interpreter without the script beside it
+    monkeypatch.setattr(sys, "executable", str(python))
+    assert fedcgd_command(["run"]) == "bin/python -m experiments.cli run"

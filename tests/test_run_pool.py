@@ -12,6 +12,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from proc_tree import alive, descendants, stat_fields
+from subprocesses import FEDCGD
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from experiments.run.run_pool import RUN_LOG, Job, resolve_jobs, run_jobs, usable_cores
@@ -190,7 +191,7 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     project = Path(__file__).resolve().parents[1]
     settings = "num-server-rounds=60 num-devices=8 checkpoint-every=1 eval-every=60"
     words = ["--policies", "fedcgd-fscd,bc", "--seeds", "0", "--engine", "inprocess"]
-    command = [sys.executable, "-m", "experiments.compare.policies", *words]
+    command = [FEDCGD, "compare", *words]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
     proc = subprocess.Popen(
         [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],

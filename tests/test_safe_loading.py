@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -21,7 +20,9 @@ import numpy as np
 import pytest
 from command_batch import in_one_process
 from fake_runs import write_run
+from subprocesses import fedcgd
 
+from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import (
     load_cifar,
@@ -37,7 +38,7 @@ N = 400  # MNIST-1D samples of these tests
 
 def inprocess(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.run.inprocess", *args],
+        fedcgd("inprocess", *args),
         cwd=PROJECT_DIR,
         capture_output=True,
         text=True,
@@ -202,8 +203,8 @@ DEEP_ITEM = "x=" + "[" * 5000 + "]" * 5000
 @pytest.fixture(scope="module")
 def refused() -> list[subprocess.CompletedProcess[str]]:
     """TOO_BIG's command lines, then DEEP_ITEM's, in one child process (command_batch.py)."""
-    argvs = [["--run-config", format_run_config(values)] for values, _ in TOO_BIG]
-    return in_one_process("experiments.run.inprocess", [*argvs, ["--run-config", DEEP_ITEM]])
+    argvs = [["inprocess", "--run-config", format_run_config(values)] for values, _ in TOO_BIG]
+    return in_one_process([*argvs, ["inprocess", "--run-config", DEEP_ITEM]])
 
 
 @pytest.mark.parametrize("case", range(len(TOO_BIG)), ids=[p for _, p in TOO_BIG])
@@ -245,31 +246,27 @@ def test_a_huge_status_json_is_one_line(tmp_path):
 
 
 def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
-    from experiments.analysis.plot_runs import main as plot_main
-
     run = tmp_path / "run"
     write_run(run, {"policy": "bc"}, [{"round": r, "accuracy": 0.5} for r in (1, 2)])
     with open(run / "metrics.jsonl", "a") as handle:
         handle.write('{"round": 3, "accur')  # torn: the run was stopped while writing it
-    assert plot_main([str(run), "--out", str(tmp_path / "a.png")]) == 0
+    assert invoke(["plot", str(run), "--out", str(tmp_path / "a.png")]) == 0
     assert (tmp_path / "a.png").stat().st_size > 0
     text = (run / "metrics.jsonl").read_text()
     (run / "metrics.jsonl").write_text(text.replace('{"round": 2', '{"round": 2, ]', 1))
-    assert plot_main([str(run), "--out", str(tmp_path / "b.png")]) == 2
+    assert invoke(["plot", str(run), "--out", str(tmp_path / "b.png")]) == 2
     assert not (tmp_path / "b.png").exists()
 
 
 def test_a_kept_comparison_run_with_a_torn_metrics_file_is_refused_in_one_line(tmp_path, capsys):
-    from experiments.compare.policies import main as compare_main
-
     out = tmp_path / "compare"
-    args = ["--engine", "inprocess", "--policies", "bc", "--out", str(out),
+    args = ["compare", "--engine", "inprocess", "--policies", "bc", "--out", str(out),
             "--run-config", "num-devices=4 num-server-rounds=2"]  # fmt: skip
-    assert compare_main(args) == 0
+    assert invoke(args) == 0
     capsys.readouterr()
     metrics = out / "bc" / "seed-0" / "metrics.jsonl"
     metrics.write_text(metrics.read_text()[:-30])  # a completed run, its last line torn
-    assert compare_main(args) == 2
+    assert invoke(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be read" in err[0] and "metrics.jsonl" in err[0], err
     assert json.loads((out / "bc" / "seed-0" / "status.json").read_text())["state"] == "completed"

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.cli import invoke
 from experiments.paper.schedule_report import TABLE_COLUMNS
 from experiments.paper.schedule_simulation import (
     PolicySpec,
@@ -19,7 +20,7 @@ from experiments.paper.schedule_simulation import (
     simulate,
     simulate_rounds,
 )
-from experiments.paper.schedule_table import TABLE_POLICIES, main
+from experiments.paper.schedule_table import TABLE_POLICIES
 from fedcgd_strategy.policies import PolicyContext, RoundInputs, make_policy
 
 #: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.
@@ -160,7 +161,22 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def test_cli_writes_the_table(tmp_path: Path):
-    assert main(["--drops", "2", "--rounds", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    assert (
+        invoke(
+            [
+                "paper",
+                "schedule-table",
+                "--drops",
+                "2",
+                "--rounds",
+                "2",
+                "--quiet",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     with (tmp_path / "table.csv").open() as fh:
         assert next(csv.reader(fh)) == list(TABLE_COLUMNS)
     rows = read_csv(tmp_path / "table.csv")
@@ -177,7 +193,8 @@ def test_cli_writes_the_table(tmp_path: Path):
 def test_progress_into_a_log_is_plain_lines(tmp_path: Path, capsys):
     # stderr is not a terminal here (as in a log file): whole lines, no carriage return and no
     # escape code; the last says every drop is done
-    assert main(["--drops", "2", "--rounds", "2", "--policies", "bc", "--out", str(tmp_path)]) == 0
+    argv = ["--drops", "2", "--rounds", "2", "--policies", "bc", "--out", str(tmp_path)]
+    assert invoke(["paper", "schedule-table", *argv]) == 0
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err, repr(err)
     assert err.endswith("\n") and err.splitlines()[-1].startswith("table: drop 2/2 ("), repr(err)
@@ -185,7 +202,21 @@ def test_progress_into_a_log_is_plain_lines(tmp_path: Path, capsys):
 
 def test_cli_fit_poc_uses_the_nearest_v_prime(tmp_path: Path):
     argv = ["--drops", "2", "--rounds", "3", "--fit-poc", "--fit-max", "4"]
-    assert main([*argv, "--policies", "poc,bc", "--quiet", "--out", str(tmp_path)]) == 0
+    assert (
+        invoke(
+            [
+                "paper",
+                "schedule-table",
+                *argv,
+                "--policies",
+                "poc,bc",
+                "--quiet",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     fit = read_csv(tmp_path / "poc_fit.csv")
     assert [int(r["poc_candidates"]) for r in fit] == [1, 2, 3, 4]
     for r in fit:

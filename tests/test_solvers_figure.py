@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.cli import invoke
 from experiments.paper import solver_performance
 
 
@@ -15,8 +16,10 @@ def read(path: Path) -> list[dict[str, str]]:
 
 
 def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
-    code = solver_performance.main(
+    code = invoke(
         [
+            "paper",
+            "solver-performance",
             "--out",
             str(tmp_path),
             "--instances",
@@ -70,12 +73,12 @@ def test_by_default_it_writes_only_under_out(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "docs" / "img").mkdir(parents=True)
     args = ["--out", "out", "--num-devices", "8", "--alphas", "1", "--ratios", "1"]
-    assert solver_performance.main(args) == 0
+    assert invoke(["paper", "solver-performance", *args]) == 0
     assert sorted(p.name for p in (tmp_path / "docs" / "img").iterdir()) == []
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "rows.csv",
         "solver_performance.png",
         "summary.csv",
     ]
-    assert solver_performance.main([*args, "--docs-png", "docs/img/s.png"]) == 0
+    assert invoke(["paper", "solver-performance", *args, "--docs-png", "docs/img/s.png"]) == 0
     assert (tmp_path / "docs" / "img" / "s.png").stat().st_size > 0

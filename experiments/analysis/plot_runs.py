@@ -1,6 +1,6 @@
 """Plot one or more runs from their result directories (reads ``metrics.jsonl`` only).
 
-``python -m experiments.analysis.plot_runs RESULT_DIR [RESULT_DIR ...] --out curves.png`` draws, per
+``fedcgd plot RESULT_DIR [RESULT_DIR ...] --out curves.png`` draws, per
 run, test accuracy, the number of scheduled devices and the WEMD of the schedule against the
 round, labelled by each run's policy (from its ``config.json``) and, when several runs share a
 policy, by their folders (``seed-0``, ``seed-1``), each run in its own colour and line style.
@@ -14,7 +14,6 @@ set, the split, τ, V and the seeds from the runs' ``config.json``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -293,35 +292,26 @@ def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
     return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(every))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("result_dirs", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, default=Path("results/curves.png"))
-    parser.add_argument(
-        "--mean",
-        action="store_true",
-        help="group the runs by policy: mean curve per policy and, from two runs on, its "
-        "95 %% confidence band",
-    )
-    args = parser.parse_args(argv)
-    for d in args.result_dirs:
+def main(result_dirs: Sequence[Path], out: Path, mean: bool = False) -> int:
+    """``fedcgd plot``: the runs' curves (or with ``mean`` each policy's mean) into ``out``.
+
+    Exit code 0 (one line names the figure), 2 when a folder is not a result folder or the
+    runs cannot be drawn together, 1 when the figure cannot be written.
+    """
+    for d in result_dirs:
         if not (d / METRICS_FILE).exists():
-            parser.error(f"{d} has no {METRICS_FILE}; is it a result directory?")
+            print(f"error: {d} has no {METRICS_FILE}; is it a result directory?", file=sys.stderr)
+            return 2
     try:
-        if args.mean:
-            out = plot_mean_runs(group_by_label(args.result_dirs), args.out)
+        if mean:
+            written = plot_mean_runs(group_by_label(list(result_dirs)), out)
         else:
-            out = plot_runs(args.result_dirs, args.out)
+            written = plot_runs(list(result_dirs), out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except ResultWriteError as err:
         print(f"failed: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {out}")
+    print(f"wrote {written}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

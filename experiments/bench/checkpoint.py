@@ -1,6 +1,6 @@
 """What a checkpoint costs: the write itself per model, and a default run's time per round.
 
-``python -m experiments.bench.checkpoint [--repeats 3] [--out results/bench_checkpoint]``
+``fedcgd bench checkpoint [--repeats 3] [--out results/bench_checkpoint]``
 measures, on this machine:
 
 1. ``save_checkpoint`` (``torch.save`` to an exclusive temporary file, fsync, rename) of each
@@ -17,7 +17,6 @@ tables (the numbers of docs/running.md, "Settings", ``checkpoint-every``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -117,15 +116,10 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=50, help="rounds of each run (>= 2)")
-    parser.add_argument("--out", type=Path, default=Path("results/bench_checkpoint"))
-    args = parser.parse_args(argv)
+def main(out: Path, repeats: int = 3, rounds: int = 50) -> int:
+    """``fedcgd bench checkpoint``: time the writes and the runs; write two tables to ``out``."""
     writes = time_writes()
-    write_csv(args.out / "checkpoint_writes.csv", writes)
+    write_csv(out / "checkpoint_writes.csv", writes)
     print(
         text_table(
             f"{'model':<11} {'params':>10} {'file MB':>8} {'write ms':>9} {'max ms':>8}",
@@ -136,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
     )
-    runs = time_runs(args.repeats, max(args.rounds, 2))
-    write_csv(args.out / "checkpoint_runs.csv", runs)
+    runs = time_runs(repeats, max(rounds, 2))
+    write_csv(out / "checkpoint_runs.csv", runs)
     print(
         text_table(
             f"{'checkpoint-every':>16} {'s/round':>9} {'min':>8} {'overhead':>9}",
@@ -148,9 +142,5 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
     )
-    print(f"wrote {args.out / 'checkpoint_writes.csv'} and {args.out / 'checkpoint_runs.csv'}")
+    print(f"wrote {out / 'checkpoint_writes.csv'} and {out / 'checkpoint_runs.csv'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

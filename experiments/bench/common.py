@@ -13,12 +13,11 @@ it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pickle
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,40 +98,6 @@ def write_table(
     write_csv(csv_path, [dict(zip(header, row, strict=True)) for row in rows], header)
     atomic_write_text(json_path, json.dumps(payload, indent=2))
     return csv_path, json_path
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number >= ``minimum`` (otherwise a usage error naming it)."""
-
-    def whole_number(text: str) -> int:
-        value = int(text) if text.strip().lstrip("+-").isdigit() else None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {minimum}")
-        return value
-
-    return whole_number
-
-
-def timed_run_parser(
-    description: str, default_rounds: int, default_out: Path
-) -> argparse.ArgumentParser:
-    """A benchmark's parser with ``--rounds``, ``--seed`` and ``--out``.
-
-    The benchmark times rounds 2..R of seeded runs: round 1 holds the start-up, so at least two
-    rounds are needed.
-    """
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument(
-        "--rounds",
-        type=at_least(2),
-        default=default_rounds,
-        help=f"rounds per run (>= 2: round 1 is left out of the timings; default {default_rounds})",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
-    parser.add_argument(
-        "--out", type=Path, default=default_out, help=f"result folder (default {default_out})"
-    )
-    return parser
 
 
 def largest_accuracy_gap(

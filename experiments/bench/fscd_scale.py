@@ -11,16 +11,16 @@ machine they are steadier than wall times.
 
 Usage::
 
-    python -m experiments.bench.fscd_scale [--num-devices 1000,3000 --instances 5 --seed 0
+    fedcgd bench fscd-scale [--num-devices 1000,3000 --instances 5 --seed 0
         --ratio 1.0 --single-thread-dense --out results/bench_fscd_scale]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import SupportsFloat
 
@@ -67,27 +67,20 @@ def column(
     return float(reduce([float(str(row[key])) for row in rows]))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description="Time dense vs incremental FSCD at scale.")
-    parser.add_argument("--out", type=Path, default=Path("results/bench_fscd_scale"))
-    parser.add_argument("--num-devices", type=str, default="1000,3000")
-    parser.add_argument("--instances", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--ratio", type=float, default=1.0, help="sigma / (sqrt(b) G)")
-    parser.add_argument(
-        "--single-thread-dense",
-        action="store_true",
-        help="run the dense solver with BLAS on one thread too (the incremental one always does)",
-    )
-    return parser
+@dataclass(frozen=True)
+class Options:
+    """The options of ``fedcgd bench fscd-scale`` (their defaults are the command's)."""
+
+    out: Path
+    num_devices: str
+    instances: int
+    seed: int
+    ratio: float
+    single_thread_dense: bool
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(args: Options) -> int:
     """Run the benchmark, print the table and write ``runs.csv`` and ``summary.csv``."""
-    args = build_parser().parse_args(argv)
-    if args.instances < 1:
-        raise ValueError(f"--instances must be >= 1, got {args.instances}")
     sizes = [int(x) for x in args.num_devices.split(",") if x]
     runs: list[dict[str, object]] = []
     summary: list[dict[str, object]] = []
@@ -153,7 +146,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_csv(args.out / "summary.csv", summary)
     print(f"wrote {args.out / 'runs.csv'} and {args.out / 'summary.csv'}")
     return 0 if all(bool(row["all_agree"]) for row in summary) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

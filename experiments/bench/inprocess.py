@@ -2,10 +2,10 @@
 
 Usage::
 
-    python -m experiments.bench.inprocess [--rounds 20] [--repeats 3] [--seed 0]
-                                          [--local-steps 5] [--policy fedcgd-fscd]
-                                          [--deadline-s 0.02] [--compare-with FOLDER]
-                                          [--out results/bench-inprocess]
+    fedcgd bench inprocess [--rounds 20] [--repeats 3] [--seed 0]
+        [--local-steps 5] [--policy fedcgd-fscd]
+        [--deadline-s 0.02] [--compare-with FOLDER]
+        [--out results/bench-inprocess]
 
 The workload is a tiny model in the paper's device setting (:data:`SETTING`): MNIST-1D and its
 5,210-parameter 1-D CNN, V = 64 devices, p_a = 0.3 (about 19 available per round), b = 32,
@@ -13,7 +13,7 @@ The workload is a tiny model in the paper's device setting (:data:`SETTING`): MN
 every round. What it does, in one invocation:
 
 1. Generates the data set once into a temporary folder (every run reads it from there).
-2. ``--repeats`` times: runs ``python -m experiments.run.inprocess`` with ``--rounds`` rounds as a
+2. ``--repeats`` times: runs ``fedcgd inprocess`` with ``--rounds`` rounds as a
    separate process in this checkout (and, with ``--compare-with``, in another checkout of the
    project, e.g. ``git worktree add /tmp/base HEAD``; the two alternate in order from repeat
    to repeat), then the bare loop (:func:`experiments.bench.bare_loop.bare_rounds`) in this
@@ -40,7 +40,6 @@ same models).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -58,12 +57,10 @@ from experiments.analysis.tables import text_table
 from experiments.bench.bare_loop import BareRun, bare_rounds
 from experiments.bench.common import (
     PHASES,
-    at_least,
     largest_accuracy_gap,
     load_average,
     progress,
     round_fields,
-    timed_run_parser,
     write_table,
 )
 from experiments.run.run_config import format_run_config
@@ -103,7 +100,7 @@ def log(text: str) -> None:
 
 @dataclass(frozen=True)
 class InProcessRun:
-    """One ``python -m experiments.run.inprocess`` run and what it measured.
+    """One ``fedcgd inprocess`` run and what it measured.
 
     Attributes
     ----------
@@ -159,23 +156,31 @@ def run_config_for(
     }
 
 
-#: Where the in-process engine's module lives, newest layout first (checkouts from before
-#: experiments/ was split into subpackages have it at the top level).
-ENGINE_MODULES = ("experiments.run.inprocess", "experiments.inprocess")
+#: How a checkout's in-process engine is started (the module file that tells the layout, the
+#: interpreter's arguments), newest layout first: the ``fedcgd`` tool, then older checkouts'
+#: ``python -m`` commands (before and after experiments/ was split into subpackages).
+ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("experiments/cli/__main__.py", ("-m", "experiments.cli", "inprocess")),
+    ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
+    ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
+)
 
 
-def engine_module(project: Path) -> str | None:
-    """The in-process engine's module in the checkout ``project``; None: not this project."""
-    for module in ENGINE_MODULES:
-        if (project / (module.replace(".", "/") + ".py")).is_file():
-            return module
+def engine_command(project: Path) -> list[str] | None:
+    """The interpreter's arguments that run the in-process engine of the checkout ``project``.
+
+    None: ``project`` is not a checkout of this project.
+    """
+    for marker, words in ENGINE_COMMANDS:
+        if (project / marker).is_file():
+            return list(words)
     return None
 
 
 def run_inprocess_process(
     project: Path, overrides: Mapping[str, Any], checkout: str, log_path: Path
 ) -> InProcessRun:
-    """Run the in-process engine (:func:`engine_module`) in ``project``'s folder; time it all.
+    """Run the in-process engine (:func:`engine_command`) in ``project``'s folder; time it all.
 
     Raises
     ------
@@ -183,10 +188,10 @@ def run_inprocess_process(
         With the end of the log when the run fails.
 
     """
-    module = engine_module(project)
-    if module is None:
+    words = engine_command(project)
+    if words is None:
         raise RuntimeError(f"{project}: not a checkout of this project (no in-process engine)")
-    command = [sys.executable, "-m", module]
+    command = [sys.executable, *words]
     command += ["--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = time.perf_counter()
@@ -304,39 +309,32 @@ def write_outputs(
     return write_table(out, header, table, payload)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line options."""
-    parser = timed_run_parser(
-        "Seconds per round: the in-process engine vs its arithmetic in a bare loop.",
-        default_rounds=20,
-        default_out=Path("results/bench-inprocess"),
-    )
-    parser.add_argument(
-        "--repeats", type=at_least(1), default=3, help="runs per checkout (default 3)"
-    )
-    parser.add_argument("--local-steps", type=int, default=5, help="tau (default 5)")
-    parser.add_argument("--policy", default="fedcgd-fscd", help="default fedcgd-fscd")
-    parser.add_argument(
-        "--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
-        help=f"channel.deadline-s (default {DEFAULT_DEADLINE_S})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--compare-with", type=Path, default=None,
-        help="another checkout of the project, timed beside this one (e.g. a git worktree)",
-    )  # fmt: skip
-    return parser
+@dataclass(frozen=True)
+class Options:
+    """The options of ``fedcgd bench inprocess`` (their defaults are the command's).
+
+    Rounds 2..``rounds`` of seeded runs are timed (round 1 holds the start-up: at least 2).
+    """
+
+    rounds: int
+    seed: int
+    out: Path
+    repeats: int
+    local_steps: int
+    policy: str
+    deadline_s: float
+    compare_with: Path | None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; return the exit code (0 on success)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def main(args: Options) -> int:
+    """Run the benchmark; return the exit code (0 on success, 2 for a bad ``--compare-with``)."""
     this = Path(__file__).resolve().parents[2]
     projects = {THIS: this}
     if args.compare_with is not None:
         other = args.compare_with.resolve()
-        if engine_module(other) is None:
-            parser.error(f"--compare-with {other}: not a checkout of this project")
+        if engine_command(other) is None:
+            print(f"error: --compare-with {other}: not a checkout of this project", file=sys.stderr)
+            return 2
         projects[OTHER] = other
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -409,7 +407,3 @@ def main(argv: list[str] | None = None) -> int:
     print()
     log(f"wrote {csv_path} and {json_path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m experiments.bench.round [--rounds 5] [--seed 0] [--threads 2]
-                                      [--out results/bench_round]
+    fedcgd bench round [--rounds 5] [--seed 0] [--threads 2]
+        [--out results/bench_round]
 
 What it does, in one invocation:
 
@@ -42,13 +42,11 @@ temporary file (data, ``FLWR_HOME``, result folders) is removed at the end.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -59,11 +57,9 @@ from typing import Any
 from experiments.analysis.tables import text_table
 from experiments.bench.common import (
     PHASES,
-    at_least,
     largest_accuracy_gap,
     progress,
     round_fields,
-    timed_run_parser,
     write_random_cifar10,
     write_table,
 )
@@ -331,28 +327,22 @@ def write_outputs(
 # --------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line options."""
-    parser = timed_run_parser(
-        "Seconds per round: flwr run vs the same computation in one plain process.",
-        default_rounds=5,
-        default_out=Path("results/bench_round"),
-    )
-    parser.add_argument(
-        "--threads",
-        type=at_least(1),
-        default=2,
-        help="torch threads of the plain process (default 2)",
-    )
-    parser.add_argument(
-        "--policies", default=",".join(POLICIES), help=f"default {','.join(POLICIES)}"
-    )
-    return parser
+@dataclass(frozen=True)
+class Options:
+    """The options of ``fedcgd bench round`` (their defaults are the command's).
+
+    Rounds 2..``rounds`` of seeded runs are timed (round 1 holds the start-up: at least 2).
+    """
+
+    rounds: int
+    seed: int
+    out: Path
+    threads: int
+    policies: str
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: Options) -> int:
     """Run the benchmark; return the exit code (0 on success)."""
-    args = build_parser().parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -438,7 +428,3 @@ def main(argv: list[str] | None = None) -> int:
     print()
     progress(f"wrote {csv_path} and {json_path}", phases)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,11 +2,11 @@
 
 Usage::
 
-    python -m experiments.bench.scale [--devices 1000 10000] [--rounds 4] [--samples 200000]
-                                      [--per-device] [--compare-with FOLDER]
-                                      [--out results/bench-scale]
+    fedcgd bench scale [--devices 1000,10000] [--rounds 4] [--samples 200000]
+        [--per-device] [--compare-with FOLDER]
+        [--out results/bench-scale]
 
-For each V of ``--devices``: one ``python -m experiments.run.inprocess`` run of ``--rounds`` rounds
+For each V of ``--devices``: one ``fedcgd inprocess`` run of ``--rounds`` rounds
 on MNIST-1D (``--samples`` samples, its 1-D CNN, the default settings otherwise: p_a = 0.5, so
 about V / 2 devices are queried a round, evaluation every round), as its own process in this
 checkout with cohort execution; with ``--per-device`` also with ``--per-device``; with
@@ -21,7 +21,6 @@ rounds. Writes ``<out>/table.csv`` and ``<out>/table.json``; prints the table.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import statistics
@@ -29,11 +28,13 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from experiments.analysis.tables import text_table
 from experiments.bench.common import write_table
+from experiments.bench.inprocess import engine_command
 from experiments.run.run_config import format_run_config
 from run_files.results import read_metrics_lines
 
@@ -69,7 +70,10 @@ def rounds_done(metrics_path: Path) -> int:
 
 def run_one(project: Path, overrides: dict[str, Any], per_device: bool, log_path: Path) -> dict:
     """Run one in-process run; return its per-round medians and memory figures."""
-    command = [sys.executable, "-m", "experiments.run.inprocess"]
+    words = engine_command(project)
+    if words is None:
+        raise RuntimeError(f"{project}: not a checkout of this project (no in-process engine)")
+    command = [sys.executable, *words]
     command += ["--run-config", format_run_config(overrides)]
     if per_device:
         command.append("--per-device")
@@ -112,18 +116,20 @@ def run_one(project: Path, overrides: dict[str, Any], per_device: bool, log_path
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Options:
+    """The options of ``fedcgd bench scale`` (their defaults are the command's)."""
+
+    devices: list[int]
+    rounds: int
+    samples: int
+    per_device: bool
+    compare_with: Path | None
+    out: Path
+
+
+def main(args: Options) -> int:
     """Run the benchmark; return the exit code (0 on success)."""
-    parser = argparse.ArgumentParser(description="In-process rounds at scale: phases, memory.")
-    parser.add_argument("--devices", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--rounds", type=int, default=4, help="rounds per run (>= 3)")
-    parser.add_argument("--samples", type=int, default=200_000, help="mnist1d-samples")
-    parser.add_argument("--per-device", action="store_true", help="also time cohorts off")
-    parser.add_argument("--compare-with", type=Path, default=None, help="another checkout")
-    parser.add_argument("--out", type=Path, default=Path("results/bench-scale"))
-    args = parser.parse_args(argv)
-    if args.rounds < 3:
-        parser.error(f"--rounds must be >= 3 (rounds 2..R are timed); got {args.rounds}")
     here = Path(__file__).resolve().parents[2]
     variants: list[tuple[str, Path, bool]] = [("cohorts", here, False)]
     if args.per_device:
@@ -165,7 +171,3 @@ def main(argv: list[str] | None = None) -> int:
     print(text_table("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)), lines))
     log(f"wrote {out / 'table.csv'} and {out / 'table.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

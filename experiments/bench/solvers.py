@@ -7,14 +7,14 @@ rows say how many of its answers were proven optimal.
 
 Usage::
 
-    python -m experiments.bench.solvers [--instances N --seed S --out results/bench_solvers]
+    fedcgd bench solvers [--instances N --seed S --out results/bench_solvers]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -64,24 +64,21 @@ def call(
     return func(problem)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description="Benchmark the P1 solvers.")
-    parser.add_argument("--out", type=Path, default=Path("results/bench_solvers"))
-    parser.add_argument("--instances", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-devices", type=str, default="16,32,64,128")
-    parser.add_argument("--speedup-devices", type=int, default=64)
-    parser.add_argument("--speedup-instances", type=int, default=3)
-    parser.add_argument("--milp-time-limit-s", type=float, default=0.5)
-    return parser
+@dataclass(frozen=True)
+class Options:
+    """The options of ``fedcgd bench solvers`` (their defaults are the command's)."""
+
+    out: Path
+    instances: int
+    seed: int
+    num_devices: str
+    speedup_devices: int
+    speedup_instances: int
+    milp_time_limit_s: float
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(args: Options) -> int:
     """Run the benchmark, print two tables and write ``times.csv`` and ``speedup.csv``."""
-    args = build_parser().parse_args(argv)
-    if args.instances < 1 or args.speedup_instances < 1:
-        raise ValueError("--instances and --speedup-instances must be >= 1")
     sizes = [int(x) for x in args.num_devices.split(",") if x]
     limit = args.milp_time_limit_s if args.milp_time_limit_s > 0 else None
     time_rows: list[dict[str, object]] = []
@@ -149,7 +146,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_csv(args.out / "speedup.csv", speed_rows)
     print(f"wrote {args.out / 'times.csv'} and {args.out / 'speedup.csv'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

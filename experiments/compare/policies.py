@@ -1,7 +1,7 @@
 """Run several scheduling policies on the same settings and seeds and compare them (Table II).
 
-``python -m experiments.compare.policies --policies fedcgd-fscd,bc,all --seeds 0,1,2,3,4
---out results/compare`` runs each (policy, seed) with ``flwr run`` into
+``fedcgd compare --policies fedcgd-fscd,bc,all --seeds 0,1,2,3,4 --out results/compare``
+(:mod:`experiments.cli`) runs each (policy, seed) with ``flwr run`` into
 ``<out>/<policy>/seed-<s>`` (run config ``seed=<s>``: with the same seed every policy sees the
 same devices, channel draws and partitions, so policies are compared paired by seed), then
 writes from the result files:
@@ -40,19 +40,19 @@ before the start; SIGINT / SIGTERM stop every process of the current run (130 / 
 first line names the output folder; after a failure or a signal the last line gives the same
 command to run again (:func:`experiments.run.resume_command.rerun_line`).
 
-This module holds the command line; the work is in :mod:`experiments.compare.plans` (settings
+This module holds what the command does; the work is in :mod:`experiments.compare.plans` (settings
 checked, kept runs decided), :mod:`experiments.compare.execution` (the runs run, their outcomes
 collected) and :mod:`experiments.compare.results` (rows, statistics, tables, curves).
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from experiments.compare.execution import ENGINES, run_policies
+from experiments.compare.execution import run_policies
 from experiments.compare.plans import (
     check_plans_before_start,
     check_policies,
@@ -64,66 +64,49 @@ from experiments.compare.plans import (
     with_policy_params,
 )
 from experiments.run.processes import exit_code_stopping_on_signals
-from experiments.run.resume_command import LastWords, python_command, rerun_line
-from experiments.run.run_config import (
-    parse_run_config_text,
-    path_argument,
-    validated_run_config,
-)
+from experiments.run.resume_command import LastWords, rerun_line
+from experiments.run.run_config import parse_run_config_text, validated_run_config
 from experiments.run.run_pool import resolve_jobs
 from run_files.atomic_files import ResultWriteError
 from run_files.folder_lock import claim_folder
 
+#: ``--policies`` by default: every policy of the paper's Table II and ``all``.
+DEFAULT_POLICIES = "fedcgd-fscd,fedcgd-gs,bc,bn2,poc,fedcbs,all"
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--policies", default="fedcgd-fscd,fedcgd-gs,bc,bn2,poc,fedcbs,all")
-    parser.add_argument(
-        "--seeds",
-        default=None,
-        help="comma-separated run seeds, e.g. 0,1,2,3,4 (default: the run config's seed, 0)",
-    )
-    parser.add_argument("--run-config", default="", help="overrides shared by every run")
-    parser.add_argument(
-        "--aggregators",
-        default=None,
-        help="comma-separated aggregators, one comparison each into <out>/aggregator=<name> "
-        "(default = the scheduler's FedAvg; e.g. default,FedMedian,FedTrimmedAvg)",
-    )
-    parser.add_argument("--out", type=path_argument("--out"), default=Path("results/compare"))
-    parser.add_argument("--num-supernodes", type=int, default=None)
-    parser.add_argument("--target-accuracy", type=float, default=None)
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="simulation",
-        help="simulation (flwr run, Ray), deployment (SuperNode processes) or inprocess "
-        "(one process, no Ray: same results, fastest for small models)",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="inprocess runs going at once, each in its own process with its output in "
-        "<run folder>/run.log (0: one per usable CPU core)",
-    )
-    args = parser.parse_args(argv)
-    words = sys.argv[1:] if argv is None else list(argv)
-    command = python_command("experiments.compare.policies", words)
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """The options of ``fedcgd compare`` (the defaults are the command's)."""
+
+    policies: str = DEFAULT_POLICIES
+    seeds: str | None = None
+    run_config: str = ""
+    aggregators: str | None = None
+    out: Path = Path("results/compare")
+    num_supernodes: int | None = None
+    target_accuracy: float | None = None
+    engine: str = "simulation"
+    jobs: int = 1
+
+
+def main(options: CompareOptions, command: str | None = None) -> int:
+    """``fedcgd compare``: :func:`compare` (or :func:`compare_aggregators`) stopping on signals.
+
+    ``command`` is the command line that started it (the last line of a stopped comparison).
+    """
     last_words = LastWords()
-    if args.aggregators is not None:
+    if options.aggregators is not None:
         return exit_code_stopping_on_signals(
-            lambda: compare_aggregators(args, command, last_words), last_words
+            lambda: compare_aggregators(options, command, last_words), last_words
         )
-    return exit_code_stopping_on_signals(lambda: compare(args, command, last_words), last_words)
+    return exit_code_stopping_on_signals(lambda: compare(options, command, last_words), last_words)
 
 
 #: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
 DEFAULT_AGGREGATOR_NAME = "default"
 
 
-def aggregator_comparisons(args: argparse.Namespace) -> list[argparse.Namespace]:
+def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
     """One comparison's arguments per aggregator of ``--aggregators``, all validated.
 
     Raises
@@ -132,8 +115,6 @@ def aggregator_comparisons(args: argparse.Namespace) -> list[argparse.Namespace]
         One line: an empty list, ``aggregator`` also in ``--run-config``, or an aggregator
         (with the shared ``aggregator-params``) that the run config refuses.
     """
-    import argparse as _argparse
-
     names = [a.strip() for a in str(args.aggregators).split(",") if a.strip()]
     if not names:
         raise ValueError("--aggregators is empty; allowed: comma-separated aggregator names")
@@ -147,12 +128,12 @@ def aggregator_comparisons(args: argparse.Namespace) -> list[argparse.Namespace]
         validated_run_config({**shared, "aggregator": value})
         text = f'{args.run_config} aggregator="{value}"'.strip()
         folder = out / f"aggregator={re.sub(r'[^A-Za-z0-9._-]', '_', name)}"
-        comparisons.append(_argparse.Namespace(**{**vars(args), "run_config": text, "out": folder}))
+        comparisons.append(replace(args, run_config=text, out=folder))
     return comparisons
 
 
 def compare_aggregators(
-    args: argparse.Namespace, command: str | None = None, last_words: LastWords | None = None
+    args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
     """:func:`compare` once per aggregator of ``--aggregators``; the worst exit code.
 
@@ -178,7 +159,7 @@ def compare_aggregators(
 
 
 def compare(
-    args: argparse.Namespace, command: str | None = None, last_words: LastWords | None = None
+    args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
     """Validate and plan every run, run them, write the tables; the exit code.
 
@@ -240,9 +221,3 @@ def compare(
     if result.code and command is not None:
         print(rerun_line(command), file=sys.stderr, flush=True)
     return result.code
-
-
-if __name__ == "__main__":
-    from experiments.run.processes import run_as_command
-
-    raise SystemExit(run_as_command(main))

@@ -1,6 +1,6 @@
 """Reproduce a table or figure of the paper from a Hydra preset in ``conf/experiment/``.
 
-``python -m experiments.compare.reproduce experiment=<name> 'seeds=[0,1,2,3,4]'`` runs every
+``fedcgd reproduce experiment=<name> 'seeds=[0,1,2,3,4]'`` (:mod:`experiments.cli`) runs every
 policy of the preset for every seed (default ``[0]``) and every combination of its sweep (e.g.
 ``local-steps: [1, 5]``) with ``flwr run``, then writes, under ``out`` (default
 ``results/<name>``):
@@ -49,7 +49,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.analysis.figure_titles import runs_title
@@ -75,7 +74,7 @@ from experiments.compare.plans import (
 from experiments.compare.results import RUN_COLUMNS, format_row, table_rows, write_table
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
-from experiments.run.resume_command import LastWords, python_command, rerun_line
+from experiments.run.resume_command import LastWords, fedcgd_command, rerun_line
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
@@ -226,36 +225,44 @@ def plan_sweep(
     return per_point
 
 
-#: The words of the command line as the user wrote them (before :func:`hydra_overrides`), set
-#: when the module runs as a command: the command a stopped preset's last line gives.
-COMMAND_WORDS: list[str] | None = None
+def load_preset(words: Sequence[str]) -> DictConfig:
+    """The config that the command-line overrides ``words`` compose (Hydra's compose API).
 
+    ``words`` as the user writes them (``experiment=digits_policies run.num-server-rounds=3``;
+    :func:`hydra_overrides` adds the ``++`` the open nodes need).
 
-def command_line() -> str | None:
-    """The command that started this preset, to run again; None when not known.
-
-    :data:`COMMAND_WORDS` when the module runs as a command, else Hydra's record of the
-    command-line overrides (with ``++`` where :func:`hydra_overrides` added it).
+    Raises
+    ------
+    ValueError
+        One line: an override Hydra refuses (an unknown preset, a key not in the config, a
+        value it cannot parse).
     """
-    words = COMMAND_WORDS
-    if words is None:
-        try:
-            from hydra.core.hydra_config import HydraConfig
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-            words = list(HydraConfig.get().overrides.task)
-        except ValueError:  # not started by Hydra's command line (a test calling it)
-            return None
-    return python_command("experiments.compare.reproduce", words)
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            return compose("config", overrides=hydra_overrides(words))
+    except (HydraException, OmegaConfBaseException) as err:
+        message = " ".join(str(err).split())
+        raise ValueError(f"{message} (overrides: {' '.join(words)})") from err
 
 
-@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
-def main(cfg: DictConfig) -> None:
-    """Run a preset (see the module docstring); exit code 0, 1 (a run failed), 2 or 130 / 143."""
-    command = command_line()
+def main(words: Sequence[str]) -> int:
+    """``fedcgd reproduce [KEY=VALUE ...]``: run a preset (see the module docstring).
+
+    Exit code 0, 1 (a run failed), 2 (refused before the start: a bad override too) or
+    130 / 143; a stopped preset's last line gives this same command to run again.
+    """
+    try:
+        cfg = load_preset(words)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    command = fedcgd_command(["reproduce", *words])
     last_words = LastWords()
-    code = exit_code_stopping_on_signals(lambda: reproduce(cfg, command, last_words), last_words)
-    if code:
-        raise SystemExit(code)
+    return exit_code_stopping_on_signals(lambda: reproduce(cfg, command, last_words), last_words)
 
 
 def reproduce(
@@ -399,11 +406,3 @@ def hydra_overrides(args: Sequence[str]) -> list[str]:
     are then refused by :func:`planned_runs` with one line listing the allowed ones.
     """
     return [f"++{a}" if a.startswith(OPEN_NODES) and "=" in a else a for a in args]
-
-
-if __name__ == "__main__":
-    from experiments.run.processes import run_as_command
-
-    COMMAND_WORDS = sys.argv[1:]
-    sys.argv[1:] = hydra_overrides(sys.argv[1:])
-    run_as_command(main)

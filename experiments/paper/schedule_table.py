@@ -1,6 +1,6 @@
 """Table II's "scheduled number" and "WEMD" columns from labels and the channel alone.
 
-``python -m experiments.paper.schedule_table [--drops 20 --rounds 50 --out results/schedule_table]``
+``fedcgd paper schedule-table [--drops 20 --rounds 50 --out results/schedule_table]``
 reproduces the two scheduling columns of the paper's Table II ("Performance of baselines":
 CIFAR-10, sort-and-partition with l = 1 shard per device, r = 1, τ = 1) for every policy, in
 seconds, without CIFAR images, training or a GPU. Every policy sees the same devices, the same
@@ -72,11 +72,10 @@ the table and plots :mod:`experiments.paper.schedule_report`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import fields, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from experiments.analysis.tables import write_csv
@@ -91,7 +90,6 @@ from experiments.paper.schedule_report import (
     table_rows,
 )
 from experiments.paper.schedule_simulation import (
-    LABEL_DIST_MODES,
     PolicySpec,
     TableSettings,
     choose_poc_candidates,
@@ -117,73 +115,33 @@ def _progress_printer(prefix: str) -> Callable[[int, int], None]:
     return step_reporter(f"{prefix}: drop")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line options (see the module docstring)."""
-    defaults = TableSettings()
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--drops", type=int, default=defaults.drops, help="drops (seeds)")
-    parser.add_argument("--rounds", type=int, default=defaults.rounds, help="rounds per drop")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="base seed")
-    parser.add_argument(
-        "--sigma-over-sqrt-b-g",
-        type=float,
-        default=defaults.sigma_over_sqrt_b_g,
-        help="FedCGD's sigma-hat / (sqrt(b) G-hat), fixed (no training here)",
-    )
-    parser.add_argument(
-        "--poc-candidates",
-        type=int,
-        default=defaults.poc_candidates,
-        help="POC's V' (0 = all available)",
-    )
-    parser.add_argument(
-        "--fit-poc",
-        action="store_true",
-        help="scan V' = 1..--fit-max, pick the one nearest the paper's 13.71, use it",
-    )
-    parser.add_argument("--fit-max", type=int, default=30, help="largest V' of --fit-poc")
-    parser.add_argument(
-        "--label-dist",
-        choices=LABEL_DIST_MODES,
-        default=defaults.label_dist,
-        help="p_v: histogram of the round's tau*b labels, or the whole shard",
-    )
-    parser.add_argument("--num-devices", type=int, default=defaults.num_devices, help="V")
-    parser.add_argument("--local-steps", type=int, default=defaults.local_steps, help="tau")
-    parser.add_argument(
-        "--pack-rule", choices=("stop", "skip"), default=defaults.pack_rule, help="best effort"
-    )
-    parser.add_argument(
-        "--policies",
-        default=",".join(TABLE_POLICIES),
-        help="comma-separated policies (Table II's by default)",
-    )
-    parser.add_argument("--out", type=Path, default=Path("results/schedule_table"))
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    return parser
+def main(
+    settings: TableSettings,
+    policies_text: str,
+    out: Path,
+    *,
+    fit_poc_max: int | None = None,
+    quiet: bool = False,
+) -> int:
+    """``fedcgd paper schedule-table``: simulate, print the table and write the files.
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the simulation, print the table and write the files."""
-    args = build_parser().parse_args(argv)
-    policies = [p.strip() for p in str(args.policies).split(",") if p.strip()]
+    ``policies_text`` is comma-separated (Table II's by default); ``fit_poc_max`` scans POC's
+    V' = 1..it first and uses the one nearest the paper's 13.71. Exit code 2 with one line
+    for an unknown policy.
+    """
+    policies = [p.strip() for p in policies_text.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown:
-        raise SystemExit(f"unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}")
-    if args.fit_max < 1:
-        raise SystemExit("--fit-max must be >= 1")
-    # The options named after a settings field (the others steer the command).
-    names = {f.name for f in fields(TableSettings)}
-    settings = TableSettings(**{k: v for k, v in vars(args).items() if k in names})
-    out: Path = args.out
+        print(
+            f"error: unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}",
+            file=sys.stderr,
+        )
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     written: list[Path] = []
-    if args.fit_poc:
-        fit_rows = fit_poc(settings, args.fit_max, None if args.quiet else _progress_printer("fit"))
+    if fit_poc_max is not None:
+        fit_rows = fit_poc(settings, fit_poc_max, None if quiet else _progress_printer("fit"))
         chosen = choose_poc_candidates(
             [int(number(r["poc_candidates"])) for r in fit_rows],
             [number(r["mean_scheduled"]) for r in fit_rows],
@@ -194,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         written += [out / "poc_fit.csv", out / "poc_fit.png"]
         settings = replace(settings, poc_candidates=chosen)
     specs = [PolicySpec(p, p, settings.poc_candidates if p == "poc" else 0) for p in policies]
-    results = simulate(settings, specs, None if args.quiet else _progress_printer("table"))
+    results = simulate(settings, specs, None if quiet else _progress_printer("table"))
     rows = table_rows(settings, results)
     elapsed = time.perf_counter() - start
     print(
@@ -209,7 +167,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     written += [out / "table.csv", out / "table.png"]
     print(f"{elapsed:.1f} s; wrote " + ", ".join(map(str, written)))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,15 +14,15 @@ certified). ``rel_error_upper`` = (obj - lower bound) / lower bound bounds the t
 
 Usage::
 
-    python -m experiments.paper.solver_performance --out results/solver_performance \
+    fedcgd paper solver-performance --out results/solver_performance \
         [--instances N --seed S]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -313,45 +313,22 @@ def plot(
     plt.close(fig)
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x]
+@dataclass(frozen=True)
+class Options:
+    """The options of ``fedcgd paper solver-performance`` (their defaults are the command's)."""
+
+    out: Path
+    instances: int
+    seed: int
+    num_devices: list[int]
+    alphas: list[float]
+    ratios: list[float]
+    milp_time_limit_s: float
+    docs_png: str
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, default=Path("results/solver_performance"))
-    parser.add_argument("--instances", type=int, default=1, help="instances per (V, alpha)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-devices", type=_ints, default=list(range(16, 65, 8)))
-    parser.add_argument("--alphas", type=_floats, default=[0.1, 1.0, 10.0])
-    parser.add_argument("--ratios", type=_floats, default=[0.1, 0.3, 1.0, 3.0, 10.0])
-    parser.add_argument(
-        "--milp-time-limit-s",
-        type=float,
-        default=0.2,
-        help="time limit per MILP of the exact solver (<= 0: none)",
-    )
-    parser.add_argument(
-        "--docs-png",
-        type=str,
-        default="",
-        help="also write the figure here (e.g. docs/img/solver_performance.png to refresh the "
-        "copy in docs/evidence.md); default: only under --out",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(args: Options) -> int:
     """Run the sweep, write ``rows.csv``, ``summary.csv`` and ``solver_performance.png``."""
-    args = build_parser().parse_args(argv)
-    for name in ("instances",):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
     limit = args.milp_time_limit_s if args.milp_time_limit_s > 0 else None
     rows = run(args.num_devices, args.alphas, args.ratios, args.instances, args.seed, limit)
     summary = summarise(rows)
@@ -377,7 +354,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     written = [args.out / "rows.csv", args.out / "summary.csv", *paths]
     print("wrote " + ", ".join(map(str, written)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

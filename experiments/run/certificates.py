@@ -1,6 +1,6 @@
 """Certificates and keys for a TLS deployment with SuperNode authentication.
 
-``python -m experiments.run.certificates --out certificates --supernodes 4`` writes
+``fedcgd certificates --out certificates --supernodes 4`` writes
 
 * ``ca.crt`` / ``ca.key``: a self-signed certificate authority (the SuperNodes' and ``flwr``'s
   ``--root-certificates``),
@@ -22,7 +22,6 @@ set is never overwritten, so keys a deployment uses are not replaced behind its 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import ipaddress
@@ -31,7 +30,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +38,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-from experiments.run.run_config import path_argument
 
 #: Certificates are valid this long from their creation.
 VALIDITY = dt.timedelta(days=365)
@@ -267,23 +264,12 @@ def tls_certificates(
             shutil.rmtree(target, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: write the certificate set."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=path_argument("--out"), default=Path("certificates"))
-    parser.add_argument("--supernodes", type=int, default=4)
-    parser.add_argument(
-        "--host", action="append", default=[], help="extra SuperLink name (repeatable)"
-    )
-    args = parser.parse_args(argv)
+def main(out: Path, supernodes: int = 4, hosts: Sequence[str] = ()) -> int:
+    """``fedcgd certificates``: write the certificate set into ``out``; the exit code."""
     try:
-        made = make_certificates(args.out, supernodes=args.supernodes, hosts=tuple(args.host))
+        made = make_certificates(out, supernodes=supernodes, hosts=tuple(hosts))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {made.ca_cert}, {made.server_cert}, {len(made.supernode_keys)} SuperNode keys")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

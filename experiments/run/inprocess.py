@@ -14,8 +14,8 @@ phase are computed together (:mod:`client_app.cohort`): sigma-hat of all queried
 batched passes, the scheduled devices' local steps batched with ``torch.func.vmap``; each
 device's ClientApp still builds its own reply from its result. The engine owns its
 :class:`~client_app.cohort.Cohorts` and hands it to its grid and to the ClientApp it builds
-(:func:`client_app.app.make_app`). ``cohorts=False`` (command line
-``--per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
+(:func:`client_app.app.make_app`). ``cohorts=False`` (``fedcgd inprocess
+--per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
 are handled on this process's thread: use it for small models; the simulation engine
 (``flwr run``) and deployments are the real engines.
 
@@ -26,14 +26,17 @@ no reply for ``stall-limit-s`` stops the run as stuck
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context, Error, Message
 from flwr.supercore.task_identity import TaskIdentity
 
+from experiments.run.launcher import DEFAULT_RESULTS
+from experiments.run.resume_command import StartedAs
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_strategy.flower.simulation import describe_unanswered, stall_alarm
 from fedcgd_task.errors import OneLineMessage
@@ -45,6 +48,21 @@ if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
 
 Handler = Callable[[Message, Context], Message]
+
+
+@dataclass(frozen=True)
+class InProcessOptions:
+    """The options of ``fedcgd inprocess`` (the defaults are the command's).
+
+    ``cohort_threads`` 0 is one per usable CPU core; ``per_device`` hands every message to
+    the ClientApp alone (no cohort execution).
+    """
+
+    run_config: str = ""
+    per_device: bool = False
+    cohort_threads: int = 0
+    out: Path = DEFAULT_RESULTS
+
 
 #: Error code of the reply a raising handler produces (Flower's ClientApp exception code).
 CLIENT_APP_RAISED = 1
@@ -198,29 +216,8 @@ def run_inprocess(
     return run_federation(grid, config)
 
 
-def inprocess_parser() -> argparse.ArgumentParser:
-    """The in-process engine's command-line options."""
-    from experiments.run.launcher import add_out_argument
-
-    parser = argparse.ArgumentParser(description="Run the app in one process (no Ray).")
-    parser.add_argument("--run-config", default="", help="overrides, as for the launcher")
-    parser.add_argument(
-        "--per-device",
-        action="store_true",
-        help="hand every message to the ClientApp alone (no cohort execution)",
-    )
-    parser.add_argument(
-        "--cohort-threads",
-        type=int,
-        default=0,
-        help="threads for a cohort's sigma-hat passes (default 0: one per usable CPU core)",
-    )
-    add_out_argument(parser)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: one run in this process (``--run-config`` as for the launcher).
+def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
+    """``fedcgd inprocess``: one run in this process (``--run-config`` as for ``fedcgd run``).
 
     The first line names the run's folder. Exit code (and last line): 0 completed, 1 failed,
     2 refused before the start (:func:`experiments.run.preflight.run_outcome`), 130 / 143 on
@@ -232,10 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.run.resume_command import LastWords
 
     last_words = LastWords()
-    return exit_code_stopping_on_signals(lambda: run_command(argv, last_words), last_words)
+    return exit_code_stopping_on_signals(
+        lambda: run_command(options, started or StartedAs(("inprocess",)), last_words),
+        last_words,
+    )
 
 
-def run_command(argv: list[str] | None, last_words: LastWords) -> int:
+def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWords) -> int:
     """:func:`main` without the signal handling."""
     import json
     import sys
@@ -251,10 +251,6 @@ def run_command(argv: list[str] | None, last_words: LastWords) -> int:
     )
     from experiments.run.run_pool import usable_cores
 
-    parser = inprocess_parser()
-    args = parser.parse_args(argv)
-    if args.cohort_threads < 0:
-        parser.error(f"--cohort-threads: got {args.cohort_threads}; allowed: >= 1, or 0")
     threads = args.cohort_threads or usable_cores()
     try:  # the run's folder is locked from here until this process ends
         given = parse_run_config_text(args.run_config)
@@ -265,9 +261,7 @@ def run_command(argv: list[str] | None, last_words: LastWords) -> int:
         return 2
     result_dir = effective_result_dir(config)
     print(f"result folder: {result_dir}", flush=True)
-    resume, again = single_run_commands(
-        "experiments.run.inprocess", parser, args, given, result_dir
-    )
+    resume, again = single_run_commands(started, given, result_dir)
     every = int(config["checkpoint-every"])
     last_words.set(lambda: single_run_line(result_dir, resume, again, every))
     launched_unix_s = time.time()
@@ -286,9 +280,3 @@ def run_command(argv: list[str] | None, last_words: LastWords) -> int:
     if outcome.code:
         print(last_words(), file=sys.stderr)
     return outcome.code
-
-
-if __name__ == "__main__":
-    from experiments.run.processes import run_as_command
-
-    raise SystemExit(run_as_command(main))

@@ -1,7 +1,7 @@
 """Run the app in Flower's simulation engine with ``flwr run`` and a SuperLink we own.
 
-The command line of one run: ``python -m experiments.run.launcher --run-config "policy='bc'
-num-server-rounds=5"`` runs one simulation on a SuperLink of its own
+The command line of one run: ``fedcgd run --run-config "policy='bc' num-server-rounds=5"``
+(:mod:`experiments.cli`) runs one simulation on a SuperLink of its own
 (:class:`experiments.run.federation.LocalFederation`), stopped by its PID when the run ends,
 also on errors and Ctrl-C: nothing is left running. With ``--deployment`` the same app runs on
 ``flower-supernode`` processes (one per device, each message in a fresh ClientApp process)
@@ -13,11 +13,10 @@ continues it (:mod:`experiments.run.resume_command`).
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +28,9 @@ from experiments.run.flwr_run import (
     run_on_superlink,
 )
 from experiments.run.processes import exit_code_stopping_on_signals
+from experiments.run.resume_command import StartedAs
 from experiments.run.run_config import (
     parse_run_config_text,
-    path_argument,
     validated_run_config,
     with_resolved_data_dir,
 )
@@ -45,8 +44,26 @@ if TYPE_CHECKING:
 DEFAULT_RESULTS = PROJECT_DIR / "results"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line (see :func:`run_command`); SIGINT / SIGTERM stop every process it started.
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The options of ``fedcgd run`` (docs/running.md); the defaults are the command's."""
+
+    run_config: str = ""
+    num_supernodes: int | None = None
+    deployment: bool = False
+    cpus_per_client: int = 1
+    gpus_per_client: float = 0.0
+    out: Path = DEFAULT_RESULTS
+    tls: bool = False
+    certificates_dir: Path | None = None
+    ray_address: str | None = None
+    flwr_home: Path | None = None
+    superlink: str | None = None
+    root_certificates: Path | None = None
+
+
+def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
+    """``fedcgd run`` (see :func:`run_command`); SIGINT / SIGTERM stop every process it started.
 
     On a signal the run's processes are stopped and one line says so; the exit code is 130
     (SIGINT, Ctrl-C) or 143 (SIGTERM). The last line then gives the command that continues the
@@ -55,19 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.run.resume_command import LastWords
 
     last_words = LastWords()
-    return exit_code_stopping_on_signals(lambda: run_command(argv, last_words), last_words)
-
-
-def add_out_argument(parser: argparse.ArgumentParser) -> None:
-    """``--out DIR`` (alias ``--results``): where a single run's timestamped folder goes."""
-    parser.add_argument(
-        "--out",
-        "--results",
-        dest="out",
-        type=path_argument("--out"),
-        default=DEFAULT_RESULTS,
-        help="folder for the run's result folder <policy>-<UTC time> (default: results/; "
-        "ignored when the run config sets result-dir or resume-from)",
+    return exit_code_stopping_on_signals(
+        lambda: run_command(options, started, last_words), last_words
     )
 
 
@@ -85,70 +91,17 @@ def result_files(result_dir: Path) -> list[str]:
     return [name for name in names if (result_dir / name).is_file()]
 
 
-def launcher_parser() -> argparse.ArgumentParser:
-    """The launcher's command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--run-config",
-        default="",
-        help="overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of [tool.flwr.app.config])",
-    )
-    parser.add_argument("--num-supernodes", type=int, default=None, help="default: num-devices")
-    parser.add_argument(
-        "--deployment",
-        action="store_true",
-        help="run SuperNode processes on loopback instead of the simulation engine",
-    )
-    parser.add_argument("--cpus-per-client", type=int, default=1)
-    parser.add_argument("--gpus-per-client", type=float, default=0.0)
-    add_out_argument(parser)
-    parser.add_argument(
-        "--tls",
-        action="store_true",
-        help="TLS on every connection and SuperNode authentication (certificates are generated)",
-    )
-    parser.add_argument(
-        "--certificates-dir",
-        type=path_argument("--certificates-dir"),
-        default=None,
-        help="with --tls: write the certificates and keys here and keep them (default: a "
-        "temporary folder, removed at the end)",
-    )
-    parser.add_argument(
-        "--ray-address",
-        default=os.environ.get("RAY_ADDRESS") or None,
-        help="join this Ray cluster for the simulation (e.g. HEAD:6379; default: $RAY_ADDRESS)",
-    )
-    parser.add_argument(
-        "--flwr-home",
-        type=path_argument("--flwr-home"),
-        default=None,
-        help="FLWR_HOME for the run (default: a fresh temporary folder); on a Ray cluster of "
-        "several machines it must be a shared folder at the same path everywhere",
-    )
-    parser.add_argument(
-        "--superlink",
-        default=None,
-        help="run on an existing SuperLink at HOST:PORT instead of starting one",
-    )
-    parser.add_argument(
-        "--root-certificates",
-        type=path_argument("--root-certificates"),
-        default=None,
-        help="with --superlink: CA certificate of a TLS SuperLink (default: insecure)",
-    )
-    return parser
-
-
-def run_command(argv: list[str] | None = None, last_words: LastWords | None = None) -> int:
-    """Command line: one simulation run, results under ``results/<policy>-<time>``.
+def run_command(
+    args: LaunchOptions, started: StartedAs | None = None, last_words: LastWords | None = None
+) -> int:
+    """One simulation run, results under ``results/<policy>-<time>``; the exit code.
 
     The first line names the run's folder once it is taken; ``last_words`` learns how the run
-    continues (the command a stopped run's last line gives).
+    continues (the command a stopped run's last line gives, from the options it was
+    ``started`` with: ``fedcgd run`` with ``args`` by default).
     """
-    parser = launcher_parser()
-    args = parser.parse_args(argv)
-
+    if started is None:
+        started = StartedAs(("run",))
     try:
         overrides = parse_run_config_text(args.run_config)
         merged = validated_run_config(overrides)
@@ -187,7 +140,7 @@ def run_command(argv: list[str] | None = None, last_words: LastWords | None = No
         overrides["result-dir"] = merged["result-dir"]
     result_dir = effective_result_dir(merged)
     print(f"result folder: {result_dir}", flush=True)
-    continuing = continue_line(parser, args, user_overrides, merged)
+    continuing = continue_line(started, args, user_overrides, merged)
     if last_words is not None:
         last_words.set(continuing)
     try:
@@ -198,8 +151,8 @@ def run_command(argv: list[str] | None = None, last_words: LastWords | None = No
 
 
 def continue_line(
-    parser: argparse.ArgumentParser,
-    args: argparse.Namespace,
+    started: StartedAs,
+    args: LaunchOptions,
     overrides: Mapping[str, Any],
     merged: Mapping[str, Any],
 ) -> Callable[[], str]:
@@ -213,9 +166,7 @@ def continue_line(
     from experiments.run.resume_command import single_run_commands, single_run_line
 
     result_dir = effective_result_dir(merged)
-    resume, again = single_run_commands(
-        "experiments.run.launcher", parser, args, overrides, result_dir
-    )
+    resume, again = single_run_commands(started, overrides, result_dir)
     every = int(merged.get("checkpoint-every", 1))
     if args.superlink:  # the folder lies on the SuperLink's machine: nothing to read here
         return lambda: (
@@ -226,7 +177,7 @@ def continue_line(
 
 
 def launch_run(
-    args: argparse.Namespace,
+    args: LaunchOptions,
     overrides: dict[str, Any],
     merged: dict[str, Any],
     continuing: Callable[[], str] | None = None,
@@ -274,9 +225,3 @@ def launch_run(
     print(f"\nResults: {result_dir} ({', '.join(result_files(result_dir))})")
     print(outcome.message)
     return 0
-
-
-if __name__ == "__main__":
-    from experiments.run.processes import run_as_command
-
-    raise SystemExit(run_as_command(main))

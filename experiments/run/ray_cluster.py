@@ -11,8 +11,8 @@ addresses, so on a machine with a network interface its nodes would talk over th
 The cluster therefore refuses to start unless Ray's own detection finds no route off the
 machine, i.e. inside a network namespace that has only loopback::
 
-    unshare --net sh -c 'ip link set lo up && exec .venv/bin/python -m experiments.run.ray_cluster \
-        --workers 1 -- .venv/bin/python -m experiments.run.launcher --run-config "num-devices=4"'
+    unshare --net sh -c 'ip link set lo up && exec .venv/bin/fedcgd ray-cluster run \
+        --workers 1 -- .venv/bin/fedcgd run --run-config "num-devices=4"'
 
 The command after ``--`` runs with ``RAY_ADDRESS`` set to the cluster (the launcher's SuperLink
 inherits it); the cluster is stopped when the command ends. On real machines use ``ray start``
@@ -21,7 +21,6 @@ directly (see docs/deployment.md, "Scale-out on a Ray cluster").
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import json
 import os
@@ -33,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -363,26 +363,23 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.1)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: start the cluster, run the command after ``--`` with RAY_ADDRESS, stop."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, command = argv[:split], argv[split + 1 :]
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
-        usage="%(prog)s [options] -- COMMAND [ARG ...]",
-    )
-    parser.add_argument("--workers", type=int, default=1, help="worker nodes besides the head")
-    parser.add_argument("--cpus-per-node", type=int, default=1)
-    parser.add_argument("--object-store-mb", type=int, default=200)
-    parser.add_argument("--temp-dir", type=Path, default=None, help="default: a fresh folder")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
-    args = parser.parse_args(argv)
-    if not command:
-        parser.error("give the command to run after --")
+def main(
+    command: Sequence[str],
+    workers: int = 1,
+    cpus_per_node: int = 1,
+    object_store_mb: int = 200,
+    temp_dir: Path | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> int:
+    """``fedcgd ray-cluster run``: start the cluster, run ``command`` with RAY_ADDRESS, stop.
 
+    The exit code is the command's; 2 when refused before the start (no command, a network
+    namespace that is not loopback-only), 1 when the cluster did not start, 130 / 143 on
+    SIGINT / SIGTERM.
+    """
+    if not command:
+        print("error: give the command to run after --", file=sys.stderr)
+        return 2
     received: list[int] = []
     stopping = False
 
@@ -395,11 +392,7 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     cluster = LocalRayCluster(
-        args.workers,
-        args.cpus_per_node,
-        args.temp_dir,
-        object_store_mb=args.object_store_mb,
-        timeout_s=args.timeout,
+        workers, cpus_per_node, temp_dir, object_store_mb=object_store_mb, timeout_s=timeout_s
     )
     try:
         with cluster:
@@ -439,7 +432,3 @@ def _stop_command(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

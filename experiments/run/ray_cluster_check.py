@@ -7,13 +7,12 @@ the cluster's GCS where Flower's ClientApp actors lived and handled messages
 of the cluster ran ClientApp work. Meant to run under :mod:`experiments.run.ray_cluster`, inside a
 loopback-only network namespace::
 
-    unshare --net sh -c 'ip link set lo up && exec .venv/bin/python -m experiments.run.ray_cluster \
-        --workers 1 -- .venv/bin/python -m experiments.run.ray_cluster_check --result-dir /tmp/rc'
+    unshare --net sh -c 'ip link set lo up && exec .venv/bin/fedcgd ray-cluster run \
+        --workers 1 -- .venv/bin/fedcgd ray-cluster check --result-dir /tmp/rc'
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -143,30 +142,25 @@ def check(
     return {"returncode": proc.returncode, **placement, "spread": spread}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: run the check against ``RAY_ADDRESS``; exit code 0 when it passes."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--result-dir", type=Path, required=True)
-    parser.add_argument("--num-devices", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--cpus-per-client", type=int, default=1)
-    parser.add_argument("--flwr-home", type=Path, default=None)
-    args = parser.parse_args(argv)
+def main(
+    result_dir: Path,
+    num_devices: int = 4,
+    rounds: int = 2,
+    cpus_per_client: int = 1,
+    flwr_home: Path | None = None,
+) -> int:
+    """``fedcgd ray-cluster check``: the check against ``RAY_ADDRESS``; 0 when it passes."""
     address = os.environ.get("RAY_ADDRESS", "")
     if not address or address == "auto":
         print("error: set RAY_ADDRESS to the cluster's HOST:PORT", file=sys.stderr)
         return 2
     report = check(
         address,
-        args.result_dir,
-        num_devices=args.num_devices,
-        rounds=args.rounds,
-        cpus_per_client=args.cpus_per_client,
-        flwr_home=args.flwr_home,
+        result_dir,
+        num_devices=num_devices,
+        rounds=rounds,
+        cpus_per_client=cpus_per_client,
+        flwr_home=flwr_home,
     )
     print(REPORT_PREFIX + json.dumps(report), flush=True)
     return 0 if report["returncode"] == 0 and report["spread"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

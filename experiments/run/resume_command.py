@@ -5,15 +5,15 @@ the same command and ``resume-from`` set to the folder (:func:`single_run_line`)
 it cannot (no checkpoint yet, or nothing left to run). A comparison or a preset continues when
 the same command runs again: completed runs are kept, stopped ones resume from their
 checkpoints (:func:`rerun_line`). Commands are written for a POSIX shell, to be started in the
-working folder of the command that stopped (:func:`python_command`).
+working folder of the command that stopped (:func:`fedcgd_command`).
 """
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,43 +26,44 @@ FOLDER_KEYS = ("result-dir", "resume-from")
 MODEL_NAME = "model.pt"
 
 
-def python_command(module: str, args: Sequence[str]) -> str:
-    """The command line ``<interpreter> -m <module> <args>``, quoted for a POSIX shell.
+#: The console script of the project (``[project.scripts]`` in pyproject.toml).
+SCRIPT = "fedcgd"
 
-    The interpreter is written relative to the working folder when it lies inside it
-    (``.venv/bin/python``, as the README writes it), else as an absolute path.
+
+def fedcgd_command(words: Sequence[str]) -> str:
+    """The command line ``fedcgd <words>``, quoted for a POSIX shell.
+
+    The script is the one installed beside this interpreter, written relative to the working
+    folder when it lies inside it (``.venv/bin/fedcgd``, as the README writes it), else as an
+    absolute path; where it is not installed, ``<interpreter> -m experiments.cli``.
     """
-    executable = Path(sys.executable)
+    script = Path(sys.executable).with_name(SCRIPT)
+    program = [str(script)] if script.is_file() else [sys.executable, "-m", "experiments.cli"]
     try:
-        shown = str(executable.relative_to(Path.cwd()))
-        if "/" not in shown:
-            shown = f"./{shown}"  # not looked up on PATH
+        shown = str(Path(program[0]).relative_to(Path.cwd()))
+        program[0] = shown if "/" in shown else f"./{shown}"  # not looked up on PATH
     except ValueError:
-        shown = str(executable)
-    return shlex.join([shown, "-m", module, *args])
+        pass
+    return shlex.join([*program, *words])
 
 
-def changed_options(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, skip: Collection[str] = ()
-) -> list[str]:
-    """The options of ``args`` whose values differ from ``parser``'s defaults, as words.
+@dataclass(frozen=True)
+class StartedAs:
+    """How a single run was started, for the commands that continue it.
 
-    Flags (options without a value) are written when set; options with a value as their first
-    name and the value (``--out results/x``). Destinations in ``skip`` are left out.
+    Attributes
+    ----------
+    subcommand : tuple of str
+        The words that name the command (``("run",)``).
+    options : tuple of str
+        The options it was given, ``--run-config`` and ``--out`` aside.
+    out : tuple of str
+        ``--out`` and its value when given, else empty.
     """
-    words: list[str] = []
-    for action in parser._actions:
-        if not action.option_strings or action.dest in skip or action.dest == "help":
-            continue
-        value = getattr(args, action.dest, action.default)
-        if value == action.default:
-            continue
-        if action.nargs == 0:  # a flag: store_true
-            if value:
-                words.append(action.option_strings[0])
-            continue
-        words += [action.option_strings[0], str(value)]
-    return words
+
+    subcommand: tuple[str, ...]
+    options: tuple[str, ...] = ()
+    out: tuple[str, ...] = ()
 
 
 def resume_overrides(overrides: Mapping[str, Any], result_dir: Path) -> dict[str, Any]:
@@ -80,20 +81,14 @@ def fresh_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def single_run_commands(
-    module: str,
-    parser: argparse.ArgumentParser,
-    args: argparse.Namespace,
-    overrides: Mapping[str, Any],
-    result_dir: Path,
+    started: StartedAs, overrides: Mapping[str, Any], result_dir: Path
 ) -> tuple[str, str]:
     """The commands that continue a single run, and that start it again in a new folder.
 
     Parameters
     ----------
-    module : str
-        The entry point (``experiments.run.launcher``, ``experiments.run.inprocess``).
-    parser, args : argparse
-        Its options and the values the run was started with.
+    started : StartedAs
+        The command and options the run was started with.
     overrides : mapping
         The ``--run-config`` the run was started with (parsed, not merged with the defaults).
     result_dir : Path
@@ -108,13 +103,17 @@ def single_run_commands(
     """
     from experiments.run.run_config import format_run_config
 
-    resume_words = changed_options(parser, args, skip=("run_config", "out"))
-    resume_words += ["--run-config", format_run_config(resume_overrides(overrides, result_dir))]
-    again_words = changed_options(parser, args, skip=("run_config",))
+    head = [*started.subcommand, *started.options]
+    resume_words = [
+        *head,
+        "--run-config",
+        format_run_config(resume_overrides(overrides, result_dir)),
+    ]
+    again_words = [*head, *started.out]
     fresh = fresh_overrides(overrides)
     if fresh:
         again_words += ["--run-config", format_run_config(fresh)]
-    return python_command(module, resume_words), python_command(module, again_words)
+    return fedcgd_command(resume_words), fedcgd_command(again_words)
 
 
 def _status(result_dir: Path) -> RunStatus | None:

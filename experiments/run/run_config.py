@@ -12,18 +12,16 @@ backslashes, non-ASCII and non-BMP characters) goes through unchanged.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import re
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from fedcgd_task.setting import check_path_names
 from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, set_once
 
 #: A run-config key: TOML bare keys joined by dots (``channel.deadline-s``).
@@ -86,23 +84,6 @@ def run_config_toml(values: Mapping[str, Any]) -> str:
                 raise ValueError(f"run-config key {key!r}: {part!r} is also given a value")
         table[name] = value
     return tomli_w.dumps(nested)
-
-
-def path_argument(option: str) -> Callable[[str], Path]:
-    """An argparse ``type`` for a path option: the path, or the error that refuses it.
-
-    The checks of a run-config path (:func:`fedcgd_task.setting.check_path_names`): a
-    control character or a name that is not UTF-8 could not be printed on one line, written
-    to a run config, or given back in a printed command.
-    """
-
-    def path(text: str) -> Path:
-        try:
-            return Path(check_path_names(text, option, label=option))
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from err
-
-    return path
 
 
 def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A sweep of small-model runs (:mod:`experiments.run.inprocess`) keeps one core busy per run, so a
 machine with several cores finishes a preset about ``jobs`` times sooner when that many runs go
-at once. Each run is its own ``python -m experiments.run.inprocess`` process (a crash, a hang or a
+at once. Each run is its own ``fedcgd inprocess`` process (a crash, a hang or a
 leak costs that run only, and it can be stopped by its PID), in a session of its own, with its
 output in a log file (``run.log`` in its result folder: the per-round lines of several runs
 would tear each other apart on one terminal), under a guard that kills it, and everything it
@@ -73,7 +73,8 @@ def inprocess_command(overrides: Mapping[str, Any], *, cohort_threads: int = 0) 
     return [
         sys.executable,
         "-m",
-        "experiments.run.inprocess",
+        "experiments.cli",
+        "inprocess",
         "--run-config",
         format_run_config(overrides),
         "--cohort-threads",

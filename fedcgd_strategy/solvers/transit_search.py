@@ -9,7 +9,7 @@ dominant class, (iii) evaluates only the swaps whose bound does not exceed the b
 and (iv) settles near-ties by evaluating the few grid rows involved exactly as the dense grid
 does, so that the decisions, tie-breaking included, are those of the dense search
 (:func:`~experiments.bench.reference_solvers.swap_search_dense`). At 1,000-3,000 candidate devices
-this is 10-20 times faster (``python -m experiments.bench.fscd_scale``). Pure numpy (threadpoolctl,
+this is 10-20 times faster (``fedcgd bench fscd-scale``). Pure numpy (threadpoolctl,
 when installed, only to keep BLAS on one thread).
 """
 

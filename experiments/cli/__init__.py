@@ -1,0 +1,101 @@
+"""``fedcgd``: the project's command-line tool (the console script of pyproject.toml).
+
+One Typer app with a subcommand for each thing users do: ``run`` (one run with ``flwr run``),
+``inprocess`` (one run in this process), ``compare`` (policies over seeds), ``reproduce`` (a
+paper preset, Hydra ``key=value`` overrides), ``plot``, ``certificates``, ``channel-report``,
+``ray-cluster run|check``, ``paper ...`` and ``bench ...``. Each command declares its options
+here and calls the function that does the work; the modules hold no option parsing.
+``fedcgd --help`` lists them; ``fedcgd COMMAND --help`` gives each one's options.
+
+Exit codes: 0 done, 1 failed, 2 refused before anything started (a bad option or setting: one
+line ``error: ...`` on stderr), 130 / 143 stopped by SIGINT / SIGTERM. :func:`main` is the
+console script (nothing it started outlives it); :func:`invoke` runs a command line in this
+process (tests).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+import typer
+
+from experiments.cli import measure, runs, tools
+
+app = typer.Typer(
+    name="fedcgd",
+    help="FedCGD on Flower: runs, comparisons, paper presets, figures and benchmarks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("run")(runs.run_command)
+app.command("inprocess")(runs.inprocess_command)
+app.command("compare")(runs.compare_command)
+app.command("reproduce", context_settings={"ignore_unknown_options": True})(runs.reproduce_command)
+app.command("plot")(runs.plot_command)
+app.command("certificates")(tools.certificates_command)
+app.command("channel-report")(tools.channel_report_command)
+
+ray_cluster = typer.Typer(
+    help="A Ray cluster of several nodes on loopback (docs/deployment.md; needs a network "
+    "namespace with loopback only).",
+    no_args_is_help=True,
+)
+ray_cluster.command("run")(tools.ray_cluster_run_command)
+ray_cluster.command("check")(tools.ray_cluster_check_command)
+app.add_typer(ray_cluster, name="ray-cluster")
+
+paper = typer.Typer(
+    help="The paper's figures and tables that need no training.", no_args_is_help=True
+)
+paper.command("solver-performance")(measure.solver_performance_command)
+paper.command("schedule-table")(measure.schedule_table_command)
+app.add_typer(paper, name="paper")
+
+bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=True)
+bench.command("solvers")(measure.bench_solvers_command)
+bench.command("fscd-scale")(measure.bench_fscd_scale_command)
+bench.command("scale")(measure.bench_scale_command)
+bench.command("checkpoint")(measure.bench_checkpoint_command)
+bench.command("inprocess")(measure.bench_inprocess_command)
+bench.command("round")(measure.bench_round_command)
+bench.command("client")(measure.bench_client_command)
+app.add_typer(bench, name="bench")
+
+
+def _one_line(err: click.ClickException) -> str:
+    """A click error as one line ``error: ...`` (with the command's help option to read)."""
+    message = " ".join(err.format_message().split())
+    ctx = getattr(err, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return f"error: {message}{hint}"
+
+
+def invoke(argv: Sequence[str]) -> int:
+    """Run the command line ``fedcgd <argv>`` in this process; its exit code.
+
+    A usage error (an unknown option, a value of the wrong type) is one line ``error: ...``
+    on stderr and exit code 2, as a setting the command refuses.
+    """
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=list(argv), prog_name="fedcgd", standalone_mode=False)
+    except click.ClickException as err:
+        print(_one_line(err), file=sys.stderr)
+        return err.exit_code
+    except click.Abort:
+        return 1
+    return int(code or 0)
+
+
+def main() -> int | None:
+    """The console script ``fedcgd``: :func:`invoke` with this process's arguments.
+
+    Nothing the command started outlives it (:func:`experiments.run.processes.run_as_command`).
+    """
+    from experiments.run.processes import run_as_command
+
+    return run_as_command(lambda: invoke(sys.argv[1:]))

@@ -1,0 +1,232 @@
+"""The ``fedcgd paper`` and ``fedcgd bench`` commands: figures without training, benchmarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from experiments.cli.options import done, not_none, numbers, refuse
+
+
+def solver_performance_command(
+    out: Path = Path("results/solver_performance"),
+    instances: Annotated[int, typer.Option(min=1, help="instances per (V, alpha)")] = 1,
+    seed: int = 0,
+    num_devices: Annotated[str, typer.Option(help="values of V")] = ("16,24,32,40,48,56,64"),
+    alphas: Annotated[str, typer.Option(help="Dirichlet alphas")] = "0.1,1,10",
+    ratios: Annotated[str, typer.Option(help="values of sigma / (sqrt(b) G)")] = "0.1,0.3,1,3,10",
+    milp_time_limit_s: Annotated[
+        float,
+        typer.Option(help="time limit per MILP of the exact solver (<= 0: none)"),
+    ] = 0.2,
+    docs_png: Annotated[
+        str,
+        typer.Option(
+            help="also write the figure here (e.g. docs/img/solver_performance.png to refresh "
+            "the copy in docs/evidence.md); default: only under --out",
+        ),
+    ] = "",
+) -> None:
+    """The paper's figure "Performance of proposed algorithms": P1 solvers' iterations, error."""
+    from experiments.paper import solver_performance
+
+    options = solver_performance.Options(
+        out,
+        instances,
+        seed,
+        numbers(num_devices, int, "--num-devices"),
+        numbers(alphas, float, "--alphas"),
+        numbers(ratios, float, "--ratios"),
+        milp_time_limit_s,
+        docs_png,
+    )
+    done(solver_performance.main(options))
+
+
+def schedule_table_command(
+    drops: Annotated[int | None, typer.Option(help="drops (seeds); default 20")] = None,
+    rounds: Annotated[int | None, typer.Option(help="rounds per drop; default 50")] = None,
+    seed: Annotated[int | None, typer.Option(help="base seed; default 0")] = None,
+    sigma_over_sqrt_b_g: Annotated[
+        float | None,
+        typer.Option(
+            help="FedCGD's sigma-hat / (sqrt(b) G-hat), fixed (no training here); default 1",
+        ),
+    ] = None,
+    poc_candidates: Annotated[
+        int | None,
+        typer.Option(help="POC's V' (0 = all available, the default)"),
+    ] = None,
+    fit_poc: Annotated[
+        bool,
+        typer.Option(
+            "--fit-poc", help="scan V' = 1..--fit-max, pick the one nearest the paper's 13.71"
+        ),
+    ] = False,
+    fit_max: Annotated[int, typer.Option(min=1, help="largest V' of --fit-poc")] = 30,
+    label_dist: Annotated[
+        str | None,
+        typer.Option(
+            click_type=click.Choice(["batch", "local"]),
+            help="p_v: histogram of the round's tau*b labels (batch, the default), or the shard",
+        ),
+    ] = None,
+    num_devices: Annotated[int | None, typer.Option(help="V (default: the paper's)")] = None,
+    local_steps: Annotated[int | None, typer.Option(help="tau (default: the paper's)")] = None,
+    pack_rule: Annotated[
+        str | None,
+        typer.Option(click_type=click.Choice(["stop", "skip"]), help="best effort (stop)"),
+    ] = None,
+    policies: Annotated[
+        str | None,
+        typer.Option(help="comma-separated policies (Table II's by default)"),
+    ] = None,
+    out: Path = Path("results/schedule_table"),
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress on stderr")] = False,
+) -> None:
+    """The paper's Table II: scheduled number and WEMD of each policy, without training."""
+    from experiments.paper import schedule_table
+    from experiments.paper.schedule_simulation import TableSettings
+
+    given = {
+        "drops": drops,
+        "rounds": rounds,
+        "seed": seed,
+        "sigma_over_sqrt_b_g": sigma_over_sqrt_b_g,
+        "poc_candidates": poc_candidates,
+        "label_dist": label_dist,
+        "num_devices": num_devices,
+        "local_steps": local_steps,
+        "pack_rule": pack_rule,
+    }
+    try:
+        settings = TableSettings(**not_none(given))
+    except ValueError as err:
+        refuse(str(err))
+    text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)
+    fit = fit_max if fit_poc else None
+    done(schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet))
+
+
+ROUNDS_HELP = "rounds per run (>= 2: round 1 is left out of the timings)"
+
+
+def bench_solvers_command(
+    out: Path = Path("results/bench_solvers"),
+    instances: Annotated[int, typer.Option(min=1)] = 3,
+    seed: int = 0,
+    num_devices: str = "16,32,64,128",
+    speedup_devices: int = 64,
+    speedup_instances: Annotated[int, typer.Option(min=1)] = 3,
+    milp_time_limit_s: float = 0.5,
+) -> None:
+    """Time the P1 solvers; vectorised against loop implementations."""
+    from experiments.bench import solvers
+
+    options = solvers.Options(
+        out, instances, seed, num_devices, speedup_devices, speedup_instances, milp_time_limit_s
+    )
+    done(solvers.main(options))
+
+
+def bench_fscd_scale_command(
+    out: Path = Path("results/bench_fscd_scale"),
+    num_devices: str = "1000,3000",
+    instances: Annotated[int, typer.Option(min=1)] = 5,
+    seed: int = 0,
+    ratio: Annotated[float, typer.Option(help="sigma / (sqrt(b) G)")] = 1.0,
+    single_thread_dense: Annotated[
+        bool,
+        typer.Option(
+            "--single-thread-dense",
+            help="run the dense solver with BLAS on one thread too (the incremental one always "
+            "does)",
+        ),
+    ] = False,
+) -> None:
+    """Time dense against incremental FSCD at scale."""
+    from experiments.bench import fscd_scale
+
+    options = fscd_scale.Options(out, num_devices, instances, seed, ratio, single_thread_dense)
+    done(fscd_scale.main(options))
+
+
+def bench_scale_command(
+    devices: Annotated[str, typer.Option(help="values of V")] = "1000,10000",
+    rounds: Annotated[
+        int, typer.Option(min=3, help="rounds per run (>= 3: rounds 2..R are timed)")
+    ] = 4,
+    samples: Annotated[int, typer.Option(help="mnist1d-samples")] = 200_000,
+    per_device: Annotated[bool, typer.Option("--per-device", help="also time cohorts off")] = False,
+    compare_with: Annotated[Path | None, typer.Option(help="another checkout")] = None,
+    out: Path = Path("results/bench-scale"),
+) -> None:
+    """In-process rounds at scale: seconds per phase and memory."""
+    from experiments.bench import scale
+
+    sizes = numbers(devices, int, "--devices")
+    done(scale.main(scale.Options(sizes, rounds, samples, per_device, compare_with, out)))
+
+
+def bench_checkpoint_command(
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,
+    out: Path = Path("results/bench_checkpoint"),
+) -> None:
+    """What writing a checkpoint every round costs."""
+    from experiments.bench import checkpoint
+
+    done(checkpoint.main(out, repeats, rounds))
+
+
+def bench_inprocess_command(
+    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 20,
+    seed: Annotated[int, typer.Option(help="run seed")] = 0,
+    out: Path = Path("results/bench-inprocess"),
+    repeats: Annotated[int, typer.Option(min=1, help="runs per checkout")] = 3,
+    local_steps: Annotated[int, typer.Option(help="tau")] = 5,
+    policy: str = "fedcgd-fscd",
+    deadline_s: Annotated[float, typer.Option(help="channel.deadline-s")] = 0.02,
+    compare_with: Annotated[
+        Path | None,
+        typer.Option(
+            help="another checkout of the project, timed beside this one (e.g. a git worktree)",
+        ),
+    ] = None,
+) -> None:
+    """Seconds per round: the in-process engine against its arithmetic in a bare loop."""
+    from experiments.bench import inprocess
+
+    options = inprocess.Options(
+        rounds, seed, out, repeats, local_steps, policy, deadline_s, compare_with
+    )
+    done(inprocess.main(options))
+
+
+def bench_round_command(
+    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 5,
+    seed: Annotated[int, typer.Option(help="run seed")] = 0,
+    out: Path = Path("results/bench_round"),
+    threads: Annotated[int, typer.Option(min=1, help="torch threads of the plain process")] = 2,
+    policies: str = "fedcgd-fscd,bc",
+) -> None:
+    """Seconds per round: flwr run against the same computation in one plain process."""
+    from experiments.bench import round as bench_round
+
+    done(bench_round.main(bench_round.Options(rounds, seed, out, threads, policies)))
+
+
+def bench_client_command(
+    repeats: Annotated[int, typer.Option(min=1, help="timed calls after warm-up")] = 10,
+    vmap_repeats: Annotated[
+        int, typer.Option(min=1, help="timed calls of the slow vmap sigma-hat")
+    ] = 3,
+    threads: Annotated[int, typer.Option(min=1, help="torch intra-op threads")] = 1,
+) -> None:
+    """The ClientApp's handlers and sigma-hat against one SGD step."""
+    from client_app import benchmark
+
+    done(benchmark.main(repeats, vmap_repeats, threads))

@@ -1,0 +1,139 @@
+"""What the ``fedcgd`` commands share: checked path options, one-line refusals, given options.
+
+:func:`given_options` reads back, from click's public parameters, the options a command was
+given: the command a stopped run ends with repeats them
+(:mod:`experiments.run.resume_command`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import typer
+
+from experiments.run.resume_command import StartedAs
+from fedcgd_task.settings import PROJECT_DIR
+
+
+class CheckedPath(click.ParamType):
+    """A path option whose name can be printed on one line and written to a run config.
+
+    The checks of a run-config path (:func:`fedcgd_task.setting.check_path_names`): a control
+    character or a name that is not UTF-8 is refused before anything starts.
+    """
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        """``value`` as a Path, or a usage error naming the option."""
+        from fedcgd_task.setting import check_path_names
+
+        if isinstance(value, Path):
+            return value
+        option = param.opts[0] if param is not None else "path"
+        try:
+            return Path(check_path_names(str(value), option, label=option))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def path_option(*names: str, help: str, **kwargs: Any) -> Any:
+    """A ``typer.Option`` of a checked path (:class:`CheckedPath`)."""
+    return typer.Option(*names, click_type=CheckedPath(), help=help, **kwargs)
+
+
+#: ``--out`` of a single run by default: the project's ``results/``.
+DEFAULT_RESULTS = PROJECT_DIR / "results"
+
+RUN_CONFIG_HELP = (
+    "run-config overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of pyproject.toml's "
+    "\\[tool.flwr.app.config], docs/running.md)"
+)
+OUT_HELP = (
+    "folder for the run's result folder <policy>-<UTC time> (ignored when the run config sets "
+    "result-dir or resume-from)"
+)
+
+
+def subcommand(ctx: click.Context) -> tuple[str, ...]:
+    """The words that name ``ctx``'s command below the program (``("bench", "round")``)."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.insert(0, str(ctx.info_name))
+        ctx = ctx.parent
+    return tuple(names)
+
+
+def given_options(
+    ctx: click.Context, skip: Sequence[str] = (), only: Sequence[str] | None = None
+) -> list[str]:
+    """The options of ``ctx`` whose values differ from their defaults, as command-line words.
+
+    Read from click's public parameters: a flag as its name when set (its ``--no-`` name when
+    cleared against a true default), an option with a value as its first name and the value
+    (``--out results/x``). Parameters named in ``skip`` are left out; with ``only``, only those
+    named there are written.
+    """
+    words: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if not isinstance(param, click.Option) or name is None or name in skip:
+            continue
+        if only is not None and name not in only:
+            continue
+        value = ctx.params.get(name)
+        default = param.get_default(ctx)
+        if default is not None:
+            default = param.type_cast_value(ctx, default)
+        if value == default:
+            continue
+        if param.is_flag:
+            if value:
+                words.append(param.opts[0])
+            elif param.secondary_opts:
+                words.append(param.secondary_opts[0])
+            continue
+        values: list[Any] = list(value or ()) if param.multiple else [value]
+        for each in values:
+            words += [param.opts[0], str(each)]
+    return words
+
+
+def started_as(ctx: click.Context) -> StartedAs:
+    """How a single run's command was started (its continue line: ``resume_command``)."""
+    return StartedAs(
+        subcommand(ctx),
+        tuple(given_options(ctx, skip=("run_config", "out"))),
+        tuple(given_options(ctx, only=("out",))),
+    )
+
+
+def done(code: int | None) -> None:
+    """End the command with exit code ``code`` (0 when None)."""
+    raise typer.Exit(code or 0)
+
+
+def not_none(values: dict[str, Any]) -> dict[str, Any]:
+    """The options given (not None): the others keep their dataclass defaults."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def refuse(message: str) -> None:
+    """Refuse the command before it starts: one line ``error: <message>``, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def numbers(text: str, kind: type[int] | type[float], option: str) -> list[Any]:
+    """The comma-separated numbers of ``option`` (``16,32,64``); refused in one line if not."""
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        refuse(f"{option} = {text!r}; allowed: comma-separated {kind.__name__} values")
+    return values

@@ -1,0 +1,197 @@
+"""The ``fedcgd`` commands of runs: ``run``, ``inprocess``, ``compare``, ``reproduce``, ``plot``.
+
+Each declares its options and calls the function that does the work (imported when it runs,
+so that ``fedcgd --help`` starts in a fraction of a second).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from experiments.cli.options import (
+    DEFAULT_RESULTS,
+    OUT_HELP,
+    RUN_CONFIG_HELP,
+    done,
+    given_options,
+    path_option,
+    started_as,
+    subcommand,
+)
+from experiments.run.resume_command import fedcgd_command
+
+
+def run_command(
+    ctx: typer.Context,
+    run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
+    num_supernodes: Annotated[int | None, typer.Option(help="default: num-devices")] = None,
+    deployment: Annotated[
+        bool,
+        typer.Option(
+            "--deployment",
+            help="run SuperNode processes on loopback instead of the simulation engine",
+        ),
+    ] = False,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    out: Annotated[
+        Path, path_option("--out", "--results", help=OUT_HELP, show_default="results/")
+    ] = DEFAULT_RESULTS,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="TLS on every connection and SuperNode authentication (certificates are "
+            "generated)",
+        ),
+    ] = False,
+    certificates_dir: Annotated[
+        Path | None,
+        path_option(
+            "--certificates-dir",
+            help="with --tls: write the certificates and keys here and keep them (default: a "
+            "temporary folder, removed at the end)",
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RAY_ADDRESS",
+            help="join this Ray cluster for the simulation (e.g. HEAD:6379; default: $RAY_ADDRESS)",
+        ),
+    ] = None,
+    flwr_home: Annotated[
+        Path | None,
+        path_option(
+            "--flwr-home",
+            help="FLWR_HOME for the run (default: a fresh temporary folder); on a Ray cluster "
+            "of several machines it must be a shared folder at the same path everywhere",
+        ),
+    ] = None,
+    superlink: Annotated[
+        str | None,
+        typer.Option(help="run on an existing SuperLink at HOST:PORT instead of starting one"),
+    ] = None,
+    root_certificates: Annotated[
+        Path | None,
+        path_option(
+            "--root-certificates",
+            help="with --superlink: CA certificate of a TLS SuperLink (default: insecure)",
+        ),
+    ] = None,
+) -> None:
+    """One run with `flwr run` on a SuperLink of its own (simulation, or --deployment)."""
+    from experiments.run import launcher
+
+    params = dict(ctx.params)
+    params["ray_address"] = params["ray_address"] or None  # RAY_ADDRESS="" is unset
+    done(launcher.main(launcher.LaunchOptions(**params), started_as(ctx)))
+
+
+def inprocess_command(
+    ctx: typer.Context,
+    run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
+    per_device: Annotated[
+        bool,
+        typer.Option(
+            "--per-device", help="hand every message to the ClientApp alone (no cohort execution)"
+        ),
+    ] = False,
+    cohort_threads: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="threads for a cohort's sigma-hat passes (default 0: one per usable CPU core)",
+        ),
+    ] = 0,
+    out: Annotated[
+        Path, path_option("--out", "--results", help=OUT_HELP, show_default="results/")
+    ] = DEFAULT_RESULTS,
+) -> None:
+    """One run in this process: the real ServerApp and ClientApp, no Ray, no network."""
+    from experiments.run import inprocess
+
+    done(inprocess.main(inprocess.InProcessOptions(**ctx.params), started_as(ctx)))
+
+
+ENGINE_CHOICE = click.Choice(["simulation", "deployment", "inprocess"])
+
+
+def compare_command(
+    ctx: typer.Context,
+    policies: Annotated[
+        str, typer.Option(help="comma-separated policies")
+    ] = "fedcgd-fscd,fedcgd-gs,bc,bn2,poc,fedcbs,all",
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated run seeds, e.g. 0,1,2,3,4 (default: the run config's seed, 0)",
+        ),
+    ] = None,
+    run_config: Annotated[str, typer.Option(help="run-config overrides shared by every run")] = "",
+    aggregators: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated aggregators, one comparison each into <out>/aggregator=<name> "
+            "(default = the scheduler's FedAvg; e.g. default,FedMedian,FedTrimmedAvg)",
+        ),
+    ] = None,
+    out: Annotated[Path, path_option("--out", help="output folder")] = Path("results/compare"),
+    num_supernodes: int | None = None,
+    target_accuracy: float | None = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            click_type=ENGINE_CHOICE,
+            help="simulation (flwr run, Ray), deployment (SuperNode processes) or inprocess "
+            "(one process, no Ray: same results, fastest for small models)",
+        ),
+    ] = "simulation",
+    jobs: Annotated[
+        int,
+        typer.Option(
+            help="inprocess runs going at once, each in its own process with its output in "
+            "<run folder>/run.log (0: one per usable CPU core)",
+        ),
+    ] = 1,
+) -> None:
+    """Several policies on the same settings and seeds, compared (the paper's Table II)."""
+    from experiments.compare import policies as compare
+
+    command = fedcgd_command([*subcommand(ctx), *given_options(ctx)])
+    done(compare.main(compare.CompareOptions(**ctx.params), command))
+
+
+def reproduce_command(
+    overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...")] = None,
+) -> None:
+    r"""A table or figure of the paper from a preset of conf/experiment/.
+
+    KEY=VALUE are Hydra overrides of conf/config.yaml, e.g. experiment=mnist1d_dirichlet
+    'seeds=\[0,1,2]' run.num-server-rounds=3 launcher.engine=inprocess (docs/comparing.md).
+    """
+    from experiments.compare import reproduce
+
+    done(reproduce.main(list(overrides or [])))
+
+
+def plot_command(
+    result_dirs: Annotated[list[Path], typer.Argument(help="result folders of runs")],
+    out: Annotated[Path, typer.Option(help="the figure (PNG)")] = Path("results/curves.png"),
+    mean: Annotated[
+        bool,
+        typer.Option(
+            "--mean",
+            help="group the runs by policy: mean curve per policy and, from two runs on, its "
+            "95 % confidence band",
+        ),
+    ] = False,
+) -> None:
+    """Accuracy, scheduled devices and WEMD per round of runs, from their result folders."""
+    from experiments.analysis import plot_runs
+
+    done(plot_runs.main(result_dirs, out, mean))

@@ -1,0 +1,105 @@
+"""The ``fedcgd`` tools around runs: ``certificates``, ``channel-report``, ``ray-cluster``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from experiments.cli.options import done, not_none, path_option, refuse
+
+
+def certificates_command(
+    out: Annotated[Path, path_option("--out", help="folder for the set")] = Path("certificates"),
+    supernodes: Annotated[int, typer.Option(help="SuperNode key pairs")] = 4,
+    host: Annotated[
+        list[str] | None,
+        typer.Option(help="extra SuperLink name (repeatable, e.g. the compose service)"),
+    ] = None,
+) -> None:
+    """TLS certificates and SuperNode keys for a deployment (docs/deployment.md)."""
+    from experiments.run import certificates
+
+    done(certificates.main(out, supernodes, host or ()))
+
+
+def channel_report_command(
+    out: Annotated[Path, typer.Option(help="output folder")],
+    num_devices: Annotated[int | None, typer.Option(help="V (default 64)")] = None,
+    availability_prob: Annotated[float | None, typer.Option(help="p_a (default 0.3)")] = None,
+    model_bits: Annotated[int | None, typer.Option(help="uploaded model size in bits")] = None,
+    model_params: Annotated[
+        int | None,
+        typer.Option(
+            help="model parameters, uploaded as 32 bit each (default: the paper's CIFAR-10 CNN, "
+            "258,898); give this or --model-bits",
+        ),
+    ] = None,
+    deadline_s: Annotated[float | None, typer.Option(help="upload deadline (default 2 s)")] = None,
+    rounds: int = 1000,
+    seed: int = 0,
+    pathloss_model: Annotated[
+        str | None,
+        typer.Option(
+            click_type=click.Choice(["paper", "tr38901"]),
+            help="default: paper",
+        ),
+    ] = None,
+    total_bandwidth_hz: Annotated[float | None, typer.Option(help="default 20 MHz")] = None,
+) -> None:
+    """The UMi-Street Canyon uplink of a cell: availability, feasibility, bandwidths."""
+    from channel.cell import CellConfig
+    from channel.report import BITS_PER_PARAM, PAPER_CIFAR10_CNN_PARAMS, format_summary, run_report
+
+    if model_bits is not None and model_params is not None:
+        refuse("give --model-bits or --model-params, not both")
+    if model_params is not None and model_params < 1:
+        refuse(f"--model-params must be an integer >= 1, got {model_params}")
+    if model_bits is not None and model_bits < 1:
+        refuse(f"--model-bits must be an integer >= 1, got {model_bits}")
+    if model_bits is None:
+        model_bits = (model_params or PAPER_CIFAR10_CNN_PARAMS) * BITS_PER_PARAM
+    cell = {
+        "num_devices": num_devices,
+        "availability_prob": availability_prob,
+        "deadline_s": deadline_s,
+        "pathloss_model": pathloss_model,
+        "total_bandwidth_hz": total_bandwidth_hz,
+    }
+    try:
+        summary = run_report(CellConfig(**not_none(cell)), model_bits, rounds, seed, out)
+    except ValueError as err:
+        refuse(str(err))
+    print(format_summary(summary))
+    print(f"wrote {out / 'summary.json'} and {out / 'channel.png'}")
+
+
+def ray_cluster_run_command(
+    command: Annotated[
+        list[str] | None, typer.Argument(help="the command to run, after --", metavar="-- COMMAND")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="worker nodes besides the head")] = 1,
+    cpus_per_node: int = 1,
+    object_store_mb: int = 200,
+    temp_dir: Annotated[Path | None, typer.Option(help="default: a fresh folder")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to start the cluster")] = 120.0,
+) -> None:
+    """Start a head and worker nodes, run the command with RAY_ADDRESS set, stop the cluster."""
+    from experiments.run import ray_cluster as cluster
+
+    done(cluster.main(command or [], workers, cpus_per_node, object_store_mb, temp_dir, timeout))
+
+
+def ray_cluster_check_command(
+    result_dir: Annotated[Path, typer.Option(help="the run's result folder")],
+    num_devices: int = 4,
+    rounds: int = 2,
+    cpus_per_client: int = 1,
+    flwr_home: Path | None = None,
+) -> None:
+    """A small simulation on the cluster at RAY_ADDRESS: 0 when it ran on every node."""
+    from experiments.run import ray_cluster_check
+
+    done(ray_cluster_check.main(result_dir, num_devices, rounds, cpus_per_client, flwr_home))
