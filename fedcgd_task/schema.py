@@ -400,14 +400,24 @@ def read(run_config: Mapping[str, Any], key: str) -> Any:
     return check_value(setting, require(run_config, setting), f"run-config key '{key}'")
 
 
-def _shown_default(value: Scalar) -> str:
+def toml_text(value: Scalar) -> str:
+    """A default as a run config writes it: ``true``, ``"digits"``, ``0.012``, ``2e7``."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, str):
-        return f'`"{value}"`'
+        return f'"{value}"'
     if isinstance(value, float) and abs(value) >= 1e6:
         return f"{value:.4g}".replace("+0", "").replace("+", "")
     return repr(value)
+
+
+def settings_lines() -> str:
+    """Every key as ``key = default  (allowed)``, one line each (``fedcgd settings``)."""
+    width = max(len(setting.key) for setting in SETTINGS)
+    return "".join(
+        f"{setting.key:<{width}} = {toml_text(setting.default)}  ({setting.allowed()})\n"
+        for setting in SETTINGS
+    )
 
 
 def settings_table() -> str:
@@ -415,7 +425,7 @@ def settings_table() -> str:
     rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
     for setting in SETTINGS:
         allowed = setting.allowed().replace("|", "\\|")
-        rows.append(
-            f"| `{setting.key}` | {_shown_default(setting.default)} | {allowed} | {setting.help} |"
-        )
+        shown = toml_text(setting.default)
+        shown = f"`{shown}`" if isinstance(setting.default, str) else shown
+        rows.append(f"| `{setting.key}` | {shown} | {allowed} | {setting.help} |")
     return "\n".join(rows) + "\n"

@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "plot": None,
     "certificates": None,
     "channel-report": None,
+    "settings": None,
     "ray-cluster": {"run", "check"},
     "paper": {"solver-performance", "schedule-table"},
     "bench": {"solvers", "fscd-scale", "scale", "checkpoint", "inprocess", "round", "client"},

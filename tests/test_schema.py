@@ -17,10 +17,7 @@ from fedcgd_task.schema import SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 from fedcgd_task.settings import PROJECT_DIR, flatten
 
-REGENERATE = (
-    'regenerate it: .venv/bin/python -c "from fedcgd_task.schema import settings_table; '
-    'print(settings_table(), end=str())" and paste between the markers'
-)
+REGENERATE = "regenerate it: .venv/bin/fedcgd settings --markdown, between the markers"
 
 
 def pyproject_config() -> dict[str, object]:
@@ -152,3 +149,28 @@ def test_a_missing_key_and_too_long_a_string_are_refused():
         read({}, "seed")
     with pytest.raises(ValueError, match="holds 4097 characters"):
         read({"data-dir": "/" + "a" * 4096}, "data-dir")
+
+
+def test_fedcgd_settings_lists_every_key_with_the_pyproject_default(capsys):
+    from experiments.cli import invoke
+
+    assert invoke(["settings"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # each line is "key = default  (allowed)": the part before the two spaces is TOML
+    listed = {}
+    for line in lines:
+        key, _, rest = line.partition(" = ")
+        listed[key.strip()] = tomllib.loads(f"x = {rest.split('  (', 1)[0]}")["x"]
+    assert listed == pyproject_config()
+
+
+def test_fedcgd_settings_explains_a_key_and_refuses_an_unknown_one(capsys):
+    from experiments.cli import invoke
+
+    assert invoke(["settings", "channel.deadline-s"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("channel.deadline-s = 0.012\n  allowed: a finite number > 0\n")
+    assert invoke(["settings", "channel.deadline"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no run-config key 'channel.deadline'; allowed: seed, ")
+    assert err.count("\n") == 1

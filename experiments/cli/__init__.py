@@ -3,8 +3,9 @@
 One Typer app with a subcommand for each thing users do: ``run`` (one run with ``flwr run``),
 ``inprocess`` (one run in this process), ``compare`` (policies over seeds), ``reproduce`` (a
 paper preset, Hydra ``key=value`` overrides), ``plot``, ``certificates``, ``channel-report``,
-``ray-cluster run|check``, ``paper ...`` and ``bench ...``. Each command declares its options
-here and calls the function that does the work; the modules hold no option parsing.
+``settings`` (every run-config key), ``ray-cluster run|check``, ``paper ...`` and
+``bench ...``. Each command declares its options here and calls the function that does the
+work; the modules hold no option parsing.
 ``fedcgd --help`` lists them; ``fedcgd COMMAND --help`` gives each one's options.
 
 Exit codes: 0 done, 1 failed, 2 refused before anything started (a bad option or setting: one
@@ -38,6 +39,7 @@ app.command("reproduce", context_settings={"ignore_unknown_options": True})(runs
 app.command("plot")(runs.plot_command)
 app.command("certificates")(tools.certificates_command)
 app.command("channel-report")(tools.channel_report_command)
+app.command("settings")(tools.settings_command)
 
 ray_cluster = typer.Typer(
     help="A Ray cluster of several nodes on loopback (docs/deployment.md; needs a network "

@@ -103,3 +103,29 @@ def ray_cluster_check_command(
     from experiments.run import ray_cluster_check
 
     done(ray_cluster_check.main(result_dir, num_devices, rounds, cpus_per_client, flwr_home))
+
+
+def settings_command(
+    keys: Annotated[
+        list[str] | None, typer.Argument(help="keys to explain in full (default: every key)")
+    ] = None,
+    markdown: Annotated[
+        bool, typer.Option(help="the settings table of docs/running.md, in Markdown")
+    ] = False,
+) -> None:
+    """Every run-config key with its default and what is allowed (KEY ...: what it means)."""
+    from fedcgd_task.schema import SCHEMA, settings_lines, settings_table, toml_text
+
+    if markdown:
+        typer.echo(settings_table(), nl=False)
+        return
+    if not keys:
+        typer.echo(settings_lines(), nl=False)
+        return
+    for key in keys:
+        if key not in SCHEMA:
+            refuse(f"no run-config key {key!r}; allowed: {', '.join(SCHEMA)}")
+        setting = SCHEMA[key]
+        typer.echo(f"{key} = {toml_text(setting.default)}")
+        typer.echo(f"  allowed: {setting.allowed()}")
+        typer.echo(f"  {setting.help}")
