@@ -36,7 +36,7 @@ from experiments.compare.results import (
     write_comparison,
 )
 from experiments.run.inprocess import InProcessGrid
-from experiments.run.preflight import run_outcome
+from experiments.run.outcome import run_outcome
 from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, is_simulation
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config

@@ -31,7 +31,7 @@ from experiments.compare.plans import (
 from experiments.compare.results import format_row, summarise, write_comparison
 from experiments.run.flwr_output import strip_ansi
 from experiments.run.flwr_run import run_flwr
-from experiments.run.preflight import run_outcome
+from experiments.run.outcome import run_outcome
 from experiments.run.progress import RunProgress, format_duration
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from experiments.run.run_pool import (

@@ -220,7 +220,7 @@ def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
     """``fedcgd inprocess``: one run in this process (``--run-config`` as for ``fedcgd run``).
 
     The first line names the run's folder. Exit code (and last line): 0 completed, 1 failed,
-    2 refused before the start (:func:`experiments.run.preflight.run_outcome`), 130 / 143 on
+    2 refused before the start (:func:`experiments.run.outcome.run_outcome`), 130 / 143 on
     SIGINT / SIGTERM; after a failure or a signal the last line gives the command that
     continues the run from its checkpoint, or says why it cannot
     (:mod:`experiments.run.resume_command`).
@@ -242,7 +242,8 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     import time
     import traceback
 
-    from experiments.run.preflight import claim_run, effective_result_dir, refused, run_outcome
+    from experiments.run.outcome import refused, run_outcome
+    from experiments.run.preflight import claim_run, effective_result_dir
     from experiments.run.resume_command import single_run_commands, single_run_line
     from experiments.run.run_config import (
         parse_run_config_text,

@@ -124,7 +124,8 @@ def run_command(
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from experiments.run.preflight import claim_run, effective_result_dir, refused, with_result_dir
+    from experiments.run.outcome import refused
+    from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
 
     claim = None
     if args.superlink:  # the folders and data of a remote SuperLink are not here
@@ -186,7 +187,8 @@ def launch_run(
 
     A failed run's last line is ``continuing()``: how it continues, or why it cannot.
     """
-    from experiments.run.preflight import effective_result_dir, run_outcome
+    from experiments.run.outcome import run_outcome
+    from experiments.run.preflight import effective_result_dir
     from run_files.atomic_files import ResultWriteError
 
     launched_unix_s = time.time()

@@ -1,4 +1,4 @@
-"""Checks before a run starts, and the run's outcome after it ends.
+"""Checks before a run starts, and the claim of its folder.
 
 :func:`check_before_start` takes a few seconds and starts nothing (no SuperLink, no Ray): it
 refuses, with one line naming the run-config key, every setting that can only fail later or
@@ -17,37 +17,19 @@ device's data per round).
 :func:`claim_run` takes a run's folder for the command that starts it (the launcher, the
 in-process engine): locked for the command's whole life (:mod:`run_files.folder_lock`), so a
 second run, a resume of a live run or a comparison into it is refused naming its PID.
-
-:func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
-and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
-since the launch: the ServerApp crashed before writing one), 2 refused before the start
-(:func:`refused`). ``flwr run`` exits 0 even when the ServerApp raises, so its exit code is
-not the outcome. A run that stopped unfinished is advised to resume only when its folder holds
-a checkpoint (:func:`run_files.run_status.resume_advice`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from run_files.run_status import (
-    COMPLETED,
-    FAILED,
-    STOPPED,
-    failure_from_output,
-    failure_line,
-    first_line,
-    lost_note,
-    read_status,
-    resume_advice,
-)
+from run_files.run_status import first_line
 
 if TYPE_CHECKING:
     from run_files.folder_lock import FolderClaim
@@ -58,32 +40,6 @@ if TYPE_CHECKING:
 #: tens of local epochs; the bound leaves room for devices with a single sample (the default
 #: τ b = 320), and refuses only settings where a round could not end in any reasonable time.
 MAX_LOCAL_PASSES = 1000
-
-#: Exit codes.
-COMPLETED_CODE, FAILED_CODE, REFUSED_CODE = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a run ended: the exit code and the last line to print.
-
-    Attributes
-    ----------
-    code : int
-        0 completed, 1 failed, 2 refused before the start.
-    message : str
-        One line: ``"completed: N rounds, results in X"``, ``"failed: <reason>"`` or
-        ``"error: <reason>"``.
-
-    """
-
-    code: int
-    message: str
-
-
-def refused(err: BaseException) -> Outcome:
-    """The outcome of a run refused before it started (exit code 2)."""
-    return Outcome(REFUSED_CODE, f"error: {err}")
 
 
 def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
@@ -115,66 +71,6 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
     if not config.get("result-dir") and not config.get("resume-from"):
         config["result-dir"] = str(timestamped_result_dir(out, str(config["policy"])))
     return config
-
-
-def failure_outcome(err: BaseException, result_dir: Path) -> Outcome:
-    """The outcome of a run whose ServerApp raised ``err`` (exit code 1, one line).
-
-    A failed write (:class:`run_files.atomic_files.ResultWriteError`: disk full, I/O error)
-    is followed by what to do next (:func:`run_files.run_status.resume_advice`).
-    """
-    return Outcome(FAILED_CODE, f"failed: {failure_line(err, result_dir)}")
-
-
-def run_outcome(
-    result_dir: Path,
-    launched_unix_s: float,
-    failure: BaseException | None = None,
-    output: str = "",
-) -> Outcome:
-    """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
-
-    Only a ``status.json`` written at or after the launch counts: an older one belongs to an
-    earlier run (or to the run this one resumed). What the run said itself wins over the
-    status, which a full disk may have kept from being written: ``failure``, what it raised
-    (the in-process engine sees it), or the ``run failed: ...`` line the ServerApp printed in
-    ``output`` (``flwr run``, :data:`run_files.run_status.FAILURE_MARKER`).
-    """
-    if failure is not None:
-        return failure_outcome(failure, result_dir)
-    printed = failure_from_output(output)
-    if printed is not None:
-        return Outcome(FAILED_CODE, f"failed: {printed}")
-    try:
-        status = read_status(result_dir)
-    except ValueError as err:
-        return Outcome(FAILED_CODE, f"failed: {err}")
-    fresh = status is not None and status.updated_unix_s >= launched_unix_s
-    if status is None or not fresh:
-        return Outcome(
-            FAILED_CODE,
-            f"failed: the run wrote no status in {result_dir} since it was launched (the "
-            "ServerApp stopped before its start or crashed; see the log above)",
-        )
-    if status.state == COMPLETED:
-        lost = lost_note(status.devices_lost, status.rounds_with_lost_devices)
-        return Outcome(
-            COMPLETED_CODE,
-            f"completed: {status.last_round} rounds, results in {result_dir}{lost}",
-        )
-    if status.state == FAILED:
-        return Outcome(FAILED_CODE, f"failed: {status.reason}")
-    if status.state == STOPPED:
-        return Outcome(
-            FAILED_CODE,
-            f"failed: {status.reason} after round {status.last_round} of "
-            f"{status.num_server_rounds}; {resume_advice(result_dir)}",
-        )
-    return Outcome(
-        FAILED_CODE,
-        f"failed: the run stopped after round {status.last_round} of "
-        f"{status.num_server_rounds} without finishing (killed?); {resume_advice(result_dir)}",
-    )
 
 
 def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
