@@ -11,18 +11,21 @@ lock is never stale:
 * :data:`LOCK_FILE` (``.fedcgd.lock``): the *owner*, the command that started the run
   (launcher, in-process engine, ``compare_policies`` / ``reproduce`` for their ``--out`` and
   for each run they execute). The owner's children (the SuperLink, ``flwr-simulation`` and the
-  ServerApp in it, a comparison's run processes) work under it: an owner adds its PID to the
-  environment variable :data:`OWNERS_ENV`, which every process it starts inherits (Flower's
-  SuperLink, SuperExec and ``flwr-simulation`` pass their environment on), and a process that
-  finds the lock held by a PID listed there works under that lock.
+  ServerApp in it, a comparison's run processes) work under it: an owner writes a random token
+  of its lock into the lock file and adds it to the environment variable :data:`OWNERS_ENV`,
+  which every process it starts inherits (Flower's SuperLink, SuperExec and ``flwr-simulation``
+  pass their environment on); a process that finds the lock held by a live process whose token
+  is listed there works under that lock.
 * :data:`WRITER_LOCK_FILE` (``.fedcgd-writer.lock``): the ServerApp that writes the run's
   files, for the whole run. It is never shared: a second writer (a ``flwr run`` started by
   hand, or one left running by a killed owner before it is stopped) is refused.
 
-A holder writes its PID and command line in the lock file right after it has locked it, and
-empties the file when it lets go; a process that finds a lock taken reads them there and is
-refused with :class:`FolderInUseError`, one line naming the holder. The lock itself is the
-kernel's: a PID left in the file by a killed holder locks nothing. Lock files
+A holder writes its PID, its token and its command line in the lock file right after it has
+locked it, and empties the file when it lets go; a process that finds a lock taken reads them
+there and is refused with :class:`FolderInUseError`, one line naming the holder. The lock
+itself is the kernel's: what a killed holder left in the file locks nothing and is shared with
+nobody (a token is new for every lock taken, and a holder that is not alive is not trusted:
+until the next holder has written its own line the file is read again). Lock files
 are opened with ``O_NOFOLLOW`` and never removed (removing a lock file lets two processes lock
 two different files of one name). A folder that is a symbolic link or holds one is refused
 (:func:`refuse_links`): a link could send a write out of the folder. :func:`new_folder`
@@ -36,6 +39,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -51,9 +55,11 @@ WRITER_LOCK_FILE = ".fedcgd-writer.lock"
 LOCK_FILES = (LOCK_FILE, WRITER_LOCK_FILE)
 #: Suffixes tried by :func:`new_folder` after the bare name (``name-2`` ... ``name-999``).
 MAX_NAME_SUFFIX = 999
-#: Environment variable: the PIDs (space-separated) of the processes above this one, and of this
-#: one, that took a lock; a lock one of them holds is this process's too (owner locks only).
+#: Environment variable: the tokens (space-separated) of the owner locks held by the processes
+#: above this one and by this one; a lock held under one of them is this process's too.
 OWNERS_ENV = "FEDCGD_LOCK_OWNERS"
+#: How long a process that finds a lock taken waits for the holder's line (or the lock's end).
+HOLDER_WAIT_S = 2.0
 
 
 class FolderInUseError(OneLineMessage, ValueError):
@@ -71,24 +77,29 @@ class FolderInUseError(OneLineMessage, ValueError):
         self.pid = pid
 
 
-def _owners() -> set[int]:
-    """The PIDs whose locks this process shares: its own and those in :data:`OWNERS_ENV`."""
-    inherited = os.environ.get(OWNERS_ENV, "").split()
-    return {os.getpid(), *(int(pid) for pid in inherited if pid.isdigit())}
+def _tokens() -> list[str]:
+    """The tokens in :data:`OWNERS_ENV`: locks this process works under."""
+    return os.environ.get(OWNERS_ENV, "").split()
 
 
-def _holder(fd: int) -> tuple[int | None, str]:
-    """The PID and command line the holder wrote in the lock file open as ``fd``.
+def _holder(fd: int) -> tuple[int | None, str, str]:
+    """The PID, token and command line the holder wrote in the lock file open as ``fd``.
 
-    The holder writes them right after it has locked: an empty file is read again for a
-    moment (None when it stays empty).
+    ``(None, "", "")`` when the file holds no such line (the holder has not written it yet,
+    or has just emptied it on letting go) or names a process that is not alive (a killed
+    holder's line, before the next holder has written its own).
     """
-    for _ in range(50):
-        pid, _, command = os.pread(fd, 4096, 0).decode(errors="replace").partition(" ")
-        if pid.isdigit():
-            return int(pid), command.strip()
-        time.sleep(0.01)
-    return None, ""
+    pid, _, rest = os.pread(fd, 4096, 0).decode(errors="replace").partition(" ")
+    token, _, command = rest.partition(" ")
+    if not pid.isdigit():
+        return None, "", ""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return None, "", ""
+    except PermissionError:
+        pass  # alive, another user's
+    return int(pid), token, command.strip()
 
 
 def refuse_links(folder: Path, key: str) -> None:
@@ -135,6 +146,8 @@ class FolderLock:
     delegated : bool
         The lock is held by this process or one of its ancestors, on whose behalf this one
         works (see :meth:`acquire`).
+    token : str
+        The random token this process wrote in the lock file while it holds the lock.
 
     """
 
@@ -142,6 +155,7 @@ class FolderLock:
     name: str = LOCK_FILE
     fd: int | None = None
     delegated: bool = False
+    token: str = ""
 
     @property
     def path(self) -> Path:
@@ -183,29 +197,36 @@ class FolderLock:
             raise ValueError(
                 f"{key}: cannot create the lock file '{self.path}' ({err.strerror})"
             ) from err
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder, command = _holder(fd)
-            os.close(fd)
-            if shared_with_ancestors and holder in _owners():
-                self.delegated = True
-                return self
-            who = f"process {holder}" if holder is not None else "another process"
-            role = "written by" if self.name == WRITER_LOCK_FILE else "in use by"
-            raise FolderInUseError(
-                f"{key}: '{self.folder}' is {role} {who}{f' ({command})' if command else ''}; "
-                "one run writes in a folder at a time: wait for it to end, or stop it first",
-                holder,
-            ) from None
+        holder, token, command = None, "", ""
+        deadline = time.monotonic() + HOLDER_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder, token, command = _holder(fd)
+                if holder is not None or time.monotonic() > deadline:
+                    os.close(fd)
+                    if shared_with_ancestors and holder is not None and token in _tokens():
+                        self.delegated = True
+                        return self
+                    who = f"process {holder}" if holder is not None else "another process"
+                    role = "written by" if self.name == WRITER_LOCK_FILE else "in use by"
+                    shown = f" ({command})" if command else ""
+                    raise FolderInUseError(
+                        f"{key}: '{self.folder}' is {role} {who}{shown}; one run writes in a "
+                        "folder at a time: wait for it to end, or stop it first",
+                        holder,
+                    ) from None
+                time.sleep(0.01)
+        self.token = secrets.token_hex(8)
         command = " ".join(" ".join(sys.orig_argv).split())  # one line, cut at 80 characters
         command = command if len(command) <= 80 else command[:77] + "..."
         with contextlib.suppress(OSError):  # a full disk: the lock holds, unnamed
             os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()} {command}".encode())
-        owners = os.environ.get(OWNERS_ENV, "").split()
-        if str(os.getpid()) not in owners:  # for the processes this one starts from now on
-            os.environ[OWNERS_ENV] = " ".join([*owners, str(os.getpid())])
+            os.write(fd, f"{os.getpid()} {self.token} {command}".encode())
+        if self.name == LOCK_FILE:  # for the processes this one starts from now on
+            os.environ[OWNERS_ENV] = " ".join([*_tokens(), self.token])
         self.fd = fd
         return self
 
@@ -216,6 +237,11 @@ class FolderLock:
                 os.ftruncate(self.fd, 0)  # a file read in a later holder's first moment is empty
             with contextlib.suppress(OSError):
                 os.close(self.fd)
+            others = [token for token in _tokens() if token != self.token]
+            if others:
+                os.environ[OWNERS_ENV] = " ".join(others)
+            else:
+                os.environ.pop(OWNERS_ENV, None)
         self.fd = None
         self.delegated = False
 

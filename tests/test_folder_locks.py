@@ -29,8 +29,10 @@ from fedcgd_task.settings import PROJECT_DIR
 from run_files.atomic_files import atomic_write_text
 from run_files.folder_lock import (
     LOCK_FILE,
+    OWNERS_ENV,
     WRITER_LOCK_FILE,
     FolderInUseError,
+    FolderLock,
     claim_folder,
     new_folder,
 )
@@ -273,8 +275,9 @@ def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp
     claim = claim_folder(folder, "result-dir", writer=True)
     try:
         for name in (LOCK_FILE, WRITER_LOCK_FILE):
-            pid, command = (folder / name).read_text().split(" ", 1)
+            pid, token, command = (folder / name).read_text().split(" ", 2)
             assert int(pid) == os.getpid() and command[:40] == " ".join(sys.orig_argv)[:40]
+            assert len(token) == 16 and token != ""
             fd = os.open(folder / name, os.O_RDONLY)
             try:
                 with pytest.raises(BlockingIOError):
@@ -378,3 +381,68 @@ def test_the_run_files_package_imports_neither_flwr_nor_torch():
         "run_files.run_status",
         "run_files.results",
     )
+
+
+#: Locks ``argv[1]`` with a bare flock and writes nothing in it (a holder in its first moment),
+#: says "held", and lets go after ``argv[2]`` seconds.
+BARE_FLOCK = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('held', flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n"
+)
+
+
+def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch):
+    # A killed owner left "PID TOKEN command" in the lock file, and one of its orphans still
+    # lists the token. A new owner has locked the file but not yet written its own line: the
+    # orphan must be refused, not let in under the dead owner's token.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / LOCK_FILE).write_text(f"{dead.pid} cafe0123cafe0123 old owner")
+    monkeypatch.setenv(OWNERS_ENV, f"cafe0123cafe0123 {dead.pid}")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", BARE_FLOCK, str(folder / LOCK_FILE), "30"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        lock = FolderLock(folder)
+        with pytest.raises(FolderInUseError) as err:
+            lock.acquire("result-dir", shared_with_ancestors=True)
+        assert not lock.delegated and err.value.pid is None
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
+    # The holder of an empty lock file lets go a moment later (a holder's first or last
+    # moment): the next process takes the lock instead of refusing "another process".
+    folder = tmp_path / "run"
+    folder.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", BARE_FLOCK, str(folder / LOCK_FILE), "0.3"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        lock = FolderLock(folder).acquire("result-dir", shared_with_ancestors=False)
+        assert lock.fd is not None
+        lock.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_released_owner_lock_is_no_longer_passed_to_children(tmp_path, monkeypatch):
+    monkeypatch.delenv(OWNERS_ENV, raising=False)
+    lock = FolderLock(tmp_path).acquire("result-dir", shared_with_ancestors=False)
+    assert os.environ[OWNERS_ENV] == lock.token
+    lock.release()
+    assert OWNERS_ENV not in os.environ
