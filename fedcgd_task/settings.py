@@ -55,14 +55,14 @@ class TaskSettings:
     num_devices : int
         Number of devices V (>= 1).
     dataset : str
-        One of :data:`DATASETS`, or a reference to a data-set function.
+        One of :data:`fedcgd_task.schema.DATASETS`, or a reference to a data-set function.
     data_dir : str
         Absolute path of the data folder (``""`` in the run config resolved to ``<cwd>/data``).
     model : str
         Concrete model name (``"mlp"``, ``"cnn"`` or ``"resnet18gn"``; ``auto`` already
         resolved), or a reference to a model function.
     partition : str
-        One of :data:`PARTITIONS`.
+        One of :data:`fedcgd_task.schema.PARTITIONS`.
     dirichlet_alpha : float
         Dirichlet concentration alpha (> 0).
     shards_per_device : int
@@ -70,8 +70,8 @@ class TaskSettings:
     imbalance_ratio : float
         Imbalance ratio r = n2 / n1 (>= 1).
     mnist1d_samples : int
-        Samples the ``mnist1d`` data set generates (>= :data:`MIN_MNIST1D_SAMPLES`, a multiple
-        of :data:`MNIST1D_CLASSES`); read by that data set only.
+        Samples the ``mnist1d`` data set generates (the range of ``mnist1d-samples``, a multiple
+        of 10, :mod:`fedcgd_task.schema`); read by that data set only.
 
     """
 
