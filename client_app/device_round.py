@@ -105,7 +105,9 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
             "(the global model's state_dict)"
         )
     state = decoded_state(msg.content.array_records[keys.ARRAYS])
-    model = process_model(settings.model, split.num_classes, split.source.input_shape)
+    model = process_model(
+        settings.model, split.num_classes, split.source.input_shape, settings.device
+    )
     model.load_state_dict(state, strict=True)  # copies into the existing tensors, in place
     model.zero_grad(set_to_none=True)
     return model
@@ -166,16 +168,18 @@ def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
 
 
 @functools.lru_cache(maxsize=2)
-def process_model(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+def process_model(
+    name: str, num_classes: int, input_shape: tuple[int, ...], device: str = "auto"
+) -> nn.Module:
     """One model per process and architecture, on the compute device, reused across messages.
 
     Building a model costs far more than loading weights into it (ResNet-18-GN: ~160 ms vs
     ~7 ms on one CPU thread), and in simulation a Ray worker serves many messages. Every
     parameter and buffer is overwritten by :func:`received_model` (``strict=True``) and the
     gradients are cleared, so nothing of an earlier message survives; the handlers run one
-    message at a time per process.
+    message at a time per process. ``device`` is the run's ``device`` setting.
     """
-    return build_model(name, num_classes, input_shape).to(compute_device())
+    return build_model(name, num_classes, input_shape).to(compute_device(device))
 
 
 def same_config(a: UserConfig, b: UserConfig) -> bool:

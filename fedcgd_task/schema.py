@@ -38,6 +38,7 @@ MNIST1D_CLASSES = 10
 DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100", "mnist1d")
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
 PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 PROTOCOLS: tuple[str, ...] = ("auto", "channel", "query", "train-all")
 TARGET_DISTS: tuple[str, ...] = ("global", "devices")
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
@@ -166,6 +167,15 @@ SETTINGS: tuple[Setting, ...] = (
         "`cnn1d` for mnist1d, `mlp` for your own)",
         choices=MODELS,
         form="reference",
+    ),
+    Setting(
+        "device",
+        "auto",
+        "where each process trains and evaluates: `auto` (CUDA when torch sees a GPU, else the "
+        "CPU), `cpu`, `cuda` or `cuda:N`; one GPU per SuperNode: `CUDA_VISIBLE_DEVICES` "
+        '(docs/deployment.md, "GPUs")',
+        choices=DEVICES,
+        form="device",
     ),
     Setting(
         "partition",

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,9 @@ from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 #: ``"package.module:function"``), ``path`` (a folder, ``""`` = a default), ``absolute-path``
 #: (an absolute path or ``""``), ``table`` (a TOML inline table in a string, read by
 #: :mod:`server_app.policy_params`), ``class`` (a built-in name or ``"package.module:Class"``,
-#: checked by the policy and aggregator registries).
-Form = Literal["value", "reference", "path", "absolute-path", "table", "class"]
+#: checked by the policy and aggregator registries), ``device`` (one of ``choices`` or
+#: ``"cuda:N"``, a torch device).
+Form = Literal["value", "reference", "path", "absolute-path", "table", "class", "device"]
 
 #: Longest string value of any run-config key (PATH_MAX, the longest path Linux opens); the
 #: parameter tables have their own limit (:data:`server_app.policy_params.MAX_PARAMS_CHARS`).
@@ -30,6 +32,9 @@ MAX_SETTING_CHARS = 4096
 MAX_NAME_BYTES = 255
 
 Scalar = bool | int | float | str
+
+#: A numbered CUDA device, ``cuda:N`` (form ``device``).
+CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,9 @@ class Setting:
         options = ", ".join(f'"{choice}"' for choice in self.choices)
         if self.form == "reference":
             return f"one of {options} or a function {REFERENCE_FORMS}"
+        if self.form == "device":
+            return f'one of {options} or "cuda:N" (N = 0, 1, ...)'
+
         if self.choices:
             return f"one of {options}"
         if self.form == "absolute-path":
@@ -221,6 +229,8 @@ def check_value(setting: Setting, value: Any, where: str) -> Scalar:
         return value
     if setting.form == "reference" and is_reference(value):
         check_reference(value, setting.key)
+        return value
+    if setting.form == "device" and CUDA_INDEX.fullmatch(value):
         return value
     if setting.choices:
         raise refused

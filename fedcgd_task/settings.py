@@ -72,6 +72,9 @@ class TaskSettings:
     mnist1d_samples : int
         Samples the ``mnist1d`` data set generates (the range of ``mnist1d-samples``, a multiple
         of 10, :mod:`fedcgd_task.schema`); read by that data set only.
+    device : str
+        Where the process trains and evaluates: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
+        (:func:`fedcgd_task.training.compute_device` resolves it).
 
     """
 
@@ -85,6 +88,7 @@ class TaskSettings:
     shards_per_device: int
     imbalance_ratio: float
     mnist1d_samples: int = DEFAULT_MNIST1D_SAMPLES
+    device: str = "auto"
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> TaskSettings:
@@ -124,6 +128,7 @@ class TaskSettings:
             shards_per_device=read(run_config, "shards-per-device"),
             imbalance_ratio=read(run_config, "imbalance-ratio"),
             mnist1d_samples=read(run_config, "mnist1d-samples"),
+            device=read(run_config, "device"),
         )
 
 

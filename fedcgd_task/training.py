@@ -9,6 +9,7 @@ same seed produce bit-identical models.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,9 +48,36 @@ class LocalTrainResult:
     step_losses: tuple[float, ...]
 
 
-def compute_device() -> torch.device:
-    """Return ``cuda`` when available, else ``cpu`` (used for training and evaluation)."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def compute_device(setting: str = "auto") -> torch.device:
+    """The torch device a ``device`` setting names on this process (training and evaluation).
+
+    Parameters
+    ----------
+    setting : str
+        ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` (torch's current
+        CUDA device) or ``cuda:N``.
+
+    Raises
+    ------
+    ValueError
+        Naming the setting, when it names a CUDA device this process does not see (torch
+        built without CUDA, no GPU, ``CUDA_VISIBLE_DEVICES`` hiding it, or ``N`` too large).
+    """
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if setting == "cpu":
+        return torch.device("cpu")
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = 0 if setting == "cuda" else int(setting.partition(":")[2])
+    if index >= seen:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        hidden = "" if visible is None else f", CUDA_VISIBLE_DEVICES={visible!r}"
+        allowed = ", ".join(['"auto"', '"cpu"'] + [f'"cuda:{i}"' for i in range(seen)])
+        raise ValueError(
+            f"run-config key 'device' = {setting!r}, but this process sees {seen} CUDA "
+            f"device(s) (torch {torch.__version__}{hidden}); allowed here: {allowed}"
+        )
+    return torch.device(setting)
 
 
 def local_batches(

@@ -187,7 +187,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             f"bytes, more than {MAX_CHECKPOINT_BYTES} (not a checkpoint of this app)"
         )
     try:
-        data = torch.load(path, weights_only=True)
+        data = torch.load(path, weights_only=True, map_location="cpu")
         checkpoint = Checkpoint(
             round=_whole(data["round"], "round", minimum=1, maximum=MAX_SERVER_ROUNDS),
             model=dict(data["model"]),
@@ -225,7 +225,7 @@ def checkpoint_round(result_dir: Path) -> int | None:
     if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_CHECKPOINT_BYTES:
         return None
     try:
-        data = torch.load(path, weights_only=True, mmap=True)
+        data = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
         return int(data["round"])
     except _UNREADABLE:
         return None

@@ -237,7 +237,7 @@ def build_setup(
         num_params=num_params,
         model_bits=model_bits,
         target=target,
-        device=compute_device(),
+        device=compute_device(config.task.device),
         partition_counts=partition_counts,
         cell=cell,
         cell_rng=cell_rng,

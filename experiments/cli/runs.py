@@ -57,6 +57,13 @@ def run_command(
             "temporary folder, removed at the end)",
         ),
     ] = None,
+    supernode_gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="with --deployment: SuperNode i sees GPU number i mod len(list) alone "
+            "(CUDA_VISIBLE_DEVICES), e.g. 0,1",
+        ),
+    ] = None,
     ray_address: Annotated[
         str | None,
         typer.Option(

@@ -62,6 +62,7 @@ class LocalFederation:
     encrypted: the SuperLink serves its certificate and requires SuperNode authentication
     (``--enable-supernode-auth``); each SuperNode's public key is registered with
     ``flwr supernode register`` before it starts with its private key; ``flwr`` trusts the CA.
+    With ``supernode_gpus``, SuperNode ``i`` sees one GPU (:meth:`supernode_env`).
     With ``ray_address`` the simulation joins that Ray cluster (``RAY_ADDRESS`` in the
     SuperLink's environment) instead of starting a local one.
 
@@ -87,8 +88,10 @@ class LocalFederation:
         simulation: bool = True,
         tls: CertificateSet | None = None,
         ray_address: str | None = None,
+        supernode_gpus: tuple[int, ...] = (),
     ) -> None:
         self.flwr_home = flwr_home
+        self.supernode_gpus = supernode_gpus
         self.simulation = simulation
         self.num_supernodes = 0 if simulation else num_supernodes
         self.tls = tls
@@ -148,12 +151,14 @@ class LocalFederation:
             return "(no log)"
         return " | ".join(text.strip().splitlines()[-lines:])
 
-    def _start(self, command: list[str], name: str) -> subprocess.Popen[bytes]:
+    def _start(
+        self, command: list[str], name: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log_fh:
             proc = guarded_popen(
                 command,
-                env=self.env,
+                env=self.env if env is None else env,
                 stdout=log_fh,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -288,7 +293,20 @@ class LocalFederation:
                 f"{keys.NODE_NUM_PARTITIONS}={self.num_supernodes}",
             ],
             f"supernode-{partition_id}-{len(self.processes)}",
+            self.supernode_env(partition_id),
         )
+
+    def supernode_env(self, partition_id: int) -> dict[str, str]:
+        """The SuperNode's environment: with ``supernode_gpus``, its GPU alone is visible.
+
+        SuperNode ``i`` sees GPU ``supernode_gpus[i % len(supernode_gpus)]`` as ``cuda:0``
+        (``CUDA_VISIBLE_DEVICES``), as one GPU per machine would be.
+        """
+        env = self.env
+        if self.supernode_gpus:
+            gpu = self.supernode_gpus[partition_id % len(self.supernode_gpus)]
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        return env
 
     def stop(self) -> None:
         """Stop every started process and everything below it, by PID.

@@ -41,6 +41,7 @@ def run_flwr(
     project_dir: Path = PROJECT_DIR,
     tls: CertificateSet | None = None,
     ray_address: str | None = None,
+    supernode_gpus: tuple[int, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream`` and return the finished process.
 
@@ -55,8 +56,8 @@ def run_flwr(
     cpus_per_client : int
         Ray CPUs per ClientApp in simulation (1 → two clients at once on 2 cores).
     gpus_per_client : float
-        Ray GPUs per ClientApp in simulation (e.g. 0.25: four clients share one GPU); the
-        ClientApp trains on CUDA whenever it sees a GPU.
+        Ray GPUs per ClientApp in simulation (e.g. 0.25: four clients share one GPU); Ray hides
+        every GPU from a ClientApp that asks for none.
     flwr_home : Path, optional
         ``FLWR_HOME``; a fresh temporary folder by default.
     project_dir : Path
@@ -65,6 +66,8 @@ def run_flwr(
         Run over TLS with SuperNode authentication (see :class:`LocalFederation`).
     ray_address : str, optional
         Join this Ray cluster for the simulation.
+    supernode_gpus : tuple of int
+        Deployment: SuperNode ``i`` sees GPU ``supernode_gpus[i % len]`` alone.
 
     Returns
     -------
@@ -87,6 +90,7 @@ def run_flwr(
             simulation=not deployment,
             tls=tls,
             ray_address=ray_address,
+            supernode_gpus=supernode_gpus,
         )
         with federation as fed:
             verbose = run_config.get("verbose") is True

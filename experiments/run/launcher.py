@@ -60,6 +60,48 @@ class LaunchOptions:
     flwr_home: Path | None = None
     superlink: str | None = None
     root_certificates: Path | None = None
+    supernode_gpus: str | None = None
+
+
+def gpu_list(text: str | None) -> tuple[int, ...]:
+    """The GPU numbers of ``--supernode-gpus`` (``"0,1"``); ValueError naming it if not."""
+    if text is None:
+        return ()
+    words = [word.strip() for word in text.split(",")]
+    if not all(word.isdigit() and len(word) <= 4 for word in words):
+        raise ValueError(
+            f"--supernode-gpus = {text!r}; allowed: comma-separated GPU numbers, e.g. 0,1"
+        )
+    return tuple(int(word) for word in words)
+
+
+def check_gpus(args: LaunchOptions, device: str) -> None:
+    """Refuse GPU options that cannot work with the engine they are given for.
+
+    Raises
+    ------
+    ValueError
+        ``--supernode-gpus`` without ``--deployment`` or with a bad list; in the simulation
+        engine, a CUDA ``device`` without ``--gpus-per-client`` (Ray hides every GPU from a
+        ClientApp that asks for none) or a numbered one (Ray gives each ClientApp its own GPUs,
+        numbered from 0).
+    """
+    if args.supernode_gpus is not None:
+        if not args.deployment:
+            raise ValueError("--supernode-gpus is for --deployment runs only")
+        gpu_list(args.supernode_gpus)
+    if args.deployment or args.superlink or not device.startswith("cuda"):
+        return
+    if args.gpus_per_client <= 0:
+        raise ValueError(
+            f"run-config key 'device' = {device!r} needs --gpus-per-client > 0 in the "
+            "simulation engine (Ray hides every GPU from a ClientApp that asks for none)"
+        )
+    if device != "cuda":
+        raise ValueError(
+            f"run-config key 'device' = {device!r}: in the simulation engine Ray gives each "
+            'ClientApp its own GPUs, numbered from 0; allowed: "cuda" or "auto"'
+        )
 
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
@@ -114,6 +156,7 @@ def run_command(
             check_certificates_dir(args.certificates_dir, nodes if args.deployment else 0)
         if args.ray_address:
             check_ray_address(args.ray_address)
+        check_gpus(args, str(merged["device"]))
         if args.superlink:
             check_reachable(args.superlink)
         else:  # the data must be there before anything starts (CIFAR cannot be downloaded)
@@ -207,6 +250,7 @@ def launch_run(
                 tls=tls,
                 ray_address=args.ray_address,
                 flwr_home=args.flwr_home,
+                supernode_gpus=gpu_list(args.supernode_gpus),
             )
     result_dir = effective_result_dir(merged)
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went

@@ -314,10 +314,12 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
         One line naming the run-config key, the bad value and what is allowed.
     """
     from fedcgd_task.datasets import load_train_set
+    from fedcgd_task.training import compute_device
     from server_app.config import parse_run_config
     from server_app.uplink import check_channel_trace
 
     config = parse_run_config(run_config)
+    compute_device(config.task.device)  # a GPU this process does not see: refused here
     check_channel_trace(config)
     check_result_folder(run_config)
     train_set = load_train_set(config.task)

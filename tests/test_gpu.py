@@ -1,0 +1,85 @@
+"""The CUDA path, on a machine with a GPU (``-m gpu``; skipped where torch sees none).
+
+A run on the GPU must compute what the same run computes on the CPU. The comparisons run the
+built-in models in float64 (``layer_cases:mlp_float64``, ``layer_cases:cnn1d_float64``): there
+the GPU's kernels differ from the CPU's by the order of their sums alone, the same kind of
+difference as between cohort execution and the per-device path, which
+``tests/test_cohort_execution.py`` bounds by ``REL`` (its derivation is there). In float32
+convolutions may use TF32 on the GPU (10-bit mantissas), and no tolerance of float32 holds
+across a run: those runs are timed, not compared (docs/deployment.md, "GPUs").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from test_cohort_execution import CNN1D, MLP, MNIST1D, REL, close
+
+from client_app.device_round import process_model
+from experiments.run.inprocess import run_inprocess
+from experiments.run.run_config import validated_run_config
+from fedcgd_task.training import compute_device
+from run_files.results import METRICS_FILE, MODEL_FILE
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device"),
+]
+
+
+def whole_run(tmp_path: Path, name: str, device: str, cohorts: bool, **overrides) -> tuple:
+    config = validated_run_config(
+        {
+            "num-devices": 12,
+            "num-server-rounds": 5,
+            "channel.availability-prob": 0.7,
+            "data-dir": str(tmp_path / "data"),
+            "model": MLP,
+            "device": device,
+            **overrides,
+            "result-dir": str(tmp_path / name),
+        }
+    )
+    run_inprocess(config, cohorts=cohorts)
+    lines = [json.loads(x) for x in (tmp_path / name / METRICS_FILE).read_text().splitlines()]
+    return lines, torch.load(tmp_path / name / MODEL_FILE)
+
+
+@pytest.mark.parametrize("cohorts", [True, False])
+@pytest.mark.parametrize(
+    ("policy", "data", "tau"),
+    [
+        ("fedcgd-fscd", {}, 5),
+        ("fedcgd-gs", {**MNIST1D, "model": CNN1D, "channel.deadline-s": 0.004}, 2),
+    ],
+)
+def test_a_run_on_the_gpu_equals_the_run_on_the_cpu(
+    tmp_path: Path, policy: str, data: dict, tau: int, cohorts: bool
+) -> None:
+    settings = {"policy": policy, "local-steps": tau, **data}
+    cpu, model_cpu = whole_run(tmp_path, "cpu", "cpu", cohorts, **settings)
+    gpu, model_gpu = whole_run(tmp_path, "gpu", "cuda", cohorts, **settings)
+    assert [x["scheduled"] for x in gpu] == [x["scheduled"] for x in cpu]
+    assert any(x["num_scheduled"] > 1 for x in cpu)
+    for a, b in zip(cpu, gpu, strict=True):
+        assert b["accuracy"] == a["accuracy"]  # a count of correct test samples
+        for key in ("sigma", "wemd", "objective", "loss"):
+            if isinstance(a.get(key), float):
+                assert close(b[key], a[key]), key
+            elif isinstance(a.get(key), list):
+                assert b[key] == pytest.approx(a[key], rel=REL, abs=1e-300), key
+    for name in model_cpu:
+        assert model_gpu[name].dtype == torch.float64
+        torch.testing.assert_close(model_gpu[name].cpu(), model_cpu[name], rtol=REL, atol=0.0)
+
+
+def test_the_devices_model_sits_on_the_gpu_the_setting_names() -> None:
+    last = torch.cuda.device_count() - 1
+    model = process_model("mlp", 10, (1, 8, 8), f"cuda:{last}")
+    assert {p.device for p in model.parameters()} == {torch.device("cuda", last)}
+    assert compute_device("auto").type == "cuda"
+    with pytest.raises(ValueError, match=f'allowed here: .*"cuda:{last}"'):
+        compute_device(f"cuda:{last + 1}")
