@@ -99,6 +99,10 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "[policy 1/2, seed 1/3] fedcgd-fscd seed=0" in printed
     assert "[policy 2/2, seed 3/3] bc seed=2" in printed
+    last = printed.strip().splitlines()
+    assert not [line for line in last if line.startswith("{")]  # no dict per run
+    assert last[-1].startswith(f"wrote {out / 'table.csv'}")
+    assert [line.split()[0] for line in last[-3:-1]] == ["fedcgd-fscd:", "bc:"]  # the table
 
     by_run = {(r["policy"], r["seed"]): r for r in read(out / "runs.csv")}
     assert set(by_run) == {(p, str(s)) for p in ACCURACY for s in (0, 1, 2)}

@@ -64,6 +64,7 @@ def test_chatter_filter_keeps_what_matters() -> None:
         "\x1b[92mINFO \x1b[0m:      \n",
         "Successfully installed fedcgd to /tmp/x.\n",
         "(ClientAppActor pid=1) WARNING :   Manually terminating ClientAppActor\n",
+        "\x1b[92mINFO \x1b[0m:      Start `flwr-serverapp` process\n",
     ]
     kept = [
         "round    1/3 | acc 21.67% | scheduled   5/6   available | elapsed 7.1 s | ETA 14.2 s\n",
@@ -84,6 +85,39 @@ def test_stream_output_hides_chatter_but_returns_every_line(
     )
     assert stream_output(proc, verbose=False) == text
     assert capsys.readouterr().out == "round 1/1 | acc 50.00%\n"
+
+
+def test_a_file_gets_the_streamed_lines_without_colour_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = "\x1b[93mWARNING \x1b[0m:   train: device 3 excluded\nround 1/1 | acc 50.00%\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"print({text!r}, end='')"], stdout=subprocess.PIPE, text=True
+    )
+    assert stream_output(proc, verbose=False) == text  # what the commands read back
+    assert (
+        capsys.readouterr().out == "WARNING :   train: device 3 excluded\nround 1/1 | acc 50.00%\n"
+    )
+
+
+def test_the_in_process_engine_writes_flowers_log_lines_without_colour_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Flower's console handler colours every level; an in-process run's log file gets none."""
+    from flwr.supercore.logger import FLOWER_LOGGER, ConsoleHandler, update_console_handler
+
+    from experiments.run.inprocess import InProcessOptions, main
+
+    (handler,) = [h for h in FLOWER_LOGGER.handlers if isinstance(h, ConsoleHandler)]
+    record = logging.LogRecord("flwr", logging.WARNING, "", 0, "device 3 excluded", None, None)
+    update_console_handler(colored=True)
+    try:
+        assert "\x1b[" in handler.format(record)  # Flower's default
+        assert main(InProcessOptions(run_config="num-devices=0")) == 2  # refused, nothing ran
+        assert capsys.readouterr().err.startswith("error: run-config key 'num-devices'")
+        assert handler.format(record) == "WARNING :   device 3 excluded"
+    finally:
+        update_console_handler(colored=True)
 
 
 def test_a_bare_serverapp_names_the_folder_it_chose_first(

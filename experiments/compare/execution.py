@@ -9,7 +9,6 @@ itself (:func:`run_reason`); each failure is one line.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -436,8 +435,6 @@ def collect_runs(
                 reason = first_line(err)
         if reason is not None:
             result.failed.append(FailedRun(plan.label, reason))
-            continue
-        print(json.dumps(result.runs[-1]), flush=True)
     if result.runs:
         rows = write_comparison(result.runs, out, target_accuracy)
         print("\n".join(format_row(row) for row in rows), flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 #: Lines of ``flwr run --stream`` that say nothing about this run (Flower's and Ray's start-up
 #: and shutdown notices); shown only with the run-config key ``verbose = true``.
@@ -20,6 +21,7 @@ FLOWER_CHATTER = (
     "Manually terminating ClientAppActor",
     "Ray will no longer override accelerator visible devices",
     "warnings.warn(",
+    "Start `flwr-serverapp` process",
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -46,13 +48,15 @@ def stream_output(proc: subprocess.Popen[str], *, verbose: bool = True) -> str:
     """Print a process's piped output line by line as it comes; return all of it.
 
     Without ``verbose`` Flower's start-up and shutdown notices (:func:`is_chatter`) are not
-    printed; the returned text still holds every line.
+    printed; the returned text still holds every line. Flower's colour codes reach a terminal
+    only: a file or pipe gets the lines without them.
     """
     lines = []
     assert proc.stdout is not None
+    colours = sys.stdout.isatty()
     for line in proc.stdout:
         lines.append(line)
         if verbose or not is_chatter(line):
-            print(line, end="", flush=True)
+            print(line if colours else strip_ansi(line), end="", flush=True)
     proc.wait()
     return "".join(lines)

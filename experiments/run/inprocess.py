@@ -242,6 +242,10 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     import time
     import traceback
 
+    from flwr.supercore.logger import update_console_handler
+
+    update_console_handler(colored=sys.stderr.isatty())  # no colour codes in a log file
+
     from experiments.run.outcome import refused, run_outcome
     from experiments.run.preflight import claim_run, effective_result_dir
     from experiments.run.resume_command import single_run_commands, single_run_line
