@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -207,6 +207,20 @@ def write_status(result_dir: Path, status: RunStatus) -> None:
     """Write ``status.json`` atomically (``updated_unix_s`` set to now)."""
     data = {**asdict(status), "updated_unix_s": time.time()}
     atomic_write_text(Path(result_dir) / STATUS_FILE, json.dumps(data, indent=2) + "\n")
+
+
+def mark_stopped(result_dir: Path, reason: str) -> None:
+    """Record a run stopped from outside its process (its launcher was signalled): ``stopped``.
+
+    A ``status.json`` that still says ``running`` becomes ``stopped`` with ``reason``, keeping
+    its round; any other status (or none, or an unreadable one) is left as it is.
+    """
+    try:
+        status = read_status(result_dir)
+    except ValueError:
+        return
+    if status is not None and status.state == RUNNING:
+        write_status(result_dir, replace(status, state=STOPPED, reason=reason))
 
 
 def read_status(result_dir: Path) -> RunStatus | None:

@@ -188,3 +188,52 @@ def test_a_stop_is_told_by_its_mark_class_alone():
     assert stops_the_run(MarkedError("stopped")) and stops_the_run(Interrupted(signal.SIGTERM))
     assert stops_the_run(KeyboardInterrupt())
     assert not stops_the_run(LookalikeError("failed")) and not stops_the_run(RuntimeError("failed"))
+
+
+def test_a_running_status_becomes_stopped_and_no_other_changes(tmp_path: Path) -> None:
+    from run_files.run_status import (
+        COMPLETED,
+        FAILED,
+        RUNNING,
+        STOPPED,
+        RunStatus,
+        mark_stopped,
+        read_status,
+        write_status,
+    )
+
+    for state, after in ((RUNNING, STOPPED), (COMPLETED, COMPLETED), (FAILED, FAILED)):
+        folder = tmp_path / state
+        folder.mkdir()
+        reason = "it broke" if state == FAILED else None
+        write_status(folder, RunStatus(state, 3, 9, reason=reason, devices_lost=2))
+        mark_stopped(folder, "stopped by SIGINT")
+        status = read_status(folder)
+        assert status is not None
+        assert (status.state, status.last_round, status.num_server_rounds) == (after, 3, 9)
+        assert status.reason == ("stopped by SIGINT" if after == STOPPED else reason)
+        assert status.devices_lost == 2
+    mark_stopped(tmp_path / "empty", "stopped by SIGINT")  # no status: nothing written
+    assert not (tmp_path / "empty").exists()
+
+
+def test_the_launcher_records_a_run_stopped_under_it(tmp_path: Path, monkeypatch) -> None:
+    """``flwr run``'s ServerApp is stopped by PID and cannot record it: its launcher does."""
+    from experiments.run import launcher
+    from experiments.run.processes import Interrupted
+    from run_files.run_status import RUNNING, RunStatus, read_status, write_status
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_status(folder, RunStatus(RUNNING, 4, 50))
+
+    def stopped_while_running(*args, **kwargs):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(launcher, "run_flwr", stopped_while_running)
+    merged = {"result-dir": str(folder), "num-devices": 4}
+    with pytest.raises(Interrupted):
+        launcher.launch_run(launcher.LaunchOptions(), {}, merged)
+    status = read_status(folder)
+    assert status is not None and (status.state, status.last_round) == ("stopped", 4)
+    assert status.reason == "stopped by SIGTERM"

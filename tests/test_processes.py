@@ -9,6 +9,7 @@ with the code under test.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -128,6 +129,9 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
         assert "stopped" in stopped and signal.Signals(signum).name in stopped, err[-2000:]
         # then how to go on (tests/test_resume_command.py runs these commands)
         assert last.startswith(("to continue after round ", "to go on, run the same command")), last
+        status = json.loads((result_dir / "status.json").read_text())
+        assert status["state"] == "stopped", status  # not "running": its launcher says so
+        assert status["reason"] == f"stopped by {signal.Signals(signum).name}"
         assert leftovers(tmp_path, "flwr-home-*") == []
     finally:
         if proc.poll() is None:

@@ -232,7 +232,9 @@ def launch_run(
     """
     from experiments.run.outcome import run_outcome
     from experiments.run.preflight import effective_result_dir
+    from experiments.run.processes import Interrupted
     from run_files.atomic_files import ResultWriteError
+    from run_files.run_status import mark_stopped
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])
@@ -240,18 +242,22 @@ def launch_run(
         proc = run_on_superlink(overrides, args.superlink, args.root_certificates)
     else:
         supernode_keys = num_nodes if args.deployment else 0
-        with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
-            proc = run_flwr(
-                overrides,
-                num_supernodes=num_nodes,
-                deployment=args.deployment,
-                cpus_per_client=args.cpus_per_client,
-                gpus_per_client=args.gpus_per_client,
-                tls=tls,
-                ray_address=args.ray_address,
-                flwr_home=args.flwr_home,
-                supernode_gpus=gpu_list(args.supernode_gpus),
-            )
+        try:
+            with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
+                proc = run_flwr(
+                    overrides,
+                    num_supernodes=num_nodes,
+                    deployment=args.deployment,
+                    cpus_per_client=args.cpus_per_client,
+                    gpus_per_client=args.gpus_per_client,
+                    tls=tls,
+                    ray_address=args.ray_address,
+                    flwr_home=args.flwr_home,
+                    supernode_gpus=gpu_list(args.supernode_gpus),
+                )
+        except Interrupted as stop:  # the ServerApp was stopped from outside: it cannot say so
+            mark_stopped(effective_result_dir(merged), str(stop))
+            raise
     result_dir = effective_result_dir(merged)
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
