@@ -1,36 +1,8 @@
-"""One writer per result folder: exclusive locks, link refusal, collision-free new folders.
+"""One writer per result folder: ``flock`` locks, link refusal, collision-free new folders.
 
-Pure Python (no flwr, no torch); Linux and other POSIX systems (``fcntl.flock``). See
-docs/design.md, "One writer per folder".
-
-Two lock files sit in a folder a run or a comparison writes to, each locked with
-``flock(LOCK_EX | LOCK_NB)`` by the process that owns the role, for as long as it lives; the
-kernel drops the lock when that process ends, however it ends (``kill -9`` included), so a
-lock is never stale:
-
-* :data:`LOCK_FILE` (``.fedcgd.lock``): the *owner*, the command that started the run
-  (launcher, in-process engine, ``compare_policies`` / ``reproduce`` for their ``--out`` and
-  for each run they execute). The owner's children (the SuperLink, ``flwr-simulation`` and the
-  ServerApp in it, a comparison's run processes) work under it: an owner writes a random token
-  of its lock into the lock file and adds it to the environment variable :data:`OWNERS_ENV`,
-  which every process it starts inherits (Flower's SuperLink, SuperExec and ``flwr-simulation``
-  pass their environment on); a process that finds the lock held by a live process whose token
-  is listed there works under that lock.
-* :data:`WRITER_LOCK_FILE` (``.fedcgd-writer.lock``): the ServerApp that writes the run's
-  files, for the whole run. It is never shared: a second writer (a ``flwr run`` started by
-  hand, or one left running by a killed owner before it is stopped) is refused.
-
-A holder writes its PID, its token and its command line in the lock file right after it has
-locked it, and empties the file when it lets go; a process that finds a lock taken reads them
-there and is refused with :class:`FolderInUseError`, one line naming the holder. The lock
-itself is the kernel's: what a killed holder left in the file locks nothing and is shared with
-nobody (a token is new for every lock taken, and a holder that is not alive is not trusted:
-until the next holder has written its own line the file is read again). Lock files
-are opened with ``O_NOFOLLOW`` and never removed (removing a lock file lets two processes lock
-two different files of one name). A folder that is a symbolic link or holds one is refused
-(:func:`refuse_links`): a link could send a write out of the folder. :func:`new_folder`
-creates a folder whose name no other command can take at the same time (``os.mkdir`` fails on
-an existing name; the next free ``-2``, ``-3``, ... suffix is taken instead).
+Pure Python, POSIX. The owner lock (:data:`LOCK_FILE`) is shared with the processes an owner
+starts through the tokens in :data:`OWNERS_ENV`; the writer lock (:data:`WRITER_LOCK_FILE`) is
+never shared. See docs/design.md, "One writer per folder".
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """Reading the JSON files of a result folder: bounded in size and depth, one-line errors.
 
-Pure Python (no flwr, no torch). A result folder is data like any other: a ``config.json``
-nested 100,000 levels deep, a ``status.json`` of gigabytes or a torn last line of
-``metrics.jsonl`` must give one line naming the file, not a traceback or an exhausted memory
-(docs/design.md, "Result folders"). The sizes are bounded far above what a run writes:
-
-* :data:`MAX_JSON_BYTES` for ``config.json``, ``status.json`` and ``summary.json`` (a run's
-  ``config.json`` is a few kB: its largest part, the WEMD target, holds C numbers);
-* :data:`MAX_METRICS_LINE_BYTES` for one line of ``metrics.jsonl`` (a line holds a few
-  numbers per device: about 100 bytes per device, so 16 MiB is V > 100,000);
-* :data:`MAX_JSON_DEPTH` levels of nesting (a run writes at most 3).
+Pure Python; the bounds lie far above what a run writes (docs/design.md, "Result folders").
 """
 
 from __future__ import annotations
