@@ -1,10 +1,6 @@
-"""Figure titles from the runs' recorded settings: data set, split, τ, V and the seeds.
+"""Figure titles from the runs' ``config.json``: data set, split, τ, V and the seeds.
 
-A figure over several result folders is titled with what they were run on, read from each
-folder's ``config.json`` (the resolved run config the ServerApp records), e.g.
-``MNIST-1D · Dirichlet α = 0.1 · τ = 1 · V = 64 · 5 seeds``. A setting that differs between
-the runs lists its values (``τ = 1, 5``); a folder without a readable ``config.json`` adds
-nothing.
+A setting that differs between the runs lists its values (``τ = 1, 5``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """How every figure of the project looks: axis labels with units, value ranges, policy styles.
 
-One place for what a reader needs to read a curve:
-
-- each metric's y label (with its unit), the range the metric can take, so that a 95 % band
-  never leaves it (an accuracy band stays in [0, 1], a count band above 0), and whether it is a
-  count (rounds, devices), whose axis gets integer ticks only (:func:`label_axis`);
-- one fixed colour and line style per built-in policy, FedCGD's variants solid and thick, the
-  baselines dashed and thinner, so that with seven policies the method under study stands out;
-  a researcher's own policies get dash-dotted lines in colours no built-in uses, and
-  :func:`series_styles` makes sure no two series of one figure share colour and line style;
-- :func:`draw_group`, which draws a group of runs (the seeds of one policy) by one rule used in
-  every figure: the per-round mean over the runs, and from two runs on the shaded 95 %
-  confidence band of that mean (Student t with n - 1 degrees of freedom, so two runs give an
-  honest but wide band: 12.7 standard errors); a single run is its own line, without a band.
-  The legend names the band (:func:`legend_below`);
-- a centred moving average (:func:`moving_average`) drawn over the faint per-round line of the
-  noisy per-round panels (scheduled devices, WEMD), its window in the panel's title.
+Each metric's label, range and integer ticks (:func:`label_axis`); one fixed style per built-in
+policy, FedCGD's solid (:func:`series_styles`); a group of runs drawn as its mean with the 95 %
+band from two runs on (:func:`draw_group`); a moving average over noisy panels
+(:func:`moving_average`). The rules are in docs/comparing.md ("Comparing policies", ``curves.png``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Plot one or more runs from their result directories (reads ``metrics.jsonl`` only).
+"""Plot one or more runs from their result directories (``fedcgd plot``; reads ``metrics.jsonl``).
 
-``fedcgd plot RESULT_DIR [RESULT_DIR ...] --out curves.png`` draws, per
-run, test accuracy, the number of scheduled devices and the WEMD of the schedule against the
-round, labelled by each run's policy (from its ``config.json``) and, when several runs share a
-policy, by their folders (``seed-0``, ``seed-1``), each run in its own colour and line style.
-With ``--mean`` the runs are grouped by policy (e.g. the seeds of a comparison,
-``results/compare/*/seed-*``) and each policy is drawn as its mean over the runs with a shaded
-95 % confidence band from two runs on (:func:`plot_mean_runs`). Scheduled devices and WEMD,
-one noisy value per round, are drawn as a moving average (the window, about a twentieth of the
-rounds, in the panel's title) over the faint per-round line; the figure's title names the data
-set, the split, τ, V and the seeds from the runs' ``config.json``.
+Accuracy, scheduled devices and WEMD per round; with ``--mean`` one mean curve per policy with
+its 95 % band (:func:`plot_mean_runs`). The figure's rules: :mod:`experiments.analysis.figures`.
 """
 
 from __future__ import annotations

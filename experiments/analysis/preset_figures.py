@@ -1,11 +1,4 @@
-"""The figures of a preset's reproduction: the estimates used per round and the sweep figure.
-
-:func:`plot_estimates` draws σ̂ and Ĝ per round of every (sweep point, FedCGD policy) (the
-paper's CIFAR-100 panels, ``estimates.png``); :func:`plot_sweep` draws each metric's mean over
-seeds ± 95 % CI against the swept value (``sweep.png``). Both are written by
-:mod:`experiments.compare.reproduce`; :func:`point_label` names a sweep point there (its folder
-and the ``sweep`` column of its tables) and on the sweep figure's axis.
-"""
+"""The figures of a preset's reproduction: σ̂ and Ĝ per round (``estimates.png``), ``sweep.png``."""
 
 from __future__ import annotations
 

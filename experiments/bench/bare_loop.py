@@ -1,11 +1,7 @@
 """The bare loop of the in-process benchmark: a run's arithmetic and nothing else, timed per round.
 
-:func:`bare_rounds` redoes a run's rounds as :mod:`experiments.bench.inprocess` describes: on
-the run's own set-up (:func:`server_app.setup.build_setup`) and the same devices (the channel
-redrawn from the seed, the schedule read from the run's ``metrics.jsonl``), σ̂ on every
-available device's first batch when the policy uses σ̂, τ SGD steps on every scheduled device,
-FedAvg and the central evaluation, with batches, weights and test tensors prepared before each
-round's clock starts. :class:`BareRun` holds the seconds of each round and its test accuracy.
+See :mod:`experiments.bench.inprocess` for what it redoes; :class:`BareRun` holds each round's
+seconds and test accuracy.
 """
 
 from __future__ import annotations

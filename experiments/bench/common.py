@@ -1,15 +1,4 @@
-"""Helpers of the benchmarks: progress lines, a run's metrics, per-round fields, random CIFAR-10.
-
-:mod:`experiments.bench.round` and :mod:`experiments.bench.inprocess` both print progress lines
-with the machine's load average (:func:`progress`), read a run's ``metrics.jsonl``
-(:func:`run_files.results.read_metrics_lines`, as :mod:`experiments.bench.scale` does), keep,
-per round,
-:data:`ROUND_FIELDS` and the timing columns :data:`PHASES` (:func:`round_fields`) in their
-``table.json``, and check their replay against the run (:func:`largest_accuracy_gap`).
-:func:`write_random_cifar10` writes a CIFAR-10-shaped folder of random images in torchvision's
-file format, which the app reads as it reads the real archive (the round benchmark trains on
-it).
-"""
+"""Helpers of the benchmarks: progress lines, a run's per-round fields, random CIFAR-10 files."""
 
 from __future__ import annotations
 

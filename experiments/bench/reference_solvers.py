@@ -1,11 +1,7 @@
 """Slow, obviously-correct references for the P1 solvers: loop versions, dense FSCD, brute force.
 
-The loop versions follow the same algorithms and tie-breaking as the vectorised solvers but
-evaluate every candidate with :meth:`SchedulingProblem.objective` (or ``wemd``) on a fresh mask.
-The dense FSCD (:func:`fscd_dense`) evaluates the whole swap grid from scratch at every step; it
-is the oracle of the incremental :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`, which must
-take the same decisions. They are test oracles and benchmark baselines, kept out of the
-installed package; use :func:`fedcgd_strategy.solve` otherwise.
+Test oracles and the baselines of ``fedcgd bench solvers`` and ``fedcgd bench fscd-scale``;
+use :func:`fedcgd_strategy.solve` otherwise.
 """
 
 from __future__ import annotations

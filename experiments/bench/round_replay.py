@@ -1,10 +1,7 @@
-"""The plain side of the round benchmark: a run's rounds replayed in one plain PyTorch process.
+"""The plain side of the round benchmark: a ``flwr run``'s rounds replayed in one PyTorch process.
 
-:func:`replay_plain` redoes the rounds of a ``flwr run`` (:mod:`experiments.bench.round`) on
-the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available devices,
-sigma-hat on every available device's first batch when the policy needs it, tau SGD steps on the
-scheduled devices, FedAvg of the uploaded models and the central evaluation, timing each phase.
-:class:`PlainRound` holds one round's timings and outcome, :class:`PlainRun` the whole replay.
+On the ServerApp's own set-up: the same devices, σ̂ when the policy needs it, τ SGD steps,
+FedAvg and the evaluation, each phase timed (:class:`PlainRound`, :class:`PlainRun`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Planning a comparison: its settings checked, and each (policy, seed) decided from its folder.
 
-Before anything runs, every result folder ``<out>/<policy>/seed-<s>`` is compared with the
-requested run (:func:`plan_run`): run it, keep a completed run with the same settings, resume
-an incomplete one from its checkpoint (or clear it and run it again), or refuse a folder that
-holds a run with other settings (:func:`refuse_stale_runs`). The policies, seeds and
-``policy-params`` of a comparison are checked here too, each bad value refused in one line.
+Run, keep, resume or refuse each ``<out>/<policy>/seed-<s>`` (docs/comparing.md, "Kept runs").
 """
 
 from __future__ import annotations

@@ -1,48 +1,9 @@
-"""Run several scheduling policies on the same settings and seeds and compare them (Table II).
+"""Run several scheduling policies on the same settings and seeds and compare them.
 
-``fedcgd compare --policies fedcgd-fscd,bc,all --seeds 0,1,2,3,4 --out results/compare``
-(:mod:`experiments.cli`) runs each (policy, seed) with ``flwr run`` into
-``<out>/<policy>/seed-<s>`` (run config ``seed=<s>``: with the same seed every policy sees the
-same devices, channel draws and partitions, so policies are compared paired by seed), then
-writes from the result files:
-
-- ``runs.csv``: one row per run (policy, seed, final and best accuracy, rounds to the target
-  accuracy, mean scheduled devices, mean WEMD of the schedule: the paper's Table II columns);
-- ``table.csv``: one row per policy, each metric's mean over seeds and its 95 % confidence
-  half-width (``<metric>_mean``, ``<metric>_ci95``; Student t, empty for one seed),
-  ``n_seeds``, how many runs ``reached_target``, and a paired t-test of the final accuracy
-  against FedCGD-FSCD over the common seeds (``diff_vs_fedcgd_fscd``: mean of policy minus
-  FedCGD-FSCD; ``p_value_vs_fedcgd_fscd``; ``n_paired``), and the same for the best accuracy
-  (``best_diff_vs_fedcgd_fscd``, ``best_p_value_vs_fedcgd_fscd``);
-- ``curves.png``: accuracy, scheduled devices and WEMD per round; with several seeds the mean
-  per policy with a shaded 95 % band (from two seeds on), scheduled devices and WEMD as a
-  moving average over the faint per-round line, titled with the data set and settings
-  (:func:`experiments.analysis.plot_runs.plot_mean_runs`).
-
-``--aggregators default,FedMedian,FedTrimmedAvg`` sweeps the run-config key ``aggregator`` as
-well: one comparison of the policies per aggregator, each in ``<out>/aggregator=<name>/`` with
-its own tables (``default`` is the scheduler's FedAvg, ``aggregator = ""``; ``aggregator-params``
-of ``--run-config`` go to every one of them). Every aggregator's run config is validated before
-the first run starts.
-
-``rounds_to_target`` of a run that never reaches the target is missing (empty in
-``runs.csv``): its mean and CI are over the runs that reached it, and ``reached_target`` says
-how many did (out of ``n_seeds``).
-
-Kept runs: before anything runs, every result folder is compared with the requested run. A run
-that completed with the same settings (``config.json``; only ``result-dir``, ``resume-from`` and
-``checkpoint-every`` may differ) is kept; an incomplete one with the same settings is resumed
-from its checkpoint (run again from the start without one); a run with other settings stops
-the command (exit code 2) naming the folder and the settings that differ: give another
-``--out`` or remove the folder. The outcome of each run is its ``status.json``: the exit code is
-0 when every run completed, 1 when any failed (a line names each and why), 2 when refused
-before the start; SIGINT / SIGTERM stop every process of the current run (130 / 143). The
-first line names the output folder; after a failure or a signal the last line gives the same
-command to run again (:func:`experiments.run.resume_command.rerun_line`).
-
-This module holds what the command does; the work is in :mod:`experiments.compare.plans` (settings
-checked, kept runs decided), :mod:`experiments.compare.execution` (the runs run, their outcomes
-collected) and :mod:`experiments.compare.results` (rows, statistics, tables, curves).
+What it writes (``runs.csv``, ``table.csv``, ``curves.png``), which runs it keeps, its exit codes
+and ``--aggregators``: docs/comparing.md, "Comparing policies". The work is in
+:mod:`experiments.compare.plans`, :mod:`experiments.compare.execution` and
+:mod:`experiments.compare.results`.
 """
 
 from __future__ import annotations

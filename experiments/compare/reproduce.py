@@ -1,44 +1,9 @@
 """Reproduce a table or figure of the paper from a Hydra preset in ``conf/experiment/``.
 
-``fedcgd reproduce experiment=<name> 'seeds=[0,1,2,3,4]'`` (:mod:`experiments.cli`) runs every
-policy of the preset for every seed (default ``[0]``) and every combination of its sweep (e.g.
-``local-steps: [1, 5]``) with ``flwr run``, then writes, under ``out`` (default
-``results/<name>``):
-
-- ``<key>=<value>/<policy>/seed-<s>/`` one result directory per run (resumable: finished runs
-  are kept),
-- ``<key>=<value>/table.csv``, ``runs.csv`` and ``curves.png`` per sweep point (see
-  :mod:`experiments.compare.results`: per policy the mean and 95 % confidence half-width over
-  seeds of final / best accuracy, rounds to the target accuracy, mean scheduled devices, mean
-  WEMD, and a paired t-test of the final accuracy against FedCGD-FSCD),
-- ``table.csv`` and ``runs.csv`` over all sweep points (a ``sweep`` column first),
-- ``estimates.png``: σ̂ and Ĝ per round, mean over seeds with its 95 % band, of every (sweep
-  point, FedCGD policy) (the paper's CIFAR-100 panels),
-- ``sweep.png`` for a preset that sweeps one key: its ``figure_metrics`` against the swept
-  value, mean over seeds ± 95 % CI.
-
-Every figure draws the mean over seeds with its 95 % confidence interval (Student t) from two
-seeds on, and a single seed as its run, and is titled with the data set and settings
-(:mod:`experiments.analysis.preset_figures`, :mod:`experiments.analysis.figures`,
-:mod:`experiments.analysis.figure_titles`).
-
-Presets: ``digits_policies`` (offline), ``cifar10_local_steps`` (accuracy vs τ and Table II),
-``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``; offline on MNIST-1D
-with 5 seeds: ``mnist1d_local_steps``, ``mnist1d_imbalance``, ``mnist1d_dirichlet``; quick
-digits variants ``digits_*``. Any value can be
-overridden, e.g. ``run.data-dir=/data/cifar 'policies=[fedcgd-fscd,bc]' run.num-server-rounds=50
-'seeds=[0,1,2]'`` (``run.<key>=`` and ``sweep.<key>=`` take every run-config key, whether the
-preset lists it or not: :func:`hydra_overrides`). The run config of every run is validated, and
-every result folder planned (:mod:`experiments.compare.plans`: kept runs with other settings
-are refused, naming them), before the first one starts. The seed is set by ``seeds`` only
-(``run.seed`` or ``sweep.seed`` are refused), so that runs of every policy with the same seed are
-paired. ``launcher.jobs=N`` keeps N in-process runs going at once (0: one per usable core),
-each in its own process with its output in its folder's ``run.log``
-(:mod:`experiments.run.run_pool`); the tables and figures are written once every run has ended.
-Exit code: 0 when every run completed, 1 when one failed (a line names each and why), 2
-when refused before the start, 130 / 143 on SIGINT / SIGTERM. The first line names the output
-folder; after a failure or a signal the last line gives the same command to run again
-(completed runs are kept, stopped ones resume: :func:`experiments.run.resume_command.rerun_line`).
+``fedcgd reproduce experiment=<name> [overrides]``: every (sweep point, policy, seed) as a run,
+then the tables and figures per sweep point and overall (docs/comparing.md, "Reproducing the
+paper's tables and figures"). ``run.<key>=`` / ``sweep.<key>=`` take any run-config key
+(:func:`hydra_overrides`); the seed comes from ``seeds`` only, so runs stay paired.
 """
 
 from __future__ import annotations

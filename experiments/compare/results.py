@@ -1,9 +1,6 @@
 """A comparison's results: per-run rows, per-policy statistics, tables, curves, console lines.
 
-:func:`summarise` reads one run's ``metrics.jsonl`` into a ``runs.csv`` row; :func:`table_rows`
-turns the rows into one ``table.csv`` row per policy (mean and 95 % confidence half-width over
-seeds, paired t-test against FedCGD-FSCD); :func:`write_comparison` writes ``runs.csv``,
-``table.csv`` and ``curves.png`` (:mod:`experiments.compare.policies` describes the columns).
+The columns: docs/comparing.md, "Comparing policies".
 """
 
 from __future__ import annotations
