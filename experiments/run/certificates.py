@@ -1,22 +1,8 @@
 """Certificates and keys for a TLS deployment with SuperNode authentication.
 
-``fedcgd certificates --out certificates --supernodes 4`` writes
-
-* ``ca.crt`` / ``ca.key``: a self-signed certificate authority (the SuperNodes' and ``flwr``'s
-  ``--root-certificates``),
-* ``server.pem`` / ``server.key``: the SuperLink's certificate signed by that CA, valid for
-  127.0.0.1 and localhost (plus any ``--host`` names, e.g. the compose service name),
-* ``supernode-<i>.key`` / ``supernode-<i>.pub``: one EC key pair per SuperNode (NIST P-384;
-  both in OpenSSH format: the private key for ``--auth-supernode-private-key``, the public key
-  for ``flwr supernode register``), as Flower's SuperNode authentication requires.
-
-Built with the ``cryptography`` package (a dependency of Flower), so no ``openssl`` binary is
-needed. Every file is created new (``O_CREAT | O_EXCL | O_NOFOLLOW``, through a descriptor of
-the folder opened with ``O_NOFOLLOW``): a private key is readable by its owner only from its
-creation (mode 0600), a certificate or public key gets 0644; nothing is written through a
-link. A folder that is a link, holds a link, or already holds a file of the set is refused
-before any key is made (one line; remove the old set, or choose another folder): an earlier
-set is never overwritten, so keys a deployment uses are not replaced behind its back.
+A CA, the SuperLink's certificate and one EC key pair per SuperNode, made with ``cryptography``;
+every file created new, private keys 0600 from their creation, an existing set or a link refused
+(docs/deployment.md, "TLS, SuperNode authentication, failures, resume").
 :func:`tls_certificates` gives a ``--tls`` run its certificates for the length of the run.
 """
 

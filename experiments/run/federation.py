@@ -1,11 +1,9 @@
 """A SuperLink (and SuperNodes) of our own on loopback, stopped by PID: :class:`LocalFederation`.
 
-``flwr run`` on the default ``local`` connection starts a detached SuperLink that keeps running
-after the run and whose PID nobody records. Here the SuperLink is started by us (same flags
-``flwr`` uses, on loopback, with runtime dependency installation disabled), in the simulation
-engine or, for a deployment, with one ``flower-supernode`` process per device, optionally over
-TLS; everything is stopped by its PID when the run ends, also on errors and Ctrl-C.
-:func:`flower_home` gives each run its own ``FLWR_HOME``.
+Started with the flags ``flwr`` uses (runtime dependency installation disabled), in the
+simulation engine or with one ``flower-supernode`` per device, optionally over TLS; stopped by
+PID when the run ends, also on errors and Ctrl-C. :func:`flower_home` gives each run its own
+``FLWR_HOME``.
 """
 
 from __future__ import annotations

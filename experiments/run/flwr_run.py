@@ -1,11 +1,4 @@
-"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink.
-
-:func:`run_flwr` starts a :class:`experiments.run.federation.LocalFederation` (simulation or
-deployment, optionally over TLS or on a Ray cluster), runs ``flwr run . local --stream``
-against it and stops everything when the run ends; :func:`run_on_superlink` runs on an
-existing SuperLink (e.g. docker compose). :func:`check_reachable` and
-:func:`check_ray_address` check a given server before anything starts.
-"""
+"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink."""
 
 from __future__ import annotations
 

@@ -1,27 +1,9 @@
 """Run the app in one Python process: the real ServerApp logic and ClientApp, no Ray, no network.
 
-For quick sweeps on a laptop (many seeds × policies × settings on a small model), starting a
-SuperLink and Ray per run costs more than the run itself. :class:`InProcessGrid` is a Flower
-``Grid`` that hands each message straight to the ClientApp of the addressed node, with that
-node's ``Context`` (``partition-id``, ``num-partitions`` as in the simulation engine); a
-handler that raises becomes an error reply, as in Flower. :func:`run_inprocess` runs
-:func:`server_app.app.run_federation` over it. Everything random derives from the run seed, so
-with ``cohorts=False`` a run is the one ``flwr run`` gives on the same machine, bit for bit
-(tested); with cohorts, the same up to rounding (docs/running.md, "Same seed, same run").
-
-Cohort execution (default): the devices that receive the same global model in the same
-phase are computed together (:mod:`client_app.cohort`): sigma-hat of all queried devices from
-batched passes, the scheduled devices' local steps batched with ``torch.func.vmap``; each
-device's ClientApp still builds its own reply from its result. The engine owns its
-:class:`~client_app.cohort.Cohorts` and hands it to its grid and to the ClientApp it builds
-(:func:`client_app.app.make_app`). ``cohorts=False`` (``fedcgd inprocess
---per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
-are handled on this process's thread: use it for small models; the simulation engine
-(``flwr run``) and deployments are the real engines.
-
-A simulation: every reply is waited for, however long the host takes; a ClientApp that gives
-no reply for ``stall-limit-s`` stops the run as stuck
-(:func:`fedcgd_strategy.flower.simulation.stall_alarm`).
+:class:`InProcessGrid` hands each message straight to the addressed node's ClientApp (a raising
+handler becomes an error reply, as in Flower); by default the devices of one phase are computed
+together (:mod:`client_app.cohort`, docs/design.md, "Cohort execution"), ``cohorts=False``
+one at a time, bit for bit as ``flwr run`` (docs/running.md, "Same seed, same run").
 """
 
 from __future__ import annotations

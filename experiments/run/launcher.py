@@ -1,14 +1,7 @@
-"""Run the app in Flower's simulation engine with ``flwr run`` and a SuperLink we own.
+"""``fedcgd run``: the app with ``flwr run`` on a SuperLink we own, or on a given one.
 
-The command line of one run: ``fedcgd run --run-config "policy='bc' num-server-rounds=5"``
-(:mod:`experiments.cli`) runs one simulation on a SuperLink of its own
-(:class:`experiments.run.federation.LocalFederation`), stopped by its PID when the run ends,
-also on errors and Ctrl-C: nothing is left running. With ``--deployment`` the same app runs on
-``flower-supernode`` processes (one per device, each message in a fresh ClientApp process)
-instead of the simulation engine; with ``--superlink`` on an existing SuperLink.
-:func:`experiments.run.flwr_run.run_flwr` does the same from Python (tests, sweeps). The first
-line names the run's folder; a run stopped by a signal or a failure ends with the command that
-continues it (:mod:`experiments.run.resume_command`).
+Simulation by default, ``--deployment`` on one ``flower-supernode`` per device, ``--superlink``
+on an existing SuperLink; nothing is left running (docs/running.md, docs/deployment.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""How a run ended: its exit code and last line, from what it raised or the status it wrote.
+"""How a run ended: its exit code and last line, from what it raised or its ``status.json``.
 
-:func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
-and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
-since the launch: the ServerApp crashed before writing one), 2 refused before the start
-(:func:`refused`). ``flwr run`` exits 0 even when the ServerApp raises, so its exit code is
-not the outcome. A run that stopped unfinished is advised to resume only when its folder holds
-a checkpoint (:func:`run_files.run_status.resume_advice`).
+``flwr run`` exits 0 even when the ServerApp raises, so its exit code is not the outcome: 0
+completed, 1 failed (or no status written), 2 refused before the start.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""Checks before a run starts, and the claim of its folder.
+"""Checks before a run starts (:func:`check_before_start`), and the claim of its folder.
 
-:func:`check_before_start` takes a few seconds and starts nothing (no SuperLink, no Ray): it
-refuses, with one line naming the run-config key, every setting that can only fail later or
-can only be a mistake: a result folder that is a file or holds another run, a ``resume-from``
-folder that cannot be continued (no checkpoint, unreadable checkpoint or metrics, other
-settings, a checkpoint of another run or one that does not fit the run's model, policy or
-aggregator, nothing left to run), a ``channel.trace`` file that cannot be replayed over the
-run (:func:`server_app.uplink.check_channel_trace`), a data-set function that cannot be
-imported, fails or returns arrays outside its contract (:func:`fedcgd_task.datasets.load_data`),
-a model that does not fit the data set's inputs or whose σ̂ cannot be computed
-(:func:`check_model_fits`), a user's policy that does not return a valid ``Decision`` on a
-synthetic round (:func:`check_own_policy`), and sizes beyond the training set (more devices
-or shards than samples, local training of more than :data:`MAX_LOCAL_PASSES` passes over a
-device's data per round).
-
-:func:`claim_run` takes a run's folder for the command that starts it (the launcher, the
-in-process engine): locked for the command's whole life (:mod:`run_files.folder_lock`), so a
-second run, a resume of a live run or a comparison into it is refused naming its PID.
+The checks start nothing and refuse, in one line naming the run-config key, every setting that
+can only fail later: the folders, a channel trace, the data set, the model, a user's policy on a
+synthetic round, and sizes beyond the training set (:data:`MAX_LOCAL_PASSES`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Starting and stopping what a run starts: guarded process trees, stops by PID, signals.
 
-Every process a command starts goes through :func:`guarded_popen` (or :func:`guarded` for
-``subprocess.run``): it runs under ``experiments/run/guard.py``, a subreaper that kills the whole
-tree below it as soon as this process dies, however it dies (docs/design.md, "No process
-outlives its launcher"). The guards learn of the death from a pipe (:func:`lifeline_fd`)
-whose write end only this process holds.
-
-Flower's SuperLink starts ``flower-superexec`` and ``flwr-simulation`` (which starts Ray) in
-sessions of their own, so signalling the SuperLink's process group misses them. Here the whole
-tree below a process is read from ``/proc`` *before* anything is signalled (once a parent is
-gone its children are re-parented and can no longer be found), every process in it gets
-SIGTERM, and whatever is still alive after a short grace period gets SIGKILL.
-
-:func:`stop_on_signals` turns the first SIGINT or SIGTERM into :class:`Interrupted` (a
-``BaseException``, like ``KeyboardInterrupt``, so ``except Exception`` does not swallow it),
-which unwinds through the ``finally`` blocks that stop the processes; the command line then
-exits with ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM) and one line.
+Every process goes through :func:`guarded_popen` (docs/design.md, "No process outlives its
+launcher"). A tree is read from ``/proc`` before anything is signalled (the SuperLink starts its
+children in sessions of their own), then SIGTERM, then SIGKILL after a grace period.
+:func:`stop_on_signals` turns SIGINT / SIGTERM into :class:`Interrupted`, which unwinds through
+the ``finally`` blocks; the commands then exit 130 / 143.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The run config of one run, as the commands take it: parsed, checked, rendered for ``flwr run``.
 
-``--run-config`` text (``key=value`` items, TOML values) becomes a flat dict
-(:func:`parse_run_config_text`); :func:`validated_run_config` applies it to the defaults and
-checks every key and value before anything starts; :func:`format_run_config` renders a dict
-back as ``--run-config`` text for this project's commands, :func:`run_config_toml` as the
-TOML file ``flwr run --run-config FILE.toml`` reads; :func:`with_resolved_data_dir` pins the
-data folder. TOML is read with ``tomllib`` and values are written with ``tomli_w``
-(:func:`server_app.policy_params.format_toml_value`), so any string (spaces, both quotes,
-backslashes, non-ASCII and non-BMP characters) goes through unchanged.
+TOML is read with ``tomllib`` and written with ``tomli_w``, so any string goes through unchanged.
 """
 
 from __future__ import annotations

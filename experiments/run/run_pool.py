@@ -1,15 +1,7 @@
-"""Run many in-process federations side by side: one process per run, ``jobs`` at a time.
+"""Run many in-process federations side by side: one guarded process per run, ``jobs`` at a time.
 
-A sweep of small-model runs (:mod:`experiments.run.inprocess`) keeps one core busy per run, so a
-machine with several cores finishes a preset about ``jobs`` times sooner when that many runs go
-at once. Each run is its own ``fedcgd inprocess`` process (a crash, a hang or a
-leak costs that run only, and it can be stopped by its PID), in a session of its own, with its
-output in a log file (``run.log`` in its result folder: the per-round lines of several runs
-would tear each other apart on one terminal), under a guard that kills it, and everything it
-started, as soon as this process dies (:func:`experiments.run.processes.guarded_popen`, also on
-``kill -9``). The caller is told when each starts and ends
-(:func:`run_jobs`). On SIGINT / SIGTERM (:class:`experiments.run.processes.Interrupted`) or any
-other exception, every run still going is stopped by PID before the exception goes on.
+Each run writes its output to ``run.log`` in its folder; on a signal or an error every run still
+going is stopped by PID (docs/performance.md, "Runs side by side").
 """
 
 from __future__ import annotations
