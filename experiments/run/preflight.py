@@ -52,7 +52,7 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
 
 
 def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
-    """Training samples left after ``imbalance-ratio`` (:func:`fedcgd_task.partition.apply_imbalance`)."""
+    """Training samples left after ``imbalance-ratio`` (as ``partition.apply_imbalance`` keeps)."""
     counts = np.bincount(np.asarray(labels, dtype=np.int64))
     if ratio <= 1.0:
         return int(counts.sum())
