@@ -58,13 +58,7 @@ def sweep_points(sweep: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def planned_seeds(cfg: DictConfig) -> list[int]:
-    """The config's ``seeds`` (default ``[0]``; a single integer is one seed).
-
-    Raises
-    ------
-    ValueError
-        For no seed, a non-integer or negative one, or a repeat.
-    """
+    """The config's ``seeds`` (default ``[0]``; an integer is one seed); ValueError if bad."""
     seeds = cfg.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         return check_seeds([seeds])
@@ -82,11 +76,7 @@ NOT_IN_RUN = {
 
 
 def run_keys(node: Any) -> dict[str, Any]:
-    """A ``run`` or ``sweep`` node as flat run-config keys.
-
-    Presets write dotted keys flat (``channel.deadline-s: 2.0``); on the command line
-    ``run.channel.deadline-s=3.0`` becomes a nested node, flattened here, and wins.
-    """
+    """A ``run`` or ``sweep`` node as flat run-config keys (nested command-line keys win)."""
     table = OmegaConf.to_container(node, resolve=True)
     assert isinstance(table, dict)
     flat = {str(k): v for k, v in table.items() if not isinstance(v, dict)}
@@ -97,13 +87,11 @@ def run_keys(node: Any) -> dict[str, Any]:
 def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(sweep point, run-config overrides) of every sweep point, validated before any run.
 
-    The seeds (:func:`planned_seeds`) are validated too; every sweep point runs every seed.
-
     Raises
     ------
     ValueError
-        For an unknown policy, a bad seed list, ``seed`` in ``run`` or ``sweep`` (use
-        ``seeds``), an unknown run-config key or a bad value (naming the key).
+        For an unknown policy, a bad seed list, ``seed`` in ``run`` or ``sweep``, an unknown
+        run-config key or a bad value (naming the key).
     """
     policies = list(cfg.policies)
     check_policies(policies)
@@ -141,26 +129,14 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
 
 
 def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-    """Load each dataset the plan needs once, so missing files stop the sweep before any run.
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming the folder and how to provide the files (CIFAR offline).
-    """
+    """Load each data set the plan needs once, so missing files stop the sweep before any run."""
     defaults = default_run_config()
     for task in {TaskSettings.from_run_config({**defaults, **o}) for _, o in plans}:
         load_train_set(task)  # cached per (dataset, data-dir), and settings where read
 
 
 def launcher_engine(cfg: DictConfig) -> str:
-    """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true.
-
-    Raises
-    ------
-    ValueError
-        For an engine not in :data:`experiments.compare.execution.ENGINES`.
-    """
+    """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true."""
     engine = str(cfg.launcher.get("engine", "simulation"))
     if engine not in ENGINES:
         raise ValueError(f"launcher.engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
@@ -170,14 +146,7 @@ def launcher_engine(cfg: DictConfig) -> str:
 def plan_sweep(
     cfg: DictConfig, plans: list[tuple[dict[str, Any], dict[str, Any]]], out: Path
 ) -> list[list[PlannedRun]]:
-    """The planned runs of every sweep point, checked before any starts.
-
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line: kept runs with other settings (naming every folder and setting), or a run
-        that cannot start (:func:`experiments.compare.plans.check_plans_before_start`).
-    """
+    """The planned runs of every sweep point, checked before any starts (one-line errors)."""
     seeds = planned_seeds(cfg)
     policies = list(cfg.policies)
     per_point = [
@@ -193,14 +162,10 @@ def plan_sweep(
 def load_preset(words: Sequence[str]) -> DictConfig:
     """The config that the command-line overrides ``words`` compose (Hydra's compose API).
 
-    ``words`` as the user writes them (``experiment=digits_policies run.num-server-rounds=3``;
-    :func:`hydra_overrides` adds the ``++`` the open nodes need).
-
     Raises
     ------
     ValueError
-        One line: an override Hydra refuses (an unknown preset, a key not in the config, a
-        value it cannot parse).
+        One line: an override Hydra refuses.
     """
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -215,11 +180,7 @@ def load_preset(words: Sequence[str]) -> DictConfig:
 
 
 def main(words: Sequence[str]) -> int:
-    """``fedcgd reproduce [KEY=VALUE ...]``: run a preset (see the module docstring).
-
-    Exit code 0, 1 (a run failed), 2 (refused before the start: a bad override too) or
-    130 / 143; a stopped preset's last line gives this same command to run again.
-    """
+    """``fedcgd reproduce [KEY=VALUE ...]``: run a preset; exit code 0, 1, 2 or 130 / 143."""
     try:
         cfg = load_preset(words)
     except ValueError as err:
@@ -235,10 +196,8 @@ def reproduce(
 ) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code.
 
-    Once every run is planned the first line names the output folder; after a failure, and
-    after a signal's stop line (``last_words``), the last line says that the same
-    ``command`` keeps the completed runs and continues the others
-    (:func:`experiments.run.resume_command.rerun_line`).
+    The first line names the output folder; after a failure or a signal the last line gives
+    ``command`` to run again.
     """
     out = Path(str(cfg.out)).resolve()
     claims: list[FolderClaim] = []
@@ -358,16 +317,14 @@ def write_outputs(
     )
 
 
-#: Config nodes whose keys are run-config keys: ``run.<key>=value`` and ``sweep.<key>=[...]``
-#: may name any of them, present in the preset or not.
+#: Config nodes whose keys are run-config keys (any of them, listed in the preset or not).
 OPEN_NODES = ("run.", "sweep.")
 
 
 def hydra_overrides(args: Sequence[str]) -> list[str]:
     """Command-line overrides with ``run.KEY=V`` / ``sweep.KEY=V`` made ``++run.KEY=V``.
 
-    Hydra's struct mode refuses ``run.num-server-rounds=3`` when the preset does not list
-    that key ("Key ... is not in struct"); ``++`` sets it whether listed or not. Unknown keys
-    are then refused by :func:`planned_runs` with one line listing the allowed ones.
+    ``++`` sets a key the preset does not list (Hydra's struct mode refuses it otherwise);
+    :func:`planned_runs` then refuses unknown keys.
     """
     return [f"++{a}" if a.startswith(OPEN_NODES) and "=" in a else a for a in args]
