@@ -58,11 +58,8 @@ def format_run_config(values: Mapping[str, Any]) -> str:
 def run_config_toml(values: Mapping[str, Any]) -> str:
     """``values`` as a TOML document, for ``flwr run --run-config FILE.toml``.
 
-    Flower reads a ``--run-config`` argument that ends in ``.toml`` as a file and flattens its
-    tables to dotted keys (``flwr.common.config.parse_config_args``). A file, not text:
-    Flower splits ``--run-config`` text with a regular expression that ends a quoted value at
-    its next quote character, so a string holding both kinds of quotes, or an escaped one,
-    cannot be written as text at all. Written by ``tomli_w``, dotted keys as nested tables.
+    A file, not text: Flower's text splitting ends a quoted value at its next quote character, so a
+    string holding both quotes cannot travel as text.
     """
     from server_app.policy_params import fold_policy_params, format_toml_value
 
@@ -91,10 +88,7 @@ def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
-    """A temporary ``run-config.toml`` holding ``values`` (:func:`run_config_toml`).
-
-    For ``flwr run --run-config FILE``; the file and its folder are removed on exit.
-    """
+    """A temporary ``run-config.toml`` holding ``values``, removed on exit."""
     text = run_config_toml(values)
     with tempfile.TemporaryDirectory(prefix="fedcgd-run-config-") as folder:
         path = Path(folder) / "run-config.toml"
