@@ -35,12 +35,7 @@ def _check_key(key: str) -> str:
 
 
 def format_run_config(values: Mapping[str, Any]) -> str:
-    """Render a dict as ``--run-config`` text of this project's commands (one line).
-
-    ``key=value`` items separated by spaces, each value as TOML writes it
-    (:func:`server_app.policy_params.format_toml_value`); :func:`parse_run_config_text` reads
-    it back to ``values``. ``policy-params.<name>`` keys are folded into the declared
-    ``policy-params`` string first (Flower refuses keys that pyproject.toml does not declare).
+    """Render a dict as one line of ``--run-config`` text (``key=value``, TOML values).
 
     Raises
     ------
@@ -77,11 +72,7 @@ def run_config_toml(values: Mapping[str, Any]) -> str:
 
 
 def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """``run_config`` with ``data-dir`` made absolute, relative to this process ("" = ./data).
-
-    The ServerApp and ClientApps run in unrelated working directories, so the data folder is
-    pinned here, where the command was started (:func:`fedcgd_task.settings.resolve_data_dir`).
-    """
+    """``run_config`` with ``data-dir`` made absolute here (the apps run elsewhere)."""
     data_dir = resolve_data_dir(str(run_config.get("data-dir", "")))
     return {**run_config, "data-dir": str(data_dir)}
 
@@ -97,11 +88,7 @@ def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
 
 
 def _string_end(text: str, start: int, quote: str) -> int:
-    """The index just past the TOML string that opens with ``quote`` at ``start``.
-
-    Basic strings (``"``) end at an unescaped quote; a three-quote string may end with up to
-    two more quote characters (TOML 1.0). An unclosed string runs to the end of ``text``.
-    """
+    """The index just past the TOML string opening with ``quote`` at ``start`` (or the end)."""
     i = start + len(quote)
     while i < len(text):
         if quote[0] == '"' and text[i] == "\\":
@@ -117,13 +104,7 @@ def _string_end(text: str, start: int, quote: str) -> int:
 
 
 def split_run_config_text(text: str) -> list[str]:
-    """The ``key=value`` items of ``--run-config`` text, in order.
-
-    Items are separated by whitespace outside a value: inside a TOML string (either quote,
-    with its escapes), an array or an inline table, whitespace belongs to the value. So
-    ``result-dir="/a b/it's"`` and ``policy-params="{window = 20}"`` are one item each. What
-    each item means is left to ``tomllib`` (:func:`parse_run_config_text`).
-    """
+    """The ``key=value`` items of ``--run-config`` text (whitespace in a value does not split)."""
     items: list[str] = []
     start: int | None = None
     depth = 0
@@ -153,16 +134,12 @@ def split_run_config_text(text: str) -> list[str]:
 
 
 def parse_run_config_text(text: str) -> dict[str, Any]:
-    """Parse ``--run-config`` text (``key=value`` items, TOML values) into a flat dict.
-
-    Items are split by :func:`split_run_config_text` and each is read by ``tomllib``. Dotted
-    keys (``channel.deadline-s=2.0``) stay dotted, as in ``flwr run --run-config``.
+    """Parse ``--run-config`` text into a flat dict (dotted keys stay dotted) with ``tomllib``.
 
     Raises
     ------
     ValueError
-        One line naming the item: not ``key=value`` with a TOML value, setting no key (a
-        comment), or a key given twice.
+        One line naming the item: not ``key=value`` with a TOML value, no key, or a key twice.
     """
     values: dict[str, Any] = {}
     for item in split_run_config_text(text):
@@ -183,16 +160,12 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
 
 
 def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The defaults with ``overrides`` applied, every key and value checked before any start.
-
-    ``policy-params.<name>`` keys are folded into the declared ``policy-params`` string
-    (:func:`server_app.policy_params.fold_policy_params`).
+    """The defaults with ``overrides`` applied, every key and value checked.
 
     Raises
     ------
     ValueError
-        One line naming the key, the bad value and what is allowed (an unknown key lists the
-        allowed keys).
+        One line naming the key, the bad value and what is allowed.
     """
     from server_app.config import parse_run_config
     from server_app.policy_params import fold_policy_params
