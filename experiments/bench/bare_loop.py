@@ -44,23 +44,12 @@ class BareRun:
 def bare_rounds(
     run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
 ) -> BareRun:
-    """The arithmetic of a run's rounds in a bare loop (module docstring), timed per round.
-
-    Parameters
-    ----------
-    run_config : mapping
-        The run's full run config.
-    metrics : sequence of mapping
-        The run's ``metrics.jsonl`` lines (``scheduled``, ``uploaded``, ``num_available`` and
-        ``accuracy`` per round).
-    threads : int
-        ``torch.set_num_threads`` (the in-process ClientApp uses 1).
+    """A run's rounds (its ``metrics.jsonl`` lines) redone in a bare loop, timed per round.
 
     Raises
     ------
     RuntimeError
         If the redrawn channel gives another number of available devices than the run.
-
     """
     import torch
     from torch.nn import functional as F  # noqa: N812 (torch convention)

@@ -69,9 +69,7 @@ def check_certificates_dir(out: Path, supernodes: int) -> None:
     Raises
     ------
     ValueError
-        One line naming ``out``: it is a link or not a folder, it holds a link (which a file
-        could be written through), or it holds a file of the set already (an earlier set is
-        never overwritten).
+        One line naming ``out``: a link, not a folder, holding a link, or holding a file of the set.
     """
     try:
         mode = out.lstat().st_mode
@@ -99,12 +97,7 @@ def check_certificates_dir(out: Path, supernodes: int) -> None:
 
 
 def _write(folder_fd: int, folder: Path, name: str, data: bytes, *, private: bool) -> Path:
-    """Create ``name`` in the open folder ``folder_fd``, new, at its final mode, and write it.
-
-    ``O_EXCL``: the file must not exist (a link planted at the name fails too, and is not
-    followed: ``O_NOFOLLOW``); the mode is set at creation (a private key is never readable
-    by others, whatever the umask) and made exact with ``fchmod`` on the descriptor.
-    """
+    """Create ``name`` new in the open folder (``O_EXCL | O_NOFOLLOW``) at its mode; write it."""
     mode = PRIVATE_MODE if private else PUBLIC_MODE
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -141,22 +134,14 @@ def _subject_alt_names(hosts: tuple[str, ...]) -> x509.SubjectAlternativeName:
 def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()) -> CertificateSet:
     """Write a CA, a SuperLink certificate and ``supernodes`` SuperNode key pairs to ``out``.
 
-    Parameters
-    ----------
-    out : Path
-        Folder (created if missing).
-    supernodes : int
-        Number of SuperNode key pairs, >= 0.
-    hosts : tuple of str
-        Extra names (DNS or IP) the SuperLink certificate is valid for, beyond 127.0.0.1 and
-        localhost.
+    ``hosts``: names (DNS or IP) the SuperLink certificate is valid for beyond 127.0.0.1 and
+    localhost.
 
     Raises
     ------
     ValueError
         One line: ``out`` is refused (:func:`check_certificates_dir`), or a file of the set
         appeared in it meanwhile.
-
     """
     if supernodes < 0:
         raise ValueError(f"supernodes must be >= 0; got {supernodes}")
@@ -180,27 +165,28 @@ def _make_certificates(
 
     now = dt.datetime.now(dt.UTC)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    server_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "FedCGD test CA")])
+    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")])
+
+    def signed(subject: x509.Name, key: rsa.RSAPrivateKey) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
+        )
+
     ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        signed(ca_name, ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    server_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        signed(server_name, server_key)
         .add_extension(_subject_alt_names((*LOOPBACK_NAMES, *hosts)), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
@@ -232,9 +218,7 @@ def tls_certificates(
 ) -> Iterator[CertificateSet | None]:
     """Certificates and SuperNode keys for a ``--tls`` run (None without TLS).
 
-    Written to ``folder`` (kept; refused as :func:`check_certificates_dir` says) when given,
-    else to a temporary ``fedcgd-certificates-*`` folder that is removed, private keys
-    included, when the run ends (also on errors and signals).
+    In ``folder`` (kept) when given, else in a temporary folder removed when the run ends.
     """
     if not enabled:
         yield None
