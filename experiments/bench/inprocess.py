@@ -47,8 +47,6 @@ SETTING: dict[str, Any] = {
     "batch-size": 32,
     "eval-every": 1,
 }
-#: Deadline (s) of the default run: about 10 of the about 19 available devices scheduled.
-DEFAULT_DEADLINE_S = 0.02
 #: Statements timed in a fresh interpreter (label -> code).
 IMPORT_STATEMENTS: dict[str, str] = {
     "import torch": "import torch",

@@ -1,7 +1,7 @@
 """Round benchmark (``fedcgd bench round``): ``flwr run`` against the same rounds in one process.
 
-Runs the paper's CIFAR-10 setting on random CIFAR-shaped files with ``flwr run`` for each of
-:data:`POLICIES`, replays the rounds in this process
+Runs the paper's CIFAR-10 setting on random CIFAR-shaped files with ``flwr run`` for each
+policy of ``--policies``, replays the rounds in this process
 (:func:`experiments.bench.round_replay.replay_plain`, ``--threads`` intra-op threads; under load
 ``--threads 1`` is the robust baseline), and prints seconds per round of both without round 1,
 their ratio and the phases. The replay must reach the run's accuracy every round. See
@@ -40,33 +40,15 @@ from run_files.results import read_metrics_lines
 #: The paper's CIFAR-10 setting (:data:`experiments.paper.settings.PAPER_CIFAR10`), every round
 #: evaluated so that the central evaluation is timed in each round.
 PAPER_CIFAR10: dict[str, Any] = {**paper_settings.PAPER_CIFAR10, "eval-every": 1}
-#: Policies compared; the first needs sigma-hat from every available device, BC none.
-POLICIES: tuple[str, ...] = ("fedcgd-fscd", "bc")
 #: CPUs per ClientApp in the simulation (two at a time on 2 cores).
 CPUS_PER_CLIENT = 1
 #: Smallest plain time (s) a ratio is printed for (below, the ratio is noise).
 MIN_RATIO_BASE_S = 1e-3
 
 
-# --------------------------------------------------------------------------------------------
-# flwr run
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class FlwrRun:
-    """One ``flwr run`` and its per-round metrics.
-
-    Attributes
-    ----------
-    policy : str
-        Scheduling policy.
-    total_s : float
-        Wall time of the whole ``flwr run`` (SuperLink start to exit).
-    metrics : list of dict
-        The lines of ``metrics.jsonl``, one per round.
-
-    """
+    """One ``flwr run``: its policy, wall time (start to exit) and ``metrics.jsonl`` lines."""
 
     policy: str
     total_s: float
@@ -88,14 +70,7 @@ def run_config_for(policy: str, data_dir: Path, result_dir: Path, rounds: int, s
 def run_simulation(
     overrides: Mapping[str, Any], flwr_home: Path, log_path: Path
 ) -> tuple[int, float, str]:
-    """Run ``flwr run`` with ``overrides``; its streamed output goes to ``log_path``.
-
-    Returns
-    -------
-    (int, float, str)
-        Exit code, wall time in seconds, and the last lines of the log.
-
-    """
+    """Run ``flwr run`` with ``overrides`` (log to ``log_path``): exit code, seconds, log's end."""
     start = time.perf_counter()
     with open(log_path, "w") as log_fh, contextlib.redirect_stdout(log_fh):
         proc = run_flwr(
@@ -108,27 +83,9 @@ def run_simulation(
     return proc.returncode, time.perf_counter() - start, tail
 
 
-# --------------------------------------------------------------------------------------------
-# Table
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Row:
-    """One line of the table: a quantity per round (means over rounds 2..R), both ways.
-
-    Attributes
-    ----------
-    policy : str
-        Scheduling policy of the row.
-    quantity : str
-        What is measured.
-    flwr_s, plain_s : float or None
-        Seconds under ``flwr run`` and in the plain process (None: not applicable).
-    note : str
-        Which fields were compared.
-
-    """
+    """One line of the table: a quantity per round (mean over rounds 2..R) both ways, a note."""
 
     policy: str
     quantity: str
@@ -151,9 +108,7 @@ def _mean(values: Sequence[float]) -> float:
 def build_rows(run: FlwrRun, plain: PlainRun) -> list[Row]:
     """Compare one policy's run and replay, per round, leaving out round 1.
 
-    Seconds per round under ``flwr run`` are the differences of consecutive ``wall_time_s``
-    (the time from one round's metrics line to the next: channel draw, query, schedule,
-    training, aggregation, evaluation and Flower's own work in between).
+    A ``flwr run`` round's seconds are the differences of consecutive ``wall_time_s``.
     """
     lines = sorted(run.metrics, key=lambda m: int(m["round"]))
     walls = [float(m["wall_time_s"]) for m in lines]
@@ -288,11 +243,6 @@ def write_outputs(
         ],
     }
     return write_table(out, header, table, payload)
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
