@@ -17,15 +17,9 @@ from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE
 
 REFERENCE_POLICY = "fedcgd-fscd"
-#: Metrics tested against the reference policy, paired by seed, and their column prefixes:
-#: the final accuracy (``diff_vs_fedcgd_fscd``, ``p_value_vs_fedcgd_fscd``) and the best one
-#: (``best_...``; the paper's imbalance figure compares maximum accuracies, and on strongly
-#: non-IID splits the last evaluation of a run swings from round to round).
+#: Metrics tested against the reference policy, paired by seed, and their column prefixes.
 PAIRED_METRICS = {"final_accuracy": "", "max_accuracy": "best_"}
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
-#: A run's devices lost to timeouts, disconnections or errors (device-rounds; only deployments
-#: lose devices to timeouts): its row of ``runs.csv`` says how many, the policy's row of
-#: ``table.csv`` in how many runs, and the console line flags it (:data:`LOST_MARKER`).
 RUN_COLUMNS = ("policy", "seed", *METRICS, "devices_lost", "result_dir")
 TABLE_COLUMNS = (
     "policy",
@@ -107,24 +101,10 @@ def table_rows(
     target_accuracy: float | None = None,
     reference: str = REFERENCE_POLICY,
 ) -> list[dict[str, Any]]:
-    """One ``table.csv`` row per policy (in order of appearance) from the per-run rows.
+    """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
 
-    Parameters
-    ----------
-    runs : sequence of mapping
-        Rows of :func:`summarise` (``policy``, ``seed`` and the ``METRICS``).
-    target_accuracy : float, optional
-        Whether a target was given (else ``reached_target`` is empty).
-    reference : str
-        Policy the others are tested against (paired by seed, on the final and the best
-        accuracy: :data:`PAIRED_METRICS`).
-
-    Returns
-    -------
-    list of dict
-        The keys of ``TABLE_COLUMNS``; NaN where a statistic is undefined (one seed, no
-        reference, fewer than two common seeds). ``runs_with_lost_devices`` counts the runs
-        whose ``devices_lost`` is above 0: their results hold more than the simulated physics.
+    The paired tests are against ``reference``, by seed; a statistic that is undefined (one seed,
+    no reference, under two common seeds) is NaN or None.
     """
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -199,10 +179,7 @@ def write_comparison(
 
 
 def format_row(row: Mapping[str, Any]) -> str:
-    """One line per policy for the console: final accuracy mean ± CI and the paired test.
-
-    A policy with runs that lost devices ends with :data:`LOST_MARKER` and how many.
-    """
+    """One console line per policy: final accuracy mean ± CI, the paired test, lost devices."""
 
     def num(value: Any, fmt: str) -> str:
         return "-" if _cell(value) == "" else format(value, fmt)
