@@ -51,28 +51,15 @@ LOST_MARKER = "[!] devices lost"
 def summarise(
     result_dir: Path, target_accuracy: float | None = None, seed: int | None = None
 ) -> dict[str, Any]:
-    """One row of ``runs.csv`` from a run's ``metrics.jsonl`` (and its ``config.json``).
+    """One row of ``runs.csv`` (:data:`RUN_COLUMNS`) from a run's result files.
 
-    Parameters
-    ----------
-    result_dir : Path
-        The run's result directory.
-    target_accuracy : float, optional
-        ``rounds_to_target`` is the first round whose test accuracy reaches it (the paper's
-        "epochs to reach the target test accuracy"); None if never reached or not given.
-    seed : int, optional
-        The run's seed; read from ``config.json`` when not given.
-
-    Returns
-    -------
-    dict
-        The keys of ``RUN_COLUMNS``; ``devices_lost`` sums the lines' counts (lines written
-        before the count existed count 0).
+    ``rounds_to_target`` is the first round reaching ``target_accuracy``; ``seed`` is read from
+    ``config.json`` when not given.
 
     Raises
     ------
     ValueError
-        One line naming a damaged file of the run (:func:`experiments.analysis.plot_runs.load_run`).
+        One line naming a damaged file of the run.
     """
     policy, lines = load_run(result_dir)
     if seed is None and (result_dir / CONFIG_FILE).exists():
