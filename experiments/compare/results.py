@@ -141,11 +141,7 @@ def write_table(
 
 
 def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
-    """``curves.png``: one curve per policy, mean and 95 % band when a policy has two seeds or more.
-
-    With one seed per policy each run is drawn as itself
-    (:func:`experiments.analysis.plot_runs.plot_runs`).
-    """
+    """``curves.png``: a mean curve and 95 % band per policy (one seed each: the runs)."""
     groups: dict[str, list[Path]] = {}
     for run in runs:
         groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))

@@ -55,11 +55,7 @@ def guarded(command: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
 
 
 def guarded_popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(command, **kwargs)`` under the guard (see the module docstring).
-
-    The returned process is the guard: signals sent to it reach the command; its exit code is
-    the command's; :func:`stop_tree` on its PID reaches everything the command started.
-    """
+    """``subprocess.Popen(command, **kwargs)`` under the guard (the process returned)."""
     argv, fds = guarded(command)
     kwargs["pass_fds"] = tuple(kwargs.get("pass_fds", ())) + fds
     return subprocess.Popen(argv, **kwargs)
