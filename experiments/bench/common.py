@@ -57,11 +57,7 @@ def load_average() -> float | None:
 def progress(
     text: str, log: list[dict[str, Any]] | None = None, *, tag: str = "bench_round"
 ) -> None:
-    """Print one progress line with the machine's 1-minute load average; append it to ``log``.
-
-    The machine may be shared: the load average tells how much other work ran beside a phase.
-    The line starts with ``[tag]`` (by default the round benchmark's).
-    """
+    """Print one line ``[tag] text`` with the 1-minute load average; append it to ``log``."""
     load = load_average()
     suffix = "" if load is None else f" [load {load:.1f}]"
     print(f"[{tag}] {text}{suffix}", flush=True)

@@ -35,34 +35,26 @@ def run_flwr(
     tls: CertificateSet | None = None,
     ray_address: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the app once with ``flwr run --stream`` and return the finished process.
+    """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
     Parameters
     ----------
     run_config : mapping
-        ``--run-config`` overrides (keys of ``[tool.flwr.app.config]``).
+        ``--run-config`` overrides.
     num_supernodes : int
         Nodes (= devices V): virtual nodes in simulation, SuperNode processes in deployment.
     deployment : bool
         Start SuperNode processes instead of using the simulation engine.
-    cpus_per_client : int
-        Ray CPUs per ClientApp in simulation (1 → two clients at once on 2 cores).
-    gpus_per_client : float
-        Ray GPUs per ClientApp in simulation (e.g. 0.25: four clients share one GPU); the
-        ClientApp trains on CUDA whenever it sees a GPU.
+    cpus_per_client, gpus_per_client : int, float
+        Ray resources per ClientApp in simulation (0.25 GPUs: four clients share one GPU).
     flwr_home : Path, optional
         ``FLWR_HOME``; a fresh temporary folder by default.
     project_dir : Path
         The Flower app to run.
     tls : CertificateSet, optional
-        Run over TLS with SuperNode authentication (see :class:`LocalFederation`).
+        Run over TLS with SuperNode authentication.
     ray_address : str, optional
         Join this Ray cluster for the simulation.
-
-    Returns
-    -------
-    subprocess.CompletedProcess
-        With the streamed output in ``stdout``.
     """
     run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
@@ -142,10 +134,7 @@ def run_on_superlink(
 
 
 def check_ray_address(address: str) -> None:
-    """Raise ConnectionError unless the Ray cluster's port at ``address`` accepts connections.
-
-    ``HOST:PORT`` or ``ray://HOST:PORT``; Ray's own ``auto`` / ``local`` are left to Ray.
-    """
+    """Raise ConnectionError unless the Ray cluster at ``address`` accepts connections."""
     if address in ("auto", "local"):
         return
     check_reachable(address.removeprefix("ray://"), what="--ray-address: the Ray cluster")

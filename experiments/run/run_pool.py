@@ -37,9 +37,8 @@ def resolve_jobs(jobs: Any, engine: str) -> int:
     Raises
     ------
     ValueError
-        For a value that is not a non-negative integer, or more than one job on an engine
-        other than ``inprocess`` (the simulation engine and deployments run their clients in
-        parallel themselves and start servers on fixed ports).
+        For a value that is not a whole number >= 0, or more than one job on an engine other than
+        ``inprocess`` (the others run clients in parallel and start servers on fixed ports).
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(
@@ -57,11 +56,7 @@ def resolve_jobs(jobs: Any, engine: str) -> int:
 
 
 def inprocess_command(overrides: Mapping[str, Any], *, cohort_threads: int = 0) -> list[str]:
-    """The command line of one in-process run with these run-config overrides.
-
-    ``cohort_threads``: the run's ``--cohort-threads`` (0: one per usable core; runs side by
-    side each get their share of the cores, :func:`cores_per_job`).
-    """
+    """The command line of one in-process run with these overrides and ``--cohort-threads``."""
     return [
         sys.executable,
         "-m",
@@ -93,26 +88,11 @@ def run_jobs(
     on_start: Callable[[int], bool | None],
     on_end: Callable[[int, int], None],
 ) -> None:
-    """Run every job, at most ``workers`` at a time, in list order.
+    """Run every job, at most ``workers`` at a time, in list order; stop those left by PID.
 
-    The callbacks run in the calling thread; a thread of a ``ThreadPoolExecutor`` waits for
-    each running process.
-
-    Parameters
-    ----------
-    jobs : sequence of Job
-        The commands; each gets stdin from ``/dev/null``, its stdout and stderr appended to
-        its log, and a session of its own (a Ctrl-C at the terminal reaches this process,
-        which stops them by PID).
-    workers : int
-        Jobs running at once (>= 1).
-    on_start : callable
-        ``on_start(i)`` just before job ``i`` starts; returning False keeps it from
-        starting (``on_end`` is not called for it).
-    on_end : callable
-        ``on_end(i, exit_code)`` after job ``i`` ended (a negative code: killed by that
-        signal), in the order they end.
-
+    Each job gets stdin from ``/dev/null``, its output appended to its log and a session of its
+    own. ``on_start(i)`` runs just before job ``i`` starts (False keeps it from starting);
+    ``on_end(i, exit_code)`` after it ended, in the order they end; both in the calling thread.
     """
     if workers < 1:
         raise ValueError(f"workers: got {workers}; allowed: >= 1")
