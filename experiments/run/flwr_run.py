@@ -105,10 +105,7 @@ def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink
 def run_on_superlink(
     run_config: Mapping[str, Any], address: str, root_certificates: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the app with ``flwr run --stream`` on an existing SuperLink (e.g. docker compose).
-
-    ``root_certificates``: the CA certificate of a TLS SuperLink; None connects insecurely.
-    """
+    """Run the app with ``flwr run --stream`` on an existing SuperLink (e.g. docker compose)."""
     command = [executable("flwr"), "run", str(PROJECT_DIR), "remote", "--stream"]
     with flower_home(None) as home, run_config_file(run_config) as config_file:
         command += ["--run-config", str(config_file)]
