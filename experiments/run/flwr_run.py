@@ -86,10 +86,7 @@ def run_flwr(
 
 
 def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink") -> None:
-    """Raise ConnectionError naming ``address`` unless a TCP connection to it opens in time.
-
-    ``what`` names the server in the message (e.g. ``"--ray-address: Ray cluster"``).
-    """
+    """Raise ConnectionError naming ``what`` unless ``address`` accepts a TCP connection in time."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"{what} address {address!r} must be HOST:PORT")
