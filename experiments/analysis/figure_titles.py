@@ -77,22 +77,10 @@ def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 
 def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool = True) -> str:
-    """The title of a figure over runs with these recorded configs ("" when none is known).
+    """The title of a figure over runs with these ``config.json`` ("" when none is known).
 
-    Parameters
-    ----------
-    configs : sequence of mapping or None
-        Each run's ``config.json`` (None, or one without a ``task`` table: unknown, left
-        out).
-    seeds : bool
-        End with the seeds: ``seed 0`` for one, ``5 seeds`` for several distinct ones.
-
-    Returns
-    -------
-    str
-        Data set · split (and imbalance ratio r when above 1) · τ (local steps) · V (devices)
-        · aggregator when not the scheduler's FedAvg · seeds, joined by " · ", each listing
-        its distinct values in order of appearance when the runs differ.
+    Data set · split · τ · V · aggregator (unless FedAvg) · seeds, each listing its distinct values
+    in order; an unknown config is left out.
     """
     known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
     if not known:

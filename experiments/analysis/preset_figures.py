@@ -40,10 +40,7 @@ def point_label(point: Mapping[str, Any]) -> str:
 
 
 def group_name(label: str, policy: str) -> str:
-    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``.
-
-    The sweep point is left out when the preset has no sweep (its label is ``default``).
-    """
+    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``."""
     name = policy_name(policy)
     return name if label == "default" else f"{name}, {label}"
 
