@@ -35,14 +35,7 @@ HOLDER_WAIT_S = 2.0
 
 
 class FolderInUseError(OneLineMessage, ValueError):
-    """A folder's lock is held by another process; the message is one complete line.
-
-    Attributes
-    ----------
-    pid : int or None
-        The holder's PID, when it could be read.
-
-    """
+    """A folder's lock is held by another process (``pid``, when read); the message is one line."""
 
     def __init__(self, message: str, pid: int | None) -> None:
         super().__init__(message)
@@ -55,11 +48,9 @@ def _tokens() -> list[str]:
 
 
 def _holder(fd: int) -> tuple[int | None, str, str]:
-    """The PID, token and command line the holder wrote in the lock file open as ``fd``.
+    """The PID, token and command line the holder wrote in the lock file ``fd``.
 
-    ``(None, "", "")`` when the file holds no such line (the holder has not written it yet,
-    or has just emptied it on letting go) or names a process that is not alive (a killed
-    holder's line, before the next holder has written its own).
+    ``(None, "", "")`` when the file holds no such line or names a process that is not alive.
     """
     pid, _, rest = os.pread(fd, 4096, 0).decode(errors="replace").partition(" ")
     token, _, command = rest.partition(" ")
@@ -75,14 +66,7 @@ def _holder(fd: int) -> tuple[int | None, str, str]:
 
 
 def refuse_links(folder: Path, key: str) -> None:
-    """Refuse a folder that is a symbolic link or holds one (among its own entries).
-
-    Raises
-    ------
-    ValueError
-        One line naming ``key``, the folder and the link.
-
-    """
+    """Refuse (ValueError, one line naming ``key``) a folder that is a link or holds one."""
     if folder.is_symlink():
         raise ValueError(
             f"{key}: '{folder}' is a symbolic link; give the folder itself (a result folder "
@@ -107,20 +91,8 @@ def refuse_links(folder: Path, key: str) -> None:
 class FolderLock:
     """An exclusive ``flock`` on the lock file ``name`` of ``folder``.
 
-    Attributes
-    ----------
-    folder : Path
-        The folder (must exist).
-    name : str
-        :data:`LOCK_FILE` or :data:`WRITER_LOCK_FILE`.
-    fd : int or None
-        The open, locked lock file; None when not held (or held by an ancestor).
-    delegated : bool
-        The lock is held by this process or one of its ancestors, on whose behalf this one
-        works (see :meth:`acquire`).
-    token : str
-        The random token this process wrote in the lock file while it holds the lock.
-
+    ``fd`` is the locked file (None when not held, or held by an ancestor: ``delegated``);
+    ``token`` the random token written in the lock file while held.
     """
 
     folder: Path
@@ -142,11 +114,9 @@ class FolderLock:
         key : str
             What names the folder in the messages (``run-config key 'result-dir'``).
         shared_with_ancestors : bool
-            When the lock is held by this process or an ancestor (listed in
-            :data:`OWNERS_ENV`), work under it (:attr:`delegated`) instead of refusing.
+            Work under a lock an ancestor holds (listed in :data:`OWNERS_ENV`) instead of refusing.
         create : bool
-            Create the lock file when missing; otherwise a missing lock file is a lock nobody
-            holds (nothing is taken, :attr:`fd` stays None).
+            Create the lock file when missing; otherwise a missing file is a lock nobody holds.
 
         Raises
         ------
@@ -154,7 +124,6 @@ class FolderLock:
             Naming the holder's PID.
         ValueError
             When the lock file is a link or cannot be opened.
-
         """
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         try:
@@ -224,16 +193,12 @@ def holds_lock_files(folder: Path) -> bool:
 
 
 def probe_free(folder: Path, key: str) -> None:
-    """Refuse a folder whose owner or writer lock is held by an unrelated process.
-
-    Takes and drops both locks at once; creates nothing (a lock file that does not exist is
-    a lock nobody holds: every owner and writer creates its lock file first).
+    """Refuse a folder whose owner or writer lock an unrelated process holds; creates nothing.
 
     Raises
     ------
     FolderInUseError, ValueError
         As :meth:`FolderLock.acquire`.
-
     """
     if not folder.is_dir():
         return
@@ -245,19 +210,10 @@ def probe_free(folder: Path, key: str) -> None:
 
 @dataclass
 class FolderClaim:
-    """The locks this process holds on a folder (see :func:`claim_folder`).
+    """The locks this process holds on ``folder``.
 
-    Attributes
-    ----------
-    folder : Path
-        The claimed folder.
-    owner : FolderLock
-        The owner lock (held, or delegated to an ancestor).
-    writer : FolderLock or None
-        The writer lock, when claimed as the writer.
-    created : Path or None
-        The outermost folder this claim created (None when the folder existed).
-
+    ``owner``; the ``writer`` lock if claimed as the writer; ``created``, the outermost folder the
+    claim created (None when it existed).
     """
 
     folder: Path
@@ -272,10 +228,7 @@ class FolderClaim:
         self.owner.release()
 
     def abandon(self) -> None:
-        """Drop the claim; remove the folders it created when they hold nothing but lock files.
-
-        For a run refused before its start: it leaves no folder behind.
-        """
+        """Drop the claim; remove the folders it created if they hold nothing but lock files."""
         self.release()
         if self.created is None:
             return
@@ -326,16 +279,12 @@ def _mkdir(folder: Path, key: str, *, exclusive: bool) -> None:
 
 
 def new_folder(folder: Path, key: str) -> Path:
-    """Create ``folder``, or ``folder-2``, ``folder-3``, ... if taken; return the one created.
-
-    ``os.mkdir`` creates a name only if nobody has it, so two commands started in the same
-    second never share a timestamped folder.
+    """Create ``folder``, or ``folder-2``, ``folder-3``, ... if taken (``os.mkdir`` is exclusive).
 
     Raises
     ------
     ValueError
         When none of the names can be created.
-
     """
     for count in range(1, MAX_NAME_SUFFIX + 1):
         name = folder if count == 1 else folder.with_name(f"{folder.name}-{count}")
@@ -362,19 +311,13 @@ def claim_folder(
     folder : Path
         The folder.
     key : str
-        What names it in the messages (``run-config key 'result-dir'``, ``--out``).
+        What names it in the messages.
     create : bool
-        Create it (and its parents) when missing; otherwise a missing folder is an error.
+        Create it when missing; otherwise a missing folder is an error.
     writer : bool
-        Also take the writer lock (the ServerApp); otherwise only check that no unrelated
-        writer holds it.
+        Also take the writer lock; otherwise only check that no unrelated writer holds it.
     fresh_name : bool
-        ``folder`` is a default name: create it with :func:`new_folder` (a suffix when taken).
-
-    Returns
-    -------
-    FolderClaim
-        With :attr:`FolderClaim.folder` the folder locked (suffixed for ``fresh_name``).
+        ``folder`` is a default name: create it with :func:`new_folder`.
 
     Raises
     ------
@@ -382,7 +325,6 @@ def claim_folder(
         The folder is in use by another process (its PID named).
     ValueError, FileNotFoundError
         It cannot be created, is missing (``create=False``), or is or holds a link.
-
     """
     created = None
     if fresh_name:

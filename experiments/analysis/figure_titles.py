@@ -50,11 +50,7 @@ def dataset_text(config: Mapping[str, Any]) -> str:
 
 
 def split_text(configs: Sequence[Mapping[str, Any]]) -> str:
-    """The split of these runs, each setting listed once with its distinct values.
-
-    ``Dirichlet α = 0.1, 1, 10`` or ``1 shard per device`` (``1, 2 shards per device``), and
-    ``r = 1, 3, 9`` after it when a run's imbalance ratio is above 1.
-    """
+    """The split of these runs: ``Dirichlet α = 0.1, 1`` or ``1 shard per device``, then ``r``."""
     tasks = [_section(c, "task") for c in configs]
     alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
     shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
