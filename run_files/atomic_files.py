@@ -28,13 +28,8 @@ FILE_MODE = 0o644
 class ResultWriteError(OneLineMessage, Exception):
     """A file of a result folder could not be written; the message is one complete line.
 
-    Attributes
-    ----------
-    errno : int or None
-        The ``errno`` of the underlying :class:`OSError` (``errno.ENOSPC`` for a full disk).
-    path : str
-        The file that was being written.
-
+    ``errno`` is the underlying :class:`OSError`'s (``errno.ENOSPC`` for a full disk); ``path``
+    the file being written.
     """
 
     def __init__(self, message: str, *, errno_code: int | None, path: str) -> None:
@@ -158,13 +153,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append ``line`` plus a newline to ``path``, flushed to disk; never through a link.
+    """Append ``line`` plus a newline to ``path``, fsynced; never through a link.
 
     Raises
     ------
     ResultWriteError
-        Naming ``path``; a link at ``path`` fails with "too many levels of symbolic links".
-
+        Naming ``path``.
     """
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     data = (line + "\n").encode("utf-8")
@@ -180,14 +174,7 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
 
 
 def open_log(path: str | os.PathLike[str]) -> BinaryIO:
-    """Open a log file for appending (binary), never through a link (``O_NOFOLLOW``).
-
-    Raises
-    ------
-    ResultWriteError
-        Naming ``path``.
-
-    """
+    """Open a log file for appending (binary), never through a link; ResultWriteError naming it."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     with writing(path):
         fd = os.open(path, flags, FILE_MODE)

@@ -60,13 +60,7 @@ def first_line_of(err: BaseException) -> str:
 def read_bounded_text(path: str | os.PathLike[str], max_bytes: int) -> str:
     """The text of ``path`` (UTF-8, bad bytes replaced) if it holds at most ``max_bytes``.
 
-    Raises
-    ------
-    OSError
-        When the file cannot be read.
-    ValueError
-        Naming the file and the bound when it is larger.
-
+    Raises OSError when it cannot be read, ValueError (naming it) when it is larger.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -80,15 +74,10 @@ def read_bounded_text(path: str | os.PathLike[str], max_bytes: int) -> str:
 
 
 def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """Parse the JSON file ``path`` (at most ``max_bytes``, :data:`MAX_JSON_DEPTH` levels).
+    """Parse the JSON file ``path`` (bounded in size and depth).
 
-    Raises
-    ------
-    OSError
-        When the file cannot be read.
-    ValueError
-        One line naming the file: too large, too deep, or not JSON.
-
+    Raises OSError when it cannot be read, ValueError (one line naming it) when it is too large,
+    too deep or not JSON.
     """
     where = str(Path(path))
     return parse_json(read_bounded_text(path, max_bytes), where)

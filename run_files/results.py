@@ -39,19 +39,8 @@ def json_ready(value: Any) -> Any:
 class ResultWriter:
     """Writes ``config.json``, appends ``metrics.jsonl`` lines and formats progress lines.
 
-    Parameters
-    ----------
-    result_dir : str or Path
-        Absolute folder; created if missing.
-    num_rounds : int
-        Rounds of the run (for the ETA).
-    kept_lines : list of dict, optional
-        Continue a run: ``metrics.jsonl`` is rewritten (atomically) with these lines, those up
-        to its last checkpoint (:func:`read_metrics`); later ones, written before a crash, are
-        dropped, since those rounds run again. None: a new run, an empty file.
-    elapsed_s : float
-        Seconds the run had taken before (a resumed run's clock goes on from there).
-
+    ``kept_lines``: continue a run, ``metrics.jsonl`` rewritten with the lines up to its last
+    checkpoint (None: a new run, an empty file); ``elapsed_s``: the seconds it had taken before.
     """
 
     def __init__(

@@ -37,26 +37,12 @@ RUN_FILES = (
 
 @dataclass(frozen=True)
 class RunStatus:
-    """The state of the run in one result folder.
+    """The state of the run in one result folder (``status.json``).
 
-    Attributes
-    ----------
-    state : str
-        ``"running"``, ``"completed"``, ``"failed"`` or ``"stopped"``.
-    last_round : int
-        The last round whose metrics line is written (0: none yet).
-    num_server_rounds : int
-        Rounds the run was asked for.
-    reason : str or None
-        Why the run failed or what stopped it (``"failed"``, ``"stopped"``), one line.
-    updated_unix_s : float
-        Wall-clock time of this write (seconds since the epoch).
-    devices_lost : int
-        Devices lost to a timeout, a disconnection or an error reply, summed over the rounds
-        written (a device lost in two rounds counts twice; :func:`lost_counts`).
-    rounds_with_lost_devices : int
-        Rounds written in which a device was lost.
-
+    ``state`` is one of :data:`STATES`; ``last_round`` the last round whose metrics line is
+    written (0: none); ``reason`` why it failed or stopped, one line; ``updated_unix_s`` the time
+    of this write; ``devices_lost`` the device-rounds lost to timeouts, disconnections or error
+    replies (:func:`lost_counts`), in ``rounds_with_lost_devices`` rounds.
     """
 
     state: str

@@ -36,26 +36,10 @@ NUMPY_TAG = "__numpy__"
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The state of a run after ``round``.
+    """The state of a run after ``round`` (the last round whose metrics line is written).
 
-    Attributes
-    ----------
-    round : int
-        The last completed round (its metrics line is written).
-    model : dict of str -> torch.Tensor
-        The global model after that round.
-    policy_state : dict
-        :meth:`fedcgd_strategy.policies.Policy.state_dict`.
-    cell_rng_state, policy_rng_state : dict
-        ``numpy.random.Generator.bit_generator.state`` of the cell's and the policy's generator.
-    elapsed_s : float
-        Wall-clock seconds the run had taken.
-    aggregator_state : dict
-        :func:`fedcgd_strategy.flower.aggregator_state.aggregator_state` (``{}`` for the
-        scheduler's FedAvg).
-    identity : dict
-        :func:`run_identity` of the run that wrote it (``{}`` in a checkpoint of format 1).
-
+    The global model, the policy's state, both generators' ``bit_generator.state``, the seconds
+    elapsed, the aggregator's state (``{}`` for FedAvg) and the run's identity.
     """
 
     round: int
@@ -202,18 +186,10 @@ def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
 
 @dataclass(frozen=True)
 class ResumePlan:
-    """How to continue the run in a result folder.
+    """How to continue a run: its checkpoint and its metrics lines up to it.
 
-    Attributes
-    ----------
-    checkpoint : Checkpoint
-        Its last checkpoint.
-    lines : list of dict
-        Its metrics lines of rounds 1 .. ``checkpoint.round``.
-    finish_only : bool
-        No rounds are left, but the run was stopped before its end was written: only
-        ``model.pt`` (from the checkpoint), ``summary.json`` and the status remain to write.
-
+    ``finish_only``: no round is left, but the run's end (``model.pt``, ``summary.json``, status)
+    is still to write.
     """
 
     checkpoint: Checkpoint

@@ -143,22 +143,12 @@ def timestamped_result_dir(parent: str | Path, policy: str) -> Path:
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
-    """Read and validate the whole run config.
-
-    Parameters
-    ----------
-    run_config : mapping
-        ``context.run_config`` (flat, kebab-case, dotted keys for nested tables).
-
-    Returns
-    -------
-    RunConfig
+    """Read and validate the whole run config (``context.run_config``: flat, kebab-case keys).
 
     Raises
     ------
     ValueError
         Naming the key, the bad value and what is allowed.
-
     """
     task = TaskSettings.from_run_config(run_config)
     policy = read(run_config, "policy")

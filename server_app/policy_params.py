@@ -132,14 +132,7 @@ def read_params(run_config: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 
 def read_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The policy's parameters from ``policy-params`` (string) and ``policy-params.<name>`` keys.
-
-    Raises
-    ------
-    ValueError
-        One line: the string is not a TOML inline table, or a name is given in both forms.
-
-    """
+    """The policy's parameters (:func:`read_params` of ``policy-params``)."""
     return read_params(run_config, PARAMS_KEY)
 
 

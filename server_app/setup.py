@@ -39,41 +39,13 @@ from server_app.uplink import build_uplink
 class RunSetup:
     """The objects one run is made of, built by :func:`build_setup`.
 
-    Attributes
-    ----------
-    config : RunConfig
-        The validated run config.
-    train_set, test_set : DataSplit
-        The full training set (partitioned over the devices) and the central test set.
-    test_tensors : (torch.Tensor, torch.Tensor)
-        The test set as inputs and labels (:meth:`DataSplit.tensors`).
-    model : torch.nn.Module
-        The global model: initialised from the seed, or the checkpoint's when resuming. The
-        central evaluation loads each round's weights into it.
-    num_params : int
-        Its parameter count.
-    model_bits : int
-        D_w, bits a device uploads: ``channel.model-bits``, or 32 bits per parameter
-        (docs/design.md, "Model size").
-    target : float[C]
-        The class distribution of the training set (the WEMD target of ``target-dist =
-        "global"``, docs/design.md, "WEMD target").
-    device : torch.device
-        Where the central evaluation runs.
-    partition_counts : int[V, C]
-        The class counts of every device's partition (what its node must report).
-    cell : ChannelModel
-        The uplink, drawn once per round: the simulated cell or a channel trace.
-    cell_rng, policy_rng : numpy.random.Generator
-        The cell's and the policy's generators (their states go into checkpoints).
-    policy : Policy
-        The scheduling rule.
-    resume : Checkpoint or None
-        The checkpoint the run continues from (None for a new run).
-    aggregator : flwr.serverapp.strategy.Strategy or None
-        The Flower strategy that combines the uploads (run-config ``aggregator``; None: the
-        scheduler's FedAvg). Its state goes into checkpoints.
-
+    ``model`` is the global model (from the seed, or the checkpoint's), into which the central
+    evaluation loads each round's weights; ``model_bits`` is D_w (docs/design.md, "Model size");
+    ``target`` the training set's class distribution (docs/design.md, "WEMD target");
+    ``partition_counts`` [V, C] the class counts each node must report; ``cell`` the uplink;
+    ``cell_rng`` and ``policy_rng`` the generators whose states go into checkpoints; ``resume``
+    the checkpoint continued from; ``aggregator`` the Flower strategy that combines the uploads
+    (None: the scheduler's FedAvg).
     """
 
     config: RunConfig

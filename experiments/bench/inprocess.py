@@ -68,18 +68,7 @@ def log(text: str) -> None:
 
 @dataclass(frozen=True)
 class InProcessRun:
-    """One ``fedcgd inprocess`` run and what it measured.
-
-    Attributes
-    ----------
-    checkout : str
-        :data:`THIS` or :data:`OTHER`.
-    process_s : float
-        Wall time of the whole process.
-    metrics : list of dict
-        Its ``metrics.jsonl`` lines.
-
-    """
+    """One ``fedcgd inprocess`` run: its checkout, the process's wall time, its metrics lines."""
 
     checkout: str
     process_s: float

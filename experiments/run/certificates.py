@@ -33,16 +33,7 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 
 @dataclass(frozen=True)
 class CertificateSet:
-    """Paths of the files :func:`make_certificates` wrote.
-
-    Attributes
-    ----------
-    ca_cert, server_cert, server_key : Path
-        The CA certificate, the SuperLink certificate and its private key.
-    supernode_keys, supernode_public_keys : tuple of Path
-        Per SuperNode: private key (PEM) and public key (OpenSSH).
-
-    """
+    """Paths of the files :func:`make_certificates` wrote (per SuperNode: PEM key, OpenSSH key)."""
 
     ca_cert: Path
     server_cert: Path

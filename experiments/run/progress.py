@@ -57,17 +57,9 @@ def step_reporter(description: str) -> Callable[[int, int], None]:
 
 @dataclass
 class RunProgress:
-    """Counts the runs of a command and estimates the time left.
+    """Counts the runs of a command (``total``, kept ones included) and estimates the time left.
 
-    Parameters
-    ----------
-    total : int
-        Runs the command will go through (kept ones included).
-    clock : callable
-        Seconds, monotonic (a parameter so that tests can drive it).
-    workers : int
-        Runs going at once (side-by-side runs, :mod:`experiments.run.run_pool`).
-
+    ``clock`` is monotonic seconds (tests drive it); ``workers`` the runs going at once.
     """
 
     total: int
