@@ -55,17 +55,9 @@ class RoundRecorder:
         self._record = record
 
     def __call__(self, flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """End of Flower's round ``flower_round`` with the global model ``arrays``.
+        """End of Flower's round ``flower_round``: record it; accuracy and loss when evaluated.
 
-        Returns
-        -------
-        MetricRecord or None
-            Accuracy and loss when the model was evaluated, else None.
-
-        Raises
-        ------
-        RuntimeError
-            When the strategy handed over no record of this round (nothing is written then).
+        Raises RuntimeError when the strategy handed over no record of this round (nothing written).
         """
         offset = self.setup.round_offset
         if flower_round == 0 and offset:

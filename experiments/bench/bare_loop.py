@@ -17,16 +17,7 @@ import numpy as np
 
 @dataclass
 class BareRun:
-    """Seconds of each bare round and its test accuracy.
-
-    Attributes
-    ----------
-    round_s, sigma_s, train_s, aggregate_s, eval_s : list of float
-        Per round: the whole round and its parts (σ̂, SGD steps, FedAvg, evaluation).
-    accuracy : list of float or None
-        Test accuracy after each round (None where the run did not evaluate).
-
-    """
+    """Per bare round: its seconds, those of its parts, the test accuracy (None: not evaluated)."""
 
     round_s: list[float] = field(default_factory=list)
     sigma_s: list[float] = field(default_factory=list)
