@@ -68,14 +68,7 @@ DEFAULT_AGGREGATOR_NAME = "default"
 
 
 def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
-    """One comparison's arguments per aggregator of ``--aggregators``, all validated.
-
-    Raises
-    ------
-    ValueError
-        One line: an empty list, ``aggregator`` also in ``--run-config``, or an aggregator
-        (with the shared ``aggregator-params``) that the run config refuses.
-    """
+    """One comparison's options per aggregator of ``--aggregators``, all validated (ValueError)."""
     names = [a.strip() for a in str(args.aggregators).split(",") if a.strip()]
     if not names:
         raise ValueError("--aggregators is empty; allowed: comma-separated aggregator names")
@@ -122,14 +115,10 @@ def compare_aggregators(
 def compare(
     args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
-    """Validate and plan every run, run them, write the tables; the exit code.
+    """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2).
 
-    0 when every planned run completed, 1 when one failed (a line names each and why), 2 when
-    something is refused before any run starts (bad settings, or kept runs with other
-    settings). Once everything is planned the first line names the output folder. With the
-    ``command`` that started the comparison, a failure's last line, and ``last_words`` (what
-    a signal's stop line is followed by), say that running it again keeps the completed runs
-    and continues the others (:func:`experiments.run.resume_command.rerun_line`).
+    Once everything is planned the first line names the output folder; after a failure or a
+    signal the last line gives ``command`` to run again.
     """
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()

@@ -56,12 +56,7 @@ class LaunchOptions:
 
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
-    """``fedcgd run`` (see :func:`run_command`); SIGINT / SIGTERM stop every process it started.
-
-    On a signal the run's processes are stopped and one line says so; the exit code is 130
-    (SIGINT, Ctrl-C) or 143 (SIGTERM). The last line then gives the command that continues the
-    run from its checkpoint, or says why it cannot (:mod:`experiments.run.resume_command`).
-    """
+    """``fedcgd run`` (:func:`run_command`); SIGINT / SIGTERM stop every process it started."""
     from experiments.run.resume_command import LastWords
 
     last_words = LastWords()
@@ -87,11 +82,10 @@ def result_files(result_dir: Path) -> list[str]:
 def run_command(
     args: LaunchOptions, started: StartedAs | None = None, last_words: LastWords | None = None
 ) -> int:
-    """One simulation run, results under ``results/<policy>-<time>``; the exit code.
+    """One run, results under ``--out`` by default; the exit code.
 
-    The first line names the run's folder once it is taken; ``last_words`` learns how the run
-    continues (the command a stopped run's last line gives, from the options it was
-    ``started`` with: ``fedcgd run`` with ``args`` by default).
+    The first line names the run's folder; ``last_words`` learns the command that continues it
+    (from the options it was ``started`` with).
     """
     if started is None:
         started = StartedAs(("run",))
