@@ -51,10 +51,7 @@ class CompareOptions:
 
 
 def main(options: CompareOptions, command: str | None = None) -> int:
-    """``fedcgd compare``: :func:`compare` (or :func:`compare_aggregators`) stopping on signals.
-
-    ``command`` is the command line that started it (the last line of a stopped comparison).
-    """
+    """``fedcgd compare`` stopping on signals (``command``: the line a stopped one gives)."""
     last_words = LastWords()
     if options.aggregators is not None:
         return exit_code_stopping_on_signals(
@@ -89,12 +86,7 @@ def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
 def compare_aggregators(
     args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
-    """:func:`compare` once per aggregator of ``--aggregators``; the worst exit code.
-
-    Every aggregator is validated before the first comparison starts (exit code 2 otherwise).
-    The first line names the output folder; when a comparison failed, the last line says that
-    the same ``command`` runs again what did not complete (:func:`compare`).
-    """
+    """:func:`compare` per aggregator of ``--aggregators`` (all validated first); the worst code."""
     try:
         comparisons = aggregator_comparisons(args)
     except ValueError as err:

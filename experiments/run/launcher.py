@@ -144,12 +144,7 @@ def continue_line(
     overrides: Mapping[str, Any],
     merged: Mapping[str, Any],
 ) -> Callable[[], str]:
-    """What the last line of a stopped run says (read when it is printed): how it continues.
-
-    The same launcher options (``--out`` aside) and run config, with ``resume-from`` = the
-    run's folder; without a checkpoint, the command that starts it again in a new folder
-    (:func:`experiments.run.resume_command.single_run_line`).
-    """
+    """What a stopped run's last line says (read when printed): the command that continues it."""
     from experiments.run.preflight import effective_result_dir
     from experiments.run.resume_command import single_run_commands, single_run_line
 
