@@ -113,9 +113,8 @@ def run_config_for(
     }
 
 
-#: How a checkout's in-process engine is started (the module file that tells the layout, the
-#: interpreter's arguments), newest layout first: the ``fedcgd`` tool, then older checkouts'
-#: ``python -m`` commands (before and after experiments/ was split into subpackages).
+#: How a checkout's in-process engine is started: (the module file of its layout, the
+#: interpreter's arguments), for this layout and the two earlier ones ``--compare-with`` meets.
 ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experiments/cli/__main__.py", ("-m", "experiments.cli", "inprocess")),
     ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),

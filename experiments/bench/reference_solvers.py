@@ -142,14 +142,10 @@ def swap_search_dense(
 ) -> tuple[NDArray[np.bool_], float, int]:
     """Best-improvement 1-step transit search at fixed size, whole grid from scratch each step.
 
-    The vectorised FSCD inner loop (paper Algorithm 2) as it was before the incremental version:
-    each step evaluates the ``|Pi| x |not Pi|`` grid of transits (swap scheduled ``v`` for
-    unscheduled feasible ``u``) from the running class sums as an array ``[|Pi|, |not Pi|, C]``,
-    discards those that break ``sum_v x_v B*_v <= B``, and takes the argmin (the printed "argmax"
-    is a typo, docs/design.md, "FSCD") while it is an improvement. Ties go to the lowest ``v``, then
-    the lowest ``u``. Oracle of :func:`~fedcgd_strategy.solvers.fscd.swap_search`, with the same
-    arguments (``mask``: a feasible non-empty schedule, bool ``[V]``) and the same return value
-    ``(selected, objective, swaps)``.
+    The FSCD inner loop (paper Algorithm 2) evaluated densely: every transit (swap scheduled ``v``
+    for unscheduled feasible ``u``) within the budget, argmin while it improves (the printed
+    "argmax" is a typo, docs/design.md, "FSCD"); ties to the lowest ``v``, then ``u``. Oracle of
+    :func:`~fedcgd_strategy.solvers.fscd.swap_search` (same arguments and return value).
     """
     arrays = ProblemArrays.of(problem)
     selected = np.array(mask, dtype=bool, copy=True)
@@ -213,12 +209,10 @@ def fscd_dense_stages(problem: SchedulingProblem) -> list[FscdStage]:
 
 
 def fscd_dense(problem: SchedulingProblem) -> ScheduleResult:
-    """FSCD (paper Algorithm 2) evaluating the whole swap grid at every step (the former solver).
+    """FSCD (paper Algorithm 2) evaluating the whole swap grid at every step.
 
-    Same algorithm, early exit and tie-breaking as
-    :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`: the best stage of
-    :func:`fscd_dense_stages` (ties: the larger ``S``); ``iterations`` = accepted transits + sizes
-    tried.
+    Same algorithm, early exit and ties as :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`;
+    ``iterations`` = accepted transits + sizes tried.
     """
     stages = fscd_dense_stages(problem)
     best_mask = np.zeros(problem.num_devices, dtype=bool)
