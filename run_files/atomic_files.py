@@ -1,23 +1,9 @@
 """Writing the files of a result folder: whole or not at all, never through a link, one-line errors.
 
-Pure Python (no flwr, no torch). Every file a run or an experiment command writes goes through
-here (docs/design.md, "Result folders"):
-
-* :func:`atomic_write` and its text / bytes forms write a whole file: the content goes to a
-  temporary file created *exclusively* in the same folder (:func:`tempfile.mkstemp`:
-  ``O_CREAT | O_EXCL | O_NOFOLLOW``, a unique random name, mode 0600 then 0644), is flushed and
-  fsynced, and is renamed over the target (``os.replace``, atomic on POSIX; a link at the
-  target's name is replaced, never followed). A crash leaves the old file or the new one; a
-  failure removes the temporary file. A planted ``checkpoint.tmp`` or ``model.tmp`` (or any
-  other name) cannot redirect a write: the temporary name is never one that exists.
-* :func:`append_line` appends one line to ``metrics.jsonl`` through ``O_NOFOLLOW``, flushed and
-  fsynced.
-* A SIGINT or SIGTERM that arrives while a file is written waits until the write is done
-  (:func:`stop_signals_held`), so a stop never tears a file or turns into a failure of the
-  write itself (``torch.save`` interrupted mid-file raised ``RuntimeError: unexpected pos``).
-* An :class:`OSError` while writing (disk full, quota, read-only file system, I/O error)
-  becomes :class:`ResultWriteError`, whose message is the one line to show:
-  ``no space left on device while writing /abs/path/metrics.jsonl``.
+Pure Python. Whole files go through an exclusive temporary file, fsync and rename; metrics lines
+are appended through ``O_NOFOLLOW``; a stop signal waits for the write to end; an
+:class:`OSError` becomes :class:`ResultWriteError`. See docs/design.md, "Result folders" and
+"Stopped runs".
 """
 
 from __future__ import annotations
@@ -42,17 +28,9 @@ FILE_MODE = 0o644
 class ResultWriteError(OneLineMessage, Exception):
     """A file of a result folder could not be written; the message is one complete line.
 
-    Attributes
-    ----------
-    errno : int or None
-        The ``errno`` of the underlying :class:`OSError` (``errno.ENOSPC`` for a full disk).
-    path : str
-        The file that was being written.
-
+    ``errno`` is the underlying :class:`OSError`'s (``errno.ENOSPC`` for a full disk); ``path``
+    the file being written.
     """
-
-    #: The message is the whole line to show (no ``Type:`` prefix, see
-    #: :func:`run_files.run_status.one_line`).
 
     def __init__(self, message: str, *, errno_code: int | None, path: str) -> None:
         super().__init__(message)
@@ -85,14 +63,8 @@ _holding = False
 def stop_signals_held() -> Iterator[None]:
     """Hold SIGINT and SIGTERM back while the block runs; deliver them once it has ended.
 
-    Around every write of a result file: a stop takes effect between writes, never inside one.
-    A signal received meanwhile is raised again (:func:`signal.raise_signal`, once per signal)
-    after the handlers in place before the block are back, so it does exactly what it would
-    have done, only later (the commands' handler raises
-    :class:`experiments.run.processes.Interrupted` there). Python runs signal handlers in the
-    main thread only: elsewhere (the ServerApp's thread in Flower's simulation process) and in
-    a nested block this does nothing. A signal whose handler was not set from Python is not
-    held (it could not be put back).
+    A signal received meanwhile is raised again after the previous handlers are back. Does nothing
+    outside the main thread (Python runs handlers there only) and in a nested block.
     """
     global _holding
     if _holding or threading.current_thread() is not threading.main_thread():
@@ -139,22 +111,17 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
     path : str or os.PathLike
         The file to (re)place; its folder must exist.
     write : callable
-        Writes the content to the binary handle it gets (``torch.save``, ``np.savez``,
-        ``figure.savefig`` and ``handle.write`` all take one).
+        Writes the content to the binary handle it gets.
 
     Returns
     -------
     pathlib.Path
         ``path``.
 
-    A SIGINT / SIGTERM received meanwhile takes effect once the file is in place
-    (:func:`stop_signals_held`).
-
     Raises
     ------
     ResultWriteError
-        Naming ``path`` (disk full, I/O error, ...); no temporary file is left.
-
+        Naming ``path``; no temporary file is left.
     """
     target = Path(path)
     tmp: str | None = None
@@ -186,13 +153,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append ``line`` plus a newline to ``path``, flushed to disk; never through a link.
+    """Append ``line`` plus a newline to ``path``, fsynced; never through a link.
 
     Raises
     ------
     ResultWriteError
-        Naming ``path``; a link at ``path`` fails with "too many levels of symbolic links".
-
+        Naming ``path``.
     """
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     data = (line + "\n").encode("utf-8")
@@ -208,14 +174,7 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
 
 
 def open_log(path: str | os.PathLike[str]) -> BinaryIO:
-    """Open a log file for appending (binary), never through a link (``O_NOFOLLOW``).
-
-    Raises
-    ------
-    ResultWriteError
-        Naming ``path``.
-
-    """
+    """Open a log file for appending (binary), never through a link; ResultWriteError naming it."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     with writing(path):
         fd = os.open(path, flags, FILE_MODE)

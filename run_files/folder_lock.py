@@ -1,36 +1,8 @@
-"""One writer per result folder: exclusive locks, link refusal, collision-free new folders.
+"""One writer per result folder: ``flock`` locks, link refusal, collision-free new folders.
 
-Pure Python (no flwr, no torch); Linux and other POSIX systems (``fcntl.flock``). See
-docs/design.md, "One writer per folder".
-
-Two lock files sit in a folder a run or a comparison writes to, each locked with
-``flock(LOCK_EX | LOCK_NB)`` by the process that owns the role, for as long as it lives; the
-kernel drops the lock when that process ends, however it ends (``kill -9`` included), so a
-lock is never stale:
-
-* :data:`LOCK_FILE` (``.fedcgd.lock``): the *owner*, the command that started the run
-  (launcher, in-process engine, ``compare_policies`` / ``reproduce`` for their ``--out`` and
-  for each run they execute). The owner's children (the SuperLink, ``flwr-simulation`` and the
-  ServerApp in it, a comparison's run processes) work under it: an owner writes a random token
-  of its lock into the lock file and adds it to the environment variable :data:`OWNERS_ENV`,
-  which every process it starts inherits (Flower's SuperLink, SuperExec and ``flwr-simulation``
-  pass their environment on); a process that finds the lock held by a live process whose token
-  is listed there works under that lock.
-* :data:`WRITER_LOCK_FILE` (``.fedcgd-writer.lock``): the ServerApp that writes the run's
-  files, for the whole run. It is never shared: a second writer (a ``flwr run`` started by
-  hand, or one left running by a killed owner before it is stopped) is refused.
-
-A holder writes its PID, its token and its command line in the lock file right after it has
-locked it, and empties the file when it lets go; a process that finds a lock taken reads them
-there and is refused with :class:`FolderInUseError`, one line naming the holder. The lock
-itself is the kernel's: what a killed holder left in the file locks nothing and is shared with
-nobody (a token is new for every lock taken, and a holder that is not alive is not trusted:
-until the next holder has written its own line the file is read again). Lock files
-are opened with ``O_NOFOLLOW`` and never removed (removing a lock file lets two processes lock
-two different files of one name). A folder that is a symbolic link or holds one is refused
-(:func:`refuse_links`): a link could send a write out of the folder. :func:`new_folder`
-creates a folder whose name no other command can take at the same time (``os.mkdir`` fails on
-an existing name; the next free ``-2``, ``-3``, ... suffix is taken instead).
+Pure Python, POSIX. The owner lock (:data:`LOCK_FILE`) is shared with the processes an owner
+starts through the tokens in :data:`OWNERS_ENV`; the writer lock (:data:`WRITER_LOCK_FILE`) is
+never shared. See docs/design.md, "One writer per folder".
 """
 
 from __future__ import annotations
@@ -63,14 +35,7 @@ HOLDER_WAIT_S = 2.0
 
 
 class FolderInUseError(OneLineMessage, ValueError):
-    """A folder's lock is held by another process; the message is one complete line.
-
-    Attributes
-    ----------
-    pid : int or None
-        The holder's PID, when it could be read.
-
-    """
+    """A folder's lock is held by another process (``pid``, when read); the message is one line."""
 
     def __init__(self, message: str, pid: int | None) -> None:
         super().__init__(message)
@@ -83,11 +48,9 @@ def _tokens() -> list[str]:
 
 
 def _holder(fd: int) -> tuple[int | None, str, str]:
-    """The PID, token and command line the holder wrote in the lock file open as ``fd``.
+    """The PID, token and command line the holder wrote in the lock file ``fd``.
 
-    ``(None, "", "")`` when the file holds no such line (the holder has not written it yet,
-    or has just emptied it on letting go) or names a process that is not alive (a killed
-    holder's line, before the next holder has written its own).
+    ``(None, "", "")`` when the file holds no such line or names a process that is not alive.
     """
     pid, _, rest = os.pread(fd, 4096, 0).decode(errors="replace").partition(" ")
     token, _, command = rest.partition(" ")
@@ -103,14 +66,7 @@ def _holder(fd: int) -> tuple[int | None, str, str]:
 
 
 def refuse_links(folder: Path, key: str) -> None:
-    """Refuse a folder that is a symbolic link or holds one (among its own entries).
-
-    Raises
-    ------
-    ValueError
-        One line naming ``key``, the folder and the link.
-
-    """
+    """Refuse (ValueError, one line naming ``key``) a folder that is a link or holds one."""
     if folder.is_symlink():
         raise ValueError(
             f"{key}: '{folder}' is a symbolic link; give the folder itself (a result folder "
@@ -135,20 +91,8 @@ def refuse_links(folder: Path, key: str) -> None:
 class FolderLock:
     """An exclusive ``flock`` on the lock file ``name`` of ``folder``.
 
-    Attributes
-    ----------
-    folder : Path
-        The folder (must exist).
-    name : str
-        :data:`LOCK_FILE` or :data:`WRITER_LOCK_FILE`.
-    fd : int or None
-        The open, locked lock file; None when not held (or held by an ancestor).
-    delegated : bool
-        The lock is held by this process or one of its ancestors, on whose behalf this one
-        works (see :meth:`acquire`).
-    token : str
-        The random token this process wrote in the lock file while it holds the lock.
-
+    ``fd`` is the locked file (None when not held, or held by an ancestor: ``delegated``);
+    ``token`` the random token written in the lock file while held.
     """
 
     folder: Path
@@ -170,11 +114,9 @@ class FolderLock:
         key : str
             What names the folder in the messages (``run-config key 'result-dir'``).
         shared_with_ancestors : bool
-            When the lock is held by this process or an ancestor (listed in
-            :data:`OWNERS_ENV`), work under it (:attr:`delegated`) instead of refusing.
+            Work under a lock an ancestor holds (listed in :data:`OWNERS_ENV`) instead of refusing.
         create : bool
-            Create the lock file when missing; otherwise a missing lock file is a lock nobody
-            holds (nothing is taken, :attr:`fd` stays None).
+            Create the lock file when missing; otherwise a missing file is a lock nobody holds.
 
         Raises
         ------
@@ -182,7 +124,6 @@ class FolderLock:
             Naming the holder's PID.
         ValueError
             When the lock file is a link or cannot be opened.
-
         """
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         try:
@@ -252,16 +193,12 @@ def holds_lock_files(folder: Path) -> bool:
 
 
 def probe_free(folder: Path, key: str) -> None:
-    """Refuse a folder whose owner or writer lock is held by an unrelated process.
-
-    Takes and drops both locks at once; creates nothing (a lock file that does not exist is
-    a lock nobody holds: every owner and writer creates its lock file first).
+    """Refuse a folder whose owner or writer lock an unrelated process holds; creates nothing.
 
     Raises
     ------
     FolderInUseError, ValueError
         As :meth:`FolderLock.acquire`.
-
     """
     if not folder.is_dir():
         return
@@ -273,19 +210,10 @@ def probe_free(folder: Path, key: str) -> None:
 
 @dataclass
 class FolderClaim:
-    """The locks this process holds on a folder (see :func:`claim_folder`).
+    """The locks this process holds on ``folder``.
 
-    Attributes
-    ----------
-    folder : Path
-        The claimed folder.
-    owner : FolderLock
-        The owner lock (held, or delegated to an ancestor).
-    writer : FolderLock or None
-        The writer lock, when claimed as the writer.
-    created : Path or None
-        The outermost folder this claim created (None when the folder existed).
-
+    ``owner``; the ``writer`` lock if claimed as the writer; ``created``, the outermost folder the
+    claim created (None when it existed).
     """
 
     folder: Path
@@ -300,10 +228,7 @@ class FolderClaim:
         self.owner.release()
 
     def abandon(self) -> None:
-        """Drop the claim; remove the folders it created when they hold nothing but lock files.
-
-        For a run refused before its start: it leaves no folder behind.
-        """
+        """Drop the claim; remove the folders it created if they hold nothing but lock files."""
         self.release()
         if self.created is None:
             return
@@ -354,16 +279,12 @@ def _mkdir(folder: Path, key: str, *, exclusive: bool) -> None:
 
 
 def new_folder(folder: Path, key: str) -> Path:
-    """Create ``folder``, or ``folder-2``, ``folder-3``, ... if taken; return the one created.
-
-    ``os.mkdir`` creates a name only if nobody has it, so two commands started in the same
-    second never share a timestamped folder.
+    """Create ``folder``, or ``folder-2``, ``folder-3``, ... if taken (``os.mkdir`` is exclusive).
 
     Raises
     ------
     ValueError
         When none of the names can be created.
-
     """
     for count in range(1, MAX_NAME_SUFFIX + 1):
         name = folder if count == 1 else folder.with_name(f"{folder.name}-{count}")
@@ -390,19 +311,13 @@ def claim_folder(
     folder : Path
         The folder.
     key : str
-        What names it in the messages (``run-config key 'result-dir'``, ``--out``).
+        What names it in the messages.
     create : bool
-        Create it (and its parents) when missing; otherwise a missing folder is an error.
+        Create it when missing; otherwise a missing folder is an error.
     writer : bool
-        Also take the writer lock (the ServerApp); otherwise only check that no unrelated
-        writer holds it.
+        Also take the writer lock; otherwise only check that no unrelated writer holds it.
     fresh_name : bool
-        ``folder`` is a default name: create it with :func:`new_folder` (a suffix when taken).
-
-    Returns
-    -------
-    FolderClaim
-        With :attr:`FolderClaim.folder` the folder locked (suffixed for ``fresh_name``).
+        ``folder`` is a default name: create it with :func:`new_folder`.
 
     Raises
     ------
@@ -410,7 +325,6 @@ def claim_folder(
         The folder is in use by another process (its PID named).
     ValueError, FileNotFoundError
         It cannot be created, is missing (``create=False``), or is or holds a link.
-
     """
     created = None
     if fresh_name:

@@ -1,15 +1,6 @@
 """Reading the JSON files of a result folder: bounded in size and depth, one-line errors.
 
-Pure Python (no flwr, no torch). A result folder is data like any other: a ``config.json``
-nested 100,000 levels deep, a ``status.json`` of gigabytes or a torn last line of
-``metrics.jsonl`` must give one line naming the file, not a traceback or an exhausted memory
-(docs/design.md, "Result folders"). The sizes are bounded far above what a run writes:
-
-* :data:`MAX_JSON_BYTES` for ``config.json``, ``status.json`` and ``summary.json`` (a run's
-  ``config.json`` is a few kB: its largest part, the WEMD target, holds C numbers);
-* :data:`MAX_METRICS_LINE_BYTES` for one line of ``metrics.jsonl`` (a line holds a few
-  numbers per device: about 100 bytes per device, so 16 MiB is V > 100,000);
-* :data:`MAX_JSON_DEPTH` levels of nesting (a run writes at most 3).
+Pure Python; the bounds lie far above what a run writes (docs/design.md, "Result folders").
 """
 
 from __future__ import annotations
@@ -69,13 +60,7 @@ def first_line_of(err: BaseException) -> str:
 def read_bounded_text(path: str | os.PathLike[str], max_bytes: int) -> str:
     """The text of ``path`` (UTF-8, bad bytes replaced) if it holds at most ``max_bytes``.
 
-    Raises
-    ------
-    OSError
-        When the file cannot be read.
-    ValueError
-        Naming the file and the bound when it is larger.
-
+    Raises OSError when it cannot be read, ValueError (naming it) when it is larger.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -89,15 +74,10 @@ def read_bounded_text(path: str | os.PathLike[str], max_bytes: int) -> str:
 
 
 def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """Parse the JSON file ``path`` (at most ``max_bytes``, :data:`MAX_JSON_DEPTH` levels).
+    """Parse the JSON file ``path`` (bounded in size and depth).
 
-    Raises
-    ------
-    OSError
-        When the file cannot be read.
-    ValueError
-        One line naming the file: too large, too deep, or not JSON.
-
+    Raises OSError when it cannot be read, ValueError (one line naming it) when it is too large,
+    too deep or not JSON.
     """
     where = str(Path(path))
     return parse_json(read_bounded_text(path, max_bytes), where)

@@ -1,13 +1,7 @@
-"""The run's result directory: resolved config, one JSON line per round, final model, progress.
+"""A run's result files: ``config.json``, ``metrics.jsonl``, ``summary.json``, progress lines.
 
-Nothing in a folder is overwritten silently: a new run refuses a folder that already holds a
-run's results (:func:`check_new_result_dir`); a resumed run rewrites ``metrics.jsonl``,
-``config.json`` and ``summary.json`` atomically (:func:`run_files.atomic_files.atomic_write_text`),
-so a crash leaves the old file or the new one, never half of one. Metrics lines are appended
-through ``O_NOFOLLOW`` and fsynced (:func:`run_files.atomic_files.append_line`); a failed write
-raises :class:`run_files.atomic_files.ResultWriteError`, one line naming the file.
-:func:`read_metrics` (resume) and :func:`read_metrics_lines` (plots, tables) read the lines back,
-bounded in size (:data:`run_files.json_files.MAX_METRICS_LINE_BYTES` per line).
+Writes go through :mod:`run_files.atomic_files`; reads are bounded (docs/design.md, "Result
+folders").
 """
 
 from __future__ import annotations
@@ -45,19 +39,8 @@ def json_ready(value: Any) -> Any:
 class ResultWriter:
     """Writes ``config.json``, appends ``metrics.jsonl`` lines and formats progress lines.
 
-    Parameters
-    ----------
-    result_dir : str or Path
-        Absolute folder; created if missing.
-    num_rounds : int
-        Rounds of the run (for the ETA).
-    kept_lines : list of dict, optional
-        Continue a run: ``metrics.jsonl`` is rewritten (atomically) with these lines, those up
-        to its last checkpoint (:func:`read_metrics`); later ones, written before a crash, are
-        dropped, since those rounds run again. None: a new run, an empty file.
-    elapsed_s : float
-        Seconds the run had taken before (a resumed run's clock goes on from there).
-
+    ``kept_lines``: continue a run, ``metrics.jsonl`` rewritten with the lines up to its last
+    checkpoint (None: a new run, an empty file); ``elapsed_s``: the seconds it had taken before.
     """
 
     def __init__(
@@ -103,12 +86,7 @@ class ResultWriter:
         return time.perf_counter() - self.t_start
 
     def start_rounds(self) -> None:
-        """The rounds begin now: what came before (start-up) stays out of the ETA.
-
-        Called when the starting model has been evaluated (or, resuming, when that evaluation
-        is skipped): imports, data, the model, the SuperLink and Ray, the nodes connecting and
-        the first evaluation all lie before this point.
-        """
+        """The rounds begin now: the start-up (first evaluation included) stays out of the ETA."""
         self._last_end_s = self.elapsed_s()
         self._round_s = []
 
@@ -121,11 +99,10 @@ class ResultWriter:
         *,
         discovery_s: float = 0.0,
     ) -> str:
-        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA.
+        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA (:func:`eta_s`).
 
-        The round's own time is the time since the previous round ended (since
-        :meth:`start_rounds` for the first) without its node discovery (``discovery_s``: the
-        first round's holds every ClientApp's start); the ETA is :func:`eta_s` of these times.
+        A round's own time runs from the previous round's end, without its node discovery
+        (``discovery_s``).
         """
         elapsed = self.elapsed_s()
         self._round_s.append(max(elapsed - self._last_end_s - discovery_s, 0.0))
@@ -139,22 +116,15 @@ class ResultWriter:
 
 
 def eta_s(round_s: Sequence[float], rounds_left: int) -> float:
-    """Seconds left: the mean time of the finished rounds times the rounds left.
+    """Seconds left: the mean own time of the finished rounds times the rounds left.
 
-    Parameters
-    ----------
-    round_s : sequence of float
-        The own time of each round finished in this process, in order (start-up and node
-        discovery left out: :meth:`ResultWriter.progress`). The first one is used alone at
-        first; once others have finished it is left out, since it holds one-time costs (the
-        engine's first training pass, caches filling).
-    rounds_left : int
-        Rounds still to run (negative counts as 0).
+    The first round is left out once others have finished (it holds one-time costs); see
+    docs/design.md, "Stopped runs" (ETA).
 
     Raises
     ------
     ValueError
-        When no round has finished yet (no time per round is known).
+        When no round has finished yet.
     """
     if not round_s:
         raise ValueError("eta_s: no finished round; the ETA needs one")
@@ -192,10 +162,7 @@ def check_new_result_dir(result_dir: str | Path) -> None:
 
 
 def can_create_in(folder: Path) -> bool:
-    """True when a file can really be created in ``folder`` (tried, and removed at once).
-
-    Permission bits do not tell for root, or for pseudo file systems such as ``/proc``.
-    """
+    """True when a file can really be created in ``folder`` (tried, and removed at once)."""
     try:
         fd, name = tempfile.mkstemp(prefix=".fedcgd-write-test-", dir=folder)
     except OSError:
@@ -219,11 +186,7 @@ def _valid_line(text: str) -> dict[str, Any] | None:
 
 
 def _metrics_rows(path: Path) -> tuple[list[str], bool]:
-    """The lines of ``metrics.jsonl`` (without newlines) and whether the file ends with one.
-
-    Lines longer than :data:`run_files.json_files.MAX_METRICS_LINE_BYTES` are cut there (and
-    then read as not a metrics line): a line of a run holds about 100 bytes per device.
-    """
+    """The lines of ``metrics.jsonl`` (too long ones cut) and whether it ends with a newline."""
     rows: list[str] = []
     ends_with_newline = True
     with path.open("rb") as handle:
@@ -243,11 +206,7 @@ def _metrics_rows(path: Path) -> tuple[list[str], bool]:
 
 
 def read_metrics_lines(result_dir: str | Path) -> list[dict[str, Any]]:
-    """Every line of a run's ``metrics.jsonl``, for plots and tables.
-
-    A torn last line (no newline at its end and not a metrics line: the run was stopped, or is
-    still writing it) is left out; any other line that is not a metrics line (a JSON object
-    with an integer ``round``) is an error.
+    """Every line of a run's ``metrics.jsonl``, for plots and tables; a torn last line is left out.
 
     Raises
     ------
@@ -277,15 +236,8 @@ def read_metrics_lines(result_dir: str | Path) -> list[dict[str, Any]]:
 def read_metrics(result_dir: str | Path, through_round: int) -> list[dict[str, Any]]:
     """The metrics lines of rounds 1 .. ``through_round`` (a checkpoint's round), for resuming.
 
-    Lines after that round are dropped (those rounds run again). A torn last line (a crash
-    while it was written) is dropped when the lines before it already reach ``through_round``;
-    any other unreadable line, or missing or repeated rounds up to ``through_round``, is an
-    error: resuming would lose or duplicate rounds.
-
-    Raises
-    ------
-    ValueError
-        One line naming the file and what is wrong.
+    A torn last line after that round is dropped; any other bad line, or missing or repeated
+    rounds up to it, raise ValueError (one line naming the file).
     """
     path = Path(result_dir) / METRICS_FILE
     where = f"run-config key 'resume-from': {path}"

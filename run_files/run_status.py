@@ -1,15 +1,7 @@
-"""What a result folder says about its run: running, completed or failed, and with which settings.
+"""What a result folder says about its run: running, completed, failed or stopped, and its settings.
 
-Pure Python (no flwr, no torch): the launcher, ``experiments.compare.policies`` and
-``experiments.compare.reproduce`` read it to decide exit codes and whether a kept run may be
-reused; the ServerApp writes it.
-
-``status.json`` is written atomically (temporary file, fsync, rename) when a run starts
-(``"running"``), and when it ends (``"completed"``; ``"failed"`` with the reason; ``"stopped"``
-when a SIGINT / SIGTERM stopped it in this process, with the signal). A folder whose status is
-``"running"`` after its process is gone was killed: it may be resumed from its checkpoint, as
-a stopped or failed one. ``config.json`` holds the settings the run was started with;
-:func:`settings_differences` compares them with the settings asked for now.
+Pure Python; the ServerApp writes ``status.json``, the commands read it (docs/design.md,
+"Result folders").
 """
 
 from __future__ import annotations
@@ -45,26 +37,12 @@ RUN_FILES = (
 
 @dataclass(frozen=True)
 class RunStatus:
-    """The state of the run in one result folder.
+    """The state of the run in one result folder (``status.json``).
 
-    Attributes
-    ----------
-    state : str
-        ``"running"``, ``"completed"``, ``"failed"`` or ``"stopped"``.
-    last_round : int
-        The last round whose metrics line is written (0: none yet).
-    num_server_rounds : int
-        Rounds the run was asked for.
-    reason : str or None
-        Why the run failed or what stopped it (``"failed"``, ``"stopped"``), one line.
-    updated_unix_s : float
-        Wall-clock time of this write (seconds since the epoch).
-    devices_lost : int
-        Devices lost to a timeout, a disconnection or an error reply, summed over the rounds
-        written (a device lost in two rounds counts twice; :func:`lost_counts`).
-    rounds_with_lost_devices : int
-        Rounds written in which a device was lost.
-
+    ``state`` is one of :data:`STATES`; ``last_round`` the last round whose metrics line is
+    written (0: none); ``reason`` why it failed or stopped, one line; ``updated_unix_s`` the time
+    of this write; ``devices_lost`` the device-rounds lost to timeouts, disconnections or error
+    replies (:func:`lost_counts`), in ``rounds_with_lost_devices`` rounds.
     """
 
     state: str
@@ -79,11 +57,6 @@ class RunStatus:
         if self.state not in STATES:
             raise ValueError(f"run status {self.state!r}; allowed: {', '.join(STATES)}")
 
-    @property
-    def succeeded(self) -> bool:
-        """True when the run completed."""
-        return self.state == COMPLETED
-
 
 class LostCounts(TypedDict):
     """:class:`RunStatus`'s (and ``summary.json``'s) counts of lost devices."""
@@ -93,10 +66,7 @@ class LostCounts(TypedDict):
 
 
 def lost_counts(lines: Iterable[Mapping[str, Any]]) -> LostCounts:
-    """``devices_lost`` and ``rounds_with_lost_devices`` over a run's metrics lines.
-
-    Each line's ``devices_lost`` (lines written before the count existed count 0).
-    """
+    """``devices_lost`` and ``rounds_with_lost_devices`` over a run's metrics lines."""
     per_round = [int(line.get("devices_lost") or 0) for line in lines]
     return LostCounts(
         devices_lost=sum(per_round),
@@ -115,11 +85,7 @@ def lost_note(devices_lost: int, rounds_with_lost_devices: int) -> str:
 
 
 def stops_the_run(err: BaseException) -> bool:
-    """True for what a SIGINT / SIGTERM raises, a ``KeyboardInterrupt`` or a stop of ours.
-
-    Ours: an error of a class marked :class:`fedcgd_task.errors.StopsRun`
-    (:class:`experiments.run.processes.Interrupted`).
-    """
+    """True for a ``KeyboardInterrupt`` or an error marked :class:`fedcgd_task.errors.StopsRun`."""
     return isinstance(err, KeyboardInterrupt | StopsRun)
 
 
@@ -138,34 +104,24 @@ def ended_by(
 
 
 def one_line(err: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters), for ``status.json``.
-
-    An error whose message is one complete line (a :class:`~fedcgd_task.errors.OneLineMessage`:
-    a failed write, a policy's decision that breaks the budget, a folder in use) is its message
-    alone.
-    """
+    """``Type: first line of the message`` (at most 300 characters); a ``OneLineMessage`` alone."""
     if isinstance(err, OneLineMessage):
         return first_line(err)[:300]
     return f"{type(err).__name__}: {first_line(err)}"[:300]
 
 
-#: The checkpoint file of a run (:data:`server_app.checkpoint.CHECKPOINT_FILE`, which imports
-#: torch).
+#: :data:`server_app.checkpoint.CHECKPOINT_FILE` (that module imports torch).
 CHECKPOINT_NAME = "checkpoint.pt"
 
-#: How the ServerApp under ``flwr run`` says in its output why the run failed, when the error
-#: is one line (a failed write, a broken budget, a folder in use): ``run failed: <line>``. The
-#: commands read it back (:func:`failure_from_output`): a full disk may refuse
-#: ``status.json`` too.
+#: The ServerApp prints ``run failed: <line>``; the commands read it back (a full disk may
+#: refuse ``status.json`` too).
 FAILURE_MARKER = "run failed: "
 
 
 def resume_advice(result_dir: Path, *, when: str = "") -> str:
-    """What a run that stopped unfinished can do next, true to its folder.
+    """What a run that stopped unfinished can do next: resume from its checkpoint, or run again.
 
-    With a ``checkpoint.pt`` the run continues from it (``resume-from``); without one (the run
-    was started with ``checkpoint-every = 0``, or stopped before its first checkpoint) it can
-    only run again, in a new folder. ``when`` is said first (``free space on the disk``).
+    ``when`` is said first (``free space on the disk``).
     """
     first = f"{when}, then " if when else ""
     if (Path(result_dir) / CHECKPOINT_NAME).is_file():
@@ -177,12 +133,7 @@ def resume_advice(result_dir: Path, *, when: str = "") -> str:
 
 
 def failure_line(err: BaseException, result_dir: Path) -> str:
-    """Why a run failed, in one line, with what to do next after a failed write.
-
-    :func:`one_line` of ``err``; a failed write (disk full, I/O error: an error with a
-    ``disk_full`` attribute, :class:`run_files.atomic_files.ResultWriteError`) is followed by
-    :func:`resume_advice`.
-    """
+    """:func:`one_line` of ``err``, followed by :func:`resume_advice` after a failed write."""
     text = one_line(err)
     disk_full = getattr(err, "disk_full", None)
     if disk_full is not None:
@@ -265,9 +216,7 @@ def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: json.loads(json.dumps(value))}
 
 
-#: Settings added after runs were recorded, with the value every run recorded before them used:
-#: a ``config.json`` without the key compares as if it held that value (a run recorded before
-#: ``aggregator`` existed aggregated with the scheduler's own FedAvg, today's ``""``).
+#: Settings a ``config.json`` may lack, with the value it then compares as.
 SETTINGS_ADDED_LATER: dict[str, Any] = {"aggregator": ""}
 
 
@@ -289,11 +238,7 @@ def settings_differences(
     ignore : iterable of str
         Dotted keys that may differ (e.g. ``num_server_rounds`` on resume).
     requested_keys_only : bool
-        Compare only the keys present in ``requested`` (``recorded`` may hold values derived
-        at run time, such as the parameter count).
-
-    A key of :data:`SETTINGS_ADDED_LATER` missing from ``recorded`` takes the value runs had
-    before it existed.
+        Compare only the keys present in ``requested``.
     """
     before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
     now = flat_settings(requested)

@@ -1,10 +1,4 @@
-"""The ServerApp: read the run config once, build the run, run its rounds, write the results.
-
-The run's objects come from :mod:`server_app.setup`; each round's end (evaluation, metrics line,
-status, checkpoint, progress line) is :mod:`server_app.recorder`; this module takes the result
-folder (locked for the whole run and checked under the lock, :mod:`server_app.run_folder`),
-sets the run's status and writes its end (``model.pt``, ``summary.json``).
-"""
+"""The ServerApp: read the run config once, build the run, run its rounds, write the results."""
 
 from __future__ import annotations
 
@@ -50,13 +44,7 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point of ``flwr run``: validate the run config, then run the federation.
 
-    With an empty ``result-dir`` (and no ``resume-from``) the run takes a new
-    ``~/fedcgd-results/<policy>-<UTC time>`` folder whose name no other run has.
-
-    A failure that is one line by itself (a failed write, a folder in use, a policy's
-    decision that breaks the budget) is printed as ``run failed: <line>``
-    (:data:`run_files.run_status.FAILURE_MARKER`, read back by the commands) instead of a
-    traceback.
+    A one-line failure is printed as ``run failed: <line>`` (:data:`FAILURE_MARKER`).
     """
     run_config = context.run_config
     fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
@@ -71,11 +59,7 @@ def main(grid: Grid, context: Context) -> None:
 
 @contextlib.contextmanager
 def flower_log_level(*, verbose: bool) -> Iterator[None]:
-    """Flower's per-round INFO lines only when ``verbose``; its warnings and errors always.
-
-    The run's own progress (one line per round, see :func:`say`) is printed, not logged, so it
-    shows either way.
-    """
+    """Flower's per-round INFO lines only when ``verbose``; its warnings and errors always."""
     if verbose:
         yield
         return
@@ -93,14 +77,12 @@ def say(text: str) -> None:
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
-    """Wait until ``expected`` nodes are connected (SuperNodes may still be starting).
-
-    Returns the number connected. Never hangs: with fewer after ``timeout_s`` it raises.
+    """Wait until ``expected`` nodes are connected; return how many are.
 
     Raises
     ------
     RuntimeError
-        Naming how many nodes connected and what to do.
+        When fewer connected within ``timeout_s``, naming how many and what to do.
     """
     deadline = time.monotonic() + timeout_s
     connected = len(list(grid.get_node_ids()))
@@ -116,24 +98,15 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
     return connected
 
 
-#: Intra-op threads of the ServerApp's torch (aggregation, evaluation).
+#: Intra-op threads of the ServerApp's torch (more stalled under load, gained nothing).
 SERVER_NUM_THREADS = 1
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
     """Run ``config.num_server_rounds`` scheduled rounds on ``grid`` and write the result directory.
 
-    Flower's own INFO lines show only with ``verbose`` (:func:`flower_log_level`); the run
-    prints one progress line per round. The folder is locked for the whole run and checked
-    under the lock (:func:`server_app.run_folder.claim_run_folder`: another live run there is
-    refused, naming its PID; nothing is written when the folder is refused). Then
-    ``status.json`` says ``"running"``; at the end ``"completed"`` (after ``model.pt`` and
-    ``summary.json``), ``"stopped"`` when a SIGINT / SIGTERM stopped it (a file being written
-    is finished first: :func:`run_files.atomic_files.stop_signals_held`), or ``"failed"`` with
-    the reason when this function raises otherwise, when no device uploaded an update in the
-    whole run, or when aggregation failed in more than half of the rounds with uploads
-    (:func:`aggregation_failure_reason`; when the status itself cannot be written, the
-    exception still says why).
+    The folder is locked and checked first; ``status.json`` ends ``completed``, ``stopped`` or
+    ``failed`` (docs/running.md, "What a run writes"). Torch uses :data:`SERVER_NUM_THREADS`.
 
     Parameters
     ----------
@@ -142,18 +115,12 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     config : RunConfig
         The validated run config.
     fresh_name : bool
-        ``config.result_dir`` is a default ``<policy>-<UTC time>`` name: a suffix is added
-        when another run has it.
+        ``config.result_dir`` is a default name: a suffix is added when another run has it.
 
     Returns
     -------
     dict
         The end-of-run summary (also written to ``summary.json``).
-
-    Torch runs on :data:`SERVER_NUM_THREADS` intra-op thread(s) from the start, before the
-    first evaluation, in every engine: a second intra-op thread gained nothing measurable on
-    the built-in models and stalled for seconds when the machine's cores were busy (the
-    devices' ClientApps, other runs).
     """
     torch.set_num_threads(SERVER_NUM_THREADS)
     with flower_log_level(verbose=config.verbose):
@@ -161,11 +128,7 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
 
 
 def _run_and_record(grid: Grid, config: RunConfig, *, fresh_name: bool) -> dict[str, Any]:
-    """:func:`run_federation` without the log-level setting.
-
-    A folder this ServerApp named itself (a bare ``flwr run``) is the first line it prints; the
-    commands name the folder they chose themselves.
-    """
+    """:func:`run_federation` without the log-level setting; prints a folder it named itself."""
     taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
     if fresh_name:
         say(f"result folder: {taken.config.result_dir}")
@@ -176,9 +139,7 @@ def _run_and_record(grid: Grid, config: RunConfig, *, fresh_name: bool) -> dict[
 def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[str, Any]:
     """Run and record in the claimed folder: status, metrics, checkpoints, end.
 
-    A resumed run is built from its checkpoint (restored and checked,
-    :func:`server_app.setup.build_setup`) before anything is written: a checkpoint that does
-    not fit the run is refused in one line with the folder as it was.
+    A resumed run is built from its checkpoint before anything is written.
     """
     result_dir = Path(config.result_dir)
     done = 0 if plan is None else plan.checkpoint.round
@@ -237,19 +198,12 @@ def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     return head
 
 
-#: A run fails when its aggregation failed (uploads came, the model was kept: the aggregator
-#: raised, returned nothing or something not finite, or had too few uploads) in more than this
-#: share of the rounds with uploads: its model mostly did not train, so it is no result.
+#: A run fails when its aggregation failed in more than this share of the rounds with uploads.
 MAX_FAILED_AGGREGATION_SHARE = 0.5
 
 
 def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
-    """Why a run whose metrics lines are ``lines`` failed to aggregate; None when it did not.
-
-    None unless the model was kept despite uploads in more than
-    :data:`MAX_FAILED_AGGREGATION_SHARE` of the rounds with uploads (rounds without uploads
-    are :func:`no_upload_reason`'s); the reason names the first such round's cause.
-    """
+    """Why the run failed to aggregate (:data:`MAX_FAILED_AGGREGATION_SHARE`); None if not."""
     with_uploads = [line for line in lines if int(line.get("num_uploaded") or 0) > 0]
     failed = [line for line in with_uploads if line.get("model_kept")]
     if not failed or len(failed) <= MAX_FAILED_AGGREGATION_SHARE * len(with_uploads):
@@ -265,11 +219,7 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
 def write_end(
     config: RunConfig, writer: ResultWriter, final_model: dict[str, torch.Tensor]
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status; return the summary.
-
-    The summary and the status count the devices lost to timeouts, disconnections or errors
-    (:func:`run_files.run_status.lost_counts`), and the last line says so when there were any.
-    """
+    """Write ``model.pt``, ``summary.json`` and the final status; return the summary."""
     save_model(writer.dir, final_model)
     history = writer.lines
     lost = lost_counts(history)
@@ -301,17 +251,10 @@ def write_end(
 def train_rounds(
     grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
 ) -> dict[str, torch.Tensor]:
-    """Run the rounds left (all of them, or those after ``setup``'s checkpoint).
+    """Run the rounds left (all, or those after ``setup``'s checkpoint); return the final model.
 
-    A new run (``setup`` None) is built here (:func:`server_app.setup.build_setup`, which
-    hands ``config.json`` to ``writer``); a resumed one comes built from its checkpoint. A
-    :class:`~server_app.recorder.RoundRecorder` writes one ``metrics.jsonl`` line per round
-    and the checkpoints. Returns the final global model.
-
-    In a simulation every reply is waited for, however long the host takes, and a run without
-    any reply for ``stall-limit-s`` stops as stuck
-    (:func:`fedcgd_strategy.flower.simulation.patient`); a deployment waits
-    ``query-timeout-s`` / ``train-timeout-s`` and counts the devices it lost (``devices_lost``).
+    A new run (``setup`` None) is built here. In a simulation every reply is waited for
+    (:func:`fedcgd_strategy.flower.simulation.patient`).
     """
     if setup is None:
         setup = build_setup(config, on_settings=writer.write_config)

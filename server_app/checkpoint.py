@@ -1,24 +1,7 @@
 """Checkpoints of a run: everything needed to continue it bit for bit after a crash.
 
-A checkpoint holds the round number, the global model, the scheduling rule's state (Ĝ / Ĝ_c,
-Fed-CBS counts), the aggregator's state (a Flower strategy's momentum, Adam moments, its copy
-of the model, the adaptive clipping norm; never a setting:
-:func:`fedcgd_strategy.flower.aggregator_state.aggregator_state`), the states of the two random
-generators (the cell's and the policy's), the seconds elapsed, and the identity of its run
-(:mod:`server_app.run_identity`: the checkpoint format, the seed, the policy and a SHA-256
-digest of the settings that change what the run computes). It is written after the round's line
-is in ``metrics.jsonl``, atomically (a temporary file renamed over the old one), so a crash
-leaves either the previous checkpoint or the new one, never half of one. Everything else (the
-devices' data, the drop of the devices, the batches of a round) is a pure function of the run
-seed and the round, so the resumed run equals the uninterrupted one.
-
-On resume a checkpoint of another run (another seed, policy or setting, another format) is
-refused in one line naming what differs, before anything in the folder is written; so is one
-whose model, policy state, generator states or aggregator state do not fit the run
-(:func:`server_app.setup.build_setup`, which the ServerApp calls for a resume before its first
-write). The identity guards against mistakes (a checkpoint copied from another folder, a file
-from another version of the app); it is not a signature: whoever can rewrite the file can also
-rewrite the code.
+What a checkpoint holds: docs/running.md, "What a run writes"; how a resume is checked:
+docs/deployment.md (checkpoint and resume) and docs/design.md, "Safe loading".
 """
 
 from __future__ import annotations
@@ -53,26 +36,10 @@ NUMPY_TAG = "__numpy__"
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The state of a run after ``round``.
+    """The state of a run after ``round`` (the last round whose metrics line is written).
 
-    Attributes
-    ----------
-    round : int
-        The last completed round (its metrics line is written).
-    model : dict of str -> torch.Tensor
-        The global model after that round.
-    policy_state : dict
-        :meth:`fedcgd_strategy.policies.Policy.state_dict`.
-    cell_rng_state, policy_rng_state : dict
-        ``numpy.random.Generator.bit_generator.state`` of the cell's and the policy's generator.
-    elapsed_s : float
-        Wall-clock seconds the run had taken.
-    aggregator_state : dict
-        :func:`fedcgd_strategy.flower.aggregator_state.aggregator_state` (``{}`` for the
-        scheduler's FedAvg).
-    identity : dict
-        :func:`run_identity` of the run that wrote it (``{}`` in a checkpoint of format 1).
-
+    The global model, the policy's state, both generators' ``bit_generator.state``, the seconds
+    elapsed, the aggregator's state (``{}`` for FedAvg) and the run's identity.
     """
 
     round: int
@@ -86,10 +53,7 @@ class Checkpoint:
 
 
 def _to_torch(value: Any) -> Any:
-    """``value`` with every numpy array (and numpy scalar) as a tensor tagged with its kind.
-
-    ``torch.load(weights_only=True)`` reads tensors and plain containers only.
-    """
+    """``value`` with every numpy array as a tagged tensor (``weights_only`` loading reads it)."""
     return map_nested(value, _tagged_tensor)
 
 
@@ -130,26 +94,13 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
 
 
 def atomic_torch_save(obj: object, path: Path) -> Path:
-    """``torch.save(obj, path)`` through a temporary file, flushed and renamed over ``path``.
-
-    The temporary file is created exclusively under a unique name
-    (:func:`run_files.atomic_files.atomic_write`), so no file planted in the folder (a link
-    named ``checkpoint.tmp``, say) can redirect the write.
-
-    Raises
-    ------
-    run_files.atomic_files.ResultWriteError
-        One line naming ``path`` (disk full, ...); no temporary file is left.
-    """
+    """``torch.save(obj, path)`` through :func:`run_files.atomic_files.atomic_write`."""
     return atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
-#: Largest ``checkpoint.pt`` read when resuming (bytes): the model, the policy's state and two
-#: generator states. A checkpoint is about 4 bytes per parameter (ResNet-18: 45 MB), so 8 GiB
-#: is two billion parameters; a larger file is not a checkpoint of this app.
+#: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
 MAX_CHECKPOINT_BYTES = 8 * 2**30
-#: What reading a checkpoint file that is torn, foreign or tampered with raises (torch.load's
-#: own errors and those of the checks on what it returns).
+#: What reading a torn, foreign or tampered checkpoint raises.
 _UNREADABLE = (
     OSError,
     RuntimeError,
@@ -217,10 +168,7 @@ def _whole(value: object, name: str, *, minimum: int, maximum: int) -> int:
 
 
 def checkpoint_round(result_dir: Path) -> int | None:
-    """The round of ``result_dir``'s ``checkpoint.pt``; None when there is none or it is unreadable.
-
-    Reads the file memory-mapped: the model's tensors are not loaded.
-    """
+    """The round of ``result_dir``'s checkpoint (memory-mapped); None when missing or unreadable."""
     path = result_dir / CHECKPOINT_FILE
     if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_CHECKPOINT_BYTES:
         return None
@@ -238,18 +186,10 @@ def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
 
 @dataclass(frozen=True)
 class ResumePlan:
-    """How to continue the run in a result folder.
+    """How to continue a run: its checkpoint and its metrics lines up to it.
 
-    Attributes
-    ----------
-    checkpoint : Checkpoint
-        Its last checkpoint.
-    lines : list of dict
-        Its metrics lines of rounds 1 .. ``checkpoint.round``.
-    finish_only : bool
-        No rounds are left, but the run was stopped before its end was written: only
-        ``model.pt`` (from the checkpoint), ``summary.json`` and the status remain to write.
-
+    ``finish_only``: no round is left, but the run's end (``model.pt``, ``summary.json``, status)
+    is still to write.
     """
 
     checkpoint: Checkpoint
@@ -260,8 +200,7 @@ class ResumePlan:
 def check_same_settings(result_dir: Path, config: RunConfig) -> None:
     """Refuse to resume ``result_dir`` with settings other than those it was started with.
 
-    Only ``num_server_rounds`` and the :func:`unread_settings` may differ; values the run
-    derived at start (parameter count, ...) are not compared.
+    Only ``num_server_rounds`` and the :func:`unread_settings` may differ.
 
     Raises
     ------
@@ -292,12 +231,7 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
 
 
 def run_finished(result_dir: Path) -> bool:
-    """True when the run in ``result_dir`` wrote its end.
-
-    Its status says ``completed``; a folder without a status (written before statuses
-    existed, when ``summary.json`` was the last file a run wrote) counts as finished when it
-    holds ``summary.json``.
-    """
+    """True when the run wrote its end: status ``completed``, or no status but ``summary.json``."""
     status = read_status(result_dir)
     if status is not None:
         return status.state == COMPLETED
@@ -305,21 +239,15 @@ def run_finished(result_dir: Path) -> bool:
 
 
 def check_resume(config: RunConfig) -> ResumePlan:
-    """Check that ``config.resume_from`` can be continued up to ``config.num_server_rounds``.
-
-    Reads only: the folder, its checkpoint, ``config.json``, ``metrics.jsonl``, the status.
-
-    Returns
-    -------
-    ResumePlan
+    """Check (reading only) that ``config.resume_from`` can go on to ``num_server_rounds``.
 
     Raises
     ------
     FileNotFoundError
         The folder or its checkpoint is missing.
     ValueError
-        Unreadable checkpoint or metrics, other settings, a checkpoint of another run
-        (:func:`check_identity`), or nothing left to run (one line).
+        Unreadable checkpoint or metrics, other settings, a checkpoint of another run, or nothing
+        left to run (one line).
     """
     folder = Path(config.resume_from)
     key = f"run-config key 'resume-from' = '{folder}'"

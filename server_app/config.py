@@ -1,13 +1,8 @@
 """The run config, read once into a typed, validated object before any training.
 
-Every key of ``[tool.flwr.app.config]`` is defined once, with its default, allowed values and
-meaning, in :mod:`fedcgd_task.schema` (the settings table of docs/running.md is made from it).
-:func:`parse_run_config` reads every key through :func:`fedcgd_task.schema.read` (the learning
-task's keys through :class:`fedcgd_task.settings.TaskSettings`, τ, η, b through
-:class:`fedcgd_task.settings.TrainingSettings`) and adds the checks that involve other keys or
-code: the policy and its parameters, the aggregator, ``protocol`` for the policy, ``result-dir``
-against ``resume-from``, and the cell (:class:`channel.CellConfig`). A bad value raises one
-``ValueError`` naming the run-config key, the value and what is allowed.
+Each key is defined in :mod:`fedcgd_task.schema`; :func:`parse_run_config` adds the checks that
+involve other keys or code. A bad value raises one ``ValueError`` naming the key, the value and
+what is allowed.
 """
 
 from __future__ import annotations
@@ -133,33 +128,14 @@ def _position(text: str, name: str) -> int:
     return found.start() if found else len(text)
 
 
-#: Parent of the result folder of a run whose ``result-dir`` is empty when the ServerApp starts.
-#: Only a bare ``flwr run`` gets there: the project's commands fill ``result-dir`` first, under
-#: their ``--out`` (``results/`` of the project by default). The ServerApp runs in a working
-#: directory unrelated to the project, so its fallback is a fixed folder in the home directory.
+#: Parent of a bare ``flwr run``'s result folder when ``result-dir`` is empty.
 SERVER_RESULTS_DIR = "~/fedcgd-results"
 
 
 def timestamped_result_dir(parent: str | Path, policy: str) -> Path:
-    """The folder of a new run: ``<parent>/<policy>-<UTC time>``, absolute.
+    """The folder of a new run: ``<parent>/<policy>-<YYYYmmdd-HHMMSS>`` (UTC, absolute, not made).
 
-    The one rule for a run whose ``result-dir`` is empty: the project's commands use their
-    ``--out`` folder as ``parent`` (:func:`experiments.run.preflight.with_result_dir`), a bare
-    ``flwr run`` uses :data:`SERVER_RESULTS_DIR` (:func:`parse_run_config`).
-
-    Parameters
-    ----------
-    parent : str or pathlib.Path
-        The folder that holds the runs (``~`` expanded, relative to the working directory).
-    policy : str
-        The run's policy; characters other than letters, digits, ``.``, ``_`` and ``-`` (those
-        of a ``package.module:Name`` or file path policy) become ``_`` in the folder name.
-
-    Returns
-    -------
-    pathlib.Path
-        ``<parent>/<policy>-<YYYYmmdd-HHMMSS>`` in UTC; the folder is not created.
-
+    Characters of ``policy`` other than letters, digits, ``.``, ``_`` and ``-`` become ``_``.
     """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     name = re.sub(r"[^A-Za-z0-9._-]", "_", policy).strip("._") or "policy"
@@ -167,22 +143,12 @@ def timestamped_result_dir(parent: str | Path, policy: str) -> Path:
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
-    """Read and validate the whole run config.
-
-    Parameters
-    ----------
-    run_config : mapping
-        ``context.run_config`` (flat, kebab-case, dotted keys for nested tables).
-
-    Returns
-    -------
-    RunConfig
+    """Read and validate the whole run config (``context.run_config``: flat, kebab-case keys).
 
     Raises
     ------
     ValueError
         Naming the key, the bad value and what is allowed.
-
     """
     task = TaskSettings.from_run_config(run_config)
     policy = read(run_config, "policy")

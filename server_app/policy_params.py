@@ -1,14 +1,8 @@
-"""The run-config table ``policy-params``: a policy's own parameters, through Flower and back.
+"""The run-config tables ``policy-params`` and ``aggregator-params``: TOML inline tables as strings.
 
-Flower's run config holds scalars under the keys that pyproject.toml declares, and refuses any
-other key, so a table whose keys only the researcher's policy knows cannot travel as
-``policy-params.<name>`` keys. It travels as one declared string key, ``policy-params``,
-holding a TOML inline table (``policy-params = "{window = 20, beta = 0.5}"``). Wherever this
-project reads a run config itself (the launcher's and the in-process engine's ``--run-config``,
-``compare_policies``, the Hydra presets), ``policy-params.<name> = value`` keys are accepted
-too and folded into that string (:func:`fold_policy_params`); :func:`read_policy_params` reads
-either form. The aggregator's constructor arguments travel the same way, as ``aggregator-params``
-(:data:`AGGREGATOR_PARAMS_KEY`, read by :func:`read_params`).
+Flower's run config holds declared scalar keys only, so each table travels as one string key;
+the project's own commands also accept ``<table>.<name>`` keys and fold them into it
+(docs/bring-your-own.md).
 """
 
 from __future__ import annotations
@@ -35,19 +29,12 @@ BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
-    """``value`` as the text of one TOML value, on one line.
-
-    Scalars (bool, int, float, str: quotes, backslashes, control and non-ASCII characters
-    escaped as TOML requires) are written by ``tomli_w``; arrays and tables are written
-    inline, their items by this function.
+    """``value`` as the text of one TOML value, on one line (scalars by ``tomli_w``).
 
     Raises
     ------
     ValueError
-        Naming ``key``: a value TOML cannot hold (None, an object, a string that is not
-        valid Unicode such as a lone surrogate from a non-UTF-8 file name), or a table name
-        that is not a TOML bare key.
-
+        Naming ``key``: a value TOML cannot hold, or a table name that is not a bare key.
     """
     if isinstance(value, Mapping):
         return format_policy_params(value, key)
@@ -65,11 +52,7 @@ def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
 
 
 def format_policy_params(params: Mapping[str, object], key: str = PARAMS_KEY) -> str:
-    """``params`` as the string value of ``key`` (``policy-params``): a TOML inline table.
-
-    One line, ``{name = value, ...}`` (:func:`format_toml_value`); the names are parameter
-    names (TOML bare keys).
-    """
+    """``params`` as the string value of ``key``: a one-line TOML inline table."""
     bad = [k for k in params if not isinstance(k, str) or not BARE_KEY.fullmatch(k)]
     if bad:
         raise ValueError(
@@ -149,14 +132,7 @@ def read_params(run_config: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 
 def read_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The policy's parameters from ``policy-params`` (string) and ``policy-params.<name>`` keys.
-
-    Raises
-    ------
-    ValueError
-        One line: the string is not a TOML inline table, or a name is given in both forms.
-
-    """
+    """The policy's parameters (:func:`read_params` of ``policy-params``)."""
     return read_params(run_config, PARAMS_KEY)
 
 

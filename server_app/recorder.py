@@ -1,21 +1,8 @@
 """The end of each round: evaluate when due, write the round's line, status and checkpoint, print.
 
-:class:`RoundRecorder` receives each round's record from the strategy (its ``on_record``) and is
-Flower's ``evaluate_fn``, which Flower calls after the round's aggregation with the new global
-model. Per round, in this order (docs/design.md, "One round", step 4, and "Result folders"):
-
-1. the central evaluation, when due (:func:`evaluation_due`);
-2. the round's line in ``metrics.jsonl``: ``round``, ``accuracy``, ``loss``, ``eval_s``,
-   ``wall_time_s``, then the record's fields (:class:`~fedcgd_strategy.record.RoundRecord`);
-3. ``status.json``: running, with this round as the last written one (and the devices lost so
-   far, ``devices_lost``);
-4. ``checkpoint.pt``, when due (:func:`checkpoint_due`), after the line, so that a checkpoint's
-   round always has its line;
-5. the progress line (its ETA counts the rounds' own time only, from the end of round 0:
-   :meth:`~run_files.results.ResultWriter.start_rounds`).
-
-Round 0 (Flower's evaluation of the starting model) is evaluated and printed only; a resumed
-run skips it (its starting model was evaluated in the interrupted run).
+:class:`RoundRecorder` is Flower's ``evaluate_fn``. The checkpoint follows the round's line, so
+a checkpoint's round always has its line; round 0 (the starting model) is only evaluated and
+printed, and skipped on resume.
 """
 
 from __future__ import annotations
@@ -39,10 +26,7 @@ def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
 
 
 def checkpoint_due(server_round: int, num_rounds: int, checkpoint_every: int) -> bool:
-    """True when a checkpoint follows round ``server_round``.
-
-    Every ``checkpoint_every``-th round and the last; never with ``checkpoint_every = 0``.
-    """
+    """True after every ``checkpoint_every``-th round and the last; never when it is 0."""
     every = checkpoint_every
     return bool(every) and (server_round % every == 0 or server_round == num_rounds)
 
@@ -53,14 +37,11 @@ class RoundRecorder:
     Parameters
     ----------
     setup : RunSetup
-        The run: its config (rounds, ``eval-every``, ``checkpoint-every``), the model and test
-        set of the central evaluation (:meth:`RunSetup.evaluate`), the state a checkpoint holds
-        (:meth:`RunSetup.checkpoint`) and the rounds done before (a resumed run).
+        The run (its config, the central evaluation, the checkpoint state, the rounds done before).
     writer : ResultWriter
         The run's result folder.
     say : callable
-        Prints one line of the run's own output (the starting model's line, progress lines).
-
+        Prints one line of the run's own output.
     """
 
     def __init__(self, setup: RunSetup, writer: ResultWriter, say: Callable[[str], None]) -> None:
@@ -74,17 +55,9 @@ class RoundRecorder:
         self._record = record
 
     def __call__(self, flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """End of Flower's round ``flower_round`` with the global model ``arrays``.
+        """End of Flower's round ``flower_round``: record it; accuracy and loss when evaluated.
 
-        Returns
-        -------
-        MetricRecord or None
-            Accuracy and loss when the model was evaluated, else None.
-
-        Raises
-        ------
-        RuntimeError
-            When the strategy handed over no record of this round (nothing is written then).
+        Raises RuntimeError when the strategy handed over no record of this round (nothing written).
         """
         offset = self.setup.round_offset
         if flower_round == 0 and offset:

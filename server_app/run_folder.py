@@ -1,11 +1,7 @@
 """Taking a run's result folder: lock it, then check under the lock what the run may do there.
 
-The checks of a folder (a new run: not a file, no run's files yet; a resume: a checkpoint, the
-same settings, rounds left) are only true while nobody else writes there, so they run under the
-folder's locks (:mod:`run_files.folder_lock`, docs/design.md, "One writer per folder"). A
-folder that already exists is locked first, so that a run still alive in it is named (its PID)
-rather than described by its files; a missing folder is checked before it is created, so that a
-refused run leaves nothing behind.
+An existing folder is locked first (a live run there is named by its PID); a missing one is
+checked before it is created (docs/design.md, "One writer per folder").
 """
 
 from __future__ import annotations
@@ -28,15 +24,7 @@ def folder_key(config: RunConfig) -> str:
 
 
 def check_result_dir(config: RunConfig) -> ResumePlan | None:
-    """The checks before a run writes anything in its result folder.
-
-    A new run refuses a folder that is a file or already holds a run's results; a resumed run
-    checks that its folder can be continued (:func:`server_app.checkpoint.check_resume`).
-
-    Returns
-    -------
-    ResumePlan or None
-        How to continue the run (None for a new run).
+    """The checks before a run writes in its folder; the resume plan, or None for a new run.
 
     Raises
     ------
@@ -51,19 +39,7 @@ def check_result_dir(config: RunConfig) -> ResumePlan | None:
 
 @dataclasses.dataclass
 class ClaimedRun:
-    """A run's folder, locked by this process, and what the run does there.
-
-    Attributes
-    ----------
-    config : RunConfig
-        The run config (``result_dir`` the folder actually taken: a default name may have got
-        a suffix).
-    claim : FolderClaim
-        The locks held.
-    plan : ResumePlan or None
-        How to continue a resumed run (None for a new run).
-
-    """
+    """A run's folder locked by this process (``config.result_dir``), and the resume plan."""
 
     config: RunConfig
     claim: FolderClaim
@@ -80,16 +56,14 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     writer : bool
         Take the writer lock too (the ServerApp).
     fresh_name : bool
-        ``config.result_dir`` is a default name (``<policy>-<UTC time>``): create it under a
-        name nobody else has (``-2``, ``-3``, ... when taken).
+        ``config.result_dir`` is a default name: a suffix is added when taken.
 
     Raises
     ------
     FolderInUseError
         Another process holds the folder (its PID named).
     ValueError, FileNotFoundError
-        The checks of :func:`check_result_dir`, or a folder that cannot be created or holds
-        a symbolic link.
+        The checks of :func:`check_result_dir`, or a folder that cannot be created or holds a link.
     """
     folder = Path(config.result_dir)
     key = folder_key(config)
@@ -112,11 +86,9 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
 
 
 def remove_stale_temporaries(folder: Path) -> list[str]:
-    """Remove the temporary files a killed writer left (``.<run file>.<random>.tmp``).
+    """Remove the ``.<run file>.<random>.tmp`` files a killed writer left; return their names.
 
-    Called by the writer once it holds the folder's writer lock: no other process writes
-    there, so a temporary file of a run file's name is a leftover (a process killed between
-    creating it and renaming it). Only regular files of that pattern go; returns their names.
+    Called under the writer lock, when no other process writes there.
     """
     removed = []
     for entry in os.scandir(folder):

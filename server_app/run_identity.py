@@ -18,26 +18,19 @@ from run_files.results import json_ready
 from run_files.run_status import CHECKPOINT_NAME, flat_settings
 from server_app.config import RunConfig
 
-#: The checkpoint's format: what it holds and how a resume reads it. 1: before checkpoints
-#: carried their run's identity (their aggregator state held the strategy's settings too);
-#: 2: :func:`run_identity`, and the aggregator's state only. Another format is refused on resume.
+#: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
 CHECKPOINT_FORMAT = 2
-#: Built-in data sets whose arrays do not depend on the data folder (bundled, or generated with
-#: the folder only as a cache).
+#: Built-in data sets whose arrays do not depend on the data folder.
 DATA_DIR_UNREAD: tuple[str, ...] = ("digits", "mnist1d")
 #: Built-in data sets that do not read ``mnist1d-samples``.
 MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 
 
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
-    """Recorded settings that do not change what a run computes, as dotted keys.
+    """Recorded settings (dotted keys) that do not change what a run computes.
 
-    Where it writes and resumes from, how often it saves, how much it prints, how long a
-    simulation waits before it calls itself stuck (``stall-limit-s``), the data folder
-    of the bundled digits and the generated mnist1d (never read, or only a cache, so it depends
-    only on where a command started), and ``mnist1d-samples`` for the built-in data sets other
-    than mnist1d (runs recorded before the key existed hold no value for it).
-    ``settings`` is a resolved run config (:meth:`server_app.config.RunConfig.to_dict`).
+    Where it writes and resumes from, how often it saves and prints, ``stall-limit-s``, and the
+    data settings a built-in data set does not read. ``settings``: :meth:`RunConfig.to_dict`.
     """
     keys: tuple[str, ...] = (
         "result_dir",
@@ -60,23 +53,14 @@ class CheckpointRefusedError(OneLineMessage, ValueError):
 
 
 def identity_settings(config: RunConfig) -> dict[str, Any]:
-    """The settings that change what a run computes: flat (dotted keys), sorted, JSON values.
-
-    Every setting of :meth:`RunConfig.to_dict` but ``num_server_rounds`` (a resume may raise
-    it) and the :func:`unread_settings`.
-    """
+    """The settings that change what a run computes (flat, sorted, JSON values)."""
     settings = json_ready(config.to_dict())
     skip = {"num_server_rounds", *unread_settings(settings)}
     return {k: v for k, v in sorted(flat_settings(settings).items()) if k not in skip}
 
 
 def run_identity(config: RunConfig) -> dict[str, Any]:
-    """What ties a checkpoint to its run.
-
-    ``format`` (:data:`CHECKPOINT_FORMAT`), ``seed``, ``policy``, ``settings`` (the canonical
-    JSON of :func:`identity_settings`: sorted keys, no spaces, ASCII) and ``settings_sha256``
-    (its SHA-256, hex).
-    """
+    """What ties a checkpoint to its run: format, seed, policy, settings JSON and its SHA-256."""
     text = json.dumps(
         identity_settings(config), sort_keys=True, separators=(",", ":"), allow_nan=False
     )
@@ -90,15 +74,12 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
 
 
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse a checkpoint that another run wrote (or another format of the app).
-
-    Compared in this order: the format, the seed, the policy, the settings digest (the
-    setting that differs is named from the settings the checkpoint holds).
+    """Refuse a checkpoint that another run (or another format of the app) wrote.
 
     Raises
     ------
     CheckpointRefusedError
-        One line naming the field, the checkpoint's value and this run's.
+        One line naming the field (format, seed, policy, a setting), both values.
     """
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_NAME}"

@@ -1,12 +1,7 @@
 """What a run is built from: data, model, uplink, scheduling rule and strategy, all from the seed.
 
-:func:`build_setup` is the one place a run's objects are made, in a fixed order, so that two
-runs with the same run config (and a resumed run, from its checkpoint) start from the same
-state: the ServerApp (:func:`server_app.app.train_rounds`) runs its rounds on it and
-``experiments.bench.round`` replays a run's rounds on it in a plain process. The seed is split
-into the cell's and the policy's generator; the devices' batches and dropout masks depend only
-on (seed, round, device) (:mod:`fedcgd_task.training`), so nothing else needs to be saved to
-continue a run (:mod:`server_app.checkpoint`).
+:func:`build_setup` makes a run's objects in a fixed order, so that the same run config (or a
+checkpoint) gives the same start (docs/running.md, "Same seed, same run").
 """
 
 from __future__ import annotations
@@ -44,41 +39,13 @@ from server_app.uplink import build_uplink
 class RunSetup:
     """The objects one run is made of, built by :func:`build_setup`.
 
-    Attributes
-    ----------
-    config : RunConfig
-        The validated run config.
-    train_set, test_set : DataSplit
-        The full training set (partitioned over the devices) and the central test set.
-    test_tensors : (torch.Tensor, torch.Tensor)
-        The test set as inputs and labels (:meth:`DataSplit.tensors`).
-    model : torch.nn.Module
-        The global model: initialised from the seed, or the checkpoint's when resuming. The
-        central evaluation loads each round's weights into it.
-    num_params : int
-        Its parameter count.
-    model_bits : int
-        D_w, bits a device uploads: ``channel.model-bits``, or 32 bits per parameter
-        (docs/design.md, "Model size").
-    target : float[C]
-        The class distribution of the training set (the WEMD target of ``target-dist =
-        "global"``, docs/design.md, "WEMD target").
-    device : torch.device
-        Where the central evaluation runs.
-    partition_counts : int[V, C]
-        The class counts of every device's partition (what its node must report).
-    cell : ChannelModel
-        The uplink, drawn once per round: the simulated cell or a channel trace.
-    cell_rng, policy_rng : numpy.random.Generator
-        The cell's and the policy's generators (their states go into checkpoints).
-    policy : Policy
-        The scheduling rule.
-    resume : Checkpoint or None
-        The checkpoint the run continues from (None for a new run).
-    aggregator : flwr.serverapp.strategy.Strategy or None
-        The Flower strategy that combines the uploads (run-config ``aggregator``; None: the
-        scheduler's FedAvg). Its state goes into checkpoints.
-
+    ``model`` is the global model (from the seed, or the checkpoint's), into which the central
+    evaluation loads each round's weights; ``model_bits`` is D_w (docs/design.md, "Model size");
+    ``target`` the training set's class distribution (docs/design.md, "WEMD target");
+    ``partition_counts`` [V, C] the class counts each node must report; ``cell`` the uplink;
+    ``cell_rng`` and ``policy_rng`` the generators whose states go into checkpoints; ``resume``
+    the checkpoint continued from; ``aggregator`` the Flower strategy that combines the uploads
+    (None: the scheduler's FedAvg).
     """
 
     config: RunConfig
@@ -109,17 +76,7 @@ class RunSetup:
         return 0 if self.resume is None else self.resume.round
 
     def strategy(self, on_record: Callable[[RoundRecord], None]) -> ScheduledStrategy:
-        """The Flower strategy over this set-up's policy, uplink and policy generator.
-
-        Build it once per run: it draws from :attr:`cell` and :attr:`policy_rng` and updates
-        :attr:`policy`.
-
-        Parameters
-        ----------
-        on_record : callable
-            Receives each round's record (:class:`~server_app.recorder.RoundRecorder`).
-
-        """
+        """The Flower strategy over this set-up's policy, uplink and generator (build it once)."""
         config = self.config
         return ScheduledStrategy(
             policy=self.policy,
@@ -149,10 +106,7 @@ class RunSetup:
     def checkpoint(
         self, server_round: int, model: dict[str, torch.Tensor], elapsed_s: float
     ) -> Checkpoint:
-        """The run's state after ``server_round``: ``model``, the policy's and generators' states.
-
-        :func:`build_setup` with this checkpoint restores exactly this state.
-        """
+        """The run's state after ``server_round`` (:func:`build_setup` restores it exactly)."""
         return Checkpoint(
             round=server_round,
             model=model,
@@ -184,14 +138,11 @@ def build_setup(
     config : RunConfig
         The validated run config.
     resume : Checkpoint, optional
-        Continue from this checkpoint: the model, the policy's and the aggregator's state and
-        both generators' states are restored, each checked first (:func:`restore`), the
-        uplink goes on after its round. Nothing is written: the ServerApp builds a resumed
-        run before its first write to the folder.
+        Continue from this checkpoint, each part checked first (:func:`restore`); nothing is
+        written.
     on_settings : callable, optional
-        Called with the run's :func:`resolved_settings` as soon as the data and the model are
-        known, before the policy and the uplink are built: a run whose policy or channel trace
-        is refused still leaves the settings it was started with.
+        Called with the run's :func:`resolved_settings` before the policy and the uplink are built
+        (a refused policy still leaves the settings).
 
     Returns
     -------
@@ -200,8 +151,7 @@ def build_setup(
     Raises
     ------
     server_app.run_identity.CheckpointRefusedError
-        ``resume`` does not fit the run (one line, :func:`restore`).
-
+        ``resume`` does not fit the run (one line).
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)
@@ -258,11 +208,6 @@ def restore(
 ) -> None:
     """Restore a checkpoint on the run's freshly built objects, each part checked first.
 
-    The model's arrays must have the run's model's keys, shapes and dtypes; the policy must
-    accept its state; the generators' states must be states of their bit generator; the
-    aggregator's state is state only, fitting the model
-    (:func:`~fedcgd_strategy.flower.aggregator_state.load_aggregator_state`).
-
     Raises
     ------
     server_app.run_identity.CheckpointRefusedError
@@ -300,10 +245,7 @@ def _set_state(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
 
 
 def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, object]) -> str | None:
-    """Why the arrays ``found`` do not fit a model whose state dict is ``expected``.
-
-    Fitting: the same keys, each a tensor of the same shape and dtype, finite (then None).
-    """
+    """Why ``found`` does not fit the state dict ``expected`` (keys, shape, dtype, finite)."""
     missing = [k for k in expected if k not in found]
     unexpected = [k for k in found if k not in expected]
     if missing or unexpected:
@@ -330,14 +272,7 @@ def resolved_settings(
     num_classes: int,
     target: NDArray[np.float64],
 ) -> dict[str, Any]:
-    """The resolved settings of a run (its ``config.json``): the config and the derived values.
-
-    ``policy_uses_budget`` is False for a rule that schedules without the bandwidth budget
-    (the ``all`` reference, :attr:`fedcgd_strategy.policies.Policy.uses_budget`).
-    ``aggregator_resolved`` is the aggregator's class and every parameter it is built with,
-    Flower's defaults filled in (and a DP wrapper's wrapped strategy's; None for the
-    scheduler's FedAvg: :func:`fedcgd_strategy.flower.aggregators.resolved_aggregator`).
-    """
+    """The resolved settings of a run (its ``config.json``): the config and the derived values."""
     resolved = config.to_dict()
     resolved.update(
         num_parameters=num_params,

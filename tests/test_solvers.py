@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from brute_force import brute_force
 
 from experiments.bench import reference_solvers as reference
 from fedcgd_strategy import METHODS, SchedulingProblem, solve
@@ -56,7 +57,7 @@ def test_paper_example_optimum_is_devices_3_and_4() -> None:
     exact = solve(problem, "exact")
     np.testing.assert_array_equal(exact.selected, expected)
     assert exact.objective == pytest.approx(0.00125)
-    np.testing.assert_array_equal(reference.brute_force(problem).selected, expected)
+    np.testing.assert_array_equal(brute_force(problem).selected, expected)
     # FSCD (budget fits S <= 2): S = 2 starts from the cheapest two, {1, 2} (ties by index),
     # W = 0.02. Every transit is worse: {1,3}/{2,3}: 0.31, {1,4}/{2,4}: |0.355 - 0.5| * 2 = 0.29,
     # so {1, 2} is a local optimum (reaching {3, 4} needs two swaps). No early exit (0.02125 >
@@ -130,7 +131,7 @@ def test_exact_equals_brute_force_on_random_instances() -> None:
     for index in range(200):
         problem = random_problem(rng, int(rng.integers(6, 13)), mixed_batch=index % 4 == 0)
         exact = solve(problem, "exact")
-        brute = reference.brute_force(problem)
+        brute = brute_force(problem)
         assert problem.is_feasible(exact.selected)
         if brute.objective == np.inf:
             assert exact.objective == np.inf
@@ -148,7 +149,7 @@ def test_brute_force_matches_plain_enumeration() -> None:
             mask = np.array([(code >> v) & 1 == 1 for v in range(6)])
             if mask.any() and problem.is_feasible(mask):
                 best = min(best, problem.objective(mask))
-        assert reference.brute_force(problem).objective == pytest.approx(best, rel=1e-12)
+        assert brute_force(problem).objective == pytest.approx(best, rel=1e-12)
 
 
 @pytest.mark.parametrize("mixed_batch", [False, True])
@@ -174,7 +175,7 @@ def test_heuristics_feasible_and_not_better_than_exact() -> None:
     rng = np.random.default_rng(11)
     for index in range(40):
         problem = random_problem(rng, int(rng.integers(4, 13)), mixed_batch=index % 3 == 0)
-        optimum = reference.brute_force(problem).objective
+        optimum = brute_force(problem).objective
         for method in ("gs", "fscd", "cd"):
             result = solve(problem, method, rng=np.random.default_rng(index))
             assert problem.is_feasible(result.selected)

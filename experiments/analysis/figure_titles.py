@@ -1,10 +1,6 @@
-"""Figure titles from the runs' recorded settings: data set, split, τ, V and the seeds.
+"""Figure titles from the runs' ``config.json``: data set, split, τ, V and the seeds.
 
-A figure over several result folders is titled with what they were run on, read from each
-folder's ``config.json`` (the resolved run config the ServerApp records), e.g.
-``MNIST-1D · Dirichlet α = 0.1 · τ = 1 · V = 64 · 5 seeds``. A setting that differs between
-the runs lists its values (``τ = 1, 5``); a folder without a readable ``config.json`` adds
-nothing.
+A setting that differs between the runs lists its values (``τ = 1, 5``).
 """
 
 from __future__ import annotations
@@ -54,11 +50,7 @@ def dataset_text(config: Mapping[str, Any]) -> str:
 
 
 def split_text(configs: Sequence[Mapping[str, Any]]) -> str:
-    """The split of these runs, each setting listed once with its distinct values.
-
-    ``Dirichlet α = 0.1, 1, 10`` or ``1 shard per device`` (``1, 2 shards per device``), and
-    ``r = 1, 3, 9`` after it when a run's imbalance ratio is above 1.
-    """
+    """The split of these runs: ``Dirichlet α = 0.1, 1`` or ``1 shard per device``, then ``r``."""
     tasks = [_section(c, "task") for c in configs]
     alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
     shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
@@ -81,22 +73,10 @@ def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 
 def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool = True) -> str:
-    """The title of a figure over runs with these recorded configs ("" when none is known).
+    """The title of a figure over runs with these ``config.json`` ("" when none is known).
 
-    Parameters
-    ----------
-    configs : sequence of mapping or None
-        Each run's ``config.json`` (None, or one without a ``task`` table: unknown, left
-        out).
-    seeds : bool
-        End with the seeds: ``seed 0`` for one, ``5 seeds`` for several distinct ones.
-
-    Returns
-    -------
-    str
-        Data set · split (and imbalance ratio r when above 1) · τ (local steps) · V (devices)
-        · aggregator when not the scheduler's FedAvg · seeds, joined by " · ", each listing
-        its distinct values in order of appearance when the runs differ.
+    Data set · split · τ · V · aggregator (unless FedAvg) · seeds, each listing its distinct values
+    in order; an unknown config is left out.
     """
     known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
     if not known:

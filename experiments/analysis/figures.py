@@ -1,21 +1,9 @@
 """How every figure of the project looks: axis labels with units, value ranges, policy styles.
 
-One place for what a reader needs to read a curve:
-
-- each metric's y label (with its unit), the range the metric can take, so that a 95 % band
-  never leaves it (an accuracy band stays in [0, 1], a count band above 0), and whether it is a
-  count (rounds, devices), whose axis gets integer ticks only (:func:`label_axis`);
-- one fixed colour and line style per built-in policy, FedCGD's variants solid and thick, the
-  baselines dashed and thinner, so that with seven policies the method under study stands out;
-  a researcher's own policies get dash-dotted lines in colours no built-in uses, and
-  :func:`series_styles` makes sure no two series of one figure share colour and line style;
-- :func:`draw_group`, which draws a group of runs (the seeds of one policy) by one rule used in
-  every figure: the per-round mean over the runs, and from two runs on the shaded 95 %
-  confidence band of that mean (Student t with n - 1 degrees of freedom, so two runs give an
-  honest but wide band: 12.7 standard errors); a single run is its own line, without a band.
-  The legend names the band (:func:`legend_below`);
-- a centred moving average (:func:`moving_average`) drawn over the faint per-round line of the
-  noisy per-round panels (scheduled devices, WEMD), its window in the panel's title.
+Each metric's label, range and integer ticks (:func:`label_axis`); one fixed style per built-in
+policy, FedCGD's solid (:func:`series_styles`); a group of runs drawn as its mean with the 95 %
+band from two runs on (:func:`draw_group`); a moving average over noisy panels
+(:func:`moving_average`). The rules are in docs/comparing.md ("Comparing policies", ``curves.png``).
 """
 
 from __future__ import annotations
@@ -49,19 +37,7 @@ BAND_LABEL = "shaded: 95 % CI of the mean over seeds (Student t)"
 
 @dataclass(frozen=True)
 class Metric:
-    """How to label and bound one metric on a y axis.
-
-    Attributes
-    ----------
-    label : str
-        Y-axis label with the unit (or "fraction", "count" for dimensionless values).
-    low, high : float
-        The values the metric can take; bands are clipped to ``[low, high]``.
-    count : bool
-        A number of things (devices, rounds), or a mean of such numbers: its axis gets
-        integer ticks only.
-
-    """
+    """How to label and bound one metric on a y axis (``count``: integer ticks only)."""
 
     label: str
     low: float = -math.inf
@@ -153,11 +129,7 @@ def metric(key: str) -> Metric:
 
 
 def policy_name(policy: str) -> str:
-    """The legend name of ``policy``: a built-in's human name, a reference's class name.
-
-    ``pkg.module:FairShare`` and ``/abs/file.py:FairShare`` are shown as ``FairShare``; any
-    other string as itself.
-    """
+    """The legend name of ``policy``: a built-in's human name, a reference's class name."""
     if policy in POLICY_NAMES:
         return POLICY_NAMES[policy]
     return policy.rsplit(":", 1)[1] if ":" in policy else policy
@@ -169,12 +141,10 @@ def is_fedcgd(policy: str) -> bool:
 
 
 def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
-    """Matplotlib line keywords of ``policy``'s preferred style.
+    """Line keywords of ``policy``'s preferred style (FedCGD solid and thick, baselines dashed).
 
-    FedCGD solid and thick, the other built-ins dashed and thinner, each built-in in its
-    colour of :data:`POLICY_COLORS`; a researcher's own policy dash-dotted in
-    ``USER_COLORS[own_index]`` (``own_index``: its rank among the own policies of the figure).
-    Use :func:`series_styles` for the styles of a whole figure: it keeps them distinct.
+    A researcher's own policy is dash-dotted in ``USER_COLORS[own_index]``. A whole figure:
+    :func:`series_styles`.
     """
     if policy in POLICY_COLORS:
         if is_fedcgd(policy):
@@ -196,31 +166,13 @@ def _style_key(style: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def series_styles(policies: Sequence[str]) -> list[dict[str, Any]]:
-    """One style per series of a figure, no two with the same colour and line style.
-
-    Parameters
-    ----------
-    policies : sequence of str
-        The policy of each series, in drawing order; a policy may repeat (two runs of it).
-
-    Returns
-    -------
-    list of dict
-        Matplotlib line keywords per series: the policy's preferred style
-        (:func:`policy_style`; own policies numbered in order of first appearance), made
-        distinct by :func:`distinct_styles` (the second run of BC is blue and dash-dotted, not
-        a second blue dashed line).
-    """
+    """One style per series (``policies`` may repeat), no two with the same colour and style."""
     own = [p for p in dict.fromkeys(policies) if p not in POLICY_COLORS]
     return distinct_styles([policy_style(p, own.index(p) if p in own else 0) for p in policies])
 
 
 def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``styles`` (each with ``color`` and ``linestyle``) with no (colour, line style) twice.
-
-    A style whose pair an earlier one took keeps its colour and gets the first line style of
-    :func:`linestyles` not yet drawn in that colour.
-    """
+    """``styles`` with no (colour, line style) twice: a repeat gets the next free line style."""
     taken: set[tuple[str, str]] = set()
     out = []
     for given in styles:
@@ -250,11 +202,8 @@ def estimate_styles(
 ) -> list[dict[str, Any]]:
     """Line keywords of each (sweep label, policy) group of ``estimates.png``, all distinct.
 
-    Without a sweep (one label) each policy in its colour and style of every figure
-    (:func:`series_styles`). Over a sweep the sweep points are what the panels compare (σ̂
-    against τ), so they get the colours: shades of the sequential "viridis" map from dark
-    (first point) to light (last), none of them a policy's colour, and each FedCGD variant its
-    line style (:data:`ESTIMATE_LINESTYLES`).
+    Without a sweep, each policy's own style; over a sweep the points get viridis shades and each
+    FedCGD variant its line style (:data:`ESTIMATE_LINESTYLES`).
     """
     if len(set(labels)) <= 1:
         return series_styles([policy for _, policy in drawn])
@@ -272,31 +221,13 @@ def estimate_styles(
 
 
 def smoothing_window(num_rounds: int) -> int:
-    """The moving-average window for a run of ``num_rounds`` rounds: about a twentieth, odd.
-
-    ``round(num_rounds / 20)`` made odd (centred windows), at least 1 (no smoothing): 30
-    rounds -> 3, 400 -> 21, 1,500 -> 75.
-    """
+    """The moving-average window: ``round(num_rounds / 20)`` made odd, at least 1."""
     window = max(1, round(num_rounds / 20))
     return window if window % 2 else window + 1
 
 
 def moving_average(values: Sequence[float], window: int) -> np.ndarray:
-    """Centred moving average of ``values`` over ``window`` consecutive entries.
-
-    Parameters
-    ----------
-    values : sequence of float
-        One value per round, in round order.
-    window : int
-        Odd number of entries averaged (1: ``values`` unchanged).
-
-    Returns
-    -------
-    numpy.ndarray
-        Entry i is the mean of ``values[i - h : i + h + 1]`` with ``h = window // 2``; near
-        the ends the window is cut to the entries that exist (so the first entry averages
-        ``values[0 : h + 1]``), which keeps the curve as long as the data.
+    """Centred moving average over ``window`` (odd) entries, cut at the ends to those that exist.
 
     Raises
     ------
@@ -332,28 +263,9 @@ def draw_group(
 ) -> Any:
     """Draw one group of runs of ``key`` on ``ax``; return the colour used (None: nothing drawn).
 
-    Parameters
-    ----------
-    ax : matplotlib axes
-        Where to draw.
-    curves : sequence of mapping int -> float
-        One curve per run (round → value).
-    key : str
-        The metric (for the band's range, see :data:`METRICS`).
-    label : str
-        Legend label of the group (drawn once).
-    color : matplotlib colour, optional
-        The group's colour; by default the axis' next colour.
-    style : mapping, optional
-        Line keywords (:func:`series_styles`).
-    smooth : int
-        Odd moving-average window in rounds (:func:`moving_average`); above 1, the per-round
-        mean is drawn as a faint thin line and the labelled line and the band are those of the
-        runs' moving averages.
-
-    The labelled line is the per-round mean over the runs that have the round (a single run:
-    the run itself); with at least :data:`MIN_RUNS_FOR_BAND` runs, the shaded 95 % confidence
-    band of that mean (Student t), clipped to the metric's range, with ``gid`` :data:`BAND_GID`.
+    The line is the per-round mean over the runs; from :data:`MIN_RUNS_FOR_BAND` runs on, the 95 %
+    band of that mean, clipped to the metric's range (``gid`` :data:`BAND_GID`). With ``smooth`` > 1
+    the raw mean is a faint line and the labelled line and band are of the runs' moving averages.
     """
     style = dict(style or {})
     color = style.pop("color", color)
@@ -382,12 +294,7 @@ def draw_group(
 
 
 def count_ticks(axis: Any, low: float = -math.inf) -> None:
-    """Integer ticks only on ``axis`` (a matplotlib x or y axis of counts), on any range.
-
-    Call it once everything is drawn: when the view holds fewer than two integers (a count
-    that stays at 4 is shown from 3.78 to 4.22), it is widened to the integers around it, not
-    below ``low`` (0 for counts), so that ticks say 3, 4, 5 rather than 3.80 ... 4.20.
-    """
+    """Integer ticks only on ``axis``; a view of under two integers is widened (down to ``low``)."""
     axis.set_major_locator(MaxNLocator(integer=True))
     lo, hi = sorted(axis.get_view_interval())
     if math.floor(hi) - math.ceil(lo) < 1:
@@ -400,11 +307,7 @@ def count_ticks(axis: Any, low: float = -math.inf) -> None:
 
 
 def label_axis(ax: Any, key: str, *, xlabel: str = "round", x_count: bool | None = None) -> None:
-    """X label, the y label with its unit, a light grid, integer ticks on count axes.
-
-    The y axis of a count metric (:attr:`Metric.count`) and the x axis when it counts
-    (``x_count``; by default when ``xlabel`` is ``"round"``) get :func:`count_ticks`.
-    """
+    """X label, the y label with its unit, a light grid, integer ticks on count axes."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(metric(key).label)
     ax.grid(alpha=0.3)
@@ -420,10 +323,7 @@ def has_band(fig: Any) -> bool:
 
 
 def legend_below(fig: Any, ax: Any) -> None:
-    """One legend for the whole figure, below the panels, with ``ax``'s entries.
-
-    When a panel holds a confidence band, a grey patch says what it is (:data:`BAND_LABEL`).
-    """
+    """One legend for the whole figure, below the panels, with ``ax``'s entries (and the band's)."""
     handles, labels = ax.get_legend_handles_labels()
     if has_band(fig):
         handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))

@@ -1,15 +1,7 @@
-"""Plot one or more runs from their result directories (reads ``metrics.jsonl`` only).
+"""Plot one or more runs from their result directories (``fedcgd plot``; reads ``metrics.jsonl``).
 
-``fedcgd plot RESULT_DIR [RESULT_DIR ...] --out curves.png`` draws, per
-run, test accuracy, the number of scheduled devices and the WEMD of the schedule against the
-round, labelled by each run's policy (from its ``config.json``) and, when several runs share a
-policy, by their folders (``seed-0``, ``seed-1``), each run in its own colour and line style.
-With ``--mean`` the runs are grouped by policy (e.g. the seeds of a comparison,
-``results/compare/*/seed-*``) and each policy is drawn as its mean over the runs with a shaded
-95 % confidence band from two runs on (:func:`plot_mean_runs`). Scheduled devices and WEMD,
-one noisy value per round, are drawn as a moving average (the window, about a twentieth of the
-rounds, in the panel's title) over the faint per-round line; the figure's title names the data
-set, the split, τ, V and the seeds from the runs' ``config.json``.
+Accuracy, scheduled devices and WEMD per round; with ``--mean`` one mean curve per policy with
+its 95 % band (:func:`plot_mean_runs`). The figure's rules: :mod:`experiments.analysis.figures`.
 """
 
 from __future__ import annotations
@@ -40,26 +32,19 @@ from run_files.atomic_files import ResultWriteError, atomic_write
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 
-#: The three panels of a run figure: one metric each (labels and ranges in
-#: :data:`experiments.analysis.figures.METRICS`).
+#: The three panels of a run figure, one metric each.
 PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
-#: Per-round panels drawn as a moving average over their faint per-round line (one value per
-#: round, dominated by the round's channel and availability draw).
+#: Noisy per-round panels, drawn as a moving average over their faint per-round line.
 SMOOTHED_KEYS = ("num_scheduled", "wemd")
 
 
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
-    """Return (label, per-round lines) of a result directory.
-
-    A torn last line of ``metrics.jsonl`` (a run stopped, or still writing it) is left out
-    (:func:`run_files.results.read_metrics_lines`); the label is the policy of
-    ``config.json`` (bounded in size and depth), else the folder's name.
+    """Return (label, per-round lines) of a result directory; the label: its policy, else its name.
 
     Raises
     ------
     ValueError
-        One line naming the file: a damaged metrics line, or a ``config.json`` that is not a
-        run's.
+        One line naming the file: a damaged metrics line, or a ``config.json`` that is not a run's.
     """
     try:
         lines = read_metrics_lines(result_dir)
@@ -73,13 +58,7 @@ def load_run(result_dir: Path) -> tuple[str, list[dict]]:
 
 
 def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
-    """Save ``fig`` as PNG at ``out`` whole or not at all (temporary file renamed over it).
-
-    Raises
-    ------
-    run_files.atomic_files.ResultWriteError
-        One line naming ``out`` (disk full, ...); no temporary file is left.
-    """
+    """Save ``fig`` as PNG at ``out`` atomically (:func:`run_files.atomic_files.atomic_write`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         return atomic_write(out, lambda handle: fig.savefig(handle, dpi=dpi, format="png"))
@@ -88,20 +67,7 @@ def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
 
 
 def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
-    """Round → finite value of ``key`` in a run's metrics lines (rounds without one left out).
-
-    Parameters
-    ----------
-    lines : sequence of mapping
-        The run's ``metrics.jsonl`` lines.
-    key : str
-        Metric, e.g. ``accuracy``, ``num_scheduled``, ``wemd``.
-
-    Returns
-    -------
-    dict of int to float
-        One entry per round that has a finite value.
-    """
+    """Round -> finite value of ``key`` in a run's metrics lines (rounds without one left out)."""
     out: dict[int, float] = {}
     for line in lines:
         value = line.get(key)
@@ -118,13 +84,7 @@ def _panels(num: int = len(PANEL_KEYS)) -> tuple[Any, Any]:
 def finish_figure(
     fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path, title: str = ""
 ) -> Path:
-    """Label the panels, put one legend below them, title the figure, save ``out``.
-
-    Each panel gets its y label with the unit and integer ticks on counts
-    (:func:`experiments.analysis.figures.label_axis`); the legend names the shaded band if there
-    is one (:func:`experiments.analysis.figures.legend_below`); ``title`` (if any) goes above the
-    panels.
-    """
+    """Label the panels, put one legend below them, title the figure, save ``out``."""
     for ax, key in zip(axes, keys, strict=True):
         label_axis(ax, key)
     legend_below(fig, axes[0])
@@ -134,10 +94,7 @@ def finish_figure(
 
 
 def panel_window(runs: Sequence[Sequence[Mapping[str, Any]]]) -> int:
-    """Moving-average window of the per-round panels (:data:`SMOOTHED_KEYS`) of these runs.
-
-    :func:`experiments.analysis.figures.smoothing_window` of the longest run's number of rounds.
-    """
+    """Moving-average window of the smoothed panels: that of the longest run's rounds."""
     return smoothing_window(max((len(lines) for lines in runs), default=0))
 
 
@@ -160,33 +117,9 @@ def plot_mean_bands(
     style: Mapping[str, Any] | None = None,
     window: int = 1,
 ) -> None:
-    """Draw on each axis one group of runs of its key.
+    """Draw on each axis (one per key) the group of runs ``result_dirs`` (:func:`draw_group`).
 
-    Each group as :func:`experiments.analysis.figures.draw_group` draws it.
-
-    Parameters
-    ----------
-    axes : sequence of matplotlib axes
-        One panel per key.
-    keys : sequence of str
-        Metric of each panel (see :func:`round_values`).
-    result_dirs : sequence of Path
-        The runs of one group (e.g. the seeds of one policy).
-    label : str
-        Legend label of the group's curves.
-    color : str, optional
-        Colour of the group's curves; by default the style's, else the first curve's
-        automatic colour.
-    policy : str, optional
-        The group's policy, for its line style when ``style`` is not given
-        (:func:`experiments.analysis.figures.policy_style`).
-    style : mapping, optional
-        Line keywords (:func:`experiments.analysis.figures.series_styles`).
-    window : int
-        Moving-average window of the keys in :data:`SMOOTHED_KEYS` (1: none).
-
-    The mean over the runs, with its 95 % band from two runs on, clipped to the metric's
-    range; one run is drawn as itself. A panel whose key no run has is left without a curve.
+    ``style`` defaults to ``policy``'s; ``window`` smooths the :data:`SMOOTHED_KEYS` panels.
     """
     runs = [load_run(d)[1] for d in result_dirs]
     if style is None and policy:
@@ -213,11 +146,7 @@ def folder_suffix(index: int, paths: Sequence[Path]) -> str:
 
 
 def run_labels(result_dirs: Sequence[Path], policies: Sequence[str]) -> list[str]:
-    """Legend label of each run: its policy's name, and its folder when another run shares it.
-
-    Two runs of BC in ``cmp/bc/seed-0`` and ``cmp/bc/seed-1`` are ``BC (best channel) ·
-    seed-0`` and ``... · seed-1`` (:func:`folder_suffix` among the runs with that name).
-    """
+    """Legend label of each run: its policy's name, and its folder when another run shares it."""
     names = [policy_name(p) for p in policies]
     paths = [Path(d).resolve() for d in result_dirs]
     labels = []
@@ -232,14 +161,7 @@ def run_labels(result_dirs: Sequence[Path], policies: Sequence[str]) -> list[str
 
 
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
-    """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round) to ``out``.
-
-    One line per run, labelled by its policy (and its folder when runs share a policy:
-    :func:`run_labels`), each in its own colour and line style
-    (:func:`experiments.analysis.figures.series_styles`); scheduled devices and WEMD as a moving
-    average over the faint per-round line; titled with the runs' settings
-    (:func:`experiments.analysis.figure_titles.runs_title`).
-    """
+    """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round), one line per run."""
     fig, axes = _panels()
     loaded = [load_run(d) for d in result_dirs]
     policies = [policy for policy, _ in loaded]
@@ -261,25 +183,7 @@ def group_by_label(result_dirs: Sequence[Path]) -> dict[str, list[Path]]:
 
 
 def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
-    """Three panels as :func:`plot_runs`, one mean curve and 95 % band per group of runs.
-
-    Parameters
-    ----------
-    groups : mapping of str to sequence of Path
-        Label (e.g. the policy) → its result directories (e.g. one per seed).
-    out : Path
-        PNG to write.
-
-    Returns
-    -------
-    Path
-        ``out``. Each curve is the per-round mean over the group's runs, the shaded band the
-        95 % confidence interval of that mean (Student t over the runs that have the round),
-        clipped to the metric's range, from two runs on (a group of one run is that run);
-        the legend names the band and each group's number of runs. Scheduled devices and
-        WEMD are moving averages over the faint per-round mean; the title gives the runs'
-        settings (:func:`experiments.analysis.figure_titles.runs_title`).
-    """
+    """Three panels as :func:`plot_runs`: a mean curve and 95 % band per group of folders."""
     fig, axes = _panels()
     order = policy_order(groups)
     every = [d for label in order for d in groups[label]]

@@ -1,11 +1,4 @@
-"""The figures of a preset's reproduction: the estimates used per round and the sweep figure.
-
-:func:`plot_estimates` draws σ̂ and Ĝ per round of every (sweep point, FedCGD policy) (the
-paper's CIFAR-100 panels, ``estimates.png``); :func:`plot_sweep` draws each metric's mean over
-seeds ± 95 % CI against the swept value (``sweep.png``). Both are written by
-:mod:`experiments.compare.reproduce`; :func:`point_label` names a sweep point there (its folder
-and the ``sweep`` column of its tables) and on the sweep figure's axis.
-"""
+"""The figures of a preset's reproduction: σ̂ and Ĝ per round (``estimates.png``), ``sweep.png``."""
 
 from __future__ import annotations
 
@@ -47,36 +40,16 @@ def point_label(point: Mapping[str, Any]) -> str:
 
 
 def group_name(label: str, policy: str) -> str:
-    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``.
-
-    The sweep point is left out when the preset has no sweep (its label is ``default``).
-    """
+    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``."""
     name = policy_name(policy)
     return name if label == "default" else f"{name}, {label}"
 
 
 def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
-    """σ̂ and Ĝ used per round (the paper's CIFAR-100 estimate panels).
+    """σ̂ and Ĝ per round of every (sweep label, policy) group of FedCGD runs (``estimates.png``).
 
-    Parameters
-    ----------
-    groups : mapping of (sweep label, policy) to sequence of Path
-        E.g. ``("local-steps=5", "fedcgd-fscd")`` → result directories (one per seed); each
-        group is drawn as in :func:`experiments.analysis.figures.draw_group` (the mean over
-        seeds and, from two seeds on, its clipped 95 % band; one seed: the run), as moving
-        averages over :func:`experiments.analysis.plot_runs.panel_window` rounds above a faint
-        per-round mean once the runs are long enough (single rounds' spikes of σ̂ and Ĝ would
-        otherwise set the scale). Only FedCGD
-        policies are drawn (the other rules neither compute σ̂ nor keep Ĝ); styles from
-        :func:`experiments.analysis.figures.estimate_styles`; titled with the runs' settings
-        (:func:`experiments.analysis.figure_titles.runs_title`).
-    out : Path
-        PNG to write.
-
-    Returns
-    -------
-    Path
-        ``out``.
+    Each group as :func:`~experiments.analysis.figures.draw_group` draws it, as moving averages
+    once the runs are long enough (single rounds' spikes would set the scale otherwise).
     """
     keys = ("sigma", "class_gradient_used")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.9), constrained_layout=True)
@@ -108,15 +81,10 @@ def plot_sweep(
     out: Path,
     title: str = "",
 ) -> Path | None:
-    """The preset's figure: each metric's mean over seeds ± 95 % CI against the swept value.
+    """``sweep.png``: each metric's mean over seeds ± 95 % CI against the one swept key's values.
 
-    One panel per metric, one line per policy (``rows`` from
-    :func:`experiments.compare.results.table_rows` with a ``sweep`` label), titled ``title``
-    (the runs' settings). Only for a sweep over one
-    run-config key; None otherwise. The error bars are the 95 % confidence intervals of
-    ``table.csv`` (Student t, from two seeds on, as every band of the project's figures:
-    :data:`experiments.analysis.figures.MIN_RUNS_FOR_BAND`; none for one seed), clipped to what the
-    metric can be (accuracy in [0, 1], counts >= 0).
+    One panel per metric, one line per policy (``rows`` of ``table.csv`` with a ``sweep`` label);
+    bars from two seeds on, clipped to the metric's range. None unless one key is swept.
     """
     if len(sweep) != 1 or not metrics:
         return None

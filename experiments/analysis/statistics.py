@@ -1,16 +1,7 @@
 """Statistics over seeds for the policy comparisons: means, 95 % confidence intervals, paired tests.
 
-Pure functions on numbers (no Flower, no files), used by ``compare_policies`` and
-``plot_runs``:
-
-- :func:`mean_ci95`: mean and the 95 % confidence half-width of the mean over seeds,
-  ``t.ppf(0.975, n - 1) * sd / sqrt(n)`` with the sample standard deviation (``ddof=1``);
-- :func:`paired_test`: paired t-test of one policy against a reference over the seeds both ran;
-- :func:`first_round_reaching`: the first round whose accuracy reaches a target;
-- :func:`mean_band`: mean and 95 % band of per-round curves over seeds (for the figures).
-
-Missing values (None, NaN) are dropped before anything is computed, so a run that never reached
-the target accuracy simply does not count towards the mean of ``rounds_to_target``.
+Pure functions on numbers. Missing values (None, NaN) are dropped first, so a run that never
+reached the target does not count towards the mean of ``rounds_to_target``.
 """
 
 from __future__ import annotations
@@ -26,34 +17,14 @@ CONFIDENCE = 0.95
 
 
 def finite(values: Iterable[float | None]) -> list[float]:
-    """The values that are numbers and finite (None and NaN dropped), as floats.
-
-    Parameters
-    ----------
-    values : iterable of float or None
-        Raw values, e.g. one metric of every seed.
-
-    Returns
-    -------
-    list of float
-        The finite values, in order.
-    """
+    """The values that are numbers and finite (None and NaN dropped), as floats, in order."""
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
 
 def ci95_halfwidth(values: Iterable[float | None]) -> float:
-    """95 % confidence half-width of the mean (Student t, ``n - 1`` degrees of freedom).
+    """95 % confidence half-width of the mean: ``t.ppf(0.975, n - 1) * sd / sqrt(n)`` (``ddof=1``).
 
-    Parameters
-    ----------
-    values : iterable of float or None
-        One value per seed; None / NaN are dropped.
-
-    Returns
-    -------
-    float
-        ``t.ppf(0.975, n - 1) * sd / sqrt(n)`` with the sample standard deviation; NaN for
-        fewer than two values (no spread can be estimated from one seed).
+    NaN for fewer than two finite values.
     """
     x = finite(values)
     n = len(x)
@@ -64,16 +35,7 @@ def ci95_halfwidth(values: Iterable[float | None]) -> float:
 
 
 def mean_ci95(values: Iterable[float | None]) -> tuple[float, float]:
-    """Mean and 95 % confidence half-width over seeds.
-
-    ``values`` is read as by :func:`ci95_halfwidth`: one value per seed, None / NaN dropped.
-
-    Returns
-    -------
-    tuple of float
-        ``(mean, half_width)``; the mean is NaN for no value, the half-width NaN for fewer than
-        two (see :func:`ci95_halfwidth`).
-    """
+    """Mean and :func:`ci95_halfwidth` over seeds (the mean NaN for no value)."""
     x = finite(values)
     mean = float(np.mean(x)) if x else math.nan
     return mean, ci95_halfwidth(x)
@@ -88,11 +50,9 @@ class PairedTest:
     n : int
         Seeds both runs have a value for.
     mean_diff : float
-        Mean of ``policy - reference`` over those seeds (NaN for n = 0); negative means the
-        policy is below the reference.
+        Mean of ``policy - reference`` over those seeds (NaN for n = 0).
     p_value : float
-        Two-sided p-value of the paired t-test; NaN for n < 2 or when every difference is the
-        same (zero spread: the t statistic is undefined).
+        Two-sided p-value of the paired t-test; NaN for n < 2 or zero spread of the differences.
     """
 
     n: int
@@ -103,28 +63,10 @@ class PairedTest:
 def paired_test(
     values: Mapping[int, float | None], reference: Mapping[int, float | None]
 ) -> PairedTest:
-    """Paired two-sided t-test of ``values`` against ``reference``, matched by seed.
+    """Paired two-sided t-test (``scipy.stats.ttest_rel``) of ``values`` against ``reference``.
 
-    The same seed gives both policies the same devices, channel draws and partitions, so the
-    per-seed difference removes that shared variation. We use the paired t-test
-    (``scipy.stats.ttest_rel``) rather than the Wilcoxon signed-rank test: with the handful of
-    seeds a federated comparison can afford, the exact Wilcoxon test cannot reach p < 0.05 at
-    all for n ≤ 5 (its smallest two-sided p-value is 2 / 2^n = 0.0625 at n = 5), while the
-    t-test has power there; its assumption, roughly normal differences of final test
-    accuracies (each an average over the whole test set), is a mild one. Read p-values from
-    3–5 seeds as evidence, not proof.
-
-    Parameters
-    ----------
-    values : mapping of int to float or None
-        Seed → metric of the policy under test.
-    reference : mapping of int to float or None
-        Seed → metric of the reference policy (e.g. FedCGD-FSCD).
-
-    Returns
-    -------
-    PairedTest
-        Over the seeds where both values are finite.
+    Both map seed to metric; only the seeds where both are finite count. Why not Wilcoxon:
+    docs/comparing.md, "Comparing policies".
     """
     seeds = sorted(
         s for s in set(values) & set(reference) if finite([values[s]]) and finite([reference[s]])
@@ -145,22 +87,7 @@ def paired_test(
 def first_round_reaching(
     rounds: Sequence[int], accuracies: Sequence[float], target: float | None
 ) -> int | None:
-    """First round whose accuracy reaches ``target`` (the paper's "epochs to the target").
-
-    Parameters
-    ----------
-    rounds : sequence of int
-        Evaluated rounds, increasing.
-    accuracies : sequence of float
-        Test accuracy at those rounds.
-    target : float or None
-        Target accuracy; None gives None.
-
-    Returns
-    -------
-    int or None
-        The round, or None when the target is never reached (or not given).
-    """
+    """First of the ``rounds`` whose accuracy reaches ``target``; None if never (or no target)."""
     if target is None:
         return None
     for r, acc in zip(rounds, accuracies, strict=True):
@@ -171,19 +98,7 @@ def first_round_reaching(
 
 @dataclass(frozen=True)
 class Band:
-    """Mean curve over seeds with its 95 % confidence band.
-
-    Attributes
-    ----------
-    x : numpy.ndarray
-        Rounds (the union over seeds, increasing).
-    mean : numpy.ndarray
-        Mean over the seeds that have a finite value at each round.
-    half_width : numpy.ndarray
-        95 % half-width at each round (NaN where fewer than two seeds have a value).
-    n : numpy.ndarray
-        Seeds with a value at each round.
-    """
+    """Mean curve over seeds (``x``: rounds), its 95 % half-width and the seeds ``n`` per round."""
 
     x: np.ndarray
     mean: np.ndarray
@@ -192,20 +107,7 @@ class Band:
 
 
 def mean_band(curves: Sequence[Mapping[int, float | None]]) -> Band:
-    """Per-round mean and 95 % half-width of several curves (one per seed).
-
-    Parameters
-    ----------
-    curves : sequence of mapping of int to float or None
-        Per seed, round → value (e.g. test accuracy); missing rounds and None / NaN values are
-        left out of that round's statistics.
-
-    Returns
-    -------
-    Band
-        One entry per round present in any curve; each round's mean and half-width are
-        :func:`mean_ci95` of the seeds' finite values there (computed for all rounds at once).
-    """
+    """Per-round :func:`mean_ci95` of several curves (per seed, round -> value; gaps left out)."""
     x = sorted({int(r) for curve in curves for r in curve})
     column = {r: i for i, r in enumerate(x)}
     values = np.full((len(curves), len(x)), np.nan)

@@ -13,26 +13,17 @@ from run_files.atomic_files import atomic_write_text
 def write_csv(
     path: Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None
 ) -> None:
-    """Write ``rows`` as CSV with a header line, creating the parent folder if missing.
+    """Write ``rows`` as CSV with a header line (atomically), creating the parent folder if missing.
 
-    Parameters
-    ----------
-    path : pathlib.Path
-        The CSV file (replaced if it exists).
-    rows : sequence of mapping
-        One mapping per row, column name -> value (written as ``str(value)``; the caller turns
-        None or NaN into what the table should show).
-    columns : sequence of str, optional
-        The columns, in order; every key of every row must be one of them. Default: the keys of
-        the first row (no rows: an empty file).
+    ``columns`` default to the first row's keys (no rows: an empty file); values are written as
+    ``str(value)``.
 
     Raises
     ------
     ValueError
         If a row has a key that is not a column.
     run_files.atomic_files.ResultWriteError
-        When the file cannot be written (one line; the old file, if any, is kept whole).
-
+        When the file cannot be written (one line).
     """
     fieldnames = list(columns) if columns is not None else list(rows[0]) if rows else []
     path.parent.mkdir(parents=True, exist_ok=True)

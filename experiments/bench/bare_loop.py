@@ -1,11 +1,7 @@
 """The bare loop of the in-process benchmark: a run's arithmetic and nothing else, timed per round.
 
-:func:`bare_rounds` redoes a run's rounds as :mod:`experiments.bench.inprocess` describes: on
-the run's own set-up (:func:`server_app.setup.build_setup`) and the same devices (the channel
-redrawn from the seed, the schedule read from the run's ``metrics.jsonl``), σ̂ on every
-available device's first batch when the policy uses σ̂, τ SGD steps on every scheduled device,
-FedAvg and the central evaluation, with batches, weights and test tensors prepared before each
-round's clock starts. :class:`BareRun` holds the seconds of each round and its test accuracy.
+See :mod:`experiments.bench.inprocess` for what it redoes; :class:`BareRun` holds each round's
+seconds and test accuracy.
 """
 
 from __future__ import annotations
@@ -21,16 +17,7 @@ import numpy as np
 
 @dataclass
 class BareRun:
-    """Seconds of each bare round and its test accuracy.
-
-    Attributes
-    ----------
-    round_s, sigma_s, train_s, aggregate_s, eval_s : list of float
-        Per round: the whole round and its parts (σ̂, SGD steps, FedAvg, evaluation).
-    accuracy : list of float or None
-        Test accuracy after each round (None where the run did not evaluate).
-
-    """
+    """Per bare round: its seconds, those of its parts, the test accuracy (None: not evaluated)."""
 
     round_s: list[float] = field(default_factory=list)
     sigma_s: list[float] = field(default_factory=list)
@@ -48,23 +35,12 @@ class BareRun:
 def bare_rounds(
     run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
 ) -> BareRun:
-    """The arithmetic of a run's rounds in a bare loop (module docstring), timed per round.
-
-    Parameters
-    ----------
-    run_config : mapping
-        The run's full run config.
-    metrics : sequence of mapping
-        The run's ``metrics.jsonl`` lines (``scheduled``, ``uploaded``, ``num_available`` and
-        ``accuracy`` per round).
-    threads : int
-        ``torch.set_num_threads`` (the in-process ClientApp uses 1).
+    """A run's rounds (its ``metrics.jsonl`` lines) redone in a bare loop, timed per round.
 
     Raises
     ------
     RuntimeError
         If the redrawn channel gives another number of available devices than the run.
-
     """
     import torch
     from torch.nn import functional as F  # noqa: N812 (torch convention)

@@ -1,18 +1,8 @@
-"""What a checkpoint costs: the write itself per model, and a default run's time per round.
+"""What a checkpoint costs: the write per built-in model, and a default run's seconds per round.
 
-``fedcgd bench checkpoint [--repeats 3] [--out results/bench_checkpoint]``
-measures, on this machine:
-
-1. ``save_checkpoint`` (``torch.save`` to an exclusive temporary file, fsync, rename) of each
-   built-in model with its data set's input shape, median of 20 writes (5 for ResNet-18), and
-   the file's size;
-2. the default run (digits, 40 devices, ``--rounds`` 50 rounds, in-process engine) with
-   ``checkpoint-every`` = 0, 1, 5 and 10, the settings interleaved and repeated ``--repeats``
-   times, as seconds per round (the run's wall time over its rounds, start-up excluded): the
-   overhead of each cadence against no checkpoint, measured side by side.
-
-Writes ``checkpoint_writes.csv`` and ``checkpoint_runs.csv`` under ``--out`` and prints both
-tables (the numbers of docs/running.md, "Settings", ``checkpoint-every``).
+``fedcgd bench checkpoint`` writes ``checkpoint_writes.csv`` and ``checkpoint_runs.csv``
+(``checkpoint-every`` = 0, 1, 5, 10 interleaved); the numbers are in docs/performance.md,
+"Checkpoints".
 """
 
 from __future__ import annotations

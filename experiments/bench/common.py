@@ -1,15 +1,4 @@
-"""Helpers of the benchmarks: progress lines, a run's metrics, per-round fields, random CIFAR-10.
-
-:mod:`experiments.bench.round` and :mod:`experiments.bench.inprocess` both print progress lines
-with the machine's load average (:func:`progress`), read a run's ``metrics.jsonl``
-(:func:`run_files.results.read_metrics_lines`, as :mod:`experiments.bench.scale` does), keep,
-per round,
-:data:`ROUND_FIELDS` and the timing columns :data:`PHASES` (:func:`round_fields`) in their
-``table.json``, and check their replay against the run (:func:`largest_accuracy_gap`).
-:func:`write_random_cifar10` writes a CIFAR-10-shaped folder of random images in torchvision's
-file format, which the app reads as it reads the real archive (the round benchmark trains on
-it).
-"""
+"""Helpers of the benchmarks: progress lines, a run's per-round fields, random CIFAR-10 files."""
 
 from __future__ import annotations
 
@@ -68,11 +57,7 @@ def load_average() -> float | None:
 def progress(
     text: str, log: list[dict[str, Any]] | None = None, *, tag: str = "bench_round"
 ) -> None:
-    """Print one progress line with the machine's 1-minute load average; append it to ``log``.
-
-    The machine may be shared: the load average tells how much other work ran beside a phase.
-    The line starts with ``[tag]`` (by default the round benchmark's).
-    """
+    """Print one line ``[tag] text`` with the 1-minute load average; append it to ``log``."""
     load = load_average()
     suffix = "" if load is None else f" [load {load:.1f}]"
     print(f"[{tag}] {text}{suffix}", flush=True)
@@ -90,10 +75,7 @@ def round_fields(
 def write_table(
     out: Path, header: Sequence[str], rows: Sequence[Sequence[Any]], payload: Mapping[str, Any]
 ) -> tuple[Path, Path]:
-    """Write a benchmark's ``table.csv`` (``header`` and ``rows``) and ``table.json`` (``payload``).
-
-    ``out`` is created; returns the two paths.
-    """
+    """Write a benchmark's ``table.csv`` (``header``, ``rows``) and ``table.json`` (``payload``)."""
     csv_path, json_path = out / "table.csv", out / "table.json"
     write_csv(csv_path, [dict(zip(header, row, strict=True)) for row in rows], header)
     atomic_write_text(json_path, json.dumps(payload, indent=2))
@@ -103,22 +85,7 @@ def write_table(
 def largest_accuracy_gap(
     metrics: Sequence[Mapping[str, Any]], accuracies: Sequence[float | None]
 ) -> float:
-    """Largest |run accuracy − replayed accuracy| over the rounds both evaluated.
-
-    Parameters
-    ----------
-    metrics : sequence of mapping
-        The run's ``metrics.jsonl`` lines (``accuracy`` is absent or None where the run did not
-        evaluate).
-    accuracies : sequence of float or None
-        The replay's test accuracy after each of the same rounds (None: not evaluated).
-
-    Returns
-    -------
-    float
-        The largest difference (0: the same models), NaN when no round was evaluated by both.
-
-    """
+    """Largest |run accuracy − replayed accuracy| over the rounds both evaluated (NaN if none)."""
     gaps = [
         abs(float(m["accuracy"]) - float(a))
         for m, a in zip(metrics, accuracies, strict=True)
@@ -128,23 +95,7 @@ def largest_accuracy_gap(
 
 
 def write_random_cifar10(root: Path, seed: int) -> Path:
-    """Write a CIFAR-10-shaped ``cifar-10-batches-py`` folder with random pixels.
-
-    Parameters
-    ----------
-    root : pathlib.Path
-        Data folder (the run config's ``data-dir``); created if missing.
-    seed : int
-        Seed of the pixels and of the label order.
-
-    Returns
-    -------
-    pathlib.Path
-        The ``cifar-10-batches-py`` folder: ``data_batch_1..5`` (10,000 images each),
-        ``test_batch`` (10,000) and ``batches.meta``, pickled dicts as in the official
-        archive (rows of 3,072 ``uint8``, channel-major; ``labels`` a list of int).
-
-    """
+    """Write a ``cifar-10-batches-py`` folder of random pixels in the official archive's format."""
     rng = np.random.default_rng([seed, 0xC1FA])
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,18 +1,9 @@
-"""Benchmark FSCD at scale: the dense swap grid (former solver) vs the incremental search.
+"""Benchmark FSCD at scale (``fedcgd bench fscd-scale``): dense swap grid vs incremental search.
 
-Instances are the paper's Table I cell with every device a candidate (availability 1): UMi uplink
-at 20 MHz, the paper's CIFAR-10 CNN size, deadline 2 s, Dirichlet(alpha p) labels
-with alpha = 0.1 over 10 classes (:func:`experiments.paper.solver_performance.make_instance`), and
-sigma / (sqrt(b) G) = 1 with G = 1, b = 32 as in :mod:`experiments.bench.solvers`. Each instance
-is solved by :func:`experiments.bench.reference_solvers.fscd_dense` and by
-:func:`fedcgd_strategy.solvers.fscd.fscd_schedule`; the table gives median wall times and whether
-the two agree (same schedule, iterations and objective). CPU times are printed too: on a busy
-machine they are steadier than wall times.
-
-Usage::
-
-    fedcgd bench fscd-scale [--num-devices 1000,3000 --instances 5 --seed 0
-        --ratio 1.0 --single-thread-dense --out results/bench_fscd_scale]
+Table I cell instances with every device a candidate, solved by
+:func:`experiments.bench.reference_solvers.fscd_dense` and
+:func:`fedcgd_strategy.solvers.fscd.fscd_schedule`: median wall and CPU times and whether both
+agree (docs/performance.md, "FSCD at scale").
 """
 
 from __future__ import annotations

@@ -1,41 +1,11 @@
-"""In-process round benchmark: the in-process engine against its arithmetic in a bare loop.
+"""In-process round benchmark (``fedcgd bench inprocess``): the engine against its arithmetic alone.
 
-Usage::
-
-    fedcgd bench inprocess [--rounds 20] [--repeats 3] [--seed 0]
-        [--local-steps 5] [--policy fedcgd-fscd]
-        [--deadline-s 0.02] [--compare-with FOLDER]
-        [--out results/bench-inprocess]
-
-The workload is a tiny model in the paper's device setting (:data:`SETTING`): MNIST-1D and its
-5,210-parameter 1-D CNN, V = 64 devices, p_a = 0.3 (about 19 available per round), b = 32,
-τ = ``--local-steps``, a deadline that leaves about 10 of them schedulable, central evaluation
-every round. What it does, in one invocation:
-
-1. Generates the data set once into a temporary folder (every run reads it from there).
-2. ``--repeats`` times: runs ``fedcgd inprocess`` with ``--rounds`` rounds as a
-   separate process in this checkout (and, with ``--compare-with``, in another checkout of the
-   project, e.g. ``git worktree add /tmp/base HEAD``; the two alternate in order from repeat
-   to repeat), then the bare loop (:func:`experiments.bench.bare_loop.bare_rounds`) in this
-   process.
-3. Prints, per checkout, the medians over the repeats of: seconds per round in-process (rounds
-   2..R from the ``wall_time_s`` of ``metrics.jsonl``, so start-up and the first round's
-   warm-ups are left out), seconds per round of the bare loop and their ratio, the process's
-   wall time and its start-up (the wall time less rounds 2..R: imports, data, set-up, round 1,
-   the result files); and the import costs of a fresh process (:data:`IMPORT_STATEMENTS`).
-   Writes the table to ``<out>/table.csv`` and everything measured to ``<out>/table.json``.
-
-The bare loop is the same arithmetic and nothing else: on the run's own set-up
-(:func:`server_app.setup.build_setup`) and the same devices (the channel redrawn from the seed
-as the ServerApp draws it; the schedule read from the run's ``metrics.jsonl``), σ̂
-(:func:`client_app.sigma.gradient_spread`) on every available device's first batch when the
-policy uses σ̂, τ SGD steps (``p.add_(p.grad, alpha=-lr)``) on every scheduled device's
-batches, FedAvg (:func:`fedcgd_strategy.aggregation.fedavg`) and the central evaluation
-(:func:`fedcgd_task.training.evaluate`), with torch on one thread as the in-process ClientApp.
-Batches, weights and test tensors are prepared before the clock starts; there are no
-messages, records, validation, histograms, metrics lines or files. It checks itself: it must
-reach the run's test accuracy every round (the largest difference is printed; 0 means the
-same models).
+Runs ``fedcgd inprocess`` ``--repeats`` times (alternating with ``--compare-with`` another
+checkout) and the bare loop (:func:`experiments.bench.bare_loop.bare_rounds`: the same set-up,
+devices, σ̂, τ SGD steps, FedAvg and evaluation, without messages or files) on MNIST-1D
+(:data:`SETTING`); prints the medians of seconds per round (rounds 2..R), their ratio, start-up
+and import costs, and checks that the bare loop reaches the run's accuracy every round. See
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -77,8 +47,6 @@ SETTING: dict[str, Any] = {
     "batch-size": 32,
     "eval-every": 1,
 }
-#: Deadline (s) of the default run: about 10 of the about 19 available devices scheduled.
-DEFAULT_DEADLINE_S = 0.02
 #: Statements timed in a fresh interpreter (label -> code).
 IMPORT_STATEMENTS: dict[str, str] = {
     "import torch": "import torch",
@@ -100,18 +68,7 @@ def log(text: str) -> None:
 
 @dataclass(frozen=True)
 class InProcessRun:
-    """One ``fedcgd inprocess`` run and what it measured.
-
-    Attributes
-    ----------
-    checkout : str
-        :data:`THIS` or :data:`OTHER`.
-    process_s : float
-        Wall time of the whole process.
-    metrics : list of dict
-        Its ``metrics.jsonl`` lines.
-
-    """
+    """One ``fedcgd inprocess`` run: its checkout, the process's wall time, its metrics lines."""
 
     checkout: str
     process_s: float
@@ -156,9 +113,8 @@ def run_config_for(
     }
 
 
-#: How a checkout's in-process engine is started (the module file that tells the layout, the
-#: interpreter's arguments), newest layout first: the ``fedcgd`` tool, then older checkouts'
-#: ``python -m`` commands (before and after experiments/ was split into subpackages).
+#: How a checkout's in-process engine is started: (the module file of its layout, the
+#: interpreter's arguments), for this layout and the two earlier ones ``--compare-with`` meets.
 ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experiments/cli/__main__.py", ("-m", "experiments.cli", "inprocess")),
     ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),

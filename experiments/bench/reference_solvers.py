@@ -1,11 +1,8 @@
-"""Slow, obviously-correct references for the P1 solvers: loop versions, dense FSCD, brute force.
+"""Slow, obviously-correct references for the P1 solvers: loop versions and the dense FSCD.
 
-The loop versions follow the same algorithms and tie-breaking as the vectorised solvers but
-evaluate every candidate with :meth:`SchedulingProblem.objective` (or ``wemd``) on a fresh mask.
-The dense FSCD (:func:`fscd_dense`) evaluates the whole swap grid from scratch at every step; it
-is the oracle of the incremental :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`, which must
-take the same decisions. They are test oracles and benchmark baselines, kept out of the
-installed package; use :func:`fedcgd_strategy.solve` otherwise.
+Baselines of ``fedcgd bench solvers`` and ``fedcgd bench fscd-scale`` (docs/evidence.md,
+docs/performance.md) and test oracles; the brute-force oracle is in ``tests/brute_force.py``.
+Use :func:`fedcgd_strategy.solve` otherwise.
 """
 
 from __future__ import annotations
@@ -20,9 +17,6 @@ from fedcgd_strategy.solvers.coordinate_descent import random_start
 from fedcgd_strategy.solvers.fscd import FscdStage
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult, is_improvement
 from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
-
-#: Brute force enumerates 2^V schedules; refuse beyond this many devices.
-MAX_BRUTE_FORCE_DEVICES = 20
 
 
 def _with(mask: NDArray[np.bool_], device: int, value: bool) -> NDArray[np.bool_]:
@@ -148,14 +142,10 @@ def swap_search_dense(
 ) -> tuple[NDArray[np.bool_], float, int]:
     """Best-improvement 1-step transit search at fixed size, whole grid from scratch each step.
 
-    The vectorised FSCD inner loop (paper Algorithm 2) as it was before the incremental version:
-    each step evaluates the ``|Pi| x |not Pi|`` grid of transits (swap scheduled ``v`` for
-    unscheduled feasible ``u``) from the running class sums as an array ``[|Pi|, |not Pi|, C]``,
-    discards those that break ``sum_v x_v B*_v <= B``, and takes the argmin (the printed "argmax"
-    is a typo, docs/design.md, "FSCD") while it is an improvement. Ties go to the lowest ``v``, then
-    the lowest ``u``. Oracle of :func:`~fedcgd_strategy.solvers.fscd.swap_search`, with the same
-    arguments (``mask``: a feasible non-empty schedule, bool ``[V]``) and the same return value
-    ``(selected, objective, swaps)``.
+    The FSCD inner loop (paper Algorithm 2) evaluated densely: every transit (swap scheduled ``v``
+    for unscheduled feasible ``u``) within the budget, argmin while it improves (the printed
+    "argmax" is a typo, docs/design.md, "FSCD"); ties to the lowest ``v``, then ``u``. Oracle of
+    :func:`~fedcgd_strategy.solvers.fscd.swap_search` (same arguments and return value).
     """
     arrays = ProblemArrays.of(problem)
     selected = np.array(mask, dtype=bool, copy=True)
@@ -219,12 +209,10 @@ def fscd_dense_stages(problem: SchedulingProblem) -> list[FscdStage]:
 
 
 def fscd_dense(problem: SchedulingProblem) -> ScheduleResult:
-    """FSCD (paper Algorithm 2) evaluating the whole swap grid at every step (the former solver).
+    """FSCD (paper Algorithm 2) evaluating the whole swap grid at every step.
 
-    Same algorithm, early exit and tie-breaking as
-    :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`: the best stage of
-    :func:`fscd_dense_stages` (ties: the larger ``S``); ``iterations`` = accepted transits + sizes
-    tried.
+    Same algorithm, early exit and ties as :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`;
+    ``iterations`` = accepted transits + sizes tried.
     """
     stages = fscd_dense_stages(problem)
     best_mask = np.zeros(problem.num_devices, dtype=bool)
@@ -250,43 +238,3 @@ def coordinate_descent_loop(problem: SchedulingProblem, rng: np.random.Generator
 
     selected, count = _descend(problem, random_start(problem, rng), flips)
     return ScheduleResult.from_mask(problem, selected, iterations=count, method="cd")
-
-
-def brute_force(problem: SchedulingProblem) -> ScheduleResult:
-    """Optimum of P1 by enumerating all ``2^V`` schedules (``V <= 20``).
-
-    Every schedule's sums are formed by a matrix product with the 0/1 matrix of all masks; masks
-    with an infeasible device or over budget are discarded. Ties go to the smallest mask number
-    (``sum_v x_v 2^v``). ``iterations`` = number of schedules enumerated.
-
-    Raises
-    ------
-    ValueError
-        If ``V`` exceeds :data:`MAX_BRUTE_FORCE_DEVICES`.
-
-    """
-    num = problem.num_devices
-    if num > MAX_BRUTE_FORCE_DEVICES:
-        raise ValueError(
-            f"brute force enumerates 2^V schedules; V = {num} exceeds the allowed "
-            f"{MAX_BRUTE_FORCE_DEVICES}"
-        )
-    codes = np.arange(2**num)
-    masks = ((codes[:, None] >> np.arange(num)) & 1).astype(bool)
-    count = masks.sum(axis=1)
-    sums = masks.astype(float) @ problem.label_dist
-    mean = sums / np.maximum(count, 1)[:, None]
-    wemd_values = np.abs(mean - problem.target_dist) @ problem.class_gradient_array
-    total_batch = masks.astype(float) @ problem.batch_size_array.astype(float)
-    sampling = problem.sigma / np.sqrt(np.maximum(total_batch, 1.0))
-    finite_hz = np.where(problem.feasible, problem.min_bandwidth_hz, 0.0)
-    used_hz = masks.astype(float) @ finite_hz
-    valid = (
-        (count > 0)
-        & ~np.any(masks & ~problem.feasible, axis=1)
-        & (used_hz <= problem.bandwidth_limit_hz)
-    )
-    objective = np.where(valid, wemd_values + sampling, np.inf)
-    best = int(np.argmin(objective))
-    mask = masks[best] if np.isfinite(objective[best]) else np.zeros(num, dtype=bool)
-    return ScheduleResult.from_mask(problem, mask, iterations=2**num, method="brute_force")

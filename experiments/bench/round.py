@@ -1,43 +1,11 @@
-"""Round benchmark: ``flwr run`` against the same computation in one plain PyTorch process.
+"""Round benchmark (``fedcgd bench round``): ``flwr run`` against the same rounds in one process.
 
-Usage::
-
-    fedcgd bench round [--rounds 5] [--seed 0] [--threads 2]
-        [--out results/bench_round]
-
-What it does, in one invocation:
-
-1. Writes a CIFAR-10-shaped data set in torchvision's file format (``cifar-10-batches-py/``
-   with ``data_batch_1..5``, ``test_batch``, ``batches.meta``; random ``uint8`` pixels, 10
-   classes x 5,000 training and x 1,000 test images) to a temporary folder
-   (:func:`experiments.bench.common.write_random_cifar10`).
-2. Runs ``--rounds`` rounds of the paper's CIFAR-10 setting (:data:`PAPER_CIFAR10`: that of
-   :mod:`experiments.paper.settings`, central evaluation every round) with ``flwr run`` in the
-   simulation engine (:func:`experiments.run.flwr_run.run_flwr`, one CPU per ClientApp) for each
-   policy of :data:`POLICIES`, and reads back each run's ``metrics.jsonl``.
-3. Replays the same rounds in this process (:func:`experiments.bench.round_replay.replay_plain`)
-   on the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available
-   devices (the uplink drawn from the run seed as the ServerApp draws it), sigma-hat on
-   every available device's first batch (FedCGD only; BC needs none), tau SGD steps on the
-   scheduled devices, FedAvg of the uploaded models and the same central evaluation, with
-   ``torch.set_num_threads(--threads)``. The simulation runs two single-threaded ClientApps at
-   a time on the machine's 2 cores (and evaluates in the ServerApp with torch's default
-   threads), so the fair plain baseline is one process with 2 intra-op threads (the default).
-   On a busy shared machine (load above the core count) 2 intra-op threads can be several
-   times slower than 1, because every parallel op waits for a descheduled thread; the progress
-   lines show the 1-minute load average, and ``--threads 1`` gives the robust baseline.
-4. Prints seconds per round of both (round 1, which pays for Ray start-up, node discovery and
-   first-call warm-ups, is left out), their ratio, and where the time goes per round, and
-   writes the table to ``<out>/table.csv`` and ``<out>/table.json`` (with the per-round data),
-   plus the ``flwr`` logs and each run's ``metrics.jsonl``.
-
-The replay checks itself: the plain process must find the same number of available devices
-as the run and, since batches and dropout masks depend only on (seed, round, device), reach
-the run's test accuracy every round (the largest difference is printed).
-
-The app reads an extracted CIFAR folder in torchvision's file format directly
-(:func:`fedcgd_task.datasets.read_cifar_folder`), so the random files load as real ones would. Every
-temporary file (data, ``FLWR_HOME``, result folders) is removed at the end.
+Runs the paper's CIFAR-10 setting on random CIFAR-shaped files with ``flwr run`` for each
+policy of ``--policies``, replays the rounds in this process
+(:func:`experiments.bench.round_replay.replay_plain`, ``--threads`` intra-op threads; under load
+``--threads 1`` is the robust baseline), and prints seconds per round of both without round 1,
+their ratio and the phases. The replay must reach the run's accuracy every round. See
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -72,33 +40,15 @@ from run_files.results import read_metrics_lines
 #: The paper's CIFAR-10 setting (:data:`experiments.paper.settings.PAPER_CIFAR10`), every round
 #: evaluated so that the central evaluation is timed in each round.
 PAPER_CIFAR10: dict[str, Any] = {**paper_settings.PAPER_CIFAR10, "eval-every": 1}
-#: Policies compared; the first needs sigma-hat from every available device, BC none.
-POLICIES: tuple[str, ...] = ("fedcgd-fscd", "bc")
 #: CPUs per ClientApp in the simulation (two at a time on 2 cores).
 CPUS_PER_CLIENT = 1
 #: Smallest plain time (s) a ratio is printed for (below, the ratio is noise).
 MIN_RATIO_BASE_S = 1e-3
 
 
-# --------------------------------------------------------------------------------------------
-# flwr run
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class FlwrRun:
-    """One ``flwr run`` and its per-round metrics.
-
-    Attributes
-    ----------
-    policy : str
-        Scheduling policy.
-    total_s : float
-        Wall time of the whole ``flwr run`` (SuperLink start to exit).
-    metrics : list of dict
-        The lines of ``metrics.jsonl``, one per round.
-
-    """
+    """One ``flwr run``: its policy, wall time (start to exit) and ``metrics.jsonl`` lines."""
 
     policy: str
     total_s: float
@@ -120,14 +70,7 @@ def run_config_for(policy: str, data_dir: Path, result_dir: Path, rounds: int, s
 def run_simulation(
     overrides: Mapping[str, Any], flwr_home: Path, log_path: Path
 ) -> tuple[int, float, str]:
-    """Run ``flwr run`` with ``overrides``; its streamed output goes to ``log_path``.
-
-    Returns
-    -------
-    (int, float, str)
-        Exit code, wall time in seconds, and the last lines of the log.
-
-    """
+    """Run ``flwr run`` with ``overrides`` (log to ``log_path``): exit code, seconds, log's end."""
     start = time.perf_counter()
     with open(log_path, "w") as log_fh, contextlib.redirect_stdout(log_fh):
         proc = run_flwr(
@@ -140,27 +83,9 @@ def run_simulation(
     return proc.returncode, time.perf_counter() - start, tail
 
 
-# --------------------------------------------------------------------------------------------
-# Table
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Row:
-    """One line of the table: a quantity per round (means over rounds 2..R), both ways.
-
-    Attributes
-    ----------
-    policy : str
-        Scheduling policy of the row.
-    quantity : str
-        What is measured.
-    flwr_s, plain_s : float or None
-        Seconds under ``flwr run`` and in the plain process (None: not applicable).
-    note : str
-        Which fields were compared.
-
-    """
+    """One line of the table: a quantity per round (mean over rounds 2..R) both ways, a note."""
 
     policy: str
     quantity: str
@@ -183,9 +108,7 @@ def _mean(values: Sequence[float]) -> float:
 def build_rows(run: FlwrRun, plain: PlainRun) -> list[Row]:
     """Compare one policy's run and replay, per round, leaving out round 1.
 
-    Seconds per round under ``flwr run`` are the differences of consecutive ``wall_time_s``
-    (the time from one round's metrics line to the next: channel draw, query, schedule,
-    training, aggregation, evaluation and Flower's own work in between).
+    A ``flwr run`` round's seconds are the differences of consecutive ``wall_time_s``.
     """
     lines = sorted(run.metrics, key=lambda m: int(m["round"]))
     walls = [float(m["wall_time_s"]) for m in lines]
@@ -320,11 +243,6 @@ def write_outputs(
         ],
     }
     return write_table(out, header, table, payload)
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,7 @@
-"""The plain side of the round benchmark: a run's rounds replayed in one plain PyTorch process.
+"""The plain side of the round benchmark: a ``flwr run``'s rounds replayed in one PyTorch process.
 
-:func:`replay_plain` redoes the rounds of a ``flwr run`` (:mod:`experiments.bench.round`) on
-the ServerApp's own set-up (:func:`server_app.setup.build_setup`): the same available devices,
-sigma-hat on every available device's first batch when the policy needs it, tau SGD steps on the
-scheduled devices, FedAvg of the uploaded models and the central evaluation, timing each phase.
-:class:`PlainRound` holds one round's timings and outcome, :class:`PlainRun` the whole replay.
+On the ServerApp's own set-up: the same devices, σ̂ when the policy needs it, τ SGD steps,
+FedAvg and the evaluation, each phase timed (:class:`PlainRound`, :class:`PlainRun`).
 """
 
 from __future__ import annotations
@@ -21,31 +18,10 @@ import numpy as np
 class PlainRound:
     """Timings (seconds) and outcome of one replayed round.
 
-    Attributes
-    ----------
-    round : int
-        Server round j.
-    num_available, num_scheduled : int
-        Devices available (replayed channel) and trained (from the run's ``scheduled``).
-    channel_s : float
-        Replaying the channel draw.
-    sigma_s : float
-        sigma-hat (and label histogram) on every available device's first batch (0 for BC).
-    train_s : float
-        The training phase: load the global model, gather the batches, tau SGD steps, copy
-        the weights, for every scheduled device.
-    train_local_s : float
-        The part of ``train_s`` spent in :func:`fedcgd_task.training.train_local` (the same span as
-        the devices' own ``train-time-s``, summed in ``client_train_s``).
-    aggregate_s : float
-        FedAvg of the uploaded models.
-    eval_s : float
-        Central evaluation on the test set.
-    round_s : float
-        The whole round.
-    accuracy, loss : float
-        Test accuracy and loss after the round.
-
+    ``channel_s``: the channel draw; ``sigma_s``: σ̂ and histograms on every available device (0
+    for BC); ``train_s``: the scheduled devices' training phase, of which ``train_local_s`` in
+    :func:`fedcgd_task.training.train_local` (the devices' ``train-time-s`` span); ``aggregate_s``:
+    FedAvg; ``eval_s``: the central evaluation; ``round_s``: the whole round.
     """
 
     round: int
@@ -64,11 +40,7 @@ class PlainRound:
 
 @dataclass(frozen=True)
 class PlainRun:
-    """The plain replay of one run: set-up time and one :class:`PlainRound` per round.
-
-    ``setup_s`` is the ServerApp's set-up (:func:`server_app.setup.build_setup`: data, initial
-    model, uplink, policy) plus the devices' partitions.
-    """
+    """The plain replay of one run: set-up seconds (as the ServerApp's) and one round per round."""
 
     policy: str
     threads: int
@@ -81,26 +53,13 @@ def replay_plain(
 ) -> PlainRun:
     """Redo a run's rounds in this process: same devices, same batches, same model updates.
 
-    Parameters
-    ----------
-    run_config : mapping
-        The run's full run config (pyproject defaults plus the overrides).
-    metrics : sequence of mapping
-        The run's ``metrics.jsonl`` lines (``scheduled`` and ``uploaded`` per round are used;
-        ``num_available`` is checked against the replayed channel).
-    threads : int
-        ``torch.set_num_threads`` of this process.
-
-    Returns
-    -------
-    PlainRun
+    ``metrics`` are the run's ``metrics.jsonl`` lines; ``threads`` this process's torch threads.
 
     Raises
     ------
     RuntimeError
         If the replayed channel gives another number of available devices than the run, or a
         scheduled device was not available.
-
     """
     import torch
 

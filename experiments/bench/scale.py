@@ -1,22 +1,9 @@
-"""Rounds at scale in-process: seconds per phase and memory at V devices, cohorts against alone.
+"""Rounds at scale in-process (``fedcgd bench scale``): seconds per phase and memory at V devices.
 
-Usage::
-
-    fedcgd bench scale [--devices 1000,10000] [--rounds 4] [--samples 200000]
-        [--per-device] [--compare-with FOLDER]
-        [--out results/bench-scale]
-
-For each V of ``--devices``: one ``fedcgd inprocess`` run of ``--rounds`` rounds
-on MNIST-1D (``--samples`` samples, its 1-D CNN, the default settings otherwise: p_a = 0.5, so
-about V / 2 devices are queried a round, evaluation every round), as its own process in this
-checkout with cohort execution; with ``--per-device`` also with ``--per-device``; with
-``--compare-with`` also in another checkout (e.g. a ``git worktree`` of the code before). The
-data set is generated once into ``<out>/data``. Reported per run (medians over rounds 2..R, so
-start-up and first-round warm-ups are left out): seconds per round and its phases (query,
-schedule, training, evaluation, from ``metrics.jsonl``), devices queried per round, the
-process's peak resident memory (``wait4``), and its resident memory at the end of round 2 and
-at the end of the run (sampled every 0.1 s from ``/proc``): equal when memory is flat over
-rounds. Writes ``<out>/table.csv`` and ``<out>/table.json``; prints the table.
+One ``fedcgd inprocess`` process per V of ``--devices`` (and per ``--per-device`` /
+``--compare-with`` variant) on generated MNIST-1D; medians of rounds 2..R of each phase, peak
+resident memory (``wait4``) and memory after round 2 and at the end (docs/performance.md, "At
+scale").
 """
 
 from __future__ import annotations

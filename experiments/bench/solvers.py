@@ -1,13 +1,7 @@
-"""Benchmark of the P1 solvers: run times per V, and vectorised vs loop speed-up at V = 64.
+"""Benchmark of the P1 solvers (``fedcgd bench solvers``): times per V, vectorised vs loop.
 
-Instances are those of :mod:`experiments.paper.solver_performance` (Dirichlet alpha = 1 label
-mixes over 10 classes, UMi channel with the paper's settings, CIFAR-10 CNN size, deadline 2 s) with
-sigma / (sqrt(b) G) = 1. The exact solver runs with a per-MILP time limit (``--milp-time-limit-s``);
-rows say how many of its answers were proven optimal.
-
-Usage::
-
-    fedcgd bench solvers [--instances N --seed S --out results/bench_solvers]
+Instances of :mod:`experiments.paper.solver_performance` with σ / (√b G) = 1; the exact solver's
+MILPs run under ``--milp-time-limit-s`` (docs/evidence.md, "The paper's solver figure").
 """
 
 from __future__ import annotations

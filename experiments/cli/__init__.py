@@ -1,17 +1,10 @@
 """``fedcgd``: the project's command-line tool (the console script of pyproject.toml).
 
-One Typer app with a subcommand for each thing users do: ``run`` (one run with ``flwr run``),
-``inprocess`` (one run in this process), ``compare`` (policies over seeds), ``reproduce`` (a
-paper preset, Hydra ``key=value`` overrides), ``plot``, ``certificates``, ``channel-report``,
-``settings`` (every run-config key), ``ray-cluster run|check``, ``paper ...`` and
-``bench ...``. Each command declares its options here and calls the function that does the
-work; the modules hold no option parsing.
-``fedcgd --help`` lists them; ``fedcgd COMMAND --help`` gives each one's options.
-
-Exit codes: 0 done, 1 failed, 2 refused before anything started (a bad option or setting: one
-line ``error: ...`` on stderr), 130 / 143 stopped by SIGINT / SIGTERM. :func:`main` is the
-console script (nothing it started outlives it); :func:`invoke` runs a command line in this
-process (tests).
+One Typer app with a subcommand for each thing users do (``fedcgd --help``); each declares its
+options here and calls the function that does the work. Exit codes: 0 done, 1 failed, 2 refused
+before the start (one line ``error: ...``), 130 / 143 stopped by SIGINT / SIGTERM.
+:func:`main` is the console script (nothing it started outlives it); :func:`invoke` runs a
+command line in this process (tests).
 """
 
 from __future__ import annotations

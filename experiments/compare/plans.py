@@ -1,10 +1,6 @@
 """Planning a comparison: its settings checked, and each (policy, seed) decided from its folder.
 
-Before anything runs, every result folder ``<out>/<policy>/seed-<s>`` is compared with the
-requested run (:func:`plan_run`): run it, keep a completed run with the same settings, resume
-an incomplete one from its checkpoint (or clear it and run it again), or refuse a folder that
-holds a run with other settings (:func:`refuse_stale_runs`). The policies, seeds and
-``policy-params`` of a comparison are checked here too, each bad value refused in one line.
+Run, keep, resume or refuse each ``<out>/<policy>/seed-<s>`` (docs/comparing.md, "Kept runs").
 """
 
 from __future__ import annotations
@@ -31,23 +27,14 @@ from server_app.run_identity import unread_settings
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
-    """Result directory of one (policy, seed) run: ``<out>/<label>/seed-<seed>``.
-
-    The label is the policy's name, or the class name of a reference
-    (:func:`fedcgd_task.imports.reference_label`).
-    """
+    """Result directory of one (policy, seed): ``<out>/<label>/seed-<seed>`` (label: its name)."""
     from fedcgd_task.imports import reference_label
 
     return out / reference_label(policy) / f"seed-{seed}"
 
 
 def check_policies(policies: list[str]) -> None:
-    """Raise ValueError (one line) for a policy that cannot be built or a repeated folder name.
-
-    A policy is a built-in name or a reference to a Policy subclass (imported here, so a bad
-    path fails before anything runs); each gets the folder ``<out>/<label>/``, whose label
-    (:func:`fedcgd_task.imports.reference_label`) must be unique.
-    """
+    """Raise ValueError (one line) for a policy that cannot be built or a repeated folder name."""
     from fedcgd_strategy.policies.registry import policy_class
     from fedcgd_task.imports import reference_label
 
@@ -86,12 +73,7 @@ def takes_policy_params(policy: str, shared: Mapping[str, Any]) -> bool:
 
 
 def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]:
-    """``shared`` for ``policy``: its ``policy-params`` kept only if the policy takes them all.
-
-    A comparison shares one run config; a researcher's policy parameters are meant for the
-    policies that take them, and the others run without them (:func:`check_policies` refuses
-    parameters that no policy of the comparison takes).
-    """
+    """``shared`` for ``policy``: its ``policy-params`` kept only if the policy takes them all."""
     from server_app.policy_params import PARAMS_KEY, PARAMS_PREFIX
 
     if takes_policy_params(policy, shared):
@@ -134,9 +116,7 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from None
 
 
-#: What :func:`plan_run` decides for one (policy, seed): run it in a new folder, keep the
-#: completed run there, resume it from its checkpoint, or clear the incomplete run and run it
-#: again; ``refuse`` when the folder holds a run with other settings.
+#: What :func:`plan_run` decides for one (policy, seed).
 RUN, KEEP, RESUME, RERUN, REFUSE = "run", "keep", "resume", "rerun", "refuse"
 
 
@@ -144,21 +124,9 @@ RUN, KEEP, RESUME, RERUN, REFUSE = "run", "keep", "resume", "rerun", "refuse"
 class PlannedRun:
     """One (policy, seed) of a comparison and what to do with its result folder.
 
-    Attributes
-    ----------
-    policy : str
-        The scheduling policy.
-    seed : int
-        The run seed.
-    result_dir : Path
-        ``<out>/<policy>/seed-<seed>``.
-    overrides : dict
-        The run-config overrides of this run (``result-dir``, and ``resume-from`` to resume).
-    action : str
-        :data:`RUN`, :data:`KEEP`, :data:`RESUME`, :data:`RERUN` or :data:`REFUSE`.
-    note : str
-        Why (the settings that differ for :data:`REFUSE`), one line.
-
+    ``overrides`` are the run's run-config overrides (``result-dir``, ``resume-from`` to resume);
+    ``action`` is :data:`RUN`, :data:`KEEP`, :data:`RESUME`, :data:`RERUN` or :data:`REFUSE`;
+    ``note`` says why, in one line.
     """
 
     policy: str
@@ -175,13 +143,7 @@ class PlannedRun:
 
 
 def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved settings (as the ServerApp records them in ``config.json``) of a run.
-
-    Raises
-    ------
-    ValueError
-        For an unknown key or a bad value (one line naming it).
-    """
+    """The resolved settings of a run as the ServerApp records them (ValueError for a bad one)."""
     from server_app.config import parse_run_config
 
     config = with_resolved_data_dir(validated_run_config(overrides))
@@ -189,10 +151,7 @@ def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, Any]) -> str:
-    """``key (kept K, asked A), ...`` for the settings that differ (empty when none).
-
-    The :func:`server_app.run_identity.unread_settings` may differ.
-    """
+    """``key (kept K, asked A), ...`` for the settings that differ (empty when none)."""
     ignore = unread_settings(requested)
     keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
     before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
@@ -203,10 +162,8 @@ def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, An
 def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
     """Decide what to do with one (policy, seed) from what its result folder holds.
 
-    A folder without a run: run it. A run started with other settings (``config.json``
-    against the requested ones, ignoring :func:`~server_app.run_identity.unread_settings`):
-    refuse. The same settings and completed: keep it; not completed but with a checkpoint:
-    resume it; otherwise (no checkpoint, or no ``config.json``): clear it and run again.
+    No run: run it. Other settings: refuse. Completed: keep it (refuse it when damaged). Else resume
+    from its checkpoint, or clear it and run again.
     """
     own = with_policy_params(policy, shared)
     overrides = {**own, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
@@ -238,11 +195,7 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
 
 
 def kept_run_damage(result_dir: Path) -> str | None:
-    """Why a completed run's ``metrics.jsonl`` cannot be kept; None when it reads whole.
-
-    Whole: every line a metrics line, the last one ended (a torn last line in a completed run
-    is damage, not a write in progress), rounds 1, 2, ... once each.
-    """
+    """Why a completed run's ``metrics.jsonl`` cannot be kept (torn, gaps); None when whole."""
     path = result_dir / METRICS_FILE
     try:
         lines = read_metrics_lines(result_dir)
@@ -266,14 +219,7 @@ def plan_runs(
 
 
 def refuse_stale_runs(plans: Sequence[PlannedRun]) -> None:
-    """Raise ValueError (one line) naming every kept run whose settings differ.
-
-    Raises
-    ------
-    ValueError
-        ``N kept run(s) ... were started with other settings or cannot be read: FOLDER (key
-        (kept K, asked A), ...); ...`` and what to do.
-    """
+    """Raise ValueError (one line) naming every kept run whose settings differ, and what to do."""
     stale = [p for p in plans if p.action == REFUSE]
     if stale:
         folders = "; ".join(f"{p.result_dir}: {p.note}" for p in stale)
@@ -285,14 +231,9 @@ def refuse_stale_runs(plans: Sequence[PlannedRun]) -> None:
 
 
 def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
-    """:func:`experiments.run.preflight.check_before_start` for every run that will start.
+    """:func:`~experiments.run.preflight.check_before_start` for every run that will start.
 
-    A run to be cleared and run again is checked as a new run in an empty folder.
-
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line naming the run's folder and what is wrong.
+    A run to clear and run again is checked as a new run.
     """
     from experiments.run.preflight import check_before_start
     from run_files.folder_lock import probe_free

@@ -1,48 +1,9 @@
-"""Run several scheduling policies on the same settings and seeds and compare them (Table II).
+"""Run several scheduling policies on the same settings and seeds and compare them.
 
-``fedcgd compare --policies fedcgd-fscd,bc,all --seeds 0,1,2,3,4 --out results/compare``
-(:mod:`experiments.cli`) runs each (policy, seed) with ``flwr run`` into
-``<out>/<policy>/seed-<s>`` (run config ``seed=<s>``: with the same seed every policy sees the
-same devices, channel draws and partitions, so policies are compared paired by seed), then
-writes from the result files:
-
-- ``runs.csv``: one row per run (policy, seed, final and best accuracy, rounds to the target
-  accuracy, mean scheduled devices, mean WEMD of the schedule: the paper's Table II columns);
-- ``table.csv``: one row per policy, each metric's mean over seeds and its 95 % confidence
-  half-width (``<metric>_mean``, ``<metric>_ci95``; Student t, empty for one seed),
-  ``n_seeds``, how many runs ``reached_target``, and a paired t-test of the final accuracy
-  against FedCGD-FSCD over the common seeds (``diff_vs_fedcgd_fscd``: mean of policy minus
-  FedCGD-FSCD; ``p_value_vs_fedcgd_fscd``; ``n_paired``), and the same for the best accuracy
-  (``best_diff_vs_fedcgd_fscd``, ``best_p_value_vs_fedcgd_fscd``);
-- ``curves.png``: accuracy, scheduled devices and WEMD per round; with several seeds the mean
-  per policy with a shaded 95 % band (from two seeds on), scheduled devices and WEMD as a
-  moving average over the faint per-round line, titled with the data set and settings
-  (:func:`experiments.analysis.plot_runs.plot_mean_runs`).
-
-``--aggregators default,FedMedian,FedTrimmedAvg`` sweeps the run-config key ``aggregator`` as
-well: one comparison of the policies per aggregator, each in ``<out>/aggregator=<name>/`` with
-its own tables (``default`` is the scheduler's FedAvg, ``aggregator = ""``; ``aggregator-params``
-of ``--run-config`` go to every one of them). Every aggregator's run config is validated before
-the first run starts.
-
-``rounds_to_target`` of a run that never reaches the target is missing (empty in
-``runs.csv``): its mean and CI are over the runs that reached it, and ``reached_target`` says
-how many did (out of ``n_seeds``).
-
-Kept runs: before anything runs, every result folder is compared with the requested run. A run
-that completed with the same settings (``config.json``; only ``result-dir``, ``resume-from`` and
-``checkpoint-every`` may differ) is kept; an incomplete one with the same settings is resumed
-from its checkpoint (run again from the start without one); a run with other settings stops
-the command (exit code 2) naming the folder and the settings that differ: give another
-``--out`` or remove the folder. The outcome of each run is its ``status.json``: the exit code is
-0 when every run completed, 1 when any failed (a line names each and why), 2 when refused
-before the start; SIGINT / SIGTERM stop every process of the current run (130 / 143). The
-first line names the output folder; after a failure or a signal the last line gives the same
-command to run again (:func:`experiments.run.resume_command.rerun_line`).
-
-This module holds what the command does; the work is in :mod:`experiments.compare.plans` (settings
-checked, kept runs decided), :mod:`experiments.compare.execution` (the runs run, their outcomes
-collected) and :mod:`experiments.compare.results` (rows, statistics, tables, curves).
+What it writes (``runs.csv``, ``table.csv``, ``curves.png``), which runs it keeps, its exit codes
+and ``--aggregators``: docs/comparing.md, "Comparing policies". The work is in
+:mod:`experiments.compare.plans`, :mod:`experiments.compare.execution` and
+:mod:`experiments.compare.results`.
 """
 
 from __future__ import annotations
@@ -90,10 +51,7 @@ class CompareOptions:
 
 
 def main(options: CompareOptions, command: str | None = None) -> int:
-    """``fedcgd compare``: :func:`compare` (or :func:`compare_aggregators`) stopping on signals.
-
-    ``command`` is the command line that started it (the last line of a stopped comparison).
-    """
+    """``fedcgd compare`` stopping on signals (``command``: the line a stopped one gives)."""
     last_words = LastWords()
     if options.aggregators is not None:
         return exit_code_stopping_on_signals(
@@ -107,14 +65,7 @@ DEFAULT_AGGREGATOR_NAME = "default"
 
 
 def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
-    """One comparison's arguments per aggregator of ``--aggregators``, all validated.
-
-    Raises
-    ------
-    ValueError
-        One line: an empty list, ``aggregator`` also in ``--run-config``, or an aggregator
-        (with the shared ``aggregator-params``) that the run config refuses.
-    """
+    """One comparison's options per aggregator of ``--aggregators``, all validated (ValueError)."""
     names = [a.strip() for a in str(args.aggregators).split(",") if a.strip()]
     if not names:
         raise ValueError("--aggregators is empty; allowed: comma-separated aggregator names")
@@ -135,12 +86,7 @@ def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
 def compare_aggregators(
     args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
-    """:func:`compare` once per aggregator of ``--aggregators``; the worst exit code.
-
-    Every aggregator is validated before the first comparison starts (exit code 2 otherwise).
-    The first line names the output folder; when a comparison failed, the last line says that
-    the same ``command`` runs again what did not complete (:func:`compare`).
-    """
+    """:func:`compare` per aggregator of ``--aggregators`` (all validated first); the worst code."""
     try:
         comparisons = aggregator_comparisons(args)
     except ValueError as err:
@@ -161,14 +107,10 @@ def compare_aggregators(
 def compare(
     args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
-    """Validate and plan every run, run them, write the tables; the exit code.
+    """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2).
 
-    0 when every planned run completed, 1 when one failed (a line names each and why), 2 when
-    something is refused before any run starts (bad settings, or kept runs with other
-    settings). Once everything is planned the first line names the output folder. With the
-    ``command`` that started the comparison, a failure's last line, and ``last_words`` (what
-    a signal's stop line is followed by), say that running it again keeps the completed runs
-    and continues the others (:func:`experiments.run.resume_command.rerun_line`).
+    Once everything is planned the first line names the output folder; after a failure or a
+    signal the last line gives ``command`` to run again.
     """
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()

@@ -1,44 +1,9 @@
 """Reproduce a table or figure of the paper from a Hydra preset in ``conf/experiment/``.
 
-``fedcgd reproduce experiment=<name> 'seeds=[0,1,2,3,4]'`` (:mod:`experiments.cli`) runs every
-policy of the preset for every seed (default ``[0]``) and every combination of its sweep (e.g.
-``local-steps: [1, 5]``) with ``flwr run``, then writes, under ``out`` (default
-``results/<name>``):
-
-- ``<key>=<value>/<policy>/seed-<s>/`` one result directory per run (resumable: finished runs
-  are kept),
-- ``<key>=<value>/table.csv``, ``runs.csv`` and ``curves.png`` per sweep point (see
-  :mod:`experiments.compare.results`: per policy the mean and 95 % confidence half-width over
-  seeds of final / best accuracy, rounds to the target accuracy, mean scheduled devices, mean
-  WEMD, and a paired t-test of the final accuracy against FedCGD-FSCD),
-- ``table.csv`` and ``runs.csv`` over all sweep points (a ``sweep`` column first),
-- ``estimates.png``: σ̂ and Ĝ per round, mean over seeds with its 95 % band, of every (sweep
-  point, FedCGD policy) (the paper's CIFAR-100 panels),
-- ``sweep.png`` for a preset that sweeps one key: its ``figure_metrics`` against the swept
-  value, mean over seeds ± 95 % CI.
-
-Every figure draws the mean over seeds with its 95 % confidence interval (Student t) from two
-seeds on, and a single seed as its run, and is titled with the data set and settings
-(:mod:`experiments.analysis.preset_figures`, :mod:`experiments.analysis.figures`,
-:mod:`experiments.analysis.figure_titles`).
-
-Presets: ``digits_policies`` (offline), ``cifar10_local_steps`` (accuracy vs τ and Table II),
-``cifar10_imbalance``, ``cifar10_dirichlet``, ``cifar100_local_steps``; offline on MNIST-1D
-with 5 seeds: ``mnist1d_local_steps``, ``mnist1d_imbalance``, ``mnist1d_dirichlet``; quick
-digits variants ``digits_*``. Any value can be
-overridden, e.g. ``run.data-dir=/data/cifar 'policies=[fedcgd-fscd,bc]' run.num-server-rounds=50
-'seeds=[0,1,2]'`` (``run.<key>=`` and ``sweep.<key>=`` take every run-config key, whether the
-preset lists it or not: :func:`hydra_overrides`). The run config of every run is validated, and
-every result folder planned (:mod:`experiments.compare.plans`: kept runs with other settings
-are refused, naming them), before the first one starts. The seed is set by ``seeds`` only
-(``run.seed`` or ``sweep.seed`` are refused), so that runs of every policy with the same seed are
-paired. ``launcher.jobs=N`` keeps N in-process runs going at once (0: one per usable core),
-each in its own process with its output in its folder's ``run.log``
-(:mod:`experiments.run.run_pool`); the tables and figures are written once every run has ended.
-Exit code: 0 when every run completed, 1 when one failed (a line names each and why), 2
-when refused before the start, 130 / 143 on SIGINT / SIGTERM. The first line names the output
-folder; after a failure or a signal the last line gives the same command to run again
-(completed runs are kept, stopped ones resume: :func:`experiments.run.resume_command.rerun_line`).
+``fedcgd reproduce experiment=<name> [overrides]``: every (sweep point, policy, seed) as a run,
+then the tables and figures per sweep point and overall (docs/comparing.md, "Reproducing the
+paper's tables and figures"). ``run.<key>=`` / ``sweep.<key>=`` take any run-config key
+(:func:`hydra_overrides`); the seed comes from ``seeds`` only, so runs stay paired.
 """
 
 from __future__ import annotations
@@ -93,13 +58,7 @@ def sweep_points(sweep: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def planned_seeds(cfg: DictConfig) -> list[int]:
-    """The config's ``seeds`` (default ``[0]``; a single integer is one seed).
-
-    Raises
-    ------
-    ValueError
-        For no seed, a non-integer or negative one, or a repeat.
-    """
+    """The config's ``seeds`` (default ``[0]``; an integer is one seed); ValueError if bad."""
     seeds = cfg.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         return check_seeds([seeds])
@@ -117,11 +76,7 @@ NOT_IN_RUN = {
 
 
 def run_keys(node: Any) -> dict[str, Any]:
-    """A ``run`` or ``sweep`` node as flat run-config keys.
-
-    Presets write dotted keys flat (``channel.deadline-s: 2.0``); on the command line
-    ``run.channel.deadline-s=3.0`` becomes a nested node, flattened here, and wins.
-    """
+    """A ``run`` or ``sweep`` node as flat run-config keys (nested command-line keys win)."""
     table = OmegaConf.to_container(node, resolve=True)
     assert isinstance(table, dict)
     flat = {str(k): v for k, v in table.items() if not isinstance(v, dict)}
@@ -132,13 +87,11 @@ def run_keys(node: Any) -> dict[str, Any]:
 def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(sweep point, run-config overrides) of every sweep point, validated before any run.
 
-    The seeds (:func:`planned_seeds`) are validated too; every sweep point runs every seed.
-
     Raises
     ------
     ValueError
-        For an unknown policy, a bad seed list, ``seed`` in ``run`` or ``sweep`` (use
-        ``seeds``), an unknown run-config key or a bad value (naming the key).
+        For an unknown policy, a bad seed list, ``seed`` in ``run`` or ``sweep``, an unknown
+        run-config key or a bad value (naming the key).
     """
     policies = list(cfg.policies)
     check_policies(policies)
@@ -176,26 +129,14 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
 
 
 def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-    """Load each dataset the plan needs once, so missing files stop the sweep before any run.
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming the folder and how to provide the files (CIFAR offline).
-    """
+    """Load each data set the plan needs once, so missing files stop the sweep before any run."""
     defaults = default_run_config()
     for task in {TaskSettings.from_run_config({**defaults, **o}) for _, o in plans}:
         load_train_set(task)  # cached per (dataset, data-dir), and settings where read
 
 
 def launcher_engine(cfg: DictConfig) -> str:
-    """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true.
-
-    Raises
-    ------
-    ValueError
-        For an engine not in :data:`experiments.compare.execution.ENGINES`.
-    """
+    """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true."""
     engine = str(cfg.launcher.get("engine", "simulation"))
     if engine not in ENGINES:
         raise ValueError(f"launcher.engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
@@ -205,14 +146,7 @@ def launcher_engine(cfg: DictConfig) -> str:
 def plan_sweep(
     cfg: DictConfig, plans: list[tuple[dict[str, Any], dict[str, Any]]], out: Path
 ) -> list[list[PlannedRun]]:
-    """The planned runs of every sweep point, checked before any starts.
-
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line: kept runs with other settings (naming every folder and setting), or a run
-        that cannot start (:func:`experiments.compare.plans.check_plans_before_start`).
-    """
+    """The planned runs of every sweep point, checked before any starts (one-line errors)."""
     seeds = planned_seeds(cfg)
     policies = list(cfg.policies)
     per_point = [
@@ -228,14 +162,10 @@ def plan_sweep(
 def load_preset(words: Sequence[str]) -> DictConfig:
     """The config that the command-line overrides ``words`` compose (Hydra's compose API).
 
-    ``words`` as the user writes them (``experiment=digits_policies run.num-server-rounds=3``;
-    :func:`hydra_overrides` adds the ``++`` the open nodes need).
-
     Raises
     ------
     ValueError
-        One line: an override Hydra refuses (an unknown preset, a key not in the config, a
-        value it cannot parse).
+        One line: an override Hydra refuses.
     """
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -250,11 +180,7 @@ def load_preset(words: Sequence[str]) -> DictConfig:
 
 
 def main(words: Sequence[str]) -> int:
-    """``fedcgd reproduce [KEY=VALUE ...]``: run a preset (see the module docstring).
-
-    Exit code 0, 1 (a run failed), 2 (refused before the start: a bad override too) or
-    130 / 143; a stopped preset's last line gives this same command to run again.
-    """
+    """``fedcgd reproduce [KEY=VALUE ...]``: run a preset; exit code 0, 1, 2 or 130 / 143."""
     try:
         cfg = load_preset(words)
     except ValueError as err:
@@ -270,10 +196,8 @@ def reproduce(
 ) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code.
 
-    Once every run is planned the first line names the output folder; after a failure, and
-    after a signal's stop line (``last_words``), the last line says that the same
-    ``command`` keeps the completed runs and continues the others
-    (:func:`experiments.run.resume_command.rerun_line`).
+    The first line names the output folder; after a failure or a signal the last line gives
+    ``command`` to run again.
     """
     out = Path(str(cfg.out)).resolve()
     claims: list[FolderClaim] = []
@@ -393,16 +317,14 @@ def write_outputs(
     )
 
 
-#: Config nodes whose keys are run-config keys: ``run.<key>=value`` and ``sweep.<key>=[...]``
-#: may name any of them, present in the preset or not.
+#: Config nodes whose keys are run-config keys (any of them, listed in the preset or not).
 OPEN_NODES = ("run.", "sweep.")
 
 
 def hydra_overrides(args: Sequence[str]) -> list[str]:
     """Command-line overrides with ``run.KEY=V`` / ``sweep.KEY=V`` made ``++run.KEY=V``.
 
-    Hydra's struct mode refuses ``run.num-server-rounds=3`` when the preset does not list
-    that key ("Key ... is not in struct"); ``++`` sets it whether listed or not. Unknown keys
-    are then refused by :func:`planned_runs` with one line listing the allowed ones.
+    ``++`` sets a key the preset does not list (Hydra's struct mode refuses it otherwise);
+    :func:`planned_runs` then refuses unknown keys.
     """
     return [f"++{a}" if a.startswith(OPEN_NODES) and "=" in a else a for a in args]

@@ -1,9 +1,6 @@
 """A comparison's results: per-run rows, per-policy statistics, tables, curves, console lines.
 
-:func:`summarise` reads one run's ``metrics.jsonl`` into a ``runs.csv`` row; :func:`table_rows`
-turns the rows into one ``table.csv`` row per policy (mean and 95 % confidence half-width over
-seeds, paired t-test against FedCGD-FSCD); :func:`write_comparison` writes ``runs.csv``,
-``table.csv`` and ``curves.png`` (:mod:`experiments.compare.policies` describes the columns).
+The columns: docs/comparing.md, "Comparing policies".
 """
 
 from __future__ import annotations
@@ -20,15 +17,9 @@ from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE
 
 REFERENCE_POLICY = "fedcgd-fscd"
-#: Metrics tested against the reference policy, paired by seed, and their column prefixes:
-#: the final accuracy (``diff_vs_fedcgd_fscd``, ``p_value_vs_fedcgd_fscd``) and the best one
-#: (``best_...``; the paper's imbalance figure compares maximum accuracies, and on strongly
-#: non-IID splits the last evaluation of a run swings from round to round).
+#: Metrics tested against the reference policy, paired by seed, and their column prefixes.
 PAIRED_METRICS = {"final_accuracy": "", "max_accuracy": "best_"}
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
-#: A run's devices lost to timeouts, disconnections or errors (device-rounds; only deployments
-#: lose devices to timeouts): its row of ``runs.csv`` says how many, the policy's row of
-#: ``table.csv`` in how many runs, and the console line flags it (:data:`LOST_MARKER`).
 RUN_COLUMNS = ("policy", "seed", *METRICS, "devices_lost", "result_dir")
 TABLE_COLUMNS = (
     "policy",
@@ -60,28 +51,15 @@ LOST_MARKER = "[!] devices lost"
 def summarise(
     result_dir: Path, target_accuracy: float | None = None, seed: int | None = None
 ) -> dict[str, Any]:
-    """One row of ``runs.csv`` from a run's ``metrics.jsonl`` (and its ``config.json``).
+    """One row of ``runs.csv`` (:data:`RUN_COLUMNS`) from a run's result files.
 
-    Parameters
-    ----------
-    result_dir : Path
-        The run's result directory.
-    target_accuracy : float, optional
-        ``rounds_to_target`` is the first round whose test accuracy reaches it (the paper's
-        "epochs to reach the target test accuracy"); None if never reached or not given.
-    seed : int, optional
-        The run's seed; read from ``config.json`` when not given.
-
-    Returns
-    -------
-    dict
-        The keys of ``RUN_COLUMNS``; ``devices_lost`` sums the lines' counts (lines written
-        before the count existed count 0).
+    ``rounds_to_target`` is the first round reaching ``target_accuracy``; ``seed`` is read from
+    ``config.json`` when not given.
 
     Raises
     ------
     ValueError
-        One line naming a damaged file of the run (:func:`experiments.analysis.plot_runs.load_run`).
+        One line naming a damaged file of the run.
     """
     policy, lines = load_run(result_dir)
     if seed is None and (result_dir / CONFIG_FILE).exists():
@@ -110,24 +88,10 @@ def table_rows(
     target_accuracy: float | None = None,
     reference: str = REFERENCE_POLICY,
 ) -> list[dict[str, Any]]:
-    """One ``table.csv`` row per policy (in order of appearance) from the per-run rows.
+    """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
 
-    Parameters
-    ----------
-    runs : sequence of mapping
-        Rows of :func:`summarise` (``policy``, ``seed`` and the ``METRICS``).
-    target_accuracy : float, optional
-        Whether a target was given (else ``reached_target`` is empty).
-    reference : str
-        Policy the others are tested against (paired by seed, on the final and the best
-        accuracy: :data:`PAIRED_METRICS`).
-
-    Returns
-    -------
-    list of dict
-        The keys of ``TABLE_COLUMNS``; NaN where a statistic is undefined (one seed, no
-        reference, fewer than two common seeds). ``runs_with_lost_devices`` counts the runs
-        whose ``devices_lost`` is above 0: their results hold more than the simulated physics.
+    The paired tests are against ``reference``, by seed; a statistic that is undefined (one seed,
+    no reference, under two common seeds) is NaN or None.
     """
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -177,11 +141,7 @@ def write_table(
 
 
 def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
-    """``curves.png``: one curve per policy, mean and 95 % band when a policy has two seeds or more.
-
-    With one seed per policy each run is drawn as itself
-    (:func:`experiments.analysis.plot_runs.plot_runs`).
-    """
+    """``curves.png``: a mean curve and 95 % band per policy (one seed each: the runs)."""
     groups: dict[str, list[Path]] = {}
     for run in runs:
         groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
@@ -202,10 +162,7 @@ def write_comparison(
 
 
 def format_row(row: Mapping[str, Any]) -> str:
-    """One line per policy for the console: final accuracy mean ± CI and the paired test.
-
-    A policy with runs that lost devices ends with :data:`LOST_MARKER` and how many.
-    """
+    """One console line per policy: final accuracy mean ± CI, the paired test, lost devices."""
 
     def num(value: Any, fmt: str) -> str:
         return "-" if _cell(value) == "" else format(value, fmt)

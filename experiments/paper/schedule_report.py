@@ -1,11 +1,4 @@
-"""The report of Table II's simulation: the table's rows, its printed text and its plots.
-
-:func:`table_rows` puts each policy's means and 95 % half-widths beside the paper's values
-(:data:`PAPER_TABLE_II`), the rows of ``table.csv`` (:data:`TABLE_COLUMNS`);
-:func:`format_table` prints them, :func:`plot_table` draws ``table.png``; :func:`format_fit` and
-:func:`plot_fit` show the POC V' scan of ``--fit-poc`` (``poc_fit.csv`` has
-:data:`FIT_COLUMNS`). :mod:`experiments.paper.schedule_table` runs them.
-"""
+"""The report of Table II's simulation: table rows beside :data:`PAPER_TABLE_II`, text and plots."""
 
 from __future__ import annotations
 

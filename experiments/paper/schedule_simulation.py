@@ -1,11 +1,6 @@
 """The simulation behind Table II: drops, rounds, policies and the POC V' fit.
 
-Every policy is simulated as :mod:`experiments.paper.schedule_table` describes (settings, random
-streams, statistics): :class:`TableSettings` holds the setting, :func:`make_drop` builds one
-drop's cell and shards, :func:`simulate_rounds` yields every round of every drop with each
-policy's :class:`~fedcgd_strategy.policies.Decision`, :func:`simulate` reduces them to per-drop
-means (:class:`PolicyStats`), and :func:`fit_poc` / :func:`choose_poc_candidates` scan POC's V'
-for the one nearest the paper's scheduled number.
+How each policy is simulated: docs/evidence.md, "Table II without CIFAR or a GPU".
 """
 
 from __future__ import annotations
@@ -42,23 +37,10 @@ IntArray = npt.NDArray[np.int64]
 
 
 def policy_stream_word(name: str) -> int:
-    """The seed word of policy ``name``'s random stream: CRC-32 of the name's UTF-8 bytes.
+    """The seed word of policy ``name``'s random stream: CRC-32 of its UTF-8 bytes.
 
-    A policy's stream (POC's candidate draw, Fed-CBS's sampling, ``fedcgd-cd``'s random start)
-    is seeded with ``[seed, drop, POLICY_STREAM, policy_stream_word(name), poc_candidates]``,
-    so it depends on the policy's own name only: adding, removing or reordering policies leaves
-    every other policy's numbers unchanged.
-
-    Parameters
-    ----------
-    name : str
-        The policy name given to :func:`make_policy` (e.g. ``"poc"``).
-
-    Returns
-    -------
-    int
-        An unsigned 32-bit word.
-
+    The stream depends on the policy's own name only, so adding or reordering policies leaves every
+    other policy's numbers unchanged.
     """
     return zlib.crc32(name.encode("utf-8"))
 
@@ -67,44 +49,10 @@ def policy_stream_word(name: str) -> int:
 class TableSettings:
     """Settings of the simulation (defaults: the paper's CIFAR-10 Table II setting).
 
-    Attributes
-    ----------
-    drops : int
-        Number of independent drops (seeds ``seed .. seed + drops - 1``): device positions,
-        partition and channel.
-    rounds : int
-        Rounds per drop.
-    seed : int
-        Base seed.
-    num_devices : int
-        V.
-    num_classes : int
-        C.
-    samples_per_class : int
-        Training labels per class (CIFAR-10: 5,000).
-    shards_per_device : int
-        l of the sort-and-partition split.
-    availability_prob : float
-        p_a.
-    total_bandwidth_hz : float
-        B in Hz.
-    deadline_s : float
-        Upload deadline in s.
-    model_bits : float
-        D_w in bits.
-    batch_size : int
-        b.
-    local_steps : int
-        τ.
-    sigma_over_sqrt_b_g : float
-        σ̂ / (√b Ĝ) of every FedCGD round (Ĝ = 1).
-    poc_candidates : int
-        POC's V' (0 = all available).
-    label_dist : str
-        ``"batch"`` (histogram of the round's τ·b labels) or ``"local"`` (whole shard).
-    pack_rule : str
-        Best-effort rule of the baselines (``"stop"`` or ``"skip"``).
-
+    ``drops`` independent drops (seeds ``seed .. seed + drops - 1``) of ``rounds`` rounds; V, C,
+    labels per class, shards per device l, p_a, B (Hz), deadline (s), D_w (bits), b, τ; σ̂ / (√b Ĝ)
+    of every FedCGD round; POC's V' (0 = all available); ``label_dist`` ``"batch"`` (the round's
+    τ·b labels) or ``"local"`` (whole shard); the baselines' ``pack_rule``.
     """
 
     drops: int = 20
@@ -148,22 +96,7 @@ class TableSettings:
 
 @dataclass(frozen=True)
 class Drop:
-    """One drop: the cell, the devices' shards and the random streams of its rounds.
-
-    Attributes
-    ----------
-    index : int
-        Drop number d (seed ``settings.seed + d``).
-    cell : Cell
-        Device positions and the per-round channel.
-    local_labels : list of int arrays
-        Labels of each device's shard.
-    local_dist : float[V, C]
-        Whole local class distributions.
-    num_examples : float[V]
-        |D_v|.
-
-    """
+    """One drop ``index``: the cell, each device's shard labels, local distributions, |D_v|."""
 
     index: int
     cell: Cell
@@ -174,18 +107,7 @@ class Drop:
 
 @dataclass(frozen=True)
 class RoundResult:
-    """One simulated round: the inputs every policy saw and each policy's decision.
-
-    Attributes
-    ----------
-    drop, round : int
-        Drop and round numbers (0-based).
-    inputs : RoundInputs
-        The round's inputs (shared by all policies).
-    decisions : dict
-        Policy label -> :class:`~fedcgd_strategy.policies.Decision`.
-
-    """
+    """One simulated round: the inputs every policy saw and each policy's decision (by label)."""
 
     drop: int
     round: int
@@ -195,18 +117,7 @@ class RoundResult:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A policy to simulate under a label (the label keys the results).
-
-    Attributes
-    ----------
-    label : str
-        Key of the results (e.g. ``"poc"`` or ``"poc@7"`` in the V' scan).
-    name : str
-        Policy name for :func:`make_policy`.
-    poc_candidates : int
-        POC's V' (ignored by the other policies).
-
-    """
+    """A policy to simulate: the results' ``label`` (``"poc@7"``), its ``name`` and POC's V'."""
 
     label: str
     name: str
@@ -215,18 +126,7 @@ class PolicySpec:
 
 @dataclass
 class PolicyStats:
-    """Per-drop means of one policy.
-
-    Attributes
-    ----------
-    scheduled : list of float
-        Per drop, mean number scheduled per round.
-    wemd : list of float
-        Per drop, mean WEMD over the rounds with a non-empty schedule (NaN if none).
-    empty_rounds : int
-        Rounds (over all drops) in which nothing was scheduled.
-
-    """
+    """Per-drop means of one policy: scheduled number, WEMD; and the rounds with none scheduled."""
 
     scheduled: list[float] = field(default_factory=list)
     wemd: list[float] = field(default_factory=list)
@@ -241,11 +141,7 @@ def cifar10_labels(
 
 
 def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
-    """Drop the devices, split the labels and build the cell of drop ``index``.
-
-    The split is :func:`fedcgd_task.partition.partition_indices` for the run seed
-    ``seed + index``; the cell draws from ``default_rng([seed, index, CHANNEL_STREAM])``.
-    """
+    """Drop the devices, split the labels and build the cell of drop ``index``."""
     task = TaskSettings(
         seed=settings.seed + index,
         num_devices=settings.num_devices,
@@ -274,12 +170,7 @@ def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
 def round_label_dist(
     drop: Drop, candidate: npt.NDArray[np.bool_], settings: TableSettings, rng: np.random.Generator
 ) -> FloatArray:
-    """p_v of the round for every candidate (zero rows for the others).
-
-    ``"batch"``: histogram of τ·b positions of the device's shard, a permutation drawn from
-    ``rng`` read cyclically (as :func:`fedcgd_task.training.local_batches` does); ``"local"``: the
-    whole local distribution.
-    """
+    """p_v of the round for every candidate (zero rows for the others), per ``label_dist``."""
     if settings.label_dist == "local":
         return np.where(candidate[:, None], drop.local_dist, 0.0)
     out = np.zeros_like(drop.local_dist)
@@ -313,22 +204,9 @@ def simulate_rounds(
     specs: Sequence[PolicySpec],
     progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[RoundResult]:
-    """Yield every round of every drop with each policy's decision.
+    """Yield every round of every drop with each policy's decision (all on the same rounds).
 
-    Parameters
-    ----------
-    settings : TableSettings
-        Simulation settings.
-    specs : sequence of PolicySpec
-        Policies to run (all on the same rounds).
-    progress : callable, optional
-        Called with (drops done, drops) before each drop and at the end.
-
-    Yields
-    ------
-    RoundResult
-        One per (drop, round).
-
+    ``progress`` is called with (drops done, drops) before each drop and at the end.
     """
     labels = cifar10_labels(settings.num_classes, settings.samples_per_class)
     target = np.full(settings.num_classes, 1.0 / settings.num_classes)
@@ -376,7 +254,7 @@ def simulate(
     specs: Sequence[PolicySpec],
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, PolicyStats]:
-    """Per-drop mean scheduled number and WEMD of every policy (see the module docstring)."""
+    """Per-drop mean scheduled number and WEMD of every policy."""
     out = {s.label: PolicyStats() for s in specs}
     counts: dict[str, list[int]] = {s.label: [] for s in specs}
     wemds: dict[str, list[float]] = {s.label: [] for s in specs}

@@ -1,73 +1,9 @@
 """Table II's "scheduled number" and "WEMD" columns from labels and the channel alone.
 
-``fedcgd paper schedule-table [--drops 20 --rounds 50 --out results/schedule_table]``
-reproduces the two scheduling columns of the paper's Table II ("Performance of baselines":
-CIFAR-10, sort-and-partition with l = 1 shard per device, r = 1, τ = 1) for every policy, in
-seconds, without CIFAR images, training or a GPU. Every policy sees the same devices, the same
-channel draws and the same label histograms (common random numbers), and is called exactly as
-the Flower strategy calls it: :func:`fedcgd_strategy.policies.registry.make_policy` builds it,
-:class:`~fedcgd_strategy.policies.RoundInputs` carries the round, ``policy.schedule(inputs, rng)``
-returns the :class:`~fedcgd_strategy.policies.Decision` whose ``selected`` and plain ``wemd``
-(Σ_c |p̄_c − p_c|) are recorded.
-
-Settings (paper Section V and Table I; docs/design.md, "Paper settings")
-------------------------------------------------------------------------
-The defaults of :class:`~experiments.paper.schedule_simulation.TableSettings` are
-:data:`experiments.paper.settings.PAPER_CIFAR10`.
-
-* Labels: CIFAR-10's training-label layout, 10 classes × 5,000 labels (``np.repeat``, class
-  after class; no images). The split is the app's own
-  :func:`fedcgd_task.partition.partition_indices` (sort-and-partition, l = 1, r = 1) seeded with the
-  drop's seed, so drop ``d`` gives the devices a run with ``seed = --seed + d`` would give
-  (up to the order of CIFAR's labels inside the file, which only decides which 16 surplus
-  samples are dropped). With V = 64 each device holds one shard of 781 labels; 6.4 shards per
-  class, so some shards straddle two classes.
-* Channel: one :class:`channel.Cell` per drop (V, p_a, B and the deadline of the setting, the
-  other Table I values are the defaults of :class:`channel.CellConfig`); ``draw_round`` every
-  round with the paper CNN's size, :data:`channel.report.PAPER_CIFAR10_MODEL_BITS`
-  (docs/design.md, "Model size").
-  Candidates are the available devices (infeasible ones included: no policy takes them).
-* ``label_dist`` (p_v of the round): by default (``--label-dist batch``) the histogram of the
-  τ·b = 32 labels the device would train on this round, drawn from its shard as
-  :func:`fedcgd_task.training.local_batches` draws them (a seeded permutation of the shard read
-  cyclically). This is what the app's devices report and what Decision.wemd, hence the logged
-  WEMD, is evaluated on, so it is the quantity comparable with the paper's "Avg. WEMD".
-  ``--label-dist local`` uses the whole local distribution instead (a noiseless variant; with
-  l = 1 the two differ only on the shards that straddle two classes).
-* ``local_dist`` (Fed-CBS's QCID): the whole local class distribution; ``num_examples`` |D_v|.
-  The target p is uniform (CIFAR-10 is balanced).
-* FedCGD's σ̂ and Ĝ: there is no training, so Ĝ stays at ``initial_g = 1`` (``observe_uploads``
-  is never called) and every candidate reports ``sigma_v = ratio × √b`` with ratio
-  ``--sigma-over-sqrt-b-g`` (default 1.0). Then σ̂ = ratio·√b and P1's objective is
-  ratio / √|S| + Σ_c |p̄_c − p_c|: the ratio alone sets the trade-off, which is why it is the one
-  knob. Consequence: FedCGD-FSCD-Gc (Ĝ_c all 1) schedules exactly as FedCGD-FSCD here; the paper's
-  differences between them come from the estimated Ĝ_c.
-* BN2 / POC: their scores (update norm, accumulated loss) exist only after training. They are
-  replaced by i.i.d. Uniform(0, 1) scores per device and round from a seeded stream, independent
-  of the channel and the labels; this matches the property that matters for the count, namely
-  that the ranking ignores the channel. POC draws V' = ``--poc-candidates`` of the available
-  devices (0 = all). Best effort stops at the first device that does not fit
-  (docs/design.md, "Best effort").
-* Fed-CBS: one policy object per drop, so its selection counts persist over the drop's rounds.
-* Random streams: each drop's channel, batches, scores and every policy's own stream are
-  seeded apart; a policy's stream is keyed by its name
-  (:func:`~experiments.paper.schedule_simulation.policy_stream_word`), so adding a policy leaves the
-  others' numbers unchanged.
-
-Statistics: per drop, the mean over rounds of the number scheduled (rounds with no candidate
-count as 0) and of the WEMD (over rounds with a non-empty schedule); the table gives the mean of
-the per-drop means and the 95 % Student-t half-width over drops.
-
-``--fit-poc`` scans V' = 1 .. ``--fit-max`` (30) and picks the V' whose mean scheduled number is
-nearest the paper's POC value 13.71 (ties: the smaller V'); it writes ``poc_fit.csv`` /
-``poc_fit.png`` and then builds the table with that V'. Neighbouring V' differ by about 0.5
-scheduled devices there, so few drops cannot separate them reliably (10 drops pick 16, 20 and
-100 drops pick 17): the presets' value came from ``--fit-poc --policies poc --drops 100``.
-
-Outputs under ``--out``: ``table.csv``, ``table.png`` (and ``poc_fit.*``).
-
-This module holds the command line; the simulation is :mod:`experiments.paper.schedule_simulation`,
-the table and plots :mod:`experiments.paper.schedule_report`.
+``fedcgd paper schedule-table``: every policy is built and called as the Flower strategy calls
+it, on the same drops and draws, without images or training (docs/evidence.md, "Table II without
+CIFAR or a GPU"). The simulation is :mod:`experiments.paper.schedule_simulation`, the table and
+plots :mod:`experiments.paper.schedule_report`.
 """
 
 from __future__ import annotations

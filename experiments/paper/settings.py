@@ -1,16 +1,7 @@
-"""The paper's CIFAR-10 setting (Section V, Tables I and II), stated once for the Python scripts.
+"""The paper's CIFAR-10 setting (Section V, Tables I and II) as run-config keys, stated once.
 
-:data:`PAPER_CIFAR10` is the setting of the paper's Table II as run-config keys: CIFAR-10 and
-its CNN, V = 64 devices, sort-and-partition with one shard per device (l = 1), r = 1, τ = 1,
-η = 0.1, b = 32, p_a = 0.3, B = 20 MHz, deadline 2 s. :mod:`experiments.paper.schedule_table` takes
-its :class:`~experiments.paper.schedule_simulation.TableSettings` defaults from it, and
-:mod:`experiments.bench.round` its runs.
-
-The Hydra presets take the same values from ``conf/setting/paper.yaml`` (devices, training,
-p_a; shared with the CIFAR-100 preset) and ``conf/setting/paper_cifar10.yaml`` (the CIFAR-10
-data set and deadline); they leave the split and τ to each preset, which sweeps them, and B to
-the app's default. ``tests/test_reproduce.py`` checks that the presets and this constant agree.
-The size of the paper's CNN is :data:`channel.report.PAPER_CIFAR10_CNN_PARAMS`.
+``conf/setting/paper*.yaml`` hold the same values for the presets; ``tests/test_reproduce.py``
+checks that they agree (docs/design.md, "Paper settings").
 """
 
 from __future__ import annotations

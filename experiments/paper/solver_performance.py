@@ -1,21 +1,9 @@
-"""Performance of the P1 solvers, paper Section V-B figure "Performance of proposed algorithms".
+"""The P1 solvers' performance: the paper's Section V-B figure "Performance of proposed algorithms".
 
-For V in {16, 24, ..., 64} devices and random instances (Dirichlet label mixes p_v ~ Dir(alpha p)
-over C = 10 classes with p uniform, alpha in {0.1, 1, 10}; UMi uplink from :mod:`channel` with the
-paper's radio settings, all V devices candidates; the size of the paper's CIFAR-10 CNN,
-:data:`channel.report.PAPER_CIFAR10_MODEL_BITS`; deadline 2 s), solve P1 with GS, FSCD, CD and
-the exact solver, and report the average number of iterations and the average relative error
-(obj - opt) / opt. The paper does not give sigma and G for this figure, so the ratio
-sigma / (sqrt(b) G) is swept (default 0.1, 0.3, 1, 3, 10) with G = 1, b = 32.
-
-The exact solver caps each MILP at ``--milp-time-limit-s``; ``opt`` is then the best schedule
-found and ``opt_lower_bound`` a proven lower bound (``opt_proven`` says which instances are
-certified). ``rel_error_upper`` = (obj - lower bound) / lower bound bounds the true error.
-
-Usage::
-
-    fedcgd paper solver-performance --out results/solver_performance \
-        [--instances N --seed S]
+GS, FSCD and CD against the exact solver on random instances per V, α and σ / (√b G): average
+iterations and relative error (docs/evidence.md, "The paper's solver figure"). A MILP capped by
+``--milp-time-limit-s`` gives the best schedule found and a proven lower bound
+(``opt_proven``, ``rel_error_upper``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """Certificates and keys for a TLS deployment with SuperNode authentication.
 
-``fedcgd certificates --out certificates --supernodes 4`` writes
-
-* ``ca.crt`` / ``ca.key``: a self-signed certificate authority (the SuperNodes' and ``flwr``'s
-  ``--root-certificates``),
-* ``server.pem`` / ``server.key``: the SuperLink's certificate signed by that CA, valid for
-  127.0.0.1 and localhost (plus any ``--host`` names, e.g. the compose service name),
-* ``supernode-<i>.key`` / ``supernode-<i>.pub``: one EC key pair per SuperNode (NIST P-384;
-  both in OpenSSH format: the private key for ``--auth-supernode-private-key``, the public key
-  for ``flwr supernode register``), as Flower's SuperNode authentication requires.
-
-Built with the ``cryptography`` package (a dependency of Flower), so no ``openssl`` binary is
-needed. Every file is created new (``O_CREAT | O_EXCL | O_NOFOLLOW``, through a descriptor of
-the folder opened with ``O_NOFOLLOW``): a private key is readable by its owner only from its
-creation (mode 0600), a certificate or public key gets 0644; nothing is written through a
-link. A folder that is a link, holds a link, or already holds a file of the set is refused
-before any key is made (one line; remove the old set, or choose another folder): an earlier
-set is never overwritten, so keys a deployment uses are not replaced behind its back.
+A CA, the SuperLink's certificate and one EC key pair per SuperNode, made with ``cryptography``;
+every file created new, private keys 0600 from their creation, an existing set or a link refused
+(docs/deployment.md, "TLS, SuperNode authentication, failures, resume").
 :func:`tls_certificates` gives a ``--tls`` run its certificates for the length of the run.
 """
 
@@ -47,16 +33,7 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 
 @dataclass(frozen=True)
 class CertificateSet:
-    """Paths of the files :func:`make_certificates` wrote.
-
-    Attributes
-    ----------
-    ca_cert, server_cert, server_key : Path
-        The CA certificate, the SuperLink certificate and its private key.
-    supernode_keys, supernode_public_keys : tuple of Path
-        Per SuperNode: private key (PEM) and public key (OpenSSH).
-
-    """
+    """Paths of the files :func:`make_certificates` wrote (per SuperNode: PEM key, OpenSSH key)."""
 
     ca_cert: Path
     server_cert: Path
@@ -83,9 +60,7 @@ def check_certificates_dir(out: Path, supernodes: int) -> None:
     Raises
     ------
     ValueError
-        One line naming ``out``: it is a link or not a folder, it holds a link (which a file
-        could be written through), or it holds a file of the set already (an earlier set is
-        never overwritten).
+        One line naming ``out``: a link, not a folder, holding a link, or holding a file of the set.
     """
     try:
         mode = out.lstat().st_mode
@@ -113,12 +88,7 @@ def check_certificates_dir(out: Path, supernodes: int) -> None:
 
 
 def _write(folder_fd: int, folder: Path, name: str, data: bytes, *, private: bool) -> Path:
-    """Create ``name`` in the open folder ``folder_fd``, new, at its final mode, and write it.
-
-    ``O_EXCL``: the file must not exist (a link planted at the name fails too, and is not
-    followed: ``O_NOFOLLOW``); the mode is set at creation (a private key is never readable
-    by others, whatever the umask) and made exact with ``fchmod`` on the descriptor.
-    """
+    """Create ``name`` new in the open folder (``O_EXCL | O_NOFOLLOW``) at its mode; write it."""
     mode = PRIVATE_MODE if private else PUBLIC_MODE
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -155,22 +125,14 @@ def _subject_alt_names(hosts: tuple[str, ...]) -> x509.SubjectAlternativeName:
 def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()) -> CertificateSet:
     """Write a CA, a SuperLink certificate and ``supernodes`` SuperNode key pairs to ``out``.
 
-    Parameters
-    ----------
-    out : Path
-        Folder (created if missing).
-    supernodes : int
-        Number of SuperNode key pairs, >= 0.
-    hosts : tuple of str
-        Extra names (DNS or IP) the SuperLink certificate is valid for, beyond 127.0.0.1 and
-        localhost.
+    ``hosts``: names (DNS or IP) the SuperLink certificate is valid for beyond 127.0.0.1 and
+    localhost.
 
     Raises
     ------
     ValueError
         One line: ``out`` is refused (:func:`check_certificates_dir`), or a file of the set
         appeared in it meanwhile.
-
     """
     if supernodes < 0:
         raise ValueError(f"supernodes must be >= 0; got {supernodes}")
@@ -194,27 +156,28 @@ def _make_certificates(
 
     now = dt.datetime.now(dt.UTC)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    server_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "FedCGD test CA")])
+    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")])
+
+    def signed(subject: x509.Name, key: rsa.RSAPrivateKey) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
+        )
+
     ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        signed(ca_name, ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    server_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        signed(server_name, server_key)
         .add_extension(_subject_alt_names((*LOOPBACK_NAMES, *hosts)), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
@@ -246,9 +209,7 @@ def tls_certificates(
 ) -> Iterator[CertificateSet | None]:
     """Certificates and SuperNode keys for a ``--tls`` run (None without TLS).
 
-    Written to ``folder`` (kept; refused as :func:`check_certificates_dir` says) when given,
-    else to a temporary ``fedcgd-certificates-*`` folder that is removed, private keys
-    included, when the run ends (also on errors and signals).
+    In ``folder`` (kept) when given, else in a temporary folder removed when the run ends.
     """
     if not enabled:
         yield None

@@ -1,11 +1,9 @@
 """A SuperLink (and SuperNodes) of our own on loopback, stopped by PID: :class:`LocalFederation`.
 
-``flwr run`` on the default ``local`` connection starts a detached SuperLink that keeps running
-after the run and whose PID nobody records. Here the SuperLink is started by us (same flags
-``flwr`` uses, on loopback, with runtime dependency installation disabled), in the simulation
-engine or, for a deployment, with one ``flower-supernode`` process per device, optionally over
-TLS; everything is stopped by its PID when the run ends, also on errors and Ctrl-C.
-:func:`flower_home` gives each run its own ``FLWR_HOME``.
+Started with the flags ``flwr`` uses (runtime dependency installation disabled), in the
+simulation engine or with one ``flower-supernode`` per device, optionally over TLS; stopped by
+PID when the run ends, also on errors and Ctrl-C. :func:`flower_home` gives each run its own
+``FLWR_HOME``.
 """
 
 from __future__ import annotations
@@ -51,33 +49,25 @@ def executable(name: str) -> str:
 
 
 class LocalFederation:
-    """A SuperLink (and, for a deployment, SuperNodes) on loopback, stopped by PID.
+    """A SuperLink (and for a deployment SuperNodes) on loopback, stopped by PID; a context.
 
-    Used as a context manager. Simulation mode starts one SuperLink with ``--simulation`` (Ray
-    runs the ClientApps); deployment mode starts a plain SuperLink and ``num_supernodes``
-    ``flower-supernode`` processes with ``--node-config "partition-id=i num-partitions=N"``,
-    each of which runs every message in a fresh ClientApp process, as on real devices.
-
-    With ``tls`` (a :class:`experiments.run.certificates.CertificateSet`) every connection is
-    encrypted: the SuperLink serves its certificate and requires SuperNode authentication
-    (``--enable-supernode-auth``); each SuperNode's public key is registered with
-    ``flwr supernode register`` before it starts with its private key; ``flwr`` trusts the CA.
-    With ``supernode_gpus``, SuperNode ``i`` sees one GPU (:meth:`supernode_env`).
-    With ``ray_address`` the simulation joins that Ray cluster (``RAY_ADDRESS`` in the
-    SuperLink's environment) instead of starting a local one.
+    Deployment mode starts ``num_supernodes`` ``flower-supernode`` processes (``partition-id=i``).
+    With ``tls`` the SuperLink requires SuperNode authentication and each SuperNode's public key is
+    registered before it starts; with ``ray_address`` the simulation joins that Ray cluster.
+    With ``supernode_gpus`` SuperNode ``i`` sees one GPU (:meth:`supernode_env`).
 
     Parameters
     ----------
     flwr_home : Path
-        ``FLWR_HOME`` for every process (config, logs, installed apps).
+        ``FLWR_HOME`` for every process.
     num_supernodes : int
         SuperNodes to start (deployment mode only).
     simulation : bool
         Simulation (True) or deployment (False).
     tls : CertificateSet, optional
-        Certificates and SuperNode keys (:func:`experiments.run.certificates.make_certificates`).
+        Certificates and SuperNode keys.
     ray_address : str, optional
-        Address of an existing Ray cluster (``127.0.0.1:6379``) for the simulation.
+        Address of an existing Ray cluster for the simulation.
     """
 
     def __init__(
@@ -174,12 +164,7 @@ class LocalFederation:
         echo: bool = False,
         start_new_session: bool = False,
     ) -> subprocess.Popen[str]:
-        """Start ``flwr run PROJECT_DIR local --stream OPTIONS`` on this federation.
-
-        Its output (stderr merged into stdout) is piped as text. ``echo`` prints the command
-        first (``$ ...``); ``start_new_session`` puts the process in a group of its own (to stop
-        it with :func:`os.killpg`).
-        """
+        """Start ``flwr run PROJECT_DIR local --stream OPTIONS`` here (output piped as text)."""
         command = [executable("flwr"), "run", str(project_dir), "local", "--stream", *options]
         if echo:
             print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
@@ -261,11 +246,7 @@ class LocalFederation:
     def start_supernode(
         self, partition_id: int, *, private_key: Path | None = None, register: bool = True
     ) -> subprocess.Popen[bytes]:
-        """Start the SuperNode of ``partition_id`` (again, e.g. after it was stopped).
-
-        With TLS it uses the ``partition_id``-th key pair unless ``private_key`` is given, and
-        registers the public key first when ``register``.
-        """
+        """Start the SuperNode of ``partition_id`` (again); with TLS its key pair, registered."""
         security = ["--insecure"]
         if self.tls is not None:
             if private_key is None:
@@ -309,13 +290,7 @@ class LocalFederation:
         return env
 
     def stop(self) -> None:
-        """Stop every started process and everything below it, by PID.
-
-        The SuperLink starts ``flower-superexec`` and ``flwr-simulation`` (and that Ray) in
-        sessions of their own, out of reach of its process group: the whole process tree is
-        read before anything is signalled (:func:`experiments.run.processes.stop_tree`): SIGTERM,
-        then SIGKILL after a few seconds.
-        """
+        """Stop every started process and its whole tree, by PID (:func:`stop_tree`)."""
         running = [proc for proc in self.processes if proc.poll() is None]
         stop_tree(proc.pid for proc in running)
         for proc in running:
@@ -329,11 +304,7 @@ class LocalFederation:
 def connection_toml(
     name: str, address: str, *, root_certificates: Path | None = None, insecure: bool = False
 ) -> str:
-    """``$FLWR_HOME/config.toml`` with one SuperLink connection ``name``, its default.
-
-    Written by ``tomli_w``: a certificate path with quotes, backslashes or any Unicode
-    character is a TOML string like any other.
-    """
+    """``$FLWR_HOME/config.toml`` with one SuperLink connection ``name``, its default."""
     connection: dict[str, str | bool] = {"address": address}
     if root_certificates is not None:
         connection["root-certificates"] = str(root_certificates.resolve())
@@ -346,10 +317,7 @@ def connection_toml(
 def flower_home(flwr_home: Path | None) -> Iterator[Path]:
     """``FLWR_HOME`` of one run: ``flwr_home`` (created, kept), else a temporary folder.
 
-    The temporary folder (``$TMPDIR/flwr-home-*``: config, SuperLink logs, installed app) is
-    removed when the run ends, also on errors and signals. One per run on purpose: the
-    launcher writes its own SuperLink's address into ``config.toml``, so two runs sharing a
-    home (e.g. the Makefile's ``FLWR_HOME``) would send ``flwr run`` to each other's SuperLink.
+    One per run: two runs sharing a home would send ``flwr run`` to each other's SuperLink.
     """
     if flwr_home is not None:
         flwr_home.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,4 @@
-"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink.
-
-:func:`run_flwr` starts a :class:`experiments.run.federation.LocalFederation` (simulation or
-deployment, optionally over TLS or on a Ray cluster), runs ``flwr run . local --stream``
-against it and stops everything when the run ends; :func:`run_on_superlink` runs on an
-existing SuperLink (e.g. docker compose). :func:`check_reachable` and
-:func:`check_ray_address` check a given server before anything starts.
-"""
+"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink."""
 
 from __future__ import annotations
 
@@ -43,36 +36,29 @@ def run_flwr(
     ray_address: str | None = None,
     supernode_gpus: tuple[int, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run the app once with ``flwr run --stream`` and return the finished process.
+    """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
     Parameters
     ----------
     run_config : mapping
-        ``--run-config`` overrides (keys of ``[tool.flwr.app.config]``).
+        ``--run-config`` overrides.
     num_supernodes : int
         Nodes (= devices V): virtual nodes in simulation, SuperNode processes in deployment.
     deployment : bool
         Start SuperNode processes instead of using the simulation engine.
-    cpus_per_client : int
-        Ray CPUs per ClientApp in simulation (1 → two clients at once on 2 cores).
-    gpus_per_client : float
-        Ray GPUs per ClientApp in simulation (e.g. 0.25: four clients share one GPU); Ray hides
-        every GPU from a ClientApp that asks for none.
+    cpus_per_client, gpus_per_client : int, float
+        Ray resources per ClientApp in simulation (0.25 GPUs: four clients share one GPU; Ray
+        hides every GPU from a ClientApp that asks for none).
     flwr_home : Path, optional
         ``FLWR_HOME``; a fresh temporary folder by default.
     project_dir : Path
         The Flower app to run.
     tls : CertificateSet, optional
-        Run over TLS with SuperNode authentication (see :class:`LocalFederation`).
+        Run over TLS with SuperNode authentication.
     ray_address : str, optional
         Join this Ray cluster for the simulation.
     supernode_gpus : tuple of int
         Deployment: SuperNode ``i`` sees GPU ``supernode_gpus[i % len]`` alone.
-
-    Returns
-    -------
-    subprocess.CompletedProcess
-        With the streamed output in ``stdout``.
     """
     run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
@@ -105,10 +91,7 @@ def run_flwr(
 
 
 def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink") -> None:
-    """Raise ConnectionError naming ``address`` unless a TCP connection to it opens in time.
-
-    ``what`` names the server in the message (e.g. ``"--ray-address: Ray cluster"``).
-    """
+    """Raise ConnectionError naming ``what`` unless ``address`` accepts a TCP connection in time."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"{what} address {address!r} must be HOST:PORT")
@@ -124,10 +107,7 @@ def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink
 def run_on_superlink(
     run_config: Mapping[str, Any], address: str, root_certificates: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the app with ``flwr run --stream`` on an existing SuperLink (e.g. docker compose).
-
-    ``root_certificates``: the CA certificate of a TLS SuperLink; None connects insecurely.
-    """
+    """Run the app with ``flwr run --stream`` on an existing SuperLink (e.g. docker compose)."""
     command = [executable("flwr"), "run", str(PROJECT_DIR), "remote", "--stream"]
     with flower_home(None) as home, run_config_file(run_config) as config_file:
         command += ["--run-config", str(config_file)]
@@ -153,10 +133,7 @@ def run_on_superlink(
 
 
 def check_ray_address(address: str) -> None:
-    """Raise ConnectionError unless the Ray cluster's port at ``address`` accepts connections.
-
-    ``HOST:PORT`` or ``ray://HOST:PORT``; Ray's own ``auto`` / ``local`` are left to Ray.
-    """
+    """Raise ConnectionError unless the Ray cluster at ``address`` accepts connections."""
     if address in ("auto", "local"):
         return
     check_reachable(address.removeprefix("ray://"), what="--ray-address: the Ray cluster")

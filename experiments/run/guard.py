@@ -1,24 +1,9 @@
 """Run one command so that nothing it starts outlives the process that started the guard.
 
-``python -I experiments/run/guard.py FD -- COMMAND [ARGS...]`` (built by
-:func:`experiments.run.processes.guarded`; docs/design.md, "No process outlives its launcher"):
-
-* the guard makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): every
-  process below it whose parent dies is re-parented to the guard instead of to PID 1, so the
-  whole tree the command starts stays below the guard, also the SuperLink's ``flower-superexec``
-  and ``flwr-simulation``, Ray's raylet and workers, in sessions of their own or orphaned;
-* it starts COMMAND as its child, with ``PR_SET_PDEATHSIG = SIGKILL`` (the command dies with
-  the guard, whatever kills the guard);
-* it reads the inherited file descriptor FD, the read end of a pipe whose write end only the
-  starting process holds: when that process dies, however it dies (``kill -9`` included), the
-  kernel closes the write end, the read returns end-of-file, and the guard kills its whole
-  tree with SIGKILL at once;
-* SIGTERM, SIGINT and SIGHUP sent to the guard are passed on to COMMAND;
-* when COMMAND ends, whatever it left running below the guard gets SIGTERM, then SIGKILL
-  after :data:`GRACE_S`, and the guard exits as COMMAND did (same code, or the same signal).
-
-Standard library only, run with ``python -I`` (no site packages, no script folder on the path):
-it must start in a few tens of milliseconds and import nothing of the project.
+``python -I experiments/run/guard.py FD -- COMMAND [ARGS...]``: a child subreaper that kills
+its whole tree when the pipe FD reports its starter's death, passes SIGTERM / SIGINT / SIGHUP
+on, and exits as COMMAND did (docs/design.md, "No process outlives its launcher"). Standard
+library only, so it starts in tens of milliseconds.
 """
 
 from __future__ import annotations

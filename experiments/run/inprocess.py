@@ -1,27 +1,9 @@
 """Run the app in one Python process: the real ServerApp logic and ClientApp, no Ray, no network.
 
-For quick sweeps on a laptop (many seeds × policies × settings on a small model), starting a
-SuperLink and Ray per run costs more than the run itself. :class:`InProcessGrid` is a Flower
-``Grid`` that hands each message straight to the ClientApp of the addressed node, with that
-node's ``Context`` (``partition-id``, ``num-partitions`` as in the simulation engine); a
-handler that raises becomes an error reply, as in Flower. :func:`run_inprocess` runs
-:func:`server_app.app.run_federation` over it. Everything random derives from the run seed, so
-with ``cohorts=False`` a run is the one ``flwr run`` gives on the same machine, bit for bit
-(tested); with cohorts, the same up to rounding (docs/running.md, "Same seed, same run").
-
-Cohort execution (default): the devices that receive the same global model in the same
-phase are computed together (:mod:`client_app.cohort`): sigma-hat of all queried devices from
-batched passes, the scheduled devices' local steps batched with ``torch.func.vmap``; each
-device's ClientApp still builds its own reply from its result. The engine owns its
-:class:`~client_app.cohort.Cohorts` and hands it to its grid and to the ClientApp it builds
-(:func:`client_app.app.make_app`). ``cohorts=False`` (``fedcgd inprocess
---per-device``) hands every message to the ClientApp alone, as ``flwr run`` does. Messages
-are handled on this process's thread: use it for small models; the simulation engine
-(``flwr run``) and deployments are the real engines.
-
-A simulation: every reply is waited for, however long the host takes; a ClientApp that gives
-no reply for ``stall-limit-s`` stops the run as stuck
-(:func:`fedcgd_strategy.flower.simulation.stall_alarm`).
+:class:`InProcessGrid` hands each message straight to the addressed node's ClientApp (a raising
+handler becomes an error reply, as in Flower); by default the devices of one phase are computed
+together (:mod:`client_app.cohort`, docs/design.md, "Cohort execution"), ``cohorts=False``
+one at a time, bit for bit as ``flwr run`` (docs/running.md, "Same seed, same run").
 """
 
 from __future__ import annotations
@@ -76,24 +58,19 @@ class InProcessGrid(LocalGrid):
     handlers : dict of int -> callable
         Node id -> ClientApp (or any ``(Message, Context) -> Message`` callable).
     contexts : dict of int -> Context
-        Node id -> that node's Context (node_config, run_config, state).
+        Node id -> that node's Context.
     cohorts : Cohorts, optional
-        Open the messages of each :meth:`send_and_receive` as cohorts
-        (:meth:`client_app.cohort.Cohorts.opened`) so that a ClientApp built with the same
-        object (:func:`client_app.app.make_app`) computes the devices that share a model
-        together; None: one device at a time.
+        Open each :meth:`send_and_receive`'s messages as cohorts for a ClientApp built with the
+        same object (:func:`client_app.app.make_app`); None: one device at a time.
     keep_sent : bool
-        Keep every message sent in :attr:`sent` (for tests; a long run would keep them all).
+        Keep every message sent in :attr:`sent` (tests).
     stall_limit_s : float, optional
-        Stop the run as stuck when a ``send_and_receive`` goes this many seconds without a
-        reply (:func:`~fedcgd_strategy.flower.simulation.stall_alarm`); None: no watchdog.
-
+        Stop the run as stuck after this many seconds without a reply; None: no watchdog.
     """
 
     refusal = "InProcessGrid only lists node ids and delivers messages with send_and_receive"
 
-    #: A simulation (:func:`fedcgd_strategy.flower.simulation.is_simulation`): every message is
-    #: answered before :meth:`send_and_receive` returns, however long the ClientApp takes.
+    #: A simulation: every message is answered before :meth:`send_and_receive` returns.
     simulated = True
 
     def __init__(
@@ -135,10 +112,7 @@ class InProcessGrid(LocalGrid):
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Deliver every message (cohorts opened, see the class) and return the replies.
-
-        ``timeout`` is not used: a simulation waits (see the class for the watchdog).
-        """
+        """Deliver every message and return the replies (``timeout`` unused: a simulation waits)."""
         messages = list(messages)
         if self.keep_sent:
             self.sent.extend(messages)
@@ -171,10 +145,7 @@ class InProcessGrid(LocalGrid):
 def node_contexts(
     node_ids: list[int], run_config: Mapping[str, Any], num_partitions: int
 ) -> dict[int, Context]:
-    """One Context per node, partition id = position in ``node_ids`` (as the simulation does).
-
-    Each is :func:`client_app.app.node_context` (its own copy of ``run_config``).
-    """
+    """One Context per node, partition id = position in ``node_ids`` (as the simulation does)."""
     from client_app.app import node_context
 
     return {
@@ -188,16 +159,8 @@ def run_inprocess(
 ) -> dict[str, Any]:
     """Run one federation in this process and return its summary (also in ``summary.json``).
 
-    Parameters
-    ----------
-    run_config : mapping
-        A complete, flat run config (``experiments.run.run_config.validated_run_config``) with an
-        absolute ``result-dir``.
-    cohorts : bool
-        Cohort execution (see the module docstring); False: every device alone.
-    cohort_threads : int
-        Threads for a cohort's sigma-hat passes (one per core the run may use alone).
-
+    ``run_config`` is complete and flat, with an absolute ``result-dir``; ``cohort_threads`` are
+    the threads of a cohort's σ̂ passes.
     """
     from client_app.app import make_app
     from client_app.cohort import Cohorts
@@ -217,13 +180,10 @@ def run_inprocess(
 
 
 def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
-    """``fedcgd inprocess``: one run in this process (``--run-config`` as for ``fedcgd run``).
+    """``fedcgd inprocess``: one run in this process; exit code 0, 1, 2 or 130 / 143.
 
-    The first line names the run's folder. Exit code (and last line): 0 completed, 1 failed,
-    2 refused before the start (:func:`experiments.run.outcome.run_outcome`), 130 / 143 on
-    SIGINT / SIGTERM; after a failure or a signal the last line gives the command that
-    continues the run from its checkpoint, or says why it cannot
-    (:mod:`experiments.run.resume_command`).
+    The first line names the run's folder; after a failure or a signal the last line gives the
+    command that continues the run, or says why it cannot.
     """
     from experiments.run.processes import exit_code_stopping_on_signals
     from experiments.run.resume_command import LastWords

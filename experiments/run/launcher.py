@@ -1,14 +1,7 @@
-"""Run the app in Flower's simulation engine with ``flwr run`` and a SuperLink we own.
+"""``fedcgd run``: the app with ``flwr run`` on a SuperLink we own, or on a given one.
 
-The command line of one run: ``fedcgd run --run-config "policy='bc' num-server-rounds=5"``
-(:mod:`experiments.cli`) runs one simulation on a SuperLink of its own
-(:class:`experiments.run.federation.LocalFederation`), stopped by its PID when the run ends,
-also on errors and Ctrl-C: nothing is left running. With ``--deployment`` the same app runs on
-``flower-supernode`` processes (one per device, each message in a fresh ClientApp process)
-instead of the simulation engine; with ``--superlink`` on an existing SuperLink.
-:func:`experiments.run.flwr_run.run_flwr` does the same from Python (tests, sweeps). The first
-line names the run's folder; a run stopped by a signal or a failure ends with the command that
-continues it (:mod:`experiments.run.resume_command`).
+Simulation by default, ``--deployment`` on one ``flower-supernode`` per device, ``--superlink``
+on an existing SuperLink; nothing is left running (docs/running.md, docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -105,12 +98,7 @@ def check_gpus(args: LaunchOptions, device: str) -> None:
 
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
-    """``fedcgd run`` (see :func:`run_command`); SIGINT / SIGTERM stop every process it started.
-
-    On a signal the run's processes are stopped and one line says so; the exit code is 130
-    (SIGINT, Ctrl-C) or 143 (SIGTERM). The last line then gives the command that continues the
-    run from its checkpoint, or says why it cannot (:mod:`experiments.run.resume_command`).
-    """
+    """``fedcgd run`` (:func:`run_command`); SIGINT / SIGTERM stop every process it started."""
     from experiments.run.resume_command import LastWords
 
     last_words = LastWords()
@@ -136,11 +124,10 @@ def result_files(result_dir: Path) -> list[str]:
 def run_command(
     args: LaunchOptions, started: StartedAs | None = None, last_words: LastWords | None = None
 ) -> int:
-    """One simulation run, results under ``results/<policy>-<time>``; the exit code.
+    """One run, results under ``--out`` by default; the exit code.
 
-    The first line names the run's folder once it is taken; ``last_words`` learns how the run
-    continues (the command a stopped run's last line gives, from the options it was
-    ``started`` with: ``fedcgd run`` with ``args`` by default).
+    The first line names the run's folder; ``last_words`` learns the command that continues it
+    (from the options it was ``started`` with).
     """
     if started is None:
         started = StartedAs(("run",))
@@ -200,12 +187,7 @@ def continue_line(
     overrides: Mapping[str, Any],
     merged: Mapping[str, Any],
 ) -> Callable[[], str]:
-    """What the last line of a stopped run says (read when it is printed): how it continues.
-
-    The same launcher options (``--out`` aside) and run config, with ``resume-from`` = the
-    run's folder; without a checkpoint, the command that starts it again in a new folder
-    (:func:`experiments.run.resume_command.single_run_line`).
-    """
+    """What a stopped run's last line says (read when printed): the command that continues it."""
     from experiments.run.preflight import effective_result_dir
     from experiments.run.resume_command import single_run_commands, single_run_line
 

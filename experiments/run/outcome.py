@@ -1,11 +1,7 @@
-"""How a run ended: its exit code and last line, from what it raised or the status it wrote.
+"""How a run ended: its exit code and last line, from what it raised or its ``status.json``.
 
-:func:`run_outcome` reads the ``status.json`` the ServerApp wrote in the run's result folder
-and turns it into an exit code and a last line: 0 completed, 1 failed (or no status written
-since the launch: the ServerApp crashed before writing one), 2 refused before the start
-(:func:`refused`). ``flwr run`` exits 0 even when the ServerApp raises, so its exit code is
-not the outcome. A run that stopped unfinished is advised to resume only when its folder holds
-a checkpoint (:func:`run_files.run_status.resume_advice`).
+``flwr run`` exits 0 even when the ServerApp raises, so its exit code is not the outcome: 0
+completed, 1 failed (or no status written), 2 refused before the start.
 """
 
 from __future__ import annotations
@@ -30,17 +26,7 @@ COMPLETED_CODE, FAILED_CODE, REFUSED_CODE = 0, 1, 2
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a run ended: the exit code and the last line to print.
-
-    Attributes
-    ----------
-    code : int
-        0 completed, 1 failed, 2 refused before the start.
-    message : str
-        One line: ``"completed: N rounds, results in X"``, ``"failed: <reason>"`` or
-        ``"error: <reason>"``.
-
-    """
+    """How a run ended: the exit code (0, 1, 2) and the last line to print."""
 
     code: int
     message: str
@@ -52,11 +38,7 @@ def refused(err: BaseException) -> Outcome:
 
 
 def failure_outcome(err: BaseException, result_dir: Path) -> Outcome:
-    """The outcome of a run whose ServerApp raised ``err`` (exit code 1, one line).
-
-    A failed write (:class:`run_files.atomic_files.ResultWriteError`: disk full, I/O error)
-    is followed by what to do next (:func:`run_files.run_status.resume_advice`).
-    """
+    """The outcome of a run whose ServerApp raised ``err`` (exit code 1, one line with advice)."""
     return Outcome(FAILED_CODE, f"failed: {failure_line(err, result_dir)}")
 
 
@@ -68,11 +50,9 @@ def run_outcome(
 ) -> Outcome:
     """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
 
-    Only a ``status.json`` written at or after the launch counts: an older one belongs to an
-    earlier run (or to the run this one resumed). What the run said itself wins over the
-    status, which a full disk may have kept from being written: ``failure``, what it raised
-    (the in-process engine sees it), or the ``run failed: ...`` line the ServerApp printed in
-    ``output`` (``flwr run``, :data:`run_files.run_status.FAILURE_MARKER`).
+    Only a ``status.json`` written since the launch counts. What the run said itself wins over
+    the status (a full disk may have kept it from being written): ``failure`` it raised, or the
+    ``run failed: ...`` line in ``output``.
     """
     if failure is not None:
         return failure_outcome(failure, result_dir)

@@ -1,22 +1,8 @@
-"""Checks before a run starts, and the claim of its folder.
+"""Checks before a run starts (:func:`check_before_start`), and the claim of its folder.
 
-:func:`check_before_start` takes a few seconds and starts nothing (no SuperLink, no Ray): it
-refuses, with one line naming the run-config key, every setting that can only fail later or
-can only be a mistake: a result folder that is a file or holds another run, a ``resume-from``
-folder that cannot be continued (no checkpoint, unreadable checkpoint or metrics, other
-settings, a checkpoint of another run or one that does not fit the run's model, policy or
-aggregator, nothing left to run), a ``channel.trace`` file that cannot be replayed over the
-run (:func:`server_app.uplink.check_channel_trace`), a data-set function that cannot be
-imported, fails or returns arrays outside its contract (:func:`fedcgd_task.datasets.load_data`),
-a model that does not fit the data set's inputs or whose σ̂ cannot be computed
-(:func:`check_model_fits`), a user's policy that does not return a valid ``Decision`` on a
-synthetic round (:func:`check_own_policy`), and sizes beyond the training set (more devices
-or shards than samples, local training of more than :data:`MAX_LOCAL_PASSES` passes over a
-device's data per round).
-
-:func:`claim_run` takes a run's folder for the command that starts it (the launcher, the
-in-process engine): locked for the command's whole life (:mod:`run_files.folder_lock`), so a
-second run, a resume of a live run or a comparison into it is refused naming its PID.
+The checks start nothing and refuse, in one line naming the run-config key, every setting that
+can only fail later: the folders, a channel trace, the data set, the model, a user's policy on a
+synthetic round, and sizes beyond the training set (:data:`MAX_LOCAL_PASSES`).
 """
 
 from __future__ import annotations
@@ -35,10 +21,8 @@ if TYPE_CHECKING:
     from run_files.folder_lock import FolderClaim
     from server_app.config import RunConfig
 
-#: Local training may pass at most this many times over a device's data per round
-#: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|). Federated learning uses 1 to a few
-#: tens of local epochs; the bound leaves room for devices with a single sample (the default
-#: τ b = 320), and refuses only settings where a round could not end in any reasonable time.
+#: Local training passes at most this many times over a device's data per round
+#: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|; room for one-sample devices).
 MAX_LOCAL_PASSES = 1000
 
 
@@ -58,13 +42,7 @@ def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
 
 
 def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
-    """``run_config`` with ``result-dir`` = ``out/<policy>-<UTC time>`` unless a folder is set.
-
-    A run that sets ``result-dir`` writes there; a resumed run (``resume-from``) continues in
-    its own folder; otherwise the command's ``--out`` folder (default ``results/``) gets a new
-    timestamped folder (:func:`server_app.config.timestamped_result_dir`), so that no run
-    lands in another's.
-    """
+    """``run_config`` with ``result-dir`` = ``out/<policy>-<UTC time>`` unless a folder is set."""
     from server_app.config import timestamped_result_dir
 
     config = dict(run_config)
@@ -74,11 +52,7 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
 
 
 def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
-    """Training samples left after ``imbalance-ratio``.
-
-    The counts of :func:`fedcgd_task.partition.apply_imbalance`: class c < C / 2 keeps
-    round(n_c / r) (half up) of its n_c samples, the other classes all of theirs.
-    """
+    """Training samples left after ``imbalance-ratio`` (as ``partition.apply_imbalance`` keeps)."""
     counts = np.bincount(np.asarray(labels, dtype=np.int64))
     if ratio <= 1.0:
         return int(counts.sum())
@@ -98,15 +72,6 @@ def device_samples(
 
 def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_name: str) -> None:
     """Refuse device counts, shard counts and local work that the training set cannot carry.
-
-    Parameters
-    ----------
-    run_config : mapping
-        The flat run config (validated).
-    labels : array_like of int
-        Labels of the full training set.
-    dataset_name : str
-        For the message.
 
     Raises
     ------
@@ -144,8 +109,7 @@ def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_na
         )
 
 
-#: Samples of the blank batch the model and σ̂ are tried on (two: a model that mixes the
-#: samples of a batch, e.g. returns one row per batch, gives the wrong output shape).
+#: Samples of the blank batch the model and σ̂ are tried on (two: a batch-mixing model fails).
 BLANK_BATCH = 2
 
 
@@ -154,17 +118,13 @@ def check_model_fits(
 ) -> None:
     """Build ``model`` for the data set's inputs, run it and σ̂ on a blank batch.
 
-    The model function must return a ``torch.nn.Module`` whose output on float32 zeros
-    [:data:`BLANK_BATCH`, *input_shape] is a float tensor [:data:`BLANK_BATCH`, C]; then σ̂
-    (:func:`client_app.sigma.gradient_spread`: per-sample gradient norms layer by layer for
-    Linear, Conv1d, Conv2d and GroupNorm, ``torch.func.vmap`` for any other model) must run on
-    that batch in eval mode.
+    The output must be a float tensor [:data:`BLANK_BATCH`, C] and σ̂
+    (:func:`client_app.sigma.gradient_spread`) must run on it.
 
     Raises
     ------
     ValueError
-        One line naming ``model``, its value, the data set and why they do not fit (an import
-        error of a reference names the key too, :func:`fedcgd_task.models.model_function`).
+        One line naming ``model``, its value, the data set and why they do not fit.
     """
     import torch
 
@@ -208,13 +168,10 @@ def check_model_fits(
 
 
 def check_result_folder(run_config: Mapping[str, Any]) -> None:
-    """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` unusable by a new run.
+    """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` a new run cannot use.
 
-    See :func:`server_app.checkpoint.check_resume` and
-    :func:`run_files.results.check_new_result_dir`; a folder another process holds is refused
-    naming its PID, and one that is or holds a symbolic link is refused
-    (:mod:`run_files.folder_lock`). An empty ``result-dir`` stands for a fresh, timestamped
-    folder: nothing to check.
+    A folder another process holds, or that is or holds a link, is refused too; an empty
+    ``result-dir`` (a fresh folder) needs no check.
     """
     from run_files.folder_lock import probe_free, refuse_links
     from run_files.results import check_new_result_dir
@@ -240,26 +197,14 @@ def check_result_folder(run_config: Mapping[str, Any]) -> None:
 def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
     """Check a run before its start and lock its folder for this command's whole life.
 
-    The folder is ``result-dir``, ``resume-from``, or a new ``<out>/<policy>-<UTC time>``
-    (created under a name nobody else has, :func:`run_files.folder_lock.new_folder`). A
-    folder that exists is locked before anything else, so that a run still alive there is
-    named (its PID; a folder that holds no lock file was never claimed, and is not touched
-    before the checks); every check of :func:`check_before_start` runs after that, and the
-    folder's checks again under the lock. A refused run leaves no folder it created, and
-    writes nothing in a folder that was never claimed.
-
-    Parameters
-    ----------
-    run_config : mapping
-        A complete flat run config (data folder resolved).
-    out : Path
-        The command's ``--out`` (for a run without ``result-dir`` and ``resume-from``).
+    An existing folder is locked first (a live holder is named); the checks of
+    :func:`check_before_start` follow, and the folder's checks run again under the lock. A refused
+    run leaves no folder it created.
 
     Returns
     -------
     (dict, FolderClaim)
-        The run config with ``result-dir`` set to the folder taken, and the claim (release it
-        when the command ends; the kernel releases it when the process dies).
+        The run config with ``result-dir`` set to the folder taken, and the claim.
 
     Raises
     ------
@@ -300,13 +245,7 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> None:
-    """Every check that can be made before anything starts, in a few seconds.
-
-    Parameters
-    ----------
-    run_config : mapping
-        A complete flat run config (``experiments.run.run_config.validated_run_config``; an empty
-        ``result-dir`` stands for a fresh folder). The data set is loaded (cached per process).
+    """Every check that can be made before anything starts, in a few seconds (loads the data set).
 
     Raises
     ------
@@ -335,10 +274,6 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
 def check_checkpoint_fits(config: RunConfig) -> None:
     """Restore a resumed run's checkpoint on freshly built run objects, as the run will.
 
-    :func:`server_app.setup.build_setup` with the checkpoint: its model, policy state,
-    generator states and aggregator state must fit the run (its identity is checked before,
-    :func:`server_app.checkpoint.check_resume`).
-
     Raises
     ------
     server_app.run_identity.CheckpointRefusedError
@@ -353,16 +288,12 @@ def check_checkpoint_fits(config: RunConfig) -> None:
 def check_own_policy(config: RunConfig, num_classes: int) -> None:
     """Call a user's policy once on a synthetic round: it must return a valid ``Decision``.
 
-    A fresh policy object (the run builds its own) gets
-    :func:`fedcgd_strategy.policies.decision_check.synthetic_round` with the run's V, C, B and
-    b; what it returns must pass every rule a round checks (a ``Decision``, candidates only,
-    feasible devices, the budget: :func:`~fedcgd_strategy.policies.decision_check.check_decision`).
-    Built-in policies are checked in every round of every run and tested; they are not probed.
+    Built-in policies are checked in every round and not probed.
 
     Raises
     ------
     ValueError
-        One line naming the policy (:class:`~fedcgd_strategy.policies.PolicyDecisionError`).
+        One line naming the policy.
     """
     from fedcgd_strategy.policies.decision_check import probe_policy, synthetic_round
     from fedcgd_strategy.policies.registry import POLICY_NAMES, make_policy

@@ -1,21 +1,10 @@
 """Starting and stopping what a run starts: guarded process trees, stops by PID, signals.
 
-Every process a command starts goes through :func:`guarded_popen` (or :func:`guarded` for
-``subprocess.run``): it runs under ``experiments/run/guard.py``, a subreaper that kills the whole
-tree below it as soon as this process dies, however it dies (docs/design.md, "No process
-outlives its launcher"). The guards learn of the death from a pipe (:func:`lifeline_fd`)
-whose write end only this process holds.
-
-Flower's SuperLink starts ``flower-superexec`` and ``flwr-simulation`` (which starts Ray) in
-sessions of their own, so signalling the SuperLink's process group misses them. Here the whole
-tree below a process is read from ``/proc`` *before* anything is signalled (once a parent is
-gone its children are re-parented and can no longer be found), every process in it gets
-SIGTERM, and whatever is still alive after a short grace period gets SIGKILL.
-
-:func:`stop_on_signals` turns the first SIGINT or SIGTERM into :class:`Interrupted` (a
-``BaseException``, like ``KeyboardInterrupt``, so ``except Exception`` does not swallow it),
-which unwinds through the ``finally`` blocks that stop the processes; the command line then
-exits with ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM) and one line.
+Every process goes through :func:`guarded_popen` (docs/design.md, "No process outlives its
+launcher"). A tree is read from ``/proc`` before anything is signalled (the SuperLink starts its
+children in sessions of their own), then SIGTERM, then SIGKILL after a grace period.
+:func:`stop_on_signals` turns SIGINT / SIGTERM into :class:`Interrupted`, which unwinds through
+the ``finally`` blocks; the commands then exit 130 / 143.
 """
 
 from __future__ import annotations
@@ -39,13 +28,11 @@ from experiments.run.guard import (
 )
 from fedcgd_task.errors import OneLineMessage, StopsRun
 
-#: The guard every started command runs under (a script: ``python -I`` runs it in a few tens
-#: of milliseconds, importing nothing of the project).
+#: The guard every started command runs under (``python -I``: tens of milliseconds).
 GUARD_SCRIPT = Path(__file__).resolve().with_name("guard.py")
 
-#: This process's lifeline: (its PID, the pipe's read end, its write end). Created once per
-#: process; the write end is never inherited (``os.pipe`` gives non-inheritable ends) and never
-#: closed, so the kernel closes it exactly when this process ends.
+#: This process's lifeline: (its PID, read end, write end). The write end is never inherited
+#: nor closed, so the kernel closes it exactly when this process ends.
 _LIFELINE: tuple[int, int, int] | None = None
 
 
@@ -62,22 +49,13 @@ def lifeline_fd() -> int:
 
 
 def guarded(command: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
-    """``command`` run under the guard: its argument vector and the ``pass_fds`` it needs.
-
-    For ``subprocess.run(argv, pass_fds=fds, ...)``; :func:`guarded_popen` does the same for
-    ``Popen``. The guard passes its standard streams, environment and working folder on, and
-    exits as the command did.
-    """
+    """``command`` under the guard: its argument vector and the ``pass_fds`` it needs."""
     fd = lifeline_fd()
     return [sys.executable, "-I", str(GUARD_SCRIPT), str(fd), "--", *command], (fd,)
 
 
 def guarded_popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(command, **kwargs)`` under the guard (see the module docstring).
-
-    The returned process is the guard: signals sent to it reach the command; its exit code is
-    the command's; :func:`stop_tree` on its PID reaches everything the command started.
-    """
+    """``subprocess.Popen(command, **kwargs)`` under the guard (the process returned)."""
     argv, fds = guarded(command)
     kwargs["pass_fds"] = tuple(kwargs.get("pass_fds", ())) + fds
     return subprocess.Popen(argv, **kwargs)
@@ -88,18 +66,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(OneLineMessage, StopsRun, BaseException):
-    """Raised in the main thread by the first SIGINT or SIGTERM (see :func:`stop_on_signals`).
+    """Raised in the main thread by the first SIGINT or SIGTERM (:func:`stop_on_signals`).
 
-    Its message (``stopped by SIGINT``) is the whole story (:class:`OneLineMessage`): a run's
-    ``status.json`` records it as the reason, without the class name.
-
-    Attributes
-    ----------
-    signum : int
-        The signal received.
-
-    A run it ends is ``stopped``, not ``failed`` (:class:`~fedcgd_task.errors.StopsRun`,
-    :func:`run_files.run_status.ended_by`).
+    Its message (``stopped by SIGINT``) is the whole story; a run it ends is ``stopped``, not
+    ``failed``. ``signum``: the signal received.
     """
 
     def __init__(self, signum: int) -> None:
@@ -145,12 +115,10 @@ def stop_on_signals() -> Iterator[None]:
 def exit_code_stopping_on_signals(
     command: Callable[[], int], last_words: Callable[[], str | None] | None = None
 ) -> int:
-    """Run ``command`` (a command line's body) and return its exit code; stop cleanly on signals.
+    """Run a command line's body and return its exit code; stop cleanly on signals (130 / 143).
 
-    On SIGINT / SIGTERM the body unwinds (its ``finally`` blocks stop what it started), one
-    line says so on stderr, and the exit code is 130 (SIGINT, Ctrl-C) or 143 (SIGTERM).
-    ``last_words()``, called once everything is stopped, gives the line printed after it
-    (how to continue: :mod:`experiments.run.resume_command`); None prints nothing more.
+    After a signal, one line says so on stderr, then ``last_words()`` (called once everything is
+    stopped) if it gives one.
     """
     with stop_on_signals():
         try:
@@ -166,10 +134,8 @@ def exit_code_stopping_on_signals(
 def run_as_command(main: Callable[[], int | None]) -> int | None:
     """Run a command's ``main`` as this process's whole life; nothing it started survives it.
 
-    The process becomes a subreaper first, so that a process orphaned below it (its guard
-    killed by hand, say) stays below it; whatever is still below it when ``main`` returns or
-    raises is stopped by PID (:func:`stop_tree`). For the ``__main__`` of the commands only:
-    called from a test, it would stop the test's own children.
+    The process becomes a subreaper; whatever is still below it at the end is stopped by PID. For
+    the commands' ``__main__`` only (in a test it would stop the test's own children).
     """
     with contextlib.suppress(OSError, AttributeError):  # not Linux: no subreaper
         prctl(PR_SET_CHILD_SUBREAPER, 1)

@@ -1,13 +1,7 @@
 """Progress of long commands: a loop of steps, and a command that runs many federations.
 
-A loop that prints nothing else (:func:`step_reporter`) shows a ``rich.progress`` bar when
-stderr is a terminal, and plain lines otherwise (a log file holds no escape codes).
-
-Each run of a multi-run command prints its own per-round lines, so a live bar would be torn
-apart by them; :class:`RunProgress` instead gives every run a header line that says how far the
-whole command is: ``[run 4/75 | 3 done, 1 kept | 2 min 05 s elapsed | ~48 min left]``. Time
-left is the mean wall time of the runs that actually ran (kept runs cost nothing) times the
-runs still to run, divided by the runs going at once (``workers``).
+:func:`step_reporter` shows a ``rich.progress`` bar on a terminal and plain lines otherwise;
+:class:`RunProgress` gives each run of a multi-run command a header line with the time left.
 """
 
 from __future__ import annotations
@@ -63,17 +57,9 @@ def step_reporter(description: str) -> Callable[[int, int], None]:
 
 @dataclass
 class RunProgress:
-    """Counts the runs of a command and estimates the time left.
+    """Counts the runs of a command (``total``, kept ones included) and estimates the time left.
 
-    Parameters
-    ----------
-    total : int
-        Runs the command will go through (kept ones included).
-    clock : callable
-        Seconds, monotonic (a parameter so that tests can drive it).
-    workers : int
-        Runs going at once (side-by-side runs, :mod:`experiments.run.run_pool`).
-
+    ``clock`` is monotonic seconds (tests drive it); ``workers`` the runs going at once.
     """
 
     total: int

@@ -1,13 +1,6 @@
 """The run config of one run, as the commands take it: parsed, checked, rendered for ``flwr run``.
 
-``--run-config`` text (``key=value`` items, TOML values) becomes a flat dict
-(:func:`parse_run_config_text`); :func:`validated_run_config` applies it to the defaults and
-checks every key and value before anything starts; :func:`format_run_config` renders a dict
-back as ``--run-config`` text for this project's commands, :func:`run_config_toml` as the
-TOML file ``flwr run --run-config FILE.toml`` reads; :func:`with_resolved_data_dir` pins the
-data folder. TOML is read with ``tomllib`` and values are written with ``tomli_w``
-(:func:`server_app.policy_params.format_toml_value`), so any string (spaces, both quotes,
-backslashes, non-ASCII and non-BMP characters) goes through unchanged.
+TOML is read with ``tomllib`` and written with ``tomli_w``, so any string goes through unchanged.
 """
 
 from __future__ import annotations
@@ -42,12 +35,7 @@ def _check_key(key: str) -> str:
 
 
 def format_run_config(values: Mapping[str, Any]) -> str:
-    """Render a dict as ``--run-config`` text of this project's commands (one line).
-
-    ``key=value`` items separated by spaces, each value as TOML writes it
-    (:func:`server_app.policy_params.format_toml_value`); :func:`parse_run_config_text` reads
-    it back to ``values``. ``policy-params.<name>`` keys are folded into the declared
-    ``policy-params`` string first (Flower refuses keys that pyproject.toml does not declare).
+    """Render a dict as one line of ``--run-config`` text (``key=value``, TOML values).
 
     Raises
     ------
@@ -65,11 +53,8 @@ def format_run_config(values: Mapping[str, Any]) -> str:
 def run_config_toml(values: Mapping[str, Any]) -> str:
     """``values`` as a TOML document, for ``flwr run --run-config FILE.toml``.
 
-    Flower reads a ``--run-config`` argument that ends in ``.toml`` as a file and flattens its
-    tables to dotted keys (``flwr.common.config.parse_config_args``). A file, not text:
-    Flower splits ``--run-config`` text with a regular expression that ends a quoted value at
-    its next quote character, so a string holding both kinds of quotes, or an escaped one,
-    cannot be written as text at all. Written by ``tomli_w``, dotted keys as nested tables.
+    A file, not text: Flower's text splitting ends a quoted value at its next quote character, so a
+    string holding both quotes cannot travel as text.
     """
     from server_app.policy_params import fold_policy_params, format_toml_value
 
@@ -87,21 +72,14 @@ def run_config_toml(values: Mapping[str, Any]) -> str:
 
 
 def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """``run_config`` with ``data-dir`` made absolute, relative to this process ("" = ./data).
-
-    The ServerApp and ClientApps run in unrelated working directories, so the data folder is
-    pinned here, where the command was started (:func:`fedcgd_task.settings.resolve_data_dir`).
-    """
+    """``run_config`` with ``data-dir`` made absolute here (the apps run elsewhere)."""
     data_dir = resolve_data_dir(str(run_config.get("data-dir", "")))
     return {**run_config, "data-dir": str(data_dir)}
 
 
 @contextlib.contextmanager
 def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
-    """A temporary ``run-config.toml`` holding ``values`` (:func:`run_config_toml`).
-
-    For ``flwr run --run-config FILE``; the file and its folder are removed on exit.
-    """
+    """A temporary ``run-config.toml`` holding ``values``, removed on exit."""
     text = run_config_toml(values)
     with tempfile.TemporaryDirectory(prefix="fedcgd-run-config-") as folder:
         path = Path(folder) / "run-config.toml"
@@ -110,11 +88,7 @@ def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
 
 
 def _string_end(text: str, start: int, quote: str) -> int:
-    """The index just past the TOML string that opens with ``quote`` at ``start``.
-
-    Basic strings (``"``) end at an unescaped quote; a three-quote string may end with up to
-    two more quote characters (TOML 1.0). An unclosed string runs to the end of ``text``.
-    """
+    """The index just past the TOML string opening with ``quote`` at ``start`` (or the end)."""
     i = start + len(quote)
     while i < len(text):
         if quote[0] == '"' and text[i] == "\\":
@@ -130,13 +104,7 @@ def _string_end(text: str, start: int, quote: str) -> int:
 
 
 def split_run_config_text(text: str) -> list[str]:
-    """The ``key=value`` items of ``--run-config`` text, in order.
-
-    Items are separated by whitespace outside a value: inside a TOML string (either quote,
-    with its escapes), an array or an inline table, whitespace belongs to the value. So
-    ``result-dir="/a b/it's"`` and ``policy-params="{window = 20}"`` are one item each. What
-    each item means is left to ``tomllib`` (:func:`parse_run_config_text`).
-    """
+    """The ``key=value`` items of ``--run-config`` text (whitespace in a value does not split)."""
     items: list[str] = []
     start: int | None = None
     depth = 0
@@ -166,16 +134,12 @@ def split_run_config_text(text: str) -> list[str]:
 
 
 def parse_run_config_text(text: str) -> dict[str, Any]:
-    """Parse ``--run-config`` text (``key=value`` items, TOML values) into a flat dict.
-
-    Items are split by :func:`split_run_config_text` and each is read by ``tomllib``. Dotted
-    keys (``channel.deadline-s=2.0``) stay dotted, as in ``flwr run --run-config``.
+    """Parse ``--run-config`` text into a flat dict (dotted keys stay dotted) with ``tomllib``.
 
     Raises
     ------
     ValueError
-        One line naming the item: not ``key=value`` with a TOML value, setting no key (a
-        comment), or a key given twice.
+        One line naming the item: not ``key=value`` with a TOML value, no key, or a key twice.
     """
     values: dict[str, Any] = {}
     for item in split_run_config_text(text):
@@ -196,16 +160,12 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
 
 
 def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The defaults with ``overrides`` applied, every key and value checked before any start.
-
-    ``policy-params.<name>`` keys are folded into the declared ``policy-params`` string
-    (:func:`server_app.policy_params.fold_policy_params`).
+    """The defaults with ``overrides`` applied, every key and value checked.
 
     Raises
     ------
     ValueError
-        One line naming the key, the bad value and what is allowed (an unknown key lists the
-        allowed keys).
+        One line naming the key, the bad value and what is allowed.
     """
     from server_app.config import parse_run_config
     from server_app.policy_params import fold_policy_params

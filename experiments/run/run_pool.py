@@ -1,15 +1,7 @@
-"""Run many in-process federations side by side: one process per run, ``jobs`` at a time.
+"""Run many in-process federations side by side: one guarded process per run, ``jobs`` at a time.
 
-A sweep of small-model runs (:mod:`experiments.run.inprocess`) keeps one core busy per run, so a
-machine with several cores finishes a preset about ``jobs`` times sooner when that many runs go
-at once. Each run is its own ``fedcgd inprocess`` process (a crash, a hang or a
-leak costs that run only, and it can be stopped by its PID), in a session of its own, with its
-output in a log file (``run.log`` in its result folder: the per-round lines of several runs
-would tear each other apart on one terminal), under a guard that kills it, and everything it
-started, as soon as this process dies (:func:`experiments.run.processes.guarded_popen`, also on
-``kill -9``). The caller is told when each starts and ends
-(:func:`run_jobs`). On SIGINT / SIGTERM (:class:`experiments.run.processes.Interrupted`) or any
-other exception, every run still going is stopped by PID before the exception goes on.
+Each run writes its output to ``run.log`` in its folder; on a signal or an error every run still
+going is stopped by PID (docs/performance.md, "Runs side by side").
 """
 
 from __future__ import annotations
@@ -45,9 +37,8 @@ def resolve_jobs(jobs: Any, engine: str) -> int:
     Raises
     ------
     ValueError
-        For a value that is not a non-negative integer, or more than one job on an engine
-        other than ``inprocess`` (the simulation engine and deployments run their clients in
-        parallel themselves and start servers on fixed ports).
+        For a value that is not a whole number >= 0, or more than one job on an engine other than
+        ``inprocess`` (the others run clients in parallel and start servers on fixed ports).
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(
@@ -65,11 +56,7 @@ def resolve_jobs(jobs: Any, engine: str) -> int:
 
 
 def inprocess_command(overrides: Mapping[str, Any], *, cohort_threads: int = 0) -> list[str]:
-    """The command line of one in-process run with these run-config overrides.
-
-    ``cohort_threads``: the run's ``--cohort-threads`` (0: one per usable core; runs side by
-    side each get their share of the cores, :func:`cores_per_job`).
-    """
+    """The command line of one in-process run with these overrides and ``--cohort-threads``."""
     return [
         sys.executable,
         "-m",
@@ -101,26 +88,11 @@ def run_jobs(
     on_start: Callable[[int], bool | None],
     on_end: Callable[[int, int], None],
 ) -> None:
-    """Run every job, at most ``workers`` at a time, in list order.
+    """Run every job, at most ``workers`` at a time, in list order; stop those left by PID.
 
-    The callbacks run in the calling thread; a thread of a ``ThreadPoolExecutor`` waits for
-    each running process.
-
-    Parameters
-    ----------
-    jobs : sequence of Job
-        The commands; each gets stdin from ``/dev/null``, its stdout and stderr appended to
-        its log, and a session of its own (a Ctrl-C at the terminal reaches this process,
-        which stops them by PID).
-    workers : int
-        Jobs running at once (>= 1).
-    on_start : callable
-        ``on_start(i)`` just before job ``i`` starts; returning False keeps it from
-        starting (``on_end`` is not called for it).
-    on_end : callable
-        ``on_end(i, exit_code)`` after job ``i`` ended (a negative code: killed by that
-        signal), in the order they end.
-
+    Each job gets stdin from ``/dev/null``, its output appended to its log and a session of its
+    own. ``on_start(i)`` runs just before job ``i`` starts (False keeps it from starting);
+    ``on_end(i, exit_code)`` after it ended, in the order they end; both in the calling thread.
     """
     if workers < 1:
         raise ValueError(f"workers: got {workers}; allowed: >= 1")
