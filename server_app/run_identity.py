@@ -29,8 +29,10 @@ MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """Recorded settings (dotted keys) that do not change what a run computes.
 
-    Where it writes and resumes from, how often it saves and prints, ``stall-limit-s``, and the
-    data settings a built-in data set does not read. ``settings``: :meth:`RunConfig.to_dict`.
+    Where it writes and resumes from, how often it saves and prints, ``stall-limit-s``, the
+    ``device`` it computes on (a run checkpointed on a GPU may go on on a CPU: the same
+    arithmetic, rounded otherwise), and the data settings a built-in data set does not read.
+    ``settings``: :meth:`RunConfig.to_dict`.
     """
     keys: tuple[str, ...] = (
         "result_dir",
@@ -38,6 +40,7 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
         "checkpoint_every",
         "verbose",
         "stall_limit_s",
+        "task.device",
     )
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None

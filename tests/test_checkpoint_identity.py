@@ -155,6 +155,19 @@ def test_an_honest_resume_of_the_copied_folders_still_works(runs, tmp_path):
     assert [json.loads(x)["round"] for x in lines] == [1, 2, 3]
 
 
+def test_a_run_goes_on_on_another_device_and_an_old_checkpoint_without_one_resumes(runs, tmp_path):
+    """``device`` says where a run computes, not what: a resume may change it, and a folder
+    written before the setting existed (no ``task.device`` in ``config.json``) resumes."""
+    folder = copy_run(runs, "seed1", tmp_path)
+    recorded = json.loads((folder / "config.json").read_text())
+    del recorded["task"]["device"]
+    (folder / "config.json").write_text(json.dumps(recorded))
+    config = overrides(seed=1, device="cpu", **{"num-server-rounds": 3, "resume-from": str(folder)})
+    run_inprocess(checkpointed_run_config(folder, **config))
+    lines = (folder / METRICS_FILE).read_text().splitlines()
+    assert [json.loads(x)["round"] for x in lines] == [1, 2, 3]
+
+
 # --- a checkpoint that does not fit the run: refused before anything is written -------------
 
 
