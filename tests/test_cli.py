@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "compare": None,
     "reproduce": None,
     "plot": None,
+    "runs": None,
     "certificates": None,
     "channel-report": None,
     "settings": None,

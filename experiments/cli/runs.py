@@ -19,6 +19,7 @@ from experiments.cli.options import (
     done,
     given_options,
     path_option,
+    refuse,
     started_as,
     subcommand,
 )
@@ -202,3 +203,21 @@ def plot_command(
     from experiments.analysis import plot_runs
 
     done(plot_runs.main(result_dirs, out, mean))
+
+
+def runs_command(
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            help="a results folder, a comparison or a preset (every run below it)",
+            show_default="results/",
+        ),
+    ] = DEFAULT_RESULTS,
+) -> None:
+    """List the runs under a folder, oldest first: policy, aggregator, seed, rounds, status."""
+    from run_files.run_list import runs_table
+
+    try:
+        print(runs_table(folder))
+    except ValueError as err:
+        refuse(str(err))
