@@ -126,8 +126,9 @@ def bench_solvers_command(
     """Time the P1 solvers; vectorised against loop implementations."""
     from experiments.bench import solvers
 
+    sizes = numbers(num_devices, int, "--num-devices")
     options = solvers.Options(
-        out, instances, seed, num_devices, speedup_devices, speedup_instances, milp_time_limit_s
+        out, sizes, instances, seed, speedup_devices, speedup_instances, milp_time_limit_s
     )
     done(solvers.main(options))
 
@@ -150,7 +151,8 @@ def bench_fscd_scale_command(
     """Time dense against incremental FSCD at scale."""
     from experiments.bench import fscd_scale
 
-    options = fscd_scale.Options(out, num_devices, instances, seed, ratio, single_thread_dense)
+    sizes = numbers(num_devices, int, "--num-devices")
+    options = fscd_scale.Options(out, sizes, instances, seed, ratio, single_thread_dense)
     done(fscd_scale.main(options))
 
 

@@ -62,6 +62,10 @@ class LaunchOptions:
     root_certificates: Path | None = None
 
 
+#: The options of ``fedcgd run`` that are :func:`run_flwr` arguments of the same name.
+RUN_FLWR_OPTIONS = ("deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home")
+
+
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
     """``fedcgd run`` (see :func:`run_command`); SIGINT / SIGTERM stop every process it started.
 
@@ -198,16 +202,8 @@ def launch_run(
     else:
         supernode_keys = num_nodes if args.deployment else 0
         with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
-            proc = run_flwr(
-                overrides,
-                num_supernodes=num_nodes,
-                deployment=args.deployment,
-                cpus_per_client=args.cpus_per_client,
-                gpus_per_client=args.gpus_per_client,
-                tls=tls,
-                ray_address=args.ray_address,
-                flwr_home=args.flwr_home,
-            )
+            options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
+            proc = run_flwr(overrides, num_supernodes=num_nodes, tls=tls, **options)
     result_dir = effective_result_dir(merged)
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
