@@ -125,7 +125,7 @@ def replay_plain(
     rounds: list[PlainRound] = []
     for line in metrics:
         server_round = int(line["round"])
-        seconds: dict[str, float] = {}  # PlainRound's timing fields
+        seconds: dict[str, Any] = {}  # PlainRound's timing fields (seconds)
         t_round = time.perf_counter()
         draw = setup.cell.draw_round(setup.model_bits)
         available = [int(v) for v in np.flatnonzero(draw.available)]
