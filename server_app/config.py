@@ -35,6 +35,9 @@ CHANNEL_KEYS: dict[str, str] = {
 #: The server's keys whose checked value is the :class:`RunConfig` field of the same name (the
 #: others are read with other keys in :func:`parse_run_config`).
 _SERVER_KEYS: tuple[str, ...] = (
+    "aggregator",
+    "result-dir",
+    "resume-from",
     "num-server-rounds",
     "eval-every",
     "initial-g",
@@ -158,31 +161,27 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         protocol = resolve_protocol(policy_class(policy), read(run_config, "protocol"), policy)
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
-    aggregator = read(run_config, "aggregator")
     aggregator_params = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    check_aggregator(aggregator, aggregator_params, task.num_devices)
-    result_dir = read(run_config, "result-dir")
-    resume_from = read(run_config, "resume-from")
+    values = {SCHEMA[key].attribute: read(run_config, key) for key in _SERVER_KEYS}
+    check_aggregator(values["aggregator"], aggregator_params, task.num_devices)
+    result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:
         if result_dir and Path(result_dir) != Path(resume_from):
             raise ValueError(
                 f"run-config key 'result-dir' = {result_dir!r}: a resumed run continues in its "
                 f"own folder (resume-from = {resume_from!r}); leave result-dir empty or the same"
             )
-        result_dir = resume_from
+        values["result_dir"] = resume_from
     elif result_dir == "":
-        result_dir = str(timestamped_result_dir(SERVER_RESULTS_DIR, policy))
+        values["result_dir"] = str(timestamped_result_dir(SERVER_RESULTS_DIR, policy))
     return RunConfig(
         task=task,
         training=TrainingSettings.from_run_config(run_config),
         cell=_cell_config(run_config, task.num_devices),
         policy=policy,
         policy_params=policy_params,
-        aggregator=aggregator,
         aggregator_params=aggregator_params,
         protocol=protocol,
-        result_dir=result_dir,
-        resume_from=resume_from,
         channel_trace=read(run_config, "channel.trace"),
-        **{SCHEMA[key].attribute: read(run_config, key) for key in _SERVER_KEYS},
+        **values,
     )

@@ -47,19 +47,12 @@ def in_one_process(
         ``SystemExit``, 1 with the traceback on stderr for any other exception), ``stdout``,
         ``stderr``.
     """
+    from subprocesses import run_ok  # not in the child: it imports pytest
+
     paths = [str(p) for p in pythonpath or []] + [os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve())],
-        input=json.dumps(argvs),
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    script = [sys.executable, str(Path(__file__).resolve())]
+    done = run_ok(script, input=json.dumps(argvs), cwd=PROJECT, env=env, timeout=600)
     results = json.loads(done.stdout)
     return [
         subprocess.CompletedProcess(["fedcgd", *argv], r["returncode"], r["stdout"], r["stderr"])

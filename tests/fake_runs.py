@@ -46,3 +46,14 @@ def write_run(
         (result_dir / "summary.json").write_text(json.dumps({"policy": config["policy"]}))
     last = lines[-1]["round"] if lines else 0
     write_status(result_dir, RunStatus(state, last, config["num_server_rounds"], reason=reason))
+
+
+def last_two_lines(capsys: Any, out: Path) -> tuple[str, str]:
+    """The last two lines a comparison into ``out`` wrote to stderr (what failed, what next).
+
+    Its first line on stdout must name ``out``.
+    """
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == f"output folder: {out}"
+    failed, last = captured.err.strip().splitlines()[-2:]
+    return failed, last

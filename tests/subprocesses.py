@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +41,21 @@ def run_fedcgd(*args: str) -> subprocess.CompletedProcess[str]:
     """
     proc = subprocess.run(fedcgd(*args), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
+def run_ok(
+    command: Sequence[str], *, timeout: float, cwd: Path = PROJECT_DIR, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` (in the project folder by default) with its output captured as text.
+
+    Asserts that it exits with 0 (the failure message is the end of its stderr) and returns it;
+    ``kwargs`` go to :func:`subprocess.run` (``env``, ``input``).
+    """
+    proc = subprocess.run(
+        list(command), cwd=cwd, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 

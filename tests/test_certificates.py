@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import run_ok
 
 from experiments.cli import invoke
 from experiments.run import certificates
 from experiments.run.certificates import certificate_names, make_certificates
-from fedcgd_task.settings import PROJECT_DIR
 
 
 def mode(path: Path) -> int:
@@ -155,15 +154,7 @@ print(json.dumps({"seen": {k: sorted(v) for k, v in seen.items()}, "opened": ope
 
 def test_keys_are_never_readable_by_others_even_with_umask_zero(tmp_path):
     out = tmp_path / "certs"
-    proc = subprocess.run(
-        [sys.executable, "-c", WATCH, str(out)],
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_ok([sys.executable, "-c", WATCH, str(out)], timeout=120)
     report = json.loads(proc.stdout)
     keys = ["ca.key", "server.key", "supernode-0.key", "supernode-1.key"]
     assert sorted(report["seen"]) == keys

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runs import write_run
+from fake_runs import last_two_lines, write_run
 from scipy import stats
 from subprocesses import FEDCGD, run_fedcgd
 
@@ -337,9 +337,7 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
     out = tmp_path / "failing"
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert invoke(["compare", *args]) == 1
-    captured = capsys.readouterr()
-    assert captured.out.splitlines()[0] == f"output folder: {out}"
-    failed, last = captured.err.strip().splitlines()[-2:]
+    failed, last = last_two_lines(capsys, out)
     assert failed == (
         "1 of 4 runs failed: bc/seed-1 (RuntimeError: ActorPool is empty); the tables hold "
         "the 3 completed runs"

@@ -474,34 +474,35 @@ def _frozen_round():
     )
 
 
-def test_zeroing_an_unlocked_copy_of_the_bandwidths_changes_no_verdict():
+def _refused_on_a_frozen_round(policy_class):
+    """The checked schedule of ``policy_class`` (named ``mine:<class>``) on :func:`_frozen_round`.
+
+    It must be refused: returns the round's inputs and the refusal.
+    """
     from fedcgd_strategy.policies.decision_check import schedule_checked
 
     inputs = _frozen_round()
-    policy = _Unlocks()
-    policy.name = "mine:Unlocks"
+    policy = policy_class()
+    policy.name = f"mine:{policy_class.__name__.lstrip('_')}"
     with pytest.raises(PolicyDecisionError) as err:
         schedule_checked(policy, inputs, np.random.default_rng(0), server_round=3)
+    return inputs, str(err.value)
+
+
+def test_zeroing_an_unlocked_copy_of_the_bandwidths_changes_no_verdict():
+    inputs, refusal = _refused_on_a_frozen_round(_Unlocks)
     # the decision it built says 0 Hz; the server's B* say 5 + 8 + 9 = 22 MHz
     assert (
         "devices [0, 1, 2] need 22 MHz (the sum of their minimum bandwidths B*), more "
-        "than the 20 MHz budget" in str(err.value)
+        "than the 20 MHz budget" in refusal
     )
     assert inputs.min_bandwidth_hz.tolist()[:3] == [5 * MHZ, 8 * MHZ, 9 * MHZ]
     assert not inputs.min_bandwidth_hz.flags.writeable
 
 
 def test_a_budget_written_into_the_copy_changes_no_verdict():
-    from fedcgd_strategy.policies.decision_check import schedule_checked
-
-    inputs = _frozen_round()
-    policy = _WidensTheBudget()
-    policy.name = "mine:WidensTheBudget"
-    with pytest.raises(PolicyDecisionError) as err:
-        schedule_checked(policy, inputs, np.random.default_rng(0), server_round=3)
-    assert "need 22 MHz (the sum of their minimum bandwidths B*), more than the 20 MHz" in str(
-        err.value
-    )
+    inputs, refusal = _refused_on_a_frozen_round(_WidensTheBudget)
+    assert "need 22 MHz (the sum of their minimum bandwidths B*), more than the 20 MHz" in refusal
     assert inputs.total_bandwidth_hz == 20 * MHZ
 
 

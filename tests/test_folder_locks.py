@@ -7,11 +7,13 @@ test started.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,46 @@ def hold(script: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
     )
+
+
+#: The head of a script that imports the project (``argv[1]``) and works on a folder
+#: (``Path(argv[2])``): run it with :func:`hold` or :func:`holding` and ``in_project(folder)``.
+IN_PROJECT = "import sys; sys.path.insert(0, sys.argv[1])\nfrom pathlib import Path\n"
+
+
+def in_project(folder: Path) -> tuple[str, str]:
+    """The arguments of an :data:`IN_PROJECT` script on ``folder``."""
+    return str(PROJECT_DIR), str(folder)
+
+
+@contextlib.contextmanager
+def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str]]:
+    """:func:`hold` ``script args`` for the block, entered once it says ``says``; killed after."""
+    holder = hold(script, *args)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == says
+        yield holder
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+
+
+def holding_lock(
+    folder: Path, acquire: str
+) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
+    """:func:`holding` a process that runs ``acquire`` on ``folder`` and then sleeps.
+
+    ``acquire`` is a line of Python with ``folder`` (a Path) and :mod:`run_files.folder_lock`'s
+    ``FolderLock``, ``WRITER_LOCK_FILE`` and ``claim_folder`` at hand.
+    """
+    script = IN_PROJECT + (
+        "import time\n"
+        "from run_files.folder_lock import WRITER_LOCK_FILE, FolderLock, claim_folder\n"
+        f"folder = Path(sys.argv[2]); {acquire}\n"
+        "print('held', flush=True); time.sleep(300)\n"
+    )
+    return holding(script, *in_project(folder), says="held")
 
 
 def inprocess(**values: object) -> subprocess.Popen[str]:
@@ -124,26 +166,13 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path):
     # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
     folder = tmp_path / "run"
     folder.mkdir()
-    holder = hold(
-        "import sys, time; sys.path.insert(0, sys.argv[1])\n"
-        "from pathlib import Path\n"
-        "from run_files.folder_lock import WRITER_LOCK_FILE, FolderLock\n"
-        "lock = FolderLock(Path(sys.argv[2]), WRITER_LOCK_FILE)\n"
-        "lock.acquire('k', shared_with_ancestors=False)\n"
-        "print('locked', flush=True); time.sleep(300)\n",
-        str(PROJECT_DIR),
-        str(folder),
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    lock = "lock = FolderLock(folder, WRITER_LOCK_FILE)"
+    with holding_lock(folder, f"{lock}; lock.acquire('k', shared_with_ancestors=False)") as holder:
         run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 1})
         _, err = run.communicate(timeout=300)
         assert run.returncode == 2, err
         assert f"written by process {holder.pid} " in err and err.count("\n") == 1, err
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_two_commands_with_the_same_default_folder_name_get_two_folders(tmp_path):
@@ -246,28 +275,13 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
 def test_a_held_lock_names_its_holder_and_dies_with_it(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
-    holder = hold(
-        "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "from pathlib import Path\n"
-        "from run_files.folder_lock import claim_folder\n"
-        "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
-        "print('held', flush=True)\n"
-        "import time; time.sleep(300)\n",
-        str(PROJECT_DIR),
-        str(folder),
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with holding_lock(folder, "claim = claim_folder(folder, 'result-dir')") as holder:
         with pytest.raises(FolderInUseError) as err:
             claim_folder(folder, "result-dir")
         assert err.value.pid == holder.pid and "\n" not in str(err.value)
         holder.kill()  # kill -9: the kernel drops the lock
         holder.wait()
         claim_folder(folder, "result-dir").release()
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
 
 
 def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp_path):
@@ -291,9 +305,7 @@ def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp
 
 #: Claims ``argv[2]`` (as the writer when ``argv[3]`` is ``writer``; after a line on stdin when
 #: ``argv[4]`` is ``later``), says how it holds it, and holds it until a line on stdin.
-CLAIM_AND_SAY = (
-    "import sys; sys.path.insert(0, sys.argv[1])\n"
-    "from pathlib import Path\n"
+CLAIM_AND_SAY = IN_PROJECT + (
     "from run_files.folder_lock import FolderInUseError, claim_folder\n"
     "if sys.argv[4:] == ['later']: sys.stdin.readline()\n"
     "try:\n"
@@ -305,9 +317,8 @@ CLAIM_AND_SAY = (
 )
 
 #: Starts ``CLAIM_AND_SAY argv[4:]`` (after claiming ``argv[2]`` itself), stdin and stdout piped.
-OWNER_HEAD = (
-    "import subprocess, sys; sys.path.insert(0, sys.argv[1])\n"
-    "from pathlib import Path\n"
+OWNER_HEAD = IN_PROJECT + (
+    "import subprocess\n"
     "from run_files.folder_lock import claim_folder\n"
     "claim = claim_folder(Path(sys.argv[2]), 'k')\n"
     "say = [sys.executable, '-c', sys.argv[3], sys.argv[1], sys.argv[2], *sys.argv[4:]]\n"
@@ -318,7 +329,7 @@ OWNER_HEAD = (
 
 def start_owner(folder: Path, body: str, *child_args: str) -> subprocess.Popen[str]:
     """A process that claims ``folder`` and runs ``body`` (:data:`OWNER_HEAD`), text pipes."""
-    argv = [sys.executable, "-c", OWNER_HEAD + body, str(PROJECT_DIR), str(folder)]
+    argv = [sys.executable, "-c", OWNER_HEAD + body, *in_project(folder)]
     pipe = subprocess.PIPE
     return subprocess.Popen([*argv, CLAIM_AND_SAY, *child_args], stdin=pipe, stdout=pipe, text=True)
 
@@ -362,7 +373,7 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
     try:
         assert owner.stdout is not None and owner.stdin is not None
         assert owner.stdout.readline().strip() == "released"
-        processes.append(next_owner := hold(CLAIM_AND_SAY, str(PROJECT_DIR), str(folder), "owner"))
+        processes.append(next_owner := hold(CLAIM_AND_SAY, *in_project(folder), "owner"))
         assert next_owner.stdout is not None and next_owner.stdout.readline().strip() == "owner"
         owner.stdin.write("go\n")
         owner.stdin.flush()
@@ -404,20 +415,11 @@ def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch)
     dead.wait()
     (folder / LOCK_FILE).write_text(f"{dead.pid} cafe0123cafe0123 old owner")
     monkeypatch.setenv(OWNERS_ENV, f"cafe0123cafe0123 {dead.pid}")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", BARE_FLOCK, str(folder / LOCK_FILE), "30"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with holding(BARE_FLOCK, str(folder / LOCK_FILE), "30", says="held"):
         lock = FolderLock(folder)
         with pytest.raises(FolderInUseError) as err:
             lock.acquire("result-dir", shared_with_ancestors=True)
         assert not lock.delegated and err.value.pid is None
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
@@ -425,19 +427,10 @@ def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
     # moment): the next process takes the lock instead of refusing "another process".
     folder = tmp_path / "run"
     folder.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", BARE_FLOCK, str(folder / LOCK_FILE), "0.3"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with holding(BARE_FLOCK, str(folder / LOCK_FILE), "0.3", says="held"):
         lock = FolderLock(folder).acquire("result-dir", shared_with_ancestors=False)
         assert lock.fd is not None
         lock.release()
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_released_owner_lock_is_no_longer_passed_to_children(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from run_results import assert_same_run, lines, rounds_written, two_policy_preset
-from subprocesses import FEDCGD, start_in_own_session, wait_for
+from subprocesses import FEDCGD, run_ok, start_in_own_session, wait_for
 
 from experiments.cli import invoke
 from experiments.run.run_config import (
@@ -296,15 +296,7 @@ def test_a_run_in_a_hostile_folder_stops_and_continues_with_the_printed_command_
     last = err.strip().splitlines()[-1]
     head, printed = last.split(": ", 1)
     assert head.startswith("to continue after round "), last
-    again = subprocess.run(
-        ["bash", "-c", printed],
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
+    again = run_ok(["bash", "-c", printed], timeout=600)
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
     assert json.loads((folder / "config.json").read_text())["task"]["data_dir"] == str(data)
     whole = tmp_path / "whole"

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_runs import write_run
+from fake_runs import last_two_lines, write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import FEDCGD, run_fedcgd
 
@@ -302,9 +302,7 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
     words = ["experiment=digits_policies", "policies=[bc,all]", "sweep.local-steps=[1,2]",
              f"out={out}"]  # fmt: skip
     assert reproduce.main(words) == 1  # the command, as the user wrote it
-    captured = capsys.readouterr()
-    assert captured.out.splitlines()[0] == f"output folder: {out}"
-    failed, last = captured.err.strip().splitlines()[-2:]
+    failed, last = last_two_lines(capsys, out)
     assert failed == (
         "1 of 4 runs failed: local-steps=2/bc/seed-0 (RuntimeError: ActorPool is empty); the "
         "tables hold the 3 completed runs"

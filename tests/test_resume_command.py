@@ -28,7 +28,7 @@ from run_results import (
     same_model,
     two_policy_preset,
 )
-from subprocesses import FEDCGD, fedcgd, start_in_own_session, wait_for
+from subprocesses import FEDCGD, fedcgd, run_ok, start_in_own_session, wait_for
 from test_paths import hostile_folder
 
 from experiments.cli import app
@@ -148,11 +148,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     words = printed_command(last, CONTINUE)
     assert words[1] == "inprocess"
 
-    again = subprocess.run(  # the line as printed, pasted into a shell
-        ["bash", "-c", last.split(": ", 1)[1]],
-        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert again.returncode == 0, again.stderr[-3000:]
+    again = run_ok(["bash", "-c", last.split(": ", 1)[1]], timeout=600)  # pasted into a shell
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
     assert json.loads((folder / "config.json").read_text())["task"]["data_dir"] == str(data)
     assert again.stdout.strip().splitlines()[-1] == f"completed: 150 rounds, results in {folder}"

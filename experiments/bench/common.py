@@ -7,12 +7,13 @@ import os
 import pickle
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.analysis.tables import write_csv
+from experiments.analysis.tables import text_table, write_csv
 from experiments.paper import settings as paper_settings
 from run_files.atomic_files import atomic_write_text
 
@@ -44,6 +45,46 @@ CIFAR10_LABEL_NAMES: tuple[str, ...] = (
 )
 #: The fields of a run's metrics lines a benchmark keeps per round, besides its phase timings.
 ROUND_FIELDS = ("round", "wall_time_s", "num_available", "num_scheduled", "accuracy")
+
+
+@dataclass(frozen=True)
+class TimedRuns:
+    """The options of a benchmark that times seeded runs (``fedcgd bench round``, ``inprocess``).
+
+    Rounds 2..``rounds`` are timed (round 1 holds the start-up: at least 2); the results go
+    to ``out``.
+    """
+
+    rounds: int
+    seed: int
+    out: Path
+
+
+@dataclass(frozen=True)
+class SolverInstances:
+    """The options of a benchmark of the P1 solvers (``fedcgd bench solvers``, ``fscd-scale``).
+
+    ``instances`` random instances for each V in ``num_devices``, drawn from ``seed``; the
+    tables go to ``out``.
+    """
+
+    out: Path
+    num_devices: list[int]
+    instances: int
+    seed: int
+
+
+def quantity_table(key: str, key_width: int, numbers: str, rows: Sequence[Sequence[str]]) -> str:
+    """A benchmark's printed table: a ``key`` column, the quantities, then the numbers.
+
+    ``rows`` are (key, quantity, numbers) texts; the quantity column is as wide as its widest
+    entry, ``numbers`` heads the formatted numbers.
+    """
+    width = max(len(quantity) for _, quantity, _ in rows)
+    return text_table(
+        f"{key:<{key_width}} {'quantity':<{width}} {numbers}",
+        (f"{k:<{key_width}} {quantity:<{width}} {text}" for k, quantity, text in rows),
+    )
 
 
 def load_average() -> float | None:

@@ -12,12 +12,12 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import SupportsFloat
 
 import numpy as np
 
 from experiments.analysis.tables import write_csv
+from experiments.bench.common import SolverInstances
 from experiments.bench.reference_solvers import fscd_dense
 from experiments.paper.solver_performance import random_problem
 from fedcgd_strategy.problem import SchedulingProblem
@@ -59,27 +59,22 @@ def column(
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(SolverInstances):
     """The options of ``fedcgd bench fscd-scale`` (their defaults are the command's)."""
 
-    out: Path
-    num_devices: str
-    instances: int
-    seed: int
     ratio: float
     single_thread_dense: bool
 
 
 def main(args: Options) -> int:
     """Run the benchmark, print the table and write ``runs.csv`` and ``summary.csv``."""
-    sizes = [int(x) for x in args.num_devices.split(",") if x]
     runs: list[dict[str, object]] = []
     summary: list[dict[str, object]] = []
     print(
         f"{'V':>5} {'inst':>4} {'feasible':>8} {'dense s':>8} {'incr s':>8} {'speed-up':>8} "
         f"{'agree':>5} {'iters':>6} {'|Pi|':>5}"
     )
-    for num_devices in sizes:
+    for num_devices in args.num_devices:
         group: list[dict[str, object]] = []
         for instance in range(args.instances):
             problem = scale_problem(num_devices, args.seed, instance, args.ratio)

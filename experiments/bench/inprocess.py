@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.tables import text_table
 from experiments.bench.bare_loop import BareRun, bare_rounds
 from experiments.bench.common import (
     PHASES,
+    TimedRuns,
     largest_accuracy_gap,
     load_average,
     progress,
+    quantity_table,
     round_fields,
     write_table,
 )
@@ -168,6 +169,10 @@ def time_statement(code: str, cwd: Path) -> float:
     return time.perf_counter() - started
 
 
+#: The heads of the printed table's numbers.
+NUMBERS = f"{'median':>9} {'min':>9} {'max':>9}"
+
+
 @dataclass(frozen=True)
 class Row:
     """One line of the table: a quantity's median, min and max over the repeats."""
@@ -180,6 +185,11 @@ class Row:
     def median(self) -> float:
         """Median over the repeats."""
         return float(statistics.median(self.values))
+
+    def cells(self) -> tuple[str, str, str]:
+        """Its line of the printed table: median, min and max (:data:`NUMBERS`)."""
+        numbers = f"{self.median:9.4f} {min(self.values):9.4f} {max(self.values):9.4f}"
+        return self.checkout, self.quantity, numbers
 
 
 def build_rows(
@@ -210,20 +220,6 @@ def build_rows(
     ]
     rows += [Row("python", label, list(values)) for label, values in imports.items()]
     return rows
-
-
-def format_table(rows: Sequence[Row]) -> str:
-    """The printed table: median (min .. max) of every row."""
-    width = max(len(r.quantity) for r in rows)
-    header = f"{'checkout':<8} {'quantity':<{width}} {'median':>9} {'min':>9} {'max':>9}"
-    return text_table(
-        header,
-        (
-            f"{r.checkout:<8} {r.quantity:<{width}} {r.median:9.4f} {min(r.values):9.4f} "
-            f"{max(r.values):9.4f}"
-            for r in rows
-        ),
-    )
 
 
 def write_outputs(
@@ -266,15 +262,9 @@ def write_outputs(
 
 
 @dataclass(frozen=True)
-class Options:
-    """The options of ``fedcgd bench inprocess`` (their defaults are the command's).
+class Options(TimedRuns):
+    """The options of ``fedcgd bench inprocess`` (their defaults are the command's)."""
 
-    Rounds 2..``rounds`` of seeded runs are timed (round 1 holds the start-up: at least 2).
-    """
-
-    rounds: int
-    seed: int
-    out: Path
     repeats: int
     local_steps: int
     policy: str
@@ -359,7 +349,7 @@ def main(args: Options) -> int:
         f"largest accuracy difference in-process vs bare {max(gaps):.3g}."
     )
     print()
-    print(format_table(rows))
+    print(quantity_table("checkout", 8, NUMBERS, [r.cells() for r in rows]))
     print()
     log(f"wrote {csv_path} and {json_path}")
     return 0

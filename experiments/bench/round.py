@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.tables import text_table
 from experiments.bench.common import (
     PHASES,
+    TimedRuns,
     largest_accuracy_gap,
     progress,
+    quantity_table,
     round_fields,
     write_random_cifar10,
     write_table,
@@ -83,6 +84,10 @@ def run_simulation(
     return proc.returncode, time.perf_counter() - start, tail
 
 
+#: The heads of the printed table's numbers.
+NUMBERS = f"{'flwr s':>8} {'plain s':>8} {'flwr/plain':>10}"
+
+
 @dataclass(frozen=True)
 class Row:
     """One line of the table: a quantity per round (mean over rounds 2..R) both ways, a note."""
@@ -99,6 +104,11 @@ class Row:
         if self.flwr_s is None or self.plain_s is None or self.plain_s < MIN_RATIO_BASE_S:
             return None
         return self.flwr_s / self.plain_s
+
+    def cells(self) -> tuple[str, str, str]:
+        """Its line of the printed table (:data:`NUMBERS`)."""
+        numbers = (_fmt(self.flwr_s), _fmt(self.plain_s), _fmt(self.ratio, "10.2f"))
+        return self.policy, self.quantity, " ".join(numbers)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -197,20 +207,6 @@ def _fmt(value: float | None, spec: str = "8.3f") -> str:
     return " " * (len(format(0.0, spec)) - 1) + "-" if value is None else format(value, spec)
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    """The printed table: one block per policy."""
-    width = max(len(r.quantity) for r in rows)
-    header = f"{'policy':<12} {'quantity':<{width}} {'flwr s':>8} {'plain s':>8} {'flwr/plain':>10}"
-    return text_table(
-        header,
-        (
-            f"{row.policy:<12} {row.quantity:<{width}} {_fmt(row.flwr_s)} {_fmt(row.plain_s)} "
-            f"{_fmt(row.ratio, '10.2f')}"
-            for row in rows
-        ),
-    )
-
-
 def write_outputs(
     out: Path,
     rows: Sequence[Row],
@@ -246,15 +242,9 @@ def write_outputs(
 
 
 @dataclass(frozen=True)
-class Options:
-    """The options of ``fedcgd bench round`` (their defaults are the command's).
+class Options(TimedRuns):
+    """The options of ``fedcgd bench round`` (their defaults are the command's)."""
 
-    Rounds 2..``rounds`` of seeded runs are timed (round 1 holds the start-up: at least 2).
-    """
-
-    rounds: int
-    seed: int
-    out: Path
     threads: int
     policies: str
 
@@ -342,7 +332,7 @@ def main(args: Options) -> int:
             f"largest accuracy difference flwr vs plain {accuracy_gaps[run.policy]:.4f}"
         )
     print()
-    print(format_table(rows))
+    print(quantity_table("policy", 12, NUMBERS, [r.cells() for r in rows]))
     print()
     progress(f"wrote {csv_path} and {json_path}", phases)
     return 0

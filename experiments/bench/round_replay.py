@@ -84,10 +84,11 @@ def replay_plain(
     rounds: list[PlainRound] = []
     for line in metrics:
         server_round = int(line["round"])
+        seconds: dict[str, Any] = {}  # PlainRound's timing fields (seconds)
         t_round = time.perf_counter()
         draw = setup.cell.draw_round(setup.model_bits)
         available = [int(v) for v in np.flatnonzero(draw.available)]
-        channel_s = time.perf_counter() - t_round
+        seconds["channel_s"] = time.perf_counter() - t_round
         if len(available) != int(line["num_available"]):
             raise RuntimeError(
                 f"round {server_round}: the replayed channel has {len(available)} available "
@@ -106,7 +107,7 @@ def replay_plain(
                 np.bincount(split.labels[np.concatenate(batches)], minlength=split.num_classes)
                 x_first, y_first = split.tensors(batches[0])
                 gradient_spread(model, x_first, y_first)
-        sigma_s = time.perf_counter() - t0
+        seconds["sigma_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         train_local_s = 0.0
@@ -128,7 +129,7 @@ def replay_plain(
             )
             train_local_s += time.perf_counter() - t1
             states[v] = {k: t.detach().cpu().numpy().copy() for k, t in model.state_dict().items()}
-        train_s = time.perf_counter() - t0
+        seconds["train_s"], seconds["train_local_s"] = time.perf_counter() - t0, train_local_s
 
         t0 = time.perf_counter()
         uploaded = [int(v) for v in line.get("uploaded", scheduled)]
@@ -137,27 +138,14 @@ def replay_plain(
             global_state = {
                 k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in averaged.items()
             }
-        aggregate_s = time.perf_counter() - t0
+        seconds["aggregate_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         loss, accuracy = setup.evaluate(global_state)  # the ServerApp's central evaluation
-        eval_s = time.perf_counter() - t0
-        rounds.append(
-            PlainRound(
-                round=server_round,
-                num_available=len(available),
-                num_scheduled=len(scheduled),
-                channel_s=channel_s,
-                sigma_s=sigma_s,
-                train_s=train_s,
-                train_local_s=train_local_s,
-                aggregate_s=aggregate_s,
-                eval_s=eval_s,
-                round_s=time.perf_counter() - t_round,
-                accuracy=accuracy,
-                loss=loss,
-            )
-        )
+        seconds["eval_s"] = time.perf_counter() - t0
+        seconds["round_s"] = time.perf_counter() - t_round
+        counts = (len(available), len(scheduled))
+        rounds.append(PlainRound(server_round, *counts, accuracy=accuracy, loss=loss, **seconds))
     return PlainRun(
         policy=str(run_config["policy"]), threads=threads, setup_s=setup_s, rounds=rounds
     )

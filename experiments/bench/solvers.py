@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
 from experiments.analysis.tables import write_csv
+from experiments.bench.common import SolverInstances
 from experiments.bench.reference_solvers import coordinate_descent_loop, fscd_loop, greedy_loop
 from experiments.paper.solver_performance import random_problem
 from fedcgd_strategy.problem import SchedulingProblem
@@ -59,13 +59,9 @@ def call(
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(SolverInstances):
     """The options of ``fedcgd bench solvers`` (their defaults are the command's)."""
 
-    out: Path
-    instances: int
-    seed: int
-    num_devices: str
     speedup_devices: int
     speedup_instances: int
     milp_time_limit_s: float
@@ -73,11 +69,10 @@ class Options:
 
 def main(args: Options) -> int:
     """Run the benchmark, print two tables and write ``times.csv`` and ``speedup.csv``."""
-    sizes = [int(x) for x in args.num_devices.split(",") if x]
     limit = args.milp_time_limit_s if args.milp_time_limit_s > 0 else None
     time_rows: list[dict[str, object]] = []
     print(f"{'V':>4} {'method':>6} {'median s':>10} {'mean iters':>10} {'proven':>7}")
-    for num_devices in sizes:
+    for num_devices in args.num_devices:
         records: dict[str, list[tuple[ScheduleResult, float]]] = {}
         for instance in range(args.instances):
             problem = bench_problem(num_devices, args.seed, instance)

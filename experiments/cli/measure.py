@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
-from experiments.cli.options import done, not_none, numbers, refuse
+from experiments.cli.options import choice_option, done, not_none, numbers, refuse
+from fedcgd_task.schema import PACK_RULES
 
 
 def solver_performance_command(
@@ -69,17 +69,14 @@ def schedule_table_command(
     fit_max: Annotated[int, typer.Option(min=1, help="largest V' of --fit-poc")] = 30,
     label_dist: Annotated[
         str | None,
-        typer.Option(
-            click_type=click.Choice(["batch", "local"]),
-            help="p_v: histogram of the round's tau*b labels (batch, the default), or the shard",
+        choice_option(
+            ("batch", "local"),
+            "p_v: histogram of the round's tau*b labels (batch, the default), or the shard",
         ),
     ] = None,
     num_devices: Annotated[int | None, typer.Option(help="V (default: the paper's)")] = None,
     local_steps: Annotated[int | None, typer.Option(help="tau (default: the paper's)")] = None,
-    pack_rule: Annotated[
-        str | None,
-        typer.Option(click_type=click.Choice(["stop", "skip"]), help="best effort (stop)"),
-    ] = None,
+    pack_rule: Annotated[str | None, choice_option(PACK_RULES, "best effort (stop)")] = None,
     policies: Annotated[
         str | None,
         typer.Option(help="comma-separated policies (Table II's by default)"),
@@ -126,8 +123,9 @@ def bench_solvers_command(
     """Time the P1 solvers; vectorised against loop implementations."""
     from experiments.bench import solvers
 
+    sizes = numbers(num_devices, int, "--num-devices")
     options = solvers.Options(
-        out, instances, seed, num_devices, speedup_devices, speedup_instances, milp_time_limit_s
+        out, sizes, instances, seed, speedup_devices, speedup_instances, milp_time_limit_s
     )
     done(solvers.main(options))
 
@@ -150,7 +148,8 @@ def bench_fscd_scale_command(
     """Time dense against incremental FSCD at scale."""
     from experiments.bench import fscd_scale
 
-    options = fscd_scale.Options(out, num_devices, instances, seed, ratio, single_thread_dense)
+    sizes = numbers(num_devices, int, "--num-devices")
+    options = fscd_scale.Options(out, sizes, instances, seed, ratio, single_thread_dense)
     done(fscd_scale.main(options))
 
 

@@ -46,6 +46,11 @@ def path_option(*names: str, help: str, **kwargs: Any) -> Any:
     return typer.Option(*names, click_type=CheckedPath(), help=help, **kwargs)
 
 
+def choice_option(choices: Sequence[str], help: str) -> Any:
+    """A ``typer.Option`` that takes one of ``choices``."""
+    return typer.Option(click_type=click.Choice(list(choices)), help=help)
+
+
 #: ``--out`` of a single run by default: the project's ``results/``.
 DEFAULT_RESULTS = PROJECT_DIR / "results"
 

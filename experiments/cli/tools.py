@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
-from experiments.cli.options import done, not_none, path_option, refuse
+from experiments.cli.options import choice_option, done, not_none, path_option, refuse
+from fedcgd_task.schema import PATHLOSS_MODELS
 
 
 def certificates_command(
@@ -40,13 +40,7 @@ def channel_report_command(
     deadline_s: Annotated[float | None, typer.Option(help="upload deadline (default 2 s)")] = None,
     rounds: int = 1000,
     seed: int = 0,
-    pathloss_model: Annotated[
-        str | None,
-        typer.Option(
-            click_type=click.Choice(["paper", "tr38901"]),
-            help="default: paper",
-        ),
-    ] = None,
+    pathloss_model: Annotated[str | None, choice_option(PATHLOSS_MODELS, "default: paper")] = None,
     total_bandwidth_hz: Annotated[float | None, typer.Option(help="default 20 MHz")] = None,
 ) -> None:
     """The UMi-Street Canyon uplink of a cell: availability, feasibility, bandwidths."""

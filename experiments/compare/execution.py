@@ -58,6 +58,22 @@ ENGINES = ("simulation", "deployment", "inprocess")
 
 
 @dataclass(frozen=True)
+class LaunchSettings:
+    """How a comparison's runs are launched (:func:`execute_plans`, :func:`launch`).
+
+    ``engine``: one of :data:`ENGINES`; ``jobs``: runs at once (more than one: ``inprocess``
+    only); ``num_supernodes`` (simulation and deployment): default the run's ``num-devices``;
+    ``cpus_per_client``, ``gpus_per_client``: each simulated ClientApp's resources.
+    """
+
+    engine: str
+    jobs: int = 1
+    num_supernodes: int | None = None
+    cpus_per_client: int = 1
+    gpus_per_client: float = 0.0
+
+
+@dataclass(frozen=True)
 class FailedRun:
     """A run that did not complete: its label (``bc/seed-1``) and why, one line."""
 
@@ -117,13 +133,7 @@ def claim_run_folder(plan: PlannedRun) -> FolderClaim:
     return claim_folder(plan.result_dir, f"{plan.label}: result folder")
 
 
-def launch(
-    plan: PlannedRun,
-    engine: str,
-    num_supernodes: int,
-    cpus_per_client: int,
-    gpus_per_client: float,
-) -> str | None:
+def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
     """Run one planned run in the foreground; None when it completed, else why not (one line).
 
     The folder is locked for the run (:func:`claim_run_folder`; taken by another process: that
@@ -139,16 +149,17 @@ def launch(
         launched_unix_s = time.time()
         output = ""
         failure = None
-        if engine == "inprocess":
+        if how.engine == "inprocess":
             failure = _run_inprocess(plan.overrides)
             code = 0 if failure is None else 1
         else:
             proc = run_flwr(
                 plan.overrides,
-                num_supernodes=num_supernodes,
-                deployment=engine == "deployment",
-                cpus_per_client=cpus_per_client,
-                gpus_per_client=gpus_per_client,
+                num_supernodes=how.num_supernodes
+                or int(plan.overrides.get("num-devices", default_run_config()["num-devices"])),
+                deployment=how.engine == "deployment",
+                cpus_per_client=how.cpus_per_client,
+                gpus_per_client=how.gpus_per_client,
             )
             code, output = proc.returncode, proc.stdout or ""
         return run_reason(plan, code, launched_unix_s, output, failure)
@@ -268,15 +279,10 @@ def run_policies(
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)
-        tracker = tracker or RunProgress(total=len(plans))
         outcomes = execute_plans(
             plans,
-            engine=engine,
-            jobs=jobs,
-            num_supernodes=num_supernodes,
-            cpus_per_client=cpus_per_client,
-            gpus_per_client=gpus_per_client,
-            tracker=tracker,
+            LaunchSettings(engine, jobs, num_supernodes, cpus_per_client, gpus_per_client),
+            tracker=tracker or RunProgress(total=len(plans)),
             header=lambda plan: run_header(plan, policies, seeds),
         )
         return collect_runs(plans, outcomes, out, target_accuracy)
@@ -295,23 +301,18 @@ def run_header(
 
 def execute_plans(
     plans: Sequence[PlannedRun],
+    how: LaunchSettings,
     *,
-    engine: str,
-    jobs: int = 1,
-    num_supernodes: int | None = None,
-    cpus_per_client: int = 1,
-    gpus_per_client: float = 0.0,
     tracker: RunProgress,
     header: Callable[[PlannedRun], str],
 ) -> dict[Path, str | None]:
     """Run every plan that is not kept; result folder -> None (completed or kept) or why not.
 
-    With ``jobs`` = 1 each run goes in the foreground, its output on this terminal. With more
+    With ``how.jobs`` = 1 each run goes in the foreground, its output on this terminal. With more
     (``inprocess`` engine only, :func:`experiments.run.run_pool.resolve_jobs`) up to ``jobs`` runs
     go at once, each in its own process with its output in ``<result folder>/run.log``; a
     line says when each starts and how it ended. Each start line begins with ``tracker``'s
-    overall progress and then ``header(plan)``. ``num_supernodes`` (simulation and deployment):
-    default the run's ``num-devices``.
+    overall progress and then ``header(plan)``.
     """
     outcomes: dict[Path, str | None] = {}
     to_run = []
@@ -337,14 +338,11 @@ def execute_plans(
         if reason is not None:
             print(f"{plan.label} failed: {reason}", flush=True)
 
-    if jobs == 1:
+    if how.jobs == 1:
         for plan in to_run:
             announce(plan)
             tracker.start_run(plan.result_dir)
-            nodes = num_supernodes or int(
-                plan.overrides.get("num-devices", default_run_config()["num-devices"])
-            )
-            record(plan, launch(plan, engine, nodes, cpus_per_client, gpus_per_client))
+            record(plan, launch(plan, how))
         return outcomes
     launched: dict[int, float] = {}
     claims: dict[int, FolderClaim] = {}
@@ -378,12 +376,12 @@ def execute_plans(
         run_jobs(
             [
                 Job(
-                    inprocess_command(p.overrides, cohort_threads=cores_per_job(jobs)),
+                    inprocess_command(p.overrides, cohort_threads=cores_per_job(how.jobs)),
                     p.result_dir / RUN_LOG,
                 )
                 for p in to_run
             ],
-            jobs,
+            how.jobs,
             on_start,
             on_end,
         )

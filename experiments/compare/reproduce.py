@@ -22,6 +22,7 @@ from experiments.compare.execution import (
     ENGINES,
     ComparisonRuns,
     FailedRun,
+    LaunchSettings,
     collect_runs,
     execute_plans,
     run_header,
@@ -267,11 +268,13 @@ def _reproduce_planned(
 
     outcomes = execute_plans(
         [plan for point_plans in per_point for plan in point_plans],
-        engine=engine,
-        jobs=jobs,
-        num_supernodes=cfg.launcher.num_supernodes,
-        cpus_per_client=int(cfg.launcher.cpus_per_client),
-        gpus_per_client=float(cfg.launcher.gpus_per_client),
+        LaunchSettings(
+            engine,
+            jobs,
+            cfg.launcher.num_supernodes,
+            int(cfg.launcher.cpus_per_client),
+            float(cfg.launcher.gpus_per_client),
+        ),
         tracker=tracker,
         header=header,
     )

@@ -97,6 +97,10 @@ def check_gpus(args: LaunchOptions, device: str) -> None:
         )
 
 
+#: The options of ``fedcgd run`` that are :func:`run_flwr` arguments of the same name.
+RUN_FLWR_OPTIONS = ("deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home")
+
+
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
     """``fedcgd run`` (:func:`run_command`); SIGINT / SIGTERM stop every process it started."""
     from experiments.run.resume_command import LastWords
@@ -226,16 +230,10 @@ def launch_run(
         supernode_keys = num_nodes if args.deployment else 0
         try:
             with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
+                options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
+                gpus = gpu_list(args.supernode_gpus)
                 proc = run_flwr(
-                    overrides,
-                    num_supernodes=num_nodes,
-                    deployment=args.deployment,
-                    cpus_per_client=args.cpus_per_client,
-                    gpus_per_client=args.gpus_per_client,
-                    tls=tls,
-                    ray_address=args.ray_address,
-                    flwr_home=args.flwr_home,
-                    supernode_gpus=gpu_list(args.supernode_gpus),
+                    overrides, num_supernodes=num_nodes, tls=tls, supernode_gpus=gpus, **options
                 )
         except Interrupted as stop:  # the ServerApp was stopped from outside: it cannot say so
             mark_stopped(effective_result_dir(merged), str(stop))

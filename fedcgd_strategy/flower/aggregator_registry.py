@@ -145,24 +145,19 @@ def aggregator_arguments(
 
 
 def build_strategy(
-    setting: str,
-    params: Mapping[str, object],
-    key: str = AGGREGATOR_KEY,
-    table: str = PARAMS_KEY,
-    num_devices: int | None = None,
+    setting: str, arguments: Mapping[str, object], key: str = AGGREGATOR_KEY
 ) -> Strategy:
-    """A fresh strategy of the class ``setting`` names, built with the checked ``params``.
+    """A fresh strategy of the class ``setting`` names, built with the checked ``arguments``.
 
-    ``key`` and ``table`` are the run-config keys of the class and of its parameters;
-    ``num_devices`` the run's (see :func:`aggregator_arguments`).
+    ``arguments`` come from :func:`aggregator_arguments`; ``key`` is the run-config key of the
+    class.
 
     Raises
     ------
     ValueError
-        One line: see :func:`aggregator_arguments`; or the constructor raised.
+        One line: the constructor raised.
 
     """
-    arguments = aggregator_arguments(setting, params, key, table, num_devices)
     try:
         return aggregator_class(setting, key)(**arguments)
     except Exception as err:

@@ -64,6 +64,7 @@ from fedcgd_strategy.flower.aggregator_registry import (
     AGGREGATOR_KEY,
     DEFAULT_AGGREGATOR,
     PARAMS_KEY,
+    aggregator_arguments,
     aggregator_class,
     build_strategy,
     minimum_uploads,
@@ -117,7 +118,7 @@ def make_aggregator(
         if num_devices is None:
             raise TypeError(f"aggregator {setting!r} is built with num_devices")
         return make_dp_aggregator(setting, params, num_devices)
-    return build_strategy(setting, params, num_devices=num_devices)
+    return build_strategy(setting, aggregator_arguments(setting, params, num_devices=num_devices))
 
 
 def resolved_aggregator(

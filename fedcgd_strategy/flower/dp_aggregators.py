@@ -81,6 +81,7 @@ from fedcgd_strategy.flower.aggregator_params import check_ranges
 from fedcgd_strategy.flower.aggregator_registry import (
     PARAMS_KEY,
     SCHEDULER_OWNS,
+    aggregator_arguments,
     aggregator_class,
     build_strategy,
     class_path,
@@ -277,7 +278,8 @@ def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: 
 
     """
     inner, inner_params, arguments = dp_arguments(setting, params, num_devices)
-    wrapped = build_strategy(inner, inner_params, INNER_KEY, INNER_TABLE, num_devices)
+    checked = aggregator_arguments(inner, inner_params, INNER_KEY, INNER_TABLE, num_devices)
+    wrapped = build_strategy(inner, checked, INNER_KEY)
     cls: Any = dp_class(setting)  # a DP wrapper's constructor (is_dp_class)
     try:
         return typing.cast(

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
-from flwr.app import Message, RecordDict
+from flwr.app import Message
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
@@ -131,16 +131,9 @@ class PatientGrid(Grid):
         """The wrapped grid's."""
         return self.grid.run
 
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
         """The wrapped grid's."""
-        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+        return self.grid.create_message(*args, **kwargs)
 
     def get_node_ids(self) -> Iterable[int]:
         """The wrapped grid's."""
