@@ -74,7 +74,9 @@ def read_run(folder: Path) -> RunLine:
         started = (folder / CONFIG_FILE).stat().st_mtime
     except (OSError, ValueError):
         pass
-    task = config.get("task") if isinstance(config.get("task"), dict) else {}
+    task = config.get("task")
+    if not isinstance(task, dict):
+        task = {}
     try:
         status = read_status(folder)
     except ValueError:
