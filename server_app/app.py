@@ -263,13 +263,16 @@ def train_rounds(
     recorder = RoundRecorder(setup, writer, say)
     strategy = setup.strategy(on_record=recorder.add_record)
     grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply
-    wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=ArrayRecord(setup.model.state_dict()),
-        num_rounds=config.num_server_rounds - setup.round_offset,
-        timeout=config.train_timeout_s,
-        train_config=ConfigRecord(config.training.to_config()),
-        evaluate_fn=recorder,
-    )
+    try:
+        wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(setup.model.state_dict()),
+            num_rounds=config.num_server_rounds - setup.round_offset,
+            timeout=config.train_timeout_s,
+            train_config=ConfigRecord(config.training.to_config()),
+            evaluate_fn=recorder,
+        )
+    finally:
+        recorder.events.close()
     return dict(result.arrays.to_torch_state_dict())

@@ -18,6 +18,7 @@ from run_files.results import ResultWriter
 from run_files.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.checkpoint import save_checkpoint
 from server_app.setup import RunSetup
+from server_app.tensorboard_events import RoundEvents
 
 
 def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
@@ -49,6 +50,7 @@ class RoundRecorder:
         self.writer = writer
         self.say = say
         self._record: RoundRecord | None = None
+        self.events = RoundEvents(writer.dir, setup.round_offset)
 
     def add_record(self, record: RoundRecord) -> None:
         """Keep the record of the round just aggregated (the strategy's ``on_record``)."""
@@ -116,6 +118,7 @@ class RoundRecorder:
         }
         line.update(record.to_dict())
         writer.append_round(line)
+        self.events.add(line)
         lost = lost_counts(writer.lines)
         write_status(writer.dir, RunStatus(RUNNING, server_round, num_rounds, **lost))
         if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):

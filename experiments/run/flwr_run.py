@@ -18,9 +18,10 @@ from experiments.run.federation import (
     flower_home,
 )
 from experiments.run.flwr_output import stream_output
-from experiments.run.processes import guarded_popen, stop_tree
+from experiments.run.processes import Interrupted, guarded_popen, stop_tree
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
+from run_files.run_status import mark_stopped
 
 
 def run_flwr(
@@ -78,15 +79,21 @@ def run_flwr(
             ray_address=ray_address,
             supernode_gpus=supernode_gpus,
         )
-        with federation as fed:
-            verbose = run_config.get("verbose") is True
-            proc = fed.flwr_run(project_dir, options, echo=verbose)
-            try:
-                output = stream_output(proc, verbose=verbose)
-            finally:  # also on Ctrl-C / SIGTERM: the client goes before the SuperLink
-                if proc.poll() is None:
-                    stop_tree([proc.pid])
-                proc.wait()
+        try:
+            with federation as fed:
+                verbose = run_config.get("verbose") is True
+                proc = fed.flwr_run(project_dir, options, echo=verbose)
+                try:
+                    output = stream_output(proc, verbose=verbose)
+                finally:  # also on Ctrl-C / SIGTERM: the client goes before the SuperLink
+                    if proc.poll() is None:
+                        stop_tree([proc.pid])
+                    proc.wait()
+        except Interrupted as stop:  # its ServerApp was stopped by PID and cannot say so
+            folder = run_config.get("resume-from") or run_config.get("result-dir")
+            if folder:
+                mark_stopped(Path(folder), str(stop))
+            raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, output, "")
 
 

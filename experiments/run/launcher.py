@@ -218,9 +218,7 @@ def launch_run(
     """
     from experiments.run.outcome import run_outcome
     from experiments.run.preflight import effective_result_dir
-    from experiments.run.processes import Interrupted
     from run_files.atomic_files import ResultWriteError
-    from run_files.run_status import mark_stopped
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])
@@ -228,16 +226,12 @@ def launch_run(
         proc = run_on_superlink(overrides, args.superlink, args.root_certificates)
     else:
         supernode_keys = num_nodes if args.deployment else 0
-        try:
-            with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
-                options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
-                gpus = gpu_list(args.supernode_gpus)
-                proc = run_flwr(
-                    overrides, num_supernodes=num_nodes, tls=tls, supernode_gpus=gpus, **options
-                )
-        except Interrupted as stop:  # the ServerApp was stopped from outside: it cannot say so
-            mark_stopped(effective_result_dir(merged), str(stop))
-            raise
+        with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
+            options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
+            gpus = gpu_list(args.supernode_gpus)
+            proc = run_flwr(
+                overrides, num_supernodes=num_nodes, tls=tls, supernode_gpus=gpus, **options
+            )
     result_dir = effective_result_dir(merged)
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")

@@ -1,0 +1,77 @@
+"""Each run's TensorBoard events, read back with TensorBoard's own reader."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from task_settings import checkpointed_run_config
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from experiments.run.inprocess import run_inprocess
+from run_files.results import METRICS_FILE
+from server_app.tensorboard_events import SCALARS
+
+SMALL = {"num-devices": 6, "channel.availability-prob": 0.8}
+
+
+def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar TensorBoard shows for ``folder``: tag -> [(step, value)]."""
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+def metrics(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
+
+
+def expected(lines: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """The metrics lines' finite numbers by tag (the oracle: metrics.jsonl itself)."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for tag, field in SCALARS.items():
+        points = [
+            (line["round"], float(line[field]))
+            for line in lines
+            if isinstance(line.get(field), int | float)
+        ]
+        if points:
+            out[tag] = points
+    return out
+
+
+def assert_same(shown: dict, wanted: dict) -> None:
+    assert set(shown) == set(wanted)
+    for tag, points in wanted.items():
+        assert [step for step, _ in shown[tag]] == [step for step, _ in points], tag
+        for (_, value), (_, want) in zip(shown[tag], points, strict=True):
+            assert value == pytest.approx(want, rel=2**-23, abs=1e-37), tag  # stored as float32
+
+
+def test_every_round_shows_its_metrics_line(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    run_inprocess(checkpointed_run_config(folder, **SMALL, **{"num-server-rounds": 3}))
+    lines = metrics(folder)
+    shown = scalars(folder)
+    assert {"accuracy", "loss", "schedule/wemd", "estimates/sigma", "devices/scheduled"} <= set(
+        shown
+    )
+    assert_same(shown, expected(lines))
+
+
+def test_a_resumed_run_shows_each_round_once(tmp_path: Path) -> None:
+    """Killed after round 3 with its checkpoint of round 2: the resume replaces round 3."""
+    killed, short = tmp_path / "killed", tmp_path / "short"
+    run_inprocess(checkpointed_run_config(killed, **SMALL, **{"num-server-rounds": 3}))
+    run_inprocess(checkpointed_run_config(short, **SMALL, **{"num-server-rounds": 2}))
+    shutil.copy(short / "checkpoint.pt", killed / "checkpoint.pt")  # as if killed after 3
+    resumed = {**SMALL, "num-server-rounds": 4, "resume-from": str(killed)}
+    run_inprocess(checkpointed_run_config(killed, **resumed))
+    lines = metrics(killed)
+    assert [line["round"] for line in lines] == [1, 2, 3, 4]
+    assert len(list(killed.glob("events.out.tfevents.*"))) == 2
+    assert_same(scalars(killed), expected(lines))
