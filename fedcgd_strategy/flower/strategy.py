@@ -1,12 +1,8 @@
 """The Flower Strategy: one scheduled round of wireless FL (Alg. 3; docs/design.md, "One round").
 
-``configure_train`` runs the phases before training in order (settle late replies, discover
-new nodes, draw the channel, choose the trainees, build the train messages); the network round
-trips happen there because Flower's loop has no other place before training.
-``aggregate_train`` validates the replies, schedules now under protocol ``"train-all"``,
-aggregates the scheduled models, lets the policy update Ĝ and records the round. A device whose
-reply fails is out for the round (:mod:`~.replies`); a node that timed out is sent nothing until
-it answers (:mod:`fedcgd_strategy.pending`).
+:meth:`ScheduledStrategy.configure_train` lists the phases before training in order;
+:meth:`ScheduledStrategy.aggregate_train` validates the replies, aggregates the scheduled
+models, lets the policy update Ĝ and records the round.
 """
 
 from __future__ import annotations
