@@ -54,6 +54,31 @@ class TraceError(ValueError):
         super().__init__(f"{where}: {reason}")
 
 
+def _layout_problem(
+    available_dtype: np.dtype,
+    available_shape: tuple[int, ...],
+    gain_dtype: np.dtype,
+    gain_shape: tuple[int, ...],
+) -> str | None:
+    """Why two arrays of these dtypes and shapes are not a trace; None when they are."""
+    if available_dtype != np.bool_:
+        return f"array available has dtype {available_dtype}; must be bool"
+    if gain_dtype.kind != "f":
+        return f"array gain_lin has dtype {gain_dtype}; must be a float type"
+    for name, shape in (("available", available_shape), ("gain_lin", gain_shape)):
+        if len(shape) != 2 or 0 in shape:
+            return (
+                f"array {name} has shape {shape}; must be 2-D [R, V] with R >= 1 rounds and "
+                "V >= 1 devices"
+            )
+    if gain_shape != available_shape:
+        return (
+            f"array gain_lin has shape {gain_shape}, available {available_shape}; both must be "
+            "[R, V]"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class ChannelTrace:
     """A validated channel trace: availability and average gain of V devices over R rounds.
@@ -78,21 +103,9 @@ class ChannelTrace:
         """Check dtypes, shapes and gains; keep read-only float64 / bool copies."""
         available = np.asarray(self.available)
         gain = np.asarray(self.gain_lin)
-        if available.dtype != np.bool_:
-            raise TraceError(f"array available has dtype {available.dtype}; must be bool")
-        if gain.dtype.kind != "f":
-            raise TraceError(f"array gain_lin has dtype {gain.dtype}; must be a float type")
-        for name, array in (("available", available), ("gain_lin", gain)):
-            if array.ndim != 2 or 0 in array.shape:
-                raise TraceError(
-                    f"array {name} has shape {array.shape}; must be 2-D [R, V] with R >= 1 "
-                    "rounds and V >= 1 devices"
-                )
-        if gain.shape != available.shape:
-            raise TraceError(
-                f"array gain_lin has shape {gain.shape}, available {available.shape}; both "
-                "must be [R, V]"
-            )
+        problem = _layout_problem(available.dtype, available.shape, gain.dtype, gain.shape)
+        if problem is not None:
+            raise TraceError(problem)
         bad = ~(np.isfinite(gain) & (gain >= 0.0))
         if np.any(bad):
             row, column = (int(i) for i in np.argwhere(bad)[0])
@@ -149,23 +162,9 @@ def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
     if names != sorted(TRACE_ARRAYS):
         raise TraceError(f"holds the arrays {names}; {must}", path)
     available, gain = headers["available"], headers["gain_lin"]
-    if available.dtype != np.bool_:
-        raise TraceError(f"array available has dtype {available.dtype}; must be bool", path)
-    if gain.dtype.kind != "f":
-        raise TraceError(f"array gain_lin has dtype {gain.dtype}; must be a float type", path)
-    for name, header in (("available", available), ("gain_lin", gain)):
-        if len(header.shape) != 2 or 0 in header.shape:
-            raise TraceError(
-                f"array {name} has shape {header.shape}; must be 2-D [R, V] with R >= 1 "
-                "rounds and V >= 1 devices",
-                path,
-            )
-    if gain.shape != available.shape:
-        raise TraceError(
-            f"array gain_lin has shape {gain.shape}, available {available.shape}; both must "
-            "be [R, V]",
-            path,
-        )
+    problem = _layout_problem(available.dtype, available.shape, gain.dtype, gain.shape)
+    if problem is not None:
+        raise TraceError(problem, path)
     total = available.nbytes + gain.nbytes
     if total > MAX_TRACE_BYTES:
         raise TraceError(
