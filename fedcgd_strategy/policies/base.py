@@ -23,21 +23,8 @@ from fedcgd_strategy.policies.inputs import RoundInputs
 class UploadedUpdates:
     """The scheduled devices' uploads of one round, for the Ĝ estimate (paper eqs. G_est, Gc_est).
 
-    Attributes
-    ----------
-    updates : float[K, P]
-        Flattened local updates w_v^{(j+1)} − w^{(j)}.
-    weights : float[K]
-        Aggregation weights |D_v|.
-    label_dist : float[K, C]
-        Label distributions p_v of the uploading devices.
-    target_dist : float[C]
-        WEMD target p.
-    learning_rate : float
-        η.
-    local_steps : int
-        τ.
-
+    ``updates`` float[K, P] are the flattened w_v^{(j+1)} − w^{(j)}, ``weights`` |D_v|,
+    ``label_dist`` p_v float[K, C], ``target_dist`` p, with the round's η and τ.
     """
 
     updates: NDArray[np.float64]
