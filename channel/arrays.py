@@ -1,11 +1,8 @@
 """Array type aliases and the conversion of array arguments, shared by the whole project.
 
-:func:`as_float_array` is the one conversion of an argument to a float64 array (optionally of a
-required shape); it checks no value, since callers differ in what they allow (the scheduling
-math in :mod:`fedcgd_strategy.validation` quotes offending entries by index, a score may be NaN
-for "no score"). The channel functions use :func:`as_finite_array`, which adds the channel's
-value rule: never NaN, finite unless ``+inf`` is allowed, optionally bounded below. Pure numpy;
-:mod:`fedcgd_strategy` imports this module, never the other way round.
+:func:`as_float_array` converts without checking values; :func:`as_finite_array` adds the
+channel's rule (never NaN, finite unless ``+inf`` is allowed, optionally bounded below).
+Pure numpy; :mod:`fedcgd_strategy` imports this module, never the other way round.
 """
 
 from __future__ import annotations
@@ -27,29 +24,23 @@ def as_float_array(
     shape: tuple[int, ...] | None = None,
     broadcast_scalar: bool = False,
 ) -> FloatArray:
-    """Convert ``value`` to a float64 array, optionally of a required shape.
+    """Convert ``value`` to a float64 array, optionally of a required shape (values not checked).
 
     Parameters
     ----------
     value : array_like
-        Numbers, any shape (NaN and inf are not checked here).
+        Numbers, any shape.
     name : str
         Argument name quoted in the error message.
     shape : tuple of int, optional
         Required shape; ``None`` accepts any shape.
     broadcast_scalar : bool
-        With ``shape``: a scalar is broadcast to ``shape`` (e.g. one ``G`` for all classes).
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 array of shape ``shape`` (or the shape of ``value``).
+        With ``shape``: a scalar is broadcast to ``shape``.
 
     Raises
     ------
     ValueError
         If ``value`` is not numeric or has another shape.
-
     """
     try:
         array = np.asarray(value, dtype=np.float64)
@@ -74,31 +65,10 @@ def as_finite_array(
     lower_inclusive: bool = True,
     allow_inf: bool = False,
 ) -> FloatArray:
-    """Convert ``value`` to a float64 array (:func:`as_float_array`) and check its range.
+    """Convert ``value`` to a float64 array and check its range; ValueError names ``name``.
 
-    Parameters
-    ----------
-    value : array_like
-        Scalar or array of numbers.
-    name : str
-        Argument name used in the error message.
-    lower : float, optional
-        Lower bound of the allowed range; ``None`` for no bound.
-    lower_inclusive : bool
-        Whether ``lower`` itself is allowed.
-    allow_inf : bool
-        Whether infinite values are allowed (NaN never is); with ``lower``, only ``+inf``.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 array with the shape of ``value`` (0-d for a scalar).
-
-    Raises
-    ------
-    ValueError
-        If an element is NaN, infinite (unless allowed) or below ``lower``.
-
+    NaN is never allowed, infinities only with ``allow_inf`` (only ``+inf`` with ``lower``);
+    ``lower`` (inclusive unless ``lower_inclusive=False``) bounds the values from below.
     """
     array = as_float_array(value, name)
     if np.any(np.isnan(array)) or (not allow_inf and np.any(np.isinf(array))):
@@ -113,26 +83,7 @@ def as_finite_array(
 
 
 def as_bool_array(value: npt.ArrayLike, name: str) -> BoolArray:
-    """Convert ``value`` to a boolean array, accepting only booleans or 0/1 values.
-
-    Parameters
-    ----------
-    value : array_like
-        Scalar or array of booleans (or the integers 0 and 1).
-    name : str
-        Argument name used in the error message.
-
-    Returns
-    -------
-    numpy.ndarray
-        bool array with the shape of ``value``.
-
-    Raises
-    ------
-    ValueError
-        If an element is neither a boolean nor 0 or 1.
-
-    """
+    """Convert ``value`` to a bool array, accepting only booleans or 0/1 values."""
     array = np.asarray(value)
     if array.dtype == np.bool_:
         return array

@@ -1,19 +1,7 @@
 """Uplink rate and minimum bandwidth to meet the upload deadline (paper Section II-B, IV).
 
-FDMA uplink of device v with bandwidth ``B``, transmit power ``S``, average channel gain
-``H̄`` and noise power spectral density ``N0`` (paper Section II-B):
-
-    r = B log2(1 + S H̄ / (B N0)).
-
-``r`` increases with ``B`` towards ``S H̄ / (N0 ln 2)``. The minimum bandwidth that uploads
-``D`` bits within the deadline ``d`` (``r(B*) = D / d``) is paper eq. (lambert):
-
-    B* = -D ln2 / (d (W(-Γ e^{-Γ}) + Γ)),    Γ = N0 D ln2 / (d S H̄).
-
-Decision (docs/design.md, "Lambert-W branch"): ``W`` is the lower branch ``W_{-1}``, the one
-that gives the finite, positive root; the principal branch returns the trivial solution
-``W_0 = -Γ``. ``Γ >= 1`` (equivalently ``S H̄ / (N0 ln 2) <= D / d``) means no bandwidth meets
-the deadline; then ``B* = +inf`` (the paper's "minus value") and the device is infeasible.
+The branch of W and the infeasible case (``Γ >= 1``, ``B* = +inf``) are decided in
+docs/design.md, "Lambert-W branch" and "Infeasible devices".
 """
 
 from __future__ import annotations
@@ -36,10 +24,10 @@ def rate_bps(
     gain_lin: npt.ArrayLike,
     noise_psd_w_per_hz: npt.ArrayLike,
 ) -> FloatArray:
-    """Uplink rate of an FDMA link, paper Section II-B: ``r = B log2(1 + S H̄ / (B N0))``.
+    """Uplink rate of an FDMA link, paper Section II-B: ``r = B log2(1 + S H̄ / (B N0))``, bit/s.
 
-    Evaluated as ``B log1p(S H̄ / (B N0)) / ln 2`` (accurate for large ``B``); ``B = 0`` gives
-    0 and ``B = inf`` gives the limit ``S H̄ / (N0 ln 2)``.
+    Evaluated as ``B log1p(S H̄ / (B N0)) / ln 2``; ``B = 0`` gives 0 and ``B = inf`` the limit
+    ``S H̄ / (N0 ln 2)``. Returns the broadcast shape of the arguments.
 
     Parameters
     ----------
@@ -48,15 +36,9 @@ def rate_bps(
     tx_power_w : array_like
         Transmit power ``S`` in W, ``> 0``.
     gain_lin : array_like
-        Average channel gain ``H̄`` (linear power ratio, ``10^(-PL_dB/10)``), ``>= 0``.
+        Average channel gain ``H̄`` (linear power ratio), ``>= 0``.
     noise_psd_w_per_hz : array_like
         Noise power spectral density ``N0`` in W/Hz (noise figure included), ``> 0``.
-
-    Returns
-    -------
-    numpy.ndarray
-        Rate in bit/s, with the broadcast shape of the arguments.
-
     """
     bandwidth = as_finite_array(bandwidth_hz, "bandwidth_hz", lower=0.0, allow_inf=True)
     power = as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False)
@@ -77,22 +59,9 @@ def rate_bps(
 def rate_limit_bps(
     tx_power_w: npt.ArrayLike, gain_lin: npt.ArrayLike, noise_psd_w_per_hz: npt.ArrayLike
 ) -> FloatArray:
-    """Rate for unlimited bandwidth, ``lim_{B->inf} r = S H̄ / (N0 ln 2)`` (paper Section II-B).
+    """Rate for unlimited bandwidth, ``lim_{B->inf} r = S H̄ / (N0 ln 2)`` in bit/s (Section II-B).
 
-    Parameters
-    ----------
-    tx_power_w : array_like
-        Transmit power ``S`` in W, ``> 0``.
-    gain_lin : array_like
-        Average channel gain ``H̄`` (linear), ``>= 0``.
-    noise_psd_w_per_hz : array_like
-        Noise power spectral density ``N0`` in W/Hz, ``> 0``.
-
-    Returns
-    -------
-    numpy.ndarray
-        Rate limit in bit/s, with the broadcast shape of the arguments.
-
+    Arguments as in :func:`rate_bps`; returns their broadcast shape.
     """
     power = as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False)
     gain = as_finite_array(gain_lin, "gain_lin", lower=0.0)
@@ -111,16 +80,10 @@ def min_bandwidth_hz(
 ) -> FloatArray:
     """Minimum bandwidth to upload ``D`` bits within ``d`` seconds, paper eq. (lambert).
 
-    ``B* = -D ln2 / (d (W_{-1}(-Γ e^{-Γ}) + Γ))`` with ``Γ = N0 D ln2 / (d S H̄)``: the bandwidth
-    at which ``rate_bps(B*) = D / d``. ``B* = +inf`` exactly when
-    ``S H̄ / (N0 ln 2) <= D / d`` (``Γ >= 1``: no bandwidth meets the deadline). ``D = 0`` needs
-    no bandwidth (``B* = 0``) whenever ``H̄ > 0``.
-
-    Numerics: ``W_{-1}`` from ``scipy.special.lambertw(..., k=-1)`` gives the start value, which
-    is then refined by Newton's method on ``log1p(s/Γ) = s`` for ``s = -(W + Γ) > 0`` (the
-    same equation, ``W e^W = -Γ e^{-Γ}``, written without the cancellation of ``-Γ e^{-Γ}``
-    near ``-1/e`` when ``Γ -> 1`` and without underflow when ``Γ -> 0``). Newton converges
-    monotonically from any start ``s >= 2(1 - Γ)`` because ``log1p(s/Γ) - s`` is concave.
+    ``B* = -D ln2 / (d (W_{-1}(-Γ e^{-Γ}) + Γ))`` with ``Γ = N0 D ln2 / (d S H̄)``, so that
+    ``rate_bps(B*) = D / d``; ``+inf`` when ``Γ >= 1``, 0 when ``D = 0`` and ``H̄ > 0``. The
+    Lambert-W value starts Newton's method on ``log1p(s/Γ) = s``, ``s = -(W + Γ)``, which avoids
+    the cancellation near ``Γ -> 1`` and the underflow near ``Γ -> 0``.
 
     Parameters
     ----------
@@ -128,18 +91,13 @@ def min_bandwidth_hz(
         Model size ``D_w`` in bits, ``>= 0``.
     deadline_s : array_like
         Upload deadline ``d_cm`` in s, ``> 0``.
-    tx_power_w : array_like
-        Transmit power ``S`` in W, ``> 0``.
-    gain_lin : array_like
-        Average channel gain ``H̄`` (linear), ``>= 0``.
-    noise_psd_w_per_hz : array_like
-        Noise power spectral density ``N0`` in W/Hz (noise figure included), ``> 0``.
+    tx_power_w, gain_lin, noise_psd_w_per_hz : array_like
+        ``S`` in W, ``H̄`` (linear) and ``N0`` in W/Hz, as in :func:`rate_bps`.
 
     Returns
     -------
     numpy.ndarray
         ``B*`` in Hz, ``+inf`` for an infeasible link, with the broadcast shape of the arguments.
-
     """
     bits = as_finite_array(model_bits, "model_bits", lower=0.0)
     deadline = as_finite_array(deadline_s, "deadline_s", lower=0.0, lower_inclusive=False)
@@ -162,9 +120,9 @@ def min_bandwidth_hz(
 def _lambert_gap(gamma: FloatArray) -> FloatArray:
     """Return ``s = -(W_{-1}(-Γ e^{-Γ}) + Γ) > 0`` for ``0 < Γ < 1`` (1-D, float64).
 
-    ``s`` is the positive root of ``ψ(s) = log1p(s/Γ) - s`` (from ``W e^W = -Γ e^{-Γ}`` with
-    ``W = -(Γ + s)``). Start: the Lambert-W value, at least ``2(1 - Γ)`` (a lower bound of the
-    root since ``log1p(x) >= 2x/(2+x)``); Newton steps then converge monotonically.
+    ``s`` is the positive root of the concave ``ψ(s) = log1p(s/Γ) - s``; Newton converges
+    monotonically from the Lambert-W value raised to at least ``2(1 - Γ)`` (a lower bound of the
+    root, since ``log1p(x) >= 2x/(2+x)``).
     """
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         w = lambertw(-gamma * np.exp(-gamma), k=-1).real
@@ -196,24 +154,10 @@ def _newton_step(gap: FloatArray, gamma: FloatArray) -> FloatArray:
 
 
 def count_fit_cheapest_first(min_bandwidth_hz: npt.ArrayLike, total_bandwidth_hz: float) -> int:
-    """Count the devices that fit a bandwidth budget when taken cheapest first.
+    """Count the devices that fit a budget taken cheapest first (the most any schedule fits).
 
-    Sort the finite ``B*`` ascending and count the longest prefix whose sum stays within
-    ``total_bandwidth_hz`` (the most devices any schedule can fit, paper problem P1's budget
-    constraint ``sum_v x_v B*_v <= B``).
-
-    Parameters
-    ----------
-    min_bandwidth_hz : array_like
-        ``B*`` of the candidate devices in Hz, shape ``(n,)``, ``+inf`` = infeasible.
-    total_bandwidth_hz : float
-        Budget ``B`` in Hz, ``>= 0``.
-
-    Returns
-    -------
-    int
-        Number of devices that fit.
-
+    ``min_bandwidth_hz`` are ``B*`` in Hz, shape ``(n,)``, ``+inf`` = infeasible;
+    ``total_bandwidth_hz`` is ``B`` in Hz, ``>= 0``.
     """
     demands = as_finite_array(min_bandwidth_hz, "min_bandwidth_hz", lower=0.0, allow_inf=True)
     budget = float(as_finite_array(total_bandwidth_hz, "total_bandwidth_hz", lower=0.0))

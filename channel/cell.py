@@ -1,10 +1,7 @@
 """A single cell of the wireless FL system: device drop and per-round channel draws.
 
-Paper Section V-A with the decisions of docs/design.md, "Device drop": V devices are dropped once,
-uniformly over the area of the annulus ``min_distance_m <= d2D <= radius_m`` around the base
-station; every round each device is available with probability ``p_a``, draws its LOS state
-(Bernoulli with ``P_LOS(d2D)``, TR 38.901 Table 7.4.2-1) and log-normal shadow fading (σ_SF of its
-state), which give its average channel gain ``H̄_v`` and its minimum bandwidth ``B*_v`` (paper eq.
+Paper Section V-A with the choices of docs/design.md, "Device drop" and "One round": each round
+draws availability, LOS state and shadow fading, which give ``H̄_v`` and ``B*_v`` (paper eq.
 (lambert)).
 """
 
@@ -56,35 +53,23 @@ class CellConfig:
     Attributes
     ----------
     num_devices : int
-        Number of devices V (paper: 64), ``>= 1``.
-    radius_m : float
-        Cell radius in m (paper: 250), ``> min_distance_m``.
-    min_distance_m : float
-        Smallest horizontal device distance in m (10, TR 38.901's lower validity bound), ``>= 0``.
+        Number of devices V (paper: 64).
+    radius_m, min_distance_m : float
+        Cell radius (250 m) and smallest horizontal device distance (10 m) in m.
     h_bs_m, h_ut_m : float
-        Base-station and device antenna heights in m (10 and 1.5), ``> 0`` (``> 1`` for the
-        ``"tr38901"`` model, whose breakpoint uses ``h - 1 m``).
+        Base-station and device antenna heights in m (10 and 1.5); ``> 1`` for ``"tr38901"``.
     carrier_frequency_hz : float
-        Carrier frequency in Hz (3.5 GHz, Table I), within TR 38.901's 0.5-100 GHz.
+        Carrier frequency in Hz (3.5 GHz), within TR 38.901's 0.5-100 GHz.
     pathloss_model : str
-        ``"paper"`` or ``"tr38901"`` (see :mod:`channel.pathloss`).
+        ``"paper"`` or ``"tr38901"`` (:mod:`channel.pathloss`).
     availability_prob : float
-        Probability p_a that a device is available in a round (0.3), in [0, 1].
-    tx_power_dbm : float
-        Device transmit power S in dBm (23).
-    noise_psd_dbm_per_hz : float
-        Thermal noise power spectral density in dBm/Hz (-174).
-    noise_figure_db : float
-        Receiver noise figure in dB (6), ``>= 0``; added to the noise PSD.
-    total_bandwidth_hz : float
-        Total uplink bandwidth B in Hz (20 MHz), ``> 0``.
-    deadline_s : float
-        Upload deadline d_cm in s (2 s for CIFAR-10, 120 s for CIFAR-100), ``> 0``.
-    redraw_los_each_round : bool
-        Redraw the LOS states every round (True) or draw them once at construction.
-    redraw_shadowing_each_round : bool
-        Redraw the shadow fading every round (True) or draw it once at construction.
-
+        Probability p_a that a device is available in a round (0.3).
+    tx_power_dbm, noise_psd_dbm_per_hz, noise_figure_db : float
+        Transmit power S (23 dBm), thermal noise PSD (-174 dBm/Hz), receiver noise figure (6 dB).
+    total_bandwidth_hz, deadline_s : float
+        Uplink bandwidth B (20 MHz) and upload deadline d_cm in s (2 s for CIFAR-10).
+    redraw_los_each_round, redraw_shadowing_each_round : bool
+        Redraw LOS states / shadow fading every round (True) or once at construction.
     """
 
     num_devices: int = 64
@@ -172,35 +157,18 @@ class CellConfig:
 
     @property
     def tx_power_w(self) -> float:
-        """Transmit power S in W (``10^((tx_power_dbm - 30)/10)``; 23 dBm = 0.1995 W)."""
+        """Transmit power S in W (23 dBm = 0.1995 W)."""
         return float(dbm_to_w(self.tx_power_dbm))
 
     @property
     def noise_psd_w_per_hz(self) -> float:
-        """Noise PSD N0 in W/Hz with the noise figure: ``10^((-174 + 6 - 30)/10)`` by default."""
+        """Noise PSD N0 in W/Hz, noise figure included."""
         return float(dbm_to_w(self.noise_psd_dbm_per_hz + self.noise_figure_db))
 
     def pathloss_db(
         self, distance_2d_m: npt.ArrayLike, los: npt.ArrayLike, model: str | None = None
     ) -> FloatArray:
-        """Path loss in dB at ``distance_2d_m`` with this cell's heights and carrier frequency.
-
-        Parameters
-        ----------
-        distance_2d_m : array_like of float
-            Horizontal device distances in m.
-        los : array_like of bool
-            LOS state per device (same shape).
-        model : str, optional
-            Path-loss model (:data:`channel.pathloss.PATHLOSS_MODELS`); default
-            ``pathloss_model``.
-
-        Returns
-        -------
-        numpy.ndarray
-            :func:`channel.pathloss.pathloss_db` of every device.
-
-        """
+        """Path loss in dB (:func:`channel.pathloss.pathloss_db`) with this cell's geometry."""
         return pathloss_db(
             distance_2d_m,
             los,
@@ -211,22 +179,7 @@ class CellConfig:
         )
 
     def min_bandwidth_hz(self, model_bits: float, gain_lin: npt.ArrayLike) -> FloatArray:
-        """``B*_v`` (paper eq. (lambert)) with this cell's deadline, transmit power and noise.
-
-        Parameters
-        ----------
-        model_bits : float
-            Upload size D_w in bits, ``> 0``.
-        gain_lin : array_like of float
-            Average channel gain H̄_v of every device (linear).
-
-        Returns
-        -------
-        numpy.ndarray
-            :func:`channel.bandwidth.min_bandwidth_hz` in Hz (``+inf`` = cannot meet the
-            deadline).
-
-        """
+        """``B*_v`` in Hz (paper eq. (lambert)) for ``model_bits`` and linear gains ``H̄_v``."""
         return min_bandwidth_hz(
             model_bits, self.deadline_s, self.tx_power_w, gain_lin, self.noise_psd_w_per_hz
         )
@@ -236,24 +189,19 @@ class CellConfig:
 class RoundDraw:
     """The channel of one round, one entry per device (shape ``(V,)`` for every field).
 
-    Fields are computed for every device, available or not; a scheduler must only consider
-    ``available`` devices with finite ``min_bandwidth_hz``. Other code may build one directly
-    (e.g. an ideal channel: all available, ``min_bandwidth_hz`` 0).
+    Schedulers consider only ``available`` devices with finite ``min_bandwidth_hz``.
 
     Attributes
     ----------
     available : numpy.ndarray of bool
-        Whether the device is available (finished its local update) this round.
+        Whether the device is available this round.
     gain_lin : numpy.ndarray of float
-        Average channel gain ``H̄_v = 10^(-(PL + shadowing)/10)`` (linear, dimensionless).
+        Average channel gain ``H̄_v = 10^(-(PL + shadowing)/10)`` (linear).
     min_bandwidth_hz : numpy.ndarray of float
         Minimum bandwidth ``B*_v`` in Hz to meet the deadline, ``+inf`` = infeasible.
-    los : numpy.ndarray of bool or None
-        LOS state of the link this round; ``None`` where the geometry is unknown (a replayed
-        channel trace, docs/design.md, "Channel traces"). No scheduler reads it.
-    distance_2d_m : numpy.ndarray of float or None
-        Horizontal device distance in m; ``None`` where unknown, as ``los``.
-
+    los, distance_2d_m : numpy.ndarray or None
+        LOS state and horizontal distance in m; ``None`` where the geometry is unknown (a
+        replayed trace, docs/design.md, "Channel traces"). No scheduler reads them.
     """
 
     available: BoolArray
@@ -297,19 +245,7 @@ class RoundDraw:
 
 
 def checked_model_bits(model_bits: object) -> float:
-    """Return the upload size ``D_w`` as a float, or raise ValueError unless finite and ``> 0``.
-
-    Parameters
-    ----------
-    model_bits : object
-        Model size D_w in bits (int or float, not bool).
-
-    Returns
-    -------
-    float
-        ``D_w`` in bits.
-
-    """
+    """Return the upload size ``D_w`` in bits as a float; ValueError unless finite and ``> 0``."""
     if isinstance(model_bits, bool) or not (
         isinstance(model_bits, int | float | np.integer | np.floating)
         and math.isfinite(model_bits)
@@ -324,23 +260,8 @@ def drop_distances_2d_m(
 ) -> tuple[FloatArray, FloatArray]:
     """Drop devices uniformly over the area of an annulus (docs/design.md, "Device drop").
 
-    Inverse CDF of the radius: ``r = sqrt(U (R^2 - r0^2) + r0^2)``, ``U ~ Uniform[0, 1)``, so
-    ``P(r <= x) = (x^2 - r0^2) / (R^2 - r0^2)``; the angle is uniform in ``[0, 2 pi)``.
-
-    Parameters
-    ----------
-    num_devices : int
-        Number of devices V.
-    min_distance_m, radius_m : float
-        Inner radius r0 and outer radius R in m.
-    rng : numpy.random.Generator
-        Source of randomness (draws V radii, then V angles).
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        Horizontal distances in m and angles in rad, each of shape ``(V,)``.
-
+    Inverse CDF ``r = sqrt(U (R^2 - r0^2) + r0^2)``, ``U ~ Uniform[0, 1)`` (V draws), then V
+    angles uniform in ``[0, 2 pi)``. Returns distances in m and angles in rad, each ``(V,)``.
     """
     u = rng.random(num_devices)
     distance_m = np.sqrt(u * (radius_m**2 - min_distance_m**2) + min_distance_m**2)
@@ -351,19 +272,8 @@ def drop_distances_2d_m(
 class Cell:
     """A cell with V dropped devices whose uplink channel is redrawn every round.
 
-    Device positions are dropped once, at construction, from ``rng``; each call of
-    :meth:`draw_round` draws availability, LOS states (if ``redraw_los_each_round``) and
-    shadow fading (if ``redraw_shadowing_each_round``) from the same ``rng``. States that are
-    not redrawn are drawn once at construction and kept. Shadowing is stored as a standard
-    normal variate per device and scaled by the σ_SF of the device's current LOS state.
-
-    Parameters
-    ----------
-    config : CellConfig
-        Validated cell settings.
-    rng : numpy.random.Generator
-        The only source of randomness; the same seed gives the same drop and rounds.
-
+    Positions are dropped at construction from ``rng``, the only source of randomness. Shadowing
+    is kept as a standard normal per device, scaled by the σ_SF of its current LOS state.
     """
 
     def __init__(self, config: CellConfig, rng: np.random.Generator) -> None:
@@ -394,40 +304,15 @@ class Cell:
         return np.asarray(self._rng.random(self.num_devices) < self.los_probability)
 
     def gain_lin(self, los: npt.ArrayLike, shadowing_db: npt.ArrayLike) -> FloatArray:
-        """Average channel gain ``H̄_v = 10^(-(PL_v + X_v)/10)`` of every device.
-
-        Parameters
-        ----------
-        los : array_like of bool
-            LOS state per device, shape ``(V,)``.
-        shadowing_db : array_like of float
-            Shadow fading ``X_v`` in dB per device, shape ``(V,)``.
-
-        Returns
-        -------
-        numpy.ndarray
-            Linear gain, shape ``(V,)``.
-
-        """
+        """Average channel gain ``H̄_v = 10^(-(PL_v + X_v)/10)``, shape ``(V,)``; ``X_v`` in dB."""
         loss_db = self.config.pathloss_db(self.distance_2d_m, los)
         return db_to_linear(-(loss_db + np.asarray(shadowing_db, dtype=np.float64)))
 
     def draw_round(self, model_bits: float) -> RoundDraw:
         """Draw one round's channel for every device (docs/design.md, "One round", step 1).
 
-        Order of draws from ``rng``: availability (V uniforms), LOS states (V uniforms, if
-        redrawn), shadowing (V standard normals, if redrawn).
-
-        Parameters
-        ----------
-        model_bits : float
-            Size of the uploaded model D_w in bits, ``> 0``.
-
-        Returns
-        -------
-        RoundDraw
-            Availability, gain, minimum bandwidth (``+inf`` = infeasible), LOS and distance.
-
+        Draws from ``rng`` in order: availability (V uniforms), LOS (V uniforms, if redrawn),
+        shadowing (V standard normals, if redrawn). ``model_bits`` is D_w in bits.
         """
         bits = checked_model_bits(model_bits)
         config = self.config

@@ -20,21 +20,10 @@ LOS_DECAY_DISTANCE_M: float = 36.0
 
 
 def los_probability(d2d_m: npt.ArrayLike) -> FloatArray:
-    """LOS probability of UMi-Street Canyon, TR 38.901 Table 7.4.2-1.
+    """LOS probability of UMi-Street Canyon, TR 38.901 Table 7.4.2-1, in [0, 1], shape of ``d2d_m``.
 
-    ``P_LOS = 1`` if ``d2D <= 18 m``, else ``18/d2D + exp(-d2D/36) (1 - 18/d2D)``.
-    The paper's printed formula (Section V-A) is a typo, see the module docstring.
-
-    Parameters
-    ----------
-    d2d_m : array_like
-        Horizontal (2D) distance between device and base station in m, any shape, ``>= 0``.
-
-    Returns
-    -------
-    numpy.ndarray
-        Probability in [0, 1], same shape as ``d2d_m``.
-
+    ``P_LOS = 1`` if ``d2D <= 18 m``, else ``18/d2D + exp(-d2D/36) (1 - 18/d2D)``; ``d2d_m`` is
+    the horizontal distance in m, ``>= 0``.
     """
     distance_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
     # Evaluate the far branch only where it applies (avoids 18/0 at d2D = 0).

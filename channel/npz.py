@@ -1,12 +1,8 @@
 """Reading ``.npz`` archives with bounds: every array's header before any of its data.
 
-Pure numpy. ``numpy.load`` of an archive allocates each array at the shape its header declares
-before reading a byte of it, and inflates compressed members without limit: a 2 MB file can
-declare 10^7 × 10^7 values (a ``MemoryError``) or inflate to gigabytes. :func:`npz_headers`
-reads only the ``.npy`` header of each member (a few hundred bytes, through :mod:`zipfile`),
-so that callers check names, dtypes, shapes and the total size before :func:`numpy.load`
-touches the data (channel traces, :mod:`channel.trace`; the MNIST-1D cache,
-:mod:`fedcgd_task.datasets`).
+``numpy.load`` allocates each array at its declared shape and inflates members without limit;
+:func:`npz_headers` reads only the ``.npy`` headers, so callers check names, dtypes, shapes and
+size first (channel traces, the MNIST-1D cache). Pure numpy.
 """
 
 from __future__ import annotations
@@ -23,16 +19,7 @@ ZIP_MAGIC = b"PK\x03\x04"
 
 @dataclass(frozen=True)
 class ArrayHeader:
-    """What an ``.npy`` header declares: shape, dtype, and the bytes of the data.
-
-    Attributes
-    ----------
-    shape : tuple of int
-        The declared shape.
-    dtype : numpy.dtype
-        The declared dtype.
-
-    """
+    """What an ``.npy`` header declares: ``shape`` and ``dtype``."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -49,16 +36,9 @@ class ArrayHeader:
 def npz_headers(path: str | os.PathLike[str]) -> dict[str, ArrayHeader]:
     """The header of every array of the ``.npz`` archive ``path``, by array name.
 
-    Reads the zip directory and the first bytes of each member only.
-
-    Raises
-    ------
-    ValueError
-        One line: not a zip archive, a member that is not an ``.npy`` array, an object
-        (pickled) dtype, or an unreadable header.
-    OSError
-        When the file cannot be opened.
-
+    Reads the zip directory and the first bytes of each member only. Raises ValueError (one line)
+    for no zip archive, a member that is not an ``.npy`` array, an object dtype or an unreadable
+    header; OSError when the file cannot be opened.
     """
     with open(path, "rb") as handle:
         if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:

@@ -1,19 +1,8 @@
-"""Path loss and shadow-fading spread of the UMi-Street Canyon scenario (TR 38.901 Table 7.4.1-1).
+"""Path loss and shadow-fading spread of UMi-Street Canyon (TR 38.901 Table 7.4.1-1).
 
-Two models (docs/design.md, "Path loss"):
-
-``"paper"`` (default)
-    The paper's Section V-A: LOS = PL1 of TR 38.901 (no breakpoint), σ_SF = 4 dB;
-    NLOS = the standard's optional formula ``32.4 + 20 log10(fc) + 31.9 log10(d3D)``,
-    σ_SF = 8.2 dB.
-``"tr38901"``
-    The full standard: LOS = PL1 below the breakpoint distance d'_BP, PL2 beyond, σ_SF = 4 dB;
-    NLOS = ``max(PL_LOS, PL'_NLOS)``, σ_SF = 7.82 dB.
-
-Carrier frequencies are given in Hz at the API and converted to GHz (``fc``) inside the
-formulas, as the standard writes them. Distances below the standard's 10 m lower validity
-bound are evaluated with the same formulas (the cell's devices never come closer than 10 m
-with the paper's defaults).
+The ``"paper"`` and ``"tr38901"`` models are described in docs/design.md, "Path loss".
+Frequencies are in Hz at the API and in GHz (``fc``) inside the formulas. Distances below the
+standard's 10 m validity bound use the same formulas.
 """
 
 from __future__ import annotations
@@ -43,10 +32,8 @@ SHADOW_FADING_STD_DB: Final[dict[str, tuple[float, float]]] = {
 class _LogFormula(NamedTuple):
     """A path-loss formula ``A + Σ coefficient · log10(variable)`` of TR 38.901 Table 7.4.1-1.
 
-    ``terms`` pairs each variable (``"d3D"`` in m, ``"fc"`` in GHz) with its coefficient in dB
-    per decade, in the order the standard prints them. They are added to the intercept left to
-    right, so the floating-point result is that of the printed formula (where the intercept
-    stands in the first sum does not matter: IEEE addition is commutative).
+    ``terms`` pair ``"d3D"`` (m) or ``"fc"`` (GHz) with a coefficient in dB per decade, added left
+    to right in the order the standard prints them.
     """
 
     intercept_db: float
@@ -82,11 +69,7 @@ _UMI_NLOS_OPTIONAL: Final = _LogFormula(32.4, (("fc", 20.0), ("d3D", 31.9)))
 def _log_distance_db(
     d3d_m: npt.ArrayLike, carrier_frequency_hz: float, formula: _LogFormula
 ) -> FloatArray:
-    """Evaluate ``formula`` at 3D distance ``d3d_m`` (m, any shape, > 0) and ``fc`` (Hz).
-
-    The formulas of TR 38.901 take ``fc`` in GHz; it is converted here. Returns the path loss in
-    dB with the shape of ``d3d_m``.
-    """
+    """Evaluate ``formula`` at 3D distance ``d3d_m`` (m, any shape, > 0) and ``fc`` (Hz); dB."""
     log10_of = {
         "d3D": np.log10(as_finite_array(d3d_m, "d3d_m", lower=0.0, lower_inclusive=False)),
         "fc": np.log10(hz_to_ghz(carrier_frequency_hz)),
@@ -98,28 +81,14 @@ def _log_distance_db(
 
 
 def check_pathloss_model(model: str) -> str:
-    """Return ``model`` if it names a path-loss model, else raise a ValueError.
-
-    Parameters
-    ----------
-    model : str
-        Candidate name.
-
-    Returns
-    -------
-    str
-        The same name.
-
-    """
+    """Return ``model`` if it names a path-loss model, else raise a ValueError."""
     if model not in PATHLOSS_MODELS:
         raise ValueError(f"model must be one of {PATHLOSS_MODELS}, got {model!r}")
     return model
 
 
 def distance_3d_m(d2d_m: npt.ArrayLike, h_bs_m: float, h_ut_m: float) -> FloatArray:
-    """3D distance between device and base-station antennas, TR 38.901 Figure 7.4.1-1.
-
-    ``d3D = sqrt(d2D^2 + (h_BS - h_UT)^2)``.
+    """3D antenna distance ``sqrt(d2D^2 + (h_BS - h_UT)^2)`` in m, TR 38.901 Figure 7.4.1-1.
 
     Parameters
     ----------
@@ -132,7 +101,6 @@ def distance_3d_m(d2d_m: npt.ArrayLike, h_bs_m: float, h_ut_m: float) -> FloatAr
     -------
     numpy.ndarray
         3D distance in m, same shape as ``d2d_m``.
-
     """
     distance_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
     as_finite_array(h_bs_m, "h_bs_m", lower=0.0, lower_inclusive=False)
@@ -141,23 +109,10 @@ def distance_3d_m(d2d_m: npt.ArrayLike, h_bs_m: float, h_ut_m: float) -> FloatAr
 
 
 def breakpoint_distance_m(h_bs_m: float, h_ut_m: float, carrier_frequency_hz: float) -> float:
-    """Breakpoint distance of UMi, TR 38.901 Table 7.4.1-1 note 1.
+    """Breakpoint distance of UMi in m, TR 38.901 Table 7.4.1-1 note 1.
 
-    ``d'_BP = 4 h'_BS h'_UT fc / c`` with effective heights ``h' = h - h_E``, ``h_E = 1 m``
-    (UMi), ``fc`` in Hz here and ``c = 3.0e8 m/s``.
-
-    Parameters
-    ----------
-    h_bs_m, h_ut_m : float
-        Base-station and device antenna heights in m, both ``> 1 m``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz, ``> 0``.
-
-    Returns
-    -------
-    float
-        d'_BP in m (210 m for the paper's 10 m / 1.5 m / 3.5 GHz).
-
+    ``d'_BP = 4 h'_BS h'_UT fc / c`` with ``h' = h - h_E``, ``h_E = 1 m``, ``fc`` in Hz: 210 m for
+    the paper's 10 m / 1.5 m / 3.5 GHz. Both heights must exceed 1 m.
     """
     as_finite_array(carrier_frequency_hz, "carrier_frequency_hz", lower=0.0, lower_inclusive=False)
     h_bs_eff_m = float(h_bs_m) - EFFECTIVE_ENVIRONMENT_HEIGHT_M
@@ -173,21 +128,8 @@ def breakpoint_distance_m(h_bs_m: float, h_ut_m: float, carrier_frequency_hz: fl
 def pathloss_umi_los_pl1_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
     """PL1 of UMi-Street Canyon LOS, TR 38.901 Table 7.4.1-1 (= paper Section V-A PL_LOS).
 
-    ``PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc)``, ``d3D`` in m, ``fc`` in GHz. The ``"paper"``
-    model uses it at every distance, ``"tr38901"`` up to the breakpoint distance ``d'_BP``.
-
-    Parameters
-    ----------
-    d3d_m : array_like
-        3D distance in m, any shape, ``> 0``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz (the formula takes it in GHz).
-
-    Returns
-    -------
-    numpy.ndarray
-        PL1 in dB, same shape as ``d3d_m``.
-
+    ``PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc)`` in dB, ``d3D`` in m (any shape, ``> 0``),
+    ``fc`` in GHz (passed in Hz). Returns the shape of ``d3d_m``.
     """
     return _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_LOS_PL1)
 
@@ -197,22 +139,9 @@ def pathloss_umi_los_pl2_db(
 ) -> FloatArray:
     """PL2 of UMi-Street Canyon LOS (beyond the breakpoint), TR 38.901 Table 7.4.1-1.
 
-    ``PL2 = 32.4 + 40 log10(d3D) + 20 log10(fc) - 9.5 log10(d'_BP^2 + (h_BS - h_UT)^2)``,
-    ``d3D`` and ``d'_BP`` in m, ``fc`` in GHz.
-
-    Parameters
-    ----------
-    d3d_m, carrier_frequency_hz
-        3D distance in m (any shape, ``> 0``) and carrier frequency in Hz, as in
-        :func:`pathloss_umi_los_pl1_db`.
-    h_bs_m, h_ut_m : float
-        Base-station and device antenna heights in m, both ``> 1 m`` (they set ``d'_BP``).
-
-    Returns
-    -------
-    numpy.ndarray
-        PL2 in dB, same shape as ``d3d_m``.
-
+    ``PL2 = 32.4 + 40 log10(d3D) + 20 log10(fc) - 9.5 log10(d'_BP^2 + (h_BS - h_UT)^2)`` in dB,
+    ``d3D``, ``d'_BP`` and heights in m, ``fc`` in GHz (passed in Hz). Returns the shape of
+    ``d3d_m``.
     """
     d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
     return np.asarray(
@@ -224,22 +153,10 @@ def pathloss_umi_los_pl2_db(
 def pathloss_umi_los_db(
     d2d_m: npt.ArrayLike, carrier_frequency_hz: float, h_bs_m: float, h_ut_m: float
 ) -> FloatArray:
-    """UMi-Street Canyon LOS path loss with breakpoint, TR 38.901 Table 7.4.1-1.
+    """UMi-Street Canyon LOS path loss in dB, TR 38.901 Table 7.4.1-1.
 
-    ``PL_LOS = PL1`` for ``d2D <= d'_BP`` and ``PL2`` beyond (the two meet at ``d'_BP``).
-
-    Parameters
-    ----------
-    d2d_m : array_like
-        Horizontal distance in m, any shape, ``>= 0``.
-    carrier_frequency_hz, h_bs_m, h_ut_m
-        Carrier frequency in Hz and antenna heights in m, as in :func:`pathloss_umi_los_pl2_db`.
-
-    Returns
-    -------
-    numpy.ndarray
-        LOS path loss in dB, same shape as ``d2d_m``.
-
+    ``PL_LOS = PL1`` for ``d2D <= d'_BP`` and ``PL2`` beyond; ``d2d_m`` in m (any shape),
+    heights in m, frequency in Hz. Returns the shape of ``d2d_m``.
     """
     distance_2d_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
     d3d_m = distance_3d_m(distance_2d_m, h_bs_m, h_ut_m)
@@ -252,23 +169,10 @@ def pathloss_umi_los_db(
 def pathloss_umi_nlos_prime_db(
     d3d_m: npt.ArrayLike, carrier_frequency_hz: float, h_ut_m: float
 ) -> FloatArray:
-    """PL'_UMi-NLOS, TR 38.901 Table 7.4.1-1.
+    """PL'_UMi-NLOS in dB, TR 38.901 Table 7.4.1-1.
 
-    ``PL' = 35.3 log10(d3D) + 22.4 + 21.3 log10(fc) - 0.3 (h_UT - 1.5)``, ``d3D`` and
-    ``h_UT`` in m, ``fc`` in GHz.
-
-    Parameters
-    ----------
-    d3d_m, carrier_frequency_hz
-        As in :func:`pathloss_umi_los_pl1_db` (m, Hz).
-    h_ut_m : float
-        Device antenna height in m (the height term vanishes at 1.5 m).
-
-    Returns
-    -------
-    numpy.ndarray
-        PL' in dB, same shape as ``d3d_m``.
-
+    ``PL' = 35.3 log10(d3D) + 22.4 + 21.3 log10(fc) - 0.3 (h_UT - 1.5)``, ``d3D`` and ``h_UT`` in
+    m, ``fc`` in GHz (passed in Hz). Returns the shape of ``d3d_m``.
     """
     height_term_db = _UMI_NLOS_PRIME_HEIGHT_DB_PER_M * (h_ut_m - _UMI_NLOS_PRIME_REFERENCE_HEIGHT_M)
     return np.asarray(
@@ -279,21 +183,9 @@ def pathloss_umi_nlos_prime_db(
 def pathloss_umi_nlos_db(
     d2d_m: npt.ArrayLike, carrier_frequency_hz: float, h_bs_m: float, h_ut_m: float
 ) -> FloatArray:
-    """UMi-Street Canyon NLOS path loss, TR 38.901 Table 7.4.1-1.
+    """UMi-Street Canyon NLOS path loss ``max(PL_UMi-LOS, PL'_UMi-NLOS)`` in dB, TR 38.901 7.4.1-1.
 
-    ``PL_NLOS = max(PL_UMi-LOS, PL'_UMi-NLOS)``, so NLOS never loses less than LOS.
-
-    Parameters
-    ----------
-    d2d_m, carrier_frequency_hz, h_bs_m, h_ut_m
-        Horizontal distance in m (any shape, ``>= 0``), carrier frequency in Hz and antenna
-        heights in m, as in :func:`pathloss_umi_los_db`.
-
-    Returns
-    -------
-    numpy.ndarray
-        NLOS path loss in dB, same shape as ``d2d_m``.
-
+    Arguments as in :func:`pathloss_umi_los_db`; returns the shape of ``d2d_m``.
     """
     d3d_m = distance_3d_m(d2d_m, h_bs_m, h_ut_m)
     los_db = pathloss_umi_los_db(d2d_m, carrier_frequency_hz, h_bs_m, h_ut_m)
@@ -302,22 +194,10 @@ def pathloss_umi_nlos_db(
 
 
 def pathloss_umi_nlos_optional_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
-    """Compute the optional UMi-SC NLOS path loss, TR 38.901 Table 7.4.1-1 (= paper PL_NLOS).
+    """Optional UMi-SC NLOS path loss in dB, TR 38.901 Table 7.4.1-1 (= paper PL_NLOS).
 
-    ``PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D)``, ``d3D`` in m, ``fc`` in GHz; the NLOS path
-    loss of the ``"paper"`` model (its shadow fading has σ_SF = 8.2 dB).
-
-    Parameters
-    ----------
-    d3d_m, carrier_frequency_hz
-        3D distance in m (any shape, ``> 0``) and carrier frequency in Hz, as in
-        :func:`pathloss_umi_los_pl1_db`.
-
-    Returns
-    -------
-    numpy.ndarray
-        Optional-model NLOS path loss in dB, same shape as ``d3d_m``.
-
+    ``PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D)``, ``d3D`` in m (any shape, ``> 0``), ``fc`` in
+    GHz (passed in Hz). Returns the shape of ``d3d_m``.
     """
     return _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_NLOS_OPTIONAL)
 
@@ -331,20 +211,16 @@ def pathloss_db(
     h_bs_m: float = 10.0,
     h_ut_m: float = 1.5,
 ) -> FloatArray:
-    """UMi-Street Canyon path loss of a link in the given LOS state (TR 38.901 Table 7.4.1-1).
-
-    ``model="paper"``: LOS ``PL1``, NLOS the optional ``32.4 + 20 log10(fc) + 31.9 log10(d3D)``
-    (paper Section V-A). ``model="tr38901"``: LOS ``PL1``/``PL2`` around ``d'_BP``, NLOS
-    ``max(PL_LOS, PL'_NLOS)``. See the module docstring.
+    """UMi-Street Canyon path loss of a link in the given LOS state, in dB (TR 38.901 7.4.1-1).
 
     Parameters
     ----------
     d2d_m : array_like
         Horizontal distance in m, ``>= 0``; broadcast with ``los``.
     los : array_like of bool
-        LOS state (True = line of sight); broadcast with ``d2d_m``.
+        LOS state (True = line of sight).
     model : {"paper", "tr38901"}
-        Path-loss model.
+        Path-loss model (docs/design.md, "Path loss").
     carrier_frequency_hz : float
         Carrier frequency in Hz (3.5 GHz in the paper's Table I).
     h_bs_m, h_ut_m : float
@@ -354,7 +230,6 @@ def pathloss_db(
     -------
     numpy.ndarray
         Path loss in dB, with the broadcast shape of ``d2d_m`` and ``los``.
-
     """
     check_pathloss_model(model)
     distance_2d_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
@@ -372,23 +247,9 @@ def pathloss_db(
 
 
 def shadow_fading_std_db(los: npt.ArrayLike, model: str = "paper") -> FloatArray:
-    """Return the standard deviation σ_SF of log-normal shadow fading, in dB.
+    """Standard deviation σ_SF of log-normal shadow fading in dB, shape of ``los``.
 
-    LOS 4 dB for both models; NLOS 8.2 dB for ``"paper"`` (paper Table I, the optional NLOS
-    model of TR 38.901) and 7.82 dB for ``"tr38901"`` (TR 38.901 Table 7.4.1-1).
-
-    Parameters
-    ----------
-    los : array_like of bool
-        LOS state, any shape.
-    model : {"paper", "tr38901"}
-        Path-loss model.
-
-    Returns
-    -------
-    numpy.ndarray
-        σ_SF in dB, same shape as ``los``.
-
+    LOS 4 dB; NLOS 8.2 dB for ``"paper"`` (Table I) and 7.82 dB for ``"tr38901"``.
     """
     check_pathloss_model(model)
     los_std_db, nlos_std_db = SHADOW_FADING_STD_DB[model]

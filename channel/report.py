@@ -1,9 +1,6 @@
 """Channel report: statistics of simulated rounds and a figure of path loss and B* vs distance.
 
-``run_report`` simulates ``rounds`` rounds of a :class:`channel.Cell` and summarises what the
-scheduler will face: how many devices are available, how many of them cannot meet the deadline,
-how much bandwidth the others need, and how many fit the total bandwidth taken cheapest first.
-It writes ``summary.json`` and ``channel.png`` (matplotlib, Agg backend) to the output folder.
+:func:`run_report` writes ``summary.json`` and ``channel.png`` (matplotlib, Agg) to a folder.
 """
 
 from __future__ import annotations
@@ -23,11 +20,7 @@ from channel.pathloss import PATHLOSS_MODELS
 from channel.units import db_to_linear
 
 PAPER_CIFAR10_CNN_PARAMS: int = 258_898
-"""Parameters of the paper's CIFAR-10 CNN (unpadded 3x3 convolutions).
-
-The one place of this number: the scripts that need the size without building the model (and
-without torch) read it here; a test checks it against the model (docs/design.md, "Model size").
-"""
+"""Parameters of the paper's CIFAR-10 CNN, for code without torch (a test checks the model)."""
 
 BITS_PER_PARAM: int = 32
 """Bits per uploaded parameter (float32), docs/design.md, "Model size"."""
@@ -45,29 +38,13 @@ FIGURE_FILE = "channel.png"
 def simulate_rounds(
     config: CellConfig, model_bits: float, rounds: int, seed: int
 ) -> dict[str, Any]:
-    """Simulate ``rounds`` rounds of a freshly dropped cell and summarise them.
+    """Simulate ``rounds`` rounds of a cell dropped with ``seed`` and summarise them.
 
-    Parameters
-    ----------
-    config : CellConfig
-        Cell settings.
-    model_bits : float
-        Uploaded model size D_w in bits, ``> 0``.
-    rounds : int
-        Number of rounds, ``>= 1``.
-    seed : int
-        Seed of the ``numpy.random.Generator`` (drop and rounds), ``>= 0``.
-
-    Returns
-    -------
-    dict
-        ``mean_available`` (devices per round), ``infeasible_share_of_available``
-        (infeasible / available over all rounds, ``None`` if none was available),
-        ``min_bandwidth_khz_quantiles`` (``"p5"``... -> kHz over available feasible devices,
-        ``None`` if there were none),
-        ``mean_fit_cheapest_first`` (devices per round that fit ``total_bandwidth_hz`` taken
-        cheapest first), ``fit_share_of_available`` (their sum over the sum of available).
-
+    Returns ``mean_available`` (devices per round), ``infeasible_share_of_available``,
+    ``min_bandwidth_khz_quantiles`` (``"p5"``... in kHz over available feasible devices),
+    ``mean_fit_cheapest_first`` (devices per round fitting ``total_bandwidth_hz`` cheapest first)
+    and ``fit_share_of_available``; shares and quantiles are ``None`` with no device to count.
+    ``model_bits`` is D_w in bits.
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
@@ -105,22 +82,10 @@ def simulate_rounds(
 
 
 def plot_channel(config: CellConfig, model_bits: float, path: Path) -> None:
-    """Save a two-panel figure: path loss vs d2D, and B* vs d2D at median shadowing.
+    """Save a two-panel PNG: path loss vs d2D, and B* vs d2D at median shadowing (zero dB).
 
-    Left: LOS and NLOS path loss of both models over ``[min_distance_m, radius_m]``.
-    Right: ``B*`` (paper eq. (lambert)) with zero shadowing (the median of log-normal fading)
-    for LOS and NLOS of both models, log scale, with the total bandwidth as a reference line;
-    infeasible distances (``B* = inf``) are left blank.
-
-    Parameters
-    ----------
-    config : CellConfig
-        Cell settings (geometry, frequency, powers, deadline, total bandwidth).
-    model_bits : float
-        Uploaded model size D_w in bits.
-    path : pathlib.Path
-        Output PNG file.
-
+    Both models, LOS and NLOS, over ``[min_distance_m, radius_m]``; B* on a log scale with the
+    total bandwidth as a reference line, infeasible distances blank. ``model_bits`` is D_w in bits.
     """
     import matplotlib
 
@@ -161,22 +126,10 @@ def plot_channel(config: CellConfig, model_bits: float, path: Path) -> None:
 def run_report(
     config: CellConfig, model_bits: float, rounds: int, seed: int, out_dir: str | Path
 ) -> dict[str, Any]:
-    """Simulate the cell, write ``summary.json`` and ``channel.png`` to ``out_dir``.
+    """Simulate the cell (:func:`simulate_rounds`), write ``summary.json`` and ``channel.png``.
 
-    Parameters
-    ----------
-    config, model_bits, rounds, seed
-        Cell settings, model size D_w in bits (``> 0``), number of simulated rounds (``>= 1``)
-        and seed (``>= 0``), as in :func:`simulate_rounds`.
-    out_dir : str or pathlib.Path
-        Output folder (created if missing).
-
-    Returns
-    -------
-    dict
-        The summary written to ``summary.json``: the settings (``config``, ``model_bits``,
-        ``rounds``, ``seed``) and the statistics of :func:`simulate_rounds`.
-
+    Returns the summary written: the settings (``config``, ``model_bits``, ``rounds``, ``seed``)
+    and the statistics. ``out_dir`` is created if missing.
     """
     if isinstance(model_bits, bool) or not (
         isinstance(model_bits, int | float) and math.isfinite(model_bits) and model_bits > 0
@@ -198,19 +151,7 @@ def run_report(
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """Human-readable lines of a :func:`run_report` summary.
-
-    Parameters
-    ----------
-    summary : dict
-        Output of :func:`run_report`.
-
-    Returns
-    -------
-    str
-        Several lines of text.
-
-    """
+    """Human-readable lines of a :func:`run_report` summary."""
     config = summary["config"]
     infeasible = summary["infeasible_share_of_available"]
     fit_share = summary["fit_share_of_available"]

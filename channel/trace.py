@@ -1,25 +1,8 @@
 """Recorded channels: replay per-round availability and gains instead of simulating a cell.
 
-A channel trace is an ``.npz`` file (``numpy.savez``) holding exactly two arrays of shape
-``[R, V]`` (R rounds, V devices):
-
-``available`` (bool)
-    Whether device v is available in round j (row ``j - 1`` for round j, 1-based).
-``gain_lin`` (float)
-    Its average channel gain H̄ (linear power ratio, ``10^(-(PL + X)/10)``), finite and
-    ``>= 0``; 0 makes the device infeasible. An unavailable device's gain is never used by a
-    scheduler (write 0 if unknown).
-
-:class:`TraceReplay` replays a trace with the interface of :class:`channel.Cell`
-(``draw_round(model_bits) -> RoundDraw``): availability and gain come from the file; the minimum
-bandwidth B* is recomputed every round by :func:`channel.bandwidth.min_bandwidth_hz` (paper eq.
-(lambert)) from the run's D_w, deadline, transmit power and noise, so one trace serves any model
-size and radio settings (docs/design.md, "Channel traces"). A trace holds no geometry: the
-draws' ``los`` and ``distance_2d_m`` are ``None``.
-
-:func:`write_trace` writes a trace from arrays, :func:`record_cell_trace` records R rounds of a
-simulated :class:`channel.Cell` (to edit a simulated drop, or to check that a replay equals the
-simulation), :func:`load_trace` reads and validates one.
+A trace is an ``.npz`` file holding exactly ``available`` (bool) and ``gain_lin`` (float,
+linear H̄, finite, ``>= 0``), both ``[R, V]``; row ``j - 1`` is round j. B* is recomputed from the
+gains every round (docs/design.md, "Channel traces"; docs/bring-your-own.md, "Your own channel").
 """
 
 from __future__ import annotations
@@ -51,33 +34,49 @@ TRACE_FORMAT = (
 _ZIP_MAGIC = ZIP_MAGIC
 _NPY_MAGIC = b"\x93NUMPY"
 
-#: Largest trace read (bytes of both arrays as declared by their headers): 512 MiB, e.g.
-#: 10^6 rounds x 59 devices or 10^4 rounds x 5,900 devices as bool and float64. Loading keeps
-#: a float64 / bool copy, so a trace costs at most about twice this in memory.
+#: Largest trace read (both arrays, as their headers declare), e.g. 10^6 rounds x 59 devices.
 MAX_TRACE_BYTES = 512 * 2**20
 
-#: D_w passed to :meth:`channel.Cell.draw_round` while recording: availability and gains do not
-#: depend on it, and B* is not recorded (it is recomputed from the gains when replayed).
+#: D_w while recording: availability and gains do not depend on it, B* is not recorded.
 _RECORDING_MODEL_BITS = 1.0
 
 
 class TraceError(ValueError):
     """A channel trace that cannot be replayed.
 
-    Parameters
-    ----------
-    reason : str
-        Why, in one line, without the file name (kept as :attr:`reason` so that a caller can
-        name the file its own way, e.g. by the run-config key).
-    path : str or os.PathLike, optional
-        The trace file, prefixed to the message when given.
-
+    ``reason`` (one line, without the file name) is kept as :attr:`reason` so that a caller can
+    name the file its own way; ``path``, when given, prefixes the message.
     """
 
     def __init__(self, reason: str, path: str | os.PathLike[str] | None = None) -> None:
         self.reason = reason
         where = "channel trace" if path is None else f"channel trace file '{path}'"
         super().__init__(f"{where}: {reason}")
+
+
+def _layout_problem(
+    available_dtype: np.dtype,
+    available_shape: tuple[int, ...],
+    gain_dtype: np.dtype,
+    gain_shape: tuple[int, ...],
+) -> str | None:
+    """Why two arrays of these dtypes and shapes are not a trace; None when they are."""
+    if available_dtype != np.bool_:
+        return f"array available has dtype {available_dtype}; must be bool"
+    if gain_dtype.kind != "f":
+        return f"array gain_lin has dtype {gain_dtype}; must be a float type"
+    for name, shape in (("available", available_shape), ("gain_lin", gain_shape)):
+        if len(shape) != 2 or 0 in shape:
+            return (
+                f"array {name} has shape {shape}; must be 2-D [R, V] with R >= 1 rounds and "
+                "V >= 1 devices"
+            )
+    if gain_shape != available_shape:
+        return (
+            f"array gain_lin has shape {gain_shape}, available {available_shape}; both must be "
+            "[R, V]"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -94,9 +93,7 @@ class ChannelTrace:
     Raises
     ------
     TraceError
-        On a wrong dtype (``available`` must be bool, ``gain_lin`` a float type), shape (both
-        2-D, equal, at least one round and one device) or value (gain not finite or ``< 0``).
-
+        On a wrong dtype, shape (both 2-D, equal, non-empty) or gain (not finite or ``< 0``).
     """
 
     available: BoolArray
@@ -106,21 +103,9 @@ class ChannelTrace:
         """Check dtypes, shapes and gains; keep read-only float64 / bool copies."""
         available = np.asarray(self.available)
         gain = np.asarray(self.gain_lin)
-        if available.dtype != np.bool_:
-            raise TraceError(f"array available has dtype {available.dtype}; must be bool")
-        if gain.dtype.kind != "f":
-            raise TraceError(f"array gain_lin has dtype {gain.dtype}; must be a float type")
-        for name, array in (("available", available), ("gain_lin", gain)):
-            if array.ndim != 2 or 0 in array.shape:
-                raise TraceError(
-                    f"array {name} has shape {array.shape}; must be 2-D [R, V] with R >= 1 "
-                    "rounds and V >= 1 devices"
-                )
-        if gain.shape != available.shape:
-            raise TraceError(
-                f"array gain_lin has shape {gain.shape}, available {available.shape}; both "
-                "must be [R, V]"
-            )
+        problem = _layout_problem(available.dtype, available.shape, gain.dtype, gain.shape)
+        if problem is not None:
+            raise TraceError(problem)
         bad = ~(np.isfinite(gain) & (gain >= 0.0))
         if np.any(bad):
             row, column = (int(i) for i in np.argwhere(bad)[0])
@@ -151,14 +136,9 @@ class ChannelTrace:
 def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(R, V) of a trace file, from its arrays' headers only (no data is read).
 
-    The headers must declare exactly ``available`` (bool) and ``gain_lin`` (a float type),
-    both 2-D of the same non-empty shape, of at most :data:`MAX_TRACE_BYTES` together.
-
-    Raises
-    ------
-    TraceError
-        One line naming the file.
-
+    Raises :class:`TraceError` (one line naming the file) unless the headers declare exactly
+    ``available`` (bool) and ``gain_lin`` (float), 2-D of one non-empty shape, of at most
+    :data:`MAX_TRACE_BYTES` together.
     """
     file, must = Path(path), f"must be {TRACE_FORMAT}"
     if not file.exists():
@@ -182,23 +162,9 @@ def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
     if names != sorted(TRACE_ARRAYS):
         raise TraceError(f"holds the arrays {names}; {must}", path)
     available, gain = headers["available"], headers["gain_lin"]
-    if available.dtype != np.bool_:
-        raise TraceError(f"array available has dtype {available.dtype}; must be bool", path)
-    if gain.dtype.kind != "f":
-        raise TraceError(f"array gain_lin has dtype {gain.dtype}; must be a float type", path)
-    for name, header in (("available", available), ("gain_lin", gain)):
-        if len(header.shape) != 2 or 0 in header.shape:
-            raise TraceError(
-                f"array {name} has shape {header.shape}; must be 2-D [R, V] with R >= 1 "
-                "rounds and V >= 1 devices",
-                path,
-            )
-    if gain.shape != available.shape:
-        raise TraceError(
-            f"array gain_lin has shape {gain.shape}, available {available.shape}; both must "
-            "be [R, V]",
-            path,
-        )
+    problem = _layout_problem(available.dtype, available.shape, gain.dtype, gain.shape)
+    if problem is not None:
+        raise TraceError(problem, path)
     total = available.nbytes + gain.nbytes
     if total > MAX_TRACE_BYTES:
         raise TraceError(
@@ -212,27 +178,13 @@ def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
 
 
 def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
-    """Read and validate a trace file (see the module docstring for the format).
-
-    The arrays' headers are checked first (:func:`trace_shape`: names, dtypes, shapes, at most
-    :data:`MAX_TRACE_BYTES`), so no data is read from a file that declares anything else.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The ``.npz`` file.
-
-    Returns
-    -------
-    ChannelTrace
+    """Read and validate a trace file; headers are checked first (:func:`trace_shape`).
 
     Raises
     ------
     TraceError
-        One line naming the file: missing, a folder, not an ``.npz`` archive, other arrays
-        than ``available`` and ``gain_lin``, arrays too large, or arrays that
-        :class:`ChannelTrace` refuses.
-
+        One line naming the file: missing, a folder, not an ``.npz`` archive, other arrays,
+        arrays too large, or arrays that :class:`ChannelTrace` refuses.
     """
     file, must = Path(path), f"must be {TRACE_FORMAT}"
     trace_shape(file)
@@ -264,31 +216,11 @@ def _first_line(err: BaseException) -> str:
 def write_trace(
     path: str | os.PathLike[str], available: npt.ArrayLike, gain_lin: npt.ArrayLike
 ) -> ChannelTrace:
-    """Validate ``available`` and ``gain_lin`` and write them as a trace file at ``path``.
+    """Validate ``available`` and ``gain_lin`` (``(R, V)``) and write them as a trace at ``path``.
 
-    The file is written under exactly ``path`` (``numpy.savez`` would append ``.npz`` to a
-    name without it) through a temporary file created exclusively in its folder and renamed
-    over it.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        Where to write (conventionally ending in ``.npz``).
-    available : array_like of bool, shape ``(R, V)``
-        Availability per round and device.
-    gain_lin : array_like of float, shape ``(R, V)``
-        Average channel gain H̄ per round and device (linear), finite, ``>= 0``.
-
-    Returns
-    -------
-    ChannelTrace
-        What was written.
-
-    Raises
-    ------
-    TraceError
-        When :class:`ChannelTrace` refuses the arrays (nothing is written).
-
+    Written under exactly ``path`` (``numpy.savez`` would append ``.npz``) through an exclusively
+    created temporary file renamed over it. Raises :class:`TraceError` (nothing written) when
+    :class:`ChannelTrace` refuses the arrays.
     """
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
     file = Path(path)
@@ -308,23 +240,8 @@ def write_trace(
 def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int) -> ChannelTrace:
     """Draw ``num_rounds`` rounds of ``cell`` and write their availability and gains to ``path``.
 
-    Advances ``cell``'s generator exactly as ``num_rounds`` rounds of a run do, so a cell built
-    as a run builds it (the run's seed stream) gives the trace that run would draw.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        Trace file to write.
-    cell : Cell
-        The simulated cell (its next ``num_rounds`` draws are recorded).
-    num_rounds : int
-        R, ``>= 1``.
-
-    Returns
-    -------
-    ChannelTrace
-        What was written.
-
+    Advances ``cell``'s generator exactly as ``num_rounds`` rounds of a run do, so a cell seeded
+    as a run seeds it gives the trace that run would draw.
     """
     if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
         raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
@@ -339,21 +256,14 @@ def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int)
 class TraceReplay:
     """Replay a :class:`ChannelTrace` round by round, with the interface of :class:`Cell`.
 
-    The k-th call of :meth:`draw_round` returns row ``first_round + k - 1`` (0-based), i.e.
-    round ``first_round + k`` of the run; B* is recomputed from the row's gains (docs/design.md,
-    "Channel traces").
-
     Parameters
     ----------
     trace : ChannelTrace
         The recorded rounds; its V must equal ``config.num_devices``.
     config : CellConfig
-        The run's channel settings; only ``deadline_s``, ``tx_power_w`` and
-        ``noise_psd_w_per_hz`` are used (for B*).
+        The run's channel settings; only those of B* are used.
     first_round : int
-        Rounds already run (0 for a new run, the checkpoint's round when resuming), in
-        ``[0, trace.num_rounds]``.
-
+        Rounds already run (0 for a new run, the checkpoint's round when resuming).
     """
 
     def __init__(self, trace: ChannelTrace, config: CellConfig, first_round: int = 0) -> None:
@@ -390,24 +300,10 @@ class TraceReplay:
         return self._next_row
 
     def draw_round(self, model_bits: float) -> RoundDraw:
-        """Return the next recorded round, with B* for an upload of ``model_bits`` bits.
+        """Return the next recorded round, with B* (paper eq. (lambert)) for ``model_bits`` bits.
 
-        Parameters
-        ----------
-        model_bits : float
-            Model size D_w in bits, ``> 0``.
-
-        Returns
-        -------
-        RoundDraw
-            Recorded availability and gain, B* from paper eq. (lambert) (``+inf`` =
-            infeasible); ``los`` and ``distance_2d_m`` are ``None`` (not recorded).
-
-        Raises
-        ------
-        ValueError
-            When every recorded round has been replayed, or ``model_bits`` is not ``> 0``.
-
+        ``los`` and ``distance_2d_m`` are ``None``. Raises ValueError when every recorded round has
+        been replayed.
         """
         bits = checked_model_bits(model_bits)
         row = self._next_row

@@ -1,34 +1,18 @@
-"""The Flower ClientApp of a FedCGD device (Message API).
+"""The Flower ClientApp of a FedCGD device (Message API; record keys in :mod:`fedcgd_task.keys`).
 
-Message types and what the device answers (record keys from :mod:`fedcgd_task.keys`):
+* ``query.info``: partition-id, num-examples and local-label-hist (class counts of the whole
+  local dataset), once, at discovery.
+* ``query.stats``: at the received model and round config, the pre-training statistics of paper
+  Algorithm 3, lines 6-8: partition-id, num-examples, label-hist (of this round's tau b
+  samples) and sigma-hat (first batch), without training.
+* ``train``: the same statistics (the batches depend only on seed, round and partition id),
+  then tau SGD steps; replies the model under ``arrays`` with train-loss, update-norm and
+  train-time-s.
 
-* ``query.info``: metrics {partition-id, num-examples, local-label-hist} (class counts of the
-  whole local dataset, reported once: Fed-CBS's class distribution).
-* ``query.stats``: given the global model (ArrayRecord ``arrays``) and the round config
-  (ConfigRecord ``config``: server-round, local-steps, lr, batch-size), the pre-training
-  statistics of paper Algorithm 3, lines 6-8, without training: partition-id, num-examples
-  (|D_v|), label-hist (class counts of all tau b samples of this round's batches) and sigma-hat
-  (paper eq. (local_est_sigma) at the received model, first batch).
-* ``train``: the same statistics (identical to the stats reply of the same round, since the
-  batches depend only on seed, round and partition id), then tau SGD steps on those batches;
-  replies the updated model under ``arrays`` plus train-loss, update-norm and train-time-s.
-
-The global model is evaluated centrally by the ServerApp, so there is no ``evaluate`` handler.
-
-The module's ``app`` (what Flower loads: ``clientapp = "client_app.app:app"``) is
-:func:`make_app` without cohorts; the in-process engine builds its own with the
-:class:`~client_app.cohort.Cohorts` it owns, so no module global links the engine and the
-handlers.
-
-The partition id comes from ``context.node_config["partition-id"]``; ``num-partitions`` must
-equal the run config's ``num-devices``. Errors raised in a handler propagate; Flower turns them
-into an error reply, which the server skips. The handlers keep no per-node state; a process
-keeps one model skeleton per architecture (:func:`client_app.device_round.process_model`) and
-loads each message's weights into it.
-
-The ClientApp sets ``torch.set_num_threads(1)`` when it handles a message (in its lifespan, not
-at import of the library modules): in simulation several Ray workers share the machine's cores,
-and one intra-op thread each avoids oversubscription.
+The ServerApp evaluates centrally (no ``evaluate`` handler). A handler's error becomes Flower's
+error reply, which costs the device its round. ``app`` (what Flower loads) is :func:`make_app`
+without cohorts. Handling a message sets ``torch.set_num_threads(1)`` (Ray workers share the
+cores).
 """
 
 from __future__ import annotations
@@ -77,10 +61,8 @@ CLIENT_NUM_THREADS = 1
 def make_app(cohorts: Cohorts | None = None) -> ClientApp:
     """A ClientApp of a FedCGD device; with ``cohorts``, one of the in-process engine's.
 
-    ``cohorts``: the engine's :class:`~client_app.cohort.Cohorts` (its grid opens them around
-    each delivery): :func:`query_stats` and :func:`train` take their device's result from its
-    open cohort where it has one. None (the module's ``app``, what Flower loads): every message
-    is computed for its device alone.
+    With the engine's :class:`~client_app.cohort.Cohorts`, :func:`query_stats` and :func:`train`
+    take their device's result from its open cohort where it has one.
     """
     client = ClientApp()
     client.lifespan()(lifespan)
@@ -108,9 +90,7 @@ def node_context(
 ) -> Context:
     """The Context of a node of run 1 (empty state), to call the handlers without Flower.
 
-    The one place such a Context is built (the in-process engine, benchmarks and tests use it):
-    ``node_config`` holds :data:`fedcgd_task.keys.NODE_PARTITION_ID` and
-    :data:`fedcgd_task.keys.NODE_NUM_PARTITIONS` as Flower's simulation sets them.
+    ``node_config`` holds the partition id and count as Flower's simulation sets them.
     """
     return Context(
         run_id=1,
@@ -153,12 +133,7 @@ def query_info(msg: Message, context: Context) -> Message:
 
 
 def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
-    """Reply with the pre-training statistics at the received model (no training).
-
-    In an open cohort of ``cohorts`` (:mod:`client_app.cohort`, the in-process engine) the
-    statistics were computed with the cohort's other devices; otherwise here, for this device
-    alone.
-    """
+    """Reply with the pre-training statistics at the received model (no training)."""
     done = None if cohorts is None else cohorts.stats_of(msg)
     rnd, stats = done if done is not None else _alone(msg, context)
     metrics = MetricRecord(_stats_metrics(rnd, stats))
@@ -171,12 +146,7 @@ def _alone(msg: Message, context: Context) -> tuple[DeviceRound, PreTrainingStat
 
 
 def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
-    """Compute the pre-training statistics, run tau SGD steps, reply model and metrics.
-
-    In an open cohort of ``cohorts`` (:mod:`client_app.cohort`) the steps ran with the cohort's
-    other devices; otherwise here, for this device alone
-    (:func:`client_app.device_round.train_device`).
-    """
+    """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
     done = None if cohorts is None else cohorts.trained_of(msg)
     if done is None:
         rnd = device_round(msg, context)

@@ -1,23 +1,10 @@
 """On-demand timing of one ClientApp train call and of sigma-hat against one SGD step.
 
-Run ``fedcgd bench client [--repeats N] [--vmap-repeats M] [--threads T]``.
-
-Table: for ``cnn`` (3 x 32 x 32, 10 classes) and ``resnet18gn`` (3 x 32 x 32, 100 classes) on
-a random batch of b = 32, side by side, the one-pass sigma-hat (:func:`gradient_spread`), the
-vmap reference (:func:`gradient_spread_vmap`, ``--vmap-repeats`` timed calls because it is slow)
-and one SGD step (:func:`train_local` with tau = 1: forward, backward, optimizer step), with the
-ratios of the two sigma-hats to the SGD step.
-
-Then two ClientApp cases:
-
-* ``digits/mlp``: the real ``train`` handler on the digits split (tau = 1, b = 32), timed end to
-  end, plus sigma-hat alone on the same first batch;
-* ``cnn 3x32x32``: the handler's steps (build model and load the received weights, sigma-hat on
-  the first batch, one SGD step, export the state dict) on random 3 x 32 x 32 data, because the
-  CIFAR files may be absent.
-
-Times are medians over the repeats after one warm-up call (the first call in a fresh process
-pays for torch's lazy initialisation); the first call is printed too.
+``fedcgd bench client [--repeats N] [--vmap-repeats M] [--threads T]``: for ``cnn`` and
+``resnet18gn`` at b = 32, the one-pass sigma-hat, the vmap reference and one SGD step with their
+ratios; then the real ``train`` handler on ``digits/mlp`` and the handler's steps for a
+``cnn`` on random 3 x 32 x 32 data. Medians after one warm-up call (the first call is printed
+too); the numbers are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -117,9 +104,8 @@ def bench_sigma_vs_sgd(
 ) -> tuple[float, float, float]:
     """Median seconds of (one-pass sigma-hat, vmap sigma-hat, one SGD step) at b = 32.
 
-    Each is timed on its own copy of the freshly built model (the SGD step changes its copy).
-    The one-pass sigma-hat and the SGD step alternate call by call, so that load from other
-    processes affects both alike; each gets one untimed warm-up call first.
+    Each on its own copy of the model; the one-pass sigma-hat and the SGD step alternate call by
+    call, so that load from other processes affects both alike.
     """
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(SIGMA_BATCH, *input_shape, generator=generator)

@@ -1,47 +1,9 @@
 """Cohort execution: devices that received the same global model in one phase, computed together.
 
-The in-process engine (:func:`experiments.run.inprocess.run_inprocess`) owns one
-:class:`Cohorts` and builds its ClientApp with it (:func:`client_app.app.make_app`); nothing of
-it lives in a module global. Its grid (:class:`experiments.run.inprocess.InProcessGrid`) hands
-each message straight to its node's ClientApp; before it delivers the messages of one
-``send_and_receive`` it opens them (:meth:`Cohorts.opened`): the ``query.stats`` messages, and
-the ``train`` messages, that carry the same ArrayRecord object (the round's one global model),
-the same round config and the same run config form a *cohort*. The first time a handler of that
-ClientApp asks for a cohort's message (:meth:`Cohorts.stats_of`, :meth:`Cohorts.trained_of`),
-the whole cohort is computed at once:
-
-* ``query.stats``: every device's label histogram, and sigma-hat of all of them from batched
-  passes at the one model (:func:`client_app.sigma.gradient_spreads`, one group of b samples
-  per device) over chunks of :data:`QUERY_CHUNK_SAMPLES` samples;
-* ``train``: the same statistics (those the round's query cohort computed at the same model
-  are reused), then the tau SGD steps of all the devices together:
-  :func:`torch.func.functional_call` + :func:`torch.func.vmap` of the gradient over the devices'
-  stacked parameters, each device on its own batches
-  (:func:`fedcgd_task.training.local_batches`: its own draws and order), in chunks of at most
-  :func:`client_app.cohort_training.train_chunk_devices` devices.
-
-Each handler then builds its own reply from its device's result, as on the per-device path, so
-anything that wraps the ClientApp (a misbehaving device in the tests) sees the same replies, and
-the replies go through the server's validation like any other. The results equal the per-device
-path's up to summation order (tested in float64: within 1.1e-9 relative, the same schedules;
-float32: docs/running.md, "Same seed, same run").
-
-Where the batched path cannot run, the devices are computed one at a time, and the log says so
-once per engine (:class:`Cohorts`), model and reason: a model outside
-:mod:`client_app.per_sample_norms`'s scope, or one whose outputs for one device's samples change
-when other devices' samples share the batch (:func:`client_app.sample_mixing.sample_mixing`,
-checked once per engine and model structure: a parameter-free ``x - x.mean(0)`` in
-``forward``, say), gets sigma-hat per device (:func:`client_app.device_round.pre_training_stats`);
-a model with dropout (each device draws its masks from its own seeded stream), with batch
-normalisation (its running statistics are updated in training mode) or one that ``vmap``
-rejects trains per device. The batched training needs no such check: ``vmap`` hands each
-device's function its own batch alone, so a model that mixes the samples of a batch mixes each
-device's own, as on the per-device path.
-
-Memory: a query chunk holds the activations of :data:`QUERY_CHUNK_SAMPLES` samples plus
-per-layer intermediates bounded by :data:`client_app.layer_norms.CHUNK_BUDGET_FLOATS`; a
-training chunk holds its devices' parameters and gradients (at most a quarter of that budget)
-and the activations of their tau b samples. Results are dropped when the delivery ends.
+The in-process engine's grid opens the cohorts of a delivery (:meth:`Cohorts.opened`); the
+ClientApp's handlers ask for their device's result and build their own reply. What forms a
+cohort, the batched σ̂ and training, the fallbacks to the per-device path and the tolerance are
+in docs/design.md, "Cohort execution". Results are dropped when the delivery ends.
 """
 
 from __future__ import annotations
@@ -103,10 +65,9 @@ class _Cohort:
 
 @dataclass
 class _KeptStats:
-    """The statistics of the last query cohort, kept for the train cohort of the same round.
+    """The last query cohort's statistics (by :func:`_stats_key`), kept for the train cohort.
 
-    ``arrays``: weak references to the model record's arrays (an Array's bytes are set once,
-    so the same objects are the same model); ``stats``: :func:`_stats_key` -> statistics.
+    ``arrays`` weakly references the model record's arrays (the same objects: the same model).
     """
 
     arrays: list[tuple[str, weakref.ref[Array]]]
@@ -141,21 +102,10 @@ def _stats_key(device: DeviceRound) -> tuple[object, ...]:
 class Cohorts:
     """One engine's cohort execution: its grid opens the cohorts, its ClientApp reads them.
 
-    The in-process engine builds one, hands it to its grid (which calls :meth:`opened` around
-    each delivery) and to the ClientApp it builds (:func:`client_app.app.make_app`, whose
-    ``query.stats`` and ``train`` handlers call :meth:`stats_of` / :meth:`trained_of`). It holds
-    everything cohort execution keeps between messages: the open cohorts (only during
-    :meth:`opened`), the last query cohort's statistics (for the train cohort of the same
-    round), the sample-mixing verdicts by model structure
-    (:func:`client_app.sample_mixing.sample_mixing`), the models whose batched training failed
-    (per device from then on) and the reasons already logged.
-
-    Parameters
-    ----------
-    threads : int
-        Threads that share a cohort's sigma-hat passes (:meth:`cohort_stats`); the results do
-        not depend on it.
-
+    Holds what cohort execution keeps between messages: the open cohorts (during :meth:`opened`
+    only), the last query cohort's statistics, the sample-mixing verdicts by model structure, the
+    models whose batched training failed, and the reasons already logged. ``threads`` share a
+    cohort's σ̂ passes; the results do not depend on it.
     """
 
     def __init__(self, *, threads: int = 1) -> None:
@@ -177,10 +127,7 @@ class Cohorts:
     def opened(self, deliveries: Sequence[tuple[Message, Context]]) -> Iterator[None]:
         """Open the cohorts among ``deliveries`` (message, its node's context) while handled.
 
-        A cohort: the messages of one kind with the same record object, an equal round config
-        and an equal run config (:func:`client_app.device_round.same_config`). Messages stay
-        the caller's: they must be alive and unchanged until the block ends; the results are
-        dropped when it ends.
+        Messages must stay alive and unchanged until the block ends.
         """
         groups: dict[tuple[object, ...], list[list[tuple[Message, Context]]]] = {}
         for msg, context in deliveries:
@@ -285,10 +232,8 @@ class Cohorts:
     ) -> list[PreTrainingStats]:
         """:meth:`cohort_stats`, reusing those the last cohort computed at the same model.
 
-        A round's train messages carry the record of its query messages, and a device's
-        statistics depend only on the model and its batches (seed, round, tau, b, partition):
-        the scheduled devices' statistics were computed in the query phase and are reused,
-        the others computed now. The kept statistics are those of the last record only.
+        A round's train messages carry its query messages' record, so the scheduled devices'
+        statistics (model and batches only) come from the query phase.
         """
         kept = self._kept
         if kept is None or not same_arrays(record, kept.arrays):
@@ -311,14 +256,9 @@ class Cohorts:
     ) -> list[PreTrainingStats]:
         """Pre-training statistics of devices sharing ``model`` and the round config.
 
-        sigma-hat of all of them from batched passes (:func:`client_app.sigma.gradient_spreads`)
-        over chunks of :data:`QUERY_CHUNK_SAMPLES` samples when the model is within the
-        one-pass method's scope, else per device
-        (:func:`client_app.device_round.pre_training_stats`, the per-device path's function).
-        With :attr:`threads` > 1 and several chunks, the chunks are dealt out in turn to that
-        many threads, each with its own copy of the model (the passes hook its layers); torch
-        releases the interpreter lock in its operations, so the threads use that many cores,
-        each on one intra-op thread.
+        σ̂ from batched passes (:func:`client_app.sigma.gradient_spreads`) over chunks of
+        :data:`QUERY_CHUNK_SAMPLES` samples, else per device; with :attr:`threads` > 1 the
+        chunks are dealt to that many threads, each with its own copy of the model.
         """
         want_sigma = devices[0].want_sigma
         name = devices[0].settings.model

@@ -57,27 +57,11 @@ def cohort_train(
     """Tau plain SGD steps of every device from ``model``, batched over devices with vmap.
 
     Per device the arithmetic of :func:`fedcgd_task.training.train_local` (paper eq.
-    (localupdate): w <- w - eta grad f(w, batch_t), the mean cross-entropy of batch t, in
-    training mode), on its own batches; the per-step update is ``torch.add(w, g, alpha=-eta)``,
-    the operation of :func:`fedcgd_task.training.sgd_step`. ``model`` is left unchanged.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The received global model (no dropout, no batch normalisation:
-        :func:`training_blockers`).
-    devices : sequence of DeviceRound
-        Devices with the same tau, b and eta.
-    stats : sequence of PreTrainingStats
-        Their statistics at ``model`` (:func:`client_app.cohort.cohort_stats`), carried into
-        the results.
-
-    Returns
-    -------
-    list of TrainedDevice
-        Per device: its statistics at ``model``, its updated state dict, mean step loss,
-        update norm and its share of the chunk's training time.
-
+    (localupdate)) on its own batches, each step ``torch.add(w, g, alpha=-eta)`` as in
+    :func:`fedcgd_task.training.sgd_step`. ``model`` (no dropout, no batch normalisation:
+    :func:`training_blockers`) is left unchanged; ``devices`` share tau, b and eta; ``stats`` are
+    their statistics at ``model``. Returns per device its :class:`TrainedDevice` (train time: its
+    share of the chunk's).
     """
     before = floating_state(model)
     state = {name: t.detach().clone() for name, t in model.state_dict().items()}

@@ -1,12 +1,7 @@
 """A device's round: what the ClientApp reads from a message, and the per-device computation.
 
-The pieces both engines of the ClientApp share: the per-device path of :mod:`client_app.app`
-(one message at a time, every engine) and the cohort path of :mod:`client_app.cohort` (the
-in-process engine's devices that received the same global model, computed together). Each
-quantity a device reports is defined here once: the label histogram (:func:`label_hist`),
-sigma-hat (:func:`client_app.sigma.gradient_spread` / :func:`client_app.sigma.gradient_spreads`,
-one formula), the update norm (:func:`update_norm_between`) and the round's batches
-(:func:`fedcgd_task.training.local_batches`).
+Shared by the per-device path (:mod:`client_app.app`) and the cohort path
+(:mod:`client_app.cohort`), so each quantity a device reports is defined once.
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ class PreTrainingStats:
         Class counts of all samples of this round's tau batches (sums to tau b).
     sigma : float or None
         sigma-hat_v, paper eq. (local_est_sigma); None when the server did not ask for it.
-
     """
 
     label_hist: list[int]
@@ -50,14 +44,10 @@ class PreTrainingStats:
 
 
 def node_partition(context: Context, settings: TaskSettings) -> int:
-    """Return the node's partition id, checking it against the run config.
+    """Return the node's partition id, checking ``node_config`` against the run config.
 
-    Raises
-    ------
-    ValueError
-        If ``partition-id`` / ``num-partitions`` are missing from node_config, not integers,
-        if ``num-partitions`` differs from ``num-devices`` or the id is out of range.
-
+    Raises ValueError if ``partition-id`` / ``num-partitions`` are missing or not integers, if
+    ``num-partitions`` differs from ``num-devices`` or the id is out of range.
     """
     config = context.node_config
     for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
@@ -126,10 +116,7 @@ _LAST_DECODED: list[_DecodedRecord] = []
 
 
 def same_arrays(record: ArrayRecord, kept: list[tuple[str, weakref.ref[Array]]]) -> bool:
-    """Whether ``record`` holds the very Array objects ``kept`` refers to, by name and in order.
-
-    An Array's bytes are set once, when it is built, so the same objects are the same values.
-    """
+    """Whether ``record`` holds the very Array objects ``kept`` refers to, by name and in order."""
     items = list(record.items())
     return len(kept) == len(items) and all(
         name == kept_name and ref() is array
@@ -140,16 +127,10 @@ def same_arrays(record: ArrayRecord, kept: list[tuple[str, weakref.ref[Array]]])
 def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     """``record.to_torch_state_dict()``, decoded once for the messages that share the record.
 
-    Flower's arrays are serialised bytes; decoding one parses its header and copies it. The
-    server sends a round's global model in one record to every device it addresses, so where
-    the messages reach the ClientApp as objects (the in-process engine) every query and
-    training message of a round carries the same :class:`~flwr.app.Array` objects. The last
-    decoded record is kept with weak references to its arrays: a record whose arrays are the
-    very same objects, under the same names and in the same order, gets the kept result (an
-    Array's bytes are set once, when it is built); anything else is decoded. The kept result
-    is dropped as soon as one of its arrays is freed, so a process whose messages are
-    deserialised one by one (``flwr run``, deployments) holds no extra copy between messages.
-    The returned tensors are only read (:func:`received_model` copies them into the model).
+    In the in-process engine every message of a round carries the same :class:`~flwr.app.Array`
+    objects; the last decoded record is kept with weak references to its arrays (an Array's bytes
+    are set once) and dropped when one is freed, so deserialised messages keep no extra copy.
+    The returned tensors are only read.
     """
     for kept in _LAST_DECODED:
         if same_arrays(record, kept.arrays):
@@ -173,11 +154,9 @@ def process_model(
 ) -> nn.Module:
     """One model per process and architecture, on the compute device, reused across messages.
 
-    Building a model costs far more than loading weights into it (ResNet-18-GN: ~160 ms vs
-    ~7 ms on one CPU thread), and in simulation a Ray worker serves many messages. Every
-    parameter and buffer is overwritten by :func:`received_model` (``strict=True``) and the
-    gradients are cleared, so nothing of an earlier message survives; the handlers run one
-    message at a time per process. ``device`` is the run's ``device`` setting.
+    Building costs far more than loading weights (ResNet-18-GN: ~160 ms vs ~7 ms);
+    :func:`received_model` overwrites every entry (``strict=True``) and clears the gradients.
+    ``device`` is the run's ``device`` setting.
     """
     return build_model(name, num_classes, input_shape).to(compute_device(device))
 
@@ -196,10 +175,8 @@ _LAST_SETTINGS: list[tuple[UserConfig, str, TaskSettings]] = []
 def run_settings(run_config: UserConfig) -> TaskSettings:
     """:meth:`TaskSettings.from_run_config`, read once for the equal configs of a run's nodes.
 
-    Every node of a run carries an equal run config; reading one validates ~40 keys and
-    resolves the data folder (0.1 ms, a tenth of a query message's cost at V = 10,000). The
-    last config read is kept with its settings and reused for a config equal in every key,
-    type and value (:func:`same_config`) read in the same working folder.
+    The last config is reused for one equal in every key, type and value (:func:`same_config`)
+    read in the same working folder.
     """
     cwd = os.getcwd()
     for kept, kept_cwd, settings in _LAST_SETTINGS:
@@ -214,23 +191,8 @@ def run_settings(run_config: UserConfig) -> TaskSettings:
 class DeviceRound:
     """What a stats or train message asks of a device, read before any computation.
 
-    Attributes
-    ----------
-    settings : TaskSettings
-        The run config.
-    partition_id : int
-        The node's partition id.
-    split : LocalSplit
-        The node's (cached) local split.
-    server_round : int
-        The round the server sent.
-    training : TrainingSettings
-        The tau, lr and b the server sent.
-    want_sigma : bool
-        Whether the server asked for sigma-hat.
-    batches : list of int64 arrays
-        This round's tau batches (positions in ``split``).
-
+    ``batches`` are this round's tau batches (positions in ``split``); ``training`` holds the tau,
+    lr and b the server sent.
     """
 
     settings: TaskSettings
@@ -245,11 +207,7 @@ class DeviceRound:
 def device_round(msg: Message, context: Context) -> DeviceRound:
     """Read the run config, the node's partition, the round config and draw the round's batches.
 
-    Raises
-    ------
-    ValueError
-        A bad node config or round config (one line naming the setting).
-
+    Raises ValueError on a bad node config or round config (one line naming the setting).
     """
     settings = run_settings(context.run_config)
     partition_id = node_partition(context, settings)
@@ -290,19 +248,8 @@ def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def update_norm_between(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
     """Return ||w_new - w_received||_2 over the floating entries of ``before`` (float64 sums).
 
-    Parameters
-    ----------
-    before : dict of str -> torch.Tensor
-        The received model's floating entries (:func:`floating_state`).
-    after : dict of str -> torch.Tensor
-        The updated model's state (at least the keys of ``before``).
-
-    Returns
-    -------
-    float
-        The Euclidean norm of the update, in parameter units; the same quantity the server
-        recomputes from the upload (:func:`fedcgd_strategy.screening.update_norm`).
-
+    The same quantity the server recomputes from the upload
+    (:func:`fedcgd_strategy.screening.update_norm`), in parameter units.
     """
     total = 0.0
     for name, value in before.items():
@@ -332,7 +279,6 @@ class TrainedDevice:
         ||w_new - w_received||_2.
     train_time_s : float
         Seconds of training (in a cohort: its training time divided by its devices).
-
     """
 
     stats: PreTrainingStats

@@ -1,22 +1,14 @@
 """Per-sample (and per-group) squared gradient norms from one forward + backward pass.
 
-Used by :mod:`client_app.sigma` for sigma-hat_v of paper eq. (local_est_sigma). One backward of
-the *summed* per-sample loss sum_i l_i gives, at the output of every parametrised layer, the
-per-sample output gradient dl_i/dy_i (the samples do not interact: the layers act per sample, see
-"Scope" below). Together with the layer's input activations, captured by a forward hook, these
-give the squared norm of each sample's gradient with respect to that layer's parameters, layer by
-layer, without a backward pass per sample and without holding the b per-sample gradients of the
-whole model at once (the layer formulas are in :mod:`client_app.layer_norms`). The same pass gives
-the squared norm of the summed gradient of each group of ``group_size`` consecutive samples: with
-one group, ||sum_i grad l_i||^2 of a device's batch; with one group per device, that quantity for
-every device of a cohort whose batches are stacked, at the one shared model.
+One backward of the summed loss gives each parametrised layer's per-sample output gradients;
+with the layer's inputs (a forward hook) they give each sample's, and each group's summed,
+squared gradient norm layer by layer (formulas: :mod:`client_app.layer_norms`).
 
-Scope: every parameter must be the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS` (the
-built-in models of :mod:`fedcgd_task.models` use only these), a convolution's input must be batched
-([b, C_in, L] or [b, C_in, H, W]), no parameter may be shared, every layer may run at most once per
-forward, and the model must treat the samples of a batch independently (true in eval mode;
-BatchNorm in training mode would couple them, and it is not supported). :func:`unsupported_reasons`
-checks the static part; the rest raises :class:`UnsupportedModelError` during the pass.
+Scope: every parameter is the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS`, a
+convolution's input is batched, no parameter is shared, every layer runs at most once per
+forward, and the model treats the samples of a batch independently (no BatchNorm in training
+mode). :func:`unsupported_reasons` checks the static part; the rest raises
+:class:`UnsupportedModelError` during the pass.
 """
 
 from __future__ import annotations
@@ -60,20 +52,16 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class PerSampleNorms:
-    """Result of :func:`per_sample_grad_norms`.
+    """Result of :func:`per_sample_grad_norms`, in (loss units per parameter unit)^2 and nats.
 
     Attributes
     ----------
     sq_norms : torch.Tensor of float64, shape [b]
-        ||grad_w l_i(w)||^2 of each sample i over all model parameters, in (loss units per
-        parameter unit)^2.
+        ||grad_w l_i(w)||^2 of each sample i over all model parameters.
     group_sq_norms : torch.Tensor of float64, shape [N]
-        ||sum_{i in group n} grad_w l_i(w)||^2 for each group n of ``group_size`` consecutive
-        samples (N = b / group_size; one group: the squared norm of the gradient of the summed
-        loss), same units.
+        ||sum_{i in group n} grad_w l_i(w)||^2 for each group of ``group_size`` samples.
     losses : torch.Tensor of float32, shape [b]
-        The per-sample cross-entropies l_i(w), nats.
-
+        The per-sample cross-entropies l_i(w).
     """
 
     sq_norms: torch.Tensor
@@ -82,19 +70,10 @@ class PerSampleNorms:
 
 
 def unsupported_reasons(model: nn.Module) -> list[str]:
-    """List why :func:`per_sample_grad_norms` cannot handle ``model`` (empty when it can).
+    """Why :func:`per_sample_grad_norms` cannot handle ``model``, one line each (empty: it can).
 
-    Parameters
-    ----------
-    model : torch.nn.Module
-        Any model.
-
-    Returns
-    -------
-    list of str
-        One line per offending module or parameter; run-time conditions (a layer called twice,
-        a batch dimension that is not dim 0) are only detected during the pass.
-
+    Run-time conditions (a layer called twice, a batch dimension that is not dim 0) are detected
+    only during the pass.
     """
     reasons: list[str] = []
     owner: dict[int, str] = {}
@@ -132,12 +111,9 @@ def per_sample_grad_norms(
 ) -> PerSampleNorms:
     """Compute ||grad l_i(w)||^2 per sample and ||sum_{i in group} grad l_i(w)||^2 per group.
 
-    One forward pass of ``x`` and one backward pass of ``sum_i l_i`` (l_i the cross-entropy of
-    sample i) through ``model`` as it is (the caller picks train/eval mode; see the module
-    docstring for the scope). The backward forms the layers' output gradients, not their
-    parameter gradients (except those of a layer fed by the data itself). The model is left
-    unchanged: no hook stays registered, ``.grad`` is neither read nor written, and the
-    parameters' ``requires_grad`` flags are restored. Every parameter counts, frozen or not.
+    One forward and one backward of ``sum_i l_i`` through ``model`` as it is (the caller picks the
+    mode). The model is left unchanged (no hook left, ``.grad`` untouched, ``requires_grad``
+    restored); frozen parameters count too.
 
     Parameters
     ----------
@@ -150,21 +126,12 @@ def per_sample_grad_norms(
     group_size : int, optional
         Samples per group; default b (one group). Must divide b.
     chunk_size : int, optional
-        Samples (or groups) per chunk of the per-layer computations (memory only); default:
-        as many as fit :data:`CHUNK_BUDGET_FLOATS` for each layer.
-
-    Returns
-    -------
-    PerSampleNorms
-        Per-sample squared gradient norms (float64 [b]), the groups' squared summed-gradient
-        norms (float64 [N]) and the per-sample losses.
+        Samples (or groups) per chunk of the per-layer computations (memory only).
 
     Raises
     ------
     UnsupportedModelError
-        If ``model`` is outside the scope (statically, or a layer ran twice or saw a batch
-        dimension other than b).
-
+        If ``model`` is outside the scope (statically, or during the pass).
     """
     reasons = unsupported_reasons(model)
     if reasons:

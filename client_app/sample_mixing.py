@@ -1,10 +1,6 @@
 """Whether a model computes each device's samples apart from the others' (cohort's assumption).
 
-The batched σ̂ pass of cohort execution (:mod:`client_app.cohort`) stacks the first batches of
-several devices into one batch; each device gets the result of its own pass only if the model
-computes a sample without looking at the others (no batch statistics, no ``x - x.mean(0)``).
-:func:`sample_mixing` checks that on a float64 copy; its caller keeps the verdicts by model
-structure (:class:`client_app.cohort.Cohorts`: once per engine and structure).
+The batched σ̂ pass stacks several devices' first batches (docs/design.md, "Cohort execution").
 """
 
 from __future__ import annotations
@@ -45,36 +41,12 @@ def sample_mixing(
 ) -> str | None:
     """Why the samples of one group in ``x`` are not computed apart from the others; None: they are.
 
-    The batched sigma-hat pass (:func:`client_app.sigma.gradient_spreads`) computes the devices'
-    first batches, stacked, in one batch; it gives each device the result of its own pass only
-    if the model computes a device's samples (eval mode) without looking at the other devices'.
-    Checked on ``x`` (two or more groups of ``group_size`` samples, e.g. a few samples of two
-    devices' first batches; a model that mixes only batches larger than ``x`` passes): the
-    model's outputs for the whole of ``x`` against those of each group alone, on
-    a float64 copy of the model, in eval mode, without gradients and without touching the
-    global random stream. A change above :data:`MIXING_TOLERANCE` of the outputs' largest
-    magnitude, or a model that cannot run so, is a reason. With ``verdicts``, the verdict is
-    kept there per model structure (module types and state shapes): later calls with the same
-    mapping cost a look-up. A check whose outputs are not finite gives None and keeps nothing
-    (the next cohort checks again).
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The received global model; left unchanged.
-    x : torch.Tensor, shape [N group_size, *input_shape]
-        Samples of N >= 2 groups, group after group.
-    group_size : int
-        Samples per group.
-    verdicts : mutable mapping, optional
-        Verdicts kept by model structure (the caller's; :class:`client_app.cohort.Cohorts`
-        keeps one per engine); None: nothing is kept.
-
-    Returns
-    -------
-    str or None
-        One line saying why the batched pass would not equal the per-device one, or None.
-
+    The model's eval-mode outputs for all of ``x`` (N >= 2 groups of ``group_size`` samples) are
+    compared with each group's alone, on a float64 copy, without gradients or the global random
+    stream: a change above :data:`MIXING_TOLERANCE` of the largest output, or a model that cannot
+    run so, is the reason returned (one line). ``verdicts`` keeps them by model structure (module
+    types and state shapes); non-finite outputs give None and keep nothing. ``model`` is left
+    unchanged.
     """
     kept: MutableMapping[tuple[object, ...], str | None] = {} if verdicts is None else verdicts
     key = _structure(model)

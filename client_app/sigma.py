@@ -1,43 +1,15 @@
 """sigma-hat_v: the spread of per-sample gradients on a device's first mini-batch.
 
-Paper eq. (local_est_sigma):
+Paper eq. (local_est_sigma), sigma-hat_v = sqrt((1/b) sum_i ||g_i - g_bar||^2) with g_i the
+gradient of sample i's cross-entropy at the received model, evaluated in eval mode
+(docs/design.md, "Sampling variance"). :func:`gradient_spread` uses the expanded square
+(1/b) sum_i ||g_i||^2 - ||g_bar||^2 from one backward pass (docs/performance.md);
+:func:`gradient_spread_vmap` forms the deviations from :mod:`torch.func` per-sample gradients
+and serves models outside the one-pass scope.
 
-    sigma-hat_v = sqrt( (1/b) sum_i || grad l_i(w) - g_bar ||^2 ),  g_bar = (1/b) sum_i grad l_i(w),
-
-with l_i the cross-entropy of sample i of the first batch and w the received global model; the
-norm runs over all model parameters. The model is evaluated in eval mode, so dropout is off and
-sigma-hat measures the data spread only, not dropout noise (GroupNorm and the other layers act
-per sample, so eval mode changes nothing else).
-
-Two implementations:
-
-* :func:`gradient_spread` (used by the ClientApp) expands the square,
-
-      (1/b) sum_i ||g_i - g_bar||^2 = (1/b) sum_i ||g_i||^2 - 2 g_bar . (1/b) sum_i g_i
-                                      + ||g_bar||^2
-                                    = (1/b) sum_i ||g_i||^2 - ||g_bar||^2,
-
-  and gets every ||g_i||^2 and g_bar from ONE forward + backward pass of the summed loss
-  (:func:`client_app.per_sample_norms.per_sample_grad_norms`, layer by layer from the layers'
-  inputs and output gradients). It costs about one SGD step.
-* :func:`gradient_spread_vmap`, the reference: per-sample gradients from :mod:`torch.func`
-  (``functional_call`` + ``vmap`` + ``grad``) and the deviations from their mean summed
-  directly. It handles any model but costs 6-80x an SGD step on a CPU; :func:`gradient_spread`
-  falls back to it for models outside the scope of the one-pass method.
-
-Rounding: the expanded form subtracts two float64 numbers that each carry the float32
-rounding of the network's forward and backward pass (relative error epsilon ~ 1e-7), so
-sigma-hat^2 has an absolute error of about epsilon (1/b) sum_i ||g_i||^2, i.e. sigma-hat is
-resolved down to ~ sqrt(epsilon) ~ 3e-4 of the root-mean-square per-sample gradient norm (for
-b identical samples it returns that order of magnitude, or 0, instead of exactly 0). Spreads
-that small are far below the estimator's own sampling noise; a negative rounding result is
-clamped to 0.
-
-Memory: the vmap reference holds b times the model size of per-sample gradients (ResNet-18,
-b = 32: 1.4 GB), so it processes the batch in chunks whose gradients fit
-:data:`CHUNK_BUDGET_FLOATS` and combines the chunks' means and sums of squared deviations
-exactly (Chan et al.'s pairwise update), in float64. The one-pass method needs the memory of
-one training step plus per-layer per-sample intermediates bounded by the same budget.
+Rounding: the expanded form subtracts two numbers carrying float32 rounding (epsilon ~ 1e-7),
+so sigma-hat is resolved down to ~ sqrt(epsilon) ~ 3e-4 of the root-mean-square per-sample
+gradient norm (b identical samples give that order, or 0); a negative result is clamped to 0.
 """
 
 from __future__ import annotations
@@ -81,7 +53,6 @@ class GradientSpread:
         Mean cross-entropy of the batch at the given model (eval mode), nats.
     batch_size : int
         b, the number of samples used.
-
     """
 
     sigma: float
@@ -98,29 +69,21 @@ def gradient_spread(
 ) -> GradientSpread:
     """Compute sigma-hat_v (paper eq. (local_est_sigma)) and the batch loss at ``model``.
 
-    The one-device case of :func:`gradient_spreads` (one group holding the whole batch); see
-    there. Models outside the one-pass method's scope (other parametrised layer types, shared
-    parameters, a layer run twice) go to :func:`gradient_spread_vmap` instead.
+    One device's case of :func:`gradient_spreads`; models outside the one-pass scope go to
+    :func:`gradient_spread_vmap`.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The received global model; left unchanged (no hooks or ``.grad`` left behind; its
-        train/eval mode and its parameters' ``requires_grad`` flags are restored).
+        The received global model; left unchanged (hooks, ``.grad``, train/eval mode and
+        ``requires_grad`` flags restored).
     x : torch.Tensor of float32, shape [b, *input_shape]
         The first mini-batch (moved to the model's device).
     y : torch.Tensor of int64, shape [b]
         Its labels.
     chunk_size : int, optional
-        Memory only: samples per chunk of the per-layer, per-sample intermediates (or, in the
-        vmap fallback, samples per vmap call); default: as many as fit
-        :data:`CHUNK_BUDGET_FLOATS`.
-
-    Returns
-    -------
-    GradientSpread
-        sigma-hat_v >= 0 (loss units per parameter unit), the mean loss (nats) and b.
-
+        Memory only: samples per chunk of per-sample intermediates (or per vmap call);
+        default: as many as fit :data:`CHUNK_BUDGET_FLOATS`.
     """
     b = _check_batch(x, y)
     if chunk_size is not None and chunk_size < 1:
@@ -143,14 +106,10 @@ def gradient_spreads(
 ) -> list[GradientSpread]:
     """sigma-hat_v of each of N devices whose first mini-batches are stacked, at one model.
 
-    For each device (group of ``group_size`` consecutive samples),
-    sigma-hat_v^2 = (1/b) sum_i ||g_i||^2 - ||g_bar||^2 (derivation in the module docstring),
-    with the per-sample squared norms ||g_i||^2 and ||b g_bar||^2 = ||sum_i g_i||^2 of every
-    device from one forward + backward pass of the summed loss of all N b samples
-    (:func:`client_app.per_sample_norms.per_sample_grad_norms`), in eval mode. Each device's
-    result is the one its own batch gives alone, up to summation order, if the model computes
-    each sample without the other samples of the batch (the caller's to check:
-    :func:`client_app.sample_mixing.sample_mixing`).
+    One forward + backward pass of the summed loss of all N b samples gives each device's
+    sum_i ||g_i||^2 and ||sum_i g_i||^2 (:func:`client_app.per_sample_norms.per_sample_grad_norms`).
+    A device's result equals its batch's alone, up to summation order, if the model computes each
+    sample independently (the caller checks: :func:`client_app.sample_mixing.sample_mixing`).
 
     Parameters
     ----------
@@ -162,20 +121,14 @@ def gradient_spreads(
     y : torch.Tensor of int64, shape [N b]
         Their labels.
     group_size : int
-        b, samples per device (divides N b).
+        b, samples per device.
     chunk_size : int, optional
         Memory only, as in :func:`gradient_spread`.
-
-    Returns
-    -------
-    list of GradientSpread, length N
-        Per device: sigma-hat_v >= 0, its mean loss (nats) and b.
 
     Raises
     ------
     UnsupportedModelError
         If the model is outside the one-pass method's scope.
-
     """
     _check_batch(x, y)
     with _eval_mode(model):
@@ -193,23 +146,8 @@ def gradient_spreads(
 def spread_from_norms(sum_sq_norms: float, sum_grad_sq_norm: float, b: int) -> float:
     """sigma-hat_v from sum_i ||g_i||^2 and ||sum_i g_i||^2 (paper eq. (local_est_sigma)).
 
-    sigma-hat_v = sqrt(max((1/b) sum_i ||g_i||^2 - ||sum_i g_i||^2 / b^2, 0)): the expanded
-    square of the module docstring; a negative rounding result is clamped to 0.
-
-    Parameters
-    ----------
-    sum_sq_norms : float
-        sum_i ||g_i||^2, (loss units per parameter unit)^2.
-    sum_grad_sq_norm : float
-        ||sum_i g_i||^2 = b^2 ||g_bar||^2, same units.
-    b : int
-        Number of samples (>= 1).
-
-    Returns
-    -------
-    float
-        sigma-hat_v >= 0, loss units per parameter unit.
-
+    sigma-hat_v = sqrt(max((1/b) sum_i ||g_i||^2 - ||sum_i g_i||^2 / b^2, 0)), in loss units per
+    parameter unit (the squared norms in their square).
     """
     return math.sqrt(max(sum_sq_norms / b - sum_grad_sq_norm / (b * b), 0.0))
 
@@ -245,26 +183,9 @@ def gradient_spread_vmap(
 ) -> GradientSpread:
     """Reference sigma-hat_v (paper eq. (local_est_sigma)) from vmap per-sample gradients.
 
-    Same contract as :func:`gradient_spread`, for any model :func:`torch.func.functional_call`
-    can run; the deviations g_i - g_bar are formed explicitly (no cancellation), at 6-80x the
-    cost of an SGD step on a CPU.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The received global model; left unchanged (its train/eval mode is restored).
-    x : torch.Tensor of float32, shape [b, *input_shape]
-        The first mini-batch (moved to the model's device).
-    y : torch.Tensor of int64, shape [b]
-        Its labels.
-    chunk_size : int, optional
-        Samples per vmap call; default: as many as fit :data:`CHUNK_BUDGET_FLOATS`.
-
-    Returns
-    -------
-    GradientSpread
-        sigma-hat_v >= 0, the mean loss and b.
-
+    Same contract as :func:`gradient_spread` for any model :func:`torch.func.functional_call`
+    runs; the deviations are formed explicitly, in chunks combined exactly in float64 (Chan et
+    al.'s pairwise update), at 6-80x the cost of an SGD step on a CPU.
     """
     b = _check_batch(x, y)
     params = {name: p.detach() for name, p in model.named_parameters()}

@@ -15,29 +15,14 @@ def fedavg(
 ) -> dict[str, NDArray[np.generic]]:
     """Weighted average of model states, paper eq. (edgeagg).
 
-    w = Σ_v α_v w_v with α_v = |D_v| / Σ_{v'∈Π} |D_v'| over the uploading devices Π.
-
-    Parameters
-    ----------
-    states : sequence of mapping str -> ndarray
-        One model state per uploading device; all with the same keys and shapes.
-    weights : sequence of float
-        |D_v| of each device (> 0).
-    reference : mapping str -> ndarray, optional
-        The global model the states were trained from: the output has its keys and dtypes
-        (an upload never changes the global model's dtype). None: the first state's.
-
-    Returns
-    -------
-    dict of str -> ndarray
-        The averaged state, accumulated in float64 and cast to the reference's dtype of each
-        array (integer buffers are rounded).
+    w = Σ_v α_v w_v with α_v = |D_v| / Σ_{v'∈Π} |D_v'| over the uploading devices Π, accumulated
+    in float64 and cast to each array's dtype in ``reference`` (default: the first state; integer
+    buffers are rounded), so an upload never changes the model's dtype.
 
     Raises
     ------
     ValueError
         With no states, mismatched lengths, non-positive weights, or inconsistent keys/shapes.
-
     """
     if len(states) == 0:
         raise ValueError("fedavg: states is empty; at least one uploaded model is needed")
@@ -66,19 +51,7 @@ def fedavg(
 def flatten_update(
     local: Mapping[str, NDArray[np.generic]], reference: Mapping[str, NDArray[np.generic]]
 ) -> NDArray[np.float32]:
-    """Concatenate w_v − w over the floating-point arrays of a model, as float32[P].
-
-    Parameters
-    ----------
-    local, reference : mapping str -> ndarray
-        The device's model after local training and the global model it started from.
-
-    Returns
-    -------
-    ndarray of float32, shape [P]
-        The flattened update (integer buffers are skipped).
-
-    """
+    """Concatenate w_v − w over the floating-point arrays of a model, as float32[P]."""
     parts = [
         (np.asarray(local[k], dtype=np.float32) - np.asarray(v, dtype=np.float32)).ravel()
         for k, v in reference.items()

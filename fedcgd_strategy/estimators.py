@@ -1,17 +1,7 @@
 """Estimates of σ and G (or G_c) from what the devices report, paper Section IV-C.
 
-The true sampling variance σ and the class-gradient bounds G_c of problem P1 cannot be computed
-during a round, so the server estimates them (paper Section IV-C, "Parameter Estimation"):
-
-* σ̂ from the per-device estimates σ̂_v, eq. (global_est_sigma);
-* the device gradients ∇f̂_v from the uploaded model updates and the global gradient ∇F̂ as their
-  aggregation-weighted mean (the two unnumbered equations before eq. (Gc_est));
-* Ĝ, eq. (G_est), and the per-class Ĝ_c, eq. (Gc_est), from the ratio of a device's gradient
-  divergence to the L1 distance of its label distribution from the target distribution.
-
-Everything is vectorised over the parameter axis P (P ~ 10^5 to 10^7); the only Python loop runs
-over the K uploading devices (K ~ 20) and never materialises more than one P-vector temporary.
-Pure numpy: this module imports neither flwr nor torch.
+The choices the paper leaves open are in docs/design.md, "Estimating G". Vectorised over the
+parameter axis P; the only loops run over the K uploading devices. Pure numpy.
 """
 
 from __future__ import annotations
@@ -57,25 +47,15 @@ def _as_gradients(device_grads: ArrayLike) -> NDArray[np.floating]:
 def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
     """Global sampling-variance estimate σ̂, paper eq. (global_est_sigma).
 
-    σ̂ = sqrt(Σ_v α_v σ̂_v²) with α_v = |D_v| / Σ_u |D_u| over the reporting devices.
+    σ̂ = sqrt(Σ_v α_v σ̂_v²) with α_v = |D_v| / Σ_u |D_u| over the reporting devices; same unit
+    as σ̂_v (gradient norm).
 
     Parameters
     ----------
     sigma_v : float[K]
-        Per-device estimates σ̂_v, paper eq. (local_est_sigma); finite and >= 0.
+        Per-device estimates σ̂_v, paper eq. (local_est_sigma); finite, >= 0, K >= 1.
     weights : float[K]
         Aggregation weights |D_v| of the same devices; finite, >= 0, positive sum.
-
-    Returns
-    -------
-    float
-        σ̂ (same unit as σ̂_v: gradient norm).
-
-    Raises
-    ------
-    ValueError
-        Empty input, shape mismatch, negative or non-finite σ̂_v or weights, zero weight sum.
-
     """
     s = as_nonnegative_array(sigma_v, "sigma_v")
     if s.ndim != 1 or s.shape[0] == 0:
@@ -88,11 +68,10 @@ def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
 def device_gradient_estimates(
     updates: ArrayLike, learning_rate: float, local_steps: int
 ) -> NDArray[np.floating]:
-    """Device gradient estimates ∇f̂_v from model updates, paper Section IV-C.
+    """Device gradient estimates ∇f̂_v = (w_v^{(j+1)} − w_v^{(j)}) / (τ η), paper Section IV-C.
 
-    ∇f̂_v(w^{(j)}) = (w_v^{(j+1)} − w_v^{(j)}) / (τ η), as printed in the paper. With SGD the
-    update is −η Σ_t ∇f_{v,t}, so the printed expression is the *negative* mean gradient; the
-    sign is irrelevant for everything it feeds (norms of differences in eqs. G_est / Gc_est).
+    This is the negative mean SGD gradient; only norms of differences use it, so the sign is
+    irrelevant.
 
     Parameters
     ----------
@@ -106,14 +85,8 @@ def device_gradient_estimates(
     Returns
     -------
     float[K, P]
-        ∇f̂_v, same floating dtype as ``updates`` (integers become float64; float64 also when
-        the scaled values would overflow the input's dtype).
-
-    Raises
-    ------
-    ValueError
-        Non-2-D or non-finite updates, η <= 0, τ < 1 or not an integer.
-
+        ∇f̂_v in the floating dtype of ``updates`` (float64 for integers or when the scaled values
+        would overflow that dtype).
     """
     u = _as_gradients(updates)
     eta = as_nonnegative_float(learning_rate, "learning_rate", strict=True)
@@ -125,23 +98,10 @@ def device_gradient_estimates(
 
 
 def gradient_divergence_norms(device_grads: ArrayLike, weights: ArrayLike) -> NDArray[np.float64]:
-    """Norms ||∇f̂_v − ∇F̂||₂ of each device's gradient divergence, paper Section IV-C.
+    """Norms ||∇f̂_v − ∇F̂||₂, float64 [K], paper Section IV-C.
 
-    ∇F̂ = Σ_v α_v ∇f̂_v with α_v = |D_v| / Σ_u |D_u| over the K uploading devices (the
-    unnumbered equation before eq. (Gc_est)).
-
-    Parameters
-    ----------
-    device_grads : float[K, P]
-        ∇f̂_v of the uploading devices.
-    weights : float[K]
-        Aggregation weights |D_v|.
-
-    Returns
-    -------
-    float[K]
-        The divergence norms (float64, accumulated in float64).
-
+    ∇F̂ = Σ_v α_v ∇f̂_v with α_v = |D_v| / Σ_u |D_u| over the K uploading devices (the unnumbered
+    equation before eq. (Gc_est)); ``device_grads`` float[K, P], ``weights`` float[K].
     """
     g = _as_gradients(device_grads)
     k = g.shape[0]
@@ -192,10 +152,9 @@ def estimate_class_gradient(
 ) -> float:
     """Class-gradient bound Ĝ, paper eq. (G_est).
 
-    Ĝ = max_v ||∇f̂_v − ∇F̂||₂ / ||p_v − p||₁ over the K uploading devices, with
-    ∇F̂ = Σ_v α_v ∇f̂_v (α_v = |D_v| / Σ|D|). Devices with ||p_v − p||₁ <= 1e-12
-    (:data:`SAME_DISTRIBUTION_TOL`) are left out of the max; when no device uploaded (K = 0) or
-    none is left, ``previous`` is returned unchanged.
+    Ĝ = max_v ||∇f̂_v − ∇F̂||₂ / ||p_v − p||₁ over the K uploading devices (gradient-norm units per
+    unit of L1 distance). Devices with ||p_v − p||₁ <= :data:`SAME_DISTRIBUTION_TOL` are left out;
+    when none is left (or K = 0), ``previous`` is returned.
 
     Parameters
     ----------
@@ -209,17 +168,6 @@ def estimate_class_gradient(
         Target distribution p (sums to 1).
     previous : float
         Ĝ of the previous round (finite, >= 0).
-
-    Returns
-    -------
-    float
-        Ĝ (gradient-norm units per unit of L1 distance).
-
-    Raises
-    ------
-    ValueError
-        Shape mismatches, non-finite values, negative weights, rows not summing to 1.
-
     """
     prev = as_nonnegative_float(previous, "previous")
     ratios, usable, _ = _divergence_ratios(device_grads, weights, label_dist, target_dist)
@@ -235,33 +183,12 @@ def estimate_per_class_gradient(
     target_dist: ArrayLike,
     previous: ArrayLike,
 ) -> NDArray[np.float64]:
-    """Per-class gradient bounds Ĝ_c, paper eq. (Gc_est).
+    """Per-class gradient bounds Ĝ_c, float[C], paper eq. (Gc_est).
 
-    The paper assumes one class per device; each device is assigned its dominant class
-    argmax_c p_{v,c} (ties: the lowest class index). Then
-    Ĝ_c = max_{v: class(v) = c} ||∇f̂_v − ∇F̂||₂ / ||p_v − p||₁, with ∇F̂ over all K uploading
-    devices as in :func:`estimate_class_gradient`. Classes without an uploading device, or whose
-    devices all have ||p_v − p||₁ <= 1e-12, keep ``previous[c]``.
-
-    Parameters
-    ----------
-    device_grads, weights, label_dist, target_dist
-        ∇f̂_v float[K, P], |D_v| float[K], p_v float[K, C] and p float[C], validated as in
-        :func:`estimate_class_gradient`.
-    previous : float[C]
-        Ĝ_c of the previous round (finite, >= 0).
-
-    Returns
-    -------
-    float[C]
-        Ĝ_c.
-
-    Raises
-    ------
-    ValueError
-        The errors of :func:`estimate_class_gradient`, or ``previous`` not finite ``>= 0`` of
-        shape [C].
-
+    Each device is assigned its dominant class argmax_c p_{v,c} (ties: lowest index);
+    Ĝ_c = max_{v: class(v) = c} ||∇f̂_v − ∇F̂||₂ / ||p_v − p||₁ with ∇F̂ over all K devices.
+    Classes with no usable device keep ``previous[c]`` (float[C]). Other arguments as in
+    :func:`estimate_class_gradient`.
     """
     prev = as_nonnegative_array(previous, "previous", shape=np.shape(target_dist))
     if prev.ndim != 1:

@@ -1,28 +1,8 @@
 """Fed-CBS baseline: QCID and its sequential CUCB client sampling, adapted to a bandwidth budget.
 
-Reference: J. Zhang, A. Li, M. Tang, J. Sun, X. Chen, F. Zhang, C. Chen, Y. Chen, H. Li,
-"Fed-CBS: A Heterogeneity-Aware Client Sampling Mechanism for Federated Learning via
-Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245); cited below as "Fed-CBS".
-
-* QCID, the quadratic class-imbalance degree of a group B of clients (Fed-CBS, definition of
-  QCID):
-  QCID(B) = Σ_c (Σ_{k∈B} n_k p_{k,c} / Σ_{k∈B} n_k − 1/C)², the squared L2 distance of the
-  group's label distribution from the uniform one.
-* Its privacy-preserving form from pairwise inner products (Fed-CBS, QCID estimation):
-  QCID(B) = Σ_{k,k'∈B} n_k n_k' ⟨p_k, p_k'⟩ / (Σ_{k∈B} n_k)² − 1/C.
-* Sequential sampling (Fed-CBS, "client sampling with probability"): the first client is
-  drawn (not taken as the argmax) by the combinatorial UCB
-  P(c_1 = k) ∝ 1/QCID({k})^{β_1} + λ sqrt(3 ln t / (2 T_k)), every later client by
-  P(c_m = k | B_{m−1}) ∝ 1/QCID(B_{m−1} ∪ {k})^{β_m}, with λ = 10 and β_m = m.
-  (The paper writes the later conditionals with extra factors that depend only on B_{m−1},
-  such as QCID(B_{m−1})^{β_{m−1}}, so that the product over the picks telescopes; they do not
-  depend on the candidate k and cancel in the normalisation.)
-
-Adaptation to the wireless cell (docs/design.md, "Fed-CBS"): only available devices with a finite
-minimum bandwidth are candidates; sampling continues until the next *sampled* device does not fit
-the remaining bandwidth, and then stops (that device is not taken); the selection counts T_k of the
-selected devices are incremented and the round counter t advanced. Pure numpy: imports neither flwr
-nor torch.
+Reference: J. Zhang et al., "Fed-CBS: A Heterogeneity-Aware Client Sampling Mechanism for
+Federated Learning via Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245), cited below
+as "Fed-CBS". The adaptation to the cell is in docs/design.md, "Fed-CBS". Pure numpy.
 """
 
 from __future__ import annotations
@@ -53,11 +33,8 @@ __all__ = [
     "sequential_pick_probabilities",
 ]
 
-#: Floor applied to QCID before it is inverted in the sampling weights. QCID is 0 for a
-#: perfectly balanced group, which would make the weight 1/QCID^β infinite; with the floor such
-#: candidates get the (finite) largest weight and ties among them stay uniform. 1e-12 is far
-#: above floating-point round-off of QCID (~1e-16) and below any QCID a real group of integer
-#: label counts can take (~1/N² for N <= 10^6 samples).
+#: Floor on QCID before 1/QCID^β (QCID = 0 for a balanced group): above round-off (~1e-16),
+#: below any QCID of integer label counts (~1/N² for N <= 10^6 samples).
 QCID_FLOOR = 1e-12
 
 
@@ -71,7 +48,8 @@ def _check_group(label_dist: ArrayLike, num_examples: ArrayLike) -> tuple[NDArra
 def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
     """Quadratic class-imbalance degree of a group (Fed-CBS, definition of QCID).
 
-    QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)².
+    QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)², dimensionless, 0 iff the group's label
+    distribution is uniform.
 
     Parameters
     ----------
@@ -79,12 +57,6 @@ def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
         Label distributions p_k of the K clients of the group (rows sum to 1).
     num_examples : float[K]
         Local dataset sizes n_k > 0.
-
-    Returns
-    -------
-    float
-        QCID >= 0 (dimensionless); 0 iff the group's label distribution is uniform.
-
     """
     p, n = _check_group(label_dist, num_examples)
     group = (n @ p) / n.sum()
@@ -94,22 +66,8 @@ def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
 def qcid_pairwise(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
     """QCID from pairwise inner products (Fed-CBS, privacy-preserving QCID estimation).
 
-    QCID(B) = Σ_{k,k'} n_k n_k' ⟨p_k, p_k'⟩ / (Σ_k n_k)² − 1/C. The server needs only the
-    inner products ⟨p_k, p_k'⟩ (computable with secure aggregation), not the p_k themselves.
-    Equal to :func:`qcid` because Σ_c p_{k,c} = 1 for every client.
-
-    Parameters
-    ----------
-    label_dist : float[K, C]
-        Label distributions p_k (rows sum to 1).
-    num_examples : float[K]
-        Local dataset sizes n_k > 0.
-
-    Returns
-    -------
-    float
-        QCID (may be a round-off negative of order 1e-16 for a balanced group).
-
+    QCID(B) = Σ_{k,k'} n_k n_k' ⟨p_k, p_k'⟩ / (Σ_k n_k)² − 1/C; equal to :func:`qcid` because
+    every p_k sums to 1 (may be a round-off negative of order 1e-16). Arguments as in :func:`qcid`.
     """
     p, n = _check_group(label_dist, num_examples)
     inner = p @ p.T  # ⟨p_k, p_k'⟩, float[K, K]
@@ -122,24 +80,18 @@ def qcid_with_each_candidate(
     cand_label_dist: ArrayLike,
     cand_num_examples: ArrayLike,
 ) -> NDArray[np.float64]:
-    """QCID(B ∪ {k}) for every candidate k at once (Fed-CBS QCID, vectorised).
+    """QCID(B ∪ {k}) for every candidate k at once, float[K] (Fed-CBS QCID, vectorised).
 
     Parameters
     ----------
     group_counts : float[C]
-        Σ_{j∈B} n_j p_j, the group's (expected) per-class sample counts; zeros for B = ∅.
+        Σ_{j∈B} n_j p_j, the group's per-class sample counts; zeros for B = ∅.
     group_size : float
         Σ_{j∈B} n_j (0 for B = ∅).
     cand_label_dist : float[K, C]
         Label distributions of the candidates.
     cand_num_examples : float[K]
         Their dataset sizes n_k > 0.
-
-    Returns
-    -------
-    float[K]
-        QCID of the group extended by each candidate (>= 0).
-
     """
     s = np.asarray(group_counts, dtype=np.float64)
     p = np.asarray(cand_label_dist, dtype=np.float64)
@@ -155,13 +107,10 @@ def cucb_first_pick_probabilities(
     lam: float,
     beta: float = 1.0,
 ) -> NDArray[np.float64]:
-    """First-pick probabilities of Fed-CBS sampling (combinatorial UCB term).
+    """First-pick probabilities of Fed-CBS sampling (combinatorial UCB term), float[K] summing to 1.
 
-    P(c_1 = k) ∝ 1/max(QCID({k}), floor)^β + λ sqrt(3 ln t / (2 max(T_k, 1))).
-
-    T_k is how often client k was selected in earlier rounds; the paper's bonus is infinite for
-    a never-selected client, here T_k is floored at 1 (as when every count starts at one), so a
-    fresh client gets the largest finite bonus. The QCID floor is :data:`QCID_FLOOR`.
+    P(c_1 = k) ∝ 1/max(QCID({k}), :data:`QCID_FLOOR`)^β + λ sqrt(3 ln t / (2 max(T_k, 1))).
+    The paper's bonus is infinite for a never-selected client; T_k is floored at 1 instead.
 
     Parameters
     ----------
@@ -170,17 +119,11 @@ def cucb_first_pick_probabilities(
     counts : int[K]
         Selection counts T_k >= 0 of the candidates.
     round_t : int
-        Current round t >= 1 (1-based; ln 1 = 0: no exploration bonus in the first round).
+        Current round t >= 1 (ln 1 = 0: no exploration bonus in the first round).
     lam : float
         Exploration weight λ >= 0 (Fed-CBS: 10).
     beta : float
         Exponent β_1 (Fed-CBS: β_m = m, so 1).
-
-    Returns
-    -------
-    float[K]
-        Probabilities summing to 1.
-
     """
     q = np.maximum(np.asarray(qcid_single, dtype=np.float64), QCID_FLOOR)
     t_k = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
@@ -191,23 +134,11 @@ def cucb_first_pick_probabilities(
 
 
 def sequential_pick_probabilities(qcid_with_candidate: ArrayLike, beta: float) -> NDArray:
-    """Later-pick probabilities of Fed-CBS sampling (m >= 2).
+    """Later-pick probabilities of Fed-CBS sampling (m >= 2), float[K] summing to 1.
 
-    P(c_m = k | B_{m−1}) ∝ 1/max(QCID(B_{m−1} ∪ {k}), floor)^{β_m}, computed in log space so
-    that large β_m (= m) neither overflows nor underflows.
-
-    Parameters
-    ----------
-    qcid_with_candidate : float[K]
-        QCID(B_{m−1} ∪ {k}) for each remaining candidate k.
-    beta : float
-        Exponent β_m > 0.
-
-    Returns
-    -------
-    float[K]
-        Probabilities summing to 1.
-
+    P(c_m = k | B_{m−1}) ∝ 1/max(QCID(B_{m−1} ∪ {k}), floor)^{β_m}, in log space so that β_m = m
+    neither overflows nor underflows. The paper's extra factors depending only on B_{m−1} cancel in
+    the normalisation and are omitted.
     """
     q = np.maximum(np.asarray(qcid_with_candidate, dtype=np.float64), QCID_FLOOR)
     log_w = -float(beta) * np.log(q)
@@ -225,16 +156,7 @@ class FedCBSState:
     counts : int[V], optional
         Initial selection counts T_k (default zeros).
     round_index : int
-        Number of rounds already sampled (default 0); the next call of :func:`fedcbs_select`
-        uses t = round_index + 1.
-
-    Attributes
-    ----------
-    counts : int64[V]
-        T_k, how often device k has been selected.
-    round_index : int
-        Rounds sampled so far.
-
+        Rounds already sampled; the next :func:`fedcbs_select` uses t = round_index + 1.
     """
 
     def __init__(
@@ -296,14 +218,11 @@ def fedcbs_select(
 ) -> NDArray[np.bool_]:
     """Fed-CBS sequential sampling under a bandwidth budget (docs/design.md, "Fed-CBS").
 
-    Candidates are the available devices with a finite B*_v. The m-th device (m = 1, 2, ...) is
-    drawn from the remaining candidates with :func:`cucb_first_pick_probabilities` (m = 1,
-    β_1 = 1, t = ``state.round_index + 1``, T_k = ``state.counts``) or
-    :func:`sequential_pick_probabilities` (m >= 2, β_m = m). If the drawn device's B*_v exceeds
-    the remaining bandwidth, sampling stops and that device is not taken; otherwise it is
-    selected. Afterwards ``state.counts`` of the selected devices is incremented and
-    ``state.round_index`` advanced by one (also when nothing was selected). One ``rng`` draw per
-    sampled device (``rng.choice`` with probabilities), so the same seed gives the same schedule.
+    Candidates are the available devices with a finite B*_v. The first device is drawn with
+    :func:`cucb_first_pick_probabilities` (t = ``state.round_index + 1``, T_k = ``state.counts``),
+    the m-th with :func:`sequential_pick_probabilities` (β_m = m); sampling stops at the first
+    drawn device that does not fit the remaining bandwidth (not taken). ``state`` is then updated
+    (counts of the selected devices, round + 1). One ``rng.choice`` per sampled device.
 
     Parameters
     ----------
@@ -328,13 +247,6 @@ def fedcbs_select(
     -------
     bool[V]
         The selected devices.
-
-    Raises
-    ------
-    ValueError
-        Shape mismatches, NaN or negative B*_v, bad budget, candidate rows that are not
-        distributions, non-positive |D_v| of a candidate.
-
     """
     v = state.num_devices
     b = as_min_bandwidths(min_bandwidth_hz, v)

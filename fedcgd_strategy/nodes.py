@@ -1,8 +1,7 @@
 """Which Flower node serves which device: partition id <-> node id, joins and leaves (pure).
 
-The server cannot read a node's ``node_config``, so each node reports its partition id in a
-``query.info`` reply (:mod:`fedcgd_strategy.flower.discovery`); :class:`NodeRegistry` keeps the
-answers. No flwr, no torch.
+Each node reports its partition id in a ``query.info`` reply (the server cannot read
+``node_config``); :class:`NodeRegistry` keeps the answers. No flwr, no torch.
 """
 
 from __future__ import annotations
@@ -16,29 +15,10 @@ from numpy.typing import NDArray
 class NodeRegistry:
     """The partition id of every known node, and the node of every known partition.
 
-    Rules: a node that disconnects is forgotten (its partition becomes free and is learned again
-    when a node claims it); when two connected nodes claim the same partition the first one
-    keeps it and the second stays unknown (it is asked again next round, so it takes over once
-    the first leaves).
-
-    Claims are only as good as the evidence: with ``partition_counts`` (the class counts of
-    every partition, which the server can compute because the partition is a pure function of
-    the run config), a claim whose local class counts are not those of the claimed partition is
-    refused (:meth:`claim_problem`), so a node cannot take over another device's partition by
-    answering first with its own data. It can by reporting the other partition's counts
-    exactly (they follow from the public run config): only node authentication (TLS with
-    SuperNode authentication, docs/deployment.md) tells such a node apart. Without
-    ``partition_counts``, the first claimant keeps the partition.
-
-    Parameters
-    ----------
-    num_devices : int
-        V; partition ids lie in ``[0, V)``.
-    num_classes : int
-        C, the length of the local class counts.
-    partition_counts : int[V, C], optional
-        The true class counts of each partition's local dataset.
-
+    A node that disconnects is forgotten; of two connected nodes claiming one partition the first
+    keeps it. With ``partition_counts`` (int[V, C], the true class counts of each partition) a
+    claim with other local class counts is refused (docs/deployment.md, "A device that dies").
+    ``num_devices`` V bounds the partition ids, ``num_classes`` C is the counts' length.
     """
 
     def __init__(
@@ -90,9 +70,8 @@ class NodeRegistry:
     ) -> int:
         """Record that ``node_id`` serves ``partition_id``; return the node that keeps it.
 
-        The return value differs from ``node_id`` when another node already holds the
-        partition (a duplicate claim, which is refused). ``local_hist`` (int[C]) is the class
-        count of the device's whole local dataset, kept per partition.
+        Another node than ``node_id`` when it already holds the partition; ``local_hist`` (int[C],
+        the whole local dataset's class counts) is kept per partition.
         """
         if not 0 <= partition_id < self.num_devices:
             raise ValueError(

@@ -1,16 +1,8 @@
 """Messages a node has not answered yet: a node that is still working is not sent more.
 
-A device slower than the timeouts keeps working on a message after the server has given up on
-it. Sending it the next round's message anyway piles work onto it; in Flower's simulation
-engine that is worse than a wasted message: the engine hands every queued message to the next
-free Ray actor, also a second message of a node whose first is still running, so the
-straggler's messages end up occupying every actor and the other devices' messages wait behind
-them until their round has timed out (docs/design.md, "One message per node"). The rule kept
-here: **at most one message per node in flight**. A message sent and not answered before its
-timeout stays pending until its reply (late, or an error) is pulled; until then its node is
-busy and is neither queried nor trained, and the round records it as failed.
-
-Pure Python (no Flower): the strategy records what it sent and which replies came back.
+At most one message per node is in flight (docs/design.md, "One message per node"): a message
+not answered before its timeout stays pending until its reply is pulled, and its node sits the
+rounds out as failed meanwhile. Pure Python.
 """
 
 from __future__ import annotations
@@ -21,19 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Pending:
-    """One unanswered message.
-
-    Attributes
-    ----------
-    message_id : str
-        The id the grid gave the message when it was pushed.
-    node_id : int
-        Its destination node.
-    server_round : int
-        The round it was sent in.
-    kind : str
-        Its message type (``query.info``, ``query.stats``, ``train``).
-    """
+    """One unanswered message: grid ``message_id``, ``node_id``, ``server_round`` and ``kind``."""
 
     message_id: str
     node_id: int
@@ -58,15 +38,8 @@ class PendingMessages:
     ) -> list[Pending]:
         """Keep the messages of ``sent`` whose id is not in ``answered``; return them.
 
-        Parameters
-        ----------
-        sent : iterable of (message_id, node_id, kind)
-            What a phase sent. An empty id (a grid that assigns none, such as the in-process
-            grid, which answers before it returns) is not tracked.
-        answered : iterable of str
-            The ``reply_to_message_id`` of every reply the phase received (errors included).
-        server_round : int
-            The round of the phase.
+        ``sent`` holds (message_id, node_id, kind) of a phase (an empty id, from a grid that answers
+        before it returns, is not tracked); ``answered`` the ``reply_to_message_id`` of every reply.
         """
         replied = set(answered)
         new = [

@@ -43,25 +43,12 @@ BANDWIDTH_REL_TOL = 1e-9
 def wemd(
     mean_dist: ArrayLike, target_dist: ArrayLike, class_gradient: ArrayLike
 ) -> FloatArray | float:
-    """Weighted earth mover's distance of a collective label distribution, paper eq. (G1).
+    """Weighted earth mover's distance ``W = sum_c G_c |q_c - p_c|``, paper eq. (G1).
 
-    ``W = sum_c G_c | q_c - p_c |`` where ``q`` is the collective (sample-weighted, here: equal
-    device sizes, so device-averaged) label distribution of the scheduled devices.
-
-    Parameters
-    ----------
-    mean_dist
-        Collective label distribution ``q``, shape ``[..., C]`` (dimensionless, sums to 1).
-    target_dist
-        Global label distribution ``p``, shape ``[C]``.
-    class_gradient
-        Class-gradient norms ``G_c``, shape ``[C]`` (or a scalar ``G``), units of the gradient.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        WEMD, shape ``[...]``, units of the gradient.
-
+    ``q`` (``mean_dist``, shape ``[..., C]``, sums to 1) is the collective label distribution of
+    the scheduled devices (device-averaged), ``p`` (``target_dist``, ``[C]``) the target, ``G_c``
+    (``class_gradient``, ``[C]`` or a scalar) in gradient units. Returns shape ``[...]``, gradient
+    units.
     """
     diff = np.abs(np.asarray(mean_dist, dtype=float) - np.asarray(target_dist, dtype=float))
     weights = np.broadcast_to(np.asarray(class_gradient, dtype=float), diff.shape[-1:])
@@ -72,19 +59,8 @@ def wemd(
 def sampling_term(sigma: float, total_batch: ArrayLike) -> FloatArray | float:
     """Sample-level divergence bound ``sigma / sqrt(sum_v x_v b_v)``, first term of problem P1.
 
-    Parameters
-    ----------
-    sigma
-        Per-sample gradient standard deviation ``sigma`` (units of the gradient), ``>= 0``.
-    total_batch
-        Total number of samples in the scheduled mini-batches ``sum_v x_v b_v``, any shape.
-        Zero (the empty schedule) gives ``+inf``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        The sampling term, same shape as ``total_batch``.
-
+    ``sigma`` in gradient units, ``>= 0``; ``total_batch`` any shape, 0 (the empty schedule) giving
+    ``+inf``. Returns the shape of ``total_batch``.
     """
     total = np.asarray(total_batch, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -1,9 +1,4 @@
-"""One round's record (one JSON line of the run's metrics file), built by a pure function.
-
-Pure numpy: it imports neither flwr nor torch. The strategy hands :func:`round_record` the
-round's inputs, the policy's :class:`~fedcgd_strategy.policies.Decision`, who uploaded and who
-failed, and its timings; the ServerApp writes the record through its end-of-round hook.
-"""
+"""One round's record (one JSON line of the run's metrics file), built by a pure function."""
 
 from __future__ import annotations
 
@@ -19,25 +14,10 @@ from fedcgd_strategy.policies import Decision, RoundInputs
 
 @dataclass(frozen=True)
 class RoundTimings:
-    """Where one round's time went (seconds, wall clock on the server).
+    """Where one round's time went, in seconds of server wall clock (docs/running.md).
 
-    Attributes
-    ----------
-    query_s : float
-        Query phase: ``query.stats`` round trip (0 without a query phase).
-    schedule_s : float
-        Building the policy's inputs and scheduling.
-    train_phase_s : float
-        From sending the train messages to receiving the replies.
-    aggregate_s : float
-        FedAvg and the Ĝ update.
-    client_train_s : float
-        Sum over replies of the devices' own local-training time.
-    discovery_s : float
-        Finding nodes not known yet (``query.info`` to each): the first round's holds the
-        engine's warm-up (every ClientApp's start), later ones are about 0 unless a node joins.
-        Not round work: the progress line's ETA leaves it out.
-
+    ``discovery_s`` (finding new nodes; the first round's holds the engine's warm-up) is not round
+    work: the progress line's ETA leaves it out.
     """
 
     query_s: float
@@ -50,22 +30,12 @@ class RoundTimings:
 
 @dataclass(frozen=True)
 class RoundRecord:
-    """What happened in one round (one JSON line of the run's metrics file).
+    """What happened in one round: the columns of ``metrics.jsonl`` (docs/running.md).
 
-    Attributes mirror the metrics-file columns; lists hold partition ids (``disconnected``:
-    drawn available by the channel but without a connected node, e.g. a SuperNode that died).
-    ``wemd`` is the plain Σ_c |p̄_c − p_c| (G = 1), ``objective`` the solver's P1 value with Ĝ
-    (FedCGD only). ``class_gradient_used`` / ``class_gradient_next`` are Ĝ (a float) or Ĝ_c (a
-    list), None for policies without it. ``failed_reasons`` maps each partition id of ``failed``
-    (as a string, for JSON) to why it failed; ``model_kept`` is true when the global model did
-    not change this round, ``model_kept_reason`` says why (None when it changed).
-    ``discovery_failed`` maps node ids (not yet devices) whose discovery reply was refused or
-    missing this round to the reason; ``discovery_s`` is the time that discovery took
-    (:class:`RoundTimings`). ``lost`` lists the devices drawn available that the round lost to
-    something outside the simulated physics: no connected node (``disconnected``), or no reply
-    or an error reply to a message of the round (a timeout, a crashed ClientApp; a node still
-    busy with an earlier unanswered message); ``devices_lost`` is their number. A device whose
-    reply was refused (malformed, an outlier) is failed, not lost.
+    Lists hold partition ids; ``failed_reasons`` is keyed by the id as a string (JSON);
+    ``discovery_failed`` by node id. ``lost`` are devices drawn available that the round lost to
+    something outside the simulated physics (no connected node, no reply, an error reply); a device
+    whose reply was refused is ``failed``, not lost.
     """
 
     round: int
@@ -148,17 +118,13 @@ def round_record(
     timings : RoundTimings
         Where the round's time went.
     failed_reasons : mapping int -> str, optional
-        One-line reason per partition id with no valid reply in a phase of this round (its
-        keys are the record's ``failed``).
+        One-line reason per partition id with no valid reply in a phase of this round.
     model_kept_reason : str, optional
-        Why the global model was kept although devices uploaded (e.g. a non-finite aggregate);
-        with no upload the reason is "nothing uploaded".
+        Why the model was kept although devices uploaded ("nothing uploaded" without uploads).
     discovery_failed : mapping int -> str, optional
-        Nodes (by node id: they have no partition yet) whose ``query.info`` reply was refused
-        or missing this round, with the reason.
+        Nodes whose ``query.info`` reply was refused or missing this round, with the reason.
     lost : iterable of int, optional
         Partition ids lost to a timeout, a disconnection or an error reply this round.
-
     """
     selected = decision.selected
     scheduled = bool(selected.any())

@@ -1,20 +1,8 @@
 """Baseline device selectors BC, BN2 and POC with best-effort bandwidth packing.
 
-Paper Section V-A lists the baselines; each ranks the devices by one score and then does a
-"best-effort schedule, i.e., schedule devices one by one until the channel bandwidth is not
-enough for the next device":
-
-* BC, best channel (Amiri et al., "Convergence of update aware device scheduling for federated
-  learning at the wireless edge", IEEE TWC 2021): by average channel gain H̄_v, descending;
-* BN2, best norm (same reference): by the L2 norm of the local update, descending;
-* POC, power-of-choice (Cho et al., "Towards understanding biased client selection in federated
-  learning", AISTATS 2022): V' devices drawn uniformly without replacement from the available
-  ones, ranked by the loss accumulated over this round's local steps, descending.
-
-Common rules (docs/design.md, "Best effort"): every selector returns a mask bool[V] over the V
-devices of the cell; devices that are unavailable, infeasible (minimum bandwidth B*_v = inf: the
-deadline cannot be met) or have a NaN score are never taken; ties in the ranking go to the lowest
-device index (stable sort). Pure numpy: this module imports neither flwr nor torch.
+Paper Section V-A: BC and BN2 (Amiri et al., IEEE TWC 2021), POC (Cho et al., AISTATS 2022).
+The packing and tie rules are in docs/design.md, "Best effort" and "POC". Every selector
+returns a bool[V] mask. Pure numpy.
 """
 
 from __future__ import annotations
@@ -71,11 +59,7 @@ def _as_order(order: ArrayLike, num_devices: int) -> NDArray[np.intp]:
 def _pack(
     order: NDArray[np.intp], min_bandwidth_hz: NDArray[np.float64], total_hz: float, rule: str
 ) -> NDArray[np.bool_]:
-    """Best-effort walk of :func:`best_effort_pack`, on arguments its callers validated.
-
-    ``order`` int[K] (distinct indices in [0, V)), ``min_bandwidth_hz`` float[V] in Hz (>= 0 or
-    +inf), ``total_hz`` the budget B in Hz, ``rule`` one of :data:`PACK_RULES`; returns bool[V].
-    """
+    """Best-effort walk of :func:`best_effort_pack`, on arguments its callers validated."""
     selected = np.zeros(min_bandwidth_hz.shape[0], dtype=bool)
     used_hz = 0.0
     for dev in order.tolist():  # K <= V devices; the walk is inherently sequential
@@ -98,12 +82,9 @@ def best_effort_pack(
 ) -> NDArray[np.bool_]:
     """Best-effort schedule of devices in a given order, paper Section V-A baselines.
 
-    Walk ``order`` (best first) and take each device while Σ B*_v of the taken devices stays
-    <= B. Rule ``"stop"`` (paper: "schedule devices one by one until the channel bandwidth is
-    not enough for the next device") ends the walk at the first device that does not fit;
-    ``"skip"`` passes it over and continues. Infeasible devices (B*_v = inf) in ``order`` are
-    passed over under both rules: never taken and never a reason to stop (docs/design.md,
-    "Infeasible devices": never taken; they cannot upload whatever the budget).
+    Walk ``order`` and take each device while Σ B*_v stays <= B; ``"stop"`` ends the walk at the
+    first device that does not fit, ``"skip"`` passes it over. Infeasible devices (B*_v = inf) are
+    never taken and never stop the walk.
 
     Parameters
     ----------
@@ -114,18 +95,12 @@ def best_effort_pack(
     total_bandwidth_hz : float
         Budget B in Hz.
     rule : str
-        ``"stop"`` (default) or ``"skip"``, see :data:`PACK_RULES`.
+        One of :data:`PACK_RULES`.
 
     Returns
     -------
     bool[V]
         The scheduled devices.
-
-    Raises
-    ------
-    ValueError
-        Unknown rule, indices out of range or repeated, NaN or negative B*_v, bad budget.
-
     """
     _check_rule(rule)
     b = as_min_bandwidths(min_bandwidth_hz)
@@ -134,21 +109,7 @@ def best_effort_pack(
 
 
 def descending_order(scores: ArrayLike, eligible: ArrayLike) -> NDArray[np.intp]:
-    """Return the eligible devices sorted by score, descending; ties go to the lowest index.
-
-    Parameters
-    ----------
-    scores : float[V]
-        Ranking score (NaN entries must not be eligible).
-    eligible : bool[V]
-        Devices to rank.
-
-    Returns
-    -------
-    int[K]
-        Device indices, best first.
-
-    """
+    """Return the ``eligible`` devices by ``scores``, descending; ties go to the lowest index."""
     s = np.asarray(scores, dtype=np.float64)
     idx = np.flatnonzero(np.asarray(eligible, dtype=bool))
     # Stable sort of the negated scores keeps ascending index order among equal scores.
@@ -165,7 +126,7 @@ def _rank_and_pack(
     num_candidates: int = 0,
     rng: np.random.Generator | None = None,
 ) -> NDArray[np.bool_]:
-    """Validate once, rank the eligible devices by score (descending) and pack them best effort.
+    """Validate, rank the eligible devices by score (descending) and pack them best effort.
 
     Eligible: available with a non-NaN score; with ``rng`` and ``0 < num_candidates <`` their
     number, only ``num_candidates`` of them drawn uniformly without replacement (POC).
@@ -195,38 +156,24 @@ def best_score_first(
 ) -> NDArray[np.bool_]:
     """BC and BN2: highest score first, best effort (paper Section V-A (1), (2); Amiri et al.).
 
-    Ranks the available devices by ``scores``, descending (ties: lowest index), and packs them
-    as :func:`best_effort_pack` does. BC (:data:`best_channel`) ranks by the average channel
-    gain, BN2 (:data:`best_norm`) by the L2 norm of the local update: the same walk.
-
     Parameters
     ----------
     available : bool[V]
         Devices available this round.
     scores : float[V]
-        BC: average channel gain H̄_v (linear, dimensionless); BN2: ||w_v^{(j+1)} − w^{(j)}||₂
-        of each device's local update. NaN = never taken.
+        BC: average channel gain H̄_v (linear); BN2: ||w_v^{(j+1)} − w^{(j)}||₂. NaN = never taken.
     min_bandwidth_hz, total_bandwidth_hz, rule
-        B*_v float[V] in Hz (+inf = infeasible, never taken), budget B in Hz and best-effort
-        rule, as in :func:`best_effort_pack`.
+        As in :func:`best_effort_pack`.
     score_name : str
         Name of ``scores`` in error messages.
-
-    Returns
-    -------
-    bool[V]
-        The scheduled devices, highest scores first.
-
     """
     return _rank_and_pack(available, scores, score_name, min_bandwidth_hz, total_bandwidth_hz, rule)
 
 
-#: BC: best channel first, ``best_channel(available, gain_lin, min_bandwidth_hz,
-#: total_bandwidth_hz, rule="stop")`` (:func:`best_score_first` by the average channel gain).
+#: BC: :func:`best_score_first` by the average channel gain ``gain_lin``.
 best_channel = partial(best_score_first, score_name="gain_lin")
 
-#: BN2: largest local-update L2 norm first, ``best_norm(available, update_norm,
-#: min_bandwidth_hz, total_bandwidth_hz, rule="stop")`` (:func:`best_score_first`).
+#: BN2: :func:`best_score_first` by the local-update L2 norm ``update_norm``.
 best_norm = partial(best_score_first, score_name="update_norm")
 
 
@@ -241,12 +188,9 @@ def power_of_choice(
 ) -> NDArray[np.bool_]:
     """POC: power-of-choice, paper Section V-A (3); Cho et al., AISTATS 2022.
 
-    Draw V' = ``num_candidates`` devices uniformly without replacement from the available
-    devices with a non-NaN loss (``rng.choice``; ``0`` or V' >= their number means all of them,
-    and then ``rng`` is not used), rank them by the loss accumulated over this round's local
-    steps, descending (ties: lowest index), and pack them best effort. Infeasible devices can be
-    drawn as candidates (they are available) but are never taken
-    (docs/design.md, "Infeasible devices").
+    Draw V' = ``num_candidates`` devices uniformly without replacement from the available ones
+    with a non-NaN loss (0 or V' >= their number: all, ``rng`` unused), rank them by loss
+    descending and pack them best effort.
 
     Parameters
     ----------
@@ -254,25 +198,12 @@ def power_of_choice(
         Devices available this round.
     loss : float[V]
         Training loss accumulated over this round's local steps; NaN = treated as unavailable.
-    min_bandwidth_hz, total_bandwidth_hz
-        B*_v float[V] in Hz and budget B in Hz, as in :func:`best_effort_pack`.
+    min_bandwidth_hz, total_bandwidth_hz, rule
+        As in :func:`best_effort_pack`.
     num_candidates : int
         V' >= 0 (0 = all available).
     rng : numpy.random.Generator
         Source of the candidate draw.
-    rule : str
-        Best-effort rule, ``"stop"`` or ``"skip"`` (:func:`best_effort_pack`).
-
-    Returns
-    -------
-    bool[V]
-        The scheduled devices (a subset of the V' drawn candidates).
-
-    Raises
-    ------
-    ValueError
-        Negative or non-integer ``num_candidates`` and the errors of :func:`best_effort_pack`.
-
     """
     d = check_integer(num_candidates, "num_candidates", minimum=0)
     return _rank_and_pack(

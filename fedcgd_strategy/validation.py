@@ -1,20 +1,8 @@
 """Argument validation shared by the scheduling math (problem P1, estimators, selectors, Fed-CBS).
 
-Each rule of the FedCGD inputs is written here once:
-
-* label distributions ``p_v`` (float ``[K, C]``) and the target distribution ``p`` (float ``[C]``):
-  finite, ``>= 0``, every row summing to 1 within :data:`DISTRIBUTION_SUM_TOL`;
-* minimum bandwidths ``B*_v`` (paper eq. (lambert)), float ``[V]`` in Hz: ``>= 0`` or ``+inf``
-  (the device cannot meet the deadline), never NaN;
-* the bandwidth budget ``B`` in Hz: finite and ``> 0`` (``>= 0`` where a zero budget is allowed);
-* aggregation weights ``|D_v|``: finite, ``>= 0``, with a positive sum;
-* finite non-negative scalars and arrays, integers with a lower bound, boolean masks.
-
-Every validator raises ``ValueError`` whose message names the argument, the offending value and
-what is allowed, and returns the value converted to the type the math uses (float64 arrays, a
-Python ``float`` or ``int``). The conversion itself is :func:`channel.arrays.as_float_array`
-(re-exported here): numbers to float64, optionally of a required shape, no value checked.
-Pure numpy: imports neither flwr nor torch.
+Each validator raises ``ValueError`` naming the argument, the offending value and what is
+allowed, and returns the value as the type the math uses (float64 arrays, ``float``, ``int``).
+Pure numpy.
 """
 
 from __future__ import annotations
@@ -53,10 +41,7 @@ def _offending(
     bad: NDArray[np.bool_],
     row_ids: NDArray[np.intp] | None = None,
 ) -> str:
-    """Quote the first offending entries of ``array`` (``bad`` marks them, same shape).
-
-    ``row_ids`` renumbers the first axis when ``array`` holds a subset of the caller's rows.
-    """
+    """Quote the first offending entries of ``array`` (``bad`` marks them; ``row_ids`` renumber)."""
     if array.ndim == 0:
         return repr(array.item())
     positions = np.argwhere(bad)
@@ -90,20 +75,13 @@ def as_nonnegative_array(
     strict : bool
         Require ``> 0`` instead of ``>= 0``.
     where : array_like of bool, optional
-        Entries to check, same shape as ``value``; the others may hold anything (e.g. the sizes
-        of devices that are not candidates). ``None`` checks every entry.
-
-    Returns
-    -------
-    numpy.ndarray
-        The float64 array (entries outside ``where`` unchanged).
+        Entries to check, same shape as ``value``; ``None`` checks every entry.
 
     Raises
     ------
     ValueError
         If ``value`` is not numeric, has another shape, or a checked entry is NaN, infinite or
         below the bound.
-
     """
     array = as_float_array(value, name, shape=shape, broadcast_scalar=broadcast_scalar)
     below = array <= 0 if strict else array < 0
@@ -119,89 +97,24 @@ def as_nonnegative_array(
 
 
 def as_nonnegative_float(value: float, name: str, *, strict: bool = False) -> float:
-    """Return ``value`` as a float after checking that it is finite and ``>= 0`` (``> 0``).
-
-    Parameters
-    ----------
-    value : float
-        A scalar (e.g. σ, λ, η or a previous Ĝ).
-    name : str
-        The scalar's argument name, quoted in the error message.
-    strict : bool
-        Require ``> 0`` instead of ``>= 0``.
-
-    Returns
-    -------
-    float
-        The value.
-
-    Raises
-    ------
-    ValueError
-        If ``value`` is not a finite number within the bound.
-
-    """
+    """Return ``value`` as a float after checking it is finite and ``>= 0`` (``> 0`` if strict)."""
     return float(as_nonnegative_array(value, name, shape=(), strict=strict))
 
 
 def check_total_bandwidth(
     total_bandwidth_hz: float, *, allow_zero: bool = False, name: str = "total_bandwidth_hz"
 ) -> float:
-    """Validate the uplink bandwidth budget ``B`` of problem P1, in Hz.
-
-    Parameters
-    ----------
-    total_bandwidth_hz : float
-        ``B`` in Hz: finite and ``> 0``.
-    allow_zero : bool
-        Also accept ``B = 0`` (the baseline selectors then schedule only devices with
-        ``B*_v = 0``).
-    name : str
-        Argument name quoted in the error message (default ``"total_bandwidth_hz"``).
-
-    Returns
-    -------
-    float
-        ``B`` in Hz.
-
-    Raises
-    ------
-    ValueError
-        If ``B`` is not finite or not ``> 0`` (``>= 0`` with ``allow_zero``).
-
-    """
+    """Validate the bandwidth budget ``B`` of problem P1 in Hz: finite, ``> 0`` (or ``>= 0``)."""
     return as_nonnegative_float(total_bandwidth_hz, name, strict=not allow_zero)
 
 
 def as_min_bandwidths(
     min_bandwidth_hz: ArrayLike, num_devices: int | None = None, name: str = "min_bandwidth_hz"
 ) -> FloatArray:
-    """Validate the minimum bandwidths ``B*_v`` of paper eq. (lambert), in Hz.
+    """Validate the minimum bandwidths ``B*_v`` of paper eq. (lambert), in Hz, shape ``[V]``.
 
-    ``B*_v = inf`` is how :func:`channel.min_bandwidth_hz` reports that no bandwidth meets the
-    deadline (``Γ >= 1``, docs/design.md, "Infeasible devices"); such a device is never scheduled.
-
-    Parameters
-    ----------
-    min_bandwidth_hz : array_like
-        ``B*_v`` in Hz, shape ``[V]``; each ``>= 0``, or ``+inf`` for a device that cannot meet
-        the deadline (never scheduled). NaN is not allowed.
-    num_devices : int, optional
-        Required ``V``; ``None`` accepts any length.
-    name : str
-        Argument name quoted in the error message (default ``"min_bandwidth_hz"``).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``B*_v`` in Hz as float64 ``[V]``.
-
-    Raises
-    ------
-    ValueError
-        If the array is not 1-D of length ``num_devices``, or an entry is NaN, negative or
-        ``-inf``.
-
+    Each entry is ``>= 0``, or ``+inf`` for a device that cannot meet the deadline (docs/design.md,
+    "Infeasible devices"); NaN is rejected. ``num_devices=None`` accepts any length.
     """
     bandwidth = as_float_array(min_bandwidth_hz, name)
     if bandwidth.ndim != 1 or (num_devices is not None and bandwidth.shape[0] != num_devices):
@@ -217,11 +130,7 @@ def as_min_bandwidths(
 
 
 def _check_on_simplex(name: str, dist: FloatArray, row_ids: NDArray[np.intp] | None) -> None:
-    """Raise unless every row of ``dist`` (float ``[K, C]``) is finite, ``>= 0`` and sums to 1.
-
-    ``row_ids`` are the caller's indices of the rows (quoted in messages); ``None`` means that
-    ``dist`` is the single row of a 1-D argument such as the target distribution.
-    """
+    """Raise unless every row of ``dist`` ``[K, C]`` is finite, ``>= 0`` and sums to 1."""
     bad = ~np.isfinite(dist) | (dist < 0)
     if np.any(bad):
         quoted = (
@@ -260,27 +169,19 @@ def as_label_distributions(
     Parameters
     ----------
     label_dist : array_like
-        One distribution over the ``C`` classes per row (dimensionless), shape ``[K, C]`` with
-        ``K, C >= 1``.
+        One distribution over the ``C`` classes per row, shape ``[K, C]`` with ``K, C >= 1``.
     name : str
-        Argument name quoted in the error message (default ``"label_dist"``).
+        Argument name quoted in error messages.
     num_rows : int, optional
-        Required ``K`` (one row per device); ``None`` accepts any ``K >= 1``.
+        Required ``K``; ``None`` accepts any ``K >= 1``.
     rows : array_like of bool, optional
-        Rows that must be distributions, shape ``[K]``; the others may hold anything (e.g. the
-        rows of devices that are not candidates). ``None`` checks every row.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 ``[K, C]`` (unchecked rows unchanged).
+        Rows to check, shape ``[K]``; ``None`` checks every row.
 
     Raises
     ------
     ValueError
         If the shape is wrong, a checked entry is NaN, infinite or negative, or a checked row
         does not sum to 1 within :data:`DISTRIBUTION_SUM_TOL`.
-
     """
     dist = as_float_array(label_dist, name)
     if (
@@ -305,28 +206,7 @@ def as_label_distributions(
 def as_target_distribution(
     target_dist: ArrayLike, num_classes: int | None = None, name: str = "target_dist"
 ) -> FloatArray:
-    """Validate the target label distribution ``p`` of the WEMD (paper eq. (G1)), float ``[C]``.
-
-    Parameters
-    ----------
-    target_dist : array_like
-        ``p``, shape ``[C]``, finite, ``>= 0``, summing to 1 within :data:`DISTRIBUTION_SUM_TOL`.
-    num_classes : int, optional
-        Required ``C``; ``None`` accepts any ``C >= 1``.
-    name : str
-        Argument name quoted in the error message (default ``"target_dist"``).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``p`` as float64 ``[C]``.
-
-    Raises
-    ------
-    ValueError
-        If the shape is wrong, an entry is NaN, infinite or negative, or the sum is not 1.
-
-    """
+    """Validate the target label distribution ``p`` of the WEMD (paper eq. (G1)), float ``[C]``."""
     target = as_float_array(target_dist, name)
     if target.ndim != 1 or target.shape[0] < 1 or num_classes not in (None, target.shape[0]):
         expected = "C" if num_classes is None else str(num_classes)
@@ -336,29 +216,7 @@ def as_target_distribution(
 
 
 def as_weights(weights: ArrayLike, num: int, name: str = "weights") -> FloatArray:
-    """Validate aggregation weights ``|D_v|`` (the FedAvg weights ``α_v ∝ |D_v|``).
-
-    Parameters
-    ----------
-    weights : array_like
-        Shape ``[num]``, finite and ``>= 0`` (sample counts), with a positive sum when
-        ``num > 0``.
-    num : int
-        Required length ``K``.
-    name : str
-        Argument name quoted in the error message (default ``"weights"``).
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 ``[num]``.
-
-    Raises
-    ------
-    ValueError
-        Wrong shape, a NaN, infinite or negative weight, or all weights zero.
-
-    """
+    """Validate aggregation weights ``|D_v|``, shape ``[num]``: finite, ``>= 0``, positive sum."""
     w = as_nonnegative_array(weights, name, shape=(num,))
     if num > 0 and not w.sum() > 0:
         raise ValueError(f"{name} must have a positive sum, got {w.tolist()}")
@@ -366,28 +224,7 @@ def as_weights(weights: ArrayLike, num: int, name: str = "weights") -> FloatArra
 
 
 def as_bool_mask(mask: ArrayLike, num_devices: int, name: str = "mask") -> BoolArray:
-    """Validate a boolean mask over the ``V`` devices (a schedule or an availability).
-
-    Parameters
-    ----------
-    mask : array_like of bool
-        Shape ``[V]``, dtype bool (integers 0/1 are rejected to catch index arrays).
-    num_devices : int
-        ``V``.
-    name : str
-        Argument name quoted in the error message (default ``"mask"``).
-
-    Returns
-    -------
-    numpy.ndarray
-        The bool ``[V]`` array (not copied).
-
-    Raises
-    ------
-    ValueError
-        If the dtype is not bool or the shape is not ``[V]``.
-
-    """
+    """Validate a bool mask of shape ``[V]`` (integer 0/1 arrays are rejected: index arrays)."""
     array = np.asarray(mask)
     if array.shape != (num_devices,) or array.dtype != np.bool_:
         raise ValueError(
@@ -398,30 +235,7 @@ def as_bool_mask(mask: ArrayLike, num_devices: int, name: str = "mask") -> BoolA
 
 
 def check_integer(value: float, name: str, *, minimum: int) -> int:
-    """Return ``value`` as an int after checking that it is an integer ``>= minimum``.
-
-    Integral floats (``2.0``) are accepted.
-
-    Parameters
-    ----------
-    value : int or float
-        Candidate (a count, a round index, a number of local steps).
-    name : str
-        Argument name quoted in the error message.
-    minimum : int
-        Smallest allowed value.
-
-    Returns
-    -------
-    int
-        The value.
-
-    Raises
-    ------
-    ValueError
-        If ``value`` is not an integral number ``>= minimum``.
-
-    """
+    """Return ``value`` as an int after checking it is integral (``2.0`` passes), ``>= minimum``."""
     try:
         integral = int(value) == value
     except (TypeError, ValueError, OverflowError):

@@ -1,14 +1,8 @@
 """A class's constructor arguments from a run-config table, checked against its signature.
 
-A run config names a class (a scheduling policy, a Flower strategy) and a table of its
-constructor arguments (``policy-params``, ``aggregator-params``): ``<table>.<name> = value``,
-kebab-case names becoming snake case. :func:`constructor_arguments` is the one check both
-tables go through before the start: every name must be a keyword parameter of the constructor
-that the table may set, every value of the parameter's type (read from its annotation, else
-its default: bool, int, float or str, ``X | None`` as ``X``; an int passes as a float, a bool
-never as a number), no name may be given in two spellings (``per-round`` and ``per_round``),
-and every required parameter must be given. Each refusal is one line
-naming ``<table>.<name>``, the value and what is allowed. Nothing here imports flwr or torch.
+:func:`constructor_arguments` is the one check ``policy-params`` and ``aggregator-params`` go
+through before the start (kebab-case names become snake case); each refusal is one line naming
+``<table>.<name>``, the value and what is allowed. No flwr, no torch.
 """
 
 from __future__ import annotations
@@ -40,10 +34,7 @@ def _scalar(hint: object) -> type | None:
 
 
 def scalar_type(cls: type, parameter: inspect.Parameter) -> type | None:
-    """bool, int, float or str: the parameter's annotation, else its default's type; or None.
-
-    None when neither says (no annotation that resolves, and a default of None or none).
-    """
+    """bool, int, float or str: the annotation, else the default's type; None if neither says."""
     try:
         hints = typing.get_type_hints(getattr(cls, "__init__"))  # noqa: B009
     except Exception:  # unresolvable annotations: fall back to the default
@@ -84,6 +75,10 @@ def constructor_arguments(
 ) -> dict[str, object]:
     """Check ``params`` (a run-config table) against ``cls``'s constructor; return its kwargs.
 
+    Every name must be a keyword parameter the table may set, every value of the parameter's type
+    (:func:`scalar_type`; ``X | None`` as ``X``; an int passes as a float, a bool never as a
+    number), one spelling per name, every required parameter given.
+
     Parameters
     ----------
     cls : type
@@ -93,29 +88,18 @@ def constructor_arguments(
     table : str
         The table's run-config key, e.g. ``"policy-params"`` (named in every message).
     owner : str
-        What takes the parameters, e.g. ``"policy 'bc'"`` (named in the messages).
+        What takes the parameters, e.g. ``"policy 'bc'"``.
     refused : mapping of str to str, optional
-        Parameter name -> why the table may not set it (it comes from elsewhere, or the caller
-        owns it). These are not asked for when required either: the caller supplies them.
+        Parameter name -> why the table may not set it (the caller supplies it).
     untyped : bool
-        Whether a parameter whose type is not a scalar (:func:`scalar_type` is None) takes any
-        value (True: policies) or is not settable from a run config (False: aggregators).
+        Whether a parameter of no scalar type takes any value (policies) or none (aggregators).
     also_allowed : collection of str
-        Names the caller reads from the table itself, listed among the allowed ones.
+        Names the caller reads from the table itself.
 
     Returns
     -------
     dict
         Snake-case name -> value (ints given for floats converted).
-
-    Raises
-    ------
-    ValueError
-        One line: a name the constructor does not take, one in ``refused``, one whose type a
-        run config cannot hold (unless ``untyped``), a value of another type, a required
-        parameter left unset, or two spellings of one name (``server-momentum`` and
-        ``server_momentum``).
-
     """
     refused = refused or {}
     parameters = keyword_parameters(cls)
@@ -175,11 +159,7 @@ def constructor_arguments(
 def with_defaults(
     cls: type, arguments: Mapping[str, object], refused: Collection[str] = ()
 ) -> dict[str, object]:
-    """``arguments`` (of :func:`constructor_arguments`) with the constructor's own defaults.
-
-    Every parameter a run config could set (a scalar type, not in ``refused``) that has a
-    default or a value, in the constructor's order: the values the object is built with.
-    """
+    """``arguments`` completed by the constructor's defaults, in its order (what is built)."""
     out: dict[str, object] = {}
     for name, parameter in keyword_parameters(cls).items():
         if name in arguments:

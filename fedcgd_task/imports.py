@@ -1,15 +1,8 @@
 """Objects named in the run config by import path: a researcher's policy, data set or model.
 
-A setting such as ``policy``, ``dataset`` or ``model`` takes either a built-in name or a
-reference to the researcher's own code, in one of two forms:
-
-* ``package.module:Name``: imported with :func:`pkgutil.resolve_name`, so ``package`` must be
-  importable by the process that needs it (``PYTHONPATH`` for local runs; shipped in the app
-  or installed on every machine for deployments);
-* ``/absolute/path/file.py:Name``: the file is loaded as a module of its own (the file must
-  exist, at that path, on every machine that needs it).
-
-Nothing here imports flwr or torch.
+Two forms: ``package.module:Name`` (:func:`pkgutil.resolve_name`; the package must be importable
+where it is needed) and ``/absolute/path/file.py:Name`` (loaded as a module of its own; the file
+must exist at that path where it is needed). No flwr, no torch.
 """
 
 from __future__ import annotations
@@ -50,11 +43,7 @@ def first_line(err: BaseException) -> str:
 def check_reference(value: str, setting: str) -> None:
     """Check that ``value`` has one of the two reference forms, without importing anything.
 
-    Raises
-    ------
-    ValueError
-        One line naming the key, the value and the two allowed forms.
-
+    Raises ValueError (one line naming the key, the value and the two allowed forms).
     """
     if not (_FILE_REFERENCE.match(value) or _MODULE_REFERENCE.match(value)):
         raise ValueError(
@@ -94,22 +83,10 @@ def _load_file_module(path: Path, setting: str, value: str) -> object:
 
 
 def import_object(value: str, setting: str) -> object:
-    """Return the object ``value`` names (see the module docstring for the two forms).
+    """Return the object ``value`` names (``Name`` may be dotted, e.g. ``Class.factory``).
 
-    Parameters
-    ----------
-    value : str
-        ``package.module:Name`` or ``/absolute/path/file.py:Name`` (``Name`` may be dotted,
-        e.g. ``Class.factory``).
-    setting : str
-        The run-config key that holds ``value`` (named in the error message).
-
-    Raises
-    ------
-    ValueError
-        One line naming the key, the value and what is wrong: a malformed reference, a module
-        that cannot be imported (or raises while importing), a missing attribute.
-
+    Raises ValueError (one line naming ``setting``, the value and what is wrong): a malformed
+    reference, a module that cannot be imported or raises, a missing attribute.
     """
     check_reference(value, setting)
     where = f"run-config key {setting!r} = {value!r}"
@@ -141,28 +118,11 @@ def import_object(value: str, setting: str) -> object:
 def builtin_or_function(
     value: str, setting: str, builtins: Mapping[str, FunctionT], kind: str, contract: str
 ) -> FunctionT:
-    """Return the function ``value`` names: a built-in, or the researcher's reference.
+    """Return the function ``value`` names: a key of ``builtins``, or the researcher's reference.
 
-    Parameters
-    ----------
-    value : str
-        The run-config value: a key of ``builtins`` or a reference (see the module docstring).
-    setting : str
-        The run-config key that holds ``value`` (named in the error messages).
-    builtins : mapping
-        The built-in functions by name.
-    kind : str
-        What the setting names, e.g. ``"data set"`` (its functions are "data-set functions").
-    contract : str
-        What the function must be, as the error message states it.
-
-    Raises
-    ------
-    ValueError
-        One line naming the key and the value: an unknown name, a reference that cannot be
-        imported or lacks the attribute (:func:`import_object`), an attribute that is not
-        callable.
-
+    ``kind`` names what the setting names (``"data set"``), ``contract`` what the function must be;
+    both appear in the one-line ValueError for an unknown name, a reference that cannot be
+    imported, or an attribute that is not callable.
     """
     builtin = builtins.get(value)
     if builtin is not None:
@@ -184,10 +144,7 @@ def builtin_or_function(
 
 
 def reference_label(value: str) -> str:
-    """A short, file-name-safe label for a reference (its last name): ``pkg.mod:Fair`` -> ``Fair``.
-
-    Built-in names (no colon) are returned unchanged.
-    """
+    """A file-name-safe label for a reference (``pkg.mod:Fair`` -> ``Fair``); names unchanged."""
     if not is_reference(value):
         return value
     return re.sub(r"[^A-Za-z0-9_.-]", "-", value.rsplit(":", 1)[1])

@@ -1,27 +1,9 @@
 """Model functions behind one contract: the four built-in classifiers and the researcher's own.
 
-The run-config key ``model`` names a *model function*: a built-in name, the keys of
-:data:`BUILTIN_MODELS`, or a reference to the researcher's function, ``package.module:function``
-or ``/absolute/path/file.py:function`` (:func:`fedcgd_task.imports.import_object`). Built-in or
-not, a model function is called as ``function(num_classes, input_shape)`` (an int C >= 2 and a
-tuple of positive ints, the shape of one input) and returns a ``torch.nn.Module`` that maps
-float32 inputs [N, *input_shape] to logits [N, C] (trained with cross-entropy). It must draw its
-initial weights from torch's default generator (as every ``torch.nn`` layer does):
-:func:`build_model` seeds it with the run seed, so every process builds the same model. The
-samples of a batch must be treated independently in eval mode (no batch statistics), as σ̂
-needs per-sample gradients (``client_app/sigma.py``). ``experiments.run.preflight`` builds the
-model and runs it, and σ̂, on a blank batch before a run starts.
-
-Paper Section V: CIFAR-10 uses a small CNN, CIFAR-100 a ResNet-18 whose BatchNorm layers are
-replaced by GroupNorm. The MLP serves the offline ``digits`` default and any input shape; the
-``cnn1d`` is the convolutional baseline of MNIST-1D (Greydanus & Kobak 2024). Parameter counts:
-
-* ``mlp`` (1 x 8 x 8, 10 classes): 64*64 + 64 + 64*10 + 10 = 4,810; in general
-  (prod(input_shape) + 1) * 64 + 65 * C.
-* ``cnn`` (3 x 32 x 32, 10 classes): 258,898 (arithmetic in :class:`PaperCNN`).
-* ``resnet18gn`` (100 classes): 11,227,812, the same as torchvision's ResNet-18 with BatchNorm
-  (GroupNorm also has one weight and one bias per channel).
-* ``cnn1d`` (1 x 40, 10 classes): 5,210 (arithmetic in :class:`Mnist1dCNN`).
+A model function is ``function(num_classes, input_shape) -> torch.nn.Module`` (contract:
+docs/bring-your-own.md, "Bring your own data set and model"). Paper Section V: CIFAR-10 uses a
+small CNN, CIFAR-100 a ResNet-18 with GroupNorm; the MLP serves ``digits`` and any input shape,
+``cnn1d`` is MNIST-1D's convolutional baseline (Greydanus & Kobak 2024).
 """
 
 from __future__ import annotations
@@ -223,33 +205,10 @@ def build_model(
 ) -> nn.Module:
     """Build a freshly initialised classifier with the model function ``name``.
 
-    Parameters
-    ----------
-    name : str
-        ``"mlp"``, ``"cnn"``, ``"resnet18gn"``, ``"cnn1d"`` or a reference to a model function
-        (:func:`model_function`).
-    num_classes : int
-        Number of output logits C >= 1.
-    input_shape : sequence of int
-        Shape of one input, e.g. (channels, height, width) of an image (the ``cnn`` and
-        ``resnet18gn`` need images, the ``cnn1d`` (channels, length) sequences; the ``mlp``
-        takes any shape).
-    seed : int
-        Seed of the weight initialisation. The model function runs under
-        :func:`torch.random.fork_rng` with the global torch generator seeded with ``seed``, so
-        the global torch RNG is neither used nor changed.
-
-    Returns
-    -------
-    torch.nn.Module
-        The model (built-ins on the CPU, in training mode).
-
-    Raises
-    ------
-    ValueError
-        A bad name (:func:`model_function`), bad sizes, or a model function that raised or
-        returned something other than a ``torch.nn.Module`` (one line).
-
+    The function runs under :func:`torch.random.fork_rng` with torch's generator seeded with
+    ``seed`` (the global RNG is untouched); built-ins come on the CPU, in training mode. Raises
+    ValueError (one line) for a bad name, bad sizes (``num_classes >= 1``, a non-empty
+    ``input_shape`` of positive ints), or a function that raised or broke the contract.
     """
     if num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1; got {num_classes}")

@@ -1,9 +1,7 @@
 """Nested data (dicts, lists, tuples) rebuilt around a conversion of what it holds.
 
-Checkpoints store numpy arrays and Flower records inside plain containers, tagged so that
-``torch.load(weights_only=True)`` reads them (:mod:`server_app.checkpoint`,
-:mod:`fedcgd_strategy.flower.aggregator_state`); writing and reading the tags is a walk over
-the containers that converts some of the values. :func:`map_nested` is that walk.
+The walk that writes and reads the tags of checkpoint values (:mod:`server_app.checkpoint`,
+:mod:`fedcgd_strategy.flower.aggregator_state`).
 """
 
 from __future__ import annotations
@@ -18,21 +16,9 @@ DESCEND: Any = object()
 def map_nested(value: Any, convert: Callable[[Any], Any]) -> Any:
     """``convert(value)``; where that is :data:`DESCEND`, ``value`` rebuilt of converted items.
 
-    Parameters
-    ----------
-    value : any
-        Plain data: dicts, lists and tuples of anything.
-    convert : callable
-        Called on ``value`` and on every item the walk reaches, containers first (so a tagged
-        dict can be turned back into what it stands for); returns the replacement or
-        :data:`DESCEND`.
-
-    Returns
-    -------
-    any
-        A new dict (same keys, same order), list or tuple where ``convert`` descended; any
-        other value it descended into comes back as it is (the same object).
-
+    ``convert`` sees containers before their items (so a tagged dict can be turned back into what
+    it stands for). Dicts (same key order), lists and tuples are rebuilt where it descended; any
+    other value it descended into comes back as the same object.
     """
     converted = convert(value)
     if converted is not DESCEND:

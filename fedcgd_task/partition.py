@@ -1,19 +1,7 @@
-"""Splitting a labelled training set over V devices (pure numpy; no torch, no flwr).
+"""Splitting a labelled training set over V devices (pure numpy).
 
-Paper Section V describes two splits, made concrete in docs/design.md, "Dirichlet split" and
-"Sort-and-partition":
-
-* Dirichlet (:func:`dirichlet_partition`): device v's class mix is p_v ~ Dir(alpha p), with p the
-  class distribution of the (possibly imbalanced) training set; every device holds floor(N / V)
-  samples.
-* Sort-and-partition (:func:`shard_partition`): sort by label, cut into V l equal shards, deal l
-  shards to each device.
-
-Either split can be preceded by :func:`apply_imbalance`, which makes the training set's imbalance
-ratio r = n2 / n1 by subsampling the first half of the classes. :func:`partition_indices` chains
-the two steps, deterministically from the run seed.
-
-Every function returns indices into the ``labels`` array it was given; no sample is used twice.
+docs/design.md, "Dirichlet split" and "Sort-and-partition". Every function returns indices into
+the ``labels`` it was given; no sample is used twice.
 """
 
 from __future__ import annotations
@@ -63,10 +51,8 @@ def apply_imbalance(
 ) -> IntArray:
     """Subsample the first half of the classes so that the set has imbalance ratio ``ratio``.
 
-    Paper Section V: with n1 samples in the first half of the classes and n2 in the second,
-    r = n2 / n1. Starting from a balanced set, every class c < C / 2 keeps round(n_c / r) of its
-    n_c samples (round half up), chosen uniformly without replacement; the other classes are
-    kept whole. For an odd C the middle class counts as first half (c < C / 2).
+    Paper Section V, r = n2 / n1: every class c < C / 2 keeps round(n_c / r) of its n_c samples
+    (round half up), chosen uniformly without replacement; the others are kept whole.
 
     Parameters
     ----------
@@ -83,7 +69,6 @@ def apply_imbalance(
     -------
     numpy.ndarray of int64, shape [N_kept]
         Sorted indices of the kept samples.
-
     """
     y = _check_labels(labels)
     if not (np.isfinite(ratio) and ratio >= 1.0):
@@ -114,37 +99,26 @@ def dirichlet_partition(
 ) -> list[IntArray]:
     """Split samples over devices whose class mixes are drawn from Dir(alpha p).
 
-    Paper Section V, "Dirichlet distribution" (docs/design.md, "Dirichlet split": per-device
-    mixes, equal sizes).
-    Let p be the class distribution of ``labels`` over the classes present, n = floor(N / V).
-    Devices are filled in order v = 0, ..., V-1: draw p_v ~ Dir(alpha p); then draw n class
-    labels i.i.d. from p_v, where a draw of a class with no samples left is replaced by a draw
-    from p_v renormalised over the classes that still have samples (rejection). Each drawn class
-    contributes a sample chosen uniformly among its remaining ones. If p_v has no mass on any
-    class with samples left (possible in floating point for tiny alpha), the device draws from
-    the remaining samples uniformly, i.e. proportionally to the remaining class counts.
-
-    The draws are done per device with multinomial counts, capped at the remaining class sizes,
-    and the deficit redrawn on the renormalised mix; this has the same distribution as the
-    sample-by-sample rejection scheme above.
+    Paper Section V, "Dirichlet distribution": p is the class distribution of ``labels``, each
+    device in turn draws p_v ~ Dir(alpha p) and floor(N / V) samples from it (multinomial counts
+    capped at what each class has left, the deficit redrawn from p_v renormalised over the classes
+    with samples left; uniform over the remaining samples where p_v has no mass left).
 
     Parameters
     ----------
     labels : array_like of int, shape [N]
         Class id of every sample.
     num_devices : int
-        V >= 1 (and <= N).
+        V, between 1 and N.
     alpha : float
-        Concentration alpha > 0: large alpha gives p_v near p, small alpha one class per device.
+        Concentration alpha > 0.
     rng : numpy.random.Generator
         Source of all draws.
 
     Returns
     -------
     list of numpy.ndarray of int64
-        ``V`` sorted index arrays of length floor(N / V) each, pairwise disjoint. The last
-        N mod V samples stay unassigned.
-
+        V sorted, pairwise disjoint index arrays of length floor(N / V).
     """
     y = _check_labels(labels)
     _check_num_devices(num_devices, y.size)
@@ -183,11 +157,8 @@ def shard_partition(
 ) -> list[IntArray]:
     """Sort-and-partition: sort by label, cut into V l shards, deal l random shards per device.
 
-    Paper Section V, "Sort and partition". With S = V l shards of size s = floor(N / S), the
-    N mod S surplus samples are dropped first, chosen uniformly at random (so the drop does not
-    favour one class); the rest is sorted by label (stable sort, ties keep dataset order) and cut
-    into S contiguous shards; a random permutation of the shards deals shards
-    perm[v l : (v+1) l] to device v.
+    Paper Section V. The N mod (V l) surplus samples are dropped first, uniformly; the rest is
+    sorted by label (stable) and cut into V l contiguous shards, dealt by a random permutation.
 
     Parameters
     ----------
@@ -203,9 +174,7 @@ def shard_partition(
     Returns
     -------
     list of numpy.ndarray of int64
-        ``V`` sorted index arrays of l s samples each, pairwise disjoint; when N is divisible
-        by V l they cover every sample exactly once.
-
+        V sorted, pairwise disjoint index arrays of equal length.
     """
     y = _check_labels(labels)
     _check_num_devices(num_devices, y.size)
@@ -229,26 +198,11 @@ def shard_partition(
 
 
 def partition_indices(settings: TaskSettings, labels: npt.ArrayLike) -> list[IntArray]:
-    """Split a training set over ``settings.num_devices`` devices as the run config says.
+    """Split a training set (class ids ``labels``) over the devices as the run config says.
 
-    First :func:`apply_imbalance` with ``imbalance-ratio`` (a no-op for r = 1), then
-    :func:`dirichlet_partition` or :func:`shard_partition` on the kept samples. All draws come
-    from ``numpy.random.default_rng([seed, PARTITION_STREAM])``, so the result depends only on
-    the labels, ``seed``, ``num-devices`` and the partition settings, never on which device
-    asks or on the round.
-
-    Parameters
-    ----------
-    settings : TaskSettings
-        Validated run config.
-    labels : array_like of int, shape [N]
-        Class ids of the full training set.
-
-    Returns
-    -------
-    list of numpy.ndarray of int64
-        ``V`` sorted, pairwise disjoint arrays of indices into ``labels``.
-
+    :func:`apply_imbalance`, then :func:`dirichlet_partition` or :func:`shard_partition`, all
+    drawn from ``default_rng([seed, PARTITION_STREAM])``: the result never depends on which device
+    asks or on the round. Returns V sorted, pairwise disjoint index arrays into ``labels``.
     """
     y = _check_labels(labels)
     rng = np.random.default_rng([settings.seed, PARTITION_STREAM])

@@ -46,23 +46,20 @@ class Setting:
     key : str
         The run-config key (kebab case; ``channel.*`` keys dotted).
     default : bool, int, float or str
-        The default, as pyproject.toml holds it; its type is the setting's type (an integral
-        float such as ``64.0`` is taken for an int setting).
+        The default as pyproject.toml holds it; its type is the setting's (an integral float such
+        as ``64.0`` passes for an int setting).
     help : str
         One line (Markdown) for the docs table.
     minimum, maximum : float or None
-        Bounds of a number (inclusive, except ``minimum`` when ``above``).
-    above : bool
-        ``minimum`` is a strict lower bound (``> minimum``).
+        Inclusive bounds of a number (``above``: ``minimum`` is strict).
     choices : tuple of str
         The allowed strings (``form`` ``value`` or ``reference``).
     form : Form
-        What a string holds beyond its type (see :data:`Form`).
+        What a string holds beyond its type (:data:`Form`).
     multiple_of : int or None
         An int setting must be a multiple of this.
     why : str
-        Said after what is allowed when a value is refused (e.g. where a bound comes from).
-
+        Said after what is allowed when a value is refused.
     """
 
     key: str
@@ -124,16 +121,9 @@ class Setting:
 def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
     """Return the path ``value`` if it is printable and its names fit :data:`MAX_NAME_BYTES`.
 
-    ``label`` names the setting in the errors (default: ``run-config key '<key>'``; e.g.
-    ``"--out"`` for a command-line option).
-
-    Raises
-    ------
-    ValueError
-        Naming ``key``: a control character (a newline would break every one-line message
-        that names the path; NUL no system call takes), a name that is not valid UTF-8 (a
-        lone surrogate, as Python decodes such a name: no TOML file or Flower message holds
-        it), or the first name that is too long (no file system takes it).
+    ``label`` names the setting in the errors (default ``run-config key '<key>'``). Raises
+    ValueError for a control character (a newline would break every one-line message naming the
+    path), a name that is not valid UTF-8, or the first name that is too long.
     """
     where = label or f"run-config key '{key}'"
     if any(ord(char) < 32 or ord(char) == 127 for char in value):
@@ -157,10 +147,10 @@ def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
 
 
 def require(run_config: Mapping[str, Any], setting: Setting) -> Any:
-    """``run_config[setting.key]``; a ValueError names a missing key or too long a string.
+    """``run_config[setting.key]``; ValueError for a missing key or a string over the limit.
 
-    Every string is at most :data:`MAX_SETTING_CHARS` characters, but for a parameter table
-    (``form = "table"``), which :mod:`server_app.policy_params` limits on its own.
+    Strings are at most :data:`MAX_SETTING_CHARS`, except parameter tables (``form = "table"``),
+    which :mod:`server_app.policy_params` limits itself.
     """
     key = setting.key
     if key not in run_config:
@@ -180,25 +170,9 @@ def require(run_config: Mapping[str, Any], setting: Setting) -> Any:
 def check_value(setting: Setting, value: Any, where: str) -> Scalar:
     """``value`` checked against ``setting``: an int, float, bool or str as the setting holds.
 
-    Parameters
-    ----------
-    setting : Setting
-        The key's setting.
-    value : object
-        The value as the run config (or a round's ConfigRecord) holds it.
-    where : str
-        How the errors name the setting, e.g. ``"run-config key 'seed'"``.
-
-    Returns
-    -------
-    bool, int, float or str
-        The value; an integral float of an int setting as an int, an int of a float setting as
-        a float; a path with ``~`` expanded when it must be absolute.
-
-    Raises
-    ------
-    ValueError
-        ``<where> must be <allowed> (<why>); got <value>``.
+    Returns the value (an integral float of an int setting as an int, an int of a float setting as
+    a float, a path with ``~`` expanded where it must be absolute). ``where`` names the setting in
+    ``<where> must be <allowed> (<why>); got <value>``.
     """
     kind = type(setting.default)
     why = f" ({setting.why})" if setting.why else ""

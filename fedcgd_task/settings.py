@@ -1,17 +1,8 @@
 """Typed, validated views of the run config shared by the ServerApp and the ClientApp.
 
-Flower hands every app a flat ``context.run_config`` mapping (kebab-case keys, scalar values);
-each key, its default, allowed values and meaning are defined once in :mod:`fedcgd_task.schema`.
-:meth:`TaskSettings.from_run_config` reads the learning task's keys once and returns a frozen,
-hashable :class:`TaskSettings`; the server calls it too, before any training, so a bad value
-stops the run at start-up with a message that names the key, the value and what is allowed. The
-local-training hyper-parameters τ, η, b are read by the server only
-(:meth:`TrainingSettings.from_run_config`) and reach the devices every round through the round's
-ConfigRecord (:meth:`TrainingSettings.to_config` / :func:`read_round_config`).
-
-A data-set or model reference is checked here for its form only; it is imported, called and its
-result checked before the run starts (``experiments.run.preflight``), so this module imports
-neither flwr nor torch.
+Each key, its default, allowed values and meaning are defined once in :mod:`fedcgd_task.schema`;
+τ, η, b reach the devices every round through the round's ConfigRecord. Imports neither flwr
+nor torch (a data-set or model reference is checked for its form only).
 """
 
 from __future__ import annotations
@@ -48,34 +39,8 @@ DEFAULT_MNIST1D_SAMPLES = int(SCHEMA["mnist1d-samples"].default)
 class TaskSettings:
     """The client's part of the run config, validated; hashable (used as a cache key).
 
-    Attributes
-    ----------
-    seed : int
-        Seed of the run.
-    num_devices : int
-        Number of devices V (>= 1).
-    dataset : str
-        One of :data:`fedcgd_task.schema.DATASETS`, or a reference to a data-set function.
-    data_dir : str
-        Absolute path of the data folder (``""`` in the run config resolved to ``<cwd>/data``).
-    model : str
-        Concrete model name (``"mlp"``, ``"cnn"`` or ``"resnet18gn"``; ``auto`` already
-        resolved), or a reference to a model function.
-    partition : str
-        One of :data:`fedcgd_task.schema.PARTITIONS`.
-    dirichlet_alpha : float
-        Dirichlet concentration alpha (> 0).
-    shards_per_device : int
-        Shards per device l (>= 1).
-    imbalance_ratio : float
-        Imbalance ratio r = n2 / n1 (>= 1).
-    mnist1d_samples : int
-        Samples the ``mnist1d`` data set generates (the range of ``mnist1d-samples``, a multiple
-        of 10, :mod:`fedcgd_task.schema`); read by that data set only.
-    device : str
-        Where the process trains and evaluates: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
-        (:func:`fedcgd_task.training.compute_device` resolves it).
-
+    Fields are the schema's keys in snake case (:mod:`fedcgd_task.schema`), except that
+    ``data_dir`` is absolute and ``model`` has ``"auto"`` resolved.
     """
 
     seed: int
@@ -92,26 +57,9 @@ class TaskSettings:
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> TaskSettings:
-        """Read and validate the client keys of a Flower run config.
+        """Read and validate the client keys of ``context.run_config``; other keys are ignored.
 
-        Parameters
-        ----------
-        run_config : Mapping[str, Any]
-            ``context.run_config`` (flat, kebab-case keys). Keys not listed in the module
-            docstring are ignored.
-
-        Returns
-        -------
-        TaskSettings
-            The validated settings, with ``data-dir`` made absolute and ``model = "auto"``
-            resolved for the dataset.
-
-        Raises
-        ------
-        ValueError
-            If a key is missing or a value has the wrong type or is out of range; the message
-            names the key, the bad value and what is allowed.
-
+        Raises ValueError naming the key, the bad value and what is allowed.
         """
         dataset = read(run_config, "dataset")
         model = read(run_config, "model")
@@ -134,18 +82,7 @@ class TaskSettings:
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """Local-training hyper-parameters, sent by the server with every stats and train message.
-
-    Attributes
-    ----------
-    local_steps : int
-        τ, SGD steps per round (>= 1).
-    learning_rate : float
-        η, SGD learning rate (> 0).
-    batch_size : int
-        b, mini-batch size (>= 1).
-
-    """
+    """Local-training hyper-parameters τ (``local_steps``), η and b, sent with every round."""
 
     local_steps: int
     learning_rate: float
@@ -179,25 +116,9 @@ _ROUND_CONFIG: dict[str, Setting] = {
 
 
 def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings]:
-    """Read the server round and τ, η, b from a round's ConfigRecord.
+    """Read the server round j >= 0 and τ, η, b from a round's ConfigRecord.
 
-    Parameters
-    ----------
-    config : mapping
-        The ConfigRecord the server sends (keys :data:`fedcgd_task.keys.SERVER_ROUND`,
-        :data:`fedcgd_task.keys.LOCAL_STEPS`, :data:`fedcgd_task.keys.LEARNING_RATE`,
-        :data:`fedcgd_task.keys.BATCH_SIZE`).
-
-    Returns
-    -------
-    (int, TrainingSettings)
-        The server round j >= 0 and the validated hyper-parameters.
-
-    Raises
-    ------
-    ValueError
-        Naming the missing or bad ConfigRecord key, the value and what is allowed.
-
+    Raises ValueError naming the missing or bad ConfigRecord key, the value and what is allowed.
     """
     values: dict[str, Any] = {}
     for key, setting in _ROUND_CONFIG.items():
@@ -231,21 +152,8 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: str) -> None:
     """``table[name] = value``, refusing a run-config key that is given twice.
 
-    Parameters
-    ----------
-    table : dict
-        Where ``name`` goes (a flat run config, or a parameter table).
-    name, value
-        The entry.
-    key : str
-        The run-config key as the user wrote it (named in the error).
-    clash : str
-        What the error says about the two places, e.g. ``"is given twice (1 and 2)"``.
-
-    Raises
-    ------
-    ValueError
-        ``run-config key '<key>' <clash>; give it once`` when ``name`` is in ``table`` already.
+    Raises ``ValueError("run-config key '<key>' <clash>; give it once")`` when ``name`` is in
+    ``table`` already (``clash`` says where, e.g. ``"is given twice (1 and 2)"``).
     """
     if name in table:
         raise ValueError(f"run-config key {key!r} {clash}; give it once")
@@ -255,27 +163,14 @@ def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: s
 def default_run_config() -> dict[str, Any]:
     """The run config with every key at its default (:func:`fedcgd_task.schema.defaults`).
 
-    Equal to ``[tool.flwr.app.config]`` of pyproject.toml, flattened as Flower flattens nested
-    tables (``tests/test_schema.py`` checks it); read from the schema, so an installed wheel,
-    which has no pyproject.toml, has it too.
+    Equal to the flattened ``[tool.flwr.app.config]`` of pyproject.toml (``tests/test_schema.py``),
+    and available in an installed wheel, which has no pyproject.toml.
     """
     return dict(defaults())
 
 
 def resolve_data_dir(data_dir: str) -> Path:
-    """Return the absolute data folder for a ``data-dir`` run-config value.
-
-    Parameters
-    ----------
-    data_dir : str
-        The run-config value; ``""`` means ``<current working directory>/data``.
-
-    Returns
-    -------
-    pathlib.Path
-        Absolute path (``~`` expanded). The folder need not exist.
-
-    """
+    """Return the absolute data folder for ``data-dir`` (``""``: ``<cwd>/data``; may not exist)."""
     if data_dir == "":
         return (Path.cwd() / DEFAULT_DATA_SUBDIR).resolve()
     return Path(data_dir).expanduser().resolve()

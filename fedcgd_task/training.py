@@ -1,10 +1,7 @@
 """Local update: the round's mini-batches, tau plain SGD steps, and evaluation.
 
-Paper Section II (local update): w_v^(j,t) = w_v^(j,t-1) - eta grad f_t(w_v^(j,t-1)), for
-t = 1..tau, each step on a mini-batch of b samples of the local dataset D_v. Everything random
-here is derived from (run seed, server round, partition id), so a device that answers a stats
-query and then a train message in the same round uses the same batches, and two runs with the
-same seed produce bit-identical models.
+Every draw is derived from (run seed, server round, partition id), so a device uses the same
+batches for a round's query and training, and a seed gives bit-identical models.
 """
 
 from __future__ import annotations
@@ -89,10 +86,9 @@ def local_batches(
 ) -> list[npt.NDArray[np.int64]]:
     """Draw the round's tau mini-batches of b samples of a device.
 
-    A permutation of ``range(num_local)`` from
-    ``numpy.random.default_rng([seed, BATCH_STREAM, server_round, partition_id])`` is read
-    cyclically (wrapping around when tau b > num_local); batch t is positions
-    [t b, (t+1) b) of that cyclic sequence. A batch holds no repeated sample when b <= num_local.
+    A permutation of ``range(num_local)`` from ``default_rng([seed, BATCH_STREAM, server_round,
+    partition_id])`` is read cyclically: batch t is positions [t b, (t+1) b), so no sample repeats
+    within a batch when b <= num_local.
 
     Parameters
     ----------
@@ -110,8 +106,7 @@ def local_batches(
     Returns
     -------
     list of numpy.ndarray of int64
-        ``tau`` arrays of ``b`` positions in ``0 .. num_local - 1`` (into the local index list).
-
+        ``tau`` arrays of ``b`` positions in ``0 .. num_local - 1``.
     """
     if num_local < 1:
         raise ValueError(f"num_local (local dataset size) must be >= 1; got {num_local}")
@@ -142,22 +137,17 @@ def train_local(
     *,
     torch_seed: int,
 ) -> LocalTrainResult:
-    """Run tau plain SGD steps (no momentum, no weight decay) with cross-entropy, in place.
+    """Run tau plain SGD steps with cross-entropy in place, paper eq. (localupdate).
 
-    Paper eq. (localupdate): w <- w - eta grad f(w, batch_t), t = 1..tau. The model is
-    in training mode (dropout on); the dropout masks come from the torch RNG seeded with
-    ``torch_seed`` inside :func:`torch.random.fork_rng`, so the global RNG is untouched and
-    equal inputs give bit-identical weights.
-
-    The step is :func:`sgd_step`, the update of ``torch.optim.SGD`` without momentum or weight
-    decay done directly, bit for bit the same; the tau batches are gathered from ``x`` / ``y``
-    in one indexing operation and then sliced.
+    w <- w - eta grad f(w, batch_t), t = 1..tau, in training mode; dropout masks come from the
+    torch RNG seeded with ``torch_seed`` inside :func:`torch.random.fork_rng` (the global RNG is
+    untouched).
 
     Parameters
     ----------
     model : torch.nn.Module
         Model to update (on any device; the batches are moved there).
-    x : torch.Tensor of float32, shape [n, C, H, W]
+    x : torch.Tensor of float32, shape [n, *input_shape]
         Local inputs.
     y : torch.Tensor of int64, shape [n]
         Local labels.
@@ -166,13 +156,12 @@ def train_local(
     lr : float
         Learning rate eta > 0.
     torch_seed : int
-        Seed of the dropout masks (see :func:`dropout_seed`).
+        Seed of the dropout masks (:func:`dropout_seed`).
 
     Returns
     -------
     LocalTrainResult
         Mean and per-step mini-batch losses (each taken before its step).
-
     """
     if not lr > 0:
         raise ValueError(f"lr (learning rate) must be > 0; got {lr!r}")
@@ -205,10 +194,8 @@ def train_local(
 def seed_dropout(torch_seed: int, device: torch.device) -> None:
     """Seed the generator that draws the dropout masks on ``device`` with ``torch_seed``.
 
-    On the CPU only the CPU generator draws the masks, and it is seeded directly:
-    :func:`torch.manual_seed` would also queue a seed for every accelerator not yet
-    initialised, recording a stack trace for each (about 0.1 ms a call); both leave the CPU
-    generator in the same state. On any other device this is :func:`torch.manual_seed`.
+    On the CPU the CPU generator is seeded directly (:func:`torch.manual_seed` also queues a seed
+    for every uninitialised accelerator, ~0.1 ms a call; same CPU state).
     """
     if device.type == "cpu":
         torch.default_generator.manual_seed(torch_seed)
@@ -220,20 +207,10 @@ def seed_dropout(torch_seed: int, device: torch.device) -> None:
 def sgd_step(params: Sequence[torch.Tensor], lr: float) -> None:
     """One plain SGD step in place: p <- p - lr p.grad for every parameter with a gradient.
 
-    Bit for bit what ``torch.optim.SGD(params, lr=lr).step()`` does without momentum, weight
-    decay or ``maximize`` (tested): on the CPU torch's own step is the same ``add_`` per
-    parameter (its default, single-tensor path), and building an optimizer per call, its
-    step's bookkeeping and its first construction in a process (which imports torch's compiler,
-    about a second) are avoided. Parameters elsewhere (CUDA and other devices, where torch
-    defaults to its multi-tensor kernels) are stepped by ``torch.optim.SGD`` itself.
-
-    Parameters
-    ----------
-    params : sequence of torch.Tensor
-        The model's parameters (``.grad`` None: left unchanged, as torch's optimizer does).
-    lr : float
-        Learning rate eta > 0.
-
+    Bit for bit ``torch.optim.SGD(params, lr=lr).step()`` without momentum or weight decay
+    (tested): on the CPU torch's step is the same ``add_`` per parameter, without building an
+    optimizer (the first one imports torch's compiler, about a second). Other devices use
+    ``torch.optim.SGD`` itself.
     """
     if all(p.device.type == "cpu" for p in params):
         for p in params:
@@ -249,24 +226,7 @@ def evaluate(
 ) -> tuple[float, float]:
     """Return the mean cross-entropy (nats) and accuracy in [0, 1] of ``model`` on (x, y).
 
-    The model is put in eval mode (dropout off). Empty data raise ValueError.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        Classifier.
-    x : torch.Tensor of float32, shape [n, C, H, W]
-        Inputs.
-    y : torch.Tensor of int64, shape [n]
-        Labels.
-    batch_size : int
-        Rows per forward pass.
-
-    Returns
-    -------
-    loss, accuracy : float
-        Sample-averaged loss and share of correct argmax predictions.
-
+    Eval mode (dropout off), ``batch_size`` rows per forward pass; empty data raise ValueError.
     """
     n = int(y.shape[0])
     if n == 0:

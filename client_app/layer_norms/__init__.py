@@ -38,14 +38,8 @@ in float64: each row of a per-sample tensor is summed in float32 by torch's casc
 summation, whose relative error, ~1e-7, is below the float32 rounding of the gradients
 themselves, and these row sums are accumulated over layers and samples in float64.
 
-Memory: per-sample and per-group intermediates are formed in chunks of samples (or groups)
-that fit :data:`CHUNK_BUDGET_FLOATS`.
-
-The modules, one a layer type (every name below is also importable from
-``client_app.layer_norms``): :mod:`~client_app.layer_norms.weight_matrix` (the sums of squares
-shared by all: per-row sums, the Gram route, per-sample weight-gradient matrices, chunking),
-:mod:`~client_app.layer_norms.linear`, :mod:`~client_app.layer_norms.conv` (Conv1d and Conv2d,
-one code path through :class:`ConvGeometry`) and :mod:`~client_app.layer_norms.group_norm`.
+Intermediates are formed in chunks that fit :data:`CHUNK_BUDGET_FLOATS`. One module per layer
+type; every name below is importable from here.
 """
 
 from client_app.layer_norms.conv import ConvGeometry, conv_group_sq_norms, conv_sq_norms

@@ -1,14 +1,7 @@
 """Squared gradient norms of ``nn.Conv2d`` and ``nn.Conv1d`` layers: per sample and per group.
 
-``nn.Conv2d`` (zero padding): with U = unfold(a), shape [K, T], K = C_in / groups k_h k_w,
-T = H_out W_out, the layer is y = W_mat U + c and dl_i/dW_mat = G U^T with G [O, T]. A group's
-summed weight gradient is one weight-gradient convolution over its samples.
-
-``nn.Conv1d`` (zero padding) is a Conv2d of height 1: the input [b, C_in, L] is viewed as
-[b, C_in, 1, L], the output gradient [b, O, L_out] as [b, O, 1, L_out], the kernel k as 1 x k,
-and the stride, padding and dilation in height are 1, 0 and 1. The weights and the per-sample
-gradients are the same numbers, so both types run one code path (K = C_in / groups k,
-T = L_out), given by the layer's :class:`ConvGeometry`.
+The formulas are in :mod:`client_app.layer_norms`; a Conv1d runs as a Conv2d of height 1
+(:class:`ConvGeometry`), with the same weights and per-sample gradients.
 """
 
 from __future__ import annotations
@@ -37,15 +30,8 @@ Conv: TypeAlias = nn.Conv1d | nn.Conv2d
 class ConvGeometry:
     """A convolution as a 2-D one: weight [O, C_in / groups, *kernel_size], zero padding.
 
-    Attributes
-    ----------
-    kernel_size, stride, padding, dilation : tuple of int, length 2
-        Height and width; a Conv1d's height entries are 1, 1, 0 and 1.
-    groups : int
-        The layer's channel groups.
-    has_bias : bool
-        Whether the layer has a bias.
-
+    ``kernel_size``, ``stride``, ``padding``, ``dilation`` are (height, width); a Conv1d's height
+    entries are 1, 1, 0 and 1.
     """
 
     kernel_size: tuple[int, int]
@@ -87,26 +73,10 @@ def stacked_weight_gradients(
 ) -> torch.Tensor:
     """Weight gradients of ``copies`` copies of the layer, side by side in the channels.
 
-    One weight-gradient convolution (:func:`torch.nn.grad.conv2d_weight`) with ``copies`` times
-    the layer's groups: copy j sees input channels ``j C_in .. (j + 1) C_in - 1`` of ``x`` and
-    output channels ``j O .. (j + 1) O - 1`` of ``grad``, summed over the batch of ``x``.
-
-    Parameters
-    ----------
-    geometry : ConvGeometry
-        The layer.
-    x : torch.Tensor, shape [n, copies C_in, H, W]
-        Inputs of the copies.
-    grad : torch.Tensor, shape [n, copies O, H_out, W_out]
-        Output gradients of the copies.
-    copies : int
-        Number of copies.
-
-    Returns
-    -------
-    torch.Tensor, shape [copies O, C_in / groups, *kernel_size]
-        Copy j's weight gradient in rows ``j O .. (j + 1) O - 1``.
-
+    One :func:`torch.nn.grad.conv2d_weight` with ``copies`` times the layer's groups: copy j reads
+    input channels ``j C_in ..`` of ``x`` [n, copies C_in, H, W] and output channels ``j O ..`` of
+    ``grad`` [n, copies O, H_out, W_out], summed over n. Returns
+    [copies O, C_in / groups, *kernel_size], copy j in rows ``j O .. (j + 1) O - 1``.
     """
     c_in = int(x.shape[1]) // copies
     return conv2d_weight(
@@ -135,34 +105,21 @@ def conv_operands(
 def conv_sq_norms(
     module: Conv, a: torch.Tensor, g: torch.Tensor, *, chunk_size: int | None = None
 ) -> torch.Tensor:
-    """Per-sample ||dl_i/dW||^2 + ||dl_i/dc||^2 of a Conv2d or Conv1d layer.
+    """Per-sample ||dl_i/dW||^2 + ||dl_i/dc||^2 of a Conv2d or Conv1d layer, float64 [b].
 
-    Two routes, the cheaper for the layer's shape (K = C_in / groups k_h k_w inputs and
-    T = H_out W_out positions per output, O output channels; a Conv1d at height 1):
-
-    * Gram (groups = 1 only, when T (K + O) < K O, i.e. few output positions):
-      :func:`~client_app.layer_norms.weight_matrix.gram_sq_norms` on the unfolded input
-      U = unfold(a_i), [K, T], and G_i, [O, T];
-    * otherwise the per-sample weight gradients themselves, [b, O, K], from one weight-gradient
-      convolution (:func:`torch.nn.grad.conv2d_weight`) in which each sample is a group of its
-      own (the chunk of c samples becomes one image with c C_in channels and c groups).
+    The Gram route (groups = 1, when T (K + O) < K O) or the per-sample weight gradients [b, O, K]
+    from one weight-gradient convolution with one group per sample.
 
     Parameters
     ----------
     module : torch.nn.Conv2d or torch.nn.Conv1d
-        The layer (C_in -> O channels, kernel k_h x k_w or k, zero padding).
+        The layer (C_in -> O channels, zero padding).
     a : torch.Tensor, shape [b, C_in, H, W] or [b, C_in, L]
         Its input.
     g : torch.Tensor, shape [b, O, H_out, W_out] or [b, O, L_out]
         Gradient of the per-sample losses with respect to its output.
     chunk_size : int, optional
-        Samples per chunk (memory only); the unfolded input or the per-sample weight
-        gradients are formed one chunk at a time.
-
-    Returns
-    -------
-    torch.Tensor of float64, shape [b]
-
+        Samples per chunk (memory only).
     """
     geometry, a, g = conv_operands(module, a, g)
     (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]
@@ -200,30 +157,11 @@ def conv_group_sq_norms(
     *,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Conv2d or Conv1d layer.
+    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Conv2d or Conv1d layer, float64 [N].
 
-    A group's summed weight gradient is the weight gradient of the layer over the group's
-    samples; the groups of a chunk are computed by one weight-gradient convolution
-    (:func:`torch.nn.grad.conv2d_weight`) in which each group is a group of channels and its
-    samples are the batch.
-
-    Parameters
-    ----------
-    module : torch.nn.Conv2d or torch.nn.Conv1d
-        The layer (zero padding).
-    a : torch.Tensor, shape [N group_size, C_in, H, W] or [N group_size, C_in, L]
-        Its input, groups of ``group_size`` consecutive samples.
-    g : torch.Tensor, shape [N group_size, O, H_out, W_out] or [N group_size, O, L_out]
-        Gradient of the per-sample losses with respect to its output.
-    group_size : int
-        Samples per group.
-    chunk_size : int, optional
-        Groups per chunk (memory only).
-
-    Returns
-    -------
-    torch.Tensor of float64, shape [N]
-
+    A chunk's groups are one weight-gradient convolution in which each group is a group of
+    channels and its samples are the batch. ``a`` and ``g`` are as in :func:`conv_sq_norms` with
+    N ``group_size`` consecutive samples; ``chunk_size`` counts groups (memory only).
     """
     geometry, a, g = conv_operands(module, a, g)
     (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]

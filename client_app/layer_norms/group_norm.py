@@ -14,21 +14,10 @@ from client_app.layer_norms.weight_matrix import groups_of, row_sq_sums
 
 
 def group_norm_sq_norms(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Per-sample ||dl_i/dgamma||^2 + ||dl_i/dbeta||^2 of a GroupNorm layer.
+    """Per-sample ||dl_i/dgamma||^2 + ||dl_i/dbeta||^2 of an affine GroupNorm, float64 [b].
 
-    Parameters
-    ----------
-    module : torch.nn.GroupNorm
-        The layer (C channels, affine).
-    a : torch.Tensor, shape [b, C, *]
-        Its input; the normalised input a_hat is recomputed from it.
-    g : torch.Tensor, shape [b, C, *]
-        Gradient of the per-sample losses with respect to its output.
-
-    Returns
-    -------
-    torch.Tensor of float64, shape [b]
-
+    ``a`` [b, C, *] is its input (a_hat is recomputed from it), ``g`` [b, C, *] the gradient of the
+    per-sample losses with respect to its output.
     """
     b, c = int(a.shape[0]), module.num_channels
     a_hat = F.group_norm(a, module.num_groups, eps=module.eps).reshape(b, c, -1)
@@ -44,23 +33,9 @@ def group_norm_sq_norms(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor) 
 def group_norm_group_sq_norms(
     module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, group_size: int
 ) -> torch.Tensor:
-    """Per-group ||sum_i dl_i/dgamma||^2 + ||sum_i dl_i/dbeta||^2 of a GroupNorm layer.
+    """Per-group ||sum_i dl_i/dgamma||^2 + ||sum_i dl_i/dbeta||^2 of a GroupNorm, float64 [N].
 
-    Parameters
-    ----------
-    module : torch.nn.GroupNorm
-        The layer (C channels, affine).
-    a : torch.Tensor, shape [N group_size, C, *]
-        Its input (normalised per sample, as in the layer).
-    g : torch.Tensor, shape [N group_size, C, *]
-        Gradient of the per-sample losses with respect to its output.
-    group_size : int
-        Samples per group.
-
-    Returns
-    -------
-    torch.Tensor of float64, shape [N]
-
+    ``a`` and ``g`` as in :func:`group_norm_sq_norms`, N groups of ``group_size`` samples.
     """
     b, c = int(a.shape[0]), module.num_channels
     n = groups_of(b, group_size)

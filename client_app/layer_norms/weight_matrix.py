@@ -1,11 +1,4 @@
-"""Sums of squares shared by the layer formulas: rows, the Gram route, weight gradients, chunks.
-
-The per-sample weight gradient of a layer applied at T positions is G_i U_i^T (G_i [O, T] the
-output gradients, U_i [K, T] the inputs); :func:`weight_sq_norms` takes its squared norm by the
-cheaper of forming it or the Gram route (:func:`gram_sq_norms`). Sums of squares are returned in
-float64 (:func:`row_sq_sums`); intermediates are formed in chunks that fit
-:data:`CHUNK_BUDGET_FLOATS` (:func:`chunk_length`).
-"""
+"""Sums of squares shared by the layer formulas: rows, the Gram route, weight gradients, chunks."""
 
 from __future__ import annotations
 
@@ -17,11 +10,10 @@ CHUNK_BUDGET_FLOATS = 64 * 1024 * 1024
 
 
 def row_sq_sums(x: torch.Tensor) -> torch.Tensor:
-    """Return the sum of squares of each row ``x[i]`` as float64, shape [x.shape[0]].
+    """Sum of squares of each row ``x[i]`` as float64, shape [x.shape[0]].
 
-    The squares are summed in ``x``'s dtype with torch's cascade summation (relative error
-    ~1e-7 in float32; a float64 reduction of a float32 tensor casts it first and is ~10x
-    slower on a CPU) and returned in float64 for the accumulation over layers and samples.
+    Summed in ``x``'s dtype by torch's cascade summation (~1e-7 relative in float32; a float64
+    reduction of float32 casts first and is ~10x slower on a CPU), returned in float64.
     """
     return x.reshape(int(x.shape[0]), -1).square().sum(dim=1).double()
 
@@ -29,19 +21,8 @@ def row_sq_sums(x: torch.Tensor) -> torch.Tensor:
 def gram_sq_norms(u: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """Return ||G_i U_i^T||_F^2 = sum_{t,t'} (u_it . u_it') (g_it . g_it') without G_i U_i^T.
 
-    Parameters
-    ----------
-    u : torch.Tensor, shape [b, K, T]
-        Layer inputs per sample and position.
-    g : torch.Tensor, shape [b, O, T]
-        Per-sample output gradients per position.
-
-    Returns
-    -------
-    torch.Tensor of float64, shape [b]
-        The squared norms, from the two T x T Gram matrices (~ T^2 (K + O) multiply-adds per
-        sample; the product of the Grams is summed in float64).
-
+    From the two T x T Gram matrices of ``u`` [b, K, T] and ``g`` [b, O, T] (~ T^2 (K + O)
+    multiply-adds per sample), summed in float64; returns float64 [b].
     """
     uu = torch.bmm(u.transpose(1, 2), u).double()
     gg = torch.bmm(g.transpose(1, 2), g).double()
@@ -51,31 +32,11 @@ def gram_sq_norms(u: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 def weight_sq_norms(
     u: torch.Tensor, g: torch.Tensor, *, chunk_size: int | None = None
 ) -> torch.Tensor:
-    """Return ||G_i U_i^T||_F^2 for each sample i: the per-sample weight-gradient norms.
+    """Per-sample weight-gradient norms ||G_i U_i^T||_F^2 (float64 [b]) of a Linear at T positions.
 
-    ``G_i U_i^T = sum_t g_it u_it^T`` is the gradient of sample i's loss with respect to the
-    weight matrix of a Linear layer applied at T positions.
-
-    Parameters
-    ----------
-    u : torch.Tensor, shape [b, K, T]
-        Layer inputs per sample and position.
-    g : torch.Tensor, shape [b, O, T]
-        Gradients of the per-sample loss with respect to the layer outputs.
-    chunk_size : int, optional
-        Samples per chunk; default: as many as fit :data:`CHUNK_BUDGET_FLOATS`.
-
-    Returns
-    -------
-    torch.Tensor of float64, shape [b]
-        The squared Frobenius norms, (loss units per weight unit)^2.
-
-    Notes
-    -----
-    With T = 1 the gradient is the outer product g u^T and its norm is ||u||^2 ||g||^2.
-    Otherwise :func:`gram_sq_norms` (~ T^2 (K + O) multiply-adds per sample) is used when it
-    is cheaper than forming G U^T with a batched matmul (~ T K O).
-
+    ``u`` [b, K, T] are the inputs, ``g`` [b, O, T] the output gradients. T = 1: ||u||^2 ||g||^2;
+    otherwise the Gram route when cheaper than forming G U^T (~ T K O); ``chunk_size`` samples per
+    chunk (default: as many as fit :data:`CHUNK_BUDGET_FLOATS`).
     """
     b, k, t = (int(s) for s in u.shape)
     o = int(g.shape[1])

@@ -1,20 +1,10 @@
 """The allowed range of every numeric parameter of Flower's strategies and DP wrappers.
 
-:data:`RANGES` holds, per Flower class, the range of each of its numeric constructor
-parameters, from the class's docs and source (``flwr/serverapp/strategy/``, Flower 1.42) or,
-where they give none, from what the parameter does in the update rule (the ``why`` of each
-entry). A class takes the ranges of the nearest class in its MRO that lists the parameter
-(FedAdam, FedYogi and FedAdagrad: FedOpt's; Krum: MultiKrum's; a researcher's subclass: its
-parent's). :func:`check_ranges` checks the checked constructor arguments
-(:func:`fedcgd_task.constructor_params.constructor_arguments`: names and types) against them
-before the start; a float parameter without a range must still be finite. Every value must be
-finite: TOML's ``nan`` and ``inf`` are never a setting here.
-
-Where the docs give no upper bound but a huge value is a typo, not a setting, the bound is
-this project's: learning rates of the server (``eta``, ``server-learning-rate``), of the
-clipping norm (``clip-norm-lr``) and the clients' (``eta-l``, ``client-learning-rate``) are at
-most :data:`MAX_LEARNING_RATE`. MultiKrum's ``num-nodes-to-select`` is at most
-``num-devices`` (it averages that many uploads of a round; more is all of them, FedAvg).
+:data:`RANGES` holds, per Flower class, each numeric constructor parameter's range from Flower
+1.42's docs and source or, where they give none, from the update rule (each entry's ``why``);
+a class takes the ranges of the nearest class in its MRO that lists the parameter. Every value
+must be finite; learning rates are at most :data:`MAX_LEARNING_RATE` (docs/aggregation.md,
+"Allowed values"); MultiKrum's ``num-nodes-to-select`` at most ``num-devices``.
 """
 
 from __future__ import annotations
@@ -169,24 +159,9 @@ def check_ranges(
 ) -> None:
     """Refuse a numeric argument of ``cls`` outside its range (:func:`parameter_range`).
 
-    Parameters
-    ----------
-    cls : type
-        The class built.
-    arguments : mapping
-        Its checked constructor arguments (snake-case names, values of the right type).
-    table : str
-        The run-config table, e.g. ``aggregator-params`` (named in the message).
-    owner : str
-        What takes them, e.g. ``aggregator 'FedAdam'``.
-    num_devices : int, optional
-        The run's ``num-devices``, for a bound that is the number of devices.
-
-    Raises
-    ------
-    ValueError
-        One line naming ``<table>.<name>``, the value and the allowed range.
-
+    ``arguments`` are already checked for names and types; ``table`` and ``owner`` name the
+    setting, ``num_devices`` serves bounds that are the number of devices. Raises ValueError (one
+    line naming ``<table>.<name>``, the value and the allowed range).
     """
     for name, value in arguments.items():
         if isinstance(value, bool) or not isinstance(value, int | float):

@@ -1,21 +1,9 @@
 """From the run config's ``aggregator`` and ``aggregator-params`` to a Flower strategy.
 
-``aggregator`` names a Flower Message-API strategy: a short name of one that ships with
-Flower (the names of ``flwr.serverapp.strategy``: ``FedMedian``, ``FedTrimmedAvg``, ``Krum``,
-``MultiKrum``, ``Bulyan``, ``FedAvgM``, ``FedAdam``, ``FedYogi``, ``FedAdagrad``, ``FedAvg``,
-``DifferentialPrivacyServerSideFixedClipping``, ...) or any
-:class:`flwr.serverapp.strategy.Strategy` subclass as ``package.module:ClassName`` or
-``/absolute/path/file.py:ClassName``. ``""`` (the default) is the scheduler's own FedAvg.
-``aggregator-params`` are its constructor arguments, checked against the constructor's
-signature by the check ``policy-params`` go through too
-(:func:`fedcgd_task.constructor_params.constructor_arguments`: names, two spellings of one
-name, types), then against the range of each numeric parameter
-(:func:`fedcgd_strategy.flower.aggregator_params.check_ranges`); the parameters that steer
-Flower's own sampling, evaluation and record keys (:data:`SCHEDULER_OWNS`) are refused.
-:func:`resolved_strategy` is what ``config.json`` records: the class and every parameter with
-Flower's defaults filled in.
-The DP wrappers, which take another strategy, are built by
-:mod:`fedcgd_strategy.flower.dp_aggregators`.
+``aggregator`` names a Flower Message-API strategy (a name of ``flwr.serverapp.strategy`` or an
+import path); its parameters go through the check ``policy-params`` go through, then the ranges
+of :mod:`~fedcgd_strategy.flower.aggregator_params` (docs/design.md, "Any Flower aggregation";
+docs/aggregation.md, "Allowed values").
 """
 
 from __future__ import annotations
@@ -81,14 +69,7 @@ def short_names() -> list[str]:
 
 
 def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
-    """The Flower strategy class ``aggregator = setting`` names (``key``: the setting named).
-
-    Raises
-    ------
-    ValueError
-        One line naming the key, the value and what is allowed.
-
-    """
+    """The Flower strategy class ``aggregator = setting`` names (ValueError: one line)."""
     if is_reference(setting):
         found = import_object(setting, key)
     elif setting in short_names():
@@ -122,19 +103,11 @@ def aggregator_arguments(
 ) -> dict[str, object]:
     """Check ``aggregator-params`` against the constructor of ``setting``; return the kwargs.
 
-    Names may be kebab or snake case. Refused, each in one line: a name the constructor does
-    not take, one the scheduler owns (:data:`SCHEDULER_OWNS`), one whose parameter is not a
-    bool, int, float or str (a run config holds nothing else), a value of another type, two
-    spellings of one name, a required parameter left unset, and a number out of its range
-    (:func:`~fedcgd_strategy.flower.aggregator_params.check_ranges`; ``num_devices``: the
-    run's, for a bound that is the number of devices). ``key`` and ``table`` are the
-    run-config keys of the class and of its parameters, as the messages name them.
-
-    Raises
-    ------
-    ValueError
-        Naming ``aggregator-params.<name>``, the value and what is allowed.
-
+    Refused, each in one line naming ``aggregator-params.<name>``: a name the constructor does not
+    take or the scheduler owns (:data:`SCHEDULER_OWNS`), a parameter a run config cannot hold, a
+    value of another type or out of range (``num_devices`` for bounds that are the number of
+    devices), two spellings of one name, a required parameter left unset. ``key`` and ``table``
+    name the settings in the messages.
     """
     cls = aggregator_class(setting, key)
     refused = {name: f"not settable here ({why})" for name, why in SCHEDULER_OWNS.items()}
@@ -150,13 +123,7 @@ def build_strategy(
     """A fresh strategy of the class ``setting`` names, built with the checked ``arguments``.
 
     ``arguments`` come from :func:`aggregator_arguments`; ``key`` is the run-config key of the
-    class.
-
-    Raises
-    ------
-    ValueError
-        One line: the constructor raised.
-
+    class. Raises ValueError (one line) when the constructor raises.
     """
     try:
         return aggregator_class(setting, key)(**arguments)
@@ -175,16 +142,9 @@ def class_path(cls: type) -> str:
 def resolved_strategy(
     setting: str, params: Mapping[str, object], key: str = AGGREGATOR_KEY, table: str = PARAMS_KEY
 ) -> dict[str, object]:
-    """``{"class": ..., "params": ...}``: the class ``setting`` names and its parameters.
+    """``{"class": ..., "params": ...}``: the class ``setting`` names and every settable parameter.
 
-    ``params`` holds every parameter a run config can set (kebab case), the given values and
-    the constructor's defaults for the others: what the strategy is built with.
-
-    Raises
-    ------
-    ValueError
-        One line: see :func:`aggregator_arguments`.
-
+    Given values and the constructor's defaults, kebab case: what the strategy is built with.
     """
     cls = aggregator_class(setting, key)
     arguments = aggregator_arguments(setting, params, key, table)

@@ -1,25 +1,9 @@
 """An aggregator's state for checkpoints: what changes as a run goes, never what was configured.
 
-A strategy holds two kinds of attributes: settings from its constructor, i.e. from the run
-config (learning rates, β's, τ, a DP noise multiplier, a fixed clipping norm, flags derived
-from them such as FedAvgM's ``server_opt``), and state that its ``configure_train`` and
-``aggregate_train`` change from round to round (momentum, Adam moments, its copy of the global
-model, the adaptive clipping norm). A checkpoint holds the state only, and a resume restores the
-state only: the settings in effect are always those the run config gives
-(:data:`STATE_ATTRIBUTES`, an allow-list per class). A saved state that names anything else, or
-whose arrays do not fit the model, is refused in one line (:func:`load_aggregator_state`).
-
-A researcher's strategy (named by import path) inherits the allow-list of the Flower class it
-derives from; one with state of its own declares every attribute of its state in a class
-attribute :data:`DECLARED` (``checkpoint_state = ("count", ...)``). The check before the start
-(:func:`check_declared_state`) refuses a strategy whose probe round changes an attribute it
-does not declare, so that no state is silently lost on resume. A strategy held by another (the
-``strategy`` a DP wrapper wraps) has its own state, nested under :data:`STRATEGY_TAG`.
-
-The values are numbers, strings and numpy arrays (tagged), so that ``torch.load(...,
-weights_only=True)`` reads the checkpoint (:mod:`server_app.checkpoint`). :func:`snapshot` and
-:func:`restore_snapshot` copy every data attribute within one process (a round whose aggregate
-is refused puts the strategy back as it was).
+A checkpoint holds and a resume restores only the attributes in :data:`STATE_ATTRIBUTES` (or a
+researcher's :data:`DECLARED` names); the settings in effect are always the run config's
+(docs/design.md, "Any Flower aggregation", State). Values are numbers, strings and tagged numpy
+arrays, so that ``torch.load(..., weights_only=True)`` reads them.
 """
 
 from __future__ import annotations
@@ -59,10 +43,8 @@ DECLARED = "checkpoint_state"
 #: strategy; ``PLAIN`` any plain data (a researcher's declared state).
 MODEL, POSITIVE, HELD, PLAIN = "model arrays", "a finite number > 0", "held strategy", "data"
 
-#: The state attributes of Flower's strategies, by class (a subclass inherits its nearest
-#: ancestor's entry; the DP wrappers of :mod:`fedcgd_strategy.flower.dp_aggregators` derive
-#: from Flower's). Read from Flower 1.42's code: what ``configure_train`` / ``aggregate_train``
-#: assign. FedAvg, FedMedian, FedTrimmedAvg, Krum, MultiKrum and Bulyan keep none.
+#: The state attributes of Flower 1.42's strategies (what their rounds assign), by class; a
+#: subclass inherits its nearest ancestor's entry.
 STATE_ATTRIBUTES: dict[type, dict[str, str]] = {
     Strategy: {},
     FedAvgM: {"current_arrays": MODEL, "momentum_vector": MODEL},
@@ -85,14 +67,9 @@ SET_EACH_ROUND = ("num_sampled_clients",)
 def state_attributes(cls: type[Strategy]) -> dict[str, str]:
     """The attributes of ``cls``'s state and their kinds (:data:`STATE_ATTRIBUTES`).
 
-    A class that declares :data:`DECLARED` (or inherits a declaration) has exactly the names
-    it declares; each keeps the kind the nearest Flower ancestor gives it, :data:`PLAIN`
-    otherwise.
-
-    Raises
-    ------
-    ValueError
-        A declaration that is not a tuple of attribute names.
+    A class declaring :data:`DECLARED` has exactly those names, each of the kind its nearest Flower
+    ancestor gives it (:data:`PLAIN` otherwise); a declaration that is not a tuple of names raises
+    ValueError.
     """
     kinds = next((STATE_ATTRIBUTES[k] for k in cls.__mro__ if k in STATE_ATTRIBUTES), {})
     declared = getattr(cls, DECLARED, None)
@@ -107,10 +84,7 @@ def state_attributes(cls: type[Strategy]) -> dict[str, str]:
 
 
 def _plain(value: object) -> tuple[bool, object]:
-    """(True, a copy of ``value`` in plain data and numpy arrays), or (False, None).
-
-    (False, None) is for what is not data (functions, other objects).
-    """
+    """(True, a copy of ``value`` in plain data and numpy arrays), or (False, None) for non-data."""
     if value is None or isinstance(value, bool | int | float | str):
         return True, value
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
@@ -152,12 +126,10 @@ def _untagged(value: Any) -> Any:
 
 
 def snapshot(aggregator: Strategy) -> dict[str, Any]:
-    """Every attribute of ``aggregator`` that is data, copied (settings and state alike).
+    """Every attribute of ``aggregator`` that is data, copied (for :func:`restore_snapshot`).
 
-    None, bool, int, float, str, numeric numpy arrays and scalars, ArrayRecords, held
-    strategies (their own snapshot, nested) and lists, tuples and str-keyed dicts of these;
-    functions and other objects are left out. For :func:`restore_snapshot` in the same
-    process; checkpoints hold :func:`aggregator_state`.
+    Data: None, bool, int, float, str, numeric numpy arrays and scalars, ArrayRecords, held
+    strategies (nested) and lists, tuples and str-keyed dicts of these.
     """
     state = {}
     for name, value in vars(aggregator).items():
@@ -213,27 +185,10 @@ def load_aggregator_state(
 ) -> None:
     """Restore the state :func:`aggregator_state` saved on the run's freshly built aggregator.
 
-    Only the names of :func:`state_attributes` are set (the settings stay those the run
-    config gave the constructor); the state of a held strategy is loaded into the strategy
-    the aggregator holds. Everything is checked before anything is set.
-
-    Parameters
-    ----------
-    aggregator : Strategy or None
-        The run's aggregator, as built from the run config (None: the default FedAvg).
-    state : mapping
-        The saved state.
-    model : mapping str -> ndarray
-        The run's global model (the arrays a :data:`MODEL` attribute must mirror).
-
-    Raises
-    ------
-    ValueError
-        One line: a state for the default FedAvg; a name that is not state of the class (a
-        setting such as ``noise_multiplier``, or unknown), or a state attribute missing; a
-        value of the wrong kind (arrays that do not fit the model, a clipping norm that is
-        not a finite positive number, a held strategy's state where none is held).
-
+    Everything is checked before anything is set; ``model`` is the run's global model (what a
+    :data:`MODEL` attribute must mirror). Raises ValueError (one line) for a state given to the
+    default FedAvg (None), a name that is not state (a setting, or unknown), a missing state
+    attribute, or a value of the wrong kind.
     """
     if aggregator is None:
         if state:
@@ -351,17 +306,10 @@ def _model_arrays_problem(value: object, model: Mapping[str, NDArray[Any]]) -> s
 
 
 def check_declared_state(aggregator: Strategy, before: Mapping[str, Any], setting: str) -> None:
-    """Refuse a strategy whose round changed an attribute its checkpoint would not hold.
+    """Refuse a strategy whose probe round changed an attribute its checkpoint would not hold.
 
-    ``before`` is the :func:`snapshot` of the fresh strategy; ``aggregator`` has since run a
-    probe round. An attribute whose value changed is state: it must be one of
-    :func:`state_attributes` (or set by the scheduler every round, :data:`SET_EACH_ROUND`),
-    and the state must be data (:func:`aggregator_state`).
-
-    Raises
-    ------
-    ValueError
-        One line naming ``aggregator``, the attributes and how to declare them.
+    ``before`` is the :func:`snapshot` of the fresh strategy. Raises ValueError (one line naming
+    ``aggregator``, the attributes and how to declare them).
     """
     try:
         aggregator_state(aggregator)

@@ -1,39 +1,8 @@
 """Flower strategies as aggregators of the scheduled uploads (run-config ``aggregator``).
 
-The scheduler decides *who* uploads; the aggregator decides how their models are combined. The
-run-config key ``aggregator`` names a Flower Message-API strategy and ``aggregator-params``
-its constructor arguments (:mod:`fedcgd_strategy.flower.aggregator_registry`: names, the
-parameter check before the start); Flower's server-side differential-privacy wrappers, which
-take another strategy, are built by :mod:`fedcgd_strategy.flower.dp_aggregators`. ``""`` (the
-default) keeps the scheduler's own FedAvg (:func:`fedcgd_strategy.aggregation.fedavg`, float64
-accumulation), bit for bit as before.
-
-Each round, :func:`aggregate_uploads` hands the scheduled, validated uploads to the strategy's
-own ``aggregate_train`` (Flower's code: nothing of it is re-implemented here). Where Flower's
-interface made this module adapt (docs/design.md, "Any Flower aggregation"):
-
-* replies are built from the validated arrays, one ArrayRecord under the strategy's
-  ``arrayrecord_key`` and one MetricRecord holding |D_v| under its ``weighted_by_key`` (what
-  Flower's reply check demands), never the device's raw reply (a DP wrapper's: weights 1 and
-  its ``num_sampled_clients`` set to the round's uploads, :func:`~fedcgd_strategy.flower.
-  dp_aggregators.dp_inputs`);
-* stateful strategies (FedAvgM, the FedOpt family, the DP wrappers) learn the global model in
-  their own ``configure_train``: it is called with the round's global model and a stand-in
-  grid that only lists node ids (its messages are discarded; the scheduler sends the real
-  ones);
-* numpy's global generator (Flower's DP noise) is seeded from (run seed, round) for the call
-  and restored after it (:func:`~fedcgd_strategy.flower.dp_aggregators.numpy_global_seeded`);
-* Krum, MultiKrum and Bulyan need more uploads than attackers
-  (:func:`~fedcgd_strategy.flower.aggregator_registry.minimum_uploads`; a DP wrapper: what
-  its wrapped strategy needs): a run whose devices cannot reach that number is refused before
-  the start, and a round with fewer uploads keeps the model, with the reason in its metrics
-  line;
-* the aggregate must have the global model's keys and shapes and finite values; it is cast
-  to the global model's dtypes. Otherwise (or when ``aggregate_train`` raises or returns no
-  model) the round keeps the model and the strategy's state is put back as it was.
-
-The strategy's state (momentum, Adam moments, its copy of the model, the adaptive clipping
-norm) is read and restored for checkpoints by :mod:`fedcgd_strategy.flower.aggregator_state`.
+:func:`aggregate_uploads` hands the scheduled, validated uploads to the strategy's own
+``aggregate_train``; ``""`` keeps the scheduler's FedAvg (:func:`fedcgd_strategy.aggregation.
+fedavg`). How Flower's interface is adapted is in docs/design.md, "Any Flower aggregation".
 """
 
 from __future__ import annotations
@@ -96,16 +65,8 @@ def make_aggregator(
 ) -> Strategy | None:
     """A fresh aggregator for ``aggregator = setting``; None for the default FedAvg.
 
-    ``num_devices`` (V) is needed by the DP wrappers only (their ``num_sampled_clients`` at
-    construction, :func:`~fedcgd_strategy.flower.dp_aggregators.make_dp_aggregator`).
-
-    Raises
-    ------
-    ValueError
-        One line: see :func:`~fedcgd_strategy.flower.aggregator_registry.aggregator_arguments`
-        and :func:`~fedcgd_strategy.flower.dp_aggregators.dp_arguments`; or the constructor
-        raised.
-
+    ``num_devices`` (V) is needed by the DP wrappers only. Raises ValueError (one line) when the
+    parameters or the constructor refuse.
     """
     if setting == DEFAULT_AGGREGATOR:
         if params:
@@ -126,15 +87,8 @@ def resolved_aggregator(
 ) -> dict[str, object] | None:
     """What ``config.json`` records as ``aggregator_resolved``; None for the default FedAvg.
 
-    ``{"class": "package.module:Name", "params": {...}}`` with every parameter a run config
-    can set, Flower's defaults filled in (a DP wrapper: also ``"strategy"``, the wrapped
-    strategy's, :func:`~fedcgd_strategy.flower.dp_aggregators.resolved_dp`).
-
-    Raises
-    ------
-    ValueError
-        One line: see :func:`make_aggregator`.
-
+    ``{"class": "package.module:Name", "params": {...}}`` with Flower's defaults filled in (a DP
+    wrapper: also ``"strategy"``, the wrapped one's).
     """
     if setting == DEFAULT_AGGREGATOR:
         make_aggregator(setting, params)  # refuses parameters
@@ -145,22 +99,15 @@ def resolved_aggregator(
 
 
 def uploads_needed(aggregator: Strategy) -> tuple[int, str]:
-    """The fewest uploads the strategy that aggregates can combine, and why.
-
-    :func:`~fedcgd_strategy.flower.aggregator_registry.minimum_uploads` of ``aggregator``, or
-    of the strategy a DP wrapper wraps.
-    """
+    """The fewest uploads the aggregating strategy (a DP wrapper's inner one) takes, and why."""
     return minimum_uploads(inner_strategy(aggregator))
 
 
 class StandInGrid(LocalGrid):
     """What an aggregator's own ``configure_train`` sees: ``num_nodes`` node ids to list.
 
-    Stateful Flower strategies remember the global model in ``configure_train``; they sample
-    from the grid's node ids and build messages (:meth:`create_message` builds them too), which
-    are discarded. Sending is refused: the scheduler sends the round's messages. A strategy
-    that keeps waiting for more nodes than are listed is stopped after :attr:`MAX_LISTINGS`
-    listings instead of hanging.
+    Messages it builds are discarded and sending is refused; a strategy waiting for more nodes is
+    stopped after :attr:`MAX_LISTINGS` listings instead of hanging.
     """
 
     MAX_LISTINGS = 10
@@ -189,10 +136,7 @@ class StandInGrid(LocalGrid):
 
 @contextlib.contextmanager
 def _task_identity() -> Iterator[None]:
-    """Set a placeholder task identity while outside a run (the check before the start).
-
-    Flower's messages read the process's task identity; inside a ServerApp it is set and left.
-    """
+    """Set a placeholder task identity outside a ServerApp (the check before the start)."""
     try:
         TaskIdentity.run_id  # noqa: B018  # set inside a ServerApp
         yield
@@ -210,10 +154,8 @@ def _task_identity() -> Iterator[None]:
 def _frozen_heap() -> Iterator[None]:
     """Let a strategy's explicit ``gc.collect()`` scan only what it allocated itself.
 
-    Flower's ``ArrayRecord.to_numpy_ndarrays(keep_input=False)`` (Bulyan) collects garbage
-    once per reply: with torch loaded that is ~60 ms each, seconds per round. The objects that
-    exist before the call are frozen for its duration (:func:`gc.freeze`) and unfrozen after,
-    so nothing is lost: garbage among them is collected later, as usual.
+    Bulyan collects garbage once per reply (~60 ms each with torch loaded); pre-existing objects
+    are frozen (:func:`gc.freeze`) for the call only, so nothing is lost.
     """
     gc.freeze()
     try:
@@ -235,10 +177,9 @@ def upload_replies(
 ) -> list[Message]:
     """The uploads as the training replies a Flower strategy reads.
 
-    One Message per upload holding one ArrayRecord (under the strategy's ``arrayrecord_key``,
-    default ``"arrays"``) and one MetricRecord with |D_v| under its ``weighted_by_key``
-    (default ``"num-examples"``), from node ``node_ids[i]`` (default ``i + 1``). The keys are
-    those of the strategy that aggregates (a DP wrapper's wrapped one).
+    One Message per upload with an ArrayRecord under the strategy's ``arrayrecord_key`` and |D_v|
+    under its ``weighted_by_key`` (those of the aggregating strategy), from node ``node_ids[i]``
+    (default ``i + 1``).
     """
     inner = inner_strategy(aggregator)
     arrays_key = str(getattr(inner, "arrayrecord_key", keys.ARRAYS))
@@ -284,7 +225,7 @@ def aggregate_uploads(
     server_round : int
         The round (passed to the strategy).
     models : sequence of mapping str -> ndarray
-        The scheduled devices' validated models (the global model's keys, shapes, dtypes).
+        The scheduled devices' validated models.
     weights : sequence of int
         Their |D_v|.
     reference : mapping str -> ndarray
@@ -292,17 +233,13 @@ def aggregate_uploads(
     node_ids : sequence of int, optional
         The uploading nodes (named in Flower's log lines).
     seed : int
-        The run's seed: numpy's global generator is seeded from (seed, server_round) for the
-        call and restored after it (Flower's DP noise comes from it).
+        The run's seed; numpy's global generator is seeded from (seed, round) for the call.
 
     Returns
     -------
     (dict or None, str or None)
-        The new global model in the reference's dtypes and None; or None and why the model
-        is kept (too few uploads, the strategy raised or returned nothing, an aggregate that
-        does not fit the model or is not finite). When the model is kept, the strategy's
-        state is restored to what it was before the call.
-
+        The new global model in the reference's dtypes and None; or None and why the model is
+        kept, with the strategy's state restored to what it was before the call.
     """
     name = type(aggregator).__name__
     need, why = uploads_needed(aggregator)
@@ -382,18 +319,9 @@ def synthetic_uploads(count: int) -> tuple[dict[str, NDArray[np.float32]], list[
 def check_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> None:
     """Refuse, before the start, an aggregator that cannot work in this run.
 
-    Checks that the constructor takes ``aggregator-params`` (:func:`make_aggregator`), that
-    ``num_devices`` can ever reach :func:`uploads_needed`, and that the strategy's
-    ``aggregate_train`` turns a synthetic round of that many uploads into a model (a fresh
-    instance is probed; the run's own starts clean), and that every attribute the round
-    changed is state a checkpoint holds
-    (:func:`~fedcgd_strategy.flower.aggregator_state.check_declared_state`).
-
-    Raises
-    ------
-    ValueError
-        One line naming the setting, the value and what is allowed.
-
+    A fresh instance must take ``aggregator-params``, need no more than ``num_devices`` uploads,
+    aggregate a synthetic round into a model, and change only state a checkpoint holds. Raises
+    ValueError (one line naming the setting, the value and what is allowed).
     """
     aggregator = make_aggregator(setting, params, num_devices)
     if aggregator is None:

@@ -31,15 +31,10 @@ def discover_nodes(
 ) -> dict[int, str]:
     """Forget nodes that left; ask connected nodes not seen before for their partition id.
 
-    Returns the nodes whose discovery failed this round, node id -> one-line reason (recorded
-    in the round's metrics line as ``discovery_failed``).
-
-    Nodes that do not answer, answer with an error or a malformed id, or claim a partition
-    another node holds stay unknown (never scheduled) and are asked again next round. With
-    ``pending``, a node still working on an unanswered message is not asked (it is asked once
-    it has answered that one) and a ``query.info`` left unanswered is recorded there. ``late``:
-    replies that came after their timeout (:func:`settle_pending`); a late ``query.info``
-    answer is used as if it had come in time (what a device reports there does not change).
+    Returns node id -> one-line reason for the nodes whose discovery failed (the round's
+    ``discovery_failed``); those stay unknown and are asked again next round. With ``pending``, a
+    busy node is not asked and an unanswered ``query.info`` is recorded; ``late`` replies
+    (:func:`settle_pending`) count as if they had come in time.
     """
     connected = list(grid.get_node_ids())
     for node, pid in registry.forget_disconnected(connected):
@@ -122,15 +117,12 @@ def record_unanswered(
 def settle_pending(
     grid: Grid, pending: PendingMessages, wait_s: float = 0.0, poll_s: float = 0.5
 ) -> list[Message]:
-    """Pull the late replies of the pending messages: their nodes are free again.
+    """Pull and return the late replies of the pending messages: their nodes are free again.
 
-    Returns them. A late reply belongs to a round that is over: the strategy never reads it
-    as a reply of the current round (only discovery uses a late ``query.info``). An error
-    reply (e.g. the message expired, the node went offline) also settles its message; so does
-    the node's disconnection. While every connected node is busy (e.g. all were still starting
-    when the first round timed out) it polls every ``poll_s`` for up to ``wait_s`` seconds, so
-    that a round is not wasted on nobody; as soon as one node is free it returns, without
-    waiting for the stragglers.
+    Late replies are never read as the current round's (only discovery uses a late
+    ``query.info``); an error reply or a disconnection settles a message too. While every
+    connected node is busy it polls every ``poll_s`` for up to ``wait_s`` seconds, returning as
+    soon as one node is free.
     """
     deadline = time.monotonic() + wait_s
     pulled: list[Message] = []

@@ -1,62 +1,8 @@
 """Flower's server-side differential privacy as the aggregator of the scheduled uploads.
 
-``aggregator = 'DifferentialPrivacyServerSideFixedClipping'`` or
-``'DifferentialPrivacyServerSideAdaptiveClipping'`` (or an import path to them or to a
-subclass): Flower's wrapper clips every scheduled upload's update to an L2 norm, hands the
-clipped uploads to the strategy it wraps, and adds Gaussian noise to the aggregate (Andrew et
-al. 2019 for the adaptive clipping norm). All of that is Flower's code, its
-``aggregate_train``; nothing of it is re-implemented here. ``aggregator-params`` hold
-
-* ``strategy``: the strategy to wrap, named as ``aggregator`` is (default ``'FedAvg'``,
-  Flower's; not another DP wrapper), and ``strategy-params``: its own parameters, a table
-  (``aggregator-params.strategy-params.beta = 0.2``), checked like ``aggregator-params``;
-* the wrapper's own parameters: ``noise-multiplier`` and ``clipping-norm`` (fixed clipping);
-  ``noise-multiplier``, ``initial-clipping-norm``, ``target-clipped-quantile``,
-  ``clip-norm-lr``, ``clipped-count-stddev`` (adaptive clipping).
-
-Where Flower's interface made this module adapt (docs/design.md, "Server-side differential
-privacy"):
-
-* ``num_sampled_clients``: Flower's wrappers expect the same number of replies every round and
-  calibrate the noise to it (standard deviation z C / n, ``compute_stdv``). The scheduler's
-  number of uploads varies, so the wrapper is built with n = ``num-devices`` (the most a
-  round can have; the adaptive wrapper derives its default ``clipped-count-stddev`` = n / 20
-  from it) and, before each round's ``aggregate_train``, set to the round's number of uploads
-  (:func:`dp_inputs`). The parameter is therefore not settable.
-* Uniform weights: every upload weighs 1, not |D_v|. The noise z C / n is calibrated to the
-  plain mean of n clipped updates (with weights |D_v| one device could move the aggregate by
-  more than C / n); Flower's own accounting likewise demands equal weights.
-* Integer arrays (a researcher's model with BatchNorm counters): Flower's clipping scales the
-  arrays in place, which numpy refuses for integers; they are handed over as float64, and the
-  aggregate is cast back to the model's dtypes (rounded) like every aggregator's.
-* Noise: Flower draws it (and the adaptive wrapper its noisy clipped count) from numpy's global
-  generator. :func:`numpy_global_seeded` seeds that generator from (run seed, round) around the
-  call and puts its previous state back afterwards, so the same seed gives the same run, and a
-  resumed run draws the same noise as the uninterrupted one.
-* ``accountant``: Flower's privacy accountant is an object; a run config cannot hold one, so
-  accounting is not offered here (refused).
-
-Two deviations, fixes of Flower 1.42's message-based adaptive wrapper, in this module's
-:class:`DifferentialPrivacyServerSideAdaptiveClipping` (built where the run config names
-Flower's; every other step is Flower's):
-
-* The update's sign. Flower counts the *clipped* updates (its ``norm_bit`` is "scaled down")
-  but updates the clipping norm with Andrew et al.'s rule, which takes the fraction *not*
-  clipped: C <- C exp(-lr (clipped - q)). More clipped updates than the target then shrink C
-  further, and the norm collapses (on the default digits run from 0.5 to 0.003 in 50 rounds).
-  The replaced ``_geometric_update`` is Andrew et al.'s rule with b = the fraction not
-  clipped and gamma = 1 - q, so that ``target-clipped-quantile`` q means what Flower's
-  Message-API wrapper documents: the fraction of updates to clip (C settles at the (1 - q)
-  quantile of the update norms). Flower's older ``DPFedAvgAdaptive`` and Andrew et al. name
-  the other fraction: their ``clip_norm_target_quantile`` gamma is the fraction *not* clipped
-  (gamma = 1 - q; the same at the default 0.5).
-* The noise's scale. Flower updates C before it adds the noise, so the round's noise is
-  scaled by the next round's norm C_{t+1} while the updates were clipped to C_t (too little
-  noise in a round where C shrinks). The noise is scaled by C_t, as in Andrew et al.'s
-  Algorithm 1.
-
-The adaptive wrapper's clipping norm is state: it is saved in the checkpoint with the
-wrapped strategy's state (:mod:`fedcgd_strategy.flower.aggregator_state`).
+Flower's DP wrappers clip, aggregate (the wrapped strategy) and add noise in their own
+``aggregate_train``; this module builds them from the run config and adapts their interface to
+a scheduler (docs/design.md, "Server-side differential privacy"; docs/aggregation.md).
 """
 
 from __future__ import annotations
@@ -117,12 +63,9 @@ NOISE_STREAM = 0x4E4F4953
 class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
     """Flower's server-side adaptive clipping with the steps of Andrew et al.'s Algorithm 1.
 
-    Everything (clipping, the noisy clipped count, the noise, the wrapped strategy's
-    aggregation) is Flower's class of the same name (``flwr.serverapp.strategy``), which the
-    run config names; two steps are replaced (see the module's notes): the clipping-norm
-    update (:meth:`_geometric_update`) and the norm the noise is scaled by
-    (:meth:`_add_noise_to_aggregated_arrays`: the round's, C_t, not the updated C_{t+1}). The
-    name is Flower's so that messages name the class as the run config does.
+    Flower's class of the same name with two steps replaced: the clipping-norm update
+    (:meth:`_geometric_update`) and the norm the noise is scaled by (the round's C_t, not the
+    updated C_{t+1}). The name is Flower's so that messages name the class as the run config does.
     """
 
     def aggregate_train(
@@ -130,8 +73,7 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Flower's ``aggregate_train``, the norm it clips with held for the round's noise.
 
-        The norm is held only during the call (an attribute left behind would become part of
-        the checkpointed state).
+        Held only during the call (an attribute left behind would be checkpointed).
         """
         setattr(self, ROUND_NORM, self.clipping_norm)
         try:
@@ -142,21 +84,15 @@ class DifferentialPrivacyServerSideAdaptiveClipping(FlowerAdaptiveClipping):
     def _geometric_update(self, clipped_fraction: float) -> None:
         """C <- C exp(-lr (b - gamma)): Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1.
 
-        b = 1 - ``clipped_fraction`` is the noisy fraction of updates not clipped (norm <= C),
-        gamma = 1 - ``target_clipped_quantile`` the target fraction not clipped, lr =
-        ``clip_norm_lr``. More clipped updates than the target make C grow.
+        b = 1 - ``clipped_fraction`` (the noisy fraction not clipped), gamma = 1 -
+        ``target_clipped_quantile``, lr = ``clip_norm_lr``.
         """
         unclipped = 1.0 - clipped_fraction
         target_unclipped = 1.0 - self.target_clipped_quantile
         self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
 
     def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
-        """Flower's Gaussian noise, standard deviation z C_t / n with C_t the round's norm.
-
-        Flower updates C before it adds the noise and so scales the noise by C_{t+1}; the
-        sensitivity of the mean of n updates clipped to C_t is C_t / n, and Andrew et al.'s
-        Algorithm 1 noises with C_t before it updates C.
-        """
+        """Flower's Gaussian noise, standard deviation z C_t / n (C_t: the round's norm)."""
         updated = self.clipping_norm
         self.clipping_norm = self.__dict__.get(ROUND_NORM, updated)
         try:
@@ -225,17 +161,10 @@ def dp_arguments(
 ) -> tuple[str, dict[str, Any], dict[str, object]]:
     """Check ``aggregator-params`` of a DP wrapper; (wrapped name, its params, wrapper kwargs).
 
-    Raises
-    ------
-    ValueError
-        One line naming ``aggregator-params.<name>``, the value and what is allowed: the
-        wrapped strategy cannot be built (an unknown name, another DP wrapper, a bad parameter
-        of its own), a parameter the wrapper does not take or that the scheduler sets
-        (:data:`DP_OWNS`, :data:`~fedcgd_strategy.flower.aggregator_registry.SCHEDULER_OWNS`),
-        two spellings of one name, a value of another type or out of its range
-        (:func:`~fedcgd_strategy.flower.aggregator_params.check_ranges`), or a required one
-        missing.
-
+    Raises ValueError (one line naming ``aggregator-params.<name>``, the value and what is
+    allowed) for a wrapped strategy that cannot be built or is a DP wrapper, a parameter the
+    wrapper does not take or the scheduler sets, two spellings of one name, a value of another type
+    or out of range, or a required one missing.
     """
     cls = aggregator_class(setting)
     inner, inner_params, own = _split(params)
@@ -266,16 +195,9 @@ def dp_class(setting: str) -> type[Strategy]:
 def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> Strategy:
     """Flower's DP wrapper ``setting`` around the strategy ``aggregator-params`` name.
 
-    Built with ``num_sampled_clients = num_devices`` (see the module's notes; each round sets
-    it to the round's number of uploads). Flower's adaptive wrapper is built as this module's
-    :class:`DifferentialPrivacyServerSideAdaptiveClipping` (:func:`dp_class`); a subclass of
-    it named by import path is built as it is.
-
-    Raises
-    ------
-    ValueError
-        One line: see :func:`dp_arguments`; or the wrapper's constructor refused the values.
-
+    Built with ``num_sampled_clients = num_devices`` (each round sets it to the round's uploads)
+    and as :func:`dp_class` says. Raises ValueError (one line) as :func:`dp_arguments` does or
+    when the constructor refuses the values.
     """
     inner, inner_params, arguments = dp_arguments(setting, params, num_devices)
     checked = aggregator_arguments(inner, inner_params, INNER_KEY, INNER_TABLE, num_devices)
@@ -296,16 +218,8 @@ def make_dp_aggregator(setting: str, params: Mapping[str, object], num_devices: 
 def resolved_dp(setting: str, params: Mapping[str, object], num_devices: int) -> dict[str, Any]:
     """What ``config.json`` records of a DP wrapper: its class, parameters and wrapped strategy.
 
-    ``{"class": ..., "params": ..., "strategy": {"class": ..., "params": ...}}``; the
-    parameters are the given values and the constructors' defaults for the others, with the
-    adaptive wrapper's ``clipped-count-stddev`` as Flower derives it when not given
-    (``num_sampled_clients`` / 20 = num-devices / 20 for z > 0, else 0).
-
-    Raises
-    ------
-    ValueError
-        One line: see :func:`make_dp_aggregator`.
-
+    ``{"class": ..., "params": ..., "strategy": {"class": ..., "params": ...}}``, parameters
+    completed by the constructors' defaults (``clipped-count-stddev`` as Flower derives it).
     """
     previous = FLOWER_LOGGER.level
     FLOWER_LOGGER.setLevel(max(previous, logging.ERROR))  # its warnings came with the check
@@ -339,10 +253,9 @@ def _floats(arrays: Arrays) -> dict[str, NDArray[np.generic]]:
 def dp_inputs(
     aggregator: Strategy, models: Sequence[Arrays], reference: Arrays
 ) -> tuple[list[dict[str, NDArray[np.generic]]], list[int], dict[str, NDArray[np.generic]]]:
-    """What a DP wrapper gets this round: (uploads, weights, global model).
+    """What a DP wrapper gets this round: (uploads as float, weights all 1, global model).
 
-    Sets the wrapper's ``num_sampled_clients`` to the round's number of uploads; the weights
-    are all 1 (uniform); integer arrays become float64 (see the module's notes).
+    Sets the wrapper's ``num_sampled_clients`` to the round's number of uploads.
     """
     setattr(aggregator, "num_sampled_clients", len(models))  # noqa: B010
     return [_floats(m) for m in models], [1] * len(models), _floats(reference)
@@ -356,12 +269,7 @@ def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
 
 @contextlib.contextmanager
 def numpy_global_seeded(seed: int, server_round: int) -> Iterator[None]:
-    """Seed numpy's global generator from (``seed``, ``server_round``); restore it after.
-
-    Flower's DP wrappers draw their noise with ``np.random.normal``; inside this block that
-    draw depends on the run's seed and the round only, and whatever else uses the global
-    generator sees it as if the block had not run.
-    """
+    """Seed numpy's global generator (Flower's noise) from the run seed and round; restore it."""
     # the legacy global generator on purpose: it is the one Flower's wrappers draw from
     saved = np.random.get_state()  # noqa: NPY002
     np.random.seed(noise_seed(seed, server_round))  # noqa: NPY002

@@ -1,11 +1,7 @@
 """A Flower ``Grid`` with no SuperLink behind it: the part the project's two grids share.
 
-Flower's ``Grid`` is the ServerApp's link to the nodes. Two of the project's grids live in one
-process: the in-process engine's (:class:`experiments.run.inprocess.InProcessGrid`, which
-delivers messages to ClientApps directly) and the stand-in an aggregator's own
-``configure_train`` sees (:class:`fedcgd_strategy.flower.aggregators.StandInGrid`, which only
-lists node ids). Neither has a Run object, node records or a message queue; this base class
-says so once, and builds messages as Flower's ``Grid.create_message`` does.
+The in-process engine's grid and the aggregators' stand-in grid have no Run, node records or
+queue; this base class says so once and builds messages as ``Grid.create_message`` does.
 """
 
 from __future__ import annotations

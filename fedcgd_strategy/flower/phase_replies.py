@@ -71,12 +71,8 @@ def collect_reports(
 ) -> tuple[list[DeviceReport], dict[int, str]]:
     """Validate a phase's replies; return the valid reports (by partition id) and the failures.
 
-    A reply is excluded (with a warning) when it is malformed, when its partition id is not
-    the one registered for its node, when it disagrees with what the device reported at
-    discovery, or when its upload is an outlier (``screening``). ``failures`` maps each
-    expected partition without a valid reply to a one-line reason (errors, timeouts, malformed
-    or misattributed replies, refused uploads). Only a node's first reply counts (Flower's
-    link stores one reply per message; a test grid might deliver more).
+    ``failures`` maps each expected partition without a valid reply (error, timeout, malformed or
+    misattributed reply, refused upload) to a one-line reason. A node's first reply counts.
     """
     rules = screening or Screening()
     wanted = set(expected)
@@ -116,9 +112,7 @@ def lost_devices(
 ) -> set[int]:
     """The partitions of ``expected`` whose node sent no reply or an error reply: lost.
 
-    Lost is what the link or the host did to a device (a timeout, a disconnection, a crashed
-    ClientApp), not what the device sent: a reply that is malformed or refused is a failure of
-    its own (:func:`collect_reports`), not a loss. A node's first reply counts.
+    Lost is what the link or the host did to a device; a refused reply is a failure, not a loss.
     """
     first: dict[int, bool] = {}  # partition -> its first reply is an error
     for msg in replies:

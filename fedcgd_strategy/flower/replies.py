@@ -1,23 +1,9 @@
 """Reading and validating one client reply (the Flower side of the record protocol).
 
-Every value a device sends is checked where it enters, against the round and the model
-(:mod:`~.reply_fields` reads each field), and a reply that fails raises
+Every value a device sends is checked where it enters, against the round and the model, by the
+rules of docs/design.md, "Screening replies"; a reply that fails raises
 :class:`~.reply_fields.MalformedReplyError` naming the node, the key, the value and what is
-allowed; :func:`~.phase_replies.collect_reports` turns that into the device's failure for the
-round (with the one-line reason kept for the round's record). The rules
-(:mod:`fedcgd_strategy.screening` holds the pure ones):
-
-* the partition id is the one the node was registered with at discovery;
-* ``num-examples`` equals |D_v| as reported at discovery (the sum of the local class counts);
-* label histograms are lists of non-negative Python ints (floats are refused, even integral
-  ones) of length C; a round histogram sums to τ b and is consistent with the local class
-  counts reported at discovery (:func:`~.screening.round_histogram_problem`);
-* σ̂_v is finite, >= 0 and at most the largest float32;
-* the uploaded arrays have the global model's keys, shapes and dtypes, finite values, and an
-  update norm ||w_v − w|| that passes :func:`~.screening.update_norm_outliers` (k =
-  ``max-update-norm-ratio``, plus the absolute float32 bound).
-
-Nothing a device sends can raise in the server: a reply either passes every rule or is dropped.
+allowed, which costs that device its round. Nothing a device sends can raise otherwise.
 """
 
 from __future__ import annotations
@@ -53,10 +39,8 @@ class DeviceReport:
 
     Attributes
     ----------
-    node_id : int
-        Flower node id of the sender.
-    partition_id : int
-        Device index v in [0, V).
+    node_id, partition_id : int
+        Flower node id of the sender and its device index v in [0, V).
     num_examples : int
         Local dataset size |D_v|.
     label_hist : int[C]
@@ -64,12 +48,11 @@ class DeviceReport:
     sigma : float
         σ̂_v, paper eq. (local_est_sigma); NaN when the device was not asked for it.
     train_loss, update_norm, train_time_s : float or None
-        Present in training replies only.
+        Training replies only.
     arrays : dict of str -> ndarray, or None
         The trained local model (training replies only).
     upload_norm : float or None
-        ||w_v − w|| computed by the server from ``arrays`` (float64; training replies only).
-
+        ||w_v − w|| the server computed from ``arrays`` (float64).
     """
 
     node_id: int
@@ -92,10 +75,7 @@ class DeviceReport:
 def read_info(
     msg: Message, *, num_devices: int, num_classes: int
 ) -> tuple[int, int, NDArray[np.int64]]:
-    """Validate a ``query.info`` reply; return (node id, partition id, local class counts).
-
-    The local class counts sum to |D_v| (``num-examples``), which is checked.
-    """
+    """Validate a ``query.info`` reply; return (node id, partition id, local class counts)."""
     node_id, metrics = read_metrics(msg)
     pid = read_partition_id(metrics, node_id, num_devices)
     hist = read_histogram(metrics, keys.LOCAL_LABEL_HIST, node_id, num_classes)
@@ -109,18 +89,10 @@ def read_info(
 
 @dataclass(frozen=True)
 class ExpectedReply:
-    """What the server knows of a device before its reply arrives (all from discovery).
+    """What discovery says of a device before its reply arrives.
 
-    Attributes
-    ----------
-    partition_id : int
-        The partition its node was registered with.
-    local_counts : int[C] or None
-        Class counts of its whole local dataset (their sum is |D_v|); None: unknown (then
-        ``num-examples`` and the round histogram's per-class bounds are not checked).
-    num_samples : int or None
-        τ b of the round (the round histogram's sum); None: not checked.
-
+    ``local_counts`` (int[C], sum |D_v|) and ``num_samples`` (τ b of the round) are None when
+    unknown, and then not checked.
     """
 
     partition_id: int
@@ -142,27 +114,18 @@ def read_report(
     ----------
     msg : Message
         The reply.
-    num_devices : int
-        V; the reported partition id must lie in [0, V).
-    num_classes : int
-        C; the label histogram must have this length.
+    num_devices, num_classes : int
+        V (bound of the partition id) and C (length of the histogram).
     reference : mapping str -> ndarray, optional
-        The global model sent this round. When given, the reply must carry an ArrayRecord
-        under ``"arrays"`` with the same keys, shapes and dtypes and finite values, and the
-        training metrics (train-loss, update-norm).
+        The global model sent this round; when given, the reply must be a training reply whose
+        arrays match it (keys, shapes, dtypes, finite).
     expected : ExpectedReply, optional
-        What discovery says of the sender: its partition id, |D_v| and local class counts, and
-        τ b of the round (see :class:`ExpectedReply`).
-
-    Returns
-    -------
-    DeviceReport
+        What discovery says of the sender.
 
     Raises
     ------
     MalformedReplyError
-        For an error reply, a missing key or a value that breaks a rule of the module docstring.
-
+        For an error reply, a missing key or a value that breaks a rule.
     """
     node_id, metrics = read_metrics(msg)
     known = expected or ExpectedReply(-1)
@@ -212,11 +175,7 @@ def read_report(
 def reported_stats(
     reports: list[DeviceReport], num_devices: int, num_classes: int, *, post_training: bool
 ) -> ReportedStats:
-    """The valid reports of a phase as length-V arrays (the policy's inputs are built from them).
-
-    ``post_training``: the reports carry post-training values (train-loss, update-norm) to pass
-    on (NaN rows for devices without them).
-    """
+    """The valid reports of a phase as length-V arrays (NaN post-training rows where missing)."""
     reported = np.zeros(num_devices, dtype=bool)
     label_hist = np.zeros((num_devices, num_classes), dtype=np.int64)
     num_examples, sigma_v = np.zeros(num_devices), np.zeros(num_devices)
@@ -240,17 +199,8 @@ def uploaded_updates(
 ) -> UploadedUpdates:
     """The scheduled devices' uploads as the policy's Ĝ update needs them (eqs. G_est, Gc_est).
 
-    Parameters
-    ----------
-    uploads : list of DeviceReport
-        Valid training replies of the scheduled devices (with ``arrays``), K >= 1.
-    reference : mapping str -> ndarray
-        The global model sent this round (the updates are ``arrays - reference``).
-    target_dist : float[C]
-        WEMD target p.
-    training : TrainingSettings
-        τ and η of the round.
-
+    ``uploads`` (K >= 1 training replies) minus ``reference`` (the round's global model) give the
+    updates; ``training`` supplies τ and η.
     """
     return UploadedUpdates(
         updates=np.stack([flatten_update(r.arrays or {}, reference) for r in uploads]),

@@ -1,24 +1,8 @@
 """Waiting for replies in a simulation: as long as the host needs, and a stuck run stops.
 
-In a simulation the host's wall-clock time is no part of the simulated physics: a device is late
-only by the channel model's deadline. A reply that is slow because the host is busy (a loaded
-machine, the ClientApps' first start) is waited for; a wall-clock timeout there would turn host
-load into simulated device dropouts and change the run (docs/design.md, "Host load and
-simulated time"). Deployments keep their timeouts (``query-timeout-s``, ``train-timeout-s``):
-there a late device is real.
-
-Which engine runs the ServerApp is told by its grid (:func:`is_simulation`): Flower's simulation
-runtime (``flwr run`` against a simulation federation, however started, and the deprecated
-``flwr.simulation.run_simulation``) hands the ServerApp a
-:class:`flwr.superlink.grid.InMemoryGrid`; a deployment's ServerApp process (``flwr-serverapp``)
-an ``HttpGrid``; the in-process engine's grid says ``simulated = True`` itself.
-
-The watchdog: a simulated run is stopped as stuck when no reply at all has come for
-``stall-limit-s`` seconds while replies are awaited (:class:`SimulationStalledError`: the run ends
-``failed``, exit 1, one line). It measures progress, not a phase's length, so a large run
-whose phases honestly take hours is never stopped while its replies keep coming.
-:class:`PatientGrid` does this for Flower's simulation grid; the in-process engine, which runs
-every ClientApp on its own thread, arms :func:`stall_alarm` around its deliveries.
+Host wall-clock time is no part of a simulated round; how a simulation is told from a
+deployment, why it waits and the watchdog (``stall-limit-s``) are in docs/design.md, "Host load
+and simulated time".
 """
 
 from __future__ import annotations
@@ -55,13 +39,10 @@ class SimulationStalledError(OneLineMessage, RuntimeError):
 
 
 def is_simulation(grid: Grid) -> bool:
-    """True when ``grid`` is a simulation's: Flower's simulation grid or one that says so.
+    """True when ``grid`` is a simulation's: Flower's ``InMemoryGrid`` or one that says so.
 
-    Flower's simulation runtime runs the ServerApp on
-    :class:`flwr.superlink.grid.InMemoryGrid` (``flwr-simulation``; the deprecated
-    ``run_simulation`` too), a deployment on ``HttpGrid`` (``flwr-serverapp``); the grid is
-    chosen by the process Flower starts, not by anything a user sets. Another grid is a
-    simulation's when its class says ``simulated = True`` (the in-process engine's).
+    Flower's simulation runtime runs the ServerApp on ``InMemoryGrid``, a deployment on
+    ``HttpGrid``; another grid is a simulation's when its class says ``simulated = True``.
     """
     declared = getattr(grid, "simulated", None)
     if declared is not None:
@@ -99,20 +80,9 @@ def dropped_line(reply: Message) -> str:
 class PatientGrid(Grid):
     """Flower's simulation grid, whose ``send_and_receive`` waits for every reply.
 
-    ``send_and_receive`` ignores the ``timeout`` it is given and returns once every message is
-    answered; it raises :class:`SimulationStalledError` after ``stall_limit_s`` seconds without any
-    new reply, and when the link itself answers a message (:data:`LINK_ERRORS`). A device's
-    own error reply (its ClientApp raised) is returned as a reply, as always. Everything else
-    is the wrapped grid's.
-
-    Parameters
-    ----------
-    grid : Grid
-        The simulation runtime's grid.
-    stall_limit_s : float
-        Seconds without a reply after which the run is stuck (run-config ``stall-limit-s``).
-    poll_s : float
-        Seconds between two pulls (Flower's own grid polls every 0.1 s).
+    The given ``timeout`` is ignored; :class:`SimulationStalledError` is raised after
+    ``stall_limit_s`` seconds without a new reply, or when the link answers a message itself
+    (:data:`LINK_ERRORS`). ``poll_s`` is the time between two pulls.
     """
 
     simulated = True
@@ -177,22 +147,14 @@ class PatientGrid(Grid):
 
 
 def patient(grid: Grid, stall_limit_s: float) -> Grid:
-    """The grid a run waits on: Flower's simulation grid as a :class:`PatientGrid`.
-
-    A deployment's grid, and a grid that says whether it is a simulation itself (the
-    in-process engine's, which waits and watches itself), are returned as they are.
-    """
+    """The grid a run waits on: Flower's simulation grid as a :class:`PatientGrid`, others kept."""
     if getattr(grid, "simulated", None) is None and is_simulation(grid):
         return PatientGrid(grid, stall_limit_s)
     return grid
 
 
 class _Alarm(BaseException):
-    """Raised by :func:`stall_alarm`'s signal handler, wherever the main thread is.
-
-    A BaseException, so that no ``except Exception`` in a ClientApp can take it for a
-    device's error; :func:`stall_alarm` turns it into :class:`SimulationStalledError`.
-    """
+    """Raised by :func:`stall_alarm`'s handler; no ``except Exception`` catches it."""
 
 
 @contextlib.contextmanager
@@ -201,11 +163,9 @@ def stall_alarm(
 ) -> Iterator[Callable[[], None]]:
     """Raise :class:`SimulationStalledError` when the block goes ``stall_limit_s`` s idle.
 
-    Yields ``progress()``, to call after each reply: it restarts the count. The alarm is
-    ``SIGALRM`` (``signal.setitimer``), so it interrupts a ClientApp stuck in Python code or
-    a sleep; the message is ``describe()``. Only in the main thread (elsewhere, and with
-    ``stall_limit_s = None``, nothing is armed); after the block the timer is off and the
-    previous handler back.
+    Yields ``progress()``, to call after each reply. The alarm is ``SIGALRM``, so it interrupts a
+    ClientApp stuck in Python code or a sleep; main thread only (elsewhere, or with
+    ``stall_limit_s = None``, nothing is armed). The message is ``describe()``.
     """
     if stall_limit_s is None or threading.current_thread() is not threading.main_thread():
         yield lambda: None

@@ -1,29 +1,8 @@
 """The Flower Strategy: one scheduled round of wireless FL (Alg. 3; docs/design.md, "One round").
 
-Flower's round loop (``Strategy.start``) calls :meth:`ScheduledStrategy.configure_train`, sends
-the train messages it returns and hands their replies to
-:meth:`ScheduledStrategy.aggregate_train`. ``configure_train`` states the phases before
-training in order: settle late replies, discover new nodes, draw the channel, choose the
-trainees (query the reachable devices and schedule under protocol ``"query"``; ``"channel"``
-schedules from the draw alone), build the train messages. The settling, the discovery and the
-query are network round trips made there: Flower's loop has no other place before training.
-``aggregate_train`` reads the replies, schedules now if every device trained first (protocol
-``"train-all"``, for rules that rank on post-training values), averages the scheduled devices'
-models (the scheduler's FedAvg, or the run's Flower strategy named by ``aggregator``,
-:mod:`~.aggregators`), lets the policy update Ĝ, and builds the round's record
-(:class:`~.round_state.RoundInProgress` carries the round from one method to the other).
-
-Each rule lives in a pure function or small class (:mod:`fedcgd_strategy.nodes`,
-:mod:`fedcgd_strategy.policies`, :mod:`fedcgd_strategy.aggregation`,
-:mod:`fedcgd_strategy.record`, :mod:`fedcgd_strategy.screening`); :mod:`~.discovery`,
-:mod:`~.replies` and :mod:`~.phase_replies` translate messages. A device whose reply is an
-error, times out or is malformed is excluded for the round (:mod:`~.replies` lists the rules;
-the reason goes to the round's record); with nothing uploaded, or an aggregate that is not
-finite, the model is kept. A node whose message timed out is sent nothing until it has answered
-(:mod:`fedcgd_strategy.pending`): its device sits the rounds out as failed ("busy"), the
-others go on. Devices lost to a timeout, a disconnection or an error reply (not those whose
-reply was refused) are the record's ``lost``. Timeouts happen in deployments only: in a
-simulation the grid waits for every reply (:mod:`~.simulation`).
+:meth:`ScheduledStrategy.configure_train` lists the phases before training in order;
+:meth:`ScheduledStrategy.aggregate_train` validates the replies, aggregates the scheduled
+models, lets the policy update Ĝ and records the round.
 """
 
 from __future__ import annotations
@@ -81,56 +60,44 @@ class ScheduledStrategy(Strategy):
     """Device scheduling over a simulated uplink, aggregation of the scheduled devices only.
 
     With an ideal channel (every device available, B* = 0) and a policy that schedules every
-    device (``"all"``, or FedCGD with Ĝ = 0), one round equals FedAvg over all devices.
-
-    τ, η and b come from the ``config`` Flower passes to :meth:`configure_train` (the
-    ``train_config`` of :meth:`start`) and reach the devices in the round's ConfigRecord.
+    device, one round equals FedAvg over all devices. τ, η and b come from the ``train_config``
+    of :meth:`start`.
 
     Parameters
     ----------
     policy : Policy
-        The scheduling rule (see :func:`fedcgd_strategy.policies.registry.make_policy`).
+        The scheduling rule (:func:`fedcgd_strategy.policies.registry.make_policy`).
     cell : ChannelModel
         The uplink model (a :class:`channel.Cell`), drawn once per round.
     model_bits : float
         D_w, bits uploaded per device.
     total_bandwidth_hz : float
-        Bandwidth budget B.
+        Bandwidth budget B in Hz.
     num_devices, num_classes : int
         V and C.
     target_dist : float[C] or None
-        WEMD target p; ``None`` = the class distribution of the union of this round's reported
-        histograms (the ``"devices"`` option).
+        WEMD target p; ``None``: the union of this round's reported histograms.
     rng : numpy.random.Generator
-        Randomness of the policy (CD start, POC candidates, Fed-CBS sampling).
+        Randomness of the policy.
     protocol : str
-        ``"auto"`` (derived from the policy's class) or a :class:`Protocol` value; see
-        :func:`fedcgd_strategy.policies.protocol.resolve_protocol`.
+        ``"auto"`` or a :class:`Protocol` value (:func:`~fedcgd_strategy.policies.protocol.
+        resolve_protocol`).
     query_timeout_s : float
-        How long to wait for ``query.info`` / ``query.stats`` replies (a simulation's grid
-        waits for every reply whatever it is given: :mod:`~.simulation`).
+        How long to wait for query replies (a simulation's grid waits for every reply).
     round_offset : int
         Rounds already done (a resumed run): Flower's round r is round r + offset.
     max_update_norm_ratio : float
-        k of :func:`fedcgd_strategy.screening.update_norm_outliers`: refuse an upload whose
-        update norm exceeds k times the median of the round's other uploads (0 = off; the
-        absolute float32 bound always applies).
+        k of :func:`fedcgd_strategy.screening.update_norm_outliers` (0 = off).
     partition_counts : int[V, C], optional
-        True class counts of every partition; discovery refuses a claim that does not match
-        (see :class:`~fedcgd_strategy.nodes.NodeRegistry`).
+        True class counts of every partition, checked at discovery.
     on_record : callable, optional
         Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` at the end of
-        :meth:`aggregate_train` (before Flower calls the ``evaluate_fn`` of that round).
+        :meth:`aggregate_train`; the last one is also :attr:`last_record`.
     aggregator : flwr.serverapp.strategy.Strategy, optional
-        Combines the scheduled uploads with its own ``aggregate_train``
-        (:func:`~fedcgd_strategy.flower.aggregators.aggregate_uploads`); None (default): the
-        scheduler's FedAvg, :func:`fedcgd_strategy.aggregation.fedavg`.
+        Combines the scheduled uploads (:func:`~fedcgd_strategy.flower.aggregators.
+        aggregate_uploads`); None: the scheduler's FedAvg.
     seed : int
-        The run's seed, for an aggregator that draws from numpy's global generator (Flower's
-        DP noise): it is seeded from (seed, round) for the call and restored after.
-
-    The record of the last aggregated round is also kept as :attr:`last_record`.
-
+        The run's seed, for an aggregator that draws from numpy's global generator.
     """
 
     def __init__(

@@ -1,9 +1,4 @@
-"""A policy's schedule of one round (:class:`Decision`) and the numbers a round record needs.
-
-Pure numpy. A policy builds its :class:`Decision` from a boolean mask with
-:func:`decision_from_mask`, which checks the mask and evaluates the schedule's WEMD and
-sampling term once.
-"""
+"""A policy's schedule of one round (:class:`Decision`) and the numbers a round record needs."""
 
 from __future__ import annotations
 
@@ -19,29 +14,24 @@ from fedcgd_strategy.solvers import ScheduleResult
 
 @dataclass(frozen=True)
 class Decision:
-    """A policy's schedule for one round, with the numbers a round record needs.
-
-    Build it with :func:`decision_from_mask`, which evaluates the schedule's terms once.
+    """A policy's schedule for one round; build it with :func:`decision_from_mask`.
 
     Attributes
     ----------
     selected : bool[V]
         Scheduled devices (a subset of the candidates).
     sigma : float
-        Global σ̂ of the round (eq. global_est_sigma), logged for every policy.
+        Global σ̂ of the round (eq. global_est_sigma).
     wemd : float
-        Plain WEMD Σ_c |p̄_c − p_c| of the schedule (G = 1, paper eq. (G1), comparable with the
-        paper's Table II); NaN when nothing is scheduled.
+        Plain WEMD Σ_c |p̄_c − p_c| (G = 1, paper eq. (G1), as in Table II); NaN if empty.
     sampling_term : float
-        σ̂ / sqrt(b |S|), the first term of P1; NaN when nothing is scheduled.
+        σ̂ / sqrt(b |S|), the first term of P1; NaN if empty.
     bandwidth_used_hz : float
         Σ_v x_v B*_v in Hz.
     class_gradient : float[1] or float[C] or None
-        Ĝ (or Ĝ_c) the policy used; None for policies that do not use it.
+        Ĝ (or Ĝ_c) the policy used.
     solver : ScheduleResult or None
-        The P1 solver's result on the candidates (FedCGD policies only): objective with Ĝ,
-        iterations, method.
-
+        The P1 solver's result on the candidates (FedCGD policies only).
     """
 
     selected: NDArray[np.bool_]
@@ -59,20 +49,7 @@ def decision_from_mask(
     class_gradient: NDArray[np.float64] | None = None,
     solver: ScheduleResult | None = None,
 ) -> Decision:
-    """Wrap a schedule into a :class:`Decision`, evaluating its WEMD and sampling term once.
-
-    Parameters
-    ----------
-    inputs : RoundInputs
-        The round's inputs.
-    selected : bool[V]
-        The schedule; must be a subset of the candidates.
-    class_gradient : float[1] or float[C], optional
-        Ĝ (Ĝ_c) used by the policy.
-    solver : ScheduleResult, optional
-        The solver's result (FedCGD).
-
-    """
+    """Wrap a schedule (bool[V], candidates only) into a :class:`Decision`, evaluating it once."""
     selected = np.asarray(selected, dtype=bool)
     if selected.shape != inputs.candidate.shape or np.any(selected & ~inputs.candidate):
         raise ValueError("a policy scheduled a device that is not a candidate this round")
@@ -104,11 +81,9 @@ def _schedule_terms(inputs: RoundInputs, mask: NDArray[np.bool_]) -> tuple[float
 
 
 def with_reported_terms(decision: Decision, reported: RoundInputs) -> Decision:
-    """The decision with σ̂, WEMD and sampling term taken from the devices that reported.
+    """The decision with σ̂, WEMD and sampling term over the scheduled devices that reported.
 
-    For protocol ``"channel"`` (:class:`~fedcgd_strategy.policies.protocol.Protocol`), where
-    the schedule was made before any device reported: the terms are evaluated over the
-    scheduled devices whose training replies are in ``reported``.
+    For protocol ``"channel"``, where the schedule was made before any device reported.
     """
     sigma, wemd_g1, sampling = _schedule_terms(reported, decision.selected & reported.candidate)
     return replace(decision, sigma=sigma, wemd=wemd_g1, sampling_term=sampling)

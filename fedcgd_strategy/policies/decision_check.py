@@ -1,35 +1,9 @@
 """Every policy's decision, built-in or the user's, checked against the round's physics.
 
-Pure numpy (no flwr, no torch). A schedule is only meaningful when it could be carried out:
-:func:`check_decision` is the one rule, applied to every round of every run (the Flower
-strategy calls it on what :meth:`~fedcgd_strategy.policies.base.Policy.schedule` returned) and
-to the pre-start probe of a user's policy (:func:`probe_policy` on :func:`synthetic_round`).
-A decision must
-
-1. be a :class:`~fedcgd_strategy.policies.decision.Decision` whose ``selected`` is a bool[V]
-   mask;
-2. schedule only candidates (available this round, with a valid report when the rule asked
-   for one);
-3. schedule only devices that can meet the deadline this round (B*_v finite, paper eq.
-   (lambert));
-4. fit the bandwidth budget: Σ_{v scheduled} B*_v <= B (1 + :data:`BUDGET_REL_TOL`), the
-   relative slack every solver's budget test allows for rounding
-   (:data:`fedcgd_strategy.problem.BANDWIDTH_REL_TOL`, 1e-9: 0.02 Hz of 20 MHz). A rule that
-   declares ``uses_budget = False`` (the ``all`` FedAvg reference: every feasible device,
-   no budget) is exempt from this one rule only, and says so in the run's ``config.json``;
-5. carry the numbers of its own schedule: σ̂, WEMD, sampling term and bandwidth used as
-   :func:`~fedcgd_strategy.policies.decision.decision_from_mask` computes them (the round's
-   record and every table are made of them).
-
-The policy is handed a copy of the round (:func:`~fedcgd_strategy.policies.inputs.policy_copy`)
-and its decision is checked against the server's own :class:`RoundInputs`, which the policy never
-saw; the decision that is used (and recorded) is rebuilt from the server's instance, so no
-mutation of what the policy was given, or of the decision it returned, can change the verdict
-or the recorded numbers.
-
-A decision that breaks a rule ends the run in that round with :class:`PolicyDecisionError`,
-one line naming the policy, the round, the devices and the bandwidth used against the budget
-(docs/design.md, "Checked decisions").
+The rules (candidates only, B*_v finite, Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless the
+rule declares ``uses_budget = False``, the decision's numbers those of its own schedule) and why
+they are checked against the server's own copy of the round: docs/design.md, "Checked
+decisions". A broken rule raises :class:`PolicyDecisionError`, one line. Pure numpy.
 """
 
 from __future__ import annotations
@@ -83,28 +57,10 @@ def check_decision(
 ) -> Decision:
     """Return ``decision``, rebuilt from ``inputs``, if it obeys the module's rules; else raise.
 
-    The returned :class:`Decision` holds a copy of the schedule and the numbers computed on
-    ``inputs`` (equal to the decision's own, rule 5); the policy's ``class_gradient`` and
-    ``solver`` are kept (copied).
-
-    Parameters
-    ----------
-    decision : object
-        What the policy's ``schedule`` returned.
-    inputs : RoundInputs
-        The round it was given.
-    policy : str
-        The policy's run-config value (named in the message).
-    server_round : int or None
-        The round (named in the message); None: the synthetic round of the pre-start probe.
-    uses_budget : bool
-        False for a rule that schedules without the budget (rule 4 is not applied).
-
-    Raises
-    ------
-    PolicyDecisionError
-        One line: ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
-
+    The result holds a copy of the schedule, the numbers computed on ``inputs`` and the policy's
+    ``class_gradient`` and ``solver``. ``server_round`` None is the pre-start probe;
+    ``uses_budget`` False skips the budget rule. Raises :class:`PolicyDecisionError`:
+    ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
     """
     where = "a synthetic round before the start" if server_round is None else "round"
     head = f"policy {policy!r}, {where}" + ("" if server_round is None else f" {server_round}")
@@ -162,10 +118,8 @@ def schedule_checked(
 ) -> Decision:
     """``policy.schedule`` on a copy of ``inputs``, checked against ``inputs`` itself.
 
-    An exception raised by a user's policy (one named by reference, ``module:Class``) becomes a
-    :class:`PolicyDecisionError` naming the policy and the round (its cause chained): the
-    user's code, one line. A built-in policy's exception goes on unchanged (a bug: its
-    traceback says where).
+    A user's policy's exception becomes a :class:`PolicyDecisionError` naming the policy and the
+    round (cause chained); a built-in's goes on unchanged (a bug: its traceback says where).
     """
     try:
         decision = policy.schedule(policy_copy(inputs), rng)
@@ -193,10 +147,8 @@ def synthetic_round(
 ) -> RoundInputs:
     """A small round every device of which can be scheduled: for the pre-start probe.
 
-    Every device is a candidate with a label distribution (device v holds classes v mod C
-    and v + 1 mod C), |D_v| = 100, σ̂_v = 1, a training loss and an update norm (for rules that
-    rank on them), its whole local distribution, and a minimum bandwidth of B / (2V): all of
-    them together take half the budget.
+    Device v holds classes v mod C and v + 1 mod C, |D_v| = 100, σ̂_v = 1, with a training loss
+    and update norm, and B*_v = B / (2V): all together take half the budget.
     """
     devices = np.arange(num_devices)
     label_dist = np.zeros((num_devices, num_classes))
@@ -223,15 +175,7 @@ def synthetic_round(
 
 
 def probe_policy(policy: Policy, inputs: RoundInputs, seed: int = 0) -> Decision:
-    """Call a (fresh) policy once on ``inputs`` and check what it returns.
-
-    Raises
-    ------
-    PolicyDecisionError
-        One line: the policy raised (its exception's first line), or its decision breaks
-        a rule of :func:`check_decision`.
-
-    """
+    """Call a fresh policy once on ``inputs``; :class:`PolicyDecisionError` if it raises or errs."""
     try:
         decision = policy.schedule(policy_copy(inputs), np.random.default_rng(seed))
     except Exception as err:  # the user's code: any failure is one line

@@ -29,10 +29,9 @@ MIN_UPLOADS_FOR_G = 2
 class FedCGDPolicy(Policy):
     """FedCGD: solve problem P1 with σ̂ of this round and Ĝ (or Ĝ_c) of the previous round.
 
-    Paper Algorithm 3: σ̂ from eq. (global_est_sigma) over the reporting devices; Ĝ from the
-    previous round's uploads (eq. G_est), or per class Ĝ_c (eq. Gc_est) when ``per_class``.
-    First round: no Ĝ exists yet, ``initial_g`` is used (docs/design.md, "First round") and recorded
-    in the log.
+    Paper Algorithm 3: σ̂ from eq. (global_est_sigma); Ĝ from the previous uploads (eq. G_est), or
+    Ĝ_c (eq. Gc_est) when ``per_class``; ``initial_g`` before the first upload (docs/design.md,
+    "First round").
 
     Parameters
     ----------
@@ -45,8 +44,7 @@ class FedCGDPolicy(Policy):
     num_classes : int
         C.
     exact_time_limit_s : float
-        Cap on each MILP of the ``"exact"`` method in seconds (0: no cap, the true optimum).
-
+        Cap on each MILP of the ``"exact"`` method in seconds (0: no cap).
     """
 
     method: str = "fscd"
@@ -86,12 +84,7 @@ class FedCGDPolicy(Policy):
         return decision_from_mask(inputs, selected, self._g, result)
 
     def observe_uploads(self, uploads: UploadedUpdates) -> None:
-        """Update Ĝ (eq. G_est) or Ĝ_c (eq. Gc_est) from this round's uploads.
-
-        With fewer than two uploads the old value is kept: ∇F̂ is then the single device's own
-        gradient, so every ratio of eq. (G_est) is 0 by construction, which says nothing about G
-        (the paper is silent; an estimate of 0 would make the next round ignore the WEMD).
-        """
+        """Update Ĝ (eq. G_est) or Ĝ_c (eq. Gc_est); kept with fewer than two uploads."""
         if uploads.updates.shape[0] < MIN_UPLOADS_FOR_G:
             return
         grads = device_gradient_estimates(

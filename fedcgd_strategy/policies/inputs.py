@@ -1,15 +1,7 @@
 """What a policy sees of one round: :class:`RoundInputs`, assembled in one place.
 
-Every array has one entry per device of the cell (length V), indexed by partition id;
-``candidate`` marks the devices that are available this round *and* reported valid statistics
-(or, when the rule schedules from the channel alone, every available device). Non-candidates
-are never scheduled. :func:`round_inputs` is the only place that builds a :class:`RoundInputs`
-from a round: the channel draw, the reported statistics (as arrays, see :class:`ReportedStats`),
-the local class counts reported at discovery and the WEMD target. Its arrays are read-only
-copies, and a policy is handed a copy of its own (:func:`policy_copy`): the decision is checked
-against the server's instance, which no policy ever sees, so nothing a policy does to what it
-was given (``setflags(write=True)`` and zeroing B*, ``object.__setattr__`` on the budget) can
-change the verdict. Pure numpy.
+:func:`round_inputs` builds it from the channel draw and the reports, with read-only arrays; a
+policy gets its own copy (:func:`policy_copy`, docs/design.md, "Checked decisions"). Pure numpy.
 """
 
 from __future__ import annotations
@@ -35,41 +27,12 @@ from fedcgd_strategy.validation import (
 
 @dataclass(frozen=True)
 class RoundInputs:
-    """What a policy may use to schedule one round (all arrays have length V), validated.
+    """What a policy may use to schedule one round, validated on construction.
 
-    Construction checks every field (shapes, candidates' label distributions on the simplex,
-    |D_v| > 0 and σ̂_v >= 0 or NaN = not computed for candidates, B* >= 0 or inf, B > 0,
-    b >= 1) and raises ValueError naming the field, the bad value and what is allowed.
-
-    Attributes
-    ----------
-    candidate : bool[V]
-        Available this round and reported valid statistics.
-    label_dist : float[V, C]
-        Label distribution p_v of the samples each device uses this round (rows of
-        non-candidates are ignored and may be zero).
-    num_examples : float[V]
-        Local dataset size |D_v| (FedAvg weight); 0 for non-candidates.
-    sigma_v : float[V]
-        Per-device sampling-variance estimate σ̂_v, paper eq. (local_est_sigma).
-    min_bandwidth_hz : float[V]
-        Minimum bandwidth B*_v in Hz, paper eq. (lambert); ``inf`` = cannot meet the deadline.
-    gain_lin : float[V]
-        Average channel gain H̄_v (linear).
-    total_bandwidth_hz : float
-        Bandwidth budget B in Hz.
-    batch_size : int
-        Mini-batch size b.
-    target_dist : float[C]
-        WEMD target distribution p.
-    train_loss : float[V] or None
-        Loss accumulated over this round's local steps (only after local training).
-    update_norm : float[V] or None
-        L2 norm of the local update (only after local training).
-    local_dist : float[V, C] or None
-        Each device's whole local class distribution, reported once at discovery (Fed-CBS's
-        p_v); rows of candidates are distributions.
-
+    The fields (arrays of length V indexed by partition id) are described in
+    docs/bring-your-own.md, "Write your own policy"; non-candidates are never scheduled, rows of
+    non-candidates are ignored, σ̂_v is NaN where not computed, B*_v ``inf`` where the deadline
+    cannot be met. A bad field raises ValueError naming it, the value and what is allowed.
     """
 
     candidate: NDArray[np.bool_]
@@ -118,10 +81,7 @@ class RoundInputs:
         return int(self.candidate.shape[0])
 
     def global_sigma(self) -> float:
-        """σ̂ over the candidates, paper eq. (global_est_sigma).
-
-        0 when nobody reported; NaN when σ̂_v was not computed (the rule does not need it).
-        """
+        """σ̂ over the candidates, paper eq. (global_est_sigma); 0 with none, NaN if not computed."""
         idx = np.flatnonzero(self.candidate)
         if idx.size == 0:
             return 0.0
@@ -134,23 +94,9 @@ class RoundInputs:
 class ReportedStats:
     """The statistics the devices reported this round, as length-V arrays.
 
-    Rows of devices that did not report are zero and ignored; ``train_loss`` and
-    ``update_norm`` come with training replies only (None otherwise; NaN rows for devices
-    without them).
-
-    Attributes
-    ----------
-    reported : bool[V]
-        Devices with a valid report this round (they become the candidates).
-    label_hist : int[V, C]
-        Class counts of the samples each device uses this round.
-    num_examples : float[V]
-        |D_v|.
-    sigma_v : float[V]
-        σ̂_v (NaN: not computed).
-    train_loss, update_norm : float[V] or None
-        Post-training values.
-
+    Rows of devices that did not report (``reported`` False) are zero and ignored. ``label_hist``
+    int[V, C] counts the classes a device uses this round; ``sigma_v`` is NaN where not computed;
+    ``train_loss`` and ``update_norm`` come with training replies only.
     """
 
     reported: NDArray[np.bool_]
@@ -170,11 +116,9 @@ def _row_distributions(counts: NDArray[np.int64]) -> NDArray[np.float64]:
 def round_target(
     target_dist: NDArray[np.float64] | None, reported: ReportedStats | None, num_classes: int
 ) -> NDArray[np.float64]:
-    """The WEMD target p of the round.
+    """The WEMD target p: ``target_dist`` if given, else the union of the reported histograms.
 
-    ``target_dist`` when given (run-config ``target-dist = "global"``); otherwise the class
-    distribution of the union of this round's reported histograms (``"devices"``), uniform when
-    nobody reported.
+    Uniform when nobody reported (docs/design.md, "WEMD target").
     """
     if target_dist is not None:
         return np.asarray(target_dist, dtype=float)
@@ -215,14 +159,12 @@ def round_inputs(
     target_dist : float[C] or None
         WEMD target p; None: from the reports (:func:`round_target`).
     reported : ReportedStats, optional
-        The valid reports of the round; their devices are the candidates. None: nobody was
-        asked (the rule schedules from the channel alone): every ``available`` device is a
-        candidate, its round label distribution stands at the target, σ̂_v at NaN (not
-        computed) and |D_v| at its number of local samples (1 when unknown).
+        The valid reports; their devices are the candidates. None (the rule schedules from the
+        channel alone): every available device is a candidate, with its label distribution at
+        the target, σ̂_v NaN and |D_v| its number of local samples (1 when unknown).
     local_counts : int[V, C], optional
-        Class counts of each device's whole local dataset, reported at discovery (Fed-CBS's
-        p_v; row sums are |D_v|); zero rows for unknown devices.
-
+        Class counts of each device's whole local dataset, reported at discovery (zero rows for
+        unknown devices).
     """
     num_devices = int(np.shape(available)[0])
     target = round_target(target_dist, reported, num_classes)
@@ -264,12 +206,7 @@ def _frozen(array: NDArray[Any]) -> NDArray[Any]:
 
 
 def policy_copy(inputs: RoundInputs) -> RoundInputs:
-    """A copy of ``inputs`` for the policy: new read-only arrays, a new (frozen) object.
-
-    What the policy does to it never reaches ``inputs``, the server's instance, against which
-    its decision is checked and from which the round's record is computed (docs/design.md,
-    "Checked decisions").
-    """
+    """A copy of ``inputs`` for the policy: new read-only arrays in a new frozen object."""
     copied = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
     for name, value in copied.items():
         if isinstance(value, np.ndarray):

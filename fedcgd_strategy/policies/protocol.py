@@ -11,17 +11,7 @@ from fedcgd_strategy.policies.base import Policy
 
 
 class Protocol(StrEnum):
-    """How a round is run (the values are those of the run-config key ``protocol``).
-
-    CHANNEL
-        Schedule from the channel draw alone; no query phase.
-    QUERY
-        Query the available devices for pre-training statistics, schedule, train only the
-        scheduled devices.
-    TRAIN_ALL
-        Every available device trains; only the scheduled ones are aggregated.
-
-    """
+    """How a round is run (the values of the run-config key ``protocol``, docs/design.md)."""
 
     CHANNEL = "channel"
     QUERY = "query"
@@ -37,11 +27,8 @@ PROTOCOL_CHOICES: tuple[str, ...] = (AUTO, *(p.value for p in Protocol))
 def allowed_protocols(policy_type: type[Policy]) -> tuple[Protocol, ...]:
     """The protocols that give ``policy_type`` what it needs, the least work first.
 
-    Rules that rank devices on post-training values (:attr:`Policy.needs_post_training`: BN2,
-    POC) need :attr:`Protocol.TRAIN_ALL`; rules that need the channel only
-    (:attr:`Policy.needs_reports` false: BC, all, Fed-CBS) can use any; the others (FedCGD)
-    need reports: query or train-all. A protocol with more work than needed gives the same
-    schedules and model (useful to compare protocols).
+    Post-training rankers need ``TRAIN_ALL``; rules with ``needs_reports`` false can use any; the
+    others need query or train-all.
     """
     if policy_type.needs_post_training:
         return (Protocol.TRAIN_ALL,)
@@ -55,21 +42,9 @@ def resolve_protocol(
 ) -> Protocol:
     """Return the round protocol for a policy class (the one place this rule lives).
 
-    Parameters
-    ----------
-    policy_type : type of Policy
-        The policy's class (its class attributes say what it needs).
-    requested : str
-        One of :data:`PROTOCOL_CHOICES`; ``"auto"`` picks the first of
-        :func:`allowed_protocols`.
-    policy_label : str, optional
-        How error messages name the policy (its run-config value); default: the class name.
-
-    Raises
-    ------
-    ValueError
-        For an unknown protocol, or one that does not give the rule what it needs.
-
+    ``"auto"`` picks the first of :func:`allowed_protocols`; ``policy_label`` names the policy in
+    errors. Raises ValueError for an unknown protocol or one that does not give the rule what it
+    needs.
     """
     if requested not in PROTOCOL_CHOICES:
         raise ValueError(f"protocol: got {requested!r}; allowed: {', '.join(PROTOCOL_CHOICES)}")

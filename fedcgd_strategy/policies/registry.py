@@ -1,25 +1,8 @@
 """From the run config's ``policy`` and ``policy-params`` to a policy object: one registry.
 
-The run-config key ``policy`` holds a built-in name (:data:`POLICY_NAMES`) or a reference to a
-researcher's own :class:`~fedcgd_strategy.policies.base.Policy` subclass,
-``package.module:ClassName`` or ``/absolute/path/file.py:ClassName``
-(:mod:`fedcgd_task.imports`). Built-ins and references are built the same way: a class plus
-keyword arguments. A built-in name may fix some arguments (``fedcgd-gs`` is
-:class:`~fedcgd_strategy.policies.fedcgd.FedCGDPolicy` with ``method="gs"``). The other
-arguments come, by constructor parameter name, from
-
-* the run's :class:`PolicyContext` (the cell's ``num_devices`` and ``num_classes``, and the
-  scheduling settings every policy may share: run-config keys ``initial-g``, ``pack-rule``,
-  ``poc-candidates``, ``fedcbs-lambda``, ``exact-time-limit-s`` as ``initial_g``,
-  ``pack_rule``, ...): a constructor that declares such a parameter receives the run's value;
-* the run-config table ``policy-params`` (``policy-params.<name> = value``; kebab-case names
-  become snake case): any other parameter of the constructor.
-
-A parameter name the constructor does not declare, a value of another type than the
-parameter's default, or a required parameter left unset is refused with one line before the
-run starts (:func:`check_policy_params`, :func:`make_policy`), by the check that
-``aggregator-params`` go through too (:mod:`fedcgd_task.constructor_params`). See
-docs/design.md, "Your own policy". Pure: no flwr, no torch.
+A built-in name is a class plus the constructor arguments it fixes; a reference names a
+researcher's :class:`~fedcgd_strategy.policies.base.Policy` subclass. Both are built alike,
+with arguments by parameter name (docs/design.md, "Your own policy"). No flwr, no torch.
 """
 
 from __future__ import annotations
@@ -52,23 +35,9 @@ PARAMS_KEY = "policy-params"
 class PolicyContext:
     """What a policy constructor may receive by parameter name besides ``policy-params``.
 
-    Attributes
-    ----------
-    num_devices : int
-        V (run-config ``num-devices``).
-    num_classes : int
-        C (from the data set).
-    initial_g : float
-        Run-config ``initial-g``: FedCGD's Ĝ before the first upload.
-    pack_rule : str
-        Run-config ``pack-rule``: best-effort packing, ``"stop"`` or ``"skip"``.
-    poc_candidates : int
-        Run-config ``poc-candidates``: POC's V' (0 = all available).
-    fedcbs_lambda : float
-        Run-config ``fedcbs-lambda``: Fed-CBS exploration weight λ.
-    exact_time_limit_s : float
-        Run-config ``exact-time-limit-s``: cap per MILP of ``fedcgd-exact`` (0 = none).
-
+    ``num_devices`` (V), ``num_classes`` (C, from the data set) and the run-config keys of the same
+    names in kebab case (``initial-g``, ``pack-rule``, ``poc-candidates``, ``fedcbs-lambda``,
+    ``exact-time-limit-s``).
     """
 
     num_devices: int
@@ -103,11 +72,7 @@ _BUILT_IN: dict[str, PolicyEntry] = {}
 def register_policy(name: str, policy_type: type[Policy], **fixed: object) -> None:
     """Register ``policy_type`` (with the constructor arguments ``fixed``) under ``name``.
 
-    Raises
-    ------
-    ValueError
-        When ``name`` is taken or looks like a reference (holds a colon).
-
+    Raises ValueError when ``name`` is taken or holds a colon (a reference).
     """
     if name in _BUILT_IN or is_reference(name):
         raise ValueError(f"policy name {name!r} is taken or holds a colon")
@@ -132,12 +97,8 @@ POLICY_NAMES: tuple[str, ...] = tuple(_BUILT_IN)
 def policy_entry(setting: str) -> PolicyEntry:
     """The class and fixed arguments that the run-config value ``setting`` of ``policy`` names.
 
-    Raises
-    ------
-    ValueError
-        One line: an unknown name, a reference that cannot be imported, or an object that is
-        not a :class:`Policy` subclass.
-
+    Raises ValueError (one line) for an unknown name, a reference that cannot be imported, or an
+    object that is not a concrete :class:`Policy` subclass.
     """
     if not isinstance(setting, str):
         raise ValueError(f"run-config key {POLICY_KEY!r} must be a string; got {setting!r}")
@@ -181,24 +142,10 @@ def _refused(setting: str, entry: PolicyEntry) -> dict[str, str]:
 def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[str, object]:
     """Check ``policy-params`` against the constructor of ``setting``'s class; return kwargs.
 
-    The check is :func:`fedcgd_task.constructor_params.constructor_arguments` (the one
-    ``aggregator-params`` go through too); a parameter whose type neither its annotation nor
-    its default says takes any value.
-
-    Parameters
-    ----------
-    setting : str
-        The run-config value of ``policy``.
-    params : mapping
-        ``policy-params`` (names in kebab or snake case).
-
-    Raises
-    ------
-    ValueError
-        One line per problem: a name the constructor does not take, a name that comes from
-        elsewhere (fixed by a built-in name, or a :class:`PolicyContext` setting), a value of
-        the wrong type, a required parameter left unset.
-
+    The check of :func:`fedcgd_task.constructor_params.constructor_arguments`; raises ValueError
+    (one line) for a name the constructor does not take, a name that comes from elsewhere (fixed by
+    the built-in name, or a :class:`PolicyContext` setting), a value of the wrong type, or a
+    required parameter left unset.
     """
     entry = policy_entry(setting)
     return constructor_arguments(
@@ -212,39 +159,18 @@ def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[s
 
 
 def check_policy_params(setting: str, params: Mapping[str, object]) -> None:
-    """Raise a one-line ValueError when ``policy``/``policy-params`` cannot build a policy.
-
-    Checks what can be checked without the data set: the policy resolves to a class, every
-    parameter is one its constructor takes, with a value of the right type, and every required
-    parameter is given.
-    """
+    """Raise a one-line ValueError when ``policy``/``policy-params`` cannot build a policy."""
     policy_param_arguments(setting, params)
 
 
 def make_policy(
     setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
 ) -> Policy:
-    """Build the policy the run config names.
+    """Build the policy the run config names; its ``name`` is ``setting``.
 
-    Parameters
-    ----------
-    setting : str
-        A built-in name (:data:`POLICY_NAMES`) or a reference to a :class:`Policy` subclass.
-    context : PolicyContext
-        The cell and the shared scheduling settings (passed to the parameters of the same name).
-    params : mapping, optional
-        ``policy-params``: the constructor's other arguments.
-
-    Returns
-    -------
-    Policy
-        A fresh policy (it may hold state across rounds) whose ``name`` is ``setting``.
-
-    Raises
-    ------
-    ValueError
-        One line: see :func:`check_policy_params`; or the constructor raised.
-
+    ``context`` fills the parameters of the same name, ``params`` (``policy-params``) the others.
+    Raises ValueError (one line) as :func:`check_policy_params` does, or when the constructor
+    raises.
     """
     check_policy_params(setting, params or {})
     entry = policy_entry(setting)

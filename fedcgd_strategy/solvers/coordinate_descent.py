@@ -13,23 +13,9 @@ from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
 def random_start(problem: SchedulingProblem, rng: np.random.Generator) -> NDArray[np.bool_]:
     """Seeded random 0/1 starting schedule of coordinate descent, repaired to fit the budget.
 
-    Every device draws ``x_v = 1`` with probability 1/2 (one ``rng.random(V)`` call); infeasible
-    devices are then set to 0. If the schedule exceeds ``B``, scheduled devices are dropped in a
-    random order (one ``rng.permutation`` call) until it fits. The paper does not say how an
-    over-budget random start is handled; this repair is our choice.
-
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-    rng
-        Source of randomness.
-
-    Returns
-    -------
-    numpy.ndarray
-        Feasible starting schedule, bool ``[V]`` (possibly empty).
-
+    Each device draws ``x_v = 1`` with probability 1/2 (one ``rng.random(V)``), infeasible ones are
+    cleared, and while the schedule exceeds ``B`` scheduled devices are dropped in a random order
+    (one ``rng.permutation``; the paper leaves this open). Returns bool ``[V]``, possibly empty.
     """
     mask = (rng.random(problem.num_devices) < 0.5) & problem.feasible
     if not problem.is_feasible(mask):
@@ -45,22 +31,10 @@ def coordinate_descent_schedule(
 ) -> ScheduleResult:
     """Solve P1 approximately with plain coordinate descent (the paper's CD baseline, Sec. IV-B).
 
-    Problem P1: minimise ``sigma / sqrt(sum_v x_v b_v) + sum_c G_c |sum_v x_v p_vc / sum_v x_v
-    - p_c|`` over ``x in {0,1}^V`` subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where
-    ``B*_v = inf``.
-
-    Algorithm: start from :func:`random_start`; in each step evaluate every 1-step neighbour (flip
-    one feasible device in or out) that keeps ``sum_v x_v B*_v <= B``, all at once from the running
-    class sums, and move to the best one (argmin; the printed "argmax" is a typo, as in Alg. 2)
-    while it strictly decreases the objective. Ties go to the lowest index. Infeasible devices are
-    never flipped in (docs/design.md, "Infeasible devices").
-
-    Returns
-    -------
-    ScheduleResult
-        ``iterations`` = number of accepted flips. Empty schedule with objective ``inf`` when no
-        device is feasible or fits.
-
+    From :func:`random_start`, move to the best budget-keeping 1-step neighbour (one feasible flip;
+    argmin, the printed "argmax" being a typo as in Alg. 2) while it strictly improves; ties go to
+    the lowest index. ``iterations`` = accepted flips; an empty schedule with objective ``inf`` when
+    no device is feasible or fits.
     """
     arrays = ProblemArrays.of(problem)
     candidates = np.flatnonzero(arrays.feasible)

@@ -22,32 +22,12 @@ def solve(
     rng: np.random.Generator | None = None,
     milp_time_limit_s: float | None = None,
 ) -> ScheduleResult:
-    """Solve problem P1 with the named method.
+    """Solve P1 with ``method``: ``"gs"`` (Alg. 1), ``"fscd"`` (Alg. 2), ``"cd"`` or ``"exact"``.
 
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-    method
-        ``"gs"`` (greedy, paper Alg. 1), ``"fscd"`` (fix-sum coordinate descent, Alg. 2), ``"cd"``
-        (plain coordinate descent baseline; needs ``rng``) or ``"exact"`` (MILP per size).
-    rng
-        Random generator for the random start of ``"cd"``; ignored by the other methods.
-    milp_time_limit_s
-        ``"exact"`` only: cap on each MILP (None = no cap, the true optimum). With a cap the
-        result may be suboptimal and carries a proven ``lower_bound``.
-
-    Returns
-    -------
-    ScheduleResult
-        The schedule. When no device is feasible or fits, ``selected`` is all False and
-        ``objective`` is ``inf`` (no exception).
-
-    Raises
-    ------
-    ValueError
-        For an unknown ``method``, or ``"cd"`` without ``rng``.
-
+    ``rng`` is needed by ``"cd"`` only (its random start); ``milp_time_limit_s`` caps each MILP of
+    ``"exact"`` (None: the true optimum; with a cap the result carries a proven ``lower_bound``).
+    No feasible device gives an empty schedule with objective ``inf``. Raises ValueError for an
+    unknown ``method`` or ``"cd"`` without ``rng``.
     """
     if method == "gs":
         return greedy_schedule(problem)

@@ -174,9 +174,7 @@ def exact_schedule(
 ) -> ScheduleResult:
     """Solve P1 to optimality (tested against brute force for ``V <= 14``).
 
-    Problem P1: minimise ``sigma / sqrt(sum_v x_v b_v) + sum_c G_c |sum_v x_v p_vc / sum_v x_v
-    - p_c|`` over ``x in {0,1}^V`` subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where
-    ``B*_v = inf``.
+    Problem P1 is stated in :mod:`fedcgd_strategy.problem`.
 
     Algorithm (not in the paper, which reports the optimum without saying how it was found): the
     incumbent starts as the better of the GS and FSCD schedules. For a fixed size ``S`` and batch
@@ -199,7 +197,7 @@ def exact_schedule(
     problem
         The P1 instance.
     milp_time_limit_s
-        Time limit per MILP in seconds; ``None`` (default) = none, the answer is optimal.
+        Time limit per MILP in seconds; ``None``: none, the answer is optimal.
 
     Returns
     -------

@@ -1,9 +1,7 @@
 """Fix-sum coordinate descent (FSCD), paper Algorithm 2: the loop over schedule sizes ``S``.
 
-For each size ``S`` the search starts from the ``S`` feasible devices with the least ``B*`` and
-applies the best 1-step transit while it improves the objective; the transits are found by the
-incremental search of :mod:`fedcgd_strategy.solvers.transit_search`, whose decisions are those
-of the dense search (:func:`~experiments.bench.reference_solvers.swap_search_dense`). Pure numpy.
+The transits come from :mod:`fedcgd_strategy.solvers.transit_search`; the decisions the paper
+leaves open are in docs/design.md, "FSCD". Pure numpy.
 """
 
 from __future__ import annotations
@@ -22,19 +20,8 @@ from fedcgd_strategy.solvers.transit_search import TransitSearch, single_threade
 class FscdStage:
     """The outcome of FSCD for one schedule size ``S``.
 
-    Attributes
-    ----------
-    size
-        Schedule size ``S``.
-    start
-        Starting schedule (the ``S`` feasible devices with the least ``B*``), bool ``[V]``.
-    selected
-        Local optimum reached by 1-step transits, bool ``[V]``.
-    objective
-        P1 objective of ``selected``.
-    swaps
-        Number of accepted 1-step transits.
-
+    ``start`` (the ``S`` feasible devices with the least ``B*``) and ``selected`` (the local
+    optimum) are bool ``[V]``; ``objective`` is that of ``selected``, ``swaps`` the transits.
     """
 
     size: int
@@ -59,25 +46,9 @@ def swap_search(
 ) -> tuple[NDArray[np.bool_], float, int]:
     """Best-improvement 1-step transit search at a fixed schedule size (inner loop of Alg. 2).
 
-    A 1-step transit swaps one scheduled device ``v`` for one unscheduled feasible device ``u``.
-    Each step takes the transit of least objective (argmin; the printed "argmax" is a typo,
-    docs/design.md, "FSCD") among those that keep ``sum_v x_v B*_v <= B``, while it strictly
-    decreases the objective (beyond the tie tolerance). Ties go to the lowest ``v``, then the lowest
-    ``u``. Evaluated incrementally by :class:`TransitSearch`; same decisions as the dense search.
-
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-    mask
-        Feasible non-empty starting schedule, bool ``[V]``.
-
-    Returns
-    -------
-    tuple
-        ``(selected, objective, swaps)``: the local optimum (bool ``[V]``), its objective as
-        evaluated on the swap grid, and the number of accepted transits.
-
+    The objective's argmin among the budget-keeping transits, while it strictly improves (ties:
+    lowest ``v``, then lowest ``u``), by :class:`TransitSearch`. ``mask`` is a feasible non-empty
+    bool ``[V]`` start. Returns ``(selected, objective, swaps)``.
     """
     with single_threaded_blas():
         return TransitSearch(problem).run(mask)
@@ -86,11 +57,10 @@ def swap_search(
 def fscd_stages(problem: SchedulingProblem) -> list[FscdStage]:
     """Run the ``S`` loop of FSCD (paper Algorithm 2) and return the stage of every ``S`` tried.
 
-    ``S`` runs from the number of feasible devices down to 1; an ``S`` whose cheapest ``S`` devices
-    exceed ``B`` is skipped. After size ``S`` the loop stops early, as printed, if
-    ``W(x^(S)) + sigma/sqrt(S b) <= sigma/sqrt((S-1) b)``; with per-device batch sizes the left
-    side is the objective of ``x^(S)`` and the right side uses the largest ``S-1`` batch sizes.
-    All sizes share one :class:`TransitSearch`; BLAS runs on one thread meanwhile.
+    ``S`` runs from the number of feasible devices down to 1, skipping an ``S`` whose cheapest
+    devices exceed ``B``, and stops early, as printed, when
+    ``W(x^(S)) + sigma/sqrt(S b) <= sigma/sqrt((S-1) b)`` (per-device batch sizes: the objective of
+    ``x^(S)`` against the largest ``S-1`` batch sizes).
     """
     search = TransitSearch(problem)
     # B* >= 0, so the sizes whose cheapest devices fit are 1 .. largest.
@@ -108,27 +78,11 @@ def fscd_stages(problem: SchedulingProblem) -> list[FscdStage]:
 
 
 def fscd_schedule(problem: SchedulingProblem) -> ScheduleResult:
-    """Solve P1 approximately with fix-sum coordinate descent (paper Algorithm 2).
+    """Solve P1 (:mod:`fedcgd_strategy.problem`) approximately with FSCD (paper Algorithm 2).
 
-    Problem P1: minimise ``sigma / sqrt(sum_v x_v b_v) + sum_c G_c |sum_v x_v p_vc / sum_v x_v
-    - p_c|`` over ``x in {0,1}^V`` subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where
-    ``B*_v = inf``.
-
-    Algorithm: for each schedule size ``S`` (see :func:`fscd_stages`) start from the ``S`` feasible
-    devices with the least ``B*`` and apply the best 1-step transit (swap of a scheduled and an
-    unscheduled feasible device, :class:`TransitSearch`) while it strictly decreases the objective
-    and keeps ``sum_v x_v B*_v <= B``; stop the ``S`` loop by the paper's early exit; return the
-    best local optimum over the sizes tried (ties: the larger ``S``).
-
-    Decisions (docs/design.md, "FSCD"): "argmax" in the printed algorithm means argmin; transits
-    must keep the bandwidth budget; an ``S`` whose cheapest ``S`` devices exceed ``B`` is skipped.
-
-    Returns
-    -------
-    ScheduleResult
-        ``iterations`` = total accepted transits + number of sizes ``S`` tried. Empty schedule with
-        objective ``inf`` when no device is feasible or fits.
-
+    The best local optimum over the sizes of :func:`fscd_stages` (ties: the larger ``S``).
+    ``iterations`` = accepted transits + sizes tried; an empty schedule with objective ``inf`` when
+    no device is feasible or fits.
     """
     stages = fscd_stages(problem)
     iterations = sum(stage.swaps for stage in stages) + len(stages)

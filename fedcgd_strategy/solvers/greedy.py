@@ -10,31 +10,14 @@ from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
 
 
 def greedy_schedule(problem: SchedulingProblem) -> ScheduleResult:
-    """Solve P1 approximately with greedy scheduling (paper Algorithm 1).
+    """Solve P1 (:mod:`fedcgd_strategy.problem`) approximately with greedy scheduling (Algorithm 1).
 
-    Problem P1: minimise ``sigma / sqrt(sum_v x_v b_v) + sum_c G_c |sum_v x_v p_vc / sum_v x_v
-    - p_c|`` over ``x in {0,1}^V`` subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where
-    ``B*_v = inf``.
-
-    Algorithm: start from the empty schedule ``Pi``. In each pass, among the candidate devices pick
-    ``v_k = argmin_v W(Pi u {v})`` (the paper's ``argmax_v W(Pi) - W(Pi u {v})``); add it while
-    ``W(Pi) - W(Pi u {v_k}) + sigma/sqrt(T) - sigma/sqrt(T + b_vk) >= 0`` with ``T = sum_{v in Pi}
-    b_v`` (for uniform ``b`` this is the paper's ``sigma/sqrt(b) (1/sqrt|Pi| - 1/sqrt(|Pi|+1))``),
-    else stop. The first device has an infinite sampling gain, so it is always added: it is the
-    device with the smallest ``W({v})``. All candidate additions of a pass are evaluated at once
-    from the running class sums.
-
-    Decisions (docs/design.md, "Greedy scheduling"): only devices that are feasible (finite
-    ``B*_v``) and still fit the remaining bandwidth are candidates. Ties go to the lowest device
-    index; a decrease test within :data:`~fedcgd_strategy.solvers.result.TIE_REL_TOL` of zero counts
-    as ``>= 0``.
-
-    Returns
-    -------
-    ScheduleResult
-        ``iterations`` = number of devices added (loop passes that accepted a device). If no
-        device is feasible or fits, the schedule is empty with objective ``inf``.
-
+    From the empty schedule, each pass picks ``v_k = argmin_v W(Pi u {v})`` among the devices that
+    are feasible and fit the remaining bandwidth, and adds it while
+    ``W(Pi) - W(Pi u {v_k}) + sigma/sqrt(T) - sigma/sqrt(T + b_vk) >= 0`` (``T = sum_{v in Pi}
+    b_v``; the first device is always added); ties go to the lowest index, a decrease within
+    :data:`~fedcgd_strategy.solvers.result.TIE_REL_TOL` of zero counts as ``>= 0`` (docs/design.md,
+    "Greedy scheduling"). ``iterations`` = devices added.
     """
     arrays = ProblemArrays.of(problem)
     selected = np.zeros(problem.num_devices, dtype=bool)

@@ -33,12 +33,9 @@ class ScheduleResult:
     ----------
     selected
         Scheduled devices, bool ``[V]`` (read-only).
-    objective
-        P1 objective of ``selected`` (sampling term + WEMD); ``inf`` for the empty schedule.
-    wemd
-        WEMD of ``selected`` (paper eq. (G1)); ``inf`` when empty.
-    sampling_term
-        ``sigma / sqrt(sum_v x_v b_v)``; ``inf`` when empty.
+    objective, wemd, sampling_term
+        P1 objective, WEMD (paper eq. (G1)) and ``sigma / sqrt(sum_v x_v b_v)`` of ``selected``;
+        ``inf`` for the empty schedule.
     bandwidth_used_hz
         ``sum_v x_v B*_v`` in Hz.
     iterations
@@ -47,7 +44,6 @@ class ScheduleResult:
         Name of the solver that produced the schedule.
     lower_bound
         Proven lower bound on the optimum of P1 (exact solver only; NaN for the heuristics).
-
     """
 
     selected: NDArray[np.bool_]

@@ -1,11 +1,8 @@
 """Set-up shared by the vectorised P1 solvers: the instance's arrays and a schedule's running sums.
 
-Every vectorised solver (and the dense FSCD oracle in :mod:`~experiments.bench.reference_solvers`)
-reads the same arrays of a :class:`~fedcgd_strategy.problem.SchedulingProblem` and keeps the same
-running sums of its current schedule ``Pi``: the class sums ``sum_{v in Pi} p_v``, the size
-``|Pi|``, the batch total ``sum_{v in Pi} b_v`` and the bandwidth ``sum_{v in Pi} B*_v``. The
-update rules below are the exact floating-point expressions the solvers have always used, so that
-their decisions do not change.
+The running sums of a schedule ``Pi`` (class sums, size, batch total, bandwidth) are updated
+with fixed floating-point expressions, shared with the dense FSCD oracle
+(:mod:`~experiments.bench.reference_solvers`), so that the solvers' decisions agree.
 """
 
 from __future__ import annotations
@@ -24,25 +21,9 @@ FloatArray = NDArray[np.float64]
 class ProblemArrays:
     """The arrays of a P1 instance in the form the vectorised solvers use (read-only views).
 
-    Attributes
-    ----------
-    labels
-        ``p_v``, float ``[V, C]``.
-    target
-        ``p``, float ``[C]``.
-    gradient
-        ``G_c``, float ``[C]`` (a scalar ``G`` broadcast).
-    batch
-        ``b_v``, int ``[V]`` (a scalar ``b`` broadcast).
-    bandwidth_hz
-        ``B*_v`` in Hz, float ``[V]`` (``inf`` = infeasible).
-    limit_hz
-        Budget ``B`` plus the rounding slack, in Hz (every budget test is ``<= limit_hz``).
-    feasible
-        Devices with finite ``B*_v``, bool ``[V]``.
-    sigma
-        ``sigma`` of the sampling term.
-
+    ``labels`` p_v [V, C], ``target`` p [C], ``gradient`` G_c [C], ``batch`` b_v [V],
+    ``bandwidth_hz`` B*_v [V] in Hz (``inf`` = infeasible), ``limit_hz`` the budget with the
+    rounding slack, ``feasible`` bool [V], ``sigma``.
     """
 
     labels: FloatArray
@@ -73,17 +54,8 @@ class ProblemArrays:
 class RunningSums:
     """Running sums of a schedule ``Pi``, updated in place as devices enter and leave.
 
-    Attributes
-    ----------
-    class_sum
-        ``sum_{v in Pi} p_v``, float ``[C]``.
-    count
-        ``|Pi|``.
-    total_batch
-        ``sum_{v in Pi} b_v`` (samples).
-    used_hz
-        ``sum_{v in Pi} B*_v`` in Hz.
-
+    ``class_sum`` = ``sum_{v in Pi} p_v`` [C], ``count`` = ``|Pi|``, ``total_batch`` =
+    ``sum_{v in Pi} b_v``, ``used_hz`` = ``sum_{v in Pi} B*_v`` in Hz.
     """
 
     class_sum: FloatArray

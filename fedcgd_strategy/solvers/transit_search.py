@@ -1,16 +1,9 @@
 """FSCD's incremental 1-step transit search (paper Algorithm 2, inner loop).
 
-Each step of the transit search needs the best swap of a scheduled device ``v`` for an
-unscheduled feasible device ``u``. Instead of evaluating the whole ``|Pi| x |not Pi| x C`` grid,
-:class:`TransitSearch` (i) finds, for every scheduled ``v``, the unscheduled devices that fit the
-budget (a prefix of the devices sorted by ``B*``), (ii) bounds every fitting swap from below with
-one ``[|Pi|, C + 2] x [C + 2, |not Pi|]`` matrix product plus an exact term for each ``v``'s
-dominant class, (iii) evaluates only the swaps whose bound does not exceed the best value found,
-and (iv) settles near-ties by evaluating the few grid rows involved exactly as the dense grid
-does, so that the decisions, tie-breaking included, are those of the dense search
-(:func:`~experiments.bench.reference_solvers.swap_search_dense`). At 1,000-3,000 candidate devices
-this is 10-20 times faster (``fedcgd bench fscd-scale``). Pure numpy (threadpoolctl,
-when installed, only to keep BLAS on one thread).
+:class:`TransitSearch` makes the decisions of the dense ``|Pi| x |not Pi| x C`` grid search
+(:func:`~experiments.bench.reference_solvers.swap_search_dense`) while evaluating few swaps;
+10-20x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``). Pure numpy
+(threadpoolctl, when installed, keeps BLAS on one thread).
 """
 
 from __future__ import annotations
@@ -30,26 +23,19 @@ from fedcgd_strategy.solvers.setup import FloatArray, ProblemArrays, RunningSums
 #: Device or row indices (``np.flatnonzero`` and friends).
 IndexArray = NDArray[np.intp]
 
-#: Safety margin of the pruning by the lower bound, in units of ``(C + 2) * eps * (2 sum_c G_c +
-#: 2 |objective|)``: the bound and the objective values each sum at most ``C + 2`` rounded terms of
-#: at most that size, so they are off by a few ``(C + 2) * eps`` of it; 64 is a wide safety factor.
-#: A larger margin only costs more candidate evaluations.
+#: Pruning margin in units of ``(C + 2) * eps * (2 sum_c G_c + 2 |objective|)`` (the rounding
+#: of bound and objective sums of C + 2 terms), with a wide safety factor.
 PRUNE_MARGIN_ULPS = 64.0
-#: Tie margin in units of ``(C + 1) * eps * |objective|``: a candidate value differs from the dense
-#: grid's value of the same transit only in the order of the ``C``-term weighted sum and one
-#: addition (the same rounded class terms enter both), i.e. by at most ``(C + 1) eps / 2`` of the
-#: objective each way; 8 is a safety factor. Rows with a candidate this close to the best are
-#: evaluated as the dense grid evaluates them.
+#: Tie margin in units of ``(C + 1) * eps * |objective|`` (a candidate differs from the dense
+#: grid's value by at most half of that each way), with a safety factor.
 TIE_MARGIN_ULPS = 8.0
 #: Candidates evaluated before the bound is tightened by the best value among them.
 EVALUATE_FIRST = 256
 #: Up to this many fitting transits, all are evaluated directly (no bound).
 EVALUATE_ALL = 4096
-#: Up to this many elements ``I * O * C`` a step evaluates the whole grid as the dense search does
-#: (cheaper than the bookkeeping below this size).
+#: Up to this many elements ``I * O * C`` a step evaluates the whole grid.
 DENSE_GRID = 32768
-#: Up to this many rows of the bound with fewer fitting transits than the widest are masked one
-#: by one; more are masked in one pass.
+#: Rows of the bound masked one by one up to this many, else in one pass.
 MASK_BY_LOOP = 8
 
 
@@ -66,10 +52,8 @@ def _blas_controller() -> Any:
 def single_threaded_blas() -> AbstractContextManager[object]:
     """Context in which BLAS runs on one thread (a no-op without threadpoolctl).
 
-    The transit search makes hundreds of small matrix products; BLAS threads speed them up
-    little and, on a machine whose cores are busy (the simulation engine's clients), make each
-    one up to ten times slower. The matrix-vector products of the dense grid give the same bits
-    for any thread count at these sizes, so the search's decisions do not change.
+    BLAS threads slow the search's many small products down on busy cores; the dense grid's
+    products give the same bits for any thread count at these sizes.
     """
     controller = _blas_controller()
     if controller is None:
@@ -86,10 +70,9 @@ def cheapest_order(problem: SchedulingProblem) -> IndexArray:
 def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> IndexArray:
     """How many leading entries of ``sorted_hz`` fit each ``room_hz``, with the exact budget test.
 
-    ``out[i]`` = number of ``j`` with ``room_hz[i] + sorted_hz[j] <= limit_hz`` evaluated in
-    floating point exactly as the dense grid does; the test is monotone in ``sorted_hz[j]``, so
-    the fitting entries are a prefix. A binary search on ``limit_hz - room_hz`` gives the prefix up
-    to rounding; it is then moved past whole runs of equal values until the test agrees.
+    ``out[i]`` = number of ``j`` with ``room_hz[i] + sorted_hz[j] <= limit_hz`` in floating point
+    as the dense grid tests it (a prefix, the test being monotone): a binary search, then moved past
+    runs of equal values until the test agrees.
 
     Parameters
     ----------
@@ -104,7 +87,6 @@ def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> I
     -------
     numpy.ndarray
         Prefix lengths, int ``[I]``.
-
     """
     count = np.searchsorted(sorted_hz, limit_hz - room_hz, side="right")
     last = sorted_hz.size - 1
@@ -124,53 +106,32 @@ def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> I
 class TransitSearch:
     """Incremental best-improvement 1-step transit search of one P1 instance (Alg. 2, inner loop).
 
-    Problem solved at each step: among the transits ``(v, u)`` (scheduled ``v`` leaves,
-    unscheduled feasible ``u`` enters) that keep ``sum_v x_v B*_v <= B``, find the one of least
-    P1 objective ``sum_c G_c |(sum_Pi p_c - p_vc + p_uc) / S - p_c| + sigma / sqrt(T - b_v +
-    b_u)`` (``S = |Pi|``, ``T = sum_Pi b``); ties go to the lowest ``v``, then the lowest ``u``.
-    The transit is applied while it is an improvement
-    (:func:`~fedcgd_strategy.solvers.result.is_improvement`). The decisions and the objective
-    values are those of the dense search
-    (:func:`~experiments.bench.reference_solvers.swap_search_dense`), which evaluates the whole
-    ``[I, O, C]`` grid (``I = |Pi|``, ``O`` unscheduled feasible devices) at every step. A step
-    here:
+    Each step finds, among the transits ``(v, u)`` (scheduled ``v`` leaves, unscheduled feasible
+    ``u`` enters) that keep ``sum_v x_v B*_v <= B``, the one of least P1 objective
+    ``sum_c G_c |(sum_Pi p_c - p_vc + p_uc) / S - p_c| + sigma / sqrt(T - b_v + b_u)``
+    (``S = |Pi|``, ``T = sum_Pi b``; ties: lowest ``v``, then lowest ``u``) and applies it while it
+    is an improvement (:func:`~fedcgd_strategy.solvers.result.is_improvement`). Decisions and
+    values are those of the dense grid search. A step:
 
-    1. *Budget.* With the unscheduled devices sorted by ``B*``, the transits of ``v`` that fit
-       are a prefix of length ``k_v`` (:func:`fit_counts`, with the dense grid's own
-       floating-point test); ``K = max_v k_v`` columns are considered.
-    2. *Small grids.* A grid of at most :data:`DENSE_GRID` elements ``I * O * C`` is evaluated
-       whole, as the dense search does. Otherwise, if at most :data:`EVALUATE_ALL` transits fit,
-       all of them are evaluated (step 4).
-    3. *Bound.* Otherwise, with ``w = sum_Pi p - S p`` and ``s_uc = sign(w_c + p_uc)``,
-       ``|w_c - p_vc + p_uc| >= s_uc (w_c + p_uc) - s_uc p_vc`` for every class and
-       ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``, so one matrix product
-       ``[I, C + 2] x [C + 2, K]`` bounds every transit from below. For the class ``d`` in which
-       ``v`` holds most of its samples (rows are grouped by it) the exact term replaces the
-       linear one: where ``s_ud = +1`` it adds ``2 G_d max(0, p_vd - w_d - p_ud) / S``. The exact
-       values at each row's least bound give an upper bound ``U`` on the best objective; only
-       transits with bound ``<= min(U, current) + margin`` are candidates (typically a few hundred
-       of ``I x K ~ 10^5``), and of those only the ones whose bound stays below the best of the
-       :data:`EVALUATE_FIRST` most promising are evaluated.
+    1. *Budget.* With the unscheduled devices sorted by ``B*``, the transits of ``v`` that fit are
+       a prefix of length ``k_v`` (:func:`fit_counts`); ``K = max_v k_v`` columns are considered.
+    2. *Small grids.* Up to :data:`DENSE_GRID` elements the grid is evaluated whole; up to
+       :data:`EVALUATE_ALL` fitting transits, all are evaluated (step 4).
+    3. *Bound.* With ``w = sum_Pi p - S p`` and ``s_uc = sign(w_c + p_uc)``,
+       ``|w_c - p_vc + p_uc| >= s_uc (w_c + p_uc) - s_uc p_vc`` and
+       ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``, so one product
+       ``[I, C + 2] x [C + 2, K]`` bounds every transit from below; ``v``'s dominant class ``d``
+       gets the exact term (adds ``2 G_d max(0, p_vd - w_d - p_ud) / S`` where ``s_ud = +1``).
+       Exact values at each row's least bound give an upper bound ``U``; only transits with bound
+       ``<= min(U, current) + margin`` are candidates, and of those only the ones whose bound stays
+       below the best of the :data:`EVALUATE_FIRST` most promising are evaluated.
     4. *Values.* Candidates are evaluated from the running class sums with the dense grid's
        element-wise arithmetic (only the order of the final ``C``-term sum may differ).
-    5. *Ties.* The rows holding a candidate within :data:`TIE_MARGIN_ULPS` rounding units of the
-       best are evaluated exactly as the dense grid evaluates them (same arrays, same reductions,
-       bit for bit) and the argmin is taken over them in device order, so ties, including
-       rounding-level ones, are broken as the dense grid breaks them. A step whose best candidate
-       is clearly no improvement ends the search without this.
+    5. *Ties.* Rows with a candidate within :data:`TIE_MARGIN_ULPS` of the best are evaluated bit
+       for bit as the dense grid does and the argmin is taken in device order.
 
-    Everything that does not depend on the schedule (feasible devices sorted by ``B*``, their
-    labels, each device's dominant class, the largest batch size) is computed once, so that all
-    sizes ``S`` of :func:`~fedcgd_strategy.solvers.fscd.fscd_stages` share one instance.
-    :func:`~fedcgd_strategy.solvers.fscd.fscd_stages` and
-    :func:`~fedcgd_strategy.solvers.fscd.swap_search` run it with BLAS on one thread
-    (:func:`single_threaded_blas`).
-
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-
+    What does not depend on the schedule is computed once, so all sizes ``S`` of
+    :func:`~fedcgd_strategy.solvers.fscd.fscd_stages` share one instance.
     """
 
     def __init__(self, problem: SchedulingProblem) -> None:
@@ -191,17 +152,8 @@ class TransitSearch:
     def run(self, mask: NDArray[np.bool_]) -> tuple[NDArray[np.bool_], float, int]:
         """Search from ``mask`` (feasible, non-empty, bool ``[V]``) until no transit improves.
 
-        Returns
-        -------
-        tuple
-            ``(selected, objective, swaps)``: the local optimum (bool ``[V]``), its objective as
-            evaluated on the dense grid, and the number of accepted transits.
-
-        Raises
-        ------
-        ValueError
-            If ``mask`` is empty or schedules an infeasible device.
-
+        Returns ``(selected, objective, swaps)``: the local optimum, its objective as evaluated
+        on the dense grid, and the number of accepted transits.
         """
         selected = np.array(mask, dtype=bool, copy=True)
         if not selected.any() or np.any(selected & ~self.arrays.feasible):
@@ -272,10 +224,9 @@ class TransitSearch:
         sums: RunningSums,
         current: float,
     ) -> tuple[IndexArray, FloatArray] | None:
-        """Rows (into ``inside``) and values of the transits that may be best (step 3).
+        """Rows (into ``inside``) and values (``inf`` = proved not best) of possible best transits.
 
-        A value is ``inf`` where the bound proved the transit not best. None if no transit can
-        improve on ``current``.
+        None if no transit can improve on ``current``.
         """
         width = int(fits.max())
         enter = self.order[positions[:width]]
@@ -308,11 +259,7 @@ class TransitSearch:
         enter: IndexArray,
         bound: FloatArray,
     ) -> FloatArray:
-        """Objectives of the candidate transits, ``inf`` where the bound proves them not best.
-
-        The :data:`EVALUATE_FIRST` candidates of least bound are evaluated first; of the others,
-        only those whose bound does not exceed the best value found (plus the prune margin).
-        """
+        """Objectives of the candidate transits, ``inf`` where the bound proves them not best."""
         if leave.size <= EVALUATE_FIRST:
             return self._objectives(sums, leave, enter)
         values = np.full(leave.size, np.inf)
@@ -359,9 +306,7 @@ class TransitSearch:
     def _objectives(self, sums: RunningSums, leave: IndexArray, enter: IndexArray) -> FloatArray:
         """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]``.
 
-        The class terms ``|(sum_Pi p - p_v + p_u) / S - p_c|`` are rounded exactly as in the dense
-        grid; only the order of their weighted sum may differ (see :data:`TIE_MARGIN_ULPS`).
-        Batch totals are positive (``u`` enters), so the sampling term is ``sigma / sqrt(T)``.
+        Class terms are rounded as in the dense grid; only their weighted sum's order may differ.
         """
         arrays = self.arrays
         class_sums = sums.class_sum - arrays.labels[leave] + arrays.labels[enter]
@@ -376,14 +321,10 @@ class TransitSearch:
         leave: IndexArray,
         group: bool = True,
     ) -> tuple[int, int, float]:
-        """Argmin over the dense grid's rows ``leave`` (ascending), computed as the grid does.
+        """Argmin over the dense grid's rows ``leave`` (ascending), bit for bit as the grid does.
 
-        The values equal the dense grid's bit for bit: the same ``[rows, |not Pi|, C]`` arrays
-        and the same reductions (one matrix-vector product per row). Rows whose partial sums
-        ``sum_Pi p - p_v`` and batch size are identical (devices whose labels differ below the
-        rounding of the sums) have identical values and are evaluated once; each row then gets its
-        own budget test (``group=False`` evaluates every row). Ties go to the first row, then the
-        first column.
+        Rows with identical partial sums and batch size are evaluated once (``group=False``: every
+        row); each row gets its own budget test. Ties go to the first row, then the first column.
         """
         arrays = self.arrays
         outside = np.flatnonzero(arrays.feasible & ~selected)

@@ -1,47 +1,10 @@
 """Data sets behind one contract: the built-in image and MNIST-1D sets and the researcher's own.
 
-The run-config key ``dataset`` names a *data-set function*: a built-in name, the keys of
-:data:`BUILTIN_DATASETS` (``digits``, ``cifar10``, ``cifar100``, ``mnist1d``), or a reference to
-the researcher's function, ``package.module:function`` or ``/absolute/path/file.py:function``
-(:func:`fedcgd_task.imports.import_object`). Built-in or not, every data-set function follows
-the same contract:
-
-* it takes no argument, or keyword arguments among :data:`DATA_KEYWORDS` (its signature says
-  which): ``data_dir``, the run config's ``data-dir`` as an absolute path, and ``settings``, the
-  run's validated :class:`fedcgd_task.settings.TaskSettings`, for data that depend on other
-  run-config keys (the built-in ``mnist1d`` reads ``mnist1d-samples`` from it). A function with
-  ``**kwargs`` gets ``data_dir``; ``settings`` only goes to a function that names it;
-* it returns ``((x_train, y_train), (x_test, y_test))`` or
-  ``((x_train, y_train), (x_test, y_test), num_classes)``;
-* ``x_train``, ``x_test``: real-valued arrays of shape [N, *input_shape] with at least one
-  input dimension and the same input shape in both sets (anything :func:`numpy.asarray`
-  reads; integer and bool values are converted too), stored as float32, every value finite;
-* ``y_train``, ``y_test``: integer arrays of shape [N] (an integer dtype; float labels are
-  refused) with labels in [0, num_classes);
-* ``num_classes``: an int >= 2; without it, C = the largest label of both sets + 1 (>= 2);
-* each set holds at least one sample, and x and y the same number N.
-
-:func:`load_data` calls the function once per process and (dataset, data-dir), and settings
-for a function that takes them (cached; the result must be a pure function of its arguments),
-checks the result (:func:`check_data`: a one-line ValueError naming the key ``dataset``, its
-value and what is allowed) and returns two :class:`DataSplit`. Nothing here branches on a
-data-set name: the built-ins are entries of :data:`BUILTIN_DATASETS` like any other function.
-
-The modules, one a job (every name below is also importable from ``fedcgd_task.datasets``):
-
-* :mod:`~fedcgd_task.datasets.contract`: the contract's names and :func:`check_data`, the checks
-  of what a data-set function returned;
-* :mod:`~fedcgd_task.datasets.loading`: :data:`BUILTIN_DATASETS`, the lookup and call of a
-  data-set function, and :func:`load_data` with its per-process cache;
-* :mod:`~fedcgd_task.datasets.splits`: :class:`DataSplit`, :class:`ImageSet` and
-  :class:`NormalizedPixels` (the built-in image sets keep ``uint8`` pixels and normalise only the
-  samples a computation needs);
-* :mod:`~fedcgd_task.datasets.digits`: ``digits``, scikit-learn's bundled 8 x 8 digits (fixed
-  stratified 80 / 20 split, independent of the run seed);
-* :mod:`~fedcgd_task.datasets.cifar`: ``cifar10`` / ``cifar100`` from the data folder, read by a
-  safe unpickler;
-* :mod:`~fedcgd_task.datasets.mnist1d`: ``mnist1d``, generated offline from ``mnist1d-samples``
-  and cached in the data folder.
+The run-config key ``dataset`` names a data-set function, built-in or the researcher's; the
+contract is in docs/bring-your-own.md, "Bring your own data set and model". One module per job:
+:mod:`~.contract` (the checks), :mod:`~.loading` (lookup, call, per-process cache),
+:mod:`~.splits` (containers), and one per built-in (:mod:`~.digits`, :mod:`~.cifar`,
+:mod:`~.mnist1d`). Every public name is importable from here.
 """
 
 from fedcgd_task.datasets.cifar import (

@@ -1,14 +1,8 @@
 """The built-in ``cifar10`` and ``cifar100`` data sets, read safely from the data folder.
 
-:mod:`torchvision.datasets`' files under the ``data-dir`` folder, normalised per channel,
-x = (pixel / 255 - mean_c) / std_c, with the usual training-set statistics
-:data:`CIFAR10_MEAN` / :data:`CIFAR10_STD` and :data:`CIFAR100_MEAN` / :data:`CIFAR100_STD`. The
-files are looked for first; if absent, one download is attempted; if that fails too (offline), a
-:class:`FileNotFoundError` says where to put them.
-
-The CIFAR batch files (Python pickles) are read with an unpickler that builds numpy arrays,
-lists, dicts, strings and numbers only (:class:`CifarUnpickler`): a crafted ``data_batch_*``
-cannot run code while it is read.
+torchvision's files in ``data-dir`` (one download is tried when absent), normalised per channel
+with the usual training-set statistics; the batch files are read by :class:`CifarUnpickler`,
+so a crafted ``data_batch_*`` cannot run code (docs/design.md, "Safe loading").
 """
 
 from __future__ import annotations
@@ -83,9 +77,8 @@ CIFAR_PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
 class CifarUnpickler(pickle.Unpickler):
     """An unpickler that builds only what a CIFAR batch holds (:data:`CIFAR_PICKLE_GLOBALS`).
 
-    Dicts, lists, strings, bytes and numbers need no global; numpy arrays need the globals
-    above. Any other global (``os.system``, ``builtins.eval``, a class's constructor, ...) is
-    refused before it is looked up, so a crafted file cannot run code while it is read.
+    Any other global (``os.system``, ``builtins.eval``, a class, ...) is refused before it is
+    looked up.
     """
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle's hook
@@ -98,15 +91,7 @@ class CifarUnpickler(pickle.Unpickler):
 
 
 def _cifar_entry(path: Path, name: str) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """Pixels [n, 3, 32, 32] and labels [n] of one CIFAR batch file, checked.
-
-    Raises
-    ------
-    ValueError
-        One line naming the file: too large, refused by :class:`CifarUnpickler`, or not a
-        dict with ``data`` (uint8 [n, 3072]) and ``labels`` / ``fine_labels`` (n integers in
-        [0, C)).
-    """
+    """Pixels [n, 3, 32, 32] and labels [n] of one CIFAR batch file, checked (ValueError)."""
     where = f"{name}: '{path}' is not a CIFAR batch"
     size = path.stat().st_size
     if size > MAX_CIFAR_FILE_BYTES:
@@ -143,26 +128,11 @@ def _cifar_entry(path: Path, name: str) -> tuple[npt.NDArray[np.uint8], npt.NDAr
 def read_cifar_folder(
     name: str, folder: Path, *, train: bool
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """Read an extracted CIFAR folder in torchvision's file format (Python pickles), safely.
+    """Read an extracted CIFAR folder in torchvision's format, safely: uint8 pixels, int64 labels.
 
-    The same files and layout torchvision reads (``data``: uint8 rows of 3 × 1024 channel-major
-    pixels; ``labels``, or CIFAR-100's ``fine_labels``), without the official MD5 checks, so
-    re-packed or generated files in that format load too (e.g. the round benchmark's). Each
-    file is at most :data:`MAX_CIFAR_FILE_BYTES` and is read by :class:`CifarUnpickler`, which
-    builds numpy arrays, lists, dicts, strings and numbers only: a crafted file cannot run
-    code.
-
-    Returns
-    -------
-    (uint8 [N, 3, 32, 32], int64 [N])
-        Pixels and labels.
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming the missing file and the folder.
-    ValueError
-        One line naming a file that is not a CIFAR batch (:func:`_cifar_entry`).
+    Without the official MD5 checks, so re-packed or generated files in that format load too (the
+    round benchmark's). Raises FileNotFoundError naming a missing file, ValueError (one line) for a
+    file that is not a CIFAR batch.
     """
     pixels, labels = [], []
     for file in CIFAR_SPLIT_FILES[(name, train)]:
@@ -186,35 +156,11 @@ def first_missing_folder(path: Path) -> Path | None:
 
 
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> ImageSet:
-    """Load the CIFAR-10 or CIFAR-100 training or test split.
+    """Load the CIFAR-10 or CIFAR-100 (fine labels) training or test split as an :class:`ImageSet`.
 
-    An extracted folder in ``data_dir`` is read directly (:func:`read_cifar_folder`);
-    otherwise torchvision loads the official archive, downloading it when allowed.
-
-    Parameters
-    ----------
-    name : str
-        ``"cifar10"`` or ``"cifar100"``.
-    data_dir : str or pathlib.Path
-        Folder holding ``cifar-10-batches-py/`` (resp. ``cifar-100-python/``) or the official
-        archive.
-    train : bool
-        Training split (True) or test split (False).
-    download : bool
-        Whether to try a download when the files are absent (tests switch it off).
-
-    Returns
-    -------
-    ImageSet
-        Images [N, 3, 32, 32] as uint8 with the dataset's normalisation; CIFAR-100 uses the
-        100 fine labels.
-
-    Raises
-    ------
-    FileNotFoundError
-        If the files are absent and cannot be downloaded; the message names the folder and the
-        files to put there.
-
+    An extracted folder in ``data_dir`` is read directly (:func:`read_cifar_folder`); otherwise
+    torchvision loads the official archive, downloading it when ``download``. Raises
+    FileNotFoundError naming the folder and the files to put there.
     """
     if name not in CIFAR_FILES:
         raise ValueError(f'name must be "cifar10" or "cifar100"; got {name!r}')
@@ -261,24 +207,10 @@ def _cifar_data(name: str, data_dir: str) -> LoadedData:
 
 
 def cifar10_data(data_dir: str) -> LoadedData:
-    """The ``cifar10`` data set under the data-set contract (files in ``data_dir``).
-
-    Returns
-    -------
-    ((NormalizedPixels, int64 array), (NormalizedPixels, int64 array), int)
-        50,000 training and 10,000 test images of 3 x 32 x 32 and C = 10 (:func:`load_cifar`).
-
-    """
+    """The ``cifar10`` data set under the data-set contract: 50,000 + 10,000 images, C = 10."""
     return _cifar_data("cifar10", data_dir)
 
 
 def cifar100_data(data_dir: str) -> LoadedData:
-    """The ``cifar100`` data set under the data-set contract (files in ``data_dir``).
-
-    Returns
-    -------
-    ((NormalizedPixels, int64 array), (NormalizedPixels, int64 array), int)
-        50,000 training and 10,000 test images of 3 x 32 x 32 and C = 100 (fine labels).
-
-    """
+    """The ``cifar100`` data set under the data-set contract: 50,000 + 10,000 images, C = 100."""
     return _cifar_data("cifar100", data_dir)

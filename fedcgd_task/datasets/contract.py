@@ -1,9 +1,4 @@
-"""The data-set contract: what a data-set function returns, and its checks (:func:`check_data`).
-
-The contract itself is stated in :mod:`fedcgd_task.datasets`. :func:`check_data` turns what a
-data-set function returned into the training and test :class:`DataSplit`, or raises a one-line
-ValueError naming the run-config key ``dataset``, its value, what is wrong and what is allowed.
-"""
+"""The data-set contract (docs/bring-your-own.md) and its checks (:func:`check_data`)."""
 
 from __future__ import annotations
 
@@ -109,24 +104,9 @@ def _check_num_classes(value: object, where: str) -> int:
 def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
     """Check what a data-set function returned and turn it into the training and test split.
 
-    Parameters
-    ----------
-    result : object
-        The function's return value (the contract of :mod:`fedcgd_task.datasets`).
-    name : str
-        The run-config value ``dataset`` (named in the messages).
-
-    Returns
-    -------
-    train, test : DataSplit
-        Inputs as float32 (or the given :class:`NormalizedPixels`), labels as int64, and
-        the number of classes C (given, or the largest label + 1).
-
-    Raises
-    ------
-    ValueError
-        One line naming the key ``dataset``, its value, what is wrong and what is allowed.
-
+    Returns two :class:`DataSplit` (inputs float32 or the given :class:`NormalizedPixels`, labels
+    int64, C given or the largest label + 1). Raises a one-line ValueError naming ``dataset``
+    (``name`` is its value), what is wrong and what is allowed.
     """
     where = dataset_setting(name)
     well_formed = (

@@ -1,9 +1,7 @@
 """The built-in ``digits`` data set: scikit-learn's bundled 8 x 8 digits, split 80 / 20.
 
-:func:`sklearn.datasets.load_digits`, 1797 images of 1 x 8 x 8 with integer intensities 0..16,
-scaled to [0, 1] (x = pixel / 16, no further normalisation); a fixed stratified 80 / 20 train /
-test split with split seed :data:`DIGITS_SPLIT_SEED` = 0 (1437 train, 360 test), independent of
-the run seed so every run sees the same test set.
+1797 images of 1 x 8 x 8, x = pixel / 16; a fixed stratified split with seed
+:data:`DIGITS_SPLIT_SEED` (1437 train, 360 test), the same for every run seed.
 """
 
 from __future__ import annotations
@@ -23,14 +21,7 @@ DIGITS_MAX_INTENSITY = 16.0
 
 
 def load_digits_split() -> tuple[ImageSet, ImageSet]:
-    """Load scikit-learn's digits and split it 80 / 20, stratified, with split seed 0.
-
-    Returns
-    -------
-    train, test : ImageSet
-        1437 and 360 images of shape [1, 8, 8], 10 classes, intensities scaled by 1 / 16.
-
-    """
+    """Load scikit-learn's digits and split it 80 / 20, stratified, with split seed 0."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -59,13 +50,6 @@ def load_digits_split() -> tuple[ImageSet, ImageSet]:
 
 
 def digits_data() -> LoadedData:
-    """The ``digits`` data set under the data-set contract (bundled: no data folder).
-
-    Returns
-    -------
-    ((NormalizedPixels, int64 array), (NormalizedPixels, int64 array), int)
-        :func:`load_digits_split`'s 1437 training and 360 test images and C = 10.
-
-    """
+    """The ``digits`` data set under the data-set contract: 1437 + 360 images, C = 10."""
     train, test = load_digits_split()
     return train.arrays(), test.arrays(), train.num_classes

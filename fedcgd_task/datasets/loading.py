@@ -1,11 +1,7 @@
 """From a run-config ``dataset`` value to checked, cached splits: built-ins, lookup and calls.
 
-:data:`BUILTIN_DATASETS` maps the built-in names to their data-set functions; any other value is
-the researcher's reference (:func:`dataset_function`). :func:`call_dataset_function` passes the
-keywords of :data:`DATA_KEYWORDS` the function's signature takes, and :func:`load_data` checks the
-result (:func:`fedcgd_task.datasets.contract.check_data`) and caches it once per process. Nothing
-here branches on a data-set name: the built-ins are entries of :data:`BUILTIN_DATASETS` like any
-other function.
+Built-ins are entries of :data:`BUILTIN_DATASETS` like any researcher's function; nothing here
+branches on a data-set name.
 """
 
 from __future__ import annotations
@@ -57,15 +53,9 @@ def dataset_function(name: str) -> DataFunction:
 def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
     """The :data:`DATA_KEYWORDS` ``function`` takes; refuse one that needs other arguments.
 
-    A parameter named ``data_dir`` or ``settings`` (positional-or-keyword or keyword-only)
-    takes that keyword; ``**kwargs`` takes ``data_dir``. A function without a readable
-    signature (a C function) is called bare.
-
-    Raises
-    ------
-    ValueError
-        One line naming the key ``dataset``: the function needs other arguments.
-
+    A parameter named ``data_dir`` or ``settings`` takes that keyword, ``**kwargs`` takes
+    ``data_dir``; a function without a readable signature is called bare. Raises ValueError (one
+    line naming ``dataset``).
     """
     try:
         params = list(inspect.signature(function).parameters.values())
@@ -91,11 +81,7 @@ def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
 
 
 def default_task_settings(name: str, data_dir: str) -> TaskSettings:
-    """The project's default settings (pyproject.toml) with data set ``name`` in ``data_dir``.
-
-    What a data-set function that takes ``settings`` gets when it is loaded outside a run
-    (:func:`load_data` without settings).
-    """
+    """The default settings with data set ``name`` in ``data_dir`` (for a load outside a run)."""
     from fedcgd_task.settings import TaskSettings, default_run_config
 
     config = {**default_run_config(), DATASET_KEY: name, "data-dir": data_dir}
@@ -107,24 +93,9 @@ def call_dataset_function(
 ) -> object:
     """Call a data-set function with the keywords of :data:`DATA_KEYWORDS` its signature takes.
 
-    Parameters
-    ----------
-    function : callable
-        The data-set function.
-    name : str
-        The run-config value ``dataset`` (named in the messages).
-    data_dir : str
-        The absolute data folder, for ``data_dir``.
-    settings : TaskSettings, optional
-        For ``settings``; default: :func:`default_task_settings`.
-
-    Raises
-    ------
-    FileNotFoundError
-        When the function raised one (missing data files), its first line after the key.
-    ValueError
-        One line naming the key ``dataset``: the function needs other arguments, or it raised.
-
+    ``settings`` defaults to :func:`default_task_settings`. A FileNotFoundError the function
+    raised (missing data files) is re-raised with its first line after the key; anything else is a
+    one-line ValueError naming ``dataset``.
     """
     takes = data_keywords(function, name)
     kwargs: dict[str, Any] = {}
@@ -147,32 +118,9 @@ def load_data(
 ) -> tuple[DataSplit, DataSplit]:
     """Load, check and cache the training and test split of a data set, once per process.
 
-    The cache is safe because the result is a pure function of the arguments the function
-    takes (the files do not change during a run); per-node mutable state belongs in
-    ``context.state`` instead. It is keyed by (name, data_dir), and by the settings only for a
-    function that takes them.
-
-    Parameters
-    ----------
-    name : str
-        The run-config value ``dataset``: a key of :data:`BUILTIN_DATASETS` or a reference to
-        a data-set function.
-    data_dir : str
-        The absolute data folder (passed to functions that take ``data_dir``).
-    settings : TaskSettings, optional
-        The run's settings (passed to functions that take ``settings``); default:
-        :func:`default_task_settings`.
-
-    Returns
-    -------
-    train, test : DataSplit
-
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line naming the key ``dataset`` (:func:`dataset_function`,
-        :func:`call_dataset_function`, :func:`check_data`).
-
+    The result is a pure function of the arguments the function takes, so it is cached by
+    (name, data_dir), and by the settings for a function that takes them. Returns (train, test)
+    :class:`DataSplit`; raises ValueError or FileNotFoundError (one line naming ``dataset``).
     """
     takes = data_keywords(dataset_function(name), name)
     if "settings" not in takes:

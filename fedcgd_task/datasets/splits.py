@@ -1,10 +1,7 @@
 """The containers of a data set's splits: :class:`DataSplit`, :class:`ImageSet` and pixels.
 
-The built-in image sets keep their inputs as :class:`NormalizedPixels`: ``uint8`` pixels plus a
-per-channel affine normalisation, converted to ``float32`` only for the samples a computation
-needs (the full CIFAR training set is 150 MB as ``uint8`` but 614 MB as ``float32``, and in
-simulation every Ray worker process holds one copy). Every checked split, built-in or the
-researcher's, is a :class:`DataSplit` (:func:`fedcgd_task.datasets.contract.check_data`).
+Built-in image sets keep ``uint8`` pixels and convert to ``float32`` only the samples a
+computation needs (CIFAR's training set: 150 MB instead of 614 MB, in every Ray worker).
 """
 
 from __future__ import annotations
@@ -19,20 +16,9 @@ import torch
 
 @dataclass(frozen=True, eq=False)
 class NormalizedPixels:
-    """Images stored as ``uint8`` that read as ``float32``: x = (pixel * scale - mean_c) / std_c.
+    """Images stored as ``uint8`` [N, C, H, W] that read as ``float32`` (:meth:`tensor`).
 
-    The inputs the built-in data-set functions return: a float32 array of shape [N, C, H, W]
-    in meaning, whose rows are computed on demand (:meth:`tensor`) from the stored pixels.
-
-    Attributes
-    ----------
-    pixels : numpy.ndarray of uint8, shape [N, C, H, W]
-        Raw intensities, channels first.
-    scale : float
-        Factor mapping a raw intensity to [0, 1].
-    mean, std : tuple of float, length C
-        Per-channel normalisation applied after scaling.
-
+    x = (pixel * scale - mean_c) / std_c, ``scale`` mapping a raw intensity to [0, 1].
     """
 
     pixels: npt.NDArray[np.uint8]
@@ -71,24 +57,10 @@ Inputs: TypeAlias = npt.NDArray[np.float32] | NormalizedPixels
 
 @dataclass(frozen=True, eq=False)
 class ImageSet:
-    """Labelled images stored as ``uint8`` with the affine map to normalised ``float32``.
+    """Labelled ``uint8`` images [N, C, H, W] with the ``float32`` map of :class:`NormalizedPixels`.
 
-    What the image readers (:func:`load_digits_split`, :func:`load_cifar`) return; the
-    built-in data-set functions hand on its :meth:`arrays`.
-
-    Attributes
-    ----------
-    pixels : numpy.ndarray of uint8, shape [N, C, H, W]
-        Raw intensities, channels first.
-    labels : numpy.ndarray of int64, shape [N]
-        Class ids in ``0 .. num_classes - 1``.
-    num_classes : int
-        Number of classes C of the dataset (not only those present).
-    scale : float
-        Factor mapping a raw intensity to [0, 1].
-    mean, std : tuple of float, length C_channels
-        Per-channel normalisation applied after scaling: x = (pixel * scale - mean) / std.
-
+    ``labels`` int64 [N] in ``0 .. num_classes - 1``; ``num_classes`` counts the data set's
+    classes, not only those present.
     """
 
     pixels: npt.NDArray[np.uint8]
@@ -123,17 +95,9 @@ class ImageSet:
 
 @dataclass(frozen=True, eq=False)
 class DataSplit:
-    """One checked split (training or test) of a data set, as the apps use it.
+    """One checked split of a data set: finite ``inputs`` [N, *input_shape], int64 ``labels`` [N].
 
-    Attributes
-    ----------
-    inputs : numpy.ndarray of float32 or NormalizedPixels, shape [N, *input_shape]
-        The inputs (finite).
-    labels : numpy.ndarray of int64, shape [N]
-        Class ids in ``0 .. num_classes - 1``.
-    num_classes : int
-        Number of classes C of the data set (not only those present in this split).
-
+    ``num_classes`` counts the data set's classes, not only those present in this split.
     """
 
     inputs: Inputs
@@ -149,19 +113,7 @@ class DataSplit:
         return tuple(int(s) for s in self.inputs.shape[1:])
 
     def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return inputs and labels as tensors, optionally only for ``indices``.
-
-        Parameters
-        ----------
-        indices : array_like of int, shape [n], optional
-            Rows to take (repeats allowed); all rows when omitted.
-
-        Returns
-        -------
-        x : torch.Tensor of float32, shape [n, *input_shape]
-        y : torch.Tensor of int64, shape [n]
-
-        """
+        """Inputs (float32) and labels (int64) as tensors, of ``indices`` (may repeat) or all."""
         rows = None if indices is None else np.asarray(indices, dtype=np.int64)
         if isinstance(self.inputs, NormalizedPixels):
             x = self.inputs.tensor(rows)
