@@ -165,21 +165,28 @@ def test_whole_runs_match_the_per_device_path(
     tmp_path: Path, policy: str, data: dict, tau: int
 ) -> None:
     settings = {"policy": policy, "local-steps": tau, **data}
-    alone, model_alone = whole_run(tmp_path, "alone", cohorts=False, **settings)
-    together, model_together = whole_run(tmp_path, "together", cohorts=True, **settings)
-    assert [x["scheduled"] for x in together] == [x["scheduled"] for x in alone]
-    assert [x["uploaded"] for x in together] == [x["uploaded"] for x in alone]
-    assert any(x["num_scheduled"] > 1 for x in alone)
-    for a, b in zip(alone, together, strict=True):
+    alone = whole_run(tmp_path, "alone", cohorts=False, **settings)
+    together = whole_run(tmp_path, "together", cohorts=True, **settings)
+    assert_same_runs(alone, together)
+
+
+def assert_same_runs(a_run: tuple[list, dict], b_run: tuple[list, dict]) -> None:
+    """Two float64 runs (metrics lines, final model) equal up to :data:`REL`: the same schedules
+    and uploads, accuracies (counts), and sigma-hat, WEMD, objective, loss and model within REL."""
+    (a_lines, a_model), (b_lines, b_model) = a_run, b_run
+    assert [x["scheduled"] for x in b_lines] == [x["scheduled"] for x in a_lines]
+    assert [x["uploaded"] for x in b_lines] == [x["uploaded"] for x in a_lines]
+    assert any(x["num_scheduled"] > 1 for x in a_lines)
+    for a, b in zip(a_lines, b_lines, strict=True):
         assert b["accuracy"] == a["accuracy"]  # a count of correct test samples
         for key in ("sigma", "wemd", "objective", "loss"):
             if isinstance(a.get(key), float):
                 assert close(b[key], a[key]), key
             elif isinstance(a.get(key), list):
                 assert b[key] == pytest.approx(a[key], rel=REL, abs=1e-300), key
-    for name in model_alone:
-        assert model_alone[name].dtype == torch.float64
-        torch.testing.assert_close(model_together[name], model_alone[name], rtol=REL, atol=0.0)
+    for name in a_model:
+        assert a_model[name].dtype == b_model[name].dtype == torch.float64
+        torch.testing.assert_close(b_model[name].cpu(), a_model[name], rtol=REL, atol=0.0)
 
 
 def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:

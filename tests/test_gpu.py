@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cohort_execution import CNN1D, MLP, MNIST1D, REL, close
+from test_cohort_execution import CNN1D, MLP, MNIST1D, assert_same_runs
 
 from client_app.device_round import process_model
 from experiments.run.inprocess import run_inprocess
@@ -60,20 +60,9 @@ def test_a_run_on_the_gpu_equals_the_run_on_the_cpu(
     tmp_path: Path, policy: str, data: dict, tau: int, cohorts: bool
 ) -> None:
     settings = {"policy": policy, "local-steps": tau, **data}
-    cpu, model_cpu = whole_run(tmp_path, "cpu", "cpu", cohorts, **settings)
-    gpu, model_gpu = whole_run(tmp_path, "gpu", "cuda", cohorts, **settings)
-    assert [x["scheduled"] for x in gpu] == [x["scheduled"] for x in cpu]
-    assert any(x["num_scheduled"] > 1 for x in cpu)
-    for a, b in zip(cpu, gpu, strict=True):
-        assert b["accuracy"] == a["accuracy"]  # a count of correct test samples
-        for key in ("sigma", "wemd", "objective", "loss"):
-            if isinstance(a.get(key), float):
-                assert close(b[key], a[key]), key
-            elif isinstance(a.get(key), list):
-                assert b[key] == pytest.approx(a[key], rel=REL, abs=1e-300), key
-    for name in model_cpu:
-        assert model_gpu[name].dtype == torch.float64
-        torch.testing.assert_close(model_gpu[name].cpu(), model_cpu[name], rtol=REL, atol=0.0)
+    cpu = whole_run(tmp_path, "cpu", "cpu", cohorts, **settings)
+    gpu = whole_run(tmp_path, "gpu", "cuda", cohorts, **settings)
+    assert_same_runs(cpu, gpu)
 
 
 def test_the_devices_model_sits_on_the_gpu_the_setting_names() -> None:

@@ -80,21 +80,23 @@ def test_stream_output_hides_chatter_but_returns_every_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     text = "Using SuperLink: local\nround 1/1 | acc 50.00%\nSuccessfully installed app\n"
+    assert streamed(text) == text
+    assert capsys.readouterr().out == "round 1/1 | acc 50.00%\n"
+
+
+def streamed(text: str) -> str:
+    """:func:`stream_output` (without ``verbose``) of a process that prints ``text``."""
     proc = subprocess.Popen(
         [sys.executable, "-c", f"print({text!r}, end='')"], stdout=subprocess.PIPE, text=True
     )
-    assert stream_output(proc, verbose=False) == text
-    assert capsys.readouterr().out == "round 1/1 | acc 50.00%\n"
+    return stream_output(proc, verbose=False)
 
 
 def test_a_file_gets_the_streamed_lines_without_colour_codes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     text = "\x1b[93mWARNING \x1b[0m:   train: device 3 excluded\nround 1/1 | acc 50.00%\n"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", f"print({text!r}, end='')"], stdout=subprocess.PIPE, text=True
-    )
-    assert stream_output(proc, verbose=False) == text  # what the commands read back
+    assert streamed(text) == text  # what the commands read back
     assert (
         capsys.readouterr().out == "WARNING :   train: device 3 excluded\nround 1/1 | acc 50.00%\n"
     )
