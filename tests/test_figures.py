@@ -186,9 +186,9 @@ def test_plot_runs_tells_two_runs_of_one_policy_apart(
     (fig,) = figures
     series = _series(fig.axes[0])
     assert [label for label, _, _ in series] == [
-        "BC (best channel) · seed-0",
-        "BC (best channel) · seed-1",
-        "FedCGD-FSCD",  # alone with its policy: no folder needed
+        "BC (best channel) · seed=0",
+        "BC (best channel) · seed=1",
+        "FedCGD-FSCD · seed=0",  # the setting that differs between the runs plotted
     ]
     assert len({(colour, style) for _, colour, style in series}) == 3
     legend = [text.get_text() for text in fig.legends[0].get_texts()]
@@ -417,3 +417,77 @@ def test_the_solver_figure_is_titled_with_its_settings() -> None:
         "P1 instances: UMi uplinks, CIFAR-10 CNN (258,898 × 32 bit), deadline 2 s"
         " · Dirichlet α = 0.1, 1, 10 · 3 per (V, α)"
     )
+
+
+def test_runs_are_labelled_by_the_settings_that_differ_and_aggregators_get_their_own_colour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.analysis.plot_runs import plot_runs
+
+    figures = _capture(monkeypatch)
+    runs = {
+        "plain": {"policy": "fedcgd-fscd"},
+        "adam": {"policy": "fedcgd-fscd", "aggregator": "FedAdam"},
+        "median": {"policy": "fedcgd-fscd", "aggregator": "FedMedian", "local-steps": 5},
+        "bc": {"policy": "bc", "device": "cpu", "checkpoint-every": 0},  # neither is a label
+    }
+    dirs = [tmp_path / name for name in runs]
+    for folder, overrides in zip(dirs, runs.values(), strict=True):
+        write_run(folder, overrides, _lines(3))
+    plot_runs(dirs, tmp_path / "runs.png")
+    (fig,) = figures
+    series = _series(fig.axes[0])
+    assert [label for label, _, _ in series] == [
+        'FedCGD-FSCD · aggregator="", local_steps=10',
+        "FedCGD-FSCD · aggregator=FedAdam, local_steps=10",
+        "FedCGD-FSCD · aggregator=FedMedian, local_steps=5",
+        'BC (best channel) · aggregator="", local_steps=10',
+    ]
+    colours = [colour for _, colour, _ in series]
+    assert colours[0] == to_hex(POLICY_COLORS["fedcgd-fscd"])
+    assert colours[3] == to_hex(POLICY_COLORS["bc"])
+    assert len(set(colours)) == 4  # two policies, three aggregators of one: four colours
+
+
+def test_series_styles_give_a_policys_further_aggregators_their_own_colours() -> None:
+    styles = series_styles(
+        ["fedcgd-fscd", "fedcgd-fscd", "bc", "fedcgd-fscd", "fedcgd-fscd"],
+        ["", "FedAdam", "", "", "FedAdam"],
+    )
+    colours = [to_hex(style["color"]) for style in styles]
+    assert colours == [
+        to_hex(POLICY_COLORS["fedcgd-fscd"]),
+        "#aec7e8",
+        to_hex(POLICY_COLORS["bc"]),
+        to_hex(POLICY_COLORS["fedcgd-fscd"]),
+        "#aec7e8",
+    ]
+    keys = [(to_hex(s["color"]), repr(s["linestyle"])) for s in styles]
+    assert len(set(keys)) == 5  # a repeated series still gets a style of its own
+
+
+def test_mean_curves_group_by_the_settings_besides_the_seed_and_bands_can_be_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.analysis.plot_runs import group_runs, plot_mean_runs
+
+    figures = _capture(monkeypatch)
+    dirs = []
+    for aggregator in ("", "FedAdam"):
+        for seed in (0, 1, 2):
+            folder = tmp_path / (aggregator or "fedavg") / f"seed-{seed}"
+            write_run(folder, {"aggregator": aggregator, "seed": seed}, _lines(3))
+            dirs.append(folder)
+    groups = group_runs(dirs)
+    assert list(groups) == [("fedcgd-fscd", 'aggregator=""'), ("fedcgd-fscd", "aggregator=FedAdam")]
+    assert [len(g) for g in groups.values()] == [3, 3]
+    plot_mean_runs(groups, tmp_path / "bands.png")
+    plot_mean_runs(groups, tmp_path / "lines.png", bands=False)
+    with_bands, lines_only = figures
+    assert [label for label, _, _ in _series(with_bands.axes[0])] == [
+        'FedCGD-FSCD · aggregator="" (n=3)',
+        "FedCGD-FSCD · aggregator=FedAdam (n=3)",
+    ]
+    assert len(with_bands.axes[0].collections) == 2  # a band per group
+    assert len(lines_only.axes[0].collections) == 0
+    assert _series(lines_only.axes[0]) == _series(with_bands.axes[0])

@@ -53,6 +53,27 @@ def test_every_preset_composes_and_validates(preset):
         assert Path(overrides["data-dir"]).is_absolute()
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_presets_figure_metrics_are_ones_the_figure_can_draw(preset):
+    metrics = load(preset).get("figure_metrics") or []
+    assert set(metrics) <= {
+        "final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd",
+    }  # fmt: skip
+    reproduce.check_figure_metrics(metrics)
+
+
+def test_a_figure_metric_the_table_lacks_is_refused_before_anything_starts(tmp_path, capsys):
+    cfg = load(
+        "digits_imbalance", [f"out={tmp_path / 'out'}", "figure_metrics=[max_accuracy,wemd]"]
+    )
+    assert reproduce.reproduce(cfg) == 2
+    assert capsys.readouterr().err == (
+        "error: figure_metrics = ['max_accuracy', 'wemd'] names 'wemd'; allowed: final_accuracy, "
+        "max_accuracy, rounds_to_target, mean_scheduled, mean_wemd\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_presets_carry_the_paper_settings():
     imbalance = load("cifar10_imbalance")
     assert list(imbalance.sweep["imbalance-ratio"]) == [1.0, 3.0, 9.0]

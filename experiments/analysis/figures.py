@@ -98,6 +98,13 @@ POLICY_COLORS: dict[str, str] = {
 #: ones that no built-in policy uses (near-black, then matplotlib's "tab20b" darks).
 USER_COLORS: tuple[str, ...] = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
 
+#: Colours of a policy's further aggregators in one figure (its first keeps the policy's own
+#: colour): matplotlib's "tab20" lights, which no policy uses.
+VARIANT_COLORS: tuple[str, ...] = (
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
+    "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+)  # fmt: skip
+
 #: Line style of a researcher's own policy (built-ins are solid or dashed).
 USER_LINESTYLE = "-."
 
@@ -165,10 +172,26 @@ def _style_key(style: Mapping[str, Any]) -> tuple[str, str]:
     return to_hex(style["color"]), repr(style["linestyle"])
 
 
-def series_styles(policies: Sequence[str]) -> list[dict[str, Any]]:
-    """One style per series (``policies`` may repeat), no two with the same colour and style."""
+def series_styles(
+    policies: Sequence[str], aggregators: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """One style per series (``policies`` may repeat), no two with the same colour and style.
+
+    With ``aggregators`` (one per series), a policy's first aggregator keeps the policy's colour
+    and each further one takes its own (:data:`VARIANT_COLORS`): different policies or
+    aggregators never share a colour (up to ten further aggregators in one figure).
+    """
     own = [p for p in dict.fromkeys(policies) if p not in POLICY_COLORS]
-    return distinct_styles([policy_style(p, own.index(p) if p in own else 0) for p in policies])
+    styles = [policy_style(p, own.index(p) if p in own else 0) for p in policies]
+    if aggregators is not None:
+        first: dict[str, str] = {}
+        variant: dict[tuple[str, str], str] = {}
+        for i, (policy, aggregator) in enumerate(zip(policies, aggregators, strict=True)):
+            if first.setdefault(policy, aggregator) != aggregator:
+                key = (policy, aggregator)
+                color = variant.setdefault(key, VARIANT_COLORS[len(variant) % len(VARIANT_COLORS)])
+                styles[i] = {**styles[i], "color": color}
+    return distinct_styles(styles)
 
 
 def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -260,12 +283,14 @@ def draw_group(
     color: Any = None,
     style: Mapping[str, Any] | None = None,
     smooth: int = 1,
+    bands: bool = True,
 ) -> Any:
     """Draw one group of runs of ``key`` on ``ax``; return the colour used (None: nothing drawn).
 
     The line is the per-round mean over the runs; from :data:`MIN_RUNS_FOR_BAND` runs on, the 95 %
     band of that mean, clipped to the metric's range (``gid`` :data:`BAND_GID`). With ``smooth`` > 1
     the raw mean is a faint line and the labelled line and band are of the runs' moving averages.
+    ``bands`` False: the mean lines alone.
     """
     style = dict(style or {})
     color = style.pop("color", color)
@@ -279,7 +304,7 @@ def draw_group(
         curves = [smooth_curve(c, smooth) for c in curves]
     band = mean_band(curves)
     (line,) = ax.plot(band.x, band.mean, color=color, label=label, **style)
-    if len(curves) >= MIN_RUNS_FOR_BAND:
+    if bands and len(curves) >= MIN_RUNS_FOR_BAND:
         bounds = metric(key)
         ax.fill_between(
             band.x,

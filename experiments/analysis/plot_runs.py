@@ -6,6 +6,7 @@ its 95 % band (:func:`plot_mean_runs`). The figure's rules: :mod:`experiments.an
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.analysis.figure_titles import runs_title
+from experiments.analysis.figure_titles import read_config, runs_title
 from experiments.analysis.figures import (
     draw_group,
     label_axis,
@@ -31,11 +32,22 @@ from experiments.analysis.figures import (
 from run_files.atomic_files import ResultWriteError, atomic_write
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
+from run_files.run_status import flat_settings
 
 #: The three panels of a run figure, one metric each.
 PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
 #: Noisy per-round panels, drawn as a moving average over their faint per-round line.
 SMOOTHED_KEYS = ("num_scheduled", "wemd")
+#: Settings (dotted, with what lies below them) that never label a line: where a run wrote,
+#: how often it saved or printed, where it computed, values derived from the others (the
+#: protocol ``auto`` resolves by policy), and the policy (every label starts with it).
+UNLABELLED = (
+    "result_dir", "resume_from", "checkpoint_every", "verbose", "stall_limit_s", "eval_every",
+    "task.device", "task.data_dir", "num_parameters", "model_bits_used", "num_classes",
+    "target_dist_global", "policy_uses_budget", "aggregator_resolved", "policy", "protocol",
+)  # fmt: skip
+#: Longest value shown in a label (a longer one keeps its end).
+MAX_LABEL_VALUE = 24
 
 
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
@@ -116,6 +128,7 @@ def plot_mean_bands(
     *,
     style: Mapping[str, Any] | None = None,
     window: int = 1,
+    bands: bool = True,
 ) -> None:
     """Draw on each axis (one per key) the group of runs ``result_dirs`` (:func:`draw_group`).
 
@@ -127,7 +140,9 @@ def plot_mean_bands(
     for ax, key in zip(axes, keys, strict=True):
         curves = [round_values(lines, key) for lines in runs]
         smooth = window if key in SMOOTHED_KEYS else 1
-        drawn = draw_group(ax, curves, key, label, color=color, style=style, smooth=smooth)
+        drawn = draw_group(
+            ax, curves, key, label, color=color, style=style, smooth=smooth, bands=bands
+        )
         color = drawn or color
 
 
@@ -145,9 +160,52 @@ def folder_suffix(index: int, paths: Sequence[Path]) -> str:
     return f"{paths[index].name} #{paths[: index + 1].count(paths[index])}"
 
 
-def run_labels(result_dirs: Sequence[Path], policies: Sequence[str]) -> list[str]:
-    """Legend label of each run: its policy's name, and its folder when another run shares it."""
+def _value_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = "".join(c if c.isprintable() else "?" for c in (text or '""'))
+    return text if len(text) <= MAX_LABEL_VALUE else "…" + text[-(MAX_LABEL_VALUE - 1) :]
+
+
+def differing_settings(
+    configs: Sequence[Mapping[str, Any] | None], skip: Sequence[str] = ()
+) -> list[str]:
+    """Per run, the settings whose values differ between these runs: ``local_steps=5, seed=1``.
+
+    Read from each run's ``config.json`` (None: unknown, nothing shown); the settings of
+    :data:`UNLABELLED` and ``skip`` (dotted, e.g. ``task.seed``) are left out; a setting is named
+    by its last part (``training.local_steps`` as ``local_steps``), ``""`` when none differs.
+    """
+    flats = [flat_settings(c) if c else None for c in configs]
+    known = [f for f in flats if f is not None]
+    left_out = (*UNLABELLED, *skip)
+    names = sorted({k for f in known for k in f})
+    differ = [
+        k
+        for k in names
+        if not any(k == u or k.startswith(f"{u}.") for u in left_out)
+        and len({json.dumps(f.get(k), sort_keys=True) for f in known}) > 1
+    ]
+    return [
+        ""
+        if f is None
+        else ", ".join(f"{k.rsplit('.', 1)[-1]}={_value_text(f.get(k))}" for k in differ)
+        for f in flats
+    ]
+
+
+def run_labels(
+    result_dirs: Sequence[Path], policies: Sequence[str], settings: Sequence[str] | None = None
+) -> list[str]:
+    """Legend label of each run: its policy's name, then what tells it from the others.
+
+    ``settings``: per run, the settings that differ (:func:`differing_settings`); the folder is
+    added where another run still has the same label.
+    """
     names = [policy_name(p) for p in policies]
+    if settings is not None:
+        names = [f"{n} · {s}" if s else n for n, s in zip(names, settings, strict=True)]
     paths = [Path(d).resolve() for d in result_dirs]
     labels = []
     for i, name in enumerate(names):
@@ -160,43 +218,73 @@ def run_labels(result_dirs: Sequence[Path], policies: Sequence[str]) -> list[str
     return labels
 
 
+def aggregator_of(config: Mapping[str, Any] | None) -> str:
+    """The run's aggregator as its ``config.json`` names it (``""``: the scheduler's FedAvg)."""
+    return str((config or {}).get("aggregator") or "")
+
+
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
-    """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round), one line per run."""
+    """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round), one line per run.
+
+    Each line is labelled by its policy and the settings that differ between the runs; different
+    policies and aggregators never share a colour (:func:`figures.series_styles
+    <experiments.analysis.figures.series_styles>`).
+    """
     fig, axes = _panels()
     loaded = [load_run(d) for d in result_dirs]
     policies = [policy for policy, _ in loaded]
     window = panel_window([lines for _, lines in loaded])
-    labels = run_labels(result_dirs, policies)
-    styles = series_styles(policies)
+    configs = [read_config(d) for d in result_dirs]
+    labels = run_labels(result_dirs, policies, differing_settings(configs))
+    styles = series_styles(policies, [aggregator_of(c) for c in configs])
     for result_dir, label, style in zip(result_dirs, labels, styles, strict=True):
         plot_mean_bands(axes, PANEL_KEYS, [result_dir], label, style=style, window=window)
     title_smoothed_panels(axes, PANEL_KEYS, window)
     return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(result_dirs))
 
 
-def group_by_label(result_dirs: Sequence[Path]) -> dict[str, list[Path]]:
-    """Result directories grouped by their label (the run's policy), in first-seen order."""
-    groups: dict[str, list[Path]] = {}
-    for result_dir in result_dirs:
-        groups.setdefault(load_run(result_dir)[0], []).append(result_dir)
+def group_runs(result_dirs: Sequence[Path]) -> dict[tuple[str, str], list[Path]]:
+    """Result folders grouped by policy and the settings other than the seed that differ.
+
+    In first-seen order; the settings as :func:`differing_settings` writes them.
+    """
+    policies = [load_run(d)[0] for d in result_dirs]
+    settings = differing_settings([read_config(d) for d in result_dirs], skip=("task.seed",))
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for result_dir, policy, setting in zip(result_dirs, policies, settings, strict=True):
+        groups.setdefault((policy, setting), []).append(result_dir)
     return groups
 
 
-def plot_mean_runs(groups: Mapping[str, Sequence[Path]], out: Path) -> Path:
-    """Three panels as :func:`plot_runs`: a mean curve and 95 % band per group of folders."""
+def plot_mean_runs(
+    groups: Mapping[str, Sequence[Path]] | Mapping[tuple[str, str], Sequence[Path]],
+    out: Path,
+    *,
+    bands: bool = True,
+) -> Path:
+    """Three panels as :func:`plot_runs`: a mean curve and 95 % band per group of folders.
+
+    ``groups``: policy -> folders, or (policy, the settings that tell the group apart) ->
+    folders (:func:`group_runs`); ``bands`` False draws the mean lines alone.
+    """
     fig, axes = _panels()
-    order = policy_order(groups)
-    every = [d for label in order for d in groups[label]]
+    keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
+    order = [
+        key for policy in policy_order(p for p, _ in keyed) for key in keyed if key[0] == policy
+    ]
+    every = [d for key in order for d in keyed[key]]
     window = panel_window([load_run(d)[1] for d in every])
-    for label, style in zip(order, series_styles(order), strict=True):
-        dirs = groups[label]
-        name = f"{policy_name(label)} (n={len(dirs)})"
-        plot_mean_bands(axes, PANEL_KEYS, dirs, name, style=style, window=window)
+    aggregators = [aggregator_of(read_config(keyed[key][0])) for key in order]
+    styles = series_styles([p for p, _ in order], aggregators)
+    for (policy, setting), style in zip(order, styles, strict=True):
+        dirs = keyed[(policy, setting)]
+        name = policy_name(policy) + (f" · {setting}" if setting else "") + f" (n={len(dirs)})"
+        plot_mean_bands(axes, PANEL_KEYS, dirs, name, style=style, window=window, bands=bands)
     title_smoothed_panels(axes, PANEL_KEYS, window)
     return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(every))
 
 
-def main(result_dirs: Sequence[Path], out: Path, mean: bool = False) -> int:
+def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool = True) -> int:
     """``fedcgd plot``: the runs' curves (or with ``mean`` each policy's mean) into ``out``.
 
     Exit code 0 (one line names the figure), 2 when a folder is not a result folder or the
@@ -208,7 +296,7 @@ def main(result_dirs: Sequence[Path], out: Path, mean: bool = False) -> int:
             return 2
     try:
         if mean:
-            written = plot_mean_runs(group_by_label(list(result_dirs)), out)
+            written = plot_mean_runs(group_runs(list(result_dirs)), out, bands=bands)
         else:
             written = plot_runs(list(result_dirs), out)
     except ValueError as err:

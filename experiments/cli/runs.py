@@ -194,15 +194,18 @@ def plot_command(
         bool,
         typer.Option(
             "--mean",
-            help="group the runs by policy: mean curve per policy and, from two runs on, its "
-            "95 % confidence band",
+            help="group the runs by policy and the settings other than the seed that differ: a "
+            "mean curve per group and, from two runs on, its 95 % confidence band",
         ),
     ] = False,
+    bands: Annotated[
+        bool, typer.Option("--bands/--no-bands", help="with --mean: draw the 95 % bands")
+    ] = True,
 ) -> None:
     """Accuracy, scheduled devices and WEMD per round of runs, from their result folders."""
     from experiments.analysis import plot_runs
 
-    done(plot_runs.main(result_dirs, out, mean))
+    done(plot_runs.main(result_dirs, out, mean, bands))
 
 
 def runs_command(

@@ -129,6 +129,21 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     return plans
 
 
+#: What ``figure_metrics`` may name: the table's numbers per policy and sweep point.
+FIGURE_METRICS = (
+    "final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd",
+)  # fmt: skip
+
+
+def check_figure_metrics(metrics: Any) -> None:
+    """Refuse a ``figure_metrics`` that names anything but :data:`FIGURE_METRICS` (one line)."""
+    given = [] if metrics is None else list(metrics) if not isinstance(metrics, str) else [metrics]
+    bad = [m for m in given if m not in FIGURE_METRICS]
+    if bad:
+        allowed = ", ".join(FIGURE_METRICS)
+        raise ValueError(f"figure_metrics = {given!r} names {bad[0]!r}; allowed: {allowed}")
+
+
 def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
     """Load each data set the plan needs once, so missing files stop the sweep before any run."""
     defaults = default_run_config()
@@ -206,6 +221,7 @@ def reproduce(
         engine = launcher_engine(cfg)
         jobs = resolve_jobs(cfg.launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
+        check_figure_metrics(cfg.get("figure_metrics"))
         check_data(plans)
         # One command in these folders at a time: the whole output and each sweep point's.
         claims.append(claim_folder(out, "out"))
