@@ -208,7 +208,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "result-dir",
         "",
-        'output folder (`""`: a new `<policy>-<UTC time>` folder under the command\'s `--out`, '
+        'output folder (`""`: a new `<name>-<UTC time>` folder under the command\'s `--out`, '
         "`results/` by default; under `~/fedcgd-results` in a bare `flwr run`, whose ServerApp "
         "does not know the project folder); a folder that already holds a run's results is "
         "refused (never overwritten)",

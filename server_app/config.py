@@ -8,6 +8,7 @@ what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import time
 from collections.abc import Mapping
@@ -135,14 +136,55 @@ def _position(text: str, name: str) -> int:
 SERVER_RESULTS_DIR = "~/fedcgd-results"
 
 
-def timestamped_result_dir(parent: str | Path, policy: str) -> Path:
-    """The folder of a new run: ``<parent>/<policy>-<YYYYmmdd-HHMMSS>`` (UTC, absolute, not made).
+#: Run-config keys a default folder's name leaves out: where and how a run writes or computes
+#: (the policy and aggregator come first in it).
+UNNAMED_KEYS = (
+    "policy", "aggregator", "result-dir", "resume-from", "data-dir", "device", "verbose",
+    "checkpoint-every", "stall-limit-s", "query-timeout-s", "train-timeout-s",
+)  # fmt: skip
+#: Longest name before the time; a longer one is cut and ends in a digest of the whole.
+MAX_NAME_CHARS = 100
 
-    Characters of ``policy`` other than letters, digits, ``.``, ``_`` and ``-`` become ``_``.
+
+def _name_part(text: str) -> str:
+    """``text`` with every character but letters, digits, ``.``, ``=``, ``_``, ``-`` as ``_``."""
+    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.=_-]", "_", text)).strip("._")
+
+
+def run_folder_name(run_config: Mapping[str, Any]) -> str:
+    """What tells a run apart, for its default folder: ``bc_FedAdam_local-steps=5``.
+
+    The policy (a class path as its class name), the aggregator unless the scheduler's FedAvg,
+    then every setting whose value differs from its default (in the schema's order, the last
+    part of a dotted key), but those of :data:`UNNAMED_KEYS`; cut at :data:`MAX_NAME_CHARS`.
+    """
+    from fedcgd_task.settings import default_run_config
+
+    defaults = default_run_config()
+    parts = [str(run_config.get("policy", "")).rsplit(":", 1)[-1]]
+    aggregator = str(run_config.get("aggregator") or "")
+    if aggregator:
+        parts.append(aggregator.rsplit(":", 1)[-1])
+    for key, default in defaults.items():
+        value = run_config.get(key, default)
+        if key in UNNAMED_KEYS or value == default:
+            continue
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        parts.append(f"{key.rsplit('.', 1)[-1]}={shown}")
+    name = "_".join(p for p in (_name_part(part) for part in parts) if p) or "run"
+    if len(name) > MAX_NAME_CHARS:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name[: MAX_NAME_CHARS - 9]}-{digest}"
+    return name
+
+
+def timestamped_result_dir(parent: str | Path, run_config: Mapping[str, Any]) -> Path:
+    """The folder of a new run: ``<parent>/<name>-<YYYYmmdd-HHMMSS>`` (UTC, absolute, not made).
+
+    ``<name>``: :func:`run_folder_name`.
     """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", policy).strip("._") or "policy"
-    return Path(parent).expanduser().resolve() / f"{name}-{stamp}"
+    return Path(parent).expanduser().resolve() / f"{run_folder_name(run_config)}-{stamp}"
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
@@ -173,7 +215,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             )
         values["result_dir"] = resume_from
     elif result_dir == "":
-        values["result_dir"] = str(timestamped_result_dir(SERVER_RESULTS_DIR, policy))
+        values["result_dir"] = str(timestamped_result_dir(SERVER_RESULTS_DIR, run_config))
     return RunConfig(
         task=task,
         training=TrainingSettings.from_run_config(run_config),

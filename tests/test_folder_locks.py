@@ -213,8 +213,10 @@ def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path,
     first, claim_a = claim_run(config, tmp_path)
     second, claim_b = claim_run(config, tmp_path)
     try:
-        assert Path(first["result-dir"]).name == "fedcgd-fscd-20250101-000000"
-        assert Path(second["result-dir"]).name == "fedcgd-fscd-20250101-000000-2"
+        # the policy, then the settings that differ from the defaults, then the time
+        name = "fedcgd-fscd_num-server-rounds=1_num-devices=8_availability-prob=0.8-20250101-000000"
+        assert Path(first["result-dir"]).name == name
+        assert Path(second["result-dir"]).name == f"{name}-2"
     finally:
         claim_a.release()
         claim_b.release()

@@ -246,3 +246,31 @@ def test_killed_between_final_checkpoint_and_model_is_finished_by_resume(capsys,
         assert summary[key] == original[key], key
     status = read_status(copy)
     assert status is not None and status.state == "completed" and rounds(copy) == [1, 2]
+
+
+def test_a_default_folder_is_named_by_what_tells_the_run_apart() -> None:
+    from fedcgd_task.settings import default_run_config
+    from server_app.config import run_folder_name
+
+    defaults = default_run_config()
+    assert run_folder_name(defaults) == "fedcgd-fscd"
+    changed = {
+        **defaults,
+        "policy": "bc",
+        "aggregator": "FedAdam",
+        "channel.deadline-s": 0.004,
+        "local-steps": 5,
+        "seed": 3,
+        "data-dir": "/data",  # where: never in the name
+        "device": "cpu",
+        "checkpoint-every": 0,
+    }
+    assert run_folder_name(changed) == "bc_FedAdam_seed=3_local-steps=5_deadline-s=0.004"
+    own = {**defaults, "policy": "/abs/my file.py:My Policy", "aggregator": "lab.aggs:Mine"}
+    assert run_folder_name(own) == "My_Policy_Mine"
+    params = {**defaults, "policy-params": '{beta = 0.5, name = "x/y"}'}
+    assert run_folder_name(params) == "fedcgd-fscd_policy-params=_beta_=_0.5_name_=_x_y"
+    long = {**defaults, "policy-params": "{" + "a" * 300 + " = 1}"}
+    whole = "fedcgd-fscd_policy-params=_" + "a" * 300 + "_=_1"
+    digest = hashlib.sha256(whole.encode()).hexdigest()[:8]
+    assert run_folder_name(long) == f"{whole[:91]}-{digest}"

@@ -42,12 +42,15 @@ def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
 
 
 def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
-    """``run_config`` with ``result-dir`` = ``out/<policy>-<UTC time>`` unless a folder is set."""
+    """``run_config`` with ``result-dir`` = ``out/<name>-<UTC time>`` unless a folder is set.
+
+    ``<name>`` tells the run apart (:func:`server_app.config.run_folder_name`).
+    """
     from server_app.config import timestamped_result_dir
 
     config = dict(run_config)
     if not config.get("result-dir") and not config.get("resume-from"):
-        config["result-dir"] = str(timestamped_result_dir(out, str(config["policy"])))
+        config["result-dir"] = str(timestamped_result_dir(out, config))
     return config
 
 
