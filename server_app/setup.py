@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from logging import WARNING
 from typing import Any
 
 import numpy as np
 import torch
+from flwr.common import log
 from flwr.serverapp.strategy import Strategy
 from numpy.typing import NDArray
 from torch import nn
@@ -22,7 +24,12 @@ from fedcgd_strategy.flower.aggregators import make_aggregator, resolved_aggrega
 from fedcgd_strategy.flower.round_state import ChannelModel
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import Policy
-from fedcgd_strategy.policies.registry import make_policy, policy_class
+from fedcgd_strategy.policies.registry import (
+    make_policy,
+    policy_class,
+    replaced_defaults,
+    resolved_policy_arguments,
+)
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
 from fedcgd_task.imports import first_line
@@ -167,6 +174,8 @@ def build_setup(
     target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
     if on_settings is not None:
         on_settings(resolved_settings(config, num_params, model_bits, num_classes, target))
+        for line in replaced_defaults(config.policy, config.policy_context(num_classes)):
+            log(WARNING, line)  # a new run says it once; a resume has said it
 
     policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
     cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
@@ -284,6 +293,9 @@ def resolved_settings(
         num_classes=num_classes,
         target_dist_global=target.tolist(),
         policy_uses_budget=bool(policy_class(config.policy).uses_budget),
+        policy_resolved=resolved_policy_arguments(
+            config.policy, config.policy_context(num_classes), config.policy_params
+        ),
         aggregator_resolved=resolved_aggregator(
             config.aggregator, config.aggregator_params, config.task.num_devices
         ),

@@ -442,3 +442,52 @@ def test_docs_list_the_range_of_every_parameter():
     table = docs[docs.index("## Allowed values") :]
     names = {kebab(name) for ranges in RANGES.values() for name in ranges}
     assert [n for n in sorted(names) if f"`{n}`" not in table] == []
+
+
+SKIPPER = """\
+from dataclasses import dataclass
+
+from fedcgd_strategy import Policy
+
+
+@dataclass
+class Skipper(Policy):
+    pack_rule: str = "skip"
+    per_round: int = 1
+    label: str = "x"
+
+    def schedule(self, inputs, rng):  # never called: only built here
+        raise AssertionError
+"""
+
+
+def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog):
+    """And a run-level setting that replaces the policy's own default is said, once."""
+    from server_app.setup import build_setup
+
+    module = tmp_path / "skipper.py"
+    module.write_text(SKIPPER)
+    run_config = {
+        **default_run_config(),
+        "result-dir": str(tmp_path / "run"),
+        "policy": f"{module}:Skipper",
+        "policy-params.per-round": 3,
+    }
+    recorded: dict[str, Any] = {}
+    with caplog.at_level("WARNING"):
+        build_setup(parse_run_config(fold_policy_params(run_config)), on_settings=recorded.update)
+    assert json.loads(json.dumps(recorded))["policy_resolved"] == {
+        "pack_rule": {"value": "stop", "from": "run-config key 'pack-rule'"},
+        "per_round": {"value": 3, "from": "run-config key 'policy-params'"},
+        "label": {"value": "x", "from": "the class default"},
+    }
+    said = [r.getMessage() for r in caplog.records if "is replaced by" in r.getMessage()]
+    assert said == [
+        f"policy '{module}:Skipper': its default pack_rule = 'skip' is replaced by run-config "
+        "key 'pack-rule' = 'stop'"
+    ]
+    fixed = recorded_config(tmp_path / "gs", "", {})  # a built-in: what its name fixes
+    assert fixed["policy_resolved"]["method"] == {
+        "value": "fscd",
+        "from": "the policy name 'fedcgd-fscd'",
+    }

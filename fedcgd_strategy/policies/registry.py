@@ -190,3 +190,47 @@ def make_policy(
         ) from err
     policy.name = setting
     return policy
+
+
+def resolved_policy_arguments(
+    setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every keyword argument the policy is built with: its value and where it came from.
+
+    ``from`` is ``the policy name`` (fixed by a built-in name), ``policy-params``, the run-config
+    key or data set that :class:`PolicyContext` takes it from, or ``the class default``.
+    A parameter with no default and no value is left out (the build would refuse it).
+    """
+    entry = policy_entry(setting)
+    given = policy_param_arguments(setting, params or {})
+    resolved: dict[str, dict[str, Any]] = {}
+    for name, parameter in keyword_parameters(entry.policy_type).items():
+        if name in entry.fixed:
+            resolved[name] = {"value": entry.fixed[name], "from": f"the policy name {setting!r}"}
+        elif name in given:
+            resolved[name] = {"value": given[name], "from": f"run-config key {PARAMS_KEY!r}"}
+        elif name in CONTEXT_SOURCES:
+            resolved[name] = {"value": getattr(context, name), "from": CONTEXT_SOURCES[name]}
+        elif parameter.default is not inspect.Parameter.empty:
+            resolved[name] = {"value": parameter.default, "from": "the class default"}
+    return resolved
+
+
+def replaced_defaults(setting: str, context: PolicyContext) -> list[str]:
+    """Where a run-level setting replaces the policy class's own default, one line each.
+
+    A parameter that :class:`PolicyContext` fills (``pack_rule`` from ``pack-rule``, ...) always
+    takes the run's value; when the class declares another default, the line says so (the
+    ServerApp says each once, at the start).
+    """
+    lines = []
+    for name, parameter in keyword_parameters(policy_class(setting)).items():
+        if name not in CONTEXT_SOURCES or parameter.default is inspect.Parameter.empty:
+            continue
+        value = getattr(context, name)
+        if value != parameter.default:
+            lines.append(
+                f"policy {setting!r}: its default {name} = {parameter.default!r} is replaced by "
+                f"{CONTEXT_SOURCES[name]} = {value!r}"
+            )
+    return lines
