@@ -35,7 +35,9 @@ class RoundRecord:
     Lists hold partition ids; ``failed_reasons`` is keyed by the id as a string (JSON);
     ``discovery_failed`` by node id. ``lost`` are devices drawn available that the round lost to
     something outside the simulated physics (no connected node, no reply, an error reply); a device
-    whose reply was refused is ``failed``, not lost.
+    whose reply was refused is ``failed``, not lost. ``dp_clipping_norm`` and ``dp_noise_std``:
+    the clipping norm C and the noise's standard deviation z C / n of a DP aggregator's round
+    (None without DP, or when the round kept the model).
     """
 
     round: int
@@ -68,6 +70,8 @@ class RoundRecord:
     discovery_s: float = 0.0
     devices_lost: int = 0
     lost: list[int] = field(default_factory=list)
+    dp_clipping_norm: float | None = None
+    dp_noise_std: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""

@@ -30,6 +30,8 @@ SCALARS: dict[str, str] = {
     "schedule/bandwidth_used_hz": "bandwidth_used_hz",
     "estimates/sigma": "sigma",
     "estimates/class_gradient": "class_gradient_used",
+    "dp/clipping_norm": "dp_clipping_norm",
+    "dp/noise_std": "dp_noise_std",
 }
 
 

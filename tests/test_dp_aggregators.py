@@ -38,7 +38,7 @@ from test_aggregators import NODES, Recorder, V, initial_model, refused, run
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
-from fedcgd_strategy.flower.dp_aggregators import noise_seed
+from fedcgd_strategy.flower.dp_aggregators import dp_round_noise, noise_seed
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
 from run_files.results import METRICS_FILE, MODEL_FILE
@@ -237,6 +237,7 @@ def test_the_noise_is_calibrated_to_the_rounds_uploads():
     """
     aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40)
     reference, models, weights = hand_round()
+    noise_before = dp_round_noise(aggregator, len(models))
     result, _ = aggregate_uploads(aggregator, 4, models, weights, reference, seed=11)
     assert result is not None
     draw = np.random.RandomState()  # the legacy generator Flower draws from
@@ -245,6 +246,8 @@ def test_the_noise_is_calibrated_to_the_rounds_uploads():
     for key in ("w", "b"):
         noise = draw.normal(0.0, 1.0 / 3, mean[key].shape).astype(np.float32)
         np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
+    assert noise_before == (1.0, 1.0 / 3)  # what the round's record says
+    assert dp_round_noise(make_aggregator("FedAvg", {}, 40), 3) is None
 
 
 def test_adaptive_noise_is_scaled_by_the_norm_the_round_clipped_with():
@@ -265,6 +268,7 @@ def test_adaptive_noise_is_scaled_by_the_norm_the_round_clipped_with():
     }
     aggregator = make_aggregator(ADAPTIVE, params, 3)
     reference, models, weights = hand_round()
+    noise_before = dp_round_noise(aggregator, len(models))
     result, _ = aggregate_uploads(aggregator, 2, models, weights, reference, seed=5)
     assert result is not None
     draw = np.random.RandomState()  # the legacy generator Flower draws from
@@ -278,6 +282,8 @@ def test_adaptive_noise_is_scaled_by_the_norm_the_round_clipped_with():
     for key in ("w", "b"):
         noise = draw.normal(0.0, z_updates * 1.0 / 3, mean[key].shape).astype(np.float32)
         np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
+    # the record: the norm the round clipped with (C_0 = 1), and Flower's std z' C_0 / n
+    assert noise_before == pytest.approx((1.0, z_updates / 3), rel=1e-12)
 
 
 @pytest.mark.parametrize(("quantile", "low", "high"), [(0.2, 8.0, 9.0), (0.7, 3.0, 4.0)])
@@ -340,6 +346,19 @@ def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -
     )
     run_inprocess(config, cohorts=cohorts)
     return torch.load(tmp_path / name / MODEL_FILE)
+
+
+def test_every_private_round_records_its_clipping_norm_and_noise(tmp_path):
+    dp_run(tmp_path, "run", seed=3)
+    lines = [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
+    private = [line for line in lines if not line["model_kept"]]
+    assert len(private) >= 2
+    for line in private:  # Flower's std z C / n, n the round's uploads
+        assert line["dp_clipping_norm"] == CLIP
+        assert line["dp_noise_std"] == pytest.approx(0.3 * CLIP / line["num_uploaded"], rel=1e-12)
+    for line in lines:
+        if line["model_kept"]:  # nothing was aggregated, no noise added
+            assert line["dp_clipping_norm"] is None and line["dp_noise_std"] is None
 
 
 def test_the_same_seed_gives_the_same_private_run_under_cohorts_and_alone(tmp_path):

@@ -44,7 +44,8 @@ LINE_KEYS = (
     "num_scheduled num_uploaded scheduled uploaded failed disconnected wemd sampling_term "
     "objective sigma class_gradient_used class_gradient_next bandwidth_used_hz "
     "solver_iterations query_s schedule_s train_phase_s aggregate_s client_train_s model_kept "
-    "failed_reasons model_kept_reason discovery_failed discovery_s devices_lost lost"
+    "failed_reasons model_kept_reason discovery_failed discovery_s devices_lost lost "
+    "dp_clipping_norm dp_noise_std"
 ).split()
 
 

@@ -277,3 +277,18 @@ def numpy_global_seeded(seed: int, server_round: int) -> Iterator[None]:
         yield
     finally:
         np.random.set_state(saved)  # noqa: NPY002
+
+
+def dp_round_noise(aggregator: Strategy, uploads: int) -> tuple[float, float] | None:
+    """The clipping norm C a round clips with and its noise's standard deviation z C / n.
+
+    Read before the round's aggregation (which moves the adaptive wrapper's C to the next
+    round's): C, and Flower's ``compute_stdv`` with the wrapper's noise multiplier z (for the
+    adaptive wrapper the updates' share of it, as Flower splits it) and n = ``uploads``. None
+    for an aggregator without DP.
+    """
+    if not is_dp(aggregator):
+        return None
+    wrapper: Any = aggregator
+    norm = float(wrapper.clipping_norm)
+    return norm, float(wrapper.noise_multiplier) * norm / uploads

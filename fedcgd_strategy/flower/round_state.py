@@ -50,6 +50,7 @@ class RoundInProgress:
     busy: dict[int, int] = field(default_factory=dict)
     sent: list[Message] = field(default_factory=list)
     lost: set[int] = field(default_factory=set)
+    dp_noise: tuple[float, float] | None = None
 
     @property
     def reachable(self) -> list[int]:

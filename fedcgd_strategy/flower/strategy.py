@@ -7,6 +7,7 @@ models, lets the policy update Ĝ and records the round.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
@@ -35,6 +36,7 @@ from fedcgd_strategy.flower.discovery import (
     send_tracked,
     settle_pending,
 )
+from fedcgd_strategy.flower.dp_aggregators import dp_round_noise
 from fedcgd_strategy.flower.phase_replies import Screening, collect_reports, lost_devices
 from fedcgd_strategy.flower.replies import DeviceReport, reported_stats, uploaded_updates
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
@@ -343,6 +345,9 @@ class ScheduledStrategy(Strategy):
             discovery_failed=state.discovery_failed,
             lost=state.lost | disconnected,
         )
+        if state.dp_noise is not None:
+            norm, noise_std = state.dp_noise
+            record = dataclasses.replace(record, dp_clipping_norm=norm, dp_noise_std=noise_std)
         self.last_record = record
         if self.on_record is not None:
             self.on_record(record)
@@ -366,6 +371,7 @@ class ScheduledStrategy(Strategy):
             averaged = fedavg(models, weights, state.reference)
         else:
             nodes = [r.node_id for r in uploads]
+            noise = dp_round_noise(self.aggregator, len(models))
             combined, reason = aggregate_uploads(
                 self.aggregator,
                 state.server_round,
@@ -378,6 +384,7 @@ class ScheduledStrategy(Strategy):
             if combined is None:
                 return None, reason
             averaged = combined
+            state.dp_noise = noise
         bad = non_finite_arrays(averaged)
         if bad:
             return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"
