@@ -14,6 +14,7 @@ from typing import Any
 from flwr.app import ArrayRecord, MetricRecord
 
 from fedcgd_strategy.record import RoundRecord
+from run_files.atomic_files import stop_signals_held
 from run_files.results import ResultWriter
 from run_files.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.checkpoint import save_checkpoint
@@ -80,16 +81,17 @@ class RoundRecorder:
             self.writer.start_rounds()  # the start-up ends here: not in the ETA
             return MetricRecord(metrics)
         record = self._take_record(server_round)
-        line = self._write_round(server_round, metrics, eval_s, record, arrays)
-        self.say(
-            self.writer.progress(
-                server_round,
-                line["accuracy"],
-                record.num_scheduled,
-                record.num_available,
-                discovery_s=record.discovery_s,
+        with stop_signals_held():  # a stop comes after the round's files and its line: they agree
+            line = self._write_round(server_round, metrics, eval_s, record, arrays)
+            self.say(
+                self.writer.progress(
+                    server_round,
+                    line["accuracy"],
+                    record.num_scheduled,
+                    record.num_available,
+                    discovery_s=record.discovery_s,
+                )
             )
-        )
         return MetricRecord(metrics) if metrics else None
 
     def _take_record(self, server_round: int) -> RoundRecord:

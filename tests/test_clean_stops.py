@@ -120,8 +120,11 @@ def test_a_signal_inside_a_write_stops_the_run_cleanly(
     assert status["state"] == "stopped" and status["reason"] == f"stopped by {name}"
     assert status["last_round"] == STOP_ROUND
     done = torch.load(folder / "checkpoint.pt")["round"]  # loads: whole
-    # the checkpoint follows the line and the status: a stop in those comes before round 3's
-    assert done == (STOP_ROUND if where == "checkpoint.pt" else STOP_ROUND - 1)
+    # a stop waits for the round's files and its progress line: all say the same round
+    assert done == STOP_ROUND
+    progress = [x for x in out.splitlines() if x.startswith("round ")]
+    assert progress[-1].startswith(f"round    {STOP_ROUND}/")
+    assert last.startswith(f"{CONTINUE}{STOP_ROUND} of ")
     assert not list(folder.glob(".*.tmp")) and not (folder / "model.pt").exists()
 
     # the printed command finishes the run as if it had never stopped
