@@ -391,6 +391,10 @@ def test_config_json_holds_the_resolved_parameters_of_a_strategy(tmp_path):
     assert resolved == {
         "class": "flwr.serverapp.strategy.fedadam:FedAdam",
         "params": {"eta": 0.05, **expected},
+        "from": {
+            "eta": "run-config key 'aggregator-params'",
+            **{name: "the class default" for name in expected},
+        },
     }
     assert expected == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
 
@@ -413,11 +417,22 @@ def test_config_json_holds_the_resolved_parameters_of_a_dp_wrapper_and_its_strat
             # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
             "clipped-count-stddev": V / 20,
         },
+        "from": {
+            "noise-multiplier": "run-config key 'aggregator-params'",
+            "clip-norm-lr": "run-config key 'aggregator-params'",
+            "initial-clipping-norm": "the class default",
+            "target-clipped-quantile": "the class default",
+            "clipped-count-stddev": "Flower's default for num-devices (V / 20)",
+        },
         "strategy": {
             "class": "flwr.serverapp.strategy.fedavgm:FedAvgM",
             "params": {
                 "server-momentum": 0.9,
                 **flower_defaults(flower_strategies.FedAvgM, "server_learning_rate"),
+            },
+            "from": {
+                "server-momentum": "run-config key 'aggregator-params.strategy-params'",
+                "server-learning-rate": "the class default",
             },
         },
     }
@@ -429,7 +444,11 @@ def test_config_json_of_the_default_aggregator_and_of_fixed_clipping(tmp_path):
     assert resolved == {
         "class": "flwr.serverapp.strategy.dp_fixed_clipping:" + FIXED,
         "params": {"noise-multiplier": 0.5, "clipping-norm": 1.0},
-        "strategy": {"class": "flwr.serverapp.strategy.fedavg:FedAvg", "params": {}},
+        "from": {
+            "noise-multiplier": "run-config key 'aggregator-params'",
+            "clipping-norm": "run-config key 'aggregator-params'",
+        },
+        "strategy": {"class": "flwr.serverapp.strategy.fedavg:FedAvg", "params": {}, "from": {}},
     }
     assert not any(math.isnan(v) for v in resolved["params"].values())
 

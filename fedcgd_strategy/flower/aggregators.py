@@ -11,6 +11,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from flwr.app import (
@@ -45,6 +46,8 @@ from fedcgd_strategy.flower.aggregator_state import (
     snapshot,
 )
 from fedcgd_strategy.flower.dp_aggregators import (
+    INNER_PARAMS,
+    INNER_TABLE,
     dp_inputs,
     inner_strategy,
     is_dp,
@@ -55,6 +58,7 @@ from fedcgd_strategy.flower.dp_aggregators import (
 )
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
+from fedcgd_task.constructor_params import kebab
 from fedcgd_task.imports import first_line
 
 Arrays = Mapping[str, NDArray[np.generic]]
@@ -87,15 +91,42 @@ def resolved_aggregator(
 ) -> dict[str, object] | None:
     """What ``config.json`` records as ``aggregator_resolved``; None for the default FedAvg.
 
-    ``{"class": "package.module:Name", "params": {...}}`` with Flower's defaults filled in (a DP
-    wrapper: also ``"strategy"``, the wrapped one's).
+    ``{"class": "package.module:Name", "params": {...}, "from": {...}}``: every parameter, Flower's
+    defaults filled in, and where each came from (:func:`with_sources`); a DP wrapper also has
+    ``"strategy"``, the wrapped one's.
     """
     if setting == DEFAULT_AGGREGATOR:
         make_aggregator(setting, params)  # refuses parameters
         return None
-    if is_dp_class(aggregator_class(setting)):
-        return resolved_dp(setting, params, num_devices)
-    return resolved_strategy(setting, params)
+    if not is_dp_class(aggregator_class(setting)):
+        return with_sources(resolved_strategy(setting, params), params, PARAMS_KEY)
+    resolved = with_sources(resolved_dp(setting, params, num_devices), params, PARAMS_KEY)
+    inner = params.get(INNER_PARAMS)
+    inner_given = inner if isinstance(inner, Mapping) else {}
+    resolved["strategy"] = with_sources(resolved["strategy"], inner_given, INNER_TABLE)
+    return resolved
+
+
+#: Where a parameter that the run config does not set comes from, when not the class's default.
+DERIVED_DEFAULTS = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
+
+
+def with_sources(
+    resolved: dict[str, Any], given: Mapping[str, object], table: str
+) -> dict[str, Any]:
+    """``resolved`` with ``"from"``: for each of its ``params``, where its value came from.
+
+    ``run-config key '<table>'`` for a parameter ``given`` sets (kebab or snake case), else the
+    class's default (:data:`DERIVED_DEFAULTS` says which Flower derives).
+    """
+    names = {kebab(str(name)) for name in given}
+    resolved["from"] = {
+        name: f"run-config key {table!r}"
+        if name in names
+        else DERIVED_DEFAULTS.get(name, "the class default")
+        for name in resolved["params"]
+    }
+    return resolved
 
 
 def uploads_needed(aggregator: Strategy) -> tuple[int, str]:
