@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from fake_runs import last_two_lines, write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import FEDCGD, run_fedcgd
@@ -205,8 +206,13 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
         "digits_policies",
         ["policies=[bc,fedcgd-fscd]", "seeds=[0,1,2]", "+sweep.local-steps=[1,2]", f"out={out}"],
     )
-    assert reproduce.reproduce(cfg) == 0
+    assert reproduce.reproduce(cfg, "fedcgd reproduce experiment=digits_policies ...") == 0
     assert len(calls) == 2 * 2 * 3
+    preset = (out / "preset.yaml").read_text()  # which settings the preset and command set
+    assert preset.startswith("# fedcgd reproduce experiment=digits_policies ...\n")
+    composed = yaml.safe_load(preset)
+    assert composed["policies"] == ["bc", "fedcgd-fscd"] and composed["seeds"] == [0, 1, 2]
+    assert composed["sweep"]["local-steps"] == [1, 2] and composed["out"] == str(out)
     assert {(c["local-steps"], c["policy"], c["seed"]) for c in calls} == {
         (t, p, s) for t in (1, 2) for p in ("bc", "fedcgd-fscd") for s in (0, 1, 2)
     }

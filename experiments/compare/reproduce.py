@@ -44,7 +44,7 @@ from experiments.run.resume_command import LastWords, fedcgd_command, rerun_line
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
-from run_files.atomic_files import ResultWriteError
+from run_files.atomic_files import ResultWriteError, atomic_write_text
 from run_files.folder_lock import FolderClaim, claim_folder
 from server_app.config import parse_run_config
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
@@ -237,6 +237,7 @@ def reproduce(
     if last_words is not None:
         last_words.set(lambda: rerun_line(command))
     try:
+        write_preset(cfg, out, command)
         code = _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
     except ResultWriteError as err:  # a table or a figure: disk full, ...
         print(f"failed: {err}", file=sys.stderr, flush=True)
@@ -247,6 +248,20 @@ def reproduce(
     if code == 1:
         print(rerun_line(command), file=sys.stderr, flush=True)
     return code
+
+
+#: The preset as the command composed it, in the output folder (where each setting came from).
+PRESET_FILE = "preset.yaml"
+
+
+def write_preset(cfg: DictConfig, out: Path, command: str | None) -> None:
+    """Write ``<out>/preset.yaml``: the composed preset, the command that composed it first.
+
+    A run's ``config.json`` says a value came from the run config; this file says which of them
+    the preset set and which the command line changed (Hydra's composition of both).
+    """
+    head = f"# {command}\n" if command else ""
+    atomic_write_text(out / PRESET_FILE, head + OmegaConf.to_yaml(cfg, resolve=True))
 
 
 def _reproduce_planned(
