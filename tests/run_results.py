@@ -48,6 +48,22 @@ def rounds_written(folder: Path) -> int:
         return 0
 
 
+def whole_run(folder: Path, values: dict, *, per_device: bool = False) -> None:
+    """The uninterrupted run of the run config ``values`` into ``folder``, in this process (the
+    in-process engine: the same results as the engine in a child process).
+
+    ``per_device``: one device at a time, as ``flwr run`` computes (docs/running.md, "Same seed,
+    same run": cohort execution sums in another order, equal only up to rounding).
+    """
+    from experiments.run.inprocess import run_inprocess
+    from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+
+    run_inprocess(
+        with_resolved_data_dir(validated_run_config({**values, "result-dir": str(folder)})),
+        cohorts=not per_device,
+    )
+
+
 def assert_same_run(folder: Path, whole: Path, rounds: int) -> None:
     """Run ``folder`` wrote rounds 1..``rounds`` once each and equals the uninterrupted ``whole``:
     every metrics line but its timings, and the final model bit for bit."""

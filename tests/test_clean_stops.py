@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_results import assert_same_run, lines
-from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim, whole_run
+from run_results import assert_same_run, lines, whole_run
+from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim
 
 from experiments.cli import invoke
 from run_files.atomic_files import atomic_write_text, stop_signals_held

@@ -17,8 +17,11 @@ from task_settings import all_available_run
 from experiments.cli import invoke
 from experiments.run.certificates import make_certificates
 from experiments.run.federation import LocalFederation
-from experiments.run.flwr_run import run_flwr
-from experiments.run.run_config import format_run_config, validated_run_config
+from experiments.run.run_config import (
+    format_run_config,
+    validated_run_config,
+    with_resolved_data_dir,
+)
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
@@ -32,30 +35,31 @@ def metrics(out: Path) -> list[dict]:
 
 def test_tls_with_supernode_authentication(tmp_path):
     """Two SuperNodes, one round (each message starts a ClientApp process: 15 s a round trip
-    on two cores); the run's query, schedule and training go over TLS."""
+    on two cores); the run's query, schedule and training go over TLS. Meanwhile a SuperNode
+    whose key was never registered tries to join the same SuperLink and is refused."""
     certs = make_certificates(tmp_path / "certs", supernodes=2)
     stranger = make_certificates(tmp_path / "stranger", supernodes=1)
     out = tmp_path / "tls"
-    proc = run_flwr(
-        all_available_run(out, 2, 1, {"policy": "fedcgd-fscd"}),
-        num_supernodes=2,
-        deployment=True,
-        flwr_home=tmp_path / "home",
-        tls=certs,
+    config = with_resolved_data_dir(
+        validated_run_config(all_available_run(out, 2, 1, {"policy": "fedcgd-fscd"}))
     )
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    with LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False, tls=certs) as fed:
+        run = flwr_run(fed, config)
+        try:
+            key = stranger.supernode_keys[0]
+            intruder = fed.start_supernode(0, private_key=key, register=False)
+            assert intruder.wait(timeout=120) != 0  # it exits with an error
+            output, _ = run.communicate(timeout=600)
+        finally:
+            stop(run)
+        assert "Failed to activate SuperNode" in (fed.log_dir / "supernode-0-3.log").read_text()
+        assert all(p.poll() is None for p in fed.processes[1:3])  # the registered ones run on
+    assert run.returncode == 0, output[-3000:]
     for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE):
         assert (out / name).exists(), name
     lines = metrics(out)
     assert [x["round"] for x in lines] == [1]
     assert all(x["num_available"] == 2 and x["num_uploaded"] >= 1 for x in lines)
-
-    # A SuperNode whose key was never registered is refused: it exits with an error.
-    with LocalFederation(tmp_path / "home2", num_supernodes=1, simulation=False, tls=certs) as fed:
-        intruder = fed.start_supernode(0, private_key=stranger.supernode_keys[0], register=False)
-        assert intruder.wait(timeout=120) != 0
-        assert "Failed to activate SuperNode" in (fed.log_dir / "supernode-0-2.log").read_text()
-        assert fed.processes[1].poll() is None  # the registered SuperNode keeps running
 
 
 def test_unreachable_superlink_is_a_clear_error(capsys):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 from proc_tree import alive, command_line, descendants
-from run_results import assert_same_run, lines, rounds_written, two_policy_preset
+from run_results import assert_same_run, lines, rounds_written, two_policy_preset, whole_run
 from subprocesses import FEDCGD, wait_for
 
 from experiments.run.run_config import format_run_config
@@ -145,7 +145,7 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
     # Default settings: a checkpoint after every round (checkpoint-every = 1).
     values = {"num-server-rounds": 30, "num-devices": 20}
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    finish(inprocess(values, **{"result-dir": str(whole)}), timeout_s=300)
+    whole_run(whole, values)  # the uninterrupted run, in this process: the same results
 
     proc = inprocess(values, **{"result-dir": str(broken)})
     wait_for(lambda: rounds_written(broken) >= 8, proc, limit_s=300)
@@ -165,11 +165,9 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
 def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path):
     args = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
     run_config = "num-devices=20 num-server-rounds=60"
-    reference = start(
-        "compare", *args, "--out", str(tmp_path / "whole"),
-        "--run-config", run_config,
-    )  # fmt: skip
-    finish(reference, timeout_s=600)
+    for policy in ("bc", "fedcgd-fscd"):  # the uninterrupted runs, in this process
+        values = {"num-devices": 20, "num-server-rounds": 60, "policy": policy}
+        whole_run(tmp_path / "whole" / policy / "seed-0", values)
 
     out = tmp_path / "broken"
     proc = start("compare", *args, "--out", str(out), "--run-config", run_config)

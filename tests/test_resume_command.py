@@ -27,15 +27,14 @@ from run_results import (
     rounds_written,
     same_model,
     two_policy_preset,
+    whole_run,
 )
 from subprocesses import FEDCGD, fedcgd, run_ok, start_in_own_session, wait_for
 from test_paths import hostile_folder
 
 from experiments.cli import app
 from experiments.cli.options import given_options, started_as
-from experiments.run.inprocess import run_inprocess
 from experiments.run.resume_command import single_run_line
-from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
@@ -97,18 +96,6 @@ def rerun_printed_command(err: str, args: list[str]) -> None:
     assert again.stdout.strip().splitlines()[-1] == "all 2 runs completed"
 
 
-def whole_run(folder: Path, values: dict, *, per_device: bool = False) -> None:
-    """The uninterrupted run, in this process (the in-process engine: the same results).
-
-    ``per_device``: one device at a time, as ``flwr run`` computes (docs/running.md, "Same seed,
-    same run": cohort execution sums in another order, equal only up to rounding).
-    """
-    run_inprocess(
-        with_resolved_data_dir(validated_run_config({**values, "result-dir": str(folder)})),
-        cohorts=not per_device,
-    )
-
-
 def run_config_text(values: dict) -> str:
     from experiments.run.run_config import format_run_config
 
@@ -125,8 +112,9 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     backslash and a non-BMP character; the printed command is pasted into ``bash``."""
     base = hostile_folder(tmp_path)
     out, data = base / "runs 😀", base / "data 'ü'"
+    # 40 rounds: the signal after round 5 leaves 35 to go (a round takes tens of milliseconds)
     values = {
-        "num-devices": 12, "num-server-rounds": 150, "policy": "fedcgd-fscd", "data-dir": str(data)
+        "num-devices": 12, "num-server-rounds": 40, "policy": "fedcgd-fscd", "data-dir": str(data)
     }  # fmt: skip
     proc = start(
         fedcgd("inprocess", "--out", str(out), "--run-config", run_config_text(values))
@@ -144,23 +132,23 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     )
     # the signal may land between round 5's line and its checkpoint: then round 4's is the last
     done = torch.load(folder / "checkpoint.pt")["round"]
-    assert 4 <= done < 150 and not (folder / "model.pt").exists()
-    assert last.startswith(f"{CONTINUE}{done} of 150: "), last
+    assert 4 <= done < 40 and not (folder / "model.pt").exists()
+    assert last.startswith(f"{CONTINUE}{done} of 40: "), last
     words = printed_command(last, CONTINUE)
     assert words[1] == "inprocess"
 
     again = run_ok(["bash", "-c", last.split(": ", 1)[1]], timeout=600)  # pasted into a shell
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
     assert json.loads((folder / "config.json").read_text())["task"]["data_dir"] == str(data)
-    assert again.stdout.strip().splitlines()[-1] == f"completed: 150 rounds, results in {folder}"
+    assert again.stdout.strip().splitlines()[-1] == f"completed: 40 rounds, results in {folder}"
     whole = tmp_path / "whole"
     whole_run(whole, values)
-    assert_same_run(folder, whole, rounds=150)
+    assert_same_run(folder, whole, rounds=40)
 
 
 def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_again(tmp_path):
-    # the first checkpoint is due after round 1,000, i.e. after the last round (100)
-    values = {"num-devices": 10, "num-server-rounds": 100, "checkpoint-every": 1000}
+    # the first checkpoint is due after round 1,000, i.e. after the last round (40)
+    values = {"num-devices": 10, "num-server-rounds": 40, "checkpoint-every": 1000}
     out_dir = tmp_path / "runs"
     proc = start(
         fedcgd("inprocess", "--out", str(out_dir), "--run-config", run_config_text(values))
@@ -180,8 +168,8 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_agai
     assert again.returncode == 0, again.stderr[-3000:]
     folders = sorted(p for p in out_dir.iterdir() if p != folder)
     assert len(folders) == 1 and again.stdout.splitlines()[0] == f"result folder: {folders[0]}"
-    assert [x["round"] for x in lines(folders[0])] == list(range(1, 101))
-    assert rounds_written(folder) < 100  # the stopped run's folder is left as it was
+    assert [x["round"] for x in lines(folders[0])] == list(range(1, 41))
+    assert rounds_written(folder) < 40  # the stopped run's folder is left as it was
 
 
 @pytest.mark.slow  # 50 s; test_kill9 stops a comparison and runs it again by default
