@@ -16,6 +16,7 @@ BASE: dict[str, Any] = {
     "dataset": "digits",
     "data-dir": "/tmp/some-data",
     "model": "auto",
+    "device": "cpu",
     "partition": "dirichlet",
     "dirichlet-alpha": 0.3,
     "shards-per-device": 2,
@@ -45,6 +46,7 @@ def test_parses_valid_config() -> None:
     assert s.data_dir == str(Path("/tmp/some-data").resolve())
     assert s.partition == "dirichlet" and s.dirichlet_alpha == 0.3
     assert s.shards_per_device == 2 and s.imbalance_ratio == 1.0
+    assert s.device == "cpu"
     assert t == TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=32)
     hash(s)  # usable as a cache key
 

@@ -21,7 +21,6 @@ from subprocesses import FEDCGD
 from task_settings import all_available_run
 from test_paths import hostile_folder
 
-from client_app import device_round
 from experiments.run.federation import LocalFederation
 from experiments.run.flwr_run import run_flwr
 from experiments.run.inprocess import run_inprocess
@@ -31,19 +30,14 @@ from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FIL
 ROUNDS = 4
 
 
-def per_device_inprocess(config: dict, monkeypatch) -> None:
-    """Run ``config`` in process, one device at a time, with the ClientApps on the CPU.
+def per_device_inprocess(config: dict) -> None:
+    """Run ``config`` in process, one device at a time, as ``flwr run`` computes each device.
 
-    Ray gives a simulated ClientApp that asks for no GPU none (it sets CUDA_VISIBLE_DEVICES
-    to ""), so under ``flwr run`` the devices train on the CPU even where a GPU is visible;
-    the in-process ClientApps are put there too. The ServerApp sees the same devices in both.
+    Both runs say ``device = "cpu"``: Ray gives a simulated ClientApp that asks for no GPU none,
+    so under ``flwr run`` the devices train on the CPU even where a GPU is visible.
     """
-    monkeypatch.setattr(device_round, "compute_device", lambda: torch.device("cpu"))
-    device_round.process_model.cache_clear()
-    try:
-        run_inprocess(config, cohorts=False)
-    finally:
-        device_round.process_model.cache_clear()
+    assert config["device"] == "cpu"
+    run_inprocess(config, cohorts=False)
 
 
 def same_lines(here: list[dict], ray: list[dict]) -> None:
@@ -56,7 +50,7 @@ def same_lines(here: list[dict], ray: list[dict]) -> None:
         }
 
 
-def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path, monkeypatch):
+def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path):
     """Also: the result folder's path holds a space, both quotes, a backslash and a non-BMP
     character, which the run config's TOML file must carry to the ServerApp unchanged."""
     out = hostile_folder(tmp_path) / "run 𝔘"
@@ -66,6 +60,7 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
         "dirichlet-alpha": 10.0,
         "channel.availability-prob": 0.8,
         "channel.deadline-s": 0.006,
+        "device": "cpu",
         "result-dir": str(out),
     }
     proc = run_flwr(overrides, num_supernodes=6, flwr_home=tmp_path / "flwr-home")
@@ -84,7 +79,7 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     here = tmp_path / "inprocess"
     config = validated_run_config({**overrides, "result-dir": str(here)})
     config["data-dir"] = str((Path.cwd() / "data").resolve())
-    per_device_inprocess(config, monkeypatch)
+    per_device_inprocess(config)
     again = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
     assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
     same_lines(again, lines)
@@ -150,7 +145,7 @@ def test_default_run_of_make_run(tmp_path):
 
 
 @pytest.mark.slow  # 40 s; the digits run above checks the same equality in the default suite
-def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path, monkeypatch):
+def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path):
     """MNIST-1D through Ray's simulation and through the in-process engine: one run."""
     data = tmp_path / "data"
     overrides = {
@@ -165,6 +160,7 @@ def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path, 
         "channel.availability-prob": 0.8,
         "channel.deadline-s": 0.004,
         "data-dir": str(data),
+        "device": "cpu",
     }
     ray_dir, here = tmp_path / "ray", tmp_path / "inprocess"
     proc = run_flwr(
@@ -173,7 +169,7 @@ def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path, 
         flwr_home=tmp_path / "flwr-home",
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    per_device_inprocess(validated_run_config({**overrides, "result-dir": str(here)}), monkeypatch)
+    per_device_inprocess(validated_run_config({**overrides, "result-dir": str(here)}))
     ray_lines = [json.loads(x) for x in (ray_dir / METRICS_FILE).read_text().splitlines()]
     lines = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
     assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds

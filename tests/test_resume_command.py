@@ -121,7 +121,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     )  # fmt: skip
     folder = first_line_folder(proc)
     assert folder.parent == out  # named by what differs from the defaults, then the time
-    assert folder.name.startswith("fedcgd-fscd_num-server-rounds=150_num-devices=12-")
+    assert folder.name.startswith("fedcgd-fscd_num-server-rounds=40_num-devices=12-")
     _, err = stop_after(proc, folder, 5, signum)
     assert proc.returncode == 128 + signum, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
