@@ -11,41 +11,19 @@ across a run: those runs are timed, not compared (docs/deployment.md, "GPUs").
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from test_cohort_execution import CNN1D, MLP, MNIST1D, assert_same_runs
+from test_cohort_execution import CNN1D, MNIST1D, assert_same_runs, whole_run
 
 from client_app.device_round import process_model
-from experiments.run.inprocess import run_inprocess
-from experiments.run.run_config import validated_run_config
 from fedcgd_task.training import compute_device
-from run_files.results import METRICS_FILE, MODEL_FILE
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device"),
 ]
-
-
-def whole_run(tmp_path: Path, name: str, device: str, cohorts: bool, **overrides) -> tuple:
-    config = validated_run_config(
-        {
-            "num-devices": 12,
-            "num-server-rounds": 5,
-            "channel.availability-prob": 0.7,
-            "data-dir": str(tmp_path / "data"),
-            "model": MLP,
-            "device": device,
-            **overrides,
-            "result-dir": str(tmp_path / name),
-        }
-    )
-    run_inprocess(config, cohorts=cohorts)
-    lines = [json.loads(x) for x in (tmp_path / name / METRICS_FILE).read_text().splitlines()]
-    return lines, torch.load(tmp_path / name / MODEL_FILE)
 
 
 @pytest.mark.parametrize("cohorts", [True, False])
@@ -60,8 +38,8 @@ def test_a_run_on_the_gpu_equals_the_run_on_the_cpu(
     tmp_path: Path, policy: str, data: dict, tau: int, cohorts: bool
 ) -> None:
     settings = {"policy": policy, "local-steps": tau, **data}
-    cpu = whole_run(tmp_path, "cpu", "cpu", cohorts, **settings)
-    gpu = whole_run(tmp_path, "gpu", "cuda", cohorts, **settings)
+    cpu = whole_run(tmp_path, "cpu", cohorts=cohorts, device="cpu", **settings)
+    gpu = whole_run(tmp_path, "gpu", cohorts=cohorts, device="cuda", **settings)
     assert_same_runs(cpu, gpu)
 
 
