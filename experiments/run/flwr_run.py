@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import socket
@@ -18,6 +19,7 @@ from experiments.run.federation import (
     flower_home,
 )
 from experiments.run.flwr_output import stream_output
+from experiments.run.preflight import effective_result_dir
 from experiments.run.processes import Interrupted, guarded_popen, stop_tree
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
@@ -90,9 +92,8 @@ def run_flwr(
                         stop_tree([proc.pid])
                     proc.wait()
         except Interrupted as stop:  # its ServerApp was stopped by PID and cannot say so
-            folder = run_config.get("resume-from") or run_config.get("result-dir")
-            if folder:
-                mark_stopped(Path(folder), str(stop))
+            with contextlib.suppress(ValueError):  # no folder named: nothing to record
+                mark_stopped(effective_result_dir(run_config), str(stop))
             raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, output, "")
 
