@@ -21,6 +21,7 @@ from torch import nn
 
 from client_app.sigma import gradient_spread
 from fedcgd_task import keys
+from fedcgd_task.array_codec import torch_state
 from fedcgd_task.local_data import LocalSplit, local_split
 from fedcgd_task.models import build_model
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
@@ -135,7 +136,7 @@ def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     for kept in _LAST_DECODED:
         if same_arrays(record, kept.arrays):
             return kept.state
-    state = record.to_torch_state_dict()
+    state = torch_state(record)
 
     def forget(_: weakref.ref[Array]) -> None:
         _LAST_DECODED.clear()

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from fedcgd_strategy.screening import FLOAT32_MAX, exceeds_float32
 from fedcgd_task import keys
+from fedcgd_task.array_codec import numpy_arrays
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53
@@ -148,7 +149,7 @@ def read_model_arrays(
     content = msg.content
     if keys.ARRAYS not in content.array_records:
         raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
-    arrays = {k: v.numpy() for k, v in content.array_records[keys.ARRAYS].items()}
+    arrays = numpy_arrays(content.array_records[keys.ARRAYS])
     if list(arrays) != list(reference):
         raise MalformedReplyError(
             f"node {node_id}: model arrays {list(arrays)[:3]}… do not match the global model's "
