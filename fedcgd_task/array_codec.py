@@ -63,7 +63,7 @@ def array_from_numpy(array: NDArray[np.generic]) -> Array:
     if header is None or not array.flags.c_contiguous:
         return Array(array)
     return Array(
-        dtype=str(array.dtype),
+        dtype=_dtype_name(array.dtype),
         shape=tuple(int(n) for n in array.shape),
         stype=NUMPY_STYPE,
         data=header + array.tobytes(),
@@ -86,13 +86,22 @@ def numpy_from_array(array: Array) -> NDArray[np.generic]:
 
 def _named_dtype(name: object) -> np.dtype[np.generic] | None:
     """The plain dtype ``name`` spells as ``str(dtype)`` does; None for anything else."""
-    if not isinstance(name, str) or len(name) > 16:
-        return None
+    return _dtype_named(name) if isinstance(name, str) and len(name) <= 16 else None
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_named(name: str) -> np.dtype[np.generic] | None:
     try:
         dtype = np.dtype(name)
     except (TypeError, ValueError):
         return None
-    return dtype if _plain(dtype) and str(dtype) == name else None
+    return dtype if _plain(dtype) and _dtype_name(dtype) == name else None
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: np.dtype[np.generic]) -> str:
+    """``str(dtype)`` (numpy builds it anew at each call)."""
+    return str(dtype)
 
 
 def _header_for(dtype: np.dtype[np.generic], shape: tuple[object, ...]) -> bytes | None:
