@@ -166,13 +166,19 @@ def process_model(
 
 def same_config(a: UserConfig, b: UserConfig) -> bool:
     """Whether two flat run configs hold the same keys with values equal in type and value."""
-    return a.keys() == b.keys() and all(
-        type(value) is type(b[key]) and value == b[key] for key, value in a.items()
+    if a is b:
+        return True
+    return (
+        a == b
+        and a.keys() == b.keys()
+        and all(type(value) is type(b[key]) and value == b[key] for key, value in a.items())
     )
 
 
-#: The last run config read, the working folder it was read in, and its settings.
-_LAST_SETTINGS: list[tuple[UserConfig, str, TaskSettings]] = []
+#: The last run config read (a copy, and the object read: the nodes of the in-process engine
+#: share one, which is not changed while they run), the working folder it was read in, and its
+#: settings.
+_LAST_SETTINGS: list[tuple[UserConfig, UserConfig, str, TaskSettings]] = []
 
 
 def run_settings(run_config: UserConfig) -> TaskSettings:
@@ -182,11 +188,11 @@ def run_settings(run_config: UserConfig) -> TaskSettings:
     read in the same working folder.
     """
     cwd = os.getcwd()
-    for kept, kept_cwd, settings in _LAST_SETTINGS:
-        if kept_cwd == cwd and same_config(kept, run_config):
+    for kept, seen, kept_cwd, settings in _LAST_SETTINGS:
+        if kept_cwd == cwd and (run_config is seen or same_config(kept, run_config)):
             return settings
     settings = TaskSettings.from_run_config(run_config)
-    _LAST_SETTINGS[:] = [(dict(run_config), cwd, settings)]
+    _LAST_SETTINGS[:] = [(dict(run_config), run_config, cwd, settings)]
     return settings
 
 
