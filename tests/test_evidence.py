@@ -107,6 +107,14 @@ def test_signed_rank_p_equals_the_enumeration_of_every_sign_flip(seed: int) -> N
     assert test.sign_p == pytest.approx(min(1.0, 2 * tail), nan_ok=True)
 
 
+def test_one_difference_has_p_one() -> None:
+    # two sign flips, both as extreme as the one seen
+    test = rounds_to_target_test({0: (10, 50), 1: (20, 50)}, {0: (10, 50), 1: (None, 50)})
+    assert (test.earlier, test.later, test.tied) == (1, 0, 1)
+    assert test.wilcoxon_p == pytest.approx(1.0) == signed_rank_p_by_enumeration([-31])
+    assert test.sign_p == pytest.approx(1.0)
+
+
 def test_no_common_seed_or_no_difference_gives_no_p_value() -> None:
     test = rounds_to_target_test({0: (10, 50)}, {1: (10, 50)})
     assert test.n == 0 and math.isnan(test.sign_p) and math.isnan(test.wilcoxon_p)

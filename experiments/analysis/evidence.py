@@ -93,11 +93,10 @@ def rounds_to_target_test(
     )
     nonzero = diffs[diffs != 0]
     # every sign flip (2^n of them) up to EXACT_SEEDS seeds, ties included; beyond, scipy's own
-    method = (
-        stats.PermutationMethod(n_resamples=2**EXACT_SEEDS)
-        if len(nonzero) <= EXACT_SEEDS
-        else "auto"
-    )
+    # (one difference: "exact", as a permutation needs two)
+    method: Any = "exact" if len(nonzero) == 1 else "auto"
+    if 1 < len(nonzero) <= EXACT_SEEDS:
+        method = stats.PermutationMethod(n_resamples=2**EXACT_SEEDS)
     wilcoxon_p = float(stats.wilcoxon(nonzero, method=method).pvalue) if len(nonzero) else math.nan
     return RoundsTest(
         n=len(seeds),
