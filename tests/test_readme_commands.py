@@ -399,6 +399,11 @@ def test_reproduce_mnist1d_command_runs(args: list[str], tmp_path: Path) -> None
             assert_completed(run_dir, ROUNDS)
             config = json.loads((run_dir / "config.json").read_text())
             assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 600
+    # the Ĝ/σ̂ indicator over every sweep point (one seed: a point each), and per sweep point
+    assert [p["setting"] for p in rows(out / "indicator.csv")] == [f"{key}={v}" for v in values]
+    assert rows(out / "indicator_test.csv")[0]["n_points"] == str(len(values))
+    assert len(rows(out / f"{key}={values[0]}" / "indicator.csv")) == 1
+    assert "Spearman" in proc.stdout or "no correlation" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == f"all {len(values) * 2} runs completed"
 
 
