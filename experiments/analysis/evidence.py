@@ -122,9 +122,10 @@ def early_ratio(lines: Sequence[Mapping[str, Any]], early_rounds: int = EARLY_RO
     """
     ratios = []
     for line in lines:
-        g, sigma = line.get("class_gradient_used"), line.get("sigma")
-        if int(line["round"]) > early_rounds or not _number(g) or not _number(sigma):
+        g_value, sigma_value = line.get("class_gradient_used"), line.get("sigma")
+        if int(line["round"]) > early_rounds or not _number(g_value) or not _number(sigma_value):
             continue
+        g, sigma = float(g_value), float(sigma_value)
         if math.isfinite(g) and math.isfinite(sigma) and sigma > 0:
             ratios.append(g / sigma)
     return float(np.mean(ratios)) if ratios else math.nan
