@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from scipy import stats
@@ -122,12 +122,10 @@ def early_ratio(lines: Sequence[Mapping[str, Any]], early_rounds: int = EARLY_RO
     """
     ratios = []
     for line in lines:
-        g_value, sigma_value = line.get("class_gradient_used"), line.get("sigma")
-        if int(line["round"]) > early_rounds or not _number(g_value) or not _number(sigma_value):
-            continue
-        g, sigma = float(g_value), float(sigma_value)
-        if math.isfinite(g) and math.isfinite(sigma) and sigma > 0:
-            ratios.append(g / sigma)
+        g, sigma = line.get("class_gradient_used"), line.get("sigma")
+        if int(line["round"]) <= early_rounds and _number(g) and _number(sigma):
+            if math.isfinite(g) and math.isfinite(sigma) and sigma > 0:
+                ratios.append(g / sigma)
     return float(np.mean(ratios)) if ratios else math.nan
 
 
@@ -151,7 +149,7 @@ def late_accuracy(
     return float(np.mean(accs)) if accs else math.nan
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     """A real number (not a bool, a list or None)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
