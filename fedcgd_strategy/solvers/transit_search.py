@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
+from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, is_improvement
 from fedcgd_strategy.solvers.setup import FloatArray, ProblemArrays, RunningSums
 
@@ -141,7 +141,9 @@ class TransitSearch:
         self.position[self.order] = np.arange(self.order.size)
         self.sorted_hz = self.arrays.bandwidth_hz[self.order]
         self.sorted_labels = np.ascontiguousarray(self.arrays.labels[self.order])
-        self.max_batch = int(self.arrays.batch[self.order].max()) if self.order.size else 0
+        self.sorted_batch = self.arrays.batch[self.order]
+        self.max_batch = int(self.sorted_batch.max()) if self.order.size else 0
+        self.max_gradient = float(self.arrays.gradient.max())
         self.dominant = np.argmax(self.arrays.labels, axis=1)
         num_classes = self.arrays.target.size
         eps = float(np.finfo(float).eps)
@@ -228,9 +230,21 @@ class TransitSearch:
 
         None if no transit can improve on ``current``.
         """
+        keep_rows, keep_cols, upper = self._prefilter(
+            inside, positions[: int(fits.max())], fits, sums, current
+        )
+        if keep_rows.size == 0 or keep_cols.size == 0:
+            return None
+        inside, fits = inside[keep_rows], fits[keep_rows]
+        # Kept column j is column keep_cols[j] of the fitting prefix: row r fits it iff
+        # keep_cols[j] < fits[r], i.e. the first searchsorted(keep_cols, fits[r]) kept columns.
+        fits = np.searchsorted(keep_cols, fits)
         width = int(fits.max())
-        enter = self.order[positions[:width]]
-        bound = self._lower_bounds(inside, positions[:width], sums)
+        if width == 0:
+            return None
+        keep_cols = keep_cols[:width]
+        enter = self.order[positions[keep_cols]]
+        bound = self._lower_bounds(inside, positions[keep_cols], sums)
         partial = np.flatnonzero(fits < width)
         if partial.size > MASK_BY_LOOP:
             np.putmask(bound, np.arange(width) >= fits[:, None], np.inf)
@@ -241,7 +255,9 @@ class TransitSearch:
         # Upper bound on the best objective: the exact values at each row's least bound.
         least = bound.argmin(axis=1)
         rows = np.flatnonzero(fits > 0)
-        upper = float(self._objectives(sums, inside[rows], enter[least[rows]]).min())
+        if rows.size:
+            at_least = self._objectives(sums, inside[rows], enter[least[rows]])
+            upper = min(upper, float(at_least.min()))
         threshold = min(upper, current) + self.prune_unit * (
             self.gradient_scale + 2.0 * abs(current)
         )
@@ -250,7 +266,62 @@ class TransitSearch:
         if rows.size == 0:  # every bound exceeds the current objective: no improvement
             return None
         rows = active[rows]
-        return rows, self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
+        values = self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
+        return keep_rows[rows], values
+
+    def _prefilter(
+        self,
+        inside: IndexArray,
+        positions: IndexArray,
+        fits: IndexArray,
+        sums: RunningSums,
+        current: float,
+    ) -> tuple[IndexArray, IndexArray, float]:
+        """Rows (into ``inside``) and columns (into ``positions``) that may hold the best transit.
+
+        With ``w = sum_Pi p - S p``, the triangle inequality bounds every transit of the row
+        ``v`` by ``(|w - p_v| . G - max G) / S + sigma / sqrt(T - b_v + max b)`` and every
+        transit of the column ``u`` by ``(|w + p_u| . G - max G) / S
+        + sigma / sqrt(T - min_Pi b + b_u)``. The values of the fitting transits of the row and
+        of the column of least bound give an upper bound ``U`` on the best objective (to rounding,
+        which the margin covers); rows and columns whose bound exceeds ``min(U, current)`` plus
+        the pruning margin are dropped. Returns the kept rows and columns (ascending) and ``U``.
+        """
+        arrays = self.arrays
+        size = sums.count
+        surplus = sums.class_sum - size * arrays.target
+        labels_out = self.sorted_labels[positions]
+        batch_out = self.sorted_batch[positions]
+        batch_in = arrays.batch[inside]
+        row_bound = np.abs(surplus - arrays.labels[inside]) @ arrays.gradient
+        row_bound /= size
+        row_bound += arrays.sigma / np.sqrt(sums.total_batch - batch_in + self.max_batch)
+        col_bound = np.abs(labels_out + surplus) @ arrays.gradient
+        col_bound /= size
+        col_bound += arrays.sigma / np.sqrt(sums.total_batch - int(batch_in.min()) + batch_out)
+        row = int(row_bound.argmin())
+        col = int(col_bound.argmin())
+        upper = np.inf
+        if fits[row] > 0:
+            width = int(fits[row])
+            along_row = np.abs(labels_out[:width] + (surplus - arrays.labels[inside[row]]))
+            along_row = along_row @ arrays.gradient / size + arrays.sigma / np.sqrt(
+                sums.total_batch - int(batch_in[row]) + batch_out[:width]
+            )
+            upper = float(along_row.min())
+        rows = np.flatnonzero(fits > col)
+        if rows.size:
+            along_col = np.abs((surplus + labels_out[col]) - arrays.labels[inside[rows]])
+            along_col = along_col @ arrays.gradient / size + arrays.sigma / np.sqrt(
+                sums.total_batch - batch_in[rows] + int(batch_out[col])
+            )
+            upper = min(upper, float(along_col.min()))
+        threshold = min(upper, current) + self.prune_unit * (
+            self.gradient_scale + 2.0 * abs(current)
+        )
+        # The bounds above without the - max G / S.
+        slack = threshold + self.max_gradient / size
+        return np.flatnonzero(row_bound <= slack), np.flatnonzero(col_bound <= slack), upper
 
     def _candidate_values(
         self,
@@ -340,9 +411,12 @@ class TransitSearch:
             )
             removed, leave_batch = removed[first], leave_batch[first]
         grid = removed[:, None, :] + arrays.labels[outside][None]
+        grid /= sums.count
+        grid -= arrays.target
+        # The arithmetic of wemd + sampling_term (every total batch is positive).
+        values = np.abs(grid, out=grid) @ arrays.gradient
         totals = sums.total_batch - leave_batch[:, None] + arrays.batch[outside]
-        values = np.asarray(wemd(grid / sums.count, arrays.target, arrays.gradient))
-        values = values + np.asarray(sampling_term(arrays.sigma, totals))
+        values += arrays.sigma / np.sqrt(totals.astype(float))
         if rows is not None:
             values = values[rows]
         room = sums.used_hz - arrays.bandwidth_hz[leave][:, None]
