@@ -185,26 +185,30 @@ class TransitSearch:
         current: float,
     ) -> tuple[int, int, float] | None:
         """The dense grid's choice ``(leave, enter, objective)``, or None if it does not improve."""
-        inside = np.flatnonzero(selected)
-        positions = np.flatnonzero(outside)
+        inside = selected.nonzero()[0]
+        positions = outside.nonzero()[0]
         if positions.size == 0:
             return None
         if inside.size * positions.size * self.arrays.target.size <= DENSE_GRID:
             leave, enter_device, best = self._dense_rows(selected, sums, inside, group=False)
             return (leave, enter_device, best) if is_improvement(best, current) else None
-        inside = inside[np.argsort(self.dominant[inside], kind="stable")]
         room_hz = sums.used_hz - self.arrays.bandwidth_hz[inside]
         fits = fit_counts(room_hz, self.sorted_hz[positions], self.arrays.limit_hz)
-        area = int(fits.sum())
-        if area == 0:
+        if not fits.any():
             return None
-        if area <= EVALUATE_ALL:
-            rows = np.repeat(np.arange(inside.size), fits)
-            cols = np.arange(area) - np.repeat(np.cumsum(fits) - fits, fits)
-            enter = self.order[positions[cols]]
-            values = self._objectives(sums, inside[rows], enter)
+        positions = positions[: int(fits.max())]
+        keep_rows, keep_cols, upper = self._prefilter(inside, positions, fits, sums, current)
+        # Kept column j fits row r iff keep_cols[j] < fits[r] (a prefix of the kept columns).
+        inside, fits = inside[keep_rows], np.searchsorted(keep_cols, fits[keep_rows])
+        area = int(fits.sum())
+        if area == 0:  # no transit can improve on the current objective
+            return None
+        positions = positions[keep_cols[: int(fits.max())]]
+        if inside.size * positions.size <= EVALUATE_ALL:
+            rows = np.repeat(np.arange(inside.size), positions.size)
+            values = self._block_objectives(sums, inside, positions, fits).ravel()
         else:
-            candidates = self._pruned_candidates(inside, positions, fits, sums, current)
+            candidates = self._pruned_candidates(inside, positions, fits, sums, current, upper)
             if candidates is None:
                 return None
             rows, values = candidates
@@ -225,27 +229,18 @@ class TransitSearch:
         fits: IndexArray,
         sums: RunningSums,
         current: float,
+        upper: float,
     ) -> tuple[IndexArray, FloatArray] | None:
         """Rows (into ``inside``) and values (``inf`` = proved not best) of possible best transits.
 
-        None if no transit can improve on ``current``.
+        ``positions`` are the columns, ``fits[r]`` the length of the prefix of them that fits row
+        ``r``, ``upper`` an upper bound on the best objective. None if no transit can improve on
+        ``current``.
         """
-        keep_rows, keep_cols, upper = self._prefilter(
-            inside, positions[: int(fits.max())], fits, sums, current
-        )
-        if keep_rows.size == 0 or keep_cols.size == 0:
-            return None
-        inside, fits = inside[keep_rows], fits[keep_rows]
-        # Kept column j is column keep_cols[j] of the fitting prefix: row r fits it iff
-        # keep_cols[j] < fits[r], i.e. the first searchsorted(keep_cols, fits[r]) kept columns.
-        fits = np.searchsorted(keep_cols, fits)
         width = int(fits.max())
-        if width == 0:
-            return None
-        keep_cols = keep_cols[:width]
-        enter = self.order[positions[keep_cols]]
-        bound = self._lower_bounds(inside, positions[keep_cols], sums)
-        partial = np.flatnonzero(fits < width)
+        enter = self.order[positions]
+        bound = self._lower_bounds(inside, positions, sums)
+        partial = (fits < width).nonzero()[0]
         if partial.size > MASK_BY_LOOP:
             np.putmask(bound, np.arange(width) >= fits[:, None], np.inf)
         else:
@@ -254,20 +249,19 @@ class TransitSearch:
 
         # Upper bound on the best objective: the exact values at each row's least bound.
         least = bound.argmin(axis=1)
-        rows = np.flatnonzero(fits > 0)
+        rows = (fits > 0).nonzero()[0]
         if rows.size:
             at_least = self._objectives(sums, inside[rows], enter[least[rows]])
             upper = min(upper, float(at_least.min()))
         threshold = min(upper, current) + self.prune_unit * (
             self.gradient_scale + 2.0 * abs(current)
         )
-        active = np.flatnonzero(bound[np.arange(inside.size), least] <= threshold)
+        active = (bound[np.arange(inside.size), least] <= threshold).nonzero()[0]
         rows, cols = np.nonzero(bound[active] <= threshold)
         if rows.size == 0:  # every bound exceeds the current objective: no improvement
             return None
         rows = active[rows]
-        values = self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
-        return keep_rows[rows], values
+        return rows, self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
 
     def _prefilter(
         self,
@@ -309,7 +303,7 @@ class TransitSearch:
                 sums.total_batch - int(batch_in[row]) + batch_out[:width]
             )
             upper = float(along_row.min())
-        rows = np.flatnonzero(fits > col)
+        rows = (fits > col).nonzero()[0]
         if rows.size:
             along_col = np.abs((surplus + labels_out[col]) - arrays.labels[inside[rows]])
             along_col = along_col @ arrays.gradient / size + arrays.sigma / np.sqrt(
@@ -321,7 +315,7 @@ class TransitSearch:
         )
         # The bounds above without the - max G / S.
         slack = threshold + self.max_gradient / size
-        return np.flatnonzero(row_bound <= slack), np.flatnonzero(col_bound <= slack), upper
+        return (row_bound <= slack).nonzero()[0], (col_bound <= slack).nonzero()[0], upper
 
     def _candidate_values(
         self,
@@ -361,18 +355,34 @@ class TransitSearch:
         right[:, num_classes] = (np.abs(shifted) @ arrays.gradient) / size
         right[:, num_classes + 1] = 1.0
         bound = left @ right.T
-        # Exact term for each row's dominant class d (rows are grouped by it): where the bound
-        # took s = +1 (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
+        # Exact term for each row's dominant class d: where the bound took s = +1
+        # (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
         # weight_d max(0, p_vd - w_d - p_ud) with weight_d = 2 G_d / S.
         weight = 2.0 * arrays.gradient / size
         crossing = np.ascontiguousarray(np.where(shifted >= 0.0, shifted * weight, np.inf).T)
         dominant = self.dominant[inside]
         held = weight[dominant] * arrays.labels[inside, dominant]  # [I]
-        starts = np.flatnonzero(np.diff(dominant, prepend=-1))
-        for start, stop in zip(starts, [*starts[1:], inside.size], strict=True):
-            excess = np.subtract.outer(held[start:stop], crossing[dominant[start]])
-            bound[start:stop] += np.maximum(excess, 0.0, out=excess)
+        excess = held[:, None] - crossing[dominant]
+        bound += np.maximum(excess, 0.0, out=excess)
         return bound
+
+    def _block_objectives(
+        self, sums: RunningSums, inside: IndexArray, positions: IndexArray, fits: IndexArray
+    ) -> FloatArray:
+        """Objectives of the transits ``inside x positions``, ``inf`` where they do not fit.
+
+        float ``[I, K]``; row ``r`` fits the first ``fits[r]`` columns. The arithmetic of
+        :meth:`_objectives`.
+        """
+        arrays = self.arrays
+        grid = (sums.class_sum - arrays.labels[inside])[:, None, :] + self.sorted_labels[positions]
+        grid /= sums.count
+        grid -= arrays.target
+        values = np.abs(grid, out=grid) @ arrays.gradient
+        totals = sums.total_batch - arrays.batch[inside][:, None] + self.sorted_batch[positions]
+        values += arrays.sigma / np.sqrt(totals)
+        values[np.arange(positions.size) >= fits[:, None]] = np.inf
+        return values
 
     def _objectives(self, sums: RunningSums, leave: IndexArray, enter: IndexArray) -> FloatArray:
         """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]``.
@@ -398,7 +408,7 @@ class TransitSearch:
         row); each row gets its own budget test. Ties go to the first row, then the first column.
         """
         arrays = self.arrays
-        outside = np.flatnonzero(arrays.feasible & ~selected)
+        outside = (arrays.feasible & ~selected).nonzero()[0]
         removed = sums.class_sum - arrays.labels[leave]
         leave_batch = arrays.batch[leave]
         rows: IndexArray | None = None
