@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
@@ -35,6 +36,8 @@ EVALUATE_FIRST = 256
 EVALUATE_ALL = 4096
 #: Up to this many elements ``I * O * C`` a step evaluates the whole grid.
 DENSE_GRID = 32768
+#: Work buffers of a search (:meth:`TransitSearch.scratch`).
+SCRATCH_SLOTS = 2
 #: Rows of the bound masked one by one up to this many, else in one pass.
 MASK_BY_LOOP = 8
 
@@ -150,6 +153,7 @@ class TransitSearch:
         self.prune_unit = PRUNE_MARGIN_ULPS * (num_classes + 2) * eps
         self.tie_unit = TIE_MARGIN_ULPS * (num_classes + 1) * eps
         self.gradient_scale = 2.0 * float(self.arrays.gradient.sum())
+        self.buffers = [np.empty(0) for _ in range(SCRATCH_SLOTS)]
 
     def run(self, mask: NDArray[np.bool_]) -> tuple[NDArray[np.bool_], float, int]:
         """Search from ``mask`` (feasible, non-empty, bool ``[V]``) until no transit improves.
@@ -256,11 +260,9 @@ class TransitSearch:
         threshold = min(upper, current) + self.prune_unit * (
             self.gradient_scale + 2.0 * abs(current)
         )
-        active = (bound[np.arange(inside.size), least] <= threshold).nonzero()[0]
-        rows, cols = np.nonzero(bound[active] <= threshold)
+        rows, cols = np.nonzero(bound <= threshold)
         if rows.size == 0:  # every bound exceeds the current objective: no improvement
             return None
-        rows = active[rows]
         return rows, self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
 
     def _prefilter(
@@ -354,7 +356,7 @@ class TransitSearch:
         right[:, :num_classes] = np.where(shifted >= 0.0, -arrays.gradient, arrays.gradient) / size
         right[:, num_classes] = (np.abs(shifted) @ arrays.gradient) / size
         right[:, num_classes + 1] = 1.0
-        bound = left @ right.T
+        bound = np.matmul(left, right.T, out=self.scratch(0, inside.size, positions.size))
         # Exact term for each row's dominant class d: where the bound took s = +1
         # (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
         # weight_d max(0, p_vd - w_d - p_ud) with weight_d = 2 G_d / S.
@@ -362,9 +364,21 @@ class TransitSearch:
         crossing = np.ascontiguousarray(np.where(shifted >= 0.0, shifted * weight, np.inf).T)
         dominant = self.dominant[inside]
         held = weight[dominant] * arrays.labels[inside, dominant]  # [I]
-        excess = held[:, None] - crossing[dominant]
+        excess = np.take(crossing, dominant, axis=0, out=self.scratch(1, *bound.shape))
+        np.subtract(held[:, None], excess, out=excess)
         bound += np.maximum(excess, 0.0, out=excess)
         return bound
+
+    def scratch(self, slot: int, *shape: int) -> FloatArray:
+        """A float work array of ``shape`` (contents undefined) in the reused buffer ``slot``.
+
+        The steps' large temporaries have the same sizes again and again; fresh ones cost page
+        faults (glibc returns large blocks to the system), several times their arithmetic.
+        """
+        size = math.prod(shape)
+        if self.buffers[slot].size < size:
+            self.buffers[slot] = np.empty(max(size, 2 * self.buffers[slot].size))
+        return self.buffers[slot][:size].reshape(shape)
 
     def _block_objectives(
         self, sums: RunningSums, inside: IndexArray, positions: IndexArray, fits: IndexArray
@@ -375,7 +389,11 @@ class TransitSearch:
         :meth:`_objectives`.
         """
         arrays = self.arrays
-        grid = (sums.class_sum - arrays.labels[inside])[:, None, :] + self.sorted_labels[positions]
+        grid = np.add(
+            (sums.class_sum - arrays.labels[inside])[:, None, :],
+            self.sorted_labels[positions],
+            out=self.scratch(0, inside.size, positions.size, arrays.target.size),
+        )
         grid /= sums.count
         grid -= arrays.target
         values = np.abs(grid, out=grid) @ arrays.gradient
@@ -420,7 +438,11 @@ class TransitSearch:
                 return_inverse=True,
             )
             removed, leave_batch = removed[first], leave_batch[first]
-        grid = removed[:, None, :] + arrays.labels[outside][None]
+        grid = np.add(
+            removed[:, None, :],
+            arrays.labels[outside],
+            out=self.scratch(0, removed.shape[0], outside.size, arrays.target.size),
+        )
         grid /= sums.count
         grid -= arrays.target
         # The arithmetic of wemd + sampling_term (every total batch is positive).
