@@ -2,8 +2,8 @@
 
 :class:`TransitSearch` makes the decisions of the dense ``|Pi| x |not Pi| x C`` grid search
 (:func:`~experiments.bench.reference_solvers.swap_search_dense`) while evaluating few swaps;
-10-20x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``). Pure numpy
-(threadpoolctl, when installed, keeps BLAS on one thread).
+about 30x faster at 1,000 candidates (``fedcgd bench fscd-scale``, docs/performance.md). Pure
+numpy (threadpoolctl, when installed, keeps BLAS on one thread).
 """
 
 from __future__ import annotations
@@ -118,16 +118,20 @@ class TransitSearch:
 
     1. *Budget.* With the unscheduled devices sorted by ``B*``, the transits of ``v`` that fit are
        a prefix of length ``k_v`` (:func:`fit_counts`); ``K = max_v k_v`` columns are considered.
-    2. *Small grids.* Up to :data:`DENSE_GRID` elements the grid is evaluated whole; up to
-       :data:`EVALUATE_ALL` fitting transits, all are evaluated (step 4).
-    3. *Bound.* With ``w = sum_Pi p - S p`` and ``s_uc = sign(w_c + p_uc)``,
+       Up to :data:`DENSE_GRID` elements the grid is evaluated whole, as the dense search does.
+    2. *Rows and columns.* With ``w = sum_Pi p - S p``, the triangle inequality bounds all
+       transits of a row ``v`` and all transits of a column ``u`` from below; the values along
+       the row and the column of least bound give an upper bound ``U``; rows and columns whose
+       bound exceeds ``min(U, current) + margin`` are dropped (:meth:`_prefilter`). A kept block
+       of up to :data:`EVALUATE_ALL` transits is evaluated whole (step 4).
+    3. *Bound.* Otherwise, with ``s_uc = sign(w_c + p_uc)``,
        ``|w_c - p_vc + p_uc| >= s_uc (w_c + p_uc) - s_uc p_vc`` and
        ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``, so one product
-       ``[I, C + 2] x [C + 2, K]`` bounds every transit from below; ``v``'s dominant class ``d``
-       gets the exact term (adds ``2 G_d max(0, p_vd - w_d - p_ud) / S`` where ``s_ud = +1``).
-       Exact values at each row's least bound give an upper bound ``U``; only transits with bound
-       ``<= min(U, current) + margin`` are candidates, and of those only the ones whose bound stays
-       below the best of the :data:`EVALUATE_FIRST` most promising are evaluated.
+       ``[I, C + 2] x [C + 2, K]`` bounds every kept transit from below; ``v``'s dominant class
+       ``d`` gets the exact term (adds ``2 G_d max(0, p_vd - w_d - p_ud) / S`` where
+       ``s_ud = +1``). Exact values at each row's least bound lower ``U``; only transits with
+       bound ``<= min(U, current) + margin`` are candidates, and of those only the ones whose
+       bound stays below the best of the :data:`EVALUATE_FIRST` most promising are evaluated.
     4. *Values.* Candidates are evaluated from the running class sums with the dense grid's
        element-wise arithmetic (only the order of the final ``C``-term sum may differ).
     5. *Ties.* Rows with a candidate within :data:`TIE_MARGIN_ULPS` of the best are evaluated bit
@@ -220,7 +224,9 @@ class TransitSearch:
         tie_margin = self.tie_unit * abs(lowest)
         if lowest - tie_margin >= current - TIE_REL_TOL * abs(current):
             return None
-        near = np.unique(inside[rows[values <= lowest + tie_margin]])
+        near = inside[rows[values <= lowest + tie_margin]]
+        if near.size > 1:
+            near = np.unique(near)
         leave, enter_device, best = self._dense_rows(selected, sums, near)
         if not is_improvement(best, current):
             return None
