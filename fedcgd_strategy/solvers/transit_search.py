@@ -2,8 +2,8 @@
 
 :class:`TransitSearch` makes the decisions of the dense ``|Pi| x |not Pi| x C`` grid search
 (:func:`~experiments.bench.reference_solvers.swap_search_dense`) while evaluating few swaps;
-about 30x faster at 1,000 candidates (``fedcgd bench fscd-scale``, docs/performance.md). Pure
-numpy (threadpoolctl, when installed, keeps BLAS on one thread).
+10-15x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``, docs/performance.md).
+Pure numpy (threadpoolctl, when installed, keeps BLAS on one thread).
 """
 
 from __future__ import annotations
