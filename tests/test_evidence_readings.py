@@ -1,0 +1,133 @@
+"""The Dirichlet preset's readings in docs/evidence.md, recomputed from its per-run rows.
+
+``docs/mnist1d_dirichlet_runs.csv`` holds the preset's 90 runs; the table, the paired rounds
+tests and the Ĝ/σ̂ correlation the docs cite are recomputed here by hand (counts, means,
+binomial sums, ranks), not by the code that wrote them.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+RUNS = DOCS / "mnist1d_dirichlet_runs.csv"
+TABLE = DOCS / "mnist1d_dirichlet.csv"
+INDICATOR = DOCS / "mnist1d_dirichlet_indicator.csv"
+ALPHAS = ("0.1", "1.0", "10.0")
+FSCD = "fedcgd-fscd"
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _rounds(policy: str, alpha: str) -> dict[int, int | None]:
+    """Seed -> rounds to 0.8 (None: never reached in the run)."""
+    return {
+        int(r["seed"]): int(r["rounds_to_target"]) if r["rounds_to_target"] else None
+        for r in _rows(RUNS)
+        if r["policy"] == policy and r["sweep"] == f"dirichlet-alpha={alpha}"
+    }
+
+
+def _fscd_earlier_later_tied(policy: str, alpha: str) -> tuple[int, int, int]:
+    """Seeds where FedCGD-FSCD reached 0.8 before / after ``policy``, or tied.
+
+    A censored run is after any run that reached the target; two censored runs tie.
+    """
+    ours, theirs = _rounds(FSCD, alpha), _rounds(policy, alpha)
+    counts = [0, 0, 0]
+    for seed in ours:
+        a, b = ours[seed], theirs[seed]
+        a_key = math.inf if a is None else a
+        b_key = math.inf if b is None else b
+        counts[0 if a_key < b_key else 1 if a_key > b_key else 2] += 1
+    return counts[0], counts[1], counts[2]
+
+
+def _two_sided_sign_p(wins: int, n: int) -> float:
+    """Exact two-sided sign test: 2 P(X <= min(wins, n - wins)), X ~ Binomial(n, 1/2)."""
+    low = min(wins, n - wins)
+    return min(1.0, 2 * sum(math.comb(n, k) for k in range(low + 1)) / 2**n)
+
+
+def test_the_table_is_the_mean_of_its_runs() -> None:
+    table = {(r["sweep"], r["policy"]): r for r in _rows(TABLE)}
+    assert len(_rows(RUNS)) == 90 and len(table) == 18
+    for (sweep, policy), row in table.items():
+        runs = [r for r in _rows(RUNS) if r["sweep"] == sweep and r["policy"] == policy]
+        assert len(runs) == 5
+        final = statistics.fmean(float(r["final_accuracy"]) for r in runs)
+        assert float(row["final_accuracy_mean"]) == pytest.approx(final, abs=1e-12)
+        reached = [int(r["rounds_to_target"]) for r in runs if r["rounds_to_target"]]
+        assert int(row["reached_target"]) == len(reached)
+        if reached:
+            assert float(row["rounds_to_target_mean"]) == pytest.approx(statistics.fmean(reached))
+
+
+@pytest.mark.parametrize("policy", ["fedcgd-gs", "bc", "bn2", "poc", "fedcbs"])
+def test_the_tables_rounds_counts_are_the_runs(policy: str) -> None:
+    table = {(r["sweep"], r["policy"]): r for r in _rows(TABLE)}
+    for alpha in ALPHAS:
+        earlier, later, tied = _fscd_earlier_later_tied(policy, alpha)
+        row = table[(f"dirichlet-alpha={alpha}", policy)]
+        # the table counts from the other policy's side
+        assert int(row["rounds_later_vs_fedcgd_fscd"]) == earlier
+        assert int(row["rounds_earlier_vs_fedcgd_fscd"]) == later
+        assert int(row["rounds_tied_vs_fedcgd_fscd"]) == tied
+        untied = earlier + later
+        if untied:
+            expected = _two_sided_sign_p(earlier, untied)
+            assert float(row["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(expected)
+
+
+def _evidence() -> str:
+    return (DOCS / "evidence.md").read_text(encoding="utf-8")
+
+
+def test_the_docs_rounds_readings() -> None:
+    text = _evidence()
+    bc = [_fscd_earlier_later_tied("bc", a) for a in ALPHAS]
+    assert bc == [(5, 0, 0), (4, 1, 0), (4, 1, 0)]
+    assert "earlier in 5 of 5 seeds at α = 0.1" in text and "in 4 of 5 at α = 1" in text
+    pooled = sum(e for e, _, _ in bc)
+    assert pooled == 13 and f"{_two_sided_sign_p(13, 15):.4f}" == "0.0074"
+    assert "earlier in 13 of 15 pairs: exact sign test p = 0.0074" in text
+    for policy in ("bn2", "poc", "fedcbs"):
+        assert all(_fscd_earlier_later_tied(policy, a) == (5, 0, 0) for a in ALPHAS)
+    assert f"{_two_sided_sign_p(15, 15):.2g}" == "6.1e-05" and "p = 6.1e-5" in text
+    gs = [_fscd_earlier_later_tied("fedcgd-gs", a) for a in ALPHAS]
+    assert gs == [(3, 1, 1), (3, 1, 1), (4, 0, 1)]
+    assert "3 / 1 / 1 at α = 0.1 and at α = 1, 4 / 0 / 1" in text
+    assert f"{_two_sided_sign_p(10, 12):.3f}" == "0.039" and "10 of the 12 untied pairs" in text
+    assert f"{min(1.0, 5 * _two_sided_sign_p(10, 12)):.2f}" == "0.19"
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    for position, index in enumerate(order):
+        ranks[index] = position + 1.0
+    return ranks
+
+
+def test_the_docs_indicator_reading() -> None:
+    points = _rows(INDICATOR)
+    assert len(points) == 15
+    ghat = [float(p["ghat_over_sigma_early"]) for p in points]
+    gap = [float(p["fscd_late_accuracy"]) - float(p["bc_late_accuracy"]) for p in points]
+    assert len(set(ghat)) == 15 and len(set(gap)) == 15  # no ties: plain ranks
+    rho = statistics.correlation(_ranks(ghat), _ranks(gap))
+    assert rho == pytest.approx(0.375, abs=1e-12)
+    p_value = stats.spearmanr(ghat, gap).pvalue
+    assert f"{p_value:.2f}" == "0.17"
+    match = re.search(r"Spearman ρ = \+([0-9.]+), p = ([0-9.]+)\. On this preset", _evidence())
+    assert match is not None and match.groups() == ("0.375", "0.17")
