@@ -18,7 +18,7 @@ from flwr.supercore.logger import FLOWER_LOGGER
 from fedcgd_strategy.flower.simulation import patient
 from fedcgd_task.errors import OneLineMessage
 from run_files.atomic_files import ResultWriteError
-from run_files.results import ResultWriter
+from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import (
     COMPLETED,
     FAILED,
@@ -169,6 +169,7 @@ def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[
         last = lines[-1]["round"] if lines else done
         with contextlib.suppress(ResultWriteError):  # a full disk may refuse this one too
             write_status(result_dir, ended_by(err, lines, last, config.num_server_rounds))
+            sync_run_files(result_dir)
         raise
 
 
@@ -219,7 +220,7 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
 def write_end(
     config: RunConfig, writer: ResultWriter, final_model: dict[str, torch.Tensor]
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status; return the summary."""
+    """Write ``model.pt``, ``summary.json`` and the final status, all synced; return the summary."""
     save_model(writer.dir, final_model)
     history = writer.lines
     lost = lost_counts(history)
@@ -244,6 +245,7 @@ def write_end(
     state = COMPLETED if reason is None else FAILED
     status = RunStatus(state, last, config.num_server_rounds, reason=reason, **lost)
     write_status(writer.dir, status)
+    sync_run_files(writer.dir)
     say(f"results written to {writer.dir} ({reason or 'completed'}{lost_note(**lost)})")
     return summary
 
