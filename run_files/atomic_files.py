@@ -1,9 +1,9 @@
 """Writing the files of a result folder: whole or not at all, never through a link, one-line errors.
 
-Pure Python. Whole files go through an exclusive temporary file and a rename (a durable write
-also fsyncs the file before and its folder after); metrics lines are appended through
-``O_NOFOLLOW`` without an fsync; :func:`sync_files` makes what was written so far durable. A
-stop signal waits for the write to end; an :class:`OSError` becomes :class:`ResultWriteError`.
+Pure Python. Whole files go through an exclusive temporary file, an fsync (unless a file
+rewritten every round) and a rename; metrics lines are appended through ``O_NOFOLLOW`` without
+an fsync; :func:`sync_files` makes files and their folder durable. A stop signal waits for the
+write to end; an :class:`OSError` becomes :class:`ResultWriteError`.
 See docs/design.md, "Result folders" and "Stopped runs".
 """
 
@@ -118,8 +118,8 @@ def atomic_write(
     write : callable
         Writes the content to the binary handle it gets.
     durable : bool
-        Also survive a crash of the system: the file is fsynced before its rename and its
-        folder after. False: no fsync (the file written each round; :func:`sync_files` later).
+        The file is fsynced before its rename (its new name is durable once its folder is:
+        :func:`sync_files`). False: no fsync (a file rewritten every round).
 
     Returns
     -------
@@ -148,8 +148,6 @@ def atomic_write(
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-        if durable:
-            _fsync_path(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     return target
 
 

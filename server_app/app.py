@@ -168,7 +168,8 @@ def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[
         lines = writer.lines if writer is not None else kept
         last = lines[-1]["round"] if lines else done
         with contextlib.suppress(ResultWriteError):  # a full disk may refuse this one too
-            write_status(result_dir, ended_by(err, lines, last, config.num_server_rounds))
+            ended = ended_by(err, lines, last, config.num_server_rounds)
+            write_status(result_dir, ended, durable=False)
             sync_run_files(result_dir)
         raise
 
@@ -244,7 +245,7 @@ def write_end(
     reason = no_upload_reason(history) or aggregation_failure_reason(history)
     state = COMPLETED if reason is None else FAILED
     status = RunStatus(state, last, config.num_server_rounds, reason=reason, **lost)
-    write_status(writer.dir, status)
+    write_status(writer.dir, status, durable=False)
     sync_run_files(writer.dir)
     say(f"results written to {writer.dir} ({reason or 'completed'}{lost_note(**lost)})")
     return summary

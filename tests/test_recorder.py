@@ -206,8 +206,8 @@ def test_only_checkpoint_rounds_fsync_the_line_and_status_before_the_checkpoint(
         # each round's status is whole JSON, and its line is in the file, synced or not
         assert json.loads((folder / "status.json").read_text())["last_round"] == r
         assert [x["round"] for x in lines(folder)] == list(range(1, r + 1))
-    # the line and status first, then the checkpoint (its file, then the folder's new name)
-    synced = ["metrics.jsonl", "status.json", "run", ".checkpoint.pt.tmp", "run"]
+    # the line, the status and the folder first, then the checkpoint's file (before its rename)
+    synced = ["metrics.jsonl", "status.json", "run", ".checkpoint.pt.tmp"]
     assert per_round == [[], synced, [], synced, synced]
 
 
