@@ -286,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
         "0 = off (then a stopped run cannot be resumed). A killed run resumes from its last "
         "checkpoint and computes the up to k − 1 rounds after it again; a crash of the machine "
         "may also lose the lines and status written since then "
-        '([Performance](performance.md), "Checkpoints": cost and choice)',
+        '([Performance](performance.md), "Checkpoints and result files")',
         minimum=0,
     ),
     Setting(
