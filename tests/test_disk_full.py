@@ -27,7 +27,7 @@ from subprocesses import fedcgd
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from run_files.atomic_files import ResultWriteError, append_line, atomic_write_text
+from run_files.atomic_files import ResultWriteError, append_line, atomic_write_text, sync_files
 
 SMALL = {
     "num-devices": 8,
@@ -177,6 +177,8 @@ def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tm
             atomic_write_text(target, "new")
         with pytest.raises(ResultWriteError) as err:
             append_line(tmp_path / "metrics.jsonl", "{}")
+        with pytest.raises(ResultWriteError, match=f"while writing {tmp_path}/status.json$"):
+            sync_files(tmp_path, ["missing.jsonl", "status.json"])  # a missing file is skipped
     assert err.value.disk_full and err.value.errno == errno.ENOSPC
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "status.json"]

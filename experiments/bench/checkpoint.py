@@ -2,7 +2,8 @@
 
 ``fedcgd bench checkpoint`` writes ``checkpoint_writes.csv`` and ``checkpoint_runs.csv``
 (``checkpoint-every`` = 0, 1, 5, 10 interleaved, on the paper cell of the MNIST-1D presets at
-τ = 1: :data:`RUN_SETTING`); the numbers are in docs/performance.md, "Checkpoints".
+τ = 1: :data:`RUN_SETTING`); the numbers are in docs/performance.md,
+"Checkpoints and result files".
 """
 
 from __future__ import annotations
