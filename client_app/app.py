@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from flwr.app import (
-    ArrayRecord,
     Context,
     Message,
     MetricRecord,
@@ -49,6 +48,7 @@ from client_app.device_round import (
     update_norm,
 )
 from fedcgd_task import keys
+from fedcgd_task.array_codec import array_record
 from fedcgd_task.local_data import local_split
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Mes
     metrics[keys.UPDATE_NORM] = trained.update_norm
     metrics[keys.TRAIN_TIME_S] = trained.train_time_s
     content = RecordDict(
-        {keys.ARRAYS: ArrayRecord(trained.weights), keys.METRICS: MetricRecord(metrics)}
+        {keys.ARRAYS: array_record(trained.weights), keys.METRICS: MetricRecord(metrics)}
     )
     return Message(content, reply_to=msg)
 

@@ -3,7 +3,8 @@
 ``fedcgd bench client [--repeats N] [--vmap-repeats M] [--threads T]``: for ``cnn`` and
 ``resnet18gn`` at b = 32, the one-pass sigma-hat, the vmap reference and one SGD step with their
 ratios; then the real ``train`` handler on ``digits/mlp`` and the handler's steps for a
-``cnn`` on random 3 x 32 x 32 data. Medians after one warm-up call (the first call is printed
+``cnn`` on random 3 x 32 x 32 data; a model's ArrayRecord written and read by Flower and by
+:mod:`fedcgd_task.array_codec`. Medians after one warm-up call (the first call is printed
 too); the numbers are in docs/performance.md.
 """
 
@@ -147,11 +148,60 @@ def print_sigma_table(repeats: int, vmap_repeats: int) -> None:
         )
 
 
+#: (model name, input shape, classes) of the record table: MNIST-1D's, CIFAR-10's and CIFAR-100's.
+RECORD_CASES: tuple[tuple[str, tuple[int, ...], int], ...] = (
+    ("cnn1d", (1, 40), 10),
+    ("cnn", (3, 32, 32), 10),
+    ("resnet18gn", (3, 32, 32), 100),
+)
+
+
+def bench_records(
+    name: str, input_shape: tuple[int, ...], num_classes: int, repeats: int
+) -> tuple[float, float, float, float]:
+    """Median seconds to write and read a model's ArrayRecord, Flower's way and the codec's.
+
+    Returns (Flower write, codec write, Flower read, codec read), timed alternately call by
+    call; both give the same bytes and arrays (tests/test_array_codec.py).
+    """
+    from flwr.app import ArrayRecord
+
+    from fedcgd_task.array_codec import array_record, torch_state
+
+    state = build_model(name, num_classes, input_shape).state_dict()
+    record = ArrayRecord(state)
+    calls: tuple[Callable[[], object], ...] = (
+        lambda: ArrayRecord(state),
+        lambda: array_record(state),
+        record.to_torch_state_dict,
+        lambda: torch_state(record),
+    )
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(repeats + 1):
+        for fn, kept in zip(calls, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            kept.append(time.perf_counter() - start)
+    medians = [statistics.median(kept[1:]) for kept in times]
+    return medians[0], medians[1], medians[2], medians[3]
+
+
+def print_record_table(repeats: int) -> None:
+    """Print the ArrayRecord write / read table for :data:`RECORD_CASES`."""
+    print("a model's ArrayRecord, Flower's np.save / np.load against the codec (median ms)")
+    header = ("model", "write Flower", "write codec", "read Flower", "read codec")
+    print("{:<12} {:>12} {:>12} {:>12} {:>11}".format(*header))
+    for name, shape, classes in RECORD_CASES:
+        times = bench_records(name, shape, classes, repeats)
+        print(f"{name:<12} " + " ".join(f"{t * 1e3:>12.3f}" for t in times))
+
+
 def main(repeats: int = 10, vmap_repeats: int = 3, threads: int = 1) -> int:
     """``fedcgd bench client``: the sigma-hat table, then the timings of both ClientApp cases."""
     torch.set_num_threads(threads)
     print(f"torch threads: {torch.get_num_threads()}, repeats: {repeats}")
     print_sigma_table(repeats, vmap_repeats)
+    print_record_table(max(repeats, 20))
     for label, bench in (
         ("digits/mlp train handler", bench_digits_handler),
         ("cnn 3x32x32 train steps", bench_cnn_steps),

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message, UserConfig
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, UserConfig
 from torch import nn
 
 from client_app.sigma import gradient_spread
 from fedcgd_task import keys
+from fedcgd_task.array_codec import torch_state
 from fedcgd_task.local_data import LocalSplit, local_split
+from fedcgd_task.message_records import record_of
 from fedcgd_task.models import build_model
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.training import compute_device, dropout_seed, local_batches, train_local
@@ -74,13 +76,13 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
 
 def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
     """Read the server round, τ, η, b and whether to compute σ̂ from the ConfigRecord ``config``."""
-    if keys.CONFIG not in msg.content.config_records:
+    config = record_of(msg.content, keys.CONFIG, ConfigRecord)
+    if config is None:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
             f"(with {keys.SERVER_ROUND}, {keys.LOCAL_STEPS}, {keys.LEARNING_RATE}, "
             f"{keys.BATCH_SIZE})"
         )
-    config = msg.content.config_records[keys.CONFIG]
     want_sigma = config.get(keys.WANT_SIGMA, True)
     if not isinstance(want_sigma, bool):
         raise ValueError(f"ConfigRecord key '{keys.WANT_SIGMA}' must be a bool; got {want_sigma!r}")
@@ -89,12 +91,13 @@ def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
     """Load the message's ArrayRecord into this process's model of the run config's kind."""
-    if keys.ARRAYS not in msg.content.array_records:
+    record = record_of(msg.content, keys.ARRAYS, ArrayRecord)
+    if record is None:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "
             "(the global model's state_dict)"
         )
-    state = decoded_state(msg.content.array_records[keys.ARRAYS])
+    state = decoded_state(record)
     model = process_model(
         settings.model, split.num_classes, split.source.input_shape, settings.device
     )
@@ -135,7 +138,7 @@ def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     for kept in _LAST_DECODED:
         if same_arrays(record, kept.arrays):
             return kept.state
-    state = record.to_torch_state_dict()
+    state = torch_state(record)
 
     def forget(_: weakref.ref[Array]) -> None:
         _LAST_DECODED.clear()
@@ -163,13 +166,19 @@ def process_model(
 
 def same_config(a: UserConfig, b: UserConfig) -> bool:
     """Whether two flat run configs hold the same keys with values equal in type and value."""
-    return a.keys() == b.keys() and all(
-        type(value) is type(b[key]) and value == b[key] for key, value in a.items()
+    if a is b:
+        return True
+    return (
+        a == b
+        and a.keys() == b.keys()
+        and all(type(value) is type(b[key]) and value == b[key] for key, value in a.items())
     )
 
 
-#: The last run config read, the working folder it was read in, and its settings.
-_LAST_SETTINGS: list[tuple[UserConfig, str, TaskSettings]] = []
+#: The last run config read (a copy, and the object read: the nodes of the in-process engine
+#: share one, which is not changed while they run), the working folder it was read in, and its
+#: settings.
+_LAST_SETTINGS: list[tuple[UserConfig, UserConfig, str, TaskSettings]] = []
 
 
 def run_settings(run_config: UserConfig) -> TaskSettings:
@@ -179,11 +188,11 @@ def run_settings(run_config: UserConfig) -> TaskSettings:
     read in the same working folder.
     """
     cwd = os.getcwd()
-    for kept, kept_cwd, settings in _LAST_SETTINGS:
-        if kept_cwd == cwd and same_config(kept, run_config):
+    for kept, seen, kept_cwd, settings in _LAST_SETTINGS:
+        if kept_cwd == cwd and (run_config is seen or same_config(kept, run_config)):
             return settings
     settings = TaskSettings.from_run_config(run_config)
-    _LAST_SETTINGS[:] = [(dict(run_config), cwd, settings)]
+    _LAST_SETTINGS[:] = [(dict(run_config), run_config, cwd, settings)]
     return settings
 
 

@@ -56,9 +56,13 @@ def all_partitions(settings: TaskSettings) -> tuple[npt.NDArray[np.int64], ...]:
     return tuple(parts)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=16_384)
 def local_split(settings: TaskSettings, partition_id: int) -> LocalSplit:
-    """Return device ``partition_id``'s local dataset D_v (cached per process)."""
+    """Return device ``partition_id``'s local dataset D_v (cached per process).
+
+    The cache holds every device of a run up to V = 16,384 (each entry a view of the run's
+    partition and a reference to its data set); a larger V misses and rebuilds the entry.
+    """
     if not 0 <= partition_id < settings.num_devices:
         raise ValueError(
             f"partition_id must be in 0 .. num-devices - 1 = {settings.num_devices - 1}; "

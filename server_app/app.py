@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
 from fedcgd_strategy.flower.simulation import patient
+from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
 from run_files.atomic_files import ResultWriteError
 from run_files.results import ResultWriter, sync_run_files
@@ -270,7 +271,7 @@ def train_rounds(
         wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
         result = strategy.start(
             grid=grid,
-            initial_arrays=ArrayRecord(setup.model.state_dict()),
+            initial_arrays=array_record(setup.model.state_dict()),
             num_rounds=config.num_server_rounds - setup.round_offset,
             timeout=config.train_timeout_s,
             train_config=ConfigRecord(config.training.to_config()),
@@ -278,4 +279,4 @@ def train_rounds(
         )
     finally:
         recorder.events.close()
-    return dict(result.arrays.to_torch_state_dict())
+    return dict(torch_state(result.arrays))

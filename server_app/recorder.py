@@ -16,6 +16,7 @@ from typing import Any
 from flwr.app import ArrayRecord, MetricRecord
 
 from fedcgd_strategy.record import RoundRecord
+from fedcgd_task.array_codec import torch_state
 from run_files.atomic_files import stop_signals_held
 from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import RUNNING, RunStatus, lost_counts, write_status
@@ -73,7 +74,7 @@ class RoundRecorder:
         metrics: dict[str, int | float | list[int] | list[float]] = {}
         t0 = time.perf_counter()
         if evaluation_due(server_round, config.num_server_rounds, config.eval_every):
-            loss, accuracy = self.setup.evaluate(arrays.to_torch_state_dict())
+            loss, accuracy = self.setup.evaluate(torch_state(arrays))
             metrics = {"accuracy": accuracy, "loss": loss}
         eval_s = time.perf_counter() - t0
         if server_round == 0:
@@ -131,7 +132,7 @@ class RoundRecorder:
         write_status(writer.dir, status, durable=False)
         if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):
             sync_run_files(writer.dir)
-            model = arrays.to_torch_state_dict()
+            model = torch_state(arrays)
             save_checkpoint(
                 writer.dir, self.setup.checkpoint(server_round, model, writer.elapsed_s())
             )

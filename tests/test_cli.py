@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "reproduce": None,
     "plot": None,
     "runs": None,
+    "indicator": None,
     "certificates": None,
     "channel-report": None,
     "settings": None,

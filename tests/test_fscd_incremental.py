@@ -237,3 +237,13 @@ def test_grid_rows_evaluated_alone_equal_the_full_grid() -> None:
             np.testing.assert_array_equal(
                 np.asarray(wemd(alone / rows, target, gradient))[0], full[row]
             )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ratio", [0.1, 1.0])
+def test_stages_equal_dense_at_a_thousand_devices(ratio: float) -> None:
+    # The size of `fedcgd bench fscd-scale`: the row and column prefilter, the bound and the
+    # direct evaluation all take part, over hundreds of transits per schedule.
+    rng = np.random.default_rng([1000, int(ratio * 10)])
+    for index in range(2):
+        assert_same_stages(cell_instance(rng, 1000, ratio), f"cell V=1000 #{index}")

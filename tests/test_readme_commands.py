@@ -24,9 +24,11 @@ from typing import Any
 
 import pytest
 from doc_pages import PROJECT, doc_text
+from fake_runs import write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import fedcgd
 
+from experiments.analysis.tables import write_csv
 from experiments.compare.plans import check_policy_params_used, with_policy_params
 from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
 from experiments.run.run_config import (
@@ -397,7 +399,48 @@ def test_reproduce_mnist1d_command_runs(args: list[str], tmp_path: Path) -> None
             assert_completed(run_dir, ROUNDS)
             config = json.loads((run_dir / "config.json").read_text())
             assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 600
+    # the Ĝ/σ̂ indicator over every sweep point (one seed: a point each), and per sweep point
+    assert [p["setting"] for p in rows(out / "indicator.csv")] == [f"{key}={v}" for v in values]
+    assert rows(out / "indicator_test.csv")[0]["n_points"] == str(len(values))
+    assert len(rows(out / f"{key}={values[0]}" / "indicator.csv")) == 1
+    assert "Spearman" in proc.stdout or "no correlation" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == f"all {len(values) * 2} runs completed"
+
+
+def test_the_indicator_command_runs(tmp_path: Path) -> None:
+    """``fedcgd indicator`` as the docs give it, over hand-made comparisons of the folders named."""
+    (args,) = fedcgd_commands("indicator")
+    out_at = args.index("--out")
+    folders = [a for i, a in enumerate(args) if not a.startswith("--") and i != out_at + 1]
+    assert len(folders) >= 2, args
+    ratio = 0.5
+    for k, folder in enumerate(folders):
+        where = tmp_path / Path(folder).name
+        for seed in (0, 1):
+            ratio += 0.25  # the gap grows with Ĝ/σ̂: rho = 1
+            for policy, last in (("fedcgd-fscd", ratio), ("bc", 0.5)):
+                lines = [
+                    {"round": r, "accuracy": a, "sigma": 2.0, "class_gradient_used": 2 * ratio}
+                    for r, a in ((1, 0.2), (2, last))
+                ]
+                overrides = {"policy": policy, "seed": seed, "learning-rate": 0.1 * (k + 1)}
+                write_run(where / policy / f"seed-{seed}", overrides, lines)
+        write_csv(
+            where / "runs.csv",
+            [
+                {"policy": p, "seed": s, "result_dir": str(where / p / f"seed-{s}")}
+                for p in ("fedcgd-fscd", "bc")
+                for s in (0, 1)
+            ],
+        )
+    small = [str(tmp_path / Path(a).name) if a in folders else a for a in args]
+    small[out_at + 1] = str(tmp_path / "indicator")
+    proc = run("indicator", *small)
+    assert proc.returncode == 0, output(proc)
+    assert "Spearman rho = +1.000" in proc.stdout, proc.stdout
+    points = rows(tmp_path / "indicator" / "indicator.csv")
+    assert [p["setting"] for p in points] == [Path(f).name for f in folders for _ in (0, 1)]
+    assert rows(tmp_path / "indicator" / "indicator_test.csv")[0]["n_points"] == str(len(points))
 
 
 def cifar_reproductions() -> list[list[str]]:

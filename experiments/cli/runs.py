@@ -208,6 +208,32 @@ def plot_command(
     done(plot_runs.main(result_dirs, out, mean, bands))
 
 
+def indicator_command(
+    folders: Annotated[
+        list[Path], typer.Argument(help="folders of comparisons or presets (their runs.csv)")
+    ],
+    out: Annotated[
+        Path, path_option("--out", help="folder for indicator.csv and indicator_test.csv")
+    ] = DEFAULT_RESULTS / "indicator",
+    early_rounds: Annotated[
+        int, typer.Option(help="Ĝ/σ̂ of FedCGD-FSCD averaged over rounds 1..N")
+    ] = 50,
+    late_fraction: Annotated[
+        float,
+        typer.Option(help="the FedCGD-FSCD − BC accuracy gap averaged over this last fraction"),
+    ] = 0.2,
+) -> None:
+    """Does early Ĝ/σ̂ predict the later FedCGD-FSCD − BC gap? Spearman over (setting, seed)."""
+    from experiments.compare.results import indicator_from_folders
+
+    try:
+        line = indicator_from_folders(folders, out, early_rounds, late_fraction)
+    except ValueError as err:
+        refuse(str(err))
+    print(line)
+    print(f"wrote {out / 'indicator.csv'} and {out / 'indicator_test.csv'}")
+
+
 def runs_command(
     folder: Annotated[
         Path,

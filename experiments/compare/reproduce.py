@@ -37,7 +37,13 @@ from experiments.compare.plans import (
     refuse_stale_runs,
     with_policy_params,
 )
-from experiments.compare.results import RUN_COLUMNS, format_row, table_rows, write_table
+from experiments.compare.results import (
+    RUN_COLUMNS,
+    format_row,
+    table_rows,
+    write_indicator,
+    write_table,
+)
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
 from experiments.run.resume_command import LastWords, fedcgd_command, rerun_line
@@ -332,9 +338,14 @@ def write_outputs(
     groups: dict[tuple[str, str], list[Path]],
     out: Path,
 ) -> None:
-    """``table.csv``, ``runs.csv``, ``estimates.png`` and the sweep figure over all points."""
+    """``table.csv``, ``runs.csv``, ``estimates.png``, the sweep figure, the indicator's tables.
+
+    The indicator's (``indicator.csv``, ``indicator_test.csv``) over all points, when the preset
+    runs FedCGD-FSCD and BC.
+    """
     write_table(rows, out / "table.csv", extra_columns=("sweep",))
     write_table(runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
+    indicator = write_indicator(runs, out)
     plot_estimates(groups, out / "estimates.png")
     sweep = run_keys(cfg.sweep)
     metrics = list(cfg.get("figure_metrics") or [])
@@ -345,6 +356,8 @@ def write_outputs(
     if figure is not None:
         print(f"wrote {figure}")
     print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in rows))
+    if indicator is not None:
+        print(f"{indicator} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})")
     print(
         f"wrote {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
         f"{out / 'runs.csv'} and {out / 'estimates.png'}"

@@ -5,11 +5,25 @@ The columns: docs/comparing.md, "Comparing policies".
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.analysis.evidence import (
+    EARLY_ROUNDS,
+    INDICATOR_BASELINE,
+    INDICATOR_COLUMNS,
+    INDICATOR_POLICY,
+    INDICATOR_TEST_COLUMNS,
+    LATE_FRACTION,
+    Reached,
+    indicator_line,
+    indicator_points,
+    indicator_summary,
+    rounds_to_target_test,
+)
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.analysis.tables import write_csv
@@ -20,7 +34,16 @@ REFERENCE_POLICY = "fedcgd-fscd"
 #: Metrics tested against the reference policy, paired by seed, and their column prefixes.
 PAIRED_METRICS = {"final_accuracy": "", "max_accuracy": "best_"}
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
-RUN_COLUMNS = ("policy", "seed", *METRICS, "devices_lost", "result_dir")
+RUN_COLUMNS = ("policy", "seed", *METRICS, "rounds_run", "devices_lost", "result_dir")
+#: The paired tests of rounds to the target against the reference (:class:`RoundsTest`).
+ROUNDS_TEST_COLUMNS = (
+    "rounds_earlier_vs_fedcgd_fscd",
+    "rounds_later_vs_fedcgd_fscd",
+    "rounds_tied_vs_fedcgd_fscd",
+    "rounds_censored_pairs",
+    "rounds_sign_p_vs_fedcgd_fscd",
+    "rounds_wilcoxon_p_vs_fedcgd_fscd",
+)
 TABLE_COLUMNS = (
     "policy",
     "n_seeds",
@@ -39,6 +62,7 @@ TABLE_COLUMNS = (
     "p_value_vs_fedcgd_fscd",
     "best_diff_vs_fedcgd_fscd",
     "best_p_value_vs_fedcgd_fscd",
+    *ROUNDS_TEST_COLUMNS,
     "n_paired",
     "runs_with_lost_devices",
     "seeds",
@@ -78,6 +102,7 @@ def summarise(
         ),
         "mean_scheduled": sum(x.get("num_scheduled", 0) for x in lines) / max(len(lines), 1),
         "mean_wemd": sum(wemds) / len(wemds) if wemds else None,
+        "rounds_run": max((int(x["round"]) for x in lines), default=0),
         "devices_lost": sum(int(x.get("devices_lost") or 0) for x in lines),
         "result_dir": str(result_dir),
     }
@@ -91,7 +116,8 @@ def table_rows(
     """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
 
     The paired tests are against ``reference``, by seed; a statistic that is undefined (one seed,
-    no reference, under two common seeds) is NaN or None.
+    no reference, under two common seeds) is NaN or None. Rounds to the target are tested
+    (:func:`~experiments.analysis.evidence.rounds_to_target_test`) when there is a target.
     """
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -115,11 +141,32 @@ def table_rows(
             skip = policy == reference or reference not in by_policy or test.n < 2
             row[f"{prefix}diff_vs_fedcgd_fscd"] = None if skip else test.mean_diff
             row[f"{prefix}p_value_vs_fedcgd_fscd"] = None if skip else test.p_value
+        row.update(
+            _rounds_test(group, by_policy.get(reference), policy == reference, target_accuracy)
+        )
         row["n_paired"] = None if policy == reference or reference not in by_policy else test.n
         row["runs_with_lost_devices"] = sum(int(r.get("devices_lost") or 0) > 0 for r in group)
         row["seeds"] = " ".join(str(r["seed"]) for r in group)
         rows.append(row)
     return rows
+
+
+def _rounds_test(
+    group: Sequence[Mapping[str, Any]],
+    reference: Sequence[Mapping[str, Any]] | None,
+    is_reference: bool,
+    target_accuracy: float | None,
+) -> dict[str, Any]:
+    """The :data:`ROUNDS_TEST_COLUMNS` of a policy's runs against the reference's (None: none)."""
+    if is_reference or reference is None or target_accuracy is None:
+        return dict.fromkeys(ROUNDS_TEST_COLUMNS)
+
+    def reached(runs: Sequence[Mapping[str, Any]]) -> dict[int, Reached]:
+        return {r["seed"]: (r["rounds_to_target"], r["rounds_run"]) for r in runs}
+
+    test = rounds_to_target_test(reached(group), reached(reference))
+    values = (test.earlier, test.later, test.tied, test.censored, test.sign_p, test.wilcoxon_p)
+    return dict(zip(ROUNDS_TEST_COLUMNS, values, strict=True))
 
 
 def _cell(value: Any) -> Any:
@@ -150,14 +197,75 @@ def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
     return plot_runs([d for dirs in groups.values() for d in dirs], out)
 
 
+def write_indicator(
+    runs: Sequence[Mapping[str, Any]],
+    out: Path,
+    early_rounds: int = EARLY_ROUNDS,
+    late_fraction: float = LATE_FRACTION,
+) -> str | None:
+    """``indicator.csv`` and ``indicator_test.csv`` under ``out``; the console line.
+
+    Only where FedCGD-FSCD and BC both ran (None otherwise: nothing written). The test:
+    docs/comparing.md, "The Ĝ/σ̂ indicator".
+    """
+    policies = {str(run["policy"]) for run in runs}
+    if not {INDICATOR_POLICY, INDICATOR_BASELINE} <= policies:
+        return None
+    points = indicator_points(runs, early_rounds, late_fraction)
+    summary = indicator_summary(points, early_rounds, late_fraction)
+    write_table(points, out / "indicator.csv", columns=INDICATOR_COLUMNS)
+    write_table([summary], out / "indicator_test.csv", columns=INDICATOR_TEST_COLUMNS)
+    return indicator_line(summary)
+
+
+def indicator_from_folders(
+    folders: Sequence[Path], out: Path, early_rounds: int, late_fraction: float
+) -> str:
+    """``fedcgd indicator``: the indicator over the runs of comparisons and presets, pooled.
+
+    Each folder's ``runs.csv`` names its runs; a run's setting is the folder's name and its
+    sweep point. Writes ``out/indicator.csv`` and ``out/indicator_test.csv``; the console line.
+
+    Raises
+    ------
+    ValueError
+        One line: a bad option, a folder without ``runs.csv``, no FedCGD-FSCD and BC runs, or
+        a damaged result file.
+    """
+    if early_rounds < 1:
+        raise ValueError(f"--early-rounds: got {early_rounds}; allowed: an integer >= 1")
+    if not 0 < late_fraction <= 1:
+        raise ValueError(f"--late-fraction: got {late_fraction}; allowed: a number in (0, 1]")
+    runs: list[dict[str, Any]] = []
+    for folder in folders:
+        path = folder / "runs.csv"
+        if not path.is_file():
+            raise ValueError(f"{folder}: no runs.csv (not the folder of a comparison or a preset)")
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                setting = f"{folder.name}/{row['sweep']}" if row.get("sweep") else folder.name
+                runs.append({**row, "setting": setting})
+    line = write_indicator(runs, out, early_rounds, late_fraction)
+    if line is None:
+        where = ", ".join(map(str, folders))
+        raise ValueError(f"no {INDICATOR_POLICY} and {INDICATOR_BASELINE} runs under {where}")
+    return line
+
+
 def write_comparison(
     runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
 ) -> list[dict[str, Any]]:
-    """Write ``runs.csv``, ``table.csv`` and ``curves.png`` under ``out``; return the table rows."""
+    """Write ``runs.csv``, ``table.csv``, ``curves.png`` and the indicator's tables under ``out``.
+
+    The indicator's (:func:`write_indicator`) only with FedCGD-FSCD and BC. Returns the table rows.
+    """
     rows = table_rows(runs, target_accuracy)
     write_table(runs, out / "runs.csv", columns=RUN_COLUMNS)
     write_table(rows, out / "table.csv")
     plot_comparison(runs, out / "curves.png")
+    line = write_indicator(runs, out)
+    if line is not None:
+        print(line, flush=True)
     return rows
 
 

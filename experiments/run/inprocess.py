@@ -145,11 +145,15 @@ class InProcessGrid(LocalGrid):
 def node_contexts(
     node_ids: list[int], run_config: Mapping[str, Any], num_partitions: int
 ) -> dict[int, Context]:
-    """One Context per node, partition id = position in ``node_ids`` (as the simulation does)."""
+    """One Context per node, partition id = position in ``node_ids`` (as the simulation does).
+
+    The nodes share one copy of ``run_config`` (read, never changed, by the ClientApp).
+    """
     from client_app.app import node_context
 
+    shared = dict(run_config)
     return {
-        node: node_context(dict(run_config), pid, num_partitions, node_id=node)
+        node: node_context(shared, pid, num_partitions, node_id=node)
         for pid, node in enumerate(node_ids)
     }
 

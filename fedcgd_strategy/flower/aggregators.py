@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 from flwr.app import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Message,
@@ -58,6 +57,7 @@ from fedcgd_strategy.flower.dp_aggregators import (
 )
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
+from fedcgd_task.array_codec import array_record, numpy_arrays
 from fedcgd_task.constructor_params import kebab
 from fedcgd_task.imports import first_line
 
@@ -196,7 +196,7 @@ def _frozen_heap() -> Iterator[None]:
 
 
 def _record(arrays: Arrays) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    return array_record({k: np.ascontiguousarray(v) for k, v in arrays.items()})
 
 
 def upload_replies(
@@ -317,7 +317,7 @@ def _call_aggregator(
         return None, f"{name}.aggregate_train raised {type(err).__name__}: {first_line(err)}"
     if record is None:
         return None, f"{name}.aggregate_train returned no model from {len(models)} uploads"
-    out = {k: v.numpy() for k, v in record.items()}
+    out = numpy_arrays(record)
     if list(out) != list(reference):
         if set(out) != set(reference):
             return None, f"{name}'s aggregate has arrays {sorted(out)[:3]}…, not the model's"

@@ -11,11 +11,13 @@ from collections.abc import Mapping
 from typing import TypeGuard
 
 import numpy as np
-from flwr.app import Message, MetricRecord
+from flwr.app import ArrayRecord, Message, MetricRecord
 from numpy.typing import NDArray
 
 from fedcgd_strategy.screening import FLOAT32_MAX, exceeds_float32
 from fedcgd_task import keys
+from fedcgd_task.array_codec import numpy_arrays
+from fedcgd_task.message_records import record_of
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53
@@ -88,11 +90,12 @@ def read_metrics(msg: Message) -> tuple[int, MetricRecord]:
     node_id = int(msg.metadata.src_node_id)
     if msg.has_error():
         raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
-    if keys.METRICS not in msg.content.metric_records:
+    metrics = record_of(msg.content, keys.METRICS, MetricRecord)
+    if metrics is None:
         raise MalformedReplyError(
             f"reply from node {node_id} lacks the MetricRecord {keys.METRICS!r}"
         )
-    return node_id, msg.content.metric_records[keys.METRICS]
+    return node_id, metrics
 
 
 def read_histogram(
@@ -145,10 +148,10 @@ def read_model_arrays(
     msg: Message, node_id: int, reference: Mapping[str, NDArray[np.generic]]
 ) -> dict[str, NDArray[np.generic]]:
     """The uploaded arrays, checked against the global model: keys, shapes, dtypes, finite."""
-    content = msg.content
-    if keys.ARRAYS not in content.array_records:
+    record = record_of(msg.content, keys.ARRAYS, ArrayRecord)
+    if record is None:
         raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
-    arrays = {k: v.numpy() for k, v in content.array_records[keys.ARRAYS].items()}
+    arrays = numpy_arrays(record)
     if list(arrays) != list(reference):
         raise MalformedReplyError(
             f"node {node_id}: model arrays {list(arrays)[:3]}… do not match the global model's "

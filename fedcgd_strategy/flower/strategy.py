@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 from flwr.app import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Message,
@@ -55,6 +54,7 @@ from fedcgd_strategy.policies.decision_check import schedule_checked
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
+from fedcgd_task.array_codec import array_record, numpy_arrays
 from fedcgd_task.settings import read_round_config
 
 
@@ -221,7 +221,7 @@ class ScheduledStrategy(Strategy):
         state = RoundInProgress(
             draw=draw,
             training=training,
-            reference={k: v.numpy() for k, v in arrays.items()},
+            reference=numpy_arrays(arrays),
             available=self.registry.with_node(draw.available),
             server_round=server_round,
             discovery_failed=discovery_failed,
@@ -391,7 +391,7 @@ class ScheduledStrategy(Strategy):
         assert state.inputs is not None
         target, training = state.inputs.target_dist, state.training
         self.policy.observe_uploads(uploaded_updates(uploads, state.reference, target, training))
-        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()}), None
+        return array_record({k: np.ascontiguousarray(v) for k, v in averaged.items()}), None
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

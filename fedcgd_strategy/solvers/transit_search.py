@@ -2,21 +2,22 @@
 
 :class:`TransitSearch` makes the decisions of the dense ``|Pi| x |not Pi| x C`` grid search
 (:func:`~experiments.bench.reference_solvers.swap_search_dense`) while evaluating few swaps;
-10-20x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``). Pure numpy
-(threadpoolctl, when installed, keeps BLAS on one thread).
+10-15x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``, docs/performance.md).
+Pure numpy (threadpoolctl, when installed, keeps BLAS on one thread).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
+from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, is_improvement
 from fedcgd_strategy.solvers.setup import FloatArray, ProblemArrays, RunningSums
 
@@ -35,6 +36,8 @@ EVALUATE_FIRST = 256
 EVALUATE_ALL = 4096
 #: Up to this many elements ``I * O * C`` a step evaluates the whole grid.
 DENSE_GRID = 32768
+#: Work buffers of a search (:meth:`TransitSearch.scratch`).
+SCRATCH_SLOTS = 2
 #: Rows of the bound masked one by one up to this many, else in one pass.
 MASK_BY_LOOP = 8
 
@@ -115,16 +118,20 @@ class TransitSearch:
 
     1. *Budget.* With the unscheduled devices sorted by ``B*``, the transits of ``v`` that fit are
        a prefix of length ``k_v`` (:func:`fit_counts`); ``K = max_v k_v`` columns are considered.
-    2. *Small grids.* Up to :data:`DENSE_GRID` elements the grid is evaluated whole; up to
-       :data:`EVALUATE_ALL` fitting transits, all are evaluated (step 4).
-    3. *Bound.* With ``w = sum_Pi p - S p`` and ``s_uc = sign(w_c + p_uc)``,
+       Up to :data:`DENSE_GRID` elements the grid is evaluated whole, as the dense search does.
+    2. *Rows and columns.* With ``w = sum_Pi p - S p``, the triangle inequality bounds all
+       transits of a row ``v`` and all transits of a column ``u`` from below; the values along
+       the row and the column of least bound give an upper bound ``U``; rows and columns whose
+       bound exceeds ``min(U, current) + margin`` are dropped (:meth:`_prefilter`). A kept block
+       of up to :data:`EVALUATE_ALL` transits is evaluated whole (step 4).
+    3. *Bound.* Otherwise, with ``s_uc = sign(w_c + p_uc)``,
        ``|w_c - p_vc + p_uc| >= s_uc (w_c + p_uc) - s_uc p_vc`` and
        ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``, so one product
-       ``[I, C + 2] x [C + 2, K]`` bounds every transit from below; ``v``'s dominant class ``d``
-       gets the exact term (adds ``2 G_d max(0, p_vd - w_d - p_ud) / S`` where ``s_ud = +1``).
-       Exact values at each row's least bound give an upper bound ``U``; only transits with bound
-       ``<= min(U, current) + margin`` are candidates, and of those only the ones whose bound stays
-       below the best of the :data:`EVALUATE_FIRST` most promising are evaluated.
+       ``[I, C + 2] x [C + 2, K]`` bounds every kept transit from below; ``v``'s dominant class
+       ``d`` gets the exact term (adds ``2 G_d max(0, p_vd - w_d - p_ud) / S`` where
+       ``s_ud = +1``). Exact values at each row's least bound lower ``U``; only transits with
+       bound ``<= min(U, current) + margin`` are candidates, and of those only the ones whose
+       bound stays below the best of the :data:`EVALUATE_FIRST` most promising are evaluated.
     4. *Values.* Candidates are evaluated from the running class sums with the dense grid's
        element-wise arithmetic (only the order of the final ``C``-term sum may differ).
     5. *Ties.* Rows with a candidate within :data:`TIE_MARGIN_ULPS` of the best are evaluated bit
@@ -141,13 +148,16 @@ class TransitSearch:
         self.position[self.order] = np.arange(self.order.size)
         self.sorted_hz = self.arrays.bandwidth_hz[self.order]
         self.sorted_labels = np.ascontiguousarray(self.arrays.labels[self.order])
-        self.max_batch = int(self.arrays.batch[self.order].max()) if self.order.size else 0
+        self.sorted_batch = self.arrays.batch[self.order]
+        self.max_batch = int(self.sorted_batch.max()) if self.order.size else 0
+        self.max_gradient = float(self.arrays.gradient.max())
         self.dominant = np.argmax(self.arrays.labels, axis=1)
         num_classes = self.arrays.target.size
         eps = float(np.finfo(float).eps)
         self.prune_unit = PRUNE_MARGIN_ULPS * (num_classes + 2) * eps
         self.tie_unit = TIE_MARGIN_ULPS * (num_classes + 1) * eps
         self.gradient_scale = 2.0 * float(self.arrays.gradient.sum())
+        self.buffers = [np.empty(0) for _ in range(SCRATCH_SLOTS)]
 
     def run(self, mask: NDArray[np.bool_]) -> tuple[NDArray[np.bool_], float, int]:
         """Search from ``mask`` (feasible, non-empty, bool ``[V]``) until no transit improves.
@@ -183,26 +193,30 @@ class TransitSearch:
         current: float,
     ) -> tuple[int, int, float] | None:
         """The dense grid's choice ``(leave, enter, objective)``, or None if it does not improve."""
-        inside = np.flatnonzero(selected)
-        positions = np.flatnonzero(outside)
+        inside = selected.nonzero()[0]
+        positions = outside.nonzero()[0]
         if positions.size == 0:
             return None
         if inside.size * positions.size * self.arrays.target.size <= DENSE_GRID:
             leave, enter_device, best = self._dense_rows(selected, sums, inside, group=False)
             return (leave, enter_device, best) if is_improvement(best, current) else None
-        inside = inside[np.argsort(self.dominant[inside], kind="stable")]
         room_hz = sums.used_hz - self.arrays.bandwidth_hz[inside]
         fits = fit_counts(room_hz, self.sorted_hz[positions], self.arrays.limit_hz)
-        area = int(fits.sum())
-        if area == 0:
+        if not fits.any():
             return None
-        if area <= EVALUATE_ALL:
-            rows = np.repeat(np.arange(inside.size), fits)
-            cols = np.arange(area) - np.repeat(np.cumsum(fits) - fits, fits)
-            enter = self.order[positions[cols]]
-            values = self._objectives(sums, inside[rows], enter)
+        positions = positions[: int(fits.max())]
+        keep_rows, keep_cols, upper = self._prefilter(inside, positions, fits, sums, current)
+        # Kept column j fits row r iff keep_cols[j] < fits[r] (a prefix of the kept columns).
+        inside, fits = inside[keep_rows], np.searchsorted(keep_cols, fits[keep_rows])
+        area = int(fits.sum())
+        if area == 0:  # no transit can improve on the current objective
+            return None
+        positions = positions[keep_cols[: int(fits.max())]]
+        if inside.size * positions.size <= EVALUATE_ALL:
+            rows = np.repeat(np.arange(inside.size), positions.size)
+            values = self._block_objectives(sums, inside, positions, fits).ravel()
         else:
-            candidates = self._pruned_candidates(inside, positions, fits, sums, current)
+            candidates = self._pruned_candidates(inside, positions, fits, sums, current, upper)
             if candidates is None:
                 return None
             rows, values = candidates
@@ -210,7 +224,9 @@ class TransitSearch:
         tie_margin = self.tie_unit * abs(lowest)
         if lowest - tie_margin >= current - TIE_REL_TOL * abs(current):
             return None
-        near = np.unique(inside[rows[values <= lowest + tie_margin]])
+        near = inside[rows[values <= lowest + tie_margin]]
+        if near.size > 1:
+            near = np.unique(near)
         leave, enter_device, best = self._dense_rows(selected, sums, near)
         if not is_improvement(best, current):
             return None
@@ -223,15 +239,18 @@ class TransitSearch:
         fits: IndexArray,
         sums: RunningSums,
         current: float,
+        upper: float,
     ) -> tuple[IndexArray, FloatArray] | None:
         """Rows (into ``inside``) and values (``inf`` = proved not best) of possible best transits.
 
-        None if no transit can improve on ``current``.
+        ``positions`` are the columns, ``fits[r]`` the length of the prefix of them that fits row
+        ``r``, ``upper`` an upper bound on the best objective. None if no transit can improve on
+        ``current``.
         """
         width = int(fits.max())
-        enter = self.order[positions[:width]]
-        bound = self._lower_bounds(inside, positions[:width], sums)
-        partial = np.flatnonzero(fits < width)
+        enter = self.order[positions]
+        bound = self._lower_bounds(inside, positions, sums)
+        partial = (fits < width).nonzero()[0]
         if partial.size > MASK_BY_LOOP:
             np.putmask(bound, np.arange(width) >= fits[:, None], np.inf)
         else:
@@ -240,17 +259,71 @@ class TransitSearch:
 
         # Upper bound on the best objective: the exact values at each row's least bound.
         least = bound.argmin(axis=1)
-        rows = np.flatnonzero(fits > 0)
-        upper = float(self._objectives(sums, inside[rows], enter[least[rows]]).min())
+        rows = (fits > 0).nonzero()[0]
+        if rows.size:
+            at_least = self._objectives(sums, inside[rows], enter[least[rows]])
+            upper = min(upper, float(at_least.min()))
         threshold = min(upper, current) + self.prune_unit * (
             self.gradient_scale + 2.0 * abs(current)
         )
-        active = np.flatnonzero(bound[np.arange(inside.size), least] <= threshold)
-        rows, cols = np.nonzero(bound[active] <= threshold)
+        rows, cols = np.nonzero(bound <= threshold)
         if rows.size == 0:  # every bound exceeds the current objective: no improvement
             return None
-        rows = active[rows]
         return rows, self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
+
+    def _prefilter(
+        self,
+        inside: IndexArray,
+        positions: IndexArray,
+        fits: IndexArray,
+        sums: RunningSums,
+        current: float,
+    ) -> tuple[IndexArray, IndexArray, float]:
+        """Rows (into ``inside``) and columns (into ``positions``) that may hold the best transit.
+
+        With ``w = sum_Pi p - S p``, the triangle inequality bounds every transit of the row
+        ``v`` by ``(|w - p_v| . G - max G) / S + sigma / sqrt(T - b_v + max b)`` and every
+        transit of the column ``u`` by ``(|w + p_u| . G - max G) / S
+        + sigma / sqrt(T - min_Pi b + b_u)``. The values of the fitting transits of the row and
+        of the column of least bound give an upper bound ``U`` on the best objective (to rounding,
+        which the margin covers); rows and columns whose bound exceeds ``min(U, current)`` plus
+        the pruning margin are dropped. Returns the kept rows and columns (ascending) and ``U``.
+        """
+        arrays = self.arrays
+        size = sums.count
+        surplus = sums.class_sum - size * arrays.target
+        labels_out = self.sorted_labels[positions]
+        batch_out = self.sorted_batch[positions]
+        batch_in = arrays.batch[inside]
+        row_bound = np.abs(surplus - arrays.labels[inside]) @ arrays.gradient
+        row_bound /= size
+        row_bound += arrays.sigma / np.sqrt(sums.total_batch - batch_in + self.max_batch)
+        col_bound = np.abs(labels_out + surplus) @ arrays.gradient
+        col_bound /= size
+        col_bound += arrays.sigma / np.sqrt(sums.total_batch - int(batch_in.min()) + batch_out)
+        row = int(row_bound.argmin())
+        col = int(col_bound.argmin())
+        upper = np.inf
+        if fits[row] > 0:
+            width = int(fits[row])
+            along_row = np.abs(labels_out[:width] + (surplus - arrays.labels[inside[row]]))
+            along_row = along_row @ arrays.gradient / size + arrays.sigma / np.sqrt(
+                sums.total_batch - int(batch_in[row]) + batch_out[:width]
+            )
+            upper = float(along_row.min())
+        rows = (fits > col).nonzero()[0]
+        if rows.size:
+            along_col = np.abs((surplus + labels_out[col]) - arrays.labels[inside[rows]])
+            along_col = along_col @ arrays.gradient / size + arrays.sigma / np.sqrt(
+                sums.total_batch - batch_in[rows] + int(batch_out[col])
+            )
+            upper = min(upper, float(along_col.min()))
+        threshold = min(upper, current) + self.prune_unit * (
+            self.gradient_scale + 2.0 * abs(current)
+        )
+        # The bounds above without the - max G / S.
+        slack = threshold + self.max_gradient / size
+        return (row_bound <= slack).nonzero()[0], (col_bound <= slack).nonzero()[0], upper
 
     def _candidate_values(
         self,
@@ -289,19 +362,51 @@ class TransitSearch:
         right[:, :num_classes] = np.where(shifted >= 0.0, -arrays.gradient, arrays.gradient) / size
         right[:, num_classes] = (np.abs(shifted) @ arrays.gradient) / size
         right[:, num_classes + 1] = 1.0
-        bound = left @ right.T
-        # Exact term for each row's dominant class d (rows are grouped by it): where the bound
-        # took s = +1 (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
+        bound = np.matmul(left, right.T, out=self.scratch(0, inside.size, positions.size))
+        # Exact term for each row's dominant class d: where the bound took s = +1
+        # (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
         # weight_d max(0, p_vd - w_d - p_ud) with weight_d = 2 G_d / S.
         weight = 2.0 * arrays.gradient / size
         crossing = np.ascontiguousarray(np.where(shifted >= 0.0, shifted * weight, np.inf).T)
         dominant = self.dominant[inside]
         held = weight[dominant] * arrays.labels[inside, dominant]  # [I]
-        starts = np.flatnonzero(np.diff(dominant, prepend=-1))
-        for start, stop in zip(starts, [*starts[1:], inside.size], strict=True):
-            excess = np.subtract.outer(held[start:stop], crossing[dominant[start]])
-            bound[start:stop] += np.maximum(excess, 0.0, out=excess)
+        excess = np.take(crossing, dominant, axis=0, out=self.scratch(1, *bound.shape))
+        np.subtract(held[:, None], excess, out=excess)
+        bound += np.maximum(excess, 0.0, out=excess)
         return bound
+
+    def scratch(self, slot: int, *shape: int) -> FloatArray:
+        """A float work array of ``shape`` (contents undefined) in the reused buffer ``slot``.
+
+        The steps' large temporaries have the same sizes again and again; fresh ones cost page
+        faults (glibc returns large blocks to the system), several times their arithmetic.
+        """
+        size = math.prod(shape)
+        if self.buffers[slot].size < size:
+            self.buffers[slot] = np.empty(max(size, 2 * self.buffers[slot].size))
+        return self.buffers[slot][:size].reshape(shape)
+
+    def _block_objectives(
+        self, sums: RunningSums, inside: IndexArray, positions: IndexArray, fits: IndexArray
+    ) -> FloatArray:
+        """Objectives of the transits ``inside x positions``, ``inf`` where they do not fit.
+
+        float ``[I, K]``; row ``r`` fits the first ``fits[r]`` columns. The arithmetic of
+        :meth:`_objectives`.
+        """
+        arrays = self.arrays
+        grid = np.add(
+            (sums.class_sum - arrays.labels[inside])[:, None, :],
+            self.sorted_labels[positions],
+            out=self.scratch(0, inside.size, positions.size, arrays.target.size),
+        )
+        grid /= sums.count
+        grid -= arrays.target
+        values = np.abs(grid, out=grid) @ arrays.gradient
+        totals = sums.total_batch - arrays.batch[inside][:, None] + self.sorted_batch[positions]
+        values += arrays.sigma / np.sqrt(totals)
+        values[np.arange(positions.size) >= fits[:, None]] = np.inf
+        return values
 
     def _objectives(self, sums: RunningSums, leave: IndexArray, enter: IndexArray) -> FloatArray:
         """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]``.
@@ -327,7 +432,7 @@ class TransitSearch:
         row); each row gets its own budget test. Ties go to the first row, then the first column.
         """
         arrays = self.arrays
-        outside = np.flatnonzero(arrays.feasible & ~selected)
+        outside = (arrays.feasible & ~selected).nonzero()[0]
         removed = sums.class_sum - arrays.labels[leave]
         leave_batch = arrays.batch[leave]
         rows: IndexArray | None = None
@@ -339,10 +444,17 @@ class TransitSearch:
                 return_inverse=True,
             )
             removed, leave_batch = removed[first], leave_batch[first]
-        grid = removed[:, None, :] + arrays.labels[outside][None]
+        grid = np.add(
+            removed[:, None, :],
+            arrays.labels[outside],
+            out=self.scratch(0, removed.shape[0], outside.size, arrays.target.size),
+        )
+        grid /= sums.count
+        grid -= arrays.target
+        # The arithmetic of wemd + sampling_term (every total batch is positive).
+        values = np.abs(grid, out=grid) @ arrays.gradient
         totals = sums.total_batch - leave_batch[:, None] + arrays.batch[outside]
-        values = np.asarray(wemd(grid / sums.count, arrays.target, arrays.gradient))
-        values = values + np.asarray(sampling_term(arrays.sigma, totals))
+        values += arrays.sigma / np.sqrt(totals.astype(float))
         if rows is not None:
             values = values[rows]
         room = sums.used_hz - arrays.bandwidth_hz[leave][:, None]

@@ -1,0 +1,286 @@
+"""The evidence's tests: rounds to the target (paired, censored) and the Ĝ/σ̂ indicator.
+
+Why these tests: docs/comparing.md, "Rounds to the target, paired and censored" and "The Ĝ/σ̂
+indicator". Pure
+functions on numbers and ``metrics.jsonl`` lines; scipy computes every p-value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+import numpy as np
+from scipy import stats
+
+from experiments.analysis.plot_runs import load_run
+from run_files.json_files import read_json_object
+from run_files.results import CONFIG_FILE
+from run_files.run_status import flat_settings
+from server_app.run_identity import unread_settings
+
+#: Up to this many nonzero differences the signed-rank test enumerates every sign flip.
+EXACT_SEEDS = 13
+#: A run's rounds to the target (None: not reached, censored) and the rounds it ran.
+Reached = tuple[int | None, int]
+
+
+@dataclass(frozen=True)
+class RoundsTest:
+    """Rounds to the target of a policy against a reference, paired by seed.
+
+    Attributes
+    ----------
+    n : int
+        Seeds both ran.
+    earlier, later : int
+        Seeds where the policy reached the target before / after the reference (a run that
+        never reached it is after one that did).
+    tied : int
+        Seeds where both reached it in the same round, or neither did.
+    censored : int
+        Seeds where at least one of the two never reached it.
+    sign_p : float
+        Exact two-sided sign test (``scipy.stats.binomtest``) of ``earlier`` against ``later``
+        (ties left out); NaN without an untied seed.
+    wilcoxon_p : float
+        Two-sided Wilcoxon signed-rank test (``scipy.stats.wilcoxon``, exact over every sign
+        flip up to :data:`EXACT_SEEDS` seeds, scipy's default beyond) of policy − reference,
+        a run that never reached the target counted as its rounds run + 1; NaN without a
+        nonzero difference.
+    """
+
+    n: int
+    earlier: int
+    later: int
+    tied: int
+    censored: int
+    sign_p: float
+    wilcoxon_p: float
+
+
+def censored_rounds(run: Reached) -> int:
+    """Rounds to the target, or rounds run + 1 for a run that never reached it."""
+    reached, rounds_run = run
+    return int(reached) if reached is not None else int(rounds_run) + 1
+
+
+def rounds_to_target_test(
+    values: Mapping[int, Reached], reference: Mapping[int, Reached]
+) -> RoundsTest:
+    """Paired tests of rounds to the target over the seeds both ran (see :class:`RoundsTest`).
+
+    The order within a pair is known whenever one of the two reached the target (the other
+    is later than its whole run), so the sign test is exact under censoring. The signed-rank
+    test also weighs how much earlier: a censored run's difference is then a lower bound
+    (its true rounds are more than its rounds run), so it understates how much later a
+    censored policy is.
+    """
+    seeds = sorted(set(values) & set(reference))
+    diffs = np.array(
+        [censored_rounds(values[s]) - censored_rounds(reference[s]) for s in seeds], dtype=float
+    )
+    censored = sum(values[s][0] is None or reference[s][0] is None for s in seeds)
+    earlier, later = int(np.sum(diffs < 0)), int(np.sum(diffs > 0))
+    sign_p = (
+        float(stats.binomtest(earlier, earlier + later, 0.5).pvalue)
+        if earlier + later
+        else math.nan
+    )
+    nonzero = diffs[diffs != 0]
+    # every sign flip (2^n of them) up to EXACT_SEEDS seeds, ties included; beyond, scipy's own
+    # (one difference: "exact", as a permutation needs two)
+    method: Any = "exact" if len(nonzero) == 1 else "auto"
+    if 1 < len(nonzero) <= EXACT_SEEDS:
+        method = stats.PermutationMethod(n_resamples=2**EXACT_SEEDS)
+    wilcoxon_p = float(stats.wilcoxon(nonzero, method=method).pvalue) if len(nonzero) else math.nan
+    return RoundsTest(
+        n=len(seeds),
+        earlier=earlier,
+        later=later,
+        tied=len(seeds) - earlier - later,
+        censored=censored,
+        sign_p=sign_p,
+        wilcoxon_p=wilcoxon_p,
+    )
+
+
+#: The paper's indicator compares these two policies (docs/comparing.md, "The Ĝ/σ̂ indicator").
+INDICATOR_POLICY, INDICATOR_BASELINE = "fedcgd-fscd", "bc"
+#: Early rounds averaged for Ĝ/σ̂ and the last fraction of the rounds averaged for the gap.
+EARLY_ROUNDS, LATE_FRACTION = 50, 0.2
+
+
+def early_ratio(lines: Sequence[Mapping[str, Any]], early_rounds: int = EARLY_ROUNDS) -> float:
+    """Mean of Ĝ/σ̂ (``class_gradient_used`` / ``sigma``) over rounds 1 .. ``early_rounds``.
+
+    Rounds without both (a list Ĝ_c, σ̂ not above 0, a missing value) are left out; NaN if none.
+    """
+    ratios = []
+    for line in lines:
+        g, sigma = line.get("class_gradient_used"), line.get("sigma")
+        if int(line["round"]) <= early_rounds and _number(g) and _number(sigma):
+            if math.isfinite(g) and math.isfinite(sigma) and sigma > 0:
+                ratios.append(g / sigma)
+    return float(np.mean(ratios)) if ratios else math.nan
+
+
+def late_accuracy(
+    lines: Sequence[Mapping[str, Any]], late_fraction: float = LATE_FRACTION
+) -> float:
+    """Mean test accuracy over the evaluations in the last ``late_fraction`` of the rounds run.
+
+    The rounds run are the last round of ``lines`` (R); the evaluations of rounds above
+    R × (1 − ``late_fraction``) count. NaN if there is none.
+    """
+    if not lines:
+        return math.nan
+    last = max(int(line["round"]) for line in lines)
+    start = last * (1 - late_fraction)
+    accs = [
+        float(line["accuracy"])
+        for line in lines
+        if int(line["round"]) > start and _number(line.get("accuracy"))
+    ]
+    return float(np.mean(accs)) if accs else math.nan
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    """A real number (not a bool, a list or None)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class IndicatorTest:
+    """Spearman's rank correlation of early Ĝ/σ̂ with the later FSCD − BC gap.
+
+    ``rho`` and its two-sided ``p_value`` (``scipy.stats.spearmanr``; NaN under three points or
+    with a constant variable) over ``n`` (setting, seed) points.
+    """
+
+    n: int
+    rho: float
+    p_value: float
+
+
+def indicator_test(points: Sequence[tuple[float, float]]) -> IndicatorTest:
+    """Spearman's ρ of (early Ĝ/σ̂, later gap) pairs; points with a NaN are left out."""
+    x = np.array([p for p in points if math.isfinite(p[0]) and math.isfinite(p[1])], dtype=float)
+    n = len(x)
+    if n < 3 or np.ptp(x[:, 0]) == 0 or np.ptp(x[:, 1]) == 0:
+        return IndicatorTest(n, math.nan, math.nan)
+    result = stats.spearmanr(x[:, 0], x[:, 1])
+    return IndicatorTest(n, float(result.statistic), float(result.pvalue))
+
+
+#: Columns of ``indicator.csv``: one row per (setting, seed) with both policies' runs.
+INDICATOR_COLUMNS = (
+    "setting",
+    "seed",
+    "ghat_over_sigma_early",
+    "fscd_late_accuracy",
+    "bc_late_accuracy",
+    "gap_late",
+    "fscd_result_dir",
+    "bc_result_dir",
+)
+#: Columns of ``indicator_test.csv`` (one row).
+INDICATOR_TEST_COLUMNS = ("early_rounds", "late_fraction", "n_points", "spearman_rho", "p_value")
+
+
+def indicator_points(
+    runs: Sequence[Mapping[str, Any]],
+    early_rounds: int = EARLY_ROUNDS,
+    late_fraction: float = LATE_FRACTION,
+) -> list[dict[str, Any]]:
+    """One :data:`INDICATOR_COLUMNS` row per (setting, seed) that has a FedCGD-FSCD and a BC run.
+
+    ``runs``: ``runs.csv`` rows (``policy``, ``seed``, ``result_dir``; the setting is the
+    ``sweep`` column, or ``setting`` where given, else ``default``). Ĝ/σ̂ is the FSCD run's
+    (:func:`early_ratio`; BC estimates neither); the gap is FSCD's :func:`late_accuracy` minus
+    BC's. A (setting, seed) whose FSCD run has the settings of one already counted (the same
+    run reached through two presets, e.g. τ = 1 and r = 1) counts once.
+
+    Raises
+    ------
+    ValueError
+        One line naming a damaged result file.
+    """
+    pairs: dict[tuple[str, str], dict[str, Path]] = {}
+    for run in runs:
+        policy = str(run["policy"])
+        if policy in (INDICATOR_POLICY, INDICATOR_BASELINE):
+            setting = str(run.get("setting") or run.get("sweep") or "default")
+            key = (setting, str(run["seed"]))
+            pairs.setdefault(key, {})[policy] = Path(str(run["result_dir"]))
+    rows, seen = [], set()
+    for (setting, seed), dirs in pairs.items():
+        if len(dirs) < 2:
+            continue
+        fscd, bc = dirs[INDICATOR_POLICY], dirs[INDICATOR_BASELINE]
+        identity = _run_settings(fscd)
+        if identity is not None and identity in seen:
+            continue
+        seen.add(identity)
+        fscd_lines, bc_lines = load_run(fscd)[1], load_run(bc)[1]
+        fscd_late, bc_late = (late_accuracy(x, late_fraction) for x in (fscd_lines, bc_lines))
+        rows.append(
+            {
+                "setting": setting,
+                "seed": seed,
+                "ghat_over_sigma_early": early_ratio(fscd_lines, early_rounds),
+                "fscd_late_accuracy": fscd_late,
+                "bc_late_accuracy": bc_late,
+                "gap_late": fscd_late - bc_late,
+                "fscd_result_dir": str(fscd),
+                "bc_result_dir": str(bc),
+            }
+        )
+    return rows
+
+
+def _run_settings(result_dir: Path) -> str | None:
+    """The run's settings from ``config.json`` without where it wrote (None without the file)."""
+    path = result_dir / CONFIG_FILE
+    if not path.exists():
+        return None
+    config = read_json_object(path)
+    flat = flat_settings(config)
+    skip = {"result_dir", "resume_from", "checkpoint_every", *unread_settings(config)}
+    return json.dumps({k: v for k, v in flat.items() if k not in skip}, sort_keys=True)
+
+
+def indicator_summary(
+    points: Sequence[Mapping[str, Any]],
+    early_rounds: int = EARLY_ROUNDS,
+    late_fraction: float = LATE_FRACTION,
+) -> dict[str, Any]:
+    """The :data:`INDICATOR_TEST_COLUMNS` row: :func:`indicator_test` over ``points``."""
+    test = indicator_test([(p["ghat_over_sigma_early"], p["gap_late"]) for p in points])
+    return {
+        "early_rounds": early_rounds,
+        "late_fraction": late_fraction,
+        "n_points": test.n,
+        "spearman_rho": test.rho,
+        "p_value": test.p_value,
+    }
+
+
+def indicator_line(summary: Mapping[str, Any]) -> str:
+    """One console line: what was correlated with what, ρ, p and the number of points."""
+    rho, p = summary["spearman_rho"], summary["p_value"]
+    told = (
+        f"Spearman rho = {rho:+.3f}, p = {p:.3g}"
+        if math.isfinite(rho)
+        else "no correlation (fewer than 3 points, or a constant variable)"
+    )
+    late = 100 * float(summary["late_fraction"])
+    return (
+        f"Ĝ/σ̂ over rounds 1-{summary['early_rounds']} (FedCGD-FSCD) against the FedCGD-FSCD − BC "
+        f"accuracy gap over the last {late:g} % of the rounds: {told}, "
+        f"{summary['n_points']} (setting, seed) points"
+    )

@@ -1,0 +1,299 @@
+"""The evidence's tests: rounds to the target paired and censored, and the Ĝ/σ̂ indicator.
+
+Expected values are computed by hand or by a slow, obviously correct oracle (every sign flip
+of a signed-rank statistic); result folders are written by hand (``config.json``,
+``metrics.jsonl``), so no federation runs here.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_runs import write_run
+from scipy import stats
+
+from experiments.analysis.evidence import (
+    early_ratio,
+    indicator_points,
+    indicator_test,
+    late_accuracy,
+    rounds_to_target_test,
+)
+from experiments.cli import invoke
+from experiments.compare import execution, results
+from experiments.compare import plans as planning
+
+
+def midranks(values: list[float]) -> list[float]:
+    """Ranks 1..n, tied values sharing the mean of their ranks (by hand, no scipy)."""
+    order = sorted(values)
+    return [
+        (order.index(v) + 1 + len(order) - order[::-1].index(v)) / 2 for v in values
+    ]  # first and last position of v among the sorted values, averaged
+
+
+def signed_rank_p_by_enumeration(diffs: list[float]) -> float:
+    """Two-sided p of the signed-rank statistic over all 2^n sign flips (zeros dropped)."""
+    d = [x for x in diffs if x != 0]
+    ranks = midranks([abs(x) for x in d])
+    centre = sum(ranks) / 2
+    observed = abs(sum(r for r, x in zip(ranks, d, strict=True) if x > 0) - centre)
+    flips = list(itertools.product((0, 1), repeat=len(d)))
+    extreme = sum(
+        abs(sum(r for r, s in zip(ranks, signs, strict=True) if s) - centre) >= observed - 1e-9
+        for signs in flips
+    )
+    return extreme / len(flips)
+
+
+def test_midranks_by_hand() -> None:
+    assert midranks([10, 20, 20, 5]) == [2, 3.5, 3.5, 1]
+
+
+def test_sign_test_by_hand() -> None:
+    # policy earlier in 4 seeds, later in 1: 2 * P(X <= 1), X ~ Bin(5, 1/2) = 2 * 6/32
+    policy = {s: (r, 100) for s, r in enumerate([10, 20, 30, 40, 90])}
+    reference = {s: (50, 100) for s in range(5)}
+    test = rounds_to_target_test(policy, reference)
+    assert (test.n, test.earlier, test.later, test.tied, test.censored) == (5, 4, 1, 0, 0)
+    assert test.sign_p == pytest.approx(12 / 32)
+    # signed ranks: |d| = 40 30 20 10 40 -> ranks 4.5 3 2 1 4.5; W+ = 4.5 (the one later seed)
+    assert test.wilcoxon_p == pytest.approx(signed_rank_p_by_enumeration([-40, -30, -20, -10, 40]))
+
+
+def test_signed_rank_p_without_ties_by_hand() -> None:
+    # d = -10 -20 -30 -40 +55: ranks 1..5, W+ = 5; sign sets with rank sum <= 5: {}, {1}, {2},
+    # {3}, {4}, {5}, {1,2}, {1,3}, {1,4}, {2,3} = 10 of 32, two-sided 20/32
+    policy = {0: (40, 200), 1: (30, 200), 2: (20, 200), 3: (10, 200), 4: (105, 200)}
+    reference = {s: (50, 200) for s in range(5)}
+    assert rounds_to_target_test(policy, reference).wilcoxon_p == pytest.approx(20 / 32)
+    assert signed_rank_p_by_enumeration([-10, -20, -30, -40, 55]) == pytest.approx(20 / 32)
+
+
+def test_a_censored_run_is_later_and_counts_as_its_rounds_plus_one() -> None:
+    # seed 0: the policy never reached it in 100 rounds (101), the reference at 60: later by 41
+    # seed 1: neither reached it: tied; seed 2: the reference never did (121): policy earlier
+    policy = {0: (None, 100), 1: (None, 100), 2: (70, 120), 3: (55, 100)}
+    reference = {0: (60, 100), 1: (None, 100), 2: (None, 120), 3: (50, 100)}
+    test = rounds_to_target_test(policy, reference)
+    assert (test.n, test.earlier, test.later, test.tied, test.censored) == (4, 1, 2, 1, 3)
+    assert test.sign_p == pytest.approx(1.0)  # 2 * P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8, capped
+    assert test.wilcoxon_p == pytest.approx(signed_rank_p_by_enumeration([41, -51, 5]))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_signed_rank_p_equals_the_enumeration_of_every_sign_flip(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 11))
+    # rounds on a 5-round evaluation grid: ties and zeros are common, as in the presets
+    policy = {s: (int(5 * rng.integers(1, 40)), 300) for s in range(n)}
+    reference = {s: (int(5 * rng.integers(1, 40)), 300) for s in range(n)}
+    for s in range(n):
+        if rng.random() < 0.2:
+            policy[s] = (None, 300)
+    diffs = [(301 if policy[s][0] is None else policy[s][0]) - reference[s][0] for s in range(n)]
+    test = rounds_to_target_test(policy, reference)
+    if all(d == 0 for d in diffs):
+        assert math.isnan(test.wilcoxon_p)
+    else:
+        assert test.wilcoxon_p == pytest.approx(signed_rank_p_by_enumeration(diffs))
+    k, m = sum(d < 0 for d in diffs), sum(d != 0 for d in diffs)
+    tail = sum(math.comb(m, i) for i in range(min(k, m - k) + 1)) / 2**m if m else math.nan
+    assert test.sign_p == pytest.approx(min(1.0, 2 * tail), nan_ok=True)
+
+
+def test_one_difference_has_p_one() -> None:
+    # two sign flips, both as extreme as the one seen
+    test = rounds_to_target_test({0: (10, 50), 1: (20, 50)}, {0: (10, 50), 1: (None, 50)})
+    assert (test.earlier, test.later, test.tied) == (1, 0, 1)
+    assert test.wilcoxon_p == pytest.approx(1.0) == signed_rank_p_by_enumeration([-31])
+    assert test.sign_p == pytest.approx(1.0)
+
+
+def test_no_common_seed_or_no_difference_gives_no_p_value() -> None:
+    test = rounds_to_target_test({0: (10, 50)}, {1: (10, 50)})
+    assert test.n == 0 and math.isnan(test.sign_p) and math.isnan(test.wilcoxon_p)
+    test = rounds_to_target_test({0: (10, 50), 1: (None, 50)}, {0: (10, 50), 1: (None, 50)})
+    assert (test.tied, test.censored) == (2, 1)
+    assert math.isnan(test.sign_p) and math.isnan(test.wilcoxon_p)
+
+
+def test_early_ratio_averages_g_over_sigma_over_the_early_rounds() -> None:
+    lines = [
+        {"round": 1, "class_gradient_used": 1.0, "sigma": 2.0},  # 0.5
+        {"round": 2, "class_gradient_used": 3.0, "sigma": 2.0},  # 1.5
+        {"round": 3, "class_gradient_used": [1.0, 2.0], "sigma": 2.0},  # Ĝ_c: left out
+        {"round": 4, "class_gradient_used": 1.0, "sigma": 0.0},  # no σ̂: left out
+        {"round": 5, "class_gradient_used": 1.0, "sigma": None},
+        {"round": 6, "class_gradient_used": 9.0, "sigma": 1.0},  # after the early rounds
+    ]
+    assert early_ratio(lines, early_rounds=5) == pytest.approx(1.0)
+    assert early_ratio(lines, early_rounds=6) == pytest.approx((0.5 + 1.5 + 9.0) / 3)
+    assert math.isnan(early_ratio(lines[2:5], early_rounds=5))
+
+
+def test_late_accuracy_is_the_mean_over_the_last_fraction_of_the_rounds() -> None:
+    lines = [{"round": r, "accuracy": r / 10 if r % 2 == 0 else None} for r in range(1, 11)]
+    # 10 rounds, last 20 %: rounds 9 and 10; only 10 was evaluated
+    assert late_accuracy(lines, 0.2) == pytest.approx(1.0)
+    # last 50 %: rounds 6..10, evaluated 6, 8, 10
+    assert late_accuracy(lines, 0.5) == pytest.approx((0.6 + 0.8 + 1.0) / 3)
+    assert math.isnan(late_accuracy([], 0.2))
+
+
+def test_indicator_test_by_hand() -> None:
+    # ranks x 1 2 3 4, y 1 3 2 4: sum d^2 = 2, rho = 1 - 6 * 2 / (4 * 15) = 0.8
+    test = indicator_test([(0.1, 0.0), (0.2, 0.3), (0.3, 0.1), (0.4, 0.5), (math.nan, 1.0)])
+    assert test.n == 4 and test.rho == pytest.approx(0.8)
+    t = 0.8 * math.sqrt(2 / (1 - 0.64))
+    assert test.p_value == pytest.approx(2 * stats.t.sf(t, 2))
+    assert math.isnan(indicator_test([(1, 2), (2, 3)]).rho)  # under three points
+    assert math.isnan(indicator_test([(1, 2), (2, 2), (3, 2)]).p_value)  # a constant gap
+
+
+def metrics_lines(accuracy: list[float], ratio: float) -> list[dict]:
+    """Rounds 1..n with σ̂ = 2 and Ĝ = 2 × ``ratio`` (so Ĝ/σ̂ = ``ratio``)."""
+    return [
+        {"round": r, "accuracy": a, "sigma": 2.0, "class_gradient_used": 2.0 * ratio}
+        for r, a in enumerate(accuracy, start=1)
+    ]
+
+
+def write_pair(out: Path, seed: int, fscd: list[float], bc: list[float], ratio: float, **kw):
+    """A FedCGD-FSCD and a BC run of ``seed`` under ``out`` (settings ``kw``)."""
+    for policy, accs in (("fedcgd-fscd", fscd), ("bc", bc)):
+        lines = metrics_lines(accs, ratio)
+        write_run(
+            planning.run_dir(out, policy, seed), {"policy": policy, "seed": seed, **kw}, lines
+        )
+
+
+def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed(tmp_path: Path) -> None:
+    write_pair(tmp_path / "a", 0, [0.1, 0.2, 0.3, 0.4, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5], 0.7)
+    write_pair(tmp_path / "b", 0, [0.1, 0.2, 0.3, 0.4, 0.9], [0.1, 0.2, 0.3, 0.4, 0.5], 1.1,
+               **{"local-steps": 5})  # fmt: skip
+    runs = [
+        {"sweep": label, "policy": p, "seed": 0, "result_dir": tmp_path / label / p / "seed-0"}
+        for label in ("a", "b")
+        for p in ("fedcgd-fscd", "bc", "poc")
+    ]
+    points = indicator_points(runs, early_rounds=2, late_fraction=0.2)
+    assert [(p["setting"], p["seed"]) for p in points] == [("a", "0"), ("b", "0")]
+    assert [p["ghat_over_sigma_early"] for p in points] == pytest.approx([0.7, 1.1])
+    assert [p["gap_late"] for p in points] == pytest.approx([0.1, 0.4])  # round 5 only
+    assert points[1]["fscd_late_accuracy"] == pytest.approx(0.9)
+
+
+def test_the_same_run_reached_through_two_settings_counts_once(tmp_path: Path) -> None:
+    # the τ = 1 runs of one preset are the r = 1 runs of another: the same settings
+    for label in ("tau1", "r1"):
+        write_pair(tmp_path / label, 0, [0.2, 0.6], [0.2, 0.5], 0.9)
+    runs = [
+        {"setting": label, "policy": p, "seed": 0, "result_dir": tmp_path / label / p / "seed-0"}
+        for label in ("tau1", "r1")
+        for p in ("fedcgd-fscd", "bc")
+    ]
+    assert [p["setting"] for p in indicator_points(runs)] == ["tau1"]
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.open()))
+
+
+def test_a_comparison_writes_rounds_run_the_rounds_tests_and_the_indicator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rounds to 0.6: fedcgd-fscd 3, 2, 4; bc 3, never (4 rounds run), 2
+    fscd = {0: [0.3, 0.5, 0.7, 0.7], 1: [0.3, 0.6, 0.5, 0.5], 2: [0.1, 0.2, 0.4, 0.6]}
+    bc = {0: [0.3, 0.5, 0.6, 0.6], 1: [0.3, 0.4, 0.5, 0.5], 2: [0.1, 0.6, 0.6, 0.5]}
+    for seed in fscd:
+        write_pair(tmp_path, seed, fscd[seed], bc[seed], 0.5 + seed)
+    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
+    execution.run_policies(
+        ["fedcgd-fscd", "bc"], {}, tmp_path, seeds=[0, 1, 2], target_accuracy=0.6
+    )
+    runs = {(r["policy"], r["seed"]): r for r in read(tmp_path / "runs.csv")}
+    assert {r["rounds_run"] for r in runs.values()} == {"4"}
+    assert runs[("bc", "1")]["rounds_to_target"] == ""
+    table = {r["policy"]: r for r in read(tmp_path / "table.csv")}
+    assert list(read(tmp_path / "table.csv")[0]) == list(results.TABLE_COLUMNS)
+    row = table["bc"]
+    # bc - fscd: 0, (4 + 1) - 2 = 3, 2 - 4 = -2
+    assert row["rounds_earlier_vs_fedcgd_fscd"] == "1"
+    assert row["rounds_later_vs_fedcgd_fscd"] == "1"
+    assert row["rounds_tied_vs_fedcgd_fscd"] == "1"
+    assert row["rounds_censored_pairs"] == "1"
+    assert float(row["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(1.0)
+    assert float(row["rounds_wilcoxon_p_vs_fedcgd_fscd"]) == pytest.approx(
+        signed_rank_p_by_enumeration([3, -2])
+    )
+    for key in results.ROUNDS_TEST_COLUMNS:
+        assert table["fedcgd-fscd"][key] == ""
+    points = read(tmp_path / "indicator.csv")
+    assert [p["seed"] for p in points] == ["0", "1", "2"]
+    # last 20 % of 4 rounds: round 4; gaps 0.1, 0.0, 0.1; Ĝ/σ̂ 0.5, 1.5, 2.5
+    assert [float(p["gap_late"]) for p in points] == pytest.approx([0.1, 0.0, 0.1])
+    (summary,) = read(tmp_path / "indicator_test.csv")
+    assert summary["n_points"] == "3" and summary["early_rounds"] == "50"
+    # ranks x 1 2 3, y 2.5 1 2.5: rho = cov / (sd sd) of the ranks
+    assert float(summary["spearman_rho"]) == pytest.approx(
+        np.corrcoef([1, 2, 3], [2.5, 1, 2.5])[0, 1]
+    )
+
+
+def test_a_comparison_without_bc_writes_no_indicator(tmp_path: Path, monkeypatch) -> None:
+    write_pair(tmp_path, 0, [0.3, 0.6], [0.3, 0.5], 1.0)
+    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
+    execution.run_policies(["fedcgd-fscd"], {}, tmp_path, seeds=[0])
+    assert (tmp_path / "table.csv").exists() and not (tmp_path / "indicator.csv").exists()
+
+
+def test_the_indicator_command_pools_comparisons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
+    gaps = {"one": [0.0, 0.1], "two": [0.2, 0.3]}  # gap grows with Ĝ/σ̂ 1, 2, 3, 4
+    ratio = iter([1.0, 2.0, 3.0, 4.0])
+    for name, per_seed in gaps.items():
+        shared = {"learning-rate": 0.1 if name == "one" else 0.2}
+        for seed, gap in enumerate(per_seed):
+            write_pair(tmp_path / name, seed, [0.2, 0.5 + gap], [0.2, 0.5], next(ratio), **shared)
+        execution.run_policies(["fedcgd-fscd", "bc"], shared, tmp_path / name, seeds=[0, 1])
+    capsys.readouterr()
+    out = tmp_path / "indicator"
+    code = invoke(["indicator", str(tmp_path / "one"), str(tmp_path / "two"), "--out", str(out)])
+    assert code == 0
+    said = capsys.readouterr().out
+    assert "Spearman rho = +1.000" in said and "4 (setting, seed) points" in said
+    assert [p["setting"] for p in read(out / "indicator.csv")] == ["one", "one", "two", "two"]
+    (summary,) = read(out / "indicator_test.csv")
+    assert float(summary["spearman_rho"]) == pytest.approx(1.0)
+    assert float(summary["p_value"]) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--late-fraction", "0"], "--late-fraction: got 0.0; allowed: a number in (0, 1]"),
+        (["--early-rounds", "0"], "--early-rounds: got 0; allowed: an integer >= 1"),
+    ],
+)
+def test_the_indicator_command_refuses_bad_options(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert invoke(["indicator", str(tmp_path), *args]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+def test_the_indicator_command_refuses_a_folder_without_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert invoke(["indicator", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {tmp_path}: no runs.csv (not the folder of a comparison or a preset)"
+    )
