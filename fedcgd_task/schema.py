@@ -280,10 +280,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "checkpoint-every",
-        1,
+        10,
         "save `checkpoint.pt` (model, Ĝ / Fed-CBS counts, generator states, round) every k "
-        "rounds and after the last; 0 = off (then a stopped run cannot be resumed). Cost: "
-        'under 1 % of a round of the default run ([Performance](performance.md), "Checkpoints")',
+        "rounds and after the last, first syncing the rounds' metrics lines and status to disk; "
+        "0 = off (then a stopped run cannot be resumed). A killed run resumes from its last "
+        "checkpoint and computes the up to k − 1 rounds after it again; a crash of the machine "
+        "may also lose the lines and status written since then "
+        '([Performance](performance.md), "Checkpoints and result files")',
         minimum=0,
     ),
     Setting(

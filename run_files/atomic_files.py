@@ -1,9 +1,10 @@
 """Writing the files of a result folder: whole or not at all, never through a link, one-line errors.
 
-Pure Python. Whole files go through an exclusive temporary file, fsync and rename; metrics lines
-are appended through ``O_NOFOLLOW``; a stop signal waits for the write to end; an
-:class:`OSError` becomes :class:`ResultWriteError`. See docs/design.md, "Result folders" and
-"Stopped runs".
+Pure Python. Whole files go through an exclusive temporary file, an fsync (unless a file
+rewritten every round) and a rename; metrics lines are appended through ``O_NOFOLLOW`` without
+an fsync; :func:`sync_files` makes files and their folder durable. A stop signal waits for the
+write to end; an :class:`OSError` becomes :class:`ResultWriteError`.
+See docs/design.md, "Result folders" and "Stopped runs".
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import BinaryIO
@@ -103,8 +104,12 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
         ) from err
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> Path:
+def atomic_write(
+    path: str | os.PathLike[str], write: Callable[[BinaryIO], object], *, durable: bool = True
+) -> Path:
     """Write a whole file: ``write(handle)`` fills a temporary file that replaces ``path``.
+
+    Readers see the old file or the new one, never a part, also after the process is killed.
 
     Parameters
     ----------
@@ -112,6 +117,9 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
         The file to (re)place; its folder must exist.
     write : callable
         Writes the content to the binary handle it gets.
+    durable : bool
+        The file is fsynced before its rename (its new name is durable once its folder is:
+        :func:`sync_files`). False: no fsync (a file rewritten every round).
 
     Returns
     -------
@@ -131,7 +139,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
             with os.fdopen(fd, "wb") as handle:
                 write(handle)
                 handle.flush()
-                os.fsync(handle.fileno())
+                if durable:
+                    os.fsync(handle.fileno())
             os.chmod(tmp, FILE_MODE)
             os.replace(tmp, target)
             tmp = None
@@ -142,18 +151,54 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
     return target
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> Path:
     """Write ``data`` as the whole of ``path`` (:func:`atomic_write`)."""
-    return atomic_write(path, lambda handle: handle.write(data))
+    return atomic_write(path, lambda handle: handle.write(data), durable=durable)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = True) -> Path:
     """Write ``text`` (UTF-8) as the whole of ``path`` (:func:`atomic_write`)."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    return atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
+def _fsync_path(path: str | os.PathLike[str], flags: int) -> None:
+    """Open ``path`` with ``flags`` (plus ``O_CLOEXEC``), fsync it and close it."""
+    fd = os.open(path, flags | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_files(folder: str | os.PathLike[str], names: Iterable[str]) -> None:
+    """Make the files ``names`` of ``folder`` (those that exist) and the folder itself durable.
+
+    An fsync of each file (never through a link), then of the folder (its renames and new
+    names). What :func:`append_line` and a non-durable :func:`atomic_write` left in the page
+    cache survives a killed process already; after this it survives a crash of the system too.
+
+    Raises
+    ------
+    ResultWriteError
+        Naming the file or folder that could not be synced.
+    """
+    with stop_signals_held():
+        for name in names:
+            path = Path(folder) / name
+            with writing(path):
+                try:
+                    _fsync_path(path, os.O_RDONLY | os.O_NOFOLLOW)
+                except FileNotFoundError:
+                    continue
+        with writing(folder):
+            _fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY)
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append ``line`` plus a newline to ``path``, fsynced; never through a link.
+    """Append ``line`` plus a newline to ``path``; never through a link.
+
+    Once it returns the line is in the file (a killed process keeps it); not fsynced: a crash
+    of the system may lose it until :func:`sync_files`.
 
     Raises
     ------
@@ -168,7 +213,6 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
             written = os.write(fd, data)
             while written < len(data):  # a short write (signal, nearly full disk): the rest
                 written += os.write(fd, data[written:])
-            os.fsync(fd)
         finally:
             os.close(fd)
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from run_files.atomic_files import append_line, atomic_write_text, stop_signals_held
+from run_files.atomic_files import append_line, atomic_write_text, stop_signals_held, sync_files
 from run_files.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds
-from run_files.run_status import RUN_FILES, holds_run
+from run_files.run_status import RUN_FILES, STATUS_FILE, holds_run
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -68,9 +68,10 @@ class ResultWriter:
         atomic_write_text(self.dir / CONFIG_FILE, text)
 
     def append_round(self, line: dict[str, Any]) -> None:
-        """Append one round's metrics as a JSON line (flushed to disk: nothing lost on a crash).
+        """Append one round's metrics as a JSON line, not fsynced (:func:`sync_run_files`).
 
-        A stop signal waits until the line is both on disk and in :attr:`lines`.
+        A killed process keeps the line; a stop signal waits until it is both in the file and in
+        :attr:`lines`.
         """
         clean = json_ready(line)
         with stop_signals_held():
@@ -113,6 +114,22 @@ class ResultWriter:
             f"round {server_round:>4}/{self.num_rounds} | acc {acc} | scheduled "
             f"{scheduled:>3}/{available:<3} available | elapsed {elapsed:7.1f} s | ETA {eta:7.1f} s"
         )
+
+
+def sync_run_files(result_dir: str | Path) -> None:
+    """Make a run's per-round files durable: fsync ``metrics.jsonl``, ``status.json``, the folder.
+
+    Each round appends its metrics line and replaces ``status.json`` without an fsync (a killed
+    process keeps both; a crash of the system may lose what came after the last sync). The
+    ServerApp calls this before each checkpoint (so a checkpoint's round always has its line,
+    also after a power loss) and at the end of the run.
+
+    Raises
+    ------
+    ResultWriteError
+        Naming the file or folder that could not be synced.
+    """
+    sync_files(result_dir, (METRICS_FILE, STATUS_FILE))
 
 
 def eta_s(round_s: Sequence[float], rounds_left: int) -> float:

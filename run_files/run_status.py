@@ -154,10 +154,15 @@ def failure_from_output(output: str) -> str | None:
     return found
 
 
-def write_status(result_dir: Path, status: RunStatus) -> None:
-    """Write ``status.json`` atomically (``updated_unix_s`` set to now)."""
+def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -> None:
+    """Write ``status.json`` atomically (``updated_unix_s`` set to now).
+
+    ``durable``: fsynced (:func:`run_files.atomic_files.atomic_write`); each round's status is
+    not (:func:`run_files.results.sync_run_files` at checkpoints and at the end).
+    """
     data = {**asdict(status), "updated_unix_s": time.time()}
-    atomic_write_text(Path(result_dir) / STATUS_FILE, json.dumps(data, indent=2) + "\n")
+    text = json.dumps(data, indent=2) + "\n"
+    atomic_write_text(Path(result_dir) / STATUS_FILE, text, durable=durable)
 
 
 def mark_stopped(result_dir: Path, reason: str) -> None:

@@ -19,7 +19,7 @@ from fedcgd_strategy.flower.simulation import patient
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
 from run_files.atomic_files import ResultWriteError
-from run_files.results import ResultWriter
+from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import (
     COMPLETED,
     FAILED,
@@ -169,7 +169,9 @@ def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[
         lines = writer.lines if writer is not None else kept
         last = lines[-1]["round"] if lines else done
         with contextlib.suppress(ResultWriteError):  # a full disk may refuse this one too
-            write_status(result_dir, ended_by(err, lines, last, config.num_server_rounds))
+            ended = ended_by(err, lines, last, config.num_server_rounds)
+            write_status(result_dir, ended, durable=False)
+            sync_run_files(result_dir)
         raise
 
 
@@ -220,7 +222,7 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
 def write_end(
     config: RunConfig, writer: ResultWriter, final_model: dict[str, torch.Tensor]
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status; return the summary."""
+    """Write ``model.pt``, ``summary.json`` and the final status, all synced; return the summary."""
     save_model(writer.dir, final_model)
     history = writer.lines
     lost = lost_counts(history)
@@ -244,7 +246,8 @@ def write_end(
     reason = no_upload_reason(history) or aggregation_failure_reason(history)
     state = COMPLETED if reason is None else FAILED
     status = RunStatus(state, last, config.num_server_rounds, reason=reason, **lost)
-    write_status(writer.dir, status)
+    write_status(writer.dir, status, durable=False)
+    sync_run_files(writer.dir)
     say(f"results written to {writer.dir} ({reason or 'completed'}{lost_note(**lost)})")
     return summary
 

@@ -1,8 +1,10 @@
 """The end of each round: evaluate when due, write the round's line, status and checkpoint, print.
 
-:class:`RoundRecorder` is Flower's ``evaluate_fn``. The checkpoint follows the round's line, so
-a checkpoint's round always has its line; round 0 (the starting model) is only evaluated and
-printed, and skipped on resume.
+:class:`RoundRecorder` is Flower's ``evaluate_fn``. The round's line and status are written
+without an fsync; when a checkpoint is due they are synced first
+(:func:`run_files.results.sync_run_files`) and the checkpoint follows, so a checkpoint's round
+always has its line. Round 0 (the starting model) is only evaluated and printed, and skipped on
+resume.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from flwr.app import ArrayRecord, MetricRecord
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.array_codec import torch_state
 from run_files.atomic_files import stop_signals_held
-from run_files.results import ResultWriter
+from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.checkpoint import save_checkpoint
 from server_app.setup import RunSetup
@@ -110,7 +112,10 @@ class RoundRecorder:
         record: RoundRecord,
         arrays: ArrayRecord,
     ) -> dict[str, Any]:
-        """Write the round's metrics line, the status and (when due) the checkpoint."""
+        """Write the round's metrics line, the status and (when due) the checkpoint.
+
+        Line and status without an fsync; when a checkpoint is due both are synced before it.
+        """
         writer, num_rounds = self.writer, self.setup.config.num_server_rounds
         line: dict[str, Any] = {
             "round": server_round,
@@ -123,8 +128,10 @@ class RoundRecorder:
         writer.append_round(line)
         self.events.add(line)
         lost = lost_counts(writer.lines)
-        write_status(writer.dir, RunStatus(RUNNING, server_round, num_rounds, **lost))
+        status = RunStatus(RUNNING, server_round, num_rounds, **lost)
+        write_status(writer.dir, status, durable=False)
         if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):
+            sync_run_files(writer.dir)
             model = torch_state(arrays)
             save_checkpoint(
                 writer.dir, self.setup.checkpoint(server_round, model, writer.elapsed_s())

@@ -23,7 +23,8 @@ from test_resume_command import CONTINUE, printed_command, run_config_text, run_
 from experiments.cli import invoke
 from run_files.atomic_files import atomic_write_text, stop_signals_held
 
-VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd"}
+#: A checkpoint after every round: the round a stop lands in is the one that can be continued.
+VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd", "checkpoint-every": 1}
 
 #: The round in whose writes the signal is sent: from inside torch.save of its checkpoint
 #: (between two chunks of the file), from its metrics line, from its status.
@@ -56,25 +57,30 @@ def signal_inside_torch_save(monkeypatch, signum: int, call: int) -> None:
     monkeypatch.setattr(torch, "save", save)
 
 
-#: The file a signal is sent from and which of its fsyncs: round 3's metrics line is the third
-#: line appended; round 3's status is the fourth written (the first says the run started).
-WRITES = {"metrics.jsonl": ("metrics.jsonl", STOP_ROUND), "status.json": (".status.json.", 4)}
+#: The file a signal is sent from, the call that sends it, and which of that file's calls:
+#: round 3's metrics line is the third line appended (``os.write``, before the line goes in);
+#: round 3's status is the fourth written (``os.replace`` of its temporary file: written, not yet
+#: renamed; the first says the run started).
+WRITES = {
+    "metrics.jsonl": ("write", "metrics.jsonl", STOP_ROUND),
+    "status.json": ("replace", ".status.json.", 4),
+}
 
 
-def signal_inside_fsync(monkeypatch, signum: int, where: str) -> None:
-    """An fsync of ``where`` (:data:`WRITES`) sends ``signum`` first (the data is written,
-    not yet synced, renamed or closed)."""
-    name, call = WRITES[where]
-    real_fsync, calls = os.fsync, []
+def signal_inside_write(monkeypatch, signum: int, where: str) -> None:
+    """The write of ``where`` named by :data:`WRITES` sends ``signum`` first."""
+    function, name, call = WRITES[where]
+    real, calls = getattr(os, function), []
 
-    def fsync(fd):
-        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(name):
+    def hooked(target, *args):
+        path = os.readlink(f"/proc/self/fd/{target}") if isinstance(target, int) else target
+        if Path(path).name.startswith(name):
             calls.append(1)
             if len(calls) == call:
                 os.kill(os.getpid(), signum)
-        return real_fsync(fd)
+        return real(target, *args)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, function, hooked)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +106,7 @@ def test_a_signal_inside_a_write_stops_the_run_cleanly(
     if where == "checkpoint.pt":
         signal_inside_torch_save(monkeypatch, signum, call=STOP_ROUND)
     else:
-        signal_inside_fsync(monkeypatch, signum, where)
+        signal_inside_write(monkeypatch, signum, where)
     out_dir = tmp_path / "runs"
     code = invoke(["inprocess", "--out", str(out_dir), "--run-config", run_config_text(VALUES)])
     monkeypatch.undo()

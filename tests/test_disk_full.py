@@ -1,9 +1,11 @@
 """A full disk (or another I/O error) while a run writes: one line, a true status, no leftovers.
 
-The disk fills by injection: ``os.write`` and ``os.fsync`` raise ``OSError(ENOSPC)`` for the
-files of the result folder once a condition holds (every file the app writes goes through one
-of them: appended lines through ``os.write``, whole files through ``fsync`` before their
-rename). The slow test at the end fills a real tmpfs (root only).
+The disk fills by injection: ``os.write``, ``os.fsync`` and ``os.replace`` raise
+``OSError(ENOSPC)`` for the files of the result folder once a condition holds (every file the
+app writes goes through one of them: appended lines through ``os.write``, whole files through
+the rename of their temporary file, durable ones through ``fsync`` before it). The runs
+checkpoint after every round, so a failure in round k leaves the checkpoint of round k - 1.
+The slow test at the end fills a real tmpfs (root only).
 """
 
 from __future__ import annotations
@@ -25,9 +27,14 @@ from subprocesses import fedcgd
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from run_files.atomic_files import ResultWriteError, append_line, atomic_write_text
+from run_files.atomic_files import ResultWriteError, append_line, atomic_write_text, sync_files
 
-SMALL = {"num-devices": 8, "num-server-rounds": 5, "channel.availability-prob": 0.8}
+SMALL = {
+    "num-devices": 8,
+    "num-server-rounds": 5,
+    "channel.availability-prob": 0.8,
+    "checkpoint-every": 1,
+}
 TIMINGS = ("eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
            "client_train_s", "discovery_s")  # fmt: skip
 
@@ -44,25 +51,25 @@ def disk_full(
     monkeypatch, folder: Path, when: Callable[[str], bool], code: int = errno.ENOSPC
 ) -> Iterator[None]:
     """Writes of files in ``folder`` fail with ``code`` while ``when(path)`` holds."""
-    real_write, real_fsync = os.write, os.fsync
+    real = {name: getattr(os, name) for name in ("write", "fsync", "replace")}
     prefix = str(folder) + os.sep
 
     def failing(real):
-        def call(fd, *args):
-            path = fd_path(fd)
+        def call(target, *args):
+            path = fd_path(target) if isinstance(target, int) else os.fspath(target)
             if path.startswith(prefix) and when(path):
                 raise OSError(code, os.strerror(code))
-            return real(fd, *args)
+            return real(target, *args)
 
         return call
 
-    monkeypatch.setattr(os, "write", failing(real_write))
-    monkeypatch.setattr(os, "fsync", failing(real_fsync))
+    for name, function in real.items():
+        monkeypatch.setattr(os, name, failing(function))
     try:
         yield
     finally:
-        monkeypatch.setattr(os, "write", real_write)
-        monkeypatch.setattr(os, "fsync", real_fsync)
+        for name, function in real.items():
+            monkeypatch.setattr(os, name, function)
 
 
 def rounds_in(folder: Path) -> int:
@@ -99,9 +106,9 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
     lines = err.strip().splitlines()
     assert code == 1, err
     assert "Traceback" not in err and len(lines) == 2, err
-    # round 2's line went in, its fsync failed
+    # round 2's line went in, its status could not be written
     assert lines[0] == (
-        f"failed: no space left on device while writing {folder}/metrics.jsonl; free space on "
+        f"failed: no space left on device while writing {folder}/status.json; free space on "
         f"the disk, then continue it from its checkpoint with resume-from='{folder}'"
     )
     continue_after = "to continue after round 1 of 5: "
@@ -170,6 +177,8 @@ def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tm
             atomic_write_text(target, "new")
         with pytest.raises(ResultWriteError) as err:
             append_line(tmp_path / "metrics.jsonl", "{}")
+        with pytest.raises(ResultWriteError, match=f"while writing {tmp_path}/status.json$"):
+            sync_files(tmp_path, ["missing.jsonl", "status.json"])  # a missing file is skipped
     assert err.value.disk_full and err.value.errno == errno.ENOSPC
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "status.json"]
@@ -211,7 +220,10 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
         folder = mount / "run"
-        values = {"num-devices": 4, "num-server-rounds": 200, "result-dir": str(folder)}
+        values = {
+            "num-devices": 4, "num-server-rounds": 200, "checkpoint-every": 1,
+            "result-dir": str(folder),
+        }  # fmt: skip
         proc = launch(values)
         failed, last = proc.stderr.strip().splitlines()[-2:]
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -224,7 +236,10 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         # free space: move the run to a disk with room, and resume it there
         moved = tmp_path / "run"
         shutil.copytree(folder, moved, symlinks=True)
-        values = {"num-devices": 4, "num-server-rounds": 200, "resume-from": str(moved)}
+        values = {
+            "num-devices": 4, "num-server-rounds": 200, "checkpoint-every": 1,
+            "resume-from": str(moved),
+        }  # fmt: skip
         again = launch(values)
         assert again.returncode == 0, again.stderr[-2000:]
         text = (moved / "metrics.jsonl").read_text()

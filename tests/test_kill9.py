@@ -10,6 +10,7 @@ and the final model bit for bit, with no round twice.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -17,12 +18,13 @@ import sys
 import time
 
 import pytest
+import torch
 from proc_tree import alive, command_line, descendants
 from run_results import assert_same_run, lines, rounds_written, two_policy_preset, whole_run
 from subprocesses import FEDCGD, wait_for
 
 from experiments.run.run_config import format_run_config
-from fedcgd_task.settings import PROJECT_DIR
+from fedcgd_task.settings import PROJECT_DIR, default_run_config
 
 #: Seconds every process of a killed command has to be gone in.
 GONE_WITHIN_S = 5.0
@@ -142,13 +144,13 @@ def test_a_tree_stopped_by_pid_is_killed_after_the_grace_period():
 
 
 def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path):
-    # Default settings: a checkpoint after every round (checkpoint-every = 1).
+    # Default settings: a checkpoint every 10 rounds; killed after the first one
     values = {"num-server-rounds": 30, "num-devices": 20}
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     whole_run(whole, values)  # the uninterrupted run, in this process: the same results
 
     proc = inprocess(values, **{"result-dir": str(broken)})
-    wait_for(lambda: rounds_written(broken) >= 8, proc, limit_s=300)
+    wait_for(lambda: rounds_written(broken) >= 12, proc, limit_s=300)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert not (broken / "model.pt").exists()  # killed mid-run
@@ -160,6 +162,48 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
     assert not (broken / ".checkpoint.pt.k1ll3d.tmp").exists()
     assert (broken / ".notes.tmp").read_text() == "not ours"
     assert_same_run(broken, whole, rounds=30)
+
+
+#: ``fedcgd inprocess ARGS`` whose process kills itself (SIGKILL) right after the metrics line
+#: of round ``argv[1]`` is appended (before that round's status and any checkpoint).
+KILLED_AFTER_A_LINE = (
+    "import os, signal, sys\n"
+    "from run_files.results import ResultWriter\n"
+    "append = ResultWriter.append_round\n"
+    "def append_and_die(self, line):\n"
+    "    append(self, line)\n"
+    "    if line['round'] == int(sys.argv[1]):\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "ResultWriter.append_round = append_and_die\n"
+    "from experiments.cli import invoke\n"
+    "sys.exit(invoke(sys.argv[2:]))\n"
+)
+
+
+def test_a_kill_between_checkpoints_keeps_the_unsynced_lines_and_resumes_exactly(tmp_path):
+    # Default settings; killed half-way between the first checkpoint and the second: the lines
+    # and the status written after the checkpoint (without an fsync) are in the files, and the
+    # resume runs those rounds again from the checkpoint.
+    every = int(default_run_config()["checkpoint-every"])
+    killed_after = every + (every + 1) // 2
+    values = {"num-server-rounds": killed_after + 5, "num-devices": 20}
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    whole_run(whole, values)
+    run_config = format_run_config({**values, "result-dir": str(broken)})
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_A_LINE, str(killed_after), "inprocess",
+         "--run-config", run_config],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    assert [x["round"] for x in lines(broken)] == list(range(1, killed_after + 1))
+    status = json.loads((broken / "status.json").read_text())
+    assert status["state"] == "running" and status["last_round"] == killed_after - 1
+    assert torch.load(broken / "checkpoint.pt")["round"] == every
+    assert not (broken / "model.pt").exists()
+
+    finish(inprocess(values, **{"resume-from": str(broken)}), timeout_s=300)
+    assert_same_run(broken, whole, rounds=values["num-server-rounds"])
 
 
 def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path):

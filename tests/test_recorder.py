@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,41 @@ def test_checkpoints_after_rounds_2_4_and_the_last(tmp_path):
     assert last.cell_rng_state == setup.cell_rng.bit_generator.state
     assert last.policy_state.keys() == setup.policy.state_dict().keys()
     assert [x["round"] for x in lines(folder)] == [1, 2, 3, 4, 5]
+
+
+def fsynced_names(monkeypatch) -> list[str]:
+    """From now on, the name of each file or folder ``os.fsync`` is called on, in order."""
+    real_fsync, names = os.fsync, []
+
+    def fsync(fd):
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        names.append(".checkpoint.pt.tmp" if name.startswith(".checkpoint.pt.") else name)
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return names
+
+
+def test_only_checkpoint_rounds_fsync_the_line_and_status_before_the_checkpoint(
+    tmp_path, monkeypatch
+):
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "checkpoint-every": 2})
+    folder = tmp_path / "run"
+    recorder = RoundRecorder(setup, ResultWriter(folder, 5), lambda text: None)
+    recorder(0, arrays(model_of(0)))
+    names = fsynced_names(monkeypatch)
+    per_round = []
+    for r in range(1, 6):
+        recorder.add_record(fake_record(r))
+        recorder(r, arrays(model_of(r)))
+        per_round.append(list(names))
+        names.clear()
+        # each round's status is whole JSON, and its line is in the file, synced or not
+        assert json.loads((folder / "status.json").read_text())["last_round"] == r
+        assert [x["round"] for x in lines(folder)] == list(range(1, r + 1))
+    # the line, the status and the folder first, then the checkpoint's file (before its rename)
+    synced = ["metrics.jsonl", "status.json", "run", ".checkpoint.pt.tmp"]
+    assert per_round == [[], synced, [], synced, synced]
 
 
 def test_a_record_of_another_round_or_none_raises_and_writes_nothing(tmp_path):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -84,6 +86,32 @@ def finished(tmp_path_factory) -> Path:
 def copy(finished, tmp_path) -> Path:
     """A copy of :func:`finished` to change."""
     return Path(shutil.copytree(finished, tmp_path / "run"))
+
+
+def test_the_rounds_files_are_fsynced_once_at_the_end_of_a_run(monkeypatch, tmp_path):
+    # checkpoint-every = 0: no round syncs its metrics line or status; the end syncs them all
+    folder = tmp_path / "run"
+    config = run_config(folder, **{"num-server-rounds": 3, "checkpoint-every": 0})
+    real_fsync, names = os.fsync, []
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path == str(folder) or path.startswith(f"{folder}/"):
+            names.append(re.sub(r"\.[a-z0-9_]+\.tmp$", ".tmp", Path(path).name))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    run_inprocess(config)
+    monkeypatch.undo()
+    assert rounds(folder) == [1, 2, 3]
+    # the rounds' lines and the final status are synced once, with the folder, after the end's
+    # own files (each fsynced before its rename)
+    end = [".model.pt.tmp", ".summary.json.tmp"]
+    assert names[-5:] == [*end, "metrics.jsonl", "status.json", "run"]
+    assert names.count("metrics.jsonl") == 1 and names.count("status.json") == 1
+    # before: the whole files, the status at the start, the config, the (emptied) metrics file
+    start = [".config.json.tmp", ".metrics.jsonl.tmp", ".status.json.tmp"]
+    assert sorted(names[:-5]) == start
 
 
 def test_second_run_into_a_run_folder_is_refused_and_changes_nothing(capsys, copy):

@@ -112,7 +112,8 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     backslash and a non-BMP character; the printed command is pasted into ``bash``."""
     base = hostile_folder(tmp_path)
     out, data = base / "runs 😀", base / "data 'ü'"
-    # 40 rounds: the signal after round 5 leaves 35 to go (a round takes tens of milliseconds)
+    # 40 rounds: the signal after round 12 leaves 28 to go (a round takes tens of milliseconds);
+    # the default checkpoint-every = 10 puts it between two checkpoints
     values = {
         "num-devices": 12, "num-server-rounds": 40, "policy": "fedcgd-fscd", "data-dir": str(data)
     }  # fmt: skip
@@ -122,7 +123,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     folder = first_line_folder(proc)
     assert folder.parent == out  # named by what differs from the defaults, then the time
     assert folder.name.startswith("fedcgd-fscd_num-server-rounds=40_num-devices=12-")
-    _, err = stop_after(proc, folder, 5, signum)
+    _, err = stop_after(proc, folder, 12, signum)
     assert proc.returncode == 128 + signum, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     stopped, last = err.strip().splitlines()[-2:]
@@ -130,9 +131,10 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     assert stopped == f"stopped by {name}: every process of the run was stopped (exit code " + (
         f"{128 + signum})"
     )
-    # the signal may land between round 5's line and its checkpoint: then round 4's is the last
+    # the last checkpoint before the signal (round 10, or a later one under load); the
+    # resume drops the lines after it and runs those rounds again
     done = torch.load(folder / "checkpoint.pt")["round"]
-    assert 4 <= done < 40 and not (folder / "model.pt").exists()
+    assert 10 <= done < 40 and not (folder / "model.pt").exists()
     assert last.startswith(f"{CONTINUE}{done} of 40: "), last
     words = printed_command(last, CONTINUE)
     assert words[1] == "inprocess"
@@ -180,7 +182,7 @@ def test_a_stopped_comparison_prints_the_same_command_which_finishes_every_run(t
             "--engine", "inprocess"]  # fmt: skip
     proc = start(fedcgd(*args))
     assert first_line_folder(proc, "output folder: ") == out
-    _, err = stop_after(proc, out / "bc" / "seed-0", 5, signal.SIGINT)
+    _, err = stop_after(proc, out / "bc" / "seed-0", 12, signal.SIGINT)  # after a checkpoint
     assert proc.returncode == 130, err[-3000:]
     rerun_printed_command(err, args)
     for policy in ("bc", "fedcgd-fscd"):
@@ -192,7 +194,8 @@ def test_a_stopped_comparison_prints_the_same_command_which_finishes_every_run(t
 
 @pytest.mark.slow
 def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path):
-    """``make run``'s launcher (flwr run, Ray) stopped with Ctrl-C after round 3."""
+    """``make run``'s launcher (flwr run, Ray) stopped with Ctrl-C after round 12 (after the
+    first checkpoint of the default checkpoint-every = 10)."""
     values = {"num-devices": 4, "num-server-rounds": 40}
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -200,7 +203,7 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
         fedcgd("run", "--out", str(tmp_path / "runs"), "--run-config", run_config_text(values))
     )  # fmt: skip
     folder = first_line_folder(proc)
-    _, err = stop_after(proc, folder, 3, signal.SIGINT, limit_s=600)
+    _, err = stop_after(proc, folder, 12, signal.SIGINT, limit_s=600)
     assert proc.returncode == 130, err[-3000:]
     last = err.strip().splitlines()[-1]
     done = torch.load(folder / "checkpoint.pt")["round"]
@@ -221,7 +224,7 @@ def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_p
     args = two_policy_preset(out, "run.num-server-rounds=150", "run.num-devices=10")
     proc = start(fedcgd("reproduce", *args))
     assert first_line_folder(proc, "output folder: ") == out
-    _, err = stop_after(proc, out / "default" / "bc" / "seed-0", 5, signal.SIGTERM)
+    _, err = stop_after(proc, out / "default" / "bc" / "seed-0", 12, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
     rerun_printed_command(err, ["reproduce", *args])
     for policy in ("bc", "fedcgd-fscd"):

@@ -1,8 +1,9 @@
-"""What a checkpoint costs: the write per built-in model, and a default run's seconds per round.
+"""What a checkpoint costs: the write per built-in model, and the paper cell's seconds per round.
 
 ``fedcgd bench checkpoint`` writes ``checkpoint_writes.csv`` and ``checkpoint_runs.csv``
-(``checkpoint-every`` = 0, 1, 5, 10 interleaved); the numbers are in docs/performance.md,
-"Checkpoints".
+(``checkpoint-every`` = 0, 1, 5, 10 interleaved, on the paper cell of the MNIST-1D presets at
+τ = 1: :data:`RUN_SETTING`); the numbers are in docs/performance.md,
+"Checkpoints and result files".
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ MODELS = (
 )
 #: ``checkpoint-every`` values of the run part.
 CADENCES = (0, 1, 5, 10)
+#: The run part's run config: the paper cell of ``fedcgd bench inprocess --local-steps 1
+#: --deadline-s 0.0402`` (MNIST-1D, its CNN, V = 64, FedCGD-FSCD, evaluation every round).
+RUN_SETTING = {
+    "dataset": "mnist1d",
+    "model": "cnn1d",
+    "num-devices": 64,
+    "channel.availability-prob": 0.3,
+    "batch-size": 32,
+    "eval-every": 1,
+    "local-steps": 1,
+    "channel.deadline-s": 0.0402,
+    "policy": "fedcgd-fscd",
+}
 
 
 def time_writes() -> list[dict[str, object]]:
@@ -69,7 +83,7 @@ def time_writes() -> list[dict[str, object]]:
 
 
 def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
-    """Seconds per round of the default run at each cadence, interleaved ``repeats`` times."""
+    """Seconds per round of :data:`RUN_SETTING` at each cadence, interleaved ``repeats`` times."""
     from experiments.run.inprocess import run_inprocess
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
@@ -81,6 +95,7 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
                 config = with_resolved_data_dir(
                     validated_run_config(
                         {
+                            **RUN_SETTING,
                             "checkpoint-every": cadence,
                             "num-server-rounds": rounds,
                             "result-dir": str(result_dir),

@@ -175,7 +175,7 @@ def bench_checkpoint_command(
     rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,
     out: Path = Path("results/bench_checkpoint"),
 ) -> None:
-    """What writing a checkpoint every round costs."""
+    """What a checkpoint costs: each model's write, the paper cell's rounds at each cadence."""
     from experiments.bench import checkpoint
 
     done(checkpoint.main(out, repeats, rounds))

@@ -197,7 +197,7 @@ def continue_line(
 
     result_dir = effective_result_dir(merged)
     resume, again = single_run_commands(started, overrides, result_dir)
-    every = int(merged.get("checkpoint-every", 1))
+    every = int(merged["checkpoint-every"])
     if args.superlink:  # the folder lies on the SuperLink's machine: nothing to read here
         return lambda: (
             f"to continue, when {result_dir} on the SuperLink's machine holds a "
