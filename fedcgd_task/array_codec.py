@@ -108,7 +108,7 @@ def _header_for(dtype: np.dtype[np.generic], shape: tuple[object, ...]) -> bytes
     """:func:`npy_header` for a shape of non-negative Python ints; None for any other shape."""
     if len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
         return None
-    return npy_header(dtype, shape)  # type: ignore[arg-type]
+    return npy_header(dtype, shape)
 
 
 def array_record(state: Mapping[str, torch.Tensor | NDArray[np.generic]]) -> ArrayRecord:
