@@ -314,7 +314,7 @@ BATCHED = {
     "BareMask": {},
     "Raises": {},
     "ZeroesTheBandwidths": {},
-    "FailsInRound3": {"num-server-rounds": 5},
+    "FailsInRound3": {"num-server-rounds": 5, "checkpoint-every": 1},  # resumable after round 2
 }
 
 

@@ -146,6 +146,7 @@ def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
         "channel.availability-prob": 1.0,
         "channel.deadline-s": 1.0,
         "stall-limit-s": 1.0,
+        "checkpoint-every": 1,  # resumable after round 1
     }
     code = invoke(
         [
