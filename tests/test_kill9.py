@@ -245,7 +245,7 @@ def test_a_killed_launcher_leaves_nothing_of_flower_or_ray_and_resumes_exactly(t
     finish(launcher(values, env, **{"result-dir": str(whole)}), timeout_s=900)
 
     proc = launcher(values, env, **{"result-dir": str(broken)})
-    wait_for(lambda: rounds_written(broken) >= 3, proc, limit_s=600)
+    wait_for(lambda: rounds_written(broken) >= 12, proc, limit_s=600)  # after a checkpoint
     # flwr run, SuperLink, SuperExec, flwr-simulation, Ray (gcs, raylet, workers), guards
     kill9_and_check_nothing_survives(proc, min_processes=8)
     finish(launcher(values, env, **{"resume-from": str(broken)}), timeout_s=900)

@@ -289,7 +289,7 @@ def test_a_run_in_a_hostile_folder_stops_and_continues_with_the_printed_command_
     )
     assert proc.stdout is not None
     assert proc.stdout.readline() == f"result folder: {folder}\n"
-    wait_for(lambda: rounds_written(folder) >= 4, proc, 300)
+    wait_for(lambda: rounds_written(folder) >= 12, proc, 300)  # after the first checkpoint
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]

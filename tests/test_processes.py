@@ -103,7 +103,7 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
     terminal does): every process it started is gone, one line says so, no traceback."""
     subcommand, extra, folder = command
     result_dir = tmp_path / folder
-    run_config = "num-devices=4 num-server-rounds=500"
+    run_config = "num-devices=4 num-server-rounds=500 checkpoint-every=1"  # resumable at once
     if subcommand == LAUNCHER[0]:
         run_config += f" result-dir='{result_dir}'"
     args = [a.format(tmp=tmp_path) for a in extra]
