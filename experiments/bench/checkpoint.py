@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.analysis.tables import text_table, write_csv
+from experiments.bench.inprocess import SETTING as INPROCESS_SETTING
 
 #: (model, data set, input shape, classes, writes timed).
 MODELS = (
@@ -32,12 +33,7 @@ CADENCES = (0, 1, 5, 10)
 #: The run part's run config: the paper cell of ``fedcgd bench inprocess --local-steps 1
 #: --deadline-s 0.0402`` (MNIST-1D, its CNN, V = 64, FedCGD-FSCD, evaluation every round).
 RUN_SETTING = {
-    "dataset": "mnist1d",
-    "model": "cnn1d",
-    "num-devices": 64,
-    "channel.availability-prob": 0.3,
-    "batch-size": 32,
-    "eval-every": 1,
+    **INPROCESS_SETTING,
     "local-steps": 1,
     "channel.deadline-s": 0.0402,
     "policy": "fedcgd-fscd",
