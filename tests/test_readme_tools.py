@@ -72,9 +72,14 @@ def with_out(args: list[str], out: Path) -> list[str]:
     """``args`` with its ``--out`` (or the one it lacks) pointing into ``out``.
 
     A ``--docs-png`` (the committed figure a command can also write) goes into ``out`` too, so
-    that the suite never rewrites a tracked file.
+    that the suite never rewrites a tracked file. A ``--compare-with`` (the docs' ``../base``, a
+    worktree of an earlier commit that a fresh clone lacks) names this checkout: the benchmark
+    then times the same code twice, through the same path as another checkout.
     """
     args = list(args)
+    if "--compare-with" in args:
+        i = args.index("--compare-with")
+        args[i + 1] = str(PROJECT)
     if "--docs-png" in args:
         i = args.index("--docs-png")
         args[i + 1] = str(out / "docs.png")
@@ -119,6 +124,26 @@ def test_readme_tool_command_runs(command: str, args: list[str], tmp_path: Path)
         assert (out / name).stat().st_size > 0, name
     if command == "certificates":  # CA, SuperLink certificate and key, one key pair
         assert len([p for p in out.rglob("*") if p.is_file()]) >= 5
+
+
+@pytest.mark.parametrize("command", ["bench scale", "bench inprocess"])
+def test_a_compare_with_that_is_no_checkout_is_refused_before_anything_runs(
+    command: str, tmp_path: Path
+) -> None:
+    (tmp_path / "experiments").mkdir()  # a folder, not a checkout of this project
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        fedcgd(*command.split(), "--compare-with", str(tmp_path), "--out", str(out)),
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert f"--compare-with {tmp_path}: not a checkout of this project" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
 
 
 def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:

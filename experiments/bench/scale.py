@@ -116,13 +116,17 @@ class Options:
 
 
 def main(args: Options) -> int:
-    """Run the benchmark; return the exit code (0 on success)."""
+    """Run the benchmark; return the exit code (0 on success, 2 for a bad ``--compare-with``)."""
     here = Path(__file__).resolve().parents[2]
     variants: list[tuple[str, Path, bool]] = [("cohorts", here, False)]
     if args.per_device:
         variants.append(("per device", here, True))
     if args.compare_with is not None:
-        variants.append(("other checkout", args.compare_with.resolve(), False))
+        other = args.compare_with.resolve()
+        if engine_command(other) is None:
+            print(f"error: --compare-with {other}: not a checkout of this project", file=sys.stderr)
+            return 2
+        variants.append(("other checkout", other, False))
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
