@@ -1,8 +1,8 @@
-"""The Dirichlet preset's readings in docs/evidence.md, recomputed from its per-run rows.
+"""The presets' readings in docs/evidence.md, recomputed from their per-run rows.
 
-``docs/mnist1d_dirichlet_runs.csv`` holds the preset's 90 runs; the table, the paired rounds
-tests and the Ĝ/σ̂ correlation the docs cite are recomputed here by hand (counts, means,
-binomial sums, ranks), not by the code that wrote them.
+``docs/mnist1d_<preset>_runs.csv`` holds a preset's runs (one row per sweep point × policy ×
+seed); the table, the paired rounds tests and the Ĝ/σ̂ correlation the docs cite are recomputed
+here by hand (counts, means, binomial sums, ranks), not by the code that wrote them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ import pytest
 from scipy import stats
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-RUNS = DOCS / "mnist1d_dirichlet_runs.csv"
-TABLE = DOCS / "mnist1d_dirichlet.csv"
-INDICATOR = DOCS / "mnist1d_dirichlet_indicator.csv"
-ALPHAS = ("0.1", "1.0", "10.0")
 FSCD = "fedcgd-fscd"
+#: preset -> (its sweep points as written in the tables, its number of runs, its policies)
+PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
+    "dirichlet": (
+        tuple(f"dirichlet-alpha={a}" for a in ("0.1", "1.0", "10.0")),
+        90,
+        (FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"),
+    ),
+}
+ALPHAS = PRESETS["dirichlet"][0]
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -29,21 +34,25 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def _rounds(policy: str, alpha: str) -> dict[int, int | None]:
-    """Seed -> rounds to 0.8 (None: never reached in the run)."""
+def _runs(preset: str) -> list[dict[str, str]]:
+    return _rows(DOCS / f"mnist1d_{preset}_runs.csv")
+
+
+def _rounds(preset: str, policy: str, sweep: str) -> dict[int, int | None]:
+    """Seed -> rounds to the target (None: never reached in the run)."""
     return {
         int(r["seed"]): int(r["rounds_to_target"]) if r["rounds_to_target"] else None
-        for r in _rows(RUNS)
-        if r["policy"] == policy and r["sweep"] == f"dirichlet-alpha={alpha}"
+        for r in _runs(preset)
+        if r["policy"] == policy and r["sweep"] == sweep
     }
 
 
-def _fscd_earlier_later_tied(policy: str, alpha: str) -> tuple[int, int, int]:
-    """Seeds where FedCGD-FSCD reached 0.8 before / after ``policy``, or tied.
+def _fscd_earlier_later_tied(preset: str, policy: str, sweep: str) -> tuple[int, int, int]:
+    """Seeds where FedCGD-FSCD reached the target before / after ``policy``, or tied.
 
     A censored run is after any run that reached the target; two censored runs tie.
     """
-    ours, theirs = _rounds(FSCD, alpha), _rounds(policy, alpha)
+    ours, theirs = _rounds(preset, FSCD, sweep), _rounds(preset, policy, sweep)
     counts = [0, 0, 0]
     for seed in ours:
         a, b = ours[seed], theirs[seed]
@@ -59,11 +68,14 @@ def _two_sided_sign_p(wins: int, n: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, k) for k in range(low + 1)) / 2**n)
 
 
-def test_the_table_is_the_mean_of_its_runs() -> None:
-    table = {(r["sweep"], r["policy"]): r for r in _rows(TABLE)}
-    assert len(_rows(RUNS)) == 90 and len(table) == 18
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_the_table_is_the_mean_of_its_runs(preset: str) -> None:
+    sweeps, n_runs, policies = PRESETS[preset]
+    runs_all = _runs(preset)
+    table = {(r["sweep"], r["policy"]): r for r in _rows(DOCS / f"mnist1d_{preset}.csv")}
+    assert len(runs_all) == n_runs and set(table) == {(s, p) for s in sweeps for p in policies}
     for (sweep, policy), row in table.items():
-        runs = [r for r in _rows(RUNS) if r["sweep"] == sweep and r["policy"] == policy]
+        runs = [r for r in runs_all if r["sweep"] == sweep and r["policy"] == policy]
         assert len(runs) == 5
         final = statistics.fmean(float(r["final_accuracy"]) for r in runs)
         assert float(row["final_accuracy_mean"]) == pytest.approx(final, abs=1e-12)
@@ -73,12 +85,16 @@ def test_the_table_is_the_mean_of_its_runs() -> None:
             assert float(row["rounds_to_target_mean"]) == pytest.approx(statistics.fmean(reached))
 
 
-@pytest.mark.parametrize("policy", ["fedcgd-gs", "bc", "bn2", "poc", "fedcbs"])
-def test_the_tables_rounds_counts_are_the_runs(policy: str) -> None:
-    table = {(r["sweep"], r["policy"]): r for r in _rows(TABLE)}
-    for alpha in ALPHAS:
-        earlier, later, tied = _fscd_earlier_later_tied(policy, alpha)
-        row = table[(f"dirichlet-alpha={alpha}", policy)]
+@pytest.mark.parametrize(
+    ("preset", "policy"),
+    [(name, p) for name, (_, _, policies) in PRESETS.items() for p in policies if p != FSCD],
+)
+def test_the_tables_rounds_counts_are_the_runs(preset: str, policy: str) -> None:
+    sweeps = PRESETS[preset][0]
+    table = {(r["sweep"], r["policy"]): r for r in _rows(DOCS / f"mnist1d_{preset}.csv")}
+    for sweep in sweeps:
+        earlier, later, tied = _fscd_earlier_later_tied(preset, policy, sweep)
+        row = table[(sweep, policy)]
         # the table counts from the other policy's side
         assert int(row["rounds_later_vs_fedcgd_fscd"]) == earlier
         assert int(row["rounds_earlier_vs_fedcgd_fscd"]) == later
@@ -95,16 +111,16 @@ def _evidence() -> str:
 
 def test_the_docs_rounds_readings() -> None:
     text = _evidence()
-    bc = [_fscd_earlier_later_tied("bc", a) for a in ALPHAS]
+    bc = [_fscd_earlier_later_tied("dirichlet", "bc", a) for a in ALPHAS]
     assert bc == [(5, 0, 0), (4, 1, 0), (4, 1, 0)]
     assert "earlier in 5 of 5 seeds at α = 0.1" in text and "in 4 of 5 at α = 1" in text
     pooled = sum(e for e, _, _ in bc)
     assert pooled == 13 and f"{_two_sided_sign_p(13, 15):.4f}" == "0.0074"
     assert "earlier in 13 of 15 pairs: exact sign test p = 0.0074" in text
     for policy in ("bn2", "poc", "fedcbs"):
-        assert all(_fscd_earlier_later_tied(policy, a) == (5, 0, 0) for a in ALPHAS)
+        assert all(_fscd_earlier_later_tied("dirichlet", policy, a) == (5, 0, 0) for a in ALPHAS)
     assert f"{_two_sided_sign_p(15, 15):.2g}" == "6.1e-05" and "p = 6.1e-5" in text
-    gs = [_fscd_earlier_later_tied("fedcgd-gs", a) for a in ALPHAS]
+    gs = [_fscd_earlier_later_tied("dirichlet", "fedcgd-gs", a) for a in ALPHAS]
     assert gs == [(3, 1, 1), (3, 1, 1), (4, 0, 1)]
     assert "3 / 1 / 1 at α = 0.1 and at α = 1, 4 / 0 / 1" in text
     assert f"{_two_sided_sign_p(10, 12):.3f}" == "0.039" and "10 of the 12 untied pairs" in text
@@ -120,7 +136,7 @@ def _ranks(values: list[float]) -> list[float]:
 
 
 def test_the_docs_indicator_reading() -> None:
-    points = _rows(INDICATOR)
+    points = _rows(DOCS / "mnist1d_dirichlet_indicator.csv")
     assert len(points) == 15
     ghat = [float(p["ghat_over_sigma_early"]) for p in points]
     gap = [float(p["fscd_late_accuracy"]) - float(p["bc_late_accuracy"]) for p in points]
