@@ -25,6 +25,11 @@ PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
         90,
         (FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"),
     ),
+    "local_steps_tau1": (
+        ("local-steps=1",),
+        35,
+        ("fedcgd-fscd-gc", FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"),
+    ),
 }
 ALPHAS = PRESETS["dirichlet"][0]
 
@@ -147,3 +152,137 @@ def test_the_docs_indicator_reading() -> None:
     assert f"{p_value:.2f}" == "0.17"
     match = re.search(r"Spearman ρ = \+([0-9.]+), p = ([0-9.]+)\. On this preset", _evidence())
     assert match is not None and match.groups() == ("0.375", "0.17")
+
+
+TAU1 = "local-steps=1"
+
+
+def _paired_t_p(preset: str, policy: str, sweep: str, column: str) -> tuple[float, float]:
+    """Mean of ``policy`` − FedCGD-FSCD over seeds and its two-sided paired t-test p-value.
+
+    The t statistic by hand (mean over standard error of the differences); scipy only gives the
+    t distribution's tail.
+    """
+
+    def by_seed(name: str) -> dict[str, float]:
+        return {
+            r["seed"]: float(r[column])
+            for r in _runs(preset)
+            if r["policy"] == name and r["sweep"] == sweep
+        }
+
+    ours, theirs = by_seed(FSCD), by_seed(policy)
+    diffs = [theirs[seed] - ours[seed] for seed in sorted(ours)]
+    mean = statistics.fmean(diffs)
+    t = mean / (statistics.stdev(diffs) / math.sqrt(len(diffs)))
+    return mean, float(2 * stats.t.sf(abs(t), df=len(diffs) - 1))
+
+
+def _section(title: str) -> str:
+    text = _evidence()
+    start = text.index(title)
+    return text[start : text.index("\n### ", start + 1)]
+
+
+def test_the_tau1_accuracy_readings() -> None:
+    text = _section("### Local steps and Table II")
+    expected = {  # policy: (final diff, its p, best diff, its p) as the docs print them
+        "bc": ("−0.023", "0.029", "−0.013", "0.008"),
+        "fedcbs": ("−0.087", "0.026", "−0.050", "0.018"),
+        "bn2": ("−0.471", "0.035", "−0.363", "0.025"),
+        "fedcgd-fscd-gc": ("−0.018", "0.014", "−0.016", "0.059"),
+        "fedcgd-gs": ("−0.027", "0.316", "−0.021", "0.198"),
+        "poc": ("−0.150", "0.161", "−0.057", "0.081"),
+    }
+    ps = []
+    for policy, (final, final_p, best, best_p) in expected.items():
+        diff, p_value = _paired_t_p("local_steps_tau1", policy, TAU1, "final_accuracy")
+        best_diff, best_p_value = _paired_t_p("local_steps_tau1", policy, TAU1, "max_accuracy")
+        assert f"{diff:+.3f}".replace("-", "−") == final and f"{p_value:.3f}" == final_p
+        assert f"{best_diff:+.3f}".replace("-", "−") == best and f"{best_p_value:.3f}" == best_p
+        assert f"| {final} ({final_p}) | {best} ({best_p}) |" in text
+        ps += [p_value, best_p_value]
+    # Bonferroni over the six baselines: none below 0.05; the smallest is best vs BC
+    assert min(ps) == _paired_t_p("local_steps_tau1", "bc", TAU1, "max_accuracy")[1]
+    assert 0.05 <= 6 * min(ps) < 0.0505
+    assert f"{6 * _paired_t_p('local_steps_tau1', 'bc', TAU1, 'final_accuracy')[1]:.2f}" == "0.17"
+    assert (
+        "none stays below 0.05" in text and "becomes 0.050; final accuracy against BC 0.17" in text
+    )
+
+
+def test_the_tau1_rounds_readings() -> None:
+    text = _section("### Local steps and Table II")
+    counts = {
+        p: _fscd_earlier_later_tied("local_steps_tau1", p, TAU1)
+        for p in ("bc", "fedcgd-gs", "fedcgd-fscd-gc", "bn2", "poc", "fedcbs")
+    }
+    assert counts == {
+        "bc": (4, 1, 0),
+        "fedcgd-gs": (3, 2, 0),
+        "fedcgd-fscd-gc": (3, 2, 0),
+        "bn2": (5, 0, 0),
+        "poc": (4, 1, 0),
+        "fedcbs": (4, 1, 0),
+    }
+    assert _two_sided_sign_p(4, 5) == 0.375 and _two_sided_sign_p(3, 5) == 1.0
+    assert _two_sided_sign_p(5, 5) == 0.0625
+    assert "earlier than BC in 4 of 5 seeds (sign test p = 0.375)" in text
+    assert "than GS and Gc in 3 of 5 (p = 1.0)" in text and "BN2 in 5 of 5 (p = 0.0625" in text
+    means = {}
+    for policy in ("fedcgd-fscd", "fedcgd-gs", "bc", "fedcgd-fscd-gc"):
+        reached = [r for r in _rounds("local_steps_tau1", policy, TAU1).values() if r is not None]
+        assert len(reached) == 5
+        means[policy] = statistics.fmean(reached)
+    assert means == {"fedcgd-fscd": 757, "fedcgd-gs": 760, "bc": 775, "fedcgd-fscd-gc": 777}
+    assert "(757 rounds; GS 760, BC 775,\n  FSCD-Gc 777" in text
+
+
+def test_the_tau1_indicator_and_the_pooled_one() -> None:
+    text = _section("### Local steps and Table II")
+
+    def points(name: str) -> list[tuple[float, float]]:
+        return [
+            (
+                float(p["ghat_over_sigma_early"]),
+                float(p["fscd_late_accuracy"]) - float(p["bc_late_accuracy"]),
+            )
+            for p in _rows(DOCS / f"mnist1d_{name}_indicator.csv")
+        ]
+
+    tau1 = points("local_steps_tau1")
+    pooled = tau1 + points("dirichlet")
+    assert len(tau1) == 5 and len(pooled) == 20
+    for found, rho_text, p_text in ((tau1, "-0.20", "0.75"), (pooled, "+0.194", "0.41")):
+        xs, ys = zip(*found, strict=True)
+        assert len(set(xs)) == len(xs) and len(set(ys)) == len(ys)  # no ties: plain ranks
+        rho = statistics.correlation(_ranks(list(xs)), _ranks(list(ys)))
+        assert f"{rho:+.3f}".startswith(rho_text) or f"{rho:+.2f}" == rho_text
+        assert f"{stats.spearmanr(xs, ys).pvalue:.2f}" == p_text
+    assert "ρ = −0.20 (p = 0.75)" in text and "20 points give\n  ρ = +0.194, p = 0.41" in text
+
+
+def test_the_tau1_table_ii_columns() -> None:
+    text = _section("### Local steps and Table II")
+    for policy, scheduled, wemd in (("fedcgd-fscd", "9.68", "0.259"), ("bc", "17.18", "0.501")):
+        rows = [r for r in _runs("local_steps_tau1") if r["policy"] == policy]
+        assert f"{statistics.fmean(float(r['mean_scheduled']) for r in rows):.2f}" == scheduled
+        assert f"{statistics.fmean(float(r['mean_wemd']) for r in rows):.3f}" == wemd
+    assert "scheduled 9.68 against\n  BC's 17.18, WEMD 0.259 against 0.501" in text
+
+
+def test_the_tau1_what_moved_readings() -> None:
+    text = _section("### Local steps and Table II")
+    runs = _runs("local_steps_tau1")
+    fscd = {r["seed"]: r for r in runs if r["policy"] == FSCD}
+    drops = {s: float(r["max_accuracy"]) - float(r["final_accuracy"]) for s, r in fscd.items()}
+    worst = max(drops, key=drops.__getitem__)
+    assert worst == "2" and drops[worst] < 0.05  # no seed falls
+    assert (
+        f"{float(fscd[worst]['max_accuracy']):.3f} to {float(fscd[worst]['final_accuracy']):.3f}"
+        in text
+    )
+    gs4 = next(r for r in runs if r["policy"] == "fedcgd-gs" and r["seed"] == "4")
+    assert f"GS's seed 4 ends at {float(gs4['final_accuracy']):.3f}" in text
+    bn2 = statistics.fmean(float(r["final_accuracy"]) for r in runs if r["policy"] == "bn2")
+    assert f"BN2's final mean is {bn2:.3f}" in text
