@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from run_files.atomic_files import append_line, atomic_write_text, stop_signals_held, sync_files
-from run_files.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds
+from run_files.code_identity import CODE_KEY, code_entries, code_identity
+from run_files.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds, read_json_object
 from run_files.run_status import RUN_FILES, STATUS_FILE, holds_run
 
 CONFIG_FILE = "config.json"
@@ -59,11 +60,24 @@ class ResultWriter:
         self._last_end_s = elapsed_s
         self._round_s: list[float] = []
         self.lines: list[dict[str, Any]] = list(kept_lines or [])
+        self._resumed = kept_lines is not None
         text = "".join(json.dumps(x) + "\n" for x in self.lines)
         atomic_write_text(self.dir / METRICS_FILE, text)
 
     def write_config(self, config: dict[str, Any]) -> None:
-        """Write the resolved run config as JSON (atomically)."""
+        """Write the resolved run config as JSON (atomically), with the code that computes it.
+
+        ``code`` (:func:`run_files.code_identity.code_entries`): a resumed run keeps the entries
+        its ``config.json`` had and adds this code's when it differs.
+        """
+        recorded: dict[str, Any] | None = None
+        if self._resumed:
+            try:
+                recorded = read_json_object(self.dir / CONFIG_FILE)
+            except (OSError, ValueError):
+                recorded = {}
+        from_round = len(self.lines) + 1
+        config = {**config, CODE_KEY: code_entries(recorded, from_round, code_identity())}
         text = json.dumps(json_ready(config), indent=2, sort_keys=True)
         atomic_write_text(self.dir / CONFIG_FILE, text)
 

@@ -18,6 +18,7 @@ import numpy as np
 from scipy import stats
 
 from experiments.analysis.plot_runs import load_run
+from run_files.code_identity import CODE_KEY
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE
 from run_files.run_status import flat_settings
@@ -251,6 +252,7 @@ def _run_settings(result_dir: Path) -> str | None:
     config = read_json_object(path)
     flat = flat_settings(config)
     skip = {"result_dir", "resume_from", "checkpoint_every", *unread_settings(config)}
+    skip |= {k for k in flat if k == CODE_KEY or k.startswith(f"{CODE_KEY}.")}
     return json.dumps({k: v for k, v in flat.items() if k not in skip}, sort_keys=True)
 
 

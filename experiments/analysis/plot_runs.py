@@ -45,7 +45,7 @@ UNLABELLED = (
     "result_dir", "resume_from", "checkpoint_every", "verbose", "stall_limit_s", "eval_every",
     "task.device", "task.data_dir", "num_parameters", "model_bits_used", "num_classes",
     "target_dist_global", "policy_uses_budget", "aggregator_resolved", "policy_resolved", "policy",
-    "protocol",
+    "protocol", "code",
 )  # fmt: skip
 #: Longest value shown in a label (a longer one keeps its end).
 MAX_LABEL_VALUE = 24

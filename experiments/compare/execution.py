@@ -319,7 +319,8 @@ def execute_plans(
     for plan in plans:
         if plan.action == KEEP:
             print(f"=== {tracker.header()} {header(plan)}", flush=True)
-            print("completed earlier with the same settings; kept", flush=True)
+            also = f"; {plan.note}" if plan.note else ""
+            print(f"completed earlier with the same settings; kept{also}", flush=True)
             tracker.end_run(kept=True)
             outcomes[plan.result_dir] = None
         else:
@@ -328,7 +329,8 @@ def execute_plans(
     def announce(plan: PlannedRun, where: str = "") -> None:
         print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
         if plan.action == RESUME:
-            print("incomplete, same settings: resumed from its checkpoint", flush=True)
+            also = f"; {plan.note}" if plan.note else ""
+            print(f"incomplete, same settings: resumed from its checkpoint{also}", flush=True)
         elif plan.action == RERUN:
             print(f"{plan.note}: run again from the start", flush=True)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+from run_files.code_identity import code_identity, run_digests
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 from run_files.run_status import (
@@ -182,16 +183,26 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     differences = describe_differences(recorded, requested_settings(overrides))
     if differences:
         return planned(REFUSE, differences)
+    other_code = other_code_note(recorded)
     if completed:
         damage = kept_run_damage(result_dir)
         if damage:  # a kept run must read whole: never half a table
             return planned(REFUSE, f"completed, but {damage}")
-        return planned(KEEP)
+        return planned(KEEP, other_code)
     from server_app.checkpoint import CHECKPOINT_FILE
 
     if (result_dir / CHECKPOINT_FILE).exists():
-        return planned(RESUME)
+        return planned(RESUME, other_code)
     return planned(RERUN, "incomplete, without a checkpoint")
+
+
+def other_code_note(recorded: Mapping[str, Any]) -> str:
+    """``computed by other code (...)`` when a kept run's code is not this checkout's; else ""."""
+    digests = run_digests(recorded)
+    current = code_identity()["digest"]
+    if digests.split() == [current]:
+        return ""
+    return f"computed by other code (its {digests}, this checkout {current})"
 
 
 def kept_run_damage(result_dir: Path) -> str | None:

@@ -41,6 +41,7 @@ from experiments.compare.results import (
     RUN_COLUMNS,
     format_row,
     table_rows,
+    warn_mixed_code,
     write_indicator,
     write_table,
 )
@@ -358,6 +359,7 @@ def write_outputs(
     print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in rows))
     if indicator is not None:
         print(f"{indicator} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})")
+    warn_mixed_code(runs)
     print(
         f"wrote {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
         f"{out / 'runs.csv'} and {out / 'estimates.png'}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from experiments.analysis.evidence import (
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.analysis.tables import write_csv
+from run_files.code_identity import mixed_code_line, run_digests
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE
 
@@ -34,7 +36,7 @@ REFERENCE_POLICY = "fedcgd-fscd"
 #: Metrics tested against the reference policy, paired by seed, and their column prefixes.
 PAIRED_METRICS = {"final_accuracy": "", "max_accuracy": "best_"}
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
-RUN_COLUMNS = ("policy", "seed", *METRICS, "rounds_run", "devices_lost", "result_dir")
+RUN_COLUMNS = ("policy", "seed", *METRICS, "rounds_run", "devices_lost", "code", "result_dir")
 #: The paired tests of rounds to the target against the reference (:class:`RoundsTest`).
 ROUNDS_TEST_COLUMNS = (
     "rounds_earlier_vs_fedcgd_fscd",
@@ -86,8 +88,10 @@ def summarise(
         One line naming a damaged file of the run.
     """
     policy, lines = load_run(result_dir)
-    if seed is None and (result_dir / CONFIG_FILE).exists():
-        task = read_json_object(result_dir / CONFIG_FILE).get("task")
+    config_path = result_dir / CONFIG_FILE
+    config = read_json_object(config_path) if config_path.exists() else None
+    if seed is None and config is not None:
+        task = config.get("task")
         seed = task.get("seed") if isinstance(task, dict) else None
     evaluated = [x for x in lines if x.get("accuracy") is not None]
     accs = [x["accuracy"] for x in evaluated]
@@ -104,6 +108,7 @@ def summarise(
         "mean_wemd": sum(wemds) / len(wemds) if wemds else None,
         "rounds_run": max((int(x["round"]) for x in lines), default=0),
         "devices_lost": sum(int(x.get("devices_lost") or 0) for x in lines),
+        "code": run_digests(config),
         "result_dir": str(result_dir),
     }
 
@@ -266,7 +271,15 @@ def write_comparison(
     line = write_indicator(runs, out)
     if line is not None:
         print(line, flush=True)
+    warn_mixed_code(runs)
     return rows
+
+
+def warn_mixed_code(runs: Sequence[Mapping[str, Any]]) -> None:
+    """Print :func:`run_files.code_identity.mixed_code_line` when the runs' code differs."""
+    line = mixed_code_line([str(run.get("code") or "unknown") for run in runs])
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
 
 
 def format_row(row: Mapping[str, Any]) -> str:

@@ -1,0 +1,114 @@
+"""Which code computed a run: a digest of the computing packages' sources and the libraries.
+
+A run's ``config.json`` records :func:`code_identity` under ``code`` (a list: a run resumed by
+other code gets a second entry from its first round on that code), ``runs.csv`` carries the
+digests in its ``code`` column, and a comparison or preset whose runs come from more than one
+code says so. Two runs with the same settings and the same digest compute the same rounds
+(docs/design.md, "Which code computed a run"). Imports neither flwr nor torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+#: The packages whose sources decide what a run computes (the ServerApp, the ClientApp, the
+#: channel, the strategy and the task). Plots, launchers and benchmarks are left out.
+COMPUTING_PACKAGES: tuple[str, ...] = (
+    "channel",
+    "client_app",
+    "fedcgd_strategy",
+    "fedcgd_task",
+    "server_app",
+)
+#: Libraries whose versions can change a run's arithmetic.
+LIBRARIES: tuple[str, ...] = ("numpy", "scipy", "torch", "flwr")
+#: The key of ``config.json`` that holds the list of code entries.
+CODE_KEY = "code"
+#: Hex digits of the digest kept.
+DIGEST_CHARS = 16
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def source_digest(root: Path, packages: Sequence[str], versions: Mapping[str, str]) -> str:
+    """SHA-256 (first :data:`DIGEST_CHARS` hex digits) of ``packages``' sources and ``versions``.
+
+    Each file enters as its path relative to ``root`` (POSIX), a NUL, its bytes and a NUL, in
+    sorted path order; then each ``name=version`` line in sorted order. ``__pycache__`` and
+    other non-``.py`` files are left out.
+    """
+    digest = hashlib.sha256()
+    paths = sorted(p for package in packages for p in (root / package).rglob("*.py"))
+    for path in paths:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    for name in sorted(versions):
+        digest.update(f"{name}={versions[name]}\n".encode())
+    return digest.hexdigest()[:DIGEST_CHARS]
+
+
+@lru_cache(maxsize=1)
+def code_identity() -> dict[str, Any]:
+    """The checkout's ``{"digest": ..., "versions": {...}}`` (computed once per process)."""
+    versions = {name: _version(name) for name in LIBRARIES}
+    versions["python"] = platform.python_version()
+    return {"digest": source_digest(_ROOT, COMPUTING_PACKAGES, versions), "versions": versions}
+
+
+def code_entries(
+    recorded: Mapping[str, Any] | None, from_round: int, current: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The ``code`` list to write into ``config.json``.
+
+    ``recorded``: the ``config.json`` the run had (None: a new run); ``from_round``: the first
+    round this process computes. A new run, or one whose file has no readable list, starts the
+    list; a resumed run keeps its list and adds ``current`` when its digest differs from the last
+    entry's.
+    """
+    entry = {**current, "from_round": from_round}
+    kept = recorded.get(CODE_KEY) if recorded is not None else None
+    if not isinstance(kept, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("digest"), str) for e in kept
+    ):
+        return [entry] if recorded is None or from_round == 1 else [_unknown(), entry]
+    if kept and kept[-1]["digest"] == current["digest"]:
+        return [dict(e) for e in kept]
+    return [*(dict(e) for e in kept), entry]
+
+
+def _unknown() -> dict[str, Any]:
+    """The entry of rounds computed by code that recorded no identity (before it existed)."""
+    return {"digest": "unknown", "versions": {}, "from_round": 1}
+
+
+def run_digests(config: Mapping[str, Any] | None) -> str:
+    """The digests of a run's ``config.json`` in order, space-separated ("unknown": none)."""
+    kept = config.get(CODE_KEY) if config is not None else None
+    if not isinstance(kept, list) or not kept:
+        return "unknown"
+    return " ".join(str(e.get("digest", "unknown")) for e in kept if isinstance(e, dict))
+
+
+def mixed_code_line(digests: Sequence[str]) -> str | None:
+    """A warning when runs (their :func:`run_digests`) come from more than one code; else None."""
+    distinct = sorted({d for run in digests for d in run.split()})
+    if len(distinct) <= 1:
+        return None
+    return (
+        f"warning: these {len(digests)} runs were computed by {len(distinct)} versions of the "
+        f"code ({', '.join(distinct)}; runs.csv's code column says which): their differences "
+        "may come from the code, not from the settings"
+    )

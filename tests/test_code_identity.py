@@ -1,0 +1,167 @@
+"""Which code computed a run: the digest, its record in config.json and runs.csv, the warnings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from task_settings import checkpointed_run_config
+
+from experiments.compare.plans import KEEP, plan_run
+from experiments.compare.results import summarise, warn_mixed_code
+from experiments.run.inprocess import run_inprocess
+from run_files.code_identity import (
+    COMPUTING_PACKAGES,
+    code_entries,
+    code_identity,
+    mixed_code_line,
+    run_digests,
+    source_digest,
+)
+from run_files.results import CONFIG_FILE
+
+VERSIONS = {"numpy": "2.0.0", "torch": "2.1.0"}
+
+
+def _tree(root: Path) -> None:
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "pkg" / "a.py").write_bytes(b"x = 1\n")
+    (root / "pkg" / "sub" / "b.py").write_bytes(b"y = 2\n")
+    (root / "pkg" / "notes.txt").write_text("not source")
+
+
+def test_the_digest_is_sha256_of_paths_bytes_and_versions_in_order(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    by_hand = hashlib.sha256(
+        b"pkg/a.py\0x = 1\n\0pkg/sub/b.py\0y = 2\n\0numpy=2.0.0\ntorch=2.1.0\n"
+    ).hexdigest()[:16]
+    assert source_digest(tmp_path, ["pkg"], VERSIONS) == by_hand
+
+
+@pytest.mark.parametrize("change", ["byte", "rename", "new file", "version"])
+def test_what_changes_the_digest(tmp_path: Path, change: str) -> None:
+    _tree(tmp_path)
+    before = source_digest(tmp_path, ["pkg"], VERSIONS)
+    versions = dict(VERSIONS)
+    if change == "byte":
+        (tmp_path / "pkg" / "a.py").write_bytes(b"x = 2\n")
+    elif change == "rename":
+        (tmp_path / "pkg" / "a.py").rename(tmp_path / "pkg" / "c.py")
+    elif change == "new file":
+        (tmp_path / "pkg" / "d.py").write_bytes(b"")
+    else:
+        versions["torch"] = "2.2.0"
+    assert source_digest(tmp_path, ["pkg"], versions) != before
+
+
+def test_what_leaves_the_digest_alone(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    before = source_digest(tmp_path, ["pkg"], VERSIONS)
+    (tmp_path / "pkg" / "notes.txt").write_text("changed")
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0\1")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "e.py").write_bytes(b"z = 3\n")  # not a computing package
+    assert source_digest(tmp_path, ["pkg"], VERSIONS) == before
+
+
+def test_this_checkouts_identity_covers_the_computing_packages() -> None:
+    root = Path(__file__).resolve().parents[1]
+    identity = code_identity()
+    assert identity["digest"] == source_digest(root, COMPUTING_PACKAGES, identity["versions"])
+    assert set(identity["versions"]) == {"numpy", "scipy", "torch", "flwr", "python"}
+    assert {"channel", "client_app", "fedcgd_strategy", "fedcgd_task", "server_app"} == set(
+        COMPUTING_PACKAGES
+    )
+
+
+NOW = {"digest": "new", "versions": {"torch": "2"}}
+
+
+@pytest.mark.parametrize(
+    ("recorded", "from_round", "expected"),
+    [
+        (None, 1, [{**NOW, "from_round": 1}]),
+        ({"code": [{"digest": "new", "from_round": 1}]}, 4, [{"digest": "new", "from_round": 1}]),
+        (
+            {"code": [{"digest": "old", "from_round": 1}]},
+            4,
+            [{"digest": "old", "from_round": 1}, {**NOW, "from_round": 4}],
+        ),
+        (
+            {"task": {}},  # a run started before runs recorded their code
+            4,
+            [{"digest": "unknown", "versions": {}, "from_round": 1}, {**NOW, "from_round": 4}],
+        ),
+        (
+            {"code": ["old"]},  # damaged: not a list of entries
+            4,
+            [{"digest": "unknown", "versions": {}, "from_round": 1}, {**NOW, "from_round": 4}],
+        ),
+        ({}, 1, [{**NOW, "from_round": 1}]),  # unreadable, but from round 1: all this code's
+    ],
+    ids=["new run", "same code", "other code", "no record", "damaged", "restart"],
+)
+def test_the_code_list_of_config_json(recorded, from_round, expected) -> None:
+    assert code_entries(recorded, from_round, NOW) == expected
+
+
+def test_the_mixed_code_warning() -> None:
+    assert mixed_code_line(["a", "a", "a"]) is None
+    line = mixed_code_line(["a", "a b", "unknown"])
+    assert line is not None
+    assert "these 3 runs were computed by 3 versions of the code (a, b, unknown;" in line
+    assert run_digests({"code": [{"digest": "a"}, {"digest": "b"}]}) == "a b"
+    assert run_digests({"task": {}}) == run_digests(None) == "unknown"
+
+
+def test_a_run_records_its_code_and_a_resume_by_other_code_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "run"
+    config = checkpointed_run_config(folder, **{"num-devices": 6, "num-server-rounds": 3})
+    run_inprocess(config)
+    now = code_identity()
+    recorded = json.loads((folder / CONFIG_FILE).read_text())
+    assert recorded["code"] == [{**now, "from_round": 1}]
+    assert summarise(folder)["code"] == now["digest"]
+    # the same run, started by older code: its record says so, and a resume adds this code
+    recorded["code"] = [{"digest": "0123456789abcdef", "versions": {}, "from_round": 1}]
+    (folder / CONFIG_FILE).write_text(json.dumps(recorded))
+    more = checkpointed_run_config(
+        folder, **{"num-devices": 6, "num-server-rounds": 5, "resume-from": str(folder)}
+    )
+    run_inprocess(more)
+    resumed = json.loads((folder / CONFIG_FILE).read_text())["code"]
+    assert resumed == [
+        {"digest": "0123456789abcdef", "versions": {}, "from_round": 1},
+        {**now, "from_round": 4},
+    ]
+    row = summarise(folder)
+    assert row["code"] == f"0123456789abcdef {now['digest']}"
+    shared = {k: v for k, v in more.items() if k not in ("result-dir", "resume-from", "seed")}
+    plan = plan_run(str(more["policy"]), int(more["seed"]), folder, shared)
+    assert plan.action == KEEP
+    assert plan.note == f"computed by other code (its 0123456789abcdef {now['digest']}, " + (
+        f"this checkout {now['digest']})"
+    )
+    warn_mixed_code([row, {**row, "code": now["digest"]}])
+    assert "these 2 runs were computed by 2 versions of the code" in capsys.readouterr().err
+
+
+def test_the_code_is_no_setting_of_figure_labels_or_indicator_pairs(tmp_path: Path) -> None:
+    from experiments.analysis.evidence import _run_settings
+    from experiments.analysis.plot_runs import differing_settings
+
+    base = {"task": {"seed": 0}, "training": {"local_steps": 1}}
+    a = {**base, "code": [{"digest": "a", "from_round": 1}]}
+    b = {**base, "code": [{"digest": "b", "from_round": 1}]}
+    assert differing_settings([a, b]) == ["", ""]
+    c = {**b, "training": {"local_steps": 5}}
+    assert differing_settings([a, c]) == ["local_steps=1", "local_steps=5"]
+    for name, config in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / CONFIG_FILE).write_text(json.dumps(config))
+    assert _run_settings(tmp_path / "a") == _run_settings(tmp_path / "b") is not None
