@@ -208,12 +208,25 @@ def launcher_deployments() -> list[list[str]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("args", launcher_deployments(), ids=" ".join)
 def test_launcher_deployment_commands_run(args: list[str], tmp_path: Path) -> None:
-    """``--deployment [--tls]``: SuperNode processes on loopback (two of them here)."""
+    """``--deployment [--tls]``: SuperNode processes on loopback (two of them here).
+
+    The GPU variant (``device='cuda'``) runs where torch sees a CUDA device; elsewhere it must be
+    refused before anything starts, in one line naming the setting and what is allowed.
+    """
+    import torch
+
     out = tmp_path / "run"
     args = list(args)
     i = args.index("--run-config") + 1
+    on_cuda = "device='cuda'" in args[i]
     args[i] = resized(args[i], num_server_rounds=ROUNDS, num_devices=2, result_dir=str(out))
     proc = run("run", *args)
+    if on_cuda and not torch.cuda.is_available():
+        assert proc.returncode == 2, output(proc)
+        assert "run-config key 'device' = 'cuda', but this process sees 0 CUDA" in proc.stderr
+        assert 'allowed here: "auto", "cpu"' in proc.stderr and "Traceback" not in proc.stderr
+        assert not out.exists()
+        return
     assert proc.returncode == 0, output(proc)
     assert_completed(out, ROUNDS)
 
