@@ -161,7 +161,11 @@ def test_the_code_is_no_setting_of_figure_labels_or_indicator_pairs(tmp_path: Pa
     assert differing_settings([a, b]) == ["", ""]
     c = {**b, "training": {"local_steps": 5}}
     assert differing_settings([a, c]) == ["local_steps=1", "local_steps=5"]
-    for name, config in (("a", a), ("b", b)):
+    # A damaged record (an object, not the list this code writes) is no setting either.
+    damaged = {**base, "code": {"digest": "c", "from_round": 1}}
+    for name, config in (("a", a), ("b", b), ("damaged", damaged), ("c", c)):
         (tmp_path / name).mkdir()
         (tmp_path / name / CONFIG_FILE).write_text(json.dumps(config))
-    assert _run_settings(tmp_path / "a") == _run_settings(tmp_path / "b") is not None
+    same = {_run_settings(tmp_path / name) for name in ("a", "b", "damaged")}
+    assert len(same) == 1 and None not in same
+    assert _run_settings(tmp_path / "c") not in same

@@ -250,9 +250,8 @@ def _run_settings(result_dir: Path) -> str | None:
     if not path.exists():
         return None
     config = read_json_object(path)
-    flat = flat_settings(config)
+    flat = flat_settings({k: v for k, v in config.items() if k != CODE_KEY})
     skip = {"result_dir", "resume_from", "checkpoint_every", *unread_settings(config)}
-    skip |= {k for k in flat if k == CODE_KEY or k.startswith(f"{CODE_KEY}.")}
     return json.dumps({k: v for k, v in flat.items() if k not in skip}, sort_keys=True)
 
 
