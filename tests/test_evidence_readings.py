@@ -1,8 +1,9 @@
-"""The presets' readings in docs/evidence.md, recomputed from their per-run rows.
+"""The presets' and comparisons' readings in the docs, recomputed from their per-run rows.
 
 ``docs/mnist1d_<preset>_runs.csv`` holds a preset's runs (one row per sweep point × policy ×
-seed); the table, the paired rounds tests and the Ĝ/σ̂ correlation the docs cite are recomputed
-here by hand (counts, means, binomial sums, ranks), not by the code that wrote them.
+seed), ``docs/compare_digits_runs.csv`` the digits comparison's (one row per policy × seed, no
+sweep); the tables, the paired tests and the Ĝ/σ̂ correlation the docs cite are recomputed here
+by hand (counts, means, binomial sums, ranks), not by the code that wrote them.
 """
 
 from __future__ import annotations
@@ -18,20 +19,21 @@ from scipy import stats
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 FSCD = "fedcgd-fscd"
-#: preset -> (its sweep points as written in the tables, its number of runs, its policies)
+#: file stem -> (its sweep points as written in the tables, its number of runs, its policies)
 PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
-    "dirichlet": (
+    "mnist1d_dirichlet": (
         tuple(f"dirichlet-alpha={a}" for a in ("0.1", "1.0", "10.0")),
         90,
         (FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"),
     ),
-    "local_steps_tau1": (
+    "mnist1d_local_steps_tau1": (
         ("local-steps=1",),
         35,
         ("fedcgd-fscd-gc", FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"),
     ),
+    "compare_digits": (("",), 35, (FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs", "all")),
 }
-ALPHAS = PRESETS["dirichlet"][0]
+ALPHAS = PRESETS["mnist1d_dirichlet"][0]
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -40,7 +42,13 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def _runs(preset: str) -> list[dict[str, str]]:
-    return _rows(DOCS / f"mnist1d_{preset}_runs.csv")
+    """The runs of ``docs/<preset>_runs.csv``; a comparison's (no sweep column) have sweep ""."""
+    return [{"sweep": "", **r} for r in _rows(DOCS / f"{preset}_runs.csv")]
+
+
+def _table(preset: str) -> dict[tuple[str, str], dict[str, str]]:
+    """``docs/<preset>.csv`` by (sweep, policy)."""
+    return {(r.get("sweep", ""), r["policy"]): r for r in _rows(DOCS / f"{preset}.csv")}
 
 
 def _rounds(preset: str, policy: str, sweep: str) -> dict[int, int | None]:
@@ -77,7 +85,7 @@ def _two_sided_sign_p(wins: int, n: int) -> float:
 def test_the_table_is_the_mean_of_its_runs(preset: str) -> None:
     sweeps, n_runs, policies = PRESETS[preset]
     runs_all = _runs(preset)
-    table = {(r["sweep"], r["policy"]): r for r in _rows(DOCS / f"mnist1d_{preset}.csv")}
+    table = _table(preset)
     assert len(runs_all) == n_runs and set(table) == {(s, p) for s in sweeps for p in policies}
     for (sweep, policy), row in table.items():
         runs = [r for r in runs_all if r["sweep"] == sweep and r["policy"] == policy]
@@ -96,7 +104,7 @@ def test_the_table_is_the_mean_of_its_runs(preset: str) -> None:
 )
 def test_the_tables_rounds_counts_are_the_runs(preset: str, policy: str) -> None:
     sweeps = PRESETS[preset][0]
-    table = {(r["sweep"], r["policy"]): r for r in _rows(DOCS / f"mnist1d_{preset}.csv")}
+    table = _table(preset)
     for sweep in sweeps:
         earlier, later, tied = _fscd_earlier_later_tied(preset, policy, sweep)
         row = table[(sweep, policy)]
@@ -116,16 +124,18 @@ def _evidence() -> str:
 
 def test_the_docs_rounds_readings() -> None:
     text = _evidence()
-    bc = [_fscd_earlier_later_tied("dirichlet", "bc", a) for a in ALPHAS]
+    bc = [_fscd_earlier_later_tied("mnist1d_dirichlet", "bc", a) for a in ALPHAS]
     assert bc == [(5, 0, 0), (4, 1, 0), (4, 1, 0)]
     assert "earlier in 5 of 5 seeds at α = 0.1" in text and "in 4 of 5 at α = 1" in text
     pooled = sum(e for e, _, _ in bc)
     assert pooled == 13 and f"{_two_sided_sign_p(13, 15):.4f}" == "0.0074"
     assert "earlier in 13 of 15 pairs: exact sign test p = 0.0074" in text
     for policy in ("bn2", "poc", "fedcbs"):
-        assert all(_fscd_earlier_later_tied("dirichlet", policy, a) == (5, 0, 0) for a in ALPHAS)
+        assert all(
+            _fscd_earlier_later_tied("mnist1d_dirichlet", policy, a) == (5, 0, 0) for a in ALPHAS
+        )
     assert f"{_two_sided_sign_p(15, 15):.2g}" == "6.1e-05" and "p = 6.1e-5" in text
-    gs = [_fscd_earlier_later_tied("dirichlet", "fedcgd-gs", a) for a in ALPHAS]
+    gs = [_fscd_earlier_later_tied("mnist1d_dirichlet", "fedcgd-gs", a) for a in ALPHAS]
     assert gs == [(3, 1, 1), (3, 1, 1), (4, 0, 1)]
     assert "3 / 1 / 1 at α = 0.1 and at α = 1, 4 / 0 / 1" in text
     assert f"{_two_sided_sign_p(10, 12):.3f}" == "0.039" and "10 of the 12 untied pairs" in text
@@ -196,16 +206,21 @@ def test_the_tau1_accuracy_readings() -> None:
     }
     ps = []
     for policy, (final, final_p, best, best_p) in expected.items():
-        diff, p_value = _paired_t_p("local_steps_tau1", policy, TAU1, "final_accuracy")
-        best_diff, best_p_value = _paired_t_p("local_steps_tau1", policy, TAU1, "max_accuracy")
+        diff, p_value = _paired_t_p("mnist1d_local_steps_tau1", policy, TAU1, "final_accuracy")
+        best_diff, best_p_value = _paired_t_p(
+            "mnist1d_local_steps_tau1", policy, TAU1, "max_accuracy"
+        )
         assert f"{diff:+.3f}".replace("-", "−") == final and f"{p_value:.3f}" == final_p
         assert f"{best_diff:+.3f}".replace("-", "−") == best and f"{best_p_value:.3f}" == best_p
         assert f"| {final} ({final_p}) | {best} ({best_p}) |" in text
         ps += [p_value, best_p_value]
     # Bonferroni over the six baselines: none below 0.05; the smallest is best vs BC
-    assert min(ps) == _paired_t_p("local_steps_tau1", "bc", TAU1, "max_accuracy")[1]
+    assert min(ps) == _paired_t_p("mnist1d_local_steps_tau1", "bc", TAU1, "max_accuracy")[1]
     assert 0.05 <= 6 * min(ps) < 0.0505
-    assert f"{6 * _paired_t_p('local_steps_tau1', 'bc', TAU1, 'final_accuracy')[1]:.2f}" == "0.17"
+    assert (
+        f"{6 * _paired_t_p('mnist1d_local_steps_tau1', 'bc', TAU1, 'final_accuracy')[1]:.2f}"
+        == "0.17"
+    )
     assert (
         "none stays below 0.05" in text and "becomes 0.050; final accuracy against BC 0.17" in text
     )
@@ -214,7 +229,7 @@ def test_the_tau1_accuracy_readings() -> None:
 def test_the_tau1_rounds_readings() -> None:
     text = _section("### Local steps and Table II")
     counts = {
-        p: _fscd_earlier_later_tied("local_steps_tau1", p, TAU1)
+        p: _fscd_earlier_later_tied("mnist1d_local_steps_tau1", p, TAU1)
         for p in ("bc", "fedcgd-gs", "fedcgd-fscd-gc", "bn2", "poc", "fedcbs")
     }
     assert counts == {
@@ -231,7 +246,9 @@ def test_the_tau1_rounds_readings() -> None:
     assert "than GS and Gc in 3 of 5 (p = 1.0)" in text and "BN2 in 5 of 5 (p = 0.0625" in text
     means = {}
     for policy in ("fedcgd-fscd", "fedcgd-gs", "bc", "fedcgd-fscd-gc"):
-        reached = [r for r in _rounds("local_steps_tau1", policy, TAU1).values() if r is not None]
+        reached = [
+            r for r in _rounds("mnist1d_local_steps_tau1", policy, TAU1).values() if r is not None
+        ]
         assert len(reached) == 5
         means[policy] = statistics.fmean(reached)
     assert means == {"fedcgd-fscd": 757, "fedcgd-gs": 760, "bc": 775, "fedcgd-fscd-gc": 777}
@@ -247,11 +264,11 @@ def test_the_tau1_indicator_and_the_pooled_one() -> None:
                 float(p["ghat_over_sigma_early"]),
                 float(p["fscd_late_accuracy"]) - float(p["bc_late_accuracy"]),
             )
-            for p in _rows(DOCS / f"mnist1d_{name}_indicator.csv")
+            for p in _rows(DOCS / f"{name}_indicator.csv")
         ]
 
-    tau1 = points("local_steps_tau1")
-    pooled = tau1 + points("dirichlet")
+    tau1 = points("mnist1d_local_steps_tau1")
+    pooled = tau1 + points("mnist1d_dirichlet")
     assert len(tau1) == 5 and len(pooled) == 20
     for found, rho_text, p_text in ((tau1, "-0.20", "0.75"), (pooled, "+0.194", "0.41")):
         xs, ys = zip(*found, strict=True)
@@ -265,7 +282,7 @@ def test_the_tau1_indicator_and_the_pooled_one() -> None:
 def test_the_tau1_table_ii_columns() -> None:
     text = _section("### Local steps and Table II")
     for policy, scheduled, wemd in (("fedcgd-fscd", "9.68", "0.259"), ("bc", "17.18", "0.501")):
-        rows = [r for r in _runs("local_steps_tau1") if r["policy"] == policy]
+        rows = [r for r in _runs("mnist1d_local_steps_tau1") if r["policy"] == policy]
         assert f"{statistics.fmean(float(r['mean_scheduled']) for r in rows):.2f}" == scheduled
         assert f"{statistics.fmean(float(r['mean_wemd']) for r in rows):.3f}" == wemd
     assert "scheduled 9.68 against\n  BC's 17.18, WEMD 0.259 against 0.501" in text
@@ -273,7 +290,7 @@ def test_the_tau1_table_ii_columns() -> None:
 
 def test_the_tau1_what_moved_readings() -> None:
     text = _section("### Local steps and Table II")
-    runs = _runs("local_steps_tau1")
+    runs = _runs("mnist1d_local_steps_tau1")
     fscd = {r["seed"]: r for r in runs if r["policy"] == FSCD}
     drops = {s: float(r["max_accuracy"]) - float(r["final_accuracy"]) for s, r in fscd.items()}
     worst = max(drops, key=drops.__getitem__)
@@ -286,3 +303,66 @@ def test_the_tau1_what_moved_readings() -> None:
     assert f"GS's seed 4 ends at {float(gs4['final_accuracy']):.3f}" in text
     bn2 = statistics.fmean(float(r["final_accuracy"]) for r in runs if r["policy"] == "bn2")
     assert f"BN2's final mean is {bn2:.3f}" in text
+
+
+#: docs/compare_digits.csv before this rerun (code before runs recorded theirs): policy ->
+#: (final, best, rounds to 85 %) means, copied from git history for the "what moved" reading.
+DIGITS_EARLIER = {
+    FSCD: (0.9033333333333333, 0.9105555555555556, 23.4),
+    "fedcgd-gs": (0.9105555555555555, 0.9172222222222223, 22.0),
+    "bc": (0.8794444444444445, 0.9083333333333334, 30.4),
+    "bn2": (0.7777777777777778, 0.9044444444444444, 26.4),
+    "poc": (0.9, 0.9188888888888889, 25.2),
+    "fedcbs": (0.8711111111111112, 0.9094444444444445, 27.0),
+    "all": (0.9016666666666666, 0.9077777777777778, 25.6),
+}
+
+
+def test_the_digits_comparison_readings() -> None:
+    text = (DOCS / "comparing.md").read_text(encoding="utf-8")
+    runs = _runs("compare_digits")
+
+    def mean(policy: str, column: str) -> float:
+        return statistics.fmean(float(r[column]) for r in runs if r["policy"] == policy)
+
+    # Table II's columns: fewer devices than BC, the lowest WEMD of all
+    assert f"{mean(FSCD, 'mean_scheduled'):.2f}" == "8.80"
+    assert f"{mean('bc', 'mean_scheduled'):.2f}" == "10.81"
+    wemd = {p: mean(p, "mean_wemd") for p in PRESETS["compare_digits"][2]}
+    assert min(wemd, key=wemd.__getitem__) == FSCD
+    assert f"{wemd[FSCD]:.3f}" == "0.273" and f"{wemd['bc']:.3f}" == "0.479"
+    assert "(8.80 against 10.81) at the lowest WEMD of all (0.273\nagainst 0.479)" in text
+    # final accuracy against BC: the paired t-test, and Bonferroni over the 6 baselines
+    diff, p_value = _paired_t_p("compare_digits", "bc", "", "final_accuracy")
+    assert f"{diff:+.3f}" == "-0.024" and f"{p_value:.3f}" == "0.031"
+    assert f"{6 * p_value:.2f}" == "0.19"
+    assert "(−0.024 for BC, p = 0.031; 0.19 after a Bonferroni" in text
+    # rounds to 85 %: earlier than BC in every seed; the means
+    assert _fscd_earlier_later_tied("compare_digits", "bc", "") == (5, 0, 0)
+    for policy, expected in ((FSCD, 22.8), ("bc", 30.4)):
+        rounds = list(_rounds("compare_digits", policy, "").values())
+        assert None not in rounds
+        assert statistics.fmean(r for r in rounds if r is not None) == pytest.approx(expected)
+    flowing = " ".join(text.split())
+    assert (
+        "before BC in 5 of 5 seeds (22.8 rounds against 30.4 on average; sign test p = 0.0625"
+        in (flowing)
+    )
+    # the other baselines: within the noise
+    others = {
+        p: _paired_t_p("compare_digits", p, "", "final_accuracy")[1]
+        for p in ("fedcgd-gs", "bn2", "poc", "fedcbs", "all")
+    }
+    assert f"{min(others.values()):.2f}" == "0.17" and min(others, key=others.__getitem__) == "bn2"
+    assert "within the noise\n(p ≥ 0.17)" in text
+    for policy, (final, best, rounds) in DIGITS_EARLIER.items():
+        now = (mean(policy, "final_accuracy"), mean(policy, "max_accuracy"))
+        reached_now = [r for r in _rounds("compare_digits", policy, "").values() if r is not None]
+        if policy in (FSCD, "fedcgd-gs"):  # the two FedCGD rows moved, by less than 0.001
+            assert 0 < max(abs(now[0] - final), abs(now[1] - best)) < 0.001
+        else:  # the baselines' rows are identical
+            assert now == pytest.approx((final, best), abs=1e-12)
+            assert statistics.fmean(reached_now) == pytest.approx(rounds)
+    assert (
+        "five baselines' rows are identical" in text and "(FSCD's rounds to 85 % were 23.4)" in text
+    )
