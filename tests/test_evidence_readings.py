@@ -31,6 +31,11 @@ PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
         70,
         ("fedcgd-fscd-gc", FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"),
     ),
+    "mnist1d_imbalance": (
+        tuple(f"imbalance-ratio={r}" for r in ("1.0", "3.0", "9.0")),
+        105,
+        ("fedcgd-fscd-gc", FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"),
+    ),
     "compare_digits": (("",), 35, (FSCD, "fedcgd-gs", "bc", "bn2", "poc", "fedcbs", "all")),
 }
 ALPHAS = PRESETS["mnist1d_dirichlet"][0]
@@ -471,6 +476,156 @@ def test_the_what_moved_readings() -> None:
     assert (
         _rounds_means(TAU5, ("bc",)) == {"bc": 623} and "rounds to 0.8 are unchanged (623)" in text
     )
+
+
+IMBALANCE = "mnist1d_imbalance"
+R1, R3, R9 = PRESETS[IMBALANCE][0]
+
+
+def test_the_r1_runs_are_the_tau1_runs() -> None:
+    def rows(preset: str, sweep: str) -> list[tuple[str, ...]]:
+        keep = ("policy", "seed", "final_accuracy", "max_accuracy", "mean_scheduled", "mean_wemd")
+        return sorted(tuple(r[k] for k in keep) for r in _runs(preset) if r["sweep"] == sweep)
+
+    assert rows(IMBALANCE, R1) == rows(LOCAL, TAU1) and len(rows(IMBALANCE, R1)) == 35
+
+
+def test_the_r_accuracy_readings() -> None:
+    text = " ".join(_section("### Imbalance ratio").split())
+
+    def best(policy: str, sweep: str) -> tuple[str, str]:
+        diff, p_value = _paired_t_p(IMBALANCE, policy, sweep, "max_accuracy")
+        return _minus(-diff), f"{p_value:.3f}"  # FSCD − policy
+
+    r9 = {p: best(p, R9) for p in ("bc", "fedcbs", "poc", "bn2", "fedcgd-fscd-gc")}
+    assert r9 == {
+        "bc": ("+0.065", "0.001"),
+        "fedcbs": ("+0.133", "0.002"),
+        "poc": ("+0.170", "0.001"),
+        "bn2": ("+0.319", "0.005"),
+        "fedcgd-fscd-gc": ("+0.158", "0.013"),
+    }
+    bests = {
+        p: statistics.fmean(
+            float(r["max_accuracy"])
+            for r in _runs(IMBALANCE)
+            if r["sweep"] == R9 and r["policy"] == p
+        )
+        for p in PRESETS[IMBALANCE][2]
+    }
+    baselines = {p: v for p, v in bests.items() if p in ("bc", "bn2", "poc", "fedcbs")}
+    assert max(baselines, key=baselines.__getitem__) == "bc" and f"{bests['bc']:.3f}" == "0.759"
+    assert f"{bests[FSCD]:.3f}" == "0.824"
+    others = [v for p, v in bests.items() if p != "bn2"]
+    assert f"{min(others):.2f}–{max(others):.2f}" == "0.65–0.82" and f"{bests['bn2']:.2f}" == "0.50"
+    assert "0.65–0.82 for every policy but BN2 (0.50)" in text
+    assert "BC's (the best baseline, 0.759) by 0.065 (paired t-test, p = 0.001)" in text
+    assert (
+        "Fed-CBS's by 0.133 (p = 0.002), POC's by 0.170 (p = 0.001), BN2's by 0.319 (p = 0.005)"
+        in text
+    )
+    worst = max(
+        _paired_t_p(IMBALANCE, p, R9, "max_accuracy")[1] for p in ("bc", "fedcbs", "poc", "bn2")
+    )
+    assert f"{6 * worst:.3f}" == "0.033" and "becomes 0.033" in text
+    assert "FSCD-Gc is 0.158 below (p = 0.013; 2 of its 5 runs reach 0.7)" in text
+    assert sum(r is not None for r in _rounds(IMBALANCE, "fedcgd-fscd-gc", R9).values()) == 2
+    r3 = {p: best(p, R3) for p in ("fedcbs", "poc", "bn2", "bc")}
+    assert r3 == {
+        "fedcbs": ("+0.160", "0.007"),
+        "poc": ("+0.104", "0.049"),
+        "bn2": ("+0.343", "0.007"),
+        "bc": ("+0.013", "0.416"),
+    }
+    assert "above Fed-CBS's by 0.160 (p = 0.007), POC's by 0.104 (p = 0.049)" in text
+    assert "and BN2's by 0.343 (p = 0.007), but only 0.013 above BC's (p = 0.42)" in text
+    assert best("bc", R1) == ("+0.013", "0.008") and "0.013 above BC's (p = 0.008)" in text
+    gs = (best("fedcgd-gs", R3), best("fedcgd-gs", R9))
+    assert gs == (("−0.005", "0.718"), ("+0.001", "0.865"))  # FSCD − GS
+    assert "Best accuracy +0.005 (p = 0.72) at r = 3 and −0.001 (p = 0.87) at r = 9" in text
+
+
+def test_the_r_rounds_readings() -> None:
+    text = " ".join(_section("### Imbalance ratio").split())
+    bc = [_fscd_earlier_later_tied(IMBALANCE, "bc", r) for r in (R1, R3, R9)]
+    assert bc == [(5, 0, 0), (4, 0, 1), (5, 0, 0)]
+    assert f"{_two_sided_sign_p(14, 14):.2g}" == "0.00012"
+    assert f"{6 * _two_sided_sign_p(14, 14):.2g}" == "0.00073"
+    assert (
+        "14 of the 14 untied pairs, exact sign test p = 0.00012 (0.00073 after Bonferroni" in text
+    )
+    for r in (R3, R9):
+        for policy in ("poc", "bn2", "fedcgd-fscd-gc"):
+            assert _fscd_earlier_later_tied(IMBALANCE, policy, r) == (5, 0, 0)
+    for r in (R1, R9):
+        assert _fscd_earlier_later_tied(IMBALANCE, "fedcbs", r) == (5, 0, 0)
+    assert _fscd_earlier_later_tied(IMBALANCE, "fedcgd-gs", R3) == (5, 0, 0)
+    assert _fscd_earlier_later_tied(IMBALANCE, "fedcgd-gs", R9) == (2, 3, 0)
+    means = {
+        p: statistics.fmean(r for r in _rounds(IMBALANCE, p, R3).values() if r is not None)
+        for p in (FSCD, "fedcgd-gs")
+    }
+    assert means == {FSCD: 537, "fedcgd-gs": 597} and "at r = 3 (537 against 597)" in text
+
+
+def test_the_r_scheduled_and_wemd_readings() -> None:
+    text = " ".join(_section("### Imbalance ratio").split())
+
+    def mean(policy: str, sweep: str, column: str) -> float:
+        return statistics.fmean(
+            float(r[column])
+            for r in _runs(IMBALANCE)
+            if r["policy"] == policy and r["sweep"] == sweep
+        )
+
+    fscd = [f"{mean(FSCD, r, 'mean_scheduled'):.2f}" for r in (R1, R3, R9)]
+    assert fscd == ["9.68", "9.19", "8.42"] and "(9.68 → 9.19 → 8.42)" in text
+    assert {f"{mean('bc', r, 'mean_scheduled'):.2f}" for r in (R1, R3, R9)} == {"17.18"}
+    assert {f"{mean('poc', r, 'mean_scheduled'):.1f}" for r in (R1, R3, R9)} == {"13.7"}
+    assert {f"{mean('fedcbs', r, 'mean_scheduled'):.1f}" for r in (R1, R3, R9)} == {"15.4"}
+    for r in (R1, R3, R9):
+        wemd = {p: mean(p, r, "mean_wemd") for p in PRESETS[IMBALANCE][2]}
+        assert min(wemd, key=wemd.__getitem__) == FSCD
+    assert [f"{mean(FSCD, r, 'mean_wemd'):.3f}" for r in (R1, R3, R9)] == [
+        "0.259",
+        "0.398",
+        "0.643",
+    ]
+    assert [f"{mean('bc', r, 'mean_wemd'):.3f}" for r in (R1, R3, R9)] == [
+        "0.501",
+        "0.649",
+        "0.874",
+    ]
+    assert "(0.259, 0.398, 0.643 against BC's 0.501, 0.649, 0.874)" in text
+
+
+def test_the_pooled_indicator_reading() -> None:
+    """The pooled file holds each preset's points once (r = 1 is τ = 1); ρ and p by hand."""
+    text = " ".join(_section("### Ĝ/σ̂ over the three presets").split())
+    pooled = _rows(DOCS / "mnist1d_pooled_indicator.csv")
+    key = ("seed", "ghat_over_sigma_early", "fscd_late_accuracy", "bc_late_accuracy")
+    expected = {
+        tuple(p[k] for k in key)
+        for name in (LOCAL, IMBALANCE, "mnist1d_dirichlet")
+        for p in _rows(DOCS / f"{name}_indicator.csv")
+    }
+    assert len(pooled) == len(expected) == 35
+    assert {tuple(p[k] for k in key) for p in pooled} == expected
+    rho, p_value = _spearman(_indicator_points("mnist1d_pooled"))
+    assert f"{rho:+.3f}" == "+0.461" and f"{p_value:.4f}" == "0.0053"
+    assert "Spearman ρ = +0.461, p = 0.0053 over the 35 points." in text
+    per_setting = {}
+    for setting in sorted({p["setting"] for p in pooled}):
+        per_setting[setting] = _spearman(_indicator_points("mnist1d_pooled", setting))
+    assert len(per_setting) == 7
+    rhos = [r for r, _ in per_setting.values()]
+    assert f"{min(rhos):+.1f}" == "-0.5" and f"{max(rhos):+.1f}" == "+0.9"
+    significant = [s for s, (_, p) in per_setting.items() if p < 0.05]
+    assert significant == ["mnist1d_local_steps/local-steps=5"]
+    assert "7 settings of 5 seeds each: ρ from −0.5 to +0.9, only τ = 5's p below 0.05" in text
+    rho, p_value = _spearman(_indicator_points(IMBALANCE))
+    assert f"{rho:+.3f}" == "+0.039" and f"{p_value:.2f}" == "0.89"
+    assert "r ρ = +0.039, p = 0.89" in text
 
 
 #: docs/compare_digits.csv before this rerun (code before runs recorded theirs): policy ->
