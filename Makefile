@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+# Stopped with Ctrl-C (exit 130), the run's last line is the command that continues it: make
+# then stops by the same signal without a line of its own (make prints one for a failed recipe).
 run: $(STAMP)
-	@$(FEDCGD) run $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)",)
+	@$(FEDCGD) run $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)",) \
+		|| { rc=$$?; [ $$rc -eq 130 ] || exit $$rc; kill -INT $$PPID; }
 
 channel-report: $(STAMP)
 	$(FEDCGD) channel-report --out results/channel-report

@@ -499,3 +499,39 @@ def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monk
         "tables hold the 0 completed runs"
     )
     assert rerun_command(last) == ["--policies", "bc", "--out", str(tmp_path)]
+
+
+def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():
+    """``table.md`` from hand-made runs; every cell computed by hand (Student t, 1 d.f.)."""
+
+    def run(policy, seed, final, best, reached, scheduled, lost=0):
+        return {
+            "policy": policy, "seed": seed, "final_accuracy": final, "max_accuracy": best,
+            "rounds_to_target": reached, "mean_scheduled": scheduled, "mean_wemd": 0.2,
+            "rounds_run": 50, "devices_lost": lost,
+        }  # fmt: skip
+
+    runs = [
+        run("fedcgd-fscd", 0, 0.8, 0.9, 10, 5.0),
+        run("fedcgd-fscd", 1, 0.9, 0.9, 20, 7.0),
+        run("bc", 0, 0.7, 0.8, 30, 6.0),
+        run("bc", 1, 0.7, 0.75, None, 6.0, lost=3),
+    ]
+    text = results.markdown_table(results.table_rows(runs, 0.75), 0.75)
+    header, rule, fscd, bc = text.splitlines()
+    assert header.split(" | ")[3:5] == [
+        "rounds to 0.75 (reached)",
+        "FSCD earlier / later / tied (sign p)",
+    ]
+    assert rule == "|" + "---|" * 10
+    # t(0.975, 1) = 12.706: 0.05 · 12.706 = 0.635 and 1 · 12.706 = 12.71
+    assert fscd == (
+        "| fedcgd-fscd | 0.850 ± 0.635 | 0.900 ± 0.000 | 15 ± 64 (2/2) | – | 6.00 ± 12.71 "
+        "| 0.200 ± 0.000 | – | – | 0 |"
+    )
+    # paired t: diffs (−0.1, −0.2): t = −3, p = 1 − 2·atan(3)/π = 0.2048; best (−0.1, −0.15):
+    # t = −5, p = 1 − 2·atan(5)/π = 0.1257; rounds: BC later on both seeds, sign p = 0.5
+    assert bc == (
+        "| bc | 0.700 ± 0.000 | 0.775 ± 0.318 | 30 (1/2) | 2 / 0 / 0 (0.5) | 6.00 ± 0.00 "
+        f"| 0.200 ± 0.000 | −0.150 (0.205) | −0.125 (0.126) | {results.LOST_MARKER} 1 of 2 |"
+    )  # fmt: skip

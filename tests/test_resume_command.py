@@ -219,6 +219,24 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
 
 
 @pytest.mark.slow
+def test_make_run_stopped_with_ctrl_c_ends_with_the_continue_command(tmp_path):
+    """``make run`` stopped by Ctrl-C: the continue command stays the last line (no make line),
+    and make itself ends by the signal, as the run did."""
+    folder = tmp_path / "run"
+    config = run_config_text({"num-devices": 4, "num-server-rounds": 40, "checkpoint-every": 1})
+    proc = start_in_own_session(  # -o: the virtual environment is there, do not reinstall it
+        ["make", "-o", ".venv/.installed", "run", f"RUN_CONFIG={config} result-dir='{folder}'"],
+        {**os.environ, "PYTHONUNBUFFERED": "1"},
+        merge_stderr=True,
+    )
+    out, _ = stop_after(proc, folder, 3, signal.SIGINT, limit_s=600)
+    assert proc.returncode in (-signal.SIGINT, 130), out[-3000:]
+    assert "make: ***" not in out, out[-3000:]
+    done = torch.load(folder / "checkpoint.pt")["round"]
+    assert out.strip().splitlines()[-1].startswith(f"{CONTINUE}{done} of 40: "), out[-3000:]
+
+
+@pytest.mark.slow
 def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_path):
     out = tmp_path / "sweep"
     args = two_policy_preset(out, "run.num-server-rounds=150", "run.num-devices=10")

@@ -27,7 +27,7 @@ from experiments.compare.plans import (
     plan_runs,
     refuse_stale_runs,
 )
-from experiments.compare.results import format_row, summarise, write_comparison
+from experiments.compare.results import summarise, write_comparison
 from experiments.run.flwr_output import strip_ansi
 from experiments.run.flwr_run import run_flwr
 from experiments.run.outcome import run_outcome
@@ -436,7 +436,10 @@ def collect_runs(
         if reason is not None:
             result.failed.append(FailedRun(plan.label, reason))
     if result.runs:
-        rows = write_comparison(result.runs, out, target_accuracy)
-        print("\n".join(format_row(row) for row in rows), flush=True)
-        print(f"wrote {out / 'table.csv'}, {out / 'runs.csv'} and {out / 'curves.png'}")
+        write_comparison(result.runs, out, target_accuracy)
+        print((out / "table.md").read_text(), end="", flush=True)
+        print(
+            f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'} and "
+            f"{out / 'curves.png'}"
+        )
     return result

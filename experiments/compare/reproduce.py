@@ -39,7 +39,7 @@ from experiments.compare.plans import (
 )
 from experiments.compare.results import (
     RUN_COLUMNS,
-    format_row,
+    markdown_table,
     table_rows,
     warn_mixed_code,
     write_indicator,
@@ -345,6 +345,8 @@ def write_outputs(
     runs FedCGD-FSCD and BC.
     """
     write_table(rows, out / "table.csv", extra_columns=("sweep",))
+    table = markdown_table(rows, cfg.get("target_accuracy"), extra_columns=("sweep",))
+    atomic_write_text(out / "table.md", table)
     write_table(runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
     indicator = write_indicator(runs, out)
     plot_estimates(groups, out / "estimates.png")
@@ -356,12 +358,12 @@ def write_outputs(
     )
     if figure is not None:
         print(f"wrote {figure}")
-    print("\n".join(f"[{row['sweep']}] {format_row(row)}" for row in rows))
+    print(table, end="")
     if indicator is not None:
         print(f"{indicator} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})")
     warn_mixed_code(runs)
     print(
-        f"wrote {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
+        f"wrote {out / 'table.md'}, {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
         f"{out / 'runs.csv'} and {out / 'estimates.png'}"
     )
 

@@ -28,6 +28,7 @@ from experiments.analysis.evidence import (
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.analysis.tables import write_csv
+from run_files.atomic_files import atomic_write_text
 from run_files.code_identity import mixed_code_line, run_digests
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE
@@ -267,6 +268,7 @@ def write_comparison(
     rows = table_rows(runs, target_accuracy)
     write_table(runs, out / "runs.csv", columns=RUN_COLUMNS)
     write_table(rows, out / "table.csv")
+    atomic_write_text(out / "table.md", markdown_table(rows, target_accuracy))
     plot_comparison(runs, out / "curves.png")
     line = write_indicator(runs, out)
     if line is not None:
@@ -282,24 +284,75 @@ def warn_mixed_code(runs: Sequence[Mapping[str, Any]]) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def format_row(row: Mapping[str, Any]) -> str:
-    """One console line per policy: final accuracy mean ± CI, the paired test, lost devices."""
+def _mean_ci(mean: Any, ci: Any, fmt: str) -> str:
+    """``mean ± ci`` (``mean`` alone for one seed; ``–`` when undefined)."""
+    if _cell(mean) == "":
+        return "–"
+    text = format(mean, fmt)
+    return text if _cell(ci) == "" else f"{text} ± {format(ci, fmt)}"
 
-    def num(value: Any, fmt: str) -> str:
-        return "-" if _cell(value) == "" else format(value, fmt)
 
-    text = (
-        f"{row['policy']:>15}: final accuracy {num(row['final_accuracy_mean'], '.3f')}"
-        f" ± {num(row['final_accuracy_ci95'], '.3f')} (n={row['n_seeds']})"
-    )
-    if _cell(row.get("diff_vs_fedcgd_fscd")) != "":
-        text += (
-            f", vs {REFERENCE_POLICY} {row['diff_vs_fedcgd_fscd']:+.3f}"
-            f" (p={num(row['p_value_vs_fedcgd_fscd'], '.3g')}, {row['n_paired']} pairs)"
-        )
-    lost = row.get("runs_with_lost_devices")
-    if lost:
-        text += (
-            f" {LOST_MARKER} in {lost} of {row['n_seeds']} runs (timeouts, disconnections, errors)"
-        )
-    return text
+def _signed(diff: Any, p_value: Any) -> str:
+    """``−0.018 (0.014)``: a difference (Unicode minus, as in docs/) and its p-value."""
+    if _cell(diff) == "":
+        return "–"
+    p = "–" if _cell(p_value) == "" else format(p_value, ".3g")
+    return f"{format(diff, '+.3f').replace('-', '−')} ({p})"
+
+
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]],
+    target_accuracy: float | None = None,
+    extra_columns: tuple[str, ...] = (),
+) -> str:
+    """``table.md``: the columns a reader compares, rounded as in docs/ (docs/comparing.md).
+
+    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point): final
+    and best accuracy with their 95 % half-widths, rounds to the target with the runs that
+    reached it and the paired sign test against FedCGD-FSCD, scheduled devices, WEMD, the paired
+    differences with their p-values, and the runs that lost devices.
+    """
+    target = "–" if target_accuracy is None else f"{target_accuracy:g}"
+    ref = "FSCD"
+    header = [
+        *extra_columns,
+        "policy",
+        "final accuracy",
+        "best accuracy",
+        f"rounds to {target} (reached)",
+        f"{ref} earlier / later / tied (sign p)",
+        "scheduled",
+        "WEMD",
+        f"final − {ref} (p)",
+        f"best − {ref} (p)",
+        "runs with lost devices",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        reached = row.get("reached_target")
+        rounds = "–"
+        if reached is not None:
+            mean, ci = row["rounds_to_target_mean"], row["rounds_to_target_ci95"]
+            rounds = f"{_mean_ci(mean, ci, '.0f') if reached else '–'} ({reached}/{row['n_seeds']})"
+        sign = "–"
+        if _cell(row.get("rounds_earlier_vs_fedcgd_fscd")) != "":
+            earlier, later, tied, p = (
+                row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("earlier", "later", "tied", "sign_p")
+            )  # the counts are the policy's: FedCGD-FSCD is earlier where the policy is later
+            sign = f"{later} / {earlier} / {tied} ({'–' if _cell(p) == '' else format(p, '.3g')})"
+        lost = row.get("runs_with_lost_devices") or 0
+        cells = [
+            *(str(row[c]) for c in extra_columns),
+            str(row["policy"]),
+            _mean_ci(row["final_accuracy_mean"], row["final_accuracy_ci95"], ".3f"),
+            _mean_ci(row["max_accuracy_mean"], row["max_accuracy_ci95"], ".3f"),
+            rounds,
+            sign,
+            _mean_ci(row["mean_scheduled_mean"], row["mean_scheduled_ci95"], ".2f"),
+            _mean_ci(row["mean_wemd_mean"], row["mean_wemd_ci95"], ".3f"),
+            _signed(row.get("diff_vs_fedcgd_fscd"), row.get("p_value_vs_fedcgd_fscd")),
+            _signed(row.get("best_diff_vs_fedcgd_fscd"), row.get("best_p_value_vs_fedcgd_fscd")),
+            f"{LOST_MARKER} {lost} of {row['n_seeds']}" if lost else "0",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
