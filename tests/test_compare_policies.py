@@ -101,8 +101,9 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert "[policy 2/2, seed 3/3] bc seed=2" in printed
     last = printed.strip().splitlines()
     assert not [line for line in last if line.startswith("{")]  # no dict per run
-    assert last[-1].startswith(f"wrote {out / 'table.csv'}")
-    assert [line.split()[0] for line in last[-3:-1]] == ["fedcgd-fscd:", "bc:"]  # the table
+    assert last[-1].startswith(f"wrote {out / 'table.md'}, {out / 'table.csv'}")
+    assert last[-5:-1] == (out / "table.md").read_text().splitlines()  # the table, printed
+    assert [line.split(" | ")[0] for line in last[-3:-1]] == ["| fedcgd-fscd", "| bc"]
 
     by_run = {(r["policy"], r["seed"]): r for r in read(out / "runs.csv")}
     assert set(by_run) == {(p, str(s)) for p in ACCURACY for s in (0, 1, 2)}
@@ -535,3 +536,28 @@ def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():
         "| bc | 0.700 ± 0.000 | 0.775 ± 0.318 | 30 (1/2) | 2 / 0 / 0 (0.5) | 6.00 ± 0.00 "
         f"| 0.200 ± 0.000 | −0.150 (0.205) | −0.125 (0.126) | {results.LOST_MARKER} 1 of 2 |"
     )  # fmt: skip
+
+
+def test_policies_that_schedule_alike_in_every_round_are_named_once(tmp_path):
+    def run(policy, seed, schedules):
+        folder = tmp_path / policy / f"seed-{seed}"
+        lines = [
+            {"round": r, "accuracy": 0.5, "num_scheduled": len(s), "scheduled": s}
+            for r, s in enumerate(schedules, start=1)
+        ]
+        write_run(folder, {"policy": policy, "seed": seed}, lines)
+        return {"policy": policy, "seed": seed, "result_dir": str(folder)}
+
+    runs = [
+        run("bc", 0, [[1, 2], [3]]),
+        run("bc", 1, [[4], [5, 6]]),
+        run("fedcgd-gs", 0, [[2, 1], [3]]),  # the same sets, listed in another order
+        run("fedcgd-gs", 1, [[4], [5, 6]]),
+        run("fedcgd-fscd", 0, [[1, 2], [3]]),
+        run("fedcgd-fscd", 1, [[4], [5]]),  # one round differs in one seed: not named
+    ]
+    assert results.same_schedule_lines(runs) == [
+        "note: bc and fedcgd-gs scheduled the same devices in every round (4 rounds over 2 "
+        "common seed(s)): the same runs, whatever their rules"
+    ]
+    assert results.same_schedule_lines(runs[:2] + runs[4:]) == []

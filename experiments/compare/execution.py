@@ -27,7 +27,7 @@ from experiments.compare.plans import (
     plan_runs,
     refuse_stale_runs,
 )
-from experiments.compare.results import summarise, write_comparison
+from experiments.compare.results import same_schedule_lines, summarise, write_comparison
 from experiments.run.flwr_output import strip_ansi
 from experiments.run.flwr_run import run_flwr
 from experiments.run.outcome import run_outcome
@@ -438,6 +438,8 @@ def collect_runs(
     if result.runs:
         write_comparison(result.runs, out, target_accuracy)
         print((out / "table.md").read_text(), end="", flush=True)
+        for line in same_schedule_lines(result.runs):
+            print(line, flush=True)
         print(
             f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'} and "
             f"{out / 'curves.png'}"

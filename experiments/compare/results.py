@@ -277,6 +277,35 @@ def write_comparison(
     return rows
 
 
+def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per pair of policies that scheduled the same devices in every round.
+
+    Compared over the seeds both ran (``metrics.jsonl``'s ``scheduled``, round by round); a pair
+    is named only when every common seed's schedules are equal, rounds included. With the same
+    seed the runs then train the same devices: their rows differ by nothing the policy decided.
+    """
+    schedules: dict[str, dict[Any, list[Any]]] = {}
+    for run in runs:
+        _, lines = load_run(Path(run["result_dir"]))
+        if not lines or not all(isinstance(x.get("scheduled"), list) for x in lines):
+            continue  # nothing to compare (no rounds, or lines of a code that did not record it)
+        per_round = [(x.get("round"), sorted(map(str, x["scheduled"]))) for x in lines]
+        schedules.setdefault(str(run["policy"]), {})[run["seed"]] = per_round
+    policies = list(schedules)
+    found = []
+    for i, first in enumerate(policies):
+        for second in policies[i + 1 :]:
+            seeds = sorted(set(schedules[first]) & set(schedules[second]), key=str)
+            if seeds and all(schedules[first][s] == schedules[second][s] for s in seeds):
+                rounds = sum(len(schedules[first][s]) for s in seeds)
+                found.append(
+                    f"note: {first} and {second} scheduled the same devices in every round "
+                    f"({rounds} rounds over {len(seeds)} common seed(s)): the same runs, "
+                    "whatever their rules"
+                )
+    return found
+
+
 def warn_mixed_code(runs: Sequence[Mapping[str, Any]]) -> None:
     """Print :func:`run_files.code_identity.mixed_code_line` when the runs' code differs."""
     line = mixed_code_line([str(run.get("code") or "unknown") for run in runs])
