@@ -9,7 +9,8 @@
   drives it to zero: the one step replaced, see fedcgd_strategy/flower/dp_aggregators.py).
 * The noise depends on the run's seed and the round only, and numpy's global generator is left
   as it was; two runs with the same seed are equal, and cohort execution changes nothing.
-* Bad ``aggregator-params`` for a DP wrapper are refused before the start in one line.
+* Bad ``aggregator-params`` for a DP wrapper are refused before the start in one line (its
+  numbers out of range: tests/test_aggregator_params.py).
 
 (The resume of a run with adaptive clipping is in tests/test_aggregators.py, with the other
 stateful aggregators.)
@@ -314,7 +315,6 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
 def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
     """A round whose wrapped strategy returns no model keeps the global model; the norm the
     round clipped with (kept for its noise) must not stay behind as an attribute."""
-    from fedcgd_strategy.flower.aggregator_state import snapshot
     from fedcgd_strategy.flower.dp_aggregators import (
         DifferentialPrivacyServerSideAdaptiveClipping as Ours,
     )
@@ -324,11 +324,11 @@ def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
             return None, None
 
     aggregator = Ours(NoModel(), 0.0, 3, initial_clipping_norm=1.0)
-    before = set(snapshot(aggregator))
+    before = set(vars(aggregator))
     reference, models, weights = hand_round()
     result, _ = aggregate_uploads(aggregator, 1, models, weights, reference)
     assert result is None
-    assert set(snapshot(aggregator)) == before
+    assert set(vars(aggregator)) == before
 
 
 def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -> dict:
@@ -383,14 +383,6 @@ def test_the_same_seed_gives_the_same_private_run_under_cohorts_and_alone(tmp_pa
         ({"num-sampled-clients": 4}, "aggregator-params.num-sampled-clients: not settable here "
          "(set every round to the round's number of uploads"),
         ({"accountant": "rdp"}, "aggregator-params.accountant: not settable here"),
-        ({"noise-multiplier": -1.0}, "noise-multiplier = -1.0 for aggregator "
-         f"'{FIXED}'; allowed: a number >= 0"),
-        ({"noise-multiplier": float("nan")}, "noise-multiplier = nan for aggregator "
-         f"'{FIXED}'; allowed: a number >= 0"),
-        ({"noise-multiplier": "lots"}, "noise-multiplier = 'lots' for aggregator "
-         f"'{FIXED}'; allowed: a float"),
-        ({"clipping-norm": 0.0}, "clipping-norm = 0.0 for aggregator "
-         f"'{FIXED}'; allowed: a number > 0"),
         ({"strategy": "FedMean"}, "'aggregator-params.strategy' = 'FedMean'; allowed: a Flower"),
         ({"strategy": 3}, "aggregator-params.strategy = 3; allowed: the strategy to wrap"),
         ({"strategy": ADAPTIVE}, "is a DP wrapper itself"),
