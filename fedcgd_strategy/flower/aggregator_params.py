@@ -6,6 +6,7 @@ The checks, the table of ranges and what ``config.json`` records: docs/aggregati
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -26,18 +27,13 @@ from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_r
 AGGREGATOR_KEY, PARAMS_KEY, DEFAULT_AGGREGATOR = "aggregator", "aggregator-params", ""
 #: A DP wrapper's parameters naming the strategy it wraps (default FedAvg) and its table.
 INNER, INNER_PARAMS, DEFAULT_INNER = "strategy", "strategy-params", "FedAvg"
-#: Constructor parameters ``aggregator-params`` may not set, and why.
-REFUSED: dict[str, str] = {
-    "fraction_train": "the scheduling policy chooses who trains",
-    "fraction_evaluate": "the ServerApp evaluates centrally",
-    "min_train_nodes": "the scheduling policy chooses who trains",
-    "min_evaluate_nodes": "the ServerApp evaluates centrally",
-    "min_available_nodes": "num-devices fixes the federation",
-    "weighted_by_key": "uploads are weighted by |D_v| (num-examples)",
-    "arrayrecord_key": "the replies handed to the aggregator are built by the scheduler",
-    "configrecord_key": "the scheduler builds the training messages",
-    "train_metrics_aggr_fn": "the round's metrics line is the scheduler's",
-    "evaluate_metrics_aggr_fn": "the ServerApp evaluates centrally",
+#: Constructor parameters ``aggregator-params`` may not set, and why: FedAvg's are its sampling,
+#: evaluation and record keys; a DP wrapper's n is set every round; the accountant is an object.
+REFUSED: dict[str, str] = dict.fromkeys(
+    inspect.signature(flower.FedAvg).parameters,
+    "the scheduler's: the policy chooses who trains, the ServerApp evaluates, uploads are "
+    "weighted by |D_v|",
+) | {
     "num_sampled_clients": "set every round to the round's number of uploads n (the noise's "
     "standard deviation is z C / n)",
     "accountant": "Flower's privacy accountant is an object a run config cannot hold",

@@ -1,13 +1,8 @@
 """An aggregator's state for checkpoints: what it holds as arrays and numbers, never a setting.
 
-A strategy's state is every attribute that is not a parameter of its constructor and holds
-numbers or arrays (None before its first round), and the state of a strategy it holds, nested;
-or exactly the names its class lists in ``checkpoint_state``. For Flower 1.42: FedAvgM
-``current_arrays``, ``momentum_vector``; the FedOpt family ``current_arrays``, ``m_t``,
-``v_t``; QFedAvg ``current_arrays``; the server-side DP wrappers ``current_arrays`` and the
-wrapped strategy's, the adaptive one also ``clipping_norm``. Settings are the run config's
-(docs/design.md, "Any Flower aggregation", State). Values are plain data and numpy arrays
-(:mod:`server_app.checkpoint` stores those as tensors).
+The rule, what it gives for Flower's strategies and the checks on resume: docs/design.md, "Any
+Flower aggregation", State. Saved values are plain data and numpy arrays (stored as tensors by
+:mod:`server_app.checkpoint`).
 """
 
 from __future__ import annotations
@@ -231,32 +226,12 @@ def fingerprint(aggregator: Strategy) -> dict[str, Any]:
     return out
 
 
-def check_declared_state(aggregator: Strategy, before: Mapping[str, Any], setting: str) -> None:
-    """Refuse a strategy whose probe round changed an attribute its checkpoint would not hold.
-
-    ``before`` is the :func:`fingerprint` of the fresh strategy. Raises ValueError (one line
-    naming ``aggregator``, the attributes and how to declare them).
-    """
-
-    def changed(agg: Strategy, old: Mapping[str, Any], path: str) -> list[str]:
-        names, new = state_names(agg), fingerprint(agg)
-        out = []
-        for name in sorted(set(old) | set(new)):
-            if isinstance(old.get(name), dict) and isinstance(new.get(name), dict):
-                out += changed(getattr(agg, name), old[name], f"{path}.{name}")
-            elif name not in (*names, *SET_EACH_ROUND) and old.get(name) != new.get(name):
-                out.append(f"{path}.{name}")
-        return out
-
-    head = f"run-config key 'aggregator' = {setting!r}"
-    try:
-        aggregator_state(aggregator)
-        found = changed(aggregator, before, type(aggregator).__name__)
-    except ValueError as err:
-        raise ValueError(f"{head}: {err}") from err
-    if found:
-        raise ValueError(
-            f"{head}: its round changes {', '.join(found)}, which a checkpoint would not hold (a "
-            f"resumed run would differ); name every attribute of its state in a class attribute "
-            f"{DECLARED} = (...)"
-        )
+def unsaved_changes(aggregator: Strategy, before: Mapping[str, Any], path: str) -> list[str]:
+    """The attributes changed since the :func:`fingerprint` ``before`` that are not state."""
+    names, after, out = state_names(aggregator), fingerprint(aggregator), []
+    for name in sorted(set(before) | set(after)):
+        if isinstance(before.get(name), dict) and isinstance(after.get(name), dict):
+            out += unsaved_changes(getattr(aggregator, name), before[name], f"{path}.{name}")
+        elif name not in (*names, *SET_EACH_ROUND) and before.get(name) != after.get(name):
+            out.append(f"{path}.{name}")
+    return out

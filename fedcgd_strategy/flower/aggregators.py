@@ -38,10 +38,11 @@ from fedcgd_strategy.flower.aggregator_params import (
     resolved,
 )
 from fedcgd_strategy.flower.aggregator_state import (
+    DECLARED,
     aggregator_state,
-    check_declared_state,
     fingerprint,
     set_state,
+    unsaved_changes,
 )
 from fedcgd_strategy.flower.dp_aggregators import dp_inputs, is_dp, numpy_global_seeded
 from fedcgd_strategy.flower.local_grid import LocalGrid
@@ -73,12 +74,8 @@ def resolved_aggregator(
     setting: str, params: Mapping[str, object], num_devices: int
 ) -> dict[str, object] | None:
     """What ``config.json`` records as ``aggregator_resolved`` (:func:`resolved`; None: FedAvg)."""
-    previous = FLOWER_LOGGER.level
-    FLOWER_LOGGER.setLevel(max(previous, logging.ERROR))  # its warnings came with the check
-    try:
+    with _flower_log(logging.ERROR):
         built = make_aggregator(setting, params, num_devices)
-    finally:
-        FLOWER_LOGGER.setLevel(previous)
     return None if built is None else resolved(checked_spec(setting, params, num_devices), built)
 
 
@@ -203,11 +200,8 @@ def aggregate_uploads(
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
     before = aggregator_state(aggregator)  # copies
-    listed = max(
-        len(models),
-        int(getattr(inner, "min_available_nodes", 0) or 0),
-        int(getattr(inner, "min_train_nodes", 0) or 0),
-    )
+    wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
+    listed = max(len(models), *map(int, wanted))
     current: Arrays = reference
     if is_dp(aggregator):
         models, weights, current = dp_inputs(aggregator, models, reference)
@@ -276,20 +270,33 @@ def check_aggregator(setting: str, params: Mapping[str, object], num_devices: in
             f"{num_devices}; lower num-malicious-nodes or add devices"
         )
     reference, models = synthetic_uploads(max(need, 3))
+    fresh = fingerprint(aggregator)
     try:
-        fresh = fingerprint(aggregator)
         aggregator_state(aggregator)  # a declaration that names no data is refused here
+        with _flower_log(logging.WARNING):  # the probe's INFO lines are noise
+            result, reason = aggregate_uploads(aggregator, 1, models, [1] * len(models), reference)
+        changed = unsaved_changes(aggregator, fresh, type(aggregator).__name__)
     except ValueError as err:
         raise ValueError(f"{head}: {err}") from err
-    previous = FLOWER_LOGGER.level
-    FLOWER_LOGGER.setLevel(max(previous, logging.WARNING))  # the probe's INFO lines are noise
-    try:
-        result, reason = aggregate_uploads(aggregator, 1, models, [1] * len(models), reference)
-    finally:
-        FLOWER_LOGGER.setLevel(previous)
     if result is None:
         raise ValueError(
             f"{head} cannot aggregate the scheduler's uploads (probed on {len(models)} synthetic "
             f"uploads: {reason})"
         )
-    check_declared_state(aggregator, fresh, setting)
+    if changed:
+        raise ValueError(
+            f"{head}: its round changes {', '.join(changed)}, which a checkpoint would not hold "
+            "(a resumed run would differ); name every attribute of its state in a class "
+            f"attribute {DECLARED} = (...)"
+        )
+
+
+@contextlib.contextmanager
+def _flower_log(level: int) -> Iterator[None]:
+    """Flower's log lines below ``level`` left out (they came with the check before)."""
+    previous = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(max(previous, level))
+    try:
+        yield
+    finally:
+        FLOWER_LOGGER.setLevel(previous)
