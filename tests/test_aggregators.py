@@ -415,13 +415,23 @@ def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
     return folder
 
 
-def test_readme_inprocess_aggregator_command_runs(tmp_path):
-    folder = run_readme_inprocess_command("Krum", tmp_path)
+@pytest.mark.parametrize(
+    ("aggregator", "params"),
+    [
+        ("Krum", {"num-malicious-nodes": 1}),
+        (
+            "DifferentialPrivacyServerSideFixedClipping",
+            {"noise-multiplier": 0.3, "clipping-norm": 0.5},
+        ),
+    ],
+    ids=["Krum", "DP-fixed"],
+)
+def test_readme_inprocess_aggregator_command_runs(tmp_path, aggregator, params):
+    folder = run_readme_inprocess_command(aggregator, tmp_path)
     config = json.loads((folder / "config.json").read_text())
-    assert config["aggregator"] == "Krum" and config["aggregator_params"] == {
-        "num-malicious-nodes": 1
-    }
-    assert len((folder / METRICS_FILE).read_text().splitlines()) == 3
+    assert config["aggregator"] == aggregator and config["aggregator_params"] == params
+    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
+    assert len(lines) == 3 and not any(x["model_kept"] for x in lines)
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):

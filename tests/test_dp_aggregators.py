@@ -436,17 +436,6 @@ def test_adaptive_noise_beyond_what_its_clipped_count_allows_is_refused(tmp_path
     assert config["aggregator"] == ADAPTIVE
 
 
-def test_readme_dp_command_runs(tmp_path):
-    from test_aggregators import run_readme_inprocess_command
-
-    folder = run_readme_inprocess_command(FIXED, tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    assert config["aggregator"] == FIXED
-    assert config["aggregator_params"] == {"noise-multiplier": 0.3, "clipping-norm": 0.5}
-    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
-    assert len(lines) == 3 and not any(x["model_kept"] for x in lines)
-
-
 def test_readme_dp_measurement_command_runs(tmp_path):
     from test_aggregators import run_readme_attack_sweep
 
