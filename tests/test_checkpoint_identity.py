@@ -468,3 +468,23 @@ def test_a_strategys_numbers_are_checkpointed_and_restored_without_its_settings(
     assert (fresh.rounds_seen, fresh.step) == (4.0, 2.0)
     with pytest.raises(ValueError, match=r"holds Counting\.step \(a setting from the run config"):
         load_aggregator_state(fresh, {**state, "step": 0.0}, current)
+
+
+@pytest.mark.parametrize(
+    ("declaration", "phrase"),
+    [
+        ('checkpoint_state = "rounds_seen"', "allowed: a tuple of the names of the attributes"),
+        ('checkpoint_state = ("rounds_seen", "nowhere")', "has no attribute 'nowhere'"),
+        (
+            'checkpoint_state = ("rounds_seen", "train_metrics_aggr_fn")',
+            "Counting.train_metrics_aggr_fn is function: a checkpoint holds numbers",
+        ),
+    ],
+)
+def test_a_declared_state_that_is_not_data_is_refused_before_the_start(
+    tmp_path, declaration, phrase
+):
+    setting = counting(tmp_path, declaration)
+    with pytest.raises(ValueError, match=re.escape(phrase)) as caught:
+        check_aggregator(setting, {}, 4)
+    assert str(caught.value).startswith(f"run-config key 'aggregator' = '{setting}': ")

@@ -271,10 +271,11 @@ def check_aggregator(setting: str, params: Mapping[str, object], num_devices: in
         )
     reference, models = synthetic_uploads(max(need, 3))
     fresh = fingerprint(aggregator)
-    try:
-        aggregator_state(aggregator)  # a declaration that names no data is refused here
+    try:  # a state attribute that holds no data is refused, fresh or after the round
         with _flower_log(logging.WARNING):  # the probe's INFO lines are noise
             result, reason = aggregate_uploads(aggregator, 1, models, [1] * len(models), reference)
+        if result is not None:
+            aggregator_state(aggregator)
         changed = unsaved_changes(aggregator, fresh, type(aggregator).__name__)
     except ValueError as err:
         raise ValueError(f"{head}: {err}") from err
