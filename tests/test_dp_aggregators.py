@@ -159,8 +159,12 @@ def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], li
     ids=["fixed", "adaptive"],
 )
 def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, params):
+    """And a BatchNorm-like integer counter passes: Flower scales a clipped update in place,
+    which numpy refuses for integers; they go to Flower as float64, back as the model's."""
     aggregator = make_aggregator(wrapper, params, num_devices=3)
     reference, models, weights = hand_round()
+    reference["count"] = np.array([4], np.int64)
+    models = [{**m, "count": np.array([4], np.int64)} for m in models]  # norms stay 5, 0.5, 2
     result, reason = aggregate_uploads(aggregator, 1, models, weights, reference)
     assert reason is None and result is not None
     # clipped to norm 1: (3, 4, 0) -> (0.6, 0.8, 0); (0, 0, 0.5) stays; (0, -2, 0) -> (0, -1, 0)
@@ -168,6 +172,7 @@ def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, param
     np.testing.assert_allclose(result["w"], [1.2, 1.0 - 0.2 / 3], rtol=1e-6)
     np.testing.assert_allclose(result["b"], [0.5 / 3], rtol=1e-6)
     assert result["w"].dtype == np.float32
+    assert result["count"].dtype == np.int64 and result["count"].tolist() == [4]
     if wrapper == ADAPTIVE:
         # two of three clipped, one of three not: b = 1/3 below the target 1 - q = 0.5, so C
         # grows: C <- C exp(-lr (1/3 - 1/2)), lr = 0.2 (the defaults)
@@ -191,19 +196,6 @@ def test_the_adaptive_clipping_norm_settles_at_the_median_update_norm():
         aggregate_uploads(shipped, rnd, models, weights, reference)
     assert 2.0 / math.exp(0.2 / 6) <= ours.clipping_norm <= 2.0 * math.exp(0.2 / 3)
     assert shipped.clipping_norm < 0.05  # every update clipped: C falls by exp(-0.1) a round
-
-
-def test_integer_arrays_of_the_model_pass_through_dp():
-    """A BatchNorm-like counter: Flower scales a clipped update in place, which numpy refuses
-    for integer arrays; they go to Flower as float64 and come back as the model's ints."""
-    aggregator = make_aggregator(FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0}, 3)
-    reference, models, weights = hand_round()
-    reference["count"] = np.array([4], np.int64)
-    models = [{**m, "count": np.array([4], np.int64)} for m in models]  # the norms stay 5, 0.5, 2
-    result, reason = aggregate_uploads(aggregator, 1, models, weights, reference)
-    assert reason is None and result is not None
-    np.testing.assert_allclose(result["w"], [1.2, 1.0 - 0.2 / 3], rtol=1e-6)
-    assert result["count"].dtype == np.int64 and result["count"].tolist() == [4]
 
 
 def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
