@@ -38,7 +38,6 @@ LONGEST_FIRST = (
     "test_deployment.py::test_too_few_supernodes_fail_after_the_timeout",
     "test_paths.py::test_a_preset_with_side_by_side_runs_in_a_hostile_folder_completes",
     "test_decision_check.py::test_the_all_reference_is_exempt_from_the_budget_only",
-    "test_dp_aggregators.py::test_readme_dp_command_runs",
     "test_fscd_incremental.py::test_stages_equal_dense_on_random_instances",
     "test_readme_commands.py::test_reproduce_digits_inprocess_command_runs",
     "test_readme_commands.py::test_compare_policies_inprocess_command_runs",

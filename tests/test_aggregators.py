@@ -35,7 +35,7 @@ from task_settings import checkpointed_run_config
 from experiments.cli import invoke
 from experiments.run.inprocess import Handler, run_inprocess
 from fedcgd_strategy.aggregation import fedavg
-from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
+from fedcgd_strategy.flower.aggregator_state import aggregator_state
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, synthetic_uploads
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
@@ -268,16 +268,9 @@ def test_a_refused_aggregate_leaves_the_aggregators_state_as_it_was():
     result, reason = aggregate_uploads(aggregator, 2, poisoned, [1, 1, 1], first)
     assert result is None and "not finite" in str(reason)
     after = aggregator_state(aggregator)
-    momentum = [x["__ndarray__"] for x in before["momentum_vector"]]
-    assert [np.array_equal(a, x["__ndarray__"]) for a, x in
-            zip(momentum, after["momentum_vector"], strict=True)] == [True, True]  # fmt: skip
-    # and a state survives the round trip through load_aggregator_state
-    fresh = make_aggregator("FedAvgM", {"server-momentum": 0.9})
-    load_aggregator_state(fresh, after, first)
-    again, _ = aggregate_uploads(fresh, 3, models, [1, 1, 1], first)
-    same, _ = aggregate_uploads(aggregator, 3, models, [1, 1, 1], first)
-    assert again is not None and same is not None
-    assert all(np.array_equal(again[k], same[k]) for k in same)
+    pairs = zip(before["momentum_vector"], after["momentum_vector"], strict=True)
+    assert [np.array_equal(a, b) for a, b in pairs] == [True, True]
+    # (a restored state continuing exactly: tests/test_checkpoint_identity.py)
 
 
 ADAPTIVE_DP = {  # Flower's adaptive clipping around FedAvgM: the clipping norm and momentum
@@ -416,13 +409,23 @@ def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
     return folder
 
 
-def test_readme_inprocess_aggregator_command_runs(tmp_path):
-    folder = run_readme_inprocess_command("Krum", tmp_path)
+@pytest.mark.parametrize(
+    ("aggregator", "params"),
+    [
+        ("Krum", {"num-malicious-nodes": 1}),
+        (
+            "DifferentialPrivacyServerSideFixedClipping",
+            {"noise-multiplier": 0.3, "clipping-norm": 0.5},
+        ),
+    ],
+    ids=["Krum", "DP-fixed"],
+)
+def test_readme_inprocess_aggregator_command_runs(tmp_path, aggregator, params):
+    folder = run_readme_inprocess_command(aggregator, tmp_path)
     config = json.loads((folder / "config.json").read_text())
-    assert config["aggregator"] == "Krum" and config["aggregator_params"] == {
-        "num-malicious-nodes": 1
-    }
-    assert len((folder / METRICS_FILE).read_text().splitlines()) == 3
+    assert config["aggregator"] == aggregator and config["aggregator_params"] == params
+    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
+    assert len(lines) == 3 and not any(x["model_kept"] for x in lines)
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):

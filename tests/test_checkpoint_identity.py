@@ -403,8 +403,8 @@ STATE_PARAMS: dict[str, dict[str, Any]] = {
 )
 def test_restored_state_must_fit_the_model(name, attribute, bad, phrase):
     saved, current, _ = stepped(name, STATE_PARAMS[name])
-    setattr(saved, attribute, bad(getattr(saved, attribute)))  # then saved as it is
     state = aggregator_state(saved)
+    state[attribute] = bad(state[attribute])  # a checkpoint edited
     fresh = make_aggregator(name, STATE_PARAMS[name], 3)
     with pytest.raises(ValueError, match=re.escape(phrase)):
         load_aggregator_state(fresh, state, current)
@@ -418,7 +418,7 @@ def test_a_missing_state_attribute_is_refused():
         load_aggregator_state(make_aggregator("FedAvgM", {"server-momentum": 0.9}), state, current)
 
 
-# --- a researcher's strategy declares its state ---------------------------------------------
+# --- a researcher's strategy: its numbers are its state, its parameters are settings ---------
 
 
 COUNTING = """
@@ -435,21 +435,30 @@ class Counting(FedAvg):
 
     def aggregate_train(self, server_round, replies):
         self.rounds_seen += self.step
+        self.step *= {decay}
         return super().aggregate_train(server_round, replies)
 """
 
 
-def test_a_strategy_whose_round_changes_an_undeclared_attribute_is_refused(tmp_path):
-    path = tmp_path / "counting.py"
-    path.write_text(COUNTING.format(declaration="pass"))
-    with pytest.raises(ValueError, match=r"its round changes Counting\.rounds_seen, which a "):
-        check_aggregator(f"{path}:Counting", {}, 4)
+def counting(tmp_path: Path, declaration: str = "pass", decay: float = 1.0) -> str:
+    path = tmp_path / f"counting_{len(list(tmp_path.iterdir()))}.py"
+    path.write_text(COUNTING.format(declaration=declaration, decay=decay))
+    return f"{path}:Counting"
 
 
-def test_a_declared_state_is_checkpointed_and_restored_without_its_settings(tmp_path):
-    path = tmp_path / "declared.py"
-    path.write_text(COUNTING.format(declaration='checkpoint_state = ("rounds_seen",)'))
-    setting = f"{path}:Counting"
+def test_a_strategy_whose_round_changes_a_setting_must_declare_its_state(tmp_path):
+    """``step`` is a constructor parameter, so a setting: a round that changes it is refused,
+    unless the class names its whole state."""
+    with pytest.raises(ValueError, match=r"its round changes Counting\.step, which a "):
+        check_aggregator(counting(tmp_path, decay=0.5), {}, 4)
+    declared = counting(tmp_path, 'checkpoint_state = ("rounds_seen", "step")', decay=0.5)
+    check_aggregator(declared, {}, 4)
+    saved, _, _ = stepped(declared, {})
+    assert aggregator_state(saved) == {"rounds_seen": 1.5, "step": 0.25}
+
+
+def test_a_strategys_numbers_are_checkpointed_and_restored_without_its_settings(tmp_path):
+    setting = counting(tmp_path)
     check_aggregator(setting, {"step": 2.0}, 4)
     saved, current, _ = stepped(setting, {"step": 2.0})
     state = aggregator_state(saved)
@@ -459,3 +468,23 @@ def test_a_declared_state_is_checkpointed_and_restored_without_its_settings(tmp_
     assert (fresh.rounds_seen, fresh.step) == (4.0, 2.0)
     with pytest.raises(ValueError, match=r"holds Counting\.step \(a setting from the run config"):
         load_aggregator_state(fresh, {**state, "step": 0.0}, current)
+
+
+@pytest.mark.parametrize(
+    ("declaration", "phrase"),
+    [
+        ('checkpoint_state = "rounds_seen"', "allowed: a tuple of the names of the attributes"),
+        ('checkpoint_state = ("rounds_seen", "nowhere")', "has no attribute 'nowhere'"),
+        (
+            'checkpoint_state = ("rounds_seen", "train_metrics_aggr_fn")',
+            "Counting.train_metrics_aggr_fn is function: a checkpoint holds numbers",
+        ),
+    ],
+)
+def test_a_declared_state_that_is_not_data_is_refused_before_the_start(
+    tmp_path, declaration, phrase
+):
+    setting = counting(tmp_path, declaration)
+    with pytest.raises(ValueError, match=re.escape(phrase)) as caught:
+        check_aggregator(setting, {}, 4)
+    assert str(caught.value).startswith(f"run-config key 'aggregator' = '{setting}': ")

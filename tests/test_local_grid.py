@@ -47,3 +47,11 @@ def test_the_in_process_grid_lists_its_nodes_and_delivers_the_stand_in_refuses()
     assert list(stand_in.get_node_ids()) == [1, 2, 3]
     with pytest.raises(RuntimeError, match="may only list node ids"):
         stand_in.send_and_receive(sent)
+
+
+def test_the_stand_in_stops_a_strategy_that_waits_for_more_nodes() -> None:
+    stand_in = StandInGrid(2)
+    for _ in range(StandInGrid.MAX_LISTINGS):
+        assert list(stand_in.get_node_ids()) == [1, 2]
+    with pytest.raises(RuntimeError, match="waits for more than 2 nodes"):
+        stand_in.get_node_ids()

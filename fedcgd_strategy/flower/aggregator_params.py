@@ -1,178 +1,262 @@
-"""The allowed range of every numeric parameter of Flower's strategies and DP wrappers.
+"""From the run config's ``aggregator`` and ``aggregator-params`` to a Flower strategy.
 
-:data:`RANGES` holds, per Flower class, each numeric constructor parameter's range from Flower
-1.42's docs and source or, where they give none, from the update rule (each entry's ``why``);
-a class takes the ranges of the nearest class in its MRO that lists the parameter. Every value
-must be finite; learning rates are at most :data:`MAX_LEARNING_RATE` (docs/aggregation.md,
-"Allowed values"); MultiKrum's ``num-nodes-to-select`` at most ``num-devices``.
+The checks, the table of ranges and what ``config.json`` records: docs/aggregation.md
+("Allowed values") and docs/design.md ("Any Flower aggregation").
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from flwr.serverapp.strategy import Bulyan, FedAvgM, FedTrimmedAvg, MultiKrum, QFedAvg
+from flwr.serverapp import strategy as flower
+from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 from flwr.serverapp.strategy.fedopt import FedOpt
 
-from fedcgd_task.constructor_params import kebab
+from fedcgd_strategy.flower.dp_aggregators import SERVER_SIDE_DP
+from fedcgd_strategy.flower.dp_aggregators import (
+    DifferentialPrivacyServerSideAdaptiveClipping as AdaptiveClipping,
+)
+from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
+from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
-#: Largest learning rate of any kind: a step that moves every weight by up to 10 times the
-#: update (FedAvgM, FedOpt: |m_t| / (sqrt(v_t) + tau) is about 1 per coordinate) or changes
-#: the clipping norm by up to e^10 per round is no experiment; Flower's defaults are 0.01-1.
-MAX_LEARNING_RATE = 10.0
-
-
-@dataclass(frozen=True)
-class Range:
-    """The finite values from ``low`` to ``high`` (None: no bound; ``*_open``: end excluded).
-
-    ``up_to_devices``: the upper bound is the run's ``num-devices``.
-    """
-
-    why: str
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    up_to_devices: bool = False
-
-    def upper(self, num_devices: int | None) -> float | None:
-        """The upper bound in a run of ``num_devices`` (None: unknown, not checked)."""
-        return float(num_devices) if self.up_to_devices and num_devices else self.high
-
-    def allows(self, value: float, num_devices: int | None = None) -> bool:
-        """Whether ``value`` is finite and within the range."""
-        high = self.upper(num_devices)
-        if not math.isfinite(value):
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return high is None or (value < high if self.high_open else value <= high)
-
-    def text(self, *, integer: bool, num_devices: int | None = None) -> str:
-        """``a number in [0, 1)``, ``an integer >= 0``, ``a finite number``, ..."""
-        kind = "an integer" if integer else "a number"
-        high = self.upper(num_devices)
-        if self.low is None and high is None:
-            return f"a finite {kind.removeprefix('a ').removeprefix('an ')}"
-        if high is None:
-            return f"{kind} {'>' if self.low_open else '>='} {self.low:g}"
-        if self.low is None:
-            return f"{kind} {'<' if self.high_open else '<='} {high:g}"
-        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-        return f"{kind} in {left}{self.low:g}, {high:g}{right}"
-
-
-def positive(why: str) -> Range:
-    """(0, inf)."""
-    return Range(why, low=0.0, low_open=True)
-
-
-def non_negative(why: str) -> Range:
-    """[0, inf)."""
-    return Range(why, low=0.0)
-
-
-def learning_rate(why: str) -> Range:
-    """(0, :data:`MAX_LEARNING_RATE`]."""
-    return Range(why, low=0.0, high=MAX_LEARNING_RATE, low_open=True)
-
-
-def decay(why: str) -> Range:
-    """[0, 1): a factor that must forget (1 never does)."""
-    return Range(why, low=0.0, high=1.0, high_open=True)
-
-
-#: A float parameter no table lists (a researcher's own): finite.
-FINITE = Range("NaN and inf are no setting")
-
-#: Flower class -> its numeric constructor parameters -> their range.
-RANGES: dict[type, dict[str, Range]] = {
+AGGREGATOR_KEY, PARAMS_KEY, DEFAULT_AGGREGATOR = "aggregator", "aggregator-params", ""
+#: A DP wrapper's parameters naming the strategy it wraps (default FedAvg) and its table.
+INNER, INNER_PARAMS, DEFAULT_INNER = "strategy", "strategy-params", "FedAvg"
+#: Constructor parameters ``aggregator-params`` may not set, and why: FedAvg's are its sampling,
+#: evaluation and record keys; a DP wrapper's n is set every round; the accountant is an object.
+REFUSED: dict[str, str] = dict.fromkeys(
+    inspect.signature(flower.FedAvg).parameters,
+    "the scheduler's: the policy chooses who trains, the ServerApp evaluates, uploads are "
+    "weighted by |D_v|",
+) | {
+    "num_sampled_clients": "set every round to the round's number of uploads n (the noise's "
+    "standard deviation is z C / n)",
+    "accountant": "Flower's privacy accountant is an object a run config cannot hold",
+}
+#: Classes built in place of the one named (Flower's steps replaced: dp_aggregators.py).
+REPLACED: dict[type, type] = {
+    flower.DifferentialPrivacyServerSideAdaptiveClipping: AdaptiveClipping
+}
+#: Strategies that change the clients' training, which this app's clients do not do.
+CLIENT_SIDE: dict[type, str] = {
+    flower.FedProx: "FedProx changes the clients' training (a proximal term), not the "
+    "aggregation, which is FedAvg's",
+    flower.DifferentialPrivacyClientSideFixedClipping: "client-side clipping needs the "
+    "clients' fixedclipping_mod; name DifferentialPrivacyServerSideFixedClipping",
+    flower.DifferentialPrivacyClientSideAdaptiveClipping: "client-side clipping needs the "
+    "clients' adaptiveclipping_mod; name DifferentialPrivacyServerSideAdaptiveClipping",
+}
+#: Flower class -> numeric parameter -> (allowed interval, why): Flower 1.42's docs and source
+#: or the update rule; a class takes the nearest entry along its MRO; V is num-devices; 10 caps
+#: learning rates Flower leaves unbounded; any other float must be finite (:data:`FINITE`).
+RANGES: dict[type, dict[str, tuple[str, str]]] = {
     FedOpt: {
-        "eta": learning_rate("the server's step; FedOpt's docs: server-side learning rate"),
-        "eta_l": learning_rate("the clients' learning rate, which Flower's FedOpt only logs; "
-                               "this app's clients train with run-config learning-rate"),
-        "beta_1": decay("first-moment decay; FedAdam divides by 1 - beta_1^t"),
-        "beta_2": decay("second-moment decay"),
-        "tau": positive("the step divides by sqrt(v_t) + tau: FedOpt's adaptivity"),
+        "eta": ("(0, 10]", "the server's step; FedOpt's docs: server-side learning rate"),
+        "eta_l": ("(0, 10]", "Flower's FedOpt only logs it; clients use learning-rate"),
+        "beta_1": ("[0, 1)", "first-moment decay; FedAdam divides by 1 - beta_1^t"),
+        "beta_2": ("[0, 1)", "second-moment decay"),
+        "tau": ("(0, inf)", "the step divides by sqrt(v_t) + tau: FedOpt's adaptivity"),
     },
-    FedAvgM: {
-        "server_learning_rate": learning_rate("the server's step (1: FedAvg's)"),
-        "server_momentum": decay("momentum: 1 never forgets an update; Hsu et al. 2019 "
-                                 "use beta < 1"),
+    flower.FedAvgM: {
+        "server_learning_rate": ("(0, 10]", "the server's step (1: FedAvg's)"),
+        "server_momentum": ("[0, 1)", "1 never forgets an update; Hsu et al. 2019: < 1"),
     },
-    FedTrimmedAvg: {
-        "beta": Range("fraction cut at each end; FedTrimmedAvg's docs: [0, 0.5)", low=0.0,
-                      high=0.5, high_open=True),
+    flower.FedTrimmedAvg: {"beta": ("[0, 0.5)", "cut at each end; FedTrimmedAvg's docs")},
+    flower.MultiKrum: {
+        "num_malicious_nodes": ("[0, inf)", "f, the attackers assumed; Krum: 2 f + 3 uploads"),
+        "num_nodes_to_select": ("[1, V]", "the uploads averaged, 1 is Krum, V all (FedAvg)"),
     },
-    MultiKrum: {
-        "num_malicious_nodes": non_negative("f, the attackers assumed; Krum needs 2 f + 3 "
-                                            "uploads"),
-        "num_nodes_to_select": Range("the uploads averaged, 1 is Krum; more than the "
-                                     "devices would be all of them, FedAvg", low=1.0,
-                                     up_to_devices=True),
-    },
-    Bulyan: {
-        "num_malicious_nodes": non_negative("f, the attackers assumed; Bulyan needs 4 f + 3 "
-                                            "uploads"),
-    },
-    QFedAvg: {
-        "client_learning_rate": learning_rate("QFedAvg's Lipschitz estimate is its inverse"),
-        "q": non_negative("fairness; q = 0 is FedAvg, QFedAvg's docs"),
+    flower.Bulyan: {"num_malicious_nodes": ("[0, inf)", "f; Bulyan needs 4 f + 3 uploads")},
+    flower.QFedAvg: {
+        "client_learning_rate": ("(0, 10]", "QFedAvg's Lipschitz estimate is its inverse"),
+        "q": ("[0, inf)", "fairness; q = 0 is FedAvg, QFedAvg's docs"),
     },
     DifferentialPrivacyFixedClippingBase: {
-        "noise_multiplier": non_negative("z; Flower: non-negative"),
-        "clipping_norm": positive("C; Flower: positive"),
+        "noise_multiplier": ("[0, inf)", "z; Flower: non-negative"),
+        "clipping_norm": ("(0, inf)", "C; Flower: positive"),
     },
     DifferentialPrivacyAdaptiveBase: {
-        "noise_multiplier": non_negative("z; Flower: non-negative"),
-        "initial_clipping_norm": positive("C_0; Flower: positive"),
-        "target_clipped_quantile": Range("the fraction of updates to clip; Flower: [0, 1]",
-                                         low=0.0, high=1.0),
-        "clip_norm_lr": learning_rate("C changes by up to e^lr per round; Andrew et al. "
-                                      "2019: 0.2"),
-        "clipped_count_stddev": non_negative("noise of the clipped count; Flower: "
-                                             "non-negative"),
+        "noise_multiplier": ("[0, inf)", "z; Flower: non-negative"),
+        "initial_clipping_norm": ("(0, inf)", "C_0; Flower: positive"),
+        "target_clipped_quantile": ("[0, 1]", "the fraction of updates to clip; Flower"),
+        "clip_norm_lr": ("(0, 10]", "C moves by up to e^lr a round; Andrew et al.: 0.2"),
+        "clipped_count_stddev": ("[0, inf)", "noise of the clipped count; Flower"),
     },
-}  # fmt: skip
+}
+FINITE = ("(-inf, inf)", "NaN and inf are no setting")
+#: Where a parameter left unset comes from, when not the class's default (``config.json``).
+DERIVED = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
 
 
-def parameter_range(cls: type, name: str) -> Range | None:
-    """The range of ``cls``'s parameter ``name``: the nearest class in its MRO that lists it."""
-    for base in cls.__mro__:
-        if name in RANGES.get(base, {}):
-            return RANGES[base][name]
-    return None
+def parameter_range(cls: type, name: str) -> tuple[str, str] | None:
+    """The (interval, why) of ``cls``'s parameter ``name`` (:data:`RANGES`)."""
+    return next((RANGES[c][name] for c in cls.__mro__ if name in RANGES.get(c, {})), None)
 
 
-def check_ranges(
-    cls: type,
-    arguments: Mapping[str, object],
-    *,
-    table: str,
-    owner: str,
-    num_devices: int | None = None,
-) -> None:
-    """Refuse a numeric argument of ``cls`` outside its range (:func:`parameter_range`).
+def out_of_range(interval: str, value: float, num_devices: int | None) -> str | None:
+    """None if ``value`` is in ``interval``; else what it allows, e.g. ``a number in [0, 1)``."""
+    low, high = (float(num_devices or "inf" if x == "V" else x) for x in interval[1:-1].split(", "))
+    left, right = interval[0] == "(", interval[-1] == ")"
+    above = low < value if left else low <= value
+    if math.isfinite(value) and above and (value < high if right else value <= high):
+        return None
+    kind = "an integer" if isinstance(value, int) else "a number"
+    if math.isinf(high):
+        return "a finite number" if math.isinf(low) else f"{kind} {'>' if left else '>='} {low:g}"
+    return f"{kind} in {interval[0]}{low:g}, {high:g}{interval[-1]}"
 
-    ``arguments`` are already checked for names and types; ``table`` and ``owner`` name the
-    setting, ``num_devices`` serves bounds that are the number of devices. Raises ValueError (one
-    line naming ``<table>.<name>``, the value and the allowed range).
-    """
-    for name, value in arguments.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        allowed = parameter_range(cls, name)
-        if allowed is None and isinstance(value, float):
-            allowed = FINITE
-        if allowed is None or allowed.allows(value, num_devices):
-            continue
-        text = allowed.text(integer=isinstance(value, int), num_devices=num_devices)
+
+def short_names() -> list[str]:
+    """The Flower strategies an ``aggregator`` may name without a module path."""
+    found = {n: getattr(flower, n) for n in flower.__all__ if n != "Strategy"}
+    return [n for n, c in found.items() if isinstance(c, type) and issubclass(c, Strategy)]
+
+
+def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
+    """The strategy class ``setting`` names (ValueError: one line; :data:`REPLACED` applied)."""
+    if is_reference(setting):
+        found = import_object(setting, key)
+    elif setting in short_names():
+        found = getattr(flower, setting)
+    else:
+        default = '"" (the scheduler\'s FedAvg), ' if key == AGGREGATOR_KEY else ""
         raise ValueError(
-            f"run-config key {table}.{kebab(name)} = {value!r} for {owner}; allowed: {text} "
-            f"({allowed.why})"
+            f"run-config key {key!r} = {setting!r}; allowed: {default}a Flower strategy "
+            f"({', '.join(short_names())}) or a Strategy subclass as {REFERENCE_FORMS}"
         )
+    if not (isinstance(found, type) and issubclass(found, Strategy)):
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r} is {found!r}, not a subclass of "
+            "flwr.serverapp.strategy.Strategy"
+        )
+    for refused, why in CLIENT_SIDE.items():
+        if issubclass(found, refused):
+            raise ValueError(f"run-config key {key!r} = {setting!r}: {why}; refused")
+    return REPLACED.get(found, found)
+
+
+class Spec(NamedTuple):
+    """A checked aggregator: the setting, class, kwargs, given table, its key, wrapped one."""
+
+    setting: str
+    cls: type[Strategy]
+    arguments: dict[str, Any]
+    given: Mapping[str, object]
+    table: str
+    inner: Spec | None
+
+
+def checked_spec(
+    setting: str,
+    params: Mapping[str, object],
+    num_devices: int | None = None,
+    key: str = AGGREGATOR_KEY,
+    table: str = PARAMS_KEY,
+) -> Spec:
+    """Check ``params`` (the run-config table ``table``) against the class ``setting`` names.
+
+    Each refusal is one line naming ``<table>.<name>``, the value and what is allowed (the list:
+    docs/aggregation.md); V for :data:`RANGES` is ``num_devices``.
+    """
+    cls = aggregator_class(setting, key)
+    spelled: dict[str, str] = {}
+    for name in params:
+        if kebab(name) in spelled:
+            first = f"{table}.{spelled[kebab(name)]}"
+            raise ValueError(f"run-config key {table}.{name} names {first} again; give it once")
+        spelled[kebab(name)] = name
+    own, inner = dict(params), None
+    refused = {n: f"not settable here ({why})" for n, why in REFUSED.items()}
+    if issubclass(cls, SERVER_SIDE_DP):
+        own = {k: v for k, v in params.items() if kebab(k) not in (INNER, INNER_PARAMS)}
+        refused[INNER] = f"{table}.{INNER} names it"
+        wrapped = params.get(spelled.get(INNER, INNER), DEFAULT_INNER)
+        sub = params.get(spelled.get(INNER_PARAMS, INNER_PARAMS), {})
+        if not isinstance(wrapped, str) or not wrapped:
+            raise ValueError(
+                f"run-config key {table}.{INNER} = {wrapped!r}; allowed: the strategy to wrap, "
+                "named as 'aggregator' names one (default FedAvg)"
+            )
+        if not isinstance(sub, dict):
+            raise ValueError(
+                f"run-config key {table}.{INNER_PARAMS} = {sub!r}; allowed: a table of {wrapped}'s "
+                f"parameters, e.g. {table}.{INNER_PARAMS}.beta = 0.2"
+            )
+        if issubclass(aggregator_class(wrapped, f"{table}.{INNER}"), SERVER_SIDE_DP):
+            raise ValueError(
+                f"run-config key {table}.{INNER} = {wrapped!r} is a DP wrapper itself; allowed: a "
+                "strategy that aggregates (FedAvg, FedTrimmedAvg, ...)"
+            )
+        inner = checked_spec(
+            wrapped, sub, num_devices, f"{table}.{INNER}", f"{table}.{INNER_PARAMS}"
+        )
+    owner = f"aggregator {setting!r}"
+    extra = (INNER, INNER_PARAMS) if inner else ()
+    arguments = constructor_arguments(
+        cls, own, table=table, owner=owner, refused=refused, also_allowed=extra
+    )
+    for name, value in arguments.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            interval, why = parameter_range(cls, name) or FINITE
+            allowed = out_of_range(interval, value, num_devices)
+            if allowed is not None:
+                raise ValueError(
+                    f"run-config key {table}.{kebab(name)} = {value!r} for {owner}; allowed: "
+                    f"{allowed} ({why})"
+                )
+    return Spec(setting, cls, arguments, own, table, inner)
+
+
+def build(spec: Spec, num_devices: int | None, key: str = AGGREGATOR_KEY) -> Strategy:
+    """A fresh strategy of ``spec``; a DP wrapper around its own, n = ``num_devices``."""
+    kwargs = dict(spec.arguments)
+    if spec.inner is not None:
+        if num_devices is None:
+            raise TypeError(f"aggregator {spec.setting!r} is built with num_devices")
+        kwargs[INNER] = build(spec.inner, num_devices, f"{spec.table}.{INNER}")
+        kwargs["num_sampled_clients"] = num_devices
+    try:
+        return spec.cls(**kwargs)
+    except Exception as err:
+        shown = {kebab(k): v for k, v in spec.arguments.items()}
+        raise ValueError(
+            f"run-config key {key!r} = {spec.setting!r} with {spec.table} = {shown} "
+            f"(num-devices = {num_devices}): {type(err).__name__}: {first_line(err)}"
+        ) from err
+
+
+def resolved(spec: Spec, built: Strategy) -> dict[str, Any]:
+    """``config.json``'s ``aggregator_resolved``: class, every parameter, where each came from.
+
+    Defaults filled in (a default None as ``built`` holds it); a DP wrapper's ``strategy`` too.
+    """
+    values = with_defaults(spec.cls, spec.arguments, refused=REFUSED)
+    params = {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()}
+    given = {kebab(k) for k in spec.given}
+    origin = {k: DERIVED.get(k, "the class default") for k in params}
+    out: dict[str, Any] = {
+        "class": f"{spec.cls.__module__}:{spec.cls.__qualname__}",
+        "params": params,
+        "from": origin | {k: f"run-config key {spec.table!r}" for k in params if k in given},
+    }
+    if spec.inner is not None:
+        out["strategy"] = resolved(spec.inner, getattr(built, INNER))
+    return out
+
+
+def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
+    """The fewest uploads ``aggregator`` combines, and why.
+
+    Bulyan 4 f + 3 (El Mhamdi et al. 2018), Krum and MultiKrum 2 f + 3 (Blanchard et al. 2017),
+    f = ``num_malicious_nodes``; any other 1.
+    """
+    f, name = int(getattr(aggregator, "num_malicious_nodes", 0)), type(aggregator).__name__
+    for cls, k in ((flower.Bulyan, 4), (flower.MultiKrum, 2)):
+        if isinstance(aggregator, cls):
+            return k * f + 3, f"{name} needs {k} f + 3 uploads, f = num-malicious-nodes = {f}"
+    return 1, f"{name} needs one upload"
