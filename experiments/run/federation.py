@@ -25,7 +25,7 @@ from pathlib import Path
 import tomli_w
 
 from experiments.run.certificates import CertificateSet
-from experiments.run.processes import guarded, guarded_popen, stop_tree
+from experiments.run.processes import popen, stop
 from fedcgd_task import keys
 
 HEALTH_TIMEOUT_S = 60.0
@@ -146,7 +146,7 @@ class LocalFederation:
     ) -> subprocess.Popen[bytes]:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log_fh:
-            proc = guarded_popen(
+            proc = popen(
                 command,
                 env=self.env if env is None else env,
                 stdout=log_fh,
@@ -168,7 +168,7 @@ class LocalFederation:
         command = [executable("flwr"), "run", str(project_dir), "local", "--stream", *options]
         if echo:
             print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-        return guarded_popen(
+        return popen(
             command,
             env=self.env,
             text=True,
@@ -231,17 +231,12 @@ class LocalFederation:
 
     def register(self, public_key: Path) -> None:
         """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
-        argv, fds = guarded([executable("flwr"), "supernode", "register", str(public_key), "local"])
-        proc = subprocess.run(
-            argv,
-            pass_fds=fds,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        command = [executable("flwr"), "supernode", "register", str(public_key), "local"]
+        proc = popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.processes.append(proc)  # stopped with the federation, also after a timeout
+        output = proc.communicate(timeout=120)[0].decode(errors="replace")
         if proc.returncode != 0:
-            raise RuntimeError(f"registering {public_key} failed: {proc.stdout}{proc.stderr}")
+            raise RuntimeError(f"registering {public_key} failed: {output}")
 
     def start_supernode(
         self, partition_id: int, *, private_key: Path | None = None, register: bool = True
@@ -290,12 +285,8 @@ class LocalFederation:
         return env
 
     def stop(self) -> None:
-        """Stop every started process and its whole tree, by PID (:func:`stop_tree`)."""
-        running = [proc for proc in self.processes if proc.poll() is None]
-        stop_tree(proc.pid for proc in running)
-        for proc in running:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        """Stop every started process and its whole tree (:func:`processes.stop`)."""
+        stop(self.processes)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

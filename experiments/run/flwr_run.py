@@ -20,7 +20,7 @@ from experiments.run.federation import (
 )
 from experiments.run.flwr_output import stream_output
 from experiments.run.preflight import effective_result_dir
-from experiments.run.processes import Interrupted, guarded_popen, stop_tree
+from experiments.run.processes import Interrupted, popen, stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.run_status import mark_stopped
@@ -88,12 +88,10 @@ def run_flwr(
                 try:
                     output = stream_output(proc, verbose=verbose)
                 finally:  # also on Ctrl-C / SIGTERM: the client goes before the SuperLink
-                    if proc.poll() is None:
-                        stop_tree([proc.pid])
-                    proc.wait()
-        except Interrupted as stop:  # its ServerApp was stopped by PID and cannot say so
+                    stop([proc])
+        except Interrupted as signalled:  # its ServerApp was stopped and cannot say so
             with contextlib.suppress(ValueError):  # no folder named: nothing to record
-                mark_stopped(effective_result_dir(run_config), str(stop))
+                mark_stopped(effective_result_dir(run_config), str(signalled))
             raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, output, "")
 
@@ -130,13 +128,11 @@ def run_on_superlink(
         )
         env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
         print("$ " + shlex.join(command), flush=True)
-        proc = guarded_popen(command, env=env)
+        proc = popen(command, env=env)
         try:
             proc.wait()
         finally:
-            if proc.poll() is None:
-                stop_tree([proc.pid])
-            proc.wait()
+            stop([proc])
     return subprocess.CompletedProcess(proc.args, proc.returncode)
 
 
