@@ -41,27 +41,11 @@ def run_flwr(
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
-    Parameters
-    ----------
-    run_config : mapping
-        ``--run-config`` overrides.
-    num_supernodes : int
-        Nodes (= devices V): virtual nodes in simulation, SuperNode processes in deployment.
-    deployment : bool
-        Start SuperNode processes instead of using the simulation engine.
-    cpus_per_client, gpus_per_client : int, float
-        Ray resources per ClientApp in simulation (0.25 GPUs: four clients share one GPU; Ray
-        hides every GPU from a ClientApp that asks for none).
-    flwr_home : Path, optional
-        ``FLWR_HOME``; a fresh temporary folder by default.
-    project_dir : Path
-        The Flower app to run.
-    tls : CertificateSet, optional
-        Run over TLS with SuperNode authentication.
-    ray_address : str, optional
-        Join this Ray cluster for the simulation.
-    supernode_gpus : tuple of int
-        Deployment: SuperNode ``i`` sees GPU ``supernode_gpus[i % len]`` alone.
+    ``num_supernodes`` nodes (= devices V): virtual in simulation, SuperNode processes with
+    ``deployment``; ``cpus_per_client`` / ``gpus_per_client``: Ray resources per ClientApp in
+    simulation (0.25 GPUs: four share one; Ray hides every GPU from a ClientApp that asks for
+    none); ``flwr_home`` (default: a fresh temporary folder), ``tls``, ``ray_address`` and
+    ``supernode_gpus`` as :class:`LocalFederation` takes them (docs/running.md).
     """
     run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
