@@ -53,6 +53,19 @@ def session_of(pid: int) -> str | None:
     return None if fields is None else fields[3]
 
 
+def marked(name: str) -> set[int]:
+    """The live processes whose environment holds ``name=1`` (what a test gave its command)."""
+    needle = f"{name}=1".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def command_line(pid: int) -> str:
     """The first 150 characters of ``pid``'s command line, for failure messages."""
     try:

@@ -30,7 +30,6 @@ SUBCOMMANDS = {
     "certificates": None,
     "channel-report": None,
     "settings": None,
-    "ray-cluster": {"run", "check"},
     "paper": {"solver-performance", "schedule-table"},
     "bench": {"solvers", "fscd-scale", "scale", "checkpoint", "inprocess", "round", "client"},
 }
@@ -129,10 +128,10 @@ def test_the_check_of_the_docs_fails_on_a_name_the_tool_does_not_have():
     with pytest.raises(click.UsageError):
         parse_documented(["certificates", "--out", "x", "stray"])
     inner = fedcgd_invocations(
-        "unshare --net sh -c 'ip link set lo up && exec .venv/bin/fedcgd ray-cluster run "
-        '--workers 1 -- .venv/bin/fedcgd run --run-config "num-devices=4"\''
+        "unshare --net sh -c 'ip link set lo up && exec .venv/bin/fedcgd run "
+        '--run-config "num-devices=4"\' && .venv/bin/fedcgd plot'
     )
-    assert inner[1] == ["run", "--run-config", "num-devices=4"]
+    assert inner == [["run", "--run-config", "num-devices=4"], ["plot"]]
 
 
 @pytest.mark.parametrize(

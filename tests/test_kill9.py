@@ -16,10 +16,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 import torch
-from proc_tree import alive, command_line, descendants
+from proc_tree import alive, command_line, descendants, marked
 from run_results import assert_same_run, lines, rounds_written, two_policy_preset, whole_run
 from subprocesses import FEDCGD, wait_for
 
@@ -53,10 +54,11 @@ def inprocess(values: dict, **more: object) -> subprocess.Popen[str]:
     return start("inprocess", "--run-config", run_config)
 
 
-def kill9_and_check_nothing_survives(proc: subprocess.Popen[str], min_processes: int) -> None:
-    """Read the command's tree, ``kill -9`` the command, assert the whole tree goes."""
-    before = descendants(proc.pid)
-    assert len(before) >= min_processes, {p: command_line(p) for p in before}
+def kill9_and_check_nothing_survives(proc: subprocess.Popen[str], before: int | set[int]) -> None:
+    """``kill -9`` the command, assert that ``before`` (or its tree, at least that many) goes."""
+    if isinstance(before, int):
+        minimum, before = before, descendants(proc.pid)
+        assert len(before) >= minimum, {p: command_line(p) for p in before}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     deadline = time.monotonic() + GONE_WITHIN_S
@@ -69,73 +71,60 @@ def kill9_and_check_nothing_survives(proc: subprocess.Popen[str], min_processes:
     assert not left, {p: command_line(p) for p in left}
 
 
-def test_the_guard_kills_a_tree_that_escaped_into_other_sessions_and_orphans(tmp_path):
+def test_a_killed_starter_takes_its_trees_along_other_sessions_and_orphans_included(tmp_path):
+    mark = f"FEDCGD_TEST_{uuid.uuid4().hex}"
     script = (
         "import sys, time\n"
         f"sys.path.insert(0, {str(PROJECT_DIR)!r})\n"
-        "from experiments.run.processes import guarded_popen\n"
-        "guarded_popen(['sh', '-c', 'setsid sleep 300 & (sleep 300 &); sleep 300 & wait'],\n"
-        "              start_new_session=True)\n"
+        "from experiments.run.processes import popen\n"
+        "popen(['sh', '-c', 'setsid sleep 300 & (sleep 300 &); sleep 300 & wait'],\n"
+        "      start_new_session=True)\n"
         "time.sleep(300)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, text=True)
+    env = {**os.environ, mark: "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env)
     try:
         deadline = time.monotonic() + 30
-        while sum("sleep 300" in command_line(p) for p in descendants(proc.pid)) < 3:
+        # three sleeps: one in a session of its own, one orphaned (its subshell exited)
+        while sum("sleep 300" in command_line(p) for p in marked(mark)) < 3:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        # the guard, sh, and three sleeps: one in a session of its own, one orphaned (its
-        # subshell exited), so that it is re-parented to the guard and not to init
-        kill9_and_check_nothing_survives(proc, min_processes=5)
+        before = marked(mark) - {proc.pid}  # the watcher, sh, three sleeps
+        assert len(before) >= 5, {p: command_line(p) for p in before}
+        kill9_and_check_nothing_survives(proc, before)
     finally:
         if proc.poll() is None:
             proc.kill()
+        for pid in marked(mark):
+            os.kill(pid, signal.SIGKILL)
 
 
-#: Starts a process that ignores SIGTERM, prints its PID once it does, and exits with 3.
+#: Starts a process that ignores SIGTERM (in a session of its own), prints its PID once it
+#: does, then exits with 3 (``ended``) or waits for input (``running``).
 LEAVES_A_STUBBORN_CHILD = (
     "import subprocess, sys\n"
     "code = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
     "print(1, flush=True); time.sleep(300)'\n"
     "child = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,\n"
     "                         start_new_session=True)\n"
-    "child.stdout.readline(); print(child.pid, flush=True); sys.exit(3)\n"
+    "child.stdout.readline(); print(child.pid, flush=True)\n"
+    "sys.exit(3) if sys.argv[1] == 'ended' else input()\n"
 )
 
 
-def test_what_a_guarded_command_leaves_running_is_killed_when_it_ends(tmp_path):
-    # The command exits with 3, leaving a child (in a session of its own) that ignores
-    # SIGTERM: the guard exits as the command did, once that child is gone too (SIGKILL).
-    from experiments.run.processes import guarded_popen
+@pytest.mark.parametrize(("state", "code"), [("ended", 3), ("running", -signal.SIGTERM)])
+def test_a_stop_kills_the_whole_tree_after_the_grace_period(state, code):
+    # The parent ends on SIGTERM (or has ended already); its child ignores SIGTERM: SIGKILL.
+    from experiments.run.processes import popen, stop
 
-    command = [sys.executable, "-c", LEAVES_A_STUBBORN_CHILD]
-    proc = guarded_popen(command, stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=60)
-    left = int(out)
-    try:
-        assert proc.returncode == 3
-        assert not alive(left), command_line(left)
-    finally:
-        if alive(left):
-            os.kill(left, signal.SIGKILL)
-
-
-def test_a_tree_stopped_by_pid_is_killed_after_the_grace_period():
-    from experiments.run.processes import stop_tree
-
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LEAVES_A_STUBBORN_CHILD.replace("sys.exit(3)", "input()")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
+    command = [sys.executable, "-c", LEAVES_A_STUBBORN_CHILD, state]
+    proc = popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())
     try:
-        stop_tree([proc.pid], grace_s=0.5)  # the parent ends on SIGTERM; the child ignores it
-        proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGTERM
+        if state == "ended":
+            proc.wait(timeout=30)
+        stop([proc], grace_s=0.5)
+        assert proc.returncode == code
         assert not alive(child), command_line(child)
     finally:
         for pid in (proc.pid, child):
@@ -217,8 +206,8 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
     proc = start("compare", *args, "--out", str(out), "--run-config", run_config)
     folders = [out / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
     wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc, limit_s=300)
-    # compare_policies, two guards, two run processes
-    kill9_and_check_nothing_survives(proc, min_processes=4)
+    # the watcher, two run processes
+    kill9_and_check_nothing_survives(proc, 3)
     assert all(not (f / "model.pt").exists() for f in folders)
 
     again = start("compare", *args, "--out", str(out), "--run-config", run_config)
@@ -246,8 +235,8 @@ def test_a_killed_launcher_leaves_nothing_of_flower_or_ray_and_resumes_exactly(t
 
     proc = launcher(values, env, **{"result-dir": str(broken)})
     wait_for(lambda: rounds_written(broken) >= 12, proc, limit_s=600)  # after a checkpoint
-    # flwr run, SuperLink, SuperExec, flwr-simulation, Ray (gcs, raylet, workers), guards
-    kill9_and_check_nothing_survives(proc, min_processes=8)
+    # flwr run, SuperLink, SuperExec, flwr-simulation, Ray (gcs, raylet, workers), the watcher
+    kill9_and_check_nothing_survives(proc, 8)
     finish(launcher(values, env, **{"resume-from": str(broken)}), timeout_s=900)
     assert_same_run(broken, whole, rounds=40)
 
@@ -261,7 +250,7 @@ def test_a_killed_reproduce_leaves_no_run_alive_and_runs_again_exactly(tmp_path)
     proc = start("reproduce", *args)
     folders = [out / "default" / policy / "seed-0" for policy in ("bc", "fedcgd-fscd")]
     wait_for(lambda: all(rounds_written(f) >= 5 for f in folders), proc, limit_s=300)
-    kill9_and_check_nothing_survives(proc, min_processes=4)
+    kill9_and_check_nothing_survives(proc, 3)
     finish(start("reproduce", *args), timeout_s=900)
     for folder in folders:
         assert [x["round"] for x in lines(folder)] == list(range(1, 61))

@@ -203,12 +203,11 @@ def test_an_unreachable_ray_address_fails_in_one_line(tmp_path: Path) -> None:
 def test_federation_stop_reaches_processes_in_sessions_of_their_own(tmp_path: Path) -> None:
     """As the SuperLink starts flower-superexec: a grandchild in a new session (setsid)."""
     from experiments.run.federation import LocalFederation
+    from experiments.run.processes import popen
 
     federation = LocalFederation(tmp_path)
-    root = subprocess.Popen(
-        ["sh", "-c", "setsid sleep 300 & sleep 300 & wait"], start_new_session=True
-    )
-    federation.processes.append(root)  # type: ignore[arg-type]
+    root = popen(["sh", "-c", "setsid sleep 300 & sleep 300 & wait"], start_new_session=True)
+    federation.processes.append(root)
     tree: set[int] = set()
     try:
         while len(tree) < 2:  # both sleeps started

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from proc_tree import alive, descendants, stat_fields
+from proc_tree import alive, command_line, descendants, stat_fields
 from subprocesses import FEDCGD
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
@@ -205,7 +205,9 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     while not all(c.exists() for c in checkpoints) and time.monotonic() < deadline:
         time.sleep(0.05)
     children = [
-        pid for pid in descendants(proc.pid) if (stat_fields(pid) or [0, 0])[1] == str(proc.pid)
+        pid
+        for pid in descendants(proc.pid)
+        if (stat_fields(pid) or [0, 0])[1] == str(proc.pid) and "inprocess" in command_line(pid)
     ]
     assert len(children) == 2  # the two runs, side by side
     proc.send_signal(signal.SIGTERM)

@@ -3,8 +3,7 @@
 One Typer app with a subcommand for each thing users do (``fedcgd --help``); each declares its
 options here and calls the function that does the work. Exit codes: 0 done, 1 failed, 2 refused
 before the start (one line ``error: ...``), 130 / 143 stopped by SIGINT / SIGTERM.
-:func:`main` is the console script (nothing it started outlives it); :func:`invoke` runs a
-command line in this process (tests).
+:func:`main` is the console script; :func:`invoke` runs a command line in this process (tests).
 """
 
 from __future__ import annotations
@@ -35,15 +34,6 @@ app.command("indicator")(runs.indicator_command)
 app.command("certificates")(tools.certificates_command)
 app.command("channel-report")(tools.channel_report_command)
 app.command("settings")(tools.settings_command)
-
-ray_cluster = typer.Typer(
-    help="A Ray cluster of several nodes on loopback (docs/deployment.md; needs a network "
-    "namespace with loopback only).",
-    no_args_is_help=True,
-)
-ray_cluster.command("run")(tools.ray_cluster_run_command)
-ray_cluster.command("check")(tools.ray_cluster_check_command)
-app.add_typer(ray_cluster, name="ray-cluster")
 
 paper = typer.Typer(
     help="The paper's figures and tables that need no training.", no_args_is_help=True
@@ -88,11 +78,6 @@ def invoke(argv: Sequence[str]) -> int:
     return int(code or 0)
 
 
-def main() -> int | None:
-    """The console script ``fedcgd``: :func:`invoke` with this process's arguments.
-
-    Nothing the command started outlives it (:func:`experiments.run.processes.run_as_command`).
-    """
-    from experiments.run.processes import run_as_command
-
-    return run_as_command(lambda: invoke(sys.argv[1:]))
+def main() -> int:
+    """The console script ``fedcgd``: :func:`invoke` with this process's arguments."""
+    return invoke(sys.argv[1:])

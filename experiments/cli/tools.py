@@ -1,4 +1,4 @@
-"""The ``fedcgd`` tools around runs: ``certificates``, ``channel-report``, ``ray-cluster``."""
+"""The ``fedcgd`` tools around runs: ``certificates``, ``channel-report``, ``settings``."""
 
 from __future__ import annotations
 
@@ -68,35 +68,6 @@ def channel_report_command(
         refuse(str(err))
     print(format_summary(summary))
     print(f"wrote {out / 'summary.json'} and {out / 'channel.png'}")
-
-
-def ray_cluster_run_command(
-    command: Annotated[
-        list[str] | None, typer.Argument(help="the command to run, after --", metavar="-- COMMAND")
-    ] = None,
-    workers: Annotated[int, typer.Option(help="worker nodes besides the head")] = 1,
-    cpus_per_node: int = 1,
-    object_store_mb: int = 200,
-    temp_dir: Annotated[Path | None, typer.Option(help="default: a fresh folder")] = None,
-    timeout: Annotated[float, typer.Option(help="seconds to start the cluster")] = 120.0,
-) -> None:
-    """Start a head and worker nodes, run the command with RAY_ADDRESS set, stop the cluster."""
-    from experiments.run import ray_cluster as cluster
-
-    done(cluster.main(command or [], workers, cpus_per_node, object_store_mb, temp_dir, timeout))
-
-
-def ray_cluster_check_command(
-    result_dir: Annotated[Path, typer.Option(help="the run's result folder")],
-    num_devices: int = 4,
-    rounds: int = 2,
-    cpus_per_client: int = 1,
-    flwr_home: Path | None = None,
-) -> None:
-    """A small simulation on the cluster at RAY_ADDRESS: 0 when it ran on every node."""
-    from experiments.run import ray_cluster_check
-
-    done(ray_cluster_check.main(result_dir, num_devices, rounds, cpus_per_client, flwr_home))
 
 
 def settings_command(

@@ -1,9 +1,7 @@
-"""A SuperLink (and SuperNodes) of our own on loopback, stopped by PID: :class:`LocalFederation`.
+"""A SuperLink (and SuperNodes) of our own on loopback, stopped when the run ends.
 
-Started with the flags ``flwr`` uses (runtime dependency installation disabled), in the
-simulation engine or with one ``flower-supernode`` per device, optionally over TLS; stopped by
-PID when the run ends, also on errors and Ctrl-C. :func:`flower_home` gives each run its own
-``FLWR_HOME``.
+:class:`LocalFederation`: the simulation engine or one ``flower-supernode`` per device,
+optionally over TLS; :func:`flower_home` gives each run its own ``FLWR_HOME``.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from pathlib import Path
 import tomli_w
 
 from experiments.run.certificates import CertificateSet
-from experiments.run.processes import guarded, guarded_popen, stop_tree
+from experiments.run.processes import popen, stop
 from fedcgd_task import keys
 
 HEALTH_TIMEOUT_S = 60.0
@@ -49,25 +47,13 @@ def executable(name: str) -> str:
 
 
 class LocalFederation:
-    """A SuperLink (and for a deployment SuperNodes) on loopback, stopped by PID; a context.
+    """A SuperLink (and for a deployment SuperNodes) on loopback, stopped on exit; a context.
 
-    Deployment mode starts ``num_supernodes`` ``flower-supernode`` processes (``partition-id=i``).
-    With ``tls`` the SuperLink requires SuperNode authentication and each SuperNode's public key is
-    registered before it starts; with ``ray_address`` the simulation joins that Ray cluster.
-    With ``supernode_gpus`` SuperNode ``i`` sees one GPU (:meth:`supernode_env`).
-
-    Parameters
-    ----------
-    flwr_home : Path
-        ``FLWR_HOME`` for every process.
-    num_supernodes : int
-        SuperNodes to start (deployment mode only).
-    simulation : bool
-        Simulation (True) or deployment (False).
-    tls : CertificateSet, optional
-        Certificates and SuperNode keys.
-    ray_address : str, optional
-        Address of an existing Ray cluster for the simulation.
+    ``flwr_home`` is every process's ``FLWR_HOME``. A deployment (``simulation`` False) starts
+    ``num_supernodes`` ``flower-supernode`` processes (``partition-id=i``). With ``tls`` the
+    SuperLink requires SuperNode authentication and each SuperNode's public key is registered
+    before it starts; with ``ray_address`` the simulation joins that Ray cluster; with
+    ``supernode_gpus`` SuperNode ``i`` sees one GPU (:meth:`supernode_env`).
     """
 
     def __init__(
@@ -146,7 +132,7 @@ class LocalFederation:
     ) -> subprocess.Popen[bytes]:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log_fh:
-            proc = guarded_popen(
+            proc = popen(
                 command,
                 env=self.env if env is None else env,
                 stdout=log_fh,
@@ -168,7 +154,7 @@ class LocalFederation:
         command = [executable("flwr"), "run", str(project_dir), "local", "--stream", *options]
         if echo:
             print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-        return guarded_popen(
+        return popen(
             command,
             env=self.env,
             text=True,
@@ -179,6 +165,7 @@ class LocalFederation:
         )
 
     def __enter__(self) -> LocalFederation:
+        """Start the SuperLink, wait until it answers, then the SuperNodes."""
         try:
             self._start_all()
         except BaseException:  # an error or a signal while starting: stop what started
@@ -187,7 +174,6 @@ class LocalFederation:
         return self
 
     def _start_all(self) -> None:
-        """Start the SuperLink, wait until it answers, then the SuperNodes."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.flwr_home / "config.toml").write_text(self.connection_toml, encoding="utf-8")
         security = ["--insecure"]
@@ -231,17 +217,12 @@ class LocalFederation:
 
     def register(self, public_key: Path) -> None:
         """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
-        argv, fds = guarded([executable("flwr"), "supernode", "register", str(public_key), "local"])
-        proc = subprocess.run(
-            argv,
-            pass_fds=fds,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        command = [executable("flwr"), "supernode", "register", str(public_key), "local"]
+        proc = popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.processes.append(proc)  # stopped with the federation, also after a timeout
+        output = proc.communicate(timeout=120)[0].decode(errors="replace")
         if proc.returncode != 0:
-            raise RuntimeError(f"registering {public_key} failed: {proc.stdout}{proc.stderr}")
+            raise RuntimeError(f"registering {public_key} failed: {output}")
 
     def start_supernode(
         self, partition_id: int, *, private_key: Path | None = None, register: bool = True
@@ -278,11 +259,7 @@ class LocalFederation:
         )
 
     def supernode_env(self, partition_id: int) -> dict[str, str]:
-        """The SuperNode's environment: with ``supernode_gpus``, its GPU alone is visible.
-
-        SuperNode ``i`` sees GPU ``supernode_gpus[i % len(supernode_gpus)]`` as ``cuda:0``
-        (``CUDA_VISIBLE_DEVICES``), as one GPU per machine would be.
-        """
+        """The SuperNode's environment: ``i`` sees GPU ``supernode_gpus[i % len]`` as ``cuda:0``."""
         env = self.env
         if self.supernode_gpus:
             gpu = self.supernode_gpus[partition_id % len(self.supernode_gpus)]
@@ -290,12 +267,8 @@ class LocalFederation:
         return env
 
     def stop(self) -> None:
-        """Stop every started process and its whole tree, by PID (:func:`stop_tree`)."""
-        running = [proc for proc in self.processes if proc.poll() is None]
-        stop_tree(proc.pid for proc in running)
-        for proc in running:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        """Stop every started process and its whole tree (:func:`processes.stop`)."""
+        stop(self.processes)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -20,7 +20,7 @@ from experiments.run.federation import (
 )
 from experiments.run.flwr_output import stream_output
 from experiments.run.preflight import effective_result_dir
-from experiments.run.processes import Interrupted, guarded_popen, stop_tree
+from experiments.run.processes import Interrupted, popen, stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.run_status import mark_stopped
@@ -41,27 +41,11 @@ def run_flwr(
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
-    Parameters
-    ----------
-    run_config : mapping
-        ``--run-config`` overrides.
-    num_supernodes : int
-        Nodes (= devices V): virtual nodes in simulation, SuperNode processes in deployment.
-    deployment : bool
-        Start SuperNode processes instead of using the simulation engine.
-    cpus_per_client, gpus_per_client : int, float
-        Ray resources per ClientApp in simulation (0.25 GPUs: four clients share one GPU; Ray
-        hides every GPU from a ClientApp that asks for none).
-    flwr_home : Path, optional
-        ``FLWR_HOME``; a fresh temporary folder by default.
-    project_dir : Path
-        The Flower app to run.
-    tls : CertificateSet, optional
-        Run over TLS with SuperNode authentication.
-    ray_address : str, optional
-        Join this Ray cluster for the simulation.
-    supernode_gpus : tuple of int
-        Deployment: SuperNode ``i`` sees GPU ``supernode_gpus[i % len]`` alone.
+    ``num_supernodes`` nodes (= devices V): virtual in simulation, SuperNode processes with
+    ``deployment``; ``cpus_per_client`` / ``gpus_per_client``: Ray resources per ClientApp in
+    simulation (0.25 GPUs: four share one; Ray hides every GPU from a ClientApp that asks for
+    none); ``flwr_home`` (default: a fresh temporary folder), ``tls``, ``ray_address`` and
+    ``supernode_gpus`` as :class:`LocalFederation` takes them (docs/running.md).
     """
     run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
@@ -88,12 +72,10 @@ def run_flwr(
                 try:
                     output = stream_output(proc, verbose=verbose)
                 finally:  # also on Ctrl-C / SIGTERM: the client goes before the SuperLink
-                    if proc.poll() is None:
-                        stop_tree([proc.pid])
-                    proc.wait()
-        except Interrupted as stop:  # its ServerApp was stopped by PID and cannot say so
+                    stop([proc])
+        except Interrupted as signalled:  # its ServerApp was stopped and cannot say so
             with contextlib.suppress(ValueError):  # no folder named: nothing to record
-                mark_stopped(effective_result_dir(run_config), str(stop))
+                mark_stopped(effective_result_dir(run_config), str(signalled))
             raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, output, "")
 
@@ -130,13 +112,11 @@ def run_on_superlink(
         )
         env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
         print("$ " + shlex.join(command), flush=True)
-        proc = guarded_popen(command, env=env)
+        proc = popen(command, env=env)
         try:
             proc.wait()
         finally:
-            if proc.poll() is None:
-                stop_tree([proc.pid])
-            proc.wait()
+            stop([proc])
     return subprocess.CompletedProcess(proc.args, proc.returncode)
 
 

@@ -69,16 +69,7 @@ def gpu_list(text: str | None) -> tuple[int, ...]:
 
 
 def check_gpus(args: LaunchOptions, device: str) -> None:
-    """Refuse GPU options that cannot work with the engine they are given for.
-
-    Raises
-    ------
-    ValueError
-        ``--supernode-gpus`` without ``--deployment`` or with a bad list; in the simulation
-        engine, a CUDA ``device`` without ``--gpus-per-client`` (Ray hides every GPU from a
-        ClientApp that asks for none) or a numbered one (Ray gives each ClientApp its own GPUs,
-        numbered from 0).
-    """
+    """Refuse GPU options that cannot work with the engine they are given for (ValueError)."""
     if args.supernode_gpus is not None:
         if not args.deployment:
             raise ValueError("--supernode-gpus is for --deployment runs only")
@@ -113,16 +104,8 @@ def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
 
 def result_files(result_dir: Path) -> list[str]:
     """The files a finished run left in ``result_dir`` (docs/running.md says what each holds)."""
-    names = (
-        "metrics.jsonl",
-        "config.json",
-        "summary.json",
-        "status.json",
-        "model.pt",
-        "checkpoint.pt",
-        "curves.png",
-    )
-    return [name for name in names if (result_dir / name).is_file()]
+    names = "metrics.jsonl config.json summary.json status.json model.pt checkpoint.pt curves.png"
+    return [name for name in names.split() if (result_dir / name).is_file()]
 
 
 def run_command(

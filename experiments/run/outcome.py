@@ -1,7 +1,7 @@
-"""How a run ended: its exit code and last line, from what it raised or its ``status.json``.
+"""How a run ended: its exit code (0 completed, 1 failed, 2 refused) and last line.
 
-``flwr run`` exits 0 even when the ServerApp raises, so its exit code is not the outcome: 0
-completed, 1 failed (or no status written), 2 refused before the start.
+``flwr run`` exits 0 even when the ServerApp raises, so what the run raised, printed or wrote in
+its ``status.json`` decides.
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from run_files.run_status import (
     resume_advice,
 )
 
-#: Exit codes.
-COMPLETED_CODE, FAILED_CODE, REFUSED_CODE = 0, 1, 2
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -34,12 +31,7 @@ class Outcome:
 
 def refused(err: BaseException) -> Outcome:
     """The outcome of a run refused before it started (exit code 2)."""
-    return Outcome(REFUSED_CODE, f"error: {err}")
-
-
-def failure_outcome(err: BaseException, result_dir: Path) -> Outcome:
-    """The outcome of a run whose ServerApp raised ``err`` (exit code 1, one line with advice)."""
-    return Outcome(FAILED_CODE, f"failed: {failure_line(err, result_dir)}")
+    return Outcome(2, f"error: {err}")
 
 
 def run_outcome(
@@ -50,42 +42,35 @@ def run_outcome(
 ) -> Outcome:
     """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
 
-    Only a ``status.json`` written since the launch counts. What the run said itself wins over
-    the status (a full disk may have kept it from being written): ``failure`` it raised, or the
-    ``run failed: ...`` line in ``output``.
+    What the run said itself wins (a full disk may have kept the status from being written):
+    ``failure`` it raised, or the ``run failed: ...`` line in ``output``; then a
+    ``status.json`` written since the launch.
     """
     if failure is not None:
-        return failure_outcome(failure, result_dir)
+        return Outcome(1, f"failed: {failure_line(failure, result_dir)}")
     printed = failure_from_output(output)
     if printed is not None:
-        return Outcome(FAILED_CODE, f"failed: {printed}")
+        return Outcome(1, f"failed: {printed}")
     try:
         status = read_status(result_dir)
     except ValueError as err:
-        return Outcome(FAILED_CODE, f"failed: {err}")
-    fresh = status is not None and status.updated_unix_s >= launched_unix_s
-    if status is None or not fresh:
+        return Outcome(1, f"failed: {err}")
+    if status is None or status.updated_unix_s < launched_unix_s:
         return Outcome(
-            FAILED_CODE,
+            1,
             f"failed: the run wrote no status in {result_dir} since it was launched (the "
             "ServerApp stopped before its start or crashed; see the log above)",
         )
+    after = f"round {status.last_round} of {status.num_server_rounds}"
     if status.state == COMPLETED:
         lost = lost_note(status.devices_lost, status.rounds_with_lost_devices)
-        return Outcome(
-            COMPLETED_CODE,
-            f"completed: {status.last_round} rounds, results in {result_dir}{lost}",
-        )
+        return Outcome(0, f"completed: {status.last_round} rounds, results in {result_dir}{lost}")
     if status.state == FAILED:
-        return Outcome(FAILED_CODE, f"failed: {status.reason}")
+        return Outcome(1, f"failed: {status.reason}")
     if status.state == STOPPED:
-        return Outcome(
-            FAILED_CODE,
-            f"failed: {status.reason} after round {status.last_round} of "
-            f"{status.num_server_rounds}; {resume_advice(result_dir)}",
-        )
+        return Outcome(1, f"failed: {status.reason} after {after}; {resume_advice(result_dir)}")
     return Outcome(
-        FAILED_CODE,
-        f"failed: the run stopped after round {status.last_round} of "
-        f"{status.num_server_rounds} without finishing (killed?); {resume_advice(result_dir)}",
+        1,
+        f"failed: the run stopped after {after} without finishing (killed?); "
+        f"{resume_advice(result_dir)}",
     )

@@ -27,13 +27,7 @@ MAX_LOCAL_PASSES = 1000
 
 
 def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
-    """The folder the run writes to: ``resume-from`` when resuming, else ``result-dir``.
-
-    Raises
-    ------
-    ValueError
-        When both are empty (:func:`with_result_dir` fills ``result-dir`` first).
-    """
+    """The folder the run writes to: ``resume-from``, else ``result-dir`` (ValueError: neither)."""
     for key in ("resume-from", "result-dir"):
         value = run_config.get(key)
         if isinstance(value, str) and value:
@@ -42,10 +36,7 @@ def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
 
 
 def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
-    """``run_config`` with ``result-dir`` = ``out/<name>-<UTC time>`` unless a folder is set.
-
-    ``<name>`` tells the run apart (:func:`server_app.config.run_folder_name`).
-    """
+    """``run_config`` with ``result-dir`` = ``out/<name>-<UTC time>`` unless a folder is set."""
     from server_app.config import timestamped_result_dir
 
     config = dict(run_config)
@@ -74,13 +65,7 @@ def device_samples(
 
 
 def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_name: str) -> None:
-    """Refuse device counts, shard counts and local work that the training set cannot carry.
-
-    Raises
-    ------
-    ValueError
-        One line naming the keys, their values and the bound.
-    """
+    """Refuse device counts, shard counts and local work that the training set cannot carry."""
     from fedcgd_task.settings import TaskSettings, TrainingSettings
 
     task = TaskSettings.from_run_config(run_config)
@@ -119,15 +104,9 @@ BLANK_BATCH = 2
 def check_model_fits(
     model: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...]
 ) -> None:
-    """Build ``model`` for the data set's inputs, run it and σ̂ on a blank batch.
+    """Build ``model`` for the data set's inputs and run it and σ̂ on a blank batch.
 
-    The output must be a float tensor [:data:`BLANK_BATCH`, C] and σ̂
-    (:func:`client_app.sigma.gradient_spread`) must run on it.
-
-    Raises
-    ------
-    ValueError
-        One line naming ``model``, its value, the data set and why they do not fit.
+    The output must be a float tensor [:data:`BLANK_BATCH`, C] on which σ̂ runs.
     """
     import torch
 
@@ -200,19 +179,9 @@ def check_result_folder(run_config: Mapping[str, Any]) -> None:
 def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
     """Check a run before its start and lock its folder for this command's whole life.
 
-    An existing folder is locked first (a live holder is named); the checks of
-    :func:`check_before_start` follow, and the folder's checks run again under the lock. A refused
-    run leaves no folder it created.
-
-    Returns
-    -------
-    (dict, FolderClaim)
-        The run config with ``result-dir`` set to the folder taken, and the claim.
-
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line (:class:`run_files.folder_lock.FolderInUseError` names the holder's PID).
+    An existing folder is locked first (a live holder is named), then :func:`check_before_start`,
+    then the folder's checks again under the lock; a refused run leaves no folder it created.
+    Returns the run config with ``result-dir`` set to the folder taken, and the claim.
     """
     from run_files.folder_lock import claim_folder, holds_lock_files
 
@@ -250,10 +219,7 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
 def check_before_start(run_config: Mapping[str, Any]) -> None:
     """Every check that can be made before anything starts, in a few seconds (loads the data set).
 
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line naming the run-config key, the bad value and what is allowed.
+    ValueError or FileNotFoundError: one line naming the key, the bad value and what is allowed.
     """
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
@@ -275,13 +241,7 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
 
 
 def check_checkpoint_fits(config: RunConfig) -> None:
-    """Restore a resumed run's checkpoint on freshly built run objects, as the run will.
-
-    Raises
-    ------
-    server_app.run_identity.CheckpointRefusedError
-        One line naming ``resume-from``, the part that does not fit and why.
-    """
+    """Restore a resumed run's checkpoint on freshly built run objects, as the run will."""
     from server_app.checkpoint import load_checkpoint
     from server_app.setup import build_setup
 
@@ -289,15 +249,7 @@ def check_checkpoint_fits(config: RunConfig) -> None:
 
 
 def check_own_policy(config: RunConfig, num_classes: int) -> None:
-    """Call a user's policy once on a synthetic round: it must return a valid ``Decision``.
-
-    Built-in policies are checked in every round and not probed.
-
-    Raises
-    ------
-    ValueError
-        One line naming the policy.
-    """
+    """Call a user's policy once on a synthetic round: it must return a valid ``Decision``."""
     from fedcgd_strategy.policies.decision_check import probe_policy, synthetic_round
     from fedcgd_strategy.policies.registry import POLICY_NAMES, make_policy
 

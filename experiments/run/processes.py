@@ -1,8 +1,11 @@
-"""Starting and stopping what a run starts: guarded process trees, stops by PID, signals.
+"""Starting and stopping what a run starts, and the signals that stop a command.
 
-Every process goes through :func:`guarded_popen` (docs/design.md, "No process outlives its
-launcher"). A tree is read from ``/proc`` before anything is signalled (the SuperLink starts its
-children in sessions of their own), then SIGTERM, then SIGKILL after a grace period.
+Every process starts with :func:`popen`, which marks its tree: the environment variable
+``FEDCGD_TREE_<token>=1`` is inherited by everything below it, in sessions of its own too (the
+SuperLink starts SuperExec with ``start_new_session``) and once orphaned, so :func:`stop` finds
+the whole tree in ``/proc`` where a process group would not. A watcher process, one per starting
+process, is told every token over a pipe and stops those trees when the pipe closes: when the
+starter ends, ``kill -9`` included (docs/design.md, "No process outlives its launcher").
 :func:`stop_on_signals` turns SIGINT / SIGTERM into :class:`Interrupted`, which unwinds through
 the ``finally`` blocks; the commands then exit 130 / 143.
 """
@@ -11,54 +14,94 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from experiments.run.guard import (
-    PR_SET_CHILD_SUBREAPER,
-    descendants,
-    is_alive,
-    prctl,
-    stop_tree,
-)
 from fedcgd_task.errors import OneLineMessage, StopsRun
 
-#: The guard every started command runs under (``python -I``: tens of milliseconds).
-GUARD_SCRIPT = Path(__file__).resolve().with_name("guard.py")
+#: Prefix of the environment variable that marks a tree.
+MARK = "FEDCGD_TREE_"
+#: Seconds between SIGTERM and SIGKILL in :func:`stop`.
+GRACE_S = 3.0
+#: The token of each started process (by PID), and this process's pipe to its watcher.
+_TOKENS: dict[int, str] = {}
+_WATCHER: tuple[int, int, subprocess.Popen[bytes]] | None = None  # (PID, write end, watcher)
+_ROOT = str(Path(__file__).resolve().parents[2])
 
-#: This process's lifeline: (its PID, read end, write end). The write end is never inherited
-#: nor closed, so the kernel closes it exactly when this process ends.
-_LIFELINE: tuple[int, int, int] | None = None
+
+def marked(tokens: Collection[str]) -> set[int]:
+    """PIDs of the live processes marked with one of ``tokens`` (zombies have no environment)."""
+    needles = {f"{MARK}{token}=1".encode() for token in tokens}
+    found = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                environ = Path(entry.path, "environ").read_bytes()
+            except OSError:  # gone meanwhile, or not ours
+                continue
+            if not needles.isdisjoint(environ.split(b"\0")):
+                found.add(int(entry.name))
+    return found - {os.getpid()}
 
 
-def lifeline_fd() -> int:
-    """The read end of this process's lifeline pipe (handed to every guard it starts).
+def stop_marked(tokens: Collection[str], grace_s: float = GRACE_S) -> None:
+    """Stop every process of these trees: SIGTERM, then SIGKILL after ``grace_s`` (0: at once).
 
-    A forked child (whose parent's write end it shares) gets a pipe of its own.
+    ``/proc`` is read again on every pass, so processes started meanwhile are stopped too; a
+    process stuck in the kernel is given up on 10 s after the grace period.
     """
-    global _LIFELINE
-    if _LIFELINE is None or _LIFELINE[0] != os.getpid():
-        read_end, write_end = os.pipe()
-        _LIFELINE = (os.getpid(), read_end, write_end)
-    return _LIFELINE[1]
+    deadline, warned = time.monotonic() + grace_s, set[int]()
+    while (left := marked(tokens)) and time.monotonic() < deadline + 10.0:
+        late = time.monotonic() >= deadline
+        for pid in left if late else left - warned:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL if late else signal.SIGTERM)
+        warned |= left
+        time.sleep(0.05)
 
 
-def guarded(command: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
-    """``command`` under the guard: its argument vector and the ``pass_fds`` it needs."""
-    fd = lifeline_fd()
-    return [sys.executable, "-I", str(GUARD_SCRIPT), str(fd), "--", *command], (fd,)
+def stop(procs: Iterable[subprocess.Popen[Any]], grace_s: float = GRACE_S) -> None:
+    """Stop the trees of processes started with :func:`popen` (:func:`stop_marked`), then reap."""
+    procs = list(procs)
+    stop_marked([_TOKENS[proc.pid] for proc in procs if proc.pid in _TOKENS], grace_s)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
 
 
-def guarded_popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(command, **kwargs)`` under the guard (the process returned)."""
-    argv, fds = guarded(command)
-    kwargs["pass_fds"] = tuple(kwargs.get("pass_fds", ())) + fds
-    return subprocess.Popen(argv, **kwargs)
+def popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(command, **kwargs)``, its tree marked and told to the watcher."""
+    global _WATCHER
+    if _WATCHER is None or _WATCHER[0] != os.getpid():  # a forked child needs its own
+        read_end, write_end = os.pipe()  # neither end is inherited by what starts later
+        code = f"import sys; sys.path.insert(0, {_ROOT!r}); import {__name__} as p; p.watch()"
+        watcher = subprocess.Popen(
+            [sys.executable, "-I", "-c", code],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to this process's group does not reach it
+        )
+        os.close(read_end)
+        _WATCHER = (os.getpid(), write_end, watcher)
+    token = secrets.token_hex(8)
+    kwargs["env"] = {**(kwargs.get("env") or os.environ), MARK + token: "1"}
+    os.write(_WATCHER[1], f"{token}\n".encode())  # before the start: no unwatched moment
+    proc = subprocess.Popen(list(command), **kwargs)
+    _TOKENS[proc.pid] = token
+    return proc
+
+
+def watch() -> None:
+    """The watcher: read tokens from stdin until the starter ends, then kill their trees."""
+    stop_marked(sys.stdin.read().split(), grace_s=0.0)
 
 
 #: Signals turned into :class:`Interrupted`.
@@ -129,19 +172,3 @@ def exit_code_stopping_on_signals(
             if line:
                 print(line, file=sys.stderr, flush=True)
             return stop.exit_code
-
-
-def run_as_command(main: Callable[[], int | None]) -> int | None:
-    """Run a command's ``main`` as this process's whole life; nothing it started survives it.
-
-    The process becomes a subreaper; whatever is still below it at the end is stopped by PID. For
-    the commands' ``__main__`` only (in a test it would stop the test's own children).
-    """
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: no subreaper
-        prctl(PR_SET_CHILD_SUBREAPER, 1)
-    try:
-        return main()
-    finally:
-        left = {pid for pid in descendants([os.getpid()]) if is_alive(pid)}
-        if left:
-            stop_tree(left)

@@ -1,4 +1,4 @@
-"""Run many in-process federations side by side: one guarded process per run, ``jobs`` at a time.
+"""Run many in-process federations side by side: one process per run, ``jobs`` at a time.
 
 Each run writes its output to ``run.log`` in its folder; on a signal or an error every run still
 going is stopped by PID (docs/performance.md, "Runs side by side").
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.run.processes import guarded_popen, stop_tree
+from experiments.run.processes import popen, stop
 from experiments.run.run_config import format_run_config
 from run_files.atomic_files import open_log
 
@@ -112,7 +112,7 @@ def run_jobs(
                     continue
                 job.log.parent.mkdir(parents=True, exist_ok=True)
                 with open_log(job.log) as log:
-                    proc = guarded_popen(
+                    proc = popen(
                         job.argv,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
@@ -123,4 +123,4 @@ def run_jobs(
             while running:
                 end_one()
         finally:
-            stop_tree([proc.pid for _, proc in running.values()])
+            stop(proc for _, proc in running.values())
