@@ -17,9 +17,15 @@ import torch
 
 from fedcgd_task.nested import DESCEND, map_nested
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
-from run_files.atomic_files import atomic_write
-from run_files.json_files import read_json_object
-from run_files.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
+from run_files.files import atomic_write, read_json_object
+from run_files.results import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    MODEL_FILE,
+    SUMMARY_FILE,
+    json_ready,
+    read_metrics_lines,
+)
 from run_files.run_status import (
     COMPLETED,
     first_line,
@@ -29,7 +35,6 @@ from run_files.run_status import (
 from server_app.config import RunConfig
 from server_app.run_identity import CheckpointRefusedError, check_identity, unread_settings
 
-CHECKPOINT_FILE = "checkpoint.pt"
 #: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_to_torch`).
 NUMPY_TAG = "__numpy__"
 
@@ -94,7 +99,7 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
 
 
 def atomic_torch_save(obj: object, path: Path) -> Path:
-    """``torch.save(obj, path)`` through :func:`run_files.atomic_files.atomic_write`."""
+    """``torch.save(obj, path)`` through :func:`run_files.files.atomic_write`."""
     return atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
@@ -258,7 +263,7 @@ def check_resume(config: RunConfig) -> ResumePlan:
     checkpoint = load_checkpoint(folder)
     check_same_settings(folder, config)
     check_identity(folder, checkpoint.identity, config)
-    lines = read_metrics(folder, checkpoint.round)
+    lines = read_metrics_lines(folder, checkpoint.round)
     wanted = config.num_server_rounds
     if checkpoint.round > wanted or (checkpoint.round == wanted and run_finished(folder)):
         state = "finished" if checkpoint.round == wanted else "past that"

@@ -12,8 +12,7 @@ import os
 from pathlib import Path
 
 from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.results import check_new_result_dir
-from run_files.run_status import RUN_FILES
+from run_files.results import RUN_FILES, check_new_result_dir
 from server_app.checkpoint import ResumePlan, check_resume
 from server_app.config import RunConfig
 

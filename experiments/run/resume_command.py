@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from run_files.run_status import CHECKPOINT_NAME, COMPLETED, RunStatus, read_status
+from run_files.results import CHECKPOINT_FILE, MODEL_FILE
+from run_files.run_status import COMPLETED, RunStatus, read_status
 
 #: The run-config keys that name a run's folder: a resume sets ``resume-from`` alone.
 FOLDER_KEYS = ("result-dir", "resume-from")
-
-#: The final model (:data:`run_files.results.MODEL_FILE`, whose module this one does not need).
-MODEL_NAME = "model.pt"
 
 
 #: The console script of the project (``[project.scripts]`` in pyproject.toml).
@@ -153,12 +151,12 @@ def single_run_line(
     if (
         status is not None
         and status.last_round >= status.num_server_rounds
-        and (folder / MODEL_NAME).is_file()
+        and (folder / MODEL_FILE).is_file()
     ):
         return (
             f"nothing to continue: all {status.num_server_rounds} rounds ran; results in {folder}"
         )
-    if (folder / CHECKPOINT_NAME).is_file():
+    if (folder / CHECKPOINT_FILE).is_file():
         from server_app.checkpoint import checkpoint_round
 
         done = checkpoint_round(folder)
