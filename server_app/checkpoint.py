@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -85,22 +85,9 @@ def _untagged_array(value: Any) -> Any:
 
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
-    data = {
-        "round": checkpoint.round,
-        "model": checkpoint.model,
-        "policy_state": checkpoint.policy_state,
-        "cell_rng_state": checkpoint.cell_rng_state,
-        "policy_rng_state": checkpoint.policy_rng_state,
-        "elapsed_s": checkpoint.elapsed_s,
-        "aggregator_state": _to_torch(checkpoint.aggregator_state),
-        "identity": checkpoint.identity,
-    }
-    return atomic_torch_save(data, result_dir / CHECKPOINT_FILE)
-
-
-def atomic_torch_save(obj: object, path: Path) -> Path:
-    """``torch.save(obj, path)`` through :func:`run_files.files.atomic_write`."""
-    return atomic_write(path, lambda handle: torch.save(obj, handle))
+    data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
+    data["aggregator_state"] = _to_torch(checkpoint.aggregator_state)
+    return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
 #: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
@@ -186,7 +173,7 @@ def checkpoint_round(result_dir: Path) -> int | None:
 
 def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
     """Write the final model ``model.pt`` in ``result_dir`` atomically; return its path."""
-    return atomic_torch_save(state, result_dir / MODEL_FILE)
+    return atomic_write(result_dir / MODEL_FILE, lambda handle: torch.save(state, handle))
 
 
 @dataclass(frozen=True)
