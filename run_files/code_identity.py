@@ -1,10 +1,7 @@
 """Which code computed a run: a digest of the computing packages' sources and the libraries.
 
-A run's ``config.json`` records :func:`code_identity` under ``code`` (a list: a run resumed by
-other code gets a second entry from its first round on that code), ``runs.csv`` carries the
-digests in its ``code`` column, and a comparison or preset whose runs come from more than one
-code says so. Two runs with the same settings and the same digest compute the same rounds
-(docs/design.md, "Which code computed a run"). Imports neither flwr nor torch.
+``config.json`` records :func:`code_identity` under ``code`` (a list: a run resumed by other code
+gets a second entry); see docs/design.md, "Which code computed a run". No flwr, no torch.
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-#: The packages whose sources decide what a run computes (the ServerApp, the ClientApp, the
-#: channel, the strategy and the task). Plots, launchers and benchmarks are left out.
+#: The packages whose sources decide what a run computes (not plots, launchers, benchmarks).
 COMPUTING_PACKAGES: tuple[str, ...] = (
     "channel",
     "client_app",
@@ -71,12 +67,10 @@ def code_identity() -> dict[str, Any]:
 def code_entries(
     recorded: Mapping[str, Any] | None, from_round: int, current: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """The ``code`` list to write into ``config.json``.
+    """The ``code`` list for ``config.json``.
 
-    ``recorded``: the ``config.json`` the run had (None: a new run); ``from_round``: the first
-    round this process computes. A new run, or one whose file has no readable list, starts the
-    list; a resumed run keeps its list and adds ``current`` when its digest differs from the last
-    entry's.
+    A new run's (``recorded`` None) starts it; a resumed run (from ``from_round`` on) keeps its
+    list and adds ``current`` when its digest differs from the last entry's.
     """
     entry = {**current, "from_round": from_round}
     kept = recorded.get(CODE_KEY) if recorded is not None else None

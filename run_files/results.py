@@ -1,7 +1,7 @@
 """A run's result files: ``config.json``, ``metrics.jsonl``, ``summary.json``, progress lines.
 
-Writes go through :mod:`run_files.atomic_files`; reads are bounded (docs/design.md, "Result
-folders").
+What each file holds: docs/running.md, "What a run writes"; how they are written and read:
+docs/design.md, "Result folders".
 """
 
 from __future__ import annotations
@@ -15,15 +15,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from run_files.atomic_files import append_line, atomic_write_text, stop_signals_held, sync_files
 from run_files.code_identity import CODE_KEY, code_entries, code_identity
-from run_files.json_files import MAX_METRICS_LINE_BYTES, json_depth_exceeds, read_json_object
-from run_files.run_status import RUN_FILES, STATUS_FILE, holds_run
+from run_files.files import (
+    append_line,
+    atomic_write,
+    parse_json,
+    read_json_object,
+    stop_signals_held,
+    sync_files,
+)
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
-MODEL_FILE = "model.pt"
 SUMMARY_FILE = "summary.json"
+STATUS_FILE = "status.json"
+MODEL_FILE = "model.pt"
+CHECKPOINT_FILE = "checkpoint.pt"
+#: Files whose presence means a folder already holds a run's results.
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, MODEL_FILE, CHECKPOINT_FILE, STATUS_FILE)
+#: Longest line of ``metrics.jsonl`` read (bytes).
+MAX_METRICS_LINE_BYTES = 16 * 2**20
 
 
 def json_ready(value: Any) -> Any:
@@ -40,8 +51,8 @@ def json_ready(value: Any) -> Any:
 class ResultWriter:
     """Writes ``config.json``, appends ``metrics.jsonl`` lines and formats progress lines.
 
-    ``kept_lines``: continue a run, ``metrics.jsonl`` rewritten with the lines up to its last
-    checkpoint (None: a new run, an empty file); ``elapsed_s``: the seconds it had taken before.
+    ``kept_lines``: a resumed run's lines up to its checkpoint (None: a new run);
+    ``elapsed_s``: the seconds it had taken before.
     """
 
     def __init__(
@@ -56,36 +67,28 @@ class ResultWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.num_rounds = num_rounds
         self.t_start = time.perf_counter() - elapsed_s
-        # the ETA's clock (:meth:`start_rounds`; until it is called, the writer's creation)
-        self._last_end_s = elapsed_s
+        self._last_end_s = elapsed_s  # the ETA's clock (reset by start_rounds)
         self._round_s: list[float] = []
         self.lines: list[dict[str, Any]] = list(kept_lines or [])
         self._resumed = kept_lines is not None
-        text = "".join(json.dumps(x) + "\n" for x in self.lines)
-        atomic_write_text(self.dir / METRICS_FILE, text)
+        atomic_write(self.dir / METRICS_FILE, "".join(json.dumps(x) + "\n" for x in self.lines))
 
     def write_config(self, config: dict[str, Any]) -> None:
-        """Write the resolved run config as JSON (atomically), with the code that computes it.
-
-        ``code`` (:func:`run_files.code_identity.code_entries`): a resumed run keeps the entries
-        its ``config.json`` had and adds this code's when it differs.
-        """
+        """Write the resolved run config with the code that computes it (:func:`code_entries`)."""
         recorded: dict[str, Any] | None = None
         if self._resumed:
             try:
                 recorded = read_json_object(self.dir / CONFIG_FILE)
             except (OSError, ValueError):
                 recorded = {}
-        from_round = len(self.lines) + 1
-        config = {**config, CODE_KEY: code_entries(recorded, from_round, code_identity())}
-        text = json.dumps(json_ready(config), indent=2, sort_keys=True)
-        atomic_write_text(self.dir / CONFIG_FILE, text)
+        entries = code_entries(recorded, len(self.lines) + 1, code_identity())
+        text = json.dumps(json_ready({**config, CODE_KEY: entries}), indent=2, sort_keys=True)
+        atomic_write(self.dir / CONFIG_FILE, text)
 
     def append_round(self, line: dict[str, Any]) -> None:
-        """Append one round's metrics as a JSON line, not fsynced (:func:`sync_run_files`).
+        """Append one round's metrics line (not fsynced: :func:`sync_run_files`).
 
-        A killed process keeps the line; a stop signal waits until it is both in the file and in
-        :attr:`lines`.
+        A stop signal waits until it is both in the file and in :attr:`lines`.
         """
         clean = json_ready(line)
         with stop_signals_held():
@@ -93,8 +96,8 @@ class ResultWriter:
             self.lines.append(clean)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        """Write the end-of-run summary (atomically)."""
-        atomic_write_text(self.dir / SUMMARY_FILE, json.dumps(json_ready(summary), indent=2))
+        """Write the end-of-run summary."""
+        atomic_write(self.dir / SUMMARY_FILE, json.dumps(json_ready(summary), indent=2))
 
     def elapsed_s(self) -> float:
         """Seconds since the writer was created (plus those of the run before a resume)."""
@@ -116,8 +119,7 @@ class ResultWriter:
     ) -> str:
         """One progress line: round i/N, accuracy, scheduled, elapsed, ETA (:func:`eta_s`).
 
-        A round's own time runs from the previous round's end, without its node discovery
-        (``discovery_s``).
+        A round's own time runs from the previous round's end, less its node discovery.
         """
         elapsed = self.elapsed_s()
         self._round_s.append(max(elapsed - self._last_end_s - discovery_s, 0.0))
@@ -131,18 +133,7 @@ class ResultWriter:
 
 
 def sync_run_files(result_dir: str | Path) -> None:
-    """Make a run's per-round files durable: fsync ``metrics.jsonl``, ``status.json``, the folder.
-
-    Each round appends its metrics line and replaces ``status.json`` without an fsync (a killed
-    process keeps both; a crash of the system may lose what came after the last sync). The
-    ServerApp calls this before each checkpoint (so a checkpoint's round always has its line,
-    also after a power loss) and at the end of the run.
-
-    Raises
-    ------
-    ResultWriteError
-        Naming the file or folder that could not be synced.
-    """
+    """Fsync ``metrics.jsonl``, ``status.json`` and the folder (at checkpoints and the end)."""
     sync_files(result_dir, (METRICS_FILE, STATUS_FILE))
 
 
@@ -150,12 +141,7 @@ def eta_s(round_s: Sequence[float], rounds_left: int) -> float:
     """Seconds left: the mean own time of the finished rounds times the rounds left.
 
     The first round is left out once others have finished (it holds one-time costs); see
-    docs/design.md, "Stopped runs" (ETA).
-
-    Raises
-    ------
-    ValueError
-        When no round has finished yet.
+    docs/design.md, "Stopped runs". Raises ValueError when no round has finished yet.
     """
     if not round_s:
         raise ValueError("eta_s: no finished round; the ETA needs one")
@@ -163,15 +149,17 @@ def eta_s(round_s: Sequence[float], rounds_left: int) -> float:
     return sum(timed) / len(timed) * max(rounds_left, 0)
 
 
+def holds_run(result_dir: str | Path) -> bool:
+    """True when ``result_dir`` exists and holds any of a run's files (:data:`RUN_FILES`)."""
+    folder = Path(result_dir)
+    return folder.is_dir() and any((folder / name).exists() for name in RUN_FILES)
+
+
 def check_new_result_dir(result_dir: str | Path) -> None:
     """Refuse a folder a new run cannot use: a file, another run's results, or not creatable.
 
-    Nothing is left behind (whether a file can be created is tried and undone).
-
-    Raises
-    ------
-    ValueError
-        One line naming ``result-dir``, the folder and what to do.
+    Whether a file can be created is tried and undone. Raises ValueError, one line naming
+    ``result-dir``, the folder and what to do.
     """
     folder = Path(result_dir)
     key = f"run-config key 'result-dir' = '{folder}'"
@@ -188,112 +176,57 @@ def check_new_result_dir(result_dir: str | Path) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise ValueError(f"{key} cannot be created: '{ancestor}' is a file")
-    if not os.access(ancestor, os.W_OK | os.X_OK) or not can_create_in(ancestor):
-        raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'")
-
-
-def can_create_in(folder: Path) -> bool:
-    """True when a file can really be created in ``folder`` (tried, and removed at once)."""
     try:
-        fd, name = tempfile.mkstemp(prefix=".fedcgd-write-test-", dir=folder)
+        fd, name = tempfile.mkstemp(prefix=".fedcgd-write-test-", dir=ancestor)
+        os.close(fd)
+        os.unlink(name)
     except OSError:
-        return False
-    os.close(fd)
-    os.unlink(name)
-    return True
+        raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'") from None
 
 
-def _valid_line(text: str) -> dict[str, Any] | None:
-    """One metrics line as a dict with an int ``round``; None when it is not one."""
-    if len(text) > MAX_METRICS_LINE_BYTES or json_depth_exceeds(text):
-        return None
+def _metrics_line(raw: bytes) -> dict[str, Any] | None:
+    """One metrics line: a JSON object with an integer ``round``; None when it is not one."""
     try:
-        line = json.loads(text)
-    except (ValueError, RecursionError):
+        line = parse_json(raw, "") if len(raw) <= MAX_METRICS_LINE_BYTES else None
+    except ValueError:
         return None
-    if not isinstance(line, dict) or not isinstance(line.get("round"), int):
-        return None
-    return line
+    return line if isinstance(line, dict) and isinstance(line.get("round"), int) else None
 
 
-def _metrics_rows(path: Path) -> tuple[list[str], bool]:
-    """The lines of ``metrics.jsonl`` (too long ones cut) and whether it ends with a newline."""
-    rows: list[str] = []
-    ends_with_newline = True
-    with path.open("rb") as handle:
-        while True:
-            raw = handle.readline(MAX_METRICS_LINE_BYTES + 1)
-            if not raw:
-                break
-            ends_with_newline = raw.endswith(b"\n")
-            if not ends_with_newline and len(raw) > MAX_METRICS_LINE_BYTES:
-                while raw and not raw.endswith(b"\n"):  # skip the rest of the long line
-                    raw = handle.readline(MAX_METRICS_LINE_BYTES)
-                ends_with_newline = True
-                rows.append("x" * (MAX_METRICS_LINE_BYTES + 1))
-                continue
-            rows.append(raw.rstrip(b"\n").decode("utf-8", errors="replace"))
-    return rows, ends_with_newline
+def read_metrics_lines(
+    result_dir: str | Path, through_round: int | None = None
+) -> list[dict[str, Any]]:
+    """A run's metrics lines; a torn last line (no newline: killed while written) is left out.
 
-
-def read_metrics_lines(result_dir: str | Path) -> list[dict[str, Any]]:
-    """Every line of a run's ``metrics.jsonl``, for plots and tables; a torn last line is left out.
-
-    Raises
-    ------
-    OSError
-        When the file cannot be read.
-    ValueError
-        One line naming the file and the line.
+    ``through_round`` (a checkpoint's round, to resume): the lines of rounds 1 .. it, which must
+    all be there once each. Raises OSError when the file cannot be read (ValueError when
+    resuming), ValueError (one line naming the file) for a bad line or missing rounds.
     """
     path = Path(result_dir) / METRICS_FILE
-    rows, ends_with_newline = _metrics_rows(path)
+    resume = through_round is not None
+    where = f"run-config key 'resume-from': {path}" if resume else str(path)
     lines: list[dict[str, Any]] = []
-    for number, text in enumerate(rows, start=1):
-        if not text.strip():
-            continue
-        line = _valid_line(text)
-        if line is None:
-            if number == len(rows) and not ends_with_newline:
-                break  # torn while written
-            raise ValueError(
-                f"{path} line {number} is not a metrics line (a JSON object with an integer "
-                "round); the file was edited or damaged"
-            )
-        lines.append(line)
-    return lines
-
-
-def read_metrics(result_dir: str | Path, through_round: int) -> list[dict[str, Any]]:
-    """The metrics lines of rounds 1 .. ``through_round`` (a checkpoint's round), for resuming.
-
-    A torn last line after that round is dropped; any other bad line, or missing or repeated
-    rounds up to it, raise ValueError (one line naming the file).
-    """
-    path = Path(result_dir) / METRICS_FILE
-    where = f"run-config key 'resume-from': {path}"
-    if not path.is_file():
-        raise ValueError(f"{where} is missing; the folder cannot be resumed")
     try:
-        rows, _ = _metrics_rows(path)
+        with path.open("rb") as handle:
+            rows = iter(lambda: handle.readline(MAX_METRICS_LINE_BYTES + 1), b"")
+            for number, raw in enumerate(rows, start=1):
+                line = _metrics_line(raw)
+                if line is not None:
+                    lines.append(line)
+                elif (raw.strip() and raw.endswith(b"\n")) or len(raw) > MAX_METRICS_LINE_BYTES:
+                    raise ValueError(
+                        f"{where} line {number} is not a metrics line (a JSON object with an "
+                        "integer round); "
+                        + ("the folder cannot be resumed" if resume else "it was edited or damaged")
+                    )
     except OSError as err:
-        raise ValueError(f"{where} cannot be read ({err}); the folder cannot be resumed") from err
-    lines: list[dict[str, Any]] = []
-    for number, text in enumerate(rows, start=1):
-        if not text.strip():
-            continue
-        line = _valid_line(text)
-        if line is not None:
-            lines.append(line)
-            continue
-        is_last = not any(rest.strip() for rest in rows[number:])
-        reached = any(x["round"] >= through_round for x in lines)
-        if is_last and reached:
-            break  # torn while written, after the checkpoint's round: that round runs again
+        if not resume:
+            raise
         raise ValueError(
-            f"{where} line {number} is not a metrics line (corrupt at or before the "
-            f"checkpoint's round {through_round}); the folder cannot be resumed"
-        )
+            f"{where} cannot be read ({err.strerror}); the folder cannot be resumed"
+        ) from err
+    if through_round is None:
+        return lines
     kept = [x for x in lines if x["round"] <= through_round]
     rounds = [x["round"] for x in kept]
     if rounds != list(range(1, through_round + 1)):

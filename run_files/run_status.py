@@ -1,7 +1,7 @@
 """What a result folder says about its run: running, completed, failed or stopped, and its settings.
 
-Pure Python; the ServerApp writes ``status.json``, the commands read it (docs/design.md,
-"Result folders").
+The ServerApp writes ``status.json``, the commands read it (docs/design.md, "Result folders",
+"Failed writes" and "Stopped runs").
 """
 
 from __future__ import annotations
@@ -15,34 +15,25 @@ from typing import Any, TypedDict
 
 from fedcgd_task.errors import OneLineMessage, StopsRun
 from fedcgd_task.imports import first_line
-from run_files.atomic_files import atomic_write_text
-from run_files.json_files import read_json_object
+from run_files.files import atomic_write, read_json_object
+from run_files.results import CHECKPOINT_FILE, STATUS_FILE
 
-STATUS_FILE = "status.json"
-
-#: The states a run can be in.
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
-
-#: Files whose presence means a folder already holds a run's results.
-RUN_FILES = (
-    "config.json",
-    "metrics.jsonl",
-    "summary.json",
-    "model.pt",
-    "checkpoint.pt",
-    STATUS_FILE,
-)
+#: The ServerApp prints ``run failed: <line>``; the commands read it back (a full disk may
+#: refuse ``status.json`` too).
+FAILURE_MARKER = "run failed: "
+#: Settings a ``config.json`` may lack, with the value it then compares as.
+SETTINGS_ADDED_LATER: dict[str, Any] = {"aggregator": ""}
 
 
 @dataclass(frozen=True)
 class RunStatus:
     """The state of the run in one result folder (``status.json``).
 
-    ``state`` is one of :data:`STATES`; ``last_round`` the last round whose metrics line is
-    written (0: none); ``reason`` why it failed or stopped, one line; ``updated_unix_s`` the time
-    of this write; ``devices_lost`` the device-rounds lost to timeouts, disconnections or error
-    replies (:func:`lost_counts`), in ``rounds_with_lost_devices`` rounds.
+    ``state``: one of :data:`STATES`; ``last_round``: the last round whose metrics line is
+    written (0: none); ``reason``: why it failed or stopped, one line; ``devices_lost``: the
+    device-rounds lost to timeouts, disconnections or error replies (:func:`lost_counts`).
     """
 
     state: str
@@ -89,20 +80,6 @@ def stops_the_run(err: BaseException) -> bool:
     return isinstance(err, KeyboardInterrupt | StopsRun)
 
 
-def ended_by(
-    err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
-) -> RunStatus:
-    """The status of a run that ``err`` ended after ``last_round``: stopped or failed.
-
-    ``lines``: its metrics lines (for the lost devices).
-    """
-    lost = lost_counts(lines)
-    if stops_the_run(err):
-        reason = one_line(err) if str(err) else "stopped by SIGINT (KeyboardInterrupt)"
-        return RunStatus(STOPPED, last_round, num_server_rounds, reason=reason, **lost)
-    return RunStatus(FAILED, last_round, num_server_rounds, reason=one_line(err), **lost)
-
-
 def one_line(err: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters); a ``OneLineMessage`` alone."""
     if isinstance(err, OneLineMessage):
@@ -110,21 +87,20 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first_line(err)}"[:300]
 
 
-#: :data:`server_app.checkpoint.CHECKPOINT_FILE` (that module imports torch).
-CHECKPOINT_NAME = "checkpoint.pt"
-
-#: The ServerApp prints ``run failed: <line>``; the commands read it back (a full disk may
-#: refuse ``status.json`` too).
-FAILURE_MARKER = "run failed: "
+def ended_by(
+    err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
+) -> RunStatus:
+    """The status of a run that ``err`` ended after ``last_round`` (``lines``: its metrics)."""
+    if stops_the_run(err):
+        reason = one_line(err) if str(err) else "stopped by SIGINT (KeyboardInterrupt)"
+        return RunStatus(STOPPED, last_round, num_server_rounds, reason, **lost_counts(lines))
+    return RunStatus(FAILED, last_round, num_server_rounds, one_line(err), **lost_counts(lines))
 
 
 def resume_advice(result_dir: Path, *, when: str = "") -> str:
-    """What a run that stopped unfinished can do next: resume from its checkpoint, or run again.
-
-    ``when`` is said first (``free space on the disk``).
-    """
+    """What an unfinished run can do next (``when`` first): resume, or run again elsewhere."""
     first = f"{when}, then " if when else ""
-    if (Path(result_dir) / CHECKPOINT_NAME).is_file():
+    if (Path(result_dir) / CHECKPOINT_FILE).is_file():
         return f"{first}continue it from its checkpoint with resume-from='{result_dir}'"
     return (
         f"{first}run it again in a new folder: '{result_dir}' holds no checkpoint to resume "
@@ -148,28 +124,24 @@ def failure_from_output(output: str) -> str | None:
     """The last ``run failed: ...`` line the ServerApp printed (without the marker), or None."""
     found = None
     for line in output.splitlines():
-        start = line.find(FAILURE_MARKER)
-        if start >= 0:
+        if (start := line.find(FAILURE_MARKER)) >= 0:
             found = line[start + len(FAILURE_MARKER) :].strip()
     return found
 
 
 def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -> None:
-    """Write ``status.json`` atomically (``updated_unix_s`` set to now).
+    """Write ``status.json`` (``updated_unix_s``: now); ``durable``: fsynced before its rename.
 
-    ``durable``: fsynced (:func:`run_files.atomic_files.atomic_write`); each round's status is
-    not (:func:`run_files.results.sync_run_files` at checkpoints and at the end).
+    Each round's is not (:func:`run_files.results.sync_run_files` at checkpoints and the end).
     """
-    data = {**asdict(status), "updated_unix_s": time.time()}
-    text = json.dumps(data, indent=2) + "\n"
-    atomic_write_text(Path(result_dir) / STATUS_FILE, text, durable=durable)
+    text = json.dumps({**asdict(status), "updated_unix_s": time.time()}, indent=2) + "\n"
+    atomic_write(Path(result_dir) / STATUS_FILE, text, durable=durable)
 
 
 def mark_stopped(result_dir: Path, reason: str) -> None:
-    """Record a run stopped from outside its process (its launcher was signalled): ``stopped``.
+    """Record a run stopped from outside its process: ``running`` becomes ``stopped``.
 
-    A ``status.json`` that still says ``running`` becomes ``stopped`` with ``reason``, keeping
-    its round; any other status (or none, or an unreadable one) is left as it is.
+    Any other status, none, or an unreadable one is left as it is.
     """
     try:
         status = read_status(result_dir)
@@ -180,12 +152,9 @@ def mark_stopped(result_dir: Path, reason: str) -> None:
 
 
 def read_status(result_dir: Path) -> RunStatus | None:
-    """The run status of ``result_dir``; None when the folder holds no ``status.json``.
+    """The run status of ``result_dir``; None when it holds no ``status.json``.
 
-    Raises
-    ------
-    ValueError
-        When the file exists but is not a valid status (names the file).
+    Raises ValueError (naming the file) when the file is not a valid status.
     """
     path = Path(result_dir) / STATUS_FILE
     if not path.is_file():
@@ -205,12 +174,6 @@ def read_status(result_dir: Path) -> RunStatus | None:
         raise ValueError(f"{path} is not a valid run status ({err})") from err
 
 
-def holds_run(result_dir: Path) -> bool:
-    """True when ``result_dir`` exists and holds any of a run's files (:data:`RUN_FILES`)."""
-    folder = Path(result_dir)
-    return folder.is_dir() and any((folder / name).exists() for name in RUN_FILES)
-
-
 def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts as dotted keys; values normalised through JSON (tuples become lists)."""
     if isinstance(value, Mapping):
@@ -221,10 +184,6 @@ def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: json.loads(json.dumps(value))}
 
 
-#: Settings a ``config.json`` may lack, with the value it then compares as.
-SETTINGS_ADDED_LATER: dict[str, Any] = {"aggregator": ""}
-
-
 def settings_differences(
     recorded: Mapping[str, Any],
     requested: Mapping[str, Any],
@@ -232,21 +191,12 @@ def settings_differences(
     ignore: Iterable[str] = (),
     requested_keys_only: bool = False,
 ) -> list[str]:
-    """The (dotted) settings whose values differ between two resolved run configs, sorted.
+    """The dotted settings whose values differ between two resolved run configs, sorted.
 
-    Parameters
-    ----------
-    recorded : mapping
-        The settings a run was started with (its ``config.json``), possibly nested.
-    requested : mapping
-        The settings asked for now, in the same shape.
-    ignore : iterable of str
-        Dotted keys that may differ (e.g. ``num_server_rounds`` on resume).
-    requested_keys_only : bool
-        Compare only the keys present in ``requested``.
+    ``recorded``: a run's ``config.json``; ``requested``: the settings asked for now; ``ignore``:
+    keys that may differ; ``requested_keys_only``: compare only the keys of ``requested``.
     """
     before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
     now = flat_settings(requested)
-    skip = set(ignore)
-    names = set(now) if requested_keys_only else set(before) | set(now)
-    return sorted(k for k in names if k not in skip and before.get(k) != now.get(k))
+    names = (set(now) if requested_keys_only else set(before) | set(now)) - set(ignore)
+    return sorted(k for k in names if before.get(k) != now.get(k))

@@ -18,7 +18,7 @@ from flwr.supercore.logger import FLOWER_LOGGER
 from fedcgd_strategy.flower.simulation import patient
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
-from run_files.atomic_files import ResultWriteError
+from run_files.files import ResultWriteError
 from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import (
     COMPLETED,

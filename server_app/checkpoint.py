@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,15 @@ import torch
 
 from fedcgd_task.nested import DESCEND, map_nested
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
-from run_files.atomic_files import atomic_write
-from run_files.json_files import read_json_object
-from run_files.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, json_ready, read_metrics
+from run_files.files import atomic_write, read_json_object
+from run_files.results import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    MODEL_FILE,
+    SUMMARY_FILE,
+    json_ready,
+    read_metrics_lines,
+)
 from run_files.run_status import (
     COMPLETED,
     first_line,
@@ -29,7 +35,6 @@ from run_files.run_status import (
 from server_app.config import RunConfig
 from server_app.run_identity import CheckpointRefusedError, check_identity, unread_settings
 
-CHECKPOINT_FILE = "checkpoint.pt"
 #: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_to_torch`).
 NUMPY_TAG = "__numpy__"
 
@@ -80,22 +85,9 @@ def _untagged_array(value: Any) -> Any:
 
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
-    data = {
-        "round": checkpoint.round,
-        "model": checkpoint.model,
-        "policy_state": checkpoint.policy_state,
-        "cell_rng_state": checkpoint.cell_rng_state,
-        "policy_rng_state": checkpoint.policy_rng_state,
-        "elapsed_s": checkpoint.elapsed_s,
-        "aggregator_state": _to_torch(checkpoint.aggregator_state),
-        "identity": checkpoint.identity,
-    }
-    return atomic_torch_save(data, result_dir / CHECKPOINT_FILE)
-
-
-def atomic_torch_save(obj: object, path: Path) -> Path:
-    """``torch.save(obj, path)`` through :func:`run_files.atomic_files.atomic_write`."""
-    return atomic_write(path, lambda handle: torch.save(obj, handle))
+    data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
+    data["aggregator_state"] = _to_torch(checkpoint.aggregator_state)
+    return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
 #: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
@@ -181,7 +173,7 @@ def checkpoint_round(result_dir: Path) -> int | None:
 
 def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
     """Write the final model ``model.pt`` in ``result_dir`` atomically; return its path."""
-    return atomic_torch_save(state, result_dir / MODEL_FILE)
+    return atomic_write(result_dir / MODEL_FILE, lambda handle: torch.save(state, handle))
 
 
 @dataclass(frozen=True)
@@ -258,7 +250,7 @@ def check_resume(config: RunConfig) -> ResumePlan:
     checkpoint = load_checkpoint(folder)
     check_same_settings(folder, config)
     check_identity(folder, checkpoint.identity, config)
-    lines = read_metrics(folder, checkpoint.round)
+    lines = read_metrics_lines(folder, checkpoint.round)
     wanted = config.num_server_rounds
     if checkpoint.round > wanted or (checkpoint.round == wanted and run_finished(folder)):
         state = "finished" if checkpoint.round == wanted else "past that"

@@ -17,7 +17,7 @@ from flwr.app import ArrayRecord, MetricRecord
 
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.array_codec import torch_state
-from run_files.atomic_files import stop_signals_held
+from run_files.files import stop_signals_held
 from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.checkpoint import save_checkpoint

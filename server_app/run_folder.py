@@ -12,24 +12,15 @@ import os
 from pathlib import Path
 
 from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.results import check_new_result_dir
-from run_files.run_status import RUN_FILES
+from run_files.results import RUN_FILES, check_new_result_dir
 from server_app.checkpoint import ResumePlan, check_resume
 from server_app.config import RunConfig
-
-
-def folder_key(config: RunConfig) -> str:
-    """The run-config key that names the run's folder: ``resume-from`` or ``result-dir``."""
-    return "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
 
 
 def check_result_dir(config: RunConfig) -> ResumePlan | None:
     """The checks before a run writes in its folder; the resume plan, or None for a new run.
 
-    Raises
-    ------
-    ValueError, FileNotFoundError
-        One line naming the run-config key.
+    Raises ValueError or FileNotFoundError, one line naming the run-config key.
     """
     if config.resume_from:
         return check_resume(config)
@@ -49,26 +40,13 @@ class ClaimedRun:
 def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
     """Lock the run's folder (creating it for a new run) and check it under the lock.
 
-    Parameters
-    ----------
-    config : RunConfig
-        The validated run config.
-    writer : bool
-        Take the writer lock too (the ServerApp).
-    fresh_name : bool
-        ``config.result_dir`` is a default name: a suffix is added when taken.
-
-    Raises
-    ------
-    FolderInUseError
-        Another process holds the folder (its PID named).
-    ValueError, FileNotFoundError
-        The checks of :func:`check_result_dir`, or a folder that cannot be created or holds a link.
+    ``writer``: take the writer lock too (the ServerApp); ``fresh_name``: ``config.result_dir``
+    is a default name, suffixed when taken. Raises what :func:`check_result_dir` and
+    :func:`run_files.folder_lock.claim_folder` raise (a live holder named by its PID).
     """
     folder = Path(config.result_dir)
-    key = folder_key(config)
-    existed = os.path.lexists(folder)
-    if not existed and not fresh_name:
+    key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
+    if not os.path.lexists(folder) and not fresh_name:
         check_result_dir(config)  # refused before anything is created
     claim = claim_folder(
         folder, key, create=not config.resume_from, writer=writer, fresh_name=fresh_name
@@ -80,22 +58,11 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     except BaseException:
         claim.abandon()
         raise
-    if writer:
-        remove_stale_temporaries(claim.folder)
+    if writer:  # no other process writes there: remove the temporary files a killed writer left
+        for entry in os.scandir(claim.folder):
+            name = entry.name
+            ours = any(name.startswith(f".{run_file}.") for run_file in RUN_FILES)
+            if ours and name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
     return ClaimedRun(config, claim, plan)
-
-
-def remove_stale_temporaries(folder: Path) -> list[str]:
-    """Remove the ``.<run file>.<random>.tmp`` files a killed writer left; return their names.
-
-    Called under the writer lock, when no other process writes there.
-    """
-    removed = []
-    for entry in os.scandir(folder):
-        name = entry.name
-        ours = any(name.startswith(f".{run_file}.") for run_file in RUN_FILES)
-        if ours and name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                removed.append(name)
-    return removed

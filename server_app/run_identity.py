@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task.errors import OneLineMessage
-from run_files.results import json_ready
-from run_files.run_status import CHECKPOINT_NAME, flat_settings
+from run_files.results import CHECKPOINT_FILE, json_ready
+from run_files.run_status import flat_settings
 from server_app.config import RunConfig
 
 #: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
@@ -85,7 +85,7 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
         One line naming the field (format, seed, policy, a setting), both values.
     """
     found, wanted = identity, run_identity(config)
-    head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_NAME}"
+    head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     version = found.get("format", 1)
     if not _same_value(version, CHECKPOINT_FORMAT):
         raise CheckpointRefusedError(

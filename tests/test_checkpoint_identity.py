@@ -32,8 +32,7 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
     synthetic_uploads,
 )
-from run_files.results import METRICS_FILE, MODEL_FILE
-from run_files.run_status import RUN_FILES
+from run_files.results import METRICS_FILE, MODEL_FILE, RUN_FILES
 from server_app.checkpoint import CHECKPOINT_FILE
 
 DEVICES, ROUNDS = 6, 2

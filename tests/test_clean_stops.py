@@ -21,7 +21,7 @@ from run_results import assert_same_run, lines, whole_run
 from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim
 
 from experiments.cli import invoke
-from run_files.atomic_files import atomic_write_text, stop_signals_held
+from run_files.files import atomic_write, stop_signals_held
 
 #: A checkpoint after every round: the round a stop lands in is the one that can be continued.
 VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd", "checkpoint-every": 1}
@@ -160,7 +160,7 @@ def test_a_signal_during_a_write_is_delivered_after_it_once(tmp_path):
                 os.kill(os.getpid(), signal.SIGINT)
                 os.kill(os.getpid(), signal.SIGINT)  # twice: delivered once
                 with stop_signals_held():  # nested: the outer block delivers
-                    atomic_write_text(tmp_path / "f.txt", "whole")
+                    atomic_write(tmp_path / "f.txt", "whole")
                 reached_end.append(True)
         assert reached_end == [True]
         assert (tmp_path / "f.txt").read_text() == "whole"

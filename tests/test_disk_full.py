@@ -27,7 +27,7 @@ from subprocesses import fedcgd
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from run_files.atomic_files import ResultWriteError, append_line, atomic_write_text, sync_files
+from run_files.files import ResultWriteError, append_line, atomic_write, sync_files
 
 SMALL = {
     "num-devices": 8,
@@ -171,10 +171,10 @@ def test_other_io_errors_are_one_line_too(capsys, monkeypatch, tmp_path):
 
 def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tmp_path):
     target = tmp_path / "status.json"
-    atomic_write_text(target, "old")
+    atomic_write(target, "old")
     with disk_full(monkeypatch, tmp_path, lambda _: True):
         with pytest.raises(ResultWriteError, match="no space left on device while writing"):
-            atomic_write_text(target, "new")
+            atomic_write(target, "new")
         with pytest.raises(ResultWriteError) as err:
             append_line(tmp_path / "metrics.jsonl", "{}")
         with pytest.raises(ResultWriteError, match=f"while writing {tmp_path}/status.json$"):

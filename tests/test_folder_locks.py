@@ -28,15 +28,16 @@ from subprocesses import (
 from experiments.run.preflight import claim_run
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from run_files.atomic_files import atomic_write_text
+from run_files.files import atomic_write
 from run_files.folder_lock import (
     LOCK_FILE,
     OWNERS_ENV,
     WRITER_LOCK_FILE,
     FolderInUseError,
-    FolderLock,
     claim_folder,
+    let_go,
     new_folder,
+    take_lock,
 )
 from run_files.results import METRICS_FILE
 from server_app.checkpoint import CHECKPOINT_FILE, save_model
@@ -85,11 +86,11 @@ def holding_lock(
     """:func:`holding` a process that runs ``acquire`` on ``folder`` and then sleeps.
 
     ``acquire`` is a line of Python with ``folder`` (a Path) and :mod:`run_files.folder_lock`'s
-    ``FolderLock``, ``WRITER_LOCK_FILE`` and ``claim_folder`` at hand.
+    ``take_lock``, ``WRITER_LOCK_FILE`` and ``claim_folder`` at hand.
     """
     script = IN_PROJECT + (
         "import time\n"
-        "from run_files.folder_lock import WRITER_LOCK_FILE, FolderLock, claim_folder\n"
+        "from run_files.folder_lock import WRITER_LOCK_FILE, claim_folder, take_lock\n"
         f"folder = Path(sys.argv[2]); {acquire}\n"
         "print('held', flush=True); time.sleep(300)\n"
     )
@@ -166,8 +167,8 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path):
     # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
     folder = tmp_path / "run"
     folder.mkdir()
-    lock = "lock = FolderLock(folder, WRITER_LOCK_FILE)"
-    with holding_lock(folder, f"{lock}; lock.acquire('k', shared_with_ancestors=False)") as holder:
+    lock = "lock = take_lock(folder, WRITER_LOCK_FILE, 'k', shared=False)"
+    with holding_lock(folder, lock) as holder:
         run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 1})
         _, err = run.communicate(timeout=300)
         assert run.returncode == 2, err
@@ -257,7 +258,7 @@ def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, planted
     folder.mkdir()
     (folder / planted).symlink_to(victim)
     save_model(folder, {"w": torch.ones(3)})
-    atomic_write_text(folder / "status.json", "{}")
+    atomic_write(folder / "status.json", "{}")
     assert victim.read_text() == "precious"
     assert torch.equal(torch.load(folder / "model.pt")["w"], torch.ones(3))
     assert sorted(p.name for p in folder.iterdir()) == sorted([planted, "model.pt", "status.json"])
@@ -291,9 +292,8 @@ def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp
     claim = claim_folder(folder, "result-dir", writer=True)
     try:
         for name in (LOCK_FILE, WRITER_LOCK_FILE):
-            pid, token, command = (folder / name).read_text().split(" ", 2)
+            pid, command = (folder / name).read_text().split(" ", 1)
             assert int(pid) == os.getpid() and command[:40] == " ".join(sys.orig_argv)[:40]
-            assert len(token) == 16 and token != ""
             fd = os.open(folder / name, os.O_RDONLY)
             try:
                 with pytest.raises(BlockingIOError):
@@ -312,7 +312,7 @@ CLAIM_AND_SAY = IN_PROJECT + (
     "if sys.argv[4:] == ['later']: sys.stdin.readline()\n"
     "try:\n"
     "    c = claim_folder(Path(sys.argv[2]), 'k', writer=sys.argv[3] == 'writer')\n"
-    "    print('delegated' if c.owner.delegated else 'owner', flush=True)\n"
+    "    print('delegated' if c.owner is None else 'owner', flush=True)\n"
     "except FolderInUseError as err:\n"
     "    print('refused', err.pid, flush=True)\n"
     "sys.stdin.readline()\n"
@@ -389,10 +389,11 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
 def test_the_run_files_package_imports_neither_flwr_nor_torch():
     assert_import_pulls_neither_flwr_nor_torch(
         "run_files.folder_lock",
-        "run_files.atomic_files",
-        "run_files.json_files",
+        "run_files.files",
         "run_files.run_status",
         "run_files.results",
+        "run_files.run_list",
+        "run_files.code_identity",
     )
 
 
@@ -408,20 +409,19 @@ BARE_FLOCK = (
 
 
 def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch):
-    # A killed owner left "PID TOKEN command" in the lock file, and one of its orphans still
-    # lists the token. A new owner has locked the file but not yet written its own line: the
-    # orphan must be refused, not let in under the dead owner's token.
+    # A killed owner left "PID command" in the lock file, and one of its orphans still lists
+    # the PID. A new owner has locked the file but not yet written its own line: the orphan
+    # must be refused, not let in under the dead owner's PID.
     folder = tmp_path / "run"
     folder.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (folder / LOCK_FILE).write_text(f"{dead.pid} cafe0123cafe0123 old owner")
-    monkeypatch.setenv(OWNERS_ENV, f"cafe0123cafe0123 {dead.pid}")
+    (folder / LOCK_FILE).write_text(f"{dead.pid} old owner")
+    monkeypatch.setenv(OWNERS_ENV, str(dead.pid))
     with holding(BARE_FLOCK, str(folder / LOCK_FILE), "30", says="held"):
-        lock = FolderLock(folder)
         with pytest.raises(FolderInUseError) as err:
-            lock.acquire("result-dir", shared_with_ancestors=True)
-        assert not lock.delegated and err.value.pid is None
+            take_lock(folder, LOCK_FILE, "result-dir", shared=True)
+        assert err.value.pid is None
 
 
 def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
@@ -430,14 +430,14 @@ def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     with holding(BARE_FLOCK, str(folder / LOCK_FILE), "0.3", says="held"):
-        lock = FolderLock(folder).acquire("result-dir", shared_with_ancestors=False)
-        assert lock.fd is not None
-        lock.release()
+        lock = take_lock(folder, LOCK_FILE, "result-dir", shared=False)
+        assert lock is not None and lock.is_locked
+        let_go(lock)
 
 
-def test_a_released_owner_lock_is_no_longer_passed_to_children(tmp_path, monkeypatch):
-    monkeypatch.delenv(OWNERS_ENV, raising=False)
-    lock = FolderLock(tmp_path).acquire("result-dir", shared_with_ancestors=False)
-    assert os.environ[OWNERS_ENV] == lock.token
-    lock.release()
-    assert OWNERS_ENV not in os.environ
+def test_an_owner_passes_its_pid_to_the_processes_it_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv(OWNERS_ENV, "1")
+    let_go(take_lock(tmp_path, LOCK_FILE, "result-dir", shared=False))
+    assert os.environ[OWNERS_ENV] == f"1 {os.getpid()}"
+    let_go(take_lock(tmp_path, WRITER_LOCK_FILE, "result-dir", shared=False))  # never shared
+    assert os.environ[OWNERS_ENV] == f"1 {os.getpid()}"

@@ -160,29 +160,29 @@ def metrics_text(rounds: list[int]) -> str:
 
 
 def test_read_metrics_drops_a_torn_last_line_after_the_checkpoint_round(tmp_path):
-    from run_files.results import read_metrics
+    from run_files.results import read_metrics_lines
 
     (tmp_path / METRICS_FILE).write_text(metrics_text([1, 2, 3]) + '{"round": 4, "acc')
-    assert [x["round"] for x in read_metrics(tmp_path, 3)] == [1, 2, 3]
-    assert [x["round"] for x in read_metrics(tmp_path, 2)] == [1, 2]
+    assert [x["round"] for x in read_metrics_lines(tmp_path, 3)] == [1, 2, 3]
+    assert [x["round"] for x in read_metrics_lines(tmp_path, 2)] == [1, 2]
 
 
 def test_read_metrics_refuses_corrupt_missing_or_repeated_rounds(tmp_path):
-    from run_files.results import read_metrics
+    from run_files.results import read_metrics_lines
 
     path = tmp_path / METRICS_FILE
     path.write_text(metrics_text([1, 2]) + '{"round": 3, "acc')  # the checkpoint round is torn
-    with pytest.raises(ValueError, match=r"metrics\.jsonl line 3 is not a metrics line"):
-        read_metrics(tmp_path, 3)
+    with pytest.raises(ValueError, match=r"holds rounds 1\.\.2 \(2 lines\) but the checkpoint"):
+        read_metrics_lines(tmp_path, 3)
     path.write_text(metrics_text([1]) + "garbage\n" + metrics_text([3]))
     with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 is not a metrics line"):
-        read_metrics(tmp_path, 3)
+        read_metrics_lines(tmp_path, 3)
     path.write_text("")
     with pytest.raises(ValueError, match=r"holds no rounds but the checkpoint is after round 6"):
-        read_metrics(tmp_path, 6)
+        read_metrics_lines(tmp_path, 6)
     path.write_text(metrics_text([1, 2, 2, 3]))
     with pytest.raises(ValueError, match=r"missing or repeated"):
-        read_metrics(tmp_path, 3)
+        read_metrics_lines(tmp_path, 3)
 
 
 def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):

@@ -19,7 +19,7 @@ from scipy import stats
 
 from experiments.analysis.plot_runs import load_run
 from run_files.code_identity import CODE_KEY
-from run_files.json_files import read_json_object
+from run_files.files import read_json_object
 from run_files.results import CONFIG_FILE
 from run_files.run_status import flat_settings
 from server_app.run_identity import unread_settings

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from run_files.json_files import read_json_object
+from run_files.files import read_json_object
 from run_files.results import CONFIG_FILE
 
 #: Display names of the built-in data sets (a researcher's data set shows its function name).

@@ -29,8 +29,7 @@ from experiments.analysis.figures import (
     series_styles,
     smoothing_window,
 )
-from run_files.atomic_files import ResultWriteError, atomic_write
-from run_files.json_files import read_json_object
+from run_files.files import ResultWriteError, atomic_write, read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 from run_files.run_status import flat_settings
 
@@ -71,7 +70,7 @@ def load_run(result_dir: Path) -> tuple[str, list[dict]]:
 
 
 def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
-    """Save ``fig`` as PNG at ``out`` atomically (:func:`run_files.atomic_files.atomic_write`)."""
+    """Save ``fig`` as PNG at ``out`` atomically (:func:`run_files.files.atomic_write`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         return atomic_write(out, lambda handle: fig.savefig(handle, dpi=dpi, format="png"))

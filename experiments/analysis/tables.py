@@ -7,7 +7,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from run_files.atomic_files import atomic_write_text
+from run_files.files import atomic_write
 
 
 def write_csv(
@@ -22,7 +22,7 @@ def write_csv(
     ------
     ValueError
         If a row has a key that is not a column.
-    run_files.atomic_files.ResultWriteError
+    run_files.files.ResultWriteError
         When the file cannot be written (one line).
     """
     fieldnames = list(columns) if columns is not None else list(rows[0]) if rows else []
@@ -32,7 +32,7 @@ def write_csv(
         writer = csv.DictWriter(handle, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
-    atomic_write_text(path, handle.getvalue())
+    atomic_write(path, handle.getvalue())
 
 
 def text_table(header: str, lines: Iterable[str]) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from experiments.analysis.tables import text_table, write_csv
 from experiments.paper import settings as paper_settings
-from run_files.atomic_files import atomic_write_text
+from run_files.files import atomic_write
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
 PHASES: tuple[str, ...] = (
@@ -119,7 +119,7 @@ def write_table(
     """Write a benchmark's ``table.csv`` (``header``, ``rows``) and ``table.json`` (``payload``)."""
     csv_path, json_path = out / "table.csv", out / "table.json"
     write_csv(csv_path, [dict(zip(header, row, strict=True)) for row in rows], header)
-    atomic_write_text(json_path, json.dumps(payload, indent=2))
+    atomic_write(json_path, json.dumps(payload, indent=2))
     return csv_path, json_path
 
 

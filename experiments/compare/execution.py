@@ -44,9 +44,9 @@ from experiments.run.run_pool import (
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.settings import default_run_config
 from run_files.folder_lock import FolderClaim, claim_folder
+from run_files.results import RUN_FILES
 from run_files.run_status import (
     FAILED,
-    RUN_FILES,
     RunStatus,
     failure_from_output,
     first_line,

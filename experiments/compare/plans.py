@@ -14,13 +14,12 @@ from typing import Any
 
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from run_files.code_identity import code_identity, run_digests
-from run_files.json_files import read_json_object
-from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
+from run_files.files import read_json_object
+from run_files.results import CONFIG_FILE, METRICS_FILE, holds_run, read_metrics_lines
 from run_files.run_status import (
     SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
-    holds_run,
     settings_differences,
 )
 from server_app.checkpoint import run_finished

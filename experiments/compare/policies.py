@@ -28,7 +28,7 @@ from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text, validated_run_config
 from experiments.run.run_pool import resolve_jobs
-from run_files.atomic_files import ResultWriteError
+from run_files.files import ResultWriteError
 from run_files.folder_lock import claim_folder
 
 #: ``--policies`` by default: every policy of the paper's Table II and ``all``.

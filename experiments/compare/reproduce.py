@@ -51,7 +51,7 @@ from experiments.run.resume_command import LastWords, fedcgd_command, rerun_line
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
-from run_files.atomic_files import ResultWriteError, atomic_write_text
+from run_files.files import ResultWriteError, atomic_write
 from run_files.folder_lock import FolderClaim, claim_folder
 from server_app.config import parse_run_config
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
@@ -268,7 +268,7 @@ def write_preset(cfg: DictConfig, out: Path, command: str | None) -> None:
     the preset set and which the command line changed (Hydra's composition of both).
     """
     head = f"# {command}\n" if command else ""
-    atomic_write_text(out / PRESET_FILE, head + OmegaConf.to_yaml(cfg, resolve=True))
+    atomic_write(out / PRESET_FILE, head + OmegaConf.to_yaml(cfg, resolve=True))
 
 
 def _reproduce_planned(

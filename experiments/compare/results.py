@@ -30,7 +30,7 @@ from experiments.analysis.statistics import first_round_reaching, mean_ci95, pai
 from experiments.analysis.tables import write_csv
 from run_files.atomic_files import atomic_write_text
 from run_files.code_identity import mixed_code_line, run_digests
-from run_files.json_files import read_json_object
+from run_files.files import read_json_object
 from run_files.results import CONFIG_FILE
 
 REFERENCE_POLICY = "fedcgd-fscd"

@@ -201,7 +201,7 @@ def launch_run(
     """
     from experiments.run.outcome import run_outcome
     from experiments.run.preflight import effective_result_dir
-    from run_files.atomic_files import ResultWriteError
+    from run_files.files import ResultWriteError
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from run_files.run_status import CHECKPOINT_NAME, COMPLETED, read_status
+from run_files.results import CHECKPOINT_FILE, MODEL_FILE
+from run_files.run_status import COMPLETED, read_status
 
 
 def fedcgd_command(words: Sequence[str]) -> str:
@@ -76,10 +77,10 @@ def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every:
     if status is not None and status.state == COMPLETED:
         return f"nothing to continue: the run completed; results in {folder}"
     if status is not None and status.last_round >= status.num_server_rounds:
-        if (folder / "model.pt").is_file():
+        if (folder / MODEL_FILE).is_file():
             rounds = status.num_server_rounds
             return f"nothing to continue: all {rounds} rounds ran; results in {folder}"
-    if (folder / CHECKPOINT_NAME).is_file():
+    if (folder / CHECKPOINT_FILE).is_file():
         from server_app.checkpoint import checkpoint_round
 
         done = checkpoint_round(folder)

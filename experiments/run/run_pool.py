@@ -17,7 +17,7 @@ from typing import Any
 
 from experiments.run.processes import popen, stop
 from experiments.run.run_config import format_run_config
-from run_files.atomic_files import open_log
+from run_files.files import open_log
 
 #: Log file of a run started by :func:`run_jobs` for a comparison, in its result folder.
 RUN_LOG = "run.log"
