@@ -31,11 +31,8 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
         ["--instances", "1", "--num-devices", "8", "--alphas", "1", "--ratios", "1"],
         ["rows.csv", "summary.csv", "solver_performance.png"],
     ),
-    "bench solvers": (
-        ["--instances", "1", "--num-devices", "8", "--speedup-devices", "8"],
-        ["times.csv", "speedup.csv"],
-    ),
-    "bench fscd-scale": (["--num-devices", "30", "--instances", "1"], []),
+    "bench solvers": (["--instances", "1", "--num-devices", "8"], ["runs.csv", "summary.csv"]),
+    "bench fscd-scale": (["--num-devices", "30", "--instances", "1"], ["summary.csv"]),
     "bench inprocess": (
         ["--rounds", "2", "--repeats", "1"],
         ["table.csv", "table.json"],
