@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.analysis.figure_titles import read_config, runs_title
 from experiments.analysis.figures import (
     draw_group,
     label_axis,
@@ -308,3 +307,73 @@ def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool
         return 1
     print(f"wrote {written}")
     return 0
+
+
+# --- Titles: data set, split, τ, V and the seeds of the runs, from their ``config.json`` ---
+
+#: Display names of the built-in data sets (a researcher's data set shows its function name).
+DATASET_NAMES = {"mnist1d": "MNIST-1D", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def read_config(result_dir: Path) -> dict[str, Any] | None:
+    """The ``config.json`` of ``result_dir``; None when absent or unreadable (no title part)."""
+    try:
+        return read_json_object(result_dir / CONFIG_FILE)
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+
+def _values(parts: Iterable[str]) -> str:
+    return ", ".join(dict.fromkeys(parts))
+
+
+def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
+    """The split of runs with these ``task`` settings, e.g. ``Dirichlet α = 0.1, 1, r = 10``."""
+    alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
+    shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
+    texts = ["Dirichlet α = " + _values(alphas)] if alphas else []
+    if shards:
+        plural = "" if all(n == 1 for n in shards) else "s"
+        texts.append(_values(_number(n) for n in shards) + f" shard{plural} per device")
+    ratios = [t.get("imbalance_ratio", 1.0) for t in tasks]
+    imbalance = (
+        ", r = " + _values(_number(r) for r in ratios) if any(r != 1 for r in ratios) else ""
+    )
+    return ", ".join(texts) + imbalance
+
+
+def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool = True) -> str:
+    """The title of a figure over runs with these ``config.json`` ("" when none is known).
+
+    Data set · split · τ · V · aggregator (unless FedAvg) · seeds, each listing its distinct values
+    in order (a data set given by reference as its function name, at most 40 characters); an
+    unknown config is left out.
+    """
+    known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
+    tasks = [c["task"] for c in known]
+    if not known:
+        return ""
+    names = (str(t.get("dataset", "?")) for t in tasks)
+    training = [c["training"] if isinstance(c.get("training"), Mapping) else {} for c in known]
+    parts = [
+        _values(DATASET_NAMES.get(n, n.rsplit(":", 1)[-1])[:40] for n in names),
+        split_text(tasks),
+        "τ = " + _values(_number(t.get("local_steps")) for t in training),
+        "V = " + _values(_number(t.get("num_devices")) for t in tasks),
+    ]
+    aggregators = [str(c.get("aggregator") or "") for c in known]
+    if any(aggregators):
+        parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
+    if seeds:
+        distinct = list(dict.fromkeys(_number(t.get("seed")) for t in tasks))
+        parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
+    return " · ".join(parts)
+
+
+def runs_title(result_dirs: Iterable[Path], *, seeds: bool = True) -> str:
+    """:func:`settings_title` of the runs in ``result_dirs``."""
+    return settings_title([read_config(d) for d in result_dirs], seeds=seeds)

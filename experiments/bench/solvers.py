@@ -1,6 +1,6 @@
 """The P1 solvers timed: ``fedcgd bench solvers`` (each method per V) and ``bench fscd-scale``.
 
-Instances of :func:`experiments.paper.solver_performance.random_problem`: ``solvers`` with α = 1,
+Instances of :mod:`experiments.paper.solver_performance`: ``solvers`` with α = 1,
 σ / (√b G) = 1 and the exact solver's MILPs under ``--milp-time-limit-s`` (docs/evidence.md, "The
 paper's solver figure"); ``fscd-scale`` FSCD alone on Table I cells of 1,000s of candidates,
 α = 0.1 (docs/performance.md, "FSCD at scale"). Wall and process CPU seconds per instance
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.analysis.tables import text_table, write_csv
-from experiments.paper.solver_performance import random_problem
+from experiments.paper.solver_performance import instance_problem, make_instance
 from fedcgd_strategy import solve
 
 #: The columns of ``summary.csv``, as printed.
@@ -45,10 +45,8 @@ def main(
     runs: list[dict[str, object]] = []
     summary: list[dict[str, object]] = []
     for size in num_devices:
-        problems = [
-            random_problem(size, alpha, ratio, np.random.default_rng([seed, size, i, 7]))
-            for i in range(instances)
-        ]
+        rngs = [np.random.default_rng([seed, size, i, 7]) for i in range(instances)]
+        problems = [instance_problem(*make_instance(size, alpha, rng), ratio) for rng in rngs]
         for method in methods:
             group = []
             for i, problem in enumerate(problems):

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.analysis.figure_titles import runs_title
+from experiments.analysis.plot_runs import runs_title
 from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
 from experiments.compare.execution import (
     ENGINES,
