@@ -24,7 +24,6 @@ from experiments.analysis.figures import (
     legend_below,
     policy_name,
     policy_order,
-    policy_style,
     series_styles,
     smoothing_window,
 )
@@ -88,11 +87,6 @@ def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, floa
     return out
 
 
-def _panels(num: int = len(PANEL_KEYS)) -> tuple[Any, Any]:
-    fig, axes = plt.subplots(1, num, figsize=(14, 4.6), constrained_layout=True)
-    return fig, axes
-
-
 def finish_figure(
     fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path, title: str = ""
 ) -> Path:
@@ -110,40 +104,29 @@ def panel_window(runs: Sequence[Sequence[Mapping[str, Any]]]) -> int:
     return smoothing_window(max((len(lines) for lines in runs), default=0))
 
 
-def title_smoothed_panels(axes: Sequence[Any], keys: Sequence[str], window: int) -> None:
-    """Say on each smoothed panel what its lines are (nothing when ``window`` is 1)."""
-    if window > 1:
-        for ax, key in zip(axes, keys, strict=True):
-            if key in SMOOTHED_KEYS:
-                ax.set_title(f"moving average over {window} rounds (faint: per round)", fontsize=9)
-
-
-def plot_mean_bands(
-    axes: Sequence[Any],
-    keys: Sequence[str],
-    result_dirs: Sequence[Path],
-    label: str,
-    color: str | None = None,
-    policy: str | None = None,
-    *,
-    style: Mapping[str, Any] | None = None,
-    window: int = 1,
+def _draw_panels(
+    groups: Sequence[tuple[str, list[Path]]],
+    styles: Sequence[Mapping[str, Any]],
+    out: Path,
     bands: bool = True,
-) -> None:
-    """Draw on each axis (one per key) the group of runs ``result_dirs`` (:func:`draw_group`).
+) -> Path:
+    """Draw each (label, folders) group on the :data:`PANEL_KEYS` panels; title and save.
 
-    ``style`` defaults to ``policy``'s; ``window`` smooths the :data:`SMOOTHED_KEYS` panels.
+    Each group in its style by :func:`draw_group`; the smoothed panels as moving averages.
     """
-    runs = [load_run(d)[1] for d in result_dirs]
-    if style is None and policy:
-        style = policy_style(policy)
-    for ax, key in zip(axes, keys, strict=True):
-        curves = [round_values(lines, key) for lines in runs]
-        smooth = window if key in SMOOTHED_KEYS else 1
-        drawn = draw_group(
-            ax, curves, key, label, color=color, style=style, smooth=smooth, bands=bands
-        )
-        color = drawn or color
+    fig, axes = plt.subplots(1, len(PANEL_KEYS), figsize=(14, 4.6), constrained_layout=True)
+    loaded = [[load_run(d)[1] for d in dirs] for _, dirs in groups]
+    window = panel_window([lines for runs in loaded for lines in runs])
+    for (label, _), runs, style in zip(groups, loaded, styles, strict=True):
+        for ax, key in zip(axes, PANEL_KEYS, strict=True):
+            curves = [round_values(lines, key) for lines in runs]
+            smooth = window if key in SMOOTHED_KEYS else 1
+            draw_group(ax, curves, key, label, style=style, smooth=smooth, bands=bands)
+    for ax, key in zip(axes, PANEL_KEYS, strict=True):
+        if window > 1 and key in SMOOTHED_KEYS:
+            ax.set_title(f"moving average over {window} rounds (faint: per round)", fontsize=9)
+    title = runs_title(d for _, dirs in groups for d in dirs)
+    return finish_figure(fig, axes, PANEL_KEYS, out, title)
 
 
 def folder_suffix(index: int, paths: Sequence[Path]) -> str:
@@ -230,17 +213,11 @@ def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     policies and aggregators never share a colour (:func:`figures.series_styles
     <experiments.analysis.figures.series_styles>`).
     """
-    fig, axes = _panels()
-    loaded = [load_run(d) for d in result_dirs]
-    policies = [policy for policy, _ in loaded]
-    window = panel_window([lines for _, lines in loaded])
+    policies = [load_run(d)[0] for d in result_dirs]
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
     styles = series_styles(policies, [aggregator_of(c) for c in configs])
-    for result_dir, label, style in zip(result_dirs, labels, styles, strict=True):
-        plot_mean_bands(axes, PANEL_KEYS, [result_dir], label, style=style, window=window)
-    title_smoothed_panels(axes, PANEL_KEYS, window)
-    return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(result_dirs))
+    return _draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
 
 
 def group_runs(result_dirs: Sequence[Path]) -> dict[tuple[str, str], list[Path]]:
@@ -267,21 +244,17 @@ def plot_mean_runs(
     ``groups``: policy -> folders, or (policy, the settings that tell the group apart) ->
     folders (:func:`group_runs`); ``bands`` False draws the mean lines alone.
     """
-    fig, axes = _panels()
     keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
     order = [
         key for policy in policy_order(p for p, _ in keyed) for key in keyed if key[0] == policy
     ]
-    every = [d for key in order for d in keyed[key]]
-    window = panel_window([load_run(d)[1] for d in every])
     aggregators = [aggregator_of(read_config(keyed[key][0])) for key in order]
     styles = series_styles([p for p, _ in order], aggregators)
-    for (policy, setting), style in zip(order, styles, strict=True):
-        dirs = keyed[(policy, setting)]
-        name = policy_name(policy) + (f" · {setting}" if setting else "") + f" (n={len(dirs)})"
-        plot_mean_bands(axes, PANEL_KEYS, dirs, name, style=style, window=window, bands=bands)
-    title_smoothed_panels(axes, PANEL_KEYS, window)
-    return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(every))
+    named = [
+        (policy_name(p) + (f" · {s}" if s else "") + f" (n={len(keyed[(p, s)])})", keyed[(p, s)])
+        for p, s in order
+    ]
+    return _draw_panels(named, styles, out, bands)
 
 
 def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool = True) -> int:

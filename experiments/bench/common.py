@@ -240,7 +240,7 @@ def accuracy_gap(metrics: Sequence[Mapping[str, Any]], accuracies: Sequence[floa
 
 
 def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) -> list[dict]:
-    """Rows (group, quantity, engine_s, plain_s): a run's means over rounds 2..R and the replay's.
+    """A run's means over rounds 2..R beside the replay's: rows (group, quantity, s, s, ratio).
 
     A run's round is the difference of consecutive ``wall_time_s``; "rest" is what the phases
     leave of it.
@@ -259,9 +259,15 @@ def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) ->
         ("rest", per_round - sum(v for k, v in engine.items() if k != "client_train_s"), None),
     ]
     return [
-        {"group": group, "quantity": quantity, "engine_s": a, "plain_s": b}
-        for quantity, a, b in pairs
+        with_ratio({"group": group, "quantity": q, "engine_s": a, "plain_s": b})
+        for q, a, b in pairs
     ]
+
+
+def with_ratio(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with ``ratio`` = engine_s / plain_s (None without a plain time of 1 ms or more)."""
+    plain = row["plain_s"]
+    return {**row, "ratio": row["engine_s"] / plain if plain and plain >= 1e-3 else None}
 
 
 def write_table(

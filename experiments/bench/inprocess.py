@@ -23,6 +23,7 @@ from experiments.bench.common import (
     progress,
     replay,
     run_engine,
+    with_ratio,
     write_table,
 )
 from fedcgd_task.datasets import load_test_set, load_train_set
@@ -95,14 +96,10 @@ def main(args: Options) -> int:
     rows = []
     for (name, quantity), pairs in values.items():
         plain_s = [b for _, b in pairs if b is not None]
-        rows.append(
-            {
-                "checkout": name,
-                "quantity": quantity,
-                "engine_s": statistics.median(a for a, _ in pairs),
-                "plain_s": statistics.median(plain_s) if plain_s else None,
-            }
-        )
+        engine_s = statistics.median(a for a, _ in pairs)
+        bare = statistics.median(plain_s) if plain_s else None
+        rows.append(with_ratio({"group": name, "quantity": quantity, "engine_s": engine_s,
+                                "plain_s": bare}))  # fmt: skip
     print(
         f"\nMedians over {args.repeats} run(s) of rounds 2..{args.rounds}, tau = "
         f"{args.local_steps}, {args.policy}; largest accuracy difference to the bare replay "
