@@ -114,11 +114,12 @@ def run_engine(
             while not stop.wait(0.1):
                 try:
                     status = Path(f"/proc/{proc.pid}/status").read_text()
-                    done = (result_dir / "metrics.jsonl").read_bytes().count(b"\n")
                 except OSError:
                     continue
                 if "VmRSS:" not in status:  # exited, not yet reaped
                     continue
+                lines = result_dir / "metrics.jsonl"
+                done = lines.read_bytes().count(b"\n") if lines.exists() else 0
                 rss = int(status.split("VmRSS:")[1].split()[0]) / 1024
                 by_round[done] = max(by_round.get(done, 0.0), rss)
 
