@@ -16,7 +16,6 @@ from fake_runs import write_run
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
 
-from experiments.analysis.figure_titles import settings_title
 from experiments.analysis.figures import (
     BAND_LABEL,
     POLICY_COLORS,
@@ -29,6 +28,7 @@ from experiments.analysis.figures import (
     series_styles,
     smoothing_window,
 )
+from experiments.analysis.plot_runs import settings_title
 
 
 def _band_y(ax: plt.Axes) -> np.ndarray:

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+import reference_solvers as reference
 
 from channel import Cell, CellConfig
 from channel.report import PAPER_CIFAR10_MODEL_BITS
-from experiments.bench import reference_solvers as reference
 from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.problem import wemd
 from fedcgd_strategy.solvers import fscd, transit_search

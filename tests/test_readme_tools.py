@@ -31,11 +31,8 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
         ["--instances", "1", "--num-devices", "8", "--alphas", "1", "--ratios", "1"],
         ["rows.csv", "summary.csv", "solver_performance.png"],
     ),
-    "bench solvers": (
-        ["--instances", "1", "--num-devices", "8", "--speedup-devices", "8"],
-        ["times.csv", "speedup.csv"],
-    ),
-    "bench fscd-scale": (["--num-devices", "30", "--instances", "1"], []),
+    "bench solvers": (["--instances", "1", "--num-devices", "8"], ["runs.csv", "summary.csv"]),
+    "bench fscd-scale": (["--num-devices", "30", "--instances", "1"], ["summary.csv"]),
     "bench inprocess": (
         ["--rounds", "2", "--repeats", "1"],
         ["table.csv", "table.json"],
@@ -174,7 +171,7 @@ def test_readme_round_benchmark_command_runs(tmp_path: Path) -> None:
 def test_the_inprocess_benchmark_finds_the_engine_in_old_and_new_checkouts(tmp_path) -> None:
     """``--compare-with`` takes a checkout of every layout: the ``fedcgd`` tool, the
     ``python -m`` engine before it, and the engine from before experiments/ had subpackages."""
-    from experiments.bench.inprocess import engine_command
+    from experiments.bench.common import engine_command
 
     tool, new, old, other = (tmp_path / n for n in ("tool", "new", "old", "other"))
     (tool / "experiments" / "cli").mkdir(parents=True)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from experiments.cli import invoke
-from experiments.paper.schedule_report import TABLE_COLUMNS
 from experiments.paper.schedule_simulation import (
     PolicySpec,
     TableSettings,
@@ -20,7 +19,7 @@ from experiments.paper.schedule_simulation import (
     simulate,
     simulate_rounds,
 )
-from experiments.paper.schedule_table import TABLE_POLICIES
+from experiments.paper.schedule_table import TABLE_COLUMNS, TABLE_POLICIES
 from fedcgd_strategy.policies import PolicyContext, RoundInputs, make_policy
 
 #: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.

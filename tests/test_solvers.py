@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from brute_force import brute_force
+import reference_solvers as reference
+from reference_solvers import brute_force
 
-from experiments.bench import reference_solvers as reference
 from fedcgd_strategy import METHODS, SchedulingProblem, solve
 from fedcgd_strategy.solvers.exact import size_batch_pairs
 from fedcgd_strategy.solvers.fscd import fscd_stages

@@ -32,27 +32,14 @@ Reached = tuple[int | None, int]
 
 @dataclass(frozen=True)
 class RoundsTest:
-    """Rounds to the target of a policy against a reference, paired by seed.
+    """Rounds to the target of a policy against a reference over ``n`` seeds both ran.
 
-    Attributes
-    ----------
-    n : int
-        Seeds both ran.
-    earlier, later : int
-        Seeds where the policy reached the target before / after the reference (a run that
-        never reached it is after one that did).
-    tied : int
-        Seeds where both reached it in the same round, or neither did.
-    censored : int
-        Seeds where at least one of the two never reached it.
-    sign_p : float
-        Exact two-sided sign test (``scipy.stats.binomtest``) of ``earlier`` against ``later``
-        (ties left out); NaN without an untied seed.
-    wilcoxon_p : float
-        Two-sided Wilcoxon signed-rank test (``scipy.stats.wilcoxon``, exact over every sign
-        flip up to :data:`EXACT_SEEDS` seeds, scipy's default beyond) of policy − reference,
-        a run that never reached the target counted as its rounds run + 1; NaN without a
-        nonzero difference.
+    ``earlier`` / ``later``: seeds where the policy reached it before / after the reference (a
+    run that never reached it is after one that did); ``tied``: the same round, or neither;
+    ``censored``: at least one never reached it. ``sign_p``: exact two-sided sign test
+    (``scipy.stats.binomtest``, ties left out); ``wilcoxon_p``: two-sided signed-rank test of
+    :func:`censored_rounds` differences (exact over every sign flip up to :data:`EXACT_SEEDS`
+    seeds). Each NaN without an untied seed.
     """
 
     n: int
@@ -75,11 +62,8 @@ def rounds_to_target_test(
 ) -> RoundsTest:
     """Paired tests of rounds to the target over the seeds both ran (see :class:`RoundsTest`).
 
-    The order within a pair is known whenever one of the two reached the target (the other
-    is later than its whole run), so the sign test is exact under censoring. The signed-rank
-    test also weighs how much earlier: a censored run's difference is then a lower bound
-    (its true rounds are more than its rounds run), so it understates how much later a
-    censored policy is.
+    Why these tests and what censoring does to them: docs/comparing.md, "Rounds to the target,
+    paired and censored".
     """
     seeds = sorted(set(values) & set(reference))
     diffs = np.array(
@@ -180,15 +164,9 @@ def indicator_test(points: Sequence[tuple[float, float]]) -> IndicatorTest:
 
 #: Columns of ``indicator.csv``: one row per (setting, seed) with both policies' runs.
 INDICATOR_COLUMNS = (
-    "setting",
-    "seed",
-    "ghat_over_sigma_early",
-    "fscd_late_accuracy",
-    "bc_late_accuracy",
-    "gap_late",
-    "fscd_result_dir",
-    "bc_result_dir",
-)
+    "setting", "seed", "ghat_over_sigma_early", "fscd_late_accuracy", "bc_late_accuracy",
+    "gap_late", "fscd_result_dir", "bc_result_dir",
+)  # fmt: skip
 #: Columns of ``indicator_test.csv`` (one row).
 INDICATOR_TEST_COLUMNS = ("early_rounds", "late_fraction", "n_points", "spearman_rho", "p_value")
 

@@ -111,17 +111,9 @@ USER_LINESTYLE = "-."
 #: Line styles tried, in order, when a series' preferred (colour, style) is already taken in
 #: its figure (a second run of one policy, more own policies than :data:`USER_COLORS`).
 LINESTYLES: tuple[Any, ...] = (
-    "-",
-    "--",
-    "-.",
-    ":",
-    (0, (5, 1)),
-    (0, (3, 1, 1, 1, 1, 1)),
-    (0, (1, 1)),
-    (0, (5, 2, 1, 2)),
-    (0, (8, 2)),
-    (0, (3, 3)),
-)
+    "-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2)),
+    (0, (8, 2)), (0, (3, 3)),
+)  # fmt: skip
 
 
 def policy_order(policies: Iterable[str]) -> list[str]:
@@ -342,15 +334,10 @@ def label_axis(ax: Any, key: str, *, xlabel: str = "round", x_count: bool | None
         count_ticks(ax.yaxis, metric(key).low)
 
 
-def has_band(fig: Any) -> bool:
-    """Whether any panel of ``fig`` holds a confidence band drawn by :func:`draw_group`."""
-    return any(c.get_gid() == BAND_GID for ax in fig.axes for c in ax.collections)
-
-
 def legend_below(fig: Any, ax: Any) -> None:
     """One legend for the whole figure, below the panels, with ``ax``'s entries (and the band's)."""
     handles, labels = ax.get_legend_handles_labels()
-    if has_band(fig):
+    if any(c.get_gid() == BAND_GID for axis in fig.axes for c in axis.collections):
         handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))
         labels.append(BAND_LABEL)
     if handles:

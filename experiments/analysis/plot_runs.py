@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +18,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.analysis.figure_titles import read_config, runs_title
 from experiments.analysis.figures import (
     draw_group,
     label_axis,
     legend_below,
     policy_name,
     policy_order,
-    policy_style,
     series_styles,
     smoothing_window,
 )
@@ -88,11 +86,6 @@ def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, floa
     return out
 
 
-def _panels(num: int = len(PANEL_KEYS)) -> tuple[Any, Any]:
-    fig, axes = plt.subplots(1, num, figsize=(14, 4.6), constrained_layout=True)
-    return fig, axes
-
-
 def finish_figure(
     fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path, title: str = ""
 ) -> Path:
@@ -110,40 +103,29 @@ def panel_window(runs: Sequence[Sequence[Mapping[str, Any]]]) -> int:
     return smoothing_window(max((len(lines) for lines in runs), default=0))
 
 
-def title_smoothed_panels(axes: Sequence[Any], keys: Sequence[str], window: int) -> None:
-    """Say on each smoothed panel what its lines are (nothing when ``window`` is 1)."""
-    if window > 1:
-        for ax, key in zip(axes, keys, strict=True):
-            if key in SMOOTHED_KEYS:
-                ax.set_title(f"moving average over {window} rounds (faint: per round)", fontsize=9)
-
-
-def plot_mean_bands(
-    axes: Sequence[Any],
-    keys: Sequence[str],
-    result_dirs: Sequence[Path],
-    label: str,
-    color: str | None = None,
-    policy: str | None = None,
-    *,
-    style: Mapping[str, Any] | None = None,
-    window: int = 1,
+def _draw_panels(
+    groups: Sequence[tuple[str, list[Path]]],
+    styles: Sequence[Mapping[str, Any]],
+    out: Path,
     bands: bool = True,
-) -> None:
-    """Draw on each axis (one per key) the group of runs ``result_dirs`` (:func:`draw_group`).
+) -> Path:
+    """Draw each (label, folders) group on the :data:`PANEL_KEYS` panels; title and save.
 
-    ``style`` defaults to ``policy``'s; ``window`` smooths the :data:`SMOOTHED_KEYS` panels.
+    Each group in its style by :func:`draw_group`; the smoothed panels as moving averages.
     """
-    runs = [load_run(d)[1] for d in result_dirs]
-    if style is None and policy:
-        style = policy_style(policy)
-    for ax, key in zip(axes, keys, strict=True):
-        curves = [round_values(lines, key) for lines in runs]
-        smooth = window if key in SMOOTHED_KEYS else 1
-        drawn = draw_group(
-            ax, curves, key, label, color=color, style=style, smooth=smooth, bands=bands
-        )
-        color = drawn or color
+    fig, axes = plt.subplots(1, len(PANEL_KEYS), figsize=(14, 4.6), constrained_layout=True)
+    loaded = [[load_run(d)[1] for d in dirs] for _, dirs in groups]
+    window = panel_window([lines for runs in loaded for lines in runs])
+    for (label, _), runs, style in zip(groups, loaded, styles, strict=True):
+        for ax, key in zip(axes, PANEL_KEYS, strict=True):
+            curves = [round_values(lines, key) for lines in runs]
+            smooth = window if key in SMOOTHED_KEYS else 1
+            draw_group(ax, curves, key, label, style=style, smooth=smooth, bands=bands)
+    for ax, key in zip(axes, PANEL_KEYS, strict=True):
+        if window > 1 and key in SMOOTHED_KEYS:
+            ax.set_title(f"moving average over {window} rounds (faint: per round)", fontsize=9)
+    title = runs_title(d for _, dirs in groups for d in dirs)
+    return finish_figure(fig, axes, PANEL_KEYS, out, title)
 
 
 def folder_suffix(index: int, paths: Sequence[Path]) -> str:
@@ -230,17 +212,11 @@ def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     policies and aggregators never share a colour (:func:`figures.series_styles
     <experiments.analysis.figures.series_styles>`).
     """
-    fig, axes = _panels()
-    loaded = [load_run(d) for d in result_dirs]
-    policies = [policy for policy, _ in loaded]
-    window = panel_window([lines for _, lines in loaded])
+    policies = [load_run(d)[0] for d in result_dirs]
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
     styles = series_styles(policies, [aggregator_of(c) for c in configs])
-    for result_dir, label, style in zip(result_dirs, labels, styles, strict=True):
-        plot_mean_bands(axes, PANEL_KEYS, [result_dir], label, style=style, window=window)
-    title_smoothed_panels(axes, PANEL_KEYS, window)
-    return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(result_dirs))
+    return _draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
 
 
 def group_runs(result_dirs: Sequence[Path]) -> dict[tuple[str, str], list[Path]]:
@@ -267,21 +243,17 @@ def plot_mean_runs(
     ``groups``: policy -> folders, or (policy, the settings that tell the group apart) ->
     folders (:func:`group_runs`); ``bands`` False draws the mean lines alone.
     """
-    fig, axes = _panels()
     keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
     order = [
         key for policy in policy_order(p for p, _ in keyed) for key in keyed if key[0] == policy
     ]
-    every = [d for key in order for d in keyed[key]]
-    window = panel_window([load_run(d)[1] for d in every])
     aggregators = [aggregator_of(read_config(keyed[key][0])) for key in order]
     styles = series_styles([p for p, _ in order], aggregators)
-    for (policy, setting), style in zip(order, styles, strict=True):
-        dirs = keyed[(policy, setting)]
-        name = policy_name(policy) + (f" · {setting}" if setting else "") + f" (n={len(dirs)})"
-        plot_mean_bands(axes, PANEL_KEYS, dirs, name, style=style, window=window, bands=bands)
-    title_smoothed_panels(axes, PANEL_KEYS, window)
-    return finish_figure(fig, axes, PANEL_KEYS, out, runs_title(every))
+    named = [
+        (policy_name(p) + (f" · {s}" if s else "") + f" (n={len(keyed[(p, s)])})", keyed[(p, s)])
+        for p, s in order
+    ]
+    return _draw_panels(named, styles, out, bands)
 
 
 def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool = True) -> int:
@@ -307,3 +279,73 @@ def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool
         return 1
     print(f"wrote {written}")
     return 0
+
+
+# --- Titles: data set, split, τ, V and the seeds of the runs, from their ``config.json`` ---
+
+#: Display names of the built-in data sets (a researcher's data set shows its function name).
+DATASET_NAMES = {"mnist1d": "MNIST-1D", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def read_config(result_dir: Path) -> dict[str, Any] | None:
+    """The ``config.json`` of ``result_dir``; None when absent or unreadable (no title part)."""
+    try:
+        return read_json_object(result_dir / CONFIG_FILE)
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+
+def _values(parts: Iterable[str]) -> str:
+    return ", ".join(dict.fromkeys(parts))
+
+
+def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
+    """The split of runs with these ``task`` settings, e.g. ``Dirichlet α = 0.1, 1, r = 10``."""
+    alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
+    shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
+    texts = ["Dirichlet α = " + _values(alphas)] if alphas else []
+    if shards:
+        plural = "" if all(n == 1 for n in shards) else "s"
+        texts.append(_values(_number(n) for n in shards) + f" shard{plural} per device")
+    ratios = [t.get("imbalance_ratio", 1.0) for t in tasks]
+    imbalance = (
+        ", r = " + _values(_number(r) for r in ratios) if any(r != 1 for r in ratios) else ""
+    )
+    return ", ".join(texts) + imbalance
+
+
+def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool = True) -> str:
+    """The title of a figure over runs with these ``config.json`` ("" when none is known).
+
+    Data set · split · τ · V · aggregator (unless FedAvg) · seeds, each listing its distinct values
+    in order (a data set given by reference as its function name, at most 40 characters); an
+    unknown config is left out.
+    """
+    known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
+    tasks = [c["task"] for c in known]
+    if not known:
+        return ""
+    names = (str(t.get("dataset", "?")) for t in tasks)
+    training = [c["training"] if isinstance(c.get("training"), Mapping) else {} for c in known]
+    parts = [
+        _values(DATASET_NAMES.get(n, n.rsplit(":", 1)[-1])[:40] for n in names),
+        split_text(tasks),
+        "τ = " + _values(_number(t.get("local_steps")) for t in training),
+        "V = " + _values(_number(t.get("num_devices")) for t in tasks),
+    ]
+    aggregators = [str(c.get("aggregator") or "") for c in known]
+    if any(aggregators):
+        parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
+    if seeds:
+        distinct = list(dict.fromkeys(_number(t.get("seed")) for t in tasks))
+        parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
+    return " · ".join(parts)
+
+
+def runs_title(result_dirs: Iterable[Path], *, seeds: bool = True) -> str:
+    """:func:`settings_title` of the runs in ``result_dirs``."""
+    return settings_title([read_config(d) for d in result_dirs], seeds=seeds)

@@ -9,7 +9,6 @@ from typing import Any
 import matplotlib
 import numpy as np
 
-from experiments.analysis.figure_titles import runs_title
 from experiments.analysis.figures import (
     MIN_RUNS_FOR_BAND,
     draw_group,
@@ -27,6 +26,7 @@ from experiments.analysis.plot_runs import (
     load_run,
     panel_window,
     round_values,
+    runs_title,
     save_figure,
 )
 

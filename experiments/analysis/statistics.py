@@ -108,23 +108,13 @@ class Band:
 
 def mean_band(curves: Sequence[Mapping[int, float | None]]) -> Band:
     """Per-round :func:`mean_ci95` of several curves (per seed, round -> value; gaps left out)."""
-    x = sorted({int(r) for curve in curves for r in curve})
-    column = {r: i for i, r in enumerate(x)}
-    values = np.full((len(curves), len(x)), np.nan)
-    for row, curve in enumerate(curves):
-        for r, value in curve.items():
-            if value is not None:
-                values[row, column[int(r)]] = float(value)
-    values[~np.isfinite(values)] = np.nan  # NaN and infinities are missing values
-    n = np.sum(~np.isnan(values), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):  # rounds without 1 or 2 values
-        mean = np.nansum(values, axis=0) / n
-        sd = np.sqrt(np.nansum((values - mean) ** 2, axis=0) / (n - 1))
-        t = stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1))
-        half = np.where(n >= 2, t * sd / np.sqrt(n), np.nan)
+    curves = [{int(r): value for r, value in curve.items()} for curve in curves]
+    x = sorted({r for curve in curves for r in curve})
+    columns = [finite(curve.get(r) for curve in curves) for r in x]
+    means, halves = zip(*(mean_ci95(c) for c in columns), strict=True) if x else ((), ())
     return Band(
         x=np.array(x, dtype=int),
-        mean=np.where(n > 0, mean, np.nan),
-        half_width=half,
-        n=n.astype(int),
+        mean=np.array(means, dtype=float),
+        half_width=np.array(halves, dtype=float),
+        n=np.array([len(c) for c in columns], dtype=int),
     )

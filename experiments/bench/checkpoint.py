@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import statistics
 import tempfile
 import time
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.analysis.tables import text_table, write_csv
-from experiments.bench.inprocess import SETTING as INPROCESS_SETTING
+from experiments.bench.common import write_table
+from experiments.bench.inprocess import SETTING
 
 #: (model, data set, input shape, classes, writes timed).
 MODELS = (
@@ -32,30 +31,25 @@ MODELS = (
 CADENCES = (0, 1, 5, 10)
 #: The run part's run config: the paper cell of ``fedcgd bench inprocess --local-steps 1
 #: --deadline-s 0.0402`` (MNIST-1D, its CNN, V = 64, FedCGD-FSCD, evaluation every round).
-RUN_SETTING = {
-    **INPROCESS_SETTING,
-    "local-steps": 1,
-    "channel.deadline-s": 0.0402,
-    "policy": "fedcgd-fscd",
-}
+RUN_SETTING = {**SETTING, "local-steps": 1, "channel.deadline-s": 0.0402, "policy": "fedcgd-fscd"}
 
 
 def time_writes() -> list[dict[str, object]]:
-    """Median seconds of ``save_checkpoint`` per built-in model, with the file size."""
+    """Median and largest milliseconds of ``save_checkpoint`` per built-in model, file size."""
     from fedcgd_task.models import build_model, count_parameters
     from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 
     rows: list[dict[str, object]] = []
-    rng = np.random.default_rng(0)
+    state = dict(np.random.default_rng(0).bit_generator.state)
     for name, dataset, shape, classes, writes in MODELS:
         model = build_model(name, classes, shape, seed=0)
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         checkpoint = Checkpoint(
             round=1,
-            model=state,
+            model=weights,
             policy_state={"class-gradient": [1.0]},
-            cell_rng_state=dict(rng.bit_generator.state),
-            policy_rng_state=dict(rng.bit_generator.state),
+            cell_rng_state=state,
+            policy_rng_state=state,
             elapsed_s=1.0,
         )
         with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as folder:
@@ -63,7 +57,7 @@ def time_writes() -> list[dict[str, object]]:
             for _ in range(writes):
                 t0 = time.perf_counter()
                 save_checkpoint(Path(folder), checkpoint)
-                times.append(time.perf_counter() - t0)
+                times.append(1000 * (time.perf_counter() - t0))
             size = (Path(folder) / CHECKPOINT_FILE).stat().st_size
         rows.append(
             {
@@ -71,8 +65,8 @@ def time_writes() -> list[dict[str, object]]:
                 "dataset": dataset,
                 "parameters": count_parameters(model),
                 "file_bytes": size,
-                "write_ms_median": round(1000 * statistics.median(times), 2),
-                "write_ms_max": round(1000 * max(times), 2),
+                "write_ms_median": statistics.median(times),
+                "write_ms_max": max(times),
             }
         )
     return rows
@@ -82,34 +76,30 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     """Seconds per round of :data:`RUN_SETTING` at each cadence, interleaved ``repeats`` times."""
     from experiments.run.inprocess import run_inprocess
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+    from run_files.results import read_metrics_lines
 
     per_round: dict[int, list[float]] = {c: [] for c in CADENCES}
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-runs-") as folder:
         for rep in range(repeats):
             for cadence in CADENCES:
                 result_dir = Path(folder) / f"every-{cadence}-{rep}"
-                config = with_resolved_data_dir(
-                    validated_run_config(
-                        {
-                            **RUN_SETTING,
-                            "checkpoint-every": cadence,
-                            "num-server-rounds": rounds,
-                            "result-dir": str(result_dir),
-                        }
-                    )
-                )
+                overrides = {
+                    **RUN_SETTING,
+                    "checkpoint-every": cadence,
+                    "num-server-rounds": rounds,
+                    "result-dir": str(result_dir),
+                }
                 with contextlib.redirect_stdout(io.StringIO()):  # the run's progress lines
-                    run_inprocess(config)
-                lines = [json.loads(x) for x in (result_dir / "metrics.jsonl").open()]
-                # wall_time_s of round 1 holds the start (data, model): rounds 2..J only
-                span = lines[-1]["wall_time_s"] - lines[0]["wall_time_s"]
-                per_round[cadence].append(span / (len(lines) - 1))
+                    run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
+                walls = [m["wall_time_s"] for m in read_metrics_lines(result_dir)]
+                # round 1 holds the start (data, model): rounds 2..J only
+                per_round[cadence].append((walls[-1] - walls[0]) / (len(walls) - 1))
     base = statistics.mean(per_round[0])
     return [
         {
             "checkpoint_every": cadence,
-            "s_per_round_mean": round(statistics.mean(times), 4),
-            "s_per_round_min": round(min(times), 4),
+            "s_per_round_mean": statistics.mean(times),
+            "s_per_round_min": min(times),
             "overhead_vs_none": f"{statistics.mean(times) / base - 1:+.1%}",
             "repeats": len(times),
         }
@@ -119,29 +109,6 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
 
 def main(out: Path, repeats: int = 3, rounds: int = 50) -> int:
     """``fedcgd bench checkpoint``: time the writes and the runs; write two tables to ``out``."""
-    writes = time_writes()
-    write_csv(out / "checkpoint_writes.csv", writes)
-    print(
-        text_table(
-            f"{'model':<11} {'params':>10} {'file MB':>8} {'write ms':>9} {'max ms':>8}",
-            (
-                f"{r['model']:<11} {r['parameters']:>10} {int(r['file_bytes']) / 1e6:>8.2f} "  # type: ignore[call-overload]
-                f"{r['write_ms_median']:>9} {r['write_ms_max']:>8}"
-                for r in writes
-            ),
-        )
-    )
-    runs = time_runs(repeats, max(rounds, 2))
-    write_csv(out / "checkpoint_runs.csv", runs)
-    print(
-        text_table(
-            f"{'checkpoint-every':>16} {'s/round':>9} {'min':>8} {'overhead':>9}",
-            (
-                f"{r['checkpoint_every']:>16} {r['s_per_round_mean']:>9} "
-                f"{r['s_per_round_min']:>8} {r['overhead_vs_none']:>9}"
-                for r in runs
-            ),
-        )
-    )
-    print(f"wrote {out / 'checkpoint_writes.csv'} and {out / 'checkpoint_runs.csv'}")
+    write_table(out, time_writes(), None, "checkpoint_writes")
+    write_table(out, time_runs(repeats, max(rounds, 2)), None, "checkpoint_runs")
     return 0

@@ -1,167 +1,293 @@
-"""Helpers of the benchmarks: progress lines, a run's per-round fields, random CIFAR-10 files."""
+"""What the run benchmarks share: the engine as a process, a run's rounds replayed bare, tables.
+
+:func:`replay` redoes a run's rounds in this process with the product's own round functions
+(the ServerApp's set-up and evaluation, the device's σ̂ and τ SGD steps, FedAvg), without
+messages, validation or files; :func:`compared` sets a run's phases beside the replay's.
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import pickle
+import statistics
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from experiments.analysis.tables import text_table, write_csv
-from experiments.paper import settings as paper_settings
+from experiments.run.run_config import format_run_config
 from run_files.files import atomic_write
+from run_files.results import read_metrics_lines
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
-PHASES: tuple[str, ...] = (
-    "query_s",
-    "schedule_s",
-    "train_phase_s",
-    "client_train_s",
-    "aggregate_s",
-    "eval_s",
+PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate_s", "eval_s")
+#: How a checkout's in-process engine is started: (the module file of its layout, the
+#: interpreter's arguments), for this layout and the two earlier ones ``--compare-with`` meets.
+ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("experiments/cli/__main__.py", ("-m", "experiments.cli", "inprocess")),
+    ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
+    ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
 )
-#: CIFAR-10 layout: classes, training images per class, test images per class, batch files.
-NUM_CLASSES = paper_settings.CIFAR10_CLASSES
-TRAIN_PER_CLASS = paper_settings.CIFAR10_TRAIN_PER_CLASS
-TEST_PER_CLASS = 1000
-NUM_TRAIN_BATCHES = 5
-CIFAR10_LABEL_NAMES: tuple[str, ...] = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
-#: The fields of a run's metrics lines a benchmark keeps per round, besides its phase timings.
-ROUND_FIELDS = ("round", "wall_time_s", "num_available", "num_scheduled", "accuracy")
+#: This checkout.
+THIS = Path(__file__).resolve().parents[2]
+
+
+def progress(text: str, tag: str) -> None:
+    """Print one line ``[tag] text`` with the machine's 1-minute load average."""
+    print(f"[{tag}] {text} [load {os.getloadavg()[0]:.1f}]", flush=True)
+
+
+def engine_command(project: Path) -> list[str] | None:
+    """The interpreter's arguments that run the in-process engine of the checkout ``project``.
+
+    None: ``project`` is not a checkout of this project.
+    """
+    for marker, words in ENGINE_COMMANDS:
+        if (project / marker).is_file():
+            return list(words)
+    return None
+
+
+def checkouts(compare_with: Path | None) -> dict[str, Path] | None:
+    """The checkouts to time: ``this``, and ``other`` for ``compare_with``.
+
+    None (after one line on stderr) when ``compare_with`` is not a checkout of this project.
+    """
+    projects = {"this": THIS}
+    if compare_with is not None:
+        projects["other"] = compare_with.resolve()
+        if engine_command(projects["other"]) is None:
+            print(
+                f"error: --compare-with {projects['other']}: not a checkout of this project",
+                file=sys.stderr,
+            )
+            return None
+    return projects
 
 
 @dataclass(frozen=True)
-class TimedRuns:
-    """The options of a benchmark that times seeded runs (``fedcgd bench round``, ``inprocess``).
+class EngineRun:
+    """One engine process: its metrics lines, wall seconds and resident memory (MiB)."""
 
-    Rounds 2..``rounds`` are timed (round 1 holds the start-up: at least 2); the results go
-    to ``out``.
+    metrics: list[dict[str, Any]]
+    process_s: float
+    peak_rss_mib: float
+    rss_by_round: dict[int, float]
+
+    def per_round_s(self) -> float:
+        """Seconds per round over rounds 2..R (round 1 holds the start-up)."""
+        walls = [float(m["wall_time_s"]) for m in self.metrics]
+        return (walls[-1] - walls[0]) / (len(walls) - 1)
+
+
+def run_engine(
+    project: Path, overrides: Mapping[str, Any], log_path: Path, *extra: str
+) -> EngineRun:
+    """Run ``project``'s in-process engine on ``overrides`` (and ``extra`` options) as a process.
+
+    Its resident memory is sampled every 0.1 s, by the rounds written so far.
+
+    Raises
+    ------
+    RuntimeError
+        With the end of the log when the run fails.
     """
+    words = engine_command(project) or []
+    command = [sys.executable, *words, "--run-config", format_run_config(overrides), *extra]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result_dir = Path(str(overrides["result-dir"]))
+    by_round: dict[int, float] = {}
+    started = time.perf_counter()
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, cwd=project, stdout=log, stderr=subprocess.STDOUT, env=env)
+        stop = threading.Event()
 
-    rounds: int
-    seed: int
-    out: Path
+        def sample() -> None:
+            while not stop.wait(0.1):
+                try:
+                    status = Path(f"/proc/{proc.pid}/status").read_text()
+                except OSError:
+                    continue
+                if "VmRSS:" not in status:  # exited, not yet reaped
+                    continue
+                lines = result_dir / "metrics.jsonl"
+                done = lines.read_bytes().count(b"\n") if lines.exists() else 0
+                rss = int(status.split("VmRSS:")[1].split()[0]) / 1024
+                by_round[done] = max(by_round.get(done, 0.0), rss)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        stop.set()
+        sampler.join()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"the run in {project} failed ({code}):\n{log_path.read_text()[-2000:]}")
+    process_s = time.perf_counter() - started
+    return EngineRun(read_metrics_lines(result_dir), process_s, usage.ru_maxrss / 1024, by_round)
 
 
-@dataclass(frozen=True)
-class SolverInstances:
-    """The options of a benchmark of the P1 solvers (``fedcgd bench solvers``, ``fscd-scale``).
+@dataclass
+class Replay:
+    """Per replayed round: its seconds and those of its parts, the test accuracy (None: none)."""
 
-    ``instances`` random instances for each V in ``num_devices``, drawn from ``seed``; the
-    tables go to ``out``.
+    setup_s: float
+    round_s: list[float] = field(default_factory=list)
+    sigma_s: list[float] = field(default_factory=list)
+    train_s: list[float] = field(default_factory=list)
+    aggregate_s: list[float] = field(default_factory=list)
+    eval_s: list[float] = field(default_factory=list)
+    accuracy: list[float | None] = field(default_factory=list)
+
+    def mean(self, name: str) -> float:
+        """Mean of the list ``name`` over rounds 2..R."""
+        return statistics.fmean(getattr(self, name)[1:])
+
+
+def replay(
+    run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
+) -> Replay:
+    """A run's rounds (its ``metrics.jsonl`` lines) redone in this process, timed per round.
+
+    The ServerApp's set-up; per round the channel redrawn, then (timed) σ̂ and the label
+    histogram on every available device when the policy needs σ̂, τ SGD steps on each scheduled
+    device, FedAvg of the uploads and the central evaluation when the run evaluated. Batches are
+    gathered before each round's clock starts.
+
+    Raises
+    ------
+    RuntimeError
+        If the redrawn channel gives another number of available devices than the run.
     """
+    import torch
 
-    out: Path
-    num_devices: list[int]
-    instances: int
-    seed: int
+    from client_app.device_round import pre_training_stats
+    from fedcgd_strategy.aggregation import fedavg
+    from fedcgd_task.local_data import local_split
+    from fedcgd_task.training import dropout_seed, local_batches, train_local
+    from server_app.config import parse_run_config
+    from server_app.recorder import evaluation_due
+    from server_app.setup import build_setup
+
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    setup = build_setup(parse_run_config(run_config))
+    config, model = setup.config, setup.model
+    splits = [local_split(config.task, v) for v in range(config.task.num_devices)]
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out = Replay(setup_s=time.perf_counter() - started)
+    for line in metrics:
+        server_round = int(line["round"])
+        available = np.flatnonzero(setup.cell.draw_round(setup.model_bits).available).tolist()
+        if len(available) != int(line["num_available"]):
+            raise RuntimeError(
+                f"round {server_round}: the redrawn channel has {len(available)} available "
+                f"devices, the run {line['num_available']}"
+            )
+
+        def batches(v: int, r: int = server_round) -> list[np.ndarray]:
+            return local_batches(config.seed, config.training, len(splits[v]), r, v)
+
+        queried = [(splits[v], batches(v)) for v in available if setup.policy.needs_sigma]
+        trained = []
+        for v in (int(u) for u in line["scheduled"]):
+            rows = batches(v)
+            x, y = splits[v].tensors(np.concatenate(rows))
+            positions = [np.arange(t * len(b), (t + 1) * len(b)) for t, b in enumerate(rows)]
+            trained.append((v, x, y, positions, dropout_seed(config.seed, server_round, v)))
+        uploaded = [int(v) for v in line.get("uploaded", line["scheduled"])]
+
+        clock = [time.perf_counter()]
+        model.load_state_dict(state)
+        for split, rows in queried:
+            pre_training_stats(model, split, rows)
+        clock.append(time.perf_counter())
+        states = {}
+        for v, x, y, positions, seed in trained:
+            model.load_state_dict(state)
+            train_local(model, x, y, positions, config.training.learning_rate, torch_seed=seed)
+            states[v] = {k: t.detach().cpu().numpy().copy() for k, t in model.state_dict().items()}
+        clock.append(time.perf_counter())
+        if uploaded:
+            averaged = fedavg([states[v] for v in uploaded], [len(splits[v]) for v in uploaded])
+            state = {k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in averaged.items()}
+        clock.append(time.perf_counter())
+        due = evaluation_due(server_round, config.num_server_rounds, config.eval_every)
+        out.accuracy.append(setup.evaluate(state)[1] if due else None)
+        clock.append(time.perf_counter())
+        parts = ("sigma_s", "train_s", "aggregate_s", "eval_s")
+        for name, (a, b) in zip(parts, itertools.pairwise(clock), strict=True):
+            getattr(out, name).append(b - a)
+        out.round_s.append(clock[-1] - clock[0])
+    return out
 
 
-def quantity_table(key: str, key_width: int, numbers: str, rows: Sequence[Sequence[str]]) -> str:
-    """A benchmark's printed table: a ``key`` column, the quantities, then the numbers.
-
-    ``rows`` are (key, quantity, numbers) texts; the quantity column is as wide as its widest
-    entry, ``numbers`` heads the formatted numbers.
-    """
-    width = max(len(quantity) for _, quantity, _ in rows)
-    return text_table(
-        f"{key:<{key_width}} {'quantity':<{width}} {numbers}",
-        (f"{k:<{key_width}} {quantity:<{width}} {text}" for k, quantity, text in rows),
-    )
-
-
-def load_average() -> float | None:
-    """The 1-minute load average of the machine (None where the OS has none)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return None
-
-
-def progress(
-    text: str, log: list[dict[str, Any]] | None = None, *, tag: str = "bench_round"
-) -> None:
-    """Print one line ``[tag] text`` with the 1-minute load average; append it to ``log``."""
-    load = load_average()
-    suffix = "" if load is None else f" [load {load:.1f}]"
-    print(f"[{tag}] {text}{suffix}", flush=True)
-    if log is not None:
-        log.append({"time": time.time(), "text": text, "load_1min": load})
-
-
-def round_fields(
-    metrics: Sequence[Mapping[str, Any]], phases: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Per round, the values of :data:`ROUND_FIELDS` and of ``phases`` (None where absent)."""
-    return [{k: m.get(k) for k in (*ROUND_FIELDS, *phases)} for m in metrics]
-
-
-def write_table(
-    out: Path, header: Sequence[str], rows: Sequence[Sequence[Any]], payload: Mapping[str, Any]
-) -> tuple[Path, Path]:
-    """Write a benchmark's ``table.csv`` (``header``, ``rows``) and ``table.json`` (``payload``)."""
-    csv_path, json_path = out / "table.csv", out / "table.json"
-    write_csv(csv_path, [dict(zip(header, row, strict=True)) for row in rows], header)
-    atomic_write(json_path, json.dumps(payload, indent=2))
-    return csv_path, json_path
-
-
-def largest_accuracy_gap(
-    metrics: Sequence[Mapping[str, Any]], accuracies: Sequence[float | None]
-) -> float:
+def accuracy_gap(metrics: Sequence[Mapping[str, Any]], accuracies: Sequence[float | None]) -> float:
     """Largest |run accuracy − replayed accuracy| over the rounds both evaluated (NaN if none)."""
     gaps = [
-        abs(float(m["accuracy"]) - float(a))
+        abs(float(m["accuracy"]) - a)
         for m, a in zip(metrics, accuracies, strict=True)
         if m.get("accuracy") is not None and a is not None
     ]
-    return max(gaps) if gaps else float("nan")
+    return max(gaps, default=float("nan"))
 
 
-def write_random_cifar10(root: Path, seed: int) -> Path:
-    """Write a ``cifar-10-batches-py`` folder of random pixels in the official archive's format."""
-    rng = np.random.default_rng([seed, 0xC1FA])
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True, exist_ok=True)
-    train_labels = rng.permutation(np.repeat(np.arange(NUM_CLASSES), TRAIN_PER_CLASS))
-    test_labels = rng.permutation(np.repeat(np.arange(NUM_CLASSES), TEST_PER_CLASS))
-    per_batch = train_labels.size // NUM_TRAIN_BATCHES
-    files: list[tuple[str, str, np.ndarray]] = [
-        (
-            f"data_batch_{k + 1}",
-            f"training batch {k + 1} of {NUM_TRAIN_BATCHES}",
-            train_labels[k * per_batch : (k + 1) * per_batch],
-        )
-        for k in range(NUM_TRAIN_BATCHES)
+def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) -> list[dict]:
+    """A run's means over rounds 2..R beside the replay's: rows (group, quantity, s, s, ratio).
+
+    A run's round is the difference of consecutive ``wall_time_s``; "rest" is what the phases
+    leave of it.
+    """
+    walls = [float(m["wall_time_s"]) for m in metrics]
+    per_round = (walls[-1] - walls[0]) / (len(walls) - 1)
+    engine = {k: statistics.fmean(float(m.get(k) or 0.0) for m in metrics[1:]) for k in PHASES}
+    pairs: list[tuple[str, float, float | None]] = [
+        ("seconds per round", per_round, plain.mean("round_s")),
+        ("query / sigma-hat", engine["query_s"], plain.mean("sigma_s")),
+        ("schedule", engine["schedule_s"], None),
+        ("training phase / SGD steps", engine["train_phase_s"], plain.mean("train_s")),
+        ("  of which SGD steps (sum)", engine["client_train_s"], None),
+        ("aggregate / FedAvg", engine["aggregate_s"], plain.mean("aggregate_s")),
+        ("evaluation", engine["eval_s"], plain.mean("eval_s")),
+        ("rest", per_round - sum(v for k, v in engine.items() if k != "client_train_s"), None),
     ]
-    files.append(("test_batch", "testing batch 1 of 1", test_labels))
-    for name, batch_label, labels in files:
-        data = rng.integers(0, 256, size=(labels.size, 3 * 32 * 32), dtype=np.uint8)
-        entry = {"batch_label": batch_label, "labels": labels.tolist(), "data": data}
-        with open(folder / name, "wb") as fh:
-            pickle.dump(entry, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    meta = {
-        "label_names": list(CIFAR10_LABEL_NAMES),
-        "num_cases_per_batch": per_batch,
-        "num_vis": 3 * 32 * 32,
-    }
-    with open(folder / "batches.meta", "wb") as fh:
-        pickle.dump(meta, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    return folder
+    return [
+        with_ratio({"group": group, "quantity": q, "engine_s": a, "plain_s": b})
+        for q, a, b in pairs
+    ]
+
+
+def with_ratio(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with ``ratio`` = engine_s / plain_s (None without a plain time of 1 ms or more)."""
+    plain = row["plain_s"]
+    return {**row, "ratio": row["engine_s"] / plain if plain and plain >= 1e-3 else None}
+
+
+def write_table(
+    out: Path, rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any] | None, name: str
+) -> None:
+    """Print ``rows``; write them as ``name.csv`` and, with ``settings``, ``name.json``."""
+    header = list(rows[0])
+
+    def cell(value: object) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else "-" if value is None else str(value)
+
+    widths = [max(len(h), *(len(cell(r.get(h))) for r in rows)) for h in header]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+
+    print(text_table(line(header), (line([cell(r.get(h)) for h in header]) for r in rows)))
+    write_csv(out / f"{name}.csv", rows, header)
+    if settings is not None:
+        payload = {"settings": dict(settings), "rows": list(rows)}
+        atomic_write(out / f"{name}.json", json.dumps(payload, indent=2, default=str))
+    print(f"wrote {out / name}.*")

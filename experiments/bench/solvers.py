@@ -1,137 +1,91 @@
-"""Benchmark of the P1 solvers (``fedcgd bench solvers``): times per V, vectorised vs loop.
+"""The P1 solvers timed: ``fedcgd bench solvers`` (each method per V) and ``bench fscd-scale``.
 
-Instances of :mod:`experiments.paper.solver_performance` with σ / (√b G) = 1; the exact solver's
-MILPs run under ``--milp-time-limit-s`` (docs/evidence.md, "The paper's solver figure").
+Instances of :mod:`experiments.paper.solver_performance`: ``solvers`` with α = 1,
+σ / (√b G) = 1 and the exact solver's MILPs under ``--milp-time-limit-s`` (docs/evidence.md, "The
+paper's solver figure"); ``fscd-scale`` FSCD alone on Table I cells of 1,000s of candidates,
+α = 0.1 (docs/performance.md, "FSCD at scale"). Wall and process CPU seconds per instance
+(``runs.csv``), medians per V and method (``summary.csv``). That each solver decides as its
+slow oracle does (loop versions, the dense FSCD, brute force) is tested against
+tests/reference_solvers.py.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
+from pathlib import Path
 
 import numpy as np
 
-from experiments.analysis.tables import write_csv
-from experiments.bench.common import SolverInstances
-from experiments.bench.reference_solvers import coordinate_descent_loop, fscd_loop, greedy_loop
-from experiments.paper.solver_performance import random_problem
-from fedcgd_strategy.problem import SchedulingProblem
-from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
-from fedcgd_strategy.solvers.exact import exact_schedule
-from fedcgd_strategy.solvers.fscd import fscd_schedule
-from fedcgd_strategy.solvers.greedy import greedy_schedule
-from fedcgd_strategy.solvers.result import ScheduleResult
+from experiments.analysis.tables import text_table, write_csv
+from experiments.paper.solver_performance import instance_problem, make_instance
+from fedcgd_strategy import solve
 
-RATIO = 1.0
-ALPHA = 1.0
-#: Printed line of a ``times.csv`` row and of a ``speedup.csv`` row.
-TIME_LINE = (
-    "{num_devices:>4} {method:>6} {median_time_s:10.4f} {mean_iterations:10.1f} "
-    "{proven_optimal!s:>7}"
-)
-SPEEDUP_LINE = (
-    "{method:>6} {vectorised_median_s:10.4f} {loop_median_s:10.3f} {speedup:8.0f}x {identical!s:>9}"
-)
+#: The columns of ``summary.csv``, as printed.
+SUMMARY = ("num_devices", "method", "instances", "median_s", "max_s", "median_cpu_s", "iterations")
 
 
-def bench_problem(num_devices: int, seed: int, instance: int) -> SchedulingProblem:
-    """One benchmark instance (see the module docstring)."""
-    rng = np.random.default_rng([seed, num_devices, instance, 7])
-    return random_problem(num_devices, ALPHA, RATIO, rng)
+def main(
+    out: Path,
+    num_devices: list[int],
+    instances: int,
+    seed: int,
+    *,
+    methods: tuple[str, ...] = ("gs", "fscd", "cd", "exact"),
+    alpha: float = 1.0,
+    ratio: float = 1.0,
+    milp_time_limit_s: float = 0.0,
+) -> int:
+    """Solve ``instances`` random instances per V with each method; print and write the tables.
 
-
-def timed(func: Callable[[], ScheduleResult]) -> tuple[ScheduleResult, float]:
-    """Run ``func`` once and return its result and wall time in seconds."""
-    start = time.perf_counter()
-    result = func()
-    return result, time.perf_counter() - start
-
-
-def call(
-    func: Callable[..., ScheduleResult], problem: SchedulingProblem, seed: list[int]
-) -> ScheduleResult:
-    """Call a solver; coordinate descent gets a generator seeded with ``seed``."""
-    if func in (coordinate_descent_schedule, coordinate_descent_loop):
-        return func(problem, np.random.default_rng(seed))
-    return func(problem)
-
-
-@dataclass(frozen=True)
-class Options(SolverInstances):
-    """The options of ``fedcgd bench solvers`` (their defaults are the command's)."""
-
-    speedup_devices: int
-    speedup_instances: int
-    milp_time_limit_s: float
-
-
-def main(args: Options) -> int:
-    """Run the benchmark, print two tables and write ``times.csv`` and ``speedup.csv``."""
-    limit = args.milp_time_limit_s if args.milp_time_limit_s > 0 else None
-    time_rows: list[dict[str, object]] = []
-    print(f"{'V':>4} {'method':>6} {'median s':>10} {'mean iters':>10} {'proven':>7}")
-    for num_devices in args.num_devices:
-        records: dict[str, list[tuple[ScheduleResult, float]]] = {}
-        for instance in range(args.instances):
-            problem = bench_problem(num_devices, args.seed, instance)
-            rng = np.random.default_rng([args.seed, num_devices, instance, 8])
-            runs: dict[str, Callable[[], ScheduleResult]] = {
-                "gs": partial(greedy_schedule, problem),
-                "fscd": partial(fscd_schedule, problem),
-                "cd": partial(coordinate_descent_schedule, problem, rng),
-                "exact": partial(exact_schedule, problem, milp_time_limit_s=limit),
-            }
-            for method, func in runs.items():
-                records.setdefault(method, []).append(timed(func))
-        for method, results in records.items():
-            proven = [r.lower_bound >= r.objective * (1 - 1e-9) for r, _ in results]
-            row = {
-                "num_devices": num_devices,
-                "method": method,
-                "instances": len(results),
-                "median_time_s": float(np.median([s for _, s in results])),
-                "mean_iterations": float(np.mean([r.iterations for r, _ in results])),
-                "proven_optimal": sum(proven) if method == "exact" else "",
-            }
-            time_rows.append(row)
-            print(TIME_LINE.format(**row), flush=True)
-    write_csv(args.out / "times.csv", time_rows)
-
-    speed_rows: list[dict[str, object]] = []
-    pairs: dict[str, tuple[Callable[..., ScheduleResult], Callable[..., ScheduleResult]]] = {
-        "gs": (greedy_schedule, greedy_loop),
-        "fscd": (fscd_schedule, fscd_loop),
-        "cd": (coordinate_descent_schedule, coordinate_descent_loop),
-    }
-    print(f"\nvectorised vs loop at V = {args.speedup_devices}")
-    print(f"{'method':>6} {'vector s':>10} {'loop s':>10} {'speed-up':>9} {'identical':>9}")
-    for method, (fast, slow) in pairs.items():
-        fast_s, slow_s, same = [], [], True
-        for instance in range(args.speedup_instances):
-            problem = bench_problem(args.speedup_devices, args.seed, instance)
-            seed = [args.seed, instance, 9]
-            a, ta = timed(partial(call, fast, problem, seed))
-            b, tb = timed(partial(call, slow, problem, seed))
-            fast_s.append(ta)
-            slow_s.append(tb)
-            same = (
-                same
-                and bool(np.array_equal(a.selected, b.selected))
-                and (a.objective == b.objective)
+    A method's instance is drawn from ``[seed, V, instance]`` (the same for every method); CD's
+    random start from ``[seed, V, instance, 8]``; an exact solve counts as proven when its lower
+    bound meets its objective.
+    """
+    runs: list[dict[str, object]] = []
+    summary: list[dict[str, object]] = []
+    for size in num_devices:
+        rngs = [np.random.default_rng([seed, size, i, 7]) for i in range(instances)]
+        problems = [instance_problem(*make_instance(size, alpha, rng), ratio) for rng in rngs]
+        for method in methods:
+            group = []
+            for i, problem in enumerate(problems):
+                rng = np.random.default_rng([seed, size, i, 8])
+                wall, cpu = time.perf_counter(), time.process_time()
+                limit = milp_time_limit_s or None
+                result = solve(problem, method, rng=rng, milp_time_limit_s=limit)
+                group.append(
+                    {
+                        "num_devices": size,
+                        "instance": i,
+                        "method": method,
+                        "num_feasible": int(problem.feasible.sum()),
+                        "wall_s": time.perf_counter() - wall,
+                        "cpu_s": time.process_time() - cpu,
+                        "iterations": result.iterations,
+                        "num_selected": result.num_selected,
+                        "objective": result.objective,
+                        "proven": result.lower_bound >= result.objective * (1 - 1e-9),
+                    }
+                )
+            walls = [float(str(r["wall_s"])) for r in group]
+            summary.append(
+                {
+                    "num_devices": size,
+                    "method": method,
+                    "instances": instances,
+                    "median_s": statistics.median(walls),
+                    "max_s": max(walls),
+                    "median_cpu_s": statistics.median(float(str(r["cpu_s"])) for r in group),
+                    "iterations": statistics.fmean(int(str(r["iterations"])) for r in group),
+                    "proven": sum(bool(r["proven"]) for r in group),
+                }
             )
-        row = {
-            "method": method,
-            "num_devices": args.speedup_devices,
-            "instances": args.speedup_instances,
-            "vectorised_median_s": float(np.median(fast_s)),
-            "loop_median_s": float(np.median(slow_s)),
-            "speedup": float(np.median(slow_s) / np.median(fast_s)),
-            "identical": same,
-        }
-        speed_rows.append(row)
-        print(SPEEDUP_LINE.format(**row), flush=True)
-    write_csv(args.out / "speedup.csv", speed_rows)
-    print(f"wrote {args.out / 'times.csv'} and {args.out / 'speedup.csv'}")
+            runs += group
+    row = "{:>11} {:>6} {:>9} {:>9.4f} {:>9.4f} {:>12.4f} {:>10.1f}"
+    head = row.replace(".4f", "").replace(".1f", "").format(*SUMMARY)
+    print(text_table(head, (row.format(*(r[k] for k in SUMMARY)) for r in summary)))
+    write_csv(out / "runs.csv", runs)
+    write_csv(out / "summary.csv", summary)
+    print(f"wrote {out / 'runs.csv'} and {out / 'summary.csv'}")
     return 0

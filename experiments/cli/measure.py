@@ -116,18 +116,13 @@ def bench_solvers_command(
     instances: Annotated[int, typer.Option(min=1)] = 3,
     seed: int = 0,
     num_devices: str = "16,32,64,128",
-    speedup_devices: int = 64,
-    speedup_instances: Annotated[int, typer.Option(min=1)] = 3,
     milp_time_limit_s: float = 0.5,
 ) -> None:
-    """Time the P1 solvers; vectorised against loop implementations."""
+    """Time the P1 solvers (GS, FSCD, CD, exact) per number of candidates."""
     from experiments.bench import solvers
 
     sizes = numbers(num_devices, int, "--num-devices")
-    options = solvers.Options(
-        out, sizes, instances, seed, speedup_devices, speedup_instances, milp_time_limit_s
-    )
-    done(solvers.main(options))
+    done(solvers.main(out, sizes, instances, seed, milp_time_limit_s=milp_time_limit_s))
 
 
 def bench_fscd_scale_command(
@@ -136,21 +131,12 @@ def bench_fscd_scale_command(
     instances: Annotated[int, typer.Option(min=1)] = 5,
     seed: int = 0,
     ratio: Annotated[float, typer.Option(help="sigma / (sqrt(b) G)")] = 1.0,
-    single_thread_dense: Annotated[
-        bool,
-        typer.Option(
-            "--single-thread-dense",
-            help="run the dense solver with BLAS on one thread too (the incremental one always "
-            "does)",
-        ),
-    ] = False,
 ) -> None:
-    """Time dense against incremental FSCD at scale."""
-    from experiments.bench import fscd_scale
+    """Time FSCD at 1,000s of candidate devices."""
+    from experiments.bench import solvers
 
     sizes = numbers(num_devices, int, "--num-devices")
-    options = fscd_scale.Options(out, sizes, instances, seed, ratio, single_thread_dense)
-    done(fscd_scale.main(options))
+    done(solvers.main(out, sizes, instances, seed, methods=("fscd",), alpha=0.1, ratio=ratio))
 
 
 def bench_scale_command(

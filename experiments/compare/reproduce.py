@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.analysis.figure_titles import runs_title
+from experiments.analysis.plot_runs import runs_title
 from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
 from experiments.compare.execution import (
     ENGINES,
@@ -346,7 +346,7 @@ def write_outputs(
     """
     write_table(rows, out / "table.csv", extra_columns=("sweep",))
     table = markdown_table(rows, cfg.get("target_accuracy"), extra_columns=("sweep",))
-    atomic_write_text(out / "table.md", table)
+    atomic_write(out / "table.md", table)
     write_table(runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
     indicator = write_indicator(runs, out)
     plot_estimates(groups, out / "estimates.png")

@@ -28,7 +28,7 @@ from experiments.analysis.evidence import (
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.analysis.tables import write_csv
-from run_files.atomic_files import atomic_write_text
+from run_files.files import atomic_write
 from run_files.code_identity import mixed_code_line, run_digests
 from run_files.files import read_json_object
 from run_files.results import CONFIG_FILE
@@ -268,7 +268,7 @@ def write_comparison(
     rows = table_rows(runs, target_accuracy)
     write_table(runs, out / "runs.csv", columns=RUN_COLUMNS)
     write_table(rows, out / "table.csv")
-    atomic_write_text(out / "table.md", markdown_table(rows, target_accuracy))
+    atomic_write(out / "table.md", markdown_table(rows, target_accuracy))
     plot_comparison(runs, out / "curves.png")
     line = write_indicator(runs, out)
     if line is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +17,7 @@ from channel import Cell, CellConfig
 from channel.report import PAPER_CIFAR10_MODEL_BITS
 from experiments.analysis.statistics import mean_ci95
 from experiments.paper.settings import CIFAR10_CLASSES, CIFAR10_TRAIN_PER_CLASS, PAPER_CIFAR10
-from fedcgd_strategy.policies import Decision, Policy, PolicyContext, RoundInputs, make_policy
+from fedcgd_strategy.policies import Decision, PolicyContext, RoundInputs, make_policy
 from fedcgd_task.partition import partition_indices
 from fedcgd_task.settings import TaskSettings
 
@@ -124,20 +124,23 @@ class PolicySpec:
     poc_candidates: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class PolicyStats:
     """Per-drop means of one policy: scheduled number, WEMD; and the rounds with none scheduled."""
 
-    scheduled: list[float] = field(default_factory=list)
-    wemd: list[float] = field(default_factory=list)
-    empty_rounds: int = 0
+    scheduled: list[float]
+    wemd: list[float]
+    empty_rounds: int
 
-
-def cifar10_labels(
-    num_classes: int = CIFAR10_CLASSES, samples_per_class: int = CIFAR10_TRAIN_PER_CLASS
-) -> IntArray:
-    """CIFAR-10's training-label layout: ``samples_per_class`` labels of each class, in order."""
-    return np.repeat(np.arange(num_classes, dtype=np.int64), samples_per_class)
+    def summary(self) -> dict[str, float]:
+        """Mean over the drops of both, each with its 95 % half-width (Student t)."""
+        (sched, sched_ci), (wemd, wemd_ci) = mean_ci95(self.scheduled), mean_ci95(self.wemd)
+        return {
+            "mean_scheduled": sched,
+            "scheduled_ci95": sched_ci,
+            "mean_wemd": wemd,
+            "wemd_ci95": wemd_ci,
+        }
 
 
 def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
@@ -182,23 +185,6 @@ def round_label_dist(
     return out
 
 
-def build_policies(settings: TableSettings, specs: Sequence[PolicySpec]) -> dict[str, Policy]:
-    """Fresh policy objects (one set per drop, so Fed-CBS's counts live for one drop)."""
-    return {
-        spec.label: make_policy(
-            spec.name,
-            PolicyContext(
-                num_devices=settings.num_devices,
-                num_classes=settings.num_classes,
-                initial_g=1.0,
-                pack_rule=settings.pack_rule,
-                poc_candidates=spec.poc_candidates,
-            ),
-        )
-        for spec in specs
-    }
-
-
 def simulate_rounds(
     settings: TableSettings,
     specs: Sequence[PolicySpec],
@@ -208,14 +194,26 @@ def simulate_rounds(
 
     ``progress`` is called with (drops done, drops) before each drop and at the end.
     """
-    labels = cifar10_labels(settings.num_classes, settings.samples_per_class)
+    labels = np.repeat(np.arange(settings.num_classes), settings.samples_per_class)
     target = np.full(settings.num_classes, 1.0 / settings.num_classes)
     sigma = settings.sigma_over_sqrt_b_g * math.sqrt(settings.batch_size)
     for d in range(settings.drops):
         if progress is not None:
             progress(d, settings.drops)
         drop = make_drop(settings, d, labels)
-        policies = build_policies(settings, specs)
+        policies = {  # fresh for each drop, so that Fed-CBS's counts live for one drop
+            spec.label: make_policy(
+                spec.name,
+                PolicyContext(
+                    num_devices=settings.num_devices,
+                    num_classes=settings.num_classes,
+                    initial_g=1.0,
+                    pack_rule=settings.pack_rule,
+                    poc_candidates=spec.poc_candidates,
+                ),
+            )
+            for spec in specs
+        }
         rngs = {
             s.label: np.random.default_rng(
                 [settings.seed, d, POLICY_STREAM, policy_stream_word(s.name), s.poc_candidates]
@@ -254,29 +252,24 @@ def simulate(
     specs: Sequence[PolicySpec],
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, PolicyStats]:
-    """Per-drop mean scheduled number and WEMD of every policy."""
-    out = {s.label: PolicyStats() for s in specs}
-    counts: dict[str, list[int]] = {s.label: [] for s in specs}
-    wemds: dict[str, list[float]] = {s.label: [] for s in specs}
-
-    def close_drop() -> None:
-        for label, result in out.items():
-            result.scheduled.append(float(np.mean(counts[label])))
-            finite = [w for w in wemds[label] if math.isfinite(w)]
-            result.wemd.append(float(np.mean(finite)) if finite else float("nan"))
-            result.empty_rounds += len(counts[label]) - len(finite)
-            counts[label].clear()
-            wemds[label].clear()
-
-    current = 0
+    """Per-drop mean scheduled number and WEMD (rounds with a schedule) of every policy."""
+    shape = (len(specs), settings.drops, settings.rounds)
+    counts, wemds = np.zeros(shape), np.full(shape, np.nan)
     for res in simulate_rounds(settings, specs, progress):
-        if res.drop != current:
-            close_drop()
-            current = res.drop
-        for label, decision in res.decisions.items():
-            counts[label].append(int(decision.selected.sum()))
-            wemds[label].append(decision.wemd)
-    close_drop()
+        for i, spec in enumerate(specs):
+            decision = res.decisions[spec.label]
+            counts[i, res.drop, res.round] = decision.selected.sum()
+            wemds[i, res.drop, res.round] = decision.wemd
+    out = {}
+    for i, spec in enumerate(specs):
+        finite = np.isfinite(wemds[i])
+        with np.errstate(invalid="ignore"):  # a drop without a schedule: NaN
+            wemd = np.nansum(wemds[i], axis=1) / finite.sum(axis=1)
+        out[spec.label] = PolicyStats(
+            scheduled=counts[i].mean(axis=1).tolist(),
+            wemd=wemd.tolist(),
+            empty_rounds=int((~finite).sum()),
+        )
     return out
 
 
@@ -288,41 +281,21 @@ def choose_poc_candidates(
     Raises
     ------
     ValueError
-        If the sequences are empty or of different lengths, or no mean is finite.
-
+        If no mean is finite (or there is none).
     """
-    if len(candidates) != len(means) or not candidates:
-        raise ValueError("candidates and means must be non-empty and of equal length")
-    best: tuple[float, int] | None = None
-    for v, m in zip(candidates, means, strict=True):
-        if not math.isfinite(m):
-            continue
-        key = (abs(m - target), int(v))
-        if best is None or key < best:
-            best = key
-    if best is None:
-        raise ValueError("no finite mean scheduled number to choose from")
-    return best[1]
+    scored = [(abs(m - target), int(v)) for v, m in zip(candidates, means, strict=True)]
+    finite = [key for key in scored if math.isfinite(key[0])]
+    if not finite:
+        raise ValueError("no finite mean scheduled number to choose V' from")
+    return min(finite)[1]
 
 
 def fit_poc(
     settings: TableSettings,
     max_candidates: int = 30,
     progress: Callable[[int, int], None] | None = None,
-) -> list[dict[str, object]]:
-    """POC's mean scheduled number for V' = 1 .. ``max_candidates`` on the same rounds."""
+) -> list[dict[str, float]]:
+    """POC's :meth:`PolicyStats.summary` for V' = 1 .. ``max_candidates`` on the same rounds."""
     specs = [PolicySpec(f"poc@{v}", "poc", v) for v in range(1, max_candidates + 1)]
     results = simulate(settings, specs, progress)
-    rows: list[dict[str, object]] = []
-    for spec in specs:
-        sched, ci = mean_ci95(results[spec.label].scheduled)
-        wemd, _ = mean_ci95(results[spec.label].wemd)
-        rows.append(
-            {
-                "poc_candidates": spec.poc_candidates,
-                "mean_scheduled": sched,
-                "scheduled_ci95": ci,
-                "mean_wemd": wemd,
-            }
-        )
-    return rows
+    return [{"poc_candidates": s.poc_candidates, **results[s.label].summary()} for s in specs]

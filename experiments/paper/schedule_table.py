@@ -2,30 +2,25 @@
 
 ``fedcgd paper schedule-table``: every policy is built and called as the Flower strategy calls
 it, on the same drops and draws, without images or training (docs/evidence.md, "Table II without
-CIFAR or a GPU"). The simulation is :mod:`experiments.paper.schedule_simulation`, the table and
-plots :mod:`experiments.paper.schedule_report`.
+CIFAR or a GPU"); the simulation is :mod:`experiments.paper.schedule_simulation`. Prints the
+table beside the paper's and writes ``table.csv`` and ``table.png`` (with ``--fit-poc`` also
+``poc_fit.csv`` and ``poc_fit.png``).
 """
 
 from __future__ import annotations
 
+import math
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from experiments.analysis.tables import write_csv
-from experiments.paper.schedule_report import (
-    FIT_COLUMNS,
-    TABLE_COLUMNS,
-    format_fit,
-    format_table,
-    number,
-    plot_fit,
-    plot_table,
-    table_rows,
-)
 from experiments.paper.schedule_simulation import (
+    POC_TARGET_SCHEDULED,
     PolicySpec,
     TableSettings,
     choose_poc_candidates,
@@ -35,20 +30,74 @@ from experiments.paper.schedule_simulation import (
 from experiments.run.progress import step_reporter
 from fedcgd_strategy.policies import POLICY_NAMES
 
+#: The paper's Table II (CIFAR-10, l = 1, r = 1, τ = 1: the only setting the table reports):
+#: policy -> (name in the paper, avg. scheduled number, avg. WEMD), in the printed order.
+PAPER_TABLE_II: dict[str, tuple[str, float, float]] = {
+    "fedcgd-fscd-gc": ("FedCGD-FSCD-Gc", 10.10, 0.310),
+    "fedcgd-fscd": ("FedCGD-FSCD", 10.20, 0.306),
+    "fedcgd-gs": ("FedCGD-GS", 10.01, 0.311),
+    "bc": ("BC", 17.67, 0.527),
+    "bn2": ("BN", 17.39, 0.537),
+    "poc": ("POC", 13.71, 0.621),
+    "fedcbs": ("FCBS", 17.34, 0.536),
+}
 #: Policies of Table II, in the order of the printed table.
-TABLE_POLICIES: tuple[str, ...] = (
-    "fedcgd-fscd-gc",
-    "fedcgd-fscd",
-    "fedcgd-gs",
-    "bc",
-    "bn2",
-    "poc",
-    "fedcbs",
-)
+TABLE_POLICIES: tuple[str, ...] = tuple(PAPER_TABLE_II)
+#: Columns of ``table.csv``.
+TABLE_COLUMNS: tuple[str, ...] = (
+    "policy", "paper_name", "mean_scheduled", "scheduled_ci95", "paper_scheduled", "mean_wemd",
+    "wemd_ci95", "paper_wemd", "empty_rounds", "drops", "rounds", "poc_candidates",
+    "sigma_over_sqrt_b_g", "label_dist",
+)  # fmt: skip
 
 
-def _progress_printer(prefix: str) -> Callable[[int, int], None]:
-    return step_reporter(f"{prefix}: drop")
+def _ci(mean: float, ci: float, digits: int) -> str:
+    return f"{mean:.{digits}f} ± " + (f"{ci:.{digits}f}" if math.isfinite(ci) else "n/a")
+
+
+def _bars(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Bar chart: ours (with 95 % CI) beside the paper, scheduled number and WEMD."""
+    import matplotlib.pyplot as plt
+
+    x = np.arange(len(rows))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    titles = {"scheduled": "Avg. scheduled number", "wemd": "Avg. WEMD"}
+    for ax, (key, title) in zip(axes, titles.items(), strict=True):
+        err = np.nan_to_num([float(r[f"{key}_ci95"]) for r in rows])
+        ax.bar(x - 0.2, [r[f"mean_{key}"] for r in rows], 0.4, yerr=err, capsize=3,
+               label="ours (95 % CI)")  # fmt: skip
+        ax.bar(x + 0.2, [r[f"paper_{key}"] for r in rows], 0.4, label="paper Table II")
+        ax.set_xticks(x, [r["policy"] for r in rows], rotation=30, ha="right")
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _fit_plot(rows: Sequence[Mapping[str, float]], chosen: int, path: Path) -> None:
+    """POC's mean scheduled number against V', with the paper's 13.71 and the chosen V'."""
+    import matplotlib.pyplot as plt
+
+    from experiments.analysis.figures import POLICY_COLORS, count_ticks
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.errorbar(
+        [r["poc_candidates"] for r in rows],
+        [r["mean_scheduled"] for r in rows],
+        yerr=np.nan_to_num([r["scheduled_ci95"] for r in rows]),
+        marker="o", ms=3, capsize=2, color=POLICY_COLORS["poc"], label="POC (95 % CI)",
+    )  # fmt: skip
+    ax.axhline(POC_TARGET_SCHEDULED, color="0.2", ls="--", label="paper POC 13.71")
+    ax.axvline(chosen, color="0.5", ls=":", label=f"chosen V' = {chosen}")
+    count_ticks(ax.xaxis, 0.0)  # V': a number of devices
+    ax.set(xlabel="V' (POC candidates)", ylabel="avg. scheduled number")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(
@@ -65,41 +114,53 @@ def main(
     V' = 1..it first and uses the one nearest the paper's 13.71. Exit code 2 with one line
     for an unknown policy.
     """
+    import matplotlib
+
+    matplotlib.use("Agg")
     policies = [p.strip() for p in policies_text.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown:
-        print(
-            f"error: unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}",
-            file=sys.stderr,
-        )
+        print(f"error: unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}",
+              file=sys.stderr)  # fmt: skip
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    written: list[Path] = []
     if fit_poc_max is not None:
-        fit_rows = fit_poc(settings, fit_poc_max, None if quiet else _progress_printer("fit"))
+        fit = fit_poc(settings, fit_poc_max, None if quiet else step_reporter("fit: drop"))
         chosen = choose_poc_candidates(
-            [int(number(r["poc_candidates"])) for r in fit_rows],
-            [number(r["mean_scheduled"]) for r in fit_rows],
+            [int(r["poc_candidates"]) for r in fit], [r["mean_scheduled"] for r in fit]
         )
-        print(format_fit(fit_rows, chosen))
-        write_csv(out / "poc_fit.csv", fit_rows, FIT_COLUMNS)
-        plot_fit(fit_rows, chosen, out / "poc_fit.png")
-        written += [out / "poc_fit.csv", out / "poc_fit.png"]
+        print(f"POC V' scan (target: the paper's {POC_TARGET_SCHEDULED} scheduled)")
+        for point in fit:
+            mark = "  <- chosen" if point["poc_candidates"] == chosen else ""
+            print(f"  V' = {point['poc_candidates']:>2}: "
+                  f"{_ci(point['mean_scheduled'], point['scheduled_ci95'], 2)}{mark}")  # fmt: skip
+        write_csv(out / "poc_fit.csv", fit)
+        _fit_plot(fit, chosen, out / "poc_fit.png")
         settings = replace(settings, poc_candidates=chosen)
     specs = [PolicySpec(p, p, settings.poc_candidates if p == "poc" else 0) for p in policies]
-    results = simulate(settings, specs, None if quiet else _progress_printer("table"))
-    rows = table_rows(settings, results)
-    elapsed = time.perf_counter() - start
+    results = simulate(settings, specs, None if quiet else step_reporter("table: drop"))
+    fields = asdict(settings)
+    rows: list[dict[str, Any]] = []
+    for policy, stats in results.items():
+        name, scheduled, wemd = PAPER_TABLE_II.get(policy, (policy, math.nan, math.nan))
+        row: dict[str, object] = {"policy": policy, "paper_name": name, **stats.summary()}
+        row.update(paper_scheduled=scheduled, paper_wemd=wemd, empty_rounds=stats.empty_rounds)
+        rows.append({k: row.get(k, fields.get(k)) for k in TABLE_COLUMNS})
     print(
-        f"Table II (CIFAR-10, l = 1, r = 1, tau = {settings.local_steps}): "
-        f"{settings.drops} drops x {settings.rounds} rounds, "
-        f"sigma/(sqrt(b) G) = {settings.sigma_over_sqrt_b_g}, "
-        f"POC V' = {settings.poc_candidates or 'all available'}, p_v = {settings.label_dist}"
+        f"Table II (CIFAR-10, l = 1, r = 1, tau = {settings.local_steps}): {settings.drops} drops"
+        f" x {settings.rounds} rounds, sigma/(sqrt(b) G) = {settings.sigma_over_sqrt_b_g}, POC "
+        f"V' = {settings.poc_candidates or 'all available'}, p_v = {settings.label_dist}"
     )
-    print(format_table(rows))
+    print(
+        f"{'policy':<16} {'scheduled (ours)':>18} {'paper':>7}   {'WEMD (ours)':>15} {'paper':>7}"
+    )
+    for r in rows:
+        print(
+            f"{r['policy']:<16} {_ci(r['mean_scheduled'], r['scheduled_ci95'], 2):>18} "
+            f"{r['paper_scheduled']:>7.2f}   {_ci(r['mean_wemd'], r['wemd_ci95'], 3):>15} "
+            f"{r['paper_wemd']:>7.3f}"
+        )
     write_csv(out / "table.csv", rows, TABLE_COLUMNS)
-    plot_table(rows, out / "table.png")
-    written += [out / "table.csv", out / "table.png"]
-    print(f"{elapsed:.1f} s; wrote " + ", ".join(map(str, written)))
+    _bars(rows, out / "table.png")
+    print(f"wrote {out / 'table.csv'} and {out / 'table.png'}")
     return 0

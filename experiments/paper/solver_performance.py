@@ -8,6 +8,7 @@ iterations and relative error (docs/evidence.md, "The paper's solver figure"). A
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,11 +20,9 @@ from channel import Cell, CellConfig
 from channel.report import PAPER_CIFAR10_MODEL_BITS
 from experiments.analysis.tables import write_csv
 from experiments.paper.settings import CIFAR10_CLASSES, PAPER_CIFAR10
-from fedcgd_strategy.problem import SchedulingProblem
-from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
+from experiments.run.progress import step_reporter
+from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.solvers.exact import exact_schedule
-from fedcgd_strategy.solvers.fscd import fscd_schedule
-from fedcgd_strategy.solvers.greedy import greedy_schedule
 from fedcgd_strategy.solvers.result import ScheduleResult
 
 #: Line style of each σ/(√b G) ratio's thin curve in panel (b), in the order of the ratios.
@@ -88,14 +87,6 @@ def instance_problem(
     )
 
 
-def random_problem(
-    num_devices: int, alpha: float, ratio: float, rng: np.random.Generator
-) -> SchedulingProblem:
-    """:func:`instance_problem` of a fresh :func:`make_instance` drawn from ``rng``."""
-    labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
-    return instance_problem(labels, bandwidth_hz, ratio)
-
-
 def _timed(
     func: Callable[..., ScheduleResult], *args: object, **kwargs: object
 ) -> tuple[ScheduleResult, float]:
@@ -121,60 +112,46 @@ def run(
 ) -> list[dict[str, float | int | bool]]:
     """Solve every instance with every method and return one row per (instance, ratio)."""
     rows: list[dict[str, float | int | bool]] = []
-    total = len(num_devices_list) * len(alphas) * instances
-    done = 0
-    start = time.perf_counter()
-    for num_devices in num_devices_list:
-        for alpha_index, alpha in enumerate(alphas):
-            for instance in range(instances):
-                rng = np.random.default_rng([seed, num_devices, alpha_index, instance])
-                labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
-                for ratio in ratios:
-                    sigma = ratio * np.sqrt(BATCH_SIZE) * CLASS_GRADIENT
-                    problem = instance_problem(labels, bandwidth_hz, ratio)
-                    exact, exact_s = _timed(
-                        exact_schedule, problem, milp_time_limit_s=milp_time_limit_s
-                    )
-                    row: dict[str, float | int | bool] = {
-                        "num_devices": num_devices,
-                        "alpha": alpha,
-                        "ratio": ratio,
-                        "instance": instance,
-                        "sigma": sigma,
-                        "num_feasible": int(problem.feasible.sum()),
-                        "opt_objective": exact.objective,
-                        "opt_lower_bound": exact.lower_bound,
-                        "opt_proven": bool(exact.lower_bound >= exact.objective * (1 - 1e-9)),
-                        "opt_num_selected": exact.num_selected,
-                        "exact_iterations": exact.iterations,
-                        "exact_time_s": exact_s,
-                    }
-                    cd_rng = np.random.default_rng([seed, num_devices, alpha_index, instance, 1])
-                    results = {
-                        "gs": _timed(greedy_schedule, problem),
-                        "fscd": _timed(fscd_schedule, problem),
-                        "cd": _timed(coordinate_descent_schedule, problem, cd_rng),
-                    }
-                    for method, (result, seconds) in results.items():
-                        row[f"{method}_objective"] = result.objective
-                        row[f"{method}_iterations"] = result.iterations
-                        row[f"{method}_rel_error"] = relative_error(
-                            result.objective, exact.objective
-                        )
-                        row[f"{method}_rel_error_upper"] = relative_error(
+    cases = list(itertools.product(num_devices_list, enumerate(alphas), range(instances)))
+    report = step_reporter("instances")
+    for done, (num_devices, (alpha_index, alpha), instance) in enumerate(cases):
+        report(done, len(cases))
+        rng = np.random.default_rng([seed, num_devices, alpha_index, instance])
+        labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
+        for ratio in ratios:
+            problem = instance_problem(labels, bandwidth_hz, ratio)
+            exact, exact_s = _timed(exact_schedule, problem, milp_time_limit_s=milp_time_limit_s)
+            row: dict[str, float | int | bool] = {
+                "num_devices": num_devices,
+                "alpha": alpha,
+                "ratio": ratio,
+                "instance": instance,
+                "sigma": problem.sigma,
+                "num_feasible": int(problem.feasible.sum()),
+                "opt_objective": exact.objective,
+                "opt_lower_bound": exact.lower_bound,
+                "opt_proven": bool(exact.lower_bound >= exact.objective * (1 - 1e-9)),
+                "opt_num_selected": exact.num_selected,
+                "exact_iterations": exact.iterations,
+                "exact_time_s": exact_s,
+            }
+            cd_rng = np.random.default_rng([seed, num_devices, alpha_index, instance, 1])
+            for method in HEURISTICS:
+                result, seconds = _timed(solve, problem, method, rng=cd_rng)
+                row.update(
+                    {
+                        f"{method}_objective": result.objective,
+                        f"{method}_iterations": result.iterations,
+                        f"{method}_rel_error": relative_error(result.objective, exact.objective),
+                        f"{method}_rel_error_upper": relative_error(
                             result.objective, exact.lower_bound
-                        )
-                        row[f"{method}_num_selected"] = result.num_selected
-                        row[f"{method}_time_s"] = seconds
-                    rows.append(row)
-                done += 1
-                elapsed = time.perf_counter() - start
-                eta = elapsed / done * (total - done)
-                print(
-                    f"[{done}/{total}] V={num_devices} alpha={alpha} instance={instance} "
-                    f"elapsed {elapsed:.0f} s, ETA {eta:.0f} s",
-                    flush=True,
+                        ),
+                        f"{method}_num_selected": result.num_selected,
+                        f"{method}_time_s": seconds,
+                    }
                 )
+            rows.append(row)
+    report(len(cases), len(cases))
     return rows
 
 
@@ -225,7 +202,11 @@ def figure_title(alphas: Sequence[float], instances: int) -> str:
 def plot(
     summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path], title: str = ""
 ) -> None:
-    """Two-panel figure: (a) average iterations, (b) average relative error, versus V."""
+    """Two-panel figure: (a) average iterations, (b) average relative error, versus V.
+
+    Each method in its policy's colour (FedCGD-<method>): a solid line over all ratios, a thin
+    one per σ/(√b G) ratio in panel (b).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -234,60 +215,31 @@ def plot(
     from experiments.analysis.figures import POLICY_COLORS, count_ticks
 
     fig, (ax_it, ax_err) = plt.subplots(1, 2, figsize=(11, 3.8))
-    labels = {"gs": "GS", "fscd": "FSCD", "cd": "CD"}
     ratios = sorted({r["ratio"] for r in summary if r["ratio"] != "all"}, key=float)
+
+    def curve(method: str, ratio: object, key: str, scale: float = 1) -> tuple[list, list]:
+        rows = [r for r in summary if r["method"] == method and r["ratio"] == ratio]
+        return [r["num_devices"] for r in rows], [scale * float(r[key]) for r in rows]
+
     for method in HEURISTICS:
-        rows = [r for r in summary if r["method"] == method and r["ratio"] == "all"]
-        sizes = [int(r["num_devices"]) for r in rows]
-        color = POLICY_COLORS[f"fedcgd-{method}"]  # as the policy FedCGD-<method> everywhere
-        ax_it.plot(
-            sizes,
-            [float(r["mean_iterations"]) for r in rows],
-            "o-",
-            color=color,
-            label=labels[method],
-        )
-        ax_err.plot(
-            sizes,
-            [100 * float(r["mean_rel_error"]) for r in rows],
-            "o-",
-            color=color,
-            label=f"{labels[method]} (all ratios)",
-        )
+        color, name = POLICY_COLORS[f"fedcgd-{method}"], method.upper()
+        ax_it.plot(*curve(method, "all", "mean_iterations"), "o-", color=color, label=name)
+        error = curve(method, "all", "mean_rel_error", 100)
+        ax_err.plot(*error, "o-", color=color, label=f"{name} (all ratios)")
         for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):
-            sub = [r for r in summary if r["method"] == method and r["ratio"] == ratio]
-            ax_err.plot(
-                [int(r["num_devices"]) for r in sub],
-                [100 * float(r["mean_rel_error"]) for r in sub],
-                linestyle=style,
-                color=color,
-                alpha=0.6,
-                linewidth=1,
-            )
-    for ratio, key_style in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, grey
-        key = f"σ/(√b G) = {ratio}"
-        ax_err.plot([], [], linestyle=key_style, color="0.4", linewidth=1, label=key)
-    ax_it.set(
-        xlabel="number of devices V",
-        ylabel="average iterations (count)",
-        title="(a) solver iterations",
-    )
-    ax_err.set(
-        xlabel="number of devices V",
-        ylabel="average relative error (%)",
-        title="(b) objective above the exact optimum",
-    )
+            x, y = curve(method, ratio, "mean_rel_error", 100)
+            ax_err.plot(x, y, linestyle=style, color=color, alpha=0.6, linewidth=1)
+    for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, grey
+        ax_err.plot([], [], linestyle=style, color="0.4", linewidth=1, label=f"σ/(√b G) = {ratio}")
+    ax_it.set(ylabel="average iterations (count)", title="(a) solver iterations")
+    ax_err.set(ylabel="average relative error (%)", title="(b) objective above the exact optimum")
     ax_err.set_yscale("symlog", linthresh=0.1)
     ax_it.legend(fontsize=9)
-    ax_err.legend(
-        fontsize=8,
-        title="solid: mean over all ratios; thin: one ratio",
-        title_fontsize=8,
-        loc="center left",
-        bbox_to_anchor=(1.02, 0.5),
-    )
+    ax_err.legend(fontsize=8, title="solid: mean over all ratios; thin: one ratio",
+                  title_fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))  # fmt: skip
     sizes = sorted({int(r["num_devices"]) for r in summary})
     for ax in (ax_it, ax_err):
+        ax.set_xlabel("number of devices V")
         ax.grid(alpha=0.3)
         count_ticks(ax.xaxis, 0.0)  # V: a number of devices
         if len(sizes) <= 12:
@@ -333,12 +285,11 @@ def main(args: Options) -> int:
             f"{float(r['mean_iterations']):7.1f} {100 * float(r['mean_rel_error']):10.3f} "
             f"{100 * float(r['mean_rel_error_upper']):8.3f}"
         )
-    for method in HEURISTICS:
-        all_rows = [r for r in summary if r["method"] == method and r["ratio"] == "all"]
-        worst = max(float(r["mean_rel_error"]) for r in all_rows)
-        paper = PAPER_RELATIVE_ERROR.get(method)
-        note = f" (paper: up to {100 * paper:.2f} %)" if paper is not None else ""
-        print(f"{method}: largest mean relative error over V = {100 * worst:.3f} %{note}")
+    for method, paper in PAPER_RELATIVE_ERROR.items():
+        overall = [r for r in summary if r["method"] == method and r["ratio"] == "all"]
+        worst = max(float(r["mean_rel_error"]) for r in overall)
+        print(f"{method}: largest mean relative error over V {100 * worst:.3f} % (paper "
+              f"{100 * paper:.2f} %)")  # fmt: skip
     written = [args.out / "rows.csv", args.out / "summary.csv", *paths]
     print("wrote " + ", ".join(map(str, written)))
     return 0

@@ -2,7 +2,7 @@
 
 The running sums of a schedule ``Pi`` (class sums, size, batch total, bandwidth) are updated
 with fixed floating-point expressions, shared with the dense FSCD oracle
-(:mod:`~experiments.bench.reference_solvers`), so that the solvers' decisions agree.
+(tests/reference_solvers.py), so that the solvers' decisions agree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """FSCD's incremental 1-step transit search (paper Algorithm 2, inner loop).
 
 :class:`TransitSearch` makes the decisions of the dense ``|Pi| x |not Pi| x C`` grid search
-(:func:`~experiments.bench.reference_solvers.swap_search_dense`) while evaluating few swaps;
+(``swap_search_dense`` in tests/reference_solvers.py) while evaluating few swaps;
 10-15x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``, docs/performance.md).
 Pure numpy (threadpoolctl, when installed, keeps BLAS on one thread).
 """
