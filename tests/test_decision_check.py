@@ -26,17 +26,18 @@ from fedcgd_strategy.policies import (
     RoundInputs,
     decision_from_mask,
     make_policy,
+    schedule_checked,
 )
-from fedcgd_strategy.policies.decision_check import (
+from fedcgd_strategy.policies.core import (
     BUDGET_REL_TOL,
     PolicyDecisionError,
     check_decision,
-    probe_policy,
     synthetic_round,
 )
 from fedcgd_task.settings import PROJECT_DIR
 
 MHZ = 1e6
+RNG = np.random.default_rng(0)
 
 
 def round_of(min_bandwidth_hz, candidate=(True, True, True, False), total=20 * MHZ):
@@ -211,10 +212,10 @@ def test_the_probe_names_a_policy_that_raises():
     policy = Broken()
     policy.name = "mine:Broken"
     with pytest.raises(PolicyDecisionError) as err:
-        probe_policy(policy, synthetic_round(4, 2, 20 * MHZ, 8))
+        schedule_checked(policy, synthetic_round(4, 2, 20 * MHZ, 8), RNG, server_round=None)
     assert str(err.value) == (
-        "policy 'mine:Broken': schedule() raised KeyError: 'gain' on a synthetic round of 4 "
-        "devices, all available and feasible (its arrays read-only, as in a run)"
+        "policy 'mine:Broken', a synthetic round before the start: schedule() raised "
+        "KeyError: 'gain'"
     )
 
 
@@ -479,8 +480,6 @@ def _refused_on_a_frozen_round(policy_class):
 
     It must be refused: returns the round's inputs and the refusal.
     """
-    from fedcgd_strategy.policies.decision_check import schedule_checked
-
     inputs = _frozen_round()
     policy = policy_class()
     policy.name = f"mine:{policy_class.__name__.lstrip('_')}"
@@ -512,5 +511,5 @@ def test_the_pre_start_probe_also_hands_the_policy_a_copy():
     policy = _Unlocks()
     policy.name = "mine:Unlocks"
     with pytest.raises(PolicyDecisionError, match=r"bandwidth_used_hz = 0\.0 is not that"):
-        probe_policy(policy, inputs)
+        schedule_checked(policy, inputs, RNG, server_round=None)
     assert np.array_equal(inputs.min_bandwidth_hz, before)

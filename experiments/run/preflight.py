@@ -298,8 +298,12 @@ def check_own_policy(config: RunConfig, num_classes: int) -> None:
     ValueError
         One line naming the policy.
     """
-    from fedcgd_strategy.policies.decision_check import probe_policy, synthetic_round
-    from fedcgd_strategy.policies.registry import POLICY_NAMES, make_policy
+    from fedcgd_strategy.policies import (
+        POLICY_NAMES,
+        make_policy,
+        schedule_checked,
+        synthetic_round,
+    )
 
     if config.policy in POLICY_NAMES:
         return
@@ -310,4 +314,4 @@ def check_own_policy(config: RunConfig, num_classes: int) -> None:
         config.cell.total_bandwidth_hz,
         config.training.batch_size,
     )
-    probe_policy(policy, inputs, seed=config.seed)
+    schedule_checked(policy, inputs, np.random.default_rng(config.seed), server_round=None)

@@ -36,8 +36,13 @@ from fedcgd_strategy.flower.discovery import (
     settle_pending,
 )
 from fedcgd_strategy.flower.dp_aggregators import dp_round_noise
-from fedcgd_strategy.flower.phase_replies import Screening, collect_reports, lost_devices
-from fedcgd_strategy.flower.replies import DeviceReport, reported_stats, uploaded_updates
+from fedcgd_strategy.flower.replies import (
+    DeviceReport,
+    Screening,
+    collect_reports,
+    reported_stats,
+    uploaded_updates,
+)
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
 from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.pending import PendingMessages
@@ -48,9 +53,9 @@ from fedcgd_strategy.policies import (
     RoundInputs,
     resolve_protocol,
     round_inputs,
+    schedule_checked,
     with_reported_terms,
 )
-from fedcgd_strategy.policies.decision_check import schedule_checked
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
@@ -82,8 +87,7 @@ class ScheduledStrategy(Strategy):
     rng : numpy.random.Generator
         Randomness of the policy.
     protocol : str
-        ``"auto"`` or a :class:`Protocol` value (:func:`~fedcgd_strategy.policies.protocol.
-        resolve_protocol`).
+        ``"auto"`` or a :class:`Protocol` value (:func:`fedcgd_strategy.policies.resolve_protocol`).
     query_timeout_s : float
         How long to wait for query replies (a simulation's grid waits for every reply).
     round_offset : int
@@ -275,7 +279,6 @@ class ScheduledStrategy(Strategy):
 
         The devices without a reply or with an error reply are added to ``state.lost``.
         """
-        state.lost |= lost_devices(replies, expected, self.registry)
         training = phase == MessageType.TRAIN
         screening = Screening(
             num_samples=state.training.local_steps * state.training.batch_size,
@@ -283,9 +286,10 @@ class ScheduledStrategy(Strategy):
             norm_reference=self._norm_reference,
         )
         reference = state.reference if training else None
-        reports, failed = collect_reports(
+        reports, failed, lost = collect_reports(
             replies, expected, self.registry, reference, phase, screening
         )
+        state.lost |= lost
         if training:
             accepted = median_norm([r.upload_norm for r in reports if r.upload_norm is not None])
             self._norm_reference = accepted if accepted is not None else self._norm_reference

@@ -1,7 +1,7 @@
 """From the run config's ``policy`` and ``policy-params`` to a policy object: one registry.
 
 A built-in name is a class plus the constructor arguments it fixes; a reference names a
-researcher's :class:`~fedcgd_strategy.policies.base.Policy` subclass. Both are built alike,
+researcher's :class:`~fedcgd_strategy.policies.core.Policy` subclass. Both are built alike,
 with arguments by parameter name (docs/design.md, "Your own policy"). No flwr, no torch.
 """
 
@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedcgd_strategy.policies.base import Policy
 from fedcgd_strategy.policies.baselines import (
     AllFeasiblePolicy,
     BestChannelPolicy,
@@ -21,6 +20,7 @@ from fedcgd_strategy.policies.baselines import (
     FedCBSPolicy,
     PowerOfChoicePolicy,
 )
+from fedcgd_strategy.policies.core import Policy
 from fedcgd_strategy.policies.fedcgd import FedCGDPolicy
 from fedcgd_task.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
