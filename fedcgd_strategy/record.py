@@ -101,34 +101,13 @@ def round_record(
     discovery_failed: Mapping[int, str] | None = None,
     lost: Iterable[int] = (),
 ) -> RoundRecord:
-    """Build one round's :class:`RoundRecord`.
+    """Build one round's :class:`RoundRecord` from what the policy saw and decided.
 
-    Parameters
-    ----------
-    server_round : int
-        Round j.
-    num_available : int
-        Devices drawn available that have a connected node.
-    inputs : RoundInputs
-        What the policy saw.
-    decision : Decision
-        What it decided.
-    uploaded : sequence of int
-        Partition ids whose model was aggregated.
-    disconnected : sequence of int
-        Partition ids drawn available that had no connected node.
-    class_gradient_next : float[1] or float[C] or None
-        Ĝ after this round's update.
-    timings : RoundTimings
-        Where the round's time went.
-    failed_reasons : mapping int -> str, optional
-        One-line reason per partition id with no valid reply in a phase of this round.
-    model_kept_reason : str, optional
-        Why the model was kept although devices uploaded ("nothing uploaded" without uploads).
-    discovery_failed : mapping int -> str, optional
-        Nodes whose ``query.info`` reply was refused or missing this round, with the reason.
-    lost : iterable of int, optional
-        Partition ids lost to a timeout, a disconnection or an error reply this round.
+    ``num_available`` counts the devices drawn available with a connected node; ``uploaded`` and
+    ``disconnected`` (drawn available, no connected node) hold partition ids; ``failed_reasons``
+    and ``discovery_failed`` map partition and node ids to one-line reasons; ``lost`` are the
+    partitions lost to a timeout, a disconnection or an error reply. ``model_kept_reason`` says why
+    the model was kept although devices uploaded ("nothing uploaded" without uploads).
     """
     selected = decision.selected
     scheduled = bool(selected.any())

@@ -72,20 +72,16 @@ class ScheduledStrategy(Strategy):
 
     Parameters
     ----------
-    policy : Policy
-        The scheduling rule (:func:`fedcgd_strategy.policies.registry.make_policy`).
+    policy, rng : Policy, numpy.random.Generator
+        The scheduling rule (:func:`fedcgd_strategy.policies.make_policy`) and its randomness.
     cell : ChannelModel
         The uplink model (a :class:`channel.Cell`), drawn once per round.
-    model_bits : float
-        D_w, bits uploaded per device.
-    total_bandwidth_hz : float
-        Bandwidth budget B in Hz.
+    model_bits, total_bandwidth_hz : float
+        D_w, bits uploaded per device; bandwidth budget B in Hz.
     num_devices, num_classes : int
         V and C.
     target_dist : float[C] or None
         WEMD target p; ``None``: the union of this round's reported histograms.
-    rng : numpy.random.Generator
-        Randomness of the policy.
     protocol : str
         ``"auto"`` or a :class:`Protocol` value (:func:`fedcgd_strategy.policies.resolve_protocol`).
     query_timeout_s : float
@@ -97,11 +93,10 @@ class ScheduledStrategy(Strategy):
     partition_counts : int[V, C], optional
         True class counts of every partition, checked at discovery.
     on_record : callable, optional
-        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` at the end of
-        :meth:`aggregate_train`; the last one is also :attr:`last_record`.
+        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord`; the last one is
+        also :attr:`last_record`.
     aggregator : flwr.serverapp.strategy.Strategy, optional
-        Combines the scheduled uploads (:func:`~fedcgd_strategy.flower.aggregators.
-        aggregate_uploads`); None: the scheduler's FedAvg.
+        Combines the scheduled uploads (:func:`~.aggregators.aggregate_uploads`); None: FedAvg.
     seed : int
         The run's seed, for an aggregator that draws from numpy's global generator.
     """
