@@ -484,21 +484,20 @@ def synthetic_round(
     and update norm, and B*_v = B / (2V): all together take half the budget. Read-only arrays.
     """
     devices = np.arange(num_devices)
-    label_dist = np.zeros((num_devices, num_classes))
-    label_dist[devices, devices % num_classes] += 0.5
-    label_dist[devices, (devices + 1) % num_classes] += 0.5
+    hist = np.zeros((num_devices, num_classes), dtype=np.int64)
+    np.add.at(hist, (devices, devices % num_classes), 1)
+    np.add.at(hist, (devices, (devices + 1) % num_classes), 1)
     ramp = 1.0 + devices / max(num_devices, 1)
-    return RoundInputs(
-        candidate=_frozen(np.ones(num_devices, dtype=bool)),
-        label_dist=_frozen(label_dist),
-        num_examples=_frozen(np.full(num_devices, 100.0)),
-        sigma_v=_frozen(np.ones(num_devices)),
-        min_bandwidth_hz=_frozen(np.full(num_devices, total_bandwidth_hz / (2 * num_devices))),
-        gain_lin=_frozen(1e-10 * ramp),
+    every = np.ones(num_devices, dtype=bool)
+    reported = ReportedStats(every, hist, np.full(num_devices, 100.0), every * 1.0, ramp, ramp)
+    return round_inputs(
+        available=every,
+        min_bandwidth_hz=np.full(num_devices, total_bandwidth_hz / (2 * num_devices)),
+        gain_lin=1e-10 * ramp,
         total_bandwidth_hz=float(total_bandwidth_hz),
         batch_size=int(batch_size),
-        target_dist=_frozen(np.full(num_classes, 1.0 / num_classes)),
-        train_loss=_frozen(ramp),
-        update_norm=_frozen(ramp),
-        local_dist=_frozen(label_dist),
+        num_classes=num_classes,
+        target_dist=np.full(num_classes, 1.0 / num_classes),
+        reported=reported,
+        local_counts=hist,
     )
