@@ -15,8 +15,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcgd_strategy.flower.replies import MalformedReplyError, read_info
-from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.pending import PendingMessages
+from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_task import keys
 
 

@@ -44,8 +44,7 @@ from fedcgd_strategy.flower.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
-from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.pending import PendingMessages
+from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
     Policy,
