@@ -18,15 +18,6 @@ from fedcgd_strategy.validation import (
     check_integer,
 )
 
-__all__ = [
-    "SAME_DISTRIBUTION_TOL",
-    "device_gradient_estimates",
-    "estimate_class_gradient",
-    "estimate_global_sigma",
-    "estimate_per_class_gradient",
-    "gradient_divergence_norms",
-]
-
 #: Devices whose label distribution is within this L1 distance of the target distribution are
 #: left out of the maxima of eqs. (G_est) and (Gc_est): their ratio would divide by ~0.
 SAME_DISTRIBUTION_TOL = 1e-12

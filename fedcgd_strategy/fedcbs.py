@@ -22,17 +22,6 @@ from fedcgd_strategy.validation import (
     check_total_bandwidth,
 )
 
-__all__ = [
-    "QCID_FLOOR",
-    "FedCBSState",
-    "cucb_first_pick_probabilities",
-    "fedcbs_select",
-    "qcid",
-    "qcid_pairwise",
-    "qcid_with_each_candidate",
-    "sequential_pick_probabilities",
-]
-
 #: Floor on QCID before 1/QCID^β (QCID = 0 for a balanced group): above round-off (~1e-16),
 #: below any QCID of integer label counts (~1/N² for N <= 10^6 samples).
 QCID_FLOOR = 1e-12

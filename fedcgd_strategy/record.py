@@ -101,34 +101,13 @@ def round_record(
     discovery_failed: Mapping[int, str] | None = None,
     lost: Iterable[int] = (),
 ) -> RoundRecord:
-    """Build one round's :class:`RoundRecord`.
+    """Build one round's :class:`RoundRecord` from what the policy saw and decided.
 
-    Parameters
-    ----------
-    server_round : int
-        Round j.
-    num_available : int
-        Devices drawn available that have a connected node.
-    inputs : RoundInputs
-        What the policy saw.
-    decision : Decision
-        What it decided.
-    uploaded : sequence of int
-        Partition ids whose model was aggregated.
-    disconnected : sequence of int
-        Partition ids drawn available that had no connected node.
-    class_gradient_next : float[1] or float[C] or None
-        Ĝ after this round's update.
-    timings : RoundTimings
-        Where the round's time went.
-    failed_reasons : mapping int -> str, optional
-        One-line reason per partition id with no valid reply in a phase of this round.
-    model_kept_reason : str, optional
-        Why the model was kept although devices uploaded ("nothing uploaded" without uploads).
-    discovery_failed : mapping int -> str, optional
-        Nodes whose ``query.info`` reply was refused or missing this round, with the reason.
-    lost : iterable of int, optional
-        Partition ids lost to a timeout, a disconnection or an error reply this round.
+    ``num_available`` counts the devices drawn available with a connected node; ``uploaded`` and
+    ``disconnected`` (drawn available, no connected node) hold partition ids; ``failed_reasons``
+    and ``discovery_failed`` map partition and node ids to one-line reasons; ``lost`` are the
+    partitions lost to a timeout, a disconnection or an error reply. ``model_kept_reason`` says why
+    the model was kept although devices uploaded ("nothing uploaded" without uploads).
     """
     selected = decision.selected
     scheduled = bool(selected.any())
@@ -155,16 +134,11 @@ def round_record(
         class_gradient_next=class_gradient_value(class_gradient_next),
         bandwidth_used_hz=decision.bandwidth_used_hz,
         solver_iterations=int(solver.iterations) if solver is not None else 0,
-        query_s=timings.query_s,
-        schedule_s=timings.schedule_s,
-        train_phase_s=timings.train_phase_s,
-        aggregate_s=timings.aggregate_s,
-        client_train_s=timings.client_train_s,
+        **asdict(timings),
         model_kept=model_kept_reason is not None,
         failed_reasons={str(k): reasons[k] for k in sorted(reasons)},
         model_kept_reason=model_kept_reason,
         discovery_failed={str(k): str(v) for k, v in sorted((discovery_failed or {}).items())},
-        discovery_s=timings.discovery_s,
         devices_lost=len(set(lost)),
         lost=sorted({int(v) for v in lost}),
     )

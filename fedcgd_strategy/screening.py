@@ -1,7 +1,6 @@
 """Screening rules for the values a device sends, as pure functions (no flwr, no torch).
 
-The rules are listed in docs/design.md, "Screening replies";
-:mod:`fedcgd_strategy.flower.replies` applies them to messages.
+The rules are listed in docs/design.md, "Screening replies"; :mod:`~.flower.replies` applies them.
 """
 
 from __future__ import annotations
@@ -12,28 +11,11 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = [
-    "DEFAULT_MAX_UPDATE_NORM_RATIO",
-    "FLOAT32_MAX",
-    "exceeds_float32",
-    "median_norm",
-    "reported_norm_matches",
-    "round_histogram_bounds",
-    "round_histogram_problem",
-    "update_norm",
-    "update_norm_outliers",
-]
-
 #: Default k of :func:`update_norm_outliers` (run-config key ``max-update-norm-ratio``).
 DEFAULT_MAX_UPDATE_NORM_RATIO: Final[float] = 10.0
 
 #: Largest finite float32; a norm or σ̂_v above it is refused whatever the ratio rule says.
 FLOAT32_MAX: Final[float] = float(np.finfo(np.float32).max)
-
-
-def exceeds_float32(value: float) -> bool:
-    """True when ``value`` is NaN, infinite or larger in magnitude than :data:`FLOAT32_MAX`."""
-    return not np.isfinite(value) or abs(value) > FLOAT32_MAX
 
 
 def update_norm(
@@ -83,7 +65,7 @@ def update_norm_outliers(
     if not np.isfinite(max_ratio) or max_ratio < 0:
         raise ValueError(f"max_ratio = {max_ratio!r}; allowed: a finite number >= 0 (0 = off)")
     n = np.asarray(norms, dtype=np.float64).ravel()
-    out = np.array([exceeds_float32(float(v)) for v in n], dtype=bool)
+    out = ~(np.abs(n) <= FLOAT32_MAX)  # NaN, inf or beyond float32
     if max_ratio == 0:
         return out
     for i in range(n.size):

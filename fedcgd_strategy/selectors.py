@@ -20,16 +20,6 @@ from fedcgd_strategy.validation import (
     check_total_bandwidth,
 )
 
-__all__ = [
-    "PACK_RULES",
-    "best_channel",
-    "best_effort_pack",
-    "best_norm",
-    "best_score_first",
-    "descending_order",
-    "power_of_choice",
-]
-
 #: Best-effort rules: "stop" at the first device that does not fit (the paper's wording, default),
 #: or "skip" it and keep walking the order.
 PACK_RULES: tuple[str, ...] = ("stop", "skip")

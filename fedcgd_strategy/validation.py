@@ -14,20 +14,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from channel.arrays import BoolArray, FloatArray, as_float_array
 
-__all__ = [
-    "DISTRIBUTION_SUM_TOL",
-    "as_bool_mask",
-    "as_float_array",
-    "as_label_distributions",
-    "as_min_bandwidths",
-    "as_nonnegative_array",
-    "as_nonnegative_float",
-    "as_target_distribution",
-    "as_weights",
-    "check_integer",
-    "check_total_bandwidth",
-]
-
 DISTRIBUTION_SUM_TOL: Final[float] = 1e-6
 """Absolute tolerance on ``|Σ_c p_c − 1|`` for every label and target distribution."""
 

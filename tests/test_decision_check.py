@@ -26,17 +26,18 @@ from fedcgd_strategy.policies import (
     RoundInputs,
     decision_from_mask,
     make_policy,
+    schedule_checked,
 )
-from fedcgd_strategy.policies.decision_check import (
+from fedcgd_strategy.policies.core import (
     BUDGET_REL_TOL,
     PolicyDecisionError,
     check_decision,
-    probe_policy,
     synthetic_round,
 )
 from fedcgd_task.settings import PROJECT_DIR
 
 MHZ = 1e6
+RNG = np.random.default_rng(0)
 
 
 def round_of(min_bandwidth_hz, candidate=(True, True, True, False), total=20 * MHZ):
@@ -101,50 +102,42 @@ def test_the_budget_tolerance_is_one_part_in_a_billion():
         check(decision_from_mask(over, mask(0, 1)), inputs=over)
 
 
-def test_a_device_that_cannot_meet_the_deadline_fails():
-    with pytest.raises(PolicyDecisionError, match=r"round 7: scheduled devices \[3\] that cannot"):
-        check(decision_from_mask(INPUTS, mask(0, 3)))
+NUMBERS = ("sigma", "wemd", "sampling_term", "bandwidth_used_hz")
+HONEST = decision_from_mask(INPUTS, mask(0, 1))
 
 
-def test_a_device_that_is_not_a_candidate_fails():
-    inputs = round_of([5 * MHZ, 8 * MHZ, 9 * MHZ, 1 * MHZ])  # device 3 unavailable
-    decision = Decision(mask(3), 1.0, 0.0, 0.5, 1 * MHZ)  # made by hand, not by the helper
-    with pytest.raises(PolicyDecisionError, match=r"devices \[3\] that are not candidates"):
-        check(decision, inputs=inputs)
-
-
-@pytest.mark.parametrize(
-    ("returned", "what"),
-    [(mask(0), "ndarray"), (None, "NoneType"), ([True, False, False, False], "list")],
-)
-def test_anything_but_a_decision_fails(returned, what):
-    with pytest.raises(PolicyDecisionError, match=f"returned {what}, not a Decision"):
-        check(returned)
-
-
-def test_a_decision_with_a_mask_of_another_shape_or_type_fails():
-    with pytest.raises(PolicyDecisionError, match=r"bool mask of shape \(4,\)"):
-        check(Decision(np.ones(3, dtype=bool), 1.0, 0.0, 0.5, 0.0))
-    with pytest.raises(PolicyDecisionError, match=r"bool mask of shape \(4,\)"):
-        check(Decision(np.array([1, 0, 0, 0]), 1.0, 0.0, 0.5, 0.0))
-
-
-@pytest.mark.parametrize("field", ["wemd", "sampling_term", "bandwidth_used_hz", "sigma"])
-def test_a_decision_whose_numbers_are_not_those_of_its_schedule_fails(field):
-    honest = decision_from_mask(INPUTS, mask(0, 1))
-    values = {
-        f: getattr(honest, f) for f in ("sigma", "wemd", "sampling_term", "bandwidth_used_hz")
-    }
+def lie(field: str) -> Decision:
+    """:data:`HONEST` with the number ``field`` not that of its schedule."""
+    values = {f: getattr(HONEST, f) for f in NUMBERS}
     values[field] = values[field] / 2 + 0.001
-    lie = Decision(honest.selected, **values)
-    with pytest.raises(PolicyDecisionError, match=f"decision's {field} = .* is not that of"):
-        check(lie)
+    return Decision(HONEST.selected, **values)
 
 
-def test_a_rule_without_a_budget_is_still_held_to_candidates_and_the_deadline():
+DEVICE_3_UNAVAILABLE = round_of([5 * MHZ, 8 * MHZ, 9 * MHZ, 1 * MHZ])
+SHAPE = r"bool mask of shape \(4,\)"
+#: (what schedule() returned, the round, uses_budget, what the refusal says)
+REFUSALS = [
+    (decision_from_mask(INPUTS, mask(0, 3)), INPUTS, True, r"round 7: .*\[3\] that cannot"),
+    (decision_from_mask(INPUTS, mask(2, 3)), INPUTS, False, "cannot meet the deadline"),
+    (Decision(mask(3), 1.0, 0.0, 0.5, 1e6), DEVICE_3_UNAVAILABLE, True, r"\[3\] that are not cand"),
+    (mask(0), INPUTS, True, "returned ndarray, not a Decision"),
+    (None, INPUTS, True, "returned NoneType, not a Decision"),
+    ([True, False, False, False], INPUTS, True, "returned list, not a Decision"),
+    (Decision(np.ones(3, dtype=bool), 1.0, 0.0, 0.5, 0.0), INPUTS, True, SHAPE),
+    (Decision(np.array([1, 0, 0, 0]), 1.0, 0.0, 0.5, 0.0), INPUTS, True, SHAPE),
+    *[(lie(f), INPUTS, True, f"decision's {f} = .* is not that of") for f in NUMBERS],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("returned", "inputs", "uses_budget", "match"), REFUSALS)
+def test_a_decision_that_breaks_a_rule_is_refused(returned, inputs, uses_budget, match):
+    # a hand-made Decision (not decision_from_mask's) is held to the same rules
+    with pytest.raises(PolicyDecisionError, match=match):
+        check(returned, inputs=inputs, uses_budget=uses_budget)
+
+
+def test_a_rule_without_a_budget_may_exceed_it():
     check(decision_from_mask(INPUTS, mask(0, 1, 2)), uses_budget=False)  # 22 MHz: allowed
-    with pytest.raises(PolicyDecisionError, match="cannot meet the deadline"):
-        check(decision_from_mask(INPUTS, mask(2, 3)), uses_budget=False)
 
 
 def random_round(rng: np.random.Generator, v: int, c: int) -> RoundInputs:
@@ -211,10 +204,10 @@ def test_the_probe_names_a_policy_that_raises():
     policy = Broken()
     policy.name = "mine:Broken"
     with pytest.raises(PolicyDecisionError) as err:
-        probe_policy(policy, synthetic_round(4, 2, 20 * MHZ, 8))
+        schedule_checked(policy, synthetic_round(4, 2, 20 * MHZ, 8), RNG, server_round=None)
     assert str(err.value) == (
-        "policy 'mine:Broken': schedule() raised KeyError: 'gain' on a synthetic round of 4 "
-        "devices, all available and feasible (its arrays read-only, as in a run)"
+        "policy 'mine:Broken', a synthetic round before the start: schedule() raised "
+        "KeyError: 'gain'"
     )
 
 
@@ -479,8 +472,6 @@ def _refused_on_a_frozen_round(policy_class):
 
     It must be refused: returns the round's inputs and the refusal.
     """
-    from fedcgd_strategy.policies.decision_check import schedule_checked
-
     inputs = _frozen_round()
     policy = policy_class()
     policy.name = f"mine:{policy_class.__name__.lstrip('_')}"
@@ -512,5 +503,5 @@ def test_the_pre_start_probe_also_hands_the_policy_a_copy():
     policy = _Unlocks()
     policy.name = "mine:Unlocks"
     with pytest.raises(PolicyDecisionError, match=r"bandwidth_used_hz = 0\.0 is not that"):
-        probe_policy(policy, inputs)
+        schedule_checked(policy, inputs, RNG, server_round=None)
     assert np.array_equal(inputs.min_bandwidth_hz, before)

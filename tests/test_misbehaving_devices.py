@@ -263,8 +263,7 @@ def reply_with(metrics: dict) -> Message:
 
 
 def test_fractional_histogram_in_a_reply_is_refused():
-    from fedcgd_strategy.flower.replies import read_report
-    from fedcgd_strategy.flower.reply_fields import MalformedReplyError
+    from fedcgd_strategy.flower.replies import MalformedReplyError, read_report
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [0.5, 0.5]}
     with pytest.raises(MalformedReplyError, match="integer class counts"):
@@ -364,8 +363,7 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
     ],
 )
 def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
-    from fedcgd_strategy.flower.replies import ExpectedReply, read_report
-    from fedcgd_strategy.flower.reply_fields import MalformedReplyError
+    from fedcgd_strategy.flower.replies import ExpectedReply, MalformedReplyError, read_report
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1], key: value}
     with pytest.raises(MalformedReplyError, match=match):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedcgd_strategy.policies import (
+    POLICY_NAMES,
     PolicyContext,
     RoundInputs,
     decision_from_mask,
@@ -75,9 +76,22 @@ def test_protocol_rule() -> None:
     def rule(name: str, requested: str = "auto") -> str:
         return resolve_protocol(policy_class(name), requested, name)
 
-    assert rule("bn2") == "train-all" and rule("fedcbs") == "channel"
-    assert rule("fedcgd-gs") == "query"
-    assert rule("bc") == "channel" and rule("bc", "query") == "query"
+    auto = {
+        "fedcgd-fscd": "query",
+        "fedcgd-gs": "query",
+        "fedcgd-fscd-gc": "query",
+        "fedcgd-exact": "query",
+        "fedcgd-cd": "query",
+        "bc": "channel",
+        "bn2": "train-all",
+        "poc": "train-all",
+        "fedcbs": "channel",
+        "all": "channel",
+    }
+    assert {name: rule(name) for name in POLICY_NAMES} == auto
+    assert rule("bc", "query") == "query"
+    with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcgd-fscd'"):
+        rule("fedcgd-fscd", "channel")
     with pytest.raises(ValueError, match="'query' does not work with policy 'poc'"):
         rule("poc", "query")
     with pytest.raises(ValueError, match="'policy' = 'fedsgd'; allowed: fedcgd-fscd, "):
@@ -111,5 +125,5 @@ def test_only_the_flower_glue_imports_flwr() -> None:
         if not m.name.startswith("fedcgd_strategy.flower")
     ]
     assert {"fedcgd_strategy.policies.registry", "fedcgd_strategy.nodes"} <= set(modules)
-    assert len(modules) >= 25
+    assert len(modules) >= 20
     assert_import_pulls_neither_flwr_nor_torch(*modules)

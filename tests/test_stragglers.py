@@ -1,11 +1,11 @@
 """A device slower than the timeouts costs only its own participation (issue 13, point 3).
 
-Rule under test (``fedcgd_strategy.pending``), which holds where timeouts exist (deployments):
-at most one message per node in flight; a node whose message timed out is busy, skipped and
-recorded as failed until its late reply is pulled, which is discarded (a late ``query.info``
-still registers its device). Unit tests of the bookkeeping and of the strategy on an in-process
-grid with a straggler (no Ray). In a simulation nothing times out: one real ``flwr run`` with a
-sleeping device (slow) shows that it takes part in every round (issue 30, point 2).
+Rule under test (``fedcgd_strategy.nodes.PendingMessages``), which holds where timeouts exist
+(deployments): at most one message per node in flight; a node whose message timed out is busy,
+skipped and recorded as failed until its late reply is pulled, which is discarded (a late
+``query.info`` still registers its device). Unit tests of the bookkeeping and of the strategy on an
+in-process grid with a straggler (no Ray). In a simulation nothing times out: one real ``flwr run``
+with a sleeping device (slow) shows that it takes part in every round (issue 30, point 2).
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ import pytest
 from fake_grid import FakeGrid, make_contexts
 from flwr.app import Message
 from scripted_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
-from subprocesses import assert_import_pulls_neither_flwr_nor_torch
 from task_settings import all_available_run
 from wrapped_project import build_wrapped_project, run_wrapped
 
 from fedcgd_strategy.flower.discovery import settle_pending
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
-from fedcgd_strategy.pending import Pending, PendingMessages
+from fedcgd_strategy.nodes import Pending, PendingMessages
 from fedcgd_strategy.policies import PolicyContext, make_policy
 from fedcgd_task import keys
 from run_files.results import METRICS_FILE
@@ -49,10 +48,6 @@ def test_unanswered_messages_make_their_nodes_busy_until_resolved():
     assert pending.busy_nodes() == {1: 6, 3: 4}
     assert pending.forget_nodes([1]) == [Pending("d", 1, 6, "train")]
     assert pending.busy_nodes() == {3: 4} and len(pending) == 1
-
-
-def test_the_bookkeeping_imports_neither_flwr_nor_torch():
-    assert_import_pulls_neither_flwr_nor_torch("fedcgd_strategy.pending")
 
 
 def test_messages_without_an_id_are_not_tracked():

@@ -169,26 +169,6 @@ def test_devices_do_only_the_work_the_rule_needs(name, protocol, query_sigma, tr
     assert {c[keys.WANT_SIGMA] for c in sent_config(grid, "train")} == {train_sigma}
 
 
-def test_auto_protocol_per_policy():
-    auto = {
-        name: build(name, make_draw([True] * V, [1.0] * V))[0].protocol for name in POLICY_NAMES
-    }
-    assert auto == {
-        "fedcgd-fscd": "query",
-        "fedcgd-gs": "query",
-        "fedcgd-fscd-gc": "query",
-        "fedcgd-exact": "query",
-        "fedcgd-cd": "query",
-        "bc": "channel",
-        "bn2": "train-all",
-        "poc": "train-all",
-        "fedcbs": "channel",
-        "all": "channel",
-    }
-    with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcgd-fscd'"):
-        build("fedcgd-fscd", make_draw([True] * V, [1.0] * V), protocol="channel")
-
-
 @pytest.mark.parametrize("protocol", ["channel", "query", "train-all"])
 def test_fedcbs_uses_the_whole_local_distribution_from_discovery(protocol):
     # Same rng seed and state as the strategy: the schedule must be Fed-CBS on LOCAL_HISTS.

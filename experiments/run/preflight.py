@@ -250,8 +250,12 @@ def check_checkpoint_fits(config: RunConfig) -> None:
 
 def check_own_policy(config: RunConfig, num_classes: int) -> None:
     """Call a user's policy once on a synthetic round: it must return a valid ``Decision``."""
-    from fedcgd_strategy.policies.decision_check import probe_policy, synthetic_round
-    from fedcgd_strategy.policies.registry import POLICY_NAMES, make_policy
+    from fedcgd_strategy.policies import (
+        POLICY_NAMES,
+        make_policy,
+        schedule_checked,
+        synthetic_round,
+    )
 
     if config.policy in POLICY_NAMES:
         return
@@ -262,4 +266,4 @@ def check_own_policy(config: RunConfig, num_classes: int) -> None:
         config.cell.total_bandwidth_hz,
         config.training.batch_size,
     )
-    probe_policy(policy, inputs, seed=config.seed)
+    schedule_checked(policy, inputs, np.random.default_rng(config.seed), server_round=None)

@@ -14,10 +14,8 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcgd_strategy.flower.replies import read_info
-from fedcgd_strategy.flower.reply_fields import MalformedReplyError
-from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.pending import PendingMessages
+from fedcgd_strategy.flower.replies import MalformedReplyError, read_info
+from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_task import keys
 
 

@@ -1,58 +1,168 @@
-"""Reading and validating one client reply (the Flower side of the record protocol).
+"""Every check of what a device sends, applied where its reply enters the server.
 
-Every value a device sends is checked where it enters, against the round and the model, by the
-rules of docs/design.md, "Screening replies"; a reply that fails raises
-:class:`~.reply_fields.MalformedReplyError` naming the node, the key, the value and what is
-allowed, which costs that device its round. Nothing a device sends can raise otherwise.
+Each value is checked against the model and the round by the rules of docs/design.md,
+"Screening replies" (the rules on values are pure functions of :mod:`fedcgd_strategy.screening`);
+a reply that breaks one raises :class:`MalformedReplyError` naming the node, the key, the value
+and what is allowed, which costs that device its round. Nothing a device sends raises otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import TypeGuard
 
 import numpy as np
-from flwr.app import Message
+from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.supercore import log
 from numpy.typing import NDArray
 
 from fedcgd_strategy.aggregation import flatten_update
-from fedcgd_strategy.flower.reply_fields import (
-    MalformedReplyError,
-    finite_float,
-    read_histogram,
-    read_metric,
-    read_metrics,
-    read_model_arrays,
-    read_num_examples,
-    read_partition_id,
-    read_sigma,
-)
+from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
-from fedcgd_strategy.screening import reported_norm_matches, round_histogram_problem, update_norm
+from fedcgd_strategy.screening import (
+    FLOAT32_MAX,
+    reported_norm_matches,
+    round_histogram_problem,
+    update_norm,
+    update_norm_outliers,
+)
 from fedcgd_task import keys
+from fedcgd_task.array_codec import numpy_arrays
+from fedcgd_task.message_records import record_of
 from fedcgd_task.settings import TrainingSettings
+
+#: Largest class count accepted (exact in float64; far above any dataset).
+MAX_COUNT = 2**53
+
+
+class MalformedReplyError(ValueError):
+    """A client reply that cannot be used this round."""
+
+
+def _metric(metrics: MetricRecord, key: str, node_id: int) -> object:
+    """The metric ``key`` of a reply; missing: refused."""
+    if key not in metrics:
+        raise MalformedReplyError(
+            f"reply from node {node_id} lacks metric {key!r}; the ClientApp must send it"
+        )
+    return metrics[key]
+
+
+def _number(metrics: MetricRecord, key: str, node_id: int) -> float:
+    """The metric ``key`` as a finite float >= 0 (a huge Python int is refused, not raised)."""
+    value = _metric(metrics, key, node_id)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MalformedReplyError(f"node {node_id}: metric {key!r} must be a number, got {value!r}")
+    out = float(value) if not isinstance(value, int) or abs(value) < 2**1000 else math.inf
+    if not math.isfinite(out) or out < 0:
+        raise MalformedReplyError(
+            f"node {node_id}: metric {key!r} = {value!r}; allowed: a finite number >= 0.0"
+        )
+    return out
+
+
+def _is_int(value: object) -> TypeGuard[int | np.integer]:
+    """A Python or numpy int, not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _int(
+    metrics: MetricRecord,
+    key: str,
+    node_id: int,
+    bounds: tuple[int, int | None],
+    registered: tuple[int | None, str] = (None, ""),
+) -> int:
+    """An int metric in ``[low, high)``, equal to ``registered[0]`` (``[1]`` says what) if set."""
+    raw = _metric(metrics, key, node_id)
+    low, high = bounds
+    if not _is_int(raw) or int(raw) < low or (high is not None and int(raw) >= high):
+        allowed = f"an int in [{low}, {high})" if high is not None else f"an int >= {low}"
+        raise MalformedReplyError(f"node {node_id}: {key!r} = {raw!r}; allowed: {allowed}")
+    if registered[0] is not None and int(raw) != registered[0]:
+        raise MalformedReplyError(
+            f"node {node_id}: {key!r} = {raw!r}; allowed: {registered[0]}, {registered[1]}"
+        )
+    return int(raw)
+
+
+def _histogram(
+    metrics: MetricRecord, key: str, node_id: int, num_classes: int
+) -> NDArray[np.int64]:
+    """The class counts under ``key``: C ints 0 .. :data:`MAX_COUNT` with a positive sum."""
+    raw = _metric(metrics, key, node_id)
+    values = raw if isinstance(raw, list) else [raw]
+    if len(values) != num_classes:
+        raise MalformedReplyError(
+            f"node {node_id}: {key!r} has length {len(values)}; allowed: {num_classes}"
+        )
+    shown = values if len(values) <= 12 else [*values[:12], "..."]
+    counts = [int(v) for v in values if _is_int(v)]
+    if len(counts) != num_classes:
+        raise MalformedReplyError(
+            f"node {node_id}: {key!r} = {shown}; allowed: integer class counts (a list of ints)"
+        )
+    if min(counts) < 0 or sum(counts) <= 0 or max(counts) > MAX_COUNT:
+        raise MalformedReplyError(
+            f"node {node_id}: {key!r} = {shown}; allowed: counts 0 .. 2**53 with a positive sum"
+        )
+    return np.array(counts, dtype=np.int64)
+
+
+def _sender(msg: Message) -> tuple[int, MetricRecord]:
+    """The sender's node id and the reply's MetricRecord; an error reply is refused."""
+    node_id = int(msg.metadata.src_node_id)
+    if msg.has_error():
+        raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
+    metrics = record_of(msg.content, keys.METRICS, MetricRecord)
+    if metrics is None:
+        raise MalformedReplyError(
+            f"reply from node {node_id} lacks the MetricRecord {keys.METRICS!r}"
+        )
+    return node_id, metrics
+
+
+def _model_arrays(
+    msg: Message, node_id: int, reference: Mapping[str, NDArray[np.generic]]
+) -> dict[str, NDArray[np.generic]]:
+    """The uploaded arrays, checked against the global model: keys, shapes, dtypes, finite."""
+    record = record_of(msg.content, keys.ARRAYS, ArrayRecord)
+    if record is None:
+        raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
+    arrays = numpy_arrays(record)
+    if list(arrays) != list(reference):
+        raise MalformedReplyError(
+            f"node {node_id}: model arrays {list(arrays)[:3]}… do not match the global model's "
+            f"{list(reference)[:3]}…"
+        )
+    for k, ref in reference.items():
+        arr, want = arrays[k], np.asarray(ref)
+        if arr.shape != want.shape:
+            raise MalformedReplyError(
+                f"node {node_id}: array {k!r} has shape {arr.shape}; expected {want.shape}"
+            )
+        if arr.dtype != want.dtype:
+            raise MalformedReplyError(
+                f"node {node_id}: array {k!r} has dtype {arr.dtype}; allowed: {want.dtype}, the "
+                "global model's"
+            )
+        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+            raise MalformedReplyError(f"node {node_id}: array {k!r} has NaN or inf values")
+    return arrays
 
 
 @dataclass(frozen=True)
 class DeviceReport:
     """One device's validated reply.
 
-    Attributes
-    ----------
-    node_id, partition_id : int
-        Flower node id of the sender and its device index v in [0, V).
-    num_examples : int
-        Local dataset size |D_v|.
-    label_hist : int[C]
-        Class counts of the samples used this round.
-    sigma : float
-        σ̂_v, paper eq. (local_est_sigma); NaN when the device was not asked for it.
-    train_loss, update_norm, train_time_s : float or None
-        Training replies only.
-    arrays : dict of str -> ndarray, or None
-        The trained local model (training replies only).
-    upload_norm : float or None
-        ||w_v − w|| the server computed from ``arrays`` (float64).
+    ``node_id`` and ``partition_id`` (v in [0, V)) of the sender; ``num_examples`` |D_v|;
+    ``label_hist`` int[C], the class counts of the samples used this round; ``sigma`` σ̂_v,
+    paper eq. (local_est_sigma), NaN when the device was not asked. Training replies only:
+    ``train_loss``, ``update_norm`` (as reported), ``train_time_s``, ``arrays`` (the trained local
+    model) and ``upload_norm`` (||w_v − w|| the server computed from ``arrays``, float64).
     """
 
     node_id: int
@@ -76,10 +186,10 @@ def read_info(
     msg: Message, *, num_devices: int, num_classes: int
 ) -> tuple[int, int, NDArray[np.int64]]:
     """Validate a ``query.info`` reply; return (node id, partition id, local class counts)."""
-    node_id, metrics = read_metrics(msg)
-    pid = read_partition_id(metrics, node_id, num_devices)
-    hist = read_histogram(metrics, keys.LOCAL_LABEL_HIST, node_id, num_classes)
-    if int(hist.sum()) != read_num_examples(metrics, node_id):
+    node_id, metrics = _sender(msg)
+    pid = _int(metrics, keys.PARTITION_ID, node_id, (0, num_devices))
+    hist = _histogram(metrics, keys.LOCAL_LABEL_HIST, node_id, num_classes)
+    if int(hist.sum()) != _int(metrics, keys.NUM_EXAMPLES, node_id, (1, None)):
         raise MalformedReplyError(
             f"node {node_id}: {keys.LOCAL_LABEL_HIST!r} sums to {int(hist.sum())}, not to "
             f"{keys.NUM_EXAMPLES!r}; allowed: the class counts of the whole local dataset"
@@ -110,48 +220,38 @@ def read_report(
 ) -> DeviceReport:
     """Validate a stats or training reply and return its :class:`DeviceReport`.
 
-    Parameters
-    ----------
-    msg : Message
-        The reply.
-    num_devices, num_classes : int
-        V (bound of the partition id) and C (length of the histogram).
-    reference : mapping str -> ndarray, optional
-        The global model sent this round; when given, the reply must be a training reply whose
-        arrays match it (keys, shapes, dtypes, finite).
-    expected : ExpectedReply, optional
-        What discovery says of the sender.
-
-    Raises
-    ------
-    MalformedReplyError
-        For an error reply, a missing key or a value that breaks a rule.
+    ``num_devices`` V bounds the partition id, ``num_classes`` C is the histogram's length.
+    With ``reference`` (the global model sent this round) the reply must be a training reply
+    whose arrays match it; ``expected`` is what discovery says of the sender. Raises
+    :class:`MalformedReplyError` for an error reply, a missing key or a value breaking a rule.
     """
-    node_id, metrics = read_metrics(msg)
+    node_id, metrics = _sender(msg)
     known = expected or ExpectedReply(-1)
-    registered = None if expected is None else expected.partition_id
-    pid = read_partition_id(metrics, node_id, num_devices, registered)
     local = known.local_counts
-    n = read_num_examples(metrics, node_id, None if local is None else int(np.sum(local)))
-    hist = read_histogram(metrics, keys.LABEL_HIST, node_id, num_classes)
+    what = "the partition it was registered with at discovery"
+    registered = None if expected is None else expected.partition_id
+    pid = _int(metrics, keys.PARTITION_ID, node_id, (0, num_devices), (registered, what))
+    what = "the local dataset size it reported at discovery"
+    size = None if local is None else int(np.sum(local))
+    n = _int(metrics, keys.NUM_EXAMPLES, node_id, (1, None), (size, what))
+    hist = _histogram(metrics, keys.LABEL_HIST, node_id, num_classes)
     if known.num_samples is not None:
         problem = round_histogram_problem(hist, local, known.num_samples)
         if problem is not None:
             raise MalformedReplyError(f"node {node_id}: {keys.LABEL_HIST!r} {problem}")
-    sigma = read_sigma(metrics, node_id)
+    sigma = _number(metrics, keys.SIGMA, node_id) if keys.SIGMA in metrics else math.nan
+    if sigma > FLOAT32_MAX:
+        raise MalformedReplyError(
+            f"node {node_id}: metric {keys.SIGMA!r} = {sigma!r}; allowed: 0 .. {FLOAT32_MAX:.4g} "
+            "(the largest float32)"
+        )
     if reference is None:
         return DeviceReport(node_id, pid, n, hist, sigma)
-
-    train_loss = finite_float(
-        read_metric(metrics, keys.TRAIN_LOSS, node_id), keys.TRAIN_LOSS, node_id
-    )
-    norm = finite_float(read_metric(metrics, keys.UPDATE_NORM, node_id), keys.UPDATE_NORM, node_id)
-    train_time = (
-        finite_float(metrics[keys.TRAIN_TIME_S], keys.TRAIN_TIME_S, node_id)
-        if keys.TRAIN_TIME_S in metrics
-        else None
-    )
-    arrays = read_model_arrays(msg, node_id, reference)
+    train_loss = _number(metrics, keys.TRAIN_LOSS, node_id)
+    norm = _number(metrics, keys.UPDATE_NORM, node_id)
+    timed = keys.TRAIN_TIME_S in metrics
+    train_time = _number(metrics, keys.TRAIN_TIME_S, node_id) if timed else None
+    arrays = _model_arrays(msg, node_id, reference)
     upload_norm = update_norm(arrays, reference)
     if not reported_norm_matches(norm, upload_norm):
         raise MalformedReplyError(
@@ -159,17 +259,84 @@ def read_report(
             f"{upload_norm:.6g} away from the global model; allowed: the norm of its own update"
         )
     return DeviceReport(
-        node_id,
-        pid,
-        n,
-        hist,
-        sigma,
-        train_loss=train_loss,
-        update_norm=norm,
-        train_time_s=train_time,
-        arrays=arrays,
-        upload_norm=upload_norm,
+        node_id, pid, n, hist, sigma, train_loss, norm, train_time, arrays, upload_norm
     )
+
+
+@dataclass(frozen=True)
+class Screening:
+    """How a phase's replies are screened beyond their own validity.
+
+    ``num_samples`` τ b of the round, the sum of every round histogram (None: not checked);
+    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.screening.update_norm_outliers`
+    (0 = only the absolute bound); ``norm_reference`` the median update norm of the last round's
+    accepted uploads (for a round with one upload).
+    """
+
+    num_samples: int | None = None
+    max_update_norm_ratio: float = 0.0
+    norm_reference: float | None = None
+
+
+def collect_reports(
+    replies: Iterable[Message],
+    expected: Iterable[int],
+    registry: NodeRegistry,
+    reference: Mapping[str, NDArray[np.generic]] | None,
+    phase: str,
+    screening: Screening | None = None,
+) -> tuple[list[DeviceReport], dict[int, str], set[int]]:
+    """Validate a phase's replies; return the valid reports (by partition id), failures, lost.
+
+    ``failures`` maps each expected partition without a valid reply (error, timeout, malformed or
+    misattributed reply, upload with an outlier norm) to a one-line reason. ``lost`` are those
+    whose node sent no reply or an error reply first: what the link or the host did to a device
+    (a refused reply is a failure, not a loss). A node's first reply counts.
+    """
+    rules = screening or Screening()
+    wanted = set(expected)
+    reports: dict[int, DeviceReport] = {}
+    failures: dict[int, str] = {}
+    errored: set[int] = set()
+    for msg in replies:
+        node_id = int(msg.metadata.src_node_id)
+        registered = registry.partition(node_id)
+        if registered is None or registered not in wanted:
+            log(WARNING, "%s: reply from node %d, which was not asked; ignored", phase, node_id)
+            continue
+        if registered in reports or registered in failures:  # a link delivers one reply each
+            log(WARNING, "%s: another reply from node %d; the first one counts", phase, node_id)
+            continue
+        if msg.has_error():
+            errored.add(registered)
+        known = ExpectedReply(registered, registry.local_hist(registered), rules.num_samples)
+        try:
+            reports[registered] = read_report(
+                msg,
+                num_devices=registry.num_devices,
+                num_classes=registry.num_classes,
+                reference=reference,
+                expected=known,
+            )
+        except MalformedReplyError as err:
+            failures[registered] = str(err)
+    with_arrays = [p for p in sorted(reports) if reports[p].upload_norm is not None]
+    norms = np.array([reports[p].upload_norm for p in with_arrays], dtype=np.float64)
+    refused = update_norm_outliers(norms, rules.max_update_norm_ratio, rules.norm_reference)
+    for pid, norm, bad in zip(with_arrays, norms, refused, strict=True):
+        if bad:
+            failures[pid] = (
+                f"node {reports.pop(pid).node_id}: update norm ||w_v - w|| = {norm:.4g}; "
+                f"allowed: at most max-update-norm-ratio = {rules.max_update_norm_ratio:g} "
+                "x the median of the round's other uploads, and a finite float32"
+            )
+    lost = (wanted - set(reports) - set(failures)) | errored
+    for pid in sorted(wanted - set(reports) - set(failures)):
+        failures[pid] = "no reply before the timeout"
+    log(INFO, "%s: received %d results and %d failures", phase, len(reports), len(failures))
+    for pid in sorted(failures):
+        log(WARNING, "%s: device %d excluded this round: %s", phase, pid, failures[pid])
+    return [reports[p] for p in sorted(reports)], dict(sorted(failures.items())), lost
 
 
 def reported_stats(

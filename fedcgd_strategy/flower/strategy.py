@@ -36,11 +36,15 @@ from fedcgd_strategy.flower.discovery import (
     settle_pending,
 )
 from fedcgd_strategy.flower.dp_aggregators import dp_round_noise
-from fedcgd_strategy.flower.phase_replies import Screening, collect_reports, lost_devices
-from fedcgd_strategy.flower.replies import DeviceReport, reported_stats, uploaded_updates
+from fedcgd_strategy.flower.replies import (
+    DeviceReport,
+    Screening,
+    collect_reports,
+    reported_stats,
+    uploaded_updates,
+)
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
-from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.pending import PendingMessages
+from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
     Policy,
@@ -48,9 +52,9 @@ from fedcgd_strategy.policies import (
     RoundInputs,
     resolve_protocol,
     round_inputs,
+    schedule_checked,
     with_reported_terms,
 )
-from fedcgd_strategy.policies.decision_check import schedule_checked
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
@@ -67,23 +71,18 @@ class ScheduledStrategy(Strategy):
 
     Parameters
     ----------
-    policy : Policy
-        The scheduling rule (:func:`fedcgd_strategy.policies.registry.make_policy`).
+    policy, rng : Policy, numpy.random.Generator
+        The scheduling rule (:func:`fedcgd_strategy.policies.make_policy`) and its randomness.
     cell : ChannelModel
         The uplink model (a :class:`channel.Cell`), drawn once per round.
-    model_bits : float
-        D_w, bits uploaded per device.
-    total_bandwidth_hz : float
-        Bandwidth budget B in Hz.
+    model_bits, total_bandwidth_hz : float
+        D_w, bits uploaded per device; bandwidth budget B in Hz.
     num_devices, num_classes : int
         V and C.
     target_dist : float[C] or None
         WEMD target p; ``None``: the union of this round's reported histograms.
-    rng : numpy.random.Generator
-        Randomness of the policy.
     protocol : str
-        ``"auto"`` or a :class:`Protocol` value (:func:`~fedcgd_strategy.policies.protocol.
-        resolve_protocol`).
+        ``"auto"`` or a :class:`Protocol` value (:func:`fedcgd_strategy.policies.resolve_protocol`).
     query_timeout_s : float
         How long to wait for query replies (a simulation's grid waits for every reply).
     round_offset : int
@@ -93,11 +92,10 @@ class ScheduledStrategy(Strategy):
     partition_counts : int[V, C], optional
         True class counts of every partition, checked at discovery.
     on_record : callable, optional
-        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` at the end of
-        :meth:`aggregate_train`; the last one is also :attr:`last_record`.
+        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord`; the last one is
+        also :attr:`last_record`.
     aggregator : flwr.serverapp.strategy.Strategy, optional
-        Combines the scheduled uploads (:func:`~fedcgd_strategy.flower.aggregators.
-        aggregate_uploads`); None: the scheduler's FedAvg.
+        Combines the scheduled uploads (:func:`~.aggregators.aggregate_uploads`); None: FedAvg.
     seed : int
         The run's seed, for an aggregator that draws from numpy's global generator.
     """
@@ -275,7 +273,6 @@ class ScheduledStrategy(Strategy):
 
         The devices without a reply or with an error reply are added to ``state.lost``.
         """
-        state.lost |= lost_devices(replies, expected, self.registry)
         training = phase == MessageType.TRAIN
         screening = Screening(
             num_samples=state.training.local_steps * state.training.batch_size,
@@ -283,9 +280,10 @@ class ScheduledStrategy(Strategy):
             norm_reference=self._norm_reference,
         )
         reference = state.reference if training else None
-        reports, failed = collect_reports(
+        reports, failed, lost = collect_reports(
             replies, expected, self.registry, reference, phase, screening
         )
+        state.lost |= lost
         if training:
             accepted = median_norm([r.upload_norm for r in reports if r.upload_norm is not None])
             self._norm_reference = accepted if accepted is not None else self._norm_reference

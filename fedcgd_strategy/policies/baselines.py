@@ -15,9 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
-from fedcgd_strategy.policies.base import Policy
-from fedcgd_strategy.policies.decision import Decision, decision_from_mask
-from fedcgd_strategy.policies.inputs import RoundInputs
+from fedcgd_strategy.policies.core import Decision, Policy, RoundInputs, decision_from_mask
 from fedcgd_strategy.selectors import best_score_first, power_of_choice
 
 

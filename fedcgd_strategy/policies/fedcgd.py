@@ -14,9 +14,13 @@ from fedcgd_strategy.estimators import (
     estimate_class_gradient,
     estimate_per_class_gradient,
 )
-from fedcgd_strategy.policies.base import Policy, UploadedUpdates
-from fedcgd_strategy.policies.decision import Decision, decision_from_mask
-from fedcgd_strategy.policies.inputs import RoundInputs
+from fedcgd_strategy.policies.core import (
+    Decision,
+    Policy,
+    RoundInputs,
+    UploadedUpdates,
+    decision_from_mask,
+)
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers import solve
 from fedcgd_strategy.validation import as_nonnegative_array

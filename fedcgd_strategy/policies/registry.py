@@ -1,7 +1,7 @@
 """From the run config's ``policy`` and ``policy-params`` to a policy object: one registry.
 
 A built-in name is a class plus the constructor arguments it fixes; a reference names a
-researcher's :class:`~fedcgd_strategy.policies.base.Policy` subclass. Both are built alike,
+researcher's :class:`~fedcgd_strategy.policies.core.Policy` subclass. Both are built alike,
 with arguments by parameter name (docs/design.md, "Your own policy"). No flwr, no torch.
 """
 
@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedcgd_strategy.policies.base import Policy
 from fedcgd_strategy.policies.baselines import (
     AllFeasiblePolicy,
     BestChannelPolicy,
@@ -21,6 +20,7 @@ from fedcgd_strategy.policies.baselines import (
     FedCBSPolicy,
     PowerOfChoicePolicy,
 )
+from fedcgd_strategy.policies.core import Policy
 from fedcgd_strategy.policies.fedcgd import FedCGDPolicy
 from fedcgd_task.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
@@ -58,25 +58,16 @@ CONTEXT_SOURCES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class PolicyEntry:
-    """A built-in policy: its class and the constructor arguments its name fixes."""
-
-    policy_type: type[Policy]
-    fixed: Mapping[str, object]
-
-
+#: A built-in policy: its class and the constructor arguments its name fixes.
+PolicyEntry = tuple[type[Policy], Mapping[str, object]]
 _BUILT_IN: dict[str, PolicyEntry] = {}
 
 
 def register_policy(name: str, policy_type: type[Policy], **fixed: object) -> None:
-    """Register ``policy_type`` (with the constructor arguments ``fixed``) under ``name``.
-
-    Raises ValueError when ``name`` is taken or holds a colon (a reference).
-    """
+    """Register ``policy_type`` (with the constructor arguments ``fixed``) under ``name``."""
     if name in _BUILT_IN or is_reference(name):
         raise ValueError(f"policy name {name!r} is taken or holds a colon")
-    _BUILT_IN[name] = PolicyEntry(policy_type, dict(fixed))
+    _BUILT_IN[name] = (policy_type, dict(fixed))
 
 
 register_policy("fedcgd-fscd", FedCGDPolicy, method="fscd", per_class=False)
@@ -121,22 +112,12 @@ def policy_entry(setting: str) -> PolicyEntry:
             f"run-config key {POLICY_KEY!r} = {setting!r}: {found.__name__} does not implement "
             f"{missing}"
         )
-    return PolicyEntry(found, {})
+    return found, {}
 
 
 def policy_class(setting: str) -> type[Policy]:
     """The class of the policy ``setting`` names (its class attributes say what it needs)."""
-    return policy_entry(setting).policy_type
-
-
-def _refused(setting: str, entry: PolicyEntry) -> dict[str, str]:
-    """Constructor parameters ``policy-params`` may not set, and why (they come from elsewhere)."""
-    refused = {n: f"{n} comes from {source}; set it there" for n, source in CONTEXT_SOURCES.items()}
-    for name, value in entry.fixed.items():
-        refused[name] = (
-            f"policy {setting!r} fixes {name} = {value!r}; name another policy to change it"
-        )
-    return refused
+    return policy_entry(setting)[0]
 
 
 def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[str, object]:
@@ -147,49 +128,19 @@ def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[s
     the built-in name, or a :class:`PolicyContext` setting), a value of the wrong type, or a
     required parameter left unset.
     """
-    entry = policy_entry(setting)
+    policy_type, fixed = policy_entry(setting)
+    refused = {n: f"{n} comes from {source}; set it there" for n, source in CONTEXT_SOURCES.items()}
+    for name, value in fixed.items():
+        fixes = f"policy {setting!r} fixes {name} = {value!r}"
+        refused[name] = f"{fixes}; name another policy to change it"
     return constructor_arguments(
-        entry.policy_type,
-        params,
-        table=PARAMS_KEY,
-        owner=f"policy {setting!r}",
-        refused=_refused(setting, entry),
+        policy_type, params, table=PARAMS_KEY, owner=f"policy {setting!r}", refused=refused,
         untyped=True,
-    )
+    )  # fmt: skip
 
 
-def check_policy_params(setting: str, params: Mapping[str, object]) -> None:
-    """Raise a one-line ValueError when ``policy``/``policy-params`` cannot build a policy."""
-    policy_param_arguments(setting, params)
-
-
-def make_policy(
-    setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
-) -> Policy:
-    """Build the policy the run config names; its ``name`` is ``setting``.
-
-    ``context`` fills the parameters of the same name, ``params`` (``policy-params``) the others.
-    Raises ValueError (one line) as :func:`check_policy_params` does, or when the constructor
-    raises.
-    """
-    check_policy_params(setting, params or {})
-    entry = policy_entry(setting)
-    parameters = keyword_parameters(entry.policy_type)
-    shared = {name: getattr(context, name) for name in CONTEXT_SOURCES if name in parameters}
-    arguments: dict[str, Any] = {
-        **shared,
-        **entry.fixed,
-        **policy_param_arguments(setting, params or {}),
-    }
-    try:
-        policy = entry.policy_type(**arguments)
-    except (TypeError, ValueError) as err:
-        raise ValueError(
-            f"run-config key {POLICY_KEY!r} = {setting!r}: building it with "
-            f"{arguments} raised {type(err).__name__}: {err}"
-        ) from err
-    policy.name = setting
-    return policy
+#: Raise a one-line ValueError when ``policy``/``policy-params`` cannot build a policy.
+check_policy_params = policy_param_arguments
 
 
 def resolved_policy_arguments(
@@ -199,14 +150,15 @@ def resolved_policy_arguments(
 
     ``from`` is ``the policy name`` (fixed by a built-in name), ``policy-params``, the run-config
     key or data set that :class:`PolicyContext` takes it from, or ``the class default``.
-    A parameter with no default and no value is left out (the build would refuse it).
+    A parameter with no default and no value is left out (the build would refuse it). Raises
+    ValueError (one line) as :func:`policy_param_arguments` does.
     """
-    entry = policy_entry(setting)
+    policy_type, fixed = policy_entry(setting)
     given = policy_param_arguments(setting, params or {})
     resolved: dict[str, dict[str, Any]] = {}
-    for name, parameter in keyword_parameters(entry.policy_type).items():
-        if name in entry.fixed:
-            resolved[name] = {"value": entry.fixed[name], "from": f"the policy name {setting!r}"}
+    for name, parameter in keyword_parameters(policy_type).items():
+        if name in fixed:
+            resolved[name] = {"value": fixed[name], "from": f"the policy name {setting!r}"}
         elif name in given:
             resolved[name] = {"value": given[name], "from": f"run-config key {PARAMS_KEY!r}"}
         elif name in CONTEXT_SOURCES:
@@ -214,6 +166,27 @@ def resolved_policy_arguments(
         elif parameter.default is not inspect.Parameter.empty:
             resolved[name] = {"value": parameter.default, "from": "the class default"}
     return resolved
+
+
+def make_policy(
+    setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
+) -> Policy:
+    """Build the policy the run config names; its ``name`` is ``setting``.
+
+    Its arguments are those of :func:`resolved_policy_arguments` but the class defaults. Raises
+    ValueError (one line) for bad parameters or when the constructor raises.
+    """
+    resolved = resolved_policy_arguments(setting, context, params).items()
+    arguments = {k: v["value"] for k, v in resolved if v["from"] != "the class default"}
+    try:
+        policy = policy_class(setting)(**arguments)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"run-config key {POLICY_KEY!r} = {setting!r}: building it with "
+            f"{arguments} raised {type(err).__name__}: {err}"
+        ) from err
+    policy.name = setting
+    return policy
 
 
 def replaced_defaults(setting: str, context: PolicyContext) -> list[str]:

@@ -1,0 +1,503 @@
+"""The policy core: what a rule sees, what it is, its protocol, its decision and its check.
+
+:class:`RoundInputs` (assembled in :func:`round_inputs`), :class:`Policy`, :class:`Protocol`
+(:func:`resolve_protocol`, from the policy's class), :class:`Decision` (:func:`decision_from_mask`)
+and :func:`check_decision` (:func:`schedule_checked`). Pure numpy.
+
+How to write a policy: docs/bring-your-own.md, "Write your own policy"; why and how decisions are
+checked against the server's own copy of the round: docs/design.md, "Checked decisions".
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedcgd_strategy.estimators import estimate_global_sigma
+from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, sampling_term, wemd
+from fedcgd_strategy.solvers import ScheduleResult
+from fedcgd_strategy.validation import (
+    as_bool_mask,
+    as_float_array,
+    as_label_distributions,
+    as_min_bandwidths,
+    as_nonnegative_array,
+    as_target_distribution,
+    check_integer,
+    check_total_bandwidth,
+)
+from fedcgd_task.errors import OneLineMessage
+
+#: Relative slack of the budget test (the solvers' rounding slack).
+BUDGET_REL_TOL = BANDWIDTH_REL_TOL
+#: Devices named in a message at most.
+SHOWN_DEVICES = 12
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """What a policy may use to schedule one round, validated on construction.
+
+    The fields (arrays of length V indexed by partition id) are described in
+    docs/bring-your-own.md, "Write your own policy"; non-candidates are never scheduled, rows of
+    non-candidates are ignored, σ̂_v is NaN where not computed, B*_v ``inf`` where the deadline
+    cannot be met. A bad field raises ValueError naming it, the value and what is allowed.
+    """
+
+    candidate: NDArray[np.bool_]
+    label_dist: NDArray[np.float64]
+    num_examples: NDArray[np.float64]
+    sigma_v: NDArray[np.float64]
+    min_bandwidth_hz: NDArray[np.float64]
+    gain_lin: NDArray[np.float64]
+    total_bandwidth_hz: float
+    batch_size: int
+    target_dist: NDArray[np.float64]
+    train_loss: NDArray[np.float64] | None = None
+    update_norm: NDArray[np.float64] | None = None
+    local_dist: NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        """Validate every array where the round's data enters the scheduling math."""
+        num_devices = int(np.shape(self.candidate)[0]) if np.ndim(self.candidate) == 1 else -1
+        cand = as_bool_mask(self.candidate, max(num_devices, 0), "candidate")
+        target = as_target_distribution(self.target_dist)
+        as_label_distributions(self.label_dist, num_rows=num_devices, rows=cand)
+        if np.shape(self.label_dist)[-1] != target.shape[0]:
+            raise ValueError(
+                f"label_dist has {np.shape(self.label_dist)[-1]} classes, target_dist "
+                f"{target.shape[0]}; they must match"
+            )
+        vector = (num_devices,)
+        as_nonnegative_array(
+            self.num_examples, "num_examples", shape=vector, strict=True, where=cand
+        )
+        sigma_v = as_float_array(self.sigma_v, "sigma_v", shape=vector)
+        as_nonnegative_array(sigma_v, "sigma_v", where=cand & ~np.isnan(sigma_v))
+        as_min_bandwidths(self.min_bandwidth_hz, num_devices)
+        as_nonnegative_array(self.gain_lin, "gain_lin", shape=vector)
+        check_total_bandwidth(self.total_bandwidth_hz)
+        check_integer(self.batch_size, "batch_size", minimum=1)
+        if self.local_dist is not None:
+            as_label_distributions(self.local_dist, "local_dist", num_rows=num_devices, rows=cand)
+        for name in ("train_loss", "update_norm"):
+            if getattr(self, name) is not None:
+                as_float_array(getattr(self, name), name, shape=vector)
+
+    @property
+    def num_devices(self) -> int:
+        """Number of devices V in the cell."""
+        return int(self.candidate.shape[0])
+
+    def global_sigma(self) -> float:
+        """σ̂ over the candidates, paper eq. (global_est_sigma); 0 with none, NaN if not computed."""
+        idx = np.flatnonzero(self.candidate)
+        if idx.size == 0:
+            return 0.0
+        if np.any(np.isnan(self.sigma_v[idx])):
+            return float("nan")
+        return estimate_global_sigma(self.sigma_v[idx], self.num_examples[idx])
+
+
+@dataclass(frozen=True)
+class ReportedStats:
+    """The statistics the devices reported this round, as length-V arrays.
+
+    Rows of devices that did not report (``reported`` False) are zero and ignored. ``label_hist``
+    int[V, C] counts the classes a device uses this round; ``sigma_v`` is NaN where not computed;
+    ``train_loss`` and ``update_norm`` come with training replies only.
+    """
+
+    reported: NDArray[np.bool_]
+    label_hist: NDArray[np.int64]
+    num_examples: NDArray[np.float64]
+    sigma_v: NDArray[np.float64]
+    train_loss: NDArray[np.float64] | None = None
+    update_norm: NDArray[np.float64] | None = None
+
+
+def _frozen(array: NDArray[Any] | None) -> Any:
+    """A read-only float/bool copy (None stays None): a policy cannot change its round."""
+    if array is None:
+        return None
+    copy = np.array(array)
+    copy.setflags(write=False)
+    return copy
+
+
+def _row_distributions(counts: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Rows of ``counts`` normalised to sum 1 (zero rows stay zero)."""
+    totals = counts.sum(axis=1, keepdims=True)
+    return np.divide(counts, totals, out=np.zeros(counts.shape), where=totals > 0)
+
+
+def round_inputs(
+    *,
+    available: NDArray[np.bool_],
+    min_bandwidth_hz: NDArray[np.float64],
+    gain_lin: NDArray[np.float64],
+    total_bandwidth_hz: float,
+    batch_size: int,
+    num_classes: int,
+    target_dist: NDArray[np.float64] | None,
+    reported: ReportedStats | None = None,
+    local_counts: NDArray[np.int64] | None = None,
+) -> RoundInputs:
+    """Assemble the policy's view of one round (the one place a :class:`RoundInputs` is built).
+
+    ``available`` bool[V] are the reachable devices the channel drew available, with their
+    ``min_bandwidth_hz`` B*_v (Hz) and ``gain_lin`` H̄_v float[V]; B in Hz, b, C. The WEMD target
+    p is ``target_dist`` float[C], else the union of the reported histograms, else uniform
+    (docs/design.md, "WEMD target"). The candidates are the devices of ``reported``; without it
+    (a rule that schedules from the channel alone) every available device, with its label
+    distribution at the target, σ̂_v NaN and |D_v| its local sample count (1 when unknown).
+    ``local_counts`` int[V, C] are the class counts reported at discovery (zero rows: unknown).
+    """
+    num_devices = int(np.shape(available)[0])
+    if target_dist is not None:
+        target = np.asarray(target_dist, dtype=float)
+    elif reported is not None and reported.reported.any():
+        total = reported.label_hist[reported.reported].sum(axis=0).astype(float)
+        target = total / total.sum()
+    else:
+        target = np.full(num_classes, 1.0 / num_classes)
+    if reported is None:
+        sizes = np.ones(num_devices) if local_counts is None else local_counts.sum(axis=1)
+        candidate, sigma_v = np.asarray(available, dtype=bool), np.full(num_devices, np.nan)
+        label_dist = np.broadcast_to(target, (num_devices, num_classes))
+        train_loss = update_norm = None
+    else:
+        candidate, sizes, sigma_v = reported.reported, reported.num_examples, reported.sigma_v
+        label_dist = _row_distributions(reported.label_hist)
+        train_loss, update_norm = reported.train_loss, reported.update_norm
+    return RoundInputs(
+        candidate=_frozen(np.asarray(candidate, dtype=bool)),
+        label_dist=_frozen(label_dist),
+        num_examples=_frozen(np.asarray(sizes, dtype=float)),
+        sigma_v=_frozen(sigma_v),
+        min_bandwidth_hz=_frozen(np.asarray(min_bandwidth_hz, dtype=float)),
+        gain_lin=_frozen(np.asarray(gain_lin, dtype=float)),
+        total_bandwidth_hz=total_bandwidth_hz,
+        batch_size=batch_size,
+        target_dist=_frozen(target),
+        train_loss=_frozen(train_loss),
+        update_norm=_frozen(update_norm),
+        local_dist=None if local_counts is None else _frozen(_row_distributions(local_counts)),
+    )
+
+
+def policy_copy(inputs: RoundInputs) -> RoundInputs:
+    """A copy of ``inputs`` for the policy: new read-only arrays in a new frozen object."""
+    copied = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
+    view = object.__new__(RoundInputs)
+    for name, value in copied.items():  # already validated: no second __post_init__
+        object.__setattr__(view, name, _frozen(value) if isinstance(value, np.ndarray) else value)
+    return view
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's schedule for one round; build it with :func:`decision_from_mask`.
+
+    ``selected`` bool[V] (candidates only); ``sigma`` the global σ̂ (eq. global_est_sigma);
+    ``wemd`` the plain WEMD Σ_c |p̄_c − p_c| (G = 1, paper eq. (G1), as in Table II) and
+    ``sampling_term`` σ̂ / sqrt(b |S|), the first term of P1 (both NaN if nothing is scheduled);
+    ``bandwidth_used_hz`` Σ_v x_v B*_v in Hz; ``class_gradient`` Ĝ float[1] or Ĝ_c float[C] the
+    policy used; ``solver`` the P1 solver's result on the candidates (FedCGD policies only).
+    """
+
+    selected: NDArray[np.bool_]
+    sigma: float
+    wemd: float
+    sampling_term: float
+    bandwidth_used_hz: float
+    class_gradient: NDArray[np.float64] | None = None
+    solver: ScheduleResult | None = None
+
+
+def _schedule_terms(inputs: RoundInputs, mask: NDArray[np.bool_]) -> tuple[float, float, float]:
+    """(σ̂, plain WEMD Σ_c |p̄_c − p_c|, σ̂ / sqrt(b |S|)) of the devices in ``mask``; NaN if empty."""
+    sigma = inputs.global_sigma()
+    count = int(mask.sum())
+    if not count:
+        return sigma, float("nan"), float("nan")
+    mean = inputs.label_dist[mask].sum(axis=0) / count
+    return (
+        sigma,
+        float(wemd(mean, inputs.target_dist, 1.0)),
+        float(sampling_term(sigma, inputs.batch_size * count)),
+    )
+
+
+def decision_from_mask(
+    inputs: RoundInputs,
+    selected: NDArray[np.bool_],
+    class_gradient: NDArray[np.float64] | None = None,
+    solver: ScheduleResult | None = None,
+) -> Decision:
+    """Wrap a schedule (bool[V], candidates only) into a :class:`Decision`, evaluating it once."""
+    selected = np.asarray(selected, dtype=bool)
+    if selected.shape != inputs.candidate.shape or np.any(selected & ~inputs.candidate):
+        raise ValueError("a policy scheduled a device that is not a candidate this round")
+    sigma, wemd_g1, sampling = _schedule_terms(inputs, selected)
+    bandwidth = inputs.min_bandwidth_hz[selected]
+    return Decision(
+        selected=selected,
+        sigma=sigma,
+        wemd=wemd_g1,
+        sampling_term=sampling,
+        bandwidth_used_hz=float(np.sum(bandwidth[np.isfinite(bandwidth)])),
+        class_gradient=None if class_gradient is None else np.array(class_gradient, float),
+        solver=solver,
+    )
+
+
+def with_reported_terms(decision: Decision, reported: RoundInputs) -> Decision:
+    """The decision with σ̂, WEMD and sampling term over the scheduled devices that reported.
+
+    For protocol ``"channel"``, where the schedule was made before any device reported.
+    """
+    sigma, wemd_g1, sampling = _schedule_terms(reported, decision.selected & reported.candidate)
+    return replace(decision, sigma=sigma, wemd=wemd_g1, sampling_term=sampling)
+
+
+@dataclass(frozen=True)
+class UploadedUpdates:
+    """The scheduled devices' uploads of one round, for the Ĝ estimate (paper eqs. G_est, Gc_est).
+
+    ``updates`` float[K, P] are the flattened w_v^{(j+1)} − w^{(j)}, ``weights`` |D_v|,
+    ``label_dist`` p_v float[K, C], ``target_dist`` p, with the round's η and τ.
+    """
+
+    updates: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    label_dist: NDArray[np.float64]
+    target_dist: NDArray[np.float64]
+    learning_rate: float
+    local_steps: int
+
+
+class Policy(ABC):
+    """Base class of a scheduling rule (docs/bring-your-own.md, "Write your own policy").
+
+    The strategy calls :meth:`schedule` each round and, after aggregation,
+    :meth:`observe_uploads` (FedCGD updates Ĝ there, paper Algorithm 3, last line). ``name`` is
+    the run-config value it was built from. The class attributes say what the rule needs:
+    ``needs_post_training`` (it ranks on values known after local training: every available
+    device trains first), ``needs_reports`` (False: no query phase), ``needs_sigma`` (devices
+    compute σ̂), ``uses_budget`` (False only for a reference that ignores the budget B, ``all``).
+    """
+
+    name: str = "policy"
+    needs_post_training: ClassVar[bool] = False
+    needs_reports: ClassVar[bool] = True
+    needs_sigma: ClassVar[bool] = False
+    uses_budget: ClassVar[bool] = True
+
+    @property
+    def class_gradient(self) -> NDArray[np.float64] | None:
+        """Ĝ ([1]) or Ĝ_c ([C]) the next round will use; None for rules without it."""
+        return None
+
+    @abstractmethod
+    def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
+        """Return this round's schedule (``decision_from_mask``) of ``inputs.candidate`` devices.
+
+        ``rng`` is the policy's random stream (derived from the run seed; checkpointed).
+        """
+
+    def observe_uploads(self, uploads: UploadedUpdates) -> None:  # noqa: B027 - optional hook
+        """Update internal estimates from the scheduled devices' uploads (default: nothing)."""
+
+    def state_dict(self) -> dict[str, object]:
+        """The rule's state across rounds (JSON-serialisable; for logs and checkpoints)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:  # noqa: B027 - optional
+        """Restore :meth:`state_dict` output (default: the rule keeps no state)."""
+
+
+class Protocol(StrEnum):
+    """How a round is run: the values of run-config key ``protocol`` (docs/design.md)."""
+
+    CHANNEL = "channel"
+    QUERY = "query"
+    TRAIN_ALL = "train-all"
+
+
+#: Values of the run-config key ``protocol`` (``auto``: derived from the policy's class).
+PROTOCOL_CHOICES: tuple[str, ...] = ("auto", *(p.value for p in Protocol))
+
+
+def resolve_protocol(
+    policy_type: type[Policy], requested: str = "auto", policy_label: str | None = None
+) -> Protocol:
+    """The round protocol of a policy class; ``"auto"``: the least work that gives it its data.
+
+    Post-training rankers need train-all; rules with ``needs_reports`` need query or train-all;
+    the others may use any. Raises ValueError (naming ``policy_label``) otherwise.
+    """
+    if requested not in PROTOCOL_CHOICES:
+        raise ValueError(f"protocol: got {requested!r}; allowed: {', '.join(PROTOCOL_CHOICES)}")
+    first = 2 if policy_type.needs_post_training else int(policy_type.needs_reports)
+    allowed = list(Protocol)[first:]
+    if requested == "auto":
+        return allowed[0]
+    if requested not in allowed:
+        raise ValueError(
+            f"protocol {requested!r} does not work with policy "
+            f"{policy_label or policy_type.__name__!r}; allowed: 'auto' or "
+            + " or ".join(repr(p.value) for p in allowed)
+        )
+    return Protocol(requested)
+
+
+class PolicyDecisionError(OneLineMessage, ValueError):
+    """A policy's decision breaks the round's physics; the message is one complete line."""
+
+
+def _devices(mask: NDArray[np.bool_]) -> str:
+    """``[3, 5, 9]`` (at most :data:`SHOWN_DEVICES`, then ``... (n in all)``)."""
+    idx = np.flatnonzero(mask).tolist()
+    if len(idx) <= SHOWN_DEVICES:
+        return str(idx)
+    return f"{str(idx[:SHOWN_DEVICES])[:-1]}, ...] ({len(idx)} in all)"
+
+
+def _mhz(value_hz: float) -> str:
+    return f"{value_hz / 1e6:.6g} MHz"
+
+
+def _head(policy: str, server_round: int | None) -> str:
+    """``policy 'X', round 7`` (``server_round`` None: the pre-start probe)."""
+    if server_round is None:
+        return f"policy {policy!r}, a synthetic round before the start"
+    return f"policy {policy!r}, round {server_round}"
+
+
+def check_decision(
+    decision: object,
+    inputs: RoundInputs,
+    *,
+    policy: str,
+    server_round: int | None,
+    uses_budget: bool = True,
+) -> Decision:
+    """Return ``decision``, rebuilt from ``inputs``, if it obeys the rules; else raise.
+
+    The rules (docs/design.md, "Checked decisions"): a :class:`Decision` with a bool[V] mask,
+    candidates only, B*_v finite, Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless
+    ``uses_budget`` is False, and the decision's numbers those of its own schedule. The result
+    holds a copy of the schedule, the numbers computed on ``inputs`` and the policy's
+    ``class_gradient`` and ``solver``. Raises :class:`PolicyDecisionError`:
+    ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
+    """
+    head = _head(policy, server_round)
+    if not isinstance(decision, Decision):
+        raise PolicyDecisionError(
+            f"{head}: schedule() returned {type(decision).__name__}, not a Decision; return "
+            "decision_from_mask(inputs, mask) with a bool mask over the devices"
+        )
+    selected = np.array(decision.selected)  # a copy: the policy keeps no handle on it
+    if selected.dtype != np.bool_ or selected.shape != inputs.candidate.shape:
+        raise PolicyDecisionError(
+            f"{head}: the decision's selected is {selected.dtype} of shape {selected.shape}; "
+            f"it must be a bool mask of shape ({inputs.num_devices},), one entry per device"
+        )
+    budget = float(inputs.total_bandwidth_hz)
+    need = np.array(inputs.min_bandwidth_hz, dtype=float)
+    used = float(np.sum(need[selected & np.isfinite(need)]))
+    tail = f"bandwidth used {_mhz(used)} of the {_mhz(budget)} budget"
+    outside = selected & ~inputs.candidate
+    if outside.any():
+        raise PolicyDecisionError(
+            f"{head}: scheduled devices {_devices(outside)} that are not candidates this round "
+            f"(unavailable, or without a valid report); {tail}"
+        )
+    infeasible = selected & ~np.isfinite(need)
+    if infeasible.any():
+        raise PolicyDecisionError(
+            f"{head}: scheduled devices {_devices(infeasible)} that cannot meet the deadline "
+            f"this round (minimum bandwidth B* = inf); {tail}"
+        )
+    if uses_budget and used > budget * (1.0 + BUDGET_REL_TOL):
+        raise PolicyDecisionError(
+            f"{head}: scheduled devices {_devices(selected)} need {_mhz(used)} (the sum of "
+            f"their minimum bandwidths B*), more than the {_mhz(budget)} budget (tolerance "
+            f"{BUDGET_REL_TOL:g} relative); a decision must fit the bandwidth budget"
+        )
+    honest = decision_from_mask(inputs, selected)
+    for name in ("sigma", "wemd", "sampling_term", "bandwidth_used_hz"):
+        given, true = float(getattr(decision, name)), float(getattr(honest, name))
+        if given != true and not (math.isnan(given) and math.isnan(true)):
+            raise PolicyDecisionError(
+                f"{head}: the decision's {name} = {given!r} is not that of its schedule "
+                f"({true!r}); build the decision with decision_from_mask(inputs, mask)"
+            )
+    gradient = decision.class_gradient
+    return replace(
+        honest,
+        class_gradient=None if gradient is None else np.array(gradient, dtype=float),
+        solver=decision.solver,
+    )
+
+
+def schedule_checked(
+    policy: Policy, inputs: RoundInputs, rng: np.random.Generator, *, server_round: int | None
+) -> Decision:
+    """``policy.schedule`` on a copy of ``inputs``, checked against ``inputs`` itself.
+
+    ``server_round`` None is the pre-start probe of a fresh policy (on :func:`synthetic_round`).
+    An exception of a user's policy, or of any policy in the probe, becomes a
+    :class:`PolicyDecisionError` naming the policy and the round (cause chained); a built-in's
+    in a run goes on unchanged (a bug: its traceback says where).
+    """
+    try:
+        decision = policy.schedule(policy_copy(inputs), rng)
+    except Exception as err:
+        if ":" not in policy.name and server_round is not None:
+            raise
+        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise PolicyDecisionError(
+            f"{_head(policy.name, server_round)}: schedule() raised "
+            f"{type(err).__name__}{': ' + text if text else ''}"
+        ) from err
+    uses_budget = bool(getattr(type(policy), "uses_budget", True))
+    return check_decision(
+        decision, inputs, policy=policy.name, server_round=server_round, uses_budget=uses_budget
+    )
+
+
+def synthetic_round(
+    num_devices: int, num_classes: int, total_bandwidth_hz: float, batch_size: int
+) -> RoundInputs:
+    """A small round every device of which can be scheduled: for the pre-start probe.
+
+    Device v holds classes v mod C and v + 1 mod C, |D_v| = 100, σ̂_v = 1, with a training loss
+    and update norm, and B*_v = B / (2V): all together take half the budget. Read-only arrays.
+    """
+    devices = np.arange(num_devices)
+    hist = np.zeros((num_devices, num_classes), dtype=np.int64)
+    np.add.at(hist, (devices, devices % num_classes), 1)
+    np.add.at(hist, (devices, (devices + 1) % num_classes), 1)
+    ramp = 1.0 + devices / max(num_devices, 1)
+    every = np.ones(num_devices, dtype=bool)
+    reported = ReportedStats(every, hist, np.full(num_devices, 100.0), every * 1.0, ramp, ramp)
+    return round_inputs(
+        available=every,
+        min_bandwidth_hz=np.full(num_devices, total_bandwidth_hz / (2 * num_devices)),
+        gain_lin=1e-10 * ramp,
+        total_bandwidth_hz=float(total_bandwidth_hz),
+        batch_size=int(batch_size),
+        num_classes=num_classes,
+        target_dist=np.full(num_classes, 1.0 / num_classes),
+        reported=reported,
+        local_counts=hist,
+    )
