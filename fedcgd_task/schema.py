@@ -12,6 +12,7 @@ Imports neither flwr nor torch (nor scipy): the ClientApp reads its settings thr
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -143,6 +144,7 @@ SETTINGS: tuple[Setting, ...] = (
         'also passed to your data-set function (`""` = `./data` of the process that reads the '
         "settings)",
         form="path",
+        computes=False,
     ),
     Setting(
         "mnist1d-samples",
@@ -176,6 +178,7 @@ SETTINGS: tuple[Setting, ...] = (
         '(docs/deployment.md, "GPUs")',
         choices=DEVICES,
         form="device",
+        computes=False,
     ),
     Setting(
         "partition",
@@ -204,6 +207,7 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         "central test-set evaluation every k rounds (and after the last)",
         minimum=1,
+        computes=False,
     ),
     Setting(
         "result-dir",
@@ -213,6 +217,7 @@ SETTINGS: tuple[Setting, ...] = (
         "does not know the project folder); a folder that already holds a run's results is "
         "refused (never overwritten)",
         form="absolute-path",
+        computes=False,
     ),
     Setting(
         "initial-g",
@@ -259,6 +264,7 @@ SETTINGS: tuple[Setting, ...] = (
         "connected",
         minimum=0.0,
         above=True,
+        computes=False,
     ),
     Setting(
         "train-timeout-s",
@@ -266,6 +272,7 @@ SETTINGS: tuple[Setting, ...] = (
         "deployments: how long to wait for training replies (as `query-timeout-s`)",
         minimum=0.0,
         above=True,
+        computes=False,
     ),
     Setting(
         "stall-limit-s",
@@ -277,6 +284,7 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=MIN_STALL_LIMIT_S,
         maximum=MAX_STALL_LIMIT_S,
         why="Flower drops an unanswered message after 12 h",
+        computes=False,
     ),
     Setting(
         "checkpoint-every",
@@ -288,6 +296,7 @@ SETTINGS: tuple[Setting, ...] = (
         "may also lose the lines and status written since then "
         '([Performance](performance.md), "Checkpoints and result files")',
         minimum=0,
+        computes=False,
     ),
     Setting(
         "resume-from",
@@ -297,6 +306,7 @@ SETTINGS: tuple[Setting, ...] = (
         "does not fit the run, is refused in one line before anything in the folder is "
         'written; the resumed run equals the uninterrupted one bit for bit); `""` = a new run',
         form="absolute-path",
+        computes=False,
     ),
     Setting(
         "verbose",
@@ -304,6 +314,7 @@ SETTINGS: tuple[Setting, ...] = (
         "true: also Flower's own log lines of every round and its start-up notices; false: one "
         "progress line per round (round, accuracy, scheduled / available, elapsed, ETA), "
         "warnings and errors",
+        computes=False,
     ),
     _channel(
         "pathloss-model",
@@ -411,6 +422,18 @@ def read(run_config: Mapping[str, Any], key: str) -> Any:
     """
     setting = SCHEMA[key]
     return check_value(setting, require(run_config, setting), f"run-config key '{key}'")
+
+
+def unknown_key(key: str) -> str:
+    """One line for a key no setting has: the closest keys, then where every key is listed.
+
+    Close: a similarity (:class:`difflib.SequenceMatcher`) of at least 0.6 and within 0.1 of the
+    best key's, at most three.
+    """
+    scored = sorted((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in SCHEMA)[::-1]
+    close = [k for ratio, k in scored[:3] if ratio >= max(0.6, scored[0][0] - 0.1)]
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"unknown run-config key {key!r}; {guess}every key: `fedcgd settings`"
 
 
 def toml_text(value: Scalar) -> str:
