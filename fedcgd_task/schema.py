@@ -447,6 +447,18 @@ def toml_text(value: Scalar) -> str:
     return repr(value)
 
 
+#: Said of a setting whose ``computes`` is false.
+WHERE_OR_HOW = (
+    "(where or how a run runs or reports, not what it computes: a resume may change it, and "
+    "no folder name, figure label or checkpoint identity holds it)"
+)
+
+
+def meaning(setting: Setting) -> str:
+    """The setting's help; for one that does not change what a run computes, saying so."""
+    return setting.help if setting.computes else f"{setting.help} {WHERE_OR_HOW}"
+
+
 def settings_lines() -> str:
     """Every key as ``key = default  (allowed)``, one line each (``fedcgd settings``)."""
     width = max(len(setting.key) for setting in SETTINGS)
@@ -463,5 +475,5 @@ def settings_table() -> str:
         allowed = setting.allowed().replace("|", "\\|")
         shown = toml_text(setting.default)
         shown = f"`{shown}`" if isinstance(setting.default, str) else shown
-        rows.append(f"| `{setting.key}` | {shown} | {allowed} | {setting.help} |")
+        rows.append(f"| `{setting.key}` | {shown} | {allowed} | {meaning(setting)} |")
     return "\n".join(rows) + "\n"
