@@ -3,7 +3,8 @@
 Each :class:`fedcgd_task.setting.Setting` holds a key's type (that of its default), default,
 allowed values and one-line help. :func:`read` is the one check of a value against its setting
 (used by the ServerApp, the ClientApp and every command before anything starts);
-:func:`defaults` gives the defaults without reading pyproject.toml (an installed wheel has none);
+:func:`fedcgd_task.settings.default_run_config` gives the defaults without reading pyproject.toml
+(an installed wheel has none);
 :func:`settings_table` renders the settings table of docs/running.md. ``tests/test_schema.py``
 fails when the schema, pyproject.toml's ``[tool.flwr.app.config]`` and the docs table disagree.
 
@@ -405,11 +406,6 @@ SETTINGS: tuple[Setting, ...] = (
 
 #: The settings by key.
 SCHEMA: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
-
-
-def defaults() -> dict[str, Scalar]:
-    """Every key's default: the flat run config a run has when nothing is overridden."""
-    return {setting.key: setting.default for setting in SETTINGS}
 
 
 def read(run_config: Mapping[str, Any], key: str) -> Any:

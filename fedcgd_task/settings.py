@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
-from fedcgd_task.schema import SCHEMA, SETTINGS, defaults, read
+from fedcgd_task.schema import SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
 #: A scalar value of a Flower ConfigRecord / run config as this project uses them.
@@ -175,12 +175,12 @@ def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: s
 
 
 def default_run_config() -> dict[str, Any]:
-    """The run config with every key at its default (:func:`fedcgd_task.schema.defaults`).
+    """The run config with every key at its default (:data:`fedcgd_task.schema.SETTINGS`).
 
     Equal to the flattened ``[tool.flwr.app.config]`` of pyproject.toml (``tests/test_schema.py``),
     and available in an installed wheel, which has no pyproject.toml.
     """
-    return dict(defaults())
+    return {setting.key: setting.default for setting in SETTINGS}
 
 
 def resolve_data_dir(data_dir: str) -> Path:

@@ -91,25 +91,14 @@ class RunConfig:
 
 
 def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
-    values: dict[str, Any] = {"num_devices": num_devices}
-    for key, name in CHANNEL_KEYS.items():
-        values[name] = read(run_config, f"channel.{key}")
+    """The cell of the ``channel.*`` keys; a refusal names the key of the field it names first."""
+    values = {name: read(run_config, f"channel.{key}") for key, name in CHANNEL_KEYS.items()}
     try:
-        return CellConfig(**values)
-    except (ValueError, TypeError) as err:
-        text = str(err)
-        # CellConfig names the bad field first ("CellConfig.h_bs_m = ..."); other fields may
-        # follow in the explanation.
-        named = sorted(CHANNEL_KEYS, key=lambda key: _position(text, CHANNEL_KEYS[key]))
-        if named and CHANNEL_KEYS[named[0]] in text:
-            raise ValueError(f"run-config key 'channel.{named[0]}': {text}") from err
-        raise ValueError(f"channel settings: {text}") from err
-
-
-def _position(text: str, name: str) -> int:
-    """Where ``name`` first stands in ``text`` as a whole word (``len(text)`` if nowhere)."""
-    found = re.search(rf"\b{re.escape(name)}\b", text)
-    return found.start() if found else len(text)
+        return CellConfig(num_devices=num_devices, **values)
+    except ValueError as err:
+        field = re.match(r"CellConfig\.(\w+)", str(err))
+        where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
+        raise ValueError(f"run-config key {where}: {err}") from err
 
 
 #: Parent of a bare ``flwr run``'s result folder when ``result-dir`` is empty.
