@@ -83,10 +83,7 @@ def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
             f"(with {keys.SERVER_ROUND}, {keys.LOCAL_STEPS}, {keys.LEARNING_RATE}, "
             f"{keys.BATCH_SIZE})"
         )
-    want_sigma = config.get(keys.WANT_SIGMA, True)
-    if not isinstance(want_sigma, bool):
-        raise ValueError(f"ConfigRecord key '{keys.WANT_SIGMA}' must be a bool; got {want_sigma!r}")
-    return (*read_round_config(config), want_sigma)
+    return read_round_config(config)
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:

@@ -3,7 +3,8 @@
 Each :class:`fedcgd_task.setting.Setting` holds a key's type (that of its default), default,
 allowed values and one-line help. :func:`read` is the one check of a value against its setting
 (used by the ServerApp, the ClientApp and every command before anything starts);
-:func:`defaults` gives the defaults without reading pyproject.toml (an installed wheel has none);
+:func:`fedcgd_task.settings.default_run_config` gives the defaults without reading pyproject.toml
+(an installed wheel has none);
 :func:`settings_table` renders the settings table of docs/running.md. ``tests/test_schema.py``
 fails when the schema, pyproject.toml's ``[tool.flwr.app.config]`` and the docs table disagree.
 
@@ -12,6 +13,7 @@ Imports neither flwr nor torch (nor scipy): the ClientApp reads its settings thr
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -143,6 +145,7 @@ SETTINGS: tuple[Setting, ...] = (
         'also passed to your data-set function (`""` = `./data` of the process that reads the '
         "settings)",
         form="path",
+        computes=False,
     ),
     Setting(
         "mnist1d-samples",
@@ -176,6 +179,7 @@ SETTINGS: tuple[Setting, ...] = (
         '(docs/deployment.md, "GPUs")',
         choices=DEVICES,
         form="device",
+        computes=False,
     ),
     Setting(
         "partition",
@@ -204,6 +208,7 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         "central test-set evaluation every k rounds (and after the last)",
         minimum=1,
+        computes=False,
     ),
     Setting(
         "result-dir",
@@ -213,6 +218,7 @@ SETTINGS: tuple[Setting, ...] = (
         "does not know the project folder); a folder that already holds a run's results is "
         "refused (never overwritten)",
         form="absolute-path",
+        computes=False,
     ),
     Setting(
         "initial-g",
@@ -259,6 +265,7 @@ SETTINGS: tuple[Setting, ...] = (
         "connected",
         minimum=0.0,
         above=True,
+        computes=False,
     ),
     Setting(
         "train-timeout-s",
@@ -266,6 +273,7 @@ SETTINGS: tuple[Setting, ...] = (
         "deployments: how long to wait for training replies (as `query-timeout-s`)",
         minimum=0.0,
         above=True,
+        computes=False,
     ),
     Setting(
         "stall-limit-s",
@@ -277,6 +285,7 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=MIN_STALL_LIMIT_S,
         maximum=MAX_STALL_LIMIT_S,
         why="Flower drops an unanswered message after 12 h",
+        computes=False,
     ),
     Setting(
         "checkpoint-every",
@@ -288,6 +297,7 @@ SETTINGS: tuple[Setting, ...] = (
         "may also lose the lines and status written since then "
         '([Performance](performance.md), "Checkpoints and result files")',
         minimum=0,
+        computes=False,
     ),
     Setting(
         "resume-from",
@@ -297,6 +307,7 @@ SETTINGS: tuple[Setting, ...] = (
         "does not fit the run, is refused in one line before anything in the folder is "
         'written; the resumed run equals the uninterrupted one bit for bit); `""` = a new run',
         form="absolute-path",
+        computes=False,
     ),
     Setting(
         "verbose",
@@ -304,6 +315,7 @@ SETTINGS: tuple[Setting, ...] = (
         "true: also Flower's own log lines of every round and its start-up notices; false: one "
         "progress line per round (round, accuracy, scheduled / available, elapsed, ETA), "
         "warnings and errors",
+        computes=False,
     ),
     _channel(
         "pathloss-model",
@@ -396,11 +408,6 @@ SETTINGS: tuple[Setting, ...] = (
 SCHEMA: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 
 
-def defaults() -> dict[str, Scalar]:
-    """Every key's default: the flat run config a run has when nothing is overridden."""
-    return {setting.key: setting.default for setting in SETTINGS}
-
-
 def read(run_config: Mapping[str, Any], key: str) -> Any:
     """The value of ``key`` in a run config, checked against its :class:`Setting`.
 
@@ -413,6 +420,18 @@ def read(run_config: Mapping[str, Any], key: str) -> Any:
     return check_value(setting, require(run_config, setting), f"run-config key '{key}'")
 
 
+def unknown_key(key: str) -> str:
+    """One line for a key no setting has: the closest keys, then where every key is listed.
+
+    Close: a similarity (:class:`difflib.SequenceMatcher`) of at least 0.6 and within 0.1 of the
+    best key's, at most three.
+    """
+    scored = sorted((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in SCHEMA)[::-1]
+    close = [k for ratio, k in scored[:3] if ratio >= max(0.6, scored[0][0] - 0.1)]
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"unknown run-config key {key!r}; {guess}every key: `fedcgd settings`"
+
+
 def toml_text(value: Scalar) -> str:
     """A default as a run config writes it: ``true``, ``"digits"``, ``0.012``, ``2e7``."""
     if isinstance(value, bool):
@@ -422,6 +441,18 @@ def toml_text(value: Scalar) -> str:
     if isinstance(value, float) and abs(value) >= 1e6:
         return f"{value:.4g}".replace("+0", "").replace("+", "")
     return repr(value)
+
+
+#: Said of a setting whose ``computes`` is false.
+WHERE_OR_HOW = (
+    "(where or how a run runs or reports, not what it computes: a resume may change it, and "
+    "no folder name, figure label or checkpoint identity holds it)"
+)
+
+
+def meaning(setting: Setting) -> str:
+    """The setting's help; for one that does not change what a run computes, saying so."""
+    return setting.help if setting.computes else f"{setting.help} {WHERE_OR_HOW}"
 
 
 def settings_lines() -> str:
@@ -440,5 +471,5 @@ def settings_table() -> str:
         allowed = setting.allowed().replace("|", "\\|")
         shown = toml_text(setting.default)
         shown = f"`{shown}`" if isinstance(setting.default, str) else shown
-        rows.append(f"| `{setting.key}` | {shown} | {allowed} | {setting.help} |")
+        rows.append(f"| `{setting.key}` | {shown} | {allowed} | {meaning(setting)} |")
     return "\n".join(rows) + "\n"

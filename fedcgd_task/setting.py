@@ -60,6 +60,10 @@ class Setting:
         An int setting must be a multiple of this.
     why : str
         Said after what is allowed when a value is refused.
+    computes : bool
+        Whether the value changes what a run computes (its checkpoint identity, folder name,
+        figure labels and indicator pairing read it); False: it only says where or how the run
+        runs or reports (a resume may change it).
     """
 
     key: str
@@ -72,6 +76,7 @@ class Setting:
     form: Form = "value"
     multiple_of: int | None = None
     why: str = ""
+    computes: bool = True
 
     @property
     def attribute(self) -> str:

@@ -8,12 +8,12 @@ nor torch (a data-set or model reference is checked for its form only).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
-from fedcgd_task.schema import SCHEMA, defaults, read
+from fedcgd_task.schema import SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
 #: A scalar value of a Flower ConfigRecord / run config as this project uses them.
@@ -33,6 +33,11 @@ AUTO_MODEL_OWN_DATASET = "mlp"
 DEFAULT_DATA_SUBDIR = "data"
 #: Default of ``mnist1d-samples`` (16,000 training samples, 250 per device for V = 64).
 DEFAULT_MNIST1D_SAMPLES = int(SCHEMA["mnist1d-samples"].default)
+
+
+def _read_fields(view: type, run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Each field of the dataclass ``view`` read from the key of that name (kebab case)."""
+    return {field.name: read(run_config, field.name.replace("_", "-")) for field in fields(view)}
 
 
 @dataclass(frozen=True)
@@ -61,23 +66,11 @@ class TaskSettings:
 
         Raises ValueError naming the key, the bad value and what is allowed.
         """
-        dataset = read(run_config, "dataset")
-        model = read(run_config, "model")
-        if model == "auto":
-            model = AUTO_MODEL.get(dataset, AUTO_MODEL_OWN_DATASET)
-        return cls(
-            seed=read(run_config, "seed"),
-            num_devices=read(run_config, "num-devices"),
-            dataset=dataset,
-            data_dir=str(resolve_data_dir(read(run_config, "data-dir"))),
-            model=model,
-            partition=read(run_config, "partition"),
-            dirichlet_alpha=read(run_config, "dirichlet-alpha"),
-            shards_per_device=read(run_config, "shards-per-device"),
-            imbalance_ratio=read(run_config, "imbalance-ratio"),
-            mnist1d_samples=read(run_config, "mnist1d-samples"),
-            device=read(run_config, "device"),
-        )
+        values = _read_fields(cls, run_config)
+        if values["model"] == "auto":
+            values["model"] = AUTO_MODEL.get(values["dataset"], AUTO_MODEL_OWN_DATASET)
+        values["data_dir"] = str(resolve_data_dir(values["data_dir"]))
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -91,11 +84,7 @@ class TrainingSettings:
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> TrainingSettings:
         """Read ``local-steps``, ``learning-rate`` and ``batch-size`` from the run config."""
-        return cls(
-            local_steps=read(run_config, "local-steps"),
-            learning_rate=read(run_config, "learning-rate"),
-            batch_size=read(run_config, "batch-size"),
-        )
+        return cls(**_read_fields(cls, run_config))
 
     def to_config(self) -> dict[str, ConfigValue]:
         """The ConfigRecord entries (record keys of :mod:`fedcgd_task.keys`)."""
@@ -106,32 +95,57 @@ class TrainingSettings:
         }
 
 
-#: The settings of a round's ConfigRecord, by record key.
+#: ``channel.*`` keys recorded as themselves, not as a field of the cell (``cell.*``).
+_CHANNEL_OWN = {"channel.model-bits": "model_bits", "channel.trace": "channel_trace"}
+
+
+def _recorded_name(setting: Setting) -> str:
+    name = setting.attribute
+    for part, view in (("task", TaskSettings), ("training", TrainingSettings)):
+        if name in {field.name for field in fields(view)}:
+            return f"{part}.{name}"
+    if setting.key.startswith("channel."):
+        return _CHANNEL_OWN.get(setting.key, f"cell.{name}")
+    return name
+
+
+#: Run-config key -> its dotted name in a run's ``config.json`` (``server_app.config.RunConfig``):
+#: ``local-steps`` -> ``training.local_steps``, ``channel.deadline-s`` -> ``cell.deadline_s``.
+RECORDED: dict[str, str] = {setting.key: _recorded_name(setting) for setting in SETTINGS}
+#: The recorded names of the settings that only say where or how a run runs or reports
+#: (``Setting.computes`` false): a resume may change them; no checkpoint identity, folder name,
+#: figure label or indicator pairing reads them.
+WHERE_AND_HOW: tuple[str, ...] = tuple(RECORDED[s.key] for s in SETTINGS if not s.computes)
+
+
+#: The settings of a round's ConfigRecord, by record key (``want-sigma`` may be left out).
 _ROUND_CONFIG: dict[str, Setting] = {
     keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", minimum=0),
     keys.LOCAL_STEPS: SCHEMA["local-steps"],
     keys.LEARNING_RATE: SCHEMA["learning-rate"],
     keys.BATCH_SIZE: SCHEMA["batch-size"],
+    keys.WANT_SIGMA: Setting(keys.WANT_SIGMA, True, "whether the device computes σ̂"),
 }
 
 
-def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings]:
-    """Read the server round j >= 0 and τ, η, b from a round's ConfigRecord.
+def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings, bool]:
+    """The server round j >= 0, τ, η, b and whether to compute σ̂, from a round's ConfigRecord.
 
+    The one reading of what a device receives, by the server (before it sends) and the ClientApp.
     Raises ValueError naming the missing or bad ConfigRecord key, the value and what is allowed.
     """
     values: dict[str, Any] = {}
     for key, setting in _ROUND_CONFIG.items():
-        if key not in config:
+        if key not in config and key != keys.WANT_SIGMA:
             raise ValueError(f"ConfigRecord key '{key}' is missing")
-        values[key] = check_value(setting, config[key], f"ConfigRecord key '{key}'")
-    server_round = values[keys.SERVER_ROUND]
+        value = config.get(key, setting.default)
+        values[key] = check_value(setting, value, f"ConfigRecord key '{key}'")
     training = TrainingSettings(
         local_steps=values[keys.LOCAL_STEPS],
         learning_rate=values[keys.LEARNING_RATE],
         batch_size=values[keys.BATCH_SIZE],
     )
-    return server_round, training
+    return values[keys.SERVER_ROUND], training, values[keys.WANT_SIGMA]
 
 
 #: The project folder (in a source checkout: pyproject.toml, conf/, data/).
@@ -161,12 +175,12 @@ def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: s
 
 
 def default_run_config() -> dict[str, Any]:
-    """The run config with every key at its default (:func:`fedcgd_task.schema.defaults`).
+    """The run config with every key at its default (:data:`fedcgd_task.schema.SETTINGS`).
 
     Equal to the flattened ``[tool.flwr.app.config]`` of pyproject.toml (``tests/test_schema.py``),
     and available in an installed wheel, which has no pyproject.toml.
     """
-    return dict(defaults())
+    return {setting.key: setting.default for setting in SETTINGS}
 
 
 def resolve_data_dir(data_dir: str) -> Path:

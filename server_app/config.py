@@ -20,8 +20,8 @@ from channel import CellConfig
 from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
-from fedcgd_task.schema import SCHEMA, read
-from fedcgd_task.settings import TaskSettings, TrainingSettings
+from fedcgd_task.schema import SETTINGS, read
+from fedcgd_task.settings import RECORDED, TaskSettings, TrainingSettings
 from server_app.policy_params import AGGREGATOR_PARAMS_KEY, read_params, read_policy_params
 
 #: run-config key (without the ``channel.`` prefix) -> CellConfig field: every field but
@@ -33,28 +33,8 @@ CHANNEL_KEYS: dict[str, str] = {
     if field.name != "num_devices"
 }
 
-#: The server's keys whose checked value is the :class:`RunConfig` field of the same name (the
-#: others are read with other keys in :func:`parse_run_config`).
-_SERVER_KEYS: tuple[str, ...] = (
-    "aggregator",
-    "result-dir",
-    "resume-from",
-    "num-server-rounds",
-    "eval-every",
-    "initial-g",
-    "target-dist",
-    "pack-rule",
-    "poc-candidates",
-    "fedcbs-lambda",
-    "exact-time-limit-s",
-    "max-update-norm-ratio",
-    "query-timeout-s",
-    "train-timeout-s",
-    "stall-limit-s",
-    "checkpoint-every",
-    "verbose",
-    "channel.model-bits",
-)
+#: :class:`RunConfig` fields that :func:`parse_run_config` reads with other keys.
+_READ_APART = ("policy", "policy_params", "protocol", "aggregator_params")
 
 
 @dataclass(frozen=True)
@@ -111,37 +91,23 @@ class RunConfig:
 
 
 def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
-    values: dict[str, Any] = {"num_devices": num_devices}
-    for key, name in CHANNEL_KEYS.items():
-        values[name] = read(run_config, f"channel.{key}")
+    """The cell of the ``channel.*`` keys; a refusal names the key of the field it names first."""
+    values = {name: read(run_config, f"channel.{key}") for key, name in CHANNEL_KEYS.items()}
     try:
-        return CellConfig(**values)
-    except (ValueError, TypeError) as err:
-        text = str(err)
-        # CellConfig names the bad field first ("CellConfig.h_bs_m = ..."); other fields may
-        # follow in the explanation.
-        named = sorted(CHANNEL_KEYS, key=lambda key: _position(text, CHANNEL_KEYS[key]))
-        if named and CHANNEL_KEYS[named[0]] in text:
-            raise ValueError(f"run-config key 'channel.{named[0]}': {text}") from err
-        raise ValueError(f"channel settings: {text}") from err
-
-
-def _position(text: str, name: str) -> int:
-    """Where ``name`` first stands in ``text`` as a whole word (``len(text)`` if nowhere)."""
-    found = re.search(rf"\b{re.escape(name)}\b", text)
-    return found.start() if found else len(text)
+        return CellConfig(num_devices=num_devices, **values)
+    except ValueError as err:
+        field = re.match(r"CellConfig\.(\w+)", str(err))
+        where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
+        raise ValueError(f"run-config key {where}: {err}") from err
 
 
 #: Parent of a bare ``flwr run``'s result folder when ``result-dir`` is empty.
 SERVER_RESULTS_DIR = "~/fedcgd-results"
 
 
-#: Run-config keys a default folder's name leaves out: where and how a run writes or computes
-#: (the policy and aggregator come first in it).
-UNNAMED_KEYS = (
-    "policy", "aggregator", "result-dir", "resume-from", "data-dir", "device", "verbose",
-    "checkpoint-every", "stall-limit-s", "query-timeout-s", "train-timeout-s",
-)  # fmt: skip
+#: Run-config keys a default folder's name leaves out: where and how a run runs or reports
+#: (``Setting.computes`` false); the policy and aggregator come first in it.
+UNNAMED_KEYS = ("policy", "aggregator", *(s.key for s in SETTINGS if not s.computes))
 #: Longest name before the time; a longer one is cut and ends in a digest of the whole.
 MAX_NAME_CHARS = 100
 
@@ -204,7 +170,11 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     aggregator_params = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    values = {SCHEMA[key].attribute: read(run_config, key) for key in _SERVER_KEYS}
+    values = {
+        name: read(run_config, key)
+        for key, name in RECORDED.items()
+        if "." not in name and name not in _READ_APART
+    }
     check_aggregator(values["aggregator"], aggregator_params, task.num_devices)
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:
@@ -224,6 +194,5 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         policy_params=policy_params,
         aggregator_params=aggregator_params,
         protocol=protocol,
-        channel_trace=read(run_config, "channel.trace"),
         **values,
     )

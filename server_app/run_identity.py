@@ -14,41 +14,29 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.settings import WHERE_AND_HOW
 from run_files.results import CHECKPOINT_FILE, json_ready
 from run_files.run_status import flat_settings
 from server_app.config import RunConfig
 
 #: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
 CHECKPOINT_FORMAT = 2
-#: Built-in data sets whose arrays do not depend on the data folder.
-DATA_DIR_UNREAD: tuple[str, ...] = ("digits", "mnist1d")
 #: Built-in data sets that do not read ``mnist1d-samples``.
 MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 
 
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
-    """Recorded settings (dotted keys) that do not change what a run computes.
+    """Recorded settings (dotted names) that do not change what a run computes.
 
-    Where it writes and resumes from, how often it saves and prints, ``stall-limit-s``, the
-    ``device`` it computes on (a run checkpointed on a GPU may go on on a CPU: the same
-    arithmetic, rounded otherwise), and the data settings a built-in data set does not read.
-    ``settings``: :meth:`RunConfig.to_dict`.
+    Those that only say where or how it runs or reports (:data:`fedcgd_task.settings.WHERE_AND_HOW`:
+    a run checkpointed on a GPU may go on on a CPU, the same arithmetic rounded otherwise), and
+    ``mnist1d-samples`` where a built-in data set does not read it. ``settings``:
+    :meth:`RunConfig.to_dict`.
     """
-    keys: tuple[str, ...] = (
-        "result_dir",
-        "resume_from",
-        "checkpoint_every",
-        "verbose",
-        "stall_limit_s",
-        "task.device",
-    )
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None
-    if dataset in DATA_DIR_UNREAD:
-        keys += ("task.data_dir",)
-    if dataset in MNIST1D_SAMPLES_UNREAD:
-        keys += ("task.mnist1d_samples",)
-    return keys
+    unread = ("task.mnist1d_samples",) if dataset in MNIST1D_SAMPLES_UNREAD else ()
+    return (*WHERE_AND_HOW, *unread)
 
 
 class CheckpointRefusedError(OneLineMessage, ValueError):

@@ -116,7 +116,8 @@ def test_round_config_round_trip() -> None:
     training = TrainingSettings(local_steps=5, learning_rate=0.05, batch_size=16)
     record = {**training.to_config(), keys.SERVER_ROUND: 7}
     assert record == {"local-steps": 5, "lr": 0.05, "batch-size": 16, "server-round": 7}
-    assert read_round_config(record) == (7, training)
+    assert read_round_config(record) == (7, training, True)
+    assert read_round_config({**record, keys.WANT_SIGMA: False}) == (7, training, False)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +130,7 @@ def test_round_config_round_trip() -> None:
         (keys.LEARNING_RATE, 0.0),
         (keys.LEARNING_RATE, float("nan")),
         (keys.LEARNING_RATE, "0.1"),
+        (keys.WANT_SIGMA, 1),
     ],
 )
 def test_round_config_bad_value_names_the_config_record_key(key: str, value: Any) -> None:

@@ -162,7 +162,9 @@ def test_dotted_channel_keys_are_accepted_and_bad_values_named() -> None:
     assert validated_run_config(overrides)["channel.deadline-s"] == 2.0
     with pytest.raises(ValueError, match=r"'learning-rate'.*-1"):
         validated_run_config(parse_run_config_text("learning-rate=-1"))
-    with pytest.raises(ValueError, match="unknown run-config key"):
+    with pytest.raises(
+        ValueError, match=r"key 'chanel.deadline-s'; did you mean channel.deadline-s\?"
+    ):
         validated_run_config(parse_run_config_text("chanel.deadline-s=2.0"))
 
 

@@ -229,7 +229,7 @@ def _run_settings(result_dir: Path) -> str | None:
         return None
     config = read_json_object(path)
     flat = flat_settings({k: v for k, v in config.items() if k != CODE_KEY})
-    skip = {"result_dir", "resume_from", "checkpoint_every", *unread_settings(config)}
+    skip = set(unread_settings(config))
     return json.dumps({k: v for k, v in flat.items() if k not in skip}, sort_keys=True)
 
 

@@ -27,6 +27,7 @@ from experiments.analysis.figures import (
     series_styles,
     smoothing_window,
 )
+from fedcgd_task.settings import WHERE_AND_HOW
 from run_files.files import ResultWriteError, atomic_write, read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 from run_files.run_status import flat_settings
@@ -35,14 +36,12 @@ from run_files.run_status import flat_settings
 PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
 #: Noisy per-round panels, drawn as a moving average over their faint per-round line.
 SMOOTHED_KEYS = ("num_scheduled", "wemd")
-#: Settings (dotted, with what lies below them) that never label a line: where a run wrote,
-#: how often it saved or printed, where it computed, values derived from the others (the
+#: Settings (dotted, with what lies below them) that never label a line: where or how a run ran
+#: or reported (:data:`fedcgd_task.settings.WHERE_AND_HOW`), values derived from the others (the
 #: protocol ``auto`` resolves by policy), and the policy (every label starts with it).
 UNLABELLED = (
-    "result_dir", "resume_from", "checkpoint_every", "verbose", "stall_limit_s", "eval_every",
-    "task.device", "task.data_dir", "num_parameters", "model_bits_used", "num_classes",
-    "target_dist_global", "policy_uses_budget", "aggregator_resolved", "policy_resolved", "policy",
-    "protocol", "code",
+    *WHERE_AND_HOW, "num_parameters", "model_bits_used", "num_classes", "target_dist_global",
+    "policy_uses_budget", "aggregator_resolved", "policy_resolved", "policy", "protocol", "code",
 )  # fmt: skip
 #: Longest value shown in a label (a longer one keeps its end).
 MAX_LABEL_VALUE = 24

@@ -79,7 +79,14 @@ def settings_command(
     ] = False,
 ) -> None:
     """Every run-config key with its default and what is allowed (KEY ...: what it means)."""
-    from fedcgd_task.schema import SCHEMA, settings_lines, settings_table, toml_text
+    from fedcgd_task.schema import (
+        SCHEMA,
+        meaning,
+        settings_lines,
+        settings_table,
+        toml_text,
+        unknown_key,
+    )
 
     if markdown:
         typer.echo(settings_table(), nl=False)
@@ -89,8 +96,8 @@ def settings_command(
         return
     for key in keys:
         if key not in SCHEMA:
-            refuse(f"no run-config key {key!r}; allowed: {', '.join(SCHEMA)}")
+            refuse(unknown_key(key))
         setting = SCHEMA[key]
         typer.echo(f"{key} = {toml_text(setting.default)}")
         typer.echo(f"  allowed: {setting.allowed()}")
-        typer.echo(f"  {setting.help}")
+        typer.echo(f"  {meaning(setting)}")

@@ -50,6 +50,7 @@ from experiments.run.progress import RunProgress
 from experiments.run.resume_command import LastWords, fedcgd_command, rerun_line
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
+from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
 from run_files.files import ResultWriteError, atomic_write
 from run_files.folder_lock import FolderClaim, claim_folder
@@ -109,7 +110,7 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     given = {k for k in set(shared) | set(sweep) if not k.startswith(PARAMS_PREFIX)}
     unknown = sorted(given - set(defaults))
     if unknown:
-        raise ValueError(f"run-config keys {unknown} do not exist; allowed: {sorted(defaults)}")
+        raise ValueError(unknown_key(unknown[0]))
     if "seed" in shared or "seed" in sweep:
         raise ValueError("set the seeds with seeds=[0,1,2] (not run.seed or sweep.seed)")
     swept = sorted(set(shared) & set(sweep))

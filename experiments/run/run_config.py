@@ -167,6 +167,7 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     ValueError
         One line naming the key, the bad value and what is allowed.
     """
+    from fedcgd_task.schema import unknown_key
     from server_app.config import parse_run_config
     from server_app.policy_params import fold_policy_params
 
@@ -174,10 +175,7 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     overrides = fold_policy_params(overrides)  # Flower accepts declared keys only
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise ValueError(
-            f"unknown run-config key(s) {', '.join(unknown)}; "
-            f"allowed: {', '.join(sorted(defaults))}"
-        )
+        raise ValueError(unknown_key(unknown[0]))
     merged = {**defaults, **overrides}
     parse_run_config(merged)
     return merged

@@ -208,7 +208,7 @@ class ScheduledStrategy(Strategy):
         """
         server_round += self.round_offset
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
-        _, training = read_round_config(round_config)
+        _, training, _ = read_round_config(round_config)
         late = settle_pending(grid, self.pending, wait_s=self.query_timeout_s)
         t0 = time.perf_counter()
         discovery_failed = discover_nodes(
