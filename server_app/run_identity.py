@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.errors import OneLineMessage
 from run_files.results import json_ready
 from run_files.run_status import CHECKPOINT_NAME, flat_settings
@@ -20,10 +21,6 @@ from server_app.config import RunConfig
 
 #: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
 CHECKPOINT_FORMAT = 2
-#: Built-in data sets whose arrays do not depend on the data folder.
-DATA_DIR_UNREAD: tuple[str, ...] = ("digits", "mnist1d")
-#: Built-in data sets that do not read ``mnist1d-samples``.
-MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 
 
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
@@ -44,10 +41,10 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     )
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None
-    if dataset in DATA_DIR_UNREAD:
-        keys += ("task.data_dir",)
-    if dataset in MNIST1D_SAMPLES_UNREAD:
-        keys += ("task.mnist1d_samples",)
+    builtin = BUILTIN_DATASETS.get(dataset) if isinstance(dataset, str) else None
+    if builtin is not None:  # the data settings a built-in does not read
+        data_keys = ("data-dir", "mnist1d-samples")
+        keys += tuple(f"task.{k.replace('-', '_')}" for k in data_keys if k not in builtin.reads)
     return keys
 
 

@@ -9,16 +9,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedcgd_task.datasets import BUILTIN_DATASETS
 from run_files.json_files import read_json_object
 from run_files.results import CONFIG_FILE
 
 #: Display names of the built-in data sets (a researcher's data set shows its function name).
-DATASET_NAMES = {
-    "digits": "digits",
-    "mnist1d": "MNIST-1D",
-    "cifar10": "CIFAR-10",
-    "cifar100": "CIFAR-100",
-}
+DATASET_NAMES = {name: builtin.title for name, builtin in BUILTIN_DATASETS.items()}
 
 #: Longest data-set name shown (a title stays one line whatever a config holds).
 MAX_NAME = 40
