@@ -20,7 +20,6 @@ import torch
 from layer_cases import REL64, reference_sigma
 from torch import nn
 
-from client_app import layer_norms
 from client_app import per_sample_norms as psn
 from client_app.sigma import gradient_spread, gradient_spread_vmap
 from experiments.cli import invoke
@@ -335,7 +334,7 @@ def test_conv1d_norms_match_autograd(
     g = torch.randn_like(conv(a))
     expected = conv1d_reference(conv, a, g)
     for chunk_size in (None, 2):
-        got = layer_norms.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
+        got = psn.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
         torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
 
 
