@@ -26,21 +26,8 @@ def as_float_array(
 ) -> FloatArray:
     """Convert ``value`` to a float64 array, optionally of a required shape (values not checked).
 
-    Parameters
-    ----------
-    value : array_like
-        Numbers, any shape.
-    name : str
-        Argument name quoted in the error message.
-    shape : tuple of int, optional
-        Required shape; ``None`` accepts any shape.
-    broadcast_scalar : bool
-        With ``shape``: a scalar is broadcast to ``shape``.
-
-    Raises
-    ------
-    ValueError
-        If ``value`` is not numeric or has another shape.
+    ``shape`` None accepts any shape; with ``broadcast_scalar`` a scalar is broadcast to
+    ``shape``. Raises ValueError naming ``name`` if ``value`` is not numeric or has another shape.
     """
     try:
         array = np.asarray(value, dtype=np.float64)

@@ -18,6 +18,17 @@ _NEWTON_MAX_ITERATIONS = 100
 _NEWTON_RELATIVE_TOLERANCE = 4.0 * np.finfo(np.float64).eps
 
 
+def _link(
+    tx_power_w: npt.ArrayLike, gain_lin: npt.ArrayLike, noise_psd_w_per_hz: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """S in W (> 0), H̄ (>= 0) and N0 in W/Hz (> 0) as checked float64 arrays."""
+    return (
+        as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False),
+        as_finite_array(gain_lin, "gain_lin", lower=0.0),
+        as_finite_array(noise_psd_w_per_hz, "noise_psd_w_per_hz", lower=0.0, lower_inclusive=False),
+    )
+
+
 def rate_bps(
     bandwidth_hz: npt.ArrayLike,
     tx_power_w: npt.ArrayLike,
@@ -41,11 +52,7 @@ def rate_bps(
         Noise power spectral density ``N0`` in W/Hz (noise figure included), ``> 0``.
     """
     bandwidth = as_finite_array(bandwidth_hz, "bandwidth_hz", lower=0.0, allow_inf=True)
-    power = as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False)
-    gain = as_finite_array(gain_lin, "gain_lin", lower=0.0)
-    noise = as_finite_array(
-        noise_psd_w_per_hz, "noise_psd_w_per_hz", lower=0.0, lower_inclusive=False
-    )
+    power, gain, noise = _link(tx_power_w, gain_lin, noise_psd_w_per_hz)
     snr_bandwidth_hz = power * gain / noise  # S H̄ / N0, in Hz
     bandwidth, snr_bandwidth_hz = np.broadcast_arrays(bandwidth, snr_bandwidth_hz)
     rate = np.zeros(bandwidth.shape)
@@ -63,11 +70,7 @@ def rate_limit_bps(
 
     Arguments as in :func:`rate_bps`; returns their broadcast shape.
     """
-    power = as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False)
-    gain = as_finite_array(gain_lin, "gain_lin", lower=0.0)
-    noise = as_finite_array(
-        noise_psd_w_per_hz, "noise_psd_w_per_hz", lower=0.0, lower_inclusive=False
-    )
+    power, gain, noise = _link(tx_power_w, gain_lin, noise_psd_w_per_hz)
     return np.asarray(power * gain / (noise * math.log(2.0)))
 
 

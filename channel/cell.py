@@ -24,26 +24,22 @@ from channel.pathloss import (
 )
 from channel.units import db_to_linear, dbm_to_w
 
-MIN_CARRIER_FREQUENCY_HZ: float = 0.5e9
-"""Lower end of the frequency range of TR 38.901's UMi path-loss models (0.5-100 GHz)."""
-
-MAX_CARRIER_FREQUENCY_HZ: float = 100e9
-"""Upper end of the frequency range of TR 38.901's UMi path-loss models (0.5-100 GHz)."""
-
-
-#: Largest cell radius: TR 38.901 gives the UMi path loss for d2D up to 5 km.
-MAX_RADIUS_M = 5_000.0
-
-#: Largest antenna height accepted (a mast, not a satellite).
-MAX_HEIGHT_M = 1_000.0
-
-#: Ranges of the logarithmic settings: wide enough for any radio, narrow enough that the powers
-#: in W stay finite and non-zero (the rate formula divides by the noise power).
-DB_RANGES: dict[str, tuple[float, float]] = {
-    "tx_power_dbm": (-100.0, 100.0),
-    "noise_psd_dbm_per_hz": (-300.0, 0.0),
-    "noise_figure_db": (0.0, 100.0),
+#: Allowed ranges of the float settings: (low, high, low allowed, unit and source). The carrier
+#: range and the largest radius (d2D up to 5 km) are TR 38.901's UMi validity ranges; heights stop
+#: at a mast, and the logarithmic settings are wide enough for any radio but keep the powers in W
+#: finite and non-zero (the rate divides by the noise power).
+FLOAT_RANGES: dict[str, tuple[float, float, bool, str]] = {
+    "min_distance_m": (0.0, math.inf, True, " m"),
+    "carrier_frequency_hz": (0.5e9, 100e9, True, " Hz (TR 38.901 validity range)"),
+    "availability_prob": (0.0, 1.0, True, ""),
+    "tx_power_dbm": (-100.0, 100.0, True, ""),
+    "noise_psd_dbm_per_hz": (-300.0, 0.0, True, ""),
+    "noise_figure_db": (0.0, 100.0, True, ""),
+    "total_bandwidth_hz": (0.0, math.inf, False, " Hz"),
+    "deadline_s": (0.0, math.inf, False, " s"),
 }
+MAX_RADIUS_M = 5_000.0
+MAX_HEIGHT_M = 1_000.0
 
 
 @dataclass(frozen=True)
@@ -106,8 +102,13 @@ class CellConfig:
             self._fail("num_devices", self.num_devices, "an integer >= 1")
         if self.pathloss_model not in PATHLOSS_MODELS:
             self._fail("pathloss_model", self.pathloss_model, f"one of {PATHLOSS_MODELS}")
-        if self.min_distance_m < 0.0:
-            self._fail("min_distance_m", self.min_distance_m, ">= 0 m")
+        for name, (low, high, closed, unit) in FLOAT_RANGES.items():
+            value = getattr(self, name)
+            if not ((value >= low if closed else value > low) and value <= high):
+                bounds = (
+                    f"in [{low:g}, {high:g}]" if high < math.inf else f">{'=' * closed} {low:g}"
+                )
+                self._fail(name, value, bounds + unit)
         if not self.min_distance_m < self.radius_m <= MAX_RADIUS_M:
             self._fail(
                 "radius_m",
@@ -117,30 +118,13 @@ class CellConfig:
             )
         min_height_m = EFFECTIVE_ENVIRONMENT_HEIGHT_M if self.pathloss_model == "tr38901" else 0.0
         for name in ("h_bs_m", "h_ut_m"):
-            if not getattr(self, name) > min_height_m:
+            if not min_height_m < getattr(self, name) <= MAX_HEIGHT_M:
                 why = f" (pathloss_model {self.pathloss_model!r})" if min_height_m else ""
-                self._fail(name, getattr(self, name), f"> {min_height_m} m{why}")
+                self._fail(
+                    name, getattr(self, name), f"in ({min_height_m}, {MAX_HEIGHT_M:g}] m{why}"
+                )
         if self.min_distance_m == 0.0 and self.h_bs_m == self.h_ut_m:
             self._fail("h_ut_m", self.h_ut_m, "!= h_bs_m when min_distance_m = 0 (zero distance)")
-        if not MIN_CARRIER_FREQUENCY_HZ <= self.carrier_frequency_hz <= MAX_CARRIER_FREQUENCY_HZ:
-            self._fail(
-                "carrier_frequency_hz",
-                self.carrier_frequency_hz,
-                f"in [{MIN_CARRIER_FREQUENCY_HZ:g}, {MAX_CARRIER_FREQUENCY_HZ:g}] Hz "
-                "(TR 38.901 validity range)",
-            )
-        if not 0.0 <= self.availability_prob <= 1.0:
-            self._fail("availability_prob", self.availability_prob, "in [0, 1]")
-        for name, (low, high) in DB_RANGES.items():  # finite, non-zero powers in W
-            if not low <= getattr(self, name) <= high:
-                self._fail(name, getattr(self, name), f"in [{low:g}, {high:g}]")
-        for name in ("h_bs_m", "h_ut_m"):
-            if getattr(self, name) > MAX_HEIGHT_M:
-                self._fail(name, getattr(self, name), f"<= {MAX_HEIGHT_M:g} m")
-        if not self.total_bandwidth_hz > 0.0:
-            self._fail("total_bandwidth_hz", self.total_bandwidth_hz, "> 0 Hz")
-        if not self.deadline_s > 0.0:
-            self._fail("deadline_s", self.deadline_s, "> 0 s")
 
     @staticmethod
     def _fail(name: str, value: object, allowed: str) -> None:
@@ -237,11 +221,6 @@ class RoundDraw:
     def num_devices(self) -> int:
         """Number of devices V."""
         return int(self.available.shape[0])
-
-    @property
-    def feasible(self) -> BoolArray:
-        """Whether the device can meet the deadline at all (finite ``min_bandwidth_hz``)."""
-        return np.asarray(np.isfinite(self.min_bandwidth_hz))
 
 
 def checked_model_bits(model_bits: object) -> float:

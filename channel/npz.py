@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: First bytes of a zip archive (an .npz is one).
+#: First bytes of a zip archive (an .npz is one) and of a single .npy array.
 ZIP_MAGIC = b"PK\x03\x04"
+NPY_MAGIC = b"\x93NUMPY"
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,15 @@ def npz_headers(path: str | os.PathLike[str]) -> dict[str, ArrayHeader]:
     """The header of every array of the ``.npz`` archive ``path``, by array name.
 
     Reads the zip directory and the first bytes of each member only. Raises ValueError (one line)
-    for no zip archive, a member that is not an ``.npy`` array, an object dtype or an unreadable
-    header; OSError when the file cannot be opened.
+    for a single ``.npy`` or no zip archive, a member that is not an ``.npy`` array, an object
+    dtype or an unreadable header; OSError when the file cannot be opened.
     """
     with open(path, "rb") as handle:
-        if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
-            raise ValueError("is not an .npz archive (no zip header)")
+        magic = handle.read(len(NPY_MAGIC))
+    if magic == NPY_MAGIC:
+        raise ValueError("is a single .npy array, not an .npz archive")
+    if not magic.startswith(ZIP_MAGIC):  # never let np.load fall back to other formats
+        raise ValueError("is not an .npz archive (no zip header)")
     headers: dict[str, ArrayHeader] = {}
     try:
         with zipfile.ZipFile(path) as archive:

@@ -7,7 +7,7 @@ standard's 10 m validity bound use the same formulas.
 
 from __future__ import annotations
 
-from typing import Final, Literal, NamedTuple
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -29,55 +29,17 @@ SHADOW_FADING_STD_DB: Final[dict[str, tuple[float, float]]] = {
 """σ_SF in dB per model, as ``(LOS, NLOS)``."""
 
 
-class _LogFormula(NamedTuple):
-    """A path-loss formula ``A + Σ coefficient · log10(variable)`` of TR 38.901 Table 7.4.1-1.
-
-    ``terms`` pair ``"d3D"`` (m) or ``"fc"`` (GHz) with a coefficient in dB per decade, added left
-    to right in the order the standard prints them.
-    """
-
-    intercept_db: float
-    terms: tuple[tuple[Literal["d3D", "fc"], float], ...]
-
-
-_UMI_LOS_PL1: Final = _LogFormula(32.4, (("d3D", 21.0), ("fc", 20.0)))
-"""PL1 of UMi-Street Canyon LOS, TR 38.901 Table 7.4.1-1:
-``32.4 + 21 log10(d3D) + 20 log10(fc)``."""
-
-_UMI_LOS_PL2: Final = _LogFormula(32.4, (("d3D", 40.0), ("fc", 20.0)))
-"""PL2 of UMi-Street Canyon LOS before its breakpoint term, TR 38.901 Table 7.4.1-1:
-``32.4 + 40 log10(d3D) + 20 log10(fc)``."""
-
+#: Coefficients of TR 38.901 Table 7.4.1-1 that are not a log-distance term: ``-9.5 log10(d'_BP^2
+#: + (h_BS - h_UT)^2)`` in PL2 and ``-0.3 (h_UT - 1.5)`` (dB per m) in PL'_UMi-NLOS.
 _UMI_LOS_PL2_BREAKPOINT_DB: Final[float] = 9.5
-"""Coefficient of ``-9.5 log10(d'_BP^2 + (h_BS - h_UT)^2)`` in PL2, TR 38.901 Table 7.4.1-1."""
-
-_UMI_NLOS_PRIME: Final = _LogFormula(22.4, (("d3D", 35.3), ("fc", 21.3)))
-"""PL'_UMi-NLOS before its height term, TR 38.901 Table 7.4.1-1:
-``35.3 log10(d3D) + 22.4 + 21.3 log10(fc)``."""
-
 _UMI_NLOS_PRIME_HEIGHT_DB_PER_M: Final[float] = 0.3
-"""Coefficient of ``-0.3 (h_UT - 1.5)`` in PL'_UMi-NLOS (dB per m), TR 38.901 Table 7.4.1-1."""
-
 _UMI_NLOS_PRIME_REFERENCE_HEIGHT_M: Final[float] = 1.5
-"""Device height at which the ``h_UT`` term of PL'_UMi-NLOS vanishes, in m."""
-
-_UMI_NLOS_OPTIONAL: Final = _LogFormula(32.4, (("fc", 20.0), ("d3D", 31.9)))
-"""Optional UMi-Street Canyon NLOS formula, TR 38.901 Table 7.4.1-1 (= paper PL_NLOS):
-``32.4 + 20 log10(fc) + 31.9 log10(d3D)``."""
 
 
-def _log_distance_db(
-    d3d_m: npt.ArrayLike, carrier_frequency_hz: float, formula: _LogFormula
-) -> FloatArray:
-    """Evaluate ``formula`` at 3D distance ``d3d_m`` (m, any shape, > 0) and ``fc`` (Hz); dB."""
-    log10_of = {
-        "d3D": np.log10(as_finite_array(d3d_m, "d3d_m", lower=0.0, lower_inclusive=False)),
-        "fc": np.log10(hz_to_ghz(carrier_frequency_hz)),
-    }
-    loss_db: float | FloatArray = formula.intercept_db
-    for variable, coefficient in formula.terms:
-        loss_db = loss_db + coefficient * log10_of[variable]
-    return np.asarray(loss_db)
+def _log10s(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> tuple[FloatArray, FloatArray]:
+    """``log10(d3D)`` (d3D in m, > 0) and ``log10(fc)`` (fc in GHz, passed in Hz)."""
+    d3d = as_finite_array(d3d_m, "d3d_m", lower=0.0, lower_inclusive=False)
+    return np.log10(d3d), np.log10(hz_to_ghz(carrier_frequency_hz))
 
 
 def check_pathloss_model(model: str) -> str:
@@ -131,7 +93,8 @@ def pathloss_umi_los_pl1_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -
     ``PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc)`` in dB, ``d3D`` in m (any shape, ``> 0``),
     ``fc`` in GHz (passed in Hz). Returns the shape of ``d3d_m``.
     """
-    return _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_LOS_PL1)
+    log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
+    return np.asarray(32.4 + 21.0 * log_d + 20.0 * log_fc)
 
 
 def pathloss_umi_los_pl2_db(
@@ -144,8 +107,11 @@ def pathloss_umi_los_pl2_db(
     ``d3d_m``.
     """
     d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
+    log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
     return np.asarray(
-        _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_LOS_PL2)
+        32.4
+        + 40.0 * log_d
+        + 20.0 * log_fc
         - _UMI_LOS_PL2_BREAKPOINT_DB * np.log10(d_bp_m**2 + (h_bs_m - h_ut_m) ** 2)
     )
 
@@ -175,9 +141,8 @@ def pathloss_umi_nlos_prime_db(
     m, ``fc`` in GHz (passed in Hz). Returns the shape of ``d3d_m``.
     """
     height_term_db = _UMI_NLOS_PRIME_HEIGHT_DB_PER_M * (h_ut_m - _UMI_NLOS_PRIME_REFERENCE_HEIGHT_M)
-    return np.asarray(
-        _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_NLOS_PRIME) - height_term_db
-    )
+    log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
+    return np.asarray(22.4 + 35.3 * log_d + 21.3 * log_fc - height_term_db)
 
 
 def pathloss_umi_nlos_db(
@@ -199,7 +164,8 @@ def pathloss_umi_nlos_optional_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: fl
     ``PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D)``, ``d3D`` in m (any shape, ``> 0``), ``fc`` in
     GHz (passed in Hz). Returns the shape of ``d3d_m``.
     """
-    return _log_distance_db(d3d_m, carrier_frequency_hz, _UMI_NLOS_OPTIONAL)
+    log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
+    return np.asarray(32.4 + 20.0 * log_fc + 31.9 * log_d)
 
 
 def pathloss_db(

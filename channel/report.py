@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from channel.arrays import FloatArray
 from channel.bandwidth import count_fit_cheapest_first
-from channel.cell import Cell, CellConfig
+from channel.cell import Cell, CellConfig, checked_model_bits
 from channel.pathloss import PATHLOSS_MODELS
 from channel.units import db_to_linear
 
@@ -131,10 +130,7 @@ def run_report(
     Returns the summary written: the settings (``config``, ``model_bits``, ``rounds``, ``seed``)
     and the statistics. ``out_dir`` is created if missing.
     """
-    if isinstance(model_bits, bool) or not (
-        isinstance(model_bits, int | float) and math.isfinite(model_bits) and model_bits > 0
-    ):
-        raise ValueError(f"model_bits must be a finite number > 0, got {model_bits!r}")
+    checked_model_bits(model_bits)
     statistics = simulate_rounds(config, model_bits, rounds, seed)
     summary: dict[str, Any] = {
         "config": dataclasses.asdict(config),

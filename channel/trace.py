@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from channel.arrays import BoolArray, FloatArray
 from channel.cell import Cell, CellConfig, RoundDraw, checked_model_bits
-from channel.npz import ZIP_MAGIC, npz_headers
+from channel.npz import ArrayHeader, npz_headers
 
 #: Names of the arrays of a trace file, in the order they are written.
 TRACE_ARRAYS: tuple[str, str] = ("available", "gain_lin")
@@ -29,10 +29,6 @@ TRACE_FORMAT = (
     "an .npz file with exactly the arrays available[R, V] (bool) and gain_lin[R, V] (float, "
     "finite, >= 0)"
 )
-
-#: First bytes of a zip archive (an .npz is one) and of a single .npy array.
-_ZIP_MAGIC = ZIP_MAGIC
-_NPY_MAGIC = b"\x93NUMPY"
 
 #: Largest trace read (both arrays, as their headers declare), e.g. 10^6 rounds x 59 devices.
 MAX_TRACE_BYTES = 512 * 2**20
@@ -55,27 +51,22 @@ class TraceError(ValueError):
 
 
 def _layout_problem(
-    available_dtype: np.dtype,
-    available_shape: tuple[int, ...],
-    gain_dtype: np.dtype,
-    gain_shape: tuple[int, ...],
+    available: ArrayHeader | np.ndarray, gain: ArrayHeader | np.ndarray
 ) -> str | None:
-    """Why two arrays of these dtypes and shapes are not a trace; None when they are."""
-    if available_dtype != np.bool_:
-        return f"array available has dtype {available_dtype}; must be bool"
-    if gain_dtype.kind != "f":
-        return f"array gain_lin has dtype {gain_dtype}; must be a float type"
-    for name, shape in (("available", available_shape), ("gain_lin", gain_shape)):
+    """Why two arrays (or their headers) are not a trace; None when they are one."""
+    if available.dtype != np.bool_:
+        return f"array available has dtype {available.dtype}; must be bool"
+    if gain.dtype.kind != "f":
+        return f"array gain_lin has dtype {gain.dtype}; must be a float type"
+    for name, shape in (("available", available.shape), ("gain_lin", gain.shape)):
         if len(shape) != 2 or 0 in shape:
             return (
                 f"array {name} has shape {shape}; must be 2-D [R, V] with R >= 1 rounds and "
                 "V >= 1 devices"
             )
-    if gain_shape != available_shape:
-        return (
-            f"array gain_lin has shape {gain_shape}, available {available_shape}; both must be "
-            "[R, V]"
-        )
+    if gain.shape != available.shape:
+        shapes = f"gain_lin has shape {gain.shape}, available {available.shape}"
+        return f"array {shapes}; both must be [R, V]"
     return None
 
 
@@ -103,7 +94,7 @@ class ChannelTrace:
         """Check dtypes, shapes and gains; keep read-only float64 / bool copies."""
         available = np.asarray(self.available)
         gain = np.asarray(self.gain_lin)
-        problem = _layout_problem(available.dtype, available.shape, gain.dtype, gain.shape)
+        problem = _layout_problem(available, gain)
         if problem is not None:
             raise TraceError(problem)
         bad = ~(np.isfinite(gain) & (gain >= 0.0))
@@ -146,23 +137,16 @@ def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
     if not file.is_file():
         raise TraceError(f"is not a file; {must}", path)
     try:
-        with open(file, "rb") as handle:
-            magic = handle.read(len(_NPY_MAGIC))
+        headers = npz_headers(file)
     except OSError as err:
         raise TraceError(f"cannot be read ({_first_line(err)}); {must}", path) from err
-    if magic == _NPY_MAGIC:
-        raise TraceError(f"is a single .npy array, not an .npz archive; {must}", path)
-    if not magic.startswith(_ZIP_MAGIC):  # never let np.load fall back to other formats
-        raise TraceError(f"is not an .npz archive (no zip header); {must}", path)
-    try:
-        headers = npz_headers(file)
-    except (OSError, ValueError) as err:
+    except ValueError as err:
         raise TraceError(f"{_first_line(err)}; {must}", path) from err
     names = sorted(headers)
     if names != sorted(TRACE_ARRAYS):
         raise TraceError(f"holds the arrays {names}; {must}", path)
     available, gain = headers["available"], headers["gain_lin"]
-    problem = _layout_problem(available.dtype, available.shape, gain.dtype, gain.shape)
+    problem = _layout_problem(available, gain)
     if problem is not None:
         raise TraceError(problem, path)
     total = available.nbytes + gain.nbytes
@@ -186,21 +170,13 @@ def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
         One line naming the file: missing, a folder, not an ``.npz`` archive, other arrays,
         arrays too large, or arrays that :class:`ChannelTrace` refuses.
     """
-    file, must = Path(path), f"must be {TRACE_FORMAT}"
-    trace_shape(file)
-    unreadable = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+    trace_shape(path)
     try:
-        loaded = np.load(file, allow_pickle=False)
-    except unreadable as err:
-        raise TraceError(f"cannot be read ({_first_line(err)}); {must}", path) from err
-    with loaded as archive:
-        names = sorted(archive.files)
-        if names != sorted(TRACE_ARRAYS):
-            raise TraceError(f"holds the arrays {names}; {must}", path)
-        try:
+        with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in TRACE_ARRAYS}
-        except unreadable as err:
-            raise TraceError(f"cannot be read ({_first_line(err)}); {must}", path) from err
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        why = f"cannot be read ({_first_line(err)}); must be {TRACE_FORMAT}"
+        raise TraceError(why, path) from err
     try:
         return ChannelTrace(available=arrays["available"], gain_lin=arrays["gain_lin"])
     except TraceError as err:
@@ -267,10 +243,6 @@ class TraceReplay:
     """
 
     def __init__(self, trace: ChannelTrace, config: CellConfig, first_round: int = 0) -> None:
-        if not isinstance(trace, ChannelTrace):
-            raise ValueError(f"trace must be a ChannelTrace, got {type(trace).__name__}")
-        if not isinstance(config, CellConfig):
-            raise ValueError(f"config must be a CellConfig, got {type(config).__name__}")
         if trace.num_devices != config.num_devices:
             raise ValueError(
                 f"the trace has {trace.num_devices} devices (columns); the cell has "
@@ -293,11 +265,6 @@ class TraceReplay:
     def num_devices(self) -> int:
         """Number of devices V."""
         return self.trace.num_devices
-
-    @property
-    def rounds_replayed(self) -> int:
-        """Rounds of the run drawn so far (including the ``first_round`` skipped ones)."""
-        return self._next_row
 
     def draw_round(self, model_bits: float) -> RoundDraw:
         """Return the next recorded round, with B* (paper eq. (lambert)) for ``model_bits`` bits.

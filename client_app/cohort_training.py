@@ -25,7 +25,7 @@ from client_app.device_round import (
     floating_state,
     update_norm_between,
 )
-from client_app.layer_norms import CHUNK_BUDGET_FLOATS
+from client_app.per_sample_norms import CHUNK_BUDGET_FLOATS
 
 #: Most devices trained together.
 TRAIN_CHUNK_MAX_DEVICES = 64

@@ -1,13 +1,35 @@
-"""Per-sample (and per-group) squared gradient norms from one forward + backward pass.
+"""Per-sample and per-group squared gradient norms from one forward + backward pass.
 
-One backward of the summed loss gives each parametrised layer's per-sample output gradients;
-with the layer's inputs (a forward hook) they give each sample's, and each group's summed,
-squared gradient norm layer by layer (formulas: :mod:`client_app.layer_norms`).
+One backward of the summed loss gives each parametrised layer's output gradient ``g``; with the
+layer's input ``a`` (a forward hook) the layer formulas below give, without a backward per
+sample, for each group of ``group_size`` consecutive samples (the batch is [N groups x
+group_size samples]) ||sum_{i in group} dl_i/dW||^2 + ||sum_{i in group} dl_i/dc||^2 for the
+layer's weight W and bias c. ``group_size`` 1 gives the per-sample norms; one group of b gives
+||sum_i grad l_i||^2 = b^2 ||g_bar||^2 in σ̂ (paper eq. (local_est_sigma)); one group per device
+gives it for every device of a cohort at once.
+
+Layer formulas (T output positions, K input features per position, O outputs):
+
+* ``nn.Linear`` (y_t = W a_t + c): dl/dW = sum_t g_t a_t^T, so ||dl/dW||_F^2 =
+  sum_{t,t'} (a_t . a_t') (g_t . g_t') (||a||^2 ||g||^2 when T = 1); dl/dc = sum_t g_t. A group
+  is one Linear applied at the group_size T positions of its samples.
+* ``nn.Conv2d`` (zero padding): U = unfold(a) [K, T] with K = C_in k_h k_w / groups,
+  T = H_out W_out, y = W U + c, dl/dW = G U^T. ``nn.Conv1d`` runs as a Conv2d of height 1.
+* ``nn.GroupNorm``: y = gamma a_hat + beta per channel, dl/dgamma_c = sum_s g_cs a_hat_cs,
+  dl/dbeta_c = sum_s g_cs over positions s.
+
+A weight norm takes the cheaper of two routes: form the weight gradients G U^T (~ T K O
+multiply-adds; for a convolution one weight-gradient convolution with one channel group per
+sample or group), or the double sum through the T x T Gram matrices U^T U and G^T G
+(~ T^2 (K + O)), which wins for few positions (T = 1 for a plain Linear). Rows are summed in
+float32 by torch's cascade summation (~1e-7 relative, below the gradients' own rounding), then
+accumulated over layers and samples in float64. Intermediates come in chunks within
+:data:`CHUNK_BUDGET_FLOATS`.
 
 Scope: every parameter is the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS`, a
-convolution's input is batched, no parameter is shared, every layer runs at most once per
-forward, and the model treats the samples of a batch independently (no BatchNorm in training
-mode). :func:`unsupported_reasons` checks the static part; the rest raises
+convolution's input is batched and zero-padded, no parameter is shared, every layer runs at
+most once per forward, and the model treats the samples independently (no BatchNorm in
+training mode). :func:`unsupported_reasons` checks the static part; the rest raises
 :class:`UnsupportedModelError` during the pass.
 """
 
@@ -19,35 +41,164 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
+from torch.nn.grad import conv2d_weight
 from torch.utils.hooks import RemovableHandle
 
-from client_app.layer_norms import (
-    CHUNK_BUDGET_FLOATS,
-    conv_group_sq_norms,
-    conv_sq_norms,
-    group_norm_group_sq_norms,
-    group_norm_sq_norms,
-    groups_of,
-    linear_group_sq_norms,
-    linear_sq_norms,
-)
-
+#: Upper bound on the per-sample intermediate floats one layer holds at once (64 Mi floats =
+#: 256 MB); the samples of a layer are processed in chunks that fit it.
+CHUNK_BUDGET_FLOATS = 64 * 1024 * 1024
 #: Layer types whose parameters get per-sample gradient norms.
 SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.GroupNorm)
 #: Dimensions of a batched input of each convolution type ([b, C_in, *spatial]).
 _CONV_INPUT_DIMS: dict[type[nn.Module], int] = {nn.Conv1d: 3, nn.Conv2d: 4}
-__all__ = [
-    "CHUNK_BUDGET_FLOATS",
-    "SUPPORTED_LAYERS",
-    "PerSampleNorms",
-    "UnsupportedModelError",
-    "per_sample_grad_norms",
-    "unsupported_reasons",
-]
 
 
 class UnsupportedModelError(ValueError):
     """The model has a parameter or a use of a layer outside this module's scope."""
+
+
+def row_sq_sums(x: torch.Tensor) -> torch.Tensor:
+    """Sum of squares of each row ``x[i]`` (summed in ``x``'s dtype), float64 [x.shape[0]]."""
+    return x.reshape(int(x.shape[0]), -1).square().sum(dim=1).double()
+
+
+def groups_of(n: int, group_size: int) -> int:
+    """Number of groups N of ``group_size`` consecutive samples in a batch of ``n`` (checked)."""
+    if group_size < 1 or n % group_size:
+        raise ValueError(
+            f"a batch of {n} samples does not split into groups of {group_size} (need a "
+            "positive group size that divides the batch)"
+        )
+    return n // group_size
+
+
+def _chunk(per_item_floats: int, chunk_size: int | None) -> int:
+    """Items per chunk: ``chunk_size`` if given, else as many as fit the float budget."""
+    return chunk_size or max(1, CHUNK_BUDGET_FLOATS // max(per_item_floats, 1))
+
+
+def _gram_is_cheaper(t: int, k: int, o: int) -> bool:
+    """Whether T^2 (K + O + 1) multiply-adds (Gram route) undercut T K O + K O (forming)."""
+    return t * t * (k + o + 1) < t * k * o + k * o
+
+
+def gram_sq_norms(u: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """||G_i U_i^T||_F^2 = sum_{t,t'} (u_it . u_it') (g_it . g_it') from the two Gram matrices.
+
+    ``u`` [n, K, T], ``g`` [n, O, T]; returns float64 [n].
+    """
+    uu = torch.bmm(u.transpose(1, 2), u).double()
+    gg = torch.bmm(g.transpose(1, 2), g).double()
+    return (uu * gg).sum(dim=(1, 2))
+
+
+def linear_sq_norms(
+    module: nn.Linear,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    group_size: int = 1,
+    *,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Linear layer, float64 [N].
+
+    ``a`` [b, *, K] is its input, ``g`` [b, *, O] the gradient of the per-sample losses with
+    respect to its output; ``chunk_size`` groups per chunk (memory only).
+    """
+    n = groups_of(int(a.shape[0]), group_size)
+    u = a.reshape(n, -1, module.in_features).transpose(1, 2)  # [N, K, T]
+    gm = g.reshape(n, -1, module.out_features).transpose(1, 2)  # [N, O, T]
+    k, t, o = int(u.shape[1]), int(u.shape[2]), int(gm.shape[1])
+    total = row_sq_sums(gm.sum(dim=2)) if module.bias is not None else 0.0
+    if t == 1:
+        return row_sq_sums(u) * row_sq_sums(gm) + total
+    use_gram = _gram_is_cheaper(t, k, o)
+    chunk = _chunk(2 * t * t if use_gram else o * k, chunk_size)
+    parts = []
+    for start in range(0, n, chunk):
+        uc, gc = u[start : start + chunk], gm[start : start + chunk]
+        parts.append(gram_sq_norms(uc, gc) if use_gram else row_sq_sums(torch.bmm(gc, uc.mT)))
+    return torch.cat(parts) + total
+
+
+def conv_sq_norms(
+    module: nn.Conv1d | nn.Conv2d,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    group_size: int = 1,
+    *,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Conv2d or Conv1d, float64 [N].
+
+    ``a`` [b, C_in, H, W] or [b, C_in, L] is its input, ``g`` [b, O, H_out, W_out] or
+    [b, O, L_out] the gradient of the per-sample losses with respect to its output. Per sample
+    (group_size 1, one channel group) by the Gram route when cheaper; otherwise a chunk's groups
+    are one weight-gradient convolution in which each group is a group of channels and its
+    samples are the batch. ``chunk_size`` groups per chunk (memory only).
+    """
+    padding: tuple[int, ...] = module.padding  # type: ignore[assignment]  # checked in scope
+    kernel, stride, dilation = module.kernel_size, module.stride, module.dilation
+    if isinstance(module, nn.Conv1d):  # a Conv2d of height 1
+        a, g = a.unsqueeze(2), g.unsqueeze(2)
+        kernel, stride, padding, dilation = (
+            (1, *kernel),
+            (1, *stride),
+            (0, *padding),
+            (1, *dilation),
+        )
+    (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]
+    n, t = groups_of(b, group_size), h_out * w_out
+    k = c_in // module.groups * kernel[0] * kernel[1]
+    parts = []
+    if group_size == 1 and module.groups == 1 and _gram_is_cheaper(t, k, o):
+        chunk = _chunk(k * t + 2 * t * t, chunk_size)
+        for start in range(0, b, chunk):
+            ac, gc = a[start : start + chunk], g[start : start + chunk]
+            u = F.unfold(ac, kernel, dilation=dilation, padding=padding, stride=stride)
+            parts.append(gram_sq_norms(u, gc.reshape(len(ac), o, t)))
+    else:
+        chunk = _chunk(o * k + group_size * (c_in * h * w + o * t), chunk_size)
+        for start in range(0, n, chunk):
+            m = min(chunk, n - start)
+            rows = slice(start * group_size, (start + m) * group_size)
+            # [m, s, C, H, W] -> [s, m C, H, W]: the samples are the batch, the groups channels.
+            ac = a[rows].reshape(m, group_size, c_in, h, w).transpose(0, 1)
+            gc = g[rows].reshape(m, group_size, o, h_out, w_out).transpose(0, 1)
+            gw = conv2d_weight(
+                ac.reshape(group_size, m * c_in, h, w),
+                (m * o, c_in // module.groups, *kernel),
+                gc.reshape(group_size, m * o, h_out, w_out),
+                stride=stride,
+                padding=padding,
+                dilation=dilation,
+                groups=m * module.groups,
+            )
+            parts.append(row_sq_sums(gw.reshape(m, -1)))
+    total = torch.cat(parts)
+    if module.bias is not None:
+        total = total + row_sq_sums(g.sum(dim=(2, 3)).reshape(n, group_size, o).sum(dim=1))
+    return total
+
+
+def group_norm_sq_norms(
+    module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, group_size: int = 1
+) -> torch.Tensor:
+    """Per-group ||sum_i dl_i/dgamma||^2 + ||sum_i dl_i/dbeta||^2 of a GroupNorm, float64 [N].
+
+    ``a`` [b, C, *] is its input (a_hat is recomputed from it), ``g`` [b, C, *] the gradient of
+    the per-sample losses with respect to its output.
+    """
+    b, c = int(a.shape[0]), module.num_channels
+    n = groups_of(b, group_size)
+    a_hat = F.group_norm(a, module.num_groups, eps=module.eps).reshape(b, c, -1)
+    gm = g.reshape(b, c, -1)
+    total = torch.zeros(n, dtype=torch.float64, device=a.device)
+    if module.weight is not None:
+        total = total + row_sq_sums((a_hat * gm).sum(dim=2).reshape(n, group_size, c).sum(1))
+    if module.bias is not None:
+        total = total + row_sq_sums(gm.sum(dim=2).reshape(n, group_size, c).sum(dim=1))
+    return total
 
 
 @dataclass(frozen=True)
@@ -101,6 +252,24 @@ def unsupported_reasons(model: nn.Module) -> list[str]:
     return reasons
 
 
+def layer_sq_norms(
+    module: nn.Module,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    group_size: int = 1,
+    *,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Per-group squared gradient norms of one layer of :data:`SUPPORTED_LAYERS`, float64 [N]."""
+    if isinstance(module, nn.Linear):
+        return linear_sq_norms(module, a, g, group_size, chunk_size=chunk_size)
+    if isinstance(module, nn.Conv1d | nn.Conv2d):
+        return conv_sq_norms(module, a, g, group_size, chunk_size=chunk_size)
+    if isinstance(module, nn.GroupNorm):
+        return group_norm_sq_norms(module, a, g, group_size)
+    raise UnsupportedModelError(f"no per-sample norm for {type(module).__name__}")
+
+
 def per_sample_grad_norms(
     model: nn.Module,
     x: torch.Tensor,
@@ -112,7 +281,7 @@ def per_sample_grad_norms(
     """Compute ||grad l_i(w)||^2 per sample and ||sum_{i in group} grad l_i(w)||^2 per group.
 
     One forward and one backward of ``sum_i l_i`` through ``model`` as it is (the caller picks the
-    mode). The model is left unchanged (no hook left, ``.grad`` untouched, ``requires_grad``
+    mode); the model is left unchanged (no hook left, ``.grad`` untouched, ``requires_grad``
     restored); frozen parameters count too.
 
     Parameters
@@ -140,36 +309,23 @@ def per_sample_grad_norms(
         raise ValueError(f"chunk_size must be an integer >= 1; got {chunk_size}")
     b = int(y.shape[0])
     size = b if group_size is None else group_size
-    num_groups = groups_of(b, size)
     params = list(model.parameters())
     device = params[0].device
     x, y = x.to(device), y.to(device)
     sq_norms = torch.zeros(b, dtype=torch.float64, device=device)
-    group_sq = torch.zeros(num_groups, dtype=torch.float64, device=device)
+    group_sq = torch.zeros(groups_of(b, size), dtype=torch.float64, device=device)
     calls: dict[nn.Module, int] = {}
     targets: list[torch.Tensor] = []
     handles: list[RemovableHandle] = []
     errors: list[str] = []
-
-    def add_layer_norms(module: nn.Module, a: torch.Tensor, g: torch.Tensor) -> None:
-        if isinstance(module, nn.Linear):
-            sq_norms.add_(linear_sq_norms(module, a, g, chunk_size=chunk_size))
-            group_sq.add_(linear_group_sq_norms(module, a, g, size, chunk_size=chunk_size))
-        elif isinstance(module, nn.Conv1d | nn.Conv2d):
-            sq_norms.add_(conv_sq_norms(module, a, g, chunk_size=chunk_size))
-            group_sq.add_(conv_group_sq_norms(module, a, g, size, chunk_size=chunk_size))
-        elif isinstance(module, nn.GroupNorm):
-            sq_norms.add_(group_norm_sq_norms(module, a, g))
-            group_sq.add_(group_norm_group_sq_norms(module, a, g, size))
-        else:
-            raise UnsupportedModelError(f"no per-sample norm for {type(module).__name__}")
 
     def make_grad_hook(module: nn.Module, a: torch.Tensor) -> Callable[[torch.Tensor], None]:
         def grad_hook(g: torch.Tensor) -> None:
             # Fired by the backward with dl/d(output) for the output's value before any later
             # in-place change (e.g. ReLU(inplace=True)), which is the layer's own output.
             with torch.no_grad():
-                add_layer_norms(module, a, g.detach())
+                sq_norms.add_(layer_sq_norms(module, a, g.detach(), chunk_size=chunk_size))
+                group_sq.add_(layer_sq_norms(module, a, g.detach(), size, chunk_size=chunk_size))
 
         return grad_hook
 

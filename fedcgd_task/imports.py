@@ -116,15 +116,17 @@ def import_object(value: str, setting: str) -> object:
 
 
 def builtin_or_function(
-    value: str, setting: str, builtins: Mapping[str, FunctionT], kind: str, contract: str
+    value: str, setting: str, builtins: Mapping[str, FunctionT | str], kind: str, contract: str
 ) -> FunctionT:
     """Return the function ``value`` names: a key of ``builtins``, or the researcher's reference.
 
-    ``kind`` names what the setting names (``"data set"``), ``contract`` what the function must be;
-    both appear in the one-line ValueError for an unknown name, a reference that cannot be
-    imported, or an attribute that is not callable.
+    A built-in given as ``module:name`` is imported when named. ``kind`` names what the setting
+    names (``"data set"``), ``contract`` what the function must be; both appear in the one-line
+    ValueError for an unknown name, a reference that cannot be imported, or a non-callable.
     """
     builtin = builtins.get(value)
+    if isinstance(builtin, str):
+        return cast(FunctionT, pkgutil.resolve_name(builtin))
     if builtin is not None:
         return builtin
     where = f"run-config key {setting!r} = {value!r}"

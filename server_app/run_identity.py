@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.settings import WHERE_AND_HOW
 from run_files.results import CHECKPOINT_FILE, json_ready
@@ -21,8 +22,6 @@ from server_app.config import RunConfig
 
 #: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
 CHECKPOINT_FORMAT = 2
-#: Built-in data sets that do not read ``mnist1d-samples``.
-MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 
 
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
@@ -35,7 +34,9 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None
-    unread = ("task.mnist1d_samples",) if dataset in MNIST1D_SAMPLES_UNREAD else ()
+    builtin = BUILTIN_DATASETS.get(dataset) if isinstance(dataset, str) else None
+    reads = builtin.reads if builtin is not None else ("mnist1d-samples",)
+    unread = () if "mnist1d-samples" in reads else ("task.mnist1d_samples",)
     return (*WHERE_AND_HOW, *unread)
 
 

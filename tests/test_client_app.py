@@ -77,7 +77,7 @@ def test_info_reports_partition_and_size() -> None:
     # Dirichlet split of the 1437 digits training images over 4 devices: floor(1437 / 4) = 359.
     assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
     # The whole local class counts, recounted here from the device's rows of the training set.
-    from fedcgd_task.datasets import load_digits_split
+    from fedcgd_task.datasets.images import load_digits_split
     from fedcgd_task.local_data import local_split
     from fedcgd_task.settings import TaskSettings
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedcgd_task import datasets
-from fedcgd_task.datasets import load_cifar, load_digits_split
+from fedcgd_task.datasets.images import load_cifar, load_digits_split
 
 
 def test_digits_split_sizes_stratified_and_scaled() -> None:
@@ -33,7 +33,7 @@ def test_digits_split_is_fixed() -> None:
     a, _ = load_digits_split()
     b, _ = load_digits_split()
     np.testing.assert_array_equal(a.labels, b.labels)
-    np.testing.assert_array_equal(a.pixels, b.pixels)
+    np.testing.assert_array_equal(a.inputs.pixels, b.inputs.pixels)
 
 
 def test_tensors_subset_rows() -> None:
@@ -130,7 +130,7 @@ def test_extracted_folder_is_read_without_checksums_and_equals_torchvision(
     ours = load_cifar("cifar10", tmp_path, train=True, download=False)
     monkeypatch.setattr(tv_cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
     theirs = tv_datasets.CIFAR10(root=str(tmp_path), train=True, download=False)
-    np.testing.assert_array_equal(ours.pixels, np.asarray(theirs.data).transpose(0, 3, 1, 2))
+    np.testing.assert_array_equal(ours.inputs.pixels, np.asarray(theirs.data).transpose(0, 3, 1, 2))
     np.testing.assert_array_equal(ours.labels, np.asarray(theirs.targets))
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
     with pytest.raises(FileNotFoundError, match="data_batch_3"):

@@ -35,7 +35,6 @@ from layer_cases import (
 )
 from torch import nn
 
-from client_app import layer_norms
 from client_app import per_sample_norms as psn
 from client_app.sigma import GradientSpread, gradient_spread, gradient_spread_vmap
 from fedcgd_task.models import build_model
@@ -267,7 +266,7 @@ def test_conv2d_norms_match_autograd(
     g = torch.randn_like(conv(a))
     expected = conv_reference(conv, a, g)
     for chunk_size in (None, 2):
-        got = layer_norms.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
+        got = psn.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
         torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
 
 
@@ -282,14 +281,14 @@ def test_linear_norms_over_positions_match_autograd(t: int, k: int, o: int) -> N
     for i in range(4):
         grads = torch.autograd.grad(linear(a[i]), list(linear.parameters()), g[i])
         expected.append(sum(float(gr.double().square().sum()) for gr in grads))
-    got = layer_norms.linear_sq_norms(linear, a, g)
+    got = psn.linear_sq_norms(linear, a, g)
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=REL64, atol=0)
 
 
 def test_group_norm_norms_match_autograd() -> None:
     norm, a, g = random_group_norm(2, groups=4, channels=8, shape=(3, 5, 5), scale=3, shift=1)
     expected = group_reference(norm, a, g, 1)  # one autograd backward per sample
-    got = layer_norms.group_norm_sq_norms(norm, a, g)
+    got = psn.group_norm_sq_norms(norm, a, g)
     torch.testing.assert_close(got, expected, rtol=REL64, atol=0)
 
 

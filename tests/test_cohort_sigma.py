@@ -18,7 +18,7 @@ from layer_cases import REL64, group_reference, random_group_norm, reference_sig
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
 
-from client_app import layer_norms
+from client_app import per_sample_norms as psn
 from client_app.per_sample_norms import per_sample_grad_norms
 from client_app.sigma import gradient_spread, gradient_spreads, spread_from_norms
 from fedcgd_task.models import build_model
@@ -32,7 +32,7 @@ def test_linear_group_norms(t: int | None, k: int, o: int, chunk_size: int | Non
     shape = (12, k) if t is None else (12, t, k)
     a = torch.randn(*shape, dtype=torch.float64)
     g = torch.randn(*shape[:-1], o, dtype=torch.float64)
-    got = layer_norms.linear_group_sq_norms(linear, a, g, 4, chunk_size=chunk_size)
+    got = psn.linear_sq_norms(linear, a, g, 4, chunk_size=chunk_size)
     torch.testing.assert_close(got, group_reference(linear, a, g, 4), rtol=REL64, atol=0.0)
 
 
@@ -52,7 +52,7 @@ def test_conv2d_group_norms(
     conv = nn.Conv2d(c_in, c_out, **kwargs).double()  # type: ignore[arg-type]
     a = torch.randn(9, c_in, size, size, dtype=torch.float64)
     g = torch.randn_like(conv(a))
-    got = layer_norms.conv_group_sq_norms(conv, a, g, 3, chunk_size=chunk_size)
+    got = psn.conv_sq_norms(conv, a, g, 3, chunk_size=chunk_size)
     torch.testing.assert_close(got, group_reference(conv, a, g, 3), rtol=REL64, atol=0.0)
 
 
@@ -63,20 +63,20 @@ def test_conv1d_group_norms(kwargs: dict[str, int]) -> None:
     a = torch.randn(8, 2, 20, dtype=torch.float64)
     g = torch.randn_like(conv(a))
     for chunk_size in (None, 1):
-        got = layer_norms.conv_group_sq_norms(conv, a, g, 2, chunk_size=chunk_size)
+        got = psn.conv_sq_norms(conv, a, g, 2, chunk_size=chunk_size)
         torch.testing.assert_close(got, group_reference(conv, a, g, 2), rtol=REL64, atol=0.0)
 
 
 def test_group_norm_group_norms() -> None:
     norm, a, g = random_group_norm(3, groups=2, channels=6, shape=(6, 4, 4), scale=2, shift=1)
-    got = layer_norms.group_norm_group_sq_norms(norm, a, g, 3)
+    got = psn.group_norm_sq_norms(norm, a, g, 3)
     torch.testing.assert_close(got, group_reference(norm, a, g, 3), rtol=REL64, atol=0.0)
 
 
 def test_group_size_must_divide_the_batch() -> None:
     linear = nn.Linear(3, 2)
     with pytest.raises(ValueError, match="does not split into groups of 4"):
-        layer_norms.linear_group_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
+        psn.linear_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
 
 
 def test_spread_from_norms_by_hand() -> None:

@@ -20,20 +20,19 @@ import torch
 from layer_cases import REL64, reference_sigma
 from torch import nn
 
-from client_app import layer_norms
 from client_app import per_sample_norms as psn
 from client_app.sigma import gradient_spread, gradient_spread_vmap
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
-from fedcgd_task.datasets import (
+from fedcgd_task.datasets import load_data
+from fedcgd_task.datasets import mnist1d as mnist1d_module
+from fedcgd_task.datasets.mnist1d import (
     generate_mnist1d,
     global_random_state_kept,
-    load_data,
     load_mnist1d,
     mnist1d_arguments,
     mnist1d_cache_path,
 )
-from fedcgd_task.datasets import mnist1d as mnist1d_module
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.settings import DEFAULT_MNIST1D_SAMPLES, TaskSettings, default_run_config
 from server_app.run_identity import unread_settings
@@ -335,7 +334,7 @@ def test_conv1d_norms_match_autograd(
     g = torch.randn_like(conv(a))
     expected = conv1d_reference(conv, a, g)
     for chunk_size in (None, 2):
-        got = layer_norms.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
+        got = psn.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
         torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
 
 

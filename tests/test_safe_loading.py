@@ -24,8 +24,8 @@ from subprocesses import fedcgd
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
-from fedcgd_task.datasets import (
-    load_cifar,
+from fedcgd_task.datasets.images import load_cifar
+from fedcgd_task.datasets.mnist1d import (
     load_mnist1d,
     mnist1d_arguments,
     mnist1d_cache_key,
@@ -105,9 +105,9 @@ def test_cifar_batches_of_every_pickle_protocol_load_the_same_arrays(tmp_path, p
     cifar_folder(tmp_path / "b", protocol=protocol)
     a = load_cifar("cifar10", tmp_path / "a", train=True, download=False)
     b = load_cifar("cifar10", tmp_path / "b", train=True, download=False)
-    assert np.array_equal(a.pixels, b.pixels) and np.array_equal(a.labels, b.labels)
+    assert np.array_equal(a.inputs.pixels, b.inputs.pixels) and np.array_equal(a.labels, b.labels)
     expected = pickle.loads(cifar_batch(4, 0))
-    assert np.array_equal(a.pixels[:4].reshape(4, -1), expected["data"])
+    assert np.array_equal(a.inputs.pixels[:4].reshape(4, -1), expected["data"])
     assert a.labels[:4].tolist() == expected["labels"]
 
 
@@ -119,7 +119,7 @@ def test_a_batch_written_by_numpy_1_loads(tmp_path):
     assert old != data
     (folder / "data_batch_1").write_bytes(old)
     train = load_cifar("cifar10", tmp_path, train=True, download=False)
-    assert np.array_equal(train.pixels[:4].reshape(4, -1), pickle.loads(data)["data"])
+    assert np.array_equal(train.inputs.pixels[:4].reshape(4, -1), pickle.loads(data)["data"])
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from experiments.analysis.figures import (
     series_styles,
     smoothing_window,
 )
+from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.settings import WHERE_AND_HOW
 from run_files.files import ResultWriteError, atomic_write, read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
@@ -283,7 +284,7 @@ def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool
 # --- Titles: data set, split, τ, V and the seeds of the runs, from their ``config.json`` ---
 
 #: Display names of the built-in data sets (a researcher's data set shows its function name).
-DATASET_NAMES = {"mnist1d": "MNIST-1D", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+DATASET_NAMES = {name: builtin.title for name, builtin in BUILTIN_DATASETS.items()}
 
 
 def read_config(result_dir: Path) -> dict[str, Any] | None:

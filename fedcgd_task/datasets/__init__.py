@@ -1,128 +1,359 @@
-"""Data sets behind one contract: the built-in image and MNIST-1D sets and the researcher's own.
+"""Data sets behind one contract: the registry of built-ins, the checks, the per-process cache.
 
-The run-config key ``dataset`` names a data-set function, built-in or the researcher's; the
-contract is in docs/bring-your-own.md, "Bring your own data set and model". One module per job:
-:mod:`~.contract` (the checks), :mod:`~.loading` (lookup, call, per-process cache),
-:mod:`~.splits` (containers), and one per built-in (:mod:`~.digits`, :mod:`~.cifar`,
-:mod:`~.mnist1d`). Every public name is importable from here.
+The run-config key ``dataset`` names a built-in of :data:`BUILTIN_DATASETS` or the researcher's
+data-set function; the contract is in docs/bring-your-own.md, "Bring your own data set and
+model". The built-ins live in one module per family (:mod:`~.images`: digits and CIFAR;
+:mod:`~.mnist1d`). This module imports neither torch nor flwr (the schema reads the registry).
 """
 
-from fedcgd_task.datasets.cifar import (
-    CIFAR10_MEAN,
-    CIFAR10_STD,
-    CIFAR100_MEAN,
-    CIFAR100_STD,
-    CIFAR_FILES,
-    CIFAR_PICKLE_GLOBALS,
-    CIFAR_SPLIT_FILES,
-    MAX_CIFAR_FILE_BYTES,
-    CifarUnpickler,
-    cifar10_data,
-    cifar100_data,
-    first_missing_folder,
-    load_cifar,
-    missing_cifar_message,
-    read_cifar_folder,
-)
-from fedcgd_task.datasets.contract import (
-    DATASET_KEY,
-    RETURN_CONTRACT,
-    DataFunction,
-    LoadedData,
-    check_data,
-)
-from fedcgd_task.datasets.digits import (
-    DIGITS_MAX_INTENSITY,
-    DIGITS_SPLIT_SEED,
-    DIGITS_TEST_FRACTION,
-    digits_data,
-    load_digits_split,
-)
-from fedcgd_task.datasets.loading import (
-    BUILTIN_DATASETS,
-    DATA_KEYWORDS,
-    call_dataset_function,
-    data_keywords,
-    dataset_function,
-    default_task_settings,
-    load_data,
-    load_dataset,
-    load_test_set,
-    load_train_set,
-)
-from fedcgd_task.datasets.mnist1d import (
-    MNIST1D_CACHE_FORMAT,
-    MNIST1D_NUM_CLASSES,
-    MNIST1D_UNUSED_ARGS,
-    Mnist1dArrays,
-    generate_mnist1d,
-    global_random_state_kept,
-    load_mnist1d,
-    mnist1d_arguments,
-    mnist1d_cache_key,
-    mnist1d_cache_path,
-    mnist1d_content_digest,
-    mnist1d_data,
-    mnist1d_shapes,
-)
-from fedcgd_task.datasets.splits import (
-    DataSplit,
-    ImageSet,
-    Inputs,
-    NormalizedPixels,
-)
+from __future__ import annotations
 
-__all__ = [
-    "BUILTIN_DATASETS",
-    "CIFAR10_MEAN",
-    "CIFAR10_STD",
-    "CIFAR100_MEAN",
-    "CIFAR100_STD",
-    "CIFAR_FILES",
-    "CIFAR_PICKLE_GLOBALS",
-    "CIFAR_SPLIT_FILES",
-    "DATASET_KEY",
-    "DATA_KEYWORDS",
-    "DIGITS_MAX_INTENSITY",
-    "DIGITS_SPLIT_SEED",
-    "DIGITS_TEST_FRACTION",
-    "MAX_CIFAR_FILE_BYTES",
-    "MNIST1D_CACHE_FORMAT",
-    "MNIST1D_NUM_CLASSES",
-    "MNIST1D_UNUSED_ARGS",
-    "RETURN_CONTRACT",
-    "CifarUnpickler",
-    "DataFunction",
-    "DataSplit",
-    "ImageSet",
-    "Inputs",
-    "LoadedData",
-    "Mnist1dArrays",
-    "NormalizedPixels",
-    "call_dataset_function",
-    "check_data",
-    "cifar10_data",
-    "cifar100_data",
-    "data_keywords",
-    "dataset_function",
-    "default_task_settings",
-    "digits_data",
-    "first_missing_folder",
-    "generate_mnist1d",
-    "global_random_state_kept",
-    "load_cifar",
-    "load_data",
-    "load_dataset",
-    "load_digits_split",
-    "load_mnist1d",
-    "load_test_set",
-    "load_train_set",
-    "missing_cifar_message",
-    "mnist1d_arguments",
-    "mnist1d_cache_key",
-    "mnist1d_cache_path",
-    "mnist1d_content_digest",
-    "mnist1d_data",
-    "mnist1d_shapes",
-    "read_cifar_folder",
-]
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from fedcgd_task.imports import builtin_or_function, first_line
+
+if TYPE_CHECKING:
+    import torch
+
+    from fedcgd_task.settings import TaskSettings
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A built-in data set: its function (``module:name``), title and the model ``auto`` picks.
+
+    ``reads``: the run-config keys besides ``dataset`` whose values change its arrays.
+    """
+
+    function: str
+    title: str
+    auto_model: str
+    reads: tuple[str, ...] = ()
+
+
+#: The built-in data sets by run-config name: the one list every other module reads.
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
+    "digits": BuiltinDataset("fedcgd_task.datasets.images:digits_data", "digits", "mlp"),
+    "cifar10": BuiltinDataset(
+        "fedcgd_task.datasets.images:cifar10_data", "CIFAR-10", "cnn", ("data-dir",)
+    ),
+    "cifar100": BuiltinDataset(
+        "fedcgd_task.datasets.images:cifar100_data", "CIFAR-100", "resnet18gn", ("data-dir",)
+    ),
+    "mnist1d": BuiltinDataset(
+        "fedcgd_task.datasets.mnist1d:mnist1d_data", "MNIST-1D", "cnn1d", ("mnist1d-samples",)
+    ),
+}
+#: The run-config key that names the data-set function.
+DATASET_KEY = "dataset"
+#: Keyword arguments a data-set function may take (its signature says which).
+DATA_KEYWORDS: tuple[str, ...] = ("data_dir", "settings")
+#: What a data-set function must return (named in the error messages).
+RETURN_CONTRACT = (
+    "((x_train, y_train), (x_test, y_test)) or ((x_train, y_train), (x_test, y_test), num_classes)"
+)
+#: A data-set function: no argument or keywords among :data:`DATA_KEYWORDS`.
+DataFunction: TypeAlias = Callable[..., Any]
+
+
+@dataclass(frozen=True, eq=False)
+class NormalizedPixels:
+    """Images stored as ``uint8`` [N, C, H, W] that read as ``float32`` (:meth:`tensor`).
+
+    x = (pixel * scale - mean_c) / std_c. Built-in image sets keep the pixels and convert only the
+    samples a computation needs (CIFAR's training set: 150 MB instead of 614 MB per process).
+    """
+
+    pixels: npt.NDArray[np.uint8]
+    scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """[N, C, H, W], the shape of the float32 array these pixels stand for."""
+        return tuple(int(s) for s in self.pixels.shape)
+
+    def __len__(self) -> int:
+        return int(self.pixels.shape[0])
+
+    def tensor(self, rows: npt.NDArray[np.int64] | None = None) -> torch.Tensor:
+        """The normalised images, all or ``rows`` (repeats allowed), as float32 [n, C, H, W]."""
+        import torch
+
+        pixels = self.pixels if rows is None else self.pixels[rows]
+        x = torch.from_numpy(np.ascontiguousarray(pixels)).to(torch.float32) * self.scale
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+    def all_finite(self) -> bool:
+        """Whether every value is finite: :meth:`tensor` of each of the 256 levels per channel."""
+        levels = np.tile(
+            np.arange(256, dtype=np.uint8).reshape(1, 1, 256, 1), (1, self.shape[1], 1, 1)
+        )
+        return bool(
+            NormalizedPixels(levels, self.scale, self.mean, self.std).tensor().isfinite().all()
+        )
+
+
+#: The inputs of a :class:`DataSplit`: float32 values, stored as such or as normalised pixels.
+Inputs: TypeAlias = npt.NDArray[np.float32] | NormalizedPixels
+
+
+@dataclass(frozen=True, eq=False)
+class DataSplit:
+    """One checked split: finite ``inputs`` [N, *input_shape], int64 ``labels`` [N] in 0 .. C - 1.
+
+    ``num_classes`` counts the data set's classes, not only those present in this split.
+    """
+
+    inputs: Inputs
+    labels: npt.NDArray[np.int64]
+    num_classes: int
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input (``x.shape[1:]``), e.g. (channels, height, width)."""
+        return tuple(int(s) for s in self.inputs.shape[1:])
+
+    def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs (float32) and labels (int64) as tensors, of ``indices`` (may repeat) or all."""
+        import torch
+
+        rows = None if indices is None else np.asarray(indices, dtype=np.int64)
+        if isinstance(self.inputs, NormalizedPixels):
+            x = self.inputs.tensor(rows)
+        else:
+            chosen = self.inputs if rows is None else self.inputs[rows]
+            x = torch.from_numpy(np.array(chosen, dtype=np.float32))
+        labels = self.labels if rows is None else self.labels[rows]
+        return x, torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
+
+
+def dataset_setting(name: str) -> str:
+    """The setting a data-set message names: ``run-config key 'dataset' = <name>``."""
+    return f"run-config key '{DATASET_KEY}' = {name!r}"
+
+
+def _structure(value: object, depth: int = 2) -> str:
+    """A short picture of a returned value: ``(ndarray, ndarray)``, ``int``."""
+    if isinstance(value, tuple | list) and depth > 0:
+        inner = ", ".join(_structure(v, depth - 1) for v in value[:4])
+        inner += ", ..." if len(value) > 4 else ""
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    return type(value).__name__
+
+
+def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> npt.NDArray[Any]:
+    """``value`` as an array of dtype kind in ``kinds``, else a one-line ValueError."""
+    try:
+        array = np.asarray(value)
+    except Exception as err:  # ragged lists, tensors that need grad, ...
+        raise ValueError(
+            f"{where}: {label} cannot be read as an array ({first_line(err)}); {must}"
+        ) from err
+    if array.dtype.kind not in kinds:
+        raise ValueError(f"{where}: {label} has dtype {array.dtype}; {must}")
+    return array
+
+
+def _check_inputs(x: object, label: str, where: str) -> Inputs:
+    """``x`` as float32 [N, *input_shape] (or the given NormalizedPixels), finite."""
+    must = "inputs must be real-valued (float, int or bool) arrays of shape [N, *input_shape]"
+    if isinstance(x, NormalizedPixels):
+        if not x.all_finite():
+            raise ValueError(f"{where}: {label} normalises pixels to values that are not finite")
+        values: Inputs = x
+    else:
+        with np.errstate(over="ignore"):
+            values = _as_array(x, label, where, "biuf", must).astype(np.float32, copy=False)
+        if not np.isfinite(values).all():
+            raise ValueError(
+                f"{where}: {label} holds values that are not finite in float32 (nan, inf, or "
+                "beyond ±3.4e38); inputs must be finite"
+            )
+    if len(values.shape) < 2:
+        raise ValueError(
+            f"{where}: {label} has shape {tuple(values.shape)}; {must} with at least one input "
+            "dimension (e.g. [N, 1] for one feature)"
+        )
+    return values
+
+
+def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
+    """Check what a data-set function returned and turn it into the training and test split.
+
+    Labels become int64, C is given or the largest label + 1. Raises a one-line ValueError naming
+    ``dataset`` (``name`` is its value), what is wrong and what is allowed.
+    """
+    where = dataset_setting(name)
+    if not (
+        isinstance(result, tuple | list)
+        and len(result) in (2, 3)
+        and all(isinstance(part, tuple | list) and len(part) == 2 for part in result[:2])
+    ):
+        raise ValueError(
+            f"{where}: the function returned {_structure(result)}; it must return {RETURN_CONTRACT}"
+        )
+    given = None
+    if len(result) == 3:
+        given = result[2]
+        if isinstance(given, bool) or not isinstance(given, int | np.integer) or given < 2:
+            raise ValueError(
+                f"{where}: the function returned num_classes = {given!r}; it must be an int >= 2"
+            )
+    inputs: dict[str, Inputs] = {}
+    labels: dict[str, npt.NDArray[Any]] = {}
+    must_y = "labels must be integer arrays of shape [N] with values in [0, num_classes)"
+    for (x_part, y_part), split in zip(result[:2], ("train", "test"), strict=True):
+        x = _check_inputs(x_part, f"x_{split}", where)
+        y = _as_array(y_part, f"y_{split}", where, "iu", must_y)
+        if y.ndim != 1:
+            raise ValueError(f"{where}: y_{split} has shape {y.shape}; {must_y}")
+        if len(x) != len(y):
+            raise ValueError(
+                f"{where}: x_{split} holds {len(x)} samples but y_{split} {len(y)}; x and y "
+                "must hold the same number N"
+            )
+        if len(y) == 0:
+            raise ValueError(
+                f"{where}: the {split} set holds no sample; each set needs at least one"
+            )
+        inputs[split], labels[split] = x, y
+    shapes = [tuple(inputs[s].shape[1:]) for s in ("train", "test")]
+    if shapes[0] != shapes[1]:
+        raise ValueError(
+            f"{where}: x_train holds inputs of shape {shapes[0]} but x_test of {shapes[1]}; both "
+            "sets must have the same input shape"
+        )
+    lowest = min(int(y.min()) for y in labels.values())
+    num_classes = (
+        int(given) if given is not None else max(int(y.max()) for y in labels.values()) + 1
+    )
+    for split, y in labels.items():
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= num_classes:
+            source = "num_classes" if given is not None else "the largest label + 1"
+            raise ValueError(
+                f"{where}: y_{split} holds label {low if low < 0 else high}, outside [0, "
+                f"{num_classes}) ({source} = {num_classes}); labels must be in [0, num_classes)"
+            )
+    if num_classes < 2:
+        raise ValueError(
+            f"{where}: the labels hold one class only (labels {lowest} to {num_classes - 1}); a "
+            "classification task needs num_classes >= 2"
+        )
+    train, test = (DataSplit(inputs[s], labels[s].astype(np.int64), num_classes) for s in labels)
+    return train, test
+
+
+def dataset_function(name: str) -> DataFunction:
+    """The data-set function ``name`` names: a built-in, or the researcher's reference.
+
+    An unknown name, or a reference that cannot be imported or is not callable, raises a
+    one-line ValueError (:func:`fedcgd_task.imports.builtin_or_function`).
+    """
+    builtins = {key: entry.function for key, entry in BUILTIN_DATASETS.items()}
+    contract = (
+        "a function of no argument or of data_dir and / or settings keywords that returns "
+        f"{RETURN_CONTRACT}"
+    )
+    return builtin_or_function(name, DATASET_KEY, builtins, "data set", contract)
+
+
+def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
+    """The :data:`DATA_KEYWORDS` ``function`` takes; refuse one that needs other arguments.
+
+    A parameter named ``data_dir`` or ``settings`` takes that keyword, ``**kwargs`` takes
+    ``data_dir``; a function without a readable signature is called bare.
+    """
+    try:
+        params = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a C function): call it bare
+        return frozenset()
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    takes = {p.name for p in params if p.name in DATA_KEYWORDS and p.kind in named}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        takes.add("data_dir")
+    required = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, *named)
+        and p.name not in takes
+    ]
+    if required:
+        raise ValueError(
+            f"{dataset_setting(name)}: the function needs the argument(s) {', '.join(required)}; a "
+            "data-set function takes no argument, or data_dir and / or settings keywords"
+        )
+    return frozenset(takes)
+
+
+def default_task_settings(name: str, data_dir: str) -> TaskSettings:
+    """The default settings with data set ``name`` in ``data_dir`` (for a load outside a run)."""
+    from fedcgd_task.settings import TaskSettings, default_run_config
+
+    config = {**default_run_config(), DATASET_KEY: name, "data-dir": data_dir}
+    return TaskSettings.from_run_config(config)
+
+
+def load_data(
+    name: str, data_dir: str, settings: TaskSettings | None = None
+) -> tuple[DataSplit, DataSplit]:
+    """Load, check and cache the (train, test) :class:`DataSplit` of a data set, once per process.
+
+    Cached by (name, data_dir), and by the settings for a function that takes them. A
+    FileNotFoundError of the function is re-raised after the key; anything else is a one-line
+    ValueError naming ``dataset``.
+    """
+    if "settings" not in data_keywords(dataset_function(name), name):
+        return _load_checked(name, data_dir, None)
+    return _load_checked(name, data_dir, settings or default_task_settings(name, data_dir))
+
+
+@functools.lru_cache(maxsize=2)
+def _load_checked(
+    name: str, data_dir: str, settings: TaskSettings | None
+) -> tuple[DataSplit, DataSplit]:
+    """:func:`load_data`'s cached part: call the function and check its result."""
+    function = dataset_function(name)
+    kwargs = {"data_dir": data_dir, "settings": settings}
+    takes = data_keywords(function, name)
+    try:
+        result = function(**{k: v for k, v in kwargs.items() if k in takes})
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{dataset_setting(name)}: {first_line(err)}") from err
+    except Exception as err:  # the researcher's code: any failure becomes one line
+        raise ValueError(
+            f"{dataset_setting(name)}: the function raised {type(err).__name__}: {first_line(err)}"
+        ) from err
+    return check_data(result, name)
+
+
+def load_dataset(
+    name: str, data_dir: str, *, train: bool, settings: TaskSettings | None = None
+) -> DataSplit:
+    """The training (``train``) or test split of data set ``name`` (:func:`load_data`, cached)."""
+    return load_data(name, data_dir, settings)[0 if train else 1]
+
+
+def load_train_set(settings: TaskSettings) -> DataSplit:
+    """The full training split of ``settings.dataset`` (cached per process)."""
+    return load_dataset(settings.dataset, settings.data_dir, train=True, settings=settings)
+
+
+def load_test_set(settings: TaskSettings) -> DataSplit:
+    """The test split of ``settings.dataset`` (cached), for central evaluation."""
+    return load_dataset(settings.dataset, settings.data_dir, train=False, settings=settings)

@@ -25,22 +25,16 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from fedcgd_task.datasets.contract import LoadedData
-
 if TYPE_CHECKING:
     from fedcgd_task.settings import TaskSettings
 
-#: Number of classes of MNIST-1D (the digits 0..9).
-MNIST1D_NUM_CLASSES = 10
-#: Version of the cache file's layout (part of the cache key: a new layout never reads an old
-#: file). 2: the file holds the SHA-256 of its content (:func:`mnist1d_content_digest`).
+#: Version of the cache file's layout (in the cache key: a new layout never reads an old file).
+#: 2: the file holds the SHA-256 of its content (:func:`mnist1d_content_digest`).
 MNIST1D_CACHE_FORMAT = 2
-#: ``get_dataset_args`` entries that ``make_dataset`` does not read (the download address of
-#: the package's pre-built file), left out of the arguments and the cache key.
-MNIST1D_UNUSED_ARGS: tuple[str, ...] = ("url",)
-#: One generation at a time per process: the package draws from the global numpy generator,
-#: whose state is saved before and restored after each generation.
+#: One generation at a time per process: the package draws from the global numpy generator.
 _GLOBAL_RNG_LOCK = threading.Lock()
+#: Names of the arrays in a cache file, in :data:`Mnist1dArrays` order.
+_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 #: The four arrays of a generated MNIST-1D: x_train, y_train, x_test, y_test.
 Mnist1dArrays: TypeAlias = tuple[
@@ -51,17 +45,13 @@ Mnist1dArrays: TypeAlias = tuple[
 def mnist1d_arguments(num_samples: int) -> dict[str, Any]:
     """``make_dataset``'s arguments: the package defaults with ``num_samples`` (N, both splits).
 
-    JSON-serialisable, without :data:`MNIST1D_UNUSED_ARGS` (the cache key is built from it).
+    JSON-serialisable, without ``url`` (the package's download address, unread by
+    ``make_dataset``), as the cache key is built from it.
     """
     from mnist1d.data import get_dataset_args
 
-    arguments = {
-        key: value
-        for key, value in get_dataset_args(as_dict=True).items()
-        if key not in MNIST1D_UNUSED_ARGS
-    }
-    arguments["num_samples"] = int(num_samples)
-    return arguments
+    arguments = {k: v for k, v in get_dataset_args(as_dict=True).items() if k != "url"}
+    return {**arguments, "num_samples": int(num_samples)}
 
 
 def mnist1d_cache_key(arguments: dict[str, Any]) -> str:
@@ -99,83 +89,64 @@ def global_random_state_kept() -> Iterator[None]:
 def generate_mnist1d(arguments: dict[str, Any]) -> Mnist1dArrays:
     """Generate MNIST-1D with ``mnist1d.data.make_dataset(arguments)`` (deterministic).
 
-    Returns x_train, y_train, x_test, y_test: inputs float32 [n, 1, final_seq_length], labels
-    int64 [n]; the package's split (the first ``int(N * train_split)`` shuffled samples train).
+    Inputs float32 [n, 1, final_seq_length], labels int64 [n]; the package's split (the first
+    ``int(N * train_split)`` shuffled samples train).
     """
     from mnist1d.data import make_dataset
     from mnist1d.utils import ObjectView
 
     with global_random_state_kept():
         data = make_dataset(ObjectView(dict(arguments)))
-
-    def inputs(x: npt.ArrayLike) -> npt.NDArray[np.float32]:
-        array = np.asarray(x, dtype=np.float32)
-        return np.ascontiguousarray(array.reshape(array.shape[0], 1, -1))
-
-    def labels(y: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        return np.ascontiguousarray(np.asarray(y, dtype=np.int64))
-
-    return inputs(data["x"]), labels(data["y"]), inputs(data["x_test"]), labels(data["y_test"])
-
-
-#: Names of the arrays in a cache file, in :data:`Mnist1dArrays` order.
-_MNIST1D_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+    x_train, x_test = (np.asarray(data[k], dtype=np.float32) for k in ("x", "x_test"))
+    return (
+        np.ascontiguousarray(x_train.reshape(len(x_train), 1, -1)),
+        np.ascontiguousarray(data["y"], dtype=np.int64),
+        np.ascontiguousarray(x_test.reshape(len(x_test), 1, -1)),
+        np.ascontiguousarray(data["y_test"], dtype=np.int64),
+    )
 
 
 def mnist1d_content_digest(key: str, arrays: Mnist1dArrays) -> str:
     """SHA-256 (hex) of a cache's content: its key, and each array's dtype, shape and bytes."""
     digest = hashlib.sha256(key.encode())
-    for name, array in zip(_MNIST1D_ARRAYS, arrays, strict=True):
+    for name, array in zip(_ARRAYS, arrays, strict=True):
         contiguous = np.ascontiguousarray(array)
         digest.update(f"|{name}|{contiguous.dtype.str}|{contiguous.shape}|".encode())
         digest.update(contiguous.tobytes())
     return digest.hexdigest()
 
 
-def mnist1d_shapes(arguments: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Shape and dtype of each array :func:`generate_mnist1d` returns for ``arguments``."""
-    total = int(arguments["num_samples"])
-    train = int(total * float(arguments["train_split"]))
-    length = int(arguments["final_seq_length"])
-    return {
-        "x_train": ((train, 1, length), np.dtype(np.float32).str),
-        "y_train": ((train,), np.dtype(np.int64).str),
-        "x_test": ((total - train, 1, length), np.dtype(np.float32).str),
-        "y_test": ((total - train,), np.dtype(np.int64).str),
-    }
+def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArrays | None:
+    """The arrays of cache file ``path`` if it is what ``key`` generates; else None.
 
-
-def _read_mnist1d_cache(
-    path: Path, key: str, arguments: dict[str, Any] | None = None
-) -> Mnist1dArrays | None:
-    """The arrays of cache file ``path`` if it reads and is what ``key`` generates; else None.
-
-    The headers must declare exactly :func:`mnist1d_shapes` before any data is read; the stored
-    key and the content digest must match after.
+    The headers must declare exactly the shapes and dtypes ``arguments`` generate before any data
+    is read; the stored key and the content digest must match after.
     """
     from channel.npz import npz_headers
 
+    total, length = int(arguments["num_samples"]), int(arguments["final_seq_length"])
+    train = int(total * float(arguments["train_split"]))
+    f32, i64 = np.dtype(np.float32).str, np.dtype(np.int64).str
+    wanted = {
+        "x_train": ((train, 1, length), f32),
+        "y_train": ((train,), i64),
+        "x_test": ((total - train, 1, length), f32),
+        "y_test": ((total - train,), i64),
+    }
     if path.is_symlink() or not path.is_file():
         return None
     try:
         headers = npz_headers(path)
-        if arguments is not None:
-            wanted = mnist1d_shapes(arguments)
-            declared = {n: (h.shape, h.dtype.str) for n, h in headers.items() if n in wanted}
-            if set(headers) != {*wanted, "key", "content"} or declared != wanted:
-                return None
-            if any(headers[n].nbytes > 64 * 2**10 for n in ("key", "content")):
-                return None
+        declared = {n: (h.shape, h.dtype.str) for n, h in headers.items() if n in wanted}
+        if set(headers) != {*wanted, "key", "content"} or declared != wanted:
+            return None
+        if any(headers[n].nbytes > 64 * 2**10 for n in ("key", "content")):
+            return None
         with np.load(path, allow_pickle=False) as data:
             if str(data["key"]) != key:  # a hash collision or a foreign file: regenerate
                 return None
             stored = str(data["content"])
-            arrays: Mnist1dArrays = (
-                np.asarray(data["x_train"], dtype=np.float32),
-                np.asarray(data["y_train"], dtype=np.int64),
-                np.asarray(data["x_test"], dtype=np.float32),
-                np.asarray(data["y_test"], dtype=np.int64),
-            )
+            arrays: Mnist1dArrays = tuple(data[name] for name in _ARRAYS)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None  # unreadable (e.g. truncated by hand): regenerate and overwrite
     if stored != mnist1d_content_digest(key, arrays):
@@ -183,7 +154,7 @@ def _read_mnist1d_cache(
     return arrays
 
 
-def _write_mnist1d_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
+def _write_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
     """Write ``arrays`` and ``key`` to ``path`` atomically (temporary file, then os.replace).
 
     A folder that cannot be written only costs the cache (a warning).
@@ -193,16 +164,8 @@ def _write_mnist1d_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
-            x_train, y_train, x_test, y_test = arrays
-            np.savez(
-                fh,
-                key=np.array(key),
-                content=np.array(mnist1d_content_digest(key, arrays)),
-                x_train=x_train,
-                y_train=y_train,
-                x_test=x_test,
-                y_test=y_test,
-            )
+            named: dict[str, Any] = dict(zip(_ARRAYS, arrays, strict=True))
+            np.savez(fh, key=key, content=mnist1d_content_digest(key, arrays), **named)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the cache from other users
@@ -222,25 +185,22 @@ def _write_mnist1d_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
 
 
 def load_mnist1d(data_dir: str | Path, num_samples: int) -> Mnist1dArrays:
-    """MNIST-1D with ``num_samples`` samples: from the cache in ``data_dir``, or generated.
-
-    Returns :func:`generate_mnist1d`'s arrays (bit for bit from the cache).
-    """
+    """MNIST-1D of ``num_samples``: from the cache in ``data_dir``, or generated and cached."""
     arguments = mnist1d_arguments(num_samples)
     key = mnist1d_cache_key(arguments)
     path = mnist1d_cache_path(data_dir, arguments)
-    cached = _read_mnist1d_cache(path, key, arguments)
+    cached = _read_cache(path, key, arguments)
     if cached is not None:
         return cached
     arrays = generate_mnist1d(arguments)
-    _write_mnist1d_cache(path, key, arrays)
+    _write_cache(path, key, arrays)
     return arrays
 
 
-def mnist1d_data(*, data_dir: str, settings: TaskSettings) -> LoadedData:
-    """The ``mnist1d`` data set under the data-set contract (N = ``settings.mnist1d_samples``).
+def mnist1d_data(*, data_dir: str, settings: TaskSettings) -> tuple[Any, ...]:
+    """The ``mnist1d`` data set under the contract: N = ``settings.mnist1d_samples``, C = 10.
 
-    Returns 0.8 N training and 0.2 N test inputs [n, 1, 40] with their labels, and C = 10.
+    0.8 N training and 0.2 N test inputs [n, 1, 40] with their labels.
     """
     x_train, y_train, x_test, y_test = load_mnist1d(data_dir, settings.mnist1d_samples)
-    return (x_train, y_train), (x_test, y_test), MNIST1D_NUM_CLASSES
+    return (x_train, y_train), (x_test, y_test), 10

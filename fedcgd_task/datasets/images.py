@@ -1,0 +1,227 @@
+"""The built-in image sets: scikit-learn's ``digits`` and ``cifar10`` / ``cifar100``.
+
+digits: 1797 images of 1 x 8 x 8, x = pixel / 16, a fixed stratified 80 / 20 split (seed 0:
+1437 train, 360 test) for every run seed. CIFAR: torchvision's files in ``data-dir`` (one
+download is tried when absent), normalised per channel with the usual training-set statistics;
+the batch files are read by :class:`CifarUnpickler`, so a crafted ``data_batch_*`` cannot run
+code (docs/design.md, "Safe loading").
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fedcgd_task.datasets import DataSplit, NormalizedPixels
+from fedcgd_task.imports import first_line
+
+#: Seed and test share of the fixed stratified train / test split of the digits set.
+DIGITS_SPLIT_SEED = 0
+DIGITS_TEST_FRACTION = 0.2
+#: Largest intensity in scikit-learn's digits images.
+DIGITS_MAX_INTENSITY = 16.0
+
+#: Per data set: official archive, extracted folder, classes, per-channel mean and standard
+#: deviation of the training images (pixel / 255), and the batch files of each split.
+CIFAR: dict[str, dict[str, Any]] = {
+    "cifar10": {
+        "archive": "cifar-10-python.tar.gz",
+        "folder": "cifar-10-batches-py",
+        "classes": 10,
+        "mean": (0.4914, 0.4822, 0.4465),
+        "std": (0.2470, 0.2435, 0.2616),
+        "train": tuple(f"data_batch_{i}" for i in range(1, 6)),
+        "test": ("test_batch",),
+    },
+    "cifar100": {
+        "archive": "cifar-100-python.tar.gz",
+        "folder": "cifar-100-python",
+        "classes": 100,
+        "mean": (0.5071, 0.4865, 0.4409),
+        "std": (0.2673, 0.2564, 0.2762),
+        "train": ("train",),
+        "test": ("test",),
+    },
+}
+#: Largest CIFAR batch file read (bytes): the official files are 31 MB (CIFAR-10, each of six)
+#: and 155 MB (CIFAR-100's ``train``).
+MAX_CIFAR_FILE_BYTES = 256 * 2**20
+#: The only globals a CIFAR batch file refers to: numpy's array and dtype reconstruction (numpy
+#: 1 and 2 module names, pickle protocols 2 to 5) and ``_codecs.encode`` (protocol 2's bytes).
+CIFAR_PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
+
+
+def load_digits_split() -> tuple[DataSplit, DataSplit]:
+    """scikit-learn's digits, split 80 / 20, stratified, with split seed 0 (rows sorted)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    pixels = np.asarray(bunch.images, dtype=np.uint8).reshape(-1, 1, 8, 8)
+    labels = np.asarray(bunch.target, dtype=np.int64)
+    rows = train_test_split(
+        np.arange(labels.size),
+        test_size=DIGITS_TEST_FRACTION,
+        random_state=DIGITS_SPLIT_SEED,
+        stratify=labels,
+    )
+    train, test = (
+        DataSplit(
+            NormalizedPixels(pixels[r], 1.0 / DIGITS_MAX_INTENSITY, (0.0,), (1.0,)), labels[r], 10
+        )
+        for r in map(np.sort, rows)
+    )
+    return train, test
+
+
+def digits_data() -> tuple[Any, ...]:
+    """The ``digits`` data set under the data-set contract: 1437 + 360 images, C = 10."""
+    train, test = load_digits_split()
+    return (train.inputs, train.labels), (test.inputs, test.labels), 10
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """An unpickler that builds only what a CIFAR batch holds (:data:`CIFAR_PICKLE_GLOBALS`).
+
+    Any other global (``os.system``, ``builtins.eval``, a class, ...) is refused unread.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle's hook
+        if (module, name) in CIFAR_PICKLE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"it refers to {module}.{name}, which a CIFAR batch never holds (refused unread: "
+            "only numpy arrays, lists, dicts, strings and numbers are built)"
+        )
+
+
+def _cifar_entry(path: Path, name: str) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """Pixels [n, 3, 32, 32] and labels [n] of one CIFAR batch file, checked (ValueError)."""
+    where = f"{name}: '{path}' is not a CIFAR batch"
+    size = path.stat().st_size
+    if size > MAX_CIFAR_FILE_BYTES:
+        raise ValueError(f"{where}: it holds {size} bytes, more than {MAX_CIFAR_FILE_BYTES}")
+    try:
+        with path.open("rb") as fh:
+            entry = CifarUnpickler(fh, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+        raise ValueError(f"{where}: {first_line(err)}") from err
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: it holds a {type(entry).__name__}, not a dict")
+    entry = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in entry.items()}
+    data = entry.get("data")
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
+        kind = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data)
+        raise ValueError(f"{where}: its 'data' is {kind}, not a uint8 array [n, 3072]")
+    if data.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"{where}: its 'data' has {data.shape[1]} values per image, not 3072")
+    try:
+        labels = np.asarray(entry.get("labels", entry.get("fine_labels")))
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{where}: its labels cannot be read ({first_line(err)})") from err
+    if labels.dtype.kind not in "iu" or labels.shape != (data.shape[0],):
+        raise ValueError(
+            f"{where}: its labels are {labels.dtype} {labels.shape}, not {data.shape[0]} integers"
+        )
+    classes = CIFAR[name]["classes"]
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"{where}: its labels leave [0, {classes})")
+    return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
+
+
+def read_cifar_folder(
+    name: str, folder: Path, *, train: bool
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """Read an extracted CIFAR folder in torchvision's format, safely: uint8 pixels, int64 labels.
+
+    Without the official MD5 checks, so re-packed or generated files in that format load too.
+    Raises FileNotFoundError naming a missing file, ValueError (one line) for a file that is not
+    a CIFAR batch.
+    """
+    parts = []
+    for file in CIFAR[name]["train" if train else "test"]:
+        if not (folder / file).is_file():
+            raise FileNotFoundError(f"{name}: '{folder / file}' is missing from '{folder}'")
+        parts.append(_cifar_entry(folder / file, name))
+    return np.concatenate([p for p, _ in parts]), np.concatenate([y for _, y in parts])
+
+
+def missing_cifar_message(name: str, data_dir: Path) -> str:
+    """Where the CIFAR files must go (the error raised when they are absent)."""
+    archive, folder = CIFAR[name]["archive"], CIFAR[name]["folder"]
+    return (
+        f"{name} files not found in data folder '{data_dir}' and could not be downloaded. "
+        f"Put the official '{archive}' (https://www.cs.toronto.edu/~kriz/cifar.html) or its "
+        f"extracted '{folder}/' folder into '{data_dir}' (run-config key 'data-dir'), or run "
+        "once with network access so that it is downloaded there."
+    )
+
+
+def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> DataSplit:
+    """The CIFAR-10 or CIFAR-100 (fine labels) training or test split, pixels kept as uint8.
+
+    An extracted folder in ``data_dir`` is read directly (:func:`read_cifar_folder`); otherwise
+    torchvision loads the official archive, downloading it when ``download`` (a failed download
+    leaves no folder behind). Raises FileNotFoundError naming the folder and the files.
+    """
+    if name not in CIFAR:
+        raise ValueError(f'name must be "cifar10" or "cifar100"; got {name!r}')
+    root = Path(data_dir)
+    folder = root / CIFAR[name]["folder"]
+    if folder.is_dir():
+        pixels, targets = read_cifar_folder(name, folder, train=train)
+    else:
+        from torchvision import datasets as tv_datasets
+
+        loader = tv_datasets.CIFAR10 if name == "cifar10" else tv_datasets.CIFAR100
+        try:
+            data = loader(root=str(root), train=train, download=False)
+        except RuntimeError as not_found:
+            if not download:
+                raise FileNotFoundError(missing_cifar_message(name, root)) from not_found
+            created = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                data = loader(root=str(root), train=train, download=True)
+            except Exception as failed:  # offline, proxy, bad archive: "provide the files"
+                if created is not None:
+                    shutil.rmtree(created, ignore_errors=True)
+                raise FileNotFoundError(missing_cifar_message(name, root)) from failed
+        pixels = np.asarray(data.data, dtype=np.uint8).transpose(0, 3, 1, 2)
+        targets = np.asarray(data.targets, dtype=np.int64)
+    entry = CIFAR[name]
+    inputs = NormalizedPixels(
+        np.ascontiguousarray(pixels), 1.0 / 255.0, entry["mean"], entry["std"]
+    )
+    return DataSplit(inputs, targets, entry["classes"])
+
+
+def _cifar_data(name: str, data_dir: str) -> tuple[Any, ...]:
+    """CIFAR-10 or CIFAR-100 from ``data_dir`` under the data-set contract."""
+    train, test = (load_cifar(name, data_dir, train=t) for t in (True, False))
+    return (train.inputs, train.labels), (test.inputs, test.labels), train.num_classes
+
+
+def cifar10_data(data_dir: str) -> tuple[Any, ...]:
+    """The ``cifar10`` data set under the data-set contract: 50,000 + 10,000 images, C = 10."""
+    return _cifar_data("cifar10", data_dir)
+
+
+def cifar100_data(data_dir: str) -> tuple[Any, ...]:
+    """The ``cifar100`` data set under the data-set contract: 50,000 + 10,000 images, C = 100."""
+    return _cifar_data("cifar100", data_dir)
