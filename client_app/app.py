@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from fedcgd_task.local_data import local_split
 from flwr.app import (
     Context,
     Message,
@@ -49,7 +50,6 @@ from client_app.device_round import (
 )
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record
-from fedcgd_task.local_data import local_split
 
 if TYPE_CHECKING:
     from client_app.cohort import Cohorts

@@ -37,12 +37,12 @@ def _median_time_s(fn: Callable[[], object], repeats: int) -> tuple[float, float
 
 def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
     """Time the real train handler on digits / mlp (tau = 1, b = 32) and sigma-hat alone."""
+    from fedcgd_task.local_data import local_split
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict, UserConfig
     from flwr.supercore.task_identity import TaskIdentity
 
     from client_app.app import app, node_context
     from fedcgd_task import keys
-    from fedcgd_task.local_data import local_split
     from fedcgd_task.settings import TaskSettings, TrainingSettings, default_run_config
     from fedcgd_task.training import local_batches
 

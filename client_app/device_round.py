@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from fedcgd_task.local_data import LocalSplit, local_split
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, UserConfig
 from torch import nn
 
 from client_app.sigma import gradient_spread
 from fedcgd_task import keys
 from fedcgd_task.array_codec import torch_state
-from fedcgd_task.local_data import LocalSplit, local_split
 from fedcgd_task.message_records import record_of
 from fedcgd_task.models import build_model
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config

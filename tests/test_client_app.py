@@ -77,8 +77,9 @@ def test_info_reports_partition_and_size() -> None:
     # Dirichlet split of the 1437 digits training images over 4 devices: floor(1437 / 4) = 359.
     assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
     # The whole local class counts, recounted here from the device's rows of the training set.
-    from fedcgd_task.datasets.images import load_digits_split
     from fedcgd_task.local_data import local_split
+
+    from fedcgd_task.datasets.images import load_digits_split
     from fedcgd_task.settings import TaskSettings
 
     rows = local_split(TaskSettings.from_run_config(RUN_CONFIG), 1).indices
@@ -202,6 +203,7 @@ def test_bad_round_config_rejected() -> None:
 def test_label_hist_counts_the_round_batches() -> None:
     # Independent recount: histogram of the labels at the drawn positions of the local split.
     from fedcgd_task.local_data import local_split
+
     from fedcgd_task.settings import TaskSettings, TrainingSettings
     from fedcgd_task.training import local_batches
 

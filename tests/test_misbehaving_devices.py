@@ -166,8 +166,9 @@ def test_a_node_that_claims_another_partition_cannot_take_it_over():
     contexts = make_contexts(NODES, run_config, V)
     grid = app_grid(contexts, wrap=lambda app: misbehaving(app, "claim-partition", FAULTY))
     config = parse_run_config(run_config)
-    from fedcgd_task.datasets import load_train_set
     from fedcgd_task.local_data import all_partitions
+
+    from fedcgd_task.datasets import load_train_set
 
     labels = load_train_set(config.task).labels
     truth = np.stack(

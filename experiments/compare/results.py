@@ -28,9 +28,8 @@ from experiments.analysis.evidence import (
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
 from experiments.analysis.tables import write_csv
-from run_files.files import atomic_write
 from run_files.code_identity import mixed_code_line, run_digests
-from run_files.files import read_json_object
+from run_files.files import atomic_write, read_json_object
 from run_files.results import CONFIG_FILE
 
 REFERENCE_POLICY = "fedcgd-fscd"
