@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.analysis.tables import text_table, write_csv
+from experiments.analysis.tables import write_csv
 from experiments.run.run_config import format_run_config
 from run_files.files import atomic_write
 from run_files.results import read_metrics_lines
@@ -285,7 +285,8 @@ def write_table(
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
 
-    print(text_table(line(header), (line([cell(r.get(h)) for h in header]) for r in rows)))
+    print("\n".join([line(header), "-" * len(line(header))]))
+    print("\n".join(line([cell(r.get(h)) for h in header]) for r in rows))
     write_csv(out / f"{name}.csv", rows, header)
     if settings is not None:
         payload = {"settings": dict(settings), "rows": list(rows)}
