@@ -21,6 +21,8 @@ from server_app.config import RunConfig
 
 #: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
 CHECKPOINT_FORMAT = 2
+#: Built-in data sets whose arrays do not depend on the data folder (generated or bundled).
+DATA_DIR_UNREAD: tuple[str, ...] = ("digits", "mnist1d")
 #: Built-in data sets that do not read ``mnist1d-samples``.
 MNIST1D_SAMPLES_UNREAD: tuple[str, ...] = ("digits", "cifar10", "cifar100")
 
@@ -29,14 +31,16 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """Recorded settings (dotted names) that do not change what a run computes.
 
     Those that only say where or how it runs or reports (:data:`fedcgd_task.settings.WHERE_AND_HOW`:
-    a run checkpointed on a GPU may go on on a CPU, the same arithmetic rounded otherwise), and
+    a run checkpointed on a GPU may go on on a CPU, the same arithmetic rounded otherwise), but
+    ``data-dir`` where the data set reads its files there (CIFAR, your function), and
     ``mnist1d-samples`` where a built-in data set does not read it. ``settings``:
     :meth:`RunConfig.to_dict`.
     """
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None
+    read = () if dataset in DATA_DIR_UNREAD else ("task.data_dir",)
     unread = ("task.mnist1d_samples",) if dataset in MNIST1D_SAMPLES_UNREAD else ()
-    return (*WHERE_AND_HOW, *unread)
+    return (*(name for name in WHERE_AND_HOW if name not in read), *unread)
 
 
 class CheckpointRefusedError(OneLineMessage, ValueError):
