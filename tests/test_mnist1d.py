@@ -245,7 +245,7 @@ def test_the_data_folder_and_sample_count_are_unread_where_they_change_nothing()
     assert "task.mnist1d_samples" not in unread_settings(task("mnist1d"))
     for dataset in ("digits", "cifar10", "cifar100"):
         assert "task.mnist1d_samples" in unread_settings(task(dataset))
-    assert "task.data_dir" in unread_settings(task("cifar10"))  # where it reads from
+    assert "task.data_dir" not in unread_settings(task("cifar10"))
     assert "task.mnist1d_samples" not in unread_settings(task("/abs/mine.py:load"))
 
 
