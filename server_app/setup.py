@@ -33,8 +33,8 @@ from fedcgd_strategy.policies.registry import (
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
 from fedcgd_task.imports import first_line
-from fedcgd_task.local_data import all_partitions
 from fedcgd_task.models import build_model, count_parameters
+from fedcgd_task.partition import all_partitions
 from fedcgd_task.training import compute_device, evaluate
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint
 from server_app.config import RunConfig

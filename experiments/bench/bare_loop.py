@@ -47,7 +47,7 @@ def bare_rounds(
 
     from client_app.sigma import gradient_spread
     from fedcgd_strategy.aggregation import fedavg
-    from fedcgd_task.local_data import local_split
+    from fedcgd_task.partition import local_split
     from fedcgd_task.training import dropout_seed, evaluate, local_batches
     from server_app.config import parse_run_config
     from server_app.recorder import evaluation_due

@@ -65,7 +65,7 @@ def replay_plain(
 
     from client_app.sigma import gradient_spread
     from fedcgd_strategy.aggregation import fedavg
-    from fedcgd_task.local_data import local_split
+    from fedcgd_task.partition import local_split
     from fedcgd_task.training import dropout_seed, local_batches, train_local
     from server_app.config import parse_run_config
     from server_app.setup import build_setup
