@@ -168,10 +168,10 @@ def replay(
         If the redrawn channel gives another number of available devices than the run.
     """
     import torch
-    from fedcgd_task.local_data import local_split
 
     from client_app.device_round import pre_training_stats
     from fedcgd_strategy.aggregation import fedavg
+    from fedcgd_task.partition import local_split
     from fedcgd_task.training import dropout_seed, local_batches, train_local
     from server_app.config import parse_run_config
     from server_app.recorder import evaluation_due
