@@ -272,6 +272,8 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
     (folder / LOCK_FILE).symlink_to(victim)
     with pytest.raises(ValueError, match="symbolic link"):
         claim_folder(folder, "result-dir")
+    with pytest.raises(ValueError, match="symbolic link"):  # the lock itself never follows one
+        take_lock(folder, LOCK_FILE, "result-dir", shared=True)
     assert victim.read_text() == "x"
 
 
