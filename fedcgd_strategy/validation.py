@@ -21,22 +21,15 @@ _MAX_SHOWN: Final[int] = 4
 """Offending entries quoted in an error message; further ones are only counted."""
 
 
-def _offending(
-    name: str,
-    array: NDArray[Any],
-    bad: NDArray[np.bool_],
-    row_ids: NDArray[np.intp] | None = None,
-) -> str:
-    """Quote the first offending entries of ``array`` (``bad`` marks them; ``row_ids`` renumber)."""
+def _offending(name: str, array: NDArray[Any], bad: NDArray[np.bool_]) -> str:
+    """Quote the first offending entries of ``array`` (``bad`` marks them)."""
     if array.ndim == 0:
         return repr(array.item())
     positions = np.argwhere(bad)
-    quoted = []
-    for pos in positions[:_MAX_SHOWN]:
-        index = [int(i) for i in pos]
-        if row_ids is not None:
-            index[0] = int(row_ids[index[0]])
-        quoted.append(f"{name}[{', '.join(map(str, index))}] = {array[tuple(pos)].item()!r}")
+    quoted = [
+        f"{name}[{', '.join(str(int(i)) for i in pos)}] = {array[tuple(pos)].item()!r}"
+        for pos in positions[:_MAX_SHOWN]
+    ]
     more = len(positions) - _MAX_SHOWN
     return ", ".join(quoted) + (f" (and {more} more)" if more > 0 else "")
 
@@ -115,27 +108,21 @@ def as_min_bandwidths(
     return bandwidth
 
 
-def _check_on_simplex(name: str, dist: FloatArray, row_ids: NDArray[np.intp] | None) -> None:
-    """Raise unless every row of ``dist`` ``[K, C]`` is finite, ``>= 0`` and sums to 1."""
-    bad = ~np.isfinite(dist) | (dist < 0)
+def _check_on_simplex(name: str, dist: FloatArray, rows: BoolArray | None = None) -> None:
+    """Raise unless each checked row (``rows``) of ``dist`` [C] or [K, C] is on the simplex."""
+    checked = np.ones(dist.shape[:-1], dtype=bool) if rows is None else rows
+    bad = (~np.isfinite(dist) | (dist < 0)) & checked[..., None]
     if np.any(bad):
-        quoted = (
-            _offending(name, dist[0], bad[0])
-            if row_ids is None
-            else _offending(name, dist, bad, row_ids)
-        )
-        raise ValueError(f"{name} must hold finite values >= 0, got {quoted}")
-    sums = dist.sum(axis=1)
-    off = np.flatnonzero(np.abs(sums - 1.0) > DISTRIBUTION_SUM_TOL)
+        raise ValueError(f"{name} must hold finite values >= 0, got {_offending(name, dist, bad)}")
+    sums = dist.sum(axis=-1)
+    off = np.flatnonzero(checked & (np.abs(sums - 1.0) > DISTRIBUTION_SUM_TOL))
     if off.size == 0:
         return
-    if row_ids is None:
+    if dist.ndim == 1:
         raise ValueError(
-            f"{name} must sum to 1 (within {DISTRIBUTION_SUM_TOL}), got sum {float(sums[0])!r}"
+            f"{name} must sum to 1 (within {DISTRIBUTION_SUM_TOL}), got sum {float(sums)!r}"
         )
-    quoted = ", ".join(
-        f"row {int(row_ids[i])} sums to {float(sums[i])!r}" for i in off[:_MAX_SHOWN]
-    )
+    quoted = ", ".join(f"row {i} sums to {float(sums[i])!r}" for i in off[:_MAX_SHOWN])
     more = off.size - _MAX_SHOWN
     raise ValueError(
         f"{name} rows must sum to 1 (within {DISTRIBUTION_SUM_TOL}; normalise label histograms "
@@ -180,12 +167,8 @@ def as_label_distributions(
             f"{name} must have shape [{expected}, C] (one row per device) with K, C >= 1, got "
             f"shape {dist.shape}"
         )
-    if rows is None:
-        row_ids = np.arange(dist.shape[0])
-    else:
-        row_ids = np.flatnonzero(as_bool_mask(rows, dist.shape[0], "rows"))
-    if row_ids.size:
-        _check_on_simplex(name, dist[row_ids], row_ids)
+    mask = None if rows is None else as_bool_mask(rows, dist.shape[0], "rows")
+    _check_on_simplex(name, dist, mask)
     return dist
 
 
@@ -197,7 +180,7 @@ def as_target_distribution(
     if target.ndim != 1 or target.shape[0] < 1 or num_classes not in (None, target.shape[0]):
         expected = "C" if num_classes is None else str(num_classes)
         raise ValueError(f"{name} must have shape [{expected}], got shape {target.shape}")
-    _check_on_simplex(name, target[None, :], None)
+    _check_on_simplex(name, target)
     return target
 
 

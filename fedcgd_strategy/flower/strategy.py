@@ -309,9 +309,7 @@ class ScheduledStrategy(Strategy):
         state.failed = {**state.failed, **failed}
         decision = self._schedule(state, reports) if trained_first else state.decision
         assert decision is not None and state.inputs is not None
-        if (
-            self.protocol is Protocol.CHANNEL
-        ):  # the record's statistics come from the training replies
+        if self.protocol is Protocol.CHANNEL:  # the record's numbers: from the training replies
             decision = with_reported_terms(decision, self._inputs(state, reports))
         uploads = [r for r in reports if decision.selected[r.partition_id]]
         disconnected = set(np.flatnonzero(state.draw.available).tolist()) - set(state.available)
@@ -371,18 +369,12 @@ class ScheduledStrategy(Strategy):
             nodes = [r.node_id for r in uploads]
             noise = dp_round_noise(self.aggregator, len(models))
             combined, reason = aggregate_uploads(
-                self.aggregator,
-                state.server_round,
-                models,
-                weights,
-                state.reference,
-                nodes,
+                self.aggregator, state.server_round, models, weights, state.reference, nodes,
                 seed=self.seed,
-            )
+            )  # fmt: skip
             if combined is None:
                 return None, reason
-            averaged = combined
-            state.dp_noise = noise
+            averaged, state.dp_noise = combined, noise
         bad = non_finite_arrays(averaged)
         if bad:
             return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"

@@ -195,11 +195,8 @@ def round_inputs(
 
 def policy_copy(inputs: RoundInputs) -> RoundInputs:
     """A copy of ``inputs`` for the policy: new read-only arrays in a new frozen object."""
-    copied = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
-    view = object.__new__(RoundInputs)
-    for name, value in copied.items():  # already validated: no second __post_init__
-        object.__setattr__(view, name, _frozen(value) if isinstance(value, np.ndarray) else value)
-    return view
+    values = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
+    return replace(inputs, **{k: _frozen(v) for k, v in values.items() if np.ndim(v)})
 
 
 @dataclass(frozen=True)
