@@ -7,40 +7,23 @@ channel (or a :class:`TraceReplay` that replays a recorded one, :mod:`channel.tr
 Frequencies are in Hz, distances in m, powers in W (or dBm where named).
 """
 
-from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz, rate_bps, rate_limit_bps
-from channel.cell import Cell, CellConfig, RoundDraw, drop_distances_2d_m
+from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz, rate_bps
+from channel.cell import Cell, CellConfig, RoundDraw
 from channel.los import los_probability
-from channel.pathloss import (
-    PATHLOSS_MODELS,
-    breakpoint_distance_m,
-    distance_3d_m,
-    pathloss_db,
-    shadow_fading_std_db,
-)
-from channel.trace import (
-    ChannelTrace,
-    TraceError,
-    TraceReplay,
-    load_trace,
-    record_cell_trace,
-    write_trace,
-)
+from channel.pathloss import pathloss_db, shadow_fading_std_db
+from channel.trace import ChannelTrace, TraceError, TraceReplay, load_trace, record_cell_trace
 from channel.units import db_to_linear, dbm_to_w, hz_to_ghz, linear_to_db, w_to_dbm
 
 __all__ = [
-    "PATHLOSS_MODELS",
     "Cell",
     "CellConfig",
     "ChannelTrace",
     "RoundDraw",
     "TraceError",
     "TraceReplay",
-    "breakpoint_distance_m",
     "count_fit_cheapest_first",
     "db_to_linear",
     "dbm_to_w",
-    "distance_3d_m",
-    "drop_distances_2d_m",
     "hz_to_ghz",
     "linear_to_db",
     "load_trace",
@@ -48,9 +31,7 @@ __all__ = [
     "min_bandwidth_hz",
     "pathloss_db",
     "rate_bps",
-    "rate_limit_bps",
     "record_cell_trace",
     "shadow_fading_std_db",
     "w_to_dbm",
-    "write_trace",
 ]

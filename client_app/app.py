@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from fedcgd_task.local_data import local_split
 from flwr.app import (
     Context,
     Message,
@@ -36,20 +35,15 @@ from flwr.clientapp import ClientApp
 from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
-    decoded_state,
     device_round,
     device_stats,
-    floating_state,
     node_partition,
-    pre_training_stats,
-    received_model,
-    round_config,
     run_settings,
     train_device,
-    update_norm,
 )
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record
+from fedcgd_task.partition import local_split
 
 if TYPE_CHECKING:
     from client_app.cohort import Cohorts
@@ -164,17 +158,3 @@ def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Mes
 
 #: The ClientApp Flower loads (``flwr run``, deployments): every device alone.
 app = make_app()
-
-__all__ = [
-    "PreTrainingStats",
-    "app",
-    "decoded_state",
-    "floating_state",
-    "make_app",
-    "node_context",
-    "node_partition",
-    "pre_training_stats",
-    "received_model",
-    "round_config",
-    "update_norm",
-]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -18,23 +17,27 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType
 from torch import nn
 
-from client_app.cohort_training import cohort_train, training_blockers
+from client_app.cohort_training import (
+    MIXING_PROBE_SAMPLES,
+    cohort_train,
+    sample_mixing,
+    training_blockers,
+)
 from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
+    RecordMemo,
     TrainedDevice,
     device_round,
     label_hist,
     pre_training_stats,
     received_model,
-    same_arrays,
     same_config,
 )
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
-from client_app.sample_mixing import MIXING_PROBE_SAMPLES, sample_mixing
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
 from fedcgd_task.message_records import record_of
@@ -62,17 +65,6 @@ class _Cohort:
     members: list[tuple[Message, Context]]
     results: dict[int, tuple[DeviceRound, object]] | None = None
     ids: set[int] = field(default_factory=set)
-
-
-@dataclass
-class _KeptStats:
-    """The last query cohort's statistics (by :func:`_stats_key`), kept for the train cohort.
-
-    ``arrays`` weakly references the model record's arrays (the same objects: the same model).
-    """
-
-    arrays: list[tuple[str, weakref.ref[Array]]]
-    stats: dict[tuple[object, ...], PreTrainingStats]
 
 
 def _cohort_key(msg: Message) -> tuple[object, ...] | None:
@@ -116,8 +108,8 @@ class Cohorts:
         #: id(message) -> its open cohort (only during :meth:`opened`).
         self._open: dict[int, _Cohort] = {}
         #: The last query cohort's statistics; dropped as soon as one of its arrays is freed.
-        self._kept: _KeptStats | None = None
-        #: :func:`client_app.sample_mixing.sample_mixing`'s verdicts by model structure.
+        self._kept: RecordMemo[dict[tuple[object, ...], PreTrainingStats]] = RecordMemo()
+        #: :func:`client_app.cohort_training.sample_mixing`'s verdicts by model structure.
         self._mixing: dict[tuple[object, ...], str | None] = {}
         #: (model name, kind, reason) already logged.
         self._logged: set[tuple[str, str, str]] = set()
@@ -237,21 +229,15 @@ class Cohorts:
         A round's train messages carry its query messages' record, so the scheduled devices'
         statistics (model and batches only) come from the query phase.
         """
-        kept = self._kept
-        if kept is None or not same_arrays(record, kept.arrays):
-            kept = _KeptStats([], {})
-
-            def forget(_: weakref.ref[Array], dropped: _KeptStats = kept) -> None:
-                if self._kept is dropped:
-                    self._kept = None
-
-            kept.arrays = [(name, weakref.ref(array, forget)) for name, array in record.items()]
-            self._kept = kept
-        missing = [d for d in devices if _stats_key(d) not in kept.stats]
+        kept = self._kept.get(record)
+        if kept is None:
+            kept = self._kept.keep(record, {})
+        missing = [d for d in devices if _stats_key(d) not in kept]
         if missing:
-            computed = self.cohort_stats(model, missing)
-            kept.stats.update(zip(map(_stats_key, missing), computed, strict=True))
-        return [kept.stats[_stats_key(d)] for d in devices]
+            kept.update(
+                zip(map(_stats_key, missing), self.cohort_stats(model, missing), strict=True)
+            )
+        return [kept[_stats_key(d)] for d in devices]
 
     def cohort_stats(
         self, model: nn.Module, devices: Sequence[DeviceRound]

@@ -13,10 +13,10 @@ import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
-from fedcgd_task.local_data import LocalSplit, local_split
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, UserConfig
 from torch import nn
 
@@ -25,20 +25,19 @@ from fedcgd_task import keys
 from fedcgd_task.array_codec import torch_state
 from fedcgd_task.message_records import record_of
 from fedcgd_task.models import build_model
+from fedcgd_task.partition import LocalSplit, local_split
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.training import compute_device, dropout_seed, local_batches, train_local
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class PreTrainingStats:
     """Statistics a device reports before training (identical in stats and train replies).
 
-    Attributes
-    ----------
-    label_hist : list of int, length C
-        Class counts of all samples of this round's tau batches (sums to tau b).
-    sigma : float or None
-        sigma-hat_v, paper eq. (local_est_sigma); None when the server did not ask for it.
+    ``label_hist``: class counts (length C) of this round's tau batches (sums to tau b);
+    ``sigma``: sigma-hat_v, paper eq. (local_est_sigma), None when the server did not ask.
     """
 
     label_hist: list[int]
@@ -103,49 +102,50 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
     return model
 
 
-@dataclass
-class _DecodedRecord:
-    """An ArrayRecord decoded by :func:`decoded_state`: its arrays (weakly) and the result."""
+class RecordMemo(Generic[T]):
+    """A value kept for the very :class:`~flwr.app.Array` objects of one ArrayRecord.
 
-    arrays: list[tuple[str, weakref.ref[Array]]]
-    state: OrderedDict[str, torch.Tensor]
+    The arrays are referenced weakly (an Array's bytes are set once); the value is dropped as
+    soon as one of them is freed, so deserialised messages keep no extra copy.
+    """
+
+    def __init__(self) -> None:
+        self.arrays: list[tuple[str, weakref.ref[Array]]] = []
+        self.value: T | None = None
+
+    def get(self, record: ArrayRecord) -> T | None:
+        """The value kept for ``record``'s arrays (by name, in order); None for other arrays."""
+        items = list(record.items())
+        same = len(self.arrays) == len(items) and all(
+            name == kept_name and ref() is array
+            for (name, array), (kept_name, ref) in zip(items, self.arrays, strict=True)
+        )
+        return self.value if same else None
+
+    def keep(self, record: ArrayRecord, value: T) -> T:
+        """Keep ``value`` for ``record``'s arrays (replacing what was kept) and return it."""
+
+        def forget(_: weakref.ref[Array]) -> None:
+            if self.arrays is kept:  # not already replaced
+                self.arrays, self.value = [], None
+
+        kept = [(name, weakref.ref(array, forget)) for name, array in record.items()]
+        self.arrays, self.value = kept, value
+        return value
 
 
-#: The last record :func:`decoded_state` decoded (at most one entry).
-_LAST_DECODED: list[_DecodedRecord] = []
-
-
-def same_arrays(record: ArrayRecord, kept: list[tuple[str, weakref.ref[Array]]]) -> bool:
-    """Whether ``record`` holds the very Array objects ``kept`` refers to, by name and in order."""
-    items = list(record.items())
-    return len(kept) == len(items) and all(
-        name == kept_name and ref() is array
-        for (name, array), (kept_name, ref) in zip(items, kept, strict=True)
-    )
+#: The last record :func:`decoded_state` decoded.
+_LAST_DECODED: RecordMemo[OrderedDict[str, torch.Tensor]] = RecordMemo()
 
 
 def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     """``record.to_torch_state_dict()``, decoded once for the messages that share the record.
 
-    In the in-process engine every message of a round carries the same :class:`~flwr.app.Array`
-    objects; the last decoded record is kept with weak references to its arrays (an Array's bytes
-    are set once) and dropped when one is freed, so deserialised messages keep no extra copy.
-    The returned tensors are only read.
+    In the in-process engine every message of a round carries the same Array objects; the last
+    decoded record is kept (:class:`RecordMemo`). The returned tensors are only read.
     """
-    for kept in _LAST_DECODED:
-        if same_arrays(record, kept.arrays):
-            return kept.state
-    state = torch_state(record)
-
-    def forget(_: weakref.ref[Array]) -> None:
-        _LAST_DECODED.clear()
-
-    _LAST_DECODED[:] = [
-        _DecodedRecord(
-            [(name, weakref.ref(array, forget)) for name, array in record.items()], state
-        )
-    ]
-    return state
+    state = _LAST_DECODED.get(record)
+    return _LAST_DECODED.keep(record, torch_state(record)) if state is None else state
 
 
 @functools.lru_cache(maxsize=2)
@@ -251,11 +251,10 @@ def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
 
 
-def update_norm_between(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
-    """Return ||w_new - w_received||_2 over the floating entries of ``before`` (float64 sums).
+def update_norm(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
+    """||w_new - w_received||_2 over the floating entries of ``before`` (float64 sums).
 
-    The same quantity the server recomputes from the upload
-    (:func:`fedcgd_strategy.screening.update_norm`), in parameter units.
+    The server recomputes it from the upload (:func:`fedcgd_strategy.screening.update_norm`).
     """
     total = 0.0
     for name, value in before.items():
@@ -264,27 +263,14 @@ def update_norm_between(before: dict[str, torch.Tensor], after: dict[str, torch.
     return math.sqrt(total)
 
 
-def update_norm(before: dict[str, torch.Tensor], model: nn.Module) -> float:
-    """Return ||w_new - w_received||_2 of ``model`` (:func:`update_norm_between`)."""
-    return update_norm_between(before, model.state_dict())
-
-
 @dataclass(frozen=True)
 class TrainedDevice:
     """A device's training outcome, as its train reply reports it.
 
-    Attributes
-    ----------
-    stats : PreTrainingStats
-        The pre-training statistics at the received model.
-    weights : dict of str -> torch.Tensor
-        The updated model's state dict (CPU tensors, the model's key order).
-    mean_loss : float
-        Mean over the tau steps of the mini-batch loss before each step (nats).
-    update_norm : float
-        ||w_new - w_received||_2.
-    train_time_s : float
-        Seconds of training (in a cohort: its training time divided by its devices).
+    ``weights``: the updated state dict (CPU tensors, the model's key order); ``mean_loss``: mean
+    over the tau steps of the mini-batch loss before each step (nats); ``update_norm``:
+    ||w_new - w_received||_2; ``train_time_s``: seconds of training (in a cohort: its training
+    time divided by its devices).
     """
 
     stats: PreTrainingStats
@@ -316,6 +302,6 @@ def train_device(msg: Message, rnd: DeviceRound) -> TrainedDevice:
         stats=stats,
         weights={name: t.detach().cpu() for name, t in model.state_dict().items()},
         mean_loss=float(result.mean_loss),
-        update_norm=update_norm(before, model),
+        update_norm=update_norm(before, model.state_dict()),
         train_time_s=float(train_time_s),
     )

@@ -69,21 +69,12 @@ def gradient_spread(
 ) -> GradientSpread:
     """Compute sigma-hat_v (paper eq. (local_est_sigma)) and the batch loss at ``model``.
 
-    One device's case of :func:`gradient_spreads`; models outside the one-pass scope go to
-    :func:`gradient_spread_vmap`.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The received global model; left unchanged (hooks, ``.grad``, train/eval mode and
-        ``requires_grad`` flags restored).
-    x : torch.Tensor of float32, shape [b, *input_shape]
-        The first mini-batch (moved to the model's device).
-    y : torch.Tensor of int64, shape [b]
-        Its labels.
-    chunk_size : int, optional
-        Memory only: samples per chunk of per-sample intermediates (or per vmap call);
-        default: as many as fit :data:`CHUNK_BUDGET_FLOATS`.
+    One device's case of :func:`gradient_spreads` on its first mini-batch ``x`` float32
+    [b, *input_shape] (moved to the model's device) with labels ``y`` int64 [b]; models outside
+    the one-pass scope go to :func:`gradient_spread_vmap`. ``model`` is left unchanged (hooks,
+    ``.grad``, modes and ``requires_grad`` restored). ``chunk_size`` (memory only): samples per
+    chunk of per-sample intermediates or per vmap call; default: what fits
+    :data:`CHUNK_BUDGET_FLOATS`.
     """
     b = _check_batch(x, y)
     if chunk_size is not None and chunk_size < 1:
@@ -111,24 +102,9 @@ def gradient_spreads(
     A device's result equals its batch's alone, up to summation order, if the model computes each
     sample independently (the caller checks: :func:`client_app.sample_mixing.sample_mixing`).
 
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The shared global model, within the scope of
-        :func:`client_app.per_sample_norms.unsupported_reasons`; left unchanged.
-    x : torch.Tensor of float32, shape [N b, *input_shape]
-        The devices' first mini-batches, device after device.
-    y : torch.Tensor of int64, shape [N b]
-        Their labels.
-    group_size : int
-        b, samples per device.
-    chunk_size : int, optional
-        Memory only, as in :func:`gradient_spread`.
-
-    Raises
-    ------
-    UnsupportedModelError
-        If the model is outside the one-pass method's scope.
+    ``x`` float32 [N b, *input_shape] holds the devices' first mini-batches device after device,
+    ``y`` int64 [N b] their labels, ``group_size`` is b; ``model`` (left unchanged) must be within
+    :func:`client_app.per_sample_norms.unsupported_reasons`' scope, else UnsupportedModelError.
     """
     _check_batch(x, y)
     with _eval_mode(model):

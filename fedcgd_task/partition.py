@@ -1,17 +1,26 @@
-"""Splitting a labelled training set over V devices (pure numpy).
+"""Splitting a labelled training set over V devices, and a device's local data set D_v.
 
-docs/design.md, "Dirichlet split" and "Sort-and-partition". Every function returns indices into
-the ``labels`` it was given; no sample is used twice.
+docs/design.md, "Dirichlet split" and "Sort-and-partition". Every split returns indices into the
+``labels`` it was given; no sample is used twice. The split is a pure function of the run
+settings, so the per-process caches are safe: the training set is loaded once per process, the
+partition of all devices computed once per settings (jointly), and each device keeps a view of
+its own index array.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from fedcgd_task.datasets import DataSplit, load_train_set
+
 if TYPE_CHECKING:
+    import torch
+
     from fedcgd_task.settings import TaskSettings
 
 IntArray = npt.NDArray[np.int64]
@@ -54,21 +63,8 @@ def apply_imbalance(
     Paper Section V, r = n2 / n1: every class c < C / 2 keeps round(n_c / r) of its n_c samples
     (round half up), chosen uniformly without replacement; the others are kept whole.
 
-    Parameters
-    ----------
-    labels : array_like of int, shape [N]
-        Class id of every sample.
-    ratio : float
-        Imbalance ratio r >= 1; r = 1 keeps every sample.
-    rng : numpy.random.Generator
-        Source of the subsampling draws.
-    num_classes : int, optional
-        C; defaults to ``max(labels) + 1``.
-
-    Returns
-    -------
-    numpy.ndarray of int64, shape [N_kept]
-        Sorted indices of the kept samples.
+    ``labels`` int [N], ``ratio`` r >= 1 (1 keeps every sample), ``num_classes`` C (default
+    ``max(labels) + 1``). Returns the sorted indices of the kept samples, int64 [N_kept].
     """
     y = _check_labels(labels)
     if not (np.isfinite(ratio) and ratio >= 1.0):
@@ -104,21 +100,8 @@ def dirichlet_partition(
     capped at what each class has left, the deficit redrawn from p_v renormalised over the classes
     with samples left; uniform over the remaining samples where p_v has no mass left).
 
-    Parameters
-    ----------
-    labels : array_like of int, shape [N]
-        Class id of every sample.
-    num_devices : int
-        V, between 1 and N.
-    alpha : float
-        Concentration alpha > 0.
-    rng : numpy.random.Generator
-        Source of all draws.
-
-    Returns
-    -------
-    list of numpy.ndarray of int64
-        V sorted, pairwise disjoint index arrays of length floor(N / V).
+    ``labels`` int [N], 1 <= V <= N, alpha > 0. Returns V sorted, pairwise disjoint int64 index
+    arrays of length floor(N / V).
     """
     y = _check_labels(labels)
     _check_num_devices(num_devices, y.size)
@@ -160,21 +143,8 @@ def shard_partition(
     Paper Section V. The N mod (V l) surplus samples are dropped first, uniformly; the rest is
     sorted by label (stable) and cut into V l contiguous shards, dealt by a random permutation.
 
-    Parameters
-    ----------
-    labels : array_like of int, shape [N]
-        Class id of every sample.
-    num_devices : int
-        V >= 1.
-    shards_per_device : int
-        l >= 1; V l must not exceed N.
-    rng : numpy.random.Generator
-        Source of the drop and the deal.
-
-    Returns
-    -------
-    list of numpy.ndarray of int64
-        V sorted, pairwise disjoint index arrays of equal length.
+    ``labels`` int [N], V >= 1, l >= 1 with V l <= N. Returns V sorted, pairwise disjoint int64
+    index arrays of equal length.
     """
     y = _check_labels(labels)
     _check_num_devices(num_devices, y.size)
@@ -214,3 +184,58 @@ def partition_indices(settings: TaskSettings, labels: npt.ArrayLike) -> list[Int
     else:
         raise ValueError(f'partition must be "dirichlet" or "shards"; got {settings.partition!r}')
     return [kept[part] for part in local]
+
+
+@dataclass(frozen=True, eq=False)
+class LocalSplit:
+    """The local dataset D_v of one device: sorted ``indices`` [|D_v|] into the ``source`` set."""
+
+    partition_id: int
+    indices: npt.NDArray[np.int64]
+    source: DataSplit
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes C of the dataset."""
+        return self.source.num_classes
+
+    @property
+    def labels(self) -> npt.NDArray[np.int64]:
+        """Labels of the local samples, shape [|D_v|]."""
+        return self.source.labels[self.indices]
+
+    def tensors(self, positions: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised x (float32) and y (int64) of all local samples, or of local ``positions``."""
+        rows = self.indices if positions is None else self.indices[np.asarray(positions)]
+        return self.source.tensors(rows)
+
+
+@functools.lru_cache(maxsize=4)
+def all_partitions(settings: TaskSettings) -> tuple[npt.NDArray[np.int64], ...]:
+    """Return every device's training-set rows for ``settings`` (cached per process)."""
+    parts = partition_indices(settings, load_train_set(settings).labels)
+    for part in parts:
+        part.setflags(write=False)
+    return tuple(parts)
+
+
+@functools.lru_cache(maxsize=16_384)
+def local_split(settings: TaskSettings, partition_id: int) -> LocalSplit:
+    """Return device ``partition_id``'s local dataset D_v (cached per process).
+
+    The cache holds every device of a run up to V = 16,384 (each entry a view of the run's
+    partition and a reference to its data set); a larger V misses and rebuilds the entry.
+    """
+    if not 0 <= partition_id < settings.num_devices:
+        raise ValueError(
+            f"partition_id must be in 0 .. num-devices - 1 = {settings.num_devices - 1}; "
+            f"got {partition_id}"
+        )
+    return LocalSplit(
+        partition_id=partition_id,
+        indices=all_partitions(settings)[partition_id],
+        source=load_train_set(settings),
+    )

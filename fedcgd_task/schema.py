@@ -445,8 +445,8 @@ def toml_text(value: Scalar) -> str:
 
 #: Said of a setting whose ``computes`` is false.
 WHERE_OR_HOW = (
-    "(where or how a run runs or reports, not what it computes: a resume may change it, and "
-    "no folder name, figure label or checkpoint identity holds it)"
+    "(where or how a run runs or reports, not what it computes: no folder name or figure label "
+    "shows it, and a resumed run may change it)"
 )
 
 

@@ -30,15 +30,9 @@ EVAL_BATCH_SIZE = 512
 
 @dataclass(frozen=True)
 class LocalTrainResult:
-    """Outcome of :func:`train_local`.
+    """Outcome of :func:`train_local`: per-step mini-batch losses and their mean (nats).
 
-    Attributes
-    ----------
-    mean_loss : float
-        Mean over the tau steps of the mini-batch cross-entropy before each step (nats).
-    step_losses : tuple of float
-        The tau per-step losses (nats).
-
+    Each of the tau losses is taken before its step.
     """
 
     mean_loss: float
@@ -48,17 +42,9 @@ class LocalTrainResult:
 def compute_device(setting: str = "auto") -> torch.device:
     """The torch device a ``device`` setting names on this process (training and evaluation).
 
-    Parameters
-    ----------
-    setting : str
-        ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` (torch's current
-        CUDA device) or ``cuda:N``.
-
-    Raises
-    ------
-    ValueError
-        Naming the setting, when it names a CUDA device this process does not see (torch
-        built without CUDA, no GPU, ``CUDA_VISIBLE_DEVICES`` hiding it, or ``N`` too large).
+    ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` (torch's current CUDA
+    device) or ``cuda:N``. Raises ValueError naming the setting for a CUDA device this process
+    does not see (no CUDA build or GPU, ``CUDA_VISIBLE_DEVICES`` hiding it, ``N`` too large).
     """
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -84,29 +70,11 @@ def local_batches(
     server_round: int,
     partition_id: int,
 ) -> list[npt.NDArray[np.int64]]:
-    """Draw the round's tau mini-batches of b samples of a device.
+    """Draw device v's tau mini-batches of b positions in ``0 .. num_local - 1`` for round j.
 
-    A permutation of ``range(num_local)`` from ``default_rng([seed, BATCH_STREAM, server_round,
-    partition_id])`` is read cyclically: batch t is positions [t b, (t+1) b), so no sample repeats
-    within a batch when b <= num_local.
-
-    Parameters
-    ----------
-    seed : int
-        Run seed.
-    training : TrainingSettings
-        Supplies ``local_steps`` (tau) and ``batch_size`` (b) of this round.
-    num_local : int
-        |D_v|, the number of local samples (>= 1).
-    server_round : int
-        Server round j.
-    partition_id : int
-        Device index v.
-
-    Returns
-    -------
-    list of numpy.ndarray of int64
-        ``tau`` arrays of ``b`` positions in ``0 .. num_local - 1``.
+    A permutation of ``range(num_local)`` (|D_v| >= 1) from ``default_rng([seed, BATCH_STREAM,
+    server_round, partition_id])`` is read cyclically: batch t is positions [t b, (t+1) b), so no
+    sample repeats within a batch when b <= num_local. tau and b come from ``training``.
     """
     if num_local < 1:
         raise ValueError(f"num_local (local dataset size) must be >= 1; got {num_local}")
@@ -139,29 +107,11 @@ def train_local(
 ) -> LocalTrainResult:
     """Run tau plain SGD steps with cross-entropy in place, paper eq. (localupdate).
 
-    w <- w - eta grad f(w, batch_t), t = 1..tau, in training mode; dropout masks come from the
-    torch RNG seeded with ``torch_seed`` inside :func:`torch.random.fork_rng` (the global RNG is
-    untouched).
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        Model to update (on any device; the batches are moved there).
-    x : torch.Tensor of float32, shape [n, *input_shape]
-        Local inputs.
-    y : torch.Tensor of int64, shape [n]
-        Local labels.
-    batches : sequence of numpy.ndarray of int64
-        tau arrays of row positions into ``x`` / ``y`` (from :func:`local_batches`).
-    lr : float
-        Learning rate eta > 0.
-    torch_seed : int
-        Seed of the dropout masks (:func:`dropout_seed`).
-
-    Returns
-    -------
-    LocalTrainResult
-        Mean and per-step mini-batch losses (each taken before its step).
+    w <- w - eta grad f(w, batch_t), t = 1..tau, in training mode, with ``lr`` eta > 0. ``x``
+    float32 [n, *input_shape] and ``y`` int64 [n] are the local data, ``batches`` tau arrays of
+    row positions (:func:`local_batches`), moved to the model's device. Dropout masks come from
+    the torch RNG seeded with ``torch_seed`` (:func:`dropout_seed`) inside
+    :func:`torch.random.fork_rng` (the global RNG is untouched).
     """
     if not lr > 0:
         raise ValueError(f"lr (learning rate) must be > 0; got {lr!r}")

@@ -28,16 +28,19 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """Recorded settings (dotted names) that do not change what a run computes.
 
     Those that only say where or how it runs or reports (:data:`fedcgd_task.settings.WHERE_AND_HOW`:
-    a run checkpointed on a GPU may go on on a CPU, the same arithmetic rounded otherwise), and
+    a run checkpointed on a GPU may go on on a CPU, the same arithmetic rounded otherwise), but
+    ``data-dir`` where the data set reads its files there (CIFAR, your function), and
     ``mnist1d-samples`` where a built-in data set does not read it. ``settings``:
     :meth:`RunConfig.to_dict`.
     """
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None
     builtin = BUILTIN_DATASETS.get(dataset) if isinstance(dataset, str) else None
-    reads = builtin.reads if builtin is not None else ("mnist1d-samples",)
+    # a researcher's own data set may read both; a built-in reads what its registry entry says
+    reads = builtin.reads if builtin is not None else ("data-dir", "mnist1d-samples")
+    computing = ("task.data_dir",) if "data-dir" in reads else ()
     unread = () if "mnist1d-samples" in reads else ("task.mnist1d_samples",)
-    return (*WHERE_AND_HOW, *unread)
+    return (*(name for name in WHERE_AND_HOW if name not in computing), *unread)
 
 
 class CheckpointRefusedError(OneLineMessage, ValueError):

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from fedcgd_task.local_data import all_partitions
 from flwr.common import log
 from flwr.serverapp.strategy import Strategy
 from numpy.typing import NDArray
@@ -35,6 +34,7 @@ from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
 from fedcgd_task.imports import first_line
 from fedcgd_task.models import build_model, count_parameters
+from fedcgd_task.partition import all_partitions
 from fedcgd_task.training import compute_device, evaluate
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint
 from server_app.config import RunConfig

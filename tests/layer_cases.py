@@ -24,26 +24,6 @@ def group_reference(layer: nn.Module, a: torch.Tensor, g: torch.Tensor, size: in
     return torch.tensor(out, dtype=torch.float64)
 
 
-def random_group_norm(
-    seed: int, groups: int, channels: int, shape: tuple[int, int, int], scale: float, shift: float
-) -> tuple[nn.GroupNorm, torch.Tensor, torch.Tensor]:
-    """A GroupNorm with random affine parameters, its input ``a`` and output gradient ``g``.
-
-    Drawn after ``torch.manual_seed(seed)``; ``shape`` is (batch, height, width), ``a`` is
-    standard normal times ``scale`` plus ``shift`` (off the origin, as activations are). All in
-    float64, so that the tests compare against autograd with float64 rounding only.
-    """
-    torch.manual_seed(seed)
-    norm = nn.GroupNorm(groups, channels).double()
-    with torch.no_grad():
-        norm.weight.normal_()
-        norm.bias.normal_()
-    batch, height, width = shape
-    a = torch.randn(batch, channels, height, width, dtype=torch.float64) * scale + shift
-    g = torch.randn(batch, channels, height, width, dtype=torch.float64)
-    return norm, a, g
-
-
 def per_sample_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One backward per sample (eval mode): float64 [b, num_params] per-sample gradients."""
     was_training = model.training

@@ -77,9 +77,8 @@ def test_info_reports_partition_and_size() -> None:
     # Dirichlet split of the 1437 digits training images over 4 devices: floor(1437 / 4) = 359.
     assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
     # The whole local class counts, recounted here from the device's rows of the training set.
-    from fedcgd_task.local_data import local_split
-
     from fedcgd_task.datasets.images import load_digits_split
+    from fedcgd_task.partition import local_split
     from fedcgd_task.settings import TaskSettings
 
     rows = local_split(TaskSettings.from_run_config(RUN_CONFIG), 1).indices
@@ -136,13 +135,13 @@ def test_messages_sharing_a_record_decode_it_once() -> None:
     # devices' replies equal those from records decoded one by one.
     shared = message("train")
     record = shared.content.array_records[keys.ARRAYS]
-    decoded = client.decoded_state(record)
-    assert client.decoded_state(record) is decoded
+    decoded = device_round.decoded_state(record)
+    assert device_round.decoded_state(record) is decoded
     expected = record.to_torch_state_dict()
     assert list(decoded) == list(expected)
     assert all(torch.equal(decoded[k], expected[k]) for k in expected)
     replies = [client.app(shared, context(v)) for v in (1, 2)]
-    assert client.decoded_state(record) is decoded
+    assert device_round.decoded_state(record) is decoded
     for v, reply in zip((1, 2), replies, strict=True):
         alone = client.app(message("train"), context(v))  # its own record, decoded anew
         a = reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
@@ -153,19 +152,19 @@ def test_messages_sharing_a_record_decode_it_once() -> None:
 
 def test_decoded_record_is_not_reused_for_other_arrays() -> None:
     record = ArrayRecord(global_state())
-    first = client.decoded_state(record)
+    first = device_round.decoded_state(record)
     # Equal values in new Array objects: decoded again.
     again = ArrayRecord(global_state())
-    assert client.decoded_state(again) is not first
+    assert device_round.decoded_state(again) is not first
     # One array of the record replaced: the new values are read.
     name = next(iter(record))
     record[name] = ArrayRecord({name: torch.zeros_like(first[name])})[name]
-    changed = client.decoded_state(record)
+    changed = device_round.decoded_state(record)
     assert torch.count_nonzero(changed[name]) == 0
     # Nothing is held once the record's arrays are gone.
     del record, again, changed, first
     gc.collect()
-    assert device_round._LAST_DECODED == []
+    assert device_round._LAST_DECODED.value is None
 
 
 def test_histograms_differ_between_devices() -> None:
@@ -202,8 +201,7 @@ def test_bad_round_config_rejected() -> None:
 
 def test_label_hist_counts_the_round_batches() -> None:
     # Independent recount: histogram of the labels at the drawn positions of the local split.
-    from fedcgd_task.local_data import local_split
-
+    from fedcgd_task.partition import local_split
     from fedcgd_task.settings import TaskSettings, TrainingSettings
     from fedcgd_task.training import local_batches
 

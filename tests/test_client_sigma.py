@@ -29,7 +29,6 @@ from layer_cases import (
     REL64,
     group_reference,
     per_sample_grads,
-    random_group_norm,
     reference_sigma,
     sigma_rel_tol,
 )
@@ -236,60 +235,55 @@ def test_supported_scope_of_the_three_models() -> None:
         assert psn.unsupported_reasons(build_model(name, classes, shape)) == []
 
 
-def conv_reference(conv: nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Per-sample ||dl/dW||^2 + ||dl/dc||^2 by autograd, with dl/dy = g[i] for sample i."""
-    out = []
-    for i in range(a.shape[0]):
-        params = list(conv.parameters())
-        grads = torch.autograd.grad(conv(a[i : i + 1]), params, g[i : i + 1])
-        out.append(sum(float(gr.double().square().sum()) for gr in grads))
-    return torch.tensor(out, dtype=torch.float64)
+#: (id, layer, input shape of one sample) of the layer-formula cases: a Linear at T positions
+#: (both weight routes), Conv2d and Conv1d with strides, padding, dilation, channel groups and no
+#: bias (the Gram route at T = 16, 4 and 1, the weight-gradient route at many positions; the
+#: cnn1d's first layer), and a GroupNorm with random affine parameters.
+LAYERS: list[tuple[str, nn.Module, tuple[int, ...]]] = [
+    ("linear", nn.Linear(7, 5), (7,)),
+    ("linear-T1", nn.Linear(7, 5), (1, 7)),
+    ("linear-T3", nn.Linear(40, 30), (3, 40)),
+    ("linear-T12", nn.Linear(3, 4), (12, 3)),
+    ("conv2d", nn.Conv2d(3, 32, 3), (3, 12, 12)),
+    ("conv2d-dilated", nn.Conv2d(4, 64, 3, stride=2, padding=1, dilation=2), (4, 9, 9)),
+    ("conv2d-groups", nn.Conv2d(6, 8, (3, 2), groups=2, bias=False), (6, 10, 10)),
+    ("conv2d-T16", nn.Conv2d(64, 64, 3, padding=1), (64, 4, 4)),
+    ("conv2d-T1", nn.Conv2d(32, 48, 3), (32, 3, 3)),
+    ("conv2d-T4", nn.Conv2d(16, 40, 3, stride=2, bias=False), (16, 5, 5)),
+    ("conv1d-cnn1d", nn.Conv1d(1, 25, 5, stride=2, padding=1), (1, 40)),
+    ("conv1d-strided", nn.Conv1d(25, 25, 3, stride=2, padding=1), (25, 19)),
+    ("conv1d-dilated", nn.Conv1d(4, 6, 3, padding=2, dilation=3, bias=False), (4, 17)),
+    ("conv1d-groups", nn.Conv1d(6, 8, 2, groups=2), (6, 12)),
+    ("conv1d-T4", nn.Conv1d(64, 64, 3, padding=1), (64, 4)),
+    ("conv1d-T1", nn.Conv1d(16, 40, 3), (16, 3)),
+    ("group-norm", nn.GroupNorm(4, 8), (8, 5, 5)),
+]
 
 
-@pytest.mark.parametrize(
-    ("c_in", "c_out", "size", "kwargs"),
-    [
-        (3, 32, 12, {"kernel_size": 3}),  # many positions: per-sample weight gradients
-        (4, 64, 9, {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2}),
-        (6, 8, 10, {"kernel_size": (3, 2), "groups": 2, "bias": False}),
-        (64, 64, 4, {"kernel_size": 3, "padding": 1}),  # T = 16: Gram route
-        (32, 48, 3, {"kernel_size": 3}),  # T = 1
-        (16, 40, 5, {"kernel_size": 3, "stride": 2, "bias": False}),  # T = 4: Gram route
-    ],
-)
-def test_conv2d_norms_match_autograd(
-    c_in: int, c_out: int, size: int, kwargs: dict[str, object]
+@pytest.mark.parametrize(("layer", "shape"), [c[1:] for c in LAYERS], ids=[c[0] for c in LAYERS])
+@pytest.mark.parametrize("group_size", [1, 3])
+@pytest.mark.parametrize("chunk_size", [None, 1])
+def test_layer_norms_match_autograd_per_sample_and_per_group(
+    layer: nn.Module, shape: tuple[int, ...], group_size: int, chunk_size: int | None
 ) -> None:
+    # float64 throughout: the tolerance is float64 rounding (module docstring).
     torch.manual_seed(0)
-    conv = nn.Conv2d(c_in, c_out, **kwargs).double()  # type: ignore[arg-type]
-    a = torch.randn(5, c_in, size, size, dtype=torch.float64)
-    g = torch.randn_like(conv(a))
-    expected = conv_reference(conv, a, g)
-    for chunk_size in (None, 2):
-        got = psn.conv_sq_norms(conv, a, g, chunk_size=chunk_size)
-        torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
+    layer = layer.double()
+    if isinstance(layer, nn.GroupNorm):
+        with torch.no_grad():
+            layer.weight.normal_()
+            layer.bias.normal_()
+    a = torch.randn(6, *shape, dtype=torch.float64) * 3 + 1  # off the origin, as activations
+    g = torch.randn_like(layer(a))
+    got = psn.layer_sq_norms(layer, a, g, group_size, chunk_size=chunk_size)
+    expected = group_reference(layer, a, g, group_size)
+    torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
 
 
-@pytest.mark.parametrize(("t", "k", "o"), [(1, 7, 5), (3, 40, 30), (12, 3, 4)])
-def test_linear_norms_over_positions_match_autograd(t: int, k: int, o: int) -> None:
-    # A Linear applied at T positions per sample (input [b, T, K]): both weight routes.
-    torch.manual_seed(1)
-    linear = nn.Linear(k, o).double()
-    a = torch.randn(4, t, k, dtype=torch.float64)
-    g = torch.randn(4, t, o, dtype=torch.float64)
-    expected = []
-    for i in range(4):
-        grads = torch.autograd.grad(linear(a[i]), list(linear.parameters()), g[i])
-        expected.append(sum(float(gr.double().square().sum()) for gr in grads))
-    got = psn.linear_sq_norms(linear, a, g)
-    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=REL64, atol=0)
-
-
-def test_group_norm_norms_match_autograd() -> None:
-    norm, a, g = random_group_norm(2, groups=4, channels=8, shape=(3, 5, 5), scale=3, shift=1)
-    expected = group_reference(norm, a, g, 1)  # one autograd backward per sample
-    got = psn.group_norm_sq_norms(norm, a, g)
-    torch.testing.assert_close(got, expected, rtol=REL64, atol=0)
+def test_group_size_must_divide_the_batch() -> None:
+    linear = nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="does not split into groups of 4"):
+        psn.layer_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
 
 
 def test_rejects_mismatched_batch() -> None:

@@ -29,7 +29,7 @@ from layer_cases import REL64
 from misbehaving import misbehaving
 
 from client_app import cohort, cohort_training
-from client_app import sample_mixing as mixing
+from client_app import cohort_training as mixing
 from client_app.app import make_app
 from client_app.cohort import Cohorts
 from experiments.run.inprocess import run_inprocess

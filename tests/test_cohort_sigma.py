@@ -14,69 +14,12 @@ import math
 
 import pytest
 import torch
-from layer_cases import REL64, group_reference, random_group_norm, reference_sigma
-from torch import nn
+from layer_cases import REL64, reference_sigma
 from torch.nn import functional as F  # noqa: N812 (torch convention)
 
-from client_app import per_sample_norms as psn
 from client_app.per_sample_norms import per_sample_grad_norms
 from client_app.sigma import gradient_spread, gradient_spreads, spread_from_norms
 from fedcgd_task.models import build_model
-
-
-@pytest.mark.parametrize(("t", "k", "o"), [(None, 7, 5), (3, 40, 30), (12, 3, 4)])
-@pytest.mark.parametrize("chunk_size", [None, 1])
-def test_linear_group_norms(t: int | None, k: int, o: int, chunk_size: int | None) -> None:
-    torch.manual_seed(0)
-    linear = nn.Linear(k, o).double()
-    shape = (12, k) if t is None else (12, t, k)
-    a = torch.randn(*shape, dtype=torch.float64)
-    g = torch.randn(*shape[:-1], o, dtype=torch.float64)
-    got = psn.linear_sq_norms(linear, a, g, 4, chunk_size=chunk_size)
-    torch.testing.assert_close(got, group_reference(linear, a, g, 4), rtol=REL64, atol=0.0)
-
-
-@pytest.mark.parametrize(
-    ("c_in", "c_out", "size", "kwargs"),
-    [
-        (3, 8, 9, {"kernel_size": 3}),
-        (4, 6, 9, {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2}),
-        (6, 8, 7, {"kernel_size": (3, 2), "groups": 2, "bias": False}),
-    ],
-)
-@pytest.mark.parametrize("chunk_size", [None, 1])
-def test_conv2d_group_norms(
-    c_in: int, c_out: int, size: int, kwargs: dict[str, object], chunk_size: int | None
-) -> None:
-    torch.manual_seed(1)
-    conv = nn.Conv2d(c_in, c_out, **kwargs).double()  # type: ignore[arg-type]
-    a = torch.randn(9, c_in, size, size, dtype=torch.float64)
-    g = torch.randn_like(conv(a))
-    got = psn.conv_sq_norms(conv, a, g, 3, chunk_size=chunk_size)
-    torch.testing.assert_close(got, group_reference(conv, a, g, 3), rtol=REL64, atol=0.0)
-
-
-@pytest.mark.parametrize("kwargs", [{"kernel_size": 5}, {"kernel_size": 3, "stride": 2}])
-def test_conv1d_group_norms(kwargs: dict[str, int]) -> None:
-    torch.manual_seed(2)
-    conv = nn.Conv1d(2, 5, **kwargs).double()  # type: ignore[arg-type]
-    a = torch.randn(8, 2, 20, dtype=torch.float64)
-    g = torch.randn_like(conv(a))
-    for chunk_size in (None, 1):
-        got = psn.conv_sq_norms(conv, a, g, 2, chunk_size=chunk_size)
-        torch.testing.assert_close(got, group_reference(conv, a, g, 2), rtol=REL64, atol=0.0)
-
-
-def test_group_norm_group_norms() -> None:
-    norm, a, g = random_group_norm(3, groups=2, channels=6, shape=(6, 4, 4), scale=2, shift=1)
-    got = psn.group_norm_sq_norms(norm, a, g, 3)
-    torch.testing.assert_close(got, group_reference(norm, a, g, 3), rtol=REL64, atol=0.0)
-
-
-def test_group_size_must_divide_the_batch() -> None:
-    linear = nn.Linear(3, 2)
-    with pytest.raises(ValueError, match="does not split into groups of 4"):
-        psn.linear_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
 
 
 def test_spread_from_norms_by_hand() -> None:

@@ -18,7 +18,6 @@ stateful aggregators.)
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import math
@@ -28,20 +27,26 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fake_grid import app_grid, make_contexts
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message
+from flwr.app import Array, ArrayRecord, Message
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
 from layer_cases import REL64
-from test_aggregators import NODES, Recorder, V, initial_model, refused, run
+from test_aggregators import (
+    Recorder,
+    V,
+    assert_equal_models,
+    flower_directly,
+    initial_model,
+    refused,
+    run,
+)
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
 from fedcgd_strategy.flower.dp_aggregators import dp_round_noise, noise_seed
 from fedcgd_task import keys
-from fedcgd_task.settings import default_run_config
 from run_files.results import METRICS_FILE, MODEL_FILE
 
 FIXED = "DifferentialPrivacyServerSideFixedClipping"
@@ -99,41 +104,24 @@ def update_norm(reply: Message, model: dict[str, np.ndarray]) -> float:
 def test_the_dp_aggregator_equals_flowers_wrapper_run_directly(
     tmp_path, wrapper, params, inner, inner_params
 ):
+    """Flower's wrapper (the adaptive one with Andrew et al.'s steps) driven as its start()
+    loop drives it, every reply weighted 1, num_sampled_clients = the V replies."""
     recorder = Recorder()
     flat = {f"aggregator-params.{k}": v for k, v in params.items()}
-    if inner != "FedAvg":
-        flat["aggregator-params.strategy"] = inner
-        flat.update({f"aggregator-params.strategy-params.{k}": v for k, v in inner_params.items()})
+    flat["aggregator-params.strategy"] = inner
+    flat.update({f"aggregator-params.strategy-params.{k}": v for k, v in inner_params.items()})
     lines, model = run(tmp_path / "run", recorder.wrap, rounds=ROUNDS, aggregator=wrapper, **flat)
     assert all(line["num_uploaded"] == V and not line["model_kept"] for line in lines)
-    seed = int(default_run_config()["seed"])
-
-    # Flower's wrapper on its own, as its start() loop drives it: every reply weighted 1
-    # (uniform), num_sampled_clients = the V replies, numpy's global generator seeded per round
+    initial = initial_model(tmp_path)
+    norms = [update_norm(recorder.train[1][pid], initial) for pid in range(V)]
+    assert min(norms) < CLIP < max(norms)  # clipping changed some uploads and not others
     wrapped = getattr(flower_strategies, inner)(**{k.replace("-", "_"): v for k, v in
                                                    inner_params.items()})  # fmt: skip
     own = {k.replace("-", "_"): v for k, v in params.items()}
     flower_class = PaperRule if wrapper == ADAPTIVE else getattr(flower_strategies, wrapper)
     direct = flower_class(wrapped, num_sampled_clients=V, **own)
-    grid = app_grid(make_contexts(NODES, {}, V))
-    initial = initial_model(tmp_path)
-    expected = initial
-    norms = []
-    for rnd in range(1, ROUNDS + 1):
-        replies = [copy.deepcopy(recorder.train[rnd][pid]) for pid in range(V)]
-        norms += [update_norm(r, expected) for r in replies]
-        for reply in replies:
-            reply.content[keys.METRICS][keys.NUM_EXAMPLES] = 1
-        arrays = ArrayRecord({k: Array(v) for k, v in expected.items()})
-        np.random.seed(noise_seed(seed, rnd))  # noqa: NPY002
-        list(direct.configure_train(rnd, arrays, ConfigRecord(), grid))
-        aggregated, _ = direct.aggregate_train(rnd, replies)
-        assert aggregated is not None
-        expected = {k: v.numpy().astype(initial[k].dtype) for k, v in aggregated.items()}
-    assert min(norms) < CLIP < max(norms)  # clipping changed some uploads and not others
-    assert list(expected) == list(model)
-    for key, value in model.items():
-        np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+    expected = flower_directly(tmp_path, recorder, direct, ROUNDS, uniform=True)
+    assert_equal_models(model, expected)
 
 
 def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], list[int]]:

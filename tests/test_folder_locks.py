@@ -392,7 +392,6 @@ def test_the_run_files_package_imports_neither_flwr_nor_torch():
         "run_files.files",
         "run_files.run_status",
         "run_files.results",
-        "run_files.run_list",
         "run_files.code_identity",
     )
 

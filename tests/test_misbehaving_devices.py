@@ -166,9 +166,8 @@ def test_a_node_that_claims_another_partition_cannot_take_it_over():
     contexts = make_contexts(NODES, run_config, V)
     grid = app_grid(contexts, wrap=lambda app: misbehaving(app, "claim-partition", FAULTY))
     config = parse_run_config(run_config)
-    from fedcgd_task.local_data import all_partitions
-
     from fedcgd_task.datasets import load_train_set
+    from fedcgd_task.partition import all_partitions
 
     labels = load_train_set(config.task).labels
     truth = np.stack(
@@ -217,8 +216,8 @@ def test_server_and_client_compute_the_same_update_norm():
     """One definition on both sides, also for floating buffers (BatchNorm running means)."""
     import torch.nn as nn
 
-    from client_app.app import floating_state
-    from client_app.app import update_norm as client_update_norm
+    from client_app.device_round import floating_state
+    from client_app.device_round import update_norm as client_update_norm
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
@@ -230,8 +229,8 @@ def test_server_and_client_compute_the_same_update_norm():
         model[0].weight.add_(0.5)
     local = {k: v.numpy() for k, v in model.state_dict().items()}
     server = update_norm(local, reference)
-    assert client_update_norm(before, model) == pytest.approx(server, rel=1e-12)
-    assert reported_norm_matches(client_update_norm(before, model), server)
+    assert client_update_norm(before, model.state_dict()) == pytest.approx(server, rel=1e-12)
+    assert reported_norm_matches(client_update_norm(before, model.state_dict()), server)
 
 
 def test_round_histogram_rule_by_hand():

@@ -7,6 +7,7 @@ files the README says it writes. The flwr/Ray-based families are in test_readme_
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -119,6 +120,9 @@ def test_readme_tool_command_runs(command: str, args: list[str], tmp_path: Path)
     run(command, with_out([*args, *extra], out))
     for name in files:
         assert (out / name).stat().st_size > 0, name
+    if command == "bench inprocess":  # the bare replay computes what the engine computed
+        settings = json.loads((out / "table.json").read_text())["settings"]
+        assert settings["max_accuracy_gap"] <= 0.01, settings
     if command == "certificates":  # CA, SuperLink certificate and key, one key pair
         assert len([p for p in out.rglob("*") if p.is_file()]) >= 5
 

@@ -160,22 +160,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def test_cli_writes_the_table(tmp_path: Path):
-    assert (
-        invoke(
-            [
-                "paper",
-                "schedule-table",
-                "--drops",
-                "2",
-                "--rounds",
-                "2",
-                "--quiet",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    argv = "paper schedule-table --drops 2 --rounds 2 --quiet --out".split()
+    assert invoke([*argv, str(tmp_path)]) == 0
     with (tmp_path / "table.csv").open() as fh:
         assert next(csv.reader(fh)) == list(TABLE_COLUMNS)
     rows = read_csv(tmp_path / "table.csv")
@@ -200,22 +186,8 @@ def test_progress_into_a_log_is_plain_lines(tmp_path: Path, capsys):
 
 
 def test_cli_fit_poc_uses_the_nearest_v_prime(tmp_path: Path):
-    argv = ["--drops", "2", "--rounds", "3", "--fit-poc", "--fit-max", "4"]
-    assert (
-        invoke(
-            [
-                "paper",
-                "schedule-table",
-                *argv,
-                "--policies",
-                "poc,bc",
-                "--quiet",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    argv = "paper schedule-table --drops 2 --rounds 3 --fit-poc --fit-max 4 --policies poc,bc"
+    assert invoke([*argv.split(), "--quiet", "--out", str(tmp_path)]) == 0
     fit = read_csv(tmp_path / "poc_fit.csv")
     assert [int(r["poc_candidates"]) for r in fit] == [1, 2, 3, 4]
     for r in fit:

@@ -61,14 +61,11 @@ def test_the_choices_are_those_the_code_takes():
     assert set(SCHEMA["model"].choices) == {"auto", *BUILTIN_MODELS}
     assert SCHEMA["channel.radius-m"].maximum == cell.MAX_RADIUS_M
     assert SCHEMA["channel.h-bs-m"].maximum == SCHEMA["channel.h-ut-m"].maximum == cell.MAX_HEIGHT_M
-    carrier = SCHEMA["channel.carrier-frequency-hz"]
-    assert (carrier.minimum, carrier.maximum) == (
-        cell.MIN_CARRIER_FREQUENCY_HZ,
-        cell.MAX_CARRIER_FREQUENCY_HZ,
-    )
-    for name, bounds in cell.DB_RANGES.items():
+    for name, (low, high, closed, _) in cell.FLOAT_RANGES.items():
         setting = SCHEMA[f"channel.{name.replace('_', '-')}"]
-        assert (setting.minimum, setting.maximum) == bounds
+        high_setting = math.inf if setting.maximum is None else setting.maximum
+        bounds = (setting.minimum, high_setting, not setting.above)
+        assert bounds == (low, high, closed), name
 
 
 def test_every_channel_key_is_a_cell_field_or_read_on_its_own():

@@ -16,24 +16,8 @@ def read(path: Path) -> list[dict[str, str]]:
 
 
 def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
-    code = invoke(
-        [
-            "paper",
-            "solver-performance",
-            "--out",
-            str(tmp_path),
-            "--instances",
-            "2",
-            "--num-devices",
-            "8,12",
-            "--alphas",
-            "0.1,10",
-            "--ratios",
-            "0.3,3",
-            "--milp-time-limit-s",
-            "0",
-        ]
-    )
+    argv = "--instances 2 --num-devices 8,12 --alphas 0.1,10 --ratios 0.3,3 --milp-time-limit-s 0"
+    code = invoke(["paper", "solver-performance", "--out", str(tmp_path), *argv.split()])
     assert code == 0
     rows = read(tmp_path / "rows.csv")
     assert list(rows[0]) == solver_performance.ROW_FIELDS

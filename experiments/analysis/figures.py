@@ -64,35 +64,23 @@ METRICS: dict[str, Metric] = {
     "class_gradient_used": Metric("Ĝ, class-gradient bound used (gradient norm)", 0.0),
 }
 
-#: Human names of the policies, in the order they appear in legends.
-POLICY_NAMES: dict[str, str] = {
-    "fedcgd-fscd": "FedCGD-FSCD",
-    "fedcgd-fscd-gc": "FedCGD-FSCD (Ĝ_c)",
-    "fedcgd-gs": "FedCGD-GS",
-    "fedcgd-exact": "FedCGD-exact",
-    "fedcgd-cd": "FedCGD-CD",
-    "bc": "BC (best channel)",
-    "bn2": "BN2 (best norm)",
-    "poc": "POC (power of choice)",
-    "fedcbs": "Fed-CBS",
-    "all": "all (no budget)",
+#: Legend name and fixed colour (the same in every figure) of each built-in policy, in legend
+#: order: FedCGD in warm, saturated colours, the baselines in cool or grey ones (matplotlib's
+#: ten "tab" colours).
+BUILT_IN_POLICIES: dict[str, tuple[str, str]] = {
+    "fedcgd-fscd": ("FedCGD-FSCD", "#d62728"),
+    "fedcgd-fscd-gc": ("FedCGD-FSCD (Ĝ_c)", "#8c564b"),
+    "fedcgd-gs": ("FedCGD-GS", "#ff7f0e"),
+    "fedcgd-exact": ("FedCGD-exact", "#e377c2"),
+    "fedcgd-cd": ("FedCGD-CD", "#bcbd22"),
+    "bc": ("BC (best channel)", "#1f77b4"),
+    "bn2": ("BN2 (best norm)", "#17becf"),
+    "poc": ("POC (power of choice)", "#2ca02c"),
+    "fedcbs": ("Fed-CBS", "#9467bd"),
+    "all": ("all (no budget)", "#7f7f7f"),
 }
-
-
-#: A fixed colour per built-in policy (the same in every figure): FedCGD in warm, saturated
-#: colours, the baselines in cool or grey ones (matplotlib's ten "tab" colours).
-POLICY_COLORS: dict[str, str] = {
-    "fedcgd-fscd": "#d62728",
-    "fedcgd-fscd-gc": "#8c564b",
-    "fedcgd-gs": "#ff7f0e",
-    "fedcgd-exact": "#e377c2",
-    "fedcgd-cd": "#bcbd22",
-    "bc": "#1f77b4",
-    "bn2": "#17becf",
-    "poc": "#2ca02c",
-    "fedcbs": "#9467bd",
-    "all": "#7f7f7f",
-}
+POLICY_NAMES = {policy: name for policy, (name, _) in BUILT_IN_POLICIES.items()}
+POLICY_COLORS = {policy: color for policy, (_, color) in BUILT_IN_POLICIES.items()}
 
 #: Colours of a researcher's own policies, in the order they first appear in a figure: dark
 #: ones that no built-in policy uses (near-black, then matplotlib's "tab20b" darks).

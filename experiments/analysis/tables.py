@@ -1,10 +1,10 @@
-"""The experiment tables: one CSV writer and one printed-table layout for every command."""
+"""The experiment tables: one CSV writer for every command."""
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from run_files.files import atomic_write
@@ -33,8 +33,3 @@ def write_csv(
         writer.writeheader()
         writer.writerows(rows)
     atomic_write(path, handle.getvalue())
-
-
-def text_table(header: str, lines: Iterable[str]) -> str:
-    """A printed table: ``header``, a rule of dashes as wide as it, then ``lines``."""
-    return "\n".join([header, "-" * len(header), *lines])

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.analysis.tables import text_table, write_csv
+from experiments.analysis.tables import write_csv
 from experiments.run.run_config import format_run_config
 from run_files.files import atomic_write
 from run_files.results import read_metrics_lines
@@ -168,10 +168,10 @@ def replay(
         If the redrawn channel gives another number of available devices than the run.
     """
     import torch
-    from fedcgd_task.local_data import local_split
 
     from client_app.device_round import pre_training_stats
     from fedcgd_strategy.aggregation import fedavg
+    from fedcgd_task.partition import local_split
     from fedcgd_task.training import dropout_seed, local_batches, train_local
     from server_app.config import parse_run_config
     from server_app.recorder import evaluation_due
@@ -285,7 +285,8 @@ def write_table(
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
 
-    print(text_table(line(header), (line([cell(r.get(h)) for h in header]) for r in rows)))
+    print("\n".join([line(header), "-" * len(line(header))]))
+    print("\n".join(line([cell(r.get(h)) for h in header]) for r in rows))
     write_csv(out / f"{name}.csv", rows, header)
     if settings is not None:
         payload = {"settings": dict(settings), "rows": list(rows)}

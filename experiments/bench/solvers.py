@@ -17,12 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.analysis.tables import text_table, write_csv
+from experiments.analysis.tables import write_csv
+from experiments.bench.common import write_table
 from experiments.paper.solver_performance import instance_problem, make_instance
 from fedcgd_strategy import solve
-
-#: The columns of ``summary.csv``, as printed.
-SUMMARY = ("num_devices", "method", "instances", "median_s", "max_s", "median_cpu_s", "iterations")
 
 
 def main(
@@ -82,10 +80,6 @@ def main(
                 }
             )
             runs += group
-    row = "{:>11} {:>6} {:>9} {:>9.4f} {:>9.4f} {:>12.4f} {:>10.1f}"
-    head = row.replace(".4f", "").replace(".1f", "").format(*SUMMARY)
-    print(text_table(head, (row.format(*(r[k] for k in SUMMARY)) for r in summary)))
     write_csv(out / "runs.csv", runs)
-    write_csv(out / "summary.csv", summary)
-    print(f"wrote {out / 'runs.csv'} and {out / 'summary.csv'}")
+    write_table(out, summary, None, "summary")
     return 0

@@ -244,7 +244,7 @@ def runs_command(
     ] = DEFAULT_RESULTS,
 ) -> None:
     """List the runs under a folder, oldest first: policy, aggregator, seed, rounds, status."""
-    from run_files.run_list import runs_table
+    from run_files.run_status import runs_table
 
     try:
         print(runs_table(folder))

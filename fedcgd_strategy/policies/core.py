@@ -285,14 +285,12 @@ class UploadedUpdates:
 
 
 class Policy(ABC):
-    """Base class of a scheduling rule (docs/bring-your-own.md, "Write your own policy").
+    """Base class of a scheduling rule; its class attributes say what the rule needs.
 
     The strategy calls :meth:`schedule` each round and, after aggregation,
-    :meth:`observe_uploads` (FedCGD updates Ĝ there, paper Algorithm 3, last line). ``name`` is
-    the run-config value it was built from. The class attributes say what the rule needs:
-    ``needs_post_training`` (it ranks on values known after local training: every available
-    device trains first), ``needs_reports`` (False: no query phase), ``needs_sigma`` (devices
-    compute σ̂), ``uses_budget`` (False only for a reference that ignores the budget B, ``all``).
+    :meth:`observe_uploads` (FedCGD updates Ĝ there, paper Algorithm 3, last line); ``name`` is
+    the run-config value it was built from. The attributes and hooks: docs/bring-your-own.md,
+    "Write your own policy".
     """
 
     name: str = "policy"

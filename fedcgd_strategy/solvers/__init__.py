@@ -5,7 +5,48 @@ versions used as test oracles are in tests/reference_solvers.py
 (not installed). Pure numpy/scipy.
 """
 
-from fedcgd_strategy.solvers.dispatch import METHODS, solve
+from __future__ import annotations
+
+import numpy as np
+
+from fedcgd_strategy.problem import SchedulingProblem
+from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
+from fedcgd_strategy.solvers.exact import exact_schedule
+from fedcgd_strategy.solvers.fscd import fscd_schedule
+from fedcgd_strategy.solvers.greedy import greedy_schedule
 from fedcgd_strategy.solvers.result import ScheduleResult
 
 __all__ = ["METHODS", "ScheduleResult", "solve"]
+
+#: Solver names accepted by :func:`solve`.
+METHODS = ("gs", "fscd", "cd", "exact")
+
+
+def solve(
+    problem: SchedulingProblem,
+    method: str,
+    *,
+    rng: np.random.Generator | None = None,
+    milp_time_limit_s: float | None = None,
+) -> ScheduleResult:
+    """Solve P1 with ``method``: ``"gs"`` (Alg. 1), ``"fscd"`` (Alg. 2), ``"cd"`` or ``"exact"``.
+
+    ``rng`` is needed by ``"cd"`` only (its random start); ``milp_time_limit_s`` caps each MILP of
+    ``"exact"`` (None: the true optimum; with a cap the result carries a proven ``lower_bound``).
+    No feasible device gives an empty schedule with objective ``inf``. Raises ValueError for an
+    unknown ``method`` or ``"cd"`` without ``rng``.
+    """
+    if method == "gs":
+        return greedy_schedule(problem)
+    if method == "fscd":
+        return fscd_schedule(problem)
+    if method == "cd":
+        if rng is None:
+            raise ValueError(
+                "rng: method 'cd' starts from a random schedule and needs a "
+                "numpy.random.Generator, got None"
+            )
+        return coordinate_descent_schedule(problem, rng)
+    if method == "exact":
+        return exact_schedule(problem, milp_time_limit_s=milp_time_limit_s)
+    raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
