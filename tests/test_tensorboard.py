@@ -100,4 +100,18 @@ def test_a_run_names_its_settings_as_hparams(tmp_path: Path) -> None:
         "num-devices": 6.0,
         "local-steps": 3.0,
         "channel.availability-prob": 0.8,
+        "protocol": "channel",  # "auto" resolved: BC needs no query (FedCGD's default: "query")
     }  # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
+
+
+def test_the_results_line_names_the_event_files_and_the_command_that_shows_them(tmp_path):
+    from experiments.run.launcher import results_line
+
+    folder = tmp_path / "a run"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("")
+    assert results_line(folder) == f"Results: {folder} (metrics.jsonl)"
+    (folder / "events.out.tfevents.1.host").write_bytes(b"")
+    assert results_line(folder) == (
+        f"Results: {folder} (metrics.jsonl, events.out.tfevents.*; tensorboard --logdir '{folder}')"
+    )
