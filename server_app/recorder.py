@@ -17,12 +17,14 @@ from flwr.app import ArrayRecord, MetricRecord
 
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.array_codec import torch_state
+from fedcgd_task.settings import default_run_config
 from run_files.files import stop_signals_held
 from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import RUNNING, RunStatus, lost_counts, write_status
 from server_app.checkpoint import save_checkpoint
+from server_app.config import parse_run_config
 from server_app.setup import RunSetup
-from server_app.tensorboard_events import RoundEvents
+from server_app.tensorboard_events import RoundEvents, run_hparams
 
 
 def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
@@ -54,7 +56,9 @@ class RoundRecorder:
         self.writer = writer
         self.say = say
         self._record: RoundRecord | None = None
-        self.events = RoundEvents(writer.dir, setup.round_offset)
+        defaults = parse_run_config(default_run_config()).to_dict()
+        settings = run_hparams(setup.config.to_dict(), defaults)
+        self.events = RoundEvents(writer.dir, setup.round_offset, settings)
 
     def add_record(self, record: RoundRecord) -> None:
         """Keep the record of the round just aggregated (the strategy's ``on_record``)."""

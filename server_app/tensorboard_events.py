@@ -15,6 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+
+from fedcgd_task.schema import SETTINGS
+from fedcgd_task.settings import RECORDED
+from run_files.run_status import flat_settings
 
 #: TensorBoard tag -> field of the round's metrics line (docs/running.md, "What a run writes").
 SCALARS: dict[str, str] = {
@@ -35,6 +40,36 @@ SCALARS: dict[str, str] = {
 }
 
 
+#: Settings every run's hparams name, whatever their value (run-config keys).
+ALWAYS: tuple[str, ...] = ("policy", "aggregator", "seed")
+#: The metrics TensorBoard's HParams view shows beside the settings (scalar tags above).
+HPARAM_METRICS: tuple[str, ...] = ("accuracy", "loss")
+
+HParam = bool | int | float | str
+
+
+def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, HParam]:
+    """A run's settings for TensorBoard's HParams view, by run-config key.
+
+    :data:`ALWAYS`, then every setting that changes what a run computes
+    (:attr:`fedcgd_task.setting.Setting.computes`) and differs from its default; where or how a
+    run runs or reports (folders, timeouts, ``device``) is left out. ``recorded`` and
+    ``defaults``: :meth:`server_app.config.RunConfig.to_dict` of the run and of the default run
+    config. A value that is no bool, int, float or string (a list, None) is shown as its text.
+    """
+    run, default = flat_settings(recorded), flat_settings(defaults)
+    out: dict[str, HParam] = {}
+    for setting in SETTINGS:
+        name = RECORDED[setting.key]
+        if name not in run:
+            continue
+        value = run[name]
+        wanted = setting.key in ALWAYS or (setting.computes and value != default.get(name))
+        if wanted:
+            out[setting.key] = value if isinstance(value, HParam) else str(value)
+    return out
+
+
 class RoundEvents:
     """The TensorBoard event file of one run (or of one resumed part of it).
 
@@ -46,11 +81,20 @@ class RoundEvents:
         The checkpoint's round when resuming (0: a new run). Events of later rounds that the
         stopped run had written are dropped from the view (TensorBoard's ``purge_step``), so
         each round shows once.
+    settings : mapping, optional
+        The run's settings (:func:`run_hparams`), written once to the same event file, so that
+        TensorBoard's HParams view groups and filters runs by them beside :data:`HPARAM_METRICS`.
     """
 
-    def __init__(self, folder: Path, resumed_after: int = 0) -> None:
+    def __init__(
+        self, folder: Path, resumed_after: int = 0, settings: Mapping[str, HParam] | None = None
+    ) -> None:
         purge = resumed_after + 1 if resumed_after else None
         self._writer = SummaryWriter(log_dir=str(folder), purge_step=purge)
+        if settings:
+            metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
+            for summary in hparams(dict(settings), metrics):
+                self._writer.file_writer.add_summary(summary)
 
     def add(self, line: Mapping[str, Any]) -> None:
         """Write the finite numbers of a round's metrics line as scalars at its round."""

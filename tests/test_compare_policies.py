@@ -561,3 +561,16 @@ def test_policies_that_schedule_alike_in_every_round_are_named_once(tmp_path):
         "common seed(s)): the same runs, whatever their rules"
     ]
     assert results.same_schedule_lines(runs[:2] + runs[4:]) == []
+
+
+def test_a_policy_named_by_file_path_is_labelled_by_its_class_name(tmp_path):
+    """Tables and console lines use the label its folder has, not the whole path."""
+    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
+    folder = tmp_path / "ProportionalFair" / "seed-0"
+    write_run(folder, {"policy": policy, "seed": 0}, [{"round": 1, "accuracy": 0.5}])
+    assert results.summarise(folder)["policy"] == "ProportionalFair"
+    plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
+    assert plan.label == "ProportionalFair/seed-0"
+    assert execution.run_header(plan, [policy], [0]).endswith(
+        f"ProportionalFair seed=0 -> {folder}"
+    )

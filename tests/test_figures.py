@@ -491,3 +491,22 @@ def test_mean_curves_group_by_the_settings_besides_the_seed_and_bands_can_be_lef
     assert len(with_bands.axes[0].collections) == 2  # a band per group
     assert len(lines_only.axes[0].collections) == 0
     assert _series(lines_only.axes[0]) == _series(with_bands.axes[0])
+
+
+def test_an_own_policy_keeps_its_colour_in_every_figure() -> None:
+    """Its colour follows its name, not its place among the figure's policies."""
+    import zlib
+
+    from experiments.analysis.figures import USER_COLORS
+
+    picks = {n: zlib.crc32(n.encode()) % len(USER_COLORS) for n in ("RoundRobin", "Fair")}
+    assert picks["RoundRobin"] != picks["Fair"]  # so neither moves the other
+    alone = series_styles(["bc", "RoundRobin"])[1]
+    beside = series_styles(["fedcgd-fscd", "Fair", "RoundRobin", "bc"])[2]
+    assert alone["color"] == beside["color"] == USER_COLORS[picks["RoundRobin"]]
+    # two names that pick the same colour: the second by name takes the next free one
+    same = [
+        n for n in (f"P{i}" for i in range(100)) if zlib.crc32(n.encode()) % len(USER_COLORS) == 0
+    ][:2]
+    first, second = series_styles(sorted(same, reverse=True))[::-1]
+    assert first["color"] == USER_COLORS[0] and second["color"] == USER_COLORS[1]

@@ -131,6 +131,7 @@ def test_default_run_of_make_run(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (result_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert f"Results: {result_dir}" in proc.stdout
+    assert f"events.out.tfevents.*; tensorboard --logdir {result_dir})" in proc.stdout
     summary = json.loads((result_dir / SUMMARY_FILE).read_text())
     assert summary["rounds"] == 50
     assert summary["final_accuracy"] >= 0.85

@@ -75,3 +75,43 @@ def test_a_resumed_run_shows_each_round_once(tmp_path: Path) -> None:
     assert [line["round"] for line in lines] == [1, 2, 3, 4]
     assert len(list(killed.glob("events.out.tfevents.*"))) == 2
     assert_same(scalars(killed), expected(lines))
+
+
+def test_a_run_names_its_settings_as_hparams(tmp_path: Path) -> None:
+    """Policy, aggregator and seed always; then only settings that change what a run computes
+    and differ from their defaults (no folders, timeouts or device), by run-config key."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    folder = tmp_path / "run"
+    chosen = {"policy": "bc", "local-steps": 3, "seed": 7, "num-server-rounds": 2}
+    run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/session_start_info"]
+    ).session_start_info.hparams
+    shown = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.items()}
+    assert shown == {
+        "policy": "bc",
+        "aggregator": "",
+        "seed": 7.0,
+        "num-server-rounds": 2.0,
+        "num-devices": 6.0,
+        "local-steps": 3.0,
+        "channel.availability-prob": 0.8,
+        "protocol": "channel",  # "auto" resolved: BC needs no query (FedCGD's default: "query")
+    }  # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
+
+
+def test_the_results_line_names_the_event_files_and_the_command_that_shows_them(tmp_path):
+    from experiments.run.launcher import results_line
+
+    folder = tmp_path / "a run"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("")
+    assert results_line(folder) == f"Results: {folder} (metrics.jsonl)"
+    (folder / "events.out.tfevents.1.host").write_bytes(b"")
+    assert results_line(folder) == (
+        f"Results: {folder} (metrics.jsonl, events.out.tfevents.*; tensorboard --logdir '{folder}')"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,8 +83,8 @@ BUILT_IN_POLICIES: dict[str, tuple[str, str]] = {
 POLICY_NAMES = {policy: name for policy, (name, _) in BUILT_IN_POLICIES.items()}
 POLICY_COLORS = {policy: color for policy, (_, color) in BUILT_IN_POLICIES.items()}
 
-#: Colours of a researcher's own policies, in the order they first appear in a figure: dark
-#: ones that no built-in policy uses (near-black, then matplotlib's "tab20b" darks).
+#: Colours of a researcher's own policies: dark ones that no built-in policy uses (near-black,
+#: then matplotlib's "tab20b" darks). Each policy's is chosen by its name (:func:`own_colors`).
 USER_COLORS: tuple[str, ...] = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
 
 #: Colours of a policy's further aggregators in one figure (its first keeps the policy's own
@@ -152,6 +153,21 @@ def _style_key(style: Mapping[str, Any]) -> tuple[str, str]:
     return to_hex(style["color"]), repr(style["linestyle"])
 
 
+def own_colors(policies: Sequence[str]) -> dict[str, int]:
+    """The :data:`USER_COLORS` index of each of a figure's own policies, chosen by its name.
+
+    A policy's colour follows from its label alone (CRC-32), so it is the same in every figure
+    (``compare``'s, ``plot --mean``'s); two in one figure whose names pick the same colour take
+    the next free one (sorted by name: the same pair gets the same colours in any order).
+    """
+    out: dict[str, int] = {}
+    for policy in sorted(policies):
+        first = zlib.crc32(policy.encode()) % len(USER_COLORS)
+        tried = ((first + step) % len(USER_COLORS) for step in range(len(USER_COLORS)))
+        out[policy] = next((i for i in tried if i not in out.values()), first)
+    return out
+
+
 def series_styles(
     policies: Sequence[str], aggregators: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
@@ -161,8 +177,8 @@ def series_styles(
     and each further one takes its own (:data:`VARIANT_COLORS`): different policies or
     aggregators never share a colour (up to ten further aggregators in one figure).
     """
-    own = [p for p in dict.fromkeys(policies) if p not in POLICY_COLORS]
-    styles = [policy_style(p, own.index(p) if p in own else 0) for p in policies]
+    own = own_colors([p for p in dict.fromkeys(policies) if p not in POLICY_COLORS])
+    styles = [policy_style(p, own.get(p, 0)) for p in policies]
     if aggregators is not None:
         first: dict[str, str] = {}
         variant: dict[tuple[str, str], str] = {}

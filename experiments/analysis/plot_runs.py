@@ -28,6 +28,7 @@ from experiments.analysis.figures import (
     smoothing_window,
 )
 from fedcgd_task.datasets import BUILTIN_DATASETS
+from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import WHERE_AND_HOW
 from run_files.files import ResultWriteError, atomic_write, read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
@@ -51,6 +52,9 @@ MAX_LABEL_VALUE = 24
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
     """Return (label, per-round lines) of a result directory; the label: its policy, else its name.
 
+    A policy named by reference (``path/to/file.py:Fair``, ``pkg.mod:Fair``) is labelled by its
+    class name (:func:`fedcgd_task.imports.reference_label`), as its folder is named.
+
     Raises
     ------
     ValueError
@@ -61,7 +65,7 @@ def load_run(result_dir: Path) -> tuple[str, list[dict]]:
         config_path = result_dir / CONFIG_FILE
         label = result_dir.name
         if config_path.exists():
-            label = str(read_json_object(config_path).get("policy", label))
+            label = reference_label(str(read_json_object(config_path).get("policy", label)))
     except OSError as err:
         raise ValueError(f"{result_dir}: cannot be read ({err.strerror or err})") from err
     return label, lines

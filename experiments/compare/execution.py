@@ -42,6 +42,7 @@ from experiments.run.run_pool import (
     run_jobs,
 )
 from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
 from run_files.folder_lock import FolderClaim, claim_folder
 from run_files.results import RUN_FILES
@@ -293,8 +294,9 @@ def run_header(
 ) -> str:
     """``<prefix>[policy i/N, seed j/M] <policy> seed=<s> -> <folder>``: a run's header line."""
     i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
+    name = reference_label(plan.policy)
     return (
-        f"{prefix}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {plan.policy} "
+        f"{prefix}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {name} "
         f"seed={plan.seed} -> {plan.result_dir}"
     )
 

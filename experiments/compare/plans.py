@@ -138,8 +138,10 @@ class PlannedRun:
 
     @property
     def label(self) -> str:
-        """``<policy>/seed-<seed>``."""
-        return f"{self.policy}/seed-{self.seed}"
+        """``<policy label>/seed-<seed>``: as its folder (a reference by its class name)."""
+        from fedcgd_task.imports import reference_label
+
+        return f"{reference_label(self.policy)}/seed-{self.seed}"
 
 
 def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:

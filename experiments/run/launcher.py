@@ -6,6 +6,7 @@ on an existing SuperLink; nothing is left running (docs/running.md, docs/deploym
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -102,10 +103,17 @@ def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
     )
 
 
-def result_files(result_dir: Path) -> list[str]:
-    """The files a finished run left in ``result_dir`` (docs/running.md says what each holds)."""
+def results_line(result_dir: Path) -> str:
+    """The ``Results:`` line: the files a finished run left and how to view its events.
+
+    docs/running.md says what each file holds.
+    """
     names = "metrics.jsonl config.json summary.json status.json model.pt checkpoint.pt curves.png"
-    return [name for name in names.split() if (result_dir / name).is_file()]
+    line = f"Results: {result_dir} ("
+    line += ", ".join(name for name in names.split() if (result_dir / name).is_file())
+    if any(result_dir.glob("events.out.tfevents.*")):
+        line += f", events.out.tfevents.*; tensorboard --logdir {shlex.quote(str(result_dir))}"
+    return line + ")"
 
 
 def run_command(
@@ -231,6 +239,6 @@ def launch_run(
         print(f"failed: {err} (the run itself completed, in {result_dir})", file=sys.stderr)
         return 1
     print((result_dir / "summary.json").read_text())
-    print(f"\nResults: {result_dir} ({', '.join(result_files(result_dir))})")
+    print(f"\n{results_line(result_dir)}")
     print(outcome.message)
     return 0
