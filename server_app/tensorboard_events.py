@@ -93,8 +93,9 @@ class RoundEvents:
         self._writer = SummaryWriter(log_dir=str(folder), purge_step=purge)
         if settings:
             metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
+            file_writer = self._writer._get_file_writer()  # the run's own event file
             for summary in hparams(dict(settings), metrics):
-                self._writer.file_writer.add_summary(summary)
+                file_writer.add_summary(summary)
 
     def add(self, line: Mapping[str, Any]) -> None:
         """Write the finite numbers of a round's metrics line as scalars at its round."""
