@@ -279,19 +279,10 @@ def test_sigma_of_the_cnn1d_equals_a_per_sample_loop(tmp_path):
     assert gradient_spread_vmap(model, x, y).sigma == pytest.approx(expected.sigma, rel=REL64)
 
 
-def test_conv1d_out_of_scope_falls_back_to_vmap():
-    # 'same' padding is a string (outside the one-pass method); an unbatched Conv1d input is
-    # detected during the pass. Both still give the loop's σ̂.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(4)
-        same = nn.Sequential(nn.Conv1d(1, 3, 3, padding="same"), nn.Flatten(), nn.Linear(24, 3))
-        x, y = torch.randn(6, 1, 8), torch.tensor([0, 1, 2, 0, 1, 2])
-    same, x = same.double(), x.double()
-    assert "padding" in psn.unsupported_reasons(same)[0]
-    assert gradient_spread(same, x, y).sigma == pytest.approx(loop_sigma(same, x, y), rel=REL64)
-
+def test_an_unbatched_conv1d_input_is_refused_during_the_pass():
     # A batch of 6 samples [6, 8] read by Conv1d(6, 6, 3) as ONE unbatched input of 6 channels:
     # batch sizes match (6 in, 6 out) but the samples are mixed; the one-pass method refuses.
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
     mixing = nn.Sequential(nn.Conv1d(6, 6, 3), nn.Linear(6, 3))
     with pytest.raises(psn.UnsupportedModelError, match="unbatched input"):
         psn.per_sample_grad_norms(mixing, torch.randn(6, 8), y)
