@@ -46,26 +46,10 @@ MAX_HEIGHT_M = 1_000.0
 class CellConfig:
     """Validated settings of a cell; defaults are the paper's Table I (CIFAR-10 deadline).
 
-    Attributes
-    ----------
-    num_devices : int
-        Number of devices V (paper: 64).
-    radius_m, min_distance_m : float
-        Cell radius (250 m) and smallest horizontal device distance (10 m) in m.
-    h_bs_m, h_ut_m : float
-        Base-station and device antenna heights in m (10 and 1.5); ``> 1`` for ``"tr38901"``.
-    carrier_frequency_hz : float
-        Carrier frequency in Hz (3.5 GHz), within TR 38.901's 0.5-100 GHz.
-    pathloss_model : str
-        ``"paper"`` or ``"tr38901"`` (:mod:`channel.pathloss`).
-    availability_prob : float
-        Probability p_a that a device is available in a round (0.3).
-    tx_power_dbm, noise_psd_dbm_per_hz, noise_figure_db : float
-        Transmit power S (23 dBm), thermal noise PSD (-174 dBm/Hz), receiver noise figure (6 dB).
-    total_bandwidth_hz, deadline_s : float
-        Uplink bandwidth B (20 MHz) and upload deadline d_cm in s (2 s for CIFAR-10).
-    redraw_los_each_round, redraw_shadowing_each_round : bool
-        Redraw LOS states / shadow fading every round (True) or once at construction.
+    One field per run-config key ``channel.<name>`` with dashes for underscores, besides
+    ``num_devices`` (V, ``num-devices``); meanings and ranges: docs/running.md, the ``channel.*``
+    rows. Units are in the names (m, Hz, dBm, dB, dBm/Hz, s); ``availability_prob`` is p_a,
+    ``total_bandwidth_hz`` B, ``deadline_s`` d_cm.
     """
 
     num_devices: int = 64

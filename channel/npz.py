@@ -7,6 +7,7 @@ size first (channel traces, the MNIST-1D cache). Pure numpy.
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from dataclasses import dataclass
@@ -28,10 +29,7 @@ class ArrayHeader:
     @property
     def nbytes(self) -> int:
         """Bytes of the array once read (the product of the shape times the item size)."""
-        count = 1
-        for size in self.shape:
-            count *= int(size)
-        return count * int(self.dtype.itemsize)
+        return math.prod(self.shape) * int(self.dtype.itemsize)
 
 
 def npz_headers(path: str | os.PathLike[str]) -> dict[str, ArrayHeader]:

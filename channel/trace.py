@@ -74,17 +74,9 @@ def _layout_problem(
 class ChannelTrace:
     """A validated channel trace: availability and average gain of V devices over R rounds.
 
-    Attributes
-    ----------
-    available : numpy.ndarray of bool, shape ``(R, V)``
-        ``available[j - 1, v]``: device v is available in round j.
-    gain_lin : numpy.ndarray of float64, shape ``(R, V)``
-        ``gain_lin[j - 1, v]``: average channel gain H̄_v of round j (linear), finite, ``>= 0``.
-
-    Raises
-    ------
-    TraceError
-        On a wrong dtype, shape (both 2-D, equal, non-empty) or gain (not finite or ``< 0``).
+    ``available[j - 1, v]`` (bool ``(R, V)``): device v is available in round j;
+    ``gain_lin[j - 1, v]`` (float64 ``(R, V)``): its average channel gain H̄_v (linear), finite,
+    ``>= 0``. Raises TraceError on a wrong dtype, shape (2-D, equal, non-empty) or gain.
     """
 
     available: BoolArray
@@ -232,14 +224,9 @@ def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int)
 class TraceReplay:
     """Replay a :class:`ChannelTrace` round by round, with the interface of :class:`Cell`.
 
-    Parameters
-    ----------
-    trace : ChannelTrace
-        The recorded rounds; its V must equal ``config.num_devices``.
-    config : CellConfig
-        The run's channel settings; only those of B* are used.
-    first_round : int
-        Rounds already run (0 for a new run, the checkpoint's round when resuming).
+    The trace's V must equal ``config.num_devices``; of the run's channel settings only those of
+    B* are used. ``first_round``: rounds already run (0 for a new run, the checkpoint's round
+    when resuming).
     """
 
     def __init__(self, trace: ChannelTrace, config: CellConfig, first_round: int = 0) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import queue
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -272,31 +273,23 @@ class Cohorts:
         chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
         workers = max(1, min(self.threads, len(chunks)))
 
-        def spreads_of(worker_model: nn.Module, mine: list[Sequence[DeviceRound]]) -> list[float]:
-            sigmas: list[float] = []
-            for chunk in mine:
+        models: queue.SimpleQueue[nn.Module] = queue.SimpleQueue()
+        for copied in [model, *(copy.deepcopy(model) for _ in range(workers - 1))]:
+            models.put(copied)
+
+        def spreads_of(chunk: Sequence[DeviceRound]) -> list[float]:
+            worker_model = models.get()  # a model of its own while the chunk runs
+            try:
                 xs, ys = zip(*(d.split.tensors(d.batches[0]) for d in chunk), strict=True)
                 found = gradient_spreads(worker_model, torch.cat(xs), torch.cat(ys), group_size=b)
-                sigmas.extend(spread.sigma for spread in found)
-            return sigmas
+            finally:
+                models.put(worker_model)
+            return [spread.sigma for spread in found]
 
         try:
-            if workers == 1:
-                sigmas = spreads_of(model, chunks)
-            else:
-                dealt = [chunks[w::workers] for w in range(workers)]
-                models = [model, *(copy.deepcopy(model) for _ in range(workers - 1))]
-                with ThreadPoolExecutor(workers) as pool:
-                    futures = [
-                        pool.submit(spreads_of, m, d) for m, d in zip(models, dealt, strict=True)
-                    ]
-                    parts = [future.result() for future in futures]
-                by_chunk: list[list[float]] = [[] for _ in chunks]
-                for w, part in enumerate(parts):
-                    for k, chunk in enumerate(dealt[w]):
-                        by_chunk[w + k * workers] = part[: len(chunk)]
-                        part = part[len(chunk) :]
-                sigmas = [sigma for chunk_sigmas in by_chunk for sigma in chunk_sigmas]
+            with ThreadPoolExecutor(workers) as pool:  # one worker: on this thread
+                parts = pool.map(spreads_of, chunks) if workers > 1 else map(spreads_of, chunks)
+                sigmas = [sigma for part in parts for sigma in part]
         except UnsupportedModelError as err:  # found during the pass (e.g. a layer ran twice)
             self._log_once(name, keys.QUERY_STATS, str(err))
             return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]

@@ -30,6 +30,7 @@ from client_app.device_round import (
     update_norm,
 )
 from client_app.per_sample_norms import CHUNK_BUDGET_FLOATS
+from client_app.sigma import mode_kept
 from fedcgd_task.imports import first_line
 
 #: Largest change of a device's outputs, relative to their largest magnitude, that
@@ -157,9 +158,7 @@ def cohort_train(
     device_losses = vmap(batch_loss, randomness="error")
     per_chunk = train_chunk_devices(model)
     out: list[TrainedDevice] = []
-    flags = [(m, m.training) for m in model.modules()]
-    model.train()
-    try:
+    with mode_kept(model, training=True):
         for start in range(0, len(devices), per_chunk):
             chunk = devices[start : start + per_chunk]
             started = time.perf_counter()
@@ -199,7 +198,4 @@ def cohort_train(
                         train_time_s=float(share_s),
                     )
                 )
-    finally:
-        for module, flag in flags:
-            module.training = flag
     return out

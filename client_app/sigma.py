@@ -107,7 +107,7 @@ def gradient_spreads(
     :func:`client_app.per_sample_norms.unsupported_reasons`' scope, else UnsupportedModelError.
     """
     _check_batch(x, y)
-    with _eval_mode(model):
+    with mode_kept(model):
         norms = per_sample_grad_norms(model, x, y, group_size=group_size, chunk_size=chunk_size)
     b = group_size
     sample_sq = norms.sq_norms.reshape(-1, b).sum(dim=1).tolist()
@@ -129,10 +129,10 @@ def spread_from_norms(sum_sq_norms: float, sum_grad_sq_norm: float, b: int) -> f
 
 
 @contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """Put every submodule of ``model`` in eval mode; restore each one's own flag on exit."""
+def mode_kept(model: nn.Module, training: bool = False) -> Iterator[None]:
+    """Put every submodule of ``model`` in eval (or ``training``) mode; restore each one's own."""
     flags = [(module, module.training) for module in model.modules()]
-    model.eval()
+    model.train(training)
     try:
         yield
     finally:
@@ -182,7 +182,7 @@ def gradient_spread_vmap(
 
     per_sample = vmap(grad(sample_loss, has_aux=True), in_dims=(None, 0, 0))
 
-    with _eval_mode(model):
+    with mode_kept(model):
         count = 0
         mean: dict[str, torch.Tensor] = {}
         m2 = torch.zeros((), dtype=torch.float64, device=device)

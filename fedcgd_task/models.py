@@ -8,13 +8,14 @@ small CNN, CIFAR-100 a ResNet-18 with GroupNorm; the MLP serves ``digits`` and a
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
-from fedcgd_task.imports import builtin_or_function
+from fedcgd_task.imports import builtin_or_function, first_line
 
 #: The run-config key that names the model function.
 MODEL_KEY = "model"
@@ -163,17 +164,13 @@ def _cnn_feature_size(size: int) -> int:
     return ((size - 4) // 2 - 4) // 2
 
 
-def _group_norm(num_channels: int) -> nn.Module:
-    """GroupNorm with :data:`RESNET_GN_GROUPS` groups (torchvision's ``norm_layer`` hook)."""
-    return nn.GroupNorm(RESNET_GN_GROUPS, num_channels)
-
-
 def _resnet18_gn(num_classes: int, input_shape: Sequence[int]) -> nn.Module:
     """Torchvision's ResNet-18 with GroupNorm; the stem takes ``input_shape[0]`` channels."""
     from torchvision.models import resnet18
 
     in_channels = _image_shape(input_shape, "resnet18gn")[0]
-    model = resnet18(weights=None, num_classes=num_classes, norm_layer=_group_norm)
+    norm = functools.partial(nn.GroupNorm, RESNET_GN_GROUPS)  # torchvision's norm_layer hook
+    model = resnet18(weights=None, num_classes=num_classes, norm_layer=norm)
     if in_channels != 3:
         model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
         nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
@@ -223,9 +220,8 @@ def build_model(
         except ValueError:  # the function's own account of sizes it cannot take
             raise
         except Exception as err:  # the researcher's code: any failure becomes one line
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise ValueError(
-                f"the model function raised {type(err).__name__}: {reason} (called with "
+                f"the model function raised {type(err).__name__}: {first_line(err)} (called with "
                 f"num_classes={num_classes}, input_shape={shape})"
             ) from err
     if not isinstance(model, nn.Module):

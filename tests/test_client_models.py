@@ -10,35 +10,49 @@ from channel.report import PAPER_CIFAR10_CNN_PARAMS
 from fedcgd_task.models import build_model, count_parameters
 
 
-def test_cnn_parameter_count_cifar10() -> None:
-    # conv 3->32: 3*9*32 + 32 = 896; conv 32->32: 32*9*32 + 32 = 9,248;
-    # conv 32->64: 32*9*64 + 64 = 18,496; conv 64->64: 64*9*64 + 64 = 36,928;
-    # 32 -> 30 -> 28 -> 14 -> 12 -> 10 -> 5: flatten 64*5*5 = 1600; fc 1600*120 + 120 = 192,120;
-    # fc 120*10 + 10 = 1,210. Sum = 258,898: the constant the torch-free scripts use.
-    model = build_model("cnn", 10, (3, 32, 32))
-    assert count_parameters(model) == PAPER_CIFAR10_CNN_PARAMS == 258_898
-    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+@pytest.mark.parametrize(
+    ("name", "classes", "shape", "count"),
+    [
+        # conv 3->32: 3*9*32 + 32 = 896; 32->32: 9,248; 32->64: 18,496; 64->64: 36,928;
+        # 32 -> 30 -> 28 -> 14 -> 12 -> 10 -> 5: flatten 64*5*5 = 1600; fc 1600*120 + 120 =
+        # 192,120; fc 120*10 + 10 = 1,210. Sum 258,898: the constant the torch-free code uses.
+        ("cnn", 10, (3, 32, 32), PAPER_CIFAR10_CNN_PARAMS),
+        # 20 -> 18 -> 16 -> 8 -> 6 -> 4 -> 2, flatten 256: (1*9*32 + 32) + 9,248 + 18,496
+        # + 36,928 + (256*120 + 120) + (120*3 + 3) = 96,195.
+        ("cnn", 3, (1, 20, 20), 96_195),
+        ("mlp", 10, (1, 8, 8), 4_810),  # 64*64 + 64 + 64*10 + 10
+        ("mlp", 10, (1, 40), 3_274),  # (1*40 + 1) * 64 + (64 + 1) * 10, MNIST-1D's inputs
+        # A length L becomes (L + 2 - k) // 2 + 1: 40 -> 19 (k 5) -> 10 (k 3) -> 5 (k 3);
+        # (1*5*25 + 25) + (25*3*25 + 25) * 2 + (125*10 + 10) = 150 + 3,800 + 1,260.
+        ("cnn1d", 10, (1, 40), 5_210),
+        # 20 -> 9 -> 5 -> 3, flatten 75: (2*5*25 + 25) + 3,800 + (75*4 + 4) = 4,379.
+        ("cnn1d", 4, (2, 20), 4_379),
+        # torchvision's BatchNorm ResNet-18 with 100 classes: 11,176,512 + 512*100 + 100.
+        ("resnet18gn", 100, (3, 32, 32), 11_227_812),
+    ],
+)
+def test_parameter_counts_by_hand_and_output_shapes(
+    name: str, classes: int, shape: tuple[int, ...], count: int
+) -> None:
+    model = build_model(name, classes, shape)
+    assert count_parameters(model) == count
+    assert model(torch.zeros(2, *shape)).shape == (2, classes)
+
+
+def test_the_cnn_and_cnn1d_layers_and_their_size_limits() -> None:
+    cnn = build_model("cnn", 10, (3, 32, 32))
+    convs = [m for m in cnn.modules() if isinstance(m, nn.Conv2d)]
     assert all(c.padding == (0, 0) and c.kernel_size == (3, 3) for c in convs)
-    drops = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
-    assert drops == [0.2, 0.3]
-
-
-def test_cnn_other_input_size() -> None:
-    # 1 x 20 x 20: 20 -> 18 -> 16 -> 8 -> 6 -> 4 -> 2, flatten 64 * 2 * 2 = 256;
-    # params = (1*9*32 + 32) + 9,248 + 18,496 + 36,928 + (256*120 + 120) + (120*3 + 3)
-    #        = 320 + 9,248 + 18,496 + 36,928 + 30,840 + 363 = 96,195.
-    model = build_model("cnn", 3, (1, 20, 20))
-    assert count_parameters(model) == 96_195
-    assert model(torch.zeros(2, 1, 20, 20)).shape == (2, 3)
+    assert [m.p for m in cnn.modules() if isinstance(m, nn.Dropout)] == [0.2, 0.3]
     with pytest.raises(ValueError, match="too small"):
         build_model("cnn", 3, (1, 15, 15))
-
-
-def test_mlp_parameter_count() -> None:
-    # 64*64 + 64 + 64*10 + 10 = 4,160 + 650 = 4,810.
-    model = build_model("mlp", 10, (1, 8, 8))
-    assert count_parameters(model) == 4_810
-    assert model(torch.zeros(5, 1, 8, 8)).shape == (5, 10)
+    convs = [m for m in build_model("cnn1d", 10, (1, 40)).modules() if isinstance(m, nn.Conv1d)]
+    assert [c.kernel_size for c in convs] == [(5,), (3,), (3,)]
+    assert all(c.stride == (2,) and c.padding == (1,) and c.out_channels == 25 for c in convs)
+    with pytest.raises(ValueError, match=r"\(1, 8, 8\) is not \(channels, length\)"):
+        build_model("cnn1d", 10, (1, 8, 8))
+    with pytest.raises(ValueError, match="at least 3"):
+        build_model("cnn1d", 10, (1, 2))
 
 
 def test_resnet18gn_has_no_batchnorm() -> None:
@@ -48,9 +62,6 @@ def test_resnet18gn_has_no_batchnorm() -> None:
     groups = [m for m in model.modules() if isinstance(m, nn.GroupNorm)]
     # ResNet-18: stem 1 + 8 blocks * 2 + 3 downsample norms = 20 GroupNorm layers.
     assert len(groups) == 20 and all(g.num_groups == 32 for g in groups)
-    # Same count as torchvision's BatchNorm ResNet-18 with 100 classes: 11,176,512 + 512*100 + 100.
-    assert count_parameters(model) == 11_227_812
-    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
 
 
 def test_resnet18gn_single_channel_input() -> None:

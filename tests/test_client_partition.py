@@ -32,34 +32,21 @@ def assert_disjoint(parts: list[np.ndarray]) -> np.ndarray:
 # --- apply_imbalance ------------------------------------------------------------------------
 
 
-def test_imbalance_ratio_one_keeps_everything() -> None:
-    labels = balanced_labels(10, 7)
-    kept = apply_imbalance(labels, 1.0, np.random.default_rng(0))
-    np.testing.assert_array_equal(kept, np.arange(70))
-
-
-def test_imbalance_hand_counts() -> None:
-    # 10 classes x 100 samples, r = 3: classes 0..4 keep round(100 / 3) = 33 each,
-    # classes 5..9 keep 100 each -> n1 = 165, n2 = 500.
-    labels = balanced_labels(10, 100)
-    kept = apply_imbalance(labels, 3.0, np.random.default_rng(1))
-    counts = np.bincount(labels[kept], minlength=10)
-    np.testing.assert_array_equal(counts, [33] * 5 + [100] * 5)
+@pytest.mark.parametrize(
+    ("classes", "per_class", "ratio", "counts"),
+    [
+        (10, 7, 1.0, [7] * 10),  # r = 1 keeps everything
+        # r = 3: classes 0..4 keep round(100 / 3) = 33 each, 5..9 keep 100 (n1 = 165, n2 = 500)
+        (10, 100, 3.0, [33] * 5 + [100] * 5),
+        (4, 5, 2.0, [3, 3, 5, 5]),  # 2.5 -> 3: round half up (Python's round() gives 2)
+        (5, 10, 2.0, [5, 5, 5, 10, 10]),  # C = 5: classes c < 2.5 (0, 1, 2) are subsampled
+    ],
+)
+def test_imbalance_hand_counts(classes: int, per_class: int, ratio: float, counts: list[int]):
+    labels = balanced_labels(classes, per_class)
+    kept = apply_imbalance(labels, ratio, np.random.default_rng(1))
+    np.testing.assert_array_equal(np.bincount(labels[kept], minlength=classes), counts)
     assert np.all(np.diff(kept) > 0)  # sorted, unique
-
-
-def test_imbalance_rounds_half_up() -> None:
-    # n_c = 5, r = 2 -> 2.5 -> 3 (round half up; Python's round() would give 2).
-    labels = balanced_labels(4, 5)
-    kept = apply_imbalance(labels, 2.0, np.random.default_rng(0))
-    np.testing.assert_array_equal(np.bincount(labels[kept], minlength=4), [3, 3, 5, 5])
-
-
-def test_imbalance_odd_class_count_middle_class_is_first_half() -> None:
-    # C = 5: classes c < 2.5, i.e. 0, 1, 2, are subsampled: 10 / 2 = 5 each.
-    labels = balanced_labels(5, 10)
-    kept = apply_imbalance(labels, 2.0, np.random.default_rng(0))
-    np.testing.assert_array_equal(np.bincount(labels[kept], minlength=5), [5, 5, 5, 10, 10])
 
 
 @pytest.mark.parametrize("ratio", [3.0, 9.0])

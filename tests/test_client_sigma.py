@@ -22,6 +22,7 @@ pre-activation within ~1e-15 of 0, and the tolerance follows from float64 roundi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -204,27 +205,52 @@ class TwiceLinear(nn.Module):
         return self.inner(torch.tanh(self.inner(x.flatten(1))))
 
 
-def test_layer_run_twice_falls_back_to_vmap() -> None:
-    model = TwiceLinear().double()
-    x, y = batch(5, (1, 2, 2), 4)
-    with pytest.raises(psn.UnsupportedModelError, match="more than once"):
+#: Models outside the one-pass method, found statically or during the pass: (id, model, input
+#: shape of one sample, classes, why). A BatchNorm in eval mode computes the samples apart.
+OUT_OF_SCOPE: list[tuple[str, Callable[[], nn.Module], tuple[int, ...], int, str]] = [
+    ("layer-run-twice", TwiceLinear, (1, 2, 2), 4, "more than once"),
+    (
+        "batch-norm",
+        lambda: nn.Sequential(
+            nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(12, 3)
+        ),
+        (2, 4, 4),
+        3,
+        "BatchNorm2d are not supported",
+    ),
+    (
+        "layer-norm",
+        lambda: nn.Sequential(
+            nn.Conv1d(2, 4, 3), nn.Flatten(), nn.LayerNorm(24), nn.Tanh(), nn.Linear(24, 3)
+        ),
+        (2, 8),
+        3,
+        "2: parameters of a LayerNorm",
+    ),
+    (
+        "same-padding",
+        lambda: nn.Sequential(nn.Conv1d(1, 3, 3, padding="same"), nn.Flatten(), nn.Linear(24, 3)),
+        (1, 8),
+        3,
+        "padding must be explicit zero padding",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "shape", "classes", "why"),
+    [c[1:] for c in OUT_OF_SCOPE],
+    ids=[c[0] for c in OUT_OF_SCOPE],
+)
+def test_a_model_outside_the_one_pass_method_falls_back_to_vmap(
+    make: Callable[[], nn.Module], shape: tuple[int, ...], classes: int, why: str
+) -> None:
+    torch.manual_seed(3)
+    model = make().double().eval()
+    x, y = batch(6, shape, classes)
+    with pytest.raises(psn.UnsupportedModelError, match=why):
         psn.per_sample_grad_norms(model, x, y)
     assert hook_count(model) == 0
-    assert gradient_spread(model, x, y).sigma == pytest.approx(
-        reference_sigma(model, x, y)[0], rel=REL64
-    )
-
-
-def test_unsupported_layer_falls_back_to_vmap() -> None:
-    model = nn.Sequential(
-        nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(12, 3)
-    ).double()
-    reasons = psn.unsupported_reasons(model)
-    assert reasons and "BatchNorm2d" in reasons[0]
-    x, y = batch(4, (2, 4, 4), 3)
-    model.eval()
-    with torch.no_grad():
-        model(x)  # BatchNorm in eval mode: samples independent
     assert gradient_spread(model, x, y).sigma == pytest.approx(
         reference_sigma(model, x, y)[0], rel=REL64
     )

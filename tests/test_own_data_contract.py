@@ -145,29 +145,3 @@ def test_settings_check_a_reference_by_its_form_without_importing_it():
     assert "not_imported_yet" not in sys.modules
     with pytest.raises(ValueError, match=r"'model' = 'a:b:c' is not a reference"):
         TaskSettings.from_run_config({**run_config, "model": "a:b:c"})
-
-
-def test_sigma_of_a_model_outside_the_one_pass_method_equals_a_per_sample_loop():
-    # A LayerNorm is outside client_app.per_sample_norms (the Conv1d is inside): σ̂ falls back
-    # to vmap for the whole model.
-    from client_app.per_sample_norms import unsupported_reasons
-    from client_app.sigma import gradient_spread
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3)
-        model = nn.Sequential(
-            nn.Conv1d(2, 4, 3), nn.Flatten(), nn.LayerNorm(24), nn.Tanh(), nn.Linear(24, 3)
-        )
-        x, y = torch.randn(7, 2, 8), torch.tensor([0, 1, 2, 0, 1, 2, 0])
-    model, x = model.double(), x.double()  # float64: the tolerance of test_client_sigma
-    assert [r.split(":")[0] for r in unsupported_reasons(model)] == ["2"]  # the LayerNorm
-    # Oracle: one backward per sample, sigma^2 = (1/b) sum_i ||g_i - mean g||^2, in float64.
-    model.eval()
-    grads = []
-    for i in range(7):
-        loss = nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
-        parts = torch.autograd.grad(loss, list(model.parameters()))
-        grads.append(torch.cat([g.reshape(-1) for g in parts]).double())
-    stacked = torch.stack(grads)
-    expected = float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean().sqrt())
-    assert gradient_spread(model, x, y).sigma == pytest.approx(expected, rel=1.1e-11)  # REL64
