@@ -3,9 +3,10 @@
 Every process starts with :func:`popen`, which marks its tree: the environment variable
 ``FEDCGD_TREE_<token>=1`` is inherited by everything below it, in sessions of its own too (the
 SuperLink starts SuperExec with ``start_new_session``) and once orphaned, so :func:`stop` finds
-the whole tree in ``/proc`` where a process group would not. A watcher process, one per starting
-process, is told every token over a pipe and stops those trees when the pipe closes: when the
-starter ends, ``kill -9`` included (docs/design.md, "No process outlives its launcher").
+the whole tree in ``/proc`` (the marked processes and their descendants) where a process group
+would not. A watcher process, one per starting process, is told every token over a pipe and
+kills those trees when the pipe closes: when the starter ends, ``kill -9`` included
+(docs/design.md, "No process outlives its launcher").
 :func:`stop_on_signals` turns SIGINT / SIGTERM into :class:`Interrupted`, which unwinds through
 the ``finally`` blocks; the commands then exit 130 / 143.
 """
@@ -36,29 +37,47 @@ _WATCHER: tuple[int, int, subprocess.Popen[bytes]] | None = None  # (PID, write 
 _ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def marked(tokens: Collection[str]) -> set[int]:
-    """PIDs of the live processes marked with one of ``tokens`` (zombies have no environment)."""
+def _scan(tokens: Collection[str]) -> tuple[set[int], dict[int, list[int]], set[int]]:
+    """From ``/proc``: the processes marked with ``tokens``, everyone's children, the live ones."""
     needles = {f"{MARK}{token}=1".encode() for token in tokens}
-    found = set()
+    marked, children, live = set(), dict[int, list[int]](), set()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
+                state, parent = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[:2]
                 environ = Path(entry.path, "environ").read_bytes()
-            except OSError:  # gone meanwhile, or not ours
+            except (OSError, ValueError):  # gone meanwhile, or not ours
                 continue
-            if not needles.isdisjoint(environ.split(b"\0")):
-                found.add(int(entry.name))
-    return found - {os.getpid()}
+            pid = int(entry.name)
+            children.setdefault(int(parent), []).append(pid)
+            if state != "Z":
+                live.add(pid)
+                if not needles.isdisjoint(environ.split(b"\0")):
+                    marked.add(pid)
+    return marked, children, live
 
 
 def stop_marked(tokens: Collection[str], grace_s: float = GRACE_S) -> None:
     """Stop every process of these trees: SIGTERM, then SIGKILL after ``grace_s`` (0: at once).
 
-    ``/proc`` is read again on every pass, so processes started meanwhile are stopped too; a
-    process stuck in the kernel is given up on 10 s after the grace period.
+    A tree is its marked processes and everything below them (a process that rewrites its
+    title, as Ray's do, loses its environment); every PID seen stays in it, and ``/proc`` is
+    read again on every pass, so processes started meanwhile are stopped too. A process stuck
+    in the kernel is given up on 10 s after the grace period.
     """
-    deadline, warned = time.monotonic() + grace_s, set[int]()
-    while (left := marked(tokens)) and time.monotonic() < deadline + 10.0:
+    deadline, tree, warned = time.monotonic() + grace_s, set[int](), set[int]()
+    while time.monotonic() < deadline + 10.0:
+        marked, children, live = _scan(tokens)
+        frontier = list(marked | (tree & live))
+        tree |= marked
+        while frontier:
+            for child in children.get(frontier.pop(), []):
+                if child not in tree:
+                    tree.add(child)
+                    frontier.append(child)
+        left = (tree & live) - {os.getpid()}
+        if not left:
+            return
         late = time.monotonic() >= deadline
         for pid in left if late else left - warned:
             with contextlib.suppress(ProcessLookupError, PermissionError):
