@@ -283,7 +283,7 @@ def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_fol
     assert [len(r) for r in scheduled(out / "RandomK" / "seed-0")] == [1, 1]
     assert json.loads((out / "all" / "seed-0" / "config.json").read_text())["policy_params"] == {}
     rows = list(csv.DictReader((out / "table.csv").open()))
-    assert {r["policy"] for r in rows} == {"all", reference}
+    assert {r["policy"] for r in rows} == {"all", "RandomK"}  # its class name, as its folder
     assert (
         invoke(
             [

@@ -219,8 +219,10 @@ class LocalFederation:
         """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
         command = [executable("flwr"), "supernode", "register", str(public_key), "local"]
         proc = popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.processes.append(proc)  # stopped with the federation, also after a timeout
-        output = proc.communicate(timeout=120)[0].decode(errors="replace")
+        try:
+            output = proc.communicate(timeout=120)[0].decode(errors="replace")
+        finally:  # also after a timeout or a signal: not left running
+            stop([proc])
         if proc.returncode != 0:
             raise RuntimeError(f"registering {public_key} failed: {output}")
 
