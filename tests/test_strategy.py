@@ -141,15 +141,6 @@ def test_nothing_feasible_keeps_the_model():
     assert strategy.last_record.model_kept and strategy.last_record.num_scheduled == 0
 
 
-def test_best_channel_packs_by_gain_within_budget():
-    gain = np.array([6, 5, 4, 3, 2, 1], float) * 1e-9
-    draw = make_draw([True] * V, [4.0, 4.0, 4.0, 1.0, 1.0, 1.0], gain=gain)
-    strategy, grid = build("bc", draw, total_bw=10.0)
-    msgs, _ = run_round(strategy, grid)
-    # Best gains first: 4 + 4 fit (8 Hz), the third (4 Hz) does not: "stop" rule.
-    assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[0], NODES[1]]
-
-
 def test_post_training_policies_train_everyone_and_upload_the_scheduled():
     draw = make_draw([True] * V, [4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
     strategy, grid = build("bn2", draw, protocol="train-all", total_bw=8.0)
