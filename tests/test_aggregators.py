@@ -93,8 +93,7 @@ def run(
 
 
 def initial_model(tmp_path: Path) -> dict[str, np.ndarray]:
-    """The global model before round 1 (a zero-round run does not exist: one run's checkpoint
-    after round 1 is not it either, so it is rebuilt as the ServerApp builds it)."""
+    """The global model before round 1, built as the ServerApp builds it."""
     from server_app.setup import build_setup
 
     config = {**default_run_config(), "num-devices": V, "result-dir": str(tmp_path / "init")}
@@ -377,8 +376,8 @@ def run_as_written(*words: str) -> None:
 
 
 def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
-    """Run the README's attack-sweep command starting with ``start``, with seed 0, ``--out out``
-    and ``extra`` added; assert that it exits with 0 and return the README's words."""
+    """Run the README's attack sweep starting with ``start`` (seed 0, ``--out out``, ``extra``
+    added) and return its words."""
     words = readme_command(start)
     words[words.index("--seeds") + 1] = "0"
     words[words.index("--out") + 1] = str(out)
@@ -387,14 +386,10 @@ def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
 
 
 def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
-    """Run the README's in-process command with ``aggregator`` (8 devices, ``--out out``).
+    """Run the README's in-process command with ``aggregator``, ``--out out``; its run folder.
 
-    Every one of the 8 devices uploads in every round (``all``, available, within the
-    deadline), as the documented 40 devices give Krum its 2 f + 3 = 5 uploads: with 8 devices
-    and FedCGD-FSCD most rounds have fewer, and such a run fails (its aggregation failed in
-    more than half of its rounds). Asserts that it exits with 0; returns the one run folder
-    it wrote.
-    """
+    8 devices, each uploading every round (as the documented 40 give Krum its 2 f + 3 = 5
+    uploads; with 8 and FedCGD-FSCD most rounds have fewer, and the run fails)."""
     words = readme_command(f".venv/bin/fedcgd inprocess --run-config \"aggregator='{aggregator}'")
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
