@@ -60,31 +60,27 @@ DP_FIXED, DP_ADAPTIVE = (
     "DifferentialPrivacyServerSideAdaptiveClipping",
 )
 PRIVATE: dict[str, tuple[str, dict[str, Any]]] = {
-    "DP-fixed-z0": (DP_FIXED, {"noise-multiplier": 0.0, "clipping-norm": 0.5}),
-    "DP-fixed-z0.3": (DP_FIXED, {"noise-multiplier": 0.3, "clipping-norm": 0.5}),
-    "DP-fixed-z1": (DP_FIXED, {"noise-multiplier": 1.0, "clipping-norm": 0.5}),
-    "DP-adaptive-z0": (DP_ADAPTIVE, {"noise-multiplier": 0.0, "initial-clipping-norm": 0.5}),
-    "DP-adaptive-z0.3": (DP_ADAPTIVE, {"noise-multiplier": 0.3, "initial-clipping-norm": 0.5}),
-    "DP-adaptive-z1": (DP_ADAPTIVE, {"noise-multiplier": 1.0, "initial-clipping-norm": 0.5}),
+    f"DP-{kind}-z{z}": (name, {"noise-multiplier": float(z), norm: 0.5})
+    for kind, name, norm in (
+        ("fixed", DP_FIXED, "clipping-norm"),
+        ("adaptive", DP_ADAPTIVE, "initial-clipping-norm"),
+    )
+    for z in ("0", "0.3", "1")
 }
 AGGREGATORS = {**ROBUST, **PRIVATE}
 POLICIES = ("fedcgd-fscd", "bc", "all")
 ATTACKERS = (0, 1, 3)
 FAULT = "sign-flip-x5"
+METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "kept_rounds", "attacker_rounds")
 RUN_COLUMNS = (
     "policy",
     "aggregator",
     "attackers",
     "seed",
-    "final_accuracy",
-    "max_accuracy",
-    "rounds_to_target",
-    "kept_rounds",
-    "attacker_rounds",
+    *METRICS,
     "mean_scheduled",
     "result_dir",
 )
-METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "kept_rounds", "attacker_rounds")
 
 
 def run_config(

@@ -43,18 +43,8 @@ EVERY = (keys.QUERY_INFO, keys.QUERY_STATS, "train")
 
 @dataclass(frozen=True)
 class Fault:
-    """A way to misbehave: which replies it corrupts and how.
-
-    Attributes
-    ----------
-    kinds : tuple of str
-        Message types whose replies are corrupted.
-    corrupt : callable or None
-        (reply, request, context) -> corrupted reply; None: raise in the handler instead.
-    what : str
-        One line for logs and reports.
-
-    """
+    """A way to misbehave: the message ``kinds`` whose replies it corrupts, how (``corrupt``;
+    None: the handler raises) and ``what`` it does, in one line."""
 
     kinds: tuple[str, ...]
     corrupt: Corrupt | None
@@ -94,8 +84,8 @@ def _uniform_hist(hist: list[int], request: Message) -> list[int]:
     return [base + (1 if c < extra else 0) for c in range(len(hist))]
 
 
-def _map_arrays(fn: Callable[[int, np.ndarray], np.ndarray]) -> Corrupt:
-    """Replace the uploaded arrays by ``fn(position, array)``.
+def _map_arrays(fn: Callable[[int, np.ndarray, np.ndarray], np.ndarray]) -> Corrupt:
+    """Replace the uploaded arrays by ``fn(position, array, the global model's array)``.
 
     The reported ``update-norm`` is set to the norm of the corrupted update, as a consistent
     liar would (so that the server's screening of the upload itself is what refuses it, not
@@ -103,12 +93,12 @@ def _map_arrays(fn: Callable[[int, np.ndarray], np.ndarray]) -> Corrupt:
     """
 
     def corrupt(reply: Message, request: Message, context: Context) -> Message:
+        sent = {k: v.numpy() for k, v in request.content.array_records[keys.ARRAYS].items()}
         record = reply.content.array_records[keys.ARRAYS]
-        arrays = {k: fn(i, v.numpy()) for i, (k, v) in enumerate(record.items())}
+        arrays = {k: fn(i, v.numpy(), sent[k]) for i, (k, v) in enumerate(record.items())}
         reply.content[keys.ARRAYS] = ArrayRecord(
             {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
         )
-        sent = {k: v.numpy() for k, v in request.content.array_records[keys.ARRAYS].items()}
         with np.errstate(all="ignore"):
             norm = update_norm({k: np.asarray(v, np.float64) for k, v in arrays.items()}, sent)
         _metrics(reply)[keys.UPDATE_NORM] = norm if np.isfinite(norm) else 0.0
@@ -120,41 +110,27 @@ def _map_arrays(fn: Callable[[int, np.ndarray], np.ndarray]) -> Corrupt:
 def sign_flip(scale: float) -> Corrupt:
     """Upload w + scale (w_v − w) (scale < 0: the update sign-flipped and scaled).
 
-    The reported ``update-norm`` is the norm of the upload's update, as a consistent liar's:
-    with |scale| below ``max-update-norm-ratio`` the upload passes the server's norm screen.
-    Integer buffers are left as trained.
+    With its true norm reported and |scale| below ``max-update-norm-ratio`` the upload passes
+    the server's norm screen. Integer buffers are left as trained.
     """
 
-    def corrupt(reply: Message, request: Message, context: Context) -> Message:
-        sent = {k: v.numpy() for k, v in request.content.array_records[keys.ARRAYS].items()}
-        record = reply.content.array_records[keys.ARRAYS]
-        arrays = {}
-        for k, v in record.items():
-            local, ref = v.numpy(), sent[k]
-            if np.issubdtype(local.dtype, np.floating):
-                delta = local.astype(np.float64) - ref.astype(np.float64)
-                local = (ref.astype(np.float64) + scale * delta).astype(local.dtype)
-            arrays[k] = local
-        reply.content[keys.ARRAYS] = ArrayRecord(
-            {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
-        )
-        wide = {k: np.asarray(v, np.float64) for k, v in arrays.items()}
-        _metrics(reply)[keys.UPDATE_NORM] = update_norm(wide, sent)
-        return reply
+    def flip(i: int, local: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        if not np.issubdtype(local.dtype, np.floating):
+            return local
+        delta = local.astype(np.float64) - ref.astype(np.float64)
+        return (ref.astype(np.float64) + scale * delta).astype(local.dtype)
 
-    return corrupt
+    return _map_arrays(flip)
 
 
-def _first_float(fill: float) -> Callable[[int, np.ndarray], np.ndarray]:
-    def fn(i: int, a: np.ndarray) -> np.ndarray:
-        return np.full_like(a, fill) if i == 0 and np.issubdtype(a.dtype, np.floating) else a
-
-    return fn
+def _as(dtype: type) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
+    return lambda i, a, ref: a.astype(dtype)
 
 
-def _every_float(fill: float) -> Callable[[int, np.ndarray], np.ndarray]:
-    def fn(i: int, a: np.ndarray) -> np.ndarray:
-        return np.full_like(a, fill) if np.issubdtype(a.dtype, np.floating) else a
+def _fill_floats(fill: float, first_only: bool) -> Callable[..., np.ndarray]:
+    def fn(i: int, a: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        hit = np.issubdtype(a.dtype, np.floating) and (i == 0 or not first_only)
+        return np.full_like(a, fill) if hit else a
 
     return fn
 
@@ -185,18 +161,13 @@ def _sleep(reply: Message, request: Message, context: Context) -> Message:
 #: Fault name -> Fault. Array faults corrupt training replies, report faults the stats and
 #: training replies, identity faults every reply (query.info included).
 FAULTS: dict[str, Fault] = {
-    "nan-array": Fault(TRAIN, _map_arrays(_first_float(np.nan)), "NaN in one layer"),
-    "huge-layer": Fault(TRAIN, _map_arrays(_first_float(1e30)), "1e30 in one layer"),
-    "max-float-all": Fault(TRAIN, _map_arrays(_every_float(3e38)), "3e38 in every array"),
-    "int32-arrays": Fault(
-        TRAIN, _map_arrays(lambda i, a: a.astype(np.int32)), "every array as int32"
-    ),
-    "float64-arrays": Fault(
-        TRAIN, _map_arrays(lambda i, a: a.astype(np.float64)), "every array as float64"
-    ),
-    "float16-arrays": Fault(
-        TRAIN, _map_arrays(lambda i, a: a.astype(np.float16)), "every array as float16"
-    ),
+    "nan-array": Fault(TRAIN, _map_arrays(_fill_floats(np.nan, True)), "NaN in one layer"),
+    "huge-layer": Fault(TRAIN, _map_arrays(_fill_floats(1e30, True)), "1e30 in one layer"),
+    "max-float-all": Fault(TRAIN, _map_arrays(_fill_floats(3e38, False)), "3e38 in every array"),
+    **{
+        f"{t.__name__}-arrays": Fault(TRAIN, _map_arrays(_as(t)), f"every array as {t.__name__}")
+        for t in (np.int32, np.float64, np.float16)
+    },
     "fractional-hist": Fault(
         STATS, _map_hist(lambda h, r: [0.5] * len(h)), "label histogram [0.5] * C"
     ),

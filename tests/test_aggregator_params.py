@@ -199,29 +199,31 @@ def test_two_spellings_of_one_parameter_are_refused(tmp_path, aggregator, params
     assert "give it once" in text, text
 
 
-ROUND_ROBIN = """\
+SKIPPER = """\
 from dataclasses import dataclass
 
 from fedcgd_strategy import Policy
 
 
 @dataclass
-class RoundRobin(Policy):
+class Skipper(Policy):
+    pack_rule: str = "skip"
     per_round: int = 1
+    label: str = "x"
 
-    def schedule(self, inputs, rng):  # never called: the check comes first
+    def schedule(self, inputs, rng):  # never called: only built here
         raise AssertionError
 """
 
 
 def test_a_policys_two_spellings_of_one_parameter_are_refused(tmp_path):
-    module = tmp_path / "round_robin.py"
-    module.write_text(ROUND_ROBIN)
+    module = tmp_path / "skipper.py"
+    module.write_text(SKIPPER)
     config = fold_policy_params(
         {
             **default_run_config(),
             "result-dir": str(tmp_path),
-            "policy": f"{module}:RoundRobin",
+            "policy": f"{module}:Skipper",
             "policy-params.per-round": 2,
             "policy-params.per_round": 3,
         }
@@ -451,23 +453,6 @@ def test_docs_list_the_range_of_every_parameter():
     table = docs[docs.index("## Allowed values") :]
     names = {kebab(name) for ranges in RANGES.values() for name in ranges}
     assert [n for n in sorted(names) if f"`{n}`" not in table] == []
-
-
-SKIPPER = """\
-from dataclasses import dataclass
-
-from fedcgd_strategy import Policy
-
-
-@dataclass
-class Skipper(Policy):
-    pack_rule: str = "skip"
-    per_round: int = 1
-    label: str = "x"
-
-    def schedule(self, inputs, rng):  # never called: only built here
-        raise AssertionError
-"""
 
 
 def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog):

@@ -81,22 +81,11 @@ def run(
     **overrides: Any,
 ) -> tuple[list[dict], dict[str, torch.Tensor]]:
     """A run whose nodes answer as the real ClientApp does (or ``wrap(it)``), cohorts on."""
-    config = default_run_config()
-    config.update(
-        {
-            "num-devices": V,
-            "num-server-rounds": rounds,
-            "policy": "all",
-            "channel.availability-prob": 1.0,
-            "channel.deadline-s": 10.0,  # every device meets it: "all" schedules all
-            "local-steps": 2,
-            "max-update-norm-ratio": 0.0,
-            "eval-every": rounds,
-        }
-    )
-    config.update(overrides)
-    config = fold_policy_params(config)
-    config["result-dir"] = str(result_dir)
+    config = {**default_run_config(), "num-devices": V, "num-server-rounds": rounds}
+    config |= {"policy": "all", "channel.availability-prob": 1.0, "local-steps": 2}
+    config |= {"channel.deadline-s": 10.0}  # every device meets it: "all" schedules all
+    config |= {"max-update-norm-ratio": 0.0, "eval-every": rounds, **overrides}
+    config = fold_policy_params(config) | {"result-dir": str(result_dir)}
     grid = app_grid(make_contexts(NODES, config, V), wrap=wrap)
     run_federation(grid, parse_run_config(config))
     lines = [json.loads(x) for x in (result_dir / METRICS_FILE).read_text().splitlines()]
@@ -104,12 +93,10 @@ def run(
 
 
 def initial_model(tmp_path: Path) -> dict[str, np.ndarray]:
-    """The global model before round 1 (a zero-round run does not exist: one run's checkpoint
-    after round 1 is not it either, so it is rebuilt as the ServerApp builds it)."""
+    """The global model before round 1, built as the ServerApp builds it."""
     from server_app.setup import build_setup
 
-    config = default_run_config()
-    config.update({"num-devices": V, "result-dir": str(tmp_path / "init")})
+    config = {**default_run_config(), "num-devices": V, "result-dir": str(tmp_path / "init")}
     setup = build_setup(parse_run_config(config))
     return {k: v.detach().numpy().copy() for k, v in setup.model.state_dict().items()}
 
@@ -178,9 +165,7 @@ def test_the_default_is_the_schedulers_fedavg_of_the_uploads_bit_for_bit(tmp_pat
     uploads = [recorder.train[1][pid] for pid in line["uploaded"]]
     states = [{k: v.numpy() for k, v in m.content[keys.ARRAYS].items()} for m in uploads]
     weights = [int(m.content[keys.METRICS][keys.NUM_EXAMPLES]) for m in uploads]
-    expected = fedavg(states, weights, initial_model(tmp_path))
-    for key, value in model.items():
-        np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+    assert_equal_models(model, fedavg(states, weights, initial_model(tmp_path)))
 
 
 def refused(tmp_path: Path, **overrides: Any) -> str:
@@ -391,8 +376,8 @@ def run_as_written(*words: str) -> None:
 
 
 def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
-    """Run the README's attack-sweep command starting with ``start``, with seed 0, ``--out out``
-    and ``extra`` added; assert that it exits with 0 and return the README's words."""
+    """Run the README's attack sweep starting with ``start`` (seed 0, ``--out out``, ``extra``
+    added) and return its words."""
     words = readme_command(start)
     words[words.index("--seeds") + 1] = "0"
     words[words.index("--out") + 1] = str(out)
@@ -401,14 +386,10 @@ def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
 
 
 def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
-    """Run the README's in-process command with ``aggregator`` (8 devices, ``--out out``).
+    """Run the README's in-process command with ``aggregator``, ``--out out``; its run folder.
 
-    Every one of the 8 devices uploads in every round (``all``, available, within the
-    deadline), as the documented 40 devices give Krum its 2 f + 3 = 5 uploads: with 8 devices
-    and FedCGD-FSCD most rounds have fewer, and such a run fails (its aggregation failed in
-    more than half of its rounds). Asserts that it exits with 0; returns the one run folder
-    it wrote.
-    """
+    8 devices, each uploading every round (as the documented 40 give Krum its 2 f + 3 = 5
+    uploads; with 8 and FedCGD-FSCD most rounds have fewer, and the run fails)."""
     words = readme_command(f".venv/bin/fedcgd inprocess --run-config \"aggregator='{aggregator}'")
     at = words.index("--run-config") + 1
     words[at] += " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
@@ -455,22 +436,9 @@ def test_readme_attack_sweep_command_runs(tmp_path):
 
 def test_compare_policies_sweeps_aggregators(tmp_path):
     out = tmp_path / "compare"
-    code = invoke(
-        [
-            "compare",
-            "--aggregators",
-            "default,FedTrimmedAvg",
-            "--policies",
-            "fedcgd-fscd,all",
-            "--engine",
-            "inprocess",
-            "--run-config",
-            "num-server-rounds=2 num-devices=6",
-            "--out",
-            str(out),
-        ]
-    )
-    assert code == 0
+    args = "--aggregators default,FedTrimmedAvg --policies fedcgd-fscd,all --engine inprocess"
+    settings = ["--run-config", "num-server-rounds=2 num-devices=6"]
+    assert invoke(["compare", *args.split(), *settings, "--out", str(out)]) == 0
     for folder, recorded in (
         ("aggregator=default", ""),
         ("aggregator=FedTrimmedAvg", "FedTrimmedAvg"),

@@ -342,23 +342,16 @@ def test_a_policy_that_schedules_every_candidate_fails_in_round_1_in_one_line(ch
     assert not (tmp_path / "run" / "metrics.jsonl").read_text()  # round 1 never happened
 
 
-def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(batched):
-    # every feasible device: the cell's B* are in the MHz, 20 of them exceed 20 MHz
-    _, done = batched["EveryFeasible"]
+# EveryFeasible: the cell's B* are in the MHz, 20 of them exceed 20 MHz. UnlocksAndZeroes:
+# honest in the pre-start probe; in round 1 the server's own B* say what the schedule needs,
+# whatever the policy did to the copy it was given (on the shared arrays this run ended
+# "completed" with 14-21 devices needing 39.5-439 MHz of 20 MHz).
+@pytest.mark.parametrize("name", ["EveryFeasible", "UnlocksAndZeroes"])
+def test_a_policy_that_exceeds_the_budget_names_the_bandwidth_against_it(cheats, batched, name):
+    _, done = batched[name]
     err = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(err) == 2, err
-    assert ", round 1: scheduled devices [" in err[0]
-    assert "MHz (the sum of their minimum bandwidths B*), more than the 20 MHz budget" in err[0]
-
-
-def test_a_policy_that_unlocks_and_zeroes_its_bandwidths_fails_on_the_servers_copy(cheats, batched):
-    # honest in the pre-start probe; in round 1 the server's own B* say what the schedule
-    # needs, whatever the policy did to the copy it was given (on the shared arrays this run
-    # ended "completed" with 14-21 devices needing 39.5-439 MHz of 20 MHz)
-    _, done = batched["UnlocksAndZeroes"]
-    err = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and "Traceback" not in done.stderr, err
-    assert err[0].startswith(f"failed: policy '{cheats}:UnlocksAndZeroes', round 1: "), err
+    assert done.returncode == 1 and len(err) == 2 and "Traceback" not in done.stderr, err
+    assert err[0].startswith(f"failed: policy '{cheats}:{name}', round 1: scheduled devices [")
     assert "MHz (the sum of their minimum bandwidths B*), more than the 20 MHz budget" in err[0]
 
 
@@ -468,10 +461,7 @@ def _frozen_round():
 
 
 def _refused_on_a_frozen_round(policy_class):
-    """The checked schedule of ``policy_class`` (named ``mine:<class>``) on :func:`_frozen_round`.
-
-    It must be refused: returns the round's inputs and the refusal.
-    """
+    """The round's inputs and the refusal of ``policy_class``'s schedule on a frozen round."""
     inputs = _frozen_round()
     policy = policy_class()
     policy.name = f"mine:{policy_class.__name__.lstrip('_')}"
@@ -480,20 +470,16 @@ def _refused_on_a_frozen_round(policy_class):
     return inputs, str(err.value)
 
 
-def test_zeroing_an_unlocked_copy_of_the_bandwidths_changes_no_verdict():
-    inputs, refusal = _refused_on_a_frozen_round(_Unlocks)
-    # the decision it built says 0 Hz; the server's B* say 5 + 8 + 9 = 22 MHz
+@pytest.mark.parametrize("cheat", [_Unlocks, _WidensTheBudget])
+def test_what_a_policy_writes_into_its_copy_changes_no_verdict(cheat):
+    inputs, refusal = _refused_on_a_frozen_round(cheat)
+    # the decision it built says 0 Hz or a 1 THz budget; the server's B* say 5 + 8 + 9 = 22 MHz
     assert (
         "devices [0, 1, 2] need 22 MHz (the sum of their minimum bandwidths B*), more "
         "than the 20 MHz budget" in refusal
     )
     assert inputs.min_bandwidth_hz.tolist()[:3] == [5 * MHZ, 8 * MHZ, 9 * MHZ]
     assert not inputs.min_bandwidth_hz.flags.writeable
-
-
-def test_a_budget_written_into_the_copy_changes_no_verdict():
-    inputs, refusal = _refused_on_a_frozen_round(_WidensTheBudget)
-    assert "need 22 MHz (the sum of their minimum bandwidths B*), more than the 20 MHz" in refusal
     assert inputs.total_bandwidth_hz == 20 * MHZ
 
 

@@ -221,8 +221,7 @@ def test_the_noise_is_calibrated_to_the_rounds_uploads():
     noise_before = dp_round_noise(aggregator, len(models))
     result, _ = aggregate_uploads(aggregator, 4, models, weights, reference, seed=11)
     assert result is not None
-    draw = np.random.RandomState()  # the legacy generator Flower draws from
-    draw.seed(noise_seed(11, 4))
+    draw = np.random.RandomState(noise_seed(11, 4))  # the legacy generator Flower draws from
     mean = {"w": np.array([1.2, 1.0 - 0.2 / 3]), "b": np.array([0.5 / 3])}
     for key in ("w", "b"):
         noise = draw.normal(0.0, 1.0 / 3, mean[key].shape).astype(np.float32)
@@ -241,19 +240,13 @@ def test_adaptive_noise_is_scaled_by_the_norm_the_round_clipped_with():
     The oracle: Flower's documented draws from the generator seeded for (seed, round): the
     noisy clipped count first, then one normal array per model array.
     """
-    params = {
-        "noise-multiplier": 1.0,
-        "initial-clipping-norm": 1.0,
-        "clip-norm-lr": 1.0,
-        "clipped-count-stddev": 2.0,
-    }
-    aggregator = make_aggregator(ADAPTIVE, params, 3)
+    params = {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0}
+    aggregator = make_aggregator(ADAPTIVE, {**params, "clipped-count-stddev": 2.0}, 3)
     reference, models, weights = hand_round()
     noise_before = dp_round_noise(aggregator, len(models))
     result, _ = aggregate_uploads(aggregator, 2, models, weights, reference, seed=5)
     assert result is not None
-    draw = np.random.RandomState()  # the legacy generator Flower draws from
-    draw.seed(noise_seed(5, 2))
+    draw = np.random.RandomState(noise_seed(5, 2))  # the legacy generator Flower draws from
     unclipped = 1.0 - draw.normal(2.0, 2.0) / 3  # the noisy count of the two clipped
     next_norm = math.exp(-(unclipped - 0.5))
     assert aggregator.clipping_norm == pytest.approx(next_norm, rel=1e-12)
@@ -272,13 +265,8 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
     """Ten updates of norms 1, 2, ..., 10 every round: with q = 0.2 two are clipped (norms 9
     and 10) once C is in [8, 9); with q = 0.7, seven (norms 4 .. 10) once C is in [3, 4).
     (Andrew et al.'s gamma = 0.2 unclipped would settle C in [2, 3) instead.)"""
-    params = {
-        "noise-multiplier": 0.0,
-        "initial-clipping-norm": 5.5,
-        "target-clipped-quantile": quantile,
-        "clipped-count-stddev": 0.0,
-    }
-    aggregator = make_aggregator(ADAPTIVE, params, 10)
+    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 5.5, "clipped-count-stddev": 0.0}
+    aggregator = make_aggregator(ADAPTIVE, {**params, "target-clipped-quantile": quantile}, 10)
     reference = {"w": np.zeros(1, np.float32)}
     models = [{"w": np.array([float(n)], np.float32)} for n in range(1, 11)]
     seen = []
@@ -312,19 +300,14 @@ def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
 
 
 def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -> dict:
-    config = validated_run_config(
-        {
-            "num-devices": 8,
-            "num-server-rounds": 3,
-            "aggregator": FIXED,
-            "aggregator-params.noise-multiplier": 0.3,
-            "aggregator-params.clipping-norm": CLIP,
-            "data-dir": str(tmp_path / "data"),
-            **changes,
-            "result-dir": str(tmp_path / name),
-        }
-    )
-    run_inprocess(config, cohorts=cohorts)
+    values = {"num-devices": 8, "num-server-rounds": 3, "data-dir": str(tmp_path / "data")}
+    values |= {"aggregator": FIXED, "aggregator-params.noise-multiplier": 0.3}
+    values |= {
+        "aggregator-params.clipping-norm": CLIP,
+        **changes,
+        "result-dir": str(tmp_path / name),
+    }
+    run_inprocess(validated_run_config(values), cohorts=cohorts)
     return torch.load(tmp_path / name / MODEL_FILE)
 
 
@@ -438,23 +421,10 @@ def test_compare_policies_runs_a_dp_aggregator(tmp_path):
     from experiments.cli import invoke
 
     out = tmp_path / "compare"
+    args = f"compare --aggregators {FIXED} --policies fedcgd-fscd,all --engine inprocess".split()
     settings = "num-server-rounds=2 num-devices=6 aggregator-params.noise-multiplier=0.3"
-    code = invoke(
-        [
-            "compare",
-            "--aggregators",
-            FIXED,
-            "--policies",
-            "fedcgd-fscd,all",
-            "--engine",
-            "inprocess",
-            "--run-config",
-            f"{settings} aggregator-params.clipping-norm=0.5",
-            "--out",
-            str(out),
-        ]
-    )
-    assert code == 0
+    settings += " aggregator-params.clipping-norm=0.5"
+    assert invoke([*args, "--run-config", settings, "--out", str(out)]) == 0
     for policy in ("fedcgd-fscd", "all"):
         folder = out / f"aggregator={FIXED}" / policy / "seed-0"
         config = json.loads((folder / "config.json").read_text())

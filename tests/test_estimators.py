@@ -61,49 +61,44 @@ def test_device_gradient_estimates_keeps_float32():
 
 
 @pytest.mark.parametrize(
-    ("lr", "steps", "match"),
-    [(0.0, 1, "learning_rate"), (-0.1, 1, "learning_rate"), (0.1, 0, "local_steps")],
+    ("updates", "lr", "steps", "match"),
+    [
+        (np.ones((1, 2)), 0.0, 1, "learning_rate"),
+        (np.ones((1, 2)), -0.1, 1, "learning_rate"),
+        (np.ones((1, 2)), 0.1, 0, "local_steps"),
+        (np.ones(3), 0.1, 1, "device_grads"),
+        (np.array([[1.0, np.nan]]), 0.1, 1, "device_grads"),
+    ],
 )
-def test_device_gradient_estimates_rejects_bad_settings(lr, steps, match):
+def test_device_gradient_estimates_rejects_bad_input(updates, lr, steps, match):
     with pytest.raises(ValueError, match=match):
-        device_gradient_estimates(np.ones((1, 2)), lr, steps)
-
-
-def test_device_gradient_estimates_rejects_1d_and_nan():
-    with pytest.raises(ValueError, match="device_grads"):
-        device_gradient_estimates(np.ones(3), 0.1, 1)
-    with pytest.raises(ValueError, match="device_grads"):
-        device_gradient_estimates(np.array([[1.0, np.nan]]), 0.1, 1)
+        device_gradient_estimates(updates, lr, steps)
 
 
 # --- eq. (G_est) --------------------------------------------------------------------------------
 
 
-def test_class_gradient_two_devices_hand_value():
-    # g1 = [2, 0], g2 = [0, 4], weights [3, 1] -> α = [0.75, 0.25]
-    # ∇F̂ = 0.75·[2, 0] + 0.25·[0, 4] = [1.5, 1]
-    # ||g1 − F|| = ||[0.5, −1]|| = sqrt(1.25);  ||g2 − F|| = ||[−1.5, 3]|| = sqrt(11.25) = 1.5 √5
-    # p = [0.5, 0.5]; p1 = [1, 0] -> L1 = 1;  p2 = [0.25, 0.75] -> L1 = 0.5
-    # ratios: sqrt(1.25) / 1 = 1.118,  1.5 √5 / 0.5 = 3 √5 = 6.708 -> Ĝ = 3 √5
+@pytest.mark.parametrize(
+    ("p2", "expected"),
+    [
+        # g1 = [2, 0], g2 = [0, 4], weights [3, 1] -> α = [0.75, 0.25]
+        # ∇F̂ = 0.75·[2, 0] + 0.25·[0, 4] = [1.5, 1]
+        # ||g1 − F|| = ||[0.5, −1]|| = sqrt(1.25); ||g2 − F|| = ||[−1.5, 3]|| = 1.5 √5
+        # p = [0.5, 0.5]; p1 = [1, 0] -> L1 = 1;  p2 = [0.25, 0.75] -> L1 = 0.5
+        # ratios: sqrt(1.25) / 1 = 1.118,  1.5 √5 / 0.5 = 3 √5 = 6.708 -> Ĝ = 3 √5
+        ([0.25, 0.75], 3.0 * math.sqrt(5.0)),
+        # p2 = p exactly: device 2 is left out, only device 1's ratio counts (∇F̂ still uses
+        # both devices: [1.5, 1])
+        ([0.5, 0.5], math.sqrt(1.25)),
+    ],
+)
+def test_class_gradient_two_devices_hand_value(p2, expected):
     grads = np.array([[2.0, 0.0], [0.0, 4.0]])
-    dist = np.array([[1.0, 0.0], [0.25, 0.75]])
+    dist = np.array([[1.0, 0.0], p2])
     g = estimate_class_gradient(grads, [3.0, 1.0], dist, UNIFORM2, previous=99.0)
-    assert g == pytest.approx(3.0 * math.sqrt(5.0))
-
-
-def test_class_gradient_excludes_devices_at_the_target_distribution():
-    # Same gradients, but device 2 now has p2 = p exactly: only device 1's ratio counts,
-    # sqrt(1.25) / 1 (∇F̂ still uses both devices: [1.5, 1]).
-    grads = np.array([[2.0, 0.0], [0.0, 4.0]])
-    dist = np.array([[1.0, 0.0], [0.5, 0.5]])
-    g = estimate_class_gradient(grads, [3.0, 1.0], dist, UNIFORM2, previous=99.0)
-    assert g == pytest.approx(math.sqrt(1.25))
-
-
-def test_class_gradient_keeps_previous_when_everybody_matches_the_target():
-    grads = np.array([[2.0, 0.0], [0.0, 4.0]])
-    dist = np.array([[0.5, 0.5], [0.5, 0.5]])
-    assert estimate_class_gradient(grads, [1.0, 1.0], dist, UNIFORM2, previous=0.7) == 0.7
+    assert g == pytest.approx(expected)
+    # everybody at the target: Ĝ keeps its previous value
+    assert estimate_class_gradient(grads, [1.0, 1.0], np.full((2, 2), 0.5), UNIFORM2, 0.7) == 0.7
 
 
 def test_class_gradient_keeps_previous_without_uploads():

@@ -205,15 +205,20 @@ def read(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(path.open()))
 
 
+@pytest.fixture
+def kept_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs written by hand are read back: none may run."""
+    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
+
+
 def test_a_comparison_writes_rounds_run_the_rounds_tests_and_the_indicator(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, kept_runs: None
 ) -> None:
     # rounds to 0.6: fedcgd-fscd 3, 2, 4; bc 3, never (4 rounds run), 2
     fscd = {0: [0.3, 0.5, 0.7, 0.7], 1: [0.3, 0.6, 0.5, 0.5], 2: [0.1, 0.2, 0.4, 0.6]}
     bc = {0: [0.3, 0.5, 0.6, 0.6], 1: [0.3, 0.4, 0.5, 0.5], 2: [0.1, 0.6, 0.6, 0.5]}
     for seed in fscd:
         write_pair(tmp_path, seed, fscd[seed], bc[seed], 0.5 + seed)
-    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
     execution.run_policies(
         ["fedcgd-fscd", "bc"], {}, tmp_path, seeds=[0, 1, 2], target_accuracy=0.6
     )
@@ -246,17 +251,15 @@ def test_a_comparison_writes_rounds_run_the_rounds_tests_and_the_indicator(
     )
 
 
-def test_a_comparison_without_bc_writes_no_indicator(tmp_path: Path, monkeypatch) -> None:
+def test_a_comparison_without_bc_writes_no_indicator(tmp_path: Path, kept_runs: None) -> None:
     write_pair(tmp_path, 0, [0.3, 0.6], [0.3, 0.5], 1.0)
-    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
     execution.run_policies(["fedcgd-fscd"], {}, tmp_path, seeds=[0])
     assert (tmp_path / "table.csv").exists() and not (tmp_path / "indicator.csv").exists()
 
 
 def test_the_indicator_command_pools_comparisons(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, kept_runs: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
     gaps = {"one": [0.0, 0.1], "two": [0.2, 0.3]}  # gap grows with Ĝ/σ̂ 1, 2, 3, 4
     ratio = iter([1.0, 2.0, 3.0, 4.0])
     for name, per_seed in gaps.items():
@@ -281,19 +284,11 @@ def test_the_indicator_command_pools_comparisons(
     [
         (["--late-fraction", "0"], "--late-fraction: got 0.0; allowed: a number in (0, 1]"),
         (["--early-rounds", "0"], "--early-rounds: got 0; allowed: an integer >= 1"),
+        ([], "{out}: no runs.csv (not the folder of a comparison or a preset)"),
     ],
 )
-def test_the_indicator_command_refuses_bad_options(
+def test_the_indicator_command_refuses_bad_options_and_folders(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert invoke(["indicator", str(tmp_path), *args]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {message}"
-
-
-def test_the_indicator_command_refuses_a_folder_without_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert invoke(["indicator", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == (
-        f"error: {tmp_path}: no runs.csv (not the folder of a comparison or a preset)"
-    )
+    assert capsys.readouterr().err.strip() == "error: " + message.format(out=tmp_path)

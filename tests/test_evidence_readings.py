@@ -56,6 +56,19 @@ def _table(preset: str) -> dict[tuple[str, str], dict[str, str]]:
     return {(r.get("sweep", ""), r["policy"]): r for r in _rows(DOCS / f"{preset}.csv")}
 
 
+def _column(preset: str, policy: str, sweep: str, column: str) -> dict[str, float]:
+    """Seed -> ``column`` of ``policy``'s runs at ``sweep``."""
+    return {
+        r["seed"]: float(r[column])
+        for r in _runs(preset)
+        if r["policy"] == policy and r["sweep"] == sweep
+    }
+
+
+def _mean(preset: str, policy: str, sweep: str, column: str) -> float:
+    return statistics.fmean(_column(preset, policy, sweep, column).values())
+
+
 def _rounds(preset: str, policy: str, sweep: str) -> dict[int, int | None]:
     """Seed -> rounds to the target (None: never reached in the run)."""
     return {
@@ -158,13 +171,8 @@ def _ranks(values: list[float]) -> list[float]:
 def test_the_docs_indicator_reading() -> None:
     points = _rows(DOCS / "mnist1d_dirichlet_indicator.csv")
     assert len(points) == 15
-    ghat = [float(p["ghat_over_sigma_early"]) for p in points]
-    gap = [float(p["fscd_late_accuracy"]) - float(p["bc_late_accuracy"]) for p in points]
-    assert len(set(ghat)) == 15 and len(set(gap)) == 15  # no ties: plain ranks
-    rho = statistics.correlation(_ranks(ghat), _ranks(gap))
-    assert rho == pytest.approx(0.375, abs=1e-12)
-    p_value = stats.spearmanr(ghat, gap).pvalue
-    assert f"{p_value:.2f}" == "0.17"
+    rho, p_value = _spearman(_indicator_points("mnist1d_dirichlet"))
+    assert rho == pytest.approx(0.375, abs=1e-12) and f"{p_value:.2f}" == "0.17"
     match = re.search(r"Spearman ρ = \+([0-9.]+), p = ([0-9.]+)\. On this preset", _evidence())
     assert match is not None and match.groups() == ("0.375", "0.17")
 
@@ -173,21 +181,15 @@ TAU1, TAU5 = "local-steps=1", "local-steps=5"
 LOCAL = "mnist1d_local_steps"
 
 
-def _paired_t_p(preset: str, policy: str, sweep: str, column: str) -> tuple[float, float]:
-    """Mean of ``policy`` − FedCGD-FSCD over seeds and its two-sided paired t-test p-value.
+def _paired_t_p(
+    preset: str, policy: str, sweep: str, column: str, reference: str = FSCD
+) -> tuple[float, float]:
+    """Mean of ``policy`` − ``reference`` over seeds and its two-sided paired t-test p-value.
 
     The t statistic by hand (mean over standard error of the differences); scipy only gives the
     t distribution's tail.
     """
-
-    def by_seed(name: str) -> dict[str, float]:
-        return {
-            r["seed"]: float(r[column])
-            for r in _runs(preset)
-            if r["policy"] == name and r["sweep"] == sweep
-        }
-
-    ours, theirs = by_seed(FSCD), by_seed(policy)
+    ours, theirs = (_column(preset, p, sweep, column) for p in (reference, policy))
     diffs = [theirs[seed] - ours[seed] for seed in sorted(ours)]
     mean = statistics.fmean(diffs)
     t = mean / (statistics.stdev(diffs) / math.sqrt(len(diffs)))
@@ -264,12 +266,10 @@ def test_the_tau5_accuracy_readings() -> None:
     assert f"{6 * ps[('fedcbs', 'final')]:.3f}" == "0.065"
     assert f"{6 * ps[('fedcgd-gs', 'best')]:.2f}" == "0.27"
     assert "best accuracy against POC, becomes 0.057; final accuracy against Fed-CBS 0.065" in text
-    fscd = [
-        float(r["final_accuracy"])
-        for r in _runs(LOCAL)
-        if r["sweep"] == TAU5 and r["policy"] == FSCD
-    ]
-    assert f"{statistics.fmean(fscd):.3f}" == "0.925" and "ends at 0.925 ± 0.015" in text
+    assert (
+        f"{_mean(LOCAL, FSCD, TAU5, 'final_accuracy'):.3f}" == "0.925"
+        and "ends at 0.925 ± 0.015" in text
+    )
     assert "(p = 0.046,\n  0.27 after the correction)" in text
 
 
@@ -379,12 +379,9 @@ def test_the_tau_indicator_readings() -> None:
 
 def test_the_table_ii_columns() -> None:
     text = " ".join(_section("### Local steps and Table II").split())
-    runs = _runs(LOCAL)
 
     def mean(policy: str, sweep: str, column: str) -> float:
-        return statistics.fmean(
-            float(r[column]) for r in runs if r["policy"] == policy and r["sweep"] == sweep
-        )
+        return _mean(LOCAL, policy, sweep, column)
 
     names = {
         FSCD: "FedCGD-FSCD",
@@ -423,20 +420,8 @@ def test_the_table_ii_columns() -> None:
         assert round(100 * (1 - ratio)) == percent
         assert f"{mean('fedcgd-fscd-gc', sweep, 'mean_scheduled'):.2f}" == gc
         assert f"{mean('fedcbs', sweep, 'mean_scheduled'):.2f}" == "15.44"
-        by_seed = {
-            name: {
-                r["seed"]: float(r["max_accuracy"])
-                for r in runs
-                if r["policy"] == name and r["sweep"] == sweep
-            }
-            for name in ("fedcgd-fscd-gc", "fedcbs")
-        }
-        diffs = [
-            by_seed["fedcgd-fscd-gc"][s] - by_seed["fedcbs"][s] for s in sorted(by_seed["fedcbs"])
-        ]
-        t = statistics.fmean(diffs) / (statistics.stdev(diffs) / math.sqrt(len(diffs)))
-        assert f"{statistics.fmean(diffs):+.3f}" == diff
-        assert f"{2 * stats.t.sf(abs(t), df=len(diffs) - 1):.3f}" == p_text
+        gc_diff, p_value = _paired_t_p(LOCAL, "fedcgd-fscd-gc", sweep, "max_accuracy", "fedcbs")
+        assert f"{gc_diff:+.3f}" == diff and f"{p_value:.3f}" == p_text
         assert f"{diff} at τ = {sweep[-1]}, p = {p_text}" in text
     assert "35 % fewer devices at τ = 1 (10.00 against 15.44)" in text
     assert "and 17 % fewer at τ = 5 (12.83 against 15.44)" in text
@@ -460,8 +445,7 @@ def test_the_what_moved_readings() -> None:
     )
 
     def final_mean(policy: str, sweep: str) -> str:
-        finals = [float(r["final_accuracy"]) for r in rows(policy, sweep).values()]
-        return f"{statistics.fmean(finals):.3f}"
+        return f"{_mean(LOCAL, policy, sweep, 'final_accuracy'):.3f}"
 
     assert f"BN2's final mean is {final_mean('bn2', TAU1)}" in text
     assert (
@@ -505,14 +489,7 @@ def test_the_r_accuracy_readings() -> None:
         "bn2": ("+0.319", "0.005"),
         "fedcgd-fscd-gc": ("+0.158", "0.013"),
     }
-    bests = {
-        p: statistics.fmean(
-            float(r["max_accuracy"])
-            for r in _runs(IMBALANCE)
-            if r["sweep"] == R9 and r["policy"] == p
-        )
-        for p in PRESETS[IMBALANCE][2]
-    }
+    bests = {p: _mean(IMBALANCE, p, R9, "max_accuracy") for p in PRESETS[IMBALANCE][2]}
     baselines = {p: v for p, v in bests.items() if p in ("bc", "bn2", "poc", "fedcbs")}
     assert max(baselines, key=baselines.__getitem__) == "bc" and f"{bests['bc']:.3f}" == "0.759"
     assert f"{bests[FSCD]:.3f}" == "0.824"
@@ -572,11 +549,7 @@ def test_the_r_scheduled_and_wemd_readings() -> None:
     text = " ".join(_section("### Imbalance ratio").split())
 
     def mean(policy: str, sweep: str, column: str) -> float:
-        return statistics.fmean(
-            float(r[column])
-            for r in _runs(IMBALANCE)
-            if r["policy"] == policy and r["sweep"] == sweep
-        )
+        return _mean(IMBALANCE, policy, sweep, column)
 
     fscd = [f"{mean(FSCD, r, 'mean_scheduled'):.2f}" for r in (R1, R3, R9)]
     assert fscd == ["9.68", "9.19", "8.42"] and "(9.68 → 9.19 → 8.42)" in text
@@ -643,10 +616,9 @@ DIGITS_EARLIER = {
 
 def test_the_digits_comparison_readings() -> None:
     text = (DOCS / "comparing.md").read_text(encoding="utf-8")
-    runs = _runs("compare_digits")
 
     def mean(policy: str, column: str) -> float:
-        return statistics.fmean(float(r[column]) for r in runs if r["policy"] == policy)
+        return _mean("compare_digits", policy, "", column)
 
     # Table II's columns: fewer devices than BC, the lowest WEMD of all
     assert f"{mean(FSCD, 'mean_scheduled'):.2f}" == "8.80"

@@ -36,26 +36,23 @@ def _band_y(ax: plt.Axes) -> np.ndarray:
     return np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
 
 
-def test_accuracy_band_is_clipped_to_zero_one() -> None:
-    # Round 1: 0.2, 0.9, 1.0 -> mean 0.7, sd 0.4359, t(0.975, 2) = 4.3027: half-width 1.083,
-    # so the raw band would be [-0.383, 1.783]; clipped it is [0, 1].
-    curves = [{1: 0.2, 2: 0.5}, {1: 0.9, 2: 0.5}, {1: 1.0, 2: 0.5}]
+@pytest.mark.parametrize(
+    ("curves", "name", "mean", "high"),
+    [
+        # accuracy, round 1: 0.2, 0.9, 1.0 -> mean 0.7, sd 0.4359, t(0.975, 2) = 4.3027:
+        # half-width 1.083, so the raw band would be [-0.383, 1.783]; clipped it is [0, 1]
+        ([{1: 0.2, 2: 0.5}, {1: 0.9, 2: 0.5}, {1: 1.0, 2: 0.5}], "accuracy", [0.7, 0.5], 1.0),
+        # a count: mean 2, half-width 4.3027 * 3.4641 / 1.732 = 8.6 -> [-6.6, 10.6], cut at 0
+        ([{1: 0.0}, {1: 0.0}, {1: 6.0}], "num_scheduled", [2.0], 2.0 + 4.302653 * 2),
+    ],
+)
+def test_a_band_stays_inside_what_the_metric_can_be(curves, name, mean, high) -> None:
     fig, ax = plt.subplots()
-    draw_group(ax, curves, "accuracy", "policy")
+    draw_group(ax, curves, name, "policy")
     y = _band_y(ax)
-    assert y.min() == pytest.approx(0.0) and y.max() == pytest.approx(1.0)
+    assert y.min() == pytest.approx(0.0) and y.max() == pytest.approx(high)
     (line,) = ax.get_lines()
-    assert list(line.get_ydata()) == pytest.approx([0.7, 0.5])
-    plt.close(fig)
-
-
-def test_count_band_stays_non_negative() -> None:
-    curves = [{1: 0.0}, {1: 0.0}, {1: 6.0}]  # mean 2, half-width 4.3027 * 3.4641 / 1.732 = 8.6
-    fig, ax = plt.subplots()
-    draw_group(ax, curves, "num_scheduled", "bc")
-    y = _band_y(ax)
-    assert y.min() == pytest.approx(0.0)
-    assert y.max() == pytest.approx(2.0 + 4.302653 * np.std([0, 0, 6], ddof=1) / np.sqrt(3))
+    assert list(line.get_ydata()) == pytest.approx(mean)
     plt.close(fig)
 
 
@@ -69,10 +66,6 @@ def test_labels_carry_units_and_fedcgd_stands_out() -> None:
 
 def test_the_shared_legend_fits_inside_the_figure_with_long_names():
     """Long legend names (policy and sweep point) wrap into rows instead of running off."""
-    import matplotlib.pyplot as plt
-
-    from experiments.analysis.figures import legend_below
-
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
     for name in ("FedCGD-FSCD", "FedCGD-FSCD (Ĝ_c)", "FedCGD-GS"):
         for tau in (1, 5):
@@ -110,6 +103,21 @@ def _series(ax: Any) -> list[tuple[str, str, str]]:
         for line in ax.get_lines()
         if not line.get_label().startswith("_")
     ]
+
+
+def _smoothed(panel: Any, raw: list[float]) -> list[float]:
+    """The moving average ``panel`` draws over its faint ``raw`` line (window 3, titled so)."""
+    (line,) = [x for x in panel.get_lines() if not x.get_label().startswith("_")]
+    (faint,) = [x for x in panel.get_lines() if x.get_label().startswith("_")]
+    assert list(faint.get_ydata()) == raw and faint.get_alpha() < 0.5
+    assert "moving average over 3 rounds" in panel.get_title()
+    return list(line.get_ydata())
+
+
+def _centred_mean_3(x: list[float]) -> list[float]:
+    """The centred mean over 3 rounds, of 2 at the ends, by hand."""
+    inner = [sum(x[i - 1 : i + 2]) / 3 for i in range(1, len(x) - 1)]
+    return [(x[0] + x[1]) / 2, *inner, (x[-2] + x[-1]) / 2]
 
 
 def _visible_ticks(axis: Any) -> list[float]:
@@ -304,17 +312,7 @@ def test_per_round_panels_draw_the_moving_average_over_the_faint_raw_line(
     write_run(tmp_path / "r", {"policy": "bc"}, _lines(30, scheduled=lambda r: scheduled[r - 1]))
     plot_runs([tmp_path / "r"], tmp_path / "r.png")
     (fig,) = figures
-    panel = fig.axes[1]
-    (line,) = [x for x in panel.get_lines() if not x.get_label().startswith("_")]
-    by_hand = (
-        [(3 + 9) / 2]
-        + [sum(scheduled[i - 1 : i + 2]) / 3 for i in range(1, 29)]
-        + [(scheduled[28] + scheduled[29]) / 2]
-    )
-    assert list(line.get_ydata()) == pytest.approx(by_hand)
-    (faint,) = [x for x in panel.get_lines() if x.get_label().startswith("_")]
-    assert list(faint.get_ydata()) == scheduled and faint.get_alpha() < 0.5
-    assert "moving average over 3 rounds" in panel.get_title()
+    assert _smoothed(fig.axes[1], scheduled) == pytest.approx(_centred_mean_3(scheduled))
     (accuracy,) = fig.axes[0].get_lines()  # accuracy is not smoothed
     assert list(accuracy.get_ydata()) == pytest.approx([0.1 * r for r in range(1, 31)])
 
@@ -400,14 +398,9 @@ def test_long_runs_draw_the_estimates_as_moving_averages_over_the_faint_raw_mean
     write_run(folder, {"policy": "fedcgd-fscd"}, lines)
     plot_estimates({("default", "fedcgd-fscd"): [folder]}, tmp_path / "estimates.png")
     (fig,) = figures
-    panel = fig.axes[0]
-    (line,) = [x for x in panel.get_lines() if not x.get_label().startswith("_")]
-    by_hand = [1.0] + [sum(sigma[i - 1 : i + 2]) / 3 for i in range(1, 29)] + [1.0]
-    assert list(line.get_ydata()) == pytest.approx(by_hand)
-    assert max(line.get_ydata()) == pytest.approx(3.0)  # the spike of 7 is averaged down
-    (faint,) = [x for x in panel.get_lines() if x.get_label().startswith("_")]
-    assert list(faint.get_ydata()) == sigma and faint.get_alpha() < 0.5
-    assert "moving average over 3 rounds" in panel.get_title()
+    smoothed = _smoothed(fig.axes[0], sigma)
+    assert smoothed == pytest.approx(_centred_mean_3(sigma))
+    assert max(smoothed) == pytest.approx(3.0)  # the spike of 7 is averaged down
 
 
 def test_the_solver_figure_is_titled_with_its_settings() -> None:

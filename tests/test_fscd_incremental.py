@@ -122,11 +122,8 @@ def test_stages_equal_dense_on_random_instances(monkeypatch: pytest.MonkeyPatch)
     for index, num_devices in enumerate(sizes):
         problem = random_instance(rng, num_devices)
         assert_same_stages(problem, f"instance {index}, V={num_devices}", monkeypatch)
-
-
-def test_stages_equal_dense_on_larger_instances(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(77)
-    for index, num_devices in enumerate((120, 160)):
+    for index, num_devices in enumerate((120, 160)):  # larger instances
         problem = random_instance(rng, num_devices, num_classes=10)
         assert_same_stages(problem, f"large {index}", monkeypatch)
 

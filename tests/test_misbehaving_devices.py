@@ -64,18 +64,9 @@ REPLY_FAULTS = [
 
 def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]:
     """A run whose nodes answer as ``wrap(the ClientApp)`` does (cohort execution on)."""
-    run_config = default_run_config()
-    run_config.update(
-        {
-            "num-devices": V,
-            "num-server-rounds": ROUNDS,
-            "channel.availability-prob": 0.8,
-            "local-steps": 2,
-            "eval-every": ROUNDS,
-        }
-    )
-    run_config.update(overrides)
-    run_config["result-dir"] = str(tmp_path / name)
+    run_config = {**default_run_config(), "num-devices": V, "num-server-rounds": ROUNDS}
+    run_config |= {"channel.availability-prob": 0.8, "local-steps": 2, "eval-every": ROUNDS}
+    run_config |= {**overrides, "result-dir": str(tmp_path / name)}
     grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap)
     run_federation(grid, parse_run_config(run_config))
     out = tmp_path / name
@@ -117,6 +108,7 @@ def test_a_faulty_device_costs_only_itself(tmp_root, policy, fault):
         if FAULTY in line["failed"]:
             reason = line["failed_reasons"][str(FAULTY)]
             assert reason and "\n" not in reason  # a one-line reason
+            assert fault != "huge-layer" or "update norm" in reason, reason
             hits += 1
     assert hits > 0, "the faulty device was never asked: the test proves nothing"
     _, expected = oracle(tmp_root, policy, fault)
@@ -125,21 +117,6 @@ def test_a_faulty_device_costs_only_itself(tmp_root, policy, fault):
         assert value.dtype == torch.float32, key
         assert torch.isfinite(value).all(), key
         np.testing.assert_allclose(value.numpy(), expected[key].numpy(), atol=1e-6, err_msg=key)
-
-
-@pytest.mark.parametrize("policy", POLICIES)
-def test_failed_in_every_round_it_was_scheduled(tmp_root, policy):
-    lines, _ = run(
-        Path(tmp_root), f"every-{policy}", lambda app: misbehaving(app, "huge-layer", FAULTY),
-        policy=policy,
-    )  # fmt: skip
-    scheduled = [x for x in lines if FAULTY in x["scheduled"]]
-    assert scheduled
-    for line in scheduled:
-        assert FAULTY in line["failed"] and "update norm" in line["failed_reasons"][str(FAULTY)]
-    # Not poisoned: the accuracy is the oracle's (a poisoned model sits at chance, 0.1).
-    oracle_lines, _ = oracle(tmp_root, policy, "huge-layer")
-    assert lines[-1]["accuracy"] == pytest.approx(oracle_lines[-1]["accuracy"], abs=1e-6)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -161,8 +138,7 @@ def test_a_device_that_never_registers_is_as_if_absent(tmp_root, policy, fault):
 
 
 def test_a_node_that_claims_another_partition_cannot_take_it_over():
-    run_config = default_run_config()
-    run_config.update({"num-devices": V})
+    run_config = {**default_run_config(), "num-devices": V}
     contexts = make_contexts(NODES, run_config, V)
     grid = app_grid(contexts, wrap=lambda app: misbehaving(app, "claim-partition", FAULTY))
     config = parse_run_config(run_config)
@@ -355,6 +331,7 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
+        (keys.SIGMA, 2.5, None),  # sane values: accepted
         (keys.LABEL_HIST, [2**70, 0], "2\\*\\*53"),
         (keys.NUM_EXAMPLES, 2**70, "num-examples"),
         (keys.SIGMA, 10**400, "sigma"),
@@ -366,31 +343,16 @@ def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
     from fedcgd_strategy.flower.replies import ExpectedReply, MalformedReplyError, read_report
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1], key: value}
+    expected = ExpectedReply(0, np.array([3, 1]), 4)
+    if match is None:
+        report = read_report(reply_with(metrics), num_devices=2, num_classes=2, expected=expected)
+        assert report.label_hist.tolist() == [3, 1] and report.sigma == 2.5
+        return
     with pytest.raises(MalformedReplyError, match=match):
-        read_report(
-            reply_with(metrics),
-            num_devices=2,
-            num_classes=2,
-            expected=ExpectedReply(0, np.array([3, 1]), 4),
-        )
-
-
-def test_the_same_reply_with_sane_values_is_accepted():
-    from fedcgd_strategy.flower.replies import ExpectedReply, read_report
-
-    metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1]}
-    report = read_report(
-        reply_with({**metrics, keys.SIGMA: 2.5}),
-        num_devices=2,
-        num_classes=2,
-        expected=ExpectedReply(0, np.array([3, 1]), 4),
-    )
-    assert report.label_hist.tolist() == [3, 1] and report.sigma == 2.5
+        read_report(reply_with(metrics), num_devices=2, num_classes=2, expected=expected)
 
 
 def test_a_reported_update_norm_must_be_that_of_the_upload():
-    from fedcgd_strategy.screening import reported_norm_matches
-
     assert reported_norm_matches(5.0, 5.0)
     assert reported_norm_matches(5.0 + 4e-5, 5.0)  # 8e-6 relative: summation order
     assert not reported_norm_matches(5.0 + 6e-5, 5.0)  # 1.2e-5 relative

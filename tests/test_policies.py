@@ -101,15 +101,13 @@ def test_protocol_rule() -> None:
 
 
 def test_class_gradient_is_one_array_shape_per_variant() -> None:
-    g = make_policy(
-        "fedcgd-fscd", PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
-    ).class_gradient
-    gc = make_policy(
-        "fedcgd-fscd-gc", PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
-    ).class_gradient
+    context = PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
+    g, gc = (
+        make_policy(name, context).class_gradient for name in ("fedcgd-fscd", "fedcgd-fscd-gc")
+    )
     assert g is not None and g.tolist() == [2.0]
     assert gc is not None and gc.tolist() == [2.0, 2.0]
-    assert make_policy("bc", PolicyContext(num_devices=3, num_classes=2)).class_gradient is None
+    assert make_policy("bc", context).class_gradient is None
 
 
 def test_only_the_flower_glue_imports_flwr() -> None:

@@ -103,15 +103,10 @@ GOOD = {
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("label_dist", np.array([0.5, 0.5])),
+        # one bad value per field: the values each validator refuses are in test_validation.py
         ("label_dist", np.array([[0.5, 0.6], [1.0, 0.0]])),
-        ("label_dist", np.array([[1.5, -0.5], [1.0, 0.0]])),
         ("target_dist", np.array([0.5, 0.4])),
-        ("target_dist", np.array([1.0])),
-        ("min_bandwidth_hz", np.array([1.0, np.nan])),
-        ("min_bandwidth_hz", np.array([-1.0, 1.0])),
-        ("min_bandwidth_hz", np.array([1.0, 1.0, 1.0])),
-        ("total_bandwidth_hz", 0.0),
+        ("min_bandwidth_hz", np.array([1.0, 1.0, 1.0])),  # not one per device
         ("total_bandwidth_hz", np.inf),
         ("sigma", -1.0),
         ("class_gradient", np.array([1.0, -1.0])),

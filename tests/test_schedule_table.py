@@ -159,9 +159,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def test_cli_writes_the_table(tmp_path: Path):
-    argv = "paper schedule-table --drops 2 --rounds 2 --quiet --out".split()
+def test_cli_writes_the_table_and_its_progress_into_a_log_as_plain_lines(tmp_path: Path, capsys):
+    argv = "paper schedule-table --drops 2 --rounds 2 --out".split()
     assert invoke([*argv, str(tmp_path)]) == 0
+    # stderr is not a terminal here (as in a log file): whole lines, no carriage return and no
+    # escape code; the last says every drop is done
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err, repr(err)
+    assert err.endswith("\n") and err.splitlines()[-1].startswith("table: drop 2/2 ("), repr(err)
     with (tmp_path / "table.csv").open() as fh:
         assert next(csv.reader(fh)) == list(TABLE_COLUMNS)
     rows = read_csv(tmp_path / "table.csv")
@@ -173,16 +178,6 @@ def test_cli_writes_the_table(tmp_path: Path):
         paper = PAPER[row["policy"]]
         assert (float(row["paper_scheduled"]), float(row["paper_wemd"])) == paper
     assert (tmp_path / "table.png").stat().st_size > 0
-
-
-def test_progress_into_a_log_is_plain_lines(tmp_path: Path, capsys):
-    # stderr is not a terminal here (as in a log file): whole lines, no carriage return and no
-    # escape code; the last says every drop is done
-    argv = ["--drops", "2", "--rounds", "2", "--policies", "bc", "--out", str(tmp_path)]
-    assert invoke(["paper", "schedule-table", *argv]) == 0
-    err = capsys.readouterr().err
-    assert "\r" not in err and "\x1b" not in err, repr(err)
-    assert err.endswith("\n") and err.splitlines()[-1].startswith("table: drop 2/2 ("), repr(err)
 
 
 def test_cli_fit_poc_uses_the_nearest_v_prime(tmp_path: Path):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import reference_solvers as reference
 from reference_solvers import brute_force
+from test_problem import paper_example  # paper Section IV-A: room for two
 
 from fedcgd_strategy import METHODS, SchedulingProblem, solve
 from fedcgd_strategy.solvers.exact import size_batch_pairs
@@ -30,19 +31,6 @@ def random_problem(
         sigma=float(rng.choice([0.1, 0.3, 1.0, 3.0]) * np.sqrt(32)),
         class_gradient=rng.uniform(0.5, 2.0, num_classes) if rng.random() < 0.5 else 1.0,
         batch_size=batch,
-    )
-
-
-def paper_example() -> SchedulingProblem:
-    """Paper Section IV-A: p1 = p2 = [.51, .49], p3 = [.8, .2], p4 = [.2, .8]; room for two."""
-    return SchedulingProblem(
-        label_dist=np.array([[0.51, 0.49], [0.51, 0.49], [0.8, 0.2], [0.2, 0.8]]),
-        target_dist=np.array([0.5, 0.5]),
-        min_bandwidth_hz=np.ones(4),
-        total_bandwidth_hz=2.0,
-        sigma=0.01,
-        class_gradient=1.0,
-        batch_size=32,
     )
 
 

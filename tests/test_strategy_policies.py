@@ -78,14 +78,21 @@ def test_every_policy_schedules_candidates_within_budget_and_records_plain_wemd(
         assert rec.sampling_term == pytest.approx(sigma / math.sqrt(4 * scheduled.size))
 
 
-def test_best_channel_ranks_by_gain_not_by_id():
-    gain = np.array([1, 6, 3, 5, 2, 4], float) * 1e-9
-    draw = make_draw([True] * V, [3.0] * V, gain=gain)
-    strategy, grid = build("bc", draw, total_bw=7.0)
+@pytest.mark.parametrize(
+    ("gain", "min_bw", "total_bw", "expected"),
+    [
+        # gains 6 (device 1) and 5 (device 3) fit 3 + 3 = 6 Hz; the next (4, device 5) does not
+        ([1, 6, 3, 5, 2, 4], [3.0] * V, 7.0, [1, 3]),
+        # best gains first: 4 + 4 fit (8 Hz), the third (4 Hz) does not: the "stop" rule
+        ([6, 5, 4, 3, 2, 1], [4.0, 4.0, 4.0, 1.0, 1.0, 1.0], 10.0, [0, 1]),
+    ],
+)
+def test_best_channel_packs_by_gain_not_by_id(gain, min_bw, total_bw, expected):
+    draw = make_draw([True] * V, min_bw, gain=np.array(gain, float) * 1e-9)
+    strategy, grid = build("bc", draw, total_bw=total_bw)
     msgs, _ = run_round(strategy, grid)
-    # Gains 6 (device 1) and 5 (device 3) fit 3 + 3 = 6 Hz; the next (4, device 5) does not.
-    assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[1], NODES[3]]
-    assert strategy.last_record is not None and strategy.last_record.scheduled == [1, 3]
+    assert sorted(m.metadata.dst_node_id for m in msgs) == [NODES[v] for v in expected]
+    assert strategy.last_record is not None and strategy.last_record.scheduled == expected
 
 
 # --- discovery: joins, leaves, duplicate claims ------------------------------------------------
