@@ -17,6 +17,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.setting import Scalar, Setting, check_value, require
 
 #: Largest run seed: torch's generators take a signed 64-bit seed.
@@ -36,8 +37,9 @@ MIN_MNIST1D_SAMPLES = 100
 MAX_MNIST1D_SAMPLES = 1_000_000
 MNIST1D_CLASSES = 10
 
-#: Built-in data sets, models, partitions and the choices of the server's settings.
-DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100", "mnist1d")
+#: Built-in data sets (:data:`fedcgd_task.datasets.BUILTIN_DATASETS`), models, partitions and
+#: the choices of the server's settings.
+DATASETS: tuple[str, ...] = tuple(BUILTIN_DATASETS)
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
 PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -166,8 +168,9 @@ SETTINGS: tuple[Setting, ...] = (
         "258,898 parameters), `resnet18gn` (ResNet-18 with GroupNorm), `cnn1d` (MNIST-1D's "
         "CNN: three 25-channel Conv1d layers and a linear layer, 5,210 parameters for 1×40), "
         "or your function `'package.module:function'` / `'/abs/file.py:function'`; `auto` "
-        "picks by dataset (`mlp` for digits, `cnn` for cifar10, `resnet18gn` for cifar100, "
-        "`cnn1d` for mnist1d, `mlp` for your own)",
+        "picks by dataset ("
+        + ", ".join(f"`{d.auto_model}` for {name}" for name, d in BUILTIN_DATASETS.items())
+        + ", `mlp` for your own)",
         choices=MODELS,
         form="reference",
     ),

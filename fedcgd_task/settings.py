@@ -13,21 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
+from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.schema import SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
 #: A scalar value of a Flower ConfigRecord / run config as this project uses them.
 ConfigValue = Any
 
-#: The model ``model = "auto"`` selects for each built-in dataset.
-AUTO_MODEL: dict[str, str] = {
-    "digits": "mlp",
-    "cifar10": "cnn",
-    "cifar100": "resnet18gn",
-    "mnist1d": "cnn1d",
-}
-#: The model ``model = "auto"`` selects for the researcher's own data set: the MLP
-#: Flatten -> Linear(prod(input_shape), 64) -> ReLU -> Linear(64, C), which fits any input shape.
+#: The model ``model = "auto"`` selects for the researcher's own data set (a built-in's is in
+#: :data:`fedcgd_task.datasets.BUILTIN_DATASETS`): the MLP, which fits any input shape.
 AUTO_MODEL_OWN_DATASET = "mlp"
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
@@ -68,7 +62,8 @@ class TaskSettings:
         """
         values = _read_fields(cls, run_config)
         if values["model"] == "auto":
-            values["model"] = AUTO_MODEL.get(values["dataset"], AUTO_MODEL_OWN_DATASET)
+            builtin = BUILTIN_DATASETS.get(values["dataset"])
+            values["model"] = builtin.auto_model if builtin else AUTO_MODEL_OWN_DATASET
         values["data_dir"] = str(resolve_data_dir(values["data_dir"]))
         return cls(**values)
 
