@@ -20,13 +20,13 @@ from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 #: ``choices``), ``reference`` (one of ``choices`` or the researcher's function
 #: ``"package.module:function"``), ``path`` (a folder, ``""`` = a default), ``absolute-path``
 #: (an absolute path or ``""``), ``table`` (a TOML inline table in a string, read by
-#: :mod:`server_app.policy_params`), ``class`` (a built-in name or ``"package.module:Class"``,
+#: :mod:`server_app.config`), ``class`` (a built-in name or ``"package.module:Class"``,
 #: checked by the policy and aggregator registries), ``device`` (one of ``choices`` or
 #: ``"cuda:N"``, a torch device).
 Form = Literal["value", "reference", "path", "absolute-path", "table", "class", "device"]
 
 #: Longest string value of any run-config key (PATH_MAX, the longest path Linux opens); the
-#: parameter tables have their own limit (:data:`server_app.policy_params.MAX_PARAMS_CHARS`).
+#: parameter tables have their own limit (:data:`server_app.config.MAX_PARAMS_CHARS`).
 MAX_SETTING_CHARS = 4096
 #: Longest folder or file name in a path value (NAME_MAX, in UTF-8 bytes).
 MAX_NAME_BYTES = 255
@@ -155,7 +155,7 @@ def require(run_config: Mapping[str, Any], setting: Setting) -> Any:
     """``run_config[setting.key]``; ValueError for a missing key or a string over the limit.
 
     Strings are at most :data:`MAX_SETTING_CHARS`, except parameter tables (``form = "table"``),
-    which :mod:`server_app.policy_params` limits itself.
+    which :mod:`server_app.config` limits itself.
     """
     key = setting.key
     if key not in run_config:
