@@ -113,6 +113,24 @@ RECORDED: dict[str, str] = {setting.key: _recorded_name(setting) for setting in 
 WHERE_AND_HOW: tuple[str, ...] = tuple(RECORDED[s.key] for s in SETTINGS if not s.computes)
 
 
+def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """Recorded settings (dotted names) that do not change what the run ``settings`` computes.
+
+    :data:`WHERE_AND_HOW` (a run checkpointed on a GPU may go on on a CPU), but ``data-dir``
+    where the data set reads its files there (CIFAR, your function), plus ``mnist1d-samples``
+    where a built-in data set does not read it (:attr:`BuiltinDataset.reads`). ``settings``: a
+    run's ``config.json`` (``RunConfig.to_dict``).
+    """
+    task = settings.get("task")
+    dataset = task.get("dataset") if isinstance(task, Mapping) else None
+    builtin = BUILTIN_DATASETS.get(dataset) if isinstance(dataset, str) else None
+    # a researcher's own data set may read both
+    reads = builtin.reads if builtin is not None else ("data-dir", "mnist1d-samples")
+    computing = ("task.data_dir",) if "data-dir" in reads else ()
+    unread = () if "mnist1d-samples" in reads else ("task.mnist1d_samples",)
+    return (*(name for name in WHERE_AND_HOW if name not in computing), *unread)
+
+
 #: The settings of a round's ConfigRecord, by record key (``want-sigma`` may be left out).
 _ROUND_CONFIG: dict[str, Setting] = {
     keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", minimum=0),

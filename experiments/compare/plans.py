@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+from fedcgd_task.settings import unread_settings
 from run_files.code_identity import code_identity, run_digests
 from run_files.files import read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, holds_run, read_metrics_lines
@@ -23,7 +24,6 @@ from run_files.run_status import (
     settings_differences,
 )
 from server_app.checkpoint import run_finished
-from server_app.run_identity import unread_settings
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
