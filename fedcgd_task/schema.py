@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedcgd_task.datasets import BUILTIN_DATASETS
-from fedcgd_task.setting import Scalar, Setting, check_value, require
+from fedcgd_task.setting import MAX_SETTING_CHARS, Scalar, Setting, check_value
 
 #: Largest ``num-server-rounds`` (its ``why``; a checkpoint's round is checked against it).
 MAX_SERVER_ROUNDS = 100_000
@@ -395,13 +395,27 @@ SCHEMA: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 def read(run_config: Mapping[str, Any], key: str) -> Any:
     """The value of ``key`` in a run config, checked against its :class:`Setting`.
 
+    A string holds at most :data:`~fedcgd_task.setting.MAX_SETTING_CHARS` characters, but a
+    parameter table (``form = "table"``: :mod:`server_app.config` limits it).
+
     Raises
     ------
     ValueError
         One line naming the key, the value and what is allowed (or that the key is missing).
     """
     setting = SCHEMA[key]
-    return check_value(setting, require(run_config, setting), f"run-config key '{key}'")
+    if key not in run_config:
+        raise ValueError(
+            f"run-config key '{key}' is missing; it must be set in [tool.flwr.app.config] of "
+            "pyproject.toml or with --run-config"
+        )
+    value = run_config[key]
+    if isinstance(value, str) and setting.form != "table" and len(value) > MAX_SETTING_CHARS:
+        raise ValueError(
+            f"run-config key '{key}' holds {len(value)} characters ({value[:40]!r}...); "
+            f"allowed: at most {MAX_SETTING_CHARS}"
+        )
+    return check_value(setting, value, f"run-config key '{key}'")
 
 
 def unknown_key(key: str) -> str:
