@@ -17,32 +17,15 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from fedcgd_task.setting import Scalar, Setting, check_value, require
+from fedcgd_task.datasets import BUILTIN_DATASETS
+from fedcgd_task.setting import MAX_SETTING_CHARS, Scalar, Setting, check_value
 
-#: Largest run seed: torch's generators take a signed 64-bit seed.
-MAX_SEED = 2**63 - 1
-#: Largest ``num-server-rounds``: the ServerApp keeps every round's metrics line in memory
-#: (about 10 kB each as Python objects for 40 devices: 100,000 rounds are about 1 GB).
+#: Largest ``num-server-rounds`` (its ``why``; a checkpoint's round is checked against it).
 MAX_SERVER_ROUNDS = 100_000
-#: ``stall-limit-s`` bounds: a second (the watchdog's timer has microseconds; a limit below them
-#: would switch it off) to 12 h: Flower drops a message unanswered for its time to live
-#: (``flwr.app.constants.DEFAULT_TTL``), so no longer wait can be honoured.
-MIN_STALL_LIMIT_S = 1.0
-MAX_STALL_LIMIT_S = 43_200.0
-#: ``mnist1d-samples`` bounds: 10 samples of each digit at least; generating takes about
-#: 0.8 kB of memory and 0.18 ms per sample, and every process that trains keeps 168 bytes per
-#: sample (10^6 samples: about 3 minutes, 168 MB per process).
-MIN_MNIST1D_SAMPLES = 100
-MAX_MNIST1D_SAMPLES = 1_000_000
-MNIST1D_CLASSES = 10
 
-#: Built-in data sets, models, partitions and the choices of the server's settings.
-DATASETS: tuple[str, ...] = ("digits", "cifar10", "cifar100", "mnist1d")
+#: Choices that code importing torch or flwr also lists (``tests/test_schema.py`` compares them).
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
-PARTITIONS: tuple[str, ...] = ("dirichlet", "shards")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
-PROTOCOLS: tuple[str, ...] = ("auto", "channel", "query", "train-all")
-TARGET_DISTS: tuple[str, ...] = ("global", "devices")
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
 PATHLOSS_MODELS: tuple[str, ...] = ("paper", "tr38901")
 
@@ -58,7 +41,7 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "one seed for everything: device drop, channel, partitions, batches, model init, policies",
         minimum=0,
-        maximum=MAX_SEED,
+        maximum=2**63 - 1,
         why="torch's generators take a signed 64-bit seed",
     ),
     Setting(
@@ -101,7 +84,7 @@ SETTINGS: tuple[Setting, ...] = (
         "every available device trains, only the scheduled ones upload (needed by `bn2`, "
         "`poc`); `auto` picks the one with the least work. Same seed, same schedules and model "
         "under every protocol a policy allows",
-        choices=PROTOCOLS,
+        choices=("auto", "channel", "query", "train-all"),
     ),
     Setting(
         "aggregator",
@@ -135,7 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
         "1×40, 80/20 train/test split), or your function `'package.module:function'` / "
         "`'/abs/file.py:function'` (see [Bring your own data set and model](bring-your-own.md"
         "#bring-your-own-data-set-and-model))",
-        choices=DATASETS,
+        choices=tuple(BUILTIN_DATASETS),
         form="reference",
     ),
     Setting(
@@ -154,9 +137,9 @@ SETTINGS: tuple[Setting, ...] = (
         "generating takes about 0.8 kB of memory and 0.18 ms per sample); read by `mnist1d` "
         "only. The cached arrays are used only when their content hashes to the digest stored "
         "with them (otherwise they are generated again)",
-        minimum=MIN_MNIST1D_SAMPLES,
-        maximum=MAX_MNIST1D_SAMPLES,
-        multiple_of=MNIST1D_CLASSES,
+        minimum=100,
+        maximum=1_000_000,
+        multiple_of=10,
         why="N / 10 samples of each digit; generating takes about 0.8 kB of memory per sample",
     ),
     Setting(
@@ -166,8 +149,9 @@ SETTINGS: tuple[Setting, ...] = (
         "258,898 parameters), `resnet18gn` (ResNet-18 with GroupNorm), `cnn1d` (MNIST-1D's "
         "CNN: three 25-channel Conv1d layers and a linear layer, 5,210 parameters for 1×40), "
         "or your function `'package.module:function'` / `'/abs/file.py:function'`; `auto` "
-        "picks by dataset (`mlp` for digits, `cnn` for cifar10, `resnet18gn` for cifar100, "
-        "`cnn1d` for mnist1d, `mlp` for your own)",
+        "picks by dataset ("
+        + ", ".join(f"`{d.auto_model}` for {name}" for name, d in BUILTIN_DATASETS.items())
+        + ", `mlp` for your own)",
         choices=MODELS,
         form="reference",
     ),
@@ -186,7 +170,7 @@ SETTINGS: tuple[Setting, ...] = (
         "dirichlet",
         "`dirichlet`: p_v ~ Dir(α p), equal sizes; `shards`: sort-and-partition with l shards "
         "per device",
-        choices=PARTITIONS,
+        choices=("dirichlet", "shards"),
     ),
     Setting("dirichlet-alpha", 1.0, "α of the Dirichlet split", minimum=0.0, above=True),
     Setting("shards-per-device", 2, "l, shards per device of the shards split", minimum=1),
@@ -231,7 +215,7 @@ SETTINGS: tuple[Setting, ...] = (
         "global",
         "WEMD target p: class distribution of the full training set, or `devices` (union of "
         "this round's histograms)",
-        choices=TARGET_DISTS,
+        choices=("global", "devices"),
     ),
     Setting(
         "pack-rule",
@@ -282,8 +266,8 @@ SETTINGS: tuple[Setting, ...] = (
         "reply is waited for as long as the host needs, so host load never changes a run; a "
         "run that gets no reply at all for this many seconds is stuck and stops (`failed`, "
         "exit 1, one line; resumable, also with another `stall-limit-s`)",
-        minimum=MIN_STALL_LIMIT_S,
-        maximum=MAX_STALL_LIMIT_S,
+        minimum=1.0,  # the watchdog's timer has microseconds
+        maximum=43_200.0,  # flwr.app.constants.DEFAULT_TTL
         why="Flower drops an unanswered message after 12 h",
         computes=False,
     ),
@@ -411,13 +395,27 @@ SCHEMA: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 def read(run_config: Mapping[str, Any], key: str) -> Any:
     """The value of ``key`` in a run config, checked against its :class:`Setting`.
 
+    A string holds at most :data:`~fedcgd_task.setting.MAX_SETTING_CHARS` characters, but a
+    parameter table (``form = "table"``: :mod:`server_app.config` limits it).
+
     Raises
     ------
     ValueError
         One line naming the key, the value and what is allowed (or that the key is missing).
     """
     setting = SCHEMA[key]
-    return check_value(setting, require(run_config, setting), f"run-config key '{key}'")
+    if key not in run_config:
+        raise ValueError(
+            f"run-config key '{key}' is missing; it must be set in [tool.flwr.app.config] of "
+            "pyproject.toml or with --run-config"
+        )
+    value = run_config[key]
+    if isinstance(value, str) and setting.form != "table" and len(value) > MAX_SETTING_CHARS:
+        raise ValueError(
+            f"run-config key '{key}' holds {len(value)} characters ({value[:40]!r}...); "
+            f"allowed: at most {MAX_SETTING_CHARS}"
+        )
+    return check_value(setting, value, f"run-config key '{key}'")
 
 
 def unknown_key(key: str) -> str:

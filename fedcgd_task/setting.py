@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,13 +19,13 @@ from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 #: ``choices``), ``reference`` (one of ``choices`` or the researcher's function
 #: ``"package.module:function"``), ``path`` (a folder, ``""`` = a default), ``absolute-path``
 #: (an absolute path or ``""``), ``table`` (a TOML inline table in a string, read by
-#: :mod:`server_app.policy_params`), ``class`` (a built-in name or ``"package.module:Class"``,
+#: :mod:`server_app.config`), ``class`` (a built-in name or ``"package.module:Class"``,
 #: checked by the policy and aggregator registries), ``device`` (one of ``choices`` or
 #: ``"cuda:N"``, a torch device).
 Form = Literal["value", "reference", "path", "absolute-path", "table", "class", "device"]
 
 #: Longest string value of any run-config key (PATH_MAX, the longest path Linux opens); the
-#: parameter tables have their own limit (:data:`server_app.policy_params.MAX_PARAMS_CHARS`).
+#: parameter tables have their own limit (:data:`server_app.config.MAX_PARAMS_CHARS`).
 MAX_SETTING_CHARS = 4096
 #: Longest folder or file name in a path value (NAME_MAX, in UTF-8 bytes).
 MAX_NAME_BYTES = 255
@@ -148,27 +147,6 @@ def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
                 f"{where} holds a folder or file name of {size} bytes "
                 f"({name[:40]!r}...); allowed: at most {MAX_NAME_BYTES} bytes per name"
             )
-    return value
-
-
-def require(run_config: Mapping[str, Any], setting: Setting) -> Any:
-    """``run_config[setting.key]``; ValueError for a missing key or a string over the limit.
-
-    Strings are at most :data:`MAX_SETTING_CHARS`, except parameter tables (``form = "table"``),
-    which :mod:`server_app.policy_params` limits itself.
-    """
-    key = setting.key
-    if key not in run_config:
-        raise ValueError(
-            f"run-config key '{key}' is missing; it must be set in [tool.flwr.app.config] of "
-            "pyproject.toml or with --run-config"
-        )
-    value = run_config[key]
-    if isinstance(value, str) and setting.form != "table" and len(value) > MAX_SETTING_CHARS:
-        raise ValueError(
-            f"run-config key '{key}' holds {len(value)} characters ({value[:40]!r}...); "
-            f"allowed: at most {MAX_SETTING_CHARS}"
-        )
     return value
 
 

@@ -13,21 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
+from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.schema import SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
 #: A scalar value of a Flower ConfigRecord / run config as this project uses them.
 ConfigValue = Any
 
-#: The model ``model = "auto"`` selects for each built-in dataset.
-AUTO_MODEL: dict[str, str] = {
-    "digits": "mlp",
-    "cifar10": "cnn",
-    "cifar100": "resnet18gn",
-    "mnist1d": "cnn1d",
-}
-#: The model ``model = "auto"`` selects for the researcher's own data set: the MLP
-#: Flatten -> Linear(prod(input_shape), 64) -> ReLU -> Linear(64, C), which fits any input shape.
+#: The model ``model = "auto"`` selects for the researcher's own data set (a built-in's is in
+#: :data:`fedcgd_task.datasets.BUILTIN_DATASETS`): the MLP, which fits any input shape.
 AUTO_MODEL_OWN_DATASET = "mlp"
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
@@ -68,7 +62,8 @@ class TaskSettings:
         """
         values = _read_fields(cls, run_config)
         if values["model"] == "auto":
-            values["model"] = AUTO_MODEL.get(values["dataset"], AUTO_MODEL_OWN_DATASET)
+            builtin = BUILTIN_DATASETS.get(values["dataset"])
+            values["model"] = builtin.auto_model if builtin else AUTO_MODEL_OWN_DATASET
         values["data_dir"] = str(resolve_data_dir(values["data_dir"]))
         return cls(**values)
 
@@ -116,6 +111,24 @@ RECORDED: dict[str, str] = {setting.key: _recorded_name(setting) for setting in 
 #: (``Setting.computes`` false): a resume may change them; no checkpoint identity, folder name,
 #: figure label or indicator pairing reads them.
 WHERE_AND_HOW: tuple[str, ...] = tuple(RECORDED[s.key] for s in SETTINGS if not s.computes)
+
+
+def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """Recorded settings (dotted names) that do not change what the run ``settings`` computes.
+
+    :data:`WHERE_AND_HOW` (a run checkpointed on a GPU may go on on a CPU), but ``data-dir``
+    where the data set reads its files there (CIFAR, your function), plus ``mnist1d-samples``
+    where a built-in data set does not read it (:attr:`BuiltinDataset.reads`). ``settings``: a
+    run's ``config.json`` (``RunConfig.to_dict``).
+    """
+    task = settings.get("task")
+    dataset = task.get("dataset") if isinstance(task, Mapping) else None
+    builtin = BUILTIN_DATASETS.get(dataset) if isinstance(dataset, str) else None
+    # a researcher's own data set may read both
+    reads = builtin.reads if builtin is not None else ("data-dir", "mnist1d-samples")
+    computing = ("task.data_dir",) if "data-dir" in reads else ()
+    unread = () if "mnist1d-samples" in reads else ("task.mnist1d_samples",)
+    return (*(name for name in WHERE_AND_HOW if name not in computing), *unread)
 
 
 #: The settings of a round's ConfigRecord, by record key (``want-sigma`` may be left out).

@@ -32,10 +32,9 @@ from run_files.run_status import (
     lost_note,
     write_status,
 )
-from server_app.checkpoint import ResumePlan, save_model
+from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, parse_run_config
 from server_app.recorder import RoundRecorder
-from server_app.run_folder import claim_run_folder
 from server_app.setup import RunSetup, build_setup
 
 app = ServerApp()

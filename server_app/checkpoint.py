@@ -1,41 +1,150 @@
-"""Checkpoints of a run: everything needed to continue it bit for bit after a crash.
+"""A run's folder and checkpoints: the claim on the folder, checkpoints tied to their run, resume.
 
-What a checkpoint holds: docs/running.md, "What a run writes"; how a resume is checked:
-docs/deployment.md (checkpoint and resume) and docs/design.md, "Safe loading".
+:func:`claim_run_folder` locks a run's folder, then checks under the lock what the run may do
+there (docs/design.md, "One writer per folder").
+
+A checkpoint carries :func:`run_identity` (the format, the seed, the policy and a digest of the
+settings that change what the run computes); a resume refuses, in one line naming what differs,
+a checkpoint another run wrote. What a checkpoint holds: docs/running.md, "What a run writes";
+how a resume is checked: docs/deployment.md (checkpoint and resume) and docs/design.md, "Safe
+loading".
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
+import os
 import pickle
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.nested import DESCEND, map_nested
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
+from fedcgd_task.settings import unread_settings
 from run_files.files import atomic_write, read_json_object
+from run_files.folder_lock import FolderClaim, claim_folder
 from run_files.results import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     MODEL_FILE,
+    RUN_FILES,
     SUMMARY_FILE,
+    check_new_result_dir,
     json_ready,
     read_metrics_lines,
 )
 from run_files.run_status import (
     COMPLETED,
     first_line,
+    flat_settings,
     read_status,
     settings_differences,
 )
 from server_app.config import RunConfig
-from server_app.run_identity import CheckpointRefusedError, check_identity, unread_settings
 
-#: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_to_torch`).
+#: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
+CHECKPOINT_FORMAT = 2
+
+
+class CheckpointRefusedError(OneLineMessage, ValueError):
+    """A checkpoint that is not the run's or does not fit it: one line, nothing written."""
+
+
+def identity_settings(config: RunConfig) -> dict[str, Any]:
+    """The settings that change what a run computes (flat, sorted, JSON values)."""
+    settings = json_ready(config.to_dict())
+    skip = {"num_server_rounds", *unread_settings(settings)}
+    return {k: v for k, v in sorted(flat_settings(settings).items()) if k not in skip}
+
+
+def run_identity(config: RunConfig) -> dict[str, Any]:
+    """What ties a checkpoint to its run: format, seed, policy, settings JSON and its SHA-256."""
+    text = json.dumps(
+        identity_settings(config), sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "seed": config.seed,
+        "policy": config.policy,
+        "settings": text,
+        "settings_sha256": hashlib.sha256(text.encode("ascii")).hexdigest(),
+    }
+
+
+def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
+    """Refuse a checkpoint that another run (or another format of the app) wrote.
+
+    Raises
+    ------
+    CheckpointRefusedError
+        One line naming the field (format, seed, policy, a setting), both values.
+    """
+    found, wanted = identity, run_identity(config)
+    head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
+    version = found.get("format", 1)
+    if not _same_value(version, CHECKPOINT_FORMAT):
+        raise CheckpointRefusedError(
+            f"{head} has format {version!r}; this version of the app reads format "
+            f"{CHECKPOINT_FORMAT} (the file was written by another version); it cannot be "
+            "resumed: run again in a new folder"
+        )
+    tail = "a checkpoint copied from another run's folder? resume a run from its own checkpoint"
+    for name in ("seed", "policy"):
+        if not _same_value(found.get(name), wanted[name]):
+            raise CheckpointRefusedError(
+                f"{head} is another run's: {name} = {found.get(name)!r} in the checkpoint, "
+                f"{wanted[name]!r} in this run ({tail})"
+            )
+    if not _same_value(found.get("settings_sha256"), wanted["settings_sha256"]):
+        raise CheckpointRefusedError(
+            f"{head} is another run's: {_settings_change(found, wanted)} ({tail})"
+        )
+
+
+def _same_value(found: object, wanted: object) -> bool:
+    """``found == wanted`` for plain values of the same type (a tensor or a list never is)."""
+    return type(found) is type(wanted) and found == wanted
+
+
+def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
+    """The first setting that differs, with both values (from the checkpoint's settings)."""
+    text = found.get("settings")
+    digest = found.get("settings_sha256")
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
+        return (
+            f"its settings digest {str(digest)[:12]!r} is not this run's "
+            f"{wanted['settings_sha256'][:12]!r} (its settings do not match their digest: "
+            "damaged or edited)"
+        )
+    try:
+        saved = json.loads(text)
+    except ValueError:
+        saved = {}
+    if not isinstance(saved, dict):
+        saved = {}
+    now = json.loads(wanted["settings"])
+    none = "(none)"
+    keys = sorted(k for k in set(saved) | set(now) if saved.get(k, none) != now.get(k, none))
+    if not keys:
+        return "its settings digest is not this run's"
+    more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+    key = keys[0]
+    return (
+        f"setting {key} = {saved.get(key, '(none)')!r} in the checkpoint, "
+        f"{now.get(key, '(none)')!r} in this run{more}"
+    )
+
+
+#: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_tagged_tensor`).
 NUMPY_TAG = "__numpy__"
 
 
@@ -43,8 +152,7 @@ NUMPY_TAG = "__numpy__"
 class Checkpoint:
     """The state of a run after ``round`` (the last round whose metrics line is written).
 
-    The global model, the policy's state, both generators' ``bit_generator.state``, the seconds
-    elapsed, the aggregator's state (``{}`` for FedAvg) and the run's identity.
+    What each field holds: docs/running.md, "What a run writes" (``checkpoint.pt``).
     """
 
     round: int
@@ -57,36 +165,25 @@ class Checkpoint:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-def _to_torch(value: Any) -> Any:
-    """``value`` with every numpy array as a tagged tensor (``weights_only`` loading reads it)."""
-    return map_nested(value, _tagged_tensor)
-
-
 def _tagged_tensor(value: Any) -> Any:
+    """A numpy array as a tagged tensor (``weights_only`` loading reads it)."""
     if isinstance(value, np.ndarray):
         return {NUMPY_TAG: torch.from_numpy(np.array(value, copy=True))}
     return DESCEND
 
 
-def _from_torch(value: Any) -> Any:
-    """The inverse of :func:`_to_torch`."""
-    return map_nested(value, _untagged_array)
-
-
 def _untagged_array(value: Any) -> Any:
-    if (
-        isinstance(value, dict)
-        and set(value) == {NUMPY_TAG}
-        and isinstance(value[NUMPY_TAG], torch.Tensor)
-    ):
-        return value[NUMPY_TAG].numpy().copy()
+    """The inverse of :func:`_tagged_tensor`."""
+    if isinstance(value, dict) and set(value) == {NUMPY_TAG}:
+        if isinstance(value[NUMPY_TAG], torch.Tensor):
+            return value[NUMPY_TAG].numpy().copy()
     return DESCEND
 
 
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
     data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
-    data["aggregator_state"] = _to_torch(checkpoint.aggregator_state)
+    data["aggregator_state"] = map_nested(checkpoint.aggregator_state, _tagged_tensor)
     return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
@@ -138,7 +235,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             cell_rng_state=dict(data["cell_rng_state"]),
             policy_rng_state=dict(data["policy_rng_state"]),
             elapsed_s=float(data["elapsed_s"]),
-            aggregator_state=dict(_from_torch(data.get("aggregator_state", {}))),
+            aggregator_state=dict(map_nested(data.get("aggregator_state", {}), _untagged_array)),
             identity=dict(data.get("identity", {})),
         )
         if not (math.isfinite(checkpoint.elapsed_s) and checkpoint.elapsed_s >= 0):
@@ -190,14 +287,9 @@ class ResumePlan:
 
 
 def check_same_settings(result_dir: Path, config: RunConfig) -> None:
-    """Refuse to resume ``result_dir`` with settings other than those it was started with.
+    """Refuse (one line) to resume ``result_dir`` with settings other than its ``config.json``'s.
 
-    Only ``num_server_rounds`` and the :func:`unread_settings` may differ.
-
-    Raises
-    ------
-    ValueError
-        One line naming the settings that differ (or the unreadable ``config.json``).
+    Only ``num_server_rounds`` and :func:`fedcgd_task.settings.unread_settings` may differ.
     """
     path = result_dir / CONFIG_FILE
     try:
@@ -233,13 +325,8 @@ def run_finished(result_dir: Path) -> bool:
 def check_resume(config: RunConfig) -> ResumePlan:
     """Check (reading only) that ``config.resume_from`` can go on to ``num_server_rounds``.
 
-    Raises
-    ------
-    FileNotFoundError
-        The folder or its checkpoint is missing.
-    ValueError
-        Unreadable checkpoint or metrics, other settings, a checkpoint of another run, or nothing
-        left to run (one line).
+    Raises FileNotFoundError (no folder or checkpoint) or ValueError (unreadable checkpoint or
+    metrics, other settings, another run's checkpoint, nothing left to run), one line.
     """
     folder = Path(config.resume_from)
     key = f"run-config key 'resume-from' = '{folder}'"
@@ -260,3 +347,51 @@ def check_resume(config: RunConfig) -> ResumePlan:
             f"{checkpoint.round} to continue it)"
         )
     return ResumePlan(checkpoint=checkpoint, lines=lines, finish_only=checkpoint.round == wanted)
+
+
+def check_result_dir(config: RunConfig) -> ResumePlan | None:
+    """The checks before a run writes in its folder (one line); the resume plan, or None."""
+    if config.resume_from:
+        return check_resume(config)
+    check_new_result_dir(config.result_dir)
+    return None
+
+
+@dataclass
+class ClaimedRun:
+    """A run's folder locked by this process (``config.result_dir``), and the resume plan."""
+
+    config: RunConfig
+    claim: FolderClaim
+    plan: ResumePlan | None
+
+
+def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
+    """Lock the run's folder (creating it for a new run) and check it under the lock.
+
+    ``writer``: take the writer lock too (the ServerApp); ``fresh_name``: ``config.result_dir``
+    is a default name, suffixed when taken. Raises what :func:`check_result_dir` and
+    :func:`run_files.folder_lock.claim_folder` raise (a live holder named by its PID).
+    """
+    folder = Path(config.result_dir)
+    key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
+    if not os.path.lexists(folder) and not fresh_name:
+        check_result_dir(config)  # refused before anything is created
+    claim = claim_folder(
+        folder, key, create=not config.resume_from, writer=writer, fresh_name=fresh_name
+    )
+    try:
+        if fresh_name:
+            config = replace(config, result_dir=str(claim.folder))
+        plan = check_result_dir(config)
+    except BaseException:
+        claim.abandon()
+        raise
+    if writer:  # no other process writes there: remove the temporary files a killed writer left
+        for entry in os.scandir(claim.folder):
+            name = entry.name
+            ours = any(name.startswith(f".{run_file}.") for run_file in RUN_FILES)
+            if ours and name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+    return ClaimedRun(config, claim, plan)

@@ -36,9 +36,8 @@ from fedcgd_task.imports import first_line
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.partition import all_partitions
 from fedcgd_task.training import compute_device, evaluate
-from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint
+from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefusedError, run_identity
 from server_app.config import RunConfig
-from server_app.run_identity import CheckpointRefusedError, run_identity
 from server_app.uplink import build_uplink
 
 #: :class:`ScheduledStrategy` arguments that are :class:`RunSetup` attributes of the same name.
@@ -161,7 +160,7 @@ def build_setup(
 
     Raises
     ------
-    server_app.run_identity.CheckpointRefusedError
+    server_app.checkpoint.CheckpointRefusedError
         ``resume`` does not fit the run (one line).
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
@@ -223,7 +222,7 @@ def restore(
 
     Raises
     ------
-    server_app.run_identity.CheckpointRefusedError
+    server_app.checkpoint.CheckpointRefusedError
         One line naming ``resume-from``, the part and why.
     """
     head = f"run-config key 'resume-from' = '{config.resume_from}': {CHECKPOINT_FILE}"

@@ -41,8 +41,7 @@ from fedcgd_task.settings import default_run_config
 from run_files.results import read_metrics_lines
 from run_files.run_status import COMPLETED, read_status
 from server_app.app import run_federation
-from server_app.config import parse_run_config
-from server_app.policy_params import fold_policy_params
+from server_app.config import fold_policy_params, parse_run_config
 
 #: label -> (aggregator, aggregator-params); "FedAvg" is the scheduler's own (the default).
 ROBUST: dict[str, tuple[str, dict[str, Any]]] = {

@@ -26,8 +26,7 @@ from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import default_run_config
 from run_files.run_status import read_status
-from server_app.config import parse_run_config
-from server_app.policy_params import fold_policy_params
+from server_app.config import fold_policy_params, parse_run_config
 
 V = 8
 FIXED = "DifferentialPrivacyServerSideFixedClipping"

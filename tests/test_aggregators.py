@@ -45,8 +45,7 @@ from fedcgd_task.settings import default_run_config
 from run_files.results import METRICS_FILE, MODEL_FILE
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
-from server_app.config import parse_run_config
-from server_app.policy_params import fold_policy_params
+from server_app.config import fold_policy_params, parse_run_config
 
 PROJECT = Path(__file__).resolve().parents[1]
 V = 8

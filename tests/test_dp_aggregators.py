@@ -371,7 +371,7 @@ def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
     from flwr.common.config import parse_config_args
 
     from experiments.run.run_config import run_config_file
-    from server_app.policy_params import read_params
+    from server_app.config import read_params
 
     flat = {
         "aggregator": ADAPTIVE,

@@ -34,8 +34,12 @@ from fedcgd_task.datasets.mnist1d import (
     mnist1d_cache_path,
 )
 from fedcgd_task.models import build_model
-from fedcgd_task.settings import DEFAULT_MNIST1D_SAMPLES, TaskSettings, default_run_config
-from server_app.run_identity import unread_settings
+from fedcgd_task.settings import (
+    DEFAULT_MNIST1D_SAMPLES,
+    TaskSettings,
+    default_run_config,
+    unread_settings,
+)
 
 #: A small sample count: 20 of each digit, int(200 * 0.8) = 160 training and 40 test samples.
 SMALL_N = 200

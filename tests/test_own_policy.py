@@ -23,8 +23,7 @@ from experiments.run.run_config import validated_run_config, with_resolved_data_
 from fedcgd_strategy import Policy, RoundInputs
 from fedcgd_strategy.policies import PolicyContext, make_policy, resolve_protocol
 from fedcgd_strategy.policies.registry import policy_class
-from server_app.config import parse_run_config
-from server_app.policy_params import fold_policy_params, read_policy_params
+from server_app.config import fold_policy_params, parse_run_config, read_params
 
 PROJECT = Path(__file__).resolve().parents[1]
 PF = "examples.proportional_fair:ProportionalFair"
@@ -131,13 +130,13 @@ def test_policy_params_travel_as_one_declared_key():
     flat = {"policy": PF, "policy-params.window": 5, "policy-params.note": 'a "b"'}
     folded = fold_policy_params(flat)
     assert set(folded) == {"policy", "policy-params"}
-    assert read_policy_params(folded) == {"window": 5, "note": 'a "b"'}
-    assert read_policy_params({"policy-params": "{window = 2.5, on = true}"}) == {
+    assert read_params(folded) == {"window": 5, "note": 'a "b"'}
+    assert read_params({"policy-params": "{window = 2.5, on = true}"}) == {
         "window": 2.5,
         "on": True,
     }
     with pytest.raises(ValueError, match="also set in 'policy-params'"):
-        read_policy_params({"policy-params": "{window = 2}", "policy-params.window": 3})
+        read_params({"policy-params": "{window = 2}", "policy-params.window": 3})
 
 
 def user_run(result_dir: Path | None, policy: str, **extra: object) -> dict:
@@ -308,6 +307,6 @@ def test_a_hydra_preset_takes_a_reference_and_policy_params():
         cfg = compose("config", overrides=["experiment=digits_policies", *hydra_overrides(words)])
     assert list(cfg.policies) == ["fedcgd-fscd", PF]
     (_, overrides), *_ = planned_runs(cfg)
-    assert read_policy_params(overrides) == {"window": 4}
+    assert read_params(overrides) == {"window": 4}
     config = parse_run_config(validated_run_config({**overrides, "policy": PF}))
     assert config.policy_params == {"window": 4} and config.protocol == "channel"

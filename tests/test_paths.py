@@ -35,7 +35,7 @@ from experiments.run.run_config import (
     with_resolved_data_dir,
 )
 from fedcgd_task.settings import PROJECT_DIR, flatten
-from server_app.policy_params import fold_policy_params, read_params, read_policy_params
+from server_app.config import fold_policy_params, read_params
 
 #: A folder name with a space, both quotes, a backslash, non-ASCII and non-BMP characters.
 HOSTILE_NAME = "a b 'q' \"dq\" back\\slash ü 😀"
@@ -109,7 +109,7 @@ def test_every_string_round_trips_through_run_config_text_toml_file_and_shell(te
     line = format_run_config(values)
     assert "\n" not in line  # one line: a printed command stays on its line
     assert parse_run_config_text(line) == folded
-    assert read_policy_params(parse_run_config_text(line)) == {"note": text, "notes": [text, "x"]}
+    assert read_params(parse_run_config_text(line)) == {"note": text, "notes": [text, "x"]}
     assert read_params(parse_run_config_text(line), "aggregator-params") == {
         "strategy-params": {"name": text}
     }
@@ -149,17 +149,17 @@ PF = "examples.proportional_fair:ProportionalFair"
 def test_the_documented_policy_params_forms_are_read(text, expected):
     parsed = parse_run_config_text(f"policy='{PF}' {text} num-server-rounds=3")
     assert parsed["policy"] == PF and parsed["num-server-rounds"] == 3
-    assert read_policy_params(parsed) == expected
+    assert read_params(parsed) == expected
     folded = validated_run_config(parsed)  # checked against the constructor, passed on
-    assert read_policy_params(folded) == expected
-    assert read_policy_params(parse_run_config_text(format_run_config(folded))) == expected
+    assert read_params(folded) == expected
+    assert read_params(parse_run_config_text(format_run_config(folded))) == expected
 
 
 def test_a_table_with_spaces_and_arrays_is_one_item():
     text = "policy-params={weights = [1, 2, 3], name = 'a b'} policy-params.x=[4, 5] seed=1"
     parsed = parse_run_config_text(text)
     assert parsed["seed"] == 1
-    assert read_policy_params(parsed) == {"weights": [1, 2, 3], "name": "a b", "x": [4, 5]}
+    assert read_params(parsed) == {"weights": [1, 2, 3], "name": "a b", "x": [4, 5]}
 
 
 def test_the_documented_aggregator_params_forms_are_read():
@@ -185,7 +185,7 @@ def test_flowers_own_run_config_text_reads_the_documented_string_form():
     from flwr.common.config import parse_config_args
 
     parsed = parse_config_args(['policy-params="{window = 20}" num-server-rounds=3'])
-    assert read_policy_params(parsed) == {"window": 20}
+    assert read_params(parsed) == {"window": 20}
 
 
 @pytest.mark.parametrize(

@@ -68,13 +68,6 @@ def test_the_choices_are_those_the_code_takes():
         assert bounds == (low, high, closed), name
 
 
-def test_every_channel_key_is_a_cell_field_or_read_on_its_own():
-    from server_app.config import CHANNEL_KEYS
-
-    channel = {key.removeprefix("channel.") for key in SCHEMA if key.startswith("channel.")}
-    assert channel == {*CHANNEL_KEYS, "model-bits", "trace"}
-
-
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.key)
 def test_every_default_passes_its_own_check(setting: Setting):
     assert check_value(setting, setting.default, setting.key) == setting.default
@@ -182,9 +175,8 @@ def test_one_attribute_says_what_describes_a_run():
     """Checkpoint identity, folder names, figure labels and indicator pairing leave out the same
     settings: those whose ``computes`` is false (where or how a run runs or reports)."""
     from experiments.analysis.plot_runs import UNLABELLED
-    from fedcgd_task.settings import RECORDED
+    from fedcgd_task.settings import RECORDED, unread_settings
     from server_app.config import UNNAMED_KEYS
-    from server_app.run_identity import unread_settings
 
     unread = unread_settings({"task": {"dataset": "mnist1d"}})
     for setting in SETTINGS:

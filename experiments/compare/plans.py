@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+from fedcgd_task.settings import unread_settings
 from run_files.code_identity import code_identity, run_digests
 from run_files.files import read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, holds_run, read_metrics_lines
@@ -23,7 +24,6 @@ from run_files.run_status import (
     settings_differences,
 )
 from server_app.checkpoint import run_finished
-from server_app.run_identity import unread_settings
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
@@ -60,9 +60,9 @@ def check_policies(policies: list[str]) -> None:
 def takes_policy_params(policy: str, shared: Mapping[str, Any]) -> bool:
     """Whether ``policy`` takes every ``policy-params`` name of ``shared`` (False without any)."""
     from fedcgd_strategy.policies.registry import policy_param_arguments
-    from server_app.policy_params import read_policy_params
+    from server_app.config import read_params
 
-    params = read_policy_params(shared)
+    params = read_params(shared)
     if not params:
         return False
     try:
@@ -74,7 +74,7 @@ def takes_policy_params(policy: str, shared: Mapping[str, Any]) -> bool:
 
 def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]:
     """``shared`` for ``policy``: its ``policy-params`` kept only if the policy takes them all."""
-    from server_app.policy_params import PARAMS_KEY, PARAMS_PREFIX
+    from server_app.config import PARAMS_KEY, PARAMS_PREFIX
 
     if takes_policy_params(policy, shared):
         return dict(shared)
@@ -83,9 +83,9 @@ def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]
 
 def check_policy_params_used(policies: Sequence[str], shared: Mapping[str, Any]) -> None:
     """Raise ValueError (one line) when ``policy-params`` are given but no policy takes them."""
-    from server_app.policy_params import PARAMS_KEY, read_policy_params
+    from server_app.config import PARAMS_KEY, read_params
 
-    params = read_policy_params(shared)
+    params = read_params(shared)
     if params and not any(takes_policy_params(p, shared) for p in policies):
         raise ValueError(
             f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "

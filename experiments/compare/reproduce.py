@@ -54,8 +54,7 @@ from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
 from run_files.files import ResultWriteError, atomic_write
 from run_files.folder_lock import FolderClaim, claim_folder
-from server_app.config import parse_run_config
-from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
+from server_app.config import PARAMS_PREFIX, fold_policy_params, parse_run_config
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 

@@ -42,7 +42,7 @@ def format_run_config(values: Mapping[str, Any]) -> str:
     ValueError
         A key that is not a dotted run-config name, or a value TOML cannot hold.
     """
-    from server_app.policy_params import fold_policy_params, format_toml_value
+    from server_app.config import fold_policy_params, format_toml_value
 
     return " ".join(
         f"{_check_key(key)}={format_toml_value(value, key)}"
@@ -56,7 +56,7 @@ def run_config_toml(values: Mapping[str, Any]) -> str:
     A file, not text: Flower's text splitting ends a quoted value at its next quote character, so a
     string holding both quotes cannot travel as text.
     """
-    from server_app.policy_params import fold_policy_params, format_toml_value
+    from server_app.config import fold_policy_params, format_toml_value
 
     nested: dict[str, Any] = {}
     for key, value in fold_policy_params(values).items():
@@ -168,8 +168,7 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
         One line naming the key, the bad value and what is allowed.
     """
     from fedcgd_task.schema import unknown_key
-    from server_app.config import parse_run_config
-    from server_app.policy_params import fold_policy_params
+    from server_app.config import fold_policy_params, parse_run_config
 
     defaults = default_run_config()
     overrides = fold_policy_params(overrides)  # Flower accepts declared keys only
