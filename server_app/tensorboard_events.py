@@ -95,7 +95,7 @@ class RoundEvents:
             metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
             file_writer = self._writer._get_file_writer()  # the run's own event file
             for summary in hparams(dict(settings), metrics):
-                file_writer.add_summary(summary)
+                file_writer.add_summary(summary, purge or 0)  # this file's first step
 
     def add(self, line: Mapping[str, Any]) -> None:
         """Write the finite numbers of a round's metrics line as scalars at its round."""

@@ -377,7 +377,13 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
     try:
         assert owner.stdout is not None and owner.stdin is not None
         assert owner.stdout.readline().strip() == "released"
-        processes.append(next_owner := hold(CLAIM_AND_SAY, *in_project(folder), "owner"))
+        next_owner = subprocess.Popen(  # its stdin a pipe: it holds until killed, not until EOF
+            [sys.executable, "-c", CLAIM_AND_SAY, *in_project(folder), "owner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        processes.append(next_owner)
         assert next_owner.stdout is not None and next_owner.stdout.readline().strip() == "owner"
         owner.stdin.write("go\n")
         owner.stdin.flush()
