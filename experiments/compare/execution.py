@@ -10,6 +10,7 @@ itself (:func:`run_reason`); each failure is one line.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,9 +22,8 @@ from experiments.compare.plans import (
     RERUN,
     RESUME,
     PlannedRun,
-    check_policies,
-    check_policy_params_used,
-    check_seeds,
+    check_comparison,
+    check_engine,
     plan_runs,
     refuse_stale_runs,
 )
@@ -32,30 +32,22 @@ from experiments.run.flwr_output import strip_ansi
 from experiments.run.flwr_run import run_flwr
 from experiments.run.outcome import run_outcome
 from experiments.run.progress import RunProgress, format_duration
+from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from experiments.run.run_pool import (
     RUN_LOG,
     Job,
     cores_per_job,
     inprocess_command,
-    resolve_jobs,
     run_jobs,
 )
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
+from run_files.files import ResultWriteError
 from run_files.folder_lock import FolderClaim, claim_folder
 from run_files.results import RUN_FILES
-from run_files.run_status import (
-    FAILED,
-    RunStatus,
-    failure_from_output,
-    first_line,
-    read_status,
-)
-
-#: Engines :func:`run_policies` can run on.
-ENGINES = ("simulation", "deployment", "inprocess")
+from run_files.run_status import FAILED, failure_from_output, first_line, read_status
 
 
 @dataclass(frozen=True)
@@ -106,10 +98,42 @@ class ComparisonRuns:
         )
 
 
-def clear_run(result_dir: Path) -> None:
-    """Remove an incomplete run's files (:data:`RUN_FILES`) so that it can run again there."""
-    for name in RUN_FILES:
-        (result_dir / name).unlink(missing_ok=True)
+def run_command(
+    check: Callable[[list[FolderClaim]], Callable[[], int]],
+    out: Path,
+    command: str | None = None,
+    last_words: LastWords | None = None,
+) -> int:
+    """A comparison's or a preset's command: check everything, then run; the exit code.
+
+    ``check`` plans and checks every run before any starts (appending the folder claims it
+    takes) and returns what runs them; a ValueError or FileNotFoundError it raises is the one
+    line ``error: ...`` and exit code 2. Then the first line names ``out`` and, after a
+    failure (exit code 1: a run, or writing a table) or a signal, the last line gives
+    ``command`` to run again.
+    """
+    claims: list[FolderClaim] = []
+    try:
+        go = check(claims)
+    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
+        for claim in reversed(claims):
+            claim.abandon()
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"output folder: {out}", flush=True)
+    if command is not None and last_words is not None:
+        last_words.set(lambda: rerun_line(command))
+    try:
+        code = go()
+    except ResultWriteError as err:  # a table or a figure: disk full, ...
+        print(f"failed: {err}", file=sys.stderr, flush=True)
+        code = 1
+    finally:
+        for claim in claims:
+            claim.release()
+    if code == 1 and command is not None:
+        print(rerun_line(command), file=sys.stderr, flush=True)
+    return code
 
 
 def _run_inprocess(overrides: Mapping[str, Any]) -> BaseException | None:
@@ -126,11 +150,7 @@ def _run_inprocess(overrides: Mapping[str, Any]) -> BaseException | None:
 
 
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder for this command while the run goes (its owner lock).
-
-    Its processes (the in-process run, ``flwr run``'s ServerApp, a job's process) work under
-    this lock; another process that holds it is named (:mod:`run_files.folder_lock`).
-    """
+    """Lock a planned run's folder while it runs (its processes work under this lock)."""
     return claim_folder(plan.result_dir, f"{plan.label}: result folder")
 
 
@@ -167,9 +187,10 @@ def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
 
 
 def prepare(plan: PlannedRun) -> None:
-    """Clear the folder of a run to be run again from the start (:data:`RERUN`)."""
+    """Remove the files (:data:`RUN_FILES`) of a run to be run again from the start (RERUN)."""
     if plan.action == RERUN:
-        clear_run(plan.result_dir)
+        for name in RUN_FILES:
+            (plan.result_dir / name).unlink(missing_ok=True)
 
 
 def run_reason(
@@ -190,25 +211,25 @@ def run_reason(
     if outcome.code == 0 and code == 0:
         return None
     reason = outcome.message.removeprefix("failed: ") if outcome.code else "completed"
-    status = read_status_or_none(plan.result_dir) if outcome.code else None
     flower_error = first_error_line(output)
     said = failure is not None or failure_from_output(output) is not None
-    if flower_error and not said and (status is None or status.state != FAILED):
-        reason = flower_error  # the simulation crashed before the ServerApp could say why
-    reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
-    return reason if code == 0 else f"exit code {code}: {reason}"
-
-
-def read_status_or_none(result_dir: Path) -> RunStatus | None:
-    """The run's status; None when there is none or it cannot be read."""
-    try:
-        return read_status(result_dir)
-    except ValueError:
-        return None
+    if flower_error and not said:
+        try:
+            failed = outcome.code != 0 and getattr(read_status(plan.result_dir), "state", "")
+        except ValueError:
+            failed = False
+        if failed != FAILED:
+            reason = flower_error  # the simulation crashed before the ServerApp could say why
+    return shortened(reason) if code == 0 else f"exit code {code}: {shortened(reason)}"
 
 
 #: Characters of a failure reason kept for the last line.
 MAX_REASON = 200
+
+
+def shortened(reason: str) -> str:
+    """``reason`` cut to :data:`MAX_REASON` characters (``...`` at the end when cut)."""
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
 
 
 def first_error_line(output: str) -> str | None:
@@ -236,46 +257,21 @@ def run_policies(
     tracker: RunProgress | None = None,
     jobs: int = 1,
 ) -> ComparisonRuns:
-    """Run each policy for each seed into ``out/<policy>/seed-<s>`` and summarise them.
+    """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables.
 
-    Every result folder is planned first (:func:`plan_runs`, unless ``plans`` are given): a
-    completed run with the same settings is kept, an incomplete one resumed from its
-    checkpoint (or run again), and a kept run with other settings stops everything before
-    any run starts. Writes ``out/runs.csv``, ``out/table.csv`` and ``out/curves.png`` from
-    the completed runs. ``engine``: ``"simulation"`` (``flwr run``, Ray), ``"deployment"``
-    (SuperNode processes; also ``deployment=True``) or ``"inprocess"``
-    (:mod:`experiments.run.inprocess`: the same ServerApp and ClientApp in this process, no Ray;
-    same results, for quick sweeps). Each run's header line says how far the whole command is
-    (``tracker``; by default one for these runs). ``jobs``: runs at once (0: one per usable
-    core; more than one needs the ``inprocess`` engine, see :func:`execute_plans`).
-
-    Returns
-    -------
-    ComparisonRuns
-        The ``runs.csv`` rows of the completed runs (see :func:`summarise`), the runs that
-        failed (and why), and how many were planned.
+    Every folder is planned first (:func:`plan_runs`, unless ``plans`` are given): kept,
+    resumed, run again or refused (docs/comparing.md, "Kept runs"); then the runs go
+    (:func:`execute_plans`) and the tables of the completed ones are written
+    (:func:`collect_runs`). ``engine``: one of :data:`ENGINES` (``deployment=True``: deployment);
+    ``jobs``: runs at once (0: one per usable core; more than one: ``inprocess`` only).
 
     Raises
     ------
     ValueError
-        For an unknown policy, a bad seed list, ``seed`` in ``shared`` (give ``seeds``), or
-        kept runs with other settings (:func:`refuse_stale_runs`), before any run.
+        Before any run: see :func:`check_comparison` and :func:`refuse_stale_runs`.
     """
-    check_policies(policies)
-    check_policy_params_used(policies, shared)
-    if engine not in ENGINES:
-        raise ValueError(f"engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
-    engine = "deployment" if deployment else engine
-    jobs = resolve_jobs(jobs, engine)
-    seeds = check_seeds(list(seeds))
-    if "seed" in shared:
-        raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
-    for key in ("result-dir", "resume-from"):
-        if shared.get(key):
-            raise ValueError(
-                f"run-config key {key!r}: a comparison puts each run in "
-                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
-            )
+    engine = check_engine(engine, deployment)
+    seeds, jobs = check_comparison(policies, shared, seeds, engine, jobs)
     with claim_folder(out, "--out"):  # held by compare(): it works under that claim
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+from experiments.run.run_pool import resolve_jobs
 from run_files.code_identity import code_identity, run_digests
 from run_files.files import read_json_object
 from run_files.results import CONFIG_FILE, METRICS_FILE, holds_run, read_metrics_lines
@@ -114,6 +115,39 @@ def parse_seeds(text: str) -> list[int]:
         if str(err).startswith("seeds:"):
             raise
         raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from None
+
+
+#: Engines a comparison's runs can run on.
+ENGINES = ("simulation", "deployment", "inprocess")
+
+
+def check_engine(engine: str, deployment: bool = False, option: str = "engine") -> str:
+    """``engine`` (``deployment`` when that is true) if one of :data:`ENGINES`; else ValueError."""
+    if engine not in ENGINES:
+        raise ValueError(f"{option}: got {engine!r}; allowed: {', '.join(ENGINES)}")
+    return "deployment" if deployment else engine
+
+
+def check_comparison(
+    policies: list[str], shared: Mapping[str, Any], seeds: Sequence[int], engine: str, jobs: int
+) -> tuple[list[int], int]:
+    """The checked seeds and jobs of a comparison, or ValueError (one line) before any run.
+
+    Refused: an unknown policy, ``policy-params`` no policy takes, a bad seed list, ``seed``
+    (give the seeds), ``result-dir`` or ``resume-from`` in ``shared``, bad ``jobs``.
+    """
+    check_policies(policies)
+    check_policy_params_used(policies, shared)
+    jobs = resolve_jobs(jobs, engine)
+    if "seed" in shared:
+        raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
+    for key in ("result-dir", "resume-from"):
+        if shared.get(key):
+            raise ValueError(
+                f"run-config key {key!r}: a comparison puts each run in "
+                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
+            )
+    return check_seeds(list(seeds)), jobs
 
 
 #: What :func:`plan_run` decides for one (policy, seed).

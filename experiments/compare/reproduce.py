@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +19,17 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.analysis.plot_runs import runs_title
 from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
 from experiments.compare.execution import (
-    ENGINES,
     ComparisonRuns,
     FailedRun,
     LaunchSettings,
     collect_runs,
     execute_plans,
+    run_command,
     run_header,
 )
 from experiments.compare.plans import (
     PlannedRun,
+    check_engine,
     check_plans_before_start,
     check_policies,
     check_policy_params_used,
@@ -47,12 +48,12 @@ from experiments.compare.results import (
 )
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
-from experiments.run.resume_command import LastWords, fedcgd_command, rerun_line
+from experiments.run.resume_command import LastWords, fedcgd_command
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
-from run_files.files import ResultWriteError, atomic_write
+from run_files.files import atomic_write
 from run_files.folder_lock import FolderClaim, claim_folder
 from server_app.config import parse_run_config
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
@@ -159,14 +160,6 @@ def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         load_train_set(task)  # cached per (dataset, data-dir), and settings where read
 
 
-def launcher_engine(cfg: DictConfig) -> str:
-    """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true."""
-    engine = str(cfg.launcher.get("engine", "simulation"))
-    if engine not in ENGINES:
-        raise ValueError(f"launcher.engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
-    return "deployment" if cfg.launcher.get("deployment") else engine
-
-
 def plan_sweep(
     cfg: DictConfig, plans: list[tuple[dict[str, Any], dict[str, Any]]], out: Path
 ) -> list[list[PlannedRun]]:
@@ -220,13 +213,16 @@ def reproduce(
 ) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code.
 
-    The first line names the output folder; after a failure or a signal the last line gives
-    ``command`` to run again.
+    See :func:`experiments.compare.execution.run_command` for the first and last lines.
     """
     out = Path(str(cfg.out)).resolve()
-    claims: list[FolderClaim] = []
-    try:
-        engine = launcher_engine(cfg)
+
+    def check(claims: list[FolderClaim]) -> Callable[[], int]:
+        engine = check_engine(
+            str(cfg.launcher.get("engine", "simulation")),
+            bool(cfg.launcher.get("deployment")),
+            "launcher.engine",
+        )
         jobs = resolve_jobs(cfg.launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
@@ -236,26 +232,14 @@ def reproduce(
         for point, _ in plans:
             claims.append(claim_folder(out / point_label(point), "out"))
         per_point = plan_sweep(cfg, plans, out)
-    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
-        for claim in reversed(claims):
-            claim.abandon()
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"output folder: {out}", flush=True)
-    if last_words is not None:
-        last_words.set(lambda: rerun_line(command))
-    try:
-        write_preset(cfg, out, command)
-        code = _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
-    except ResultWriteError as err:  # a table or a figure: disk full, ...
-        print(f"failed: {err}", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        for claim in claims:
-            claim.release()
-    if code == 1:
-        print(rerun_line(command), file=sys.stderr, flush=True)
-    return code
+
+        def go() -> int:
+            write_preset(cfg, out, command)
+            return _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
+
+        return go
+
+    return run_command(check, out, command, last_words)
 
 
 #: The preset as the command composed it, in the output folder (where each setting came from).
