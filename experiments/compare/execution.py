@@ -215,10 +215,10 @@ def run_reason(
     said = failure is not None or failure_from_output(output) is not None
     if flower_error and not said:
         try:
-            failed = outcome.code != 0 and getattr(read_status(plan.result_dir), "state", "")
+            status = read_status(plan.result_dir) if outcome.code else None
         except ValueError:
-            failed = False
-        if failed != FAILED:
+            status = None
+        if status is None or status.state != FAILED:
             reason = flower_error  # the simulation crashed before the ServerApp could say why
     return shortened(reason) if code == 0 else f"exit code {code}: {shortened(reason)}"
 
