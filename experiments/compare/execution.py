@@ -1,16 +1,11 @@
-"""Running a comparison's planned runs and collecting what they left.
+"""Running a comparison's planned runs (:func:`execute_plans`) and collecting what they left.
 
-:func:`run_policies` plans (:mod:`experiments.compare.plans`), runs every run that is not
-kept (:func:`execute_plans`: one at a time in the foreground, or several in-process jobs at
-once) and writes the tables of the completed runs (:func:`collect_runs`,
-:mod:`experiments.compare.results`). A run's outcome is its ``status.json`` or what it said
-itself (:func:`run_reason`); each failure is one line.
+A run's outcome is its ``status.json`` or what it said itself (:func:`run_reason`), one line.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +27,6 @@ from experiments.run.flwr_output import strip_ansi
 from experiments.run.flwr_run import run_flwr
 from experiments.run.outcome import run_outcome
 from experiments.run.progress import RunProgress, format_duration
-from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from experiments.run.run_pool import (
     RUN_LOG,
@@ -44,7 +38,6 @@ from experiments.run.run_pool import (
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
-from run_files.files import ResultWriteError
 from run_files.folder_lock import FolderClaim, claim_folder
 from run_files.results import RUN_FILES
 from run_files.run_status import FAILED, failure_from_output, first_line, read_status
@@ -52,12 +45,7 @@ from run_files.run_status import FAILED, failure_from_output, first_line, read_s
 
 @dataclass(frozen=True)
 class LaunchSettings:
-    """How a comparison's runs are launched (:func:`execute_plans`, :func:`launch`).
-
-    ``engine``: one of :data:`ENGINES`; ``jobs``: runs at once (more than one: ``inprocess``
-    only); ``num_supernodes`` (simulation and deployment): default the run's ``num-devices``;
-    ``cpus_per_client``, ``gpus_per_client``: each simulated ClientApp's resources.
-    """
+    """How runs are launched: ``fedcgd compare``'s options (docs/comparing.md)."""
 
     engine: str
     jobs: int = 1
@@ -98,81 +86,40 @@ class ComparisonRuns:
         )
 
 
-def run_command(
-    check: Callable[[list[FolderClaim]], Callable[[], int]],
-    out: Path,
-    command: str | None = None,
-    last_words: LastWords | None = None,
-) -> int:
-    """A comparison's or a preset's command: check everything, then run; the exit code.
-
-    ``check`` plans and checks every run before any starts (appending the folder claims it
-    takes) and returns what runs them; a ValueError or FileNotFoundError it raises is the one
-    line ``error: ...`` and exit code 2. Then the first line names ``out`` and, after a
-    failure (exit code 1: a run, or writing a table) or a signal, the last line gives
-    ``command`` to run again.
-    """
-    claims: list[FolderClaim] = []
-    try:
-        go = check(claims)
-    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
-        for claim in reversed(claims):
-            claim.abandon()
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"output folder: {out}", flush=True)
-    if command is not None and last_words is not None:
-        last_words.set(lambda: rerun_line(command))
-    try:
-        code = go()
-    except ResultWriteError as err:  # a table or a figure: disk full, ...
-        print(f"failed: {err}", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        for claim in claims:
-            claim.release()
-    if code == 1 and command is not None:
-        print(rerun_line(command), file=sys.stderr, flush=True)
-    return code
-
-
-def _run_inprocess(overrides: Mapping[str, Any]) -> BaseException | None:
-    """One in-process run; None on success, else what it raised (printed unless one line)."""
-    from experiments.run.inprocess import run_inprocess
-
-    try:
-        run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
-    except Exception as err:  # one failed run must not stop a sweep
-        if not isinstance(err, OneLineMessage):
-            print(f"in-process run failed: {err!r}", flush=True)
-        return err
-    return None
-
-
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder while it runs (its processes work under this lock)."""
-    return claim_folder(plan.result_dir, f"{plan.label}: result folder")
+    """Lock a planned run's folder while it runs; cleared first to run it again (RERUN).
+
+    The run's processes work under this lock; another process that holds it is named.
+    """
+    claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
+    if plan.action == RERUN:
+        for name in RUN_FILES:
+            (plan.result_dir / name).unlink(missing_ok=True)
+    return claim
 
 
 def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
     """Run one planned run in the foreground; None when it completed, else why not (one line).
 
-    The folder is locked for the run (:func:`claim_run_folder`; taken by another process: that
-    is the reason). The outcome is the ``status.json`` the run wrote (``flwr run`` exits 0
-    even when the ServerApp raised) or what the run said itself: :func:`run_reason`.
+    The folder is locked for the run (:func:`claim_run_folder`: held by another process, that
+    is the reason); the outcome: :func:`run_reason`.
     """
     try:
         claim = claim_run_folder(plan)
     except ValueError as err:
         return first_line(err)
     with claim:
-        prepare(plan)
         launched_unix_s = time.time()
-        output = ""
-        failure = None
+        output, failure, code = "", None, 0
         if how.engine == "inprocess":
-            failure = _run_inprocess(plan.overrides)
-            code = 0 if failure is None else 1
+            from experiments.run.inprocess import run_inprocess
+
+            try:
+                run_inprocess(with_resolved_data_dir(validated_run_config(plan.overrides)))
+            except Exception as err:  # one failed run must not stop a sweep
+                if not isinstance(err, OneLineMessage):
+                    print(f"in-process run failed: {err!r}", flush=True)
+                failure, code = err, 1
         else:
             proc = run_flwr(
                 plan.overrides,
@@ -186,13 +133,6 @@ def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
         return run_reason(plan, code, launched_unix_s, output, failure)
 
 
-def prepare(plan: PlannedRun) -> None:
-    """Remove the files (:data:`RUN_FILES`) of a run to be run again from the start (RERUN)."""
-    if plan.action == RERUN:
-        for name in RUN_FILES:
-            (plan.result_dir / name).unlink(missing_ok=True)
-
-
 def run_reason(
     plan: PlannedRun,
     code: int,
@@ -202,10 +142,8 @@ def run_reason(
 ) -> str | None:
     """None when the run launched at ``launched_unix_s`` completed, else why not (one line).
 
-    ``code`` is the exit code of what ran it; ``output`` what it printed (the ServerApp's
-    ``run failed: ...`` line, or Flower's first ``ERROR`` line, which explains a simulation
-    that crashed before the ServerApp could say why); ``failure`` what an in-process run
-    raised.
+    ``code``: the exit code of what ran it; ``output``: what it printed (the ServerApp's ``run
+    failed: ...``, or Flower's first ``ERROR`` line); ``failure``: what an in-process run raised.
     """
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
@@ -249,12 +187,8 @@ def run_policies(
     seeds: Sequence[int] = (0,),
     target_accuracy: float | None = None,
     num_supernodes: int | None = None,
-    deployment: bool = False,
-    cpus_per_client: int = 1,
-    gpus_per_client: float = 0.0,
     engine: str = "simulation",
     plans: Sequence[PlannedRun] | None = None,
-    tracker: RunProgress | None = None,
     jobs: int = 1,
 ) -> ComparisonRuns:
     """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables.
@@ -262,24 +196,23 @@ def run_policies(
     Every folder is planned first (:func:`plan_runs`, unless ``plans`` are given): kept,
     resumed, run again or refused (docs/comparing.md, "Kept runs"); then the runs go
     (:func:`execute_plans`) and the tables of the completed ones are written
-    (:func:`collect_runs`). ``engine``: one of :data:`ENGINES` (``deployment=True``: deployment);
-    ``jobs``: runs at once (0: one per usable core; more than one: ``inprocess`` only).
+    (:func:`collect_runs`). ``engine``: one of :data:`ENGINES`; ``jobs``: runs at once (0: one
+    per usable core; more than one: ``inprocess`` only).
 
     Raises
     ------
     ValueError
         Before any run: see :func:`check_comparison` and :func:`refuse_stale_runs`.
     """
-    engine = check_engine(engine, deployment)
-    seeds, jobs = check_comparison(policies, shared, seeds, engine, jobs)
+    seeds, jobs = check_comparison(policies, shared, seeds, check_engine(engine), jobs)
     with claim_folder(out, "--out"):  # held by compare(): it works under that claim
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)
         outcomes = execute_plans(
             plans,
-            LaunchSettings(engine, jobs, num_supernodes, cpus_per_client, gpus_per_client),
-            tracker=tracker or RunProgress(total=len(plans)),
+            LaunchSettings(engine, jobs, num_supernodes),
+            tracker=RunProgress(total=len(plans)),
             header=lambda plan: run_header(plan, policies, seeds),
         )
         return collect_runs(plans, outcomes, out, target_accuracy)
@@ -313,24 +246,23 @@ def execute_plans(
     overall progress and then ``header(plan)``.
     """
     outcomes: dict[Path, str | None] = {}
-    to_run = []
-    for plan in plans:
-        if plan.action == KEEP:
-            print(f"=== {tracker.header()} {header(plan)}", flush=True)
-            also = f"; {plan.note}" if plan.note else ""
-            print(f"completed earlier with the same settings; kept{also}", flush=True)
-            tracker.end_run(kept=True)
-            outcomes[plan.result_dir] = None
-        else:
-            to_run.append(plan)
 
     def announce(plan: PlannedRun, where: str = "") -> None:
         print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
-        if plan.action == RESUME:
-            also = f"; {plan.note}" if plan.note else ""
+        also = f"; {plan.note}" if plan.note else ""
+        if plan.action == KEEP:
+            print(f"completed earlier with the same settings; kept{also}", flush=True)
+        elif plan.action == RESUME:
             print(f"incomplete, same settings: resumed from its checkpoint{also}", flush=True)
         elif plan.action == RERUN:
             print(f"{plan.note}: run again from the start", flush=True)
+
+    for plan in plans:
+        if plan.action == KEEP:
+            announce(plan)
+            tracker.end_run(kept=True)
+            outcomes[plan.result_dir] = None
+    to_run = [plan for plan in plans if plan.action != KEEP]
 
     def record(plan: PlannedRun, reason: str | None) -> None:
         tracker.end_run(plan.result_dir, failed=reason is not None)
@@ -355,7 +287,6 @@ def execute_plans(
         except ValueError as err:
             record(plan, first_line(err))
             return False
-        prepare(plan)
         tracker.start_run(plan.result_dir)
         launched[i] = time.time()
         return True
@@ -394,20 +325,11 @@ def execute_plans(
 def last_outcome_line(log: Path) -> str | None:
     """The ``failed: ...`` / ``error: ...`` last line of a run's log (without the prefix)."""
     try:
-        with open(log, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, 2) - 4096))
-            tail = handle.read().decode("utf-8", errors="replace")
+        last = log.read_bytes().decode("utf-8", errors="replace").rstrip().rsplit("\n", 1)[-1]
     except OSError:
         return None
-    lines = [line for line in tail.splitlines() if line.strip()]
-    if not lines:
-        return None
-    last = lines[-1]
-    for prefix in ("failed: ", "error: "):
-        if last.startswith(prefix):
-            text = last.removeprefix(prefix)
-            return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
-    return None
+    match = re.match(r"(failed|error): (.*)", last)
+    return shortened(match.group(2)) if match else None
 
 
 def collect_runs(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from experiments.compare.execution import run_command, run_policies
+from experiments.compare.execution import run_policies
 from experiments.compare.plans import (
     check_comparison,
     check_plans_before_start,
@@ -27,6 +27,7 @@ from experiments.compare.plans import (
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text, validated_run_config
+from run_files.files import ResultWriteError
 from run_files.folder_lock import FolderClaim, claim_folder
 
 #: ``--policies`` by default: every policy of the paper's Table II and ``all``.
@@ -102,12 +103,50 @@ def compare_aggregators(
     return max(codes)
 
 
+def run_command(
+    check: Callable[[list[FolderClaim]], Callable[[], int]],
+    out: Path,
+    command: str | None = None,
+    last_words: LastWords | None = None,
+) -> int:
+    """A comparison's or a preset's command: check everything, then run; the exit code.
+
+    ``check`` plans and checks every run before any starts (appending the folder claims it
+    takes) and returns what runs them; a ValueError or FileNotFoundError it raises is the one
+    line ``error: ...`` and exit code 2. Then the first line names ``out`` and, after a
+    failure (exit code 1: a run, or writing a table) or a signal, the last line gives
+    ``command`` to run again.
+    """
+    claims: list[FolderClaim] = []
+    try:
+        go = check(claims)
+    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
+        for claim in reversed(claims):
+            claim.abandon()
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"output folder: {out}", flush=True)
+    if command is not None and last_words is not None:
+        last_words.set(lambda: rerun_line(command))
+    try:
+        code = go()
+    except ResultWriteError as err:  # a table or a figure: disk full, ...
+        print(f"failed: {err}", file=sys.stderr, flush=True)
+        code = 1
+    finally:
+        for claim in claims:
+            claim.release()
+    if code == 1 and command is not None:
+        print(rerun_line(command), file=sys.stderr, flush=True)
+    return code
+
+
 def compare(
     args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
     """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2).
 
-    See :func:`experiments.compare.execution.run_command` for the first and last lines.
+    See :func:`run_command` for the first and last lines.
     """
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()

@@ -24,7 +24,6 @@ from experiments.compare.execution import (
     LaunchSettings,
     collect_runs,
     execute_plans,
-    run_command,
     run_header,
 )
 from experiments.compare.plans import (
@@ -38,6 +37,7 @@ from experiments.compare.plans import (
     refuse_stale_runs,
     with_policy_params,
 )
+from experiments.compare.policies import run_command
 from experiments.compare.results import (
     RUN_COLUMNS,
     markdown_table,
@@ -213,7 +213,7 @@ def reproduce(
 ) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code.
 
-    See :func:`experiments.compare.execution.run_command` for the first and last lines.
+    See :func:`experiments.compare.policies.run_command` for the first and last lines.
     """
     out = Path(str(cfg.out)).resolve()
 
