@@ -133,11 +133,10 @@ def check_comparison(
 ) -> tuple[list[int], int]:
     """The checked seeds and jobs of a comparison, or ValueError (one line) before any run.
 
-    Refused: an unknown policy, ``policy-params`` no policy takes, a bad seed list, ``seed``
-    (give the seeds), ``result-dir`` or ``resume-from`` in ``shared``, bad ``jobs``.
+    Refused: an unknown policy, bad ``jobs``, ``seed`` (give the seeds), ``result-dir`` or
+    ``resume-from`` in ``shared``, a bad seed list, a bad run config (:func:`check_run_configs`).
     """
     check_policies(policies)
-    check_policy_params_used(policies, shared)
     jobs = resolve_jobs(jobs, engine)
     if "seed" in shared:
         raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
@@ -147,7 +146,20 @@ def check_comparison(
                 f"run-config key {key!r}: a comparison puts each run in "
                 "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
             )
-    return check_seeds(list(seeds)), jobs
+    seeds = check_seeds(list(seeds))
+    check_run_configs(policies, shared, seeds)
+    return seeds, jobs
+
+
+def check_run_configs(
+    policies: Sequence[str], shared: Mapping[str, Any], seeds: Sequence[int]
+) -> None:
+    """Check each policy's run config (with the ``policy-params`` it takes) for each seed."""
+    check_policy_params_used(policies, shared)
+    for policy in policies:
+        own = with_policy_params(policy, shared)
+        for seed in seeds:
+            validated_run_config({**own, "policy": policy, "seed": seed})
 
 
 #: What :func:`plan_run` decides for one (policy, seed).

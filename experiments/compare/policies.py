@@ -22,7 +22,6 @@ from experiments.compare.plans import (
     parse_seeds,
     plan_runs,
     refuse_stale_runs,
-    with_policy_params,
 )
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import LastWords, rerun_line
@@ -158,10 +157,6 @@ def compare(
             raise ValueError("give either --seeds or run-config 'seed', not both")
         given = parse_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
         seeds, jobs = check_comparison(policies, shared, given, args.engine, args.jobs)
-        for policy in policies:
-            for seed in seeds:
-                own = with_policy_params(policy, shared)
-                validated_run_config({**own, "policy": policy, "seed": seed})
         claims.append(claim_folder(out, "--out"))  # one comparison in a folder at a time
         plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)

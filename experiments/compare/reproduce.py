@@ -31,11 +31,10 @@ from experiments.compare.plans import (
     check_engine,
     check_plans_before_start,
     check_policies,
-    check_policy_params_used,
+    check_run_configs,
     check_seeds,
     plan_runs,
     refuse_stale_runs,
-    with_policy_params,
 )
 from experiments.compare.policies import run_command
 from experiments.compare.results import (
@@ -55,7 +54,6 @@ from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
 from run_files.files import atomic_write
 from run_files.folder_lock import FolderClaim, claim_folder
-from server_app.config import parse_run_config
 from server_app.policy_params import PARAMS_PREFIX, fold_policy_params
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
@@ -127,14 +125,8 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
         overrides = fold_policy_params({**shared, **point, "data-dir": data_dir})
-        check_policy_params_used(policies, overrides)
-        for policy in policies:
-            own = with_policy_params(policy, overrides)
-            parse_run_config({**defaults, **own, "policy": policy})
+        check_run_configs(policies, overrides, seeds)
         plans.append((point, overrides))
-    first = {**with_policy_params(policies[0], plans[0][1]), "policy": policies[0]}
-    for seed in seeds:
-        parse_run_config({**defaults, **first, "seed": seed})
     return plans
 
 
