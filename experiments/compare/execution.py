@@ -356,8 +356,7 @@ def collect_runs(
         if reason is not None:
             result.failed.append(FailedRun(plan.label, reason))
     if result.runs:
-        write_comparison(result.runs, out, target_accuracy)
-        print((out / "table.md").read_text(), end="", flush=True)
+        print(write_comparison(result.runs, out, target_accuracy), end="", flush=True)
         for line in same_schedule_lines(result.runs):
             print(line, flush=True)
         print(

@@ -37,14 +37,7 @@ from experiments.compare.plans import (
     refuse_stale_runs,
 )
 from experiments.compare.policies import run_command
-from experiments.compare.results import (
-    RUN_COLUMNS,
-    markdown_table,
-    table_rows,
-    warn_mixed_code,
-    write_indicator,
-    write_table,
-)
+from experiments.compare.results import table_rows, warn_mixed_code, write_tables
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
 from experiments.run.resume_command import LastWords, fedcgd_command
@@ -321,11 +314,7 @@ def write_outputs(
     The indicator's (``indicator.csv``, ``indicator_test.csv``) over all points, when the preset
     runs FedCGD-FSCD and BC.
     """
-    write_table(rows, out / "table.csv", extra_columns=("sweep",))
-    table = markdown_table(rows, cfg.get("target_accuracy"), extra_columns=("sweep",))
-    atomic_write(out / "table.md", table)
-    write_table(runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
-    indicator = write_indicator(runs, out)
+    table, indicator = write_tables(rows, runs, out, cfg.get("target_accuracy"), ("sweep",))
     plot_estimates(groups, out / "estimates.png")
     sweep = run_keys(cfg.sweep)
     metrics = list(cfg.get("figure_metrics") or [])
