@@ -29,23 +29,20 @@ from experiments.run.run_config import parse_run_config_text, validated_run_conf
 from run_files.files import ResultWriteError
 from run_files.folder_lock import FolderClaim, claim_folder
 
-#: ``--policies`` by default: every policy of the paper's Table II and ``all``.
-DEFAULT_POLICIES = "fedcgd-fscd,fedcgd-gs,bc,bn2,poc,fedcbs,all"
-
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """The options of ``fedcgd compare`` (the defaults are the command's)."""
+    """The options of ``fedcgd compare`` (their defaults: :mod:`experiments.cli.runs`)."""
 
-    policies: str = DEFAULT_POLICIES
-    seeds: str | None = None
-    run_config: str = ""
-    aggregators: str | None = None
-    out: Path = Path("results/compare")
-    num_supernodes: int | None = None
-    target_accuracy: float | None = None
-    engine: str = "simulation"
-    jobs: int = 1
+    policies: str
+    seeds: str | None
+    run_config: str
+    aggregators: str | None
+    out: Path
+    num_supernodes: int | None
+    target_accuracy: float | None
+    engine: str
+    jobs: int
 
 
 def main(options: CompareOptions, command: str | None = None) -> int:
