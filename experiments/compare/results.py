@@ -221,13 +221,9 @@ def indicator_from_folders(
     Raises
     ------
     ValueError
-        One line: a bad option, a folder without ``runs.csv``, no FedCGD-FSCD and BC runs, or
+        One line: a folder without ``runs.csv``, no FedCGD-FSCD and BC runs, or
         a damaged result file.
     """
-    if early_rounds < 1:
-        raise ValueError(f"--early-rounds: got {early_rounds}; allowed: an integer >= 1")
-    if not 0 < late_fraction <= 1:
-        raise ValueError(f"--late-fraction: got {late_fraction}; allowed: a number in (0, 1]")
     runs: list[dict[str, Any]] = []
     for folder in folders:
         path = folder / "runs.csv"
