@@ -86,6 +86,7 @@ def test_cli_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str
         (["--total-bandwidth-hz", "-1"], "total_bandwidth_hz"),
         (["--num-devices", "0"], "num_devices"),
         (["--model-params", "0"], "--model-params"),
+        (["--model-bits", "0"], "--model-bits"),
         (["--model-params", "9", "--model-bits", "9"], "not both"),
         (["--rounds", "0"], "rounds"),
         (["--pathloss-model", "umi"], "pathloss-model"),

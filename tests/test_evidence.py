@@ -282,8 +282,8 @@ def test_the_indicator_command_pools_comparisons(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--late-fraction", "0"], "--late-fraction: got 0.0; allowed: a number in (0, 1]"),
-        (["--early-rounds", "0"], "--early-rounds: got 0; allowed: an integer >= 1"),
+        (["--late-fraction", "0"], "Invalid value for '--late-fraction': 0.0 is not in the range"),
+        (["--early-rounds", "0"], "Invalid value for '--early-rounds': 0 is not in the range x>=1"),
         ([], "{out}: no runs.csv (not the folder of a comparison or a preset)"),
     ],
 )
@@ -291,4 +291,5 @@ def test_the_indicator_command_refuses_bad_options_and_folders(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert invoke(["indicator", str(tmp_path), *args]) == 2
-    assert capsys.readouterr().err.strip() == "error: " + message.format(out=tmp_path)
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: " + message.format(out=tmp_path)) and "\n" not in line

@@ -36,6 +36,7 @@ from experiments.run.run_config import (
     parse_run_config_text,
     validated_run_config,
 )
+from fedcgd_task.imports import reference_label
 
 ROUNDS, DEVICES = 2, 4
 
@@ -267,7 +268,7 @@ def test_compare_policies_own_policy_command_runs(tmp_path: Path) -> None:
     proc = run("compare", *args, "--out", str(out))
     assert proc.returncode == 0, output(proc)
     policies = args[args.index("--policies") + 1].split(",")
-    labels = {p.rsplit(":", 1)[-1] for p in policies}  # a reference by its class name
+    labels = {reference_label(p) for p in policies}  # a reference: its class name
     assert {r["policy"] for r in rows(out / "table.csv")} == labels
     assert "ProportionalFair" in labels
     recorded = json.loads((out / "ProportionalFair" / "seed-0" / "config.json").read_text())

@@ -172,7 +172,7 @@ def test_a_failed_run_side_by_side_is_named_and_the_exit_code_is_one(tmp_path, c
     assert reproduce(load("digits_local_steps", overrides)) == 1
     captured = capsys.readouterr()
     assert (
-        f"1 of 2 runs failed: local-steps=1/{policy}:Breaks/seed-0 (exit code 1: policy "
+        f"1 of 2 runs failed: local-steps=1/Breaks/seed-0 (exit code 1: policy "
         f"'{policy}:Breaks', round 3: schedule() raised RuntimeError: broken on purpose)"
         in captured.err
     )

@@ -47,6 +47,7 @@ def solver_performance_command(
 
 
 def schedule_table_command(
+    ctx: typer.Context,
     drops: Annotated[int | None, typer.Option(help="drops (seeds); default 20")] = None,
     rounds: Annotated[int | None, typer.Option(help="rounds per drop; default 50")] = None,
     seed: Annotated[int | None, typer.Option(help="base seed; default 0")] = None,
@@ -85,22 +86,14 @@ def schedule_table_command(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """The paper's Table II: scheduled number and WEMD of each policy, without training."""
+    from dataclasses import fields
+
     from experiments.paper import schedule_table
     from experiments.paper.schedule_simulation import TableSettings
 
-    given = {
-        "drops": drops,
-        "rounds": rounds,
-        "seed": seed,
-        "sigma_over_sqrt_b_g": sigma_over_sqrt_b_g,
-        "poc_candidates": poc_candidates,
-        "label_dist": label_dist,
-        "num_devices": num_devices,
-        "local_steps": local_steps,
-        "pack_rule": pack_rule,
-    }
+    names = {f.name for f in fields(TableSettings)}
     try:
-        settings = TableSettings(**not_none(given))
+        settings = TableSettings(**not_none({k: ctx.params[k] for k in names & set(ctx.params)}))
     except ValueError as err:
         refuse(str(err))
     text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)

@@ -216,11 +216,14 @@ def indicator_command(
         Path, path_option("--out", help="folder for indicator.csv and indicator_test.csv")
     ] = DEFAULT_RESULTS / "indicator",
     early_rounds: Annotated[
-        int, typer.Option(help="Ĝ/σ̂ of FedCGD-FSCD averaged over rounds 1..N")
+        int, typer.Option(min=1, help="Ĝ/σ̂ of FedCGD-FSCD averaged over rounds 1..N")
     ] = 50,
     late_fraction: Annotated[
         float,
-        typer.Option(help="the FedCGD-FSCD − BC accuracy gap averaged over this last fraction"),
+        typer.Option(
+            click_type=click.FloatRange(0, 1, min_open=True),
+            help="the FedCGD-FSCD − BC accuracy gap averaged over this last fraction",
+        ),
     ] = 0.2,
 ) -> None:
     """Does early Ĝ/σ̂ predict the later FedCGD-FSCD − BC gap? Spearman over (setting, seed)."""

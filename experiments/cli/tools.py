@@ -29,10 +29,13 @@ def channel_report_command(
     out: Annotated[Path, typer.Option(help="output folder")],
     num_devices: Annotated[int | None, typer.Option(help="V (default 64)")] = None,
     availability_prob: Annotated[float | None, typer.Option(help="p_a (default 0.3)")] = None,
-    model_bits: Annotated[int | None, typer.Option(help="uploaded model size in bits")] = None,
+    model_bits: Annotated[
+        int | None, typer.Option(min=1, help="uploaded model size in bits")
+    ] = None,
     model_params: Annotated[
         int | None,
         typer.Option(
+            min=1,
             help="model parameters, uploaded as 32 bit each (default: the paper's CIFAR-10 CNN, "
             "258,898); give this or --model-bits",
         ),
@@ -49,10 +52,6 @@ def channel_report_command(
 
     if model_bits is not None and model_params is not None:
         refuse("give --model-bits or --model-params, not both")
-    if model_params is not None and model_params < 1:
-        refuse(f"--model-params must be an integer >= 1, got {model_params}")
-    if model_bits is not None and model_bits < 1:
-        refuse(f"--model-bits must be an integer >= 1, got {model_bits}")
     if model_bits is None:
         model_bits = (model_params or PAPER_CIFAR10_CNN_PARAMS) * BITS_PER_PARAM
     cell = {

@@ -1,10 +1,6 @@
-"""Running a comparison's planned runs and collecting what they left.
+"""Running a comparison's planned runs (:func:`execute_plans`) and collecting what they left.
 
-:func:`run_policies` plans (:mod:`experiments.compare.plans`), runs every run that is not
-kept (:func:`execute_plans`: one at a time in the foreground, or several in-process jobs at
-once) and writes the tables of the completed runs (:func:`collect_runs`,
-:mod:`experiments.compare.results`). A run's outcome is its ``status.json`` or what it said
-itself (:func:`run_reason`); each failure is one line.
+A run's outcome is its ``status.json`` or what it said itself (:func:`run_reason`), one line.
 """
 
 from __future__ import annotations
@@ -21,9 +17,8 @@ from experiments.compare.plans import (
     RERUN,
     RESUME,
     PlannedRun,
-    check_policies,
-    check_policy_params_used,
-    check_seeds,
+    check_comparison,
+    check_engine,
     plan_runs,
     refuse_stale_runs,
 )
@@ -38,7 +33,6 @@ from experiments.run.run_pool import (
     Job,
     cores_per_job,
     inprocess_command,
-    resolve_jobs,
     run_jobs,
 )
 from fedcgd_task.errors import OneLineMessage
@@ -46,26 +40,12 @@ from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
 from run_files.folder_lock import FolderClaim, claim_folder
 from run_files.results import RUN_FILES
-from run_files.run_status import (
-    FAILED,
-    RunStatus,
-    failure_from_output,
-    first_line,
-    read_status,
-)
-
-#: Engines :func:`run_policies` can run on.
-ENGINES = ("simulation", "deployment", "inprocess")
+from run_files.run_status import FAILED, failure_from_output, first_line, read_status
 
 
 @dataclass(frozen=True)
 class LaunchSettings:
-    """How a comparison's runs are launched (:func:`execute_plans`, :func:`launch`).
-
-    ``engine``: one of :data:`ENGINES`; ``jobs``: runs at once (more than one: ``inprocess``
-    only); ``num_supernodes`` (simulation and deployment): default the run's ``num-devices``;
-    ``cpus_per_client``, ``gpus_per_client``: each simulated ClientApp's resources.
-    """
+    """How runs are launched: ``fedcgd compare``'s options (docs/comparing.md)."""
 
     engine: str
     jobs: int = 1
@@ -106,53 +86,40 @@ class ComparisonRuns:
         )
 
 
-def clear_run(result_dir: Path) -> None:
-    """Remove an incomplete run's files (:data:`RUN_FILES`) so that it can run again there."""
-    for name in RUN_FILES:
-        (result_dir / name).unlink(missing_ok=True)
-
-
-def _run_inprocess(overrides: Mapping[str, Any]) -> BaseException | None:
-    """One in-process run; None on success, else what it raised (printed unless one line)."""
-    from experiments.run.inprocess import run_inprocess
-
-    try:
-        run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
-    except Exception as err:  # one failed run must not stop a sweep
-        if not isinstance(err, OneLineMessage):
-            print(f"in-process run failed: {err!r}", flush=True)
-        return err
-    return None
-
-
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder for this command while the run goes (its owner lock).
+    """Lock a planned run's folder while it runs; cleared first to run it again (RERUN).
 
-    Its processes (the in-process run, ``flwr run``'s ServerApp, a job's process) work under
-    this lock; another process that holds it is named (:mod:`run_files.folder_lock`).
+    The run's processes work under this lock; another process that holds it is named.
     """
-    return claim_folder(plan.result_dir, f"{plan.label}: result folder")
+    claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
+    if plan.action == RERUN:
+        for name in RUN_FILES:
+            (plan.result_dir / name).unlink(missing_ok=True)
+    return claim
 
 
 def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
     """Run one planned run in the foreground; None when it completed, else why not (one line).
 
-    The folder is locked for the run (:func:`claim_run_folder`; taken by another process: that
-    is the reason). The outcome is the ``status.json`` the run wrote (``flwr run`` exits 0
-    even when the ServerApp raised) or what the run said itself: :func:`run_reason`.
+    The folder is locked for the run (:func:`claim_run_folder`: held by another process, that
+    is the reason); the outcome: :func:`run_reason`.
     """
     try:
         claim = claim_run_folder(plan)
     except ValueError as err:
         return first_line(err)
     with claim:
-        prepare(plan)
         launched_unix_s = time.time()
-        output = ""
-        failure = None
+        output, failure, code = "", None, 0
         if how.engine == "inprocess":
-            failure = _run_inprocess(plan.overrides)
-            code = 0 if failure is None else 1
+            from experiments.run.inprocess import run_inprocess
+
+            try:
+                run_inprocess(with_resolved_data_dir(validated_run_config(plan.overrides)))
+            except Exception as err:  # one failed run must not stop a sweep
+                if not isinstance(err, OneLineMessage):
+                    print(f"in-process run failed: {err!r}", flush=True)
+                failure, code = err, 1
         else:
             proc = run_flwr(
                 plan.overrides,
@@ -166,12 +133,6 @@ def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
         return run_reason(plan, code, launched_unix_s, output, failure)
 
 
-def prepare(plan: PlannedRun) -> None:
-    """Clear the folder of a run to be run again from the start (:data:`RERUN`)."""
-    if plan.action == RERUN:
-        clear_run(plan.result_dir)
-
-
 def run_reason(
     plan: PlannedRun,
     code: int,
@@ -181,34 +142,32 @@ def run_reason(
 ) -> str | None:
     """None when the run launched at ``launched_unix_s`` completed, else why not (one line).
 
-    ``code`` is the exit code of what ran it; ``output`` what it printed (the ServerApp's
-    ``run failed: ...`` line, or Flower's first ``ERROR`` line, which explains a simulation
-    that crashed before the ServerApp could say why); ``failure`` what an in-process run
-    raised.
+    ``code``: the exit code of what ran it; ``output``: what it printed (the ServerApp's ``run
+    failed: ...``, or Flower's first ``ERROR`` line); ``failure``: what an in-process run raised.
     """
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
         return None
     reason = outcome.message.removeprefix("failed: ") if outcome.code else "completed"
-    status = read_status_or_none(plan.result_dir) if outcome.code else None
     flower_error = first_error_line(output)
     said = failure is not None or failure_from_output(output) is not None
-    if flower_error and not said and (status is None or status.state != FAILED):
-        reason = flower_error  # the simulation crashed before the ServerApp could say why
-    reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
-    return reason if code == 0 else f"exit code {code}: {reason}"
-
-
-def read_status_or_none(result_dir: Path) -> RunStatus | None:
-    """The run's status; None when there is none or it cannot be read."""
-    try:
-        return read_status(result_dir)
-    except ValueError:
-        return None
+    if flower_error and not said:
+        try:
+            status = read_status(plan.result_dir) if outcome.code else None
+        except ValueError:
+            status = None
+        if status is None or status.state != FAILED:
+            reason = flower_error  # the simulation crashed before the ServerApp could say why
+    return shortened(reason) if code == 0 else f"exit code {code}: {shortened(reason)}"
 
 
 #: Characters of a failure reason kept for the last line.
 MAX_REASON = 200
+
+
+def shortened(reason: str) -> str:
+    """``reason`` cut to :data:`MAX_REASON` characters (``...`` at the end when cut)."""
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
 
 
 def first_error_line(output: str) -> str | None:
@@ -228,62 +187,32 @@ def run_policies(
     seeds: Sequence[int] = (0,),
     target_accuracy: float | None = None,
     num_supernodes: int | None = None,
-    deployment: bool = False,
-    cpus_per_client: int = 1,
-    gpus_per_client: float = 0.0,
     engine: str = "simulation",
     plans: Sequence[PlannedRun] | None = None,
-    tracker: RunProgress | None = None,
     jobs: int = 1,
 ) -> ComparisonRuns:
-    """Run each policy for each seed into ``out/<policy>/seed-<s>`` and summarise them.
+    """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables.
 
-    Every result folder is planned first (:func:`plan_runs`, unless ``plans`` are given): a
-    completed run with the same settings is kept, an incomplete one resumed from its
-    checkpoint (or run again), and a kept run with other settings stops everything before
-    any run starts. Writes ``out/runs.csv``, ``out/table.csv`` and ``out/curves.png`` from
-    the completed runs. ``engine``: ``"simulation"`` (``flwr run``, Ray), ``"deployment"``
-    (SuperNode processes; also ``deployment=True``) or ``"inprocess"``
-    (:mod:`experiments.run.inprocess`: the same ServerApp and ClientApp in this process, no Ray;
-    same results, for quick sweeps). Each run's header line says how far the whole command is
-    (``tracker``; by default one for these runs). ``jobs``: runs at once (0: one per usable
-    core; more than one needs the ``inprocess`` engine, see :func:`execute_plans`).
-
-    Returns
-    -------
-    ComparisonRuns
-        The ``runs.csv`` rows of the completed runs (see :func:`summarise`), the runs that
-        failed (and why), and how many were planned.
+    Every folder is planned first (:func:`plan_runs`, unless ``plans`` are given): kept,
+    resumed, run again or refused (docs/comparing.md, "Kept runs"); then the runs go
+    (:func:`execute_plans`) and the tables of the completed ones are written
+    (:func:`collect_runs`). ``engine``: one of :data:`ENGINES`; ``jobs``: runs at once (0: one
+    per usable core; more than one: ``inprocess`` only).
 
     Raises
     ------
     ValueError
-        For an unknown policy, a bad seed list, ``seed`` in ``shared`` (give ``seeds``), or
-        kept runs with other settings (:func:`refuse_stale_runs`), before any run.
+        Before any run: see :func:`check_comparison` and :func:`refuse_stale_runs`.
     """
-    check_policies(policies)
-    check_policy_params_used(policies, shared)
-    if engine not in ENGINES:
-        raise ValueError(f"engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
-    engine = "deployment" if deployment else engine
-    jobs = resolve_jobs(jobs, engine)
-    seeds = check_seeds(list(seeds))
-    if "seed" in shared:
-        raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
-    for key in ("result-dir", "resume-from"):
-        if shared.get(key):
-            raise ValueError(
-                f"run-config key {key!r}: a comparison puts each run in "
-                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
-            )
+    seeds, jobs = check_comparison(policies, shared, seeds, check_engine(engine), jobs)
     with claim_folder(out, "--out"):  # held by compare(): it works under that claim
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)
         outcomes = execute_plans(
             plans,
-            LaunchSettings(engine, jobs, num_supernodes, cpus_per_client, gpus_per_client),
-            tracker=tracker or RunProgress(total=len(plans)),
+            LaunchSettings(engine, jobs, num_supernodes),
+            tracker=RunProgress(total=len(plans)),
             header=lambda plan: run_header(plan, policies, seeds),
         )
         return collect_runs(plans, outcomes, out, target_accuracy)
@@ -317,24 +246,23 @@ def execute_plans(
     overall progress and then ``header(plan)``.
     """
     outcomes: dict[Path, str | None] = {}
-    to_run = []
-    for plan in plans:
-        if plan.action == KEEP:
-            print(f"=== {tracker.header()} {header(plan)}", flush=True)
-            also = f"; {plan.note}" if plan.note else ""
-            print(f"completed earlier with the same settings; kept{also}", flush=True)
-            tracker.end_run(kept=True)
-            outcomes[plan.result_dir] = None
-        else:
-            to_run.append(plan)
 
     def announce(plan: PlannedRun, where: str = "") -> None:
         print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
-        if plan.action == RESUME:
-            also = f"; {plan.note}" if plan.note else ""
+        also = f"; {plan.note}" if plan.note else ""
+        if plan.action == KEEP:
+            print(f"completed earlier with the same settings; kept{also}", flush=True)
+        elif plan.action == RESUME:
             print(f"incomplete, same settings: resumed from its checkpoint{also}", flush=True)
         elif plan.action == RERUN:
             print(f"{plan.note}: run again from the start", flush=True)
+
+    for plan in plans:
+        if plan.action == KEEP:
+            announce(plan)
+            tracker.end_run(kept=True)
+            outcomes[plan.result_dir] = None
+    to_run = [plan for plan in plans if plan.action != KEEP]
 
     def record(plan: PlannedRun, reason: str | None) -> None:
         tracker.end_run(plan.result_dir, failed=reason is not None)
@@ -359,7 +287,6 @@ def execute_plans(
         except ValueError as err:
             record(plan, first_line(err))
             return False
-        prepare(plan)
         tracker.start_run(plan.result_dir)
         launched[i] = time.time()
         return True
@@ -398,20 +325,11 @@ def execute_plans(
 def last_outcome_line(log: Path) -> str | None:
     """The ``failed: ...`` / ``error: ...`` last line of a run's log (without the prefix)."""
     try:
-        with open(log, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, 2) - 4096))
-            tail = handle.read().decode("utf-8", errors="replace")
+        last = log.read_bytes().decode("utf-8", errors="replace").rstrip().rsplit("\n", 1)[-1]
     except OSError:
         return None
-    lines = [line for line in tail.splitlines() if line.strip()]
-    if not lines:
-        return None
-    last = lines[-1]
-    for prefix in ("failed: ", "error: "):
-        if last.startswith(prefix):
-            text = last.removeprefix(prefix)
-            return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
-    return None
+    match = re.match(r"(failed|error): (.*)", last)
+    return shortened(match.group(2)) if match else None
 
 
 def collect_runs(
@@ -438,8 +356,7 @@ def collect_runs(
         if reason is not None:
             result.failed.append(FailedRun(plan.label, reason))
     if result.runs:
-        write_comparison(result.runs, out, target_accuracy)
-        print((out / "table.md").read_text(), end="", flush=True)
+        print(write_comparison(result.runs, out, target_accuracy), end="", flush=True)
         for line in same_schedule_lines(result.runs):
             print(line, flush=True)
         print(

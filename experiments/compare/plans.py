@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.settings import unread_settings
 from run_files.code_identity import code_identity, run_digests
 from run_files.files import read_json_object
@@ -114,6 +115,51 @@ def parse_seeds(text: str) -> list[int]:
         if str(err).startswith("seeds:"):
             raise
         raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from None
+
+
+#: Engines a comparison's runs can run on.
+ENGINES = ("simulation", "deployment", "inprocess")
+
+
+def check_engine(engine: str, deployment: bool = False, option: str = "engine") -> str:
+    """``engine`` (``deployment`` when that is true) if one of :data:`ENGINES`; else ValueError."""
+    if engine not in ENGINES:
+        raise ValueError(f"{option}: got {engine!r}; allowed: {', '.join(ENGINES)}")
+    return "deployment" if deployment else engine
+
+
+def check_comparison(
+    policies: list[str], shared: Mapping[str, Any], seeds: Sequence[int], engine: str, jobs: int
+) -> tuple[list[int], int]:
+    """The checked seeds and jobs of a comparison, or ValueError (one line) before any run.
+
+    Refused: an unknown policy, bad ``jobs``, ``seed`` (give the seeds), ``result-dir`` or
+    ``resume-from`` in ``shared``, a bad seed list, a bad run config (:func:`check_run_configs`).
+    """
+    check_policies(policies)
+    jobs = resolve_jobs(jobs, engine)
+    if "seed" in shared:
+        raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
+    for key in ("result-dir", "resume-from"):
+        if shared.get(key):
+            raise ValueError(
+                f"run-config key {key!r}: a comparison puts each run in "
+                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
+            )
+    seeds = check_seeds(list(seeds))
+    check_run_configs(policies, shared, seeds)
+    return seeds, jobs
+
+
+def check_run_configs(
+    policies: Sequence[str], shared: Mapping[str, Any], seeds: Sequence[int]
+) -> None:
+    """Check each policy's run config (with the ``policy-params`` it takes) for each seed."""
+    check_policy_params_used(policies, shared)
+    for policy in policies:
+        own = with_policy_params(policy, shared)
+        for seed in seeds:
+            validated_run_config({**own, "policy": policy, "seed": seed})
 
 
 #: What :func:`plan_run` decides for one (policy, seed).

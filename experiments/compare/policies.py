@@ -10,44 +10,39 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from experiments.compare.execution import run_policies
 from experiments.compare.plans import (
+    check_comparison,
     check_plans_before_start,
     check_policies,
-    check_policy_params_used,
-    check_seeds,
     parse_seeds,
     plan_runs,
     refuse_stale_runs,
-    with_policy_params,
 )
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text, validated_run_config
-from experiments.run.run_pool import resolve_jobs
 from run_files.files import ResultWriteError
-from run_files.folder_lock import claim_folder
-
-#: ``--policies`` by default: every policy of the paper's Table II and ``all``.
-DEFAULT_POLICIES = "fedcgd-fscd,fedcgd-gs,bc,bn2,poc,fedcbs,all"
+from run_files.folder_lock import FolderClaim, claim_folder
 
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """The options of ``fedcgd compare`` (the defaults are the command's)."""
+    """The options of ``fedcgd compare`` (their defaults: :mod:`experiments.cli.runs`)."""
 
-    policies: str = DEFAULT_POLICIES
-    seeds: str | None = None
-    run_config: str = ""
-    aggregators: str | None = None
-    out: Path = Path("results/compare")
-    num_supernodes: int | None = None
-    target_accuracy: float | None = None
-    engine: str = "simulation"
-    jobs: int = 1
+    policies: str
+    seeds: str | None
+    run_config: str
+    aggregators: str | None
+    out: Path
+    num_supernodes: int | None
+    target_accuracy: float | None
+    engine: str
+    jobs: int
 
 
 def main(options: CompareOptions, command: str | None = None) -> int:
@@ -104,36 +99,25 @@ def compare_aggregators(
     return max(codes)
 
 
-def compare(
-    args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
+def run_command(
+    check: Callable[[list[FolderClaim]], Callable[[], int]],
+    out: Path,
+    command: str | None = None,
+    last_words: LastWords | None = None,
 ) -> int:
-    """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2).
+    """A comparison's or a preset's command: check everything, then run; the exit code.
 
-    Once everything is planned the first line names the output folder; after a failure or a
-    signal the last line gives ``command`` to run again.
+    ``check`` plans and checks every run before any starts (appending the folder claims it
+    takes) and returns what runs them; a ValueError or FileNotFoundError it raises is the one
+    line ``error: ...`` and exit code 2. Then the first line names ``out`` and, after a
+    failure (exit code 1: a run, or writing a table) or a signal, the last line gives
+    ``command`` to run again.
     """
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    out = args.out.resolve()
-    claim = None
+    claims: list[FolderClaim] = []
     try:
-        check_policies(policies)
-        shared = parse_run_config_text(args.run_config)
-        if args.seeds is not None and "seed" in shared:
-            raise ValueError("give either --seeds or run-config 'seed', not both")
-        seeds = parse_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
-        seeds = check_seeds(seeds)
-        jobs = resolve_jobs(args.jobs, args.engine)
-        check_policy_params_used(policies, shared)
-        for policy in policies:
-            for seed in seeds:
-                own = with_policy_params(policy, shared)
-                validated_run_config({**own, "policy": policy, "seed": seed})
-        claim = claim_folder(out, "--out")  # one comparison in a folder at a time
-        plans = plan_runs(policies, shared, out, seeds)
-        refuse_stale_runs(plans)
-        check_plans_before_start(plans)
-    except (ValueError, FileNotFoundError) as err:
-        if claim is not None:
+        go = check(claims)
+    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
+        for claim in reversed(claims):
             claim.abandon()
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -141,25 +125,55 @@ def compare(
     if command is not None and last_words is not None:
         last_words.set(lambda: rerun_line(command))
     try:
-        result = run_policies(
-            policies,
-            shared,
-            out,
-            seeds=seeds,
-            target_accuracy=args.target_accuracy,
-            num_supernodes=args.num_supernodes,
-            engine=args.engine,
-            plans=plans,
-            jobs=jobs,
-        )
-    except ResultWriteError as err:  # the tables or the figure: disk full, ...
+        code = go()
+    except ResultWriteError as err:  # a table or a figure: disk full, ...
         print(f"failed: {err}", file=sys.stderr, flush=True)
-        if command is not None:
-            print(rerun_line(command), file=sys.stderr, flush=True)
-        return 1
+        code = 1
     finally:
-        claim.release()
-    print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
-    if result.code and command is not None:
+        for claim in claims:
+            claim.release()
+    if code == 1 and command is not None:
         print(rerun_line(command), file=sys.stderr, flush=True)
-    return result.code
+    return code
+
+
+def compare(
+    args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
+) -> int:
+    """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2).
+
+    See :func:`run_command` for the first and last lines.
+    """
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    out = args.out.resolve()
+
+    def check(claims: list[FolderClaim]) -> Callable[[], int]:
+        check_policies(policies)
+        shared = parse_run_config_text(args.run_config)
+        if args.seeds is not None and "seed" in shared:
+            raise ValueError("give either --seeds or run-config 'seed', not both")
+        given = parse_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
+        seeds, jobs = check_comparison(policies, shared, given, args.engine, args.jobs)
+        claims.append(claim_folder(out, "--out"))  # one comparison in a folder at a time
+        plans = plan_runs(policies, shared, out, seeds)
+        refuse_stale_runs(plans)
+        check_plans_before_start(plans)
+
+        def go() -> int:
+            result = run_policies(
+                policies,
+                shared,
+                out,
+                seeds=seeds,
+                target_accuracy=args.target_accuracy,
+                num_supernodes=args.num_supernodes,
+                engine=args.engine,
+                plans=plans,
+                jobs=jobs,
+            )
+            print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
+            return result.code
+
+        return go
+
+    return run_command(check, out, command, last_words)

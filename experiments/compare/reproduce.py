@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.analysis.plot_runs import runs_title
 from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
 from experiments.compare.execution import (
-    ENGINES,
     ComparisonRuns,
     FailedRun,
     LaunchSettings,
@@ -29,32 +28,26 @@ from experiments.compare.execution import (
 )
 from experiments.compare.plans import (
     PlannedRun,
+    check_engine,
     check_plans_before_start,
     check_policies,
-    check_policy_params_used,
+    check_run_configs,
     check_seeds,
     plan_runs,
     refuse_stale_runs,
-    with_policy_params,
 )
-from experiments.compare.results import (
-    RUN_COLUMNS,
-    markdown_table,
-    table_rows,
-    warn_mixed_code,
-    write_indicator,
-    write_table,
-)
+from experiments.compare.policies import run_command
+from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
-from experiments.run.resume_command import LastWords, fedcgd_command, rerun_line
+from experiments.run.resume_command import LastWords, fedcgd_command
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
-from run_files.files import ResultWriteError, atomic_write
+from run_files.files import atomic_write
 from run_files.folder_lock import FolderClaim, claim_folder
-from server_app.config import PARAMS_PREFIX, fold_policy_params, parse_run_config
+from server_app.config import PARAMS_PREFIX, fold_policy_params
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -77,6 +70,7 @@ def planned_seeds(cfg: DictConfig) -> list[int]:
 
 #: Run-config keys a preset's ``run`` / ``sweep`` may not set, and what to use instead.
 NOT_IN_RUN = {
+    "seed": "set the seeds with seeds=[0,1,2]",
     "policy": "list the policies with policies=[fedcgd-fscd,bc]",
     "result-dir": "every run writes to <out>/<sweep point>/<policy>/seed-<s>; set out=/abs/folder",
     "resume-from": "runs stopped early are resumed by running the same command again",
@@ -110,8 +104,6 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     unknown = sorted(given - set(defaults))
     if unknown:
         raise ValueError(unknown_key(unknown[0]))
-    if "seed" in shared or "seed" in sweep:
-        raise ValueError("set the seeds with seeds=[0,1,2] (not run.seed or sweep.seed)")
     swept = sorted(set(shared) & set(sweep))
     if swept:
         raise ValueError(
@@ -125,21 +117,13 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
         overrides = fold_policy_params({**shared, **point, "data-dir": data_dir})
-        check_policy_params_used(policies, overrides)
-        for policy in policies:
-            own = with_policy_params(policy, overrides)
-            parse_run_config({**defaults, **own, "policy": policy})
+        check_run_configs(policies, overrides, seeds)
         plans.append((point, overrides))
-    first = {**with_policy_params(policies[0], plans[0][1]), "policy": policies[0]}
-    for seed in seeds:
-        parse_run_config({**defaults, **first, "seed": seed})
     return plans
 
 
 #: What ``figure_metrics`` may name: the table's numbers per policy and sweep point.
-FIGURE_METRICS = (
-    "final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd",
-)  # fmt: skip
+FIGURE_METRICS = METRICS
 
 
 def check_figure_metrics(metrics: Any) -> None:
@@ -156,14 +140,6 @@ def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
     defaults = default_run_config()
     for task in {TaskSettings.from_run_config({**defaults, **o}) for _, o in plans}:
         load_train_set(task)  # cached per (dataset, data-dir), and settings where read
-
-
-def launcher_engine(cfg: DictConfig) -> str:
-    """The engine of ``cfg.launcher``: ``engine``, or ``deployment`` when ``deployment`` is true."""
-    engine = str(cfg.launcher.get("engine", "simulation"))
-    if engine not in ENGINES:
-        raise ValueError(f"launcher.engine: got {engine!r}; allowed: {', '.join(ENGINES)}")
-    return "deployment" if cfg.launcher.get("deployment") else engine
 
 
 def plan_sweep(
@@ -219,13 +195,16 @@ def reproduce(
 ) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code.
 
-    The first line names the output folder; after a failure or a signal the last line gives
-    ``command`` to run again.
+    See :func:`experiments.compare.policies.run_command` for the first and last lines.
     """
     out = Path(str(cfg.out)).resolve()
-    claims: list[FolderClaim] = []
-    try:
-        engine = launcher_engine(cfg)
+
+    def check(claims: list[FolderClaim]) -> Callable[[], int]:
+        engine = check_engine(
+            str(cfg.launcher.get("engine", "simulation")),
+            bool(cfg.launcher.get("deployment")),
+            "launcher.engine",
+        )
         jobs = resolve_jobs(cfg.launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
@@ -235,26 +214,14 @@ def reproduce(
         for point, _ in plans:
             claims.append(claim_folder(out / point_label(point), "out"))
         per_point = plan_sweep(cfg, plans, out)
-    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
-        for claim in reversed(claims):
-            claim.abandon()
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"output folder: {out}", flush=True)
-    if last_words is not None:
-        last_words.set(lambda: rerun_line(command))
-    try:
-        write_preset(cfg, out, command)
-        code = _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
-    except ResultWriteError as err:  # a table or a figure: disk full, ...
-        print(f"failed: {err}", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        for claim in claims:
-            claim.release()
-    if code == 1:
-        print(rerun_line(command), file=sys.stderr, flush=True)
-    return code
+
+        def go() -> int:
+            write_preset(cfg, out, command)
+            return _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
+
+        return go
+
+    return run_command(check, out, command, last_words)
 
 
 #: The preset as the command composed it, in the output folder (where each setting came from).
@@ -344,11 +311,7 @@ def write_outputs(
     The indicator's (``indicator.csv``, ``indicator_test.csv``) over all points, when the preset
     runs FedCGD-FSCD and BC.
     """
-    write_table(rows, out / "table.csv", extra_columns=("sweep",))
-    table = markdown_table(rows, cfg.get("target_accuracy"), extra_columns=("sweep",))
-    atomic_write(out / "table.md", table)
-    write_table(runs, out / "runs.csv", extra_columns=("sweep",), columns=RUN_COLUMNS)
-    indicator = write_indicator(runs, out)
+    table, indicator = write_tables(rows, runs, out, cfg.get("target_accuracy"), ("sweep",))
     plot_estimates(groups, out / "estimates.png")
     sweep = run_keys(cfg.sweep)
     metrics = list(cfg.get("figure_metrics") or [])

@@ -39,31 +39,18 @@ METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled
 RUN_COLUMNS = ("policy", "seed", *METRICS, "rounds_run", "devices_lost", "code", "result_dir")
 #: The paired tests of rounds to the target against the reference (:class:`RoundsTest`).
 ROUNDS_TEST_COLUMNS = (
-    "rounds_earlier_vs_fedcgd_fscd",
-    "rounds_later_vs_fedcgd_fscd",
-    "rounds_tied_vs_fedcgd_fscd",
+    *(f"rounds_{k}_vs_fedcgd_fscd" for k in ("earlier", "later", "tied")),
     "rounds_censored_pairs",
-    "rounds_sign_p_vs_fedcgd_fscd",
-    "rounds_wilcoxon_p_vs_fedcgd_fscd",
+    *(f"rounds_{k}_p_vs_fedcgd_fscd" for k in ("sign", "wilcoxon")),
 )
+#: ``table.csv``: per policy, each metric's mean and 95 % half-width, the paired tests.
 TABLE_COLUMNS = (
     "policy",
     "n_seeds",
-    "final_accuracy_mean",
-    "final_accuracy_ci95",
-    "max_accuracy_mean",
-    "max_accuracy_ci95",
-    "rounds_to_target_mean",
-    "rounds_to_target_ci95",
+    *(f"{metric}_{stat}" for metric in METRICS[:3] for stat in ("mean", "ci95")),
     "reached_target",
-    "mean_scheduled_mean",
-    "mean_scheduled_ci95",
-    "mean_wemd_mean",
-    "mean_wemd_ci95",
-    "diff_vs_fedcgd_fscd",
-    "p_value_vs_fedcgd_fscd",
-    "best_diff_vs_fedcgd_fscd",
-    "best_p_value_vs_fedcgd_fscd",
+    *(f"{metric}_{stat}" for metric in METRICS[3:] for stat in ("mean", "ci95")),
+    *(f"{prefix}{stat}_vs_fedcgd_fscd" for prefix in ("", "best_") for stat in ("diff", "p_value")),
     *ROUNDS_TEST_COLUMNS,
     "n_paired",
     "runs_with_lost_devices",
@@ -234,13 +221,9 @@ def indicator_from_folders(
     Raises
     ------
     ValueError
-        One line: a bad option, a folder without ``runs.csv``, no FedCGD-FSCD and BC runs, or
+        One line: a folder without ``runs.csv``, no FedCGD-FSCD and BC runs, or
         a damaged result file.
     """
-    if early_rounds < 1:
-        raise ValueError(f"--early-rounds: got {early_rounds}; allowed: an integer >= 1")
-    if not 0 < late_fraction <= 1:
-        raise ValueError(f"--late-fraction: got {late_fraction}; allowed: a number in (0, 1]")
     runs: list[dict[str, Any]] = []
     for folder in folders:
         path = folder / "runs.csv"
@@ -257,23 +240,38 @@ def indicator_from_folders(
     return line
 
 
+def write_tables(
+    rows: Sequence[Mapping[str, Any]],
+    runs: Sequence[Mapping[str, Any]],
+    out: Path,
+    target_accuracy: float | None = None,
+    extra_columns: tuple[str, ...] = (),
+) -> tuple[str, str | None]:
+    """``runs.csv``, ``table.csv``, ``table.md`` and the indicator's tables under ``out``.
+
+    ``extra_columns`` first (e.g. the sweep point). Returns ``table.md`` and the indicator's
+    console line (None: only with FedCGD-FSCD and BC, :func:`write_indicator`).
+    """
+    write_table(runs, out / "runs.csv", extra_columns, RUN_COLUMNS)
+    write_table(rows, out / "table.csv", extra_columns)
+    table = markdown_table(rows, target_accuracy, extra_columns)
+    atomic_write(out / "table.md", table)
+    return table, write_indicator(runs, out)
+
+
 def write_comparison(
     runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
-) -> list[dict[str, Any]]:
-    """Write ``runs.csv``, ``table.csv``, ``curves.png`` and the indicator's tables under ``out``.
+) -> str:
+    """:func:`write_tables` and ``curves.png`` of a comparison; prints the indicator's line.
 
-    The indicator's (:func:`write_indicator`) only with FedCGD-FSCD and BC. Returns the table rows.
+    Returns ``table.md``.
     """
-    rows = table_rows(runs, target_accuracy)
-    write_table(runs, out / "runs.csv", columns=RUN_COLUMNS)
-    write_table(rows, out / "table.csv")
-    atomic_write(out / "table.md", markdown_table(rows, target_accuracy))
+    table, line = write_tables(table_rows(runs, target_accuracy), runs, out, target_accuracy)
     plot_comparison(runs, out / "curves.png")
-    line = write_indicator(runs, out)
     if line is not None:
         print(line, flush=True)
     warn_mixed_code(runs)
-    return rows
+    return table
 
 
 def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
