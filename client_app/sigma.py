@@ -100,7 +100,7 @@ def gradient_spreads(
     One forward + backward pass of the summed loss of all N b samples gives each device's
     sum_i ||g_i||^2 and ||sum_i g_i||^2 (:func:`client_app.per_sample_norms.per_sample_grad_norms`).
     A device's result equals its batch's alone, up to summation order, if the model computes each
-    sample independently (the caller checks: :func:`client_app.sample_mixing.sample_mixing`).
+    sample independently (the caller checks: :func:`client_app.cohort_training.sample_mixing`).
 
     ``x`` float32 [N b, *input_shape] holds the devices' first mini-batches device after device,
     ``y`` int64 [N b] their labels, ``group_size`` is b; ``model`` (left unchanged) must be within
