@@ -28,12 +28,8 @@ from fedcgd_strategy.policies import (
     make_policy,
     schedule_checked,
 )
-from fedcgd_strategy.policies.core import (
-    BUDGET_REL_TOL,
-    PolicyDecisionError,
-    check_decision,
-    synthetic_round,
-)
+from fedcgd_strategy.policies.check import PolicyDecisionError, check_decision, synthetic_round
+from fedcgd_strategy.policies.core import BUDGET_REL_TOL
 from fedcgd_task.settings import PROJECT_DIR
 
 MHZ = 1e6

@@ -1,8 +1,8 @@
 """Scheduling policies: the core types and checks, FedCGD, the baselines and the registry.
 
-:mod:`~.core` (inputs, Policy, Protocol, Decision and its check), :mod:`~.fedcgd` (paper
-Algorithm 3), :mod:`~.baselines` (BC, BN2, POC, Fed-CBS, all), :mod:`~.registry` (run-config
-names and import paths -> policy objects).
+:mod:`~.core` (inputs, Policy, Protocol, Decision), :mod:`~.check` (the decision's check),
+:mod:`~.fedcgd` (paper Algorithm 3), :mod:`~.baselines` (BC, BN2, POC, Fed-CBS, all),
+:mod:`~.registry` (run-config names and import paths -> policy objects).
 """
 
 from fedcgd_strategy.policies.baselines import AllFeasiblePolicy as AllFeasiblePolicy
@@ -10,21 +10,21 @@ from fedcgd_strategy.policies.baselines import BestChannelPolicy as BestChannelP
 from fedcgd_strategy.policies.baselines import BestNormPolicy as BestNormPolicy
 from fedcgd_strategy.policies.baselines import FedCBSPolicy as FedCBSPolicy
 from fedcgd_strategy.policies.baselines import PowerOfChoicePolicy as PowerOfChoicePolicy
+from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
+from fedcgd_strategy.policies.check import check_decision as check_decision
+from fedcgd_strategy.policies.check import schedule_checked as schedule_checked
+from fedcgd_strategy.policies.check import synthetic_round as synthetic_round
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL as BUDGET_REL_TOL
 from fedcgd_strategy.policies.core import PROTOCOL_CHOICES as PROTOCOL_CHOICES
 from fedcgd_strategy.policies.core import Decision as Decision
 from fedcgd_strategy.policies.core import Policy as Policy
-from fedcgd_strategy.policies.core import PolicyDecisionError as PolicyDecisionError
 from fedcgd_strategy.policies.core import Protocol as Protocol
 from fedcgd_strategy.policies.core import ReportedStats as ReportedStats
 from fedcgd_strategy.policies.core import RoundInputs as RoundInputs
 from fedcgd_strategy.policies.core import UploadedUpdates as UploadedUpdates
-from fedcgd_strategy.policies.core import check_decision as check_decision
 from fedcgd_strategy.policies.core import decision_from_mask as decision_from_mask
 from fedcgd_strategy.policies.core import resolve_protocol as resolve_protocol
 from fedcgd_strategy.policies.core import round_inputs as round_inputs
-from fedcgd_strategy.policies.core import schedule_checked as schedule_checked
-from fedcgd_strategy.policies.core import synthetic_round as synthetic_round
 from fedcgd_strategy.policies.core import with_reported_terms as with_reported_terms
 from fedcgd_strategy.policies.fedcgd import FedCGDPolicy as FedCGDPolicy
 from fedcgd_strategy.policies.registry import POLICY_NAMES as POLICY_NAMES

@@ -1,8 +1,8 @@
-"""The policy core: what a rule sees, what it is, its protocol, its decision and its check.
+"""The policy core: what a rule sees, what it is, its protocol and its decision.
 
 :class:`RoundInputs` (assembled in :func:`round_inputs`), :class:`Policy`, :class:`Protocol`
 (:func:`resolve_protocol`, from the policy's class), :class:`Decision` (:func:`decision_from_mask`)
-and :func:`check_decision` (:func:`schedule_checked`). Pure numpy.
+and its check (:mod:`~.check`). Pure numpy.
 
 How to write a policy: docs/bring-your-own.md, "Write your own policy"; why and how decisions are
 checked against the server's own copy of the round: docs/design.md, "Checked decisions".
@@ -10,7 +10,6 @@ checked against the server's own copy of the round: docs/design.md, "Checked dec
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -33,12 +32,9 @@ from fedcgd_strategy.validation import (
     check_integer,
     check_total_bandwidth,
 )
-from fedcgd_task.errors import OneLineMessage
 
 #: Relative slack of the budget test (the solvers' rounding slack).
 BUDGET_REL_TOL = BANDWIDTH_REL_TOL
-#: Devices named in a message at most.
-SHOWN_DEVICES = 12
 
 
 @dataclass(frozen=True)
@@ -352,147 +348,3 @@ def resolve_protocol(
             + " or ".join(repr(p.value) for p in allowed)
         )
     return Protocol(requested)
-
-
-class PolicyDecisionError(OneLineMessage, ValueError):
-    """A policy's decision breaks the round's physics; the message is one complete line."""
-
-
-def _devices(mask: NDArray[np.bool_]) -> str:
-    """``[3, 5, 9]`` (at most :data:`SHOWN_DEVICES`, then ``... (n in all)``)."""
-    idx = np.flatnonzero(mask).tolist()
-    if len(idx) <= SHOWN_DEVICES:
-        return str(idx)
-    return f"{str(idx[:SHOWN_DEVICES])[:-1]}, ...] ({len(idx)} in all)"
-
-
-def _mhz(value_hz: float) -> str:
-    return f"{value_hz / 1e6:.6g} MHz"
-
-
-def _head(policy: str, server_round: int | None) -> str:
-    """``policy 'X', round 7`` (``server_round`` None: the pre-start probe)."""
-    if server_round is None:
-        return f"policy {policy!r}, a synthetic round before the start"
-    return f"policy {policy!r}, round {server_round}"
-
-
-def check_decision(
-    decision: object,
-    inputs: RoundInputs,
-    *,
-    policy: str,
-    server_round: int | None,
-    uses_budget: bool = True,
-) -> Decision:
-    """Return ``decision``, rebuilt from ``inputs``, if it obeys the rules; else raise.
-
-    The rules (docs/design.md, "Checked decisions"): a :class:`Decision` with a bool[V] mask,
-    candidates only, B*_v finite, Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless
-    ``uses_budget`` is False, and the decision's numbers those of its own schedule. The result
-    holds a copy of the schedule, the numbers computed on ``inputs`` and the policy's
-    ``class_gradient`` and ``solver``. Raises :class:`PolicyDecisionError`:
-    ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
-    """
-    head = _head(policy, server_round)
-    if not isinstance(decision, Decision):
-        raise PolicyDecisionError(
-            f"{head}: schedule() returned {type(decision).__name__}, not a Decision; return "
-            "decision_from_mask(inputs, mask) with a bool mask over the devices"
-        )
-    selected = np.array(decision.selected)  # a copy: the policy keeps no handle on it
-    if selected.dtype != np.bool_ or selected.shape != inputs.candidate.shape:
-        raise PolicyDecisionError(
-            f"{head}: the decision's selected is {selected.dtype} of shape {selected.shape}; "
-            f"it must be a bool mask of shape ({inputs.num_devices},), one entry per device"
-        )
-    budget = float(inputs.total_bandwidth_hz)
-    need = np.array(inputs.min_bandwidth_hz, dtype=float)
-    used = float(np.sum(need[selected & np.isfinite(need)]))
-    tail = f"bandwidth used {_mhz(used)} of the {_mhz(budget)} budget"
-    outside = selected & ~inputs.candidate
-    if outside.any():
-        raise PolicyDecisionError(
-            f"{head}: scheduled devices {_devices(outside)} that are not candidates this round "
-            f"(unavailable, or without a valid report); {tail}"
-        )
-    infeasible = selected & ~np.isfinite(need)
-    if infeasible.any():
-        raise PolicyDecisionError(
-            f"{head}: scheduled devices {_devices(infeasible)} that cannot meet the deadline "
-            f"this round (minimum bandwidth B* = inf); {tail}"
-        )
-    if uses_budget and used > budget * (1.0 + BUDGET_REL_TOL):
-        raise PolicyDecisionError(
-            f"{head}: scheduled devices {_devices(selected)} need {_mhz(used)} (the sum of "
-            f"their minimum bandwidths B*), more than the {_mhz(budget)} budget (tolerance "
-            f"{BUDGET_REL_TOL:g} relative); a decision must fit the bandwidth budget"
-        )
-    honest = decision_from_mask(inputs, selected)
-    for name in ("sigma", "wemd", "sampling_term", "bandwidth_used_hz"):
-        given, true = float(getattr(decision, name)), float(getattr(honest, name))
-        if given != true and not (math.isnan(given) and math.isnan(true)):
-            raise PolicyDecisionError(
-                f"{head}: the decision's {name} = {given!r} is not that of its schedule "
-                f"({true!r}); build the decision with decision_from_mask(inputs, mask)"
-            )
-    gradient = decision.class_gradient
-    return replace(
-        honest,
-        class_gradient=None if gradient is None else np.array(gradient, dtype=float),
-        solver=decision.solver,
-    )
-
-
-def schedule_checked(
-    policy: Policy, inputs: RoundInputs, rng: np.random.Generator, *, server_round: int | None
-) -> Decision:
-    """``policy.schedule`` on a copy of ``inputs``, checked against ``inputs`` itself.
-
-    ``server_round`` None is the pre-start probe of a fresh policy (on :func:`synthetic_round`).
-    An exception of a user's policy, or of any policy in the probe, becomes a
-    :class:`PolicyDecisionError` naming the policy and the round (cause chained); a built-in's
-    in a run goes on unchanged (a bug: its traceback says where).
-    """
-    try:
-        decision = policy.schedule(policy_copy(inputs), rng)
-    except Exception as err:
-        if ":" not in policy.name and server_round is not None:
-            raise
-        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise PolicyDecisionError(
-            f"{_head(policy.name, server_round)}: schedule() raised "
-            f"{type(err).__name__}{': ' + text if text else ''}"
-        ) from err
-    uses_budget = bool(getattr(type(policy), "uses_budget", True))
-    return check_decision(
-        decision, inputs, policy=policy.name, server_round=server_round, uses_budget=uses_budget
-    )
-
-
-def synthetic_round(
-    num_devices: int, num_classes: int, total_bandwidth_hz: float, batch_size: int
-) -> RoundInputs:
-    """A small round every device of which can be scheduled: for the pre-start probe.
-
-    Device v holds classes v mod C and v + 1 mod C, |D_v| = 100, σ̂_v = 1, with a training loss
-    and update norm, and B*_v = B / (2V): all together take half the budget. Read-only arrays.
-    """
-    devices = np.arange(num_devices)
-    hist = np.zeros((num_devices, num_classes), dtype=np.int64)
-    np.add.at(hist, (devices, devices % num_classes), 1)
-    np.add.at(hist, (devices, (devices + 1) % num_classes), 1)
-    ramp = 1.0 + devices / max(num_devices, 1)
-    every = np.ones(num_devices, dtype=bool)
-    reported = ReportedStats(every, hist, np.full(num_devices, 100.0), every * 1.0, ramp, ramp)
-    return round_inputs(
-        available=every,
-        min_bandwidth_hz=np.full(num_devices, total_bandwidth_hz / (2 * num_devices)),
-        gain_lin=1e-10 * ramp,
-        total_bandwidth_hz=float(total_bandwidth_hz),
-        batch_size=int(batch_size),
-        num_classes=num_classes,
-        target_dist=np.full(num_classes, 1.0 / num_classes),
-        reported=reported,
-        local_counts=hist,
-    )
