@@ -377,8 +377,9 @@ def test_reproduce_digits_flwr_command_runs(args: list[str], tmp_path: Path) -> 
     small = small_reproduction(args, out, None if own else ",".join(policies))
     proc = run("reproduce", *small)
     assert proc.returncode == 0, output(proc)
-    assert [r["policy"] for r in rows(out / "table.csv")] == policies
-    assert_completed(out / "default" / policies[-1].rsplit(":")[-1] / "seed-0", ROUNDS)
+    labels = [reference_label(p) for p in policies]  # a reference: its class name
+    assert [r["policy"] for r in rows(out / "table.csv")] == labels
+    assert_completed(out / "default" / labels[-1] / "seed-0", ROUNDS)
 
 
 def mnist1d_reproductions() -> list[Any]:
