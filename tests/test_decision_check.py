@@ -8,9 +8,13 @@ start).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import math
 import subprocess
 import textwrap
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -26,10 +30,12 @@ from fedcgd_strategy.policies import (
     RoundInputs,
     decision_from_mask,
     make_policy,
+    next_class_gradient,
     schedule_checked,
 )
 from fedcgd_strategy.policies.check import PolicyDecisionError, check_decision, synthetic_round
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL
+from fedcgd_strategy.solvers import ScheduleResult
 from fedcgd_task.settings import PROJECT_DIR
 
 MHZ = 1e6
@@ -487,3 +493,166 @@ def test_the_pre_start_probe_also_hands_the_policy_a_copy():
     with pytest.raises(PolicyDecisionError, match=r"bandwidth_used_hz = 0\.0 is not that"):
         schedule_checked(policy, inputs, RNG, server_round=None)
     assert np.array_equal(inputs.min_bandwidth_hz, before)
+
+
+# --- what a decision carries besides its schedule: Ĝ and the solver's result ------------------
+SCHEDULED = mask(0, 1)
+SOLVED = ScheduleResult(SCHEDULED, 0.25, 0.0, 0.25, 13 * MHZ, 7, "fscd")
+
+
+def carrying(class_gradient=None, solver=None) -> Decision:
+    return decision_from_mask(INPUTS, SCHEDULED, class_gradient, solver)
+
+
+#: (Ĝ a decision carries, what the refusal shows of it); INPUTS has C = 2 classes
+BAD_GRADIENTS = [
+    ("abc", "str 'abc'"),
+    ([1.0, "abc"], "list [1.0, 'abc']"),
+    ([np.nan], "list [nan]"),
+    (np.array([1.0, np.inf]), "ndarray array([ 1., inf])"),
+    ([-1.0], "list [-1.0]"),
+    (True, "bool True"),
+    ([[1.0, 2.0]], "list [[1.0, 2.0]]"),
+    ([[1.0], [2.0, 3.0]], "list [[1.0], [2.0, 3.0]]"),
+    (10**30, "int 1000000000000000000000000000000"),
+    (np.zeros(10**6), "ndarray array([0., 0."),
+    ([1.0, 2.0, 3.0], "list [1.0, 2.0, 3.0]"),
+    (1 + 2j, "complex (1+2j)"),
+    ({"g": 1.0}, "dict {'g': 1.0}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("gradient", "shown"), BAD_GRADIENTS)
+def test_a_class_gradient_that_is_not_1_or_c_numbers_is_refused_naming_it(gradient, shown):
+    with pytest.raises(PolicyDecisionError) as err:
+        check(carrying(class_gradient=gradient))
+    refusal = str(err.value)
+    assert refusal.startswith(f"policy 'mine', round 7: the decision's class_gradient is {shown}")
+    assert refusal.endswith(
+        "; it must be None or Ĝ: 1 or 2 (the number of classes) finite numbers >= 0"
+    )
+    assert len(refusal) < 200 and "\n" not in refusal
+
+
+@pytest.mark.parametrize(
+    ("gradient", "kept"),
+    [
+        (None, None),
+        (0.5, [0.5]),
+        (np.float32(2), [2.0]),
+        ([1, 3], [1.0, 3.0]),
+        ((0.0, 0.5), [0, 0.5]),
+    ],
+)
+def test_a_class_gradient_of_1_or_c_numbers_is_kept_as_a_float_copy(gradient, kept):
+    checked = check(carrying(class_gradient=gradient))
+    assert (None if kept is None else checked.class_gradient.tolist()) == kept
+    if isinstance(gradient, list):
+        gradient[0] = 99  # the policy's list reaches nothing checked
+        assert checked.class_gradient.tolist() == kept
+
+
+def solved(**changes: object) -> ScheduleResult:
+    return dataclasses.replace(SOLVED, **changes)
+
+
+BAD_SOLVERS = [
+    ({"objective": -1e300}, "solver.objective is float -1e+300; it must be a number >= 0 "
+     "(finite when devices are scheduled)"),
+    ({"objective": math.nan}, "solver.objective is float nan"),
+    ({"objective": math.inf}, "solver.objective is float inf"),
+    ({"objective": "0.5"}, "solver.objective is str '0.5'"),
+    ({"objective": True}, "solver.objective is bool True"),
+    ({"objective": 10**400}, "solver.objective is int 100000000000000000..."),
+    ({"iterations": 10**30}, "solver.iterations is int 1000000000000000000000000000000; it must "
+     "be a whole number in [0, 2**53]"),
+    ({"iterations": -1}, "solver.iterations is int -1"),
+    ({"iterations": 2.0}, "solver.iterations is float 2.0"),
+    ({"iterations": np.float64(3)}, "solver.iterations is float64 np.float64(3.0)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("changes", "message"), BAD_SOLVERS)
+def test_a_solver_result_with_numbers_that_cannot_be_is_refused_naming_the_field(changes, message):
+    with pytest.raises(PolicyDecisionError) as err:
+        check(carrying(solver=solved(**changes)))
+    assert str(err.value).startswith(f"policy 'mine', round 7: the decision's {message}")
+
+
+@pytest.mark.parametrize("solver", ["fscd", {"objective": 0.25}, SCHEDULED, 7])
+def test_a_solver_of_another_type_is_refused_naming_policy_and_round(solver):
+    with pytest.raises(PolicyDecisionError) as err:
+        check(carrying(solver=solver))
+    assert str(err.value).startswith(
+        f"policy 'mine', round 7: the decision's solver is {type(solver).__name__} "
+    )
+    assert str(err.value).endswith(
+        "; it must be None or the ScheduleResult of fedcgd_strategy.solvers.solve"
+    )
+
+
+def test_a_solver_result_is_recorded_as_plain_numbers_and_nothing_scheduled_may_cost_inf():
+    checked = check(carrying(solver=solved(objective=np.float32(0.25), iterations=np.int64(7))))
+    assert type(checked.solver.objective) is float and type(checked.solver.iterations) is int
+    assert (checked.solver.objective, checked.solver.iterations) == (0.25, 7)
+    empty = decision_from_mask(INPUTS, mask(), None, solved(objective=math.inf, iterations=0))
+    assert check(empty).solver.objective == math.inf  # the empty schedule's objective
+
+
+class _Gradients(Policy):
+    """Schedules nothing; its ``class_gradient`` property returns (or raises) ``next_g``."""
+
+    needs_reports = False
+    next_g: object = None
+
+    @property
+    def class_gradient(self):
+        if isinstance(self.next_g, Exception):
+            raise self.next_g
+        return self.next_g
+
+    def schedule(self, inputs, rng):
+        return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
+
+
+@pytest.mark.parametrize(
+    ("next_g", "refusal"),
+    [
+        (np.zeros(10**6), "its class_gradient property is ndarray array([0., 0."),
+        ("abc", "its class_gradient property is str 'abc'; it must be None or Ĝ: 1 or 2"),
+        (ZeroDivisionError("no uploads"), "its class_gradient property raised "
+         "ZeroDivisionError: no uploads"),
+    ],
+)  # fmt: skip
+def test_the_next_rounds_class_gradient_is_checked_too(next_g, refusal):
+    policy = _Gradients()
+    policy.name, policy.next_g = "mine:Gradients", next_g
+    with pytest.raises(PolicyDecisionError) as err:
+        next_class_gradient(policy, 2, server_round=4)
+    assert str(err.value).startswith(f"policy 'mine:Gradients', round 4: {refusal}")
+    assert len(str(err.value)) < 200
+    policy.next_g = [0.5, 1]
+    assert next_class_gradient(policy, 2, server_round=4).tolist() == [0.5, 1.0]
+
+
+class _ReachesItsCaller(Policy):
+    """Looks for the server's ``RoundInputs`` in its caller's frame (``f_back``)."""
+
+    needs_reports = False
+    found: ClassVar[list[str]] = []
+
+    def schedule(self, inputs, rng):
+        caller = inspect.currentframe().f_back
+        others = [k for k, v in caller.f_locals.items() if isinstance(v, RoundInputs)]
+        type(self).found = [k for k in others if caller.f_locals[k] is not inputs]
+        return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
+
+
+def test_the_policys_caller_holds_only_the_policys_own_copy():
+    # on the old call the server's own RoundInputs sat in f_back (`inputs`): a policy unlocked
+    # its candidate mask there and unavailable devices uploaded. (Frames further up still hold
+    # it: code in the server's process can reach anything; docs/bring-your-own.md says so.)
+    policy = _ReachesItsCaller()
+    policy.name = "mine:ReachesItsCaller"
+    schedule_checked(policy, _frozen_round(), RNG, server_round=2)
+    assert _ReachesItsCaller.found == []

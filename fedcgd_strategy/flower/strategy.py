@@ -50,6 +50,7 @@ from fedcgd_strategy.policies import (
     Policy,
     Protocol,
     RoundInputs,
+    next_class_gradient,
     resolve_protocol,
     round_inputs,
     schedule_checked,
@@ -327,7 +328,9 @@ class ScheduledStrategy(Strategy):
             decision=decision,
             uploaded=[r.partition_id for r in uploads],
             disconnected=disconnected,
-            class_gradient_next=self.policy.class_gradient,
+            class_gradient_next=next_class_gradient(
+                self.policy, state.inputs.target_dist.size, server_round=server_round
+            ),
             timings=RoundTimings(
                 query_s=state.query_s,
                 schedule_s=state.schedule_s,

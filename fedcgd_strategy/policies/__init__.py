@@ -12,6 +12,7 @@ from fedcgd_strategy.policies.baselines import FedCBSPolicy as FedCBSPolicy
 from fedcgd_strategy.policies.baselines import PowerOfChoicePolicy as PowerOfChoicePolicy
 from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
 from fedcgd_strategy.policies.check import check_decision as check_decision
+from fedcgd_strategy.policies.check import next_class_gradient as next_class_gradient
 from fedcgd_strategy.policies.check import schedule_checked as schedule_checked
 from fedcgd_strategy.policies.check import synthetic_round as synthetic_round
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL as BUDGET_REL_TOL

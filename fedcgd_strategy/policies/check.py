@@ -8,7 +8,10 @@ round and once before the start on :func:`synthetic_round`. Pure numpy.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+import numbers
+import reprlib
+from dataclasses import fields, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,10 +26,13 @@ from fedcgd_strategy.policies.core import (
     policy_copy,
     round_inputs,
 )
+from fedcgd_strategy.solvers import ScheduleResult
 from fedcgd_task.errors import OneLineMessage
 
 #: Devices named in a message at most.
 SHOWN_DEVICES = 12
+#: Largest solver iteration count recorded: 2**53, the last integer a JSON reader's float holds.
+MAX_SOLVER_ITERATIONS = 2**53
 
 
 class PolicyDecisionError(OneLineMessage, ValueError):
@@ -52,6 +58,66 @@ def _head(policy: str, server_round: int | None) -> str:
     return f"policy {policy!r}, round {server_round}"
 
 
+def _shown(value: object) -> str:
+    """``value`` in a few dozen characters at most (:func:`reprlib.repr`), its type first."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _gradient(value: object, num_classes: int, head: str, what: str) -> NDArray[np.float64] | None:
+    """``value`` (None, or Ĝ: 1 or C numbers, finite, >= 0) as a new float[1] or float[C]."""
+    if value is None:
+        return None
+    try:
+        g = np.asarray(value)
+        ok = g.dtype.kind in "iuf" and g.ndim <= 1 and g.size in {1, num_classes}
+        ok = ok and bool(np.all(np.isfinite(g) & (g >= 0)))
+    except Exception:  # whatever the object does, it is no gradient
+        ok = False
+    if not ok:
+        raise PolicyDecisionError(
+            f"{head}: {what} is {_shown(value)}; it must be None or Ĝ: 1 or {num_classes} (the "
+            "number of classes) finite numbers >= 0"
+        )
+    return np.array(g, dtype=float).reshape(-1)
+
+
+def _number(value: object, kind: type) -> float | None:
+    """``value`` as a float (whole if ``kind`` is Integral) if it is a number of ``kind``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, kind):
+        return None
+    number: Any = value  # a number of ``kind``: float() and int() take it
+    try:
+        return float(int(number) if kind is numbers.Integral else number)
+    except (OverflowError, TypeError, ValueError):  # 10**400, or a number that cannot say
+        return None
+
+
+def _solver(solver: object, scheduled: bool, head: str) -> ScheduleResult | None:
+    """A plain copy of ``solver`` (None or a ScheduleResult) with its recorded numbers checked."""
+    if solver is None:
+        return None
+    if not isinstance(solver, ScheduleResult):
+        raise PolicyDecisionError(
+            f"{head}: the decision's solver is {_shown(solver)}; it must be None or the "
+            "ScheduleResult of fedcgd_strategy.solvers.solve"
+        )
+    objective = _number(solver.objective, numbers.Real)
+    if objective is None or not (objective >= 0 and (math.isfinite(objective) or not scheduled)):
+        raise PolicyDecisionError(
+            f"{head}: the decision's solver.objective is {_shown(solver.objective)}; it must be "
+            "a number >= 0 (finite when devices are scheduled)"
+        )
+    iterations = _number(solver.iterations, numbers.Integral)
+    if iterations is None or not 0 <= iterations <= MAX_SOLVER_ITERATIONS:
+        raise PolicyDecisionError(
+            f"{head}: the decision's solver.iterations is {_shown(solver.iterations)}; it must "
+            "be a whole number in [0, 2**53]"
+        )
+    values = {f.name: getattr(solver, f.name) for f in fields(ScheduleResult)}
+    values.update(objective=objective, iterations=int(iterations))
+    return ScheduleResult(**values)
+
+
 def check_decision(
     decision: object,
     inputs: RoundInputs,
@@ -64,9 +130,12 @@ def check_decision(
 
     The rules (docs/design.md, "Checked decisions"): a :class:`Decision` with a bool[V] mask,
     candidates only, B*_v finite, Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless
-    ``uses_budget`` is False, and the decision's numbers those of its own schedule. The result
-    holds a copy of the schedule, the numbers computed on ``inputs`` and the policy's
-    ``class_gradient`` and ``solver``. Raises :class:`PolicyDecisionError`:
+    ``uses_budget`` is False, and the decision's numbers those of its own schedule; its
+    ``class_gradient`` None or 1 or C finite numbers >= 0, its ``solver`` None or a
+    ``ScheduleResult`` whose objective is >= 0 (finite if anything is scheduled) and whose
+    iterations a whole number in [0, 2**53]. The result holds a copy of the schedule, the
+    numbers computed on ``inputs``, and copies of the gradient and the solver's result. Raises
+    :class:`PolicyDecisionError`:
     ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
     """
     head = _head(policy, server_round)
@@ -111,11 +180,31 @@ def check_decision(
                 f"{head}: the decision's {name} = {given!r} is not that of its schedule "
                 f"({true!r}); build the decision with decision_from_mask(inputs, mask)"
             )
-    gradient = decision.class_gradient
+    classes = int(inputs.target_dist.shape[0])
     return replace(
         honest,
-        class_gradient=None if gradient is None else np.array(gradient, dtype=float),
-        solver=decision.solver,
+        class_gradient=_gradient(
+            decision.class_gradient, classes, head, "the decision's class_gradient"
+        ),
+        solver=_solver(decision.solver, bool(selected.any()), head),
+    )
+
+
+def _schedule(policy: Policy, copy: RoundInputs, rng: np.random.Generator) -> object:
+    """``policy.schedule``, called from a frame that holds the policy's own copy only."""
+    return policy.schedule(copy, rng)
+
+
+def _refusal(
+    policy: Policy, server_round: int | None, what: str, err: Exception
+) -> PolicyDecisionError | None:
+    """``err`` of ``policy``'s ``what`` in one line; None for a built-in's in a run (a bug)."""
+    if ":" not in policy.name and server_round is not None:
+        return None
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return PolicyDecisionError(
+        f"{_head(policy.name, server_round)}: {what} raised "
+        f"{type(err).__name__}{': ' + text if text else ''}"
     )
 
 
@@ -127,22 +216,33 @@ def schedule_checked(
     ``server_round`` None is the pre-start probe of a fresh policy (on :func:`synthetic_round`).
     An exception of a user's policy, or of any policy in the probe, becomes a
     :class:`PolicyDecisionError` naming the policy and the round (cause chained); a built-in's
-    in a run goes on unchanged (a bug: its traceback says where).
+    in a run goes on unchanged (a bug: its traceback says where). The policy's caller holds
+    only its copy; what the copy protects against, and what not: docs/bring-your-own.md.
     """
     try:
-        decision = policy.schedule(policy_copy(inputs), rng)
+        decision = _schedule(policy, policy_copy(inputs), rng)
     except Exception as err:
-        if ":" not in policy.name and server_round is not None:
+        if (refusal := _refusal(policy, server_round, "schedule()", err)) is None:
             raise
-        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise PolicyDecisionError(
-            f"{_head(policy.name, server_round)}: schedule() raised "
-            f"{type(err).__name__}{': ' + text if text else ''}"
-        ) from err
+        raise refusal from err
     uses_budget = bool(getattr(type(policy), "uses_budget", True))
     return check_decision(
         decision, inputs, policy=policy.name, server_round=server_round, uses_budget=uses_budget
     )
+
+
+def next_class_gradient(
+    policy: Policy, num_classes: int, *, server_round: int
+) -> NDArray[np.float64] | None:
+    """``policy.class_gradient`` (Ĝ of the next round, recorded), checked as a decision's."""
+    try:
+        value = policy.class_gradient
+    except Exception as err:
+        if (refusal := _refusal(policy, server_round, "its class_gradient property", err)) is None:
+            raise
+        raise refusal from err
+    head = _head(policy.name, server_round)
+    return _gradient(value, num_classes, head, "its class_gradient property")
 
 
 def synthetic_round(

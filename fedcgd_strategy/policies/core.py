@@ -247,7 +247,7 @@ def decision_from_mask(
         wemd=wemd_g1,
         sampling_term=sampling,
         bandwidth_used_hz=float(np.sum(bandwidth[np.isfinite(bandwidth)])),
-        class_gradient=None if class_gradient is None else np.array(class_gradient, float),
+        class_gradient=class_gradient,  # as given: the check converts it or names what is wrong
         solver=solver,
     )
 
