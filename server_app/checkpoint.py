@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedcgd_task.constructor_params import kebab
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.nested import DESCEND, map_nested
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
-from fedcgd_task.settings import unread_settings
+from fedcgd_task.settings import RECORDED, unread_settings
 from run_files.files import atomic_write, read_json_object
 from run_files.folder_lock import FolderClaim, claim_folder
 from run_files.results import (
@@ -44,6 +45,7 @@ from run_files.results import (
 )
 from run_files.run_status import (
     COMPLETED,
+    SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
     read_status,
@@ -110,6 +112,22 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
         )
 
 
+#: A recorded setting's name (``config.json``) -> its run-config key.
+_RUN_CONFIG_KEY = {recorded: key for key, recorded in RECORDED.items()}
+_RUN_CONFIG_KEY["cell.num_devices"] = "num-devices"
+
+
+def run_config_key(name: str) -> str:
+    """A recorded setting as the run config spells it (``cell.deadline_s``: ``channel.deadline-s``).
+
+    ``policy_params.window`` -> ``policy-params.window``; an unknown name stays as it is.
+    """
+    head, _, rest = name.partition(".")
+    if name in _RUN_CONFIG_KEY or head not in _RUN_CONFIG_KEY:
+        return _RUN_CONFIG_KEY.get(name, name)
+    return f"{_RUN_CONFIG_KEY[head]}.{kebab(rest)}"
+
+
 def _same_value(found: object, wanted: object) -> bool:
     """``found == wanted`` for plain values of the same type (a tensor or a list never is)."""
     return type(found) is type(wanted) and found == wanted
@@ -139,7 +157,7 @@ def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str
     more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
     key = keys[0]
     return (
-        f"setting {key} = {saved.get(key, '(none)')!r} in the checkpoint, "
+        f"setting {run_config_key(key)} = {saved.get(key, '(none)')!r} in the checkpoint, "
         f"{now.get(key, '(none)')!r} in this run{more}"
     )
 
@@ -196,6 +214,7 @@ _UNREADABLE = (
     EOFError,
     pickle.UnpicklingError,
     KeyError,
+    IndexError,
     TypeError,
     ValueError,
 )
@@ -227,16 +246,18 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             f"bytes, more than {MAX_CHECKPOINT_BYTES} (not a checkpoint of this app)"
         )
     try:
-        data = torch.load(path, weights_only=True, map_location="cpu")
+        data = _dict(torch.load(path, weights_only=True, map_location="cpu"), "it")
         checkpoint = Checkpoint(
             round=_whole(data["round"], "round", minimum=1, maximum=MAX_SERVER_ROUNDS),
-            model=dict(data["model"]),
-            policy_state=dict(data["policy_state"]),
-            cell_rng_state=dict(data["cell_rng_state"]),
-            policy_rng_state=dict(data["policy_rng_state"]),
+            model=_dict(data["model"], "model"),
+            policy_state=_dict(data["policy_state"], "policy_state"),
+            cell_rng_state=_dict(data["cell_rng_state"], "cell_rng_state"),
+            policy_rng_state=_dict(data["policy_rng_state"], "policy_rng_state"),
             elapsed_s=float(data["elapsed_s"]),
-            aggregator_state=dict(map_nested(data.get("aggregator_state", {}), _untagged_array)),
-            identity=dict(data.get("identity", {})),
+            aggregator_state=map_nested(
+                _dict(data.get("aggregator_state", {}), "aggregator_state"), _untagged_array
+            ),
+            identity=_dict(data.get("identity", {}), "identity"),
         )
         if not (math.isfinite(checkpoint.elapsed_s) and checkpoint.elapsed_s >= 0):
             raise ValueError(f"elapsed_s = {checkpoint.elapsed_s!r}, not seconds >= 0")
@@ -247,6 +268,13 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
             f"(truncated or not a checkpoint of this app: {reason})"
         ) from err
+
+
+def _dict(value: object, name: str) -> dict[str, Any]:
+    """``value`` when it is a dict (``name`` holds a tensor, say: refused)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} holds a {type(value).__name__}, not a dict")
+    return value
 
 
 def _whole(value: object, name: str, *, minimum: int, maximum: int) -> int:
@@ -307,10 +335,17 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
         requested_keys_only=True,
     )
     if differ:
+        before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
+        now = flat_settings(requested)
+        shown = "; ".join(
+            f"{run_config_key(k)} = {before.get(k, '(none)')!r} there, {now[k]!r} now"
+            for k in differ[:3]
+        )
+        more = f"; and {len(differ) - 3} more" if len(differ) > 3 else ""
         raise ValueError(
             f"run-config key 'resume-from': {result_dir} was started with other settings "
-            f"({', '.join(differ)}); resume with the same run config (only num-server-rounds "
-            "may change)"
+            f"({shown}{more}); resume with the same run config (only num-server-rounds may "
+            "change)"
         )
 
 

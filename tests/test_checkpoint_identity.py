@@ -32,8 +32,18 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
     synthetic_uploads,
 )
-from run_files.results import METRICS_FILE, MODEL_FILE, RUN_FILES
-from server_app.checkpoint import CHECKPOINT_FILE
+from fedcgd_task.settings import default_run_config
+from run_files.results import METRICS_FILE, MODEL_FILE, RUN_FILES, json_ready
+from server_app.checkpoint import (
+    CHECKPOINT_FILE,
+    CheckpointRefusedError,
+    check_identity,
+    check_same_settings,
+    checkpoint_round,
+    load_checkpoint,
+    run_identity,
+)
+from server_app.config import RunConfig, parse_run_config
 
 DEVICES, ROUNDS = 6, 2
 FIXED_DP = "DifferentialPrivacyServerSideFixedClipping"
@@ -130,7 +140,7 @@ def test_a_checkpoint_of_other_settings_is_refused_naming_the_setting(capsys, ru
     before = files(folder)
     code, err = resume_command(capsys, folder, seed=0, **{"learning-rate": 0.05})
     assert code == 2 and len(err) == 1, err
-    assert "training.learning_rate = 0.1 in the checkpoint, 0.05 in this run" in err[0], err[0]
+    assert "setting learning-rate = 0.1 in the checkpoint, 0.05 in this run" in err[0], err[0]
     assert files(folder) == before
 
 
@@ -487,3 +497,75 @@ def test_a_declared_state_that_is_not_data_is_refused_before_the_start(
     with pytest.raises(ValueError, match=re.escape(phrase)) as caught:
         check_aggregator(setting, {}, 4)
     assert str(caught.value).startswith(f"run-config key 'aggregator' = '{setting}': ")
+
+
+# --- refusals in the run config's words; files that are no checkpoint -------------------------
+PF = {"policy": "examples.proportional_fair:ProportionalFair"}
+
+
+def config_of(**changes: Any) -> RunConfig:
+    return parse_run_config({**default_run_config(), **changes})
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "said"),
+    [
+        ({**PF, "policy-params.window": 10}, {**PF, "policy-params.window": 5},
+         "setting policy-params.window = 10 in the checkpoint, 5 in this run"),
+        ({"channel.deadline-s": 0.5}, {"channel.deadline-s": 0.25},
+         "setting channel.deadline-s = 0.5 in the checkpoint, 0.25 in this run"),
+        ({"local-steps": 2}, {"local-steps": 3},
+         "setting local-steps = 2 in the checkpoint, 3 in this run"),
+        ({"channel.model-bits": 1000}, {"channel.model-bits": 2000},
+         "setting channel.model-bits = 1000 in the checkpoint, 2000 in this run"),
+    ],
+)  # fmt: skip
+def test_another_runs_checkpoint_names_the_setting_as_the_run_config_does(first, then, said):
+    with pytest.raises(CheckpointRefusedError) as err:
+        check_identity(Path("/runs/a"), run_identity(config_of(**first)), config_of(**then))
+    assert f"checkpoint.pt is another run's: {said} (a checkpoint copied" in str(err.value)
+
+
+def test_a_resume_with_other_settings_names_each_with_both_values(tmp_path):
+    started = config_of(**PF, **{"policy-params.window": 10, "channel.deadline-s": 0.5})
+    (tmp_path / "config.json").write_text(json.dumps(json_ready(started.to_dict())))
+    now = config_of(**PF, seed=3, **{"policy-params.window": 5, "channel.deadline-s": 0.25})
+    with pytest.raises(ValueError) as err:
+        check_same_settings(tmp_path, now)
+    assert str(err.value) == (
+        f"run-config key 'resume-from': {tmp_path} was started with other settings "
+        "(channel.deadline-s = 0.5 there, 0.25 now; policy-params.window = 10 there, 5 now; "
+        "seed = 0 there, 3 now); resume with the same run config (only num-server-rounds may "
+        "change)"
+    )
+
+
+#: Files that are no checkpoint: what torch.save wrote, what the refusal says.
+NOT_CHECKPOINTS = {
+    "tensor": (torch.zeros(3), "it holds a Tensor, not a dict)"),
+    "list": ([1, 2], "it holds a list, not a dict)"),
+    "none": (None, "it holds a NoneType, not a dict)"),
+    "empty-dict": ({}, "'round'"),
+    "round-tensor": ({"round": torch.tensor(2)}, "round = tensor(2), not a whole number"),
+    "model-tensor": (
+        {"round": 1, "model": torch.zeros(2, 2), "policy_state": {}, "cell_rng_state": {},
+         "policy_rng_state": {}, "elapsed_s": 0.0},
+        "model holds a Tensor, not a dict)",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(NOT_CHECKPOINTS))
+def test_a_file_that_is_no_checkpoint_is_refused_in_one_line(tmp_path, name):
+    content, said = NOT_CHECKPOINTS[name]
+    torch.save(content, tmp_path / CHECKPOINT_FILE)
+    with pytest.raises(CheckpointRefusedError) as err:
+        load_checkpoint(tmp_path)
+    message = str(err.value)
+    assert message.startswith(
+        f"run-config key 'resume-from' = '{tmp_path}': checkpoint.pt cannot be read (truncated "
+        "or not a checkpoint of this app: "
+    )
+    assert said in message and "\n" not in message, message
+    if not isinstance(content, dict):  # the runs table's reading too
+        assert checkpoint_round(tmp_path) is None

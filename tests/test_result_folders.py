@@ -155,7 +155,7 @@ def test_resume_through_fedcgd_inprocess_exits_0_and_a_refused_one_exits_2(capsy
     code, _, err = main_code(  # other settings
         capsys, **overrides(copy, seed=3, **{"num-server-rounds": 4, "resume-from": str(copy)})
     )
-    assert code == 2 and len(err) == 1 and "other settings (task.seed)" in err[0]
+    assert code == 2 and len(err) == 1 and "other settings (seed = 0 there, 3 now)" in err[0], err
     assert hashes(copy) == before
 
 
