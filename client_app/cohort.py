@@ -22,7 +22,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType
 from torch import nn
 
 from client_app.cohort_training import (
-    MIXING_PROBE_SAMPLES,
     cohort_train,
     sample_mixing,
     training_blockers,
@@ -110,7 +109,7 @@ class Cohorts:
         self._open: dict[int, _Cohort] = {}
         #: The last query cohort's statistics; dropped as soon as one of its arrays is freed.
         self._kept: RecordMemo[dict[tuple[object, ...], PreTrainingStats]] = RecordMemo()
-        #: :func:`client_app.cohort_training.sample_mixing`'s verdicts by model structure.
+        #: :func:`client_app.cohort_training.sample_mixing`'s verdicts by model and batch shape.
         self._mixing: dict[tuple[object, ...], str | None] = {}
         #: (model name, kind, reason) already logged.
         self._logged: set[tuple[str, str, str]] = set()
@@ -260,17 +259,16 @@ class Cohorts:
                 for d in devices
             ]
         b = len(devices[0].batches[0])
-        if len(devices) > 1:  # a few samples of two devices' first batches tell
-            size = min(b, MIXING_PROBE_SAMPLES)
-            probe = torch.cat([d.split.tensors(d.batches[0][:size])[0] for d in devices[:2]])
-            mixing = sample_mixing(model, probe, group_size=size, verdicts=self._mixing)
+        per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
+        chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
+        for chunk in {len(c): c for c in chunks if len(c) > 1}.values():  # each batch size once
+            probe = torch.cat([d.split.tensors(d.batches[0])[0] for d in chunk])
+            mixing = sample_mixing(model, probe, group_size=b, verdicts=self._mixing)
             if mixing is not None:
                 self._log_once(name, keys.QUERY_STATS, mixing)
                 return [
                     pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices
                 ]
-        per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
-        chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
         workers = max(1, min(self.threads, len(chunks)))
 
         models: queue.SimpleQueue[nn.Module] = queue.SimpleQueue()

@@ -40,15 +40,16 @@ from fedcgd_task.imports import first_line
 #: the relative rounding of a float32 forward pass, so a model that passes mixes the devices by
 #: less than the float32 computation resolves.
 MIXING_TOLERANCE = 1e-6
-#: Samples of each of two devices :func:`sample_mixing` computes together and apart.
-MIXING_PROBE_SAMPLES = 4
 
 
-def _structure(model: nn.Module) -> tuple[object, ...]:
-    """What :func:`sample_mixing`'s verdict depends on: the module types and the state's shapes."""
+def _structure(model: nn.Module, x: torch.Tensor, group_size: int) -> tuple[object, ...]:
+    """What :func:`sample_mixing`'s verdict depends on: the model's modules and shapes, the batch's.
+
+    A model may mix the samples of large batches only, so the verdict is the batch shape's.
+    """
     modules = tuple((name, type(module)) for name, module in model.named_modules())
     state = tuple((name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items())
-    return (modules, state)
+    return (modules, state, tuple(x.shape), group_size)
 
 
 def sample_mixing(
@@ -64,11 +65,11 @@ def sample_mixing(
     compared with each group's alone, on a float64 copy, without gradients or the global random
     stream: a change above :data:`MIXING_TOLERANCE` of the largest output, or a model that cannot
     run so, is the reason returned (one line). ``verdicts`` keeps them by model structure (module
-    types and state shapes); non-finite outputs give None and keep nothing. ``model`` is left
-    unchanged.
+    types and state shapes, and the shapes of ``x`` and the groups); non-finite outputs give
+    None and keep nothing. ``model`` is left unchanged.
     """
     kept: MutableMapping[tuple[object, ...], str | None] = {} if verdicts is None else verdicts
-    key = _structure(model)
+    key = _structure(model, x, group_size)
     if key in kept:
         return kept[key]
     try:

@@ -108,6 +108,36 @@ class BatchCentred(nn.Module):
         return self.out(h - h.mean(dim=0))
 
 
+class MixesAbove(nn.Module):
+    """An MLP that mixes the samples of a batch only when it holds more than ``above`` of them.
+
+    ``how`` "centre" subtracts the hidden layer's batch mean, "roll" adds 1e-3 of the next
+    sample's hidden layer: a check on a few samples passes, a cohort's larger batch mixes.
+    """
+
+    def __init__(self, features: int, num_classes: int, above: int, how: str) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(features, 16)
+        self.out = nn.Linear(16, num_classes)
+        self.above, self.how = above, how
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.hidden(x.flatten(1)))
+        if h.shape[0] > self.above:
+            h = h - h.mean(dim=0) if self.how == "centre" else h + 1e-3 * h.roll(1, dims=0)
+        return self.out(h)
+
+
+def centred_above_8(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """:class:`MixesAbove` centring batches of more than 8 samples, in float64."""
+    return Float64(MixesAbove(math.prod(input_shape), num_classes, 8, "centre"))
+
+
+def rolled_above_16(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """:class:`MixesAbove` rolling batches of more than 16 samples, in float64."""
+    return Float64(MixesAbove(math.prod(input_shape), num_classes, 16, "roll"))
+
+
 class Float64(nn.Module):
     """A model computed in float64: its inputs are cast, its parameters are float64."""
 

@@ -416,6 +416,26 @@ def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so_once
     assert f"sigma-hat of model '{CENTRED}' computed one device at a time" in said[0]
 
 
+@pytest.mark.parametrize("model", ["layer_cases:centred_above_8", "layer_cases:rolled_above_16"])
+def test_a_model_that_mixes_only_large_batches_is_checked_at_the_cohorts_batch(
+    tmp_path: Path, model: str, monkeypatch, caplog
+) -> None:
+    # b = 4: a device's batch, and two devices' (the check's batch before), never mix; the
+    # cohort's batch of 7 x 4 samples does (sigma-hat was 0.9 % and 2e-4 off, no log line).
+    passes = batched_passes(monkeypatch)
+    run_config = validated_run_config(
+        {"model": model, "num-devices": 7, "batch-size": 4, "data-dir": str(tmp_path / "data")}
+    )
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        alone = replies(run_config, keys.QUERY_STATS, cohorts=None, model=model, tau=1)
+        batched = replies(run_config, keys.QUERY_STATS, cohorts=Cohorts(), model=model, tau=1)
+    sigma = [r.content.metric_records[keys.METRICS][keys.SIGMA] for r in (*alone, *batched)]
+    assert sigma[7:] == sigma[:7]  # the per-device function itself
+    assert passes == []
+    said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
+    assert len(said) == 1 and f"sigma-hat of model '{model}' computed one device" in said[0]
+
+
 def test_a_whole_run_of_a_model_that_mixes_the_batch_equals_the_per_device_run(
     tmp_path: Path,
 ) -> None:
