@@ -567,6 +567,7 @@ BAD_SOLVERS = [
     ({"iterations": 10**30}, "solver.iterations is int 1000000000000000000000000000000; it must "
      "be a whole number in [0, 2**53]"),
     ({"iterations": -1}, "solver.iterations is int -1"),
+    ({"iterations": 2**53 + 1}, "solver.iterations is int 9007199254740993"),
     ({"iterations": 2.0}, "solver.iterations is float 2.0"),
     ({"iterations": np.float64(3)}, "solver.iterations is float64 np.float64(3.0)"),
 ]  # fmt: skip

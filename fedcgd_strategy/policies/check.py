@@ -82,13 +82,13 @@ def _gradient(value: object, num_classes: int, head: str, what: str) -> NDArray[
 
 
 def _number(value: object, kind: type) -> float | None:
-    """``value`` as a float (whole if ``kind`` is Integral) if it is a number of ``kind``."""
+    """``value`` as a float (an int if ``kind`` is Integral) if it is a number of ``kind``."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, kind):
         return None
     number: Any = value  # a number of ``kind``: float() and int() take it
     try:
-        return float(int(number) if kind is numbers.Integral else number)
-    except (OverflowError, TypeError, ValueError):  # 10**400, or a number that cannot say
+        return int(number) if kind is numbers.Integral else float(number)
+    except Exception:  # 10**400, or a number type that cannot say
         return None
 
 
