@@ -106,7 +106,7 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
                 f"{head} is another run's: {name} = {found.get(name)!r} in the checkpoint, "
                 f"{wanted[name]!r} in this run ({tail})"
             )
-    if not _same_value(found.get("settings_sha256"), wanted["settings_sha256"]):
+    if not all(_same_value(found.get(k), wanted[k]) for k in ("settings", "settings_sha256")):
         raise CheckpointRefusedError(
             f"{head} is another run's: {_settings_change(found, wanted)} ({tail})"
         )
@@ -215,6 +215,7 @@ _UNREADABLE = (
     pickle.UnpicklingError,
     KeyError,
     IndexError,
+    OverflowError,
     TypeError,
     ValueError,
 )
@@ -253,14 +254,12 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             policy_state=_dict(data["policy_state"], "policy_state"),
             cell_rng_state=_dict(data["cell_rng_state"], "cell_rng_state"),
             policy_rng_state=_dict(data["policy_rng_state"], "policy_rng_state"),
-            elapsed_s=float(data["elapsed_s"]),
+            elapsed_s=_seconds(data["elapsed_s"]),
             aggregator_state=map_nested(
                 _dict(data.get("aggregator_state", {}), "aggregator_state"), _untagged_array
             ),
             identity=_dict(data.get("identity", {}), "identity"),
         )
-        if not (math.isfinite(checkpoint.elapsed_s) and checkpoint.elapsed_s >= 0):
-            raise ValueError(f"elapsed_s = {checkpoint.elapsed_s!r}, not seconds >= 0")
         return checkpoint
     except (*_UNREADABLE, AttributeError) as err:
         reason = first_line(err)
@@ -275,6 +274,15 @@ def _dict(value: object, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"{name} holds a {type(value).__name__}, not a dict")
     return value
+
+
+def _seconds(value: object) -> float:
+    """``value`` when it is a float or int >= 0 (not a bool, str, NaN or inf)."""
+    plain = isinstance(value, float | int) and not isinstance(value, bool)
+    seconds = float(value) if plain else math.nan  # type: ignore[arg-type]  # plain: a number
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"elapsed_s = {value!r}, not seconds >= 0")
+    return seconds
 
 
 def _whole(value: object, name: str, *, minimum: int, maximum: int) -> int:

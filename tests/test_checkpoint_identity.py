@@ -526,6 +526,13 @@ def test_another_runs_checkpoint_names_the_setting_as_the_run_config_does(first,
     assert f"checkpoint.pt is another run's: {said} (a checkpoint copied" in str(err.value)
 
 
+def test_settings_that_do_not_match_their_digest_are_refused_even_with_the_right_digest():
+    config = config_of()
+    edited = {**run_identity(config), "settings": "{}"}  # the digest left as it was
+    with pytest.raises(CheckpointRefusedError, match="do not match their digest: damaged or"):
+        check_identity(Path("/runs/a"), edited, config)
+
+
 def test_a_resume_with_other_settings_names_each_with_both_values(tmp_path):
     started = config_of(**PF, **{"policy-params.window": 10, "channel.deadline-s": 0.5})
     (tmp_path / "config.json").write_text(json.dumps(json_ready(started.to_dict())))
@@ -551,6 +558,11 @@ NOT_CHECKPOINTS = {
         {"round": 1, "model": torch.zeros(2, 2), "policy_state": {}, "cell_rng_state": {},
          "policy_rng_state": {}, "elapsed_s": 0.0},
         "model holds a Tensor, not a dict)",
+    ),
+    "elapsed-text": (
+        {"round": 1, "model": {}, "policy_state": {}, "cell_rng_state": {},
+         "policy_rng_state": {}, "elapsed_s": "1"},
+        "elapsed_s = '1', not seconds >= 0)",
     ),
 }  # fmt: skip
 
