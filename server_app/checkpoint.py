@@ -117,7 +117,7 @@ _RUN_CONFIG_KEY = {recorded: key for key, recorded in RECORDED.items()}
 _RUN_CONFIG_KEY["cell.num_devices"] = "num-devices"
 
 
-def run_config_key(name: str) -> str:
+def _run_config_key(name: str) -> str:
     """A recorded setting as the run config spells it (``cell.deadline_s``: ``channel.deadline-s``).
 
     ``policy_params.window`` -> ``policy-params.window``; an unknown name stays as it is.
@@ -157,7 +157,7 @@ def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str
     more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
     key = keys[0]
     return (
-        f"setting {run_config_key(key)} = {saved.get(key, '(none)')!r} in the checkpoint, "
+        f"setting {_run_config_key(key)} = {saved.get(key, '(none)')!r} in the checkpoint, "
         f"{now.get(key, '(none)')!r} in this run{more}"
     )
 
@@ -346,7 +346,7 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
         before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
         now = flat_settings(requested)
         shown = "; ".join(
-            f"{run_config_key(k)} = {before.get(k, '(none)')!r} there, {now[k]!r} now"
+            f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now[k]!r} now"
             for k in differ[:3]
         )
         more = f"; and {len(differ) - 3} more" if len(differ) > 3 else ""
