@@ -170,9 +170,9 @@ def stop_signals_noted() -> Iterator[list[int]]:
 def as_failure(err: BaseException, noted: list[int]) -> BaseException:
     """``err``, or a failure in its place: only a signal ``noted`` stops a run.
 
-    A ``KeyboardInterrupt`` or ``SystemExit`` that a policy or model raised is no stop.
+    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a model's) is a failure.
     """
-    if (noted and stops_the_run(err)) or (isinstance(err, Exception) and not stops_the_run(err)):
+    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
         return err
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return RuntimeError(

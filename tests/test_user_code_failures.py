@@ -173,8 +173,8 @@ def test_only_a_signal_received_stops_a_run():
         assert "raised while no stop signal came" in str(failure)
     error = ValueError("bad")
     assert as_failure(error, noted=[]) is error and as_failure(error, noted=[2]) is error
-    stop = Interrupted(signal.SIGTERM)
-    assert as_failure(stop, noted=[signal.SIGTERM]) is stop
+    for stop in (Interrupted(signal.SIGTERM), SystemExit(143)):  # a handler's own
+        assert as_failure(stop, noted=[signal.SIGTERM]) is stop
     caught = []
 
     def handler(signum, frame):
