@@ -139,24 +139,19 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
 
 @contextlib.contextmanager
 def stop_signals_noted() -> Iterator[list[int]]:
-    """The SIGINT / SIGTERM this process receives in the block; the handlers run as before.
+    """The SIGINT / SIGTERM that Python handlers of this process receive in the block.
 
-    Main thread only (elsewhere no handler runs and nothing is noted).
+    The handlers run as before. Main thread only (elsewhere no handler runs, nothing is noted).
     """
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield noted
         return
-    previous = {int(s): h for s in STOP_SIGNALS if (h := signal.getsignal(s)) is not None}
+    previous = {int(s): h for s in STOP_SIGNALS if callable(h := signal.getsignal(s))}
 
     def note(signum: int, frame: FrameType | None) -> None:
         noted.append(signum)
-        handler = previous[signum]
-        if callable(handler):
-            handler(signum, frame)
-        elif handler == signal.SIG_DFL:  # dies of it, as it would have
-            signal.signal(signum, handler)
-            signal.raise_signal(signum)
+        previous[signum](signum, frame)
 
     for s in previous:
         signal.signal(s, note)
@@ -277,19 +272,13 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
 
 
 def unchanged_reason(
-    lines: list[dict[str, Any]],
-    start: Mapping[str, torch.Tensor],
-    final: Mapping[str, torch.Tensor],
+    rounds: int, start: Mapping[str, torch.Tensor], final: Mapping[str, torch.Tensor]
 ) -> str | None:
-    """Why the rounds of ``lines`` learned nothing; None when the model changed or none ran.
-
-    They learned nothing when they ended with the model they began with, bit for bit (DP with
-    clipping-norm 1e-300 does that).
-    """
-    if not lines or any(not torch.equal(start[k], final[k]) for k in start):
+    """Why ``rounds`` rounds left the model as it was, bit for bit; None if not or none ran."""
+    if not rounds or any(not torch.equal(start[k], final[k]) for k in start):
         return None
     return (
-        f"the global model did not change in any of the {len(lines)} rounds run, although "
+        f"the global model did not change in any of the {rounds} rounds run, although "
         "devices uploaded: every update rounds to nothing in the model's weights (a clipping "
         "norm, learning rate or step too small?)"
     )
@@ -330,7 +319,7 @@ def write_end(
     reason = (
         no_upload_reason(history)
         or aggregation_failure_reason(history)
-        or unchanged_reason(history[len(history) - rounds_run :], start_model, final_model)
+        or unchanged_reason(rounds_run, start_model, final_model)
     )
     state = COMPLETED if reason is None else FAILED
     status = RunStatus(state, last, config.num_server_rounds, reason=reason, **lost)
