@@ -265,7 +265,8 @@ SETTINGS: tuple[Setting, ...] = (
         "simulations (`flwr run` on a simulation federation, the in-process engine): every "
         "reply is waited for as long as the host needs, so host load never changes a run; a "
         "run that gets no reply at all for this many seconds is stuck and stops (`failed`, "
-        "exit 1, one line; resumable, also with another `stall-limit-s`)",
+        "exit 1, one line; resumable, also with another `stall-limit-s`); in every engine, "
+        "also the most seconds one call of the policy may take",
         minimum=1.0,  # the watchdog's timer has microseconds
         maximum=43_200.0,  # flwr.app.constants.DEFAULT_TTL
         why="Flower drops an unanswered message after 12 h",

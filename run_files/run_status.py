@@ -83,10 +83,12 @@ def stops_the_run(err: BaseException) -> bool:
 
 
 def one_line(err: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters); a ``OneLineMessage`` alone."""
-    if isinstance(err, OneLineMessage):
-        return first_line(err)[:300]
-    return f"{type(err).__name__}: {first_line(err)}"[:300]
+    """``Type: first line of the message`` (at most 300 characters); a ``OneLineMessage`` alone.
+
+    Control characters (escape codes, ...) become ``?``.
+    """
+    head = "" if isinstance(err, OneLineMessage) else f"{type(err).__name__}: "
+    return "".join(char if char.isprintable() else "?" for char in (head + first_line(err))[:300])
 
 
 def ended_by(

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from logging import WARNING
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -18,7 +21,7 @@ from flwr.supercore.logger import FLOWER_LOGGER
 from fedcgd_strategy.flower.simulation import patient
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
-from run_files.files import ResultWriteError
+from run_files.files import STOP_SIGNALS, ResultWriteError
 from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import (
     COMPLETED,
@@ -30,6 +33,7 @@ from run_files.run_status import (
     failure_line,
     lost_counts,
     lost_note,
+    stops_the_run,
     write_status,
 )
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
@@ -123,20 +127,69 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
         The end-of-run summary (also written to ``summary.json``).
     """
     torch.set_num_threads(SERVER_NUM_THREADS)
-    with flower_log_level(verbose=config.verbose):
-        return _run_and_record(grid, config, fresh_name=fresh_name)
+    with flower_log_level(verbose=config.verbose), stop_signals_noted() as noted:
+        try:
+            return _run_and_record(grid, config, fresh_name=fresh_name, noted=noted)
+        except BaseException as err:
+            failure = as_failure(err, noted)
+            if failure is err:
+                raise
+            raise failure from err
 
 
-def _run_and_record(grid: Grid, config: RunConfig, *, fresh_name: bool) -> dict[str, Any]:
+@contextlib.contextmanager
+def stop_signals_noted() -> Iterator[list[int]]:
+    """The SIGINT / SIGTERM that Python handlers of this process receive in the block.
+
+    The handlers run as before. Main thread only (elsewhere no handler runs, nothing is noted).
+    """
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = {int(s): h for s in STOP_SIGNALS if callable(h := signal.getsignal(s))}
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+        previous[signum](signum, frame)
+
+    for s in previous:
+        signal.signal(s, note)
+    try:
+        yield noted
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def as_failure(err: BaseException, noted: list[int]) -> BaseException:
+    """``err``, or a failure in its place: only a signal ``noted`` stops a run.
+
+    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a model's) is a failure.
+    """
+    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
+        return err
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return RuntimeError(
+        f"{type(err).__name__}{': ' + text if text else ''} raised while no stop signal came "
+        "(a policy or model that raises anything fails the run)"
+    )
+
+
+def _run_and_record(
+    grid: Grid, config: RunConfig, *, fresh_name: bool, noted: list[int]
+) -> dict[str, Any]:
     """:func:`run_federation` without the log-level setting; prints a folder it named itself."""
     taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
     if fresh_name:
         say(f"result folder: {taken.config.result_dir}")
     with taken.claim:
-        return _record_run(grid, taken.config, taken.plan)
+        return _record_run(grid, taken.config, taken.plan, noted)
 
 
-def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[str, Any]:
+def _record_run(
+    grid: Grid, config: RunConfig, plan: ResumePlan | None, noted: list[int]
+) -> dict[str, Any]:
     """Run and record in the claimed folder: status, metrics, checkpoints, end.
 
     A resumed run is built from its checkpoint before anything is written.
@@ -160,15 +213,15 @@ def _record_run(grid: Grid, config: RunConfig, plan: ResumePlan | None) -> dict[
             writer.write_config(setup.settings())
         if plan is not None and plan.finish_only:
             say(f"finishing {result_dir} from its checkpoint after round {done}")
-            final_model = plan.checkpoint.model
+            final_model = start_model = plan.checkpoint.model
         else:
-            final_model = train_rounds(grid, config, writer, setup)
-        return write_end(config, writer, final_model)
+            final_model, start_model = train_rounds(grid, config, writer, setup)
+        return write_end(config, writer, final_model, start_model, len(writer.lines) - len(kept))
     except BaseException as err:
         lines = writer.lines if writer is not None else kept
         last = lines[-1]["round"] if lines else done
         with contextlib.suppress(ResultWriteError):  # a full disk may refuse this one too
-            ended = ended_by(err, lines, last, config.num_server_rounds)
+            ended = ended_by(as_failure(err, noted), lines, last, config.num_server_rounds)
             write_status(result_dir, ended, durable=False)
             sync_run_files(result_dir)
         raise
@@ -218,10 +271,31 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
     )
 
 
+def unchanged_reason(
+    rounds: int, start: Mapping[str, torch.Tensor], final: Mapping[str, torch.Tensor]
+) -> str | None:
+    """Why ``rounds`` rounds left the model as it was, bit for bit; None if not or none ran."""
+    if not rounds or any(not torch.equal(start[k], final[k]) for k in start):
+        return None
+    return (
+        f"the global model did not change in any of the {rounds} rounds run, although "
+        "devices uploaded: every update rounds to nothing in the model's weights (a clipping "
+        "norm, learning rate or step too small?)"
+    )
+
+
 def write_end(
-    config: RunConfig, writer: ResultWriter, final_model: dict[str, torch.Tensor]
+    config: RunConfig,
+    writer: ResultWriter,
+    final_model: dict[str, torch.Tensor],
+    start_model: Mapping[str, torch.Tensor],
+    rounds_run: int,
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status, all synced; return the summary."""
+    """Write ``model.pt``, ``summary.json`` and the final status, all synced; return the summary.
+
+    The run fails when no device uploaded, aggregation failed too often, or the ``rounds_run``
+    in this process left ``start_model`` as it was.
+    """
     save_model(writer.dir, final_model)
     history = writer.lines
     lost = lost_counts(history)
@@ -242,7 +316,11 @@ def write_end(
     }
     writer.write_summary(summary)
     last = history[-1]["round"] if history else 0
-    reason = no_upload_reason(history) or aggregation_failure_reason(history)
+    reason = (
+        no_upload_reason(history)
+        or aggregation_failure_reason(history)
+        or unchanged_reason(rounds_run, start_model, final_model)
+    )
     state = COMPLETED if reason is None else FAILED
     status = RunStatus(state, last, config.num_server_rounds, reason=reason, **lost)
     write_status(writer.dir, status, durable=False)
@@ -253,8 +331,8 @@ def write_end(
 
 def train_rounds(
     grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
-) -> dict[str, torch.Tensor]:
-    """Run the rounds left (all, or those after ``setup``'s checkpoint); return the final model.
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Run the rounds left (all, or those after ``setup``'s checkpoint); end and start models.
 
     A new run (``setup`` None) is built here. In a simulation every reply is waited for
     (:func:`fedcgd_strategy.flower.simulation.patient`).
@@ -266,11 +344,12 @@ def train_rounds(
     recorder = RoundRecorder(setup, writer, say)
     strategy = setup.strategy(on_record=recorder.add_record)
     grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply
+    start = {k: v.detach().cpu().clone() for k, v in setup.model.state_dict().items()}
     try:
         wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
         result = strategy.start(
             grid=grid,
-            initial_arrays=array_record(setup.model.state_dict()),
+            initial_arrays=array_record(start),
             num_rounds=config.num_server_rounds - setup.round_offset,
             timeout=config.train_timeout_s,
             train_config=ConfigRecord(config.training.to_config()),
@@ -278,4 +357,4 @@ def train_rounds(
         )
     finally:
         recorder.events.close()
-    return dict(torch_state(result.arrays))
+    return dict(torch_state(result.arrays)), start

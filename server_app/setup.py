@@ -51,7 +51,13 @@ _STRATEGY_FROM_SETUP = (
     "aggregator",
 )
 #: :class:`ScheduledStrategy` arguments that are :class:`RunConfig` attributes of the same name.
-_STRATEGY_FROM_CONFIG = ("protocol", "query_timeout_s", "max_update_norm_ratio", "seed")
+_STRATEGY_FROM_CONFIG = (
+    "protocol",
+    "query_timeout_s",
+    "max_update_norm_ratio",
+    "seed",
+    "stall_limit_s",
+)
 
 
 @dataclass

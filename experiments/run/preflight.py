@@ -249,7 +249,11 @@ def check_checkpoint_fits(config: RunConfig) -> None:
 
 
 def check_own_policy(config: RunConfig, num_classes: int) -> None:
-    """Call a user's policy once on a synthetic round: it must return a valid ``Decision``."""
+    """Call a user's policy once on a synthetic round: it must return a valid ``Decision``.
+
+    Its construction and the call get ``stall-limit-s`` together.
+    """
+    from fedcgd_strategy.flower.simulation import call_within
     from fedcgd_strategy.policies import (
         POLICY_NAMES,
         make_policy,
@@ -259,11 +263,17 @@ def check_own_policy(config: RunConfig, num_classes: int) -> None:
 
     if config.policy in POLICY_NAMES:
         return
-    policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
     inputs = synthetic_round(
         config.task.num_devices,
         num_classes,
         config.cell.total_bandwidth_hz,
         config.training.batch_size,
     )
-    schedule_checked(policy, inputs, np.random.default_rng(config.seed), server_round=None)
+
+    def probe() -> None:
+        context = config.policy_context(num_classes)
+        policy = make_policy(config.policy, context, config.policy_params)
+        schedule_checked(policy, inputs, np.random.default_rng(config.seed), server_round=None)
+
+    what = f"policy {config.policy!r}, a synthetic round before the start: __init__ and schedule()"
+    call_within(config.stall_limit_s, probe, what)

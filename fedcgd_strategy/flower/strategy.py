@@ -44,6 +44,7 @@ from fedcgd_strategy.flower.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
+from fedcgd_strategy.flower.simulation import call_within
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
@@ -99,6 +100,8 @@ class ScheduledStrategy(Strategy):
         Combines the scheduled uploads (:func:`~.aggregators.aggregate_uploads`); None: FedAvg.
     seed : int
         The run's seed, for an aggregator that draws from numpy's global generator.
+    stall_limit_s : float, optional
+        Seconds each call of the policy may take (:func:`~.simulation.call_within`); None: any.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class ScheduledStrategy(Strategy):
         on_record: Callable[[RoundRecord], None] | None = None,
         aggregator: Strategy | None = None,
         seed: int = 0,
+        stall_limit_s: float | None = None,
     ) -> None:
         self.policy = policy
         self.protocol = resolve_protocol(type(policy), protocol, policy.name)
@@ -138,6 +142,7 @@ class ScheduledStrategy(Strategy):
         self.on_record = on_record
         self.aggregator = aggregator
         self.seed = int(seed)
+        self.stall_limit_s = stall_limit_s
         self._round: RoundInProgress | None = None
 
     def summary(self) -> None:
@@ -181,13 +186,23 @@ class ScheduledStrategy(Strategy):
     def _schedule(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> Decision:
         t0 = time.perf_counter()
         inputs = self._inputs(state, reports)
-        # the round fails here, in one line, if the schedule breaks the physics
-        decision = schedule_checked(self.policy, inputs, self.rng, server_round=state.server_round)
+        # the round fails here, in one line, if the schedule breaks the physics or is stuck
+        rnd = state.server_round
+        decision = self._watched(
+            lambda: schedule_checked(self.policy, inputs, self.rng, server_round=rnd),
+            rnd,
+            "schedule",
+        )
         state.inputs, state.decision = inputs, decision
         state.schedule_s = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())
         log(INFO, "round: scheduled %d of %d candidates", scheduled, candidates)
         return decision
+
+    def _watched(self, call: Callable[[], Any], server_round: int, method: str) -> Any:
+        """``call()`` of the policy's ``method`` within :attr:`stall_limit_s` (one-line failure)."""
+        what = f"policy {self.policy.name!r}, round {server_round}: {method}()"
+        return call_within(self.stall_limit_s, call, what)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -383,7 +398,10 @@ class ScheduledStrategy(Strategy):
             return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"
         assert state.inputs is not None
         target, training = state.inputs.target_dist, state.training
-        self.policy.observe_uploads(uploaded_updates(uploads, state.reference, target, training))
+        updates = uploaded_updates(uploads, state.reference, target, training)
+        self._watched(
+            lambda: self.policy.observe_uploads(updates), state.server_round, "observe_uploads"
+        )
         return array_record({k: np.ascontiguousarray(v) for k, v in averaged.items()}), None
 
     def configure_evaluate(

@@ -1,0 +1,190 @@
+"""User code that fails in any way: the run says the truth in one line (issue 42).
+
+A policy's ``SystemExit(0)`` or ``KeyboardInterrupt`` is a failure, not an exit 0 or a stop (only
+a signal the process receives stops a run); a policy stuck past ``stall-limit-s`` fails the run
+naming itself and the round; a run whose model never moved fails; a failure line carries no
+control characters. Before: exit 0 / ``stopped by SIGINT`` exit 130 / ran on for 30 s /
+``completed`` / raw escape codes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from command_batch import in_one_process
+
+from experiments.run.run_config import format_run_config
+
+#: Users' policies that fail in round 1 (call 2: the pre-start probe is call 1), and one whose
+#: construction never ends in time.
+POLICIES = """
+import time
+
+import numpy as np
+
+from fedcgd_strategy import Policy, decision_from_mask
+
+
+class Fails(Policy):
+    needs_reports = False
+    calls = 0
+
+    def schedule(self, inputs, rng):
+        type(self).calls += 1
+        if type(self).calls > 1:
+            self.fail()
+        return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
+
+
+class ExitsZero(Fails):
+    def fail(self):
+        raise SystemExit(0)
+
+
+class Interrupts(Fails):
+    def fail(self):
+        raise KeyboardInterrupt
+
+
+class Sleeps(Fails):
+    def fail(self):
+        time.sleep(30)
+
+
+class Colours(Fails):
+    def fail(self):
+        raise RuntimeError("\\x1b[31mred\\x1b[0m bell\\x07 end")
+
+
+class SlowToBuild(Fails):
+    def __init__(self):
+        time.sleep(30)
+"""
+
+#: name -> (extra settings, the failure line's text after ``failed: `` up to its end).
+CASES = {
+    "ExitsZero": ({}, "round 1: schedule() raised SystemExit: 0"),
+    "Interrupts": ({}, "round 1: schedule() raised KeyboardInterrupt"),
+    "Sleeps": (
+        {"stall-limit-s": 8},
+        "round 1: schedule() did not return within 8 s (stall-limit-s)",
+    ),
+    "Colours": ({}, "round 1: schedule() raised RuntimeError: ?[31mred?[0m bell? end"),
+}
+#: DP that clips every update to nothing: the fixed and the adaptive wrapper.
+FLAT = {
+    "fixed": {
+        "aggregator": "DifferentialPrivacyServerSideFixedClipping",
+        "aggregator-params.clipping-norm": 1e-300,
+        "aggregator-params.noise-multiplier": 0.3,
+    },
+    "adaptive": {
+        "aggregator": "DifferentialPrivacyServerSideAdaptiveClipping",
+        "aggregator-params.initial-clipping-norm": 1e-300,
+        "aggregator-params.noise-multiplier": 0.0,
+    },
+}
+TINY = {"num-devices": 4, "num-server-rounds": 2}
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> dict[str, tuple[Path, object]]:
+    """Every case's run in one child process: name -> (its folder, its CompletedProcess)."""
+    module = tmp_path_factory.mktemp("user") / "failing.py"
+    module.write_text(textwrap.dedent(POLICIES))
+    root = tmp_path_factory.mktemp("runs")
+    runs = {name: {"policy": f"{module}:{name}", **extra} for name, (extra, _) in CASES.items()}
+    runs["SlowToBuild"] = {"policy": f"{module}:SlowToBuild", "stall-limit-s": 2}
+    runs |= {name: {"policy": "bc", **extra} for name, extra in FLAT.items()}
+    argvs = [
+        [
+            "inprocess",
+            "--run-config",
+            format_run_config({**TINY, **extra, "result-dir": str(root / name)}),
+        ]
+        for name, extra in runs.items()
+    ]
+    done = in_one_process(argvs)
+    return {name: (root / name, d) for name, d in zip(runs, done, strict=True)}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_what_a_policy_raises_or_a_stuck_one_fails_the_run_in_one_line(ran, name):
+    folder, done = ran[name]
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    line = next(x for x in err if x.startswith("failed: "))
+    assert line.startswith("failed: policy '") and line.split("', ", 1)[1].startswith(
+        CASES[name][1]
+    ), line
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "failed" and status["last_round"] == 0, status
+    assert status["reason"] == line.removeprefix("failed: ")
+
+
+def test_a_policy_whose_construction_is_stuck_is_refused_before_the_start(ran):
+    folder, done = ran["SlowToBuild"]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().endswith(
+        "a synthetic round before the start: __init__ and schedule() did not return within 2 s "
+        "(stall-limit-s); a stuck policy or solver stops the run: raise stall-limit-s if it "
+        "needs longer"
+    ), done.stderr[-2000:]
+    assert not (folder / "status.json").exists()
+
+
+@pytest.mark.parametrize("name", list(FLAT))
+def test_a_run_whose_model_never_changed_fails(ran, name):
+    folder, done = ran[name]
+    assert done.returncode == 1, done.stderr[-2000:]
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "failed" and status["last_round"] == 2, status
+    assert status["reason"].startswith(
+        "the global model did not change in any of the 2 rounds run, although devices uploaded"
+    )
+    assert f"failed: {status['reason']}" in done.stderr
+    lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert all(line["num_uploaded"] > 0 and not line["model_kept"] for line in lines)
+
+
+def test_the_model_compared_is_every_tensor_bit_for_bit():
+    from server_app.app import unchanged_reason
+
+    start = {"w": torch.zeros(3), "b": torch.ones(1)}
+    moved = {"w": torch.tensor([0.0, 0.0, 2.0**-149]), "b": torch.ones(1)}  # smallest float32
+    assert unchanged_reason(0, start, dict(start)) is None  # no round ran here
+    assert unchanged_reason(1, start, moved) is None
+    assert unchanged_reason(1, start, {k: v.clone() for k, v in start.items()})
+
+
+def test_only_a_signal_received_stops_a_run():
+    from experiments.run.processes import Interrupted
+    from server_app.app import as_failure, stop_signals_noted
+
+    for raised in (KeyboardInterrupt(), SystemExit(0), Interrupted(signal.SIGINT), GeneratorExit()):
+        failure = as_failure(raised, noted=[])
+        assert isinstance(failure, RuntimeError), raised
+        assert "raised while no stop signal came" in str(failure)
+    error = ValueError("bad")
+    assert as_failure(error, noted=[]) is error and as_failure(error, noted=[2]) is error
+    for stop in (Interrupted(signal.SIGTERM), SystemExit(143)):  # a handler's own
+        assert as_failure(stop, noted=[signal.SIGTERM]) is stop
+    caught = []
+
+    def handler(signum, frame):
+        caught.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with stop_signals_noted() as noted:
+            signal.raise_signal(signal.SIGTERM)
+        assert noted == [signal.SIGTERM] and caught == [signal.SIGTERM]  # the handler ran too
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
