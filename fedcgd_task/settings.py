@@ -133,7 +133,7 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
 
 #: The settings of a round's ConfigRecord, by record key (``want-sigma`` may be left out).
 _ROUND_CONFIG: dict[str, Setting] = {
-    keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", minimum=0),
+    keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", limits=">= 0"),
     keys.LOCAL_STEPS: SCHEMA["local-steps"],
     keys.LEARNING_RATE: SCHEMA["learning-rate"],
     keys.BATCH_SIZE: SCHEMA["batch-size"],
