@@ -29,11 +29,6 @@ DEFAULT_DATA_SUBDIR = "data"
 DEFAULT_MNIST1D_SAMPLES = int(SCHEMA["mnist1d-samples"].default)
 
 
-def _read_fields(view: type, run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Each field of the dataclass ``view`` read from the key of that name (kebab case)."""
-    return {field.name: read(run_config, field.name.replace("_", "-")) for field in fields(view)}
-
-
 @dataclass(frozen=True)
 class TaskSettings:
     """The client's part of the run config, validated; hashable (used as a cache key).
@@ -60,7 +55,7 @@ class TaskSettings:
 
         Raises ValueError naming the key, the bad value and what is allowed.
         """
-        values = _read_fields(cls, run_config)
+        values = read_part(run_config, "task")
         if values["model"] == "auto":
             builtin = BUILTIN_DATASETS.get(values["dataset"])
             values["model"] = builtin.auto_model if builtin else AUTO_MODEL_OWN_DATASET
@@ -79,7 +74,7 @@ class TrainingSettings:
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> TrainingSettings:
         """Read ``local-steps``, ``learning-rate`` and ``batch-size`` from the run config."""
-        return cls(**_read_fields(cls, run_config))
+        return cls(**read_part(run_config, "training"))
 
     def to_config(self) -> dict[str, ConfigValue]:
         """The ConfigRecord entries (record keys of :mod:`fedcgd_task.keys`)."""
@@ -111,6 +106,18 @@ RECORDED: dict[str, str] = {setting.key: _recorded_name(setting) for setting in 
 #: (``Setting.computes`` false): a resume may change them; no checkpoint identity, folder name,
 #: figure label or indicator pairing reads them.
 WHERE_AND_HOW: tuple[str, ...] = tuple(RECORDED[s.key] for s in SETTINGS if not s.computes)
+
+
+def read_part(run_config: Mapping[str, Any], part: str) -> dict[str, Any]:
+    """The settings recorded under ``part`` (``task``, ``training``, ``cell``, ``""``), checked.
+
+    By field name (``{"deadline_s": 0.012}`` of ``cell``); ``""``: the top-level settings.
+    """
+    return {
+        name.rpartition(".")[2]: read(run_config, key)
+        for key, name in RECORDED.items()
+        if name.rpartition(".")[0] == part
+    }
 
 
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:

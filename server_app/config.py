@@ -26,7 +26,7 @@ from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
 from fedcgd_task.schema import SETTINGS, read
-from fedcgd_task.settings import RECORDED, TaskSettings, TrainingSettings, set_once
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_once
 
 #: The declared run-config key (a TOML inline table as a string).
 PARAMS_KEY = "policy-params"
@@ -160,15 +160,6 @@ def fold_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: run-config key (without the ``channel.`` prefix) -> CellConfig field: every field but
-#: ``num_devices`` (the run's ``num-devices``), in kebab case (``deadline_s`` -> ``deadline-s``).
-#: ``channel.model-bits`` and ``channel.trace`` are read on their own.
-CHANNEL_KEYS: dict[str, str] = {
-    field.name.replace("_", "-"): field.name
-    for field in dataclasses.fields(CellConfig)
-    if field.name != "num_devices"
-}
-
 #: :class:`RunConfig` fields that :func:`parse_run_config` reads with other keys.
 _READ_APART = ("policy", "policy_params", "protocol", "aggregator_params")
 
@@ -228,9 +219,8 @@ class RunConfig:
 
 def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
     """The cell of the ``channel.*`` keys; a refusal names the key of the field it names first."""
-    values = {name: read(run_config, f"channel.{key}") for key, name in CHANNEL_KEYS.items()}
     try:
-        return CellConfig(num_devices=num_devices, **values)
+        return CellConfig(num_devices=num_devices, **read_part(run_config, "cell"))
     except ValueError as err:
         field = re.match(r"CellConfig\.(\w+)", str(err))
         where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
@@ -306,11 +296,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     aggregator_params = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    values = {
-        name: read(run_config, key)
-        for key, name in RECORDED.items()
-        if "." not in name and name not in _READ_APART
-    }
+    values = {k: v for k, v in read_part(run_config, "").items() if k not in _READ_APART}
     check_aggregator(values["aggregator"], aggregator_params, task.num_devices)
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:

@@ -64,14 +64,11 @@ def device_samples(
     return num_samples // num_devices
 
 
-def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_name: str) -> None:
+def check_sizes(config: RunConfig, labels: npt.ArrayLike) -> None:
     """Refuse device counts, shard counts and local work that the training set cannot carry."""
-    from fedcgd_task.settings import TaskSettings, TrainingSettings
-
-    task = TaskSettings.from_run_config(run_config)
-    training = TrainingSettings.from_run_config(run_config)
+    task, training = config.task, config.training
     total = samples_after_imbalance(labels, task.imbalance_ratio)
-    source = f"the {total} training samples of {dataset_name}" + (
+    source = f"the {total} training samples of {task.dataset}" + (
         f" left by imbalance-ratio = {task.imbalance_ratio:g}" if task.imbalance_ratio > 1 else ""
     )
     if task.num_devices > total:
@@ -231,7 +228,7 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     check_channel_trace(config)
     check_result_folder(run_config)
     train_set = load_train_set(config.task)
-    check_sizes(run_config, train_set.labels, config.task.dataset)
+    check_sizes(config, train_set.labels)
     check_model_fits(
         config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
     )
