@@ -71,18 +71,17 @@ class TrainingSettings:
     learning_rate: float
     batch_size: int
 
-    @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> TrainingSettings:
-        """Read ``local-steps``, ``learning-rate`` and ``batch-size`` from the run config."""
-        return cls(**read_part(run_config, "training"))
-
     def to_config(self) -> dict[str, ConfigValue]:
         """The ConfigRecord entries (record keys of :mod:`fedcgd_task.keys`)."""
-        return {
-            keys.LOCAL_STEPS: self.local_steps,
-            keys.LEARNING_RATE: self.learning_rate,
-            keys.BATCH_SIZE: self.batch_size,
-        }
+        return {key: getattr(self, name) for name, key in _RECORD_KEYS.items()}
+
+
+#: The ConfigRecord key of each :class:`TrainingSettings` field, sent with every round.
+_RECORD_KEYS = {
+    "local_steps": keys.LOCAL_STEPS,
+    "learning_rate": keys.LEARNING_RATE,
+    "batch_size": keys.BATCH_SIZE,
+}
 
 
 #: ``channel.*`` keys recorded as themselves, not as a field of the cell (``cell.*``).
@@ -141,9 +140,7 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
 #: The settings of a round's ConfigRecord, by record key (``want-sigma`` may be left out).
 _ROUND_CONFIG: dict[str, Setting] = {
     keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", limits=">= 0"),
-    keys.LOCAL_STEPS: SCHEMA["local-steps"],
-    keys.LEARNING_RATE: SCHEMA["learning-rate"],
-    keys.BATCH_SIZE: SCHEMA["batch-size"],
+    **{key: SCHEMA[name.replace("_", "-")] for name, key in _RECORD_KEYS.items()},
     keys.WANT_SIGMA: Setting(keys.WANT_SIGMA, True, "whether the device computes σ̂"),
 }
 
@@ -160,11 +157,7 @@ def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings,
             raise ValueError(f"ConfigRecord key '{key}' is missing")
         value = config.get(key, setting.default)
         values[key] = check_value(setting, value, f"ConfigRecord key '{key}'")
-    training = TrainingSettings(
-        local_steps=values[keys.LOCAL_STEPS],
-        learning_rate=values[keys.LEARNING_RATE],
-        batch_size=values[keys.BATCH_SIZE],
-    )
+    training = TrainingSettings(**{name: values[key] for name, key in _RECORD_KEYS.items()})
     return values[keys.SERVER_ROUND], training, values[keys.WANT_SIGMA]
 
 

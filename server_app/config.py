@@ -310,7 +310,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         values["result_dir"] = str(timestamped_result_dir(SERVER_RESULTS_DIR, run_config))
     return RunConfig(
         task=task,
-        training=TrainingSettings.from_run_config(run_config),
+        training=TrainingSettings(**read_part(run_config, "training")),
         cell=_cell_config(run_config, task.num_devices),
         policy=policy,
         policy_params=policy_params,

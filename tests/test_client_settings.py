@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from fedcgd_task import keys
-from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, read_round_config
 
 BASE: dict[str, Any] = {
     "seed": 3,
@@ -36,7 +36,8 @@ def config(**changes: Any) -> dict[str, Any]:
 
 
 def parse_both(run_config: dict[str, Any]) -> tuple[TaskSettings, TrainingSettings]:
-    return TaskSettings.from_run_config(run_config), TrainingSettings.from_run_config(run_config)
+    training = TrainingSettings(**read_part(run_config, "training"))
+    return TaskSettings.from_run_config(run_config), training
 
 
 def test_parses_valid_config() -> None:
