@@ -72,16 +72,8 @@ class TrainingSettings:
     batch_size: int
 
     def to_config(self) -> dict[str, ConfigValue]:
-        """The ConfigRecord entries (record keys of :mod:`fedcgd_task.keys`)."""
-        return {key: getattr(self, name) for name, key in _RECORD_KEYS.items()}
-
-
-#: The ConfigRecord key of each :class:`TrainingSettings` field, sent with every round.
-_RECORD_KEYS = {
-    "local_steps": keys.LOCAL_STEPS,
-    "learning_rate": keys.LEARNING_RATE,
-    "batch_size": keys.BATCH_SIZE,
-}
+        """The ConfigRecord entries: each field under its run-config key (``local-steps``)."""
+        return {field.name.replace("_", "-"): getattr(self, field.name) for field in fields(self)}
 
 
 #: ``channel.*`` keys recorded as themselves, not as a field of the cell (``cell.*``).
@@ -137,10 +129,12 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     return (*(name for name in WHERE_AND_HOW if name not in computing), *unread)
 
 
+#: τ, η and b: their run-config keys are their ConfigRecord keys too.
+TRAINING_KEYS = ("local-steps", "learning-rate", "batch-size")
 #: The settings of a round's ConfigRecord, by record key (``want-sigma`` may be left out).
 _ROUND_CONFIG: dict[str, Setting] = {
     keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", limits=">= 0"),
-    **{key: SCHEMA[name.replace("_", "-")] for name, key in _RECORD_KEYS.items()},
+    **{key: SCHEMA[key] for key in TRAINING_KEYS},
     keys.WANT_SIGMA: Setting(keys.WANT_SIGMA, True, "whether the device computes σ̂"),
 }
 
@@ -157,7 +151,7 @@ def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings,
             raise ValueError(f"ConfigRecord key '{key}' is missing")
         value = config.get(key, setting.default)
         values[key] = check_value(setting, value, f"ConfigRecord key '{key}'")
-    training = TrainingSettings(**{name: values[key] for name, key in _RECORD_KEYS.items()})
+    training = TrainingSettings(**{k.replace("-", "_"): values[k] for k in TRAINING_KEYS})
     return values[keys.SERVER_ROUND], training, values[keys.WANT_SIGMA]
 
 
