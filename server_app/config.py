@@ -25,7 +25,7 @@ from channel import CellConfig
 from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
-from fedcgd_task.schema import SETTINGS, read
+from fedcgd_task.schema import SETTINGS
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_once
 
 #: The declared run-config key (a TOML inline table as a string).
@@ -160,10 +160,6 @@ def fold_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: :class:`RunConfig` fields that :func:`parse_run_config` reads with other keys.
-_READ_APART = ("policy", "policy_params", "protocol", "aggregator_params")
-
-
 @dataclass(frozen=True)
 class RunConfig:
     """The validated run config (see the module docstring for the keys)."""
@@ -288,16 +284,16 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         Naming the key, the bad value and what is allowed.
     """
     task = TaskSettings.from_run_config(run_config)
-    policy = read(run_config, "policy")
-    policy_params = read_params(run_config)
-    check_policy_params(policy, policy_params)
+    values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
+    policy = values["policy"]
+    values["policy_params"] = read_params(run_config)
+    check_policy_params(policy, values["policy_params"])
     try:
-        protocol = resolve_protocol(policy_class(policy), read(run_config, "protocol"), policy)
+        values["protocol"] = resolve_protocol(policy_class(policy), values["protocol"], policy)
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
-    aggregator_params = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    values = {k: v for k, v in read_part(run_config, "").items() if k not in _READ_APART}
-    check_aggregator(values["aggregator"], aggregator_params, task.num_devices)
+    values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)
+    check_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:
         if result_dir and Path(result_dir) != Path(resume_from):
@@ -312,9 +308,5 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         task=task,
         training=TrainingSettings(**read_part(run_config, "training")),
         cell=_cell_config(run_config, task.num_devices),
-        policy=policy,
-        policy_params=policy_params,
-        aggregator_params=aggregator_params,
-        protocol=protocol,
         **values,
     )
