@@ -181,6 +181,19 @@ def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: s
     table[name] = value
 
 
+def set_nested(table: dict[str, Any], dotted: str, value: Any, *, key: str, clash: str) -> None:
+    """:func:`set_once` of ``a.b.c`` as ``c`` in the table ``b`` of the table ``a`` (as TOML).
+
+    Also raises where a table on the way is set to a value.
+    """
+    *tables, name = dotted.split(".")
+    for part in tables:
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise ValueError(f"run-config key {key!r}: {part!r} is set to a value, not a table")
+    set_once(table, name, value, key=key, clash=clash)
+
+
 def default_run_config() -> dict[str, Any]:
     """The run config with every key at its default (:data:`fedcgd_task.schema.SETTINGS`).
 

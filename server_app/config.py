@@ -26,7 +26,7 @@ from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
 from fedcgd_task.schema import SETTINGS
-from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_once
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested
 
 #: The declared run-config key (a TOML inline table as a string).
 PARAMS_KEY = "policy-params"
@@ -129,17 +129,8 @@ def read_params(run_config: Mapping[str, Any], key: str = PARAMS_KEY) -> dict[st
     for flat, value in run_config.items():
         if not flat.startswith(prefix):
             continue
-        *tables, name = flat.removeprefix(prefix).split(".")
-        table = params
-        for part in tables:
-            table = table.setdefault(part, {})
-            if not isinstance(table, dict):
-                raise ValueError(
-                    f"run-config key {flat!r}: {prefix}{part} is set to a value, not a table; "
-                    "give it once"
-                )
         clash = f"is also set in {key!r} = {run_config.get(key)!r}"
-        set_once(table, name, value, key=flat, clash=clash)
+        set_nested(params, flat.removeprefix(prefix), value, key=flat, clash=clash)
     return params
 
 
