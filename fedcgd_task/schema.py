@@ -117,12 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         'how the scheduled uploads are combined: `""` the scheduler\'s FedAvg (weights '
         "\\|D_v\\|, float64 accumulation); or a Flower strategy whose own `aggregate_train` "
-        "runs on the scheduled, validated uploads: `FedMedian`, `FedTrimmedAvg`, `Krum`, "
-        "`MultiKrum`, `Bulyan`, `FedAvgM`, `FedAdam`, `FedYogi`, `FedAdagrad`, `FedAvg` "
-        "(Flower's), `DifferentialPrivacyServerSideFixedClipping`, "
-        "`DifferentialPrivacyServerSideAdaptiveClipping` (see [Server-side differential "
-        "privacy](aggregation.md#server-side-differential-privacy)), or "
-        '`"package.module:ClassName"` (see [Robust aggregation](aggregation.md))',
+        "runs on the scheduled, validated uploads, by its name in `flwr.serverapp.strategy` "
+        "(`FedMedian`, `Krum`, `FedAdam`, the server-side DP wrappers, ...: [Robust "
+        'aggregation](aggregation.md)) or as `"package.module:ClassName"`',
         form="class",
     ),
     Setting(
@@ -138,8 +135,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "dataset",
         "digits",
-        "`digits` (bundled, offline), `cifar10`, `cifar100` (its Python-pickle batches read by "
-        "an unpickler that builds arrays and plain data only: a crafted file cannot run code), "
+        "`digits` (bundled, offline), `cifar10`, `cifar100` (read as data, never code: [Safe "
+        "loading](design.md#safe-loading)), "
         "`mnist1d` (MNIST-1D, generated offline by the `mnist1d` package: 10 classes, inputs "
         "1×40, 80/20 train/test split), or your function `'package.module:function'` / "
         "`'/abs/file.py:function'` (see [Bring your own data set and model](bring-your-own.md"
@@ -303,9 +300,8 @@ SETTINGS: tuple[Setting, ...] = (
         "resume-from",
         "",
         "result directory of a run with a checkpoint: continue it there up to "
-        "`num-server-rounds` (same settings required; a checkpoint of another run, or one that "
-        "does not fit the run, is refused in one line before anything in the folder is "
-        'written; the resumed run equals the uninterrupted one bit for bit); `""` = a new run',
+        "`num-server-rounds`, bit for bit as the uninterrupted run (same settings required, "
+        'else refused in one line before anything is written); `""` = a new run',
         form="absolute-path",
         computes=False,
     ),
