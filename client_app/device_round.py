@@ -26,7 +26,7 @@ from fedcgd_task.array_codec import torch_state
 from fedcgd_task.message_records import record_of
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
-from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task.settings import TRAINING_KEYS, TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.training import compute_device, dropout_seed, local_batches, train_local
 
 T = TypeVar("T")
@@ -79,8 +79,7 @@ def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
     if config is None:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
-            f"(with {keys.SERVER_ROUND}, {keys.LOCAL_STEPS}, {keys.LEARNING_RATE}, "
-            f"{keys.BATCH_SIZE})"
+            f"(with {', '.join((keys.SERVER_ROUND, *TRAINING_KEYS))})"
         )
     return read_round_config(config)
 

@@ -29,9 +29,7 @@ METRICS = "metrics"
 
 # --- ConfigRecord keys, server -> client -----------------------------------------------------
 SERVER_ROUND = "server-round"
-LOCAL_STEPS = "local-steps"
-LEARNING_RATE = "lr"
-BATCH_SIZE = "batch-size"
+#: τ, η and b travel under their run-config keys (:data:`fedcgd_task.settings.TRAINING_KEYS`).
 #: Whether the device must compute sigma-hat (bool; only FedCGD's rule uses it). Absent = True.
 WANT_SIGMA = "want-sigma"
 

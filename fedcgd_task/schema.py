@@ -1,14 +1,9 @@
 """The run config's schema: every key of ``[tool.flwr.app.config]`` defined once.
 
-Each :class:`fedcgd_task.setting.Setting` holds a key's type (that of its default), default,
-allowed values and one-line help. :func:`read` is the one check of a value against its setting
-(used by the ServerApp, the ClientApp and every command before anything starts);
-:func:`fedcgd_task.settings.default_run_config` gives the defaults without reading pyproject.toml
-(an installed wheel has none);
-:func:`settings_table` renders the settings table of docs/running.md. ``tests/test_schema.py``
-fails when the schema, pyproject.toml's ``[tool.flwr.app.config]`` and the docs table disagree.
-
-Imports neither flwr nor torch (nor scipy): the ClientApp reads its settings through it.
+Each :class:`fedcgd_task.setting.Setting` holds a key's type, default, allowed values and help;
+:func:`read` checks a value against it. ``tests/test_schema.py`` fails when the schema,
+pyproject.toml and docs/running.md's table (:func:`settings_table`) disagree. Imports neither flwr
+nor torch: the ClientApp reads its settings through it.
 """
 
 from __future__ import annotations
@@ -17,21 +12,54 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+import tomli_w
+
 from fedcgd_task.datasets import BUILTIN_DATASETS
-from fedcgd_task.setting import MAX_SETTING_CHARS, Scalar, Setting, check_value
+from fedcgd_task.setting import Scalar, Setting, check_value
 
 #: Largest ``num-server-rounds`` (its ``why``; a checkpoint's round is checked against it).
 MAX_SERVER_ROUNDS = 100_000
 
 #: Choices that code importing torch or flwr also lists (``tests/test_schema.py`` compares them).
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
 PATHLOSS_MODELS: tuple[str, ...] = ("paper", "tr38901")
 
 
-def _channel(key: str, default: Scalar, help: str, **limits: Any) -> Setting:
-    return Setting(f"channel.{key}", default, help, **limits)
+#: The cell's numbers and flags ``channel.<key>``: (key, default, limits, help[, why]).
+_CELL: tuple[tuple[Any, ...], ...] = (
+    ("availability-prob", 0.5, "[0, 1]", "p_a, the probability that a device is available"),
+    (
+        "radius-m",
+        250.0,
+        "(0, 5000]",
+        "cell radius (Table I), above `min-distance-m`",
+        "TR 38.901 UMi validity range of d2D",
+    ),
+    ("min-distance-m", 10.0, ">= 0", "smallest horizontal device distance (Table I)"),
+    ("h-bs-m", 10.0, "(0, 1000]", "base-station antenna height (Table I; > 1 m for `tr38901`)"),
+    ("h-ut-m", 1.5, "(0, 1000]", "device antenna height (Table I; > 1 m for `tr38901`)"),
+    (
+        "carrier-frequency-hz",
+        3.5e9,
+        "[5e+08, 1e+11]",
+        "carrier frequency (Table I)",
+        "TR 38.901 validity range",
+    ),
+    ("total-bandwidth-hz", 20e6, "> 0", "B, the uplink bandwidth"),
+    ("deadline-s", 0.012, "> 0", "upload deadline d (FedCGD schedules about 9 of ~20 by default)"),
+    ("tx-power-dbm", 23.0, "[-100, 100]", "device transmit power S (Table I)"),
+    ("noise-psd-dbm-per-hz", -174.0, "[-300, 0]", "thermal noise density (Table I)"),
+    ("noise-figure-db", 6.0, "[0, 100]", "receiver noise figure (Table I)"),
+    ("redraw-los-each-round", True, "", "redraw LOS states every round (false: once per seed)"),
+    ("redraw-shadowing-each-round", True, "", "redraw shadow fading every round (as LOS)"),
+    ("model-bits", 0, ">= 0", "D_w, the bits of an upload; 0 = parameters × 32"),
+)
+
+
+def _channel(key: str, default: Scalar, limits: str, help: str, why: str = "") -> Setting:
+    """A number or flag of the cell: ``channel.<key>``."""
+    return Setting(f"channel.{key}", default, help, limits=limits, why=why)
 
 
 #: Every key of ``[tool.flwr.app.config]``, in pyproject.toml's order.
@@ -40,19 +68,17 @@ SETTINGS: tuple[Setting, ...] = (
         "seed",
         0,
         "one seed for everything: device drop, channel, partitions, batches, model init, policies",
-        minimum=0,
-        maximum=2**63 - 1,
+        limits=f"[0, {2**63 - 1}]",
         why="torch's generators take a signed 64-bit seed",
     ),
     Setting(
         "num-server-rounds",
         50,
         "rounds J (every round's metrics line stays in memory, about 10 kB each)",
-        minimum=1,
-        maximum=MAX_SERVER_ROUNDS,
+        limits=f"[1, {MAX_SERVER_ROUNDS}]",
         why="every round's metrics line is kept in memory, about 10 kB each",
     ),
-    Setting("num-devices", 40, "V (the simulation's number of SuperNodes)", minimum=1),
+    Setting("num-devices", 40, "V (the simulation's number of SuperNodes)", limits=">= 1"),
     Setting(
         "policy",
         "fedcgd-fscd",
@@ -91,12 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         'how the scheduled uploads are combined: `""` the scheduler\'s FedAvg (weights '
         "\\|D_v\\|, float64 accumulation); or a Flower strategy whose own `aggregate_train` "
-        "runs on the scheduled, validated uploads: `FedMedian`, `FedTrimmedAvg`, `Krum`, "
-        "`MultiKrum`, `Bulyan`, `FedAvgM`, `FedAdam`, `FedYogi`, `FedAdagrad`, `FedAvg` "
-        "(Flower's), `DifferentialPrivacyServerSideFixedClipping`, "
-        "`DifferentialPrivacyServerSideAdaptiveClipping` (see [Server-side differential "
-        "privacy](aggregation.md#server-side-differential-privacy)), or "
-        '`"package.module:ClassName"` (see [Robust aggregation](aggregation.md))',
+        "runs on the scheduled, validated uploads, by its name in `flwr.serverapp.strategy` "
+        "(`FedMedian`, `Krum`, `FedAdam`, the server-side DP wrappers, ...: [Robust "
+        'aggregation](aggregation.md)) or as `"package.module:ClassName"`',
         form="class",
     ),
     Setting(
@@ -112,8 +135,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "dataset",
         "digits",
-        "`digits` (bundled, offline), `cifar10`, `cifar100` (its Python-pickle batches read by "
-        "an unpickler that builds arrays and plain data only: a crafted file cannot run code), "
+        "`digits` (bundled, offline), `cifar10`, `cifar100` (read as data, never code: [Safe "
+        "loading](design.md#safe-loading)), "
         "`mnist1d` (MNIST-1D, generated offline by the `mnist1d` package: 10 classes, inputs "
         "1×40, 80/20 train/test split), or your function `'package.module:function'` / "
         "`'/abs/file.py:function'` (see [Bring your own data set and model](bring-your-own.md"
@@ -137,8 +160,7 @@ SETTINGS: tuple[Setting, ...] = (
         "generating takes about 0.8 kB of memory and 0.18 ms per sample); read by `mnist1d` "
         "only. The cached arrays are used only when their content hashes to the digest stored "
         "with them (otherwise they are generated again)",
-        minimum=100,
-        maximum=1_000_000,
+        limits="[100, 1000000]",
         multiple_of=10,
         why="N / 10 samples of each digit; generating takes about 0.8 kB of memory per sample",
     ),
@@ -161,7 +183,7 @@ SETTINGS: tuple[Setting, ...] = (
         "where each process trains and evaluates: `auto` (CUDA when torch sees a GPU, else the "
         "CPU), `cpu`, `cuda` or `cuda:N`; one GPU per SuperNode: `CUDA_VISIBLE_DEVICES` "
         '(docs/deployment.md, "GPUs")',
-        choices=DEVICES,
+        choices=("auto", "cpu", "cuda"),
         form="device",
         computes=False,
     ),
@@ -172,26 +194,27 @@ SETTINGS: tuple[Setting, ...] = (
         "per device",
         choices=("dirichlet", "shards"),
     ),
-    Setting("dirichlet-alpha", 1.0, "α of the Dirichlet split", minimum=0.0, above=True),
-    Setting("shards-per-device", 2, "l, shards per device of the shards split", minimum=1),
+    Setting("dirichlet-alpha", 1.0, "α of the Dirichlet split", limits="> 0"),
+    Setting("shards-per-device", 2, "l, shards per device of the shards split", limits=">= 1"),
     Setting(
         "imbalance-ratio",
         1.0,
-        "r = n2/n1 (the first half of the classes subsampled by 1/r)",
-        minimum=1.0,
+        "r = n2/n1 (first half of classes kept at 1/r)",
+        limits=">= 1",
     ),
     Setting(
-        "local-steps", 10, "τ, SGD steps per round (sent in each round's ConfigRecord)", minimum=1
+        "local-steps",
+        10,
+        "τ, SGD steps per round (sent with each round)",
+        limits=">= 1",
     ),
-    Setting(
-        "learning-rate", 0.1, "η, the SGD learning rate (sent likewise)", minimum=0.0, above=True
-    ),
-    Setting("batch-size", 32, "b, the mini-batch size (sent likewise)", minimum=1),
+    Setting("learning-rate", 0.1, "η, the SGD learning rate (sent likewise)", limits="> 0"),
+    Setting("batch-size", 32, "b, the mini-batch size (sent likewise)", limits=">= 1"),
     Setting(
         "eval-every",
         1,
         "central test-set evaluation every k rounds (and after the last)",
-        minimum=1,
+        limits=">= 1",
         computes=False,
     ),
     Setting(
@@ -208,7 +231,7 @@ SETTINGS: tuple[Setting, ...] = (
         "initial-g",
         1.0,
         "Ĝ before the first upload (recorded per round as `class_gradient_used`)",
-        minimum=0.0,
+        limits=">= 0",
     ),
     Setting(
         "target-dist",
@@ -223,22 +246,20 @@ SETTINGS: tuple[Setting, ...] = (
         "best effort of the baselines: stop at the first device that does not fit, or `skip` it",
         choices=PACK_RULES,
     ),
-    Setting("poc-candidates", 0, "POC's V' (0 = all available)", minimum=0),
-    Setting("fedcbs-lambda", 10.0, "Fed-CBS exploration weight λ", minimum=0.0),
+    Setting("poc-candidates", 0, "POC's V' (0 = all available)", limits=">= 0"),
+    Setting("fedcbs-lambda", 10.0, "Fed-CBS exploration weight λ", limits=">= 0"),
     Setting(
         "exact-time-limit-s",
         0.0,
         '`fedcgd-exact`: cap per MILP in seconds (0 = none, the true optimum; see "The scheduler")',
-        minimum=0.0,
+        limits=">= 0",
     ),
     Setting(
         "max-update-norm-ratio",
         10.0,
         "refuse an upload whose update norm ‖w_v − w‖ is more than k × the median norm of the "
-        "round's other uploads (the median is not moved by one absurd upload; with a single "
-        "upload the last round's median stands in); 0 = off. Uploads whose norm or values are "
-        "not finite float32 are always refused",
-        minimum=0.0,
+        "round's other uploads; 0 = off ([Screening replies](design.md#screening-replies))",
+        limits=">= 0",
     ),
     Setting(
         "query-timeout-s",
@@ -247,50 +268,41 @@ SETTINGS: tuple[Setting, ...] = (
         "the round and counted in `devices_lost`); any engine: fewer than `num-devices` "
         "SuperNodes connected after this long stops the run with a message saying how many "
         "connected",
-        minimum=0.0,
-        above=True,
+        limits="> 0",
         computes=False,
     ),
     Setting(
         "train-timeout-s",
         600.0,
         "deployments: how long to wait for training replies (as `query-timeout-s`)",
-        minimum=0.0,
-        above=True,
+        limits="> 0",
         computes=False,
     ),
     Setting(
         "stall-limit-s",
         3600.0,
-        "simulations (`flwr run` on a simulation federation, the in-process engine): every "
-        "reply is waited for as long as the host needs, so host load never changes a run; a "
-        "run that gets no reply at all for this many seconds is stuck and stops (`failed`, "
-        "exit 1, one line; resumable, also with another `stall-limit-s`); in every engine, "
-        "also the most seconds one call of the policy may take",
-        minimum=1.0,  # the watchdog's timer has microseconds
-        maximum=43_200.0,  # flwr.app.constants.DEFAULT_TTL
+        "simulations: a run that gets no reply at all for this many seconds is stuck and stops "
+        "(`failed`, exit 1, resumable; [Host load](design.md#host-load-and-simulated-time)); in "
+        "every engine, also the most seconds one call of the policy may take",
+        limits="[1, 43200]",
         why="Flower drops an unanswered message after 12 h",
         computes=False,
     ),
     Setting(
         "checkpoint-every",
         10,
-        "save `checkpoint.pt` (model, Ĝ / Fed-CBS counts, generator states, round) every k "
-        "rounds and after the last, first syncing the rounds' metrics lines and status to disk; "
-        "0 = off (then a stopped run cannot be resumed). A killed run resumes from its last "
-        "checkpoint and computes the up to k − 1 rounds after it again; a crash of the machine "
-        "may also lose the lines and status written since then "
+        "save `checkpoint.pt` every k rounds and after the last; 0 = off (a stopped run cannot "
+        "be resumed). A killed run computes the up to k − 1 rounds after it again "
         '([Performance](performance.md), "Checkpoints and result files")',
-        minimum=0,
+        limits=">= 0",
         computes=False,
     ),
     Setting(
         "resume-from",
         "",
         "result directory of a run with a checkpoint: continue it there up to "
-        "`num-server-rounds` (same settings required; a checkpoint of another run, or one that "
-        "does not fit the run, is refused in one line before anything in the folder is "
-        'written; the resumed run equals the uninterrupted one bit for bit); `""` = a new run',
+        "`num-server-rounds`, bit for bit as the uninterrupted run (same settings required, "
+        'else refused in one line before anything is written); `""` = a new run',
         form="absolute-path",
         computes=False,
     ),
@@ -302,84 +314,15 @@ SETTINGS: tuple[Setting, ...] = (
         "warnings and errors",
         computes=False,
     ),
-    _channel(
-        "pathloss-model",
+    Setting(
+        "channel.pathloss-model",
         "paper",
         "`paper` (the paper's LOS/NLOS formulas) or `tr38901` (the full standard)",
         choices=PATHLOSS_MODELS,
     ),
-    _channel(
-        "availability-prob",
-        0.5,
-        "p_a, the probability that a device is available",
-        minimum=0.0,
-        maximum=1.0,
-    ),
-    _channel(
-        "radius-m",
-        250.0,
-        "cell radius (Table I), above `min-distance-m`",
-        minimum=0.0,
-        above=True,
-        maximum=5_000.0,
-        why="TR 38.901 UMi validity range of d2D",
-    ),
-    _channel("min-distance-m", 10.0, "smallest horizontal device distance (Table I)", minimum=0.0),
-    _channel(
-        "h-bs-m",
-        10.0,
-        "base-station antenna height (Table I; > 1 m for `tr38901`)",
-        minimum=0.0,
-        above=True,
-        maximum=1_000.0,
-    ),
-    _channel(
-        "h-ut-m",
-        1.5,
-        "device antenna height (Table I; > 1 m for `tr38901`)",
-        minimum=0.0,
-        above=True,
-        maximum=1_000.0,
-    ),
-    _channel(
-        "carrier-frequency-hz",
-        3.5e9,
-        "carrier frequency (Table I)",
-        minimum=0.5e9,
-        maximum=100e9,
-        why="TR 38.901 validity range",
-    ),
-    _channel("total-bandwidth-hz", 20e6, "B, the uplink bandwidth", minimum=0.0, above=True),
-    _channel(
-        "deadline-s",
-        0.012,
-        "upload deadline d (tuned so that FedCGD schedules about 9 of the ~20 available devices "
-        "in 20 MHz with the 4,810-parameter model)",
-        minimum=0.0,
-        above=True,
-    ),
-    _channel(
-        "tx-power-dbm", 23.0, "device transmit power S (Table I)", minimum=-100.0, maximum=100.0
-    ),
-    _channel(
-        "noise-psd-dbm-per-hz",
-        -174.0,
-        "thermal noise density (Table I)",
-        minimum=-300.0,
-        maximum=0.0,
-    ),
-    _channel("noise-figure-db", 6.0, "receiver noise figure (Table I)", minimum=0.0, maximum=100.0),
-    _channel(
-        "redraw-los-each-round", True, "redraw LOS states every round (false: drawn once per seed)"
-    ),
-    _channel(
-        "redraw-shadowing-each-round",
-        True,
-        "redraw shadow fading every round (false: drawn once per seed)",
-    ),
-    _channel("model-bits", 0, "D_w, the bits of an upload; 0 = parameters × 32", minimum=0),
-    _channel(
-        "trace",
+    *(_channel(*row) for row in _CELL),
+    Setting(
+        "channel.trace",
         "",
         "absolute path of a recorded channel to replay instead of the simulated cell (see [Your "
         'own channel](bring-your-own.md#your-own-channel)); `""` = simulate the UMi cell. Its '
@@ -394,37 +337,17 @@ SCHEMA: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 
 
 def read(run_config: Mapping[str, Any], key: str) -> Any:
-    """The value of ``key`` in a run config, checked against its :class:`Setting`.
-
-    A string holds at most :data:`~fedcgd_task.setting.MAX_SETTING_CHARS` characters, but a
-    parameter table (``form = "table"``: :mod:`server_app.config` limits it).
-
-    Raises
-    ------
-    ValueError
-        One line naming the key, the value and what is allowed (or that the key is missing).
-    """
-    setting = SCHEMA[key]
+    """The value of ``key`` in a run config, checked (:func:`check_value`; ValueError: one line)."""
     if key not in run_config:
         raise ValueError(
             f"run-config key '{key}' is missing; it must be set in [tool.flwr.app.config] of "
             "pyproject.toml or with --run-config"
         )
-    value = run_config[key]
-    if isinstance(value, str) and setting.form != "table" and len(value) > MAX_SETTING_CHARS:
-        raise ValueError(
-            f"run-config key '{key}' holds {len(value)} characters ({value[:40]!r}...); "
-            f"allowed: at most {MAX_SETTING_CHARS}"
-        )
-    return check_value(setting, value, f"run-config key '{key}'")
+    return check_value(SCHEMA[key], run_config[key], f"run-config key '{key}'")
 
 
 def unknown_key(key: str) -> str:
-    """One line for a key no setting has: the closest keys, then where every key is listed.
-
-    Close: a similarity (:class:`difflib.SequenceMatcher`) of at least 0.6 and within 0.1 of the
-    best key's, at most three.
-    """
+    """One line for a key no setting has: up to three close keys (difflib), then where all are."""
     scored = sorted((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in SCHEMA)[::-1]
     close = [k for ratio, k in scored[:3] if ratio >= max(0.6, scored[0][0] - 0.1)]
     guess = f"did you mean {' or '.join(close)}? " if close else ""
@@ -433,13 +356,9 @@ def unknown_key(key: str) -> str:
 
 def toml_text(value: Scalar) -> str:
     """A default as a run config writes it: ``true``, ``"digits"``, ``0.012``, ``2e7``."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return f'"{value}"'
     if isinstance(value, float) and abs(value) >= 1e6:
         return f"{value:.4g}".replace("+0", "").replace("+", "")
-    return repr(value)
+    return tomli_w.dumps({"v": value})[4:-1]
 
 
 #: Said of a setting whose ``computes`` is false.

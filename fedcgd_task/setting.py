@@ -49,8 +49,9 @@ class Setting:
         as ``64.0`` passes for an int setting).
     help : str
         One line (Markdown) for the docs table.
-    minimum, maximum : float or None
-        Inclusive bounds of a number (``above``: ``minimum`` is strict).
+    limits : str
+        A number's interval as :meth:`allowed` shows it: ``">= 1"``, ``"> 0"``, ``"[0, 1]"``,
+        ``"(0, 5000]"`` (read by :attr:`minimum`, :attr:`maximum`, :attr:`above`).
     choices : tuple of str
         The allowed strings (``form`` ``value`` or ``reference``).
     form : Form
@@ -68,14 +69,27 @@ class Setting:
     key: str
     default: Scalar
     help: str
-    minimum: float | None = None
-    maximum: float | None = None
-    above: bool = False
+    limits: str = ""
     choices: tuple[str, ...] = ()
     form: Form = "value"
     multiple_of: int | None = None
     why: str = ""
     computes: bool = True
+
+    @property
+    def minimum(self) -> float | None:
+        """The interval's lower end (None: none)."""
+        return _bounds(self.limits, type(self.default))[0]
+
+    @property
+    def maximum(self) -> float | None:
+        """The interval's upper end, inclusive (None: none)."""
+        return _bounds(self.limits, type(self.default))[1]
+
+    @property
+    def above(self) -> bool:
+        """Whether :attr:`minimum` is excluded."""
+        return self.limits.startswith(("(", ">")) and not self.limits.startswith(">=")
 
     @property
     def attribute(self) -> str:
@@ -89,17 +103,8 @@ class Setting:
             return "true or false"
         if kind in (int, float):
             text = "an integer" if kind is int else "a finite number"
-
-            def shown(bound: float) -> str:
-                return str(int(bound)) if kind is int else f"{bound:g}"
-
-            low, high = self.minimum, self.maximum
-            if low is not None and high is not None:
-                text += f" in {'(' if self.above else '['}{shown(low)}, {shown(high)}]"
-            elif low is not None:
-                text += f" {'>' if self.above else '>='} {shown(low)}"
-            elif high is not None:
-                text += f" <= {shown(high)}"
+            if self.limits:
+                text += f" in {self.limits}" if self.limits[0] in "[(" else f" {self.limits}"
             if self.multiple_of:
                 text += f", a multiple of {self.multiple_of}"
             return text
@@ -120,6 +125,16 @@ class Setting:
         if self.form == "class":
             return 'a string: a built-in name or "package.module:ClassName"'
         return "a string"
+
+
+def _bounds(limits: str, kind: type) -> tuple[Any, Any]:
+    """The lower and upper end of ``limits`` (:attr:`Setting.limits`) as numbers of ``kind``."""
+    if not limits:
+        return None, None
+    if limits[0] in "[(":
+        low, high = limits[1:-1].split(", ")
+        return kind(low), kind(high)
+    return kind(limits.split()[1]), None
 
 
 def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
@@ -182,6 +197,11 @@ def check_value(setting: Setting, value: Any, where: str) -> Scalar:
         return number
     if not isinstance(value, str):
         raise refused
+    if setting.form != "table" and len(value) > MAX_SETTING_CHARS:  # tables: server_app.config
+        raise ValueError(
+            f"{where} holds {len(value)} characters ({value[:40]!r}...); "
+            f"allowed: at most {MAX_SETTING_CHARS}"
+        )
     if setting.choices and value in setting.choices:
         return value
     if setting.form == "reference" and is_reference(value):

@@ -29,11 +29,6 @@ DEFAULT_DATA_SUBDIR = "data"
 DEFAULT_MNIST1D_SAMPLES = int(SCHEMA["mnist1d-samples"].default)
 
 
-def _read_fields(view: type, run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Each field of the dataclass ``view`` read from the key of that name (kebab case)."""
-    return {field.name: read(run_config, field.name.replace("_", "-")) for field in fields(view)}
-
-
 @dataclass(frozen=True)
 class TaskSettings:
     """The client's part of the run config, validated; hashable (used as a cache key).
@@ -60,7 +55,7 @@ class TaskSettings:
 
         Raises ValueError naming the key, the bad value and what is allowed.
         """
-        values = _read_fields(cls, run_config)
+        values = read_part(run_config, "task")
         if values["model"] == "auto":
             builtin = BUILTIN_DATASETS.get(values["dataset"])
             values["model"] = builtin.auto_model if builtin else AUTO_MODEL_OWN_DATASET
@@ -76,18 +71,9 @@ class TrainingSettings:
     learning_rate: float
     batch_size: int
 
-    @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> TrainingSettings:
-        """Read ``local-steps``, ``learning-rate`` and ``batch-size`` from the run config."""
-        return cls(**_read_fields(cls, run_config))
-
     def to_config(self) -> dict[str, ConfigValue]:
-        """The ConfigRecord entries (record keys of :mod:`fedcgd_task.keys`)."""
-        return {
-            keys.LOCAL_STEPS: self.local_steps,
-            keys.LEARNING_RATE: self.learning_rate,
-            keys.BATCH_SIZE: self.batch_size,
-        }
+        """The ConfigRecord entries: each field under its run-config key (``local-steps``)."""
+        return {field.name.replace("_", "-"): getattr(self, field.name) for field in fields(self)}
 
 
 #: ``channel.*`` keys recorded as themselves, not as a field of the cell (``cell.*``).
@@ -113,6 +99,18 @@ RECORDED: dict[str, str] = {setting.key: _recorded_name(setting) for setting in 
 WHERE_AND_HOW: tuple[str, ...] = tuple(RECORDED[s.key] for s in SETTINGS if not s.computes)
 
 
+def read_part(run_config: Mapping[str, Any], part: str) -> dict[str, Any]:
+    """The settings recorded under ``part`` (``task``, ``training``, ``cell``, ``""``), checked.
+
+    By field name (``{"deadline_s": 0.012}`` of ``cell``); ``""``: the top-level settings.
+    """
+    return {
+        name.rpartition(".")[2]: read(run_config, key)
+        for key, name in RECORDED.items()
+        if name.rpartition(".")[0] == part
+    }
+
+
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """Recorded settings (dotted names) that do not change what the run ``settings`` computes.
 
@@ -131,12 +129,12 @@ def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
     return (*(name for name in WHERE_AND_HOW if name not in computing), *unread)
 
 
+#: τ, η and b: their run-config keys are their ConfigRecord keys too.
+TRAINING_KEYS = ("local-steps", "learning-rate", "batch-size")
 #: The settings of a round's ConfigRecord, by record key (``want-sigma`` may be left out).
 _ROUND_CONFIG: dict[str, Setting] = {
-    keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", minimum=0),
-    keys.LOCAL_STEPS: SCHEMA["local-steps"],
-    keys.LEARNING_RATE: SCHEMA["learning-rate"],
-    keys.BATCH_SIZE: SCHEMA["batch-size"],
+    keys.SERVER_ROUND: Setting(keys.SERVER_ROUND, 0, "the server round j", limits=">= 0"),
+    **{key: SCHEMA[key] for key in TRAINING_KEYS},
     keys.WANT_SIGMA: Setting(keys.WANT_SIGMA, True, "whether the device computes σ̂"),
 }
 
@@ -153,11 +151,7 @@ def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings,
             raise ValueError(f"ConfigRecord key '{key}' is missing")
         value = config.get(key, setting.default)
         values[key] = check_value(setting, value, f"ConfigRecord key '{key}'")
-    training = TrainingSettings(
-        local_steps=values[keys.LOCAL_STEPS],
-        learning_rate=values[keys.LEARNING_RATE],
-        batch_size=values[keys.BATCH_SIZE],
-    )
+    training = TrainingSettings(**{k.replace("-", "_"): values[k] for k in TRAINING_KEYS})
     return values[keys.SERVER_ROUND], training, values[keys.WANT_SIGMA]
 
 
@@ -185,6 +179,19 @@ def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: s
     if name in table:
         raise ValueError(f"run-config key {key!r} {clash}; give it once")
     table[name] = value
+
+
+def set_nested(table: dict[str, Any], dotted: str, value: Any, *, key: str, clash: str) -> None:
+    """:func:`set_once` of ``a.b.c`` as ``c`` in the table ``b`` of the table ``a`` (as TOML).
+
+    Also raises where a table on the way is set to a value.
+    """
+    *tables, name = dotted.split(".")
+    for part in tables:
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise ValueError(f"run-config key {key!r}: {part!r} is set to a value, not a table")
+    set_once(table, name, value, key=key, clash=clash)
 
 
 def default_run_config() -> dict[str, Any]:

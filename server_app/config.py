@@ -25,8 +25,8 @@ from channel import CellConfig
 from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
-from fedcgd_task.schema import SETTINGS, read
-from fedcgd_task.settings import RECORDED, TaskSettings, TrainingSettings, set_once
+from fedcgd_task.schema import SETTINGS
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested
 
 #: The declared run-config key (a TOML inline table as a string).
 PARAMS_KEY = "policy-params"
@@ -129,17 +129,8 @@ def read_params(run_config: Mapping[str, Any], key: str = PARAMS_KEY) -> dict[st
     for flat, value in run_config.items():
         if not flat.startswith(prefix):
             continue
-        *tables, name = flat.removeprefix(prefix).split(".")
-        table = params
-        for part in tables:
-            table = table.setdefault(part, {})
-            if not isinstance(table, dict):
-                raise ValueError(
-                    f"run-config key {flat!r}: {prefix}{part} is set to a value, not a table; "
-                    "give it once"
-                )
         clash = f"is also set in {key!r} = {run_config.get(key)!r}"
-        set_once(table, name, value, key=flat, clash=clash)
+        set_nested(params, flat.removeprefix(prefix), value, key=flat, clash=clash)
     return params
 
 
@@ -158,19 +149,6 @@ def fold_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in out.items() if not k.startswith(prefix)}
         out[key] = format_policy_params(params, key)
     return out
-
-
-#: run-config key (without the ``channel.`` prefix) -> CellConfig field: every field but
-#: ``num_devices`` (the run's ``num-devices``), in kebab case (``deadline_s`` -> ``deadline-s``).
-#: ``channel.model-bits`` and ``channel.trace`` are read on their own.
-CHANNEL_KEYS: dict[str, str] = {
-    field.name.replace("_", "-"): field.name
-    for field in dataclasses.fields(CellConfig)
-    if field.name != "num_devices"
-}
-
-#: :class:`RunConfig` fields that :func:`parse_run_config` reads with other keys.
-_READ_APART = ("policy", "policy_params", "protocol", "aggregator_params")
 
 
 @dataclass(frozen=True)
@@ -228,9 +206,8 @@ class RunConfig:
 
 def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
     """The cell of the ``channel.*`` keys; a refusal names the key of the field it names first."""
-    values = {name: read(run_config, f"channel.{key}") for key, name in CHANNEL_KEYS.items()}
     try:
-        return CellConfig(num_devices=num_devices, **values)
+        return CellConfig(num_devices=num_devices, **read_part(run_config, "cell"))
     except ValueError as err:
         field = re.match(r"CellConfig\.(\w+)", str(err))
         where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
@@ -298,20 +275,16 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         Naming the key, the bad value and what is allowed.
     """
     task = TaskSettings.from_run_config(run_config)
-    policy = read(run_config, "policy")
-    policy_params = read_params(run_config)
-    check_policy_params(policy, policy_params)
+    values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
+    policy = values["policy"]
+    values["policy_params"] = read_params(run_config)
+    check_policy_params(policy, values["policy_params"])
     try:
-        protocol = resolve_protocol(policy_class(policy), read(run_config, "protocol"), policy)
+        values["protocol"] = resolve_protocol(policy_class(policy), values["protocol"], policy)
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
-    aggregator_params = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    values = {
-        name: read(run_config, key)
-        for key, name in RECORDED.items()
-        if "." not in name and name not in _READ_APART
-    }
-    check_aggregator(values["aggregator"], aggregator_params, task.num_devices)
+    values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)
+    check_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:
         if result_dir and Path(result_dir) != Path(resume_from):
@@ -324,11 +297,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         values["result_dir"] = str(timestamped_result_dir(SERVER_RESULTS_DIR, run_config))
     return RunConfig(
         task=task,
-        training=TrainingSettings.from_run_config(run_config),
+        training=TrainingSettings(**read_part(run_config, "training")),
         cell=_cell_config(run_config, task.num_devices),
-        policy=policy,
-        policy_params=policy_params,
-        aggregator_params=aggregator_params,
-        protocol=protocol,
         **values,
     )

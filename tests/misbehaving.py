@@ -77,7 +77,7 @@ def _map_hist(fn: Callable[[list[int], Message], list]) -> Corrupt:
 def _uniform_hist(hist: list[int], request: Message) -> list[int]:
     """Integers summing to τ b, as even as possible over the classes (a plausible lie)."""
     config = request.content.config_records[keys.CONFIG]
-    steps, batch = config[keys.LOCAL_STEPS], config[keys.BATCH_SIZE]
+    steps, batch = config["local-steps"], config["batch-size"]
     assert isinstance(steps, int) and isinstance(batch, int)
     total = steps * batch
     base, extra = divmod(total, len(hist))

@@ -56,9 +56,9 @@ def message(message_type: str, server_round: int = 2, with_model: bool = True) -
     content[keys.CONFIG] = ConfigRecord(
         {
             keys.SERVER_ROUND: server_round,
-            keys.LOCAL_STEPS: TAU,
-            keys.LEARNING_RATE: LR,
-            keys.BATCH_SIZE: B,
+            "local-steps": TAU,
+            "learning-rate": LR,
+            "batch-size": B,
         }
     )
     return Message(content=content, dst_node_id=101, message_type=message_type)
@@ -193,9 +193,9 @@ def test_missing_model_and_config_are_named() -> None:
 def test_bad_round_config_rejected() -> None:
     msg = message("train")
     msg.content[keys.CONFIG] = ConfigRecord(
-        {keys.SERVER_ROUND: 1, keys.LOCAL_STEPS: 0, keys.LEARNING_RATE: LR, keys.BATCH_SIZE: B}
+        {keys.SERVER_ROUND: 1, "local-steps": 0, "learning-rate": LR, "batch-size": B}
     )
-    with pytest.raises(ValueError, match=keys.LOCAL_STEPS):
+    with pytest.raises(ValueError, match="local-steps"):
         client.app(msg, context())
 
 
@@ -239,9 +239,9 @@ def test_cifar10_cnn_end_to_end_on_fake_files(
             keys.CONFIG: ConfigRecord(
                 {
                     keys.SERVER_ROUND: 1,
-                    keys.LOCAL_STEPS: 2,
-                    keys.LEARNING_RATE: 0.1,
-                    keys.BATCH_SIZE: 4,
+                    "local-steps": 2,
+                    "learning-rate": 0.1,
+                    "batch-size": 4,
                 }
             ),
         }

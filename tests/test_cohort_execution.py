@@ -71,9 +71,9 @@ def replies(
     config = ConfigRecord(
         {
             keys.SERVER_ROUND: 4,
-            keys.LOCAL_STEPS: tau,
-            keys.LEARNING_RATE: 0.05,
-            keys.BATCH_SIZE: int(run_config.get("batch-size", 32)),
+            "local-steps": tau,
+            "learning-rate": 0.05,
+            "batch-size": int(run_config.get("batch-size", 32)),
             keys.WANT_SIGMA: True,
         }
     )
@@ -273,7 +273,7 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, mo
     )
 
     config = ConfigRecord(
-        {keys.SERVER_ROUND: 2, keys.LOCAL_STEPS: 1, keys.LEARNING_RATE: 0.1, keys.BATCH_SIZE: 8}
+        {keys.SERVER_ROUND: 2, "local-steps": 1, "learning-rate": 0.1, "batch-size": 8}
     )
 
     def send(record: ArrayRecord, kind: str, to: list[int]) -> list[Message]:
@@ -307,7 +307,7 @@ def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
     contexts = make_contexts(nodes, run_config, 6)
     record = ArrayRecord(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
     config = ConfigRecord(
-        {keys.SERVER_ROUND: 2, keys.LOCAL_STEPS: 1, keys.LEARNING_RATE: 0.1, keys.BATCH_SIZE: 8}
+        {keys.SERVER_ROUND: 2, "local-steps": 1, "learning-rate": 0.1, "batch-size": 8}
     )
     engine = Cohorts()
     sigmas = []
@@ -330,7 +330,7 @@ def test_threads_share_the_query_chunks_with_the_same_results(tmp_path: Path, mo
     contexts = make_contexts(nodes, run_config, 9)
     record = ArrayRecord(build_model(CNN1D, 10, (1, 40), seed=4).state_dict())
     config = ConfigRecord(
-        {keys.SERVER_ROUND: 1, keys.LOCAL_STEPS: 1, keys.LEARNING_RATE: 0.1, keys.BATCH_SIZE: 16}
+        {keys.SERVER_ROUND: 1, "local-steps": 1, "learning-rate": 0.1, "batch-size": 16}
     )
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
     sigmas = {}

@@ -131,6 +131,22 @@ def test_a_string_toml_cannot_hold_is_refused_in_one_line():
         run_config_toml({"policy-params.x": None})
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"x": 1, "x.y": 2}, r"^run-config key 'x\.y': 'x' is set to a value, not a table$"),
+        ({"x.y": 2, "x": 1}, r"^run-config key 'x' is given twice; give it once$"),
+        (
+            {"policy-params.a": 1, "policy-params.a.b": 2},
+            r"^run-config key 'policy-params\.a\.b': 'a' is set to a value, not a table$",
+        ),
+    ],
+)
+def test_a_key_that_is_both_a_value_and_a_table_is_refused_in_one_line(values, message):
+    with pytest.raises(ValueError, match=message):
+        run_config_toml(values)
+
+
 #: The example policy of README and docs/bring-your-own.md (its parameter: ``window``).
 PF = "examples.proportional_fair:ProportionalFair"
 

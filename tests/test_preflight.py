@@ -118,13 +118,14 @@ def test_device_samples_is_the_size_of_every_partition(partition, devices, shard
 
 def test_local_work_bound_is_max_local_passes_over_a_device():
     from experiments.run.preflight import MAX_LOCAL_PASSES, check_sizes
+    from server_app.config import parse_run_config
 
     labels = load_dataset("digits", "", train=True).labels
     config = default_run_config()  # 40 devices on digits: 35 samples each, b = 32
     assert MAX_LOCAL_PASSES == 1000
-    check_sizes({**config, "local-steps": 1093}, labels, "digits")  # 34,976 <= 35,000
+    check_sizes(parse_run_config({**config, "local-steps": 1093}), labels)  # 34,976 <= 35,000
     with pytest.raises(ValueError, match=r"'local-steps' × 'batch-size' = 1094 × 32"):
-        check_sizes({**config, "local-steps": 1094}, labels, "digits")  # 35,008 > 35,000
+        check_sizes(parse_run_config({**config, "local-steps": 1094}), labels)  # 35,008 > 35,000
 
 
 def test_model_fits_the_images_it_is_built_for():

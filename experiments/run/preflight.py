@@ -64,14 +64,11 @@ def device_samples(
     return num_samples // num_devices
 
 
-def check_sizes(run_config: Mapping[str, Any], labels: npt.ArrayLike, dataset_name: str) -> None:
+def check_sizes(config: RunConfig, labels: npt.ArrayLike) -> None:
     """Refuse device counts, shard counts and local work that the training set cannot carry."""
-    from fedcgd_task.settings import TaskSettings, TrainingSettings
-
-    task = TaskSettings.from_run_config(run_config)
-    training = TrainingSettings.from_run_config(run_config)
+    task, training = config.task, config.training
     total = samples_after_imbalance(labels, task.imbalance_ratio)
-    source = f"the {total} training samples of {dataset_name}" + (
+    source = f"the {total} training samples of {task.dataset}" + (
         f" left by imbalance-ratio = {task.imbalance_ratio:g}" if task.imbalance_ratio > 1 else ""
     )
     if task.num_devices > total:
@@ -149,11 +146,11 @@ def check_model_fits(
         ) from err
 
 
-def check_result_folder(run_config: Mapping[str, Any]) -> None:
+def check_result_folder(run_config: Mapping[str, Any], config: RunConfig | None = None) -> None:
     """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` a new run cannot use.
 
     A folder another process holds, or that is or holds a link, is refused too; an empty
-    ``result-dir`` (a fresh folder) needs no check.
+    ``result-dir`` (a fresh folder) needs no check. ``config``: ``run_config`` parsed already.
     """
     from run_files.folder_lock import probe_free, refuse_links
     from run_files.results import check_new_result_dir
@@ -171,7 +168,7 @@ def check_result_folder(run_config: Mapping[str, Any]) -> None:
         refuse_links(folder, where)
         probe_free(folder, where)
     if key == "resume-from":
-        check_resume(parse_run_config(run_config))
+        check_resume(config or parse_run_config(run_config))
     else:
         check_new_result_dir(folder)
 
@@ -195,7 +192,7 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
         if folder.is_symlink() or (folder.is_dir() and holds_lock_files(folder)):
             early = claim_folder(folder, key, create=False)  # a live holder is named first
     try:
-        check_before_start(config)
+        parsed = check_before_start(config)
         if early is not None:
             return config, early
         if fresh:
@@ -209,17 +206,18 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
             early.release()
         raise
     try:
-        check_result_folder(config)  # again, under the lock
+        check_result_folder(config, parsed)  # again, under the lock
     except BaseException:
         claim.abandon()
         raise
     return config, claim
 
 
-def check_before_start(run_config: Mapping[str, Any]) -> None:
+def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     """Every check that can be made before anything starts, in a few seconds (loads the data set).
 
-    ValueError or FileNotFoundError: one line naming the key, the bad value and what is allowed.
+    Returns the parsed run config. ValueError or FileNotFoundError: one line naming the key, the
+    bad value and what is allowed.
     """
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
@@ -229,15 +227,16 @@ def check_before_start(run_config: Mapping[str, Any]) -> None:
     config = parse_run_config(run_config)
     compute_device(config.task.device)  # a GPU this process does not see: refused here
     check_channel_trace(config)
-    check_result_folder(run_config)
+    check_result_folder(run_config, config)
     train_set = load_train_set(config.task)
-    check_sizes(run_config, train_set.labels, config.task.dataset)
+    check_sizes(config, train_set.labels)
     check_model_fits(
         config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
     )
     check_own_policy(config, train_set.num_classes)
     if config.resume_from:
         check_checkpoint_fits(config)
+    return config
 
 
 def check_checkpoint_fits(config: RunConfig) -> None:

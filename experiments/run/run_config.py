@@ -15,7 +15,7 @@ from typing import Any
 
 import tomli_w
 
-from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, set_once
+from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, set_nested, set_once
 
 #: A run-config key: TOML bare keys joined by dots (``channel.deadline-s``).
 _RUN_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
@@ -61,13 +61,7 @@ def run_config_toml(values: Mapping[str, Any]) -> str:
     nested: dict[str, Any] = {}
     for key, value in fold_policy_params(values).items():
         format_toml_value(value, key)  # a one-line error for a value TOML cannot hold
-        *tables, name = _check_key(key).split(".")
-        table = nested
-        for part in tables:
-            table = table.setdefault(part, {})
-            if not isinstance(table, dict):
-                raise ValueError(f"run-config key {key!r}: {part!r} is also given a value")
-        table[name] = value
+        set_nested(nested, _check_key(key), value, key=key, clash="is given twice")
     return tomli_w.dumps(nested)
 
 
