@@ -216,7 +216,8 @@ def _record_run(
             final_model = start_model = plan.checkpoint.model
         else:
             final_model, start_model = train_rounds(grid, config, writer, setup)
-        return write_end(config, writer, final_model, start_model, len(writer.lines) - len(kept))
+        with_uploads = sum(1 for line in writer.lines[len(kept) :] if line.get("num_uploaded"))
+        return write_end(config, writer, final_model, start_model, with_uploads)
     except BaseException as err:
         lines = writer.lines if writer is not None else kept
         last = lines[-1]["round"] if lines else done
@@ -274,13 +275,13 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
 def unchanged_reason(
     rounds: int, start: Mapping[str, torch.Tensor], final: Mapping[str, torch.Tensor]
 ) -> str | None:
-    """Why ``rounds`` rounds left the model as it was, bit for bit; None if not or none ran."""
+    """Why ``rounds`` rounds with uploads left the model as it was, bit for bit; None if not."""
     if not rounds or any(not torch.equal(start[k], final[k]) for k in start):
         return None
     return (
-        f"the global model did not change in any of the {rounds} rounds run, although "
-        "devices uploaded: every update rounds to nothing in the model's weights (a clipping "
-        "norm, learning rate or step too small?)"
+        f"the global model did not change in any of the {rounds} rounds with uploads: every "
+        "update rounds to nothing in the model's weights (a clipping norm, learning rate or "
+        "step too small?)"
     )
 
 
@@ -294,7 +295,7 @@ def write_end(
     """Write ``model.pt``, ``summary.json`` and the final status, all synced; return the summary.
 
     The run fails when no device uploaded, aggregation failed too often, or the ``rounds_run``
-    in this process left ``start_model`` as it was.
+    with uploads in this process left ``start_model`` as it was.
     """
     save_model(writer.dir, final_model)
     history = writer.lines
@@ -357,4 +358,5 @@ def train_rounds(
         )
     finally:
         recorder.events.close()
-    return dict(torch_state(result.arrays)), start
+    # Flower's Result keeps no arrays when no round aggregated any: the model is then the start
+    return (dict(torch_state(result.arrays)) if len(result.arrays) else dict(start)), start

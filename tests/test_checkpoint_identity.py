@@ -162,6 +162,12 @@ def test_an_honest_resume_of_the_copied_folders_still_works(runs, tmp_path):
     run_inprocess(checkpointed_run_config(folder, **config))
     lines = (folder / METRICS_FILE).read_text().splitlines()
     assert [json.loads(x)["round"] for x in lines] == [1, 2, 3]
+    # round 3 aggregates nothing (no device feasible): the run completes with the
+    # checkpoint's model (Flower's Result then holds no arrays; the saved model is not empty)
+    assert json.loads(lines[-1])["num_uploaded"] == 0
+    assert json.loads((folder / "status.json").read_text())["state"] == "completed"
+    saved = torch.load(folder / "model.pt", weights_only=True)
+    assert set(saved) == set(torch.load(folder / CHECKPOINT_FILE, weights_only=False)["model"])
 
 
 def test_a_run_goes_on_on_another_device_and_an_old_checkpoint_without_one_resumes(runs, tmp_path):

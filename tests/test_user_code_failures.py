@@ -146,7 +146,7 @@ def test_a_run_whose_model_never_changed_fails(ran, name):
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "failed" and status["last_round"] == 2, status
     assert status["reason"].startswith(
-        "the global model did not change in any of the 2 rounds run, although devices uploaded"
+        "the global model did not change in any of the 2 rounds with uploads: "
     )
     assert f"failed: {status['reason']}" in done.stderr
     lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
@@ -158,7 +158,7 @@ def test_the_model_compared_is_every_tensor_bit_for_bit():
 
     start = {"w": torch.zeros(3), "b": torch.ones(1)}
     moved = {"w": torch.tensor([0.0, 0.0, 2.0**-149]), "b": torch.ones(1)}  # smallest float32
-    assert unchanged_reason(0, start, dict(start)) is None  # no round ran here
+    assert unchanged_reason(0, start, dict(start)) is None  # no round with uploads here
     assert unchanged_reason(1, start, moved) is None
     assert unchanged_reason(1, start, {k: v.clone() for k, v in start.items()})
 
