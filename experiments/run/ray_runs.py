@@ -61,12 +61,14 @@ def ray_settings(
             )
     if address is None and not gpus:
         return None
-    if engine == "deployment" or jobs != 1:
+    ray = f"with runs as Ray tasks ({prefix}ray-address or {prefix}gpus-per-run)"
+    if engine == "deployment":
         raise ValueError(
-            f"{prefix}ray-address / gpus-per-run: runs as Ray tasks run the in-process engine "
-            f"as many at once as fit; got engine {engine!r} and jobs {jobs!r}: leave jobs at 1 "
-            "and use the inprocess or simulation engine"
+            f"{prefix}engine: got deployment {ray}; allowed: inprocess or simulation (each "
+            "task runs the in-process engine)"
         )
+    if jobs != 1:
+        raise ValueError(f"{prefix}jobs: got {jobs!r} {ray}; allowed: 1 (Ray runs as many as fit)")
     return RaySettings(address, float(cpus), float(gpus))
 
 
@@ -146,12 +148,13 @@ def output_to(path: Path) -> Iterator[None]:
 
 def moved(name: str, data: bytes, old: str, new: str) -> bytes:
     """A run file's bytes with its folder's path ``old`` written as ``new`` (JSON and logs)."""
-    if name.endswith((".pt",)) or name.startswith("events."):
+    if name.endswith(".pt") or name.startswith("events."):
         return data
     import json
 
-    quote = json.dumps if name.endswith((".json", ".jsonl")) else str
-    return data.replace(quote(old).strip('"').encode(), quote(new).strip('"').encode())
+    if name.endswith((".json", ".jsonl")):
+        old, new = json.dumps(old)[1:-1], json.dumps(new)[1:-1]
+    return data.replace(old.encode(), new.encode())
 
 
 def folder_files(folder: Path) -> dict[str, bytes]:
