@@ -91,15 +91,15 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
             settings.address,
             logging_level=logging.ERROR,
             log_to_driver=False,
-            include_dashboard=False if settings.address is None else None,
+            include_dashboard=False if settings.address in (None, "local") else None,
         )
     except Exception as err:  # Ray raises several kinds; each is one line here
         message = f"{prefix}ray-address: no Ray cluster at {where}: {first_line(err)}"
         raise ValueError(message) from err
     runs = capacity(settings)
     if runs == 0:
-        ray.shutdown()
         nodes = [(n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0)) for n in alive()]
+        ray.shutdown()
         raise ValueError(
             f"{prefix}gpus-per-run / cpus-per-run: got {settings.gpus_per_run:g} GPUs and "
             f"{settings.cpus_per_run:g} CPUs a run; no node of the Ray cluster at {where} has "
