@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from proc_tree import command_line, marked
+from proc_tree import command_line, descendants, marked
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from fedcgd_task.settings import PROJECT_DIR
@@ -285,6 +285,46 @@ def test_a_preset_on_two_nodes_gives_the_table_of_a_local_run_and_refuses_missin
     assert code == 0, out[-3000:] + err[-3000:]
     assert out.rstrip().endswith("all 4 runs completed (0 retried on Ray)"), out[-3000:]
     assert len(task_nodes(tmp_path / "ray")) == 2  # the head and the worker
+    assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
+
+
+def running_tasks(cluster: Cluster) -> set[int]:
+    """The cluster's processes running a run (Ray names them after the task)."""
+    return {p for p in descendants(cluster.pid) if "ray::run_task" in command_line(p)}
+
+
+@pytest.mark.slow  # 2 min
+def test_ctrl_c_cancels_the_tasks_keeps_the_completed_runs_and_the_command_goes_on(
+    cluster, tmp_path
+):
+    words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=20"]
+    ray = [f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"]
+    proc = cluster.start(*words, *ray)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob("ray/*/*/seed-*/status.json")):  # a run's files are back
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        (driver,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        os.kill(int(driver), signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    err = ours(err)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "stopped by SIGINT" in err
+    assert err.rstrip().splitlines()[-1].startswith("to go on, run the same command again")
+    assert f"launcher.ray-address={ADDRESS}" in err.rstrip().splitlines()[-1]
+    deadline = time.monotonic() + 60  # cancelled: no run goes on
+    while running_tasks(cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running_tasks(cluster) == set()
+    kept = len(list(tmp_path.glob("ray/*/*/seed-*/summary.json")))
+    assert 1 <= kept < 4
+
+    code, out, err = cluster.reproduce(*words, *ray)
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert out.count("completed earlier with the same settings; kept") == kept
     assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
 
 
