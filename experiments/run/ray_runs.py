@@ -48,12 +48,11 @@ def ray_settings(
     """
     address = str(address or os.environ.get("RAY_ADDRESS") or "") or None
     for key, value, least in (("cpus-per-run", cpus, "> 0"), ("gpus-per-run", gpus, ">= 0")):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
         if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not (value > 0 or (value == 0 and least == ">= 0"))
-            or (value > 1 and key == "gpus-per-run" and value != int(value))
+            not (number and math.isfinite(value) and value >= 0)
+            or (value == 0 and key == "cpus-per-run")
+            or (value > 1 and key == "gpus-per-run" and value % 1)
         ):
             raise ValueError(
                 f"{prefix}{key}: got {value!r}; allowed: a number {least} (a fraction shares "
@@ -244,7 +243,12 @@ def run_tasks(
                 folder = Path(runs[i]["result-dir"])
                 files = folder_files(folder) if "resume-from" in runs[i] else {}
                 going[task.remote(dict(runs[i]), files, threads)] = i
-            done, _ = ray.wait(list(going), num_returns=1, timeout=1.0)
+            try:
+                done, _ = ray.wait(list(going), num_returns=1, timeout=1.0)
+            except SystemError as err:  # a signal's exception raised inside Ray's C code
+                if isinstance(err.__cause__, Exception) or err.__cause__ is None:
+                    raise
+                raise err.__cause__ from None  # Ctrl-C, SIGTERM: the command stops
             for ref in done:
                 i = going.pop(ref)
                 folder = Path(runs[i]["result-dir"])
