@@ -1,5 +1,7 @@
 """Scale-out: docs/deployment.md's recipe (``ray start`` of a head and a worker on loopback, in
-namespaces of their own) run as written, with both nodes running ClientApps and nothing left.
+namespaces of their own) run as written, with both nodes running ClientApps and nothing left;
+a preset's runs as Ray tasks on such a cluster (:func:`cluster`): the table of a local run, also
+when the worker node dies mid-preset.
 
 Run as a script (``python tests/test_ray_cluster.py ADDRESS``), this module is the probe the test
 adds before ``ray stop``: it prints where the ClientApps ran (:func:`clientapp_placement`).
@@ -12,17 +14,23 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proc_tree import marked
+import torch
+from hydra import compose, initialize_config_dir
+from proc_tree import command_line, descendants, marked
 
+from experiments.compare.reproduce import CONF_DIR, reproduce
 from fedcgd_task.settings import PROJECT_DIR
 
 PROBE_PREFIX = "CLIENTAPP-PLACEMENT "
@@ -95,7 +103,7 @@ def namespace_problem() -> str | None:
     return None
 
 
-@pytest.mark.slow  # a minute: two Ray nodes and a simulation on them
+@pytest.mark.slow  # 2-3 min: two Ray nodes, a simulation and a preset on them
 def test_the_documented_recipe_runs_clientapps_on_both_nodes_and_leaves_nothing(tmp_path):
     problem = namespace_problem()
     if problem is not None:
@@ -127,11 +135,224 @@ def test_the_documented_recipe_runs_clientapps_on_both_nodes_and_leaves_nothing(
     assert report["actors_per_node"] == {node: 1 for node in nodes}
     assert all(report["runs_per_node"].get(node, 0) >= 1 for node in nodes)
     assert "completed: 2 rounds" in proc.stdout, output[-4000:]
+    # The preset's two runs as Ray tasks, one on each node, their files back in out=preset.
+    assert "all 2 runs completed (0 retried on Ray)" in proc.stdout, output[-4000:]
+    assert len(task_nodes(tmp_path / "preset")) == 2
     (run,) = (tmp_path / "results").iterdir()
     assert [json.loads(x)["round"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [
         1,
         2,
     ]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A head and a worker node (1 CPU each) at :data:`ADDRESS` in a namespace of their own.
+
+    ``pid``: the namespace's first process (as seen here); ``worker``: the mark in the
+    environment of every process of the worker node.
+    """
+
+    pid: int
+    worker: str
+
+    def start(self, *words: str) -> subprocess.Popen[str]:
+        """``fedcgd reproduce words`` started inside the namespace (on the head's side)."""
+        enter = ["nsenter", f"--target={self.pid}", "--net", "--pid", "--mount", "--"]
+        return subprocess.Popen(
+            [*enter, sys.executable, "-m", "experiments.cli", "reproduce", *words],
+            cwd=PROJECT_DIR,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+        )
+
+    def reproduce(self, *words: str) -> tuple[int, str, str]:
+        """:meth:`start` to its end: exit code, stdout, stderr without Ray's own log lines."""
+        proc = self.start(*words)
+        out, err = proc.communicate(timeout=600)
+        return proc.returncode, out, ours(err)
+
+
+def ours(err: str) -> str:
+    """``err`` without the lines of Ray's C++ logger (``[date time W pid tid] file.cc:N: ...``).
+
+    In a network namespace with loopback alone, Ray warns that it found no route to the internet.
+    """
+    return "".join(
+        line
+        for line in err.splitlines(True)
+        if not re.match(r"\[[-\d]+ [\d:,]+ \w [\d ]+\] \w+\.cc", line)
+    )
+
+
+ADDRESS = "127.0.0.1:6379"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    problem = namespace_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    worker = f"FEDCGD_TEST_{uuid.uuid4().hex}"
+    ray = Path(sys.executable).with_name("ray")
+    script = (
+        "ip link set lo up\n"
+        "export RAY_TMPDIR=$(mktemp -d /tmp/ray-XXXXXX) && echo $RAY_TMPDIR\n"
+        f"{ray} start --head --node-ip-address 127.0.0.1 --port 6379 --num-cpus 1 "
+        "--disable-usage-stats >/dev/null\n"
+        f"{worker}=1 {ray} start --address {ADDRESS} --node-ip-address 127.0.0.1 --num-cpus 1 "
+        "--dashboard-agent-listen-port 52366 --disable-usage-stats >/dev/null\n"
+        "echo ready\nexec sleep 3600\n"
+    )
+    proc = subprocess.Popen(
+        ["unshare", "--net", "--pid", "--fork", "--mount-proc", "sh", "-ec", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+    )
+    assert proc.stdout is not None
+    temp, ready = proc.stdout.readline().strip(), proc.stdout.readline().strip()
+    first = "0"
+    try:
+        assert ready == "ready", "ray start failed"
+        (first,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        yield Cluster(int(first), worker)
+    finally:
+        if first != "0":  # the namespace's first process: its end is the end of all in it
+            os.kill(int(first), signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+TINY = [
+    "experiment=digits_local_steps",
+    "policies=[fedcgd-fscd,bc]",
+    "sweep.local-steps=[1]",
+    "++run.num-devices=8",
+]
+
+
+def local_run(out: Path, words: list[str]) -> Path:
+    """The preset run here, one run after another (the in-process engine): ``out``."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        assert reproduce(compose("config", overrides=[*words, f"out={out}"])) == 0
+    return out
+
+
+def assert_same_runs(local: Path, ray: Path) -> None:
+    """The same runs and tables (paths aside), metrics but their timings, and final models."""
+    for name in ("table.csv", "runs.csv"):
+        assert (ray / name).read_text().replace(str(ray), str(local)) == (local / name).read_text()
+    runs = sorted(p.relative_to(local) for p in local.glob("*/*/seed-*"))
+    assert runs == sorted(p.relative_to(ray) for p in ray.glob("*/*/seed-*")) != []
+    for run in runs:
+        lines = [
+            [{k: v for k, v in json.loads(x).items() if not k.endswith("_s")} for x in lines]
+            for lines in (
+                (top / run / "metrics.jsonl").read_text().splitlines() for top in (local, ray)
+            )
+        ]
+        assert lines[0] == lines[1], run
+        first, second = (torch.load(top / run / "model.pt") for top in (local, ray))
+        assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def task_nodes(out: Path) -> set[str]:
+    """The Ray nodes the runs under ``out`` ran on (each run.log's first line)."""
+    return {
+        log.read_text().splitlines()[0].split()[4].rstrip(",") for log in out.glob("*/*/*/run.log")
+    }
+
+
+@pytest.mark.slow  # 2 min: a Ray cluster and eight tiny runs
+def test_a_preset_on_two_nodes_gives_the_table_of_a_local_run_and_refuses_missing_gpus(
+    cluster, tmp_path
+):
+    code, out, err = cluster.reproduce(
+        *TINY, "launcher.gpus-per-run=1", f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/x"
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: launcher.gpus-per-run / cpus-per-run: got 1 GPUs and 1 CPUs"), err
+    assert "no node of the Ray cluster at 127.0.0.1:6379 has them" in err
+
+    words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=3"]
+    code, out, err = cluster.reproduce(
+        *words, f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"
+    )
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert out.rstrip().endswith("all 4 runs completed (0 retried on Ray)"), out[-3000:]
+    assert len(task_nodes(tmp_path / "ray")) == 2  # the head and the worker
+    assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
+
+
+def running_tasks(cluster: Cluster) -> set[int]:
+    """The cluster's processes running a run (Ray names them after the task)."""
+    return {p for p in descendants(cluster.pid) if "ray::run_task" in command_line(p)}
+
+
+@pytest.mark.slow  # 2 min
+def test_ctrl_c_cancels_the_tasks_keeps_the_completed_runs_and_the_command_goes_on(
+    cluster, tmp_path
+):
+    words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=20"]
+    ray = [f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"]
+    proc = cluster.start(*words, *ray)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob("ray/*/*/seed-*/status.json")):  # a run's files are back
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        (driver,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        os.kill(int(driver), signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    err = ours(err)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "stopped by SIGINT" in err
+    assert err.rstrip().splitlines()[-1].startswith("to go on, run the same command again")
+    assert f"launcher.ray-address={ADDRESS}" in err.rstrip().splitlines()[-1]
+    deadline = time.monotonic() + 60  # cancelled: no run goes on
+    while running_tasks(cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running_tasks(cluster) == set()
+    kept = len(list(tmp_path.glob("ray/*/*/seed-*/summary.json")))
+    assert 1 <= kept < 4
+
+    code, out, err = cluster.reproduce(*words, *ray)
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert out.count("completed earlier with the same settings; kept") == kept
+    assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
+
+
+@pytest.mark.slow  # 2-3 min: Ray notices a dead node after some seconds
+def test_a_preset_whose_worker_node_dies_completes_with_the_same_table_and_counts_the_retry(
+    cluster, tmp_path
+):
+    words = [*TINY, "seeds=[0]", "++run.num-server-rounds=20"]
+    proc = cluster.start(*words, f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray")
+    try:
+        deadline = time.monotonic() + 300
+        while not any("ray::run_task" in command_line(p) for p in marked(cluster.worker)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        # A second start on the same folder is refused while this one runs, as locally.
+        code, _, err = cluster.reproduce(
+            *words, f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"
+        )
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+        for pid in marked(cluster.worker):  # the worker node dies: its raylet, its workers
+            os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    assert "lost (" in out and "started again" in out
+    assert out.rstrip().endswith("all 2 runs completed (1 retried on Ray)"), out[-3000:]
+    assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
 
 
 if __name__ == "__main__":

@@ -166,6 +166,18 @@ def compare_command(
             "<run folder>/run.log (0: one per usable CPU core)",
         ),
     ] = 1,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RAY_ADDRESS",
+            help="run the runs as Ray tasks on this cluster (auto or HOST:PORT; default: "
+            "$RAY_ADDRESS), each the in-process engine",
+        ),
+    ] = None,
+    cpus_per_run: Annotated[float, typer.Option(help="with Ray: CPUs a run takes")] = 1.0,
+    gpus_per_run: Annotated[
+        float, typer.Option(help="GPUs a run takes (a fraction shares one; > 0: Ray)")
+    ] = 0.0,
 ) -> None:
     """Several policies on the same settings and seeds, compared (the paper's Table II)."""
     from experiments.compare import policies as compare

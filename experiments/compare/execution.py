@@ -27,6 +27,7 @@ from experiments.run.flwr_output import strip_ansi
 from experiments.run.flwr_run import run_flwr
 from experiments.run.outcome import run_outcome
 from experiments.run.progress import RunProgress, format_duration
+from experiments.run.ray_runs import RaySettings, run_tasks
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from experiments.run.run_pool import (
     RUN_LOG,
@@ -52,6 +53,7 @@ class LaunchSettings:
     num_supernodes: int | None = None
     cpus_per_client: int = 1
     gpus_per_client: float = 0.0
+    ray: RaySettings | None = None
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,15 @@ class FailedRun:
 
 @dataclass
 class ComparisonRuns:
-    """What :func:`run_policies` ran: the completed runs' rows, the failures, the plan size."""
+    """What :func:`run_policies` ran: the completed runs' rows, the failures, the plan size.
+
+    ``retried``: runs started again after their Ray node or worker was lost (None: no Ray).
+    """
 
     runs: list[dict[str, Any]] = field(default_factory=list)
     failed: list[FailedRun] = field(default_factory=list)
     planned: int = 0
+    retried: int | None = None
 
     @property
     def code(self) -> int:
@@ -77,12 +83,13 @@ class ComparisonRuns:
 
     def last_line(self) -> str:
         """One line saying what happened (the command's last line)."""
+        retried = "" if self.retried is None else f" ({self.retried} retried on Ray)"
         if self.code == 0:
-            return f"all {self.planned} runs completed"
+            return f"all {self.planned} runs completed{retried}"
         reasons = ", ".join(f"{f.label} ({f.reason})" for f in self.failed)
         return (
-            f"{len(self.failed)} of {self.planned} runs failed: {reasons}; the tables hold the "
-            f"{len(self.runs)} completed runs"
+            f"{len(self.failed)} of {self.planned} runs failed{retried}: {reasons}; the tables "
+            f"hold the {len(self.runs)} completed runs"
         )
 
 
@@ -190,6 +197,7 @@ def run_policies(
     engine: str = "simulation",
     plans: Sequence[PlannedRun] | None = None,
     jobs: int = 1,
+    ray: RaySettings | None = None,
 ) -> ComparisonRuns:
     """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables.
 
@@ -197,7 +205,7 @@ def run_policies(
     resumed, run again or refused (docs/comparing.md, "Kept runs"); then the runs go
     (:func:`execute_plans`) and the tables of the completed ones are written
     (:func:`collect_runs`). ``engine``: one of :data:`ENGINES`; ``jobs``: runs at once (0: one
-    per usable core; more than one: ``inprocess`` only).
+    per usable core; more than one: ``inprocess`` only); ``ray``: runs as Ray tasks.
 
     Raises
     ------
@@ -209,13 +217,15 @@ def run_policies(
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)
-        outcomes = execute_plans(
+        outcomes, retried = execute_plans(
             plans,
-            LaunchSettings(engine, jobs, num_supernodes),
+            LaunchSettings(engine, jobs, num_supernodes, ray=ray),
             tracker=RunProgress(total=len(plans)),
             header=lambda plan: run_header(plan, policies, seeds),
         )
-        return collect_runs(plans, outcomes, out, target_accuracy)
+        result = collect_runs(plans, outcomes, out, target_accuracy)
+        result.retried = retried
+        return result
 
 
 def run_header(
@@ -236,12 +246,15 @@ def execute_plans(
     *,
     tracker: RunProgress,
     header: Callable[[PlannedRun], str],
-) -> dict[Path, str | None]:
-    """Run every plan that is not kept; result folder -> None (completed or kept) or why not.
+) -> tuple[dict[Path, str | None], int | None]:
+    """Run every plan that is not kept; each result folder's outcome, and the runs Ray retried.
+
+    Outcome: None (completed or kept) or why not; retried: None without Ray.
 
     With ``how.jobs`` = 1 each run goes in the foreground, its output on this terminal. With more
     (``inprocess`` engine only, :func:`experiments.run.run_pool.resolve_jobs`) up to ``jobs`` runs
-    go at once, each in its own process with its output in ``<result folder>/run.log``; a
+    go at once, each in its own process, or with ``how.ray`` each a Ray task
+    (:func:`experiments.run.ray_runs.run_tasks`), its output in ``<result folder>/run.log``; a
     line says when each starts and how it ended. Each start line begins with ``tracker``'s
     overall progress and then ``header(plan)``.
     """
@@ -270,12 +283,12 @@ def execute_plans(
         if reason is not None:
             print(f"{plan.label} failed: {reason}", flush=True)
 
-    if how.jobs == 1:
+    if how.jobs == 1 and how.ray is None:
         for plan in to_run:
             announce(plan)
             tracker.start_run(plan.result_dir)
             record(plan, launch(plan, how))
-        return outcomes
+        return outcomes, None
     launched: dict[int, float] = {}
     claims: dict[int, FolderClaim] = {}
 
@@ -303,23 +316,27 @@ def execute_plans(
             print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
         record(plan, reason)
 
+    retried = None
     try:
-        run_jobs(
-            [
-                Job(
-                    inprocess_command(p.overrides, cohort_threads=cores_per_job(how.jobs)),
-                    p.result_dir / RUN_LOG,
-                )
-                for p in to_run
-            ],
-            how.jobs,
-            on_start,
-            on_end,
-        )
+        if how.ray is not None:
+            retried = run_tasks([p.overrides for p in to_run], how.ray, on_start, on_end)
+        else:
+            run_jobs(
+                [
+                    Job(
+                        inprocess_command(p.overrides, cohort_threads=cores_per_job(how.jobs)),
+                        p.result_dir / RUN_LOG,
+                    )
+                    for p in to_run
+                ],
+                how.jobs,
+                on_start,
+                on_end,
+            )
     finally:
         for claim in claims.values():
             claim.release()
-    return outcomes
+    return outcomes, retried
 
 
 def last_outcome_line(log: Path) -> str | None:

@@ -24,6 +24,7 @@ from experiments.compare.plans import (
     refuse_stale_runs,
 )
 from experiments.run.processes import exit_code_stopping_on_signals
+from experiments.run.ray_runs import connect, ray_settings
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text, validated_run_config
 from run_files.files import ResultWriteError
@@ -43,6 +44,9 @@ class CompareOptions:
     target_accuracy: float | None
     engine: str
     jobs: int
+    ray_address: str | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
 
 
 def main(options: CompareOptions, command: str | None = None) -> int:
@@ -158,6 +162,12 @@ def compare(
         plans = plan_runs(policies, shared, out, seeds)
         refuse_stale_runs(plans)
         check_plans_before_start(plans)
+        ray = ray_settings(
+            args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,
+            jobs=args.jobs, prefix="--",
+        )  # fmt: skip
+        if ray is not None:
+            connect(ray, prefix="--")
 
         def go() -> int:
             result = run_policies(
@@ -170,6 +180,7 @@ def compare(
                 engine=args.engine,
                 plans=plans,
                 jobs=jobs,
+                ray=ray,
             )
             print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
             return result.code

@@ -40,6 +40,7 @@ from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
+from experiments.run.ray_runs import RaySettings, connect, ray_settings
 from experiments.run.resume_command import LastWords, fedcgd_command
 from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
@@ -214,10 +215,16 @@ def reproduce(
         for point, _ in plans:
             claims.append(claim_folder(out / point_label(point), "out"))
         per_point = plan_sweep(cfg, plans, out)
+        launcher = cfg.launcher
+        ray = ray_settings(
+            launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
+            launcher.get("gpus-per-run", 0.0), engine=engine, jobs=jobs,
+        )  # fmt: skip
+        workers = jobs if ray is None else connect(ray)
 
         def go() -> int:
             write_preset(cfg, out, command)
-            return _reproduce_planned(cfg, plans, per_point, out, engine, jobs)
+            return _reproduce_planned(cfg, plans, per_point, out, engine, workers, ray)
 
         return go
 
@@ -245,14 +252,19 @@ def _reproduce_planned(
     out: Path,
     engine: str,
     jobs: int,
+    ray: RaySettings | None = None,
 ) -> int:
-    """:func:`reproduce` once every run is planned and checked: run them, write the outputs."""
+    """:func:`reproduce` once every run is planned and checked: run them, write the outputs.
+
+    ``jobs``: the runs at once (with ``ray``, as many as the cluster holds).
+    """
     seeds = planned_seeds(cfg)
     target = cfg.get("target_accuracy")
     print(f"{cfg.name}: {cfg.description}")
     print(
         f"{len(plans)} sweep point(s) × {len(cfg.policies)} policies × {len(seeds)} seed(s) "
-        f"-> {out} ({engine} engine, {jobs} run(s) at once)",
+        f"-> {out} ({engine if ray is None else 'Ray tasks of the inprocess'} engine, {jobs} "
+        "run(s) at once)",
         flush=True,
     )
     all_runs: list[dict[str, Any]] = []
@@ -271,7 +283,7 @@ def _reproduce_planned(
         k, label = points[plan.result_dir]
         return run_header(plan, policies, seeds, prefix=f"[{label} {k}/{num_points}] ")
 
-    outcomes = execute_plans(
+    outcomes, total.retried = execute_plans(
         [plan for point_plans in per_point for plan in point_plans],
         LaunchSettings(
             engine,
@@ -279,6 +291,7 @@ def _reproduce_planned(
             cfg.launcher.num_supernodes,
             int(cfg.launcher.cpus_per_client),
             float(cfg.launcher.gpus_per_client),
+            ray,
         ),
         tracker=tracker,
         header=header,

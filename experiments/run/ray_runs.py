@@ -1,0 +1,276 @@
+"""A comparison's or preset's runs as Ray tasks: one task per run, each the in-process engine.
+
+No folder is shared: a task gets the files of the run it resumes and returns its run folder's
+files, which the driver writes into the run's folder; a run lost with its node or worker starts
+again (docs/deployment.md, "A preset on a Ray cluster").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.run.run_pool import RUN_LOG
+from run_files.files import append_line, atomic_write
+from run_files.results import STATUS_FILE
+from run_files.run_status import first_line
+
+#: Times a run lost with its node or worker starts again before it counts as failed.
+MAX_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """Where runs go as Ray tasks (``address`` None: a Ray of this machine) and what each takes."""
+
+    address: str | None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+
+
+def ray_settings(
+    address: Any, cpus: Any, gpus: Any, *, engine: str, jobs: Any, prefix: str = "launcher."
+) -> RaySettings | None:
+    """The checked Ray settings, or None: runs go locally (no address and no GPU asked).
+
+    ``address`` None or empty: ``$RAY_ADDRESS``. ``prefix`` names the settings in messages
+    (``launcher.`` or ``--``). Raises ValueError (one line) for a bad value.
+    """
+    address = str(address or os.environ.get("RAY_ADDRESS") or "") or None
+    for key, value, least in (("cpus-per-run", cpus, "> 0"), ("gpus-per-run", gpus, ">= 0")):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if (
+            not (number and math.isfinite(value) and value >= 0)
+            or (value == 0 and key == "cpus-per-run")
+            or (value > 1 and key == "gpus-per-run" and value % 1)
+        ):
+            raise ValueError(
+                f"{prefix}{key}: got {value!r}; allowed: a number {least} (a fraction shares "
+                "one CPU or GPU; above 1 GPU, whole GPUs)"
+            )
+    if address is None and not gpus:
+        return None
+    ray = f"with runs as Ray tasks ({prefix}ray-address or {prefix}gpus-per-run)"
+    if engine == "deployment":
+        raise ValueError(
+            f"{prefix}engine: got deployment {ray}; allowed: inprocess or simulation (each "
+            "task runs the in-process engine)"
+        )
+    if jobs != 1:
+        raise ValueError(f"{prefix}jobs: got {jobs!r} {ray}; allowed: 1 (Ray runs as many as fit)")
+    return RaySettings(address, float(cpus), float(gpus))
+
+
+def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
+    """Join (or start) the Ray cluster; the runs it holds at once. ValueError (one line) if not.
+
+    Refused: an address that does not answer, and runs that no node has the CPUs or GPUs for.
+    """
+    import ray
+
+    from experiments.run.flwr_run import check_reachable
+
+    where = settings.address or "this machine"
+    ray.shutdown()  # an earlier command's connection in this process
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # run_task sets the device
+    try:
+        if settings.address not in (None, "auto", "local"):
+            check_reachable(settings.address.removeprefix("ray://"), what=f"{prefix}ray-address")
+        ray.init(
+            settings.address,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            include_dashboard=False if settings.address in (None, "local") else None,
+        )
+    except Exception as err:  # Ray raises several kinds; each is one line here
+        message = f"{prefix}ray-address: no Ray cluster at {where}: {first_line(err)}"
+        raise ValueError(message) from err
+    runs = capacity(settings)
+    if runs == 0:
+        nodes = [(n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0)) for n in alive()]
+        ray.shutdown()
+        raise ValueError(
+            f"{prefix}gpus-per-run / cpus-per-run: got {settings.gpus_per_run:g} GPUs and "
+            f"{settings.cpus_per_run:g} CPUs a run; no node of the Ray cluster at {where} has "
+            f"them (CPUs, GPUs per node: {nodes}); ask for less or add nodes"
+        )
+    return runs
+
+
+def alive() -> list[dict[str, Any]]:
+    """The cluster's live nodes (``ray.nodes()``)."""
+    import ray
+
+    return [node for node in ray.nodes() if node["Alive"]]
+
+
+def capacity(settings: RaySettings) -> int:
+    """How many runs the cluster's live nodes hold at once with these resources per run."""
+    total = 0
+    for node in alive():
+        have = node["Resources"]
+        fits = int(have.get("CPU", 0) // settings.cpus_per_run)
+        if settings.gpus_per_run:
+            fits = min(fits, int(have.get("GPU", 0) // settings.gpus_per_run))
+        total += fits
+    return total
+
+
+@contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in zip((1, 2), saved, strict=True):
+            os.dup2(old, fd)
+            os.close(old)
+
+
+def moved(name: str, data: bytes, old: str, new: str) -> bytes:
+    """A run file's bytes with its folder's path ``old`` written as ``new`` (JSON and logs)."""
+    if name.endswith(".pt") or name.startswith("events."):
+        return data
+    import json
+
+    if name.endswith((".json", ".jsonl")):
+        old, new = json.dumps(old)[1:-1], json.dumps(new)[1:-1]
+    return data.replace(old.encode(), new.encode())
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """The files of a run's folder (not the lock files), name -> bytes."""
+    if not folder.is_dir():
+        return {}
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name[0] != "."}
+
+
+def run_task(
+    overrides: dict[str, Any], files: dict[str, bytes], threads: int
+) -> tuple[dict[str, bytes], int]:
+    """One run in a Ray worker: its folder's files afterwards and its exit code (0 or 1).
+
+    The run goes in a temporary folder holding ``files`` (the run it resumes); its output,
+    the node it ran on first, goes to ``run.log`` there; ``device`` ``auto`` is the GPU Ray
+    assigned (``cuda``: Ray sets ``CUDA_VISIBLE_DEVICES``), or the CPU when it assigned none.
+    """
+    import ray
+
+    from experiments.run.inprocess import run_inprocess
+    from experiments.run.outcome import run_outcome
+    from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+
+    real = str(overrides["result-dir"])
+    with tempfile.TemporaryDirectory(prefix="fedcgd-run-") as tmp:
+        folder = Path(tmp)
+        for name, data in files.items():
+            (folder / name).write_bytes(moved(name, data, real, tmp))
+        config = {**overrides, "result-dir": tmp}
+        if "resume-from" in config:
+            config["resume-from"] = tmp
+        if config.get("device", "auto") == "auto":  # the GPU Ray assigned, or none
+            config["device"] = "cuda" if ray.get_gpu_ids() else "cpu"
+        failure: Exception | None = None
+        with output_to(folder / RUN_LOG):
+            node = ray.get_runtime_context().get_node_id()
+            print(f"Ray task on node {node}, GPUs {ray.get_gpu_ids()}", flush=True)
+            launched = time.time()
+            try:
+                config = with_resolved_data_dir(validated_run_config(config))
+                run_inprocess(config, cohort_threads=threads)
+            except Exception as err:  # the run failed: its outcome line says why
+                failure = err
+            outcome = run_outcome(folder, launched, failure)
+            print(outcome.message, flush=True)
+        files = {name: moved(name, data, tmp, real) for name, data in folder_files(folder).items()}
+    return files, outcome.code
+
+
+def write_files(folder: Path, files: Mapping[str, bytes]) -> None:
+    """Write a task's files into the run's folder, each atomically, ``status.json`` last."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in sorted(files, key=lambda name: name == STATUS_FILE):
+        atomic_write(folder / name, files[name])
+
+
+def run_tasks(
+    runs: Sequence[Mapping[str, Any]],
+    settings: RaySettings,
+    on_start: Callable[[int], bool | None],
+    on_end: Callable[[int, int], None],
+) -> int:
+    """Run every run config as a Ray task, in list order, as many at once as the cluster holds.
+
+    As :func:`experiments.run.run_pool.run_jobs`: ``on_start(i)`` before run ``i`` goes (False
+    keeps it back), ``on_end(i, exit_code)`` once its files are in its folder. A run lost with
+    its node or worker starts again, up to :data:`MAX_RETRIES` times; on a signal the runs
+    still going are cancelled; Ray is left (:func:`connect` joined it). Returns how many runs
+    started again.
+    """
+    import ray
+
+    task = ray.remote(run_task).options(
+        num_cpus=settings.cpus_per_run, num_gpus=settings.gpus_per_run, max_retries=0
+    )
+    threads = max(1, int(settings.cpus_per_run))
+    waiting, tries = deque(range(len(runs))), [0] * len(runs)
+    going: dict[ray.ObjectRef[Any], int] = {}
+    try:
+        while waiting or going:
+            while waiting and len(going) < max(1, capacity(settings)):
+                i = waiting.popleft()
+                if tries[i] == 0 and on_start(i) is False:
+                    continue
+                tries[i] += 1
+                folder = Path(runs[i]["result-dir"])
+                files = folder_files(folder) if "resume-from" in runs[i] else {}
+                going[task.remote(dict(runs[i]), files, threads)] = i
+            try:
+                done, _ = ray.wait(list(going), num_returns=1, timeout=1.0)
+            except SystemError as err:  # a signal's exception raised inside Ray's C code
+                if isinstance(err.__cause__, Exception) or err.__cause__ is None:
+                    raise
+                raise err.__cause__ from None  # Ctrl-C, SIGTERM: the command stops
+            for ref in done:
+                i = going.pop(ref)
+                folder = Path(runs[i]["result-dir"])
+                try:
+                    files, code = ray.get(ref)
+                except ray.exceptions.RayTaskError as err:  # the task itself broke
+                    files, code = {}, 1
+                    folder.mkdir(parents=True, exist_ok=True)
+                    append_line(folder / RUN_LOG, f"failed: {first_line(err)}")
+                except ray.exceptions.RayError as err:  # lost with its node or worker
+                    if tries[i] <= MAX_RETRIES:
+                        print(f"{folder}: lost ({first_line(err)}); started again", flush=True)
+                        waiting.appendleft(i)
+                        continue
+                    files, code = {}, 1
+                    folder.mkdir(parents=True, exist_ok=True)
+                    reason = f"failed: lost {tries[i]} times: {first_line(err)}"
+                    append_line(folder / RUN_LOG, reason)
+                write_files(folder, files)
+                on_end(i, code)
+    finally:
+        for ref in going:
+            ray.cancel(ref, force=True)
+        ray.shutdown()
+    return sum(1 for n in tries if n > 1)

@@ -1,0 +1,112 @@
+"""Runs as Ray tasks: bad settings refused in one line before any run starts (no cluster needed).
+
+The runs themselves on a loopback cluster of two nodes: tests/test_ray_cluster.py.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from experiments.compare.policies import CompareOptions, compare
+from experiments.compare.reproduce import CONF_DIR, reproduce
+
+TINY = [
+    "policies=[bc]",
+    "seeds=[0]",
+    "sweep.local-steps=[1]",
+    "++run.num-server-rounds=1",
+    "++run.num-devices=4",
+]
+
+
+def load(overrides: list[str]):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return compose("config", overrides=["experiment=digits_local_steps", *overrides])
+
+
+def free_port() -> int:
+    """A loopback port nothing listened on a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (
+            "launcher.ray-address=auto launcher.deployment=true",
+            "launcher.engine: got deployment with runs as Ray tasks",
+        ),
+        ("launcher.gpus-per-run=-1", "launcher.gpus-per-run: got -1; allowed: a number >= 0"),
+        ("launcher.gpus-per-run=1.5", "launcher.gpus-per-run: got 1.5; allowed: a number >= 0"),
+        ("launcher.cpus-per-run=0", "launcher.cpus-per-run: got 0; allowed: a number > 0"),
+        ("launcher.cpus-per-run=two", "launcher.cpus-per-run: got 'two'; allowed"),
+        (
+            "launcher.gpus-per-run=0.5 launcher.jobs=2",
+            "launcher.jobs: got 2 with runs as Ray tasks (launcher.ray-address or "
+            "launcher.gpus-per-run); allowed: 1",
+        ),
+        ("launcher.ray-address=127.0.0.1:{port}", "launcher.ray-address: no Ray cluster at "),
+        ("RAY_ADDRESS=127.0.0.1:{port}", "launcher.ray-address: no Ray cluster at 127.0.0.1:"),
+    ],
+)
+def test_bad_ray_settings_are_refused_in_one_line_before_any_run(
+    given, expected, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    words = given.format(port=free_port()).split()
+    if words[0].startswith("RAY_ADDRESS="):
+        monkeypatch.setenv("RAY_ADDRESS", words.pop().partition("=")[2])
+    assert reproduce(load([*TINY, *words, f"out={tmp_path / 'out'}"])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
+    assert not list(tmp_path.glob("out/*/*/seed-0"))
+
+
+def test_compare_names_its_own_options(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    options = CompareOptions(
+        policies="bc",
+        seeds="0",
+        run_config="num-server-rounds=1 num-devices=4",
+        aggregators=None,
+        out=tmp_path / "out",
+        num_supernodes=None,
+        target_accuracy=None,
+        engine="inprocess",
+        jobs=1,
+        gpus_per_run=-0.5,
+    )
+    assert compare(options) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == "error: --gpus-per-run: got -0.5; allowed: a number >= 0 (a fraction shares "
+        "one CPU or GPU; above 1 GPU, whole GPUs)\n"
+    )
+    assert not (tmp_path / "out" / "bc").exists()
+
+
+def test_without_an_address_or_a_gpu_runs_stay_local(monkeypatch):
+    from experiments.run.ray_runs import RaySettings, ray_settings
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert ray_settings(None, 1, 0, engine="inprocess", jobs=2) is None
+    assert ray_settings(None, 2, 0.25, engine="simulation", jobs=1) == RaySettings(None, 2, 0.25)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert ray_settings("", 1, 0, engine="inprocess", jobs=1) == RaySettings("10.0.0.1:6379")
+    assert ray_settings("auto", 0.5, 2, engine="inprocess", jobs=1) == RaySettings("auto", 0.5, 2)
+
+
+def test_a_moved_run_names_its_real_folder_in_its_json_and_log_only():
+    from experiments.run.ray_runs import moved
+
+    old, new = "/tmp/fedcgd-run-x", '/home/me/ré"s'
+    assert moved("config.json", b'{"result_dir": "/tmp/fedcgd-run-x"}', old, new) == (
+        b'{"result_dir": "/home/me/r\\u00e9\\"s"}'
+    )
+    assert moved("run.log", b"in /tmp/fedcgd-run-x\n", old, new) == 'in /home/me/ré"s\n'.encode()
+    assert moved("checkpoint.pt", b"/tmp/fedcgd-run-x", old, new) == b"/tmp/fedcgd-run-x"
