@@ -14,8 +14,10 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
+import typer
 
 from experiments.bench.common import write_table
 from experiments.bench.inprocess import SETTING
@@ -107,8 +109,12 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     ]
 
 
-def main(out: Path, repeats: int = 3, rounds: int = 50) -> int:
-    """``fedcgd bench checkpoint``: time the writes and the runs; write two tables to ``out``."""
+def main(
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,
+    out: Path = Path("results/bench_checkpoint"),
+) -> int:
+    """What a checkpoint costs: each model's write, the paper cell's rounds at each cadence."""
     write_table(out, time_writes(), None, "checkpoint_writes")
-    write_table(out, time_runs(repeats, max(rounds, 2)), None, "checkpoint_runs")
+    write_table(out, time_runs(repeats, rounds), None, "checkpoint_runs")
     return 0

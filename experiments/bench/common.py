@@ -36,6 +36,8 @@ ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
     ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
 )
+#: The help of ``--rounds``.
+ROUNDS_HELP = "rounds per run (>= 2: round 1 is left out of the timings)"
 #: This checkout.
 THIS = Path(__file__).resolve().parents[2]
 

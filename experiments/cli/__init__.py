@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import click
 import typer
 
+from experiments.bench import checkpoint, inprocess, scale, solvers
+from experiments.bench import round as bench_round
 from experiments.cli import measure, runs, tools
 
 app = typer.Typer(
@@ -43,12 +45,12 @@ paper.command("schedule-table")(measure.schedule_table_command)
 app.add_typer(paper, name="paper")
 
 bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=True)
-bench.command("solvers")(measure.bench_solvers_command)
-bench.command("fscd-scale")(measure.bench_fscd_scale_command)
-bench.command("scale")(measure.bench_scale_command)
-bench.command("checkpoint")(measure.bench_checkpoint_command)
-bench.command("inprocess")(measure.bench_inprocess_command)
-bench.command("round")(measure.bench_round_command)
+bench.command("solvers")(solvers.main)
+bench.command("fscd-scale")(solvers.fscd_scale)
+bench.command("scale")(scale.main)
+bench.command("checkpoint")(checkpoint.main)
+bench.command("inprocess")(inprocess.main)
+bench.command("round")(bench_round.main)
 bench.command("client")(measure.bench_client_command)
 app.add_typer(bench, name="bench")
 

@@ -33,17 +33,9 @@ def solver_performance_command(
     """The paper's figure "Performance of proposed algorithms": P1 solvers' iterations, error."""
     from experiments.paper import solver_performance
 
-    options = solver_performance.Options(
-        out,
-        instances,
-        seed,
-        numbers(num_devices, int, "--num-devices"),
-        numbers(alphas, float, "--alphas"),
-        numbers(ratios, float, "--ratios"),
-        milp_time_limit_s,
-        docs_png,
-    )
-    done(solver_performance.main(options))
+    sizes = numbers(num_devices, int, "--num-devices")
+    values = numbers(alphas, float, "--alphas"), numbers(ratios, float, "--ratios")
+    done(solver_performance.main(out, instances, seed, sizes, *values, milp_time_limit_s, docs_png))
 
 
 def schedule_table_command(
@@ -99,102 +91,6 @@ def schedule_table_command(
     text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)
     fit = fit_max if fit_poc else None
     done(schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet))
-
-
-ROUNDS_HELP = "rounds per run (>= 2: round 1 is left out of the timings)"
-
-
-def bench_solvers_command(
-    out: Path = Path("results/bench_solvers"),
-    instances: Annotated[int, typer.Option(min=1)] = 3,
-    seed: int = 0,
-    num_devices: str = "16,32,64,128",
-    milp_time_limit_s: float = 0.5,
-) -> None:
-    """Time the P1 solvers (GS, FSCD, CD, exact) per number of candidates."""
-    from experiments.bench import solvers
-
-    sizes = numbers(num_devices, int, "--num-devices")
-    done(solvers.main(out, sizes, instances, seed, milp_time_limit_s=milp_time_limit_s))
-
-
-def bench_fscd_scale_command(
-    out: Path = Path("results/bench_fscd_scale"),
-    num_devices: str = "1000,3000",
-    instances: Annotated[int, typer.Option(min=1)] = 5,
-    seed: int = 0,
-    ratio: Annotated[float, typer.Option(help="sigma / (sqrt(b) G)")] = 1.0,
-) -> None:
-    """Time FSCD at 1,000s of candidate devices."""
-    from experiments.bench import solvers
-
-    sizes = numbers(num_devices, int, "--num-devices")
-    done(solvers.main(out, sizes, instances, seed, methods=("fscd",), alpha=0.1, ratio=ratio))
-
-
-def bench_scale_command(
-    devices: Annotated[str, typer.Option(help="values of V")] = "1000,10000",
-    rounds: Annotated[
-        int, typer.Option(min=3, help="rounds per run (>= 3: rounds 2..R are timed)")
-    ] = 4,
-    samples: Annotated[int, typer.Option(help="mnist1d-samples")] = 200_000,
-    per_device: Annotated[bool, typer.Option("--per-device", help="also time cohorts off")] = False,
-    compare_with: Annotated[Path | None, typer.Option(help="another checkout")] = None,
-    out: Path = Path("results/bench-scale"),
-) -> None:
-    """In-process rounds at scale: seconds per phase and memory."""
-    from experiments.bench import scale
-
-    sizes = numbers(devices, int, "--devices")
-    done(scale.main(scale.Options(sizes, rounds, samples, per_device, compare_with, out)))
-
-
-def bench_checkpoint_command(
-    repeats: Annotated[int, typer.Option(min=1)] = 3,
-    rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,
-    out: Path = Path("results/bench_checkpoint"),
-) -> None:
-    """What a checkpoint costs: each model's write, the paper cell's rounds at each cadence."""
-    from experiments.bench import checkpoint
-
-    done(checkpoint.main(out, repeats, rounds))
-
-
-def bench_inprocess_command(
-    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 20,
-    seed: Annotated[int, typer.Option(help="run seed")] = 0,
-    out: Path = Path("results/bench-inprocess"),
-    repeats: Annotated[int, typer.Option(min=1, help="runs per checkout")] = 3,
-    local_steps: Annotated[int, typer.Option(help="tau")] = 5,
-    policy: str = "fedcgd-fscd",
-    deadline_s: Annotated[float, typer.Option(help="channel.deadline-s")] = 0.02,
-    compare_with: Annotated[
-        Path | None,
-        typer.Option(
-            help="another checkout of the project, timed beside this one (e.g. a git worktree)",
-        ),
-    ] = None,
-) -> None:
-    """Seconds per round: the in-process engine against its arithmetic in a bare loop."""
-    from experiments.bench import inprocess
-
-    options = inprocess.Options(
-        rounds, seed, out, repeats, local_steps, policy, deadline_s, compare_with
-    )
-    done(inprocess.main(options))
-
-
-def bench_round_command(
-    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 5,
-    seed: Annotated[int, typer.Option(help="run seed")] = 0,
-    out: Path = Path("results/bench_round"),
-    threads: Annotated[int, typer.Option(min=1, help="torch threads of the plain process")] = 2,
-    policies: str = "fedcgd-fscd,bc",
-) -> None:
-    """Seconds per round: flwr run against the same computation in one plain process."""
-    from experiments.bench import round as bench_round
-
-    done(bench_round.main(bench_round.Options(rounds, seed, out, threads, policies)))
 
 
 def bench_client_command(
