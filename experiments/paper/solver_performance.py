@@ -216,8 +216,8 @@ def plot(
         for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):
             x, y = curve(method, ratio, "mean_rel_error", 100)
             ax_err.plot(x, y, linestyle=style, color=color, alpha=0.6, linewidth=1)
-    for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, grey
-        ax_err.plot([], [], linestyle=style, color="0.4", linewidth=1, label=f"σ/(√b G) = {ratio}")
+    for ratio, key in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, grey
+        ax_err.plot([], [], linestyle=key, color="0.4", linewidth=1, label=f"σ/(√b G) = {ratio}")
     ax_it.set(ylabel="average iterations (count)", title="(a) solver iterations")
     ax_err.set(ylabel="average relative error (%)", title="(b) objective above the exact optimum")
     ax_err.set_yscale("symlog", linthresh=0.1)
