@@ -1,9 +1,6 @@
-"""What a checkpoint costs: the write per built-in model, and the paper cell's seconds per round.
+"""``fedcgd bench checkpoint``: a checkpoint's write per built-in model and its cost per round.
 
-``fedcgd bench checkpoint`` writes ``checkpoint_writes.csv`` and ``checkpoint_runs.csv``
-(``checkpoint-every`` = 0, 1, 5, 10 interleaved, on the paper cell of the MNIST-1D presets at
-τ = 1: :data:`RUN_SETTING`); the numbers are in docs/performance.md,
-"Checkpoints and result files".
+What it measures: docs/performance.md, "Checkpoints and result files".
 """
 
 from __future__ import annotations

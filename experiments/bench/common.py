@@ -1,9 +1,4 @@
-"""What the run benchmarks share: the engine as a process, a run's rounds replayed bare, tables.
-
-:func:`replay` redoes a run's rounds in this process with the product's own round functions
-(the ServerApp's set-up and evaluation, the device's σ̂ and τ SGD steps, FedAvg), without
-messages, validation or files; :func:`compared` sets a run's phases beside the replay's.
-"""
+"""What the run benchmarks share: the engine as a process, a run's rounds replayed bare, tables."""
 
 from __future__ import annotations
 

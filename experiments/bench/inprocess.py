@@ -1,10 +1,6 @@
-"""In-process round benchmark (``fedcgd bench inprocess``): the engine against its arithmetic alone.
+"""``fedcgd bench inprocess``: the in-process engine against its arithmetic in a bare loop.
 
-Runs ``fedcgd inprocess`` ``--repeats`` times (alternating with ``--compare-with`` another
-checkout) and replays each of this checkout's runs bare (:func:`experiments.bench.common.replay`)
-on MNIST-1D (:data:`SETTING`); prints the medians over the repeats of each phase's seconds per
-round (rounds 2..R) both ways and the start-up, and checks that the replay reaches the run's
-accuracy every round. See docs/performance.md.
+What it measures: docs/performance.md, "A round in-process against its arithmetic".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Round benchmark (``fedcgd bench round``): ``flwr run`` against the same rounds in one process.
+"""``fedcgd bench round``: ``flwr run`` against the same rounds in one plain process.
 
-Runs the paper's CIFAR-10 setting on random CIFAR-shaped files with ``flwr run`` for each
-policy of ``--policies``, replays the rounds in this process
-(:func:`experiments.bench.common.replay`, ``--threads`` intra-op threads; under load
-``--threads 1`` is the robust baseline), and prints seconds per round of both without round 1
-and the phases. The replay must reach the run's accuracy every round. See docs/performance.md.
+What it measures: docs/performance.md, "A round against its compute".
 """
 
 from __future__ import annotations

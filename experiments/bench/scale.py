@@ -1,8 +1,6 @@
-"""Rounds at scale in-process (``fedcgd bench scale``): seconds per phase and memory at V devices.
+"""``fedcgd bench scale``: in-process rounds at V devices, seconds per phase and memory.
 
-One ``fedcgd inprocess`` process per V of ``--devices`` (and per ``--per-device`` /
-``--compare-with`` variant) on generated MNIST-1D; medians of rounds 2..R of each phase, peak
-resident memory and memory after round 2 and at the end (docs/performance.md, "At scale").
+What it measures: docs/performance.md, "At scale".
 """
 
 from __future__ import annotations

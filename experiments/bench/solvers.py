@@ -1,12 +1,7 @@
-"""The P1 solvers timed: ``fedcgd bench solvers`` (each method per V) and ``bench fscd-scale``.
+"""``fedcgd bench solvers`` and ``bench fscd-scale``: the P1 solvers timed per V.
 
-Instances of :mod:`experiments.paper.solver_performance`: ``solvers`` with α = 1,
-σ / (√b G) = 1 and the exact solver's MILPs under ``--milp-time-limit-s`` (docs/evidence.md, "The
-paper's solver figure"); ``fscd-scale`` FSCD alone on Table I cells of 1,000s of candidates,
-α = 0.1 (docs/performance.md, "FSCD at scale"). Wall and process CPU seconds per instance
-(``runs.csv``), medians per V and method (``summary.csv``). That each solver decides as its
-slow oracle does (loop versions, the dense FSCD, brute force) is tested against
-tests/reference_solvers.py.
+What they measure: docs/evidence.md, "The paper's solver figure and the speed benchmark", and
+docs/performance.md, "FSCD at scale"; each solver against its oracle: tests/reference_solvers.py.
 """
 
 from __future__ import annotations

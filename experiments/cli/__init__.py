@@ -16,7 +16,7 @@ import typer
 
 from experiments.bench import checkpoint, inprocess, scale, solvers
 from experiments.bench import round as bench_round
-from experiments.cli import measure, runs, tools
+from experiments.cli import runs, tools
 
 app = typer.Typer(
     name="fedcgd",
@@ -40,8 +40,8 @@ app.command("settings")(tools.settings_command)
 paper = typer.Typer(
     help="The paper's figures and tables that need no training.", no_args_is_help=True
 )
-paper.command("solver-performance")(measure.solver_performance_command)
-paper.command("schedule-table")(measure.schedule_table_command)
+paper.command("solver-performance")(tools.solver_performance_command)
+paper.command("schedule-table")(tools.schedule_table_command)
 app.add_typer(paper, name="paper")
 
 bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=True)
@@ -51,7 +51,7 @@ bench.command("scale")(scale.main)
 bench.command("checkpoint")(checkpoint.main)
 bench.command("inprocess")(inprocess.main)
 bench.command("round")(bench_round.main)
-bench.command("client")(measure.bench_client_command)
+bench.command("client")(tools.bench_client_command)
 app.add_typer(bench, name="bench")
 
 

@@ -1,9 +1,6 @@
-"""The P1 solvers' performance: the paper's Section V-B figure "Performance of proposed algorithms".
+"""The paper's Section V-B figure "Performance of proposed algorithms" (P1 solvers).
 
-GS, FSCD and CD against the exact solver on random instances per V, α and σ / (√b G): average
-iterations and relative error (docs/evidence.md, "The paper's solver figure"). A MILP capped by
-``--milp-time-limit-s`` gives the best schedule found and a proven lower bound
-(``opt_proven``, ``rel_error_upper``).
+How: docs/evidence.md, "The paper's solver figure and the speed benchmark".
 """
 
 from __future__ import annotations
