@@ -11,7 +11,7 @@ import pytest
 from fake_grid import app_grid, make_contexts
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from experiments.run.flwr_output import is_chatter, stream_output
+from experiments.run.flwr_run import is_chatter, stream_output
 from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
