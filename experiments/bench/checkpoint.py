@@ -18,6 +18,7 @@ import typer
 
 from experiments.bench.common import write_table
 from experiments.bench.inprocess import SETTING
+from experiments.cli.options import bench
 
 #: (model, data set, input shape, classes, writes timed).
 MODELS = (
@@ -106,6 +107,7 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     ]
 
 
+@bench.command("checkpoint")
 def main(
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,

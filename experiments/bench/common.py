@@ -13,9 +13,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
 
 from experiments.analysis.tables import write_csv
 from experiments.run.run_config import format_run_config
@@ -31,8 +32,14 @@ ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
     ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
 )
-#: The help of ``--rounds``.
-ROUNDS_HELP = "rounds per run (>= 2: round 1 is left out of the timings)"
+#: ``--rounds`` and ``--seed`` of the round benchmarks.
+Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
+Seed = Annotated[int, typer.Option(help="run seed")]
+#: ``--compare-with`` of the in-process benchmarks.
+Checkout = Annotated[
+    Path | None,
+    typer.Option(help="another checkout (e.g. a git worktree), timed too"),
+]
 #: This checkout.
 THIS = Path(__file__).resolve().parents[2]
 

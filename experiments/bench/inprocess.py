@@ -14,7 +14,9 @@ from typing import Annotated, Any
 import typer
 
 from experiments.bench.common import (
-    ROUNDS_HELP,
+    Checkout,
+    Rounds,
+    Seed,
     accuracy_gap,
     checkouts,
     compared,
@@ -24,6 +26,7 @@ from experiments.bench.common import (
     with_ratio,
     write_table,
 )
+from experiments.cli.options import bench
 from fedcgd_task.datasets import load_test_set, load_train_set
 from fedcgd_task.settings import TaskSettings, default_run_config
 
@@ -39,20 +42,16 @@ SETTING: dict[str, Any] = {
 }
 
 
+@bench.command("inprocess")
 def main(
-    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 20,
-    seed: Annotated[int, typer.Option(help="run seed")] = 0,
+    rounds: Rounds = 20,
+    seed: Seed = 0,
     out: Path = Path("results/bench-inprocess"),
     repeats: Annotated[int, typer.Option(min=1, help="runs per checkout")] = 3,
     local_steps: Annotated[int, typer.Option(help="tau")] = 5,
     policy: str = "fedcgd-fscd",
     deadline_s: Annotated[float, typer.Option(help="channel.deadline-s")] = 0.02,
-    compare_with: Annotated[
-        Path | None,
-        typer.Option(
-            help="another checkout of the project, timed beside this one (e.g. a git worktree)",
-        ),
-    ] = None,
+    compare_with: Checkout = None,
 ) -> int:
     """Seconds per round: the in-process engine against its arithmetic in a bare loop."""
     projects = checkouts(compare_with)

@@ -17,13 +17,15 @@ import numpy as np
 import typer
 
 from experiments.bench.common import (
-    ROUNDS_HELP,
+    Rounds,
+    Seed,
     accuracy_gap,
     compared,
     progress,
     replay,
     write_table,
 )
+from experiments.cli.options import bench
 from experiments.paper.settings import PAPER_CIFAR10
 from experiments.run.flwr_run import run_flwr
 from fedcgd_task.settings import default_run_config
@@ -49,12 +51,13 @@ def write_random_cifar10(root: Path, seed: int) -> None:
         (folder / name).write_bytes(pickle.dumps(entry))
 
 
+@bench.command("round")
 def main(
-    rounds: Annotated[int, typer.Option(min=2, help=ROUNDS_HELP)] = 5,
-    seed: Annotated[int, typer.Option(help="run seed")] = 0,
-    out: Path = Path("results/bench_round"),
-    threads: Annotated[int, typer.Option(min=1, help="torch threads of the plain process")] = 2,
     policies: str = "fedcgd-fscd,bc",
+    rounds: Rounds = 5,
+    threads: Annotated[int, typer.Option(min=1, help="torch threads of the plain process")] = 2,
+    seed: Seed = 0,
+    out: Path = Path("results/bench_round"),
 ) -> int:
     """Seconds per round: flwr run against the same computation in one plain process."""
     out = out.resolve()

@@ -12,12 +12,14 @@ from typing import Annotated, Any
 
 import typer
 
-from experiments.cli.options import numbers
+from experiments.bench.common import Checkout, checkouts, progress, run_engine, write_table
+from experiments.cli.options import bench, numbers
 
 #: Phases read from each round's metrics line.
 PHASES = ("query_s", "schedule_s", "train_phase_s", "eval_s")
 
 
+@bench.command("scale")
 def main(
     devices: Annotated[str, typer.Option(help="values of V")] = "1000,10000",
     rounds: Annotated[
@@ -25,12 +27,10 @@ def main(
     ] = 4,
     samples: Annotated[int, typer.Option(help="mnist1d-samples")] = 200_000,
     per_device: Annotated[bool, typer.Option("--per-device", help="also time cohorts off")] = False,
-    compare_with: Annotated[Path | None, typer.Option(help="another checkout")] = None,
+    compare_with: Checkout = None,
     out: Path = Path("results/bench-scale"),
 ) -> int:
     """In-process rounds at scale: seconds per phase and memory."""
-    from experiments.bench.common import checkouts, progress, run_engine, write_table
-
     sizes = numbers(devices, int, "--devices")
     projects = checkouts(compare_with)
     if projects is None:

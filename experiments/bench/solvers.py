@@ -16,9 +16,10 @@ import typer
 
 from experiments.analysis.tables import write_csv
 from experiments.bench.common import write_table
-from experiments.cli.options import numbers
+from experiments.cli.options import bench, numbers
 
 
+@bench.command("solvers")
 def main(
     out: Path = Path("results/bench_solvers"),
     instances: Annotated[int, typer.Option(min=1)] = 3,
@@ -31,6 +32,7 @@ def main(
     return time_solvers(out, sizes, instances, seed, milp_time_limit_s=milp_time_limit_s)
 
 
+@bench.command("fscd-scale")
 def fscd_scale(
     out: Path = Path("results/bench_fscd_scale"),
     num_devices: str = "1000,3000",

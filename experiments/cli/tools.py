@@ -7,10 +7,21 @@ from typing import Annotated
 
 import typer
 
-from experiments.cli.options import choice_option, done, not_none, numbers, path_option, refuse
+from experiments.cli.options import (
+    app,
+    bench,
+    choice_option,
+    done,
+    not_none,
+    numbers,
+    paper,
+    path_option,
+    refuse,
+)
 from fedcgd_task.schema import PACK_RULES, PATHLOSS_MODELS
 
 
+@app.command("certificates")
 def certificates_command(
     out: Annotated[Path, path_option("--out", help="folder for the set")] = Path("certificates"),
     supernodes: Annotated[int, typer.Option(help="SuperNode key pairs")] = 4,
@@ -25,6 +36,7 @@ def certificates_command(
     done(certificates.main(out, supernodes, host or ()))
 
 
+@app.command("channel-report")
 def channel_report_command(
     out: Annotated[Path, typer.Option(help="output folder")],
     num_devices: Annotated[int | None, typer.Option(help="V (default 64)")] = None,
@@ -69,6 +81,7 @@ def channel_report_command(
     print(f"wrote {out / 'summary.json'} and {out / 'channel.png'}")
 
 
+@app.command("settings")
 def settings_command(
     keys: Annotated[
         list[str] | None, typer.Argument(help="keys to explain in full (default: every key)")
@@ -102,6 +115,7 @@ def settings_command(
         typer.echo(f"  {meaning(setting)}")
 
 
+@paper.command("solver-performance")
 def solver_performance_command(
     out: Path = Path("results/solver_performance"),
     instances: Annotated[int, typer.Option(min=1, help="instances per (V, alpha)")] = 1,
@@ -129,6 +143,7 @@ def solver_performance_command(
     done(solver_performance.main(out, instances, seed, sizes, *values, milp_time_limit_s, docs_png))
 
 
+@paper.command("schedule-table")
 def schedule_table_command(
     ctx: typer.Context,
     drops: Annotated[int | None, typer.Option(help="drops (seeds); default 20")] = None,
@@ -184,6 +199,7 @@ def schedule_table_command(
     done(schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet))
 
 
+@bench.command("client")
 def bench_client_command(
     repeats: Annotated[int, typer.Option(min=1, help="timed calls after warm-up")] = 10,
     vmap_repeats: Annotated[
