@@ -16,7 +16,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from experiments.bench.common import write_table
+from experiments.bench.common import per_round_s, write_table
 from experiments.bench.inprocess import SETTING
 from experiments.cli.options import bench
 
@@ -91,9 +91,7 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
                 }
                 with contextlib.redirect_stdout(io.StringIO()):  # the run's progress lines
                     run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
-                walls = [m["wall_time_s"] for m in read_metrics_lines(result_dir)]
-                # round 1 holds the start (data, model): rounds 2..J only
-                per_round[cadence].append((walls[-1] - walls[0]) / (len(walls) - 1))
+                per_round[cadence].append(per_round_s(read_metrics_lines(result_dir)))
     base = statistics.mean(per_round[0])
     return [
         {

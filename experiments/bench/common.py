@@ -86,10 +86,11 @@ class EngineRun:
     peak_rss_mib: float
     rss_by_round: dict[int, float]
 
-    def per_round_s(self) -> float:
-        """Seconds per round over rounds 2..R (round 1 holds the start-up)."""
-        walls = [float(m["wall_time_s"]) for m in self.metrics]
-        return (walls[-1] - walls[0]) / (len(walls) - 1)
+
+def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
+    """Seconds per round of a run's metrics lines over rounds 2..R (round 1 holds the start-up)."""
+    first, last = (float(metrics[i]["wall_time_s"]) for i in (0, -1))
+    return (last - first) / (len(metrics) - 1)
 
 
 def run_engine(
@@ -250,8 +251,7 @@ def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) ->
     A run's round is the difference of consecutive ``wall_time_s``; "rest" is what the phases
     leave of it.
     """
-    walls = [float(m["wall_time_s"]) for m in metrics]
-    per_round = (walls[-1] - walls[0]) / (len(walls) - 1)
+    per_round = per_round_s(metrics)
     engine = {k: statistics.fmean(float(m.get(k) or 0.0) for m in metrics[1:]) for k in PHASES}
     pairs: list[tuple[str, float, float | None]] = [
         ("seconds per round", per_round, plain.mean("round_s")),

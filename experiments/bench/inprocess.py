@@ -20,6 +20,7 @@ from experiments.bench.common import (
     accuracy_gap,
     checkouts,
     compared,
+    per_round_s,
     progress,
     replay,
     run_engine,
@@ -80,7 +81,7 @@ def main(
                 progress(f"repeat {repeat + 1}/{repeats}: {name}, in-process", "inprocess")
                 overrides = {**settings, "result-dir": str(Path(tmp) / f"{name}-{repeat}")}
                 runs[name] = run_engine(projects[name], overrides, out / f"{name}-{repeat}.log")
-                progress(f"  {runs[name].per_round_s():.4f} s a round", "inprocess")
+                progress(f"  {per_round_s(runs[name].metrics):.4f} s a round", "inprocess")
             metrics = runs["this"].metrics
             plain = replay({**default_run_config(), **settings}, metrics)
             gaps.append(accuracy_gap(metrics, plain.accuracy))
@@ -88,7 +89,7 @@ def main(
             for name, run in runs.items():
                 for row in compared(name, run.metrics, plain):
                     values[(name, row["quantity"])].append((row["engine_s"], row["plain_s"]))
-                startup = run.process_s - run.per_round_s() * (len(run.metrics) - 1)
+                startup = run.process_s - per_round_s(run.metrics) * (len(run.metrics) - 1)
                 values[(name, "start-up (process - rounds 2..R)")].append((startup, None))
     rows = []
     for (name, quantity), pairs in values.items():
