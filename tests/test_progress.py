@@ -8,8 +8,8 @@ from experiments.run.progress import RunProgress, format_duration
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
@@ -52,20 +52,12 @@ def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
         eta_s([], 3)
 
 
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_progress_line_eta_counts_the_rounds_own_time_only(monkeypatch, tmp_path) -> None:
     """A run whose start-up took 830 s and whose rounds take 0.4 s: ETA 19.6 s at round 1 of 50,
     not 842 s x 49 (what the round-1 line used to say: its time held the start-up)."""
     import run_files.results as results
 
-    clock = FakeClock(1000.0)
+    clock = Clock(1000.0)
     monkeypatch.setattr(results.time, "perf_counter", clock)
     writer = results.ResultWriter(tmp_path / "run", 50)
     clock.now += 830.0  # imports, data, SuperLink, Ray, the first evaluation
@@ -84,7 +76,7 @@ def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
 ) -> None:
     import run_files.results as results
 
-    clock = FakeClock(50.0)
+    clock = Clock(50.0)
     monkeypatch.setattr(results.time, "perf_counter", clock)
     writer = results.ResultWriter(tmp_path / "run", 10, elapsed_s=40.0)  # 40 s before
     clock.now += 7.0

@@ -230,33 +230,22 @@ def test_torn_last_line_after_the_checkpoint_is_dropped_on_resume(capsys, copy, 
     assert same_model(torch.load(copy / MODEL_FILE), torch.load(whole / MODEL_FILE))
 
 
-def test_empty_metrics_at_resume_is_a_clear_error_not_a_silent_loss(capsys, copy):
-    (copy / METRICS_FILE).write_text("")  # e.g. a crash during a non-atomic rewrite
+@pytest.mark.parametrize(
+    ("name", "cut", "says"),
+    [  # emptied (a crash during a non-atomic rewrite), its first line cut, the checkpoint cut
+        (METRICS_FILE, lambda _: b"", "metrics.jsonl holds no rounds but the checkpoint is after "),
+        (METRICS_FILE, lambda x: x[:20] + b"\n" + x.splitlines(True)[1], "line 1 is not a metrics"),
+        (CHECKPOINT_FILE, lambda x: x[: len(x) // 3], "checkpoint.pt cannot be read"),
+    ],
+)  # fmt: skip
+def test_a_damaged_folder_is_refused_on_resume_and_left_alone(capsys, copy, name, cut, says):
+    (copy / name).write_bytes(cut((copy / name).read_bytes()))
     before = hashes(copy)
     code, _, err = main_code(
         capsys, **overrides(copy, **{"num-server-rounds": 4, "resume-from": str(copy)})
     )
-    assert code == 2 and len(err) == 1
-    assert "metrics.jsonl holds no rounds but the checkpoint is after round 2" in err[0]
+    assert code == 2 and len(err) == 1 and says in err[0], err
     assert hashes(copy) == before
-
-
-def test_corrupt_line_before_the_checkpoint_round_is_refused(capsys, copy):
-    lines = (copy / METRICS_FILE).read_text().splitlines()
-    (copy / METRICS_FILE).write_text(lines[0][:20] + "\n" + lines[1] + "\n")
-    code, _, err = main_code(
-        capsys, **overrides(copy, **{"num-server-rounds": 4, "resume-from": str(copy)})
-    )
-    assert code == 2 and "metrics.jsonl line 1 is not a metrics line" in err[0]
-
-
-def test_truncated_checkpoint_is_refused_in_one_line(capsys, copy):
-    data = (copy / CHECKPOINT_FILE).read_bytes()
-    (copy / CHECKPOINT_FILE).write_bytes(data[: len(data) // 3])
-    code, _, err = main_code(
-        capsys, **overrides(copy, **{"num-server-rounds": 4, "resume-from": str(copy)})
-    )
-    assert code == 2 and len(err) == 1 and "checkpoint.pt cannot be read" in err[0]
 
 
 def test_killed_between_final_checkpoint_and_model_is_finished_by_resume(capsys, finished, copy):

@@ -254,45 +254,40 @@ def test_a_stopped_preset_prints_the_same_command_which_finishes_every_run(tmp_p
 # What the last line says, from the folder's files alone (no run needed).
 
 
-def folder_with(tmp_path: Path, status: RunStatus | None, *files: str) -> Path:
+def folder_with(tmp_path: Path, status: RunStatus, *files: str) -> Path:
+    """A run folder with ``status`` and ``files`` (``checkpoint.pt``: the one of round 7)."""
     folder = tmp_path / "run"
     folder.mkdir()
-    if status is not None:
-        write_status(folder, status)
+    write_status(folder, status)
     for name in files:
         (folder / name).write_bytes(b"")
+    if "checkpoint.pt" in files:
+        torch.save({"round": 7}, folder / "checkpoint.pt")
     return folder
 
 
-def test_without_a_checkpoint_the_line_says_why_it_cannot_be_resumed(tmp_path):
-    folder = folder_with(tmp_path, RunStatus(RUNNING, 7, 50))
-    assert single_run_line(folder, "RESUME", "AGAIN", 0) == (
-        f"cannot be resumed: {folder} holds no checkpoint (it was started with "
-        "checkpoint-every = 0); to start again in a new folder: AGAIN"
-    )
-    assert single_run_line(folder, "RESUME", "AGAIN", 10) == (
-        f"cannot be resumed: {folder} holds no checkpoint (it stopped before its first "
-        "checkpoint); to start again in a new folder: AGAIN"
-    )
+NEW_FOLDER = "; to start again in a new folder: AGAIN"
 
 
-def test_a_completed_or_fully_run_folder_has_nothing_to_continue(tmp_path):
-    done = folder_with(tmp_path, RunStatus(COMPLETED, 50, 50), "checkpoint.pt", "model.pt")
-    assert single_run_line(done, "RESUME", "AGAIN", 1) == (
-        f"nothing to continue: the run completed; results in {done}"
-    )
-    write_status(done, RunStatus(FAILED, 50, 50, reason="no device uploaded"))
-    assert single_run_line(done, "RESUME", "AGAIN", 1) == (
-        f"nothing to continue: all 50 rounds ran; results in {done}"
-    )
-
-
-def test_the_round_of_the_checkpoint_is_named(tmp_path):
-    folder = folder_with(tmp_path, RunStatus(RUNNING, 8, 50))
-    torch.save({"round": 7}, folder / "checkpoint.pt")  # round 8's checkpoint never written
-    assert single_run_line(folder, "RESUME", "AGAIN", 1) == (
-        "to continue after round 7 of 50: RESUME"
-    )
+@pytest.mark.parametrize(
+    ("status", "files", "every", "says"),
+    [
+        (RunStatus(RUNNING, 7, 50), (), 0, "cannot be resumed: {} holds no checkpoint (it was "
+         "started with checkpoint-every = 0)" + NEW_FOLDER),
+        (RunStatus(RUNNING, 7, 50), (), 10, "cannot be resumed: {} holds no checkpoint (it "
+         "stopped before its first checkpoint)" + NEW_FOLDER),
+        (RunStatus(COMPLETED, 50, 50), ("checkpoint.pt", "model.pt"), 1,
+         "nothing to continue: the run completed; results in {}"),
+        (RunStatus(FAILED, 50, 50, reason="no device uploaded"), ("checkpoint.pt", "model.pt"), 1,
+         "nothing to continue: all 50 rounds ran; results in {}"),
+        # round 8's checkpoint never written: the checkpoint's own round is named
+        (RunStatus(RUNNING, 8, 50), ("checkpoint.pt",), 1, "to continue after round 7 of 50: "
+         "RESUME"),
+    ],
+)  # fmt: skip
+def test_the_last_line_from_the_folders_files(tmp_path, status, files, every, says):
+    folder = folder_with(tmp_path, status, *files)
+    assert single_run_line(folder, "RESUME", "AGAIN", every) == says.format(folder)
 
 
 def run_context(argv: list[str]) -> click.Context:

@@ -1,9 +1,6 @@
-"""What a checkpoint costs: the write per built-in model, and the paper cell's seconds per round.
+"""``fedcgd bench checkpoint``: a checkpoint's write per built-in model and its cost per round.
 
-``fedcgd bench checkpoint`` writes ``checkpoint_writes.csv`` and ``checkpoint_runs.csv``
-(``checkpoint-every`` = 0, 1, 5, 10 interleaved, on the paper cell of the MNIST-1D presets at
-τ = 1: :data:`RUN_SETTING`); the numbers are in docs/performance.md,
-"Checkpoints and result files".
+What it measures: docs/performance.md, "Checkpoints and result files".
 """
 
 from __future__ import annotations
@@ -14,11 +11,14 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
+import typer
 
-from experiments.bench.common import write_table
+from experiments.bench.common import per_round_s, write_table
 from experiments.bench.inprocess import SETTING
+from experiments.cli.options import bench
 
 #: (model, data set, input shape, classes, writes timed).
 MODELS = (
@@ -91,9 +91,7 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
                 }
                 with contextlib.redirect_stdout(io.StringIO()):  # the run's progress lines
                     run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
-                walls = [m["wall_time_s"] for m in read_metrics_lines(result_dir)]
-                # round 1 holds the start (data, model): rounds 2..J only
-                per_round[cadence].append((walls[-1] - walls[0]) / (len(walls) - 1))
+                per_round[cadence].append(per_round_s(read_metrics_lines(result_dir)))
     base = statistics.mean(per_round[0])
     return [
         {
@@ -107,8 +105,13 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     ]
 
 
-def main(out: Path, repeats: int = 3, rounds: int = 50) -> int:
-    """``fedcgd bench checkpoint``: time the writes and the runs; write two tables to ``out``."""
+@bench.command("checkpoint")
+def main(
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,
+    out: Path = Path("results/bench_checkpoint"),
+) -> int:
+    """What a checkpoint costs: each model's write, the paper cell's rounds at each cadence."""
     write_table(out, time_writes(), None, "checkpoint_writes")
-    write_table(out, time_runs(repeats, max(rounds, 2)), None, "checkpoint_runs")
+    write_table(out, time_runs(repeats, rounds), None, "checkpoint_runs")
     return 0

@@ -1,9 +1,4 @@
-"""What the run benchmarks share: the engine as a process, a run's rounds replayed bare, tables.
-
-:func:`replay` redoes a run's rounds in this process with the product's own round functions
-(the ServerApp's set-up and evaluation, the device's σ̂ and τ SGD steps, FedAvg), without
-messages, validation or files; :func:`compared` sets a run's phases beside the replay's.
-"""
+"""What the run benchmarks share: the engine as a process, a run's rounds replayed bare, tables."""
 
 from __future__ import annotations
 
@@ -18,9 +13,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
 
 from experiments.analysis.tables import write_csv
 from experiments.run.run_config import format_run_config
@@ -36,6 +32,14 @@ ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
     ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
 )
+#: ``--rounds`` and ``--seed`` of the round benchmarks.
+Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
+Seed = Annotated[int, typer.Option(help="run seed")]
+#: ``--compare-with`` of the in-process benchmarks.
+Checkout = Annotated[
+    Path | None,
+    typer.Option(help="another checkout (e.g. a git worktree), timed too"),
+]
 #: This checkout.
 THIS = Path(__file__).resolve().parents[2]
 
@@ -82,10 +86,11 @@ class EngineRun:
     peak_rss_mib: float
     rss_by_round: dict[int, float]
 
-    def per_round_s(self) -> float:
-        """Seconds per round over rounds 2..R (round 1 holds the start-up)."""
-        walls = [float(m["wall_time_s"]) for m in self.metrics]
-        return (walls[-1] - walls[0]) / (len(walls) - 1)
+
+def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
+    """Seconds per round of a run's metrics lines over rounds 2..R (round 1 holds the start-up)."""
+    first, last = (float(metrics[i]["wall_time_s"]) for i in (0, -1))
+    return (last - first) / (len(metrics) - 1)
 
 
 def run_engine(
@@ -246,8 +251,7 @@ def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) ->
     A run's round is the difference of consecutive ``wall_time_s``; "rest" is what the phases
     leave of it.
     """
-    walls = [float(m["wall_time_s"]) for m in metrics]
-    per_round = (walls[-1] - walls[0]) / (len(walls) - 1)
+    per_round = per_round_s(metrics)
     engine = {k: statistics.fmean(float(m.get(k) or 0.0) for m in metrics[1:]) for k in PHASES}
     pairs: list[tuple[str, float, float | None]] = [
         ("seconds per round", per_round, plain.mean("round_s")),

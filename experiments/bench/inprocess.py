@@ -1,10 +1,6 @@
-"""In-process round benchmark (``fedcgd bench inprocess``): the engine against its arithmetic alone.
+"""``fedcgd bench inprocess``: the in-process engine against its arithmetic in a bare loop.
 
-Runs ``fedcgd inprocess`` ``--repeats`` times (alternating with ``--compare-with`` another
-checkout) and replays each of this checkout's runs bare (:func:`experiments.bench.common.replay`)
-on MNIST-1D (:data:`SETTING`); prints the medians over the repeats of each phase's seconds per
-round (rounds 2..R) both ways and the start-up, and checks that the replay reaches the run's
-accuracy every round. See docs/performance.md.
+What it measures: docs/performance.md, "A round in-process against its arithmetic".
 """
 
 from __future__ import annotations
@@ -12,20 +8,26 @@ from __future__ import annotations
 import statistics
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from experiments.bench.common import (
+    Checkout,
+    Rounds,
+    Seed,
     accuracy_gap,
     checkouts,
     compared,
+    per_round_s,
     progress,
     replay,
     run_engine,
     with_ratio,
     write_table,
 )
+from experiments.cli.options import bench
 from fedcgd_task.datasets import load_test_set, load_train_set
 from fedcgd_task.settings import TaskSettings, default_run_config
 
@@ -41,34 +43,30 @@ SETTING: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class Options:
-    """The options of ``fedcgd bench inprocess`` (their defaults are the command's)."""
-
-    rounds: int
-    seed: int
-    out: Path
-    repeats: int
-    local_steps: int
-    policy: str
-    deadline_s: float
-    compare_with: Path | None
-
-
-def main(args: Options) -> int:
-    """Run the benchmark; return the exit code (0 on success, 2 for a bad ``--compare-with``)."""
-    projects = checkouts(args.compare_with)
+@bench.command("inprocess")
+def main(
+    rounds: Rounds = 20,
+    seed: Seed = 0,
+    out: Path = Path("results/bench-inprocess"),
+    repeats: Annotated[int, typer.Option(min=1, help="runs per checkout")] = 3,
+    local_steps: Annotated[int, typer.Option(help="tau")] = 5,
+    policy: str = "fedcgd-fscd",
+    deadline_s: Annotated[float, typer.Option(help="channel.deadline-s")] = 0.02,
+    compare_with: Checkout = None,
+) -> int:
+    """Seconds per round: the in-process engine against its arithmetic in a bare loop."""
+    projects = checkouts(compare_with)
     if projects is None:
         return 2
-    out = args.out.resolve()
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     settings = {
         **SETTING,
-        "num-server-rounds": args.rounds,
-        "local-steps": args.local_steps,
-        "policy": args.policy,
-        "channel.deadline-s": args.deadline_s,
-        "seed": args.seed,
+        "num-server-rounds": rounds,
+        "local-steps": local_steps,
+        "policy": policy,
+        "channel.deadline-s": deadline_s,
+        "seed": seed,
     }
     values: dict[tuple[str, str], list[tuple[float, float | None]]] = defaultdict(list)
     gaps = []
@@ -76,14 +74,14 @@ def main(args: Options) -> int:
         settings["data-dir"] = str(Path(tmp) / "data")
         task = TaskSettings.from_run_config({**default_run_config(), **settings})
         load_train_set(task), load_test_set(task)  # generated before the clocks start
-        for repeat in range(args.repeats):
+        for repeat in range(repeats):
             order = list(projects) if repeat % 2 == 0 else list(reversed(projects))
             runs = {}
             for name in order:
-                progress(f"repeat {repeat + 1}/{args.repeats}: {name}, in-process", "inprocess")
+                progress(f"repeat {repeat + 1}/{repeats}: {name}, in-process", "inprocess")
                 overrides = {**settings, "result-dir": str(Path(tmp) / f"{name}-{repeat}")}
                 runs[name] = run_engine(projects[name], overrides, out / f"{name}-{repeat}.log")
-                progress(f"  {runs[name].per_round_s():.4f} s a round", "inprocess")
+                progress(f"  {per_round_s(runs[name].metrics):.4f} s a round", "inprocess")
             metrics = runs["this"].metrics
             plain = replay({**default_run_config(), **settings}, metrics)
             gaps.append(accuracy_gap(metrics, plain.accuracy))
@@ -91,7 +89,7 @@ def main(args: Options) -> int:
             for name, run in runs.items():
                 for row in compared(name, run.metrics, plain):
                     values[(name, row["quantity"])].append((row["engine_s"], row["plain_s"]))
-                startup = run.process_s - run.per_round_s() * (len(run.metrics) - 1)
+                startup = run.process_s - per_round_s(run.metrics) * (len(run.metrics) - 1)
                 values[(name, "start-up (process - rounds 2..R)")].append((startup, None))
     rows = []
     for (name, quantity), pairs in values.items():
@@ -101,11 +99,9 @@ def main(args: Options) -> int:
         rows.append(with_ratio({"group": name, "quantity": quantity, "engine_s": engine_s,
                                 "plain_s": bare}))  # fmt: skip
     print(
-        f"\nMedians over {args.repeats} run(s) of rounds 2..{args.rounds}, tau = "
-        f"{args.local_steps}, {args.policy}; largest accuracy difference to the bare replay "
+        f"\nMedians over {repeats} run(s) of rounds 2..{rounds}, tau = "
+        f"{local_steps}, {policy}; largest accuracy difference to the bare replay "
         f"{max(gaps):.3g}.\n"
     )
-    write_table(
-        out, rows, {**settings, "repeats": args.repeats, "max_accuracy_gap": max(gaps)}, "table"
-    )
+    write_table(out, rows, {**settings, "repeats": repeats, "max_accuracy_gap": max(gaps)}, "table")
     return 0

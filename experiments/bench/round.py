@@ -1,10 +1,6 @@
-"""Round benchmark (``fedcgd bench round``): ``flwr run`` against the same rounds in one process.
+"""``fedcgd bench round``: ``flwr run`` against the same rounds in one plain process.
 
-Runs the paper's CIFAR-10 setting on random CIFAR-shaped files with ``flwr run`` for each
-policy of ``--policies``, replays the rounds in this process
-(:func:`experiments.bench.common.replay`, ``--threads`` intra-op threads; under load
-``--threads 1`` is the robust baseline), and prints seconds per round of both without round 1
-and the phases. The replay must reach the run's accuracy every round. See docs/performance.md.
+What it measures: docs/performance.md, "A round against its compute".
 """
 
 from __future__ import annotations
@@ -14,13 +10,22 @@ import os
 import pickle
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
 
-from experiments.bench.common import accuracy_gap, compared, progress, replay, write_table
+from experiments.bench.common import (
+    Rounds,
+    Seed,
+    accuracy_gap,
+    compared,
+    progress,
+    replay,
+    write_table,
+)
+from experiments.cli.options import bench
 from experiments.paper.settings import PAPER_CIFAR10
 from experiments.run.flwr_run import run_flwr
 from fedcgd_task.settings import default_run_config
@@ -46,38 +51,34 @@ def write_random_cifar10(root: Path, seed: int) -> None:
         (folder / name).write_bytes(pickle.dumps(entry))
 
 
-@dataclass(frozen=True)
-class Options:
-    """The options of ``fedcgd bench round`` (their defaults are the command's)."""
-
-    rounds: int
-    seed: int
-    out: Path
-    threads: int
-    policies: str
-
-
-def main(args: Options) -> int:
-    """Run the benchmark; return the exit code (0 on success)."""
-    out = args.out.resolve()
+@bench.command("round")
+def main(
+    policies: str = "fedcgd-fscd,bc",
+    rounds: Rounds = 5,
+    threads: Annotated[int, typer.Option(min=1, help="torch threads of the plain process")] = 2,
+    seed: Seed = 0,
+    out: Path = Path("results/bench_round"),
+) -> int:
+    """Seconds per round: flwr run against the same computation in one plain process."""
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     gaps: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-round-") as folder:
         tmp = Path(folder)
         progress(f"writing random CIFAR-10 files to {tmp / 'data'}", "bench_round")
-        write_random_cifar10(tmp / "data", args.seed)
-        for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
+        write_random_cifar10(tmp / "data", seed)
+        for policy in [p.strip() for p in policies.split(",") if p.strip()]:
             overrides = {
                 **PAPER_CIFAR10,
                 "eval-every": 1,  # the central evaluation timed in each round
                 "data-dir": str(tmp / "data"),
                 "result-dir": str(tmp / policy),
-                "num-server-rounds": args.rounds,
+                "num-server-rounds": rounds,
                 "policy": policy,
-                "seed": args.seed,
+                "seed": seed,
             }
-            progress(f"{policy}: flwr run, {args.rounds} rounds", "bench_round")
+            progress(f"{policy}: flwr run, {rounds} rounds", "bench_round")
             started = time.perf_counter()
             with open(out / f"flwr-{policy}.log", "w") as log, contextlib.redirect_stdout(log):
                 proc = run_flwr(
@@ -88,12 +89,12 @@ def main(args: Options) -> int:
                 )
             total_s = time.perf_counter() - started
             metrics = read_metrics_lines(tmp / policy) if proc.returncode == 0 else []
-            if len(metrics) != args.rounds:
+            if len(metrics) != rounds:
                 tail = "".join(proc.stdout.splitlines(keepends=True)[-40:])
                 progress(f"{policy}: flwr run failed ({proc.returncode}):\n{tail}", "bench_round")
                 return proc.returncode or 1
-            progress(f"{policy}: replay ({args.threads} torch thread(s))", "bench_round")
-            plain = replay({**default_run_config(), **overrides}, metrics, args.threads)
+            progress(f"{policy}: replay ({threads} torch thread(s))", "bench_round")
+            plain = replay({**default_run_config(), **overrides}, metrics, threads)
             gaps[policy] = accuracy_gap(metrics, plain.accuracy)
             rows += compared(policy, metrics, plain)
             whole = plain.setup_s + sum(plain.round_s)
@@ -101,10 +102,10 @@ def main(args: Options) -> int:
                 {"group": policy, "quantity": "whole run", "engine_s": total_s, "plain_s": whole}
             )
     print(
-        f"\nMeans over rounds 2..{args.rounds}, seed {args.seed}; flwr: {CPUS_PER_CLIENT} CPU "
+        f"\nMeans over rounds 2..{rounds}, seed {seed}; flwr: {CPUS_PER_CLIENT} CPU "
         f"and 1 torch thread per ClientApp on {os.cpu_count()} cores; plain: one process, "
-        f"{args.threads} torch thread(s); largest accuracy difference {gaps}.\n"
+        f"{threads} torch thread(s); largest accuracy difference {gaps}.\n"
     )
-    settings = {**PAPER_CIFAR10, "rounds": args.rounds, "seed": args.seed, "threads": args.threads}
+    settings = {**PAPER_CIFAR10, "rounds": rounds, "seed": seed, "threads": threads}
     write_table(out, rows, {**settings, "max_accuracy_gap": gaps}, "table")
     return 0

@@ -1,57 +1,56 @@
-"""Rounds at scale in-process (``fedcgd bench scale``): seconds per phase and memory at V devices.
+"""``fedcgd bench scale``: in-process rounds at V devices, seconds per phase and memory.
 
-One ``fedcgd inprocess`` process per V of ``--devices`` (and per ``--per-device`` /
-``--compare-with`` variant) on generated MNIST-1D; medians of rounds 2..R of each phase, peak
-resident memory and memory after round 2 and at the end (docs/performance.md, "At scale").
+What it measures: docs/performance.md, "At scale".
 """
 
 from __future__ import annotations
 
 import itertools
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from experiments.bench.common import checkouts, progress, run_engine, write_table
+import typer
+
+from experiments.bench.common import Checkout, checkouts, progress, run_engine, write_table
+from experiments.cli.options import bench, numbers
 
 #: Phases read from each round's metrics line.
 PHASES = ("query_s", "schedule_s", "train_phase_s", "eval_s")
 
 
-@dataclass(frozen=True)
-class Options:
-    """The options of ``fedcgd bench scale`` (their defaults are the command's)."""
-
-    devices: list[int]
-    rounds: int
-    samples: int
-    per_device: bool
-    compare_with: Path | None
-    out: Path
-
-
-def main(args: Options) -> int:
-    """Run the benchmark; return the exit code (0 on success, 2 for a bad ``--compare-with``)."""
-    projects = checkouts(args.compare_with)
+@bench.command("scale")
+def main(
+    devices: Annotated[str, typer.Option(help="values of V")] = "1000,10000",
+    rounds: Annotated[
+        int, typer.Option(min=3, help="rounds per run (>= 3: rounds 2..R are timed)")
+    ] = 4,
+    samples: Annotated[int, typer.Option(help="mnist1d-samples")] = 200_000,
+    per_device: Annotated[bool, typer.Option("--per-device", help="also time cohorts off")] = False,
+    compare_with: Checkout = None,
+    out: Path = Path("results/bench-scale"),
+) -> int:
+    """In-process rounds at scale: seconds per phase and memory."""
+    sizes = numbers(devices, int, "--devices")
+    projects = checkouts(compare_with)
     if projects is None:
         return 2
     variants: list[tuple[str, Path, tuple[str, ...]]] = [("cohorts", projects["this"], ())]
-    if args.per_device:
+    if per_device:
         variants.append(("per device", projects["this"], ("--per-device",)))
     if "other" in projects:
         variants.append(("other checkout", projects["other"], ()))
-    out = args.out.resolve()
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
-    for v in args.devices:
+    for v in sizes:
         for name, project, extra in variants:
             folder = f"V{v}-{name.replace(' ', '-')}-{len(rows)}"
             overrides = {
                 "dataset": "mnist1d",
-                "mnist1d-samples": args.samples,
+                "mnist1d-samples": samples,
                 "num-devices": v,
-                "num-server-rounds": args.rounds,
+                "num-server-rounds": rounds,
                 "data-dir": str(out / "data"),
                 "result-dir": str(out / folder),
             }
@@ -73,5 +72,5 @@ def main(args: Options) -> int:
                     else None,
                 }
             )
-    write_table(out, rows, {"rounds": args.rounds, "samples": args.samples}, "table")
+    write_table(out, rows, {"rounds": rounds, "samples": samples}, "table")
     return 0

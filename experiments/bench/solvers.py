@@ -1,12 +1,7 @@
-"""The P1 solvers timed: ``fedcgd bench solvers`` (each method per V) and ``bench fscd-scale``.
+"""``fedcgd bench solvers`` and ``bench fscd-scale``: the P1 solvers timed per V.
 
-Instances of :mod:`experiments.paper.solver_performance`: ``solvers`` with α = 1,
-σ / (√b G) = 1 and the exact solver's MILPs under ``--milp-time-limit-s`` (docs/evidence.md, "The
-paper's solver figure"); ``fscd-scale`` FSCD alone on Table I cells of 1,000s of candidates,
-α = 0.1 (docs/performance.md, "FSCD at scale"). Wall and process CPU seconds per instance
-(``runs.csv``), medians per V and method (``summary.csv``). That each solver decides as its
-slow oracle does (loop versions, the dense FSCD, brute force) is tested against
-tests/reference_solvers.py.
+What they measure: docs/evidence.md, "The paper's solver figure and the speed benchmark", and
+docs/performance.md, "FSCD at scale"; each solver against its oracle: tests/reference_solvers.py.
 """
 
 from __future__ import annotations
@@ -14,16 +9,43 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
+import typer
 
 from experiments.analysis.tables import write_csv
 from experiments.bench.common import write_table
-from experiments.paper.solver_performance import instance_problem, make_instance
-from fedcgd_strategy import solve
+from experiments.cli.options import bench, numbers
 
 
+@bench.command("solvers")
 def main(
+    out: Path = Path("results/bench_solvers"),
+    instances: Annotated[int, typer.Option(min=1)] = 3,
+    seed: int = 0,
+    num_devices: str = "16,32,64,128",
+    milp_time_limit_s: float = 0.5,
+) -> int:
+    """Time the P1 solvers (GS, FSCD, CD, exact) per number of candidates."""
+    sizes = numbers(num_devices, int, "--num-devices")
+    return time_solvers(out, sizes, instances, seed, milp_time_limit_s=milp_time_limit_s)
+
+
+@bench.command("fscd-scale")
+def fscd_scale(
+    out: Path = Path("results/bench_fscd_scale"),
+    num_devices: str = "1000,3000",
+    instances: Annotated[int, typer.Option(min=1)] = 5,
+    seed: int = 0,
+    ratio: Annotated[float, typer.Option(help="sigma / (sqrt(b) G)")] = 1.0,
+) -> int:
+    """Time FSCD at 1,000s of candidate devices."""
+    sizes = numbers(num_devices, int, "--num-devices")
+    return time_solvers(out, sizes, instances, seed, methods=("fscd",), alpha=0.1, ratio=ratio)
+
+
+def time_solvers(
     out: Path,
     num_devices: list[int],
     instances: int,
@@ -40,6 +62,9 @@ def main(
     random start from ``[seed, V, instance, 8]``; an exact solve counts as proven when its lower
     bound meets its objective.
     """
+    from experiments.paper.solver_performance import instance_problem, make_instance
+    from fedcgd_strategy import solve
+
     runs: list[dict[str, object]] = []
     summary: list[dict[str, object]] = []
     for size in num_devices:

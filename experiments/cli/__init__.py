@@ -1,8 +1,9 @@
 """``fedcgd``: the project's command-line tool (the console script of pyproject.toml).
 
-One Typer app with a subcommand for each thing users do (``fedcgd --help``); each declares its
-options here and calls the function that does the work. Exit codes: 0 done, 1 failed, 2 refused
-before the start (one line ``error: ...``), 130 / 143 stopped by SIGINT / SIGTERM.
+One Typer app (:mod:`experiments.cli.options`) with a subcommand for each thing users do
+(``fedcgd --help``); each registers itself where it is defined and calls the function that does
+the work. Exit codes: 0 done, 1 failed, 2 refused before the start (one line ``error: ...``),
+130 / 143 stopped by SIGINT / SIGTERM.
 :func:`main` is the console script; :func:`invoke` runs a command line in this process (tests).
 """
 
@@ -14,43 +15,10 @@ from collections.abc import Sequence
 import click
 import typer
 
-from experiments.cli import measure, runs, tools
-
-app = typer.Typer(
-    name="fedcgd",
-    help="FedCGD on Flower: runs, comparisons, paper presets, figures and benchmarks.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.command("run")(runs.run_command)
-app.command("inprocess")(runs.inprocess_command)
-app.command("compare")(runs.compare_command)
-app.command("reproduce", context_settings={"ignore_unknown_options": True})(runs.reproduce_command)
-app.command("plot")(runs.plot_command)
-app.command("runs")(runs.runs_command)
-app.command("indicator")(runs.indicator_command)
-app.command("certificates")(tools.certificates_command)
-app.command("channel-report")(tools.channel_report_command)
-app.command("settings")(tools.settings_command)
-
-paper = typer.Typer(
-    help="The paper's figures and tables that need no training.", no_args_is_help=True
-)
-paper.command("solver-performance")(measure.solver_performance_command)
-paper.command("schedule-table")(measure.schedule_table_command)
-app.add_typer(paper, name="paper")
-
-bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=True)
-bench.command("solvers")(measure.bench_solvers_command)
-bench.command("fscd-scale")(measure.bench_fscd_scale_command)
-bench.command("scale")(measure.bench_scale_command)
-bench.command("checkpoint")(measure.bench_checkpoint_command)
-bench.command("inprocess")(measure.bench_inprocess_command)
-bench.command("round")(measure.bench_round_command)
-bench.command("client")(measure.bench_client_command)
-app.add_typer(bench, name="bench")
+# the modules whose commands register themselves (imported for that)
+from experiments.bench import checkpoint, inprocess, round, scale, solvers  # noqa: F401
+from experiments.cli import runs, tools  # noqa: F401
+from experiments.cli.options import app
 
 
 def _one_line(err: click.ClickException) -> str:

@@ -1,4 +1,6 @@
-"""What the ``fedcgd`` commands share: checked path options, one-line refusals, given options.
+"""What the ``fedcgd`` commands share: the Typer apps, checked paths, one-line refusals, options.
+
+Each command registers itself where it is defined (``@app.command("run")``, ``@bench.command``).
 
 :func:`given_options` reads back, from click's public parameters, the options a command was
 given: the command a stopped run ends with repeats them
@@ -50,6 +52,21 @@ def choice_option(choices: Sequence[str], help: str) -> Any:
     """A ``typer.Option`` that takes one of ``choices``."""
     return typer.Option(click_type=click.Choice(list(choices)), help=help)
 
+
+app = typer.Typer(
+    name="fedcgd",
+    help="FedCGD on Flower: runs, comparisons, paper presets, figures and benchmarks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+paper = typer.Typer(
+    help="The paper's figures and tables that need no training.", no_args_is_help=True
+)
+bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=True)
+app.add_typer(paper, name="paper")
+app.add_typer(bench, name="bench")
 
 #: ``--out`` of a single run by default: the project's ``results/``.
 DEFAULT_RESULTS = PROJECT_DIR / "results"

@@ -16,6 +16,7 @@ from experiments.cli.options import (
     DEFAULT_RESULTS,
     OUT_HELP,
     RUN_CONFIG_HELP,
+    app,
     done,
     given_options,
     path_option,
@@ -26,6 +27,7 @@ from experiments.cli.options import (
 from experiments.run.resume_command import fedcgd_command
 
 
+@app.command("run")
 def run_command(
     ctx: typer.Context,
     run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
@@ -100,6 +102,7 @@ def run_command(
     done(launcher.main(launcher.LaunchOptions(**params), started_as(ctx)))
 
 
+@app.command("inprocess")
 def inprocess_command(
     ctx: typer.Context,
     run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
@@ -129,6 +132,7 @@ def inprocess_command(
 ENGINE_CHOICE = click.Choice(["simulation", "deployment", "inprocess"])
 
 
+@app.command("compare")
 def compare_command(
     ctx: typer.Context,
     policies: Annotated[
@@ -186,6 +190,7 @@ def compare_command(
     done(compare.main(compare.CompareOptions(**ctx.params), command))
 
 
+@app.command("reproduce", context_settings={"ignore_unknown_options": True})
 def reproduce_command(
     overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...")] = None,
 ) -> None:
@@ -199,6 +204,7 @@ def reproduce_command(
     done(reproduce.main(list(overrides or [])))
 
 
+@app.command("plot")
 def plot_command(
     result_dirs: Annotated[list[Path], typer.Argument(help="result folders of runs")],
     out: Annotated[Path, typer.Option(help="the figure (PNG)")] = Path("results/curves.png"),
@@ -220,6 +226,7 @@ def plot_command(
     done(plot_runs.main(result_dirs, out, mean, bands))
 
 
+@app.command("indicator")
 def indicator_command(
     folders: Annotated[
         list[Path], typer.Argument(help="folders of comparisons or presets (their runs.csv)")
@@ -249,6 +256,7 @@ def indicator_command(
     print(f"wrote {out / 'indicator.csv'} and {out / 'indicator_test.csv'}")
 
 
+@app.command("runs")
 def runs_command(
     folder: Annotated[
         Path,

@@ -1,4 +1,4 @@
-"""The ``fedcgd`` tools around runs: ``certificates``, ``channel-report``, ``settings``."""
+"""The ``fedcgd`` commands other than runs: tools, paper figures without training, benchmarks."""
 
 from __future__ import annotations
 
@@ -7,10 +7,21 @@ from typing import Annotated
 
 import typer
 
-from experiments.cli.options import choice_option, done, not_none, path_option, refuse
-from fedcgd_task.schema import PATHLOSS_MODELS
+from experiments.cli.options import (
+    app,
+    bench,
+    choice_option,
+    done,
+    not_none,
+    numbers,
+    paper,
+    path_option,
+    refuse,
+)
+from fedcgd_task.schema import PACK_RULES, PATHLOSS_MODELS
 
 
+@app.command("certificates")
 def certificates_command(
     out: Annotated[Path, path_option("--out", help="folder for the set")] = Path("certificates"),
     supernodes: Annotated[int, typer.Option(help="SuperNode key pairs")] = 4,
@@ -25,6 +36,7 @@ def certificates_command(
     done(certificates.main(out, supernodes, host or ()))
 
 
+@app.command("channel-report")
 def channel_report_command(
     out: Annotated[Path, typer.Option(help="output folder")],
     num_devices: Annotated[int | None, typer.Option(help="V (default 64)")] = None,
@@ -69,6 +81,7 @@ def channel_report_command(
     print(f"wrote {out / 'summary.json'} and {out / 'channel.png'}")
 
 
+@app.command("settings")
 def settings_command(
     keys: Annotated[
         list[str] | None, typer.Argument(help="keys to explain in full (default: every key)")
@@ -100,3 +113,101 @@ def settings_command(
         typer.echo(f"{key} = {toml_text(setting.default)}")
         typer.echo(f"  allowed: {setting.allowed()}")
         typer.echo(f"  {meaning(setting)}")
+
+
+@paper.command("solver-performance")
+def solver_performance_command(
+    out: Path = Path("results/solver_performance"),
+    instances: Annotated[int, typer.Option(min=1, help="instances per (V, alpha)")] = 1,
+    seed: int = 0,
+    num_devices: Annotated[str, typer.Option(help="values of V")] = ("16,24,32,40,48,56,64"),
+    alphas: Annotated[str, typer.Option(help="Dirichlet alphas")] = "0.1,1,10",
+    ratios: Annotated[str, typer.Option(help="values of sigma / (sqrt(b) G)")] = "0.1,0.3,1,3,10",
+    milp_time_limit_s: Annotated[
+        float,
+        typer.Option(help="time limit per MILP of the exact solver (<= 0: none)"),
+    ] = 0.2,
+    docs_png: Annotated[
+        str,
+        typer.Option(
+            help="also write the figure here (e.g. docs/img/solver_performance.png to refresh "
+            "the copy in docs/evidence.md); default: only under --out",
+        ),
+    ] = "",
+) -> None:
+    """The paper's figure "Performance of proposed algorithms": P1 solvers' iterations, error."""
+    from experiments.paper import solver_performance
+
+    sizes = numbers(num_devices, int, "--num-devices")
+    values = numbers(alphas, float, "--alphas"), numbers(ratios, float, "--ratios")
+    done(solver_performance.main(out, instances, seed, sizes, *values, milp_time_limit_s, docs_png))
+
+
+@paper.command("schedule-table")
+def schedule_table_command(
+    ctx: typer.Context,
+    drops: Annotated[int | None, typer.Option(help="drops (seeds); default 20")] = None,
+    rounds: Annotated[int | None, typer.Option(help="rounds per drop; default 50")] = None,
+    seed: Annotated[int | None, typer.Option(help="base seed; default 0")] = None,
+    sigma_over_sqrt_b_g: Annotated[
+        float | None,
+        typer.Option(
+            help="FedCGD's sigma-hat / (sqrt(b) G-hat), fixed (no training here); default 1",
+        ),
+    ] = None,
+    poc_candidates: Annotated[
+        int | None,
+        typer.Option(help="POC's V' (0 = all available, the default)"),
+    ] = None,
+    fit_poc: Annotated[
+        bool,
+        typer.Option(
+            "--fit-poc", help="scan V' = 1..--fit-max, pick the one nearest the paper's 13.71"
+        ),
+    ] = False,
+    fit_max: Annotated[int, typer.Option(min=1, help="largest V' of --fit-poc")] = 30,
+    label_dist: Annotated[
+        str | None,
+        choice_option(
+            ("batch", "local"),
+            "p_v: histogram of the round's tau*b labels (batch, the default), or the shard",
+        ),
+    ] = None,
+    num_devices: Annotated[int | None, typer.Option(help="V (default: the paper's)")] = None,
+    local_steps: Annotated[int | None, typer.Option(help="tau (default: the paper's)")] = None,
+    pack_rule: Annotated[str | None, choice_option(PACK_RULES, "best effort (stop)")] = None,
+    policies: Annotated[
+        str | None,
+        typer.Option(help="comma-separated policies (Table II's by default)"),
+    ] = None,
+    out: Path = Path("results/schedule_table"),
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress on stderr")] = False,
+) -> None:
+    """The paper's Table II: scheduled number and WEMD of each policy, without training."""
+    from dataclasses import fields
+
+    from experiments.paper import schedule_table
+    from experiments.paper.schedule_simulation import TableSettings
+
+    names = {f.name for f in fields(TableSettings)}
+    try:
+        settings = TableSettings(**not_none({k: ctx.params[k] for k in names & set(ctx.params)}))
+    except ValueError as err:
+        refuse(str(err))
+    text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)
+    fit = fit_max if fit_poc else None
+    done(schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet))
+
+
+@bench.command("client")
+def bench_client_command(
+    repeats: Annotated[int, typer.Option(min=1, help="timed calls after warm-up")] = 10,
+    vmap_repeats: Annotated[
+        int, typer.Option(min=1, help="timed calls of the slow vmap sigma-hat")
+    ] = 3,
+    threads: Annotated[int, typer.Option(min=1, help="torch intra-op threads")] = 1,
+) -> None:
+    """The ClientApp's handlers and sigma-hat against one SGD step."""
+    from client_app import benchmark
+
+    done(benchmark.main(repeats, vmap_repeats, threads))

@@ -23,8 +23,7 @@ from experiments.compare.plans import (
     refuse_stale_runs,
 )
 from experiments.compare.results import same_schedule_lines, summarise, write_comparison
-from experiments.run.flwr_output import strip_ansi
-from experiments.run.flwr_run import run_flwr
+from experiments.run.flwr_run import run_flwr, strip_ansi
 from experiments.run.outcome import run_outcome
 from experiments.run.progress import RunProgress, format_duration
 from experiments.run.ray_runs import RaySettings, run_tasks

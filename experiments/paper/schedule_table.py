@@ -1,10 +1,6 @@
-"""Table II's "scheduled number" and "WEMD" columns from labels and the channel alone.
+"""``fedcgd paper schedule-table``: Table II's scheduled number and WEMD without training.
 
-``fedcgd paper schedule-table``: every policy is built and called as the Flower strategy calls
-it, on the same drops and draws, without images or training (docs/evidence.md, "Table II without
-CIFAR or a GPU"); the simulation is :mod:`experiments.paper.schedule_simulation`. Prints the
-table beside the paper's and writes ``table.csv`` and ``table.png`` (with ``--fit-poc`` also
-``poc_fit.csv`` and ``poc_fit.png``).
+How: docs/evidence.md, "Table II without CIFAR or a GPU".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The P1 solvers' performance: the paper's Section V-B figure "Performance of proposed algorithms".
+"""The paper's Section V-B figure "Performance of proposed algorithms" (P1 solvers).
 
-GS, FSCD and CD against the exact solver on random instances per V, α and σ / (√b G): average
-iterations and relative error (docs/evidence.md, "The paper's solver figure"). A MILP capped by
-``--milp-time-limit-s`` gives the best schedule found and a proven lower bound
-(``opt_proven``, ``rel_error_upper``).
+How: docs/evidence.md, "The paper's solver figure and the speed benchmark".
 """
 
 from __future__ import annotations
@@ -11,7 +8,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -217,8 +213,8 @@ def plot(
         for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):
             x, y = curve(method, ratio, "mean_rel_error", 100)
             ax_err.plot(x, y, linestyle=style, color=color, alpha=0.6, linewidth=1)
-    for ratio, style in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, grey
-        ax_err.plot([], [], linestyle=style, color="0.4", linewidth=1, label=f"σ/(√b G) = {ratio}")
+    for ratio, key in zip(ratios, RATIO_LINESTYLES, strict=False):  # legend keys, grey
+        ax_err.plot([], [], linestyle=key, color="0.4", linewidth=1, label=f"σ/(√b G) = {ratio}")
     ax_it.set(ylabel="average iterations (count)", title="(a) solver iterations")
     ax_err.set(ylabel="average relative error (%)", title="(b) objective above the exact optimum")
     ax_err.set_yscale("symlog", linthresh=0.1)
@@ -241,31 +237,26 @@ def plot(
     plt.close(fig)
 
 
-@dataclass(frozen=True)
-class Options:
-    """The options of ``fedcgd paper solver-performance`` (their defaults are the command's)."""
-
-    out: Path
-    instances: int
-    seed: int
-    num_devices: list[int]
-    alphas: list[float]
-    ratios: list[float]
-    milp_time_limit_s: float
-    docs_png: str
-
-
-def main(args: Options) -> int:
-    """Run the sweep, write ``rows.csv``, ``summary.csv`` and ``solver_performance.png``."""
-    limit = args.milp_time_limit_s if args.milp_time_limit_s > 0 else None
-    rows = run(args.num_devices, args.alphas, args.ratios, args.instances, args.seed, limit)
+def main(
+    out: Path,
+    instances: int,
+    seed: int,
+    num_devices: list[int],
+    alphas: list[float],
+    ratios: list[float],
+    milp_time_limit_s: float,
+    docs_png: str,
+) -> int:
+    """``fedcgd paper solver-performance``: write ``rows.csv``, ``summary.csv`` and the figure."""
+    limit = milp_time_limit_s if milp_time_limit_s > 0 else None
+    rows = run(num_devices, alphas, ratios, instances, seed, limit)
     summary = summarise(rows)
-    write_csv(args.out / "rows.csv", rows)
-    write_csv(args.out / "summary.csv", summary)
-    paths = [args.out / "solver_performance.png"]
-    if args.docs_png:
-        paths.append(Path(args.docs_png))
-    plot(summary, paths, figure_title(args.alphas, args.instances))
+    write_csv(out / "rows.csv", rows)
+    write_csv(out / "summary.csv", summary)
+    paths = [out / "solver_performance.png"]
+    if docs_png:
+        paths.append(Path(docs_png))
+    plot(summary, paths, figure_title(alphas, instances))
     print(f"{'V':>4} {'ratio':>6} {'method':>6} {'iters':>7} {'rel err %':>10} {'<= %':>8}")
     for r in summary:
         print(
@@ -278,6 +269,6 @@ def main(args: Options) -> int:
         worst = max(float(r["mean_rel_error"]) for r in overall)
         print(f"{method}: largest mean relative error over V {100 * worst:.3f} % (paper "
               f"{100 * paper:.2f} %)")  # fmt: skip
-    written = [args.out / "rows.csv", args.out / "summary.csv", *paths]
+    written = [out / "rows.csv", out / "summary.csv", *paths]
     print("wrote " + ", ".join(map(str, written)))
     return 0

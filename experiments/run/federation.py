@@ -298,8 +298,5 @@ def flower_home(flwr_home: Path | None) -> Iterator[Path]:
         flwr_home.mkdir(parents=True, exist_ok=True)
         yield flwr_home
         return
-    home = Path(tempfile.mkdtemp(prefix="flwr-home-"))
-    try:
-        yield home
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="flwr-home-", ignore_cleanup_errors=True) as home:
+        yield Path(home)

@@ -1,12 +1,17 @@
-"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink."""
+"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink.
+
+Its output: the run's own lines shown, Flower's start-up and shutdown chatter only with ``verbose``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,12 +23,53 @@ from experiments.run.federation import (
     executable,
     flower_home,
 )
-from experiments.run.flwr_output import stream_output
 from experiments.run.preflight import effective_result_dir
 from experiments.run.processes import Interrupted, popen, stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.run_status import mark_stopped
+
+#: Lines of ``flwr run --stream`` that say nothing about this run (Flower's and Ray's start-up
+#: and shutdown notices); shown only with the run-config key ``verbose = true``.
+FLOWER_CHATTER = (
+    "Using SuperLink", "Successfully started run", "Starting logstream",
+    "Starting Flower Simulation", "default simulated SuperNodes changed", "Federation `",
+    "To change federation size", "flwr federation simulation-config", "Successfully installed",
+    "Manually terminating ClientAppActor", "warnings.warn(", "Start `flwr-serverapp` process",
+    "Ray will no longer override accelerator visible devices",
+)  # fmt: skip
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_ansi(line: str) -> str:
+    """``line`` without terminal colour codes (Flower colours its log levels)."""
+    return _ANSI.sub("", line)
+
+
+def is_chatter(line: str) -> bool:
+    """True for a line of :data:`FLOWER_CHATTER` or an empty log line (``INFO :`` alone)."""
+    text = strip_ansi(line).strip()
+    if text in ("", "INFO :"):
+        return True
+    return any(marker in text for marker in FLOWER_CHATTER)
+
+
+def stream_output(proc: subprocess.Popen[str], *, verbose: bool = True) -> str:
+    """Print a process's piped output line by line as it comes; return all of it.
+
+    Without ``verbose`` chatter (:func:`is_chatter`) is not printed. Flower's colour codes reach
+    a terminal only: a file or pipe gets the lines without them.
+    """
+    lines = []
+    assert proc.stdout is not None
+    colours = sys.stdout.isatty()
+    for line in proc.stdout:
+        lines.append(line)
+        if verbose or not is_chatter(line):
+            print(line if colours else strip_ansi(line), end="", flush=True)
+    proc.wait()
+    return "".join(lines)
 
 
 def run_flwr(
