@@ -898,3 +898,247 @@ def test_the_readme_readings() -> None:
         "p = 0.045, is not significant after Holm's correction, 0.18; its best accuracy lead, "
         "+0.013, is, 0.025)" in text
     )
+
+
+NAMES = {
+    "fedcgd-fscd-gc": "FedCGD-FSCD-Gc",
+    FSCD: "FedCGD-FSCD",
+    "fedcgd-gs": "FedCGD-GS",
+    "bc": "BC",
+    "bn2": "BN2",
+    "poc": "POC",
+    "fedcbs": "Fed-CBS",
+    "all": "all (no bandwidth budget)",
+}
+
+
+def _g3(value: str) -> str:
+    return format(float(value), ".3g")
+
+
+def _expected_cells(row: dict[str, str]) -> list[str]:
+    """A docs table's cells after the sweep point, formatted here from the CSV row."""
+
+    def pm(column: str, fmt: str) -> str:
+        return f"{float(row[column + '_mean']):{fmt}} ± {float(row[column + '_ci95']):{fmt}}"
+
+    median = float(row["rounds_to_target_km_median"])
+    rounds = f"{'–' if math.isinf(median) else f'{median:.0f}'} ({row['reached_target']}/5)"
+    if row["policy"] == FSCD:
+        sign, final, best = "–", "–", "–"
+    else:
+        earlier, later, tied = (
+            row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("earlier", "later", "tied")
+        )
+        p = "rounds_sign_p_vs_fedcgd_fscd"
+        sign = f"{later} / {earlier} / {tied} ({_g3(row[p])} / {_g3(row[p + '_holm'])})"
+        final, best = (
+            f"{_minus(float(row[prefix + 'diff_vs_fedcgd_fscd']))} "
+            f"({_g3(row[prefix + 'p_value_vs_fedcgd_fscd'])} / "
+            f"{_g3(row[prefix + 'p_value_vs_fedcgd_fscd_holm'])})"
+            for prefix in ("", "best_")
+        )
+    return [
+        NAMES[row["policy"]],
+        pm("final_accuracy", ".3f"),
+        pm("max_accuracy", ".3f"),
+        rounds,
+        sign,
+        pm("mean_scheduled", ".2f"),
+        pm("mean_wemd", ".3f"),
+        final,
+        best,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("page", "preset", "first"),
+    [
+        ("evidence.md", LOCAL, "| τ | policy |"),
+        ("evidence.md", IMBALANCE, "| r | policy |"),
+        ("evidence.md", "mnist1d_dirichlet", "| α | policy |"),
+        ("comparing.md", "compare_digits", "| policy | final accuracy |"),
+    ],
+)
+def test_every_docs_table_cell_is_its_csv_value(page: str, preset: str, first: str) -> None:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    start = text.index(first)
+    lines = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        lines.append([c.strip() for c in line.strip().strip("|").split("|")])
+    table = _table(preset)
+    assert len(lines) == len(table)
+    for cells, ((sweep, _), row) in zip(lines, table.items(), strict=True):
+        if sweep:
+            value = sweep.split("=")[1].removesuffix(".0")
+            assert cells[0] == value
+            cells = cells[1:]
+        assert cells == _expected_cells(row)
+
+
+DIRICHLET = "mnist1d_dirichlet"
+A01, A1, A10 = ALPHAS
+
+
+def _holm_column(preset: str, sweep: str, column: str) -> dict[str, float]:
+    """Holm over the preset's baselines at ``sweep`` of the paired t-test on ``column``."""
+    others = [p for p in PRESETS[preset][2] if p != FSCD]
+    return _holm({p: _paired_t_p(preset, p, sweep, column)[1] for p in others})
+
+
+def _paper_rows() -> list[str]:
+    section = _section("### The paper's claims against these runs")
+    return [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_the_paper_table() -> None:
+    """Each row of the paper-against-this-project table, its numbers from the CSVs."""
+    rows = _paper_rows()
+    assert len(rows) == 13  # header and 12 claims
+
+    def row(start: str) -> str:
+        (found,) = [r for r in rows if r.startswith("| " + start)]
+        return found
+
+    def mean(preset: str, policy: str, sweep: str, column: str) -> float:
+        return _mean(preset, policy, sweep, column)
+
+    table2 = row("Table II")
+    for policy in ("fedcgd-fscd", "fedcgd-gs", "fedcgd-fscd-gc", "bc", "bn2", "poc", "fedcbs"):
+        scheduled = mean(LOCAL, policy, TAU1, "mean_scheduled")
+        wemd = mean(LOCAL, policy, TAU1, "mean_wemd")
+        assert f"{scheduled:.2f} ({wemd:.3f})" in table2, policy
+    tau1 = row("τ = 1")
+    final1, best1 = (_holm_column(LOCAL, TAU1, c) for c in ("final_accuracy", "max_accuracy"))
+    assert all(_paired_t_p(LOCAL, p, TAU1, "final_accuracy")[0] < 0 for p in final1)
+    assert min({**final1, **best1}.values()) == best1["bc"] and f"{best1['bc']:.3f}" == "0.050"
+    gs_best = _paired_t_p(LOCAL, "fedcgd-gs", TAU1, "max_accuracy")
+    assert f"{-gs_best[0]:.3f}" == "0.021" and f"{gs_best[1]:.2f}" == "0.20"
+    assert "(smallest Holm p 0.050" in tau1 and "0.021 below FSCD's (p = 0.20)" in tau1
+    tau5 = row("τ = 5")
+    final5, best5 = (_holm_column(LOCAL, TAU5, c) for c in ("final_accuracy", "max_accuracy"))
+    cbs = _paired_t_p(LOCAL, "fedcbs", TAU5, "final_accuracy")
+    cbs_best = _paired_t_p(LOCAL, "fedcbs", TAU5, "max_accuracy")
+    gc_best = _paired_t_p(LOCAL, "fedcgd-fscd-gc", TAU5, "max_accuracy")
+    assert (
+        f"final {_minus(cbs[0])} (p = {cbs[1]:.3f}, Holm {final5['fedcbs']:.3f}), "
+        f"best {_minus(cbs_best[0])} (p = {cbs_best[1]:.3f})" in tau5
+    )
+    assert (
+        f"FSCD-Gc best {_minus(gc_best[0])} (p = {gc_best[1]:.3f}, "
+        f"Holm {best5['fedcgd-fscd-gc']:.2f})" in tau5
+    )
+    gs5 = _paired_t_p(LOCAL, "fedcgd-gs", TAU5, "max_accuracy")[0]
+    assert f"GS best {_minus(gs5)}" in tau5
+    r3 = row("r = 3")
+    best_r3 = _holm_column(IMBALANCE, R3, "max_accuracy")
+    diff = {p: -_paired_t_p(IMBALANCE, p, R3, "max_accuracy")[0] for p in best_r3}
+    assert (
+        f"above Fed-CBS {diff['fedcbs']:+.3f} and BN2 {diff['bn2']:+.3f} (Holm "
+        f"{best_r3['fedcbs']:.3f} each), POC {diff['poc']:+.3f} (Holm {best_r3['poc']:.2f}), "
+        "BC only "
+        f"{diff['bc']:+.3f} (p = {_paired_t_p(IMBALANCE, 'bc', R3, 'max_accuracy')[1]:.2f})" in r3
+    )
+    r9 = row("r = 9")
+    best_r9 = _holm_column(IMBALANCE, R9, "max_accuracy")
+    bc9 = _paired_t_p(IMBALANCE, "bc", R9, "max_accuracy")
+    cbs9 = -_paired_t_p(IMBALANCE, "fedcbs", R9, "max_accuracy")[0]
+    bests = {p: mean(IMBALANCE, p, R9, "max_accuracy") for p in ("bc", "bn2", "poc", "fedcbs")}
+    assert max(bests, key=bests.__getitem__) == "bc"
+    assert (
+        f"BC, by {-bc9[0]:.3f} (p = {bc9[1]:.4f}, Holm {best_r9['bc']:.4f}), above Fed-CBS by "
+        f"{cbs9:.3f} (Holm {best_r9['fedcbs']:.4f})" in r9
+    )
+    alpha = row("α = 0.1 and 1")
+    medians = {(p, a): _median(DIRICHLET, p, a) for p in (FSCD, "fedcgd-gs", "bc") for a in ALPHAS}
+    assert (
+        f"FSCD {medians[(FSCD, A01)]:.0f} and {medians[(FSCD, A1)]:.0f}, GS "
+        f"{medians[('fedcgd-gs', A01)]:.0f} and {medians[('fedcgd-gs', A1)]:.0f}, BC "
+        f"{medians[('bc', A01)]:.0f} and {medians[('bc', A1)]:.0f}" in alpha
+    )
+    assert sum(_fscd_earlier_later_tied(DIRICHLET, "bc", a)[0] for a in ALPHAS) == 13
+    assert "13 of 15 seed pairs over the three α (sign test p = 0.0074, Holm 0.015)" in alpha
+    a10 = row("α = 10")
+    assert (
+        f"medians FSCD {medians[(FSCD, A10)]:.0f}, GS {medians[('fedcgd-gs', A10)]:.0f}, BC "
+        f"{medians[('bc', A10)]:.0f}" in a10
+    )
+    assert _fscd_earlier_later_tied(DIRICHLET, "fedcgd-gs", A10) == (4, 0, 1)
+    counts = row("FSCD's and GS's scheduled number")
+    for policy, name in ((FSCD, "FSCD"), ("fedcgd-gs", "GS")):
+        values = [f"{mean(DIRICHLET, policy, a, 'mean_scheduled'):.2f}" for a in ALPHAS]
+        assert f"{name} {' → '.join(values)}" in counts
+    baselines = [
+        mean(DIRICHLET, p, a, "mean_scheduled")
+        for p in ("bc", "bn2", "poc", "fedcbs")
+        for a in ALPHAS
+    ]
+    assert f"{min(baselines):.2f}–{max(baselines):.2f}" == "13.67–17.18" and "13.67–17.18" in counts
+    gc = row("FSCD-Gc performs as FCBS")
+    assert "35 % fewer (10.00 against 15.44) at a best accuracy 0.034 higher (p = 0.086)" in gc
+    assert "τ = 5: 17 % fewer" in gc  # both recomputed in test_the_table_ii_columns
+    gs = row("GS against FSCD")
+    holm_gs = [
+        _holm_column(preset, sweep, column)["fedcgd-gs"]
+        for preset in (LOCAL, IMBALANCE, DIRICHLET)
+        for sweep in PRESETS[preset][0]
+        if sweep != R1  # the τ = 1 runs again
+        for column in ("final_accuracy", "max_accuracy")
+    ]
+    assert len(holm_gs) == 14 and f"{min(holm_gs):.2f}" == "0.11" and min(holm_gs) > 0.05
+    assert "in any of the 7 settings (smallest Holm p 0.11)" in gs
+    assert "(10 of 12 untied pairs, Holm 0.039)" in gs and "5 of 5 seeds (Holm 0.375)" in gs
+    assert "ρ = +0.643, exact p = 0.139; within settings ρ = −0.053" in row("Ĝ/σ̂")
+    assert "untested here" in row("solver figure")
+
+
+def test_the_dirichlet_readings() -> None:
+    text = " ".join(_section("### Dirichlet α").split())
+    final1, best1 = (_holm_column(DIRICHLET, A1, c) for c in ("final_accuracy", "max_accuracy"))
+    final01, best01 = (_holm_column(DIRICHLET, A01, c) for c in ("final_accuracy", "max_accuracy"))
+    assert f"{best1['bc']:.3f}" == "0.025" and f"{final1['bc']:.2f}" == "0.18"
+    assert (
+        "(+0.013, p = 0.006, 0.025 after Holm)" in text
+        and "(+0.021, p = 0.045, 0.18 after Holm)" in text
+    )
+    assert [f"{final01['fedcbs']:.2f}", f"{best01['fedcbs']:.2f}", f"{best1['fedcbs']:.3f}"] == [
+        "0.11",
+        "0.15",
+        "0.052",
+    ]
+    assert "do not stay below 0.05 after Holm (0.11, 0.15, 0.052)" in text
+    assert [f"{best01['bn2']:.3f}", f"{best1['bn2']:.4f}"] == ["0.030", "0.0014"]
+    assert "1 do (0.030, 0.0014)" in text
+    medians = {
+        p: [_median(DIRICHLET, p, a) for a in ALPHAS]
+        for p in (FSCD, "fedcgd-gs", "bc", "fedcbs", "poc")
+    }
+    assert medians[FSCD] == [695, 645, 635] and medians["fedcgd-gs"] == [765, 670, 660]
+    assert medians["bc"] == [815, 730, 675] and medians["fedcbs"] == [1175, 855, 770]
+    assert medians["poc"][:2] == [math.inf, 965]
+    assert "(695, 645, 635 rounds; GS 765, 670, 660; BC 815, 730, 675)" in text
+    assert (
+        "Fed-CBS's median is 1,175 at α = 0.1 (3 of 5 runs reach 0.8), 855 at α = 1 and 770" in text
+    )
+    wemd = [f"{_mean(DIRICHLET, p, a, 'mean_wemd'):.3f}" for p in (FSCD, "bc") for a in ALPHAS]
+    assert wemd == ["0.254", "0.192", "0.090", "0.485", "0.380", "0.190"]  # 0.4848: not 0.49
+    assert "(0.254, 0.192, 0.090, against BC's 0.485, 0.380, 0.190)" in text
+    seed1 = [
+        r
+        for r in _runs(DIRICHLET)
+        if r["sweep"] == A10 and r["policy"] == FSCD and r["seed"] == "1"
+    ]
+    (run,) = seed1
+    late = {p["seed"]: p for p in _rows(DOCS / f"{DIRICHLET}_indicator.csv") if p["setting"] == A10}
+    assert (f"{float(run['final_accuracy']):.3f}", f"{float(run['max_accuracy']):.3f}") == (
+        "0.690",
+        "0.898",
+    )
+    assert f"{float(late['1']['fscd_late_accuracy']):.3f}" == "0.746"
+    assert (
+        "seed 1, which ends at 0.690 after a best of 0.898 (its late mean over the last 240 "
+        "rounds is 0.746" in text
+    )
+    assert "**unexplained**" in text and "no code record" in text
