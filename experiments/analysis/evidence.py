@@ -312,7 +312,7 @@ def indicator_summary(
 def _rho(rho: float, p: float, what: str) -> str:
     """``rho = +0.643, p = 0.139`` (or why there is none)."""
     if not math.isfinite(rho):
-        return f"no {what} correlation (under three values, or a constant variable)"
+        return f"{what}: no correlation (under three values, or a constant variable)"
     return f"{what} Spearman rho = {rho:+.3f}, p = {p:.3g}"
 
 
@@ -321,7 +321,7 @@ def indicator_line(summary: Mapping[str, Any]) -> str:
     late = 100 * float(summary["late_fraction"])
     rho, p = float(summary["setting_spearman_rho"]), float(summary["setting_p_value"])
     if not math.isfinite(rho):
-        verdict = "not testable across settings (fewer than 3)"
+        verdict = "not testable across settings (fewer than 3, or a constant variable)"
     elif rho > 0 and p < 0.05:
         verdict = "larger Ĝ/σ̂ goes with a larger FedCGD-FSCD lead across settings (p < 0.05)"
     else:
@@ -331,7 +331,8 @@ def indicator_line(summary: Mapping[str, Any]) -> str:
         f"Ĝ/σ̂ over rounds 1-{summary['early_rounds']} (FedCGD-FSCD) against the FedCGD-FSCD − BC "
         f"accuracy gap over the last {late:g} % of the rounds: "
         f"{summary['n_settings']} settings (means over seeds), "
-        f"{_rho(rho, p, 'setting-level (exact permutation p)')}: {verdict}",
+        + (f"{_rho(rho, p, 'setting-level (exact permutation p)')}: " if math.isfinite(rho) else "")
+        + verdict,
         "  "
         + _rho(
             float(summary["within_setting_rho"]),
