@@ -128,13 +128,12 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
         ):
             assert float(row[f"{name}_mean"]) == pytest.approx(np.mean(values)), name
             assert float(row[f"{name}_ci95"]) == pytest.approx(ci95(values)), name
-    # rounds to 0.6: fedcgd-fscd 3, 2, 3; bc 3, never, 3 (missing: mean over the two)
+    # rounds to 0.6: fedcgd-fscd 3, 2, 3; bc 3, never, 3: the Kaplan–Meier medians (the first
+    # round by which at least half reached it: 2 of 3 by round 3 in both)
     assert table["fedcgd-fscd"]["reached_target"] == "3"
-    assert float(table["fedcgd-fscd"]["rounds_to_target_mean"]) == pytest.approx(8 / 3)
-    assert float(table["fedcgd-fscd"]["rounds_to_target_ci95"]) == pytest.approx(ci95([3, 2, 3]))
+    assert float(table["fedcgd-fscd"]["rounds_to_target_km_median"]) == 3
     assert table["bc"]["reached_target"] == "2"
-    assert float(table["bc"]["rounds_to_target_mean"]) == 3.0
-    assert float(table["bc"]["rounds_to_target_ci95"]) == 0.0
+    assert float(table["bc"]["rounds_to_target_km_median"]) == 3
 
     # paired t-test of bc against fedcgd-fscd on the final accuracy
     bc = [ACCURACY["bc"][s][-1] for s in (0, 1, 2)]
@@ -176,7 +175,7 @@ def test_pairs_only_common_seeds_and_no_reference(tmp_path, monkeypatch):
     row = {r["policy"]: r for r in read(out / "table.csv")}["poc"]
     assert row["n_paired"] == "2"
     assert float(row["diff_vs_fedcgd_fscd"]) == pytest.approx(((0.4 - 0.6) + (0.8 - 0.7)) / 2)
-    assert row["reached_target"] == "" and row["rounds_to_target_mean"] == ""
+    assert row["reached_target"] == "" and row["rounds_to_target_km_median"] == ""
 
     rows = results.table_rows(
         [{"policy": "bc", "seed": s, **dict.fromkeys(results.METRICS, 0.5 + s)} for s in (0, 1)]
@@ -521,20 +520,23 @@ def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():
     text = results.markdown_table(results.table_rows(runs, 0.75), 0.75)
     header, rule, fscd, bc = text.splitlines()
     assert header.split(" | ")[3:5] == [
-        "rounds to 0.75 (reached)",
-        "FSCD earlier / later / tied (sign p)",
+        "median rounds to 0.75 (reached)",
+        "FSCD earlier / later / tied (sign p / Holm)",
     ]
     assert rule == "|" + "---|" * 10
-    # t(0.975, 1) = 12.706: 0.05 · 12.706 = 0.635 and 1 · 12.706 = 12.71
+    # t(0.975, 1) = 12.706: 0.05 · 12.706 = 0.635 and 1 · 12.706 = 12.71; the Kaplan–Meier
+    # median of rounds 10 and 20 is 10 (half reached it by round 10)
     assert fscd == (
-        "| fedcgd-fscd | 0.850 ± 0.635 | 0.900 ± 0.000 | 15 ± 64 (2/2) | – | 6.00 ± 12.71 "
+        "| fedcgd-fscd | 0.850 ± 0.635 | 0.900 ± 0.000 | 10 (2/2) | – | 6.00 ± 12.71 "
         "| 0.200 ± 0.000 | – | – | 0 |"
     )
     # paired t: diffs (−0.1, −0.2): t = −3, p = 1 − 2·atan(3)/π = 0.2048; best (−0.1, −0.15):
-    # t = −5, p = 1 − 2·atan(5)/π = 0.1257; rounds: BC later on both seeds, sign p = 0.5
+    # t = −5, p = 1 − 2·atan(5)/π = 0.1257; rounds: BC later on both seeds, sign p = 0.5; one
+    # policy against FSCD: Holm's p is the p; BC's median: half reached it by round 30
     assert bc == (
-        "| bc | 0.700 ± 0.000 | 0.775 ± 0.318 | 30 (1/2) | 2 / 0 / 0 (0.5) | 6.00 ± 0.00 "
-        f"| 0.200 ± 0.000 | −0.150 (0.205) | −0.125 (0.126) | {results.LOST_MARKER} 1 of 2 |"
+        "| bc | 0.700 ± 0.000 | 0.775 ± 0.318 | 30 (1/2) | 2 / 0 / 0 (0.5 / 0.5) | 6.00 ± 0.00 "
+        f"| 0.200 ± 0.000 | −0.150 (0.205 / 0.205) | −0.125 (0.126 / 0.126) "
+        f"| {results.LOST_MARKER} 1 of 2 |"
     )  # fmt: skip
 
 

@@ -19,11 +19,14 @@ from scipy import stats
 
 from experiments.analysis.evidence import (
     early_ratio,
+    indicator_line,
     indicator_points,
+    indicator_summary,
     indicator_test,
     late_accuracy,
     rounds_to_target_test,
 )
+from experiments.analysis.statistics import holm, km_median
 from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
@@ -154,6 +157,86 @@ def test_indicator_test_by_hand() -> None:
     assert test.p_value == pytest.approx(2 * stats.t.sf(t, 2))
     assert math.isnan(indicator_test([(1, 2), (2, 3)]).rho)  # under three points
     assert math.isnan(indicator_test([(1, 2), (2, 2), (3, 2)]).p_value)  # a constant gap
+
+
+def test_holm_by_hand() -> None:
+    # finite p's 0.01, 0.04, 0.03, 0.5 (m = 4): 4 · 0.01 = 0.04; 3 · 0.03 = 0.09;
+    # 2 · 0.04 = 0.08, raised to the 0.09 before it; 1 · 0.5
+    adjusted = holm([0.01, 0.04, None, 0.03, 0.5])
+    assert adjusted[:2] == pytest.approx([0.04, 0.09]) and math.isnan(adjusted[2])
+    assert adjusted[3:] == pytest.approx([0.09, 0.5])
+    assert holm([0.6, 0.3]) == pytest.approx([0.6, 0.6]) and holm([]) == []
+
+
+def test_the_kaplan_meier_median_counts_the_runs_that_never_reach_the_target() -> None:
+    # 3 of 5 reach it, at 300, 500, 700: the fraction reached is 0.2, 0.4, 0.6 there
+    assert km_median([(300, 1200), (500, 1200), (None, 1200), (None, 1200), (700, 1200)]) == 700
+    # one run stopped at round 400 without it: after 300 (4/5 left), at 500 3 at risk, 2 left:
+    # 4/5 · 2/3 = 0.533 not reached yet, 0.467 < 1/2 reached: no median (the 2 of 4 reached
+    # among the runs that ran past 400 would say 500)
+    assert km_median([(300, 1000), (None, 400), (500, 1000), (None, 1000), (None, 1000)]) == (
+        math.inf
+    )
+    assert km_median([(10, 50), (20, 50)]) == 10  # half by round 10
+    assert km_median([(None, 50)]) == math.inf and math.isnan(km_median([]))
+
+
+def test_the_table_adjusts_each_p_column_by_holm_over_its_policies() -> None:
+    def run(policy: str, seed: int, final: float, reached: int | None) -> dict:
+        return {
+            "policy": policy, "seed": seed, "final_accuracy": final, "max_accuracy": final,
+            "rounds_to_target": reached, "mean_scheduled": 5.0, "mean_wemd": 0.2,
+            "rounds_run": 40, "devices_lost": 0,
+        }  # fmt: skip
+
+    finals = {"fedcgd-fscd": [0.8, 0.9, 0.7], "bc": [0.7, 0.7, 0.6], "poc": [0.81, 0.85, 0.72]}
+    reached = {"fedcgd-fscd": [10, 20, 30], "bc": [None, None, 35], "poc": [15, None, 25]}
+    runs = [
+        run(p, s, finals[p][s], reached[p][s]) for p in finals for s in range(3)
+    ]  # fmt: skip
+    rows = {r["policy"]: r for r in results.table_rows(runs, 0.75)}
+    assert rows["bc"]["rounds_to_target_km_median"] == math.inf  # 1 of 3
+    assert rows["poc"]["rounds_to_target_km_median"] == 25  # 2 of 3 by round 25
+    assert rows["fedcgd-fscd"]["rounds_to_target_km_median"] == 20
+    for column in results.P_COLUMNS:
+        low, high = sorted(rows[p][column] for p in ("bc", "poc"))
+        expected = {low: min(1, 2 * low), high: max(min(1, 2 * low), high)}
+        for policy in ("bc", "poc"):
+            assert rows[policy][f"{column}_holm"] == pytest.approx(expected[rows[policy][column]])
+        assert math.isnan(rows["fedcgd-fscd"][f"{column}_holm"])
+
+
+def _clustered_points(n_settings: int) -> list[dict]:
+    """Settings k = 1..n: across settings Ĝ/σ̂ and the gap rise together; within, opposite."""
+    return [
+        {"setting": f"s{k}", "ghat_over_sigma_early": k + dx, "gap_late": 10 * k - 2 * dx}
+        for k in range(1, n_settings + 1)
+        for dx in (-0.25, 0.0, 0.25)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("n_settings", "pooled_rho", "setting_p", "verdict"),
+    [  # pooled: per setting d = (−2, 0, 2) on the ranks, Σd² = 8 per setting
+        (4, 1 - 6 * 32 / (12 * 143), 2 / 24, "not shown across settings"),
+        (5, 1 - 6 * 40 / (15 * 224), 2 / 120, "goes with a larger FedCGD-FSCD lead"),
+    ],
+)
+def test_the_indicator_is_tested_across_settings_not_across_points(
+    n_settings: int, pooled_rho: float, setting_p: float, verdict: str
+) -> None:
+    summary = indicator_summary(_clustered_points(n_settings))
+    assert summary["n_points"] == 3 * n_settings and summary["p_value"] < 0.001
+    assert summary["spearman_rho"] == pytest.approx(pooled_rho)
+    # the setting means rank alike: ρ = 1; exact p: the 2 of n! pairings with |ρ| = 1
+    assert summary["n_settings"] == n_settings
+    assert summary["setting_spearman_rho"] == pytest.approx(1.0)
+    assert summary["setting_p_value"] == pytest.approx(setting_p)
+    assert summary["within_setting_rho"] == pytest.approx(-1.0)  # centred: opposite ranks
+    assert summary["leave_one_out_rho_min"] == pytest.approx(1.0)
+    assert summary["leave_one_out_rho_max"] == pytest.approx(1.0)
+    line = indicator_line(summary)
+    assert verdict in line.splitlines()[0] and f"{n_settings} settings" in line
 
 
 def metrics_lines(accuracy: list[float], ratio: float) -> list[dict]:

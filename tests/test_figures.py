@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +364,25 @@ def test_the_sweep_figure_draws_two_seed_error_bars_as_its_title_says(
     (bars,) = container.lines[2]
     spans = [seg[1][1] - seg[0][1] for seg in bars.get_segments()]
     assert spans == pytest.approx([0.1, 0.1])
+
+
+def test_the_sweep_figure_draws_the_kaplan_meier_median_of_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.analysis.preset_figures import plot_sweep
+
+    figures = _capture(monkeypatch)
+    rows = [  # under half reached the target at r = 9: no point there
+        {"sweep": f"imbalance-ratio={r}", "policy": "bc", "n_seeds": 5}
+        | {"rounds_to_target_km_median": m, "reached_target": k}
+        for r, m, k in ((1, 630.0, 5), (9, math.inf, 2))
+    ]
+    plot_sweep(rows, {"imbalance-ratio": [1, 9]}, ["rounds_to_target"], tmp_path / "s.png")
+    (ax,) = figures[0].axes
+    assert "Kaplan–Meier median" in ax.get_title()
+    (container,) = ax.containers
+    y = container.lines[0].get_ydata()
+    assert y[0] == 630 and math.isnan(y[1])
 
 
 def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(

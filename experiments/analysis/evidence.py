@@ -167,8 +167,39 @@ INDICATOR_COLUMNS = (
     "setting", "seed", "ghat_over_sigma_early", "fscd_late_accuracy", "bc_late_accuracy",
     "gap_late", "fscd_result_dir", "bc_result_dir",
 )  # fmt: skip
-#: Columns of ``indicator_test.csv`` (one row).
-INDICATOR_TEST_COLUMNS = ("early_rounds", "late_fraction", "n_points", "spearman_rho", "p_value")
+#: Columns of ``indicator_test.csv`` (one row): the setting-level test first (the claim's level),
+#: then the within-setting and leave-one-setting-out figures, then the pooled points.
+INDICATOR_TEST_COLUMNS = (
+    "early_rounds", "late_fraction", "n_settings", "setting_spearman_rho", "setting_p_value",
+    "within_setting_rho", "within_setting_p_value", "leave_one_out_rho_min",
+    "leave_one_out_rho_max", "n_points", "spearman_rho", "p_value",
+)  # fmt: skip
+#: Up to this many settings the setting-level p enumerates every pairing (8! = 40,320).
+EXACT_PAIRINGS = 10**5
+
+
+def setting_test(x: Sequence[float], y: Sequence[float]) -> IndicatorTest:
+    """Spearman's ρ of setting means and its two-sided permutation p over the pairings.
+
+    Exact (every pairing) up to 8 settings (``scipy.stats.permutation_test`` enumerates when
+    ``n_resamples`` is at least their number), else :data:`EXACT_PAIRINGS` seeded draws.
+    NaN under three settings or with a constant variable.
+    """
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return IndicatorTest(n, math.nan, math.nan)
+
+    x_ranks, y_ranks = stats.rankdata(x), stats.rankdata(y)
+
+    def rho(a: np.ndarray, axis: int = -1) -> Any:
+        return stats.pearsonr(a, y_ranks, axis=axis).statistic  # on ranks: Spearman's ρ
+
+    # one sample: its n! orders are the pairings
+    result = stats.permutation_test(
+        (x_ranks,), rho, permutation_type="pairings", vectorized=True, n_resamples=EXACT_PAIRINGS,
+        rng=0,
+    )  # fmt: skip
+    return IndicatorTest(n, float(result.statistic), float(result.pvalue))
 
 
 def indicator_points(
@@ -238,28 +269,80 @@ def indicator_summary(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> dict[str, Any]:
-    """The :data:`INDICATOR_TEST_COLUMNS` row: :func:`indicator_test` over ``points``."""
-    test = indicator_test([(p["ghat_over_sigma_early"], p["gap_late"]) for p in points])
+    """The :data:`INDICATOR_TEST_COLUMNS` row over ``points`` (docs/comparing.md, "The Ĝ/σ̂ …").
+
+    The claim is about settings, and the seeds of one setting are not independent points: the
+    primary test is :func:`setting_test` over each setting's mean Ĝ/σ̂ and mean gap. Beside it,
+    Spearman's ρ of the points centred on their setting's means (within settings), the
+    setting-level ρ with each setting left out (its least and largest), and
+    :func:`indicator_test` over the points pooled.
+    """
+    finite_points = [
+        (str(p["setting"]), float(p["ghat_over_sigma_early"]), float(p["gap_late"]))
+        for p in points
+        if math.isfinite(float(p["ghat_over_sigma_early"])) and math.isfinite(float(p["gap_late"]))
+    ]
+    settings = sorted({s for s, _, _ in finite_points})
+    means = {s: np.mean([(x, y) for t, x, y in finite_points if t == s], axis=0) for s in settings}
+    level = setting_test([means[s][0] for s in settings], [means[s][1] for s in settings])
+    within = indicator_test([(x - means[s][0], y - means[s][1]) for s, x, y in finite_points])
+    left_out = [
+        setting_test(*zip(*(means[t] for t in settings if t != s), strict=True)).rho
+        for s in settings
+    ] if len(settings) > 3 else []  # fmt: skip
+    pooled = indicator_test([(x, y) for _, x, y in finite_points])
     return {
         "early_rounds": early_rounds,
         "late_fraction": late_fraction,
-        "n_points": test.n,
-        "spearman_rho": test.rho,
-        "p_value": test.p_value,
+        "n_settings": level.n,
+        "setting_spearman_rho": level.rho,
+        "setting_p_value": level.p_value,
+        "within_setting_rho": within.rho if len(settings) < len(finite_points) else math.nan,
+        "within_setting_p_value": within.p_value
+        if len(settings) < len(finite_points)
+        else math.nan,
+        "leave_one_out_rho_min": min(left_out, default=math.nan),
+        "leave_one_out_rho_max": max(left_out, default=math.nan),
+        "n_points": pooled.n,
+        "spearman_rho": pooled.rho,
+        "p_value": pooled.p_value,
     }
 
 
+def _rho(rho: float, p: float, what: str) -> str:
+    """``rho = +0.643, p = 0.139`` (or why there is none)."""
+    if not math.isfinite(rho):
+        return f"{what}: no correlation (under three values, or a constant variable)"
+    return f"{what} Spearman rho = {rho:+.3f}, p = {p:.3g}"
+
+
 def indicator_line(summary: Mapping[str, Any]) -> str:
-    """One console line: what was correlated with what, ρ, p and the number of points."""
-    rho, p = summary["spearman_rho"], summary["p_value"]
-    told = (
-        f"Spearman rho = {rho:+.3f}, p = {p:.3g}"
-        if math.isfinite(rho)
-        else "no correlation (fewer than 3 points, or a constant variable)"
-    )
+    """The console lines: the setting-level test and its conclusion, then the other figures."""
     late = 100 * float(summary["late_fraction"])
-    return (
+    rho, p = float(summary["setting_spearman_rho"]), float(summary["setting_p_value"])
+    if not math.isfinite(rho):
+        verdict = "not testable across settings (fewer than 3, or a constant variable)"
+    elif rho > 0 and p < 0.05:
+        verdict = "larger Ĝ/σ̂ goes with a larger FedCGD-FSCD lead across settings (p < 0.05)"
+    else:
+        verdict = "not shown across settings (p >= 0.05 or rho <= 0)"
+    low, high = float(summary["leave_one_out_rho_min"]), float(summary["leave_one_out_rho_max"])
+    lines = [
         f"Ĝ/σ̂ over rounds 1-{summary['early_rounds']} (FedCGD-FSCD) against the FedCGD-FSCD − BC "
-        f"accuracy gap over the last {late:g} % of the rounds: {told}, "
-        f"{summary['n_points']} (setting, seed) points"
-    )
+        f"accuracy gap over the last {late:g} % of the rounds: "
+        f"{summary['n_settings']} settings (means over seeds), "
+        + (f"{_rho(rho, p, 'setting-level (exact permutation p)')}: " if math.isfinite(rho) else "")
+        + verdict,
+        "  "
+        + _rho(
+            float(summary["within_setting_rho"]),
+            float(summary["within_setting_p_value"]),
+            "within settings (centred on each setting's means)",
+        )
+        + (f"; one setting left out: rho {low:+.3f} to {high:+.3f}" if math.isfinite(low) else ""),
+        "  "
+        + _rho(float(summary["spearman_rho"]), float(summary["p_value"]), "pooled")
+        + " (the points of one setting are not independent)"
+        + f", {summary['n_points']} (setting, seed) points",
+    ]
+    return "\n".join(lines)

@@ -33,6 +33,9 @@ from experiments.analysis.plot_runs import (
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+#: ``table.csv``'s summary of rounds to the target drawn in place of a mean (no bars).
+KM_COLUMN = "rounds_to_target_km_median"
+
 
 def point_label(point: Mapping[str, Any]) -> str:
     """Folder name of a sweep point, e.g. ``local-steps=5`` (``default`` for no sweep)."""
@@ -99,7 +102,9 @@ def plot_sweep(
         bounds = metric(name)
         for policy, style in zip(policies, styles, strict=True):
             by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
-            mean = np.array([_number(by_label.get(lb, {}).get(f"{name}_mean")) for lb in labels])
+            column = KM_COLUMN if name == "rounds_to_target" else f"{name}_mean"
+            mean = np.array([_number(by_label.get(lb, {}).get(column)) for lb in labels])
+            mean[np.isinf(mean)] = np.nan  # under half of the runs reached the target
             ci = np.array([_number(by_label.get(lb, {}).get(f"{name}_ci95")) for lb in labels])
             seeds = np.array([_number(by_label.get(lb, {}).get("n_seeds")) for lb in labels])
             ci = np.where(seeds >= MIN_RUNS_FOR_BAND, np.nan_to_num(ci), 0.0)
@@ -116,8 +121,12 @@ def plot_sweep(
             )
         ax.set_xticks(range(len(values)), [str(v) for v in values])
         label_axis(ax, name, xlabel=key, x_count=False)
-        reached = " (runs that reached it)" if name == "rounds_to_target" else ""
-        ax.set_title(f"mean over seeds{reached}; bars: 95 % CI (Student t)", fontsize=10)
+        ax.set_title(
+            "Kaplan–Meier median over seeds (none: under half reached it)"
+            if name == "rounds_to_target"
+            else "mean over seeds; bars: 95 % CI (Student t)",
+            fontsize=10,
+        )
     legend_below(fig, axes[0][0])
     if title:
         fig.suptitle(title)

@@ -1,7 +1,7 @@
-"""Statistics over seeds for the policy comparisons: means, 95 % confidence intervals, paired tests.
+"""Statistics over seeds for the policy comparisons: means, 95 % CIs, paired tests, Holm, KM.
 
-Pure functions on numbers. Missing values (None, NaN) are dropped first, so a run that never
-reached the target does not count towards the mean of ``rounds_to_target``.
+Pure functions on numbers. Missing values (None, NaN) are dropped from means first; rounds to
+the target are summarised by :func:`km_median`, which counts the runs that never reached it.
 """
 
 from __future__ import annotations
@@ -82,6 +82,40 @@ def paired_test(
     if n < 2 or float(np.ptp(diff)) <= 1e-12 * scale:
         return PairedTest(n, mean_diff, math.nan)
     return PairedTest(n, mean_diff, float(stats.ttest_rel(a, b).pvalue))
+
+
+def holm(p_values: Sequence[float | None]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given (docs/comparing.md, "One rule").
+
+    The family is the finite p-values (None and NaN stay NaN): the i-th smallest of m becomes
+    ``max over j <= i of min(1, (m - j + 1) p_(j))``.
+    """
+    p = np.array([math.nan if v is None else float(v) for v in p_values], dtype=float)
+    known = np.flatnonzero(np.isfinite(p))
+    order = known[np.argsort(p[known], kind="stable")]
+    m = len(order)
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.full(len(p), math.nan)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return [float(v) for v in adjusted]
+
+
+def km_median(runs: Sequence[tuple[int | None, int]]) -> float:
+    """Kaplan–Meier median of rounds to the target over ``(rounds to it or None, rounds run)``.
+
+    A run that never reached the target is right-censored at its rounds run
+    (``scipy.stats.ecdf`` of ``scipy.stats.CensoredData``); the median is the first round by
+    which the estimated fraction that reached it is at least one half: ``inf`` when fewer than
+    half of the runs reached it, NaN without runs. Why the median: docs/comparing.md.
+    """
+    reached = [int(r) for r, _ in runs if r is not None]
+    censored = [int(n) for r, n in runs if r is None]
+    if not reached:
+        return math.inf if censored else math.nan
+    cdf = stats.ecdf(stats.CensoredData(uncensored=reached, right=censored)).cdf
+    # a product of (1 - d/n) factors: allow its rounding below an exact one half
+    half = np.flatnonzero(cdf.probabilities >= 0.5 - 1e-12)
+    return float(cdf.quantiles[half[0]]) if half.size else math.inf
 
 
 def first_round_reaching(

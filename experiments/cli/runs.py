@@ -245,7 +245,7 @@ def indicator_command(
         ),
     ] = 0.2,
 ) -> None:
-    """Does early Ĝ/σ̂ predict the later FedCGD-FSCD − BC gap? Spearman over (setting, seed)."""
+    """Does early Ĝ/σ̂ predict the later FedCGD-FSCD − BC gap? Spearman over the settings' means."""
     from experiments.compare.results import indicator_from_folders
 
     try:

@@ -26,7 +26,13 @@ from experiments.analysis.evidence import (
     rounds_to_target_test,
 )
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
-from experiments.analysis.statistics import first_round_reaching, mean_ci95, paired_test
+from experiments.analysis.statistics import (
+    first_round_reaching,
+    holm,
+    km_median,
+    mean_ci95,
+    paired_test,
+)
 from experiments.analysis.tables import write_csv
 from run_files.code_identity import mixed_code_line, run_digests
 from run_files.files import atomic_write, read_json_object
@@ -43,15 +49,26 @@ ROUNDS_TEST_COLUMNS = (
     "rounds_censored_pairs",
     *(f"rounds_{k}_p_vs_fedcgd_fscd" for k in ("sign", "wilcoxon")),
 )
-#: ``table.csv``: per policy, each metric's mean and 95 % half-width, the paired tests.
+COUNTS = ("earlier", "later", "tied")
+#: Each p-value column and its Holm-adjusted twin (``<column>_holm``): the family is the
+#: policies tested against the reference in one table (one setting), per column.
+P_COLUMNS = (
+    "p_value_vs_fedcgd_fscd",
+    "best_p_value_vs_fedcgd_fscd",
+    *(f"rounds_{k}_p_vs_fedcgd_fscd" for k in ("sign", "wilcoxon")),
+)
+#: ``table.csv``: per policy, each metric's mean and 95 % half-width (rounds to the target:
+#: the Kaplan–Meier median), the paired tests and their Holm-adjusted p-values.
 TABLE_COLUMNS = (
     "policy",
     "n_seeds",
-    *(f"{metric}_{stat}" for metric in METRICS[:3] for stat in ("mean", "ci95")),
+    *(f"{metric}_{stat}" for metric in METRICS[:2] for stat in ("mean", "ci95")),
+    "rounds_to_target_km_median",
     "reached_target",
     *(f"{metric}_{stat}" for metric in METRICS[3:] for stat in ("mean", "ci95")),
     *(f"{prefix}{stat}_vs_fedcgd_fscd" for prefix in ("", "best_") for stat in ("diff", "p_value")),
     *ROUNDS_TEST_COLUMNS,
+    *(f"{column}_holm" for column in P_COLUMNS),
     "n_paired",
     "runs_with_lost_devices",
     "seeds",
@@ -108,8 +125,10 @@ def table_rows(
     """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
 
     The paired tests are against ``reference``, by seed; a statistic that is undefined (one seed,
-    no reference, under two common seeds) is NaN or None. Rounds to the target are tested
-    (:func:`~experiments.analysis.evidence.rounds_to_target_test`) when there is a target.
+    no reference, under two common seeds) is NaN or None. Rounds to the target are summarised by
+    their Kaplan–Meier median and tested
+    (:func:`~experiments.analysis.evidence.rounds_to_target_test`) when there is a target; every
+    p-value column gets its Holm-adjusted twin over the table's policies (:data:`P_COLUMNS`).
     """
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -121,13 +140,14 @@ def table_rows(
     rows = []
     for policy, group in by_policy.items():
         row: dict[str, Any] = {"policy": policy, "n_seeds": len(group)}
-        for metric in METRICS:
+        for metric in (m for m in METRICS if m != "rounds_to_target"):
             row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean_ci95(r[metric] for r in group)
-        row["reached_target"] = (
-            None
-            if target_accuracy is None
-            else sum(r["rounds_to_target"] is not None for r in group)
-        )
+        if target_accuracy is None:
+            row["rounds_to_target_km_median"] = row["reached_target"] = None
+        else:
+            reached = [(r["rounds_to_target"], int(r["rounds_run"])) for r in group]
+            row["rounds_to_target_km_median"] = km_median(reached)
+            row["reached_target"] = sum(r is not None for r, _ in reached)
         for metric, prefix in PAIRED_METRICS.items():
             test = paired_test({r["seed"]: r[metric] for r in group}, ref[metric])
             skip = policy == reference or reference not in by_policy or test.n < 2
@@ -140,6 +160,9 @@ def table_rows(
         row["runs_with_lost_devices"] = sum(int(r.get("devices_lost") or 0) > 0 for r in group)
         row["seeds"] = " ".join(str(r["seed"]) for r in group)
         rows.append(row)
+    for column in P_COLUMNS:
+        for row, adjusted in zip(rows, holm([row[column] for row in rows]), strict=True):
+            row[f"{column}_holm"] = adjusted
     return rows
 
 
@@ -318,12 +341,27 @@ def _mean_ci(mean: Any, ci: Any, fmt: str) -> str:
     return text if _cell(ci) == "" else f"{text} ± {format(ci, fmt)}"
 
 
-def _signed(diff: Any, p_value: Any) -> str:
-    """``−0.018 (0.014)``: a difference (Unicode minus, as in docs/) and its p-value."""
+def _p(value: Any) -> str:
+    """A p-value with 3 significant digits (``–`` when undefined)."""
+    return "–" if _cell(value) == "" else format(value, ".3g")
+
+
+def _signed(diff: Any, p_value: Any, holm_p: Any) -> str:
+    """``−0.018 (0.014 / 0.068)``: a difference (Unicode minus, as in docs/), p and Holm's p."""
     if _cell(diff) == "":
         return "–"
-    p = "–" if _cell(p_value) == "" else format(p_value, ".3g")
-    return f"{format(diff, '+.3f').replace('-', '−')} ({p})"
+    return f"{format(diff, '+.3f').replace('-', '−')} ({_p(p_value)} / {_p(holm_p)})"
+
+
+def _rounds(median: Any, reached: Any, n_seeds: Any) -> str:
+    """``757 (5/5)``: the Kaplan–Meier median and the runs that reached the target.
+
+    ``–`` for the median when fewer than half reached it; ``–`` alone without a target.
+    """
+    if reached is None or _cell(reached) == "":
+        return "–"
+    text = "–" if _cell(median) == "" or math.isinf(float(median)) else f"{float(median):.0f}"
+    return f"{text} ({reached}/{n_seeds})"
 
 
 def markdown_table(
@@ -334,9 +372,10 @@ def markdown_table(
     """``table.md``: the columns a reader compares, rounded as in docs/ (docs/comparing.md).
 
     One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point): final
-    and best accuracy with their 95 % half-widths, rounds to the target with the runs that
-    reached it and the paired sign test against FedCGD-FSCD, scheduled devices, WEMD, the paired
-    differences with their p-values, and the runs that lost devices.
+    and best accuracy with their 95 % half-widths, the Kaplan–Meier median of rounds to the target
+    with the runs that reached it and the paired sign test against FedCGD-FSCD, scheduled
+    devices, WEMD, the paired differences with their p-values (each p then Holm's), and the runs
+    that lost devices.
     """
     target = "–" if target_accuracy is None else f"{target_accuracy:g}"
     ref = "FSCD"
@@ -345,39 +384,45 @@ def markdown_table(
         "policy",
         "final accuracy",
         "best accuracy",
-        f"rounds to {target} (reached)",
-        f"{ref} earlier / later / tied (sign p)",
+        f"median rounds to {target} (reached)",
+        f"{ref} earlier / later / tied (sign p / Holm)",
         "scheduled",
         "WEMD",
-        f"final − {ref} (p)",
-        f"best − {ref} (p)",
+        f"final − {ref} (p / Holm)",
+        f"best − {ref} (p / Holm)",
         "runs with lost devices",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        reached = row.get("reached_target")
-        rounds = "–"
-        if reached is not None:
-            mean, ci = row["rounds_to_target_mean"], row["rounds_to_target_ci95"]
-            rounds = f"{_mean_ci(mean, ci, '.0f') if reached else '–'} ({reached}/{row['n_seeds']})"
         sign = "–"
         if _cell(row.get("rounds_earlier_vs_fedcgd_fscd")) != "":
-            earlier, later, tied, p = (
-                row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("earlier", "later", "tied", "sign_p")
-            )  # the counts are the policy's: FedCGD-FSCD is earlier where the policy is later
-            sign = f"{later} / {earlier} / {tied} ({'–' if _cell(p) == '' else format(p, '.3g')})"
+            earlier, later, tied = (row[f"rounds_{k}_vs_fedcgd_fscd"] for k in COUNTS)
+            # the counts are the policy's: FedCGD-FSCD is earlier where the policy is later
+            p, holm_p = (
+                row["rounds_sign_p_vs_fedcgd_fscd"],
+                row["rounds_sign_p_vs_fedcgd_fscd_holm"],
+            )
+            sign = f"{later} / {earlier} / {tied} ({_p(p)} / {_p(holm_p)})"
         lost = row.get("runs_with_lost_devices") or 0
         cells = [
             *(str(row[c]) for c in extra_columns),
             str(row["policy"]),
             _mean_ci(row["final_accuracy_mean"], row["final_accuracy_ci95"], ".3f"),
             _mean_ci(row["max_accuracy_mean"], row["max_accuracy_ci95"], ".3f"),
-            rounds,
+            _rounds(
+                row.get("rounds_to_target_km_median"), row.get("reached_target"), row["n_seeds"]
+            ),
             sign,
             _mean_ci(row["mean_scheduled_mean"], row["mean_scheduled_ci95"], ".2f"),
             _mean_ci(row["mean_wemd_mean"], row["mean_wemd_ci95"], ".3f"),
-            _signed(row.get("diff_vs_fedcgd_fscd"), row.get("p_value_vs_fedcgd_fscd")),
-            _signed(row.get("best_diff_vs_fedcgd_fscd"), row.get("best_p_value_vs_fedcgd_fscd")),
+            *(
+                _signed(
+                    row.get(f"{prefix}diff_vs_fedcgd_fscd"),
+                    row.get(f"{prefix}p_value_vs_fedcgd_fscd"),
+                    row.get(f"{prefix}p_value_vs_fedcgd_fscd_holm"),
+                )
+                for prefix in ("", "best_")
+            ),
             f"{LOST_MARKER} {lost} of {row['n_seeds']}" if lost else "0",
         ]
         lines.append("| " + " | ".join(cells) + " |")
