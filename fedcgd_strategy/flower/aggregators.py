@@ -398,7 +398,11 @@ class StandInGrid(LocalGrid):
 
 def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
     """The seed of numpy's global generator for round ``server_round`` of run ``seed``."""
-    return np.random.SeedSequence([seed, NOISE_STREAM, server_round]).generate_state(8, np.uint32)
+    return (
+        np.random.SeedSequence([seed, NOISE_STREAM, server_round])
+        .generate_state(8)
+        .astype(np.uint32)
+    )
 
 
 @contextlib.contextmanager
