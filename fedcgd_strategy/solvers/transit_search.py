@@ -3,19 +3,19 @@
 :class:`TransitSearch` makes the decisions of the dense ``|Pi| x |not Pi| x C`` grid search
 (``swap_search_dense`` in tests/reference_solvers.py) while evaluating few swaps;
 10-15x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``, docs/performance.md).
-Pure numpy (threadpoolctl, when installed, keeps BLAS on one thread).
+Pure numpy (threadpoolctl keeps BLAS on one thread).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from contextlib import AbstractContextManager
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
+from threadpoolctl import ThreadpoolController  # with scikit-learn, a dependency
 
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, is_improvement
@@ -43,25 +43,18 @@ MASK_BY_LOOP = 8
 
 
 @functools.cache
-def _blas_controller() -> Any:
-    """The threadpoolctl controller of the loaded BLAS libraries (None without threadpoolctl)."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # threadpoolctl comes with scikit-learn, a dependency
-        return None
+def _blas_controller() -> ThreadpoolController:
+    """The controller of the loaded BLAS libraries (found once: it inspects the process)."""
     return ThreadpoolController()
 
 
 def single_threaded_blas() -> AbstractContextManager[object]:
-    """Context in which BLAS runs on one thread (a no-op without threadpoolctl).
+    """Context in which BLAS runs on one thread.
 
     BLAS threads slow the search's many small products down on busy cores; the dense grid's
     products give the same bits for any thread count at these sizes.
     """
-    controller = _blas_controller()
-    if controller is None:
-        return contextlib.nullcontext()
-    return cast(AbstractContextManager[object], controller.limit(limits=1, user_api="blas"))
+    return cast(AbstractContextManager[object], _blas_controller().limit(limits=1, user_api="blas"))
 
 
 def cheapest_order(problem: SchedulingProblem) -> IndexArray:
@@ -73,23 +66,11 @@ def cheapest_order(problem: SchedulingProblem) -> IndexArray:
 def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> IndexArray:
     """How many leading entries of ``sorted_hz`` fit each ``room_hz``, with the exact budget test.
 
-    ``out[i]`` = number of ``j`` with ``room_hz[i] + sorted_hz[j] <= limit_hz`` in floating point
-    as the dense grid tests it (a prefix, the test being monotone): a binary search, then moved past
-    runs of equal values until the test agrees.
-
-    Parameters
-    ----------
-    room_hz
-        ``sum_{w in Pi} B*_w - B*_v`` for each scheduled ``v``, float ``[I]`` in Hz.
-    sorted_hz
-        ``B*`` of the unscheduled feasible devices, ascending, float ``[O]`` in Hz.
-    limit_hz
-        Budget in Hz (``B`` with the rounding slack).
-
-    Returns
-    -------
-    numpy.ndarray
-        Prefix lengths, int ``[I]``.
+    ``out[i]`` (int ``[I]``) = number of ``j`` with ``room_hz[i] + sorted_hz[j] <= limit_hz`` in
+    floating point as the dense grid tests it (a prefix: the test is monotone); a binary search,
+    then moved past runs of equal values until the test agrees. ``room_hz``: ``sum_Pi B* - B*_v``
+    per scheduled ``v``, float ``[I]`` in Hz; ``sorted_hz``: ``B*`` of the unscheduled feasible
+    devices, ascending, float ``[O]`` in Hz; ``limit_hz``: ``B`` with the rounding slack, in Hz.
     """
     count = np.searchsorted(sorted_hz, limit_hz - room_hz, side="right")
     last = sorted_hz.size - 1
@@ -119,11 +100,13 @@ class TransitSearch:
     1. *Budget.* With the unscheduled devices sorted by ``B*``, the transits of ``v`` that fit are
        a prefix of length ``k_v`` (:func:`fit_counts`); ``K = max_v k_v`` columns are considered.
        Up to :data:`DENSE_GRID` elements the grid is evaluated whole, as the dense search does.
-    2. *Rows and columns.* With ``w = sum_Pi p - S p``, the triangle inequality bounds all
-       transits of a row ``v`` and all transits of a column ``u`` from below; the values along
-       the row and the column of least bound give an upper bound ``U``; rows and columns whose
-       bound exceeds ``min(U, current) + margin`` are dropped (:meth:`_prefilter`). A kept block
-       of up to :data:`EVALUATE_ALL` transits is evaluated whole (step 4).
+    2. *Rows and columns.* With ``w = sum_Pi p - S p``, the triangle inequality bounds every
+       transit of the row ``v`` by ``(|w - p_v| . G - max G) / S + sigma / sqrt(T - b_v + max b)``
+       and of the column ``u`` by ``(|w + p_u| . G - max G) / S + sigma / sqrt(T - min_Pi b +
+       b_u)``; the values along the row and the column of least bound give an upper bound ``U``;
+       rows and columns whose bound exceeds ``min(U, current) + margin`` are dropped
+       (:meth:`_prefilter`). A kept block of up to :data:`EVALUATE_ALL` transits is evaluated
+       whole (step 4).
     3. *Bound.* Otherwise, with ``s_uc = sign(w_c + p_uc)``,
        ``|w_c - p_vc + p_uc| >= s_uc (w_c + p_uc) - s_uc p_vc`` and
        ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``, so one product
@@ -177,10 +160,8 @@ class TransitSearch:
         swaps = 0
         while (step := self._best_transit(selected, outside, sums, current)) is not None:
             leave, enter, current = step
-            selected[leave] = False
-            selected[enter] = True
-            outside[self.position[leave]] = True
-            outside[self.position[enter]] = False
+            selected[[leave, enter]] = False, True
+            outside[self.position[[leave, enter]]] = True, False
             sums.swap(self.arrays, leave, enter)
             swaps += 1
         return selected, current, swaps
@@ -208,13 +189,17 @@ class TransitSearch:
         keep_rows, keep_cols, upper = self._prefilter(inside, positions, fits, sums, current)
         # Kept column j fits row r iff keep_cols[j] < fits[r] (a prefix of the kept columns).
         inside, fits = inside[keep_rows], np.searchsorted(keep_cols, fits[keep_rows])
-        area = int(fits.sum())
-        if area == 0:  # no transit can improve on the current objective
+        if not fits.any():  # no transit can improve on the current objective
             return None
         positions = positions[keep_cols[: int(fits.max())]]
         if inside.size * positions.size <= EVALUATE_ALL:
             rows = np.repeat(np.arange(inside.size), positions.size)
-            values = self._block_objectives(sums, inside, positions, fits).ravel()
+            values = self._grid(
+                sums, sums.class_sum - self.arrays.labels[inside], self.arrays.batch[inside],
+                self.order[positions],
+            )  # fmt: skip
+            values[np.arange(positions.size) >= fits[:, None]] = np.inf
+            values = values.ravel()
         else:
             candidates = self._pruned_candidates(inside, positions, fits, sums, current, upper)
             if candidates is None:
@@ -224,13 +209,9 @@ class TransitSearch:
         tie_margin = self.tie_unit * abs(lowest)
         if lowest - tie_margin >= current - TIE_REL_TOL * abs(current):
             return None
-        near = inside[rows[values <= lowest + tie_margin]]
-        if near.size > 1:
-            near = np.unique(near)
+        near = np.unique(inside[rows[values <= lowest + tie_margin]])
         leave, enter_device, best = self._dense_rows(selected, sums, near)
-        if not is_improvement(best, current):
-            return None
-        return leave, enter_device, best
+        return (leave, enter_device, best) if is_improvement(best, current) else None
 
     def _pruned_candidates(
         self,
@@ -241,11 +222,10 @@ class TransitSearch:
         current: float,
         upper: float,
     ) -> tuple[IndexArray, FloatArray] | None:
-        """Rows (into ``inside``) and values (``inf`` = proved not best) of possible best transits.
+        """Step 3 of the class doc: rows (into ``inside``) and values (``inf``: proved not best).
 
-        ``positions`` are the columns, ``fits[r]`` the length of the prefix of them that fits row
-        ``r``, ``upper`` an upper bound on the best objective. None if no transit can improve on
-        ``current``.
+        Row ``r`` fits the first ``fits[r]`` of the columns ``positions``; ``upper`` bounds the
+        best objective from above. None if no transit can improve on ``current``.
         """
         width = int(fits.max())
         enter = self.order[positions]
@@ -263,13 +243,20 @@ class TransitSearch:
         if rows.size:
             at_least = self._objectives(sums, inside[rows], enter[least[rows]])
             upper = min(upper, float(at_least.min()))
-        threshold = min(upper, current) + self.prune_unit * (
-            self.gradient_scale + 2.0 * abs(current)
-        )
-        rows, cols = np.nonzero(bound <= threshold)
+        rows, cols = np.nonzero(bound <= min(upper, current) + self._margin(current))
         if rows.size == 0:  # every bound exceeds the current objective: no improvement
             return None
-        return rows, self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
+        leave, enter, bound = inside[rows], enter[cols], bound[rows, cols]
+        if leave.size <= EVALUATE_FIRST:
+            return rows, self._objectives(sums, leave, enter)
+        values = np.full(leave.size, np.inf)
+        first = np.argpartition(bound, EVALUATE_FIRST)[:EVALUATE_FIRST]
+        values[first] = self._objectives(sums, leave[first], enter[first])
+        best = float(values[first].min())
+        rest = bound <= best + self._margin(best)
+        rest[first] = False
+        values[rest] = self._objectives(sums, leave[rest], enter[rest])
+        return rows, values
 
     def _prefilter(
         self,
@@ -279,16 +266,7 @@ class TransitSearch:
         sums: RunningSums,
         current: float,
     ) -> tuple[IndexArray, IndexArray, float]:
-        """Rows (into ``inside``) and columns (into ``positions``) that may hold the best transit.
-
-        With ``w = sum_Pi p - S p``, the triangle inequality bounds every transit of the row
-        ``v`` by ``(|w - p_v| . G - max G) / S + sigma / sqrt(T - b_v + max b)`` and every
-        transit of the column ``u`` by ``(|w + p_u| . G - max G) / S
-        + sigma / sqrt(T - min_Pi b + b_u)``. The values of the fitting transits of the row and
-        of the column of least bound give an upper bound ``U`` on the best objective (to rounding,
-        which the margin covers); rows and columns whose bound exceeds ``min(U, current)`` plus
-        the pruning margin are dropped. Returns the kept rows and columns (ascending) and ``U``.
-        """
+        """Step 2 of the class doc: kept rows (into ``inside``), columns (into ``positions``), U."""
         arrays = self.arrays
         size = sums.count
         surplus = sums.class_sum - size * arrays.target
@@ -301,48 +279,18 @@ class TransitSearch:
         col_bound = np.abs(labels_out + surplus) @ arrays.gradient
         col_bound /= size
         col_bound += arrays.sigma / np.sqrt(sums.total_batch - int(batch_in.min()) + batch_out)
-        row = int(row_bound.argmin())
-        col = int(col_bound.argmin())
-        upper = np.inf
-        if fits[row] > 0:
-            width = int(fits[row])
-            along_row = np.abs(labels_out[:width] + (surplus - arrays.labels[inside[row]]))
-            along_row = along_row @ arrays.gradient / size + arrays.sigma / np.sqrt(
-                sums.total_batch - int(batch_in[row]) + batch_out[:width]
-            )
-            upper = float(along_row.min())
+        row, col, enter = int(row_bound.argmin()), int(col_bound.argmin()), self.order[positions]
+        along_row = self._objectives(sums, inside[[row] * int(fits[row])], enter[: fits[row]])
         rows = (fits > col).nonzero()[0]
-        if rows.size:
-            along_col = np.abs((surplus + labels_out[col]) - arrays.labels[inside[rows]])
-            along_col = along_col @ arrays.gradient / size + arrays.sigma / np.sqrt(
-                sums.total_batch - batch_in[rows] + int(batch_out[col])
-            )
-            upper = min(upper, float(along_col.min()))
-        threshold = min(upper, current) + self.prune_unit * (
-            self.gradient_scale + 2.0 * abs(current)
-        )
+        along_col = self._objectives(sums, inside[rows], enter[[col] * rows.size])
+        upper = float(np.concatenate([along_row, along_col, [np.inf]]).min())
         # The bounds above without the - max G / S.
-        slack = threshold + self.max_gradient / size
+        slack = min(upper, current) + self._margin(current) + self.max_gradient / size
         return (row_bound <= slack).nonzero()[0], (col_bound <= slack).nonzero()[0], upper
 
-    def _candidate_values(
-        self,
-        sums: RunningSums,
-        leave: IndexArray,
-        enter: IndexArray,
-        bound: FloatArray,
-    ) -> FloatArray:
-        """Objectives of the candidate transits, ``inf`` where the bound proves them not best."""
-        if leave.size <= EVALUATE_FIRST:
-            return self._objectives(sums, leave, enter)
-        values = np.full(leave.size, np.inf)
-        first = np.argpartition(bound, EVALUATE_FIRST)[:EVALUATE_FIRST]
-        values[first] = self._objectives(sums, leave[first], enter[first])
-        best = float(values[first].min())
-        rest = bound <= best + self.prune_unit * (self.gradient_scale + 2.0 * abs(best))
-        rest[first] = False
-        values[rest] = self._objectives(sums, leave[rest], enter[rest])
-        return values
+    def _margin(self, objective: float) -> float:
+        """The pruning margin at ``objective`` (:data:`PRUNE_MARGIN_ULPS`)."""
+        return self.prune_unit * (self.gradient_scale + 2.0 * abs(objective))
 
     def _lower_bounds(
         self, inside: IndexArray, positions: IndexArray, sums: RunningSums
@@ -363,9 +311,7 @@ class TransitSearch:
         right[:, num_classes] = (np.abs(shifted) @ arrays.gradient) / size
         right[:, num_classes + 1] = 1.0
         bound = np.matmul(left, right.T, out=self.scratch(0, inside.size, positions.size))
-        # Exact term for each row's dominant class d: where the bound took s = +1
-        # (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
-        # weight_d max(0, p_vd - w_d - p_ud) with weight_d = 2 G_d / S.
+        # the exact term of each row's dominant class d (step 3), weight = 2 G / S
         weight = 2.0 * arrays.gradient / size
         crossing = np.ascontiguousarray(np.where(shifted >= 0.0, shifted * weight, np.inf).T)
         dominant = self.dominant[inside]
@@ -386,27 +332,25 @@ class TransitSearch:
             self.buffers[slot] = np.empty(max(size, 2 * self.buffers[slot].size))
         return self.buffers[slot][:size].reshape(shape)
 
-    def _block_objectives(
-        self, sums: RunningSums, inside: IndexArray, positions: IndexArray, fits: IndexArray
+    def _grid(
+        self, sums: RunningSums, removed: FloatArray, removed_batch: IndexArray, enter: IndexArray
     ) -> FloatArray:
-        """Objectives of the transits ``inside x positions``, ``inf`` where they do not fit.
+        """Objectives of all transits from the rows to the devices ``enter`` [K], float [R, K].
 
-        float ``[I, K]``; row ``r`` fits the first ``fits[r]`` columns. The arithmetic of
-        :meth:`_objectives`.
+        A row is a schedule less its leaving device: class sums ``removed`` [R, C], batch total
+        less ``removed_batch`` [R]. The dense grid's arithmetic (``wemd`` + ``sampling_term``).
         """
         arrays = self.arrays
         grid = np.add(
-            (sums.class_sum - arrays.labels[inside])[:, None, :],
-            self.sorted_labels[positions],
-            out=self.scratch(0, inside.size, positions.size, arrays.target.size),
+            removed[:, None, :],
+            arrays.labels[enter],
+            out=self.scratch(0, removed.shape[0], enter.size, arrays.target.size),
         )
         grid /= sums.count
         grid -= arrays.target
         values = np.abs(grid, out=grid) @ arrays.gradient
-        totals = sums.total_batch - arrays.batch[inside][:, None] + self.sorted_batch[positions]
-        values += arrays.sigma / np.sqrt(totals)
-        values[np.arange(positions.size) >= fits[:, None]] = np.inf
-        return values
+        totals = sums.total_batch - removed_batch[:, None] + arrays.batch[enter]
+        return values + arrays.sigma / np.sqrt(totals)
 
     def _objectives(self, sums: RunningSums, leave: IndexArray, enter: IndexArray) -> FloatArray:
         """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]``.
@@ -444,17 +388,7 @@ class TransitSearch:
                 return_inverse=True,
             )
             removed, leave_batch = removed[first], leave_batch[first]
-        grid = np.add(
-            removed[:, None, :],
-            arrays.labels[outside],
-            out=self.scratch(0, removed.shape[0], outside.size, arrays.target.size),
-        )
-        grid /= sums.count
-        grid -= arrays.target
-        # The arithmetic of wemd + sampling_term (every total batch is positive).
-        values = np.abs(grid, out=grid) @ arrays.gradient
-        totals = sums.total_batch - leave_batch[:, None] + arrays.batch[outside]
-        values += arrays.sigma / np.sqrt(totals.astype(float))
+        values = self._grid(sums, removed, leave_batch, outside)
         if rows is not None:
             values = values[rows]
         room = sums.used_hz - arrays.bandwidth_hz[leave][:, None]
