@@ -15,7 +15,7 @@ import inspect
 import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -202,16 +202,6 @@ def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
     return REPLACED.get(found, found)
 
 
-class Spec(NamedTuple):
-    """A checked aggregator: the setting, class, given kwargs, their table, the wrapped one."""
-
-    setting: str
-    cls: type[Strategy]
-    arguments: dict[str, Any]
-    table: str
-    inner: Spec | None
-
-
 def _given(params: Mapping[str, object], name: str, table: str, default: object) -> object:
     """``params``' value of ``name`` in either spelling (ValueError: given twice)."""
     found = [k for k in params if kebab(k) == name]
@@ -221,24 +211,22 @@ def _given(params: Mapping[str, object], name: str, table: str, default: object)
     return params[found[0]] if found else default
 
 
-def checked_spec(
+def _built(
     setting: str,
     params: Mapping[str, object],
-    num_devices: int | None = None,
+    num_devices: int | None,
     key: str = AGGREGATOR_KEY,
     table: str = PARAMS_KEY,
-) -> Spec:
-    """Check ``params`` (the run-config table ``table``) against the class ``setting`` names.
+) -> tuple[Strategy, dict[str, Any]]:
+    """The strategy ``setting`` names, built from the run-config table ``table``, and its record.
 
-    Each refusal is one line naming ``<table>.<name>``, the value and what is allowed;
-    V for :data:`RANGES` is ``num_devices``.
+    Each refusal is one line naming ``<table>.<name>``, the value and what is allowed; V for
+    :data:`RANGES` is ``num_devices``, a DP wrapper's n too. The record is ``config.json``'s
+    ``aggregator_resolved``: class, every parameter as built, where each came from.
     """
-    cls, own, inner, owner = (
-        aggregator_class(setting, key),
-        dict(params),
-        None,
-        f"aggregator {setting!r}",
-    )
+    cls, owner, own = aggregator_class(setting, key), f"aggregator {setting!r}", params
+    extra: dict[str, Any] = {}
+    record: dict[str, Any] | None = None
     refused = {n: f"not settable here ({why})" for n, why in REFUSED.items()}
     if issubclass(cls, SERVER_SIDE_DP):
         own = {k: v for k, v in params.items() if kebab(k) not in (INNER, INNER_PARAMS)}
@@ -260,12 +248,15 @@ def checked_spec(
                 f"run-config key {table}.{INNER} = {wrapped!r} is a DP wrapper itself; allowed: a "
                 "strategy that aggregates (FedAvg, FedTrimmedAvg, ...)"
             )
-        inner = checked_spec(
+        if num_devices is None:
+            raise TypeError(f"aggregator {setting!r} is built with num_devices")
+        inner, record = _built(
             wrapped, sub, num_devices, f"{table}.{INNER}", f"{table}.{INNER_PARAMS}"
         )
+        extra = {INNER: inner, "num_sampled_clients": num_devices}
     arguments = constructor_arguments(
         cls, own, table=table, owner=owner, refused=refused,
-        also_allowed=(INNER, INNER_PARAMS) if inner else (),
+        also_allowed=(INNER, INNER_PARAMS) if extra else (),
     )  # fmt: skip
     for name, value in arguments.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -276,25 +267,23 @@ def checked_spec(
                     f"run-config key {table}.{kebab(name)} = {value!r} for {owner}; allowed: "
                     f"{allowed} ({why})"
                 )
-    return Spec(setting, cls, arguments, table, inner)
-
-
-def build(spec: Spec, num_devices: int | None, key: str = AGGREGATOR_KEY) -> Strategy:
-    """A fresh strategy of ``spec``; a DP wrapper around its own, n = ``num_devices``."""
-    kwargs = dict(spec.arguments)
-    if spec.inner is not None:
-        if num_devices is None:
-            raise TypeError(f"aggregator {spec.setting!r} is built with num_devices")
-        kwargs[INNER] = build(spec.inner, num_devices, f"{spec.table}.{INNER}")
-        kwargs["num_sampled_clients"] = num_devices
     try:
-        return spec.cls(**kwargs)
+        built = cls(**arguments, **extra)
     except Exception as err:
-        shown = {kebab(k): v for k, v in spec.arguments.items()}
         raise ValueError(
-            f"run-config key {key!r} = {spec.setting!r} with {spec.table} = {shown} "
-            f"(num-devices = {num_devices}): {type(err).__name__}: {first_line(err)}"
+            f"run-config key {key!r} = {setting!r} with {table} = "
+            f"{ {kebab(k): v for k, v in arguments.items()} } (num-devices = {num_devices}): "
+            f"{type(err).__name__}: {first_line(err)}"
         ) from err
+    values = with_defaults(cls, arguments, refused=REFUSED)
+    resolved = {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()}
+    given = {kebab(k) for k in arguments}
+    where = {k: DERIVED.get(k, "the class default") for k in resolved}
+    return built, {
+        "class": f"{cls.__module__}:{cls.__qualname__}",
+        "params": resolved,
+        "from": where | {k: f"run-config key {table!r}" for k in given},
+    } | ({INNER: record} if record is not None else {})
 
 
 def make_aggregator(
@@ -304,43 +293,22 @@ def make_aggregator(
 
     A DP wrapper needs ``num_devices``. Raises ValueError (one line) for refused parameters.
     """
-    if setting == "":
-        if params:
-            raise ValueError(
-                f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
-                'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
-            )
-        return None
-    return build(checked_spec(setting, params, num_devices), num_devices)
-
-
-def _resolved(spec: Spec, built: Strategy) -> dict[str, Any]:
-    """Class, every parameter (defaults filled in as ``built`` holds them), where each came from."""
-    values = with_defaults(spec.cls, spec.arguments, refused=REFUSED)
-    params = {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()}
-    given = {kebab(k) for k in spec.arguments}
-    out: dict[str, Any] = {
-        "class": f"{spec.cls.__module__}:{spec.cls.__qualname__}",
-        "params": params,
-        "from": {
-            k: f"run-config key {spec.table!r}"
-            if k in given
-            else DERIVED.get(k, "the class default")
-            for k in params
-        },
-    }
-    if spec.inner is not None:
-        out[INNER] = _resolved(spec.inner, getattr(built, INNER))
-    return out
+    if setting == "" and params:
+        raise ValueError(
+            f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
+            'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
+        )
+    return None if setting == "" else _built(setting, params, num_devices)[0]
 
 
 def resolved_aggregator(
     setting: str, params: Mapping[str, object], num_devices: int
 ) -> dict[str, object] | None:
     """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
-    with _flower_log(logging.ERROR):
-        built = make_aggregator(setting, params, num_devices)
-    return None if built is None else _resolved(checked_spec(setting, params, num_devices), built)
+    if setting == "":
+        return None
+    with _flower_log(logging.ERROR):  # logged when the run's aggregator was built
+        return _built(setting, params, num_devices)[1]
 
 
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
