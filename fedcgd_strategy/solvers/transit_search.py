@@ -36,8 +36,6 @@ EVALUATE_FIRST = 256
 EVALUATE_ALL = 4096
 #: Up to this many elements ``I * O * C`` a step evaluates the whole grid.
 DENSE_GRID = 32768
-#: Work buffers of a search (:meth:`TransitSearch.scratch`).
-SCRATCH_SLOTS = 2
 #: Rows of the bound masked one by one up to this many, else in one pass.
 MASK_BY_LOOP = 8
 
@@ -49,18 +47,8 @@ def _blas_controller() -> ThreadpoolController:
 
 
 def single_threaded_blas() -> AbstractContextManager[object]:
-    """Context in which BLAS runs on one thread.
-
-    BLAS threads slow the search's many small products down on busy cores; the dense grid's
-    products give the same bits for any thread count at these sizes.
-    """
+    """BLAS on one thread: faster for the search's small products on busy cores (same bits)."""
     return cast(AbstractContextManager[object], _blas_controller().limit(limits=1, user_api="blas"))
-
-
-def cheapest_order(problem: SchedulingProblem) -> IndexArray:
-    """Feasible devices sorted by ``B*`` ascending, ties by the lower index (Alg. 2, line 2)."""
-    candidates = np.flatnonzero(problem.feasible)
-    return candidates[np.argsort(problem.min_bandwidth_hz[candidates], kind="stable")]
 
 
 def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> IndexArray:
@@ -126,7 +114,8 @@ class TransitSearch:
 
     def __init__(self, problem: SchedulingProblem) -> None:
         self.arrays = ProblemArrays.of(problem)
-        self.order = cheapest_order(problem)
+        feasible = np.flatnonzero(problem.feasible)  # by B* ascending, ties by index (Alg. 2, l. 2)
+        self.order = feasible[np.argsort(problem.min_bandwidth_hz[feasible], kind="stable")]
         self.position = np.full(problem.num_devices, -1, dtype=np.intp)
         self.position[self.order] = np.arange(self.order.size)
         self.sorted_hz = self.arrays.bandwidth_hz[self.order]
@@ -140,7 +129,7 @@ class TransitSearch:
         self.prune_unit = PRUNE_MARGIN_ULPS * (num_classes + 2) * eps
         self.tie_unit = TIE_MARGIN_ULPS * (num_classes + 1) * eps
         self.gradient_scale = 2.0 * float(self.arrays.gradient.sum())
-        self.buffers = [np.empty(0) for _ in range(SCRATCH_SLOTS)]
+        self.buffers = [np.empty(0), np.empty(0)]  # the slots of :meth:`scratch`
 
     def run(self, mask: NDArray[np.bool_]) -> tuple[NDArray[np.bool_], float, int]:
         """Search from ``mask`` (feasible, non-empty, bool ``[V]``) until no transit improves.
@@ -160,8 +149,8 @@ class TransitSearch:
         swaps = 0
         while (step := self._best_transit(selected, outside, sums, current)) is not None:
             leave, enter, current = step
-            selected[[leave, enter]] = False, True
-            outside[self.position[[leave, enter]]] = True, False
+            selected[leave], selected[enter] = False, True
+            outside[self.position[leave]], outside[self.position[enter]] = True, False
             sums.swap(self.arrays, leave, enter)
             swaps += 1
         return selected, current, swaps
@@ -273,20 +262,31 @@ class TransitSearch:
         labels_out = self.sorted_labels[positions]
         batch_out = self.sorted_batch[positions]
         batch_in = arrays.batch[inside]
-        row_bound = np.abs(surplus - arrays.labels[inside]) @ arrays.gradient
-        row_bound /= size
-        row_bound += arrays.sigma / np.sqrt(sums.total_batch - batch_in + self.max_batch)
-        col_bound = np.abs(labels_out + surplus) @ arrays.gradient
-        col_bound /= size
-        col_bound += arrays.sigma / np.sqrt(sums.total_batch - int(batch_in.min()) + batch_out)
-        row, col, enter = int(row_bound.argmin()), int(col_bound.argmin()), self.order[positions]
-        along_row = self._objectives(sums, inside[[row] * int(fits[row])], enter[: fits[row]])
-        rows = (fits > col).nonzero()[0]
-        along_col = self._objectives(sums, inside[rows], enter[[col] * rows.size])
+        total = sums.total_batch
+        row_bound = self._terms(
+            surplus - arrays.labels[inside], total - batch_in + self.max_batch, size
+        )
+        col_bound = self._terms(labels_out + surplus, total - int(batch_in.min()) + batch_out, size)
+        row, col = int(row_bound.argmin()), int(col_bound.argmin())
+        width, rows = int(fits[row]), (fits > col).nonzero()[0]
+        along_row = self._terms(
+            labels_out[:width] + (surplus - arrays.labels[inside[row]]),
+            total - int(batch_in[row]) + batch_out[:width],
+            size,
+        )
+        along_col = self._terms(
+            (surplus + labels_out[col]) - arrays.labels[inside[rows]],
+            total - batch_in[rows] + int(batch_out[col]),
+            size,
+        )
         upper = float(np.concatenate([along_row, along_col, [np.inf]]).min())
         # The bounds above without the - max G / S.
         slack = min(upper, current) + self._margin(current) + self.max_gradient / size
         return (row_bound <= slack).nonzero()[0], (col_bound <= slack).nonzero()[0], upper
+
+    def _terms(self, deviation: FloatArray, totals: IndexArray, size: int) -> FloatArray:
+        """``|deviation| . G / S + sigma / sqrt(totals)`` per row (the objective's two terms)."""
+        return np.abs(deviation) @ self.arrays.gradient / size + self.arrays.sigma / np.sqrt(totals)
 
     def _margin(self, objective: float) -> float:
         """The pruning margin at ``objective`` (:data:`PRUNE_MARGIN_ULPS`)."""
@@ -350,7 +350,8 @@ class TransitSearch:
         grid -= arrays.target
         values = np.abs(grid, out=grid) @ arrays.gradient
         totals = sums.total_batch - removed_batch[:, None] + arrays.batch[enter]
-        return values + arrays.sigma / np.sqrt(totals)
+        values += arrays.sigma / np.sqrt(totals)
+        return values
 
     def _objectives(self, sums: RunningSums, leave: IndexArray, enter: IndexArray) -> FloatArray:
         """Objectives of the transits ``(leave[i], enter[i])``, float ``[n]``.
