@@ -233,7 +233,7 @@ def test_a_policys_two_spellings_of_one_parameter_are_refused(tmp_path):
 
 def test_every_numeric_parameter_of_every_flower_strategy_has_a_range():
     """A Flower release that adds a parameter fails here until its range is written down."""
-    from fedcgd_strategy.flower.aggregators import (
+    from fedcgd_strategy.flower.aggregator_params import (
         REFUSED,
         aggregator_class,
         parameter_range,
@@ -400,7 +400,7 @@ def test_config_json_holds_the_resolved_parameters_of_a_dp_wrapper_and_its_strat
     resolved = recorded_config(tmp_path, ADAPTIVE, params)["aggregator_resolved"]
     wrapper = flower_strategies.DifferentialPrivacyServerSideAdaptiveClipping
     assert resolved == {
-        "class": "fedcgd_strategy.flower.aggregators:" + ADAPTIVE,
+        "class": "fedcgd_strategy.flower.aggregator_params:" + ADAPTIVE,
         "params": {
             "noise-multiplier": 0.3,
             "clip-norm-lr": 0.1,
@@ -445,7 +445,7 @@ def test_config_json_of_the_default_aggregator_and_of_fixed_clipping(tmp_path):
 
 
 def test_docs_list_the_range_of_every_parameter():
-    from fedcgd_strategy.flower.aggregators import RANGES
+    from fedcgd_strategy.flower.aggregator_params import RANGES
     from fedcgd_task.constructor_params import kebab
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "aggregation.md").read_text()

@@ -1,0 +1,276 @@
+"""From the run config's ``aggregator`` and ``aggregator-params`` to a Flower strategy.
+
+Names, the checks and the table of ranges (:data:`RANGES`), the server-side DP wrapper's
+replaced steps, and what ``config.json`` records: docs/aggregation.md ("Allowed values") and
+docs/design.md ("Any Flower aggregation", "Server-side differential privacy").
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.serverapp import strategy as flower
+from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
+from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
+from flwr.serverapp.strategy.fedopt import FedOpt
+
+from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
+from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
+
+AGGREGATOR_KEY, PARAMS_KEY = "aggregator", "aggregator-params"
+#: A DP wrapper's parameters naming the strategy it wraps (default FedAvg) and its table.
+INNER, INNER_PARAMS = "strategy", "strategy-params"
+#: Constructor parameters ``aggregator-params`` may not set, and why.
+REFUSED: dict[str, str] = dict.fromkeys(
+    inspect.signature(flower.FedAvg).parameters,
+    "the scheduler's: the policy chooses who trains, the ServerApp evaluates, uploads are "
+    "weighted by |D_v|",
+) | {
+    "num_sampled_clients": "set every round to the round's number of uploads n (the noise's "
+    "standard deviation is z C / n)",
+    "accountant": "Flower's privacy accountant is an object a run config cannot hold",
+}
+#: Strategies that change the clients' training, which this app's clients do not do.
+CLIENT_SIDE: dict[type, str] = {
+    flower.FedProx: "FedProx changes the clients' training (a proximal term), not the "
+    "aggregation, which is FedAvg's",
+    flower.DifferentialPrivacyClientSideFixedClipping: "client-side clipping needs the "
+    "clients' fixedclipping_mod; name DifferentialPrivacyServerSideFixedClipping",
+    flower.DifferentialPrivacyClientSideAdaptiveClipping: "client-side clipping needs the "
+    "clients' adaptiveclipping_mod; name DifferentialPrivacyServerSideAdaptiveClipping",
+}
+#: Flower class -> numeric parameter -> (allowed interval, why): Flower 1.42's docs and source
+#: or the update rule; a class takes the nearest entry along its MRO; V is num-devices; 10 caps
+#: learning rates Flower leaves unbounded; any other float must be finite (:data:`FINITE`).
+RANGES: dict[type, dict[str, tuple[str, str]]] = {
+    FedOpt: {
+        "eta": ("(0, 10]", "the server's step; FedOpt's docs: server-side learning rate"),
+        "eta_l": ("(0, 10]", "Flower's FedOpt only logs it; clients use learning-rate"),
+        "beta_1": ("[0, 1)", "first-moment decay; FedAdam divides by 1 - beta_1^t"),
+        "beta_2": ("[0, 1)", "second-moment decay"),
+        "tau": ("(0, inf)", "the step divides by sqrt(v_t) + tau: FedOpt's adaptivity"),
+    },
+    flower.FedAvgM: {
+        "server_learning_rate": ("(0, 10]", "the server's step (1: FedAvg's)"),
+        "server_momentum": ("[0, 1)", "1 never forgets an update; Hsu et al. 2019: < 1"),
+    },
+    flower.FedTrimmedAvg: {"beta": ("[0, 0.5)", "cut at each end; FedTrimmedAvg's docs")},
+    flower.MultiKrum: {
+        "num_malicious_nodes": ("[0, inf)", "f, the attackers assumed; Krum: 2 f + 3 uploads"),
+        "num_nodes_to_select": ("[1, V]", "the uploads averaged, 1 is Krum, V all (FedAvg)"),
+    },
+    flower.Bulyan: {"num_malicious_nodes": ("[0, inf)", "f; Bulyan needs 4 f + 3 uploads")},
+    flower.QFedAvg: {
+        "client_learning_rate": ("(0, 10]", "QFedAvg's Lipschitz estimate is its inverse"),
+        "q": ("[0, inf)", "fairness; q = 0 is FedAvg, QFedAvg's docs"),
+    },
+    DifferentialPrivacyFixedClippingBase: {
+        "noise_multiplier": ("[0, inf)", "z; Flower: non-negative"),
+        "clipping_norm": ("(0, inf)", "C; Flower: positive"),
+    },
+    DifferentialPrivacyAdaptiveBase: {
+        "noise_multiplier": ("[0, inf)", "z; Flower: non-negative"),
+        "initial_clipping_norm": ("(0, inf)", "C_0; Flower: positive"),
+        "target_clipped_quantile": ("[0, 1]", "the fraction of updates to clip; Flower"),
+        "clip_norm_lr": ("(0, 10]", "C moves by up to e^lr a round; Andrew et al.: 0.2"),
+        "clipped_count_stddev": ("[0, inf)", "noise of the clipped count; Flower"),
+    },
+}
+FINITE = ("(-inf, inf)", "NaN and inf are no setting")
+#: Where a parameter left unset comes from, when not the class's default (``config.json``).
+DERIVED = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
+#: Flower's server-side DP wrappers (and their subclasses).
+SERVER_SIDE_DP = (
+    flower.DifferentialPrivacyServerSideFixedClipping,
+    flower.DifferentialPrivacyServerSideAdaptiveClipping,
+)
+
+
+class DifferentialPrivacyServerSideAdaptiveClipping(
+    flower.DifferentialPrivacyServerSideAdaptiveClipping
+):
+    """Flower's adaptive clipping with the two steps of Andrew et al.'s Algorithm 1.
+
+    Built in place of Flower's, under its name (messages name the class as the run config does).
+    """
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower's, the norm it clips with held for the round's noise (during the call only)."""
+        self._round_norm = self.clipping_norm
+        try:
+            return super().aggregate_train(server_round, replies)
+        finally:
+            del self._round_norm
+
+    def _geometric_update(self, clipped_fraction: float) -> None:
+        """C <- C exp(-lr (b - gamma)): Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1.
+
+        b = 1 - ``clipped_fraction`` (the noisy fraction not clipped), gamma = 1 -
+        ``target_clipped_quantile``, lr = ``clip_norm_lr``.
+        """
+        unclipped, target_unclipped = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
+        self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
+
+    def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
+        """Flower's Gaussian noise, standard deviation z C_t / n (C_t: the round's norm)."""
+        updated, self.clipping_norm = self.clipping_norm, self._round_norm
+        try:
+            return super()._add_noise_to_aggregated_arrays(aggregated)
+        finally:
+            self.clipping_norm = updated
+
+
+#: Classes built in place of the one named.
+REPLACED: dict[type, type] = {
+    flower.DifferentialPrivacyServerSideAdaptiveClipping: (
+        DifferentialPrivacyServerSideAdaptiveClipping
+    )
+}
+
+
+def parameter_range(cls: type, name: str) -> tuple[str, str] | None:
+    """The (interval, why) of ``cls``'s parameter ``name`` (:data:`RANGES`)."""
+    return next((RANGES[c][name] for c in cls.__mro__ if name in RANGES.get(c, {})), None)
+
+
+def out_of_range(interval: str, value: float, num_devices: int | None) -> str | None:
+    """None if ``value`` is in ``interval``; else what it allows, e.g. ``a number in [0, 1)``."""
+    low, high = (float(num_devices or "inf" if x == "V" else x) for x in interval[1:-1].split(", "))
+    left, right = interval[0] == "(", interval[-1] == ")"
+    above = low < value if left else low <= value
+    if math.isfinite(value) and above and (value < high if right else value <= high):
+        return None
+    kind = "an integer" if isinstance(value, int) else "a number"
+    if math.isinf(high):
+        return "a finite number" if math.isinf(low) else f"{kind} {'>' if left else '>='} {low:g}"
+    return f"{kind} in {interval[0]}{low:g}, {high:g}{interval[-1]}"
+
+
+def short_names() -> list[str]:
+    """The Flower strategies an ``aggregator`` may name without a module path."""
+    found = {n: getattr(flower, n) for n in flower.__all__ if n != "Strategy"}
+    return [n for n, c in found.items() if isinstance(c, type) and issubclass(c, Strategy)]
+
+
+def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
+    """The strategy class ``setting`` names (ValueError: one line; :data:`REPLACED` applied)."""
+    if not (is_reference(setting) or setting in short_names()):
+        default = '"" (the scheduler\'s FedAvg), ' if key == AGGREGATOR_KEY else ""
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r}; allowed: {default}a Flower strategy "
+            f"({', '.join(short_names())}) or a Strategy subclass as {REFERENCE_FORMS}"
+        )
+    found = import_object(setting, key) if is_reference(setting) else getattr(flower, setting)
+    if not (isinstance(found, type) and issubclass(found, Strategy)):
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r} is {found!r}, not a subclass of "
+            "flwr.serverapp.strategy.Strategy"
+        )
+    for refused, why in CLIENT_SIDE.items():
+        if issubclass(found, refused):
+            raise ValueError(f"run-config key {key!r} = {setting!r}: {why}; refused")
+    return REPLACED.get(found, found)
+
+
+def _given(params: Mapping[str, object], name: str, table: str, default: object) -> object:
+    """``params``' value of ``name`` in either spelling (ValueError: given twice)."""
+    found = [k for k in params if kebab(k) == name]
+    if len(found) > 1:
+        raise ValueError(f"run-config key {table}.{found[1]} names {table}.{found[0]} again; "
+                         "give it once")  # fmt: skip
+    return params[found[0]] if found else default
+
+
+def build(
+    setting: str,
+    params: Mapping[str, object],
+    num_devices: int | None,
+    key: str = AGGREGATOR_KEY,
+    table: str = PARAMS_KEY,
+) -> tuple[Strategy, dict[str, Any]]:
+    """The strategy ``setting`` names, built from the run-config table ``table``, and its record.
+
+    Each refusal is one line naming ``<table>.<name>``, the value and what is allowed; V for
+    :data:`RANGES` is ``num_devices``, a DP wrapper's n too. The record is ``config.json``'s
+    ``aggregator_resolved``: class, every parameter as built, where each came from.
+    """
+    cls, owner, own = aggregator_class(setting, key), f"aggregator {setting!r}", params
+    extra: dict[str, Any] = {}
+    record: dict[str, Any] | None = None
+    refused = {n: f"not settable here ({why})" for n, why in REFUSED.items()}
+    if issubclass(cls, SERVER_SIDE_DP):
+        own = {k: v for k, v in params.items() if kebab(k) not in (INNER, INNER_PARAMS)}
+        refused[INNER] = f"{table}.{INNER} names it"
+        wrapped = _given(params, INNER, table, "FedAvg")
+        sub = _given(params, INNER_PARAMS, table, {})
+        if not isinstance(wrapped, str) or not wrapped:
+            raise ValueError(
+                f"run-config key {table}.{INNER} = {wrapped!r}; allowed: the strategy to wrap, "
+                "named as 'aggregator' names one (default FedAvg)"
+            )
+        if not isinstance(sub, dict):
+            raise ValueError(
+                f"run-config key {table}.{INNER_PARAMS} = {sub!r}; allowed: a table of {wrapped}'s "
+                f"parameters, e.g. {table}.{INNER_PARAMS}.beta = 0.2"
+            )
+        if issubclass(aggregator_class(wrapped, f"{table}.{INNER}"), SERVER_SIDE_DP):
+            raise ValueError(
+                f"run-config key {table}.{INNER} = {wrapped!r} is a DP wrapper itself; allowed: a "
+                "strategy that aggregates (FedAvg, FedTrimmedAvg, ...)"
+            )
+        if num_devices is None:
+            raise TypeError(f"aggregator {setting!r} is built with num_devices")
+        inner, record = build(
+            wrapped, sub, num_devices, f"{table}.{INNER}", f"{table}.{INNER_PARAMS}"
+        )
+        extra = {INNER: inner, "num_sampled_clients": num_devices}
+    arguments = constructor_arguments(
+        cls, own, table=table, owner=owner, refused=refused,
+        also_allowed=(INNER, INNER_PARAMS) if extra else (),
+    )  # fmt: skip
+    for name, value in arguments.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            interval, why = parameter_range(cls, name) or FINITE
+            allowed = out_of_range(interval, value, num_devices)
+            if allowed is not None:
+                raise ValueError(
+                    f"run-config key {table}.{kebab(name)} = {value!r} for {owner}; allowed: "
+                    f"{allowed} ({why})"
+                )
+    try:
+        built = cls(**arguments, **extra)
+    except Exception as err:
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r} with {table} = "
+            f"{ {kebab(k): v for k, v in arguments.items()} } (num-devices = {num_devices}): "
+            f"{type(err).__name__}: {first_line(err)}"
+        ) from err
+    values = with_defaults(cls, arguments, refused=REFUSED)
+    resolved = {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()}
+    given = {kebab(k) for k in arguments}
+    where = {k: DERIVED.get(k, "the class default") for k in resolved}
+    return built, {
+        "class": f"{cls.__module__}:{cls.__qualname__}",
+        "params": resolved,
+        "from": where | {k: f"run-config key {table!r}" for k in given},
+    } | ({INNER: record} if record is not None else {})
+
+
+def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
+    """The fewest uploads ``aggregator`` combines, and why.
+
+    Bulyan 4 f + 3 (El Mhamdi et al. 2018), Krum and MultiKrum 2 f + 3 (Blanchard et al. 2017),
+    f = ``num_malicious_nodes``; any other 1.
+    """
+    f, name = int(getattr(aggregator, "num_malicious_nodes", 0)), type(aggregator).__name__
+    for cls, k in ((flower.Bulyan, 4), (flower.MultiKrum, 2)):
+        if isinstance(aggregator, cls):
+            return k * f + 3, f"{name} needs {k} f + 3 uploads, f = num-malicious-nodes = {f}"
+    return 1, f"{name} needs one upload"
