@@ -116,12 +116,10 @@ class CellConfig:
 
     @classmethod
     def _finite_float(cls, name: str, value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        number = value if isinstance(value, int | float | np.integer | np.floating) else math.nan
+        if isinstance(value, bool) or not math.isfinite(number):
             cls._fail(name, value, "a finite number")
-        number = float(value)  # type: ignore[arg-type]
-        if not math.isfinite(number):
-            cls._fail(name, value, "a finite number")
-        return number
+        return float(number)
 
     @property
     def tx_power_w(self) -> float:
@@ -250,12 +248,10 @@ class Cell:
             config.num_devices, config.min_distance_m, config.radius_m, rng
         )
         self.los_probability = los_probability(self.distance_2d_m)
-        self._fixed_los: BoolArray | None = None
-        self._fixed_shadowing_z: FloatArray | None = None
-        if not config.redraw_los_each_round:
-            self._fixed_los = self._draw_los()
-        if not config.redraw_shadowing_each_round:
-            self._fixed_shadowing_z = rng.standard_normal(config.num_devices)
+        fixed_los = not config.redraw_los_each_round  # drawn once, before the fixed shadowing
+        self._fixed_los = self._draw_los() if fixed_los else None
+        fixed_z = not config.redraw_shadowing_each_round
+        self._fixed_shadowing_z = rng.standard_normal(config.num_devices) if fixed_z else None
 
     @property
     def num_devices(self) -> int:
@@ -281,9 +277,8 @@ class Cell:
         config = self.config
         available = self._rng.random(self.num_devices) < config.availability_prob
         los = self._fixed_los if self._fixed_los is not None else self._draw_los()
-        if self._fixed_shadowing_z is not None:
-            shadowing_z = self._fixed_shadowing_z
-        else:
+        shadowing_z = self._fixed_shadowing_z
+        if shadowing_z is None:
             shadowing_z = self._rng.standard_normal(self.num_devices)
         shadowing_db = shadowing_z * shadow_fading_std_db(los, config.pathloss_model)
         gain = self.gain_lin(los, shadowing_db)

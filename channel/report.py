@@ -50,33 +50,22 @@ def simulate_rounds(
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     cell = Cell(config, np.random.default_rng(seed))
-    num_available = np.zeros(rounds, dtype=np.int64)
-    num_infeasible = np.zeros(rounds, dtype=np.int64)
-    num_fit = np.zeros(rounds, dtype=np.int64)
-    finite_bandwidths: list[FloatArray] = []
-    for index in range(rounds):
-        draw = cell.draw_round(model_bits)
-        demands = draw.min_bandwidth_hz[draw.available]
-        num_available[index] = demands.size
-        num_infeasible[index] = np.count_nonzero(np.isinf(demands))
-        num_fit[index] = count_fit_cheapest_first(demands, config.total_bandwidth_hz)
-        finite_bandwidths.append(demands[np.isfinite(demands)])
-    finite = np.concatenate(finite_bandwidths)
-    total_available = int(num_available.sum())
-    quantiles: dict[str, float] | None = None
+    draws = [cell.draw_round(model_bits) for _ in range(rounds)]
+    demands: list[FloatArray] = [draw.min_bandwidth_hz[draw.available] for draw in draws]
+    num_available = np.array([d.size for d in demands])
+    num_fit = np.array([count_fit_cheapest_first(d, config.total_bandwidth_hz) for d in demands])
+    finite = np.concatenate([d[np.isfinite(d)] for d in demands])
+    total = int(num_available.sum())
+    quantiles = None
     if finite.size:
         values_khz = np.percentile(finite, QUANTILES_PERCENT) / 1e3
         quantiles = {f"p{q}": float(v) for q, v in zip(QUANTILES_PERCENT, values_khz, strict=True)}
     return {
         "mean_available": float(num_available.mean()),
-        "infeasible_share_of_available": (
-            float(num_infeasible.sum() / total_available) if total_available else None
-        ),
+        "infeasible_share_of_available": (total - finite.size) / total if total else None,
         "min_bandwidth_khz_quantiles": quantiles,
         "mean_fit_cheapest_first": float(num_fit.mean()),
-        "fit_share_of_available": (
-            float(num_fit.sum() / total_available) if total_available else None
-        ),
+        "fit_share_of_available": float(num_fit.sum() / total) if total else None,
     }
 
 

@@ -7,9 +7,7 @@ gains every round (docs/design.md, "Channel traces"; docs/bring-your-own.md, "Yo
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,8 @@ import numpy.typing as npt
 from channel.arrays import BoolArray, FloatArray
 from channel.cell import Cell, CellConfig, RoundDraw, checked_model_bits
 from channel.npz import ArrayHeader, npz_headers
+from fedcgd_task.imports import first_line
+from run_files.files import atomic_write
 
 #: Names of the arrays of a trace file, in the order they are written.
 TRACE_ARRAYS: tuple[str, str] = ("available", "gain_lin")
@@ -131,9 +131,9 @@ def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
     try:
         headers = npz_headers(file)
     except OSError as err:
-        raise TraceError(f"cannot be read ({_first_line(err)}); {must}", path) from err
+        raise TraceError(f"cannot be read ({first_line(err)}); {must}", path) from err
     except ValueError as err:
-        raise TraceError(f"{_first_line(err)}; {must}", path) from err
+        raise TraceError(f"{first_line(err)}; {must}", path) from err
     names = sorted(headers)
     if names != sorted(TRACE_ARRAYS):
         raise TraceError(f"holds the arrays {names}; {must}", path)
@@ -167,7 +167,7 @@ def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in TRACE_ARRAYS}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-        why = f"cannot be read ({_first_line(err)}); must be {TRACE_FORMAT}"
+        why = f"cannot be read ({first_line(err)}); must be {TRACE_FORMAT}"
         raise TraceError(why, path) from err
     try:
         return ChannelTrace(available=arrays["available"], gain_lin=arrays["gain_lin"])
@@ -175,33 +175,17 @@ def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
         raise TraceError(err.reason, path) from err
 
 
-def _first_line(err: BaseException) -> str:
-    """The first line of an exception's message, or its type when it has none."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def write_trace(
     path: str | os.PathLike[str], available: npt.ArrayLike, gain_lin: npt.ArrayLike
 ) -> ChannelTrace:
     """Validate ``available`` and ``gain_lin`` (``(R, V)``) and write them as a trace at ``path``.
 
-    Written under exactly ``path`` (``numpy.savez`` would append ``.npz``) through an exclusively
-    created temporary file renamed over it. Raises :class:`TraceError` (nothing written) when
+    Written whole under exactly ``path`` (``numpy.savez`` would append ``.npz``) by
+    :func:`run_files.files.atomic_write`. Raises :class:`TraceError` (nothing written) when
     :class:`ChannelTrace` refuses the arrays.
     """
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
-    file = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
-    try:  # created exclusively under a new name: never through a link planted in the folder
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, available=trace.available, gain_lin=trace.gain_lin)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, file)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda out: np.savez(out, **{k: getattr(trace, k) for k in TRACE_ARRAYS}))
     return trace
 
 

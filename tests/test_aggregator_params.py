@@ -400,7 +400,7 @@ def test_config_json_holds_the_resolved_parameters_of_a_dp_wrapper_and_its_strat
     resolved = recorded_config(tmp_path, ADAPTIVE, params)["aggregator_resolved"]
     wrapper = flower_strategies.DifferentialPrivacyServerSideAdaptiveClipping
     assert resolved == {
-        "class": "fedcgd_strategy.flower.dp_aggregators:" + ADAPTIVE,
+        "class": "fedcgd_strategy.flower.aggregator_params:" + ADAPTIVE,
         "params": {
             "noise-multiplier": 0.3,
             "clip-norm-lr": 0.1,

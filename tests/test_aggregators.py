@@ -38,8 +38,12 @@ from experiments.cli import invoke
 from experiments.run.inprocess import Handler, run_inprocess
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregator_state import aggregator_state
-from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, synthetic_uploads
-from fedcgd_strategy.flower.dp_aggregators import noise_seed
+from fedcgd_strategy.flower.aggregators import (
+    aggregate_uploads,
+    make_aggregator,
+    noise_seed,
+    synthetic_uploads,
+)
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
 from run_files.results import METRICS_FILE, MODEL_FILE

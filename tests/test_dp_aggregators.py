@@ -6,7 +6,7 @@
 * With noise multiplier 0 the aggregate is the plain mean of the clipped updates, computed by
   hand; the adaptive clipping norm moves as Andrew et al.'s geometric rule says and settles at
   the target quantile of the update norms (Flower 1.42's own rule, whose sign is reversed,
-  drives it to zero: the one step replaced, see fedcgd_strategy/flower/dp_aggregators.py).
+  drives it to zero: the one step replaced, see fedcgd_strategy/flower/aggregator_params.py).
 * The noise depends on the run's seed and the round only, and numpy's global generator is left
   as it was; two runs with the same seed are equal, and cohort execution changes nothing.
 * Bad ``aggregator-params`` for a DP wrapper are refused before the start in one line (its
@@ -44,8 +44,12 @@ from test_aggregators import (
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
-from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator
-from fedcgd_strategy.flower.dp_aggregators import dp_round_noise, noise_seed
+from fedcgd_strategy.flower.aggregators import (
+    aggregate_uploads,
+    dp_round_noise,
+    make_aggregator,
+    noise_seed,
+)
 from fedcgd_task import keys
 from run_files.results import METRICS_FILE, MODEL_FILE
 
@@ -283,7 +287,7 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
 def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
     """A round whose wrapped strategy returns no model keeps the global model; the norm the
     round clipped with (kept for its noise) must not stay behind as an attribute."""
-    from fedcgd_strategy.flower.dp_aggregators import (
+    from fedcgd_strategy.flower.aggregator_params import (
         DifferentialPrivacyServerSideAdaptiveClipping as Ours,
     )
 

@@ -1,34 +1,31 @@
 """From the run config's ``aggregator`` and ``aggregator-params`` to a Flower strategy.
 
-The checks, the table of ranges and what ``config.json`` records: docs/aggregation.md
-("Allowed values") and docs/design.md ("Any Flower aggregation").
+Names, the checks and the table of ranges (:data:`RANGES`), the server-side DP wrapper's
+replaced steps, and what ``config.json`` records: docs/aggregation.md ("Allowed values") and
+docs/design.md ("Any Flower aggregation", "Server-side differential privacy").
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp import strategy as flower
 from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 from flwr.serverapp.strategy.fedopt import FedOpt
 
-from fedcgd_strategy.flower.dp_aggregators import SERVER_SIDE_DP
-from fedcgd_strategy.flower.dp_aggregators import (
-    DifferentialPrivacyServerSideAdaptiveClipping as AdaptiveClipping,
-)
 from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
 from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
-AGGREGATOR_KEY, PARAMS_KEY, DEFAULT_AGGREGATOR = "aggregator", "aggregator-params", ""
+AGGREGATOR_KEY, PARAMS_KEY = "aggregator", "aggregator-params"
 #: A DP wrapper's parameters naming the strategy it wraps (default FedAvg) and its table.
-INNER, INNER_PARAMS, DEFAULT_INNER = "strategy", "strategy-params", "FedAvg"
-#: Constructor parameters ``aggregator-params`` may not set, and why: FedAvg's are its sampling,
-#: evaluation and record keys; a DP wrapper's n is set every round; the accountant is an object.
+INNER, INNER_PARAMS = "strategy", "strategy-params"
+#: Constructor parameters ``aggregator-params`` may not set, and why.
 REFUSED: dict[str, str] = dict.fromkeys(
     inspect.signature(flower.FedAvg).parameters,
     "the scheduler's: the policy chooses who trains, the ServerApp evaluates, uploads are "
@@ -37,10 +34,6 @@ REFUSED: dict[str, str] = dict.fromkeys(
     "num_sampled_clients": "set every round to the round's number of uploads n (the noise's "
     "standard deviation is z C / n)",
     "accountant": "Flower's privacy accountant is an object a run config cannot hold",
-}
-#: Classes built in place of the one named (Flower's steps replaced: dp_aggregators.py).
-REPLACED: dict[type, type] = {
-    flower.DifferentialPrivacyServerSideAdaptiveClipping: AdaptiveClipping
 }
 #: Strategies that change the clients' training, which this app's clients do not do.
 CLIENT_SIDE: dict[type, str] = {
@@ -91,6 +84,55 @@ RANGES: dict[type, dict[str, tuple[str, str]]] = {
 FINITE = ("(-inf, inf)", "NaN and inf are no setting")
 #: Where a parameter left unset comes from, when not the class's default (``config.json``).
 DERIVED = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
+#: Flower's server-side DP wrappers (and their subclasses).
+SERVER_SIDE_DP = (
+    flower.DifferentialPrivacyServerSideFixedClipping,
+    flower.DifferentialPrivacyServerSideAdaptiveClipping,
+)
+
+
+class DifferentialPrivacyServerSideAdaptiveClipping(
+    flower.DifferentialPrivacyServerSideAdaptiveClipping
+):
+    """Flower's adaptive clipping with the two steps of Andrew et al.'s Algorithm 1.
+
+    Built in place of Flower's, under its name (messages name the class as the run config does).
+    """
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower's, the norm it clips with held for the round's noise (during the call only)."""
+        self._round_norm = self.clipping_norm
+        try:
+            return super().aggregate_train(server_round, replies)
+        finally:
+            del self._round_norm
+
+    def _geometric_update(self, clipped_fraction: float) -> None:
+        """C <- C exp(-lr (b - gamma)): Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1.
+
+        b = 1 - ``clipped_fraction`` (the noisy fraction not clipped), gamma = 1 -
+        ``target_clipped_quantile``, lr = ``clip_norm_lr``.
+        """
+        unclipped, target_unclipped = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
+        self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
+
+    def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
+        """Flower's Gaussian noise, standard deviation z C_t / n (C_t: the round's norm)."""
+        updated, self.clipping_norm = self.clipping_norm, self._round_norm
+        try:
+            return super()._add_noise_to_aggregated_arrays(aggregated)
+        finally:
+            self.clipping_norm = updated
+
+
+#: Classes built in place of the one named.
+REPLACED: dict[type, type] = {
+    flower.DifferentialPrivacyServerSideAdaptiveClipping: (
+        DifferentialPrivacyServerSideAdaptiveClipping
+    )
+}
 
 
 def parameter_range(cls: type, name: str) -> tuple[str, str] | None:
@@ -119,16 +161,13 @@ def short_names() -> list[str]:
 
 def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
     """The strategy class ``setting`` names (ValueError: one line; :data:`REPLACED` applied)."""
-    if is_reference(setting):
-        found = import_object(setting, key)
-    elif setting in short_names():
-        found = getattr(flower, setting)
-    else:
+    if not (is_reference(setting) or setting in short_names()):
         default = '"" (the scheduler\'s FedAvg), ' if key == AGGREGATOR_KEY else ""
         raise ValueError(
             f"run-config key {key!r} = {setting!r}; allowed: {default}a Flower strategy "
             f"({', '.join(short_names())}) or a Strategy subclass as {REFERENCE_FORMS}"
         )
+    found = import_object(setting, key) if is_reference(setting) else getattr(flower, setting)
     if not (isinstance(found, type) and issubclass(found, Strategy)):
         raise ValueError(
             f"run-config key {key!r} = {setting!r} is {found!r}, not a subclass of "
@@ -140,43 +179,37 @@ def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
     return REPLACED.get(found, found)
 
 
-class Spec(NamedTuple):
-    """A checked aggregator: the setting, class, kwargs, given table, its key, wrapped one."""
-
-    setting: str
-    cls: type[Strategy]
-    arguments: dict[str, Any]
-    given: Mapping[str, object]
-    table: str
-    inner: Spec | None
+def _given(params: Mapping[str, object], name: str, table: str, default: object) -> object:
+    """``params``' value of ``name`` in either spelling (ValueError: given twice)."""
+    found = [k for k in params if kebab(k) == name]
+    if len(found) > 1:
+        raise ValueError(f"run-config key {table}.{found[1]} names {table}.{found[0]} again; "
+                         "give it once")  # fmt: skip
+    return params[found[0]] if found else default
 
 
-def checked_spec(
+def build(
     setting: str,
     params: Mapping[str, object],
-    num_devices: int | None = None,
+    num_devices: int | None,
     key: str = AGGREGATOR_KEY,
     table: str = PARAMS_KEY,
-) -> Spec:
-    """Check ``params`` (the run-config table ``table``) against the class ``setting`` names.
+) -> tuple[Strategy, dict[str, Any]]:
+    """The strategy ``setting`` names, built from the run-config table ``table``, and its record.
 
-    Each refusal is one line naming ``<table>.<name>``, the value and what is allowed (the list:
-    docs/aggregation.md); V for :data:`RANGES` is ``num_devices``.
+    Each refusal is one line naming ``<table>.<name>``, the value and what is allowed; V for
+    :data:`RANGES` is ``num_devices``, a DP wrapper's n too. The record is ``config.json``'s
+    ``aggregator_resolved``: class, every parameter as built, where each came from.
     """
-    cls = aggregator_class(setting, key)
-    spelled: dict[str, str] = {}
-    for name in params:
-        if kebab(name) in spelled:
-            first = f"{table}.{spelled[kebab(name)]}"
-            raise ValueError(f"run-config key {table}.{name} names {first} again; give it once")
-        spelled[kebab(name)] = name
-    own, inner = dict(params), None
+    cls, owner, own = aggregator_class(setting, key), f"aggregator {setting!r}", params
+    extra: dict[str, Any] = {}
+    record: dict[str, Any] | None = None
     refused = {n: f"not settable here ({why})" for n, why in REFUSED.items()}
     if issubclass(cls, SERVER_SIDE_DP):
         own = {k: v for k, v in params.items() if kebab(k) not in (INNER, INNER_PARAMS)}
         refused[INNER] = f"{table}.{INNER} names it"
-        wrapped = params.get(spelled.get(INNER, INNER), DEFAULT_INNER)
-        sub = params.get(spelled.get(INNER_PARAMS, INNER_PARAMS), {})
+        wrapped = _given(params, INNER, table, "FedAvg")
+        sub = _given(params, INNER_PARAMS, table, {})
         if not isinstance(wrapped, str) or not wrapped:
             raise ValueError(
                 f"run-config key {table}.{INNER} = {wrapped!r}; allowed: the strategy to wrap, "
@@ -192,14 +225,16 @@ def checked_spec(
                 f"run-config key {table}.{INNER} = {wrapped!r} is a DP wrapper itself; allowed: a "
                 "strategy that aggregates (FedAvg, FedTrimmedAvg, ...)"
             )
-        inner = checked_spec(
+        if num_devices is None:
+            raise TypeError(f"aggregator {setting!r} is built with num_devices")
+        inner, record = build(
             wrapped, sub, num_devices, f"{table}.{INNER}", f"{table}.{INNER_PARAMS}"
         )
-    owner = f"aggregator {setting!r}"
-    extra = (INNER, INNER_PARAMS) if inner else ()
+        extra = {INNER: inner, "num_sampled_clients": num_devices}
     arguments = constructor_arguments(
-        cls, own, table=table, owner=owner, refused=refused, also_allowed=extra
-    )
+        cls, own, table=table, owner=owner, refused=refused,
+        also_allowed=(INNER, INNER_PARAMS) if extra else (),
+    )  # fmt: skip
     for name, value in arguments.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             interval, why = parameter_range(cls, name) or FINITE
@@ -209,44 +244,23 @@ def checked_spec(
                     f"run-config key {table}.{kebab(name)} = {value!r} for {owner}; allowed: "
                     f"{allowed} ({why})"
                 )
-    return Spec(setting, cls, arguments, own, table, inner)
-
-
-def build(spec: Spec, num_devices: int | None, key: str = AGGREGATOR_KEY) -> Strategy:
-    """A fresh strategy of ``spec``; a DP wrapper around its own, n = ``num_devices``."""
-    kwargs = dict(spec.arguments)
-    if spec.inner is not None:
-        if num_devices is None:
-            raise TypeError(f"aggregator {spec.setting!r} is built with num_devices")
-        kwargs[INNER] = build(spec.inner, num_devices, f"{spec.table}.{INNER}")
-        kwargs["num_sampled_clients"] = num_devices
     try:
-        return spec.cls(**kwargs)
+        built = cls(**arguments, **extra)
     except Exception as err:
-        shown = {kebab(k): v for k, v in spec.arguments.items()}
         raise ValueError(
-            f"run-config key {key!r} = {spec.setting!r} with {spec.table} = {shown} "
-            f"(num-devices = {num_devices}): {type(err).__name__}: {first_line(err)}"
+            f"run-config key {key!r} = {setting!r} with {table} = "
+            f"{ {kebab(k): v for k, v in arguments.items()} } (num-devices = {num_devices}): "
+            f"{type(err).__name__}: {first_line(err)}"
         ) from err
-
-
-def resolved(spec: Spec, built: Strategy) -> dict[str, Any]:
-    """``config.json``'s ``aggregator_resolved``: class, every parameter, where each came from.
-
-    Defaults filled in (a default None as ``built`` holds it); a DP wrapper's ``strategy`` too.
-    """
-    values = with_defaults(spec.cls, spec.arguments, refused=REFUSED)
-    params = {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()}
-    given = {kebab(k) for k in spec.given}
-    origin = {k: DERIVED.get(k, "the class default") for k in params}
-    out: dict[str, Any] = {
-        "class": f"{spec.cls.__module__}:{spec.cls.__qualname__}",
-        "params": params,
-        "from": origin | {k: f"run-config key {spec.table!r}" for k in params if k in given},
-    }
-    if spec.inner is not None:
-        out["strategy"] = resolved(spec.inner, getattr(built, INNER))
-    return out
+    values = with_defaults(cls, arguments, refused=REFUSED)
+    resolved = {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()}
+    given = {kebab(k) for k in arguments}
+    where = {k: DERIVED.get(k, "the class default") for k in resolved}
+    return built, {
+        "class": f"{cls.__module__}:{cls.__qualname__}",
+        "params": resolved,
+        "from": where | {k: f"run-config key {table!r}" for k in given},
+    } | ({INNER: record} if record is not None else {})
 
 
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:

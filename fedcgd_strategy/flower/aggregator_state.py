@@ -26,22 +26,20 @@ HELD, RECORD, SCALAR = "__strategy__", "__arrayrecord__", "__numpy_scalar__"
 #: Class attribute in which a researcher's strategy names the attributes of its state.
 DECLARED = "checkpoint_state"
 #: Checks on resume by attribute name: arrays that mirror the global model (None or empty
-#: before the first round; a dict or ArrayRecord with its keys or a list in its order, each
-#: array of its shape, of its dtype where it is floating, finite), and a finite number > 0.
+#: before the first round), and a finite number > 0.
 MODEL_ARRAYS = ("current_arrays", "m_t", "v_t", "momentum_vector")
 POSITIVE = ("clipping_norm",)
 #: Attributes the scheduler sets before every round (a DP wrapper's n), so not state.
 SET_EACH_ROUND = ("num_sampled_clients",)
-#: What a checkpoint holds, as a refusal says it.
 DATA = "numbers, strings, numpy arrays, ArrayRecords and lists, tuples and str-keyed dicts of these"
 
 
 def _numeric(value: object) -> bool:
     """None, a number (not a bool), numeric arrays, or containers of these: state, undeclared."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) for k in value) and _numeric(list(value.values()))
     if isinstance(value, list | tuple):
         return all(_numeric(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _numeric(v) for k, v in value.items())
     if isinstance(value, np.ndarray | np.generic):
         return value.dtype.kind in "biuf"
     return value is None or (
@@ -104,35 +102,12 @@ def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
 
     Raises ValueError for a state attribute that is not data (a declaration naming an object).
     """
-    if aggregator is None:
-        return {}
-    name = type(aggregator).__name__
-    state = {}
-    for attribute in state_names(aggregator):
+    name, state = type(aggregator).__name__, {}
+    for attribute in [] if aggregator is None else state_names(aggregator):
         if attribute not in vars(aggregator):
             raise ValueError(f"{name} has no attribute {attribute!r} (named as its state)")
         state[attribute] = _saved(getattr(aggregator, attribute), f"{name}.{attribute}")
     return state
-
-
-def load_aggregator_state(
-    aggregator: Strategy | None, state: Mapping[str, Any], model: Mapping[str, NDArray[Any]]
-) -> None:
-    """Restore what :func:`aggregator_state` saved on the run's freshly built aggregator.
-
-    Everything is checked first; ``model`` is the run's global model. Raises ValueError (one
-    line) for a state given to the default FedAvg (None), a name that is not state (a setting,
-    or unknown), a missing state attribute, or a value that does not fit.
-    """
-    if aggregator is None:
-        if state:
-            raise ValueError(
-                f"the checkpoint holds an aggregator's state ({sorted(state)[:3]}) but the run's "
-                "'aggregator' is the default FedAvg"
-            )
-        return
-    _check(aggregator, state, model, type(aggregator).__name__)
-    set_state(aggregator, state)
 
 
 def set_state(aggregator: Strategy, state: Mapping[str, Any]) -> None:
@@ -145,6 +120,25 @@ def set_state(aggregator: Strategy, state: Mapping[str, Any]) -> None:
             setattr(aggregator, name, _restored(value))
 
 
+def load_aggregator_state(
+    aggregator: Strategy | None, state: Mapping[str, Any], model: Mapping[str, NDArray[Any]]
+) -> None:
+    """Check, then restore what :func:`aggregator_state` saved on a freshly built aggregator.
+
+    ``model`` is the run's global model. Raises ValueError (one line) for a state given to the
+    default FedAvg (None), a name that is not state (a setting, or unknown), a missing state
+    attribute, or a value that does not fit.
+    """
+    if aggregator is None and state:
+        raise ValueError(
+            f"the checkpoint holds an aggregator's state ({sorted(state)[:3]}) but the run's "
+            "'aggregator' is the default FedAvg"
+        )
+    if aggregator is not None:
+        _check(aggregator, state, model, type(aggregator).__name__)
+        set_state(aggregator, state)
+
+
 def _check(
     aggregator: Strategy, state: Mapping[str, Any], model: Mapping[str, NDArray[Any]], path: str
 ) -> None:
@@ -153,19 +147,18 @@ def _check(
         raise ValueError(f"the aggregator state of {path} is {type(state).__name__}, not a dict")
     names = state_names(aggregator)
     shown = f"the state of {type(aggregator).__name__} is: {', '.join(names) or 'none'}"
-    for name in state:
-        if name not in names:
-            what = "a setting from the run config" if name in vars(aggregator) else "unknown"
-            raise ValueError(
-                f"the aggregator state holds {path}.{name} ({what}, not state; {shown}): the "
-                "settings in effect are the run config's"
-            )
+    for name in [n for n in state if n not in names]:
+        what = "a setting from the run config" if name in vars(aggregator) else "unknown"
+        raise ValueError(
+            f"the aggregator state holds {path}.{name} ({what}, not state; {shown}): the "
+            "settings in effect are the run config's"
+        )
     for name in names:
         if name not in state:
             raise ValueError(f"the aggregator state lacks {path}.{name} ({shown})")
         saved, held = state[name], getattr(aggregator, name, None)
-        if isinstance(saved, dict) and set(saved) == {HELD} and isinstance(held, Strategy):
-            _check(held, saved[HELD], model, f"{path}.{name}")  # raises, naming the attribute
+        if isinstance(held, Strategy) and isinstance(saved, dict) and set(saved) == {HELD}:
+            _check(held, saved[HELD], model, f"{path}.{name}")
             continue
         problem = _problem(name, _restored(saved), held, model)
         if problem is not None:
@@ -180,36 +173,32 @@ def _problem(name: str, value: Any, held: object, model: Mapping[str, NDArray[An
         number = value.item() if isinstance(value, np.generic) else value
         if isinstance(number, bool) or not isinstance(number, int | float):
             return f"is {type(value).__name__}, not a finite number > 0"
-        if not (math.isfinite(number) and number > 0):
-            return f"= {number!r}; allowed: a finite number > 0"
-    return _model_arrays_problem(value, model) if name in MODEL_ARRAYS else None
-
-
-def _model_arrays_problem(value: object, model: Mapping[str, NDArray[Any]]) -> str | None:
-    """Why ``value`` does not mirror ``model`` (see :data:`MODEL_ARRAYS`); None when it does."""
+        return (
+            None
+            if math.isfinite(number) and number > 0
+            else f"= {number!r}; allowed: a finite number > 0"
+        )
+    if name not in MODEL_ARRAYS or value is None:
+        return None
     if isinstance(value, ArrayRecord):
         value = {k: v.numpy() for k, v in value.items()}
     if isinstance(value, list | tuple):
         if value and len(value) != len(model):
             return f"holds {len(value)} arrays; the model has {len(model)}"
         value = dict(zip(model, value, strict=False))
-    if value is None or value == {}:
-        return None
     if not isinstance(value, dict):
         return f"is {type(value).__name__}, not arrays of the model"
-    if set(value) != set(model):
+    if value and set(value) != set(model):
         odd = sorted(set(value) ^ set(model))[:3]
         return f"has other arrays than the model ({', '.join(map(repr, odd))} in one only)"
-    for key, reference in model.items():
+    for key, ref in model.items() if value else ():
         array = value[key]
         if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
             return f"holds {type(array).__name__} for {key!r}, not a numeric array"
-        if array.shape != reference.shape:
-            return (
-                f"has {key!r} of shape {list(array.shape)}; the model's is {list(reference.shape)}"
-            )
-        if reference.dtype.kind == "f" and array.dtype != reference.dtype:
-            return f"has {key!r} of dtype {array.dtype}; the model's is {reference.dtype}"
+        if array.shape != ref.shape:
+            return f"has {key!r} of shape {list(array.shape)}; the model's is {list(ref.shape)}"
+        if ref.dtype.kind == "f" and array.dtype != ref.dtype:
+            return f"has {key!r} of dtype {array.dtype}; the model's is {ref.dtype}"
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             return f"has {key!r} not finite"
     return None

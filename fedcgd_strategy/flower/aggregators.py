@@ -1,8 +1,9 @@
 """Flower strategies as aggregators of the scheduled uploads (run-config ``aggregator``).
 
-:func:`aggregate_uploads` hands the scheduled, validated uploads to the strategy's own
-``aggregate_train``; ``""`` keeps the scheduler's FedAvg (:func:`fedcgd_strategy.aggregation.
-fedavg`). How Flower's interface is adapted is in docs/design.md, "Any Flower aggregation".
+``""`` keeps the scheduler's FedAvg (:func:`fedcgd_strategy.aggregation.fedavg`); a named
+strategy (aggregator_params.py) combines the round's validated uploads in its own
+``aggregate_train``. How Flower's interface is adapted, server-side DP included: docs/design.md,
+"Any Flower aggregation" and "Server-side differential privacy". Its state: aggregator_state.py.
 """
 
 from __future__ import annotations
@@ -13,15 +14,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
-from flwr.app import (
-    ArrayRecord,
-    ConfigRecord,
-    Message,
-    MessageType,
-    Metadata,
-    MetricRecord,
-    RecordDict,
-)
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import FLOWER_LOGGER
 from flwr.supercore.task_identity import TaskIdentity
@@ -30,12 +23,11 @@ from numpy.typing import NDArray
 from fedcgd_strategy.aggregation import non_finite_arrays
 from fedcgd_strategy.flower.aggregator_params import (
     AGGREGATOR_KEY,
-    DEFAULT_AGGREGATOR,
+    INNER,
     PARAMS_KEY,
+    SERVER_SIDE_DP,
     build,
-    checked_spec,
     minimum_uploads,
-    resolved,
 )
 from fedcgd_strategy.flower.aggregator_state import (
     DECLARED,
@@ -44,13 +36,16 @@ from fedcgd_strategy.flower.aggregator_state import (
     set_state,
     unsaved_changes,
 )
-from fedcgd_strategy.flower.dp_aggregators import dp_inputs, is_dp, numpy_global_seeded
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record, numpy_arrays
 from fedcgd_task.imports import first_line
 
 Arrays = Mapping[str, NDArray[np.generic]]
+
+
+#: Stream tag of the noise's seed (mixed with the run seed and the round): "NOIS".
+NOISE_STREAM = 0x4E4F4953
 
 
 def make_aggregator(
@@ -60,44 +55,46 @@ def make_aggregator(
 
     A DP wrapper needs ``num_devices``. Raises ValueError (one line) for refused parameters.
     """
-    if setting == DEFAULT_AGGREGATOR:
-        if params:
-            raise ValueError(
-                f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
-                'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
-            )
-        return None
-    return build(checked_spec(setting, params, num_devices), num_devices)
+    if setting == "" and params:
+        raise ValueError(
+            f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
+            'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
+        )
+    return None if setting == "" else build(setting, params, num_devices)[0]
 
 
 def resolved_aggregator(
     setting: str, params: Mapping[str, object], num_devices: int
 ) -> dict[str, object] | None:
-    """What ``config.json`` records as ``aggregator_resolved`` (:func:`resolved`; None: FedAvg)."""
-    with _flower_log(logging.ERROR):
-        built = make_aggregator(setting, params, num_devices)
-    return None if built is None else resolved(checked_spec(setting, params, num_devices), built)
+    """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
+    if setting == "":
+        return None
+    with _flower_log(logging.ERROR):  # logged when the run's aggregator was built
+        return build(setting, params, num_devices)[1]
+
+
+def is_dp(aggregator: object) -> bool:
+    """True for an instance of Flower's server-side DP wrappers."""
+    return isinstance(aggregator, SERVER_SIDE_DP)
 
 
 def inner_strategy(aggregator: Strategy) -> Strategy:
     """The strategy that aggregates: a DP wrapper's wrapped one, else ``aggregator`` itself."""
-    held = getattr(aggregator, "strategy", None) if is_dp(aggregator) else None
-    return held if isinstance(held, Strategy) else aggregator
+    return getattr(aggregator, INNER) if is_dp(aggregator) else aggregator
 
 
 class StandInGrid(LocalGrid):
     """What an aggregator's own ``configure_train`` sees: ``num_nodes`` node ids to list.
 
-    Messages it builds are discarded and sending is refused; a strategy waiting for more nodes is
-    stopped after :attr:`MAX_LISTINGS` listings instead of hanging.
+    Sending is refused; a strategy waiting for more nodes is stopped after
+    :attr:`MAX_LISTINGS` listings instead of hanging.
     """
 
     MAX_LISTINGS = 10
     refusal = "the aggregator's configure_train may only list node ids, not send messages"
 
     def __init__(self, num_nodes: int) -> None:
-        self.node_ids = list(range(1, num_nodes + 1))
-        self.listings = 0
+        self.node_ids, self.listings = list(range(1, num_nodes + 1)), 0
 
     def get_node_ids(self) -> Iterable[int]:
         """The stand-in node ids (refused after :attr:`MAX_LISTINGS` calls in one round)."""
@@ -116,24 +113,34 @@ class StandInGrid(LocalGrid):
         raise RuntimeError(self.refusal)
 
 
-@contextlib.contextmanager
-def _flower_call() -> Iterator[None]:
-    """A placeholder task identity outside a ServerApp (the probe), the old heap frozen.
+def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
+    """The seed of numpy's global generator for round ``server_round`` of run ``seed``."""
+    return (
+        np.random.SeedSequence([seed, NOISE_STREAM, server_round])
+        .generate_state(8)
+        .astype(np.uint32)
+    )
 
-    Bulyan calls ``gc.collect()`` once per reply (~60 ms each with torch loaded); frozen
-    (:func:`gc.freeze`) for the call, the objects from before are not scanned.
+
+@contextlib.contextmanager
+def _flower_call(seed: int, server_round: int) -> Iterator[None]:
+    """Around a strategy's calls: numpy's global generator seeded, the heap frozen.
+
+    The generator (Flower's DP noise) from (``seed``, ``server_round``); a placeholder task
+    identity outside a ServerApp; :func:`gc.freeze` (Bulyan calls ``gc.collect()`` per reply).
+    All restored after.
     """
-    try:
-        TaskIdentity.run_id  # noqa: B018  # set inside a ServerApp
-        outside = False
-    except RuntimeError:
+    outside = TaskIdentity._run_id is None
+    if outside:
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 0, 0, 0
-        outside = True
+    saved = np.random.get_state()  # noqa: NPY002  (the generator Flower's wrappers draw from)
+    np.random.seed(noise_seed(seed, server_round))  # noqa: NPY002
     gc.freeze()
     try:
         yield
     finally:
         gc.unfreeze()
+        np.random.set_state(saved)  # noqa: NPY002
         if outside:
             TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None  # type: ignore[assignment]
 
@@ -142,39 +149,10 @@ def _record(arrays: Arrays) -> ArrayRecord:
     return array_record({k: np.ascontiguousarray(v) for k, v in arrays.items()})
 
 
-def upload_replies(
-    aggregator: Strategy,
-    server_round: int,
-    models: Sequence[Arrays],
-    weights: Sequence[int],
-    node_ids: Sequence[int] | None = None,
-) -> list[Message]:
-    """One training reply per upload, from node ``node_ids[i]`` (default ``i + 1``).
-
-    The arrays under the aggregating strategy's ``arrayrecord_key``, |D_v| under its
-    ``weighted_by_key``; the metadata a reply from Flower's Grid has.
-    """
-    inner = inner_strategy(aggregator)
-    arrays_key = str(getattr(inner, "arrayrecord_key", keys.ARRAYS))
-    weight_key = str(getattr(inner, "weighted_by_key", keys.NUM_EXAMPLES))
-    replies = []
-    for i, (model, weight) in enumerate(zip(models, weights, strict=True)):
-        metadata = Metadata(
-            run_id=0,
-            message_id=f"upload-{server_round}-{i}",
-            src_node_id=int(node_ids[i]) if node_ids is not None else i + 1,
-            dst_node_id=0,
-            reply_to_message_id="",
-            group_id=str(server_round),
-            created_at=0.0,
-            ttl=0.0,
-            message_type=MessageType.TRAIN,
-        )
-        content = RecordDict(
-            {arrays_key: _record(model), keys.METRICS: MetricRecord({weight_key: int(weight)})}
-        )
-        replies.append(Message(content=content, metadata=metadata))  # type: ignore[call-overload]
-    return replies
+def _floats(arrays: Arrays) -> dict[str, NDArray[np.generic]]:
+    """Integer arrays as float64 (a DP wrapper clips in place)."""
+    return {k: np.asarray(v, np.float64 if np.asarray(v).dtype.kind in "biu" else None)
+            for k, v in arrays.items()}  # fmt: skip
 
 
 def aggregate_uploads(
@@ -190,10 +168,10 @@ def aggregate_uploads(
     """Combine the round's uploads with ``aggregator``'s own ``aggregate_train``.
 
     ``models``: the scheduled devices' validated models, ``weights`` their |D_v|, ``reference``
-    this round's global model, ``node_ids`` the uploading nodes (Flower's log lines); numpy's
-    global generator is seeded from (``seed``, ``server_round``) for the call. Returns the new
-    global model in the reference's dtypes and None; or None and why the model is kept, the
-    strategy's state as it was before the call.
+    this round's global model, ``node_ids`` the uploading nodes (default 1, 2, ...). A DP wrapper
+    gets float uploads, every weight 1 and n = ``len(models)``. Returns the new global model in
+    the reference's dtypes and None; or None and why the model is kept, the strategy's state as
+    it was before the call.
     """
     name, inner = type(aggregator).__name__, inner_strategy(aggregator)
     need, why = minimum_uploads(inner)
@@ -201,15 +179,26 @@ def aggregate_uploads(
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
     before = aggregator_state(aggregator)  # copies
     wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
-    listed = max(len(models), *map(int, wanted))
-    current: Arrays = reference
+    grid, current = StandInGrid(max(len(models), *map(int, wanted))), reference
     if is_dp(aggregator):
-        models, weights, current = dp_inputs(aggregator, models, reference)
+        models, weights, current = [_floats(m) for m in models], [1] * len(models), _floats(current)
+        aggregator.num_sampled_clients = len(models)  # type: ignore[attr-defined]
+    arrays_key = str(getattr(inner, "arrayrecord_key", keys.ARRAYS))
+    weight_key = str(getattr(inner, "weighted_by_key", keys.NUM_EXAMPLES))
     try:
-        with numpy_global_seeded(seed, server_round), _flower_call():
-            grid = StandInGrid(listed)
+        with _flower_call(seed, server_round):
             list(aggregator.configure_train(server_round, _record(current), ConfigRecord(), grid))
-            replies = upload_replies(aggregator, server_round, models, weights, node_ids)
+            replies = [
+                Message(
+                    RecordDict({arrays_key: _record(model),
+                                keys.METRICS: MetricRecord({weight_key: int(weight)})}),
+                    reply_to=Message(RecordDict(), dst_node_id=int(node),
+                                     group_id=str(server_round), message_type=MessageType.TRAIN),
+                )
+                for model, weight, node in zip(
+                    models, weights, grid.node_ids if node_ids is None else node_ids, strict=False
+                )
+            ]  # fmt: skip
             record, _ = aggregator.aggregate_train(server_round, replies)
         result, reason = _fitted(record, reference, name, len(models))
     except Exception as err:  # a strategy's failure costs the round, never the run
@@ -242,14 +231,24 @@ def _fitted(
     return {k: out[k] for k in reference}, None
 
 
+def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
+    """The clipping norm C a round clips with and its noise's standard deviation z C / n.
+
+    Read before the round (which moves the adaptive C); z is the wrapper's noise multiplier
+    (the adaptive one's share for the updates, as Flower splits it), n = ``uploads``. None for
+    an aggregator without DP.
+    """
+    if not is_dp(aggregator):
+        return None
+    norm = float(aggregator.clipping_norm)  # type: ignore[attr-defined]
+    return norm, float(aggregator.noise_multiplier) * norm / uploads  # type: ignore[attr-defined]
+
+
 def synthetic_uploads(count: int) -> tuple[dict[str, NDArray[np.float32]], list[Arrays]]:
     """A tiny global model and ``count`` distinct uploads of it (the check before the start)."""
     reference = {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
-    models: list[Arrays] = [
-        {k: (v + np.float32(0.01 * (i + 1))).astype(np.float32) for k, v in reference.items()}
-        for i in range(count)
-    ]
-    return reference, models
+    return reference, [{k: v + np.float32(0.01 * (i + 1)) for k, v in reference.items()}
+                       for i in range(count)]  # fmt: skip
 
 
 def check_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> None:

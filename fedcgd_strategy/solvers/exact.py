@@ -33,13 +33,8 @@ def size_batch_pairs(problem: SchedulingProblem) -> list[tuple[int, int]]:
 
     Sizes whose cheapest ``S`` devices exceed ``B`` are left out. The list is sorted by ``T``
     descending (smallest sampling term first), then ``S`` descending. With a uniform batch size
-    there is one pair per size, ``T = S b``.
-
-    Raises
-    ------
-    ValueError
-        If per-device batch sizes give more than :data:`MAX_SIZE_BATCH_PAIRS` pairs.
-
+    there is one pair per size, ``T = S b``. Raises ValueError if per-device batch sizes give
+    more than :data:`MAX_SIZE_BATCH_PAIRS` pairs.
     """
     feasible = np.flatnonzero(problem.feasible)
     cheapest_hz = np.cumsum(np.sort(problem.min_bandwidth_hz[feasible]))
@@ -63,15 +58,10 @@ def size_batch_pairs(problem: SchedulingProblem) -> list[tuple[int, int]]:
 class MilpOutcome:
     """Answer of one per-size MILP.
 
-    Attributes
-    ----------
-    mask
-        Best schedule found with WEMD below the cutoff, bool ``[V]``, or ``None``.
-    wemd_lower_bound
-        Proven lower bound on the WEMD of every schedule of this size (and batch total) that beats
-        the cutoff; the cutoff itself when HiGHS proved that none does.
-    proven
-        False when the time limit stopped HiGHS before it closed the gap.
+    ``mask``: the best schedule found with WEMD below the cutoff, bool ``[V]``, or ``None``;
+    ``wemd_lower_bound``: a proven lower bound on the WEMD of every schedule of this size (and
+    batch total) that beats the cutoff, the cutoff itself when HiGHS proved that none does;
+    ``proven``: False when the time limit stopped HiGHS before it closed the gap.
     """
 
     mask: NDArray[np.bool_] | None
@@ -188,28 +178,11 @@ def exact_schedule(
     of HiGHS' feasibility/integrality tolerances. If the rounded MILP answer exceeds ``B`` beyond
     the rounding slack, the MILP is solved again with the budget tightened by 1e-7 relative.
 
-    P1 is NP-hard (paper Lemma lemma4): with a small ``sigma`` and many devices the per-size MILP
-    can take very long to prove optimality. ``milp_time_limit_s`` caps each MILP; the result's
-    ``lower_bound`` then tells how far from optimal the answer may be.
-
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-    milp_time_limit_s
-        Time limit per MILP in seconds; ``None``: none, the answer is optimal.
-
-    Returns
-    -------
-    ScheduleResult
-        ``iterations`` = number of MILPs solved; ``lower_bound`` = proven lower bound on the
-        optimum (equal to ``objective`` unless a time limit was hit). Empty schedule with
-        objective ``inf`` when no device is feasible or fits.
-
-    Raises
-    ------
-    ValueError
-        Naming ``batch_size`` when per-device batch sizes give too many ``(S, T)`` pairs.
+    P1 is NP-hard (paper Lemma lemma4; measured times: docs/running.md): ``milp_time_limit_s``
+    (seconds per MILP; ``None``: none, the answer is optimal) caps each MILP. ``iterations`` =
+    MILPs solved; ``lower_bound`` = a proven lower bound on the optimum (``objective`` unless a
+    time limit was hit); an empty schedule with objective ``inf`` when no device is feasible or
+    fits. Raises ValueError naming ``batch_size`` for too many ``(S, T)`` pairs.
     """
     uniform = problem.uniform_batch
     best_mask = np.zeros(problem.num_devices, dtype=bool)

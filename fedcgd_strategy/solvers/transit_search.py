@@ -3,19 +3,19 @@
 :class:`TransitSearch` makes the decisions of the dense ``|Pi| x |not Pi| x C`` grid search
 (``swap_search_dense`` in tests/reference_solvers.py) while evaluating few swaps;
 10-15x faster at 1,000-3,000 candidates (``fedcgd bench fscd-scale``, docs/performance.md).
-Pure numpy (threadpoolctl, when installed, keeps BLAS on one thread).
+Pure numpy (threadpoolctl keeps BLAS on one thread).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from contextlib import AbstractContextManager
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
+from threadpoolctl import ThreadpoolController  # with scikit-learn, a dependency
 
 from fedcgd_strategy.problem import SchedulingProblem
 from fedcgd_strategy.solvers.result import TIE_REL_TOL, is_improvement
@@ -36,60 +36,29 @@ EVALUATE_FIRST = 256
 EVALUATE_ALL = 4096
 #: Up to this many elements ``I * O * C`` a step evaluates the whole grid.
 DENSE_GRID = 32768
-#: Work buffers of a search (:meth:`TransitSearch.scratch`).
-SCRATCH_SLOTS = 2
 #: Rows of the bound masked one by one up to this many, else in one pass.
 MASK_BY_LOOP = 8
 
 
 @functools.cache
-def _blas_controller() -> Any:
-    """The threadpoolctl controller of the loaded BLAS libraries (None without threadpoolctl)."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # threadpoolctl comes with scikit-learn, a dependency
-        return None
+def _blas_controller() -> ThreadpoolController:
+    """The controller of the loaded BLAS libraries (found once: it inspects the process)."""
     return ThreadpoolController()
 
 
 def single_threaded_blas() -> AbstractContextManager[object]:
-    """Context in which BLAS runs on one thread (a no-op without threadpoolctl).
-
-    BLAS threads slow the search's many small products down on busy cores; the dense grid's
-    products give the same bits for any thread count at these sizes.
-    """
-    controller = _blas_controller()
-    if controller is None:
-        return contextlib.nullcontext()
-    return cast(AbstractContextManager[object], controller.limit(limits=1, user_api="blas"))
-
-
-def cheapest_order(problem: SchedulingProblem) -> IndexArray:
-    """Feasible devices sorted by ``B*`` ascending, ties by the lower index (Alg. 2, line 2)."""
-    candidates = np.flatnonzero(problem.feasible)
-    return candidates[np.argsort(problem.min_bandwidth_hz[candidates], kind="stable")]
+    """BLAS on one thread: faster for the search's small products on busy cores (same bits)."""
+    return cast(AbstractContextManager[object], _blas_controller().limit(limits=1, user_api="blas"))
 
 
 def fit_counts(room_hz: FloatArray, sorted_hz: FloatArray, limit_hz: float) -> IndexArray:
     """How many leading entries of ``sorted_hz`` fit each ``room_hz``, with the exact budget test.
 
-    ``out[i]`` = number of ``j`` with ``room_hz[i] + sorted_hz[j] <= limit_hz`` in floating point
-    as the dense grid tests it (a prefix, the test being monotone): a binary search, then moved past
-    runs of equal values until the test agrees.
-
-    Parameters
-    ----------
-    room_hz
-        ``sum_{w in Pi} B*_w - B*_v`` for each scheduled ``v``, float ``[I]`` in Hz.
-    sorted_hz
-        ``B*`` of the unscheduled feasible devices, ascending, float ``[O]`` in Hz.
-    limit_hz
-        Budget in Hz (``B`` with the rounding slack).
-
-    Returns
-    -------
-    numpy.ndarray
-        Prefix lengths, int ``[I]``.
+    ``out[i]`` (int ``[I]``) = number of ``j`` with ``room_hz[i] + sorted_hz[j] <= limit_hz`` in
+    floating point as the dense grid tests it (a prefix: the test is monotone); a binary search,
+    then moved past runs of equal values until the test agrees. ``room_hz``: ``sum_Pi B* - B*_v``
+    per scheduled ``v``, float ``[I]`` in Hz; ``sorted_hz``: ``B*`` of the unscheduled feasible
+    devices, ascending, float ``[O]`` in Hz; ``limit_hz``: ``B`` with the rounding slack, in Hz.
     """
     count = np.searchsorted(sorted_hz, limit_hz - room_hz, side="right")
     last = sorted_hz.size - 1
@@ -119,11 +88,13 @@ class TransitSearch:
     1. *Budget.* With the unscheduled devices sorted by ``B*``, the transits of ``v`` that fit are
        a prefix of length ``k_v`` (:func:`fit_counts`); ``K = max_v k_v`` columns are considered.
        Up to :data:`DENSE_GRID` elements the grid is evaluated whole, as the dense search does.
-    2. *Rows and columns.* With ``w = sum_Pi p - S p``, the triangle inequality bounds all
-       transits of a row ``v`` and all transits of a column ``u`` from below; the values along
-       the row and the column of least bound give an upper bound ``U``; rows and columns whose
-       bound exceeds ``min(U, current) + margin`` are dropped (:meth:`_prefilter`). A kept block
-       of up to :data:`EVALUATE_ALL` transits is evaluated whole (step 4).
+    2. *Rows and columns.* With ``w = sum_Pi p - S p``, the triangle inequality bounds every
+       transit of the row ``v`` by ``(|w - p_v| . G - max G) / S + sigma / sqrt(T - b_v + max b)``
+       and of the column ``u`` by ``(|w + p_u| . G - max G) / S + sigma / sqrt(T - min_Pi b +
+       b_u)``; the values along the row and the column of least bound give an upper bound ``U``;
+       rows and columns whose bound exceeds ``min(U, current) + margin`` are dropped
+       (:meth:`_prefilter`). A kept block of up to :data:`EVALUATE_ALL` transits is evaluated
+       whole (step 4).
     3. *Bound.* Otherwise, with ``s_uc = sign(w_c + p_uc)``,
        ``|w_c - p_vc + p_uc| >= s_uc (w_c + p_uc) - s_uc p_vc`` and
        ``sigma / sqrt(T - b_v + b_u) >= sigma / sqrt(T - b_v + max b)``, so one product
@@ -143,7 +114,8 @@ class TransitSearch:
 
     def __init__(self, problem: SchedulingProblem) -> None:
         self.arrays = ProblemArrays.of(problem)
-        self.order = cheapest_order(problem)
+        feasible = np.flatnonzero(problem.feasible)  # by B* ascending, ties by index (Alg. 2, l. 2)
+        self.order = feasible[np.argsort(problem.min_bandwidth_hz[feasible], kind="stable")]
         self.position = np.full(problem.num_devices, -1, dtype=np.intp)
         self.position[self.order] = np.arange(self.order.size)
         self.sorted_hz = self.arrays.bandwidth_hz[self.order]
@@ -157,7 +129,7 @@ class TransitSearch:
         self.prune_unit = PRUNE_MARGIN_ULPS * (num_classes + 2) * eps
         self.tie_unit = TIE_MARGIN_ULPS * (num_classes + 1) * eps
         self.gradient_scale = 2.0 * float(self.arrays.gradient.sum())
-        self.buffers = [np.empty(0) for _ in range(SCRATCH_SLOTS)]
+        self.buffers = [np.empty(0), np.empty(0)]  # the slots of :meth:`scratch`
 
     def run(self, mask: NDArray[np.bool_]) -> tuple[NDArray[np.bool_], float, int]:
         """Search from ``mask`` (feasible, non-empty, bool ``[V]``) until no transit improves.
@@ -177,10 +149,8 @@ class TransitSearch:
         swaps = 0
         while (step := self._best_transit(selected, outside, sums, current)) is not None:
             leave, enter, current = step
-            selected[leave] = False
-            selected[enter] = True
-            outside[self.position[leave]] = True
-            outside[self.position[enter]] = False
+            selected[leave], selected[enter] = False, True
+            outside[self.position[leave]], outside[self.position[enter]] = True, False
             sums.swap(self.arrays, leave, enter)
             swaps += 1
         return selected, current, swaps
@@ -208,13 +178,17 @@ class TransitSearch:
         keep_rows, keep_cols, upper = self._prefilter(inside, positions, fits, sums, current)
         # Kept column j fits row r iff keep_cols[j] < fits[r] (a prefix of the kept columns).
         inside, fits = inside[keep_rows], np.searchsorted(keep_cols, fits[keep_rows])
-        area = int(fits.sum())
-        if area == 0:  # no transit can improve on the current objective
+        if not fits.any():  # no transit can improve on the current objective
             return None
         positions = positions[keep_cols[: int(fits.max())]]
         if inside.size * positions.size <= EVALUATE_ALL:
             rows = np.repeat(np.arange(inside.size), positions.size)
-            values = self._block_objectives(sums, inside, positions, fits).ravel()
+            values = self._grid(
+                sums, sums.class_sum - self.arrays.labels[inside], self.arrays.batch[inside],
+                self.order[positions],
+            )  # fmt: skip
+            values[np.arange(positions.size) >= fits[:, None]] = np.inf
+            values = values.ravel()
         else:
             candidates = self._pruned_candidates(inside, positions, fits, sums, current, upper)
             if candidates is None:
@@ -224,13 +198,9 @@ class TransitSearch:
         tie_margin = self.tie_unit * abs(lowest)
         if lowest - tie_margin >= current - TIE_REL_TOL * abs(current):
             return None
-        near = inside[rows[values <= lowest + tie_margin]]
-        if near.size > 1:
-            near = np.unique(near)
+        near = np.unique(inside[rows[values <= lowest + tie_margin]])
         leave, enter_device, best = self._dense_rows(selected, sums, near)
-        if not is_improvement(best, current):
-            return None
-        return leave, enter_device, best
+        return (leave, enter_device, best) if is_improvement(best, current) else None
 
     def _pruned_candidates(
         self,
@@ -241,11 +211,10 @@ class TransitSearch:
         current: float,
         upper: float,
     ) -> tuple[IndexArray, FloatArray] | None:
-        """Rows (into ``inside``) and values (``inf`` = proved not best) of possible best transits.
+        """Step 3 of the class doc: rows (into ``inside``) and values (``inf``: proved not best).
 
-        ``positions`` are the columns, ``fits[r]`` the length of the prefix of them that fits row
-        ``r``, ``upper`` an upper bound on the best objective. None if no transit can improve on
-        ``current``.
+        Row ``r`` fits the first ``fits[r]`` of the columns ``positions``; ``upper`` bounds the
+        best objective from above. None if no transit can improve on ``current``.
         """
         width = int(fits.max())
         enter = self.order[positions]
@@ -263,13 +232,20 @@ class TransitSearch:
         if rows.size:
             at_least = self._objectives(sums, inside[rows], enter[least[rows]])
             upper = min(upper, float(at_least.min()))
-        threshold = min(upper, current) + self.prune_unit * (
-            self.gradient_scale + 2.0 * abs(current)
-        )
-        rows, cols = np.nonzero(bound <= threshold)
+        rows, cols = np.nonzero(bound <= min(upper, current) + self._margin(current))
         if rows.size == 0:  # every bound exceeds the current objective: no improvement
             return None
-        return rows, self._candidate_values(sums, inside[rows], enter[cols], bound[rows, cols])
+        leave, enter, bound = inside[rows], enter[cols], bound[rows, cols]
+        if leave.size <= EVALUATE_FIRST:
+            return rows, self._objectives(sums, leave, enter)
+        values = np.full(leave.size, np.inf)
+        first = np.argpartition(bound, EVALUATE_FIRST)[:EVALUATE_FIRST]
+        values[first] = self._objectives(sums, leave[first], enter[first])
+        best = float(values[first].min())
+        rest = bound <= best + self._margin(best)
+        rest[first] = False
+        values[rest] = self._objectives(sums, leave[rest], enter[rest])
+        return rows, values
 
     def _prefilter(
         self,
@@ -279,70 +255,42 @@ class TransitSearch:
         sums: RunningSums,
         current: float,
     ) -> tuple[IndexArray, IndexArray, float]:
-        """Rows (into ``inside``) and columns (into ``positions``) that may hold the best transit.
-
-        With ``w = sum_Pi p - S p``, the triangle inequality bounds every transit of the row
-        ``v`` by ``(|w - p_v| . G - max G) / S + sigma / sqrt(T - b_v + max b)`` and every
-        transit of the column ``u`` by ``(|w + p_u| . G - max G) / S
-        + sigma / sqrt(T - min_Pi b + b_u)``. The values of the fitting transits of the row and
-        of the column of least bound give an upper bound ``U`` on the best objective (to rounding,
-        which the margin covers); rows and columns whose bound exceeds ``min(U, current)`` plus
-        the pruning margin are dropped. Returns the kept rows and columns (ascending) and ``U``.
-        """
+        """Step 2 of the class doc: kept rows (into ``inside``), columns (into ``positions``), U."""
         arrays = self.arrays
         size = sums.count
         surplus = sums.class_sum - size * arrays.target
         labels_out = self.sorted_labels[positions]
         batch_out = self.sorted_batch[positions]
         batch_in = arrays.batch[inside]
-        row_bound = np.abs(surplus - arrays.labels[inside]) @ arrays.gradient
-        row_bound /= size
-        row_bound += arrays.sigma / np.sqrt(sums.total_batch - batch_in + self.max_batch)
-        col_bound = np.abs(labels_out + surplus) @ arrays.gradient
-        col_bound /= size
-        col_bound += arrays.sigma / np.sqrt(sums.total_batch - int(batch_in.min()) + batch_out)
-        row = int(row_bound.argmin())
-        col = int(col_bound.argmin())
-        upper = np.inf
-        if fits[row] > 0:
-            width = int(fits[row])
-            along_row = np.abs(labels_out[:width] + (surplus - arrays.labels[inside[row]]))
-            along_row = along_row @ arrays.gradient / size + arrays.sigma / np.sqrt(
-                sums.total_batch - int(batch_in[row]) + batch_out[:width]
-            )
-            upper = float(along_row.min())
-        rows = (fits > col).nonzero()[0]
-        if rows.size:
-            along_col = np.abs((surplus + labels_out[col]) - arrays.labels[inside[rows]])
-            along_col = along_col @ arrays.gradient / size + arrays.sigma / np.sqrt(
-                sums.total_batch - batch_in[rows] + int(batch_out[col])
-            )
-            upper = min(upper, float(along_col.min()))
-        threshold = min(upper, current) + self.prune_unit * (
-            self.gradient_scale + 2.0 * abs(current)
+        total = sums.total_batch
+        row_bound = self._terms(
+            surplus - arrays.labels[inside], total - batch_in + self.max_batch, size
         )
+        col_bound = self._terms(labels_out + surplus, total - int(batch_in.min()) + batch_out, size)
+        row, col = int(row_bound.argmin()), int(col_bound.argmin())
+        width, rows = int(fits[row]), (fits > col).nonzero()[0]
+        along_row = self._terms(
+            labels_out[:width] + (surplus - arrays.labels[inside[row]]),
+            total - int(batch_in[row]) + batch_out[:width],
+            size,
+        )
+        along_col = self._terms(
+            (surplus + labels_out[col]) - arrays.labels[inside[rows]],
+            total - batch_in[rows] + int(batch_out[col]),
+            size,
+        )
+        upper = float(np.concatenate([along_row, along_col, [np.inf]]).min())
         # The bounds above without the - max G / S.
-        slack = threshold + self.max_gradient / size
+        slack = min(upper, current) + self._margin(current) + self.max_gradient / size
         return (row_bound <= slack).nonzero()[0], (col_bound <= slack).nonzero()[0], upper
 
-    def _candidate_values(
-        self,
-        sums: RunningSums,
-        leave: IndexArray,
-        enter: IndexArray,
-        bound: FloatArray,
-    ) -> FloatArray:
-        """Objectives of the candidate transits, ``inf`` where the bound proves them not best."""
-        if leave.size <= EVALUATE_FIRST:
-            return self._objectives(sums, leave, enter)
-        values = np.full(leave.size, np.inf)
-        first = np.argpartition(bound, EVALUATE_FIRST)[:EVALUATE_FIRST]
-        values[first] = self._objectives(sums, leave[first], enter[first])
-        best = float(values[first].min())
-        rest = bound <= best + self.prune_unit * (self.gradient_scale + 2.0 * abs(best))
-        rest[first] = False
-        values[rest] = self._objectives(sums, leave[rest], enter[rest])
-        return values
+    def _terms(self, deviation: FloatArray, totals: IndexArray, size: int) -> FloatArray:
+        """``|deviation| . G / S + sigma / sqrt(totals)`` per row (the objective's two terms)."""
+        return np.abs(deviation) @ self.arrays.gradient / size + self.arrays.sigma / np.sqrt(totals)
+
+    def _margin(self, objective: float) -> float:
+        """The pruning margin at ``objective`` (:data:`PRUNE_MARGIN_ULPS`)."""
+        return self.prune_unit * (self.gradient_scale + 2.0 * abs(objective))
 
     def _lower_bounds(
         self, inside: IndexArray, positions: IndexArray, sums: RunningSums
@@ -363,9 +311,7 @@ class TransitSearch:
         right[:, num_classes] = (np.abs(shifted) @ arrays.gradient) / size
         right[:, num_classes + 1] = 1.0
         bound = np.matmul(left, right.T, out=self.scratch(0, inside.size, positions.size))
-        # Exact term for each row's dominant class d: where the bound took s = +1
-        # (w_d + p_ud >= 0), G_d |w_d + p_ud - p_vd| / S exceeds the linear term by
-        # weight_d max(0, p_vd - w_d - p_ud) with weight_d = 2 G_d / S.
+        # the exact term of each row's dominant class d (step 3), weight = 2 G / S
         weight = 2.0 * arrays.gradient / size
         crossing = np.ascontiguousarray(np.where(shifted >= 0.0, shifted * weight, np.inf).T)
         dominant = self.dominant[inside]
@@ -386,26 +332,25 @@ class TransitSearch:
             self.buffers[slot] = np.empty(max(size, 2 * self.buffers[slot].size))
         return self.buffers[slot][:size].reshape(shape)
 
-    def _block_objectives(
-        self, sums: RunningSums, inside: IndexArray, positions: IndexArray, fits: IndexArray
+    def _grid(
+        self, sums: RunningSums, removed: FloatArray, removed_batch: IndexArray, enter: IndexArray
     ) -> FloatArray:
-        """Objectives of the transits ``inside x positions``, ``inf`` where they do not fit.
+        """Objectives of all transits from the rows to the devices ``enter`` [K], float [R, K].
 
-        float ``[I, K]``; row ``r`` fits the first ``fits[r]`` columns. The arithmetic of
-        :meth:`_objectives`.
+        A row is a schedule less its leaving device: class sums ``removed`` [R, C], batch total
+        less ``removed_batch`` [R]. The dense grid's arithmetic (``wemd`` + ``sampling_term``).
         """
         arrays = self.arrays
         grid = np.add(
-            (sums.class_sum - arrays.labels[inside])[:, None, :],
-            self.sorted_labels[positions],
-            out=self.scratch(0, inside.size, positions.size, arrays.target.size),
+            removed[:, None, :],
+            arrays.labels[enter],
+            out=self.scratch(0, removed.shape[0], enter.size, arrays.target.size),
         )
         grid /= sums.count
         grid -= arrays.target
         values = np.abs(grid, out=grid) @ arrays.gradient
-        totals = sums.total_batch - arrays.batch[inside][:, None] + self.sorted_batch[positions]
+        totals = sums.total_batch - removed_batch[:, None] + arrays.batch[enter]
         values += arrays.sigma / np.sqrt(totals)
-        values[np.arange(positions.size) >= fits[:, None]] = np.inf
         return values
 
     def _objectives(self, sums: RunningSums, leave: IndexArray, enter: IndexArray) -> FloatArray:
@@ -444,17 +389,7 @@ class TransitSearch:
                 return_inverse=True,
             )
             removed, leave_batch = removed[first], leave_batch[first]
-        grid = np.add(
-            removed[:, None, :],
-            arrays.labels[outside],
-            out=self.scratch(0, removed.shape[0], outside.size, arrays.target.size),
-        )
-        grid /= sums.count
-        grid -= arrays.target
-        # The arithmetic of wemd + sampling_term (every total batch is positive).
-        values = np.abs(grid, out=grid) @ arrays.gradient
-        totals = sums.total_batch - leave_batch[:, None] + arrays.batch[outside]
-        values += arrays.sigma / np.sqrt(totals.astype(float))
+        values = self._grid(sums, removed, leave_batch, outside)
         if rows is not None:
             values = values[rows]
         room = sums.used_hz - arrays.bandwidth_hz[leave][:, None]
