@@ -39,40 +39,31 @@ from run_files.files import atomic_write, read_json_object
 from run_files.results import CONFIG_FILE
 
 REFERENCE_POLICY = "fedcgd-fscd"
+VS = "_vs_fedcgd_fscd"
 #: Metrics tested against the reference policy, paired by seed, and their column prefixes.
 PAIRED_METRICS = {"final_accuracy": "", "max_accuracy": "best_"}
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd")
 RUN_COLUMNS = ("policy", "seed", *METRICS, "rounds_run", "devices_lost", "code", "result_dir")
+COUNTS = ("earlier", "later", "tied")
 #: The paired tests of rounds to the target against the reference (:class:`RoundsTest`).
 ROUNDS_TEST_COLUMNS = (
-    *(f"rounds_{k}_vs_fedcgd_fscd" for k in ("earlier", "later", "tied")),
-    "rounds_censored_pairs",
-    *(f"rounds_{k}_p_vs_fedcgd_fscd" for k in ("sign", "wilcoxon")),
-)
-COUNTS = ("earlier", "later", "tied")
+    *(f"rounds_{k}{VS}" for k in COUNTS), "rounds_censored_pairs",
+    *(f"rounds_{k}_p{VS}" for k in ("sign", "wilcoxon")),
+)  # fmt: skip
 #: Each p-value column and its Holm-adjusted twin (``<column>_holm``): the family is the
 #: policies tested against the reference in one table (one setting), per column.
-P_COLUMNS = (
-    "p_value_vs_fedcgd_fscd",
-    "best_p_value_vs_fedcgd_fscd",
-    *(f"rounds_{k}_p_vs_fedcgd_fscd" for k in ("sign", "wilcoxon")),
-)
+P_COLUMNS = (f"p_value{VS}", f"best_p_value{VS}", *ROUNDS_TEST_COLUMNS[-2:])
 #: ``table.csv``: per policy, each metric's mean and 95 % half-width (rounds to the target:
 #: the Kaplan–Meier median), the paired tests and their Holm-adjusted p-values.
 TABLE_COLUMNS = (
-    "policy",
-    "n_seeds",
+    "policy", "n_seeds",
     *(f"{metric}_{stat}" for metric in METRICS[:2] for stat in ("mean", "ci95")),
-    "rounds_to_target_km_median",
-    "reached_target",
+    "rounds_to_target_km_median", "reached_target",
     *(f"{metric}_{stat}" for metric in METRICS[3:] for stat in ("mean", "ci95")),
-    *(f"{prefix}{stat}_vs_fedcgd_fscd" for prefix in ("", "best_") for stat in ("diff", "p_value")),
-    *ROUNDS_TEST_COLUMNS,
-    *(f"{column}_holm" for column in P_COLUMNS),
-    "n_paired",
-    "runs_with_lost_devices",
-    "seeds",
-)
+    *(f"{prefix}{stat}{VS}" for prefix in ("", "best_") for stat in ("diff", "p_value")),
+    *ROUNDS_TEST_COLUMNS, *(f"{column}_holm" for column in P_COLUMNS),
+    "n_paired", "runs_with_lost_devices", "seeds",
+)  # fmt: skip
 
 #: How the console line flags a policy with runs that lost devices.
 LOST_MARKER = "[!] devices lost"
@@ -125,38 +116,41 @@ def table_rows(
     """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
 
     The paired tests are against ``reference``, by seed; a statistic that is undefined (one seed,
-    no reference, under two common seeds) is NaN or None. Rounds to the target are summarised by
-    their Kaplan–Meier median and tested
-    (:func:`~experiments.analysis.evidence.rounds_to_target_test`) when there is a target; every
-    p-value column gets its Holm-adjusted twin over the table's policies (:data:`P_COLUMNS`).
+    no reference, under two common seeds) is NaN or None. Rounds to the target (with a target):
+    their Kaplan–Meier median and :func:`~experiments.analysis.evidence.rounds_to_target_test`.
+    Every p-value column gets its Holm-adjusted twin over the table's policies (:data:`P_COLUMNS`).
     """
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
         by_policy.setdefault(str(run["policy"]), []).append(run)
-    ref = {
-        metric: {r["seed"]: r[metric] for r in by_policy.get(reference, [])}
-        for metric in PAIRED_METRICS
-    }
+    ref = by_policy.get(reference, [])
+
+    def reached(group: Sequence[Mapping[str, Any]]) -> dict[Any, Reached]:
+        return {r["seed"]: (r["rounds_to_target"], int(r["rounds_run"])) for r in group}
+
     rows = []
     for policy, group in by_policy.items():
         row: dict[str, Any] = {"policy": policy, "n_seeds": len(group)}
         for metric in (m for m in METRICS if m != "rounds_to_target"):
             row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean_ci95(r[metric] for r in group)
-        if target_accuracy is None:
-            row["rounds_to_target_km_median"] = row["reached_target"] = None
-        else:
-            reached = [(r["rounds_to_target"], int(r["rounds_run"])) for r in group]
-            row["rounds_to_target_km_median"] = km_median(reached)
-            row["reached_target"] = sum(r is not None for r, _ in reached)
+        row["rounds_to_target_km_median"] = row["reached_target"] = None
+        if target_accuracy is not None:
+            runs_reached = [(r["rounds_to_target"], int(r["rounds_run"])) for r in group]
+            row["rounds_to_target_km_median"] = km_median(runs_reached)
+            row["reached_target"] = sum(r is not None for r, _ in runs_reached)
+        paired = policy != reference and bool(ref)
         for metric, prefix in PAIRED_METRICS.items():
-            test = paired_test({r["seed"]: r[metric] for r in group}, ref[metric])
-            skip = policy == reference or reference not in by_policy or test.n < 2
-            row[f"{prefix}diff_vs_fedcgd_fscd"] = None if skip else test.mean_diff
-            row[f"{prefix}p_value_vs_fedcgd_fscd"] = None if skip else test.p_value
-        row.update(
-            _rounds_test(group, by_policy.get(reference), policy == reference, target_accuracy)
-        )
-        row["n_paired"] = None if policy == reference or reference not in by_policy else test.n
+            test = paired_test(
+                {r["seed"]: r[metric] for r in group}, {r["seed"]: r[metric] for r in ref}
+            )
+            row[f"{prefix}diff{VS}"] = test.mean_diff if paired and test.n >= 2 else None
+            row[f"{prefix}p_value{VS}"] = test.p_value if paired and test.n >= 2 else None
+        row.update(dict.fromkeys(ROUNDS_TEST_COLUMNS))
+        if paired and target_accuracy is not None:
+            t = rounds_to_target_test(reached(group), reached(ref))
+            values = (t.earlier, t.later, t.tied, t.censored, t.sign_p, t.wilcoxon_p)
+            row.update(zip(ROUNDS_TEST_COLUMNS, values, strict=True))
+        row["n_paired"] = test.n if paired else None
         row["runs_with_lost_devices"] = sum(int(r.get("devices_lost") or 0) > 0 for r in group)
         row["seeds"] = " ".join(str(r["seed"]) for r in group)
         rows.append(row)
@@ -164,24 +158,6 @@ def table_rows(
         for row, adjusted in zip(rows, holm([row[column] for row in rows]), strict=True):
             row[f"{column}_holm"] = adjusted
     return rows
-
-
-def _rounds_test(
-    group: Sequence[Mapping[str, Any]],
-    reference: Sequence[Mapping[str, Any]] | None,
-    is_reference: bool,
-    target_accuracy: float | None,
-) -> dict[str, Any]:
-    """The :data:`ROUNDS_TEST_COLUMNS` of a policy's runs against the reference's (None: none)."""
-    if is_reference or reference is None or target_accuracy is None:
-        return dict.fromkeys(ROUNDS_TEST_COLUMNS)
-
-    def reached(runs: Sequence[Mapping[str, Any]]) -> dict[int, Reached]:
-        return {r["seed"]: (r["rounds_to_target"], r["rounds_run"]) for r in runs}
-
-    test = rounds_to_target_test(reached(group), reached(reference))
-    values = (test.earlier, test.later, test.tied, test.censored, test.sign_p, test.wilcoxon_p)
-    return dict(zip(ROUNDS_TEST_COLUMNS, values, strict=True))
 
 
 def _cell(value: Any) -> Any:
@@ -333,35 +309,9 @@ def warn_mixed_code(runs: Sequence[Mapping[str, Any]]) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _mean_ci(mean: Any, ci: Any, fmt: str) -> str:
-    """``mean ± ci`` (``mean`` alone for one seed; ``–`` when undefined)."""
-    if _cell(mean) == "":
-        return "–"
-    text = format(mean, fmt)
-    return text if _cell(ci) == "" else f"{text} ± {format(ci, fmt)}"
-
-
-def _p(value: Any) -> str:
-    """A p-value with 3 significant digits (``–`` when undefined)."""
-    return "–" if _cell(value) == "" else format(value, ".3g")
-
-
-def _signed(diff: Any, p_value: Any, holm_p: Any) -> str:
-    """``−0.018 (0.014 / 0.068)``: a difference (Unicode minus, as in docs/), p and Holm's p."""
-    if _cell(diff) == "":
-        return "–"
-    return f"{format(diff, '+.3f').replace('-', '−')} ({_p(p_value)} / {_p(holm_p)})"
-
-
-def _rounds(median: Any, reached: Any, n_seeds: Any) -> str:
-    """``757 (5/5)``: the Kaplan–Meier median and the runs that reached the target.
-
-    ``–`` for the median when fewer than half reached it; ``–`` alone without a target.
-    """
-    if reached is None or _cell(reached) == "":
-        return "–"
-    text = "–" if _cell(median) == "" or math.isinf(float(median)) else f"{float(median):.0f}"
-    return f"{text} ({reached}/{n_seeds})"
+def _text(value: Any, fmt: str) -> str:
+    """``value`` formatted, or ``–`` when undefined (None, NaN, empty)."""
+    return "–" if _cell(value) == "" else format(value, fmt)
 
 
 def markdown_table(
@@ -371,59 +321,46 @@ def markdown_table(
 ) -> str:
     """``table.md``: the columns a reader compares, rounded as in docs/ (docs/comparing.md).
 
-    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point): final
-    and best accuracy with their 95 % half-widths, the Kaplan–Meier median of rounds to the target
-    with the runs that reached it and the paired sign test against FedCGD-FSCD, scheduled
-    devices, WEMD, the paired differences with their p-values (each p then Holm's), and the runs
-    that lost devices.
+    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point). Each
+    paired test shows its p, then Holm's; differences use the Unicode minus, as docs/ do; the
+    rounds' counts are FedCGD-FSCD's (earlier where the policy is later).
     """
-    target = "–" if target_accuracy is None else f"{target_accuracy:g}"
-    ref = "FSCD"
+    target = _text(target_accuracy, "g")
     header = [
-        *extra_columns,
-        "policy",
-        "final accuracy",
-        "best accuracy",
-        f"median rounds to {target} (reached)",
-        f"{ref} earlier / later / tied (sign p / Holm)",
-        "scheduled",
-        "WEMD",
-        f"final − {ref} (p / Holm)",
-        f"best − {ref} (p / Holm)",
+        *extra_columns, "policy", "final accuracy", "best accuracy",
+        f"median rounds to {target} (reached)", "FSCD earlier / later / tied (sign p / Holm)",
+        "scheduled", "WEMD", "final − FSCD (p / Holm)", "best − FSCD (p / Holm)",
         "runs with lost devices",
-    ]
+    ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def mean_ci(row: Mapping[str, Any], metric: str, fmt: str) -> str:
+        text, ci = _text(row[f"{metric}_mean"], fmt), _text(row[f"{metric}_ci95"], fmt)
+        return text if "–" in (text, ci) else f"{text} ± {ci}"
+
+    def tested(row: Mapping[str, Any], value: str, p: str) -> str:
+        return f"{value} ({_text(row.get(p), '.3g')} / {_text(row.get(p + '_holm'), '.3g')})"
+
     for row in rows:
-        sign = "–"
-        if _cell(row.get("rounds_earlier_vs_fedcgd_fscd")) != "":
-            earlier, later, tied = (row[f"rounds_{k}_vs_fedcgd_fscd"] for k in COUNTS)
-            # the counts are the policy's: FedCGD-FSCD is earlier where the policy is later
-            p, holm_p = (
-                row["rounds_sign_p_vs_fedcgd_fscd"],
-                row["rounds_sign_p_vs_fedcgd_fscd_holm"],
-            )
-            sign = f"{later} / {earlier} / {tied} ({_p(p)} / {_p(holm_p)})"
+        rounds, sign, diffs = "–", "–", ["–", "–"]
+        if _cell(row.get("reached_target")) != "":
+            median = float(_cell(row.get("rounds_to_target_km_median")) or math.inf)
+            median_text = "–" if math.isinf(median) else f"{median:.0f}"
+            rounds = f"{median_text} ({row['reached_target']}/{row['n_seeds']})"
+        if _cell(row.get(f"rounds_earlier{VS}")) != "":
+            earlier, later, tied = (row[f"rounds_{k}{VS}"] for k in COUNTS)
+            sign = tested(row, f"{later} / {earlier} / {tied}", f"rounds_sign_p{VS}")
+        for i, prefix in enumerate(PAIRED_METRICS.values()):
+            if _cell(diff := row.get(f"{prefix}diff{VS}")) != "":
+                diffs[i] = tested(
+                    row, format(diff, "+.3f").replace("-", "−"), f"{prefix}p_value{VS}"
+                )
         lost = row.get("runs_with_lost_devices") or 0
         cells = [
-            *(str(row[c]) for c in extra_columns),
-            str(row["policy"]),
-            _mean_ci(row["final_accuracy_mean"], row["final_accuracy_ci95"], ".3f"),
-            _mean_ci(row["max_accuracy_mean"], row["max_accuracy_ci95"], ".3f"),
-            _rounds(
-                row.get("rounds_to_target_km_median"), row.get("reached_target"), row["n_seeds"]
-            ),
-            sign,
-            _mean_ci(row["mean_scheduled_mean"], row["mean_scheduled_ci95"], ".2f"),
-            _mean_ci(row["mean_wemd_mean"], row["mean_wemd_ci95"], ".3f"),
-            *(
-                _signed(
-                    row.get(f"{prefix}diff_vs_fedcgd_fscd"),
-                    row.get(f"{prefix}p_value_vs_fedcgd_fscd"),
-                    row.get(f"{prefix}p_value_vs_fedcgd_fscd_holm"),
-                )
-                for prefix in ("", "best_")
-            ),
+            *(str(row[c]) for c in extra_columns), str(row["policy"]),
+            mean_ci(row, "final_accuracy", ".3f"), mean_ci(row, "max_accuracy", ".3f"), rounds,
+            sign, mean_ci(row, "mean_scheduled", ".2f"), mean_ci(row, "mean_wemd", ".3f"), *diffs,
             f"{LOST_MARKER} {lost} of {row['n_seeds']}" if lost else "0",
-        ]
+        ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
