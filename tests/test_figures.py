@@ -20,6 +20,7 @@ from matplotlib.colors import to_hex
 from experiments.analysis.figures import (
     BAND_LABEL,
     POLICY_COLORS,
+    VARIANT_COLORS,
     draw_group,
     label_axis,
     legend_below,
@@ -181,27 +182,59 @@ def test_an_own_policy_beside_bc_is_drawn_apart_in_the_comparison_figure(
     }
 
 
-def test_plot_runs_tells_two_runs_of_one_policy_apart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+FSCD_COLOUR, BC_COLOUR = (to_hex(POLICY_COLORS[p]) for p in ("fedcgd-fscd", "bc"))
+
+
+@pytest.mark.parametrize(
+    ("runs", "labels", "colours"),
+    [
+        (  # two runs of one policy: the setting that differs; one colour, two line styles
+            {
+                "cmp/bc/seed-0": {"policy": "bc", "seed": 0},
+                "cmp/bc/seed-1": {"policy": "bc", "seed": 1},
+                "other": {"policy": "fedcgd-fscd"},
+            },
+            ["BC (best channel) · seed=0", "BC (best channel) · seed=1", "FedCGD-FSCD · seed=0"],
+            [BC_COLOUR, BC_COLOUR, FSCD_COLOUR],
+        ),
+        (  # a policy's further aggregators take their own colours; where/how settings no label
+            {
+                "plain": {"policy": "fedcgd-fscd"},
+                "adam": {"policy": "fedcgd-fscd", "aggregator": "FedAdam"},
+                "median": {"policy": "fedcgd-fscd", "aggregator": "FedMedian", "local-steps": 5},
+                "bc": {"policy": "bc", "device": "cpu", "checkpoint-every": 0},
+            },
+            [
+                'FedCGD-FSCD · aggregator="", local_steps=10',
+                "FedCGD-FSCD · aggregator=FedAdam, local_steps=10",
+                "FedCGD-FSCD · aggregator=FedMedian, local_steps=5",
+                'BC (best channel) · aggregator="", local_steps=10',
+            ],
+            [FSCD_COLOUR, *VARIANT_COLORS[:2], BC_COLOUR],
+        ),
+    ],
+)
+def test_plot_runs_labels_each_run_by_the_settings_that_differ(
+    runs: dict[str, dict[str, Any]],
+    labels: list[str],
+    colours: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from experiments.analysis.plot_runs import plot_runs
 
     figures = _capture(monkeypatch)
-    dirs = [tmp_path / "cmp" / "bc" / f"seed-{s}" for s in (0, 1)] + [tmp_path / "other"]
-    for seed, folder in enumerate(dirs[:2]):
-        write_run(folder, {"policy": "bc", "seed": seed}, _lines(3))
-    write_run(dirs[2], {"policy": "fedcgd-fscd"}, _lines(3))
+    dirs = [tmp_path / name for name in runs]
+    for folder, overrides in zip(dirs, runs.values(), strict=True):
+        write_run(folder, overrides, _lines(3))
     plot_runs(dirs, tmp_path / "runs.png")
     (fig,) = figures
     series = _series(fig.axes[0])
-    assert [label for label, _, _ in series] == [
-        "BC (best channel) · seed=0",
-        "BC (best channel) · seed=1",
-        "FedCGD-FSCD · seed=0",  # the setting that differs between the runs plotted
-    ]
-    assert len({(colour, style) for _, colour, style in series}) == 3
+    assert [label for label, _, _ in series] == labels
+    assert [colour for _, colour, _ in series] == colours
+    assert len({(colour, style) for _, colour, style in series}) == len(runs)
     legend = [text.get_text() for text in fig.legends[0].get_texts()]
-    assert legend == [label for label, _, _ in series]  # one run: no band to name
+    assert legend == labels  # one run each: no band to name
 
 
 def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> None:
@@ -430,36 +463,6 @@ def test_the_solver_figure_is_titled_with_its_settings() -> None:
         "P1 instances: UMi uplinks, CIFAR-10 CNN (258,898 × 32 bit), deadline 2 s"
         " · Dirichlet α = 0.1, 1, 10 · 3 per (V, α)"
     )
-
-
-def test_runs_are_labelled_by_the_settings_that_differ_and_aggregators_get_their_own_colour(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from experiments.analysis.plot_runs import plot_runs
-
-    figures = _capture(monkeypatch)
-    runs = {
-        "plain": {"policy": "fedcgd-fscd"},
-        "adam": {"policy": "fedcgd-fscd", "aggregator": "FedAdam"},
-        "median": {"policy": "fedcgd-fscd", "aggregator": "FedMedian", "local-steps": 5},
-        "bc": {"policy": "bc", "device": "cpu", "checkpoint-every": 0},  # neither is a label
-    }
-    dirs = [tmp_path / name for name in runs]
-    for folder, overrides in zip(dirs, runs.values(), strict=True):
-        write_run(folder, overrides, _lines(3))
-    plot_runs(dirs, tmp_path / "runs.png")
-    (fig,) = figures
-    series = _series(fig.axes[0])
-    assert [label for label, _, _ in series] == [
-        'FedCGD-FSCD · aggregator="", local_steps=10',
-        "FedCGD-FSCD · aggregator=FedAdam, local_steps=10",
-        "FedCGD-FSCD · aggregator=FedMedian, local_steps=5",
-        'BC (best channel) · aggregator="", local_steps=10',
-    ]
-    colours = [colour for _, colour, _ in series]
-    assert colours[0] == to_hex(POLICY_COLORS["fedcgd-fscd"])
-    assert colours[3] == to_hex(POLICY_COLORS["bc"])
-    assert len(set(colours)) == 4  # two policies, three aggregators of one: four colours
 
 
 def test_series_styles_give_a_policys_further_aggregators_their_own_colours() -> None:
