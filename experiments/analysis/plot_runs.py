@@ -90,46 +90,39 @@ def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, floa
     return out
 
 
-def finish_figure(
-    fig: Any, axes: Sequence[Any], keys: Sequence[str], out: Path, title: str = ""
-) -> Path:
-    """Label the panels, put one legend below them, title the figure, save ``out``."""
-    for ax, key in zip(axes, keys, strict=True):
-        label_axis(ax, key)
-    legend_below(fig, axes[0])
-    if title:
-        fig.suptitle(title)
-    return save_figure(fig, out)
-
-
-def panel_window(runs: Sequence[Sequence[Mapping[str, Any]]]) -> int:
-    """Moving-average window of the smoothed panels: that of the longest run's rounds."""
-    return smoothing_window(max((len(lines) for lines in runs), default=0))
-
-
-def _draw_panels(
+def draw_panels(
     groups: Sequence[tuple[str, list[Path]]],
     styles: Sequence[Mapping[str, Any]],
     out: Path,
     bands: bool = True,
+    titles: Mapping[str, str] | None = None,
 ) -> Path:
-    """Draw each (label, folders) group on the :data:`PANEL_KEYS` panels; title and save.
+    """Draw each (label, folders) group on one panel per key of ``titles``; title and save.
 
-    Each group in its style by :func:`draw_group`; the smoothed panels as moving averages.
+    ``titles``: metric -> panel title (default: the :data:`PANEL_KEYS`, untitled, the
+    :data:`SMOOTHED_KEYS` smoothed); each group in its style by :func:`draw_group`, the smoothed
+    panels as moving averages (all of them for given ``titles``).
     """
-    fig, axes = plt.subplots(1, len(PANEL_KEYS), figsize=(14, 4.6), constrained_layout=True)
+    titles = titles or dict.fromkeys(PANEL_KEYS, "")
+    smoothed = SMOOTHED_KEYS if titles.keys() == set(PANEL_KEYS) else tuple(titles)
+    size = (14 if len(titles) > 2 else 12, 4.8)
+    fig, axes = plt.subplots(1, len(titles), figsize=size, constrained_layout=True)
     loaded = [[load_run(d)[1] for d in dirs] for _, dirs in groups]
-    window = panel_window([lines for runs in loaded for lines in runs])
+    window = smoothing_window(max((len(lines) for runs in loaded for lines in runs), default=0))
     for (label, _), runs, style in zip(groups, loaded, styles, strict=True):
-        for ax, key in zip(axes, PANEL_KEYS, strict=True):
+        for ax, key in zip(axes, titles, strict=True):
             curves = [round_values(lines, key) for lines in runs]
-            smooth = window if key in SMOOTHED_KEYS else 1
+            smooth = window if key in smoothed else 1
             draw_group(ax, curves, key, label, style=style, smooth=smooth, bands=bands)
-    for ax, key in zip(axes, PANEL_KEYS, strict=True):
-        if window > 1 and key in SMOOTHED_KEYS:
-            ax.set_title(f"moving average over {window} rounds (faint: per round)", fontsize=9)
-    title = runs_title(d for _, dirs in groups for d in dirs)
-    return finish_figure(fig, axes, PANEL_KEYS, out, title)
+    for ax, (key, title) in zip(axes, titles.items(), strict=True):
+        averaged = f"moving average over {window} rounds (faint: per round)"
+        lines = [title, averaged if window > 1 and key in smoothed else ""]
+        ax.set_title("\n".join(line for line in lines if line), fontsize=9)
+        label_axis(ax, key)
+    legend_below(fig, axes[0])
+    if title := runs_title(d for _, dirs in groups for d in dirs):
+        fig.suptitle(title)
+    return save_figure(fig, out)
 
 
 def folder_suffix(index: int, paths: Sequence[Path]) -> str:
@@ -220,7 +213,7 @@ def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
     styles = series_styles(policies, [aggregator_of(c) for c in configs])
-    return _draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
+    return draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
 
 
 def group_runs(result_dirs: Sequence[Path]) -> dict[tuple[str, str], list[Path]]:
@@ -257,7 +250,7 @@ def plot_mean_runs(
         (policy_name(p) + (f" · {s}" if s else "") + f" (n={len(keyed[(p, s)])})", keyed[(p, s)])
         for p, s in order
     ]
-    return _draw_panels(named, styles, out, bands)
+    return draw_panels(named, styles, out, bands)
 
 
 def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool = True) -> int:

@@ -11,7 +11,6 @@ import numpy as np
 
 from experiments.analysis.figures import (
     MIN_RUNS_FOR_BAND,
-    draw_group,
     estimate_styles,
     is_fedcgd,
     label_axis,
@@ -21,14 +20,7 @@ from experiments.analysis.figures import (
     policy_order,
     series_styles,
 )
-from experiments.analysis.plot_runs import (
-    finish_figure,
-    load_run,
-    panel_window,
-    round_values,
-    runs_title,
-    save_figure,
-)
+from experiments.analysis.plot_runs import draw_panels, save_figure
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -51,30 +43,22 @@ def group_name(label: str, policy: str) -> str:
 def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
     """σ̂ and Ĝ per round of every (sweep label, policy) group of FedCGD runs (``estimates.png``).
 
-    Each group as :func:`~experiments.analysis.figures.draw_group` draws it, as moving averages
-    once the runs are long enough (single rounds' spikes would set the scale otherwise).
+    Each group as :func:`~experiments.analysis.plot_runs.draw_panels` draws it, as moving
+    averages once the runs are long enough (single rounds' spikes would set the scale otherwise).
     """
-    keys = ("sigma", "class_gradient_used")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.9), constrained_layout=True)
     labels = list(dict.fromkeys(label for label, _ in groups))
     fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
     order = policy_order(p for _, p in fedcgd)
     drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
-    loaded = {group: [load_run(d)[1] for d in groups[group]] for group in drawn}
-    window = panel_window([lines for runs in loaded.values() for lines in runs])
-    for (label, policy), style in zip(drawn, estimate_styles(drawn, labels), strict=True):
-        for ax, key in zip(axes, keys, strict=True):
-            curves = [round_values(lines, key) for lines in loaded[(label, policy)]]
-            draw_group(ax, curves, key, group_name(label, policy), style=style, smooth=window)
-    averaged = f"\nmoving average over {window} rounds (faint: per round)" if window > 1 else ""
-    axes[0].set_title(
-        "σ̂: spread of the sampled gradients (paper's global σ estimate)" + averaged, fontsize=10
+    return draw_panels(
+        [(group_name(label, policy), list(groups[(label, policy)])) for label, policy in drawn],
+        estimate_styles(drawn, labels),
+        out,
+        titles={
+            "sigma": "σ̂: spread of the sampled gradients (paper's global σ estimate)",
+            "class_gradient_used": "Ĝ: class-gradient bound FedCGD uses in the WEMD term",
+        },
     )
-    axes[1].set_title(
-        "Ĝ: class-gradient bound FedCGD uses in the WEMD term" + averaged, fontsize=10
-    )
-    title = runs_title(d for group in drawn for d in groups[group])
-    return finish_figure(fig, axes, keys, out, title)
 
 
 def plot_sweep(
