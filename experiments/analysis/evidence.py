@@ -285,7 +285,9 @@ def indicator_summary(
     settings = sorted({s for s, _, _ in finite_points})
     means = {s: np.mean([(x, y) for t, x, y in finite_points if t == s], axis=0) for s in settings}
     level = setting_test([means[s][0] for s in settings], [means[s][1] for s in settings])
-    within = indicator_test([(x - means[s][0], y - means[s][1]) for s, x, y in finite_points])
+    within = IndicatorTest(0, math.nan, math.nan)
+    if len(settings) < len(finite_points):  # some setting has two points
+        within = indicator_test([(x - means[s][0], y - means[s][1]) for s, x, y in finite_points])
     left_out = [
         setting_test(*zip(*(means[t] for t in settings if t != s), strict=True)).rho
         for s in settings
@@ -297,10 +299,8 @@ def indicator_summary(
         "n_settings": level.n,
         "setting_spearman_rho": level.rho,
         "setting_p_value": level.p_value,
-        "within_setting_rho": within.rho if len(settings) < len(finite_points) else math.nan,
-        "within_setting_p_value": within.p_value
-        if len(settings) < len(finite_points)
-        else math.nan,
+        "within_setting_rho": within.rho,
+        "within_setting_p_value": within.p_value,
         "leave_one_out_rho_min": min(left_out, default=math.nan),
         "leave_one_out_rho_max": max(left_out, default=math.nan),
         "n_points": pooled.n,

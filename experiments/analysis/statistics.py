@@ -27,11 +27,9 @@ def ci95_halfwidth(values: Iterable[float | None]) -> float:
     NaN for fewer than two finite values.
     """
     x = finite(values)
-    n = len(x)
-    if n < 2:
+    if len(x) < 2:
         return math.nan
-    sd = float(np.std(x, ddof=1))
-    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * sd / math.sqrt(n)
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(x) - 1) * stats.sem(x))
 
 
 def mean_ci95(values: Iterable[float | None]) -> tuple[float, float]:
@@ -124,10 +122,7 @@ def first_round_reaching(
     """First of the ``rounds`` whose accuracy reaches ``target``; None if never (or no target)."""
     if target is None:
         return None
-    for r, acc in zip(rounds, accuracies, strict=True):
-        if acc >= target:
-            return int(r)
-    return None
+    return next((int(r) for r, acc in zip(rounds, accuracies, strict=True) if acc >= target), None)
 
 
 @dataclass(frozen=True)
