@@ -19,7 +19,6 @@ from fake_runs import last_two_lines, write_run
 from scipy import stats
 from subprocesses import FEDCGD, run_fedcgd
 
-from experiments.analysis.plot_runs import plot_mean_runs, plot_runs
 from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
@@ -393,13 +392,6 @@ def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys
     )
     last = err.strip().splitlines()[1]
     assert rerun_command(last) == ["--policies", "bc", "--out", str(tmp_path)]
-
-
-def test_mean_and_single_run_plots(tmp_path):
-    write_all(tmp_path)
-    dirs = {p: [planning.run_dir(tmp_path, p, s) for s in (0, 1, 2)] for p in ACCURACY}
-    assert plot_mean_runs(dirs, tmp_path / "mean.png").stat().st_size > 0
-    assert plot_runs(dirs["bc"][:1], tmp_path / "one.png").stat().st_size > 0
 
 
 def test_summarise_reads_the_seed_from_the_config(tmp_path):
