@@ -20,6 +20,7 @@ from matplotlib import colormaps
 from matplotlib.colors import to_hex
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
+from scipy.ndimage import uniform_filter1d
 
 from experiments.analysis.statistics import mean_band
 
@@ -255,12 +256,10 @@ def moving_average(values: Sequence[float], window: int) -> np.ndarray:
     """
     if window < 1 or window % 2 == 0:
         raise ValueError(f"moving-average window must be a positive odd integer; got {window}")
-    x = np.asarray(values, dtype=float)
-    h = window // 2
-    sums = np.concatenate([[0.0], np.cumsum(x)])
-    i = np.arange(len(x))
-    low, high = np.maximum(i - h, 0), np.minimum(i + h + 1, len(x))
-    return (sums[high] - sums[low]) / (high - low)
+    x = np.asarray(values, dtype=float)  # zeros beyond the ends, divided by the entries there
+    return uniform_filter1d(x, window, mode="constant") / uniform_filter1d(
+        np.ones_like(x), window, mode="constant"
+    )
 
 
 def smooth_curve(curve: Mapping[int, float], window: int) -> dict[int, float]:
