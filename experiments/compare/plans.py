@@ -6,7 +6,6 @@ Run, keep, resume or refuse each ``<out>/<policy>/seed-<s>`` (docs/comparing.md,
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,10 +256,7 @@ def kept_run_damage(result_dir: Path) -> str | None:
     path = result_dir / METRICS_FILE
     try:
         lines = read_metrics_lines(result_dir)
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(size - 1, 0))
-            ended = size == 0 or handle.read(1) == b"\n"
+        ended = path.read_bytes()[-1:] in (b"", b"\n")
     except (OSError, ValueError) as err:
         return first_line(err)
     rounds = [line["round"] for line in lines]
