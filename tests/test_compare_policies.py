@@ -247,14 +247,12 @@ def test_command_line_seeds(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--seeds", "0,a"], "comma-separated integers"),
-        (["--seeds", "0,1,0"], "repeats"),
-        (["--seeds", "-1"], "non-negative"),
-        (["--seeds", ","], "at least one"),
+        (["--seeds", "0,a"], "comma-separated integers"), (["--seeds", "0,1,0"], "repeats"),
+        (["--seeds", "-1"], "non-negative"), (["--seeds", ","], "at least one"),
         (["--seeds", "0,1", "--run-config", "seed=2"], "not both"),
         (["--policies", "bc,fedsgd"], "'policy' = 'fedsgd'; allowed: fedcgd-fscd"),
     ],
-)
+)  # fmt: skip
 def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(execution, "run_flwr", no_flwr)
     assert invoke(["compare", "--out", str(tmp_path), *extra]) == 2
