@@ -107,21 +107,6 @@ def _series(ax: Any) -> list[tuple[str, str, str]]:
     ]
 
 
-def _smoothed(panel: Any, raw: list[float]) -> list[float]:
-    """The moving average ``panel`` draws over its faint ``raw`` line (window 3, titled so)."""
-    (line,) = [x for x in panel.get_lines() if not x.get_label().startswith("_")]
-    (faint,) = [x for x in panel.get_lines() if x.get_label().startswith("_")]
-    assert list(faint.get_ydata()) == raw and faint.get_alpha() < 0.5
-    assert "moving average over 3 rounds" in panel.get_title()
-    return list(line.get_ydata())
-
-
-def _centred_mean_3(x: list[float]) -> list[float]:
-    """The centred mean over 3 rounds, of 2 at the ends, by hand."""
-    inner = [sum(x[i - 1 : i + 2]) / 3 for i in range(1, len(x) - 1)]
-    return [(x[0] + x[1]) / 2, *inner, (x[-2] + x[-1]) / 2]
-
-
 def _visible_ticks(axis: Any) -> list[float]:
     lo, hi = sorted(axis.get_view_interval())
     return [t for t in axis.get_majorticklocs() if lo - 1e-9 <= t <= hi + 1e-9]
@@ -336,19 +321,38 @@ def test_moving_average_is_the_centred_mean_cut_at_the_ends() -> None:
         moving_average([1, 2], 2)
 
 
-def test_per_round_panels_draw_the_moving_average_over_the_faint_raw_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("estimates", "key", "panel"), [(False, "num_scheduled", 1), (True, "sigma", 0)]
+)
+def test_noisy_panels_draw_the_moving_average_over_the_faint_raw_line(
+    estimates: bool, key: str, panel: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Devices per round in the run figure, σ̂ in ``estimates.png``: averaged over 3 rounds."""
     from experiments.analysis.plot_runs import plot_runs
+    from experiments.analysis.preset_figures import plot_estimates
 
     figures = _capture(monkeypatch)
-    scheduled = [3, 9, 6, 12, 0] * 6  # 30 rounds: window 3
-    write_run(tmp_path / "r", {"policy": "bc"}, _lines(30, scheduled=lambda r: scheduled[r - 1]))
-    plot_runs([tmp_path / "r"], tmp_path / "r.png")
+    raw = [3.0, 9.0, 6.0, 12.0, 0.0] * 6  # 30 rounds: window 3; spikes every few rounds
+    folder = tmp_path / "fedcgd-fscd" / "seed-0"
+    lines = [{**x, key: raw[x["round"] - 1], "class_gradient_used": 2.0} for x in _lines(30)]
+    write_run(folder, {"policy": "fedcgd-fscd"}, lines)
+    if estimates:
+        plot_estimates({("default", "fedcgd-fscd"): [folder]}, tmp_path / "estimates.png")
+    else:
+        plot_runs([folder], tmp_path / "r.png")
     (fig,) = figures
-    assert _smoothed(fig.axes[1], scheduled) == pytest.approx(_centred_mean_3(scheduled))
-    (accuracy,) = fig.axes[0].get_lines()  # accuracy is not smoothed
-    assert list(accuracy.get_ydata()) == pytest.approx([0.1 * r for r in range(1, 31)])
+    ax = fig.axes[panel]
+    (line,) = [x for x in ax.get_lines() if not x.get_label().startswith("_")]
+    (faint,) = [x for x in ax.get_lines() if x.get_label().startswith("_")]
+    assert list(faint.get_ydata()) == raw and faint.get_alpha() < 0.5
+    assert "moving average over 3 rounds" in ax.get_title()
+    # the centred mean over 3 rounds, of 2 at the ends, by hand
+    inner = [sum(raw[i - 1 : i + 2]) / 3 for i in range(1, len(raw) - 1)]
+    expected = [(raw[0] + raw[1]) / 2, *inner, (raw[-2] + raw[-1]) / 2]
+    assert list(line.get_ydata()) == pytest.approx(expected)
+    if not estimates:  # accuracy is not smoothed
+        (accuracy,) = fig.axes[0].get_lines()
+        assert list(accuracy.get_ydata()) == pytest.approx([0.1 * r for r in range(1, 31)])
 
 
 def test_two_seeds_draw_the_mean_and_its_t_band_with_one_degree_of_freedom() -> None:
@@ -437,23 +441,6 @@ def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
     assert len(series) == 6  # FedCGD only
     assert len({(colour, style) for _, colour, style in series}) == 6
     assert "τ = 1, 5" in fig.get_suptitle()
-
-
-def test_long_runs_draw_the_estimates_as_moving_averages_over_the_faint_raw_mean(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from experiments.analysis.preset_figures import plot_estimates
-
-    figures = _capture(monkeypatch)
-    sigma = [1.0, 1.0, 7.0, 1.0, 1.0] * 6  # 30 rounds: window 3; one spike every 5 rounds
-    folder = tmp_path / "fedcgd-fscd" / "seed-0"
-    lines = [{**x, "sigma": sigma[x["round"] - 1], "class_gradient_used": 2.0} for x in _lines(30)]
-    write_run(folder, {"policy": "fedcgd-fscd"}, lines)
-    plot_estimates({("default", "fedcgd-fscd"): [folder]}, tmp_path / "estimates.png")
-    (fig,) = figures
-    smoothed = _smoothed(fig.axes[0], sigma)
-    assert smoothed == pytest.approx(_centred_mean_3(sigma))
-    assert max(smoothed) == pytest.approx(3.0)  # the spike of 7 is averaged down
 
 
 def test_the_solver_figure_is_titled_with_its_settings() -> None:
