@@ -43,7 +43,7 @@ from fedcgd_strategy.flower.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
-from fedcgd_strategy.flower.simulation import call_within
+from fedcgd_strategy.flower.simulation import UserCodeError, call_within
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
@@ -60,6 +60,8 @@ from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record, numpy_arrays
+from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import first_line
 from fedcgd_task.settings import read_round_config
 
 
@@ -199,9 +201,19 @@ class ScheduledStrategy(Strategy):
         return decision
 
     def _watched(self, call: Callable[[], Any], server_round: int, method: str) -> Any:
-        """``call()`` of the policy's ``method`` within :attr:`stall_limit_s` (one-line failure)."""
+        """``call()`` of the policy's ``method`` within :attr:`stall_limit_s`.
+
+        What a user's policy raises fails the run in one line naming the policy, the round and
+        ``method``; a built-in's exception goes on unchanged (a bug: its traceback says where).
+        """
         what = f"policy {self.policy.name!r}, round {server_round}: {method}()"
-        return call_within(self.stall_limit_s, call, what)
+        try:
+            return call_within(self.stall_limit_s, call, what)
+        except Exception as err:
+            if isinstance(err, OneLineMessage) or ":" not in self.policy.name:
+                raise
+            text = str(err).strip() and f": {first_line(err)}"
+            raise UserCodeError(f"{what} raised {type(err).__name__}{text}") from err
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
