@@ -190,12 +190,9 @@ def build_setup(
     )
     if resume is not None:
         restore(config, resume, model, policy, aggregator, (cell_rng, policy_rng))
-    partition_counts = np.stack(
-        [
-            np.bincount(train_set.labels[rows], minlength=num_classes)
-            for rows in all_partitions(config.task)
-        ]
-    )
+    counts = [
+        np.bincount(train_set.labels[p], minlength=num_classes) for p in all_partitions(config.task)
+    ]
     return RunSetup(
         config=config,
         train_set=train_set,
@@ -206,7 +203,7 @@ def build_setup(
         model_bits=model_bits,
         target=target,
         device=compute_device(config.task.device),
-        partition_counts=partition_counts,
+        partition_counts=np.stack(counts),
         cell=cell,
         cell_rng=cell_rng,
         policy=policy,
@@ -236,30 +233,23 @@ def restore(
     problem = model_mismatch(expected, resume.model)
     if problem is not None:
         raise CheckpointRefusedError(f"{head} does not fit the run's model: {problem}")
-    steps: list[tuple[str, Callable[[], None]]] = [
-        ("its policy state", lambda: policy.load_state_dict(resume.policy_state)),
-        ("its cell generator state", lambda: _set_state(rngs[0], resume.cell_rng_state)),
-        ("its policy generator state", lambda: _set_state(rngs[1], resume.policy_rng_state)),
-        (
-            "its aggregator state",
-            lambda: load_aggregator_state(
-                aggregator,
-                resume.aggregator_state,
-                {k: v.detach().cpu().numpy() for k, v in expected.items()},
-            ),
+    arrays = {k: v.detach().cpu().numpy() for k, v in expected.items()}
+    cell_rng, policy_rng = (rng.bit_generator for rng in rngs)
+    steps: dict[str, Callable[[], object]] = {
+        "its policy state": lambda: policy.load_state_dict(resume.policy_state),
+        "its cell generator state": lambda: setattr(cell_rng, "state", resume.cell_rng_state),
+        "its policy generator state": lambda: setattr(policy_rng, "state", resume.policy_rng_state),
+        "its aggregator state": lambda: load_aggregator_state(
+            aggregator, resume.aggregator_state, arrays
         ),
-    ]
-    for part, step in steps:
+    }
+    for part, step in steps.items():
         try:
             step()
         except Exception as err:  # a user's policy may raise anything: one line
             reason = first_line(err)
             raise CheckpointRefusedError(f"{head}: {part} does not fit the run: {reason}") from err
     model.load_state_dict(resume.model)
-
-
-def _set_state(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
-    rng.bit_generator.state = dict(state)
 
 
 def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, object]) -> str | None:
