@@ -286,9 +286,7 @@ def write_end(
         "rounds": config.num_server_rounds,
         "final_accuracy": accs[-1] if accs else None,
         "max_accuracy": max(accs) if accs else None,
-        "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history]))
-        if history
-        else 0.0,
+        "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history] or [0])),
         "mean_wemd": float(np.mean(wemds)) if wemds else None,
         "wall_time_s": writer.elapsed_s(),
         "result_dir": str(writer.dir),

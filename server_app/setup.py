@@ -147,27 +147,12 @@ def build_setup(
     *,
     on_settings: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunSetup:
-    """Build a run's objects from its config (and the checkpoint it continues from).
+    """Build a run's objects from its config, and from the checkpoint ``resume`` continues.
 
-    Parameters
-    ----------
-    config : RunConfig
-        The validated run config.
-    resume : Checkpoint, optional
-        Continue from this checkpoint, each part checked first (:func:`restore`); nothing is
-        written.
-    on_settings : callable, optional
-        Called with the run's :func:`resolved_settings` before the policy and the uplink are built
-        (a refused policy still leaves the settings).
-
-    Returns
-    -------
-    RunSetup
-
-    Raises
-    ------
-    server_app.checkpoint.CheckpointRefusedError
-        ``resume`` does not fit the run (one line).
+    Each part of ``resume`` is checked first (:func:`restore`; nothing is written).
+    ``on_settings`` is called with the run's :func:`resolved_settings` before the policy and the
+    uplink are built (a refused policy still leaves the settings). A ``resume`` that does not fit
+    the run raises :class:`server_app.checkpoint.CheckpointRefusedError` (one line).
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)
