@@ -21,6 +21,7 @@ from flwr.supercore.logger import FLOWER_LOGGER
 from fedcgd_strategy.flower.simulation import patient
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import first_line
 from run_files.files import STOP_SIGNALS, ResultWriteError
 from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import (
@@ -64,11 +65,8 @@ def main(grid: Grid, context: Context) -> None:
 @contextlib.contextmanager
 def flower_log_level(*, verbose: bool) -> Iterator[None]:
     """Flower's per-round INFO lines only when ``verbose``; its warnings and errors always."""
-    if verbose:
-        yield
-        return
     previous = FLOWER_LOGGER.level
-    FLOWER_LOGGER.setLevel(WARNING)
+    FLOWER_LOGGER.setLevel(previous if verbose else WARNING)
     try:
         yield
     finally:
@@ -107,29 +105,21 @@ SERVER_NUM_THREADS = 1
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
-    """Run ``config.num_server_rounds`` scheduled rounds on ``grid`` and write the result directory.
+    """Run ``config.num_server_rounds`` scheduled rounds on ``grid``; return the run's summary.
 
-    The folder is locked and checked first; ``status.json`` ends ``completed``, ``stopped`` or
-    ``failed`` (docs/running.md, "What a run writes"). Torch uses :data:`SERVER_NUM_THREADS`.
-
-    Parameters
-    ----------
-    grid : Grid
-        Flower's grid (simulation, deployment, or a test double).
-    config : RunConfig
-        The validated run config.
-    fresh_name : bool
-        ``config.result_dir`` is a default name: a suffix is added when another run has it.
-
-    Returns
-    -------
-    dict
-        The end-of-run summary (also written to ``summary.json``).
+    The folder is locked and checked first (``fresh_name``: ``config.result_dir`` is a default
+    name, suffixed when another run has it, and printed); ``status.json`` ends ``completed``,
+    ``stopped`` or ``failed`` (docs/running.md, "What a run writes"). Torch uses
+    :data:`SERVER_NUM_THREADS`.
     """
     torch.set_num_threads(SERVER_NUM_THREADS)
     with flower_log_level(verbose=config.verbose), stop_signals_noted() as noted:
         try:
-            return _run_and_record(grid, config, fresh_name=fresh_name, noted=noted)
+            taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
+            if fresh_name:
+                say(f"result folder: {taken.config.result_dir}")
+            with taken.claim:
+                return _record_run(grid, taken.config, taken.plan, noted)
         except BaseException as err:
             failure = as_failure(err, noted)
             if failure is err:
@@ -169,22 +159,11 @@ def as_failure(err: BaseException, noted: list[int]) -> BaseException:
     """
     if noted or (isinstance(err, Exception) and not stops_the_run(err)):
         return err
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    text = str(err).strip() and f": {first_line(err)}"
     return RuntimeError(
-        f"{type(err).__name__}{': ' + text if text else ''} raised while no stop signal came "
+        f"{type(err).__name__}{text} raised while no stop signal came "
         "(a policy or model that raises anything fails the run)"
     )
-
-
-def _run_and_record(
-    grid: Grid, config: RunConfig, *, fresh_name: bool, noted: list[int]
-) -> dict[str, Any]:
-    """:func:`run_federation` without the log-level setting; prints a folder it named itself."""
-    taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
-    if fresh_name:
-        say(f"result folder: {taken.config.result_dir}")
-    with taken.claim:
-        return _record_run(grid, taken.config, taken.plan, noted)
 
 
 def _record_run(
@@ -307,9 +286,7 @@ def write_end(
         "rounds": config.num_server_rounds,
         "final_accuracy": accs[-1] if accs else None,
         "max_accuracy": max(accs) if accs else None,
-        "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history]))
-        if history
-        else 0.0,
+        "mean_scheduled": float(np.mean([h.get("num_scheduled", 0) for h in history] or [0])),
         "mean_wemd": float(np.mean(wemds)) if wemds else None,
         "wall_time_s": writer.elapsed_s(),
         "result_dir": str(writer.dir),

@@ -1,25 +1,18 @@
 """A run's folder and checkpoints: the claim on the folder, checkpoints tied to their run, resume.
 
-:func:`claim_run_folder` locks a run's folder, then checks under the lock what the run may do
-there (docs/design.md, "One writer per folder").
-
-A checkpoint carries :func:`run_identity` (the format, the seed, the policy and a digest of the
-settings that change what the run computes); a resume refuses, in one line naming what differs,
-a checkpoint another run wrote. What a checkpoint holds: docs/running.md, "What a run writes";
-how a resume is checked: docs/deployment.md (checkpoint and resume) and docs/design.md, "Safe
-loading".
+The claim: docs/design.md, "One writer per folder"; what a checkpoint holds: docs/running.md,
+"What a run writes"; how a resume is checked: docs/deployment.md and docs/design.md, "Safe
+loading" (a checkpoint carries :func:`run_identity`; another run's is refused in one line).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
-import pickle
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +42,6 @@ from run_files.run_status import (
     first_line,
     flat_settings,
     read_status,
-    settings_differences,
 )
 from server_app.config import RunConfig
 
@@ -61,18 +53,15 @@ class CheckpointRefusedError(OneLineMessage, ValueError):
     """A checkpoint that is not the run's or does not fit it: one line, nothing written."""
 
 
-def identity_settings(config: RunConfig) -> dict[str, Any]:
-    """The settings that change what a run computes (flat, sorted, JSON values)."""
+def run_identity(config: RunConfig) -> dict[str, Any]:
+    """What ties a checkpoint to its run: format, seed, policy, settings JSON and its SHA-256.
+
+    The settings are those that change what a run computes (flat, sorted, JSON values).
+    """
     settings = json_ready(config.to_dict())
     skip = {"num_server_rounds", *unread_settings(settings)}
-    return {k: v for k, v in sorted(flat_settings(settings).items()) if k not in skip}
-
-
-def run_identity(config: RunConfig) -> dict[str, Any]:
-    """What ties a checkpoint to its run: format, seed, policy, settings JSON and its SHA-256."""
-    text = json.dumps(
-        identity_settings(config), sort_keys=True, separators=(",", ":"), allow_nan=False
-    )
+    kept = {k: v for k, v in flat_settings(settings).items() if k not in skip}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return {
         "format": CHECKPOINT_FORMAT,
         "seed": config.seed,
@@ -144,10 +133,8 @@ def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str
             "damaged or edited)"
         )
     try:
-        saved = json.loads(text)
-    except ValueError:
-        saved = {}
-    if not isinstance(saved, dict):
+        saved = dict(json.loads(text))
+    except (ValueError, TypeError):  # not a JSON object
         saved = {}
     now = json.loads(wanted["settings"])
     none = "(none)"
@@ -207,18 +194,6 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
 
 #: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
 MAX_CHECKPOINT_BYTES = 8 * 2**30
-#: What reading a torn, foreign or tampered checkpoint raises.
-_UNREADABLE = (
-    OSError,
-    RuntimeError,
-    EOFError,
-    pickle.UnpicklingError,
-    KeyError,
-    IndexError,
-    OverflowError,
-    TypeError,
-    ValueError,
-)
 
 
 def load_checkpoint(result_dir: Path) -> Checkpoint:
@@ -248,20 +223,18 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
         )
     try:
         data = _dict(torch.load(path, weights_only=True, map_location="cpu"), "it")
-        checkpoint = Checkpoint(
-            round=_whole(data["round"], "round", minimum=1, maximum=MAX_SERVER_ROUNDS),
-            model=_dict(data["model"], "model"),
-            policy_state=_dict(data["policy_state"], "policy_state"),
-            cell_rng_state=_dict(data["cell_rng_state"], "cell_rng_state"),
-            policy_rng_state=_dict(data["policy_rng_state"], "policy_rng_state"),
-            elapsed_s=_seconds(data["elapsed_s"]),
-            aggregator_state=map_nested(
-                _dict(data.get("aggregator_state", {}), "aggregator_state"), _untagged_array
-            ),
-            identity=_dict(data.get("identity", {}), "identity"),
-        )
-        return checkpoint
-    except (*_UNREADABLE, AttributeError) as err:
+        done = data["round"]
+        if type(done) is not int or not 1 <= done <= MAX_SERVER_ROUNDS:
+            raise ValueError(f"round = {done!r}, not a whole number in [1, {MAX_SERVER_ROUNDS}]")
+        values: dict[str, Any] = {"round": done}
+        for part in fields(Checkpoint)[1:]:  # the fields with a default are newer: {} if missing
+            value = data[part.name] if part.default_factory is MISSING else data.get(part.name, {})
+            values[part.name] = (
+                _seconds(value) if part.name == "elapsed_s" else _dict(value, part.name)
+            )
+        values["aggregator_state"] = map_nested(values["aggregator_state"], _untagged_array)
+        return Checkpoint(**values)
+    except Exception as err:  # whatever a torn, foreign or tampered file makes torch raise
         reason = first_line(err)
         raise CheckpointRefusedError(
             f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
@@ -285,13 +258,6 @@ def _seconds(value: object) -> float:
     return seconds
 
 
-def _whole(value: object, name: str, *, minimum: int, maximum: int) -> int:
-    """``value`` when it is an int in [``minimum``, ``maximum``] (not a bool, float or str)."""
-    if type(value) is not int or not minimum <= value <= maximum:
-        raise ValueError(f"{name} = {value!r}, not a whole number in [{minimum}, {maximum}]")
-    return value
-
-
 def checkpoint_round(result_dir: Path) -> int | None:
     """The round of ``result_dir``'s checkpoint (memory-mapped); None when missing or unreadable."""
     path = result_dir / CHECKPOINT_FILE
@@ -300,7 +266,7 @@ def checkpoint_round(result_dir: Path) -> int | None:
     try:
         data = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
         return int(data["round"])
-    except _UNREADABLE:
+    except Exception:  # as in load_checkpoint
         return None
 
 
@@ -336,15 +302,11 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
             "be resumed"
         ) from err
     requested = json_ready(config.to_dict())
-    differ = settings_differences(
-        recorded,
-        requested,
-        ignore=("num_server_rounds", *unread_settings(requested)),
-        requested_keys_only=True,
-    )
+    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
+    now = flat_settings(requested)
+    skip = {"num_server_rounds", *unread_settings(requested)}
+    differ = sorted(k for k in set(now) - skip if before.get(k) != now[k])
     if differ:
-        before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
-        now = flat_settings(requested)
         shown = "; ".join(
             f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now[k]!r} now"
             for k in differ[:3]
@@ -430,11 +392,8 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     except BaseException:
         claim.abandon()
         raise
-    if writer:  # no other process writes there: remove the temporary files a killed writer left
-        for entry in os.scandir(claim.folder):
-            name = entry.name
-            ours = any(name.startswith(f".{run_file}.") for run_file in RUN_FILES)
-            if ours and name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
+    for left in claim.folder.glob(".*.tmp") if writer else ():  # no other writer: a killed one's
+        ours = any(left.name.startswith(f".{name}.") for name in RUN_FILES)
+        if ours and left.is_file() and not left.is_symlink():
+            left.unlink(missing_ok=True)
     return ClaimedRun(config, claim, plan)

@@ -35,20 +35,14 @@ def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
 def checkpoint_due(server_round: int, num_rounds: int, checkpoint_every: int) -> bool:
     """True after every ``checkpoint_every``-th round and the last; never when it is 0."""
     every = checkpoint_every
-    return bool(every) and (server_round % every == 0 or server_round == num_rounds)
+    return every > 0 and (server_round % every == 0 or server_round == num_rounds)
 
 
 class RoundRecorder:
     """Record every round of a run in its result folder; Flower's ``evaluate_fn``.
 
-    Parameters
-    ----------
-    setup : RunSetup
-        The run (its config, the central evaluation, the checkpoint state, the rounds done before).
-    writer : ResultWriter
-        The run's result folder.
-    say : callable
-        Prints one line of the run's own output.
+    ``setup``: the run (its config, central evaluation, checkpoint state, rounds done before);
+    ``writer``: its result folder; ``say``: prints one line of the run's own output.
     """
 
     def __init__(self, setup: RunSetup, writer: ResultWriter, say: Callable[[str], None]) -> None:
@@ -87,7 +81,9 @@ class RoundRecorder:
             )
             self.writer.start_rounds()  # the start-up ends here: not in the ETA
             return MetricRecord(metrics)
-        record = self._take_record(server_round)
+        record, self._record = self._record, None  # the record of this round, taken
+        if record is None or record.round != server_round:
+            raise RuntimeError(f"round {server_round}: the strategy recorded no round")
         with stop_signals_held():  # a stop comes after the round's files and its line: they agree
             line = self._write_round(server_round, metrics, eval_s, record, arrays)
             self.say(
@@ -100,13 +96,6 @@ class RoundRecorder:
                 )
             )
         return MetricRecord(metrics) if metrics else None
-
-    def _take_record(self, server_round: int) -> RoundRecord:
-        """The kept record, which must be of ``server_round``; it is not kept any longer."""
-        record, self._record = self._record, None
-        if record is None or record.round != server_round:
-            raise RuntimeError(f"round {server_round}: the strategy recorded no round")
-        return record
 
     def _write_round(
         self,
@@ -121,13 +110,8 @@ class RoundRecorder:
         Line and status without an fsync; when a checkpoint is due both are synced before it.
         """
         writer, num_rounds = self.writer, self.setup.config.num_server_rounds
-        line: dict[str, Any] = {
-            "round": server_round,
-            "accuracy": metrics.get("accuracy"),
-            "loss": metrics.get("loss"),
-            "eval_s": eval_s,
-            "wall_time_s": writer.elapsed_s(),
-        }
+        line: dict[str, Any] = {"round": server_round, "accuracy": metrics.get("accuracy")}
+        line |= {"loss": metrics.get("loss"), "eval_s": eval_s, "wall_time_s": writer.elapsed_s()}
         line.update(record.to_dict())
         writer.append_round(line)
         self.events.add(line)
@@ -136,8 +120,6 @@ class RoundRecorder:
         write_status(writer.dir, status, durable=False)
         if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):
             sync_run_files(writer.dir)
-            model = torch_state(arrays)
-            save_checkpoint(
-                writer.dir, self.setup.checkpoint(server_round, model, writer.elapsed_s())
-            )
+            state = self.setup.checkpoint(server_round, torch_state(arrays), writer.elapsed_s())
+            save_checkpoint(writer.dir, state)
         return line

@@ -147,27 +147,12 @@ def build_setup(
     *,
     on_settings: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunSetup:
-    """Build a run's objects from its config (and the checkpoint it continues from).
+    """Build a run's objects from its config, and from the checkpoint ``resume`` continues.
 
-    Parameters
-    ----------
-    config : RunConfig
-        The validated run config.
-    resume : Checkpoint, optional
-        Continue from this checkpoint, each part checked first (:func:`restore`); nothing is
-        written.
-    on_settings : callable, optional
-        Called with the run's :func:`resolved_settings` before the policy and the uplink are built
-        (a refused policy still leaves the settings).
-
-    Returns
-    -------
-    RunSetup
-
-    Raises
-    ------
-    server_app.checkpoint.CheckpointRefusedError
-        ``resume`` does not fit the run (one line).
+    Each part of ``resume`` is checked first (:func:`restore`; nothing is written).
+    ``on_settings`` is called with the run's :func:`resolved_settings` before the policy and the
+    uplink are built (a refused policy still leaves the settings). A ``resume`` that does not fit
+    the run raises :class:`server_app.checkpoint.CheckpointRefusedError` (one line).
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)
@@ -190,12 +175,9 @@ def build_setup(
     )
     if resume is not None:
         restore(config, resume, model, policy, aggregator, (cell_rng, policy_rng))
-    partition_counts = np.stack(
-        [
-            np.bincount(train_set.labels[rows], minlength=num_classes)
-            for rows in all_partitions(config.task)
-        ]
-    )
+    counts = [
+        np.bincount(train_set.labels[p], minlength=num_classes) for p in all_partitions(config.task)
+    ]
     return RunSetup(
         config=config,
         train_set=train_set,
@@ -206,7 +188,7 @@ def build_setup(
         model_bits=model_bits,
         target=target,
         device=compute_device(config.task.device),
-        partition_counts=partition_counts,
+        partition_counts=np.stack(counts),
         cell=cell,
         cell_rng=cell_rng,
         policy=policy,
@@ -236,30 +218,23 @@ def restore(
     problem = model_mismatch(expected, resume.model)
     if problem is not None:
         raise CheckpointRefusedError(f"{head} does not fit the run's model: {problem}")
-    steps: list[tuple[str, Callable[[], None]]] = [
-        ("its policy state", lambda: policy.load_state_dict(resume.policy_state)),
-        ("its cell generator state", lambda: _set_state(rngs[0], resume.cell_rng_state)),
-        ("its policy generator state", lambda: _set_state(rngs[1], resume.policy_rng_state)),
-        (
-            "its aggregator state",
-            lambda: load_aggregator_state(
-                aggregator,
-                resume.aggregator_state,
-                {k: v.detach().cpu().numpy() for k, v in expected.items()},
-            ),
+    arrays = {k: v.detach().cpu().numpy() for k, v in expected.items()}
+    cell_rng, policy_rng = (rng.bit_generator for rng in rngs)
+    steps: dict[str, Callable[[], object]] = {
+        "its policy state": lambda: policy.load_state_dict(resume.policy_state),
+        "its cell generator state": lambda: setattr(cell_rng, "state", resume.cell_rng_state),
+        "its policy generator state": lambda: setattr(policy_rng, "state", resume.policy_rng_state),
+        "its aggregator state": lambda: load_aggregator_state(
+            aggregator, resume.aggregator_state, arrays
         ),
-    ]
-    for part, step in steps:
+    }
+    for part, step in steps.items():
         try:
             step()
         except Exception as err:  # a user's policy may raise anything: one line
             reason = first_line(err)
             raise CheckpointRefusedError(f"{head}: {part} does not fit the run: {reason}") from err
     model.load_state_dict(resume.model)
-
-
-def _set_state(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
-    rng.bit_generator.state = dict(state)
 
 
 def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, object]) -> str | None:

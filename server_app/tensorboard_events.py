@@ -71,19 +71,12 @@ def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
 
 
 class RoundEvents:
-    """The TensorBoard event file of one run (or of one resumed part of it).
+    """The TensorBoard event file of one run (or of one resumed part of it) in its ``folder``.
 
-    Parameters
-    ----------
-    folder : Path
-        The run's folder.
-    resumed_after : int
-        The checkpoint's round when resuming (0: a new run). Events of later rounds that the
-        stopped run had written are dropped from the view (TensorBoard's ``purge_step``), so
-        each round shows once.
-    settings : mapping, optional
-        The run's settings (:func:`run_hparams`), written once to the same event file, so that
-        TensorBoard's HParams view groups and filters runs by them beside :data:`HPARAM_METRICS`.
+    ``resumed_after``: the checkpoint's round when resuming (0: a new run); the stopped run's
+    events of later rounds are dropped from the view (``purge_step``), so each round shows once.
+    ``settings`` (:func:`run_hparams`) are written once, for TensorBoard's HParams view beside
+    :data:`HPARAM_METRICS`.
     """
 
     def __init__(

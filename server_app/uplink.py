@@ -27,19 +27,16 @@ def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
     key = f"run-config key '{TRACE_KEY}' = '{path}'"
     try:  # the arrays' headers first: a trace that cannot cover the run is not read at all
         rounds, devices = trace_shape(path)
-    except TraceError as err:
-        raise ValueError(f"{key}: {err.reason}") from err
-    if devices != config.task.num_devices:
-        raise ValueError(
-            f"{key}: the trace has V = {devices} devices (columns of available and "
-            f"gain_lin); must equal num-devices = {config.task.num_devices}"
-        )
-    if rounds < config.num_server_rounds:
-        raise ValueError(
-            f"{key}: the trace has R = {rounds} rounds (rows); must be >= "
-            f"num-server-rounds = {config.num_server_rounds}"
-        )
-    try:
+        if devices != config.task.num_devices:
+            raise ValueError(
+                f"{key}: the trace has V = {devices} devices (columns of available and "
+                f"gain_lin); must equal num-devices = {config.task.num_devices}"
+            )
+        if rounds < config.num_server_rounds:
+            raise ValueError(
+                f"{key}: the trace has R = {rounds} rounds (rows); must be >= "
+                f"num-server-rounds = {config.num_server_rounds}"
+            )
         return load_trace(path)
     except TraceError as err:
         raise ValueError(f"{key}: {err.reason}") from err

@@ -1,10 +1,10 @@
 """User code that fails in any way: the run says the truth in one line (issue 42).
 
 A policy's ``SystemExit(0)`` or ``KeyboardInterrupt`` is a failure, not an exit 0 or a stop (only
-a signal the process receives stops a run); a policy stuck past ``stall-limit-s`` fails the run
-naming itself and the round; a run whose model never moved fails; a failure line carries no
-control characters. Before: exit 0 / ``stopped by SIGINT`` exit 130 / ran on for 30 s /
-``completed`` / raw escape codes.
+a signal the process receives stops a run); a policy stuck past ``stall-limit-s``, or whose
+``observe_uploads`` raises, fails the run naming itself and the round; a run whose model never
+moved fails; a failure line carries no control characters. Before: exit 0 / ``stopped by SIGINT``
+exit 130 / ran on for 30 s / a traceback / ``completed`` / raw escape codes.
 """
 
 from __future__ import annotations
@@ -61,6 +61,18 @@ class Colours(Fails):
         raise RuntimeError("\\x1b[31mred\\x1b[0m bell\\x07 end")
 
 
+class ObserveFails(Policy):
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        selected = np.zeros(inputs.num_devices, dtype=bool)
+        selected[np.flatnonzero(inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))[:1]] = True
+        return decision_from_mask(inputs, selected)
+
+    def observe_uploads(self, updates):
+        raise ValueError("no updates wanted\\nsecond line")
+
+
 class SlowToBuild(Fails):
     def __init__(self):
         time.sleep(30)
@@ -75,6 +87,7 @@ CASES = {
         "round 1: schedule() did not return within 8 s (stall-limit-s)",
     ),
     "Colours": ({}, "round 1: schedule() raised RuntimeError: ?[31mred?[0m bell? end"),
+    "ObserveFails": ({}, "round 1: observe_uploads() raised ValueError: no updates wanted"),
 }
 #: DP that clips every update to nothing: the fixed and the adaptive wrapper.
 FLAT = {

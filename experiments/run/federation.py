@@ -35,12 +35,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _search_path() -> str:
+    """``PATH`` with the running interpreter's folder (the project's venv) first."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
 def executable(name: str) -> str:
     """An executable next to the running interpreter (the project's venv), else on PATH."""
-    candidate = Path(sys.executable).parent / name
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which(name)
+    found = shutil.which(name, path=_search_path())
     if found is None:
         raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH")
     return found
@@ -90,7 +92,7 @@ class LocalFederation:
             FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
             FLWR_DISABLE_UPDATE_CHECK="1",
             FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(self.http_port),
-            PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            PATH=_search_path(),
         )
         if self.ray_address:
             env["RAY_ADDRESS"] = self.ray_address
@@ -177,31 +179,16 @@ class LocalFederation:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.flwr_home / "config.toml").write_text(self.connection_toml, encoding="utf-8")
         security = ["--insecure"]
-        if self.tls is not None:
-            security = [
-                "--ssl-ca-certfile",
-                str(self.tls.ca_cert),
-                "--ssl-certfile",
-                str(self.tls.server_cert),
-                "--ssl-keyfile",
-                str(self.tls.server_key),
-                "--enable-supernode-auth",
-            ]
+        if (tls := self.tls) is not None:
+            security = [f"--ssl-ca-certfile={tls.ca_cert}", f"--ssl-certfile={tls.server_cert}"]
+            security += [f"--ssl-keyfile={tls.server_key}", "--enable-supernode-auth"]
         command = [
             executable("flower-superlink"),
+            *(["--simulation"] if self.simulation else []),
             *security,
-            "--isolation",
-            "subprocess",
-            "--disable-runtime-dependency-installation",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.http_port),
-            "--database",
-            ":flwr-in-memory:",
+            *"--isolation subprocess --disable-runtime-dependency-installation".split(),
+            *f"--host 127.0.0.1 --port {self.http_port} --database :flwr-in-memory:".split(),
         ]
-        if self.simulation:
-            command.insert(1, "--simulation")
         link = self._start(command, "superlink")
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
         while not self._healthy():
@@ -237,24 +224,17 @@ class LocalFederation:
                 if register:
                     self.register(self.tls.supernode_public_keys[partition_id])
             security = [
-                "--root-certificates",
-                str(self.tls.ca_cert),
-                "--auth-supernode-private-key",
-                str(private_key),
+                f"--root-certificates={self.tls.ca_cert}",
+                f"--auth-supernode-private-key={private_key}",
             ]
+        node_config = f"{keys.NODE_PARTITION_ID}={partition_id} "
+        node_config += f"{keys.NODE_NUM_PARTITIONS}={self.num_supernodes}"
         return self._start(
             [
                 executable("flower-supernode"),
                 *security,
-                "--superlink",
-                f"127.0.0.1:{self.http_port}",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(_free_port()),
-                "--node-config",
-                f"{keys.NODE_PARTITION_ID}={partition_id} "
-                f"{keys.NODE_NUM_PARTITIONS}={self.num_supernodes}",
+                *f"--superlink 127.0.0.1:{self.http_port} --host 127.0.0.1".split(),
+                *("--port", str(_free_port()), "--node-config", node_config),
             ],
             f"supernode-{partition_id}-{len(self.processes)}",
             self.supernode_env(partition_id),

@@ -51,21 +51,13 @@ CLIENT_APP_RAISED = 1
 
 
 class InProcessGrid(LocalGrid):
-    """Deliver messages synchronously to ``handlers[node_id](message, context)``.
+    """Deliver messages synchronously to ``handlers[node_id](message, contexts[node_id])``.
 
-    Parameters
-    ----------
-    handlers : dict of int -> callable
-        Node id -> ClientApp (or any ``(Message, Context) -> Message`` callable).
-    contexts : dict of int -> Context
-        Node id -> that node's Context.
-    cohorts : Cohorts, optional
-        Open each :meth:`send_and_receive`'s messages as cohorts for a ClientApp built with the
-        same object (:func:`client_app.app.make_app`); None: one device at a time.
-    keep_sent : bool
-        Keep every message sent in :attr:`sent` (tests).
-    stall_limit_s : float, optional
-        Stop the run as stuck after this many seconds without a reply; None: no watchdog.
+    A handler is a ClientApp or any ``(Message, Context) -> Message`` callable. ``cohorts``: open
+    each :meth:`send_and_receive`'s messages as cohorts for a ClientApp built with the same object
+    (:func:`client_app.app.make_app`; None: one device at a time); ``keep_sent``: keep every
+    message sent in :attr:`sent` (tests); ``stall_limit_s``: stop the run as stuck after this
+    many seconds without a reply (None: no watchdog).
     """
 
     refusal = "InProcessGrid only lists node ids and delivers messages with send_and_receive"
@@ -210,7 +202,7 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
 
     update_console_handler(colored=sys.stderr.isatty())  # no colour codes in a log file
 
-    from experiments.run.outcome import refused, run_outcome
+    from experiments.run.outcome import run_outcome
     from experiments.run.preflight import claim_run, effective_result_dir
     from experiments.run.resume_command import single_run_commands, single_run_line
     from experiments.run.run_config import (
@@ -226,7 +218,7 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
         overrides = validated_run_config(given)
         config, claim = claim_run(with_resolved_data_dir(overrides), args.out)
     except (ValueError, FileNotFoundError) as err:
-        print(refused(err).message, file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     result_dir = effective_result_dir(config)
     print(f"result folder: {result_dir}", flush=True)

@@ -126,6 +126,9 @@ def run_command(
     """
     if started is None:
         started = StartedAs(("run",))
+    from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
+
+    claim = None
     try:
         overrides = parse_run_config_text(args.run_config)
         merged = validated_run_config(overrides)
@@ -139,28 +142,14 @@ def run_command(
         if args.ray_address:
             check_ray_address(args.ray_address)
         check_gpus(args, str(merged["device"]))
-        if args.superlink:
+        if args.superlink:  # the folders and data of a remote SuperLink are not here
             check_reachable(args.superlink)
-        else:  # the data must be there before anything starts (CIFAR cannot be downloaded)
-            from fedcgd_task.datasets import load_train_set
-            from fedcgd_task.settings import TaskSettings
-
-            load_train_set(TaskSettings.from_run_config(with_resolved_data_dir(merged)))
+            merged = with_result_dir(merged, args.out)
+        else:  # every check, the data's too; the folder is locked until this process ends
+            merged, claim = claim_run(with_resolved_data_dir(merged), args.out)
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from experiments.run.outcome import refused
-    from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
-
-    claim = None
-    if args.superlink:  # the folders and data of a remote SuperLink are not here
-        merged = with_result_dir(merged, args.out)
-    else:  # the run's folder is locked from here until this process ends
-        try:
-            merged, claim = claim_run(with_resolved_data_dir(merged), args.out)
-        except (ValueError, FileNotFoundError) as err:
-            print(refused(err).message, file=sys.stderr)
-            return 2
     user_overrides = dict(overrides)
     if merged.get("result-dir"):
         overrides["result-dir"] = merged["result-dir"]

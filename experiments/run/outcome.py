@@ -29,11 +29,6 @@ class Outcome:
     message: str
 
 
-def refused(err: BaseException) -> Outcome:
-    """The outcome of a run refused before it started (exit code 2)."""
-    return Outcome(2, f"error: {err}")
-
-
 def run_outcome(
     result_dir: Path,
     launched_unix_s: float,

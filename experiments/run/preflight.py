@@ -177,40 +177,32 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
     """Check a run before its start and lock its folder for this command's whole life.
 
     An existing folder is locked first (a live holder is named), then :func:`check_before_start`,
-    then the folder's checks again under the lock; a refused run leaves no folder it created.
-    Returns the run config with ``result-dir`` set to the folder taken, and the claim.
+    then the folder's checks again under the lock (:func:`server_app.checkpoint.claim_run_folder`);
+    a refused run leaves no folder it created. Returns the run config with ``result-dir`` set to
+    the folder taken, and the claim.
     """
     from run_files.folder_lock import claim_folder, holds_lock_files
+    from server_app.checkpoint import claim_run_folder
 
-    config = dict(run_config)
-    fresh = not config.get("result-dir") and not config.get("resume-from")
-    resume = bool(config.get("resume-from"))
-    key = f"run-config key '{'resume-from' if resume else 'result-dir'}'"
+    fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
+    config = with_result_dir(run_config, out)
+    folder = effective_result_dir(config)
     early = None
-    if not fresh:
-        folder = effective_result_dir(config)
-        if folder.is_symlink() or (folder.is_dir() and holds_lock_files(folder)):
-            early = claim_folder(folder, key, create=False)  # a live holder is named first
+    if not fresh and (folder.is_symlink() or (folder.is_dir() and holds_lock_files(folder))):
+        key = "resume-from" if config.get("resume-from") else "result-dir"
+        early = claim_folder(folder, f"run-config key '{key}'", create=False)  # a holder named
     try:
         parsed = check_before_start(config)
         if early is not None:
             return config, early
-        if fresh:
-            target = with_result_dir(config, out)["result-dir"]
-            claim = claim_folder(Path(target), key, fresh_name=True)
-            config["result-dir"] = str(claim.folder)
-        else:
-            claim = claim_folder(effective_result_dir(config), key, create=not resume)
+        taken = claim_run_folder(parsed, writer=False, fresh_name=fresh)
     except BaseException:
         if early is not None:
             early.release()
         raise
-    try:
-        check_result_folder(config, parsed)  # again, under the lock
-    except BaseException:
-        claim.abandon()
-        raise
-    return config, claim
+    if fresh:
+        config["result-dir"] = taken.config.result_dir
+    return config, taken.claim
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:

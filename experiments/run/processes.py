@@ -1,14 +1,10 @@
 """Starting and stopping what a run starts, and the signals that stop a command.
 
-Every process starts with :func:`popen`, which marks its tree: the environment variable
-``FEDCGD_TREE_<token>=1`` is inherited by everything below it, in sessions of its own too (the
-SuperLink starts SuperExec with ``start_new_session``) and once orphaned, so :func:`stop` finds
-the whole tree in ``/proc`` (the marked processes and their descendants) where a process group
-would not. A watcher process, one per starting process, is told every token over a pipe and
-kills those trees when the pipe closes: when the starter ends, ``kill -9`` included
-(docs/design.md, "No process outlives its launcher").
-:func:`stop_on_signals` turns SIGINT / SIGTERM into :class:`Interrupted`, which unwinds through
-the ``finally`` blocks; the commands then exit 130 / 143.
+:func:`popen` marks each started tree in its environment and tells a watcher process, which
+kills the marked trees when the starter ends, ``kill -9`` included; :func:`stop` finds a tree in
+``/proc`` (docs/design.md, "No process outlives its launcher"). :func:`stop_on_signals` turns
+SIGINT / SIGTERM into :class:`Interrupted`, which unwinds through the ``finally`` blocks; the
+commands then exit 130 / 143.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from fedcgd_task.errors import OneLineMessage, StopsRun
+from run_files.files import STOP_SIGNALS
 
 #: Prefix of the environment variable that marks a tree.
 MARK = "FEDCGD_TREE_"
@@ -121,10 +118,6 @@ def popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
 def watch() -> None:
     """The watcher: read tokens from stdin until the starter ends, then kill their trees."""
     stop_marked(sys.stdin.read().split(), grace_s=0.0)
-
-
-#: Signals turned into :class:`Interrupted`.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(OneLineMessage, StopsRun, BaseException):

@@ -48,6 +48,7 @@ class RoundInProgress:
     discovery_failed: dict[int, str] = field(default_factory=dict)
     discovery_s: float = 0.0
     busy: dict[int, int] = field(default_factory=dict)
+    trainees: list[int] = field(default_factory=list)
     sent: list[Message] = field(default_factory=list)
     lost: set[int] = field(default_factory=set)
     dp_noise: tuple[float, float] | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from logging import INFO, WARNING
 from typing import Any
 
@@ -43,7 +44,7 @@ from fedcgd_strategy.flower.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
-from fedcgd_strategy.flower.simulation import call_within
+from fedcgd_strategy.flower.simulation import UserCodeError, call_within
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
@@ -60,6 +61,8 @@ from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record, numpy_arrays
+from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import first_line
 from fedcgd_task.settings import read_round_config
 
 
@@ -72,20 +75,16 @@ class ScheduledStrategy(Strategy):
 
     Parameters
     ----------
-    policy, rng : Policy, numpy.random.Generator
-        The scheduling rule (:func:`fedcgd_strategy.policies.make_policy`) and its randomness.
-    cell : ChannelModel
-        The uplink model (a :class:`channel.Cell`), drawn once per round.
-    model_bits, total_bandwidth_hz : float
-        D_w, bits uploaded per device; bandwidth budget B in Hz.
-    num_devices, num_classes : int
-        V and C.
+    policy, rng, cell : Policy, numpy.random.Generator, ChannelModel
+        The scheduling rule, its randomness, and the uplink (a :class:`channel.Cell`).
+    model_bits, total_bandwidth_hz, num_devices, num_classes : float, float, int, int
+        D_w (bits per upload), the budget B in Hz, V and C.
     target_dist : float[C] or None
         WEMD target p; ``None``: the union of this round's reported histograms.
     protocol : str
         ``"auto"`` or a :class:`Protocol` value (:func:`fedcgd_strategy.policies.resolve_protocol`).
-    query_timeout_s : float
-        How long to wait for query replies (a simulation's grid waits for every reply).
+    query_timeout_s, stall_limit_s : float
+        The wait for query replies; the seconds each policy call may take (None: any).
     round_offset : int
         Rounds already done (a resumed run): Flower's round r is round r + offset.
     max_update_norm_ratio : float
@@ -93,14 +92,11 @@ class ScheduledStrategy(Strategy):
     partition_counts : int[V, C], optional
         True class counts of every partition, checked at discovery.
     on_record : callable, optional
-        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord`; the last one is
-        also :attr:`last_record`.
-    aggregator : flwr.serverapp.strategy.Strategy, optional
-        Combines the scheduled uploads (:func:`~.aggregators.aggregate_uploads`); None: FedAvg.
-    seed : int
-        The run's seed, for an aggregator that draws from numpy's global generator.
-    stall_limit_s : float, optional
-        Seconds each call of the policy may take (:func:`~.simulation.call_within`); None: any.
+        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` (also
+        :attr:`last_record`).
+    aggregator, seed : flwr.serverapp.strategy.Strategy or None, int
+        Combines the uploads (:func:`~.aggregators.aggregate_uploads`; None: FedAvg); the seed
+        for an aggregator that draws from numpy's global generator.
     """
 
     def __init__(
@@ -152,13 +148,14 @@ class ScheduledStrategy(Strategy):
         log(INFO, text, *args, self.total_bandwidth_hz, self.model_bits)
 
     def _send(
-        self, content: RecordDict, to: list[int], message_type: str, rnd: int
+        self, arrays: ArrayRecord, config: dict[str, Any], to: list[int], kind: str, *, sigma: bool
     ) -> list[Message]:
-        """One message per partition id in ``to``, addressed to its node."""
-        node = self.registry.node
+        """One message per partition id in ``to`` (its node), ``want-sigma`` = ``sigma``."""
+        record = ConfigRecord({**config, keys.WANT_SIGMA: sigma})
+        content = RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
+        node, rnd = self.registry.node, config[keys.SERVER_ROUND]
         return [
-            Message(content, dst_node_id=node(v), message_type=message_type, group_id=str(rnd))
-            for v in to
+            Message(content, dst_node_id=node(v), message_type=kind, group_id=str(rnd)) for v in to
         ]
 
     def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:
@@ -168,10 +165,8 @@ class ScheduledStrategy(Strategy):
         if reports is not None:
             trained = self.protocol is Protocol.TRAIN_ALL
             reported = reported_stats(reports, num_devices, num_classes, post_training=trained)
-        available = np.zeros(num_devices, dtype=bool)
-        available[state.reachable] = True
         return round_inputs(
-            available=available,
+            available=np.isin(np.arange(num_devices), state.reachable),
             min_bandwidth_hz=state.draw.min_bandwidth_hz,
             gain_lin=state.draw.gain_lin,
             total_bandwidth_hz=self.total_bandwidth_hz,
@@ -187,11 +182,8 @@ class ScheduledStrategy(Strategy):
         inputs = self._inputs(state, reports)
         # the round fails here, in one line, if the schedule breaks the physics or is stuck
         rnd = state.server_round
-        decision = self._watched(
-            lambda: schedule_checked(self.policy, inputs, self.rng, server_round=rnd),
-            rnd,
-            "schedule",
-        )
+        call = partial(schedule_checked, self.policy, inputs, self.rng, server_round=rnd)
+        decision = self._watched(call, rnd, "schedule")
         state.inputs, state.decision = inputs, decision
         state.schedule_s = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())
@@ -199,27 +191,27 @@ class ScheduledStrategy(Strategy):
         return decision
 
     def _watched(self, call: Callable[[], Any], server_round: int, method: str) -> Any:
-        """``call()`` of the policy's ``method`` within :attr:`stall_limit_s` (one-line failure)."""
+        """``call()`` of the policy's ``method`` within :attr:`stall_limit_s`.
+
+        What a user's policy raises fails the run in one line naming the policy, the round and
+        ``method``; a built-in's exception goes on unchanged (a bug: its traceback says where).
+        """
         what = f"policy {self.policy.name!r}, round {server_round}: {method}()"
-        return call_within(self.stall_limit_s, call, what)
+        try:
+            return call_within(self.stall_limit_s, call, what)
+        except Exception as err:
+            if isinstance(err, OneLineMessage) or ":" not in self.policy.name:
+                raise
+            text = str(err).strip() and f": {first_line(err)}"
+            raise UserCodeError(f"{what} raised {type(err).__name__}{text}") from err
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The round's phases up to its training messages, in order (docs/design.md, "One round").
+        """The round's phases up to its training messages (docs/design.md, "One round").
 
-        1. settle: the replies that came after their timeout (:func:`~.discovery.settle_pending`,
-           a network round trip in a deployment);
-        2. discover: ask the connected nodes not seen before for their partition (a round trip);
-        3. draw the channel; a device whose node still owes a reply sits the round out (busy);
-        4. choose the trainees (:meth:`_trainees`): query the reachable devices and schedule
-           (protocol ``"query"``, a round trip), schedule from the channel alone
-           (``"channel"``), or every reachable device (``"train-all"``);
-        5. the train messages, which Flower sends; their replies reach :meth:`aggregate_train`
-           (which, under ``"train-all"``, schedules first).
-
-        Devices compute σ̂ only when the rule uses it (``want-sigma`` in the ConfigRecord): in
-        the query for FedCGD, in the training replies only for FedCGD under ``"train-all"``.
+        Settle late replies, discover new nodes, draw the channel (a node that still owes a reply
+        sits out, busy), choose the trainees (:meth:`_trainees`, by the protocol), send.
         """
         server_round += self.round_offset
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
@@ -242,11 +234,12 @@ class ScheduledStrategy(Strategy):
         )
         self._round = state
         self._mark_busy(state)
-        trainees = self._trainees(state, arrays, round_config, grid)
-        want_sigma = self.policy.needs_sigma and self.protocol is Protocol.TRAIN_ALL
-        content = self._content(arrays, round_config, want_sigma=want_sigma)
+        state.trainees = self._trainees(state, arrays, round_config, grid)
+        sigma = self.policy.needs_sigma and self.protocol is Protocol.TRAIN_ALL
         state.t_sent = time.perf_counter()
-        state.sent = self._send(content, trainees, MessageType.TRAIN, server_round)
+        state.sent = self._send(
+            arrays, round_config, state.trainees, MessageType.TRAIN, sigma=sigma
+        )
         return state.sent
 
     def _trainees(
@@ -259,11 +252,10 @@ class ScheduledStrategy(Strategy):
             return state.reachable
         t0 = time.perf_counter()
         asked, rnd = state.reachable, state.server_round
-        content = self._content(arrays, round_config, want_sigma=self.policy.needs_sigma)
-        queries = self._send(content, asked, keys.QUERY_STATS, rnd)
+        sigma = self.policy.needs_sigma
+        queries = self._send(arrays, round_config, asked, keys.QUERY_STATS, sigma=sigma)
         replies = send_tracked(grid, queries, self.query_timeout_s, self.pending, rnd)
-        reports, failed = self._collect(replies, asked, state, keys.QUERY_STATS)
-        state.failed = {**state.failed, **failed}
+        reports = self._collect(replies, asked, state, keys.QUERY_STATS)
         state.query_s = time.perf_counter() - t0
         return np.flatnonzero(self._schedule(state, reports).selected).tolist()
 
@@ -276,17 +268,13 @@ class ScheduledStrategy(Strategy):
                 state.failed[pid] = f"busy: its message of round {since} is still unanswered"
                 state.lost.add(pid)  # to the timeout of its unanswered message
 
-    @staticmethod
-    def _content(arrays: ArrayRecord, config: dict[str, Any], *, want_sigma: bool) -> RecordDict:
-        record = ConfigRecord({**config, keys.WANT_SIGMA: want_sigma})
-        return RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
-
     def _collect(
         self, replies: list[Message], expected: list[int], state: RoundInProgress, phase: str
-    ) -> tuple[list[DeviceReport], dict[int, str]]:
+    ) -> list[DeviceReport]:
         """Validate a phase's replies against the round (training phase: with the model).
 
-        The devices without a reply or with an error reply are added to ``state.lost``.
+        The devices without a reply or with an error reply are added to ``state.lost``, those
+        refused to ``state.failed``.
         """
         training = phase == MessageType.TRAIN
         screening = Screening(
@@ -299,10 +287,11 @@ class ScheduledStrategy(Strategy):
             replies, expected, self.registry, reference, phase, screening
         )
         state.lost |= lost
+        state.failed.update(failed)
         if training:
             accepted = median_norm([r.upload_norm for r in reports if r.upload_norm is not None])
             self._norm_reference = accepted if accepted is not None else self._norm_reference
-        return reports, failed
+        return reports
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -314,14 +303,8 @@ class ScheduledStrategy(Strategy):
         t_recv = time.perf_counter()
         replies = list(replies)
         record_unanswered(self.pending, state.sent, replies, server_round)
+        reports = self._collect(replies, state.trainees, state, MessageType.TRAIN)
         trained_first = self.protocol is Protocol.TRAIN_ALL  # every reachable device trained
-        if trained_first:
-            trainees = state.reachable
-        else:
-            assert state.decision is not None
-            trainees = np.flatnonzero(state.decision.selected).tolist()
-        reports, failed = self._collect(replies, trainees, state, MessageType.TRAIN)
-        state.failed = {**state.failed, **failed}
         decision = self._schedule(state, reports) if trained_first else state.decision
         assert decision is not None and state.inputs is not None
         if self.protocol is Protocol.CHANNEL:  # the record's numbers: from the training replies
