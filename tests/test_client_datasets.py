@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -69,15 +70,6 @@ def write_fake_cifar10(root: Path, per_batch: int = 4) -> None:
         pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, f)
 
 
-@pytest.fixture
-def skip_md5(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake files cannot match the official checksums: accept any existing file."""
-    import torchvision.datasets.cifar as tv_cifar
-
-    monkeypatch.setattr(tv_cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
-
-
-@pytest.mark.usefixtures("skip_md5")
 def test_fake_cifar10_loads_and_normalises(tmp_path: Path) -> None:
     write_fake_cifar10(tmp_path)
     train = load_cifar("cifar10", tmp_path, train=True, download=False)
@@ -94,23 +86,36 @@ def test_fake_cifar10_loads_and_normalises(tmp_path: Path) -> None:
     torch.testing.assert_close(x[:, 2], torch.full((4, 32, 32), 0.212006), atol=1e-5, rtol=0)
 
 
-def test_empty_folder_gives_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError) as info:
-        load_cifar("cifar10", tmp_path, train=True, download=False)
-    message = str(info.value)
-    assert str(tmp_path) in message
-    assert "cifar-10-python.tar.gz" in message and "cifar-10-batches-py" in message
-
-
-def test_failed_download_gives_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import torchvision.datasets.cifar as tv_cifar
+@pytest.mark.parametrize("download", [False, True])
+def test_a_missing_folder_gives_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, download: bool
+) -> None:
+    import torchvision.datasets.utils as tv_utils
 
     def offline(*args: object, **kwargs: object) -> None:
         raise OSError("network is unreachable")
 
-    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", offline)
-    with pytest.raises(FileNotFoundError, match="cifar-100-python"):
-        load_cifar("cifar100", tmp_path / "nested", train=False, download=True)
+    monkeypatch.setattr(tv_utils, "download_and_extract_archive", offline)
+    with pytest.raises(FileNotFoundError) as info:
+        load_cifar("cifar10", tmp_path / "nested", train=True, download=download)
+    message = str(info.value)
+    assert str(tmp_path / "nested") in message
+    assert "cifar-10-python.tar.gz" in message and "cifar-10-batches-py" in message
+    assert not (tmp_path / "nested").exists()
+
+
+def test_an_archive_in_the_data_folder_is_extracted_and_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchvision.datasets.utils as tv_utils
+
+    write_fake_cifar10(tmp_path / "made")
+    with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(tmp_path / "made" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    # The fake archive cannot match the official checksum: accept the file that is there.
+    monkeypatch.setattr(tv_utils, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+    train = load_cifar("cifar10", tmp_path, train=True, download=True)
+    assert len(train) == 20 and train.labels.tolist()[:4] == [0, 1, 2, 3]
 
 
 def test_unknown_dataset_rejected() -> None:
