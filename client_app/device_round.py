@@ -164,11 +164,7 @@ def same_config(a: UserConfig, b: UserConfig) -> bool:
     """Whether two flat run configs hold the same keys with values equal in type and value."""
     if a is b:
         return True
-    return (
-        a == b
-        and a.keys() == b.keys()
-        and all(type(value) is type(b[key]) and value == b[key] for key, value in a.items())
-    )
+    return a == b and all(type(value) is type(b[key]) for key, value in a.items())
 
 
 #: The last run config read (a copy, and the object read: the nodes of the in-process engine

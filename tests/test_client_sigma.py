@@ -301,7 +301,7 @@ def test_layer_norms_match_autograd_per_sample_and_per_group(
             layer.bias.normal_()
     a = torch.randn(6, *shape, dtype=torch.float64) * 3 + 1  # off the origin, as activations
     g = torch.randn_like(layer(a))
-    got = psn.layer_sq_norms(layer, a, g, group_size, chunk_size=chunk_size)
+    got = psn.LAYER_SQ_NORMS[type(layer)](layer, a, g, group_size, chunk_size=chunk_size)
     expected = group_reference(layer, a, g, group_size)
     torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
 
@@ -309,7 +309,7 @@ def test_layer_norms_match_autograd_per_sample_and_per_group(
 def test_group_size_must_divide_the_batch() -> None:
     linear = nn.Linear(3, 2)
     with pytest.raises(ValueError, match="does not split into groups of 4"):
-        psn.layer_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
+        psn.linear_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
 
 
 def test_rejects_mismatched_batch() -> None:
