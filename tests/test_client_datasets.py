@@ -120,7 +120,7 @@ def test_an_archive_in_the_data_folder_is_extracted_and_read(
 
 def test_unknown_dataset_rejected() -> None:
     with pytest.raises(ValueError, match="mnist"):
-        datasets.load_dataset("mnist", "", train=True)
+        datasets.load_data("mnist", "")
 
 
 def test_extracted_folder_is_read_without_checksums_and_equals_torchvision(
