@@ -49,25 +49,13 @@ def write_fake_cifar10(root: Path, per_batch: int = 4) -> None:
     """Write a tiny cifar-10-batches-py folder in torchvision's pickle format."""
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)
-    for k, name in enumerate(
-        [
-            "data_batch_1",
-            "data_batch_2",
-            "data_batch_3",
-            "data_batch_4",
-            "data_batch_5",
-            "test_batch",
-        ]
-    ):
-        data = np.zeros((per_batch, 3 * 32 * 32), dtype=np.uint8)
-        # Rows are channel-major (1024 red, 1024 green, 1024 blue values).
-        data[:, :1024] = 255
-        data[:, 2048:] = 128
+    data = np.zeros((per_batch, 3 * 32 * 32), dtype=np.uint8)
+    data[:, :1024], data[:, 2048:] = 255, 128  # channel-major rows: red 255, green 0, blue 128
+    for k, name in enumerate([*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]):
         labels = [(k + i) % 10 for i in range(per_batch)]
-        with open(folder / name, "wb") as f:
-            pickle.dump({"data": data, "labels": labels}, f)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, f)
+        (folder / name).write_bytes(pickle.dumps({"data": data, "labels": labels}))
+    meta = {"label_names": [f"class{i}" for i in range(10)]}
+    (folder / "batches.meta").write_bytes(pickle.dumps(meta))
 
 
 def test_fake_cifar10_loads_and_normalises(tmp_path: Path) -> None:
