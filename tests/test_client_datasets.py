@@ -30,13 +30,6 @@ def test_digits_split_sizes_stratified_and_scaled() -> None:
     assert np.all(np.abs(test_counts - 0.2 * all_counts) <= 1)
 
 
-def test_digits_split_is_fixed() -> None:
-    a, _ = load_digits_split()
-    b, _ = load_digits_split()
-    np.testing.assert_array_equal(a.labels, b.labels)
-    np.testing.assert_array_equal(a.inputs.pixels, b.inputs.pixels)
-
-
 def test_tensors_subset_rows() -> None:
     train, _ = load_digits_split()
     x, y = train.tensors([5, 0, 5])
