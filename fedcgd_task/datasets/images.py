@@ -9,6 +9,7 @@ code (docs/design.md, "Safe loading").
 
 from __future__ import annotations
 
+import functools
 import pickle
 import shutil
 from pathlib import Path
@@ -207,16 +208,11 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
 
 
 def _cifar_data(name: str, data_dir: str) -> tuple[Any, ...]:
-    """CIFAR-10 or CIFAR-100 from ``data_dir`` under the data-set contract."""
+    """CIFAR-10 or CIFAR-100 from ``data_dir`` under the data-set contract (C = 10 or 100)."""
     train, test = (load_cifar(name, data_dir, train=t) for t in (True, False))
     return (train.inputs, train.labels), (test.inputs, test.labels), train.num_classes
 
 
-def cifar10_data(data_dir: str) -> tuple[Any, ...]:
-    """The ``cifar10`` data set under the data-set contract: 50,000 + 10,000 images, C = 10."""
-    return _cifar_data("cifar10", data_dir)
-
-
-def cifar100_data(data_dir: str) -> tuple[Any, ...]:
-    """The ``cifar100`` data set under the data-set contract: 50,000 + 10,000 images, C = 100."""
-    return _cifar_data("cifar100", data_dir)
+#: The ``cifar10`` and ``cifar100`` data sets: 50,000 + 10,000 images each, read from data_dir.
+cifar10_data = functools.partial(_cifar_data, "cifar10")
+cifar100_data = functools.partial(_cifar_data, "cifar100")
