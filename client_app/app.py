@@ -36,8 +36,9 @@ from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
     device_round,
-    device_stats,
     node_partition,
+    pre_training_stats,
+    received_model,
     run_settings,
     train_device,
 )
@@ -129,14 +130,13 @@ def query_info(msg: Message, context: Context) -> Message:
 def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Reply with the pre-training statistics at the received model (no training)."""
     done = None if cohorts is None else cohorts.stats_of(msg)
-    rnd, stats = done if done is not None else _alone(msg, context)
+    if done is None:
+        rnd = device_round(msg, context)
+        model = received_model(msg, rnd.settings, rnd.split)
+        done = rnd, pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+    rnd, stats = done
     metrics = MetricRecord(_stats_metrics(rnd, stats))
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
-
-
-def _alone(msg: Message, context: Context) -> tuple[DeviceRound, PreTrainingStats]:
-    rnd = device_round(msg, context)
-    return rnd, device_stats(msg, rnd)
 
 
 def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:

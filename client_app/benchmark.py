@@ -1,11 +1,10 @@
-"""On-demand timing of one ClientApp train call and of sigma-hat against one SGD step.
+"""On-demand timing of sigma-hat against one SGD step, and of a model's ArrayRecord.
 
 ``fedcgd bench client [--repeats N] [--vmap-repeats M] [--threads T]``: for ``cnn`` and
 ``resnet18gn`` at b = 32, the one-pass sigma-hat, the vmap reference and one SGD step with their
-ratios; a model's ArrayRecord written and read by Flower and by :mod:`fedcgd_task.array_codec`;
-then the real ``train`` handler on ``digits/mlp`` and the handler's steps for a ``cnn`` on random
-3 x 32 x 32 data. Medians after one warm-up call (the first call is printed too), the calls of a
-table timed alternately so that load from other processes affects them alike; the numbers are in
+ratios; then a model's ArrayRecord written and read by Flower and by
+:mod:`fedcgd_task.array_codec`. Medians after one warm-up call, the calls of a table timed
+alternately so that load from other processes affects them alike; the numbers are in
 docs/performance.md.
 """
 
@@ -36,91 +35,36 @@ RECORD_CASES: tuple[tuple[str, tuple[int, ...], int], ...] = (
 )
 
 
-def _timed(calls: Sequence[Callable[[], object]], repeats: int) -> list[tuple[float, float]]:
-    """Per call: (first-call seconds, median seconds of ``repeats`` further calls), alternated."""
+def _timed(calls: Sequence[Callable[[], object]], repeats: int) -> list[float]:
+    """Per call: the median seconds of ``repeats`` calls after a warm-up call, alternated."""
     times: list[list[float]] = [[] for _ in calls]
     for _ in range(repeats + 1):
         for fn, kept in zip(calls, times, strict=True):
             start = time.perf_counter()
             fn()
             kept.append(time.perf_counter() - start)
-    return [(kept[0], statistics.median(kept[1:])) for kept in times]
-
-
-def _random_batch(
-    input_shape: tuple[int, ...], num_classes: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(SIGMA_BATCH, *input_shape, generator=generator)
-    return x, torch.randint(0, num_classes, (SIGMA_BATCH,), generator=generator)
-
-
-def bench_digits_handler(repeats: int) -> tuple[float, float, float]:
-    """The real train handler on digits / mlp (tau = 1, b = 32): first, median; sigma-hat alone."""
-    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict, UserConfig
-    from flwr.supercore.task_identity import TaskIdentity
-
-    from client_app.app import app, node_context
-    from fedcgd_task import keys
-    from fedcgd_task.partition import local_split
-    from fedcgd_task.settings import TaskSettings, TrainingSettings, default_run_config
-    from fedcgd_task.training import local_batches
-
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
-    run_config: UserConfig = {**default_run_config(), "num-devices": 20, "model": "mlp"}
-    context = node_context(run_config, 0, 20)
-    model = build_model("mlp", 10, (1, 8, 8))
-    state = model.state_dict()
-    training = TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=32)
-    config = {keys.SERVER_ROUND: 1, **training.to_config(), keys.WANT_SIGMA: True}
-    settings = TaskSettings.from_run_config(run_config)
-    split = local_split(settings, 0)
-    x, y = split.tensors(local_batches(settings.seed, training, len(split), 1, 0)[0])
-
-    def call() -> object:
-        content = RecordDict({keys.ARRAYS: ArrayRecord(state), keys.CONFIG: ConfigRecord(config)})
-        return app(Message(content, dst_node_id=1, message_type="train"), context)
-
-    (first, handler_s), (_, sigma_s) = _timed([call, lambda: gradient_spread(model, x, y)], repeats)
-    return first, handler_s, sigma_s
-
-
-def bench_cnn_steps(repeats: int) -> tuple[float, float, float]:
-    """The train handler's steps for the cnn on random 3 x 32 x 32 data (tau = 1, b = 32)."""
-    x, y = _random_batch((3, 32, 32), 10)
-    received = build_model("cnn", 10, (3, 32, 32)).state_dict()
-    sigma_model = build_model("cnn", 10, (3, 32, 32))
-
-    def call() -> object:
-        model = build_model("cnn", 10, (3, 32, 32))
-        model.load_state_dict(received)
-        gradient_spread(model, x, y)
-        train_local(model, x, y, [np.arange(SIGMA_BATCH)], 0.1, torch_seed=0)
-        return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
-
-    (first, total_s), (_, sigma_s) = _timed(
-        [call, lambda: gradient_spread(sigma_model, x, y)], repeats
-    )
-    return first, total_s, sigma_s
+    return [statistics.median(kept[1:]) for kept in times]
 
 
 def bench_sigma_vs_sgd(
     name: str, input_shape: tuple[int, ...], num_classes: int, repeats: int, vmap_repeats: int
 ) -> tuple[float, float, float]:
     """Median seconds of (one-pass sigma-hat, vmap sigma-hat, one SGD step) at b = 32."""
-    x, y = _random_batch(input_shape, num_classes)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(SIGMA_BATCH, *input_shape, generator=generator)
+    y = torch.randint(0, num_classes, (SIGMA_BATCH,), generator=generator)
     sigma_model, vmap_model, sgd_model = (
         build_model(name, num_classes, input_shape) for _ in range(3)
     )
     batch = [np.arange(SIGMA_BATCH)]
-    (_, sigma_s), (_, sgd_s) = _timed(
+    sigma_s, sgd_s = _timed(
         [
             lambda: gradient_spread(sigma_model, x, y),
             lambda: train_local(sgd_model, x, y, batch, 0.01, torch_seed=0),
         ],
         repeats,
     )
-    [(_, vmap_s)] = _timed([lambda: gradient_spread_vmap(vmap_model, x, y)], vmap_repeats)
+    [vmap_s] = _timed([lambda: gradient_spread_vmap(vmap_model, x, y)], vmap_repeats)
     return sigma_s, vmap_s, sgd_s
 
 
@@ -143,11 +87,11 @@ def bench_records(
         record.to_torch_state_dict,
         lambda: torch_state(record),
     )
-    return tuple(median for _, median in _timed(calls, repeats))
+    return tuple(_timed(calls, repeats))
 
 
 def main(repeats: int = 10, vmap_repeats: int = 3, threads: int = 1) -> int:
-    """``fedcgd bench client``: the sigma-hat and record tables, then both ClientApp cases."""
+    """``fedcgd bench client``: the sigma-hat and record tables of docs/performance.md."""
     torch.set_num_threads(threads)
     print(f"torch threads: {torch.get_num_threads()}, repeats: {repeats}")
     print(f"sigma-hat vs one SGD step, b = {SIGMA_BATCH} (median ms)")
@@ -165,13 +109,4 @@ def main(repeats: int = 10, vmap_repeats: int = 3, threads: int = 1) -> int:
     for name, shape, classes in RECORD_CASES:
         times = bench_records(name, shape, classes, max(repeats, 20))
         print(f"{name:<12} " + " ".join(f"{t * 1e3:>12.3f}" for t in times))
-    for label, bench in (
-        ("digits/mlp train handler", bench_digits_handler),
-        ("cnn 3x32x32 train steps", bench_cnn_steps),
-    ):
-        first, total_s, sigma_s = bench(repeats)
-        print(
-            f"{label}: first call {first * 1e3:.1f} ms, median {total_s * 1e3:.1f} ms, "
-            f"sigma-hat {sigma_s * 1e3:.1f} ms ({100 * sigma_s / total_s:.0f} %)"
-        )
     return 0

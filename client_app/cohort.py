@@ -14,7 +14,7 @@ import queue
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -64,7 +64,6 @@ class _Cohort:
     kind: str
     members: list[tuple[Message, Context]]
     results: dict[int, tuple[DeviceRound, object]] | None = None
-    ids: set[int] = field(default_factory=set)
 
 
 def _cohort_key(msg: Message) -> tuple[object, ...] | None:
@@ -140,10 +139,9 @@ class Cohorts:
                 if len(members) < MIN_COHORT:
                     continue
                 cohort = _Cohort(kind=str(key[0]), members=members)
-                cohort.ids = {id(msg) for msg, _ in members}
-                for msg_id in cohort.ids:
-                    self._open[msg_id] = cohort
-                    opened_ids.append(msg_id)
+                for msg, _ in members:
+                    self._open[id(msg)] = cohort
+                    opened_ids.append(id(msg))
         try:
             yield
         finally:

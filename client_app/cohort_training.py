@@ -42,16 +42,6 @@ from fedcgd_task.imports import first_line
 MIXING_TOLERANCE = 1e-6
 
 
-def _structure(model: nn.Module, x: torch.Tensor, group_size: int) -> tuple[object, ...]:
-    """What :func:`sample_mixing`'s verdict depends on: the model's modules and shapes, the batch's.
-
-    A model may mix the samples of large batches only, so the verdict is the batch shape's.
-    """
-    modules = tuple((name, type(module)) for name, module in model.named_modules())
-    state = tuple((name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items())
-    return (modules, state, tuple(x.shape), group_size)
-
-
 def sample_mixing(
     model: nn.Module,
     x: torch.Tensor,
@@ -69,7 +59,12 @@ def sample_mixing(
     None and keep nothing. ``model`` is left unchanged.
     """
     kept: MutableMapping[tuple[object, ...], str | None] = {} if verdicts is None else verdicts
-    key = _structure(model, x, group_size)
+    key = (  # a model may mix the samples of large batches only: the batch shape counts too
+        tuple((name, type(module)) for name, module in model.named_modules()),
+        tuple((name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items()),
+        tuple(x.shape),
+        group_size,
+    )
     if key in kept:
         return kept[key]
     try:
@@ -118,13 +113,6 @@ def training_blockers(model: nn.Module) -> list[str]:
     return reasons
 
 
-def train_chunk_devices(model: nn.Module) -> int:
-    """Devices trained together: parameters and gradients within a quarter of the budget."""
-    num_params = sum(p.numel() for p in model.parameters())
-    by_memory = CHUNK_BUDGET_FLOATS // (4 * 2 * max(num_params, 1))
-    return max(1, min(TRAIN_CHUNK_MAX_DEVICES, by_memory))
-
-
 def cohort_train(
     model: nn.Module,
     devices: Sequence[DeviceRound],
@@ -157,7 +145,9 @@ def cohort_train(
     # device its own gradient (they share nothing). torch.func.grad would give the same
     # gradients (tested) but imports torch's compiler on first use (1.4 s).
     device_losses = vmap(batch_loss, randomness="error")
-    per_chunk = train_chunk_devices(model)
+    # Devices trained together: parameters and gradients within a quarter of the budget.
+    by_memory = CHUNK_BUDGET_FLOATS // (8 * max(sum(p.numel() for p in model.parameters()), 1))
+    per_chunk = max(1, min(TRAIN_CHUNK_MAX_DEVICES, by_memory))
     out: list[TrainedDevice] = []
     with mode_kept(model, training=True):
         for start in range(0, len(devices), per_chunk):

@@ -164,11 +164,7 @@ def same_config(a: UserConfig, b: UserConfig) -> bool:
     """Whether two flat run configs hold the same keys with values equal in type and value."""
     if a is b:
         return True
-    return (
-        a == b
-        and a.keys() == b.keys()
-        and all(type(value) is type(b[key]) and value == b[key] for key, value in a.items())
-    )
+    return a == b and all(type(value) is type(b[key]) for key, value in a.items())
 
 
 #: The last run config read (a copy, and the object read: the nodes of the in-process engine
@@ -237,12 +233,6 @@ def pre_training_stats(
         x_first, y_first = split.tensors(batches[0])
         sigma = float(gradient_spread(model, x_first, y_first).sigma)
     return PreTrainingStats(label_hist=label_hist(split, batches), sigma=sigma)
-
-
-def device_stats(msg: Message, rnd: DeviceRound) -> PreTrainingStats:
-    """Load the received model and compute :func:`pre_training_stats` (the per-device path)."""
-    model = received_model(msg, rnd.settings, rnd.split)
-    return pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
 
 
 def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:

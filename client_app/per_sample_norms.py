@@ -182,12 +182,17 @@ def conv_sq_norms(
 
 
 def group_norm_sq_norms(
-    module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor, group_size: int = 1
+    module: nn.GroupNorm,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    group_size: int = 1,
+    *,
+    chunk_size: int | None = None,
 ) -> torch.Tensor:
     """Per-group ||sum_i dl_i/dgamma||^2 + ||sum_i dl_i/dbeta||^2 of a GroupNorm, float64 [N].
 
     ``a`` [b, C, *] is its input (a_hat is recomputed from it), ``g`` [b, C, *] the gradient of
-    the per-sample losses with respect to its output.
+    the per-sample losses with respect to its output; no chunks (``chunk_size`` is unread).
     """
     b, c = int(a.shape[0]), module.num_channels
     n = groups_of(b, group_size)
@@ -252,22 +257,14 @@ def unsupported_reasons(model: nn.Module) -> list[str]:
     return reasons
 
 
-def layer_sq_norms(
-    module: nn.Module,
-    a: torch.Tensor,
-    g: torch.Tensor,
-    group_size: int = 1,
-    *,
-    chunk_size: int | None = None,
-) -> torch.Tensor:
-    """Per-group squared gradient norms of one layer of :data:`SUPPORTED_LAYERS`, float64 [N]."""
-    if isinstance(module, nn.Linear):
-        return linear_sq_norms(module, a, g, group_size, chunk_size=chunk_size)
-    if isinstance(module, nn.Conv1d | nn.Conv2d):
-        return conv_sq_norms(module, a, g, group_size, chunk_size=chunk_size)
-    if isinstance(module, nn.GroupNorm):
-        return group_norm_sq_norms(module, a, g, group_size)
-    raise UnsupportedModelError(f"no per-sample norm for {type(module).__name__}")
+#: The layer formulas by layer type (:data:`SUPPORTED_LAYERS`): per-group squared gradient norms
+#: ``(module, a, g, group_size, *, chunk_size) -> float64 [N]``.
+LAYER_SQ_NORMS: dict[type[nn.Module], Callable[..., torch.Tensor]] = {
+    nn.Linear: linear_sq_norms,
+    nn.Conv1d: conv_sq_norms,
+    nn.Conv2d: conv_sq_norms,
+    nn.GroupNorm: group_norm_sq_norms,
+}
 
 
 def per_sample_grad_norms(
@@ -323,9 +320,10 @@ def per_sample_grad_norms(
         def grad_hook(g: torch.Tensor) -> None:
             # Fired by the backward with dl/d(output) for the output's value before any later
             # in-place change (e.g. ReLU(inplace=True)), which is the layer's own output.
+            norms = LAYER_SQ_NORMS[type(module)]
             with torch.no_grad():
-                sq_norms.add_(layer_sq_norms(module, a, g.detach(), chunk_size=chunk_size))
-                group_sq.add_(layer_sq_norms(module, a, g.detach(), size, chunk_size=chunk_size))
+                sq_norms.add_(norms(module, a, g.detach(), chunk_size=chunk_size))
+                group_sq.add_(norms(module, a, g.detach(), size, chunk_size=chunk_size))
 
         return grad_hook
 

@@ -31,15 +31,6 @@ from client_app.per_sample_norms import (
     unsupported_reasons,
 )
 
-__all__ = [
-    "CHUNK_BUDGET_FLOATS",
-    "GradientSpread",
-    "gradient_spread",
-    "gradient_spread_vmap",
-    "gradient_spreads",
-    "spread_from_norms",
-]
-
 
 @dataclass(frozen=True)
 class GradientSpread:

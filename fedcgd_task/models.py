@@ -81,7 +81,8 @@ class PaperCNN(nn.Module):
             nn.MaxPool2d(2),
             nn.Dropout(0.3),
         )
-        out_h, out_w = _cnn_feature_size(height), _cnn_feature_size(width)
+        # Two (conv, conv, pool) blocks: size s becomes ((s - 4) // 2 - 4) // 2.
+        out_h, out_w = (((size - 4) // 2 - 4) // 2 for size in (height, width))
         if out_h < 1 or out_w < 1:
             raise ValueError(
                 f"input_shape {tuple(input_shape)} is too small for the cnn: height and width "
@@ -157,11 +158,6 @@ def _image_shape(input_shape: Sequence[int], model: str) -> tuple[int, int, int]
         )
     channels, height, width = (int(s) for s in input_shape)
     return channels, height, width
-
-
-def _cnn_feature_size(size: int) -> int:
-    """Spatial size after the CNN's two (conv, conv, pool) blocks: ((s - 4) // 2 - 4) // 2."""
-    return ((size - 4) // 2 - 4) // 2
 
 
 def _resnet18_gn(num_classes: int, input_shape: Sequence[int]) -> nn.Module:

@@ -63,6 +63,7 @@ def hook_count(model: nn.Module) -> int:
 
 MODEL_CASES = [
     ("mlp", (1, 8, 8), 10, 16),
+    ("cnn1d", (1, 40), 10, 12),  # MNIST-1D's input; strided, zero-padded Conv1d layers
     # 32 x 32: every Conv2d route is used (per-sample weight gradients in the cnn and the
     # ResNet stem and stage 1, Gram matrices in stages 2 to 4, T = 1 in stage 4).
     ("cnn", (3, 32, 32), 10, 5),
@@ -73,7 +74,7 @@ MODEL_CASES = [
 @pytest.mark.parametrize("train_mode", [True, False], ids=["train-mode", "eval-mode"])
 @pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES)
 def test_matches_per_sample_loop(
-    name: str, shape: tuple[int, int, int], classes: int, n: int, train_mode: bool
+    name: str, shape: tuple[int, ...], classes: int, n: int, train_mode: bool
 ) -> None:
     model = float64_model(name, classes, shape, seed=1)
     x, y = batch(n, shape, classes)
@@ -91,9 +92,9 @@ def test_matches_per_sample_loop(
     assert result.mean_loss == pytest.approx(expected.loss, rel=REL64)
 
 
-@pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES[:2])
+@pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES[:3])
 def test_vmap_reference_matches_per_sample_loop(
-    name: str, shape: tuple[int, int, int], classes: int, n: int
+    name: str, shape: tuple[int, ...], classes: int, n: int
 ) -> None:
     model = float64_model(name, classes, shape, seed=1)
     x, y = batch(n, shape, classes)
@@ -128,7 +129,7 @@ def test_hand_checkable_linear() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES)
 def test_identical_samples_have_zero_spread(
-    name: str, shape: tuple[int, int, int], classes: int, n: int, dtype: torch.dtype
+    name: str, shape: tuple[int, ...], classes: int, n: int, dtype: torch.dtype
 ) -> None:
     # All per-sample gradients are equal, so sigma = 0 exactly; the one-pass value is
     # (1/b) sum ||g_i||^2 - ||g_bar||^2 with rounding of relative size ~eps in both terms, so it
@@ -256,7 +257,7 @@ def test_a_model_outside_the_one_pass_method_falls_back_to_vmap(
     )
 
 
-def test_supported_scope_of_the_three_models() -> None:
+def test_supported_scope_of_the_built_in_models() -> None:
     for name, shape, classes, _ in MODEL_CASES:
         assert psn.unsupported_reasons(build_model(name, classes, shape)) == []
 
@@ -301,7 +302,7 @@ def test_layer_norms_match_autograd_per_sample_and_per_group(
             layer.bias.normal_()
     a = torch.randn(6, *shape, dtype=torch.float64) * 3 + 1  # off the origin, as activations
     g = torch.randn_like(layer(a))
-    got = psn.layer_sq_norms(layer, a, g, group_size, chunk_size=chunk_size)
+    got = psn.LAYER_SQ_NORMS[type(layer)](layer, a, g, group_size, chunk_size=chunk_size)
     expected = group_reference(layer, a, g, group_size)
     torch.testing.assert_close(got, expected, rtol=REL64, atol=0.0)
 
@@ -309,7 +310,7 @@ def test_layer_norms_match_autograd_per_sample_and_per_group(
 def test_group_size_must_divide_the_batch() -> None:
     linear = nn.Linear(3, 2)
     with pytest.raises(ValueError, match="does not split into groups of 4"):
-        psn.layer_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
+        psn.linear_sq_norms(linear, torch.zeros(6, 3), torch.zeros(6, 2), 4)
 
 
 def test_rejects_mismatched_batch() -> None:

@@ -15,7 +15,6 @@ from fedcgd_task.training import (
     dropout_seed,
     evaluate,
     local_batches,
-    sgd_step,
     train_local,
 )
 
@@ -108,35 +107,6 @@ def test_train_local_matches_manual_sgd() -> None:
     assert result.mean_loss == pytest.approx(sum(losses) / 2, rel=1e-12)
 
 
-@pytest.mark.parametrize(("name", "shape"), [("cnn", (3, 16, 16)), ("cnn1d", (1, 40))])
-def test_sgd_step_bit_identical_to_torch_sgd(name: str, shape: tuple[int, ...]) -> None:
-    # Both models trained side by side on the same batches, one by torch.optim.SGD (no
-    # momentum, no weight decay) and one by sgd_step; a frozen parameter has no gradient.
-    x, y = data(24, shape, 4)
-    models = [build_model(name, 4, shape, seed=2) for _ in range(2)]
-    for model in models:
-        next(model.parameters()).requires_grad_(False)
-    optimizer = torch.optim.SGD(models[0].parameters(), lr=0.07, momentum=0.0, weight_decay=0.0)
-    params = list(models[1].parameters())
-    for step in range(4):
-        rows = slice(6 * step, 6 * step + 6)
-        for i, model in enumerate(models):
-            model.eval()  # the same forward pass for both (no dropout masks)
-            for p in model.parameters():
-                p.grad = None
-            nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
-            if i == 0:
-                optimizer.step()
-            else:
-                sgd_step(params, 0.07)
-    s0, s1 = models[0].state_dict(), models[1].state_dict()
-    assert all(torch.equal(s0[k], s1[k]) for k in s0)
-    start = build_model(name, 4, shape, seed=2).state_dict()
-    first = next(iter(start))
-    assert torch.equal(s1[first], start[first])  # no gradient: left as it was
-    assert any(not torch.equal(s1[k], start[k]) for k in s1)
-
-
 def optimizer_train_local(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: list[np.ndarray], lr: float,
     torch_seed: int,
@@ -159,17 +129,24 @@ def optimizer_train_local(
 
 @pytest.mark.parametrize(("name", "shape"), [("cnn", (3, 16, 16)), ("cnn1d", (1, 40))])
 def test_train_local_bit_identical_to_the_optimizer_loop(name: str, shape: tuple[int, ...]) -> None:
-    # Dropout (cnn) included: the masks come from the same seeded CPU generator.
+    # train_local's sgd_step against torch.optim.SGD (no momentum, no weight decay). Dropout
+    # (cnn) included: the masks come from the same seeded CPU generator. A frozen parameter has
+    # no gradient and is left as it was.
     x, y = data(20, shape, 4)
     batches = [np.array([3, 1, 4, 15, 9]), np.array([2, 6, 5, 3, 5]), np.array([8, 9, 7, 19, 0])]
     seed = dropout_seed(4, 1, 2)
-    reference = build_model(name, 4, shape, seed=5)
+    reference, model = (build_model(name, 4, shape, seed=5) for _ in range(2))
+    for m in (reference, model):
+        next(m.parameters()).requires_grad_(False)
     losses = optimizer_train_local(reference, x, y, batches, 0.05, seed)
-    model = build_model(name, 4, shape, seed=5)
     result = train_local(model, x, y, batches, 0.05, torch_seed=seed)
     assert list(result.step_losses) == losses
     s0, s1 = reference.state_dict(), model.state_dict()
     assert all(torch.equal(s0[k], s1[k]) for k in s0)
+    start = build_model(name, 4, shape, seed=5).state_dict()
+    first = next(iter(start))
+    assert torch.equal(s1[first], start[first])
+    assert any(not torch.equal(s1[k], start[k]) for k in s1)
 
 
 def test_evaluate_hand_computed() -> None:

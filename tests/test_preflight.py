@@ -16,7 +16,7 @@ from task_settings import make_settings
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
-from fedcgd_task.datasets import load_dataset
+from fedcgd_task.datasets import load_data
 from fedcgd_task.partition import apply_imbalance, partition_indices
 from fedcgd_task.settings import default_run_config
 from run_files.results import METRICS_FILE
@@ -90,7 +90,7 @@ def test_truncated_checkpoint_is_one_line_naming_resume_from(tmp_path):
 def test_samples_after_imbalance_counts_what_apply_imbalance_keeps():
     from experiments.run.preflight import samples_after_imbalance
 
-    labels = load_dataset("digits", "", train=True).labels
+    labels = load_data("digits", "")[0].labels
     assert samples_after_imbalance(labels, 1.0) == DIGITS_TRAIN
     for ratio in (1.5, 2.0, 10.0, 1000.0):
         kept = apply_imbalance(labels, ratio, np.random.default_rng(0))
@@ -109,7 +109,7 @@ def test_samples_after_imbalance_counts_what_apply_imbalance_keeps():
 def test_device_samples_is_the_size_of_every_partition(partition, devices, shards, expected):
     from experiments.run.preflight import device_samples
 
-    labels = load_dataset("digits", "", train=True).labels
+    labels = load_data("digits", "")[0].labels
     assert device_samples(partition, DIGITS_TRAIN, devices, shards) == expected
     settings = make_settings(partition=partition, num_devices=devices, shards_per_device=shards)
     sizes = {len(part) for part in partition_indices(settings, labels)}
@@ -120,7 +120,7 @@ def test_local_work_bound_is_max_local_passes_over_a_device():
     from experiments.run.preflight import MAX_LOCAL_PASSES, check_sizes
     from server_app.config import parse_run_config
 
-    labels = load_dataset("digits", "", train=True).labels
+    labels = load_data("digits", "")[0].labels
     config = default_run_config()  # 40 devices on digits: 35 samples each, b = 32
     assert MAX_LOCAL_PASSES == 1000
     check_sizes(parse_run_config({**config, "local-steps": 1093}), labels)  # 34,976 <= 35,000

@@ -342,18 +342,11 @@ def _load_checked(
     return check_data(result, name)
 
 
-def load_dataset(
-    name: str, data_dir: str, *, train: bool, settings: TaskSettings | None = None
-) -> DataSplit:
-    """The training (``train``) or test split of data set ``name`` (:func:`load_data`, cached)."""
-    return load_data(name, data_dir, settings)[0 if train else 1]
-
-
 def load_train_set(settings: TaskSettings) -> DataSplit:
-    """The full training split of ``settings.dataset`` (cached per process)."""
-    return load_dataset(settings.dataset, settings.data_dir, train=True, settings=settings)
+    """The full training split of ``settings.dataset`` (:func:`load_data`, cached per process)."""
+    return load_data(settings.dataset, settings.data_dir, settings)[0]
 
 
 def load_test_set(settings: TaskSettings) -> DataSplit:
     """The test split of ``settings.dataset`` (cached), for central evaluation."""
-    return load_dataset(settings.dataset, settings.data_dir, train=False, settings=settings)
+    return load_data(settings.dataset, settings.data_dir, settings)[1]

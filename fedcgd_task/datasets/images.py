@@ -9,6 +9,7 @@ code (docs/design.md, "Safe loading").
 
 from __future__ import annotations
 
+import functools
 import pickle
 import shutil
 from pathlib import Path
@@ -175,53 +176,43 @@ def missing_cifar_message(name: str, data_dir: Path) -> str:
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> DataSplit:
     """The CIFAR-10 or CIFAR-100 (fine labels) training or test split, pixels kept as uint8.
 
-    An extracted folder in ``data_dir`` is read directly (:func:`read_cifar_folder`); otherwise
-    torchvision loads the official archive, downloading it when ``download`` (a failed download
-    leaves no folder behind). Raises FileNotFoundError naming the folder and the files.
+    The extracted folder in ``data_dir`` is read by :func:`read_cifar_folder`. Without it, and
+    with ``download``, torchvision's ``download_and_extract_archive`` extracts the official
+    archive there first (MD5-checked; fetched unless already in ``data_dir``; a failure leaves no
+    folder behind). Raises FileNotFoundError naming the folder and the files.
     """
     if name not in CIFAR:
         raise ValueError(f'name must be "cifar10" or "cifar100"; got {name!r}')
     root = Path(data_dir)
     folder = root / CIFAR[name]["folder"]
-    if folder.is_dir():
-        pixels, targets = read_cifar_folder(name, folder, train=train)
-    else:
-        from torchvision import datasets as tv_datasets
+    if not folder.is_dir():
+        if not download:
+            raise FileNotFoundError(missing_cifar_message(name, root))
+        from torchvision.datasets import CIFAR10, CIFAR100, utils
 
-        loader = tv_datasets.CIFAR10 if name == "cifar10" else tv_datasets.CIFAR100
+        official = CIFAR10 if name == "cifar10" else CIFAR100
+        created = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
         try:
-            data = loader(root=str(root), train=train, download=False)
-        except RuntimeError as not_found:
-            if not download:
-                raise FileNotFoundError(missing_cifar_message(name, root)) from not_found
-            created = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
-            try:
-                root.mkdir(parents=True, exist_ok=True)
-                data = loader(root=str(root), train=train, download=True)
-            except Exception as failed:  # offline, proxy, bad archive: "provide the files"
-                if created is not None:
-                    shutil.rmtree(created, ignore_errors=True)
-                raise FileNotFoundError(missing_cifar_message(name, root)) from failed
-        pixels = np.asarray(data.data, dtype=np.uint8).transpose(0, 3, 1, 2)
-        targets = np.asarray(data.targets, dtype=np.int64)
+            root.mkdir(parents=True, exist_ok=True)
+            utils.download_and_extract_archive(
+                official.url, str(root), filename=official.filename, md5=official.tgz_md5
+            )
+        except Exception as failed:  # offline, proxy, bad archive: "provide the files"
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            raise FileNotFoundError(missing_cifar_message(name, root)) from failed
+    pixels, targets = read_cifar_folder(name, folder, train=train)
     entry = CIFAR[name]
-    inputs = NormalizedPixels(
-        np.ascontiguousarray(pixels), 1.0 / 255.0, entry["mean"], entry["std"]
-    )
+    inputs = NormalizedPixels(pixels, 1.0 / 255.0, entry["mean"], entry["std"])
     return DataSplit(inputs, targets, entry["classes"])
 
 
 def _cifar_data(name: str, data_dir: str) -> tuple[Any, ...]:
-    """CIFAR-10 or CIFAR-100 from ``data_dir`` under the data-set contract."""
+    """CIFAR-10 or CIFAR-100 from ``data_dir`` under the data-set contract (C = 10 or 100)."""
     train, test = (load_cifar(name, data_dir, train=t) for t in (True, False))
     return (train.inputs, train.labels), (test.inputs, test.labels), train.num_classes
 
 
-def cifar10_data(data_dir: str) -> tuple[Any, ...]:
-    """The ``cifar10`` data set under the data-set contract: 50,000 + 10,000 images, C = 10."""
-    return _cifar_data("cifar10", data_dir)
-
-
-def cifar100_data(data_dir: str) -> tuple[Any, ...]:
-    """The ``cifar100`` data set under the data-set contract: 50,000 + 10,000 images, C = 100."""
-    return _cifar_data("cifar100", data_dir)
+#: The ``cifar10`` and ``cifar100`` data sets: 50,000 + 10,000 images each, read from data_dir.
+cifar10_data = functools.partial(_cifar_data, "cifar10")
+cifar100_data = functools.partial(_cifar_data, "cifar100")

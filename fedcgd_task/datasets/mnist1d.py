@@ -12,9 +12,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
-import os
 import random
-import tempfile
 import threading
 import warnings
 import zipfile
@@ -155,33 +153,24 @@ def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArray
 
 
 def _write_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
-    """Write ``arrays`` and ``key`` to ``path`` atomically (temporary file, then os.replace).
+    """Write ``arrays`` and ``key`` to ``path`` atomically (:func:`run_files.files.atomic_write`).
 
     A folder that cannot be written only costs the cache (a warning).
     """
-    tmp: str | None = None
+    from run_files.files import ResultWriteError, atomic_write
+
+    named: dict[str, Any] = dict(zip(_ARRAYS, arrays, strict=True))
+    content = mnist1d_content_digest(key, arrays)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            named: dict[str, Any] = dict(zip(_ARRAYS, arrays, strict=True))
-            np.savez(fh, key=key, content=mnist1d_content_digest(key, arrays), **named)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the cache from other users
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as err:
+        atomic_write(path, lambda fh: np.savez(fh, key=key, content=content, **named))
+    except (OSError, ResultWriteError) as err:
         warnings.warn(
             f"mnist1d: could not cache the generated arrays in {path.parent} ({err}); they are "
             "generated again by every process",
             RuntimeWarning,
             stacklevel=3,
         )
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def load_mnist1d(data_dir: str | Path, num_samples: int) -> Mnist1dArrays:
