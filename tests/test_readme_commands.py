@@ -314,9 +314,9 @@ def reproduce_preset(args: list[str]) -> str:
     return preset
 
 
-def preset_config(preset: str) -> Mapping[str, Any]:
+def preset_config(preset: str, *overrides: str) -> Mapping[str, Any]:
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        return compose(config_name="config", overrides=[f"experiment={preset}"])
+        return compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
 
 
 def small_reproduction(args: list[str], out: Path, policies: str | None) -> list[str]:
@@ -330,6 +330,8 @@ def small_reproduction(args: list[str], out: Path, policies: str | None) -> list
 def digits_reproductions(inprocess: bool) -> list[Any]:
     params = []
     for args in reproduce_commands():
+        if any(a.startswith("launcher.ray-address=") for a in args):
+            continue  # a cluster's command: test_ray_cluster.py runs the recipe as written
         preset = reproduce_preset(args)
         cfg = preset_config(preset)
         if cfg.run.get("dataset", "digits") != "digits":
@@ -357,7 +359,8 @@ def test_reproduce_digits_inprocess_command_runs(args: list[str], tmp_path: Path
         small += ["run.channel.deadline-s=1.0"]
     proc = run("reproduce", *small)
     assert proc.returncode == 0, output(proc)
-    cfg = preset_config(reproduce_preset(args))
+    sweep = [a for a in small if a.startswith("sweep.")]
+    cfg = preset_config(reproduce_preset(args), *sweep)  # with the command's own sweep
     points = 1
     for values in cfg.sweep.values():
         points *= len(values)
@@ -385,6 +388,8 @@ def test_reproduce_digits_flwr_command_runs(args: list[str], tmp_path: Path) -> 
 def mnist1d_reproductions() -> list[Any]:
     params = []
     for args in reproduce_commands():
+        if any(a.startswith("launcher.ray-address=") for a in args):
+            continue  # a cluster's command: test_ray_cluster.py runs the recipe as written
         preset = reproduce_preset(args)
         if preset_config(preset).run.get("dataset") == "mnist1d":
             marks = [] if args == ["experiment=mnist1d_local_steps"] else [pytest.mark.slow]
