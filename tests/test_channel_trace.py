@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from run_results import lines, same_model
 from scipy.optimize import brentq
 from subprocesses import FEDCGD
 
@@ -173,21 +174,9 @@ def record_run_trace(path: Path, settings: dict[str, Any], num_rounds: int) -> C
     return record_cell_trace(path, Cell(config.cell, np.random.default_rng(cell_seed)), num_rounds)
 
 
-def metrics(result_dir: Path) -> list[dict[str, Any]]:
-    text = (result_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in text]
-
-
 def channel_columns(result_dir: Path) -> list[tuple[Any, ...]]:
     keep = ("round", "num_available", "num_feasible", "scheduled", "bandwidth_used_hz", "wemd")
-    return [tuple(line[k] for k in keep) for line in metrics(result_dir)]
-
-
-def model_bytes(result_dir: Path) -> dict[str, bytes]:
-    import torch
-
-    state = torch.load(result_dir / "model.pt")
-    return {name: tensor.cpu().numpy().tobytes() for name, tensor in state.items()}
+    return [tuple(line[k] for k in keep) for line in lines(result_dir)]
 
 
 @pytest.fixture
@@ -210,8 +199,8 @@ def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
     run_inprocess(run_settings(replayed, policy=policy, **{"channel.trace": str(trace_path)}))
 
     assert channel_columns(replayed) == channel_columns(simulated)
-    assert sum(line["num_scheduled"] for line in metrics(simulated)) > 0
-    assert model_bytes(replayed) == model_bytes(simulated)
+    assert sum(line["num_scheduled"] for line in lines(simulated)) > 0
+    assert same_model(replayed, simulated)
     recorded = json.loads((replayed / "config.json").read_text())
     assert recorded["channel_trace"] == str(trace_path)
 
@@ -233,14 +222,14 @@ def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
     run_inprocess(run_settings(whole, **settings, **{"num-server-rounds": 4}))
     part = outside / "part"
     run_inprocess(run_settings(part, **settings, **{"num-server-rounds": 2}))
-    assert [line["round"] for line in metrics(part)] == [1, 2]
+    assert [line["round"] for line in lines(part)] == [1, 2]
     run_inprocess(
         run_settings(part, **settings, **{"num-server-rounds": 4, "resume-from": str(part)})
     )
 
     assert channel_columns(part) == channel_columns(whole)
-    assert model_bytes(part) == model_bytes(whole)
-    for line in metrics(whole):
+    assert same_model(part, whole)
+    for line in lines(whole):
         rows = set(range(3)) if line["round"] <= 2 else set(range(3, 6))
         assert line["scheduled"] and set(line["scheduled"]) <= rows, line
 
@@ -375,21 +364,20 @@ def test_a_trace_that_is_not_a_string_is_refused():
         validated_run_config({"channel.trace": 3})
 
 
-def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
+def test_the_launcher_refuses_a_missing_trace_with_exit_code_2(outside):
+    """(``inprocess``: the "missing" case above; its process's exit code: test_folder_locks.)"""
     missing = outside / "nowhere" / "trace.npz"
     run_config = f"num-devices=6 num-server-rounds=2 channel.trace='{missing}'"
-    for command in ("run", "inprocess"):
-        proc = subprocess.run(
-            [FEDCGD, command, "--run-config", run_config, "--out", str(outside)],
-            cwd=PROJECT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "'channel.trace'" in lines[0] and str(missing) in lines[0]
-        assert "no such file" in lines[0]
+    proc = subprocess.run(
+        [FEDCGD, "run", "--run-config", run_config, "--out", str(outside)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'channel.trace'" in line and str(missing) in line and "no such file" in line
     assert sorted(p.name for p in outside.iterdir()) == []
 
 
@@ -440,5 +428,5 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     status = json.loads((launched / "status.json").read_text())
     assert status["state"] == "completed", status
-    assert [line["round"] for line in metrics(launched)] == [1, 2]
+    assert [line["round"] for line in lines(launched)] == [1, 2]
     assert channel_columns(launched) == channel_columns(simulated)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_results import lines
 from subprocesses import (
     FEDCGD,
     assert_import_pulls_neither_flwr_nor_torch,
@@ -101,10 +102,6 @@ def inprocess(**values: object) -> subprocess.Popen[str]:
     return start("inprocess", "--run-config", format_run_config({**SMALL, **values}))
 
 
-def rounds(folder: Path) -> list[int]:
-    return [json.loads(x)["round"] for x in (folder / METRICS_FILE).read_text().splitlines()]
-
-
 def stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -125,7 +122,7 @@ def test_two_runs_started_together_into_one_folder_one_is_refused_naming_the_oth
     assert len(err) == 1 and err[0].startswith("error: run-config key 'result-dir'"), err
     # The refused one names the other's PID (or, when it came after the end, the used folder).
     assert f"process {runs[winner].pid} " in err[0] or "already holds" in err[0], err
-    assert rounds(folder) == [1, 2, 3, 4]  # one run's lines, once each
+    assert [x["round"] for x in lines(folder)] == [1, 2, 3, 4]  # one run's lines, once each
     seed = json.loads((folder / "config.json").read_text())["task"]["seed"]
     assert seed == (1, 2)[winner]
     assert json.loads((folder / "status.json").read_text())["state"] == "completed"
@@ -201,7 +198,7 @@ def test_default_folders_of_runs_started_together_never_collide(tmp_path):
         assert proc.returncode == 0, err
     folders = sorted(out.iterdir())
     assert len(folders) == 3
-    assert all(rounds(f) == [1] for f in folders)
+    assert all([x["round"] for x in lines(f)] == [1] for f in folders)
 
 
 def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path, monkeypatch):

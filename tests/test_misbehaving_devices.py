@@ -12,7 +12,6 @@ rules of :mod:`fedcgd_strategy.screening`, by hand.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch
 from fake_grid import app_grid, make_contexts
 from flwr.app import Message, MetricRecord, RecordDict
 from misbehaving import FAULTS, misbehaving, silent_like
+from run_results import lines
 from task_settings import all_available_run
 
 from fedcgd_strategy.aggregation import fedavg
@@ -35,7 +35,7 @@ from fedcgd_strategy.screening import (
 )
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE, MODEL_FILE
+from run_files.results import MODEL_FILE
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 
@@ -69,14 +69,21 @@ def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]
     run_config |= {**overrides, "result-dir": str(tmp_path / name)}
     grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap)
     run_federation(grid, parse_run_config(run_config))
-    out = tmp_path / name
-    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
-    return lines, torch.load(out / MODEL_FILE)
+    return lines(tmp_path / name), torch.load(tmp_path / name / MODEL_FILE)
+
+
+def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
+    """The run in which the faulty device answers nothing where the fault would corrupt.
+
+    ``silent_like`` reads only the fault's message kinds: faults of the same kinds share a run.
+    """
+    return silent_run(
+        tmp_root, policy, next(f for f in FAULTS if FAULTS[f].kinds == FAULTS[fault].kinds)
+    )
 
 
 @functools.cache
-def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
-    """The run in which the faulty device answers nothing where the fault would corrupt."""
+def silent_run(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
     return run(
         Path(tmp_root), f"oracle-{policy}-{fault}", lambda app: silent_like(app, fault, FAULTY),
         policy=policy,
@@ -317,10 +324,10 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
         workdir=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
-    assert [x["round"] for x in lines] == [1, 2, 3]
-    asked = [x for x in lines if FAULTY in x["scheduled"]]
-    assert asked, [x["scheduled"] for x in lines]
+    written = lines(out)
+    assert [x["round"] for x in written] == [1, 2, 3]
+    asked = [x for x in written if FAULTY in x["scheduled"]]
+    assert asked, [x["scheduled"] for x in written]
     for line in asked:
         assert FAULTY not in line["uploaded"]
         assert "update norm" in line["failed_reasons"][str(FAULTY)]
