@@ -1,15 +1,9 @@
 """Run-config ``aggregator``: Flower's own strategies combine the scheduled uploads.
 
-* Each aggregator's global model equals what Flower's strategy, run directly on the replies
-  the devices sent (its own ``configure_train`` and ``aggregate_train``, as its ``start`` loop
-  calls them), makes of them: bit for bit, over two rounds (the stateful ones too).
-* The default (``aggregator = ""``) is the scheduler's FedAvg on exactly the uploaded replies.
-* Bad ``aggregator`` / ``aggregator-params`` are refused before the start in one line (numbers
-  out of range and of another type: tests/test_aggregator_params.py).
-* A round with fewer uploads than the aggregator needs keeps the model and says so.
-* A resumed run with a stateful aggregator equals the uninterrupted one.
-* Under a sign-flip ×5 attack (:mod:`misbehaving`), each robust aggregator keeps the model
-  accurate where the scheduler's FedAvg does not.
+Each equals Flower's strategy run directly on the same replies, bit for bit; the default is the
+scheduler's FedAvg; bad settings are refused before the start (ranges:
+test_aggregator_params.py); too few uploads keep the model; resumes are exact; robust rules
+withstand a sign-flip attack (:mod:`misbehaving`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A full disk (or another I/O error) while a run writes: one line, a true status, no leftovers.
 
-The disk fills by injection: ``os.write``, ``os.fsync`` and ``os.replace`` raise
-``OSError(ENOSPC)`` for the files of the result folder once a condition holds (every file the
-app writes goes through one of them: appended lines through ``os.write``, whole files through
-the rename of their temporary file, durable ones through ``fsync`` before it). The runs
-checkpoint after every round, so a failure in round k leaves the checkpoint of round k - 1.
-The slow test at the end fills a real tmpfs (root only).
+``os.write``/``fsync``/``replace`` raise ``OSError(ENOSPC)`` for the result folder's files once
+a condition holds; runs checkpoint every round. The slow test fills a real tmpfs (root only).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Run-config ``aggregator``: Flower's server-side differential privacy over the scheduled uploads.
 
-* A run with ``DifferentialPrivacyServerSide{Fixed,Adaptive}Clipping`` equals Flower's wrapper
-  run directly on the replies the devices sent (uniform weights, its noise drawn with numpy's
-  global generator seeded as the run seeds it), bit for bit, over three rounds.
-* With noise multiplier 0 the aggregate is the plain mean of the clipped updates, computed by
-  hand; the adaptive clipping norm moves as Andrew et al.'s geometric rule says and settles at
-  the target quantile of the update norms (Flower 1.42's own rule, whose sign is reversed,
-  drives it to zero: the one step replaced, see fedcgd_strategy/flower/aggregator_params.py).
-* The noise depends on the run's seed and the round only, and numpy's global generator is left
-  as it was; two runs with the same seed are equal, and cohort execution changes nothing.
-* Bad ``aggregator-params`` for a DP wrapper are refused before the start in one line (its
-  numbers out of range: tests/test_aggregator_params.py).
-
-(The resume of a run with adaptive clipping is in tests/test_aggregators.py, with the other
-stateful aggregators.)
+Each wrapper equals Flower's run directly (adaptive clipping with Andrew et al.'s rule, which
+Flower 1.42 reverses: fedcgd_strategy/flower/aggregator_params.py); hand-computed clipped means,
+noise and clipping norms; the noise depends on the seed and round only. (Resume: test_aggregators.)
 """
 
 from __future__ import annotations

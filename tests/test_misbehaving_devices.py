@@ -1,12 +1,8 @@
 """One misbehaving device among six cannot crash or poison a run (real ClientApp, in process).
 
-For every fault of a reply's values (:data:`REPLY_FAULTS`, faults of :mod:`misbehaving`) under
-the policies ``all`` and ``fedcgd-fscd``: the run finishes, the faulty device never uploads, is
-listed as failed with a one-line reason in every round in which it was scheduled, and the final
-model is finite float32 and equal to the oracle's: the same run in which that device sends
-nothing instead of the corrupted replies (``silent_like``: a timeout, as a silent node of
-``FakeGrid``). A node that claims another partition, or raises, is as if absent. Plus the pure
-rules of :mod:`fedcgd_strategy.screening`, by hand.
+For each fault of a reply's values under ``all`` and ``fedcgd-fscd``: the run finishes, the
+device never uploads and is failed with a one-line reason, and the model equals the oracle's
+(the device silent instead, :func:`misbehaving.silent_like`). Plus the screening rules by hand.
 """
 
 from __future__ import annotations
