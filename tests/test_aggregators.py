@@ -407,7 +407,7 @@ def test_readme_inprocess_aggregator_command_runs(tmp_path, aggregator, params):
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):
-    small = ["--rounds", "2", "--policies", "all", "--aggregators", "FedAvg,Krum"]
+    small = ["--rounds", "1", "--policies", "all", "--aggregators", "FedAvg,Krum"]
     run_readme_attack_sweep(
         ".venv/bin/python tests/attack_sweep.py --seeds", tmp_path, *small, "--attackers", "0,1"
     )

@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -242,65 +243,6 @@ def good_trace(path: Path, rounds: int = 3, devices: int = 6) -> Path:
     return path
 
 
-def bad_file(folder: Path, kind: str) -> tuple[str, str]:
-    """A ``channel.trace`` value of the given kind and a phrase its error must contain."""
-    trace = folder / f"{kind}.npz"
-    ones, gains = np.ones((3, 6), dtype=bool), np.full((3, 6), 1e-10)
-    if kind == "relative":
-        return "trace.npz", "must be an absolute path"
-    if kind == "missing":
-        return str(trace), "no such file"
-    if kind == "folder":
-        trace.mkdir()
-        return str(trace), "is not a file"
-    if kind == "text":
-        trace.write_text("available,gain_lin\n1,1e-10\n")
-        return str(trace), "is not an .npz archive"
-    if kind == "npy":
-        with open(trace, "wb") as handle:
-            np.save(handle, gains)
-        return str(trace), "single .npy array"
-    if kind == "extra-array":
-        np.savez(trace, available=ones, gain_lin=gains, los=ones)
-        return str(trace), "['available', 'gain_lin', 'los']"
-    if kind == "huge-header":  # 10^7 x 10^7 declared in a file of a few hundred bytes
-        header_only(trace, (10**7, 10**7))
-        return str(trace), "more than 536870912 bytes"
-    if kind == "inflating":  # 20,000 x 20,000 (3.6 GB once read), data absent
-        header_only(trace, (20_000, 20_000))
-        return str(trace), "(3600000000 bytes once read)"
-    if kind == "other-devices-unread":  # V = 7 declared, data truncated: refused unread
-        header_only(trace, (3, 7))
-        return str(trace), "V = 7 devices"
-    if kind == "missing-array":
-        np.savez(trace, available=ones)
-        return str(trace), "holds the arrays ['available']"
-    if kind == "object-array":
-        np.savez(trace, available=ones, gain_lin=gains.astype(object))
-        return str(trace), "holds Python objects"
-    if kind == "int-available":
-        np.savez(trace, available=ones.astype(np.int8), gain_lin=gains)
-        return str(trace), "available has dtype int8; must be bool"
-    if kind == "one-dimensional":
-        np.savez(trace, available=ones[0], gain_lin=gains[0])
-        return str(trace), "shape (6,); must be 2-D [R, V]"
-    if kind == "nan-gain":
-        gains[2, 4] = np.nan
-        np.savez(trace, available=ones, gain_lin=gains)
-        return str(trace), "gain_lin[2, 4] = nan"
-    if kind == "negative-gain":
-        gains[0, 1] = -1e-12
-        np.savez(trace, available=ones, gain_lin=gains)
-        return str(trace), "must be finite and >= 0"
-    if kind == "other-devices":
-        good_trace(trace, devices=5)
-        return str(trace), "V = 5 devices (columns of available and gain_lin); must equal num-devi"
-    if kind == "too-few-rounds":
-        good_trace(trace, rounds=2)
-        return str(trace), "R = 2 rounds (rows); must be >= num-server-rounds = 3"
-    raise AssertionError(kind)
-
-
 def header_only(trace: Path, shape: tuple[int, int]) -> None:
     """An .npz whose two arrays declare ``shape`` in their headers but hold no data."""
     with zipfile.ZipFile(trace, "w") as archive:
@@ -311,33 +253,64 @@ def header_only(trace: Path, shape: tuple[int, int]) -> None:
             archive.writestr(f"{name}.npy", member.getvalue())
 
 
-BAD_KINDS = [
-    "huge-header",
-    "inflating",
-    "other-devices-unread",
-    "relative",
-    "missing",
-    "folder",
-    "text",
-    "npy",
-    "extra-array",
-    "missing-array",
-    "object-array",
-    "int-available",
-    "one-dimensional",
-    "nan-gain",
-    "negative-gain",
-    "other-devices",
-    "too-few-rounds",
-]
+def savez(**arrays: np.ndarray) -> Callable[[Path], None]:
+    return lambda path: np.savez(path, **arrays)
 
 
-@pytest.mark.parametrize("kind", BAD_KINDS)
+def gains(at: tuple[int, int] = (0, 0), value: float = 1e-10) -> np.ndarray:
+    """Feasible gains of 3 rounds x 6 devices, ``value`` at ``at``."""
+    out = np.full((3, 6), 1e-10)
+    out[at] = value
+    return out
+
+
+def npy(path: Path) -> None:
+    with open(path, "wb") as handle:
+        np.save(handle, gains())
+
+
+ONES = np.ones((3, 6), dtype=bool)
+#: kind -> (what makes the file at its path; None: the value is the relative "trace.npz", a
+#: phrase the one-line error must contain)
+BAD: dict[str, tuple[Callable[[Path], object] | None, str]] = {
+    # 10^7 x 10^7 declared in a file of a few hundred bytes; 20,000 x 20,000 (3.6 GB) with the
+    # data absent; V = 7 declared, data truncated: each refused unread
+    "huge-header": (lambda t: header_only(t, (10**7, 10**7)), "more than 536870912 bytes"),
+    "inflating": (lambda t: header_only(t, (20_000, 20_000)), "(3600000000 bytes once read)"),
+    "other-devices-unread": (lambda t: header_only(t, (3, 7)), "V = 7 devices"),
+    "relative": (None, "must be an absolute path"),
+    "missing": (lambda t: None, "no such file"),
+    "folder": (Path.mkdir, "is not a file"),
+    "text": (lambda t: t.write_text("available,gain_lin\n1,1e-10\n"), "is not an .npz archive"),
+    "npy": (npy, "single .npy array"),
+    "extra-array": (savez(available=ONES, gain_lin=gains(), los=ONES),
+                    "['available', 'gain_lin', 'los']"),
+    "missing-array": (savez(available=ONES), "holds the arrays ['available']"),
+    "object-array": (savez(available=ONES, gain_lin=gains().astype(object)),
+                     "holds Python objects"),
+    "int-available": (savez(available=ONES.astype(np.int8), gain_lin=gains()),
+                      "available has dtype int8; must be bool"),
+    "one-dimensional": (savez(available=ONES[0], gain_lin=gains()[0]),
+                        "shape (6,); must be 2-D [R, V]"),
+    "nan-gain": (savez(available=ONES, gain_lin=gains((2, 4), np.nan)), "gain_lin[2, 4] = nan"),
+    "negative-gain": (savez(available=ONES, gain_lin=gains((0, 1), -1e-12)),
+                      "must be finite and >= 0"),
+    "other-devices": (lambda t: good_trace(t, devices=5),
+                      "V = 5 devices (columns of available and gain_lin); must equal num-devi"),
+    "too-few-rounds": (lambda t: good_trace(t, rounds=2),
+                       "R = 2 rounds (rows); must be >= num-server-rounds = 3"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", BAD)
 def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, kind):
     from experiments.cli import invoke
     from experiments.run.run_config import format_run_config
 
-    value, phrase = bad_file(outside, kind)
+    make, phrase = BAD[kind]
+    value = "trace.npz" if make is None else str(outside / f"{kind}.npz")
+    if make is not None:
+        make(outside / f"{kind}.npz")
     out = outside / "out"
     settings = {
         "num-devices": 6,
