@@ -26,6 +26,7 @@ from subprocesses import (
     wait_for,
 )
 
+from experiments.cli import invoke
 from experiments.run.preflight import claim_run
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
@@ -160,16 +161,26 @@ def test_a_comparison_into_a_live_out_is_refused_naming_its_pid(tmp_path):
         stop(first)
 
 
-def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path):
+def refused_here(capsys, monkeypatch, **values: object) -> str:
+    """The one error line of ``fedcgd inprocess`` with ``values``, run in this process (its
+    locks' bookkeeping in the environment put back after), which must exit with 2."""
+    monkeypatch.delenv(OWNERS_ENV, raising=False)
+    code = invoke(["inprocess", "--run-config", format_run_config({**SMALL, **values})])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, line
+    return line
+
+
+def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, monkeypatch):
     # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
     folder = tmp_path / "run"
     folder.mkdir()
     lock = "lock = take_lock(folder, WRITER_LOCK_FILE, 'k', shared=False)"
     with holding_lock(folder, lock) as holder:
-        run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 1})
-        _, err = run.communicate(timeout=300)
-        assert run.returncode == 2, err
-        assert f"written by process {holder.pid} " in err and err.count("\n") == 1, err
+        line = refused_here(
+            capsys, monkeypatch, **{"result-dir": str(folder), "num-server-rounds": 1}
+        )
+        assert f"written by process {holder.pid} " in line, line
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
 
 
@@ -221,7 +232,9 @@ def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path,
 
 
 @pytest.mark.parametrize("link", ["inside", "the folder"])
-def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(tmp_path, link):
+def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(
+    tmp_path, capsys, monkeypatch, link
+):
     victim, real = tmp_path / "victim.txt", tmp_path / "real"
     victim.write_text("precious")
     real.mkdir()
@@ -230,11 +243,10 @@ def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(tmp_p
     folder = real if link == "inside" else tmp_path / "link"
     if link != "inside":
         folder.symlink_to(real)
-    run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1})
-    _, err = run.communicate(timeout=300)
-    assert run.returncode == 2 and err.count("\n") == 1, err
+    values = {"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
+    line = refused_here(capsys, monkeypatch, **values)
     says = "holds a symbolic link ('checkpoint.tmp'" if link == "inside" else "is a symbolic link"
-    assert says in err, err
+    assert says in line, line
     assert victim.read_text() == "precious"
     assert sorted(p.name for p in real.iterdir()) == ["checkpoint.tmp", "model.tmp"]
 
