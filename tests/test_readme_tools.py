@@ -121,14 +121,15 @@ def test_readme_tool_command_runs(command: str, args: list[str], tmp_path: Path)
 
 @pytest.mark.parametrize("command", ["bench scale", "bench inprocess"])
 def test_a_compare_with_that_is_no_checkout_is_refused_before_anything_runs(
-    command: str, tmp_path: Path
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from experiments.cli import invoke
+
     (tmp_path / "experiments").mkdir()  # a folder, not a checkout of this project
     out = tmp_path / "out"
-    proc = run_command(command, "--compare-with", str(tmp_path), "--out", str(out), timeout=120)
-    assert proc.returncode == 2, output(proc)
-    assert f"--compare-with {tmp_path}: not a checkout of this project" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert invoke([*command.split(), "--compare-with", str(tmp_path), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--compare-with {tmp_path}: not a checkout of this project" in line
     assert not out.exists()
 
 
