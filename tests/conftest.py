@@ -30,7 +30,7 @@ LONGEST_FIRST = (
     "test_channel_trace.py::test_the_launcher_refuses_a_missing_trace_with_exit_code_2",
     "test_extension_points.py::test_all_four_run_in_process_named_in_the_run_config_alone",
     "test_aggregators.py::test_readme_attack_sweep_command_runs",
-    "test_aggregators.py::test_readme_inprocess_aggregator_command_runs",
+    "test_aggregators.py::test_readme_inprocess_aggregator_commands_run",
     "test_clean_stops.py::test_a_signal_inside_a_write_stops_the_run_cleanly",
     "test_kill9.py::test_a_killed_in_process_run_with_default_settings_resumes_exactly",
     "test_resume_command.py::test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly",

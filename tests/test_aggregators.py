@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from command_batch import in_one_process
 from fake_grid import app_grid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import strategy as flower_strategies
@@ -374,36 +375,36 @@ def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
     return words
 
 
-def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
-    """Run the README's in-process command with ``aggregator``, ``--out out``; its run folder.
+def test_readme_inprocess_aggregator_commands_run(tmp_path):
+    """Both README commands (Krum, DP fixed clipping) in one child process (command_batch.py).
 
     8 devices, each uploading every round (as the documented 40 give Krum its 2 f + 3 = 5
     uploads; with 8 and FedCGD-FSCD most rounds have fewer, and the run fails)."""
-    words = readme_command(f".venv/bin/fedcgd inprocess --run-config \"aggregator='{aggregator}'")
-    at = words.index("--run-config") + 1
-    words[at] += " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
-    run_as_written(*words, "--out", str(out))
-    (folder,) = [p for p in out.iterdir() if p.is_dir()]
-    return folder
-
-
-@pytest.mark.parametrize(
-    ("aggregator", "params"),
-    [
-        ("Krum", {"num-malicious-nodes": 1}),
-        (
-            "DifferentialPrivacyServerSideFixedClipping",
-            {"noise-multiplier": 0.3, "clipping-norm": 0.5},
-        ),
-    ],
-    ids=["Krum", "DP-fixed"],
-)
-def test_readme_inprocess_aggregator_command_runs(tmp_path, aggregator, params):
-    folder = run_readme_inprocess_command(aggregator, tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    assert config["aggregator"] == aggregator and config["aggregator_params"] == params
-    written = lines(folder)
-    assert len(written) == 3 and not any(x["model_kept"] for x in written)
+    expected = {
+        "Krum": {"num-malicious-nodes": 1},
+        "DifferentialPrivacyServerSideFixedClipping": {
+            "noise-multiplier": 0.3,
+            "clipping-norm": 0.5,
+        },
+    }
+    argvs = []
+    for aggregator in expected:
+        words = readme_command(
+            f".venv/bin/fedcgd inprocess --run-config \"aggregator='{aggregator}'"
+        )
+        at = words.index("--run-config") + 1
+        words[at] += (
+            " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
+        )
+        argvs.append([*words[1:], "--out", str(tmp_path / aggregator)])
+    for done in in_one_process(argvs):
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for aggregator, params in expected.items():
+        (folder,) = [p for p in (tmp_path / aggregator).iterdir() if p.is_dir()]
+        config = json.loads((folder / "config.json").read_text())
+        assert config["aggregator"] == aggregator and config["aggregator_params"] == params
+        written = lines(folder)
+        assert len(written) == 3 and not any(x["model_kept"] for x in written)
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):
