@@ -1,13 +1,9 @@
-"""Every aggregator and DP parameter is checked before the start; a run that cannot aggregate fails.
+"""Aggregator and DP parameters are checked before the start; a run that cannot aggregate fails.
 
-* Each parameter of Flower's strategies and server-side DP wrappers is refused outside the range
-  its docs or source give (finite, signs, [0, 1) for β's, f >= 0, ...), in one line naming
-  ``aggregator-params.<key>``, the value and the range; the edges of each range are accepted.
-* Two spellings of one parameter (kebab and snake case) are refused.
-* A run whose aggregation failed in more than half of its rounds with uploads ends ``failed``,
-  exit 1, with one line saying why, and a comparison leaves it out of its tables.
-* ``config.json`` holds the resolved parameters, Flower's defaults filled in (compared with
-  the defaults of Flower's constructors, read with :mod:`inspect`).
+Out-of-range values (and two spellings of one key) are refused in one line naming
+``aggregator-params.<key>``, the value and the range, edges accepted; a run whose aggregation
+failed in more than half of its rounds with uploads ends ``failed``; ``config.json`` holds the
+resolved parameters (Flower's defaults read with :mod:`inspect`).
 """
 
 from __future__ import annotations

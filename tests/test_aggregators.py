@@ -1,15 +1,9 @@
 """Run-config ``aggregator``: Flower's own strategies combine the scheduled uploads.
 
-* Each aggregator's global model equals what Flower's strategy, run directly on the replies
-  the devices sent (its own ``configure_train`` and ``aggregate_train``, as its ``start`` loop
-  calls them), makes of them: bit for bit, over two rounds (the stateful ones too).
-* The default (``aggregator = ""``) is the scheduler's FedAvg on exactly the uploaded replies.
-* Bad ``aggregator`` / ``aggregator-params`` are refused before the start in one line (numbers
-  out of range and of another type: tests/test_aggregator_params.py).
-* A round with fewer uploads than the aggregator needs keeps the model and says so.
-* A resumed run with a stateful aggregator equals the uninterrupted one.
-* Under a sign-flip ×5 attack (:mod:`misbehaving`), each robust aggregator keeps the model
-  accurate where the scheduler's FedAvg does not.
+Each equals Flower's strategy run directly on the same replies, bit for bit; the default is the
+scheduler's FedAvg; bad settings are refused before the start (ranges:
+test_aggregator_params.py); too few uploads keep the model; resumes are exact; robust rules
+withstand a sign-flip attack (:mod:`misbehaving`).
 """
 
 from __future__ import annotations
@@ -27,10 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from command_batch import in_one_process
 from fake_grid import app_grid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import strategy as flower_strategies
 from misbehaving import misbehaving
+from run_results import assert_same_run, lines
 from subprocesses import FEDCGD
 from task_settings import checkpointed_run_config
 
@@ -46,7 +42,7 @@ from fedcgd_strategy.flower.aggregators import (
 )
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE, MODEL_FILE
+from run_files.results import MODEL_FILE
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
 from server_app.config import fold_policy_params, parse_run_config
@@ -91,8 +87,7 @@ def run(
     config = fold_policy_params(config) | {"result-dir": str(result_dir)}
     grid = app_grid(make_contexts(NODES, config, V), wrap=wrap)
     run_federation(grid, parse_run_config(config))
-    lines = [json.loads(x) for x in (result_dir / METRICS_FILE).read_text().splitlines()]
-    return lines, torch.load(result_dir / MODEL_FILE)
+    return lines(result_dir), torch.load(result_dir / MODEL_FILE)
 
 
 def initial_model(tmp_path: Path) -> dict[str, np.ndarray]:
@@ -295,22 +290,14 @@ def test_a_resumed_run_with_a_stateful_aggregator_equals_the_uninterrupted_one(
         return checkpointed_run_config(result_dir, **(overrides | changes))
 
     whole, part = tmp_path / "whole", tmp_path / "part"
-    run_inprocess(config(whole, 6))
-    run_inprocess(config(part, 3))
+    run_inprocess(config(whole, 4))
+    run_inprocess(config(part, 2))
     state = load_checkpoint(part).aggregator_state  # the state went into the checkpoint
     assert state
     if "clipping_norm" in state:  # it moved: resuming from the initial one would differ
         assert state["clipping_norm"] != ADAPTIVE_DP["initial-clipping-norm"]
-    run_inprocess(config(part, 6, **{"resume-from": str(part)}))
-    a, b = torch.load(whole / MODEL_FILE), torch.load(part / MODEL_FILE)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    keep = ("round", "accuracy", "uploaded", "wemd")
-
-    def comparable(folder: Path) -> list:
-        text = (folder / METRICS_FILE).read_text().splitlines()
-        return [[json.loads(x)[k] for k in keep] for x in text]
-
-    assert comparable(part) == comparable(whole)
+    run_inprocess(config(part, 4, **{"resume-from": str(part)}))
+    assert_same_run(part, whole, rounds=4)
 
 
 ATTACK_ROUNDS = 12
@@ -388,40 +375,40 @@ def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
     return words
 
 
-def run_readme_inprocess_command(aggregator: str, out: Path) -> Path:
-    """Run the README's in-process command with ``aggregator``, ``--out out``; its run folder.
+def test_readme_inprocess_aggregator_commands_run(tmp_path):
+    """Both README commands (Krum, DP fixed clipping) in one child process (command_batch.py).
 
     8 devices, each uploading every round (as the documented 40 give Krum its 2 f + 3 = 5
     uploads; with 8 and FedCGD-FSCD most rounds have fewer, and the run fails)."""
-    words = readme_command(f".venv/bin/fedcgd inprocess --run-config \"aggregator='{aggregator}'")
-    at = words.index("--run-config") + 1
-    words[at] += " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
-    run_as_written(*words, "--out", str(out))
-    (folder,) = [p for p in out.iterdir() if p.is_dir()]
-    return folder
-
-
-@pytest.mark.parametrize(
-    ("aggregator", "params"),
-    [
-        ("Krum", {"num-malicious-nodes": 1}),
-        (
-            "DifferentialPrivacyServerSideFixedClipping",
-            {"noise-multiplier": 0.3, "clipping-norm": 0.5},
-        ),
-    ],
-    ids=["Krum", "DP-fixed"],
-)
-def test_readme_inprocess_aggregator_command_runs(tmp_path, aggregator, params):
-    folder = run_readme_inprocess_command(aggregator, tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    assert config["aggregator"] == aggregator and config["aggregator_params"] == params
-    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
-    assert len(lines) == 3 and not any(x["model_kept"] for x in lines)
+    expected = {
+        "Krum": {"num-malicious-nodes": 1},
+        "DifferentialPrivacyServerSideFixedClipping": {
+            "noise-multiplier": 0.3,
+            "clipping-norm": 0.5,
+        },
+    }
+    argvs = []
+    for aggregator in expected:
+        words = readme_command(
+            f".venv/bin/fedcgd inprocess --run-config \"aggregator='{aggregator}'"
+        )
+        at = words.index("--run-config") + 1
+        words[at] += (
+            " num-devices=8 policy='all' channel.availability-prob=1.0 channel.deadline-s=10.0"
+        )
+        argvs.append([*words[1:], "--out", str(tmp_path / aggregator)])
+    for done in in_one_process(argvs):
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for aggregator, params in expected.items():
+        (folder,) = [p for p in (tmp_path / aggregator).iterdir() if p.is_dir()]
+        config = json.loads((folder / "config.json").read_text())
+        assert config["aggregator"] == aggregator and config["aggregator_params"] == params
+        written = lines(folder)
+        assert len(written) == 3 and not any(x["model_kept"] for x in written)
 
 
 def test_readme_attack_sweep_command_runs(tmp_path):
-    small = ["--rounds", "2", "--policies", "all", "--aggregators", "FedAvg,Krum"]
+    small = ["--rounds", "1", "--policies", "all", "--aggregators", "FedAvg,Krum"]
     run_readme_attack_sweep(
         ".venv/bin/python tests/attack_sweep.py --seeds", tmp_path, *small, "--attackers", "0,1"
     )

@@ -11,11 +11,13 @@ import json
 import math
 import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from run_results import lines, same_model
 from scipy.optimize import brentq
 from subprocesses import FEDCGD
 
@@ -173,21 +175,9 @@ def record_run_trace(path: Path, settings: dict[str, Any], num_rounds: int) -> C
     return record_cell_trace(path, Cell(config.cell, np.random.default_rng(cell_seed)), num_rounds)
 
 
-def metrics(result_dir: Path) -> list[dict[str, Any]]:
-    text = (result_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in text]
-
-
 def channel_columns(result_dir: Path) -> list[tuple[Any, ...]]:
     keep = ("round", "num_available", "num_feasible", "scheduled", "bandwidth_used_hz", "wemd")
-    return [tuple(line[k] for k in keep) for line in metrics(result_dir)]
-
-
-def model_bytes(result_dir: Path) -> dict[str, bytes]:
-    import torch
-
-    state = torch.load(result_dir / "model.pt")
-    return {name: tensor.cpu().numpy().tobytes() for name, tensor in state.items()}
+    return [tuple(line[k] for k in keep) for line in lines(result_dir)]
 
 
 @pytest.fixture
@@ -210,8 +200,8 @@ def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
     run_inprocess(run_settings(replayed, policy=policy, **{"channel.trace": str(trace_path)}))
 
     assert channel_columns(replayed) == channel_columns(simulated)
-    assert sum(line["num_scheduled"] for line in metrics(simulated)) > 0
-    assert model_bytes(replayed) == model_bytes(simulated)
+    assert sum(line["num_scheduled"] for line in lines(simulated)) > 0
+    assert same_model(replayed, simulated)
     recorded = json.loads((replayed / "config.json").read_text())
     assert recorded["channel_trace"] == str(trace_path)
 
@@ -233,14 +223,14 @@ def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
     run_inprocess(run_settings(whole, **settings, **{"num-server-rounds": 4}))
     part = outside / "part"
     run_inprocess(run_settings(part, **settings, **{"num-server-rounds": 2}))
-    assert [line["round"] for line in metrics(part)] == [1, 2]
+    assert [line["round"] for line in lines(part)] == [1, 2]
     run_inprocess(
         run_settings(part, **settings, **{"num-server-rounds": 4, "resume-from": str(part)})
     )
 
     assert channel_columns(part) == channel_columns(whole)
-    assert model_bytes(part) == model_bytes(whole)
-    for line in metrics(whole):
+    assert same_model(part, whole)
+    for line in lines(whole):
         rows = set(range(3)) if line["round"] <= 2 else set(range(3, 6))
         assert line["scheduled"] and set(line["scheduled"]) <= rows, line
 
@@ -253,65 +243,6 @@ def good_trace(path: Path, rounds: int = 3, devices: int = 6) -> Path:
     return path
 
 
-def bad_file(folder: Path, kind: str) -> tuple[str, str]:
-    """A ``channel.trace`` value of the given kind and a phrase its error must contain."""
-    trace = folder / f"{kind}.npz"
-    ones, gains = np.ones((3, 6), dtype=bool), np.full((3, 6), 1e-10)
-    if kind == "relative":
-        return "trace.npz", "must be an absolute path"
-    if kind == "missing":
-        return str(trace), "no such file"
-    if kind == "folder":
-        trace.mkdir()
-        return str(trace), "is not a file"
-    if kind == "text":
-        trace.write_text("available,gain_lin\n1,1e-10\n")
-        return str(trace), "is not an .npz archive"
-    if kind == "npy":
-        with open(trace, "wb") as handle:
-            np.save(handle, gains)
-        return str(trace), "single .npy array"
-    if kind == "extra-array":
-        np.savez(trace, available=ones, gain_lin=gains, los=ones)
-        return str(trace), "['available', 'gain_lin', 'los']"
-    if kind == "huge-header":  # 10^7 x 10^7 declared in a file of a few hundred bytes
-        header_only(trace, (10**7, 10**7))
-        return str(trace), "more than 536870912 bytes"
-    if kind == "inflating":  # 20,000 x 20,000 (3.6 GB once read), data absent
-        header_only(trace, (20_000, 20_000))
-        return str(trace), "(3600000000 bytes once read)"
-    if kind == "other-devices-unread":  # V = 7 declared, data truncated: refused unread
-        header_only(trace, (3, 7))
-        return str(trace), "V = 7 devices"
-    if kind == "missing-array":
-        np.savez(trace, available=ones)
-        return str(trace), "holds the arrays ['available']"
-    if kind == "object-array":
-        np.savez(trace, available=ones, gain_lin=gains.astype(object))
-        return str(trace), "holds Python objects"
-    if kind == "int-available":
-        np.savez(trace, available=ones.astype(np.int8), gain_lin=gains)
-        return str(trace), "available has dtype int8; must be bool"
-    if kind == "one-dimensional":
-        np.savez(trace, available=ones[0], gain_lin=gains[0])
-        return str(trace), "shape (6,); must be 2-D [R, V]"
-    if kind == "nan-gain":
-        gains[2, 4] = np.nan
-        np.savez(trace, available=ones, gain_lin=gains)
-        return str(trace), "gain_lin[2, 4] = nan"
-    if kind == "negative-gain":
-        gains[0, 1] = -1e-12
-        np.savez(trace, available=ones, gain_lin=gains)
-        return str(trace), "must be finite and >= 0"
-    if kind == "other-devices":
-        good_trace(trace, devices=5)
-        return str(trace), "V = 5 devices (columns of available and gain_lin); must equal num-devi"
-    if kind == "too-few-rounds":
-        good_trace(trace, rounds=2)
-        return str(trace), "R = 2 rounds (rows); must be >= num-server-rounds = 3"
-    raise AssertionError(kind)
-
-
 def header_only(trace: Path, shape: tuple[int, int]) -> None:
     """An .npz whose two arrays declare ``shape`` in their headers but hold no data."""
     with zipfile.ZipFile(trace, "w") as archive:
@@ -322,33 +253,64 @@ def header_only(trace: Path, shape: tuple[int, int]) -> None:
             archive.writestr(f"{name}.npy", member.getvalue())
 
 
-BAD_KINDS = [
-    "huge-header",
-    "inflating",
-    "other-devices-unread",
-    "relative",
-    "missing",
-    "folder",
-    "text",
-    "npy",
-    "extra-array",
-    "missing-array",
-    "object-array",
-    "int-available",
-    "one-dimensional",
-    "nan-gain",
-    "negative-gain",
-    "other-devices",
-    "too-few-rounds",
-]
+def savez(**arrays: np.ndarray) -> Callable[[Path], None]:
+    return lambda path: np.savez(path, **arrays)
 
 
-@pytest.mark.parametrize("kind", BAD_KINDS)
+def gains(at: tuple[int, int] = (0, 0), value: float = 1e-10) -> np.ndarray:
+    """Feasible gains of 3 rounds x 6 devices, ``value`` at ``at``."""
+    out = np.full((3, 6), 1e-10)
+    out[at] = value
+    return out
+
+
+def npy(path: Path) -> None:
+    with open(path, "wb") as handle:
+        np.save(handle, gains())
+
+
+ONES = np.ones((3, 6), dtype=bool)
+#: kind -> (what makes the file at its path; None: the value is the relative "trace.npz", a
+#: phrase the one-line error must contain)
+BAD: dict[str, tuple[Callable[[Path], object] | None, str]] = {
+    # 10^7 x 10^7 declared in a file of a few hundred bytes; 20,000 x 20,000 (3.6 GB) with the
+    # data absent; V = 7 declared, data truncated: each refused unread
+    "huge-header": (lambda t: header_only(t, (10**7, 10**7)), "more than 536870912 bytes"),
+    "inflating": (lambda t: header_only(t, (20_000, 20_000)), "(3600000000 bytes once read)"),
+    "other-devices-unread": (lambda t: header_only(t, (3, 7)), "V = 7 devices"),
+    "relative": (None, "must be an absolute path"),
+    "missing": (lambda t: None, "no such file"),
+    "folder": (Path.mkdir, "is not a file"),
+    "text": (lambda t: t.write_text("available,gain_lin\n1,1e-10\n"), "is not an .npz archive"),
+    "npy": (npy, "single .npy array"),
+    "extra-array": (savez(available=ONES, gain_lin=gains(), los=ONES),
+                    "['available', 'gain_lin', 'los']"),
+    "missing-array": (savez(available=ONES), "holds the arrays ['available']"),
+    "object-array": (savez(available=ONES, gain_lin=gains().astype(object)),
+                     "holds Python objects"),
+    "int-available": (savez(available=ONES.astype(np.int8), gain_lin=gains()),
+                      "available has dtype int8; must be bool"),
+    "one-dimensional": (savez(available=ONES[0], gain_lin=gains()[0]),
+                        "shape (6,); must be 2-D [R, V]"),
+    "nan-gain": (savez(available=ONES, gain_lin=gains((2, 4), np.nan)), "gain_lin[2, 4] = nan"),
+    "negative-gain": (savez(available=ONES, gain_lin=gains((0, 1), -1e-12)),
+                      "must be finite and >= 0"),
+    "other-devices": (lambda t: good_trace(t, devices=5),
+                      "V = 5 devices (columns of available and gain_lin); must equal num-devi"),
+    "too-few-rounds": (lambda t: good_trace(t, rounds=2),
+                       "R = 2 rounds (rows); must be >= num-server-rounds = 3"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", BAD)
 def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, kind):
     from experiments.cli import invoke
     from experiments.run.run_config import format_run_config
 
-    value, phrase = bad_file(outside, kind)
+    make, phrase = BAD[kind]
+    value = "trace.npz" if make is None else str(outside / f"{kind}.npz")
+    if make is not None:
+        make(outside / f"{kind}.npz")
     out = outside / "out"
     settings = {
         "num-devices": 6,
@@ -375,21 +337,20 @@ def test_a_trace_that_is_not_a_string_is_refused():
         validated_run_config({"channel.trace": 3})
 
 
-def test_the_command_lines_refuse_a_missing_trace_with_exit_code_2(outside):
+def test_the_launcher_refuses_a_missing_trace_with_exit_code_2(outside):
+    """(``inprocess``: the "missing" case above; its process's exit code: test_folder_locks.)"""
     missing = outside / "nowhere" / "trace.npz"
     run_config = f"num-devices=6 num-server-rounds=2 channel.trace='{missing}'"
-    for command in ("run", "inprocess"):
-        proc = subprocess.run(
-            [FEDCGD, command, "--run-config", run_config, "--out", str(outside)],
-            cwd=PROJECT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "'channel.trace'" in lines[0] and str(missing) in lines[0]
-        assert "no such file" in lines[0]
+    proc = subprocess.run(
+        [FEDCGD, "run", "--run-config", run_config, "--out", str(outside)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'channel.trace'" in line and str(missing) in line and "no such file" in line
     assert sorted(p.name for p in outside.iterdir()) == []
 
 
@@ -440,5 +401,5 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     status = json.loads((launched / "status.json").read_text())
     assert status["state"] == "completed", status
-    assert [line["round"] for line in metrics(launched)] == [1, 2]
+    assert [line["round"] for line in lines(launched)] == [1, 2]
     assert channel_columns(launched) == channel_columns(simulated)

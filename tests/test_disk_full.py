@@ -1,11 +1,7 @@
 """A full disk (or another I/O error) while a run writes: one line, a true status, no leftovers.
 
-The disk fills by injection: ``os.write``, ``os.fsync`` and ``os.replace`` raise
-``OSError(ENOSPC)`` for the files of the result folder once a condition holds (every file the
-app writes goes through one of them: appended lines through ``os.write``, whole files through
-the rename of their temporary file, durable ones through ``fsync`` before it). The runs
-checkpoint after every round, so a failure in round k leaves the checkpoint of round k - 1.
-The slow test at the end fills a real tmpfs (root only).
+``os.write``/``fsync``/``replace`` raise ``OSError(ENOSPC)`` for the result folder's files once
+a condition holds; runs checkpoint every round. The slow test fills a real tmpfs (root only).
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_results import comparable, rounds_written, same_model
 from subprocesses import fedcgd
 
 from experiments.cli import invoke
@@ -35,8 +32,6 @@ SMALL = {
     "channel.availability-prob": 0.8,
     "checkpoint-every": 1,
 }
-TIMINGS = ("eval_s", "wall_time_s", "query_s", "schedule_s", "train_phase_s", "aggregate_s",
-           "client_train_s", "discovery_s")  # fmt: skip
 
 
 def fd_path(fd: int) -> str:
@@ -72,13 +67,6 @@ def disk_full(
             monkeypatch.setattr(os, name, function)
 
 
-def rounds_in(folder: Path) -> int:
-    try:
-        return len((folder / "metrics.jsonl").read_text().splitlines())
-    except OSError:
-        return 0
-
-
 def run_main(capsys, **values: object) -> tuple[int, str, str]:
     code = invoke(["inprocess", "--run-config", format_run_config({**SMALL, **values})])
     out = capsys.readouterr()
@@ -89,11 +77,6 @@ def temporaries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
-def comparable(folder: Path) -> list[dict]:
-    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if k not in TIMINGS} for row in rows]
-
-
 def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
     capsys, monkeypatch, tmp_path
 ):
@@ -101,7 +84,7 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
     assert run_main(capsys, **{"result-dir": str(whole)})[0] == 0
 
     folder = tmp_path / "run"
-    with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 2):
+    with disk_full(monkeypatch, folder, lambda _: rounds_written(folder) >= 2):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     lines = err.strip().splitlines()
     assert code == 1, err
@@ -122,9 +105,7 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
     assert words[1] == "inprocess"
     code = invoke(words[1:])
     assert code == 0, capsys.readouterr().err
-    assert comparable(folder) == comparable(whole)
-    a, b = torch.load(folder / "model.pt"), torch.load(whole / "model.pt")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert comparable(folder) == comparable(whole) and same_model(folder, whole)
 
 
 def test_a_failed_checkpoint_write_says_failed_in_the_status_and_leaves_no_temporary(
@@ -132,7 +113,7 @@ def test_a_failed_checkpoint_write_says_failed_in_the_status_and_leaves_no_tempo
 ):
     folder = tmp_path / "run"
     is_checkpoint = lambda path: os.path.basename(path).startswith(".checkpoint.pt.")  # noqa: E731
-    with disk_full(monkeypatch, folder, lambda p: is_checkpoint(p) and rounds_in(folder) >= 3):
+    with disk_full(monkeypatch, folder, lambda p: is_checkpoint(p) and rounds_written(folder) >= 3):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     assert code == 1 and "Traceback" not in err and err.count("\n") == 2, err
     assert err.startswith(f"failed: no space left on device while writing {folder}/checkpoint.pt")
@@ -148,7 +129,7 @@ def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(
     capsys, monkeypatch, tmp_path
 ):
     folder = tmp_path / "run"
-    with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 2):
+    with disk_full(monkeypatch, folder, lambda _: rounds_written(folder) >= 2):
         code, _, err = run_main(capsys, **{"result-dir": str(folder), "checkpoint-every": 0})
     assert code == 1 and err.count("\n") == 2, err
     assert "no space left on device while writing" in err and "resume-from" not in err
@@ -162,7 +143,7 @@ def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(
 
 def test_other_io_errors_are_one_line_too(capsys, monkeypatch, tmp_path):
     folder = tmp_path / "run"
-    with disk_full(monkeypatch, folder, lambda _: rounds_in(folder) >= 3, code=errno.EIO):
+    with disk_full(monkeypatch, folder, lambda _: rounds_written(folder) >= 3, code=errno.EIO):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     assert code == 1 and err.count("\n") == 2 and "Traceback" not in err, err
     assert err.startswith(f"failed: input/output error while writing {folder}/")

@@ -1,10 +1,7 @@
-"""Each command block of docs/ says what it costs on the project's machine, or why it was not timed.
+"""Each command block of docs/ says what it costs here, or why it was not timed.
 
-Issue 33, "Honest times": a command a user copies from a fenced code block of docs/*.md has
-its measured time ("2 min 28 s here"), an estimate that says it is one ("estimated"), or the
-reason it was not timed ("not timed", "not run here") in the paragraph before the block, in the
-block's comments or in the paragraph after it; where a time there is over five minutes, the
-command is marked **(long)** there too, with how to shrink it.
+In the paragraph before, the block's comments or the paragraph after: a measured time ("here"),
+an estimate ("estimated") or why not ("not timed", ...); over five minutes: **(long)** too.
 """
 
 from __future__ import annotations

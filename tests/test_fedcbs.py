@@ -24,22 +24,20 @@ INF = np.inf
 # --- QCID ----------------------------------------------------------------------------------------
 
 
-def test_qcid_hand_values():
-    # one client [1, 0]: (1 − 0.5)² + (0 − 0.5)² = 0.5;  pairwise: 1·1·1/1 − 1/2 = 0.5
-    assert qcid([[1.0, 0.0]], [5.0]) == pytest.approx(0.5)
-    assert qcid_pairwise([[1.0, 0.0]], [5.0]) == pytest.approx(0.5)
-    # n = [3, 1], p = [1, 0], [0, 1]: group = [0.75, 0.25] -> 2 · 0.25² = 0.125
-    # pairwise: (9·1 + 1·1 + 2·3·1·0) / 16 − 1/2 = 10/16 − 8/16 = 0.125
-    p = [[1.0, 0.0], [0.0, 1.0]]
-    assert qcid(p, [3.0, 1.0]) == pytest.approx(0.125)
-    assert qcid_pairwise(p, [3.0, 1.0]) == pytest.approx(0.125)
-
-
-def test_complementary_group_has_zero_qcid():
-    # three single-class clients of equal size cover C = 3 uniformly: group = [1/3]*3
-    p = np.eye(3)
-    assert qcid(p, [4.0, 4.0, 4.0]) == pytest.approx(0.0, abs=1e-15)
-    assert qcid_pairwise(p, [4.0, 4.0, 4.0]) == pytest.approx(0.0, abs=1e-15)
+@pytest.mark.parametrize(
+    ("p", "n", "expected"),
+    [
+        # one client [1, 0]: (1 − 0.5)² + (0 − 0.5)² = 0.5;  pairwise: 1·1·1/1 − 1/2 = 0.5
+        ([[1.0, 0.0]], [5.0], 0.5),
+        # group = [0.75, 0.25] -> 2 · 0.25² = 0.125;  pairwise: (9·1 + 1·1 + 0) / 16 − 1/2
+        ([[1.0, 0.0], [0.0, 1.0]], [3.0, 1.0], 0.125),
+        # three single-class clients of equal size cover C = 3 uniformly: group = [1/3]*3
+        (np.eye(3), [4.0, 4.0, 4.0], 0.0),
+    ],
+)
+def test_qcid_by_hand(p, n, expected):
+    assert qcid(p, n) == pytest.approx(expected, abs=1e-15)
+    assert qcid_pairwise(p, n) == pytest.approx(expected, abs=1e-15)
 
 
 def test_qcid_pairwise_equals_distance_form_on_random_groups():

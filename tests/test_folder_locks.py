@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_results import lines
 from subprocesses import (
     FEDCGD,
     assert_import_pulls_neither_flwr_nor_torch,
@@ -25,6 +26,7 @@ from subprocesses import (
     wait_for,
 )
 
+from experiments.cli import invoke
 from experiments.run.preflight import claim_run
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
@@ -101,10 +103,6 @@ def inprocess(**values: object) -> subprocess.Popen[str]:
     return start("inprocess", "--run-config", format_run_config({**SMALL, **values}))
 
 
-def rounds(folder: Path) -> list[int]:
-    return [json.loads(x)["round"] for x in (folder / METRICS_FILE).read_text().splitlines()]
-
-
 def stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -125,7 +123,7 @@ def test_two_runs_started_together_into_one_folder_one_is_refused_naming_the_oth
     assert len(err) == 1 and err[0].startswith("error: run-config key 'result-dir'"), err
     # The refused one names the other's PID (or, when it came after the end, the used folder).
     assert f"process {runs[winner].pid} " in err[0] or "already holds" in err[0], err
-    assert rounds(folder) == [1, 2, 3, 4]  # one run's lines, once each
+    assert [x["round"] for x in lines(folder)] == [1, 2, 3, 4]  # one run's lines, once each
     seed = json.loads((folder / "config.json").read_text())["task"]["seed"]
     assert seed == (1, 2)[winner]
     assert json.loads((folder / "status.json").read_text())["state"] == "completed"
@@ -163,16 +161,26 @@ def test_a_comparison_into_a_live_out_is_refused_naming_its_pid(tmp_path):
         stop(first)
 
 
-def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path):
+def refused_here(capsys, monkeypatch, **values: object) -> str:
+    """The one error line of ``fedcgd inprocess`` with ``values``, run in this process (its
+    locks' bookkeeping in the environment put back after), which must exit with 2."""
+    monkeypatch.delenv(OWNERS_ENV, raising=False)
+    code = invoke(["inprocess", "--run-config", format_run_config({**SMALL, **values})])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, line
+    return line
+
+
+def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, monkeypatch):
     # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
     folder = tmp_path / "run"
     folder.mkdir()
     lock = "lock = take_lock(folder, WRITER_LOCK_FILE, 'k', shared=False)"
     with holding_lock(folder, lock) as holder:
-        run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 1})
-        _, err = run.communicate(timeout=300)
-        assert run.returncode == 2, err
-        assert f"written by process {holder.pid} " in err and err.count("\n") == 1, err
+        line = refused_here(
+            capsys, monkeypatch, **{"result-dir": str(folder), "num-server-rounds": 1}
+        )
+        assert f"written by process {holder.pid} " in line, line
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
 
 
@@ -201,7 +209,7 @@ def test_default_folders_of_runs_started_together_never_collide(tmp_path):
         assert proc.returncode == 0, err
     folders = sorted(out.iterdir())
     assert len(folders) == 3
-    assert all(rounds(f) == [1] for f in folders)
+    assert all([x["round"] for x in lines(f)] == [1] for f in folders)
 
 
 def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path, monkeypatch):
@@ -224,7 +232,9 @@ def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path,
 
 
 @pytest.mark.parametrize("link", ["inside", "the folder"])
-def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(tmp_path, link):
+def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(
+    tmp_path, capsys, monkeypatch, link
+):
     victim, real = tmp_path / "victim.txt", tmp_path / "real"
     victim.write_text("precious")
     real.mkdir()
@@ -233,11 +243,10 @@ def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(tmp_p
     folder = real if link == "inside" else tmp_path / "link"
     if link != "inside":
         folder.symlink_to(real)
-    run = inprocess(**{"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1})
-    _, err = run.communicate(timeout=300)
-    assert run.returncode == 2 and err.count("\n") == 1, err
+    values = {"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
+    line = refused_here(capsys, monkeypatch, **values)
     says = "holds a symbolic link ('checkpoint.tmp'" if link == "inside" else "is a symbolic link"
-    assert says in err, err
+    assert says in line, line
     assert victim.read_text() == "precious"
     assert sorted(p.name for p in real.iterdir()) == ["checkpoint.tmp", "model.tmp"]
 

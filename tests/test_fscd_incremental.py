@@ -118,7 +118,7 @@ def assert_same_stages(
 
 def test_stages_equal_dense_on_random_instances(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(20240611)
-    sizes = [int(v) for v in rng.integers(2, 40, 160)] + [int(v) for v in rng.integers(40, 90, 16)]
+    sizes = [int(v) for v in rng.integers(2, 40, 80)] + [int(v) for v in rng.integers(40, 90, 8)]
     for index, num_devices in enumerate(sizes):
         problem = random_instance(rng, num_devices)
         assert_same_stages(problem, f"instance {index}, V={num_devices}", monkeypatch)

@@ -1,13 +1,9 @@
-"""Host load never changes a simulated run; a deployment counts the devices it loses (issue 30, 2).
+"""Host load never changes a simulated run; a deployment counts the devices it loses.
 
-In a simulation a reply is waited for as long as the host needs: a device whose messages the
-host holds back far beyond ``query-timeout-s`` / ``train-timeout-s`` changes nothing (the same
-seed gives the same metrics and model as the unslowed run); a run with no reply at all for
-``stall-limit-s`` stops as stuck, ``failed``, exit 1, one line. Before the fix the slow device
-missed its timeouts and was dropped: other schedules, another model, and exit 0. In a
-deployment (here the deployment stand-in ``FakeGrid``, whose silent node times out) every
-device lost to a timeout, disconnection or error is counted: per round in ``metrics.jsonl``,
-in ``summary.json`` and ``status.json``, in the final line and in the comparison tables.
+A simulation waits for every reply (a held-back device changes nothing; no reply for
+``stall-limit-s`` fails the run in one line); in a deployment (``FakeGrid``, whose silent node
+times out) each lost device is counted in metrics.jsonl, summary.json, status.json, the last
+line and the comparison tables.
 """
 
 from __future__ import annotations

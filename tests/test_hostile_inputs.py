@@ -16,7 +16,7 @@ from client_app.app import app as client_app
 from experiments.cli import invoke
 from experiments.compare.execution import run_policies
 from experiments.compare.plans import check_policies
-from experiments.run.run_config import format_run_config, parse_run_config_text
+from experiments.run.run_config import format_run_config
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
 from run_files.results import METRICS_FILE
@@ -70,11 +70,6 @@ def test_channel_values_whose_powers_or_areas_overflow_are_refused(field, value)
 def test_a_result_dir_nobody_can_create_is_refused(capsys):
     line = refused_line(capsys, **{"result-dir": "/proc/fedcgd-run"})
     assert "'result-dir'" in line and "cannot be created" in line
-
-
-def test_a_repeated_run_config_key_is_refused():
-    with pytest.raises(ValueError, match="'num-devices' is given twice"):
-        parse_run_config_text("num-devices=8 num-devices=9")
 
 
 def test_a_comparison_refuses_repeated_policies_and_its_own_result_dir(tmp_path):

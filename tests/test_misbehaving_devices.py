@@ -1,18 +1,13 @@
 """One misbehaving device among six cannot crash or poison a run (real ClientApp, in process).
 
-For every fault of a reply's values (:data:`REPLY_FAULTS`, faults of :mod:`misbehaving`) under
-the policies ``all`` and ``fedcgd-fscd``: the run finishes, the faulty device never uploads, is
-listed as failed with a one-line reason in every round in which it was scheduled, and the final
-model is finite float32 and equal to the oracle's: the same run in which that device sends
-nothing instead of the corrupted replies (``silent_like``: a timeout, as a silent node of
-``FakeGrid``). A node that claims another partition, or raises, is as if absent. Plus the pure
-rules of :mod:`fedcgd_strategy.screening`, by hand.
+For each fault of a reply's values under ``all`` and ``fedcgd-fscd``: the run finishes, the
+device never uploads and is failed with a one-line reason, and the model equals the oracle's
+(the device silent instead, :func:`misbehaving.silent_like`). Plus the screening rules by hand.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +16,7 @@ import torch
 from fake_grid import app_grid, make_contexts
 from flwr.app import Message, MetricRecord, RecordDict
 from misbehaving import FAULTS, misbehaving, silent_like
+from run_results import lines
 from task_settings import all_available_run
 
 from fedcgd_strategy.aggregation import fedavg
@@ -35,7 +31,7 @@ from fedcgd_strategy.screening import (
 )
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE, MODEL_FILE
+from run_files.results import MODEL_FILE
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 
@@ -69,14 +65,21 @@ def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]
     run_config |= {**overrides, "result-dir": str(tmp_path / name)}
     grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap)
     run_federation(grid, parse_run_config(run_config))
-    out = tmp_path / name
-    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
-    return lines, torch.load(out / MODEL_FILE)
+    return lines(tmp_path / name), torch.load(tmp_path / name / MODEL_FILE)
+
+
+def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
+    """The run in which the faulty device answers nothing where the fault would corrupt.
+
+    ``silent_like`` reads only the fault's message kinds: faults of the same kinds share a run.
+    """
+    return silent_run(
+        tmp_root, policy, next(f for f in FAULTS if FAULTS[f].kinds == FAULTS[fault].kinds)
+    )
 
 
 @functools.cache
-def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
-    """The run in which the faulty device answers nothing where the fault would corrupt."""
+def silent_run(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
     return run(
         Path(tmp_root), f"oracle-{policy}-{fault}", lambda app: silent_like(app, fault, FAULTY),
         policy=policy,
@@ -238,14 +241,6 @@ def reply_with(metrics: dict) -> Message:
     return Message(RecordDict({keys.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
 
-def test_fractional_histogram_in_a_reply_is_refused():
-    from fedcgd_strategy.flower.replies import MalformedReplyError, read_report
-
-    metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [0.5, 0.5]}
-    with pytest.raises(MalformedReplyError, match="integer class counts"):
-        read_report(reply_with(metrics), num_devices=2, num_classes=2)
-
-
 def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     # Replies cannot carry inf past the checks, so the last line of defence is tested directly:
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
@@ -317,10 +312,10 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
         workdir=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
-    assert [x["round"] for x in lines] == [1, 2, 3]
-    asked = [x for x in lines if FAULTY in x["scheduled"]]
-    assert asked, [x["scheduled"] for x in lines]
+    written = lines(out)
+    assert [x["round"] for x in written] == [1, 2, 3]
+    asked = [x for x in written if FAULTY in x["scheduled"]]
+    assert asked, [x["scheduled"] for x in written]
     for line in asked:
         assert FAULTY not in line["uploaded"]
         assert "update norm" in line["failed_reasons"][str(FAULTY)]
@@ -333,6 +328,7 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
     [
         (keys.SIGMA, 2.5, None),  # sane values: accepted
         (keys.LABEL_HIST, [2**70, 0], "2\\*\\*53"),
+        (keys.LABEL_HIST, [0.5, 0.5], "integer class counts"),
         (keys.NUM_EXAMPLES, 2**70, "num-examples"),
         (keys.SIGMA, 10**400, "sigma"),
         (keys.SIGMA, 1e300, "largest float32"),

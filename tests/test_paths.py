@@ -1,13 +1,11 @@
 """Any path a user can type: spaces, both quotes, backslashes, non-ASCII and non-BMP characters.
 
-Run configs are read with ``tomllib`` and written with ``tomli_w``: every string goes from a
-dict to ``--run-config`` text (this project's commands), to a TOML file (``flwr run``), through
-a POSIX shell (the printed commands) and back unchanged. The runs below take such a folder
-through the in-process engine (stopped, then continued with the printed command run by
-``bash``), a ``--jobs 2`` comparison, a preset, and one ``flwr run``. Characters refused: a
-control character (newline, tab, NUL, ...) in a path, which no one-line message or printed
-command can hold (:func:`fedcgd_task.setting.check_path_names`), and a lone surrogate (a name
-that is not UTF-8), which neither a TOML file nor Flower's messages can hold.
+Every string goes from a dict to ``--run-config`` text, to a TOML file (``flwr run``), through a
+POSIX shell (the printed commands) and back unchanged; such a folder goes through the in-process
+engine (stopped, continued with the printed command in ``bash``), a preset's side-by-side runs
+(the run pool of ``compare --jobs``) and one ``flwr run``. Refused: a control character in a
+path (no one-line message or printed command can hold it) and a lone surrogate (a name that is
+not UTF-8: no TOML file or Flower message can hold it).
 """
 
 from __future__ import annotations
@@ -324,22 +322,6 @@ def test_a_run_in_a_hostile_folder_stops_and_continues_with_the_printed_command_
         )
     )
     assert_same_run(folder, whole, rounds=SMALL["num-server-rounds"])
-
-
-def test_a_side_by_side_comparison_in_a_hostile_folder_completes(tmp_path):
-    """Each run is a process of its own, its run config (result-dir in the folder) passed as
-    ``--run-config`` text."""
-    out = hostile_folder(tmp_path) / "compare"
-    settings = "num-devices=6 num-server-rounds=2"
-    words = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
-    proc = subprocess.run(
-        [FEDCGD, "compare", *words, "--seeds", "0",
-         "--out", str(out), "--run-config", settings],
-        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    for policy in ("bc", "fedcgd-fscd"):
-        assert [x["round"] for x in lines(out / policy / "seed-0")] == [1, 2], policy
 
 
 def test_a_preset_with_side_by_side_runs_in_a_hostile_folder_completes(tmp_path):

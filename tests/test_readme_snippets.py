@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from doc_pages import PROJECT, doc_text, page_text
+from doc_pages import PROJECT, doc_text
 
 
 def python_snippets() -> list[str]:
@@ -48,19 +48,6 @@ def test_scheduler_snippet_returns_what_the_text_says() -> None:
     p_bar = problem.label_dist[selected].mean(axis=0)
     gap = np.abs(p_bar - problem.target_dist)
     assert result.wemd == pytest.approx(float(problem.class_gradient @ gap))
-
-
-def test_every_run_config_key_is_in_the_settings_table() -> None:
-    from fedcgd_task.settings import default_run_config
-
-    named: set[str] = set()
-    for row in re.findall(r"^\| (`.*)$", page_text("running.md"), flags=re.M):
-        cells = [c.strip() for c in row.split(" | ")]
-        keys = re.findall(r"`([a-z0-9.*-]+)`", cells[0])
-        named.update(keys)
-        if "channel.*" in keys:  # the remaining channel keys are listed in the meaning column
-            named.update(f"channel.{k}" for k in re.findall(r"`([a-z0-9-]+)`", cells[-1]))
-    assert sorted(set(default_run_config()) - named) == []
 
 
 def test_the_policy_example_in_the_readme_is_the_file() -> None:

@@ -1,8 +1,7 @@
 """The README's other commands (channel report, tables, figures, benchmarks) run as written.
 
-Each command is taken from README.md; only its output folder (into tmp_path) and its size knobs
-are changed (later options override earlier ones). The outcome is checked: exit code 0 and the
-files the README says it writes. The flwr/Ray-based families are in test_readme_commands.py.
+Only ``--out`` and size knobs change; exit code 0 and the files the README names are checked.
+The flwr/Ray-based families are in test_readme_commands.py.
 """
 
 from __future__ import annotations
@@ -13,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from subprocesses import fedcgd
-from test_readme_commands import fedcgd_commands
+from test_readme_commands import fedcgd_commands, output
+from test_readme_commands import run as run_command
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
@@ -54,15 +53,8 @@ PRINTING: dict[str, list[str]] = {"bench client": ["--repeats", "1", "--vmap-rep
 
 
 def run(subcommand: str, args: list[str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        fedcgd(*subcommand.split(), *args),
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, (shlex.join(args), proc.stdout[-2000:], proc.stderr[-2000:])
+    proc = run_command(subcommand, *args, timeout=600)
+    assert proc.returncode == 0, (shlex.join(args), output(proc))
     return proc
 
 
@@ -129,21 +121,15 @@ def test_readme_tool_command_runs(command: str, args: list[str], tmp_path: Path)
 
 @pytest.mark.parametrize("command", ["bench scale", "bench inprocess"])
 def test_a_compare_with_that_is_no_checkout_is_refused_before_anything_runs(
-    command: str, tmp_path: Path
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from experiments.cli import invoke
+
     (tmp_path / "experiments").mkdir()  # a folder, not a checkout of this project
     out = tmp_path / "out"
-    proc = subprocess.run(
-        fedcgd(*command.split(), "--compare-with", str(tmp_path), "--out", str(out)),
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
-    assert f"--compare-with {tmp_path}: not a checkout of this project" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert invoke([*command.split(), "--compare-with", str(tmp_path), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--compare-with {tmp_path}: not a checkout of this project" in line
     assert not out.exists()
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from command_batch import in_one_process
 from fake_runs import write_run
-from subprocesses import fedcgd
+from run_results import whole_run
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
@@ -31,19 +31,8 @@ from fedcgd_task.datasets.mnist1d import (
     mnist1d_cache_key,
     mnist1d_cache_path,
 )
-from fedcgd_task.settings import PROJECT_DIR
 
 N = 400  # MNIST-1D samples of these tests
-
-
-def inprocess(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        fedcgd("inprocess", *args),
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def refused_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -85,7 +74,7 @@ class RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_crafted_cifar_batch_runs_no_code_and_is_refused_in_one_line(tmp_path):
+def test_a_crafted_cifar_batch_runs_no_code_and_is_refused_in_one_line(tmp_path, capsys):
     folder = cifar_folder(tmp_path / "data")
     marker = tmp_path / "code-ran"
     crafted = {"data": RunsCode(marker), "labels": [0]}
@@ -93,7 +82,8 @@ def test_a_crafted_cifar_batch_runs_no_code_and_is_refused_in_one_line(tmp_path)
     # sanity: plain pickle.load would run it
     assert not marker.exists()
     values = {"dataset": "cifar10", "data-dir": str(tmp_path / "data"), "num-devices": 4}
-    line = refused_line(inprocess("--run-config", format_run_config(values)))
+    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert not marker.exists(), "the crafted pickle ran code"
     assert "data_batch_3" in line and "refers to posix.system" in line, line
     assert "which a CIFAR batch never holds" in line
@@ -213,12 +203,6 @@ def test_sizes_beyond_the_bounds_are_refused_in_one_line(refused, case):
     assert TOO_BIG[case][1] in line, line
 
 
-def test_a_size_beyond_the_bounds_ends_the_process_with_exit_code_2():
-    """One of them as a whole process of its own: exit code 2, one line."""
-    values, phrase = TOO_BIG[0]
-    assert phrase in refused_line(inprocess("--run-config", format_run_config(values)))
-
-
 def test_a_run_config_item_nested_deeply_is_one_line(refused):
     line = refused_line(refused[-1])
     assert line.startswith("error: --run-config item 'x=[[[[") and "..." in line
@@ -227,13 +211,13 @@ def test_a_run_config_item_nested_deeply_is_one_line(refused):
 # --- a result folder's files, read back ------------------------------------------------------
 
 
-def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path):
+def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path, capsys):
     folder = tmp_path / "run"
-    values = {"num-devices": 4, "num-server-rounds": 2, "result-dir": str(folder)}
-    assert inprocess("--run-config", format_run_config(values)).returncode == 0
+    whole_run(folder, {"num-devices": 4, "num-server-rounds": 2})
     (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     again = {"num-devices": 4, "num-server-rounds": 3, "resume-from": str(folder)}
-    line = refused_line(inprocess("--run-config", format_run_config(again)))
+    assert invoke(["inprocess", "--run-config", format_run_config(again)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert "config.json" in line and "nests deeper than 64 levels" in line
 
 

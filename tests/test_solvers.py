@@ -116,7 +116,7 @@ def test_exact_rejects_too_many_batch_pairs() -> None:
 
 def test_exact_equals_brute_force_on_random_instances() -> None:
     rng = np.random.default_rng(2024)
-    for index in range(200):
+    for index in range(100):
         problem = random_problem(rng, int(rng.integers(6, 13)), mixed_batch=index % 4 == 0)
         exact = solve(problem, "exact")
         brute = brute_force(problem)

@@ -15,11 +15,22 @@ def read(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
+def test_tiny_run_writes_consistent_csv_and_only_under_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No copy into a tracked folder (docs/img) unless --docs-png asks for it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs" / "img").mkdir(parents=True)
     argv = "--instances 2 --num-devices 8,12 --alphas 0.1,10 --ratios 0.3,3 --milp-time-limit-s 0"
-    code = invoke(["paper", "solver-performance", "--out", str(tmp_path), *argv.split()])
-    assert code == 0
-    rows = read(tmp_path / "rows.csv")
+    assert invoke(["paper", "solver-performance", "--out", "out", *argv.split()]) == 0
+    assert sorted(p.name for p in (tmp_path / "docs" / "img").iterdir()) == []
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rows.csv",
+        "solver_performance.png",
+        "summary.csv",
+    ]
+    rows = read(out / "rows.csv")
     assert list(rows[0]) == solver_performance.ROW_FIELDS
     assert len(rows) == 2 * 2 * 2 * 2  # V x alpha x instances x ratios
     for row in rows:
@@ -33,7 +44,7 @@ def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
             assert error == pytest.approx((objective - optimum) / optimum, abs=1e-12)
             assert error >= -1e-9
             assert int(row[f"{method}_iterations"]) >= 0
-    summary = read(tmp_path / "summary.csv")
+    summary = read(out / "summary.csv")
     for entry in summary:
         group = [
             r
@@ -47,22 +58,11 @@ def test_tiny_run_writes_consistent_csv(tmp_path: Path) -> None:
         assert float(entry["mean_rel_error"]) == pytest.approx(expected, abs=1e-12)
         iterations = np.mean([float(r[f"{method}_iterations"]) for r in group])
         assert float(entry["mean_iterations"]) == pytest.approx(iterations)
-    assert (tmp_path / "solver_performance.png").stat().st_size > 0
+    assert (out / "solver_performance.png").stat().st_size > 0
 
 
-def test_by_default_it_writes_only_under_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No copy into a tracked folder (docs/img) unless --docs-png asks for it."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "docs" / "img").mkdir(parents=True)
-    args = ["--out", "out", "--num-devices", "8", "--alphas", "1", "--ratios", "1"]
-    assert invoke(["paper", "solver-performance", *args]) == 0
-    assert sorted(p.name for p in (tmp_path / "docs" / "img").iterdir()) == []
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "rows.csv",
-        "solver_performance.png",
-        "summary.csv",
-    ]
-    assert invoke(["paper", "solver-performance", *args, "--docs-png", "docs/img/s.png"]) == 0
-    assert (tmp_path / "docs" / "img" / "s.png").stat().st_size > 0
+def test_docs_png_copies_the_figure(tmp_path: Path) -> None:
+    args = ["--out", str(tmp_path / "out"), "--num-devices", "8", "--alphas", "1", "--ratios", "1"]
+    png = tmp_path / "docs" / "img" / "s.png"
+    assert invoke(["paper", "solver-performance", *args, "--docs-png", str(png)]) == 0
+    assert png.stat().st_size > 0

@@ -1,11 +1,8 @@
-"""A device slower than the timeouts costs only its own participation (issue 13, point 3).
+"""A device slower than the timeouts costs only its own participation (deployments).
 
-Rule under test (``fedcgd_strategy.nodes.PendingMessages``), which holds where timeouts exist
-(deployments): at most one message per node in flight; a node whose message timed out is busy,
-skipped and recorded as failed until its late reply is pulled, which is discarded (a late
-``query.info`` still registers its device). Unit tests of the bookkeeping and of the strategy on an
-in-process grid with a straggler (no Ray). In a simulation nothing times out: one real ``flwr run``
-with a sleeping device (slow) shows that it takes part in every round (issue 30, point 2).
+``PendingMessages``: at most one message per node in flight; a node whose message timed out is
+busy, skipped and failed until its late reply is pulled and discarded (a late ``query.info``
+still registers it). In a simulation nothing times out (slow: one ``flwr run``).
 """
 
 from __future__ import annotations
