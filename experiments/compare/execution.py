@@ -299,13 +299,16 @@ def execute_plans(
         except ValueError as err:
             record(plan, first_line(err))
             return False
+        if how.ray is not None:  # a task in its folder takes the folder's locks itself
+            claims.pop(i).release()
         tracker.start_run(plan.result_dir)
         launched[i] = time.time()
         return True
 
     def on_end(i: int, code: int) -> None:
         plan = to_run[i]
-        claims.pop(i).release()
+        if i in claims:
+            claims.pop(i).release()
         reason = run_reason(plan, code, launched[i])
         said = last_outcome_line(plan.result_dir / RUN_LOG)
         if reason is not None and said is not None:
