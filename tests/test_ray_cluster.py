@@ -297,12 +297,12 @@ def running_tasks(cluster: Cluster) -> set[int]:
 def test_ctrl_c_cancels_the_tasks_keeps_the_completed_runs_and_the_command_goes_on(
     cluster, tmp_path
 ):
-    words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=20"]
+    words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=40", "++run.checkpoint-every=2"]
     ray = [f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"]
     proc = cluster.start(*words, *ray)
     try:
         deadline = time.monotonic() + 300
-        while not list(tmp_path.glob("ray/*/*/seed-*/status.json")):  # a run's files are back
+        while not list(tmp_path.glob("ray/*/*/seed-*/summary.json")):  # a run completed
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         (driver,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
@@ -321,10 +321,13 @@ def test_ctrl_c_cancels_the_tasks_keeps_the_completed_runs_and_the_command_goes_
     assert running_tasks(cluster) == set()
     kept = len(list(tmp_path.glob("ray/*/*/seed-*/summary.json")))
     assert 1 <= kept < 4
+    # The runs cancelled in their folders resume from the checkpoints they wrote there.
+    resumable = len(list(tmp_path.glob("ray/*/*/seed-*/checkpoint.pt"))) - kept
 
     code, out, err = cluster.reproduce(*words, *ray)
     assert code == 0, out[-3000:] + err[-3000:]
     assert out.count("completed earlier with the same settings; kept") == kept
+    assert out.count("resumed from its checkpoint") == resumable
     assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
 
 
