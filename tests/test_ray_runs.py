@@ -97,7 +97,7 @@ def test_without_an_address_or_a_gpu_runs_stay_local(monkeypatch):
     from experiments.run.ray_runs import RaySettings, ray_settings
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert ray_settings(None, 1, 0, engine="inprocess", jobs=2) is None
+    assert ray_settings(None, 1, 0, engine="inprocess", jobs=1) is None
     assert ray_settings(None, 2, 0.25, engine="simulation", jobs=1) == RaySettings(None, 2, 0.25)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert ray_settings("", 1, 0, engine="inprocess", jobs=1) == RaySettings("10.0.0.1:6379")

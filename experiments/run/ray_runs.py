@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.run.run_pool import RUN_LOG
 from run_files.files import append_line, atomic_write
 from run_files.folder_lock import claim_folder
 from run_files.results import RUN_FILES, STATUS_FILE
 from run_files.run_status import first_line
-from server_app.checkpoint import CHECKPOINT_FILE
 
+#: A run's output when it goes as a Ray task, in its result folder.
+RUN_LOG = "run.log"
 #: Times a run lost with its node or worker starts again before it counts as failed.
 MAX_RETRIES = 3
 #: In a run's folder while its task goes: the command's token, read by a task that sees the folder.
@@ -38,11 +38,51 @@ TOKEN_FILE = ".fedcgd-ray-task"
 
 @dataclass(frozen=True)
 class RaySettings:
-    """Where runs go as Ray tasks (``address`` None: a Ray of this machine) and what each takes."""
+    """Where runs go as Ray tasks (``address`` None: a Ray of this machine) and what each takes.
+
+    ``jobs``: the runs at once of ``launcher.jobs`` > 1, on a Ray of this machine with that
+    many CPUs (0: Ray's own count).
+    """
 
     address: str | None
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
+    jobs: int = 0
+
+    @property
+    def threads(self) -> int:
+        """The threads of a run's σ̂ passes (its share of this machine's cores for ``jobs``)."""
+        return max(1, usable_cores() // self.jobs if self.jobs else int(self.cpus_per_run))
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_jobs(jobs: Any, engine: str) -> int:
+    """The number of runs to keep going at once: ``jobs``, or every usable core for 0.
+
+    Raises ValueError (one line) for a value that is not a whole number >= 0, or more than one
+    job on an engine other than ``inprocess`` (the others run clients in parallel and start
+    servers on fixed ports).
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(
+            f"jobs: got {jobs!r}; allowed: a whole number >= 1 (runs at once), or 0 for one "
+            f"per usable CPU core ({usable_cores()} here)"
+        )
+    count = jobs or usable_cores()
+    if count > 1 and engine != "inprocess":
+        raise ValueError(
+            f"jobs: got {jobs!r} with engine {engine!r}; runs side by side need the inprocess "
+            "engine (the simulation engine and deployments already run clients in parallel): "
+            "use jobs=1 or the inprocess engine"
+        )
+    return count
 
 
 def ray_settings(
@@ -88,8 +128,11 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
     from experiments.run.flwr_run import check_reachable
 
     where = settings.address or "this machine"
+    local = settings.address in (None, "local")
     ray.shutdown()  # an earlier command's connection in this process
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # run_task sets the device
+    if local:  # after a kill -9 of this process, its Ray's agents give up on its GCS in 2 s
+        os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "2")
     try:
         if settings.address not in (None, "auto", "local"):
             check_reachable(settings.address.removeprefix("ray://"), what=f"{prefix}ray-address")
@@ -97,7 +140,8 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
             settings.address,
             logging_level=logging.ERROR,
             log_to_driver=False,
-            include_dashboard=False if settings.address in (None, "local") else None,
+            include_dashboard=False if local else None,
+            num_cpus=settings.jobs or None,
         )
     except Exception as err:  # Ray raises several kinds; each is one line here
         message = f"{prefix}ray-address: no Ray cluster at {where}: {first_line(err)}"
@@ -223,6 +267,8 @@ def again(run: Mapping[str, Any]) -> dict[str, Any]:
 
     Without a checkpoint the run's files are removed (what a run in place left).
     """
+    from server_app.checkpoint import CHECKPOINT_FILE
+
     folder = Path(run["result-dir"])
     if (folder / CHECKPOINT_FILE).exists():
         return {**run, "resume-from": str(folder)}
@@ -249,18 +295,18 @@ def run_tasks(
 ) -> int:
     """Run every run config as a Ray task, in list order, as many at once as the cluster holds.
 
-    As :func:`experiments.run.run_pool.run_jobs`: ``on_start(i)`` before run ``i`` goes (False
-    keeps it back), ``on_end(i, exit_code)`` once its files are in its folder; no lock on the
-    folders is held in between (a task in place takes them). A run lost with its node or worker
-    goes again (:func:`again`), up to :data:`MAX_RETRIES` times; on a signal the runs still
-    going are cancelled; Ray is left (:func:`connect` joined it). Returns how many went again.
+    ``on_start(i)`` before run ``i`` goes (False keeps it back), ``on_end(i, exit_code)`` once
+    its files are in its folder; no lock on the folders is held in between (a task in place
+    takes them). A run lost with its node or worker goes again (:func:`again`), up to
+    :data:`MAX_RETRIES` times; on a signal the runs still going are cancelled; Ray is left
+    (:func:`connect` joined it). Returns how many went again.
     """
     import ray
 
     task = ray.remote(run_task).options(
         num_cpus=settings.cpus_per_run, num_gpus=settings.gpus_per_run, max_retries=0
     )
-    threads, token = max(1, int(settings.cpus_per_run)), uuid.uuid4().hex
+    threads, token = settings.threads, uuid.uuid4().hex
     waiting, tries = deque(range(len(runs))), [0] * len(runs)
     configs = [dict(run) for run in runs]
     going: dict[ray.ObjectRef[Any], int] = {}
