@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -136,6 +137,7 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
     try:
         if settings.address not in (None, "auto", "local"):
             check_reachable(settings.address.removeprefix("ray://"), what=f"{prefix}ray-address")
+        sigterm = signal.getsignal(signal.SIGTERM)
         ray.init(
             settings.address,
             logging_level=logging.ERROR,
@@ -143,6 +145,9 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
             include_dashboard=False if local else None,
             num_cpus=settings.jobs or None,
         )
+        if sigterm is not None:  # ray.init's own handler exits without the command's last words
+            with suppress(ValueError):  # not the main thread: ray.init set none
+                signal.signal(signal.SIGTERM, sigterm)
     except Exception as err:  # Ray raises several kinds; each is one line here
         message = f"{prefix}ray-address: no Ray cluster at {where}: {first_line(err)}"
         raise ValueError(message) from err
