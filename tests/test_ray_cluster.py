@@ -297,12 +297,12 @@ def running_tasks(cluster: Cluster) -> set[int]:
 def test_ctrl_c_cancels_the_tasks_keeps_the_completed_runs_and_the_command_goes_on(
     cluster, tmp_path
 ):
-    words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=20"]
+    words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=40", "++run.checkpoint-every=2"]
     ray = [f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"]
     proc = cluster.start(*words, *ray)
     try:
         deadline = time.monotonic() + 300
-        while not list(tmp_path.glob("ray/*/*/seed-*/status.json")):  # a run's files are back
+        while not list(tmp_path.glob("ray/*/*/seed-*/summary.json")):  # a run completed
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         (driver,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
@@ -321,37 +321,52 @@ def test_ctrl_c_cancels_the_tasks_keeps_the_completed_runs_and_the_command_goes_
     assert running_tasks(cluster) == set()
     kept = len(list(tmp_path.glob("ray/*/*/seed-*/summary.json")))
     assert 1 <= kept < 4
+    # The runs cancelled in their folders resume from the checkpoints they wrote there.
+    resumable = len(list(tmp_path.glob("ray/*/*/seed-*/checkpoint.pt"))) - kept
 
     code, out, err = cluster.reproduce(*words, *ray)
     assert code == 0, out[-3000:] + err[-3000:]
     assert out.count("completed earlier with the same settings; kept") == kept
+    assert out.count("resumed from its checkpoint") == resumable
     assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
 
 
 @pytest.mark.slow  # 2-3 min: Ray notices a dead node after some seconds
-def test_a_preset_whose_worker_node_dies_completes_with_the_same_table_and_counts_the_retry(
+def test_a_preset_whose_worker_node_dies_resumes_its_run_from_its_checkpoint_to_the_same_table(
     cluster, tmp_path
 ):
-    words = [*TINY, "seeds=[0]", "++run.num-server-rounds=20"]
+    """The nodes see the same folders: each run writes in its own folder as it goes, and the run
+    of the worker node that dies goes again on the head from its last checkpoint."""
+    words = [*TINY, "seeds=[0]", "++run.num-server-rounds=150", "++run.checkpoint-every=5"]
     proc = cluster.start(*words, f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray")
+    folders = [tmp_path / "ray" / "local-steps=1" / p / "seed-0" for p in ("fedcgd-fscd", "bc")]
     try:
         deadline = time.monotonic() + 300
-        while not any("ray::run_task" in command_line(p) for p in marked(cluster.worker)):
+        while not (
+            any("ray::run_task" in command_line(p) for p in marked(cluster.worker))
+            and all((f / "checkpoint.pt").exists() for f in folders)
+        ):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
+            time.sleep(0.1)
+        for pid in marked(cluster.worker):  # the worker node dies: its raylet, its workers
+            os.kill(pid, signal.SIGKILL)
         # A second start on the same folder is refused while this one runs, as locally.
         code, _, err = cluster.reproduce(
             *words, f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"
         )
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
-        for pid in marked(cluster.worker):  # the worker node dies: its raylet, its workers
-            os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=600)
     finally:
         proc.kill()
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    assert "lost (" in out and "started again" in out
+    assert "lost (" in out and "started again from its checkpoint" in out
     assert out.rstrip().endswith("all 2 runs completed (1 retried on Ray)"), out[-3000:]
+    resumed = [
+        int(k)
+        for f in folders
+        for k in re.findall(r"resuming .* after round (\d+)", (f / "run.log").read_text())
+    ]
+    assert len(resumed) == 1 and resumed[0] % 5 == 0 and 5 <= resumed[0] < 150, resumed
     assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")
 
 

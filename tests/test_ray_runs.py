@@ -5,6 +5,8 @@ The runs themselves on a loopback cluster of two nodes: tests/test_ray_cluster.p
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 
 import pytest
@@ -12,6 +14,7 @@ from hydra import compose, initialize_config_dir
 
 from experiments.compare.policies import CompareOptions, compare
 from experiments.compare.reproduce import CONF_DIR, reproduce
+from experiments.run.ray_runs import TOKEN_FILE
 
 TINY = [
     "policies=[bc]",
@@ -94,7 +97,7 @@ def test_without_an_address_or_a_gpu_runs_stay_local(monkeypatch):
     from experiments.run.ray_runs import RaySettings, ray_settings
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert ray_settings(None, 1, 0, engine="inprocess", jobs=2) is None
+    assert ray_settings(None, 1, 0, engine="inprocess", jobs=1) is None
     assert ray_settings(None, 2, 0.25, engine="simulation", jobs=1) == RaySettings(None, 2, 0.25)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert ray_settings("", 1, 0, engine="inprocess", jobs=1) == RaySettings("10.0.0.1:6379")
@@ -110,3 +113,42 @@ def test_a_moved_run_names_its_real_folder_in_its_json_and_log_only():
     )
     assert moved("run.log", b"in /tmp/fedcgd-run-x\n", old, new) == 'in /home/me/ré"s\n'.encode()
     assert moved("checkpoint.pt", b"/tmp/fedcgd-run-x", old, new) == b"/tmp/fedcgd-run-x"
+
+
+def test_a_run_whose_ray_worker_dies_goes_again_from_its_checkpoint_in_its_folder(tmp_path):
+    """A Ray of this machine sees the run's folder: the run writes there as it goes, and a run
+    whose worker is killed after a checkpoint resumes from it, to the uninterrupted run."""
+    import signal
+    import subprocess
+
+    from proc_tree import command_line, descendants
+    from run_results import assert_same_run, whole_run
+    from subprocesses import FEDCGD, wait_for
+
+    from fedcgd_task.settings import PROJECT_DIR
+
+    values = {"num-devices": 8, "num-server-rounds": 60, "checkpoint-every": 5, "policy": "bc"}
+    out, folder = tmp_path / "out", tmp_path / "out" / "bc" / "seed-0"
+    settings = "num-devices=8 num-server-rounds=60 checkpoint-every=5"
+    proc = subprocess.Popen(
+        [FEDCGD, "compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
+         "--ray-address", "local", "--run-config", settings, "--out", str(out)],
+        cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (folder / "checkpoint.pt").exists(), proc, limit_s=300)
+        (task,) = (p for p in descendants(proc.pid) if "ray::run_task" in command_line(p))
+        os.kill(task, signal.SIGKILL)
+        out_text, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out_text[-3000:] + err[-3000:]
+    assert "started again from its checkpoint" in out_text
+    assert out_text.rstrip().endswith("all 1 runs completed (1 retried on Ray)"), out_text[-3000:]
+    resumed = re.findall(
+        rf"resuming {re.escape(str(folder))} after round (\d+)", (folder / "run.log").read_text()
+    )
+    assert len(resumed) == 1 and int(resumed[0]) % 5 == 0 and 5 <= int(resumed[0]) < 60
+    whole_run(tmp_path / "whole", values)
+    assert_same_run(folder, tmp_path / "whole", rounds=60)
+    assert not (folder / TOKEN_FILE).exists()

@@ -1,25 +1,21 @@
-"""Runs side by side: how many at once, what each is told, logs, and stopping by PID."""
+"""Runs side by side (``launcher.jobs`` > 1: Ray tasks on this machine): how many at once, logs,
+the same results as one at a time, a failed run named, and stopping (by PID: test_kill9)."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from proc_tree import alive, command_line, descendants, stat_fields
+from proc_tree import alive, command_line, descendants
 from subprocesses import FEDCGD
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
-from experiments.run.run_pool import RUN_LOG, Job, resolve_jobs, run_jobs, usable_cores
-
-
-def python(code: str) -> list[str]:
-    return [sys.executable, "-c", code]
+from experiments.run.ray_runs import RUN_LOG, resolve_jobs, usable_cores
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True, None])
@@ -34,70 +30,6 @@ def test_zero_jobs_means_one_per_usable_core_and_only_inprocess_runs_side_by_sid
     assert resolve_jobs(1, "simulation") == 1
     with pytest.raises(ValueError, match=r"jobs: got 2 with engine 'simulation'.*inprocess"):
         resolve_jobs(2, "simulation")
-
-
-def test_never_more_than_workers_at_once_and_each_end_reports_its_exit_code(tmp_path):
-    # Each job marks itself running, counts the marks, and removes its own before it exits:
-    # a new job starts only after an old one has exited, so the count can never exceed 2.
-    code = (
-        "import os, sys, time, pathlib\n"
-        f"d = pathlib.Path({str(tmp_path)!r}); i = int(sys.argv[1])\n"
-        "(d / f'run-{i}').touch(); n = len(list(d.glob('run-*')))\n"
-        "(d / f'count-{i}').write_text(str(n)); print('job', i, 'saw', n)\n"
-        "time.sleep(0.2); (d / f'run-{i}').unlink(); sys.exit(i % 3)\n"
-    )
-    jobs = [Job([*python(code), str(i)], tmp_path / f"log-{i}") for i in range(6)]
-    events: list[tuple[str, int, int | None]] = []
-    run_jobs(
-        jobs,
-        2,
-        lambda i: events.append(("start", i, None)),
-        lambda i, rc: events.append(("end", i, rc)),
-    )
-    counts = [int((tmp_path / f"count-{i}").read_text()) for i in range(6)]
-    assert max(counts) <= 2
-    assert [i for kind, i, _ in events if kind == "start"] == list(range(6))  # list order
-    ends = {i: rc for kind, i, rc in events if kind == "end"}
-    assert ends == {i: i % 3 for i in range(6)}
-    assert (tmp_path / "log-4").read_text() == f"job 4 saw {counts[4]}\n"
-
-
-def test_two_workers_run_two_jobs_at_the_same_time(tmp_path):
-    # Job 0 waits for job 1's file: it can only finish when both run at once.
-    wait = (
-        "import pathlib, sys, time\n"
-        f"f = pathlib.Path({str(tmp_path / 'one')!r})\n"
-        "for _ in range(200):\n"
-        "    if f.exists(): sys.exit(0)\n"
-        "    time.sleep(0.05)\n"
-        "sys.exit(9)\n"
-    )
-    touch = f"import pathlib; pathlib.Path({str(tmp_path / 'one')!r}).touch()"
-    ends: dict[int, int] = {}
-    jobs = [Job(python(wait), tmp_path / "a.log"), Job(python(touch), tmp_path / "b.log")]
-    run_jobs(jobs, 2, lambda i: None, ends.__setitem__)
-    assert ends == {0: 0, 1: 0}
-
-
-def test_an_exception_in_the_caller_stops_every_running_job_by_pid(tmp_path):
-    pid_file = tmp_path / "pid"
-    sleeper = (
-        f"import os, pathlib, time; pathlib.Path({str(pid_file)!r})"
-        ".write_text(str(os.getpid())); time.sleep(60)"
-    )
-
-    def on_start(i: int) -> None:
-        if i == 1:
-            deadline = time.monotonic() + 20
-            while not pid_file.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            raise KeyboardInterrupt  # what Ctrl-C raises in the waiting command
-
-    jobs = [Job(python(sleeper), tmp_path / "a.log"), Job(python("pass"), tmp_path / "b.log")]
-    with pytest.raises(KeyboardInterrupt):
-        run_jobs(jobs, 2, on_start, lambda i, rc: None)
-    pid = int(pid_file.read_text())
-    assert not alive(pid)
 
 
 def load(preset: str, overrides: list[str]):
@@ -204,16 +136,15 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     deadline = time.monotonic() + 120
     while not all(c.exists() for c in checkpoints) and time.monotonic() < deadline:
         time.sleep(0.05)
-    children = [
-        pid
-        for pid in descendants(proc.pid)
-        if (stat_fields(pid) or [0, 0])[1] == str(proc.pid) and "inprocess" in command_line(pid)
-    ]
-    assert len(children) == 2  # the two runs, side by side
+    children = descendants(proc.pid)
+    assert sum("ray::run_task" in command_line(pid) for pid in children) == 2  # side by side
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "stopped by SIGTERM" in err
+    deadline = time.monotonic() + 5.0  # Ray's processes end as the command ends
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not any(alive(pid) for pid in children)
     again = subprocess.run(
         [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],

@@ -166,8 +166,8 @@ def compare_command(
     jobs: Annotated[
         int,
         typer.Option(
-            help="inprocess runs going at once, each in its own process with its output in "
-            "<run folder>/run.log (0: one per usable CPU core)",
+            help="inprocess runs going at once, each a task of a Ray of this machine with its "
+            "output in <run folder>/run.log (0: one per usable CPU core)",
         ),
     ] = 1,
     ray_address: Annotated[

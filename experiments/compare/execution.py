@@ -26,15 +26,8 @@ from experiments.compare.results import same_schedule_lines, summarise, write_co
 from experiments.run.flwr_run import run_flwr, strip_ansi
 from experiments.run.outcome import run_outcome
 from experiments.run.progress import RunProgress, format_duration
-from experiments.run.ray_runs import RaySettings, run_tasks
+from experiments.run.ray_runs import RUN_LOG, RaySettings, connect, run_tasks
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-from experiments.run.run_pool import (
-    RUN_LOG,
-    Job,
-    cores_per_job,
-    inprocess_command,
-    run_jobs,
-)
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
@@ -248,14 +241,14 @@ def execute_plans(
 ) -> tuple[dict[Path, str | None], int | None]:
     """Run every plan that is not kept; each result folder's outcome, and the runs Ray retried.
 
-    Outcome: None (completed or kept) or why not; retried: None without Ray.
+    Outcome: None (completed or kept) or why not; retried: None when the runs went in the
+    foreground, or none went again on a Ray of ``launcher.jobs``.
 
-    With ``how.jobs`` = 1 each run goes in the foreground, its output on this terminal. With more
-    (``inprocess`` engine only, :func:`experiments.run.run_pool.resolve_jobs`) up to ``jobs`` runs
-    go at once, each in its own process, or with ``how.ray`` each a Ray task
-    (:func:`experiments.run.ray_runs.run_tasks`), its output in ``<result folder>/run.log``; a
-    line says when each starts and how it ended. Each start line begins with ``tracker``'s
-    overall progress and then ``header(plan)``.
+    With ``how.jobs`` = 1 and no ``how.ray`` each run goes in the foreground, its output on this
+    terminal; else each is a Ray task (:func:`experiments.run.ray_runs.run_tasks`; for
+    ``jobs`` > 1, ``inprocess`` engine only, of a Ray of this machine that holds ``jobs`` runs),
+    its output in ``<result folder>/run.log``; a line says when each starts and how it ended.
+    Each start line begins with ``tracker``'s overall progress and then ``header(plan)``.
     """
     outcomes: dict[Path, str | None] = {}
 
@@ -289,13 +282,12 @@ def execute_plans(
             record(plan, launch(plan, how))
         return outcomes, None
     launched: dict[int, float] = {}
-    claims: dict[int, FolderClaim] = {}
 
     def on_start(i: int) -> bool:
         plan = to_run[i]
         announce(plan, f" (started; output in {plan.result_dir / RUN_LOG})")
-        try:  # the job's process works under this lock (its parent's)
-            claims[i] = claim_run_folder(plan)
+        try:  # free, and cleared to run again; the task takes the folder's locks itself
+            claim_run_folder(plan).release()
         except ValueError as err:
             record(plan, first_line(err))
             return False
@@ -305,7 +297,6 @@ def execute_plans(
 
     def on_end(i: int, code: int) -> None:
         plan = to_run[i]
-        claims.pop(i).release()
         reason = run_reason(plan, code, launched[i])
         said = last_outcome_line(plan.result_dir / RUN_LOG)
         if reason is not None and said is not None:
@@ -315,27 +306,12 @@ def execute_plans(
             print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
         record(plan, reason)
 
-    retried = None
-    try:
-        if how.ray is not None:
-            retried = run_tasks([p.overrides for p in to_run], how.ray, on_start, on_end)
-        else:
-            run_jobs(
-                [
-                    Job(
-                        inprocess_command(p.overrides, cohort_threads=cores_per_job(how.jobs)),
-                        p.result_dir / RUN_LOG,
-                    )
-                    for p in to_run
-                ],
-                how.jobs,
-                on_start,
-                on_end,
-            )
-    finally:
-        for claim in claims.values():
-            claim.release()
-    return outcomes, retried
+    ray = how.ray
+    if ray is None:  # launcher.jobs > 1: a Ray of this machine with that many CPUs
+        ray = RaySettings("local", jobs=how.jobs)
+        connect(ray)
+    retried = run_tasks([p.overrides for p in to_run], ray, on_start, on_end)
+    return outcomes, retried if how.ray is not None or retried else None
 
 
 def last_outcome_line(log: Path) -> str | None:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.run.ray_runs import resolve_jobs
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.settings import unread_settings
 from run_files.code_identity import code_identity, run_digests
 from run_files.files import read_json_object

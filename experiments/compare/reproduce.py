@@ -40,9 +40,8 @@ from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
-from experiments.run.ray_runs import RaySettings, connect, ray_settings
+from experiments.run.ray_runs import RaySettings, connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, fedcgd_command
-from experiments.run.run_pool import resolve_jobs
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir

@@ -204,13 +204,13 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
 
     from experiments.run.outcome import run_outcome
     from experiments.run.preflight import claim_run, effective_result_dir
+    from experiments.run.ray_runs import usable_cores
     from experiments.run.resume_command import single_run_commands, single_run_line
     from experiments.run.run_config import (
         parse_run_config_text,
         validated_run_config,
         with_resolved_data_dir,
     )
-    from experiments.run.run_pool import usable_cores
 
     threads = args.cohort_threads or usable_cores()
     try:  # the run's folder is locked from here until this process ends

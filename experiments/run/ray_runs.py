@@ -1,8 +1,10 @@
 """A comparison's or preset's runs as Ray tasks: one task per run, each the in-process engine.
 
-No folder is shared: a task gets the files of the run it resumes and returns its run folder's
-files, which the driver writes into the run's folder; a run lost with its node or worker starts
-again (docs/deployment.md, "A preset on a Ray cluster").
+A task that sees the run's folder (a Ray of this machine, or ``out`` on a folder every node
+sees) runs in it, so its checkpoints land there as it goes; one that does not gets the files of
+the run it resumes and returns its folder's files, which the driver writes into the run's
+folder. A run lost with its node or worker goes again, from the checkpoint its folder holds
+(docs/deployment.md, "A preset on a Ray cluster").
 """
 
 from __future__ import annotations
@@ -10,32 +12,78 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.run.run_pool import RUN_LOG
 from run_files.files import append_line, atomic_write
-from run_files.results import STATUS_FILE
+from run_files.folder_lock import claim_folder
+from run_files.results import RUN_FILES, STATUS_FILE
 from run_files.run_status import first_line
 
+#: A run's output when it goes as a Ray task, in its result folder.
+RUN_LOG = "run.log"
 #: Times a run lost with its node or worker starts again before it counts as failed.
 MAX_RETRIES = 3
+#: In a run's folder while its task goes: the command's token, read by a task that sees the folder.
+TOKEN_FILE = ".fedcgd-ray-task"
 
 
 @dataclass(frozen=True)
 class RaySettings:
-    """Where runs go as Ray tasks (``address`` None: a Ray of this machine) and what each takes."""
+    """Where runs go as Ray tasks (``address`` None: a Ray of this machine) and what each takes.
+
+    ``jobs``: the runs at once of ``launcher.jobs`` > 1, on a Ray of this machine with that
+    many CPUs (0: Ray's own count).
+    """
 
     address: str | None
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
+    jobs: int = 0
+
+    @property
+    def threads(self) -> int:
+        """The threads of a run's σ̂ passes (its share of this machine's cores for ``jobs``)."""
+        return max(1, usable_cores() // self.jobs if self.jobs else int(self.cpus_per_run))
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_jobs(jobs: Any, engine: str) -> int:
+    """The number of runs to keep going at once: ``jobs``, or every usable core for 0.
+
+    Raises ValueError (one line) for a value that is not a whole number >= 0, or more than one
+    job on an engine other than ``inprocess`` (the others run clients in parallel and start
+    servers on fixed ports).
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(
+            f"jobs: got {jobs!r}; allowed: a whole number >= 1 (runs at once), or 0 for one "
+            f"per usable CPU core ({usable_cores()} here)"
+        )
+    count = jobs or usable_cores()
+    if count > 1 and engine != "inprocess":
+        raise ValueError(
+            f"jobs: got {jobs!r} with engine {engine!r}; runs side by side need the inprocess "
+            "engine (the simulation engine and deployments already run clients in parallel): "
+            "use jobs=1 or the inprocess engine"
+        )
+    return count
 
 
 def ray_settings(
@@ -81,17 +129,25 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
     from experiments.run.flwr_run import check_reachable
 
     where = settings.address or "this machine"
+    local = settings.address in (None, "local")
     ray.shutdown()  # an earlier command's connection in this process
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # run_task sets the device
+    if local:  # after a kill -9 of this process, its Ray's agents give up on its GCS in 2 s
+        os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "2")
     try:
         if settings.address not in (None, "auto", "local"):
             check_reachable(settings.address.removeprefix("ray://"), what=f"{prefix}ray-address")
+        sigterm = signal.getsignal(signal.SIGTERM)
         ray.init(
             settings.address,
             logging_level=logging.ERROR,
             log_to_driver=False,
-            include_dashboard=False if settings.address in (None, "local") else None,
+            include_dashboard=False if local else None,
+            num_cpus=settings.jobs or None,
         )
+        if sigterm is not None:  # ray.init's own handler exits without the command's last words
+            with suppress(ValueError):  # not the main thread: ray.init set none
+                signal.signal(signal.SIGTERM, sigterm)
     except Exception as err:  # Ray raises several kinds; each is one line here
         message = f"{prefix}ray-address: no Ray cluster at {where}: {first_line(err)}"
         raise ValueError(message) from err
@@ -164,13 +220,14 @@ def folder_files(folder: Path) -> dict[str, bytes]:
 
 
 def run_task(
-    overrides: dict[str, Any], files: dict[str, bytes], threads: int
+    overrides: dict[str, Any], files: dict[str, bytes], threads: int, token: str
 ) -> tuple[dict[str, bytes], int]:
-    """One run in a Ray worker: its folder's files afterwards and its exit code (0 or 1).
+    """One run in a Ray worker: its folder's files afterwards ({} in place) and its exit code.
 
-    The run goes in a temporary folder holding ``files`` (the run it resumes); its output,
-    the node it ran on first, goes to ``run.log`` there; ``device`` ``auto`` is the GPU Ray
-    assigned (``cuda``: Ray sets ``CUDA_VISIBLE_DEVICES``), or the CPU when it assigned none.
+    The run goes in its own folder when that holds :data:`TOKEN_FILE` with ``token`` (the
+    node sees it), else in a temporary folder holding ``files`` (the run it resumes). Its
+    output, the node it ran on first, goes to ``run.log`` there; ``device`` ``auto`` is the GPU
+    Ray assigned (``cuda``: Ray sets ``CUDA_VISIBLE_DEVICES``), or the CPU when it assigned none.
     """
     import ray
 
@@ -179,9 +236,13 @@ def run_task(
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
     real = str(overrides["result-dir"])
-    with tempfile.TemporaryDirectory(prefix="fedcgd-run-") as tmp:
+    in_place = False
+    with suppress(OSError):
+        in_place = (Path(real) / TOKEN_FILE).read_text() == token
+    where = nullcontext(real) if in_place else tempfile.TemporaryDirectory(prefix="fedcgd-run-")
+    with where as tmp:
         folder = Path(tmp)
-        for name, data in files.items():
+        for name, data in {} if in_place else files.items():
             (folder / name).write_bytes(moved(name, data, real, tmp))
         config = {**overrides, "result-dir": tmp}
         if "resume-from" in config:
@@ -200,15 +261,35 @@ def run_task(
                 failure = err
             outcome = run_outcome(folder, launched, failure)
             print(outcome.message, flush=True)
+        if in_place:
+            return {}, outcome.code
         files = {name: moved(name, data, tmp, real) for name, data in folder_files(folder).items()}
     return files, outcome.code
 
 
+def again(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A lost run's config to go again: from the checkpoint its folder holds, else from the start.
+
+    Without a checkpoint the run's files are removed (what a run in place left).
+    """
+    from server_app.checkpoint import CHECKPOINT_FILE
+
+    folder = Path(run["result-dir"])
+    if (folder / CHECKPOINT_FILE).exists():
+        return {**run, "resume-from": str(folder)}
+    for name in RUN_FILES:
+        (folder / name).unlink(missing_ok=True)
+    return {k: v for k, v in run.items() if k != "resume-from"}
+
+
 def write_files(folder: Path, files: Mapping[str, bytes]) -> None:
-    """Write a task's files into the run's folder, each atomically, ``status.json`` last."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in sorted(files, key=lambda name: name == STATUS_FILE):
-        atomic_write(folder / name, files[name])
+    """Write a task's files into the run's folder, each atomically, ``status.json`` last.
+
+    Under the folder's lock (a ValueError, one line, names a process that holds it).
+    """
+    with claim_folder(folder, "result folder", writer=True):
+        for name in sorted(files, key=lambda name: name == STATUS_FILE):
+            atomic_write(folder / name, files[name])
 
 
 def run_tasks(
@@ -219,20 +300,34 @@ def run_tasks(
 ) -> int:
     """Run every run config as a Ray task, in list order, as many at once as the cluster holds.
 
-    As :func:`experiments.run.run_pool.run_jobs`: ``on_start(i)`` before run ``i`` goes (False
-    keeps it back), ``on_end(i, exit_code)`` once its files are in its folder. A run lost with
-    its node or worker starts again, up to :data:`MAX_RETRIES` times; on a signal the runs
-    still going are cancelled; Ray is left (:func:`connect` joined it). Returns how many runs
-    started again.
+    ``on_start(i)`` before run ``i`` goes (False keeps it back), ``on_end(i, exit_code)`` once
+    its files are in its folder; no lock on the folders is held in between (a task in place
+    takes them). A run lost with its node or worker goes again (:func:`again`), up to
+    :data:`MAX_RETRIES` times; on a signal the runs still going are cancelled; Ray is left
+    (:func:`connect` joined it). Returns how many went again.
     """
     import ray
 
     task = ray.remote(run_task).options(
         num_cpus=settings.cpus_per_run, num_gpus=settings.gpus_per_run, max_retries=0
     )
-    threads = max(1, int(settings.cpus_per_run))
+    threads, token = settings.threads, uuid.uuid4().hex
     waiting, tries = deque(range(len(runs))), [0] * len(runs)
+    configs = [dict(run) for run in runs]
     going: dict[ray.ObjectRef[Any], int] = {}
+
+    def end(i: int, files: Mapping[str, bytes], code: int, reason: str = "") -> None:
+        folder = Path(runs[i]["result-dir"])
+        (folder / TOKEN_FILE).unlink(missing_ok=True)
+        if reason:
+            append_line(folder / RUN_LOG, reason)
+        try:
+            write_files(folder, files)
+        except ValueError as err:
+            code = 1
+            append_line(folder / RUN_LOG, f"failed: {first_line(err)}")
+        on_end(i, code)
+
     try:
         while waiting or going:
             while waiting and len(going) < max(1, capacity(settings)):
@@ -240,9 +335,11 @@ def run_tasks(
                 if tries[i] == 0 and on_start(i) is False:
                     continue
                 tries[i] += 1
-                folder = Path(runs[i]["result-dir"])
-                files = folder_files(folder) if "resume-from" in runs[i] else {}
-                going[task.remote(dict(runs[i]), files, threads)] = i
+                folder = Path(configs[i]["result-dir"])
+                folder.mkdir(parents=True, exist_ok=True)
+                atomic_write(folder / TOKEN_FILE, token)
+                files = folder_files(folder) if "resume-from" in configs[i] else {}
+                going[task.remote(configs[i], files, threads, token)] = i
             try:
                 done, _ = ray.wait(list(going), num_returns=1, timeout=1.0)
             except SystemError as err:  # a signal's exception raised inside Ray's C code
@@ -251,26 +348,25 @@ def run_tasks(
                 raise err.__cause__ from None  # Ctrl-C, SIGTERM: the command stops
             for ref in done:
                 i = going.pop(ref)
-                folder = Path(runs[i]["result-dir"])
                 try:
-                    files, code = ray.get(ref)
+                    end(i, *ray.get(ref))
                 except ray.exceptions.RayTaskError as err:  # the task itself broke
-                    files, code = {}, 1
-                    folder.mkdir(parents=True, exist_ok=True)
-                    append_line(folder / RUN_LOG, f"failed: {first_line(err)}")
+                    end(i, {}, 1, f"failed: {first_line(err)}")
                 except ray.exceptions.RayError as err:  # lost with its node or worker
                     if tries[i] <= MAX_RETRIES:
-                        print(f"{folder}: lost ({first_line(err)}); started again", flush=True)
+                        configs[i] = again(runs[i])
+                        start = "its checkpoint" if "resume-from" in configs[i] else "its start"
+                        print(
+                            f"{runs[i]['result-dir']}: lost ({first_line(err)}); started again "
+                            f"from {start}",
+                            flush=True,
+                        )
                         waiting.appendleft(i)
                         continue
-                    files, code = {}, 1
-                    folder.mkdir(parents=True, exist_ok=True)
-                    reason = f"failed: lost {tries[i]} times: {first_line(err)}"
-                    append_line(folder / RUN_LOG, reason)
-                write_files(folder, files)
-                on_end(i, code)
+                    end(i, {}, 1, f"failed: lost {tries[i]} times: {first_line(err)}")
     finally:
-        for ref in going:
+        for ref, i in going.items():
             ray.cancel(ref, force=True)
+            (Path(runs[i]["result-dir"]) / TOKEN_FILE).unlink(missing_ok=True)
         ray.shutdown()
     return sum(1 for n in tries if n > 1)
