@@ -52,7 +52,7 @@ class RoundRecorder:
         self._record: RoundRecord | None = None
         defaults = parse_run_config(default_run_config()).to_dict()
         settings = run_hparams(setup.config.to_dict(), defaults)
-        self.events = RoundEvents(writer.dir, setup.round_offset, settings)
+        self.events = RoundEvents(writer.dir, writer.lines if setup.round_offset else (), settings)
 
     def add_record(self, record: RoundRecord) -> None:
         """Keep the record of the round just aggregated (the strategy's ``on_record``)."""

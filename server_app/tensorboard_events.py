@@ -10,7 +10,7 @@ most the round in flight, as ``metrics.jsonl``'s torn last line).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,33 +71,46 @@ def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
 
 
 class RoundEvents:
-    """The TensorBoard event file of one run (or of one resumed part of it) in its ``folder``.
+    """The TensorBoard event file of one run in its ``folder``: one file, each round once.
 
-    ``resumed_after``: the checkpoint's round when resuming (0: a new run); the stopped run's
-    events of later rounds are dropped from the view (``purge_step``), so each round shows once.
-    ``settings`` (:func:`run_hparams`) are written once, for TensorBoard's HParams view beside
+    ``kept``: when resuming, the metrics lines kept from the stopped part (rounds up to the
+    checkpoint); they are written again into this file and the stopped part's event files are
+    then removed, so TensorBoard shows each round once whatever order it reads files in (their
+    names sort by the second they were made in, then by a counter as text). ``settings``
+    (:func:`run_hparams`) are written once, for TensorBoard's HParams view beside
     :data:`HPARAM_METRICS`.
     """
 
     def __init__(
-        self, folder: Path, resumed_after: int = 0, settings: Mapping[str, HParam] | None = None
+        self,
+        folder: Path,
+        kept: Sequence[Mapping[str, Any]] = (),
+        settings: Mapping[str, HParam] | None = None,
     ) -> None:
-        purge = resumed_after + 1 if resumed_after else None
-        self._writer = SummaryWriter(log_dir=str(folder), purge_step=purge)
+        stale = list(folder.glob("events.out.tfevents.*"))  # a stopped part's (or none)
+        self._writer = SummaryWriter(log_dir=str(folder))
         if settings:
             metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
             file_writer = self._writer._get_file_writer()  # the run's own event file
             for summary in hparams(dict(settings), metrics):
-                file_writer.add_summary(summary, purge or 0)  # this file's first step
+                file_writer.add_summary(summary, 0)
+        for line in kept:
+            self._scalars(line)
+        self._writer.flush()
+        for path in stale:  # after the kept rounds are in this file: a crash loses nothing
+            path.unlink(missing_ok=True)
 
-    def add(self, line: Mapping[str, Any]) -> None:
-        """Write the finite numbers of a round's metrics line as scalars at its round."""
+    def _scalars(self, line: Mapping[str, Any]) -> None:
         step = int(line["round"])
         for tag, field in SCALARS.items():
             value = line.get(field)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 if math.isfinite(value):
                     self._writer.add_scalar(tag, value, step)
+
+    def add(self, line: Mapping[str, Any]) -> None:
+        """Write the finite numbers of a round's metrics line as scalars at its round."""
+        self._scalars(line)
         self._writer.flush()
 
     def close(self) -> None:
