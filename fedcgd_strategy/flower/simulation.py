@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
 from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import first_line
 
 #: Error codes of a reply that the link made, not the device: the message expired, its reply
 #: expired, the node is gone. In a simulation none of them is part of the physics.
@@ -78,10 +79,8 @@ def call_within(limit_s: float | None, call: Callable[[], T], what: str) -> T:
         return value
     if isinstance(value, Exception):
         raise value
-    text = str(value).strip().splitlines()[0] if str(value).strip() else ""
-    raise UserCodeError(
-        f"{what} raised {type(value).__name__}{': ' + text if text else ''}"
-    ) from value
+    text = str(value).strip() and f": {first_line(value)}"
+    raise UserCodeError(f"{what} raised {type(value).__name__}{text}") from value
 
 
 def is_simulation(grid: Grid) -> bool:
