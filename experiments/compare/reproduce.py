@@ -256,19 +256,13 @@ def _reproduce_planned(
         k, label = points[plan.result_dir]
         return run_header(plan, policies, seeds, prefix=f"[{label} {k}/{num_points}] ")
 
-    outcomes, total.retried = execute_plans(
-        [plan for point_plans in per_point for plan in point_plans],
-        LaunchSettings(
-            engine,
-            jobs,
-            cfg.launcher.num_supernodes,
-            int(cfg.launcher.cpus_per_client),
-            float(cfg.launcher.gpus_per_client),
-            ray,
-        ),
-        tracker=tracker,
-        header=header,
-    )
+    launcher = cfg.launcher
+    how = LaunchSettings(
+        engine, jobs, launcher.num_supernodes, int(launcher.cpus_per_client),
+        float(launcher.gpus_per_client), ray,
+    )  # fmt: skip
+    every = [plan for point_plans in per_point for plan in point_plans]
+    outcomes, total.retried = execute_plans(every, how, tracker=tracker, header=header)
     for (point, _), point_plans in zip(plans, per_point, strict=True):
         label = point_label(point)
         result = collect_runs(point_plans, outcomes, out / label, target)
