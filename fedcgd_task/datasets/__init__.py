@@ -301,26 +301,17 @@ def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
     return frozenset(takes)
 
 
-def default_task_settings(name: str, data_dir: str) -> TaskSettings:
-    """The default settings with data set ``name`` in ``data_dir`` (for a load outside a run)."""
-    from fedcgd_task.settings import TaskSettings, default_run_config
-
-    config = {**default_run_config(), DATASET_KEY: name, "data-dir": data_dir}
-    return TaskSettings.from_run_config(config)
-
-
 def load_data(
     name: str, data_dir: str, settings: TaskSettings | None = None
 ) -> tuple[DataSplit, DataSplit]:
     """Load, check and cache the (train, test) :class:`DataSplit` of a data set, once per process.
 
-    Cached by (name, data_dir), and by the settings for a function that takes them. A
-    FileNotFoundError of the function is re-raised after the key; anything else is a one-line
-    ValueError naming ``dataset``.
+    Cached by (name, data_dir), and by ``settings`` (the run's; None outside a run) for a function
+    that takes them. A FileNotFoundError of the function is re-raised after the key; anything
+    else is a one-line ValueError naming ``dataset``.
     """
-    if "settings" not in data_keywords(dataset_function(name), name):
-        return _load_checked(name, data_dir, None)
-    return _load_checked(name, data_dir, settings or default_task_settings(name, data_dir))
+    takes = "settings" in data_keywords(dataset_function(name), name)
+    return _load_checked(name, data_dir, settings if takes else None)
 
 
 @functools.lru_cache(maxsize=2)
