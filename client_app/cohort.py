@@ -36,7 +36,7 @@ from client_app.device_round import (
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
-from fedcgd_task.message_records import record_of
+from fedcgd_task.array_codec import record_of
 
 __all__ = ["QUERY_CHUNK_SAMPLES", "Cohorts"]
 
