@@ -94,15 +94,6 @@ class NormalizedPixels:
         std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
         return (x - mean) / std
 
-    def all_finite(self) -> bool:
-        """Whether every value is finite: :meth:`tensor` of each of the 256 levels per channel."""
-        levels = np.tile(
-            np.arange(256, dtype=np.uint8).reshape(1, 1, 256, 1), (1, self.shape[1], 1, 1)
-        )
-        return bool(
-            NormalizedPixels(levels, self.scale, self.mean, self.std).tensor().isfinite().all()
-        )
-
 
 #: The inputs of a :class:`DataSplit`: float32 values, stored as such or as normalised pixels.
 Inputs: TypeAlias = npt.NDArray[np.float32] | NormalizedPixels
@@ -169,11 +160,9 @@ def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> n
 
 
 def _check_inputs(x: object, label: str, where: str) -> Inputs:
-    """``x`` as float32 [N, *input_shape] (or the given NormalizedPixels), finite."""
+    """``x`` as float32 [N, *input_shape], finite (a built-in's NormalizedPixels as they are)."""
     must = "inputs must be real-valued (float, int or bool) arrays of shape [N, *input_shape]"
-    if isinstance(x, NormalizedPixels):
-        if not x.all_finite():
-            raise ValueError(f"{where}: {label} normalises pixels to values that are not finite")
+    if isinstance(x, NormalizedPixels):  # the built-ins' fixed mean and std > 0
         values: Inputs = x
     else:
         with np.errstate(over="ignore"):
