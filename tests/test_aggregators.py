@@ -33,9 +33,9 @@ from task_settings import checkpointed_run_config
 from experiments.cli import invoke
 from experiments.run.inprocess import Handler, run_inprocess
 from fedcgd_strategy.aggregation import fedavg
-from fedcgd_strategy.flower.aggregator_state import aggregator_state
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
+    aggregator_state,
     make_aggregator,
     noise_seed,
     synthetic_uploads,

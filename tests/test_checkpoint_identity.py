@@ -25,10 +25,11 @@ from task_settings import checkpointed_run_config
 from experiments.cli import invoke
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import format_run_config
-from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
+    aggregator_state,
     check_aggregator,
+    load_aggregator_state,
     make_aggregator,
     synthetic_uploads,
 )
@@ -358,7 +359,7 @@ def test_a_held_strategys_setting_is_refused_too():
     params["strategy-params"] = {"server-momentum": 0.9}
     saved, _, _ = stepped(FIXED_DP, params)
     state = aggregator_state(saved)
-    state["strategy"]["__strategy__"]["server_learning_rate"] = 100.0
+    state["strategy"]["server_learning_rate"] = 100.0
     fresh = make_aggregator(FIXED_DP, params, 3)
     reference, _ = synthetic_uploads(3)
     with pytest.raises(ValueError, match=r"holds .*\.strategy\.server_learning_rate \(a setting"):
@@ -400,15 +401,25 @@ STATE_PARAMS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize(
     ("name", "attribute", "bad", "phrase"),
     [
-        ("FedAvgM", "momentum_vector", lambda v: v[:1], "holds 1 arrays; the model has 2"),
-        ("FedAvgM", "momentum_vector", lambda v: v[::-1], "of shape [3]; the model's is [2, 3]"),
-        ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "has other arrays than the model"),
-        ("FedAdam", "v_t", lambda v: {k: x[..., :1] for k, x in v.items()}, "of shape [2, 1]"),
+        (
+            "FedAvgM",
+            "momentum_vector",
+            lambda v: v[:1],
+            "holds 1 items; the run's aggregator holds 2",
+        ),
+        ("FedAvgM", "momentum_vector", lambda v: v[::-1], "[0] has shape [3]; the run's is [2, 3]"),
+        ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "has other keys than the run's"),
+        (
+            "FedAdam",
+            "v_t",
+            lambda v: {k: x[..., :1] for k, x in v.items()},
+            "['w'] has shape [2, 1]",
+        ),
         (
             "FedAdam",
             "v_t",
             lambda v: {k: x.astype(np.float64) for k, x in v.items()},
-            "of dtype float64; the model's is float32",
+            "has dtype float64; the run's is float32",
         ),
         ("FedAdam", "m_t", lambda v: {k: x * np.nan for k, x in v.items()}, "not finite"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: -1.0, "= -1.0; allowed: a finite number > 0"),

@@ -34,12 +34,8 @@ from test_aggregators import (
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
-from fedcgd_strategy.flower.aggregators import (
-    aggregate_uploads,
-    dp_round_noise,
-    make_aggregator,
-    noise_seed,
-)
+from fedcgd_strategy.flower.aggregator_params import dp_round_noise
+from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, noise_seed
 from fedcgd_task import keys
 from run_files.results import MODEL_FILE
 
