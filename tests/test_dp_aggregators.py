@@ -199,55 +199,44 @@ def test_the_noise_depends_on_the_seed_and_the_round_only():
     assert not np.allclose(first["w"], [1.2, 1.0 - 0.2 / 3], atol=1e-3)
 
 
-def test_the_noise_is_calibrated_to_the_rounds_uploads():
-    """Built for V = 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40.
-
-    The oracle: the hand-computed clipped mean plus Flower's documented draw, one
-    ``np.random.normal(0, std, shape)`` per array in the model's order, from the generator
-    seeded for (seed, round).
-    """
-    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40)
+@pytest.mark.parametrize(
+    ("wrapper", "params", "devices", "z_updates"),
+    [
+        # built for 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40
+        (FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40, 1.0),
+        # Flower splits z between the clipped count (std sigma_b = 2) and the updates:
+        # z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1
+        (ADAPTIVE, {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0,
+                    "clipped-count-stddev": 2.0}, 3, (1.0 - 1.0 / 16) ** -0.5),
+    ],
+    ids=["fixed", "adaptive"],
+)  # fmt: skip
+def test_the_noise_is_std_z_c_over_the_rounds_uploads_c_the_norm_it_clipped_with(
+    wrapper, params, devices, z_updates
+):
+    """The oracle: the hand-computed clipped mean plus Flower's documented draws from the
+    generator seeded for (seed, round): the adaptive wrapper's noisy clipped count first, then
+    one ``np.random.normal(0, std, shape)`` per array in the model's order. The adaptive noise
+    uses C_0 = 1 (which clips two of the three updates), although C has moved for the next
+    round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
+    aggregator = make_aggregator(wrapper, params, devices)
     reference, models, weights = hand_round()
     noise_before = dp_round_noise(aggregator, len(models))
     result, _ = aggregate_uploads(aggregator, 4, models, weights, reference, seed=11)
     assert result is not None
     draw = np.random.RandomState(noise_seed(11, 4))  # the legacy generator Flower draws from
+    if wrapper == ADAPTIVE:
+        unclipped = 1.0 - draw.normal(2.0, 2.0) / 3  # the noisy count of the two clipped
+        next_norm = math.exp(-(unclipped - 0.5))
+        assert aggregator.clipping_norm == pytest.approx(next_norm, rel=1e-12)
+        assert abs(next_norm - 1.0) > 0.05  # the two norms differ enough to tell apart
     mean = {"w": np.array([1.2, 1.0 - 0.2 / 3]), "b": np.array([0.5 / 3])}
     for key in ("w", "b"):
-        noise = draw.normal(0.0, 1.0 / 3, mean[key].shape).astype(np.float32)
+        noise = draw.normal(0.0, z_updates / 3, mean[key].shape).astype(np.float32)
         np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
-    assert noise_before == (1.0, 1.0 / 3)  # what the round's record says
-    assert dp_round_noise(make_aggregator("FedAvg", {}, 40), 3) is None
-
-
-def test_adaptive_noise_is_scaled_by_the_norm_the_round_clipped_with():
-    """C_0 = 1 clips two of the three hand updates; this round's noise has std z' C_0 / 3,
-    although C has moved for the next round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy
-    fraction not clipped).
-
-    Flower splits the noise multiplier z between the clipped count (std sigma_b = 2) and the
-    updates: z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1.
-    The oracle: Flower's documented draws from the generator seeded for (seed, round): the
-    noisy clipped count first, then one normal array per model array.
-    """
-    params = {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0}
-    aggregator = make_aggregator(ADAPTIVE, {**params, "clipped-count-stddev": 2.0}, 3)
-    reference, models, weights = hand_round()
-    noise_before = dp_round_noise(aggregator, len(models))
-    result, _ = aggregate_uploads(aggregator, 2, models, weights, reference, seed=5)
-    assert result is not None
-    draw = np.random.RandomState(noise_seed(5, 2))  # the legacy generator Flower draws from
-    unclipped = 1.0 - draw.normal(2.0, 2.0) / 3  # the noisy count of the two clipped
-    next_norm = math.exp(-(unclipped - 0.5))
-    assert aggregator.clipping_norm == pytest.approx(next_norm, rel=1e-12)
-    assert abs(next_norm - 1.0) > 0.05  # the two norms differ enough to tell apart
-    z_updates = (1.0 - 1.0 / 16) ** -0.5
-    mean = {"w": np.array([1.2, 1.0 - 0.2 / 3]), "b": np.array([0.5 / 3])}
-    for key in ("w", "b"):
-        noise = draw.normal(0.0, z_updates * 1.0 / 3, mean[key].shape).astype(np.float32)
-        np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
-    # the record: the norm the round clipped with (C_0 = 1), and Flower's std z' C_0 / n
+    # the round's record: the norm it clipped with (C_0 = 1), and Flower's std z' C_0 / n
     assert noise_before == pytest.approx((1.0, z_updates / 3), rel=1e-12)
+    assert dp_round_noise(make_aggregator("FedAvg", {}, 40), 3) is None
 
 
 @pytest.mark.parametrize(("quantile", "low", "high"), [(0.2, 8.0, 9.0), (0.7, 3.0, 4.0)])

@@ -131,14 +131,6 @@ class DifferentialPrivacyServerSideAdaptiveClipping(
             self.clipping_norm = updated
 
 
-#: Classes built in place of the one named.
-REPLACED: dict[type, type] = {
-    flower.DifferentialPrivacyServerSideAdaptiveClipping: (
-        DifferentialPrivacyServerSideAdaptiveClipping
-    )
-}
-
-
 def parameter_range(cls: type, name: str) -> tuple[str, str] | None:
     """The (interval, why) of ``cls``'s parameter ``name`` (:data:`RANGES`)."""
     return next((RANGES[c][name] for c in cls.__mro__ if name in RANGES.get(c, {})), None)
@@ -164,7 +156,7 @@ def short_names() -> list[str]:
 
 
 def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
-    """The strategy class ``setting`` names (ValueError: one line; :data:`REPLACED` applied)."""
+    """The strategy class ``setting`` names, ours for Flower's adaptive DP (ValueError: 1 line)."""
     if not (is_reference(setting) or setting in short_names()):
         default = '"" (the scheduler\'s FedAvg), ' if key == AGGREGATOR_KEY else ""
         raise ValueError(
@@ -180,7 +172,8 @@ def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
     for refused, why in CLIENT_SIDE.items():
         if issubclass(found, refused):
             raise ValueError(f"run-config key {key!r} = {setting!r}: {why}; refused")
-    return REPLACED.get(found, found)
+    replaced = found is flower.DifferentialPrivacyServerSideAdaptiveClipping
+    return DifferentialPrivacyServerSideAdaptiveClipping if replaced else found
 
 
 def _given(params: Mapping[str, object], name: str, table: str, default: object) -> object:
@@ -354,14 +347,9 @@ def resolved_aggregator(
         return build(setting, params, num_devices)[1]
 
 
-def is_dp(aggregator: object) -> bool:
-    """True for an instance of Flower's server-side DP wrappers."""
-    return isinstance(aggregator, SERVER_SIDE_DP)
-
-
 def inner_strategy(aggregator: Strategy) -> Strategy:
     """The strategy that aggregates: a DP wrapper's wrapped one, else ``aggregator`` itself."""
-    return getattr(aggregator, INNER) if is_dp(aggregator) else aggregator
+    return getattr(aggregator, INNER) if isinstance(aggregator, SERVER_SIDE_DP) else aggregator
 
 
 def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
@@ -371,10 +359,10 @@ def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | No
     (the adaptive one's share for the updates, as Flower splits it), n = ``uploads``. None for
     an aggregator without DP.
     """
-    if not is_dp(aggregator):
+    if not isinstance(aggregator, SERVER_SIDE_DP):
         return None
-    norm = float(aggregator.clipping_norm)  # type: ignore[attr-defined]
-    return norm, float(aggregator.noise_multiplier) * norm / uploads  # type: ignore[attr-defined]
+    norm = float(aggregator.clipping_norm)
+    return norm, float(aggregator.noise_multiplier) * norm / uploads
 
 
 @contextlib.contextmanager

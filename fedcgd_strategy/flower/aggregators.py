@@ -29,10 +29,10 @@ from fedcgd_strategy.flower.aggregator_params import (
     AGGREGATOR_KEY,
     DECLARED,
     POSITIVE,
+    SERVER_SIDE_DP,
     SET_EACH_ROUND,
     flower_log,
     inner_strategy,
-    is_dp,
     make_aggregator,
     minimum_uploads,
     state_names,
@@ -146,9 +146,9 @@ def aggregate_uploads(
     before = {n: copy.deepcopy(getattr(aggregator, n, None)) for n in state_names(aggregator)}
     wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
     grid, current = StandInGrid(max(len(models), *map(int, wanted))), reference
-    if is_dp(aggregator):
+    if isinstance(aggregator, SERVER_SIDE_DP):
         models, weights, current = [_floats(m) for m in models], [1] * len(models), _floats(current)
-        aggregator.num_sampled_clients = len(models)  # type: ignore[attr-defined]
+        aggregator.num_sampled_clients = len(models)
     arrays_key = str(getattr(inner, "arrayrecord_key", keys.ARRAYS))
     weight_key = str(getattr(inner, "weighted_by_key", keys.NUM_EXAMPLES))
     try:
