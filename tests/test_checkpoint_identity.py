@@ -483,6 +483,35 @@ def test_a_strategy_whose_round_changes_a_setting_must_declare_its_state(tmp_pat
     assert aggregator_state(saved) == {"rounds_seen": 1.5, "step": 0.25}
 
 
+SUMMING = """
+from flwr.serverapp.strategy import FedAvg
+
+
+class Summing(FedAvg):
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = None
+
+    def aggregate_train(self, server_round, replies):
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        old = self.total or {}
+        self.total = {k: v.numpy() + old.get(k, 0) for k, v in arrays.items()}
+        return arrays, metrics
+"""
+
+
+def test_a_strategys_own_arrays_must_fit_the_model_on_resume(tmp_path):
+    """No table names them: a trial round on the run's model shows what they must be."""
+    (tmp_path / "summing.py").write_text(SUMMING)
+    setting = f"{tmp_path / 'summing.py'}:Summing"
+    saved, current, _ = stepped(setting, {})
+    state = aggregator_state(saved)
+    state["total"] = {k: v[..., :1] for k, v in state["total"].items()}
+    phrase = "Summing.total['w'] has shape [2, 1]; the run's is [2, 3]"
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        load_aggregator_state(make_aggregator(setting, {}, 3), state, current)
+
+
 def test_a_strategys_numbers_are_checkpointed_and_restored_without_its_settings(tmp_path):
     setting = counting(tmp_path)
     check_aggregator(setting, {"step": 2.0}, 4)

@@ -157,25 +157,6 @@ def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, param
         assert aggregator.clipping_norm == pytest.approx(math.exp(0.2 / 6), rel=1e-12)
 
 
-def test_the_adaptive_clipping_norm_settles_at_the_median_update_norm():
-    """Update norms 5, 0.5 and 2 every round, target quantile 0.5: C climbs from 1 to ~2.
-
-    Flower 1.42's wrapper as shipped shrinks C whenever more than half are clipped, so from
-    C = 1 (two of three clipped) it falls below every norm and keeps falling.
-    """
-    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0}
-    ours = make_aggregator(ADAPTIVE, params, num_devices=3)
-    shipped = DifferentialPrivacyServerSideAdaptiveClipping(
-        flower_strategies.FedAvg(), 0.0, 3, initial_clipping_norm=1.0
-    )
-    reference, models, weights = hand_round()
-    for rnd in range(1, 61):
-        aggregate_uploads(ours, rnd, models, weights, reference)
-        aggregate_uploads(shipped, rnd, models, weights, reference)
-    assert 2.0 / math.exp(0.2 / 6) <= ours.clipping_norm <= 2.0 * math.exp(0.2 / 3)
-    assert shipped.clipping_norm < 0.05  # every update clipped: C falls by exp(-0.1) a round
-
-
 def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
     aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)
     reference, models, weights = hand_round()
@@ -239,24 +220,34 @@ def test_the_noise_is_std_z_c_over_the_rounds_uploads_c_the_norm_it_clipped_with
     assert dp_round_noise(make_aggregator("FedAvg", {}, 40), 3) is None
 
 
-@pytest.mark.parametrize(("quantile", "low", "high"), [(0.2, 8.0, 9.0), (0.7, 3.0, 4.0)])
+@pytest.mark.parametrize(
+    ("quantile", "low", "high"), [(0.2, 8.0, 9.0), (0.5, 5.0, 6.0), (0.7, 3.0, 4.0)]
+)
 def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, low, high):
     """Ten updates of norms 1, 2, ..., 10 every round: with q = 0.2 two are clipped (norms 9
-    and 10) once C is in [8, 9); with q = 0.7, seven (norms 4 .. 10) once C is in [3, 4).
-    (Andrew et al.'s gamma = 0.2 unclipped would settle C in [2, 3) instead.)"""
-    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 5.5, "clipped-count-stddev": 0.0}
+    and 10) once C is in [8, 9); with q = 0.5 five, C in [5, 6); with q = 0.7, seven (norms
+    4 .. 10) once C is in [3, 4). (Andrew et al.'s gamma = 0.2 unclipped would settle C in
+    [2, 3) instead.) Flower 1.42's wrapper as shipped moves C the wrong way: from C = 4.5 (six
+    of ten clipped) it collapses for q < 0.6 and grows without bound for q > 0.6."""
+    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 4.5, "clipped-count-stddev": 0.0}
     aggregator = make_aggregator(ADAPTIVE, {**params, "target-clipped-quantile": quantile}, 10)
+    shipped = DifferentialPrivacyServerSideAdaptiveClipping(
+        flower_strategies.FedAvg(), 0.0, 10, 4.5, quantile, clipped_count_stddev=0.0
+    )
     reference = {"w": np.zeros(1, np.float32)}
     models = [{"w": np.array([float(n)], np.float32)} for n in range(1, 11)]
-    seen = []
+    seen, flowers = [], []
     for rnd in range(1, 61):
         aggregate_uploads(aggregator, rnd, models, [1] * 10, reference)
+        aggregate_uploads(shipped, rnd, models, [1] * 10, reference)
         seen.append(aggregator.clipping_norm)
-    # from 5.5 it moves by at most exp(0.2 |b - gamma|) <= exp(0.2) a round into its band (in
+        flowers.append(shipped.clipping_norm)
+    # from 4.5 it moves by at most exp(0.2 |b - gamma|) <= exp(0.2) a round into its band (in
     # under 20 rounds), then stays (exactly at the target it does not move)
     settled = seen[30:]
     assert low / math.exp(0.2) <= min(settled) and max(settled) <= high * math.exp(0.2)
     assert low <= float(np.median(settled)) <= high
+    assert flowers[-1] < 1.0 if quantile < 0.6 else flowers[-1] > 20.0
 
 
 def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
