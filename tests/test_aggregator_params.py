@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import typing
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,12 @@ def refusal(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> str:
     return text
 
 
+class Scaled(flower_strategies.FedAvg):
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+
 # (aggregator, other parameters, the setting, the allowed range as shown, refused values): the
 # cases of issue 30 first, then each bound of each range, nan and inf, and wrong types
 DP_FIXED = {"noise-multiplier": 0.5, "clipping-norm": 1.0}
@@ -88,6 +93,8 @@ REFUSED_VALUES = [
     ("FedAvgM", {}, "server-momentum", "a float", [True]),
     ("Krum", {}, "num-malicious-nodes", "an int", [True, 1.0]),
     (FIXED, DP_FIXED, "clipping-norm", "a float", ["big"]),
+    # a float parameter that no range lists (a researcher's subclass) must be finite
+    (f"{__name__}:Scaled", {}, "scale", "a finite number", [INF, NAN]),
 ]  # fmt: skip
 REFUSED = [(a, {**other, key: v}, key, v, allowed)
            for a, other, key, allowed, values in REFUSED_VALUES for v in values]  # fmt: skip
@@ -106,17 +113,6 @@ def test_a_parameter_out_of_its_range_is_refused_naming_it(
     shown = repr(float(value) if number else value)  # an int given for a float is one
     assert f"aggregator-params.{key} = {shown} " in text, text
     assert f"allowed: {allowed}" in text, text
-
-
-def test_a_float_parameter_no_table_lists_must_be_finite(tmp_path):
-    module = tmp_path / "scaled.py"
-    module.write_text(
-        "from flwr.serverapp.strategy import FedAvg\n\n\nclass Scaled(FedAvg):\n"
-        "    def __init__(self, scale: float = 1.0) -> None:\n"
-        "        super().__init__()\n        self.scale = scale\n"
-    )
-    text = refusal(tmp_path, f"{module}:Scaled", {"scale": INF})
-    assert "aggregator-params.scale = inf " in text and "allowed: a finite number" in text
 
 
 ACCEPTED = [
@@ -341,72 +337,54 @@ def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> 
     return json.loads(json.dumps(recorded))  # as config.json holds it
 
 
-def test_config_json_holds_the_resolved_parameters_of_a_strategy(tmp_path):
-    resolved = recorded_config(tmp_path, "FedAdam", {"eta": 0.05})["aggregator_resolved"]
-    expected = flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau")
-    assert resolved == {
-        "class": "flwr.serverapp.strategy.fedadam:FedAdam",
-        "params": {"eta": 0.05, **expected},
-        "from": {
-            "eta": "run-config key 'aggregator-params'",
-            **{name: "the class default" for name in expected},
-        },
-    }
-    assert expected == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
+FLWR = "flwr.serverapp.strategy"
 
 
-def test_config_json_holds_the_resolved_parameters_of_a_dp_wrapper_and_its_strategy(tmp_path):
-    params = {
-        "noise-multiplier": 0.3,
-        "clip-norm-lr": 0.1,
-        "strategy": "FedAvgM",
-        "strategy-params": {"server-momentum": 0.9},
+def record(cls: str, given: dict, defaults: dict, table: str = "aggregator-params") -> dict:
+    """``aggregator_resolved`` of class ``cls`` built from ``given`` and Flower's ``defaults``."""
+    origin = {k: f"run-config key '{table}'" for k in given}
+    return {
+        "class": cls,
+        "params": given | defaults,
+        "from": origin | dict.fromkeys(defaults, "the class default"),
     }
-    resolved = recorded_config(tmp_path, ADAPTIVE, params)["aggregator_resolved"]
+
+
+def adaptive_record() -> dict:
     wrapper = flower_strategies.DifferentialPrivacyServerSideAdaptiveClipping
-    assert resolved == {
-        "class": "fedcgd_strategy.flower.aggregator_params:" + ADAPTIVE,
-        "params": {
-            "noise-multiplier": 0.3,
-            "clip-norm-lr": 0.1,
-            **flower_defaults(wrapper, "initial_clipping_norm", "target_clipped_quantile"),
-            # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
-            "clipped-count-stddev": V / 20,
-        },
-        "from": {
-            "noise-multiplier": "run-config key 'aggregator-params'",
-            "clip-norm-lr": "run-config key 'aggregator-params'",
-            "initial-clipping-norm": "the class default",
-            "target-clipped-quantile": "the class default",
-            "clipped-count-stddev": "Flower's default for num-devices (V / 20)",
-        },
-        "strategy": {
-            "class": "flwr.serverapp.strategy.fedavgm:FedAvgM",
-            "params": {
-                "server-momentum": 0.9,
-                **flower_defaults(flower_strategies.FedAvgM, "server_learning_rate"),
-            },
-            "from": {
-                "server-momentum": "run-config key 'aggregator-params.strategy-params'",
-                "server-learning-rate": "the class default",
-            },
-        },
-    }
+    defaults = flower_defaults(wrapper, "initial_clipping_norm", "target_clipped_quantile")
+    ours = "fedcgd_strategy.flower.aggregator_params:" + ADAPTIVE  # Flower's name, our steps
+    out = record(ours, {"noise-multiplier": 0.3, "clip-norm-lr": 0.1}, defaults)
+    # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
+    out["params"]["clipped-count-stddev"] = V / 20
+    out["from"]["clipped-count-stddev"] = "Flower's default for num-devices (V / 20)"
+    inner = flower_defaults(flower_strategies.FedAvgM, "server_learning_rate")
+    table = "aggregator-params.strategy-params"
+    return out | {"strategy": record(f"{FLWR}.fedavgm:FedAvgM", {"server-momentum": 0.9}, inner,
+                                     table)}  # fmt: skip
 
 
-def test_config_json_of_the_default_aggregator_and_of_fixed_clipping(tmp_path):
-    assert recorded_config(tmp_path / "a", "", {})["aggregator_resolved"] is None
-    resolved = recorded_config(tmp_path / "b", FIXED, DP_FIXED)["aggregator_resolved"]
-    assert resolved == {
-        "class": "flwr.serverapp.strategy.dp_fixed_clipping:" + FIXED,
-        "params": {"noise-multiplier": 0.5, "clipping-norm": 1.0},
-        "from": {
-            "noise-multiplier": "run-config key 'aggregator-params'",
-            "clipping-norm": "run-config key 'aggregator-params'",
-        },
-        "strategy": {"class": "flwr.serverapp.strategy.fedavg:FedAvg", "params": {}, "from": {}},
-    }
-    assert not any(math.isnan(v) for v in resolved["params"].values())
+@pytest.mark.parametrize(
+    ("aggregator", "params", "expected"),
+    [
+        ("", {}, lambda: None),
+        ("FedAdam", {"eta": 0.05}, lambda: record(f"{FLWR}.fedadam:FedAdam", {"eta": 0.05},
+         flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau"))),
+        (ADAPTIVE, {"noise-multiplier": 0.3, "clip-norm-lr": 0.1, "strategy": "FedAvgM",
+                    "strategy-params": {"server-momentum": 0.9}}, adaptive_record),
+        (FIXED, DP_FIXED, lambda: record(f"{FLWR}.dp_fixed_clipping:{FIXED}", DP_FIXED, {})
+         | {"strategy": record(f"{FLWR}.fedavg:FedAvg", {}, {})}),
+    ],
+    ids=["default", "FedAdam", "adaptive-FedAvgM", "fixed"],
+)  # fmt: skip
+def test_config_json_holds_the_resolved_parameters(tmp_path, aggregator, params, expected):
+    """Every parameter as built, where each came from; a DP wrapper's strategy nested."""
+    assert recorded_config(tmp_path, aggregator, params)["aggregator_resolved"] == expected()
+
+
+def test_flowers_defaults_are_those_the_docs_show():
+    defaults = flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau")
+    assert defaults == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
 
 
 def test_docs_list_the_range_of_every_parameter():
