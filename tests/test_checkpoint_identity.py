@@ -153,7 +153,7 @@ def test_a_checkpoint_without_identity_is_refused_naming_its_format(runs, tmp_pa
     config = checkpointed_run_config(
         folder, **overrides(**{"num-server-rounds": 3, "resume-from": str(folder)})
     )
-    with pytest.raises(ValueError, match=r"has format 1; this version of the app reads format 2"):
+    with pytest.raises(ValueError, match=r"has format 1; this version of the app reads format 3"):
         run_inprocess(config)
     assert files(folder) == before
 
