@@ -15,10 +15,10 @@ import numpy.typing as npt
 
 from channel.arrays import BoolArray, FloatArray
 from channel.bandwidth import min_bandwidth_hz
-from channel.los import los_probability
 from channel.pathloss import (
     EFFECTIVE_ENVIRONMENT_HEIGHT_M,
     PATHLOSS_MODELS,
+    los_probability,
     pathloss_db,
     shadow_fading_std_db,
 )
