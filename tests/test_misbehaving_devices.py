@@ -22,7 +22,7 @@ from task_settings import all_available_run
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.screening import (
+from fedcgd_strategy.validation import (
     reported_norm_matches,
     round_histogram_bounds,
     round_histogram_problem,

@@ -1,7 +1,7 @@
 """Every check of what a device sends, applied where its reply enters the server.
 
 Each value is checked against the model and the round by the rules of docs/design.md,
-"Screening replies" (the rules on values are pure functions of :mod:`fedcgd_strategy.screening`);
+"Screening replies" (the rules on values are pure functions of :mod:`fedcgd_strategy.validation`);
 a reply that breaks one raises :class:`MalformedReplyError` naming the node, the key, the value
 and what is allowed, which costs that device its round. Nothing a device sends raises otherwise.
 """
@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from fedcgd_strategy.aggregation import flatten_update
 from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
-from fedcgd_strategy.screening import (
+from fedcgd_strategy.validation import (
     FLOAT32_MAX,
     reported_norm_matches,
     round_histogram_problem,
@@ -268,7 +268,7 @@ class Screening:
     """How a phase's replies are screened beyond their own validity.
 
     ``num_samples`` τ b of the round, the sum of every round histogram (None: not checked);
-    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.screening.update_norm_outliers`
+    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.validation.update_norm_outliers`
     (0 = only the absolute bound); ``norm_reference`` the median update norm of the last round's
     accepted uploads (for a round with one upload).
     """

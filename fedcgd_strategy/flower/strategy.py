@@ -58,7 +58,7 @@ from fedcgd_strategy.policies import (
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
-from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
+from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record, numpy_arrays
 from fedcgd_task.errors import OneLineMessage
@@ -88,7 +88,7 @@ class ScheduledStrategy(Strategy):
     round_offset : int
         Rounds already done (a resumed run): Flower's round r is round r + offset.
     max_update_norm_ratio : float
-        k of :func:`fedcgd_strategy.screening.update_norm_outliers` (0 = off).
+        k of :func:`fedcgd_strategy.validation.update_norm_outliers` (0 = off).
     partition_counts : int[V, C], optional
         True class counts of every partition, checked at discovery.
     on_record : callable, optional
@@ -289,8 +289,8 @@ class ScheduledStrategy(Strategy):
         state.lost |= lost
         state.failed.update(failed)
         if training:
-            accepted = median_norm([r.upload_norm for r in reports if r.upload_norm is not None])
-            self._norm_reference = accepted if accepted is not None else self._norm_reference
+            norms = [r.upload_norm for r in reports if r.upload_norm is not None]
+            self._norm_reference = float(np.median(norms)) if norms else self._norm_reference
         return reports
 
     def aggregate_train(
