@@ -44,7 +44,6 @@ from fedcgd_strategy.flower.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
-from fedcgd_strategy.flower.simulation import UserCodeError, call_within
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
@@ -52,6 +51,7 @@ from fedcgd_strategy.policies import (
     Protocol,
     RoundInputs,
     next_class_gradient,
+    policy_call,
     resolve_protocol,
     round_inputs,
     schedule_checked,
@@ -61,8 +61,6 @@ from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record, numpy_arrays
-from fedcgd_task.errors import OneLineMessage
-from fedcgd_task.imports import first_line
 from fedcgd_task.settings import read_round_config
 
 
@@ -181,29 +179,15 @@ class ScheduledStrategy(Strategy):
         t0 = time.perf_counter()
         inputs = self._inputs(state, reports)
         # the round fails here, in one line, if the schedule breaks the physics or is stuck
-        rnd = state.server_round
-        call = partial(schedule_checked, self.policy, inputs, self.rng, server_round=rnd)
-        decision = self._watched(call, rnd, "schedule")
+        decision = schedule_checked(
+            self.policy, inputs, self.rng, server_round=state.server_round,
+            limit_s=self.stall_limit_s,
+        )  # fmt: skip
         state.inputs, state.decision = inputs, decision
         state.schedule_s = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())
         log(INFO, "round: scheduled %d of %d candidates", scheduled, candidates)
         return decision
-
-    def _watched(self, call: Callable[[], Any], server_round: int, method: str) -> Any:
-        """``call()`` of the policy's ``method`` within :attr:`stall_limit_s`.
-
-        What a user's policy raises fails the run in one line naming the policy, the round and
-        ``method``; a built-in's exception goes on unchanged (a bug: its traceback says where).
-        """
-        what = f"policy {self.policy.name!r}, round {server_round}: {method}()"
-        try:
-            return call_within(self.stall_limit_s, call, what)
-        except Exception as err:
-            if isinstance(err, OneLineMessage) or ":" not in self.policy.name:
-                raise
-            text = str(err).strip() and f": {first_line(err)}"
-            raise UserCodeError(f"{what} raised {type(err).__name__}{text}") from err
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -381,8 +365,9 @@ class ScheduledStrategy(Strategy):
         assert state.inputs is not None
         target, training = state.inputs.target_dist, state.training
         updates = uploaded_updates(uploads, state.reference, target, training)
-        self._watched(
-            lambda: self.policy.observe_uploads(updates), state.server_round, "observe_uploads"
+        observe = partial(self.policy.observe_uploads, updates)
+        policy_call(
+            self.policy, state.server_round, "observe_uploads()", observe, self.stall_limit_s
         )
         return array_record({k: np.ascontiguousarray(v) for k, v in averaged.items()}), None
 

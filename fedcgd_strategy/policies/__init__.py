@@ -11,8 +11,10 @@ from fedcgd_strategy.policies.baselines import BestNormPolicy as BestNormPolicy
 from fedcgd_strategy.policies.baselines import FedCBSPolicy as FedCBSPolicy
 from fedcgd_strategy.policies.baselines import PowerOfChoicePolicy as PowerOfChoicePolicy
 from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
+from fedcgd_strategy.policies.check import call_within as call_within
 from fedcgd_strategy.policies.check import check_decision as check_decision
 from fedcgd_strategy.policies.check import next_class_gradient as next_class_gradient
+from fedcgd_strategy.policies.check import policy_call as policy_call
 from fedcgd_strategy.policies.check import schedule_checked as schedule_checked
 from fedcgd_strategy.policies.check import synthetic_round as synthetic_round
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL as BUDGET_REL_TOL
