@@ -13,15 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedcgd_strategy.policies.baselines import (
+from fedcgd_strategy.policies.builtin import (
     AllFeasiblePolicy,
     BestChannelPolicy,
     BestNormPolicy,
     FedCBSPolicy,
+    FedCGDPolicy,
     PowerOfChoicePolicy,
 )
 from fedcgd_strategy.policies.core import Policy
-from fedcgd_strategy.policies.fedcgd import FedCGDPolicy
 from fedcgd_task.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
 
