@@ -68,7 +68,10 @@ def sampling_term(sigma: float, total_batch: ArrayLike) -> FloatArray | float:
     return float(out) if out.ndim == 0 else out
 
 
-def _readonly(array: NDArray[Any]) -> NDArray[Any]:
+def read_only(array: Any) -> Any:
+    """A read-only copy of ``array`` (None stays None): what is handed on cannot be changed."""
+    if array is None:
+        return None
     out = np.array(array, copy=True)
     out.setflags(write=False)
     return out
@@ -125,13 +128,13 @@ class SchedulingProblem:
         if np.any(batch != np.round(batch)):
             raise ValueError(f"batch_size must hold positive integers, got {batch.tolist()}")
 
-        object.__setattr__(self, "label_dist", _readonly(label))
-        object.__setattr__(self, "target_dist", _readonly(target))
-        object.__setattr__(self, "min_bandwidth_hz", _readonly(bandwidth))
+        object.__setattr__(self, "label_dist", read_only(label))
+        object.__setattr__(self, "target_dist", read_only(target))
+        object.__setattr__(self, "min_bandwidth_hz", read_only(bandwidth))
         object.__setattr__(self, "total_bandwidth_hz", total)
         object.__setattr__(self, "sigma", sigma)
-        object.__setattr__(self, "class_gradient", _readonly(gradient))
-        object.__setattr__(self, "batch_size", _readonly(batch.astype(np.int64)))
+        object.__setattr__(self, "class_gradient", read_only(gradient))
+        object.__setattr__(self, "batch_size", read_only(batch.astype(np.int64)))
 
     # ------------------------------------------------------------------ properties
     @property

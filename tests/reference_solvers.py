@@ -13,8 +13,13 @@ from numpy.typing import NDArray
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
 from fedcgd_strategy.solvers.coordinate_descent import random_start
 from fedcgd_strategy.solvers.fscd import FscdStage
-from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult, is_improvement
-from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
+from fedcgd_strategy.solvers.result import (
+    TIE_REL_TOL,
+    ProblemArrays,
+    RunningSums,
+    ScheduleResult,
+    is_improvement,
+)
 
 
 def _with(mask: NDArray[np.bool_], device: int, value: bool) -> NDArray[np.bool_]:

@@ -6,8 +6,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
-from fedcgd_strategy.solvers.result import ScheduleResult, is_improvement
-from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
+from fedcgd_strategy.solvers.result import (
+    ProblemArrays,
+    RunningSums,
+    ScheduleResult,
+    is_improvement,
+)
 
 
 def random_start(problem: SchedulingProblem, rng: np.random.Generator) -> NDArray[np.bool_]:

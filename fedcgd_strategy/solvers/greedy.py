@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
-from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult
-from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
+from fedcgd_strategy.solvers.result import TIE_REL_TOL, ProblemArrays, RunningSums, ScheduleResult
 
 
 def greedy_schedule(problem: SchedulingProblem) -> ScheduleResult:

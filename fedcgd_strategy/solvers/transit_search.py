@@ -18,8 +18,13 @@ from numpy.typing import NDArray
 from threadpoolctl import ThreadpoolController  # with scikit-learn, a dependency
 
 from fedcgd_strategy.problem import SchedulingProblem
-from fedcgd_strategy.solvers.result import TIE_REL_TOL, is_improvement
-from fedcgd_strategy.solvers.setup import FloatArray, ProblemArrays, RunningSums
+from fedcgd_strategy.solvers.result import (
+    TIE_REL_TOL,
+    FloatArray,
+    ProblemArrays,
+    RunningSums,
+    is_improvement,
+)
 
 #: Device or row indices (``np.flatnonzero`` and friends).
 IndexArray = NDArray[np.intp]
