@@ -69,32 +69,17 @@ class ScheduledStrategy(Strategy):
 
     With an ideal channel (every device available, B* = 0) and a policy that schedules every
     device, one round equals FedAvg over all devices. τ, η and b come from the ``train_config``
-    of :meth:`start`.
-
-    Parameters
-    ----------
-    policy, rng, cell : Policy, numpy.random.Generator, ChannelModel
-        The scheduling rule, its randomness, and the uplink (a :class:`channel.Cell`).
-    model_bits, total_bandwidth_hz, num_devices, num_classes : float, float, int, int
-        D_w (bits per upload), the budget B in Hz, V and C.
-    target_dist : float[C] or None
-        WEMD target p; ``None``: the union of this round's reported histograms.
-    protocol : str
-        ``"auto"`` or a :class:`Protocol` value (:func:`fedcgd_strategy.policies.resolve_protocol`).
-    query_timeout_s, stall_limit_s : float
-        The wait for query replies; the seconds each policy call may take (None: any).
-    round_offset : int
-        Rounds already done (a resumed run): Flower's round r is round r + offset.
-    max_update_norm_ratio : float
-        k of :func:`fedcgd_strategy.validation.update_norm_outliers` (0 = off).
-    partition_counts : int[V, C], optional
-        True class counts of every partition, checked at discovery.
-    on_record : callable, optional
-        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` (also
-        :attr:`last_record`).
-    aggregator, seed : flwr.serverapp.strategy.Strategy or None, int
-        Combines the uploads (:func:`~.aggregators.aggregate_uploads`; None: FedAvg); the seed
-        for an aggregator that draws from numpy's global generator.
+    of :meth:`start`. The uplink ``cell`` is a :class:`channel.Cell` (D_w = ``model_bits`` per
+    upload, B = ``total_bandwidth_hz``, V, C); ``target_dist`` float[C] is the WEMD target p
+    (None: the union of the round's reported histograms); ``protocol`` ``"auto"`` or a
+    :class:`Protocol` value; ``query_timeout_s`` the wait for query replies, ``stall_limit_s`` the
+    seconds each policy call may take (None: any); ``round_offset`` the rounds a resumed run has
+    done; ``max_update_norm_ratio`` k of :func:`fedcgd_strategy.validation.update_norm_outliers`
+    (0 = off); ``partition_counts`` int[V, C], the partitions' true class counts, checked at
+    discovery; ``on_record`` gets each round's :class:`~fedcgd_strategy.record.RoundRecord` (also
+    :attr:`last_record`); ``aggregator`` combines the uploads
+    (:func:`~.aggregators.aggregate_uploads`; None: FedAvg), ``seed`` seeds one that draws from
+    numpy's global generator.
     """
 
     def __init__(

@@ -88,26 +88,11 @@ def best_wemd_milp(
                     sum_v x_v = S,  [sum_v x_v b_v = T],  sum_v x_v B*_v / B <= budget_scale,
                     x_v in {0, 1} for feasible v (infeasible devices are fixed to 0), t_c >= 0.
 
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-    size
-        Schedule size ``S >= 1``.
-    batch_total
-        ``T``; ``None`` leaves the batch total free (uniform batch sizes).
-    cutoff
-        Only schedules with WEMD below this value are of interest (HiGHS ``objective_bound``);
-        from the incumbent, ``cutoff = best objective - sigma / sqrt(T)``.
-    time_limit_s
-        HiGHS time limit in seconds; ``None`` = none (the answer is then always proven).
-    budget_scale
-        Right-hand side of the normalised budget row (1 = the budget ``B``).
-
-    Returns
-    -------
-    MilpOutcome
-        The schedule (if one beats the cutoff), a WEMD lower bound and whether it is proven.
+    ``size`` S >= 1; ``batch_total`` T (None: free, uniform batch sizes); only schedules with WEMD
+    below ``cutoff`` matter (HiGHS ``objective_bound``; from the incumbent, best objective −
+    sigma / sqrt(T)); ``time_limit_s`` HiGHS's limit in seconds (None: none, the answer is then
+    always proven); ``budget_scale`` the normalised budget row's right-hand side (1 = B). Returns
+    the schedule (if one beats the cutoff), a WEMD lower bound and whether it is proven.
     """
     feasible = np.flatnonzero(problem.feasible)
     n_x, n_c = feasible.size, problem.num_classes
