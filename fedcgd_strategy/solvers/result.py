@@ -36,21 +36,11 @@ def is_improvement(new_objective: float, current_objective: float) -> bool:
 class ScheduleResult:
     """A schedule for problem P1 and its diagnostics.
 
-    Attributes
-    ----------
-    selected
-        Scheduled devices, bool ``[V]`` (read-only).
-    objective, wemd, sampling_term
-        P1 objective, WEMD (paper eq. (G1)) and ``sigma / sqrt(sum_v x_v b_v)`` of ``selected``;
-        ``inf`` for the empty schedule.
-    bandwidth_used_hz
-        ``sum_v x_v B*_v`` in Hz.
-    iterations
-        Solver-specific iteration count (see each solver's docstring).
-    method
-        Name of the solver that produced the schedule.
-    lower_bound
-        Proven lower bound on the optimum of P1 (exact solver only; NaN for the heuristics).
+    ``selected`` bool ``[V]`` (read-only); ``objective``, ``wemd`` (paper eq. (G1)) and
+    ``sampling_term`` (``sigma / sqrt(sum_v x_v b_v)``) of it, ``inf`` for the empty schedule;
+    ``bandwidth_used_hz`` ``sum_v x_v B*_v`` in Hz; ``iterations`` as each solver's docstring
+    says; ``method`` the solver's name; ``lower_bound`` a proven lower bound on P1's optimum
+    (exact solver only; NaN for the heuristics).
     """
 
     selected: NDArray[np.bool_]
