@@ -67,16 +67,6 @@ def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
     )
 
 
-def dropped_line(reply: Message) -> str:
-    """The line of a simulation whose link answered a message with an error of its own."""
-    reason = str(reply.error.reason)[:100]
-    return (
-        f"simulation stalled: the link dropped the message to node "
-        f"{reply.metadata.src_node_id} (error {reply.error.code}, {reason}); in a simulation "
-        "that is no device dropout"
-    )
-
-
 class PatientGrid(Grid):
     """Flower's simulation grid, whose ``send_and_receive`` waits for every reply.
 
@@ -109,10 +99,6 @@ class PatientGrid(Grid):
         """The wrapped grid's."""
         return self.grid.get_node_ids()
 
-    def get_nodes(self) -> Any:
-        """The wrapped grid's."""
-        return self.grid.get_nodes()
-
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """The wrapped grid's."""
         return self.grid.push_messages(messages)
@@ -133,7 +119,12 @@ class PatientGrid(Grid):
             pulled = list(self.grid.pull_messages(waiting))
             for reply in pulled:
                 if reply.has_error() and reply.error.code in LINK_ERRORS:
-                    raise SimulationStalledError(dropped_line(reply))
+                    raise SimulationStalledError(
+                        f"simulation stalled: the link dropped the message to node "
+                        f"{reply.metadata.src_node_id} (error {reply.error.code}, "
+                        f"{str(reply.error.reason)[:100]}); in a simulation that is no device "
+                        "dropout"
+                    )
             replies += pulled
             waiting -= {r.metadata.reply_to_message_id for r in pulled}
             if pulled:

@@ -202,14 +202,12 @@ def check_decision(
 ) -> Decision:
     """Return ``decision``, rebuilt from ``inputs``, if it obeys the rules; else raise.
 
-    The rules (docs/design.md, "Checked decisions"): a :class:`Decision` with a bool[V] mask,
-    candidates only, B*_v finite, Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless
-    ``uses_budget`` is False, and the decision's numbers those of its own schedule; its
-    ``class_gradient`` None or 1 or C finite numbers >= 0, its ``solver`` None or a
-    ``ScheduleResult`` whose objective is >= 0 (finite if anything is scheduled) and whose
-    iterations a whole number in [0, 2**53]. The result holds a copy of the schedule, the
-    numbers computed on ``inputs``, and copies of the gradient and the solver's result. Raises
-    :class:`PolicyDecisionError`:
+    The rules are docs/design.md's, "Checked decisions" (Σ B*_v <= B (1 +
+    :data:`BUDGET_REL_TOL`) unless ``uses_budget`` is False; ``class_gradient`` None or 1 or C
+    finite numbers >= 0; ``solver`` None or a ``ScheduleResult`` with objective >= 0, finite if
+    anything is scheduled, and iterations in [0, 2**53]). The result holds a copy of the
+    schedule, the numbers computed on ``inputs``, and copies of the gradient and the solver's
+    result. Raises :class:`PolicyDecisionError`:
     ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
     """
     head = _head(policy, server_round)
