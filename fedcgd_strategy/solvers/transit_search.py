@@ -18,16 +18,11 @@ from numpy.typing import NDArray
 from threadpoolctl import ThreadpoolController  # with scikit-learn, a dependency
 
 from fedcgd_strategy.problem import SchedulingProblem
-from fedcgd_strategy.solvers.result import (
-    TIE_REL_TOL,
-    FloatArray,
-    ProblemArrays,
-    RunningSums,
-    is_improvement,
-)
+from fedcgd_strategy.solvers.result import TIE_REL_TOL, ProblemArrays, RunningSums, is_improvement
 
-#: Device or row indices (``np.flatnonzero`` and friends).
+#: Device or row indices (``np.flatnonzero`` and friends), and float64 arrays.
 IndexArray = NDArray[np.intp]
+FloatArray = NDArray[np.float64]
 
 #: Pruning margin in units of ``(C + 2) * eps * (2 sum_c G_c + 2 |objective|)`` (the rounding
 #: of bound and objective sums of C + 2 terms), with a wide safety factor.
