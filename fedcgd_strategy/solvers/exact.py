@@ -13,8 +13,7 @@ from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term
-from fedcgd_strategy.solvers.fscd import fscd_schedule, swap_search
-from fedcgd_strategy.solvers.greedy import greedy_schedule
+from fedcgd_strategy.solvers.heuristics import fscd_schedule, greedy_schedule, swap_search
 from fedcgd_strategy.solvers.result import ScheduleResult, is_improvement
 
 #: Largest number of (size S, batch total T) pairs the exact solver accepts for per-device batch
@@ -159,9 +158,10 @@ def exact_schedule(
     (:func:`size_batch_pairs`; with a uniform ``b`` this is ``S`` from large to small, one MILP
     per size); the loop stops once ``sigma / sqrt(T)`` alone is no better than the incumbent, since
     every later pair has a larger sampling term. Each MILP answer is polished by FSCD's 1-step
-    transits (:func:`~fedcgd_strategy.solvers.fscd.swap_search`), which only removes the residue
-    of HiGHS' feasibility/integrality tolerances. If the rounded MILP answer exceeds ``B`` beyond
-    the rounding slack, the MILP is solved again with the budget tightened by 1e-7 relative.
+    transits (:func:`~fedcgd_strategy.solvers.heuristics.swap_search`), which only removes the
+    residue of HiGHS' feasibility/integrality tolerances. If the rounded MILP answer exceeds ``B``
+    beyond the rounding slack, the MILP is solved again with the budget tightened by 1e-7
+    relative.
 
     P1 is NP-hard (paper Lemma lemma4; measured times: docs/running.md): ``milp_time_limit_s``
     (seconds per MILP; ``None``: none, the answer is optimal) caps each MILP. ``iterations`` =

@@ -109,7 +109,7 @@ class TransitSearch:
        for bit as the dense grid does and the argmin is taken in device order.
 
     What does not depend on the schedule is computed once, so all sizes ``S`` of
-    :func:`~fedcgd_strategy.solvers.fscd.fscd_stages` share one instance.
+    :func:`~fedcgd_strategy.solvers.heuristics.fscd_stages` share one instance.
     """
 
     def __init__(self, problem: SchedulingProblem) -> None:
