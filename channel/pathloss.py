@@ -180,23 +180,10 @@ def pathloss_db(
 ) -> FloatArray:
     """UMi-Street Canyon path loss of a link in the given LOS state, in dB (TR 38.901 7.4.1-1).
 
-    Parameters
-    ----------
-    d2d_m : array_like
-        Horizontal distance in m, ``>= 0``; broadcast with ``los``.
-    los : array_like of bool
-        LOS state (True = line of sight).
-    model : {"paper", "tr38901"}
-        Path-loss model (docs/design.md, "Path loss").
-    carrier_frequency_hz : float
-        Carrier frequency in Hz (3.5 GHz in the paper's Table I).
-    h_bs_m, h_ut_m : float
-        Base-station and device antenna heights in m (10 m and 1.5 m in Table I).
-
-    Returns
-    -------
-    numpy.ndarray
-        Path loss in dB, with the broadcast shape of ``d2d_m`` and ``los``.
+    ``d2d_m`` horizontal distance in m (``>= 0``), broadcast with ``los`` (bool, True = line of
+    sight); ``model`` ``"paper"`` or ``"tr38901"`` (docs/design.md, "Path loss"); carrier in Hz
+    (3.5 GHz in the paper's Table I); base-station and device antenna heights in m (10 m and
+    1.5 m). Returns dB with the broadcast shape of ``d2d_m`` and ``los``.
     """
     check_pathloss_model(model)
     distance_2d_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
