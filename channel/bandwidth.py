@@ -38,18 +38,10 @@ def rate_bps(
     """Uplink rate of an FDMA link, paper Section II-B: ``r = B log2(1 + S H̄ / (B N0))``, bit/s.
 
     Evaluated as ``B log1p(S H̄ / (B N0)) / ln 2``; ``B = 0`` gives 0 and ``B = inf`` the limit
-    ``S H̄ / (N0 ln 2)``. Returns the broadcast shape of the arguments.
-
-    Parameters
-    ----------
-    bandwidth_hz : array_like
-        Allocated bandwidth ``B`` in Hz, ``>= 0`` (``+inf`` allowed).
-    tx_power_w : array_like
-        Transmit power ``S`` in W, ``> 0``.
-    gain_lin : array_like
-        Average channel gain ``H̄`` (linear power ratio), ``>= 0``.
-    noise_psd_w_per_hz : array_like
-        Noise power spectral density ``N0`` in W/Hz (noise figure included), ``> 0``.
+    ``S H̄ / (N0 ln 2)``. ``bandwidth_hz`` B in Hz (``>= 0``, ``+inf`` allowed), ``tx_power_w`` S
+    in W (``> 0``), ``gain_lin`` the average channel gain H̄ (linear, ``>= 0``),
+    ``noise_psd_w_per_hz`` N0 in W/Hz (noise figure included, ``> 0``). Returns the broadcast
+    shape of the arguments.
     """
     bandwidth = as_finite_array(bandwidth_hz, "bandwidth_hz", lower=0.0, allow_inf=True)
     power, gain, noise = _link(tx_power_w, gain_lin, noise_psd_w_per_hz)
@@ -86,21 +78,9 @@ def min_bandwidth_hz(
     ``B* = -D ln2 / (d (W_{-1}(-Γ e^{-Γ}) + Γ))`` with ``Γ = N0 D ln2 / (d S H̄)``, so that
     ``rate_bps(B*) = D / d``; ``+inf`` when ``Γ >= 1``, 0 when ``D = 0`` and ``H̄ > 0``. The
     Lambert-W value starts Newton's method on ``log1p(s/Γ) = s``, ``s = -(W + Γ)``, which avoids
-    the cancellation near ``Γ -> 1`` and the underflow near ``Γ -> 0``.
-
-    Parameters
-    ----------
-    model_bits : array_like
-        Model size ``D_w`` in bits, ``>= 0``.
-    deadline_s : array_like
-        Upload deadline ``d_cm`` in s, ``> 0``.
-    tx_power_w, gain_lin, noise_psd_w_per_hz : array_like
-        ``S`` in W, ``H̄`` (linear) and ``N0`` in W/Hz, as in :func:`rate_bps`.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``B*`` in Hz, ``+inf`` for an infeasible link, with the broadcast shape of the arguments.
+    the cancellation near ``Γ -> 1`` and the underflow near ``Γ -> 0``. ``model_bits`` D_w in
+    bits (``>= 0``), ``deadline_s`` d_cm in s (``> 0``), S, H̄ and N0 as in :func:`rate_bps`.
+    Returns B* in Hz (``+inf`` for an infeasible link), the broadcast shape of the arguments.
     """
     bits = as_finite_array(model_bits, "model_bits", lower=0.0)
     deadline = as_finite_array(deadline_s, "deadline_s", lower=0.0, lower_inclusive=False)

@@ -15,10 +15,10 @@ import numpy.typing as npt
 
 from channel.arrays import BoolArray, FloatArray
 from channel.bandwidth import min_bandwidth_hz
-from channel.los import los_probability
 from channel.pathloss import (
     EFFECTIVE_ENVIRONMENT_HEIGHT_M,
     PATHLOSS_MODELS,
+    los_probability,
     pathloss_db,
     shadow_fading_std_db,
 )
@@ -155,19 +155,11 @@ class CellConfig:
 class RoundDraw:
     """The channel of one round, one entry per device (shape ``(V,)`` for every field).
 
-    Schedulers consider only ``available`` devices with finite ``min_bandwidth_hz``.
-
-    Attributes
-    ----------
-    available : numpy.ndarray of bool
-        Whether the device is available this round.
-    gain_lin : numpy.ndarray of float
-        Average channel gain ``H̄_v = 10^(-(PL + shadowing)/10)`` (linear).
-    min_bandwidth_hz : numpy.ndarray of float
-        Minimum bandwidth ``B*_v`` in Hz to meet the deadline, ``+inf`` = infeasible.
-    los, distance_2d_m : numpy.ndarray or None
-        LOS state and horizontal distance in m; ``None`` where the geometry is unknown (a
-        replayed trace, docs/design.md, "Channel traces"). No scheduler reads them.
+    Schedulers consider only ``available`` (bool) devices with finite ``min_bandwidth_hz``, B*_v
+    in Hz to meet the deadline (``+inf`` = infeasible); ``gain_lin`` is the average channel gain
+    ``H̄_v = 10^(-(PL + shadowing)/10)`` (linear). ``los`` and ``distance_2d_m`` (m) are ``None``
+    where the geometry is unknown (a replayed trace, docs/design.md, "Channel traces"); no
+    scheduler reads them.
     """
 
     available: BoolArray

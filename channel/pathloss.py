@@ -1,6 +1,8 @@
-"""Path loss and shadow-fading spread of UMi-Street Canyon (TR 38.901 Table 7.4.1-1).
+"""LOS probability, path loss and shadow-fading spread of UMi-Street Canyon (TR 38.901).
 
-The ``"paper"`` and ``"tr38901"`` models are described in docs/design.md, "Path loss".
+LOS probability: Table 7.4.2-1 in the standard's form, not the paper's misprinted bracket
+(docs/design.md, "LOS probability"). Path loss: Table 7.4.1-1, models ``"paper"`` and
+``"tr38901"`` (docs/design.md, "Path loss").
 Frequencies are in Hz at the API and in GHz (``fc``) inside the formulas. Distances below the
 standard's 10 m validity bound use the same formulas.
 """
@@ -28,12 +30,24 @@ SHADOW_FADING_STD_DB: Final[dict[str, tuple[float, float]]] = {
 }
 """σ_SF in dB per model, as ``(LOS, NLOS)``."""
 
+LOS_CERTAIN_DISTANCE_M: Final[float] = 18.0
+"""d1 of TR 38.901 Table 7.4.2-1 (UMi-Street Canyon): devices this close are always LOS."""
 
-#: Coefficients of TR 38.901 Table 7.4.1-1 that are not a log-distance term: ``-9.5 log10(d'_BP^2
-#: + (h_BS - h_UT)^2)`` in PL2 and ``-0.3 (h_UT - 1.5)`` (dB per m) in PL'_UMi-NLOS.
-_UMI_LOS_PL2_BREAKPOINT_DB: Final[float] = 9.5
-_UMI_NLOS_PRIME_HEIGHT_DB_PER_M: Final[float] = 0.3
-_UMI_NLOS_PRIME_REFERENCE_HEIGHT_M: Final[float] = 1.5
+LOS_DECAY_DISTANCE_M: Final[float] = 36.0
+"""d2 of TR 38.901 Table 7.4.2-1 (UMi-Street Canyon): decay length of the LOS probability."""
+
+
+def los_probability(d2d_m: npt.ArrayLike) -> FloatArray:
+    """LOS probability of UMi-Street Canyon, TR 38.901 Table 7.4.2-1, in [0, 1], shape of ``d2d_m``.
+
+    ``P_LOS = 1`` if ``d2D <= 18 m``, else ``18/d2D + exp(-d2D/36) (1 - 18/d2D)``; ``d2d_m`` is
+    the horizontal distance in m, ``>= 0``.
+    """
+    distance_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
+    far_m = np.maximum(distance_m, LOS_CERTAIN_DISTANCE_M)  # the far branch never divides by 0
+    ratio = LOS_CERTAIN_DISTANCE_M / far_m
+    far_probability = ratio + np.exp(-far_m / LOS_DECAY_DISTANCE_M) * (1.0 - ratio)
+    return np.asarray(np.where(distance_m <= LOS_CERTAIN_DISTANCE_M, 1.0, far_probability))
 
 
 def _log10s(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> tuple[FloatArray, FloatArray]:
@@ -52,17 +66,8 @@ def check_pathloss_model(model: str) -> str:
 def distance_3d_m(d2d_m: npt.ArrayLike, h_bs_m: float, h_ut_m: float) -> FloatArray:
     """3D antenna distance ``sqrt(d2D^2 + (h_BS - h_UT)^2)`` in m, TR 38.901 Figure 7.4.1-1.
 
-    Parameters
-    ----------
-    d2d_m : array_like
-        Horizontal distance in m, any shape, ``>= 0``.
-    h_bs_m, h_ut_m : float
-        Base-station and device antenna heights in m, ``> 0``.
-
-    Returns
-    -------
-    numpy.ndarray
-        3D distance in m, same shape as ``d2d_m``.
+    ``d2d_m`` horizontal distance in m (any shape, ``>= 0``), heights in m (``> 0``); returns the
+    shape of ``d2d_m``.
     """
     distance_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)
     as_finite_array(h_bs_m, "h_bs_m", lower=0.0, lower_inclusive=False)
@@ -109,10 +114,7 @@ def pathloss_umi_los_pl2_db(
     d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
     log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
     return np.asarray(
-        32.4
-        + 40.0 * log_d
-        + 20.0 * log_fc
-        - _UMI_LOS_PL2_BREAKPOINT_DB * np.log10(d_bp_m**2 + (h_bs_m - h_ut_m) ** 2)
+        32.4 + 40.0 * log_d + 20.0 * log_fc - 9.5 * np.log10(d_bp_m**2 + (h_bs_m - h_ut_m) ** 2)
     )
 
 
@@ -140,9 +142,8 @@ def pathloss_umi_nlos_prime_db(
     ``PL' = 35.3 log10(d3D) + 22.4 + 21.3 log10(fc) - 0.3 (h_UT - 1.5)``, ``d3D`` and ``h_UT`` in
     m, ``fc`` in GHz (passed in Hz). Returns the shape of ``d3d_m``.
     """
-    height_term_db = _UMI_NLOS_PRIME_HEIGHT_DB_PER_M * (h_ut_m - _UMI_NLOS_PRIME_REFERENCE_HEIGHT_M)
     log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
-    return np.asarray(22.4 + 35.3 * log_d + 21.3 * log_fc - height_term_db)
+    return np.asarray(22.4 + 35.3 * log_d + 21.3 * log_fc - 0.3 * (h_ut_m - 1.5))
 
 
 def pathloss_umi_nlos_db(
@@ -179,23 +180,10 @@ def pathloss_db(
 ) -> FloatArray:
     """UMi-Street Canyon path loss of a link in the given LOS state, in dB (TR 38.901 7.4.1-1).
 
-    Parameters
-    ----------
-    d2d_m : array_like
-        Horizontal distance in m, ``>= 0``; broadcast with ``los``.
-    los : array_like of bool
-        LOS state (True = line of sight).
-    model : {"paper", "tr38901"}
-        Path-loss model (docs/design.md, "Path loss").
-    carrier_frequency_hz : float
-        Carrier frequency in Hz (3.5 GHz in the paper's Table I).
-    h_bs_m, h_ut_m : float
-        Base-station and device antenna heights in m (10 m and 1.5 m in Table I).
-
-    Returns
-    -------
-    numpy.ndarray
-        Path loss in dB, with the broadcast shape of ``d2d_m`` and ``los``.
+    ``d2d_m`` horizontal distance in m (``>= 0``), broadcast with ``los`` (bool, True = line of
+    sight); ``model`` ``"paper"`` or ``"tr38901"`` (docs/design.md, "Path loss"); carrier in Hz
+    (3.5 GHz in the paper's Table I); base-station and device antenna heights in m (10 m and
+    1.5 m). Returns dB with the broadcast shape of ``d2d_m`` and ``los``.
     """
     check_pathloss_model(model)
     distance_2d_m = as_finite_array(d2d_m, "d2d_m", lower=0.0)

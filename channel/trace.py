@@ -156,11 +156,8 @@ def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
 def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
     """Read and validate a trace file; headers are checked first (:func:`trace_shape`).
 
-    Raises
-    ------
-    TraceError
-        One line naming the file: missing, a folder, not an ``.npz`` archive, other arrays,
-        arrays too large, or arrays that :class:`ChannelTrace` refuses.
+    Raises :class:`TraceError`, one line naming the file: missing, a folder, not an ``.npz``
+    archive, other arrays, arrays too large, or arrays that :class:`ChannelTrace` refuses.
     """
     trace_shape(path)
     try:

@@ -10,12 +10,6 @@ from channel.arrays import FloatArray, as_finite_array
 SPEED_OF_LIGHT_M_PER_S: float = 3.0e8
 """Propagation velocity in free space, the value TR 38.901 Table 7.4.1-1 (note 1) prescribes."""
 
-HZ_PER_GHZ: float = 1.0e9
-"""Hertz in one gigahertz."""
-
-MW_PER_W: float = 1.0e3
-"""Milliwatts in one watt."""
-
 
 def db_to_linear(value_db: npt.ArrayLike) -> FloatArray:
     """Power ratio in dB (finite, any shape) to linear scale, ``10^(x/10)``."""
@@ -31,7 +25,7 @@ def linear_to_db(value_lin: npt.ArrayLike) -> FloatArray:
 
 def dbm_to_w(power_dbm: npt.ArrayLike) -> FloatArray:
     """Power in dBm (or PSD in dBm/Hz) to W (or W/Hz), ``10^((P - 30)/10)``."""
-    return np.asarray(db_to_linear(power_dbm) / MW_PER_W)
+    return np.asarray(db_to_linear(power_dbm) / 1e3)
 
 
 def w_to_dbm(power_w: npt.ArrayLike) -> FloatArray:
@@ -41,4 +35,4 @@ def w_to_dbm(power_w: npt.ArrayLike) -> FloatArray:
 
 def hz_to_ghz(frequency_hz: npt.ArrayLike) -> FloatArray:
     """Frequency in Hz to GHz (TR 38.901 writes ``fc`` in GHz)."""
-    return np.asarray(as_finite_array(frequency_hz, "frequency_hz") / HZ_PER_GHZ)
+    return np.asarray(as_finite_array(frequency_hz, "frequency_hz") / 1e9)

@@ -242,7 +242,7 @@ def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def update_norm(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
     """||w_new - w_received||_2 over the floating entries of ``before`` (float64 sums).
 
-    The server recomputes it from the upload (:func:`fedcgd_strategy.screening.update_norm`).
+    The server recomputes it from the upload (:func:`fedcgd_strategy.validation.update_norm`).
     """
     total = 0.0
     for name, value in before.items():

@@ -39,14 +39,8 @@ def estimate_global_sigma(sigma_v: ArrayLike, weights: ArrayLike) -> float:
     """Global sampling-variance estimate σ̂, paper eq. (global_est_sigma).
 
     σ̂ = sqrt(Σ_v α_v σ̂_v²) with α_v = |D_v| / Σ_u |D_u| over the reporting devices; same unit
-    as σ̂_v (gradient norm).
-
-    Parameters
-    ----------
-    sigma_v : float[K]
-        Per-device estimates σ̂_v, paper eq. (local_est_sigma); finite, >= 0, K >= 1.
-    weights : float[K]
-        Aggregation weights |D_v| of the same devices; finite, >= 0, positive sum.
+    as σ̂_v (gradient norm). ``sigma_v`` float[K], σ̂_v of paper eq. (local_est_sigma), finite,
+    >= 0, K >= 1; ``weights`` float[K], |D_v| of the same devices, finite, >= 0, positive sum.
     """
     s = as_nonnegative_array(sigma_v, "sigma_v")
     if s.ndim != 1 or s.shape[0] == 0:
@@ -61,23 +55,10 @@ def device_gradient_estimates(
 ) -> NDArray[np.floating]:
     """Device gradient estimates ∇f̂_v = (w_v^{(j+1)} − w_v^{(j)}) / (τ η), paper Section IV-C.
 
-    This is the negative mean SGD gradient; only norms of differences use it, so the sign is
-    irrelevant.
-
-    Parameters
-    ----------
-    updates : float[K, P]
-        Flattened model updates of the K uploading devices (P parameters).
-    learning_rate : float
-        η > 0.
-    local_steps : int
-        τ >= 1.
-
-    Returns
-    -------
-    float[K, P]
-        ∇f̂_v in the floating dtype of ``updates`` (float64 for integers or when the scaled values
-        would overflow that dtype).
+    The negative mean SGD gradient (only norms of differences use it, so the sign is irrelevant)
+    from ``updates`` float[K, P], the flattened updates of the K uploading devices, η > 0 and
+    τ >= 1. Returns float[K, P] in the floating dtype of ``updates`` (float64 for integers or
+    when the scaled values would overflow that dtype).
     """
     u = _as_gradients(updates)
     eta = as_nonnegative_float(learning_rate, "learning_rate", strict=True)
@@ -145,20 +126,9 @@ def estimate_class_gradient(
 
     Ĝ = max_v ||∇f̂_v − ∇F̂||₂ / ||p_v − p||₁ over the K uploading devices (gradient-norm units per
     unit of L1 distance). Devices with ||p_v − p||₁ <= :data:`SAME_DISTRIBUTION_TOL` are left out;
-    when none is left (or K = 0), ``previous`` is returned.
-
-    Parameters
-    ----------
-    device_grads : float[K, P]
-        ∇f̂_v from :func:`device_gradient_estimates`.
-    weights : float[K]
-        Aggregation weights |D_v|.
-    label_dist : float[K, C]
-        Label distributions p_v (rows sum to 1).
-    target_dist : float[C]
-        Target distribution p (sums to 1).
-    previous : float
-        Ĝ of the previous round (finite, >= 0).
+    when none is left (or K = 0), ``previous`` (Ĝ of the previous round, finite, >= 0) is
+    returned. ``device_grads`` float[K, P] are ∇f̂_v (:func:`device_gradient_estimates`),
+    ``weights`` float[K] |D_v|, ``label_dist`` float[K, C] the p_v, ``target_dist`` float[C] p.
     """
     prev = as_nonnegative_float(previous, "previous")
     ratios, usable, _ = _divergence_ratios(device_grads, weights, label_dist, target_dist)

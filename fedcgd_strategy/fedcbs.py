@@ -38,14 +38,8 @@ def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
     """Quadratic class-imbalance degree of a group (Fed-CBS, definition of QCID).
 
     QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)², dimensionless, 0 iff the group's label
-    distribution is uniform.
-
-    Parameters
-    ----------
-    label_dist : float[K, C]
-        Label distributions p_k of the K clients of the group (rows sum to 1).
-    num_examples : float[K]
-        Local dataset sizes n_k > 0.
+    distribution is uniform. ``label_dist`` float[K, C]: the p_k of the K clients of the group
+    (rows sum to 1); ``num_examples`` float[K]: their local dataset sizes n_k > 0.
     """
     p, n = _check_group(label_dist, num_examples)
     group = (n @ p) / n.sum()
@@ -71,16 +65,8 @@ def qcid_with_each_candidate(
 ) -> NDArray[np.float64]:
     """QCID(B ∪ {k}) for every candidate k at once, float[K] (Fed-CBS QCID, vectorised).
 
-    Parameters
-    ----------
-    group_counts : float[C]
-        Σ_{j∈B} n_j p_j, the group's per-class sample counts; zeros for B = ∅.
-    group_size : float
-        Σ_{j∈B} n_j (0 for B = ∅).
-    cand_label_dist : float[K, C]
-        Label distributions of the candidates.
-    cand_num_examples : float[K]
-        Their dataset sizes n_k > 0.
+    ``group_counts`` float[C] = Σ_{j∈B} n_j p_j (zeros for B = ∅), ``group_size`` = Σ_{j∈B} n_j;
+    ``cand_label_dist`` float[K, C] and ``cand_num_examples`` float[K] (n_k > 0): the candidates'.
     """
     s = np.asarray(group_counts, dtype=np.float64)
     p = np.asarray(cand_label_dist, dtype=np.float64)
@@ -100,19 +86,8 @@ def cucb_first_pick_probabilities(
 
     P(c_1 = k) ∝ 1/max(QCID({k}), :data:`QCID_FLOOR`)^β + λ sqrt(3 ln t / (2 max(T_k, 1))).
     The paper's bonus is infinite for a never-selected client; T_k is floored at 1 instead.
-
-    Parameters
-    ----------
-    qcid_single : float[K]
-        QCID({k}) of each candidate alone.
-    counts : int[K]
-        Selection counts T_k >= 0 of the candidates.
-    round_t : int
-        Current round t >= 1 (ln 1 = 0: no exploration bonus in the first round).
-    lam : float
-        Exploration weight λ >= 0 (Fed-CBS: 10).
-    beta : float
-        Exponent β_1 (Fed-CBS: β_m = m, so 1).
+    ``qcid_single`` float[K]: QCID({k}); ``counts`` int[K]: T_k >= 0; ``round_t``: t >= 1 (ln 1 = 0:
+    no bonus in the first round); ``lam``: λ >= 0 (Fed-CBS: 10); ``beta``: β_1 (β_m = m, so 1).
     """
     q = np.maximum(np.asarray(qcid_single, dtype=np.float64), QCID_FLOOR)
     t_k = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
@@ -138,14 +113,8 @@ def sequential_pick_probabilities(qcid_with_candidate: ArrayLike, beta: float) -
 class FedCBSState:
     """Fed-CBS state that persists across rounds: selection counts T_k and the round counter.
 
-    Parameters
-    ----------
-    num_devices : int
-        V, the number of devices of the cell.
-    counts : int[V], optional
-        Initial selection counts T_k (default zeros).
-    round_index : int
-        Rounds already sampled; the next :func:`fedcbs_select` uses t = round_index + 1.
+    ``num_devices`` V; ``counts`` int[V], the initial T_k (default zeros); ``round_index`` the
+    rounds already sampled (the next :func:`fedcbs_select` uses t = round_index + 1).
     """
 
     def __init__(
@@ -212,30 +181,9 @@ def fedcbs_select(
     the m-th with :func:`sequential_pick_probabilities` (β_m = m); sampling stops at the first
     drawn device that does not fit the remaining bandwidth (not taken). ``state`` is then updated
     (counts of the selected devices, round + 1). One ``rng.choice`` per sampled device.
-
-    Parameters
-    ----------
-    state : FedCBSState
-        Persistent counts and round counter (mutated).
-    available : bool[V]
-        Devices available this round.
-    label_dist : float[V, C]
-        Label distributions p_v (rows of non-candidates are ignored).
-    num_examples : float[V]
-        |D_v| (> 0 for candidates; others ignored).
-    min_bandwidth_hz : float[V]
-        B*_v in Hz; +inf = infeasible (never a candidate).
-    total_bandwidth_hz : float
-        Budget B in Hz.
-    rng : numpy.random.Generator
-        Source of the draws.
-    lam : float
-        Exploration weight λ (Fed-CBS: 10).
-
-    Returns
-    -------
-    bool[V]
-        The selected devices.
+    ``available`` bool[V]; ``label_dist`` float[V, C] the p_v and ``num_examples`` float[V] |D_v|
+    (> 0), both read for candidates only; ``min_bandwidth_hz`` float[V] B*_v in Hz (+inf =
+    infeasible); ``total_bandwidth_hz`` B in Hz; ``lam`` λ (Fed-CBS: 10). Returns bool[V].
     """
     v = state.num_devices
     b = as_min_bandwidths(min_bandwidth_hz, v)

@@ -68,7 +68,10 @@ def sampling_term(sigma: float, total_batch: ArrayLike) -> FloatArray | float:
     return float(out) if out.ndim == 0 else out
 
 
-def _readonly(array: NDArray[Any]) -> NDArray[Any]:
+def read_only(array: Any) -> Any:
+    """A read-only copy of ``array`` (None stays None): what is handed on cannot be changed."""
+    if array is None:
+        return None
     out = np.array(array, copy=True)
     out.setflags(write=False)
     return out
@@ -78,27 +81,14 @@ def _readonly(array: NDArray[Any]) -> NDArray[Any]:
 class SchedulingProblem:
     """One instance of problem P1 (paper Section IV-A), validated, with read-only arrays.
 
-    Attributes
-    ----------
-    label_dist
-        ``p_v``: label distribution of each device, float ``[V, C]``, rows non-negative and summing
-        to 1 (within :data:`DISTRIBUTION_SUM_TOL` = 1e-6).
-    target_dist
-        ``p``: global (target) label distribution, float ``[C]``, sums to 1.
-    min_bandwidth_hz
-        ``B*_v``: minimum bandwidth of each device (paper eq. (lambert)) in Hz, float ``[V]``,
-        ``>= 0``; ``inf`` marks a device that cannot meet the deadline (never scheduled).
-    total_bandwidth_hz
-        ``B``: total uplink bandwidth in Hz, ``> 0``.
-    sigma
-        ``sigma``: per-sample gradient standard deviation, ``>= 0``.
-    class_gradient
-        ``G_c``: class-gradient norms; a scalar ``G`` is broadcast to all classes. Stored as float
-        ``[C]``, ``>= 0``.
-    batch_size
-        ``b_v``: mini-batch size of each device; a scalar ``b`` is broadcast (the paper's uniform
-        ``b``), an int ``[V]`` array gives the ``sum_v b_v`` form. Stored as int ``[V]``, ``> 0``.
-
+    ``label_dist`` p_v float ``[V, C]``, rows >= 0 summing to 1 (within
+    :data:`DISTRIBUTION_SUM_TOL` = 1e-6); ``target_dist`` p float ``[C]``, sums to 1;
+    ``min_bandwidth_hz`` B*_v (paper eq. (lambert)) in Hz, float ``[V]``, ``>= 0``, ``inf`` for a
+    device that cannot meet the deadline (never scheduled); ``total_bandwidth_hz`` B in Hz,
+    ``> 0``; ``sigma`` the per-sample gradient standard deviation, ``>= 0``; ``class_gradient``
+    G_c, a scalar G broadcast to every class, stored as float ``[C]`` ``>= 0``; ``batch_size``
+    b_v, a scalar b broadcast (the paper's uniform b) or int ``[V]`` (the ``sum_v b_v`` form),
+    stored as int ``[V]`` ``> 0``.
     """
 
     label_dist: FloatArray
@@ -125,13 +115,13 @@ class SchedulingProblem:
         if np.any(batch != np.round(batch)):
             raise ValueError(f"batch_size must hold positive integers, got {batch.tolist()}")
 
-        object.__setattr__(self, "label_dist", _readonly(label))
-        object.__setattr__(self, "target_dist", _readonly(target))
-        object.__setattr__(self, "min_bandwidth_hz", _readonly(bandwidth))
+        object.__setattr__(self, "label_dist", read_only(label))
+        object.__setattr__(self, "target_dist", read_only(target))
+        object.__setattr__(self, "min_bandwidth_hz", read_only(bandwidth))
         object.__setattr__(self, "total_bandwidth_hz", total)
         object.__setattr__(self, "sigma", sigma)
-        object.__setattr__(self, "class_gradient", _readonly(gradient))
-        object.__setattr__(self, "batch_size", _readonly(batch.astype(np.int64)))
+        object.__setattr__(self, "class_gradient", read_only(gradient))
+        object.__setattr__(self, "batch_size", read_only(batch.astype(np.int64)))
 
     # ------------------------------------------------------------------ properties
     @property

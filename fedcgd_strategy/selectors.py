@@ -72,25 +72,11 @@ def best_effort_pack(
 ) -> NDArray[np.bool_]:
     """Best-effort schedule of devices in a given order, paper Section V-A baselines.
 
-    Walk ``order`` and take each device while Σ B*_v stays <= B; ``"stop"`` ends the walk at the
-    first device that does not fit, ``"skip"`` passes it over. Infeasible devices (B*_v = inf) are
-    never taken and never stop the walk.
-
-    Parameters
-    ----------
-    order : int[K]
-        Distinct device indices in [0, V), best first. Devices not listed are not taken.
-    min_bandwidth_hz : float[V]
-        Minimum bandwidth B*_v in Hz, paper eq. (lambert); +inf = infeasible.
-    total_bandwidth_hz : float
-        Budget B in Hz.
-    rule : str
-        One of :data:`PACK_RULES`.
-
-    Returns
-    -------
-    bool[V]
-        The scheduled devices.
+    Walk ``order`` (int[K], distinct device indices in [0, V), best first; others are not taken)
+    and take each device while Σ B*_v stays <= B (``total_bandwidth_hz``, Hz); ``rule`` (one of
+    :data:`PACK_RULES`) ``"stop"`` ends the walk at the first device that does not fit, ``"skip"``
+    passes it over. ``min_bandwidth_hz`` float[V] is B*_v in Hz, paper eq. (lambert); infeasible
+    devices (B*_v = inf) are never taken and never stop the walk. Returns the schedule, bool[V].
     """
     _check_rule(rule)
     b = as_min_bandwidths(min_bandwidth_hz)
@@ -106,20 +92,24 @@ def descending_order(scores: ArrayLike, eligible: ArrayLike) -> NDArray[np.intp]
     return idx[np.argsort(-s[idx], kind="stable")]
 
 
-def _rank_and_pack(
+def best_score_first(
     available: ArrayLike,
     scores: ArrayLike,
-    score_name: str,
     min_bandwidth_hz: ArrayLike,
     total_bandwidth_hz: float,
-    rule: str,
+    rule: str = "stop",
+    *,
+    score_name: str = "scores",
     num_candidates: int = 0,
     rng: np.random.Generator | None = None,
 ) -> NDArray[np.bool_]:
-    """Validate, rank the eligible devices by score (descending) and pack them best effort.
+    """BC and BN2: highest score first, best effort (paper Section V-A (1), (2); Amiri et al.).
 
-    Eligible: available with a non-NaN score; with ``rng`` and ``0 < num_candidates <`` their
-    number, only ``num_candidates`` of them drawn uniformly without replacement (POC).
+    ``available`` bool[V], the devices available this round; ``scores`` float[V] (BC: average
+    channel gain H̄_v, linear; BN2: ||w_v^{(j+1)} − w^{(j)}||₂), NaN = never taken, called
+    ``score_name`` in errors; ``min_bandwidth_hz``, ``total_bandwidth_hz`` and ``rule`` as in
+    :func:`best_effort_pack`. With ``rng`` and ``0 < num_candidates <`` the number of eligible
+    devices, only ``num_candidates`` of them, drawn uniformly without replacement, are ranked (POC).
     """
     _check_rule(rule)
     b = as_min_bandwidths(min_bandwidth_hz)
@@ -133,31 +123,6 @@ def _rank_and_pack(
     eligible = np.zeros(v, dtype=bool)
     eligible[pool] = True
     return _pack(descending_order(s, eligible), b, total, rule)
-
-
-def best_score_first(
-    available: ArrayLike,
-    scores: ArrayLike,
-    min_bandwidth_hz: ArrayLike,
-    total_bandwidth_hz: float,
-    rule: str = "stop",
-    *,
-    score_name: str = "scores",
-) -> NDArray[np.bool_]:
-    """BC and BN2: highest score first, best effort (paper Section V-A (1), (2); Amiri et al.).
-
-    Parameters
-    ----------
-    available : bool[V]
-        Devices available this round.
-    scores : float[V]
-        BC: average channel gain H̄_v (linear); BN2: ||w_v^{(j+1)} − w^{(j)}||₂. NaN = never taken.
-    min_bandwidth_hz, total_bandwidth_hz, rule
-        As in :func:`best_effort_pack`.
-    score_name : str
-        Name of ``scores`` in error messages.
-    """
-    return _rank_and_pack(available, scores, score_name, min_bandwidth_hz, total_bandwidth_hz, rule)
 
 
 #: BC: :func:`best_score_first` by the average channel gain ``gain_lin``.
@@ -178,24 +143,13 @@ def power_of_choice(
 ) -> NDArray[np.bool_]:
     """POC: power-of-choice, paper Section V-A (3); Cho et al., AISTATS 2022.
 
-    Draw V' = ``num_candidates`` devices uniformly without replacement from the available ones
-    with a non-NaN loss (0 or V' >= their number: all, ``rng`` unused), rank them by loss
-    descending and pack them best effort.
-
-    Parameters
-    ----------
-    available : bool[V]
-        Devices available this round.
-    loss : float[V]
-        Training loss accumulated over this round's local steps; NaN = treated as unavailable.
-    min_bandwidth_hz, total_bandwidth_hz, rule
-        As in :func:`best_effort_pack`.
-    num_candidates : int
-        V' >= 0 (0 = all available).
-    rng : numpy.random.Generator
-        Source of the candidate draw.
+    Draw V' = ``num_candidates`` (>= 0) devices with ``rng``, uniformly without replacement, from
+    the ``available`` ones (bool[V]) with a non-NaN ``loss`` (float[V], accumulated over this
+    round's local steps; V' = 0 or >= their number: all, ``rng`` unused), rank them by loss
+    descending and pack them best effort (other arguments as in :func:`best_effort_pack`).
     """
     d = check_integer(num_candidates, "num_candidates", minimum=0)
-    return _rank_and_pack(
-        available, loss, "loss", min_bandwidth_hz, total_bandwidth_hz, rule, d, rng
-    )
+    return best_score_first(
+        available, loss, min_bandwidth_hz, total_bandwidth_hz, rule, score_name="loss",
+        num_candidates=d, rng=rng,
+    )  # fmt: skip

@@ -11,10 +11,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term, wemd
-from fedcgd_strategy.solvers.coordinate_descent import random_start
-from fedcgd_strategy.solvers.fscd import FscdStage
-from fedcgd_strategy.solvers.result import TIE_REL_TOL, ScheduleResult, is_improvement
-from fedcgd_strategy.solvers.setup import ProblemArrays, RunningSums
+from fedcgd_strategy.solvers.heuristics import FscdStage, random_start
+from fedcgd_strategy.solvers.result import (
+    TIE_REL_TOL,
+    ProblemArrays,
+    RunningSums,
+    ScheduleResult,
+    is_improvement,
+)
 
 
 def _with(mask: NDArray[np.bool_], device: int, value: bool) -> NDArray[np.bool_]:
@@ -27,7 +31,7 @@ def greedy_loop(problem: SchedulingProblem) -> ScheduleResult:
     """Greedy scheduling (paper Algorithm 1), one ``problem.wemd`` call per candidate.
 
     Same algorithm, candidates and tie-breaking as
-    :func:`~fedcgd_strategy.solvers.greedy.greedy_schedule`.
+    :func:`~fedcgd_strategy.solvers.heuristics.greedy_schedule`.
     """
     selected = np.zeros(problem.num_devices, dtype=bool)
     added = 0
@@ -110,7 +114,7 @@ def fscd_loop(problem: SchedulingProblem) -> ScheduleResult:
     """Fix-sum coordinate descent (paper Algorithm 2), one objective call per transit.
 
     Same algorithm, early exit and tie-breaking as
-    :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`.
+    :func:`~fedcgd_strategy.solvers.heuristics.fscd_schedule`.
     """
     feasible = [v for v in range(problem.num_devices) if problem.feasible[v]]
     by_cost = sorted(feasible, key=lambda v: (problem.min_bandwidth_hz[v], v))
@@ -143,7 +147,7 @@ def swap_search_dense(
     The FSCD inner loop (paper Algorithm 2) evaluated densely: every transit (swap scheduled ``v``
     for unscheduled feasible ``u``) within the budget, argmin while it improves (the printed
     "argmax" is a typo, docs/design.md, "FSCD"); ties to the lowest ``v``, then ``u``. Oracle of
-    :func:`~fedcgd_strategy.solvers.fscd.swap_search` (same arguments and return value).
+    :func:`~fedcgd_strategy.solvers.heuristics.swap_search` (same arguments and return value).
     """
     arrays = ProblemArrays.of(problem)
     selected = np.array(mask, dtype=bool, copy=True)
@@ -186,7 +190,7 @@ def fscd_dense_stages(problem: SchedulingProblem) -> list[FscdStage]:
     ``S`` runs from the number of feasible devices down to 1; an ``S`` whose cheapest ``S``
     devices (ties in ``B*`` by the lower index) exceed ``B`` is skipped. After size ``S`` the loop
     stops if the objective of ``x^(S)`` is at most ``sigma / sqrt(sum of the S-1 largest b_v)``.
-    Oracle of :func:`~fedcgd_strategy.solvers.fscd.fscd_stages`.
+    Oracle of :func:`~fedcgd_strategy.solvers.heuristics.fscd_stages`.
     """
     feasible = np.flatnonzero(problem.feasible)
     by_cost = feasible[np.argsort(problem.min_bandwidth_hz[feasible], kind="stable")]
@@ -209,8 +213,9 @@ def fscd_dense_stages(problem: SchedulingProblem) -> list[FscdStage]:
 def fscd_dense(problem: SchedulingProblem) -> ScheduleResult:
     """FSCD (paper Algorithm 2) evaluating the whole swap grid at every step.
 
-    Same algorithm, early exit and ties as :func:`~fedcgd_strategy.solvers.fscd.fscd_schedule`;
-    ``iterations`` = accepted transits + sizes tried.
+    Same algorithm, early exit and ties as
+    :func:`~fedcgd_strategy.solvers.heuristics.fscd_schedule`; ``iterations`` = accepted transits +
+    sizes tried.
     """
     stages = fscd_dense_stages(problem)
     best_mask = np.zeros(problem.num_devices, dtype=bool)
@@ -225,8 +230,8 @@ def fscd_dense(problem: SchedulingProblem) -> ScheduleResult:
 def coordinate_descent_loop(problem: SchedulingProblem, rng: np.random.Generator) -> ScheduleResult:
     """Plain coordinate descent, one objective call per flip.
 
-    Same start (:func:`~fedcgd_strategy.solvers.coordinate_descent.random_start`), flips and
-    tie-breaking as :func:`~fedcgd_strategy.solvers.coordinate_descent.coordinate_descent_schedule`.
+    Same start (:func:`~fedcgd_strategy.solvers.heuristics.random_start`), flips and
+    tie-breaking as :func:`~fedcgd_strategy.solvers.heuristics.coordinate_descent_schedule`.
     """
 
     def flips(selected: NDArray[np.bool_]) -> Iterator[NDArray[np.bool_]]:

@@ -64,38 +64,36 @@ def test_los_probability_range_monotone_and_continuous_at_18_m() -> None:
         channel.los_probability(-1.0)
 
 
-def test_pathloss_at_100_m_by_hand() -> None:
-    # d3D = sqrt(100^2 + (10 - 1.5)^2) = sqrt(10072.25) = 100.36059983878135 m,
-    # log10(d3D) = 2.001563248356944, log10(3.5) = 0.5440680443502757.
-    # PL1 = 32.4 + 21 * 2.001563248356944 + 20 * 0.5440680443502757 = 85.31418910250133 dB
-    # paper NLOS = 32.4 + 20 * 0.5440680443502757 + 31.9 * 2.001563248356944 = 107.13122850959202
-    # PL'_NLOS = 35.3 * 2.001563248356944 + 22.4 + 21.3 * 0.5440680443502757 - 0.3 * 0
-    #          = 104.64383201166098 dB; tr38901 NLOS = max(85.314, 104.644) = 104.644 dB
-    assert float(channel.pathloss_db(100.0, True)) == pytest.approx(85.31418910250133, abs=1e-9)
-    assert float(channel.pathloss_db(100.0, False)) == pytest.approx(107.13122850959202, abs=1e-9)
-    assert float(channel.pathloss_db(100.0, True, model="tr38901")) == pytest.approx(
-        85.31418910250133, abs=1e-9
-    )
-    assert float(channel.pathloss_db(100.0, False, model="tr38901")) == pytest.approx(
-        104.64383201166098, abs=1e-9
+# At 100 m: d3D = sqrt(100^2 + (10 - 1.5)^2) = 100.36059983878135 m, log10(d3D) =
+# 2.001563248356944, log10(3.5) = 0.5440680443502757. PL1 = 32.4 + 21 log d3D + 20 log fc =
+# 85.31418910250133 dB; paper NLOS = 32.4 + 20 log fc + 31.9 log d3D = 107.13122850959202;
+# PL'_NLOS = 35.3 log d3D + 22.4 + 21.3 log fc - 0.3 * 0 = 104.64383201166098 dB, and tr38901
+# NLOS = max(PL1, PL') = PL'. At 240 m > d'_BP = 210 m: d3D = 240.15047366182728, log10 =
+# 2.380483447558429; PL2 = 32.4 + 40 log d3D + 20 log fc - 9.5 log10(210^2 + 8.5^2 = 44172.25)
+# [= 4.645149521461176] = 94.37177833546149 dB; the paper model has no breakpoint: PL1 = 32.4 +
+# 21 * 2.380483447558429 + 10.8814 = 93.27151328573251; PL' = 35.3 * 2.380483447558429 + 22.4 +
+# 21.3 * 0.5440680443502757 = 118.01971504347338.
+@pytest.mark.parametrize(
+    ("d2d_m", "los", "model", "expected_db"),
+    [
+        (100.0, True, "paper", 85.31418910250133),
+        (100.0, False, "paper", 107.13122850959202),
+        (100.0, True, "tr38901", 85.31418910250133),
+        (100.0, False, "tr38901", 104.64383201166098),
+        (240.0, True, "tr38901", 94.37177833546149),
+        (240.0, True, "paper", 93.27151328573251),
+        (240.0, False, "tr38901", 118.01971504347338),
+    ],
+)
+def test_pathloss_by_hand(d2d_m: float, los: bool, model: str, expected_db: float) -> None:
+    assert float(channel.pathloss_db(d2d_m, los, model=model)) == pytest.approx(
+        expected_db, abs=1e-9
     )
 
 
-def test_tr38901_los_beyond_breakpoint_by_hand() -> None:
+def test_breakpoint_distance_by_hand() -> None:
     # d'_BP = 4 * (10 - 1) * (1.5 - 1) * 3.5e9 / 3e8 = 210 m.
     assert breakpoint_distance_m(10.0, 1.5, FC_HZ) == pytest.approx(210.0, rel=1e-12)
-    # d2D = 240 m > 210 m: d3D = sqrt(240^2 + 8.5^2) = 240.15047366182728, log10 = 2.380483447558429
-    # PL2 = 32.4 + 40 * 2.380483447558429 + 20 * 0.5440680443502757
-    #       - 9.5 * log10(210^2 + 8.5^2 = 44172.25) [= 4.645149521461176] = 94.37177833546149 dB
-    assert float(channel.pathloss_db(240.0, True, model="tr38901")) == pytest.approx(
-        94.37177833546149, abs=1e-9
-    )
-    # The paper model has no breakpoint: PL1 = 32.4 + 21 * 2.380483447558429 + 10.8814 = 93.2715
-    assert float(channel.pathloss_db(240.0, True)) == pytest.approx(93.27151328573251, abs=1e-9)
-    # NLOS at 240 m: PL' = 35.3 * 2.380483447558429 + 22.4 + 21.3 * 0.5440680443502757 = 118.0197
-    assert float(channel.pathloss_db(240.0, False, model="tr38901")) == pytest.approx(
-        118.01971504347338, abs=1e-9
-    )
 
 
 def test_los_pathloss_continuous_at_breakpoint() -> None:

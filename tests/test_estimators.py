@@ -20,12 +20,9 @@ UNIFORM3 = np.full(3, 1.0 / 3.0)
 # --- eq. (global_est_sigma) -----------------------------------------------------------------
 
 
-def test_global_sigma_hand_value():
+def test_global_sigma_hand_values():
     # α = [1, 3] / 4 = [0.25, 0.75]; σ̂² = 0.25·1² + 0.75·3² = 0.25 + 6.75 = 7
     assert estimate_global_sigma([1.0, 3.0], [1.0, 3.0]) == pytest.approx(math.sqrt(7.0))
-
-
-def test_global_sigma_equal_sigmas_is_that_sigma():
     assert estimate_global_sigma([2.5, 2.5, 2.5], [1.0, 7.0, 0.0]) == pytest.approx(2.5)
 
 
@@ -49,13 +46,10 @@ def test_global_sigma_rejects_bad_input(sigma, weights, match):
 # --- device gradients --------------------------------------------------------------------------
 
 
-def test_device_gradient_estimates_hand_value():
+def test_device_gradient_estimates_hand_value_and_float32_kept():
     # (w^{j+1} − w^{j}) / (τ η) = [0.2, −0.4] / (2 · 0.1) = [1, −2]
     g = device_gradient_estimates(np.array([[0.2, -0.4]]), learning_rate=0.1, local_steps=2)
     np.testing.assert_allclose(g, [[1.0, -2.0]])
-
-
-def test_device_gradient_estimates_keeps_float32():
     u = np.ones((3, 5), dtype=np.float32)
     assert device_gradient_estimates(u, 0.5, 1).dtype == np.float32
 
@@ -101,9 +95,12 @@ def test_class_gradient_two_devices_hand_value(p2, expected):
     assert estimate_class_gradient(grads, [1.0, 1.0], np.full((2, 2), 0.5), UNIFORM2, 0.7) == 0.7
 
 
-def test_class_gradient_keeps_previous_without_uploads():
+def test_both_estimates_keep_the_previous_without_uploads():
     empty = np.zeros((0, 10))
     assert estimate_class_gradient(empty, [], np.zeros((0, 2)), UNIFORM2, previous=1.25) == 1.25
+    prev = np.array([0.5, 0.25])
+    out = estimate_per_class_gradient(np.zeros((0, 7)), [], np.zeros((0, 2)), UNIFORM2, prev)
+    np.testing.assert_array_equal(out, prev)
 
 
 def test_class_gradient_matches_slow_reference_on_random_input():
@@ -190,12 +187,6 @@ def test_per_class_gradient_dominant_class_and_exclusion():
     grads = np.array([[4.0, 0.0], [0.0, 0.0]])
     out = estimate_per_class_gradient(grads, [1.0, 3.0], dist, target, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(out, [1.0, 2.0, 7.5])
-
-
-def test_per_class_gradient_keeps_previous_without_uploads():
-    prev = np.array([0.5, 0.25])
-    out = estimate_per_class_gradient(np.zeros((0, 7)), [], np.zeros((0, 2)), UNIFORM2, prev)
-    np.testing.assert_array_equal(out, prev)
 
 
 def test_per_class_gradient_rejects_bad_previous():

@@ -8,7 +8,8 @@ from channel import Cell, CellConfig
 from channel.report import PAPER_CIFAR10_MODEL_BITS
 from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.problem import wemd
-from fedcgd_strategy.solvers import fscd, transit_search
+from fedcgd_strategy.solvers import heuristics as fscd
+from fedcgd_strategy.solvers import transit_search
 
 #: The paper's CIFAR-10 CNN size in bit.
 MODEL_BITS = PAPER_CIFAR10_MODEL_BITS

@@ -22,7 +22,7 @@ from task_settings import all_available_run
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.screening import (
+from fedcgd_strategy.validation import (
     reported_norm_matches,
     round_histogram_bounds,
     round_histogram_problem,
@@ -336,16 +336,19 @@ def test_flwr_run_a_device_uploading_1e30_is_refused(tmp_path):
     ],
 )
 def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
-    from fedcgd_strategy.flower.replies import ExpectedReply, MalformedReplyError, read_report
+    from fedcgd_strategy.flower.replies import MalformedReplyError, read_report
 
     metrics = {keys.PARTITION_ID: 0, keys.NUM_EXAMPLES: 4, keys.LABEL_HIST: [3, 1], key: value}
-    expected = ExpectedReply(0, np.array([3, 1]), 4)
+    read = functools.partial(
+        read_report, num_devices=2, num_classes=2, registered=0,
+        local_counts=np.array([3, 1]), num_samples=4,
+    )  # fmt: skip
     if match is None:
-        report = read_report(reply_with(metrics), num_devices=2, num_classes=2, expected=expected)
+        report = read(reply_with(metrics))
         assert report.label_hist.tolist() == [3, 1] and report.sigma == 2.5
         return
     with pytest.raises(MalformedReplyError, match=match):
-        read_report(reply_with(metrics), num_devices=2, num_classes=2, expected=expected)
+        read(reply_with(metrics))
 
 
 def test_a_reported_update_norm_must_be_that_of_the_upload():

@@ -8,7 +8,7 @@ from test_problem import paper_example  # paper Section IV-A: room for two
 
 from fedcgd_strategy import METHODS, SchedulingProblem, solve
 from fedcgd_strategy.solvers.exact import size_batch_pairs
-from fedcgd_strategy.solvers.fscd import fscd_stages
+from fedcgd_strategy.solvers.heuristics import fscd_stages
 
 TOL = 1e-9
 

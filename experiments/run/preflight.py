@@ -244,9 +244,9 @@ def check_own_policy(config: RunConfig, num_classes: int) -> None:
 
     Its construction and the call get ``stall-limit-s`` together.
     """
-    from fedcgd_strategy.flower.simulation import call_within
     from fedcgd_strategy.policies import (
         POLICY_NAMES,
+        call_within,
         make_policy,
         schedule_checked,
         synthetic_round,

@@ -1,7 +1,7 @@
 """Every check of what a device sends, applied where its reply enters the server.
 
 Each value is checked against the model and the round by the rules of docs/design.md,
-"Screening replies" (the rules on values are pure functions of :mod:`fedcgd_strategy.screening`);
+"Screening replies" (the rules on values are pure functions of :mod:`fedcgd_strategy.validation`);
 a reply that breaks one raises :class:`MalformedReplyError` naming the node, the key, the value
 and what is allowed, which costs that device its round. Nothing a device sends raises otherwise.
 """
@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from fedcgd_strategy.aggregation import flatten_update
 from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
-from fedcgd_strategy.screening import (
+from fedcgd_strategy.validation import (
     FLOAT32_MAX,
     reported_norm_matches,
     round_histogram_problem,
@@ -196,46 +196,34 @@ def read_info(
     return node_id, pid, hist
 
 
-@dataclass(frozen=True)
-class ExpectedReply:
-    """What discovery says of a device before its reply arrives.
-
-    ``local_counts`` (int[C], sum |D_v|) and ``num_samples`` (τ b of the round) are None when
-    unknown, and then not checked.
-    """
-
-    partition_id: int
-    local_counts: NDArray[np.int64] | None = None
-    num_samples: int | None = None
-
-
 def read_report(
     msg: Message,
     *,
     num_devices: int,
     num_classes: int,
     reference: Mapping[str, NDArray[np.generic]] | None = None,
-    expected: ExpectedReply | None = None,
+    registered: int | None = None,
+    local_counts: NDArray[np.int64] | None = None,
+    num_samples: int | None = None,
 ) -> DeviceReport:
     """Validate a stats or training reply and return its :class:`DeviceReport`.
 
     ``num_devices`` V bounds the partition id, ``num_classes`` C is the histogram's length.
     With ``reference`` (the global model sent this round) the reply must be a training reply
-    whose arrays match it; ``expected`` is what discovery says of the sender. Raises
+    whose arrays match it. What discovery and the round say of the sender, each None when
+    unknown and then not checked: ``registered`` its partition id, ``local_counts`` int[C] its
+    local class counts (sum |D_v|), ``num_samples`` τ b of the round. Raises
     :class:`MalformedReplyError` for an error reply, a missing key or a value breaking a rule.
     """
     node_id, metrics = _sender(msg)
-    known = expected or ExpectedReply(-1)
-    local = known.local_counts
     what = "the partition it was registered with at discovery"
-    registered = None if expected is None else expected.partition_id
     pid = _int(metrics, keys.PARTITION_ID, node_id, (0, num_devices), (registered, what))
     what = "the local dataset size it reported at discovery"
-    size = None if local is None else int(np.sum(local))
+    size = None if local_counts is None else int(np.sum(local_counts))
     n = _int(metrics, keys.NUM_EXAMPLES, node_id, (1, None), (size, what))
     hist = _histogram(metrics, keys.LABEL_HIST, node_id, num_classes)
-    if known.num_samples is not None:
-        problem = round_histogram_problem(hist, local, known.num_samples)
+    if num_samples is not None:
+        problem = round_histogram_problem(hist, local_counts, num_samples)
         if problem is not None:
             raise MalformedReplyError(f"node {node_id}: {keys.LABEL_HIST!r} {problem}")
     sigma = _number(metrics, keys.SIGMA, node_id) if keys.SIGMA in metrics else math.nan
@@ -267,7 +255,7 @@ class Screening:
     """How a phase's replies are screened beyond their own validity.
 
     ``num_samples`` τ b of the round, the sum of every round histogram (None: not checked);
-    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.screening.update_norm_outliers`
+    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.validation.update_norm_outliers`
     (0 = only the absolute bound); ``norm_reference`` the median update norm of the last round's
     accepted uploads (for a round with one upload).
     """
@@ -308,14 +296,15 @@ def collect_reports(
             continue
         if msg.has_error():
             errored.add(registered)
-        known = ExpectedReply(registered, registry.local_hist(registered), rules.num_samples)
         try:
             reports[registered] = read_report(
                 msg,
                 num_devices=registry.num_devices,
                 num_classes=registry.num_classes,
                 reference=reference,
-                expected=known,
+                registered=registered,
+                local_counts=registry.local_hist(registered),
+                num_samples=rules.num_samples,
             )
         except MalformedReplyError as err:
             failures[registered] = str(err)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 from flwr.app import Message
 from flwr.common.constant import ErrorCode
@@ -21,7 +21,6 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
 from fedcgd_task.errors import OneLineMessage
-from fedcgd_task.imports import first_line
 
 #: Error codes of a reply that the link made, not the device: the message expired, its reply
 #: expired, the node is gone. In a simulation none of them is part of the physics.
@@ -37,50 +36,6 @@ class SimulationStalledError(OneLineMessage, RuntimeError):
 
     The message is one complete line (no ``Type:`` prefix in ``status.json``).
     """
-
-
-class UserCodeError(OneLineMessage, ValueError):
-    """A policy call that ran past ``stall-limit-s`` or raised a ``BaseException``; one line.
-
-    ``SystemExit``, ``KeyboardInterrupt`` and the like are no stop when a policy raises them.
-    """
-
-
-T = TypeVar("T")
-
-
-def call_within(limit_s: float | None, call: Callable[[], T], what: str) -> T:
-    """``call()`` in a thread of its own, given ``limit_s`` seconds (None: no limit, no thread).
-
-    Its ``Exception`` is raised here; a :class:`UserCodeError` that begins with ``what`` when it
-    raised anything else or did not return in time (the thread cannot be stopped: it is left
-    behind, a daemon, and the run fails).
-    """
-    if limit_s is None:
-        return call()
-    ended: list[tuple[bool, Any]] = []
-
-    def target() -> None:
-        try:
-            ended.append((True, call()))
-        except BaseException as err:  # raised in the caller's thread
-            ended.append((False, err))
-
-    thread = threading.Thread(target=target, name="fedcgd-policy-call", daemon=True)
-    thread.start()
-    thread.join(limit_s)
-    if not ended:
-        raise UserCodeError(
-            f"{what} did not return within {limit_s:g} s (stall-limit-s); a stuck policy or "
-            "solver stops the run: raise stall-limit-s if it needs longer"
-        )
-    returned, value = ended[0]
-    if returned:
-        return value
-    if isinstance(value, Exception):
-        raise value
-    text = str(value).strip() and f": {first_line(value)}"
-    raise UserCodeError(f"{what} raised {type(value).__name__}{text}") from value
 
 
 def is_simulation(grid: Grid) -> bool:
@@ -109,16 +64,6 @@ def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
         f"{len(meta)} {kinds} message(s) of round {rounds} (node {nodes[0] if nodes else '?'}"
         f"{more}); a slow simulated device is never dropped: raise stall-limit-s if the host "
         "is this slow, else find the stuck ClientApp"
-    )
-
-
-def dropped_line(reply: Message) -> str:
-    """The line of a simulation whose link answered a message with an error of its own."""
-    reason = str(reply.error.reason)[:100]
-    return (
-        f"simulation stalled: the link dropped the message to node "
-        f"{reply.metadata.src_node_id} (error {reply.error.code}, {reason}); in a simulation "
-        "that is no device dropout"
     )
 
 
@@ -154,10 +99,6 @@ class PatientGrid(Grid):
         """The wrapped grid's."""
         return self.grid.get_node_ids()
 
-    def get_nodes(self) -> Any:
-        """The wrapped grid's."""
-        return self.grid.get_nodes()
-
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """The wrapped grid's."""
         return self.grid.push_messages(messages)
@@ -178,7 +119,12 @@ class PatientGrid(Grid):
             pulled = list(self.grid.pull_messages(waiting))
             for reply in pulled:
                 if reply.has_error() and reply.error.code in LINK_ERRORS:
-                    raise SimulationStalledError(dropped_line(reply))
+                    raise SimulationStalledError(
+                        f"simulation stalled: the link dropped the message to node "
+                        f"{reply.metadata.src_node_id} (error {reply.error.code}, "
+                        f"{str(reply.error.reason)[:100]}); in a simulation that is no device "
+                        "dropout"
+                    )
             replies += pulled
             waiting -= {r.metadata.reply_to_message_id for r in pulled}
             if pulled:

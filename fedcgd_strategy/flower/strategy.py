@@ -45,7 +45,6 @@ from fedcgd_strategy.flower.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
-from fedcgd_strategy.flower.simulation import UserCodeError, call_within
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
@@ -53,17 +52,16 @@ from fedcgd_strategy.policies import (
     Protocol,
     RoundInputs,
     next_class_gradient,
+    policy_call,
     resolve_protocol,
     round_inputs,
     schedule_checked,
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
-from fedcgd_strategy.screening import DEFAULT_MAX_UPDATE_NORM_RATIO, median_norm
+from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record, numpy_arrays
-from fedcgd_task.errors import OneLineMessage
-from fedcgd_task.imports import first_line
 from fedcgd_task.settings import read_round_config
 
 
@@ -72,32 +70,17 @@ class ScheduledStrategy(Strategy):
 
     With an ideal channel (every device available, B* = 0) and a policy that schedules every
     device, one round equals FedAvg over all devices. τ, η and b come from the ``train_config``
-    of :meth:`start`.
-
-    Parameters
-    ----------
-    policy, rng, cell : Policy, numpy.random.Generator, ChannelModel
-        The scheduling rule, its randomness, and the uplink (a :class:`channel.Cell`).
-    model_bits, total_bandwidth_hz, num_devices, num_classes : float, float, int, int
-        D_w (bits per upload), the budget B in Hz, V and C.
-    target_dist : float[C] or None
-        WEMD target p; ``None``: the union of this round's reported histograms.
-    protocol : str
-        ``"auto"`` or a :class:`Protocol` value (:func:`fedcgd_strategy.policies.resolve_protocol`).
-    query_timeout_s, stall_limit_s : float
-        The wait for query replies; the seconds each policy call may take (None: any).
-    round_offset : int
-        Rounds already done (a resumed run): Flower's round r is round r + offset.
-    max_update_norm_ratio : float
-        k of :func:`fedcgd_strategy.screening.update_norm_outliers` (0 = off).
-    partition_counts : int[V, C], optional
-        True class counts of every partition, checked at discovery.
-    on_record : callable, optional
-        Called with each round's :class:`~fedcgd_strategy.record.RoundRecord` (also
-        :attr:`last_record`).
-    aggregator, seed : flwr.serverapp.strategy.Strategy or None, int
-        Combines the uploads (:func:`~.aggregators.aggregate_uploads`; None: FedAvg); the seed
-        for an aggregator that draws from numpy's global generator.
+    of :meth:`start`. The uplink ``cell`` is a :class:`channel.Cell` (D_w = ``model_bits`` per
+    upload, B = ``total_bandwidth_hz``, V, C); ``target_dist`` float[C] is the WEMD target p
+    (None: the union of the round's reported histograms); ``protocol`` ``"auto"`` or a
+    :class:`Protocol` value; ``query_timeout_s`` the wait for query replies, ``stall_limit_s`` the
+    seconds each policy call may take (None: any); ``round_offset`` the rounds a resumed run has
+    done; ``max_update_norm_ratio`` k of :func:`fedcgd_strategy.validation.update_norm_outliers`
+    (0 = off); ``partition_counts`` int[V, C], the partitions' true class counts, checked at
+    discovery; ``on_record`` gets each round's :class:`~fedcgd_strategy.record.RoundRecord` (also
+    :attr:`last_record`); ``aggregator`` combines the uploads
+    (:func:`~.aggregators.aggregate_uploads`; None: FedAvg), ``seed`` seeds one that draws from
+    numpy's global generator.
     """
 
     def __init__(
@@ -182,29 +165,15 @@ class ScheduledStrategy(Strategy):
         t0 = time.perf_counter()
         inputs = self._inputs(state, reports)
         # the round fails here, in one line, if the schedule breaks the physics or is stuck
-        rnd = state.server_round
-        call = partial(schedule_checked, self.policy, inputs, self.rng, server_round=rnd)
-        decision = self._watched(call, rnd, "schedule")
+        decision = schedule_checked(
+            self.policy, inputs, self.rng, server_round=state.server_round,
+            limit_s=self.stall_limit_s,
+        )  # fmt: skip
         state.inputs, state.decision = inputs, decision
         state.schedule_s = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())
         log(INFO, "round: scheduled %d of %d candidates", scheduled, candidates)
         return decision
-
-    def _watched(self, call: Callable[[], Any], server_round: int, method: str) -> Any:
-        """``call()`` of the policy's ``method`` within :attr:`stall_limit_s`.
-
-        What a user's policy raises fails the run in one line naming the policy, the round and
-        ``method``; a built-in's exception goes on unchanged (a bug: its traceback says where).
-        """
-        what = f"policy {self.policy.name!r}, round {server_round}: {method}()"
-        try:
-            return call_within(self.stall_limit_s, call, what)
-        except Exception as err:
-            if isinstance(err, OneLineMessage) or ":" not in self.policy.name:
-                raise
-            text = str(err).strip() and f": {first_line(err)}"
-            raise UserCodeError(f"{what} raised {type(err).__name__}{text}") from err
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -290,8 +259,8 @@ class ScheduledStrategy(Strategy):
         state.lost |= lost
         state.failed.update(failed)
         if training:
-            accepted = median_norm([r.upload_norm for r in reports if r.upload_norm is not None])
-            self._norm_reference = accepted if accepted is not None else self._norm_reference
+            norms = [r.upload_norm for r in reports if r.upload_norm is not None]
+            self._norm_reference = float(np.median(norms)) if norms else self._norm_reference
         return reports
 
     def aggregate_train(
@@ -382,8 +351,9 @@ class ScheduledStrategy(Strategy):
         assert state.inputs is not None
         target, training = state.inputs.target_dist, state.training
         updates = uploaded_updates(uploads, state.reference, target, training)
-        self._watched(
-            lambda: self.policy.observe_uploads(updates), state.server_round, "observe_uploads"
+        observe = partial(self.policy.observe_uploads, updates)
+        policy_call(
+            self.policy, state.server_round, "observe_uploads()", observe, self.stall_limit_s
         )
         return array_record({k: np.ascontiguousarray(v) for k, v in averaged.items()}), None
 

@@ -1,18 +1,21 @@
 """Scheduling policies: the core types and checks, FedCGD, the baselines and the registry.
 
 :mod:`~.core` (inputs, Policy, Protocol, Decision), :mod:`~.check` (the decision's check),
-:mod:`~.fedcgd` (paper Algorithm 3), :mod:`~.baselines` (BC, BN2, POC, Fed-CBS, all),
+:mod:`~.builtin` (FedCGD, paper Algorithm 3; BC, BN2, POC, Fed-CBS, all),
 :mod:`~.registry` (run-config names and import paths -> policy objects).
 """
 
-from fedcgd_strategy.policies.baselines import AllFeasiblePolicy as AllFeasiblePolicy
-from fedcgd_strategy.policies.baselines import BestChannelPolicy as BestChannelPolicy
-from fedcgd_strategy.policies.baselines import BestNormPolicy as BestNormPolicy
-from fedcgd_strategy.policies.baselines import FedCBSPolicy as FedCBSPolicy
-from fedcgd_strategy.policies.baselines import PowerOfChoicePolicy as PowerOfChoicePolicy
+from fedcgd_strategy.policies.builtin import AllFeasiblePolicy as AllFeasiblePolicy
+from fedcgd_strategy.policies.builtin import BestChannelPolicy as BestChannelPolicy
+from fedcgd_strategy.policies.builtin import BestNormPolicy as BestNormPolicy
+from fedcgd_strategy.policies.builtin import FedCBSPolicy as FedCBSPolicy
+from fedcgd_strategy.policies.builtin import FedCGDPolicy as FedCGDPolicy
+from fedcgd_strategy.policies.builtin import PowerOfChoicePolicy as PowerOfChoicePolicy
 from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
+from fedcgd_strategy.policies.check import call_within as call_within
 from fedcgd_strategy.policies.check import check_decision as check_decision
 from fedcgd_strategy.policies.check import next_class_gradient as next_class_gradient
+from fedcgd_strategy.policies.check import policy_call as policy_call
 from fedcgd_strategy.policies.check import schedule_checked as schedule_checked
 from fedcgd_strategy.policies.check import synthetic_round as synthetic_round
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL as BUDGET_REL_TOL
@@ -27,7 +30,6 @@ from fedcgd_strategy.policies.core import decision_from_mask as decision_from_ma
 from fedcgd_strategy.policies.core import resolve_protocol as resolve_protocol
 from fedcgd_strategy.policies.core import round_inputs as round_inputs
 from fedcgd_strategy.policies.core import with_reported_terms as with_reported_terms
-from fedcgd_strategy.policies.fedcgd import FedCGDPolicy as FedCGDPolicy
 from fedcgd_strategy.policies.registry import POLICY_NAMES as POLICY_NAMES
 from fedcgd_strategy.policies.registry import PolicyContext as PolicyContext
 from fedcgd_strategy.policies.registry import make_policy as make_policy

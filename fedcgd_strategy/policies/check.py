@@ -1,8 +1,9 @@
-"""Every decision checked against the server's own copy of the round, in one line when broken.
+"""Every policy call watched, every decision checked against the server's copy of the round.
 
 :func:`check_decision` holds the rule (docs/design.md, "Checked decisions");
 :func:`schedule_checked` calls a policy on a copy of its inputs and checks what it returns, every
-round and once before the start on :func:`synthetic_round`. Pure numpy.
+round and once before the start on :func:`synthetic_round`; :func:`policy_call` gives any call of
+a policy ``stall-limit-s`` and turns what a user's policy raises into one line. Pure numpy.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
+import threading
+from collections.abc import Callable
 from dataclasses import fields, replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,7 +32,9 @@ from fedcgd_strategy.policies.core import (
 )
 from fedcgd_strategy.solvers import ScheduleResult
 from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import first_line
 
+T = TypeVar("T")
 #: Devices named in a message at most.
 SHOWN_DEVICES = 12
 #: Largest solver iteration count recorded: 2**53, the last integer a JSON reader's float holds.
@@ -36,7 +42,75 @@ MAX_SOLVER_ITERATIONS = 2**53
 
 
 class PolicyDecisionError(OneLineMessage, ValueError):
-    """A policy's decision breaks the round's physics; the message is one complete line."""
+    """A policy's call raised or stalled, or its decision breaks the round's physics; one line.
+
+    ``SystemExit``, ``KeyboardInterrupt`` and the like are no stop when a policy raises them.
+    """
+
+
+def call_within(limit_s: float | None, call: Callable[[], T], what: str) -> T:
+    """``call()`` in a thread of its own, given ``limit_s`` seconds (None: no limit, no thread).
+
+    Its ``Exception`` is raised here; a :class:`PolicyDecisionError` that begins with ``what``
+    when it raised anything else or did not return in time (the thread cannot be stopped: it is
+    left behind, a daemon, and the run fails).
+    """
+    if limit_s is None:
+        return call()
+    ended: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            ended.append((True, call()))
+        except BaseException as err:  # raised in the caller's thread
+            ended.append((False, err))
+
+    thread = threading.Thread(target=target, name="fedcgd-policy-call", daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    if not ended:
+        raise PolicyDecisionError(
+            f"{what} did not return within {limit_s:g} s (stall-limit-s); a stuck policy or "
+            "solver stops the run: raise stall-limit-s if it needs longer"
+        )
+    returned, value = ended[0]
+    if returned:
+        return value
+    if isinstance(value, Exception):
+        raise value
+    raise PolicyDecisionError(f"{what} raised {type(value).__name__}{_said(value)}") from value
+
+
+def _said(err: BaseException) -> str:
+    """``: <first line of its message>``, or nothing when the message is empty."""
+    return str(err).strip() and f": {first_line(err)}"
+
+
+def policy_call(
+    policy: Policy,
+    server_round: int | None,
+    what: str,
+    call: Callable[[], T],
+    limit_s: float | None = None,
+) -> T:
+    """``call()``, the policy's ``what``, within ``limit_s`` seconds (:func:`call_within`).
+
+    ``server_round`` None is the pre-start probe. An exception of a user's policy, or of any
+    policy in the probe, becomes a :class:`PolicyDecisionError`
+    ``policy 'X', round 7: <what> raised <type>: <first line>`` (cause chained); a built-in's in a
+    run goes on unchanged (a bug: its traceback says where).
+    """
+    head = f"{_head(policy.name, server_round)}: {what}"
+
+    def guarded() -> T:
+        try:
+            return call()
+        except Exception as err:
+            if ":" not in policy.name and server_round is not None:
+                raise
+            raise PolicyDecisionError(f"{head} raised {type(err).__name__}{_said(err)}") from err
+
+    return call_within(limit_s, guarded, head)
 
 
 def _devices(mask: NDArray[np.bool_]) -> str:
@@ -128,14 +202,12 @@ def check_decision(
 ) -> Decision:
     """Return ``decision``, rebuilt from ``inputs``, if it obeys the rules; else raise.
 
-    The rules (docs/design.md, "Checked decisions"): a :class:`Decision` with a bool[V] mask,
-    candidates only, B*_v finite, Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless
-    ``uses_budget`` is False, and the decision's numbers those of its own schedule; its
-    ``class_gradient`` None or 1 or C finite numbers >= 0, its ``solver`` None or a
-    ``ScheduleResult`` whose objective is >= 0 (finite if anything is scheduled) and whose
-    iterations a whole number in [0, 2**53]. The result holds a copy of the schedule, the
-    numbers computed on ``inputs``, and copies of the gradient and the solver's result. Raises
-    :class:`PolicyDecisionError`:
+    The rules are docs/design.md's, "Checked decisions" (Σ B*_v <= B (1 +
+    :data:`BUDGET_REL_TOL`) unless ``uses_budget`` is False; ``class_gradient`` None or 1 or C
+    finite numbers >= 0; ``solver`` None or a ``ScheduleResult`` with objective >= 0, finite if
+    anything is scheduled, and iterations in [0, 2**53]). The result holds a copy of the
+    schedule, the numbers computed on ``inputs``, and copies of the gradient and the solver's
+    result. Raises :class:`PolicyDecisionError`:
     ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
     """
     head = _head(policy, server_round)
@@ -195,36 +267,22 @@ def _schedule(policy: Policy, copy: RoundInputs, rng: np.random.Generator) -> ob
     return policy.schedule(copy, rng)
 
 
-def _refusal(
-    policy: Policy, server_round: int | None, what: str, err: Exception
-) -> PolicyDecisionError | None:
-    """``err`` of ``policy``'s ``what`` in one line; None for a built-in's in a run (a bug)."""
-    if ":" not in policy.name and server_round is not None:
-        return None
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return PolicyDecisionError(
-        f"{_head(policy.name, server_round)}: {what} raised "
-        f"{type(err).__name__}{': ' + text if text else ''}"
-    )
-
-
 def schedule_checked(
-    policy: Policy, inputs: RoundInputs, rng: np.random.Generator, *, server_round: int | None
+    policy: Policy,
+    inputs: RoundInputs,
+    rng: np.random.Generator,
+    *,
+    server_round: int | None,
+    limit_s: float | None = None,
 ) -> Decision:
-    """``policy.schedule`` on a copy of ``inputs``, checked against ``inputs`` itself.
+    """``policy.schedule`` on a copy of ``inputs`` (:func:`policy_call`), checked on ``inputs``.
 
     ``server_round`` None is the pre-start probe of a fresh policy (on :func:`synthetic_round`).
-    An exception of a user's policy, or of any policy in the probe, becomes a
-    :class:`PolicyDecisionError` naming the policy and the round (cause chained); a built-in's
-    in a run goes on unchanged (a bug: its traceback says where). The policy's caller holds
-    only its copy; what the copy protects against, and what not: docs/bring-your-own.md.
+    The policy's caller holds only its copy; what the copy protects against, and what not:
+    docs/bring-your-own.md.
     """
-    try:
-        decision = _schedule(policy, policy_copy(inputs), rng)
-    except Exception as err:
-        if (refusal := _refusal(policy, server_round, "schedule()", err)) is None:
-            raise
-        raise refusal from err
+    call = partial(_schedule, policy, policy_copy(inputs), rng)
+    decision = policy_call(policy, server_round, "schedule()", call, limit_s)
     uses_budget = bool(getattr(type(policy), "uses_budget", True))
     return check_decision(
         decision, inputs, policy=policy.name, server_round=server_round, uses_budget=uses_budget
@@ -235,14 +293,9 @@ def next_class_gradient(
     policy: Policy, num_classes: int, *, server_round: int
 ) -> NDArray[np.float64] | None:
     """``policy.class_gradient`` (Ĝ of the next round, recorded), checked as a decision's."""
-    try:
-        value = policy.class_gradient
-    except Exception as err:
-        if (refusal := _refusal(policy, server_round, "its class_gradient property", err)) is None:
-            raise
-        raise refusal from err
-    head = _head(policy.name, server_round)
-    return _gradient(value, num_classes, head, "its class_gradient property")
+    what = "its class_gradient property"
+    value = policy_call(policy, server_round, what, lambda: policy.class_gradient)
+    return _gradient(value, num_classes, _head(policy.name, server_round), what)
 
 
 def synthetic_round(

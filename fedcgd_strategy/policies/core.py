@@ -14,13 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fedcgd_strategy.estimators import estimate_global_sigma
-from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, sampling_term, wemd
+from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, read_only, sampling_term, wemd
 from fedcgd_strategy.solvers import ScheduleResult
 from fedcgd_strategy.validation import (
     as_bool_mask,
@@ -119,15 +119,6 @@ class ReportedStats:
     update_norm: NDArray[np.float64] | None = None
 
 
-def _frozen(array: NDArray[Any] | None) -> Any:
-    """A read-only float/bool copy (None stays None): a policy cannot change its round."""
-    if array is None:
-        return None
-    copy = np.array(array)
-    copy.setflags(write=False)
-    return copy
-
-
 def _row_distributions(counts: NDArray[np.int64]) -> NDArray[np.float64]:
     """Rows of ``counts`` normalised to sum 1 (zero rows stay zero)."""
     totals = counts.sum(axis=1, keepdims=True)
@@ -174,25 +165,25 @@ def round_inputs(
         label_dist = _row_distributions(reported.label_hist)
         train_loss, update_norm = reported.train_loss, reported.update_norm
     return RoundInputs(
-        candidate=_frozen(np.asarray(candidate, dtype=bool)),
-        label_dist=_frozen(label_dist),
-        num_examples=_frozen(np.asarray(sizes, dtype=float)),
-        sigma_v=_frozen(sigma_v),
-        min_bandwidth_hz=_frozen(np.asarray(min_bandwidth_hz, dtype=float)),
-        gain_lin=_frozen(np.asarray(gain_lin, dtype=float)),
+        candidate=read_only(np.asarray(candidate, dtype=bool)),
+        label_dist=read_only(label_dist),
+        num_examples=read_only(np.asarray(sizes, dtype=float)),
+        sigma_v=read_only(sigma_v),
+        min_bandwidth_hz=read_only(np.asarray(min_bandwidth_hz, dtype=float)),
+        gain_lin=read_only(np.asarray(gain_lin, dtype=float)),
         total_bandwidth_hz=total_bandwidth_hz,
         batch_size=batch_size,
-        target_dist=_frozen(target),
-        train_loss=_frozen(train_loss),
-        update_norm=_frozen(update_norm),
-        local_dist=None if local_counts is None else _frozen(_row_distributions(local_counts)),
+        target_dist=read_only(target),
+        train_loss=read_only(train_loss),
+        update_norm=read_only(update_norm),
+        local_dist=None if local_counts is None else read_only(_row_distributions(local_counts)),
     )
 
 
 def policy_copy(inputs: RoundInputs) -> RoundInputs:
     """A copy of ``inputs`` for the policy: new read-only arrays in a new frozen object."""
     values = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
-    return replace(inputs, **{k: _frozen(v) for k, v in values.items() if np.ndim(v)})
+    return replace(inputs, **{k: read_only(v) for k, v in values.items() if np.ndim(v)})
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedcgd_strategy.policies.baselines import (
+from fedcgd_strategy.policies.builtin import (
     AllFeasiblePolicy,
     BestChannelPolicy,
     BestNormPolicy,
     FedCBSPolicy,
+    FedCGDPolicy,
     PowerOfChoicePolicy,
 )
 from fedcgd_strategy.policies.core import Policy
-from fedcgd_strategy.policies.fedcgd import FedCGDPolicy
 from fedcgd_task.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
 
@@ -60,26 +60,18 @@ CONTEXT_SOURCES: dict[str, str] = {
 
 #: A built-in policy: its class and the constructor arguments its name fixes.
 PolicyEntry = tuple[type[Policy], Mapping[str, object]]
-_BUILT_IN: dict[str, PolicyEntry] = {}
-
-
-def register_policy(name: str, policy_type: type[Policy], **fixed: object) -> None:
-    """Register ``policy_type`` (with the constructor arguments ``fixed``) under ``name``."""
-    if name in _BUILT_IN or is_reference(name):
-        raise ValueError(f"policy name {name!r} is taken or holds a colon")
-    _BUILT_IN[name] = (policy_type, dict(fixed))
-
-
-register_policy("fedcgd-fscd", FedCGDPolicy, method="fscd", per_class=False)
-register_policy("fedcgd-gs", FedCGDPolicy, method="gs", per_class=False)
-register_policy("fedcgd-fscd-gc", FedCGDPolicy, method="fscd", per_class=True)
-register_policy("fedcgd-exact", FedCGDPolicy, method="exact", per_class=False)
-register_policy("fedcgd-cd", FedCGDPolicy, method="cd", per_class=False)
-register_policy("bc", BestChannelPolicy)
-register_policy("bn2", BestNormPolicy)
-register_policy("poc", PowerOfChoicePolicy)
-register_policy("fedcbs", FedCBSPolicy)
-register_policy("all", AllFeasiblePolicy)
+_BUILT_IN: dict[str, PolicyEntry] = {
+    "fedcgd-fscd": (FedCGDPolicy, {"method": "fscd", "per_class": False}),
+    "fedcgd-gs": (FedCGDPolicy, {"method": "gs", "per_class": False}),
+    "fedcgd-fscd-gc": (FedCGDPolicy, {"method": "fscd", "per_class": True}),
+    "fedcgd-exact": (FedCGDPolicy, {"method": "exact", "per_class": False}),
+    "fedcgd-cd": (FedCGDPolicy, {"method": "cd", "per_class": False}),
+    "bc": (BestChannelPolicy, {}),
+    "bn2": (BestNormPolicy, {}),
+    "poc": (PowerOfChoicePolicy, {}),
+    "fedcbs": (FedCBSPolicy, {}),
+    "all": (AllFeasiblePolicy, {}),
+}
 
 #: The built-in policy names (the run-config key ``policy`` also takes references).
 POLICY_NAMES: tuple[str, ...] = tuple(_BUILT_IN)

@@ -1,8 +1,8 @@
 """Solvers for problem P1 (paper Section IV-B): greedy, FSCD, coordinate descent and exact.
 
-The entry point is :func:`solve`; each algorithm also has its own module. The slow, loop-based
-versions used as test oracles are in tests/reference_solvers.py
-(not installed). Pure numpy/scipy.
+The entry point is :func:`solve`; GS, CD and FSCD are in :mod:`~.heuristics`, the MILP in
+:mod:`~.exact`. The slow, loop-based versions used as test oracles are in
+tests/reference_solvers.py (not installed). Pure numpy/scipy.
 """
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from fedcgd_strategy.problem import SchedulingProblem
-from fedcgd_strategy.solvers.coordinate_descent import coordinate_descent_schedule
 from fedcgd_strategy.solvers.exact import exact_schedule
-from fedcgd_strategy.solvers.fscd import fscd_schedule
-from fedcgd_strategy.solvers.greedy import greedy_schedule
+from fedcgd_strategy.solvers.heuristics import (
+    coordinate_descent_schedule,
+    fscd_schedule,
+    greedy_schedule,
+)
 from fedcgd_strategy.solvers.result import ScheduleResult
 
 __all__ = ["METHODS", "ScheduleResult", "solve"]

@@ -13,8 +13,7 @@ from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from fedcgd_strategy.problem import SchedulingProblem, sampling_term
-from fedcgd_strategy.solvers.fscd import fscd_schedule, swap_search
-from fedcgd_strategy.solvers.greedy import greedy_schedule
+from fedcgd_strategy.solvers.heuristics import fscd_schedule, greedy_schedule, swap_search
 from fedcgd_strategy.solvers.result import ScheduleResult, is_improvement
 
 #: Largest number of (size S, batch total T) pairs the exact solver accepts for per-device batch
@@ -88,26 +87,11 @@ def best_wemd_milp(
                     sum_v x_v = S,  [sum_v x_v b_v = T],  sum_v x_v B*_v / B <= budget_scale,
                     x_v in {0, 1} for feasible v (infeasible devices are fixed to 0), t_c >= 0.
 
-    Parameters
-    ----------
-    problem
-        The P1 instance.
-    size
-        Schedule size ``S >= 1``.
-    batch_total
-        ``T``; ``None`` leaves the batch total free (uniform batch sizes).
-    cutoff
-        Only schedules with WEMD below this value are of interest (HiGHS ``objective_bound``);
-        from the incumbent, ``cutoff = best objective - sigma / sqrt(T)``.
-    time_limit_s
-        HiGHS time limit in seconds; ``None`` = none (the answer is then always proven).
-    budget_scale
-        Right-hand side of the normalised budget row (1 = the budget ``B``).
-
-    Returns
-    -------
-    MilpOutcome
-        The schedule (if one beats the cutoff), a WEMD lower bound and whether it is proven.
+    ``size`` S >= 1; ``batch_total`` T (None: free, uniform batch sizes); only schedules with WEMD
+    below ``cutoff`` matter (HiGHS ``objective_bound``; from the incumbent, best objective −
+    sigma / sqrt(T)); ``time_limit_s`` HiGHS's limit in seconds (None: none, the answer is then
+    always proven); ``budget_scale`` the normalised budget row's right-hand side (1 = B). Returns
+    the schedule (if one beats the cutoff), a WEMD lower bound and whether it is proven.
     """
     feasible = np.flatnonzero(problem.feasible)
     n_x, n_c = feasible.size, problem.num_classes
@@ -174,9 +158,10 @@ def exact_schedule(
     (:func:`size_batch_pairs`; with a uniform ``b`` this is ``S`` from large to small, one MILP
     per size); the loop stops once ``sigma / sqrt(T)`` alone is no better than the incumbent, since
     every later pair has a larger sampling term. Each MILP answer is polished by FSCD's 1-step
-    transits (:func:`~fedcgd_strategy.solvers.fscd.swap_search`), which only removes the residue
-    of HiGHS' feasibility/integrality tolerances. If the rounded MILP answer exceeds ``B`` beyond
-    the rounding slack, the MILP is solved again with the budget tightened by 1e-7 relative.
+    transits (:func:`~fedcgd_strategy.solvers.heuristics.swap_search`), which only removes the
+    residue of HiGHS' feasibility/integrality tolerances. If the rounded MILP answer exceeds ``B``
+    beyond the rounding slack, the MILP is solved again with the budget tightened by 1e-7
+    relative.
 
     P1 is NP-hard (paper Lemma lemma4; measured times: docs/running.md): ``milp_time_limit_s``
     (seconds per MILP; ``None``: none, the answer is optimal) caps each MILP. ``iterations`` =

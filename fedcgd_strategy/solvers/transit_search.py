@@ -18,11 +18,11 @@ from numpy.typing import NDArray
 from threadpoolctl import ThreadpoolController  # with scikit-learn, a dependency
 
 from fedcgd_strategy.problem import SchedulingProblem
-from fedcgd_strategy.solvers.result import TIE_REL_TOL, is_improvement
-from fedcgd_strategy.solvers.setup import FloatArray, ProblemArrays, RunningSums
+from fedcgd_strategy.solvers.result import TIE_REL_TOL, ProblemArrays, RunningSums, is_improvement
 
-#: Device or row indices (``np.flatnonzero`` and friends).
+#: Device or row indices (``np.flatnonzero`` and friends), and float64 arrays.
 IndexArray = NDArray[np.intp]
+FloatArray = NDArray[np.float64]
 
 #: Pruning margin in units of ``(C + 2) * eps * (2 sum_c G_c + 2 |objective|)`` (the rounding
 #: of bound and objective sums of C + 2 terms), with a wide safety factor.
@@ -109,7 +109,7 @@ class TransitSearch:
        for bit as the dense grid does and the argmin is taken in device order.
 
     What does not depend on the schedule is computed once, so all sizes ``S`` of
-    :func:`~fedcgd_strategy.solvers.fscd.fscd_stages` share one instance.
+    :func:`~fedcgd_strategy.solvers.heuristics.fscd_stages` share one instance.
     """
 
     def __init__(self, problem: SchedulingProblem) -> None:
