@@ -259,14 +259,10 @@ def _seconds(value: object) -> float:
 
 
 def checkpoint_round(result_dir: Path) -> int | None:
-    """The round of ``result_dir``'s checkpoint (memory-mapped); None when missing or unreadable."""
-    path = result_dir / CHECKPOINT_FILE
-    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_CHECKPOINT_BYTES:
-        return None
+    """The round of ``result_dir``'s checkpoint; None when :func:`load_checkpoint` refuses it."""
     try:
-        data = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
-        return int(data["round"])
-    except Exception:  # as in load_checkpoint
+        return load_checkpoint(result_dir).round
+    except (OSError, ValueError):
         return None
 
 

@@ -40,25 +40,6 @@ from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefused
 from server_app.config import RunConfig
 from server_app.uplink import build_uplink
 
-#: :class:`ScheduledStrategy` arguments that are :class:`RunSetup` attributes of the same name.
-_STRATEGY_FROM_SETUP = (
-    "policy",
-    "cell",
-    "model_bits",
-    "num_classes",
-    "round_offset",
-    "partition_counts",
-    "aggregator",
-)
-#: :class:`ScheduledStrategy` arguments that are :class:`RunConfig` attributes of the same name.
-_STRATEGY_FROM_CONFIG = (
-    "protocol",
-    "query_timeout_s",
-    "max_update_norm_ratio",
-    "seed",
-    "stall_limit_s",
-)
-
 
 @dataclass
 class RunSetup:
@@ -104,13 +85,23 @@ class RunSetup:
         """The Flower strategy over this set-up's policy, uplink and generator (build it once)."""
         config = self.config
         return ScheduledStrategy(
+            policy=self.policy,
+            cell=self.cell,
+            model_bits=self.model_bits,
             total_bandwidth_hz=config.cell.total_bandwidth_hz,
             num_devices=config.task.num_devices,
+            num_classes=self.num_classes,
             target_dist=self.target if config.target_dist == "global" else None,
             rng=self.policy_rng,
+            protocol=config.protocol,
+            query_timeout_s=config.query_timeout_s,
+            round_offset=self.round_offset,
+            max_update_norm_ratio=config.max_update_norm_ratio,
+            partition_counts=self.partition_counts,
             on_record=on_record,
-            **{name: getattr(self, name) for name in _STRATEGY_FROM_SETUP},
-            **{name: getattr(config, name) for name in _STRATEGY_FROM_CONFIG},
+            aggregator=self.aggregator,
+            seed=config.seed,
+            stall_limit_s=config.stall_limit_s,
         )
 
     def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:
