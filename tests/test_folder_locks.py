@@ -38,7 +38,6 @@ from run_files.folder_lock import (
     FolderInUseError,
     claim_folder,
     let_go,
-    new_folder,
     take_lock,
 )
 from run_files.results import METRICS_FILE
@@ -182,14 +181,6 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, 
         )
         assert f"written by process {holder.pid} " in line, line
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
-
-
-def test_two_commands_with_the_same_default_folder_name_get_two_folders(tmp_path):
-    # What two launchers started in the same second compute: the same <policy>-<time> name.
-    name = tmp_path / "results" / "fedcgd-fscd-20250101-000000"
-    first, second = new_folder(name, "result-dir"), new_folder(name, "result-dir")
-    assert first == name and second == name.with_name(name.name + "-2")
-    assert first.is_dir() and second.is_dir()
 
 
 def test_default_folders_of_runs_started_together_never_collide(tmp_path):
