@@ -310,15 +310,9 @@ def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
 def build_uplink(
     config: RunConfig, cell_rng: np.random.Generator, first_round: int
 ) -> Cell | TraceReplay:
-    """The run's uplink model: ``Cell(config.cell, cell_rng)``, or the replay of ``channel.trace``.
+    """``Cell(config.cell, cell_rng)``, or the replay of the checked ``channel.trace``.
 
-    ``first_round`` (rounds already run) is the row a replay continues at; a cell's generator state
-    is restored from the checkpoint instead.
-
-    Raises
-    ------
-    ValueError
-        A trace that does not cover the run (:func:`check_channel_trace`).
+    A replay continues at row ``first_round`` (a cell's generator comes from the checkpoint).
     """
     trace = check_channel_trace(config)
     if trace is None:
