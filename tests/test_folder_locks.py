@@ -51,15 +51,8 @@ def start(command: str, *args: str) -> subprocess.Popen[str]:
     return start_in_own_session([FEDCGD, command, *args], os.environ)
 
 
-def hold(script: str, *args: str) -> subprocess.Popen[str]:
-    """``python -c script args``, its stdout a text pipe (the script says when it holds)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
-    )
-
-
 #: The head of a script that imports the project (``argv[1]``) and works on a folder
-#: (``Path(argv[2])``): run it with :func:`hold` or :func:`holding` and ``in_project(folder)``.
+#: (``Path(argv[2])``): run it with :func:`holding` and ``in_project(folder)``.
 IN_PROJECT = "import sys; sys.path.insert(0, sys.argv[1])\nfrom pathlib import Path\n"
 
 
@@ -70,8 +63,10 @@ def in_project(folder: Path) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str]]:
-    """:func:`hold` ``script args`` for the block, entered once it says ``says``; killed after."""
-    holder = hold(script, *args)
+    """``python -c script args`` for the block, entered once it says ``says``; killed after."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == says
         yield holder
