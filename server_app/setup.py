@@ -23,8 +23,8 @@ from torch import nn
 from channel import Cell, ChannelTrace, TraceError, TraceReplay, load_trace
 from channel.report import BITS_PER_PARAM
 from channel.trace import trace_shape
-from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
-from fedcgd_strategy.flower.aggregators import make_aggregator, resolved_aggregator
+from fedcgd_strategy.flower.aggregator_params import make_aggregator, resolved_aggregator
+from fedcgd_strategy.flower.aggregators import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.round_state import ChannelModel
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import Policy
