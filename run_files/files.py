@@ -149,12 +149,6 @@ def sync_files(folder: str | os.PathLike[str], names: Iterable[str]) -> None:
         _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def open_log(path: str | os.PathLike[str]) -> BinaryIO:
-    """Open a log file for appending (binary), never through a link."""
-    with writing(path):
-        return os.fdopen(os.open(path, _APPEND, FILE_MODE), "ab")
-
-
 def _too_deep(value: Any, levels: int = MAX_JSON_DEPTH) -> bool:
     """True when ``value`` nests lists and dicts more than ``levels`` deep."""
     if isinstance(value, dict):

@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 from fedcgd_task.errors import OneLineMessage, StopsRun
 from fedcgd_task.imports import first_line
+from fedcgd_task.settings import flatten
 from run_files.files import atomic_write, read_json_object
 from run_files.results import CHECKPOINT_FILE, CONFIG_FILE, STATUS_FILE, read_metrics_lines
 
@@ -178,14 +179,9 @@ def read_status(result_dir: Path) -> RunStatus | None:
         raise ValueError(f"{path} is not a valid run status ({err})") from err
 
 
-def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as dotted keys; values normalised through JSON (tuples become lists)."""
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(flat_settings(item, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: json.loads(json.dumps(value))}
+def flat_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`fedcgd_task.settings.flatten`, its values normalised through JSON (tuples: lists)."""
+    return json.loads(json.dumps(flatten(settings)))
 
 
 def settings_differences(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
@@ -260,14 +259,10 @@ def _seconds(value: object) -> float:
 
 
 def checkpoint_round(result_dir: Path) -> int | None:
-    """The round of ``result_dir``'s checkpoint (memory-mapped); None when missing or unreadable."""
-    path = result_dir / CHECKPOINT_FILE
-    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_CHECKPOINT_BYTES:
-        return None
+    """The round of ``result_dir``'s checkpoint; None when :func:`load_checkpoint` refuses it."""
     try:
-        data = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
-        return int(data["round"])
-    except Exception:  # as in load_checkpoint
+        return load_checkpoint(result_dir).round
+    except (OSError, ValueError):
         return None
 
 
@@ -355,14 +350,6 @@ def check_resume(config: RunConfig) -> ResumePlan:
     return ResumePlan(checkpoint=checkpoint, lines=lines, finish_only=checkpoint.round == wanted)
 
 
-def check_result_dir(config: RunConfig) -> ResumePlan | None:
-    """The checks before a run writes in its folder (one line); the resume plan, or None."""
-    if config.resume_from:
-        return check_resume(config)
-    check_new_result_dir(config.result_dir)
-    return None
-
-
 @dataclass
 class ClaimedRun:
     """A run's folder locked by this process (``config.result_dir``), and the resume plan."""
@@ -376,20 +363,20 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     """Lock the run's folder (creating it for a new run) and check it under the lock.
 
     ``writer``: take the writer lock too (the ServerApp); ``fresh_name``: ``config.result_dir``
-    is a default name, suffixed when taken. Raises what :func:`check_result_dir` and
-    :func:`run_files.folder_lock.claim_folder` raise (a live holder named by its PID).
+    is a default name, suffixed when taken. Raises what :func:`check_resume`,
+    ``check_new_result_dir`` and ``claim_folder`` raise (a live holder named by its PID).
     """
     folder = Path(config.result_dir)
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
-    if not os.path.lexists(folder) and not fresh_name:
-        check_result_dir(config)  # refused before anything is created
     claim = claim_folder(
         folder, key, create=not config.resume_from, writer=writer, fresh_name=fresh_name
     )
     try:
         if fresh_name:
             config = replace(config, result_dir=str(claim.folder))
-        plan = check_result_dir(config)
+        plan = check_resume(config) if config.resume_from else None
+        if plan is None:
+            check_new_result_dir(config.result_dir)
     except BaseException:
         claim.abandon()
         raise

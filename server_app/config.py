@@ -48,8 +48,15 @@ def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
     ValueError
         Naming ``key``: a value TOML cannot hold, or a table name that is not a bare key.
     """
-    if isinstance(value, Mapping):
-        return format_policy_params(value, key)
+    if isinstance(value, Mapping):  # a one-line inline table
+        bad = [k for k in value if not isinstance(k, str) or not BARE_KEY.fullmatch(k)]
+        if bad:
+            raise ValueError(
+                f"run-config key {key}.{bad[0]}: allowed: a parameter name (letters, digits, "
+                "'_' and '-')"
+            )
+        items = ", ".join(f"{k} = {format_toml_value(v, f'{key}.{k}')}" for k, v in value.items())
+        return "{" + items + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(format_toml_value(v, key) for v in value) + "]"
     try:
@@ -61,18 +68,6 @@ def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
             "allowed: a bool, number, string of Unicode characters, or an array or table of them"
         ) from err
     return text
-
-
-def format_policy_params(params: Mapping[str, object], key: str = PARAMS_KEY) -> str:
-    """``params`` as the string value of ``key``: a one-line TOML inline table."""
-    bad = [k for k in params if not isinstance(k, str) or not BARE_KEY.fullmatch(k)]
-    if bad:
-        raise ValueError(
-            f"run-config key {key}.{bad[0]}: allowed: a parameter name (letters, digits, "
-            "'_' and '-')"
-        )
-    items = ", ".join(f"{k} = {format_toml_value(v, f'{key}.{k}')}" for k, v in params.items())
-    return "{" + items + "}"
 
 
 #: Longest ``policy-params`` text (characters): room for a list of a few thousand numbers.
@@ -147,7 +142,7 @@ def fold_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
             continue
         params = read_params(out, key)
         out = {k: v for k, v in out.items() if not k.startswith(prefix)}
-        out[key] = format_policy_params(params, key)
+        out[key] = format_toml_value(params, key)
     return out
 
 

@@ -1,5 +1,7 @@
 """What a run is built from: data, model, uplink, scheduling rule and strategy, all from the seed.
 
+The uplink is the UMi cell, or a channel trace (docs/design.md, "Channel traces").
+
 :func:`build_setup` makes a run's objects in a fixed order, so that the same run config (or a
 checkpoint) gives the same start (docs/running.md, "Same seed, same run").
 """
@@ -18,7 +20,9 @@ from flwr.serverapp.strategy import Strategy
 from numpy.typing import NDArray
 from torch import nn
 
+from channel import Cell, ChannelTrace, TraceError, TraceReplay, load_trace
 from channel.report import BITS_PER_PARAM
+from channel.trace import trace_shape
 from fedcgd_strategy.flower.aggregator_params import make_aggregator, resolved_aggregator
 from fedcgd_strategy.flower.aggregators import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.round_state import ChannelModel
@@ -38,26 +42,6 @@ from fedcgd_task.partition import all_partitions
 from fedcgd_task.training import compute_device, evaluate
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefusedError, run_identity
 from server_app.config import RunConfig
-from server_app.uplink import build_uplink
-
-#: :class:`ScheduledStrategy` arguments that are :class:`RunSetup` attributes of the same name.
-_STRATEGY_FROM_SETUP = (
-    "policy",
-    "cell",
-    "model_bits",
-    "num_classes",
-    "round_offset",
-    "partition_counts",
-    "aggregator",
-)
-#: :class:`ScheduledStrategy` arguments that are :class:`RunConfig` attributes of the same name.
-_STRATEGY_FROM_CONFIG = (
-    "protocol",
-    "query_timeout_s",
-    "max_update_norm_ratio",
-    "seed",
-    "stall_limit_s",
-)
 
 
 @dataclass
@@ -104,13 +88,23 @@ class RunSetup:
         """The Flower strategy over this set-up's policy, uplink and generator (build it once)."""
         config = self.config
         return ScheduledStrategy(
+            policy=self.policy,
+            cell=self.cell,
+            model_bits=self.model_bits,
             total_bandwidth_hz=config.cell.total_bandwidth_hz,
             num_devices=config.task.num_devices,
+            num_classes=self.num_classes,
             target_dist=self.target if config.target_dist == "global" else None,
             rng=self.policy_rng,
+            protocol=config.protocol,
+            query_timeout_s=config.query_timeout_s,
+            round_offset=self.round_offset,
+            max_update_norm_ratio=config.max_update_norm_ratio,
+            partition_counts=self.partition_counts,
             on_record=on_record,
-            **{name: getattr(self, name) for name in _STRATEGY_FROM_SETUP},
-            **{name: getattr(config, name) for name in _STRATEGY_FROM_CONFIG},
+            aggregator=self.aggregator,
+            seed=config.seed,
+            stall_limit_s=config.stall_limit_s,
         )
 
     def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:
@@ -281,3 +275,46 @@ def resolved_settings(
         ),
     )
     return resolved
+
+
+def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
+    """Read the run's channel trace and check that it covers the run; None without a trace.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``channel.trace``, the file and what is wrong (not a valid trace, V other
+        than ``num-devices``, R below ``num-server-rounds``).
+    """
+    path = config.channel_trace
+    if not path:
+        return None
+    key = f"run-config key 'channel.trace' = '{path}'"
+    try:  # the arrays' headers first: a trace that cannot cover the run is not read at all
+        rounds, devices = trace_shape(path)
+        if devices != config.task.num_devices:
+            raise ValueError(
+                f"{key}: the trace has V = {devices} devices (columns of available and "
+                f"gain_lin); must equal num-devices = {config.task.num_devices}"
+            )
+        if rounds < config.num_server_rounds:
+            raise ValueError(
+                f"{key}: the trace has R = {rounds} rounds (rows); must be >= "
+                f"num-server-rounds = {config.num_server_rounds}"
+            )
+        return load_trace(path)
+    except TraceError as err:
+        raise ValueError(f"{key}: {err.reason}") from err
+
+
+def build_uplink(
+    config: RunConfig, cell_rng: np.random.Generator, first_round: int
+) -> Cell | TraceReplay:
+    """``Cell(config.cell, cell_rng)``, or the replay of the checked ``channel.trace``.
+
+    A replay continues at row ``first_round`` (a cell's generator comes from the checkpoint).
+    """
+    trace = check_channel_trace(config)
+    if trace is None:
+        return Cell(config.cell, cell_rng)
+    return TraceReplay(trace, config.cell, first_round=first_round)

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 from fake_grid import app_grid, make_contexts
+from run_results import lines
 
 from channel import CellConfig
 from fedcgd_strategy.policies import POLICY_NAMES
 from fedcgd_task.settings import default_run_config
-from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE
+from run_files.results import CONFIG_FILE, MODEL_FILE
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 
@@ -31,16 +32,12 @@ def run_inprocess(tmp_path: Path, name: str, *, cohorts: bool = True, **override
     return tmp_path / name
 
 
-def read_lines(result_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (result_dir / METRICS_FILE).read_text().splitlines()]
-
-
 def test_fedcgd_query_and_train_all_protocols_give_the_same_schedule_and_model(tmp_path):
     # One device at a time: a device's computation is then the same in both protocols, bit for
     # bit on any machine (in cohorts the devices trained together differ between them).
     a = run_inprocess(tmp_path, "query", protocol="query", cohorts=False)
     b = run_inprocess(tmp_path, "train-all", protocol="train-all", cohorts=False)
-    lines_a, lines_b = read_lines(a), read_lines(b)
+    lines_a, lines_b = lines(a), lines(b)
     assert [line["scheduled"] for line in lines_a] == [line["scheduled"] for line in lines_b]
     assert any(line["num_scheduled"] > 0 for line in lines_a)
     # In train-all every available device trained, in query only the scheduled ones.
@@ -61,7 +58,7 @@ def test_channel_protocol_equals_query_protocol(tmp_path, policy):
     # One device at a time, as above: the same computation per device, bit for bit.
     a = run_inprocess(tmp_path, "channel", policy=policy, protocol="channel", cohorts=False)
     b = run_inprocess(tmp_path, "query", policy=policy, protocol="query", cohorts=False)
-    lines_a, lines_b = read_lines(a), read_lines(b)
+    lines_a, lines_b = lines(a), lines(b)
     assert [x["scheduled"] for x in lines_a] == [x["scheduled"] for x in lines_b]
     assert [x["wemd"] for x in lines_a] == [x["wemd"] for x in lines_b]
     assert all(x["query_s"] == 0.0 for x in lines_a)
@@ -75,12 +72,12 @@ def test_result_directory_contents(tmp_path):
     assert config["policy"] == "fedcgd-fscd"
     assert config["num_parameters"] == 4810
     assert config["model_bits_used"] == 4810 * 32
-    lines = read_lines(out)
-    assert [line["round"] for line in lines] == [1, 2, 3]
+    written = lines(out)
+    assert [line["round"] for line in written] == [1, 2, 3]
     # Evaluated at rounds 2 and 3 (the last), not at round 1.
-    assert lines[0]["accuracy"] is None and lines[1]["accuracy"] is not None
-    assert lines[2]["accuracy"] is not None
-    for line in lines:
+    assert written[0]["accuracy"] is None and written[1]["accuracy"] is not None
+    assert written[2]["accuracy"] is not None
+    for line in written:
         for key in (
             "scheduled",
             "num_scheduled",
@@ -102,7 +99,7 @@ def test_result_directory_contents(tmp_path):
 def test_every_policy_runs_by_name(tmp_path, policy):
     out = run_inprocess(tmp_path, policy, policy=policy, **{"num-server-rounds": 2})
     budget = json.loads((out / CONFIG_FILE).read_text())["cell"]["total_bandwidth_hz"]
-    for line in read_lines(out):
+    for line in lines(out):
         # Nothing fails here, so every scheduled device uploads and nobody else does.
         assert line["uploaded"] == line["scheduled"] and line["failed"] == []
         assert set(line["scheduled"]) <= set(range(6))
@@ -138,8 +135,8 @@ def test_bad_run_config_value_fails_before_training(tmp_path):
 
 
 def test_same_seed_same_run(tmp_path):
-    a = read_lines(run_inprocess(tmp_path, "a", policy="fedcbs"))
-    b = read_lines(run_inprocess(tmp_path, "b", policy="fedcbs"))
+    a = lines(run_inprocess(tmp_path, "a", policy="fedcbs"))
+    b = lines(run_inprocess(tmp_path, "b", policy="fedcbs"))
     assert [x["scheduled"] for x in a] == [x["scheduled"] for x in b]
     assert np.allclose([x["accuracy"] for x in a], [x["accuracy"] for x in b])
 

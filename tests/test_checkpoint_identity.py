@@ -112,37 +112,24 @@ def copy_run(runs: dict[str, Path], name: str, tmp_path: Path) -> Path:
 # --- another run's checkpoint ---------------------------------------------------------------
 
 
-def test_a_checkpoint_of_another_seed_is_refused_in_one_line_naming_the_seed(
-    capsys, runs, tmp_path
+@pytest.mark.parametrize(
+    ("name", "changes", "said"),
+    [
+        ("seed1", {"seed": 1}, "seed = 0 in the checkpoint, 1 in this run"),
+        ("bc", {"policy": "bc"}, "policy = 'fedcgd-fscd' in the checkpoint, 'bc' in this run"),
+        ("lr", {"learning-rate": 0.05},
+         "setting learning-rate = 0.1 in the checkpoint, 0.05 in this run"),
+    ],
+)  # fmt: skip
+def test_another_runs_checkpoint_is_refused_in_one_line_naming_what_differs(
+    capsys, runs, tmp_path, name, changes, said
 ):
-    folder = copy_run(runs, "seed1", tmp_path)
-    shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)
+    folder = copy_run(runs, name, tmp_path)
+    shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)  # seed 0, fscd, 0.1
     before = files(folder)
-    code, err = resume_command(capsys, folder, seed=1)
-    assert code == 2, err
-    assert len(err) == 1, err
-    assert "seed = 0 in the checkpoint, 1 in this run" in err[0], err[0]
-    assert err[0].startswith("error: run-config key 'resume-from'"), err[0]
-    assert files(folder) == before
-
-
-def test_a_checkpoint_of_another_policy_is_refused(capsys, runs, tmp_path):
-    folder = copy_run(runs, "bc", tmp_path)
-    shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)  # fedcgd-fscd's
-    before = files(folder)
-    code, err = resume_command(capsys, folder, seed=0, policy="bc")
+    code, err = resume_command(capsys, folder, **{"seed": 0, **changes})
     assert code == 2 and len(err) == 1, err
-    assert "policy = 'fedcgd-fscd' in the checkpoint, 'bc' in this run" in err[0], err[0]
-    assert files(folder) == before
-
-
-def test_a_checkpoint_of_other_settings_is_refused_naming_the_setting(capsys, runs, tmp_path):
-    folder = copy_run(runs, "lr", tmp_path)
-    shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)  # lr 0.1's
-    before = files(folder)
-    code, err = resume_command(capsys, folder, seed=0, **{"learning-rate": 0.05})
-    assert code == 2 and len(err) == 1, err
-    assert "setting learning-rate = 0.1 in the checkpoint, 0.05 in this run" in err[0], err[0]
+    assert err[0].startswith("error: run-config key 'resume-from'") and said in err[0], err[0]
     assert files(folder) == before
 
 

@@ -38,7 +38,6 @@ from run_files.folder_lock import (
     FolderInUseError,
     claim_folder,
     let_go,
-    new_folder,
     take_lock,
 )
 from run_files.results import METRICS_FILE
@@ -52,15 +51,8 @@ def start(command: str, *args: str) -> subprocess.Popen[str]:
     return start_in_own_session([FEDCGD, command, *args], os.environ)
 
 
-def hold(script: str, *args: str) -> subprocess.Popen[str]:
-    """``python -c script args``, its stdout a text pipe (the script says when it holds)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
-    )
-
-
 #: The head of a script that imports the project (``argv[1]``) and works on a folder
-#: (``Path(argv[2])``): run it with :func:`hold` or :func:`holding` and ``in_project(folder)``.
+#: (``Path(argv[2])``): run it with :func:`holding` and ``in_project(folder)``.
 IN_PROJECT = "import sys; sys.path.insert(0, sys.argv[1])\nfrom pathlib import Path\n"
 
 
@@ -71,8 +63,10 @@ def in_project(folder: Path) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str]]:
-    """:func:`hold` ``script args`` for the block, entered once it says ``says``; killed after."""
-    holder = hold(script, *args)
+    """``python -c script args`` for the block, entered once it says ``says``; killed after."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == says
         yield holder
@@ -182,14 +176,6 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, 
         )
         assert f"written by process {holder.pid} " in line, line
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
-
-
-def test_two_commands_with_the_same_default_folder_name_get_two_folders(tmp_path):
-    # What two launchers started in the same second compute: the same <policy>-<time> name.
-    name = tmp_path / "results" / "fedcgd-fscd-20250101-000000"
-    first, second = new_folder(name, "result-dir"), new_folder(name, "result-dir")
-    assert first == name and second == name.with_name(name.name + "-2")
-    assert first.is_dir() and second.is_dir()
 
 
 def test_default_folders_of_runs_started_together_never_collide(tmp_path):

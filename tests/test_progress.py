@@ -52,25 +52,6 @@ def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
         eta_s([], 3)
 
 
-def test_the_progress_line_eta_counts_the_rounds_own_time_only(monkeypatch, tmp_path) -> None:
-    """A run whose start-up took 830 s and whose rounds take 0.4 s: ETA 19.6 s at round 1 of 50,
-    not 842 s x 49 (what the round-1 line used to say: its time held the start-up)."""
-    import run_files.results as results
-
-    clock = Clock(1000.0)
-    monkeypatch.setattr(results.time, "perf_counter", clock)
-    writer = results.ResultWriter(tmp_path / "run", 50)
-    clock.now += 830.0  # imports, data, SuperLink, Ray, the first evaluation
-    writer.start_rounds()
-    clock.now += 0.4 + 12.0  # round 1: 0.4 s of work, 12 s of ClientApps starting
-    line = writer.progress(1, 0.1, 8, 17, discovery_s=12.0)
-    assert line.endswith("| elapsed   842.4 s | ETA    19.6 s"), line
-    clock.now += 0.5  # round 2: 0.5 s, 48 left (round 1 now left out)
-    assert writer.progress(2, None, 8, 17).endswith("ETA    24.0 s")
-    clock.now += 0.3  # round 3: (0.5 + 0.3) / 2 = 0.4 s, 47 left
-    assert writer.progress(3, None, 8, 17).endswith("ETA    18.8 s")
-
-
 def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
     monkeypatch, tmp_path
 ) -> None:

@@ -23,11 +23,12 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, MetricRecord
+from run_results import lines
 from torch import nn
 
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE, ResultWriter
+from run_files.results import ResultWriter
 from run_files.run_status import RUNNING, read_status
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
 from server_app.config import parse_run_config
@@ -100,10 +101,6 @@ def model_of(server_round: int) -> str:
 
 def arrays(name: str) -> ArrayRecord:
     return ArrayRecord(IDENTITY if name == "identity" else SWAPPED)
-
-
-def lines(folder: Path) -> list[dict]:
-    return [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
 
 
 def test_due_rounds_listed_by_hand():

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from fake_grid import app_grid, make_contexts
+from run_results import assert_same_run, lines, same_model
 
 import experiments.run.launcher as launcher
 from experiments.cli import invoke
@@ -54,17 +55,7 @@ def hashes(folder: Path) -> dict[str, str]:
 
 
 def rounds(folder: Path) -> list[int]:
-    return [json.loads(x)["round"] for x in (folder / METRICS_FILE).read_text().splitlines()]
-
-
-def comparable(folder: Path) -> list[tuple]:
-    keep = ("round", "accuracy", "scheduled", "uploaded", "wemd")
-    lines = [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
-    return [tuple(json.dumps(line[k]) for k in keep) for line in lines]
-
-
-def same_model(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return [x["round"] for x in lines(folder)]
 
 
 def main_code(capsys, **values: object) -> tuple[int, list[str], list[str]]:
@@ -226,8 +217,7 @@ def test_torn_last_line_after_the_checkpoint_is_dropped_on_resume(capsys, copy, 
     assert code == 0 and out[-1] == f"completed: 4 rounds, results in {copy}"
     whole = tmp_path / "whole"
     run_inprocess(run_config(whole, **{"num-server-rounds": 4}))
-    assert comparable(copy) == comparable(whole)
-    assert same_model(torch.load(copy / MODEL_FILE), torch.load(whole / MODEL_FILE))
+    assert_same_run(copy, whole, 4)
 
 
 @pytest.mark.parametrize(
@@ -255,8 +245,9 @@ def test_killed_between_final_checkpoint_and_model_is_finished_by_resume(capsys,
     write_status(copy, RunStatus(RUNNING, 2, 2))
     code, out, _ = main_code(capsys, **overrides(copy, **{"resume-from": str(copy)}))
     assert code == 0 and out[-1] == f"completed: 2 rounds, results in {copy}"
-    assert same_model(torch.load(copy / MODEL_FILE), torch.load(finished / MODEL_FILE))
-    assert same_model(torch.load(copy / MODEL_FILE), load_checkpoint(copy).model)
+    assert same_model(copy, finished)
+    model, saved = torch.load(copy / MODEL_FILE), load_checkpoint(copy).model
+    assert model.keys() == saved.keys() and all(torch.equal(model[k], saved[k]) for k in model)
     summary = json.loads((copy / SUMMARY_FILE).read_text())
     original = json.loads((finished / SUMMARY_FILE).read_text())
     for key in ("final_accuracy", "max_accuracy", "mean_scheduled", "mean_wemd", "rounds"):

@@ -262,7 +262,8 @@ def folder_with(tmp_path: Path, status: RunStatus, *files: str) -> Path:
     for name in files:
         (folder / name).write_bytes(b"")
     if "checkpoint.pt" in files:
-        torch.save({"round": 7}, folder / "checkpoint.pt")
+        empty = {key: {} for key in ("model", "policy_state", "cell_rng_state", "policy_rng_state")}
+        torch.save({"round": 7, "elapsed_s": 0.0, **empty}, folder / "checkpoint.pt")
     return folder
 
 

@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from experiments.run.inprocess import run_inprocess
 from run_files.results import METRICS_FILE
-from server_app.tensorboard_events import SCALARS
+from server_app.recorder import SCALARS
 
 SMALL = {"num-devices": 6, "channel.availability-prob": 0.8}
 

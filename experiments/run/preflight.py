@@ -214,7 +214,7 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
     from server_app.config import parse_run_config
-    from server_app.uplink import check_channel_trace
+    from server_app.setup import check_channel_trace
 
     config = parse_run_config(run_config)
     compute_device(config.task.device)  # a GPU this process does not see: refused here
