@@ -262,9 +262,14 @@ def folder_with(tmp_path: Path, status: RunStatus, *files: str) -> Path:
     for name in files:
         (folder / name).write_bytes(b"")
     if "checkpoint.pt" in files:
-        empty = {key: {} for key in ("model", "policy_state", "cell_rng_state", "policy_rng_state")}
-        torch.save({"round": 7, "elapsed_s": 0.0, **empty}, folder / "checkpoint.pt")
+        stand_in_checkpoint(folder, 7)
     return folder
+
+
+def stand_in_checkpoint(folder: Path, server_round: int) -> None:
+    """A checkpoint of ``server_round`` with the fields the checkpoint reader requires."""
+    empty = {key: {} for key in ("model", "policy_state", "cell_rng_state", "policy_rng_state")}
+    torch.save({"round": server_round, "elapsed_s": 0.0, **empty}, folder / "checkpoint.pt")
 
 
 NEW_FOLDER = "; to start again in a new folder: AGAIN"
@@ -304,7 +309,7 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
     monkeypatch.chdir(PROJECT_DIR)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     folder = folder_with(tmp_path, RunStatus(RUNNING, 3, 9))
-    torch.save({"round": 3}, folder / "checkpoint.pt")
+    stand_in_checkpoint(folder, 3)
     text = f"num-devices=4 num-server-rounds=9 policy='bc' result-dir='{folder}'"
     argv = ["--out", "elsewhere", "--deployment", "--num-supernodes", "5", "--run-config", text]
     argv += ["--cpus-per-client", "1"]  # the default: not repeated
