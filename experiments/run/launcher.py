@@ -15,12 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import check_certificates_dir, tls_certificates
-from experiments.run.flwr_run import (
-    check_ray_address,
-    check_reachable,
-    run_flwr,
-    run_on_superlink,
-)
+from experiments.run.flwr_run import check_ray_address, check_reachable, run_flwr
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import StartedAs
 from experiments.run.run_config import (
@@ -90,7 +85,10 @@ def check_gpus(args: LaunchOptions, device: str) -> None:
 
 
 #: The options of ``fedcgd run`` that are :func:`run_flwr` arguments of the same name.
-RUN_FLWR_OPTIONS = ("deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home")
+RUN_FLWR_OPTIONS = (
+    "deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home", "superlink",
+    "root_certificates",
+)  # fmt: skip
 
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
@@ -202,16 +200,12 @@ def launch_run(
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])
-    if args.superlink:
-        proc = run_on_superlink(overrides, args.superlink, args.root_certificates)
-    else:
-        supernode_keys = num_nodes if args.deployment else 0
-        with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
-            options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
-            gpus = gpu_list(args.supernode_gpus)
-            proc = run_flwr(
-                overrides, num_supernodes=num_nodes, tls=tls, supernode_gpus=gpus, **options
-            )
+    supernode_keys = num_nodes if args.deployment else 0
+    tls_on = args.tls and not args.superlink  # a given SuperLink: --root-certificates
+    with tls_certificates(tls_on, args.certificates_dir, supernode_keys) as tls:
+        options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
+        options["supernode_gpus"] = gpu_list(args.supernode_gpus)
+        proc = run_flwr(overrides, num_supernodes=num_nodes, tls=tls, **options)
     result_dir = effective_result_dir(merged)
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
