@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from experiments.run.certificates import check_certificates_dir, tls_certificates
 from experiments.run.flwr_run import check_ray_address, check_reachable, run_flwr
 from experiments.run.processes import exit_code_stopping_on_signals
-from experiments.run.resume_command import StartedAs
+from experiments.run.resume_command import StartedAs, continue_line
 from experiments.run.run_config import (
     parse_run_config_text,
     validated_run_config,
@@ -153,7 +153,8 @@ def run_command(
         overrides["result-dir"] = merged["result-dir"]
     result_dir = effective_result_dir(merged)
     print(f"result folder: {result_dir}", flush=True)
-    continuing = continue_line(started, args, user_overrides, merged)
+    every = int(merged["checkpoint-every"])
+    continuing = continue_line(started, user_overrides, result_dir, every, args.superlink)
     if last_words is not None:
         last_words.set(continuing)
     try:
@@ -161,27 +162,6 @@ def run_command(
     finally:
         if claim is not None:
             claim.release()
-
-
-def continue_line(
-    started: StartedAs,
-    args: LaunchOptions,
-    overrides: Mapping[str, Any],
-    merged: Mapping[str, Any],
-) -> Callable[[], str]:
-    """What a stopped run's last line says (read when printed): the command that continues it."""
-    from experiments.run.preflight import effective_result_dir
-    from experiments.run.resume_command import single_run_commands, single_run_line
-
-    result_dir = effective_result_dir(merged)
-    resume, again = single_run_commands(started, overrides, result_dir)
-    every = int(merged["checkpoint-every"])
-    if args.superlink:  # the folder lies on the SuperLink's machine: nothing to read here
-        return lambda: (
-            f"to continue, when {result_dir} on the SuperLink's machine holds a "
-            f"checkpoint.pt: {resume}"
-        )
-    return lambda: single_run_line(result_dir, resume, again, every)
 
 
 def launch_run(
