@@ -105,17 +105,19 @@ class LocalFederation:
 
     @property
     def connection_toml(self) -> str:
-        """The ``local`` connection of ``$FLWR_HOME/config.toml`` for ``flwr run``."""
+        """``$FLWR_HOME/config.toml`` with one SuperLink connection ``local``, its default."""
         if self.superlink is not None:
-            ca = self.root_certificates
-            return connection_toml("local", self.superlink, root_certificates=ca, insecure=not ca)
-        if self.tls is not None:
-            return connection_toml(
-                "local", f"127.0.0.1:{self.http_port}", root_certificates=self.tls.ca_cert
-            )
-        if self.simulation:
-            return connection_toml("local", ":local:")
-        return connection_toml("local", f"127.0.0.1:{self.http_port}", insecure=True)
+            address, ca = self.superlink, self.root_certificates
+        else:
+            local = self.simulation and self.tls is None  # Flower's own name for it
+            address = ":local:" if local else f"127.0.0.1:{self.http_port}"
+            ca = self.tls.ca_cert if self.tls is not None else None
+        connection: dict[str, str | bool] = {"address": address}
+        if ca is not None:
+            connection["root-certificates"] = str(ca.resolve())
+        elif address != ":local:":
+            connection["insecure"] = True
+        return tomli_w.dumps({"superlink": {"default": "local", "local": connection}})
 
     def _healthy(self) -> bool:
         scheme, context = "http", None
@@ -264,18 +266,6 @@ class LocalFederation:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def connection_toml(
-    name: str, address: str, *, root_certificates: Path | None = None, insecure: bool = False
-) -> str:
-    """``$FLWR_HOME/config.toml`` with one SuperLink connection ``name``, its default."""
-    connection: dict[str, str | bool] = {"address": address}
-    if root_certificates is not None:
-        connection["root-certificates"] = str(root_certificates.resolve())
-    if insecure:
-        connection["insecure"] = True
-    return tomli_w.dumps({"superlink": {"default": name, name: connection}})
 
 
 @contextlib.contextmanager
