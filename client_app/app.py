@@ -1,18 +1,10 @@
 """The Flower ClientApp of a FedCGD device (Message API; record keys in :mod:`fedcgd_task.keys`).
 
-* ``query.info``: partition-id, num-examples and local-label-hist (class counts of the whole
-  local dataset), once, at discovery.
-* ``query.stats``: at the received model and round config, the pre-training statistics of paper
-  Algorithm 3, lines 6-8: partition-id, num-examples, label-hist (of this round's tau b
-  samples) and sigma-hat (first batch), without training.
-* ``train``: the same statistics (the batches depend only on seed, round and partition id),
-  then tau SGD steps; replies the model under ``arrays`` with train-loss, update-norm and
-  train-time-s.
-
-The ServerApp evaluates centrally (no ``evaluate`` handler). A handler's error becomes Flower's
-error reply, which costs the device its round. ``app`` (what Flower loads) is :func:`make_app`
-without cohorts. Handling a message sets ``torch.set_num_threads(1)`` (Ray workers share the
-cores).
+``query.info`` (discovery), ``query.stats`` (paper Algorithm 3, lines 6-8: the pre-training
+statistics, no training) and ``train`` (the same statistics, then tau SGD steps); each handler
+says what it replies. The ServerApp evaluates centrally. A handler's error becomes Flower's error
+reply, which costs the device its round. ``app`` (what Flower loads) is :func:`make_app` without
+cohorts; handling a message sets ``torch.set_num_threads(1)`` (Ray workers share the cores).
 """
 
 from __future__ import annotations
@@ -22,14 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from flwr.app import (
-    Context,
-    Message,
-    MetricRecord,
-    MetricRecordValues,
-    RecordDict,
-    UserConfig,
-)
+from flwr.app import Context, Message, MetricRecord, MetricRecordValues, RecordDict, UserConfig
 from flwr.clientapp import ClientApp
 
 from client_app.device_round import (

@@ -21,11 +21,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType
 from torch import nn
 
-from client_app.cohort_training import (
-    cohort_train,
-    sample_mixing,
-    training_blockers,
-)
+from client_app.cohort_training import cohort_train, sample_mixing, training_blockers
 from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
@@ -40,7 +36,7 @@ from client_app.device_round import (
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
-from fedcgd_task.message_records import record_of
+from fedcgd_task.array_codec import record_of
 
 __all__ = ["QUERY_CHUNK_SAMPLES", "Cohorts"]
 
@@ -248,14 +244,12 @@ class Cohorts:
         """
         want_sigma = devices[0].want_sigma
         name = devices[0].settings.model
+        alone = [(d.split, d.batches) for d in devices]
         reasons = unsupported_reasons(model) if want_sigma else []
         if reasons:
             self._log_once(name, keys.QUERY_STATS, "; ".join(reasons))
         if not want_sigma or reasons:
-            return [
-                pre_training_stats(model, d.split, d.batches, want_sigma=want_sigma)
-                for d in devices
-            ]
+            return [pre_training_stats(model, *d, want_sigma=want_sigma) for d in alone]
         b = len(devices[0].batches[0])
         per_chunk = max(1, QUERY_CHUNK_SAMPLES // b)
         chunks = [devices[i : i + per_chunk] for i in range(0, len(devices), per_chunk)]
@@ -264,9 +258,7 @@ class Cohorts:
             mixing = sample_mixing(model, probe, group_size=b, verdicts=self._mixing)
             if mixing is not None:
                 self._log_once(name, keys.QUERY_STATS, mixing)
-                return [
-                    pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices
-                ]
+                return [pre_training_stats(model, *d) for d in alone]
         workers = max(1, min(self.threads, len(chunks)))
 
         models: queue.SimpleQueue[nn.Module] = queue.SimpleQueue()
@@ -288,7 +280,7 @@ class Cohorts:
                 sigmas = [sigma for part in parts for sigma in part]
         except UnsupportedModelError as err:  # found during the pass (e.g. a layer ran twice)
             self._log_once(name, keys.QUERY_STATS, str(err))
-            return [pre_training_stats(model, d.split, d.batches, want_sigma=True) for d in devices]
+            return [pre_training_stats(model, *d) for d in alone]
         return [
             PreTrainingStats(label_hist=label_hist(d.split, d.batches), sigma=float(sigma))
             for d, sigma in zip(devices, sigmas, strict=True)

@@ -22,8 +22,7 @@ from torch import nn
 
 from client_app.sigma import gradient_spread
 from fedcgd_task import keys
-from fedcgd_task.array_codec import torch_state
-from fedcgd_task.message_records import record_of
+from fedcgd_task.array_codec import record_of, torch_state
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
 from fedcgd_task.settings import TRAINING_KEYS, TaskSettings, TrainingSettings, read_round_config

@@ -1,4 +1,4 @@
-"""Flower's :class:`~flwr.app.Array` bytes, written and read without numpy's generic file path.
+"""Flower's records read and written directly: :class:`~flwr.app.Array` bytes, a record by name.
 
 An Array of stype ``numpy.ndarray`` holds ``np.save``'s bytes: a header naming the dtype, the
 order and the shape, then the data. Flower writes them through ``np.save`` and reads them
@@ -9,7 +9,9 @@ shape: :func:`array_from_numpy` writes the very bytes ``np.save`` writes, and
 which ``np.load`` would read into the same array. Anything else (another order or layout, a
 header numpy words differently, a dtype outside bool/int/float/complex, a length that does not
 match) goes through Flower's own ``Array.numpy()``, so every Array a device sends reads as Flower
-reads it. docs/performance.md, "Messages", gives the cost of each.
+reads it. :func:`record_of` reads one record of a Message's content without Flower's per-type
+views (``content.config_records`` builds a filtered copy at each access). docs/performance.md,
+"Messages", gives the cost of each.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import io
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import TypeVar
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from numpy.typing import NDArray
 
 #: The stype of Arrays written by ``np.save`` (Flower's ``SType.NUMPY``).
@@ -130,3 +133,12 @@ def torch_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     return OrderedDict(
         (name, torch.from_numpy(numpy_from_array(array))) for name, array in record.items()
     )
+
+
+R = TypeVar("R", ArrayRecord, ConfigRecord, MetricRecord)
+
+
+def record_of(content: RecordDict, name: str, kind: type[R]) -> R | None:
+    """``content.<kind>_records.get(name)``: the record ``name`` if it is a ``kind``, else None."""
+    record = content.get(name)
+    return record if isinstance(record, kind) else None

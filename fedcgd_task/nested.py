@@ -1,7 +1,6 @@
 """Nested data (dicts, lists, tuples) rebuilt around a conversion of what it holds.
 
-The walk that writes and reads the tags of checkpoint values (:mod:`server_app.checkpoint`,
-:mod:`fedcgd_strategy.flower.aggregator_state`).
+The walk that writes and reads the tags of checkpoint values (:mod:`server_app.checkpoint`).
 """
 
 from __future__ import annotations

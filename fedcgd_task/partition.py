@@ -179,10 +179,8 @@ def partition_indices(settings: TaskSettings, labels: npt.ArrayLike) -> list[Int
     kept = apply_imbalance(y, settings.imbalance_ratio, rng)
     if settings.partition == "dirichlet":
         local = dirichlet_partition(y[kept], settings.num_devices, settings.dirichlet_alpha, rng)
-    elif settings.partition == "shards":
+    else:  # "shards" (the schema's choices)
         local = shard_partition(y[kept], settings.num_devices, settings.shards_per_device, rng)
-    else:
-        raise ValueError(f'partition must be "dirichlet" or "shards"; got {settings.partition!r}')
     return [kept[part] for part in local]
 
 
@@ -226,14 +224,10 @@ def all_partitions(settings: TaskSettings) -> tuple[npt.NDArray[np.int64], ...]:
 def local_split(settings: TaskSettings, partition_id: int) -> LocalSplit:
     """Return device ``partition_id``'s local dataset D_v (cached per process).
 
-    The cache holds every device of a run up to V = 16,384 (each entry a view of the run's
-    partition and a reference to its data set); a larger V misses and rebuilds the entry.
+    ``partition_id`` in 0 .. V - 1, as the node's config was checked
+    (:func:`client_app.device_round.node_partition`). The cache holds every device of a run up
+    to V = 16,384 (each entry a view of the run's partition and a reference to its data set).
     """
-    if not 0 <= partition_id < settings.num_devices:
-        raise ValueError(
-            f"partition_id must be in 0 .. num-devices - 1 = {settings.num_devices - 1}; "
-            f"got {partition_id}"
-        )
     return LocalSplit(
         partition_id=partition_id,
         indices=all_partitions(settings)[partition_id],

@@ -17,9 +17,6 @@ from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.schema import SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
-#: A scalar value of a Flower ConfigRecord / run config as this project uses them.
-ConfigValue = Any
-
 #: The model ``model = "auto"`` selects for the researcher's own data set (a built-in's is in
 #: :data:`fedcgd_task.datasets.BUILTIN_DATASETS`): the MLP, which fits any input shape.
 AUTO_MODEL_OWN_DATASET = "mlp"
@@ -71,7 +68,7 @@ class TrainingSettings:
     learning_rate: float
     batch_size: int
 
-    def to_config(self) -> dict[str, ConfigValue]:
+    def to_config(self) -> dict[str, Any]:
         """The ConfigRecord entries: each field under its run-config key (``local-steps``)."""
         return {field.name.replace("_", "-"): getattr(self, field.name) for field in fields(self)}
 

@@ -74,15 +74,12 @@ def local_batches(
 
     A permutation of ``range(num_local)`` (|D_v| >= 1) from ``default_rng([seed, BATCH_STREAM,
     server_round, partition_id])`` is read cyclically: batch t is positions [t b, (t+1) b), so no
-    sample repeats within a batch when b <= num_local. tau and b come from ``training``.
+    sample repeats within a batch when b <= num_local. tau and b come from ``training`` (checked
+    where the round config is read: :func:`fedcgd_task.settings.read_round_config`).
     """
     if num_local < 1:
         raise ValueError(f"num_local (local dataset size) must be >= 1; got {num_local}")
     tau, b = training.local_steps, training.batch_size
-    if tau < 1:
-        raise ValueError(f"local_steps must be an integer >= 1; got {tau}")
-    if b < 1:
-        raise ValueError(f"batch_size must be an integer >= 1; got {b}")
     rng = np.random.default_rng([seed, BATCH_STREAM, server_round, partition_id])
     order = rng.permutation(num_local).astype(np.int64)
     positions = np.arange(tau * b, dtype=np.int64) % num_local
@@ -113,10 +110,6 @@ def train_local(
     the torch RNG seeded with ``torch_seed`` (:func:`dropout_seed`) inside
     :func:`torch.random.fork_rng` (the global RNG is untouched).
     """
-    if not lr > 0:
-        raise ValueError(f"lr (learning rate) must be > 0; got {lr!r}")
-    if len(batches) == 0:
-        raise ValueError("batches must hold at least one mini-batch (local_steps >= 1)")
     params = list(model.parameters())
     device = params[0].device
     rows = [np.asarray(b, dtype=np.int64) for b in batches]
@@ -167,13 +160,10 @@ def evaluate(
 ) -> tuple[float, float]:
     """Return the mean cross-entropy (nats) and accuracy in [0, 1] of ``model`` on (x, y).
 
-    Eval mode (dropout off), ``batch_size`` rows per forward pass; empty data raise ValueError.
+    Eval mode (dropout off), ``batch_size`` rows per forward pass; (x, y) hold >= 1 sample (a
+    test set: :func:`fedcgd_task.datasets.check_data`).
     """
     n = int(y.shape[0])
-    if n == 0:
-        raise ValueError("evaluate needs at least one sample; got an empty set")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1; got {batch_size}")
     device = next(model.parameters()).device
     model.eval()
     loss_sum = 0.0

@@ -45,8 +45,9 @@ from run_files.run_status import (
 )
 from server_app.config import RunConfig
 
-#: The checkpoint's format (2: with :func:`run_identity`); another format is refused on resume.
-CHECKPOINT_FORMAT = 2
+#: The checkpoint's format (2: with :func:`run_identity`; 3: the aggregator state untagged,
+#: restored by kind); another format is refused on resume.
+CHECKPOINT_FORMAT = 3
 
 
 class CheckpointRefusedError(OneLineMessage, ValueError):

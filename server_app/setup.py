@@ -19,8 +19,8 @@ from numpy.typing import NDArray
 from torch import nn
 
 from channel.report import BITS_PER_PARAM
-from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
-from fedcgd_strategy.flower.aggregators import make_aggregator, resolved_aggregator
+from fedcgd_strategy.flower.aggregator_params import make_aggregator, resolved_aggregator
+from fedcgd_strategy.flower.aggregators import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.round_state import ChannelModel
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import Policy

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import typing
 from pathlib import Path
 from typing import Any
@@ -51,103 +50,69 @@ def refusal(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> str:
     return text
 
 
-# (aggregator, parameters, the setting named, the value as shown, the allowed range as shown)
+class Scaled(flower_strategies.FedAvg):
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+
+# (aggregator, other parameters, the setting, the allowed range as shown, refused values): the
+# cases of issue 30 first, then each bound of each range, nan and inf, and wrong types
 DP_FIXED = {"noise-multiplier": 0.5, "clipping-norm": 1.0}
 DP_ADAPTIVE = {"noise-multiplier": 0.0}
-REFUSED = [
-    # the cases of issue 30
-    ("FedAdam", {"tau": 0.0}, "tau", "0.0", "a number > 0"),
-    ("FedAdam", {"eta": 1e30}, "eta", "1e+30", "a number in (0, 10]"),
-    ("FedAdam", {"beta-1": 2.0}, "beta-1", "2.0", "a number in [0, 1)"),
-    ("FedAvgM", {"server-momentum": NAN}, "server-momentum", "nan", "a number in [0, 1)"),
-    ("Krum", {"num-malicious-nodes": -1}, "num-malicious-nodes", "-1", "an integer >= 0"),
-    ("MultiKrum", {"num-malicious-nodes": -2}, "num-malicious-nodes", "-2", "an integer >= 0"),
-    ("Bulyan", {"num-malicious-nodes": -1}, "num-malicious-nodes", "-1", "an integer >= 0"),
-    (ADAPTIVE, {**DP_ADAPTIVE, "clip-norm-lr": 1e6}, "clip-norm-lr", "1000000.0",
-     "a number in (0, 10]"),
-    # FedOpt family: each bound of each parameter, nan and inf
-    ("FedAdam", {"tau": INF}, "tau", "inf", "a number > 0"),
-    ("FedAdam", {"eta": 0}, "eta", "0.0", "a number in (0, 10]"),
-    ("FedAdam", {"eta": -INF}, "eta", "-inf", "a number in (0, 10]"),
-    ("FedAdam", {"eta-l": -0.1}, "eta-l", "-0.1", "a number in (0, 10]"),
-    ("FedAdam", {"eta-l": 11.0}, "eta-l", "11.0", "a number in (0, 10]"),
-    ("FedAdam", {"beta-1": 1.0}, "beta-1", "1.0", "a number in [0, 1)"),
-    ("FedAdam", {"beta-2": -0.1}, "beta-2", "-0.1", "a number in [0, 1)"),
-    ("FedYogi", {"beta-2": NAN}, "beta-2", "nan", "a number in [0, 1)"),
-    ("FedAdagrad", {"tau": -1.0}, "tau", "-1.0", "a number > 0"),
-    # FedAvgM
-    ("FedAvgM", {"server-momentum": 1.0}, "server-momentum", "1.0", "a number in [0, 1)"),
-    ("FedAvgM", {"server-momentum": -0.5}, "server-momentum", "-0.5", "a number in [0, 1)"),
-    ("FedAvgM", {"server-learning-rate": 0.0}, "server-learning-rate", "0.0",
-     "a number in (0, 10]"),
-    ("FedAvgM", {"server-learning-rate": 1e30}, "server-learning-rate", "1e+30",
-     "a number in (0, 10]"),
-    # robust rules
-    ("FedTrimmedAvg", {"beta": 0.5}, "beta", "0.5", "a number in [0, 0.5)"),
-    ("FedTrimmedAvg", {"beta": -0.1}, "beta", "-0.1", "a number in [0, 0.5)"),
-    ("MultiKrum", {"num-nodes-to-select": 0}, "num-nodes-to-select", "0",
-     "an integer in [1, 8]"),
-    ("MultiKrum", {"num-nodes-to-select": 9}, "num-nodes-to-select", "9",
-     "an integer in [1, 8]"),
-    ("QFedAvg", {"client-learning-rate": 0.0}, "client-learning-rate", "0.0",
-     "a number in (0, 10]"),
-    ("QFedAvg", {"client-learning-rate": 0.1, "q": -1.0}, "q", "-1.0", "a number >= 0"),
-    ("QFedAvg", {"client-learning-rate": 0.1, "q": INF}, "q", "inf", "a number >= 0"),
-    # DP: fixed clipping
-    (FIXED, {**DP_FIXED, "noise-multiplier": INF}, "noise-multiplier", "inf", "a number >= 0"),
-    (FIXED, {**DP_FIXED, "noise-multiplier": -1.0}, "noise-multiplier", "-1.0",
-     "a number >= 0"),
-    (FIXED, {**DP_FIXED, "clipping-norm": 0.0}, "clipping-norm", "0.0", "a number > 0"),
-    (FIXED, {**DP_FIXED, "clipping-norm": NAN}, "clipping-norm", "nan", "a number > 0"),
-    # DP: adaptive clipping
-    (ADAPTIVE, {**DP_ADAPTIVE, "clip-norm-lr": 0.0}, "clip-norm-lr", "0.0",
-     "a number in (0, 10]"),
-    (ADAPTIVE, {**DP_ADAPTIVE, "initial-clipping-norm": 0.0}, "initial-clipping-norm", "0.0",
-     "a number > 0"),
-    (ADAPTIVE, {**DP_ADAPTIVE, "target-clipped-quantile": 1.5}, "target-clipped-quantile",
-     "1.5", "a number in [0, 1]"),
-    (ADAPTIVE, {**DP_ADAPTIVE, "target-clipped-quantile": -0.1}, "target-clipped-quantile",
-     "-0.1", "a number in [0, 1]"),
-    (ADAPTIVE, {**DP_ADAPTIVE, "clipped-count-stddev": -1.0}, "clipped-count-stddev", "-1.0",
-     "a number >= 0"),
-    (ADAPTIVE, {"noise-multiplier": NAN}, "noise-multiplier", "nan", "a number >= 0"),
+REFUSED_VALUES = [
+    ("FedAdam", {}, "tau", "a number > 0", [0.0, INF]),
+    ("FedAdam", {}, "eta", "a number in (0, 10]", [1e30, 0, -INF]),
+    ("FedAdam", {}, "beta-1", "a number in [0, 1)", [2.0, 1.0]),
+    ("FedAvgM", {}, "server-momentum", "a number in [0, 1)", [NAN, 1.0, -0.5]),
+    ("Krum", {}, "num-malicious-nodes", "an integer >= 0", [-1]),
+    ("MultiKrum", {}, "num-malicious-nodes", "an integer >= 0", [-2]),
+    ("Bulyan", {}, "num-malicious-nodes", "an integer >= 0", [-1]),
+    (ADAPTIVE, DP_ADAPTIVE, "clip-norm-lr", "a number in (0, 10]", [1e6, 0.0]),
+    ("FedAdam", {}, "eta-l", "a number in (0, 10]", [-0.1, 11.0]),
+    ("FedAdam", {}, "beta-2", "a number in [0, 1)", [-0.1]),
+    ("FedYogi", {}, "beta-2", "a number in [0, 1)", [NAN]),
+    ("FedAdagrad", {}, "tau", "a number > 0", [-1.0]),
+    ("FedAvgM", {}, "server-learning-rate", "a number in (0, 10]", [0.0, 1e30]),
+    ("FedTrimmedAvg", {}, "beta", "a number in [0, 0.5)", [0.5, -0.1]),
+    ("MultiKrum", {}, "num-nodes-to-select", f"an integer in [1, {V}]", [0, V + 1]),
+    ("QFedAvg", {}, "client-learning-rate", "a number in (0, 10]", [0.0]),
+    ("QFedAvg", {"client-learning-rate": 0.1}, "q", "a number >= 0", [-1.0, INF]),
+    (FIXED, DP_FIXED, "noise-multiplier", "a number >= 0", [INF, -1.0]),
+    (FIXED, DP_FIXED, "clipping-norm", "a number > 0", [0.0, NAN]),
+    (ADAPTIVE, DP_ADAPTIVE, "initial-clipping-norm", "a number > 0", [0.0]),
+    (ADAPTIVE, DP_ADAPTIVE, "target-clipped-quantile", "a number in [0, 1]", [1.5, -0.1]),
+    (ADAPTIVE, DP_ADAPTIVE, "clipped-count-stddev", "a number >= 0", [-1.0]),
+    (ADAPTIVE, {}, "noise-multiplier", "a number >= 0", [NAN]),
     # the strategy a DP wrapper wraps is checked the same way
-    (FIXED, {**DP_FIXED, "strategy": "FedAdam", "strategy-params": {"tau": 0.0}},
-     "strategy-params.tau", "0.0", "a number > 0"),
-    (ADAPTIVE, {**DP_ADAPTIVE, "strategy": "FedAvgM",
-                "strategy-params": {"server-momentum": NAN}},
-     "strategy-params.server-momentum", "nan", "a number in [0, 1)"),
+    (FIXED, {**DP_FIXED, "strategy": "FedAdam"}, "strategy-params.tau", "a number > 0", [0.0]),
+    (ADAPTIVE, {**DP_ADAPTIVE, "strategy": "FedAvgM"}, "strategy-params.server-momentum",
+     "a number in [0, 1)", [NAN]),
     # wrong types
-    ("FedAdam", {"eta": "0.1"}, "eta", "'0.1'", "a float"),
-    ("FedAvgM", {"server-momentum": True}, "server-momentum", "True", "a float"),
-    ("Krum", {"num-malicious-nodes": True}, "num-malicious-nodes", "True", "an int"),
-    ("Krum", {"num-malicious-nodes": 1.0}, "num-malicious-nodes", "1.0", "an int"),
-    (FIXED, {**DP_FIXED, "clipping-norm": "big"}, "clipping-norm", "'big'", "a float"),
+    ("FedAdam", {}, "eta", "a float", ["0.1"]),
+    ("FedAvgM", {}, "server-momentum", "a float", [True]),
+    ("Krum", {}, "num-malicious-nodes", "an int", [True, 1.0]),
+    (FIXED, DP_FIXED, "clipping-norm", "a float", ["big"]),
+    # a float parameter that no range lists (a researcher's subclass) must be finite
+    (f"{__name__}:Scaled", {}, "scale", "a finite number", [INF, NAN]),
 ]  # fmt: skip
+REFUSED = [(a, {**other, key: v}, key, v, allowed)
+           for a, other, key, allowed, values in REFUSED_VALUES for v in values]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("aggregator", "params", "key", "shown", "allowed"),
+    ("aggregator", "params", "key", "value", "allowed"),
     REFUSED,
-    ids=[f"{c[0][:20]}-{c[2]}={c[3]}" for c in REFUSED],
+    ids=[f"{c[0][:20]}-{c[2]}={c[3]!r}" for c in REFUSED],
 )
 def test_a_parameter_out_of_its_range_is_refused_naming_it(
-    tmp_path, aggregator, params, key, shown, allowed
+    tmp_path, aggregator, params, key, value, allowed
 ):
     text = refusal(tmp_path, aggregator, params)
+    number = isinstance(value, int) and not isinstance(value, bool) and "number" in allowed
+    shown = repr(float(value) if number else value)  # an int given for a float is one
     assert f"aggregator-params.{key} = {shown} " in text, text
     assert f"allowed: {allowed}" in text, text
-
-
-def test_a_float_parameter_no_table_lists_must_be_finite(tmp_path):
-    module = tmp_path / "scaled.py"
-    module.write_text(
-        "from flwr.serverapp.strategy import FedAvg\n\n\nclass Scaled(FedAvg):\n"
-        "    def __init__(self, scale: float = 1.0) -> None:\n"
-        "        super().__init__()\n        self.scale = scale\n"
-    )
-    text = refusal(tmp_path, f"{module}:Scaled", {"scale": INF})
-    assert "aggregator-params.scale = inf " in text and "allowed: a finite number" in text
 
 
 ACCEPTED = [
@@ -372,72 +337,54 @@ def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> 
     return json.loads(json.dumps(recorded))  # as config.json holds it
 
 
-def test_config_json_holds_the_resolved_parameters_of_a_strategy(tmp_path):
-    resolved = recorded_config(tmp_path, "FedAdam", {"eta": 0.05})["aggregator_resolved"]
-    expected = flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau")
-    assert resolved == {
-        "class": "flwr.serverapp.strategy.fedadam:FedAdam",
-        "params": {"eta": 0.05, **expected},
-        "from": {
-            "eta": "run-config key 'aggregator-params'",
-            **{name: "the class default" for name in expected},
-        },
-    }
-    assert expected == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
+FLWR = "flwr.serverapp.strategy"
 
 
-def test_config_json_holds_the_resolved_parameters_of_a_dp_wrapper_and_its_strategy(tmp_path):
-    params = {
-        "noise-multiplier": 0.3,
-        "clip-norm-lr": 0.1,
-        "strategy": "FedAvgM",
-        "strategy-params": {"server-momentum": 0.9},
+def record(cls: str, given: dict, defaults: dict, table: str = "aggregator-params") -> dict:
+    """``aggregator_resolved`` of class ``cls`` built from ``given`` and Flower's ``defaults``."""
+    origin = {k: f"run-config key '{table}'" for k in given}
+    return {
+        "class": cls,
+        "params": given | defaults,
+        "from": origin | dict.fromkeys(defaults, "the class default"),
     }
-    resolved = recorded_config(tmp_path, ADAPTIVE, params)["aggregator_resolved"]
+
+
+def adaptive_record() -> dict:
     wrapper = flower_strategies.DifferentialPrivacyServerSideAdaptiveClipping
-    assert resolved == {
-        "class": "fedcgd_strategy.flower.aggregator_params:" + ADAPTIVE,
-        "params": {
-            "noise-multiplier": 0.3,
-            "clip-norm-lr": 0.1,
-            **flower_defaults(wrapper, "initial_clipping_norm", "target_clipped_quantile"),
-            # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
-            "clipped-count-stddev": V / 20,
-        },
-        "from": {
-            "noise-multiplier": "run-config key 'aggregator-params'",
-            "clip-norm-lr": "run-config key 'aggregator-params'",
-            "initial-clipping-norm": "the class default",
-            "target-clipped-quantile": "the class default",
-            "clipped-count-stddev": "Flower's default for num-devices (V / 20)",
-        },
-        "strategy": {
-            "class": "flwr.serverapp.strategy.fedavgm:FedAvgM",
-            "params": {
-                "server-momentum": 0.9,
-                **flower_defaults(flower_strategies.FedAvgM, "server_learning_rate"),
-            },
-            "from": {
-                "server-momentum": "run-config key 'aggregator-params.strategy-params'",
-                "server-learning-rate": "the class default",
-            },
-        },
-    }
+    defaults = flower_defaults(wrapper, "initial_clipping_norm", "target_clipped_quantile")
+    ours = "fedcgd_strategy.flower.aggregator_params:" + ADAPTIVE  # Flower's name, our steps
+    out = record(ours, {"noise-multiplier": 0.3, "clip-norm-lr": 0.1}, defaults)
+    # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
+    out["params"]["clipped-count-stddev"] = V / 20
+    out["from"]["clipped-count-stddev"] = "Flower's default for num-devices (V / 20)"
+    inner = flower_defaults(flower_strategies.FedAvgM, "server_learning_rate")
+    table = "aggregator-params.strategy-params"
+    return out | {"strategy": record(f"{FLWR}.fedavgm:FedAvgM", {"server-momentum": 0.9}, inner,
+                                     table)}  # fmt: skip
 
 
-def test_config_json_of_the_default_aggregator_and_of_fixed_clipping(tmp_path):
-    assert recorded_config(tmp_path / "a", "", {})["aggregator_resolved"] is None
-    resolved = recorded_config(tmp_path / "b", FIXED, DP_FIXED)["aggregator_resolved"]
-    assert resolved == {
-        "class": "flwr.serverapp.strategy.dp_fixed_clipping:" + FIXED,
-        "params": {"noise-multiplier": 0.5, "clipping-norm": 1.0},
-        "from": {
-            "noise-multiplier": "run-config key 'aggregator-params'",
-            "clipping-norm": "run-config key 'aggregator-params'",
-        },
-        "strategy": {"class": "flwr.serverapp.strategy.fedavg:FedAvg", "params": {}, "from": {}},
-    }
-    assert not any(math.isnan(v) for v in resolved["params"].values())
+@pytest.mark.parametrize(
+    ("aggregator", "params", "expected"),
+    [
+        ("", {}, lambda: None),
+        ("FedAdam", {"eta": 0.05}, lambda: record(f"{FLWR}.fedadam:FedAdam", {"eta": 0.05},
+         flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau"))),
+        (ADAPTIVE, {"noise-multiplier": 0.3, "clip-norm-lr": 0.1, "strategy": "FedAvgM",
+                    "strategy-params": {"server-momentum": 0.9}}, adaptive_record),
+        (FIXED, DP_FIXED, lambda: record(f"{FLWR}.dp_fixed_clipping:{FIXED}", DP_FIXED, {})
+         | {"strategy": record(f"{FLWR}.fedavg:FedAvg", {}, {})}),
+    ],
+    ids=["default", "FedAdam", "adaptive-FedAvgM", "fixed"],
+)  # fmt: skip
+def test_config_json_holds_the_resolved_parameters(tmp_path, aggregator, params, expected):
+    """Every parameter as built, where each came from; a DP wrapper's strategy nested."""
+    assert recorded_config(tmp_path, aggregator, params)["aggregator_resolved"] == expected()
+
+
+def test_flowers_defaults_are_those_the_docs_show():
+    defaults = flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau")
+    assert defaults == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
 
 
 def test_docs_list_the_range_of_every_parameter():

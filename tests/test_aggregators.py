@@ -33,9 +33,9 @@ from task_settings import checkpointed_run_config
 from experiments.cli import invoke
 from experiments.run.inprocess import Handler, run_inprocess
 from fedcgd_strategy.aggregation import fedavg
-from fedcgd_strategy.flower.aggregator_state import aggregator_state
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
+    aggregator_state,
     make_aggregator,
     noise_seed,
     synthetic_uploads,
@@ -185,31 +185,21 @@ def refused(tmp_path: Path, **overrides: Any) -> str:
         ({"aggregator": "nowhere.module:Thing"}, "no module named 'nowhere'"),
         ({"aggregator": 3}, "'aggregator' must be a string"),
         ({"aggregator-params.beta": 0.1}, "is set, but 'aggregator' is \"\""),
-        (
-            {"aggregator": "Krum", "aggregator-params.fraction-train": 0.5},
-            "aggregator-params.fraction-train: not settable here",
-        ),
-        (
-            {"aggregator": "Krum", "aggregator-params.num-malicious": 1},
-            "aggregator 'Krum' takes no parameter 'num_malicious'; allowed: num-malicious-nodes",
-        ),
-        (
-            {"aggregator": "Bulyan", "aggregator-params.num-malicious-nodes": 2},
-            "Bulyan needs 4 f + 3 uploads, f = num-malicious-nodes = 2, more than num-devices = 8",
-        ),
-        (
-            {"aggregator": "Krum", "aggregator-params.num-malicious-nodes": 3},
-            "Krum needs 2 f + 3 uploads, f = num-malicious-nodes = 3, more than num-devices = 8",
-        ),
+        ({"aggregator": "Krum", "aggregator-params.fraction-train": 0.5},
+         "aggregator-params.fraction-train: not settable here"),
+        ({"aggregator": "Krum", "aggregator-params.num-malicious": 1},
+         "aggregator 'Krum' takes no parameter 'num_malicious'; allowed: num-malicious-nodes"),
+        ({"aggregator": "Bulyan", "aggregator-params.num-malicious-nodes": 2},
+         "Bulyan needs 4 f + 3 uploads, f = num-malicious-nodes = 2, more than num-devices = 8"),
+        ({"aggregator": "Krum", "aggregator-params.num-malicious-nodes": 3},
+         "Krum needs 2 f + 3 uploads, f = num-malicious-nodes = 3, more than num-devices = 8"),
         ({"aggregator": "QFedAvg"}, "needs a value for 'client_learning_rate'"),
-        (
-            {"aggregator": "DifferentialPrivacyClientSideFixedClipping"},
-            "client-side clipping needs the clients' fixedclipping_mod",
-        ),
+        ({"aggregator": "DifferentialPrivacyClientSideFixedClipping"},
+         "client-side clipping needs the clients' fixedclipping_mod"),
         ({"aggregator": "FedProx"}, "FedProx changes the clients' training"),
         ({"aggregator": "FedAvg", "aggregator-params": "{beta = "}, "not a TOML inline table"),
     ],
-)
+)  # fmt: skip
 def test_bad_aggregator_settings_are_refused_before_the_start(tmp_path, overrides, expected):
     assert expected in refused(tmp_path, **overrides)
 

@@ -20,15 +20,17 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from flwr.serverapp.strategy import FedAvg
 from task_settings import checkpointed_run_config
 
 from experiments.cli import invoke
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import format_run_config
-from fedcgd_strategy.flower.aggregator_state import aggregator_state, load_aggregator_state
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
+    aggregator_state,
     check_aggregator,
+    load_aggregator_state,
     make_aggregator,
     synthetic_uploads,
 )
@@ -151,7 +153,7 @@ def test_a_checkpoint_without_identity_is_refused_naming_its_format(runs, tmp_pa
     config = checkpointed_run_config(
         folder, **overrides(**{"num-server-rounds": 3, "resume-from": str(folder)})
     )
-    with pytest.raises(ValueError, match=r"has format 1; this version of the app reads format 2"):
+    with pytest.raises(ValueError, match=r"has format 1; this version of the app reads format 3"):
         run_inprocess(config)
     assert files(folder) == before
 
@@ -358,7 +360,7 @@ def test_a_held_strategys_setting_is_refused_too():
     params["strategy-params"] = {"server-momentum": 0.9}
     saved, _, _ = stepped(FIXED_DP, params)
     state = aggregator_state(saved)
-    state["strategy"]["__strategy__"]["server_learning_rate"] = 100.0
+    state["strategy"]["server_learning_rate"] = 100.0
     fresh = make_aggregator(FIXED_DP, params, 3)
     reference, _ = synthetic_uploads(3)
     with pytest.raises(ValueError, match=r"holds .*\.strategy\.server_learning_rate \(a setting"):
@@ -397,25 +399,42 @@ STATE_PARAMS: dict[str, dict[str, Any]] = {
 }
 
 
+class Summing(FedAvg):
+    """A researcher's strategy: its own arrays are state (no table names them: a trial round
+    on the run's model shows what they must be)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total: dict[str, np.ndarray] | None = None
+
+    def aggregate_train(self, server_round, replies):
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        old = self.total or {}
+        self.total = {k: v.numpy() + old.get(k, 0) for k, v in arrays.items()}
+        return arrays, metrics
+
+
+SUMMING = f"{__name__}:Summing"
+STATE_PARAMS[SUMMING] = {}
+
+
 @pytest.mark.parametrize(
     ("name", "attribute", "bad", "phrase"),
     [
-        ("FedAvgM", "momentum_vector", lambda v: v[:1], "holds 1 arrays; the model has 2"),
-        ("FedAvgM", "momentum_vector", lambda v: v[::-1], "of shape [3]; the model's is [2, 3]"),
-        ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "has other arrays than the model"),
-        ("FedAdam", "v_t", lambda v: {k: x[..., :1] for k, x in v.items()}, "of shape [2, 1]"),
-        (
-            "FedAdam",
-            "v_t",
-            lambda v: {k: x.astype(np.float64) for k, x in v.items()},
-            "of dtype float64; the model's is float32",
-        ),
+        ("FedAvgM", "momentum_vector", lambda v: v[:1], "holds 1 items; the run's aggregator"),
+        ("FedAvgM", "momentum_vector", lambda v: v[::-1], "[0] has shape [3]; the run's is [2, 3]"),
+        ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "has other keys than the run's"),
+        ("FedAdam", "v_t", lambda v: {k: x[..., :1] for k, x in v.items()}, "['w'] has shape [2, "),
+        ("FedAdam", "v_t", lambda v: {k: x.astype(np.float64) for k, x in v.items()},
+         "has dtype float64; the run's is float32"),
         ("FedAdam", "m_t", lambda v: {k: x * np.nan for k, x in v.items()}, "not finite"),
+        (SUMMING, "total", lambda v: {k: x[..., :1] for k, x in v.items()},
+         "Summing.total['w'] has shape [2, 1]; the run's is [2, 3]"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: -1.0, "= -1.0; allowed: a finite number > 0"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: math.inf, "allowed: a finite number > 0"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: "0.5", "is str, not a finite number > 0"),
     ],
-)
+)  # fmt: skip
 def test_restored_state_must_fit_the_model(name, attribute, bad, phrase):
     saved, current, _ = stepped(name, STATE_PARAMS[name])
     state = aggregator_state(saved)

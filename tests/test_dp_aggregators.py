@@ -34,12 +34,8 @@ from test_aggregators import (
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
-from fedcgd_strategy.flower.aggregators import (
-    aggregate_uploads,
-    dp_round_noise,
-    make_aggregator,
-    noise_seed,
-)
+from fedcgd_strategy.flower.aggregator_params import dp_round_noise
+from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, noise_seed
 from fedcgd_task import keys
 from run_files.results import MODEL_FILE
 
@@ -161,25 +157,6 @@ def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, param
         assert aggregator.clipping_norm == pytest.approx(math.exp(0.2 / 6), rel=1e-12)
 
 
-def test_the_adaptive_clipping_norm_settles_at_the_median_update_norm():
-    """Update norms 5, 0.5 and 2 every round, target quantile 0.5: C climbs from 1 to ~2.
-
-    Flower 1.42's wrapper as shipped shrinks C whenever more than half are clipped, so from
-    C = 1 (two of three clipped) it falls below every norm and keeps falling.
-    """
-    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0}
-    ours = make_aggregator(ADAPTIVE, params, num_devices=3)
-    shipped = DifferentialPrivacyServerSideAdaptiveClipping(
-        flower_strategies.FedAvg(), 0.0, 3, initial_clipping_norm=1.0
-    )
-    reference, models, weights = hand_round()
-    for rnd in range(1, 61):
-        aggregate_uploads(ours, rnd, models, weights, reference)
-        aggregate_uploads(shipped, rnd, models, weights, reference)
-    assert 2.0 / math.exp(0.2 / 6) <= ours.clipping_norm <= 2.0 * math.exp(0.2 / 3)
-    assert shipped.clipping_norm < 0.05  # every update clipped: C falls by exp(-0.1) a round
-
-
 def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
     aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)
     reference, models, weights = hand_round()
@@ -203,75 +180,74 @@ def test_the_noise_depends_on_the_seed_and_the_round_only():
     assert not np.allclose(first["w"], [1.2, 1.0 - 0.2 / 3], atol=1e-3)
 
 
-def test_the_noise_is_calibrated_to_the_rounds_uploads():
-    """Built for V = 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40.
-
-    The oracle: the hand-computed clipped mean plus Flower's documented draw, one
-    ``np.random.normal(0, std, shape)`` per array in the model's order, from the generator
-    seeded for (seed, round).
-    """
-    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40)
+@pytest.mark.parametrize(
+    ("wrapper", "params", "devices", "z_updates"),
+    [
+        # built for 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40
+        (FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40, 1.0),
+        # Flower splits z between the clipped count (std sigma_b = 2) and the updates:
+        # z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1
+        (ADAPTIVE, {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0,
+                    "clipped-count-stddev": 2.0}, 3, (1.0 - 1.0 / 16) ** -0.5),
+    ],
+    ids=["fixed", "adaptive"],
+)  # fmt: skip
+def test_the_noise_is_std_z_c_over_the_rounds_uploads_c_the_norm_it_clipped_with(
+    wrapper, params, devices, z_updates
+):
+    """The oracle: the hand-computed clipped mean plus Flower's documented draws from the
+    generator seeded for (seed, round): the adaptive wrapper's noisy clipped count first, then
+    one ``np.random.normal(0, std, shape)`` per array in the model's order. The adaptive noise
+    uses C_0 = 1 (which clips two of the three updates), although C has moved for the next
+    round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
+    aggregator = make_aggregator(wrapper, params, devices)
     reference, models, weights = hand_round()
     noise_before = dp_round_noise(aggregator, len(models))
     result, _ = aggregate_uploads(aggregator, 4, models, weights, reference, seed=11)
     assert result is not None
     draw = np.random.RandomState(noise_seed(11, 4))  # the legacy generator Flower draws from
+    if wrapper == ADAPTIVE:
+        unclipped = 1.0 - draw.normal(2.0, 2.0) / 3  # the noisy count of the two clipped
+        next_norm = math.exp(-(unclipped - 0.5))
+        assert aggregator.clipping_norm == pytest.approx(next_norm, rel=1e-12)
+        assert abs(next_norm - 1.0) > 0.05  # the two norms differ enough to tell apart
     mean = {"w": np.array([1.2, 1.0 - 0.2 / 3]), "b": np.array([0.5 / 3])}
     for key in ("w", "b"):
-        noise = draw.normal(0.0, 1.0 / 3, mean[key].shape).astype(np.float32)
+        noise = draw.normal(0.0, z_updates / 3, mean[key].shape).astype(np.float32)
         np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
-    assert noise_before == (1.0, 1.0 / 3)  # what the round's record says
+    # the round's record: the norm it clipped with (C_0 = 1), and Flower's std z' C_0 / n
+    assert noise_before == pytest.approx((1.0, z_updates / 3), rel=1e-12)
     assert dp_round_noise(make_aggregator("FedAvg", {}, 40), 3) is None
 
 
-def test_adaptive_noise_is_scaled_by_the_norm_the_round_clipped_with():
-    """C_0 = 1 clips two of the three hand updates; this round's noise has std z' C_0 / 3,
-    although C has moved for the next round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy
-    fraction not clipped).
-
-    Flower splits the noise multiplier z between the clipped count (std sigma_b = 2) and the
-    updates: z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1.
-    The oracle: Flower's documented draws from the generator seeded for (seed, round): the
-    noisy clipped count first, then one normal array per model array.
-    """
-    params = {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0}
-    aggregator = make_aggregator(ADAPTIVE, {**params, "clipped-count-stddev": 2.0}, 3)
-    reference, models, weights = hand_round()
-    noise_before = dp_round_noise(aggregator, len(models))
-    result, _ = aggregate_uploads(aggregator, 2, models, weights, reference, seed=5)
-    assert result is not None
-    draw = np.random.RandomState(noise_seed(5, 2))  # the legacy generator Flower draws from
-    unclipped = 1.0 - draw.normal(2.0, 2.0) / 3  # the noisy count of the two clipped
-    next_norm = math.exp(-(unclipped - 0.5))
-    assert aggregator.clipping_norm == pytest.approx(next_norm, rel=1e-12)
-    assert abs(next_norm - 1.0) > 0.05  # the two norms differ enough to tell apart
-    z_updates = (1.0 - 1.0 / 16) ** -0.5
-    mean = {"w": np.array([1.2, 1.0 - 0.2 / 3]), "b": np.array([0.5 / 3])}
-    for key in ("w", "b"):
-        noise = draw.normal(0.0, z_updates * 1.0 / 3, mean[key].shape).astype(np.float32)
-        np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
-    # the record: the norm the round clipped with (C_0 = 1), and Flower's std z' C_0 / n
-    assert noise_before == pytest.approx((1.0, z_updates / 3), rel=1e-12)
-
-
-@pytest.mark.parametrize(("quantile", "low", "high"), [(0.2, 8.0, 9.0), (0.7, 3.0, 4.0)])
+@pytest.mark.parametrize(
+    ("quantile", "low", "high"), [(0.2, 8.0, 9.0), (0.5, 5.0, 6.0), (0.7, 3.0, 4.0)]
+)
 def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, low, high):
     """Ten updates of norms 1, 2, ..., 10 every round: with q = 0.2 two are clipped (norms 9
-    and 10) once C is in [8, 9); with q = 0.7, seven (norms 4 .. 10) once C is in [3, 4).
-    (Andrew et al.'s gamma = 0.2 unclipped would settle C in [2, 3) instead.)"""
-    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 5.5, "clipped-count-stddev": 0.0}
+    and 10) once C is in [8, 9); with q = 0.5 five, C in [5, 6); with q = 0.7, seven (norms
+    4 .. 10) once C is in [3, 4). (Andrew et al.'s gamma = 0.2 unclipped would settle C in
+    [2, 3) instead.) Flower 1.42's wrapper as shipped moves C the wrong way: from C = 4.5 (six
+    of ten clipped) it collapses for q < 0.6 and grows without bound for q > 0.6."""
+    params = {"noise-multiplier": 0.0, "initial-clipping-norm": 4.5, "clipped-count-stddev": 0.0}
     aggregator = make_aggregator(ADAPTIVE, {**params, "target-clipped-quantile": quantile}, 10)
+    shipped = DifferentialPrivacyServerSideAdaptiveClipping(
+        flower_strategies.FedAvg(), 0.0, 10, 4.5, quantile, clipped_count_stddev=0.0
+    )
     reference = {"w": np.zeros(1, np.float32)}
     models = [{"w": np.array([float(n)], np.float32)} for n in range(1, 11)]
-    seen = []
+    seen, flowers = [], []
     for rnd in range(1, 61):
         aggregate_uploads(aggregator, rnd, models, [1] * 10, reference)
+        aggregate_uploads(shipped, rnd, models, [1] * 10, reference)
         seen.append(aggregator.clipping_norm)
-    # from 5.5 it moves by at most exp(0.2 |b - gamma|) <= exp(0.2) a round into its band (in
+        flowers.append(shipped.clipping_norm)
+    # from 4.5 it moves by at most exp(0.2 |b - gamma|) <= exp(0.2) a round into its band (in
     # under 20 rounds), then stays (exactly at the target it does not move)
     settled = seen[30:]
     assert low / math.exp(0.2) <= min(settled) and max(settled) <= high * math.exp(0.2)
     assert low <= float(np.median(settled)) <= high
+    assert flowers[-1] < 1.0 if quantile < 0.6 else flowers[-1] > 20.0
 
 
 def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():

@@ -273,16 +273,17 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
     shards = config(3)
     shards["task"] |= {"partition": "shards", "shards_per_device": 1, "imbalance_ratio": 9.0}
     shards["aggregator"] = "FedMedian"
-    assert settings_title([shards], seeds=False) == (
-        "MNIST-1D · 1 shard per device, r = 9 · τ = 1 · V = 64 · aggregator FedMedian"
+    assert settings_title([shards]) == (
+        "MNIST-1D · 1 shard per device, r = 9 · τ = 1 · V = 64 · aggregator FedMedian · seed 3"
     )
     assert settings_title([None]) == "" and settings_title([{"task": "not a table"}]) == ""
     # a sweep lists each setting once with its values: r over 1, 3, 9; α over 0.1, 1, 10
     swept = [copy.deepcopy(shards) for _ in range(3)]
     for run, ratio in zip(swept, (1.0, 3.0, 9.0), strict=True):
         run["task"]["imbalance_ratio"] = ratio
-    assert settings_title(swept, seeds=False) == (
+    assert settings_title(swept) == (
         "MNIST-1D · 1 shard per device, r = 1, 3, 9 · τ = 1 · V = 64 · aggregator FedMedian"
+        " · seed 3"
     )
     alphas = [config(0, alpha=a) for a in (0.1, 1.0, 10.0)]
     assert settings_title(alphas) == "MNIST-1D · Dirichlet α = 0.1, 1, 10 · τ = 1 · V = 64 · seed 0"
@@ -291,8 +292,8 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
     assert settings_title([hostile]) == (f"{'x' * 40} · Dirichlet α = 0.1 · τ = 1 · V = ? · seed ?")
     odd = config(0)
     odd["task"] |= {"partition": "shards", "shards_per_device": [1, 2], "imbalance_ratio": {}}
-    title = settings_title([odd], seeds=False)
-    assert title == "MNIST-1D · ? shards per device, r = ? · τ = 1 · V = 64"
+    title = settings_title([odd])
+    assert title == "MNIST-1D · ? shards per device, r = ? · τ = 1 · V = 64 · seed 0"
 
 
 def test_a_comparison_figure_is_titled_from_the_recorded_configs(

@@ -6,7 +6,6 @@ worked out by hand in the comments, and per-sample gradients from one backward p
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import json
 import math
@@ -282,9 +281,3 @@ def test_an_in_process_run_on_mnist1d_completes(tmp_path):
     assert [p.name for p in data.iterdir()] == [
         mnist1d_cache_path(data, mnist1d_arguments(400)).name
     ]
-
-
-def test_task_settings_stay_hashable_with_the_sample_count(tmp_path):
-    settings = settings_for(tmp_path, SMALL_N)
-    assert hash(settings) == hash(dataclasses.replace(settings))
-    assert settings != dataclasses.replace(settings, mnist1d_samples=300)

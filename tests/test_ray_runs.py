@@ -127,18 +127,26 @@ def test_a_run_whose_ray_worker_dies_goes_again_from_its_checkpoint_in_its_folde
 
     from fedcgd_task.settings import PROJECT_DIR
 
-    values = {"num-devices": 8, "num-server-rounds": 60, "checkpoint-every": 5, "policy": "bc"}
+    # 200 rounds: about 12 s here, so the run is still going when the test looks for its task
+    # on a faster machine (60 rounds once ended between the first checkpoint and the look).
+    values = {"num-devices": 8, "num-server-rounds": 200, "checkpoint-every": 5, "policy": "bc"}
     out, folder = tmp_path / "out", tmp_path / "out" / "bc" / "seed-0"
-    settings = "num-devices=8 num-server-rounds=60 checkpoint-every=5"
+    settings = "num-devices=8 num-server-rounds=200 checkpoint-every=5"
     proc = subprocess.Popen(
         [FEDCGD, "compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
          "--ray-address", "local", "--run-config", settings, "--out", str(out)],
         cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: (folder / "checkpoint.pt").exists(), proc, limit_s=300)
-        (task,) = (p for p in descendants(proc.pid) if "ray::run_task" in command_line(p))
-        os.kill(task, signal.SIGKILL)
+        tasks: list[int] = []
+
+        def checkpointed_task() -> bool:
+            if (folder / "checkpoint.pt").exists():
+                tasks[:] = [p for p in descendants(proc.pid) if "ray::run_task" in command_line(p)]
+            return len(tasks) == 1
+
+        wait_for(checkpointed_task, proc, limit_s=300)
+        os.kill(tasks[0], signal.SIGKILL)
         out_text, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
@@ -148,7 +156,7 @@ def test_a_run_whose_ray_worker_dies_goes_again_from_its_checkpoint_in_its_folde
     resumed = re.findall(
         rf"resuming {re.escape(str(folder))} after round (\d+)", (folder / "run.log").read_text()
     )
-    assert len(resumed) == 1 and int(resumed[0]) % 5 == 0 and 5 <= int(resumed[0]) < 60
+    assert len(resumed) == 1 and int(resumed[0]) % 5 == 0 and 5 <= int(resumed[0]) < 200
     whole_run(tmp_path / "whole", values)
-    assert_same_run(folder, tmp_path / "whole", rounds=60)
+    assert_same_run(folder, tmp_path / "whole", rounds=200)
     assert not (folder / TOKEN_FILE).exists()

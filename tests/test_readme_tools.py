@@ -115,6 +115,8 @@ def test_readme_tool_command_runs(command: str, args: list[str], tmp_path: Path)
     if command == "bench inprocess":  # the bare replay computes what the engine computed
         settings = json.loads((out / "table.json").read_text())["settings"]
         assert settings["max_accuracy_gap"] <= 0.01, settings
+    if "--docs-png" in args:  # the committed figure's copy: the figure itself
+        assert (out / "docs.png").read_bytes() == (out / "solver_performance.png").read_bytes()
     if command == "certificates":  # CA, SuperLink certificate and key, one key pair
         assert len([p for p in out.rglob("*") if p.is_file()]) >= 5
 

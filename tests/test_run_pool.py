@@ -121,7 +121,8 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     import subprocess
 
     project = Path(__file__).resolve().parents[1]
-    settings = "num-server-rounds=60 num-devices=8 checkpoint-every=1 eval-every=60"
+    # 150 rounds: neither run ends between the look at its task and the signal.
+    settings = "num-server-rounds=150 num-devices=8 checkpoint-every=1 eval-every=150"
     words = ["--policies", "fedcgd-fscd,bc", "--seeds", "0", "--engine", "inprocess"]
     command = [FEDCGD, "compare", *words]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"

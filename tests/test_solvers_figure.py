@@ -59,10 +59,3 @@ def test_tiny_run_writes_consistent_csv_and_only_under_out(
         iterations = np.mean([float(r[f"{method}_iterations"]) for r in group])
         assert float(entry["mean_iterations"]) == pytest.approx(iterations)
     assert (out / "solver_performance.png").stat().st_size > 0
-
-
-def test_docs_png_copies_the_figure(tmp_path: Path) -> None:
-    args = ["--out", str(tmp_path / "out"), "--num-devices", "8", "--alphas", "1", "--ratios", "1"]
-    png = tmp_path / "docs" / "img" / "s.png"
-    assert invoke(["paper", "solver-performance", *args, "--docs-png", str(png)]) == 0
-    assert png.stat().st_size > 0

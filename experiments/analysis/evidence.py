@@ -1,8 +1,7 @@
 """The evidence's tests: rounds to the target (paired, censored) and the Ĝ/σ̂ indicator.
 
 Why these tests: docs/comparing.md, "Rounds to the target, paired and censored" and "The Ĝ/σ̂
-indicator". Pure
-functions on numbers and ``metrics.jsonl`` lines; scipy computes every p-value.
+indicator". Pure functions on numbers and ``metrics.jsonl`` lines; scipy computes every p.
 """
 
 from __future__ import annotations

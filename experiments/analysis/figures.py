@@ -275,7 +275,6 @@ def draw_group(
     key: str,
     label: str,
     *,
-    color: Any = None,
     style: Mapping[str, Any] | None = None,
     smooth: int = 1,
     bands: bool = True,
@@ -288,7 +287,7 @@ def draw_group(
     ``bands`` False: the mean lines alone.
     """
     style = dict(style or {})
-    color = style.pop("color", color)
+    color = style.pop("color", None)
     curves = [c for c in curves if c]
     if not curves:
         return None

@@ -315,7 +315,7 @@ def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(texts) + imbalance
 
 
-def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool = True) -> str:
+def settings_title(configs: Sequence[Mapping[str, Any] | None]) -> str:
     """The title of a figure over runs with these ``config.json`` ("" when none is known).
 
     Data set · split · τ · V · aggregator (unless FedAvg) · seeds, each listing its distinct values
@@ -337,12 +337,11 @@ def settings_title(configs: Sequence[Mapping[str, Any] | None], *, seeds: bool =
     aggregators = [str(c.get("aggregator") or "") for c in known]
     if any(aggregators):
         parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
-    if seeds:
-        distinct = list(dict.fromkeys(_number(t.get("seed")) for t in tasks))
-        parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
+    distinct = list(dict.fromkeys(_number(t.get("seed")) for t in tasks))
+    parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
     return " · ".join(parts)
 
 
-def runs_title(result_dirs: Iterable[Path], *, seeds: bool = True) -> str:
+def runs_title(result_dirs: Iterable[Path]) -> str:
     """:func:`settings_title` of the runs in ``result_dirs``."""
-    return settings_title([read_config(d) for d in result_dirs], seeds=seeds)
+    return settings_title([read_config(d) for d in result_dirs])

@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 
 from experiments.analysis.figures import (
@@ -20,10 +19,7 @@ from experiments.analysis.figures import (
     policy_order,
     series_styles,
 )
-from experiments.analysis.plot_runs import draw_panels, save_figure
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from experiments.analysis.plot_runs import draw_panels, plt, save_figure
 
 #: ``table.csv``'s summary of rounds to the target drawn in place of a mean (no bars).
 KM_COLUMN = "rounds_to_target_km_median"

@@ -13,17 +13,10 @@ from run_files.files import atomic_write
 def write_csv(
     path: Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None
 ) -> None:
-    """Write ``rows`` as CSV with a header line (atomically), creating the parent folder if missing.
+    """Write ``rows`` as CSV with a header line, atomically, into a folder made if missing.
 
-    ``columns`` default to the first row's keys (no rows: an empty file); values are written as
-    ``str(value)``.
-
-    Raises
-    ------
-    ValueError
-        If a row has a key that is not a column.
-    run_files.files.ResultWriteError
-        When the file cannot be written (one line).
+    ``columns``: default the first row's keys (no rows: an empty file). A row's key that is no
+    column: ValueError; a file that cannot be written: ``ResultWriteError`` (one line).
     """
     fieldnames = list(columns) if columns is not None else list(rows[0]) if rows else []
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -93,10 +94,8 @@ def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
     return (last - first) / (len(metrics) - 1)
 
 
-def run_engine(
-    project: Path, overrides: Mapping[str, Any], log_path: Path, *extra: str
-) -> EngineRun:
-    """Run ``project``'s in-process engine on ``overrides`` (and ``extra`` options) as a process.
+def run_engine(project: Path, overrides: Mapping[str, Any], log_path: Path) -> EngineRun:
+    """Run ``project``'s in-process engine on ``overrides`` as a process.
 
     Its resident memory is sampled every 0.1 s, by the rounds written so far.
 
@@ -106,7 +105,7 @@ def run_engine(
         With the end of the log when the run fails.
     """
     words = engine_command(project) or []
-    command = [sys.executable, *words, "--run-config", format_run_config(overrides), *extra]
+    command = [sys.executable, *words, "--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result_dir = Path(str(overrides["result-dir"]))
     by_round: dict[int, float] = {}
@@ -140,21 +139,25 @@ def run_engine(
     return EngineRun(read_metrics_lines(result_dir), process_s, usage.ru_maxrss / 1024, by_round)
 
 
+#: The replay's timed parts of a round (:func:`replay`), each beside an engine phase.
+PARTS = ("round_s", "sigma_s", "train_s", "aggregate_s", "eval_s")
+
+
 @dataclass
 class Replay:
-    """Per replayed round: its seconds and those of its parts, the test accuracy (None: none)."""
+    """A replayed run's set-up seconds and each part's seconds per round (:data:`PARTS`).
+
+    ``accuracy_gap``: the largest |run accuracy − replayed accuracy| over the rounds both
+    evaluated (NaN: none).
+    """
 
     setup_s: float
-    round_s: list[float] = field(default_factory=list)
-    sigma_s: list[float] = field(default_factory=list)
-    train_s: list[float] = field(default_factory=list)
-    aggregate_s: list[float] = field(default_factory=list)
-    eval_s: list[float] = field(default_factory=list)
-    accuracy: list[float | None] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PARTS})
+    accuracy_gap: float = math.nan
 
     def mean(self, name: str) -> float:
-        """Mean of the list ``name`` over rounds 2..R."""
-        return statistics.fmean(getattr(self, name)[1:])
+        """Mean of the part ``name`` over rounds 2..R."""
+        return statistics.fmean(self.parts[name][1:])
 
 
 def replay(
@@ -164,8 +167,9 @@ def replay(
 
     The ServerApp's set-up; per round the channel redrawn, then (timed) σ̂ and the label
     histogram on every available device when the policy needs σ̂, τ SGD steps on each scheduled
-    device, FedAvg of the uploads and the central evaluation when the run evaluated. Batches are
-    gathered before each round's clock starts.
+    device, FedAvg of the uploads and the central evaluation when the run evaluated: the
+    product's own functions, without messages, checks or files. Batches are gathered before
+    each round's clock starts.
 
     Raises
     ------
@@ -189,6 +193,7 @@ def replay(
     splits = [local_split(config.task, v) for v in range(config.task.num_devices)]
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     out = Replay(setup_s=time.perf_counter() - started)
+    gaps = []
     for line in metrics:
         server_round = int(line["round"])
         available = np.flatnonzero(setup.cell.draw_round(setup.model_bits).available).tolist()
@@ -226,23 +231,15 @@ def replay(
             state = {k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in averaged.items()}
         clock.append(time.perf_counter())
         due = evaluation_due(server_round, config.num_server_rounds, config.eval_every)
-        out.accuracy.append(setup.evaluate(state)[1] if due else None)
+        accuracy = setup.evaluate(state)[1] if due else None
         clock.append(time.perf_counter())
-        parts = ("sigma_s", "train_s", "aggregate_s", "eval_s")
-        for name, (a, b) in zip(parts, itertools.pairwise(clock), strict=True):
-            getattr(out, name).append(b - a)
-        out.round_s.append(clock[-1] - clock[0])
+        for name, (a, b) in zip(PARTS[1:], itertools.pairwise(clock), strict=True):
+            out.parts[name].append(b - a)
+        out.parts["round_s"].append(clock[-1] - clock[0])
+        if accuracy is not None and line.get("accuracy") is not None:
+            gaps.append(abs(float(line["accuracy"]) - accuracy))
+    out.accuracy_gap = max(gaps, default=math.nan)
     return out
-
-
-def accuracy_gap(metrics: Sequence[Mapping[str, Any]], accuracies: Sequence[float | None]) -> float:
-    """Largest |run accuracy − replayed accuracy| over the rounds both evaluated (NaN if none)."""
-    gaps = [
-        abs(float(m["accuracy"]) - a)
-        for m, a in zip(metrics, accuracies, strict=True)
-        if m.get("accuracy") is not None and a is not None
-    ]
-    return max(gaps, default=float("nan"))
 
 
 def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) -> list[dict]:

@@ -17,7 +17,6 @@ from experiments.bench.common import (
     Checkout,
     Rounds,
     Seed,
-    accuracy_gap,
     checkouts,
     compared,
     per_round_s,
@@ -84,7 +83,7 @@ def main(
                 progress(f"  {per_round_s(runs[name].metrics):.4f} s a round", "inprocess")
             metrics = runs["this"].metrics
             plain = replay({**default_run_config(), **settings}, metrics)
-            gaps.append(accuracy_gap(metrics, plain.accuracy))
+            gaps.append(plain.accuracy_gap)
             progress(f"  bare: {plain.mean('round_s'):.4f} s a round", "inprocess")
             for name, run in runs.items():
                 for row in compared(name, run.metrics, plain):

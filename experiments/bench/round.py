@@ -19,7 +19,6 @@ import typer
 from experiments.bench.common import (
     Rounds,
     Seed,
-    accuracy_gap,
     compared,
     progress,
     replay,
@@ -95,9 +94,9 @@ def main(
                 return proc.returncode or 1
             progress(f"{policy}: replay ({threads} torch thread(s))", "bench_round")
             plain = replay({**default_run_config(), **overrides}, metrics, threads)
-            gaps[policy] = accuracy_gap(metrics, plain.accuracy)
+            gaps[policy] = plain.accuracy_gap
             rows += compared(policy, metrics, plain)
-            whole = plain.setup_s + sum(plain.round_s)
+            whole = plain.setup_s + sum(plain.parts["round_s"])
             rows.append(
                 {"group": policy, "quantity": "whole run", "engine_s": total_s, "plain_s": whole}
             )

@@ -26,7 +26,6 @@ def main(
         int, typer.Option(min=3, help="rounds per run (>= 3: rounds 2..R are timed)")
     ] = 4,
     samples: Annotated[int, typer.Option(help="mnist1d-samples")] = 200_000,
-    per_device: Annotated[bool, typer.Option("--per-device", help="also time cohorts off")] = False,
     compare_with: Checkout = None,
     out: Path = Path("results/bench-scale"),
 ) -> int:
@@ -35,16 +34,14 @@ def main(
     projects = checkouts(compare_with)
     if projects is None:
         return 2
-    variants: list[tuple[str, Path, tuple[str, ...]]] = [("cohorts", projects["this"], ())]
-    if per_device:
-        variants.append(("per device", projects["this"], ("--per-device",)))
-    if "other" in projects:
-        variants.append(("other checkout", projects["other"], ()))
+    variants = {"cohorts": projects["this"]} | (
+        {"other checkout": projects["other"]} if "other" in projects else {}
+    )
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for v in sizes:
-        for name, project, extra in variants:
+        for name, project in variants.items():
             folder = f"V{v}-{name.replace(' ', '-')}-{len(rows)}"
             overrides = {
                 "dataset": "mnist1d",
@@ -55,7 +52,7 @@ def main(
                 "result-dir": str(out / folder),
             }
             progress(f"V = {v}, {name} ({project})", "bench_scale")
-            run = run_engine(project, overrides, out / f"{folder}.log", *extra)
+            run = run_engine(project, overrides, out / f"{folder}.log")
             later = run.metrics[1:]
             walls = [float(x["wall_time_s"]) for x in run.metrics]
             rows.append(
@@ -67,9 +64,7 @@ def main(
                     **{p: statistics.median(float(x.get(p) or 0.0) for x in later) for p in PHASES},
                     "peak_rss_mib": run.peak_rss_mib,
                     "rss_after_round_2_mib": run.rss_by_round.get(2),
-                    "rss_at_end_mib": run.rss_by_round[max(run.rss_by_round, default=0)]
-                    if run.rss_by_round
-                    else None,
+                    "rss_at_end_mib": max(run.rss_by_round.items(), default=(0, None))[1],
                 }
             )
     write_table(out, rows, {"rounds": rounds, "samples": samples}, "table")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -65,17 +65,17 @@ def time_solvers(
     from experiments.paper.solver_performance import instance_problem, make_instance
     from fedcgd_strategy import solve
 
-    runs: list[dict[str, object]] = []
+    runs: list[dict[str, Any]] = []
     summary: list[dict[str, object]] = []
     for size in num_devices:
         rngs = [np.random.default_rng([seed, size, i, 7]) for i in range(instances)]
         problems = [instance_problem(*make_instance(size, alpha, rng), ratio) for rng in rngs]
         for method in methods:
-            group = []
+            group: list[dict[str, Any]] = []
             for i, problem in enumerate(problems):
                 rng = np.random.default_rng([seed, size, i, 8])
-                wall, cpu = time.perf_counter(), time.process_time()
                 limit = milp_time_limit_s or None
+                wall, cpu = time.perf_counter(), time.process_time()
                 result = solve(problem, method, rng=rng, milp_time_limit_s=limit)
                 group.append(
                     {
@@ -91,17 +91,16 @@ def time_solvers(
                         "proven": result.lower_bound >= result.objective * (1 - 1e-9),
                     }
                 )
-            walls = [float(str(r["wall_s"])) for r in group]
             summary.append(
                 {
                     "num_devices": size,
                     "method": method,
                     "instances": instances,
-                    "median_s": statistics.median(walls),
-                    "max_s": max(walls),
-                    "median_cpu_s": statistics.median(float(str(r["cpu_s"])) for r in group),
-                    "iterations": statistics.fmean(int(str(r["iterations"])) for r in group),
-                    "proven": sum(bool(r["proven"]) for r in group),
+                    "median_s": statistics.median(r["wall_s"] for r in group),
+                    "max_s": max(r["wall_s"] for r in group),
+                    "median_cpu_s": statistics.median(r["cpu_s"] for r in group),
+                    "iterations": statistics.fmean(r["iterations"] for r in group),
+                    "proven": sum(r["proven"] for r in group),
                 }
             )
             runs += group

@@ -193,11 +193,8 @@ def run_policies(
 ) -> ComparisonRuns:
     """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables.
 
-    Every folder is planned first (:func:`plan_runs`, unless ``plans`` are given): kept,
-    resumed, run again or refused (docs/comparing.md, "Kept runs"); then the runs go
-    (:func:`execute_plans`) and the tables of the completed ones are written
-    (:func:`collect_runs`). ``engine``: one of :data:`ENGINES`; ``jobs``: runs at once (0: one
-    per usable core; more than one: ``inprocess`` only); ``ray``: runs as Ray tasks.
+    :func:`plan_runs` (unless ``plans`` are given), :func:`execute_plans`, :func:`collect_runs`;
+    the options: docs/comparing.md, "Comparing policies" and "Kept runs".
 
     Raises
     ------
@@ -242,13 +239,9 @@ def execute_plans(
     """Run every plan that is not kept; each result folder's outcome, and the runs Ray retried.
 
     Outcome: None (completed or kept) or why not; retried: None when the runs went in the
-    foreground, or none went again on a Ray of ``launcher.jobs``.
-
-    With ``how.jobs`` = 1 and no ``how.ray`` each run goes in the foreground, its output on this
-    terminal; else each is a Ray task (:func:`experiments.run.ray_runs.run_tasks`; for
-    ``jobs`` > 1, ``inprocess`` engine only, of a Ray of this machine that holds ``jobs`` runs),
-    its output in ``<result folder>/run.log``; a line says when each starts and how it ended.
-    Each start line begins with ``tracker``'s overall progress and then ``header(plan)``.
+    foreground, or none went again on a Ray of ``launcher.jobs``. One job and no ``how.ray``:
+    each run in the foreground; else each a Ray task (:func:`~experiments.run.ray_runs.run_tasks`,
+    its output in its ``run.log``: docs/comparing.md). Start lines: ``tracker``, ``header(plan)``.
     """
     outcomes: dict[Path, str | None] = {}
 

@@ -122,16 +122,12 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
     return plans
 
 
-#: What ``figure_metrics`` may name: the table's numbers per policy and sweep point.
-FIGURE_METRICS = METRICS
-
-
 def check_figure_metrics(metrics: Any) -> None:
-    """Refuse a ``figure_metrics`` that names anything but :data:`FIGURE_METRICS` (one line)."""
+    """Refuse a ``figure_metrics`` that names anything but the table's :data:`METRICS`."""
     given = [] if metrics is None else list(metrics) if not isinstance(metrics, str) else [metrics]
-    bad = [m for m in given if m not in FIGURE_METRICS]
+    bad = [m for m in given if m not in METRICS]
     if bad:
-        allowed = ", ".join(FIGURE_METRICS)
+        allowed = ", ".join(METRICS)
         raise ValueError(f"figure_metrics = {given!r} names {bad[0]!r}; allowed: {allowed}")
 
 
@@ -140,22 +136,6 @@ def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
     defaults = default_run_config()
     for task in {TaskSettings.from_run_config({**defaults, **o}) for _, o in plans}:
         load_train_set(task)  # cached per (dataset, data-dir), and settings where read
-
-
-def plan_sweep(
-    cfg: DictConfig, plans: list[tuple[dict[str, Any], dict[str, Any]]], out: Path
-) -> list[list[PlannedRun]]:
-    """The planned runs of every sweep point, checked before any starts (one-line errors)."""
-    seeds = planned_seeds(cfg)
-    policies = list(cfg.policies)
-    per_point = [
-        plan_runs(policies, overrides, out / point_label(point), seeds)
-        for point, overrides in plans
-    ]
-    every = [plan for point_plans in per_point for plan in point_plans]
-    refuse_stale_runs(every)
-    check_plans_before_start(every)
-    return per_point
 
 
 def load_preset(words: Sequence[str]) -> DictConfig:
@@ -213,7 +193,13 @@ def reproduce(
         claims.append(claim_folder(out, "out"))
         for point, _ in plans:
             claims.append(claim_folder(out / point_label(point), "out"))
-        per_point = plan_sweep(cfg, plans, out)
+        per_point = [  # every sweep point's runs, checked before any starts
+            plan_runs(list(cfg.policies), overrides, out / point_label(point), planned_seeds(cfg))
+            for point, overrides in plans
+        ]
+        every = [plan for point_plans in per_point for plan in point_plans]
+        refuse_stale_runs(every)
+        check_plans_before_start(every)
         launcher = cfg.launcher
         ray = ray_settings(
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
@@ -222,26 +208,14 @@ def reproduce(
         workers = jobs if ray is None else connect(ray)
 
         def go() -> int:
-            write_preset(cfg, out, command)
+            # The preset as composed, the command first (which settings it set or changed).
+            head = f"# {command}\n" if command else ""
+            atomic_write(out / "preset.yaml", head + OmegaConf.to_yaml(cfg, resolve=True))
             return _reproduce_planned(cfg, plans, per_point, out, engine, workers, ray)
 
         return go
 
     return run_command(check, out, command, last_words)
-
-
-#: The preset as the command composed it, in the output folder (where each setting came from).
-PRESET_FILE = "preset.yaml"
-
-
-def write_preset(cfg: DictConfig, out: Path, command: str | None) -> None:
-    """Write ``<out>/preset.yaml``: the composed preset, the command that composed it first.
-
-    A run's ``config.json`` says a value came from the run config; this file says which of them
-    the preset set and which the command line changed (Hydra's composition of both).
-    """
-    head = f"# {command}\n" if command else ""
-    atomic_write(out / PRESET_FILE, head + OmegaConf.to_yaml(cfg, resolve=True))
 
 
 def _reproduce_planned(
@@ -282,19 +256,13 @@ def _reproduce_planned(
         k, label = points[plan.result_dir]
         return run_header(plan, policies, seeds, prefix=f"[{label} {k}/{num_points}] ")
 
-    outcomes, total.retried = execute_plans(
-        [plan for point_plans in per_point for plan in point_plans],
-        LaunchSettings(
-            engine,
-            jobs,
-            cfg.launcher.num_supernodes,
-            int(cfg.launcher.cpus_per_client),
-            float(cfg.launcher.gpus_per_client),
-            ray,
-        ),
-        tracker=tracker,
-        header=header,
-    )
+    launcher = cfg.launcher
+    how = LaunchSettings(
+        engine, jobs, launcher.num_supernodes, int(launcher.cpus_per_client),
+        float(launcher.gpus_per_client), ray,
+    )  # fmt: skip
+    every = [plan for point_plans in per_point for plan in point_plans]
+    outcomes, total.retried = execute_plans(every, how, tracker=tracker, header=header)
     for (point, _), point_plans in zip(plans, per_point, strict=True):
         label = point_label(point)
         result = collect_runs(point_plans, outcomes, out / label, target)

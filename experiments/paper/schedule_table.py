@@ -53,7 +53,7 @@ def _ci(mean: float, ci: float, digits: int) -> str:
 
 def _bars(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     """Bar chart: ours (with 95 % CI) beside the paper, scheduled number and WEMD."""
-    import matplotlib.pyplot as plt
+    from experiments.analysis.plot_runs import plt, save_figure
 
     x = np.arange(len(rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -68,15 +68,13 @@ def _bars(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _fit_plot(rows: Sequence[Mapping[str, float]], chosen: int, path: Path) -> None:
     """POC's mean scheduled number against V', with the paper's 13.71 and the chosen V'."""
-    import matplotlib.pyplot as plt
-
     from experiments.analysis.figures import POLICY_COLORS, count_ticks
+    from experiments.analysis.plot_runs import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.errorbar(
@@ -92,8 +90,7 @@ def _fit_plot(rows: Sequence[Mapping[str, float]], chosen: int, path: Path) -> N
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(
@@ -110,9 +107,6 @@ def main(
     V' = 1..it first and uses the one nearest the paper's 13.71. Exit code 2 with one line
     for an unknown policy.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     policies = [p.strip() for p in policies_text.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown:

@@ -6,8 +6,9 @@ How: docs/evidence.md, "The paper's solver figure and the speed benchmark".
 from __future__ import annotations
 
 import itertools
+import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,6 @@ from experiments.paper.settings import CIFAR10_CLASSES, PAPER_CIFAR10
 from experiments.run.progress import step_reporter
 from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.solvers.exact import exact_schedule
-from fedcgd_strategy.solvers.result import ScheduleResult
 
 #: Line style of each σ/(√b G) ratio's thin curve in panel (b), in the order of the ratios.
 RATIO_LINESTYLES = (":", "-.", "--", (0, (3, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 4)))
@@ -74,14 +74,6 @@ def instance_problem(
     )
 
 
-def _timed(
-    func: Callable[..., ScheduleResult], *args: object, **kwargs: object
-) -> tuple[ScheduleResult, float]:
-    start = time.perf_counter()
-    result = func(*args, **kwargs)
-    return result, time.perf_counter() - start
-
-
 def relative_error(objective: float, reference: float) -> float:
     """``(objective - reference) / reference``; NaN when the reference is not positive/finite."""
     if not np.isfinite(reference) or reference <= 0 or not np.isfinite(objective):
@@ -107,7 +99,9 @@ def run(
         labels, bandwidth_hz = make_instance(num_devices, alpha, rng)
         for ratio in ratios:
             problem = instance_problem(labels, bandwidth_hz, ratio)
-            exact, exact_s = _timed(exact_schedule, problem, milp_time_limit_s=milp_time_limit_s)
+            start = time.perf_counter()
+            exact = exact_schedule(problem, milp_time_limit_s=milp_time_limit_s)
+            exact_s = time.perf_counter() - start
             row: dict[str, float | int | bool] = {
                 "num_devices": num_devices,
                 "alpha": alpha,
@@ -124,7 +118,9 @@ def run(
             }
             cd_rng = np.random.default_rng([seed, num_devices, alpha_index, instance, 1])
             for method in HEURISTICS:
-                result, seconds = _timed(solve, problem, method, rng=cd_rng)
+                start = time.perf_counter()
+                result = solve(problem, method, rng=cd_rng)
+                seconds = time.perf_counter() - start
                 row.update(
                     {
                         f"{method}_objective": result.objective,
@@ -191,12 +187,8 @@ def plot(
     Each method in its policy's colour (FedCGD-<method>): a solid line over all ratios, a thin
     one per σ/(√b G) ratio in panel (b).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from experiments.analysis.figures import POLICY_COLORS, count_ticks
+    from experiments.analysis.plot_runs import plt, save_figure
 
     fig, (ax_it, ax_err) = plt.subplots(1, 2, figsize=(11, 3.8))
     ratios = sorted({r["ratio"] for r in summary if r["ratio"] != "all"}, key=float)
@@ -231,10 +223,10 @@ def plot(
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    for path in paths:
+    save_figure(fig, paths[0], dpi=150)
+    for path in paths[1:]:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=150)
-    plt.close(fig)
+        shutil.copyfile(paths[0], path)
 
 
 def main(

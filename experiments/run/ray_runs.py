@@ -303,7 +303,7 @@ def run_tasks(
     ``on_start(i)`` before run ``i`` goes (False keeps it back), ``on_end(i, exit_code)`` once
     its files are in its folder; no lock on the folders is held in between (a task in place
     takes them). A run lost with its node or worker goes again (:func:`again`), up to
-    :data:`MAX_RETRIES` times; on a signal the runs still going are cancelled; Ray is left
+    :data:`MAX_RETRIES` times; on a signal the runs still going end with this driver; Ray is left
     (:func:`connect` joined it). Returns how many went again.
     """
     import ray
@@ -365,8 +365,10 @@ def run_tasks(
                         continue
                     end(i, {}, 1, f"failed: lost {tries[i]} times: {first_line(err)}")
     finally:
-        for ref, i in going.items():
-            ray.cancel(ref, force=True)
+        # No ray.cancel: Ray 2.55's force-cancel races with the task's reply and can abort this
+        # process (TaskManager::CompletePendingTask). A driver's end ends its job, and Ray then
+        # kills the job's workers on every node: the runs still going stop with this command.
+        for i in going.values():
             (Path(runs[i]["result-dir"]) / TOKEN_FILE).unlink(missing_ok=True)
         ray.shutdown()
     return sum(1 for n in tries if n > 1)

@@ -7,17 +7,21 @@ docs/design.md ("Any Flower aggregation", "Server-side differential privacy").
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp import strategy as flower
 from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 from flwr.serverapp.strategy.fedopt import FedOpt
+from flwr.supercore.logger import FLOWER_LOGGER
 
 from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
 from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
@@ -127,14 +131,6 @@ class DifferentialPrivacyServerSideAdaptiveClipping(
             self.clipping_norm = updated
 
 
-#: Classes built in place of the one named.
-REPLACED: dict[type, type] = {
-    flower.DifferentialPrivacyServerSideAdaptiveClipping: (
-        DifferentialPrivacyServerSideAdaptiveClipping
-    )
-}
-
-
 def parameter_range(cls: type, name: str) -> tuple[str, str] | None:
     """The (interval, why) of ``cls``'s parameter ``name`` (:data:`RANGES`)."""
     return next((RANGES[c][name] for c in cls.__mro__ if name in RANGES.get(c, {})), None)
@@ -160,7 +156,7 @@ def short_names() -> list[str]:
 
 
 def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
-    """The strategy class ``setting`` names (ValueError: one line; :data:`REPLACED` applied)."""
+    """The strategy class ``setting`` names, ours for Flower's adaptive DP (ValueError: 1 line)."""
     if not (is_reference(setting) or setting in short_names()):
         default = '"" (the scheduler\'s FedAvg), ' if key == AGGREGATOR_KEY else ""
         raise ValueError(
@@ -176,7 +172,8 @@ def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
     for refused, why in CLIENT_SIDE.items():
         if issubclass(found, refused):
             raise ValueError(f"run-config key {key!r} = {setting!r}: {why}; refused")
-    return REPLACED.get(found, found)
+    replaced = found is flower.DifferentialPrivacyServerSideAdaptiveClipping
+    return DifferentialPrivacyServerSideAdaptiveClipping if replaced else found
 
 
 def _given(params: Mapping[str, object], name: str, table: str, default: object) -> object:
@@ -252,6 +249,12 @@ def build(
             f"{ {kebab(k): v for k, v in arguments.items()} } (num-devices = {num_devices}): "
             f"{type(err).__name__}: {first_line(err)}"
         ) from err
+    need, why = minimum_uploads(built)
+    if num_devices is not None and need > num_devices:
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r} with {table} = {dict(params)!r}: {why}, more "
+            f"than num-devices = {num_devices}; lower num-malicious-nodes or add devices"
+        )
     values = with_defaults(cls, arguments, refused=REFUSED)
     resolved = {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()}
     given = {kebab(k) for k in arguments}
@@ -263,14 +266,111 @@ def build(
     } | ({INNER: record} if record is not None else {})
 
 
+#: Class attribute in which a researcher's strategy names the attributes of its state.
+DECLARED = "checkpoint_state"
+#: Set by the scheduler before every round (a DP wrapper's n), so not state; state kept > 0.
+SET_EACH_ROUND, POSITIVE = ("num_sampled_clients",), ("clipping_norm",)
+
+
+def _numeric(value: object) -> bool:
+    """None, a number (not a bool), numeric arrays, or containers of these: state, undeclared."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) for k in value) and _numeric(list(value.values()))
+    if isinstance(value, list | tuple):
+        return all(_numeric(v) for v in value)
+    if isinstance(value, np.ndarray | np.generic):
+        return value.dtype.kind in "biuf"
+    return value is None or (
+        isinstance(value, ArrayRecord | int | float) and not isinstance(value, bool)
+    )
+
+
+def state_names(aggregator: Strategy) -> list[str]:
+    """Its :data:`DECLARED` names, else its held strategies and numeric non-parameters.
+
+    A parameter is one of a constructor along the class's MRO. ValueError: a bad declaration.
+    """
+    cls = type(aggregator)
+    declared = getattr(cls, DECLARED, None)
+    if declared is None:
+        inits = [vars(c)["__init__"] for c in cls.__mro__ if "__init__" in vars(c)]
+        settings = {n for init in inits for n in inspect.signature(init).parameters}
+        return [
+            name
+            for name, value in vars(aggregator).items()
+            if isinstance(value, Strategy) or (name not in settings and _numeric(value))
+        ]
+    if not isinstance(declared, tuple | list) or not all(isinstance(n, str) for n in declared):
+        raise ValueError(
+            f"{cls.__name__}.{DECLARED} = {declared!r}; allowed: a tuple of the names of the "
+            "attributes that make up its state, e.g. ('count',)"
+        )
+    return list(declared)
+
+
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
-    """The fewest uploads ``aggregator`` combines, and why.
+    """The fewest uploads ``aggregator`` (or the strategy a DP wrapper wraps) combines, and why.
 
     Bulyan 4 f + 3 (El Mhamdi et al. 2018), Krum and MultiKrum 2 f + 3 (Blanchard et al. 2017),
     f = ``num_malicious_nodes``; any other 1.
     """
+    aggregator = inner_strategy(aggregator)
     f, name = int(getattr(aggregator, "num_malicious_nodes", 0)), type(aggregator).__name__
     for cls, k in ((flower.Bulyan, 4), (flower.MultiKrum, 2)):
         if isinstance(aggregator, cls):
             return k * f + 3, f"{name} needs {k} f + 3 uploads, f = num-malicious-nodes = {f}"
     return 1, f"{name} needs one upload"
+
+
+def make_aggregator(
+    setting: str, params: Mapping[str, object], num_devices: int | None = None
+) -> Strategy | None:
+    """A fresh aggregator for ``aggregator = setting``; None for the default FedAvg.
+
+    A DP wrapper needs ``num_devices``. Raises ValueError (one line) for refused parameters.
+    """
+    if setting == "" and params:
+        raise ValueError(
+            f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
+            'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
+        )
+    return None if setting == "" else build(setting, params, num_devices)[0]
+
+
+def resolved_aggregator(
+    setting: str, params: Mapping[str, object], num_devices: int
+) -> dict[str, object] | None:
+    """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
+    if setting == "":
+        return None
+    with flower_log(logging.ERROR):  # logged when the run's aggregator was built
+        return build(setting, params, num_devices)[1]
+
+
+def inner_strategy(aggregator: Strategy) -> Strategy:
+    """The strategy that aggregates: a DP wrapper's wrapped one, else ``aggregator`` itself."""
+    return getattr(aggregator, INNER) if isinstance(aggregator, SERVER_SIDE_DP) else aggregator
+
+
+def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
+    """The clipping norm C a round clips with and its noise's standard deviation z C / n.
+
+    Read before the round (which moves the adaptive C); z is the wrapper's noise multiplier
+    (the adaptive one's share for the updates, as Flower splits it), n = ``uploads``. None for
+    an aggregator without DP.
+    """
+    if not isinstance(aggregator, SERVER_SIDE_DP):
+        return None
+    norm = float(aggregator.clipping_norm)
+    return norm, float(aggregator.noise_multiplier) * norm / uploads
+
+
+@contextlib.contextmanager
+def flower_log(level: int) -> Iterator[None]:
+    """Flower's log lines below ``level`` left out (they came with the check before)."""
+    previous = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(max(previous, level))
+    try:
+        yield
+    finally:
+        FLOWER_LOGGER.setLevel(previous)

@@ -2,39 +2,40 @@
 
 ``""`` keeps the scheduler's FedAvg (:func:`fedcgd_strategy.aggregation.fedavg`); a named
 strategy (aggregator_params.py) combines the round's validated uploads in its own
-``aggregate_train``. How Flower's interface is adapted, server-side DP included: docs/design.md,
-"Any Flower aggregation" and "Server-side differential privacy". Its state: aggregator_state.py.
+``aggregate_train``, and what it holds as arrays and numbers is its state for checkpoints. How
+Flower's interface is adapted, server-side DP and the state's rule included: docs/design.md,
+"Any Flower aggregation" and "Server-side differential privacy".
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import logging
+import math
+import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
-from flwr.supercore.logger import FLOWER_LOGGER
 from flwr.supercore.task_identity import TaskIdentity
 from numpy.typing import NDArray
 
 from fedcgd_strategy.aggregation import non_finite_arrays
 from fedcgd_strategy.flower.aggregator_params import (
     AGGREGATOR_KEY,
-    INNER,
-    PARAMS_KEY,
-    SERVER_SIDE_DP,
-    build,
-    minimum_uploads,
-)
-from fedcgd_strategy.flower.aggregator_state import (
     DECLARED,
-    aggregator_state,
-    fingerprint,
-    set_state,
-    unsaved_changes,
+    POSITIVE,
+    SERVER_SIDE_DP,
+    SET_EACH_ROUND,
+    flower_log,
+    inner_strategy,
+    make_aggregator,
+    minimum_uploads,
+    state_names,
 )
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
@@ -46,41 +47,6 @@ Arrays = Mapping[str, NDArray[np.generic]]
 
 #: Stream tag of the noise's seed (mixed with the run seed and the round): "NOIS".
 NOISE_STREAM = 0x4E4F4953
-
-
-def make_aggregator(
-    setting: str, params: Mapping[str, object], num_devices: int | None = None
-) -> Strategy | None:
-    """A fresh aggregator for ``aggregator = setting``; None for the default FedAvg.
-
-    A DP wrapper needs ``num_devices``. Raises ValueError (one line) for refused parameters.
-    """
-    if setting == "" and params:
-        raise ValueError(
-            f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
-            'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
-        )
-    return None if setting == "" else build(setting, params, num_devices)[0]
-
-
-def resolved_aggregator(
-    setting: str, params: Mapping[str, object], num_devices: int
-) -> dict[str, object] | None:
-    """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
-    if setting == "":
-        return None
-    with _flower_log(logging.ERROR):  # logged when the run's aggregator was built
-        return build(setting, params, num_devices)[1]
-
-
-def is_dp(aggregator: object) -> bool:
-    """True for an instance of Flower's server-side DP wrappers."""
-    return isinstance(aggregator, SERVER_SIDE_DP)
-
-
-def inner_strategy(aggregator: Strategy) -> Strategy:
-    """The strategy that aggregates: a DP wrapper's wrapped one, else ``aggregator`` itself."""
-    return getattr(aggregator, INNER) if is_dp(aggregator) else aggregator
 
 
 class StandInGrid(LocalGrid):
@@ -174,15 +140,15 @@ def aggregate_uploads(
     it was before the call.
     """
     name, inner = type(aggregator).__name__, inner_strategy(aggregator)
-    need, why = minimum_uploads(inner)
+    need, why = minimum_uploads(aggregator)
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
-    before = aggregator_state(aggregator)  # copies
+    before = {n: copy.deepcopy(getattr(aggregator, n, None)) for n in state_names(aggregator)}
     wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
     grid, current = StandInGrid(max(len(models), *map(int, wanted))), reference
-    if is_dp(aggregator):
+    if isinstance(aggregator, SERVER_SIDE_DP):
         models, weights, current = [_floats(m) for m in models], [1] * len(models), _floats(current)
-        aggregator.num_sampled_clients = len(models)  # type: ignore[attr-defined]
+        aggregator.num_sampled_clients = len(models)
     arrays_key = str(getattr(inner, "arrayrecord_key", keys.ARRAYS))
     weight_key = str(getattr(inner, "weighted_by_key", keys.NUM_EXAMPLES))
     try:
@@ -204,8 +170,8 @@ def aggregate_uploads(
     except Exception as err:  # a strategy's failure costs the round, never the run
         result = None
         reason = f"{name}.aggregate_train raised {type(err).__name__}: {first_line(err)}"
-    if result is None:
-        set_state(aggregator, before)
+    for attribute, value in before.items() if result is None else ():
+        setattr(aggregator, attribute, value)
     return result, reason
 
 
@@ -231,24 +197,24 @@ def _fitted(
     return {k: out[k] for k in reference}, None
 
 
-def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
-    """The clipping norm C a round clips with and its noise's standard deviation z C / n.
-
-    Read before the round (which moves the adaptive C); z is the wrapper's noise multiplier
-    (the adaptive one's share for the updates, as Flower splits it), n = ``uploads``. None for
-    an aggregator without DP.
-    """
-    if not is_dp(aggregator):
-        return None
-    norm = float(aggregator.clipping_norm)  # type: ignore[attr-defined]
-    return norm, float(aggregator.noise_multiplier) * norm / uploads  # type: ignore[attr-defined]
+def synthetic_uploads(
+    count: int, reference: Arrays | None = None
+) -> tuple[dict[str, NDArray[np.generic]], list[Arrays]]:
+    """``reference`` (default a tiny model) and ``count`` distinct uploads of it (trial rounds)."""
+    if reference is None:
+        reference = {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
+    ref: dict[str, NDArray[Any]] = {k: np.asarray(v) for k, v in reference.items()}
+    return ref, [{k: (v + 0.01 * (i + 1)).astype(v.dtype) for k, v in ref.items()}
+                 for i in range(count)]  # fmt: skip
 
 
-def synthetic_uploads(count: int) -> tuple[dict[str, NDArray[np.float32]], list[Arrays]]:
-    """A tiny global model and ``count`` distinct uploads of it (the check before the start)."""
-    reference = {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
-    return reference, [{k: v + np.float32(0.01 * (i + 1)) for k, v in reference.items()}
-                       for i in range(count)]  # fmt: skip
+def _trial_round(aggregator: Strategy, reference: Arrays | None = None) -> tuple[int, str | None]:
+    """Aggregate a synthetic round of uploads of ``reference``: (uploads, why it failed or None)."""
+    reference, models = synthetic_uploads(max(minimum_uploads(aggregator)[0], 3),
+                                          reference)  # fmt: skip
+    with flower_log(logging.WARNING):  # the trial's INFO lines are noise
+        result, reason = aggregate_uploads(aggregator, 1, models, [1] * len(models), reference)
+    return len(models), None if result is not None else reason
 
 
 def check_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> None:
@@ -261,26 +227,18 @@ def check_aggregator(setting: str, params: Mapping[str, object], num_devices: in
     aggregator = make_aggregator(setting, params, num_devices)
     if aggregator is None:
         return
-    need, why = minimum_uploads(inner_strategy(aggregator))
     head = f"run-config key {AGGREGATOR_KEY!r} = {setting!r}"
-    if need > num_devices:
-        raise ValueError(
-            f"{head} with {PARAMS_KEY} = {dict(params)!r}: {why}, more than num-devices = "
-            f"{num_devices}; lower num-malicious-nodes or add devices"
-        )
-    reference, models = synthetic_uploads(max(need, 3))
     fresh = fingerprint(aggregator)
     try:  # a state attribute that holds no data is refused, fresh or after the round
-        with _flower_log(logging.WARNING):  # the probe's INFO lines are noise
-            result, reason = aggregate_uploads(aggregator, 1, models, [1] * len(models), reference)
-        if result is not None:
-            aggregator_state(aggregator)
+        aggregator_state(aggregator)
+        count, reason = _trial_round(aggregator)
+        aggregator_state(aggregator)
         changed = unsaved_changes(aggregator, fresh, type(aggregator).__name__)
     except ValueError as err:
         raise ValueError(f"{head}: {err}") from err
-    if result is None:
+    if reason is not None:
         raise ValueError(
-            f"{head} cannot aggregate the scheduler's uploads (probed on {len(models)} synthetic "
+            f"{head} cannot aggregate the scheduler's uploads (probed on {count} synthetic "
             f"uploads: {reason})"
         )
     if changed:
@@ -291,12 +249,146 @@ def check_aggregator(setting: str, params: Mapping[str, object], num_devices: in
         )
 
 
-@contextlib.contextmanager
-def _flower_log(level: int) -> Iterator[None]:
-    """Flower's log lines below ``level`` left out (they came with the check before)."""
-    previous = FLOWER_LOGGER.level
-    FLOWER_LOGGER.setLevel(max(previous, level))
-    try:
-        yield
-    finally:
-        FLOWER_LOGGER.setLevel(previous)
+# --- state for checkpoints: docs/design.md, "Any Flower aggregation", State ---------------------
+
+
+def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
+    """The state as plain data and copied arrays (``{}`` for None; ValueError: not data)."""
+    name, state = type(aggregator).__name__, {}
+    for attribute in [] if aggregator is None else state_names(aggregator):
+        if attribute not in vars(aggregator):
+            raise ValueError(f"{name} has no attribute {attribute!r} (named as its state)")
+        state[attribute] = _plain(getattr(aggregator, attribute), f"{name}.{attribute}")
+    return state
+
+
+def _plain(value: Any, where: str) -> Any:
+    if isinstance(value, Strategy):
+        return aggregator_state(value)
+    if isinstance(value, ArrayRecord):
+        return {k: v.numpy() for k, v in value.items()}
+    if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biuf":
+        return np.array(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v, where) for v in value)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v, where) for k, v in value.items()}
+    raise ValueError(
+        f"{where} is {type(value).__name__}: a checkpoint holds numbers, strings, numpy arrays, "
+        "ArrayRecords and lists, tuples and str-keyed dicts of these"
+    )
+
+
+def load_aggregator_state(
+    aggregator: Strategy | None, state: Mapping[str, Any], model: Arrays
+) -> None:
+    """Check, then set what :func:`aggregator_state` saved on a freshly built ``aggregator``.
+
+    Every value must fit what a copy of it holds after a trial round on ``model`` (the run's
+    global model): its kind, keys and lengths, array shapes and floating dtypes, finite numbers.
+    Raises ValueError (one line) for a state given to the default FedAvg (None), a name that is
+    not state (a setting, or unknown), a missing state attribute, or a value that does not fit.
+    """
+    if aggregator is None and state:
+        raise ValueError(
+            f"the checkpoint holds an aggregator's state ({sorted(state)[:3]}) but the run's "
+            "'aggregator' is the default FedAvg"
+        )
+    if aggregator is None or not (state or state_names(aggregator)):
+        return
+    trial = copy.deepcopy(aggregator)
+    _, reason = _trial_round(trial, model) if state else (0, None)
+    if reason is not None:
+        raise ValueError(f"the aggregator state cannot be checked: a trial round failed ({reason})")
+    for owner, name, value in _fitted_state(aggregator, trial, state, type(aggregator).__name__):
+        setattr(owner, name, value)
+
+
+def _fitted_state(
+    aggregator: Strategy, trial: Strategy, state: object, path: str
+) -> list[tuple[Strategy, str, Any]]:
+    """(owner, attribute, value) to set: :func:`load_aggregator_state`'s checks, nested."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"the aggregator state of {path} is {type(state).__name__}, not a dict")
+    names = state_names(aggregator)
+    shown = f"the state of {type(aggregator).__name__} is: {', '.join(names) or 'none'}"
+    for name in [n for n in state if n not in names]:
+        what = "a setting from the run config" if name in vars(aggregator) else "unknown"
+        raise ValueError(
+            f"the aggregator state holds {path}.{name} ({what}, not state; {shown}): the "
+            "settings in effect are the run config's"
+        )
+    out = []
+    for name in names:
+        if name not in state:
+            raise ValueError(f"the aggregator state lacks {path}.{name} ({shown})")
+        held = getattr(trial, name, None)
+        if isinstance(held, Strategy):
+            out += _fitted_state(getattr(aggregator, name), held, state[name], f"{path}.{name}")
+        else:
+            out.append((aggregator, name, _restored(state[name], held, f"{path}.{name}", name)))
+    return out
+
+
+def _restored(saved: Any, held: Any, where: str, name: str) -> Any:
+    """``saved`` as the kind of value ``held`` (what the trial left) is; ValueError if unfit."""
+
+    def refuse(problem: str) -> ValueError:
+        return ValueError(f"the aggregator state's {where} {problem}")
+
+    if isinstance(held, ArrayRecord):
+        arrays = _restored(saved, {k: v.numpy() for k, v in held.items()}, where, name)
+        return _record(arrays)
+    if saved is None or held is None:
+        return saved
+    if isinstance(held, dict | list | tuple):
+        if not isinstance(saved, type(held)):
+            raise refuse(f"is {type(saved).__name__}, where the run's aggregator holds "
+                         f"{type(held).__name__}")  # fmt: skip
+        if isinstance(held, dict) and set(saved) != set(held):
+            odd = sorted(set(saved) ^ set(held))[:3]
+            raise refuse(f"has other keys than the run's ({', '.join(map(repr, odd))} in one only)")
+        if len(saved) != len(held):
+            raise refuse(f"holds {len(saved)} items; the run's aggregator holds {len(held)}")
+        keys = list(held) if isinstance(held, dict) else range(len(held))
+        items = [_restored(saved[k], held[k], f"{where}[{k!r}]", name) for k in keys]
+        return dict(zip(keys, items, strict=True)) if isinstance(held, dict) else type(held)(items)
+    if isinstance(held, np.ndarray | np.generic):
+        if not isinstance(saved, np.ndarray) or saved.dtype.kind not in "biuf":
+            raise refuse(f"is {type(saved).__name__}, not a numeric array")
+        if saved.shape != held.shape:
+            raise refuse(f"has shape {list(saved.shape)}; the run's is {list(held.shape)}")
+        if held.dtype.kind == "f" and saved.dtype != held.dtype:
+            raise refuse(f"has dtype {saved.dtype}; the run's is {held.dtype}")
+        if saved.dtype.kind == "f" and not np.isfinite(saved).all():
+            raise refuse("is not finite")
+        return np.array(saved) if isinstance(held, np.ndarray) else saved[()]
+    if isinstance(held, int | float) and not isinstance(held, bool):
+        allowed = "a finite number" + (" > 0" if name in POSITIVE else "")
+        if isinstance(saved, bool) or not isinstance(saved, int | float):
+            raise refuse(f"is {type(saved).__name__}, not {allowed}")
+        if not math.isfinite(saved) or (name in POSITIVE and saved <= 0):
+            raise refuse(f"= {saved!r}; allowed: {allowed}")
+    return saved
+
+
+def fingerprint(aggregator: Strategy) -> dict[str, Any]:
+    """Each attribute pickled (a held strategy's nested; one that pickles not is left out)."""
+    out: dict[str, Any] = {}
+    for name, value in vars(aggregator).items():
+        with contextlib.suppress(Exception):
+            out[name] = fingerprint(value) if isinstance(value, Strategy) else pickle.dumps(value)
+    return out
+
+
+def unsaved_changes(aggregator: Strategy, before: Mapping[str, Any], path: str) -> list[str]:
+    """The attributes changed since the :func:`fingerprint` ``before`` that are not state."""
+    names, after, out = state_names(aggregator), fingerprint(aggregator), []
+    for name in sorted(set(before) | set(after)):
+        if isinstance(before.get(name), dict) and isinstance(after.get(name), dict):
+            out += unsaved_changes(getattr(aggregator, name), before[name], f"{path}.{name}")
+        elif name not in (*names, *SET_EACH_ROUND) and before.get(name) != after.get(name):
+            out.append(f"{path}.{name}")
+    return out

@@ -30,8 +30,7 @@ from fedcgd_strategy.screening import (
     update_norm_outliers,
 )
 from fedcgd_task import keys
-from fedcgd_task.array_codec import numpy_arrays
-from fedcgd_task.message_records import record_of
+from fedcgd_task.array_codec import numpy_arrays, record_of
 from fedcgd_task.settings import TrainingSettings
 
 #: Largest class count accepted (exact in float64; far above any dataset).

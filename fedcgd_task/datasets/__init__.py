@@ -94,15 +94,6 @@ class NormalizedPixels:
         std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
         return (x - mean) / std
 
-    def all_finite(self) -> bool:
-        """Whether every value is finite: :meth:`tensor` of each of the 256 levels per channel."""
-        levels = np.tile(
-            np.arange(256, dtype=np.uint8).reshape(1, 1, 256, 1), (1, self.shape[1], 1, 1)
-        )
-        return bool(
-            NormalizedPixels(levels, self.scale, self.mean, self.std).tensor().isfinite().all()
-        )
-
 
 #: The inputs of a :class:`DataSplit`: float32 values, stored as such or as normalised pixels.
 Inputs: TypeAlias = npt.NDArray[np.float32] | NormalizedPixels
@@ -169,11 +160,9 @@ def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> n
 
 
 def _check_inputs(x: object, label: str, where: str) -> Inputs:
-    """``x`` as float32 [N, *input_shape] (or the given NormalizedPixels), finite."""
+    """``x`` as float32 [N, *input_shape], finite (a built-in's NormalizedPixels as they are)."""
     must = "inputs must be real-valued (float, int or bool) arrays of shape [N, *input_shape]"
-    if isinstance(x, NormalizedPixels):
-        if not x.all_finite():
-            raise ValueError(f"{where}: {label} normalises pixels to values that are not finite")
+    if isinstance(x, NormalizedPixels):  # the built-ins' fixed mean and std > 0
         values: Inputs = x
     else:
         with np.errstate(over="ignore"):
@@ -301,26 +290,17 @@ def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
     return frozenset(takes)
 
 
-def default_task_settings(name: str, data_dir: str) -> TaskSettings:
-    """The default settings with data set ``name`` in ``data_dir`` (for a load outside a run)."""
-    from fedcgd_task.settings import TaskSettings, default_run_config
-
-    config = {**default_run_config(), DATASET_KEY: name, "data-dir": data_dir}
-    return TaskSettings.from_run_config(config)
-
-
 def load_data(
     name: str, data_dir: str, settings: TaskSettings | None = None
 ) -> tuple[DataSplit, DataSplit]:
     """Load, check and cache the (train, test) :class:`DataSplit` of a data set, once per process.
 
-    Cached by (name, data_dir), and by the settings for a function that takes them. A
-    FileNotFoundError of the function is re-raised after the key; anything else is a one-line
-    ValueError naming ``dataset``.
+    Cached by (name, data_dir), and by ``settings`` (the run's; None outside a run) for a function
+    that takes them. A FileNotFoundError of the function is re-raised after the key; anything
+    else is a one-line ValueError naming ``dataset``.
     """
-    if "settings" not in data_keywords(dataset_function(name), name):
-        return _load_checked(name, data_dir, None)
-    return _load_checked(name, data_dir, settings or default_task_settings(name, data_dir))
+    takes = "settings" in data_keywords(dataset_function(name), name)
+    return _load_checked(name, data_dir, settings if takes else None)
 
 
 @functools.lru_cache(maxsize=2)

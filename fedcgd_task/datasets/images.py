@@ -13,7 +13,7 @@ import functools
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,33 +21,20 @@ import numpy.typing as npt
 from fedcgd_task.datasets import DataSplit, NormalizedPixels
 from fedcgd_task.imports import first_line
 
+if TYPE_CHECKING:
+    from torchvision.datasets import CIFAR10
+
 #: Seed and test share of the fixed stratified train / test split of the digits set.
 DIGITS_SPLIT_SEED = 0
 DIGITS_TEST_FRACTION = 0.2
 #: Largest intensity in scikit-learn's digits images.
 DIGITS_MAX_INTENSITY = 16.0
 
-#: Per data set: official archive, extracted folder, classes, per-channel mean and standard
-#: deviation of the training images (pixel / 255), and the batch files of each split.
-CIFAR: dict[str, dict[str, Any]] = {
-    "cifar10": {
-        "archive": "cifar-10-python.tar.gz",
-        "folder": "cifar-10-batches-py",
-        "classes": 10,
-        "mean": (0.4914, 0.4822, 0.4465),
-        "std": (0.2470, 0.2435, 0.2616),
-        "train": tuple(f"data_batch_{i}" for i in range(1, 6)),
-        "test": ("test_batch",),
-    },
-    "cifar100": {
-        "archive": "cifar-100-python.tar.gz",
-        "folder": "cifar-100-python",
-        "classes": 100,
-        "mean": (0.5071, 0.4865, 0.4409),
-        "std": (0.2673, 0.2564, 0.2762),
-        "train": ("train",),
-        "test": ("test",),
-    },
+#: Per data set: classes, per-channel mean and standard deviation of the training images (pixel /
+#: 255). File names, URL and MD5 are those of torchvision's class (:func:`official_cifar`).
+CIFAR: dict[str, tuple[int, tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": (10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": (100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 #: Largest CIFAR batch file read (bytes): the official files are 31 MB (CIFAR-10, each of six)
 #: and 155 MB (CIFAR-100's ``train``).
@@ -139,10 +126,17 @@ def _cifar_entry(path: Path, name: str) -> tuple[npt.NDArray[np.uint8], npt.NDAr
         raise ValueError(
             f"{where}: its labels are {labels.dtype} {labels.shape}, not {data.shape[0]} integers"
         )
-    classes = CIFAR[name]["classes"]
+    classes = CIFAR[name][0]
     if labels.size and (labels.min() < 0 or labels.max() >= classes):
         raise ValueError(f"{where}: its labels leave [0, {classes})")
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
+
+
+def official_cifar(name: str) -> type[CIFAR10]:
+    """Torchvision's CIFAR10 or CIFAR100 class: its file names, URL and archive MD5."""
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    return CIFAR10 if name == "cifar10" else CIFAR100
 
 
 def read_cifar_folder(
@@ -155,7 +149,8 @@ def read_cifar_folder(
     a CIFAR batch.
     """
     parts = []
-    for file in CIFAR[name]["train" if train else "test"]:
+    official = official_cifar(name)
+    for file, _ in official.train_list if train else official.test_list:
         if not (folder / file).is_file():
             raise FileNotFoundError(f"{name}: '{folder / file}' is missing from '{folder}'")
         parts.append(_cifar_entry(folder / file, name))
@@ -164,7 +159,7 @@ def read_cifar_folder(
 
 def missing_cifar_message(name: str, data_dir: Path) -> str:
     """Where the CIFAR files must go (the error raised when they are absent)."""
-    archive, folder = CIFAR[name]["archive"], CIFAR[name]["folder"]
+    archive, folder = official_cifar(name).filename, official_cifar(name).base_folder
     return (
         f"{name} files not found in data folder '{data_dir}' and could not be downloaded. "
         f"Put the official '{archive}' (https://www.cs.toronto.edu/~kriz/cifar.html) or its "
@@ -184,13 +179,13 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
     if name not in CIFAR:
         raise ValueError(f'name must be "cifar10" or "cifar100"; got {name!r}')
     root = Path(data_dir)
-    folder = root / CIFAR[name]["folder"]
+    official = official_cifar(name)
+    folder = root / official.base_folder
     if not folder.is_dir():
         if not download:
             raise FileNotFoundError(missing_cifar_message(name, root))
-        from torchvision.datasets import CIFAR10, CIFAR100, utils
+        from torchvision.datasets import utils
 
-        official = CIFAR10 if name == "cifar10" else CIFAR100
         created = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -202,9 +197,8 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
                 shutil.rmtree(created, ignore_errors=True)
             raise FileNotFoundError(missing_cifar_message(name, root)) from failed
     pixels, targets = read_cifar_folder(name, folder, train=train)
-    entry = CIFAR[name]
-    inputs = NormalizedPixels(pixels, 1.0 / 255.0, entry["mean"], entry["std"])
-    return DataSplit(inputs, targets, entry["classes"])
+    classes, mean, std = CIFAR[name]
+    return DataSplit(NormalizedPixels(pixels, 1.0 / 255.0, mean, std), targets, classes)
 
 
 def _cifar_data(name: str, data_dir: str) -> tuple[Any, ...]:

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from fedcgd_task.settings import TaskSettings
 
 #: Version of the cache file's layout (in the cache key: a new layout never reads an old file).
-#: 2: the file holds the SHA-256 of its content (:func:`mnist1d_content_digest`).
-MNIST1D_CACHE_FORMAT = 2
+#: 3: the file holds the SHA-256 of its content with the key (:func:`mnist1d_content_digest`).
+MNIST1D_CACHE_FORMAT = 3
 #: One generation at a time per process: the package draws from the global numpy generator.
 _GLOBAL_RNG_LOCK = threading.Lock()
 #: Names of the arrays in a cache file, in :data:`Mnist1dArrays` order.
@@ -118,7 +118,7 @@ def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArray
     """The arrays of cache file ``path`` if it is what ``key`` generates; else None.
 
     The headers must declare exactly the shapes and dtypes ``arguments`` generate before any data
-    is read; the stored key and the content digest must match after.
+    is read; the stored digest of ``key`` and the arrays must match after.
     """
     from channel.npz import npz_headers
 
@@ -136,34 +136,29 @@ def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArray
     try:
         headers = npz_headers(path)
         declared = {n: (h.shape, h.dtype.str) for n, h in headers.items() if n in wanted}
-        if set(headers) != {*wanted, "key", "content"} or declared != wanted:
+        if set(headers) != {*wanted, "content"} or declared != wanted:
             return None
-        if any(headers[n].nbytes > 64 * 2**10 for n in ("key", "content")):
+        if headers["content"].nbytes > 64 * 2**10:
             return None
         with np.load(path, allow_pickle=False) as data:
-            if str(data["key"]) != key:  # a hash collision or a foreign file: regenerate
-                return None
             stored = str(data["content"])
             arrays: Mnist1dArrays = tuple(data[name] for name in _ARRAYS)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None  # unreadable (e.g. truncated by hand): regenerate and overwrite
     if stored != mnist1d_content_digest(key, arrays):
-        return None  # edited after it was written (labels shifted, ...): regenerate
+        return None  # another key, or edited after it was written (labels shifted, ...)
     return arrays
 
 
 def _write_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
-    """Write ``arrays`` and ``key`` to ``path`` atomically (:func:`run_files.files.atomic_write`).
-
-    A folder that cannot be written only costs the cache (a warning).
-    """
+    """Write ``arrays`` and their digest with ``key`` to ``path`` atomically (else a warning)."""
     from run_files.files import ResultWriteError, atomic_write
 
     named: dict[str, Any] = dict(zip(_ARRAYS, arrays, strict=True))
     content = mnist1d_content_digest(key, arrays)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda fh: np.savez(fh, key=key, content=content, **named))
+        atomic_write(path, lambda fh: np.savez(fh, content=content, **named))
     except (OSError, ResultWriteError) as err:
         warnings.warn(
             f"mnist1d: could not cache the generated arrays in {path.parent} ({err}); they are "
