@@ -131,19 +131,6 @@ class Interrupted(OneLineMessage, StopsRun, BaseException):
         self.signum = signum
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention: 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
-        return 128 + self.signum
-
-    @property
-    def message(self) -> str:
-        """One line for stderr."""
-        return (
-            f"stopped by {signal.Signals(self.signum).name}: every process of the run was "
-            f"stopped (exit code {self.exit_code})"
-        )
-
 
 def exit_code_stopping_on_signals(
     command: Callable[[], int], last_words: Callable[[], str | None] | None = None
@@ -166,11 +153,13 @@ def exit_code_stopping_on_signals(
     try:
         return command()
     except Interrupted as stop:
-        print(stop.message, file=sys.stderr, flush=True)
+        code = 128 + stop.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM
+        said = f"{stop}: every process of the run was stopped (exit code {code})"
+        print(said, file=sys.stderr, flush=True)
         line = last_words() if last_words is not None else None
         if line:
             print(line, file=sys.stderr, flush=True)
-        return stop.exit_code
+        return code
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
