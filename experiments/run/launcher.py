@@ -97,7 +97,7 @@ def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
 
     last_words = LastWords()
     return exit_code_stopping_on_signals(
-        lambda: run_command(options, started, last_words), last_words
+        lambda: run_command(options, started or StartedAs(("run",)), last_words), last_words
     )
 
 
@@ -114,16 +114,12 @@ def results_line(result_dir: Path) -> str:
     return line + ")"
 
 
-def run_command(
-    args: LaunchOptions, started: StartedAs | None = None, last_words: LastWords | None = None
-) -> int:
+def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) -> int:
     """One run, results under ``--out`` by default; the exit code.
 
     The first line names the run's folder; ``last_words`` learns the command that continues it
     (from the options it was ``started`` with).
     """
-    if started is None:
-        started = StartedAs(("run",))
     from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
 
     claim = None
@@ -155,8 +151,7 @@ def run_command(
     print(f"result folder: {result_dir}", flush=True)
     every = int(merged["checkpoint-every"])
     continuing = continue_line(started, user_overrides, result_dir, every, args.superlink)
-    if last_words is not None:
-        last_words.set(continuing)
+    last_words.set(continuing)
     try:
         return launch_run(args, overrides, merged, continuing)
     finally:
@@ -168,7 +163,7 @@ def launch_run(
     args: LaunchOptions,
     overrides: dict[str, Any],
     merged: dict[str, Any],
-    continuing: Callable[[], str] | None = None,
+    continuing: Callable[[], str],
 ) -> int:
     """Run the checked run (:func:`run_command`) and say how it ended; the exit code.
 
@@ -191,8 +186,7 @@ def launch_run(
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
     if outcome.code != 0:
         print(f"\n(flwr run exit code {proc.returncode})\n{outcome.message}", file=sys.stderr)
-        if continuing is not None:
-            print(continuing(), file=sys.stderr)
+        print(continuing(), file=sys.stderr)
         return outcome.code
     from experiments.analysis.plot_runs import plot_runs
 
