@@ -17,12 +17,8 @@ from task_settings import all_available_run
 from experiments.cli import invoke
 from experiments.run.certificates import make_certificates
 from experiments.run.federation import LocalFederation
-from experiments.run.run_config import (
-    format_run_config,
-    validated_run_config,
-    with_resolved_data_dir,
-)
-from fedcgd_task.settings import PROJECT_DIR
+from experiments.run.run_config import format_run_config, validated_run_config
+from fedcgd_task.settings import PROJECT_DIR, resolve_data_dir
 from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 
@@ -33,28 +29,25 @@ def metrics(out: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def test_tls_with_supernode_authentication(tmp_path):
+def test_tls_with_supernode_authentication_on_a_given_superlink(tmp_path, capsys):
     """Two SuperNodes, one round (each message starts a ClientApp process: 15 s a round trip
-    on two cores); the run's query, schedule and training go over TLS. Meanwhile a SuperNode
-    whose key was never registered tries to join the same SuperLink and is refused."""
+    on two cores), run with ``fedcgd run --superlink --root-certificates``; the run's query,
+    schedule and training go over TLS. Meanwhile a SuperNode whose key was never registered
+    tries to join the same SuperLink and is refused."""
     certs = make_certificates(tmp_path / "certs", supernodes=2)
     stranger = make_certificates(tmp_path / "stranger", supernodes=1)
     out = tmp_path / "tls"
-    config = with_resolved_data_dir(
-        validated_run_config(all_available_run(out, 2, 1, {"policy": "fedcgd-fscd"}))
-    )
+    data = {"policy": "fedcgd-fscd", "data-dir": str(resolve_data_dir(""))}
+    config = format_run_config(all_available_run(out, 2, 1, data))
     with LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False, tls=certs) as fed:
-        run = flwr_run(fed, config)
-        try:
-            key = stranger.supernode_keys[0]
-            intruder = fed.start_supernode(0, private_key=key, register=False)
-            assert intruder.wait(timeout=120) != 0  # it exits with an error
-            output, _ = run.communicate(timeout=600)
-        finally:
-            stop(run)
+        key = stranger.supernode_keys[0]
+        intruder = fed.start_supernode(0, private_key=key, register=False)
+        link = ["--superlink", f"127.0.0.1:{fed.http_port}", "--root-certificates", certs.ca_cert]
+        code = invoke(["run", *map(str, link), "--run-config", config])
+        assert intruder.wait(timeout=120) != 0  # it exits with an error
         assert "Failed to activate SuperNode" in (fed.log_dir / "supernode-0-3.log").read_text()
         assert all(p.poll() is None for p in fed.processes[1:3])  # the registered ones run on
-    assert run.returncode == 0, output[-3000:]
+    assert code == 0, capsys.readouterr().err[-3000:]
     for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE):
         assert (out / name).exists(), name
     lines = metrics(out)

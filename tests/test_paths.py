@@ -212,6 +212,7 @@ def test_flowers_own_run_config_text_reads_the_documented_string_form():
         ("a='''x ' y''' b=1", ["a='''x ' y'''", "b=1"]),
         ('a="""x "" y""""" b=1', ['a="""x "" y"""""', "b=1"]),
         ("t={x = [1, 2], y = 'a b'} z=1", ["t={x = [1, 2], y = 'a b'}", "z=1"]),
+        ("a = 1 b =[2] c='x'", ["a = 1", "b =[2]", "c='x'"]),  # TOML's spaces around '='
     ],
 )
 def test_items_end_at_whitespace_outside_strings_arrays_and_tables(text, items):

@@ -165,38 +165,32 @@ def test_tls_run_leaves_no_keys_unless_asked(tmp_path: Path) -> None:
     ]
 
 
-def test_a_missing_cifar_folder_is_not_created(tmp_path: Path) -> None:
-    data_dir = tmp_path / "absent" / "data"
-    proc = start_launcher(
-        tmp_path, "--run-config", f"dataset='cifar10' data-dir='{data_dir}' num-devices=2"
-    )
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2, out[-2000:] + err[-2000:]
-    assert err.startswith("error:") and err.count("\n") == 1, err
-    assert str(data_dir) in err
-    assert not (tmp_path / "absent").exists()
-    assert leftovers(tmp_path, "flwr-home-*") == []
-
-
-def test_an_unreachable_ray_address_fails_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--run-config", "dataset='cifar10' data-dir='{tmp}/absent/data' num-devices=2"],
+         ["{tmp}/absent/data"]),
+        (["--ray-address", "127.0.0.1:{port}", "--run-config",
+          "num-devices=2 num-server-rounds=1 result-dir='{tmp}/absent'"],
+         ["127.0.0.1:{port}", "--ray-address"]),
+    ],
+    ids=["missing-cifar-folder", "unreachable-ray-address"],
+)  # fmt: skip
+def test_a_refused_launch_is_one_line_and_creates_nothing(
+    tmp_path: Path, options: list[str], said: list[str]
+) -> None:
     with socket_on_loopback() as port:  # a port nothing listens on: bound, never listening
-        proc = start_launcher(
-            tmp_path,
-            "--ray-address",
-            f"127.0.0.1:{port}",
-            "--run-config",
-            f"num-devices=2 num-server-rounds=1 result-dir='{tmp_path / 'run'}'",
-        )
+        proc = start_launcher(tmp_path, *[a.format(tmp=tmp_path, port=port) for a in options])
         try:
-            out, err = proc.communicate(timeout=120)
+            out, err = proc.communicate(timeout=300)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
     assert proc.returncode == 2, out[-2000:] + err[-2000:]
     assert err.startswith("error:") and err.count("\n") == 1, err
-    assert f"127.0.0.1:{port}" in err and "--ray-address" in err
-    assert not (tmp_path / "run").exists()
+    assert all(words.format(tmp=tmp_path, port=port) in err for words in said), err
+    assert not (tmp_path / "absent").exists()
     assert leftovers(tmp_path, "flwr-home-*") == []
 
 

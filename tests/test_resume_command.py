@@ -304,7 +304,7 @@ def run_context(argv: list[str]) -> click.Context:
 
 
 def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, monkeypatch):
-    from experiments.run.launcher import LaunchOptions, continue_line
+    from experiments.run.resume_command import continue_line
 
     monkeypatch.chdir(PROJECT_DIR)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -320,9 +320,7 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
         "policy": "bc",
         "result-dir": str(folder),
     }
-    merged = {**overrides, "checkpoint-every": 1}
-    options = LaunchOptions(**ctx.params)
-    line = continue_line(started_as(ctx), options, overrides, merged)()
+    line = continue_line(started_as(ctx), overrides, folder, 1)()
     words = printed_command(line, CONTINUE)
     assert line.startswith(f"{CONTINUE}3 of 9: ")
     # --out has no say in a resume; result-dir gives way to resume-from
@@ -331,7 +329,7 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
         f'num-devices=4 num-server-rounds=9 policy="bc" resume-from="{folder}"',
     ]  # fmt: skip
     (folder / "checkpoint.pt").unlink()
-    again = continue_line(started_as(ctx), options, overrides, merged)()
+    again = continue_line(started_as(ctx), overrides, folder, 1)()
     assert shlex.split(again.split("new folder: ", 1)[1])[1:] == [
         "run", "--num-supernodes", "5", "--deployment", "--out", "elsewhere", "--run-config",
         'num-devices=4 num-server-rounds=9 policy="bc"',

@@ -1,9 +1,9 @@
 """``fedcgd``: the project's command-line tool (the console script of pyproject.toml).
 
 One Typer app (:mod:`experiments.cli.options`) with a subcommand for each thing users do
-(``fedcgd --help``); each registers itself where it is defined and calls the function that does
-the work. Exit codes: 0 done, 1 failed, 2 refused before the start (one line ``error: ...``),
-130 / 143 stopped by SIGINT / SIGTERM.
+(``fedcgd --help``); each registers itself where it is defined and returns the exit code of the
+function that does the work (:func:`invoke` passes it on). Exit codes: 0 done, 1 failed, 2
+refused before the start (one line ``error: ...``), 130 / 143 stopped by SIGINT / SIGTERM.
 :func:`main` is the console script; :func:`invoke` runs a command line in this process (tests).
 """
 

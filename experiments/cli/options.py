@@ -18,7 +18,6 @@ import click
 import typer
 
 from experiments.run.resume_command import StartedAs
-from fedcgd_task.settings import PROJECT_DIR
 
 
 class CheckedPath(click.ParamType):
@@ -68,9 +67,6 @@ bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=Tr
 app.add_typer(paper, name="paper")
 app.add_typer(bench, name="bench")
 
-#: ``--out`` of a single run by default: the project's ``results/``.
-DEFAULT_RESULTS = PROJECT_DIR / "results"
-
 RUN_CONFIG_HELP = (
     "run-config overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of pyproject.toml's "
     "\\[tool.flwr.app.config], docs/running.md)"
@@ -83,11 +79,7 @@ OUT_HELP = (
 
 def subcommand(ctx: click.Context) -> tuple[str, ...]:
     """The words that name ``ctx``'s command below the program (``("bench", "round")``)."""
-    names: list[str] = []
-    while ctx.parent is not None:
-        names.insert(0, str(ctx.info_name))
-        ctx = ctx.parent
-    return tuple(names)
+    return tuple(ctx.command_path.split()[1:])
 
 
 def given_options(
@@ -132,11 +124,6 @@ def started_as(ctx: click.Context) -> StartedAs:
         tuple(given_options(ctx, skip=("run_config", "out"))),
         tuple(given_options(ctx, only=("out",))),
     )
-
-
-def done(code: int | None) -> None:
-    """End the command with exit code ``code`` (0 when None)."""
-    raise typer.Exit(code or 0)
 
 
 def not_none(values: dict[str, Any]) -> dict[str, Any]:

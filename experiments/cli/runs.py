@@ -13,17 +13,17 @@ import click
 import typer
 
 from experiments.cli.options import (
-    DEFAULT_RESULTS,
     OUT_HELP,
     RUN_CONFIG_HELP,
     app,
-    done,
+    choice_option,
     given_options,
     path_option,
     refuse,
     started_as,
     subcommand,
 )
+from experiments.run.launcher import DEFAULT_RESULTS
 from experiments.run.resume_command import fedcgd_command
 
 
@@ -93,13 +93,13 @@ def run_command(
             help="with --superlink: CA certificate of a TLS SuperLink (default: insecure)",
         ),
     ] = None,
-) -> None:
+) -> int:
     """One run with `flwr run` on a SuperLink of its own (simulation, or --deployment)."""
     from experiments.run import launcher
 
     params = dict(ctx.params)
     params["ray_address"] = params["ray_address"] or None  # RAY_ADDRESS="" is unset
-    done(launcher.main(launcher.LaunchOptions(**params), started_as(ctx)))
+    return launcher.main(launcher.LaunchOptions(**params), started_as(ctx))
 
 
 @app.command("inprocess")
@@ -122,14 +122,11 @@ def inprocess_command(
     out: Annotated[
         Path, path_option("--out", "--results", help=OUT_HELP, show_default="results/")
     ] = DEFAULT_RESULTS,
-) -> None:
+) -> int:
     """One run in this process: the real ServerApp and ClientApp, no Ray, no network."""
     from experiments.run import inprocess
 
-    done(inprocess.main(inprocess.InProcessOptions(**ctx.params), started_as(ctx)))
-
-
-ENGINE_CHOICE = click.Choice(["simulation", "deployment", "inprocess"])
+    return inprocess.main(inprocess.InProcessOptions(**ctx.params), started_as(ctx))
 
 
 @app.command("compare")
@@ -157,9 +154,9 @@ def compare_command(
     target_accuracy: float | None = None,
     engine: Annotated[
         str,
-        typer.Option(
-            click_type=ENGINE_CHOICE,
-            help="simulation (flwr run, Ray), deployment (SuperNode processes) or inprocess "
+        choice_option(
+            ("simulation", "deployment", "inprocess"),
+            "simulation (flwr run, Ray), deployment (SuperNode processes) or inprocess "
             "(one process, no Ray: same results, fastest for small models)",
         ),
     ] = "simulation",
@@ -182,18 +179,18 @@ def compare_command(
     gpus_per_run: Annotated[
         float, typer.Option(help="GPUs a run takes (a fraction shares one; > 0: Ray)")
     ] = 0.0,
-) -> None:
+) -> int:
     """Several policies on the same settings and seeds, compared (the paper's Table II)."""
     from experiments.compare import policies as compare
 
     command = fedcgd_command([*subcommand(ctx), *given_options(ctx)])
-    done(compare.main(compare.CompareOptions(**ctx.params), command))
+    return compare.main(compare.CompareOptions(**ctx.params), command)
 
 
 @app.command("reproduce", context_settings={"ignore_unknown_options": True})
 def reproduce_command(
     overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...")] = None,
-) -> None:
+) -> int:
     r"""A table or figure of the paper from a preset of conf/experiment/.
 
     KEY=VALUE are Hydra overrides of conf/config.yaml, e.g. experiment=mnist1d_dirichlet
@@ -201,7 +198,7 @@ def reproduce_command(
     """
     from experiments.compare import reproduce
 
-    done(reproduce.main(list(overrides or [])))
+    return reproduce.main(list(overrides or []))
 
 
 @app.command("plot")
@@ -219,11 +216,11 @@ def plot_command(
     bands: Annotated[
         bool, typer.Option("--bands/--no-bands", help="with --mean: draw the 95 % bands")
     ] = True,
-) -> None:
+) -> int:
     """Accuracy, scheduled devices and WEMD per round of runs, from their result folders."""
     from experiments.analysis import plot_runs
 
-    done(plot_runs.main(result_dirs, out, mean, bands))
+    return plot_runs.main(result_dirs, out, mean, bands)
 
 
 @app.command("indicator")

@@ -11,7 +11,6 @@ from experiments.cli.options import (
     app,
     bench,
     choice_option,
-    done,
     not_none,
     numbers,
     paper,
@@ -29,11 +28,11 @@ def certificates_command(
         list[str] | None,
         typer.Option(help="extra SuperLink name (repeatable, e.g. the compose service)"),
     ] = None,
-) -> None:
+) -> int:
     """TLS certificates and SuperNode keys for a deployment (docs/deployment.md)."""
     from experiments.run import certificates
 
-    done(certificates.main(out, supernodes, host or ()))
+    return certificates.main(out, supernodes, host or ())
 
 
 @app.command("channel-report")
@@ -134,13 +133,15 @@ def solver_performance_command(
             "the copy in docs/evidence.md); default: only under --out",
         ),
     ] = "",
-) -> None:
+) -> int:
     """The paper's figure "Performance of proposed algorithms": P1 solvers' iterations, error."""
     from experiments.paper import solver_performance
 
     sizes = numbers(num_devices, int, "--num-devices")
     values = numbers(alphas, float, "--alphas"), numbers(ratios, float, "--ratios")
-    done(solver_performance.main(out, instances, seed, sizes, *values, milp_time_limit_s, docs_png))
+    return solver_performance.main(
+        out, instances, seed, sizes, *values, milp_time_limit_s, docs_png
+    )
 
 
 @paper.command("schedule-table")
@@ -182,7 +183,7 @@ def schedule_table_command(
     ] = None,
     out: Path = Path("results/schedule_table"),
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress on stderr")] = False,
-) -> None:
+) -> int:
     """The paper's Table II: scheduled number and WEMD of each policy, without training."""
     from dataclasses import fields
 
@@ -196,7 +197,7 @@ def schedule_table_command(
         refuse(str(err))
     text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)
     fit = fit_max if fit_poc else None
-    done(schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet))
+    return schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet)
 
 
 @bench.command("client")
@@ -206,8 +207,8 @@ def bench_client_command(
         int, typer.Option(min=1, help="timed calls of the slow vmap sigma-hat")
     ] = 3,
     threads: Annotated[int, typer.Option(min=1, help="torch intra-op threads")] = 1,
-) -> None:
+) -> int:
     """The ClientApp's handlers and sigma-hat against one SGD step."""
     from client_app import benchmark
 
-    done(benchmark.main(repeats, vmap_repeats, threads))
+    return benchmark.main(repeats, vmap_repeats, threads)

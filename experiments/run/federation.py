@@ -1,7 +1,8 @@
-"""A SuperLink (and SuperNodes) of our own on loopback, stopped when the run ends.
+"""A SuperLink (and SuperNodes) of our own on loopback, stopped when the run ends, or a given one.
 
 :class:`LocalFederation`: the simulation engine or one ``flower-supernode`` per device,
-optionally over TLS; :func:`flower_home` gives each run its own ``FLWR_HOME``.
+optionally over TLS, or an existing SuperLink; :func:`flower_home` gives each run its own
+``FLWR_HOME``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class LocalFederation:
     ``num_supernodes`` ``flower-supernode`` processes (``partition-id=i``). With ``tls`` the
     SuperLink requires SuperNode authentication and each SuperNode's public key is registered
     before it starts; with ``ray_address`` the simulation joins that Ray cluster; with
-    ``supernode_gpus`` SuperNode ``i`` sees one GPU (:meth:`supernode_env`).
+    ``supernode_gpus`` SuperNode ``i`` sees one GPU (:meth:`supernode_env`). With ``superlink``
+    (HOST:PORT) nothing starts: ``flwr run`` goes there, over TLS with ``root_certificates``.
     """
 
     def __init__(
@@ -67,7 +69,10 @@ class LocalFederation:
         tls: CertificateSet | None = None,
         ray_address: str | None = None,
         supernode_gpus: tuple[int, ...] = (),
+        superlink: str | None = None,
+        root_certificates: Path | None = None,
     ) -> None:
+        self.superlink, self.root_certificates = superlink, root_certificates
         self.flwr_home = flwr_home
         self.supernode_gpus = supernode_gpus
         self.simulation = simulation
@@ -100,14 +105,19 @@ class LocalFederation:
 
     @property
     def connection_toml(self) -> str:
-        """The ``local`` connection of ``$FLWR_HOME/config.toml`` for ``flwr run``."""
-        if self.tls is not None:
-            return connection_toml(
-                "local", f"127.0.0.1:{self.http_port}", root_certificates=self.tls.ca_cert
-            )
-        if self.simulation:
-            return connection_toml("local", ":local:")
-        return connection_toml("local", f"127.0.0.1:{self.http_port}", insecure=True)
+        """``$FLWR_HOME/config.toml`` with one SuperLink connection ``local``, its default."""
+        if self.superlink is not None:
+            address, ca = self.superlink, self.root_certificates
+        else:
+            local = self.simulation and self.tls is None  # Flower's own name for it
+            address = ":local:" if local else f"127.0.0.1:{self.http_port}"
+            ca = self.tls.ca_cert if self.tls is not None else None
+        connection: dict[str, str | bool] = {"address": address}
+        if ca is not None:
+            connection["root-certificates"] = str(ca.resolve())
+        elif address != ":local:":
+            connection["insecure"] = True
+        return tomli_w.dumps({"superlink": {"default": "local", "local": connection}})
 
     def _healthy(self) -> bool:
         scheme, context = "http", None
@@ -178,6 +188,8 @@ class LocalFederation:
     def _start_all(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.flwr_home / "config.toml").write_text(self.connection_toml, encoding="utf-8")
+        if self.superlink is not None:
+            return
         security = ["--insecure"]
         if (tls := self.tls) is not None:
             security = [f"--ssl-ca-certfile={tls.ca_cert}", f"--ssl-certfile={tls.server_cert}"]
@@ -254,18 +266,6 @@ class LocalFederation:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def connection_toml(
-    name: str, address: str, *, root_certificates: Path | None = None, insecure: bool = False
-) -> str:
-    """``$FLWR_HOME/config.toml`` with one SuperLink connection ``name``, its default."""
-    connection: dict[str, str | bool] = {"address": address}
-    if root_certificates is not None:
-        connection["root-certificates"] = str(root_certificates.resolve())
-    if insecure:
-        connection["insecure"] = True
-    return tomli_w.dumps({"superlink": {"default": name, name: connection}})
 
 
 @contextlib.contextmanager

@@ -6,9 +6,7 @@ Its output: the run's own lines shown, Flower's start-up and shutdown chatter on
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -17,14 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.certificates import CertificateSet
-from experiments.run.federation import (
-    LocalFederation,
-    connection_toml,
-    executable,
-    flower_home,
-)
+from experiments.run.federation import LocalFederation, flower_home
 from experiments.run.preflight import effective_result_dir
-from experiments.run.processes import Interrupted, popen, stop
+from experiments.run.processes import Interrupted, stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
 from run_files.run_status import mark_stopped
@@ -84,18 +77,22 @@ def run_flwr(
     tls: CertificateSet | None = None,
     ray_address: str | None = None,
     supernode_gpus: tuple[int, ...] = (),
+    superlink: str | None = None,
+    root_certificates: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
     ``num_supernodes`` nodes (= devices V): virtual in simulation, SuperNode processes with
     ``deployment``; ``cpus_per_client`` / ``gpus_per_client``: Ray resources per ClientApp in
     simulation (0.25 GPUs: four share one; Ray hides every GPU from a ClientApp that asks for
-    none); ``flwr_home`` (default: a fresh temporary folder), ``tls``, ``ray_address`` and
-    ``supernode_gpus`` as :class:`LocalFederation` takes them (docs/running.md).
+    none); ``flwr_home`` (default: a fresh temporary folder), ``tls``, ``ray_address``,
+    ``supernode_gpus``, ``superlink`` and ``root_certificates`` as :class:`LocalFederation`
+    takes them (docs/running.md). On a given ``superlink`` the data folder is the SuperLink's.
     """
-    run_config = with_resolved_data_dir(run_config)
+    if superlink is None:
+        run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
-    if not deployment:
+    if not deployment and superlink is None:
         options += [
             "--federation-config",
             f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
@@ -110,6 +107,8 @@ def run_flwr(
             tls=tls,
             ray_address=ray_address,
             supernode_gpus=supernode_gpus,
+            superlink=superlink,
+            root_certificates=root_certificates,
         )
         try:
             with federation as fed:
@@ -138,32 +137,6 @@ def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink
         raise ConnectionError(
             f"{what} at {address} is not reachable ({err}); start it or fix the address"
         ) from err
-
-
-def run_on_superlink(
-    run_config: Mapping[str, Any], address: str, root_certificates: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the app with ``flwr run --stream`` on an existing SuperLink (e.g. docker compose)."""
-    command = [executable("flwr"), "run", str(PROJECT_DIR), "remote", "--stream"]
-    with flower_home(None) as home, run_config_file(run_config) as config_file:
-        command += ["--run-config", str(config_file)]
-        (home / "config.toml").write_text(
-            connection_toml(
-                "remote",
-                address,
-                root_certificates=root_certificates,
-                insecure=root_certificates is None,
-            ),
-            encoding="utf-8",
-        )
-        env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1"}
-        print("$ " + shlex.join(command), flush=True)
-        proc = popen(command, env=env)
-        try:
-            proc.wait()
-        finally:
-            stop([proc])
-    return subprocess.CompletedProcess(proc.args, proc.returncode)
 
 
 def check_ray_address(address: str) -> None:

@@ -205,7 +205,7 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     from experiments.run.outcome import run_outcome
     from experiments.run.preflight import claim_run, effective_result_dir
     from experiments.run.ray_runs import usable_cores
-    from experiments.run.resume_command import single_run_commands, single_run_line
+    from experiments.run.resume_command import continue_line
     from experiments.run.run_config import (
         parse_run_config_text,
         validated_run_config,
@@ -222,9 +222,7 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
         return 2
     result_dir = effective_result_dir(config)
     print(f"result folder: {result_dir}", flush=True)
-    resume, again = single_run_commands(started, given, result_dir)
-    every = int(config["checkpoint-every"])
-    last_words.set(lambda: single_run_line(result_dir, resume, again, every))
+    last_words.set(continue_line(started, given, result_dir, int(config["checkpoint-every"])))
     launched_unix_s = time.time()
     failure: Exception | None = None
     try:

@@ -9,20 +9,15 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import check_certificates_dir, tls_certificates
-from experiments.run.flwr_run import (
-    check_ray_address,
-    check_reachable,
-    run_flwr,
-    run_on_superlink,
-)
+from experiments.run.flwr_run import check_ray_address, check_reachable, run_flwr
 from experiments.run.processes import exit_code_stopping_on_signals
-from experiments.run.resume_command import StartedAs
+from experiments.run.resume_command import StartedAs, continue_line
 from experiments.run.run_config import (
     parse_run_config_text,
     validated_run_config,
@@ -90,7 +85,10 @@ def check_gpus(args: LaunchOptions, device: str) -> None:
 
 
 #: The options of ``fedcgd run`` that are :func:`run_flwr` arguments of the same name.
-RUN_FLWR_OPTIONS = ("deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home")
+RUN_FLWR_OPTIONS = (
+    "deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home", "superlink",
+    "root_certificates",
+)  # fmt: skip
 
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
@@ -99,7 +97,7 @@ def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
 
     last_words = LastWords()
     return exit_code_stopping_on_signals(
-        lambda: run_command(options, started, last_words), last_words
+        lambda: run_command(options, started or StartedAs(("run",)), last_words), last_words
     )
 
 
@@ -116,16 +114,12 @@ def results_line(result_dir: Path) -> str:
     return line + ")"
 
 
-def run_command(
-    args: LaunchOptions, started: StartedAs | None = None, last_words: LastWords | None = None
-) -> int:
+def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) -> int:
     """One run, results under ``--out`` by default; the exit code.
 
     The first line names the run's folder; ``last_words`` learns the command that continues it
     (from the options it was ``started`` with).
     """
-    if started is None:
-        started = StartedAs(("run",))
     from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
 
     claim = None
@@ -155,9 +149,9 @@ def run_command(
         overrides["result-dir"] = merged["result-dir"]
     result_dir = effective_result_dir(merged)
     print(f"result folder: {result_dir}", flush=True)
-    continuing = continue_line(started, args, user_overrides, merged)
-    if last_words is not None:
-        last_words.set(continuing)
+    every = int(merged["checkpoint-every"])
+    continuing = continue_line(started, user_overrides, result_dir, every, args.superlink)
+    last_words.set(continuing)
     try:
         return launch_run(args, overrides, merged, continuing)
     finally:
@@ -165,32 +159,11 @@ def run_command(
             claim.release()
 
 
-def continue_line(
-    started: StartedAs,
-    args: LaunchOptions,
-    overrides: Mapping[str, Any],
-    merged: Mapping[str, Any],
-) -> Callable[[], str]:
-    """What a stopped run's last line says (read when printed): the command that continues it."""
-    from experiments.run.preflight import effective_result_dir
-    from experiments.run.resume_command import single_run_commands, single_run_line
-
-    result_dir = effective_result_dir(merged)
-    resume, again = single_run_commands(started, overrides, result_dir)
-    every = int(merged["checkpoint-every"])
-    if args.superlink:  # the folder lies on the SuperLink's machine: nothing to read here
-        return lambda: (
-            f"to continue, when {result_dir} on the SuperLink's machine holds a "
-            f"checkpoint.pt: {resume}"
-        )
-    return lambda: single_run_line(result_dir, resume, again, every)
-
-
 def launch_run(
     args: LaunchOptions,
     overrides: dict[str, Any],
     merged: dict[str, Any],
-    continuing: Callable[[], str] | None = None,
+    continuing: Callable[[], str],
 ) -> int:
     """Run the checked run (:func:`run_command`) and say how it ended; the exit code.
 
@@ -202,23 +175,18 @@ def launch_run(
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])
-    if args.superlink:
-        proc = run_on_superlink(overrides, args.superlink, args.root_certificates)
-    else:
-        supernode_keys = num_nodes if args.deployment else 0
-        with tls_certificates(args.tls, args.certificates_dir, supernode_keys) as tls:
-            options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
-            gpus = gpu_list(args.supernode_gpus)
-            proc = run_flwr(
-                overrides, num_supernodes=num_nodes, tls=tls, supernode_gpus=gpus, **options
-            )
+    supernode_keys = num_nodes if args.deployment else 0
+    tls_on = args.tls and not args.superlink  # a given SuperLink: --root-certificates
+    with tls_certificates(tls_on, args.certificates_dir, supernode_keys) as tls:
+        options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
+        options["supernode_gpus"] = gpu_list(args.supernode_gpus)
+        proc = run_flwr(overrides, num_supernodes=num_nodes, tls=tls, **options)
     result_dir = effective_result_dir(merged)
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
     if outcome.code != 0:
         print(f"\n(flwr run exit code {proc.returncode})\n{outcome.message}", file=sys.stderr)
-        if continuing is not None:
-            print(continuing(), file=sys.stderr)
+        print(continuing(), file=sys.stderr)
         return outcome.code
     from experiments.analysis.plot_runs import plot_runs
 

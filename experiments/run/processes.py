@@ -2,9 +2,9 @@
 
 :func:`popen` marks each started tree in its environment and tells a watcher process, which
 kills the marked trees when the starter ends, ``kill -9`` included; :func:`stop` finds a tree in
-``/proc`` (docs/design.md, "No process outlives its launcher"). :func:`stop_on_signals` turns
-SIGINT / SIGTERM into :class:`Interrupted`, which unwinds through the ``finally`` blocks; the
-commands then exit 130 / 143.
+``/proc`` (docs/design.md, "No process outlives its launcher").
+:func:`exit_code_stopping_on_signals` turns SIGINT / SIGTERM into :class:`Interrupted`, which
+unwinds through the ``finally`` blocks; the commands then exit 130 / 143.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -121,7 +121,7 @@ def watch() -> None:
 
 
 class Interrupted(OneLineMessage, StopsRun, BaseException):
-    """Raised in the main thread by the first SIGINT or SIGTERM (:func:`stop_on_signals`).
+    """The first SIGINT or SIGTERM in :func:`exit_code_stopping_on_signals` (main thread).
 
     Its message (``stopped by SIGINT``) is the whole story; a run it ends is ``stopped``, not
     ``failed``. ``signum``: the signal received.
@@ -131,56 +131,35 @@ class Interrupted(OneLineMessage, StopsRun, BaseException):
         self.signum = signum
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention: 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
-        return 128 + self.signum
-
-    @property
-    def message(self) -> str:
-        """One line for stderr."""
-        return (
-            f"stopped by {signal.Signals(self.signum).name}: every process of the run was "
-            f"stopped (exit code {self.exit_code})"
-        )
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Raise :class:`Interrupted` on the first SIGINT / SIGTERM; ignore repeats while stopping.
-
-    The previous handlers are restored on exit. Only usable in the main thread.
-    """
-    received: list[int] = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if received:  # already stopping: let the clean-up finish
-            return
-        received.append(signum)
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
-
 
 def exit_code_stopping_on_signals(
     command: Callable[[], int], last_words: Callable[[], str | None] | None = None
 ) -> int:
     """Run a command line's body and return its exit code; stop cleanly on signals (130 / 143).
 
-    After a signal, one line says so on stderr, then ``last_words()`` (called once everything is
-    stopped) if it gives one.
+    The first SIGINT / SIGTERM raises :class:`Interrupted` in the main thread; repeats are
+    ignored while it stops, and the previous handlers come back at the end. After a signal, one
+    line says so on stderr, then ``last_words()`` (called once everything is stopped) if it gives
+    one.
     """
-    with stop_on_signals():
-        try:
-            return command()
-        except Interrupted as stop:
-            print(stop.message, file=sys.stderr, flush=True)
-            line = last_words() if last_words is not None else None
-            if line:
-                print(line, file=sys.stderr, flush=True)
-            return stop.exit_code
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not received:  # a repeat while stopping: let the clean-up finish
+            received.append(signum)
+            raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        return command()
+    except Interrupted as stop:
+        code = 128 + stop.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM
+        said = f"{stop}: every process of the run was stopped (exit code {code})"
+        print(said, file=sys.stderr, flush=True)
+        line = last_words() if last_words is not None else None
+        if line:
+            print(line, file=sys.stderr, flush=True)
+        return code
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)

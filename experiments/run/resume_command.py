@@ -1,7 +1,7 @@
 """What a command says last when it stops before its end: the exact command that continues.
 
 A single run continues from its folder's checkpoint with the same command and ``resume-from``
-(:func:`single_run_line`), or says why it cannot; a comparison or a preset continues when the
+(:func:`continue_line`), or says why it cannot; a comparison or a preset continues when the
 same command runs again (:func:`rerun_line`). Commands are written for a POSIX shell, in the
 working folder of the command that stopped (:func:`fedcgd_command`; docs/deployment.md,
 "Checkpoint and resume").
@@ -45,21 +45,33 @@ class StartedAs:
     out: tuple[str, ...] = ()
 
 
-def single_run_commands(
-    started: StartedAs, overrides: Mapping[str, Any], result_dir: Path
-) -> tuple[str, str]:
-    """The commands that continue a single run (``resume-from``) and start it again elsewhere.
+def continue_line(
+    started: StartedAs,
+    overrides: Mapping[str, Any],
+    result_dir: Path,
+    checkpoint_every: int,
+    superlink: str | None = None,
+) -> Callable[[], str]:
+    """A stopped single run's last line, read when printed (:func:`single_run_line`).
 
-    ``overrides``: its ``--run-config``; a resume stays in ``result_dir`` (no ``--out``).
+    ``overrides``: its ``--run-config``; a resume stays in ``result_dir`` (no ``--out``). On a
+    given ``superlink`` the folder lies on the SuperLink's machine: nothing to read here.
     """
     from experiments.run.run_config import format_run_config
 
     head = [*started.subcommand, *started.options]
     fresh = {k: v for k, v in overrides.items() if k not in ("result-dir", "resume-from")}
-    resume = {**fresh, "resume-from": str(result_dir)}
-    again = [*head, *started.out, *(["--run-config", format_run_config(fresh)] if fresh else [])]
-    resume_command = fedcgd_command([*head, "--run-config", format_run_config(resume)])
-    return resume_command, fedcgd_command(again)
+    resume_config = format_run_config({**fresh, "resume-from": str(result_dir)})
+    resume = fedcgd_command([*head, "--run-config", resume_config])
+    again = fedcgd_command(
+        [*head, *started.out, *(["--run-config", format_run_config(fresh)] if fresh else [])]
+    )
+    if superlink:
+        return lambda: (
+            f"to continue, when {result_dir} on the SuperLink's machine holds a "
+            f"checkpoint.pt: {resume}"
+        )
+    return lambda: single_run_line(result_dir, resume, again, checkpoint_every)
 
 
 def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every: int) -> str:

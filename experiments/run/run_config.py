@@ -21,8 +21,6 @@ from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, 
 _RUN_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 #: Where an item of ``--run-config`` text may end: shell whitespace outside a value.
 _ITEM_SEPARATORS = " \t\r\n"
-#: TOML string delimiters, the three-character ones first.
-_QUOTES = ('"""', "'''", '"', "'")
 
 
 def _check_key(key: str) -> str:
@@ -81,50 +79,25 @@ def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
         yield path
 
 
-def _string_end(text: str, start: int, quote: str) -> int:
-    """The index just past the TOML string opening with ``quote`` at ``start`` (or the end)."""
-    i = start + len(quote)
-    while i < len(text):
-        if quote[0] == '"' and text[i] == "\\":
-            i += 2
-            continue
-        if text.startswith(quote, i):
-            end = i + len(quote)
-            while len(quote) == 3 and end < len(text) and text[end] == quote[0] and end - i < 5:
-                end += 1
-            return end
-        i += 1
-    return len(text)
-
-
 def split_run_config_text(text: str) -> list[str]:
-    """The ``key=value`` items of ``--run-config`` text (whitespace in a value does not split)."""
+    """The ``key=value`` items of ``--run-config`` text (whitespace in a value does not split).
+
+    An item is the shortest piece that ends at whitespace and reads as TOML; text that never
+    does is one last item (refused by :func:`parse_run_config_text`).
+    """
     items: list[str] = []
-    start: int | None = None
-    depth = 0
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if start is None:
-            if char in _ITEM_SEPARATORS:
-                i += 1
-                continue
-            start = i
-        quote = next((q for q in _QUOTES if text.startswith(q, i)), None)
-        if quote is not None:
-            i = _string_end(text, i, quote)
-            continue
-        if char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth = max(0, depth - 1)
-        elif char in _ITEM_SEPARATORS and depth == 0:
-            items.append(text[start:i])
-            start = None
-        i += 1
-    if start is not None:
-        items.append(text[start:])
-    return items
+    start = 0
+    for end in [*(m.start() for m in re.finditer(f"[{_ITEM_SEPARATORS}]", text)), len(text)]:
+        piece = text[start:end].strip(_ITEM_SEPARATORS)
+        if piece:
+            try:
+                tomllib.loads(piece)
+            except (tomllib.TOMLDecodeError, RecursionError):
+                continue  # inside a string, array or table: the item goes on
+            items.append(piece)
+        start = end
+    rest = text[start:].strip(_ITEM_SEPARATORS)
+    return [*items, rest] if rest else items
 
 
 def parse_run_config_text(text: str) -> dict[str, Any]:
