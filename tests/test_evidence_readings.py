@@ -489,7 +489,7 @@ PHRASES = {
         "Fed-CBS's median is 1,175 at α = 0.1 (3 of 5 runs reach 0.8), 855 at α = 1 and 770",
         "(0.254, 0.192, 0.090, against BC's 0.485, 0.380, 0.190)",
         "seed 1, which ends at 0.690 after a best of 0.898 (its late mean over the last 240 "
-        "rounds is 0.746", "**unexplained**", "no code record",
+        "rounds is 0.746", "**unexplained**", "code column says `1e6a98feee0c0b3a` for every one",
     ],
     PAPER: [
         "(smallest Holm p 0.050", "0.021 below FSCD's (p = 0.20)",
@@ -793,6 +793,16 @@ def test_the_paper_table() -> None:
     assert f"{min(baselines):.2f}–{max(baselines):.2f}" == "13.67–17.18"
     assert "ρ = +0.643, exact p = 0.139; within settings ρ = −0.053" in _paper_row("Ĝ/σ̂")
     assert "untested here" in _paper_row("solver figure")
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_each_tables_runs_share_one_code(preset: str) -> None:
+    """One code digest per table in ``runs.csv``'s code column (a resumed run lists each of its
+    codes). The τ and r presets' runs of c307e0f recorded none (``unknown``): docs/evidence.md
+    shows that their sources are those of the one digest; every other run names its code."""
+    digests = {d for run in _runs(preset) for d in run["code"].split()}
+    assert len(digests - {"unknown"}) == 1
+    assert "unknown" not in digests or preset in (LOCAL, IMBALANCE)
 
 
 def test_the_dirichlet_seed_that_fell() -> None:
