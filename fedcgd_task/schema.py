@@ -265,9 +265,9 @@ SETTINGS: tuple[Setting, ...] = (
         "query-timeout-s",
         120.0,
         "deployments: how long to wait for query replies (a device that misses them is lost for "
-        "the round and counted in `devices_lost`); any engine: fewer than `num-devices` "
-        "SuperNodes connected after this long stops the run with a message saying how many "
-        "connected",
+        "the round and counted in `devices_lost`), and for all `num-devices` SuperNodes to "
+        "connect before the start (a simulation with fewer stops at once, naming the "
+        "`--federation-config` it needs)",
         limits="> 0",
         computes=False,
     ),

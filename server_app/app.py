@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from fedcgd_strategy.flower.simulation import patient
+from fedcgd_strategy.flower.simulation import is_simulation, patient
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import first_line
@@ -55,6 +55,7 @@ def main(grid: Grid, context: Context) -> None:
     fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
     config = parse_run_config(run_config)
     try:
+        wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
         run_federation(grid, config, fresh_name=fresh)
     except Exception as err:
         if not isinstance(err, OneLineMessage):
@@ -78,25 +79,58 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+#: Seconds a simulation's SuperNode count must stay the same to be its size: Flower's
+#: simulation registers all its virtual SuperNodes at once, as the ServerApp starts.
+SIMULATION_SETTLE_S = 1.0
+
+
+class TooFewNodesError(OneLineMessage, RuntimeError):
+    """Fewer SuperNodes than devices (``num-devices``): the message says what to run instead."""
+
+
+def too_few_nodes_line(connected: int, expected: int, *, simulation: bool, waited_s: float) -> str:
+    """What to do when ``connected`` of ``expected`` SuperNodes are there (one line)."""
+    if simulation:
+        return (
+            f"Flower's simulation has {connected} SuperNodes but num-devices = {expected} "
+            "needs one per device: run flwr run . --stream --federation-config "
+            f'"num-supernodes={expected} client-resources-num-cpus=1" (with your --run-config), '
+            f'or set --run-config "num-devices={connected}", or use fedcgd run, which sizes '
+            "the federation itself"
+        )
+    return (
+        f"only {connected} of {expected} SuperNodes connected after {waited_s:.0f} s "
+        f"(run-config query-timeout-s); start the missing SuperNodes or set "
+        f"num-devices={connected}"
+    )
+
+
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
     """Wait until ``expected`` nodes are connected; return how many are.
 
+    A simulation's nodes are all there at its start: its count is final once it has stayed the
+    same for :data:`SIMULATION_SETTLE_S`. A deployment's SuperNodes may connect up to
+    ``timeout_s`` later.
+
     Raises
     ------
-    RuntimeError
-        When fewer connected within ``timeout_s``, naming how many and what to do.
+    TooFewNodesError
+        When fewer are there (at once in a simulation, after ``timeout_s`` in a deployment).
     """
-    deadline = time.monotonic() + timeout_s
+    simulation = is_simulation(grid)
+    start = time.monotonic()
     connected = len(list(grid.get_node_ids()))
-    while connected < expected and time.monotonic() < deadline:
-        time.sleep(1.0)
-        connected = len(list(grid.get_node_ids()))
+    same_since = start
+    while connected < expected and time.monotonic() - start < timeout_s:
+        if simulation and connected and time.monotonic() - same_since >= SIMULATION_SETTLE_S:
+            break
+        time.sleep(0.1 if simulation else 1.0)
+        now = len(list(grid.get_node_ids()))
+        if now != connected:
+            connected, same_since = now, time.monotonic()
     if connected < expected:
-        raise RuntimeError(
-            f"only {connected} of {expected} SuperNodes connected after {timeout_s:.0f} s "
-            f"(run-config query-timeout-s); start the missing SuperNodes or set "
-            f"num-devices={connected}"
-        )
+        line = too_few_nodes_line(connected, expected, simulation=simulation, waited_s=timeout_s)
+        raise TooFewNodesError(line)
     return connected
 
 
@@ -324,7 +358,6 @@ def train_rounds(
     grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply
     start = {k: v.detach().cpu().clone() for k, v in setup.model.state_dict().items()}
     try:
-        wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
         result = strategy.start(
             grid=grid,
             initial_arrays=array_record(start),

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from doc_pages import PROJECT
 from subprocesses import FEDCGD
 from task_settings import all_available_run
 from test_paths import hostile_folder
 
-from experiments.run.federation import LocalFederation
+from experiments.run.federation import LocalFederation, _free_port, executable
 from experiments.run.flwr_run import run_flwr
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
@@ -120,7 +125,6 @@ def test_every_started_process_is_stopped_by_pid(tmp_path):
 @pytest.mark.slow
 def test_default_run_of_make_run(tmp_path):
     """What `make run` runs: the default settings, 40 devices, 50 rounds (README's promises)."""
-    import subprocess
 
     proc = subprocess.run(
         [FEDCGD, "run", "--results", str(tmp_path)],
@@ -179,3 +183,92 @@ def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path):
     assert config["task"]["model"] == "cnn1d" and config["num_parameters"] == 5_210
     model_ray, model_here = torch.load(ray_dir / MODEL_FILE), torch.load(here / MODEL_FILE)
     assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
+
+
+def readme_flower_block() -> tuple[dict[str, str], list[str]]:
+    """The README's ``flwr run .`` block: its exported variables and its ``flwr run`` words."""
+    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```\n(export FLWR_DISABLE[^`]*?)```", text)
+    export, run = block.strip().splitlines()
+    name, _, value = export.removeprefix("export ").partition("=")
+    return {name: value}, shlex.split(run)
+
+
+def listening_pid(port: int) -> int:
+    """The PID listening on 127.0.0.1:``port``, as the README finds it (``ss -ltnpH``)."""
+    shown = subprocess.run(
+        ["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout
+    (pid,) = set(re.findall(r"pid=(\d+)", shown))
+    return int(pid)
+
+
+def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
+    """README's ``flwr run .``, with Flower's own ``local`` SuperLink on ports of our own.
+
+    Without ``--federation-config`` (Flower's 2 simulated SuperNodes) the ServerApp stops at its
+    start with one line that names the command, leaving no folder; the README's command with that
+    size completes; the SuperLink it left is stopped by the PID ``ss`` shows for its port.
+    """
+    exported, words = readme_flower_block()
+    assert exported == {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    assert words[:4] == ["flwr", "run", ".", "--stream"]
+    assert words[4:] == ["--federation-config", "num-supernodes=40 client-resources-num-cpus=1"]
+    port = _free_port()
+    env = {
+        **os.environ,
+        **exported,
+        "FLWR_HOME": str(tmp_path / "home"),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
+        "PATH": f"{Path(executable('flwr')).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    tiny = "num-devices=3 num-server-rounds=1 channel.availability-prob=1.0 device='cpu'"
+
+    def flwr_run(*options: str, out: Path) -> subprocess.CompletedProcess[str]:
+        config = f"{tiny} result-dir='{out}'"
+        command = [*words[:4], *options, "--run-config", config]
+        return subprocess.run(
+            command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600
+        )
+
+    try:
+        bare = flwr_run(out=tmp_path / "bare")
+        assert bare.returncode == 0  # Flower's: the run was started (README, "How it ended")
+        assert "Traceback" not in bare.stdout + bare.stderr, bare.stdout[-3000:]
+        (line,) = [x for x in bare.stdout.splitlines() if x.startswith("run failed: ")]
+        assert line.startswith(
+            "run failed: Flower's simulation has 2 SuperNodes but num-devices = 3 needs one per "
+            'device: run flwr run . --stream --federation-config "num-supernodes=3 '
+            'client-resources-num-cpus=1"'
+        )
+        assert not (tmp_path / "bare").exists()
+        fix = line.split("--federation-config ")[1].split('"')[1]
+        fixed = flwr_run("--federation-config", fix, out=tmp_path / "fixed")
+        assert f"results written to {tmp_path / 'fixed'} (completed)" in fixed.stdout, (
+            fixed.stdout[-3000:] + fixed.stderr[-3000:]
+        )
+        status = json.loads((tmp_path / "fixed" / "status.json").read_text())
+        assert status["state"] == "completed"
+    finally:
+        pid = listening_pid(port)
+        os.kill(pid, 15)
+        for _ in range(100):
+            listening = ["ss", "-ltnH", f"sport = :{port}"]
+            if not subprocess.run(listening, capture_output=True, text=True).stdout.strip():
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the SuperLink {pid} still listens on {port}")
+
+
+def test_fedcgd_run_refuses_a_simulation_with_fewer_supernodes_than_devices(tmp_path, capsys):
+    from experiments.run.launcher import LaunchOptions, main
+
+    options = LaunchOptions(run_config="num-devices=4", num_supernodes=2, out=tmp_path)
+    assert main(options) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --num-supernodes 2 < num-devices = 4: a simulation needs one SuperNode per "
+        "device; leave --num-supernodes out"
+    ]
+    assert list(tmp_path.iterdir()) == []  # refused before the start: no folder

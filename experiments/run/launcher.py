@@ -126,6 +126,12 @@ def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) 
     try:
         overrides = parse_run_config_text(args.run_config)
         merged = validated_run_config(overrides)
+        devices = int(merged["num-devices"])
+        if not (args.deployment or args.superlink) and (args.num_supernodes or devices) < devices:
+            raise ValueError(
+                f"--num-supernodes {args.num_supernodes} < num-devices = {devices}: a simulation "
+                "needs one SuperNode per device; leave --num-supernodes out"
+            )
         if args.ray_address and (args.deployment or args.superlink):
             raise ValueError("--ray-address is for the simulation engine only")
         if args.certificates_dir is not None and not args.tls:
@@ -185,7 +191,7 @@ def launch_run(
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
     if outcome.code != 0:
-        print(f"\n(flwr run exit code {proc.returncode})\n{outcome.message}", file=sys.stderr)
+        print(f"\n{outcome.message}", file=sys.stderr)
         print(continuing(), file=sys.stderr)
         return outcome.code
     from experiments.analysis.plot_runs import plot_runs
