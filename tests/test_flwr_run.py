@@ -272,3 +272,20 @@ def test_fedcgd_run_refuses_a_simulation_with_fewer_supernodes_than_devices(tmp_
         "device; leave --num-supernodes out"
     ]
     assert list(tmp_path.iterdir()) == []  # refused before the start: no folder
+
+
+def test_a_failed_fedcgd_run_ends_on_its_own_outcome_and_exit_code_1(tmp_path):
+    """No device can meet a 1 µs deadline: the run fails; its outcome, not Flower's exit code."""
+    out = tmp_path / "run"
+    config = f"num-devices=2 num-server-rounds=1 channel.deadline-s=1e-6 result-dir='{out}'"
+    proc = subprocess.run(
+        [FEDCGD, "run", "--run-config", config], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    failed, last = proc.stderr.strip().splitlines()
+    assert failed == (
+        "failed: no device uploaded an update in any of the 1 rounds, so the model never "
+        "changed: none was scheduled (deadline, bandwidth or availability too tight?)"
+    )
+    assert last == f"nothing to continue: all 1 rounds ran; results in {out}"
+    assert json.loads((out / "status.json").read_text())["state"] == "failed"
