@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 from scipy.ndimage import uniform_filter1d
 
 from experiments.analysis.statistics import mean_band
+from fedcgd_strategy.policies.registry import POLICY_LABELS
 
 #: From this many runs on a group is drawn with the 95 % band of its mean (one run: its line).
 MIN_RUNS_FOR_BAND = 2
@@ -66,23 +67,22 @@ METRICS: dict[str, Metric] = {
     "class_gradient_used": Metric("Ĝ, class-gradient bound used (gradient norm)", 0.0),
 }
 
-#: Legend name and fixed colour (the same in every figure) of each built-in policy, in legend
-#: order: FedCGD in warm, saturated colours, the baselines in cool or grey ones (matplotlib's
-#: ten "tab" colours).
-BUILT_IN_POLICIES: dict[str, tuple[str, str]] = {
-    "fedcgd-fscd": ("FedCGD-FSCD", "#d62728"),
-    "fedcgd-fscd-gc": ("FedCGD-FSCD (Ĝ_c)", "#8c564b"),
-    "fedcgd-gs": ("FedCGD-GS", "#ff7f0e"),
-    "fedcgd-exact": ("FedCGD-exact", "#e377c2"),
-    "fedcgd-cd": ("FedCGD-CD", "#bcbd22"),
-    "bc": ("BC (best channel)", "#1f77b4"),
-    "bn2": ("BN2 (best norm)", "#17becf"),
-    "poc": ("POC (power of choice)", "#2ca02c"),
-    "fedcbs": ("Fed-CBS", "#9467bd"),
-    "all": ("all (no budget)", "#7f7f7f"),
+#: Fixed colour (the same in every figure) of each built-in policy, in legend order: FedCGD in
+#: warm, saturated colours, the baselines in cool or grey ones (matplotlib's ten "tab" colours).
+#: Their labels: :data:`fedcgd_strategy.policies.registry.POLICY_LABELS`.
+POLICY_COLORS: dict[str, str] = {
+    "fedcgd-fscd": "#d62728",
+    "fedcgd-fscd-gc": "#8c564b",
+    "fedcgd-gs": "#ff7f0e",
+    "fedcgd-exact": "#e377c2",
+    "fedcgd-cd": "#bcbd22",
+    "bc": "#1f77b4",
+    "bn2": "#17becf",
+    "poc": "#2ca02c",
+    "fedcbs": "#9467bd",
+    "all": "#7f7f7f",
 }
-POLICY_NAMES = {policy: name for policy, (name, _) in BUILT_IN_POLICIES.items()}
-POLICY_COLORS = {policy: color for policy, (_, color) in BUILT_IN_POLICIES.items()}
+POLICY_NAMES = {policy: POLICY_LABELS[policy] for policy in POLICY_COLORS}
 
 #: Colours of a researcher's own policies: dark ones that no built-in policy uses (near-black,
 #: then matplotlib's "tab20b" darks). Each policy's is chosen by its name (:func:`own_colors`).

@@ -25,6 +25,7 @@ from experiments.analysis.evidence import (
     indicator_summary,
     rounds_to_target_test,
 )
+from experiments.analysis.figures import policy_name
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import (
     first_round_reaching,
@@ -321,9 +322,10 @@ def markdown_table(
 ) -> str:
     """``table.md``: the columns a reader compares, rounded as in docs/ (docs/comparing.md).
 
-    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point). Each
-    paired test shows its p, then Holm's; differences use the Unicode minus, as docs/ do; the
-    rounds' counts are FedCGD-FSCD's (earlier where the policy is later).
+    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point), the
+    policy by its figure label. Each paired test shows its p, then Holm's; differences use the
+    Unicode minus, as docs/ do; the rounds' counts are FedCGD-FSCD's (earlier where the policy is
+    later).
     """
     target = _text(target_accuracy, "g")
     header = [
@@ -357,7 +359,7 @@ def markdown_table(
                 )
         lost = row.get("runs_with_lost_devices") or 0
         cells = [
-            *(str(row[c]) for c in extra_columns), str(row["policy"]),
+            *(str(row[c]) for c in extra_columns), policy_name(str(row["policy"])),
             mean_ci(row, "final_accuracy", ".3f"), mean_ci(row, "max_accuracy", ".3f"), rounds,
             sign, mean_ci(row, "mean_scheduled", ".2f"), mean_ci(row, "mean_wemd", ".3f"), *diffs,
             f"{LOST_MARKER} {lost} of {row['n_seeds']}" if lost else "0",
