@@ -214,9 +214,12 @@ def replaced_defaults(setting: str, context: PolicyContext) -> list[str]:
     """Where a run-level setting replaces the policy class's own default, one line each.
 
     A parameter that :class:`PolicyContext` fills (``pack_rule`` from ``pack-rule``, ...) always
-    takes the run's value; when the class declares another default, the line says so (the
-    ServerApp says each once, at the start).
+    takes the run's value; when a researcher's class declares another default, the line says so
+    (the ServerApp says each once, at the start). A built-in's defaults are none a user wrote: the
+    run-level keys are how its parameters are set, so it gets no line.
     """
+    if canonical_policy(setting) in _BUILT_IN:
+        return []
     lines = []
     for name, parameter in keyword_parameters(policy_class(setting)).items():
         if name not in CONTEXT_SOURCES or parameter.default is inspect.Parameter.empty:
