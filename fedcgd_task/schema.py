@@ -9,7 +9,7 @@ nor torch: the ClientApp reads its settings through it.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import tomli_w
@@ -85,7 +85,9 @@ SETTINGS: tuple[Setting, ...] = (
         "`fedcgd-fscd`, `fedcgd-gs`, `fedcgd-fscd-gc` (per-class Ĝ_c), `fedcgd-exact` (MILP "
         "optimum of P1), `fedcgd-cd` (plain coordinate descent), `bc` (best channel), `bn2` "
         "(best update norm), `poc` (power of choice), `fedcbs` (Fed-CBS), `all` (every available "
-        "device that meets the deadline: the FedAvg reference); or your own policy class, "
+        "device that meets the deadline: the FedAvg reference), each also by its figure label "
+        "in any case (`FedCGD-FSCD`, `BC (best channel)`; the run records the name); or your own "
+        "policy class, "
         '`"package.module:ClassName"` or `"/abs/path/file.py:ClassName"` (see [Write your own '
         "policy](bring-your-own.md#write-your-own-policy))",
         form="class",
@@ -346,11 +348,16 @@ def read(run_config: Mapping[str, Any], key: str) -> Any:
     return check_value(SCHEMA[key], run_config[key], f"run-config key '{key}'")
 
 
-def unknown_key(key: str) -> str:
-    """One line for a key no setting has: up to three close keys (difflib), then where all are."""
-    scored = sorted((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in SCHEMA)[::-1]
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"did you mean a or b? "``: up to three of ``known`` close to ``word`` (difflib), or ""."""
+    scored = sorted((difflib.SequenceMatcher(None, word, k).ratio(), k) for k in known)[::-1]
     close = [k for ratio, k in scored[:3] if ratio >= max(0.6, scored[0][0] - 0.1)]
-    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"did you mean {' or '.join(close)}? " if close else ""
+
+
+def unknown_key(key: str) -> str:
+    """One line for a key no setting has: up to three close keys, then where all are."""
+    guess = did_you_mean(key, SCHEMA)
     return f"unknown run-config key {key!r}; {guess}every key: `fedcgd settings`"
 
 

@@ -24,7 +24,12 @@ import tomli_w
 from channel import CellConfig
 from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
-from fedcgd_strategy.policies.registry import PolicyContext, check_policy_params, policy_class
+from fedcgd_strategy.policies.registry import (
+    PolicyContext,
+    canonical_policy,
+    check_policy_params,
+    policy_class,
+)
 from fedcgd_task.schema import SETTINGS
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested
 
@@ -261,6 +266,12 @@ def timestamped_result_dir(parent: str | Path, run_config: Mapping[str, Any]) ->
     return Path(parent).expanduser().resolve() / f"{run_folder_name(run_config)}-{stamp}"
 
 
+def with_canonical_policy(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_config`` with a built-in's label or any case of its name as the name (``bc``)."""
+    policy = run_config.get("policy")
+    return {**run_config, "policy": canonical_policy(policy)} if policy else dict(run_config)
+
+
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     """Read and validate the whole run config (``context.run_config``: flat, kebab-case keys).
 
@@ -269,6 +280,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     ValueError
         Naming the key, the bad value and what is allowed.
     """
+    run_config = with_canonical_policy(run_config)
     task = TaskSettings.from_run_config(run_config)
     values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
     policy = values["policy"]

@@ -62,22 +62,24 @@ def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
     """A run's settings for TensorBoard's HParams view, by run-config key.
 
     :data:`ALWAYS`, then every setting that changes what a run computes
-    (:attr:`fedcgd_task.setting.Setting.computes`) and differs from its default; where or how a
+    (:attr:`fedcgd_task.setting.Setting.computes`) and differs from its default, each parameter
+    of ``policy-params`` and ``aggregator-params`` as ``policy-params.<name>``; where or how a
     run runs or reports (folders, timeouts, ``device``) is left out. ``recorded`` and
     ``defaults``: :meth:`server_app.config.RunConfig.to_dict` of the run and of the default run
     config. A value that is no bool, int, float or string (a list, None) is shown as its text.
     """
     run, default = flat_settings(recorded), flat_settings(defaults)
-    out: dict[str, HParam] = {}
+    wanted: dict[str, Any] = {}
     for setting in SETTINGS:
         name = RECORDED[setting.key]
-        if name not in run:
-            continue
-        value = run[name]
-        wanted = setting.key in ALWAYS or (setting.computes and value != default.get(name))
-        if wanted:
-            out[setting.key] = value if isinstance(value, HParam) else str(value)
-    return out
+        if setting.form == "table":  # flattened: policy_params.window
+            params = {k.split(".", 1)[1]: v for k, v in run.items() if k.startswith(name + ".")}
+            wanted.update({f"{setting.key}.{k}": v for k, v in params.items()})
+        elif name in run and (
+            setting.key in ALWAYS or (setting.computes and run[name] != default.get(name))
+        ):
+            wanted[setting.key] = run[name]
+    return {k: v if isinstance(v, HParam) else str(v) for k, v in wanted.items()}
 
 
 class RoundEvents:

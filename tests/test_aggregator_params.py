@@ -397,6 +397,20 @@ def test_docs_list_the_range_of_every_parameter():
     assert [n for n in sorted(names) if f"`{n}`" not in table] == []
 
 
+@pytest.mark.parametrize("policy", ["fedcbs", "bc"])
+def test_a_built_in_policys_own_defaults_are_not_said_to_be_replaced(policy, tmp_path, caplog):
+    """Fed-CBS's num_devices = 1 and BC's pack_rule = 'stop' are no user's: no line for them."""
+    from server_app.setup import build_setup
+
+    run_config = {
+        **default_run_config(), "result-dir": str(tmp_path / "run"), "policy": policy,
+        "pack-rule": "skip",
+    }  # fmt: skip
+    with caplog.at_level("WARNING"):
+        build_setup(parse_run_config(run_config), on_settings=lambda settings: None)
+    assert [r.getMessage() for r in caplog.records if "is replaced by" in r.getMessage()] == []
+
+
 def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog):
     """And a run-level setting that replaces the policy's own default is said, once."""
     from server_app.setup import build_setup

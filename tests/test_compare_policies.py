@@ -102,7 +102,10 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert not [line for line in last if line.startswith("{")]  # no dict per run
     assert last[-1].startswith(f"wrote {out / 'table.md'}, {out / 'table.csv'}")
     assert last[-5:-1] == (out / "table.md").read_text().splitlines()  # the table, printed
-    assert [line.split(" | ")[0] for line in last[-3:-1]] == ["| fedcgd-fscd", "| bc"]
+    assert [line.split(" | ")[0] for line in last[-3:-1]] == [
+        "| FedCGD-FSCD",
+        "| BC (best channel)",
+    ]
 
     by_run = {(r["policy"], r["seed"]): r for r in read(out / "runs.csv")}
     assert set(by_run) == {(p, str(s)) for p in ACCURACY for s in (0, 1, 2)}
@@ -244,13 +247,37 @@ def test_command_line_seeds(tmp_path, monkeypatch):
     assert seen == [("fedcgd-fscd", 7), ("bc", 7)]
 
 
+def test_policies_named_by_their_figure_labels_run_and_are_recorded_by_name(tmp_path, monkeypatch):
+    """``FedCGD-FSCD`` and ``BC (best channel)`` (any case): the runs, folders and CSVs say the
+    names, table.md says the labels."""
+    seen = []
+
+    def fake_flwr(run_config, **kwargs):
+        seen.append(run_config["policy"])
+        fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.5])
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    out = tmp_path / "labels"
+    policies = "FedCGD-FSCD,bc (BEST CHANNEL)"
+    assert invoke(["compare", "--policies", policies, "--out", str(out), "--seeds", "0"]) == 0
+    assert seen == ["fedcgd-fscd", "bc"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bc", "fedcgd-fscd"]
+    assert [r["policy"] for r in read(out / "table.csv")] == ["fedcgd-fscd", "bc"]
+    cells = [line.split(" | ")[0] for line in (out / "table.md").read_text().splitlines()]
+    assert cells[2:] == ["| FedCGD-FSCD", "| BC (best channel)"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--seeds", "0,a"], "comma-separated integers"), (["--seeds", "0,1,0"], "repeats"),
         (["--seeds", "-1"], "non-negative"), (["--seeds", ","], "at least one"),
         (["--seeds", "0,1", "--run-config", "seed=2"], "not both"),
-        (["--policies", "bc,fedsgd"], "'policy' = 'fedsgd'; allowed: fedcgd-fscd"),
+        (
+            ["--policies", "bc,fedcgd-fcsd"],
+            "'policy' = 'fedcgd-fcsd'; did you mean fedcgd-fscd or fedcgd-cd? allowed: fedcgd-fscd",
+        ),
     ],
 )  # fmt: skip
 def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
@@ -507,17 +534,38 @@ def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():
     # t(0.975, 1) = 12.706: 0.05 · 12.706 = 0.635 and 1 · 12.706 = 12.71; the Kaplan–Meier
     # median of rounds 10 and 20 is 10 (half reached it by round 10)
     assert fscd == (
-        "| fedcgd-fscd | 0.850 ± 0.635 | 0.900 ± 0.000 | 10 (2/2) | – | 6.00 ± 12.71 "
+        "| FedCGD-FSCD | 0.850 ± 0.635 | 0.900 ± 0.000 | 10 (2/2) | – | 6.00 ± 12.71 "
         "| 0.200 ± 0.000 | – | – | 0 |"
     )
     # paired t: diffs (−0.1, −0.2): t = −3, p = 1 − 2·atan(3)/π = 0.2048; best (−0.1, −0.15):
     # t = −5, p = 1 − 2·atan(5)/π = 0.1257; rounds: BC later on both seeds, sign p = 0.5; one
     # policy against FSCD: Holm's p is the p; BC's median: half reached it by round 30
     assert bc == (
-        "| bc | 0.700 ± 0.000 | 0.775 ± 0.318 | 30 (1/2) | 2 / 0 / 0 (0.5 / 0.5) | 6.00 ± 0.00 "
+        "| BC (best channel) | 0.700 ± 0.000 | 0.775 ± 0.318 | 30 (1/2) | 2 / 0 / 0 (0.5 / 0.5) "
+        "| 6.00 ± 0.00 "
         f"| 0.200 ± 0.000 | −0.150 (0.205 / 0.205) | −0.125 (0.126 / 0.126) "
         f"| {results.LOST_MARKER} 1 of 2 |"
     )  # fmt: skip
+
+
+def test_table_md_without_a_target_has_no_rounds_to_target_columns():
+    runs = [
+        {
+            "policy": policy, "seed": seed, "final_accuracy": 0.5, "max_accuracy": 0.6,
+            "rounds_to_target": None, "mean_scheduled": 4.0, "mean_wemd": 0.2, "rounds_run": 3,
+            "devices_lost": 0,
+        }
+        for policy in ("fedcgd-fscd", "bc") for seed in (0, 1)
+    ]  # fmt: skip
+    header, rule, fscd, bc = results.markdown_table(results.table_rows(runs)).splitlines()
+    assert header == (
+        "| policy | final accuracy | best accuracy | scheduled | WEMD | final − FSCD (p / Holm) "
+        "| best − FSCD (p / Holm) | runs with lost devices |"
+    )
+    assert rule == "|" + "---|" * 8
+    cells = "0.500 ± 0.000 | 0.600 ± 0.000 | 4.00 ± 0.00 | 0.200 ± 0.000"
+    assert fscd == f"| FedCGD-FSCD | {cells} | – | – | 0 |"
+    assert bc.startswith(f"| BC (best channel) | {cells} |")
 
 
 def test_policies_that_schedule_alike_in_every_round_are_named_once(tmp_path):

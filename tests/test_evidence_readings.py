@@ -706,9 +706,11 @@ def test_the_digits_comparison_readings() -> None:
             assert statistics.fmean(reached_now) == pytest.approx(rounds)
 
 
+#: The figures' labels, which table.md prints too.
 NAMES = {
-    GC: "FedCGD-FSCD-Gc", FSCD: "FedCGD-FSCD", GS: "FedCGD-GS", "bc": "BC", "bn2": "BN2",
-    "poc": "POC", "fedcbs": "Fed-CBS", "all": "all (no bandwidth budget)",
+    GC: "FedCGD-FSCD (Ĝ_c)", FSCD: "FedCGD-FSCD", GS: "FedCGD-GS", "bc": "BC (best channel)",
+    "bn2": "BN2 (best norm)", "poc": "POC (power of choice)", "fedcbs": "Fed-CBS",
+    "all": "all (no budget)",
 }  # fmt: skip
 
 

@@ -58,6 +58,25 @@ def test_a_band_stays_inside_what_the_metric_can_be(curves, name, mean, high) ->
     plt.close(fig)
 
 
+def test_a_band_of_scheduled_devices_stays_at_most_the_runs_number_of_devices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two seeds scheduling 30 and 40 of V = 40 devices: mean 35, half-width t(0.975, 1) · 5 =
+    12.706 · 5 = 63.5, so the raw band reaches 98.5; it is cut at 40 (and at 0 below)."""
+    from experiments.analysis.plot_runs import plot_mean_runs
+
+    figures = _capture(monkeypatch)
+    dirs = [tmp_path / f"seed-{s}" for s in (0, 1)]
+    for seed, (folder, scheduled) in enumerate(zip(dirs, (30, 40), strict=True)):
+        write_run(folder, {"num-devices": 40, "seed": seed}, _lines(2, scheduled))
+    plot_mean_runs({"fedcgd-fscd": dirs}, tmp_path / "mean.png")
+    (fig,) = figures
+    scheduled_panel = fig.axes[1]
+    assert scheduled_panel.get_ylabel().startswith("scheduled devices")
+    y = _band_y(scheduled_panel)
+    assert (y.min(), y.max()) == (0.0, 40.0)
+
+
 def test_labels_carry_units_and_fedcgd_stands_out() -> None:
     assert metric("accuracy").label.endswith("(fraction correct)")
     assert "(count)" in metric("num_scheduled").label

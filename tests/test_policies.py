@@ -94,8 +94,8 @@ def test_protocol_rule() -> None:
         rule("fedcgd-fscd", "channel")
     with pytest.raises(ValueError, match="'query' does not work with policy 'poc'"):
         rule("poc", "query")
-    with pytest.raises(ValueError, match="'policy' = 'fedsgd'; allowed: fedcgd-fscd, "):
-        rule("fedsgd")
+    with pytest.raises(ValueError, match="'policy' = 'xyz'; allowed: fedcgd-fscd, "):
+        rule("xyz")
     with pytest.raises(ValueError, match="protocol: got 'push'"):
         rule("bc", "push")
 
@@ -126,3 +126,24 @@ def test_only_the_flower_glue_imports_flwr() -> None:
     assert {f"fedcgd_strategy.{m}" for m in pure} <= set(modules)
     assert len(modules) >= 15
     assert_import_pulls_neither_flwr_nor_torch(*modules)
+
+
+def test_a_misspelt_policy_name_gets_the_close_names() -> None:
+    close = r"'policy' = 'fedcgd-fcsd'; did you mean fedcgd-fscd or fedcgd-cd\? allowed: "
+    with pytest.raises(ValueError, match=close):
+        policy_class("fedcgd-fcsd")
+    label = r"'policy' = 'BC \(best chanel\)'; did you mean BC \(best channel\)\? "
+    with pytest.raises(ValueError, match=label):
+        policy_class("BC (best chanel)")
+
+
+@pytest.mark.parametrize(
+    ("given", "name"),
+    [
+        ("FedCGD-FSCD", "fedcgd-fscd"), ("BC (best channel)", "bc"), ("bc (BEST CHANNEL)", "bc"),
+        ("BC", "bc"), ("Fed-CBS", "fedcbs"), ("FEDCGD-FSCD (Ĝ_C)", "fedcgd-fscd-gc"),
+    ],
+)  # fmt: skip
+def test_a_policy_is_named_by_its_figure_label_and_keeps_its_name(given: str, name: str) -> None:
+    policy = make_policy(given, PolicyContext(num_devices=4, num_classes=2))
+    assert (type(policy), policy.name) == (policy_class(name), name)

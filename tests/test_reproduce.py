@@ -156,7 +156,7 @@ def test_seeds_default_to_zero_and_compose_from_the_command_line():
     [
         (["+run.num-devices=0"], "num-devices"),
         (["+run.num-rounds=3"], "unknown run-config key 'num-rounds'"),
-        (["policies=[fedsgd]"], "'policy' = 'fedsgd'; allowed: fedcgd-fscd"),
+        (["policies=[fedsgd]"], "'policy' = 'fedsgd'; did you mean fedcgd-gs or fedcgd-cd or"),
         (["seeds=[0,0]"], "repeats"),
         (["seeds=[]"], "at least one"),
         (["seeds=[a]"], "not a non-negative integer"),

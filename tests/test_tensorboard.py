@@ -82,22 +82,26 @@ def test_a_resumed_run_shows_each_round_once(tmp_path: Path) -> None:
     assert_same(scalars(killed), expected(lines))
 
 
-def test_a_run_names_its_settings_as_hparams(tmp_path: Path) -> None:
-    """Policy, aggregator and seed always; then only settings that change what a run computes
-    and differ from their defaults (no folders, timeouts or device), by run-config key."""
+def hparams(folder: Path) -> dict[str, object]:
+    """The run's settings as TensorBoard's HParams view reads them."""
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    folder = tmp_path / "run"
-    chosen = {"policy": "bc", "local-steps": 3, "seed": 7, "num-server-rounds": 2}
-    run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
     events = EventAccumulator(str(folder))
     events.Reload()
     content = events.PluginTagToContent("hparams")
     start = plugin_data_pb2.HParamsPluginData.FromString(
         content["_hparams_/session_start_info"]
     ).session_start_info.hparams
-    shown = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.items()}
-    assert shown == {
+    return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.items()}
+
+
+def test_a_run_names_its_settings_as_hparams(tmp_path: Path) -> None:
+    """Policy, aggregator and seed always; then only settings that change what a run computes
+    and differ from their defaults (no folders, timeouts or device), by run-config key."""
+    folder = tmp_path / "run"
+    chosen = {"policy": "bc", "local-steps": 3, "seed": 7, "num-server-rounds": 2}
+    run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
+    assert hparams(folder) == {
         "policy": "bc",
         "aggregator": "",
         "seed": 7.0,
@@ -107,6 +111,20 @@ def test_a_run_names_its_settings_as_hparams(tmp_path: Path) -> None:
         "channel.availability-prob": 0.8,
         "protocol": "channel",  # "auto" resolved: BC needs no query (FedCGD's default: "query")
     }  # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
+
+
+def test_each_policy_and_aggregator_parameter_is_an_hparam(tmp_path: Path) -> None:
+    """``window = 10`` is told from ``window = 20``: each parameter by its run-config key."""
+    folder = tmp_path / "run"
+    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
+    chosen = {
+        "policy": policy, "policy-params": "{window = 10}", "aggregator": "FedTrimmedAvg",
+        "aggregator-params": "{beta = 0.25}", "num-server-rounds": 1,
+    }  # fmt: skip
+    run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
+    shown = hparams(folder)
+    assert (shown["policy-params.window"], shown["aggregator-params.beta"]) == (10.0, 0.25)
+    assert "policy-params" not in shown and "aggregator-params" not in shown
 
 
 def test_the_results_line_names_the_event_files_and_the_command_that_shows_them(tmp_path):

@@ -308,40 +308,68 @@ def indicator_summary(
     }
 
 
-def _rho(rho: float, p: float, what: str) -> str:
-    """``rho = +0.643, p = 0.139`` (or why there is none)."""
+#: The level a p must be under for the console to call a correlation shown.
+ALPHA = 0.05
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p of the exact test of Spearman's ρ over ``n`` points: 2 / n!."""
+    return 2 / math.factorial(n)
+
+
+def _least(n: int) -> str:
+    """``2/3! = 0.333``: the smallest p with ``n`` points, as the console says it."""
+    return f"2/{n}! = {smallest_p(n):.3g}"
+
+
+def _rho(rho: float, p: float, what: str, n: int) -> str:
+    """``rho = +0.643, p = 0.139``, or why there is none: no correlation, or too few points."""
     if not math.isfinite(rho):
         return f"{what}: no correlation (under three values, or a constant variable)"
+    if smallest_p(n) >= ALPHA:
+        return f"{what}: too few points ({n}) for a test: its exact p cannot go below {_least(n)}"
     return f"{what} Spearman rho = {rho:+.3f}, p = {p:.3g}"
 
 
-def indicator_line(summary: Mapping[str, Any]) -> str:
-    """The console lines: the setting-level test and its conclusion, then the other figures."""
+def indicator_line(summary: Mapping[str, Any], rounds_run: Sequence[int] = ()) -> str:
+    """The console lines: the setting-level test and its conclusion, then the other figures.
+
+    ``rounds_run``: the rounds of the FedCGD-FSCD runs, which bound the early rounds averaged.
+    A correlation is shown only where its test could reach p < :data:`ALPHA`.
+    """
     late = 100 * float(summary["late_fraction"])
-    rho, p = float(summary["setting_spearman_rho"]), float(summary["setting_p_value"])
+    n, rho, p = (summary[k] for k in ("n_settings", "setting_spearman_rho", "setting_p_value"))
+    testable = math.isfinite(rho) and smallest_p(n) < ALPHA
     if not math.isfinite(rho):
         verdict = "not testable across settings (fewer than 3, or a constant variable)"
-    elif rho > 0 and p < 0.05:
+    elif not testable:
+        verdict = f"not testable across settings: the exact p cannot go below {_least(n)}"
+    elif rho > 0 and p < ALPHA:
         verdict = "larger Ĝ/σ̂ goes with a larger FedCGD-FSCD lead across settings (p < 0.05)"
     else:
         verdict = "not shown across settings (p >= 0.05 or rho <= 0)"
+    early = int(summary["early_rounds"])
+    last, first = (min(early, f(rounds_run, default=early)) for f in (max, min))
+    shorter = f" ({first} in the shortest run)" if first < last else ""
     low, high = float(summary["leave_one_out_rho_min"]), float(summary["leave_one_out_rho_max"])
+    points = int(summary["n_points"])
     lines = [
-        f"Ĝ/σ̂ over rounds 1-{summary['early_rounds']} (FedCGD-FSCD) against the FedCGD-FSCD − BC "
+        f"Ĝ/σ̂ over rounds 1-{last}{shorter} (FedCGD-FSCD) against the FedCGD-FSCD − BC "
         f"accuracy gap over the last {late:g} % of the rounds: "
-        f"{summary['n_settings']} settings (means over seeds), "
-        + (f"{_rho(rho, p, 'setting-level (exact permutation p)')}: " if math.isfinite(rho) else "")
+        f"{n} settings (means over seeds), "
+        + (f"{_rho(rho, p, 'setting-level (exact permutation p)', n)}: " if testable else "")
         + verdict,
         "  "
         + _rho(
             float(summary["within_setting_rho"]),
             float(summary["within_setting_p_value"]),
             "within settings (centred on each setting's means)",
+            points,
         )
         + (f"; one setting left out: rho {low:+.3f} to {high:+.3f}" if math.isfinite(low) else ""),
         "  "
-        + _rho(float(summary["spearman_rho"]), float(summary["p_value"]), "pooled")
+        + _rho(float(summary["spearman_rho"]), float(summary["p_value"]), "pooled", points)
         + " (the points of one setting are not independent)"
-        + f", {summary['n_points']} (setting, seed) points",
+        + f", {points} (setting, seed) points",
     ]
     return "\n".join(lines)

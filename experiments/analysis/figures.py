@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 from scipy.ndimage import uniform_filter1d
 
 from experiments.analysis.statistics import mean_band
+from fedcgd_strategy.policies.registry import POLICY_LABELS
 
 #: From this many runs on a group is drawn with the 95 % band of its mean (one run: its line).
 MIN_RUNS_FOR_BAND = 2
@@ -39,16 +40,21 @@ BAND_LABEL = "shaded: 95 % CI of the mean over seeds (Student t)"
 
 @dataclass(frozen=True)
 class Metric:
-    """How to label and bound one metric on a y axis (``count``: integer ticks only)."""
+    """How to label and bound one metric on a y axis (``count``: integer ticks only).
+
+    ``devices``: a count of devices, at most the runs' V (``num-devices``).
+    """
 
     label: str
     low: float = -math.inf
     high: float = math.inf
     count: bool = False
+    devices: bool = False
 
-    def clip(self, values: np.ndarray) -> np.ndarray:
-        """``values`` clipped to the metric's range (NaN stays NaN)."""
-        return np.clip(np.asarray(values, dtype=float), self.low, self.high)
+    def clip(self, values: np.ndarray, num_devices: float = math.inf) -> np.ndarray:
+        """``values`` clipped to the metric's range, a device count to ``num_devices`` too."""
+        high = min(self.high, num_devices) if self.devices else self.high
+        return np.clip(np.asarray(values, dtype=float), self.low, high)
 
 
 #: Per-round metrics (metrics.jsonl) and per-run statistics (runs.csv / table.csv columns).
@@ -57,8 +63,8 @@ METRICS: dict[str, Metric] = {
     "final_accuracy": Metric("final test accuracy (fraction correct)", 0.0, 1.0),
     "max_accuracy": Metric("best test accuracy (fraction correct)", 0.0, 1.0),
     "loss": Metric("test loss (cross-entropy, nats)", 0.0),
-    "num_scheduled": Metric("scheduled devices (count)", 0.0, count=True),
-    "mean_scheduled": Metric("scheduled devices per round (count)", 0.0, count=True),
+    "num_scheduled": Metric("scheduled devices (count)", 0.0, count=True, devices=True),
+    "mean_scheduled": Metric("scheduled devices per round (count)", 0.0, count=True, devices=True),
     "wemd": Metric("WEMD Σ_c |p̄_c − p_c| of the schedule (0–2)", 0.0, 2.0),
     "mean_wemd": Metric("mean WEMD Σ_c |p̄_c − p_c| (0–2)", 0.0, 2.0),
     "rounds_to_target": Metric("rounds to the target accuracy (rounds)", 0.0, count=True),
@@ -66,23 +72,22 @@ METRICS: dict[str, Metric] = {
     "class_gradient_used": Metric("Ĝ, class-gradient bound used (gradient norm)", 0.0),
 }
 
-#: Legend name and fixed colour (the same in every figure) of each built-in policy, in legend
-#: order: FedCGD in warm, saturated colours, the baselines in cool or grey ones (matplotlib's
-#: ten "tab" colours).
-BUILT_IN_POLICIES: dict[str, tuple[str, str]] = {
-    "fedcgd-fscd": ("FedCGD-FSCD", "#d62728"),
-    "fedcgd-fscd-gc": ("FedCGD-FSCD (Ĝ_c)", "#8c564b"),
-    "fedcgd-gs": ("FedCGD-GS", "#ff7f0e"),
-    "fedcgd-exact": ("FedCGD-exact", "#e377c2"),
-    "fedcgd-cd": ("FedCGD-CD", "#bcbd22"),
-    "bc": ("BC (best channel)", "#1f77b4"),
-    "bn2": ("BN2 (best norm)", "#17becf"),
-    "poc": ("POC (power of choice)", "#2ca02c"),
-    "fedcbs": ("Fed-CBS", "#9467bd"),
-    "all": ("all (no budget)", "#7f7f7f"),
+#: Fixed colour (the same in every figure) of each built-in policy, in legend order: FedCGD in
+#: warm, saturated colours, the baselines in cool or grey ones (matplotlib's ten "tab" colours).
+#: Their labels: :data:`fedcgd_strategy.policies.registry.POLICY_LABELS`.
+POLICY_COLORS: dict[str, str] = {
+    "fedcgd-fscd": "#d62728",
+    "fedcgd-fscd-gc": "#8c564b",
+    "fedcgd-gs": "#ff7f0e",
+    "fedcgd-exact": "#e377c2",
+    "fedcgd-cd": "#bcbd22",
+    "bc": "#1f77b4",
+    "bn2": "#17becf",
+    "poc": "#2ca02c",
+    "fedcbs": "#9467bd",
+    "all": "#7f7f7f",
 }
-POLICY_NAMES = {policy: name for policy, (name, _) in BUILT_IN_POLICIES.items()}
-POLICY_COLORS = {policy: color for policy, (_, color) in BUILT_IN_POLICIES.items()}
+POLICY_NAMES = {policy: POLICY_LABELS[policy] for policy in POLICY_COLORS}
 
 #: Colours of a researcher's own policies: dark ones that no built-in policy uses (near-black,
 #: then matplotlib's "tab20b" darks). Each policy's is chosen by its name (:func:`own_colors`).
@@ -278,11 +283,13 @@ def draw_group(
     style: Mapping[str, Any] | None = None,
     smooth: int = 1,
     bands: bool = True,
+    num_devices: float = math.inf,
 ) -> Any:
     """Draw one group of runs of ``key`` on ``ax``; return the colour used (None: nothing drawn).
 
     The line is the per-round mean over the runs; from :data:`MIN_RUNS_FOR_BAND` runs on, the 95 %
-    band of that mean, clipped to the metric's range (``gid`` :data:`BAND_GID`). With ``smooth`` > 1
+    band of that mean, clipped to the metric's range (a count of devices: to [0, ``num_devices``],
+    the runs' V) (``gid`` :data:`BAND_GID`). With ``smooth`` > 1
     the raw mean is a faint line and the labelled line and band are of the runs' moving averages.
     ``bands`` False: the mean lines alone.
     """
@@ -302,8 +309,8 @@ def draw_group(
         bounds = metric(key)
         ax.fill_between(
             band.x,
-            bounds.clip(band.mean - band.half_width),
-            bounds.clip(band.mean + band.half_width),
+            bounds.clip(band.mean - band.half_width, num_devices),
+            bounds.clip(band.mean + band.half_width, num_devices),
             color=line.get_color(),
             alpha=0.2 if style.get("linestyle", "-") == "-" else 0.1,
             linewidth=0,

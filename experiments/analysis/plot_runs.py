@@ -109,11 +109,14 @@ def draw_panels(
     fig, axes = plt.subplots(1, len(titles), figsize=size, constrained_layout=True)
     loaded = [[load_run(d)[1] for d in dirs] for _, dirs in groups]
     window = smoothing_window(max((len(lines) for runs in loaded for lines in runs), default=0))
-    for (label, _), runs, style in zip(groups, loaded, styles, strict=True):
+    for (label, dirs), runs, style in zip(groups, loaded, styles, strict=True):
+        most = max(map(num_devices, dirs), default=math.inf)
         for ax, key in zip(axes, titles, strict=True):
             curves = [round_values(lines, key) for lines in runs]
             smooth = window if key in smoothed else 1
-            draw_group(ax, curves, key, label, style=style, smooth=smooth, bands=bands)
+            draw_group(
+                ax, curves, key, label, style=style, smooth=smooth, bands=bands, num_devices=most
+            )
     for ax, (key, title) in zip(axes, titles.items(), strict=True):
         averaged = f"moving average over {window} rounds (faint: per round)"
         lines = [title, averaged if window > 1 and key in smoothed else ""]
@@ -290,6 +293,13 @@ def read_config(result_dir: Path) -> dict[str, Any] | None:
         return read_json_object(result_dir / CONFIG_FILE)
     except (OSError, ValueError):
         return None
+
+
+def num_devices(result_dir: Path) -> float:
+    """The run's V from its ``config.json`` (inf when unknown: no bound)."""
+    task = (read_config(result_dir) or {}).get("task")
+    value = task.get("num_devices") if isinstance(task, Mapping) else None
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else math.inf
 
 
 def _number(value: Any) -> str:

@@ -27,6 +27,7 @@ from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.ray_runs import connect, ray_settings
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text, validated_run_config
+from fedcgd_strategy.policies.registry import canonical_policy
 from run_files.files import ResultWriteError
 from run_files.folder_lock import FolderClaim, claim_folder
 
@@ -148,7 +149,7 @@ def compare(
 
     See :func:`run_command` for the first and last lines.
     """
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = [canonical_policy(p.strip()) for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()
 
     def check(claims: list[FolderClaim]) -> Callable[[], int]:

@@ -42,6 +42,7 @@ from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
 from experiments.run.ray_runs import RaySettings, connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, fedcgd_command
+from fedcgd_strategy.policies.registry import canonical_policy
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
@@ -152,7 +153,10 @@ def load_preset(words: Sequence[str]) -> DictConfig:
 
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            return compose("config", overrides=hydra_overrides(words))
+            cfg = compose("config", overrides=hydra_overrides(words))
+        if OmegaConf.is_list(cfg.get("policies")):  # a label names its policy too
+            cfg.policies = [canonical_policy(p) for p in cfg.policies]
+        return cfg
     except (HydraException, OmegaConfBaseException) as err:
         message = " ".join(str(err).split())
         raise ValueError(f"{message} (overrides: {' '.join(words)})") from err

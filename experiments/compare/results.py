@@ -25,6 +25,7 @@ from experiments.analysis.evidence import (
     indicator_summary,
     rounds_to_target_test,
 )
+from experiments.analysis.figures import policy_name
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import (
     first_round_reaching,
@@ -206,7 +207,12 @@ def write_indicator(
     summary = indicator_summary(points, early_rounds, late_fraction)
     write_table(points, out / "indicator.csv", columns=INDICATOR_COLUMNS)
     write_table([summary], out / "indicator_test.csv", columns=INDICATOR_TEST_COLUMNS)
-    return indicator_line(summary)
+    rounds = [
+        int(float(run["rounds_run"]))
+        for run in runs
+        if run["policy"] == INDICATOR_POLICY and str(run.get("rounds_run") or "") != ""
+    ]
+    return indicator_line(summary, rounds)
 
 
 def indicator_from_folders(
@@ -321,14 +327,17 @@ def markdown_table(
 ) -> str:
     """``table.md``: the columns a reader compares, rounded as in docs/ (docs/comparing.md).
 
-    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point). Each
-    paired test shows its p, then Holm's; differences use the Unicode minus, as docs/ do; the
-    rounds' counts are FedCGD-FSCD's (earlier where the policy is later).
+    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point), the
+    policy by its figure label. Each paired test shows its p, then Holm's; differences use the
+    Unicode minus, as docs/ do; the rounds' counts are FedCGD-FSCD's (earlier where the policy is
+    later). Without ``target_accuracy`` the two columns of rounds to the target are left out.
     """
-    target = _text(target_accuracy, "g")
+    rounds_header = [
+        f"median rounds to {target_accuracy:g} (reached)",
+        "FSCD earlier / later / tied (sign p / Holm)",
+    ] if target_accuracy is not None else []  # fmt: skip
     header = [
-        *extra_columns, "policy", "final accuracy", "best accuracy",
-        f"median rounds to {target} (reached)", "FSCD earlier / later / tied (sign p / Holm)",
+        *extra_columns, "policy", "final accuracy", "best accuracy", *rounds_header,
         "scheduled", "WEMD", "final − FSCD (p / Holm)", "best − FSCD (p / Holm)",
         "runs with lost devices",
     ]  # fmt: skip
@@ -357,9 +366,10 @@ def markdown_table(
                 )
         lost = row.get("runs_with_lost_devices") or 0
         cells = [
-            *(str(row[c]) for c in extra_columns), str(row["policy"]),
-            mean_ci(row, "final_accuracy", ".3f"), mean_ci(row, "max_accuracy", ".3f"), rounds,
-            sign, mean_ci(row, "mean_scheduled", ".2f"), mean_ci(row, "mean_wemd", ".3f"), *diffs,
+            *(str(row[c]) for c in extra_columns), policy_name(str(row["policy"])),
+            mean_ci(row, "final_accuracy", ".3f"), mean_ci(row, "max_accuracy", ".3f"),
+            *[rounds, sign][: len(rounds_header)], mean_ci(row, "mean_scheduled", ".2f"),
+            mean_ci(row, "mean_wemd", ".3f"), *diffs,
             f"{LOST_MARKER} {lost} of {row['n_seeds']}" if lost else "0",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")

@@ -135,13 +135,13 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
         One line naming the key, the bad value and what is allowed.
     """
     from fedcgd_task.schema import unknown_key
-    from server_app.config import fold_policy_params, parse_run_config
+    from server_app.config import fold_policy_params, parse_run_config, with_canonical_policy
 
     defaults = default_run_config()
     overrides = fold_policy_params(overrides)  # Flower accepts declared keys only
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         raise ValueError(unknown_key(unknown[0]))
-    merged = {**defaults, **overrides}
+    merged = with_canonical_policy({**defaults, **overrides})
     parse_run_config(merged)
     return merged

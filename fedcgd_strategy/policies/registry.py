@@ -24,6 +24,7 @@ from fedcgd_strategy.policies.builtin import (
 from fedcgd_strategy.policies.core import Policy
 from fedcgd_task.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
+from fedcgd_task.schema import did_you_mean
 
 #: Run-config key of the policy.
 POLICY_KEY = "policy"
@@ -76,6 +77,33 @@ _BUILT_IN: dict[str, PolicyEntry] = {
 #: The built-in policy names (the run-config key ``policy`` also takes references).
 POLICY_NAMES: tuple[str, ...] = tuple(_BUILT_IN)
 
+#: Each built-in policy's label, the one every figure, table and console line shows.
+POLICY_LABELS: dict[str, str] = {
+    "fedcgd-fscd": "FedCGD-FSCD",
+    "fedcgd-gs": "FedCGD-GS",
+    "fedcgd-fscd-gc": "FedCGD-FSCD (Ĝ_c)",
+    "fedcgd-exact": "FedCGD-exact",
+    "fedcgd-cd": "FedCGD-CD",
+    "bc": "BC (best channel)",
+    "bn2": "BN2 (best norm)",
+    "poc": "POC (power of choice)",
+    "fedcbs": "Fed-CBS",
+    "all": "all (no budget)",
+}
+#: What a misspelt name is compared with: the names, then the labels.
+_SPELLINGS = (*POLICY_NAMES, *POLICY_LABELS.values())
+#: A built-in's name or label in lower case -> its name.
+_BY_LOWER = {k.lower(): name for name, label in POLICY_LABELS.items() for k in (name, label)}
+
+
+def canonical_policy(setting: str) -> str:
+    """The built-in name ``setting`` spells as its name or label, in any case; else ``setting``.
+
+    ``FedCGD-FSCD`` and ``BC (best channel)`` give ``fedcgd-fscd`` and ``bc``: a run records the
+    name, whichever spelling it was given.
+    """
+    return _BY_LOWER.get(setting.lower(), setting) if isinstance(setting, str) else setting
+
 
 def policy_entry(setting: str) -> PolicyEntry:
     """The class and fixed arguments that the run-config value ``setting`` of ``policy`` names.
@@ -85,12 +113,13 @@ def policy_entry(setting: str) -> PolicyEntry:
     """
     if not isinstance(setting, str):
         raise ValueError(f"run-config key {POLICY_KEY!r} must be a string; got {setting!r}")
-    if setting in _BUILT_IN:
-        return _BUILT_IN[setting]
+    if canonical_policy(setting) in _BUILT_IN:
+        return _BUILT_IN[canonical_policy(setting)]
     if not is_reference(setting):
         raise ValueError(
-            f"run-config key {POLICY_KEY!r} = {setting!r}; allowed: {', '.join(POLICY_NAMES)}, "
-            f"or your Policy subclass as {REFERENCE_FORMS}"
+            f"run-config key {POLICY_KEY!r} = {setting!r}; {did_you_mean(setting, _SPELLINGS)}"
+            f"allowed: {', '.join(POLICY_NAMES)} (or their figure labels), or your Policy "
+            f"subclass as {REFERENCE_FORMS}"
         )
     found = import_object(setting, POLICY_KEY)
     if not (isinstance(found, type) and issubclass(found, Policy)):
@@ -163,7 +192,7 @@ def resolved_policy_arguments(
 def make_policy(
     setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
 ) -> Policy:
-    """Build the policy the run config names; its ``name`` is ``setting``.
+    """Build the policy the run config names; its ``name`` is ``setting``'s canonical name.
 
     Its arguments are those of :func:`resolved_policy_arguments` but the class defaults. Raises
     ValueError (one line) for bad parameters or when the constructor raises.
@@ -177,7 +206,7 @@ def make_policy(
             f"run-config key {POLICY_KEY!r} = {setting!r}: building it with "
             f"{arguments} raised {type(err).__name__}: {err}"
         ) from err
-    policy.name = setting
+    policy.name = canonical_policy(setting)
     return policy
 
 
@@ -185,9 +214,12 @@ def replaced_defaults(setting: str, context: PolicyContext) -> list[str]:
     """Where a run-level setting replaces the policy class's own default, one line each.
 
     A parameter that :class:`PolicyContext` fills (``pack_rule`` from ``pack-rule``, ...) always
-    takes the run's value; when the class declares another default, the line says so (the
-    ServerApp says each once, at the start).
+    takes the run's value; when a researcher's class declares another default, the line says so
+    (the ServerApp says each once, at the start). A built-in's defaults are none a user wrote: the
+    run-level keys are how its parameters are set, so it gets no line.
     """
+    if canonical_policy(setting) in _BUILT_IN:
+        return []
     lines = []
     for name, parameter in keyword_parameters(policy_class(setting)).items():
         if name not in CONTEXT_SOURCES or parameter.default is inspect.Parameter.empty:
