@@ -25,6 +25,7 @@ from client_app.device_round import (
     pre_training_stats,
     received_model,
     run_settings,
+    seeded_for,
     train_device,
 )
 from fedcgd_task import keys
@@ -117,8 +118,10 @@ def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) 
     done = None if cohorts is None else cohorts.stats_of(msg)
     if done is None:
         rnd = device_round(msg, context)
-        model = received_model(msg, rnd.settings, rnd.split)
-        done = rnd, pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+        with seeded_for(rnd):
+            model = received_model(msg, rnd.settings, rnd.split)
+            stats = pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+        done = rnd, stats
     rnd, stats = done
     metrics = MetricRecord(_stats_metrics(rnd, stats))
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
@@ -129,7 +132,8 @@ def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Mes
     done = None if cohorts is None else cohorts.trained_of(msg)
     if done is None:
         rnd = device_round(msg, context)
-        done = (rnd, train_device(msg, rnd))
+        with seeded_for(rnd):
+            done = (rnd, train_device(msg, rnd))
     rnd, trained = done
     metrics = _stats_metrics(rnd, trained.stats)
     metrics[keys.TRAIN_LOSS] = trained.mean_loss

@@ -32,6 +32,7 @@ from client_app.device_round import (
     pre_training_stats,
     received_model,
     same_config,
+    seeded_for,
 )
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
@@ -188,6 +189,13 @@ class Cohorts:
                 continue
         if len(rounds) < MIN_COHORT:
             return {}
+        with seeded_for(rounds[0][1]):  # as the first device alone: the model's own draws
+            return self._computed(cohort, rounds)
+
+    def _computed(
+        self, cohort: _Cohort, rounds: list[tuple[Message, DeviceRound]]
+    ) -> dict[int, tuple[DeviceRound, object]]:
+        """:meth:`_compute` once the members' rounds are read."""
         first_msg, first = rounds[0]
         name = first.settings.model
         if (name, cohort.kind) in self._failed:

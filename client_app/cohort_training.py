@@ -34,11 +34,12 @@ from client_app.sigma import mode_kept
 from fedcgd_task.imports import first_line
 
 #: Largest change of a device's outputs, relative to their largest magnitude, that
-#: :func:`sample_mixing` accepts between the device's batch alone and in a cohort's batch. The
-#: check runs in float64, whose rounding differences between the two batch sizes stay below
-#: ~1e-12 here (fewer than 1e4 roundings of 1.1e-16); 1e-6 lies far above them and about at
-#: the relative rounding of a float32 forward pass, so a model that passes mixes the devices by
-#: less than the float32 computation resolves.
+#: :func:`sample_mixing` accepts. The float64 comparison (the device's batch alone and in the
+#: cohort's batch) differs by rounding alone below ~1e-12 here (fewer than 1e4 roundings of
+#: 1.1e-16); the comparison in the model's own dtype runs the same operations on the same
+#: shapes and the same rows of the device, which change only with the other rows' values. 1e-6
+#: lies far above both and about at the relative rounding of a float32 forward pass, so a model
+#: that passes mixes the devices by less than the float32 computation resolves.
 MIXING_TOLERANCE = 1e-6
 
 
@@ -51,12 +52,15 @@ def sample_mixing(
 ) -> str | None:
     """Why the samples of one group in ``x`` are not computed apart from the others; None: they are.
 
-    The model's eval-mode outputs for all of ``x`` (N >= 2 groups of ``group_size`` samples) are
-    compared with each group's alone, on a float64 copy, without gradients or the global random
-    stream: a change above :data:`MIXING_TOLERANCE` of the largest output, or a model that cannot
-    run so, is the reason returned (one line). ``verdicts`` keeps them by model structure (module
-    types and state shapes, and the shapes of ``x`` and the groups); non-finite outputs give
-    None and keep nothing. ``model`` is left unchanged.
+    Two comparisons of the model's eval-mode outputs, without the global random stream: on a
+    float64 copy without gradients, all of ``x`` (N >= 2 groups of ``group_size`` samples)
+    against each group alone; and as the batched sigma-hat pass computes (the model's own dtype,
+    ``x`` as given, autograd on), the first group's outputs in ``x`` against those in ``x`` with
+    every other group replaced by the first. A change above :data:`MIXING_TOLERANCE` of the
+    largest output, or a model that cannot run so, is the reason returned (one line).
+    ``verdicts`` keeps them by model structure (module types and state shapes, and the shapes
+    of ``x`` and the groups); non-finite outputs give None and keep nothing. ``model`` is left
+    unchanged.
     """
     kept: MutableMapping[tuple[object, ...], str | None] = {} if verdicts is None else verdicts
     key = (  # a model may mix the samples of large batches only: the batch shape counts too
@@ -68,33 +72,41 @@ def sample_mixing(
     if key in kept:
         return kept[key]
     try:
-        twin = copy.deepcopy(model).double().eval()
+        twin = copy.deepcopy(model).eval()
+        for p in twin.parameters():
+            p.requires_grad_(True)  # as gradient_spreads sets them
         device = next(iter(twin.state_dict().values()), x).device
-        x64 = x.to(device=device, dtype=torch.float64)
+        x_own = x.to(device)
+        first = torch.split(x_own, group_size)[0]
+        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            own = twin(x_own)[: len(first)].detach()
+            own_alone = twin(first.repeat(len(x_own) // len(first), *[1] * (x.dim() - 1)))
+            pairs = [(own, own_alone[: len(first)].detach())]
+        twin = twin.double()
+        x64 = x_own.double()
         with torch.random.fork_rng(devices=[]), torch.no_grad():
-            together = twin(x64)
-            apart = torch.cat([twin(group) for group in torch.split(x64, group_size)])
+            pairs.append((twin(x64), torch.cat([twin(g) for g in torch.split(x64, group_size)])))
     except Exception as err:  # any failure of the probe sends the model to the per-device path
         reason = (
             "the check that a device's samples are computed apart from the other devices' "
-            f"could not run on a float64 copy of the model ({type(err).__name__}: "
-            f"{first_line(err)})"
+            f"could not run on a copy of the model ({type(err).__name__}: {first_line(err)})"
         )
         kept[key] = reason
         return reason
-    if not (torch.isfinite(together).all() and torch.isfinite(apart).all()):
+    if not all(torch.isfinite(t).all() for pair in pairs for t in pair):
         return None
-    change = float((together - apart).abs().max())
-    scale = float(apart.abs().max())
-    if change > MIXING_TOLERANCE * scale:
-        relative = change / scale if scale > 0 else math.inf
-        reason = (
-            f"its outputs for one device's samples change by {relative:.1e} of their "
-            "scale when other devices' samples share the batch (the model mixes the samples "
-            "of a batch)"
-        )
-        kept[key] = reason
-        return reason
+    for together, apart in pairs:
+        change = float((together - apart).abs().max())
+        scale = float(apart.abs().max())
+        if change > MIXING_TOLERANCE * scale:
+            relative = change / scale if scale > 0 else math.inf
+            reason = (
+                f"its outputs for one device's samples change by {relative:.1e} of their "
+                "scale when other devices' samples share the batch (the model mixes the "
+                "samples of a batch)"
+            )
+            kept[key] = reason
+            return reason
     kept[key] = None
     return None
 

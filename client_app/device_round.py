@@ -12,6 +12,7 @@ import os
 import time
 import weakref
 from collections import OrderedDict
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -26,7 +27,13 @@ from fedcgd_task.array_codec import record_of, torch_state
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
 from fedcgd_task.settings import TRAINING_KEYS, TaskSettings, TrainingSettings, read_round_config
-from fedcgd_task.training import compute_device, dropout_seed, local_batches, train_local
+from fedcgd_task.training import (
+    compute_device,
+    dropout_seed,
+    local_batches,
+    seeded_generators,
+    train_local,
+)
 
 T = TypeVar("T")
 
@@ -215,6 +222,12 @@ def device_round(msg: Message, context: Context) -> DeviceRound:
     server_round, training, want_sigma = round_config(msg)
     batches = local_batches(settings.seed, training, len(split), server_round, partition_id)
     return DeviceRound(settings, partition_id, split, server_round, training, want_sigma, batches)
+
+
+def seeded_for(rnd: DeviceRound) -> AbstractContextManager[None]:
+    """The global generators seeded for the device's round (:func:`seeded_generators`)."""
+    seed = dropout_seed(rnd.settings.seed, rnd.server_round, rnd.partition_id)
+    return seeded_generators(seed, compute_device(rnd.settings.device))
 
 
 def label_hist(split: LocalSplit, batches: list[np.ndarray]) -> list[int]:

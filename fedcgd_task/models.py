@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from fedcgd_task.imports import builtin_or_function, first_line
+from fedcgd_task.training import seeded_generators
 
 #: The run-config key that names the model function.
 MODEL_KEY = "model"
@@ -198,10 +199,11 @@ def build_model(
 ) -> nn.Module:
     """Build a freshly initialised classifier with the model function ``name``.
 
-    The function runs under :func:`torch.random.fork_rng` with torch's generator seeded with
-    ``seed`` (the global RNG is untouched); built-ins come on the CPU, in training mode. Raises
-    ValueError (one line) for a bad name, bad sizes (``num_classes >= 1``, a non-empty
-    ``input_shape`` of positive ints), or a function that raised or broke the contract.
+    The function runs with the global generators seeded with ``seed``
+    (:func:`fedcgd_task.training.seeded_generators`; restored after); built-ins come on the
+    CPU, in training mode. Raises ValueError (one line) for a bad name, bad sizes
+    (``num_classes >= 1``, a non-empty ``input_shape`` of positive ints), or a function that
+    raised or broke the contract.
     """
     if num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1; got {num_classes}")
@@ -209,8 +211,8 @@ def build_model(
     if not shape or any(s < 1 for s in shape):
         raise ValueError(f"input_shape must be a non-empty tuple of positive ints; got {shape}")
     function = model_function(name)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_generators(seed):
+        torch.manual_seed(seed)  # every device's generator too, for a model built on a GPU
         try:
             model = function(num_classes, shape)
         except ValueError:  # the function's own account of sizes it cannot take

@@ -29,6 +29,8 @@ Form = Literal["value", "reference", "path", "absolute-path", "table", "class", 
 MAX_SETTING_CHARS = 4096
 #: Longest folder or file name in a path value (NAME_MAX, in UTF-8 bytes).
 MAX_NAME_BYTES = 255
+#: The integers every int setting stays within: Flower's records hold 64-bit integers.
+INT64_RANGE = (-(2**63), 2**63 - 1)
 
 Scalar = bool | int | float | str
 
@@ -194,6 +196,12 @@ def check_value(setting: Setting, value: Any, where: str) -> Scalar:
             raise refused
         if setting.multiple_of and int(number) % setting.multiple_of:
             raise refused
+        if kind is int and not INT64_RANGE[0] <= number <= INT64_RANGE[1]:
+            end = f"at most {INT64_RANGE[1]}" if number > 0 else f"at least {INT64_RANGE[0]}"
+            raise ValueError(
+                f"{where} must be {setting.allowed()} and {end} (Flower's records hold 64-bit "
+                f"integers); got {value!r}"
+            )
         return number
     if not isinstance(value, str):
         raise refused

@@ -7,7 +7,9 @@ batches for a round's query and training, and a seed gives bit-identical models.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import random
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 BATCH_STREAM = 0x42544348
 #: Tag mixed into the seed of the dropout stream ("DROP").
 DROPOUT_STREAM = 0x44524F50
+#: The seed of the global generators during central evaluation ("EVAL").
+EVAL_STREAM = 0x4556414C
 #: Default evaluation batch size (memory only; results do not depend on it beyond rounding).
 EVAL_BATCH_SIZE = 512
 
@@ -88,9 +92,36 @@ def local_batches(
 
 
 def dropout_seed(seed: int, server_round: int, partition_id: int) -> int:
-    """Return the torch seed of a device's dropout masks in a round (a 63-bit int)."""
+    """Return the seed of a device's draws in a round (a 63-bit int): :func:`seeded_generators`.
+
+    Its dropout masks, and whatever the researcher's model draws from the global generators.
+    """
     state = np.random.SeedSequence([seed, DROPOUT_STREAM, server_round, partition_id])
     return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+@contextmanager
+def seeded_generators(seed: int, device: torch.device | None = None) -> Iterator[None]:
+    """Seed Python's ``random``, numpy's global and torch's generator with ``seed`` inside.
+
+    The researcher's model and data-set functions may draw from them (augmentation, noise), so
+    the run's code seeds them before each piece of work (docs/running.md, "Same seed, same
+    run"); each is restored afterwards. ``seed`` in [0, 2**63): torch's generator of the CPU,
+    and of ``device`` when it is a CUDA device. On the CPU only its generator is seeded:
+    torch.manual_seed also queues a seed for every uninitialised accelerator (~0.1 ms a call),
+    for the same CPU state.
+    """
+    cuda = [device] if device is not None and device.type == "cuda" else []
+    py_state, np_state = random.getstate(), np.random.get_state()  # noqa: NPY002
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            (torch.manual_seed if cuda else torch.default_generator.manual_seed)(seed)
+            random.seed(seed)
+            np.random.seed([seed & 0xFFFFFFFF, seed >> 32])  # noqa: NPY002 (the global one)
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)  # noqa: NPY002
 
 
 def train_local(
@@ -107,8 +138,8 @@ def train_local(
     w <- w - eta grad f(w, batch_t), t = 1..tau, in training mode, with ``lr`` eta > 0. ``x``
     float32 [n, *input_shape] and ``y`` int64 [n] are the local data, ``batches`` tau arrays of
     row positions (:func:`local_batches`), moved to the model's device. Dropout masks come from
-    the torch RNG seeded with ``torch_seed`` (:func:`dropout_seed`) inside
-    :func:`torch.random.fork_rng` (the global RNG is untouched).
+    the torch RNG seeded with ``torch_seed`` (:func:`dropout_seed`), as are the global
+    generators (:func:`seeded_generators`; each is restored after).
     """
     params = list(model.parameters())
     device = params[0].device
@@ -118,12 +149,7 @@ def train_local(
     ends = np.cumsum([len(r) for r in rows]).tolist()
     losses: list[float] = []
     model.train()
-    fork_devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=fork_devices):
-        # On the CPU only its generator is seeded: torch.manual_seed also queues a seed for every
-        # uninitialised accelerator (~0.1 ms a call), for the same CPU state.
-        seed = torch.default_generator.manual_seed if device.type == "cpu" else torch.manual_seed
-        seed(torch_seed)
+    with seeded_generators(torch_seed, device):
         start = 0
         for end in ends:
             xb, yb = x_all[start:end], y_all[start:end]
@@ -168,10 +194,11 @@ def evaluate(
     model.eval()
     loss_sum = 0.0
     correct = 0
-    for start in range(0, n, batch_size):
-        xb = x[start : start + batch_size].to(device)
-        yb = y[start : start + batch_size].to(device)
-        logits = model(xb)
-        loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-        correct += int((logits.argmax(dim=1) == yb).sum())
+    with seeded_generators(EVAL_STREAM, device):  # the same draws at every evaluation
+        for start in range(0, n, batch_size):
+            xb = x[start : start + batch_size].to(device)
+            yb = y[start : start + batch_size].to(device)
+            logits = model(xb)
+            loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
+            correct += int((logits.argmax(dim=1) == yb).sum())
     return loss_sum / n, correct / n

@@ -138,6 +138,35 @@ def rolled_above_16(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module
     return Float64(MixesAbove(math.prod(input_shape), num_classes, 16, "roll"))
 
 
+class MixesWhen(nn.Module):
+    """An MLP that subtracts its hidden layer's batch mean only under autograd, or in float32.
+
+    ``when`` "autograd" or "float32": a check without gradients, or on a float64 copy, passes.
+    """
+
+    def __init__(self, features: int, num_classes: int, when: str) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(features, 16)
+        self.out = nn.Linear(16, num_classes)
+        self.when = when
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.hidden(x.flatten(1)))
+        if torch.is_grad_enabled() if self.when == "autograd" else h.dtype == torch.float32:
+            h = h - h.mean(dim=0)
+        return self.out(h)
+
+
+def centred_under_autograd(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """:class:`MixesWhen` centring under autograd only, in float64."""
+    return Float64(MixesWhen(math.prod(input_shape), num_classes, "autograd"))
+
+
+def centred_in_float32(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """:class:`MixesWhen` centring in float32 only (a float32 model)."""
+    return MixesWhen(math.prod(input_shape), num_classes, "float32")
+
+
 class Float64(nn.Module):
     """A model computed in float64: its inputs are cast, its parameters are float64."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_results import comparable, same_model, whole_run
 from subprocesses import FEDCGD
 from torch import nn
 
@@ -307,6 +308,58 @@ def test_a_model_function_is_built_from_the_run_seed(user_folder):
     assert torch.equal(torch.random.get_rng_state(), before)  # the global generator untouched
     assert all(torch.equal(built[k], expected[k]) for k in expected)
     assert count_parameters(build_model(reference, 3, (6,))) == MODEL_PARAMETERS
+
+
+#: Data and a model drawing from the global generators, as augmentation code often does.
+GLOBAL_DRAWS = """
+import random
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def load(data_dir):
+    y = np.repeat(np.arange(3), 40)
+    x = 2.0 * np.eye(3, 6)[y] + 0.5 * np.random.randn(y.size, 6)
+    return (x, y), (x[::4], y[::4])
+
+
+class Noisy(nn.Module):
+    def __init__(self, features, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, 5), nn.Tanh(), nn.Linear(5, num_classes))
+        with torch.no_grad():
+            self.body[0].weight.add_(torch.from_numpy(np.random.rand(5, features)).float())
+
+    def forward(self, x):
+        if self.training:
+            x = x * (1.0 + 0.1 * random.random()) + 0.1 * torch.from_numpy(
+                np.random.rand(*x.shape)
+            ).float()
+        return self.body(x)
+
+
+def build(num_classes, input_shape):
+    return Noisy(input_shape[0], num_classes)
+"""
+
+
+@pytest.mark.parametrize("per_device", [True, False], ids=["per-device", "cohorts"])
+def test_data_and_model_drawing_from_the_global_generators_give_one_run_per_seed(
+    tmp_path, per_device
+):
+    # Two runs with one seed, each calling the data-set function afresh (another data-dir):
+    # numpy's and Python's global generators went on from wherever they were, so the data,
+    # the initial model and each training step's noise differed.
+    module = tmp_path / "global_draws.py"
+    module.write_text(textwrap.dedent(GLOBAL_DRAWS))
+    values = {**SMALL, "seed": 5, "dataset": f"{module}:load", "model": f"{module}:build"}
+    for run in ("a", "b"):
+        values["data-dir"] = str(tmp_path / f"data-{run}")
+        whole_run(tmp_path / run, values, per_device=per_device)
+    assert comparable(tmp_path / "a") == comparable(tmp_path / "b")
+    assert same_model(tmp_path / "a", tmp_path / "b")
 
 
 # --- the launcher (what `make run RUN_CONFIG=...` runs) ----------------------------------------

@@ -174,6 +174,28 @@ def test_bad_overrides_are_rejected_in_one_line_before_any_run(overrides, messag
         planned_runs(load("digits_policies", hydra_overrides(overrides)))
 
 
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("out=${oc.env:FEDCGD_TEST_UNSET}", "full_key: out"),  # a traceback, exit 1
+        ("~launcher", "launcher: removed by the overrides"),  # a traceback, exit 1
+        ("~launcher.jobs", "launcher.jobs: removed by the overrides"),
+        ("policies=[]", "policies: give at least one policy"),  # exit 0, "all 0 runs completed"
+    ],
+)
+def test_bad_hydra_overrides_are_one_line_and_exit_2(
+    tmp_path, monkeypatch, capsys, override, named
+):
+    monkeypatch.delenv("FEDCGD_TEST_UNSET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    code = reproduce.main(["experiment=digits_policies", f"out={out}", override])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and named in err[0], err
+    assert list(tmp_path.iterdir()) == []  # no folder: out, nor results/ for an unset out
+
+
 def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     """The whole reproduce path with the federation replaced by fake result folders."""
     calls = []

@@ -38,6 +38,8 @@ def check_policies(policies: list[str]) -> None:
     from fedcgd_strategy.policies.registry import policy_class
     from fedcgd_task.imports import reference_label
 
+    if not policies:
+        raise ValueError("policies: give at least one policy, e.g. policies=[fedcgd-fscd,bc]")
     for policy in policies:
         try:
             policy_class(policy)

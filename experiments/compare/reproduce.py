@@ -154,12 +154,39 @@ def load_preset(words: Sequence[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
             cfg = compose("config", overrides=hydra_overrides(words))
+        OmegaConf.to_container(cfg, resolve=True)  # every ${...} before anything starts
         if OmegaConf.is_list(cfg.get("policies")):  # a label names its policy too
             cfg.policies = [canonical_policy(p) for p in cfg.policies]
-        return cfg
     except (HydraException, OmegaConfBaseException) as err:
-        message = " ".join(str(err).split())
+        message = " ".join(str(err).split())  # with the key (full_key: ...) where it has one
         raise ValueError(f"{message} (overrides: {' '.join(words)})") from err
+    base = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / "config.yaml"))
+    assert isinstance(base, dict)
+    removed = removed_key({**base, **dict.fromkeys(PRESET_KEYS)}, cfg)
+    if removed:
+        raise ValueError(
+            f"{removed}: removed by the overrides ({' '.join(words)}); the preset needs it, "
+            f"set its value instead (e.g. {removed}=...)"
+        )
+    return cfg
+
+
+#: Keys every preset of conf/experiment/ sets (conf/config.yaml sets the others).
+PRESET_KEYS = ("name", "description", "policies", "sweep", "run")
+
+
+def removed_key(needed: Mapping[Any, Any], cfg: Any, prefix: str = "") -> str | None:
+    """The first key of ``needed`` (nested dicts: their keys too) that ``cfg`` lacks; None: none."""
+    for key, value in needed.items():
+        if key == "defaults":
+            continue
+        if key not in cfg:
+            return f"{prefix}{key}"
+        if isinstance(value, dict):
+            found = removed_key(value, cfg[key], f"{prefix}{key}.")
+            if found:
+                return found
+    return None
 
 
 def main(words: Sequence[str]) -> int:

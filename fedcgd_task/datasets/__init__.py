@@ -307,12 +307,20 @@ def load_data(
 def _load_checked(
     name: str, data_dir: str, settings: TaskSettings | None
 ) -> tuple[DataSplit, DataSplit]:
-    """:func:`load_data`'s cached part: call the function and check its result."""
+    """:func:`load_data`'s cached part: call the function and check its result.
+
+    The function runs with the global generators seeded with the run's seed where it takes the
+    settings, else 0: the same data in every process
+    (:func:`fedcgd_task.training.seeded_generators`).
+    """
+    from fedcgd_task.training import seeded_generators  # torch: not at the schema's import
+
     function = dataset_function(name)
     kwargs = {"data_dir": data_dir, "settings": settings}
     takes = data_keywords(function, name)
     try:
-        result = function(**{k: v for k, v in kwargs.items() if k in takes})
+        with seeded_generators(0 if settings is None else settings.seed):
+            result = function(**{k: v for k, v in kwargs.items() if k in takes})
     except FileNotFoundError as err:
         raise FileNotFoundError(f"{dataset_setting(name)}: {first_line(err)}") from err
     except Exception as err:  # the researcher's code: any failure becomes one line
