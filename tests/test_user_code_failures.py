@@ -56,6 +56,11 @@ class Sleeps(Fails):
         time.sleep(30)
 
 
+class Indexes(Fails):
+    def fail(self):
+        return [][0]
+
+
 class Colours(Fails):
     def fail(self):
         raise RuntimeError("\\x1b[31mred\\x1b[0m bell\\x07 end")
@@ -86,7 +91,12 @@ CASES = {
         {"stall-limit-s": 8},
         "round 1: schedule() did not return within 8 s (stall-limit-s)",
     ),
-    "Colours": ({}, "round 1: schedule() raised RuntimeError: ?[31mred?[0m bell? end"),
+    "Indexes": (
+        {"verbose": True},
+        "round 1: schedule() raised IndexError: list index out of range (failing.py:{line} in "
+        "fail)",
+    ),
+    "Colours": ({}, "round 1: schedule() raised RuntimeError: red bell? end (failing.py:{line}"),
     "ObserveFails": ({}, "round 1: observe_uploads() raised ValueError: no updates wanted"),
 }
 #: DP that clips every update to nothing: the fixed and the adaptive wrapper.
@@ -132,8 +142,10 @@ def test_what_a_policy_raises_or_a_stuck_one_fails_the_run_in_one_line(ran, name
     err = done.stderr.strip().splitlines()
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     line = next(x for x in err if x.startswith("failed: "))
+    lines = POLICIES.splitlines()  # the line of the class's raise (in its ``fail``)
+    raised = lines.index(f"class {name}(Fails):") + 3 if name in ("Indexes", "Colours") else 0
     assert line.startswith("failed: policy '") and line.split("', ", 1)[1].startswith(
-        CASES[name][1]
+        CASES[name][1].format(line=raised)
     ), line
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     status = json.loads((folder / "status.json").read_text())
