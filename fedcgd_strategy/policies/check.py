@@ -24,7 +24,6 @@ from fedcgd_strategy.policies.core import (
     BUDGET_REL_TOL,
     NOT_CANDIDATES,
     Decision,
-    DecisionRuleError,
     Policy,
     ReportedStats,
     RoundInputs,
@@ -34,7 +33,7 @@ from fedcgd_strategy.policies.core import (
     round_inputs,
 )
 from fedcgd_strategy.solvers import ScheduleResult
-from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.errors import OneLineMessage, RuleBrokenError
 from fedcgd_task.imports import first_line, said
 
 T = TypeVar("T")
@@ -94,8 +93,8 @@ def policy_call(
     ``server_round`` None is the pre-start probe. An exception of a user's policy, or of any
     policy in the probe, becomes a :class:`PolicyDecisionError`
     ``policy 'X', round 7: <what> raised <type>: <first line> (<file>:<line> in <function>)``
-    (cause chained; a :class:`DecisionRuleError`: ``<what>: <the rule broken> (<file>...)``); a
-    built-in's in a run goes on unchanged (a bug: its traceback says where).
+    (cause chained; a :class:`~fedcgd_task.errors.RuleBrokenError`: ``<what>: <the rule broken>
+    (<file>...)``); a built-in's in a run goes on unchanged (a bug: its traceback says where).
     """
     head = f"{_head(policy.name, server_round)}: {what}"
 
@@ -105,7 +104,7 @@ def policy_call(
         except Exception as err:
             if ":" not in policy.name and server_round is not None:
                 raise
-            if isinstance(err, DecisionRuleError):  # the rule's own words, where it was broken
+            if isinstance(err, RuleBrokenError):  # the rule's own words, where it was broken
                 raise PolicyDecisionError(f"{head}: {first_line(err)}") from err
             raise PolicyDecisionError(f"{head} raised {said(err)}") from err
 

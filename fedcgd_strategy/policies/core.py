@@ -32,6 +32,7 @@ from fedcgd_strategy.validation import (
     check_integer,
     check_total_bandwidth,
 )
+from fedcgd_task.errors import RuleBrokenError
 
 #: Relative slack of the budget test (the solvers' rounding slack).
 BUDGET_REL_TOL = BANDWIDTH_REL_TOL
@@ -226,10 +227,6 @@ SHOWN_DEVICES = 12
 NOT_CANDIDATES = "that are not candidates this round (unavailable, or without a valid report)"
 
 
-class DecisionRuleError(ValueError):
-    """A schedule :func:`decision_from_mask` refuses: it breaks a rule of the round."""
-
-
 def devices_named(mask: NDArray[np.bool_]) -> str:
     """``[3, 5, 9]`` (at most :data:`SHOWN_DEVICES`, then ``... (n in all)``)."""
     idx = np.flatnonzero(mask).tolist()
@@ -247,12 +244,12 @@ def decision_from_mask(
     """Wrap a schedule (bool[V], candidates only) into a :class:`Decision`, evaluating it once."""
     selected = np.asarray(selected, dtype=bool)
     if selected.shape != inputs.candidate.shape:
-        raise DecisionRuleError(
+        raise RuleBrokenError(
             f"decision_from_mask got a mask of shape {selected.shape}; it must be a bool mask of "
             f"shape ({inputs.num_devices},), one entry per device"
         )
     if np.any(outside := selected & ~inputs.candidate):
-        raise DecisionRuleError(
+        raise RuleBrokenError(
             f"decision_from_mask got scheduled devices {devices_named(outside)} {NOT_CANDIDATES}"
         )
     sigma, wemd_g1, sampling = _schedule_terms(inputs, selected)
