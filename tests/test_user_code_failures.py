@@ -234,6 +234,10 @@ def data_interrupts():
     raise KeyboardInterrupt
 
 
+def data_colours():
+    raise RuntimeError("\\x1b[1mbold\\x1b[0m bell\\x07 end")
+
+
 def model_exits(num_classes, input_shape):
     sys.exit(0)
 
@@ -274,6 +278,7 @@ def exited(tmp_path_factory) -> tuple[Path, list]:
         ("inprocess", {"policy": "exits:ExitsInStateDict", "result-dir": str(root / "f")}),
         ("inprocess", {"policy": "exits:ExitsOnLoad", "result-dir": str(root / "g")}),
         ("inprocess", {"policy": "exits:ExitsOnLoad", "resume-from": str(root / "g")}),
+        ("inprocess", {"dataset": "exits:data_colours", "result-dir": str(root / "h")}),
     ]
     argvs = [
         [command, "--run-config", format_run_config({**TINY, "checkpoint-every": 1, **extra})]
@@ -303,7 +308,7 @@ def test_an_exit_or_interrupt_of_the_researchers_code_fails_the_run_naming_its_l
         f"SystemExit: 0 {at('        sys.exit(0)', '    def load_state_dict(self, state):')}",
     ]
     assert done[6].returncode == 0, done[6].stderr[-2000:]
-    for outcome, said in zip(done, what, strict=True):
+    for outcome, said in zip(done[:-1], what, strict=True):
         if said is None:
             continue
         assert outcome.returncode == 1 and "Traceback" not in outcome.stderr, outcome.stderr[-2000:]
@@ -315,3 +320,16 @@ def test_an_exit_or_interrupt_of_the_researchers_code_fails_the_run_naming_its_l
     assert (status["state"], status["last_round"]) == ("failed", 1) and what[5] in status["reason"]
     status = json.loads((root / "g" / "status.json").read_text())  # a resume that failed to
     assert (status["state"], status["last_round"]) == ("completed", 1)  # build writes nothing
+
+
+def test_a_data_set_error_line_carries_no_escape_codes_and_names_its_line(exited):
+    _, done = exited
+    line = textwrap.dedent(EXITS).splitlines().index("def data_colours():") + 2
+    assert done[-1].returncode == 2 and "\x1b" not in done[-1].stderr, done[-1].stderr[-2000:]
+    assert (
+        done[-1]
+        .stderr.strip()
+        .endswith(
+            f"the function raised RuntimeError: bold bell? end (exits.py:{line} in data_colours)"
+        )
+    ), done[-1].stderr[-2000:]
