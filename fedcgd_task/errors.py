@@ -24,3 +24,11 @@ class StopsRun:
     ``isinstance(err, StopsRun)`` is how a run's status tells such an end (``stopped``) from a
     failure (:func:`run_files.run_status.stops_the_run`).
     """
+
+
+class RuleBrokenError(ValueError):
+    """What the researcher's code gave the app breaks one of its rules; the message states it.
+
+    A schedule of devices that are not candidates, a policy state a checkpoint cannot hold: a
+    policy's call reports it in the rule's words, not as an exception its code raised.
+    """

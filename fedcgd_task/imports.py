@@ -12,6 +12,7 @@ import importlib.util
 import pkgutil
 import re
 import sys
+import sysconfig
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar, cast
@@ -22,6 +23,15 @@ _MODULE_REFERENCE = re.compile(
 )
 #: ``/abs/file.py:Name``.
 _FILE_REFERENCE = re.compile(r"^(/.+\.py):([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*)*)$")
+
+#: The app's own packages: a frame in them is not the researcher's code.
+APP_PACKAGES = frozenset(
+    "channel client_app experiments fedcgd_strategy fedcgd_task run_files server_app".split()
+)
+#: Python's and the environment's library folders.
+_LIBRARIES = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+#: A terminal escape code (colour, bold, ...).
+_ESCAPE_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 #: What the error messages say a reference looks like.
 REFERENCE_FORMS = "'package.module:Name' (importable) or '/absolute/path/file.py:Name'"
@@ -36,8 +46,35 @@ def is_reference(value: str) -> bool:
 
 
 def first_line(err: BaseException) -> str:
-    """The first line of an error's message (its type's name when the message is empty)."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    """The first line of an error's message (its type's name when the message is empty).
+
+    Terminal escape codes are dropped and other control characters become ``?``; where the
+    researcher's code raised it follows (:func:`user_frame`).
+    """
+    line = _ESCAPE_CODE.sub("", (str(err).strip().splitlines() or [type(err).__name__])[0])
+    return "".join(c if c.isprintable() else "?" for c in line) + user_frame(err)
+
+
+def said(err: BaseException) -> str:
+    """``Type: first line (file.py:7 in fn)``, or ``Type (file.py:7 in fn)`` for no message."""
+    text = f": {first_line(err)}" if str(err).strip() else user_frame(err)
+    return type(err).__name__ + text
+
+
+def user_frame(err: BaseException) -> str:
+    """`` (mypolicy.py:7 in schedule)``: where the researcher's code raised ``err``, or ``""``.
+
+    The last frame of its traceback in neither the app (:data:`APP_PACKAGES`) nor Python's or
+    the environment's libraries.
+    """
+    found, tb = "", err.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        package = str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0]
+        if package not in APP_PACKAGES and not code.co_filename.startswith(("<", *_LIBRARIES)):
+            found = f" ({Path(code.co_filename).name}:{tb.tb_lineno} in {code.co_name})"
+        tb = tb.tb_next
+    return found
 
 
 def check_reference(value: str, setting: str) -> None:

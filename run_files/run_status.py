@@ -10,13 +10,13 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
 from fedcgd_task.errors import OneLineMessage, StopsRun
-from fedcgd_task.imports import first_line
+from fedcgd_task.imports import first_line, said
 from fedcgd_task.settings import flatten
 from run_files.files import atomic_write, read_json_object
 from run_files.results import CHECKPOINT_FILE, CONFIG_FILE, STATUS_FILE, read_metrics_lines
@@ -83,13 +83,31 @@ def stops_the_run(err: BaseException) -> bool:
     return isinstance(err, KeyboardInterrupt | StopsRun)
 
 
+class UserCodeExitError(OneLineMessage, RuntimeError):
+    """A ``SystemExit``, ``KeyboardInterrupt``, ... that no signal caused: a failure (one line)."""
+
+
+def as_failure(err: BaseException, noted: Collection[int]) -> BaseException:
+    """``err``, or a :class:`UserCodeExitError` in its place: only a signal ``noted`` stops a run.
+
+    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a data set's, a model's)
+    is a failure, its line naming where it was raised (:func:`fedcgd_task.imports.said`).
+    """
+    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
+        return err
+    return UserCodeExitError(
+        f"{said(err)} raised while no stop signal came (a policy, data set, model or aggregator "
+        "that raises anything fails the run)"
+    )
+
+
 def one_line(err: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters); a ``OneLineMessage`` alone.
 
-    Control characters (escape codes, ...) become ``?``.
+    Control characters are ``?``, escape codes dropped (:func:`first_line`).
     """
     head = "" if isinstance(err, OneLineMessage) else f"{type(err).__name__}: "
-    return "".join(char if char.isprintable() else "?" for char in (head + first_line(err))[:300])
+    return (head + first_line(err))[:300]
 
 
 def ended_by(

@@ -21,7 +21,6 @@ from flwr.supercore.logger import FLOWER_LOGGER
 from fedcgd_strategy.flower.simulation import is_simulation, patient
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
-from fedcgd_task.imports import first_line
 from run_files.files import STOP_SIGNALS, ResultWriteError
 from run_files.results import ResultWriter, sync_run_files
 from run_files.run_status import (
@@ -30,11 +29,11 @@ from run_files.run_status import (
     FAILURE_MARKER,
     RUNNING,
     RunStatus,
+    as_failure,
     ended_by,
     failure_line,
     lost_counts,
     lost_note,
-    stops_the_run,
     write_status,
 )
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
@@ -184,20 +183,6 @@ def stop_signals_noted() -> Iterator[list[int]]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-def as_failure(err: BaseException, noted: list[int]) -> BaseException:
-    """``err``, or a failure in its place: only a signal ``noted`` stops a run.
-
-    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a model's) is a failure.
-    """
-    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
-        return err
-    text = str(err).strip() and f": {first_line(err)}"
-    return RuntimeError(
-        f"{type(err).__name__}{text} raised while no stop signal came "
-        "(a policy or model that raises anything fails the run)"
-    )
 
 
 def _record_run(

@@ -188,7 +188,8 @@ def _untagged_array(value: Any) -> Any:
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
     data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
-    data["aggregator_state"] = map_nested(checkpoint.aggregator_state, _tagged_tensor)
+    for name in ("policy_state", "aggregator_state"):
+        data[name] = map_nested(data[name], _tagged_tensor)
     return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
@@ -232,7 +233,8 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             values[part.name] = (
                 _seconds(value) if part.name == "elapsed_s" else _dict(value, part.name)
             )
-        values["aggregator_state"] = map_nested(values["aggregator_state"], _untagged_array)
+        for name in ("policy_state", "aggregator_state"):
+            values[name] = map_nested(values[name], _untagged_array)
         return Checkpoint(**values)
     except Exception as err:  # whatever a torn, foreign or tampered file makes torch raise
         reason = first_line(err)

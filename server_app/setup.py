@@ -24,10 +24,14 @@ from channel import Cell, ChannelTrace, TraceError, TraceReplay, load_trace
 from channel.report import BITS_PER_PARAM
 from channel.trace import trace_shape
 from fedcgd_strategy.flower.aggregator_params import make_aggregator, resolved_aggregator
-from fedcgd_strategy.flower.aggregators import aggregator_state, load_aggregator_state
+from fedcgd_strategy.flower.aggregators import (
+    aggregator_state,
+    load_aggregator_state,
+    plain_data,
+)
 from fedcgd_strategy.flower.round_state import ChannelModel
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
-from fedcgd_strategy.policies import Policy
+from fedcgd_strategy.policies import Policy, policy_call
 from fedcgd_strategy.policies.registry import (
     make_policy,
     policy_class,
@@ -116,11 +120,19 @@ class RunSetup:
     def checkpoint(
         self, server_round: int, model: dict[str, torch.Tensor], elapsed_s: float
     ) -> Checkpoint:
-        """The run's state after ``server_round`` (:func:`build_setup` restores it exactly)."""
+        """The run's state after ``server_round`` (:func:`build_setup` restores it exactly).
+
+        A policy state a checkpoint cannot hold (:func:`plain_data`) fails the run, one line.
+        """
         return Checkpoint(
             round=server_round,
             model=model,
-            policy_state=self.policy.state_dict(),
+            policy_state=policy_call(
+                self.policy,
+                server_round,
+                "its state for the checkpoint",
+                lambda: plain_data(self.policy.state_dict(), "state_dict()"),
+            ),
             cell_rng_state=dict(self.cell_rng.bit_generator.state),
             policy_rng_state=dict(self.policy_rng.bit_generator.state),
             elapsed_s=elapsed_s,

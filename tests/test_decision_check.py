@@ -207,9 +207,27 @@ def test_the_probe_names_a_policy_that_raises():
     policy.name = "mine:Broken"
     with pytest.raises(PolicyDecisionError) as err:
         schedule_checked(policy, synthetic_round(4, 2, 20 * MHZ, 8), RNG, server_round=None)
+    line = inspect.getsourcelines(Broken.schedule)[1] + 1  # its raise: the user's own line
     assert str(err.value) == (
         "policy 'mine:Broken', a synthetic round before the start: schedule() raised "
-        "KeyError: 'gain'"
+        f"KeyError: 'gain' (test_decision_check.py:{line} in schedule)"
+    )
+
+
+def test_a_users_schedule_of_an_unavailable_device_names_the_device_the_rule_and_the_line():
+    class Greedy(make_policy("bc", PolicyContext(4, 2)).__class__):  # type: ignore[misc]
+        def schedule(self, inputs, rng):
+            return decision_from_mask(inputs, np.ones(inputs.num_devices, dtype=bool))
+
+    policy = Greedy()
+    policy.name = "mine:Greedy"
+    with pytest.raises(PolicyDecisionError) as err:
+        schedule_checked(policy, DEVICE_3_UNAVAILABLE, RNG, server_round=7)
+    line = inspect.getsourcelines(Greedy.schedule)[1] + 1
+    assert str(err.value) == (
+        "policy 'mine:Greedy', round 7: schedule(): decision_from_mask got scheduled devices [3] "
+        "that are not candidates this round (unavailable, or without a valid report) "
+        f"(test_decision_check.py:{line} in schedule)"
     )
 
 
@@ -400,9 +418,10 @@ def test_a_users_policy_that_raises_mid_run_fails_that_round_in_one_line(cheats,
     _, done = batched["FailsInRound3"]
     err = done.stderr.strip().splitlines()  # (rounds 1, 2 warn: nothing scheduled, uploaded)
     assert done.returncode == 1 and "Traceback" not in done.stderr, err
+    line = CHEATS.splitlines().index('            raise RuntimeError("out of ideas")') + 1
     assert err[-2] == (
         f"failed: policy '{cheats}:FailsInRound3', round 3: schedule() raised RuntimeError: "
-        "out of ideas"
+        f"out of ideas (cheats.py:{line} in schedule)"
     )
     assert err[-1].startswith("to continue after round 2 of 5: "), err[-1]
 

@@ -68,7 +68,7 @@ def test_decision_terms_by_hand() -> None:
     assert decision.wemd == pytest.approx(0.25)
     assert decision.sampling_term == pytest.approx(math.sqrt(7.0 / 8.0))
     assert decision.bandwidth_used_hz == 3.0
-    with pytest.raises(ValueError, match="not a candidate"):
+    with pytest.raises(ValueError, match=r"scheduled devices \[2\] that are not candidates"):
         decision_from_mask(inputs(), np.array([True, False, True]))
 
 

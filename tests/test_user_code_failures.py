@@ -4,7 +4,9 @@ A policy's ``SystemExit(0)`` or ``KeyboardInterrupt`` is a failure, not an exit 
 a signal the process receives stops a run); a policy stuck past ``stall-limit-s``, or whose
 ``observe_uploads`` raises, fails the run naming itself and the round; a run whose model never
 moved fails; a failure line carries no control characters. Before: exit 0 / ``stopped by SIGINT``
-exit 130 / ran on for 30 s / a traceback / ``completed`` / raw escape codes.
+exit 130 / ran on for 30 s / a traceback / ``completed`` / raw escape codes. The line names the
+user's file and line (issue 49); a data-set, model, import or ``state_dict`` that exits or raises
+``KeyboardInterrupt`` fails the run the same way (issue 50; before: exit 0 or 130, no output).
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class Sleeps(Fails):
         time.sleep(30)
 
 
+class Indexes(Fails):
+    def fail(self):
+        return [][0]
+
+
 class Colours(Fails):
     def fail(self):
         raise RuntimeError("\\x1b[31mred\\x1b[0m bell\\x07 end")
@@ -86,7 +93,12 @@ CASES = {
         {"stall-limit-s": 8},
         "round 1: schedule() did not return within 8 s (stall-limit-s)",
     ),
-    "Colours": ({}, "round 1: schedule() raised RuntimeError: ?[31mred?[0m bell? end"),
+    "Indexes": (
+        {"verbose": True},
+        "round 1: schedule() raised IndexError: list index out of range (failing.py:{line} in "
+        "fail)",
+    ),
+    "Colours": ({}, "round 1: schedule() raised RuntimeError: red bell? end (failing.py:{line}"),
     "ObserveFails": ({}, "round 1: observe_uploads() raised ValueError: no updates wanted"),
 }
 #: DP that clips every update to nothing: the fixed and the adaptive wrapper.
@@ -132,8 +144,10 @@ def test_what_a_policy_raises_or_a_stuck_one_fails_the_run_in_one_line(ran, name
     err = done.stderr.strip().splitlines()
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     line = next(x for x in err if x.startswith("failed: "))
+    lines = POLICIES.splitlines()  # the line of the class's raise (in its ``fail``)
+    raised = lines.index(f"class {name}(Fails):") + 3 if name in ("Indexes", "Colours") else 0
     assert line.startswith("failed: policy '") and line.split("', ", 1)[1].startswith(
-        CASES[name][1]
+        CASES[name][1].format(line=raised)
     ), line
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     status = json.loads((folder / "status.json").read_text())
@@ -201,3 +215,121 @@ def test_only_a_signal_received_stops_a_run():
         assert signal.getsignal(signal.SIGTERM) is handler
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+#: The researcher's functions and policy methods that end the process instead of returning.
+EXITS = """
+import sys
+
+import numpy as np
+
+from fedcgd_strategy import Policy, decision_from_mask
+
+
+def data_exits():
+    sys.exit(0)
+
+
+def data_interrupts():
+    raise KeyboardInterrupt
+
+
+def data_colours():
+    raise RuntimeError("\\x1b[1mbold\\x1b[0m bell\\x07 end")
+
+
+def model_exits(num_classes, input_shape):
+    sys.exit(0)
+
+
+class Idle(Policy):  # the device that needs the least bandwidth, when it fits
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        need = np.where(inputs.candidate, inputs.min_bandwidth_hz, np.inf)
+        fits = need.min() <= inputs.total_bandwidth_hz
+        return decision_from_mask(inputs, (need == need.min()) & fits)
+
+
+class ExitsInStateDict(Idle):
+    def state_dict(self):
+        sys.exit(0)
+
+
+class ExitsOnLoad(Idle):
+    def load_state_dict(self, state):
+        sys.exit(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def exited(tmp_path_factory) -> tuple[Path, list]:
+    """The runs' root and each command line's outcome (see the test)."""
+    user = tmp_path_factory.mktemp("exits")
+    (user / "exits.py").write_text(textwrap.dedent(EXITS))
+    (user / "exits_at_import.py").write_text("import sys\n\nsys.exit(0)\n")
+    root = tmp_path_factory.mktemp("runs")
+    runs = [
+        ("inprocess", {"dataset": "exits:data_exits", "result-dir": str(root / "a")}),
+        ("run", {"dataset": "exits:data_exits", "result-dir": str(root / "b")}),
+        ("inprocess", {"dataset": "exits:data_interrupts", "result-dir": str(root / "c")}),
+        ("inprocess", {"model": "exits:model_exits", "result-dir": str(root / "d")}),
+        ("run", {"policy": "exits_at_import:Any", "result-dir": str(root / "e")}),
+        ("inprocess", {"policy": "exits:ExitsInStateDict", "result-dir": str(root / "f")}),
+        ("inprocess", {"policy": "exits:ExitsOnLoad", "result-dir": str(root / "g")}),
+        ("inprocess", {"policy": "exits:ExitsOnLoad", "resume-from": str(root / "g")}),
+        ("inprocess", {"dataset": "exits:data_colours", "result-dir": str(root / "h")}),
+    ]
+    argvs = [
+        [command, "--run-config", format_run_config({**TINY, "checkpoint-every": 1, **extra})]
+        for command, extra in runs
+    ]
+    argvs[6][-1] = argvs[6][-1].replace("num-server-rounds=2", "num-server-rounds=1")
+    return root, in_one_process(argvs, pythonpath=[user])
+
+
+def test_an_exit_or_interrupt_of_the_researchers_code_fails_the_run_naming_its_line(exited):
+    root, done = exited
+    lines = textwrap.dedent(EXITS).splitlines()
+
+    def at(statement: str, after: str) -> str:
+        """``(exits.py:N in fn)``: the line of ``statement`` after the line ``after``."""
+        start, function = lines.index(after), after.split()[1].partition("(")[0]
+        return f"(exits.py:{lines.index(statement, start) + 1} in {function})"
+
+    what = [
+        f"SystemExit: 0 {at('    sys.exit(0)', 'def data_exits():')}",
+        f"SystemExit: 0 {at('    sys.exit(0)', 'def data_exits():')}",
+        f"KeyboardInterrupt {at('    raise KeyboardInterrupt', 'def data_interrupts():')}",
+        f"SystemExit: 0 {at('    sys.exit(0)', 'def model_exits(num_classes, input_shape):')}",
+        "SystemExit: 0 (exits_at_import.py:3 in <module>)",
+        f"SystemExit: 0 {at('        sys.exit(0)', '    def state_dict(self):')}",
+        None,  # ExitsOnLoad's first run: 1 round, completed
+        f"SystemExit: 0 {at('        sys.exit(0)', '    def load_state_dict(self, state):')}",
+    ]
+    assert done[6].returncode == 0, done[6].stderr[-2000:]
+    for outcome, said in zip(done[:-1], what, strict=True):
+        if said is None:
+            continue
+        assert outcome.returncode == 1 and "Traceback" not in outcome.stderr, outcome.stderr[-2000:]
+        failed = [x for x in outcome.stderr.splitlines() if x.startswith("failed: ")]
+        assert len(failed) == 1 and said in failed[0], (said, outcome.stderr[-2000:])
+    for name in "abcde":  # stopped before the start: no folder left behind
+        assert not (root / name).exists()
+    status = json.loads((root / "f" / "status.json").read_text())  # at round 1's checkpoint
+    assert (status["state"], status["last_round"]) == ("failed", 1) and what[5] in status["reason"]
+    status = json.loads((root / "g" / "status.json").read_text())  # a resume that failed to
+    assert (status["state"], status["last_round"]) == ("completed", 1)  # build writes nothing
+
+
+def test_a_data_set_error_line_carries_no_escape_codes_and_names_its_line(exited):
+    _, done = exited
+    line = textwrap.dedent(EXITS).splitlines().index("def data_colours():") + 2
+    assert done[-1].returncode == 2 and "\x1b" not in done[-1].stderr, done[-1].stderr[-2000:]
+    assert (
+        done[-1]
+        .stderr.strip()
+        .endswith(
+            f"the function raised RuntimeError: bold bell? end (exits.py:{line} in data_colours)"
+        )
+    ), done[-1].stderr[-2000:]

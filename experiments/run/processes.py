@@ -23,6 +23,7 @@ from typing import Any
 
 from fedcgd_task.errors import OneLineMessage, StopsRun
 from run_files.files import STOP_SIGNALS
+from run_files.run_status import as_failure
 
 #: Prefix of the environment variable that marks a tree.
 MARK = "FEDCGD_TREE_"
@@ -140,7 +141,8 @@ def exit_code_stopping_on_signals(
     The first SIGINT / SIGTERM raises :class:`Interrupted` in the main thread; repeats are
     ignored while it stops, and the previous handlers come back at the end. After a signal, one
     line says so on stderr, then ``last_words()`` (called once everything is stopped) if it gives
-    one.
+    one. A ``SystemExit`` or ``KeyboardInterrupt`` without a signal (the researcher's code raised
+    it) is a failure: one line ``failed: ...`` naming where (:func:`as_failure`), exit code 1.
     """
     received: list[int] = []
 
@@ -160,6 +162,12 @@ def exit_code_stopping_on_signals(
         if line:
             print(line, file=sys.stderr, flush=True)
         return code
+    except BaseException as err:  # a SystemExit, ... of the researcher's code: a failure
+        failure = as_failure(err, received)
+        if failure is err:
+            raise
+        print(f"failed: {failure}", file=sys.stderr, flush=True)
+        return 1
     finally:
         for s, old in previous.items():
             signal.signal(s, old)

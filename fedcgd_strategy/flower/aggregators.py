@@ -15,6 +15,7 @@ import gc
 import logging
 import math
 import pickle
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ from fedcgd_strategy.flower.aggregator_params import (
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
 from fedcgd_task.array_codec import array_record, numpy_arrays
+from fedcgd_task.errors import RuleBrokenError
 from fedcgd_task.imports import first_line
 
 Arrays = Mapping[str, NDArray[np.generic]]
@@ -258,26 +260,36 @@ def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
     for attribute in [] if aggregator is None else state_names(aggregator):
         if attribute not in vars(aggregator):
             raise ValueError(f"{name} has no attribute {attribute!r} (named as its state)")
-        state[attribute] = _plain(getattr(aggregator, attribute), f"{name}.{attribute}")
+        state[attribute] = plain_data(getattr(aggregator, attribute), f"{name}.{attribute}")
     return state
 
 
-def _plain(value: Any, where: str) -> Any:
+def plain_data(value: Any, where: str) -> Any:
+    """``value`` as what a checkpoint holds, arrays copied; ValueError naming what it cannot hold.
+
+    Numbers, strings, None, numpy and (torch imported) torch arrays, ArrayRecords, aggregators'
+    states, and lists, tuples and str-keyed dicts of these. The error names ``where`` with the
+    key or index inside it (``where['avg'][2]``) and the type found (a ValueError).
+    """
+    torch = sys.modules.get("torch")  # a tensor exists only where torch is imported
     if isinstance(value, Strategy):
         return aggregator_state(value)
     if isinstance(value, ArrayRecord):
         return {k: v.numpy() for k, v in value.items()}
-    if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biuf":
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
         return np.array(value)
-    if value is None or isinstance(value, bool | int | float | str):
+    if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, list | tuple):
-        return type(value)(_plain(v, where) for v in value)
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: _plain(v, where) for k, v in value.items()}
-    raise ValueError(
-        f"{where} is {type(value).__name__}: a checkpoint holds numbers, strings, numpy arrays, "
-        "ArrayRecords and lists, tuples and str-keyed dicts of these"
+        items = (plain_data(v, f"{where}[{i}]") for i, v in enumerate(value))
+        return list(items) if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict) and all(type(k) is str for k in value):
+        return {k: plain_data(v, f"{where}[{k!r}]") for k, v in value.items()}
+    raise RuleBrokenError(
+        f"{where} is {type(value).__name__}: a checkpoint holds numbers, strings, numpy and torch "
+        "arrays, ArrayRecords and lists, tuples and str-keyed dicts of these"
     )
 
 

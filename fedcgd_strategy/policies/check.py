@@ -22,21 +22,21 @@ from numpy.typing import NDArray
 
 from fedcgd_strategy.policies.core import (
     BUDGET_REL_TOL,
+    NOT_CANDIDATES,
     Decision,
     Policy,
     ReportedStats,
     RoundInputs,
     decision_from_mask,
+    devices_named,
     policy_copy,
     round_inputs,
 )
 from fedcgd_strategy.solvers import ScheduleResult
-from fedcgd_task.errors import OneLineMessage
-from fedcgd_task.imports import first_line
+from fedcgd_task.errors import OneLineMessage, RuleBrokenError
+from fedcgd_task.imports import first_line, said
 
 T = TypeVar("T")
-#: Devices named in a message at most.
-SHOWN_DEVICES = 12
 #: Largest solver iteration count recorded: 2**53, the last integer a JSON reader's float holds.
 MAX_SOLVER_ITERATIONS = 2**53
 
@@ -78,12 +78,7 @@ def call_within(limit_s: float | None, call: Callable[[], T], what: str) -> T:
         return value
     if isinstance(value, Exception):
         raise value
-    raise PolicyDecisionError(f"{what} raised {type(value).__name__}{_said(value)}") from value
-
-
-def _said(err: BaseException) -> str:
-    """``: <first line of its message>``, or nothing when the message is empty."""
-    return str(err).strip() and f": {first_line(err)}"
+    raise PolicyDecisionError(f"{what} raised {said(value)}") from value
 
 
 def policy_call(
@@ -97,8 +92,9 @@ def policy_call(
 
     ``server_round`` None is the pre-start probe. An exception of a user's policy, or of any
     policy in the probe, becomes a :class:`PolicyDecisionError`
-    ``policy 'X', round 7: <what> raised <type>: <first line>`` (cause chained); a built-in's in a
-    run goes on unchanged (a bug: its traceback says where).
+    ``policy 'X', round 7: <what> raised <type>: <first line> (<file>:<line> in <function>)``
+    (cause chained; a :class:`~fedcgd_task.errors.RuleBrokenError`: ``<what>: <the rule broken>
+    (<file>...)``); a built-in's in a run goes on unchanged (a bug: its traceback says where).
     """
     head = f"{_head(policy.name, server_round)}: {what}"
 
@@ -108,17 +104,11 @@ def policy_call(
         except Exception as err:
             if ":" not in policy.name and server_round is not None:
                 raise
-            raise PolicyDecisionError(f"{head} raised {type(err).__name__}{_said(err)}") from err
+            if isinstance(err, RuleBrokenError):  # the rule's own words, where it was broken
+                raise PolicyDecisionError(f"{head}: {first_line(err)}") from err
+            raise PolicyDecisionError(f"{head} raised {said(err)}") from err
 
     return call_within(limit_s, guarded, head)
-
-
-def _devices(mask: NDArray[np.bool_]) -> str:
-    """``[3, 5, 9]`` (at most :data:`SHOWN_DEVICES`, then ``... (n in all)``)."""
-    idx = np.flatnonzero(mask).tolist()
-    if len(idx) <= SHOWN_DEVICES:
-        return str(idx)
-    return f"{str(idx[:SHOWN_DEVICES])[:-1]}, ...] ({len(idx)} in all)"
 
 
 def _mhz(value_hz: float) -> str:
@@ -229,18 +219,17 @@ def check_decision(
     outside = selected & ~inputs.candidate
     if outside.any():
         raise PolicyDecisionError(
-            f"{head}: scheduled devices {_devices(outside)} that are not candidates this round "
-            f"(unavailable, or without a valid report); {tail}"
+            f"{head}: scheduled devices {devices_named(outside)} {NOT_CANDIDATES}; {tail}"
         )
     infeasible = selected & ~np.isfinite(need)
     if infeasible.any():
         raise PolicyDecisionError(
-            f"{head}: scheduled devices {_devices(infeasible)} that cannot meet the deadline "
+            f"{head}: scheduled devices {devices_named(infeasible)} that cannot meet the deadline "
             f"this round (minimum bandwidth B* = inf); {tail}"
         )
     if uses_budget and used > budget * (1.0 + BUDGET_REL_TOL):
         raise PolicyDecisionError(
-            f"{head}: scheduled devices {_devices(selected)} need {_mhz(used)} (the sum of "
+            f"{head}: scheduled devices {devices_named(selected)} need {_mhz(used)} (the sum of "
             f"their minimum bandwidths B*), more than the {_mhz(budget)} budget (tolerance "
             f"{BUDGET_REL_TOL:g} relative); a decision must fit the bandwidth budget"
         )

@@ -32,6 +32,7 @@ from fedcgd_strategy.validation import (
     check_integer,
     check_total_bandwidth,
 )
+from fedcgd_task.errors import RuleBrokenError
 
 #: Relative slack of the budget test (the solvers' rounding slack).
 BUDGET_REL_TOL = BANDWIDTH_REL_TOL
@@ -220,6 +221,20 @@ def _schedule_terms(inputs: RoundInputs, mask: NDArray[np.bool_]) -> tuple[float
     )
 
 
+#: Devices named in a message at most.
+SHOWN_DEVICES = 12
+#: The candidates rule, as a message states it after the devices that break it.
+NOT_CANDIDATES = "that are not candidates this round (unavailable, or without a valid report)"
+
+
+def devices_named(mask: NDArray[np.bool_]) -> str:
+    """``[3, 5, 9]`` (at most :data:`SHOWN_DEVICES`, then ``... (n in all)``)."""
+    idx = np.flatnonzero(mask).tolist()
+    if len(idx) <= SHOWN_DEVICES:
+        return str(idx)
+    return f"{str(idx[:SHOWN_DEVICES])[:-1]}, ...] ({len(idx)} in all)"
+
+
 def decision_from_mask(
     inputs: RoundInputs,
     selected: NDArray[np.bool_],
@@ -228,8 +243,15 @@ def decision_from_mask(
 ) -> Decision:
     """Wrap a schedule (bool[V], candidates only) into a :class:`Decision`, evaluating it once."""
     selected = np.asarray(selected, dtype=bool)
-    if selected.shape != inputs.candidate.shape or np.any(selected & ~inputs.candidate):
-        raise ValueError("a policy scheduled a device that is not a candidate this round")
+    if selected.shape != inputs.candidate.shape:
+        raise RuleBrokenError(
+            f"decision_from_mask got a mask of shape {selected.shape}; it must be a bool mask of "
+            f"shape ({inputs.num_devices},), one entry per device"
+        )
+    if np.any(outside := selected & ~inputs.candidate):
+        raise RuleBrokenError(
+            f"decision_from_mask got scheduled devices {devices_named(outside)} {NOT_CANDIDATES}"
+        )
     sigma, wemd_g1, sampling = _schedule_terms(inputs, selected)
     bandwidth = inputs.min_bandwidth_hz[selected]
     return Decision(
