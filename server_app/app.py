@@ -270,16 +270,41 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
     )
 
 
+#: Float32 resolution a round may move a model whose true update is nothing, in units of
+#: eps * ||model|| (:func:`unchanged_reason`).
+ROUNDING_ULPS_PER_ROUND = 4
+
+
 def unchanged_reason(
     rounds: int, start: Mapping[str, torch.Tensor], final: Mapping[str, torch.Tensor]
 ) -> str | None:
-    """Why ``rounds`` rounds with uploads left the model as it was, bit for bit; None if not."""
-    if not rounds or any(not torch.equal(start[k], final[k]) for k in start):
+    """Why ``rounds`` rounds with uploads left the model where it was; None if they moved it.
+
+    Unmoved: ``||final - start|| <= k * rounds * eps * ||start||`` over every floating-point
+    tensor, eps float32's machine epsilon (2**-23), k = :data:`ROUNDING_ULPS_PER_ROUND`. A round
+    computes each weight w with a few float32 operations (the weighted mean of the uploads, the
+    noise, the update applied), each rounding it by at most half an ulp <= eps |w| / 2: a round
+    whose true update is nothing (``clipping-norm=1e-300``) moves the model by at most one such
+    rounding per operation, k = 4 allows eight. A real step moves it by about 1e-3 to 1e-1 of
+    its norm (lr times the gradient), some 1e4 times more than the bound.
+    """
+    keys = [k for k, v in start.items() if v.is_floating_point()]
+    if not rounds or not keys:
+        return None
+
+    def flat(model: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([model[k].detach().double().flatten() for k in keys])
+
+    before = flat(start)
+    moved = float(torch.linalg.vector_norm(flat(final) - before))
+    bound = ROUNDING_ULPS_PER_ROUND * rounds * torch.finfo(torch.float32).eps
+    if moved > bound * float(torch.linalg.vector_norm(before)):
         return None
     return (
-        f"the global model did not change in any of the {rounds} rounds with uploads: every "
-        "update rounds to nothing in the model's weights (a clipping norm, learning rate or "
-        "step too small?)"
+        f"the global model did not move over the {rounds} rounds with uploads: it changed by "
+        f"less than float32 resolution ({ROUNDING_ULPS_PER_ROUND} ulps a round, relative to its "
+        "norm), so every update rounds to nothing in the model's weights (a clipping norm, "
+        "learning rate or step too small?)"
     )
 
 
@@ -293,7 +318,7 @@ def write_end(
     """Write ``model.pt``, ``summary.json`` and the final status, all synced; return the summary.
 
     The run fails when no device uploaded, aggregation failed too often, or the ``rounds_run``
-    with uploads in this process left ``start_model`` as it was.
+    with uploads in this process left ``start_model`` where it was (:func:`unchanged_reason`).
     """
     save_model(writer.dir, final_model)
     history = writer.lines

@@ -8,11 +8,14 @@ Static checks only (no Docker engine in the test suite); ``make test-compose``
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
 from functools import cache
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -141,3 +144,56 @@ def test_dockerfile_defaults_to_the_public_python_image():
     assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in dockerfile
     # A base without Python (debootstrapped Debian) gets it from apt.
     assert "python3 python3-venv" in dockerfile
+
+
+def compose_merge(files: list[dict[str, Any]]) -> dict[str, Any]:
+    """Compose's merge of ``files``, as far as these files need: each service's keys, later wins."""
+    services: dict[str, dict[str, Any]] = {}
+    for each in files:
+        for name, service in each["services"].items():
+            services.setdefault(name, {}).update(service)
+    return {"services": services}
+
+
+def test_the_documented_test_compose_commands_start_no_host_service_with_published_ports():
+    # Compose v1 refuses a service on host networking that publishes ports ("host" network_mode
+    # is incompatible with port_bindings). The header's commands, played on the files: a
+    # `config | <filter> >FILE` line writes FILE (its filter run as written), an `up` line starts.
+    header = (ROOT / "docker-compose.test.yml").read_text().split("\nservices:")[0]
+    commands = [line[4:] for line in header.splitlines() if line.startswith("#   docker")]
+    written: dict[str, dict[str, Any]] = {}
+    started = []
+    for command in commands:
+        compose, _, rest = command.partition(" | ")
+        words = shlex.split(compose)
+        names = [words[i + 1] for i, word in enumerate(words) if word == "-f"]
+        merged = compose_merge(
+            [written.get(n) or yaml.safe_load((ROOT / n).read_text()) for n in names]
+        )
+        if "up" in words:
+            for name, service in merged["services"].items():
+                assert not (service.get("network_mode") == "host" and service.get("ports")), (
+                    command,
+                    name,
+                )
+            started.append(command)
+        elif words[-1] == "config":
+            program, _, target = rest.rpartition(" >")
+            python, option, code = shlex.split(program)
+            assert python == ".venv/bin/python" and option == "-c", program
+            filtered = subprocess.run(
+                [sys.executable, "-c", code],
+                input=yaml.safe_dump(merged),
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            ).stdout
+            written[target] = yaml.safe_load(filtered)
+    assert started, commands
+
+
+def test_the_flower_version_named_is_the_installed_one():
+    installed = ".".join(version("flwr").split(".")[:2])
+    named = re.findall(r"Flower (\d+\.\d+)", (ROOT / "docker-compose.yml").read_text())
+    assert named and set(named) == {installed}, (named, installed)

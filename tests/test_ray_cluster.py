@@ -103,6 +103,12 @@ def namespace_problem() -> str | None:
     return None
 
 
+def test_the_recipe_writes_its_results_into_the_git_ignored_results_folder():
+    outs = re.findall(r"(?:--out |\bout=)(\S+)", recipe())
+    assert len(outs) == 2 and all(o.split("/")[0] == "results" for o in outs), outs
+    assert "results/" in (PROJECT_DIR / ".gitignore").read_text().splitlines()
+
+
 @pytest.mark.slow  # 2-3 min: two Ray nodes, a simulation and a preset on them
 def test_the_documented_recipe_runs_clientapps_on_both_nodes_and_leaves_nothing(tmp_path):
     problem = namespace_problem()
@@ -135,10 +141,12 @@ def test_the_documented_recipe_runs_clientapps_on_both_nodes_and_leaves_nothing(
     assert report["actors_per_node"] == {node: 1 for node in nodes}
     assert all(report["runs_per_node"].get(node, 0) >= 1 for node in nodes)
     assert "completed: 2 rounds" in proc.stdout, output[-4000:]
-    # The preset's two runs as Ray tasks, one on each node, their files back in out=preset.
+    # The preset's two runs as Ray tasks, one on each node, their files back in its out.
     assert "all 2 runs completed (0 retried on Ray)" in proc.stdout, output[-4000:]
-    assert len(task_nodes(tmp_path / "preset")) == 2
-    (run,) = (tmp_path / "results").iterdir()
+    assert len(task_nodes(tmp_path / "results" / "preset")) == 2
+    # Nothing written in the checkout but the git-ignored results/.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".venv", "results"]
+    (run,) = (p for p in (tmp_path / "results").iterdir() if p.name != "preset")
     assert [json.loads(x)["round"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [
         1,
         2,

@@ -5,6 +5,7 @@ The runs themselves on a loopback cluster of two nodes: tests/test_ray_cluster.p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -160,3 +161,62 @@ def test_a_run_whose_ray_worker_dies_goes_again_from_its_checkpoint_in_its_folde
     whole_run(tmp_path / "whole", values)
     assert_same_run(folder, tmp_path / "whole", rounds=200)
     assert not (folder / TOKEN_FILE).exists()
+
+
+def test_a_signal_during_rays_start_gives_the_command_with_its_ray_address(
+    tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C while the command joins Ray (before any run): the same command, and no folder."""
+    import signal
+
+    from experiments import cli
+    from experiments.compare import policies
+
+    def interrupted_start(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(policies, "connect", interrupted_start)
+    out = tmp_path / "out"
+    code = cli.invoke(
+        ["compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
+         "--ray-address", "local", "--run-config", "num-devices=4", "--out", str(out)]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 130 and err[0].startswith("stopped by SIGINT"), err
+    assert err[-1].startswith("to go on, run the same command again"), err
+    assert err[-1].endswith(
+        f"compare --policies bc --seeds 0 --run-config num-devices=4 --out {out} --engine "
+        "inprocess --ray-address local"
+    ), err
+    assert not out.exists()
+
+
+def test_ctrl_c_on_runs_as_ray_tasks_leaves_each_stopped_run_stopped(tmp_path):
+    """docs/running.md: a run the command stopped says ``stopped`` in its status.json."""
+    import signal
+    import subprocess
+
+    from subprocesses import FEDCGD, wait_for
+
+    from fedcgd_task.settings import PROJECT_DIR
+
+    out, folder = tmp_path / "out", tmp_path / "out" / "bc" / "seed-0"
+    settings = "num-devices=8 num-server-rounds=200 checkpoint-every=5"
+    proc = subprocess.Popen(
+        [FEDCGD, "compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
+         "--ray-address", "local", "--run-config", settings, "--out", str(out)],
+        cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (folder / "checkpoint.pt").exists(), proc, limit_s=300)
+        proc.send_signal(signal.SIGINT)
+        out_text, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out_text[-3000:] + err[-3000:]
+    assert err.rstrip().splitlines()[-1].endswith("--ray-address local"), err[-3000:]
+    status = json.loads((folder / "status.json").read_text())
+    # Ray ends the stopped command's tasks with SIGTERM.
+    assert status["state"] == "stopped" and status["reason"] == "stopped by SIGTERM", status
+    assert 5 <= status["last_round"] < 200, status

@@ -113,6 +113,13 @@ FLAT = {
         "aggregator-params.initial-clipping-norm": 1e-300,
         "aggregator-params.noise-multiplier": 0.0,
     },
+    # 40 devices: the clipped mean moves the last bits of some weights (about 1 ulp), no more.
+    "fixed-last-bits": {
+        "aggregator": "DifferentialPrivacyServerSideFixedClipping",
+        "aggregator-params.clipping-norm": 1e-300,
+        "aggregator-params.noise-multiplier": 0.3,
+        "num-devices": 40,
+    },
 }
 TINY = {"num-devices": 4, "num-server-rounds": 2}
 
@@ -173,21 +180,32 @@ def test_a_run_whose_model_never_changed_fails(ran, name):
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "failed" and status["last_round"] == 2, status
     assert status["reason"].startswith(
-        "the global model did not change in any of the 2 rounds with uploads: "
+        "the global model did not move over the 2 rounds with uploads: it changed by less than "
+        "float32 resolution"
     )
     assert f"failed: {status['reason']}" in done.stderr
     lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     assert all(line["num_uploaded"] > 0 and not line["model_kept"] for line in lines)
 
 
-def test_the_model_compared_is_every_tensor_bit_for_bit():
+def test_a_model_moved_by_rounding_alone_is_unchanged_and_a_real_step_is_not():
     from server_app.app import unchanged_reason
 
-    start = {"w": torch.zeros(3), "b": torch.ones(1)}
-    moved = {"w": torch.tensor([0.0, 0.0, 2.0**-149]), "b": torch.ones(1)}  # smallest float32
+    eps = torch.finfo(torch.float32).eps  # float32's ulp at 1.0
+    start = {"w": torch.full((100,), 1.5), "b": torch.ones(1), "n": torch.tensor(3)}
+    ulp = {"w": start["w"] + eps, "b": torch.ones(1), "n": torch.tensor(4)}  # 1 ulp every weight
+    assert not torch.equal(ulp["w"], start["w"])
     assert unchanged_reason(0, start, dict(start)) is None  # no round with uploads here
-    assert unchanged_reason(1, start, moved) is None
     assert unchanged_reason(1, start, {k: v.clone() for k, v in start.items()})
+    assert unchanged_reason(1, start, ulp)  # not bit for bit, still nothing learnt
+    # Moved by m ulps each: ||final - start|| = 10 m eps; the bound 4 R eps ||start|| with
+    # ||start|| = sqrt(100 * 1.5**2 + 1) = 15.03: 60.1 R eps. 12 ulps: 120 eps.
+    twelve = {**start, "w": start["w"] + 12 * eps}
+    assert unchanged_reason(3, start, twelve) and unchanged_reason(1, start, twelve) is None
+    step = {**start, "w": start["w"] - 1e-3}  # a small learning step
+    assert unchanged_reason(1000, start, step) is None
+    # Only the floating-point tensors count: "n" (an integer buffer) moved in every case above.
+    assert unchanged_reason(1, start, {**start, "n": torch.tensor(9)})
 
 
 def test_only_a_signal_received_stops_a_run():

@@ -115,20 +115,22 @@ def run_command(
     ``check`` plans and checks every run before any starts (appending the folder claims it
     takes) and returns what runs them; a ValueError or FileNotFoundError it raises is the one
     line ``error: ...`` and exit code 2. Then the first line names ``out`` and, after a
-    failure (exit code 1: a run, or writing a table) or a signal, the last line gives
-    ``command`` to run again.
+    failure (exit code 1: a run, or writing a table) or a signal (also one while checking,
+    e.g. during Ray's start), the last line gives ``command`` to run again.
     """
     claims: list[FolderClaim] = []
+    if command is not None and last_words is not None:  # a signal while checking: Ray's start
+        last_words.set(lambda: rerun_line(command))
     try:
         go = check(claims)
-    except (ValueError, FileNotFoundError) as err:  # one line, before anything starts
+    except BaseException as err:  # the folders it created go with it; a bad setting: one line
         for claim in reversed(claims):
             claim.abandon()
+        if not isinstance(err, ValueError | FileNotFoundError):
+            raise
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"output folder: {out}", flush=True)
-    if command is not None and last_words is not None:
-        last_words.set(lambda: rerun_line(command))
     try:
         code = go()
     except ResultWriteError as err:  # a table or a figure: disk full, ...

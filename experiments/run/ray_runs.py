@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from run_files.files import append_line, atomic_write
+from experiments.run.processes import Interrupted
+from run_files.files import STOP_SIGNALS, append_line, atomic_write
 from run_files.folder_lock import claim_folder
 from run_files.results import RUN_FILES, STATUS_FILE
 from run_files.run_status import first_line
@@ -254,17 +255,28 @@ def run_task(
             node = ray.get_runtime_context().get_node_id()
             print(f"Ray task on node {node}, GPUs {ray.get_gpu_ids()}", flush=True)
             launched = time.time()
+            # A stopped command's tasks get SIGTERM from Ray, whose handler raises SystemExit(1)
+            # (to the run, a failure): here the run ends ``stopped by SIGTERM``.
+            rays = {s: signal.signal(s, raise_interrupted) for s in STOP_SIGNALS}
             try:
                 config = with_resolved_data_dir(validated_run_config(config))
                 run_inprocess(config, cohort_threads=threads)
             except Exception as err:  # the run failed: its outcome line says why
                 failure = err
+            finally:
+                for s, handler in rays.items():
+                    signal.signal(s, handler)
             outcome = run_outcome(folder, launched, failure)
             print(outcome.message, flush=True)
         if in_place:
             return {}, outcome.code
         files = {name: moved(name, data, tmp, real) for name, data in folder_files(folder).items()}
     return files, outcome.code
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """A signal handler: the run stops (:class:`~experiments.run.processes.Interrupted`)."""
+    raise Interrupted(signum)
 
 
 def again(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -303,8 +315,9 @@ def run_tasks(
     ``on_start(i)`` before run ``i`` goes (False keeps it back), ``on_end(i, exit_code)`` once
     its files are in its folder; no lock on the folders is held in between (a task in place
     takes them). A run lost with its node or worker goes again (:func:`again`), up to
-    :data:`MAX_RETRIES` times; on a signal the runs still going end with this driver; Ray is left
-    (:func:`connect` joined it). Returns how many went again.
+    :data:`MAX_RETRIES` times; on a signal the runs still going end with this driver (Ray sends
+    their tasks SIGTERM: each ends ``stopped``); Ray is left (:func:`connect` joined it). Returns
+    how many went again.
     """
     import ray
 
