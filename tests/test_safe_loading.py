@@ -9,6 +9,7 @@ result folder's JSON files are read with bounds on size and depth.
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import subprocess
@@ -240,3 +241,20 @@ def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
     (run / "metrics.jsonl").write_text(text.replace('{"round": 2', '{"round": 2, ]', 1))
     assert invoke(["plot", str(run), "--out", str(tmp_path / "b.png")]) == 2
     assert not (tmp_path / "b.png").exists()
+
+
+def test_a_kept_comparison_run_with_a_torn_metrics_file_is_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "compare"
+    args = ["compare", "--engine", "inprocess", "--policies", "bc", "--out", str(out),
+            "--run-config", "num-devices=4 num-server-rounds=2"]  # fmt: skip
+    assert invoke(args) == 0
+    capsys.readouterr()
+    metrics = out / "bc" / "seed-0" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text()[:-30])  # a completed run, its last line torn
+    assert invoke(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: {metrics}: holds 1 of the 2 rounds its summary.json says ran (damaged); move "
+        "the folder away to run it again"
+    ], err
+    assert json.loads((out / "bc" / "seed-0" / "status.json").read_text())["state"] == "completed"

@@ -194,7 +194,8 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     ------
     ValueError
         One line: a kept or resumed run whose ``config.json`` holds other settings (only
-        :func:`fedcgd_task.settings.unread_settings` may differ) or cannot be read.
+        :func:`fedcgd_task.settings.unread_settings` may differ) or cannot be read; a kept
+        run whose metrics lack rounds its summary says ran.
     """
     from server_app.checkpoint import CHECKPOINT_FILE
     from server_app.config import parse_run_config
@@ -220,6 +221,10 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
             f"{result_dir}: {differ}; a kept run's settings may not change: give another "
             "output folder, or remove its runs to run them again with these settings"
         )
+    if kept:  # its row is read now: a damaged run is refused before anything starts
+        from experiments.compare.results import summarise
+
+        summarise(result_dir)
     resume = {} if kept else {"resume-from": str(result_dir)}
     return PlannedRun(policy, seed, result_dir, {**overrides, **resume}, KEEP if kept else RESUME)
 
