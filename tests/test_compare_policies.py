@@ -298,9 +298,9 @@ def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monk
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert invoke(["compare", *args, "--run-config", "num-server-rounds=3"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: 2 kept run(s)") and err.count("\n") == 1, err
-    for policy in ("fedcgd-fscd", "bc"):
-        assert f"{out / policy / 'seed-0'}: num_server_rounds (kept 50, asked 3)" in err
+    kept = out / "fedcgd-fscd" / "seed-0"
+    assert err.startswith(f"error: {kept}: num_server_rounds (kept 50, asked 3); "), err
+    assert err.count("\n") == 1, err
     assert not (out / "bc" / "seed-1").exists()  # nothing ran, not even the new seed
     assert not (out / "table.csv").exists()
 
@@ -311,9 +311,8 @@ def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path, monkeypatch):
     fake_run(planning.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], kept)
     plan = planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), {"num-server-rounds": 2})
     assert plan.action == planning.KEEP, plan.note
-    plan = planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), {**kept, "local-steps": 3})
-    assert plan.action == planning.REFUSE
-    assert plan.note == "training.local_steps (kept 10, asked 3)"
+    with pytest.raises(ValueError, match=r"seed-0: training\.local_steps \(kept 10, asked 3\); "):
+        planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), {**kept, "local-steps": 3})
     # digits ignore data-dir; CIFAR does not
     elsewhere = {"num-server-rounds": 2, "data-dir": str(tmp_path / "other")}
     assert (
@@ -322,8 +321,8 @@ def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path, monkeypatch):
     )
     cifar = {"dataset": "cifar10", "num-server-rounds": 2}
     fake_run(planning.run_dir(out, "bc", 1), "bc", 1, [0.5, 0.6], cifar)
-    plan = planning.plan_run("bc", 1, planning.run_dir(out, "bc", 1), {**cifar, **elsewhere})
-    assert plan.action == planning.REFUSE and plan.note.startswith("task.data_dir (kept ")
+    with pytest.raises(ValueError, match=r"seed-1: task\.data_dir \(kept "):
+        planning.plan_run("bc", 1, planning.run_dir(out, "bc", 1), {**cifar, **elsewhere})
 
 
 def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
@@ -395,6 +394,37 @@ def test_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path, monkeypatch):
     result = execution.run_policies(["bc"], {"num-server-rounds": 3}, out, seeds=[0], plans=plans)
     assert [c["resume-from"] for c in calls] == [str(folder)]
     assert result.code == 0 and result.runs[0]["final_accuracy"] == 0.7
+
+
+def test_a_summary_is_kept_a_checkpoint_resumed_anything_else_run_from_the_start(
+    tmp_path, monkeypatch
+):
+    """Decided by the files alone: neither a status nor a stopped run's settings decide."""
+    shared = {"num-server-rounds": 3}
+    kept, resumed, stopped = (planning.run_dir(tmp_path, "bc", s) for s in (0, 1, 2))
+    fake_run(kept, "bc", 0, [0.5, 0.6, 0.7], shared, state=RUNNING)  # its status never updated
+    fake_run(resumed, "bc", 1, [0.5], shared, state=RUNNING, summary=False)
+    fake_run(stopped, "bc", 2, [0.5], {"num-server-rounds": 50}, state=FAILED, summary=False)
+    for folder in (kept, resumed):
+        (folder / "checkpoint.pt").write_bytes(b"a checkpoint")
+    (stopped / "notes.txt").write_text("mine")
+    calls = []
+
+    def fake_flwr(run_config, **kwargs):
+        folder = Path(run_config["result-dir"])
+        calls.append((run_config["seed"], run_config.get("resume-from")))
+        if folder == stopped:  # the stopped run's files are gone, other files stay
+            assert [p.name for p in folder.glob("[!.]*")] == ["notes.txt"]  # not the locks
+        fake_run(folder, "bc", run_config["seed"], [0.5, 0.6, 0.8], shared)
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    plans = planning.plan_runs(["bc"], shared, tmp_path, [0, 1, 2])
+    assert [p.action for p in plans] == [planning.KEEP, planning.RESUME, planning.RUN]
+    result = execution.run_policies(["bc"], shared, tmp_path, seeds=[0, 1, 2], plans=plans)
+    assert calls == [(1, str(resumed)), (2, None)]
+    assert result.code == 0 and [r["final_accuracy"] for r in result.runs] == [0.7, 0.8, 0.8]
+    assert (stopped / "notes.txt").read_text() == "mine"
 
 
 def test_results_from_before_status_files_are_kept(tmp_path, monkeypatch):

@@ -253,5 +253,8 @@ def test_a_kept_comparison_run_with_a_torn_metrics_file_is_refused_in_one_line(t
     metrics.write_text(metrics.read_text()[:-30])  # a completed run, its last line torn
     assert invoke(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cannot be read" in err[0] and "metrics.jsonl" in err[0], err
+    assert err == [
+        f"error: {metrics}: holds 1 of the 2 rounds its summary.json says ran (damaged); move "
+        "the folder away to run it again"
+    ], err
     assert json.loads((out / "bc" / "seed-0" / "status.json").read_text())["state"] == "completed"

@@ -14,13 +14,12 @@ from typing import Any
 
 from experiments.compare.plans import (
     KEEP,
-    RERUN,
     RESUME,
+    RUN,
     PlannedRun,
     check_comparison,
     check_engine,
     plan_runs,
-    refuse_stale_runs,
 )
 from experiments.compare.results import same_schedule_lines, summarise, write_comparison
 from experiments.run.flwr_run import run_flwr, strip_ansi
@@ -32,7 +31,7 @@ from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
 from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.results import RUN_FILES
+from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, STATUS_FILE, holds_run
 from run_files.run_status import FAILED, failure_from_output, first_line, read_status
 
 
@@ -86,13 +85,15 @@ class ComparisonRuns:
 
 
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder while it runs; cleared first to run it again (RERUN).
+    """Lock a planned run's folder while it runs; a run to start loses a stopped run's files.
 
-    The run's processes work under this lock; another process that holds it is named.
+    Never ``summary.json`` or ``checkpoint.pt``: a run that completed or saved one since it was
+    planned is refused by the ServerApp, not overwritten. The run's processes work under this
+    lock; another process that holds it is named.
     """
     claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
-    if plan.action == RERUN:
-        for name in RUN_FILES:
+    if plan.action == RUN:
+        for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, STATUS_FILE):
             (plan.result_dir / name).unlink(missing_ok=True)
     return claim
 
@@ -199,13 +200,12 @@ def run_policies(
     Raises
     ------
     ValueError
-        Before any run: see :func:`check_comparison` and :func:`refuse_stale_runs`.
+        Before any run: see :func:`check_comparison` and :func:`plan_run`.
     """
     seeds, jobs = check_comparison(policies, shared, seeds, check_engine(engine), jobs)
     with claim_folder(out, "--out"):  # held by compare(): it works under that claim
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)
-        refuse_stale_runs(plans)
         outcomes, retried = execute_plans(
             plans,
             LaunchSettings(engine, jobs, num_supernodes, ray=ray),
@@ -247,13 +247,12 @@ def execute_plans(
 
     def announce(plan: PlannedRun, where: str = "") -> None:
         print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
-        also = f"; {plan.note}" if plan.note else ""
         if plan.action == KEEP:
-            print(f"completed earlier with the same settings; kept{also}", flush=True)
+            print("completed earlier with the same settings; kept", flush=True)
         elif plan.action == RESUME:
-            print(f"incomplete, same settings: resumed from its checkpoint{also}", flush=True)
-        elif plan.action == RERUN:
-            print(f"{plan.note}: run again from the start", flush=True)
+            print("incomplete, same settings: resumed from its checkpoint", flush=True)
+        elif holds_run(plan.result_dir):
+            print("stopped without a checkpoint: run again from the start", flush=True)
 
     for plan in plans:
         if plan.action == KEEP:

@@ -1,6 +1,6 @@
 """Planning a comparison: its settings checked, and each (policy, seed) decided from its folder.
 
-Run, keep, resume or refuse each ``<out>/<policy>/seed-<s>`` (docs/comparing.md, "Kept runs").
+Keep, resume or run each ``<out>/<policy>/seed-<s>`` (docs/comparing.md, "Kept runs").
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from typing import Any
 from experiments.run.ray_runs import resolve_jobs
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.settings import unread_settings
-from run_files.code_identity import code_identity, run_digests
 from run_files.files import read_json_object
-from run_files.results import CONFIG_FILE, METRICS_FILE, holds_run, read_metrics_lines
+from run_files.results import CONFIG_FILE, SUMMARY_FILE
 from run_files.run_status import (
     SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
     settings_differences,
 )
-from server_app.checkpoint import run_finished
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
@@ -164,7 +162,7 @@ def check_run_configs(
 
 
 #: What :func:`plan_run` decides for one (policy, seed).
-RUN, KEEP, RESUME, RERUN, REFUSE = "run", "keep", "resume", "rerun", "refuse"
+RUN, KEEP, RESUME = "run", "keep", "resume"
 
 
 @dataclass(frozen=True)
@@ -172,8 +170,7 @@ class PlannedRun:
     """One (policy, seed) of a comparison and what to do with its result folder.
 
     ``overrides`` are the run's run-config overrides (``result-dir``, ``resume-from`` to resume);
-    ``action`` is :data:`RUN`, :data:`KEEP`, :data:`RESUME`, :data:`RERUN` or :data:`REFUSE`;
-    ``note`` says why, in one line.
+    ``action`` is :data:`RUN`, :data:`KEEP` or :data:`RESUME`.
     """
 
     policy: str
@@ -181,7 +178,6 @@ class PlannedRun:
     result_dir: Path
     overrides: dict[str, Any]
     action: str
-    note: str = ""
 
     @property
     def label(self) -> str:
@@ -191,80 +187,46 @@ class PlannedRun:
         return f"{reference_label(self.policy)}/seed-{self.seed}"
 
 
-def requested_settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved settings of a run as the ServerApp records them (ValueError for a bad one)."""
+def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
+    """Keep a run with a ``summary.json``, resume one with a ``checkpoint.pt``, else run it.
+
+    Raises
+    ------
+    ValueError
+        One line: a kept or resumed run whose ``config.json`` holds other settings (only
+        :func:`fedcgd_task.settings.unread_settings` may differ) or cannot be read; a kept
+        run whose metrics lack rounds its summary says ran.
+    """
+    from server_app.checkpoint import CHECKPOINT_FILE
     from server_app.config import parse_run_config
 
-    config = with_resolved_data_dir(validated_run_config(overrides))
-    return dict(json.loads(json.dumps(parse_run_config(config).to_dict())))
-
-
-def describe_differences(recorded: Mapping[str, Any], requested: Mapping[str, Any]) -> str:
-    """``key (kept K, asked A), ...`` for the settings that differ (empty when none)."""
-    ignore = unread_settings(requested)
-    keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
-    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
-    now = flat_settings(requested)
-    return ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
-
-
-def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
-    """Decide what to do with one (policy, seed) from what its result folder holds.
-
-    No run: run it. Other settings: refuse. Completed: keep it (refuse it when damaged). Else resume
-    from its checkpoint, or clear it and run again.
-    """
     own = with_policy_params(policy, shared)
     overrides = {**own, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
-
-    def planned(action: str, note: str = "") -> PlannedRun:
-        extra = {"resume-from": str(result_dir)} if action == RESUME else {}
-        return PlannedRun(policy, seed, result_dir, {**overrides, **extra}, action, note)
-
-    if not holds_run(result_dir):
-        return planned(RUN)
+    kept = (result_dir / SUMMARY_FILE).exists()
+    if not kept and not (result_dir / CHECKPOINT_FILE).exists():
+        return PlannedRun(policy, seed, result_dir, overrides, RUN)
+    config = with_resolved_data_dir(validated_run_config(overrides))
+    requested = json.loads(json.dumps(parse_run_config(config).to_dict()))
     try:
         recorded = read_json_object(result_dir / CONFIG_FILE)
-        completed = run_finished(result_dir)
-    except (OSError, ValueError):
-        return planned(RERUN, "no readable config.json or status.json")
-    differences = describe_differences(recorded, requested_settings(overrides))
-    if differences:
-        return planned(REFUSE, differences)
-    other_code = other_code_note(recorded)
-    if completed:
-        damage = kept_run_damage(result_dir)
-        if damage:  # a kept run must read whole: never half a table
-            return planned(REFUSE, f"completed, but {damage}")
-        return planned(KEEP, other_code)
-    from server_app.checkpoint import CHECKPOINT_FILE
-
-    if (result_dir / CHECKPOINT_FILE).exists():
-        return planned(RESUME, other_code)
-    return planned(RERUN, "incomplete, without a checkpoint")
-
-
-def other_code_note(recorded: Mapping[str, Any]) -> str:
-    """``computed by other code (...)`` when a kept run's code is not this checkout's; else ""."""
-    digests = run_digests(recorded)
-    current = code_identity()["digest"]
-    if digests.split() == [current]:
-        return ""
-    return f"computed by other code (its {digests}, this checkout {current})"
-
-
-def kept_run_damage(result_dir: Path) -> str | None:
-    """Why a completed run's ``metrics.jsonl`` cannot be kept (torn, gaps); None when whole."""
-    path = result_dir / METRICS_FILE
-    try:
-        lines = read_metrics_lines(result_dir)
-        ended = path.read_bytes()[-1:] in (b"", b"\n")
     except (OSError, ValueError) as err:
-        return first_line(err)
-    rounds = [line["round"] for line in lines]
-    if not ended or rounds != list(range(1, len(rounds) + 1)):
-        return f"its {path} has a torn last line or rounds missing or repeated"
-    return None
+        raise ValueError(f"{result_dir}: {first_line(err)}; remove it to run it again") from None
+    keys = settings_differences(
+        recorded, requested, ignore=unread_settings(requested), requested_keys_only=True
+    )
+    if keys:
+        before, now = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}, flat_settings(requested)
+        differ = ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
+        raise ValueError(
+            f"{result_dir}: {differ}; a kept run's settings may not change: give another "
+            "output folder, or remove its runs to run them again with these settings"
+        )
+    if kept:  # its row is read now: a damaged run is refused before anything starts
+        from experiments.compare.results import summarise
+
+        summarise(result_dir)
+    resume = {} if kept else {"resume-from": str(result_dir)}
+    return PlannedRun(policy, seed, result_dir, {**overrides, **resume}, KEEP if kept else RESUME)
 
 
 def plan_runs(
@@ -274,32 +236,17 @@ def plan_runs(
     return [plan_run(p, s, run_dir(out, p, s), shared) for p in policies for s in seeds]
 
 
-def refuse_stale_runs(plans: Sequence[PlannedRun]) -> None:
-    """Raise ValueError (one line) naming every kept run whose settings differ, and what to do."""
-    stale = [p for p in plans if p.action == REFUSE]
-    if stale:
-        folders = "; ".join(f"{p.result_dir}: {p.note}" for p in stale)
-        raise ValueError(
-            f"{len(stale)} kept run(s) in the output folder were started with other settings "
-            f"or cannot be read ({folders}); give another output folder, or remove those "
-            "folders to run them again with these settings"
-        )
-
-
 def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
-    """:func:`~experiments.run.preflight.check_before_start` for every run that will start.
-
-    A run to clear and run again is checked as a new run.
-    """
+    """:func:`~experiments.run.preflight.check_before_start` for every run that will start."""
     from experiments.run.preflight import check_before_start
     from run_files.folder_lock import probe_free
 
     for plan in plans:
-        if plan.action in (KEEP, REFUSE):
+        if plan.action == KEEP:
             continue
         probe_free(plan.result_dir, f"{plan.label}: result folder")  # in use: named
         config = with_resolved_data_dir(validated_run_config(plan.overrides))
-        if plan.action == RERUN:
+        if plan.action == RUN:  # its stopped files are removed before it starts
             config["result-dir"] = ""
         try:
             check_before_start(config)

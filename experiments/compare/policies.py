@@ -21,7 +21,6 @@ from experiments.compare.plans import (
     check_policies,
     parse_seeds,
     plan_runs,
-    refuse_stale_runs,
 )
 from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.ray_runs import connect, ray_settings
@@ -163,7 +162,6 @@ def compare(
         seeds, jobs = check_comparison(policies, shared, given, args.engine, args.jobs)
         claims.append(claim_folder(out, "--out"))  # one comparison in a folder at a time
         plans = plan_runs(policies, shared, out, seeds)
-        refuse_stale_runs(plans)
         check_plans_before_start(plans)
         ray = ray_settings(
             args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,

@@ -34,7 +34,6 @@ from experiments.compare.plans import (
     check_run_configs,
     check_seeds,
     plan_runs,
-    refuse_stale_runs,
 )
 from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
@@ -229,7 +228,6 @@ def reproduce(
             for point, overrides in plans
         ]
         every = [plan for point_plans in per_point for plan in point_plans]
-        refuse_stale_runs(every)
         check_plans_before_start(every)
         launcher = cfg.launcher
         ray = ray_settings(

@@ -37,7 +37,7 @@ from experiments.analysis.statistics import (
 from experiments.analysis.tables import write_csv
 from run_files.code_identity import mixed_code_line, run_digests
 from run_files.files import atomic_write, read_json_object
-from run_files.results import CONFIG_FILE
+from run_files.results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 
 REFERENCE_POLICY = "fedcgd-fscd"
 VS = "_vs_fedcgd_fscd"
@@ -89,6 +89,14 @@ def summarise(
     if seed is None and config is not None:
         task = config.get("task")
         seed = task.get("seed") if isinstance(task, dict) else None
+    summary_path = result_dir / SUMMARY_FILE
+    ran = read_json_object(summary_path).get("rounds") if summary_path.exists() else None
+    rounds = sorted({int(x["round"]) for x in lines})
+    if isinstance(ran, int) and rounds != list(range(1, ran + 1)):
+        raise ValueError(
+            f"{result_dir / METRICS_FILE}: holds {len(rounds)} of the {ran} rounds its "
+            f"{SUMMARY_FILE} says ran (damaged); move the folder away to run it again"
+        )
     evaluated = [x for x in lines if x.get("accuracy") is not None]
     accs = [x["accuracy"] for x in evaluated]
     wemds = [x["wemd"] for x in lines if x.get("wemd") is not None]
