@@ -8,7 +8,7 @@ Frequencies are in Hz, distances in m, powers in W (or dBm where named).
 """
 
 from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz, rate_bps
-from channel.cell import Cell, CellConfig, RoundDraw
+from channel.cell import Cell, CellConfig, ChannelModel, RoundDraw
 from channel.pathloss import los_probability, pathloss_db, shadow_fading_std_db
 from channel.trace import ChannelTrace, TraceError, TraceReplay, load_trace, record_cell_trace
 from channel.units import db_to_linear, dbm_to_w, hz_to_ghz, linear_to_db, w_to_dbm
@@ -16,6 +16,7 @@ from channel.units import db_to_linear, dbm_to_w, hz_to_ghz, linear_to_db, w_to_
 __all__ = [
     "Cell",
     "CellConfig",
+    "ChannelModel",
     "ChannelTrace",
     "RoundDraw",
     "TraceError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -195,6 +196,19 @@ class RoundDraw:
     def num_devices(self) -> int:
         """Number of devices V."""
         return int(self.available.shape[0])
+
+
+class ChannelModel(Protocol):
+    """What a run needs of its uplink: one draw per round (a :class:`Cell`, a trace, yours).
+
+    Named by the run-config key ``channel.model`` (docs/bring-your-own.md, "Your own channel").
+    ``draw_round`` returns each device's availability, gain H̄_v and minimum bandwidth B*_v for
+    uploads of ``model_bits`` bits (:meth:`CellConfig.min_bandwidth_hz` computes the paper's).
+    """
+
+    def draw_round(self, model_bits: float) -> RoundDraw:
+        """Draw availability, gains and minimum bandwidths for this round."""
+        ...
 
 
 def checked_model_bits(model_bits: object) -> float:

@@ -24,6 +24,8 @@ MAX_SERVER_ROUNDS = 100_000
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
 PATHLOSS_MODELS: tuple[str, ...] = ("paper", "tr38901")
+#: The built-in channels of ``channel.model``: the cell with either path loss, or a trace.
+CHANNEL_MODELS: tuple[str, ...] = (*PATHLOSS_MODELS, "trace")
 
 
 #: The cell's numbers and flags ``channel.<key>``: (key, default, limits, help[, why]).
@@ -317,17 +319,22 @@ SETTINGS: tuple[Setting, ...] = (
         computes=False,
     ),
     Setting(
-        "channel.pathloss-model",
+        "channel.model",
         "paper",
-        "`paper` (the paper's LOS/NLOS formulas) or `tr38901` (the full standard)",
-        choices=PATHLOSS_MODELS,
+        "the uplink: the UMi cell with the paper's LOS/NLOS path loss (`paper`) or the full "
+        "standard's (`tr38901`); `trace`, the recorded channel `channel.trace`; or your own "
+        'class, `"package.module:ClassName"` or `"/abs/path/file.py:ClassName"`, built with the '
+        "`channel.*` values its constructor names (see [Your own channel](bring-your-own.md"
+        "#your-own-channel))",
+        choices=CHANNEL_MODELS,
+        form="class",
     ),
     *(_channel(*row) for row in _CELL),
     Setting(
         "channel.trace",
         "",
-        "absolute path of a recorded channel to replay instead of the simulated cell (see [Your "
-        'own channel](bring-your-own.md#your-own-channel)); `""` = simulate the UMi cell. Its '
+        'absolute path of the recorded channel that `channel.model = "trace"` replays (see '
+        '[Your own channel](bring-your-own.md#your-own-channel)); `""` for any other channel. Its '
         "arrays' headers are read first: at most 512 MiB of arrays, V = `num-devices` and R ≥ "
         "`num-server-rounds`, or it is refused without reading its data",
         form="absolute-path",

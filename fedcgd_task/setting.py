@@ -19,8 +19,8 @@ from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 #: ``choices``), ``reference`` (one of ``choices`` or the researcher's function
 #: ``"package.module:function"``), ``path`` (a folder, ``""`` = a default), ``absolute-path``
 #: (an absolute path or ``""``), ``table`` (a TOML inline table in a string, read by
-#: :mod:`server_app.config`), ``class`` (a built-in name or ``"package.module:Class"``,
-#: checked by the policy and aggregator registries), ``device`` (one of ``choices`` or
+#: :mod:`server_app.config`), ``class`` (a built-in name, one of ``choices`` if any, or
+#: ``"package.module:Class"``, checked where it is built), ``device`` (one of ``choices`` or
 #: ``"cuda:N"``, a torch device).
 Form = Literal["value", "reference", "path", "absolute-path", "table", "class", "device"]
 
@@ -55,7 +55,7 @@ class Setting:
         A number's interval as :meth:`allowed` shows it: ``">= 1"``, ``"> 0"``, ``"[0, 1]"``,
         ``"(0, 5000]"`` (read by :attr:`minimum`, :attr:`maximum`, :attr:`above`).
     choices : tuple of str
-        The allowed strings (``form`` ``value`` or ``reference``).
+        The allowed strings (``form`` ``value``, ``reference`` or ``class``).
     form : Form
         What a string holds beyond its type (:data:`Form`).
     multiple_of : int or None
@@ -113,6 +113,8 @@ class Setting:
         options = ", ".join(f'"{choice}"' for choice in self.choices)
         if self.form == "reference":
             return f"one of {options} or a function {REFERENCE_FORMS}"
+        if self.form == "class" and self.choices:
+            return f"one of {options} or a class {REFERENCE_FORMS}"
         if self.form == "device":
             return f'one of {options} or "cuda:N" (N = 0, 1, ...)'
 
@@ -212,7 +214,7 @@ def check_value(setting: Setting, value: Any, where: str) -> Scalar:
         )
     if setting.choices and value in setting.choices:
         return value
-    if setting.form == "reference" and is_reference(value):
+    if setting.form in ("reference", "class") and is_reference(value):
         check_reference(value, setting.key)
         return value
     if setting.form == "device" and CUDA_INDEX.fullmatch(value):

@@ -74,16 +74,22 @@ class TrainingSettings:
 
 
 #: ``channel.*`` keys recorded as themselves, not as a field of the cell (``cell.*``).
-_CHANNEL_OWN = {"channel.model-bits": "model_bits", "channel.trace": "channel_trace"}
+_CHANNEL_OWN = {
+    "channel.model": "channel_model",
+    "channel.model-bits": "model_bits",
+    "channel.trace": "channel_trace",
+}
 
 
 def _recorded_name(setting: Setting) -> str:
     name = setting.attribute
+    if setting.key in _CHANNEL_OWN:
+        return _CHANNEL_OWN[setting.key]
     for part, view in (("task", TaskSettings), ("training", TrainingSettings)):
         if name in {field.name for field in fields(view)}:
             return f"{part}.{name}"
     if setting.key.startswith("channel."):
-        return _CHANNEL_OWN.get(setting.key, f"cell.{name}")
+        return f"cell.{name}"
     return name
 
 

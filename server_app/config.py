@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import re
 import time
 import tomllib
@@ -22,6 +23,7 @@ from typing import Any
 import tomli_w
 
 from channel import CellConfig
+from channel.pathloss import PATHLOSS_MODELS
 from fedcgd_strategy.flower.aggregators import check_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import (
@@ -30,6 +32,8 @@ from fedcgd_strategy.policies.registry import (
     check_policy_params,
     policy_class,
 )
+from fedcgd_task.constructor_params import keyword_parameters
+from fedcgd_task.imports import import_object
 from fedcgd_task.schema import SETTINGS
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested
 
@@ -177,6 +181,7 @@ class RunConfig:
     checkpoint_every: int
     resume_from: str
     verbose: bool = False
+    channel_model: str = "paper"
     channel_trace: str = ""
     policy_params: dict[str, Any] = dataclasses.field(default_factory=dict)
     aggregator: str = ""
@@ -204,14 +209,76 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def _cell_config(run_config: Mapping[str, Any], num_devices: int) -> CellConfig:
-    """The cell of the ``channel.*`` keys; a refusal names the key of the field it names first."""
+def _cell_config(run_config: Mapping[str, Any], num_devices: int, model: str) -> CellConfig:
+    """The cell of the ``channel.*`` keys; a refusal names the key of the field it names first.
+
+    Its path loss is ``channel.model``'s (the paper's for a trace or your own channel).
+    """
+    pathloss = model if model in PATHLOSS_MODELS else PATHLOSS_MODELS[0]
     try:
-        return CellConfig(num_devices=num_devices, **read_part(run_config, "cell"))
+        return CellConfig(
+            num_devices=num_devices, pathloss_model=pathloss, **read_part(run_config, "cell")
+        )
     except ValueError as err:
         field = re.match(r"CellConfig\.(\w+)", str(err))
         where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
         raise ValueError(f"run-config key {where}: {err}") from err
+
+
+#: The run-config key that names the uplink.
+CHANNEL_KEY = "channel.model"
+
+
+def channel_class(value: str) -> type:
+    """The researcher's channel class ``channel.model`` names (``module:Class``), checked.
+
+    It must have ``draw_round`` (:class:`channel.ChannelModel`) and a constructor whose
+    parameters without a default are all among :func:`channel_values`'s names. Raises ValueError
+    (one line naming the key and the value).
+    """
+    found = import_object(value, CHANNEL_KEY)
+    where = f"run-config key {CHANNEL_KEY!r} = {value!r}"
+    if not (isinstance(found, type) and callable(getattr(found, "draw_round", None))):
+        raise ValueError(
+            f"{where} names {found!r}; allowed: a class with draw_round(model_bits) returning a "
+            "channel.RoundDraw (channel.ChannelModel)"
+        )
+    given = channel_values(CellConfig(), None)
+    for name, parameter in keyword_parameters(found).items():
+        if name not in given and parameter.default is inspect.Parameter.empty:
+            raise ValueError(
+                f"{where}: {found.__name__}() needs {name!r}, which no setting gives; allowed "
+                f"parameters: {', '.join(given)}"
+            )
+    return found
+
+
+def channel_values(cell: CellConfig, rng: object) -> dict[str, object]:
+    """What a channel class's constructor may take by name.
+
+    ``rng`` (the run's channel generator, its only randomness), ``cell`` (the
+    :class:`CellConfig` of the ``channel.*`` keys) and each of its fields (``num_devices``,
+    ``deadline_s`` for ``channel.deadline-s``, ...).
+    """
+    fields = {f.name: getattr(cell, f.name) for f in dataclasses.fields(cell)}
+    del fields["pathloss_model"]  # channel.model's: the paper's for your own channel
+    return {"rng": rng, "cell": cell, **fields}
+
+
+def _check_channel(model: str, trace: str) -> None:
+    """``channel.trace`` is given just when ``channel.model`` is ``trace``; a class is checked."""
+    if model == "trace" and not trace:
+        raise ValueError(
+            f"run-config key {CHANNEL_KEY!r} = 'trace' replays run-config key 'channel.trace', "
+            "which is empty; allowed: the absolute path of a recorded channel (.npz)"
+        )
+    if trace and model != "trace":
+        raise ValueError(
+            f"run-config key 'channel.trace' = {trace!r} is replayed only with channel.model = "
+            f"'trace' (got {model!r}); set channel.model='trace' or leave channel.trace empty"
+        )
+    if model not in PATHLOSS_MODELS and model != "trace":
+        channel_class(model)
 
 
 #: Parent of a bare ``flwr run``'s result folder when ``result-dir`` is empty.
@@ -219,8 +286,8 @@ SERVER_RESULTS_DIR = "~/fedcgd-results"
 
 
 #: Run-config keys a default folder's name leaves out: where and how a run runs or reports
-#: (``Setting.computes`` false); the policy and aggregator come first in it.
-UNNAMED_KEYS = ("policy", "aggregator", *(s.key for s in SETTINGS if not s.computes))
+#: (``Setting.computes`` false); the policy, aggregator and channel come first in it.
+UNNAMED_KEYS = ("policy", "aggregator", CHANNEL_KEY, *(s.key for s in SETTINGS if not s.computes))
 #: Longest name before the time; a longer one is cut and ends in a digest of the whole.
 MAX_NAME_CHARS = 100
 
@@ -231,11 +298,12 @@ def _name_part(text: str) -> str:
 
 
 def run_folder_name(run_config: Mapping[str, Any]) -> str:
-    """What tells a run apart, for its default folder: ``bc_FedAdam_local-steps=5``.
+    """What tells a run apart, for its default folder: ``bc_FedAdam_channel=tr38901_local-steps=5``.
 
     The policy (a class path as its class name), the aggregator unless the scheduler's FedAvg,
-    then every setting whose value differs from its default (in the schema's order, the last
-    part of a dotted key), but those of :data:`UNNAMED_KEYS`; cut at :data:`MAX_NAME_CHARS`.
+    ``channel=<channel.model>`` unless the default (a class path as its class name), then every
+    setting whose value differs from its default (in the schema's order, the last part of a
+    dotted key), but those of :data:`UNNAMED_KEYS`; cut at :data:`MAX_NAME_CHARS`.
     """
     from fedcgd_task.settings import default_run_config
 
@@ -244,6 +312,9 @@ def run_folder_name(run_config: Mapping[str, Any]) -> str:
     aggregator = str(run_config.get("aggregator") or "")
     if aggregator:
         parts.append(aggregator.rsplit(":", 1)[-1])
+    channel = str(run_config.get(CHANNEL_KEY, defaults[CHANNEL_KEY]))
+    if channel != defaults[CHANNEL_KEY]:
+        parts.append(f"channel={channel.rsplit(':', 1)[-1]}")
     for key, default in defaults.items():
         value = run_config.get(key, default)
         if key in UNNAMED_KEYS or value == default:
@@ -292,6 +363,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)
     check_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
+    _check_channel(values["channel_model"], values["channel_trace"])
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:
         if result_dir and Path(result_dir) != Path(resume_from):
@@ -305,6 +377,6 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     return RunConfig(
         task=task,
         training=TrainingSettings(**read_part(run_config, "training")),
-        cell=_cell_config(run_config, task.num_devices),
+        cell=_cell_config(run_config, task.num_devices, values["channel_model"]),
         **values,
     )

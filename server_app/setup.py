@@ -1,6 +1,7 @@
 """What a run is built from: data, model, uplink, scheduling rule and strategy, all from the seed.
 
-The uplink is the UMi cell, or a channel trace (docs/design.md, "Channel traces").
+The uplink is what ``channel.model`` names: the UMi cell, a channel trace (docs/design.md,
+"Channel traces") or your own class (docs/bring-your-own.md, "Your own channel").
 
 :func:`build_setup` makes a run's objects in a fixed order, so that the same run config (or a
 checkpoint) gives the same start (docs/running.md, "Same seed, same run").
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from logging import WARNING
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -20,7 +21,8 @@ from flwr.serverapp.strategy import Strategy
 from numpy.typing import NDArray
 from torch import nn
 
-from channel import Cell, ChannelTrace, TraceError, TraceReplay, load_trace
+from channel import Cell, ChannelModel, ChannelTrace, TraceError, TraceReplay, load_trace
+from channel.pathloss import PATHLOSS_MODELS
 from channel.report import BITS_PER_PARAM
 from channel.trace import trace_shape
 from fedcgd_strategy.flower.aggregator_params import make_aggregator, resolved_aggregator
@@ -29,7 +31,6 @@ from fedcgd_strategy.flower.aggregators import (
     load_aggregator_state,
     plain_data,
 )
-from fedcgd_strategy.flower.round_state import ChannelModel
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import Policy, policy_call
 from fedcgd_strategy.policies.registry import (
@@ -39,13 +40,14 @@ from fedcgd_strategy.policies.registry import (
     resolved_policy_arguments,
 )
 from fedcgd_strategy.record import RoundRecord
+from fedcgd_task.constructor_params import keyword_parameters
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
-from fedcgd_task.imports import first_line
+from fedcgd_task.imports import first_line, said
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.partition import all_partitions
 from fedcgd_task.training import compute_device, evaluate
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointRefusedError, run_identity
-from server_app.config import RunConfig
+from server_app.config import RunConfig, channel_class, channel_values
 
 
 @dataclass
@@ -299,7 +301,7 @@ def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
         than ``num-devices``, R below ``num-server-rounds``).
     """
     path = config.channel_trace
-    if not path:
+    if config.channel_model != "trace":
         return None
     key = f"run-config key 'channel.trace' = '{path}'"
     try:  # the arrays' headers first: a trace that cannot cover the run is not read at all
@@ -321,12 +323,26 @@ def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
 
 def build_uplink(
     config: RunConfig, cell_rng: np.random.Generator, first_round: int
-) -> Cell | TraceReplay:
-    """``Cell(config.cell, cell_rng)``, or the replay of the checked ``channel.trace``.
+) -> ChannelModel:
+    """The uplink ``channel.model`` names, drawing from ``cell_rng`` alone.
 
-    A replay continues at row ``first_round`` (a cell's generator comes from the checkpoint).
+    The UMi cell, the replay of the checked ``channel.trace`` (continued at row ``first_round``;
+    a cell's generator comes from the checkpoint), or your class built with the
+    :func:`~server_app.config.channel_values` its constructor names. Raises ValueError (one
+    line, with the file and line) when your constructor raises.
     """
+    model = config.channel_model
     trace = check_channel_trace(config)
-    if trace is None:
+    if trace is not None:
+        return TraceReplay(trace, config.cell, first_round=first_round)
+    if model in PATHLOSS_MODELS:
         return Cell(config.cell, cell_rng)
-    return TraceReplay(trace, config.cell, first_round=first_round)
+    cls = channel_class(model)
+    given = channel_values(config.cell, cell_rng)
+    arguments = {name: given[name] for name in keyword_parameters(cls) if name in given}
+    try:
+        return cast(ChannelModel, cls(**arguments))
+    except Exception as err:  # your code: one line with where it raised
+        raise ValueError(
+            f"run-config key 'channel.model' = {model!r}: {cls.__name__}() raised {said(err)}"
+        ) from err

@@ -165,15 +165,15 @@ def test_every_cell_setting_is_a_channel_key():
     """channel.<key> for every CellConfig field but num_devices; errors name the bad key."""
     run_config = default_run_config()
     cell_keys = {f"channel.{f.name.replace('_', '-')}" for f in dataclasses.fields(CellConfig)}
-    assert cell_keys - {"channel.num-devices"} == {
+    assert cell_keys - {"channel.num-devices", "channel.pathloss-model"} == {
         key for key in run_config if key.startswith("channel.")
-    } - {"channel.model-bits", "channel.trace"}
+    } - {"channel.model", "channel.model-bits", "channel.trace"}
     cell = parse_run_config({**run_config, "channel.noise-figure-db": 7.5}).cell
     assert cell.noise_figure_db == 7.5
     # The message explains with other fields (pathloss_model, min_distance_m): the key is the
     # field CellConfig names first.
     bad_settings = [
-        ({"channel.pathloss-model": "tr38901", "channel.h-bs-m": 1.0}, "h-bs-m"),
+        ({"channel.model": "tr38901", "channel.h-bs-m": 1.0}, "h-bs-m"),
         ({"channel.min-distance-m": 0.0, "channel.h-ut-m": 10.0}, "h-ut-m"),
         ({"channel.radius-m": 5.0}, "radius-m"),
     ]

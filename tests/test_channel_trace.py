@@ -197,7 +197,8 @@ def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
     record_run_trace(trace_path, run_settings(simulated, policy=policy), 3)
     replayed = outside / "replayed"
     run_inprocess(run_settings(simulated, policy=policy))
-    run_inprocess(run_settings(replayed, policy=policy, **{"channel.trace": str(trace_path)}))
+    trace = {"channel.model": "trace", "channel.trace": str(trace_path)}
+    run_inprocess(run_settings(replayed, policy=policy, **trace))
 
     assert channel_columns(replayed) == channel_columns(simulated)
     assert sum(line["num_scheduled"] for line in lines(simulated)) > 0
@@ -218,6 +219,7 @@ def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
     trace_path = outside / "halves.npz"
     write_trace(trace_path, available, gain_lin)
     settings = {"channel.trace": str(trace_path), "checkpoint-every": 1, "policy": "bc"}
+    settings["channel.model"] = "trace"
 
     whole = outside / "whole"
     run_inprocess(run_settings(whole, **settings, **{"num-server-rounds": 4}))
@@ -316,6 +318,7 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
         "num-devices": 6,
         "num-server-rounds": 3,
         "result-dir": str(out),
+        "channel.model": "trace",
         "channel.trace": value,
     }
     code = invoke(["inprocess", "--run-config", format_run_config(settings), "--out", str(out)])
@@ -340,7 +343,8 @@ def test_a_trace_that_is_not_a_string_is_refused():
 def test_the_launcher_refuses_a_missing_trace_with_exit_code_2(outside):
     """(``inprocess``: the "missing" case above; its process's exit code: test_folder_locks.)"""
     missing = outside / "nowhere" / "trace.npz"
-    run_config = f"num-devices=6 num-server-rounds=2 channel.trace='{missing}'"
+    run_config = "num-devices=6 num-server-rounds=2 channel.model='trace' "
+    run_config += f"channel.trace='{missing}'"
     proc = subprocess.run(
         [FEDCGD, "run", "--run-config", run_config, "--out", str(outside)],
         cwd=PROJECT,
@@ -361,7 +365,8 @@ def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside)
 
     trace = good_trace(outside / "three.npz", rounds=3)
     first = outside / "first"
-    settings = {"channel.trace": str(trace), "checkpoint-every": 1, "num-server-rounds": 2}
+    settings = {"channel.model": "trace", "channel.trace": str(trace), "checkpoint-every": 1}
+    settings["num-server-rounds"] = 2
     run_inprocess(run_settings(first, **settings))
     more = {**settings, "num-devices": 6, "num-server-rounds": 4, "resume-from": str(first)}
     assert invoke(["inprocess", "--run-config", format_run_config(more)]) == 2
@@ -385,7 +390,8 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     run_inprocess(run_settings(simulated, **small))
 
     launched = outside / "launched"
-    run_config = {**small, "channel.trace": str(trace_path), "result-dir": str(launched)}
+    run_config = {**small, "channel.model": "trace", "channel.trace": str(trace_path)}
+    run_config["result-dir"] = str(launched)
     proc = subprocess.run(
         [
             FEDCGD,

@@ -89,7 +89,8 @@ def settings(folder: Path, result_dir: Path, *, by_file: bool) -> str:
     where = f"{folder / 'researcher.py'}:" if by_file else "researcher:"
     return (
         f"policy='{where}RoundRobin' policy-params.per-round=2 dataset='{where}load' "
-        f"model='{where}build' channel.trace='{folder / 'trace.npz'}' num-devices=4 "
+        f"model='{where}build' channel.model='trace' "
+        f"channel.trace='{folder / 'trace.npz'}' num-devices=4 "
         f"num-server-rounds=4 batch-size=8 result-dir='{result_dir}'"
     )
 

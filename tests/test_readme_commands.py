@@ -260,7 +260,7 @@ def compare_command(engine_inprocess: bool) -> list[str]:
 
 def test_compare_policies_own_policy_command_runs(tmp_path: Path) -> None:
     """README "Write your own policy": a comparison with the proportional-fair example."""
-    (args,) = [a for a in fedcgd_commands("compare") if "--seeds" not in a]
+    (args,) = [a for a in fedcgd_commands("compare") if "--seeds" not in a and "--run-config" in a]
     args = list(args)
     at = args.index("--run-config") + 1
     args[at] += f" num-server-rounds={ROUNDS} num-devices={DEVICES}"
@@ -273,6 +273,22 @@ def test_compare_policies_own_policy_command_runs(tmp_path: Path) -> None:
     assert "ProportionalFair" in labels
     recorded = json.loads((out / "ProportionalFair" / "seed-0" / "config.json").read_text())
     assert recorded["policy_params"] == {"window": 10}
+
+
+def test_compare_channels_command_runs(tmp_path: Path) -> None:
+    """docs/bring-your-own.md "Your own channel": the Rayleigh example beside the paper's cell."""
+    (args,) = [a for a in fedcgd_commands("compare") if "--channels" in a]
+    out = tmp_path / "compare"
+    small = f"num-server-rounds={ROUNDS} num-devices={DEVICES}"
+    proc = run("compare", *args, "--run-config", small, "--out", str(out))
+    assert proc.returncode == 0, output(proc)
+    policies = set(args[args.index("--policies") + 1].split(","))
+    for value in args[args.index("--channels") + 1].split(","):
+        folder = out / f"channel={reference_label(value)}"
+        assert {r["policy"] for r in rows(folder / "table.csv")} == policies
+        recorded = json.loads((folder / "bc" / "seed-0" / "config.json").read_text())
+        assert recorded["channel_model"] == value
+    assert (out / "channel=RayleighChannel").is_dir()
 
 
 def small_comparison(args: list[str], out: Path, policies: str | None) -> list[str]:

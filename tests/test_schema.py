@@ -56,7 +56,7 @@ def test_the_choices_are_those_the_code_takes():
 
     assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES
     assert SCHEMA["pack-rule"].choices == selectors.PACK_RULES
-    assert SCHEMA["channel.pathloss-model"].choices == pathloss.PATHLOSS_MODELS
+    assert SCHEMA["channel.model"].choices == (*pathloss.PATHLOSS_MODELS, "trace")
     assert set(SCHEMA["dataset"].choices) == set(BUILTIN_DATASETS)
     assert set(SCHEMA["model"].choices) == {"auto", *BUILTIN_MODELS}
     assert SCHEMA["channel.radius-m"].maximum == cell.MAX_RADIUS_M
@@ -182,7 +182,7 @@ def test_one_attribute_says_what_describes_a_run():
     for setting in SETTINGS:
         name = RECORDED[setting.key]
         left_out = (name in unread, name in UNLABELLED, setting.key in UNNAMED_KEYS)
-        if setting.key in ("policy", "aggregator", "protocol"):  # named first, or by the policy
+        if setting.key in ("policy", "aggregator", "channel.model", "protocol"):  # named first
             continue
         assert left_out == (not setting.computes,) * 3, setting.key
     assert {RECORDED[s.key] for s in SETTINGS if not s.computes} >= {"task.device", "eval_every"}

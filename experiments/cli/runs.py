@@ -149,6 +149,13 @@ def compare_command(
             "(default = the scheduler's FedAvg; e.g. default,FedMedian,FedTrimmedAvg)",
         ),
     ] = None,
+    channels: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated channel.model values, one comparison each into "
+            "<out>/channel=<name> (e.g. paper,examples.rayleigh_channel:RayleighChannel)",
+        ),
+    ] = None,
     out: Annotated[Path, path_option("--out", help="output folder")] = Path("results/compare"),
     num_supernodes: int | None = None,
     target_accuracy: float | None = None,

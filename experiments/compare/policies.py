@@ -47,12 +47,13 @@ class CompareOptions:
     ray_address: str | None = None
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
+    channels: str | None = None
 
 
 def main(options: CompareOptions, command: str | None = None) -> int:
     """``fedcgd compare`` stopping on signals (``command``: the line a stopped one gives)."""
     last_words = LastWords()
-    if options.aggregators is not None:
+    if options.aggregators is not None or options.channels is not None:
         return exit_code_stopping_on_signals(
             lambda: compare_aggregators(options, command, last_words), last_words
         )
@@ -64,28 +65,41 @@ DEFAULT_AGGREGATOR_NAME = "default"
 
 
 def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
-    """One comparison's options per aggregator of ``--aggregators``, all validated (ValueError)."""
-    names = [a.strip() for a in str(args.aggregators).split(",") if a.strip()]
+    """One comparison's options per value of ``--aggregators`` or ``--channels``, all validated.
+
+    Each goes into ``<out>/aggregator=<name>`` or ``<out>/channel=<name>`` (a class path as its
+    class name). Raises ValueError (one line).
+    """
+    if args.aggregators is not None and args.channels is not None:
+        raise ValueError("give --aggregators or --channels, not both")
+    option, key, given = (
+        ("--aggregators", "aggregator", args.aggregators)
+        if args.aggregators is not None
+        else ("--channels", "channel.model", args.channels)
+    )
+    names = [a.strip() for a in str(given).split(",") if a.strip()]
     if not names:
-        raise ValueError("--aggregators is empty; allowed: comma-separated aggregator names")
+        raise ValueError(f"{option} is empty; allowed: comma-separated {option[2:]}")
     shared = parse_run_config_text(args.run_config)
-    if "aggregator" in shared:
-        raise ValueError("give the aggregators with --aggregators, not run-config 'aggregator'")
+    if key in shared:
+        raise ValueError(f"give the {option[2:]} with {option}, not run-config {key!r}")
     out = args.out.resolve()
     comparisons = []
     for name in names:
-        value = "" if name == DEFAULT_AGGREGATOR_NAME else name
-        validated_run_config({**shared, "aggregator": value})
-        text = f'{args.run_config} aggregator="{value}"'.strip()
-        folder = out / f"aggregator={re.sub(r'[^A-Za-z0-9._-]', '_', name)}"
-        comparisons.append(replace(args, run_config=text, out=folder))
+        value = "" if key == "aggregator" and name == DEFAULT_AGGREGATOR_NAME else name
+        validated_run_config({**shared, key: value})
+        text = f'{args.run_config} {key}="{value}"'.strip()
+        shown = name.rsplit(":", 1)[-1] if key == "channel.model" else name
+        folder = out / f"{key.split('.')[0]}={re.sub(r'[^A-Za-z0-9._-]', '_', shown)}"
+        each = replace(args, run_config=text, out=folder, aggregators=None, channels=None)
+        comparisons.append(each)
     return comparisons
 
 
 def compare_aggregators(
     args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
-    """:func:`compare` per aggregator of ``--aggregators`` (all validated first); the worst code."""
+    """:func:`compare` per aggregator or channel (all validated first); the worst code."""
     try:
         comparisons = aggregator_comparisons(args)
     except ValueError as err:
@@ -96,7 +110,7 @@ def compare_aggregators(
         last_words.set(lambda: rerun_line(command))
     codes = []
     for i, each in enumerate(comparisons, 1):
-        print(f"== aggregator {i}/{len(comparisons)}: {each.out.name} ==", flush=True)
+        print(f"== {i}/{len(comparisons)}: {each.out.name} ==", flush=True)
         codes.append(compare(each))
     if 1 in codes and command is not None:  # a run failed (another comparison may be refused)
         print(rerun_line(command), file=sys.stderr, flush=True)

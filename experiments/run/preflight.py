@@ -214,11 +214,11 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
     from server_app.config import parse_run_config
-    from server_app.setup import check_channel_trace
+    from server_app.setup import build_uplink
 
     config = parse_run_config(run_config)
     compute_device(config.task.device)  # a GPU this process does not see: refused here
-    check_channel_trace(config)
+    build_uplink(config, np.random.default_rng(config.seed), first_round=0)  # trace, your class
     check_result_folder(run_config, config)
     train_set = load_train_set(config.task)
     check_sizes(config, train_set.labels)

@@ -1,13 +1,11 @@
 """What one round of :class:`~.strategy.ScheduledStrategy` carries from phase to phase.
 
 :class:`RoundInProgress` is what :meth:`~.strategy.ScheduledStrategy.configure_train` leaves for
-:meth:`~.strategy.ScheduledStrategy.aggregate_train` of the same round; :class:`ChannelModel` is
-what the strategy needs of a cell.
+:meth:`~.strategy.ScheduledStrategy.aggregate_train` of the same round.
 """
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,14 +18,6 @@ from fedcgd_task.settings import TrainingSettings
 
 #: A model as named numpy arrays (the global model sent this round).
 Arrays = dict[str, NDArray[np.generic]]
-
-
-class ChannelModel(typing.Protocol):
-    """What the strategy needs from a cell: one channel draw per round."""
-
-    def draw_round(self, model_bits: float) -> RoundDraw:
-        """Draw availability, gains and minimum bandwidths for this round."""
-        ...
 
 
 @dataclass

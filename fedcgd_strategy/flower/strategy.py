@@ -28,6 +28,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
 from numpy.typing import NDArray
 
+from channel import ChannelModel
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
 from fedcgd_strategy.flower.aggregator_params import dp_round_noise
 from fedcgd_strategy.flower.aggregators import aggregate_uploads
@@ -44,7 +45,7 @@ from fedcgd_strategy.flower.replies import (
     reported_stats,
     uploaded_updates,
 )
-from fedcgd_strategy.flower.round_state import ChannelModel, RoundInProgress
+from fedcgd_strategy.flower.round_state import RoundInProgress
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
