@@ -9,6 +9,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -120,24 +122,16 @@ def test_a_run_whose_ray_worker_dies_goes_again_from_its_checkpoint_in_its_folde
     """A Ray of this machine sees the run's folder: the run writes there as it goes, and a run
     whose worker is killed after a checkpoint resumes from it, to the uninterrupted run."""
     import signal
-    import subprocess
 
     from proc_tree import command_line, descendants
     from run_results import assert_same_run, whole_run
-    from subprocesses import FEDCGD, wait_for
-
-    from fedcgd_task.settings import PROJECT_DIR
+    from subprocesses import wait_for
 
     # 200 rounds: about 12 s here, so the run is still going when the test looks for its task
     # on a faster machine (60 rounds once ended between the first checkpoint and the look).
     values = {"num-devices": 8, "num-server-rounds": 200, "checkpoint-every": 5, "policy": "bc"}
     out, folder = tmp_path / "out", tmp_path / "out" / "bc" / "seed-0"
-    settings = "num-devices=8 num-server-rounds=200 checkpoint-every=5"
-    proc = subprocess.Popen(
-        [FEDCGD, "compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
-         "--ray-address", "local", "--run-config", settings, "--out", str(out)],
-        cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = bc_on_local_ray(out)
     try:
         tasks: list[int] = []
 
@@ -192,22 +186,28 @@ def test_a_signal_during_rays_start_gives_the_command_with_its_ray_address(
     assert not out.exists()
 
 
-def test_ctrl_c_on_runs_as_ray_tasks_leaves_each_stopped_run_stopped(tmp_path):
-    """docs/running.md: a run the command stopped says ``stopped`` in its status.json."""
-    import signal
-    import subprocess
-
-    from subprocesses import FEDCGD, wait_for
+def bc_on_local_ray(out: Path) -> subprocess.Popen[str]:
+    """``fedcgd compare`` of one 200-round BC run as a task of a local Ray, writing to ``out``."""
+    from subprocesses import FEDCGD
 
     from fedcgd_task.settings import PROJECT_DIR
 
-    out, folder = tmp_path / "out", tmp_path / "out" / "bc" / "seed-0"
     settings = "num-devices=8 num-server-rounds=200 checkpoint-every=5"
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [FEDCGD, "compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
          "--ray-address", "local", "--run-config", settings, "--out", str(out)],
         cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+
+def test_ctrl_c_on_runs_as_ray_tasks_leaves_each_stopped_run_stopped(tmp_path):
+    """docs/running.md: a run the command stopped says ``stopped`` in its status.json."""
+    import signal
+
+    from subprocesses import wait_for
+
+    out, folder = tmp_path / "out", tmp_path / "out" / "bc" / "seed-0"
+    proc = bc_on_local_ray(out)
     try:
         wait_for(lambda: (folder / "checkpoint.pt").exists(), proc, limit_s=300)
         proc.send_signal(signal.SIGINT)
