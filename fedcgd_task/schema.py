@@ -285,9 +285,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "stall-limit-s",
         3600.0,
-        "simulations: a run that gets no reply at all for this many seconds is stuck and stops "
-        "(`failed`, exit 1, resumable; [Host load](design.md#host-load-and-simulated-time)); in "
-        "every engine, also the most seconds one call of the policy may take",
+        "a run that makes no progress for this many seconds (no reply, no phase done: a stuck "
+        "policy, aggregator or device) is stuck and stops (`failed`, exit 1, resumable; "
+        "[Host load](design.md#host-load-and-simulated-time))",
         limits="[1, 43200]",
         why="Flower drops an unanswered message after 12 h",
         computes=False,

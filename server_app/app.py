@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from functools import partial
 from logging import WARNING
 from pathlib import Path
 from types import FrameType
@@ -18,7 +19,12 @@ from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from fedcgd_strategy.flower.simulation import is_simulation, patient
+from fedcgd_strategy.flower.simulation import (
+    describe_stalled,
+    is_simulation,
+    patient,
+    stall_alarm,
+)
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
 from run_files.files import STOP_SIGNALS, ResultWriteError
@@ -357,7 +363,9 @@ def train_rounds(
     """Run the rounds left (all, or those after ``setup``'s checkpoint); end and start models.
 
     A new run (``setup`` None) is built here. In a simulation every reply is waited for
-    (:func:`fedcgd_strategy.flower.simulation.patient`).
+    (:func:`fedcgd_strategy.flower.simulation.patient`); in every engine the rounds go
+    ``stall-limit-s`` without progress at most (a reply, a phase done), whatever is stuck: a
+    policy, an aggregator, a device (:func:`~fedcgd_strategy.flower.simulation.stall_alarm`).
     """
     if setup is None:
         setup = build_setup(config, on_settings=writer.write_config)
@@ -368,14 +376,15 @@ def train_rounds(
     grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply
     start = {k: v.detach().cpu().clone() for k, v in setup.model.state_dict().items()}
     try:
-        result = strategy.start(
-            grid=grid,
-            initial_arrays=array_record(start),
-            num_rounds=config.num_server_rounds - setup.round_offset,
-            timeout=config.train_timeout_s,
-            train_config=ConfigRecord(config.training.to_config()),
-            evaluate_fn=recorder,
-        )
+        with stall_alarm(config.stall_limit_s, partial(describe_stalled, config.stall_limit_s)):
+            result = strategy.start(
+                grid=grid,
+                initial_arrays=array_record(start),
+                num_rounds=config.num_server_rounds - setup.round_offset,
+                timeout=config.train_timeout_s,
+                train_config=ConfigRecord(config.training.to_config()),
+                evaluate_fn=recorder,
+            )
     finally:
         recorder.events.close()
     # Flower's Result keeps no arrays when no round aggregated any: the model is then the start

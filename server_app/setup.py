@@ -110,7 +110,6 @@ class RunSetup:
             on_record=on_record,
             aggregator=self.aggregator,
             seed=config.seed,
-            stall_limit_s=config.stall_limit_s,
         )
 
     def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:

@@ -263,3 +263,34 @@ def test_a_bad_stall_limit_is_refused_in_one_line(value):
     with pytest.raises(ValueError, match="'stall-limit-s'") as caught:
         parse_run_config(config)
     assert "\n" not in str(caught.value)
+
+
+def test_the_stall_alarm_stops_code_stuck_in_a_thread_that_is_not_the_main_one():
+    # Flower's simulation runs the ServerApp in a thread, where SIGALRM cannot ring: a watcher
+    # thread raises in it (issue 51: one run-level stall limit instead of a thread per call)
+    import inspect
+    import threading
+
+    from fedcgd_strategy.flower.simulation import SimulationStalledError, stall_alarm
+
+    caught: list[BaseException] = []
+
+    def stuck_policy() -> None:
+        while True:
+            pass
+
+    def server() -> None:
+        try:
+            with stall_alarm(1.0, lambda: "run stalled"):
+                stuck_policy()
+        except SimulationStalledError as err:
+            caught.append(err)
+
+    thread = threading.Thread(target=server, daemon=True)  # on old code: never stopped
+    thread.start()
+    thread.join(30)
+    first = inspect.getsourcelines(stuck_policy)[1]
+    assert not thread.is_alive() and len(caught) == 1
+    assert str(caught[0]) in {
+        f"run stalled (stuck at test_host_load.py:{first + k} in stuck_policy)" for k in (1, 2)
+    }

@@ -225,7 +225,6 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     check_model_fits(
         config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
     )
-    check_own_policy(config, train_set.num_classes)
     if config.resume_from:
         check_checkpoint_fits(config)
     return config
@@ -237,34 +236,3 @@ def check_checkpoint_fits(config: RunConfig) -> None:
     from server_app.setup import build_setup
 
     build_setup(config, load_checkpoint(Path(config.resume_from)))
-
-
-def check_own_policy(config: RunConfig, num_classes: int) -> None:
-    """Call a user's policy once on a synthetic round: it must return a valid ``Decision``.
-
-    Its construction and the call get ``stall-limit-s`` together.
-    """
-    from fedcgd_strategy.policies import (
-        POLICY_NAMES,
-        call_within,
-        make_policy,
-        schedule_checked,
-        synthetic_round,
-    )
-
-    if config.policy in POLICY_NAMES:
-        return
-    inputs = synthetic_round(
-        config.task.num_devices,
-        num_classes,
-        config.cell.total_bandwidth_hz,
-        config.training.batch_size,
-    )
-
-    def probe() -> None:
-        context = config.policy_context(num_classes)
-        policy = make_policy(config.policy, context, config.policy_params)
-        schedule_checked(policy, inputs, np.random.default_rng(config.seed), server_round=None)
-
-    what = f"policy {config.policy!r}, a synthetic round before the start: __init__ and schedule()"
-    call_within(config.stall_limit_s, probe, what)

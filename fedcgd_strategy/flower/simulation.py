@@ -8,10 +8,12 @@ and simulated time".
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -71,8 +73,8 @@ class PatientGrid(Grid):
     """Flower's simulation grid, whose ``send_and_receive`` waits for every reply.
 
     The given ``timeout`` is ignored; :class:`SimulationStalledError` is raised after
-    ``stall_limit_s`` seconds without a new reply, or when the link answers a message itself
-    (:data:`LINK_ERRORS`). ``poll_s`` is the time between two pulls.
+    ``stall_limit_s`` seconds without a new reply (:func:`stall_alarm`), or when the link answers
+    a message itself (:data:`LINK_ERRORS`). ``poll_s`` is the time between two pulls.
     """
 
     simulated = True
@@ -114,26 +116,28 @@ class PatientGrid(Grid):
         messages = list(messages)
         waiting = set(self.grid.push_messages(messages))
         replies: list[Message] = []
-        last_reply = time.monotonic()
-        while waiting:
-            pulled = list(self.grid.pull_messages(waiting))
-            for reply in pulled:
-                if reply.has_error() and reply.error.code in LINK_ERRORS:
-                    raise SimulationStalledError(
-                        f"simulation stalled: the link dropped the message to node "
-                        f"{reply.metadata.src_node_id} (error {reply.error.code}, "
-                        f"{str(reply.error.reason)[:100]}); in a simulation that is no device "
-                        "dropout"
-                    )
-            replies += pulled
-            waiting -= {r.metadata.reply_to_message_id for r in pulled}
-            if pulled:
-                last_reply = time.monotonic()
-            elif time.monotonic() - last_reply > self.stall_limit_s:
-                left = [m for m in messages if m.metadata.message_id in waiting]
-                raise SimulationStalledError(describe_unanswered(left, self.stall_limit_s))
-            elif waiting:
-                time.sleep(self.poll_s)
+
+        def describe() -> str:
+            left = [m for m in messages if m.metadata.message_id in waiting]
+            return describe_unanswered(left, self.stall_limit_s)
+
+        with stall_alarm(self.stall_limit_s, describe) as progress:
+            while waiting:
+                pulled = list(self.grid.pull_messages(waiting))
+                for reply in pulled:
+                    if reply.has_error() and reply.error.code in LINK_ERRORS:
+                        raise SimulationStalledError(
+                            f"simulation stalled: the link dropped the message to node "
+                            f"{reply.metadata.src_node_id} (error {reply.error.code}, "
+                            f"{str(reply.error.reason)[:100]}); in a simulation that is no "
+                            "device dropout"
+                        )
+                replies += pulled
+                waiting -= {r.metadata.reply_to_message_id for r in pulled}
+                if pulled:
+                    progress()
+                elif waiting:
+                    time.sleep(self.poll_s)
         return replies
 
 
@@ -145,36 +149,108 @@ def patient(grid: Grid, stall_limit_s: float) -> Grid:
 
 
 class _Alarm(BaseException):
-    """Raised by :func:`stall_alarm`'s handler; no ``except Exception`` catches it."""
+    """Raised in the stuck code by :func:`stall_alarm`; no ``except Exception`` catches it."""
+
+
+class _Watch:
+    """The armed alarm of this process: its limit and deadline (``main``: rung by ``SIGALRM``)."""
+
+    def __init__(self, limit_s: float, main: bool) -> None:
+        self.limit_s, self.main = limit_s, main
+        self.deadline = time.monotonic() + limit_s
+
+    def progress(self) -> None:
+        """Something happened: the next ``limit_s`` seconds are the stuck code's again."""
+        self.deadline = time.monotonic() + self.limit_s
+        if self.main:
+            signal.setitimer(signal.ITIMER_REAL, self.limit_s)
+
+
+_watch: _Watch | None = None
+
+
+def stall_progress() -> None:
+    """Tell the armed :func:`stall_alarm`, if any, that the run moved on (a reply, a phase)."""
+    if _watch is not None:
+        _watch.progress()
+
+
+def _ring_in(thread_id: int, watch: _Watch, done: threading.Event) -> None:
+    """Raise :class:`_Alarm` in thread ``thread_id`` once ``watch`` passes its deadline."""
+    while not done.wait(max(watch.deadline - time.monotonic(), 0.0) + 0.05):
+        if time.monotonic() >= watch.deadline:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(thread_id), ctypes.py_object(_Alarm)
+            )
+            return
 
 
 @contextlib.contextmanager
 def stall_alarm(
     stall_limit_s: float | None, describe: Callable[[], str]
 ) -> Iterator[Callable[[], None]]:
-    """Raise :class:`SimulationStalledError` when the block goes ``stall_limit_s`` s idle.
+    """Raise :class:`SimulationStalledError` when the block goes ``stall_limit_s`` s unmoved.
 
-    Yields ``progress()``, to call after each reply. The alarm is ``SIGALRM``, so it interrupts a
-    ClientApp stuck in Python code or a sleep; main thread only (elsewhere, or with
-    ``stall_limit_s = None``, nothing is armed). The message is ``describe()``.
+    Yields ``progress()`` (:func:`stall_progress` does the same from anywhere), to call after
+    each reply or phase. One alarm per process: a block inside another's is watched by the outer
+    one, and says ``describe()`` when the alarm rings in it. In the main thread the alarm is
+    ``SIGALRM``, so it also interrupts a sleep; elsewhere (Flower's simulation runs the ServerApp
+    in a thread) a watcher thread raises in the block's thread when it next runs Python code. The
+    message is ``describe()`` and where the code was stuck; ``stall_limit_s`` None arms nothing.
     """
-    if stall_limit_s is None or threading.current_thread() is not threading.main_thread():
+    global _watch
+    if stall_limit_s is None:
         yield lambda: None
         return
-    limit = float(stall_limit_s)
+    if _watch is not None:
+        try:
+            _watch.progress()
+            yield _watch.progress
+        except _Alarm as alarm:
+            raise SimulationStalledError(describe() + _stuck_at(alarm)) from None
+        return
+    main = threading.current_thread() is threading.main_thread()
+    watch = _Watch(float(stall_limit_s), main)
+    done = threading.Event()
 
     def ring(signum: int, frame: FrameType | None) -> None:
         raise _Alarm
 
-    def progress() -> None:
-        signal.setitimer(signal.ITIMER_REAL, limit)
-
-    previous = signal.signal(signal.SIGALRM, ring)
+    previous = signal.signal(signal.SIGALRM, ring) if main else None
+    _watch = watch
+    if not main:
+        ident = threading.get_ident()
+        threading.Thread(target=_ring_in, args=(ident, watch, done), daemon=True).start()
     try:
-        progress()
-        yield progress
-    except _Alarm:
-        raise SimulationStalledError(describe()) from None
+        watch.progress()
+        yield watch.progress
+    except _Alarm as alarm:
+        raise SimulationStalledError(describe() + _stuck_at(alarm)) from None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        _watch = None
+        done.set()
+        if main:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        else:  # an alarm set just now, not yet raised, is withdrawn
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+
+
+def _stuck_at(alarm: _Alarm) -> str:
+    """`` (stuck at mypolicy.py:7 in schedule)``: the innermost frame the alarm interrupted."""
+    code, line, tb = None, 0, alarm.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name != "ring" or tb.tb_frame.f_globals is not globals():
+            code, line = tb.tb_frame.f_code, tb.tb_lineno
+        tb = tb.tb_next
+    if code is None:
+        return ""
+    return f" (stuck at {Path(code.co_filename).name}:{line} in {code.co_name})"
+
+
+def describe_stalled(stall_limit_s: float) -> str:
+    """The run's watchdog line when no reply is awaited: the server's own code is stuck."""
+    return (
+        f"run stalled: no progress in {stall_limit_s:g} s (stall-limit-s): a policy, an "
+        "aggregator or the server's own code did not return; raise stall-limit-s if it needs longer"
+    )

@@ -46,13 +46,13 @@ from fedcgd_strategy.flower.replies import (
     uploaded_updates,
 )
 from fedcgd_strategy.flower.round_state import RoundInProgress
+from fedcgd_strategy.flower.simulation import stall_progress
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
     Decision,
     Policy,
     Protocol,
     RoundInputs,
-    next_class_gradient,
     policy_call,
     resolve_protocol,
     round_inputs,
@@ -74,14 +74,13 @@ class ScheduledStrategy(Strategy):
     of :meth:`start`. The uplink ``cell`` is a :class:`channel.Cell` (D_w = ``model_bits`` per
     upload, B = ``total_bandwidth_hz``, V, C); ``target_dist`` float[C] is the WEMD target p
     (None: the union of the round's reported histograms); ``protocol`` ``"auto"`` or a
-    :class:`Protocol` value; ``query_timeout_s`` the wait for query replies, ``stall_limit_s`` the
-    seconds each policy call may take (None: any); ``round_offset`` the rounds a resumed run has
-    done; ``max_update_norm_ratio`` k of :func:`fedcgd_strategy.validation.update_norm_outliers`
-    (0 = off); ``partition_counts`` int[V, C], the partitions' true class counts, checked at
-    discovery; ``on_record`` gets each round's :class:`~fedcgd_strategy.record.RoundRecord` (also
-    :attr:`last_record`); ``aggregator`` combines the uploads
-    (:func:`~.aggregators.aggregate_uploads`; None: FedAvg), ``seed`` seeds one that draws from
-    numpy's global generator.
+    :class:`Protocol` value; ``query_timeout_s`` the wait for query replies; ``round_offset`` the
+    rounds a resumed run has done; ``max_update_norm_ratio`` k of
+    :func:`fedcgd_strategy.validation.update_norm_outliers` (0 = off); ``partition_counts``
+    int[V, C], the partitions' true class counts, checked at discovery; ``on_record`` gets each
+    round's :class:`~fedcgd_strategy.record.RoundRecord` (also :attr:`last_record`);
+    ``aggregator`` combines the uploads (:func:`~.aggregators.aggregate_uploads`; None: FedAvg),
+    ``seed`` seeds one that draws from numpy's global generator.
     """
 
     def __init__(
@@ -103,7 +102,6 @@ class ScheduledStrategy(Strategy):
         on_record: Callable[[RoundRecord], None] | None = None,
         aggregator: Strategy | None = None,
         seed: int = 0,
-        stall_limit_s: float | None = None,
     ) -> None:
         self.policy = policy
         self.protocol = resolve_protocol(type(policy), protocol, policy.name)
@@ -122,7 +120,6 @@ class ScheduledStrategy(Strategy):
         self.on_record = on_record
         self.aggregator = aggregator
         self.seed = int(seed)
-        self.stall_limit_s = stall_limit_s
         self._round: RoundInProgress | None = None
 
     def summary(self) -> None:
@@ -165,12 +162,10 @@ class ScheduledStrategy(Strategy):
     def _schedule(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> Decision:
         t0 = time.perf_counter()
         inputs = self._inputs(state, reports)
-        # the round fails here, in one line, if the schedule breaks the physics or is stuck
-        decision = schedule_checked(
-            self.policy, inputs, self.rng, server_round=state.server_round,
-            limit_s=self.stall_limit_s,
-        )  # fmt: skip
+        # the round fails here, in one line, if the schedule breaks the physics
+        decision = schedule_checked(self.policy, inputs, self.rng, server_round=state.server_round)
         state.inputs, state.decision = inputs, decision
+        stall_progress()
         state.schedule_s = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())
         log(INFO, "round: scheduled %d of %d candidates", scheduled, candidates)
@@ -184,6 +179,7 @@ class ScheduledStrategy(Strategy):
         Settle late replies, discover new nodes, draw the channel (a node that still owes a reply
         sits out, busy), choose the trainees (:meth:`_trainees`, by the protocol), send.
         """
+        stall_progress()  # a new round (after the last one's evaluation)
         server_round += self.round_offset
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
         _, training, _ = read_round_config(round_config)
@@ -268,6 +264,7 @@ class ScheduledStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate replies, (schedule,) average the scheduled models, update Ĝ, record."""
+        stall_progress()  # the training replies are in
         server_round += self.round_offset
         state = self._round
         assert state is not None, "aggregate_train called before configure_train"
@@ -285,6 +282,7 @@ class ScheduledStrategy(Strategy):
 
         t0 = time.perf_counter()
         new_arrays, kept_reason = self._aggregate(uploads, state)
+        stall_progress()
         if new_arrays is None:
             log(WARNING, "round %d: %s; the global model is kept", server_round, kept_reason)
         aggregate_s = time.perf_counter() - t0
@@ -296,8 +294,8 @@ class ScheduledStrategy(Strategy):
             decision=decision,
             uploaded=[r.partition_id for r in uploads],
             disconnected=disconnected,
-            class_gradient_next=next_class_gradient(
-                self.policy, state.inputs.target_dist.size, server_round=server_round
+            class_gradient_next=policy_call(
+                self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
             ),
             timings=RoundTimings(
                 query_s=state.query_s,
@@ -353,9 +351,7 @@ class ScheduledStrategy(Strategy):
         target, training = state.inputs.target_dist, state.training
         updates = uploaded_updates(uploads, state.reference, target, training)
         observe = partial(self.policy.observe_uploads, updates)
-        policy_call(
-            self.policy, state.server_round, "observe_uploads()", observe, self.stall_limit_s
-        )
+        policy_call(self.policy, state.server_round, "observe_uploads()", observe)
         return array_record({k: np.ascontiguousarray(v) for k, v in averaged.items()}), None
 
     def configure_evaluate(

@@ -12,12 +12,9 @@ from fedcgd_strategy.policies.builtin import FedCBSPolicy as FedCBSPolicy
 from fedcgd_strategy.policies.builtin import FedCGDPolicy as FedCGDPolicy
 from fedcgd_strategy.policies.builtin import PowerOfChoicePolicy as PowerOfChoicePolicy
 from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
-from fedcgd_strategy.policies.check import call_within as call_within
 from fedcgd_strategy.policies.check import check_decision as check_decision
-from fedcgd_strategy.policies.check import next_class_gradient as next_class_gradient
 from fedcgd_strategy.policies.check import policy_call as policy_call
 from fedcgd_strategy.policies.check import schedule_checked as schedule_checked
-from fedcgd_strategy.policies.check import synthetic_round as synthetic_round
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL as BUDGET_REL_TOL
 from fedcgd_strategy.policies.core import PROTOCOL_CHOICES as PROTOCOL_CHOICES
 from fedcgd_strategy.policies.core import Decision as Decision

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fedcgd_strategy.estimators import estimate_global_sigma
-from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, read_only, sampling_term, wemd
+from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, sampling_term, wemd
 from fedcgd_strategy.solvers import ScheduleResult
 from fedcgd_strategy.validation import (
     as_bool_mask,
@@ -120,6 +120,15 @@ class ReportedStats:
     update_norm: NDArray[np.float64] | None = None
 
 
+def _read_only(array: Any) -> Any:
+    """A read-only view of ``array`` (no copy): a policy writing into it gets numpy's error."""
+    if array is None:
+        return None
+    view = np.asarray(array).view()
+    view.flags.writeable = False
+    return view
+
+
 def _row_distributions(counts: NDArray[np.int64]) -> NDArray[np.float64]:
     """Rows of ``counts`` normalised to sum 1 (zero rows stay zero)."""
     totals = counts.sum(axis=1, keepdims=True)
@@ -166,25 +175,19 @@ def round_inputs(
         label_dist = _row_distributions(reported.label_hist)
         train_loss, update_norm = reported.train_loss, reported.update_norm
     return RoundInputs(
-        candidate=read_only(np.asarray(candidate, dtype=bool)),
-        label_dist=read_only(label_dist),
-        num_examples=read_only(np.asarray(sizes, dtype=float)),
-        sigma_v=read_only(sigma_v),
-        min_bandwidth_hz=read_only(np.asarray(min_bandwidth_hz, dtype=float)),
-        gain_lin=read_only(np.asarray(gain_lin, dtype=float)),
+        candidate=_read_only(np.asarray(candidate, dtype=bool)),
+        label_dist=_read_only(label_dist),
+        num_examples=_read_only(np.asarray(sizes, dtype=float)),
+        sigma_v=_read_only(sigma_v),
+        min_bandwidth_hz=_read_only(np.asarray(min_bandwidth_hz, dtype=float)),
+        gain_lin=_read_only(np.asarray(gain_lin, dtype=float)),
         total_bandwidth_hz=total_bandwidth_hz,
         batch_size=batch_size,
-        target_dist=read_only(target),
-        train_loss=read_only(train_loss),
-        update_norm=read_only(update_norm),
-        local_dist=None if local_counts is None else read_only(_row_distributions(local_counts)),
+        target_dist=_read_only(target),
+        train_loss=_read_only(train_loss),
+        update_norm=_read_only(update_norm),
+        local_dist=_read_only(None if local_counts is None else _row_distributions(local_counts)),
     )
-
-
-def policy_copy(inputs: RoundInputs) -> RoundInputs:
-    """A copy of ``inputs`` for the policy: new read-only arrays in a new frozen object."""
-    values = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
-    return replace(inputs, **{k: read_only(v) for k, v in values.items() if np.ndim(v)})
 
 
 @dataclass(frozen=True)
