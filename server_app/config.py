@@ -22,7 +22,7 @@ from typing import Any
 import tomli_w
 
 from channel import CellConfig
-from fedcgd_strategy.flower.aggregators import check_aggregator
+from fedcgd_strategy.flower.aggregators import make_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import (
     PolicyContext,
@@ -291,7 +291,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    check_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
+    make_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:
         if result_dir and Path(result_dir) != Path(resume_from):
