@@ -24,7 +24,7 @@ import tomli_w
 
 from channel import CellConfig
 from channel.pathloss import PATHLOSS_MODELS
-from fedcgd_strategy.flower.aggregators import check_aggregator
+from fedcgd_strategy.flower.aggregators import make_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import (
     PolicyContext,
@@ -362,7 +362,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    check_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
+    make_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
     _check_channel(values["channel_model"], values["channel_trace"])
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:

@@ -25,11 +25,11 @@ from channel import Cell, ChannelModel, ChannelTrace, TraceError, TraceReplay, l
 from channel.pathloss import PATHLOSS_MODELS
 from channel.report import BITS_PER_PARAM
 from channel.trace import trace_shape
-from fedcgd_strategy.flower.aggregator_params import make_aggregator, resolved_aggregator
 from fedcgd_strategy.flower.aggregators import (
     aggregator_state,
     load_aggregator_state,
-    plain_data,
+    make_aggregator,
+    resolved_aggregator,
 )
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import Policy, policy_call
@@ -42,6 +42,7 @@ from fedcgd_strategy.policies.registry import (
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.constructor_params import keyword_parameters
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
+from fedcgd_task.errors import RuleBrokenError
 from fedcgd_task.imports import first_line, said
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.partition import all_partitions
@@ -123,7 +124,8 @@ class RunSetup:
     ) -> Checkpoint:
         """The run's state after ``server_round`` (:func:`build_setup` restores it exactly).
 
-        A policy state a checkpoint cannot hold (:func:`plain_data`) fails the run, one line.
+        A policy or aggregator state a checkpoint cannot hold (:func:`plain_data`) fails the
+        run, one line.
         """
         return Checkpoint(
             round=server_round,
@@ -137,7 +139,7 @@ class RunSetup:
             cell_rng_state=dict(self.cell_rng.bit_generator.state),
             policy_rng_state=dict(self.policy_rng.bit_generator.state),
             elapsed_s=elapsed_s,
-            aggregator_state=aggregator_state(self.aggregator),
+            aggregator_state=plain_data(aggregator_state(self.aggregator), "aggregator state"),
             identity=run_identity(self.config),
         )
 
@@ -146,6 +148,29 @@ class RunSetup:
         return resolved_settings(
             self.config, self.num_params, self.model_bits, self.num_classes, self.target
         )
+
+
+def plain_data(value: Any, where: str) -> Any:
+    """``value`` as what a checkpoint holds, arrays copied; RuleBrokenError if it cannot.
+
+    Numbers, strings, None, numpy and torch arrays, and lists, tuples and str-keyed dicts of
+    these. The error names ``where`` with the key or index inside it (``where['avg'][2]``).
+    """
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
+        return np.array(value)
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, list | tuple):
+        items = (plain_data(v, f"{where}[{i}]") for i, v in enumerate(value))
+        return list(items) if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict) and all(type(k) is str for k in value):
+        return {k: plain_data(v, f"{where}[{k!r}]") for k, v in value.items()}
+    raise RuleBrokenError(
+        f"{where} is {type(value).__name__}: a checkpoint holds numbers, strings, numpy and torch "
+        "arrays and lists, tuples and str-keyed dicts of these"
+    )
 
 
 def build_setup(

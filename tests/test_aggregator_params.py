@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -56,63 +55,42 @@ class Scaled(flower_strategies.FedAvg):
         self.scale = scale
 
 
-# (aggregator, other parameters, the setting, the allowed range as shown, refused values): the
-# cases of issue 30 first, then each bound of each range, nan and inf, and wrong types
+# (aggregator, other parameters, the setting, refused values, what Flower's constructor says or
+# ours): each refused in one line naming the table and the value
 DP_FIXED = {"noise-multiplier": 0.5, "clipping-norm": 1.0}
 DP_ADAPTIVE = {"noise-multiplier": 0.0}
 REFUSED_VALUES = [
-    ("FedAdam", {}, "tau", "a number > 0", [0.0, INF]),
-    ("FedAdam", {}, "eta", "a number in (0, 10]", [1e30, 0, -INF]),
-    ("FedAdam", {}, "beta-1", "a number in [0, 1)", [2.0, 1.0]),
-    ("FedAvgM", {}, "server-momentum", "a number in [0, 1)", [NAN, 1.0, -0.5]),
-    ("Krum", {}, "num-malicious-nodes", "an integer >= 0", [-1]),
-    ("MultiKrum", {}, "num-malicious-nodes", "an integer >= 0", [-2]),
-    ("Bulyan", {}, "num-malicious-nodes", "an integer >= 0", [-1]),
-    (ADAPTIVE, DP_ADAPTIVE, "clip-norm-lr", "a number in (0, 10]", [1e6, 0.0]),
-    ("FedAdam", {}, "eta-l", "a number in (0, 10]", [-0.1, 11.0]),
-    ("FedAdam", {}, "beta-2", "a number in [0, 1)", [-0.1]),
-    ("FedYogi", {}, "beta-2", "a number in [0, 1)", [NAN]),
-    ("FedAdagrad", {}, "tau", "a number > 0", [-1.0]),
-    ("FedAvgM", {}, "server-learning-rate", "a number in (0, 10]", [0.0, 1e30]),
-    ("FedTrimmedAvg", {}, "beta", "a number in [0, 0.5)", [0.5, -0.1]),
-    ("MultiKrum", {}, "num-nodes-to-select", f"an integer in [1, {V}]", [0, V + 1]),
-    ("QFedAvg", {}, "client-learning-rate", "a number in (0, 10]", [0.0]),
-    ("QFedAvg", {"client-learning-rate": 0.1}, "q", "a number >= 0", [-1.0, INF]),
-    (FIXED, DP_FIXED, "noise-multiplier", "a number >= 0", [INF, -1.0]),
-    (FIXED, DP_FIXED, "clipping-norm", "a number > 0", [0.0, NAN]),
-    (ADAPTIVE, DP_ADAPTIVE, "initial-clipping-norm", "a number > 0", [0.0]),
-    (ADAPTIVE, DP_ADAPTIVE, "target-clipped-quantile", "a number in [0, 1]", [1.5, -0.1]),
-    (ADAPTIVE, DP_ADAPTIVE, "clipped-count-stddev", "a number >= 0", [-1.0]),
-    (ADAPTIVE, {}, "noise-multiplier", "a number >= 0", [NAN]),
-    # the strategy a DP wrapper wraps is checked the same way
-    (FIXED, {**DP_FIXED, "strategy": "FedAdam"}, "strategy-params.tau", "a number > 0", [0.0]),
-    (ADAPTIVE, {**DP_ADAPTIVE, "strategy": "FedAvgM"}, "strategy-params.server-momentum",
-     "a number in [0, 1)", [NAN]),
+    ("FedTrimmedAvg", {}, "beta", [0.5, -0.1], "`beta` must be in the range [0, 0.5)"),
+    (ADAPTIVE, DP_ADAPTIVE, "clip-norm-lr", [0.0], "The learning rate must be positive"),
+    (FIXED, DP_FIXED, "noise-multiplier", [-1.0], "noise multiplier should be a non-negative"),
+    (FIXED, DP_FIXED, "clipping-norm", [0.0], "clipping norm should be a positive value"),
+    (ADAPTIVE, DP_ADAPTIVE, "initial-clipping-norm", [0.0], "clipping norm should be a positive"),
+    (ADAPTIVE, DP_ADAPTIVE, "target-clipped-quantile", [1.5], "quantile must be in [0, 1]"),
+    (ADAPTIVE, DP_ADAPTIVE, "clipped-count-stddev", [-1.0], "must be non-negative"),
+    ("FedAdam", {}, "tau", [INF, NAN], "NaN and inf are no setting"),
+    ("FedAvgM", {}, "server-momentum", [NAN], "NaN and inf are no setting"),
+    (f"{__name__}:Scaled", {}, "scale", [INF], "NaN and inf are no setting"),
     # wrong types
-    ("FedAdam", {}, "eta", "a float", ["0.1"]),
-    ("FedAvgM", {}, "server-momentum", "a float", [True]),
-    ("Krum", {}, "num-malicious-nodes", "an int", [True, 1.0]),
-    (FIXED, DP_FIXED, "clipping-norm", "a float", ["big"]),
-    # a float parameter that no range lists (a researcher's subclass) must be finite
-    (f"{__name__}:Scaled", {}, "scale", "a finite number", [INF, NAN]),
+    ("FedAdam", {}, "eta", ["0.1"], "allowed: a float"),
+    ("FedAvgM", {}, "server-momentum", [True], "allowed: a float"),
+    ("Krum", {}, "num-malicious-nodes", [True, 1.0], "allowed: an int"),
+    (FIXED, DP_FIXED, "clipping-norm", ["big"], "allowed: a float"),
 ]  # fmt: skip
-REFUSED = [(a, {**other, key: v}, key, v, allowed)
-           for a, other, key, allowed, values in REFUSED_VALUES for v in values]  # fmt: skip
+REFUSED = [(a, {**other, key: v}, key, v, said)
+           for a, other, key, values, said in REFUSED_VALUES for v in values]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("aggregator", "params", "key", "value", "allowed"),
+    ("aggregator", "params", "key", "value", "said"),
     REFUSED,
     ids=[f"{c[0][:20]}-{c[2]}={c[3]!r}" for c in REFUSED],
 )
-def test_a_parameter_out_of_its_range_is_refused_naming_it(
-    tmp_path, aggregator, params, key, value, allowed
+def test_a_bad_parameter_is_refused_in_one_line_naming_it(
+    tmp_path, aggregator, params, key, value, said
 ):
     text = refusal(tmp_path, aggregator, params)
-    number = isinstance(value, int) and not isinstance(value, bool) and "number" in allowed
-    shown = repr(float(value) if number else value)  # an int given for a float is one
-    assert f"aggregator-params.{key} = {shown} " in text, text
-    assert f"allowed: {allowed}" in text, text
+    assert f"{key} = {value!r}" in text or f"'{key}': {value!r}" in text, text
+    assert said in text, text
 
 
 ACCEPTED = [
@@ -149,8 +127,6 @@ def test_the_edges_of_each_range_are_accepted(tmp_path, aggregator, params):
         ("Krum", {"num_malicious_nodes": 1, "num-malicious-nodes": 1},
          "num_malicious_nodes", "num-malicious-nodes"),
         (FIXED, {**DP_FIXED, "clipping_norm": 2.0}, "clipping-norm", "clipping_norm"),
-        (FIXED, {**DP_FIXED, "strategy-params": {}, "strategy_params": {}},
-         "strategy-params", "strategy_params"),
     ],
 )  # fmt: skip
 def test_two_spellings_of_one_parameter_are_refused(tmp_path, aggregator, params, first, second):
@@ -192,37 +168,9 @@ def test_a_policys_two_spellings_of_one_parameter_are_refused(tmp_path):
         parse_run_config(config)
 
 
-def test_every_numeric_parameter_of_every_flower_strategy_has_a_range():
-    """A Flower release that adds a parameter fails here until its range is written down."""
-    from fedcgd_strategy.flower.aggregator_params import (
-        REFUSED,
-        aggregator_class,
-        parameter_range,
-        short_names,
-    )
-
-    missing = []
-    for name in short_names():
-        try:
-            cls = aggregator_class(name)
-        except ValueError:  # refused as a whole (FedProx, client-side DP)
-            continue
-        for parameter in inspect.signature(cls).parameters.values():
-            hint = parameter.annotation
-            numeric = hint in (int, float) or float in typing.get_args(hint)
-            if (
-                parameter.name not in REFUSED
-                and numeric
-                and not parameter_range(cls, parameter.name)
-            ):
-                missing.append(f"{name}.{parameter.name}")
-    assert missing == []
-
-
 # --- a run whose aggregation keeps failing ---------------------------------------------------
 
-#: A FedAvg that passes the probe before the start (a tiny synthetic model of two arrays) and
-#: raises on every round of a real model: what a diverging or broken strategy does.
+#: A FedAvg that raises on every round of a real model: what a diverging or broken strategy does.
 BREAKS_ON_REAL_MODELS = """\
 from flwr.serverapp.strategy import FedAvg
 
@@ -353,7 +301,7 @@ def record(cls: str, given: dict, defaults: dict, table: str = "aggregator-param
 def adaptive_record() -> dict:
     wrapper = flower_strategies.DifferentialPrivacyServerSideAdaptiveClipping
     defaults = flower_defaults(wrapper, "initial_clipping_norm", "target_clipped_quantile")
-    ours = "fedcgd_strategy.flower.aggregator_params:" + ADAPTIVE  # Flower's name, our steps
+    ours = "fedcgd_strategy.flower.aggregators:" + ADAPTIVE  # Flower's name, our steps
     out = record(ours, {"noise-multiplier": 0.3, "clip-norm-lr": 0.1}, defaults)
     # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
     out["params"]["clipped-count-stddev"] = V / 20
@@ -385,16 +333,6 @@ def test_config_json_holds_the_resolved_parameters(tmp_path, aggregator, params,
 def test_flowers_defaults_are_those_the_docs_show():
     defaults = flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau")
     assert defaults == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
-
-
-def test_docs_list_the_range_of_every_parameter():
-    from fedcgd_strategy.flower.aggregator_params import RANGES
-    from fedcgd_task.constructor_params import kebab
-
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "aggregation.md").read_text()
-    table = docs[docs.index("## Allowed values") :]
-    names = {kebab(name) for ranges in RANGES.values() for name in ranges}
-    assert [n for n in sorted(names) if f"`{n}`" not in table] == []
 
 
 @pytest.mark.parametrize("policy", ["fedcbs", "bc"])

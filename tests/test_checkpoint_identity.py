@@ -22,6 +22,7 @@ import pytest
 import torch
 from flwr.serverapp.strategy import FedAvg
 from task_settings import checkpointed_run_config
+from test_aggregators import synthetic_uploads, task_identity  # noqa: F401  (a fixture)
 
 from experiments.cli import invoke
 from experiments.run.inprocess import run_inprocess
@@ -29,10 +30,8 @@ from experiments.run.run_config import format_run_config
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
     aggregator_state,
-    check_aggregator,
     load_aggregator_state,
     make_aggregator,
-    synthetic_uploads,
 )
 from fedcgd_task.settings import default_run_config
 from run_files.results import METRICS_FILE, MODEL_FILE, RUN_FILES, json_ready
@@ -292,7 +291,9 @@ def test_a_dp_checkpoint_that_switches_noise_and_clipping_off_is_refused(tmp_pat
 
     edit_checkpoint(part, no_privacy)
     before = files(part)
-    with pytest.raises(ValueError, match=r"noise_multiplier \(a setting from the run config"):
+    with pytest.raises(
+        ValueError, match=r"the aggregator state holds .*'noise_multiplier'.*; the run's .* keeps"
+    ):
         run_inprocess(dp_config(part, 3, **{"resume-from": str(part)}))
     assert files(part) == before
     # the honest checkpoint resumes with z = 5, C = 0.5: round 3 draws the same noise as the
@@ -337,7 +338,7 @@ def test_a_saved_setting_is_refused_and_the_configured_one_stays(name, params, s
     fresh = make_aggregator(name, params, 3)
     configured = getattr(fresh, setting)
     reference, _ = synthetic_uploads(3)
-    with pytest.raises(ValueError, match=rf"holds {name}\.{setting} \(a setting from the run"):
+    with pytest.raises(ValueError, match=rf"holds .*'{setting}'.*; the run's \w+ keeps"):
         load_aggregator_state(fresh, {**state, setting: value}, reference)
     assert getattr(fresh, setting) == configured
 
@@ -347,10 +348,10 @@ def test_a_held_strategys_setting_is_refused_too():
     params["strategy-params"] = {"server-momentum": 0.9}
     saved, _, _ = stepped(FIXED_DP, params)
     state = aggregator_state(saved)
-    state["strategy"]["server_learning_rate"] = 100.0
+    state["strategy.server_learning_rate"] = 100.0
     fresh = make_aggregator(FIXED_DP, params, 3)
     reference, _ = synthetic_uploads(3)
-    with pytest.raises(ValueError, match=r"holds .*\.strategy\.server_learning_rate \(a setting"):
+    with pytest.raises(ValueError, match=r"holds .*'strategy.server_learning_rate'.*; the run's"):
         load_aggregator_state(fresh, state, reference)
     assert fresh.strategy.server_learning_rate == 1.0
 
@@ -387,8 +388,7 @@ STATE_PARAMS: dict[str, dict[str, Any]] = {
 
 
 class Summing(FedAvg):
-    """A researcher's strategy: its own arrays are state (no table names them: a trial round
-    on the run's model shows what they must be)."""
+    """A researcher's strategy whose own arrays are state: its state_dict protocol says so."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -400,6 +400,14 @@ class Summing(FedAvg):
         self.total = {k: v.numpy() + old.get(k, 0) for k, v in arrays.items()}
         return arrays, metrics
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"total": self.total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["total"] is not None and set(state["total"]) != {"w", "b"}:
+            raise ValueError("Summing.total has other arrays than the model's")
+        self.total = state["total"]
+
 
 SUMMING = f"{__name__}:Summing"
 STATE_PARAMS[SUMMING] = {}
@@ -408,18 +416,20 @@ STATE_PARAMS[SUMMING] = {}
 @pytest.mark.parametrize(
     ("name", "attribute", "bad", "phrase"),
     [
-        ("FedAvgM", "momentum_vector", lambda v: v[:1], "holds 1 items; the run's aggregator"),
-        ("FedAvgM", "momentum_vector", lambda v: v[::-1], "[0] has shape [3]; the run's is [2, 3]"),
-        ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "has other keys than the run's"),
-        ("FedAdam", "v_t", lambda v: {k: x[..., :1] for k, x in v.items()}, "['w'] has shape [2, "),
+        ("FedAvgM", "momentum_vector", lambda v: v[:1],
+         "momentum_vector is not 2 arrays, one per array"),
+        ("FedAvgM", "momentum_vector", lambda v: v[::-1],
+         "momentum_vector['w'] has shape [3]; the model's is [2, 3]"),
+        ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "m_t is not 2 arrays"),
+        ("FedAdam", "v_t", lambda v: {k: x[..., :1] for k, x in v.items()},
+         "v_t['w'] has shape [2, 1]"),
         ("FedAdam", "v_t", lambda v: {k: x.astype(np.float64) for k, x in v.items()},
-         "has dtype float64; the run's is float32"),
+         "has dtype float64; the model's is float32"),
         ("FedAdam", "m_t", lambda v: {k: x * np.nan for k, x in v.items()}, "not finite"),
-        (SUMMING, "total", lambda v: {k: x[..., :1] for k, x in v.items()},
-         "Summing.total['w'] has shape [2, 1]; the run's is [2, 3]"),
+        (SUMMING, "total", lambda v: {"w": v["w"]}, "Summing.total has other arrays"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: -1.0, "= -1.0; allowed: a finite number > 0"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: math.inf, "allowed: a finite number > 0"),
-        (ADAPTIVE_DP, "clipping_norm", lambda v: "0.5", "is str, not a finite number > 0"),
+        (ADAPTIVE_DP, "clipping_norm", lambda v: "0.5", "= '0.5'; allowed: a finite number > 0"),
     ],
 )  # fmt: skip
 def test_restored_state_must_fit_the_model(name, attribute, bad, phrase):
@@ -435,80 +445,31 @@ def test_a_missing_state_attribute_is_refused():
     saved, current, _ = stepped("FedAvgM", {"server-momentum": 0.9})
     state = aggregator_state(saved)
     del state["momentum_vector"]
-    with pytest.raises(ValueError, match=r"lacks FedAvgM\.momentum_vector"):
-        load_aggregator_state(make_aggregator("FedAvgM", {"server-momentum": 0.9}), state, current)
+    with pytest.raises(
+        ValueError,
+        match=r"holds \['current_arrays'\]; the run's FedAvgM keeps \['current_arrays', 'mom",
+    ):
+        load_aggregator_state(
+            make_aggregator("FedAvgM", {"server-momentum": 0.9}, 3), state, current
+        )
 
 
-# --- a researcher's strategy: its numbers are its state, its parameters are settings ---------
+# --- a researcher's strategy: its state_dict()/load_state_dict() protocol -------------------
 
 
-COUNTING = """
-from flwr.serverapp.strategy import FedAvg
-
-
-class Counting(FedAvg):
-    {declaration}
-
-    def __init__(self, step: float = 1.0) -> None:
-        super().__init__()
-        self.step = step
-        self.rounds_seen = 0.0
-
-    def aggregate_train(self, server_round, replies):
-        self.rounds_seen += self.step
-        self.step *= {decay}
-        return super().aggregate_train(server_round, replies)
-"""
-
-
-def counting(tmp_path: Path, declaration: str = "pass", decay: float = 1.0) -> str:
-    path = tmp_path / f"counting_{len(list(tmp_path.iterdir()))}.py"
-    path.write_text(COUNTING.format(declaration=declaration, decay=decay))
-    return f"{path}:Counting"
-
-
-def test_a_strategy_whose_round_changes_a_setting_must_declare_its_state(tmp_path):
-    """``step`` is a constructor parameter, so a setting: a round that changes it is refused,
-    unless the class names its whole state."""
-    with pytest.raises(ValueError, match=r"its round changes Counting\.step, which a "):
-        check_aggregator(counting(tmp_path, decay=0.5), {}, 4)
-    declared = counting(tmp_path, 'checkpoint_state = ("rounds_seen", "step")', decay=0.5)
-    check_aggregator(declared, {}, 4)
-    saved, _, _ = stepped(declared, {})
-    assert aggregator_state(saved) == {"rounds_seen": 1.5, "step": 0.25}
-
-
-def test_a_strategys_numbers_are_checkpointed_and_restored_without_its_settings(tmp_path):
-    setting = counting(tmp_path)
-    check_aggregator(setting, {"step": 2.0}, 4)
-    saved, current, _ = stepped(setting, {"step": 2.0})
+def test_a_researchers_state_is_checkpointed_and_restored_by_its_protocol():
+    saved, current, _ = stepped(SUMMING, {})
     state = aggregator_state(saved)
-    assert state == {"rounds_seen": 4.0}
-    fresh = make_aggregator(setting, {"step": 2.0}, 3)
+    assert set(state) == {"total"}
+    # two rounds of the same uploads 0.01 (i + 1), weights 1, 2, 3: 2 * 0.01 * 14 / 6 each
+    np.testing.assert_allclose(state["total"]["w"], np.full((2, 3), 0.14 / 3), rtol=1e-6)
+    fresh = make_aggregator(SUMMING, {}, 3)
     load_aggregator_state(fresh, state, current)
-    assert (fresh.rounds_seen, fresh.step) == (4.0, 2.0)
-    with pytest.raises(ValueError, match=r"holds Counting\.step \(a setting from the run config"):
-        load_aggregator_state(fresh, {**state, "step": 0.0}, current)
-
-
-@pytest.mark.parametrize(
-    ("declaration", "phrase"),
-    [
-        ('checkpoint_state = "rounds_seen"', "allowed: a tuple of the names of the attributes"),
-        ('checkpoint_state = ("rounds_seen", "nowhere")', "has no attribute 'nowhere'"),
-        (
-            'checkpoint_state = ("rounds_seen", "train_metrics_aggr_fn")',
-            "Counting.train_metrics_aggr_fn is function: a checkpoint holds numbers",
-        ),
-    ],
-)
-def test_a_declared_state_that_is_not_data_is_refused_before_the_start(
-    tmp_path, declaration, phrase
-):
-    setting = counting(tmp_path, declaration)
-    with pytest.raises(ValueError, match=re.escape(phrase)) as caught:
-        check_aggregator(setting, {}, 4)
-    assert str(caught.value).startswith(f"run-config key 'aggregator' = '{setting}': ")
+    assert all(np.array_equal(fresh.total[k], saved.total[k]) for k in current)
+    with pytest.raises(
+        ValueError, match=r"holds \['step', 'total'\]; the run's Summing keeps \['total'\]"
+    ):
+        load_aggregator_state(make_aggregator(SUMMING, {}, 3), {**state, "step": 1.0}, current)
 
 
 # --- refusals in the run config's words; files that are no checkpoint -------------------------

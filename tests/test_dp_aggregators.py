@@ -22,7 +22,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
 from layer_cases import REL64
 from run_results import lines
-from test_aggregators import (
+from test_aggregators import (  # noqa: F401  (task_identity: a fixture)
     Recorder,
     V,
     assert_equal_models,
@@ -30,12 +30,17 @@ from test_aggregators import (
     initial_model,
     refused,
     run,
+    task_identity,
 )
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
-from fedcgd_strategy.flower.aggregator_params import dp_round_noise
-from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, noise_seed
+from fedcgd_strategy.flower.aggregators import (
+    aggregate_uploads,
+    dp_round_noise,
+    make_aggregator,
+    noise_seed,
+)
 from fedcgd_task import keys
 from run_files.results import MODEL_FILE
 
@@ -253,7 +258,7 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
 def test_no_scratch_value_of_the_round_is_left_in_the_checkpointed_state():
     """A round whose wrapped strategy returns no model keeps the global model; the norm the
     round clipped with (kept for its noise) must not stay behind as an attribute."""
-    from fedcgd_strategy.flower.aggregator_params import (
+    from fedcgd_strategy.flower.aggregators import (
         DifferentialPrivacyServerSideAdaptiveClipping as Ours,
     )
 
@@ -313,12 +318,16 @@ def test_a_private_run_records_its_noise_and_repeats_under_cohorts_and_alone(tmp
          "(set every round to the round's number of uploads"),
         ({"accountant": "rdp"}, "aggregator-params.accountant: not settable here"),
         ({"strategy": "FedMean"}, "'aggregator-params.strategy' = 'FedMean'; allowed: a Flower"),
-        ({"strategy": 3}, "aggregator-params.strategy = 3; allowed: the strategy to wrap"),
-        ({"strategy": ADAPTIVE}, "is a DP wrapper itself"),
+        ({"strategy": 3}, "aggregator-params.strategy = 3 with aggregator-params.strategy-params "
+         "= {}; allowed: a strategy that aggregates"),
+        ({"strategy": ADAPTIVE}, f"strategy = '{ADAPTIVE}' with aggregator-params.strategy-params"
+         " = "
+         "{}; allowed: a strategy that aggregates (FedAvg, FedTrimmedAvg, ...)"),
         ({"strategy": "FedProx"}, "FedProx changes the clients' training"),
         ({"strategy-params.beta": 0.2}, "aggregator-params.strategy-params.beta: aggregator "
          "'FedAvg' takes no parameter 'beta'"),
-        ({"strategy-params": 3}, "aggregator-params.strategy-params = 3; allowed: a table"),
+        ({"strategy-params": 3}, "aggregator-params.strategy-params = 3; "
+         "allowed: a strategy that aggregates"),
         ({"strategy": "Krum", "strategy-params.num-malicious-nodes": 3},
          "Krum needs 2 f + 3 uploads, f = num-malicious-nodes = 3, more than num-devices = 8"),
         ({"strategy": "FedAvg", "strategy-params.fraction-train": 0.5},

@@ -155,7 +155,7 @@ def test_a_policy_state_a_checkpoint_cannot_hold_is_refused_at_the_first_checkpo
         run_inprocess({**run, "checkpoint-every": 2})
     assert str(err.value) == (
         f"policy '{policy}', round 2: its state for the checkpoint: state_dict()['seen'] is set: "
-        "a checkpoint holds numbers, strings, numpy and torch arrays, ArrayRecords and lists, "
+        "a checkpoint holds numbers, strings, numpy and torch arrays and lists, "
         "tuples and str-keyed dicts of these"
     )
     status = read_status(tmp_path / "run")

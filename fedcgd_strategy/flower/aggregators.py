@@ -1,10 +1,8 @@
 """Flower strategies as aggregators of the scheduled uploads (run-config ``aggregator``).
 
-``""`` keeps the scheduler's FedAvg (:func:`fedcgd_strategy.aggregation.fedavg`); a named
-strategy (aggregator_params.py) combines the round's validated uploads in its own
-``aggregate_train``, and what it holds as arrays and numbers is its state for checkpoints. How
-Flower's interface is adapted, server-side DP and the state's rule included: docs/design.md,
-"Any Flower aggregation" and "Server-side differential privacy".
+``""`` keeps the scheduler's FedAvg; a named strategy is built by its own constructor (what it
+raises is the one-line refusal) and combines each round's validated uploads in its own
+``aggregate_train``. docs/aggregation.md; docs/design.md, "Any Flower aggregation".
 """
 
 from __future__ import annotations
@@ -12,95 +10,236 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import logging
+import inspect
 import math
-import pickle
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp import strategy as flower
 from flwr.serverapp.strategy import Strategy
-from flwr.supercore.task_identity import TaskIdentity
+from flwr.serverapp.strategy.fedopt import FedOpt
 from numpy.typing import NDArray
 
 from fedcgd_strategy.aggregation import non_finite_arrays
-from fedcgd_strategy.flower.aggregator_params import (
-    AGGREGATOR_KEY,
-    DECLARED,
-    POSITIVE,
-    SERVER_SIDE_DP,
-    SET_EACH_ROUND,
-    flower_log,
-    inner_strategy,
-    make_aggregator,
-    minimum_uploads,
-    state_names,
-)
-from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_task import keys
-from fedcgd_task.array_codec import array_record, numpy_arrays
-from fedcgd_task.errors import RuleBrokenError
-from fedcgd_task.imports import first_line
+from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
+from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
 Arrays = Mapping[str, NDArray[np.generic]]
+AGGREGATOR_KEY, PARAMS_KEY = "aggregator", "aggregator-params"
+#: A DP wrapper's parameters naming the strategy it wraps (default FedAvg) and its table.
+INNER, INNER_PARAMS = "strategy", "strategy-params"
+NOISE_STREAM = 0x4E4F4953  #: tag of the noise's seed (with the run seed and the round): "NOIS"
+#: Constructor parameters ``aggregator-params`` may not set, and why.
+REFUSED = dict.fromkeys(
+    inspect.signature(flower.FedAvg).parameters,
+    "the scheduler's: the policy chooses who trains, the ServerApp evaluates, uploads are "
+    "weighted by |D_v|",
+) | {"num_sampled_clients": "set every round to the round's number of uploads n (the noise's "
+     "standard deviation is z C / n)", "accountant": "Flower's privacy accountant is an object "
+     "a run config cannot hold"}  # fmt: skip
+#: Strategies that change the clients' training, which this app's clients do not do.
+CLIENT_SIDE: dict[type, str] = {
+    flower.FedProx: "FedProx changes the clients' training (a proximal term), not the "
+    "aggregation, which is FedAvg's",
+    flower.DifferentialPrivacyClientSideFixedClipping: "client-side clipping needs the "
+    "clients' fixedclipping_mod; name DifferentialPrivacyServerSideFixedClipping",
+    flower.DifferentialPrivacyClientSideAdaptiveClipping: "client-side clipping needs the "
+    "clients' adaptiveclipping_mod; name DifferentialPrivacyServerSideAdaptiveClipping",
+}
+#: Where a parameter left unset comes from, when not the class's default (``config.json``).
+DERIVED = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
+SERVER_SIDE_DP = (flower.DifferentialPrivacyServerSideFixedClipping,
+                  flower.DifferentialPrivacyServerSideAdaptiveClipping)  # fmt: skip
+#: The state of Flower's stateful strategies (nearest class along the MRO): attribute -> kind,
+#: arrays by the model's names (``dict``, ``record``: an ArrayRecord) or in its order
+#: (``list``), or a number > 0 (``norm``). Their other attributes are settings, or are set
+#: anew by every ``configure_train``.
+FLOWER_STATE: dict[type, dict[str, str]] = {
+    FedOpt: {"m_t": "dict", "v_t": "dict"},
+    flower.FedAvgM: {"current_arrays": "record", "momentum_vector": "list"},
+    flower.DifferentialPrivacyServerSideAdaptiveClipping: {"clipping_norm": "norm"},
+}
 
 
-#: Stream tag of the noise's seed (mixed with the run seed and the round): "NOIS".
-NOISE_STREAM = 0x4E4F4953
+class DifferentialPrivacyServerSideAdaptiveClipping(
+    flower.DifferentialPrivacyServerSideAdaptiveClipping
+):
+    """Flower's adaptive clipping with the two steps of Andrew et al.'s Algorithm 1.
 
-
-class StandInGrid(LocalGrid):
-    """What an aggregator's own ``configure_train`` sees: ``num_nodes`` node ids to list.
-
-    Sending is refused; a strategy waiting for more nodes is stopped after
-    :attr:`MAX_LISTINGS` listings instead of hanging.
+    Built in place of Flower's, under its name (messages name the class as the run config does).
     """
 
-    MAX_LISTINGS = 10
-    refusal = "the aggregator's configure_train may only list node ids, not send messages"
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower's, the norm it clips with held for the round's noise (during the call only)."""
+        self._round_norm = self.clipping_norm
+        try:
+            return super().aggregate_train(server_round, replies)
+        finally:
+            del self._round_norm
 
-    def __init__(self, num_nodes: int) -> None:
-        self.node_ids, self.listings = list(range(1, num_nodes + 1)), 0
+    def _geometric_update(self, clipped_fraction: float) -> None:
+        """C <- C exp(-lr (b - gamma)): Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1.
 
-    def get_node_ids(self) -> Iterable[int]:
-        """The stand-in node ids (refused after :attr:`MAX_LISTINGS` calls in one round)."""
-        self.listings += 1
-        if self.listings > self.MAX_LISTINGS:
-            raise RuntimeError(
-                f"the aggregator's configure_train waits for more than {len(self.node_ids)} "
-                "nodes (its own sampling settings); it cannot run behind the scheduler"
+        b = 1 - ``clipped_fraction`` (the noisy fraction not clipped), gamma = 1 -
+        ``target_clipped_quantile``, lr = ``clip_norm_lr``.
+        """
+        unclipped, target_unclipped = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
+        self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
+
+    def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
+        """Flower's Gaussian noise, standard deviation z C_t / n (C_t: the round's norm)."""
+        updated, self.clipping_norm = self.clipping_norm, self._round_norm
+        try:
+            return super()._add_noise_to_aggregated_arrays(aggregated)
+        finally:
+            self.clipping_norm = updated
+
+
+# --- building: the run config's words, Flower's constructors --------------------------------
+
+
+def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
+    """The strategy class ``setting`` names, ours for Flower's adaptive DP (ValueError: 1 line)."""
+    names = [
+        n for n in flower.__all__ if n != "Strategy" and issubclass(getattr(flower, n), Strategy)
+    ]
+    if not (is_reference(setting) or setting in names):
+        default = '"" (the scheduler\'s FedAvg), ' if key == AGGREGATOR_KEY else ""
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r}; allowed: {default}a Flower strategy "
+            f"({', '.join(names)}) or a Strategy subclass as {REFERENCE_FORMS}"
+        )
+    found = import_object(setting, key) if is_reference(setting) else getattr(flower, setting)
+    if not (isinstance(found, type) and issubclass(found, Strategy)):
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r} is {found!r}, not a subclass of "
+            "flwr.serverapp.strategy.Strategy"
+        )
+    for refused, why in CLIENT_SIDE.items():
+        if issubclass(found, refused):
+            raise ValueError(f"run-config key {key!r} = {setting!r}: {why}; refused")
+    replaced = found is flower.DifferentialPrivacyServerSideAdaptiveClipping
+    return DifferentialPrivacyServerSideAdaptiveClipping if replaced else found
+
+
+def build(
+    setting: str,
+    params: Mapping[str, object],
+    num_devices: int,
+    key: str = AGGREGATOR_KEY,
+    table: str = PARAMS_KEY,
+) -> tuple[Strategy, dict[str, Any]]:
+    """The strategy ``setting`` names, built from the run-config table ``table``, and its record.
+
+    Names and types are checked against the constructor, values by the constructor itself.
+    The record is ``config.json``'s ``aggregator_resolved``: class, every parameter as built,
+    where each came from. Raises ValueError (one line naming the setting and the values).
+    """
+    cls, own, extra, record = aggregator_class(setting, key), dict(params), {}, None
+    if issubclass(cls, SERVER_SIDE_DP):
+        wrapped, sub = own.pop(INNER, "FedAvg"), own.pop(INNER_PARAMS, {})
+        ok = isinstance(wrapped, str) and isinstance(sub, dict)
+        if not ok or issubclass(aggregator_class(str(wrapped), f"{table}.{INNER}"), SERVER_SIDE_DP):
+            raise ValueError(
+                f"run-config key {table}.{INNER} = {wrapped!r} with {table}.{INNER_PARAMS} = "
+                f"{sub!r}; allowed: a strategy that aggregates (FedAvg, FedTrimmedAvg, ...) and "
+                f"a table of its parameters, e.g. {table}.{INNER_PARAMS}.beta = 0.2"
             )
-        return list(self.node_ids)
+        inner, record = build(str(wrapped), cast(dict, sub), num_devices, f"{table}.{INNER}",
+                              f"{table}.{INNER_PARAMS}")  # fmt: skip
+        extra = {INNER: inner, "num_sampled_clients": num_devices}
+    refused = {n: f"not settable here ({why})" for n, why in REFUSED.items()}
+    refused |= {INNER: f"{table}.{INNER} names it"} if extra else {}
+    arguments = constructor_arguments(
+        cls, own, table=table, owner=f"aggregator {setting!r}", refused=refused,
+        also_allowed=(INNER, INNER_PARAMS) if extra else (),
+    )  # fmt: skip
+    shown = {kebab(k): v for k, v in arguments.items()}
+    try:
+        if not all(math.isfinite(v) for v in arguments.values() if isinstance(v, float)):
+            raise ValueError("NaN and inf are no setting; allowed: finite numbers")
+        built = cls(**arguments, **extra)
+        need, why = minimum_uploads(built)
+        if need > num_devices:
+            raise ValueError(f"{why}, more than num-devices = {num_devices}")
+    except Exception as err:
+        raise ValueError(
+            f"run-config key {key!r} = {setting!r} with {table} = {shown} (num-devices = "
+            f"{num_devices}): {type(err).__name__}: {first_line(err)}"
+        ) from err
+    values = with_defaults(cls, arguments, refused=REFUSED)
+    return built, {
+        "class": f"{cls.__module__}:{cls.__qualname__}",
+        "params": {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()},
+        "from": {kebab(k): f"run-config key {table!r}" if kebab(k) in shown else
+                 DERIVED.get(kebab(k), "the class default") for k in values},
+    } | ({INNER: record} if record is not None else {})  # fmt: skip
 
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]:
-        """Refused (the scheduler sends the round's messages)."""
-        raise RuntimeError(self.refusal)
+
+def make_aggregator(setting: str, params: Mapping[str, Any], num_devices: int) -> Strategy | None:
+    """A fresh aggregator for ``aggregator = setting``, None for the default FedAvg (ValueError)."""
+    if setting == "" and params:
+        raise ValueError(
+            f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
+            'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
+        )
+    return None if setting == "" else build(setting, params, num_devices)[0]
+
+
+def resolved_aggregator(
+    setting: str, params: Mapping[str, object], num_devices: int
+) -> dict[str, object] | None:
+    """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
+    return None if setting == "" else build(setting, params, num_devices)[1]
+
+
+def inner_strategy(aggregator: Strategy) -> Strategy:
+    """The strategy that aggregates: a DP wrapper's wrapped one, else ``aggregator`` itself."""
+    return getattr(aggregator, INNER) if isinstance(aggregator, SERVER_SIDE_DP) else aggregator
+
+
+def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
+    """The fewest uploads ``aggregator`` (or the strategy a DP wrapper wraps) combines, and why:
+    f = ``num_malicious_nodes``, Bulyan 4 f + 3 (El Mhamdi et al. 2018), Krum and MultiKrum
+    2 f + 3 (Blanchard et al. 2017), any other 1.
+    """  # noqa: D205
+    aggregator = inner_strategy(aggregator)
+    f, name = int(getattr(aggregator, "num_malicious_nodes", 0)), type(aggregator).__name__
+    for cls, k in ((flower.Bulyan, 4), (flower.MultiKrum, 2)):
+        if isinstance(aggregator, cls):
+            return k * f + 3, f"{name} needs {k} f + 3 uploads, f = num-malicious-nodes = {f}"
+    return 1, f"{name} needs one upload"
+
+
+def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
+    """The clipping norm C a round clips with (read before the round, which moves the adaptive
+    C) and its noise's standard deviation z C / n, n = ``uploads``; None without DP.
+    """  # noqa: D205
+    if not isinstance(aggregator, SERVER_SIDE_DP):
+        return None
+    norm = float(aggregator.clipping_norm)
+    return norm, float(aggregator.noise_multiplier) * norm / uploads
+
+
+# --- a round: the uploads as Flower's replies -------------------------------------------------
 
 
 def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
     """The seed of numpy's global generator for round ``server_round`` of run ``seed``."""
-    return (
-        np.random.SeedSequence([seed, NOISE_STREAM, server_round])
-        .generate_state(8)
-        .astype(np.uint32)
-    )
+    state = np.random.SeedSequence([seed, NOISE_STREAM, server_round]).generate_state(8)
+    return state.astype(np.uint32)
 
 
 @contextlib.contextmanager
-def _flower_call(seed: int, server_round: int) -> Iterator[None]:
-    """Around a strategy's calls: numpy's global generator seeded, the heap frozen.
-
-    The generator (Flower's DP noise) from (``seed``, ``server_round``); a placeholder task
-    identity outside a ServerApp; :func:`gc.freeze` (Bulyan calls ``gc.collect()`` per reply).
-    All restored after.
-    """
-    outside = TaskIdentity._run_id is None
-    if outside:
-        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 0, 0, 0
+def _seeded(seed: int, server_round: int) -> Iterator[None]:
+    """Numpy's global generator (DP noise) seeded, the heap frozen (Bulyan's gc.collect())."""
     saved = np.random.get_state()  # noqa: NPY002  (the generator Flower's wrappers draw from)
     np.random.seed(noise_seed(seed, server_round))  # noqa: NPY002
     gc.freeze()
@@ -109,18 +248,10 @@ def _flower_call(seed: int, server_round: int) -> Iterator[None]:
     finally:
         gc.unfreeze()
         np.random.set_state(saved)  # noqa: NPY002
-        if outside:
-            TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None  # type: ignore[assignment]
 
 
 def _record(arrays: Arrays) -> ArrayRecord:
-    return array_record({k: np.ascontiguousarray(v) for k, v in arrays.items()})
-
-
-def _floats(arrays: Arrays) -> dict[str, NDArray[np.generic]]:
-    """Integer arrays as float64 (a DP wrapper clips in place)."""
-    return {k: np.asarray(v, np.float64 if np.asarray(v).dtype.kind in "biu" else None)
-            for k, v in arrays.items()}  # fmt: skip
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
 def aggregate_uploads(
@@ -137,43 +268,48 @@ def aggregate_uploads(
 
     ``models``: the scheduled devices' validated models, ``weights`` their |D_v|, ``reference``
     this round's global model, ``node_ids`` the uploading nodes (default 1, 2, ...). A DP wrapper
-    gets float uploads, every weight 1 and n = ``len(models)``. Returns the new global model in
-    the reference's dtypes and None; or None and why the model is kept, the strategy's state as
-    it was before the call.
+    gets float uploads (it clips in place), every weight 1 and n = ``len(models)``. Returns the
+    new global model in the reference's dtypes and None; or None and why the model is kept,
+    the aggregator as it was before the call.
     """
     name, inner = type(aggregator).__name__, inner_strategy(aggregator)
     need, why = minimum_uploads(aggregator)
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
-    before = {n: copy.deepcopy(getattr(aggregator, n, None)) for n in state_names(aggregator)}
+    before = copy.deepcopy(vars(aggregator))
     wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
-    grid, current = StandInGrid(max(len(models), *map(int, wanted))), reference
+    ids, current = list(range(1, max(len(models), *map(int, wanted)) + 1)), reference
+    grid = cast(Grid, SimpleNamespace(get_node_ids=lambda: ids))  # all configure_train reads
     if isinstance(aggregator, SERVER_SIDE_DP):
-        models, weights, current = [_floats(m) for m in models], [1] * len(models), _floats(current)
+        floats = [{k: np.asarray(v, np.float64 if v.dtype.kind in "biu" else None)
+                   for k, v in m.items()} for m in [*models, reference]]  # fmt: skip
+        models, weights, current = floats[:-1], [1] * len(models), floats[-1]
         aggregator.num_sampled_clients = len(models)
     arrays_key = str(getattr(inner, "arrayrecord_key", keys.ARRAYS))
     weight_key = str(getattr(inner, "weighted_by_key", keys.NUM_EXAMPLES))
     try:
-        with _flower_call(seed, server_round):
-            list(aggregator.configure_train(server_round, _record(current), ConfigRecord(), grid))
+        with _seeded(seed, server_round):
+            list(aggregator.configure_train(
+                server_round, _record(current), ConfigRecord(), grid))  # fmt: skip
             replies = [
                 Message(
                     RecordDict({arrays_key: _record(model),
                                 keys.METRICS: MetricRecord({weight_key: int(weight)})}),
                     reply_to=Message(RecordDict(), dst_node_id=int(node),
-                                     group_id=str(server_round), message_type=MessageType.TRAIN),
+                                     group_id=str(server_round), message_type="train"),
                 )
-                for model, weight, node in zip(
-                    models, weights, grid.node_ids if node_ids is None else node_ids, strict=False
-                )
+                for model, weight, node in zip(models, weights, node_ids or ids, strict=False)
             ]  # fmt: skip
             record, _ = aggregator.aggregate_train(server_round, replies)
         result, reason = _fitted(record, reference, name, len(models))
     except Exception as err:  # a strategy's failure costs the round, never the run
-        result = None
-        reason = f"{name}.aggregate_train raised {type(err).__name__}: {first_line(err)}"
-    for attribute, value in before.items() if result is None else ():
-        setattr(aggregator, attribute, value)
+        result, reason = (
+            None,
+            f"{name}.aggregate_train raised {type(err).__name__}: {first_line(err)}",
+        )
+    if result is None:
+        vars(aggregator).clear()
+        vars(aggregator).update(before)
     return result, reason
 
 
@@ -183,7 +319,7 @@ def _fitted(
     """``record`` as the reference's arrays, in its dtypes; or None and why it does not fit."""
     if record is None:
         return None, f"{name}.aggregate_train returned no model from {count} uploads"
-    out = numpy_arrays(record)
+    out = {k: v.numpy() for k, v in record.items()}
     if set(out) != set(reference):
         return None, f"{name}'s aggregate has arrays {sorted(out)[:3]}…, not the model's"
     for key, ref in reference.items():
@@ -199,98 +335,37 @@ def _fitted(
     return {k: out[k] for k in reference}, None
 
 
-def synthetic_uploads(
-    count: int, reference: Arrays | None = None
-) -> tuple[dict[str, NDArray[np.generic]], list[Arrays]]:
-    """``reference`` (default a tiny model) and ``count`` distinct uploads of it (trial rounds)."""
-    if reference is None:
-        reference = {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
-    ref: dict[str, NDArray[Any]] = {k: np.asarray(v) for k, v in reference.items()}
-    return ref, [{k: (v + 0.01 * (i + 1)).astype(v.dtype) for k, v in ref.items()}
-                 for i in range(count)]  # fmt: skip
-
-
-def _trial_round(aggregator: Strategy, reference: Arrays | None = None) -> tuple[int, str | None]:
-    """Aggregate a synthetic round of uploads of ``reference``: (uploads, why it failed or None)."""
-    reference, models = synthetic_uploads(max(minimum_uploads(aggregator)[0], 3),
-                                          reference)  # fmt: skip
-    with flower_log(logging.WARNING):  # the trial's INFO lines are noise
-        result, reason = aggregate_uploads(aggregator, 1, models, [1] * len(models), reference)
-    return len(models), None if result is not None else reason
-
-
-def check_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> None:
-    """Refuse, before the start, an aggregator that cannot work in this run.
-
-    A fresh instance must take ``aggregator-params``, need no more than ``num_devices`` uploads,
-    aggregate a synthetic round into a model, and change only state a checkpoint holds. Raises
-    ValueError (one line naming the setting, the value and what is allowed).
-    """
-    aggregator = make_aggregator(setting, params, num_devices)
-    if aggregator is None:
-        return
-    head = f"run-config key {AGGREGATOR_KEY!r} = {setting!r}"
-    fresh = fingerprint(aggregator)
-    try:  # a state attribute that holds no data is refused, fresh or after the round
-        aggregator_state(aggregator)
-        count, reason = _trial_round(aggregator)
-        aggregator_state(aggregator)
-        changed = unsaved_changes(aggregator, fresh, type(aggregator).__name__)
-    except ValueError as err:
-        raise ValueError(f"{head}: {err}") from err
-    if reason is not None:
-        raise ValueError(
-            f"{head} cannot aggregate the scheduler's uploads (probed on {count} synthetic "
-            f"uploads: {reason})"
-        )
-    if changed:
-        raise ValueError(
-            f"{head}: its round changes {', '.join(changed)}, which a checkpoint would not hold "
-            "(a resumed run would differ); name every attribute of its state in a class "
-            f"attribute {DECLARED} = (...)"
-        )
-
-
 # --- state for checkpoints: docs/design.md, "Any Flower aggregation", State ---------------------
 
 
+def _attributes(aggregator: Strategy) -> dict[str, tuple[Strategy, str, str]]:
+    """Checkpoint key -> (owner, attribute, kind) of :data:`FLOWER_STATE`, a DP wrapper's
+    strategy's keyed ``strategy.<attribute>``.
+    """  # noqa: D205
+    inner = inner_strategy(aggregator)
+    owners = {"": aggregator} | ({f"{INNER}.": inner} if inner is not aggregator else {})
+    found = {p: next((FLOWER_STATE[c] for c in type(o).__mro__ if c in FLOWER_STATE), {})
+             for p, o in owners.items()}  # fmt: skip
+    return {p + n: (owners[p], n, kind) for p, kinds in found.items() for n, kind in kinds.items()}
+
+
 def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
-    """The state as plain data and copied arrays (``{}`` for None; ValueError: not data)."""
-    name, state = type(aggregator).__name__, {}
-    for attribute in [] if aggregator is None else state_names(aggregator):
-        if attribute not in vars(aggregator):
-            raise ValueError(f"{name} has no attribute {attribute!r} (named as its state)")
-        state[attribute] = plain_data(getattr(aggregator, attribute), f"{name}.{attribute}")
-    return state
+    """What a checkpoint holds of ``aggregator``, arrays copied (``{}`` for None).
 
-
-def plain_data(value: Any, where: str) -> Any:
-    """``value`` as what a checkpoint holds, arrays copied; ValueError naming what it cannot hold.
-
-    Numbers, strings, None, numpy and (torch imported) torch arrays, ArrayRecords, aggregators'
-    states, and lists, tuples and str-keyed dicts of these. The error names ``where`` with the
-    key or index inside it (``where['avg'][2]``) and the type found (a ValueError).
+    A researcher's strategy with ``load_state_dict`` gives its ``state_dict()``; Flower's
+    strategies their :data:`FLOWER_STATE`.
     """
-    torch = sys.modules.get("torch")  # a tensor exists only where torch is imported
-    if isinstance(value, Strategy):
-        return aggregator_state(value)
-    if isinstance(value, ArrayRecord):
-        return {k: v.numpy() for k, v in value.items()}
-    if torch is not None and isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
-        return np.array(value)
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    if isinstance(value, list | tuple):
-        items = (plain_data(v, f"{where}[{i}]") for i, v in enumerate(value))
-        return list(items) if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict) and all(type(k) is str for k in value):
-        return {k: plain_data(v, f"{where}[{k!r}]") for k, v in value.items()}
-    raise RuleBrokenError(
-        f"{where} is {type(value).__name__}: a checkpoint holds numbers, strings, numpy and torch "
-        "arrays, ArrayRecords and lists, tuples and str-keyed dicts of these"
-    )
+    if aggregator is None or hasattr(aggregator, "load_state_dict"):
+        return {} if aggregator is None else dict(aggregator.state_dict())  # type: ignore[attr-defined]
+    state: dict[str, Any] = {}
+    for key, (owner, name, _) in _attributes(aggregator).items():
+        value = getattr(owner, name)
+        if isinstance(value, ArrayRecord | dict):
+            value = {
+                k: np.array(v.numpy() if isinstance(v, Array) else v) for k, v in value.items()
+            }
+        state[key] = [np.array(v) for v in value] if isinstance(value, list) else value
+    return state
 
 
 def load_aggregator_state(
@@ -298,109 +373,56 @@ def load_aggregator_state(
 ) -> None:
     """Check, then set what :func:`aggregator_state` saved on a freshly built ``aggregator``.
 
-    Every value must fit what a copy of it holds after a trial round on ``model`` (the run's
-    global model): its kind, keys and lengths, array shapes and floating dtypes, finite numbers.
-    Raises ValueError (one line) for a state given to the default FedAvg (None), a name that is
-    not state (a setting, or unknown), a missing state attribute, or a value that does not fit.
+    A checkpoint is untrusted: it must hold the keys the fresh aggregator keeps (a researcher's:
+    those of its ``state_dict()``, then given to its ``load_state_dict``); Flower's arrays have
+    the run's global ``model``'s names, shapes and floating dtypes, numbers are finite. Raises
+    ValueError (one line); nothing is set then.
     """
-    if aggregator is None and state:
-        raise ValueError(
-            f"the checkpoint holds an aggregator's state ({sorted(state)[:3]}) but the run's "
-            "'aggregator' is the default FedAvg"
+    own = hasattr(aggregator, "load_state_dict")
+    attributes = {} if aggregator is None or own else _attributes(aggregator)
+    keys_kept = sorted(aggregator.state_dict() if own else attributes)  # type: ignore[union-attr]
+    if sorted(state) != keys_kept:
+        what = (
+            f"the run's {type(aggregator).__name__}"
+            if aggregator
+            else "the run's 'aggregator' is the default FedAvg, which"
         )
-    if aggregator is None or not (state or state_names(aggregator)):
-        return
-    trial = copy.deepcopy(aggregator)
-    _, reason = _trial_round(trial, model) if state else (0, None)
-    if reason is not None:
-        raise ValueError(f"the aggregator state cannot be checked: a trial round failed ({reason})")
-    for owner, name, value in _fitted_state(aggregator, trial, state, type(aggregator).__name__):
-        setattr(owner, name, value)
+        raise ValueError(f"the aggregator state holds {sorted(state)}; {what} keeps {keys_kept}")
+    if own:
+        aggregator.load_state_dict(state)  # type: ignore[union-attr]
+    fitted = {key: _fit(state[key], kind, model, key) for key, (_, _, kind) in attributes.items()}
+    for key, (owner, name, _) in attributes.items():
+        setattr(owner, name, fitted[key])
 
 
-def _fitted_state(
-    aggregator: Strategy, trial: Strategy, state: object, path: str
-) -> list[tuple[Strategy, str, Any]]:
-    """(owner, attribute, value) to set: :func:`load_aggregator_state`'s checks, nested."""
-    if not isinstance(state, Mapping):
-        raise ValueError(f"the aggregator state of {path} is {type(state).__name__}, not a dict")
-    names = state_names(aggregator)
-    shown = f"the state of {type(aggregator).__name__} is: {', '.join(names) or 'none'}"
-    for name in [n for n in state if n not in names]:
-        what = "a setting from the run config" if name in vars(aggregator) else "unknown"
-        raise ValueError(
-            f"the aggregator state holds {path}.{name} ({what}, not state; {shown}): the "
-            "settings in effect are the run config's"
-        )
-    out = []
-    for name in names:
-        if name not in state:
-            raise ValueError(f"the aggregator state lacks {path}.{name} ({shown})")
-        held = getattr(trial, name, None)
-        if isinstance(held, Strategy):
-            out += _fitted_state(getattr(aggregator, name), held, state[name], f"{path}.{name}")
+def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
+    """``value`` as the attribute of ``kind`` holds it; ValueError naming ``where`` if unfit."""
+    refusal = f"the aggregator state's {where}"
+    if kind == "norm":
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value > 0):
+            raise ValueError(f"{refusal} = {value!r}; allowed: a finite number > 0")
+        return value
+    if value is None:  # before the first round
+        return None
+    by_name = dict(zip(model, value, strict=False)) if isinstance(value, list) else value
+    if not isinstance(value, list if kind == "list" else dict) or len(value) != len(model):
+        raise ValueError(f"{refusal} is not {len(model)} arrays, one per array of the model")
+    if set(by_name) != set(model):
+        raise ValueError(f"{refusal} has other keys than the model's: {sorted(by_name)[:3]}")
+    out = {}
+    for key, ref in model.items():
+        array, ref = by_name[key], np.asarray(ref)
+        if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+            problem = f"is {type(array).__name__}, not a numeric array"
+        elif array.shape != ref.shape:
+            problem = f"has shape {list(array.shape)}; the model's is {list(ref.shape)}"
+        elif ref.dtype.kind == "f" and array.dtype != ref.dtype:
+            problem = f"has dtype {array.dtype}; the model's is {ref.dtype}"
+        elif array.dtype.kind == "f" and not np.isfinite(array).all():
+            problem = "is not finite"
         else:
-            out.append((aggregator, name, _restored(state[name], held, f"{path}.{name}", name)))
-    return out
-
-
-def _restored(saved: Any, held: Any, where: str, name: str) -> Any:
-    """``saved`` as the kind of value ``held`` (what the trial left) is; ValueError if unfit."""
-
-    def refuse(problem: str) -> ValueError:
-        return ValueError(f"the aggregator state's {where} {problem}")
-
-    if isinstance(held, ArrayRecord):
-        arrays = _restored(saved, {k: v.numpy() for k, v in held.items()}, where, name)
-        return _record(arrays)
-    if saved is None or held is None:
-        return saved
-    if isinstance(held, dict | list | tuple):
-        if not isinstance(saved, type(held)):
-            raise refuse(f"is {type(saved).__name__}, where the run's aggregator holds "
-                         f"{type(held).__name__}")  # fmt: skip
-        if isinstance(held, dict) and set(saved) != set(held):
-            odd = sorted(set(saved) ^ set(held))[:3]
-            raise refuse(f"has other keys than the run's ({', '.join(map(repr, odd))} in one only)")
-        if len(saved) != len(held):
-            raise refuse(f"holds {len(saved)} items; the run's aggregator holds {len(held)}")
-        keys = list(held) if isinstance(held, dict) else range(len(held))
-        items = [_restored(saved[k], held[k], f"{where}[{k!r}]", name) for k in keys]
-        return dict(zip(keys, items, strict=True)) if isinstance(held, dict) else type(held)(items)
-    if isinstance(held, np.ndarray | np.generic):
-        if not isinstance(saved, np.ndarray) or saved.dtype.kind not in "biuf":
-            raise refuse(f"is {type(saved).__name__}, not a numeric array")
-        if saved.shape != held.shape:
-            raise refuse(f"has shape {list(saved.shape)}; the run's is {list(held.shape)}")
-        if held.dtype.kind == "f" and saved.dtype != held.dtype:
-            raise refuse(f"has dtype {saved.dtype}; the run's is {held.dtype}")
-        if saved.dtype.kind == "f" and not np.isfinite(saved).all():
-            raise refuse("is not finite")
-        return np.array(saved) if isinstance(held, np.ndarray) else saved[()]
-    if isinstance(held, int | float) and not isinstance(held, bool):
-        allowed = "a finite number" + (" > 0" if name in POSITIVE else "")
-        if isinstance(saved, bool) or not isinstance(saved, int | float):
-            raise refuse(f"is {type(saved).__name__}, not {allowed}")
-        if not math.isfinite(saved) or (name in POSITIVE and saved <= 0):
-            raise refuse(f"= {saved!r}; allowed: {allowed}")
-    return saved
-
-
-def fingerprint(aggregator: Strategy) -> dict[str, Any]:
-    """Each attribute pickled (a held strategy's nested; one that pickles not is left out)."""
-    out: dict[str, Any] = {}
-    for name, value in vars(aggregator).items():
-        with contextlib.suppress(Exception):
-            out[name] = fingerprint(value) if isinstance(value, Strategy) else pickle.dumps(value)
-    return out
-
-
-def unsaved_changes(aggregator: Strategy, before: Mapping[str, Any], path: str) -> list[str]:
-    """The attributes changed since the :func:`fingerprint` ``before`` that are not state."""
-    names, after, out = state_names(aggregator), fingerprint(aggregator), []
-    for name in sorted(set(before) | set(after)):
-        if isinstance(before.get(name), dict) and isinstance(after.get(name), dict):
-            out += unsaved_changes(getattr(aggregator, name), before[name], f"{path}.{name}")
-        elif name not in (*names, *SET_EACH_ROUND) and before.get(name) != after.get(name):
-            out.append(f"{path}.{name}")
-    return out
+            out[key] = np.array(array)
+            continue
+        raise ValueError(f"{refusal}[{key!r}] {problem}")
+    return list(out.values()) if kind == "list" else _record(out) if kind == "record" else out

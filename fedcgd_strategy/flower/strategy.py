@@ -30,8 +30,7 @@ from numpy.typing import NDArray
 
 from channel import ChannelModel
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
-from fedcgd_strategy.flower.aggregator_params import dp_round_noise
-from fedcgd_strategy.flower.aggregators import aggregate_uploads
+from fedcgd_strategy.flower.aggregators import aggregate_uploads, dp_round_noise
 from fedcgd_strategy.flower.discovery import (
     discover_nodes,
     record_unanswered,
