@@ -21,9 +21,9 @@ from run_files.files import (
     atomic_write,
     parse_json,
     read_json_object,
-    stop_signals_held,
     sync_files,
 )
+from run_files.signals import held
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -91,7 +91,7 @@ class ResultWriter:
         A stop signal waits until it is both in the file and in :attr:`lines`.
         """
         clean = json_ready(line)
-        with stop_signals_held():
+        with held():
             append_line(self.dir / METRICS_FILE, json.dumps(clean))
             self.lines.append(clean)
 

@@ -10,16 +10,17 @@ import json
 import math
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
-from fedcgd_task.errors import OneLineMessage, StopsRun
-from fedcgd_task.imports import first_line, said
+from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import first_line
 from fedcgd_task.settings import flatten
 from run_files.files import atomic_write, read_json_object
 from run_files.results import CHECKPOINT_FILE, CONFIG_FILE, STATUS_FILE, read_metrics_lines
+from run_files.signals import stops_the_run
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
@@ -75,29 +76,6 @@ def lost_note(devices_lost: int, rounds_with_lost_devices: int) -> str:
     return (
         f"; {devices_lost} device-round(s) lost to timeouts, disconnections or errors in "
         f"{rounds_with_lost_devices} round(s) (metrics.jsonl 'lost')"
-    )
-
-
-def stops_the_run(err: BaseException) -> bool:
-    """True for a ``KeyboardInterrupt`` or an error marked :class:`fedcgd_task.errors.StopsRun`."""
-    return isinstance(err, KeyboardInterrupt | StopsRun)
-
-
-class UserCodeExitError(OneLineMessage, RuntimeError):
-    """A ``SystemExit``, ``KeyboardInterrupt``, ... that no signal caused: a failure (one line)."""
-
-
-def as_failure(err: BaseException, noted: Collection[int]) -> BaseException:
-    """``err``, or a :class:`UserCodeExitError` in its place: only a signal ``noted`` stops a run.
-
-    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a data set's, a model's)
-    is a failure, its line naming where it was raised (:func:`fedcgd_task.imports.said`).
-    """
-    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
-        return err
-    return UserCodeExitError(
-        f"{said(err)} raised while no stop signal came (a policy, data set, model or aggregator "
-        "that raises anything fails the run)"
     )
 
 

@@ -38,7 +38,6 @@ from experiments.compare.plans import (
 )
 from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
-from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
 from experiments.run.ray_runs import RaySettings, connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, fedcgd_command
@@ -48,6 +47,7 @@ from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
 from run_files.files import atomic_write
 from run_files.folder_lock import FolderClaim, claim_folder
+from run_files.signals import exit_code_stopping_on_signals
 from server_app.config import PARAMS_PREFIX, fold_policy_params
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")

@@ -181,8 +181,8 @@ def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
     The first line names the run's folder; after a failure or a signal the last line gives the
     command that continues the run, or says why it cannot.
     """
-    from experiments.run.processes import exit_code_stopping_on_signals
     from experiments.run.resume_command import LastWords
+    from run_files.signals import exit_code_stopping_on_signals
 
     last_words = LastWords()
     return exit_code_stopping_on_signals(

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import check_certificates_dir, tls_certificates
 from experiments.run.flwr_run import check_ray_address, check_reachable, run_flwr
-from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import StartedAs, continue_line
 from experiments.run.run_config import (
     parse_run_config_text,
@@ -24,6 +23,7 @@ from experiments.run.run_config import (
     with_resolved_data_dir,
 )
 from fedcgd_task.settings import PROJECT_DIR
+from run_files.signals import exit_code_stopping_on_signals
 
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
