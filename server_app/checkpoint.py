@@ -41,6 +41,7 @@ from run_files.run_status import (
     first_line,
     flat_settings,
     read_status,
+    settings_differences,
 )
 from server_app.config import RunConfig
 
@@ -300,11 +301,11 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
             "be resumed"
         ) from err
     requested = json_ready(config.to_dict())
-    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
-    now = flat_settings(requested)
     skip = {"num_server_rounds", *unread_settings(requested)}
-    differ = sorted(k for k in set(now) - skip if before.get(k) != now[k])
+    differ = settings_differences(recorded, requested, ignore=skip, requested_keys_only=True)
     if differ:
+        before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
+        now = flat_settings(requested)
         shown = "; ".join(
             f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now[k]!r} now"
             for k in differ[:3]

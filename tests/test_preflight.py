@@ -200,7 +200,7 @@ def test_read_metrics_refuses_corrupt_missing_or_repeated_rounds(tmp_path):
 
 
 def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
-    from experiments.run.outcome import run_outcome
+    from run_files.run_status import run_outcome
 
     assert run_outcome(tmp_path, 0.0).code == 1  # no status: the ServerApp never started
     write_status(tmp_path, RunStatus(COMPLETED, 5, 5))

@@ -195,7 +195,7 @@ def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
 
 
 def test_a_run_where_every_node_is_silent_is_a_failure(tmp_path):
-    from experiments.run.outcome import run_outcome  # new API: imported here
+    from run_files.run_status import run_outcome  # new API: imported here
 
     folder = tmp_path / "run"
     config = run_config(folder)

@@ -175,9 +175,9 @@ def launch_run(
 
     A failed run's last line is ``continuing()``: how it continues, or why it cannot.
     """
-    from experiments.run.outcome import run_outcome
     from experiments.run.preflight import effective_result_dir
     from run_files.files import ResultWriteError
+    from run_files.run_status import run_outcome
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])

@@ -233,8 +233,8 @@ def run_task(
     import ray
 
     from experiments.run.inprocess import run_inprocess
-    from experiments.run.outcome import run_outcome
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+    from run_files.run_status import run_outcome
 
     real = str(overrides["result-dir"])
     in_place = False
