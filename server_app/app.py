@@ -18,9 +18,12 @@ from flwr.supercore.logger import FLOWER_LOGGER
 from fedcgd_strategy.flower.simulation import is_simulation, patient
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
-from run_files.files import ResultWriteError
-from run_files.results import ResultWriter, sync_run_files
-from run_files.run_status import (
+from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
+from server_app.config import RunConfig, parse_run_config
+from server_app.recorder import RoundRecorder
+from server_app.run_folder.files import ResultWriteError
+from server_app.run_folder.results import ResultWriter, sync_run_files
+from server_app.run_folder.run_status import (
     COMPLETED,
     FAILED,
     FAILURE_MARKER,
@@ -32,10 +35,7 @@ from run_files.run_status import (
     lost_note,
     write_status,
 )
-from run_files.signals import as_failure, watching
-from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
-from server_app.config import RunConfig, parse_run_config
-from server_app.recorder import RoundRecorder
+from server_app.run_folder.signals import as_failure, watching
 from server_app.setup import RunSetup, build_setup
 
 app = ServerApp()

@@ -23,9 +23,10 @@ from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.nested import DESCEND, map_nested
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
 from fedcgd_task.settings import RECORDED, unread_settings
-from run_files.files import atomic_write, read_json_object
-from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.results import (
+from server_app.config import RunConfig
+from server_app.run_folder.files import atomic_write, read_json_object
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.results import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     MODEL_FILE,
@@ -35,7 +36,7 @@ from run_files.results import (
     json_ready,
     read_metrics_lines,
 )
-from run_files.run_status import (
+from server_app.run_folder.run_status import (
     COMPLETED,
     SETTINGS_ADDED_LATER,
     first_line,
@@ -43,7 +44,6 @@ from run_files.run_status import (
     read_status,
     settings_differences,
 )
-from server_app.config import RunConfig
 
 #: The checkpoint's format (2: with :func:`run_identity`; 3: the aggregator state untagged,
 #: restored by kind); another format is refused on resume.

@@ -37,7 +37,7 @@ from experiments.run.run_config import validated_run_config
 from fedcgd_strategy.flower.aggregator_params import dp_round_noise
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, make_aggregator, noise_seed
 from fedcgd_task import keys
-from run_files.results import MODEL_FILE
+from server_app.run_folder.results import MODEL_FILE
 
 FIXED = "DifferentialPrivacyServerSideFixedClipping"
 ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"

@@ -209,7 +209,7 @@ def test_a_model_moved_by_rounding_alone_is_unchanged_and_a_real_step_is_not():
 
 
 def test_only_a_signal_received_stops_a_run():
-    from run_files.signals import Interrupted, as_failure, watching
+    from server_app.run_folder.signals import Interrupted, as_failure, watching
 
     for raised in (KeyboardInterrupt(), SystemExit(0), Interrupted(signal.SIGINT), GeneratorExit()):
         failure = as_failure(raised, noted=[])

@@ -30,9 +30,15 @@ from experiments.run.run_config import validated_run_config, with_resolved_data_
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
-from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.results import RUN_FILES
-from run_files.run_status import FAILED, failure_from_output, first_line, read_status, run_outcome
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.results import RUN_FILES
+from server_app.run_folder.run_status import (
+    FAILED,
+    failure_from_output,
+    first_line,
+    read_status,
+    run_outcome,
+)
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,16 @@ from typing import Any
 from experiments.run.ray_runs import resolve_jobs
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.settings import unread_settings
-from run_files.code_identity import code_identity, run_digests
-from run_files.files import read_json_object
-from run_files.results import CONFIG_FILE, METRICS_FILE, holds_run, read_metrics_lines
-from run_files.run_status import (
+from server_app.checkpoint import run_finished
+from server_app.run_folder.code_identity import code_identity, run_digests
+from server_app.run_folder.files import read_json_object
+from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, holds_run, read_metrics_lines
+from server_app.run_folder.run_status import (
     SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
     settings_differences,
 )
-from server_app.checkpoint import run_finished
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
@@ -292,7 +292,7 @@ def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
     A run to clear and run again is checked as a new run.
     """
     from experiments.run.preflight import check_before_start
-    from run_files.folder_lock import probe_free
+    from server_app.run_folder.folder_lock import probe_free
 
     for plan in plans:
         if plan.action in (KEEP, REFUSE):

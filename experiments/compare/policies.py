@@ -27,9 +27,9 @@ from experiments.run.ray_runs import connect, ray_settings
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text, validated_run_config
 from fedcgd_strategy.policies.registry import canonical_policy
-from run_files.files import ResultWriteError
-from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.signals import exit_code_stopping_on_signals
+from server_app.run_folder.files import ResultWriteError
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 
 @dataclass(frozen=True)

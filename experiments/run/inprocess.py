@@ -182,7 +182,7 @@ def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
     command that continues the run, or says why it cannot.
     """
     from experiments.run.resume_command import LastWords
-    from run_files.signals import exit_code_stopping_on_signals
+    from server_app.run_folder.signals import exit_code_stopping_on_signals
 
     last_words = LastWords()
     return exit_code_stopping_on_signals(
@@ -210,7 +210,7 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
         validated_run_config,
         with_resolved_data_dir,
     )
-    from run_files.run_status import run_outcome
+    from server_app.run_folder.run_status import run_outcome
 
     threads = args.cohort_threads or usable_cores()
     try:  # the run's folder is locked from here until this process ends

@@ -23,7 +23,7 @@ from experiments.run.run_config import (
     with_resolved_data_dir,
 )
 from fedcgd_task.settings import PROJECT_DIR
-from run_files.signals import exit_code_stopping_on_signals
+from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
@@ -176,8 +176,8 @@ def launch_run(
     A failed run's last line is ``continuing()``: how it continues, or why it cannot.
     """
     from experiments.run.preflight import effective_result_dir
-    from run_files.files import ResultWriteError
-    from run_files.run_status import run_outcome
+    from server_app.run_folder.files import ResultWriteError
+    from server_app.run_folder.run_status import run_outcome
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])

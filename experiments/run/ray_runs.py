@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from run_files.files import append_line, atomic_write
-from run_files.folder_lock import claim_folder
-from run_files.results import RUN_FILES, STATUS_FILE
-from run_files.run_status import first_line
-from run_files.signals import interrupting
+from server_app.run_folder.files import append_line, atomic_write
+from server_app.run_folder.folder_lock import claim_folder
+from server_app.run_folder.results import RUN_FILES, STATUS_FILE
+from server_app.run_folder.run_status import first_line
+from server_app.run_folder.signals import interrupting
 
 #: A run's output when it goes as a Ray task, in its result folder.
 RUN_LOG = "run.log"
@@ -234,7 +234,7 @@ def run_task(
 
     from experiments.run.inprocess import run_inprocess
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-    from run_files.run_status import run_outcome
+    from server_app.run_folder.run_status import run_outcome
 
     real = str(overrides["result-dir"])
     in_place = False

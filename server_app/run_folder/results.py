@@ -15,15 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from run_files.code_identity import CODE_KEY, code_entries, code_identity
-from run_files.files import (
+from server_app.run_folder.code_identity import CODE_KEY, code_entries, code_identity
+from server_app.run_folder.files import (
     append_line,
     atomic_write,
     parse_json,
     read_json_object,
     sync_files,
 )
-from run_files.signals import held
+from server_app.run_folder.signals import held
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"

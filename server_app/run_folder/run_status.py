@@ -18,9 +18,14 @@ from typing import Any, TypedDict
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import first_line
 from fedcgd_task.settings import flatten
-from run_files.files import atomic_write, read_json_object
-from run_files.results import CHECKPOINT_FILE, CONFIG_FILE, STATUS_FILE, read_metrics_lines
-from run_files.signals import stops_the_run
+from server_app.run_folder.files import atomic_write, read_json_object
+from server_app.run_folder.results import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    STATUS_FILE,
+    read_metrics_lines,
+)
+from server_app.run_folder.signals import stops_the_run
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
@@ -133,7 +138,7 @@ def failure_from_output(output: str) -> str | None:
 def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -> None:
     """Write ``status.json`` (``updated_unix_s``: now); ``durable``: fsynced before its rename.
 
-    Each round's is not (:func:`run_files.results.sync_run_files` at checkpoints and the end).
+    Each round's is not (:func:`~.results.sync_run_files` at checkpoints and the end).
     """
     text = json.dumps({**asdict(status), "updated_unix_s": time.time()}, indent=2) + "\n"
     atomic_write(Path(result_dir) / STATUS_FILE, text, durable=durable)

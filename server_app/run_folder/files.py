@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fedcgd_task.errors import OneLineMessage
-from run_files.signals import held
+from server_app.run_folder.signals import held
 
 FILE_MODE = 0o644
 #: Largest JSON file read (bytes), and deepest nesting of arrays and objects read.
