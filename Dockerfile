@@ -69,6 +69,5 @@ COPY client_app ./client_app
 COPY fedcgd_strategy ./fedcgd_strategy
 COPY fedcgd_task ./fedcgd_task
 COPY server_app ./server_app
-COPY run_files ./run_files
 COPY experiments ./experiments
 RUN pip install --no-deps --no-build-isolation . && rm -rf /tmp/build

@@ -7,7 +7,10 @@ gains every round (docs/design.md, "Channel traces"; docs/bring-your-own.md, "Yo
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +21,6 @@ import numpy.typing as npt
 from channel.arrays import BoolArray, FloatArray
 from channel.cell import Cell, CellConfig, RoundDraw, checked_model_bits
 from channel.npz import ArrayHeader, npz_headers
-from fedcgd_task.imports import first_line
-from run_files.files import atomic_write
 
 #: Names of the arrays of a trace file, in the order they are written.
 TRACE_ARRAYS: tuple[str, str] = ("available", "gain_lin")
@@ -178,12 +179,30 @@ def write_trace(
     """Validate ``available`` and ``gain_lin`` (``(R, V)``) and write them as a trace at ``path``.
 
     Written whole under exactly ``path`` (``numpy.savez`` would append ``.npz``) by
-    :func:`run_files.files.atomic_write`. Raises :class:`TraceError` (nothing written) when
+    a temporary file and ``os.replace``. Raises :class:`TraceError` (nothing written) when
     :class:`ChannelTrace` refuses the arrays.
     """
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
-    atomic_write(path, lambda out: np.savez(out, **{k: getattr(trace, k) for k in TRACE_ARRAYS}))
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            np.savez(out, **{k: getattr(trace, k) for k in TRACE_ARRAYS})
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return trace
+
+
+def first_line(err: BaseException) -> str:
+    """An error's first line (its type's name if empty): escape codes dropped, controls ``?``."""
+    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return "".join(
+        c if c.isprintable() else "?" for c in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line)
+    )
 
 
 def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int) -> ChannelTrace:

@@ -22,7 +22,7 @@ class StopsRun:
     """Mix into an exception class that stops a run on purpose (a signal), not a failure.
 
     ``isinstance(err, StopsRun)`` is how a run's status tells such an end (``stopped``) from a
-    failure (:func:`run_files.run_status.stops_the_run`).
+    failure (:func:`server_app.run_folder.signals.stops_the_run`).
     """
 
 

@@ -26,7 +26,7 @@ _FILE_REFERENCE = re.compile(r"^(/.+\.py):([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*
 
 #: The app's own packages: a frame in them is not the researcher's code.
 APP_PACKAGES = frozenset(
-    "channel client_app experiments fedcgd_strategy fedcgd_task run_files server_app".split()
+    "channel client_app experiments fedcgd_strategy fedcgd_task server_app".split()
 )
 #: Python's and the environment's library folders.
 _LIBRARIES = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")})

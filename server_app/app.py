@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from functools import partial
 from logging import WARNING
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -27,24 +24,24 @@ from fedcgd_strategy.flower.simulation import (
 )
 from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
-from run_files.files import STOP_SIGNALS, ResultWriteError
-from run_files.results import ResultWriter, sync_run_files
-from run_files.run_status import (
+from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
+from server_app.config import RunConfig, parse_run_config
+from server_app.recorder import RoundRecorder
+from server_app.run_folder.files import ResultWriteError
+from server_app.run_folder.results import ResultWriter, sync_run_files
+from server_app.run_folder.run_status import (
     COMPLETED,
     FAILED,
     FAILURE_MARKER,
     RUNNING,
     RunStatus,
-    as_failure,
     ended_by,
     failure_line,
     lost_counts,
     lost_note,
     write_status,
 )
-from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
-from server_app.config import RunConfig, parse_run_config
-from server_app.recorder import RoundRecorder
+from server_app.run_folder.signals import as_failure, watching
 from server_app.setup import RunSetup, build_setup
 
 app = ServerApp()
@@ -152,7 +149,7 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     :data:`SERVER_NUM_THREADS`.
     """
     torch.set_num_threads(SERVER_NUM_THREADS)
-    with flower_log_level(verbose=config.verbose), stop_signals_noted() as noted:
+    with flower_log_level(verbose=config.verbose), watching() as noted:
         try:
             taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
             if fresh_name:
@@ -164,31 +161,6 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
             if failure is err:
                 raise
             raise failure from err
-
-
-@contextlib.contextmanager
-def stop_signals_noted() -> Iterator[list[int]]:
-    """The SIGINT / SIGTERM that Python handlers of this process receive in the block.
-
-    The handlers run as before. Main thread only (elsewhere no handler runs, nothing is noted).
-    """
-    noted: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield noted
-        return
-    previous = {int(s): h for s in STOP_SIGNALS if callable(h := signal.getsignal(s))}
-
-    def note(signum: int, frame: FrameType | None) -> None:
-        noted.append(signum)
-        previous[signum](signum, frame)
-
-    for s in previous:
-        signal.signal(s, note)
-    try:
-        yield noted
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def _record_run(

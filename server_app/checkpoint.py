@@ -23,9 +23,10 @@ from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.nested import DESCEND, map_nested
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
 from fedcgd_task.settings import RECORDED, unread_settings
-from run_files.files import atomic_write, read_json_object
-from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.results import (
+from server_app.config import RunConfig
+from server_app.run_folder.files import atomic_write, read_json_object
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.results import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     MODEL_FILE,
@@ -35,14 +36,14 @@ from run_files.results import (
     json_ready,
     read_metrics_lines,
 )
-from run_files.run_status import (
+from server_app.run_folder.run_status import (
     COMPLETED,
     SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
     read_status,
+    settings_differences,
 )
-from server_app.config import RunConfig
 
 #: The checkpoint's format (2: with :func:`run_identity`; 3: the aggregator state untagged,
 #: restored by kind); another format is refused on resume.
@@ -300,11 +301,11 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
             "be resumed"
         ) from err
     requested = json_ready(config.to_dict())
-    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
-    now = flat_settings(requested)
     skip = {"num_server_rounds", *unread_settings(requested)}
-    differ = sorted(k for k in set(now) - skip if before.get(k) != now[k])
+    differ = settings_differences(recorded, requested, ignore=skip, requested_keys_only=True)
     if differ:
+        before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
+        now = flat_settings(requested)
         shown = "; ".join(
             f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now[k]!r} now"
             for k in differ[:3]

@@ -2,7 +2,7 @@
 
 :class:`RoundRecorder` is Flower's ``evaluate_fn``. The round's line and status are written
 without an fsync; when a checkpoint is due they are synced first
-(:func:`run_files.results.sync_run_files`) and the checkpoint follows, so a checkpoint's round
+(``run_folder.results.sync_run_files``) and the checkpoint follows, so a checkpoint's round
 always has its line. Round 0 (the starting model) is only evaluated and printed, and skipped on
 resume. Each line also goes to the run's TensorBoard events (:class:`RoundEvents`; what they
 hold: docs/running.md, "What a run writes"), flushed every round, not fsynced.
@@ -24,11 +24,17 @@ from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.array_codec import torch_state
 from fedcgd_task.schema import SETTINGS
 from fedcgd_task.settings import RECORDED, default_run_config
-from run_files.files import stop_signals_held
-from run_files.results import ResultWriter, sync_run_files
-from run_files.run_status import RUNNING, RunStatus, flat_settings, lost_counts, write_status
 from server_app.checkpoint import save_checkpoint
 from server_app.config import parse_run_config
+from server_app.run_folder.results import ResultWriter, sync_run_files
+from server_app.run_folder.run_status import (
+    RUNNING,
+    RunStatus,
+    flat_settings,
+    lost_counts,
+    write_status,
+)
+from server_app.run_folder.signals import held
 from server_app.setup import RunSetup
 
 #: TensorBoard tag -> field of the round's metrics line (docs/running.md, "What a run writes").
@@ -187,7 +193,7 @@ class RoundRecorder:
         record, self._record = self._record, None  # the record of this round, taken
         if record is None or record.round != server_round:
             raise RuntimeError(f"round {server_round}: the strategy recorded no round")
-        with stop_signals_held():  # a stop comes after the round's files and its line: they agree
+        with held():  # a stop comes after the round's files and its line: they agree
             line = self._write_round(server_round, metrics, eval_s, record, arrays)
             self.say(
                 self.writer.progress(

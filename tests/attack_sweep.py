@@ -38,10 +38,10 @@ from experiments.analysis.statistics import mean_ci95
 from experiments.compare.results import summarise
 from experiments.run.inprocess import InProcessGrid, node_contexts
 from fedcgd_task.settings import default_run_config
-from run_files.results import read_metrics_lines
-from run_files.run_status import COMPLETED, read_status
 from server_app.app import run_federation
 from server_app.config import fold_policy_params, parse_run_config
+from server_app.run_folder.results import read_metrics_lines
+from server_app.run_folder.run_status import COMPLETED, read_status
 
 #: label -> (aggregator, aggregator-params); "FedAvg" is the scheduler's own (the default).
 ROBUST: dict[str, tuple[str, dict[str, Any]]] = {

@@ -3,7 +3,7 @@
 ``config.json`` is the resolved run config the way the ServerApp records it
 (:func:`server_app.config.parse_run_config` of the defaults plus the overrides, with the data
 folder made absolute, plus values derived at run time), ``metrics.jsonl`` one line per round,
-``summary.json`` and ``status.json`` (:mod:`run_files.run_status`).
+``summary.json`` and ``status.json`` (:mod:`server_app.run_folder.run_status`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task.settings import default_run_config
-from run_files.run_status import COMPLETED, RunStatus, write_status
 from server_app.config import parse_run_config
+from server_app.run_folder.run_status import COMPLETED, RunStatus, write_status
 
 
 def recorded_config(overrides: Mapping[str, Any], result_dir: Path) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from flwr.serverapp import strategy as flower_strategies
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import default_run_config
-from run_files.run_status import read_status
 from server_app.config import fold_policy_params, parse_run_config
+from server_app.run_folder.run_status import read_status
 
 V = 8
 FIXED = "DifferentialPrivacyServerSideFixedClipping"

@@ -41,10 +41,10 @@ from fedcgd_strategy.flower.aggregators import (
 )
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from run_files.results import MODEL_FILE
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
 from server_app.config import fold_policy_params, parse_run_config
+from server_app.run_folder.results import MODEL_FILE
 
 PROJECT = Path(__file__).resolve().parents[1]
 V = 8
@@ -464,7 +464,7 @@ def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, caps
 
 
 def test_a_run_recorded_before_the_aggregator_setting_compares_as_the_default() -> None:
-    from run_files.run_status import settings_differences
+    from server_app.run_folder.run_status import settings_differences
 
     recorded = {"policy": "bc", "seed": 0, "task": {"dataset": "digits"}}  # no "aggregator"
     asked = {**recorded, "aggregator": ""}

@@ -15,9 +15,9 @@ from run_results import lines
 from channel import CellConfig
 from fedcgd_strategy.policies import POLICY_NAMES
 from fedcgd_task.settings import default_run_config
-from run_files.results import CONFIG_FILE, MODEL_FILE
 from server_app.app import run_federation
 from server_app.config import parse_run_config
+from server_app.run_folder.results import CONFIG_FILE, MODEL_FILE
 
 
 def run_inprocess(tmp_path: Path, name: str, *, cohorts: bool = True, **overrides) -> Path:

@@ -34,7 +34,6 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
 )
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE, MODEL_FILE, RUN_FILES, json_ready
 from server_app.checkpoint import (
     CHECKPOINT_FILE,
     CheckpointRefusedError,
@@ -45,6 +44,7 @@ from server_app.checkpoint import (
     run_identity,
 )
 from server_app.config import RunConfig, parse_run_config
+from server_app.run_folder.results import METRICS_FILE, MODEL_FILE, RUN_FILES, json_ready
 
 DEVICES, ROUNDS = 6, 2
 FIXED_DP = "DifferentialPrivacyServerSideFixedClipping"

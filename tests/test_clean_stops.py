@@ -21,7 +21,8 @@ from run_results import assert_same_run, lines, whole_run
 from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim
 
 from experiments.cli import invoke
-from run_files.files import atomic_write, stop_signals_held
+from server_app.run_folder.files import atomic_write
+from server_app.run_folder.signals import held
 
 #: A checkpoint after every round: the round a stop lands in is the one that can be continued.
 VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd", "checkpoint-every": 1}
@@ -156,10 +157,10 @@ def test_a_signal_during_a_write_is_delivered_after_it_once(tmp_path):
     try:
         reached_end = []
         with pytest.raises(Stop):
-            with stop_signals_held():
+            with held():
                 os.kill(os.getpid(), signal.SIGINT)
                 os.kill(os.getpid(), signal.SIGINT)  # twice: delivered once
-                with stop_signals_held():  # nested: the outer block delivers
+                with held():  # nested: the outer block delivers
                     atomic_write(tmp_path / "f.txt", "whole")
                 reached_end.append(True)
         assert reached_end == [True]
@@ -173,7 +174,7 @@ def test_outside_the_main_thread_nothing_is_held(tmp_path):
     seen = []
 
     def write():
-        with stop_signals_held():
+        with held():
             seen.append(signal.getsignal(signal.SIGINT))
 
     before = signal.getsignal(signal.SIGINT)
@@ -184,9 +185,8 @@ def test_outside_the_main_thread_nothing_is_held(tmp_path):
 
 
 def test_a_stop_is_told_by_its_mark_class_alone():
-    from experiments.run.processes import Interrupted
     from fedcgd_task.errors import StopsRun
-    from run_files.run_status import stops_the_run
+    from server_app.run_folder.signals import Interrupted, stops_the_run
 
     class MarkedError(StopsRun, Exception):
         pass
@@ -200,7 +200,7 @@ def test_a_stop_is_told_by_its_mark_class_alone():
 
 
 def test_a_running_status_becomes_stopped_and_no_other_changes(tmp_path: Path) -> None:
-    from run_files.run_status import (
+    from server_app.run_folder.run_status import (
         COMPLETED,
         FAILED,
         RUNNING,
@@ -230,8 +230,8 @@ def test_a_run_stopped_under_flwr_run_is_recorded_stopped(tmp_path: Path, monkey
     """``flwr run``'s ServerApp is stopped by PID and cannot record it: the command that ran it
     (the launcher, a comparison) does, once every process is gone."""
     from experiments.run import flwr_run
-    from experiments.run.processes import Interrupted
-    from run_files.run_status import RUNNING, RunStatus, read_status, write_status
+    from server_app.run_folder.run_status import RUNNING, RunStatus, read_status, write_status
+    from server_app.run_folder.signals import Interrupted
 
     folder = tmp_path / "run"
     folder.mkdir()

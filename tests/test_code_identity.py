@@ -11,7 +11,7 @@ from task_settings import checkpointed_run_config
 
 from experiments.compare.results import summarise, warn_mixed_code
 from experiments.run.inprocess import run_inprocess
-from run_files.code_identity import (
+from server_app.run_folder.code_identity import (
     COMPUTING_PACKAGES,
     code_entries,
     code_identity,
@@ -19,7 +19,7 @@ from run_files.code_identity import (
     run_digests,
     source_digest,
 )
-from run_files.results import CONFIG_FILE
+from server_app.run_folder.results import CONFIG_FILE
 
 VERSIONS = {"numpy": "2.0.0", "torch": "2.1.0"}
 

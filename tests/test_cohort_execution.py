@@ -37,9 +37,9 @@ from experiments.run.run_config import validated_run_config
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE, MODEL_FILE
 from server_app.app import run_federation
 from server_app.config import parse_run_config
+from server_app.run_folder.results import METRICS_FILE, MODEL_FILE
 
 MNIST1D = {"dataset": "mnist1d", "mnist1d-samples": 1200, "batch-size": 16}
 MLP, CNN1D = "layer_cases:mlp_float64", "layer_cases:cnn1d_float64"

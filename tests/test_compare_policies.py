@@ -22,8 +22,8 @@ from subprocesses import FEDCGD, run_fedcgd
 from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
-from experiments.run.processes import Interrupted
-from run_files.run_status import FAILED, RUNNING, read_status
+from server_app.run_folder.run_status import FAILED, RUNNING, read_status
+from server_app.run_folder.signals import Interrupted
 
 RERUN = (
     "to go on, run the same command again (completed runs are kept, stopped ones continue "

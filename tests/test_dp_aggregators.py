@@ -42,7 +42,7 @@ from fedcgd_strategy.flower.aggregators import (
     noise_seed,
 )
 from fedcgd_task import keys
-from run_files.results import MODEL_FILE
+from server_app.run_folder.results import MODEL_FILE
 
 FIXED = "DifferentialPrivacyServerSideFixedClipping"
 ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"

@@ -30,7 +30,7 @@ from experiments.run.federation import LocalFederation, _free_port, executable
 from experiments.run.flwr_run import run_flwr
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
-from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 4
 

@@ -30,8 +30,9 @@ from experiments.cli import invoke
 from experiments.run.preflight import claim_run
 from experiments.run.run_config import format_run_config
 from fedcgd_task.settings import PROJECT_DIR
-from run_files.files import atomic_write
-from run_files.folder_lock import (
+from server_app.checkpoint import CHECKPOINT_FILE, save_model
+from server_app.run_folder.files import atomic_write
+from server_app.run_folder.folder_lock import (
     LOCK_FILE,
     OWNERS_ENV,
     WRITER_LOCK_FILE,
@@ -40,8 +41,7 @@ from run_files.folder_lock import (
     let_go,
     take_lock,
 )
-from run_files.results import METRICS_FILE
-from server_app.checkpoint import CHECKPOINT_FILE, save_model
+from server_app.run_folder.results import METRICS_FILE
 
 SMALL = {"num-devices": 8, "channel.availability-prob": 0.8}
 
@@ -81,12 +81,12 @@ def holding_lock(
 ) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
     """:func:`holding` a process that runs ``acquire`` on ``folder`` and then sleeps.
 
-    ``acquire`` is a line of Python with ``folder`` (a Path) and :mod:`run_files.folder_lock`'s
+    ``acquire`` is a line of Python with ``folder`` (a Path) and ``run_folder.folder_lock``'s
     ``take_lock``, ``WRITER_LOCK_FILE`` and ``claim_folder`` at hand.
     """
     script = IN_PROJECT + (
         "import time\n"
-        "from run_files.folder_lock import WRITER_LOCK_FILE, claim_folder, take_lock\n"
+        "from server_app.run_folder.folder_lock import WRITER_LOCK_FILE, claim_folder, take_lock\n"
         f"folder = Path(sys.argv[2]); {acquire}\n"
         "print('held', flush=True); time.sleep(300)\n"
     )
@@ -299,7 +299,7 @@ def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp
 #: Claims ``argv[2]`` (as the writer when ``argv[3]`` is ``writer``; after a line on stdin when
 #: ``argv[4]`` is ``later``), says how it holds it, and holds it until a line on stdin.
 CLAIM_AND_SAY = IN_PROJECT + (
-    "from run_files.folder_lock import FolderInUseError, claim_folder\n"
+    "from server_app.run_folder.folder_lock import FolderInUseError, claim_folder\n"
     "if sys.argv[4:] == ['later']: sys.stdin.readline()\n"
     "try:\n"
     "    c = claim_folder(Path(sys.argv[2]), 'k', writer=sys.argv[3] == 'writer')\n"
@@ -312,7 +312,7 @@ CLAIM_AND_SAY = IN_PROJECT + (
 #: Starts ``CLAIM_AND_SAY argv[4:]`` (after claiming ``argv[2]`` itself), stdin and stdout piped.
 OWNER_HEAD = IN_PROJECT + (
     "import subprocess\n"
-    "from run_files.folder_lock import claim_folder\n"
+    "from server_app.run_folder.folder_lock import claim_folder\n"
     "claim = claim_folder(Path(sys.argv[2]), 'k')\n"
     "say = [sys.executable, '-c', sys.argv[3], sys.argv[1], sys.argv[2], *sys.argv[4:]]\n"
     "def child(): return subprocess.Popen(say, stdin=subprocess.PIPE, stdout=subprocess.PIPE,\n"
@@ -385,11 +385,11 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
 
 def test_the_run_files_package_imports_neither_flwr_nor_torch():
     assert_import_pulls_neither_flwr_nor_torch(
-        "run_files.folder_lock",
-        "run_files.files",
-        "run_files.run_status",
-        "run_files.results",
-        "run_files.code_identity",
+        "server_app.run_folder.folder_lock",
+        "server_app.run_folder.files",
+        "server_app.run_folder.run_status",
+        "server_app.run_folder.results",
+        "server_app.run_folder.code_identity",
     )
 
 

@@ -32,13 +32,12 @@ from experiments.compare.results import (
     write_comparison,
 )
 from experiments.run.inprocess import InProcessGrid
-from experiments.run.outcome import run_outcome
 from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, is_simulation
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from run_files.run_status import read_status
 from server_app.app import run_federation, wait_for_nodes
 from server_app.config import parse_run_config
+from server_app.run_folder.run_status import read_status, run_outcome
 
 V, ROUNDS, SLOW = 4, 3, 1
 #: The timeouts of the run, and how long the host holds each message of the slow device.

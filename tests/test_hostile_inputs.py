@@ -19,9 +19,9 @@ from experiments.compare.plans import check_policies
 from experiments.run.run_config import format_run_config
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE
 from server_app.app import run_federation
 from server_app.config import parse_run_config
+from server_app.run_folder.results import METRICS_FILE
 
 V = 6
 NODES = [9000 + 13 * i for i in range(V)]

@@ -157,7 +157,7 @@ def test_a_killed_in_process_run_with_default_settings_resumes_exactly(tmp_path)
 #: of round ``argv[1]`` is appended (before that round's status and any checkpoint).
 KILLED_AFTER_A_LINE = (
     "import os, signal, sys\n"
-    "from run_files.results import ResultWriter\n"
+    "from server_app.run_folder.results import ResultWriter\n"
     "append = ResultWriter.append_round\n"
     "def append_and_die(self, line):\n"
     "    append(self, line)\n"

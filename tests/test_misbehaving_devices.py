@@ -31,9 +31,9 @@ from fedcgd_strategy.validation import (
 )
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
-from run_files.results import MODEL_FILE
 from server_app.app import run_federation
 from server_app.config import parse_run_config
+from server_app.run_folder.results import MODEL_FILE
 
 V = 6
 FAULTY = 1  # its node id is below the next partition's: it answers discovery first

@@ -19,9 +19,16 @@ from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import load_data
 from fedcgd_task.partition import apply_imbalance, partition_indices
 from fedcgd_task.settings import default_run_config
-from run_files.results import METRICS_FILE
-from run_files.run_status import COMPLETED, FAILED, RUNNING, STOPPED, RunStatus, write_status
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from server_app.run_folder.results import METRICS_FILE
+from server_app.run_folder.run_status import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    STOPPED,
+    RunStatus,
+    write_status,
+)
 
 DIGITS_TRAIN = 1437  # load_digits_split: 1437 training images
 
@@ -151,7 +158,7 @@ def test_model_fits_the_images_it_is_built_for():
 
 
 def test_new_result_dir_refuses_a_file_a_run_and_an_uncreatable_folder(tmp_path):
-    from run_files.results import check_new_result_dir
+    from server_app.run_folder.results import check_new_result_dir
 
     check_new_result_dir(tmp_path / "new" / "deeper")  # creatable: fine, nothing created
     assert not (tmp_path / "new").exists()
@@ -174,7 +181,7 @@ def metrics_text(rounds: list[int]) -> str:
 
 
 def test_read_metrics_drops_a_torn_last_line_after_the_checkpoint_round(tmp_path):
-    from run_files.results import read_metrics_lines
+    from server_app.run_folder.results import read_metrics_lines
 
     (tmp_path / METRICS_FILE).write_text(metrics_text([1, 2, 3]) + '{"round": 4, "acc')
     assert [x["round"] for x in read_metrics_lines(tmp_path, 3)] == [1, 2, 3]
@@ -182,7 +189,7 @@ def test_read_metrics_drops_a_torn_last_line_after_the_checkpoint_round(tmp_path
 
 
 def test_read_metrics_refuses_corrupt_missing_or_repeated_rounds(tmp_path):
-    from run_files.results import read_metrics_lines
+    from server_app.run_folder.results import read_metrics_lines
 
     path = tmp_path / METRICS_FILE
     path.write_text(metrics_text([1, 2]) + '{"round": 3, "acc')  # the checkpoint round is torn
@@ -200,7 +207,7 @@ def test_read_metrics_refuses_corrupt_missing_or_repeated_rounds(tmp_path):
 
 
 def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
-    from experiments.run.outcome import run_outcome
+    from server_app.run_folder.run_status import run_outcome
 
     assert run_outcome(tmp_path, 0.0).code == 1  # no status: the ServerApp never started
     write_status(tmp_path, RunStatus(COMPLETED, 5, 5))

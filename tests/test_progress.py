@@ -40,7 +40,7 @@ def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
 
 
 def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
-    from run_files.results import eta_s
+    from server_app.run_folder.results import eta_s
 
     # After round 1 only its own time is known: 3 s per round, 9 rounds left.
     assert eta_s([3.0], 9) == 27.0
@@ -55,7 +55,7 @@ def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
 def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
     monkeypatch, tmp_path
 ) -> None:
-    import run_files.results as results
+    import server_app.run_folder.results as results
 
     clock = Clock(50.0)
     monkeypatch.setattr(results.time, "perf_counter", clock)

@@ -28,11 +28,11 @@ from torch import nn
 
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.settings import default_run_config
-from run_files.results import ResultWriter
-from run_files.run_status import RUNNING, read_status
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
 from server_app.config import parse_run_config
 from server_app.recorder import RoundRecorder, checkpoint_due, evaluation_due
+from server_app.run_folder.results import ResultWriter
+from server_app.run_folder.run_status import RUNNING, read_status
 from server_app.setup import RunSetup, build_setup
 
 SOFTPLUS_MINUS_1 = math.log(1.0 + math.exp(-1.0))  # 0.31326...
@@ -257,7 +257,7 @@ def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path)
 def test_the_eta_starts_after_round_0_and_leaves_node_discovery_out(monkeypatch, tmp_path):
     """Start-up before the starting model's evaluation, and the first round's node discovery
     (every ClientApp starting), are not round time: ETA = the rounds' own time per round."""
-    import run_files.results as results
+    import server_app.run_folder.results as results
 
     setup = tiny_setup(tmp_path, **{"num-server-rounds": 11, "checkpoint-every": 0})
     now = [500.0]

@@ -24,8 +24,8 @@ from experiments.compare.reproduce import (
 )
 from experiments.paper.settings import PAPER_CIFAR10
 from fedcgd_task.settings import default_run_config
-from run_files.results import holds_run
 from server_app.config import parse_run_config
+from server_app.run_folder.results import holds_run
 
 PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 

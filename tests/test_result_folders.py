@@ -28,11 +28,11 @@ from experiments.run.run_config import (
     validated_run_config,
     with_resolved_data_dir,
 )
-from run_files.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
-from run_files.run_status import RUNNING, RunStatus, read_status, write_status
 from server_app.app import run_federation
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.config import parse_run_config
+from server_app.run_folder.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from server_app.run_folder.run_status import RUNNING, RunStatus, read_status, write_status
 
 SMALL = {
     "num-devices": 8,
@@ -195,7 +195,7 @@ def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
 
 
 def test_a_run_where_every_node_is_silent_is_a_failure(tmp_path):
-    from experiments.run.outcome import run_outcome  # new API: imported here
+    from server_app.run_folder.run_status import run_outcome  # new API: imported here
 
     folder = tmp_path / "run"
     config = run_config(folder)

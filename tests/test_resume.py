@@ -22,9 +22,9 @@ from task_settings import checkpointed_run_config
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import format_run_config
 from fedcgd_strategy.policies import PolicyDecisionError
-from run_files.results import CHECKPOINT_FILE, MODEL_FILE
-from run_files.run_status import read_status
 from server_app.checkpoint import CheckpointRefusedError, checkpoint_round, load_checkpoint
+from server_app.run_folder.results import CHECKPOINT_FILE, MODEL_FILE
+from server_app.run_folder.run_status import read_status
 
 ROUNDS = 12
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from experiments.cli import invoke
-from run_files.run_status import COMPLETED, RUNNING, RunStatus, write_status
+from server_app.run_folder.run_status import COMPLETED, RUNNING, RunStatus, write_status
 
 
 def make_run(folder: Path, config: dict, status: RunStatus | None, accuracies: list, t: float):

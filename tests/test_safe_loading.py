@@ -223,7 +223,7 @@ def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path, capsys):
 
 
 def test_a_huge_status_json_is_one_line(tmp_path):
-    from experiments.run.outcome import run_outcome
+    from server_app.run_folder.run_status import run_outcome
 
     (tmp_path / "status.json").write_bytes(b" " * (64 * 2**20 + 1))
     outcome = run_outcome(tmp_path, 0.0)

@@ -26,7 +26,7 @@ from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.nodes import Pending, PendingMessages
 from fedcgd_strategy.policies import PolicyContext, make_policy
 from fedcgd_task import keys
-from run_files.results import METRICS_FILE
+from server_app.run_folder.results import METRICS_FILE
 
 TESTS = Path(__file__).resolve().parent
 

@@ -11,8 +11,8 @@ from task_settings import checkpointed_run_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments.run.inprocess import run_inprocess
-from run_files.results import METRICS_FILE
 from server_app.recorder import SCALARS
+from server_app.run_folder.results import METRICS_FILE
 
 SMALL = {"num-devices": 6, "channel.availability-prob": 0.8}
 

@@ -207,8 +207,7 @@ def test_a_model_moved_by_rounding_alone_is_unchanged_and_a_real_step_is_not():
 
 
 def test_only_a_signal_received_stops_a_run():
-    from experiments.run.processes import Interrupted
-    from server_app.app import as_failure, stop_signals_noted
+    from server_app.run_folder.signals import Interrupted, as_failure, watching
 
     for raised in (KeyboardInterrupt(), SystemExit(0), Interrupted(signal.SIGINT), GeneratorExit()):
         failure = as_failure(raised, noted=[])
@@ -225,7 +224,7 @@ def test_only_a_signal_received_stops_a_run():
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
-        with stop_signals_noted() as noted:
+        with watching() as noted:
             signal.raise_signal(signal.SIGTERM)
         assert noted == [signal.SIGTERM] and caught == [signal.SIGTERM]  # the handler ran too
         assert signal.getsignal(signal.SIGTERM) is handler

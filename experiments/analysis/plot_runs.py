@@ -30,9 +30,9 @@ from experiments.analysis.figures import (
 from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import WHERE_AND_HOW
-from run_files.files import ResultWriteError, atomic_write, read_json_object
-from run_files.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
-from run_files.run_status import flat_settings
+from server_app.run_folder.files import ResultWriteError, atomic_write, read_json_object
+from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
+from server_app.run_folder.run_status import flat_settings
 
 #: The three panels of a run figure, one metric each.
 PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
@@ -72,7 +72,7 @@ def load_run(result_dir: Path) -> tuple[str, list[dict]]:
 
 
 def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
-    """Save ``fig`` as PNG at ``out`` atomically (:func:`run_files.files.atomic_write`)."""
+    """Save ``fig`` as PNG at ``out`` atomically (``run_folder.files.atomic_write``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         return atomic_write(out, lambda handle: fig.savefig(handle, dpi=dpi, format="png"))

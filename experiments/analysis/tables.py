@@ -7,7 +7,7 @@ import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from run_files.files import atomic_write
+from server_app.run_folder.files import atomic_write
 
 
 def write_csv(

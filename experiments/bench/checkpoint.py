@@ -76,7 +76,7 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     """Seconds per round of :data:`RUN_SETTING` at each cadence, interleaved ``repeats`` times."""
     from experiments.run.inprocess import run_inprocess
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-    from run_files.results import read_metrics_lines
+    from server_app.run_folder.results import read_metrics_lines
 
     per_round: dict[int, list[float]] = {c: [] for c in CADENCES}
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-runs-") as folder:

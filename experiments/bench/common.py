@@ -21,8 +21,8 @@ import typer
 
 from experiments.analysis.tables import write_csv
 from experiments.run.run_config import format_run_config
-from run_files.files import atomic_write
-from run_files.results import read_metrics_lines
+from server_app.run_folder.files import atomic_write
+from server_app.run_folder.results import read_metrics_lines
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
 PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate_s", "eval_s")

@@ -28,7 +28,7 @@ from experiments.cli.options import bench
 from experiments.paper.settings import PAPER_CIFAR10
 from experiments.run.flwr_run import run_flwr
 from fedcgd_task.settings import default_run_config
-from run_files.results import read_metrics_lines
+from server_app.run_folder.results import read_metrics_lines
 
 #: CPUs per ClientApp in the simulation (two at a time on 2 cores).
 CPUS_PER_CLIENT = 1

@@ -271,7 +271,7 @@ def runs_command(
     ] = DEFAULT_RESULTS,
 ) -> None:
     """List the runs under a folder, oldest first: policy, aggregator, seed, rounds, status."""
-    from run_files.run_status import runs_table
+    from server_app.run_folder.run_status import runs_table
 
     try:
         print(runs_table(folder))

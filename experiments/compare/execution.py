@@ -23,16 +23,27 @@ from experiments.compare.plans import (
 )
 from experiments.compare.results import same_schedule_lines, summarise, write_comparison
 from experiments.run.flwr_run import run_flwr, strip_ansi
-from experiments.run.outcome import run_outcome
 from experiments.run.progress import RunProgress, format_duration
 from experiments.run.ray_runs import RUN_LOG, RaySettings, connect, run_tasks
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
-from run_files.folder_lock import FolderClaim, claim_folder
-from run_files.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, STATUS_FILE, holds_run
-from run_files.run_status import FAILED, failure_from_output, first_line, read_status
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.results import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    STATUS_FILE,
+    holds_run,
+)
+from server_app.run_folder.run_status import (
+    FAILED,
+    failure_from_output,
+    first_line,
+    read_status,
+    run_outcome,
+)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any
 from experiments.run.ray_runs import resolve_jobs
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.settings import unread_settings
-from run_files.files import read_json_object
-from run_files.results import CONFIG_FILE, SUMMARY_FILE
-from run_files.run_status import (
+from server_app.run_folder.files import read_json_object
+from server_app.run_folder.results import CONFIG_FILE, SUMMARY_FILE
+from server_app.run_folder.run_status import (
     SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
@@ -239,7 +239,7 @@ def plan_runs(
 def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
     """:func:`~experiments.run.preflight.check_before_start` for every run that will start."""
     from experiments.run.preflight import check_before_start
-    from run_files.folder_lock import probe_free
+    from server_app.run_folder.folder_lock import probe_free
 
     for plan in plans:
         if plan.action == KEEP:

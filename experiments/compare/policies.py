@@ -22,13 +22,13 @@ from experiments.compare.plans import (
     parse_seeds,
     plan_runs,
 )
-from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.ray_runs import connect, ray_settings
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text, validated_run_config
 from fedcgd_strategy.policies.registry import canonical_policy
-from run_files.files import ResultWriteError
-from run_files.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.files import ResultWriteError
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 
 @dataclass(frozen=True)

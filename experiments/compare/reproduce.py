@@ -37,7 +37,6 @@ from experiments.compare.plans import (
 )
 from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
-from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.progress import RunProgress
 from experiments.run.ray_runs import RaySettings, connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, fedcgd_command
@@ -45,9 +44,10 @@ from fedcgd_strategy.policies.registry import canonical_policy
 from fedcgd_task.datasets import load_train_set
 from fedcgd_task.schema import unknown_key
 from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
-from run_files.files import atomic_write
-from run_files.folder_lock import FolderClaim, claim_folder
 from server_app.config import PARAMS_PREFIX, fold_policy_params
+from server_app.run_folder.files import atomic_write
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 

@@ -17,10 +17,11 @@ from typing import Any
 from experiments.run.certificates import CertificateSet
 from experiments.run.federation import LocalFederation, flower_home
 from experiments.run.preflight import effective_result_dir
-from experiments.run.processes import Interrupted, stop
+from experiments.run.processes import stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_task.settings import PROJECT_DIR
-from run_files.run_status import mark_stopped
+from server_app.run_folder.run_status import mark_stopped
+from server_app.run_folder.signals import Interrupted
 
 #: Lines of ``flwr run --stream`` that say nothing about this run (Flower's and Ray's start-up
 #: and shutdown notices); shown only with the run-config key ``verbose = true``.

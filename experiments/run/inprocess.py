@@ -181,8 +181,8 @@ def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
     The first line names the run's folder; after a failure or a signal the last line gives the
     command that continues the run, or says why it cannot.
     """
-    from experiments.run.processes import exit_code_stopping_on_signals
     from experiments.run.resume_command import LastWords
+    from server_app.run_folder.signals import exit_code_stopping_on_signals
 
     last_words = LastWords()
     return exit_code_stopping_on_signals(
@@ -202,7 +202,6 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
 
     update_console_handler(colored=sys.stderr.isatty())  # no colour codes in a log file
 
-    from experiments.run.outcome import run_outcome
     from experiments.run.preflight import claim_run, effective_result_dir
     from experiments.run.ray_runs import usable_cores
     from experiments.run.resume_command import continue_line
@@ -211,6 +210,7 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
         validated_run_config,
         with_resolved_data_dir,
     )
+    from server_app.run_folder.run_status import run_outcome
 
     threads = args.cohort_threads or usable_cores()
     try:  # the run's folder is locked from here until this process ends

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import check_certificates_dir, tls_certificates
 from experiments.run.flwr_run import check_ray_address, check_reachable, run_flwr
-from experiments.run.processes import exit_code_stopping_on_signals
 from experiments.run.resume_command import StartedAs, continue_line
 from experiments.run.run_config import (
     parse_run_config_text,
@@ -24,6 +23,7 @@ from experiments.run.run_config import (
     with_resolved_data_dir,
 )
 from fedcgd_task.settings import PROJECT_DIR
+from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
@@ -175,9 +175,9 @@ def launch_run(
 
     A failed run's last line is ``continuing()``: how it continues, or why it cannot.
     """
-    from experiments.run.outcome import run_outcome
     from experiments.run.preflight import effective_result_dir
-    from run_files.files import ResultWriteError
+    from server_app.run_folder.files import ResultWriteError
+    from server_app.run_folder.run_status import run_outcome
 
     launched_unix_s = time.time()
     num_nodes = args.num_supernodes or int(merged["num-devices"])

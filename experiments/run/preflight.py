@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from run_files.run_status import first_line
+from server_app.run_folder.run_status import first_line
 
 if TYPE_CHECKING:
-    from run_files.folder_lock import FolderClaim
     from server_app.config import RunConfig
+    from server_app.run_folder.folder_lock import FolderClaim
 
 #: Local training passes at most this many times over a device's data per round
 #: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|; room for one-sample devices).
@@ -152,10 +152,10 @@ def check_result_folder(run_config: Mapping[str, Any], config: RunConfig | None 
     A folder another process holds, or that is or holds a link, is refused too; an empty
     ``result-dir`` (a fresh folder) needs no check. ``config``: ``run_config`` parsed already.
     """
-    from run_files.folder_lock import probe_free, refuse_links
-    from run_files.results import check_new_result_dir
     from server_app.checkpoint import check_resume
     from server_app.config import parse_run_config
+    from server_app.run_folder.folder_lock import probe_free, refuse_links
+    from server_app.run_folder.results import check_new_result_dir
 
     if run_config.get("resume-from"):
         folder, key = Path(str(run_config["resume-from"])).expanduser(), "resume-from"
@@ -181,8 +181,8 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
     a refused run leaves no folder it created. Returns the run config with ``result-dir`` set to
     the folder taken, and the claim.
     """
-    from run_files.folder_lock import claim_folder, holds_lock_files
     from server_app.checkpoint import claim_run_folder
+    from server_app.run_folder.folder_lock import claim_folder, holds_lock_files
 
     fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
     config = with_result_dir(run_config, out)

@@ -1,10 +1,8 @@
-"""Starting and stopping what a run starts, and the signals that stop a command.
+"""Starting and stopping what a run starts.
 
 :func:`popen` marks each started tree in its environment and tells a watcher process, which
 kills the marked trees when the starter ends, ``kill -9`` included; :func:`stop` finds a tree in
 ``/proc`` (docs/design.md, "No process outlives its launcher").
-:func:`exit_code_stopping_on_signals` turns SIGINT / SIGTERM into :class:`Interrupted`, which
-unwinds through the ``finally`` blocks; the commands then exit 130 / 143.
 """
 
 from __future__ import annotations
@@ -16,14 +14,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
-
-from fedcgd_task.errors import OneLineMessage, StopsRun
-from run_files.files import STOP_SIGNALS
-from run_files.run_status import as_failure
 
 #: Prefix of the environment variable that marks a tree.
 MARK = "FEDCGD_TREE_"
@@ -119,55 +112,3 @@ def popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
 def watch() -> None:
     """The watcher: read tokens from stdin until the starter ends, then kill their trees."""
     stop_marked(sys.stdin.read().split(), grace_s=0.0)
-
-
-class Interrupted(OneLineMessage, StopsRun, BaseException):
-    """The first SIGINT or SIGTERM in :func:`exit_code_stopping_on_signals` (main thread).
-
-    Its message (``stopped by SIGINT``) is the whole story; a run it ends is ``stopped``, not
-    ``failed``. ``signum``: the signal received.
-    """
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-
-def exit_code_stopping_on_signals(
-    command: Callable[[], int], last_words: Callable[[], str | None] | None = None
-) -> int:
-    """Run a command line's body and return its exit code; stop cleanly on signals (130 / 143).
-
-    The first SIGINT / SIGTERM raises :class:`Interrupted` in the main thread; repeats are
-    ignored while it stops, and the previous handlers come back at the end. After a signal, one
-    line says so on stderr, then ``last_words()`` (called once everything is stopped) if it gives
-    one. A ``SystemExit`` or ``KeyboardInterrupt`` without a signal (the researcher's code raised
-    it) is a failure: one line ``failed: ...`` naming where (:func:`as_failure`), exit code 1.
-    """
-    received: list[int] = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if not received:  # a repeat while stopping: let the clean-up finish
-            received.append(signum)
-            raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        return command()
-    except Interrupted as stop:
-        code = 128 + stop.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM
-        said = f"{stop}: every process of the run was stopped (exit code {code})"
-        print(said, file=sys.stderr, flush=True)
-        line = last_words() if last_words is not None else None
-        if line:
-            print(line, file=sys.stderr, flush=True)
-        return code
-    except BaseException as err:  # a SystemExit, ... of the researcher's code: a failure
-        failure = as_failure(err, received)
-        if failure is err:
-            raise
-        print(f"failed: {failure}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)

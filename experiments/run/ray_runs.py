@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.run.processes import Interrupted
-from run_files.files import STOP_SIGNALS, append_line, atomic_write
-from run_files.folder_lock import claim_folder
-from run_files.results import RUN_FILES, STATUS_FILE
-from run_files.run_status import first_line
+from server_app.run_folder.files import append_line, atomic_write
+from server_app.run_folder.folder_lock import claim_folder
+from server_app.run_folder.results import RUN_FILES, STATUS_FILE
+from server_app.run_folder.run_status import first_line
+from server_app.run_folder.signals import interrupting
 
 #: A run's output when it goes as a Ray task, in its result folder.
 RUN_LOG = "run.log"
@@ -233,8 +233,8 @@ def run_task(
     import ray
 
     from experiments.run.inprocess import run_inprocess
-    from experiments.run.outcome import run_outcome
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+    from server_app.run_folder.run_status import run_outcome
 
     real = str(overrides["result-dir"])
     in_place = False
@@ -257,26 +257,18 @@ def run_task(
             launched = time.time()
             # A stopped command's tasks get SIGTERM from Ray, whose handler raises SystemExit(1)
             # (to the run, a failure): here the run ends ``stopped by SIGTERM``.
-            rays = {s: signal.signal(s, raise_interrupted) for s in STOP_SIGNALS}
             try:
-                config = with_resolved_data_dir(validated_run_config(config))
-                run_inprocess(config, cohort_threads=threads)
+                with interrupting():
+                    config = with_resolved_data_dir(validated_run_config(config))
+                    run_inprocess(config, cohort_threads=threads)
             except Exception as err:  # the run failed: its outcome line says why
                 failure = err
-            finally:
-                for s, handler in rays.items():
-                    signal.signal(s, handler)
             outcome = run_outcome(folder, launched, failure)
             print(outcome.message, flush=True)
         if in_place:
             return {}, outcome.code
         files = {name: moved(name, data, tmp, real) for name, data in folder_files(folder).items()}
     return files, outcome.code
-
-
-def raise_interrupted(signum: int, frame: object) -> None:
-    """A signal handler: the run stops (:class:`~experiments.run.processes.Interrupted`)."""
-    raise Interrupted(signum)
 
 
 def again(run: Mapping[str, Any]) -> dict[str, Any]:

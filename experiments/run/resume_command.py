@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from run_files.results import CHECKPOINT_FILE, MODEL_FILE
-from run_files.run_status import COMPLETED, read_status
+from server_app.run_folder.results import CHECKPOINT_FILE, MODEL_FILE
+from server_app.run_folder.run_status import COMPLETED, read_status
 
 
 def fedcgd_command(words: Sequence[str]) -> str:

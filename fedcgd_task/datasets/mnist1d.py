@@ -152,7 +152,7 @@ def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArray
 
 def _write_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
     """Write ``arrays`` and their digest with ``key`` to ``path`` atomically (else a warning)."""
-    from run_files.files import ResultWriteError, atomic_write
+    from server_app.run_folder.files import ResultWriteError, atomic_write
 
     named: dict[str, Any] = dict(zip(_ARRAYS, arrays, strict=True))
     content = mnist1d_content_digest(key, arrays)

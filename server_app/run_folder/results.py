@@ -15,15 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from run_files.code_identity import CODE_KEY, code_entries, code_identity
-from run_files.files import (
+from server_app.run_folder.code_identity import CODE_KEY, code_entries, code_identity
+from server_app.run_folder.files import (
     append_line,
     atomic_write,
     parse_json,
     read_json_object,
-    stop_signals_held,
     sync_files,
 )
+from server_app.run_folder.signals import held
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -91,7 +91,7 @@ class ResultWriter:
         A stop signal waits until it is both in the file and in :attr:`lines`.
         """
         clean = json_ready(line)
-        with stop_signals_held():
+        with held():
             append_line(self.dir / METRICS_FILE, json.dumps(clean))
             self.lines.append(clean)
 

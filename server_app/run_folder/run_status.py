@@ -10,16 +10,22 @@ import json
 import math
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
-from fedcgd_task.errors import OneLineMessage, StopsRun
-from fedcgd_task.imports import first_line, said
+from fedcgd_task.errors import OneLineMessage
+from fedcgd_task.imports import first_line
 from fedcgd_task.settings import flatten
-from run_files.files import atomic_write, read_json_object
-from run_files.results import CHECKPOINT_FILE, CONFIG_FILE, STATUS_FILE, read_metrics_lines
+from server_app.run_folder.files import atomic_write, read_json_object
+from server_app.run_folder.results import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    STATUS_FILE,
+    read_metrics_lines,
+)
+from server_app.run_folder.signals import stops_the_run
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
@@ -78,29 +84,6 @@ def lost_note(devices_lost: int, rounds_with_lost_devices: int) -> str:
     )
 
 
-def stops_the_run(err: BaseException) -> bool:
-    """True for a ``KeyboardInterrupt`` or an error marked :class:`fedcgd_task.errors.StopsRun`."""
-    return isinstance(err, KeyboardInterrupt | StopsRun)
-
-
-class UserCodeExitError(OneLineMessage, RuntimeError):
-    """A ``SystemExit``, ``KeyboardInterrupt``, ... that no signal caused: a failure (one line)."""
-
-
-def as_failure(err: BaseException, noted: Collection[int]) -> BaseException:
-    """``err``, or a :class:`UserCodeExitError` in its place: only a signal ``noted`` stops a run.
-
-    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a data set's, a model's)
-    is a failure, its line naming where it was raised (:func:`fedcgd_task.imports.said`).
-    """
-    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
-        return err
-    return UserCodeExitError(
-        f"{said(err)} raised while no stop signal came (a policy, data set, model or aggregator "
-        "that raises anything fails the run)"
-    )
-
-
 def one_line(err: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters); a ``OneLineMessage`` alone.
 
@@ -155,7 +138,7 @@ def failure_from_output(output: str) -> str | None:
 def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -> None:
     """Write ``status.json`` (``updated_unix_s``: now); ``durable``: fsynced before its rename.
 
-    Each round's is not (:func:`run_files.results.sync_run_files` at checkpoints and the end).
+    Each round's is not (:func:`~.results.sync_run_files` at checkpoints and the end).
     """
     text = json.dumps({**asdict(status), "updated_unix_s": time.time()}, indent=2) + "\n"
     atomic_write(Path(result_dir) / STATUS_FILE, text, durable=durable)
@@ -195,6 +178,60 @@ def read_status(result_dir: Path) -> RunStatus | None:
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path} is not a valid run status ({err})") from err
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: the exit code (0 completed, 1 failed, 2 refused) and the last line to print.
+
+    ``flwr run`` exits 0 even when the ServerApp raises, so what the run raised, printed or
+    wrote in its ``status.json`` decides (:func:`run_outcome`).
+    """
+
+    code: int
+    message: str
+
+
+def run_outcome(
+    result_dir: Path,
+    launched_unix_s: float,
+    failure: BaseException | None = None,
+    output: str = "",
+) -> Outcome:
+    """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
+
+    What the run said itself wins (a full disk may have kept the status from being written):
+    ``failure`` it raised, or the ``run failed: ...`` line in ``output``; then a
+    ``status.json`` written since the launch.
+    """
+    if failure is not None:
+        return Outcome(1, f"failed: {failure_line(failure, result_dir)}")
+    printed = failure_from_output(output)
+    if printed is not None:
+        return Outcome(1, f"failed: {printed}")
+    try:
+        status = read_status(result_dir)
+    except ValueError as err:
+        return Outcome(1, f"failed: {err}")
+    if status is None or status.updated_unix_s < launched_unix_s:
+        return Outcome(
+            1,
+            f"failed: the run wrote no status in {result_dir} since it was launched (the "
+            "ServerApp stopped before its start or crashed; see the log above)",
+        )
+    after = f"round {status.last_round} of {status.num_server_rounds}"
+    if status.state == COMPLETED:
+        lost = lost_note(status.devices_lost, status.rounds_with_lost_devices)
+        return Outcome(0, f"completed: {status.last_round} rounds, results in {result_dir}{lost}")
+    if status.state == FAILED:
+        return Outcome(1, f"failed: {status.reason}")
+    if status.state == STOPPED:
+        return Outcome(1, f"failed: {status.reason} after {after}; {resume_advice(result_dir)}")
+    return Outcome(
+        1,
+        f"failed: the run stopped after {after} without finishing (killed?); "
+        f"{resume_advice(result_dir)}",
+    )
 
 
 def flat_settings(settings: Mapping[str, Any]) -> dict[str, Any]:

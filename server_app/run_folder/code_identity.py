@@ -29,7 +29,7 @@ CODE_KEY = "code"
 #: Hex digits of the digest kept.
 DIGEST_CHARS = 16
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _version(name: str) -> str:

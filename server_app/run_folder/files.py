@@ -12,18 +12,15 @@ import contextlib
 import errno
 import json
 import os
-import signal
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from fedcgd_task.errors import OneLineMessage
+from server_app.run_folder.signals import held
 
 FILE_MODE = 0o644
-#: The signals that stop a run (the commands turn them into a clean stop).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Largest JSON file read (bytes), and deepest nesting of arrays and objects read.
 MAX_JSON_BYTES, MAX_JSON_DEPTH = 64 * 2**20, 64
 #: Flags of a file appended to (never through a link).
@@ -44,39 +41,11 @@ class ResultWriteError(OneLineMessage, Exception):
         return self.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-_holding = False  # True while an outer stop_signals_held block holds the signals
-
-
-@contextlib.contextmanager
-def stop_signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back while the block runs; deliver each once after it.
-
-    Does nothing outside the main thread (Python runs handlers there only) and in a nested block.
-    """
-    global _holding
-    if _holding or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous = {s: h for s in STOP_SIGNALS if (h := signal.getsignal(s)) is not None}
-    for s in previous:
-        signal.signal(s, lambda signum, frame: held.append(signum))
-    _holding = True
-    try:
-        yield
-    finally:
-        _holding = False
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for signum in dict.fromkeys(held):
-            signal.raise_signal(signum)
-
-
 @contextlib.contextmanager
 def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     """Hold stop signals; turn an OSError into :class:`ResultWriteError` naming ``path``."""
     try:
-        with stop_signals_held():
+        with held():
             yield
     except OSError as err:
         text = os.strerror(err.errno) if err.errno else str(err) or type(err).__name__

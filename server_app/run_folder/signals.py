@@ -1,0 +1,156 @@
+"""The one way SIGINT and SIGTERM stop a run: noted, held back while files are written, then raised.
+
+:func:`watching` routes both signals through one dispatcher for a block: each is noted, held
+back while a :func:`held` block writes (the round's files and its line agree), then given to the
+handler. A command's handler (:func:`exit_code_stopping_on_signals`) raises :class:`Interrupted`,
+which unwinds through the ``finally`` blocks; the command exits 130 / 143. A ``SystemExit`` or
+``KeyboardInterrupt`` with no signal noted is the researcher's code's: a failure
+(:func:`as_failure`). See docs/design.md, "Stopped runs".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Collection, Iterator
+from types import FrameType
+
+from fedcgd_task.errors import OneLineMessage, StopsRun
+from fedcgd_task.imports import said
+
+#: The signals that stop a run.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+Handler = Callable[[int, FrameType | None], object]
+_held: list[int] | None = None  # the signals held back while a held() block runs
+
+
+class Interrupted(OneLineMessage, StopsRun, BaseException):
+    """The first SIGINT or SIGTERM of a command: ``stopped by SIGINT`` (``signum``); a stop."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def watching(handler: Handler | None = None) -> Iterator[list[int]]:
+    """Route SIGINT and SIGTERM through one dispatcher in the block; yield the signals noted.
+
+    Each is noted, held back while a :func:`held` block runs, then given to ``handler`` (None:
+    the handler before the block). Main thread only: elsewhere Python runs no handler.
+    """
+    noted: list[int] = []
+    if not _main_thread():
+        yield noted
+        return
+    previous = {int(s): signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def dispatch(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+        if _held is not None:
+            _held.append(signum)
+            return
+        target = handler or previous[signum]
+        if callable(target):
+            target(signum, frame)
+        elif target != signal.SIG_IGN:  # the default: end the process as the signal does
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, dispatch)
+    try:
+        yield noted
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs; deliver each once after it.
+
+    Does nothing in a nested block (the outer one delivers) and outside the main thread.
+    """
+    global _held
+    if _held is not None or not _main_thread():
+        yield
+        return
+    try:
+        with watching():
+            _held = []
+            yield
+    finally:
+        came, _held = _held or [], None
+        for signum in dict.fromkeys(came):
+            signal.raise_signal(signum)
+
+
+def stops_the_run(err: BaseException) -> bool:
+    """True for a ``KeyboardInterrupt`` or an error marked :class:`fedcgd_task.errors.StopsRun`."""
+    return isinstance(err, KeyboardInterrupt | StopsRun)
+
+
+class UserCodeExitError(OneLineMessage, RuntimeError):
+    """A ``SystemExit``, ``KeyboardInterrupt``, ... that no signal caused: a failure (one line)."""
+
+
+def as_failure(err: BaseException, noted: Collection[int]) -> BaseException:
+    """``err``, or a :class:`UserCodeExitError` in its place: only a signal ``noted`` stops a run.
+
+    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a data set's, a model's)
+    is a failure, its line naming where it was raised (:func:`fedcgd_task.imports.said`).
+    """
+    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
+        return err
+    return UserCodeExitError(
+        f"{said(err)} raised while no stop signal came (a policy, data set, model or aggregator "
+        "that raises anything fails the run)"
+    )
+
+
+@contextlib.contextmanager
+def interrupting() -> Iterator[list[int]]:
+    """:func:`watching` with the first signal raising :class:`Interrupted` (repeats: ignored)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if len(noted) == 1:  # a repeat while stopping: let the clean-up finish
+            raise Interrupted(signum)
+
+    with watching(interrupt) as noted:
+        yield noted
+
+
+def exit_code_stopping_on_signals(
+    command: Callable[[], int], last_words: Callable[[], str | None] | None = None
+) -> int:
+    """Run a command line's body and return its exit code; stop cleanly on signals (130 / 143).
+
+    The first SIGINT / SIGTERM raises :class:`Interrupted` (:func:`interrupting`). After a
+    signal, one line says so on stderr, then ``last_words()`` (called once everything is stopped)
+    if it gives one. A ``SystemExit`` or ``KeyboardInterrupt`` without a signal is a failure: one
+    line ``failed: ...`` naming where (:func:`as_failure`), exit code 1.
+    """
+    with interrupting() as noted:
+        try:
+            return command()
+        except Interrupted as stop:
+            code = 128 + stop.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM
+            told = f"{stop}: every process of the run was stopped (exit code {code})"
+            print(told, file=sys.stderr, flush=True)
+            line = last_words() if last_words is not None else None
+            if line:
+                print(line, file=sys.stderr, flush=True)
+            return code
+        except BaseException as err:  # a SystemExit, ... of the researcher's code: a failure
+            failure = as_failure(err, noted)
+            if failure is err:
+                raise
+            print(f"failed: {failure}", file=sys.stderr, flush=True)
+            return 1
