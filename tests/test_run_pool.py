@@ -15,7 +15,8 @@ from proc_tree import alive, command_line, descendants
 from subprocesses import FEDCGD
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
-from experiments.run.ray_runs import RUN_LOG, resolve_jobs, usable_cores
+from experiments.run.processes import usable_cores
+from experiments.run.ray_runs import RUN_LOG, resolve_jobs
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True, None])

@@ -18,6 +18,7 @@ from flwr.app import Context, Error, Message
 from flwr.supercore.task_identity import TaskIdentity
 
 from experiments.run.launcher import DEFAULT_RESULTS
+from experiments.run.processes import usable_cores
 from experiments.run.resume_command import StartedAs
 from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_strategy.flower.simulation import describe_unanswered, stall_alarm
@@ -203,7 +204,6 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     update_console_handler(colored=sys.stderr.isatty())  # no colour codes in a log file
 
     from experiments.run.preflight import claim_run, effective_result_dir
-    from experiments.run.ray_runs import usable_cores
     from experiments.run.resume_command import continue_line
     from experiments.run.run_config import (
         parse_run_config_text,

@@ -28,6 +28,14 @@ _WATCHER: tuple[int, int, subprocess.Popen[bytes]] | None = None  # (PID, write 
 _ROOT = str(Path(__file__).resolve().parents[2])
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def _scan(tokens: Collection[str]) -> tuple[set[int], dict[int, list[int]], set[int]]:
     """From ``/proc``: the processes marked with ``tokens``, everyone's children, the live ones."""
     needles = {f"{MARK}{token}=1".encode() for token in tokens}

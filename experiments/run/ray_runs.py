@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.run.processes import usable_cores
 from server_app.run_folder.files import append_line, atomic_write
 from server_app.run_folder.folder_lock import claim_folder
 from server_app.run_folder.results import RUN_FILES, STATUS_FILE
@@ -55,14 +56,6 @@ class RaySettings:
     def threads(self) -> int:
         """The threads of a run's σ̂ passes (its share of this machine's cores for ``jobs``)."""
         return max(1, usable_cores() // self.jobs if self.jobs else int(self.cpus_per_run))
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def resolve_jobs(jobs: Any, engine: str) -> int:
