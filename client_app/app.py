@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, MetricRecord, MetricRecordValues, RecordDict, UserConfig
+from flwr.app import (
+    ArrayRecord,
+    Context,
+    Message,
+    MetricRecord,
+    MetricRecordValues,
+    RecordDict,
+    UserConfig,
+)
 from flwr.clientapp import ClientApp
 
 from client_app.device_round import (
@@ -29,7 +37,6 @@ from client_app.device_round import (
     train_device,
 )
 from fedcgd_task import keys
-from fedcgd_task.array_codec import array_record
 from fedcgd_task.partition import local_split
 
 if TYPE_CHECKING:
@@ -140,7 +147,7 @@ def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Mes
     metrics[keys.UPDATE_NORM] = trained.update_norm
     metrics[keys.TRAIN_TIME_S] = trained.train_time_s
     content = RecordDict(
-        {keys.ARRAYS: array_record(trained.weights), keys.METRICS: MetricRecord(metrics)}
+        {keys.ARRAYS: ArrayRecord(trained.weights), keys.METRICS: MetricRecord(metrics)}
     )
     return Message(content, reply_to=msg)
 

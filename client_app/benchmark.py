@@ -1,11 +1,9 @@
-"""On-demand timing of sigma-hat against one SGD step, and of a model's ArrayRecord.
+"""On-demand timing of sigma-hat against one SGD step.
 
 ``fedcgd bench client [--repeats N] [--vmap-repeats M] [--threads T]``: for ``cnn`` and
 ``resnet18gn`` at b = 32, the one-pass sigma-hat, the vmap reference and one SGD step with their
-ratios; then a model's ArrayRecord written and read by Flower and by
-:mod:`fedcgd_task.array_codec`. Medians after one warm-up call, the calls of a table timed
-alternately so that load from other processes affects them alike; the numbers are in
-docs/performance.md.
+ratios. Medians after one warm-up call, the calls timed alternately so that load from other
+processes affects them alike; the numbers are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -27,12 +25,6 @@ SIGMA_CASES: tuple[tuple[str, tuple[int, ...], int], ...] = (
     ("resnet18gn", (3, 32, 32), 100),
 )
 SIGMA_BATCH = 32
-#: (model name, input shape, classes) of the record table: MNIST-1D's, CIFAR-10's and CIFAR-100's.
-RECORD_CASES: tuple[tuple[str, tuple[int, ...], int], ...] = (
-    ("cnn1d", (1, 40), 10),
-    ("cnn", (3, 32, 32), 10),
-    ("resnet18gn", (3, 32, 32), 100),
-)
 
 
 def _timed(calls: Sequence[Callable[[], object]], repeats: int) -> list[float]:
@@ -68,30 +60,8 @@ def bench_sigma_vs_sgd(
     return sigma_s, vmap_s, sgd_s
 
 
-def bench_records(
-    name: str, input_shape: tuple[int, ...], num_classes: int, repeats: int
-) -> tuple[float, ...]:
-    """Median seconds of (Flower write, codec write, Flower read, codec read) of an ArrayRecord.
-
-    Both give the same bytes and arrays (tests/test_array_codec.py).
-    """
-    from flwr.app import ArrayRecord
-
-    from fedcgd_task.array_codec import array_record, torch_state
-
-    state = build_model(name, num_classes, input_shape).state_dict()
-    record = ArrayRecord(state)
-    calls: tuple[Callable[[], object], ...] = (
-        lambda: ArrayRecord(state),
-        lambda: array_record(state),
-        record.to_torch_state_dict,
-        lambda: torch_state(record),
-    )
-    return tuple(_timed(calls, repeats))
-
-
 def main(repeats: int = 10, vmap_repeats: int = 3, threads: int = 1) -> int:
-    """``fedcgd bench client``: the sigma-hat and record tables of docs/performance.md."""
+    """``fedcgd bench client``: the sigma-hat table of docs/performance.md."""
     torch.set_num_threads(threads)
     print(f"torch threads: {torch.get_num_threads()}, repeats: {repeats}")
     print(f"sigma-hat vs one SGD step, b = {SIGMA_BATCH} (median ms)")
@@ -103,10 +73,4 @@ def main(repeats: int = 10, vmap_repeats: int = 3, threads: int = 1) -> int:
             f"{name:<12} {new_s * 1e3:>12.1f} {vmap_s * 1e3:>12.1f} {sgd_s * 1e3:>10.1f} "
             f"{new_s / sgd_s:>10.2f}x {vmap_s / sgd_s:>8.1f}x"
         )
-    print("a model's ArrayRecord, Flower's np.save / np.load against the codec (median ms)")
-    columns = ("model", "write Flower", "write codec", "read Flower", "read codec")
-    print("{:<12} {:>12} {:>12} {:>12} {:>11}".format(*columns))
-    for name, shape, classes in RECORD_CASES:
-        times = bench_records(name, shape, classes, max(repeats, 20))
-        print(f"{name:<12} " + " ".join(f"{t * 1e3:>12.3f}" for t in times))
     return 0

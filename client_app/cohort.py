@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType
+from flwr.app import ArrayRecord, Context, Message, MessageType
 from torch import nn
 
 from client_app.cohort_training import cohort_train, sample_mixing, training_blockers
@@ -37,7 +37,6 @@ from client_app.device_round import (
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
-from fedcgd_task.array_codec import record_of
 
 __all__ = ["QUERY_CHUNK_SAMPLES", "Cohorts"]
 
@@ -68,8 +67,8 @@ def _cohort_key(msg: Message) -> tuple[object, ...] | None:
     kind = msg.metadata.message_type
     if kind not in _KINDS:
         return None
-    arrays = record_of(msg.content, keys.ARRAYS, ArrayRecord)
-    config = record_of(msg.content, keys.CONFIG, ConfigRecord)
+    arrays = msg.content.array_records.get(keys.ARRAYS)
+    config = msg.content.config_records.get(keys.CONFIG)
     if arrays is None or config is None:
         return None
     round_config = tuple(sorted((k, type(v).__name__, repr(v)) for k, v in config.items()))
@@ -206,7 +205,7 @@ class Cohorts:
             return {}
         devices = [rnd for _, rnd in rounds]
         ids = [id(msg) for msg, _ in rounds]
-        record = record_of(first_msg.content, keys.ARRAYS, ArrayRecord)
+        record = first_msg.content.array_records.get(keys.ARRAYS)
         assert record is not None  # a cohort's messages carry one (_cohort_key)
         stats = self._kept_or_computed_stats(record, model, devices)
         if cohort.kind == keys.QUERY_STATS:

@@ -11,19 +11,17 @@ import math
 import os
 import time
 import weakref
-from collections import OrderedDict
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, UserConfig
+from flwr.app import Array, ArrayRecord, Context, Message, UserConfig
 from torch import nn
 
 from client_app.sigma import gradient_spread
 from fedcgd_task import keys
-from fedcgd_task.array_codec import record_of, torch_state
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
 from fedcgd_task.settings import TRAINING_KEYS, TaskSettings, TrainingSettings, read_round_config
@@ -81,7 +79,7 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
 
 def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
     """Read the server round, τ, η, b and whether to compute σ̂ from the ConfigRecord ``config``."""
-    config = record_of(msg.content, keys.CONFIG, ConfigRecord)
+    config = msg.content.config_records.get(keys.CONFIG)
     if config is None:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
@@ -92,13 +90,13 @@ def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
     """Load the message's ArrayRecord into this process's model of the run config's kind."""
-    record = record_of(msg.content, keys.ARRAYS, ArrayRecord)
+    record = msg.content.array_records.get(keys.ARRAYS)
     if record is None:
         raise ValueError(
             f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "
             "(the global model's state_dict)"
         )
-    state = decoded_state(record)
+    state = record.to_torch_state_dict()
     model = process_model(
         settings.model, split.num_classes, split.source.input_shape, settings.device
     )
@@ -137,20 +135,6 @@ class RecordMemo(Generic[T]):
         kept = [(name, weakref.ref(array, forget)) for name, array in record.items()]
         self.arrays, self.value = kept, value
         return value
-
-
-#: The last record :func:`decoded_state` decoded.
-_LAST_DECODED: RecordMemo[OrderedDict[str, torch.Tensor]] = RecordMemo()
-
-
-def decoded_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
-    """``record.to_torch_state_dict()``, decoded once for the messages that share the record.
-
-    In the in-process engine every message of a round carries the same Array objects; the last
-    decoded record is kept (:class:`RecordMemo`). The returned tensors are only read.
-    """
-    state = _LAST_DECODED.get(record)
-    return _LAST_DECODED.keep(record, torch_state(record)) if state is None else state
 
 
 @functools.lru_cache(maxsize=2)

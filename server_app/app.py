@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context
+from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
@@ -22,7 +22,6 @@ from fedcgd_strategy.flower.simulation import (
     patient,
     stall_alarm,
 )
-from fedcgd_task.array_codec import array_record, torch_state
 from fedcgd_task.errors import OneLineMessage
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, parse_run_config
@@ -351,7 +350,7 @@ def train_rounds(
         with stall_alarm(config.stall_limit_s, partial(describe_stalled, config.stall_limit_s)):
             result = strategy.start(
                 grid=grid,
-                initial_arrays=array_record(start),
+                initial_arrays=ArrayRecord(start),
                 num_rounds=config.num_server_rounds - setup.round_offset,
                 timeout=config.train_timeout_s,
                 train_config=ConfigRecord(config.training.to_config()),
@@ -360,4 +359,4 @@ def train_rounds(
     finally:
         recorder.events.close()
     # Flower's Result keeps no arrays when no round aggregated any: the model is then the start
-    return (dict(torch_state(result.arrays)) if len(result.arrays) else dict(start)), start
+    return (dict(result.arrays.to_torch_state_dict()) if len(result.arrays) else dict(start)), start

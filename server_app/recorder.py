@@ -21,7 +21,6 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from fedcgd_strategy.record import RoundRecord
-from fedcgd_task.array_codec import torch_state
 from fedcgd_task.schema import SETTINGS
 from fedcgd_task.settings import RECORDED, default_run_config
 from server_app.checkpoint import save_checkpoint
@@ -181,7 +180,7 @@ class RoundRecorder:
         metrics: dict[str, int | float | list[int] | list[float]] = {}
         t0 = time.perf_counter()
         if evaluation_due(server_round, config.num_server_rounds, config.eval_every):
-            loss, accuracy = self.setup.evaluate(torch_state(arrays))
+            loss, accuracy = self.setup.evaluate(arrays.to_torch_state_dict())
             metrics = {"accuracy": accuracy, "loss": loss}
         eval_s = time.perf_counter() - t0
         if server_round == 0:
@@ -229,6 +228,8 @@ class RoundRecorder:
         write_status(writer.dir, status, durable=False)
         if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):
             sync_run_files(writer.dir)
-            state = self.setup.checkpoint(server_round, torch_state(arrays), writer.elapsed_s())
+            state = self.setup.checkpoint(
+                server_round, arrays.to_torch_state_dict(), writer.elapsed_s()
+            )
             save_checkpoint(writer.dir, state)
         return line

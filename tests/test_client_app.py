@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import math
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from client_app import app as client
-from client_app import device_round
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
 from fedcgd_task.settings import default_run_config
@@ -127,43 +125,6 @@ def test_train_is_deterministic_and_round_dependent() -> None:
     c = third.content.array_records[keys.ARRAYS].to_torch_state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], c[k]) for k in a)
-
-
-def test_messages_sharing_a_record_decode_it_once() -> None:
-    # The in-process engine hands every device the same record: it is decoded once, and the
-    # devices' replies equal those from records decoded one by one.
-    shared = message("train")
-    record = shared.content.array_records[keys.ARRAYS]
-    decoded = device_round.decoded_state(record)
-    assert device_round.decoded_state(record) is decoded
-    expected = record.to_torch_state_dict()
-    assert list(decoded) == list(expected)
-    assert all(torch.equal(decoded[k], expected[k]) for k in expected)
-    replies = [client.app(shared, context(v)) for v in (1, 2)]
-    assert device_round.decoded_state(record) is decoded
-    for v, reply in zip((1, 2), replies, strict=True):
-        alone = client.app(message("train"), context(v))  # its own record, decoded anew
-        a = reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
-        b = alone.content.array_records[keys.ARRAYS].to_torch_state_dict()
-        assert all(torch.equal(a[k], b[k]) for k in a)
-        assert metrics_of(reply)[keys.UPDATE_NORM] == metrics_of(alone)[keys.UPDATE_NORM]
-
-
-def test_decoded_record_is_not_reused_for_other_arrays() -> None:
-    record = ArrayRecord(global_state())
-    first = device_round.decoded_state(record)
-    # Equal values in new Array objects: decoded again.
-    again = ArrayRecord(global_state())
-    assert device_round.decoded_state(again) is not first
-    # One array of the record replaced: the new values are read.
-    name = next(iter(record))
-    record[name] = ArrayRecord({name: torch.zeros_like(first[name])})[name]
-    changed = device_round.decoded_state(record)
-    assert torch.count_nonzero(changed[name]) == 0
-    # Nothing is held once the record's arrays are gone.
-    del record, again, changed, first
-    gc.collect()
-    assert device_round._LAST_DECODED.value is None
 
 
 def test_num_partitions_must_match_num_devices() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_grid import FakeGrid, make_contexts
-from flwr.app import Message
+from flwr.app import Array, Message
 
 from channel import CellConfig
 from client_app.app import app as client_app
@@ -130,3 +130,20 @@ def test_a_refused_discovery_reply_is_recorded_in_the_round_line(tmp_path):
     reasons = lines[0]["discovery_failed"]
     assert list(reasons) == [str(NODES[1])] and "'partition-id' = 1.0" in reasons[str(NODES[1])]
     assert all(1 not in x["uploaded"] for x in lines)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x93NUMPY junk", b"\x80\x04pickled"])
+def test_an_upload_whose_bytes_numpy_cannot_read_costs_only_its_device(tmp_path, data):
+    def handler(msg, context):
+        reply = client_app(msg, context)
+        if int(context.node_config["partition-id"]) == 1 and keys.ARRAYS in reply.content:
+            record = reply.content.array_records[keys.ARRAYS]
+            name, array = next(iter(record.items()))
+            record[name] = Array(array.dtype, array.shape, array.stype, data)
+        return reply
+
+    lines = run(tmp_path, FakeGrid, handler)
+    assert [x["round"] for x in lines] == [1, 2, 3]
+    refusals = [x["failed_reasons"] for x in lines if 1 in x["failed"]]
+    assert refusals and all(1 not in x["uploaded"] for x in lines)
+    assert all("is unreadable: " in json.dumps(r) and "\\n" not in json.dumps(r) for r in refusals)

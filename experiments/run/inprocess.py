@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flwr.app import Context, Error, Message
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from experiments.run.launcher import DEFAULT_RESULTS
 from experiments.run.processes import usable_cores
 from experiments.run.resume_command import StartedAs
-from fedcgd_strategy.flower.local_grid import LocalGrid
 from fedcgd_strategy.flower.simulation import describe_unanswered, stall_alarm
 from fedcgd_task.errors import OneLineMessage
 from server_app.app import run_federation
@@ -51,17 +51,16 @@ class InProcessOptions:
 CLIENT_APP_RAISED = 1
 
 
-class InProcessGrid(LocalGrid):
+class InProcessGrid(Grid):
     """Deliver messages synchronously to ``handlers[node_id](message, contexts[node_id])``.
 
     A handler is a ClientApp or any ``(Message, Context) -> Message`` callable. ``cohorts``: open
     each :meth:`send_and_receive`'s messages as cohorts for a ClientApp built with the same object
     (:func:`client_app.app.make_app`; None: one device at a time); ``keep_sent``: keep every
     message sent in :attr:`sent` (tests); ``stall_limit_s``: stop the run as stuck after this
-    many seconds without a reply (None: no watchdog).
+    many seconds without a reply (None: no watchdog). No SuperLink is behind it: ``run``,
+    ``push_messages`` and ``pull_messages`` raise ``RuntimeError``.
     """
-
-    refusal = "InProcessGrid only lists node ids and delivers messages with send_and_receive"
 
     #: A simulation: every message is answered before :meth:`send_and_receive` returns.
     simulated = True
@@ -87,6 +86,33 @@ class InProcessGrid(LocalGrid):
     def get_node_ids(self) -> Iterable[int]:
         """The connected nodes."""
         return list(self.handlers)
+
+    def set_run(self, run: Any) -> None:
+        """Flower's hook for the run; nothing to keep in one process."""
+
+    @property
+    def run(self) -> Any:
+        """Refused (no SuperLink)."""
+        raise RuntimeError("an in-process grid has no Run")
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """A message to ``dst_node_id`` (the default time to live)."""
+        return Message(
+            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id
+        )
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Refused: messages go through :meth:`send_and_receive`."""
+        raise RuntimeError("an in-process grid delivers messages with send_and_receive")
+
+    pull_messages = push_messages  # type: ignore[assignment]
 
     def deliver(self, msg: Message) -> Message | None:
         """Hand one message to its node; None means no reply (a timeout)."""

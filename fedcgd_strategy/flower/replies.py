@@ -15,7 +15,7 @@ from logging import INFO, WARNING
 from typing import TypeGuard
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import Message, MetricRecord
 from flwr.supercore import log
 from numpy.typing import NDArray
 
@@ -30,7 +30,7 @@ from fedcgd_strategy.validation import (
     update_norm_outliers,
 )
 from fedcgd_task import keys
-from fedcgd_task.array_codec import numpy_arrays, record_of
+from fedcgd_task.imports import first_line
 from fedcgd_task.settings import TrainingSettings
 
 #: Largest class count accepted (exact in float64; far above any dataset).
@@ -116,7 +116,7 @@ def _sender(msg: Message) -> tuple[int, MetricRecord]:
     node_id = int(msg.metadata.src_node_id)
     if msg.has_error():
         raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
-    metrics = record_of(msg.content, keys.METRICS, MetricRecord)
+    metrics = msg.content.metric_records.get(keys.METRICS)
     if metrics is None:
         raise MalformedReplyError(
             f"reply from node {node_id} lacks the MetricRecord {keys.METRICS!r}"
@@ -128,10 +128,18 @@ def _model_arrays(
     msg: Message, node_id: int, reference: Mapping[str, NDArray[np.generic]]
 ) -> dict[str, NDArray[np.generic]]:
     """The uploaded arrays, checked against the global model: keys, shapes, dtypes, finite."""
-    record = record_of(msg.content, keys.ARRAYS, ArrayRecord)
+    record = msg.content.array_records.get(keys.ARRAYS)
     if record is None:
         raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
-    arrays = numpy_arrays(record)
+    arrays: dict[str, NDArray[np.generic]] = {}
+    for k, array in record.items():
+        try:
+            arrays[k] = array.numpy()
+        except Exception as err:  # whatever numpy makes of bytes a device sent
+            raise MalformedReplyError(
+                f"node {node_id}: array {k!r} is unreadable: {type(err).__name__}: "
+                f"{first_line(err)}"
+            ) from None
     if list(arrays) != list(reference):
         raise MalformedReplyError(
             f"node {node_id}: model arrays {list(arrays)[:3]}… do not match the global model's "

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import (
+    Array,
     ArrayRecord,
     ConfigRecord,
     Message,
@@ -61,7 +62,6 @@ from fedcgd_strategy.policies import (
 from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
 from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
-from fedcgd_task.array_codec import array_record, numpy_arrays
 from fedcgd_task.settings import read_round_config
 
 
@@ -192,7 +192,7 @@ class ScheduledStrategy(Strategy):
         state = RoundInProgress(
             draw=draw,
             training=training,
-            reference=numpy_arrays(arrays),
+            reference={k: v.numpy() for k, v in arrays.items()},
             available=self.registry.with_node(draw.available),
             server_round=server_round,
             discovery_failed=discovery_failed,
@@ -351,7 +351,7 @@ class ScheduledStrategy(Strategy):
         updates = uploaded_updates(uploads, state.reference, target, training)
         observe = partial(self.policy.observe_uploads, updates)
         policy_call(self.policy, state.server_round, "observe_uploads()", observe)
-        return array_record({k: np.ascontiguousarray(v) for k, v in averaged.items()}), None
+        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()}), None
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
