@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -14,7 +15,6 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.supercore.logger import FLOWER_LOGGER
 
 from fedcgd_strategy.flower.simulation import (
     describe_stalled,
@@ -67,12 +67,13 @@ def main(grid: Grid, context: Context) -> None:
 @contextlib.contextmanager
 def flower_log_level(*, verbose: bool) -> Iterator[None]:
     """Flower's per-round INFO lines only when ``verbose``; its warnings and errors always."""
-    previous = FLOWER_LOGGER.level
-    FLOWER_LOGGER.setLevel(previous if verbose else WARNING)
+    flower = logging.getLogger("flwr")
+    previous = flower.level
+    flower.setLevel(previous if verbose else WARNING)
     try:
         yield
     finally:
-        FLOWER_LOGGER.setLevel(previous)
+        flower.setLevel(previous)
 
 
 def say(text: str) -> None:

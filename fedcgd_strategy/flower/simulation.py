@@ -20,7 +20,6 @@ from typing import Any
 from flwr.app import Message
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
-from flwr.supercore.run import Run
 
 from fedcgd_task.errors import OneLineMessage
 
@@ -84,12 +83,12 @@ class PatientGrid(Grid):
         self.stall_limit_s = float(stall_limit_s)
         self.poll_s = float(poll_s)
 
-    def set_run(self, run: Run) -> None:
+    def set_run(self, run: Any) -> None:
         """The wrapped grid's."""
         self.grid.set_run(run)
 
     @property
-    def run(self) -> Run:
+    def run(self) -> Any:
         """The wrapped grid's."""
         return self.grid.run
 
