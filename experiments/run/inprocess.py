@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.serverapp import Grid
-from flwr.supercore.task_identity import TaskIdentity
 
 from experiments.run.launcher import DEFAULT_RESULTS
 from experiments.run.processes import usable_cores
 from experiments.run.resume_command import StartedAs
-from fedcgd_strategy.flower.simulation import describe_unanswered, stall_alarm
+from fedcgd_strategy.flower.simulation import describe_unanswered, outside_flower, stall_alarm
 from fedcgd_task.errors import OneLineMessage
 from server_app.app import run_federation
 from server_app.config import parse_run_config
@@ -74,8 +73,7 @@ class InProcessGrid(Grid):
         keep_sent: bool = False,
         stall_limit_s: float | None = None,
     ) -> None:
-        # Messages read the run, node and task id of the process; set them as a ServerApp would.
-        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+        outside_flower()
         self.handlers = handlers
         self.contexts = contexts
         self.cohorts = cohorts
@@ -225,9 +223,7 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     import time
     import traceback
 
-    from flwr.supercore.logger import update_console_handler
-
-    update_console_handler(colored=sys.stderr.isatty())  # no colour codes in a log file
+    outside_flower(colored=sys.stderr.isatty())  # no colour codes in a log file
 
     from experiments.run.preflight import claim_run, effective_result_dir
     from experiments.run.resume_command import continue_line

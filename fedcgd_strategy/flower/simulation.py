@@ -39,6 +39,19 @@ class SimulationStalledError(OneLineMessage, RuntimeError):
     """
 
 
+def outside_flower(*, colored: bool | None = None) -> None:
+    """Run Flower's message code in a process no Flower runtime started (the in-process engine).
+
+    Messages read the run, node and task id of the process: set as a ServerApp would (run 1);
+    ``colored``: Flower's console log with or without colour codes (None: unchanged).
+    """
+    from flwr.supercore.logger import update_console_handler
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    update_console_handler(colored=colored)
+
+
 def is_simulation(grid: Grid) -> bool:
     """True when ``grid`` is a simulation's: Flower's ``InMemoryGrid`` or one that says so.
 
