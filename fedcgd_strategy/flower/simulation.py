@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from flwr.app import Message
 from flwr.common.constant import ErrorCode
@@ -81,12 +81,13 @@ def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
     )
 
 
-class PatientGrid(Grid):
+class PatientGrid:
     """Flower's simulation grid, whose ``send_and_receive`` waits for every reply.
 
-    The given ``timeout`` is ignored; :class:`SimulationStalledError` is raised after
-    ``stall_limit_s`` seconds without a new reply (:func:`stall_alarm`), or when the link answers
-    a message itself (:data:`LINK_ERRORS`). ``poll_s`` is the time between two pulls.
+    Everything else is the wrapped grid's. The given ``timeout`` is ignored;
+    :class:`SimulationStalledError` is raised after ``stall_limit_s`` seconds without a new
+    reply (:func:`stall_alarm`), or when the link answers a message itself (:data:`LINK_ERRORS`).
+    ``poll_s`` is the time between two pulls.
     """
 
     simulated = True
@@ -96,30 +97,8 @@ class PatientGrid(Grid):
         self.stall_limit_s = float(stall_limit_s)
         self.poll_s = float(poll_s)
 
-    def set_run(self, run: Any) -> None:
-        """The wrapped grid's."""
-        self.grid.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        """The wrapped grid's."""
-        return self.grid.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        """The wrapped grid's."""
-        return self.grid.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        """The wrapped grid's."""
-        return self.grid.get_node_ids()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """The wrapped grid's."""
-        return self.grid.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """The wrapped grid's."""
-        return self.grid.pull_messages(message_ids)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.grid, name)
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
@@ -156,7 +135,7 @@ class PatientGrid(Grid):
 def patient(grid: Grid, stall_limit_s: float) -> Grid:
     """The grid a run waits on: Flower's simulation grid as a :class:`PatientGrid`, others kept."""
     if getattr(grid, "simulated", None) is None and is_simulation(grid):
-        return PatientGrid(grid, stall_limit_s)
+        return cast(Grid, PatientGrid(grid, stall_limit_s))
     return grid
 
 
