@@ -10,12 +10,41 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import tomli_w
 
-from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.setting import Scalar, Setting, check_value
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A built-in data set: its function (``module:name``), title and the model ``auto`` picks.
+
+    ``reads``: the run-config keys besides ``dataset`` whose values change its arrays.
+    """
+
+    function: str
+    title: str
+    auto_model: str
+    reads: tuple[str, ...] = ()
+
+
+#: The built-in data sets by run-config name: the one list every other module reads.
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
+    "digits": BuiltinDataset("fedcgd_task.datasets.images:digits_data", "digits", "mlp"),
+    "cifar10": BuiltinDataset(
+        "fedcgd_task.datasets.images:cifar10_data", "CIFAR-10", "cnn", ("data-dir",)
+    ),
+    "cifar100": BuiltinDataset(
+        "fedcgd_task.datasets.images:cifar100_data", "CIFAR-100", "resnet18gn", ("data-dir",)
+    ),
+    "mnist1d": BuiltinDataset(
+        "fedcgd_task.datasets.mnist1d:mnist1d_data", "MNIST-1D", "cnn1d", ("mnist1d-samples",)
+    ),
+}
+
 
 #: Largest ``num-server-rounds`` (its ``why``; a checkpoint's round is checked against it).
 MAX_SERVER_ROUNDS = 100_000

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
-from fedcgd_task.datasets import BUILTIN_DATASETS
-from fedcgd_task.schema import SCHEMA, SETTINGS, read
+from fedcgd_task.schema import BUILTIN_DATASETS, SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
 #: The model ``model = "auto"`` selects for the researcher's own data set (a built-in's is in
-#: :data:`fedcgd_task.datasets.BUILTIN_DATASETS`): the MLP, which fits any input shape.
+#: :data:`fedcgd_task.schema.BUILTIN_DATASETS`): the MLP, which fits any input shape.
 AUTO_MODEL_OWN_DATASET = "mlp"
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
