@@ -16,6 +16,7 @@ from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.logger import FLOWER_LOGGER
 
+from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_strategy.flower.simulation import (
     describe_stalled,
     is_simulation,
@@ -23,7 +24,6 @@ from fedcgd_strategy.flower.simulation import (
     stall_alarm,
 )
 from fedcgd_task.array_codec import array_record, torch_state
-from fedcgd_task.errors import OneLineMessage
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, parse_run_config
 from server_app.recorder import RoundRecorder
