@@ -1,21 +1,82 @@
 """The run config's schema: every key of ``[tool.flwr.app.config]`` defined once.
 
-Each :class:`fedcgd_task.setting.Setting` holds a key's type, default, allowed values and help;
-:func:`read` checks a value against it. ``tests/test_schema.py`` fails when the schema,
-pyproject.toml and docs/running.md's table (:func:`settings_table`) disagree. Imports neither flwr
+Each :class:`fedcgd_task.setting.Setting` holds a key's type, allowed values and help, and its
+default as pyproject.toml's ``[tool.flwr.app.config]`` writes it (:data:`DEFAULTS`, the one place
+a default is written); :func:`read` checks a value against it. ``tests/test_schema.py`` fails
+when a key of pyproject.toml has no setting, and docs/running.md's table (:func:`settings_table`)
+another text. Imports neither flwr
 nor torch: the ClientApp reads its settings through it.
 """
 
 from __future__ import annotations
 
 import difflib
+import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.setting import Scalar, Setting, check_value
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A built-in data set: its function (``module:name``), title and the model ``auto`` picks.
+
+    ``reads``: the run-config keys besides ``dataset`` whose values change its arrays.
+    """
+
+    function: str
+    title: str
+    auto_model: str
+    reads: tuple[str, ...] = ()
+
+
+#: The built-in data sets by run-config name: the one list every other module reads.
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
+    "digits": BuiltinDataset("fedcgd_task.datasets.images:digits_data", "digits", "mlp"),
+    "cifar10": BuiltinDataset(
+        "fedcgd_task.datasets.images:cifar10_data", "CIFAR-10", "cnn", ("data-dir",)
+    ),
+    "cifar100": BuiltinDataset(
+        "fedcgd_task.datasets.images:cifar100_data", "CIFAR-100", "resnet18gn", ("data-dir",)
+    ),
+    "mnist1d": BuiltinDataset(
+        "fedcgd_task.datasets.mnist1d:mnist1d_data", "MNIST-1D", "cnn1d", ("mnist1d-samples",)
+    ),
+}
+
+
+#: The project folder (a source checkout or an installed FAB: pyproject.toml, conf/, data/).
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested tables to dotted keys, as Flower flattens ``[tool.flwr.app.config]``."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _pyproject() -> Path:
+    """The app's pyproject.toml: the copy a wheel carries beside this module, else the project's."""
+    wheel = Path(__file__).resolve().parent / "pyproject.toml"  # [tool.hatch...force-include]
+    return wheel if wheel.is_file() else PROJECT_DIR / "pyproject.toml"
+
+
+#: Every key's default, in pyproject.toml's order: its ``[tool.flwr.app.config]``, flattened as
+#: Flower flattens it (the one place a default is written; Flower reads it there too).
+DEFAULTS: dict[str, Scalar] = flatten(
+    tomllib.loads(_pyproject().read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+)
+
 
 #: Largest ``num-server-rounds`` (its ``why``; a checkpoint's round is checked against it).
 MAX_SERVER_ROUNDS = 100_000
@@ -30,60 +91,60 @@ CHANNEL_MODELS: tuple[str, ...] = (*PATHLOSS_MODELS, "trace")
 
 #: The cell's numbers and flags ``channel.<key>``: (key, default, limits, help[, why]).
 _CELL: tuple[tuple[Any, ...], ...] = (
-    ("availability-prob", 0.5, "[0, 1]", "p_a, the probability that a device is available"),
+    ("availability-prob", "[0, 1]", "p_a, the probability that a device is available"),
     (
         "radius-m",
-        250.0,
         "(0, 5000]",
         "cell radius (Table I), above `min-distance-m`",
         "TR 38.901 UMi validity range of d2D",
     ),
-    ("min-distance-m", 10.0, ">= 0", "smallest horizontal device distance (Table I)"),
-    ("h-bs-m", 10.0, "(0, 1000]", "base-station antenna height (Table I; > 1 m for `tr38901`)"),
-    ("h-ut-m", 1.5, "(0, 1000]", "device antenna height (Table I; > 1 m for `tr38901`)"),
+    ("min-distance-m", ">= 0", "smallest horizontal device distance (Table I)"),
+    ("h-bs-m", "(0, 1000]", "base-station antenna height (Table I; > 1 m for `tr38901`)"),
+    ("h-ut-m", "(0, 1000]", "device antenna height (Table I; > 1 m for `tr38901`)"),
     (
         "carrier-frequency-hz",
-        3.5e9,
         "[5e+08, 1e+11]",
         "carrier frequency (Table I)",
         "TR 38.901 validity range",
     ),
-    ("total-bandwidth-hz", 20e6, "> 0", "B, the uplink bandwidth"),
-    ("deadline-s", 0.012, "> 0", "upload deadline d (FedCGD schedules about 9 of ~20 by default)"),
-    ("tx-power-dbm", 23.0, "[-100, 100]", "device transmit power S (Table I)"),
-    ("noise-psd-dbm-per-hz", -174.0, "[-300, 0]", "thermal noise density (Table I)"),
-    ("noise-figure-db", 6.0, "[0, 100]", "receiver noise figure (Table I)"),
-    ("redraw-los-each-round", True, "", "redraw LOS states every round (false: once per seed)"),
-    ("redraw-shadowing-each-round", True, "", "redraw shadow fading every round (as LOS)"),
-    ("model-bits", 0, ">= 0", "D_w, the bits of an upload; 0 = parameters × 32"),
+    ("total-bandwidth-hz", "> 0", "B, the uplink bandwidth"),
+    ("deadline-s", "> 0", "upload deadline d (FedCGD schedules about 9 of ~20 by default)"),
+    ("tx-power-dbm", "[-100, 100]", "device transmit power S (Table I)"),
+    ("noise-psd-dbm-per-hz", "[-300, 0]", "thermal noise density (Table I)"),
+    ("noise-figure-db", "[0, 100]", "receiver noise figure (Table I)"),
+    ("redraw-los-each-round", "", "redraw LOS states every round (false: once per seed)"),
+    ("redraw-shadowing-each-round", "", "redraw shadow fading every round (as LOS)"),
+    ("model-bits", ">= 0", "D_w, the bits of an upload; 0 = parameters × 32"),
 )
 
 
-def _channel(key: str, default: Scalar, limits: str, help: str, why: str = "") -> Setting:
+def _setting(key: str, help: str, **details: Any) -> Setting:
+    """The setting ``key`` with its default from pyproject.toml (:data:`DEFAULTS`)."""
+    return Setting(key, DEFAULTS[key], help, **details)
+
+
+def _channel(key: str, limits: str, help: str, why: str = "") -> Setting:
     """A number or flag of the cell: ``channel.<key>``."""
-    return Setting(f"channel.{key}", default, help, limits=limits, why=why)
+    return _setting(f"channel.{key}", help, limits=limits, why=why)
 
 
 #: Every key of ``[tool.flwr.app.config]``, in pyproject.toml's order.
 SETTINGS: tuple[Setting, ...] = (
-    Setting(
+    _setting(
         "seed",
-        0,
         "one seed for everything: device drop, channel, partitions, batches, model init, policies",
         limits=f"[0, {2**63 - 1}]",
         why="torch's generators take a signed 64-bit seed",
     ),
-    Setting(
+    _setting(
         "num-server-rounds",
-        50,
         "rounds J (every round's metrics line stays in memory, about 10 kB each)",
         limits=f"[1, {MAX_SERVER_ROUNDS}]",
         why="every round's metrics line is kept in memory, about 10 kB each",
     ),
-    Setting("num-devices", 40, "V (the simulation's number of SuperNodes)", limits=">= 1"),
-    Setting(
+    _setting("num-devices", "V (the simulation's number of SuperNodes)", limits=">= 1"),
+    _setting(
         "policy",
-        "fedcgd-fscd",
         "`fedcgd-fscd`, `fedcgd-gs`, `fedcgd-fscd-gc` (per-class Ĝ_c), `fedcgd-exact` (MILP "
         "optimum of P1), `fedcgd-cd` (plain coordinate descent), `bc` (best channel), `bn2` "
         "(best update norm), `poc` (power of choice), `fedcbs` (Fed-CBS), `all` (every available "
@@ -94,9 +155,8 @@ SETTINGS: tuple[Setting, ...] = (
         "policy](bring-your-own.md#write-your-own-policy))",
         form="class",
     ),
-    Setting(
+    _setting(
         "policy-params",
-        "{}",
         "your policy's constructor arguments, a TOML inline table in a string "
         '(`policy-params="{window = 20}"`, as `flwr run --run-config` takes it too); the '
         "project's commands also take the table itself (`policy-params={window = 20}`) and "
@@ -105,9 +165,8 @@ SETTINGS: tuple[Setting, ...] = (
         "at most 65,536 characters",
         form="table",
     ),
-    Setting(
+    _setting(
         "protocol",
-        "auto",
         "`channel`: schedule from the channel draw alone, no query phase (enough for `bc`, "
         "`all`); `query`: devices report label histograms (and σ̂, for FedCGD only) before "
         "training and only the scheduled devices train (`fedcgd-*`, `fedcbs`); `train-all`: "
@@ -116,9 +175,8 @@ SETTINGS: tuple[Setting, ...] = (
         "under every protocol a policy allows",
         choices=("auto", "channel", "query", "train-all"),
     ),
-    Setting(
+    _setting(
         "aggregator",
-        "",
         'how the scheduled uploads are combined: `""` the scheduler\'s FedAvg (weights '
         "\\|D_v\\|, float64 accumulation); or a Flower strategy whose own `aggregate_train` "
         "runs on the scheduled, validated uploads, by its name in `flwr.serverapp.strategy` "
@@ -126,9 +184,8 @@ SETTINGS: tuple[Setting, ...] = (
         'aggregation](aggregation.md)) or as `"package.module:ClassName"`',
         form="class",
     ),
-    Setting(
+    _setting(
         "aggregator-params",
-        "{}",
         "its constructor arguments, as `policy-params` (`aggregator-params.num-malicious-"
         "nodes=1`); checked against its signature and each number against its range before "
         'the start (docs/aggregation.md, "Allowed values"). A DP wrapper\'s: its own, plus '
@@ -136,9 +193,8 @@ SETTINGS: tuple[Setting, ...] = (
         "(`aggregator-params.strategy-params.beta=0.2`)",
         form="table",
     ),
-    Setting(
+    _setting(
         "dataset",
-        "digits",
         "`digits` (bundled, offline), `cifar10`, `cifar100` (read as data, never code: [Safe "
         "loading](design.md#safe-loading)), "
         "`mnist1d` (MNIST-1D, generated offline by the `mnist1d` package: 10 classes, inputs "
@@ -148,18 +204,16 @@ SETTINGS: tuple[Setting, ...] = (
         choices=tuple(BUILTIN_DATASETS),
         form="reference",
     ),
-    Setting(
+    _setting(
         "data-dir",
-        "",
         "folder with the CIFAR files and the cached MNIST-1D arrays (`mnist1d-<N>-<hash>.npz`), "
         'also passed to your data-set function (`""` = `./data` of the process that reads the '
         "settings)",
         form="path",
         computes=False,
     ),
-    Setting(
+    _setting(
         "mnist1d-samples",
-        20_000,
         "N, the samples `mnist1d` generates (0.8 N training, 0.2 N test; N/10 of each digit; "
         "generating takes about 0.8 kB of memory and 0.18 ms per sample); read by `mnist1d` "
         "only. The cached arrays are used only when their content hashes to the digest stored "
@@ -168,9 +222,8 @@ SETTINGS: tuple[Setting, ...] = (
         multiple_of=10,
         why="N / 10 samples of each digit; generating takes about 0.8 kB of memory per sample",
     ),
-    Setting(
+    _setting(
         "model",
-        "auto",
         "`mlp` (digits, 4,810 parameters; any input shape), `cnn` (the paper's CIFAR-10 CNN, "
         "258,898 parameters), `resnet18gn` (ResNet-18 with GroupNorm), `cnn1d` (MNIST-1D's "
         "CNN: three 25-channel Conv1d layers and a linear layer, 5,210 parameters for 1×40), "
@@ -181,9 +234,8 @@ SETTINGS: tuple[Setting, ...] = (
         choices=MODELS,
         form="reference",
     ),
-    Setting(
+    _setting(
         "device",
-        "auto",
         "where each process trains and evaluates: `auto` (CUDA when torch sees a GPU, else the "
         "CPU), `cpu`, `cuda` or `cuda:N`; one GPU per SuperNode: `CUDA_VISIBLE_DEVICES` "
         '(docs/deployment.md, "GPUs")',
@@ -191,39 +243,34 @@ SETTINGS: tuple[Setting, ...] = (
         form="device",
         computes=False,
     ),
-    Setting(
+    _setting(
         "partition",
-        "dirichlet",
         "`dirichlet`: p_v ~ Dir(α p), equal sizes; `shards`: sort-and-partition with l shards "
         "per device",
         choices=("dirichlet", "shards"),
     ),
-    Setting("dirichlet-alpha", 1.0, "α of the Dirichlet split", limits="> 0"),
-    Setting("shards-per-device", 2, "l, shards per device of the shards split", limits=">= 1"),
-    Setting(
+    _setting("dirichlet-alpha", "α of the Dirichlet split", limits="> 0"),
+    _setting("shards-per-device", "l, shards per device of the shards split", limits=">= 1"),
+    _setting(
         "imbalance-ratio",
-        1.0,
         "r = n2/n1 (first half of classes kept at 1/r)",
         limits=">= 1",
     ),
-    Setting(
+    _setting(
         "local-steps",
-        10,
         "τ, SGD steps per round (sent with each round)",
         limits=">= 1",
     ),
-    Setting("learning-rate", 0.1, "η, the SGD learning rate (sent likewise)", limits="> 0"),
-    Setting("batch-size", 32, "b, the mini-batch size (sent likewise)", limits=">= 1"),
-    Setting(
+    _setting("learning-rate", "η, the SGD learning rate (sent likewise)", limits="> 0"),
+    _setting("batch-size", "b, the mini-batch size (sent likewise)", limits=">= 1"),
+    _setting(
         "eval-every",
-        1,
         "central test-set evaluation every k rounds (and after the last)",
         limits=">= 1",
         computes=False,
     ),
-    Setting(
+    _setting(
         "result-dir",
-        "",
         'output folder (`""`: a new `<name>-<UTC time>` folder under the command\'s `--out`, '
         "`results/` by default; under `~/fedcgd-results` in a bare `flwr run`, whose ServerApp "
         "does not know the project folder); a folder that already holds a run's results is "
@@ -231,43 +278,37 @@ SETTINGS: tuple[Setting, ...] = (
         form="absolute-path",
         computes=False,
     ),
-    Setting(
+    _setting(
         "initial-g",
-        1.0,
         "Ĝ before the first upload (recorded per round as `class_gradient_used`)",
         limits=">= 0",
     ),
-    Setting(
+    _setting(
         "target-dist",
-        "global",
         "WEMD target p: class distribution of the full training set, or `devices` (union of "
         "this round's histograms)",
         choices=("global", "devices"),
     ),
-    Setting(
+    _setting(
         "pack-rule",
-        "stop",
         "best effort of the baselines: stop at the first device that does not fit, or `skip` it",
         choices=PACK_RULES,
     ),
-    Setting("poc-candidates", 0, "POC's V' (0 = all available)", limits=">= 0"),
-    Setting("fedcbs-lambda", 10.0, "Fed-CBS exploration weight λ", limits=">= 0"),
-    Setting(
+    _setting("poc-candidates", "POC's V' (0 = all available)", limits=">= 0"),
+    _setting("fedcbs-lambda", "Fed-CBS exploration weight λ", limits=">= 0"),
+    _setting(
         "exact-time-limit-s",
-        0.0,
         '`fedcgd-exact`: cap per MILP in seconds (0 = none, the true optimum; see "The scheduler")',
         limits=">= 0",
     ),
-    Setting(
+    _setting(
         "max-update-norm-ratio",
-        10.0,
         "refuse an upload whose update norm ‖w_v − w‖ is more than k × the median norm of the "
         "round's other uploads; 0 = off ([Screening replies](design.md#screening-replies))",
         limits=">= 0",
     ),
-    Setting(
+    _setting(
         "query-timeout-s",
-        120.0,
         "deployments: how long to wait for query replies (a device that misses them is lost for "
         "the round and counted in `devices_lost`), and for all `num-devices` SuperNodes to "
         "connect before the start (a simulation with fewer stops at once, naming the "
@@ -275,16 +316,14 @@ SETTINGS: tuple[Setting, ...] = (
         limits="> 0",
         computes=False,
     ),
-    Setting(
+    _setting(
         "train-timeout-s",
-        600.0,
         "deployments: how long to wait for training replies (as `query-timeout-s`)",
         limits="> 0",
         computes=False,
     ),
-    Setting(
+    _setting(
         "stall-limit-s",
-        3600.0,
         "a run that makes no progress for this many seconds (no reply, no phase done: a stuck "
         "policy, aggregator or device) is stuck and stops (`failed`, exit 1, resumable; "
         "[Host load](design.md#host-load-and-simulated-time))",
@@ -292,35 +331,31 @@ SETTINGS: tuple[Setting, ...] = (
         why="Flower drops an unanswered message after 12 h",
         computes=False,
     ),
-    Setting(
+    _setting(
         "checkpoint-every",
-        10,
         "save `checkpoint.pt` every k rounds and after the last; 0 = off (a stopped run cannot "
         "be resumed). A killed run computes the up to k − 1 rounds after it again "
         '([Performance](performance.md), "Checkpoints and result files")',
         limits=">= 0",
         computes=False,
     ),
-    Setting(
+    _setting(
         "resume-from",
-        "",
         "result directory of a run with a checkpoint: continue it there up to "
         "`num-server-rounds`, bit for bit as the uninterrupted run (same settings required, "
         'else refused in one line before anything is written); `""` = a new run',
         form="absolute-path",
         computes=False,
     ),
-    Setting(
+    _setting(
         "verbose",
-        False,
         "true: also Flower's own log lines of every round and its start-up notices; false: one "
         "progress line per round (round, accuracy, scheduled / available, elapsed, ETA), "
         "warnings and errors",
         computes=False,
     ),
-    Setting(
+    _setting(
         "channel.model",
-        "paper",
         "the uplink: the UMi cell with the paper's LOS/NLOS path loss (`paper`) or the full "
         "standard's (`tr38901`); `trace`, the recorded channel `channel.trace`; or your own "
         'class, `"package.module:ClassName"` or `"/abs/path/file.py:ClassName"`, built with the '
@@ -330,9 +365,8 @@ SETTINGS: tuple[Setting, ...] = (
         form="class",
     ),
     *(_channel(*row) for row in _CELL),
-    Setting(
+    _setting(
         "channel.trace",
-        "",
         'absolute path of the recorded channel that `channel.model = "trace"` replays (see '
         '[Your own channel](bring-your-own.md#your-own-channel)); `""` for any other channel. Its '
         "arrays' headers are read first: at most 512 MiB of arrays, V = `num-devices` and R ≥ "

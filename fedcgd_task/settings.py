@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from fedcgd_task import keys
-from fedcgd_task.datasets import BUILTIN_DATASETS
-from fedcgd_task.schema import SCHEMA, SETTINGS, read
+from fedcgd_task.schema import BUILTIN_DATASETS, DEFAULTS, SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
 #: The model ``model = "auto"`` selects for the researcher's own data set (a built-in's is in
-#: :data:`fedcgd_task.datasets.BUILTIN_DATASETS`): the MLP, which fits any input shape.
+#: :data:`fedcgd_task.schema.BUILTIN_DATASETS`): the MLP, which fits any input shape.
 AUTO_MODEL_OWN_DATASET = "mlp"
 #: Sub-folder of the working directory used when ``data-dir`` is empty.
 DEFAULT_DATA_SUBDIR = "data"
@@ -158,21 +157,6 @@ def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings,
     return values[keys.SERVER_ROUND], training, values[keys.WANT_SIGMA]
 
 
-#: The project folder (in a source checkout: pyproject.toml, conf/, data/).
-PROJECT_DIR = Path(__file__).resolve().parents[1]
-
-
-def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested tables to dotted keys, as Flower flattens ``[tool.flwr.app.config]``."""
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: str) -> None:
     """``table[name] = value``, refusing a run-config key that is given twice.
 
@@ -198,12 +182,8 @@ def set_nested(table: dict[str, Any], dotted: str, value: Any, *, key: str, clas
 
 
 def default_run_config() -> dict[str, Any]:
-    """The run config with every key at its default (:data:`fedcgd_task.schema.SETTINGS`).
-
-    Equal to the flattened ``[tool.flwr.app.config]`` of pyproject.toml (``tests/test_schema.py``),
-    and available in an installed wheel, which has no pyproject.toml.
-    """
-    return {setting.key: setting.default for setting in SETTINGS}
+    """The run config with every key at its default (:data:`fedcgd_task.schema.DEFAULTS`)."""
+    return dict(DEFAULTS)
 
 
 def resolve_data_dir(data_dir: str) -> Path:

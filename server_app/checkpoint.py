@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcgd_task.constructor_params import kebab
-from fedcgd_task.errors import OneLineMessage
-from fedcgd_task.nested import DESCEND, map_nested
+from fedcgd_strategy.constructor_params import kebab
+from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
 from fedcgd_task.settings import RECORDED, unread_settings
 from server_app.config import RunConfig
+from server_app.nested import DESCEND, map_nested
 from server_app.run_folder.files import atomic_write, read_json_object
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.results import (

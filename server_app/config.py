@@ -24,6 +24,7 @@ import tomli_w
 
 from channel import CellConfig
 from channel.pathloss import PATHLOSS_MODELS
+from fedcgd_strategy.constructor_params import keyword_parameters
 from fedcgd_strategy.flower.aggregators import make_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import (
@@ -32,7 +33,6 @@ from fedcgd_strategy.policies.registry import (
     check_policy_params,
     policy_class,
 )
-from fedcgd_task.constructor_params import keyword_parameters
 from fedcgd_task.imports import import_object
 from fedcgd_task.schema import SETTINGS
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested

@@ -25,6 +25,8 @@ from channel import Cell, ChannelModel, ChannelTrace, TraceError, TraceReplay, l
 from channel.pathloss import PATHLOSS_MODELS
 from channel.report import BITS_PER_PARAM
 from channel.trace import trace_shape
+from fedcgd_strategy.constructor_params import keyword_parameters
+from fedcgd_strategy.errors import RuleBrokenError
 from fedcgd_strategy.flower.aggregators import (
     aggregator_state,
     load_aggregator_state,
@@ -40,9 +42,7 @@ from fedcgd_strategy.policies.registry import (
     resolved_policy_arguments,
 )
 from fedcgd_strategy.record import RoundRecord
-from fedcgd_task.constructor_params import keyword_parameters
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
-from fedcgd_task.errors import RuleBrokenError
 from fedcgd_task.imports import first_line, said
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.partition import all_partitions

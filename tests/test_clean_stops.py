@@ -185,7 +185,7 @@ def test_outside_the_main_thread_nothing_is_held(tmp_path):
 
 
 def test_a_stop_is_told_by_its_mark_class_alone():
-    from fedcgd_task.errors import StopsRun
+    from fedcgd_strategy.errors import StopsRun
     from server_app.run_folder.signals import Interrupted, stops_the_run
 
     class MarkedError(StopsRun, Exception):

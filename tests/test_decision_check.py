@@ -33,7 +33,7 @@ from fedcgd_strategy.policies import (
 )
 from fedcgd_strategy.policies.check import PolicyDecisionError, check_decision
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL
-from fedcgd_task.settings import PROJECT_DIR
+from fedcgd_task.schema import PROJECT_DIR
 
 MHZ = 1e6
 RNG = np.random.default_rng(0)

@@ -18,7 +18,8 @@ from experiments.cli import invoke
 from experiments.run.certificates import make_certificates
 from experiments.run.federation import LocalFederation
 from experiments.run.run_config import format_run_config, validated_run_config
-from fedcgd_task.settings import PROJECT_DIR, resolve_data_dir
+from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_task.settings import resolve_data_dir
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 

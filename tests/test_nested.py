@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedcgd_task.nested import DESCEND, map_nested
+from server_app.nested import DESCEND, map_nested
 
 
 def _double_ints(value: Any) -> Any:

@@ -32,7 +32,7 @@ from experiments.run.run_config import (
     validated_run_config,
     with_resolved_data_dir,
 )
-from fedcgd_task.settings import PROJECT_DIR, flatten
+from fedcgd_task.schema import PROJECT_DIR, flatten
 from server_app.config import fold_policy_params, read_params
 
 #: A folder name with a space, both quotes, a backslash, non-ASCII and non-BMP characters.

@@ -31,7 +31,7 @@ from hydra import compose, initialize_config_dir
 from proc_tree import command_line, descendants, marked
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
-from fedcgd_task.settings import PROJECT_DIR
+from fedcgd_task.schema import PROJECT_DIR
 
 PROBE_PREFIX = "CLIENTAPP-PLACEMENT "
 #: Flower's ClientApp actor class in Ray.

@@ -190,7 +190,7 @@ def bc_on_local_ray(out: Path) -> subprocess.Popen[str]:
     """``fedcgd compare`` of one 200-round BC run as a task of a local Ray, writing to ``out``."""
     from subprocesses import FEDCGD
 
-    from fedcgd_task.settings import PROJECT_DIR
+    from fedcgd_task.schema import PROJECT_DIR
 
     settings = "num-devices=8 num-server-rounds=200 checkpoint-every=5"
     return subprocess.Popen(

@@ -35,7 +35,7 @@ from test_paths import hostile_folder
 from experiments.cli import app
 from experiments.cli.options import given_options, started_as
 from experiments.run.resume_command import single_run_line
-from fedcgd_task.settings import PROJECT_DIR
+from fedcgd_task.schema import PROJECT_DIR
 from server_app.run_folder.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
 CONTINUE = "to continue after round "

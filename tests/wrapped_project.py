@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.flwr_run import run_flwr
-from fedcgd_task.settings import PROJECT_DIR
+from fedcgd_task.schema import PROJECT_DIR
 
 #: The ``clientapp`` line of ``[tool.flwr.app.components]`` in our pyproject.toml.
 CLIENTAPP_LINE = re.compile(r'^clientapp\s*=\s*"[^"]*"\s*$', re.MULTILINE)

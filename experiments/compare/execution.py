@@ -26,7 +26,7 @@ from experiments.run.flwr_run import run_flwr, strip_ansi
 from experiments.run.progress import RunProgress, format_duration
 from experiments.run.ray_runs import RUN_LOG, RaySettings, connect, run_tasks
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-from fedcgd_task.errors import OneLineMessage
+from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder

@@ -42,8 +42,8 @@ from experiments.run.ray_runs import RaySettings, connect, ray_settings, resolve
 from experiments.run.resume_command import LastWords, fedcgd_command
 from fedcgd_strategy.policies.registry import canonical_policy
 from fedcgd_task.datasets import load_train_set
-from fedcgd_task.schema import unknown_key
-from fedcgd_task.settings import TaskSettings, default_run_config, flatten, resolve_data_dir
+from fedcgd_task.schema import flatten, unknown_key
+from fedcgd_task.settings import TaskSettings, default_run_config, resolve_data_dir
 from server_app.config import PARAMS_PREFIX, fold_policy_params
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder

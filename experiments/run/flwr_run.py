@@ -19,7 +19,7 @@ from experiments.run.federation import LocalFederation, flower_home
 from experiments.run.preflight import effective_result_dir
 from experiments.run.processes import stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
-from fedcgd_task.settings import PROJECT_DIR
+from fedcgd_task.schema import PROJECT_DIR
 from server_app.run_folder.run_status import mark_stopped
 from server_app.run_folder.signals import Interrupted
 

@@ -20,8 +20,8 @@ from flwr.serverapp import Grid
 from experiments.run.launcher import DEFAULT_RESULTS
 from experiments.run.processes import usable_cores
 from experiments.run.resume_command import StartedAs
+from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_strategy.flower.simulation import describe_unanswered, outside_flower, stall_alarm
-from fedcgd_task.errors import OneLineMessage
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 

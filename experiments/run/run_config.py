@@ -15,7 +15,8 @@ from typing import Any
 
 import tomli_w
 
-from fedcgd_task.settings import default_run_config, flatten, resolve_data_dir, set_nested, set_once
+from fedcgd_task.schema import flatten
+from fedcgd_task.settings import default_run_config, resolve_data_dir, set_nested, set_once
 
 #: A run-config key: TOML bare keys joined by dots (``channel.deadline-s``).
 _RUN_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")

@@ -25,8 +25,8 @@ from flwr.serverapp.strategy.fedopt import FedOpt
 from numpy.typing import NDArray
 
 from fedcgd_strategy.aggregation import non_finite_arrays
+from fedcgd_strategy.constructor_params import constructor_arguments, kebab, with_defaults
 from fedcgd_task import keys
-from fedcgd_task.constructor_params import constructor_arguments, kebab, with_defaults
 from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
 Arrays = Mapping[str, NDArray[np.generic]]

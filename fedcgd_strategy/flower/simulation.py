@@ -21,7 +21,7 @@ from flwr.app import Message
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-from fedcgd_task.errors import OneLineMessage
+from fedcgd_strategy.errors import OneLineMessage
 
 #: Error codes of a reply that the link made, not the device: the message expired, its reply
 #: expired, the node is gone. In a simulation none of them is part of the physics.

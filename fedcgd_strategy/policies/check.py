@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from fedcgd_strategy.errors import OneLineMessage, RuleBrokenError
 from fedcgd_strategy.policies.core import (
     BUDGET_REL_TOL,
     NOT_CANDIDATES,
@@ -21,7 +22,6 @@ from fedcgd_strategy.policies.core import (
     RoundInputs,
     devices_named,
 )
-from fedcgd_task.errors import OneLineMessage, RuleBrokenError
 from fedcgd_task.imports import first_line, said
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ def policy_call(policy: Policy, server_round: int, what: str, call: Callable[[],
     """``call()``, the policy's ``what``; what a user's policy raises becomes one line.
 
     ``policy 'X', round 7: <what> raised <type>: <first line> (<file>:<line> in <function>)``
-    (cause chained; a :class:`~fedcgd_task.errors.RuleBrokenError`: ``<what>: <the rule broken>
+    (cause chained; a :class:`~fedcgd_strategy.errors.RuleBrokenError`: ``<what>: <the rule broken>
     (<file>...)``). A built-in's exception goes on unchanged (a bug: its traceback says where);
     ``SystemExit`` and the like go on too (the run's status says they fail it).
     """

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from fedcgd_strategy.errors import RuleBrokenError
 from fedcgd_strategy.estimators import estimate_global_sigma
 from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, sampling_term, wemd
 from fedcgd_strategy.solvers import ScheduleResult
@@ -32,7 +33,6 @@ from fedcgd_strategy.validation import (
     check_integer,
     check_total_bandwidth,
 )
-from fedcgd_task.errors import RuleBrokenError
 
 #: Relative slack of the budget test (the solvers' rounding slack).
 BUDGET_REL_TOL = BANDWIDTH_REL_TOL

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fedcgd_strategy.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_strategy.policies.builtin import (
     AllFeasiblePolicy,
     BestChannelPolicy,
@@ -22,7 +23,6 @@ from fedcgd_strategy.policies.builtin import (
     PowerOfChoicePolicy,
 )
 from fedcgd_strategy.policies.core import Policy
-from fedcgd_task.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
 from fedcgd_task.schema import did_you_mean
 
@@ -144,7 +144,7 @@ def policy_class(setting: str) -> type[Policy]:
 def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[str, object]:
     """Check ``policy-params`` against the constructor of ``setting``'s class; return kwargs.
 
-    The check of :func:`fedcgd_task.constructor_params.constructor_arguments`; raises ValueError
+    The check of :func:`fedcgd_strategy.constructor_params.constructor_arguments`; raises ValueError
     (one line) for a name the constructor does not take, a name that comes from elsewhere (fixed by
     the built-in name, or a :class:`PolicyContext` setting), a value of the wrong type, or a
     required parameter left unset.

@@ -3,7 +3,8 @@
 The run-config key ``dataset`` names a built-in of :data:`BUILTIN_DATASETS` or the researcher's
 data-set function; the contract is in docs/bring-your-own.md, "Bring your own data set and
 model". The built-ins live in one module per family (:mod:`~.images`: digits and CIFAR;
-:mod:`~.mnist1d`). This module imports neither torch nor flwr (the schema reads the registry).
+:mod:`~.mnist1d`), listed in :data:`fedcgd_task.schema.BUILTIN_DATASETS`. Imports neither torch
+nor flwr.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedcgd_task.imports import builtin_or_function, first_line
+from fedcgd_task.schema import BUILTIN_DATASETS as BUILTIN_DATASETS
 
 if TYPE_CHECKING:
     import torch
@@ -25,32 +27,6 @@ if TYPE_CHECKING:
     from fedcgd_task.settings import TaskSettings
 
 
-@dataclass(frozen=True)
-class BuiltinDataset:
-    """A built-in data set: its function (``module:name``), title and the model ``auto`` picks.
-
-    ``reads``: the run-config keys besides ``dataset`` whose values change its arrays.
-    """
-
-    function: str
-    title: str
-    auto_model: str
-    reads: tuple[str, ...] = ()
-
-
-#: The built-in data sets by run-config name: the one list every other module reads.
-BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
-    "digits": BuiltinDataset("fedcgd_task.datasets.images:digits_data", "digits", "mlp"),
-    "cifar10": BuiltinDataset(
-        "fedcgd_task.datasets.images:cifar10_data", "CIFAR-10", "cnn", ("data-dir",)
-    ),
-    "cifar100": BuiltinDataset(
-        "fedcgd_task.datasets.images:cifar100_data", "CIFAR-100", "resnet18gn", ("data-dir",)
-    ),
-    "mnist1d": BuiltinDataset(
-        "fedcgd_task.datasets.mnist1d:mnist1d_data", "MNIST-1D", "cnn1d", ("mnist1d-samples",)
-    ),
-}
 #: The run-config key that names the data-set function.
 DATASET_KEY = "dataset"
 #: Keyword arguments a data-set function may take (its signature says which).
@@ -313,7 +289,7 @@ def _load_checked(
     settings, else 0: the same data in every process
     (:func:`fedcgd_task.training.seeded_generators`).
     """
-    from fedcgd_task.training import seeded_generators  # torch: not at the schema's import
+    from fedcgd_task.training import seeded_generators  # torch: only where data is loaded
 
     function = dataset_function(name)
     kwargs = {"data_dir": data_dir, "settings": settings}

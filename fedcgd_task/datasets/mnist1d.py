@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
+import os
 import random
 import threading
 import warnings
@@ -152,14 +153,17 @@ def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArray
 
 def _write_cache(path: Path, key: str, arrays: Mnist1dArrays) -> None:
     """Write ``arrays`` and their digest with ``key`` to ``path`` atomically (else a warning)."""
-    from server_app.run_folder.files import ResultWriteError, atomic_write
-
     named: dict[str, Any] = dict(zip(_ARRAYS, arrays, strict=True))
     content = mnist1d_content_digest(key, arrays)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda fh: np.savez(fh, content=content, **named))
-    except (OSError, ResultWriteError) as err:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, content=content, **named)
+        os.replace(tmp, path)  # readers see no file or the whole one
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         warnings.warn(
             f"mnist1d: could not cache the generated arrays in {path.parent} ({err}); they are "
             "generated again by every process",

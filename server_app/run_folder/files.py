@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from fedcgd_task.errors import OneLineMessage
+from fedcgd_strategy.errors import OneLineMessage
 from server_app.run_folder.signals import held
 
 FILE_MODE = 0o644

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from fedcgd_task.errors import OneLineMessage
+from fedcgd_strategy.errors import OneLineMessage
 
 LOCK_FILE = ".fedcgd.lock"
 WRITER_LOCK_FILE = ".fedcgd-writer.lock"

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from types import FrameType
 
-from fedcgd_task.errors import OneLineMessage, StopsRun
+from fedcgd_strategy.errors import OneLineMessage, StopsRun
 from fedcgd_task.imports import said
 
 #: The signals that stop a run.
@@ -93,7 +93,7 @@ def held() -> Iterator[None]:
 
 
 def stops_the_run(err: BaseException) -> bool:
-    """True for a ``KeyboardInterrupt`` or an error marked :class:`fedcgd_task.errors.StopsRun`."""
+    """True for a ``KeyboardInterrupt`` or an error marked ``errors.StopsRun``."""
     return isinstance(err, KeyboardInterrupt | StopsRun)
 
 
