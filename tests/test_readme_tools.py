@@ -163,7 +163,7 @@ def test_readme_round_benchmark_command_runs(tmp_path: Path) -> None:
 def test_the_inprocess_benchmark_finds_the_engine_in_old_and_new_checkouts(tmp_path) -> None:
     """``--compare-with`` takes a checkout of every layout: the ``fedcgd`` tool, the
     ``python -m`` engine before it, and the engine from before experiments/ had subpackages."""
-    from experiments.bench.common import engine_command
+    from benchmarks.common import engine_command
 
     tool, new, old, other = (tmp_path / n for n in ("tool", "new", "old", "other"))
     (tool / "experiments" / "cli").mkdir(parents=True)

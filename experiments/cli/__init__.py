@@ -16,9 +16,14 @@ import click
 import typer
 
 # the modules whose commands register themselves (imported for that)
-from experiments.bench import checkpoint, inprocess, round, scale, solvers  # noqa: F401
 from experiments.cli import runs, tools  # noqa: F401
 from experiments.cli.options import app
+
+try:  # `fedcgd bench`: the checkout's benchmarks/, not part of the installed package
+    from benchmarks import checkpoint, client, inprocess, round, scale, solvers  # noqa: F401
+except ModuleNotFoundError as err:
+    if err.name != "benchmarks":
+        raise
 
 
 def _one_line(err: click.ClickException) -> str:

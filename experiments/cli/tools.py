@@ -9,7 +9,6 @@ import typer
 
 from experiments.cli.options import (
     app,
-    bench,
     choice_option,
     not_none,
     numbers,
@@ -198,17 +197,3 @@ def schedule_table_command(
     text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)
     fit = fit_max if fit_poc else None
     return schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet)
-
-
-@bench.command("client")
-def bench_client_command(
-    repeats: Annotated[int, typer.Option(min=1, help="timed calls after warm-up")] = 10,
-    vmap_repeats: Annotated[
-        int, typer.Option(min=1, help="timed calls of the slow vmap sigma-hat")
-    ] = 3,
-    threads: Annotated[int, typer.Option(min=1, help="torch intra-op threads")] = 1,
-) -> int:
-    """The ClientApp's handlers and sigma-hat against one SGD step."""
-    from client_app import benchmark
-
-    return benchmark.main(repeats, vmap_repeats, threads)

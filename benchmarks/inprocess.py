@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from experiments.bench.common import (
+from benchmarks.common import (
     Checkout,
     Rounds,
     Seed,

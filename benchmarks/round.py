@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from experiments.bench.common import (
+from benchmarks.common import (
     Rounds,
     Seed,
     compared,

@@ -16,8 +16,8 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from experiments.bench.common import per_round_s, write_table
-from experiments.bench.inprocess import SETTING
+from benchmarks.common import per_round_s, write_table
+from benchmarks.inprocess import SETTING
 from experiments.cli.options import bench
 
 #: (model, data set, input shape, classes, writes timed).

@@ -11,11 +11,14 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import Annotated
 
 import numpy as np
 import torch
+import typer
 
 from client_app.sigma import gradient_spread, gradient_spread_vmap
+from experiments.cli.options import bench
 from fedcgd_task.models import build_model
 from fedcgd_task.training import train_local
 
@@ -60,7 +63,14 @@ def bench_sigma_vs_sgd(
     return sigma_s, vmap_s, sgd_s
 
 
-def main(repeats: int = 10, vmap_repeats: int = 3, threads: int = 1) -> int:
+@bench.command("client")
+def main(
+    repeats: Annotated[int, typer.Option(min=1, help="timed calls after warm-up")] = 10,
+    vmap_repeats: Annotated[
+        int, typer.Option(min=1, help="timed calls of the slow vmap sigma-hat")
+    ] = 3,
+    threads: Annotated[int, typer.Option(min=1, help="torch intra-op threads")] = 1,
+) -> int:
     """``fedcgd bench client``: the sigma-hat table of docs/performance.md."""
     torch.set_num_threads(threads)
     print(f"torch threads: {torch.get_num_threads()}, repeats: {repeats}")

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from benchmarks.common import write_table
 from experiments.analysis.tables import write_csv
-from experiments.bench.common import write_table
 from experiments.cli.options import bench, numbers
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from experiments.bench.common import Checkout, checkouts, progress, run_engine, write_table
+from benchmarks.common import Checkout, checkouts, progress, run_engine, write_table
 from experiments.cli.options import bench, numbers
 
 #: Phases read from each round's metrics line.
