@@ -71,7 +71,7 @@ def main(
     ] = 3,
     threads: Annotated[int, typer.Option(min=1, help="torch intra-op threads")] = 1,
 ) -> int:
-    """``fedcgd bench client``: the sigma-hat table of docs/performance.md."""
+    """The sigma-hat table of docs/performance.md: sigma-hat against one SGD step."""
     torch.set_num_threads(threads)
     print(f"torch threads: {torch.get_num_threads()}, repeats: {repeats}")
     print(f"sigma-hat vs one SGD step, b = {SIGMA_BATCH} (median ms)")

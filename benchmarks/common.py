@@ -42,7 +42,7 @@ Checkout = Annotated[
     typer.Option(help="another checkout (e.g. a git worktree), timed too"),
 ]
 #: This checkout.
-THIS = Path(__file__).resolve().parents[2]
+THIS = Path(__file__).resolve().parents[1]
 
 
 def progress(text: str, tag: str) -> None:
