@@ -1,10 +1,6 @@
 """The server's view of the nodes: which serves which device, and which still owes a reply.
 
-Each node reports its partition id in a ``query.info`` reply (the server cannot read
-``node_config``); :class:`NodeRegistry` keeps the answers. At most one message per node is in
-flight (docs/design.md, "One message per node"): a message not answered before its timeout stays
-in :class:`PendingMessages` until its reply is pulled, and its node sits the rounds out as failed
-meanwhile. No flwr, no torch.
+docs/design.md, "One message per node". No flwr, no torch.
 """
 
 from __future__ import annotations
@@ -35,15 +31,7 @@ class NodeRegistry:
         self._node_of: dict[int, int] = {}
         self._partition_of: dict[int, int] = {}
         self._local_hist: dict[int, NDArray[np.int64]] = {}
-        self._truth = None
-        if partition_counts is not None:
-            truth = np.asarray(partition_counts, dtype=np.int64)
-            if truth.shape != (self.num_devices, self.num_classes):
-                raise ValueError(
-                    f"partition_counts has shape {truth.shape}; expected "
-                    f"({self.num_devices}, {self.num_classes})"
-                )
-            self._truth = truth
+        self._truth = None if partition_counts is None else np.asarray(partition_counts, np.int64)
 
     def __len__(self) -> int:
         return len(self._node_of)
@@ -72,11 +60,8 @@ class NodeRegistry:
     def register(
         self, node_id: int, partition_id: int, local_hist: NDArray[np.int64] | None = None
     ) -> int:
-        """Record that ``node_id`` serves ``partition_id``; return the node that keeps it.
-
-        Another node than ``node_id`` when it already holds the partition; ``local_hist`` (int[C],
-        the whole local dataset's class counts) is kept per partition.
-        """
+        """Record that ``node_id`` serves ``partition_id`` (with its class counts ``local_hist``
+        int[C]); return the node that keeps it (the first claimant)."""  # noqa: D205, D209
         if not 0 <= partition_id < self.num_devices:
             raise ValueError(
                 f"partition id {partition_id!r} out of range; allowed: 0 .. {self.num_devices - 1}"
@@ -139,17 +124,10 @@ class PendingMessages:
         answered: Iterable[str],
         server_round: int,
     ) -> list[Pending]:
-        """Keep the messages of ``sent`` whose id is not in ``answered``; return them.
-
-        ``sent`` holds (message_id, node_id, kind) of a phase (an empty id, from a grid that answers
-        before it returns, is not tracked); ``answered`` the ``reply_to_message_id`` of every reply.
-        """
+        """Keep (and return) the ``sent`` (message_id, node_id, kind) not ``answered`` (ids)."""
         replied = set(answered)
-        new = [
-            Pending(mid, int(node), int(server_round), kind)
-            for mid, node, kind in sent
-            if mid and mid not in replied
-        ]
+        new = [Pending(mid, int(node), int(server_round), kind) for mid, node, kind in sent
+               if mid and mid not in replied]  # fmt: skip
         self._by_id.update((p.message_id, p) for p in new)
         return new
 

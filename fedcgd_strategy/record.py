@@ -14,11 +14,7 @@ from fedcgd_strategy.policies import Decision, RoundInputs
 
 @dataclass(frozen=True)
 class RoundTimings:
-    """Where one round's time went, in seconds of server wall clock (docs/running.md).
-
-    ``discovery_s`` (finding new nodes; the first round's holds the engine's warm-up) is not round
-    work: the progress line's ETA leaves it out.
-    """
+    """Where one round's time went, in seconds of server wall clock (docs/running.md)."""
 
     query_s: float
     schedule_s: float
@@ -101,14 +97,8 @@ def round_record(
     discovery_failed: Mapping[int, str] | None = None,
     lost: Iterable[int] = (),
 ) -> RoundRecord:
-    """Build one round's :class:`RoundRecord` from what the policy saw and decided.
-
-    ``num_available`` counts the devices drawn available with a connected node; ``uploaded`` and
-    ``disconnected`` (drawn available, no connected node) hold partition ids; ``failed_reasons``
-    and ``discovery_failed`` map partition and node ids to one-line reasons; ``lost`` are the
-    partitions lost to a timeout, a disconnection or an error reply. ``model_kept_reason`` says why
-    the model was kept although devices uploaded ("nothing uploaded" without uploads).
-    """
+    """Build one round's :class:`RoundRecord` (fields: docs/running.md) from what the policy saw
+    and decided."""  # noqa: D205, D209
     selected = decision.selected
     scheduled = bool(selected.any())
     reasons = {int(k): str(v) for k, v in (failed_reasons or {}).items()}

@@ -30,8 +30,8 @@ from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import (
     PolicyContext,
     canonical_policy,
-    check_policy_params,
     policy_class,
+    policy_param_arguments,
 )
 from fedcgd_task.imports import import_object
 from fedcgd_task.schema import SETTINGS
@@ -356,7 +356,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
     policy = values["policy"]
     values["policy_params"] = read_params(run_config)
-    check_policy_params(policy, values["policy_params"])
+    policy_param_arguments(policy, values["policy_params"])
     try:
         values["protocol"] = resolve_protocol(policy_class(policy), values["protocol"], policy)
     except ValueError as err:

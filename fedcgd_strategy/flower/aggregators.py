@@ -1,8 +1,6 @@
 """Flower strategies as aggregators of the scheduled uploads (run-config ``aggregator``).
 
-``""`` keeps the scheduler's FedAvg; a named strategy is built by its own constructor (what it
-raises is the one-line refusal) and combines each round's validated uploads in its own
-``aggregate_train``. docs/aggregation.md; docs/design.md, "Any Flower aggregation".
+docs/aggregation.md; docs/design.md, "Any Flower aggregation".
 """
 
 from __future__ import annotations
@@ -55,10 +53,8 @@ CLIENT_SIDE: dict[type, str] = {
 DERIVED = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
 SERVER_SIDE_DP = (flower.DifferentialPrivacyServerSideFixedClipping,
                   flower.DifferentialPrivacyServerSideAdaptiveClipping)  # fmt: skip
-#: The state of Flower's stateful strategies (nearest class along the MRO): attribute -> kind,
-#: arrays by the model's names (``dict``, ``record``: an ArrayRecord) or in its order
-#: (``list``), or a number > 0 (``norm``). Their other attributes are settings, or are set
-#: anew by every ``configure_train``.
+#: Flower's strategies' state (nearest class on the MRO): attribute -> arrays by the model's
+#: names (``dict``, ``record``), in its order (``list``), or a number > 0 (``norm``).
 FLOWER_STATE: dict[type, dict[str, str]] = {
     FedOpt: {"m_t": "dict", "v_t": "dict"},
     flower.FedAvgM: {"current_arrays": "record", "momentum_vector": "list"},
@@ -69,10 +65,7 @@ FLOWER_STATE: dict[type, dict[str, str]] = {
 class DifferentialPrivacyServerSideAdaptiveClipping(
     flower.DifferentialPrivacyServerSideAdaptiveClipping
 ):
-    """Flower's adaptive clipping with the two steps of Andrew et al.'s Algorithm 1.
-
-    Built in place of Flower's, under its name (messages name the class as the run config does).
-    """
+    """Flower's adaptive clipping with the two steps of Andrew et al.'s Algorithm 1."""
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -87,11 +80,11 @@ class DifferentialPrivacyServerSideAdaptiveClipping(
     def _geometric_update(self, clipped_fraction: float) -> None:
         """C <- C exp(-lr (b - gamma)): Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1.
 
-        b = 1 - ``clipped_fraction`` (the noisy fraction not clipped), gamma = 1 -
-        ``target_clipped_quantile``, lr = ``clip_norm_lr``.
+        b = 1 - ``clipped_fraction``, gamma = 1 - ``target_clipped_quantile`` (fractions),
+        lr = ``clip_norm_lr``; C (scalar, the model's norm units) is updated in place.
         """
-        unclipped, target_unclipped = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
-        self.clipping_norm *= math.exp(-self.clip_norm_lr * (unclipped - target_unclipped))
+        b, gamma = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
+        self.clipping_norm *= math.exp(-self.clip_norm_lr * (b - gamma))
 
     def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
         """Flower's Gaussian noise, standard deviation z C_t / n (C_t: the round's norm)."""
@@ -136,12 +129,9 @@ def build(
     key: str = AGGREGATOR_KEY,
     table: str = PARAMS_KEY,
 ) -> tuple[Strategy, dict[str, Any]]:
-    """The strategy ``setting`` names, built from the run-config table ``table``, and its record.
-
-    Names and types are checked against the constructor, values by the constructor itself.
-    The record is ``config.json``'s ``aggregator_resolved``: class, every parameter as built,
-    where each came from. Raises ValueError (one line naming the setting and the values).
-    """
+    """The strategy ``setting`` names, built from table ``table``, and ``config.json``'s
+    ``aggregator_resolved`` (class, parameters as built, their source). ValueError: one line.
+    """  # noqa: D205
     cls, own, extra, record = aggregator_class(setting, key), dict(params), {}, None
     if issubclass(cls, SERVER_SIDE_DP):
         wrapped, sub = own.pop(INNER, "FedAvg"), own.pop(INNER_PARAMS, {})
@@ -186,16 +176,13 @@ def build(
 def make_aggregator(setting: str, params: Mapping[str, Any], num_devices: int) -> Strategy | None:
     """A fresh aggregator for ``aggregator = setting``, None for the default FedAvg (ValueError)."""
     if setting == "" and params:
-        raise ValueError(
-            f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but {AGGREGATOR_KEY!r} "
-            'is "" (the scheduler\'s FedAvg takes no parameters); name an aggregator'
-        )
+        raise ValueError(f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but "
+                         f"{AGGREGATOR_KEY!r} is \"\" (the scheduler's FedAvg takes no "
+                         "parameters); name an aggregator")  # fmt: skip
     return None if setting == "" else build(setting, params, num_devices)[0]
 
 
-def resolved_aggregator(
-    setting: str, params: Mapping[str, object], num_devices: int
-) -> dict[str, object] | None:
+def resolved_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> Any:
     """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
     return None if setting == "" else build(setting, params, num_devices)[1]
 
@@ -206,9 +193,8 @@ def inner_strategy(aggregator: Strategy) -> Strategy:
 
 
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
-    """The fewest uploads ``aggregator`` (or the strategy a DP wrapper wraps) combines, and why:
-    f = ``num_malicious_nodes``, Bulyan 4 f + 3 (El Mhamdi et al. 2018), Krum and MultiKrum
-    2 f + 3 (Blanchard et al. 2017), any other 1.
+    """The fewest uploads ``aggregator`` (or a DP wrapper's strategy) combines, and why; f =
+    ``num_malicious_nodes``: Bulyan 4 f + 3 (El Mhamdi et al. 2018), (Multi)Krum 2 f + 3.
     """  # noqa: D205
     aggregator = inner_strategy(aggregator)
     f, name = int(getattr(aggregator, "num_malicious_nodes", 0)), type(aggregator).__name__
@@ -219,9 +205,8 @@ def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
 
 
 def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
-    """The clipping norm C a round clips with (read before the round, which moves the adaptive
-    C) and its noise's standard deviation z C / n, n = ``uploads``; None without DP.
-    """  # noqa: D205
+    """The norm C a round clips with (read before the round) and the noise's standard deviation
+    z C / n, n = ``uploads``; None without DP."""  # noqa: D205, D209
     if not isinstance(aggregator, SERVER_SIDE_DP):
         return None
     norm = float(aggregator.clipping_norm)
@@ -264,13 +249,10 @@ def aggregate_uploads(
     *,
     seed: int = 0,
 ) -> tuple[dict[str, NDArray[np.generic]] | None, str | None]:
-    """Combine the round's uploads with ``aggregator``'s own ``aggregate_train``.
+    """Combine the validated ``models`` (weights |D_v|) with ``aggregator.aggregate_train``.
 
-    ``models``: the scheduled devices' validated models, ``weights`` their |D_v|, ``reference``
-    this round's global model, ``node_ids`` the uploading nodes (default 1, 2, ...). A DP wrapper
-    gets float uploads (it clips in place), every weight 1 and n = ``len(models)``. Returns the
-    new global model in the reference's dtypes and None; or None and why the model is kept,
-    the aggregator as it was before the call.
+    A DP wrapper gets float uploads, every weight 1 and n = ``len(models)``. Returns the new
+    model in ``reference``'s dtypes and None, or None and why (the aggregator then restored).
     """
     name, inner = type(aggregator).__name__, inner_strategy(aggregator)
     need, why = minimum_uploads(aggregator)
@@ -303,10 +285,8 @@ def aggregate_uploads(
             record, _ = aggregator.aggregate_train(server_round, replies)
         result, reason = _fitted(record, reference, name, len(models))
     except Exception as err:  # a strategy's failure costs the round, never the run
-        result, reason = (
-            None,
-            f"{name}.aggregate_train raised {type(err).__name__}: {first_line(err)}",
-        )
+        result, reason = None, f"{name}.aggregate_train raised {type(err).__name__}: " + (
+            first_line(err))  # fmt: skip
     if result is None:
         vars(aggregator).clear()
         vars(aggregator).update(before)
@@ -339,9 +319,7 @@ def _fitted(
 
 
 def _attributes(aggregator: Strategy) -> dict[str, tuple[Strategy, str, str]]:
-    """Checkpoint key -> (owner, attribute, kind) of :data:`FLOWER_STATE`, a DP wrapper's
-    strategy's keyed ``strategy.<attribute>``.
-    """  # noqa: D205
+    """Checkpoint key -> (owner, attribute, kind) of :data:`FLOWER_STATE` (``strategy.*``: DP's)."""
     inner = inner_strategy(aggregator)
     owners = {"": aggregator} | ({f"{INNER}.": inner} if inner is not aggregator else {})
     found = {p: next((FLOWER_STATE[c] for c in type(o).__mro__ if c in FLOWER_STATE), {})
@@ -350,11 +328,8 @@ def _attributes(aggregator: Strategy) -> dict[str, tuple[Strategy, str, str]]:
 
 
 def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
-    """What a checkpoint holds of ``aggregator``, arrays copied (``{}`` for None).
-
-    A researcher's strategy with ``load_state_dict`` gives its ``state_dict()``; Flower's
-    strategies their :data:`FLOWER_STATE`.
-    """
+    """What a checkpoint holds: ``state_dict()`` if the strategy has one, else its
+    :data:`FLOWER_STATE`, arrays copied (``{}`` for None)."""  # noqa: D205, D209
     if aggregator is None or hasattr(aggregator, "load_state_dict"):
         return {} if aggregator is None else dict(aggregator.state_dict())  # type: ignore[attr-defined]
     state: dict[str, Any] = {}
@@ -371,22 +346,17 @@ def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
 def load_aggregator_state(
     aggregator: Strategy | None, state: Mapping[str, Any], model: Arrays
 ) -> None:
-    """Check, then set what :func:`aggregator_state` saved on a freshly built ``aggregator``.
+    """Check (a checkpoint is untrusted), then set :func:`aggregator_state`'s ``state``.
 
-    A checkpoint is untrusted: it must hold the keys the fresh aggregator keeps (a researcher's:
-    those of its ``state_dict()``, then given to its ``load_state_dict``); Flower's arrays have
-    the run's global ``model``'s names, shapes and floating dtypes, numbers are finite. Raises
-    ValueError (one line); nothing is set then.
+    Keys as the fresh aggregator keeps; Flower's arrays with ``model``'s names, shapes and
+    float dtypes, finite. ValueError (one line), nothing set then.
     """
     own = hasattr(aggregator, "load_state_dict")
     attributes = {} if aggregator is None or own else _attributes(aggregator)
     keys_kept = sorted(aggregator.state_dict() if own else attributes)  # type: ignore[union-attr]
     if sorted(state) != keys_kept:
-        what = (
-            f"the run's {type(aggregator).__name__}"
-            if aggregator
-            else "the run's 'aggregator' is the default FedAvg, which"
-        )
+        what = f"the run's {type(aggregator).__name__}" if aggregator else (
+            "the run's 'aggregator' is the default FedAvg, which")  # fmt: skip
         raise ValueError(f"the aggregator state holds {sorted(state)}; {what} keeps {keys_kept}")
     if own:
         aggregator.load_state_dict(state)  # type: ignore[union-attr]

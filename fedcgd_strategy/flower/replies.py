@@ -1,9 +1,7 @@
-"""Every check of what a device sends, applied where its reply enters the server.
+"""Every check of what a device sends (untrusted), where its reply enters the server.
 
-Each value is checked against the model and the round by the rules of docs/design.md,
-"Screening replies" (the rules on values are pure functions of :mod:`fedcgd_strategy.validation`);
-a reply that breaks one raises :class:`MalformedReplyError` naming the node, the key, the value
-and what is allowed, which costs that device its round. Nothing a device sends raises otherwise.
+docs/design.md, "Screening replies": a reply breaking a rule raises :class:`MalformedReplyError`
+(node, key, value, what is allowed), which costs that device its round; nothing else raises.
 """
 
 from __future__ import annotations
@@ -44,9 +42,7 @@ class MalformedReplyError(ValueError):
 def _metric(metrics: MetricRecord, key: str, node_id: int) -> object:
     """The metric ``key`` of a reply; missing: refused."""
     if key not in metrics:
-        raise MalformedReplyError(
-            f"reply from node {node_id} lacks metric {key!r}; the ClientApp must send it"
-        )
+        raise MalformedReplyError(f"reply from node {node_id} lacks metric {key!r}")
     return metrics[key]
 
 
@@ -94,21 +90,17 @@ def _histogram(
     """The class counts under ``key``: C ints 0 .. :data:`MAX_COUNT` with a positive sum."""
     raw = _metric(metrics, key, node_id)
     values = raw if isinstance(raw, list) else [raw]
-    if len(values) != num_classes:
-        raise MalformedReplyError(
-            f"node {node_id}: {key!r} has length {len(values)}; allowed: {num_classes}"
-        )
     shown = values if len(values) <= 12 else [*values[:12], "..."]
     counts = [int(v) for v in values if _is_int(v)]
-    if len(counts) != num_classes:
-        raise MalformedReplyError(
-            f"node {node_id}: {key!r} = {shown}; allowed: integer class counts (a list of ints)"
-        )
-    if min(counts) < 0 or sum(counts) <= 0 or max(counts) > MAX_COUNT:
-        raise MalformedReplyError(
-            f"node {node_id}: {key!r} = {shown}; allowed: counts 0 .. 2**53 with a positive sum"
-        )
-    return np.array(counts, dtype=np.int64)
+    if len(values) != num_classes:
+        problem = f"has length {len(values)}; allowed: {num_classes}"
+    elif len(counts) != num_classes:
+        problem = f"= {shown}; allowed: integer class counts (a list of ints)"
+    elif min(counts) < 0 or sum(counts) <= 0 or max(counts) > MAX_COUNT:
+        problem = f"= {shown}; allowed: counts 0 .. 2**53 with a positive sum"
+    else:
+        return np.array(counts, dtype=np.int64)
+    raise MalformedReplyError(f"node {node_id}: {key!r} {problem}")
 
 
 def _sender(msg: Message) -> tuple[int, MetricRecord]:
@@ -141,23 +133,18 @@ def _model_arrays(
                 f"{first_line(err)}"
             ) from None
     if list(arrays) != list(reference):
-        raise MalformedReplyError(
-            f"node {node_id}: model arrays {list(arrays)[:3]}… do not match the global model's "
-            f"{list(reference)[:3]}…"
-        )
+        raise MalformedReplyError(f"node {node_id}: model arrays {list(arrays)[:3]}… do not "
+                                  f"match the global model's {list(reference)[:3]}…")  # fmt: skip
     for k, ref in reference.items():
-        arr, want = arrays[k], np.asarray(ref)
+        arr, want, problem = arrays[k], np.asarray(ref), ""
         if arr.shape != want.shape:
-            raise MalformedReplyError(
-                f"node {node_id}: array {k!r} has shape {arr.shape}; expected {want.shape}"
-            )
-        if arr.dtype != want.dtype:
-            raise MalformedReplyError(
-                f"node {node_id}: array {k!r} has dtype {arr.dtype}; allowed: {want.dtype}, the "
-                "global model's"
-            )
-        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            raise MalformedReplyError(f"node {node_id}: array {k!r} has NaN or inf values")
+            problem = f"has shape {arr.shape}; expected {want.shape}"
+        elif arr.dtype != want.dtype:
+            problem = f"has dtype {arr.dtype}; allowed: {want.dtype}, the global model's"
+        elif np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+            problem = "has NaN or inf values"
+        if problem:
+            raise MalformedReplyError(f"node {node_id}: array {k!r} {problem}")
     return arrays
 
 
@@ -214,14 +201,10 @@ def read_report(
     local_counts: NDArray[np.int64] | None = None,
     num_samples: int | None = None,
 ) -> DeviceReport:
-    """Validate a stats or training reply and return its :class:`DeviceReport`.
+    """Validate a stats or (with ``reference``, the round's global model) training reply.
 
-    ``num_devices`` V bounds the partition id, ``num_classes`` C is the histogram's length.
-    With ``reference`` (the global model sent this round) the reply must be a training reply
-    whose arrays match it. What discovery and the round say of the sender, each None when
-    unknown and then not checked: ``registered`` its partition id, ``local_counts`` int[C] its
-    local class counts (sum |D_v|), ``num_samples`` τ b of the round. Raises
-    :class:`MalformedReplyError` for an error reply, a missing key or a value breaking a rule.
+    Checked when not None: ``registered`` partition id, ``local_counts`` int[C] (from discovery),
+    ``num_samples`` τ b. Raises :class:`MalformedReplyError`.
     """
     node_id, metrics = _sender(msg)
     what = "the partition it was registered with at discovery"
@@ -236,10 +219,8 @@ def read_report(
             raise MalformedReplyError(f"node {node_id}: {keys.LABEL_HIST!r} {problem}")
     sigma = _number(metrics, keys.SIGMA, node_id) if keys.SIGMA in metrics else math.nan
     if sigma > FLOAT32_MAX:
-        raise MalformedReplyError(
-            f"node {node_id}: metric {keys.SIGMA!r} = {sigma!r}; allowed: 0 .. {FLOAT32_MAX:.4g} "
-            "(the largest float32)"
-        )
+        raise MalformedReplyError(f"node {node_id}: metric {keys.SIGMA!r} = {sigma!r}; allowed: "
+                                  f"0 .. {FLOAT32_MAX:.4g} (the largest float32)")  # fmt: skip
     if reference is None:
         return DeviceReport(node_id, pid, n, hist, sigma)
     train_loss = _number(metrics, keys.TRAIN_LOSS, node_id)
@@ -260,13 +241,8 @@ def read_report(
 
 @dataclass(frozen=True)
 class Screening:
-    """How a phase's replies are screened beyond their own validity.
-
-    ``num_samples`` τ b of the round, the sum of every round histogram (None: not checked);
-    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.validation.update_norm_outliers`
-    (0 = only the absolute bound); ``norm_reference`` the median update norm of the last round's
-    accepted uploads (for a round with one upload).
-    """
+    """How a phase's replies are screened beyond their own validity: τ b (None: unchecked), k of
+    :func:`~fedcgd_strategy.validation.update_norm_outliers`, the last round's median norm."""  # noqa: D205, D209
 
     num_samples: int | None = None
     max_update_norm_ratio: float = 0.0
@@ -281,13 +257,10 @@ def collect_reports(
     phase: str,
     screening: Screening | None = None,
 ) -> tuple[list[DeviceReport], dict[int, str], set[int]]:
-    """Validate a phase's replies; return the valid reports (by partition id), failures, lost.
-
-    ``failures`` maps each expected partition without a valid reply (error, timeout, malformed or
-    misattributed reply, upload with an outlier norm) to a one-line reason. ``lost`` are those
-    whose node sent no reply or an error reply first: what the link or the host did to a device
-    (a refused reply is a failure, not a loss). A node's first reply counts.
-    """
+    """Validate a phase's replies (a node's first counts): the valid reports by partition id,
+    each other expected partition's one-line reason, and those lost (no reply or an error reply
+    first; a refused reply is a failure, not a loss).
+    """  # noqa: D205
     rules = screening or Screening()
     wanted = set(expected)
     reports: dict[int, DeviceReport] = {}
@@ -360,11 +333,7 @@ def uploaded_updates(
     target_dist: NDArray[np.float64],
     training: TrainingSettings,
 ) -> UploadedUpdates:
-    """The scheduled devices' uploads as the policy's Ĝ update needs them (eqs. G_est, Gc_est).
-
-    ``uploads`` (K >= 1 training replies) minus ``reference`` (the round's global model) give the
-    updates; ``training`` supplies τ and η.
-    """
+    """The K >= 1 uploads minus ``reference`` as the Ĝ update needs them (eqs. G_est, Gc_est)."""
     return UploadedUpdates(
         updates=np.stack([flatten_update(r.arrays or {}, reference) for r in uploads]),
         weights=np.array([r.num_examples for r in uploads], dtype=float),

@@ -1,10 +1,5 @@
-"""The built-in policies: FedCGD (paper Algorithm 3) and the paper's baselines.
-
-FedCGD schedules by problem P1 with this round's σ̂ and the last Ĝ. The baselines: BC, BN2, POC
-(ranking rules that pack devices best effort into the budget, docs/design.md, "Best effort"; the
-selectors live in :mod:`fedcgd_strategy.selectors`), Fed-CBS (:mod:`fedcgd_strategy.fedcbs`), and
-every feasible device (the FedAvg reference).
-"""
+"""The built-in policies: FedCGD (paper Algorithm 3) and the paper's baselines (BC, BN2, POC,
+Fed-CBS, all feasible devices); docs/design.md, "Best effort"."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -33,20 +28,13 @@ from fedcgd_strategy.selectors import best_score_first, power_of_choice
 from fedcgd_strategy.solvers import solve
 from fedcgd_strategy.validation import as_nonnegative_array
 
-#: Fewer uploads than this leave Ĝ unchanged (see :meth:`FedCGDPolicy.observe_uploads`).
-MIN_UPLOADS_FOR_G = 2
-
 
 @dataclass
 class FedCGDPolicy(Policy):
-    """FedCGD: solve problem P1 with σ̂ of this round and Ĝ (or Ĝ_c) of the previous round.
-
-    Paper Algorithm 3: σ̂ from eq. (global_est_sigma); Ĝ from the previous uploads (eq. G_est), or
-    Ĝ_c float[C] (eq. Gc_est) when ``per_class`` (FedCGD-FSCD-Gc); ``initial_g`` is Ĝ (every Ĝ_c)
-    before the first upload (docs/design.md, "First round"). ``method`` is P1's solver
-    (:func:`~fedcgd_strategy.solvers.solve`), ``exact_time_limit_s`` caps each MILP of
-    ``"exact"`` in seconds (0: no cap), ``num_classes`` is C.
-    """
+    """FedCGD (paper Algorithm 3): P1 with this round's σ̂ (eq. global_est_sigma) and Ĝ (eq.
+    G_est) or, ``per_class``, Ĝ_c float[C] (eq. Gc_est) of the last uploads; ``initial_g`` before
+    them. ``method``: P1's solver; ``exact_time_limit_s`` caps each MILP (s, 0: no cap).
+    """  # noqa: D205
 
     method: str = "fscd"
     per_class: bool = False
@@ -86,7 +74,7 @@ class FedCGDPolicy(Policy):
 
     def observe_uploads(self, uploads: UploadedUpdates) -> None:
         """Update Ĝ (eq. G_est) or Ĝ_c (eq. Gc_est); kept with fewer than two uploads."""
-        if uploads.updates.shape[0] < MIN_UPLOADS_FOR_G:
+        if uploads.updates.shape[0] < 2:
             return
         grads = device_gradient_estimates(
             uploads.updates, uploads.learning_rate, uploads.local_steps
@@ -121,33 +109,20 @@ def _candidate_bandwidth(inputs: RoundInputs) -> NDArray[np.float64]:
     return np.where(inputs.candidate, inputs.min_bandwidth_hz, np.inf)
 
 
-def _ranking_args(
-    inputs: RoundInputs, scores: NDArray[np.float64] | None, policy: str, what: str
-) -> tuple[NDArray[np.bool_], NDArray[np.float64], NDArray[np.float64], float]:
-    """(eligible, scores, B*, B) for a selector of :mod:`fedcgd_strategy.selectors`."""
-    if scores is None:
-        raise ValueError(f"policy {policy!r} needs {what}: every available device must train")
-    return inputs.candidate, scores, _candidate_bandwidth(inputs), inputs.total_bandwidth_hz
-
-
 @dataclass
 class RankingPolicy(Policy):
-    """A rule that ranks the candidates by one score, highest first, and packs them best effort.
-
-    A subclass names the score: :attr:`score`, a field of :class:`RoundInputs` (also its name
-    in the selector's error messages), and :attr:`score_label`, what the rule's error calls it
-    when the round lacks it. See docs/design.md, "Best effort".
-    """
+    """Ranks the candidates by the :class:`RoundInputs` field :attr:`score`, highest first, and
+    packs them best effort."""  # noqa: D205, D209
 
     pack_rule: str = "stop"
     score: ClassVar[str]
-    score_label: ClassVar[str]
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule by :attr:`score` (:func:`~fedcgd_strategy.selectors.best_score_first`)."""
-        scores = getattr(inputs, self.score)
-        args = _ranking_args(inputs, scores, self.name, self.score_label)
-        mask = best_score_first(*args, rule=self.pack_rule, score_name=self.score)
+        mask = best_score_first(
+            inputs.candidate, getattr(inputs, self.score), _candidate_bandwidth(inputs),
+            inputs.total_bandwidth_hz, rule=self.pack_rule, score_name=self.score,
+        )  # fmt: skip
         return decision_from_mask(inputs, mask)
 
 
@@ -156,19 +131,14 @@ class BestChannelPolicy(RankingPolicy):
     """BC (Amiri et al.): by channel gain, descending, best effort (docs/design.md)."""
 
     score: ClassVar[str] = "gain_lin"
-    score_label: ClassVar[str] = "channel gains"
     needs_reports: ClassVar[bool] = False
 
 
 @dataclass
 class BestNormPolicy(RankingPolicy):
-    """BN2 (Amiri et al.): by the L2 norm of the local update, descending, best effort.
-
-    The norms are known only after local training, so every available device trains first.
-    """
+    """BN2 (Amiri et al.): by the L2 norm of the local update (after training), best effort."""
 
     score: ClassVar[str] = "update_norm"
-    score_label: ClassVar[str] = "update norms"
     needs_post_training: ClassVar[bool] = True
 
 
@@ -182,18 +152,19 @@ class PowerOfChoicePolicy(Policy):
 
     def schedule(self, inputs: RoundInputs, rng: np.random.Generator) -> Decision:
         """Schedule by this round's training loss (needs post-training reports)."""
-        args = _ranking_args(inputs, inputs.train_loss, self.name, "training losses")
-        mask = power_of_choice(*args, self.poc_candidates, rng, rule=self.pack_rule)
+        if inputs.train_loss is None:
+            raise ValueError(f"policy {self.name!r} needs training losses (protocol train-all)")
+        mask = power_of_choice(
+            inputs.candidate, inputs.train_loss, _candidate_bandwidth(inputs),
+            inputs.total_bandwidth_hz, self.poc_candidates, rng, rule=self.pack_rule,
+        )  # fmt: skip
         return decision_from_mask(inputs, mask)
 
 
 @dataclass
 class FedCBSPolicy(Policy):
-    """Fed-CBS (Zhang et al. 2023): QCID-driven CUCB sampling until the next device does not fit.
-
-    QCID uses each device's whole local class distribution (``inputs.local_dist``, reported
-    once at discovery), as Fed-CBS defines it; so the rule needs no query phase.
-    """
+    """Fed-CBS (Zhang et al. 2023): QCID-driven CUCB sampling until the next device does not fit,
+    QCID from the local class distributions reported at discovery (no query phase)."""  # noqa: D205, D209
 
     num_devices: int = 1
     fedcbs_lambda: float = 10.0

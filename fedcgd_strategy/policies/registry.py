@@ -1,8 +1,6 @@
-"""From the run config's ``policy`` and ``policy-params`` to a policy object: one registry.
+"""From the run config's ``policy`` and ``policy-params`` to a policy object.
 
-A built-in name is a class plus the constructor arguments it fixes; a reference names a
-researcher's :class:`~fedcgd_strategy.policies.core.Policy` subclass. Both are built alike,
-with arguments by parameter name (docs/design.md, "Your own policy"). No flwr, no torch.
+docs/design.md, "Your own policy". No flwr, no torch.
 """
 
 from __future__ import annotations
@@ -34,12 +32,8 @@ PARAMS_KEY = "policy-params"
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """What a policy constructor may receive by parameter name besides ``policy-params``.
-
-    ``num_devices`` (V), ``num_classes`` (C, from the data set) and the run-config keys of the same
-    names in kebab case (``initial-g``, ``pack-rule``, ``poc-candidates``, ``fedcbs-lambda``,
-    ``exact-time-limit-s``).
-    """
+    """What a policy constructor may receive by parameter name besides ``policy-params``: V, C
+    (from the data set) and the run-config keys of the same names in kebab case."""  # noqa: D205, D209
 
     num_devices: int
     num_classes: int
@@ -52,16 +46,13 @@ class PolicyContext:
 
 #: PolicyContext field -> where its value comes from (for error messages).
 CONTEXT_SOURCES: dict[str, str] = {
-    f.name: "the data set"
-    if f.name == "num_classes"
-    else f"run-config key {f.name.replace('_', '-')!r}"
+    f.name: f"run-config key {f.name.replace('_', '-')!r}"
     for f in dataclasses.fields(PolicyContext)
-}
+} | {"num_classes": "the data set"}
 
 
 #: A built-in policy: its class and the constructor arguments its name fixes.
-PolicyEntry = tuple[type[Policy], Mapping[str, object]]
-_BUILT_IN: dict[str, PolicyEntry] = {
+_BUILT_IN: dict[str, tuple[type[Policy], Mapping[str, object]]] = {
     "fedcgd-fscd": (FedCGDPolicy, {"method": "fscd", "per_class": False}),
     "fedcgd-gs": (FedCGDPolicy, {"method": "gs", "per_class": False}),
     "fedcgd-fscd-gc": (FedCGDPolicy, {"method": "fscd", "per_class": True}),
@@ -97,20 +88,13 @@ _BY_LOWER = {k.lower(): name for name, label in POLICY_LABELS.items() for k in (
 
 
 def canonical_policy(setting: str) -> str:
-    """The built-in name ``setting`` spells as its name or label, in any case; else ``setting``.
-
-    ``FedCGD-FSCD`` and ``BC (best channel)`` give ``fedcgd-fscd`` and ``bc``: a run records the
-    name, whichever spelling it was given.
-    """
+    """The built-in name ``setting`` spells as its name or label, any case (``BC (best
+    channel)``: ``bc``); else ``setting``."""  # noqa: D205, D209
     return _BY_LOWER.get(setting.lower(), setting) if isinstance(setting, str) else setting
 
 
-def policy_entry(setting: str) -> PolicyEntry:
-    """The class and fixed arguments that the run-config value ``setting`` of ``policy`` names.
-
-    Raises ValueError (one line) for an unknown name, a reference that cannot be imported, or an
-    object that is not a concrete :class:`Policy` subclass.
-    """
+def policy_entry(setting: str) -> tuple[type[Policy], Mapping[str, object]]:
+    """The class and fixed arguments ``policy = setting`` names (ValueError: one line)."""
     if not isinstance(setting, str):
         raise ValueError(f"run-config key {POLICY_KEY!r} must be a string; got {setting!r}")
     if canonical_policy(setting) in _BUILT_IN:
@@ -142,13 +126,7 @@ def policy_class(setting: str) -> type[Policy]:
 
 
 def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[str, object]:
-    """Check ``policy-params`` against the constructor of ``setting``'s class; return kwargs.
-
-    The check of :func:`fedcgd_strategy.constructor_params.constructor_arguments`; raises ValueError
-    (one line) for a name the constructor does not take, a name that comes from elsewhere (fixed by
-    the built-in name, or a :class:`PolicyContext` setting), a value of the wrong type, or a
-    required parameter left unset.
-    """
+    """``policy-params`` checked against ``setting``'s constructor, as kwargs (ValueError)."""
     policy_type, fixed = policy_entry(setting)
     refused = {n: f"{n} comes from {source}; set it there" for n, source in CONTEXT_SOURCES.items()}
     for name, value in fixed.items():
@@ -160,20 +138,10 @@ def policy_param_arguments(setting: str, params: Mapping[str, object]) -> dict[s
     )  # fmt: skip
 
 
-#: Raise a one-line ValueError when ``policy``/``policy-params`` cannot build a policy.
-check_policy_params = policy_param_arguments
-
-
 def resolved_policy_arguments(
     setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Every keyword argument the policy is built with: its value and where it came from.
-
-    ``from`` is ``the policy name`` (fixed by a built-in name), ``policy-params``, the run-config
-    key or data set that :class:`PolicyContext` takes it from, or ``the class default``.
-    A parameter with no default and no value is left out (the build would refuse it). Raises
-    ValueError (one line) as :func:`policy_param_arguments` does.
-    """
+    """Every keyword argument the policy is built with: its value and where it came from."""
     policy_type, fixed = policy_entry(setting)
     given = policy_param_arguments(setting, params or {})
     resolved: dict[str, dict[str, Any]] = {}
@@ -192,11 +160,7 @@ def resolved_policy_arguments(
 def make_policy(
     setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
 ) -> Policy:
-    """Build the policy the run config names; its ``name`` is ``setting``'s canonical name.
-
-    Its arguments are those of :func:`resolved_policy_arguments` but the class defaults. Raises
-    ValueError (one line) for bad parameters or when the constructor raises.
-    """
+    """Build the policy the run config names, ``name`` canonical (ValueError: one line)."""
     resolved = resolved_policy_arguments(setting, context, params).items()
     arguments = {k: v["value"] for k, v in resolved if v["from"] != "the class default"}
     try:
@@ -211,13 +175,7 @@ def make_policy(
 
 
 def replaced_defaults(setting: str, context: PolicyContext) -> list[str]:
-    """Where a run-level setting replaces the policy class's own default, one line each.
-
-    A parameter that :class:`PolicyContext` fills (``pack_rule`` from ``pack-rule``, ...) always
-    takes the run's value; when a researcher's class declares another default, the line says so
-    (the ServerApp says each once, at the start). A built-in's defaults are none a user wrote: the
-    run-level keys are how its parameters are set, so it gets no line.
-    """
+    """Where a run-level setting replaces a researcher's class's own default, one line each."""
     if canonical_policy(setting) in _BUILT_IN:
         return []
     lines = []

@@ -1,8 +1,6 @@
 """Solvers for problem P1 (paper Section IV-B): greedy, FSCD, coordinate descent and exact.
 
-The entry point is :func:`solve`; GS, CD and FSCD are in :mod:`~.heuristics`, the MILP in
-:mod:`~.exact`. The slow, loop-based versions used as test oracles are in
-tests/reference_solvers.py (not installed). Pure numpy/scipy.
+Oracles: tests/reference_solvers.py. Pure numpy/scipy.
 """
 
 from __future__ import annotations
@@ -33,10 +31,8 @@ def solve(
 ) -> ScheduleResult:
     """Solve P1 with ``method``: ``"gs"`` (Alg. 1), ``"fscd"`` (Alg. 2), ``"cd"`` or ``"exact"``.
 
-    ``rng`` is needed by ``"cd"`` only (its random start); ``milp_time_limit_s`` caps each MILP of
-    ``"exact"`` (None: the true optimum; with a cap the result carries a proven ``lower_bound``).
-    No feasible device gives an empty schedule with objective ``inf``. Raises ValueError for an
-    unknown ``method`` or ``"cd"`` without ``rng``.
+    ``rng``: ``"cd"``'s random start; ``milp_time_limit_s`` caps each MILP of ``"exact"`` (None:
+    the optimum). No feasible device: an empty schedule, objective ``inf``. ValueError: ``method``.
     """
     if method == "gs":
         return greedy_schedule(problem)
@@ -44,10 +40,7 @@ def solve(
         return fscd_schedule(problem)
     if method == "cd":
         if rng is None:
-            raise ValueError(
-                "rng: method 'cd' starts from a random schedule and needs a "
-                "numpy.random.Generator, got None"
-            )
+            raise ValueError("rng: method 'cd' needs a numpy.random.Generator, got None")
         return coordinate_descent_schedule(problem, rng)
     if method == "exact":
         return exact_schedule(problem, milp_time_limit_s=milp_time_limit_s)
