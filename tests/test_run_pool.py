@@ -106,8 +106,8 @@ def test_a_failed_run_side_by_side_is_named_and_the_exit_code_is_one(tmp_path, c
     captured = capsys.readouterr()
     assert (
         f"1 of 2 runs failed: local-steps=1/Breaks/seed-0 (exit code 1: policy "
-        f"'{policy}:Breaks', round 3: schedule() raised RuntimeError: broken on purpose)"
-        in captured.err
+        f"'{policy}:Breaks', round 3: schedule() raised RuntimeError: broken on purpose "
+        "(breaks.py:11 in schedule))" in captured.err
     )
     log = (tmp_path / "out" / "local-steps=1" / "Breaks" / "seed-0" / RUN_LOG).read_text()
     assert "broken on purpose" in log
