@@ -10,16 +10,13 @@ nor torch: the ClientApp reads its settings through it.
 
 from __future__ import annotations
 
-import difflib
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
-from fedcgd_task.setting import Scalar, Setting, check_value
+from fedcgd_task.setting import Scalar, Setting, check_value, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -389,53 +386,7 @@ def read(run_config: Mapping[str, Any], key: str) -> Any:
     return check_value(SCHEMA[key], run_config[key], f"run-config key '{key}'")
 
 
-def did_you_mean(word: str, known: Iterable[str]) -> str:
-    """``"did you mean a or b? "``: up to three of ``known`` close to ``word`` (difflib), or ""."""
-    scored = sorted((difflib.SequenceMatcher(None, word, k).ratio(), k) for k in known)[::-1]
-    close = [k for ratio, k in scored[:3] if ratio >= max(0.6, scored[0][0] - 0.1)]
-    return f"did you mean {' or '.join(close)}? " if close else ""
-
-
 def unknown_key(key: str) -> str:
     """One line for a key no setting has: up to three close keys, then where all are."""
     guess = did_you_mean(key, SCHEMA)
     return f"unknown run-config key {key!r}; {guess}every key: `fedcgd settings`"
-
-
-def toml_text(value: Scalar) -> str:
-    """A default as a run config writes it: ``true``, ``"digits"``, ``0.012``, ``2e7``."""
-    if isinstance(value, float) and abs(value) >= 1e6:
-        return f"{value:.4g}".replace("+0", "").replace("+", "")
-    return tomli_w.dumps({"v": value})[4:-1]
-
-
-#: Said of a setting whose ``computes`` is false.
-WHERE_OR_HOW = (
-    "(where or how a run runs or reports, not what it computes: no folder name or figure label "
-    "shows it, and a resumed run may change it)"
-)
-
-
-def meaning(setting: Setting) -> str:
-    """The setting's help; for one that does not change what a run computes, saying so."""
-    return setting.help if setting.computes else f"{setting.help} {WHERE_OR_HOW}"
-
-
-def settings_lines() -> str:
-    """Every key as ``key = default  (allowed)``, one line each (``fedcgd settings``)."""
-    width = max(len(setting.key) for setting in SETTINGS)
-    return "".join(
-        f"{setting.key:<{width}} = {toml_text(setting.default)}  ({setting.allowed()})\n"
-        for setting in SETTINGS
-    )
-
-
-def settings_table() -> str:
-    """The settings table of docs/running.md (Markdown), one row per key in schema order."""
-    rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
-    for setting in SETTINGS:
-        allowed = setting.allowed().replace("|", "\\|")
-        shown = toml_text(setting.default)
-        shown = f"`{shown}`" if isinstance(setting.default, str) else shown
-        rows.append(f"| `{setting.key}` | {shown} | {allowed} | {meaning(setting)} |")
-    return "\n".join(rows) + "\n"

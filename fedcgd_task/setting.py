@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -231,3 +233,10 @@ def check_value(setting: Setting, value: Any, where: str) -> Scalar:
                 )
             return str(Path(value).expanduser())
     return value
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"did you mean a or b? "``: up to three of ``known`` close to ``word`` (difflib), or ""."""
+    scored = sorted((difflib.SequenceMatcher(None, word, k).ratio(), k) for k in known)[::-1]
+    close = [k for ratio, k in scored[:3] if ratio >= max(0.6, scored[0][0] - 0.1)]
+    return f"did you mean {' or '.join(close)}? " if close else ""

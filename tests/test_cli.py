@@ -168,11 +168,10 @@ def test_the_script_exits_with_the_commands_code():
 
 def test_ctrl_c_in_any_command_exits_130(monkeypatch):
     # typer turns a KeyboardInterrupt in a command into exit code 130, as SIGINT gives
-    from experiments.cli import invoke
-    from fedcgd_task import schema
+    from experiments.cli import invoke, tools
 
     def interrupted() -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(schema, "settings_lines", interrupted)
+    monkeypatch.setattr(tools, "settings_lines", interrupted)
     assert invoke(["settings"]) == 130

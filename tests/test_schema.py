@@ -15,7 +15,7 @@ import tomllib
 
 import pytest
 
-from fedcgd_task import schema
+from experiments.cli.tools import settings_table
 from fedcgd_task.schema import PROJECT_DIR, SCHEMA, SETTINGS, flatten, read
 from fedcgd_task.setting import Setting, check_value
 
@@ -59,11 +59,11 @@ def test_the_docs_table_is_the_schema_table():
     start = text.index("<!-- settings table:")
     start = text.index("\n", start) + 1
     end = text.index("<!-- end of settings table -->")
-    assert text[start:end] == schema.settings_table(), REGENERATE
+    assert text[start:end] == settings_table(), REGENERATE
 
 
 def test_the_docs_table_has_one_row_per_key():
-    rows = [line for line in schema.settings_table().splitlines() if line.startswith("| `")]
+    rows = [line for line in settings_table().splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == list(SCHEMA)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import tomli_w
 import typer
 
 from experiments.cli.options import (
@@ -16,7 +17,8 @@ from experiments.cli.options import (
     path_option,
     refuse,
 )
-from fedcgd_task.schema import PACK_RULES, PATHLOSS_MODELS
+from fedcgd_task.schema import PACK_RULES, PATHLOSS_MODELS, SETTINGS
+from fedcgd_task.setting import Scalar, Setting
 
 
 @app.command("certificates")
@@ -89,14 +91,7 @@ def settings_command(
     ] = False,
 ) -> None:
     """Every run-config key with its default and what is allowed (KEY ...: what it means)."""
-    from fedcgd_task.schema import (
-        SCHEMA,
-        meaning,
-        settings_lines,
-        settings_table,
-        toml_text,
-        unknown_key,
-    )
+    from fedcgd_task.schema import SCHEMA, unknown_key
 
     if markdown:
         typer.echo(settings_table(), nl=False)
@@ -197,3 +192,42 @@ def schedule_table_command(
     text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)
     fit = fit_max if fit_poc else None
     return schedule_table.main(settings, text, out, fit_poc_max=fit, quiet=quiet)
+
+
+def toml_text(value: Scalar) -> str:
+    """A default as a run config writes it: ``true``, ``"digits"``, ``0.012``, ``2e7``."""
+    if isinstance(value, float) and abs(value) >= 1e6:
+        return f"{value:.4g}".replace("+0", "").replace("+", "")
+    return tomli_w.dumps({"v": value})[4:-1]
+
+
+#: Said of a setting whose ``computes`` is false.
+WHERE_OR_HOW = (
+    "(where or how a run runs or reports, not what it computes: no folder name or figure label "
+    "shows it, and a resumed run may change it)"
+)
+
+
+def meaning(setting: Setting) -> str:
+    """The setting's help; for one that does not change what a run computes, saying so."""
+    return setting.help if setting.computes else f"{setting.help} {WHERE_OR_HOW}"
+
+
+def settings_lines() -> str:
+    """Every key as ``key = default  (allowed)``, one line each (``fedcgd settings``)."""
+    width = max(len(setting.key) for setting in SETTINGS)
+    return "".join(
+        f"{setting.key:<{width}} = {toml_text(setting.default)}  ({setting.allowed()})\n"
+        for setting in SETTINGS
+    )
+
+
+def settings_table() -> str:
+    """The settings table of docs/running.md (Markdown), one row per key in schema order."""
+    rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    for setting in SETTINGS:
+        allowed = setting.allowed().replace("|", "\\|")
+        shown = toml_text(setting.default)
+        shown = f"`{shown}`" if isinstance(setting.default, str) else shown
+        rows.append(f"| `{setting.key}` | {shown} | {allowed} | {meaning(setting)} |")
+    return "\n".join(rows) + "\n"

@@ -22,7 +22,7 @@ from fedcgd_strategy.policies.builtin import (
 )
 from fedcgd_strategy.policies.core import Policy
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
-from fedcgd_task.schema import did_you_mean
+from fedcgd_task.setting import did_you_mean
 
 #: Run-config key of the policy.
 POLICY_KEY = "policy"
