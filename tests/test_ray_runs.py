@@ -10,7 +10,6 @@ import os
 import re
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -217,11 +216,12 @@ def test_ctrl_c_on_runs_as_ray_tasks_leaves_each_stopped_run_stopped(tmp_path):
         proc.kill()
     assert proc.returncode == 130, out_text[-3000:] + err[-3000:]
     assert err.rstrip().splitlines()[-1].endswith("--ray-address local"), err[-3000:]
-    # Ray ends the stopped command's tasks with SIGTERM once the command's job has ended: the
-    # task writes its status seconds after the command's exit (docs/deployment.md, "Stopping").
-    deadline = time.monotonic() + 60
-    while (status := json.loads((folder / "status.json").read_text()))["state"] == "running":
-        assert time.monotonic() < deadline, status
-        time.sleep(0.1)
-    assert status["state"] == "stopped" and status["reason"] == "stopped by SIGTERM", status
+    # Ray ends the stopped command's tasks with SIGTERM as the command's job ends; the command
+    # waits for them to say so, and says it itself for a task Ray had to kill.
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "stopped", status
+    assert status["reason"] in (
+        "stopped by SIGTERM",
+        "stopped with the command (Ray ended its task before it said so)",
+    ), status
     assert 5 <= status["last_round"] < 200, status

@@ -366,7 +366,35 @@ def run_tasks(
         # No ray.cancel: Ray 2.55's force-cancel races with the task's reply and can abort this
         # process (TaskManager::CompletePendingTask). A driver's end ends its job, and Ray then
         # kills the job's workers on every node: the runs still going stop with this command.
-        for i in going.values():
-            (Path(runs[i]["result-dir"]) / TOKEN_FILE).unlink(missing_ok=True)
+        stopped = [Path(runs[i]["result-dir"]) for i in going.values()]
+        for folder in stopped:
+            (folder / TOKEN_FILE).unlink(missing_ok=True)
         ray.shutdown()
+        settle_stopped(stopped)
     return sum(1 for n in tries if n > 1)
+
+
+#: Seconds a stopped command waits for its runs' tasks to record their end (Ray sends them
+#: SIGTERM as the job ends, and SIGKILL a few seconds later to one that has not ended).
+STOP_GRACE_S = 15.0
+
+
+def settle_stopped(folders: Sequence[Path]) -> None:
+    """Wait for each folder's run to leave ``running``, then mark those that did not stopped.
+
+    A task Ray killed before it could write its end (busy in C code when SIGTERM came, then
+    SIGKILL) would stay ``running``: the command says ``stopped`` for it.
+    """
+    from server_app.run_folder.run_status import RUNNING, mark_stopped, read_status
+
+    def going(folder: Path) -> bool:
+        with suppress(ValueError):
+            status = read_status(folder)
+            return status is not None and status.state == RUNNING
+        return False
+
+    deadline = time.monotonic() + STOP_GRACE_S
+    while any(going(f) for f in folders) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for folder in folders:
+        mark_stopped(folder, "stopped with the command (Ray ended its task before it said so)")
