@@ -181,6 +181,10 @@ def test_bad_overrides_are_rejected_in_one_line_before_any_run(overrides, messag
         ("~launcher", "launcher: removed by the overrides"),  # a traceback, exit 1
         ("~launcher.jobs", "launcher.jobs: removed by the overrides"),
         ("policies=[]", "policies: give at least one policy"),  # exit 0, "all 0 runs completed"
+        ("policies=null", "policies = None"),  # a traceback, exit 1
+        ("policies=bc", "policies = 'bc'"),  # read letter by letter: "policy = 'b'"
+        ("run=5", "run = 5"),  # "Input cfg is not an OmegaConf config object (int)"
+        ("sweep=3", "sweep = 3"),
     ],
 )
 def test_bad_hydra_overrides_are_one_line_and_exit_2(

@@ -159,6 +159,15 @@ def load_preset(words: Sequence[str]) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as err:
         message = " ".join(str(err).split())  # with the key (full_key: ...) where it has one
         raise ValueError(f"{message} (overrides: {' '.join(words)})") from err
+    for key, is_kind, allowed in (
+        ("policies", OmegaConf.is_list, "a list of policies, e.g. 'policies=[bc,fedcgd-fscd]'"),
+        ("run", OmegaConf.is_dict, "run-config keys and values, e.g. run.num-server-rounds=10"),
+        ("sweep", OmegaConf.is_dict, "keys and their lists, e.g. 'sweep.local-steps=[1,5]'"),
+    ):
+        if key in cfg and not is_kind(cfg[key]):
+            raise ValueError(
+                f"{key} = {cfg[key]!r} (overrides: {' '.join(words)}); allowed: {allowed}"
+            )
     base = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / "config.yaml"))
     assert isinstance(base, dict)
     removed = removed_key({**base, **dict.fromkeys(PRESET_KEYS)}, cfg)
