@@ -153,13 +153,14 @@ class RunSetup:
 def plain_data(value: Any, where: str) -> Any:
     """``value`` as what a checkpoint holds, arrays copied; RuleBrokenError if it cannot.
 
-    Numbers, strings, None, numpy and torch arrays, and lists, tuples and str-keyed dicts of
-    these. The error names ``where`` with the key or index inside it (``where['avg'][2]``).
+    Numbers, strings, None, numpy and torch arrays (numpy's in native byte order, same values),
+    and lists, tuples and str-keyed dicts of these. The error names ``where`` with the key or
+    index inside it (``where['avg'][2]``).
     """
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().clone()
     if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
-        return np.array(value)
+        return np.array(value, dtype=value.dtype.newbyteorder("="))  # torch takes native order
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, list | tuple):

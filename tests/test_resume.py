@@ -88,6 +88,7 @@ class Stateful(Policy):
             "avg": np.arange(3.0) / 7, "picks": np.zeros(4, dtype=np.int64),
             "mask": np.array([True, False]), "zero_d": np.array(2.5, dtype=np.float32),
             "scalar": np.float64(1 / 3), "tensor": torch.arange(3, dtype=torch.float16) / 3,
+            "big_endian": np.arange(3.0).astype(">f8"),
             "nested": {"rounds": 0, "label": "a", "ratios": [0.1, (1, "b")]},
         }
 
@@ -145,6 +146,7 @@ def test_a_users_policy_state_of_arrays_resumes_bit_identically(tmp_path):
     assert ends[0]["nested"] == {"rounds": 4, "label": "aaaaa", "ratios": [0.1, (1, "b")]}
     assert same_state(*ends) and int(ends[0]["picks"].sum()) == rounds
     assert same_state(ends[0]["scalar"], np.array(1 / 3))  # a numpy scalar comes back 0-d
+    assert same_state(ends[0]["big_endian"], np.arange(3.0))  # in native byte order
 
 
 def test_a_policy_state_a_checkpoint_cannot_hold_is_refused_at_the_first_checkpoint(tmp_path):
