@@ -86,8 +86,9 @@ def test_a_killed_starter_takes_its_trees_along_other_sessions_and_orphans_inclu
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env)
     try:
         deadline = time.monotonic() + 30
-        # three sleeps: one in a session of its own, one orphaned (its subshell exited)
-        while sum("sleep 300" in command_line(p) for p in marked(mark)) < 3:
+        # three sleeps: one in a session of its own, one orphaned (its subshell exited); a
+        # shell whose command line names "sleep 300" is not one (it may not have forked yet)
+        while sum(command_line(p).startswith("sleep 300") for p in marked(mark)) < 3:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         before = marked(mark) - {proc.pid}  # the watcher, sh, three sleeps
