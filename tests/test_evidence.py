@@ -26,7 +26,6 @@ from experiments.analysis.evidence import (
     late_accuracy,
     rounds_to_target_test,
 )
-from experiments.analysis.statistics import holm, km_median
 from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
@@ -157,28 +156,6 @@ def test_indicator_test_by_hand() -> None:
     assert test.p_value == pytest.approx(2 * stats.t.sf(t, 2))
     assert math.isnan(indicator_test([(1, 2), (2, 3)]).rho)  # under three points
     assert math.isnan(indicator_test([(1, 2), (2, 2), (3, 2)]).p_value)  # a constant gap
-
-
-def test_holm_by_hand() -> None:
-    # finite p's 0.01, 0.04, 0.03, 0.5 (m = 4): 4 · 0.01 = 0.04; 3 · 0.03 = 0.09;
-    # 2 · 0.04 = 0.08, raised to the 0.09 before it; 1 · 0.5
-    adjusted = holm([0.01, 0.04, None, 0.03, 0.5])
-    assert adjusted[:2] == pytest.approx([0.04, 0.09]) and math.isnan(adjusted[2])
-    assert adjusted[3:] == pytest.approx([0.09, 0.5])
-    assert holm([0.6, 0.3]) == pytest.approx([0.6, 0.6]) and holm([]) == []
-
-
-def test_the_kaplan_meier_median_counts_the_runs_that_never_reach_the_target() -> None:
-    # 3 of 5 reach it, at 300, 500, 700: the fraction reached is 0.2, 0.4, 0.6 there
-    assert km_median([(300, 1200), (500, 1200), (None, 1200), (None, 1200), (700, 1200)]) == 700
-    # one run stopped at round 400 without it: after 300 (4/5 left), at 500 3 at risk, 2 left:
-    # 4/5 · 2/3 = 0.533 not reached yet, 0.467 < 1/2 reached: no median (the 2 of 4 reached
-    # among the runs that ran past 400 would say 500)
-    assert km_median([(300, 1000), (None, 400), (500, 1000), (None, 1000), (None, 1000)]) == (
-        math.inf
-    )
-    assert km_median([(10, 50), (20, 50)]) == 10  # half by round 10
-    assert km_median([(None, 50)]) == math.inf and math.isnan(km_median([]))
 
 
 def test_the_table_adjusts_each_p_column_by_holm_over_its_policies() -> None:

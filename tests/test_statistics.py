@@ -9,78 +9,88 @@ import pytest
 from scipy import stats
 
 from experiments.analysis.statistics import (
-    ci95_halfwidth,
     finite,
     first_round_reaching,
+    holm,
+    km_median,
     mean_band,
     mean_ci95,
     paired_test,
 )
 
 
-def test_ci_of_one_two_three_by_hand():
-    # sd([1, 2, 3]) = 1, t(0.975, 2) = 4.3027: half-width 4.3027 / sqrt(3) = 2.4841
-    mean, half = mean_ci95([1.0, 2.0, 3.0])
-    assert mean == 2.0
-    assert half == pytest.approx(4.302652729749462 / math.sqrt(3))
-    assert half == pytest.approx(2.4841, abs=1e-4)
-
-
-def test_ci_of_two_values_by_hand():
-    # [0.5, 0.7]: sd = 0.1414, t(0.975, 1) = 12.706: 12.706 * 0.1414 / 1.4142 = 1.2706
-    assert ci95_halfwidth([0.5, 0.7]) == pytest.approx(1.27062047, abs=1e-6)
-
-
-def test_one_value_has_a_mean_but_no_interval():
-    mean, half = mean_ci95([0.7])
-    assert mean == 0.7 and math.isnan(half)
-    mean, half = mean_ci95([])
-    assert math.isnan(mean) and math.isnan(half)
-
-
-def test_missing_values_are_dropped():
+@pytest.mark.parametrize(
+    ("values", "mean", "half"),
+    [
+        # sd([1, 2, 3]) = 1, t(0.975, 2) = 4.3027: half-width 4.3027 / sqrt(3) = 2.4841
+        ([1.0, 2.0, 3.0], 2.0, 2.4841),
+        # missing values dropped
+        ([1.0, None, 2.0, float("nan"), 3.0], 2.0, 2.4841),
+        # [0.5, 0.7]: sd = 0.1414, t(0.975, 1) = 12.706: 12.706 * 0.1414 / 1.4142 = 1.2706
+        ([0.5, 0.7], 0.6, 1.2706),
+        ([0.7], 0.7, math.nan),  # a mean but no interval
+        ([], math.nan, math.nan),
+    ],
+)
+def test_mean_and_ci_by_hand(values: list, mean: float, half: float) -> None:
+    got = mean_ci95(values)
+    assert got == pytest.approx((mean, half), abs=1e-4, nan_ok=True)
     assert finite([1, None, float("nan"), 2.5]) == [1.0, 2.5]
-    assert mean_ci95([1.0, None, 2.0, float("nan"), 3.0]) == mean_ci95([1.0, 2.0, 3.0])
 
 
 def test_paired_t_test_matches_the_formula():
     a = {0: 0.70, 1: 0.74, 2: 0.69, 3: 0.75}
     b = {0: 0.60, 1: 0.66, 2: 0.65, 3: 0.62}
-    d = np.array([a[s] - b[s] for s in range(4)])  # 0.10, 0.08, 0.04, 0.13
-    t = d.mean() / (d.std(ddof=1) / math.sqrt(4))
-    p = 2 * stats.t.sf(abs(t), 3)
+    # d = 0.10, 0.08, 0.04, 0.13; sd(d) = 0.03775, t = 0.0875 / (0.03775 / 2) = 4.636 on 3 df
     result = paired_test(a, b)
-    assert result.n == 4
-    assert result.mean_diff == pytest.approx(0.0875)
-    assert result.p_value == pytest.approx(p)
-    # by hand: sd(d) = 0.03775, t = 0.0875 / (0.03775 / 2) = 4.636 on 3 df: p = 0.0189
-    assert t == pytest.approx(4.636, abs=1e-3)
+    assert (result.n, result.mean_diff) == (4, pytest.approx(0.0875))
+    assert result.p_value == pytest.approx(2 * stats.t.sf(4.6358, 3), abs=1e-4)
     assert result.p_value == pytest.approx(0.0189, abs=1e-4)
     # the sign follows values - reference
-    assert paired_test(b, a).mean_diff == pytest.approx(-0.0875)
-    assert paired_test(b, a).p_value == pytest.approx(p)
-
-
-def test_paired_test_uses_only_common_finite_seeds():
-    a = {0: 1.0, 1: 2.0, 2: 4.0, 7: 9.0, 3: None}
-    b = {0: 0.0, 1: 0.5, 2: 1.0, 3: 1.0, 5: 1.0}
-    result = paired_test(a, b)
-    assert result.n == 3
+    flipped = paired_test(b, a)
+    assert (flipped.mean_diff, flipped.p_value) == pytest.approx((-0.0875, result.p_value))
+    # only common finite seeds: d = 1, 1.5, 3
+    common = paired_test({0: 1, 1: 2, 2: 4, 7: 9, 3: None}, {0: 0, 1: 0.5, 2: 1, 3: 1, 5: 1})
     d = np.array([1.0, 1.5, 3.0])
     t = d.mean() / (d.std(ddof=1) / math.sqrt(3))
-    assert result.mean_diff == pytest.approx(d.mean())
-    assert result.p_value == pytest.approx(2 * stats.t.sf(t, 2))
+    assert (common.n, common.mean_diff) == (3, pytest.approx(d.mean()))
+    assert common.p_value == pytest.approx(2 * stats.t.sf(t, 2))
 
 
-def test_paired_test_undefined_cases():
-    one = paired_test({0: 0.7}, {0: 0.6})
-    assert one.n == 1 and one.mean_diff == pytest.approx(0.1) and math.isnan(one.p_value)
-    none = paired_test({0: 0.7}, {1: 0.6})
-    assert none.n == 0 and math.isnan(none.mean_diff) and math.isnan(none.p_value)
-    same = paired_test({0: 0.7, 1: 0.6}, {0: 0.7, 1: 0.6})
-    assert same.mean_diff == 0.0 and math.isnan(same.p_value)
-    shifted = paired_test({0: 0.7, 1: 0.6, 2: 0.8}, {0: 0.6, 1: 0.5, 2: 0.7})
-    assert shifted.mean_diff == pytest.approx(0.1) and math.isnan(shifted.p_value)
+@pytest.mark.parametrize(
+    ("a", "b", "n", "diff"),
+    [
+        ({0: 0.7}, {0: 0.6}, 1, 0.1),
+        ({0: 0.7}, {1: 0.6}, 0, math.nan),
+        ({0: 0.7, 1: 0.6}, {0: 0.7, 1: 0.6}, 2, 0.0),
+        ({0: 0.7, 1: 0.6, 2: 0.8}, {0: 0.6, 1: 0.5, 2: 0.7}, 3, 0.1),  # no spread
+    ],
+)
+def test_paired_test_undefined_cases(a: dict, b: dict, n: int, diff: float) -> None:
+    result = paired_test(a, b)
+    assert result.n == n and result.mean_diff == pytest.approx(diff, nan_ok=True)
+    assert math.isnan(result.p_value)
+
+
+def test_holm_by_hand() -> None:
+    # finite p's 0.01, 0.04, 0.03, 0.5 (m = 4): 4 · 0.01 = 0.04; 3 · 0.03 = 0.09;
+    # 2 · 0.04 = 0.08, raised to the 0.09 before it; 1 · 0.5
+    adjusted = holm([0.01, 0.04, None, 0.03, 0.5])
+    assert adjusted == pytest.approx([0.04, 0.09, math.nan, 0.09, 0.5], nan_ok=True)
+    assert holm([0.6, 0.3]) == pytest.approx([0.6, 0.6]) and holm([]) == []
+
+
+def test_the_kaplan_meier_median_counts_the_runs_that_never_reach_the_target() -> None:
+    # 3 of 5 reach it, at 300, 500, 700: the fraction reached is 0.2, 0.4, 0.6 there
+    assert km_median([(300, 1200), (500, 1200), (None, 1200), (None, 1200), (700, 1200)]) == 700
+    # one run stopped at round 400 without it: after 300 (4/5 left), at 500 3 at risk, 2 left:
+    # 4/5 · 2/3 = 0.533 not reached yet, 0.467 < 1/2 reached: no median (the 2 of 4 reached
+    # among the runs that ran past 400 would say 500)
+    assert km_median([(300, 1000), (None, 400), (500, 1000), (None, 1000), (None, 1000)]) == (
+        math.inf
+    )
+    assert km_median([(10, 50), (20, 50)]) == 10  # half by round 10
+    assert km_median([(None, 50)]) == math.inf and math.isnan(km_median([]))
 
 
 def test_first_round_reaching():
@@ -100,23 +110,3 @@ def test_mean_band_per_round():
     assert band.half_width[1] == pytest.approx(stats.t.ppf(0.975, 1) * 0.1)
     assert np.isnan(band.half_width[2:]).all()
     assert mean_band([]).x.size == 0
-
-
-def test_mean_band_equals_mean_ci95_round_by_round():
-    """The all-rounds-at-once band against the per-round oracle, with gaps, None, NaN, inf."""
-    rng = np.random.default_rng(7)
-    curves = []
-    for _ in range(5):
-        curve = {}
-        for r in range(1, 41):
-            draw = rng.random()
-            if draw < 0.15:
-                continue  # round missing
-            curve[r] = None if draw < 0.2 else float("nan") if draw < 0.25 else rng.normal()
-        curve[41] = float("inf")
-        curves.append(curve)
-    band = mean_band(curves)
-    for i, r in enumerate(band.x):
-        mean, half = mean_ci95(curve.get(r) for curve in curves)
-        assert band.n[i] == len(finite(curve.get(r) for curve in curves))
-        np.testing.assert_allclose([band.mean[i], band.half_width[i]], [mean, half], rtol=1e-12)

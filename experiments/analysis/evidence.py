@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -33,12 +33,10 @@ Reached = tuple[int | None, int]
 class RoundsTest:
     """Rounds to the target of a policy against a reference over ``n`` seeds both ran.
 
-    ``earlier`` / ``later``: seeds where the policy reached it before / after the reference (a
-    run that never reached it is after one that did); ``tied``: the same round, or neither;
-    ``censored``: at least one never reached it. ``sign_p``: exact two-sided sign test
-    (``scipy.stats.binomtest``, ties left out); ``wilcoxon_p``: two-sided signed-rank test of
-    :func:`censored_rounds` differences (exact over every sign flip up to :data:`EXACT_SEEDS`
-    seeds). Each NaN without an untied seed.
+    ``earlier`` / ``later`` / ``tied``: seeds where the policy reached it before / after / with
+    the reference (a censored run is after one that reached it); ``censored``: pairs where one
+    never did. ``sign_p``: exact sign test; ``wilcoxon_p``: signed-rank test of
+    :func:`censored_rounds` differences; NaN without an untied seed.
     """
 
     n: int
@@ -59,11 +57,7 @@ def censored_rounds(run: Reached) -> int:
 def rounds_to_target_test(
     values: Mapping[int, Reached], reference: Mapping[int, Reached]
 ) -> RoundsTest:
-    """Paired tests of rounds to the target over the seeds both ran (see :class:`RoundsTest`).
-
-    Why these tests and what censoring does to them: docs/comparing.md, "Rounds to the target,
-    paired and censored".
-    """
+    """Paired tests of rounds to the target over the seeds both ran (:class:`RoundsTest`)."""
     seeds = sorted(set(values) & set(reference))
     diffs = np.array(
         [censored_rounds(values[s]) - censored_rounds(reference[s]) for s in seeds], dtype=float
@@ -104,23 +98,22 @@ def early_ratio(lines: Sequence[Mapping[str, Any]], early_rounds: int = EARLY_RO
 
     Rounds without both (a list Ĝ_c, σ̂ not above 0, a missing value) are left out; NaN if none.
     """
-    ratios = []
-    for line in lines:
-        g, sigma = line.get("class_gradient_used"), line.get("sigma")
-        if int(line["round"]) <= early_rounds and _number(g) and _number(sigma):
-            if math.isfinite(g) and math.isfinite(sigma) and sigma > 0:
-                ratios.append(g / sigma)
+    ratios = [
+        line["class_gradient_used"] / line["sigma"]
+        for line in lines
+        if int(line["round"]) <= early_rounds
+        and _number(line.get("class_gradient_used"))
+        and _number(line.get("sigma"))
+        and math.isfinite(line["class_gradient_used"])
+        and 0 < line["sigma"] < math.inf
+    ]
     return float(np.mean(ratios)) if ratios else math.nan
 
 
 def late_accuracy(
     lines: Sequence[Mapping[str, Any]], late_fraction: float = LATE_FRACTION
 ) -> float:
-    """Mean test accuracy over the evaluations in the last ``late_fraction`` of the rounds run.
-
-    The rounds run are the last round of ``lines`` (R); the evaluations of rounds above
-    R × (1 − ``late_fraction``) count. NaN if there is none.
-    """
+    """Mean test accuracy of the rounds above R × (1 − ``late_fraction``), R the last round."""
     if not lines:
         return math.nan
     last = max(int(line["round"]) for line in lines)
@@ -134,17 +127,12 @@ def late_accuracy(
 
 
 def _number(value: Any) -> TypeGuard[int | float]:
-    """A real number (not a bool, a list or None)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class IndicatorTest:
-    """Spearman's rank correlation of early Ĝ/σ̂ with the later FSCD − BC gap.
-
-    ``rho`` and its two-sided ``p_value`` (``scipy.stats.spearmanr``; NaN under three points or
-    with a constant variable) over ``n`` (setting, seed) points.
-    """
+    """Spearman's ``rho`` of early Ĝ/σ̂ with the later FSCD − BC gap over ``n`` points, its p."""
 
     n: int
     rho: float
@@ -152,13 +140,12 @@ class IndicatorTest:
 
 
 def indicator_test(points: Sequence[tuple[float, float]]) -> IndicatorTest:
-    """Spearman's ρ of (early Ĝ/σ̂, later gap) pairs; points with a NaN are left out."""
+    """``scipy.stats.spearmanr`` of (x, y) pairs; NaN under three finite points or a constant."""
     x = np.array([p for p in points if math.isfinite(p[0]) and math.isfinite(p[1])], dtype=float)
-    n = len(x)
-    if n < 3 or np.ptp(x[:, 0]) == 0 or np.ptp(x[:, 1]) == 0:
-        return IndicatorTest(n, math.nan, math.nan)
+    if len(x) < 3 or np.ptp(x[:, 0]) == 0 or np.ptp(x[:, 1]) == 0:
+        return IndicatorTest(len(x), math.nan, math.nan)
     result = stats.spearmanr(x[:, 0], x[:, 1])
-    return IndicatorTest(n, float(result.statistic), float(result.pvalue))
+    return IndicatorTest(len(x), float(result.statistic), float(result.pvalue))
 
 
 #: Columns of ``indicator.csv``: one row per (setting, seed) with both policies' runs.
@@ -166,8 +153,8 @@ INDICATOR_COLUMNS = (
     "setting", "seed", "ghat_over_sigma_early", "fscd_late_accuracy", "bc_late_accuracy",
     "gap_late", "fscd_result_dir", "bc_result_dir",
 )  # fmt: skip
-#: Columns of ``indicator_test.csv`` (one row): the setting-level test first (the claim's level),
-#: then the within-setting and leave-one-setting-out figures, then the pooled points.
+#: Columns of ``indicator_test.csv`` (one row): the setting-level test (the claim's level), the
+#: within-setting and leave-one-setting-out figures, the pooled points.
 INDICATOR_TEST_COLUMNS = (
     "early_rounds", "late_fraction", "n_settings", "setting_spearman_rho", "setting_p_value",
     "within_setting_rho", "within_setting_p_value", "leave_one_out_rho_min",
@@ -178,12 +165,7 @@ EXACT_PAIRINGS = 10**5
 
 
 def setting_test(x: Sequence[float], y: Sequence[float]) -> IndicatorTest:
-    """Spearman's ρ of setting means and its two-sided permutation p over the pairings.
-
-    Exact (every pairing) up to 8 settings (``scipy.stats.permutation_test`` enumerates when
-    ``n_resamples`` is at least their number), else :data:`EXACT_PAIRINGS` seeded draws.
-    NaN under three settings or with a constant variable.
-    """
+    """Spearman's ρ of setting means, its permutation p (exact up to 8 settings, else seeded)."""
     n = len(x)
     if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return IndicatorTest(n, math.nan, math.nan)
@@ -206,18 +188,12 @@ def indicator_points(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> list[dict[str, Any]]:
-    """One :data:`INDICATOR_COLUMNS` row per (setting, seed) that has a FedCGD-FSCD and a BC run.
+    """One :data:`INDICATOR_COLUMNS` row per (setting, seed) with a FedCGD-FSCD and a BC run.
 
-    ``runs``: ``runs.csv`` rows (``policy``, ``seed``, ``result_dir``; the setting is the
-    ``sweep`` column, or ``setting`` where given, else ``default``). Ĝ/σ̂ is the FSCD run's
-    (:func:`early_ratio`; BC estimates neither); the gap is FSCD's :func:`late_accuracy` minus
-    BC's. A (setting, seed) whose FSCD run has the settings of one already counted (the same
-    run reached through two presets, e.g. τ = 1 and r = 1) counts once.
-
-    Raises
-    ------
-    ValueError
-        One line naming a damaged result file.
+    ``runs``: ``runs.csv`` rows (the setting: ``setting``, else ``sweep``, else ``default``).
+    Ĝ/σ̂ is the FSCD run's; the gap FSCD's :func:`late_accuracy` minus BC's. An FSCD run with the
+    settings of one already counted (τ = 1 and r = 1 are one run) counts once. ValueError: one
+    line naming a damaged result file.
     """
     pairs: dict[tuple[str, str], dict[str, Path]] = {}
     for run in runs:
@@ -270,11 +246,9 @@ def indicator_summary(
 ) -> dict[str, Any]:
     """The :data:`INDICATOR_TEST_COLUMNS` row over ``points`` (docs/comparing.md, "The Ĝ/σ̂ …").
 
-    The claim is about settings, and the seeds of one setting are not independent points: the
-    primary test is :func:`setting_test` over each setting's mean Ĝ/σ̂ and mean gap. Beside it,
-    Spearman's ρ of the points centred on their setting's means (within settings), the
-    setting-level ρ with each setting left out (its least and largest), and
-    :func:`indicator_test` over the points pooled.
+    The claim is about settings: the primary test is :func:`setting_test` of the settings' mean
+    Ĝ/σ̂ and gap; beside it ρ of the points centred on their setting's means, the setting-level ρ
+    with each setting left out (least, largest), and :func:`indicator_test` of the points pooled.
     """
     finite_points = [
         (str(p["setting"]), float(p["ghat_over_sigma_early"]), float(p["gap_late"]))
@@ -292,54 +266,40 @@ def indicator_summary(
         for s in settings
     ] if len(settings) > 3 else []  # fmt: skip
     pooled = indicator_test([(x, y) for _, x, y in finite_points])
-    return {
-        "early_rounds": early_rounds,
-        "late_fraction": late_fraction,
-        "n_settings": level.n,
-        "setting_spearman_rho": level.rho,
-        "setting_p_value": level.p_value,
-        "within_setting_rho": within.rho,
-        "within_setting_p_value": within.p_value,
-        "leave_one_out_rho_min": min(left_out, default=math.nan),
-        "leave_one_out_rho_max": max(left_out, default=math.nan),
-        "n_points": pooled.n,
-        "spearman_rho": pooled.rho,
-        "p_value": pooled.p_value,
-    }
+    values = (
+        early_rounds, late_fraction, *astuple(level), *astuple(within)[1:],
+        min(left_out, default=math.nan), max(left_out, default=math.nan), *astuple(pooled),
+    )  # fmt: skip
+    return dict(zip(INDICATOR_TEST_COLUMNS, values, strict=True))
 
 
 #: The level a p must be under for the console to call a correlation shown.
 ALPHA = 0.05
 
 
-def smallest_p(n: int) -> float:
-    """The smallest two-sided p of the exact test of Spearman's ρ over ``n`` points: 2 / n!."""
-    return 2 / math.factorial(n)
-
-
 def _least(n: int) -> str:
-    """``2/3! = 0.333``: the smallest p with ``n`` points, as the console says it."""
-    return f"2/{n}! = {smallest_p(n):.3g}"
+    """``2/3! = 0.333``: the smallest two-sided p of the exact test of ρ over ``n`` points."""
+    return f"2/{n}! = {2 / math.factorial(n):.3g}"
 
 
 def _rho(rho: float, p: float, what: str, n: int) -> str:
     """``rho = +0.643, p = 0.139``, or why there is none: no correlation, or too few points."""
     if not math.isfinite(rho):
         return f"{what}: no correlation (under three values, or a constant variable)"
-    if smallest_p(n) >= ALPHA:
+    if 2 / math.factorial(n) >= ALPHA:
         return f"{what}: too few points ({n}) for a test: its exact p cannot go below {_least(n)}"
     return f"{what} Spearman rho = {rho:+.3f}, p = {p:.3g}"
 
 
 def indicator_line(summary: Mapping[str, Any], rounds_run: Sequence[int] = ()) -> str:
-    """The console lines: the setting-level test and its conclusion, then the other figures.
+    """The console lines: the setting-level test and its verdict, then the other figures.
 
-    ``rounds_run``: the rounds of the FedCGD-FSCD runs, which bound the early rounds averaged.
-    A correlation is shown only where its test could reach p < :data:`ALPHA`.
+    ``rounds_run``: the FSCD runs' rounds (they bound the early rounds); a ρ is shown only where
+    its test could reach p < :data:`ALPHA`.
     """
     late = 100 * float(summary["late_fraction"])
     n, rho, p = (summary[k] for k in ("n_settings", "setting_spearman_rho", "setting_p_value"))
-    testable = math.isfinite(rho) and smallest_p(n) < ALPHA
+    testable = math.isfinite(rho) and 2 / math.factorial(n) < ALPHA
     if not math.isfinite(rho):
         verdict = "not testable across settings (fewer than 3, or a constant variable)"
     elif not testable:
