@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,27 @@ from matplotlib.colors import to_hex
 from experiments.analysis.figures import (
     BAND_LABEL,
     POLICY_COLORS,
+    USER_COLORS,
     VARIANT_COLORS,
     draw_group,
     label_axis,
     legend_below,
     metric,
-    moving_average,
     policy_style,
     series_styles,
     smoothing_window,
 )
-from experiments.analysis.plot_runs import settings_title
+from experiments.analysis.plot_runs import (
+    group_runs,
+    plot_mean_runs,
+    plot_runs,
+    run_labels,
+    settings_title,
+)
+from experiments.analysis.preset_figures import plot_estimates, plot_sweep
+
+OWN_POLICY = "examples.proportional_fair:ProportionalFair"
+FSCD_COLOUR, BC_COLOUR = (to_hex(POLICY_COLORS[p]) for p in ("fedcgd-fscd", "bc"))
 
 
 def _band_y(ax: plt.Axes) -> np.ndarray:
@@ -38,83 +49,19 @@ def _band_y(ax: plt.Axes) -> np.ndarray:
     return np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
 
 
-@pytest.mark.parametrize(
-    ("curves", "name", "mean", "high"),
-    [
-        # accuracy, round 1: 0.2, 0.9, 1.0 -> mean 0.7, sd 0.4359, t(0.975, 2) = 4.3027:
-        # half-width 1.083, so the raw band would be [-0.383, 1.783]; clipped it is [0, 1]
-        ([{1: 0.2, 2: 0.5}, {1: 0.9, 2: 0.5}, {1: 1.0, 2: 0.5}], "accuracy", [0.7, 0.5], 1.0),
-        # a count: mean 2, half-width 4.3027 * 3.4641 / 1.732 = 8.6 -> [-6.6, 10.6], cut at 0
-        ([{1: 0.0}, {1: 0.0}, {1: 6.0}], "num_scheduled", [2.0], 2.0 + 4.302653 * 2),
-    ],
-)
-def test_a_band_stays_inside_what_the_metric_can_be(curves, name, mean, high) -> None:
-    fig, ax = plt.subplots()
-    draw_group(ax, curves, name, "policy")
-    y = _band_y(ax)
-    assert y.min() == pytest.approx(0.0) and y.max() == pytest.approx(high)
-    (line,) = ax.get_lines()
-    assert list(line.get_ydata()) == pytest.approx(mean)
-    plt.close(fig)
-
-
-def test_a_band_of_scheduled_devices_stays_at_most_the_runs_number_of_devices(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two seeds scheduling 30 and 40 of V = 40 devices: mean 35, half-width t(0.975, 1) · 5 =
-    12.706 · 5 = 63.5, so the raw band reaches 98.5; it is cut at 40 (and at 0 below)."""
-    from experiments.analysis.plot_runs import plot_mean_runs
-
-    figures = _capture(monkeypatch)
-    dirs = [tmp_path / f"seed-{s}" for s in (0, 1)]
-    for seed, (folder, scheduled) in enumerate(zip(dirs, (30, 40), strict=True)):
-        write_run(folder, {"num-devices": 40, "seed": seed}, _lines(2, scheduled))
-    plot_mean_runs({"fedcgd-fscd": dirs}, tmp_path / "mean.png")
-    (fig,) = figures
-    scheduled_panel = fig.axes[1]
-    assert scheduled_panel.get_ylabel().startswith("scheduled devices")
-    y = _band_y(scheduled_panel)
-    assert (y.min(), y.max()) == (0.0, 40.0)
-
-
-def test_labels_carry_units_and_fedcgd_stands_out() -> None:
-    assert metric("accuracy").label.endswith("(fraction correct)")
-    assert "(count)" in metric("num_scheduled").label
-    assert (metric("wemd").low, metric("wemd").high) == (0.0, 2.0)
-    assert policy_style("fedcgd-fscd")["linewidth"] > policy_style("bc")["linewidth"]
-    assert policy_style("bc")["linestyle"] != policy_style("fedcgd-gs")["linestyle"]
-
-
-def test_the_shared_legend_fits_inside_the_figure_with_long_names():
-    """Long legend names (policy and sweep point) wrap into rows instead of running off."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
-    for name in ("FedCGD-FSCD", "FedCGD-FSCD (Ĝ_c)", "FedCGD-GS"):
-        for tau in (1, 5):
-            axes[0].plot([0, 1], [0, tau], label=f"{name}, local-steps={tau}")
-    legend_below(fig, axes[0])
-    fig.canvas.draw()
-    box = fig.legends[0].get_window_extent()
-    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
-    plt.close(fig)
-
-
-# --- Figures tell runs apart (styles, labels, ticks, titles, smoothing, the 2-seed rule) ---
-
-OWN_POLICY = "examples.proportional_fair:ProportionalFair"
-
-
-def _capture(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Keep every figure the plotting functions would save (drawn, not written)."""
-    figures: list[Any] = []
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every figure the plotting functions would save (drawn, not written)."""
+    kept: list[Any] = []
 
     def keep(fig: Any, out: Path, dpi: int = 120) -> Path:
         fig.canvas.draw()
-        figures.append(fig)
+        kept.append(fig)
         return out
 
     monkeypatch.setattr("experiments.analysis.plot_runs.save_figure", keep)
     monkeypatch.setattr("experiments.analysis.preset_figures.save_figure", keep)
-    return figures
+    return kept
 
 
 def _series(ax: Any) -> list[tuple[str, str, str]]:
@@ -131,62 +78,135 @@ def _visible_ticks(axis: Any) -> list[float]:
     return [t for t in axis.get_majorticklocs() if lo - 1e-9 <= t <= hi + 1e-9]
 
 
-def _lines(rounds: int, scheduled: Any = 4, wemd: Any = 0.2) -> list[dict[str, Any]]:
+def _lines(rounds: int, scheduled: Any = 4, **extra: Any) -> list[dict[str, Any]]:
     return [
-        {
-            "round": r,
-            "accuracy": 0.1 * r,
-            "num_scheduled": scheduled(r) if callable(scheduled) else scheduled,
-            "wemd": wemd(r) if callable(wemd) else wemd,
-        }
+        {"round": r, "accuracy": 0.1 * r, "num_scheduled": scheduled, "wemd": 0.2, **extra}
         for r in range(1, rounds + 1)
     ]
 
 
-def test_every_built_in_and_own_policy_gets_its_own_colour_and_line_style() -> None:
+@pytest.mark.parametrize(
+    ("curves", "name", "mean", "low", "high", "legend"),
+    [
+        # accuracy, round 1: 0.2, 0.9, 1.0 -> mean 0.7, sd 0.4359, t(0.975, 2) = 4.3027:
+        # half-width 1.083, so the raw band would be [-0.383, 1.783]; clipped it is [0, 1]
+        (
+            [{1: 0.2, 2: 0.5}, {1: 0.9, 2: 0.5}, {1: 1.0, 2: 0.5}], "accuracy", [0.7, 0.5], 0.0,
+            1.0, ["runs", BAND_LABEL],
+        ),
+        # a count: mean 2, half-width 4.3027 * 3.4641 / 1.732 = 8.6 -> [-6.6, 10.6], cut at 0
+        ([{1: 0.0}, {1: 0.0}, {1: 6.0}], "num_scheduled", [2.0], 0.0, 2.0 + 4.302653 * 2, None),
+        # sigma at round 1: 10 and 11 -> mean 10.5, sd 0.7071, t(0.975, 1) = 12.7062:
+        # half-width 12.7062 * 0.7071 / sqrt(2) = 6.3531; round 2: no spread
+        ([{1: 10.0, 2: 3.0}, {1: 11.0, 2: 3.0}], "sigma", [10.5, 3.0], 3.0, 16.853102, None),
+        ([{1: 0.2, 2: 0.4}], "accuracy", [0.2, 0.4], None, None, ["runs"]),  # one run: no band
+    ],
+)  # fmt: skip
+def test_a_band_is_the_t_interval_inside_what_the_metric_can_be(
+    curves: list, name: str, mean: list, low: Any, high: Any, legend: Any
+) -> None:
+    fig, ax = plt.subplots()
+    draw_group(ax, curves, name, "runs")
+    (line,) = ax.get_lines()
+    assert list(line.get_ydata()) == pytest.approx(mean)
+    if low is None:
+        assert not ax.collections
+    else:
+        y = _band_y(ax)
+        assert (y.min(), y.max()) == pytest.approx((low, high), abs=1e-5)
+        assert [c.get_gid() for c in ax.collections] == ["ci95-band"]
+    if legend:
+        legend_below(fig, ax)
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == legend
+    plt.close(fig)
+
+
+def test_a_band_of_scheduled_devices_stays_at_most_the_runs_number_of_devices(
+    tmp_path: Path, figures: list[Any]
+) -> None:
+    """Two seeds scheduling 30 and 40 of V = 40 devices: mean 35, half-width t(0.975, 1) · 5 =
+    12.706 · 5 = 63.5, so the raw band reaches 98.5; it is cut at 40 (and at 0 below)."""
+    dirs = [tmp_path / f"seed-{s}" for s in (0, 1)]
+    for seed, (folder, scheduled) in enumerate(zip(dirs, (30, 40), strict=True)):
+        write_run(folder, {"num-devices": 40, "seed": seed}, _lines(2, scheduled))
+    plot_mean_runs({"fedcgd-fscd": dirs}, tmp_path / "mean.png")
+    scheduled_panel = figures[0].axes[1]
+    assert scheduled_panel.get_ylabel().startswith("scheduled devices")
+    assert (_band_y(scheduled_panel).min(), _band_y(scheduled_panel).max()) == (0.0, 40.0)
+
+
+def test_the_shared_legend_fits_inside_the_figure_with_long_names():
+    """Long legend names (policy and sweep point) wrap into rows instead of running off."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
+    for name in ("FedCGD-FSCD", "FedCGD-FSCD (Ĝ_c)", "FedCGD-GS"):
+        for tau in (1, 5):
+            axes[0].plot([0, 1], [0, tau], label=f"{name}, local-steps={tau}")
+    legend_below(fig, axes[0])
+    fig.canvas.draw()
+    box = fig.legends[0].get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+    plt.close(fig)
+
+
+def test_every_policy_and_aggregator_gets_its_own_colour_and_line_style() -> None:
     from fedcgd_strategy.policies.registry import POLICY_NAMES as BUILT_IN
 
+    assert metric("accuracy").label.endswith("(fraction correct)")
+    assert "(count)" in metric("num_scheduled").label
+    assert (metric("wemd").low, metric("wemd").high) == (0.0, 2.0)
+    assert policy_style("fedcgd-fscd")["linewidth"] > policy_style("bc")["linewidth"]
+    assert policy_style("bc")["linestyle"] != policy_style("fedcgd-gs")["linestyle"]
     own = [f"lab.policies:Mine{i}" for i in range(9)] + ["/abs/fair.py:Fair"]
-    policies = [*BUILT_IN, *own]
-    styles = series_styles(policies)
-    pairs = {(to_hex(s["color"]), repr(s["linestyle"])) for s in styles}
-    assert len(pairs) == len(policies)
+    styles = series_styles([*BUILT_IN, *own])
+    assert len({(to_hex(s["color"]), repr(s["linestyle"])) for s in styles}) == len(styles)
     reordered = dict(zip(reversed(BUILT_IN), series_styles(list(reversed(BUILT_IN))), strict=True))
     for policy, style in zip(BUILT_IN, styles, strict=False):  # fixed, the same in every figure
-        assert to_hex(style["color"]) == POLICY_COLORS[policy]
-        assert style == reordered[policy]
+        assert to_hex(style["color"]) == POLICY_COLORS[policy] and style == reordered[policy]
     # The issue's case: a researcher's policy beside BC is not a second blue dashed line.
     bc, mine = series_styles(["bc", "lab.policies:Mine0"])
     assert (bc["color"], bc["linestyle"]) != (mine["color"], mine["linestyle"])
     assert to_hex(mine["color"]) not in POLICY_COLORS.values()
+    # an own policy's colour follows its name, not its place among the figure's policies
+    picks = {n: zlib.crc32(n.encode()) % len(USER_COLORS) for n in ("RoundRobin", "Fair")}
+    assert picks["RoundRobin"] != picks["Fair"]  # so neither moves the other
+    alone = series_styles(["bc", "RoundRobin"])[1]
+    beside = series_styles(["fedcgd-fscd", "Fair", "RoundRobin", "bc"])[2]
+    assert alone["color"] == beside["color"] == USER_COLORS[picks["RoundRobin"]]
+    # two names that pick the same colour: the second by name takes the next free one
+    same = [n for n in (f"P{i}" for i in range(100)) if zlib.crc32(n.encode()) % 6 == 0][:2]
+    first, second = series_styles(sorted(same, reverse=True))[::-1]
+    assert first["color"] == USER_COLORS[0] and second["color"] == USER_COLORS[1]
+    # a policy's further aggregators take their own colours; a repeated series its own style
+    styles = series_styles(
+        ["fedcgd-fscd", "fedcgd-fscd", "bc", "fedcgd-fscd", "fedcgd-fscd"],
+        ["", "FedAdam", "", "", "FedAdam"],
+    )
+    colours = [to_hex(style["color"]) for style in styles]
+    assert colours == [FSCD_COLOUR, "#aec7e8", BC_COLOUR, FSCD_COLOUR, "#aec7e8"]
+    assert len({(to_hex(s["color"]), repr(s["linestyle"])) for s in styles}) == 5
 
 
-def test_an_own_policy_beside_bc_is_drawn_apart_in_the_comparison_figure(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_comparison_figure_draws_own_policies_apart_and_is_titled_from_the_configs(
+    tmp_path: Path, figures: list[Any]
 ) -> None:
-    from experiments.analysis.plot_runs import plot_mean_runs
-
-    figures = _capture(monkeypatch)
+    shared = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3}
+    shared |= {"local-steps": 5, "num-devices": 12}
     groups: dict[str, list[Path]] = {}
     for policy in ("bc", OWN_POLICY, "fedcgd-fscd"):
         for seed in (0, 1, 2):
             folder = tmp_path / policy.rsplit(":", 1)[-1] / f"seed-{seed}"
-            write_run(folder, {"policy": policy, "seed": seed}, _lines(4))
+            write_run(folder, {**shared, "policy": policy, "seed": seed}, _lines(4))
             groups.setdefault(policy, []).append(folder)
     plot_mean_runs(groups, tmp_path / "mean.png")
     (fig,) = figures
     for ax in fig.axes:
-        series = _series(ax)
-        assert len(series) == 3
-        assert len({(colour, style) for _, colour, style in series}) == 3
-    assert {label for label, _, _ in _series(fig.axes[0])} == {
+        assert len({(colour, style) for _, colour, style in _series(ax)}) == 3
+    assert [label for label, _, _ in _series(fig.axes[0])] == [
+        "FedCGD-FSCD (n=3)",
         "BC (best channel) (n=3)",
         "ProportionalFair (n=3)",
-        "FedCGD-FSCD (n=3)",
-    }
-
-
-FSCD_COLOUR, BC_COLOUR = (to_hex(POLICY_COLORS[p]) for p in ("fedcgd-fscd", "bc"))
+    ]
+    assert fig.get_suptitle() == "digits · Dirichlet α = 0.3 · τ = 5 · V = 12 · 3 seeds"
 
 
 @pytest.mark.parametrize(
@@ -223,11 +243,8 @@ def test_plot_runs_labels_each_run_by_the_settings_that_differ(
     labels: list[str],
     colours: list[str],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    figures: list[Any],
 ) -> None:
-    from experiments.analysis.plot_runs import plot_runs
-
-    figures = _capture(monkeypatch)
     dirs = [tmp_path / name for name in runs]
     for folder, overrides in zip(dirs, runs.values(), strict=True):
         write_run(folder, overrides, _lines(3))
@@ -237,13 +254,10 @@ def test_plot_runs_labels_each_run_by_the_settings_that_differ(
     assert [label for label, _, _ in series] == labels
     assert [colour for _, colour, _ in series] == colours
     assert len({(colour, style) for _, colour, style in series}) == len(runs)
-    legend = [text.get_text() for text in fig.legends[0].get_texts()]
-    assert legend == labels  # one run each: no band to name
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == labels  # no band
 
 
 def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> None:
-    from experiments.analysis.plot_runs import run_labels
-
     dirs = [Path("/r/a/seed-0"), Path("/r/b/seed-0"), Path("/r/a/seed-0")]
     assert run_labels(dirs, ["poc"] * 3) == [
         "POC (power of choice) · seed-0 #1",
@@ -254,23 +268,17 @@ def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> N
 
 
 def test_rounds_and_device_counts_get_integer_ticks_even_when_constant(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, figures: list[Any]
 ) -> None:
-    from experiments.analysis.plot_runs import plot_runs
-
-    figures = _capture(monkeypatch)
     write_run(tmp_path / "r", {"policy": "bc"}, _lines(2, scheduled=4))  # rounds 1, 2; 4 always
     plot_runs([tmp_path / "r"], tmp_path / "r.png")
-    (fig,) = figures
-    accuracy, scheduled, wemd = fig.axes
+    accuracy, scheduled, wemd = figures[0].axes
     for axis in (accuracy.xaxis, scheduled.xaxis, wemd.xaxis, scheduled.yaxis):
         ticks = _visible_ticks(axis)
         assert len(ticks) >= 2 and all(t == int(t) for t in ticks), ticks
     assert 4 in _visible_ticks(scheduled.yaxis)
     assert not all(t == int(t) for t in _visible_ticks(wemd.yaxis))  # not a count: untouched
-
-
-def test_count_ticks_never_go_below_zero_for_a_count_that_stays_at_zero() -> None:
+    # a count that stays at zero never gets ticks below zero
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3], [0, 0, 0])
     label_axis(ax, "num_scheduled")
@@ -315,53 +323,23 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
     assert title == "MNIST-1D · ? shards per device, r = ? · τ = 1 · V = 64 · seed 0"
 
 
-def test_a_comparison_figure_is_titled_from_the_recorded_configs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from experiments.analysis.plot_runs import plot_mean_runs
-
-    figures = _capture(monkeypatch)
-    shared = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3}
-    shared |= {"local-steps": 5, "num-devices": 12}
-    dirs = [tmp_path / f"seed-{s}" for s in (0, 1, 2)]
-    for seed, folder in enumerate(dirs):
-        write_run(folder, {**shared, "policy": "bc", "seed": seed}, _lines(3))
-    plot_mean_runs({"bc": dirs}, tmp_path / "mean.png")
-    (fig,) = figures
-    assert fig.get_suptitle() == "digits · Dirichlet α = 0.3 · τ = 5 · V = 12 · 3 seeds"
-
-
-def test_moving_average_is_the_centred_mean_cut_at_the_ends() -> None:
-    # window 3: [1, 2, 3, 4, 10] -> (1+2)/2, (1+2+3)/3, (2+3+4)/3, (3+4+10)/3, (4+10)/2
-    got = moving_average([1, 2, 3, 4, 10], 3)
-    assert list(got) == pytest.approx([1.5, 2.0, 3.0, 17 / 3, 7.0])
-    assert list(moving_average([5, 7], 1)) == [5.0, 7.0]
-    assert [smoothing_window(n) for n in (10, 30, 400, 1500)] == [1, 3, 21, 75]
-    with pytest.raises(ValueError, match="odd"):
-        moving_average([1, 2], 2)
-
-
 @pytest.mark.parametrize(
     ("estimates", "key", "panel"), [(False, "num_scheduled", 1), (True, "sigma", 0)]
 )
 def test_noisy_panels_draw_the_moving_average_over_the_faint_raw_line(
-    estimates: bool, key: str, panel: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    estimates: bool, key: str, panel: int, tmp_path: Path, figures: list[Any]
 ) -> None:
     """Devices per round in the run figure, σ̂ in ``estimates.png``: averaged over 3 rounds."""
-    from experiments.analysis.plot_runs import plot_runs
-    from experiments.analysis.preset_figures import plot_estimates
-
-    figures = _capture(monkeypatch)
+    assert [smoothing_window(n) for n in (10, 30, 400, 1500)] == [1, 3, 21, 75]
     raw = [3.0, 9.0, 6.0, 12.0, 0.0] * 6  # 30 rounds: window 3; spikes every few rounds
     folder = tmp_path / "fedcgd-fscd" / "seed-0"
-    lines = [{**x, key: raw[x["round"] - 1], "class_gradient_used": 2.0} for x in _lines(30)]
+    lines = [{**x, key: raw[x["round"] - 1]} for x in _lines(30, class_gradient_used=2.0)]
     write_run(folder, {"policy": "fedcgd-fscd"}, lines)
     if estimates:
         plot_estimates({("default", "fedcgd-fscd"): [folder]}, tmp_path / "estimates.png")
     else:
         plot_runs([folder], tmp_path / "r.png")
-    (fig,) = figures
-    ax = fig.axes[panel]
+    ax = figures[0].axes[panel]
     (line,) = [x for x in ax.get_lines() if not x.get_label().startswith("_")]
     (faint,) = [x for x in ax.get_lines() if x.get_label().startswith("_")]
     assert list(faint.get_ydata()) == raw and faint.get_alpha() < 0.5
@@ -371,88 +349,38 @@ def test_noisy_panels_draw_the_moving_average_over_the_faint_raw_line(
     expected = [(raw[0] + raw[1]) / 2, *inner, (raw[-2] + raw[-1]) / 2]
     assert list(line.get_ydata()) == pytest.approx(expected)
     if not estimates:  # accuracy is not smoothed
-        (accuracy,) = fig.axes[0].get_lines()
+        (accuracy,) = figures[0].axes[0].get_lines()
         assert list(accuracy.get_ydata()) == pytest.approx([0.1 * r for r in range(1, 31)])
 
 
-def test_two_seeds_draw_the_mean_and_its_t_band_with_one_degree_of_freedom() -> None:
-    # sigma at round 1: 10 and 11 -> mean 10.5, sd 0.7071, t(0.975, 1) = 12.7062:
-    # half-width 12.7062 * 0.7071 / sqrt(2) = 6.3531.
-    curves = [{1: 10.0, 2: 3.0}, {1: 11.0, 2: 3.0}]
-    fig, ax = plt.subplots()
-    draw_group(ax, curves, "sigma", "two seeds")
-    (line,) = ax.get_lines()
-    assert list(line.get_ydata()) == pytest.approx([10.5, 3.0])
-    y = _band_y(ax)
-    assert y.max() == pytest.approx(10.5 + 6.353102, abs=1e-5)
-    assert y.min() == pytest.approx(3.0)  # round 2: no spread
-    assert [c.get_gid() for c in ax.collections] == ["ci95-band"]
-    legend_below(fig, ax)
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["two seeds", BAND_LABEL]
-    plt.close(fig)
-
-
-def test_one_run_is_its_own_line_without_a_band() -> None:
-    fig, ax = plt.subplots()
-    draw_group(ax, [{1: 0.2, 2: 0.4}], "accuracy", "one seed")
-    (line,) = ax.get_lines()
-    assert list(line.get_ydata()) == [0.2, 0.4] and not ax.collections
-    legend_below(fig, ax)
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["one seed"]
-    plt.close(fig)
-
-
-def test_the_sweep_figure_draws_two_seed_error_bars_as_its_title_says(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_sweep_figure_draws_error_bars_and_the_kaplan_meier_median(
+    tmp_path: Path, figures: list[Any]
 ) -> None:
-    from experiments.analysis.preset_figures import plot_sweep
-
-    figures = _capture(monkeypatch)
-    rows = [
-        {"sweep": f"local-steps={t}", "policy": "bc", "n_seeds": 2}
-        | {"final_accuracy_mean": m, "final_accuracy_ci95": 0.05}
-        for t, m in ((1, 0.5), (5, 0.6))
+    rows = [  # two seeds: bars; under half reached the target at τ = 5: no point there
+        {"sweep": f"local-steps={t}", "policy": "bc", "n_seeds": 2, "final_accuracy_mean": m}
+        | {"final_accuracy_ci95": 0.05, "rounds_to_target_km_median": km}
+        for t, m, km in ((1, 0.5, 630.0), (5, 0.6, math.inf))
     ]
-    plot_sweep(rows, {"local-steps": [1, 5]}, ["final_accuracy"], tmp_path / "s.png", "T")
+    metrics = ["final_accuracy", "rounds_to_target"]
+    plot_sweep(rows, {"local-steps": [1, 5]}, metrics, tmp_path / "s.png", "T")
     (fig,) = figures
-    (ax,) = fig.axes
-    assert "95 % CI" in ax.get_title() and fig.get_suptitle() == "T"
-    (container,) = ax.containers
-    (bars,) = container.lines[2]
-    spans = [seg[1][1] - seg[0][1] for seg in bars.get_segments()]
-    assert spans == pytest.approx([0.1, 0.1])
-
-
-def test_the_sweep_figure_draws_the_kaplan_meier_median_of_rounds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from experiments.analysis.preset_figures import plot_sweep
-
-    figures = _capture(monkeypatch)
-    rows = [  # under half reached the target at r = 9: no point there
-        {"sweep": f"imbalance-ratio={r}", "policy": "bc", "n_seeds": 5}
-        | {"rounds_to_target_km_median": m, "reached_target": k}
-        for r, m, k in ((1, 630.0, 5), (9, math.inf, 2))
-    ]
-    plot_sweep(rows, {"imbalance-ratio": [1, 9]}, ["rounds_to_target"], tmp_path / "s.png")
-    (ax,) = figures[0].axes
-    assert "Kaplan–Meier median" in ax.get_title()
-    (container,) = ax.containers
-    y = container.lines[0].get_ydata()
+    accuracy, rounds = fig.axes
+    assert "95 % CI" in accuracy.get_title() and fig.get_suptitle() == "T"
+    (bars,) = accuracy.containers[0].lines[2]
+    assert [seg[1][1] - seg[0][1] for seg in bars.get_segments()] == pytest.approx([0.1, 0.1])
+    assert "Kaplan–Meier median" in rounds.get_title()
+    y = rounds.containers[0].lines[0].get_ydata()
     assert y[0] == 630 and math.isnan(y[1])
 
 
 def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, figures: list[Any]
 ) -> None:
-    from experiments.analysis.preset_figures import plot_estimates
-
-    figures = _capture(monkeypatch)
     groups = {}
     for tau in (1, 5):
         for policy in ("fedcgd-fscd", "fedcgd-gs", "fedcgd-fscd-gc", "bc"):
             folder = tmp_path / f"local-steps={tau}" / policy / "seed-0"
-            lines = [{**x, "sigma": 1.0, "class_gradient_used": 1.0} for x in _lines(3)]
+            lines = _lines(3, sigma=1.0, class_gradient_used=1.0)
             write_run(folder, {"policy": policy, "local-steps": tau}, lines)
             groups[(f"local-steps={tau}", policy)] = [folder]
     plot_estimates(groups, tmp_path / "estimates.png")
@@ -463,38 +391,9 @@ def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
     assert "τ = 1, 5" in fig.get_suptitle()
 
 
-def test_the_solver_figure_is_titled_with_its_settings() -> None:
-    from experiments.paper.solver_performance import figure_title
-
-    assert figure_title([0.1, 1.0, 10.0], 3) == (
-        "P1 instances: UMi uplinks, CIFAR-10 CNN (258,898 × 32 bit), deadline 2 s"
-        " · Dirichlet α = 0.1, 1, 10 · 3 per (V, α)"
-    )
-
-
-def test_series_styles_give_a_policys_further_aggregators_their_own_colours() -> None:
-    styles = series_styles(
-        ["fedcgd-fscd", "fedcgd-fscd", "bc", "fedcgd-fscd", "fedcgd-fscd"],
-        ["", "FedAdam", "", "", "FedAdam"],
-    )
-    colours = [to_hex(style["color"]) for style in styles]
-    assert colours == [
-        to_hex(POLICY_COLORS["fedcgd-fscd"]),
-        "#aec7e8",
-        to_hex(POLICY_COLORS["bc"]),
-        to_hex(POLICY_COLORS["fedcgd-fscd"]),
-        "#aec7e8",
-    ]
-    keys = [(to_hex(s["color"]), repr(s["linestyle"])) for s in styles]
-    assert len(set(keys)) == 5  # a repeated series still gets a style of its own
-
-
 def test_mean_curves_group_by_the_settings_besides_the_seed_and_bands_can_be_left_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, figures: list[Any]
 ) -> None:
-    from experiments.analysis.plot_runs import group_runs, plot_mean_runs
-
-    figures = _capture(monkeypatch)
     dirs = []
     for aggregator in ("", "FedAdam"):
         for seed in (0, 1, 2):
@@ -516,20 +415,10 @@ def test_mean_curves_group_by_the_settings_besides_the_seed_and_bands_can_be_lef
     assert _series(lines_only.axes[0]) == _series(with_bands.axes[0])
 
 
-def test_an_own_policy_keeps_its_colour_in_every_figure() -> None:
-    """Its colour follows its name, not its place among the figure's policies."""
-    import zlib
+def test_the_solver_figure_is_titled_with_its_settings() -> None:
+    from experiments.paper.solver_performance import figure_title
 
-    from experiments.analysis.figures import USER_COLORS
-
-    picks = {n: zlib.crc32(n.encode()) % len(USER_COLORS) for n in ("RoundRobin", "Fair")}
-    assert picks["RoundRobin"] != picks["Fair"]  # so neither moves the other
-    alone = series_styles(["bc", "RoundRobin"])[1]
-    beside = series_styles(["fedcgd-fscd", "Fair", "RoundRobin", "bc"])[2]
-    assert alone["color"] == beside["color"] == USER_COLORS[picks["RoundRobin"]]
-    # two names that pick the same colour: the second by name takes the next free one
-    same = [
-        n for n in (f"P{i}" for i in range(100)) if zlib.crc32(n.encode()) % len(USER_COLORS) == 0
-    ][:2]
-    first, second = series_styles(sorted(same, reverse=True))[::-1]
-    assert first["color"] == USER_COLORS[0] and second["color"] == USER_COLORS[1]
+    assert figure_title([0.1, 1.0, 10.0], 3) == (
+        "P1 instances: UMi uplinks, CIFAR-10 CNN (258,898 × 32 bit), deadline 2 s"
+        " · Dirichlet α = 0.1, 1, 10 · 3 per (V, α)"
+    )

@@ -64,11 +64,8 @@ def rounds_to_target_test(
     )
     censored = sum(values[s][0] is None or reference[s][0] is None for s in seeds)
     earlier, later = int(np.sum(diffs < 0)), int(np.sum(diffs > 0))
-    sign_p = (
-        float(stats.binomtest(earlier, earlier + later, 0.5).pvalue)
-        if earlier + later
-        else math.nan
-    )
+    untied = earlier + later
+    sign_p = float(stats.binomtest(earlier, untied, 0.5).pvalue) if untied else math.nan
     nonzero = diffs[diffs != 0]
     # every sign flip (2^n of them) up to EXACT_SEEDS seeds, ties included; beyond, scipy's own
     # (one difference: "exact", as a permutation needs two)
@@ -76,15 +73,7 @@ def rounds_to_target_test(
     if 1 < len(nonzero) <= EXACT_SEEDS:
         method = stats.PermutationMethod(n_resamples=2**EXACT_SEEDS)
     wilcoxon_p = float(stats.wilcoxon(nonzero, method=method).pvalue) if len(nonzero) else math.nan
-    return RoundsTest(
-        n=len(seeds),
-        earlier=earlier,
-        later=later,
-        tied=len(seeds) - earlier - later,
-        censored=censored,
-        sign_p=sign_p,
-        wilcoxon_p=wilcoxon_p,
-    )
+    return RoundsTest(len(seeds), earlier, later, len(seeds) - untied, censored, sign_p, wilcoxon_p)
 
 
 #: The paper's indicator compares these two policies (docs/comparing.md, "The Ĝ/σ̂ indicator").
@@ -213,18 +202,9 @@ def indicator_points(
         seen.add(identity)
         fscd_lines, bc_lines = load_run(fscd)[1], load_run(bc)[1]
         fscd_late, bc_late = (late_accuracy(x, late_fraction) for x in (fscd_lines, bc_lines))
-        rows.append(
-            {
-                "setting": setting,
-                "seed": seed,
-                "ghat_over_sigma_early": early_ratio(fscd_lines, early_rounds),
-                "fscd_late_accuracy": fscd_late,
-                "bc_late_accuracy": bc_late,
-                "gap_late": fscd_late - bc_late,
-                "fscd_result_dir": str(fscd),
-                "bc_result_dir": str(bc),
-            }
-        )
+        ratio = early_ratio(fscd_lines, early_rounds)
+        values = (setting, seed, ratio, fscd_late, bc_late, fscd_late - bc_late, str(fscd), str(bc))
+        rows.append(dict(zip(INDICATOR_COLUMNS, values, strict=True)))
     return rows
 
 

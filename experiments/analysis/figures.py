@@ -1,9 +1,6 @@
-"""How every figure of the project looks: axis labels with units, value ranges, policy styles.
+"""How every figure looks: axis labels with units, value ranges, one style per policy, bands.
 
-Each metric's label, range and integer ticks (:func:`label_axis`); one fixed style per built-in
-policy, FedCGD's solid (:func:`series_styles`); a group of runs drawn as its mean with the 95 %
-band from two runs on (:func:`draw_group`); a moving average over noisy panels
-(:func:`moving_average`). The rules are in docs/comparing.md ("Comparing policies", ``curves.png``).
+The rules: docs/comparing.md ("Comparing policies", ``curves.png``).
 """
 
 from __future__ import annotations
@@ -11,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,23 +24,14 @@ from fedcgd_strategy.policies.registry import POLICY_LABELS
 
 #: From this many runs on a group is drawn with the 95 % band of its mean (one run: its line).
 MIN_RUNS_FOR_BAND = 2
-
-#: Font size of legends (readable when a 14-inch-wide figure is shown at README width).
 LEGEND_FONTSIZE = 9
-
-#: ``gid`` of every shaded confidence band, so that the legend can name it.
-BAND_GID = "ci95-band"
-
-#: The legend entry of the shaded bands.
-BAND_LABEL = "shaded: 95 % CI of the mean over seeds (Student t)"
+#: ``gid`` of every shaded confidence band, and the legend entry that names them.
+BAND_GID, BAND_LABEL = "ci95-band", "shaded: 95 % CI of the mean over seeds (Student t)"
 
 
 @dataclass(frozen=True)
 class Metric:
-    """How to label and bound one metric on a y axis (``count``: integer ticks only).
-
-    ``devices``: a count of devices, at most the runs' V (``num-devices``).
-    """
+    """A y axis: label, range, integer ticks (``count``), at most V (``devices``)."""
 
     label: str
     low: float = -math.inf
@@ -72,43 +60,31 @@ METRICS: dict[str, Metric] = {
     "class_gradient_used": Metric("Ĝ, class-gradient bound used (gradient norm)", 0.0),
 }
 
-#: Fixed colour (the same in every figure) of each built-in policy, in legend order: FedCGD in
-#: warm, saturated colours, the baselines in cool or grey ones (matplotlib's ten "tab" colours).
-#: Their labels: :data:`fedcgd_strategy.policies.registry.POLICY_LABELS`.
+#: Fixed colour of each built-in policy, in legend order: FedCGD warm, the baselines cool or grey.
 POLICY_COLORS: dict[str, str] = {
-    "fedcgd-fscd": "#d62728",
-    "fedcgd-fscd-gc": "#8c564b",
-    "fedcgd-gs": "#ff7f0e",
-    "fedcgd-exact": "#e377c2",
-    "fedcgd-cd": "#bcbd22",
-    "bc": "#1f77b4",
-    "bn2": "#17becf",
-    "poc": "#2ca02c",
-    "fedcbs": "#9467bd",
-    "all": "#7f7f7f",
-}
+    "fedcgd-fscd": "#d62728", "fedcgd-fscd-gc": "#8c564b", "fedcgd-gs": "#ff7f0e",
+    "fedcgd-exact": "#e377c2", "fedcgd-cd": "#bcbd22", "bc": "#1f77b4", "bn2": "#17becf",
+    "poc": "#2ca02c", "fedcbs": "#9467bd", "all": "#7f7f7f",
+}  # fmt: skip
 POLICY_NAMES = {policy: POLICY_LABELS[policy] for policy in POLICY_COLORS}
-
-#: Colours of a researcher's own policies: dark ones that no built-in policy uses (near-black,
-#: then matplotlib's "tab20b" darks). Each policy's is chosen by its name (:func:`own_colors`).
-USER_COLORS: tuple[str, ...] = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
-
-#: Colours of a policy's further aggregators in one figure (its first keeps the policy's own
-#: colour): matplotlib's "tab20" lights, which no policy uses.
-VARIANT_COLORS: tuple[str, ...] = (
+#: A researcher's own policies: dark colours no built-in uses, chosen by name (:func:`own_colors`).
+USER_COLORS = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
+#: A policy's further aggregators in one figure (its first keeps the policy's colour).
+VARIANT_COLORS = (
     "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
     "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
 )  # fmt: skip
-
-#: Line style of a researcher's own policy (built-ins are solid or dashed).
-USER_LINESTYLE = "-."
-
-#: Line styles tried, in order, when a series' preferred (colour, style) is already taken in
-#: its figure (a second run of one policy, more own policies than :data:`USER_COLORS`).
+#: Line styles tried, in order, when a series' (colour, style) is taken in its figure; then
+#: ever longer dashes.
 LINESTYLES: tuple[Any, ...] = (
     "-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2)),
     (0, (8, 2)), (0, (3, 3)),
 )  # fmt: skip
+#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours: sweep points).
+ESTIMATE_LINESTYLES: dict[str, Any] = {
+    "fedcgd-fscd": "-", "fedcgd-gs": "--", "fedcgd-fscd-gc": ":", "fedcgd-exact": "-.",
+    "fedcgd-cd": (0, (5, 1)),
+}  # fmt: skip
 
 
 def policy_order(policies: Iterable[str]) -> list[str]:
@@ -124,9 +100,7 @@ def metric(key: str) -> Metric:
 
 def policy_name(policy: str) -> str:
     """The legend name of ``policy``: a built-in's human name, a reference's class name."""
-    if policy in POLICY_NAMES:
-        return POLICY_NAMES[policy]
-    return policy.rsplit(":", 1)[1] if ":" in policy else policy
+    return POLICY_NAMES.get(policy, policy.rsplit(":", 1)[-1])
 
 
 def is_fedcgd(policy: str) -> bool:
@@ -135,37 +109,17 @@ def is_fedcgd(policy: str) -> bool:
 
 
 def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
-    """Line keywords of ``policy``'s preferred style (FedCGD solid and thick, baselines dashed).
-
-    A researcher's own policy is dash-dotted in ``USER_COLORS[own_index]``. A whole figure:
-    :func:`series_styles`.
-    """
-    if policy in POLICY_COLORS:
-        if is_fedcgd(policy):
-            return {"color": POLICY_COLORS[policy], "linestyle": "-", "linewidth": 2.2, "zorder": 3}
-        return {"color": POLICY_COLORS[policy], "linestyle": "--", "linewidth": 1.3, "zorder": 2}
-    color = USER_COLORS[own_index % len(USER_COLORS)]
-    return {"color": color, "linestyle": USER_LINESTYLE, "linewidth": 2.0, "zorder": 3}
-
-
-def linestyles() -> Iterator[Any]:
-    """:data:`LINESTYLES`, then ever longer dashes ``(0, (k, 2))``: a style for any number."""
-    yield from LINESTYLES
-    for k in itertools.count(10):
-        yield (0, (k, 2))
-
-
-def _style_key(style: Mapping[str, Any]) -> tuple[str, str]:
-    return to_hex(style["color"]), repr(style["linestyle"])
+    """Line keywords: FedCGD solid and thick, baselines dashed, own policies dash-dotted."""
+    if policy not in POLICY_COLORS:
+        color = USER_COLORS[own_index % len(USER_COLORS)]
+        return {"color": color, "linestyle": "-.", "linewidth": 2.0, "zorder": 3}
+    if is_fedcgd(policy):
+        return {"color": POLICY_COLORS[policy], "linestyle": "-", "linewidth": 2.2, "zorder": 3}
+    return {"color": POLICY_COLORS[policy], "linestyle": "--", "linewidth": 1.3, "zorder": 2}
 
 
 def own_colors(policies: Sequence[str]) -> dict[str, int]:
-    """The :data:`USER_COLORS` index of each of a figure's own policies, chosen by its name.
-
-    A policy's colour follows from its label alone (CRC-32), so it is the same in every figure
-    (``compare``'s, ``plot --mean``'s); two in one figure whose names pick the same colour take
-    the next free one (sorted by name: the same pair gets the same colours in any order).
-    """
+    """The :data:`USER_COLORS` index of each own policy: its name's CRC-32, next free if taken."""
     out: dict[str, int] = {}
     for policy in sorted(policies):
         first = zlib.crc32(policy.encode()) % len(USER_COLORS)
@@ -179,20 +133,19 @@ def series_styles(
 ) -> list[dict[str, Any]]:
     """One style per series (``policies`` may repeat), no two with the same colour and style.
 
-    With ``aggregators`` (one per series), a policy's first aggregator keeps the policy's colour
-    and each further one takes its own (:data:`VARIANT_COLORS`): different policies or
-    aggregators never share a colour (up to ten further aggregators in one figure).
+    With ``aggregators`` (one per series), a policy's further aggregators take
+    :data:`VARIANT_COLORS`: different policies or aggregators never share a colour.
     """
     own = own_colors([p for p in dict.fromkeys(policies) if p not in POLICY_COLORS])
     styles = [policy_style(p, own.get(p, 0)) for p in policies]
-    if aggregators is not None:
-        first: dict[str, str] = {}
-        variant: dict[tuple[str, str], str] = {}
-        for i, (policy, aggregator) in enumerate(zip(policies, aggregators, strict=True)):
-            if first.setdefault(policy, aggregator) != aggregator:
-                key = (policy, aggregator)
-                color = variant.setdefault(key, VARIANT_COLORS[len(variant) % len(VARIANT_COLORS)])
-                styles[i] = {**styles[i], "color": color}
+    first: dict[str, str] = {}
+    variant: dict[tuple[str, str], str] = {}
+    for i, (policy, aggregator) in enumerate(zip(policies, aggregators or [], strict=False)):
+        if first.setdefault(policy, aggregator) != aggregator:
+            color = variant.setdefault(
+                (policy, aggregator), VARIANT_COLORS[len(variant) % len(VARIANT_COLORS)]
+            )
+            styles[i]["color"] = color
     return distinct_styles(styles)
 
 
@@ -200,36 +153,21 @@ def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     """``styles`` with no (colour, line style) twice: a repeat gets the next free line style."""
     taken: set[tuple[str, str]] = set()
     out = []
-    for given in styles:
-        style = dict(given)
-        if _style_key(style) in taken:
-            style["linestyle"] = next(
-                ls for ls in linestyles() if _style_key({**style, "linestyle": ls}) not in taken
-            )
-        taken.add(_style_key(style))
+    for style in map(dict, styles):
+        free = itertools.chain(LINESTYLES, ((0, (k, 2)) for k in itertools.count(10)))
+        for linestyle in itertools.chain([style["linestyle"]], free):
+            if (to_hex(style["color"]), repr(linestyle)) not in taken:
+                break
+        style["linestyle"] = linestyle
+        taken.add((to_hex(style["color"]), repr(linestyle)))
         out.append(style)
     return out
-
-
-#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours are the sweep
-#: points there; another policy takes the next free style: :func:`distinct_styles`).
-ESTIMATE_LINESTYLES: dict[str, Any] = {
-    "fedcgd-fscd": "-",
-    "fedcgd-gs": "--",
-    "fedcgd-fscd-gc": ":",
-    "fedcgd-exact": "-.",
-    "fedcgd-cd": (0, (5, 1)),
-}
 
 
 def estimate_styles(
     drawn: Sequence[tuple[str, str]], labels: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """Line keywords of each (sweep label, policy) group of ``estimates.png``, all distinct.
-
-    Without a sweep, each policy's own style; over a sweep the points get viridis shades and each
-    FedCGD variant its line style (:data:`ESTIMATE_LINESTYLES`).
-    """
+    """Styles of ``estimates.png``'s (sweep label, policy) groups: viridis per sweep point."""
     if len(set(labels)) <= 1:
         return series_styles([policy for _, policy in drawn])
     shades = colormaps["viridis"](np.linspace(0.0, 0.8, len(labels)))
@@ -247,31 +185,21 @@ def estimate_styles(
 
 def smoothing_window(num_rounds: int) -> int:
     """The moving-average window: ``round(num_rounds / 20)`` made odd, at least 1."""
-    window = max(1, round(num_rounds / 20))
-    return window if window % 2 else window + 1
-
-
-def moving_average(values: Sequence[float], window: int) -> np.ndarray:
-    """Centred moving average over ``window`` (odd) entries, cut at the ends to those that exist.
-
-    Raises
-    ------
-    ValueError
-        For an even or non-positive ``window``.
-    """
-    if window < 1 or window % 2 == 0:
-        raise ValueError(f"moving-average window must be a positive odd integer; got {window}")
-    x = np.asarray(values, dtype=float)  # zeros beyond the ends, divided by the entries there
-    return uniform_filter1d(x, window, mode="constant") / uniform_filter1d(
-        np.ones_like(x), window, mode="constant"
-    )
+    return max(1, round(num_rounds / 20)) // 2 * 2 + 1
 
 
 def smooth_curve(curve: Mapping[int, float], window: int) -> dict[int, float]:
-    """``curve`` (round -> value) with its values replaced by :func:`moving_average`."""
+    """``curve`` (round -> value) as its centred moving average over ``window`` (odd) rounds.
+
+    At the ends, the mean of the values that exist.
+    """
     rounds = sorted(curve)
-    smoothed = moving_average([curve[r] for r in rounds], window)
-    return dict(zip(rounds, (float(v) for v in smoothed), strict=True))
+    x = np.array([curve[r] for r in rounds], dtype=float)
+    ones = np.ones_like(x)
+    mean = uniform_filter1d(x, window, mode="constant") / uniform_filter1d(
+        ones, window, mode="constant"
+    )
+    return dict(zip(rounds, map(float, mean), strict=True))
 
 
 def draw_group(
@@ -284,20 +212,18 @@ def draw_group(
     smooth: int = 1,
     bands: bool = True,
     num_devices: float = math.inf,
-) -> Any:
-    """Draw one group of runs of ``key`` on ``ax``; return the colour used (None: nothing drawn).
+) -> None:
+    """Draw the per-round mean of ``curves`` on ``ax``, with its 95 % band from two runs on.
 
-    The line is the per-round mean over the runs; from :data:`MIN_RUNS_FOR_BAND` runs on, the 95 %
-    band of that mean, clipped to the metric's range (a count of devices: to [0, ``num_devices``],
-    the runs' V) (``gid`` :data:`BAND_GID`). With ``smooth`` > 1
-    the raw mean is a faint line and the labelled line and band are of the runs' moving averages.
-    ``bands`` False: the mean lines alone.
+    The band is clipped to the metric's range (device counts: to ``num_devices``). With
+    ``smooth`` > 1 the raw mean is a faint line and the labelled line and band are of the runs'
+    moving averages.
     """
     style = dict(style or {})
     color = style.pop("color", None)
     curves = [c for c in curves if c]
     if not curves:
-        return None
+        return
     if smooth > 1:
         raw = mean_band(curves)
         (faint,) = ax.plot(raw.x, raw.mean, color=color, linewidth=0.7, alpha=0.3, zorder=1)
@@ -306,17 +232,16 @@ def draw_group(
     band = mean_band(curves)
     (line,) = ax.plot(band.x, band.mean, color=color, label=label, **style)
     if bands and len(curves) >= MIN_RUNS_FOR_BAND:
-        bounds = metric(key)
+        clip = metric(key).clip
         ax.fill_between(
             band.x,
-            bounds.clip(band.mean - band.half_width, num_devices),
-            bounds.clip(band.mean + band.half_width, num_devices),
+            clip(band.mean - band.half_width, num_devices),
+            clip(band.mean + band.half_width, num_devices),
             color=line.get_color(),
             alpha=0.2 if style.get("linestyle", "-") == "-" else 0.1,
             linewidth=0,
             gid=BAND_GID,
         )
-    return line.get_color()
 
 
 def count_ticks(axis: Any, low: float = -math.inf) -> None:
@@ -324,12 +249,9 @@ def count_ticks(axis: Any, low: float = -math.inf) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
     lo, hi = sorted(axis.get_view_interval())
     if math.floor(hi) - math.ceil(lo) < 1:
-        new_lo = max(math.floor(lo), low) if math.isfinite(low) else math.floor(lo)
-        new_hi = max(math.ceil(hi), new_lo + 1)
-        if axis.axis_name == "x":
-            axis.axes.set_xlim(new_lo, new_hi)
-        else:
-            axis.axes.set_ylim(new_lo, new_hi)
+        new_lo = max(math.floor(lo), low)
+        limits = (new_lo, max(math.ceil(hi), new_lo + 1))
+        (axis.axes.set_xlim if axis.axis_name == "x" else axis.axes.set_ylim)(*limits)
 
 
 def label_axis(ax: Any, key: str, *, xlabel: str = "round", x_count: bool | None = None) -> None:
@@ -344,17 +266,16 @@ def label_axis(ax: Any, key: str, *, xlabel: str = "round", x_count: bool | None
 
 
 def legend_below(fig: Any, ax: Any) -> None:
-    """One legend for the whole figure, below the panels, with ``ax``'s entries (and the band's)."""
+    """One legend for the figure below the panels: ``ax``'s entries (and the bands')."""
     handles, labels = ax.get_legend_handles_labels()
     if any(c.get_gid() == BAND_GID for axis in fig.axes for c in axis.collections):
         handles.append(Patch(color="0.5", alpha=0.3, linewidth=0))
         labels.append(BAND_LABEL)
     if handles:
-        # As many columns (at most 5) as fit the figure's width: a character of the legend's
-        # font is about 0.6 of its size wide, and each entry adds its line sample (~6 chars).
-        chars_per_inch = 72 / (0.6 * LEGEND_FONTSIZE)
-        width_chars = fig.get_figwidth() * chars_per_inch
-        fit = int(width_chars // (max(len(label) for label in labels) + 6))
+        # as many columns (at most 5) as fit: a character is about 0.6 of the font size wide,
+        # each entry's line sample about 6 characters
+        width_chars = fig.get_figwidth() * 72 / (0.6 * LEGEND_FONTSIZE)
+        fit = int(width_chars // (max(map(len, labels)) + 6))
         fig.legend(
             handles,
             labels,

@@ -1,7 +1,7 @@
-"""Plot one or more runs from their result directories (``fedcgd plot``; reads ``metrics.jsonl``).
+"""``fedcgd plot``: accuracy, scheduled devices and WEMD per round of result folders.
 
-Accuracy, scheduled devices and WEMD per round; with ``--mean`` one mean curve per policy with
-its 95 % band (:func:`plot_mean_runs`). The figure's rules: :mod:`experiments.analysis.figures`.
+One line per run, or with ``--mean`` a mean curve and 95 % band per group (:func:`plot_mean_runs`);
+the figure's rules: :mod:`experiments.analysis.figures`.
 """
 
 from __future__ import annotations
@@ -34,13 +34,10 @@ from server_app.run_folder.files import ResultWriteError, atomic_write, read_jso
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 from server_app.run_folder.run_status import flat_settings
 
-#: The three panels of a run figure, one metric each.
-PANEL_KEYS = ("accuracy", "num_scheduled", "wemd")
-#: Noisy per-round panels, drawn as a moving average over their faint per-round line.
-SMOOTHED_KEYS = ("num_scheduled", "wemd")
-#: Settings (dotted, with what lies below them) that never label a line: where or how a run ran
-#: or reported (:data:`fedcgd_task.settings.WHERE_AND_HOW`), values derived from the others (the
-#: protocol ``auto`` resolves by policy), and the policy (every label starts with it).
+#: The panels of a run figure; the noisy ones drawn as a moving average over a faint raw line.
+PANEL_KEYS, SMOOTHED_KEYS = ("accuracy", "num_scheduled", "wemd"), ("num_scheduled", "wemd")
+#: Settings (dotted, with what lies below them) that never label a line: where or how a run ran,
+#: values derived from the others, and the policy (every label starts with it).
 UNLABELLED = (
     *WHERE_AND_HOW, "num_parameters", "model_bits_used", "num_classes", "target_dist_global",
     "policy_uses_budget", "aggregator_resolved", "policy_resolved", "policy", "protocol", "code",
@@ -50,15 +47,9 @@ MAX_LABEL_VALUE = 24
 
 
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
-    """Return (label, per-round lines) of a result directory; the label: its policy, else its name.
+    """(policy, per-round lines) of a result folder; ValueError: one line naming a damaged file.
 
-    A policy named by reference (``path/to/file.py:Fair``, ``pkg.mod:Fair``) is labelled by its
-    class name (:func:`fedcgd_task.imports.reference_label`), as its folder is named.
-
-    Raises
-    ------
-    ValueError
-        One line naming the file: a damaged metrics line, or a ``config.json`` that is not a run's.
+    A policy by reference is its class name; without ``config.json``, the folder's name.
     """
     try:
         lines = read_metrics_lines(result_dir)
@@ -97,11 +88,9 @@ def draw_panels(
     bands: bool = True,
     titles: Mapping[str, str] | None = None,
 ) -> Path:
-    """Draw each (label, folders) group on one panel per key of ``titles``; title and save.
+    """Each (label, folders) group in its style on one panel per metric, titled; save to ``out``.
 
-    ``titles``: metric -> panel title (default: the :data:`PANEL_KEYS`, untitled, the
-    :data:`SMOOTHED_KEYS` smoothed); each group in its style by :func:`draw_group`, the smoothed
-    panels as moving averages (all of them for given ``titles``).
+    ``titles``: metric -> panel title, all smoothed (default: :data:`PANEL_KEYS`, untitled).
     """
     titles = titles or dict.fromkeys(PANEL_KEYS, "")
     smoothed = SMOOTHED_KEYS if titles.keys() == set(PANEL_KEYS) else tuple(titles)
@@ -129,10 +118,9 @@ def draw_panels(
 
 
 def folder_suffix(index: int, paths: Sequence[Path]) -> str:
-    """The fewest trailing parts of ``paths[index]`` that no other path ends with.
+    """The fewest trailing parts of ``paths[index]`` no other path ends with (``a/seed-0``).
 
-    ``results/cmp/bc/seed-0`` among ``.../seed-1`` -> ``seed-0``; ``runs/a/seed-0`` among
-    ``runs/b/seed-0`` -> ``a/seed-0``; a folder given twice gets its name and ``#2``, ``#3``.
+    A folder given twice: its name and ``#1``, ``#2``.
     """
     parts = paths[index].parts
     others = [p.parts for i, p in enumerate(paths) if i != index]
@@ -153,11 +141,9 @@ def _value_text(value: Any) -> str:
 def differing_settings(
     configs: Sequence[Mapping[str, Any] | None], skip: Sequence[str] = ()
 ) -> list[str]:
-    """Per run, the settings whose values differ between these runs: ``local_steps=5, seed=1``.
+    """Per run, the settings that differ between the runs: ``local_steps=5, seed=1``.
 
-    Read from each run's ``config.json`` (None: unknown, nothing shown); the settings of
-    :data:`UNLABELLED` and ``skip`` (dotted, e.g. ``task.seed``) are left out; a setting is named
-    by its last part (``training.local_steps`` as ``local_steps``), ``""`` when none differs.
+    From each ``config.json`` (None: nothing shown); :data:`UNLABELLED` and ``skip`` left out.
     """
     flats = [flat_settings(c) if c else None for c in configs]
     known = [f for f in flats if f is not None]
@@ -180,10 +166,9 @@ def differing_settings(
 def run_labels(
     result_dirs: Sequence[Path], policies: Sequence[str], settings: Sequence[str] | None = None
 ) -> list[str]:
-    """Legend label of each run: its policy's name, then what tells it from the others.
+    """Legend label of each run: its policy's name, the ``settings`` that differ, then the folder.
 
-    ``settings``: per run, the settings that differ (:func:`differing_settings`); the folder is
-    added where another run still has the same label.
+    The folder only where another run still has the same label.
     """
     names = [policy_name(p) for p in policies]
     if settings is not None:
@@ -201,17 +186,12 @@ def run_labels(
 
 
 def aggregator_of(config: Mapping[str, Any] | None) -> str:
-    """The run's aggregator as its ``config.json`` names it (``""``: the scheduler's FedAvg)."""
+    """The run's aggregator (``""``: FedAvg)."""
     return str((config or {}).get("aggregator") or "")
 
 
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
-    """Write a three-panel PNG (accuracy, scheduled devices, WEMD vs round), one line per run.
-
-    Each line is labelled by its policy and the settings that differ between the runs; different
-    policies and aggregators never share a colour (:func:`figures.series_styles
-    <experiments.analysis.figures.series_styles>`).
-    """
+    """The three-panel PNG, one line per run labelled by its policy and the settings that differ."""
     policies = [load_run(d)[0] for d in result_dirs]
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
@@ -220,10 +200,7 @@ def plot_runs(result_dirs: list[Path], out: Path) -> Path:
 
 
 def group_runs(result_dirs: Sequence[Path]) -> dict[tuple[str, str], list[Path]]:
-    """Result folders grouped by policy and the settings other than the seed that differ.
-
-    In first-seen order; the settings as :func:`differing_settings` writes them.
-    """
+    """Result folders by (policy, the settings besides the seed that differ), first seen first."""
     policies = [load_run(d)[0] for d in result_dirs]
     settings = differing_settings([read_config(d) for d in result_dirs], skip=("task.seed",))
     groups: dict[tuple[str, str], list[Path]] = {}
@@ -238,10 +215,9 @@ def plot_mean_runs(
     *,
     bands: bool = True,
 ) -> Path:
-    """Three panels as :func:`plot_runs`: a mean curve and 95 % band per group of folders.
+    """:func:`plot_runs`' panels with a mean curve (and 95 % band) per group of folders.
 
-    ``groups``: policy -> folders, or (policy, the settings that tell the group apart) ->
-    folders (:func:`group_runs`); ``bands`` False draws the mean lines alone.
+    ``groups``: policy -> folders, or (policy, the settings that differ) -> folders.
     """
     keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
     order = [
@@ -257,11 +233,7 @@ def plot_mean_runs(
 
 
 def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool = True) -> int:
-    """``fedcgd plot``: the runs' curves (or with ``mean`` each policy's mean) into ``out``.
-
-    Exit code 0 (one line names the figure), 2 when a folder is not a result folder or the
-    runs cannot be drawn together, 1 when the figure cannot be written.
-    """
+    """``fedcgd plot``: exit code 0, 2 (not a result folder, damaged runs), 1 (not written)."""
     for d in result_dirs:
         if not (d / METRICS_FILE).exists():
             print(f"error: {d} has no {METRICS_FILE}; is it a result directory?", file=sys.stderr)
@@ -283,12 +255,11 @@ def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool
 
 # --- Titles: data set, split, τ, V and the seeds of the runs, from their ``config.json`` ---
 
-#: Display names of the built-in data sets (a researcher's data set shows its function name).
 DATASET_NAMES = {name: builtin.title for name, builtin in BUILTIN_DATASETS.items()}
 
 
 def read_config(result_dir: Path) -> dict[str, Any] | None:
-    """The ``config.json`` of ``result_dir``; None when absent or unreadable (no title part)."""
+    """The ``config.json`` of ``result_dir``; None when absent or unreadable."""
     try:
         return read_json_object(result_dir / CONFIG_FILE)
     except (OSError, ValueError):
@@ -326,11 +297,9 @@ def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
 
 
 def settings_title(configs: Sequence[Mapping[str, Any] | None]) -> str:
-    """The title of a figure over runs with these ``config.json`` ("" when none is known).
+    """Data set · split · τ · V · aggregator (unless FedAvg) · seeds of runs with these configs.
 
-    Data set · split · τ · V · aggregator (unless FedAvg) · seeds, each listing its distinct values
-    in order (a data set given by reference as its function name, at most 40 characters); an
-    unknown config is left out.
+    Each part lists its distinct values; an unknown config is left out; "" when none is known.
     """
     known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
     tasks = [c["task"] for c in known]

@@ -8,21 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.analysis.figures import (
-    MIN_RUNS_FOR_BAND,
-    estimate_styles,
-    is_fedcgd,
-    label_axis,
-    legend_below,
-    metric,
-    policy_name,
-    policy_order,
-    series_styles,
-)
+from experiments.analysis import figures
 from experiments.analysis.plot_runs import draw_panels, plt, save_figure
-
-#: ``table.csv``'s summary of rounds to the target drawn in place of a mean (no bars).
-KM_COLUMN = "rounds_to_target_km_median"
 
 
 def point_label(point: Mapping[str, Any]) -> str:
@@ -30,25 +17,18 @@ def point_label(point: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in point.items()) or "default"
 
 
-def group_name(label: str, policy: str) -> str:
-    """Legend name of a (sweep point, policy) group: ``FedCGD-FSCD, local-steps=5``."""
-    name = policy_name(policy)
-    return name if label == "default" else f"{name}, {label}"
-
-
 def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
-    """σ̂ and Ĝ per round of every (sweep label, policy) group of FedCGD runs (``estimates.png``).
-
-    Each group as :func:`~experiments.analysis.plot_runs.draw_panels` draws it, as moving
-    averages once the runs are long enough (single rounds' spikes would set the scale otherwise).
-    """
+    """σ̂ and Ĝ per round of each (sweep label, policy) group of FedCGD runs, smoothed."""
     labels = list(dict.fromkeys(label for label, _ in groups))
-    fedcgd = [(lb, p) for lb, p in groups if is_fedcgd(p)]
-    order = policy_order(p for _, p in fedcgd)
+    fedcgd = [(lb, p) for lb, p in groups if figures.is_fedcgd(p)]
+    order = figures.policy_order(p for _, p in fedcgd)
     drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
     return draw_panels(
-        [(group_name(label, policy), list(groups[(label, policy)])) for label, policy in drawn],
-        estimate_styles(drawn, labels),
+        [
+            (figures.policy_name(p) + ("" if lb == "default" else f", {lb}"), list(groups[(lb, p)]))
+            for lb, p in drawn
+        ],
+        figures.estimate_styles(drawn, labels),
         out,
         titles={
             "sigma": "σ̂: spread of the sampled gradients (paper's global σ estimate)",
@@ -64,10 +44,11 @@ def plot_sweep(
     out: Path,
     title: str = "",
 ) -> Path | None:
-    """``sweep.png``: each metric's mean over seeds ± 95 % CI against the one swept key's values.
+    """``sweep.png``: each metric's mean over seeds ± 95 % CI against the swept key's values.
 
-    One panel per metric, one line per policy (``rows`` of ``table.csv`` with a ``sweep`` label);
-    bars from two seeds on, clipped to the metric's range. None unless one key is swept.
+    One panel per metric, one line per policy (``table.csv`` rows with a ``sweep`` label); bars
+    from two seeds on, clipped to the metric's range; rounds to the target: the Kaplan–Meier
+    median. None unless one key is swept.
     """
     if len(sweep) != 1 or not metrics:
         return None
@@ -75,46 +56,41 @@ def plot_sweep(
     fig, axes = plt.subplots(
         1, len(metrics), figsize=(5.6 * len(metrics), 4.7), squeeze=False, constrained_layout=True
     )
-    labels = [point_label({key: v}) for v in values]
-    policies = policy_order(r["policy"] for r in rows)
-    styles = series_styles(policies)
+    policies = figures.policy_order(r["policy"] for r in rows)
     for ax, name in zip(axes[0], metrics, strict=True):
-        bounds = metric(name)
-        for policy, style in zip(policies, styles, strict=True):
+        km = name == "rounds_to_target"
+        columns = (
+            "rounds_to_target_km_median" if km else f"{name}_mean",
+            f"{name}_ci95",
+            "n_seeds",
+        )
+        for policy, style in zip(policies, figures.series_styles(policies), strict=True):
             by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
-            column = KM_COLUMN if name == "rounds_to_target" else f"{name}_mean"
-            mean = np.array([_number(by_label.get(lb, {}).get(column)) for lb in labels])
+            cells = [
+                [by_label.get(point_label({key: v}), {}).get(c) for v in values] for c in columns
+            ]
+            mean, ci, seeds = np.array(cells, dtype=float)  # None: NaN
             mean[np.isinf(mean)] = np.nan  # under half of the runs reached the target
-            ci = np.array([_number(by_label.get(lb, {}).get(f"{name}_ci95")) for lb in labels])
-            seeds = np.array([_number(by_label.get(lb, {}).get("n_seeds")) for lb in labels])
-            ci = np.where(seeds >= MIN_RUNS_FOR_BAND, np.nan_to_num(ci), 0.0)
-            lower = mean - bounds.clip(mean - ci)
-            upper = bounds.clip(mean + ci) - mean
+            ci = np.where(seeds >= figures.MIN_RUNS_FOR_BAND, np.nan_to_num(ci), 0.0)
+            clip = figures.metric(name).clip
             ax.errorbar(
                 range(len(values)),
                 mean,
-                yerr=np.nan_to_num(np.vstack([lower, upper])),
+                yerr=np.nan_to_num([mean - clip(mean - ci), clip(mean + ci) - mean]),
                 marker="o",
                 capsize=3,
-                label=policy_name(policy),
+                label=figures.policy_name(policy),
                 **style,
             )
         ax.set_xticks(range(len(values)), [str(v) for v in values])
-        label_axis(ax, name, xlabel=key, x_count=False)
+        figures.label_axis(ax, name, xlabel=key, x_count=False)
         ax.set_title(
             "Kaplan–Meier median over seeds (none: under half reached it)"
-            if name == "rounds_to_target"
+            if km
             else "mean over seeds; bars: 95 % CI (Student t)",
             fontsize=10,
         )
-    legend_below(fig, axes[0][0])
+    figures.legend_below(fig, axes[0][0])
     if title:
         fig.suptitle(title)
     return save_figure(fig, out)
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
