@@ -21,9 +21,3 @@ def doc_pages() -> list[Path]:
 def doc_text() -> str:
     """All pages, one after the other (each ends with a newline)."""
     return "".join(page.read_text(encoding="utf-8").rstrip("\n") + "\n\n" for page in doc_pages())
-
-
-def page_text(name: str) -> str:
-    """One page: ``"README.md"`` or the name of a page in ``docs/`` (e.g. ``"running.md"``)."""
-    path = README if name == "README.md" else DOCS / name
-    return path.read_text(encoding="utf-8")

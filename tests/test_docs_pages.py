@@ -53,11 +53,8 @@ def test_anchor_rule_on_hand_written_headings() -> None:
     )
 
 
-def test_the_readme_is_a_landing_page() -> None:
+def test_the_readme_is_a_short_landing_page_one_click_from_every_docs_page() -> None:
     assert len(README.read_text(encoding="utf-8").splitlines()) <= MAX_README_LINES
-
-
-def test_every_docs_page_is_one_click_from_the_readme() -> None:
     linked = {
         (README.parent / target.split("#")[0]).resolve()
         for target in LINK.findall(README.read_text(encoding="utf-8"))

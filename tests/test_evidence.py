@@ -31,18 +31,10 @@ from experiments.compare import execution, results
 from experiments.compare import plans as planning
 
 
-def midranks(values: list[float]) -> list[float]:
-    """Ranks 1..n, tied values sharing the mean of their ranks (by hand, no scipy)."""
-    order = sorted(values)
-    return [
-        (order.index(v) + 1 + len(order) - order[::-1].index(v)) / 2 for v in values
-    ]  # first and last position of v among the sorted values, averaged
-
-
 def signed_rank_p_by_enumeration(diffs: list[float]) -> float:
     """Two-sided p of the signed-rank statistic over all 2^n sign flips (zeros dropped)."""
     d = [x for x in diffs if x != 0]
-    ranks = midranks([abs(x) for x in d])
+    ranks = stats.rankdata([abs(x) for x in d])  # tied values share the mean of their ranks
     centre = sum(ranks) / 2
     observed = abs(sum(r for r, x in zip(ranks, d, strict=True) if x > 0) - centre)
     flips = list(itertools.product((0, 1), repeat=len(d)))
@@ -53,39 +45,46 @@ def signed_rank_p_by_enumeration(diffs: list[float]) -> float:
     return extreme / len(flips)
 
 
-def test_midranks_by_hand() -> None:
-    assert midranks([10, 20, 20, 5]) == [2, 3.5, 3.5, 1]
-
-
-def test_sign_test_by_hand() -> None:
-    # policy earlier in 4 seeds, later in 1: 2 * P(X <= 1), X ~ Bin(5, 1/2) = 2 * 6/32
-    policy = {s: (r, 100) for s, r in enumerate([10, 20, 30, 40, 90])}
-    reference = {s: (50, 100) for s in range(5)}
+@pytest.mark.parametrize(
+    ("policy", "reference", "counts", "sign_p", "wilcoxon_p"),
+    [
+        # policy earlier in 4 seeds, later in 1: 2 * P(X <= 1), X ~ Bin(5, 1/2) = 2 * 6/32;
+        # signed ranks: |d| = 40 30 20 10 40 -> ranks 4.5 3 2 1 4.5; W+ = 4.5
+        (
+            {s: (r, 100) for s, r in enumerate([10, 20, 30, 40, 90])},
+            {s: (50, 100) for s in range(5)}, (5, 4, 1, 0, 0), 12 / 32,
+            signed_rank_p_by_enumeration([-40, -30, -20, -10, 40]),
+        ),
+        # d = -10 -20 -30 -40 +55: ranks 1..5, W+ = 5; sign sets with rank sum <= 5: {}, {1},
+        # {2}, {3}, {4}, {5}, {1,2}, {1,3}, {1,4}, {2,3} = 10 of 32, two-sided 20/32
+        (
+            {0: (40, 200), 1: (30, 200), 2: (20, 200), 3: (10, 200), 4: (105, 200)},
+            {s: (50, 200) for s in range(5)}, (5, 4, 1, 0, 0), 12 / 32, 20 / 32,
+        ),
+        # seed 0: the policy never reached it in 100 rounds (101), the reference at 60: later
+        # by 41; seed 1: neither reached it: tied; seed 2: the reference never did (121)
+        (
+            {0: (None, 100), 1: (None, 100), 2: (70, 120), 3: (55, 100)},
+            {0: (60, 100), 1: (None, 100), 2: (None, 120), 3: (50, 100)}, (4, 1, 2, 1, 3),
+            1.0, signed_rank_p_by_enumeration([41, -51, 5]),
+        ),
+        # one difference: two sign flips, both as extreme as the one seen
+        ({0: (10, 50), 1: (20, 50)}, {0: (10, 50), 1: (None, 50)}, (2, 1, 0, 1, 1), 1.0, 1.0),
+        # no common seed, or no difference: no p-value
+        ({0: (10, 50)}, {1: (10, 50)}, (0, 0, 0, 0, 0), math.nan, math.nan),
+        (
+            {0: (10, 50), 1: (None, 50)}, {0: (10, 50), 1: (None, 50)}, (2, 0, 0, 2, 1),
+            math.nan, math.nan,
+        ),
+    ],
+)  # fmt: skip
+def test_rounds_to_the_target_by_hand(
+    policy: dict, reference: dict, counts: tuple, sign_p: float, wilcoxon_p: float
+) -> None:
     test = rounds_to_target_test(policy, reference)
-    assert (test.n, test.earlier, test.later, test.tied, test.censored) == (5, 4, 1, 0, 0)
-    assert test.sign_p == pytest.approx(12 / 32)
-    # signed ranks: |d| = 40 30 20 10 40 -> ranks 4.5 3 2 1 4.5; W+ = 4.5 (the one later seed)
-    assert test.wilcoxon_p == pytest.approx(signed_rank_p_by_enumeration([-40, -30, -20, -10, 40]))
-
-
-def test_signed_rank_p_without_ties_by_hand() -> None:
-    # d = -10 -20 -30 -40 +55: ranks 1..5, W+ = 5; sign sets with rank sum <= 5: {}, {1}, {2},
-    # {3}, {4}, {5}, {1,2}, {1,3}, {1,4}, {2,3} = 10 of 32, two-sided 20/32
-    policy = {0: (40, 200), 1: (30, 200), 2: (20, 200), 3: (10, 200), 4: (105, 200)}
-    reference = {s: (50, 200) for s in range(5)}
-    assert rounds_to_target_test(policy, reference).wilcoxon_p == pytest.approx(20 / 32)
+    assert (test.n, test.earlier, test.later, test.tied, test.censored) == counts
+    assert (test.sign_p, test.wilcoxon_p) == pytest.approx((sign_p, wilcoxon_p), nan_ok=True)
     assert signed_rank_p_by_enumeration([-10, -20, -30, -40, 55]) == pytest.approx(20 / 32)
-
-
-def test_a_censored_run_is_later_and_counts_as_its_rounds_plus_one() -> None:
-    # seed 0: the policy never reached it in 100 rounds (101), the reference at 60: later by 41
-    # seed 1: neither reached it: tied; seed 2: the reference never did (121): policy earlier
-    policy = {0: (None, 100), 1: (None, 100), 2: (70, 120), 3: (55, 100)}
-    reference = {0: (60, 100), 1: (None, 100), 2: (None, 120), 3: (50, 100)}
-    test = rounds_to_target_test(policy, reference)
-    assert (test.n, test.earlier, test.later, test.tied, test.censored) == (4, 1, 2, 1, 3)
-    assert test.sign_p == pytest.approx(1.0)  # 2 * P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8, capped
-    assert test.wilcoxon_p == pytest.approx(signed_rank_p_by_enumeration([41, -51, 5]))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -109,23 +108,7 @@ def test_signed_rank_p_equals_the_enumeration_of_every_sign_flip(seed: int) -> N
     assert test.sign_p == pytest.approx(min(1.0, 2 * tail), nan_ok=True)
 
 
-def test_one_difference_has_p_one() -> None:
-    # two sign flips, both as extreme as the one seen
-    test = rounds_to_target_test({0: (10, 50), 1: (20, 50)}, {0: (10, 50), 1: (None, 50)})
-    assert (test.earlier, test.later, test.tied) == (1, 0, 1)
-    assert test.wilcoxon_p == pytest.approx(1.0) == signed_rank_p_by_enumeration([-31])
-    assert test.sign_p == pytest.approx(1.0)
-
-
-def test_no_common_seed_or_no_difference_gives_no_p_value() -> None:
-    test = rounds_to_target_test({0: (10, 50)}, {1: (10, 50)})
-    assert test.n == 0 and math.isnan(test.sign_p) and math.isnan(test.wilcoxon_p)
-    test = rounds_to_target_test({0: (10, 50), 1: (None, 50)}, {0: (10, 50), 1: (None, 50)})
-    assert (test.tied, test.censored) == (2, 1)
-    assert math.isnan(test.sign_p) and math.isnan(test.wilcoxon_p)
-
-
-def test_early_ratio_averages_g_over_sigma_over_the_early_rounds() -> None:
+def test_early_ratio_and_late_accuracy() -> None:
     lines = [
         {"round": 1, "class_gradient_used": 1.0, "sigma": 2.0},  # 0.5
         {"round": 2, "class_gradient_used": 3.0, "sigma": 2.0},  # 1.5
@@ -137,9 +120,7 @@ def test_early_ratio_averages_g_over_sigma_over_the_early_rounds() -> None:
     assert early_ratio(lines, early_rounds=5) == pytest.approx(1.0)
     assert early_ratio(lines, early_rounds=6) == pytest.approx((0.5 + 1.5 + 9.0) / 3)
     assert math.isnan(early_ratio(lines[2:5], early_rounds=5))
-
-
-def test_late_accuracy_is_the_mean_over_the_last_fraction_of_the_rounds() -> None:
+    # the late accuracy: the mean over the last fraction of the rounds
     lines = [{"round": r, "accuracy": r / 10 if r % 2 == 0 else None} for r in range(1, 11)]
     # 10 rounds, last 20 %: rounds 9 and 10; only 10 was evaluated
     assert late_accuracy(lines, 0.2) == pytest.approx(1.0)
@@ -196,23 +177,13 @@ def _clustered_points(n_settings: int) -> list[dict]:
     ("n_settings", "pooled_rho", "setting_p", "verdict"),
     [  # pooled: per setting d = (−2, 0, 2) on the ranks, Σd² = 8 per setting
         # 4 settings: the exact p is at least 2/4! = 1/12 > 0.05: no rho, no p, said so
-        (
-            4,
-            1 - 6 * 32 / (12 * 143),
-            2 / 24,
-            "settings (means over seeds), not testable across "
-            "settings: the exact p cannot go below 2/4! = 0.0833",
-        ),
-        (
-            5,
-            1 - 6 * 40 / (15 * 224),
-            2 / 120,
-            "settings (means over seeds), setting-level (exact "
-            "permutation p) Spearman rho = +1.000, p = 0.0167: larger Ĝ/σ̂ goes with a larger "
-            "FedCGD-FSCD lead",
-        ),
+        (4, 1 - 6 * 32 / (12 * 143), 2 / 24, "settings (means over seeds), not testable across "
+         "settings: the exact p cannot go below 2/4! = 0.0833"),
+        (5, 1 - 6 * 40 / (15 * 224), 2 / 120, "settings (means over seeds), setting-level (exact "
+         "permutation p) Spearman rho = +1.000, p = 0.0167: larger Ĝ/σ̂ goes with a larger "
+         "FedCGD-FSCD lead"),
     ],
-)
+)  # fmt: skip
 def test_the_indicator_is_tested_across_settings_not_across_points(
     n_settings: int, pooled_rho: float, setting_p: float, verdict: str
 ) -> None:
