@@ -200,39 +200,27 @@ def _spearman(points: list[tuple[float, float]]) -> tuple[float, float]:
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_the_table_is_the_mean_of_its_runs(preset: str) -> None:
     sweeps, n_runs, policies = PRESETS[preset]
-    runs_all = _runs(preset)
     table = _table(preset)
-    assert len(runs_all) == n_runs and set(table) == {(s, p) for s in sweeps for p in policies}
+    assert len(_runs(preset)) == n_runs and set(table) == set(itertools.product(sweeps, policies))
     for (sweep, policy), row in table.items():
-        runs = [r for r in runs_all if r["sweep"] == sweep and r["policy"] == policy]
+        runs = _by_seed(preset, policy, sweep).values()
         assert len(runs) == 5
         final = statistics.fmean(float(r[FINAL]) for r in runs)
         assert float(row["final_accuracy_mean"]) == pytest.approx(final, abs=1e-12)
         reached = [(int(r["rounds_to_target"] or 0) or None, int(r["rounds_run"])) for r in runs]
         assert int(row["reached_target"]) == sum(r is not None for r, _ in reached)
         assert float(row["rounds_to_target_km_median"]) == km_median(reached)
+        if policy != FSCD:  # the table counts from the other policy's side
+            earlier, later, tied = _counts(preset, policy, sweep)
+            counted = (int(row[f"rounds_{k}_vs_fedcgd_fscd"]) for k in ("later", "earlier", "tied"))
+            assert tuple(counted) == (earlier, later, tied)
+            if earlier + later:
+                expected = _sign_p(earlier, earlier + later)
+                assert float(row["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(expected)
     for sweep, column in itertools.product(sweeps, P_COLUMNS):  # Holm over each sweep point
         raw = {p: float(table[(sweep, p)][column]) for p in policies if p != FSCD}
         for policy, expected in _holm(raw).items():
             assert float(table[(sweep, policy)][f"{column}_holm"]) == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    ("preset", "policy"),
-    [(name, p) for name, (_, _, policies) in PRESETS.items() for p in policies if p != FSCD],
-)
-def test_the_tables_rounds_counts_are_the_runs(preset: str, policy: str) -> None:
-    table = _table(preset)
-    for sweep in PRESETS[preset][0]:
-        earlier, later, tied = _counts(preset, policy, sweep)
-        row = table[(sweep, policy)]
-        # the table counts from the other policy's side
-        assert int(row["rounds_later_vs_fedcgd_fscd"]) == earlier
-        assert int(row["rounds_earlier_vs_fedcgd_fscd"]) == later
-        assert int(row["rounds_tied_vs_fedcgd_fscd"]) == tied
-        if earlier + later:
-            expected = _sign_p(earlier, earlier + later)
-            assert float(row["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(expected)
 
 
 #: (preset, sweep) -> policy -> FedCGD-FSCD earlier / later / tied, seed by seed.
