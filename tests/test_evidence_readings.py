@@ -520,44 +520,32 @@ def _sp(name: str, setting: str | None = None) -> tuple[float, float]:
 
 
 @functools.cache
-def _pooled() -> dict[str, list[tuple[float, float]]]:
-    """The pooled indicator's points by setting."""
-    settings = sorted({p["setting"] for p in _rows("mnist1d_pooled_indicator")})
-    return {k: _points("mnist1d_pooled", k) for k in settings}
+def _settings() -> dict[str, Any]:
+    """The pooled indicator by setting: the claim's level (the 7 settings' means) and beside it."""
+    names = sorted({p["setting"] for p in _rows("mnist1d_pooled_indicator")})
+    points = {k: _points("mnist1d_pooled", k) for k in names}
+    means = {k: np.mean(v, axis=0) for k, v in points.items()}
 
+    def rho(skip: str = "") -> float:
+        kept = [v for k, v in means.items() if k != skip]
+        return float(stats.spearmanr(*zip(*kept, strict=True)).statistic)
 
-def _means() -> dict[str, np.ndarray]:
-    """Each pooled setting's mean Ĝ/σ̂ and mean gap."""
-    return {k: np.mean(v, axis=0) for k, v in _pooled().items()}
-
-
-def _setting_rho(skip: str = "") -> float:
-    """Spearman's ρ of the settings' means (``skip`` left out)."""
-    means = [v for k, v in _means().items() if k != skip]
-    return float(stats.spearmanr(*zip(*means, strict=True)).statistic)
-
-
-def _exact_setting_p() -> tuple[int, int]:
-    """Pairings of the 7 settings' means at least as extreme as seen, and all (7! of them)."""
-    x, y = (stats.rankdata(v) for v in zip(*_means().values(), strict=True))
+    # the exact p: the pairings of the means at least as extreme, by hand over all 7!
+    x, y = (stats.rankdata(v) for v in zip(*means.values(), strict=True))
     orders = np.array(list(itertools.permutations(range(len(x)))))
     rhos = 1 - 6 * ((x - y[orders]) ** 2).sum(axis=1) / (len(x) * (len(x) ** 2 - 1))
-    return int(np.sum(np.abs(rhos) >= abs(_setting_rho()) - 1e-12)), len(orders)
-
-
-def _left_out() -> dict[str, float]:
-    return {k: _setting_rho(skip=k) for k in _means()}
-
-
-def _centred() -> tuple[float, float]:
-    m = _means()
-    return _spearman([(x - m[k][0], y - m[k][1]) for k, v in _pooled().items() for x, y in v])
-
-
-def _between() -> int:
-    """Percent of Ĝ/σ̂'s variance between the pooled settings."""
-    between = [_means()[k][0] for k, v in _pooled().items() for _ in v]
-    return round(100 * np.var(between) / np.var([x for v in _pooled().values() for x, _ in v]))
+    between = [means[k][0] for k, v in points.items() for _ in v]
+    centred = [(a - means[k][0], b - means[k][1]) for k, v in points.items() for a, b in v]
+    return {
+        "rho": rho(),
+        "extreme": (int(np.sum(np.abs(rhos) >= abs(rho()) - 1e-12)), len(orders)),
+        "between": round(
+            100 * np.var(between) / np.var([a for v in points.values() for a, _ in v])
+        ),
+        "within": _spearman(centred),
+        "left out": {k: rho(skip=k) for k in names},
+        "each": {k: _spearman(v) for k, v in points.items()},
+    }
 
 
 def _lowest(preset: str, sweep: str, column: str, policies: Any = None) -> str:
@@ -630,14 +618,15 @@ READINGS: list[tuple[Any, Callable[[], Any]]] = [
     (_pooled_rows(LOCAL, IMBALANCE, DIRICHLET), lambda: _pooled_rows("mnist1d_pooled")),
     (35, lambda: len(_rows("mnist1d_pooled_indicator"))),
     ("+0.461", lambda: _sp("mnist1d_pooled")[0]), ("0.0053", lambda: _sp("mnist1d_pooled")[1]),
-    ("+0.643", _setting_rho), ((700, 5040), _exact_setting_p),
-    ("0.139", lambda: _exact_setting_p()[0] / _exact_setting_p()[1]),
-    (94, _between), ("−0.053", lambda: _centred()[0]), ("0.76", lambda: _centred()[1]),
-    ("+0.429–+0.771", lambda: _range(_left_out().values(), "+.3f")),
-    (f"{IMBALANCE}/{R9}", lambda: min(_left_out(), key=_left_out().__getitem__)),
-    ("+0.486", lambda: _left_out()[f"{LOCAL}/{TAU5}"]),
-    ("-0.5–+0.9", lambda: _range((_spearman(v)[0] for v in _pooled().values()), "+.1f")),
-    ([f"{LOCAL}/{TAU5}"], lambda: [k for k, v in _pooled().items() if _spearman(v)[1] < 0.05]),
+    ("+0.643", lambda: _settings()["rho"]), ((700, 5040), lambda: _settings()["extreme"]),
+    ("0.139", lambda: _settings()["extreme"][0] / _settings()["extreme"][1]),
+    (94, lambda: _settings()["between"]),
+    ("−0.053", lambda: _settings()["within"][0]), ("0.76", lambda: _settings()["within"][1]),
+    ("+0.429–+0.771", lambda: _range(_settings()["left out"].values(), "+.3f")),
+    (f"{IMBALANCE}/{R9}", lambda: min(_settings()["left out"], key=_settings()["left out"].get)),
+    ("+0.486", lambda: _settings()["left out"][f"{LOCAL}/{TAU5}"]),
+    ("-0.5–+0.9", lambda: _range((r for r, _ in _settings()["each"].values()), "+.1f")),
+    ([f"{LOCAL}/{TAU5}"], lambda: [k for k, (_, p) in _settings()["each"].items() if p < 0.05]),
     # τ: what moved
     (True, lambda: max(_drops().values()) < 0.05),  # no seed falls; seed 2 the most
     ("2", lambda: max(_drops(), key=_drops().__getitem__)),
