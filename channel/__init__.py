@@ -9,9 +9,14 @@ Frequencies are in Hz, distances in m, powers in W (or dBm where named).
 
 from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz, rate_bps
 from channel.cell import Cell, CellConfig, ChannelModel, RoundDraw
-from channel.pathloss import los_probability, pathloss_db, shadow_fading_std_db
+from channel.pathloss import (
+    db_to_linear,
+    dbm_to_w,
+    los_probability,
+    pathloss_db,
+    shadow_fading_std_db,
+)
 from channel.trace import ChannelTrace, TraceError, TraceReplay, load_trace, record_cell_trace
-from channel.units import db_to_linear, dbm_to_w, hz_to_ghz, linear_to_db, w_to_dbm
 
 __all__ = [
     "Cell",
@@ -24,8 +29,6 @@ __all__ = [
     "count_fit_cheapest_first",
     "db_to_linear",
     "dbm_to_w",
-    "hz_to_ghz",
-    "linear_to_db",
     "load_trace",
     "los_probability",
     "min_bandwidth_hz",
@@ -33,5 +36,4 @@ __all__ = [
     "rate_bps",
     "record_cell_trace",
     "shadow_fading_std_db",
-    "w_to_dbm",
 ]

@@ -19,11 +19,12 @@ from channel.bandwidth import min_bandwidth_hz
 from channel.pathloss import (
     EFFECTIVE_ENVIRONMENT_HEIGHT_M,
     PATHLOSS_MODELS,
+    db_to_linear,
+    dbm_to_w,
     los_probability,
     pathloss_db,
     shadow_fading_std_db,
 )
-from channel.units import db_to_linear, dbm_to_w
 
 #: Allowed ranges of the float settings: (low, high, low allowed, unit and source). The carrier
 #: range and the largest radius (d2D up to 5 km) are TR 38.901's UMi validity ranges; heights stop
@@ -171,18 +172,11 @@ class RoundDraw:
 
     def __post_init__(self) -> None:
         """Convert the fields to numpy arrays and check that they are 1-D of one length."""
-        for name, dtype in (
-            ("available", np.bool_),
-            ("gain_lin", np.float64),
-            ("min_bandwidth_hz", np.float64),
-            ("los", np.bool_),
-            ("distance_2d_m", np.float64),
-        ):
-            if getattr(self, name) is None:  # only the geometry may be unknown
-                if name in ("los", "distance_2d_m"):
-                    continue
-                raise ValueError(f"RoundDraw.{name} must be an array, got None")
-            array = np.asarray(getattr(self, name), dtype=dtype)
+        for name in ("available", "gain_lin", "min_bandwidth_hz", "los", "distance_2d_m"):
+            if getattr(self, name) is None and name in ("los", "distance_2d_m"):
+                continue  # only the geometry may be unknown
+            dtype = np.bool_ if name in ("available", "los") else np.float64
+            array: np.ndarray = np.asarray(getattr(self, name), dtype=dtype)
             if array.ndim != 1 or array.shape != np.shape(self.available):
                 raise ValueError(
                     f"RoundDraw.{name} must be 1-D with the shape of available "
@@ -211,17 +205,6 @@ class ChannelModel(Protocol):
         ...
 
 
-def checked_model_bits(model_bits: object) -> float:
-    """Return the upload size ``D_w`` in bits as a float; ValueError unless finite and ``> 0``."""
-    if isinstance(model_bits, bool) or not (
-        isinstance(model_bits, int | float | np.integer | np.floating)
-        and math.isfinite(model_bits)
-        and model_bits > 0
-    ):
-        raise ValueError(f"model_bits must be a finite number > 0, got {model_bits!r}")
-    return float(model_bits)
-
-
 def drop_distances_2d_m(
     num_devices: int, min_distance_m: float, radius_m: float, rng: np.random.Generator
 ) -> tuple[FloatArray, FloatArray]:
@@ -244,10 +227,6 @@ class Cell:
     """
 
     def __init__(self, config: CellConfig, rng: np.random.Generator) -> None:
-        if not isinstance(config, CellConfig):
-            raise ValueError(f"config must be a CellConfig, got {type(config).__name__}")
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
         self.config = config
         self._rng = rng
         self.distance_2d_m, self.angle_rad = drop_distances_2d_m(
@@ -279,7 +258,6 @@ class Cell:
         Draws from ``rng`` in order: availability (V uniforms), LOS (V uniforms, if redrawn),
         shadowing (V standard normals, if redrawn). ``model_bits`` is D_w in bits.
         """
-        bits = checked_model_bits(model_bits)
         config = self.config
         available = self._rng.random(self.num_devices) < config.availability_prob
         los = self._fixed_los if self._fixed_los is not None else self._draw_los()
@@ -288,7 +266,7 @@ class Cell:
             shadowing_z = self._rng.standard_normal(self.num_devices)
         shadowing_db = shadowing_z * shadow_fading_std_db(los, config.pathloss_model)
         gain = self.gain_lin(los, shadowing_db)
-        bandwidth = config.min_bandwidth_hz(bits, gain)
+        bandwidth = config.min_bandwidth_hz(model_bits, gain)
         return RoundDraw(
             available=available,
             gain_lin=gain,

@@ -95,13 +95,6 @@ def test_config_accepts_integers_as_floats() -> None:
     assert isinstance(config.deadline_s, float)
 
 
-def test_cell_needs_a_generator() -> None:
-    with pytest.raises(ValueError, match="rng"):
-        Cell(CellConfig(), 0)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="model_bits"):
-        Cell(CellConfig(), np.random.default_rng(0)).draw_round(0)
-
-
 def test_device_radii_uniform_over_annulus_area() -> None:
     config = CellConfig(num_devices=20_000)
     cell = Cell(config, np.random.default_rng(1))
