@@ -194,16 +194,6 @@ def test_one_class_and_zero_sigma_edge_cases() -> None:
     assert fscd.fscd_stages(no_sigma)[0].objective == 0.0
 
 
-def test_swap_search_rejects_empty_or_infeasible_start() -> None:
-    problem = SchedulingProblem(
-        np.array([[0.5, 0.5], [0.2, 0.8]]), np.array([0.5, 0.5]), np.array([1.0, np.inf]), 2.0, 1.0
-    )
-    with pytest.raises(ValueError, match="mask"):
-        fscd.swap_search(problem, np.zeros(2, dtype=bool))
-    with pytest.raises(ValueError, match="mask"):
-        fscd.swap_search(problem, np.array([True, True]))
-
-
 def test_fit_counts_match_the_elementwise_budget_test() -> None:
     rng = np.random.default_rng(3)
     for _ in range(300):
