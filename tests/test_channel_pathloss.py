@@ -81,15 +81,11 @@ def test_pathloss_by_hand(d2d_m: float, los: bool, model: str, expected_db: floa
     )
 
 
-def test_breakpoint_distance_by_hand() -> None:
-    # d'_BP = 4 * (10 - 1) * (1.5 - 1) * 3.5e9 / 3e8 = 210 m.
-    assert breakpoint_distance_m(10.0, 1.5, FC_HZ) == pytest.approx(210.0, rel=1e-12)
-
-
 def test_los_pathloss_continuous_at_breakpoint() -> None:
     # At d2D = d'_BP, d3D^2 = d'_BP^2 + dh^2, so
     # PL2 - PL1 = 40 log d3D - 9.5 * 2 log d3D - 21 log d3D = 0.
     d_bp_m = breakpoint_distance_m(10.0, 1.5, FC_HZ)
+    assert d_bp_m == pytest.approx(210.0, rel=1e-12)  # 4 * (10 - 1) * (1.5 - 1) * 3.5e9 / 3e8
     d3d_m = math.hypot(d_bp_m, 8.5)
     pl1 = float(pathloss_umi_los_pl1_db(d3d_m, FC_HZ))
     pl2 = float(pathloss_umi_los_pl2_db(d3d_m, FC_HZ, 10.0, 1.5))
@@ -124,16 +120,6 @@ def test_pathloss_frequency_in_hz_at_the_api() -> None:
     base = float(channel.pathloss_db(50.0, True, carrier_frequency_hz=3.5e9))
     double = float(channel.pathloss_db(50.0, True, carrier_frequency_hz=7.0e9))
     assert double - base == pytest.approx(20.0 * math.log10(2.0), abs=1e-9)
-
-
-def test_shadow_fading_std_db() -> None:
-    np.testing.assert_array_equal(
-        channel.shadow_fading_std_db(np.array([True, False])), np.array([4.0, 8.2])
-    )
-    np.testing.assert_array_equal(
-        channel.shadow_fading_std_db(np.array([True, False]), model="tr38901"),
-        np.array([4.0, 7.82]),
-    )
 
 
 def test_pathloss_rejects_an_unknown_model() -> None:

@@ -46,22 +46,9 @@ def test_run_report_with_nobody_available(tmp_path: Path) -> None:
 def test_cli_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report"
     code = invoke(
-        [
-            "channel-report",
-            "--out",
-            str(out),
-            "--num-devices",
-            "20",
-            "--availability-prob",
-            "0.5",
-            "--model-params",
-            "4810",
-            "--deadline-s",
-            "0.002",
-            "--rounds",
-            "20",
-        ]
-    )
+        ["channel-report", "--out", str(out), "--num-devices", "20", "--availability-prob", "0.5",
+         "--model-params", "4810", "--deadline-s", "0.002", "--rounds", "20"]
+    )  # fmt: skip
     assert code == 0
     printed = capsys.readouterr().out
     assert "mean available devices per round" in printed
