@@ -205,20 +205,6 @@ class ChannelModel(Protocol):
         ...
 
 
-def drop_distances_2d_m(
-    num_devices: int, min_distance_m: float, radius_m: float, rng: np.random.Generator
-) -> tuple[FloatArray, FloatArray]:
-    """Drop devices uniformly over the area of an annulus (docs/design.md, "Device drop").
-
-    Inverse CDF ``r = sqrt(U (R^2 - r0^2) + r0^2)``, ``U ~ Uniform[0, 1)`` (V draws), then V
-    angles uniform in ``[0, 2 pi)``. Returns distances in m and angles in rad, each ``(V,)``.
-    """
-    u = rng.random(num_devices)
-    distance_m = np.sqrt(u * (radius_m**2 - min_distance_m**2) + min_distance_m**2)
-    angle_rad = rng.uniform(0.0, 2.0 * np.pi, num_devices)
-    return distance_m, angle_rad
-
-
 class Cell:
     """A cell with V dropped devices whose uplink channel is redrawn every round.
 
@@ -229,9 +215,11 @@ class Cell:
     def __init__(self, config: CellConfig, rng: np.random.Generator) -> None:
         self.config = config
         self._rng = rng
-        self.distance_2d_m, self.angle_rad = drop_distances_2d_m(
-            config.num_devices, config.min_distance_m, config.radius_m, rng
-        )
+        # Uniform over the annulus' area (docs/design.md, "Device drop"): inverse CDF
+        # r = sqrt(U (R^2 - r0^2) + r0^2), U ~ Uniform[0, 1), then angles uniform in [0, 2 pi).
+        r0, radius, num = config.min_distance_m, config.radius_m, config.num_devices
+        self.distance_2d_m = np.sqrt(rng.random(num) * (radius**2 - r0**2) + r0**2)
+        self.angle_rad = rng.uniform(0.0, 2.0 * np.pi, num)
         self.los_probability = los_probability(self.distance_2d_m)
         fixed_los = not config.redraw_los_each_round  # drawn once, before the fixed shadowing
         self._fixed_los = self._draw_los() if fixed_los else None

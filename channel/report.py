@@ -36,13 +36,11 @@ FIGURE_FILE = "channel.png"
 def simulate_rounds(
     config: CellConfig, model_bits: float, rounds: int, seed: int
 ) -> dict[str, Any]:
-    """Simulate ``rounds`` rounds of a cell dropped with ``seed`` and summarise them.
+    """Simulate ``rounds`` rounds (D_w = ``model_bits``) of a cell dropped with ``seed``.
 
-    Returns ``mean_available`` (devices per round), ``infeasible_share_of_available``,
-    ``min_bandwidth_khz_quantiles`` (``"p5"``... in kHz over available feasible devices),
-    ``mean_fit_cheapest_first`` (devices per round fitting ``total_bandwidth_hz`` cheapest first)
-    and ``fit_share_of_available``; shares and quantiles are ``None`` with no device to count.
-    ``model_bits`` is D_w in bits.
+    Returns the mean available and cheapest-first fitting devices per round, the infeasible and
+    fitting shares of the available ones and the quantiles (kHz) of their finite B* (``None``
+    with no device to count).
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
@@ -67,10 +65,9 @@ def simulate_rounds(
 
 
 def plot_channel(config: CellConfig, model_bits: float, path: Path) -> None:
-    """Save a two-panel PNG: path loss vs d2D, and B* vs d2D at median shadowing (zero dB).
+    """Save a PNG of path loss and B* (D_w = ``model_bits``, zero shadowing) vs d2D, both models.
 
-    Both models, LOS and NLOS, over ``[min_distance_m, radius_m]``; B* on a log scale with the
-    total bandwidth as a reference line, infeasible distances blank. ``model_bits`` is D_w in bits.
+    B* on a log scale beside the total bandwidth; infeasible distances are blank.
     """
     import matplotlib
 

@@ -220,11 +220,6 @@ class TraceReplay:
         self.config = config
         self._next_row = int(first_round)
 
-    @property
-    def num_devices(self) -> int:
-        """Number of devices V."""
-        return self.trace.num_devices
-
     def draw_round(self, model_bits: float) -> RoundDraw:
         """Return the next recorded round, with B* (paper eq. (lambert)) for ``model_bits`` bits.
 

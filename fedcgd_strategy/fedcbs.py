@@ -2,9 +2,8 @@
 
 Reference: J. Zhang et al., "Fed-CBS: A Heterogeneity-Aware Client Sampling Mechanism for
 Federated Learning via Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245), cited below
-as "Fed-CBS". The adaptation to the cell is in docs/design.md, "Fed-CBS". The arguments are
-trusted (:class:`~fedcgd_strategy.RoundInputs` checked them); a state read from a checkpoint is
-checked (:meth:`FedCBSState.from_dict`). Pure numpy.
+as "Fed-CBS"; the adaptation to the cell: docs/design.md, "Fed-CBS". Arguments are trusted
+(:class:`~fedcgd_strategy.RoundInputs` checked them), a checkpoint's state is checked. Pure numpy.
 """
 
 from __future__ import annotations
@@ -36,17 +35,6 @@ def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
     p, n = _group(label_dist, num_examples)
     group = (n @ p) / n.sum()
     return float(np.sum((group - 1.0 / p.shape[1]) ** 2))
-
-
-def qcid_pairwise(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
-    """QCID from pairwise inner products (Fed-CBS, privacy-preserving QCID estimation).
-
-    QCID(B) = Σ_{k,k'} n_k n_k' ⟨p_k, p_k'⟩ / (Σ_k n_k)² − 1/C; equal to :func:`qcid` because
-    every p_k sums to 1 (may be a round-off negative of order 1e-16). Arguments as in :func:`qcid`.
-    """
-    p, n = _group(label_dist, num_examples)
-    inner = p @ p.T  # ⟨p_k, p_k'⟩, float[K, K]
-    return float(n @ inner @ n / n.sum() ** 2 - 1.0 / p.shape[1])
 
 
 def qcid_with_each_candidate(

@@ -61,9 +61,7 @@ def sampling_term(sigma: float, total_batch: ArrayLike) -> FloatArray | float:
 
 
 def read_only(array: Any) -> Any:
-    """A read-only copy of ``array`` (None stays None): what is handed on cannot be changed."""
-    if array is None:
-        return None
+    """A read-only copy of ``array``: what is handed on cannot be changed."""
     out = np.array(array, copy=True)
     out.setflags(write=False)
     return out

@@ -13,7 +13,6 @@ from fedcgd_strategy.fedcbs import (
     cucb_first_pick_probabilities,
     fedcbs_select,
     qcid,
-    qcid_pairwise,
     qcid_with_each_candidate,
     sequential_pick_probabilities,
 )
@@ -27,9 +26,9 @@ INF = np.inf
 @pytest.mark.parametrize(
     ("p", "n", "expected"),
     [
-        # one client [1, 0]: (1 − 0.5)² + (0 − 0.5)² = 0.5;  pairwise: 1·1·1/1 − 1/2 = 0.5
+        # one client [1, 0]: (1 − 0.5)² + (0 − 0.5)² = 0.5
         ([[1.0, 0.0]], [5.0], 0.5),
-        # group = [0.75, 0.25] -> 2 · 0.25² = 0.125;  pairwise: (9·1 + 1·1 + 0) / 16 − 1/2
+        # group = [0.75, 0.25] -> 2 · 0.25² = 0.125
         ([[1.0, 0.0], [0.0, 1.0]], [3.0, 1.0], 0.125),
         # three single-class clients of equal size cover C = 3 uniformly: group = [1/3]*3
         (np.eye(3), [4.0, 4.0, 4.0], 0.0),
@@ -37,16 +36,6 @@ INF = np.inf
 )
 def test_qcid_by_hand(p, n, expected):
     assert qcid(p, n) == pytest.approx(expected, abs=1e-15)
-    assert qcid_pairwise(p, n) == pytest.approx(expected, abs=1e-15)
-
-
-def test_qcid_pairwise_equals_distance_form_on_random_groups():
-    rng = np.random.default_rng(42)
-    for _ in range(200):
-        k, c = int(rng.integers(1, 9)), int(rng.integers(2, 12))
-        p = rng.dirichlet(np.full(c, 0.3), size=k)
-        n = rng.integers(1, 500, size=k).astype(float)
-        assert qcid_pairwise(p, n) == pytest.approx(qcid(p, n), abs=1e-12)
 
 
 def test_qcid_with_each_candidate_matches_qcid_of_the_union():
