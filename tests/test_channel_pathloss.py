@@ -115,13 +115,6 @@ def test_nlos_never_below_los_and_broadcasting(model: str) -> None:
     np.testing.assert_array_equal(mixed[:, 1], nlos_db)
 
 
-def test_pathloss_frequency_in_hz_at_the_api() -> None:
-    # Doubling fc adds 20 log10(2) = 6.0206 dB to PL1.
-    base = float(channel.pathloss_db(50.0, True, carrier_frequency_hz=3.5e9))
-    double = float(channel.pathloss_db(50.0, True, carrier_frequency_hz=7.0e9))
-    assert double - base == pytest.approx(20.0 * math.log10(2.0), abs=1e-9)
-
-
 def test_pathloss_rejects_an_unknown_model() -> None:
     with pytest.raises(ValueError, match="model"):
         channel.pathloss_db(100.0, True, model="umi")

@@ -317,15 +317,6 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
     assert not out.exists()
 
 
-def test_a_trace_that_is_not_a_string_is_refused():
-    from experiments.run.run_config import validated_run_config
-
-    with pytest.raises(
-        ValueError, match=r"'channel.trace' must be an absolute path, or \"\"; got 3"
-    ):
-        validated_run_config({"channel.trace": 3})
-
-
 def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
     from experiments.cli import invoke
     from experiments.run.inprocess import run_inprocess
