@@ -7,31 +7,20 @@ channel (or a :class:`TraceReplay` that replays a recorded one, :mod:`channel.tr
 Frequencies are in Hz, distances in m, powers in W (or dBm where named).
 """
 
-from channel.bandwidth import count_fit_cheapest_first, min_bandwidth_hz, rate_bps
-from channel.cell import Cell, CellConfig, ChannelModel, RoundDraw
-from channel.pathloss import los_probability, pathloss_db, shadow_fading_std_db
-from channel.trace import ChannelTrace, TraceError, TraceReplay, load_trace, record_cell_trace
-from channel.units import db_to_linear, dbm_to_w, hz_to_ghz, linear_to_db, w_to_dbm
-
-__all__ = [
-    "Cell",
-    "CellConfig",
-    "ChannelModel",
-    "ChannelTrace",
-    "RoundDraw",
-    "TraceError",
-    "TraceReplay",
-    "count_fit_cheapest_first",
-    "db_to_linear",
-    "dbm_to_w",
-    "hz_to_ghz",
-    "linear_to_db",
-    "load_trace",
-    "los_probability",
-    "min_bandwidth_hz",
-    "pathloss_db",
-    "rate_bps",
-    "record_cell_trace",
-    "shadow_fading_std_db",
-    "w_to_dbm",
-]
+from channel.bandwidth import count_fit_cheapest_first as count_fit_cheapest_first
+from channel.bandwidth import min_bandwidth_hz as min_bandwidth_hz
+from channel.bandwidth import rate_bps as rate_bps
+from channel.cell import Cell as Cell
+from channel.cell import CellConfig as CellConfig
+from channel.cell import ChannelModel as ChannelModel
+from channel.cell import RoundDraw as RoundDraw
+from channel.pathloss import db_to_linear as db_to_linear
+from channel.pathloss import dbm_to_w as dbm_to_w
+from channel.pathloss import los_probability as los_probability
+from channel.pathloss import pathloss_db as pathloss_db
+from channel.pathloss import shadow_fading_std_db as shadow_fading_std_db
+from channel.trace import ChannelTrace as ChannelTrace
+from channel.trace import TraceError as TraceError
+from channel.trace import TraceReplay as TraceReplay
+from channel.trace import load_trace as load_trace
+from channel.trace import record_cell_trace as record_cell_trace

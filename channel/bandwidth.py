@@ -1,7 +1,8 @@
 """Uplink rate and minimum bandwidth to meet the upload deadline (paper Section II-B, IV).
 
 The branch of W and the infeasible case (``Γ >= 1``, ``B* = +inf``) are decided in
-docs/design.md, "Lambert-W branch" and "Infeasible devices".
+docs/design.md, "Lambert-W branch" and "Infeasible devices". Arguments are trusted (the cell's
+validated settings, or a trace's checked gains) and only converted to float64.
 """
 
 from __future__ import annotations
@@ -12,21 +13,14 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import lambertw
 
-from channel.arrays import FloatArray, as_finite_array
+from channel.arrays import FloatArray
 
 _NEWTON_MAX_ITERATIONS = 100
 _NEWTON_RELATIVE_TOLERANCE = 4.0 * np.finfo(np.float64).eps
 
 
-def _link(
-    tx_power_w: npt.ArrayLike, gain_lin: npt.ArrayLike, noise_psd_w_per_hz: npt.ArrayLike
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """S in W (> 0), H̄ (>= 0) and N0 in W/Hz (> 0) as checked float64 arrays."""
-    return (
-        as_finite_array(tx_power_w, "tx_power_w", lower=0.0, lower_inclusive=False),
-        as_finite_array(gain_lin, "gain_lin", lower=0.0),
-        as_finite_array(noise_psd_w_per_hz, "noise_psd_w_per_hz", lower=0.0, lower_inclusive=False),
-    )
+def _floats(*values: npt.ArrayLike) -> list[FloatArray]:
+    return [np.asarray(value, dtype=np.float64) for value in values]
 
 
 def rate_bps(
@@ -43,8 +37,7 @@ def rate_bps(
     ``noise_psd_w_per_hz`` N0 in W/Hz (noise figure included, ``> 0``). Returns the broadcast
     shape of the arguments.
     """
-    bandwidth = as_finite_array(bandwidth_hz, "bandwidth_hz", lower=0.0, allow_inf=True)
-    power, gain, noise = _link(tx_power_w, gain_lin, noise_psd_w_per_hz)
+    bandwidth, power, gain, noise = _floats(bandwidth_hz, tx_power_w, gain_lin, noise_psd_w_per_hz)
     snr_bandwidth_hz = power * gain / noise  # S H̄ / N0, in Hz
     bandwidth, snr_bandwidth_hz = np.broadcast_arrays(bandwidth, snr_bandwidth_hz)
     rate = np.zeros(bandwidth.shape)
@@ -53,17 +46,6 @@ def rate_bps(
     infinite = np.isinf(bandwidth)
     rate[infinite] = snr_bandwidth_hz[infinite]
     return np.asarray(rate / math.log(2.0))
-
-
-def rate_limit_bps(
-    tx_power_w: npt.ArrayLike, gain_lin: npt.ArrayLike, noise_psd_w_per_hz: npt.ArrayLike
-) -> FloatArray:
-    """Rate for unlimited bandwidth, ``lim_{B->inf} r = S H̄ / (N0 ln 2)`` in bit/s (Section II-B).
-
-    Arguments as in :func:`rate_bps`; returns their broadcast shape.
-    """
-    power, gain, noise = _link(tx_power_w, gain_lin, noise_psd_w_per_hz)
-    return np.asarray(power * gain / (noise * math.log(2.0)))
 
 
 def min_bandwidth_hz(
@@ -82,10 +64,11 @@ def min_bandwidth_hz(
     bits (``>= 0``), ``deadline_s`` d_cm in s (``> 0``), S, H̄ and N0 as in :func:`rate_bps`.
     Returns B* in Hz (``+inf`` for an infeasible link), the broadcast shape of the arguments.
     """
-    bits = as_finite_array(model_bits, "model_bits", lower=0.0)
-    deadline = as_finite_array(deadline_s, "deadline_s", lower=0.0, lower_inclusive=False)
+    bits, deadline, power, gain, noise = _floats(
+        model_bits, deadline_s, tx_power_w, gain_lin, noise_psd_w_per_hz
+    )
     required_bps = bits / deadline  # D / d
-    limit_bps = rate_limit_bps(tx_power_w, gain_lin, noise_psd_w_per_hz)
+    limit_bps = power * gain / (noise * math.log(2.0))  # lim_{B -> inf} r = S H̄ / (N0 ln 2)
     required_bps, limit_bps = np.broadcast_arrays(required_bps, limit_bps)
     bandwidth = np.full(required_bps.shape, np.inf)
     feasible = limit_bps > required_bps
@@ -103,9 +86,9 @@ def min_bandwidth_hz(
 def _lambert_gap(gamma: FloatArray) -> FloatArray:
     """Return ``s = -(W_{-1}(-Γ e^{-Γ}) + Γ) > 0`` for ``0 < Γ < 1`` (1-D, float64).
 
-    ``s`` is the positive root of the concave ``ψ(s) = log1p(s/Γ) - s``; Newton converges
-    monotonically from the Lambert-W value raised to at least ``2(1 - Γ)`` (a lower bound of the
-    root, since ``log1p(x) >= 2x/(2+x)``).
+    ``s`` is the positive root of the concave ``ψ(s) = log1p(s/Γ) - s``; Newton's steps
+    ``ψ(s) / ψ'(s)``, ``ψ'(s) = 1/(Γ + s) - 1``, converge monotonically from the Lambert-W value
+    raised to at least ``2(1 - Γ)`` (a lower bound of the root, since ``log1p(x) >= 2x/(2+x)``).
     """
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         w = lambertw(-gamma * np.exp(-gamma), k=-1).real
@@ -113,27 +96,20 @@ def _lambert_gap(gamma: FloatArray) -> FloatArray:
     lower_bound = 2.0 * (1.0 - gamma)
     gap = np.where(np.isfinite(start), np.maximum(start, lower_bound), lower_bound)
     for _ in range(_NEWTON_MAX_ITERATIONS):
-        step = _newton_step(gap, gamma)
+        with np.errstate(over="ignore", divide="ignore"):
+            ratio = gap / gamma
+            # ln(1 + s/Γ): log1p where s/Γ is moderate, logs of the sum where it may overflow.
+            log_term = np.where(
+                ratio <= 1.0,
+                np.log1p(np.minimum(ratio, 1.0)),
+                np.log(gap) + np.log1p(gamma / gap) - np.log(gamma),
+            )
+        # 1/(Γ + s) - 1 = (1 - Γ - s) / (Γ + s), written to keep precision when Γ + s is near 1.
+        step = (log_term - gap) / (((1.0 - gamma) - gap) / (gamma + gap))
         gap = gap - step
         if np.all(np.abs(step) <= _NEWTON_RELATIVE_TOLERANCE * gap):
             break
     return np.asarray(gap)
-
-
-def _newton_step(gap: FloatArray, gamma: FloatArray) -> FloatArray:
-    """Newton step ``ψ(s) / ψ'(s)`` for ``ψ(s) = ln(1 + s/Γ) - s``, ``ψ'(s) = 1/(Γ + s) - 1``."""
-    with np.errstate(over="ignore", divide="ignore"):
-        ratio = gap / gamma
-        # ln(1 + s/Γ): log1p where s/Γ is moderate, logs of the sum where it may overflow.
-        log_term = np.where(
-            ratio <= 1.0,
-            np.log1p(np.minimum(ratio, 1.0)),
-            np.log(gap) + np.log1p(gamma / gap) - np.log(gamma),
-        )
-    value = log_term - gap
-    # 1/(Γ + s) - 1 = (1 - Γ - s) / (Γ + s), written to keep precision when Γ + s is near 1.
-    slope = ((1.0 - gamma) - gap) / (gamma + gap)
-    return np.asarray(value / slope)
 
 
 def count_fit_cheapest_first(min_bandwidth_hz: npt.ArrayLike, total_bandwidth_hz: float) -> int:
@@ -142,7 +118,6 @@ def count_fit_cheapest_first(min_bandwidth_hz: npt.ArrayLike, total_bandwidth_hz
     ``min_bandwidth_hz`` are ``B*`` in Hz, shape ``(n,)``, ``+inf`` = infeasible;
     ``total_bandwidth_hz`` is ``B`` in Hz, ``>= 0``.
     """
-    demands = as_finite_array(min_bandwidth_hz, "min_bandwidth_hz", lower=0.0, allow_inf=True)
-    budget = float(as_finite_array(total_bandwidth_hz, "total_bandwidth_hz", lower=0.0))
+    demands = np.asarray(min_bandwidth_hz, dtype=np.float64)
     finite = np.sort(demands[np.isfinite(demands)].ravel())
-    return int(np.count_nonzero(np.cumsum(finite) <= budget))
+    return int(np.count_nonzero(np.cumsum(finite) <= float(total_bandwidth_hz)))

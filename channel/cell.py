@@ -19,11 +19,12 @@ from channel.bandwidth import min_bandwidth_hz
 from channel.pathloss import (
     EFFECTIVE_ENVIRONMENT_HEIGHT_M,
     PATHLOSS_MODELS,
+    db_to_linear,
+    dbm_to_w,
     los_probability,
     pathloss_db,
     shadow_fading_std_db,
 )
-from channel.units import db_to_linear, dbm_to_w
 
 #: Allowed ranges of the float settings: (low, high, low allowed, unit and source). The carrier
 #: range and the largest radius (d2D up to 5 km) are TR 38.901's UMi validity ranges; heights stop
@@ -171,18 +172,11 @@ class RoundDraw:
 
     def __post_init__(self) -> None:
         """Convert the fields to numpy arrays and check that they are 1-D of one length."""
-        for name, dtype in (
-            ("available", np.bool_),
-            ("gain_lin", np.float64),
-            ("min_bandwidth_hz", np.float64),
-            ("los", np.bool_),
-            ("distance_2d_m", np.float64),
-        ):
-            if getattr(self, name) is None:  # only the geometry may be unknown
-                if name in ("los", "distance_2d_m"):
-                    continue
-                raise ValueError(f"RoundDraw.{name} must be an array, got None")
-            array = np.asarray(getattr(self, name), dtype=dtype)
+        for name in ("available", "gain_lin", "min_bandwidth_hz", "los", "distance_2d_m"):
+            if getattr(self, name) is None and name in ("los", "distance_2d_m"):
+                continue  # only the geometry may be unknown
+            dtype = np.bool_ if name in ("available", "los") else np.float64
+            array: np.ndarray = np.asarray(getattr(self, name), dtype=dtype)
             if array.ndim != 1 or array.shape != np.shape(self.available):
                 raise ValueError(
                     f"RoundDraw.{name} must be 1-D with the shape of available "
@@ -211,31 +205,6 @@ class ChannelModel(Protocol):
         ...
 
 
-def checked_model_bits(model_bits: object) -> float:
-    """Return the upload size ``D_w`` in bits as a float; ValueError unless finite and ``> 0``."""
-    if isinstance(model_bits, bool) or not (
-        isinstance(model_bits, int | float | np.integer | np.floating)
-        and math.isfinite(model_bits)
-        and model_bits > 0
-    ):
-        raise ValueError(f"model_bits must be a finite number > 0, got {model_bits!r}")
-    return float(model_bits)
-
-
-def drop_distances_2d_m(
-    num_devices: int, min_distance_m: float, radius_m: float, rng: np.random.Generator
-) -> tuple[FloatArray, FloatArray]:
-    """Drop devices uniformly over the area of an annulus (docs/design.md, "Device drop").
-
-    Inverse CDF ``r = sqrt(U (R^2 - r0^2) + r0^2)``, ``U ~ Uniform[0, 1)`` (V draws), then V
-    angles uniform in ``[0, 2 pi)``. Returns distances in m and angles in rad, each ``(V,)``.
-    """
-    u = rng.random(num_devices)
-    distance_m = np.sqrt(u * (radius_m**2 - min_distance_m**2) + min_distance_m**2)
-    angle_rad = rng.uniform(0.0, 2.0 * np.pi, num_devices)
-    return distance_m, angle_rad
-
-
 class Cell:
     """A cell with V dropped devices whose uplink channel is redrawn every round.
 
@@ -244,15 +213,13 @@ class Cell:
     """
 
     def __init__(self, config: CellConfig, rng: np.random.Generator) -> None:
-        if not isinstance(config, CellConfig):
-            raise ValueError(f"config must be a CellConfig, got {type(config).__name__}")
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
         self.config = config
         self._rng = rng
-        self.distance_2d_m, self.angle_rad = drop_distances_2d_m(
-            config.num_devices, config.min_distance_m, config.radius_m, rng
-        )
+        # Uniform over the annulus' area (docs/design.md, "Device drop"): inverse CDF
+        # r = sqrt(U (R^2 - r0^2) + r0^2), U ~ Uniform[0, 1), then angles uniform in [0, 2 pi).
+        r0, radius, num = config.min_distance_m, config.radius_m, config.num_devices
+        self.distance_2d_m = np.sqrt(rng.random(num) * (radius**2 - r0**2) + r0**2)
+        self.angle_rad = rng.uniform(0.0, 2.0 * np.pi, num)
         self.los_probability = los_probability(self.distance_2d_m)
         fixed_los = not config.redraw_los_each_round  # drawn once, before the fixed shadowing
         self._fixed_los = self._draw_los() if fixed_los else None
@@ -279,7 +246,6 @@ class Cell:
         Draws from ``rng`` in order: availability (V uniforms), LOS (V uniforms, if redrawn),
         shadowing (V standard normals, if redrawn). ``model_bits`` is D_w in bits.
         """
-        bits = checked_model_bits(model_bits)
         config = self.config
         available = self._rng.random(self.num_devices) < config.availability_prob
         los = self._fixed_los if self._fixed_los is not None else self._draw_los()
@@ -288,7 +254,7 @@ class Cell:
             shadowing_z = self._rng.standard_normal(self.num_devices)
         shadowing_db = shadowing_z * shadow_fading_std_db(los, config.pathloss_model)
         gain = self.gain_lin(los, shadowing_db)
-        bandwidth = config.min_bandwidth_hz(bits, gain)
+        bandwidth = config.min_bandwidth_hz(model_bits, gain)
         return RoundDraw(
             available=available,
             gain_lin=gain,

@@ -7,10 +7,7 @@ gains every round (docs/design.md, "Channel traces"; docs/bring-your-own.md, "Yo
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from channel.arrays import BoolArray, FloatArray
-from channel.cell import Cell, CellConfig, RoundDraw, checked_model_bits
-from channel.npz import ArrayHeader, npz_headers
+from channel.cell import Cell, CellConfig, RoundDraw
+from fedcgd_task.imports import first_line
+from fedcgd_task.npz import ArrayHeader, npz_headers
 
 #: Names of the arrays of a trace file, in the order they are written.
 TRACE_ARRAYS: tuple[str, str] = ("available", "gain_lin")
@@ -33,9 +31,6 @@ TRACE_FORMAT = (
 
 #: Largest trace read (both arrays, as their headers declare), e.g. 10^6 rounds x 59 devices.
 MAX_TRACE_BYTES = 512 * 2**20
-
-#: D_w while recording: availability and gains do not depend on it, B* is not recorded.
-_RECORDING_MODEL_BITS = 1.0
 
 
 class TraceError(ValueError):
@@ -178,31 +173,14 @@ def write_trace(
 ) -> ChannelTrace:
     """Validate ``available`` and ``gain_lin`` (``(R, V)``) and write them as a trace at ``path``.
 
-    Written whole under exactly ``path`` (``numpy.savez`` would append ``.npz``) by
-    a temporary file and ``os.replace``. Raises :class:`TraceError` (nothing written) when
-    :class:`ChannelTrace` refuses the arrays.
+    Written under exactly ``path`` (``numpy.savez`` would append ``.npz`` to a name); raises
+    :class:`TraceError` (nothing written) when :class:`ChannelTrace` refuses the arrays. A write
+    cut short leaves a file that :func:`load_trace` refuses.
     """
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            np.savez(out, **{k: getattr(trace, k) for k in TRACE_ARRAYS})
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with open(path, "wb") as out:
+        np.savez(out, available=trace.available, gain_lin=trace.gain_lin)
     return trace
-
-
-def first_line(err: BaseException) -> str:
-    """An error's first line (its type's name if empty): escape codes dropped, controls ``?``."""
-    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    return "".join(
-        c if c.isprintable() else "?" for c in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line)
-    )
 
 
 def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int) -> ChannelTrace:
@@ -211,9 +189,7 @@ def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int)
     Advances ``cell``'s generator exactly as ``num_rounds`` rounds of a run do, so a cell seeded
     as a run seeds it gives the trace that run would draw.
     """
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
-        raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
-    draws = [cell.draw_round(_RECORDING_MODEL_BITS) for _ in range(num_rounds)]
+    draws = [cell.draw_round(1.0) for _ in range(num_rounds)]  # B* (of any D_w) is not recorded
     return write_trace(
         path,
         np.stack([draw.available for draw in draws]),
@@ -235,11 +211,7 @@ class TraceReplay:
                 f"the trace has {trace.num_devices} devices (columns); the cell has "
                 f"{config.num_devices}"
             )
-        if (
-            isinstance(first_round, bool)
-            or not isinstance(first_round, int | np.integer)
-            or not 0 <= first_round <= trace.num_rounds
-        ):
+        if not 0 <= first_round <= trace.num_rounds:
             raise ValueError(
                 f"first_round must be an integer in [0, {trace.num_rounds}] (the trace's "
                 f"rounds), got {first_round!r}"
@@ -248,18 +220,12 @@ class TraceReplay:
         self.config = config
         self._next_row = int(first_round)
 
-    @property
-    def num_devices(self) -> int:
-        """Number of devices V."""
-        return self.trace.num_devices
-
     def draw_round(self, model_bits: float) -> RoundDraw:
         """Return the next recorded round, with B* (paper eq. (lambert)) for ``model_bits`` bits.
 
         ``los`` and ``distance_2d_m`` are ``None``. Raises ValueError when every recorded round has
         been replayed.
         """
-        bits = checked_model_bits(model_bits)
         row = self._next_row
         if row >= self.trace.num_rounds:
             raise ValueError(
@@ -267,7 +233,7 @@ class TraceReplay:
                 "asked for (record at least num-server-rounds rounds)"
             )
         gain = self.trace.gain_lin[row]
-        bandwidth = self.config.min_bandwidth_hz(bits, gain)  # the cell's own B* rule
+        bandwidth = self.config.min_bandwidth_hz(model_bits, gain)  # the cell's own B* rule
         self._next_row = row + 1
         return RoundDraw(
             available=self.trace.available[row].copy(),

@@ -13,7 +13,6 @@ from fedcgd_strategy.estimators import estimate_per_class_gradient as estimate_p
 from fedcgd_strategy.fedcbs import FedCBSState as FedCBSState
 from fedcgd_strategy.fedcbs import fedcbs_select as fedcbs_select
 from fedcgd_strategy.fedcbs import qcid as qcid
-from fedcgd_strategy.fedcbs import qcid_pairwise as qcid_pairwise
 from fedcgd_strategy.policies import Decision as Decision
 from fedcgd_strategy.policies import Policy as Policy
 from fedcgd_strategy.policies import Protocol as Protocol

@@ -2,7 +2,8 @@
 
 Reference: J. Zhang et al., "Fed-CBS: A Heterogeneity-Aware Client Sampling Mechanism for
 Federated Learning via Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245), cited below
-as "Fed-CBS". The adaptation to the cell is in docs/design.md, "Fed-CBS". Pure numpy.
+as "Fed-CBS"; the adaptation to the cell: docs/design.md, "Fed-CBS". Arguments are trusted
+(:class:`~fedcgd_strategy.RoundInputs` checked them), a checkpoint's state is checked. Pure numpy.
 """
 
 from __future__ import annotations
@@ -12,26 +13,16 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedcgd_strategy.validation import (
-    as_bool_mask,
-    as_label_distributions,
-    as_min_bandwidths,
-    as_nonnegative_array,
-    as_nonnegative_float,
-    check_integer,
-    check_total_bandwidth,
-)
+from fedcgd_strategy.validation import as_nonnegative_array, check_integer
 
 #: Floor on QCID before 1/QCID^β (QCID = 0 for a balanced group): above round-off (~1e-16),
 #: below any QCID of integer label counts (~1/N² for N <= 10^6 samples).
 QCID_FLOOR = 1e-12
 
 
-def _check_group(label_dist: ArrayLike, num_examples: ArrayLike) -> tuple[NDArray, NDArray]:
-    """Validate a non-empty group: label distributions float[K, C] and sizes float[K] > 0."""
-    p = as_label_distributions(label_dist)
-    n = as_nonnegative_array(num_examples, "num_examples", shape=(p.shape[0],), strict=True)
-    return p, n
+def _group(label_dist: ArrayLike, num_examples: ArrayLike) -> tuple[NDArray, NDArray]:
+    """Label distributions float[K, C] and sizes float[K] > 0 of a non-empty group."""
+    return np.asarray(label_dist, dtype=np.float64), np.asarray(num_examples, dtype=np.float64)
 
 
 def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
@@ -41,20 +32,9 @@ def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
     distribution is uniform. ``label_dist`` float[K, C]: the p_k of the K clients of the group
     (rows sum to 1); ``num_examples`` float[K]: their local dataset sizes n_k > 0.
     """
-    p, n = _check_group(label_dist, num_examples)
+    p, n = _group(label_dist, num_examples)
     group = (n @ p) / n.sum()
     return float(np.sum((group - 1.0 / p.shape[1]) ** 2))
-
-
-def qcid_pairwise(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
-    """QCID from pairwise inner products (Fed-CBS, privacy-preserving QCID estimation).
-
-    QCID(B) = Σ_{k,k'} n_k n_k' ⟨p_k, p_k'⟩ / (Σ_k n_k)² − 1/C; equal to :func:`qcid` because
-    every p_k sums to 1 (may be a round-off negative of order 1e-16). Arguments as in :func:`qcid`.
-    """
-    p, n = _check_group(label_dist, num_examples)
-    inner = p @ p.T  # ⟨p_k, p_k'⟩, float[K, K]
-    return float(n @ inner @ n / n.sum() ** 2 - 1.0 / p.shape[1])
 
 
 def qcid_with_each_candidate(
@@ -91,9 +71,7 @@ def cucb_first_pick_probabilities(
     """
     q = np.maximum(np.asarray(qcid_single, dtype=np.float64), QCID_FLOOR)
     t_k = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
-    t = check_integer(round_t, "round_t", minimum=1)
-    lam = as_nonnegative_float(lam, "lam")
-    weights = q ** (-float(beta)) + lam * np.sqrt(3.0 * np.log(float(t)) / (2.0 * t_k))
+    weights = q ** (-float(beta)) + lam * np.sqrt(3.0 * np.log(float(round_t)) / (2.0 * t_k))
     return weights / weights.sum()
 
 
@@ -186,14 +164,9 @@ def fedcbs_select(
     infeasible); ``total_bandwidth_hz`` B in Hz; ``lam`` λ (Fed-CBS: 10). Returns bool[V].
     """
     v = state.num_devices
-    b = as_min_bandwidths(min_bandwidth_hz, v)
-    total = check_total_bandwidth(total_bandwidth_hz, allow_zero=True)
-    avail = as_bool_mask(available, v, "available")
-    lam = as_nonnegative_float(lam, "lam")
-    candidate = avail & np.isfinite(b)
-    p = as_label_distributions(label_dist, num_rows=v, rows=candidate)
-    n = as_nonnegative_array(num_examples, "num_examples", shape=(v,), strict=True, where=candidate)
-    remaining = np.flatnonzero(candidate)
+    b = np.asarray(min_bandwidth_hz, dtype=np.float64)
+    p, n = _group(label_dist, num_examples)
+    remaining = np.flatnonzero(np.asarray(available, dtype=bool) & np.isfinite(b))
 
     round_t = state.round_index + 1
     selected = np.zeros(v, dtype=bool)
@@ -210,7 +183,7 @@ def fedcbs_select(
             probs = sequential_pick_probabilities(q, float(step))
         pos = int(rng.choice(remaining.size, p=probs))
         dev = int(remaining[pos])
-        if used_hz + b[dev] > total:
+        if used_hz + b[dev] > total_bandwidth_hz:
             break
         selected[dev] = True
         used_hz += b[dev]

@@ -10,7 +10,9 @@ subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where the device cannot meet 
 (``B*_v = inf``). The first term is the *sampling term*, the second the *weighted earth mover's
 distance* (WEMD). The empty schedule has objective ``+inf``.
 
-This module is pure numpy: it imports neither flwr nor torch.
+The instance's arrays are trusted (a policy builds it from :class:`~fedcgd_strategy.RoundInputs`,
+which checked them) and only converted. This module is pure numpy: it imports neither flwr nor
+torch.
 """
 
 from __future__ import annotations
@@ -21,20 +23,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-# DISTRIBUTION_SUM_TOL is re-exported: rows of ``label_dist`` and ``target_dist`` must sum to one
+# DISTRIBUTION_SUM_TOL is re-exported: rows of ``label_dist`` and ``target_dist`` sum to one
 # within it (the rule and the constant live in fedcgd_strategy.validation).
 from fedcgd_strategy.validation import DISTRIBUTION_SUM_TOL as DISTRIBUTION_SUM_TOL
-from fedcgd_strategy.validation import (
-    BoolArray,
-    FloatArray,
-    as_bool_mask,
-    as_label_distributions,
-    as_min_bandwidths,
-    as_nonnegative_array,
-    as_nonnegative_float,
-    as_target_distribution,
-    check_total_bandwidth,
-)
+from fedcgd_strategy.validation import BoolArray, FloatArray, as_bool_mask
 
 #: Relative slack of the bandwidth constraint, absorbing floating-point rounding of sums of B*.
 BANDWIDTH_REL_TOL = 1e-9
@@ -69,9 +61,7 @@ def sampling_term(sigma: float, total_batch: ArrayLike) -> FloatArray | float:
 
 
 def read_only(array: Any) -> Any:
-    """A read-only copy of ``array`` (None stays None): what is handed on cannot be changed."""
-    if array is None:
-        return None
+    """A read-only copy of ``array``: what is handed on cannot be changed."""
     out = np.array(array, copy=True)
     out.setflags(write=False)
     return out
@@ -79,7 +69,7 @@ def read_only(array: Any) -> Any:
 
 @dataclass(frozen=True)
 class SchedulingProblem:
-    """One instance of problem P1 (paper Section IV-A), validated, with read-only arrays.
+    """One instance of problem P1 (paper Section IV-A), with read-only arrays.
 
     ``label_dist`` p_v float ``[V, C]``, rows >= 0 summing to 1 (within
     :data:`DISTRIBUTION_SUM_TOL` = 1e-6); ``target_dist`` p float ``[C]``, sums to 1;
@@ -100,28 +90,18 @@ class SchedulingProblem:
     batch_size: NDArray[np.int64] | int = 32
 
     def __post_init__(self) -> None:
-        label = as_label_distributions(self.label_dist)
-        num_devices, num_classes = label.shape
-        target = as_target_distribution(self.target_dist, num_classes)
-        bandwidth = as_min_bandwidths(self.min_bandwidth_hz, num_devices)
-        total = check_total_bandwidth(self.total_bandwidth_hz)
-        sigma = as_nonnegative_float(self.sigma, "sigma")
-        gradient = as_nonnegative_array(
-            self.class_gradient, "class_gradient", shape=(num_classes,), broadcast_scalar=True
-        )
-        batch = as_nonnegative_array(
-            self.batch_size, "batch_size", shape=(num_devices,), broadcast_scalar=True, strict=True
-        )
-        if np.any(batch != np.round(batch)):
-            raise ValueError(f"batch_size must hold positive integers, got {batch.tolist()}")
-
-        object.__setattr__(self, "label_dist", read_only(label))
-        object.__setattr__(self, "target_dist", read_only(target))
-        object.__setattr__(self, "min_bandwidth_hz", read_only(bandwidth))
-        object.__setattr__(self, "total_bandwidth_hz", total)
-        object.__setattr__(self, "sigma", sigma)
-        object.__setattr__(self, "class_gradient", read_only(gradient))
-        object.__setattr__(self, "batch_size", read_only(batch.astype(np.int64)))
+        num_devices, num_classes = np.shape(self.label_dist)
+        for name, shape, dtype in (
+            ("label_dist", (num_devices, num_classes), np.float64),
+            ("target_dist", (num_classes,), np.float64),
+            ("min_bandwidth_hz", (num_devices,), np.float64),
+            ("class_gradient", (num_classes,), np.float64),  # a scalar G for every class
+            ("batch_size", (num_devices,), np.int64),  # a scalar b for every device
+        ):
+            value = np.broadcast_to(np.asarray(getattr(self, name), dtype=np.float64), shape)
+            object.__setattr__(self, name, read_only(value.astype(dtype)))
+        object.__setattr__(self, "total_bandwidth_hz", float(self.total_bandwidth_hz))
+        object.__setattr__(self, "sigma", float(self.sigma))
 
     # ------------------------------------------------------------------ properties
     @property

@@ -2,7 +2,8 @@
 
 Paper Section V-A: BC and BN2 (Amiri et al., IEEE TWC 2021), POC (Cho et al., AISTATS 2022).
 The packing and tie rules are in docs/design.md, "Best effort" and "POC". Every selector
-returns a bool[V] mask. Pure numpy.
+returns a bool[V] mask. The arguments are trusted (:class:`~fedcgd_strategy.RoundInputs`
+checked them). Pure numpy.
 """
 
 from __future__ import annotations
@@ -12,56 +13,9 @@ from functools import partial
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedcgd_strategy.validation import (
-    as_bool_mask,
-    as_float_array,
-    as_min_bandwidths,
-    check_integer,
-    check_total_bandwidth,
-)
-
 #: Best-effort rules: "stop" at the first device that does not fit (the paper's wording, default),
 #: or "skip" it and keep walking the order.
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
-
-
-def _check_rule(rule: str) -> str:
-    """Validate a best-effort rule name (one of :data:`PACK_RULES`)."""
-    if rule not in PACK_RULES:
-        raise ValueError(f"rule must be one of {', '.join(PACK_RULES)}, got {rule!r}")
-    return rule
-
-
-def _as_order(order: ArrayLike, num_devices: int) -> NDArray[np.intp]:
-    """Validate a ranking: distinct device indices in [0, V), int[K], best first."""
-    idx = np.asarray(order)
-    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-        raise ValueError(f"order must be a 1-D array of device indices, got {idx!r}")
-    if idx.size and (idx.min() < 0 or idx.max() >= num_devices):
-        raise ValueError(
-            f"order must hold device indices in [0, {num_devices}), got {idx.tolist()}"
-        )
-    if np.unique(idx).size != idx.size:
-        raise ValueError(f"order must hold distinct device indices, got {idx.tolist()}")
-    return idx.astype(np.intp)
-
-
-def _pack(
-    order: NDArray[np.intp], min_bandwidth_hz: NDArray[np.float64], total_hz: float, rule: str
-) -> NDArray[np.bool_]:
-    """Best-effort walk of :func:`best_effort_pack`, on arguments its callers validated."""
-    selected = np.zeros(min_bandwidth_hz.shape[0], dtype=bool)
-    used_hz = 0.0
-    for dev in order.tolist():  # K <= V devices; the walk is inherently sequential
-        need = min_bandwidth_hz[dev]
-        if not np.isfinite(need):
-            continue
-        if used_hz + need <= total_hz:
-            selected[dev] = True
-            used_hz += need
-        elif rule == "stop":
-            break
-    return selected
 
 
 def best_effort_pack(
@@ -78,10 +32,21 @@ def best_effort_pack(
     passes it over. ``min_bandwidth_hz`` float[V] is B*_v in Hz, paper eq. (lambert); infeasible
     devices (B*_v = inf) are never taken and never stop the walk. Returns the schedule, bool[V].
     """
-    _check_rule(rule)
-    b = as_min_bandwidths(min_bandwidth_hz)
-    total = check_total_bandwidth(total_bandwidth_hz, allow_zero=True)
-    return _pack(_as_order(order, b.shape[0]), b, total, rule)
+    if rule not in PACK_RULES:
+        raise ValueError(f"rule must be one of {', '.join(PACK_RULES)}, got {rule!r}")
+    need_hz = np.asarray(min_bandwidth_hz, dtype=np.float64)
+    selected = np.zeros(need_hz.shape[0], dtype=bool)
+    used_hz = 0.0
+    for dev in np.asarray(order, dtype=np.intp).tolist():  # the walk is inherently sequential
+        need = need_hz[dev]
+        if not np.isfinite(need):
+            continue
+        if used_hz + need <= total_bandwidth_hz:
+            selected[dev] = True
+            used_hz += need
+        elif rule == "stop":
+            break
+    return selected
 
 
 def descending_order(scores: ArrayLike, eligible: ArrayLike) -> NDArray[np.intp]:
@@ -106,23 +71,21 @@ def best_score_first(
     """BC and BN2: highest score first, best effort (paper Section V-A (1), (2); Amiri et al.).
 
     ``available`` bool[V], the devices available this round; ``scores`` float[V] (BC: average
-    channel gain H̄_v, linear; BN2: ||w_v^{(j+1)} − w^{(j)}||₂), NaN = never taken, called
-    ``score_name`` in errors; ``min_bandwidth_hz``, ``total_bandwidth_hz`` and ``rule`` as in
-    :func:`best_effort_pack`. With ``rng`` and ``0 < num_candidates <`` the number of eligible
-    devices, only ``num_candidates`` of them, drawn uniformly without replacement, are ranked (POC).
+    channel gain H̄_v, linear; BN2: ||w_v^{(j+1)} − w^{(j)}||₂), NaN = never taken;
+    ``min_bandwidth_hz``, ``total_bandwidth_hz`` and ``rule`` as in :func:`best_effort_pack`.
+    With ``rng`` and ``0 < num_candidates <`` the number of eligible devices, only
+    ``num_candidates`` of them, drawn uniformly without replacement, are ranked (POC).
+    ``score_name`` names the scores (kept for callers that name them).
     """
-    _check_rule(rule)
-    b = as_min_bandwidths(min_bandwidth_hz)
-    total = check_total_bandwidth(total_bandwidth_hz, allow_zero=True)
-    v = b.shape[0]
-    mask = as_bool_mask(available, v, "available")
-    s = as_float_array(scores, score_name, shape=(v,))
-    pool = np.flatnonzero(mask & ~np.isnan(s))
+    s = np.asarray(scores, dtype=np.float64)
+    pool = np.flatnonzero(np.asarray(available, dtype=bool) & ~np.isnan(s))
     if rng is not None and 0 < num_candidates < pool.size:
         pool = np.sort(rng.choice(pool, size=num_candidates, replace=False))
-    eligible = np.zeros(v, dtype=bool)
+    eligible = np.zeros(s.shape[0], dtype=bool)
     eligible[pool] = True
-    return _pack(descending_order(s, eligible), b, total, rule)
+    return best_effort_pack(
+        descending_order(s, eligible), min_bandwidth_hz, total_bandwidth_hz, rule
+    )
 
 
 #: BC: :func:`best_score_first` by the average channel gain ``gain_lin``.
@@ -148,8 +111,7 @@ def power_of_choice(
     round's local steps; V' = 0 or >= their number: all, ``rng`` unused), rank them by loss
     descending and pack them best effort (other arguments as in :func:`best_effort_pack`).
     """
-    d = check_integer(num_candidates, "num_candidates", minimum=0)
     return best_score_first(
         available, loss, min_bandwidth_hz, total_bandwidth_hz, rule, score_name="loss",
-        num_candidates=d, rng=rng,
+        num_candidates=num_candidates, rng=rng,
     )  # fmt: skip

@@ -30,15 +30,7 @@ def test_unit_conversions_by_hand() -> None:
     assert float(channel.dbm_to_w(30.0)) == pytest.approx(1.0, rel=1e-12)
     # -174 dBm/Hz + 6 dB noise figure: 10^((-174 + 6 - 30)/10) = 10^-19.8 = 1.5848931924611108e-20
     assert float(channel.dbm_to_w(-174.0 + 6.0)) == pytest.approx(1.5848931924611108e-20, rel=1e-12)
-    assert float(channel.w_to_dbm(1.0)) == pytest.approx(30.0)
     assert float(channel.db_to_linear(20.0)) == pytest.approx(100.0)
-    assert float(channel.linear_to_db(0.001)) == pytest.approx(-30.0)
-    assert float(channel.linear_to_db(0.0)) == -math.inf
-    assert float(channel.hz_to_ghz(3.5e9)) == pytest.approx(3.5)
-    values = np.array([-30.0, 0.0, 17.5])
-    np.testing.assert_allclose(channel.linear_to_db(channel.db_to_linear(values)), values)
-    with pytest.raises(ValueError, match="value_lin"):
-        channel.linear_to_db(-1.0)
 
 
 def test_los_probability_by_hand() -> None:
@@ -60,8 +52,6 @@ def test_los_probability_range_monotone_and_continuous_at_18_m() -> None:
     assert just_above < 1.0
     # The paper's printed bracket would give 18/20 + exp(-(20/36)(1 - 18/20)) = 1.846 > 1 at 20 m.
     assert float(channel.los_probability(20.0)) < 1.0
-    with pytest.raises(ValueError, match="d2d_m"):
-        channel.los_probability(-1.0)
 
 
 # At 100 m: d3D = sqrt(100^2 + (10 - 1.5)^2) = 100.36059983878135 m, log10(d3D) =
@@ -91,15 +81,11 @@ def test_pathloss_by_hand(d2d_m: float, los: bool, model: str, expected_db: floa
     )
 
 
-def test_breakpoint_distance_by_hand() -> None:
-    # d'_BP = 4 * (10 - 1) * (1.5 - 1) * 3.5e9 / 3e8 = 210 m.
-    assert breakpoint_distance_m(10.0, 1.5, FC_HZ) == pytest.approx(210.0, rel=1e-12)
-
-
 def test_los_pathloss_continuous_at_breakpoint() -> None:
     # At d2D = d'_BP, d3D^2 = d'_BP^2 + dh^2, so
     # PL2 - PL1 = 40 log d3D - 9.5 * 2 log d3D - 21 log d3D = 0.
     d_bp_m = breakpoint_distance_m(10.0, 1.5, FC_HZ)
+    assert d_bp_m == pytest.approx(210.0, rel=1e-12)  # 4 * (10 - 1) * (1.5 - 1) * 3.5e9 / 3e8
     d3d_m = math.hypot(d_bp_m, 8.5)
     pl1 = float(pathloss_umi_los_pl1_db(d3d_m, FC_HZ))
     pl2 = float(pathloss_umi_los_pl2_db(d3d_m, FC_HZ, 10.0, 1.5))
@@ -129,33 +115,6 @@ def test_nlos_never_below_los_and_broadcasting(model: str) -> None:
     np.testing.assert_array_equal(mixed[:, 1], nlos_db)
 
 
-def test_pathloss_frequency_in_hz_at_the_api() -> None:
-    # Doubling fc adds 20 log10(2) = 6.0206 dB to PL1.
-    base = float(channel.pathloss_db(50.0, True, carrier_frequency_hz=3.5e9))
-    double = float(channel.pathloss_db(50.0, True, carrier_frequency_hz=7.0e9))
-    assert double - base == pytest.approx(20.0 * math.log10(2.0), abs=1e-9)
-
-
-def test_shadow_fading_std_db() -> None:
-    np.testing.assert_array_equal(
-        channel.shadow_fading_std_db(np.array([True, False])), np.array([4.0, 8.2])
-    )
-    np.testing.assert_array_equal(
-        channel.shadow_fading_std_db(np.array([True, False]), model="tr38901"),
-        np.array([4.0, 7.82]),
-    )
-
-
-def test_pathloss_rejects_bad_arguments() -> None:
+def test_pathloss_rejects_an_unknown_model() -> None:
     with pytest.raises(ValueError, match="model"):
         channel.pathloss_db(100.0, True, model="umi")
-    with pytest.raises(ValueError, match="model"):
-        channel.shadow_fading_std_db(True, model="free-space")
-    with pytest.raises(ValueError, match="d2d_m"):
-        channel.pathloss_db(-5.0, True)
-    with pytest.raises(ValueError, match="d2d_m"):
-        channel.pathloss_db(np.nan, True)
-    with pytest.raises(ValueError, match="los"):
-        channel.pathloss_db(100.0, 0.5)
-    with pytest.raises(ValueError, match="h_ut_m"):
-        channel.pathloss_db(100.0, True, model="tr38901", h_ut_m=0.8)

@@ -26,23 +26,6 @@ def test_global_sigma_hand_values():
     assert estimate_global_sigma([2.5, 2.5, 2.5], [1.0, 7.0, 0.0]) == pytest.approx(2.5)
 
 
-@pytest.mark.parametrize(
-    ("sigma", "weights", "match"),
-    [
-        ([], [], "sigma_v"),
-        ([1.0, -0.1], [1.0, 1.0], "sigma_v"),
-        ([1.0, np.nan], [1.0, 1.0], "sigma_v"),
-        ([1.0, 2.0], [1.0, -1.0], "weights"),
-        ([1.0, 2.0], [0.0, 0.0], "weights"),
-        ([1.0, 2.0], [1.0], "weights"),
-        ([1.0, 2.0], [1.0, np.nan], "weights"),
-    ],
-)
-def test_global_sigma_rejects_bad_input(sigma, weights, match):
-    with pytest.raises(ValueError, match=match):
-        estimate_global_sigma(sigma, weights)
-
-
 # --- device gradients --------------------------------------------------------------------------
 
 
@@ -52,21 +35,6 @@ def test_device_gradient_estimates_hand_value_and_float32_kept():
     np.testing.assert_allclose(g, [[1.0, -2.0]])
     u = np.ones((3, 5), dtype=np.float32)
     assert device_gradient_estimates(u, 0.5, 1).dtype == np.float32
-
-
-@pytest.mark.parametrize(
-    ("updates", "lr", "steps", "match"),
-    [
-        (np.ones((1, 2)), 0.0, 1, "learning_rate"),
-        (np.ones((1, 2)), -0.1, 1, "learning_rate"),
-        (np.ones((1, 2)), 0.1, 0, "local_steps"),
-        (np.ones(3), 0.1, 1, "device_grads"),
-        (np.array([[1.0, np.nan]]), 0.1, 1, "device_grads"),
-    ],
-)
-def test_device_gradient_estimates_rejects_bad_input(updates, lr, steps, match):
-    with pytest.raises(ValueError, match=match):
-        device_gradient_estimates(updates, lr, steps)
 
 
 # --- eq. (G_est) --------------------------------------------------------------------------------
@@ -134,31 +102,6 @@ def test_class_gradient_sign_of_updates_is_irrelevant():
     assert a == pytest.approx(b)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"label_dist": np.array([[2.0, 0.0], [0.5, 0.5]])}, "label_dist"),
-        ({"label_dist": np.array([[1.0, 0.0]])}, "label_dist"),
-        ({"weights": [1.0, -1.0]}, "weights"),
-        ({"target_dist": np.array([0.2, 0.2])}, "target_dist"),
-        ({"target_dist": np.array([1.0, 0.0, 0.0])}, "target_dist"),
-        ({"previous": -1.0}, "previous"),
-        ({"previous": float("nan")}, "previous"),
-    ],
-)
-def test_class_gradient_rejects_bad_input(kwargs, match):
-    args = {
-        "device_grads": np.ones((2, 3)),
-        "weights": [1.0, 1.0],
-        "label_dist": np.array([[1.0, 0.0], [0.0, 1.0]]),
-        "target_dist": UNIFORM2,
-        "previous": 1.0,
-    }
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        estimate_class_gradient(**args)
-
-
 # --- eq. (Gc_est) -------------------------------------------------------------------------------
 
 
@@ -187,12 +130,3 @@ def test_per_class_gradient_dominant_class_and_exclusion():
     grads = np.array([[4.0, 0.0], [0.0, 0.0]])
     out = estimate_per_class_gradient(grads, [1.0, 3.0], dist, target, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(out, [1.0, 2.0, 7.5])
-
-
-def test_per_class_gradient_rejects_bad_previous():
-    grads = np.ones((1, 2))
-    dist = np.array([[1.0, 0.0]])
-    with pytest.raises(ValueError, match="previous"):
-        estimate_per_class_gradient(grads, [1.0], dist, UNIFORM2, [1.0, 1.0, 1.0])
-    with pytest.raises(ValueError, match="previous"):
-        estimate_per_class_gradient(grads, [1.0], dist, UNIFORM2, [1.0, -1.0])

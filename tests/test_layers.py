@@ -36,7 +36,6 @@ def test_the_task_imports_no_higher_layer_and_has_no_circle() -> None:
         for name, path in modules.items()
         for m in _imports(path)
         if m.partition(".")[0] in (*LAYERS[1:], "client_app", "experiments")
-        and m.partition(".")[0] != "channel"  # channel.npz: the one shared header reader
     }
     assert not upward
     done: set[str] = set()

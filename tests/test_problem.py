@@ -89,38 +89,6 @@ def test_arrays_are_read_only_and_broadcast() -> None:
     assert problem.num_devices == 4 and problem.num_classes == 2 and problem.uniform_batch
 
 
-GOOD = {
-    "label_dist": np.array([[0.5, 0.5], [1.0, 0.0]]),
-    "target_dist": np.array([0.5, 0.5]),
-    "min_bandwidth_hz": np.array([1.0, 2.0]),
-    "total_bandwidth_hz": 3.0,
-    "sigma": 1.0,
-    "class_gradient": 1.0,
-    "batch_size": 32,
-}
-
-
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        # one bad value per field: the values each validator refuses are in test_validation.py
-        ("label_dist", np.array([[0.5, 0.6], [1.0, 0.0]])),
-        ("target_dist", np.array([0.5, 0.4])),
-        ("min_bandwidth_hz", np.array([1.0, 1.0, 1.0])),  # not one per device
-        ("total_bandwidth_hz", np.inf),
-        ("sigma", -1.0),
-        ("class_gradient", np.array([1.0, -1.0])),
-        ("class_gradient", np.array([1.0, 1.0, 1.0])),
-        ("batch_size", 0),
-        ("batch_size", 31.5),
-        ("batch_size", np.array([32, 32, 32])),
-    ],
-)
-def test_validation_names_the_field(field: str, value: object) -> None:
-    with pytest.raises(ValueError, match=field):
-        SchedulingProblem(**{**GOOD, field: value})  # type: ignore[arg-type]
-
-
 def test_bad_mask() -> None:
     problem = paper_example()
     with pytest.raises(ValueError, match="mask"):

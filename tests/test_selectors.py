@@ -16,7 +16,6 @@ from fedcgd_strategy.selectors import (
 )
 
 INF = np.inf
-RNG = np.random.default_rng(0)
 
 
 def _slow_pack(order, need, total, rule):
@@ -78,32 +77,9 @@ def test_pack_matches_slow_reference():
             assert need[mask].sum() <= total + 1e-12
 
 
-ONES2, BOOL2 = np.ones(2), np.ones(2, bool)
-
-
-@pytest.mark.parametrize(
-    ("call", "match"),
-    [
-        (lambda: best_effort_pack([0], [1.0], 1.0, "greedy"), "stop, skip"),
-        (lambda: best_effort_pack([0, 0], [1.0], 1.0, "stop"), "distinct"),
-        (lambda: best_effort_pack([2], ONES2, 1.0, "stop"), r"\[0, 2\)"),
-        (lambda: best_effort_pack([-1], ONES2, 1.0, "stop"), "order"),
-        (lambda: best_effort_pack([0.5], ONES2, 1.0, "stop"), "order"),
-        (lambda: best_effort_pack([0], [np.nan], 1.0, "stop"), "min_bandwidth_hz"),
-        (lambda: best_effort_pack([0], [-1.0], 1.0, "stop"), "min_bandwidth_hz"),
-        (lambda: best_effort_pack([0], [1.0], -1.0, "stop"), "total_bandwidth_hz"),
-        (lambda: best_effort_pack([0], [1.0], INF, "stop"), "total_bandwidth_hz"),
-        (lambda: best_channel(np.ones(3, bool), ONES2, ONES2, 1.0), "available"),
-        (lambda: best_channel(np.ones(2, int), ONES2, ONES2, 1.0), "available"),
-        (lambda: best_norm(BOOL2, np.ones(3), ONES2, 1.0), "update_norm"),
-        (lambda: best_norm(BOOL2, ONES2, ONES2, 1.0, rule="all"), "stop, skip"),
-        (lambda: power_of_choice(BOOL2, ONES2, ONES2, 1.0, -1, RNG), "num_candidates"),
-        (lambda: power_of_choice(BOOL2, ONES2, ONES2, 1.0, 1.5, RNG), "num_candidates"),
-    ],
-)
-def test_bad_input_is_refused(call, match):
-    with pytest.raises(ValueError, match=match):
-        call()
+def test_an_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="stop, skip"):
+        best_effort_pack([0], [1.0], 1.0, "greedy")
 
 
 # --- BC / BN2 ----------------------------------------------------------------------------------
@@ -125,15 +101,6 @@ def test_best_channel_hand_case_with_ties_nan_and_unavailable():
     )
 
 
-def test_best_channel_stop_vs_skip():
-    gain = np.array([4.0, 3.0, 2.0, 1.0])
-    need = np.array([1.0, 5.0, INF, 1.0])
-    avail = np.ones(4, dtype=bool)
-    # order 0, 1, 2, 3 with 3 Hz: take 0; 1 needs 6 > 3 -> stop: {0}; skip: 2 infeasible, 3 fits.
-    np.testing.assert_array_equal(best_channel(avail, gain, need, 3.0), [1, 0, 0, 0])
-    np.testing.assert_array_equal(best_channel(avail, gain, need, 3.0, "skip"), [1, 0, 0, 1])
-
-
 @pytest.mark.parametrize("selector", [best_channel, best_norm])
 def test_ranked_selectors_match_slow_reference(selector):
     rng = np.random.default_rng(5)
@@ -152,13 +119,6 @@ def test_ranked_selectors_match_slow_reference(selector):
             assert not np.any(mask & ~avail)
             assert not np.any(mask & ~np.isfinite(need))
             assert not np.any(mask & np.isnan(scores))
-
-
-def test_best_norm_orders_by_norm():
-    norm = np.array([0.1, 2.0, 1.0])
-    need = np.array([1.0, 1.0, 1.0])
-    # 2 Hz: the two largest norms, devices 1 and 2
-    np.testing.assert_array_equal(best_norm(np.ones(3, bool), norm, need, 2.0), [0, 1, 1])
 
 
 def test_poc_all_candidates_is_loss_ranking():
@@ -210,26 +170,3 @@ def test_poc_same_seed_same_result_and_never_bad_devices():
         assert not np.any(a & ~np.isfinite(need))
         assert not np.any(a & np.isnan(loss))
         assert a.sum() <= 4
-
-
-def test_min_bandwidth_validated_once_per_public_call(monkeypatch):
-    from fedcgd_strategy import selectors
-
-    calls = []
-    real = selectors.as_min_bandwidths
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(selectors, "as_min_bandwidths", counting)
-    avail, score, need = np.ones(3, bool), np.array([3.0, 1.0, 2.0]), np.ones(3)
-    for call in (
-        lambda: best_channel(avail, score, need, 2.0),
-        lambda: best_norm(avail, score, need, 2.0),
-        lambda: power_of_choice(avail, score, need, 2.0, 2, np.random.default_rng(0)),
-        lambda: best_effort_pack([0, 2, 1], need, 2.0),
-    ):
-        calls.clear()
-        assert call().sum() == 2
-        assert len(calls) == 1

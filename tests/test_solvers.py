@@ -197,21 +197,6 @@ def test_fscd_stages_never_worse_than_their_start() -> None:
             assert result.iterations == len(stages) + sum(s.swaps for s in stages)
 
 
-def test_cd_is_seeded_and_a_local_optimum() -> None:
-    rng = np.random.default_rng(17)
-    for _ in range(20):
-        problem = random_problem(rng, int(rng.integers(4, 16)))
-        first = solve(problem, "cd", rng=np.random.default_rng(99))
-        second = solve(problem, "cd", rng=np.random.default_rng(99))
-        np.testing.assert_array_equal(first.selected, second.selected)
-        # no feasible single flip improves
-        for device in np.flatnonzero(problem.feasible):
-            trial = first.selected.copy()
-            trial[device] = not trial[device]
-            if trial.any() and problem.is_feasible(trial):
-                assert problem.objective(trial) >= first.objective * (1 - 1e-12)
-
-
 def test_exact_on_large_instance_beats_heuristics() -> None:
     rng = np.random.default_rng(19)
     problem = SchedulingProblem(

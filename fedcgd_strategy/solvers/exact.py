@@ -146,28 +146,21 @@ def best_wemd_milp(
 def exact_schedule(
     problem: SchedulingProblem, *, milp_time_limit_s: float | None = None
 ) -> ScheduleResult:
-    """Solve P1 to optimality (tested against brute force for ``V <= 14``).
+    """Solve P1 (:mod:`fedcgd_strategy.problem`) to optimality (tested against brute force).
 
-    Problem P1 is stated in :mod:`fedcgd_strategy.problem`.
+    Not in the paper, which reports the optimum without saying how it was found: the incumbent
+    starts as the better of GS and FSCD. For a fixed size ``S`` and batch total ``T`` the sampling
+    term is the constant ``sigma / sqrt(T)``, so only the WEMD remains, a MILP
+    (:func:`best_wemd_milp`) that has to beat ``incumbent - sigma / sqrt(T)``. Pairs are visited
+    by ``T`` descending (:func:`size_batch_pairs`) until ``sigma / sqrt(T)`` alone no longer
+    beats the incumbent. Each MILP answer is polished by FSCD's 1-step transits (only removes the
+    residue of HiGHS' tolerances); one that exceeds ``B`` beyond the rounding slack is solved again
+    with the budget tightened by 1e-7 relative.
 
-    Algorithm (not in the paper, which reports the optimum without saying how it was found): the
-    incumbent starts as the better of the GS and FSCD schedules. For a fixed size ``S`` and batch
-    total ``T = sum_v x_v b_v`` the sampling term is the constant ``sigma / sqrt(T)`` and the
-    WEMD is a MILP (:func:`best_wemd_milp`) that only has to beat ``cutoff = incumbent -
-    sigma / sqrt(T)``. Pairs ``(S, T)`` are visited by ``T`` descending
-    (:func:`size_batch_pairs`; with a uniform ``b`` this is ``S`` from large to small, one MILP
-    per size); the loop stops once ``sigma / sqrt(T)`` alone is no better than the incumbent, since
-    every later pair has a larger sampling term. Each MILP answer is polished by FSCD's 1-step
-    transits (:func:`~fedcgd_strategy.solvers.heuristics.swap_search`), which only removes the
-    residue of HiGHS' feasibility/integrality tolerances. If the rounded MILP answer exceeds ``B``
-    beyond the rounding slack, the MILP is solved again with the budget tightened by 1e-7
-    relative.
-
-    P1 is NP-hard (paper Lemma lemma4; measured times: docs/running.md): ``milp_time_limit_s``
-    (seconds per MILP; ``None``: none, the answer is optimal) caps each MILP. ``iterations`` =
-    MILPs solved; ``lower_bound`` = a proven lower bound on the optimum (``objective`` unless a
-    time limit was hit); an empty schedule with objective ``inf`` when no device is feasible or
-    fits. Raises ValueError naming ``batch_size`` for too many ``(S, T)`` pairs.
+    P1 is NP-hard (paper Lemma lemma4; times: docs/running.md): ``milp_time_limit_s`` (s per MILP;
+    None: the optimum) caps each MILP. ``iterations`` = MILPs solved; ``lower_bound`` = a proven
+    lower bound (``objective`` unless a time limit was hit); an empty schedule with objective
+    ``inf`` when no device is feasible or fits. ValueError naming ``batch_size`` for too many pairs.
     """
     uniform = problem.uniform_batch
     best_mask = np.zeros(problem.num_devices, dtype=bool)

@@ -138,16 +138,6 @@ class FscdStage:
     swaps: int
 
 
-def largest_batch_totals(problem: SchedulingProblem) -> NDArray[np.int64]:
-    """``out[k]`` = largest ``sum_v b_v`` over ``k`` feasible devices, ``k = 0 .. #feasible``.
-
-    Used by FSCD's early exit: no schedule with ``k`` or fewer devices has a sampling term below
-    ``sigma / sqrt(out[k])``.
-    """
-    batch = np.sort(problem.batch_size_array[problem.feasible])[::-1]
-    return np.concatenate([[0], np.cumsum(batch)]).astype(np.int64)
-
-
 def swap_search(
     problem: SchedulingProblem, mask: NDArray[np.bool_]
 ) -> tuple[NDArray[np.bool_], float, int]:
@@ -172,7 +162,10 @@ def fscd_stages(problem: SchedulingProblem) -> list[FscdStage]:
     search = TransitSearch(problem)
     # B* >= 0, so the sizes whose cheapest devices fit are 1 .. largest.
     largest = int(np.count_nonzero(np.cumsum(search.sorted_hz) <= problem.bandwidth_limit_hz))
-    exit_bounds = np.asarray(sampling_term(problem.sigma, largest_batch_totals(problem)))
+    # exit_bounds[k]: sigma / sqrt(largest sum of b_v over k feasible devices), k = 0 .. #feasible
+    batch = np.sort(problem.batch_size_array[problem.feasible])[::-1]
+    totals = np.concatenate([[0], np.cumsum(batch)]).astype(np.int64)
+    exit_bounds = np.asarray(sampling_term(problem.sigma, totals))
     stages: list[FscdStage] = []
     with single_threaded_blas():
         for size in range(largest, 0, -1):

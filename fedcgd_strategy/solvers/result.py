@@ -80,11 +80,9 @@ class ScheduleResult:
 
 @dataclass(frozen=True)
 class ProblemArrays:
-    """The arrays of a P1 instance in the form the vectorised solvers use (read-only views).
+    """The arrays of a P1 instance under the short names the vectorised solvers use (read-only).
 
-    ``labels`` p_v [V, C], ``target`` p [C], ``gradient`` G_c [C], ``batch`` b_v [V],
-    ``bandwidth_hz`` B*_v [V] in Hz (``inf`` = infeasible), ``limit_hz`` the budget with the
-    rounding slack, ``feasible`` bool [V], ``sigma``.
+    ``limit_hz`` is the budget with the rounding slack (``bandwidth_limit_hz``).
     """
 
     labels: FloatArray

@@ -138,11 +138,6 @@ class TransitSearch:
         on the dense grid, and the number of accepted transits.
         """
         selected = np.array(mask, dtype=bool, copy=True)
-        if not selected.any() or np.any(selected & ~self.arrays.feasible):
-            raise ValueError(
-                "mask: the transit search needs a non-empty schedule of feasible devices, got "
-                f"{np.flatnonzero(selected).tolist()}"
-            )
         sums = RunningSums.of(self.arrays, selected)
         current = sums.objective(self.arrays)
         outside = ~selected[self.order]

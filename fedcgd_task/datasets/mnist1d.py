@@ -121,7 +121,7 @@ def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArray
     The headers must declare exactly the shapes and dtypes ``arguments`` generate before any data
     is read; the stored digest of ``key`` and the arrays must match after.
     """
-    from channel.npz import npz_headers
+    from fedcgd_task.npz import npz_headers
 
     total, length = int(arguments["num_samples"]), int(arguments["final_seq_length"])
     train = int(total * float(arguments["train_split"]))

@@ -1,8 +1,8 @@
 """Reading ``.npz`` archives with bounds: every array's header before any of its data.
 
 ``numpy.load`` allocates each array at its declared shape and inflates members without limit;
-:func:`npz_headers` reads only the ``.npy`` headers, so callers check names, dtypes, shapes and
-size first (channel traces, the MNIST-1D cache). Pure numpy.
+:func:`npz_headers` reads only the ``.npy`` headers, so that callers check names, dtypes, shapes
+and size first (channel traces, the MNIST-1D cache: files on disk are untrusted). Pure numpy.
 """
 
 from __future__ import annotations
@@ -13,10 +13,6 @@ import zipfile
 from dataclasses import dataclass
 
 import numpy as np
-
-#: First bytes of a zip archive (an .npz is one) and of a single .npy array.
-ZIP_MAGIC = b"PK\x03\x04"
-NPY_MAGIC = b"\x93NUMPY"
 
 
 @dataclass(frozen=True)
@@ -40,17 +36,17 @@ def npz_headers(path: str | os.PathLike[str]) -> dict[str, ArrayHeader]:
     dtype or an unreadable header; OSError when the file cannot be opened.
     """
     with open(path, "rb") as handle:
-        magic = handle.read(len(NPY_MAGIC))
-    if magic == NPY_MAGIC:
+        magic = handle.read(6)
+    if magic == b"\x93NUMPY":
         raise ValueError("is a single .npy array, not an .npz archive")
-    if not magic.startswith(ZIP_MAGIC):  # never let np.load fall back to other formats
+    if not magic.startswith(b"PK\x03\x04"):  # never let np.load fall back to other formats
         raise ValueError("is not an .npz archive (no zip header)")
     headers: dict[str, ArrayHeader] = {}
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
-                name = info.filename
-                if not name.endswith(".npy"):
+                name = info.filename.removesuffix(".npy")
+                if name == info.filename:
                     raise ValueError(f"holds {name!r}, which is not an .npy array")
                 with archive.open(info) as member:
                     version = np.lib.format.read_magic(member)
@@ -59,10 +55,10 @@ def npz_headers(path: str | os.PathLike[str]) -> dict[str, ArrayHeader]:
                     elif version == (2, 0):
                         shape, _, dtype = np.lib.format.read_array_header_2_0(member)
                     else:
-                        raise ValueError(f"array {name[:-4]!r} has .npy format {version}")
+                        raise ValueError(f"array {name!r} has .npy format {version}")
                 if dtype.hasobject:
-                    raise ValueError(f"array {name[:-4]!r} holds Python objects (pickled data)")
-                headers[name[:-4]] = ArrayHeader(tuple(int(s) for s in shape), dtype)
+                    raise ValueError(f"array {name!r} holds Python objects (pickled data)")
+                headers[name] = ArrayHeader(tuple(int(s) for s in shape), dtype)
     except (zipfile.BadZipFile, EOFError) as err:
         raise ValueError(f"is not a readable .npz archive ({err})") from err
     return headers
