@@ -173,13 +173,15 @@ def write_trace(
 ) -> ChannelTrace:
     """Validate ``available`` and ``gain_lin`` (``(R, V)``) and write them as a trace at ``path``.
 
-    Written under exactly ``path`` (``numpy.savez`` would append ``.npz`` to a name); raises
-    :class:`TraceError` (nothing written) when :class:`ChannelTrace` refuses the arrays. A write
-    cut short leaves a file that :func:`load_trace` refuses.
+    Written under exactly ``path`` (``numpy.savez`` would append ``.npz`` to a name), through a
+    temporary file and ``os.replace``: a write cut short leaves any earlier trace there intact.
+    Raises :class:`TraceError` (nothing written) when :class:`ChannelTrace` refuses the arrays.
     """
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
-    with open(path, "wb") as out:
+    partial = f"{os.fspath(path)}.partial"
+    with open(partial, "wb") as out:
         np.savez(out, available=trace.available, gain_lin=trace.gain_lin)
+    os.replace(partial, path)
     return trace
 
 

@@ -123,6 +123,20 @@ def test_write_trace_writes_exactly_the_path_and_the_two_arrays(tmp_path):
         trace.gain_lin[0, 0] = 1.0
 
 
+def test_a_write_cut_short_keeps_the_earlier_trace(tmp_path, monkeypatch):
+    path = tmp_path / "trace.npz"
+    write_trace(path, np.ones((1, 2), dtype=bool), np.full((1, 2), 2.0))
+
+    def cut_short(out, **arrays):
+        out.write(b"PK\x03\x04 half an archive")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(np, "savez", cut_short)
+    with pytest.raises(OSError, match="No space"):
+        write_trace(path, np.ones((1, 2), dtype=bool), np.full((1, 2), 3.0))
+    assert load_trace(path).gain_lin.tolist() == [[2.0, 2.0]]
+
+
 @pytest.mark.parametrize(
     ("available", "gain_lin", "message"),
     [
