@@ -1,8 +1,6 @@
-"""A run's folder and checkpoints: the claim on the folder, checkpoints tied to their run, resume.
+"""A run's checkpoint (tied to its run, loaded safely), the claim on its folder, resume checks.
 
-The claim: docs/design.md, "One writer per folder"; what a checkpoint holds: docs/running.md,
-"What a run writes"; how a resume is checked: docs/deployment.md and docs/design.md, "Safe
-loading" (a checkpoint carries :func:`run_identity`; another run's is refused in one line).
+See docs/design.md, "Safe loading" and "One writer per folder".
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
 from fedcgd_task.settings import RECORDED, unread_settings
 from server_app.config import RunConfig
-from server_app.nested import DESCEND, map_nested
 from server_app.run_folder.files import atomic_write, read_json_object
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.results import (
@@ -45,8 +42,7 @@ from server_app.run_folder.run_status import (
     settings_differences,
 )
 
-#: The checkpoint's format (2: with :func:`run_identity`; 3: the aggregator state untagged,
-#: restored by kind); another format is refused on resume.
+#: The one checkpoint format this app reads (another is refused on resume).
 CHECKPOINT_FORMAT = 3
 
 
@@ -55,10 +51,7 @@ class CheckpointRefusedError(OneLineMessage, ValueError):
 
 
 def run_identity(config: RunConfig) -> dict[str, Any]:
-    """What ties a checkpoint to its run: format, seed, policy, settings JSON and its SHA-256.
-
-    The settings are those that change what a run computes (flat, sorted, JSON values).
-    """
+    """What ties a checkpoint to its run: format, seed, policy, settings JSON and its SHA-256."""
     settings = json_ready(config.to_dict())
     skip = {"num_server_rounds", *unread_settings(settings)}
     kept = {k: v for k, v in flat_settings(settings).items() if k not in skip}
@@ -73,13 +66,7 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
 
 
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse a checkpoint that another run (or another format of the app) wrote.
-
-    Raises
-    ------
-    CheckpointRefusedError
-        One line naming the field (format, seed, policy, a setting), both values.
-    """
+    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint."""
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     version = found.get("format", 1)
@@ -108,10 +95,7 @@ _RUN_CONFIG_KEY["cell.num_devices"] = "num-devices"
 
 
 def _run_config_key(name: str) -> str:
-    """A recorded setting as the run config spells it (``cell.deadline_s``: ``channel.deadline-s``).
-
-    ``policy_params.window`` -> ``policy-params.window``; an unknown name stays as it is.
-    """
+    """A recorded setting as the run config spells it (``cell.x_y``: ``channel.x-y``)."""
     head, _, rest = name.partition(".")
     if name in _RUN_CONFIG_KEY or head not in _RUN_CONFIG_KEY:
         return _RUN_CONFIG_KEY.get(name, name)
@@ -119,12 +103,12 @@ def _run_config_key(name: str) -> str:
 
 
 def _same_value(found: object, wanted: object) -> bool:
-    """``found == wanted`` for plain values of the same type (a tensor or a list never is)."""
+    """``found == wanted`` and of the same type."""
     return type(found) is type(wanted) and found == wanted
 
 
 def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
-    """The first setting that differs, with both values (from the checkpoint's settings)."""
+    """The first setting that differs, with both values."""
     text = found.get("settings")
     digest = found.get("settings_sha256")
     if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
@@ -150,8 +134,10 @@ def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str
     )
 
 
-#: Tag of a numpy array stored as a tensor in a checkpoint (see :func:`_tagged_tensor`).
+#: Tag of a numpy array stored as a tensor in a checkpoint (``weights_only`` loading reads it).
 NUMPY_TAG = "__numpy__"
+#: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
+MAX_CHECKPOINT_BYTES = 8 * 2**30
 
 
 @dataclass(frozen=True)
@@ -171,42 +157,46 @@ class Checkpoint:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-def _tagged_tensor(value: Any) -> Any:
-    """A numpy array as a tagged tensor (``weights_only`` loading reads it)."""
+def _tagged(value: Any) -> Any:
+    """``value`` with its numpy arrays as tagged tensors (dicts, lists and tuples rebuilt)."""
     if isinstance(value, np.ndarray):
         return {NUMPY_TAG: torch.from_numpy(np.array(value, copy=True))}
-    return DESCEND
+    if isinstance(value, dict):
+        return {key: _tagged(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_tagged(item) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
-def _untagged_array(value: Any) -> Any:
-    """The inverse of :func:`_tagged_tensor`."""
-    if isinstance(value, dict) and set(value) == {NUMPY_TAG}:
-        if isinstance(value[NUMPY_TAG], torch.Tensor):
+def _untagged(value: Any) -> Any:
+    """The inverse of :func:`_tagged`."""
+    if isinstance(value, dict):
+        if set(value) == {NUMPY_TAG} and isinstance(value[NUMPY_TAG], torch.Tensor):
             return value[NUMPY_TAG].numpy().copy()
-    return DESCEND
+        return {key: _untagged(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_untagged(item) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
 def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
     data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
     for name in ("policy_state", "aggregator_state"):
-        data[name] = map_nested(data[name], _tagged_tensor)
+        data[name] = _tagged(data[name])
     return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
-#: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
-MAX_CHECKPOINT_BYTES = 8 * 2**30
-
-
 def load_checkpoint(result_dir: Path) -> Checkpoint:
-    """Read ``checkpoint.pt`` from ``result_dir``.
+    """Read ``checkpoint.pt`` from ``result_dir`` (``weights_only``: no pickled code runs).
 
-    Raises
-    ------
-    FileNotFoundError
-        Naming the folder, when it holds no checkpoint.
+    Raises FileNotFoundError when there is none; ValueError (one line) when it is not a
+    regular file, too large, or not a checkpoint of this app.
     """
     path = result_dir / CHECKPOINT_FILE
+    head = f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE}"
     if not path.exists():
         raise FileNotFoundError(
             f"run-config key 'resume-from' = '{result_dir}': no {CHECKPOINT_FILE} there (was the "
@@ -214,34 +204,30 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
         )
     if path.is_symlink() or not path.is_file():
         raise ValueError(
-            f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} is not a regular "
-            "file (a link or a folder); the folder cannot be resumed"
+            f"{head} is not a regular file (a link or a folder); the folder cannot be resumed"
         )
-    size = path.stat().st_size
-    if size > MAX_CHECKPOINT_BYTES:
+    if (size := path.stat().st_size) > MAX_CHECKPOINT_BYTES:
         raise ValueError(
-            f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} holds {size} "
-            f"bytes, more than {MAX_CHECKPOINT_BYTES} (not a checkpoint of this app)"
+            f"{head} holds {size} bytes, more than {MAX_CHECKPOINT_BYTES} (not a checkpoint of "
+            "this app)"
         )
     try:
         data = _dict(torch.load(path, weights_only=True, map_location="cpu"), "it")
-        done = data["round"]
-        if type(done) is not int or not 1 <= done <= MAX_SERVER_ROUNDS:
+        if type(done := data["round"]) is not int or not 1 <= done <= MAX_SERVER_ROUNDS:
             raise ValueError(f"round = {done!r}, not a whole number in [1, {MAX_SERVER_ROUNDS}]")
-        values: dict[str, Any] = {"round": done}
-        for part in fields(Checkpoint)[1:]:  # the fields with a default are newer: {} if missing
-            value = data[part.name] if part.default_factory is MISSING else data.get(part.name, {})
-            values[part.name] = (
-                _seconds(value) if part.name == "elapsed_s" else _dict(value, part.name)
-            )
+        parts = {f.name: _dict(data.get(f.name, {}), f.name) for f in fields(Checkpoint)[6:]}
+        for name in ("model", "policy_state", "cell_rng_state", "policy_rng_state"):
+            parts[name] = _dict(data[name], name)
+        elapsed = data["elapsed_s"]
+        plain = isinstance(elapsed, float | int) and not isinstance(elapsed, bool)
+        if not (plain and math.isfinite(elapsed) and elapsed >= 0):
+            raise ValueError(f"elapsed_s = {elapsed!r}, not seconds >= 0")
         for name in ("policy_state", "aggregator_state"):
-            values[name] = map_nested(values[name], _untagged_array)
-        return Checkpoint(**values)
+            parts[name] = _untagged(parts[name])
+        return Checkpoint(round=done, elapsed_s=float(elapsed), **parts)
     except Exception as err:  # whatever a torn, foreign or tampered file makes torch raise
-        reason = first_line(err)
         raise CheckpointRefusedError(
-            f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE} cannot be read "
-            f"(truncated or not a checkpoint of this app: {reason})"
+            f"{head} cannot be read (truncated or not a checkpoint of this app: {first_line(err)})"
         ) from err
 
 
@@ -250,15 +236,6 @@ def _dict(value: object, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"{name} holds a {type(value).__name__}, not a dict")
     return value
-
-
-def _seconds(value: object) -> float:
-    """``value`` when it is a float or int >= 0 (not a bool, str, NaN or inf)."""
-    plain = isinstance(value, float | int) and not isinstance(value, bool)
-    seconds = float(value) if plain else math.nan  # type: ignore[arg-type]  # plain: a number
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise ValueError(f"elapsed_s = {value!r}, not seconds >= 0")
-    return seconds
 
 
 def checkpoint_round(result_dir: Path) -> int | None:
@@ -270,17 +247,13 @@ def checkpoint_round(result_dir: Path) -> int | None:
 
 
 def save_model(result_dir: Path, state: dict[str, torch.Tensor]) -> Path:
-    """Write the final model ``model.pt`` in ``result_dir`` atomically; return its path."""
+    """Write the final model ``model.pt`` in ``result_dir`` atomically."""
     return atomic_write(result_dir / MODEL_FILE, lambda handle: torch.save(state, handle))
 
 
 @dataclass(frozen=True)
 class ResumePlan:
-    """How to continue a run: its checkpoint and its metrics lines up to it.
-
-    ``finish_only``: no round is left, but the run's end (``model.pt``, ``summary.json``, status)
-    is still to write.
-    """
+    """How to continue a run (``finish_only``: no round left, only the run's end to write)."""
 
     checkpoint: Checkpoint
     lines: list[dict[str, Any]]
@@ -288,10 +261,7 @@ class ResumePlan:
 
 
 def check_same_settings(result_dir: Path, config: RunConfig) -> None:
-    """Refuse (one line) to resume ``result_dir`` with settings other than its ``config.json``'s.
-
-    Only ``num_server_rounds`` and :func:`fedcgd_task.settings.unread_settings` may differ.
-    """
+    """Refuse (one line) to resume ``result_dir`` with other settings than its ``config.json``."""
     path = result_dir / CONFIG_FILE
     try:
         recorded = read_json_object(path)
@@ -319,7 +289,7 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
 
 
 def run_finished(result_dir: Path) -> bool:
-    """True when the run wrote its end: status ``completed``, or no status but ``summary.json``."""
+    """True when the run wrote its end (status ``completed``; no status: ``summary.json``)."""
     status = read_status(result_dir)
     if status is not None:
         return status.state == COMPLETED
@@ -327,11 +297,7 @@ def run_finished(result_dir: Path) -> bool:
 
 
 def check_resume(config: RunConfig) -> ResumePlan:
-    """Check (reading only) that ``config.resume_from`` can go on to ``num_server_rounds``.
-
-    Raises FileNotFoundError (no folder or checkpoint) or ValueError (unreadable checkpoint or
-    metrics, other settings, another run's checkpoint, nothing left to run), one line.
-    """
+    """Check (reading only) that ``config.resume_from`` can go on; one-line errors."""
     folder = Path(config.resume_from)
     key = f"run-config key 'resume-from' = '{folder}'"
     if not folder.exists():
@@ -363,11 +329,10 @@ class ClaimedRun:
 
 
 def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
-    """Lock the run's folder (creating it for a new run) and check it under the lock.
+    """Lock the run's folder (created for a new run) and check it under the lock.
 
-    ``writer``: take the writer lock too (the ServerApp); ``fresh_name``: ``config.result_dir``
-    is a default name, suffixed when taken. Raises what :func:`check_resume`,
-    ``check_new_result_dir`` and ``claim_folder`` raise (a live holder named by its PID).
+    ``writer``: take the writer lock too (the ServerApp), and remove the temporary files a
+    killed writer left; ``fresh_name``: a default name, suffixed when taken.
     """
     folder = Path(config.result_dir)
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
@@ -383,7 +348,7 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     except BaseException:
         claim.abandon()
         raise
-    for left in claim.folder.glob(".*.tmp") if writer else ():  # no other writer: a killed one's
+    for left in claim.folder.glob(".*.tmp") if writer else ():
         ours = any(left.name.startswith(f".{name}.") for name in RUN_FILES)
         if ours and left.is_file() and not left.is_symlink():
             left.unlink(missing_ok=True)

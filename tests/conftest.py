@@ -47,7 +47,6 @@ LONGEST_FIRST = (
     "test_folder_locks.py::test_a_comparison_into_a_live_out_is_refused_naming_its_pid",
     "test_folder_locks.py::test_a_resume_of_a_live_run_is_refused_naming_its_pid",
     "test_readme_commands.py::test_compare_policies_own_policy_command_runs",
-    "test_folder_locks.py::test_default_folders_of_runs_started_together_never_collide",
     "test_folder_locks.py::test_two_runs_started_together_into_one_folder_one_is_refused_naming_the_other",
     "test_resume.py::test_killed_and_resumed_run_equals_the_uninterrupted_run",
     "test_processes.py::test_a_missing_cifar_folder_is_not_created",

@@ -1,9 +1,4 @@
-"""The process tree as ``/proc`` tells it, read here and not with the code under test.
-
-The tests that stop commands check, with these, that every process a command started is gone;
-experiments/run/processes.py reads the same files for the product, so this is written apart
-from it (a child map walked depth first) to stay an independent witness.
-"""
+"""The process tree as ``/proc`` tells it, read here apart from the code under test (a witness)."""
 
 from __future__ import annotations
 
@@ -12,11 +7,7 @@ from pathlib import Path
 
 
 def stat_fields(pid: int | str) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name, or None once it is gone.
-
-    The command name (field 2) is in parentheses and may hold spaces or parentheses itself, so
-    the fields start after the last ``)``: state, parent PID, process group, session, ...
-    """
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent, ...), or None."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -45,12 +36,6 @@ def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"
-
-
-def session_of(pid: int) -> str | None:
-    """The session ID of ``pid`` (None once it is gone)."""
-    fields = stat_fields(pid)
-    return None if fields is None else fields[3]
 
 
 def marked(name: str) -> set[int]:

@@ -49,11 +49,9 @@ def rounds_written(folder: Path) -> int:
 
 
 def whole_run(folder: Path, values: dict, *, per_device: bool = False) -> None:
-    """The uninterrupted run of the run config ``values`` into ``folder``, in this process (the
-    in-process engine: the same results as the engine in a child process).
+    """The uninterrupted run of ``values`` into ``folder``, in this process.
 
-    ``per_device``: one device at a time, as ``flwr run`` computes (docs/running.md, "Same seed,
-    same run": cohort execution sums in another order, equal only up to rounding).
+    ``per_device``: one device at a time, as ``flwr run`` computes (cohorts sum in another order).
     """
     from experiments.run.inprocess import run_inprocess
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir

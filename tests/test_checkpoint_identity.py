@@ -1,10 +1,7 @@
 """A checkpoint belongs to its run: another run's is refused, a damaged one too, before any write.
 
-Each case is a hostile resume: a checkpoint copied from another seed's, policy's or setting's
-folder, one whose aggregator state was edited to switch DP off or change FedAdam's settings,
-one whose model, policy state or generator state does not fit the run. Every refusal is one
-line, and the folder's files (status, config, metrics, checkpoint) stay byte for byte as they
-were.
+Each case is a hostile resume (another run's checkpoint, an edited aggregator state, a model or
+state that does not fit): refused in one line, the folder's files left byte for byte.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ from server_app.checkpoint import (
     run_identity,
 )
 from server_app.config import RunConfig, parse_run_config
-from server_app.run_folder.results import METRICS_FILE, MODEL_FILE, RUN_FILES, json_ready
+from server_app.run_folder.results import METRICS_FILE, RUN_FILES, json_ready
 
 DEVICES, ROUNDS = 6, 2
 FIXED_DP = "DifferentialPrivacyServerSideFixedClipping"
@@ -252,56 +249,7 @@ def test_a_checkpoint_that_does_not_fit_the_run_leaves_the_folder_as_it_was(runs
     assert message.startswith(f"run-config key 'resume-from' = '{folder}': checkpoint.pt")
 
 
-def test_a_wrong_shape_model_is_refused_by_the_command_in_one_line(capsys, runs, tmp_path):
-    folder = copy_run(runs, "seed0", tmp_path)
-    edit_checkpoint(folder, _short_model)
-    before = files(folder)
-    code, err = resume_command(capsys, folder, seed=0)
-    assert code == 2 and len(err) == 1, err
-    assert "does not fit the run's model" in err[0] and "has shape" in err[0], err[0]
-    assert files(folder) == before
-
-
 # --- the aggregator's settings are the run config's, never the checkpoint's -----------------
-
-
-def dp_config(folder: Path, rounds: int, **changes: Any) -> dict[str, Any]:
-    """Fixed-clipping DP, z = 5, C = 0.5 (the DP case of the issue)."""
-    settings = overrides(
-        **{
-            "num-server-rounds": rounds,
-            "aggregator": FIXED_DP,
-            "aggregator-params.noise-multiplier": 5.0,
-            "aggregator-params.clipping-norm": 0.5,
-            **changes,
-        }
-    )
-    return checkpointed_run_config(folder, **settings)
-
-
-def test_a_dp_checkpoint_that_switches_noise_and_clipping_off_is_refused(tmp_path):
-    whole, part = tmp_path / "whole", tmp_path / "part"
-    run_inprocess(dp_config(whole, 3))
-    run_inprocess(dp_config(part, 2))
-    honest = (part / CHECKPOINT_FILE).read_bytes()
-
-    def no_privacy(data: dict[str, Any]) -> None:
-        data["aggregator_state"]["noise_multiplier"] = 0.0
-        data["aggregator_state"]["clipping_norm"] = 1e30
-
-    edit_checkpoint(part, no_privacy)
-    before = files(part)
-    with pytest.raises(
-        ValueError, match=r"the aggregator state holds .*'noise_multiplier'.*; the run's .* keeps"
-    ):
-        run_inprocess(dp_config(part, 3, **{"resume-from": str(part)}))
-    assert files(part) == before
-    # the honest checkpoint resumes with z = 5, C = 0.5: round 3 draws the same noise as the
-    # uninterrupted run's round 3, so the final models are equal
-    (part / CHECKPOINT_FILE).write_bytes(honest)
-    run_inprocess(dp_config(part, 3, **{"resume-from": str(part)}))
-    a, b = torch.load(whole / MODEL_FILE), torch.load(part / MODEL_FILE)
-    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def stepped(name: str, params: dict[str, Any], rounds: int = 2):
@@ -354,30 +302,6 @@ def test_a_held_strategys_setting_is_refused_too():
     with pytest.raises(ValueError, match=r"holds .*'strategy.server_learning_rate'.*; the run's"):
         load_aggregator_state(fresh, state, reference)
     assert fresh.strategy.server_learning_rate == 1.0
-
-
-@pytest.mark.parametrize("name", ["FedAdam", "FedAvgM", ADAPTIVE_DP])
-def test_restored_state_continues_exactly_as_the_uninterrupted_aggregator(name):
-    """What a resume restores is enough: the next round's aggregate (with DP its noise too)
-    equals the uninterrupted strategy's, and the settings are the configured ones."""
-    params = {
-        "FedAdam": {"eta": 0.05},
-        "FedAvgM": {"server-momentum": 0.9},
-        ADAPTIVE_DP: {"noise-multiplier": 0.5, "strategy": "FedAvgM", **COUNT_NOISE},
-    }[name]
-    if name == ADAPTIVE_DP:
-        params["strategy-params"] = {"server-momentum": 0.9}
-    whole, current, models = stepped(name, params)
-    fresh = make_aggregator(name, params, 3)
-    load_aggregator_state(fresh, aggregator_state(whole), current)
-    if name == ADAPTIVE_DP:
-        assert fresh.clipping_norm == whole.clipping_norm != 0.1  # the adapted norm is state
-        configured = make_aggregator(name, params, 3).noise_multiplier  # Flower's effective z
-        assert fresh.noise_multiplier == whole.noise_multiplier == configured
-    a, _ = aggregate_uploads(whole, 3, models, [1, 2, 3], current, seed=4)
-    b, _ = aggregate_uploads(fresh, 3, models, [1, 2, 3], current, seed=4)
-    assert a is not None and b is not None
-    assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
 STATE_PARAMS: dict[str, dict[str, Any]] = {
@@ -532,6 +456,10 @@ NOT_CHECKPOINTS = {
          "policy_rng_state": {}, "elapsed_s": 0.0},
         "model holds a Tensor, not a dict)",
     ),
+    # an untagged array: torch refuses it (its message named without escape codes, issue 50)
+    "untagged-array": (
+        {"round": 1, "policy_state": {"avg": np.arange(3.0)}}, "Weights only load failed"
+    ),
     "elapsed-text": (
         {"round": 1, "model": {}, "policy_state": {}, "cell_rng_state": {},
          "policy_rng_state": {}, "elapsed_s": "1"},
@@ -551,6 +479,6 @@ def test_a_file_that_is_no_checkpoint_is_refused_in_one_line(tmp_path, name):
         f"run-config key 'resume-from' = '{tmp_path}': checkpoint.pt cannot be read (truncated "
         "or not a checkpoint of this app: "
     )
-    assert said in message and "\n" not in message, message
+    assert said in message and message.isprintable() and "[1m" not in message, message
     if not isinstance(content, dict):  # the runs table's reading too
         assert checkpoint_round(tmp_path) is None

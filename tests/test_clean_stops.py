@@ -1,10 +1,7 @@
 """A stop is always clean: SIGINT / SIGTERM take effect between writes (issue 30, point 3).
 
-A signal delivered while a result file is written (here: sent from inside the write, so the
-moment is exact) is held until the file is whole, then stops the run: status ``stopped`` with
-the round reached, every file whole, exit 130 / 143, and the printed command finishes the run
-as if it had never stopped. Before the fix a SIGINT inside ``torch.save`` failed the run
-(``RuntimeError: ... unexpected pos``) and any stop left the status ``failed``.
+A signal sent from inside a write is held until the file is whole, then stops the run: status
+``stopped``, every file whole, exit 130 / 143, and the printed command finishes the run.
 """
 
 from __future__ import annotations
@@ -58,10 +55,8 @@ def signal_inside_torch_save(monkeypatch, signum: int, call: int) -> None:
     monkeypatch.setattr(torch, "save", save)
 
 
-#: The file a signal is sent from, the call that sends it, and which of that file's calls:
-#: round 3's metrics line is the third line appended (``os.write``, before the line goes in);
-#: round 3's status is the fourth written (``os.replace`` of its temporary file: written, not yet
-#: renamed; the first says the run started).
+#: The file a signal is sent from, the call that sends it, and which of that file's calls
+#: (round 3's line is the third appended; its status the fourth written, after the start's).
 WRITES = {
     "metrics.jsonl": ("write", "metrics.jsonl", STOP_ROUND),
     "status.json": ("replace", ".status.json.", 4),

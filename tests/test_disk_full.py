@@ -1,8 +1,4 @@
-"""A full disk (or another I/O error) while a run writes: one line, a true status, no leftovers.
-
-``os.write``/``fsync``/``replace`` raise ``OSError(ENOSPC)`` for the result folder's files once
-a condition holds; runs checkpoint every round. The slow test fills a real tmpfs (root only).
-"""
+"""A full disk (or another I/O error) while a run writes: one line, a true status, no leftovers."""
 
 from __future__ import annotations
 

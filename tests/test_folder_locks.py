@@ -1,8 +1,6 @@
 """One writer per result folder: concurrent runs, live resumes, live comparisons, links, names.
 
-The processes here are real (``fedcgd inprocess`` / ``compare_policies``
-started side by side); the holder a refused process names is checked here against the PID this
-test started.
+The processes are real; the holder a refused process names is checked against the PID started.
 """
 
 from __future__ import annotations
@@ -51,8 +49,7 @@ def start(command: str, *args: str) -> subprocess.Popen[str]:
     return start_in_own_session([FEDCGD, command, *args], os.environ)
 
 
-#: The head of a script that imports the project (``argv[1]``) and works on a folder
-#: (``Path(argv[2])``): run it with :func:`holding` and ``in_project(folder)``.
+#: The head of a script that imports the project (``argv[1]``) and works on ``Path(argv[2])``.
 IN_PROJECT = "import sys; sys.path.insert(0, sys.argv[1])\nfrom pathlib import Path\n"
 
 
@@ -79,11 +76,7 @@ def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str
 def holding_lock(
     folder: Path, acquire: str
 ) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
-    """:func:`holding` a process that runs ``acquire`` on ``folder`` and then sleeps.
-
-    ``acquire`` is a line of Python with ``folder`` (a Path) and ``run_folder.folder_lock``'s
-    ``take_lock``, ``WRITER_LOCK_FILE`` and ``claim_folder`` at hand.
-    """
+    """:func:`holding` a process that runs the line ``acquire`` on ``folder``, then sleeps."""
     script = IN_PROJECT + (
         "import time\n"
         "from server_app.run_folder.folder_lock import WRITER_LOCK_FILE, claim_folder, take_lock\n"
@@ -178,27 +171,7 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, 
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
 
 
-def test_default_folders_of_runs_started_together_never_collide(tmp_path):
-    out = tmp_path / "results"
-    runs = [
-        start(
-            "inprocess",
-            "--out",
-            str(out),
-            "--run-config",
-            format_run_config({**SMALL, "num-server-rounds": 1}),
-        )
-        for _ in range(3)
-    ]
-    for proc in runs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-    folders = sorted(out.iterdir())
-    assert len(folders) == 3
-    assert all([x["round"] for x in lines(f)] == [1] for f in folders)
-
-
-def test_an_in_process_claim_of_a_used_default_name_takes_the_next_one(tmp_path, monkeypatch):
+def test_a_default_name_taken_in_the_same_second_takes_the_next_one(tmp_path, monkeypatch):
     import server_app.config as config_module
 
     monkeypatch.setattr(config_module.time, "strftime", lambda *_: "20250101-000000")
@@ -266,7 +239,7 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
     assert victim.read_text() == "x"
 
 
-def test_a_held_lock_names_its_holder_and_dies_with_it(tmp_path):
+def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     with holding_lock(folder, "claim = claim_folder(folder, 'result-dir')") as holder:
@@ -275,11 +248,6 @@ def test_a_held_lock_names_its_holder_and_dies_with_it(tmp_path):
         assert err.value.pid == holder.pid and "\n" not in str(err.value)
         holder.kill()  # kill -9: the kernel drops the lock
         holder.wait()
-        claim_folder(folder, "result-dir").release()
-
-
-def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp_path):
-    folder = tmp_path / "run"
     claim = claim_folder(folder, "result-dir", writer=True)
     try:
         for name in (LOCK_FILE, WRITER_LOCK_FILE):
@@ -287,7 +255,7 @@ def test_a_lock_file_names_its_holder_while_held_and_the_lock_is_the_kernels(tmp
             assert int(pid) == os.getpid() and command[:40] == " ".join(sys.orig_argv)[:40]
             fd = os.open(folder / name, os.O_RDONLY)
             try:
-                with pytest.raises(BlockingIOError):
+                with pytest.raises(BlockingIOError):  # the lock is the kernel's
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             finally:
                 os.close(fd)
@@ -429,11 +397,3 @@ def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
         lock = take_lock(folder, LOCK_FILE, "result-dir", shared=False)
         assert lock is not None and lock.is_locked
         let_go(lock)
-
-
-def test_an_owner_passes_its_pid_to_the_processes_it_starts(tmp_path, monkeypatch):
-    monkeypatch.setenv(OWNERS_ENV, "1")
-    let_go(take_lock(tmp_path, LOCK_FILE, "result-dir", shared=False))
-    assert os.environ[OWNERS_ENV] == f"1 {os.getpid()}"
-    let_go(take_lock(tmp_path, WRITER_LOCK_FILE, "result-dir", shared=False))  # never shared
-    assert os.environ[OWNERS_ENV] == f"1 {os.getpid()}"

@@ -1,10 +1,7 @@
 """``kill -9`` of a command: nothing it started stays alive, and a later run continues exactly.
 
-The commands run as real processes; their process trees are read from ``/proc`` here (not with
-the code under test) just before the kill, and every PID of it must be gone (or a zombie)
-within :data:`GONE_WITHIN_S`. Then the run is continued (``resume-from``, or the same
-comparison again) and must equal an uninterrupted one: every metrics line but its timings,
-and the final model bit for bit, with no round twice.
+The process tree is read from ``/proc`` before the kill and must be gone within
+:data:`GONE_WITHIN_S`; the continued run equals an uninterrupted one (timings aside) bit for bit.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The launcher leaves nothing behind: processes, temporary Flower homes, keys, data folders.
 
-Each test starts ``fedcgd run`` in a process group of its own, with
-``TMPDIR`` pointing into ``tmp_path`` (so its temporary folders are looked for there and not
-among those of other runs on the machine). The process tree is read from ``/proc`` here, not
-with the code under test.
+``fedcgd run`` runs in a session of its own, ``TMPDIR`` in ``tmp_path``; the process tree is
+read from ``/proc`` here, not with the code under test.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proc_tree import alive, command_line, descendants, session_of
+from proc_tree import alive, command_line, descendants
 from subprocesses import FEDCGD, start_in_own_session
 
 
@@ -33,10 +31,7 @@ def start_launcher(tmp_path: Path, *args: str, command: str = "run") -> subproce
 
 
 def run_launcher_to_the_end(tmp_path: Path, result_dir: Path, *args: str) -> int:
-    """Run a one-round launch with ``args`` into ``result_dir``; assert that it completed.
-
-    Returns the launcher's PID (its process tree must be gone by now).
-    """
+    """Run a one-round launch with ``args`` into ``result_dir`` to completion; its PID."""
     run_config = f"num-devices=2 num-server-rounds=1 result-dir='{result_dir}'"
     proc = start_launcher(tmp_path, *args, "--run-config", run_config)
     out, err = proc.communicate(timeout=600)
@@ -141,15 +136,9 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
 
 
 @pytest.mark.slow
-def test_a_finished_run_leaves_no_flower_home(tmp_path: Path) -> None:
-    pid = run_launcher_to_the_end(tmp_path, tmp_path / "run")
-    assert leftovers(tmp_path, "flwr-home-*") == []
+def test_a_finished_tls_run_leaves_no_flower_home_and_no_keys_unless_asked(tmp_path: Path):
+    pid = run_launcher_to_the_end(tmp_path, tmp_path / "run", "--deployment", "--tls")
     assert descendants(pid) == set()
-
-
-@pytest.mark.slow
-def test_tls_run_leaves_no_keys_unless_asked(tmp_path: Path) -> None:
-    run_launcher_to_the_end(tmp_path, tmp_path / "run", "--deployment", "--tls")
     assert leftovers(tmp_path, "fedcgd-certificates-*") == []
     assert list((tmp_path / "tmp").rglob("*.key")) == []
     assert leftovers(tmp_path, "flwr-home-*") == []
@@ -192,26 +181,3 @@ def test_a_refused_launch_is_one_line_and_creates_nothing(
     assert all(words.format(tmp=tmp_path, port=port) in err for words in said), err
     assert not (tmp_path / "absent").exists()
     assert leftovers(tmp_path, "flwr-home-*") == []
-
-
-def test_federation_stop_reaches_processes_in_sessions_of_their_own(tmp_path: Path) -> None:
-    """As the SuperLink starts flower-superexec: a grandchild in a new session (setsid)."""
-    from experiments.run.federation import LocalFederation
-    from experiments.run.processes import popen
-
-    federation = LocalFederation(tmp_path)
-    root = popen(["sh", "-c", "setsid sleep 300 & sleep 300 & wait"], start_new_session=True)
-    federation.processes.append(root)
-    tree: set[int] = set()
-    try:
-        while len(tree) < 2:  # both sleeps started
-            tree = descendants(root.pid)
-            time.sleep(0.05)
-        sessions = {session_of(pid) for pid in tree}
-        assert len(sessions) == 2  # one of them in a session of its own
-        federation.stop()
-        assert root.poll() is not None
-        time.sleep(0.5)  # the orphaned one is reaped by init
-        assert not {pid for pid in tree if alive(pid)}
-    finally:
-        kill_leftovers(tree | {root.pid})

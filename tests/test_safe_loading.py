@@ -1,10 +1,4 @@
-"""Loading is safe and bounded: no code from data files, verified caches, limits on every size.
-
-CIFAR batches are pickles: a crafted one must not run code (it would, under ``pickle.load``).
-The MNIST-1D cache must be what its arguments generate (a file with shifted labels is
-regenerated). Rounds, sample counts and strings are bounded before anything starts, and a
-result folder's JSON files are read with bounds on size and depth.
-"""
+"""Loading is safe and bounded: no code from data files, verified caches, limits on every size."""
 
 from __future__ import annotations
 

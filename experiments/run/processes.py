@@ -1,8 +1,6 @@
-"""Starting and stopping what a run starts.
+"""Starting and stopping what a run starts; nothing outlives its starter, ``kill -9`` included.
 
-:func:`popen` marks each started tree in its environment and tells a watcher process, which
-kills the marked trees when the starter ends, ``kill -9`` included; :func:`stop` finds a tree in
-``/proc`` (docs/design.md, "No process outlives its launcher").
+See docs/design.md, "No process outlives its launcher".
 """
 
 from __future__ import annotations
@@ -18,11 +16,8 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-#: Prefix of the environment variable that marks a tree.
-MARK = "FEDCGD_TREE_"
-#: Seconds between SIGTERM and SIGKILL in :func:`stop`.
-GRACE_S = 3.0
-#: The token of each started process (by PID), and this process's pipe to its watcher.
+MARK = "FEDCGD_TREE_"  # prefix of the environment variable that marks a tree
+GRACE_S = 3.0  # seconds between SIGTERM and SIGKILL
 _TOKENS: dict[int, str] = {}
 _WATCHER: tuple[int, int, subprocess.Popen[bytes]] | None = None  # (PID, write end, watcher)
 _ROOT = str(Path(__file__).resolve().parents[2])
@@ -57,12 +52,10 @@ def _scan(tokens: Collection[str]) -> tuple[set[int], dict[int, list[int]], set[
 
 
 def stop_marked(tokens: Collection[str], grace_s: float = GRACE_S) -> None:
-    """Stop every process of these trees: SIGTERM, then SIGKILL after ``grace_s`` (0: at once).
+    """Stop the marked processes and all below them: SIGTERM, SIGKILL after ``grace_s``.
 
-    A tree is its marked processes and everything below them (a process that rewrites its
-    title, as Ray's do, loses its environment); every PID seen stays in it, and ``/proc`` is
-    read again on every pass, so processes started meanwhile are stopped too. A process stuck
-    in the kernel is given up on 10 s after the grace period.
+    ``/proc`` is read on every pass (processes started meanwhile are stopped too); one stuck in
+    the kernel is given up on 10 s after the grace period.
     """
     deadline, tree, warned = time.monotonic() + grace_s, set[int](), set[int]()
     while time.monotonic() < deadline + 10.0:
@@ -86,7 +79,7 @@ def stop_marked(tokens: Collection[str], grace_s: float = GRACE_S) -> None:
 
 
 def stop(procs: Iterable[subprocess.Popen[Any]], grace_s: float = GRACE_S) -> None:
-    """Stop the trees of processes started with :func:`popen` (:func:`stop_marked`), then reap."""
+    """Stop the trees of processes started with :func:`popen`, then reap them."""
     procs = list(procs)
     stop_marked([_TOKENS[proc.pid] for proc in procs if proc.pid in _TOKENS], grace_s)
     for proc in procs:
@@ -95,7 +88,11 @@ def stop(procs: Iterable[subprocess.Popen[Any]], grace_s: float = GRACE_S) -> No
 
 
 def popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(command, **kwargs)``, its tree marked and told to the watcher."""
+    """``subprocess.Popen(command, **kwargs)``, its tree marked and told to the watcher.
+
+    The watcher (one per starting process) reads tokens on a pipe only the starter holds; at
+    end-of-file (the starter ended, however) it kills the marked trees.
+    """
     global _WATCHER
     if _WATCHER is None or _WATCHER[0] != os.getpid():  # a forked child needs its own
         read_end, write_end = os.pipe()  # neither end is inherited by what starts later
@@ -118,5 +115,5 @@ def popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
 
 
 def watch() -> None:
-    """The watcher: read tokens from stdin until the starter ends, then kill their trees."""
+    """The watcher's body."""
     stop_marked(sys.stdin.read().split(), grace_s=0.0)

@@ -1,10 +1,7 @@
 """What a command says last when it stops before its end: the exact command that continues.
 
-A single run continues from its folder's checkpoint with the same command and ``resume-from``
-(:func:`continue_line`), or says why it cannot; a comparison or a preset continues when the
-same command runs again (:func:`rerun_line`). Commands are written for a POSIX shell, in the
-working folder of the command that stopped (:func:`fedcgd_command`; docs/deployment.md,
-"Checkpoint and resume").
+Written for a POSIX shell in the stopped command's folder (docs/deployment.md, "Checkpoint and
+resume").
 """
 
 from __future__ import annotations
@@ -21,11 +18,7 @@ from server_app.run_folder.run_status import COMPLETED, read_status
 
 
 def fedcgd_command(words: Sequence[str]) -> str:
-    """The command line ``fedcgd <words>``, quoted for a POSIX shell.
-
-    The script beside this interpreter, relative to the working folder when inside it
-    (``.venv/bin/fedcgd``, as the README writes it); without one ``<python> -m experiments.cli``.
-    """
+    """``fedcgd <words>`` quoted for a shell (the script beside this interpreter, else ``-m``)."""
     script = Path(sys.executable).with_name("fedcgd")
     program = [str(script)] if script.is_file() else [sys.executable, "-m", "experiments.cli"]
     try:
@@ -52,10 +45,9 @@ def continue_line(
     checkpoint_every: int,
     superlink: str | None = None,
 ) -> Callable[[], str]:
-    """A stopped single run's last line, read when printed (:func:`single_run_line`).
+    """A stopped single run's last line, made when printed (:func:`single_run_line`).
 
-    ``overrides``: its ``--run-config``; a resume stays in ``result_dir`` (no ``--out``). On a
-    given ``superlink`` the folder lies on the SuperLink's machine: nothing to read here.
+    ``overrides``: its ``--run-config``; on a ``superlink`` the folder is not readable here.
     """
     from experiments.run.run_config import format_run_config
 
@@ -75,12 +67,7 @@ def continue_line(
 
 
 def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every: int) -> str:
-    """The last line of a single run that stopped (a signal, a failure): how it continues.
-
-    ``to continue after round k of N: <resume>``; ``cannot be resumed: ... (why); to start again
-    in a new folder: <again>``; or ``nothing to continue: ...`` when it completed or ran all its
-    rounds.
-    """
+    """The last line of a single run that stopped: how it continues (``resume``, ``again``)."""
     folder = Path(result_dir)
     try:
         status = read_status(folder)
@@ -109,7 +96,7 @@ def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every:
 
 
 def rerun_line(command: str | None) -> str:
-    """The last line of a comparison or preset that stopped: the same command goes on."""
+    """The last line of a comparison or preset that stopped."""
     line = (
         "to go on, run the same command again (completed runs are kept, stopped ones "
         "continue from their checkpoints)"

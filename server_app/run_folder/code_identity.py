@@ -1,7 +1,6 @@
 """Which code computed a run: a digest of the computing packages' sources and the libraries.
 
-``config.json`` records :func:`code_identity` under ``code`` (a list: a run resumed by other code
-gets a second entry); see docs/design.md, "Which code computed a run". No flwr, no torch.
+See docs/design.md, "Which code computed a run".
 """
 
 from __future__ import annotations
@@ -15,20 +14,11 @@ from pathlib import Path
 from typing import Any
 
 #: The packages whose sources decide what a run computes (not plots, launchers, benchmarks).
-COMPUTING_PACKAGES: tuple[str, ...] = (
-    "channel",
-    "client_app",
-    "fedcgd_strategy",
-    "fedcgd_task",
-    "server_app",
-)
+COMPUTING_PACKAGES = ("channel", "client_app", "fedcgd_strategy", "fedcgd_task", "server_app")
 #: Libraries whose versions can change a run's arithmetic.
-LIBRARIES: tuple[str, ...] = ("numpy", "scipy", "torch", "flwr")
+LIBRARIES = ("numpy", "scipy", "torch", "flwr")
 #: The key of ``config.json`` that holds the list of code entries.
 CODE_KEY = "code"
-#: Hex digits of the digest kept.
-DIGEST_CHARS = 16
-
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,11 +30,9 @@ def _version(name: str) -> str:
 
 
 def source_digest(root: Path, packages: Sequence[str], versions: Mapping[str, str]) -> str:
-    """SHA-256 (first :data:`DIGEST_CHARS` hex digits) of ``packages``' sources and ``versions``.
+    """SHA-256 (16 hex digits) of ``packages``' ``.py`` files and ``versions``.
 
-    Each file enters as its path relative to ``root`` (POSIX), a NUL, its bytes and a NUL, in
-    sorted path order; then each ``name=version`` line in sorted order. ``__pycache__`` and
-    other non-``.py`` files are left out.
+    Each file: its path, NUL, its bytes, NUL, in path order; then ``name=version`` lines, sorted.
     """
     digest = hashlib.sha256()
     paths = sorted(p for package in packages for p in (root / package).rglob("*.py"))
@@ -53,7 +41,7 @@ def source_digest(root: Path, packages: Sequence[str], versions: Mapping[str, st
         digest.update(path.read_bytes() + b"\0")
     for name in sorted(versions):
         digest.update(f"{name}={versions[name]}\n".encode())
-    return digest.hexdigest()[:DIGEST_CHARS]
+    return digest.hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)
@@ -67,25 +55,17 @@ def code_identity() -> dict[str, Any]:
 def code_entries(
     recorded: Mapping[str, Any] | None, from_round: int, current: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """The ``code`` list for ``config.json``.
-
-    A new run's (``recorded`` None) starts it; a resumed run (from ``from_round`` on) keeps its
-    list and adds ``current`` when its digest differs from the last entry's.
-    """
+    """The ``code`` list of ``config.json`` (a resume adds ``current`` if its digest is new)."""
     entry = {**current, "from_round": from_round}
     kept = recorded.get(CODE_KEY) if recorded is not None else None
     if not isinstance(kept, list) or not all(
         isinstance(e, dict) and isinstance(e.get("digest"), str) for e in kept
     ):
-        return [entry] if recorded is None or from_round == 1 else [_unknown(), entry]
+        unknown = {"digest": "unknown", "versions": {}, "from_round": 1}  # recorded none
+        return [entry] if recorded is None or from_round == 1 else [unknown, entry]
     if kept and kept[-1]["digest"] == current["digest"]:
         return [dict(e) for e in kept]
     return [*(dict(e) for e in kept), entry]
-
-
-def _unknown() -> dict[str, Any]:
-    """The entry of rounds computed by code that recorded no identity (before it existed)."""
-    return {"digest": "unknown", "versions": {}, "from_round": 1}
 
 
 def run_digests(config: Mapping[str, Any] | None) -> str:

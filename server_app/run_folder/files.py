@@ -1,9 +1,6 @@
-"""A result folder's files: written whole or not at all, never through a link; read with bounds.
+"""A run folder's files: written whole (temp file, ``os.replace``) or appended; read with bounds.
 
-Whole files go through an exclusive temporary file, an fsync (unless rewritten every round) and a
-rename; lines are appended without an fsync until :func:`sync_files`. A stop signal waits for the
-write to end; an :class:`OSError` becomes a one-line :class:`ResultWriteError`. See docs/design.md,
-"Failed writes", "Stopped runs" and "Safe loading".
+Never through a link. See docs/design.md, "Result folders" and "Failed writes".
 """
 
 from __future__ import annotations
@@ -20,20 +17,16 @@ from typing import Any, BinaryIO
 from fedcgd_strategy.errors import OneLineMessage
 from server_app.run_folder.signals import held
 
-FILE_MODE = 0o644
 #: Largest JSON file read (bytes), and deepest nesting of arrays and objects read.
 MAX_JSON_BYTES, MAX_JSON_DEPTH = 64 * 2**20, 64
-#: Flags of a file appended to (never through a link).
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ResultWriteError(OneLineMessage, Exception):
-    """A file of a result folder could not be written (``errno``, ``path``); one line."""
+    """A file of a run folder could not be written (``errno``, ``path``); one line."""
 
     def __init__(self, message: str, *, errno_code: int | None, path: str) -> None:
         super().__init__(message)
-        self.errno = errno_code
-        self.path = path
+        self.errno, self.path = errno_code, path
 
     @property
     def disk_full(self) -> bool:
@@ -61,11 +54,10 @@ def atomic_write(
     *,
     durable: bool = True,
 ) -> Path:
-    """Replace ``path`` by ``content`` (text as UTF-8, or a function writing a binary handle).
+    """Replace ``path`` by ``content`` (text, bytes, or a function writing a binary handle).
 
-    Readers see the old file or the new one, also after a kill. ``durable``: fsynced before the
-    rename (False for a file rewritten every round: :func:`sync_files` later). Raises
-    :class:`ResultWriteError` naming ``path``, and leaves no temporary file.
+    An exclusive temporary file in the same folder, fsynced when ``durable``, renamed over
+    ``path``: readers see the old file or the new one, also after a kill.
     """
     target = Path(path)
     with writing(target):
@@ -79,7 +71,7 @@ def atomic_write(
                 handle.flush()
                 if durable:
                     os.fsync(handle.fileno())
-            os.chmod(tmp, FILE_MODE)
+            os.chmod(tmp, 0o644)
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -89,49 +81,41 @@ def atomic_write(
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append ``line`` and a newline to ``path`` (a killed process keeps it; not fsynced)."""
+    """Append ``line`` and a newline to ``path`` (not fsynced: :func:`sync_files`)."""
     data = (line + "\n").encode()
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     with writing(path):
-        fd = os.open(path, _APPEND, FILE_MODE)
+        fd = os.open(path, flags, 0o644)
         try:
-            written = 0
-            while written < len(data):  # a short write (signal, nearly full disk): the rest
-                written += os.write(fd, data[written:])
+            while data:  # a short write (signal, nearly full disk): the rest
+                data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
 
 
-def _fsync(path: str | os.PathLike[str], flags: int) -> None:
-    fd = os.open(path, flags | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def sync_files(folder: str | os.PathLike[str], names: Iterable[str]) -> None:
-    """Fsync the files ``names`` of ``folder`` that exist, then the folder (its new names)."""
-    for name in names:
-        with writing(Path(folder) / name), contextlib.suppress(FileNotFoundError):
-            _fsync(Path(folder) / name, os.O_RDONLY | os.O_NOFOLLOW)
-    with writing(folder):
-        _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
+    """Fsync the files ``names`` of ``folder`` that exist, then the folder itself."""
+    files = [(Path(folder, name), os.O_NOFOLLOW) for name in names]
+    for path, flags in [*files, (folder, os.O_DIRECTORY)]:
+        with writing(path), contextlib.suppress(FileNotFoundError):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
-def _too_deep(value: Any, levels: int = MAX_JSON_DEPTH) -> bool:
-    """True when ``value`` nests lists and dicts more than ``levels`` deep."""
+def _depth(value: Any) -> int:
     if isinstance(value, dict):
         value = list(value.values())
-    if isinstance(value, list):
-        return levels == 0 or any(_too_deep(item, levels - 1) for item in value)
-    return False
+    return 1 + max(map(_depth, value), default=0) if isinstance(value, list) else 0
 
 
 def parse_json(text: str | bytes, where: str) -> Any:
     """``json.loads(text)``; ValueError naming ``where`` for bad JSON or too deep a nesting."""
     try:
         value = json.loads(text)
-        deep = _too_deep(value)
+        deep = _depth(value) > MAX_JSON_DEPTH
     except RecursionError:  # deeper than json's own limit
         deep = True
     except ValueError as err:
@@ -142,19 +126,16 @@ def parse_json(text: str | bytes, where: str) -> Any:
 
 
 def read_json_object(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> dict:
-    """The JSON object in ``path``.
-
-    Raises OSError when unreadable; ValueError (one line naming the file) when larger than
-    ``max_bytes``, not JSON, too deep or not an object.
-    """
+    """The JSON object in ``path``; OSError, or ValueError (one line) when it is not one."""
     with open(path, "rb") as handle:
         size = max(os.fstat(handle.fileno()).st_size, len(data := handle.read(max_bytes + 1)))
+    where = os.fspath(path)
     if size > max_bytes:
         raise ValueError(
-            f"{os.fspath(path)} holds {size} bytes, more than the {max_bytes} a run writes; "
-            "not a file of a run"
+            f"{where} holds {size} bytes, more than the {max_bytes} a run writes; not a file "
+            "of a run"
         )
-    value = parse_json(data.decode("utf-8", errors="replace"), os.fspath(path))
+    value = parse_json(data.decode("utf-8", errors="replace"), where)
     if not isinstance(value, dict):
-        raise ValueError(f"{os.fspath(path)} holds a JSON {type(value).__name__}, not an object")
+        raise ValueError(f"{where} holds a JSON {type(value).__name__}, not an object")
     return value

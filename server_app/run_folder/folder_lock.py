@@ -1,8 +1,8 @@
-"""One writer per result folder: two ``filelock`` locks, link refusal, collision-free new folders.
+"""One writer per run folder: ``filelock`` locks, link refusal, collision-free new folders.
 
-The owner lock (:data:`LOCK_FILE`) is shared with the processes an owner starts through the PIDs
-in :data:`OWNERS_ENV`; the writer lock (:data:`WRITER_LOCK_FILE`) is never shared. Why and how:
-docs/design.md, "One writer per folder".
+The owner lock (:data:`LOCK_FILE`) is shared with the processes an owner starts (their
+environment lists its PID in :data:`OWNERS_ENV`); the writer lock (:data:`WRITER_LOCK_FILE`) is
+never shared. Why: docs/design.md, "One writer per folder".
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ WRITER_LOCK_FILE = ".fedcgd-writer.lock"
 LOCK_FILES = (LOCK_FILE, WRITER_LOCK_FILE)
 #: The PIDs (space-separated) of this process and the processes above it that hold owner locks.
 OWNERS_ENV = "FEDCGD_LOCK_OWNERS"
-#: How long a process that finds a lock taken waits for the holder's line (or the lock's end).
-HOLDER_WAIT_S = 2.0
 
 
 class FolderInUseError(OneLineMessage, ValueError):
@@ -35,7 +33,7 @@ class FolderInUseError(OneLineMessage, ValueError):
 
 
 def _holder(path: Path) -> tuple[int | None, str]:
-    """The live PID and the command line its holder wrote in the lock file (``None, ""``: none)."""
+    """The live PID and command line the holder wrote in the lock file (``None, ""``: none)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
@@ -43,42 +41,38 @@ def _holder(path: Path) -> tuple[int | None, str]:
         finally:
             os.close(fd)
         if pid.isdigit() and int(pid) > 0:
-            with contextlib.suppress(PermissionError):  # alive, another user's
+            with contextlib.suppress(PermissionError):  # alive, another user's (dead: OSError)
                 os.kill(int(pid), 0)
             return int(pid), command.strip()
     return None, ""
 
 
 def _sign(fd: int) -> None:
-    """Write ``PID command line`` (cut at 80 characters) in a lock file just taken."""
+    """Write ``PID command line`` (80 characters at most) in a lock file just taken."""
     command = " ".join(" ".join(sys.orig_argv).split())[:80]
     with contextlib.suppress(OSError):  # a full disk: the lock holds, unnamed
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {command}".encode(), 0)
 
 
-def take_lock(folder: Path, name: str, key: str, *, shared: bool) -> FileLock | None:
-    """Lock ``folder / name`` for this process; None when ``shared`` and an owner above holds it.
+def _owners() -> list[str]:
+    return os.environ.get(OWNERS_ENV, "").split()
 
-    Raises
-    ------
-    FolderInUseError
-        One line naming ``key``, the folder and the holder's PID.
-    ValueError
-        When the lock file cannot be opened (a link, no permission).
+
+def take_lock(folder: Path, name: str, key: str, *, shared: bool) -> FileLock | None:
+    """Lock ``folder / name``; None when ``shared`` and an owner above this process holds it.
+
+    Waits up to 2 s for a holder that has not yet written its line. Raises
+    :class:`FolderInUseError` naming ``key``, the folder and the holder, or ValueError when the
+    lock file cannot be opened (a link, no permission).
     """
     path = folder / name
     lock = FileLock(path, thread_local=False, preserve_lock_file=True, on_acquired=_sign)
     try:
-        lock.acquire(
-            timeout=HOLDER_WAIT_S,
-            poll_interval=0.01,
-            cancel_check=lambda: _holder(path)[0] is not None,
-        )
+        lock.acquire(timeout=2.0, poll_interval=0.01, cancel_check=lambda: bool(_holder(path)[0]))
     except Timeout:
         pid, command = _holder(path)
-        owners = os.environ.get(OWNERS_ENV, "").split()
-        if shared and pid is not None and str(pid) in owners:
+        if shared and pid is not None and str(pid) in _owners():
             return None
         who = f"process {pid}" + (f" ({command})" if command else "") if pid else "another process"
         role = "written by" if name == WRITER_LOCK_FILE else "in use by"
@@ -89,14 +83,13 @@ def take_lock(folder: Path, name: str, key: str, *, shared: bool) -> FileLock | 
         ) from None
     except OSError as err:
         raise ValueError(f"{key}: cannot open the lock file '{path}' ({err.strerror})") from err
-    owners = os.environ.get(OWNERS_ENV, "").split()
-    if name == LOCK_FILE and str(os.getpid()) not in owners:  # for the processes started from now
-        os.environ[OWNERS_ENV] = " ".join([*owners, str(os.getpid())])
+    if name == LOCK_FILE and str(os.getpid()) not in _owners():  # for the processes started now
+        os.environ[OWNERS_ENV] = " ".join([*_owners(), str(os.getpid())])
     return lock
 
 
 def let_go(lock: FileLock | None) -> None:
-    """Empty the lock file (a later holder's first moment reads no stale line) and unlock it."""
+    """Empty the lock file (the next holder reads no stale line) and unlock it."""
     if lock is not None and lock.is_locked:
         with contextlib.suppress(OSError):
             fd = os.open(lock.lock_file, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -140,11 +133,7 @@ def probe_free(folder: Path, key: str) -> None:
 
 @dataclass
 class FolderClaim:
-    """The locks this process holds on ``folder``.
-
-    ``owner`` (None: held by an owner above), the ``writer`` lock when claimed as the writer, and
-    ``created``, the outermost folder the claim created.
-    """
+    """The locks held on ``folder`` (``owner`` None: by an owner above), the folder ``created``."""
 
     folder: Path
     owner: FileLock | None = None
@@ -152,21 +141,20 @@ class FolderClaim:
     created: Path | None = None
 
     def release(self) -> None:
-        """Drop every lock of the claim."""
+        """Let go of every lock of the claim."""
         let_go(self.writer)
         let_go(self.owner)
         self.owner = self.writer = None
 
     def abandon(self) -> None:
-        """Drop the claim; remove the folders it created if they hold nothing but lock files."""
+        """Release; remove the folders the claim created if they hold nothing but lock files."""
         self.release()
         folder = self.folder
         with contextlib.suppress(OSError):
             if self.created is None or set(os.listdir(folder)) - set(LOCK_FILES):
                 return
             for name in LOCK_FILES:
-                with contextlib.suppress(FileNotFoundError):
-                    (folder / name).unlink()
+                (folder / name).unlink(missing_ok=True)
             while folder != self.created.parent:
                 folder.rmdir()
                 folder = folder.parent
@@ -178,17 +166,7 @@ class FolderClaim:
         self.release()
 
 
-def first_missing(path: Path) -> Path | None:
-    """The outermost folder of ``path`` that does not exist (None when ``path`` exists)."""
-    missing = None
-    for folder in (path, *path.parents):
-        if os.path.lexists(folder):
-            break
-        missing = folder
-    return missing
-
-
-def new_folder(folder: Path, key: str) -> Path:
+def _new_folder(folder: Path, key: str) -> Path:
     """Create ``folder``, or ``folder-2``, ``folder-3``, ... if taken (``mkdir`` is exclusive)."""
     for count in range(1, 1000):
         name = folder if count == 1 else folder.with_name(f"{folder.name}-{count}")
@@ -205,21 +183,17 @@ def new_folder(folder: Path, key: str) -> Path:
 def claim_folder(
     folder: Path, key: str, *, create: bool = True, writer: bool = False, fresh_name: bool = False
 ) -> FolderClaim:
-    """Create (if ``create``) and lock a result folder for this process.
+    """Create (if ``create``) and lock a run folder for this process.
 
-    ``writer``: keep the writer lock too (otherwise only check that no unrelated writer holds
-    it); ``fresh_name``: ``folder`` is a default name, created by :func:`new_folder`.
-
-    Raises
-    ------
-    FolderInUseError
-        The folder is in use by another process (its PID named).
-    ValueError, FileNotFoundError
-        It cannot be created, is missing (``create=False``), or is or holds a link.
+    ``writer``: keep the writer lock (otherwise only check that no unrelated writer holds it);
+    ``fresh_name``: ``folder`` is a default name, suffixed when taken. Raises
+    :class:`FolderInUseError`, ValueError (cannot be created, is or holds a link) or
+    FileNotFoundError (missing, ``create=False``).
     """
-    created = first_missing(folder.parent if fresh_name else folder)
+    base = folder.parent if fresh_name else folder
+    created = next((f for f in (*reversed(base.parents), base) if not os.path.lexists(f)), None)
     if fresh_name:
-        folder = new_folder(folder, key)
+        folder = _new_folder(folder, key)
         created = created or folder
     elif created is not None:
         if not create:

@@ -1,7 +1,6 @@
 """A run's result files: ``config.json``, ``metrics.jsonl``, ``summary.json``, progress lines.
 
-What each file holds: docs/running.md, "What a run writes"; how they are written and read:
-docs/design.md, "Result folders".
+What each holds: docs/running.md, "What a run writes".
 """
 
 from __future__ import annotations
@@ -9,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,8 +49,7 @@ def json_ready(value: Any) -> Any:
 class ResultWriter:
     """Writes ``config.json``, appends ``metrics.jsonl`` lines and formats progress lines.
 
-    ``kept_lines``: a resumed run's lines up to its checkpoint (None: a new run);
-    ``elapsed_s``: the seconds it had taken before.
+    ``kept_lines``: a resumed run's lines up to its checkpoint (None: a new run).
     """
 
     def __init__(
@@ -74,7 +71,7 @@ class ResultWriter:
         atomic_write(self.dir / METRICS_FILE, "".join(json.dumps(x) + "\n" for x in self.lines))
 
     def write_config(self, config: dict[str, Any]) -> None:
-        """Write the resolved run config with the code that computes it (:func:`code_entries`)."""
+        """Write the resolved run config and the code that computes it (:func:`code_entries`)."""
         recorded: dict[str, Any] | None = None
         if self._resumed:
             try:
@@ -86,21 +83,18 @@ class ResultWriter:
         atomic_write(self.dir / CONFIG_FILE, text)
 
     def append_round(self, line: dict[str, Any]) -> None:
-        """Append one round's metrics line (not fsynced: :func:`sync_run_files`).
-
-        A stop signal waits until it is both in the file and in :attr:`lines`.
-        """
+        """Append one round's metrics line (fsynced later: :func:`sync_run_files`)."""
         clean = json_ready(line)
         with held():
             append_line(self.dir / METRICS_FILE, json.dumps(clean))
             self.lines.append(clean)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        """Write the end-of-run summary."""
+        """Write ``summary.json``."""
         atomic_write(self.dir / SUMMARY_FILE, json.dumps(json_ready(summary), indent=2))
 
     def elapsed_s(self) -> float:
-        """Seconds since the writer was created (plus those of the run before a resume)."""
+        """Seconds since the writer was created (plus those before a resume)."""
         return time.perf_counter() - self.t_start
 
     def start_rounds(self) -> None:
@@ -117,10 +111,7 @@ class ResultWriter:
         *,
         discovery_s: float = 0.0,
     ) -> str:
-        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA (:func:`eta_s`).
-
-        A round's own time runs from the previous round's end, less its node discovery.
-        """
+        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA (:func:`eta_s`)."""
         elapsed = self.elapsed_s()
         self._round_s.append(max(elapsed - self._last_end_s - discovery_s, 0.0))
         self._last_end_s = elapsed
@@ -138,11 +129,7 @@ def sync_run_files(result_dir: str | Path) -> None:
 
 
 def eta_s(round_s: Sequence[float], rounds_left: int) -> float:
-    """Seconds left: the mean own time of the finished rounds times the rounds left.
-
-    The first round is left out once others have finished (it holds one-time costs); see
-    docs/design.md, "Stopped runs". Raises ValueError when no round has finished yet.
-    """
+    """Seconds left: mean round time (the first left out: one-time costs) times rounds left."""
     if not round_s:
         raise ValueError("eta_s: no finished round; the ETA needs one")
     timed = round_s[1:] if len(round_s) > 1 else round_s
@@ -156,11 +143,7 @@ def holds_run(result_dir: str | Path) -> bool:
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:
-    """Refuse a folder a new run cannot use: a file, another run's results, or not creatable.
-
-    Whether a file can be created is tried and undone. Raises ValueError, one line naming
-    ``result-dir``, the folder and what to do.
-    """
+    """Refuse (one line) a folder a new run cannot use: a file, a run's, or not creatable."""
     folder = Path(result_dir)
     key = f"run-config key 'result-dir' = '{folder}'"
     if folder.exists() and not folder.is_dir():
@@ -176,16 +159,12 @@ def check_new_result_dir(result_dir: str | Path) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise ValueError(f"{key} cannot be created: '{ancestor}' is a file")
-    try:
-        fd, name = tempfile.mkstemp(prefix=".fedcgd-write-test-", dir=ancestor)
-        os.close(fd)
-        os.unlink(name)
-    except OSError:
-        raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'") from None
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'")
 
 
 def _metrics_line(raw: bytes) -> dict[str, Any] | None:
-    """One metrics line: a JSON object with an integer ``round``; None when it is not one."""
+    """A JSON object with an integer ``round``; None when ``raw`` is not one."""
     try:
         line = parse_json(raw, "") if len(raw) <= MAX_METRICS_LINE_BYTES else None
     except ValueError:
@@ -196,11 +175,10 @@ def _metrics_line(raw: bytes) -> dict[str, Any] | None:
 def read_metrics_lines(
     result_dir: str | Path, through_round: int | None = None
 ) -> list[dict[str, Any]]:
-    """A run's metrics lines; a torn last line (no newline: killed while written) is left out.
+    """A run's metrics lines, a torn last line (killed while written) left out.
 
-    ``through_round`` (a checkpoint's round, to resume): the lines of rounds 1 .. it, which must
-    all be there once each. Raises OSError when the file cannot be read (ValueError when
-    resuming), ValueError (one line naming the file) for a bad line or missing rounds.
+    ``through_round`` (a checkpoint's round, to resume): rounds 1 .. it, each once. Raises
+    OSError when unreadable (ValueError when resuming), ValueError (one line) for a bad line.
     """
     path = Path(result_dir) / METRICS_FILE
     resume = through_round is not None

@@ -1,7 +1,6 @@
-"""What a result folder says about its run: running, completed, failed or stopped, and its settings.
+"""What a run folder says about its run: status, exit code and last line, settings, runs table.
 
-The ServerApp writes ``status.json``, the commands read it (docs/design.md, "Result folders",
-"Failed writes" and "Stopped runs"); ``fedcgd runs`` lists the runs under a folder, a line each.
+``status.json``: running, completed, failed or stopped (docs/design.md, "Result folders").
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from server_app.run_folder.signals import stops_the_run
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
-#: The ServerApp prints ``run failed: <line>``; the commands read it back (a full disk may
-#: refuse ``status.json`` too).
+#: The ServerApp prints ``run failed: <line>``; the commands read it back.
 FAILURE_MARKER = "run failed: "
 #: Settings a ``config.json`` may lack, with the value it then compares as.
 SETTINGS_ADDED_LATER: dict[str, Any] = {"aggregator": ""}
@@ -38,12 +36,7 @@ SETTINGS_ADDED_LATER: dict[str, Any] = {"aggregator": ""}
 
 @dataclass(frozen=True)
 class RunStatus:
-    """The state of the run in one result folder (``status.json``).
-
-    ``state``: one of :data:`STATES`; ``last_round``: the last round whose metrics line is
-    written (0: none); ``reason``: why it failed or stopped, one line; ``devices_lost``: the
-    device-rounds lost to timeouts, disconnections or error replies (:func:`lost_counts`).
-    """
+    """A run's ``status.json`` (``last_round``: the last round whose metrics line is written)."""
 
     state: str
     last_round: int
@@ -85,10 +78,7 @@ def lost_note(devices_lost: int, rounds_with_lost_devices: int) -> str:
 
 
 def one_line(err: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters); a ``OneLineMessage`` alone.
-
-    Control characters are ``?``, escape codes dropped (:func:`first_line`).
-    """
+    """``Type: first line`` (300 characters at most; a ``OneLineMessage`` without its type)."""
     head = "" if isinstance(err, OneLineMessage) else f"{type(err).__name__}: "
     return (head + first_line(err))[:300]
 
@@ -96,7 +86,7 @@ def one_line(err: BaseException) -> str:
 def ended_by(
     err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
 ) -> RunStatus:
-    """The status of a run that ``err`` ended after ``last_round`` (``lines``: its metrics)."""
+    """The status of a run that ``err`` ended after ``last_round``."""
     if stops_the_run(err):
         reason = one_line(err) if str(err) else "stopped by SIGINT (KeyboardInterrupt)"
         return RunStatus(STOPPED, last_round, num_server_rounds, reason, **lost_counts(lines))
@@ -104,7 +94,7 @@ def ended_by(
 
 
 def resume_advice(result_dir: Path, *, when: str = "") -> str:
-    """What an unfinished run can do next (``when`` first): resume, or run again elsewhere."""
+    """What an unfinished run can do next (after ``when``): resume, or run again elsewhere."""
     first = f"{when}, then " if when else ""
     if (Path(result_dir) / CHECKPOINT_FILE).is_file():
         return f"{first}continue it from its checkpoint with resume-from='{result_dir}'"
@@ -120,7 +110,7 @@ def failure_line(err: BaseException, result_dir: Path) -> str:
     disk_full = getattr(err, "disk_full", None)
     if disk_full is not None:
         when = "free space on the disk" if disk_full else "fix the file system"
-        written = getattr(err, "path", None)  # a file of the run's folder (its real name)
+        written = getattr(err, "path", None)
         folder = Path(written).parent if written else Path(result_dir)
         text += f"; {resume_advice(folder, when=when)}"
     return text
@@ -136,19 +126,13 @@ def failure_from_output(output: str) -> str | None:
 
 
 def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -> None:
-    """Write ``status.json`` (``updated_unix_s``: now); ``durable``: fsynced before its rename.
-
-    Each round's is not (:func:`~.results.sync_run_files` at checkpoints and the end).
-    """
+    """Write ``status.json`` (``updated_unix_s``: now); ``durable``: fsynced before its rename."""
     text = json.dumps({**asdict(status), "updated_unix_s": time.time()}, indent=2) + "\n"
     atomic_write(Path(result_dir) / STATUS_FILE, text, durable=durable)
 
 
 def mark_stopped(result_dir: Path, reason: str) -> None:
-    """Record a run stopped from outside its process: ``running`` becomes ``stopped``.
-
-    Any other status, none, or an unreadable one is left as it is.
-    """
+    """Record a run stopped from outside its process: ``running`` becomes ``stopped``."""
     try:
         status = read_status(result_dir)
     except ValueError:
@@ -158,10 +142,7 @@ def mark_stopped(result_dir: Path, reason: str) -> None:
 
 
 def read_status(result_dir: Path) -> RunStatus | None:
-    """The run status of ``result_dir``; None when it holds no ``status.json``.
-
-    Raises ValueError (naming the file) when the file is not a valid status.
-    """
+    """The run status of ``result_dir`` (None: no ``status.json``); ValueError when invalid."""
     path = Path(result_dir) / STATUS_FILE
     if not path.is_file():
         return None
@@ -182,11 +163,7 @@ def read_status(result_dir: Path) -> RunStatus | None:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a run ended: the exit code (0 completed, 1 failed, 2 refused) and the last line to print.
-
-    ``flwr run`` exits 0 even when the ServerApp raises, so what the run raised, printed or
-    wrote in its ``status.json`` decides (:func:`run_outcome`).
-    """
+    """How a run ended: the exit code (0 completed, 1 failed) and the last line to print."""
 
     code: int
     message: str
@@ -198,11 +175,10 @@ def run_outcome(
     failure: BaseException | None = None,
     output: str = "",
 ) -> Outcome:
-    """The outcome of the run launched at ``launched_unix_s`` that writes to ``result_dir``.
+    """The outcome of the run launched at ``launched_unix_s`` into ``result_dir``.
 
-    What the run said itself wins (a full disk may have kept the status from being written):
-    ``failure`` it raised, or the ``run failed: ...`` line in ``output``; then a
-    ``status.json`` written since the launch.
+    What the run said wins (a full disk may refuse ``status.json``): the ``failure`` it raised,
+    the ``run failed: ...`` line in ``output``; then a ``status.json`` written since the launch.
     """
     if failure is not None:
         return Outcome(1, f"failed: {failure_line(failure, result_dir)}")
@@ -235,7 +211,7 @@ def run_outcome(
 
 
 def flat_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`fedcgd_task.settings.flatten`, its values normalised through JSON (tuples: lists)."""
+    """The dotted settings, their values normalised through JSON (tuples: lists)."""
     return json.loads(json.dumps(flatten(settings)))
 
 
@@ -246,23 +222,18 @@ def settings_differences(
     ignore: Iterable[str] = (),
     requested_keys_only: bool = False,
 ) -> list[str]:
-    """The dotted settings whose values differ between two resolved run configs, sorted.
-
-    ``recorded``: a run's ``config.json``; ``requested``: the settings asked for now; ``ignore``:
-    keys that may differ; ``requested_keys_only``: compare only the keys of ``requested``.
-    """
+    """The dotted settings that differ between a run's ``config.json`` and ``requested``."""
     before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
     now = flat_settings(requested)
     names = (set(now) if requested_keys_only else set(before) | set(now)) - set(ignore)
     return sorted(k for k in names if before.get(k) != now.get(k))
 
 
-#: The columns of :func:`runs_table`.
 HEADER = ("folder", "policy", "aggregator", "seed", "rounds", "status", "final", "best", "lost")
 
 
 def _cell(value: object, most: int = 40) -> str:
-    """``value`` as one printable cell of at most ``most`` characters (keeping its end)."""
+    """``value`` printable, at most ``most`` characters (keeping its end)."""
     text = "".join(char if char.isprintable() else "?" for char in str(value))
     return text if len(text) <= most else "…" + text[-(most - 1) :]
 
@@ -306,10 +277,7 @@ def _row(folder: Path, root: Path) -> tuple[float, list[str]]:
 
 
 def runs_table(root: Path) -> str:
-    """The runs under ``root`` (links not followed) as a text table, oldest first.
-
-    Raises ValueError when ``root`` is not a folder or holds no run.
-    """
+    """The runs under ``root`` as a text table, oldest first; ValueError when there is none."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root} is not a folder")

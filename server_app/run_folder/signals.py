@@ -1,11 +1,8 @@
 """The one way SIGINT and SIGTERM stop a run: noted, held back while files are written, then raised.
 
-:func:`watching` routes both signals through one dispatcher for a block: each is noted, held
-back while a :func:`held` block writes (the round's files and its line agree), then given to the
-handler. A command's handler (:func:`exit_code_stopping_on_signals`) raises :class:`Interrupted`,
-which unwinds through the ``finally`` blocks; the command exits 130 / 143. A ``SystemExit`` or
-``KeyboardInterrupt`` with no signal noted is the researcher's code's: a failure
-(:func:`as_failure`). See docs/design.md, "Stopped runs".
+A command's first signal raises :class:`Interrupted`, which unwinds through the ``finally``
+blocks (exit 130 / 143); a ``SystemExit`` or ``KeyboardInterrupt`` with no signal noted is the
+researcher's code's: a failure. See docs/design.md, "Stopped runs".
 """
 
 from __future__ import annotations
@@ -20,14 +17,13 @@ from types import FrameType
 from fedcgd_strategy.errors import OneLineMessage, StopsRun
 from fedcgd_task.imports import said
 
-#: The signals that stop a run.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 Handler = Callable[[int, FrameType | None], object]
 _held: list[int] | None = None  # the signals held back while a held() block runs
 
 
 class Interrupted(OneLineMessage, StopsRun, BaseException):
-    """The first SIGINT or SIGTERM of a command: ``stopped by SIGINT`` (``signum``); a stop."""
+    """The first SIGINT or SIGTERM of a command: ``stopped by SIGINT`` (``signum``)."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
@@ -43,7 +39,7 @@ def watching(handler: Handler | None = None) -> Iterator[list[int]]:
     """Route SIGINT and SIGTERM through one dispatcher in the block; yield the signals noted.
 
     Each is noted, held back while a :func:`held` block runs, then given to ``handler`` (None:
-    the handler before the block). Main thread only: elsewhere Python runs no handler.
+    the previous handler). Main thread only (elsewhere Python runs no handler).
     """
     noted: list[int] = []
     if not _main_thread():
@@ -74,12 +70,9 @@ def watching(handler: Handler | None = None) -> Iterator[list[int]]:
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back while the block runs; deliver each once after it.
-
-    Does nothing in a nested block (the outer one delivers) and outside the main thread.
-    """
+    """Hold SIGINT and SIGTERM back while the block runs; deliver each once after it."""
     global _held
-    if _held is not None or not _main_thread():
+    if _held is not None or not _main_thread():  # nested: the outer block delivers
         yield
         return
     try:
@@ -98,15 +91,11 @@ def stops_the_run(err: BaseException) -> bool:
 
 
 class UserCodeExitError(OneLineMessage, RuntimeError):
-    """A ``SystemExit``, ``KeyboardInterrupt``, ... that no signal caused: a failure (one line)."""
+    """A ``SystemExit``, ``KeyboardInterrupt``, ... that no signal caused: a failure."""
 
 
 def as_failure(err: BaseException, noted: Collection[int]) -> BaseException:
-    """``err``, or a :class:`UserCodeExitError` in its place: only a signal ``noted`` stops a run.
-
-    Without one, a ``KeyboardInterrupt`` or ``SystemExit`` (a policy's, a data set's, a model's)
-    is a failure, its line naming where it was raised (:func:`fedcgd_task.imports.said`).
-    """
+    """``err``; a :class:`UserCodeExitError` instead when it would stop a run no signal stopped."""
     if noted or (isinstance(err, Exception) and not stops_the_run(err)):
         return err
     return UserCodeExitError(
@@ -130,27 +119,19 @@ def interrupting() -> Iterator[list[int]]:
 def exit_code_stopping_on_signals(
     command: Callable[[], int], last_words: Callable[[], str | None] | None = None
 ) -> int:
-    """Run a command line's body and return its exit code; stop cleanly on signals (130 / 143).
-
-    The first SIGINT / SIGTERM raises :class:`Interrupted` (:func:`interrupting`). After a
-    signal, one line says so on stderr, then ``last_words()`` (called once everything is stopped)
-    if it gives one. A ``SystemExit`` or ``KeyboardInterrupt`` without a signal is a failure: one
-    line ``failed: ...`` naming where (:func:`as_failure`), exit code 1.
-    """
+    """Run a command's body: its exit code; 128 + signal after a stop; 1 after a stray exit."""
     with interrupting() as noted:
         try:
             return command()
         except Interrupted as stop:
-            code = 128 + stop.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM
+            code = 128 + stop.signum
             told = f"{stop}: every process of the run was stopped (exit code {code})"
             print(told, file=sys.stderr, flush=True)
-            line = last_words() if last_words is not None else None
-            if line:
+            if line := last_words() if last_words is not None else None:
                 print(line, file=sys.stderr, flush=True)
             return code
         except BaseException as err:  # a SystemExit, ... of the researcher's code: a failure
-            failure = as_failure(err, noted)
-            if failure is err:
+            if (failure := as_failure(err, noted)) is err:
                 raise
             print(f"failed: {failure}", file=sys.stderr, flush=True)
             return 1
