@@ -44,6 +44,8 @@ def simulate_rounds(
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     cell = Cell(config, np.random.default_rng(seed))
     draws = [cell.draw_round(model_bits) for _ in range(rounds)]
     demands: list[FloatArray] = [draw.min_bandwidth_hz[draw.available] for draw in draws]

@@ -8,6 +8,7 @@ gains every round (docs/design.md, "Channel traces"; docs/bring-your-own.md, "Yo
 from __future__ import annotations
 
 import os
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,14 +175,21 @@ def write_trace(
     """Validate ``available`` and ``gain_lin`` (``(R, V)``) and write them as a trace at ``path``.
 
     Written under exactly ``path`` (``numpy.savez`` would append ``.npz`` to a name), through a
-    temporary file and ``os.replace``: a write cut short leaves any earlier trace there intact.
-    Raises :class:`TraceError` (nothing written) when :class:`ChannelTrace` refuses the arrays.
+    temporary file of its own and ``os.replace``: a write cut short leaves any earlier trace
+    there intact and no temporary file. Raises :class:`TraceError` (nothing written) when
+    :class:`ChannelTrace` refuses the arrays.
     """
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
-    partial = f"{os.fspath(path)}.partial"
-    with open(partial, "wb") as out:
-        np.savez(out, available=trace.available, gain_lin=trace.gain_lin)
-    os.replace(partial, path)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            np.savez(out, available=trace.available, gain_lin=trace.gain_lin)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return trace
 
 

@@ -68,6 +68,7 @@ def test_cli_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str
         (["--model-bits", "0"], "--model-bits"),
         (["--model-params", "9", "--model-bits", "9"], "not both"),
         (["--rounds", "0"], "rounds"),
+        (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
         (["--pathloss-model", "umi"], "pathloss-model"),
     ],
 )

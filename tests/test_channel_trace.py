@@ -135,6 +135,7 @@ def test_a_write_cut_short_keeps_the_earlier_trace(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space"):
         write_trace(path, np.ones((1, 2), dtype=bool), np.full((1, 2), 3.0))
     assert load_trace(path).gain_lin.tolist() == [[2.0, 2.0]]
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.npz"]
 
 
 @pytest.mark.parametrize(
