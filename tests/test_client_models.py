@@ -81,8 +81,6 @@ def test_init_is_seeded_and_leaves_global_rng_alone() -> None:
     ("name", "classes", "shape", "match"),
     [
         ("vgg", 10, (3, 32, 32), "vgg"),
-        ("mlp", 0, (1, 8, 8), "num_classes"),
-        ("mlp", 10, (), "input_shape"),
         ("cnn", 10, (8, 8), r"\(8, 8\) is not \(channels, height, width\)"),
         ("cnn", 3, (1, 15, 15), "too small"),
         ("cnn1d", 10, (1, 8, 8), r"\(1, 8, 8\) is not \(channels, length\)"),

@@ -208,14 +208,7 @@ def test_partition_indices_dirichlet_maps_back_to_original_rows() -> None:
     assert np.sum(y < 5) <= 55  # only the kept first-half samples can appear
 
 
-@pytest.mark.parametrize(
-    ("split", "args", "match"),
-    [
-        (apply_imbalance, (0.5,), "imbalance ratio"),
-        (shard_partition, (4, 3), "shards_per_device"),
-        (dirichlet_partition, (2, 0.0), "alpha"),
-    ],
-)
-def test_bad_arguments_are_refused_naming_them(split, args, match) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ValueError, match=match):
-        split(balanced_labels(2, 5), *args, np.random.default_rng(0))
+def test_too_few_samples_for_the_devices_are_refused_naming_the_key() -> None:
+    settings = dataclasses.replace(SETTINGS, shards_per_device=4)
+    with pytest.raises(ValueError, match=r"'num-devices' = 10 \(x 4 shards\) exceeds the 30"):
+        partition_indices(settings, balanced_labels(3, 10))

@@ -48,11 +48,6 @@ def test_local_batches_deterministic_by_seed_round_partition() -> None:
         assert not all(np.array_equal(x, y) for x, y in zip(a, other, strict=True))
 
 
-def test_local_batches_reject_empty_split() -> None:
-    with pytest.raises(ValueError, match="num_local"):
-        local_batches(SEED, TRAINING, 0, 1, 0)
-
-
 def data(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(123)
     return torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g)
