@@ -111,7 +111,7 @@ def query_info(msg: Message, context: Context) -> Message:
 
 def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Reply with the pre-training statistics at the received model (no training)."""
-    done = None if cohorts is None else cohorts.stats_of(msg)
+    done = None if cohorts is None else cohorts.result_of(msg)
     if done is None:
         rnd = device_round(msg, context)
         with seeded_for(rnd):
@@ -125,7 +125,7 @@ def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) 
 
 def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
-    done = None if cohorts is None else cohorts.trained_of(msg)
+    done = None if cohorts is None else cohorts.result_of(msg)
     if done is None:
         rnd = device_round(msg, context)
         with seeded_for(rnd):

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType
@@ -24,7 +24,6 @@ from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
     RecordMemo,
-    TrainedDevice,
     device_round,
     label_hist,
     pre_training_stats,
@@ -46,8 +45,6 @@ QUERY_CHUNK_SAMPLES = 4096
 #: Cohorts smaller than this are left to the per-device path.
 MIN_COHORT = 2
 _KINDS = (keys.QUERY_STATS, MessageType.TRAIN)
-#: The type of a cohort's result (:meth:`Cohorts.stats_of`, :meth:`Cohorts.trained_of`).
-_R = TypeVar("_R", PreTrainingStats, TrainedDevice)
 
 
 @dataclass
@@ -135,29 +132,14 @@ class Cohorts:
             for msg_id in opened_ids:
                 self._open.pop(msg_id, None)
 
-    def stats_of(self, msg: Message) -> tuple[DeviceRound, PreTrainingStats] | None:
-        """The device's round and statistics from its ``query.stats`` cohort; None: alone."""
-        return self._result(msg, keys.QUERY_STATS, PreTrainingStats)
-
-    def trained_of(self, msg: Message) -> tuple[DeviceRound, TrainedDevice] | None:
-        """The device's round and training outcome from its open ``train`` cohort; None: alone."""
-        return self._result(msg, MessageType.TRAIN, TrainedDevice)
-
-    def _result(
-        self, msg: Message, kind: str, result_type: type[_R]
-    ) -> tuple[DeviceRound, _R] | None:
-        """``msg``'s result in its open cohort of ``kind`` (computed at first ask)."""
+    def result_of(self, msg: Message) -> tuple[DeviceRound, Any] | None:
+        """The device's round and result (statistics or training) from its cohort; None: alone."""
         cohort = self._open.get(id(msg))
-        if cohort is None or cohort.kind != kind:
+        if cohort is None:
             return None
         if cohort.results is None:
             cohort.results = self._compute(cohort)
-        found = cohort.results.get(id(msg))
-        if found is None:
-            return None
-        rnd, result = found
-        assert isinstance(result, result_type)
-        return rnd, result
+        return cohort.results.get(id(msg))
 
     def _log_once(self, model: str, kind: str, reason: str) -> None:
         if (model, kind, reason) not in self._logged:

@@ -1,12 +1,9 @@
 """Per-sample and per-group squared gradient norms from one forward + backward pass.
 
-One backward of the summed loss gives each parametrised layer's output gradient ``g``; with the
-layer's input ``a`` (a forward hook) the layer formulas below give, without a backward per
-sample, for each group of ``group_size`` consecutive samples (the batch is [N groups x
-group_size samples]) ||sum_{i in group} dl_i/dW||^2 + ||sum_{i in group} dl_i/dc||^2 for the
-layer's weight W and bias c. ``group_size`` 1 gives the per-sample norms; one group of b gives
-||sum_i grad l_i||^2 = b^2 ||g_bar||^2 in σ̂ (paper eq. (local_est_sigma)); one group per device
-gives it for every device of a cohort at once.
+One backward of the summed loss gives each layer's output gradient ``g``; with its input ``a``
+(a forward hook) the formulas below give ||sum_{i in group} dl_i/dW||^2 + ||sum_i dl_i/dc||^2
+per group of ``group_size`` consecutive samples: 1 gives per-sample norms, b the b^2 ||g_bar||^2
+of σ̂ (eq. local_est_sigma), one group per device a whole cohort's at once.
 
 Layer formulas (T output positions, K input features per position, O outputs):
 

@@ -1,15 +1,9 @@
 """sigma-hat_v: the spread of per-sample gradients on a device's first mini-batch.
 
-Paper eq. (local_est_sigma), sigma-hat_v = sqrt((1/b) sum_i ||g_i - g_bar||^2) with g_i the
-gradient of sample i's cross-entropy at the received model, evaluated in eval mode
-(docs/design.md, "Sampling variance"). :func:`gradient_spread` uses the expanded square
-(1/b) sum_i ||g_i||^2 - ||g_bar||^2 from one backward pass (docs/performance.md);
-:func:`gradient_spread_vmap` forms the deviations from :mod:`torch.func` per-sample gradients
-and serves models outside the one-pass scope.
-
-Rounding: the expanded form subtracts two numbers carrying float32 rounding (epsilon ~ 1e-7),
-so sigma-hat is resolved down to ~ sqrt(epsilon) ~ 3e-4 of the root-mean-square per-sample
-gradient norm (b identical samples give that order, or 0); a negative result is clamped to 0.
+Paper eq. (local_est_sigma): sqrt((1/b) sum_i ||g_i - g_bar||^2), g_i sample i's cross-entropy
+gradient at the received model in eval mode. :func:`gradient_spread` uses the expanded square
+from one backward pass (resolved to ~ sqrt(float32 eps) ~ 3e-4 of the rms per-sample gradient
+norm, clamped at 0); :func:`gradient_spread_vmap` serves models outside its scope.
 """
 
 from __future__ import annotations
