@@ -20,7 +20,7 @@ from client_app.sigma import gradient_spread
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
-from fedcgd_task.settings import TRAINING_KEYS, TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.training import (
     compute_device,
     dropout_seed,
@@ -64,26 +64,9 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
     return partition_id
 
 
-def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
-    """Read the server round, τ, η, b and whether to compute σ̂ from the ConfigRecord ``config``."""
-    config = msg.content.config_records.get(keys.CONFIG)
-    if config is None:
-        raise ValueError(
-            f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
-            f"(with {', '.join((keys.SERVER_ROUND, *TRAINING_KEYS))})"
-        )
-    return read_round_config(config)
-
-
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
     """Load the message's ArrayRecord into this process's model of the run config's kind."""
-    record = msg.content.array_records.get(keys.ARRAYS)
-    if record is None:
-        raise ValueError(
-            f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "
-            "(the global model's state_dict)"
-        )
-    state = record.to_torch_state_dict()
+    state = msg.content.array_records[keys.ARRAYS].to_torch_state_dict()
     model = process_model(
         settings.model, split.num_classes, split.source.input_shape, settings.device
     )
@@ -166,7 +149,7 @@ def device_round(msg: Message, context: Context) -> DeviceRound:
     settings = run_settings(context.run_config)
     partition_id = node_partition(context, settings)
     split = local_split(settings, partition_id)
-    server_round, training, want_sigma = round_config(msg)
+    server_round, training, want_sigma = read_round_config(msg.content[keys.CONFIG])
     batches = local_batches(settings.seed, training, len(split), server_round, partition_id)
     return DeviceRound(settings, partition_id, split, server_round, training, want_sigma, batches)
 

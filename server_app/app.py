@@ -86,23 +86,6 @@ class TooFewNodesError(OneLineMessage, RuntimeError):
     """Fewer SuperNodes than ``num-devices``: the message says what to run instead."""
 
 
-def too_few_nodes_line(connected: int, expected: int, *, simulation: bool, waited_s: float) -> str:
-    """What to do when ``connected`` of ``expected`` SuperNodes are there (one line)."""
-    if simulation:
-        return (
-            f"Flower's simulation has {connected} SuperNodes but num-devices = {expected} "
-            "needs one per device: run flwr run . --stream --federation-config "
-            f'"num-supernodes={expected} client-resources-num-cpus=1" (with your --run-config), '
-            f'or set --run-config "num-devices={connected}", or use fedcgd run, which sizes '
-            "the federation itself"
-        )
-    return (
-        f"only {connected} of {expected} SuperNodes connected after {waited_s:.0f} s "
-        f"(run-config query-timeout-s); start the missing SuperNodes or set "
-        f"num-devices={connected}"
-    )
-
-
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
     """Wait until ``expected`` nodes are connected; return how many are, or TooFewNodesError.
 
@@ -120,9 +103,20 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
         now = len(list(grid.get_node_ids()))
         if now != connected:
             connected, same_since = now, time.monotonic()
+    if connected < expected and simulation:
+        raise TooFewNodesError(
+            f"Flower's simulation has {connected} SuperNodes but num-devices = {expected} "
+            "needs one per device: run flwr run . --stream --federation-config "
+            f'"num-supernodes={expected} client-resources-num-cpus=1" (with your --run-config), '
+            f'or set --run-config "num-devices={connected}", or use fedcgd run, which sizes '
+            "the federation itself"
+        )
     if connected < expected:
-        line = too_few_nodes_line(connected, expected, simulation=simulation, waited_s=timeout_s)
-        raise TooFewNodesError(line)
+        raise TooFewNodesError(
+            f"only {connected} of {expected} SuperNodes connected after {timeout_s:.0f} s "
+            f"(run-config query-timeout-s); start the missing SuperNodes or set "
+            f"num-devices={connected}"
+        )
     return connected
 
 

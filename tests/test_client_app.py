@@ -132,27 +132,6 @@ def test_num_partitions_must_match_num_devices() -> None:
         client.app(message(keys.QUERY_STATS), context(num_partitions=5))
 
 
-def test_missing_model_and_config_are_named() -> None:
-    with pytest.raises(ValueError, match=f"'{keys.ARRAYS}'"):
-        client.app(message("train", with_model=False), context())
-    bare = Message(
-        RecordDict({keys.ARRAYS: ArrayRecord(global_state())}),
-        dst_node_id=101,
-        message_type="train",
-    )
-    with pytest.raises(ValueError, match=f"'{keys.CONFIG}'"):
-        client.app(bare, context())
-
-
-def test_bad_round_config_rejected() -> None:
-    msg = message("train")
-    msg.content[keys.CONFIG] = ConfigRecord(
-        {keys.SERVER_ROUND: 1, "local-steps": 0, "learning-rate": LR, "batch-size": B}
-    )
-    with pytest.raises(ValueError, match="local-steps"):
-        client.app(msg, context())
-
-
 def test_label_hist_counts_the_round_batches() -> None:
     # Independent recount: histogram of the labels at the drawn positions of the local split.
     from fedcgd_task.partition import local_split

@@ -141,17 +141,6 @@ def read_cifar_folder(
     return np.concatenate([p for p, _ in parts]), np.concatenate([y for _, y in parts])
 
 
-def missing_cifar_message(name: str, data_dir: Path) -> str:
-    """Where the CIFAR files must go (the error raised when they are absent)."""
-    archive, folder = official_cifar(name).filename, official_cifar(name).base_folder
-    return (
-        f"{name} files not found in data folder '{data_dir}' and could not be downloaded. "
-        f"Put the official '{archive}' (https://www.cs.toronto.edu/~kriz/cifar.html) or its "
-        f"extracted '{folder}/' folder into '{data_dir}' (run-config key 'data-dir'), or run "
-        "once with network access so that it is downloaded there."
-    )
-
-
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> DataSplit:
     """The CIFAR-10 or CIFAR-100 (fine labels) training or test split, pixels kept as uint8.
 
@@ -162,20 +151,26 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
     official = official_cifar(name)
     folder = root / official.base_folder
     if not folder.is_dir():
-        if not download:
-            raise FileNotFoundError(missing_cifar_message(name, root))
-        from torchvision.datasets import utils
-
         created = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
         try:
+            if not download:
+                raise FileNotFoundError(folder)
+            from torchvision.datasets import utils
+
             root.mkdir(parents=True, exist_ok=True)
             utils.download_and_extract_archive(
                 official.url, str(root), filename=official.filename, md5=official.tgz_md5
             )
         except Exception as failed:  # offline, proxy, bad archive: "provide the files"
-            if created is not None:
+            if created is not None and download:
                 shutil.rmtree(created, ignore_errors=True)
-            raise FileNotFoundError(missing_cifar_message(name, root)) from failed
+            raise FileNotFoundError(
+                f"{name} files not found in data folder '{root}' and could not be downloaded. "
+                f"Put the official '{official.filename}' (https://www.cs.toronto.edu/~kriz/"
+                f"cifar.html) or its extracted '{official.base_folder}/' folder into '{root}' "
+                "(run-config key 'data-dir'), or run once with network access so that it is "
+                "downloaded there."
+            ) from failed
     pixels, targets = read_cifar_folder(name, folder, train=train)
     classes, mean, std = CIFAR[name]
     return DataSplit(NormalizedPixels(pixels, 1.0 / 255.0, mean, std), targets, classes)
