@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedcgd_task import datasets
 from fedcgd_task.datasets.images import load_cifar, load_digits_split
 
 
@@ -97,11 +96,6 @@ def test_an_archive_in_the_data_folder_is_extracted_and_read(
     monkeypatch.setattr(tv_utils, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
     train = load_cifar("cifar10", tmp_path, train=True, download=True)
     assert len(train) == 20 and train.labels.tolist()[:4] == [0, 1, 2, 3]
-
-
-def test_unknown_dataset_rejected() -> None:
-    with pytest.raises(ValueError, match="mnist"):
-        datasets.load_data("mnist", "")
 
 
 def test_extracted_folder_is_read_without_checksums_and_equals_torchvision(

@@ -1,17 +1,10 @@
-"""Cohort execution against the per-device path: the same replies, the same runs.
+"""Cohort execution against the per-device path (the oracle): the same replies, the same runs.
 
-The oracle is the per-device path (``InProcessGrid`` without cohorts, what ``flwr run`` and
-deployments do; bit for bit equal to ``flwr run`` in ``test_flwr_run``). Cohort execution
-computes the same quantities in another summation order (batched passes, ``vmap``), so the two
-agree up to rounding. The comparisons run the built-in models in float64 (the model functions
-``layer_cases:mlp_float64`` and ``layer_cases:cnn1d_float64``): there the two orders differ by
-float64 rounding alone, and :data:`REL` bounds it. In float32 no tolerance holds on every
-machine: where a ReLU's input lies within float32 rounding of 0, the two orders can take its
-two sides, which moves that sample's gradient by the unit's whole share (module docstring of
-``test_client_sigma``). Cohort execution must give every reply field within :data:`REL`, the
-same schedules over whole runs (several policies, tau = 1 and 5, digits and MNIST-1D), the same
-outcome with a poisoned device, and fall back to the per-device path where it cannot batch or
-where the model mixes the samples of a batch.
+Cohort execution sums in another order (batched passes, ``vmap``), so the comparisons run the
+built-in models in float64 (``layer_cases:mlp_float64``, ``layer_cases:cnn1d_float64``), where
+the orders differ by rounding alone, bounded by :data:`REL` (in float32 a ReLU input within
+rounding of 0 may flip: module docstring of ``test_client_sigma``). Where it cannot batch, or
+the model mixes the samples of a batch, it falls back to the per-device path.
 """
 
 from __future__ import annotations
@@ -43,11 +36,8 @@ from server_app.run_folder.results import METRICS_FILE, MODEL_FILE
 
 MNIST1D = {"dataset": "mnist1d", "mnist1d-samples": 1200, "batch-size": 16}
 MLP, CNN1D = "layer_cases:mlp_float64", "layer_cases:cnn1d_float64"
-#: Relative tolerance between the cohort and the per-device path in float64: each reply field
-#: passes through fewer than 1e4 roundings of 1.1e-16 (REL64 = 1.1e-11 with a margin of 10,
-#: layer_cases); sigma-hat's expanded square amplifies that by (1/b) sum ||g_i||^2 /
-#: sigma-hat^2, and six rounds of training amplify a difference of the model, each by less than
-#: 100 here (measured: final models within 5e-16 of each other). Hence 100 REL64.
+#: Relative tolerance between the cohort and the per-device path in float64: REL64 (fewer than
+#: 1e4 roundings, layer_cases) times 100 for sigma-hat's expanded square and six rounds.
 REL = 100 * REL64
 
 

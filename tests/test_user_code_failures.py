@@ -1,13 +1,8 @@
-"""User code that fails in any way: the run says the truth in one line (issue 42).
+"""User code that fails in any way: the run fails in one line naming the user's file and line.
 
-A policy's ``SystemExit(0)`` or ``KeyboardInterrupt`` is a failure, not an exit 0 or a stop (only
-a signal the process receives stops a run); a policy whose ``schedule`` or ``observe_uploads``
-raises fails the run naming itself and the round, one stuck past ``stall-limit-s`` is stopped by
-the run's stall alarm naming the line it was stuck at; a run whose model never
-moved fails; a failure line carries no control characters. Before: exit 0 / ``stopped by SIGINT``
-exit 130 / ran on for 30 s / a traceback / ``completed`` / raw escape codes. The line names the
-user's file and line (issue 49); a data-set, model, import or ``state_dict`` that exits or raises
-``KeyboardInterrupt`` fails the run the same way (issue 50; before: exit 0 or 130, no output).
+An exit or ``KeyboardInterrupt`` of a policy, data set, model or import is a failure (only a
+signal stops a run); a stuck policy is stopped by the stall alarm; a model that never moved
+fails the run; no control characters reach the line (issues 42, 49, 50).
 """
 
 from __future__ import annotations
