@@ -84,13 +84,16 @@ def close(a: float, b: float) -> bool:
 )
 @pytest.mark.parametrize("kind", [keys.QUERY_STATS, "train"])
 def test_every_reply_field_matches_the_per_device_path(
-    tmp_path: Path, data: dict, model: str, tau: int, kind: str
+    tmp_path: Path, data: dict, model: str, tau: int, kind: str, monkeypatch, caplog
 ) -> None:
     run_config = validated_run_config(
         {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
     )
     alone = replies(run_config, kind, cohorts=None, model=model, tau=tau)
-    together = replies(run_config, kind, cohorts=Cohorts(), model=model, tau=tau)
+    passes = batched_passes(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        together = replies(run_config, kind, cohorts=Cohorts(), model=model, tau=tau)
+    assert passes == [7] and not caplog.records  # all seven in one batched pass, batched training
     assert len(alone) == len(together) == 7
     for a, b in zip(alone, together, strict=True):
         assert not a.has_error() and not b.has_error()
@@ -445,50 +448,6 @@ def test_a_whole_run_of_a_model_that_mixes_the_batch_equals_the_per_device_run(
     assert [x["sigma"] for x in together] == [x["sigma"] for x in alone]
     for name in model_alone:
         torch.testing.assert_close(model_together[name], model_alone[name], rtol=REL, atol=0.0)
-
-
-@pytest.mark.parametrize(("model", "data"), [(MLP, {}), (CNN1D, MNIST1D)])
-def test_an_honest_model_takes_the_batched_path(
-    tmp_path: Path, model: str, data: dict, monkeypatch, caplog
-) -> None:
-    passes = batched_passes(monkeypatch)
-    run_config = validated_run_config(
-        {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
-    )
-    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        replies(run_config, keys.QUERY_STATS, cohorts=Cohorts(), model=model, tau=1)
-    assert passes == [7]  # all seven devices in one batched pass
-    assert not caplog.records
-
-
-class CountingForward(torch.nn.Module):
-    """A Linear model that counts its forward calls (copies share the count)."""
-
-    calls = 0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        CountingForward.calls += 1
-        return self.linear(x)
-
-
-def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
-    torch.manual_seed(0)
-    x = torch.randn(6, 4)
-    model = CountingForward()
-    verdicts: dict = {}
-    assert mixing.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
-    # The batch and the first group repeated as computed; the batch, then each group, in float64.
-    assert CountingForward.calls == 5
-    other = CountingForward()  # another object of the same structure: the kept verdict
-    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
-    assert CountingForward.calls == 5
-    assert mixing.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
-    assert CountingForward.calls == 10
-    assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64
 
 
 def bn_model() -> torch.nn.Module:
