@@ -53,11 +53,6 @@ def row_sq_sums(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(int(x.shape[0]), -1).square().sum(dim=1).double()
 
 
-def groups_of(n: int, group_size: int) -> int:
-    """Number of groups N of ``group_size`` consecutive samples in a batch of ``n``."""
-    return n // group_size
-
-
 def _chunk(per_item_floats: int, chunk_size: int | None) -> int:
     """Items per chunk: ``chunk_size`` if given, else as many as fit the float budget."""
     return chunk_size or max(1, CHUNK_BUDGET_FLOATS // max(per_item_floats, 1))
@@ -87,7 +82,7 @@ def linear_sq_norms(
 
     ``a``: its input, ``g``: its output's gradient; ``chunk_size`` groups per chunk.
     """
-    n = groups_of(int(a.shape[0]), group_size)
+    n = int(a.shape[0]) // group_size
     u = a.reshape(n, -1, module.in_features).transpose(1, 2)  # [N, K, T]
     gm = g.reshape(n, -1, module.out_features).transpose(1, 2)  # [N, O, T]
     k, t, o = int(u.shape[1]), int(u.shape[2]), int(gm.shape[1])
@@ -123,7 +118,7 @@ def conv_sq_norms(
             (1, *dilation),
         )
     (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]
-    n, t = groups_of(b, group_size), h_out * w_out
+    n, t = b // group_size, h_out * w_out
     k = c_in // module.groups * kernel[0] * kernel[1]
     parts = []
     if group_size == 1 and module.groups == 1 and _gram_is_cheaper(t, k, o):
@@ -166,7 +161,7 @@ def group_norm_sq_norms(
 ) -> torch.Tensor:
     """The same for a GroupNorm's gamma and beta (a_hat recomputed; ``chunk_size`` unread)."""
     b, c = int(a.shape[0]), module.num_channels
-    n = groups_of(b, group_size)
+    n = b // group_size
     a_hat = F.group_norm(a, module.num_groups, eps=module.eps).reshape(b, c, -1)
     gm = g.reshape(b, c, -1)
     total = torch.zeros(n, dtype=torch.float64, device=a.device)
@@ -246,7 +241,7 @@ def per_sample_grad_norms(
     device = params[0].device
     x, y = x.to(device), y.to(device)
     sq_norms = torch.zeros(b, dtype=torch.float64, device=device)
-    group_sq = torch.zeros(groups_of(b, size), dtype=torch.float64, device=device)
+    group_sq = torch.zeros(b // size, dtype=torch.float64, device=device)
     calls: dict[nn.Module, int] = {}
     targets: list[torch.Tensor] = []
     handles: list[RemovableHandle] = []

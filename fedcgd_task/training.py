@@ -42,11 +42,9 @@ def compute_device(setting: str = "auto") -> torch.device:
     """
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if setting == "cpu":
-        return torch.device("cpu")
+    device = torch.device(setting)
     seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = 0 if setting == "cuda" else int(setting.partition(":")[2])
-    if index >= seen:
+    if device.type == "cuda" and (device.index or 0) >= seen:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         hidden = "" if visible is None else f", CUDA_VISIBLE_DEVICES={visible!r}"
         allowed = ", ".join(['"auto"', '"cpu"'] + [f'"cuda:{i}"' for i in range(seen)])
@@ -54,7 +52,7 @@ def compute_device(setting: str = "auto") -> torch.device:
             f"run-config key 'device' = {setting!r}, but this process sees {seen} CUDA "
             f"device(s) (torch {torch.__version__}{hidden}); allowed here: {allowed}"
         )
-    return torch.device(setting)
+    return device
 
 
 def local_batches(
