@@ -59,7 +59,6 @@ class RunSetup:
 
     config: RunConfig
     train_set: DataSplit
-    test_set: DataSplit
     test_tensors: tuple[torch.Tensor, torch.Tensor]
     model: nn.Module
     num_params: int
@@ -175,7 +174,6 @@ def build_setup(
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)
-    test_set = load_test_set(config.task)
     num_classes = train_set.num_classes
     model = build_model(config.task.model, num_classes, train_set.input_shape, seed=config.seed)
     num_params = count_parameters(model)
@@ -200,8 +198,7 @@ def build_setup(
     return RunSetup(
         config=config,
         train_set=train_set,
-        test_set=test_set,
-        test_tensors=test_set.tensors(),
+        test_tensors=load_test_set(config.task).tensors(),
         model=model,
         num_params=num_params,
         model_bits=model_bits,

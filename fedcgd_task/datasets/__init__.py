@@ -108,10 +108,9 @@ def dataset_setting(name: str) -> str:
 
 def _structure(value: object, depth: int = 2) -> str:
     """A short picture of a returned value: ``(ndarray, ndarray)``, ``int``."""
-    if isinstance(value, tuple | list) and depth > 0:
-        inner = ", ".join(_structure(v, depth - 1) for v in value[:4])
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
-    return type(value).__name__
+    if not isinstance(value, tuple | list) or depth == 0:
+        return type(value).__name__
+    return f"({', '.join(_structure(v, depth - 1) for v in value[:4])})"
 
 
 def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> npt.NDArray[Any]:
