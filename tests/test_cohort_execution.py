@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_grid import FakeGrid, app_grid, cohort_app, make_contexts
+from fake_grid import FakeGrid, app_grid, make_contexts
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from layer_cases import REL64
 from misbehaving import misbehaving
@@ -237,15 +237,26 @@ def test_dropout_trains_per_device_and_says_so_once(tmp_path: Path, caplog) -> N
     assert len(together) == 5
 
 
-def test_train_chunks_and_query_chunks_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
+def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
     run_config = validated_run_config(
-        {**MNIST1D, "model": CNN1D, "num-devices": 7, "data-dir": str(tmp_path / "data")}
+        {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
     )
+    alone = replies(run_config, "train", cohorts=None, model=CNN1D, tau=2)
     whole = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
     monkeypatch.setattr(cohort_training, "TRAIN_CHUNK_MAX_DEVICES", 2)
-    monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 40)  # 2 devices of b = 16 per pass
-    chunked = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
-    for a, b in zip(whole, chunked, strict=True):
+    monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
+    chunked = {
+        t: replies(run_config, "train", cohorts=Cohorts(threads=t), model=CNN1D, tau=2)
+        for t in (1, 2, 3)
+    }
+
+    def sigmas(got: list[Message]) -> list[float]:
+        return [float(r.content.metric_records[keys.METRICS][keys.SIGMA]) for r in got]
+
+    assert sigmas(chunked[2]) == sigmas(chunked[1]) == sigmas(chunked[3])  # bit for bit
+    assert sigmas(chunked[1]) == pytest.approx(sigmas(alone), rel=REL)
+    assert len(set(sigmas(alone))) == 9
+    for a, b in zip(whole, chunked[1], strict=True):
         ma, mb = a.content.metric_records[keys.METRICS], b.content.metric_records[keys.METRICS]
         assert close(float(mb[keys.SIGMA]), float(ma[keys.SIGMA]))
         assert close(float(mb[keys.UPDATE_NORM]), float(ma[keys.UPDATE_NORM]))
@@ -313,31 +324,6 @@ def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
     assert passes == [6]  # only the engine's own ClientApp took the batched pass
     assert sigmas[0] == sigmas[1]  # the per-device path, twice
     assert all(close(b, a) for a, b in zip(sigmas[0], sigmas[2], strict=True))
-
-
-def test_threads_share_the_query_chunks_with_the_same_results(tmp_path: Path, monkeypatch) -> None:
-    run_config = validated_run_config(
-        {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
-    )
-    nodes = [100 + v for v in range(9)]
-    contexts = make_contexts(nodes, run_config, 9)
-    record = ArrayRecord(build_model(CNN1D, 10, (1, 40), seed=4).state_dict())
-    config = ConfigRecord(
-        {keys.SERVER_ROUND: 1, "local-steps": 1, "learning-rate": 0.1, "batch-size": 16}
-    )
-    monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
-    sigmas = {}
-    for threads in (0, 1, 2, 3):  # 0: per device
-        app, together = cohort_app(threads > 0, threads=max(threads, 1))
-        grid = FakeGrid({n: app for n in nodes}, contexts, cohorts=together)
-        content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
-        sent = [grid.create_message(content, keys.QUERY_STATS, n, "1") for n in nodes]
-        sigmas[threads] = [
-            r.content.metric_records[keys.METRICS][keys.SIGMA] for r in grid.send_and_receive(sent)
-        ]
-    assert sigmas[2] == sigmas[1] and sigmas[3] == sigmas[1]  # the same passes, bit for bit
-    assert sigmas[1] == pytest.approx(sigmas[0], rel=REL)
-    assert len(set(sigmas[0])) == 9
 
 
 def test_the_first_evaluation_runs_on_one_torch_thread(tmp_path: Path, monkeypatch) -> None:

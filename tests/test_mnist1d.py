@@ -181,21 +181,9 @@ def test_the_sample_count_reaches_the_generator_through_the_settings(tmp_path):
     assert len(train300) == 240
 
 
-def test_settings_default_validation_and_auto_model(tmp_path):
-    defaults = default_run_config()
-    assert defaults["mnist1d-samples"] == DEFAULT_MNIST1D_SAMPLES == 20000
-    settings = settings_for(tmp_path, 20000)
-    assert settings.mnist1d_samples == 20000 and settings.model == "cnn1d"
-    for bad in (90, 0, -10, 105, 2.5, "200", True, 1_000_010):
-        config = {**defaults, "mnist1d-samples": bad}
-        with pytest.raises(ValueError) as info:
-            TaskSettings.from_run_config(config)
-        text = str(info.value)
-        assert text.startswith("run-config key 'mnist1d-samples' must be an integer in [100, ")
-        assert "a multiple of 10" in text and repr(bad) in text and "\n" not in text
-    assert (
-        TaskSettings.from_run_config({**defaults, "mnist1d-samples": 100.0}).mnist1d_samples == 100
-    )
+def test_the_default_sample_count_and_the_auto_model(tmp_path):
+    assert default_run_config()["mnist1d-samples"] == DEFAULT_MNIST1D_SAMPLES == 20000
+    assert settings_for(tmp_path, 20000).model == "cnn1d"
 
 
 def test_the_data_folder_and_sample_count_are_unread_where_they_change_nothing():
