@@ -14,21 +14,6 @@ import torch
 from fedcgd_task.datasets.images import load_cifar, load_digits_split
 
 
-def test_digits_split_sizes_stratified_and_scaled() -> None:
-    train, test = load_digits_split()
-    # 1797 images, 20 % test: sklearn puts ceil(0.2 * 1797) = 360 in the test set.
-    assert len(train) == 1437 and len(test) == 360
-    assert train.input_shape == (1, 8, 8) and train.num_classes == 10
-    x, y = train.tensors()
-    assert x.dtype == torch.float32 and y.dtype == torch.int64
-    assert x.shape == (1437, 1, 8, 8)
-    assert float(x.min()) == 0.0 and float(x.max()) == 1.0  # 0..16 scaled by 1 / 16
-    # Stratified: each class's test share is within one sample of 20 %.
-    all_counts = np.bincount(train.labels, minlength=10) + np.bincount(test.labels, minlength=10)
-    test_counts = np.bincount(test.labels, minlength=10)
-    assert np.all(np.abs(test_counts - 0.2 * all_counts) <= 1)
-
-
 def test_tensors_subset_rows() -> None:
     train, _ = load_digits_split()
     x, y = train.tensors([5, 0, 5])
