@@ -151,8 +151,8 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
         y = _as_array(y, f"y_{split}", where, "iu", must_y)
         if len(x.shape) < 2 or y.ndim != 1 or len(x) != len(y) or not len(y):
             raise ValueError(
-                f"{where}: x_{split} holds {len(x)} samples but y_{split} {len(y)} (shapes "
-                f"{tuple(x.shape)} and {y.shape}); {must_x}, {must_y}, N >= 1"
+                f"{where}: x_{split} has shape {tuple(x.shape)} and y_{split} {y.shape}; {must_x}, "
+                f"{must_y}, the same N >= 1"
             )
         inputs[split], labels[split] = x, y
     shapes = [tuple(inputs[s].shape[1:]) for s in ("train", "test")]
