@@ -1,10 +1,9 @@
-"""The Flower ClientApp of a FedCGD device (Message API; record keys in :mod:`fedcgd_task.keys`).
+"""The Flower ClientApp of a FedCGD device (record keys in :mod:`fedcgd_task.keys`).
 
 ``query.info`` (discovery), ``query.stats`` (paper Algorithm 3, lines 6-8: the pre-training
-statistics, no training) and ``train`` (the same statistics, then tau SGD steps); each handler
-says what it replies. The ServerApp evaluates centrally. A handler's error becomes Flower's error
-reply, which costs the device its round. ``app`` (what Flower loads) is :func:`make_app` without
-cohorts; handling a message sets ``torch.set_num_threads(1)`` (Ray workers share the cores).
+statistics) and ``train`` (the same statistics, then tau SGD steps). A handler's error becomes
+Flower's error reply, which costs the device its round; torch runs one thread (Ray workers share
+the cores).
 """
 
 from __future__ import annotations
@@ -42,16 +41,9 @@ from fedcgd_task.partition import local_split
 if TYPE_CHECKING:
     from client_app.cohort import Cohorts
 
-#: Intra-op threads per ClientApp process.
-CLIENT_NUM_THREADS = 1
-
 
 def make_app(cohorts: Cohorts | None = None) -> ClientApp:
-    """A ClientApp of a FedCGD device; with ``cohorts``, one of the in-process engine's.
-
-    With the engine's :class:`~client_app.cohort.Cohorts`, :func:`query_stats` and :func:`train`
-    take their device's result from its open cohort where it has one.
-    """
+    """A ClientApp of a FedCGD device; with ``cohorts``, results come from open cohorts."""
     client = ClientApp()
     client.lifespan()(lifespan)
     client.query(keys.QUERY_INFO_ACTION)(query_info)
@@ -68,18 +60,15 @@ def make_app(cohorts: Cohorts | None = None) -> ClientApp:
 
 
 def lifespan(context: Context) -> Iterator[None]:
-    """Limit torch to :data:`CLIENT_NUM_THREADS` intra-op thread(s) while handling messages."""
-    torch.set_num_threads(CLIENT_NUM_THREADS)
+    """Limit torch to one intra-op thread while handling messages."""
+    torch.set_num_threads(1)
     yield
 
 
 def node_context(
     run_config: UserConfig, partition_id: int, num_partitions: int, *, node_id: int = 1
 ) -> Context:
-    """The Context of a node of run 1 (empty state), to call the handlers without Flower.
-
-    ``node_config`` holds the partition id and count as Flower's simulation sets them.
-    """
+    """The Context of a node of run 1 as Flower's simulation makes it (handlers without Flower)."""
     return Context(
         run_id=1,
         node_id=node_id,
@@ -93,7 +82,7 @@ def node_context(
 
 
 def _stats_metrics(rnd: DeviceRound, stats: PreTrainingStats) -> dict[str, MetricRecordValues]:
-    """Return the metric entries shared by the stats and train replies (Python scalars)."""
+    """The metric entries shared by the stats and train replies."""
     metrics: dict[str, MetricRecordValues] = {
         keys.PARTITION_ID: int(rnd.partition_id),
         keys.NUM_EXAMPLES: len(rnd.split),
@@ -122,7 +111,7 @@ def query_info(msg: Message, context: Context) -> Message:
 
 def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Reply with the pre-training statistics at the received model (no training)."""
-    done = None if cohorts is None else cohorts.stats_of(msg)
+    done = None if cohorts is None else cohorts.result_of(msg)
     if done is None:
         rnd = device_round(msg, context)
         with seeded_for(rnd):
@@ -136,7 +125,7 @@ def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) 
 
 def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
-    done = None if cohorts is None else cohorts.trained_of(msg)
+    done = None if cohorts is None else cohorts.result_of(msg)
     if done is None:
         rnd = device_round(msg, context)
         with seeded_for(rnd):

@@ -1,9 +1,7 @@
 """Cohort execution: devices that received the same global model in one phase, computed together.
 
-The in-process engine's grid opens the cohorts of a delivery (:meth:`Cohorts.opened`); the
-ClientApp's handlers ask for their device's result and build their own reply. What forms a
-cohort, the batched σ̂ and training, the fallbacks to the per-device path and the tolerance are
-in docs/design.md, "Cohort execution". Results are dropped when the delivery ends.
+The in-process grid opens a delivery's cohorts (:meth:`Cohorts.opened`); each handler takes its
+device's result and builds its own reply (docs/design.md, "Cohort execution").
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType
@@ -26,7 +24,6 @@ from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
     RecordMemo,
-    TrainedDevice,
     device_round,
     label_hist,
     pre_training_stats,
@@ -42,15 +39,12 @@ __all__ = ["QUERY_CHUNK_SAMPLES", "Cohorts"]
 
 LOG = logging.getLogger(__name__)
 
-#: Samples per batched sigma-hat pass (128 devices of b = 32): large enough that the per-pass
-#: overheads vanish, small enough that the activations stay in the CPU's caches (one pass over
-#: 1,000 devices was 1.35x the per-device loop, 100 devices 2.0x).
+#: Samples per batched sigma-hat pass (128 devices of b = 32): the per-pass overheads vanish,
+#: the activations stay in the CPU's caches.
 QUERY_CHUNK_SAMPLES = 4096
 #: Cohorts smaller than this are left to the per-device path.
 MIN_COHORT = 2
 _KINDS = (keys.QUERY_STATS, MessageType.TRAIN)
-#: The type of a cohort's result (:meth:`Cohorts.stats_of`, :meth:`Cohorts.trained_of`).
-_R = TypeVar("_R", PreTrainingStats, TrainedDevice)
 
 
 @dataclass
@@ -90,10 +84,7 @@ def _stats_key(device: DeviceRound) -> tuple[object, ...]:
 class Cohorts:
     """One engine's cohort execution: its grid opens the cohorts, its ClientApp reads them.
 
-    Holds what cohort execution keeps between messages: the open cohorts (during :meth:`opened`
-    only), the last query cohort's statistics, the sample-mixing verdicts by model structure, the
-    models whose batched training failed, and the reasons already logged. ``threads`` share a
-    cohort's σ̂ passes; the results do not depend on it.
+    ``threads`` share a cohort's σ̂ passes; the results do not depend on it.
     """
 
     def __init__(self, *, threads: int = 1) -> None:
@@ -113,10 +104,7 @@ class Cohorts:
 
     @contextmanager
     def opened(self, deliveries: Sequence[tuple[Message, Context]]) -> Iterator[None]:
-        """Open the cohorts among ``deliveries`` (message, its node's context) while handled.
-
-        Messages must stay alive and unchanged until the block ends.
-        """
+        """Open the cohorts among ``deliveries`` (message, its node's context) in the block."""
         groups: dict[tuple[object, ...], list[list[tuple[Message, Context]]]] = {}
         for msg, context in deliveries:
             key = _cohort_key(msg)
@@ -144,29 +132,14 @@ class Cohorts:
             for msg_id in opened_ids:
                 self._open.pop(msg_id, None)
 
-    def stats_of(self, msg: Message) -> tuple[DeviceRound, PreTrainingStats] | None:
-        """The device's round and statistics from its open ``query.stats`` cohort; None: alone."""
-        return self._result(msg, keys.QUERY_STATS, PreTrainingStats)
-
-    def trained_of(self, msg: Message) -> tuple[DeviceRound, TrainedDevice] | None:
-        """The device's round and training outcome from its open ``train`` cohort; None: alone."""
-        return self._result(msg, MessageType.TRAIN, TrainedDevice)
-
-    def _result(
-        self, msg: Message, kind: str, result_type: type[_R]
-    ) -> tuple[DeviceRound, _R] | None:
-        """``msg``'s result in its open cohort of ``kind`` (computed at first ask); None: alone."""
+    def result_of(self, msg: Message) -> tuple[DeviceRound, Any] | None:
+        """The device's round and result (statistics or training) from its cohort; None: alone."""
         cohort = self._open.get(id(msg))
-        if cohort is None or cohort.kind != kind:
+        if cohort is None:
             return None
         if cohort.results is None:
             cohort.results = self._compute(cohort)
-        found = cohort.results.get(id(msg))
-        if found is None:
-            return None
-        rnd, result = found
-        assert isinstance(result, result_type)
-        return rnd, result
+        return cohort.results.get(id(msg))
 
     def _log_once(self, model: str, kind: str, reason: str) -> None:
         if (model, kind, reason) not in self._logged:
@@ -194,7 +167,6 @@ class Cohorts:
     def _computed(
         self, cohort: _Cohort, rounds: list[tuple[Message, DeviceRound]]
     ) -> dict[int, tuple[DeviceRound, object]]:
-        """:meth:`_compute` once the members' rounds are read."""
         first_msg, first = rounds[0]
         name = first.settings.model
         if (name, cohort.kind) in self._failed:
@@ -225,11 +197,7 @@ class Cohorts:
     def _kept_or_computed_stats(
         self, record: ArrayRecord, model: nn.Module, devices: Sequence[DeviceRound]
     ) -> list[PreTrainingStats]:
-        """:meth:`cohort_stats`, reusing those the last cohort computed at the same model.
-
-        A round's train messages carry its query messages' record, so the scheduled devices'
-        statistics (model and batches only) come from the query phase.
-        """
+        """:meth:`cohort_stats`, reusing the query phase's at the same model's record."""
         kept = self._kept.get(record)
         if kept is None:
             kept = self._kept.keep(record, {})
@@ -245,9 +213,8 @@ class Cohorts:
     ) -> list[PreTrainingStats]:
         """Pre-training statistics of devices sharing ``model`` and the round config.
 
-        σ̂ from batched passes (:func:`client_app.sigma.gradient_spreads`) over chunks of
-        :data:`QUERY_CHUNK_SAMPLES` samples, else per device; with :attr:`threads` > 1 the
-        chunks are dealt to that many threads, each with its own copy of the model.
+        σ̂ from batched passes over chunks of :data:`QUERY_CHUNK_SAMPLES` samples (one model
+        copy per thread), else per device.
         """
         want_sigma = devices[0].want_sigma
         name = devices[0].settings.model

@@ -1,11 +1,4 @@
-"""Cohort execution's model checks and training (docs/design.md, "Cohort execution").
-
-:func:`sample_mixing` checks that a model computes each device's samples apart from the others'
-(the batched σ̂ pass stacks several devices' first batches); :func:`training_blockers` says when
-the devices' training cannot be batched; :func:`cohort_train` runs the tau SGD steps of several
-devices at once, their parameters stacked and each gradient from its own batch with
-:func:`torch.func.vmap` (:mod:`client_app.cohort` decides when each path runs).
-"""
+"""Cohort execution's model checks and batched training (docs/design.md, "Cohort execution")."""
 
 from __future__ import annotations
 
@@ -34,12 +27,8 @@ from client_app.sigma import mode_kept
 from fedcgd_task.imports import first_line
 
 #: Largest change of a device's outputs, relative to their largest magnitude, that
-#: :func:`sample_mixing` accepts. The float64 comparison (the device's batch alone and in the
-#: cohort's batch) differs by rounding alone below ~1e-12 here (fewer than 1e4 roundings of
-#: 1.1e-16); the comparison in the model's own dtype runs the same operations on the same
-#: shapes and the same rows of the device, which change only with the other rows' values. 1e-6
-#: lies far above both and about at the relative rounding of a float32 forward pass, so a model
-#: that passes mixes the devices by less than the float32 computation resolves.
+#: :func:`sample_mixing` accepts: far above float64 rounding (~1e-12), about a float32
+#: forward pass's relative rounding.
 MIXING_TOLERANCE = 1e-6
 
 
@@ -52,15 +41,9 @@ def sample_mixing(
 ) -> str | None:
     """Why the samples of one group in ``x`` are not computed apart from the others; None: they are.
 
-    Two comparisons of the model's eval-mode outputs, without the global random stream: on a
-    float64 copy without gradients, all of ``x`` (N >= 2 groups of ``group_size`` samples)
-    against each group alone; and as the batched sigma-hat pass computes (the model's own dtype,
-    ``x`` as given, autograd on), the first group's outputs in ``x`` against those in ``x`` with
-    every other group replaced by the first. A change above :data:`MIXING_TOLERANCE` of the
-    largest output, or a model that cannot run so, is the reason returned (one line).
-    ``verdicts`` keeps them by model structure (module types and state shapes, and the shapes
-    of ``x`` and the groups); non-finite outputs give None and keep nothing. ``model`` is left
-    unchanged.
+    Eval-mode outputs on a copy: in float64, all of ``x`` against each group alone; in the
+    model's dtype with autograd, the first group in ``x`` against ``x`` with every group
+    replaced by the first. ``verdicts`` keeps the answers by model structure and shapes.
     """
     kept: MutableMapping[tuple[object, ...], str | None] = {} if verdicts is None else verdicts
     key = (  # a model may mix the samples of large batches only: the batch shape counts too
@@ -131,14 +114,10 @@ def cohort_train(
     *,
     stats: Sequence[PreTrainingStats],
 ) -> list[TrainedDevice]:
-    """Tau plain SGD steps of every device from ``model``, batched over devices with vmap.
+    """Tau plain SGD steps of every device from ``model`` (left unchanged), batched with vmap.
 
-    Per device the arithmetic of :func:`fedcgd_task.training.train_local` (paper eq.
-    (localupdate)) on its own batches, each step ``torch.add(w, g, alpha=-eta)`` as in
-    :func:`fedcgd_task.training.sgd_step`. ``model`` (no dropout, no batch normalisation:
-    :func:`training_blockers`) is left unchanged; ``devices`` share tau, b and eta; ``stats`` are
-    their statistics at ``model``. Returns per device its :class:`TrainedDevice` (train time: its
-    share of the chunk's).
+    Per device the arithmetic of :func:`fedcgd_task.training.train_local`; ``devices`` share
+    tau, b and eta; ``stats`` are their statistics at ``model``.
     """
     before = floating_state(model)
     state = {name: t.detach().clone() for name, t in model.state_dict().items()}

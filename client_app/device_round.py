@@ -1,8 +1,4 @@
-"""A device's round: what the ClientApp reads from a message, and the per-device computation.
-
-Shared by the per-device path (:mod:`client_app.app`) and the cohort path
-(:mod:`client_app.cohort`), so each quantity a device reports is defined once.
-"""
+"""A device's round: what the ClientApp reads from a message, and the per-device computation."""
 
 from __future__ import annotations
 
@@ -24,7 +20,7 @@ from client_app.sigma import gradient_spread
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
-from fedcgd_task.settings import TRAINING_KEYS, TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.training import (
     compute_device,
     dropout_seed,
@@ -38,31 +34,22 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class PreTrainingStats:
-    """Statistics a device reports before training (identical in stats and train replies).
-
-    ``label_hist``: class counts (length C) of this round's tau batches (sums to tau b);
-    ``sigma``: sigma-hat_v, paper eq. (local_est_sigma), None when the server did not ask.
-    """
+    """Class counts of the round's tau batches, and σ̂_v (eq. local_est_sigma) when asked."""
 
     label_hist: list[int]
     sigma: float | None
 
 
 def node_partition(context: Context, settings: TaskSettings) -> int:
-    """Return the node's partition id, checking ``node_config`` against the run config.
-
-    Raises ValueError if ``partition-id`` / ``num-partitions`` are missing or not integers, if
-    ``num-partitions`` differs from ``num-devices`` or the id is out of range.
-    """
+    """The node's partition id; ValueError unless ``node_config`` fits the run config."""
     config = context.node_config
     for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
-        if key not in config:
+        if isinstance(config.get(key), bool) or not isinstance(config.get(key), int):
             raise ValueError(
-                f"node_config key '{key}' is missing; start the SuperNode with --node-config "
-                f'"{keys.NODE_PARTITION_ID}=<v> {keys.NODE_NUM_PARTITIONS}=<V>"'
+                f"node_config key '{key}' must be an integer; got {config.get(key)!r}; start the "
+                f'SuperNode with --node-config "{keys.NODE_PARTITION_ID}=<v> '
+                f'{keys.NODE_NUM_PARTITIONS}=<V>"'
             )
-        if isinstance(config[key], bool) or not isinstance(config[key], int):
-            raise ValueError(f"node_config key '{key}' must be an integer; got {config[key]!r}")
     num_partitions = int(config[keys.NODE_NUM_PARTITIONS])
     if num_partitions != settings.num_devices:
         raise ValueError(
@@ -77,26 +64,9 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
     return partition_id
 
 
-def round_config(msg: Message) -> tuple[int, TrainingSettings, bool]:
-    """Read the server round, τ, η, b and whether to compute σ̂ from the ConfigRecord ``config``."""
-    config = msg.content.config_records.get(keys.CONFIG)
-    if config is None:
-        raise ValueError(
-            f"message '{msg.metadata.message_type}' lacks the ConfigRecord '{keys.CONFIG}' "
-            f"(with {', '.join((keys.SERVER_ROUND, *TRAINING_KEYS))})"
-        )
-    return read_round_config(config)
-
-
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
     """Load the message's ArrayRecord into this process's model of the run config's kind."""
-    record = msg.content.array_records.get(keys.ARRAYS)
-    if record is None:
-        raise ValueError(
-            f"message '{msg.metadata.message_type}' lacks the ArrayRecord '{keys.ARRAYS}' "
-            "(the global model's state_dict)"
-        )
-    state = record.to_torch_state_dict()
+    state = msg.content.array_records[keys.ARRAYS].to_torch_state_dict()
     model = process_model(
         settings.model, split.num_classes, split.source.input_shape, settings.device
     )
@@ -106,18 +76,13 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
 
 
 class RecordMemo(Generic[T]):
-    """A value kept for the very :class:`~flwr.app.Array` objects of one ArrayRecord.
-
-    The arrays are referenced weakly (an Array's bytes are set once); the value is dropped as
-    soon as one of them is freed, so deserialised messages keep no extra copy.
-    """
+    """A value kept for the very Array objects of one ArrayRecord (weakly: dropped with them)."""
 
     def __init__(self) -> None:
         self.arrays: list[tuple[str, weakref.ref[Array]]] = []
         self.value: T | None = None
 
-    def get(self, record: ArrayRecord) -> T | None:
-        """The value kept for ``record``'s arrays (by name, in order); None for other arrays."""
+    def get(self, record: ArrayRecord) -> T | None:  # noqa: D102
         items = list(record.items())
         same = len(self.arrays) == len(items) and all(
             name == kept_name and ref() is array
@@ -125,8 +90,7 @@ class RecordMemo(Generic[T]):
         )
         return self.value if same else None
 
-    def keep(self, record: ArrayRecord, value: T) -> T:
-        """Keep ``value`` for ``record``'s arrays (replacing what was kept) and return it."""
+    def keep(self, record: ArrayRecord, value: T) -> T:  # noqa: D102
 
         def forget(_: weakref.ref[Array]) -> None:
             if self.arrays is kept:  # not already replaced
@@ -141,12 +105,7 @@ class RecordMemo(Generic[T]):
 def process_model(
     name: str, num_classes: int, input_shape: tuple[int, ...], device: str = "auto"
 ) -> nn.Module:
-    """One model per process and architecture, on the compute device, reused across messages.
-
-    Building costs far more than loading weights (ResNet-18-GN: ~160 ms vs ~7 ms);
-    :func:`received_model` overwrites every entry (``strict=True``) and clears the gradients.
-    ``device`` is the run's ``device`` setting.
-    """
+    """One model per process and architecture, reused (ResNet-18-GN: build 160 ms, load 7 ms)."""
     return build_model(name, num_classes, input_shape).to(compute_device(device))
 
 
@@ -157,18 +116,12 @@ def same_config(a: UserConfig, b: UserConfig) -> bool:
     return a == b and all(type(value) is type(b[key]) for key, value in a.items())
 
 
-#: The last run config read (a copy, and the object read: the nodes of the in-process engine
-#: share one, which is not changed while they run), the working folder it was read in, and its
-#: settings.
+#: The last run config read (a copy, the object), the working folder, and its settings.
 _LAST_SETTINGS: list[tuple[UserConfig, UserConfig, str, TaskSettings]] = []
 
 
 def run_settings(run_config: UserConfig) -> TaskSettings:
-    """:meth:`TaskSettings.from_run_config`, read once for the equal configs of a run's nodes.
-
-    The last config is reused for one equal in every key, type and value (:func:`same_config`)
-    read in the same working folder.
-    """
+    """:meth:`TaskSettings.from_run_config`, read once for the equal configs of a run's nodes."""
     cwd = os.getcwd()
     for kept, seen, kept_cwd, settings in _LAST_SETTINGS:
         if kept_cwd == cwd and (run_config is seen or same_config(kept, run_config)):
@@ -180,11 +133,7 @@ def run_settings(run_config: UserConfig) -> TaskSettings:
 
 @dataclass(frozen=True)
 class DeviceRound:
-    """What a stats or train message asks of a device, read before any computation.
-
-    ``batches`` are this round's tau batches (positions in ``split``); ``training`` holds the tau,
-    lr and b the server sent.
-    """
+    """What a stats or train message asks of a device; ``batches``: positions in ``split``."""
 
     settings: TaskSettings
     partition_id: int
@@ -196,14 +145,11 @@ class DeviceRound:
 
 
 def device_round(msg: Message, context: Context) -> DeviceRound:
-    """Read the run config, the node's partition, the round config and draw the round's batches.
-
-    Raises ValueError on a bad node config or round config (one line naming the setting).
-    """
+    """Read the run config, the node's partition, the round config; draw the round's batches."""
     settings = run_settings(context.run_config)
     partition_id = node_partition(context, settings)
     split = local_split(settings, partition_id)
-    server_round, training, want_sigma = round_config(msg)
+    server_round, training, want_sigma = read_round_config(msg.content[keys.CONFIG])
     batches = local_batches(settings.seed, training, len(split), server_round, partition_id)
     return DeviceRound(settings, partition_id, split, server_round, training, want_sigma, batches)
 
@@ -237,10 +183,7 @@ def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def update_norm(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
-    """||w_new - w_received||_2 over the floating entries of ``before`` (float64 sums).
-
-    The server recomputes it from the upload (:func:`fedcgd_strategy.validation.update_norm`).
-    """
+    """||w_new - w_received||_2 over the floating entries of ``before`` (float64 sums)."""
     total = 0.0
     for name, value in before.items():
         diff = after[name].detach().double() - value.double()
@@ -250,13 +193,7 @@ def update_norm(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor])
 
 @dataclass(frozen=True)
 class TrainedDevice:
-    """A device's training outcome, as its train reply reports it.
-
-    ``weights``: the updated state dict (CPU tensors, the model's key order); ``mean_loss``: mean
-    over the tau steps of the mini-batch loss before each step (nats); ``update_norm``:
-    ||w_new - w_received||_2; ``train_time_s``: seconds of training (in a cohort: its training
-    time divided by its devices).
-    """
+    """A device's train reply: weights (CPU), mean step loss, update norm, seconds of training."""
 
     stats: PreTrainingStats
     weights: dict[str, torch.Tensor]

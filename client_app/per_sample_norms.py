@@ -1,12 +1,9 @@
 """Per-sample and per-group squared gradient norms from one forward + backward pass.
 
-One backward of the summed loss gives each parametrised layer's output gradient ``g``; with the
-layer's input ``a`` (a forward hook) the layer formulas below give, without a backward per
-sample, for each group of ``group_size`` consecutive samples (the batch is [N groups x
-group_size samples]) ||sum_{i in group} dl_i/dW||^2 + ||sum_{i in group} dl_i/dc||^2 for the
-layer's weight W and bias c. ``group_size`` 1 gives the per-sample norms; one group of b gives
-||sum_i grad l_i||^2 = b^2 ||g_bar||^2 in σ̂ (paper eq. (local_est_sigma)); one group per device
-gives it for every device of a cohort at once.
+One backward of the summed loss gives each layer's output gradient ``g``; with its input ``a``
+(a forward hook) the formulas below give ||sum_{i in group} dl_i/dW||^2 + ||sum_i dl_i/dc||^2
+per group of ``group_size`` consecutive samples: 1 gives per-sample norms, b the b^2 ||g_bar||^2
+of σ̂ (eq. local_est_sigma), one group per device a whole cohort's at once.
 
 Layer formulas (T output positions, K input features per position, O outputs):
 
@@ -18,18 +15,13 @@ Layer formulas (T output positions, K input features per position, O outputs):
 * ``nn.GroupNorm``: y = gamma a_hat + beta per channel, dl/dgamma_c = sum_s g_cs a_hat_cs,
   dl/dbeta_c = sum_s g_cs over positions s.
 
-A weight norm takes the cheaper of two routes: form the weight gradients G U^T (~ T K O
-multiply-adds; for a convolution one weight-gradient convolution with one channel group per
-sample or group), or the double sum through the T x T Gram matrices U^T U and G^T G
-(~ T^2 (K + O)), which wins for few positions (T = 1 for a plain Linear). Rows are summed in
-float32 by torch's cascade summation (~1e-7 relative, below the gradients' own rounding), then
-accumulated over layers and samples in float64. Intermediates come in chunks within
-:data:`CHUNK_BUDGET_FLOATS`.
+A weight norm takes the cheaper route: form G U^T (~ T K O multiply-adds) or the double sum
+through the Gram matrices U^T U and G^T G (~ T^2 (K + O)). Rows are summed in float32, then
+accumulated in float64; intermediates come in chunks within :data:`CHUNK_BUDGET_FLOATS`.
 
-Scope: every parameter is the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS`, a
-convolution's input is batched and zero-padded, no parameter is shared, every layer runs at
-most once per forward, and the model treats the samples independently (no BatchNorm in
-training mode). :func:`unsupported_reasons` checks the static part; the rest raises
+Scope: every parameter is the ``weight`` or ``bias`` of one of :data:`SUPPORTED_LAYERS`, zero
+padding, no shared parameter, each layer once per forward, samples computed apart.
+:func:`unsupported_reasons` checks the static part; the rest raises
 :class:`UnsupportedModelError` during the pass.
 """
 
@@ -44,8 +36,7 @@ from torch.nn import functional as F  # noqa: N812 (torch convention)
 from torch.nn.grad import conv2d_weight
 from torch.utils.hooks import RemovableHandle
 
-#: Upper bound on the per-sample intermediate floats one layer holds at once (64 Mi floats =
-#: 256 MB); the samples of a layer are processed in chunks that fit it.
+#: Per-sample intermediate floats one layer holds at once (64 Mi floats = 256 MB).
 CHUNK_BUDGET_FLOATS = 64 * 1024 * 1024
 #: Layer types whose parameters get per-sample gradient norms.
 SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.GroupNorm)
@@ -62,16 +53,6 @@ def row_sq_sums(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(int(x.shape[0]), -1).square().sum(dim=1).double()
 
 
-def groups_of(n: int, group_size: int) -> int:
-    """Number of groups N of ``group_size`` consecutive samples in a batch of ``n`` (checked)."""
-    if group_size < 1 or n % group_size:
-        raise ValueError(
-            f"a batch of {n} samples does not split into groups of {group_size} (need a "
-            "positive group size that divides the batch)"
-        )
-    return n // group_size
-
-
 def _chunk(per_item_floats: int, chunk_size: int | None) -> int:
     """Items per chunk: ``chunk_size`` if given, else as many as fit the float budget."""
     return chunk_size or max(1, CHUNK_BUDGET_FLOATS // max(per_item_floats, 1))
@@ -83,10 +64,7 @@ def _gram_is_cheaper(t: int, k: int, o: int) -> bool:
 
 
 def gram_sq_norms(u: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """||G_i U_i^T||_F^2 = sum_{t,t'} (u_it . u_it') (g_it . g_it') from the two Gram matrices.
-
-    ``u`` [n, K, T], ``g`` [n, O, T]; returns float64 [n].
-    """
+    """||G_i U_i^T||_F^2 from the Gram matrices of ``u`` [n, K, T] and ``g`` [n, O, T]."""
     uu = torch.bmm(u.transpose(1, 2), u).double()
     gg = torch.bmm(g.transpose(1, 2), g).double()
     return (uu * gg).sum(dim=(1, 2))
@@ -100,12 +78,11 @@ def linear_sq_norms(
     *,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Linear layer, float64 [N].
+    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Linear, float64 [N].
 
-    ``a`` [b, *, K] is its input, ``g`` [b, *, O] the gradient of the per-sample losses with
-    respect to its output; ``chunk_size`` groups per chunk (memory only).
+    ``a``: its input, ``g``: its output's gradient; ``chunk_size`` groups per chunk.
     """
-    n = groups_of(int(a.shape[0]), group_size)
+    n = int(a.shape[0]) // group_size
     u = a.reshape(n, -1, module.in_features).transpose(1, 2)  # [N, K, T]
     gm = g.reshape(n, -1, module.out_features).transpose(1, 2)  # [N, O, T]
     k, t, o = int(u.shape[1]), int(u.shape[2]), int(gm.shape[1])
@@ -129,14 +106,7 @@ def conv_sq_norms(
     *,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    """Per-group ||sum_i dl_i/dW||^2 + ||sum_i dl_i/dc||^2 of a Conv2d or Conv1d, float64 [N].
-
-    ``a`` [b, C_in, H, W] or [b, C_in, L] is its input, ``g`` [b, O, H_out, W_out] or
-    [b, O, L_out] the gradient of the per-sample losses with respect to its output. Per sample
-    (group_size 1, one channel group) by the Gram route when cheaper; otherwise a chunk's groups
-    are one weight-gradient convolution in which each group is a group of channels and its
-    samples are the batch. ``chunk_size`` groups per chunk (memory only).
-    """
+    """The same for a Conv2d or Conv1d (Gram route, or one weight-gradient convolution)."""
     padding: tuple[int, ...] = module.padding  # type: ignore[assignment]  # checked in scope
     kernel, stride, dilation = module.kernel_size, module.stride, module.dilation
     if isinstance(module, nn.Conv1d):  # a Conv2d of height 1
@@ -148,7 +118,7 @@ def conv_sq_norms(
             (1, *dilation),
         )
     (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]
-    n, t = groups_of(b, group_size), h_out * w_out
+    n, t = b // group_size, h_out * w_out
     k = c_in // module.groups * kernel[0] * kernel[1]
     parts = []
     if group_size == 1 and module.groups == 1 and _gram_is_cheaper(t, k, o):
@@ -189,13 +159,9 @@ def group_norm_sq_norms(
     *,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    """Per-group ||sum_i dl_i/dgamma||^2 + ||sum_i dl_i/dbeta||^2 of a GroupNorm, float64 [N].
-
-    ``a`` [b, C, *] is its input (a_hat is recomputed from it), ``g`` [b, C, *] the gradient of
-    the per-sample losses with respect to its output; no chunks (``chunk_size`` is unread).
-    """
+    """The same for a GroupNorm's gamma and beta (a_hat recomputed; ``chunk_size`` unread)."""
     b, c = int(a.shape[0]), module.num_channels
-    n = groups_of(b, group_size)
+    n = b // group_size
     a_hat = F.group_norm(a, module.num_groups, eps=module.eps).reshape(b, c, -1)
     gm = g.reshape(b, c, -1)
     total = torch.zeros(n, dtype=torch.float64, device=a.device)
@@ -208,17 +174,7 @@ def group_norm_sq_norms(
 
 @dataclass(frozen=True)
 class PerSampleNorms:
-    """Result of :func:`per_sample_grad_norms`, in (loss units per parameter unit)^2 and nats.
-
-    Attributes
-    ----------
-    sq_norms : torch.Tensor of float64, shape [b]
-        ||grad_w l_i(w)||^2 of each sample i over all model parameters.
-    group_sq_norms : torch.Tensor of float64, shape [N]
-        ||sum_{i in group n} grad_w l_i(w)||^2 for each group of ``group_size`` samples.
-    losses : torch.Tensor of float32, shape [b]
-        The per-sample cross-entropies l_i(w).
-    """
+    """Squared gradient norms per sample [b] and per group [N] (float64), losses (float32 [b])."""
 
     sq_norms: torch.Tensor
     group_sq_norms: torch.Tensor
@@ -226,11 +182,7 @@ class PerSampleNorms:
 
 
 def unsupported_reasons(model: nn.Module) -> list[str]:
-    """Why :func:`per_sample_grad_norms` cannot handle ``model``, one line each (empty: it can).
-
-    Run-time conditions (a layer called twice, a batch dimension that is not dim 0) are detected
-    only during the pass.
-    """
+    """Why :func:`per_sample_grad_norms` cannot handle ``model`` (empty: it can), statically."""
     reasons: list[str] = []
     owner: dict[int, str] = {}
     for module_name, module in model.named_modules():
@@ -257,8 +209,7 @@ def unsupported_reasons(model: nn.Module) -> list[str]:
     return reasons
 
 
-#: The layer formulas by layer type (:data:`SUPPORTED_LAYERS`): per-group squared gradient norms
-#: ``(module, a, g, group_size, *, chunk_size) -> float64 [N]``.
+#: The layer formulas by layer type: ``(module, a, g, group_size, *, chunk_size) -> float64 [N]``.
 LAYER_SQ_NORMS: dict[type[nn.Module], Callable[..., torch.Tensor]] = {
     nn.Linear: linear_sq_norms,
     nn.Conv1d: conv_sq_norms,
@@ -275,42 +226,22 @@ def per_sample_grad_norms(
     group_size: int | None = None,
     chunk_size: int | None = None,
 ) -> PerSampleNorms:
-    """Compute ||grad l_i(w)||^2 per sample and ||sum_{i in group} grad l_i(w)||^2 per group.
+    """:class:`PerSampleNorms` of ``x`` [b, ...] (N groups of ``group_size``, default b), ``y``.
 
-    One forward and one backward of ``sum_i l_i`` through ``model`` as it is (the caller picks the
-    mode); the model is left unchanged (no hook left, ``.grad`` untouched, ``requires_grad``
-    restored); frozen parameters count too.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        A classifier within the scope of :func:`unsupported_reasons`.
-    x : torch.Tensor, shape [b, ...]
-        Inputs (moved to the model's device): N groups of ``group_size`` consecutive samples.
-    y : torch.Tensor of int64, shape [b]
-        Labels.
-    group_size : int, optional
-        Samples per group; default b (one group). Must divide b.
-    chunk_size : int, optional
-        Samples (or groups) per chunk of the per-layer computations (memory only).
-
-    Raises
-    ------
-    UnsupportedModelError
-        If ``model`` is outside the scope (statically, or during the pass).
+    One forward and one backward of ``sum_i l_i`` through ``model`` in its current mode; the
+    model is left unchanged; frozen parameters count too. Raises UnsupportedModelError for a
+    model outside the scope (statically, or during the pass).
     """
     reasons = unsupported_reasons(model)
     if reasons:
         raise UnsupportedModelError("; ".join(reasons))
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1; got {chunk_size}")
     b = int(y.shape[0])
     size = b if group_size is None else group_size
     params = list(model.parameters())
     device = params[0].device
     x, y = x.to(device), y.to(device)
     sq_norms = torch.zeros(b, dtype=torch.float64, device=device)
-    group_sq = torch.zeros(groups_of(b, size), dtype=torch.float64, device=device)
+    group_sq = torch.zeros(b // size, dtype=torch.float64, device=device)
     calls: dict[nn.Module, int] = {}
     targets: list[torch.Tensor] = []
     handles: list[RemovableHandle] = []

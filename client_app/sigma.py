@@ -1,15 +1,9 @@
 """sigma-hat_v: the spread of per-sample gradients on a device's first mini-batch.
 
-Paper eq. (local_est_sigma), sigma-hat_v = sqrt((1/b) sum_i ||g_i - g_bar||^2) with g_i the
-gradient of sample i's cross-entropy at the received model, evaluated in eval mode
-(docs/design.md, "Sampling variance"). :func:`gradient_spread` uses the expanded square
-(1/b) sum_i ||g_i||^2 - ||g_bar||^2 from one backward pass (docs/performance.md);
-:func:`gradient_spread_vmap` forms the deviations from :mod:`torch.func` per-sample gradients
-and serves models outside the one-pass scope.
-
-Rounding: the expanded form subtracts two numbers carrying float32 rounding (epsilon ~ 1e-7),
-so sigma-hat is resolved down to ~ sqrt(epsilon) ~ 3e-4 of the root-mean-square per-sample
-gradient norm (b identical samples give that order, or 0); a negative result is clamped to 0.
+Paper eq. (local_est_sigma): sqrt((1/b) sum_i ||g_i - g_bar||^2), g_i sample i's cross-entropy
+gradient at the received model in eval mode. :func:`gradient_spread` uses the expanded square
+from one backward pass (resolved to ~ sqrt(float32 eps) ~ 3e-4 of the rms per-sample gradient
+norm, clamped at 0); :func:`gradient_spread_vmap` serves models outside its scope.
 """
 
 from __future__ import annotations
@@ -34,17 +28,7 @@ from client_app.per_sample_norms import (
 
 @dataclass(frozen=True)
 class GradientSpread:
-    """Result of :func:`gradient_spread` and :func:`gradient_spread_vmap`.
-
-    Attributes
-    ----------
-    sigma : float
-        sigma-hat_v of paper eq. (local_est_sigma), in loss units per parameter unit.
-    mean_loss : float
-        Mean cross-entropy of the batch at the given model (eval mode), nats.
-    batch_size : int
-        b, the number of samples used.
-    """
+    """sigma-hat_v (loss units per parameter unit), the batch's mean loss (nats) and b."""
 
     sigma: float
     mean_loss: float
@@ -58,18 +42,13 @@ def gradient_spread(
     *,
     chunk_size: int | None = None,
 ) -> GradientSpread:
-    """Compute sigma-hat_v (paper eq. (local_est_sigma)) and the batch loss at ``model``.
+    """sigma-hat_v and the batch loss of one device's first mini-batch ``x`` [b, ...], ``y`` [b].
 
-    One device's case of :func:`gradient_spreads` on its first mini-batch ``x`` float32
-    [b, *input_shape] (moved to the model's device) with labels ``y`` int64 [b]; models outside
-    the one-pass scope go to :func:`gradient_spread_vmap`. ``model`` is left unchanged (hooks,
-    ``.grad``, modes and ``requires_grad`` restored). ``chunk_size`` (memory only): samples per
-    chunk of per-sample intermediates or per vmap call; default: what fits
+    Models outside the one-pass scope go to :func:`gradient_spread_vmap`; ``model`` is left
+    unchanged. ``chunk_size`` (memory only): samples per chunk; default: what fits
     :data:`CHUNK_BUDGET_FLOATS`.
     """
-    b = _check_batch(x, y)
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1; got {chunk_size}")
+    b = int(y.shape[0])
     if unsupported_reasons(model):
         return gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
     try:
@@ -86,18 +65,12 @@ def gradient_spreads(
     group_size: int,
     chunk_size: int | None = None,
 ) -> list[GradientSpread]:
-    """sigma-hat_v of each of N devices whose first mini-batches are stacked, at one model.
+    """sigma-hat_v of each of N devices whose first mini-batches ``x`` [N b, ...] are stacked.
 
-    One forward + backward pass of the summed loss of all N b samples gives each device's
-    sum_i ||g_i||^2 and ||sum_i g_i||^2 (:func:`client_app.per_sample_norms.per_sample_grad_norms`).
-    A device's result equals its batch's alone, up to summation order, if the model computes each
-    sample independently (the caller checks: :func:`client_app.cohort_training.sample_mixing`).
-
-    ``x`` float32 [N b, *input_shape] holds the devices' first mini-batches device after device,
-    ``y`` int64 [N b] their labels, ``group_size`` is b; ``model`` (left unchanged) must be within
-    :func:`client_app.per_sample_norms.unsupported_reasons`' scope, else UnsupportedModelError.
+    One forward + backward pass (:func:`~client_app.per_sample_norms.per_sample_grad_norms`);
+    a device's result equals its batch's alone, up to summation order, if the model computes
+    each sample apart (checked by :func:`client_app.cohort_training.sample_mixing`).
     """
-    _check_batch(x, y)
     with mode_kept(model):
         norms = per_sample_grad_norms(model, x, y, group_size=group_size, chunk_size=chunk_size)
     b = group_size
@@ -111,11 +84,7 @@ def gradient_spreads(
 
 
 def spread_from_norms(sum_sq_norms: float, sum_grad_sq_norm: float, b: int) -> float:
-    """sigma-hat_v from sum_i ||g_i||^2 and ||sum_i g_i||^2 (paper eq. (local_est_sigma)).
-
-    sigma-hat_v = sqrt(max((1/b) sum_i ||g_i||^2 - ||sum_i g_i||^2 / b^2, 0)), in loss units per
-    parameter unit (the squared norms in their square).
-    """
+    """sigma-hat_v = sqrt(max((1/b) sum_i ||g_i||^2 - ||sum_i g_i||^2 / b^2, 0))."""
     return math.sqrt(max(sum_sq_norms / b - sum_grad_sq_norm / (b * b), 0.0))
 
 
@@ -131,16 +100,6 @@ def mode_kept(model: nn.Module, training: bool = False) -> Iterator[None]:
             module.training = flag
 
 
-def _check_batch(x: torch.Tensor, y: torch.Tensor) -> int:
-    """Return b after checking that ``x`` and ``y`` hold the same number (>= 1) of samples."""
-    b = int(y.shape[0])
-    if b < 1 or int(x.shape[0]) != b:
-        raise ValueError(
-            f"x and y must hold the same number (>= 1) of samples; got {x.shape[0]} and {b}"
-        )
-    return b
-
-
 def gradient_spread_vmap(
     model: nn.Module,
     x: torch.Tensor,
@@ -148,20 +107,17 @@ def gradient_spread_vmap(
     *,
     chunk_size: int | None = None,
 ) -> GradientSpread:
-    """Reference sigma-hat_v (paper eq. (local_est_sigma)) from vmap per-sample gradients.
+    """Reference sigma-hat_v from vmap per-sample gradients, for any model.
 
-    Same contract as :func:`gradient_spread` for any model :func:`torch.func.functional_call`
-    runs; the deviations are formed explicitly, in chunks combined exactly in float64 (Chan et
-    al.'s pairwise update), at 6-80x the cost of an SGD step on a CPU.
+    The deviations are formed explicitly, in chunks combined in float64 (Chan et al.'s pairwise
+    update), at 6-80x the cost of an SGD step on a CPU.
     """
-    b = _check_batch(x, y)
+    b = int(y.shape[0])
     params = {name: p.detach() for name, p in model.named_parameters()}
     buffers = {name: t.detach() for name, t in model.named_buffers()}
     num_params = sum(p.numel() for p in params.values())
     if chunk_size is None:
         chunk_size = max(1, CHUNK_BUDGET_FLOATS // max(num_params, 1))
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1; got {chunk_size}")
     device = next(iter(params.values())).device
 
     def sample_loss(

@@ -1,9 +1,7 @@
-"""Model functions behind one contract: the four built-in classifiers and the researcher's own.
+"""Model functions ``(num_classes, input_shape) -> torch.nn.Module``: built-ins and your own.
 
-A model function is ``function(num_classes, input_shape) -> torch.nn.Module`` (contract:
-docs/bring-your-own.md, "Bring your own data set and model"). Paper Section V: CIFAR-10 uses a
-small CNN, CIFAR-100 a ResNet-18 with GroupNorm; the MLP serves ``digits`` and any input shape,
-``cnn1d`` is MNIST-1D's convolutional baseline (Greydanus & Kobak 2024).
+Paper Section V: CIFAR-10 uses a small CNN, CIFAR-100 a ResNet-18 with GroupNorm; the MLP serves
+``digits`` and any input shape, ``cnn1d`` is MNIST-1D's baseline (Greydanus & Kobak 2024).
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from fedcgd_task.imports import builtin_or_function, first_line
+from fedcgd_task.imports import builtin_or_function, said
 from fedcgd_task.training import seeded_generators
 
 #: The run-config key that names the model function.
@@ -29,8 +27,7 @@ MODEL_CONTRACT = (
 )
 #: Hidden width of the digits MLP.
 MLP_HIDDEN = 64
-#: GroupNorm groups in ``resnet18gn``: 32 (the GroupNorm paper's default, Wu & He 2018); every
-#: ResNet-18 width (64, 128, 256, 512) is divisible by it.
+#: GroupNorm groups in ``resnet18gn`` (Wu & He 2018's default; divides every ResNet-18 width).
 RESNET_GN_GROUPS = 32
 
 
@@ -53,16 +50,10 @@ class DigitsMLP(nn.Module):
 
 
 class PaperCNN(nn.Module):
-    """The CIFAR-10 CNN of paper Section V, with unpadded 3 x 3 convolutions.
+    """The CIFAR-10 CNN of paper Section V (unpadded 3 x 3 convolutions; 258,898 parameters).
 
     [conv3x3-32, ReLU, conv3x3-32, ReLU, maxpool 2, dropout 0.2] ->
     [conv3x3-64, ReLU, conv3x3-64, ReLU, maxpool 2, dropout 0.3] -> FC 120 + ReLU -> FC C.
-
-    For a 3 x 32 x 32 input the spatial size goes 32 -> 30 -> 28 -> 14 -> 12 -> 10 -> 5, so the
-    flatten size is 64 * 5 * 5 = 1600, and with C = 10 the parameter count is
-    (3*9*32 + 32) + (32*9*32 + 32) + (32*9*64 + 64) + (64*9*64 + 64) + (1600*120 + 120)
-    + (120*10 + 10) = 896 + 9,248 + 18,496 + 36,928 + 192,120 + 1,210 = 258,898.
-    Other input sizes get the flatten size from the same arithmetic.
     """
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
@@ -108,16 +99,9 @@ CNN1D_KERNELS: tuple[int, int, int] = (5, 3, 3)
 
 
 class Mnist1dCNN(nn.Module):
-    """The convolutional baseline of MNIST-1D: three strided Conv1d layers and a linear layer.
+    """MNIST-1D's ``ConvBase``: three Conv1d (k 5, 3, 3; 25 channels, stride 2, padding 1) + FC.
 
-    [conv1d k5-25, ReLU] -> [conv1d k3-25, ReLU] -> [conv1d k3-25, ReLU] -> flatten -> FC C,
-    every convolution with stride 2 and zero padding 1 (the ``ConvBase`` of the mnist1d
-    repository, Greydanus & Kobak 2024). A length L becomes floor((L + 2 - k) / 2) + 1 after a
-    convolution of kernel k: for a 1 x 40 input 40 -> 19 -> 10 -> 5, so the flatten size is
-    25 * 5 = 125, and with C = 10 the parameter count is
-    (1*5*25 + 25) + (25*3*25 + 25) + (25*3*25 + 25) + (125*10 + 10)
-    = 150 + 1,900 + 1,900 + 1,260 = 5,210. Other input lengths and channel counts get the
-    sizes from the same arithmetic.
+    For a 1 x 40 input 40 -> 19 -> 10 -> 5: 5,210 parameters with C = 10.
     """
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
@@ -186,30 +170,19 @@ MODEL_NAMES: tuple[str, ...] = tuple(BUILTIN_MODELS)
 
 
 def model_function(name: str) -> ModelFunction:
-    """Return the model function ``name`` names: a built-in, or the researcher's reference.
-
-    An unknown name, or a reference that cannot be imported or is not callable, raises a
-    one-line ValueError (:func:`fedcgd_task.imports.builtin_or_function`).
-    """
+    """The model function ``name`` names: a built-in, or the researcher's reference."""
     return builtin_or_function(name, MODEL_KEY, BUILTIN_MODELS, "model", MODEL_CONTRACT)
 
 
 def build_model(
     name: str, num_classes: int, input_shape: Sequence[int], *, seed: int = 0
 ) -> nn.Module:
-    """Build a freshly initialised classifier with the model function ``name``.
+    """A freshly initialised classifier from the model function ``name``, built seeded.
 
-    The function runs with the global generators seeded with ``seed``
-    (:func:`fedcgd_task.training.seeded_generators`; restored after); built-ins come on the
-    CPU, in training mode. Raises ValueError (one line) for a bad name, bad sizes
-    (``num_classes >= 1``, a non-empty ``input_shape`` of positive ints), or a function that
-    raised or broke the contract.
+    Built-ins come on the CPU, in training mode. Raises ValueError (one line) for a bad name or
+    a function that raised or returned no torch.nn.Module.
     """
-    if num_classes < 1:
-        raise ValueError(f"num_classes must be an integer >= 1; got {num_classes}")
     shape = tuple(int(s) for s in input_shape)
-    if not shape or any(s < 1 for s in shape):
-        raise ValueError(f"input_shape must be a non-empty tuple of positive ints; got {shape}")
     function = model_function(name)
     with seeded_generators(seed):
         torch.manual_seed(seed)  # every device's generator too, for a model built on a GPU
@@ -217,10 +190,10 @@ def build_model(
             model = function(num_classes, shape)
         except ValueError:  # the function's own account of sizes it cannot take
             raise
-        except Exception as err:  # the researcher's code: any failure becomes one line
+        except Exception as err:  # the researcher's code: one line with where it raised
             raise ValueError(
-                f"the model function raised {type(err).__name__}: {first_line(err)} (called with "
-                f"num_classes={num_classes}, input_shape={shape})"
+                f"the model function raised {said(err)} (called with num_classes={num_classes}, "
+                f"input_shape={shape})"
             ) from err
     if not isinstance(model, nn.Module):
         raise ValueError(
@@ -230,5 +203,5 @@ def build_model(
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Return the number of scalar parameters of ``model`` (trainable or not, no buffers)."""
+    """The number of scalar parameters of ``model`` (trainable or not, no buffers)."""
     return sum(p.numel() for p in model.parameters())

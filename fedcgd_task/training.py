@@ -1,7 +1,6 @@
 """Local update: the round's mini-batches, tau plain SGD steps, and evaluation.
 
-Every draw is derived from (run seed, server round, partition id), so a device uses the same
-batches for a round's query and training, and a seed gives bit-identical models.
+Every draw derives from (run seed, server round, partition id): a seed gives bit-identical runs.
 """
 
 from __future__ import annotations
@@ -22,41 +21,30 @@ from torch.nn import functional as F  # noqa: N812 (torch convention)
 if TYPE_CHECKING:
     from fedcgd_task.settings import TrainingSettings
 
-#: Tag mixed into the seed of the batch stream ("BTCH").
-BATCH_STREAM = 0x42544348
-#: Tag mixed into the seed of the dropout stream ("DROP").
-DROPOUT_STREAM = 0x44524F50
-#: The seed of the global generators during central evaluation ("EVAL").
-EVAL_STREAM = 0x4556414C
-#: Default evaluation batch size (memory only; results do not depend on it beyond rounding).
+#: Tags mixed into the seeds of the batch and dropout streams, and the evaluation's seed.
+BATCH_STREAM, DROPOUT_STREAM, EVAL_STREAM = 0x42544348, 0x44524F50, 0x4556414C  # BTCH DROP EVAL
+#: Evaluation batch size (memory only).
 EVAL_BATCH_SIZE = 512
 
 
 @dataclass(frozen=True)
 class LocalTrainResult:
-    """Outcome of :func:`train_local`: per-step mini-batch losses and their mean (nats).
-
-    Each of the tau losses is taken before its step.
-    """
+    """Outcome of :func:`train_local`: each step's mini-batch loss before it, their mean."""
 
     mean_loss: float
     step_losses: tuple[float, ...]
 
 
 def compute_device(setting: str = "auto") -> torch.device:
-    """The torch device a ``device`` setting names on this process (training and evaluation).
+    """The torch device a ``device`` setting (auto, cpu, cuda, cuda:N) names on this process.
 
-    ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` (torch's current CUDA
-    device) or ``cuda:N``. Raises ValueError naming the setting for a CUDA device this process
-    does not see (no CUDA build or GPU, ``CUDA_VISIBLE_DEVICES`` hiding it, ``N`` too large).
+    Raises ValueError naming the setting for a CUDA device this process does not see.
     """
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if setting == "cpu":
-        return torch.device("cpu")
+    device = torch.device(setting)
     seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = 0 if setting == "cuda" else int(setting.partition(":")[2])
-    if index >= seen:
+    if device.type == "cuda" and (device.index or 0) >= seen:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         hidden = "" if visible is None else f", CUDA_VISIBLE_DEVICES={visible!r}"
         allowed = ", ".join(['"auto"', '"cpu"'] + [f'"cuda:{i}"' for i in range(seen)])
@@ -64,7 +52,7 @@ def compute_device(setting: str = "auto") -> torch.device:
             f"run-config key 'device' = {setting!r}, but this process sees {seen} CUDA "
             f"device(s) (torch {torch.__version__}{hidden}); allowed here: {allowed}"
         )
-    return torch.device(setting)
+    return device
 
 
 def local_batches(
@@ -74,15 +62,11 @@ def local_batches(
     server_round: int,
     partition_id: int,
 ) -> list[npt.NDArray[np.int64]]:
-    """Draw device v's tau mini-batches of b positions in ``0 .. num_local - 1`` for round j.
+    """Device v's tau mini-batches of b positions in ``0 .. num_local - 1`` for a round.
 
-    A permutation of ``range(num_local)`` (|D_v| >= 1) from ``default_rng([seed, BATCH_STREAM,
-    server_round, partition_id])`` is read cyclically: batch t is positions [t b, (t+1) b), so no
-    sample repeats within a batch when b <= num_local. tau and b come from ``training`` (checked
-    where the round config is read: :func:`fedcgd_task.settings.read_round_config`).
+    A permutation from ``default_rng([seed, BATCH_STREAM, server_round, partition_id])`` read
+    cyclically: batch t is positions [t b, (t+1) b), no repeat within a batch when b <= |D_v|.
     """
-    if num_local < 1:
-        raise ValueError(f"num_local (local dataset size) must be >= 1; got {num_local}")
     tau, b = training.local_steps, training.batch_size
     rng = np.random.default_rng([seed, BATCH_STREAM, server_round, partition_id])
     order = rng.permutation(num_local).astype(np.int64)
@@ -92,10 +76,7 @@ def local_batches(
 
 
 def dropout_seed(seed: int, server_round: int, partition_id: int) -> int:
-    """Return the seed of a device's draws in a round (a 63-bit int): :func:`seeded_generators`.
-
-    Its dropout masks, and whatever the researcher's model draws from the global generators.
-    """
+    """The 63-bit seed of a device's draws in a round (dropout, the model's own draws)."""
     state = np.random.SeedSequence([seed, DROPOUT_STREAM, server_round, partition_id])
     return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
@@ -104,12 +85,9 @@ def dropout_seed(seed: int, server_round: int, partition_id: int) -> int:
 def seeded_generators(seed: int, device: torch.device | None = None) -> Iterator[None]:
     """Seed Python's ``random``, numpy's global and torch's generator with ``seed`` inside.
 
-    The researcher's model and data-set functions may draw from them (augmentation, noise), so
-    the run's code seeds them before each piece of work (docs/running.md, "Same seed, same
-    run"); each is restored afterwards. ``seed`` in [0, 2**63): torch's generator of the CPU,
-    and of ``device`` when it is a CUDA device. On the CPU only its generator is seeded:
-    torch.manual_seed also queues a seed for every uninitialised accelerator (~0.1 ms a call),
-    for the same CPU state.
+    The researcher's code may draw from them (docs/running.md, "Same seed, same run"); each is
+    restored afterwards. torch's CPU generator, and ``device``'s when it is a CUDA device
+    (torch.manual_seed would seed every accelerator, ~0.1 ms a call).
     """
     cuda = [device] if device is not None and device.type == "cuda" else []
     py_state, np_state = random.getstate(), np.random.get_state()  # noqa: NPY002
@@ -133,13 +111,10 @@ def train_local(
     *,
     torch_seed: int,
 ) -> LocalTrainResult:
-    """Run tau plain SGD steps with cross-entropy in place, paper eq. (localupdate).
+    """Tau plain SGD steps with cross-entropy in place, paper eq. (localupdate).
 
-    w <- w - eta grad f(w, batch_t), t = 1..tau, in training mode, with ``lr`` eta > 0. ``x``
-    float32 [n, *input_shape] and ``y`` int64 [n] are the local data, ``batches`` tau arrays of
-    row positions (:func:`local_batches`), moved to the model's device. Dropout masks come from
-    the torch RNG seeded with ``torch_seed`` (:func:`dropout_seed`), as are the global
-    generators (:func:`seeded_generators`; each is restored after).
+    w <- w - eta grad f(w, batch_t) in training mode on rows ``batches`` of (``x``, ``y``), the
+    generators seeded with ``torch_seed`` (:func:`dropout_seed`).
     """
     params = list(model.parameters())
     device = params[0].device
@@ -165,12 +140,9 @@ def train_local(
 
 @torch.no_grad()
 def sgd_step(params: Sequence[torch.Tensor], lr: float) -> None:
-    """One plain SGD step in place: p <- p - lr p.grad for every parameter with a gradient.
+    """SGD step p <- p - lr p.grad in place, bit for bit ``torch.optim.SGD`` (tested).
 
-    Bit for bit ``torch.optim.SGD(params, lr=lr).step()`` without momentum or weight decay
-    (tested): on the CPU torch's step is the same ``add_`` per parameter, without building an
-    optimizer (the first one imports torch's compiler, about a second). Other devices use
-    ``torch.optim.SGD`` itself.
+    On the CPU without building an optimizer (the first imports torch's compiler, ~1 s).
     """
     if all(p.device.type == "cpu" for p in params):
         for p in params:
@@ -184,11 +156,7 @@ def sgd_step(params: Sequence[torch.Tensor], lr: float) -> None:
 def evaluate(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = EVAL_BATCH_SIZE
 ) -> tuple[float, float]:
-    """Return the mean cross-entropy (nats) and accuracy in [0, 1] of ``model`` on (x, y).
-
-    Eval mode (dropout off), ``batch_size`` rows per forward pass; (x, y) hold >= 1 sample (a
-    test set: :func:`fedcgd_task.datasets.check_data`).
-    """
+    """The mean cross-entropy (nats) and accuracy of ``model`` on (x, y), in eval mode."""
     n = int(y.shape[0])
     device = next(model.parameters()).device
     model.eval()

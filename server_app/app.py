@@ -48,10 +48,7 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Entry point of ``flwr run``: validate the run config, then run the federation.
-
-    A one-line failure is printed as ``run failed: <line>`` (:data:`FAILURE_MARKER`).
-    """
+    """Entry point of ``flwr run``; a one-line failure is printed after :data:`FAILURE_MARKER`."""
     run_config = context.run_config
     fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
     config = parse_run_config(run_config)
@@ -81,43 +78,19 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-#: Seconds a simulation's SuperNode count must stay the same to be its size: Flower's
-#: simulation registers all its virtual SuperNodes at once, as the ServerApp starts.
+#: Seconds a simulation's SuperNode count must stay the same to be its size.
 SIMULATION_SETTLE_S = 1.0
 
 
 class TooFewNodesError(OneLineMessage, RuntimeError):
-    """Fewer SuperNodes than devices (``num-devices``): the message says what to run instead."""
-
-
-def too_few_nodes_line(connected: int, expected: int, *, simulation: bool, waited_s: float) -> str:
-    """What to do when ``connected`` of ``expected`` SuperNodes are there (one line)."""
-    if simulation:
-        return (
-            f"Flower's simulation has {connected} SuperNodes but num-devices = {expected} "
-            "needs one per device: run flwr run . --stream --federation-config "
-            f'"num-supernodes={expected} client-resources-num-cpus=1" (with your --run-config), '
-            f'or set --run-config "num-devices={connected}", or use fedcgd run, which sizes '
-            "the federation itself"
-        )
-    return (
-        f"only {connected} of {expected} SuperNodes connected after {waited_s:.0f} s "
-        f"(run-config query-timeout-s); start the missing SuperNodes or set "
-        f"num-devices={connected}"
-    )
+    """Fewer SuperNodes than ``num-devices``: the message says what to run instead."""
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
-    """Wait until ``expected`` nodes are connected; return how many are.
+    """Wait until ``expected`` nodes are connected; return how many are, or TooFewNodesError.
 
-    A simulation's nodes are all there at its start: its count is final once it has stayed the
-    same for :data:`SIMULATION_SETTLE_S`. A deployment's SuperNodes may connect up to
-    ``timeout_s`` later.
-
-    Raises
-    ------
-    TooFewNodesError
-        When fewer are there (at once in a simulation, after ``timeout_s`` in a deployment).
+    A simulation's count is final once it stayed the same for :data:`SIMULATION_SETTLE_S`; a
+    deployment's SuperNodes may connect up to ``timeout_s`` later.
     """
     simulation = is_simulation(grid)
     start = time.monotonic()
@@ -130,25 +103,30 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
         now = len(list(grid.get_node_ids()))
         if now != connected:
             connected, same_since = now, time.monotonic()
+    if connected < expected and simulation:
+        raise TooFewNodesError(
+            f"Flower's simulation has {connected} SuperNodes but num-devices = {expected} "
+            "needs one per device: run flwr run . --stream --federation-config "
+            f'"num-supernodes={expected} client-resources-num-cpus=1" (with your --run-config), '
+            f'or set --run-config "num-devices={connected}", or use fedcgd run, which sizes '
+            "the federation itself"
+        )
     if connected < expected:
-        line = too_few_nodes_line(connected, expected, simulation=simulation, waited_s=timeout_s)
-        raise TooFewNodesError(line)
+        raise TooFewNodesError(
+            f"only {connected} of {expected} SuperNodes connected after {timeout_s:.0f} s "
+            f"(run-config query-timeout-s); start the missing SuperNodes or set "
+            f"num-devices={connected}"
+        )
     return connected
-
-
-#: Intra-op threads of the ServerApp's torch (more stalled under load, gained nothing).
-SERVER_NUM_THREADS = 1
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
     """Run ``config.num_server_rounds`` scheduled rounds on ``grid``; return the run's summary.
 
-    The folder is locked and checked first (``fresh_name``: ``config.result_dir`` is a default
-    name, suffixed when another run has it, and printed); ``status.json`` ends ``completed``,
-    ``stopped`` or ``failed`` (docs/running.md, "What a run writes"). Torch uses
-    :data:`SERVER_NUM_THREADS`.
+    The folder is claimed first (``fresh_name``: a default name, suffixed when taken, printed);
+    ``status.json`` ends ``completed``, ``stopped`` or ``failed``. Torch runs one thread.
     """
-    torch.set_num_threads(SERVER_NUM_THREADS)
+    torch.set_num_threads(1)
     with flower_log_level(verbose=config.verbose), watching() as noted:
         try:
             taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
@@ -166,10 +144,7 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
 def _record_run(
     grid: Grid, config: RunConfig, plan: ResumePlan | None, noted: list[int]
 ) -> dict[str, Any]:
-    """Run and record in the claimed folder: status, metrics, checkpoints, end.
-
-    A resumed run is built from its checkpoint before anything is written.
-    """
+    """Run and record in the claimed folder (a resumed run is built before anything is written)."""
     result_dir = Path(config.result_dir)
     done = 0 if plan is None else plan.checkpoint.round
     setup = None if plan is None else build_setup(config, plan.checkpoint)
@@ -235,7 +210,7 @@ MAX_FAILED_AGGREGATION_SHARE = 0.5
 
 
 def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
-    """Why the run failed to aggregate (:data:`MAX_FAILED_AGGREGATION_SHARE`); None if not."""
+    """Why the run failed to aggregate too often; None if not."""
     with_uploads = [line for line in lines if int(line.get("num_uploaded") or 0) > 0]
     failed = [line for line in with_uploads if line.get("model_kept")]
     if not failed or len(failed) <= MAX_FAILED_AGGREGATION_SHARE * len(with_uploads):
@@ -248,8 +223,7 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
     )
 
 
-#: Float32 resolution a round may move a model whose true update is nothing, in units of
-#: eps * ||model|| (:func:`unchanged_reason`).
+#: Float32 roundings a round may move a model whose true update is nothing (eps * ||model||).
 ROUNDING_ULPS_PER_ROUND = 4
 
 
@@ -258,13 +232,9 @@ def unchanged_reason(
 ) -> str | None:
     """Why ``rounds`` rounds with uploads left the model where it was; None if they moved it.
 
-    Unmoved: ``||final - start|| <= k * rounds * eps * ||start||`` over every floating-point
-    tensor, eps float32's machine epsilon (2**-23), k = :data:`ROUNDING_ULPS_PER_ROUND`. A round
-    computes each weight w with a few float32 operations (the weighted mean of the uploads, the
-    noise, the update applied), each rounding it by at most half an ulp <= eps |w| / 2: a round
-    whose true update is nothing (``clipping-norm=1e-300``) moves the model by at most one such
-    rounding per operation, k = 4 allows eight. A real step moves it by about 1e-3 to 1e-1 of
-    its norm (lr times the gradient), some 1e4 times more than the bound.
+    Unmoved: ``||final - start|| <= k * rounds * eps * ||start||`` (eps = 2**-23, k =
+    :data:`ROUNDING_ULPS_PER_ROUND`: eight half-ulp roundings a round); a real step moves it
+    some 1e4 times more.
     """
     keys = [k for k, v in start.items() if v.is_floating_point()]
     if not rounds or not keys:
@@ -293,10 +263,9 @@ def write_end(
     start_model: Mapping[str, torch.Tensor],
     rounds_run: int,
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status, all synced; return the summary.
+    """Write ``model.pt``, ``summary.json`` and the final status, synced; return the summary.
 
-    The run fails when no device uploaded, aggregation failed too often, or the ``rounds_run``
-    with uploads in this process left ``start_model`` where it was (:func:`unchanged_reason`).
+    The run fails when no device uploaded, aggregation failed too often, or the model never moved.
     """
     save_model(writer.dir, final_model)
     history = writer.lines
@@ -332,12 +301,10 @@ def write_end(
 def train_rounds(
     grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Run the rounds left (all, or those after ``setup``'s checkpoint); end and start models.
+    """Run the rounds left (a new run, ``setup`` None, is built here); end and start models.
 
-    A new run (``setup`` None) is built here. In a simulation every reply is waited for
-    (:func:`fedcgd_strategy.flower.simulation.patient`); in every engine the rounds go
-    ``stall-limit-s`` without progress at most (a reply, a phase done), whatever is stuck: a
-    policy, an aggregator, a device (:func:`~fedcgd_strategy.flower.simulation.stall_alarm`).
+    A simulation waits for every reply; any engine stops after ``stall-limit-s`` without
+    progress, whatever is stuck (:func:`~fedcgd_strategy.flower.simulation.stall_alarm`).
     """
     if setup is None:
         setup = build_setup(config, on_settings=writer.write_config)

@@ -1,11 +1,8 @@
 """The end of each round: evaluate when due, write the round's line, status and checkpoint, print.
 
-:class:`RoundRecorder` is Flower's ``evaluate_fn``. The round's line and status are written
-without an fsync; when a checkpoint is due they are synced first
-(``run_folder.results.sync_run_files``) and the checkpoint follows, so a checkpoint's round
-always has its line. Round 0 (the starting model) is only evaluated and printed, and skipped on
-resume. Each line also goes to the run's TensorBoard events (:class:`RoundEvents`; what they
-hold: docs/running.md, "What a run writes"), flushed every round, not fsynced.
+:class:`RoundRecorder` is Flower's ``evaluate_fn``. When a checkpoint is due, the line and status
+are synced first, so a checkpoint's round always has its line. Each line also goes to the run's
+TensorBoard events (:class:`RoundEvents`).
 """
 
 from __future__ import annotations
@@ -66,12 +63,9 @@ HParam = bool | int | float | str
 def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, HParam]:
     """A run's settings for TensorBoard's HParams view, by run-config key.
 
-    :data:`ALWAYS`, then every setting that changes what a run computes
-    (:attr:`fedcgd_task.setting.Setting.computes`) and differs from its default, each parameter
-    of ``policy-params`` and ``aggregator-params`` as ``policy-params.<name>``; where or how a
-    run runs or reports (folders, timeouts, ``device``) is left out. ``recorded`` and
-    ``defaults``: :meth:`server_app.config.RunConfig.to_dict` of the run and of the default run
-    config. A value that is no bool, int, float or string (a list, None) is shown as its text.
+    :data:`ALWAYS`, every setting that changes what a run computes and differs from its
+    default, and each ``policy-params.<name>`` / ``aggregator-params.<name>``; other values as
+    text.
     """
     run, default = flat_settings(recorded), flat_settings(defaults)
     wanted: dict[str, Any] = {}
@@ -90,12 +84,8 @@ def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
 class RoundEvents:
     """The TensorBoard event file of one run in its ``folder``: one file, each round once.
 
-    ``kept``: when resuming, the metrics lines kept from the stopped part (rounds up to the
-    checkpoint); they are written again into this file and the stopped part's event files are
-    then removed, so TensorBoard shows each round once whatever order it reads files in (their
-    names sort by the second they were made in, then by a counter as text). ``settings``
-    (:func:`run_hparams`) are written once, for TensorBoard's HParams view beside
-    :data:`HPARAM_METRICS`.
+    ``kept``: when resuming, the lines kept from the stopped part, written again into this file
+    before the stopped part's event files are removed. ``settings`` go to the HParams view.
     """
 
     def __init__(
@@ -147,11 +137,7 @@ def checkpoint_due(server_round: int, num_rounds: int, checkpoint_every: int) ->
 
 
 class RoundRecorder:
-    """Record every round of a run in its result folder; Flower's ``evaluate_fn``.
-
-    ``setup``: the run (its config, central evaluation, checkpoint state, rounds done before);
-    ``writer``: its result folder; ``say``: prints one line of the run's own output.
-    """
+    """Record every round of a run in its result folder (Flower's ``evaluate_fn``)."""
 
     def __init__(self, setup: RunSetup, writer: ResultWriter, say: Callable[[str], None]) -> None:
         self.setup = setup
@@ -167,10 +153,7 @@ class RoundRecorder:
         self._record = record
 
     def __call__(self, flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """End of Flower's round ``flower_round``: record it; accuracy and loss when evaluated.
-
-        Raises RuntimeError when the strategy handed over no record of this round (nothing written).
-        """
+        """End of Flower's round ``flower_round``: record it; accuracy and loss when evaluated."""
         offset = self.setup.round_offset
         if flower_round == 0 and offset:
             self.writer.start_rounds()
@@ -213,10 +196,7 @@ class RoundRecorder:
         record: RoundRecord,
         arrays: ArrayRecord,
     ) -> dict[str, Any]:
-        """Write the round's metrics line, the status and (when due) the checkpoint.
-
-        Line and status without an fsync; when a checkpoint is due both are synced before it.
-        """
+        """Write the round's line, the status and (when due, after a sync) the checkpoint."""
         writer, num_rounds = self.writer, self.setup.config.num_server_rounds
         line: dict[str, Any] = {"round": server_round, "accuracy": metrics.get("accuracy")}
         line |= {"loss": metrics.get("loss"), "eval_s": eval_s, "wall_time_s": writer.elapsed_s()}

@@ -1,10 +1,7 @@
 """What a run is built from: data, model, uplink, scheduling rule and strategy, all from the seed.
 
-The uplink is what ``channel.model`` names: the UMi cell, a channel trace (docs/design.md,
-"Channel traces") or your own class (docs/bring-your-own.md, "Your own channel").
-
-:func:`build_setup` makes a run's objects in a fixed order, so that the same run config (or a
-checkpoint) gives the same start (docs/running.md, "Same seed, same run").
+:func:`build_setup` makes them in a fixed order: the same run config (or checkpoint) gives the
+same start (docs/running.md, "Same seed, same run").
 """
 
 from __future__ import annotations
@@ -55,18 +52,13 @@ from server_app.config import RunConfig, channel_class, channel_values
 class RunSetup:
     """The objects one run is made of, built by :func:`build_setup`.
 
-    ``model`` is the global model (from the seed, or the checkpoint's), into which the central
-    evaluation loads each round's weights; ``model_bits`` is D_w (docs/design.md, "Model size");
-    ``target`` the training set's class distribution (docs/design.md, "WEMD target");
-    ``partition_counts`` [V, C] the class counts each node must report; ``cell`` the uplink;
-    ``cell_rng`` and ``policy_rng`` the generators whose states go into checkpoints; ``resume``
-    the checkpoint continued from; ``aggregator`` the Flower strategy that combines the uploads
-    (None: the scheduler's FedAvg).
+    ``model``: the global model the central evaluation loads each round's weights into;
+    ``model_bits``: D_w; ``target``: the training set's class distribution; ``partition_counts``
+    [V, C]: the class counts each node must report; ``aggregator`` None: FedAvg.
     """
 
     config: RunConfig
     train_set: DataSplit
-    test_set: DataSplit
     test_tensors: tuple[torch.Tensor, torch.Tensor]
     model: nn.Module
     num_params: int
@@ -88,7 +80,7 @@ class RunSetup:
 
     @property
     def round_offset(self) -> int:
-        """Rounds done before this run started (the checkpoint's round; 0 for a new run)."""
+        """Rounds done before this run started (0 for a new run)."""
         return 0 if self.resume is None else self.resume.round
 
     def strategy(self, on_record: Callable[[RoundRecord], None]) -> ScheduledStrategy:
@@ -122,11 +114,7 @@ class RunSetup:
     def checkpoint(
         self, server_round: int, model: dict[str, torch.Tensor], elapsed_s: float
     ) -> Checkpoint:
-        """The run's state after ``server_round`` (:func:`build_setup` restores it exactly).
-
-        A policy or aggregator state a checkpoint cannot hold (:func:`plain_data`) fails the
-        run, one line.
-        """
+        """The run's state after ``server_round`` (:func:`build_setup` restores it exactly)."""
         return Checkpoint(
             round=server_round,
             model=model,
@@ -151,11 +139,10 @@ class RunSetup:
 
 
 def plain_data(value: Any, where: str) -> Any:
-    """``value`` as what a checkpoint holds, arrays copied; RuleBrokenError if it cannot.
+    """``value`` as what a checkpoint holds, arrays copied; else RuleBrokenError naming ``where``.
 
-    Numbers, strings, None, numpy and torch arrays (numpy's in native byte order, same values),
-    and lists, tuples and str-keyed dicts of these. The error names ``where`` with the key or
-    index inside it (``where['avg'][2]``).
+    Numbers, strings, None, numpy (native byte order) and torch arrays, and lists, tuples and
+    str-keyed dicts of these.
     """
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().clone()
@@ -182,14 +169,11 @@ def build_setup(
 ) -> RunSetup:
     """Build a run's objects from its config, and from the checkpoint ``resume`` continues.
 
-    Each part of ``resume`` is checked first (:func:`restore`; nothing is written).
-    ``on_settings`` is called with the run's :func:`resolved_settings` before the policy and the
-    uplink are built (a refused policy still leaves the settings). A ``resume`` that does not fit
-    the run raises :class:`server_app.checkpoint.CheckpointRefusedError` (one line).
+    ``on_settings`` gets the :func:`resolved_settings` before the policy and the uplink are
+    built; a ``resume`` that does not fit raises CheckpointRefusedError (one line).
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)
-    test_set = load_test_set(config.task)
     num_classes = train_set.num_classes
     model = build_model(config.task.model, num_classes, train_set.input_shape, seed=config.seed)
     num_params = count_parameters(model)
@@ -214,8 +198,7 @@ def build_setup(
     return RunSetup(
         config=config,
         train_set=train_set,
-        test_set=test_set,
-        test_tensors=test_set.tensors(),
+        test_tensors=load_test_set(config.task).tensors(),
         model=model,
         num_params=num_params,
         model_bits=model_bits,
@@ -239,13 +222,7 @@ def restore(
     aggregator: Strategy | None,
     rngs: tuple[np.random.Generator, np.random.Generator],
 ) -> None:
-    """Restore a checkpoint on the run's freshly built objects, each part checked first.
-
-    Raises
-    ------
-    server_app.checkpoint.CheckpointRefusedError
-        One line naming ``resume-from``, the part and why.
-    """
+    """Restore a checkpoint on fresh objects; CheckpointRefusedError names the part and why."""
     head = f"run-config key 'resume-from' = '{config.resume_from}': {CHECKPOINT_FILE}"
     expected = model.state_dict()
     problem = model_mismatch(expected, resume.model)
@@ -317,14 +294,7 @@ def resolved_settings(
 
 
 def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
-    """Read the run's channel trace and check that it covers the run; None without a trace.
-
-    Raises
-    ------
-    ValueError
-        One line naming ``channel.trace``, the file and what is wrong (not a valid trace, V other
-        than ``num-devices``, R below ``num-server-rounds``).
-    """
+    """The run's channel trace, checked to cover the run (ValueError, one line); None if none."""
     path = config.channel_trace
     if config.channel_model != "trace":
         return None
@@ -349,12 +319,10 @@ def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
 def build_uplink(
     config: RunConfig, cell_rng: np.random.Generator, first_round: int
 ) -> ChannelModel:
-    """The uplink ``channel.model`` names, drawing from ``cell_rng`` alone.
+    """The uplink ``channel.model`` names (cell, trace from row ``first_round``, your class).
 
-    The UMi cell, the replay of the checked ``channel.trace`` (continued at row ``first_round``;
-    a cell's generator comes from the checkpoint), or your class built with the
-    :func:`~server_app.config.channel_values` its constructor names. Raises ValueError (one
-    line, with the file and line) when your constructor raises.
+    Your class gets the :func:`~server_app.config.channel_values` its constructor names; its
+    error is one line with file and line.
     """
     model = config.channel_model
     trace = check_channel_trace(config)

@@ -11,23 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedcgd_task import datasets
 from fedcgd_task.datasets.images import load_cifar, load_digits_split
-
-
-def test_digits_split_sizes_stratified_and_scaled() -> None:
-    train, test = load_digits_split()
-    # 1797 images, 20 % test: sklearn puts ceil(0.2 * 1797) = 360 in the test set.
-    assert len(train) == 1437 and len(test) == 360
-    assert train.input_shape == (1, 8, 8) and train.num_classes == 10
-    x, y = train.tensors()
-    assert x.dtype == torch.float32 and y.dtype == torch.int64
-    assert x.shape == (1437, 1, 8, 8)
-    assert float(x.min()) == 0.0 and float(x.max()) == 1.0  # 0..16 scaled by 1 / 16
-    # Stratified: each class's test share is within one sample of 20 %.
-    all_counts = np.bincount(train.labels, minlength=10) + np.bincount(test.labels, minlength=10)
-    test_counts = np.bincount(test.labels, minlength=10)
-    assert np.all(np.abs(test_counts - 0.2 * all_counts) <= 1)
 
 
 def test_tensors_subset_rows() -> None:
@@ -97,11 +81,6 @@ def test_an_archive_in_the_data_folder_is_extracted_and_read(
     monkeypatch.setattr(tv_utils, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
     train = load_cifar("cifar10", tmp_path, train=True, download=True)
     assert len(train) == 20 and train.labels.tolist()[:4] == [0, 1, 2, 3]
-
-
-def test_unknown_dataset_rejected() -> None:
-    with pytest.raises(ValueError, match="mnist"):
-        datasets.load_data("mnist", "")
 
 
 def test_extracted_folder_is_read_without_checksums_and_equals_torchvision(

@@ -91,23 +91,6 @@ def test_shards_drop_remainder_and_stay_equal() -> None:
     assert assert_disjoint(parts).size == 600
 
 
-@pytest.mark.parametrize(
-    "split",
-    [
-        lambda labels, rng: shard_partition(labels, 10, 2, rng),
-        lambda labels, rng: dirichlet_partition(labels, 10, 0.5, rng),
-    ],
-    ids=["shards", "dirichlet"],
-)
-def test_partitions_reproducible_and_seed_dependent(split) -> None:  # type: ignore[no-untyped-def]
-    labels = balanced_labels(10, 50)
-    a = split(labels, np.random.default_rng(7))
-    b = split(labels, np.random.default_rng(7))
-    c = split(labels, np.random.default_rng(8))
-    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
-
-
 # --- dirichlet_partition --------------------------------------------------------------------
 
 
@@ -176,12 +159,14 @@ def test_dirichlet_mean_mix_is_imbalanced_global_distribution() -> None:
 SETTINGS = make_settings(seed=4, num_devices=10, partition="shards")
 
 
-def test_partition_indices_deterministic_by_seed() -> None:
+@pytest.mark.parametrize("partition", ["shards", "dirichlet"])
+def test_partition_indices_deterministic_by_seed(partition: str) -> None:
     labels = balanced_labels(10, 80)
-    a = partition_indices(SETTINGS, labels)
-    b = partition_indices(make_settings(seed=4, num_devices=10, partition="shards"), labels)
+    settings = dataclasses.replace(SETTINGS, partition=partition)
+    a = partition_indices(settings, labels)
+    b = partition_indices(make_settings(seed=4, num_devices=10, partition=partition), labels)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    c = partition_indices(dataclasses.replace(SETTINGS, seed=5), labels)
+    c = partition_indices(dataclasses.replace(settings, seed=5), labels)
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
 
 
@@ -208,14 +193,7 @@ def test_partition_indices_dirichlet_maps_back_to_original_rows() -> None:
     assert np.sum(y < 5) <= 55  # only the kept first-half samples can appear
 
 
-@pytest.mark.parametrize(
-    ("split", "args", "match"),
-    [
-        (apply_imbalance, (0.5,), "imbalance ratio"),
-        (shard_partition, (4, 3), "shards_per_device"),
-        (dirichlet_partition, (2, 0.0), "alpha"),
-    ],
-)
-def test_bad_arguments_are_refused_naming_them(split, args, match) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ValueError, match=match):
-        split(balanced_labels(2, 5), *args, np.random.default_rng(0))
+def test_too_few_samples_for_the_devices_are_refused_naming_the_key() -> None:
+    settings = dataclasses.replace(SETTINGS, shards_per_device=4)
+    with pytest.raises(ValueError, match=r"'num-devices' = 10 \(x 4 shards\) exceeds the 30"):
+        partition_indices(settings, balanced_labels(3, 10))

@@ -1,17 +1,10 @@
-"""Cohort execution against the per-device path: the same replies, the same runs.
+"""Cohort execution against the per-device path (the oracle): the same replies, the same runs.
 
-The oracle is the per-device path (``InProcessGrid`` without cohorts, what ``flwr run`` and
-deployments do; bit for bit equal to ``flwr run`` in ``test_flwr_run``). Cohort execution
-computes the same quantities in another summation order (batched passes, ``vmap``), so the two
-agree up to rounding. The comparisons run the built-in models in float64 (the model functions
-``layer_cases:mlp_float64`` and ``layer_cases:cnn1d_float64``): there the two orders differ by
-float64 rounding alone, and :data:`REL` bounds it. In float32 no tolerance holds on every
-machine: where a ReLU's input lies within float32 rounding of 0, the two orders can take its
-two sides, which moves that sample's gradient by the unit's whole share (module docstring of
-``test_client_sigma``). Cohort execution must give every reply field within :data:`REL`, the
-same schedules over whole runs (several policies, tau = 1 and 5, digits and MNIST-1D), the same
-outcome with a poisoned device, and fall back to the per-device path where it cannot batch or
-where the model mixes the samples of a batch.
+Cohort execution sums in another order (batched passes, ``vmap``), so the comparisons run the
+built-in models in float64 (``layer_cases:mlp_float64``, ``layer_cases:cnn1d_float64``), where
+the orders differ by rounding alone, bounded by :data:`REL` (in float32 a ReLU input within
+rounding of 0 may flip: module docstring of ``test_client_sigma``). Where it cannot batch, or
+the model mixes the samples of a batch, it falls back to the per-device path.
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_grid import FakeGrid, app_grid, cohort_app, make_contexts
+from fake_grid import FakeGrid, app_grid, make_contexts
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from layer_cases import REL64
 from misbehaving import misbehaving
@@ -43,11 +36,8 @@ from server_app.run_folder.results import METRICS_FILE, MODEL_FILE
 
 MNIST1D = {"dataset": "mnist1d", "mnist1d-samples": 1200, "batch-size": 16}
 MLP, CNN1D = "layer_cases:mlp_float64", "layer_cases:cnn1d_float64"
-#: Relative tolerance between the cohort and the per-device path in float64: each reply field
-#: passes through fewer than 1e4 roundings of 1.1e-16 (REL64 = 1.1e-11 with a margin of 10,
-#: layer_cases); sigma-hat's expanded square amplifies that by (1/b) sum ||g_i||^2 /
-#: sigma-hat^2, and six rounds of training amplify a difference of the model, each by less than
-#: 100 here (measured: final models within 5e-16 of each other). Hence 100 REL64.
+#: Relative tolerance between the cohort and the per-device path in float64: REL64 (fewer than
+#: 1e4 roundings, layer_cases) times 100 for sigma-hat's expanded square and six rounds.
 REL = 100 * REL64
 
 
@@ -94,13 +84,16 @@ def close(a: float, b: float) -> bool:
 )
 @pytest.mark.parametrize("kind", [keys.QUERY_STATS, "train"])
 def test_every_reply_field_matches_the_per_device_path(
-    tmp_path: Path, data: dict, model: str, tau: int, kind: str
+    tmp_path: Path, data: dict, model: str, tau: int, kind: str, monkeypatch, caplog
 ) -> None:
     run_config = validated_run_config(
         {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
     )
     alone = replies(run_config, kind, cohorts=None, model=model, tau=tau)
-    together = replies(run_config, kind, cohorts=Cohorts(), model=model, tau=tau)
+    passes = batched_passes(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        together = replies(run_config, kind, cohorts=Cohorts(), model=model, tau=tau)
+    assert passes == [7] and not caplog.records  # all seven in one batched pass, batched training
     assert len(alone) == len(together) == 7
     for a, b in zip(alone, together, strict=True):
         assert not a.has_error() and not b.has_error()
@@ -244,15 +237,26 @@ def test_dropout_trains_per_device_and_says_so_once(tmp_path: Path, caplog) -> N
     assert len(together) == 5
 
 
-def test_train_chunks_and_query_chunks_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
+def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
     run_config = validated_run_config(
-        {**MNIST1D, "model": CNN1D, "num-devices": 7, "data-dir": str(tmp_path / "data")}
+        {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
     )
+    alone = replies(run_config, "train", cohorts=None, model=CNN1D, tau=2)
     whole = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
     monkeypatch.setattr(cohort_training, "TRAIN_CHUNK_MAX_DEVICES", 2)
-    monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 40)  # 2 devices of b = 16 per pass
-    chunked = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
-    for a, b in zip(whole, chunked, strict=True):
+    monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
+    chunked = {
+        t: replies(run_config, "train", cohorts=Cohorts(threads=t), model=CNN1D, tau=2)
+        for t in (1, 2, 3)
+    }
+
+    def sigmas(got: list[Message]) -> list[float]:
+        return [float(r.content.metric_records[keys.METRICS][keys.SIGMA]) for r in got]
+
+    assert sigmas(chunked[2]) == sigmas(chunked[1]) == sigmas(chunked[3])  # bit for bit
+    assert sigmas(chunked[1]) == pytest.approx(sigmas(alone), rel=REL)
+    assert len(set(sigmas(alone))) == 9
+    for a, b in zip(whole, chunked[1], strict=True):
         ma, mb = a.content.metric_records[keys.METRICS], b.content.metric_records[keys.METRICS]
         assert close(float(mb[keys.SIGMA]), float(ma[keys.SIGMA]))
         assert close(float(mb[keys.UPDATE_NORM]), float(ma[keys.UPDATE_NORM]))
@@ -320,31 +324,6 @@ def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
     assert passes == [6]  # only the engine's own ClientApp took the batched pass
     assert sigmas[0] == sigmas[1]  # the per-device path, twice
     assert all(close(b, a) for a, b in zip(sigmas[0], sigmas[2], strict=True))
-
-
-def test_threads_share_the_query_chunks_with_the_same_results(tmp_path: Path, monkeypatch) -> None:
-    run_config = validated_run_config(
-        {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
-    )
-    nodes = [100 + v for v in range(9)]
-    contexts = make_contexts(nodes, run_config, 9)
-    record = ArrayRecord(build_model(CNN1D, 10, (1, 40), seed=4).state_dict())
-    config = ConfigRecord(
-        {keys.SERVER_ROUND: 1, "local-steps": 1, "learning-rate": 0.1, "batch-size": 16}
-    )
-    monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
-    sigmas = {}
-    for threads in (0, 1, 2, 3):  # 0: per device
-        app, together = cohort_app(threads > 0, threads=max(threads, 1))
-        grid = FakeGrid({n: app for n in nodes}, contexts, cohorts=together)
-        content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
-        sent = [grid.create_message(content, keys.QUERY_STATS, n, "1") for n in nodes]
-        sigmas[threads] = [
-            r.content.metric_records[keys.METRICS][keys.SIGMA] for r in grid.send_and_receive(sent)
-        ]
-    assert sigmas[2] == sigmas[1] and sigmas[3] == sigmas[1]  # the same passes, bit for bit
-    assert sigmas[1] == pytest.approx(sigmas[0], rel=REL)
-    assert len(set(sigmas[0])) == 9
 
 
 def test_the_first_evaluation_runs_on_one_torch_thread(tmp_path: Path, monkeypatch) -> None:
@@ -455,50 +434,6 @@ def test_a_whole_run_of_a_model_that_mixes_the_batch_equals_the_per_device_run(
     assert [x["sigma"] for x in together] == [x["sigma"] for x in alone]
     for name in model_alone:
         torch.testing.assert_close(model_together[name], model_alone[name], rtol=REL, atol=0.0)
-
-
-@pytest.mark.parametrize(("model", "data"), [(MLP, {}), (CNN1D, MNIST1D)])
-def test_an_honest_model_takes_the_batched_path(
-    tmp_path: Path, model: str, data: dict, monkeypatch, caplog
-) -> None:
-    passes = batched_passes(monkeypatch)
-    run_config = validated_run_config(
-        {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
-    )
-    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        replies(run_config, keys.QUERY_STATS, cohorts=Cohorts(), model=model, tau=1)
-    assert passes == [7]  # all seven devices in one batched pass
-    assert not caplog.records
-
-
-class CountingForward(torch.nn.Module):
-    """A Linear model that counts its forward calls (copies share the count)."""
-
-    calls = 0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        CountingForward.calls += 1
-        return self.linear(x)
-
-
-def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
-    torch.manual_seed(0)
-    x = torch.randn(6, 4)
-    model = CountingForward()
-    verdicts: dict = {}
-    assert mixing.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
-    # The batch and the first group repeated as computed; the batch, then each group, in float64.
-    assert CountingForward.calls == 5
-    other = CountingForward()  # another object of the same structure: the kept verdict
-    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
-    assert CountingForward.calls == 5
-    assert mixing.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
-    assert CountingForward.calls == 10
-    assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64
 
 
 def bn_model() -> torch.nn.Module:

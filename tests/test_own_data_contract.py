@@ -81,14 +81,24 @@ def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
 @pytest.mark.parametrize(
     ("result", "message"),
     [
-        (((np.zeros((0, 2)), np.zeros(0, int)), (np.zeros((1, 2)), [1])), "the train set holds"),
-        (((np.zeros((2, 2)), [0, 0]), (np.zeros((2, 2)), [0, 0])), "labels hold one class only"),
-        (((np.zeros(2), [0, 1]), (np.zeros(2), [0, 1])), "x_train has shape (2,); inputs must"),
+        (
+            ((np.zeros((0, 2)), np.zeros(0, int)), (np.zeros((1, 2)), [1])),
+            "x_train has shape (0, 2) and y_train (0,)",
+        ),
+        (((np.zeros((2, 2)), [0, 0]), (np.zeros((2, 2)), [0, 0])), "num_classes >= 2"),
+        (((np.zeros(2), [0, 1]), (np.zeros(2), [0, 1])), "x_train has shape (2,) and"),
         (((np.zeros((2, 2)), [0, -1]), (np.zeros((2, 2)), [0, 1])), "y_train holds label -1"),
-        (((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 2)), [0, 1]), 1), "num_classes = 1; it"),
+        (
+            ((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 2)), [0, 1]), 1),
+            "holds label 1, outside [0, 1)",
+        ),
         (((np.full((2, 2), 1e39), [0, 1]), (np.zeros((2, 2)), [0, 1])), "not finite in float32"),
         (((np.array(["a", "b"]), [0, 1]), (np.zeros((2, 2)), [0, 1])), "x_train has dtype <U1"),
-        (((np.zeros((2, 2)), [[0, 1]]), (np.zeros((2, 2)), [0, 1])), "y_train has shape (1, 2)"),
+        (((np.zeros((2, 2)), [[0, 1]]), (np.zeros((2, 2)), [0, 1])), "and y_train (1, 2)"),
+        (((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 3)), [0, 1])), "x_train holds inputs of sh"),
+        (((np.zeros((2, 2)), [0, 1]),), "the function returned ((ndarray, list)); it must"),
+        (((np.zeros((2, 2)), [0.0, 1.0]), (np.zeros((2, 2)), [0, 1])), "y_train has dtype float"),
+        (((np.float64(3.0), [0]), (np.zeros((2, 2)), [0, 1])), "x_train has shape () and"),
     ],
 )
 def test_each_rule_of_the_contract_is_one_line_naming_the_key(result, message):

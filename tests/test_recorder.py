@@ -14,7 +14,6 @@ Rounds 0 and the odd rounds end with IDENTITY, the even rounds with SWAPPED.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from pathlib import Path
@@ -30,7 +29,7 @@ from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
 from server_app.config import parse_run_config
-from server_app.recorder import RoundRecorder, checkpoint_due, evaluation_due
+from server_app.recorder import RoundRecorder
 from server_app.run_folder.results import ResultWriter
 from server_app.run_folder.run_status import RUNNING, read_status
 from server_app.setup import RunSetup, build_setup
@@ -103,14 +102,6 @@ def arrays(name: str) -> ArrayRecord:
     return ArrayRecord(IDENTITY if name == "identity" else SWAPPED)
 
 
-def test_due_rounds_listed_by_hand():
-    assert [r for r in range(8) if evaluation_due(r, 7, 3)] == [0, 3, 6, 7]
-    assert [r for r in range(8) if evaluation_due(r, 7, 1)] == [0, 1, 2, 3, 4, 5, 6, 7]
-    assert [r for r in range(1, 6) if checkpoint_due(r, 5, 2)] == [2, 4, 5]
-    assert [r for r in range(1, 6) if checkpoint_due(r, 5, 1)] == [1, 2, 3, 4, 5]
-    assert [r for r in range(1, 6) if checkpoint_due(r, 5, 0)] == []
-
-
 def test_evaluates_only_round_0_every_third_round_and_the_last(tmp_path):
     setup = tiny_setup(tmp_path, **{"num-server-rounds": 7, "eval-every": 3, "checkpoint-every": 0})
     writer = ResultWriter(tmp_path / "run", 7)
@@ -144,35 +135,6 @@ def test_evaluates_only_round_0_every_third_round_and_the_last(tmp_path):
     assert not (tmp_path / "run" / CHECKPOINT_FILE).exists()  # checkpoint-every = 0
 
 
-def test_checkpoints_after_rounds_2_4_and_the_last(tmp_path):
-    setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "checkpoint-every": 2})
-    folder = tmp_path / "run"
-    recorder = RoundRecorder(setup, ResultWriter(folder, 5), lambda text: None)
-    recorder(0, arrays(model_of(0)))
-    assert not (folder / CHECKPOINT_FILE).exists()
-
-    after_each: list[int | None] = []
-    statuses = []
-    for r in range(1, 6):
-        setup.policy_rng.random()  # the policy draws in every round: the state moves on
-        recorder.add_record(fake_record(r))
-        recorder(r, arrays(model_of(r)))
-        path = folder / CHECKPOINT_FILE
-        after_each.append(load_checkpoint(folder).round if path.exists() else None)
-        status = read_status(folder)
-        assert status is not None
-        statuses.append((status.state, status.last_round, status.num_server_rounds))
-
-    assert after_each == [None, 2, 2, 4, 5]
-    assert statuses == [(RUNNING, r, 5) for r in range(1, 6)]
-    last = load_checkpoint(folder)
-    assert torch.equal(last.model["1.weight"], torch.eye(2))  # round 5 ended with IDENTITY
-    assert last.policy_rng_state == setup.policy_rng.bit_generator.state
-    assert last.cell_rng_state == setup.cell_rng.bit_generator.state
-    assert last.policy_state.keys() == setup.policy.state_dict().keys()
-    assert [x["round"] for x in lines(folder)] == [1, 2, 3, 4, 5]
-
-
 def fsynced_names(monkeypatch) -> list[str]:
     """From now on, the name of each file or folder ``os.fsync`` is called on, in order."""
     real_fsync, names = os.fsync, []
@@ -186,26 +148,41 @@ def fsynced_names(monkeypatch) -> list[str]:
     return names
 
 
-def test_only_checkpoint_rounds_fsync_the_line_and_status_before_the_checkpoint(
+def test_checkpoints_after_rounds_2_4_and_the_last_each_after_syncing_line_and_status(
     tmp_path, monkeypatch
 ):
     setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "checkpoint-every": 2})
     folder = tmp_path / "run"
     recorder = RoundRecorder(setup, ResultWriter(folder, 5), lambda text: None)
     recorder(0, arrays(model_of(0)))
+    assert not (folder / CHECKPOINT_FILE).exists()
     names = fsynced_names(monkeypatch)
-    per_round = []
+    after_each: list[int | None] = []
+    statuses, per_round = [], []
     for r in range(1, 6):
+        setup.policy_rng.random()  # the policy draws in every round: the state moves on
         recorder.add_record(fake_record(r))
         recorder(r, arrays(model_of(r)))
         per_round.append(list(names))
         names.clear()
+        path = folder / CHECKPOINT_FILE
+        after_each.append(load_checkpoint(folder).round if path.exists() else None)
+        status = read_status(folder)
+        assert status is not None
+        statuses.append((status.state, status.last_round, status.num_server_rounds))
         # each round's status is whole JSON, and its line is in the file, synced or not
-        assert json.loads((folder / "status.json").read_text())["last_round"] == r
         assert [x["round"] for x in lines(folder)] == list(range(1, r + 1))
+
+    assert after_each == [None, 2, 2, 4, 5]
+    assert statuses == [(RUNNING, r, 5) for r in range(1, 6)]
     # the line, the status and the folder first, then the checkpoint's file (before its rename)
     synced = ["metrics.jsonl", "status.json", "run", ".checkpoint.pt.tmp"]
     assert per_round == [[], synced, [], synced, synced]
+    last = load_checkpoint(folder)
+    assert torch.equal(last.model["1.weight"], torch.eye(2))  # round 5 ended with IDENTITY
+    assert last.policy_rng_state == setup.policy_rng.bit_generator.state
+    assert last.cell_rng_state == setup.cell_rng.bit_generator.state
+    assert last.policy_state.keys() == setup.policy.state_dict().keys()
 
 
 def test_a_record_of_another_round_or_none_raises_and_writes_nothing(tmp_path):

@@ -52,17 +52,6 @@ def assert_same(shown: dict, wanted: dict) -> None:
             assert value == pytest.approx(want, rel=2**-23, abs=1e-37), tag  # stored as float32
 
 
-def test_every_round_shows_its_metrics_line(tmp_path: Path) -> None:
-    folder = tmp_path / "run"
-    run_inprocess(checkpointed_run_config(folder, **SMALL, **{"num-server-rounds": 3}))
-    lines = metrics(folder)
-    shown = scalars(folder)
-    assert {"accuracy", "loss", "schedule/wemd", "estimates/sigma", "devices/scheduled"} <= set(
-        shown
-    )
-    assert_same(shown, expected(lines))
-
-
 def test_a_resumed_run_shows_each_round_once(tmp_path: Path) -> None:
     """Killed after round 3 with its checkpoint of round 2: the resume replaces round 3.
 
@@ -95,12 +84,17 @@ def hparams(folder: Path) -> dict[str, object]:
     return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.items()}
 
 
-def test_a_run_names_its_settings_as_hparams(tmp_path: Path) -> None:
+def test_every_round_shows_its_metrics_line_and_the_run_its_settings_as_hparams(
+    tmp_path: Path,
+) -> None:
     """Policy, aggregator and seed always; then only settings that change what a run computes
     and differ from their defaults (no folders, timeouts or device), by run-config key."""
     folder = tmp_path / "run"
     chosen = {"policy": "bc", "local-steps": 3, "seed": 7, "num-server-rounds": 2}
     run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
+    shown = scalars(folder)
+    assert {"accuracy", "loss", "schedule/wemd", "devices/scheduled"} <= set(shown)
+    assert_same(shown, expected(metrics(folder)))
     assert hparams(folder) == {
         "policy": "bc",
         "aggregator": "",

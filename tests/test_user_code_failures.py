@@ -1,19 +1,13 @@
-"""User code that fails in any way: the run says the truth in one line (issue 42).
+"""User code that fails in any way: the run fails in one line naming the user's file and line.
 
-A policy's ``SystemExit(0)`` or ``KeyboardInterrupt`` is a failure, not an exit 0 or a stop (only
-a signal the process receives stops a run); a policy whose ``schedule`` or ``observe_uploads``
-raises fails the run naming itself and the round, one stuck past ``stall-limit-s`` is stopped by
-the run's stall alarm naming the line it was stuck at; a run whose model never
-moved fails; a failure line carries no control characters. Before: exit 0 / ``stopped by SIGINT``
-exit 130 / ran on for 30 s / a traceback / ``completed`` / raw escape codes. The line names the
-user's file and line (issue 49); a data-set, model, import or ``state_dict`` that exits or raises
-``KeyboardInterrupt`` fails the run the same way (issue 50; before: exit 0 or 130, no output).
+An exit or ``KeyboardInterrupt`` of a policy, data set, model or import is a failure (only a
+signal stops a run); a stuck policy is stopped by the stall alarm; a model that never moved
+fails the run; no control characters reach the line (issues 42, 49, 50).
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import textwrap
 from pathlib import Path
 
@@ -204,32 +198,6 @@ def test_a_model_moved_by_rounding_alone_is_unchanged_and_a_real_step_is_not():
     assert unchanged_reason(1000, start, step) is None
     # Only the floating-point tensors count: "n" (an integer buffer) moved in every case above.
     assert unchanged_reason(1, start, {**start, "n": torch.tensor(9)})
-
-
-def test_only_a_signal_received_stops_a_run():
-    from server_app.run_folder.signals import Interrupted, as_failure, watching
-
-    for raised in (KeyboardInterrupt(), SystemExit(0), Interrupted(signal.SIGINT), GeneratorExit()):
-        failure = as_failure(raised, noted=[])
-        assert isinstance(failure, RuntimeError), raised
-        assert "raised while no stop signal came" in str(failure)
-    error = ValueError("bad")
-    assert as_failure(error, noted=[]) is error and as_failure(error, noted=[2]) is error
-    for stop in (Interrupted(signal.SIGTERM), SystemExit(143)):  # a handler's own
-        assert as_failure(stop, noted=[signal.SIGTERM]) is stop
-    caught = []
-
-    def handler(signum, frame):
-        caught.append(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        with watching() as noted:
-            signal.raise_signal(signal.SIGTERM)
-        assert noted == [signal.SIGTERM] and caught == [signal.SIGTERM]  # the handler ran too
-        assert signal.getsignal(signal.SIGTERM) is handler
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 #: The researcher's functions and policy methods that end the process instead of returning.

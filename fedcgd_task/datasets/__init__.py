@@ -1,10 +1,7 @@
-"""Data sets behind one contract: the registry of built-ins, the checks, the per-process cache.
+"""Data sets behind one contract (docs/bring-your-own.md): the checks and the per-process cache.
 
-The run-config key ``dataset`` names a built-in of :data:`BUILTIN_DATASETS` or the researcher's
-data-set function; the contract is in docs/bring-your-own.md, "Bring your own data set and
-model". The built-ins live in one module per family (:mod:`~.images`: digits and CIFAR;
-:mod:`~.mnist1d`), listed in :data:`fedcgd_task.schema.BUILTIN_DATASETS`. Imports neither torch
-nor flwr.
+``dataset`` names a built-in (:data:`fedcgd_task.schema.BUILTIN_DATASETS`: :mod:`~.images`,
+:mod:`~.mnist1d`) or the researcher's function. Imports neither torch nor flwr.
 """
 
 from __future__ import annotations
@@ -41,10 +38,9 @@ DataFunction: TypeAlias = Callable[..., Any]
 
 @dataclass(frozen=True, eq=False)
 class NormalizedPixels:
-    """Images stored as ``uint8`` [N, C, H, W] that read as ``float32`` (:meth:`tensor`).
+    """Images kept as ``uint8`` [N, C, H, W], read as float32 (pixel * scale - mean_c) / std_c.
 
-    x = (pixel * scale - mean_c) / std_c. Built-in image sets keep the pixels and convert only the
-    samples a computation needs (CIFAR's training set: 150 MB instead of 614 MB per process).
+    Only the samples a computation needs are converted (CIFAR: 150 MB instead of 614 MB).
     """
 
     pixels: npt.NDArray[np.uint8]
@@ -54,7 +50,7 @@ class NormalizedPixels:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """[N, C, H, W], the shape of the float32 array these pixels stand for."""
+        """[N, C, H, W]."""
         return tuple(int(s) for s in self.pixels.shape)
 
     def __len__(self) -> int:
@@ -77,10 +73,7 @@ Inputs: TypeAlias = npt.NDArray[np.float32] | NormalizedPixels
 
 @dataclass(frozen=True, eq=False)
 class DataSplit:
-    """One checked split: finite ``inputs`` [N, *input_shape], int64 ``labels`` [N] in 0 .. C - 1.
-
-    ``num_classes`` counts the data set's classes, not only those present in this split.
-    """
+    """One checked split: finite ``inputs`` [N, *input_shape], int64 ``labels`` [N] in [0, C)."""
 
     inputs: Inputs
     labels: npt.NDArray[np.int64]
@@ -91,7 +84,7 @@ class DataSplit:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Shape of one input (``x.shape[1:]``), e.g. (channels, height, width)."""
+        """Shape of one input (``x.shape[1:]``)."""
         return tuple(int(s) for s in self.inputs.shape[1:])
 
     def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,52 +108,24 @@ def dataset_setting(name: str) -> str:
 
 def _structure(value: object, depth: int = 2) -> str:
     """A short picture of a returned value: ``(ndarray, ndarray)``, ``int``."""
-    if isinstance(value, tuple | list) and depth > 0:
-        inner = ", ".join(_structure(v, depth - 1) for v in value[:4])
-        inner += ", ..." if len(value) > 4 else ""
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
-    return type(value).__name__
+    if not isinstance(value, tuple | list) or depth == 0:
+        return type(value).__name__
+    return f"({', '.join(_structure(v, depth - 1) for v in value[:4])})"
 
 
 def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> npt.NDArray[Any]:
     """``value`` as an array of dtype kind in ``kinds``, else a one-line ValueError."""
-    try:
-        array = np.asarray(value)
-    except Exception as err:  # ragged lists, tensors that need grad, ...
-        raise ValueError(
-            f"{where}: {label} cannot be read as an array ({first_line(err)}); {must}"
-        ) from err
+    array = np.asarray(value)
     if array.dtype.kind not in kinds:
         raise ValueError(f"{where}: {label} has dtype {array.dtype}; {must}")
     return array
 
 
-def _check_inputs(x: object, label: str, where: str) -> Inputs:
-    """``x`` as float32 [N, *input_shape], finite (a built-in's NormalizedPixels as they are)."""
-    must = "inputs must be real-valued (float, int or bool) arrays of shape [N, *input_shape]"
-    if isinstance(x, NormalizedPixels):  # the built-ins' fixed mean and std > 0
-        values: Inputs = x
-    else:
-        with np.errstate(over="ignore"):
-            values = _as_array(x, label, where, "biuf", must).astype(np.float32, copy=False)
-        if not np.isfinite(values).all():
-            raise ValueError(
-                f"{where}: {label} holds values that are not finite in float32 (nan, inf, or "
-                "beyond ±3.4e38); inputs must be finite"
-            )
-    if len(values.shape) < 2:
-        raise ValueError(
-            f"{where}: {label} has shape {tuple(values.shape)}; {must} with at least one input "
-            "dimension (e.g. [N, 1] for one feature)"
-        )
-    return values
-
-
 def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
-    """Check what a data-set function returned and turn it into the training and test split.
+    """Turn what a data-set function returned into the training and test split.
 
-    Labels become int64, C is given or the largest label + 1. Raises a one-line ValueError naming
-    ``dataset`` (``name`` is its value), what is wrong and what is allowed.
+    Inputs become float32 (a built-in's :class:`NormalizedPixels` stay), labels int64; C is
+    given or the largest label + 1. Raises a one-line ValueError naming ``dataset``.
     """
     where = dataset_setting(name)
     if not (
@@ -171,29 +136,23 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
         raise ValueError(
             f"{where}: the function returned {_structure(result)}; it must return {RETURN_CONTRACT}"
         )
-    given = None
-    if len(result) == 3:
-        given = result[2]
-        if isinstance(given, bool) or not isinstance(given, int | np.integer) or given < 2:
-            raise ValueError(
-                f"{where}: the function returned num_classes = {given!r}; it must be an int >= 2"
-            )
+    given = result[2] if len(result) == 3 else None
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int | np.integer)):
+        raise ValueError(f"{where}: the function returned num_classes = {given!r}; not an int")
     inputs: dict[str, Inputs] = {}
     labels: dict[str, npt.NDArray[Any]] = {}
+    must_x = "inputs must be real-valued arrays of shape [N, *input_shape]"
     must_y = "labels must be integer arrays of shape [N] with values in [0, num_classes)"
-    for (x_part, y_part), split in zip(result[:2], ("train", "test"), strict=True):
-        x = _check_inputs(x_part, f"x_{split}", where)
-        y = _as_array(y_part, f"y_{split}", where, "iu", must_y)
-        if y.ndim != 1:
-            raise ValueError(f"{where}: y_{split} has shape {y.shape}; {must_y}")
-        if len(x) != len(y):
+    for (x, y), split in zip(result[:2], ("train", "test"), strict=True):
+        if not isinstance(x, NormalizedPixels):
+            x = _as_array(x, f"x_{split}", where, "biuf", must_x).astype(np.float32, copy=False)
+            if not np.isfinite(x).all():
+                raise ValueError(f"{where}: x_{split} holds values that are not finite in float32")
+        y = _as_array(y, f"y_{split}", where, "iu", must_y)
+        if len(x.shape) < 2 or y.ndim != 1 or len(x) != len(y) or not len(y):
             raise ValueError(
-                f"{where}: x_{split} holds {len(x)} samples but y_{split} {len(y)}; x and y "
-                "must hold the same number N"
-            )
-        if len(y) == 0:
-            raise ValueError(
-                f"{where}: the {split} set holds no sample; each set needs at least one"
+                f"{where}: x_{split} has shape {tuple(x.shape)} and y_{split} {y.shape}; {must_x}, "
+                f"{must_y}, the same N >= 1"
             )
         inputs[split], labels[split] = x, y
     shapes = [tuple(inputs[s].shape[1:]) for s in ("train", "test")]
@@ -202,33 +161,21 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
             f"{where}: x_train holds inputs of shape {shapes[0]} but x_test of {shapes[1]}; both "
             "sets must have the same input shape"
         )
-    lowest = min(int(y.min()) for y in labels.values())
-    num_classes = (
-        int(given) if given is not None else max(int(y.max()) for y in labels.values()) + 1
-    )
+    top = max(int(y.max()) for y in labels.values()) + 1
+    num_classes = int(given) if given is not None else top
     for split, y in labels.items():
         low, high = int(y.min()), int(y.max())
-        if low < 0 or high >= num_classes:
-            source = "num_classes" if given is not None else "the largest label + 1"
+        if low < 0 or high >= num_classes or num_classes < 2:
             raise ValueError(
                 f"{where}: y_{split} holds label {low if low < 0 else high}, outside [0, "
-                f"{num_classes}) ({source} = {num_classes}); labels must be in [0, num_classes)"
+                f"{num_classes}); labels must be in [0, num_classes), num_classes >= 2"
             )
-    if num_classes < 2:
-        raise ValueError(
-            f"{where}: the labels hold one class only (labels {lowest} to {num_classes - 1}); a "
-            "classification task needs num_classes >= 2"
-        )
     train, test = (DataSplit(inputs[s], labels[s].astype(np.int64), num_classes) for s in labels)
     return train, test
 
 
 def dataset_function(name: str) -> DataFunction:
-    """The data-set function ``name`` names: a built-in, or the researcher's reference.
-
-    An unknown name, or a reference that cannot be imported or is not callable, raises a
-    one-line ValueError (:func:`fedcgd_task.imports.builtin_or_function`).
-    """
+    """The data-set function ``name`` names: a built-in, or the researcher's reference."""
     builtins = {key: entry.function for key, entry in BUILTIN_DATASETS.items()}
     contract = (
         "a function of no argument or of data_dir and / or settings keywords that returns "
@@ -238,11 +185,7 @@ def dataset_function(name: str) -> DataFunction:
 
 
 def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
-    """The :data:`DATA_KEYWORDS` ``function`` takes; refuse one that needs other arguments.
-
-    A parameter named ``data_dir`` or ``settings`` takes that keyword, ``**kwargs`` takes
-    ``data_dir``; a function without a readable signature is called bare.
-    """
+    """The :data:`DATA_KEYWORDS` ``function`` takes (``**kwargs``: ``data_dir``), or ValueError."""
     try:
         params = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # no signature to read (a C function): call it bare
@@ -269,11 +212,10 @@ def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
 def load_data(
     name: str, data_dir: str, settings: TaskSettings | None = None
 ) -> tuple[DataSplit, DataSplit]:
-    """Load, check and cache the (train, test) :class:`DataSplit` of a data set, once per process.
+    """The checked (train, test) :class:`DataSplit` of a data set, cached per process.
 
-    Cached by (name, data_dir), and by ``settings`` (the run's; None outside a run) for a function
-    that takes them. A FileNotFoundError of the function is re-raised after the key; anything
-    else is a one-line ValueError naming ``dataset``.
+    ``settings`` (None outside a run) count for a function that takes them. The function's
+    error becomes one line naming ``dataset`` (FileNotFoundError stays one).
     """
     takes = "settings" in data_keywords(dataset_function(name), name)
     return _load_checked(name, data_dir, settings if takes else None)
@@ -283,12 +225,7 @@ def load_data(
 def _load_checked(
     name: str, data_dir: str, settings: TaskSettings | None
 ) -> tuple[DataSplit, DataSplit]:
-    """:func:`load_data`'s cached part: call the function and check its result.
-
-    The function runs with the global generators seeded with the run's seed where it takes the
-    settings, else 0: the same data in every process
-    (:func:`fedcgd_task.training.seeded_generators`).
-    """
+    """:func:`load_data`'s cached part, the generators seeded with the run's seed (else 0)."""
     from fedcgd_task.training import seeded_generators  # torch: only where data is loaded
 
     function = dataset_function(name)
@@ -307,7 +244,7 @@ def _load_checked(
 
 
 def load_train_set(settings: TaskSettings) -> DataSplit:
-    """The full training split of ``settings.dataset`` (:func:`load_data`, cached per process)."""
+    """The full training split of ``settings.dataset`` (cached per process)."""
     return load_data(settings.dataset, settings.data_dir, settings)[0]
 
 

@@ -1,10 +1,8 @@
 """The built-in image sets: scikit-learn's ``digits`` and ``cifar10`` / ``cifar100``.
 
-digits: 1797 images of 1 x 8 x 8, x = pixel / 16, a fixed stratified 80 / 20 split (seed 0:
-1437 train, 360 test) for every run seed. CIFAR: torchvision's files in ``data-dir`` (one
-download is tried when absent), normalised per channel with the usual training-set statistics;
-the batch files are read by :class:`CifarUnpickler`, so a crafted ``data_batch_*`` cannot run
-code (docs/design.md, "Safe loading").
+digits: 1 x 8 x 8, x = pixel / 16, a fixed stratified 80 / 20 split (1437 / 360). CIFAR:
+torchvision's files in ``data-dir`` (downloaded once when absent), read by
+:class:`CifarUnpickler` so a crafted file cannot run code (docs/design.md, "Safe loading").
 """
 
 from __future__ import annotations
@@ -24,23 +22,17 @@ from fedcgd_task.imports import first_line
 if TYPE_CHECKING:
     from torchvision.datasets import CIFAR10
 
-#: Seed and test share of the fixed stratified train / test split of the digits set.
-DIGITS_SPLIT_SEED = 0
-DIGITS_TEST_FRACTION = 0.2
-#: Largest intensity in scikit-learn's digits images.
-DIGITS_MAX_INTENSITY = 16.0
+#: Seed and test share of the digits split, and its largest intensity.
+DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION, DIGITS_MAX_INTENSITY = 0, 0.2, 16.0
 
-#: Per data set: classes, per-channel mean and standard deviation of the training images (pixel /
-#: 255). File names, URL and MD5 are those of torchvision's class (:func:`official_cifar`).
+#: Per data set: classes, per-channel mean and standard deviation of the training images.
 CIFAR: dict[str, tuple[int, tuple[float, ...], tuple[float, ...]]] = {
     "cifar10": (10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "cifar100": (100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
-#: Largest CIFAR batch file read (bytes): the official files are 31 MB (CIFAR-10, each of six)
-#: and 155 MB (CIFAR-100's ``train``).
+#: Largest CIFAR batch file read (bytes; the official ones are at most 155 MB).
 MAX_CIFAR_FILE_BYTES = 256 * 2**20
-#: The only globals a CIFAR batch file refers to: numpy's array and dtype reconstruction (numpy
-#: 1 and 2 module names, pickle protocols 2 to 5) and ``_codecs.encode`` (protocol 2's bytes).
+#: The only globals a CIFAR batch file refers to (numpy 1 and 2, pickle protocols 2 to 5).
 CIFAR_PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset(
     {
         ("numpy.core.multiarray", "_reconstruct"),
@@ -84,10 +76,7 @@ def digits_data() -> tuple[Any, ...]:
 
 
 class CifarUnpickler(pickle.Unpickler):
-    """An unpickler that builds only what a CIFAR batch holds (:data:`CIFAR_PICKLE_GLOBALS`).
-
-    Any other global (``os.system``, ``builtins.eval``, a class, ...) is refused unread.
-    """
+    """An unpickler that builds only what a CIFAR batch holds; any other global is refused."""
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle's hook
         if (module, name) in CIFAR_PICKLE_GLOBALS:
@@ -142,12 +131,7 @@ def official_cifar(name: str) -> type[CIFAR10]:
 def read_cifar_folder(
     name: str, folder: Path, *, train: bool
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """Read an extracted CIFAR folder in torchvision's format, safely: uint8 pixels, int64 labels.
-
-    Without the official MD5 checks, so re-packed or generated files in that format load too.
-    Raises FileNotFoundError naming a missing file, ValueError (one line) for a file that is not
-    a CIFAR batch.
-    """
+    """Pixels and labels of an extracted CIFAR folder in torchvision's format (no MD5 check)."""
     parts = []
     official = official_cifar(name)
     for file, _ in official.train_list if train else official.test_list:
@@ -157,45 +141,36 @@ def read_cifar_folder(
     return np.concatenate([p for p, _ in parts]), np.concatenate([y for _, y in parts])
 
 
-def missing_cifar_message(name: str, data_dir: Path) -> str:
-    """Where the CIFAR files must go (the error raised when they are absent)."""
-    archive, folder = official_cifar(name).filename, official_cifar(name).base_folder
-    return (
-        f"{name} files not found in data folder '{data_dir}' and could not be downloaded. "
-        f"Put the official '{archive}' (https://www.cs.toronto.edu/~kriz/cifar.html) or its "
-        f"extracted '{folder}/' folder into '{data_dir}' (run-config key 'data-dir'), or run "
-        "once with network access so that it is downloaded there."
-    )
-
-
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> DataSplit:
     """The CIFAR-10 or CIFAR-100 (fine labels) training or test split, pixels kept as uint8.
 
-    The extracted folder in ``data_dir`` is read by :func:`read_cifar_folder`. Without it, and
-    with ``download``, torchvision's ``download_and_extract_archive`` extracts the official
-    archive there first (MD5-checked; fetched unless already in ``data_dir``; a failure leaves no
-    folder behind). Raises FileNotFoundError naming the folder and the files.
+    Without the extracted folder in ``data_dir`` (and with ``download``), torchvision extracts
+    the official archive there first (MD5-checked; a failure leaves no folder behind).
     """
-    if name not in CIFAR:
-        raise ValueError(f'name must be "cifar10" or "cifar100"; got {name!r}')
     root = Path(data_dir)
     official = official_cifar(name)
     folder = root / official.base_folder
     if not folder.is_dir():
-        if not download:
-            raise FileNotFoundError(missing_cifar_message(name, root))
-        from torchvision.datasets import utils
-
         created = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
         try:
+            if not download:
+                raise FileNotFoundError(folder)
+            from torchvision.datasets import utils
+
             root.mkdir(parents=True, exist_ok=True)
             utils.download_and_extract_archive(
                 official.url, str(root), filename=official.filename, md5=official.tgz_md5
             )
         except Exception as failed:  # offline, proxy, bad archive: "provide the files"
-            if created is not None:
+            if created is not None and download:
                 shutil.rmtree(created, ignore_errors=True)
-            raise FileNotFoundError(missing_cifar_message(name, root)) from failed
+            raise FileNotFoundError(
+                f"{name} files not found in data folder '{root}' and could not be downloaded. "
+                f"Put the official '{official.filename}' (https://www.cs.toronto.edu/~kriz/"
+                f"cifar.html) or its extracted '{official.base_folder}/' folder into '{root}' "
+                "(run-config key 'data-dir'), or run once with network access so that it is "
+                "downloaded there."
+            ) from failed
     pixels, targets = read_cifar_folder(name, folder, train=train)
     classes, mean, std = CIFAR[name]
     return DataSplit(NormalizedPixels(pixels, 1.0 / 255.0, mean, std), targets, classes)

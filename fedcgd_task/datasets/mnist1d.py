@@ -1,9 +1,7 @@
-"""The built-in ``mnist1d`` data set: MNIST-1D generated offline and cached in the data folder.
+"""The built-in ``mnist1d`` data set, generated offline and cached in the data folder.
 
-MNIST-1D (Greydanus & Kobak 2024) from the ``mnist1d`` package's ``make_dataset`` with its
-default arguments except ``num_samples`` (docs/running.md, ``dataset``, ``mnist1d-samples``);
-inputs float32 [N, 1, 40], labels int64 in 0..9, independent of the run seed. The cache and
-its checks: docs/design.md, "Safe loading".
+The ``mnist1d`` package's ``make_dataset`` (Greydanus & Kobak 2024) with its defaults except
+``num_samples``; independent of the run seed. The cache's checks: docs/design.md, "Safe loading".
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from fedcgd_task.settings import TaskSettings
 
-#: Version of the cache file's layout (in the cache key: a new layout never reads an old file).
-#: 3: the file holds the SHA-256 of its content with the key (:func:`mnist1d_content_digest`).
+#: Version of the cache file's layout (in the cache key); 3: the file holds its content's SHA-256.
 MNIST1D_CACHE_FORMAT = 3
 #: One generation at a time per process: the package draws from the global numpy generator.
 _GLOBAL_RNG_LOCK = threading.Lock()
@@ -42,11 +39,7 @@ Mnist1dArrays: TypeAlias = tuple[
 
 
 def mnist1d_arguments(num_samples: int) -> dict[str, Any]:
-    """``make_dataset``'s arguments: the package defaults with ``num_samples`` (N, both splits).
-
-    JSON-serialisable, without ``url`` (the package's download address, unread by
-    ``make_dataset``), as the cache key is built from it.
-    """
+    """``make_dataset``'s arguments (JSON, without the unread ``url``) for ``num_samples``."""
     from mnist1d.data import get_dataset_args
 
     arguments = {k: v for k, v in get_dataset_args(as_dict=True).items() if k != "url"}
@@ -71,10 +64,7 @@ def mnist1d_cache_path(data_dir: str | Path, arguments: dict[str, Any]) -> Path:
 
 @contextlib.contextmanager
 def global_random_state_kept() -> Iterator[None]:
-    """Save and restore the global ``numpy.random`` and ``random`` states around a block.
-
-    Under a process-wide lock; other threads drawing from them meanwhile are not protected.
-    """
+    """Save and restore the global ``numpy.random`` and ``random`` states (under a lock)."""
     with _GLOBAL_RNG_LOCK:
         numpy_state = np.random.get_state()  # noqa: NPY002 (the legacy global state itself)
         python_state = random.getstate()
@@ -86,11 +76,7 @@ def global_random_state_kept() -> Iterator[None]:
 
 
 def generate_mnist1d(arguments: dict[str, Any]) -> Mnist1dArrays:
-    """Generate MNIST-1D with ``mnist1d.data.make_dataset(arguments)`` (deterministic).
-
-    Inputs float32 [n, 1, final_seq_length], labels int64 [n]; the package's split (the first
-    ``int(N * train_split)`` shuffled samples train).
-    """
+    """MNIST-1D from ``make_dataset(arguments)``: inputs float32 [n, 1, L], labels int64 [n]."""
     from mnist1d.data import make_dataset
     from mnist1d.utils import ObjectView
 
@@ -118,8 +104,8 @@ def mnist1d_content_digest(key: str, arrays: Mnist1dArrays) -> str:
 def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArrays | None:
     """The arrays of cache file ``path`` if it is what ``key`` generates; else None.
 
-    The headers must declare exactly the shapes and dtypes ``arguments`` generate before any data
-    is read; the stored digest of ``key`` and the arrays must match after.
+    The headers must declare the expected shapes and dtypes before any data is read; the stored
+    digest of ``key`` and the arrays must match after.
     """
     from fedcgd_task.npz import npz_headers
 
@@ -186,9 +172,6 @@ def load_mnist1d(data_dir: str | Path, num_samples: int) -> Mnist1dArrays:
 
 
 def mnist1d_data(*, data_dir: str, settings: TaskSettings) -> tuple[Any, ...]:
-    """The ``mnist1d`` data set under the contract: N = ``settings.mnist1d_samples``, C = 10.
-
-    0.8 N training and 0.2 N test inputs [n, 1, 40] with their labels.
-    """
+    """The ``mnist1d`` data set: N = ``settings.mnist1d_samples`` (0.8 N train), C = 10."""
     x_train, y_train, x_test, y_test = load_mnist1d(data_dir, settings.mnist1d_samples)
     return (x_train, y_train), (x_test, y_test), 10
