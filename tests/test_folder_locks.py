@@ -171,6 +171,19 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, 
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
 
 
+@pytest.mark.slow
+def test_default_folders_of_runs_started_together_never_collide(tmp_path):
+    out = tmp_path / "results"
+    one_round = format_run_config({**SMALL, "num-server-rounds": 1})
+    runs = [start("inprocess", "--out", str(out), "--run-config", one_round) for _ in range(3)]
+    for proc in runs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    folders = sorted(out.iterdir())
+    assert len(folders) == 3
+    assert all([x["round"] for x in lines(f)] == [1] for f in folders)
+
+
 def test_a_default_name_taken_in_the_same_second_takes_the_next_one(tmp_path, monkeypatch):
     import server_app.config as config_module
 
