@@ -459,3 +459,33 @@ def test_which_models_mix_the_samples_of_a_batch(build, shape: tuple, mixes: boo
     assert (reason is not None) is mixes
     if mixes:
         assert "mixes the samples of a batch" in str(reason)
+
+
+class CountingForward(torch.nn.Module):
+    """A Linear model that counts its forward calls (copies share the count)."""
+
+    calls = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CountingForward.calls += 1
+        return self.linear(x)
+
+
+def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    model = CountingForward()
+    verdicts: dict = {}
+    assert mixing.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
+    # The batch and the first group repeated as computed; the batch, then each group, in float64.
+    assert CountingForward.calls == 5
+    other = CountingForward()  # another object of the same structure: the kept verdict
+    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
+    assert CountingForward.calls == 5
+    assert mixing.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
+    assert CountingForward.calls == 10
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -85,12 +86,23 @@ def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
             ((np.zeros((0, 2)), np.zeros(0, int)), (np.zeros((1, 2)), [1])),
             "x_train has shape (0, 2) and y_train (0,)",
         ),
-        (((np.zeros((2, 2)), [0, 0]), (np.zeros((2, 2)), [0, 0])), "num_classes >= 2"),
+        (
+            ((np.zeros((2, 2)), [0, 0]), (np.zeros((2, 2)), [0, 0])),
+            "num_classes = 1 (largest label + 1); a classification task needs >= 2",
+        ),
+        (((np.zeros((3, 2)), [0, 1]), (np.zeros((2, 2)), [0, 1])), "x_train has shape (3, 2) and"),
+        (((np.zeros((2, 0)), [0, 1]), (np.zeros((2, 0)), [0, 1])), "x_train has shape (2, 0) and"),
+        (((np.zeros((2, 2)), [[0], [1, 2]]), (np.zeros((2, 2)), [0, 1])), "y_train cannot be rea"),
+        (
+            ((torch.zeros(2, 2, requires_grad=True), [0, 1]), (np.zeros((2, 2)), [0, 1])),
+            "x_train cannot be read as an array (Can't call numpy() on Tensor that requires grad",
+        ),
+        ([1, 2, 3, 4, 5, 6], "the function returned [int, int, int, int, ...]; it must"),
         (((np.zeros(2), [0, 1]), (np.zeros(2), [0, 1])), "x_train has shape (2,) and"),
         (((np.zeros((2, 2)), [0, -1]), (np.zeros((2, 2)), [0, 1])), "y_train holds label -1"),
         (
             ((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 2)), [0, 1]), 1),
-            "holds label 1, outside [0, 1)",
+            "num_classes = 1 (returned); a classification task needs >= 2",
         ),
         (((np.full((2, 2), 1e39), [0, 1]), (np.zeros((2, 2)), [0, 1])), "not finite in float32"),
         (((np.array(["a", "b"]), [0, 1]), (np.zeros((2, 2)), [0, 1])), "x_train has dtype <U1"),
@@ -102,7 +114,8 @@ def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
     ],
 )
 def test_each_rule_of_the_contract_is_one_line_naming_the_key(result, message):
-    with pytest.raises(ValueError) as info:
+    with warnings.catch_warnings(), pytest.raises(ValueError) as info:
+        warnings.simplefilter("error")  # one line: no numpy warning before it either
         check_data(result, "m:load")
     text = str(info.value)
     assert text.startswith("run-config key 'dataset' = 'm:load': ") and "\n" not in text

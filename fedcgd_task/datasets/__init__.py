@@ -110,12 +110,18 @@ def _structure(value: object, depth: int = 2) -> str:
     """A short picture of a returned value: ``(ndarray, ndarray)``, ``int``."""
     if not isinstance(value, tuple | list) or depth == 0:
         return type(value).__name__
-    return f"({', '.join(_structure(v, depth - 1) for v in value[:4])})"
+    inner = ", ".join(_structure(v, depth - 1) for v in value[:4]) + (", ..." * (len(value) > 4))
+    return f"[{inner}]" if isinstance(value, list) else f"({inner})"
 
 
 def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> npt.NDArray[Any]:
     """``value`` as an array of dtype kind in ``kinds``, else a one-line ValueError."""
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except Exception as err:  # a tensor needing grad or on a GPU, a ragged list
+        raise ValueError(
+            f"{where}: {label} cannot be read as an array ({first_line(err)}); {must}"
+        ) from None
     if array.dtype.kind not in kinds:
         raise ValueError(f"{where}: {label} has dtype {array.dtype}; {must}")
     return array
@@ -145,11 +151,12 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
     must_y = "labels must be integer arrays of shape [N] with values in [0, num_classes)"
     for (x, y), split in zip(result[:2], ("train", "test"), strict=True):
         if not isinstance(x, NormalizedPixels):
-            x = _as_array(x, f"x_{split}", where, "biuf", must_x).astype(np.float32, copy=False)
+            with np.errstate(over="ignore"):  # beyond float32: inf, refused just below
+                x = _as_array(x, f"x_{split}", where, "biuf", must_x).astype(np.float32, copy=False)
             if not np.isfinite(x).all():
                 raise ValueError(f"{where}: x_{split} holds values that are not finite in float32")
         y = _as_array(y, f"y_{split}", where, "iu", must_y)
-        if len(x.shape) < 2 or y.ndim != 1 or len(x) != len(y) or not len(y):
+        if len(x.shape) < 2 or 0 in x.shape[1:] or y.ndim != 1 or len(x) != len(y) or not len(y):
             raise ValueError(
                 f"{where}: x_{split} has shape {tuple(x.shape)} and y_{split} {y.shape}; {must_x}, "
                 f"{must_y}, the same N >= 1"
@@ -163,12 +170,17 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
         )
     top = max(int(y.max()) for y in labels.values()) + 1
     num_classes = int(given) if given is not None else top
+    if num_classes < 2:
+        origin = "returned" if given is not None else "largest label + 1"
+        raise ValueError(
+            f"{where}: num_classes = {num_classes} ({origin}); a classification task needs >= 2"
+        )
     for split, y in labels.items():
         low, high = int(y.min()), int(y.max())
-        if low < 0 or high >= num_classes or num_classes < 2:
+        if low < 0 or high >= num_classes:
             raise ValueError(
                 f"{where}: y_{split} holds label {low if low < 0 else high}, outside [0, "
-                f"{num_classes}); labels must be in [0, num_classes), num_classes >= 2"
+                f"{num_classes}); labels must be in [0, num_classes)"
             )
     train, test = (DataSplit(inputs[s], labels[s].astype(np.int64), num_classes) for s in labels)
     return train, test
