@@ -182,23 +182,6 @@ def test_a_users_policy_that_raises_is_named_with_its_round_and_line():
     )
 
 
-def test_a_users_schedule_of_an_unavailable_device_names_the_device_the_rule_and_the_line():
-    class Greedy(make_policy("bc", PolicyContext(4, 2)).__class__):  # type: ignore[misc]
-        def schedule(self, inputs, rng):
-            return decision_from_mask(inputs, np.ones(inputs.num_devices, dtype=bool))
-
-    policy = Greedy()
-    policy.name = "mine:Greedy"
-    with pytest.raises(PolicyDecisionError) as err:
-        schedule_checked(policy, DEVICE_3_UNAVAILABLE, RNG, server_round=7)
-    line = inspect.getsourcelines(Greedy.schedule)[1] + 1
-    assert str(err.value) == (
-        "policy 'mine:Greedy', round 7: schedule(): decision_from_mask got scheduled devices [3] "
-        "that are not candidates this round (unavailable, or without a valid report) "
-        f"(test_decision_check.py:{line} in schedule)"
-    )
-
-
 #: Users' policies that break the physics, each in a file outside the project.
 CHEATS = """
 import numpy as np
