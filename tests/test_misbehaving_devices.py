@@ -246,8 +246,7 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from fedcgd_strategy.aggregation import non_finite_arrays
     from fedcgd_strategy.flower.replies import DeviceReport
-    from fedcgd_strategy.flower.round_state import RoundInProgress
-    from fedcgd_strategy.flower.strategy import ScheduledStrategy
+    from fedcgd_strategy.flower.strategy import RoundInProgress, ScheduledStrategy
     from fedcgd_strategy.policies import PolicyContext, make_policy
     from fedcgd_task.settings import TrainingSettings
 

@@ -239,29 +239,23 @@ def read_report(
     )
 
 
-@dataclass(frozen=True)
-class Screening:
-    """How a phase's replies are screened beyond their own validity: τ b (None: unchecked), k of
-    :func:`~fedcgd_strategy.validation.update_norm_outliers`, the last round's median norm."""  # noqa: D205, D209
-
-    num_samples: int | None = None
-    max_update_norm_ratio: float = 0.0
-    norm_reference: float | None = None
-
-
 def collect_reports(
     replies: Iterable[Message],
     expected: Iterable[int],
     registry: NodeRegistry,
     reference: Mapping[str, NDArray[np.generic]] | None,
     phase: str,
-    screening: Screening | None = None,
+    *,
+    num_samples: int | None = None,
+    max_update_norm_ratio: float = 0.0,
+    norm_reference: float | None = None,
 ) -> tuple[list[DeviceReport], dict[int, str], set[int]]:
     """Validate a phase's replies (a node's first counts): the valid reports by partition id,
     each other expected partition's one-line reason, and those lost (no reply or an error reply
-    first; a refused reply is a failure, not a loss).
+    first; a refused reply is a failure, not a loss). ``num_samples`` τ b (None: unchecked),
+    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.validation.update_norm_outliers`
+    against the round's others or ``norm_reference``, the last round's median.
     """  # noqa: D205
-    rules = screening or Screening()
     wanted = set(expected)
     reports: dict[int, DeviceReport] = {}
     failures: dict[int, str] = {}
@@ -285,18 +279,18 @@ def collect_reports(
                 reference=reference,
                 registered=registered,
                 local_counts=registry.local_hist(registered),
-                num_samples=rules.num_samples,
+                num_samples=num_samples,
             )
         except MalformedReplyError as err:
             failures[registered] = str(err)
     with_arrays = [p for p in sorted(reports) if reports[p].upload_norm is not None]
     norms = np.array([reports[p].upload_norm for p in with_arrays], dtype=np.float64)
-    refused = update_norm_outliers(norms, rules.max_update_norm_ratio, rules.norm_reference)
+    refused = update_norm_outliers(norms, max_update_norm_ratio, norm_reference)
     for pid, norm, bad in zip(with_arrays, norms, refused, strict=True):
         if bad:
             failures[pid] = (
                 f"node {reports.pop(pid).node_id}: update norm ||w_v - w|| = {norm:.4g}; "
-                f"allowed: at most max-update-norm-ratio = {rules.max_update_norm_ratio:g} "
+                f"allowed: at most max-update-norm-ratio = {max_update_norm_ratio:g} "
                 "x the median of the round's other uploads, and a finite float32"
             )
     lost = (wanted - set(reports) - set(failures)) | errored
