@@ -60,12 +60,9 @@ class NodeRegistry:
     def register(
         self, node_id: int, partition_id: int, local_hist: NDArray[np.int64] | None = None
     ) -> int:
-        """Record that ``node_id`` serves ``partition_id`` (with its class counts ``local_hist``
-        int[C]); return the node that keeps it (the first claimant)."""  # noqa: D205, D209
-        if not 0 <= partition_id < self.num_devices:
-            raise ValueError(
-                f"partition id {partition_id!r} out of range; allowed: 0 .. {self.num_devices - 1}"
-            )
+        """Record that ``node_id`` serves ``partition_id`` in [0, V) (checked by the reply's
+        reader), with its class counts ``local_hist`` int[C]; return the node that keeps it (the
+        first claimant)."""  # noqa: D205, D209
         holder = self._node_of.setdefault(partition_id, node_id)
         if holder == node_id:
             self._partition_of[node_id] = partition_id

@@ -58,7 +58,7 @@ from fedcgd_strategy.policies import (
     schedule_checked,
     with_reported_terms,
 )
-from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
+from fedcgd_strategy.record import RoundRecord, round_record
 from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings, read_round_config
@@ -311,14 +311,14 @@ class ScheduledStrategy(Strategy):
             class_gradient_next=policy_call(
                 self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
             ),
-            timings=RoundTimings(
-                query_s=state.query_s,
-                schedule_s=state.schedule_s,
-                train_phase_s=t_recv - state.t_sent,
-                aggregate_s=aggregate_s,
-                client_train_s=float(sum(r.train_time_s or 0.0 for r in reports)),
-                discovery_s=state.discovery_s,
-            ),
+            timings={
+                "query_s": state.query_s,
+                "schedule_s": state.schedule_s,
+                "train_phase_s": t_recv - state.t_sent,
+                "aggregate_s": aggregate_s,
+                "client_train_s": float(sum(r.train_time_s or 0.0 for r in reports)),
+                "discovery_s": state.discovery_s,
+            },
             failed_reasons=state.failed,
             model_kept_reason=kept_reason,
             discovery_failed=state.discovery_failed,
