@@ -6,7 +6,6 @@ docs/aggregation.md; docs/design.md, "Any Flower aggregation".
 from __future__ import annotations
 
 import contextlib
-import copy
 import gc
 import inspect
 import math
@@ -242,7 +241,7 @@ def aggregate_uploads(
     need, why = minimum_uploads(aggregator)
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
-    before = copy.deepcopy(vars(aggregator))
+    before = aggregator_state(aggregator)  # its state, as a checkpoint holds it
     wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
     ids, current = list(range(1, max(len(models), *map(int, wanted)) + 1)), reference
     grid = cast(Grid, SimpleNamespace(get_node_ids=lambda: ids))  # all configure_train reads
@@ -272,8 +271,7 @@ def aggregate_uploads(
         result, reason = None, f"{name}.aggregate_train raised {type(err).__name__}: " + (
             first_line(err))  # fmt: skip
     if result is None:
-        vars(aggregator).clear()
-        vars(aggregator).update(before)
+        load_aggregator_state(aggregator, before, reference)
     return result, reason
 
 
