@@ -18,7 +18,6 @@ class NodeRegistry:
     A node that disconnects is forgotten; of two connected nodes claiming one partition the first
     keeps it. With ``partition_counts`` (int[V, C], the true class counts of each partition) a
     claim with other local class counts is refused (docs/deployment.md, "A device that dies").
-    ``num_devices`` V bounds the partition ids, ``num_classes`` C is the counts' length.
     """
 
     def __init__(

@@ -62,31 +62,26 @@ FLOWER_STATE: dict[type, dict[str, str]] = {
 class DifferentialPrivacyServerSideAdaptiveClipping(
     flower.DifferentialPrivacyServerSideAdaptiveClipping
 ):
-    """Flower's adaptive clipping with the two steps of Andrew et al.'s Algorithm 1."""
+    """Flower's adaptive clipping as Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1: the
+    round's noise from the norm C it clipped with, then C <- C exp(-lr (b - gamma)), b = 1 -
+    ``clipped_fraction``, gamma = 1 - ``target_clipped_quantile``, lr = ``clip_norm_lr``."""  # noqa: D205, D209
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Flower's, the norm it clipped with held for the round's noise."""
-        self._round_norm = self.clipping_norm
+        """Flower's, C updated after the noise is added."""
+        self._clipped_fractions: list[float] = []
         try:
             return super().aggregate_train(server_round, replies)
         finally:
-            del self._round_norm
+            for fraction in self._clipped_fractions:
+                b, gamma = 1.0 - fraction, 1.0 - self.target_clipped_quantile
+                self.clipping_norm *= math.exp(-self.clip_norm_lr * (b - gamma))
+            del self._clipped_fractions
 
     def _geometric_update(self, clipped_fraction: float) -> None:
-        """C <- C exp(-lr (b - gamma)), b = 1 - ``clipped_fraction``, gamma = 1 -
-        ``target_clipped_quantile``: Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1."""  # noqa: D205, D209
-        b, gamma = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
-        self.clipping_norm *= math.exp(-self.clip_norm_lr * (b - gamma))
-
-    def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
-        """Flower's Gaussian noise, standard deviation z C_t / n (C_t: the round's norm)."""
-        updated, self.clipping_norm = self.clipping_norm, self._round_norm
-        try:
-            return super()._add_noise_to_aggregated_arrays(aggregated)
-        finally:
-            self.clipping_norm = updated
+        """Flower's update of C (of the wrong sign, before the noise): held for the above."""
+        self._clipped_fractions.append(clipped_fraction)
 
 
 def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:

@@ -60,7 +60,6 @@ def _number(metrics: MetricRecord, key: str, node_id: int) -> float:
 
 
 def _is_int(value: object) -> TypeGuard[int | np.integer]:
-    """A Python or numpy int, not a bool."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
@@ -108,11 +107,8 @@ def _sender(msg: Message) -> tuple[int, MetricRecord]:
     node_id = int(msg.metadata.src_node_id)
     if msg.has_error():
         raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
-    metrics = msg.content.metric_records.get(keys.METRICS)
-    if metrics is None:
-        raise MalformedReplyError(
-            f"reply from node {node_id} lacks the MetricRecord {keys.METRICS!r}"
-        )
+    if (metrics := msg.content.metric_records.get(keys.METRICS)) is None:
+        raise MalformedReplyError(f"reply from node {node_id} lacks MetricRecord {keys.METRICS!r}")
     return node_id, metrics
 
 
@@ -150,14 +146,10 @@ def _model_arrays(
 
 @dataclass(frozen=True)
 class DeviceReport:
-    """One device's validated reply.
-
-    ``node_id`` and ``partition_id`` (v in [0, V)) of the sender; ``num_examples`` |D_v|;
-    ``label_hist`` int[C], the class counts of the samples used this round; ``sigma`` σ̂_v,
-    paper eq. (local_est_sigma), NaN when the device was not asked. Training replies only:
-    ``train_loss``, ``update_norm`` (as reported), ``train_time_s``, ``arrays`` (the trained local
-    model) and ``upload_norm`` (||w_v − w|| the server computed from ``arrays``, float64).
-    """
+    """One device's validated reply: ``label_hist`` int[C] counts the samples used this round,
+    ``sigma`` σ̂_v (eq. local_est_sigma; NaN when not asked); training replies also carry the
+    reported ``train_loss``, ``update_norm``, ``train_time_s``, the trained ``arrays`` and
+    ``upload_norm`` ||w_v − w||, computed by the server (float64)."""  # noqa: D205, D209
 
     node_id: int
     partition_id: int
