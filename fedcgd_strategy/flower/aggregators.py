@@ -280,9 +280,8 @@ def _fitted(
     shapes = {k: np.shape(v) for k, v in out.items()}
     if shapes != {k: np.shape(v) for k, v in reference.items()}:
         return None, f"{name}'s aggregate is not the model's arrays: {list(shapes.items())[:3]}"
-    for key, ref in reference.items():
-        dtype = np.asarray(ref).dtype
-        with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
+        for key, dtype in ((k, np.asarray(r).dtype) for k, r in reference.items()):
             value = np.rint(out[key]) if np.issubdtype(dtype, np.integer) else out[key]
             out[key] = np.asarray(value).astype(dtype)
     bad = non_finite_arrays(out)
@@ -307,11 +306,10 @@ def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
     state: dict[str, Any] = {}
     for key, (owner, name, _) in _attributes(aggregator).items():
         value = getattr(owner, name)
-        if isinstance(value, ArrayRecord | dict):
-            value = {
-                k: np.array(v.numpy() if isinstance(v, Array) else v) for k, v in value.items()
-            }
-        state[key] = [np.array(v) for v in value] if isinstance(value, list) else value
+        if isinstance(value, ArrayRecord):
+            value = {k: v.numpy() for k, v in value.items()}
+        copied = {k: np.array(v) for k, v in value.items()} if isinstance(value, dict) else value
+        state[key] = [np.array(v) for v in value] if isinstance(value, list) else copied
     return state
 
 
