@@ -18,7 +18,6 @@ class NodeRegistry:
     A node that disconnects is forgotten; of two connected nodes claiming one partition the first
     keeps it. With ``partition_counts`` (int[V, C], the true class counts of each partition) a
     claim with other local class counts is refused (docs/deployment.md, "A device that dies").
-    ``num_devices`` V bounds the partition ids, ``num_classes`` C is the counts' length.
     """
 
     def __init__(
@@ -60,12 +59,9 @@ class NodeRegistry:
     def register(
         self, node_id: int, partition_id: int, local_hist: NDArray[np.int64] | None = None
     ) -> int:
-        """Record that ``node_id`` serves ``partition_id`` (with its class counts ``local_hist``
-        int[C]); return the node that keeps it (the first claimant)."""  # noqa: D205, D209
-        if not 0 <= partition_id < self.num_devices:
-            raise ValueError(
-                f"partition id {partition_id!r} out of range; allowed: 0 .. {self.num_devices - 1}"
-            )
+        """Record that ``node_id`` serves ``partition_id`` in [0, V) (checked by the reply's
+        reader), with its class counts ``local_hist`` int[C]; return the node that keeps it (the
+        first claimant)."""  # noqa: D205, D209
         holder = self._node_of.setdefault(partition_id, node_id)
         if holder == node_id:
             self._partition_of[node_id] = partition_id

@@ -13,18 +13,6 @@ from fedcgd_strategy.policies import Decision, RoundInputs
 
 
 @dataclass(frozen=True)
-class RoundTimings:
-    """Where one round's time went, in seconds of server wall clock (docs/running.md)."""
-
-    query_s: float
-    schedule_s: float
-    train_phase_s: float
-    aggregate_s: float
-    client_train_s: float
-    discovery_s: float = 0.0
-
-
-@dataclass(frozen=True)
 class RoundRecord:
     """What happened in one round: the columns of ``metrics.jsonl`` (docs/running.md).
 
@@ -91,14 +79,14 @@ def round_record(
     uploaded: Sequence[int],
     disconnected: Iterable[int],
     class_gradient_next: NDArray[np.float64] | None,
-    timings: RoundTimings,
+    timings: Mapping[str, float],
     failed_reasons: Mapping[int, str] | None = None,
     model_kept_reason: str | None = None,
     discovery_failed: Mapping[int, str] | None = None,
     lost: Iterable[int] = (),
 ) -> RoundRecord:
     """Build one round's :class:`RoundRecord` (fields: docs/running.md) from what the policy saw
-    and decided."""  # noqa: D205, D209
+    and decided; ``timings``: its ``*_s`` fields, seconds of server wall clock."""  # noqa: D205, D209
     selected = decision.selected
     scheduled = bool(selected.any())
     reasons = {int(k): str(v) for k, v in (failed_reasons or {}).items()}
@@ -124,7 +112,7 @@ def round_record(
         class_gradient_next=class_gradient_value(class_gradient_next),
         bandwidth_used_hz=decision.bandwidth_used_hz,
         solver_iterations=int(solver.iterations) if solver is not None else 0,
-        **asdict(timings),
+        **timings,
         model_kept=model_kept_reason is not None,
         failed_reasons={str(k): reasons[k] for k in sorted(reasons)},
         model_kept_reason=model_kept_reason,

@@ -23,7 +23,7 @@ where it stopped. Usage (from the project root)::
 from __future__ import annotations
 
 import argparse
-import csv
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -35,6 +35,7 @@ from misbehaving import misbehaving
 from client_app.app import make_app
 from client_app.cohort import Cohorts
 from experiments.analysis.statistics import mean_ci95
+from experiments.analysis.tables import write_csv
 from experiments.compare.results import summarise
 from experiments.run.inprocess import InProcessGrid, node_contexts
 from fedcgd_task.settings import default_run_config
@@ -71,15 +72,8 @@ POLICIES = ("fedcgd-fscd", "bc", "all")
 ATTACKERS = (0, 1, 3)
 FAULT = "sign-flip-x5"
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "kept_rounds", "attacker_rounds")
-RUN_COLUMNS = (
-    "policy",
-    "aggregator",
-    "attackers",
-    "seed",
-    *METRICS,
-    "mean_scheduled",
-    "result_dir",
-)
+RUN_COLUMNS = ("policy", "aggregator", "attackers", "seed", *METRICS, "mean_scheduled")
+RUN_COLUMNS += ("result_dir",)
 
 
 def run_config(
@@ -88,17 +82,8 @@ def run_config(
     """The full run config of one run (the app's defaults, ``shared``, the run's own keys)."""
     name, params = AGGREGATORS[aggregator]
     flat = {f"aggregator-params.{k}": v for k, v in params.items()}
-    return fold_policy_params(
-        {
-            **default_run_config(),
-            **shared,
-            **flat,
-            "policy": policy,
-            "aggregator": name,
-            "seed": seed,
-            "result-dir": str(result_dir),
-        }
-    )
+    own = {"policy": policy, "aggregator": name, "seed": seed, "result-dir": str(result_dir)}
+    return fold_policy_params({**default_run_config(), **shared, **flat, **own})
 
 
 def run_attacked(config: Mapping[str, Any], attackers: int) -> None:
@@ -109,30 +94,22 @@ def run_attacked(config: Mapping[str, Any], attackers: int) -> None:
     cohorts = Cohorts()  # as the in-process engine runs: cohort execution
     client_app = make_app(cohorts)
     handler = misbehaving(client_app, FAULT, range(attackers)) if attackers else client_app
-    grid = InProcessGrid(
-        {node: handler for node in nodes},
-        node_contexts(nodes, config, num_devices),
-        cohorts=cohorts,
-    )
-    run_federation(grid, parsed)
+    contexts = node_contexts(nodes, config, num_devices)
+    run_federation(InProcessGrid(dict.fromkeys(nodes, handler), contexts, cohorts=cohorts), parsed)
 
 
 def run_row(
     result_dir: Path, policy: str, aggregator: str, attackers: int, seed: int, target: float
 ) -> dict[str, Any]:
     """One ``runs.csv`` row from a finished run's folder."""
-    row = summarise(result_dir, target, seed)
     lines = read_metrics_lines(result_dir)
+    changed = [x for x in lines if not x.get("model_kept")]
     return {
-        **row,
-        "policy": policy,
-        "aggregator": aggregator,
-        "attackers": attackers,
-        "kept_rounds": sum(1 for x in lines if x.get("model_kept")),
+        **summarise(result_dir, target, seed),
+        **{"policy": policy, "aggregator": aggregator, "attackers": attackers},
+        "kept_rounds": len(lines) - len(changed),
         "attacker_rounds": sum(
-            1
-            for x in lines
-            if not x.get("model_kept") and any(v < attackers for v in x.get("uploaded") or [])
+            any(v < attackers for v in x.get("uploaded") or []) for x in changed
         ),
     }
 
@@ -144,26 +121,14 @@ def table(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((run["policy"], run["aggregator"], run["attackers"]), []).append(run)
     rows = []
     for (policy, aggregator, attackers), members in groups.items():
-        row: dict[str, Any] = {
-            "policy": policy,
-            "aggregator": aggregator,
-            "attackers": attackers,
-            "n_seeds": len(members),
-            "reached_target": sum(1 for m in members if m["rounds_to_target"] is not None),
-        }
+        row: dict[str, Any] = {"policy": policy, "aggregator": aggregator, "attackers": attackers}
+        row["n_seeds"] = len(members)
+        row["reached_target"] = sum(m["rounds_to_target"] is not None for m in members)
         for metric in METRICS:
             mean, half = mean_ci95([m[metric] for m in members])
             row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean, half
         rows.append(row)
     return rows
-
-
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """``rows`` as CSV with the first row's columns."""
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
@@ -181,11 +146,8 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     width = 0.8 / max(len(counts), 1)
     for ax, policy in zip(axes, policies, strict=True):
         for j, count in enumerate(counts):
-            found = {
-                r["aggregator"]: r
-                for r in rows
-                if r["policy"] == policy and int(r["attackers"]) == count
-            }
+            here = [r for r in rows if r["policy"] == policy and int(r["attackers"]) == count]
+            found = {r["aggregator"]: r for r in here}
             xs = [i + (j - (len(counts) - 1) / 2) * width for i in range(len(aggregators))]
             means = [found[a]["final_accuracy_mean"] if a in found else 0.0 for a in aggregators]
             halves = [found[a]["final_accuracy_ci95"] if a in found else 0.0 for a in aggregators]
@@ -233,8 +195,6 @@ def main(argv: list[str] | None = None) -> int:
         status = read_status(result_dir) if result_dir.exists() else None
         if status is None or status.state != COMPLETED:
             if result_dir.exists():
-                import shutil
-
                 shutil.rmtree(result_dir)
             config = run_config(policy, aggregator, seed, result_dir, shared)
             try:

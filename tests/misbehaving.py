@@ -1,21 +1,14 @@
 """A ClientApp wrapper in which ONE device misbehaves in a chosen way (for robustness tests).
 
-:func:`misbehaving` wraps any ``(Message, Context) -> Message`` handler (the real ClientApp,
-``client_app.app:app``, is one): every node answers as the wrapped handler does, except the node
-whose ``partition-id`` is the faulty one, whose replies of the message types in
-``FAULTS[name].kinds`` are corrupted by ``FAULTS[name]``. Use it
-
-* in process: ``InProcessGrid`` / ``tests/fake_grid.FakeGrid`` take handler callables, so pass
-  ``misbehaving(client_app, "huge-layer", partition=1)`` as every node's handler; the fault
-  ``"silent"`` (in process only) answers nothing, a timeout, for the same message types, which
-  is the oracle a faulty run is compared with (:func:`silent_like`);
-* under ``flwr run``: :func:`wrapped_project.build_wrapped_project` copies this module next to
-  a copy of the app's pyproject.toml whose ``clientapp`` is ``misbehaving:app``; set
-  ``FEDCGD_FAULT=<name>`` and ``FEDCGD_FAULT_PARTITION=<id>`` (optional
-  ``FEDCGD_FAULT_CLAIM=<id>``, the partition the ``"claim-partition"`` fault claims; default
-  partition + 1 mod V; ``FEDCGD_FAULT_SLEEP_S``, how late the ``"sleep"`` fault answers,
-  default 10) in the SuperNodes' environment. Without ``FEDCGD_FAULT`` the app is the
-  real ClientApp.
+:func:`misbehaving` wraps any ``(Message, Context) -> Message`` handler (the real ClientApp is
+one): the node of the faulty ``partition-id`` has its replies of the message types in
+``FAULTS[name].kinds`` corrupted by ``FAULTS[name]``. In process, pass it as every node's
+handler; ``"silent"`` (in process only) answers nothing instead, the oracle a faulty run is
+compared with (:func:`silent_like`). Under ``flwr run`` (``wrapped_project``) the app is
+``misbehaving:app``, the fault set by ``FEDCGD_FAULT=<name>`` and ``FEDCGD_FAULT_PARTITION=<id>``
+(optional ``FEDCGD_FAULT_CLAIM``, the partition ``"claim-partition"`` claims, default the next;
+``FEDCGD_FAULT_SLEEP_S``, how late ``"sleep"`` answers, default 10); without ``FEDCGD_FAULT``
+it is the real ClientApp.
 """
 
 from __future__ import annotations
@@ -149,12 +142,7 @@ def _empty(reply: Message, request: Message, context: Context) -> Message:
 
 def _sleep(reply: Message, request: Message, context: Context) -> Message:
     """A straggler: answer ``FEDCGD_FAULT_SLEEP_S`` seconds late (default 10)."""
-    seconds = os.environ.get("FEDCGD_FAULT_SLEEP_S", "10")
-    try:
-        delay = float(seconds)
-    except ValueError as err:
-        raise ValueError(f"FEDCGD_FAULT_SLEEP_S={seconds!r}: need a number of seconds") from err
-    time.sleep(delay)
+    time.sleep(float(os.environ.get("FEDCGD_FAULT_SLEEP_S", "10")))
     return reply
 
 
@@ -190,10 +178,6 @@ FAULTS: dict[str, Fault] = {
 }
 
 
-def _partition(context: Context) -> int:
-    return int(context.node_config["partition-id"])
-
-
 def misbehaving(handler: Handler, fault: str, partition: int | Collection[int]) -> Handler:
     """``handler`` with the node of ``partition`` misbehaving as ``FAULTS[fault]`` says.
 
@@ -215,7 +199,7 @@ def misbehaving(handler: Handler, fault: str, partition: int | Collection[int]) 
 
     def handle(msg: Message, context: Context) -> Message:
         kind = msg.metadata.message_type
-        if _partition(context) not in faulty or kind not in spec.kinds:
+        if int(context.node_config["partition-id"]) not in faulty or kind not in spec.kinds:
             return handler(msg, context)
         if silent:
             return None  # type: ignore[return-value]  # InProcessGrid: no reply, a timeout
@@ -247,18 +231,8 @@ app = ClientApp()
 
 
 @app.query(keys.QUERY_INFO_ACTION)
-def query_info(msg: Message, context: Context) -> Message:
-    """``query.info``, possibly corrupted."""
-    return _from_environment()(msg, context)
-
-
 @app.query(keys.QUERY_STATS_ACTION)
-def query_stats(msg: Message, context: Context) -> Message:
-    """``query.stats``, possibly corrupted."""
-    return _from_environment()(msg, context)
-
-
 @app.train()
-def train(msg: Message, context: Context) -> Message:
-    """``train``, possibly corrupted."""
+def handle(msg: Message, context: Context) -> Message:
+    """Each message, its reply possibly corrupted."""
     return _from_environment()(msg, context)

@@ -90,13 +90,11 @@ def scripted_client(overrides: dict[int, dict] | None = None):
             delta = local_delta(pid)
             new = {k: ref[k] + delta[k] for k in ref}
             norm = math.sqrt(sum(float((d.astype(np.float64) ** 2).sum()) for d in delta.values()))
-            metrics.update(
-                {
-                    keys.TRAIN_LOSS: 0.5 + 0.1 * pid,
-                    keys.UPDATE_NORM: norm,
-                    keys.TRAIN_TIME_S: 0.01,
-                }
-            )
+            metrics |= {
+                keys.TRAIN_LOSS: 0.5 + 0.1 * pid,
+                keys.UPDATE_NORM: norm,
+                keys.TRAIN_TIME_S: 0.01,
+            }
             content[keys.ARRAYS] = ArrayRecord({k: Array(v) for k, v in new.items()})
         metrics.update(overrides.get(pid, {}))
         content[keys.METRICS] = MetricRecord(metrics)
@@ -118,9 +116,7 @@ def build(
 ):
     handler = handler or scripted_client()
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
-    policy = make_policy(
-        policy_name, PolicyContext(num_devices=V, num_classes=C, initial_g=initial_g)
-    )
+    policy = make_policy(policy_name, PolicyContext(V, C, initial_g=initial_g))
     strategy = ScheduledStrategy(
         policy=policy,
         cell=FixedChannel(draw),

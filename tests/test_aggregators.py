@@ -91,11 +91,10 @@ def run(
 
 @pytest.fixture(autouse=True)
 def task_identity() -> None:
-    """Flower's messages read the task identity a ServerApp sets: set as the in-process engine
-    sets it (aggregate_uploads runs inside a ServerApp)."""
-    from flwr.supercore.task_identity import TaskIdentity
+    """Flower's messages read the task identity a ServerApp sets: set as the engine sets it."""
+    from fedcgd_strategy.flower.simulation import outside_flower
 
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    outside_flower()
 
 
 def synthetic_uploads(

@@ -1,7 +1,7 @@
 """Run-config ``aggregator``: Flower's server-side differential privacy over the scheduled uploads.
 
 Each wrapper equals Flower's run directly (adaptive clipping with Andrew et al.'s rule, which
-Flower 1.42 reverses: fedcgd_strategy/flower/aggregator_params.py); hand-computed clipped means,
+Flower 1.42 reverses: fedcgd_strategy/flower/aggregators.py); hand-computed clipped means,
 noise and clipping norms; the noise depends on the seed and round only. (Resume: test_aggregators.)
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, Message
+from flwr.app import Array, ArrayRecord
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 from flwr.supercore.differential_privacy import add_gaussian_noise_inplace
@@ -41,6 +41,7 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
     noise_seed,
 )
+from fedcgd_strategy.validation import update_norm
 from fedcgd_task import keys
 from server_app.run_folder.results import MODEL_FILE
 
@@ -86,11 +87,6 @@ class PaperRule(DifferentialPrivacyServerSideAdaptiveClipping):
         return ArrayRecord({k: Array(np.asarray(v)) for k, v in zip(aggregated, nds, strict=True)})
 
 
-def update_norm(reply: Message, model: dict[str, np.ndarray]) -> float:
-    arrays = reply.content[keys.ARRAYS]
-    return math.sqrt(sum(float(((arrays[k].numpy() - v) ** 2).sum()) for k, v in model.items()))
-
-
 @pytest.mark.parametrize(
     ("wrapper", "params", "inner", "inner_params"),
     [c[1:] for c in CASES],
@@ -108,7 +104,8 @@ def test_the_dp_aggregator_equals_flowers_wrapper_run_directly(
     lines, model = run(tmp_path / "run", recorder.wrap, rounds=ROUNDS, aggregator=wrapper, **flat)
     assert all(line["num_uploaded"] == V and not line["model_kept"] for line in lines)
     initial = initial_model(tmp_path)
-    norms = [update_norm(recorder.train[1][pid], initial) for pid in range(V)]
+    uploads = [recorder.train[1][pid].content[keys.ARRAYS] for pid in range(V)]
+    norms = [update_norm({k: v.numpy() for k, v in u.items()}, initial) for u in uploads]
     assert min(norms) < CLIP < max(norms)  # clipping changed some uploads and not others
     wrapped = getattr(flower_strategies, inner)(**{k.replace("-", "_"): v for k, v in
                                                    inner_params.items()})  # fmt: skip

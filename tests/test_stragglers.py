@@ -47,13 +47,6 @@ def test_unanswered_messages_make_their_nodes_busy_until_resolved():
     assert pending.busy_nodes() == {3: 4} and len(pending) == 1
 
 
-def test_messages_without_an_id_are_not_tracked():
-    # A grid that assigns no ids (the in-process grid) answers before it returns.
-    pending = PendingMessages()
-    assert pending.record_unanswered([("", 1, "train")], answered=[], server_round=1) == []
-    assert len(pending) == 0
-
-
 # --- settle_pending on a scripted grid ----------------------------------------------------
 
 

@@ -151,11 +151,6 @@ def test_post_training_policies_train_everyone_and_upload_the_scheduled():
     assert_fedavg(new, [4, 5])
 
 
-def test_post_training_policy_rejects_query_protocol():
-    with pytest.raises(ValueError, match="train-all"):
-        build("poc", make_draw([True] * V, [0.0] * V), protocol="query")
-
-
 def test_fedcgd_updates_g_from_uploads():
     draw = make_draw([True] * V, [0.0] * V)
     strategy, grid = build("fedcgd-fscd", draw, initial_g=0.0)

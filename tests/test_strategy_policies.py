@@ -24,7 +24,6 @@ from scripted_strategy import (
     scripted_client,
 )
 
-from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.policies import POLICY_NAMES
 from fedcgd_task import keys
 
@@ -96,20 +95,6 @@ def test_best_channel_packs_by_gain_not_by_id(gain, min_bw, total_bw, expected):
 
 
 # --- discovery: joins, leaves, duplicate claims ------------------------------------------------
-
-
-def test_registry_joins_leaves_and_duplicate_claims():
-    registry = NodeRegistry(3, 2)
-    assert registry.unknown([10, 11]) == [10, 11]
-    assert registry.register(10, 0) == 10 and registry.register(11, 0) == 10  # duplicate refused
-    assert registry.partition(10) == 0 and registry.partition(11) is None
-    assert registry.unknown([10, 11]) == [11]
-    assert registry.with_node(np.array([True, True, False])) == [0]
-    assert registry.forget_disconnected([11]) == [(10, 0)]
-    assert registry.register(11, 0) == 11  # the second claimant takes over once the first left
-    assert registry.node(0) == 11
-    with pytest.raises(ValueError, match="out of range"):
-        registry.register(12, 3)
 
 
 def test_node_that_joins_later_is_discovered_and_scheduled():
@@ -187,14 +172,9 @@ def test_fedcbs_uses_the_whole_local_distribution_from_discovery(protocol):
     local = LOCAL_HISTS / LOCAL_HISTS.sum(axis=1, keepdims=True)
     for server_round in (1, 2, 3):
         run_round(strategy, grid, server_round)
+        bandwidth = np.where(available, min_bw, np.inf)
         expected = fedcbs_select(
-            state,
-            np.array(available),
-            local,
-            SIZES.astype(float),
-            np.where(available, min_bw, np.inf),
-            10.0,
-            rng,
+            state, np.array(available), local, SIZES.astype(float), bandwidth, 10.0, rng
         )
         assert strategy.last_record is not None
         assert strategy.last_record.scheduled == np.flatnonzero(expected).tolist()

@@ -6,7 +6,6 @@ docs/aggregation.md; docs/design.md, "Any Flower aggregation".
 from __future__ import annotations
 
 import contextlib
-import copy
 import gc
 import inspect
 import math
@@ -42,13 +41,11 @@ REFUSED = dict.fromkeys(
      "a run config cannot hold"}  # fmt: skip
 #: Strategies that change the clients' training, which this app's clients do not do.
 CLIENT_SIDE: dict[type, str] = {
-    flower.FedProx: "FedProx changes the clients' training (a proximal term), not the "
-    "aggregation, which is FedAvg's",
-    flower.DifferentialPrivacyClientSideFixedClipping: "client-side clipping needs the "
-    "clients' fixedclipping_mod; name DifferentialPrivacyServerSideFixedClipping",
-    flower.DifferentialPrivacyClientSideAdaptiveClipping: "client-side clipping needs the "
-    "clients' adaptiveclipping_mod; name DifferentialPrivacyServerSideAdaptiveClipping",
-}
+    flower.FedProx: "FedProx changes the clients' training (a proximal term), not the aggregation",
+    **{getattr(flower, f"DifferentialPrivacyClientSide{k}Clipping"): f"client-side clipping "
+       f"needs the clients' {k.lower()}clipping_mod; name DifferentialPrivacyServerSide{k}Clipping"
+       for k in ("Fixed", "Adaptive")},
+}  # fmt: skip
 #: Where a parameter left unset comes from, when not the class's default (``config.json``).
 DERIVED = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
 SERVER_SIDE_DP = (flower.DifferentialPrivacyServerSideFixedClipping,
@@ -65,37 +62,26 @@ FLOWER_STATE: dict[type, dict[str, str]] = {
 class DifferentialPrivacyServerSideAdaptiveClipping(
     flower.DifferentialPrivacyServerSideAdaptiveClipping
 ):
-    """Flower's adaptive clipping with the two steps of Andrew et al.'s Algorithm 1."""
+    """Flower's adaptive clipping as Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1: the
+    round's noise from the norm C it clipped with, then C <- C exp(-lr (b - gamma)), b = 1 -
+    ``clipped_fraction``, gamma = 1 - ``target_clipped_quantile``, lr = ``clip_norm_lr``."""  # noqa: D205, D209
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Flower's, the norm it clips with held for the round's noise (during the call only)."""
-        self._round_norm = self.clipping_norm
+        """Flower's, C updated after the noise is added."""
+        self._clipped_fractions: list[float] = []
         try:
             return super().aggregate_train(server_round, replies)
         finally:
-            del self._round_norm
+            for fraction in self._clipped_fractions:
+                b, gamma = 1.0 - fraction, 1.0 - self.target_clipped_quantile
+                self.clipping_norm *= math.exp(-self.clip_norm_lr * (b - gamma))
+            del self._clipped_fractions
 
     def _geometric_update(self, clipped_fraction: float) -> None:
-        """C <- C exp(-lr (b - gamma)): Andrew et al. 2019 (arXiv:1905.03871), Algorithm 1.
-
-        b = 1 - ``clipped_fraction``, gamma = 1 - ``target_clipped_quantile`` (fractions),
-        lr = ``clip_norm_lr``; C (scalar, the model's norm units) is updated in place.
-        """
-        b, gamma = 1.0 - clipped_fraction, 1.0 - self.target_clipped_quantile
-        self.clipping_norm *= math.exp(-self.clip_norm_lr * (b - gamma))
-
-    def _add_noise_to_aggregated_arrays(self, aggregated: ArrayRecord) -> ArrayRecord:
-        """Flower's Gaussian noise, standard deviation z C_t / n (C_t: the round's norm)."""
-        updated, self.clipping_norm = self.clipping_norm, self._round_norm
-        try:
-            return super()._add_noise_to_aggregated_arrays(aggregated)
-        finally:
-            self.clipping_norm = updated
-
-
-# --- building: the run config's words, Flower's constructors --------------------------------
+        """Flower's update of C (of the wrong sign, before the noise): held for the above."""
+        self._clipped_fractions.append(clipped_fraction)
 
 
 def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
@@ -129,9 +115,8 @@ def build(
     key: str = AGGREGATOR_KEY,
     table: str = PARAMS_KEY,
 ) -> tuple[Strategy, dict[str, Any]]:
-    """The strategy ``setting`` names, built from table ``table``, and ``config.json``'s
-    ``aggregator_resolved`` (class, parameters as built, their source). ValueError: one line.
-    """  # noqa: D205
+    """The strategy ``setting`` names, built from ``table``, and ``config.json``'s
+    ``aggregator_resolved`` (class, parameters, their source); ValueError (one line)."""  # noqa: D205, D209
     cls, own, extra, record = aggregator_class(setting, key), dict(params), {}, None
     if issubclass(cls, SERVER_SIDE_DP):
         wrapped, sub = own.pop(INNER, "FedAvg"), own.pop(INNER_PARAMS, {})
@@ -193,9 +178,8 @@ def inner_strategy(aggregator: Strategy) -> Strategy:
 
 
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
-    """The fewest uploads ``aggregator`` (or a DP wrapper's strategy) combines, and why; f =
-    ``num_malicious_nodes``: Bulyan 4 f + 3 (El Mhamdi et al. 2018), (Multi)Krum 2 f + 3.
-    """  # noqa: D205
+    """The fewest uploads ``aggregator`` combines, and why: with f = ``num_malicious_nodes``,
+    Bulyan 4 f + 3 (El Mhamdi et al. 2018), (Multi)Krum 2 f + 3."""  # noqa: D205, D209
     aggregator = inner_strategy(aggregator)
     f, name = int(getattr(aggregator, "num_malicious_nodes", 0)), type(aggregator).__name__
     for cls, k in ((flower.Bulyan, 4), (flower.MultiKrum, 2)):
@@ -205,15 +189,11 @@ def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
 
 
 def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
-    """The norm C a round clips with (read before the round) and the noise's standard deviation
-    z C / n, n = ``uploads``; None without DP."""  # noqa: D205, D209
+    """The norm C a round clips with and the noise's std z C / n (None without DP)."""
     if not isinstance(aggregator, SERVER_SIDE_DP):
         return None
     norm = float(aggregator.clipping_norm)
     return norm, float(aggregator.noise_multiplier) * norm / uploads
-
-
-# --- a round: the uploads as Flower's replies -------------------------------------------------
 
 
 def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
@@ -225,7 +205,7 @@ def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
 @contextlib.contextmanager
 def _seeded(seed: int, server_round: int) -> Iterator[None]:
     """Numpy's global generator (DP noise) seeded, the heap frozen (Bulyan's gc.collect())."""
-    saved = np.random.get_state()  # noqa: NPY002  (the generator Flower's wrappers draw from)
+    saved = np.random.get_state()  # noqa: NPY002
     np.random.seed(noise_seed(seed, server_round))  # noqa: NPY002
     gc.freeze()
     try:
@@ -249,16 +229,14 @@ def aggregate_uploads(
     *,
     seed: int = 0,
 ) -> tuple[dict[str, NDArray[np.generic]] | None, str | None]:
-    """Combine the validated ``models`` (weights |D_v|) with ``aggregator.aggregate_train``.
-
-    A DP wrapper gets float uploads, every weight 1 and n = ``len(models)``. Returns the new
-    model in ``reference``'s dtypes and None, or None and why (the aggregator then restored).
-    """
+    """Combine the validated ``models`` (weights |D_v|) with ``aggregator.aggregate_train``
+    (a DP wrapper: float uploads, weights 1, n = ``len(models)``): the new model in
+    ``reference``'s dtypes and None, or None and why (the aggregator then restored)."""  # noqa: D205, D209
     name, inner = type(aggregator).__name__, inner_strategy(aggregator)
     need, why = minimum_uploads(aggregator)
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
-    before = copy.deepcopy(vars(aggregator))
+    before = aggregator_state(aggregator)  # its state, as a checkpoint holds it
     wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
     ids, current = list(range(1, max(len(models), *map(int, wanted)) + 1)), reference
     grid = cast(Grid, SimpleNamespace(get_node_ids=lambda: ids))  # all configure_train reads
@@ -288,8 +266,7 @@ def aggregate_uploads(
         result, reason = None, f"{name}.aggregate_train raised {type(err).__name__}: " + (
             first_line(err))  # fmt: skip
     if result is None:
-        vars(aggregator).clear()
-        vars(aggregator).update(before)
+        load_aggregator_state(aggregator, before, reference)
     return result, reason
 
 
@@ -300,22 +277,17 @@ def _fitted(
     if record is None:
         return None, f"{name}.aggregate_train returned no model from {count} uploads"
     out = {k: v.numpy() for k, v in record.items()}
-    if set(out) != set(reference):
-        return None, f"{name}'s aggregate has arrays {sorted(out)[:3]}…, not the model's"
-    for key, ref in reference.items():
-        if out[key].shape != np.shape(ref):
-            return None, f"{name}'s aggregate has array {key!r} of shape {out[key].shape}"
-        dtype = np.asarray(ref).dtype
-        with np.errstate(over="ignore", invalid="ignore"):
+    shapes = {k: np.shape(v) for k, v in out.items()}
+    if shapes != {k: np.shape(v) for k, v in reference.items()}:
+        return None, f"{name}'s aggregate is not the model's arrays: {list(shapes.items())[:3]}"
+    with np.errstate(over="ignore", invalid="ignore"):
+        for key, dtype in ((k, np.asarray(r).dtype) for k, r in reference.items()):
             value = np.rint(out[key]) if np.issubdtype(dtype, np.integer) else out[key]
             out[key] = np.asarray(value).astype(dtype)
     bad = non_finite_arrays(out)
     if bad:
         return None, f"the {name} aggregate of {count} uploads is not finite in {bad[:3]}"
     return {k: out[k] for k in reference}, None
-
-
-# --- state for checkpoints: docs/design.md, "Any Flower aggregation", State ---------------------
 
 
 def _attributes(aggregator: Strategy) -> dict[str, tuple[Strategy, str, str]]:
@@ -328,29 +300,24 @@ def _attributes(aggregator: Strategy) -> dict[str, tuple[Strategy, str, str]]:
 
 
 def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
-    """What a checkpoint holds: ``state_dict()`` if the strategy has one, else its
-    :data:`FLOWER_STATE`, arrays copied (``{}`` for None)."""  # noqa: D205, D209
+    """What a checkpoint holds: ``state_dict()``, else :data:`FLOWER_STATE`, arrays copied."""
     if aggregator is None or hasattr(aggregator, "load_state_dict"):
         return {} if aggregator is None else dict(aggregator.state_dict())  # type: ignore[attr-defined]
     state: dict[str, Any] = {}
     for key, (owner, name, _) in _attributes(aggregator).items():
         value = getattr(owner, name)
-        if isinstance(value, ArrayRecord | dict):
-            value = {
-                k: np.array(v.numpy() if isinstance(v, Array) else v) for k, v in value.items()
-            }
-        state[key] = [np.array(v) for v in value] if isinstance(value, list) else value
+        if isinstance(value, ArrayRecord):
+            value = {k: v.numpy() for k, v in value.items()}
+        copied = {k: np.array(v) for k, v in value.items()} if isinstance(value, dict) else value
+        state[key] = [np.array(v) for v in value] if isinstance(value, list) else copied
     return state
 
 
 def load_aggregator_state(
     aggregator: Strategy | None, state: Mapping[str, Any], model: Arrays
 ) -> None:
-    """Check (a checkpoint is untrusted), then set :func:`aggregator_state`'s ``state``.
-
-    Keys as the fresh aggregator keeps; Flower's arrays with ``model``'s names, shapes and
-    float dtypes, finite. ValueError (one line), nothing set then.
-    """
+    """Check ``state`` (a checkpoint's, untrusted) against ``model``, then set it; ValueError
+    (one line), nothing set then."""  # noqa: D205, D209
     own = hasattr(aggregator, "load_state_dict")
     attributes = {} if aggregator is None or own else _attributes(aggregator)
     keys_kept = sorted(aggregator.state_dict() if own else attributes)  # type: ignore[union-attr]
@@ -380,7 +347,6 @@ def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
         raise ValueError(f"{refusal} is not {len(model)} arrays, one per array of the model")
     if set(by_name) != set(model):
         raise ValueError(f"{refusal} has other keys than the model's: {sorted(by_name)[:3]}")
-    out = {}
     for key, ref in model.items():
         array, ref = by_name[key], np.asarray(ref)
         if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
@@ -392,7 +358,7 @@ def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
         elif array.dtype.kind == "f" and not np.isfinite(array).all():
             problem = "is not finite"
         else:
-            out[key] = np.array(array)
             continue
         raise ValueError(f"{refusal}[{key!r}] {problem}")
+    out = {key: np.array(by_name[key]) for key in model}
     return list(out.values()) if kind == "list" else _record(out) if kind == "record" else out

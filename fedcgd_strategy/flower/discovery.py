@@ -29,10 +29,9 @@ def discover_nodes(
 ) -> dict[int, str]:
     """Forget nodes that left; ask connected nodes not seen before for their partition id.
 
-    Returns node id -> one-line reason for the nodes whose discovery failed (the round's
-    ``discovery_failed``); those stay unknown and are asked again next round. With ``pending``, a
-    busy node is not asked and an unanswered ``query.info`` is recorded; ``late`` replies
-    (:func:`settle_pending`) count as if they had come in time.
+    Returns node id -> one-line reason for each failed discovery (asked again next round). With
+    ``pending``, a busy node is not asked and an unanswered ``query.info`` is recorded; ``late``
+    replies (:func:`settle_pending`) count as if they had come in time.
     """
     connected = list(grid.get_node_ids())
     for node, pid in registry.forget_disconnected(connected):
@@ -96,11 +95,8 @@ def send_tracked(
 def record_unanswered(
     pending: PendingMessages, sent: list[Message], replies: list[Message], server_round: int
 ) -> None:
-    """Record in ``pending`` the messages of ``sent`` that no reply in ``replies`` answers.
-
-    Message ids are those the grid assigned when it pushed ``sent`` (a grid that assigns none
-    answers before it returns, and nothing is recorded).
-    """
+    """Record in ``pending`` the messages of ``sent`` that no reply answers (by the ids the grid
+    assigned; a grid that assigns none answers before it returns)."""  # noqa: D205, D209
     meta = [m.metadata for m in sent]
     new = pending.record_unanswered(
         ((m.message_id, m.dst_node_id, m.message_type) for m in meta),
@@ -117,10 +113,9 @@ def settle_pending(
 ) -> list[Message]:
     """Pull and return the late replies of the pending messages: their nodes are free again.
 
-    Late replies are never read as the current round's (only discovery uses a late
-    ``query.info``); an error reply or a disconnection settles a message too. While every
-    connected node is busy it polls every ``poll_s`` for up to ``wait_s`` seconds, returning as
-    soon as one node is free.
+    Late replies are never read as the current round's (discovery uses a late ``query.info``);
+    an error reply or a disconnection settles a message too. While every connected node is busy
+    it polls every ``poll_s`` for up to ``wait_s`` seconds, until one node is free.
     """
     deadline = time.monotonic() + wait_s
     pulled: list[Message] = []

@@ -60,7 +60,6 @@ def _number(metrics: MetricRecord, key: str, node_id: int) -> float:
 
 
 def _is_int(value: object) -> TypeGuard[int | np.integer]:
-    """A Python or numpy int, not a bool."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
@@ -108,11 +107,8 @@ def _sender(msg: Message) -> tuple[int, MetricRecord]:
     node_id = int(msg.metadata.src_node_id)
     if msg.has_error():
         raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
-    metrics = msg.content.metric_records.get(keys.METRICS)
-    if metrics is None:
-        raise MalformedReplyError(
-            f"reply from node {node_id} lacks the MetricRecord {keys.METRICS!r}"
-        )
+    if (metrics := msg.content.metric_records.get(keys.METRICS)) is None:
+        raise MalformedReplyError(f"reply from node {node_id} lacks MetricRecord {keys.METRICS!r}")
     return node_id, metrics
 
 
@@ -150,14 +146,10 @@ def _model_arrays(
 
 @dataclass(frozen=True)
 class DeviceReport:
-    """One device's validated reply.
-
-    ``node_id`` and ``partition_id`` (v in [0, V)) of the sender; ``num_examples`` |D_v|;
-    ``label_hist`` int[C], the class counts of the samples used this round; ``sigma`` σ̂_v,
-    paper eq. (local_est_sigma), NaN when the device was not asked. Training replies only:
-    ``train_loss``, ``update_norm`` (as reported), ``train_time_s``, ``arrays`` (the trained local
-    model) and ``upload_norm`` (||w_v − w|| the server computed from ``arrays``, float64).
-    """
+    """One device's validated reply: ``label_hist`` int[C] counts the samples used this round,
+    ``sigma`` σ̂_v (eq. local_est_sigma; NaN when not asked); training replies also carry the
+    reported ``train_loss``, ``update_norm``, ``train_time_s``, the trained ``arrays`` and
+    ``upload_norm`` ||w_v − w||, computed by the server (float64)."""  # noqa: D205, D209
 
     node_id: int
     partition_id: int
@@ -239,29 +231,23 @@ def read_report(
     )
 
 
-@dataclass(frozen=True)
-class Screening:
-    """How a phase's replies are screened beyond their own validity: τ b (None: unchecked), k of
-    :func:`~fedcgd_strategy.validation.update_norm_outliers`, the last round's median norm."""  # noqa: D205, D209
-
-    num_samples: int | None = None
-    max_update_norm_ratio: float = 0.0
-    norm_reference: float | None = None
-
-
 def collect_reports(
     replies: Iterable[Message],
     expected: Iterable[int],
     registry: NodeRegistry,
     reference: Mapping[str, NDArray[np.generic]] | None,
     phase: str,
-    screening: Screening | None = None,
+    *,
+    num_samples: int | None = None,
+    max_update_norm_ratio: float = 0.0,
+    norm_reference: float | None = None,
 ) -> tuple[list[DeviceReport], dict[int, str], set[int]]:
     """Validate a phase's replies (a node's first counts): the valid reports by partition id,
     each other expected partition's one-line reason, and those lost (no reply or an error reply
-    first; a refused reply is a failure, not a loss).
+    first; a refused reply is a failure, not a loss). ``num_samples`` τ b (None: unchecked),
+    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.validation.update_norm_outliers`
+    against the round's others or ``norm_reference``, the last round's median.
     """  # noqa: D205
-    rules = screening or Screening()
     wanted = set(expected)
     reports: dict[int, DeviceReport] = {}
     failures: dict[int, str] = {}
@@ -285,18 +271,18 @@ def collect_reports(
                 reference=reference,
                 registered=registered,
                 local_counts=registry.local_hist(registered),
-                num_samples=rules.num_samples,
+                num_samples=num_samples,
             )
         except MalformedReplyError as err:
             failures[registered] = str(err)
     with_arrays = [p for p in sorted(reports) if reports[p].upload_norm is not None]
     norms = np.array([reports[p].upload_norm for p in with_arrays], dtype=np.float64)
-    refused = update_norm_outliers(norms, rules.max_update_norm_ratio, rules.norm_reference)
+    refused = update_norm_outliers(norms, max_update_norm_ratio, norm_reference)
     for pid, norm, bad in zip(with_arrays, norms, refused, strict=True):
         if bad:
             failures[pid] = (
                 f"node {reports.pop(pid).node_id}: update norm ||w_v - w|| = {norm:.4g}; "
-                f"allowed: at most max-update-norm-ratio = {rules.max_update_norm_ratio:g} "
+                f"allowed: at most max-update-norm-ratio = {max_update_norm_ratio:g} "
                 "x the median of the round's other uploads, and a finite float32"
             )
     lost = (wanted - set(reports) - set(failures)) | errored

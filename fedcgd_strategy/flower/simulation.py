@@ -33,18 +33,12 @@ LINK_ERRORS = (
 
 
 class SimulationStalledError(OneLineMessage, RuntimeError):
-    """A simulated run got no reply for ``stall-limit-s`` (or its link dropped a message).
-
-    The message is one complete line (no ``Type:`` prefix in ``status.json``).
-    """
+    """A simulated run got no reply for ``stall-limit-s`` (or its link dropped a message)."""
 
 
 def outside_flower(*, colored: bool | None = None) -> None:
-    """Run Flower's message code in a process no Flower runtime started (the in-process engine).
-
-    Messages read the run, node and task id of the process: set as a ServerApp would (run 1);
-    ``colored``: Flower's console log with or without colour codes (None: unchanged).
-    """
+    """Run Flower's message code in a process no Flower runtime started (the in-process engine):
+    the task identity set as a ServerApp's (run 1); ``colored``: Flower's log colours or not."""  # noqa: D205, D209
     from flwr.supercore.logger import update_console_handler
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -53,11 +47,8 @@ def outside_flower(*, colored: bool | None = None) -> None:
 
 
 def is_simulation(grid: Grid) -> bool:
-    """True when ``grid`` is a simulation's: Flower's ``InMemoryGrid`` or one that says so.
-
-    Flower's simulation runtime runs the ServerApp on ``InMemoryGrid``, a deployment on
-    ``HttpGrid``; another grid is a simulation's when its class says ``simulated = True``.
-    """
+    """True for Flower's simulation grid (``InMemoryGrid``; a deployment's is ``HttpGrid``) and
+    for a grid whose class says ``simulated = True``."""  # noqa: D205, D209
     declared = getattr(grid, "simulated", None)
     if declared is not None:
         return bool(declared)
@@ -82,13 +73,10 @@ def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
 
 
 class PatientGrid:
-    """Flower's simulation grid, whose ``send_and_receive`` waits for every reply.
-
-    Everything else is the wrapped grid's. The given ``timeout`` is ignored;
-    :class:`SimulationStalledError` is raised after ``stall_limit_s`` seconds without a new
-    reply (:func:`stall_alarm`), or when the link answers a message itself (:data:`LINK_ERRORS`).
-    ``poll_s`` is the time between two pulls.
-    """
+    """Flower's simulation grid, whose ``send_and_receive`` ignores ``timeout`` and waits for
+    every reply: :class:`SimulationStalledError` after ``stall_limit_s`` seconds without a new
+    one (:func:`stall_alarm`), or when the link answers a message itself (:data:`LINK_ERRORS`).
+    """  # noqa: D205
 
     simulated = True
 
@@ -103,7 +91,7 @@ class PatientGrid:
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Push ``messages`` and return every reply (``timeout`` is not used: see the class)."""
+        """Push ``messages`` and return every reply."""
         messages = list(messages)
         waiting = set(self.grid.push_messages(messages))
         replies: list[Message] = []

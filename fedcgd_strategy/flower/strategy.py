@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import partial
 from logging import INFO, WARNING
 from typing import Any
@@ -29,7 +30,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
 from numpy.typing import NDArray
 
-from channel import ChannelModel
+from channel import ChannelModel, RoundDraw
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, dp_round_noise
 from fedcgd_strategy.flower.discovery import (
@@ -40,12 +41,10 @@ from fedcgd_strategy.flower.discovery import (
 )
 from fedcgd_strategy.flower.replies import (
     DeviceReport,
-    Screening,
     collect_reports,
     reported_stats,
     uploaded_updates,
 )
-from fedcgd_strategy.flower.round_state import RoundInProgress
 from fedcgd_strategy.flower.simulation import stall_progress
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
@@ -59,27 +58,50 @@ from fedcgd_strategy.policies import (
     schedule_checked,
     with_reported_terms,
 )
-from fedcgd_strategy.record import RoundRecord, RoundTimings, round_record
+from fedcgd_strategy.record import RoundRecord, round_record
 from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
-from fedcgd_task.settings import read_round_config
+from fedcgd_task.settings import TrainingSettings, read_round_config
+
+
+@dataclass
+class RoundInProgress:
+    """What ``configure_train`` leaves for ``aggregate_train`` of the same round."""
+
+    draw: RoundDraw
+    training: TrainingSettings
+    reference: dict[str, NDArray[np.generic]]  # the global model sent this round
+    available: list[int]
+    server_round: int = 0
+    query_s: float = 0.0
+    schedule_s: float = 0.0
+    t_sent: float = 0.0
+    inputs: RoundInputs | None = None
+    decision: Decision | None = None
+    failed: dict[int, str] = field(default_factory=dict)
+    discovery_failed: dict[int, str] = field(default_factory=dict)
+    discovery_s: float = 0.0
+    busy: dict[int, int] = field(default_factory=dict)
+    trainees: list[int] = field(default_factory=list)
+    sent: list[Message] = field(default_factory=list)
+    lost: set[int] = field(default_factory=set)
+    dp_noise: tuple[float, float] | None = None
+
+    @property
+    def reachable(self) -> list[int]:
+        """Available devices not busy with an earlier, unanswered message."""
+        return [v for v in self.available if v not in self.busy]
 
 
 class ScheduledStrategy(Strategy):
     """Device scheduling over a simulated uplink, aggregation of the scheduled devices only.
 
-    With an ideal channel (every device available, B* = 0) and a policy that schedules every
-    device, one round equals FedAvg over all devices. τ, η and b come from the ``train_config``
-    of :meth:`start`. The uplink ``cell`` is a :class:`channel.Cell` (D_w = ``model_bits`` per
-    upload, B = ``total_bandwidth_hz``, V, C); ``target_dist`` float[C] is the WEMD target p
-    (None: the union of the round's reported histograms); ``protocol`` ``"auto"`` or a
-    :class:`Protocol` value; ``query_timeout_s`` the wait for query replies; ``round_offset`` the
-    rounds a resumed run has done; ``max_update_norm_ratio`` k of
-    :func:`fedcgd_strategy.validation.update_norm_outliers` (0 = off); ``partition_counts``
-    int[V, C], the partitions' true class counts, checked at discovery; ``on_record`` gets each
-    round's :class:`~fedcgd_strategy.record.RoundRecord` (also :attr:`last_record`);
-    ``aggregator`` combines the uploads (:func:`~.aggregators.aggregate_uploads`; None: FedAvg),
-    ``seed`` seeds one that draws from numpy's global generator.
+    ``cell`` draws each round's channel (D_w = ``model_bits`` per upload, B =
+    ``total_bandwidth_hz``); ``target_dist`` float[C] is the WEMD target p (None: the reported
+    histograms' union); ``round_offset`` the rounds a resumed run has done;
+    ``max_update_norm_ratio`` k of the update-norm screen (0 = off); ``partition_counts`` int[V,
+    C] is checked at discovery; ``on_record`` gets each round's record; ``aggregator`` combines
+    the uploads (None: FedAvg), ``seed`` seeds its noise. τ, η and b come from ``train_config``.
     """
 
     def __init__(
@@ -211,7 +233,7 @@ class ScheduledStrategy(Strategy):
     def _trainees(
         self, state: RoundInProgress, arrays: ArrayRecord, round_config: dict[str, Any], grid: Grid
     ) -> list[int]:
-        """Phase 4 of :meth:`configure_train`: the partitions that train this round."""
+        """The partitions that train this round (by the protocol)."""
         if self.protocol is Protocol.CHANNEL:
             return np.flatnonzero(self._schedule(state, None).selected).tolist()
         if self.protocol is not Protocol.QUERY:
@@ -237,21 +259,14 @@ class ScheduledStrategy(Strategy):
     def _collect(
         self, replies: list[Message], expected: list[int], state: RoundInProgress, phase: str
     ) -> list[DeviceReport]:
-        """Validate a phase's replies against the round (training phase: with the model).
-
-        The devices without a reply or with an error reply are added to ``state.lost``, those
-        refused to ``state.failed``.
-        """
+        """Validate a phase's replies (training: with the model); the lost and the refused go
+        to ``state.lost`` and ``state.failed``."""  # noqa: D205, D209
         training = phase == MessageType.TRAIN
-        screening = Screening(
-            num_samples=state.training.local_steps * state.training.batch_size,
-            max_update_norm_ratio=self.max_update_norm_ratio,
-            norm_reference=self._norm_reference,
-        )
-        reference = state.reference if training else None
         reports, failed, lost = collect_reports(
-            replies, expected, self.registry, reference, phase, screening
-        )
+            replies, expected, self.registry, state.reference if training else None, phase,
+            num_samples=state.training.local_steps * state.training.batch_size,
+            max_update_norm_ratio=self.max_update_norm_ratio, norm_reference=self._norm_reference,
+        )  # fmt: skip
         state.lost |= lost
         state.failed.update(failed)
         if training:
@@ -296,14 +311,14 @@ class ScheduledStrategy(Strategy):
             class_gradient_next=policy_call(
                 self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
             ),
-            timings=RoundTimings(
-                query_s=state.query_s,
-                schedule_s=state.schedule_s,
-                train_phase_s=t_recv - state.t_sent,
-                aggregate_s=aggregate_s,
-                client_train_s=float(sum(r.train_time_s or 0.0 for r in reports)),
-                discovery_s=state.discovery_s,
-            ),
+            timings={
+                "query_s": state.query_s,
+                "schedule_s": state.schedule_s,
+                "train_phase_s": t_recv - state.t_sent,
+                "aggregate_s": aggregate_s,
+                "client_train_s": float(sum(r.train_time_s or 0.0 for r in reports)),
+                "discovery_s": state.discovery_s,
+            },
             failed_reasons=state.failed,
             model_kept_reason=kept_reason,
             discovery_failed=state.discovery_failed,
@@ -321,12 +336,8 @@ class ScheduledStrategy(Strategy):
     def _aggregate(
         self, uploads: list[DeviceReport], state: RoundInProgress
     ) -> tuple[ArrayRecord | None, str | None]:
-        """Aggregate the uploads (weights |D_v|); hand the updates to the policy for Ĝ.
-
-        Returns the new model, or None and why the global model is kept: nothing uploaded,
-        an aggregate that is not finite in the global model's dtypes, or what the aggregator
-        refused (too few uploads for it, ...); then Ĝ is not updated.
-        """
+        """Aggregate the uploads (weights |D_v|), hand the updates to the policy for Ĝ; the new
+        model, or None and why the model is kept (then Ĝ is not updated)."""  # noqa: D205, D209
         if not uploads:
             return None, "nothing uploaded"
         weights = [r.num_examples for r in uploads]

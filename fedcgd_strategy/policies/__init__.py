@@ -1,21 +1,11 @@
-"""Scheduling policies: the core types and checks, FedCGD, the baselines and the registry.
-
-:mod:`~.core` (inputs, Policy, Protocol, Decision), :mod:`~.check` (the decision's check),
-:mod:`~.builtin` (FedCGD, paper Algorithm 3; BC, BN2, POC, Fed-CBS, all),
+"""Scheduling policies: :mod:`~.core` (inputs, Policy, Protocol, Decision), :mod:`~.check` (the
+decision's check), :mod:`~.builtin` (FedCGD, paper Algorithm 3; BC, BN2, POC, Fed-CBS, all),
 :mod:`~.registry` (run-config names and import paths -> policy objects).
-"""
+"""  # noqa: D205
 
-from fedcgd_strategy.policies.builtin import AllFeasiblePolicy as AllFeasiblePolicy
-from fedcgd_strategy.policies.builtin import BestChannelPolicy as BestChannelPolicy
-from fedcgd_strategy.policies.builtin import BestNormPolicy as BestNormPolicy
-from fedcgd_strategy.policies.builtin import FedCBSPolicy as FedCBSPolicy
-from fedcgd_strategy.policies.builtin import FedCGDPolicy as FedCGDPolicy
-from fedcgd_strategy.policies.builtin import PowerOfChoicePolicy as PowerOfChoicePolicy
 from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
-from fedcgd_strategy.policies.check import check_decision as check_decision
 from fedcgd_strategy.policies.check import policy_call as policy_call
 from fedcgd_strategy.policies.check import schedule_checked as schedule_checked
-from fedcgd_strategy.policies.core import BUDGET_REL_TOL as BUDGET_REL_TOL
 from fedcgd_strategy.policies.core import PROTOCOL_CHOICES as PROTOCOL_CHOICES
 from fedcgd_strategy.policies.core import Decision as Decision
 from fedcgd_strategy.policies.core import Policy as Policy

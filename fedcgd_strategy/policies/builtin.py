@@ -76,21 +76,13 @@ class FedCGDPolicy(Policy):
         """Update Ĝ (eq. G_est) or Ĝ_c (eq. Gc_est); kept with fewer than two uploads."""
         if uploads.updates.shape[0] < 2:
             return
-        grads = device_gradient_estimates(
-            uploads.updates, uploads.learning_rate, uploads.local_steps
-        )
+        u = uploads
+        grads = device_gradient_estimates(u.updates, u.learning_rate, u.local_steps)
+        seen = (grads, u.weights, u.label_dist, u.target_dist)
         if self.per_class:
-            self._g = np.asarray(
-                estimate_per_class_gradient(
-                    grads, uploads.weights, uploads.label_dist, uploads.target_dist, self._g
-                ),
-                dtype=np.float64,
-            )
+            self._g = np.asarray(estimate_per_class_gradient(*seen, self._g), dtype=np.float64)
         else:
-            g = estimate_class_gradient(
-                grads, uploads.weights, uploads.label_dist, uploads.target_dist, float(self._g[0])
-            )
-            self._g = np.array([g], dtype=np.float64)
+            self._g = np.array([estimate_class_gradient(*seen, float(self._g[0]))], np.float64)
 
     def state_dict(self) -> dict[str, object]:
         """Ĝ (or Ĝ_c) after the last update."""
@@ -179,15 +171,9 @@ class FedCBSPolicy(Policy):
         if inputs.local_dist is None:
             raise ValueError(f"policy {self.name!r} needs the devices' local class distributions")
         mask = fedcbs_select(
-            self.state,
-            inputs.candidate,
-            inputs.local_dist,
-            inputs.num_examples,
-            _candidate_bandwidth(inputs),
-            inputs.total_bandwidth_hz,
-            rng,
-            lam=self.fedcbs_lambda,
-        )
+            self.state, inputs.candidate, inputs.local_dist, inputs.num_examples,
+            _candidate_bandwidth(inputs), inputs.total_bandwidth_hz, rng, lam=self.fedcbs_lambda,
+        )  # fmt: skip
         return decision_from_mask(inputs, mask)
 
     def state_dict(self) -> dict[str, object]:

@@ -12,19 +12,19 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fedcgd_strategy.errors import OneLineMessage, RuleBrokenError
-from fedcgd_strategy.policies.core import (
-    BUDGET_REL_TOL,
-    NOT_CANDIDATES,
-    Decision,
-    Policy,
-    RoundInputs,
-    devices_named,
-)
+from fedcgd_strategy.policies.core import BUDGET_REL_TOL, Decision, Policy, RoundInputs
 from fedcgd_task.imports import first_line, said
 
 T = TypeVar("T")
+
+
+def devices_named(mask: NDArray[np.bool_]) -> str:
+    """``[3, 5, 9]`` (at most 12, then ``... (n in all)``)."""
+    idx = np.flatnonzero(mask).tolist()
+    return str(idx) if len(idx) <= 12 else f"{str(idx[:12])[:-1]}, ...] ({len(idx)} in all)"
 
 
 class PolicyDecisionError(OneLineMessage, ValueError):
@@ -34,10 +34,8 @@ class PolicyDecisionError(OneLineMessage, ValueError):
 def policy_call(policy: Policy, server_round: int, what: str, call: Callable[[], T]) -> T:
     """``call()``, the policy's ``what``; what a user's policy raises becomes one line.
 
-    ``policy 'X', round 7: <what> raised <type>: <first line> (<file>:<line> in <function>)``
-    (cause chained; a :class:`~fedcgd_strategy.errors.RuleBrokenError`: ``<what>: <the rule broken>
-    (<file>...)``). A built-in's exception goes on unchanged (a bug: its traceback says where);
-    ``SystemExit`` and the like go on too (the run's status says they fail it).
+    ``policy 'X', round 7: <what> raised <type>: <first line> (<file>:<line> in <function>)``,
+    cause chained. A built-in's exception goes on unchanged (a bug: its traceback says where).
     """
     try:
         return call()
@@ -48,10 +46,6 @@ def policy_call(policy: Policy, server_round: int, what: str, call: Callable[[],
         if isinstance(err, RuleBrokenError):  # the rule's own words, where it was broken
             raise PolicyDecisionError(f"{head}: {first_line(err)}") from err
         raise PolicyDecisionError(f"{head} raised {said(err)}") from err
-
-
-def _mhz(value_hz: float) -> str:
-    return f"{value_hz / 1e6:.6g} MHz"
 
 
 def _head(policy: str, server_round: int) -> str:
@@ -66,14 +60,13 @@ def check_decision(
     server_round: int,
     uses_budget: bool = True,
 ) -> Decision:
-    """Return ``decision`` if its schedule obeys the round's physics; else raise.
+    """Return ``decision`` if its schedule obeys the round's physics, else raise
+    :class:`PolicyDecisionError` (docs/design.md, "Checked decisions").
 
-    The rules are docs/design.md's, "Checked decisions": a :class:`Decision` whose ``selected``
-    is a bool mask over the devices, scheduling candidates only (availability), none with
-    B*_v = inf (the deadline), Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless ``uses_budget``
-    is False. The decision's own numbers are the policy's. Raises :class:`PolicyDecisionError`:
-    ``policy 'X', round 7: <what is wrong>; <what a decision must be>``.
-    """
+    A :class:`Decision` with a bool mask over the devices, candidates only (availability), none
+    with B*_v = inf (the deadline), Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless
+    ``uses_budget`` is False. The decision's own numbers are the policy's.
+    """  # noqa: D205
     head = _head(policy, server_round)
     if not isinstance(decision, Decision):
         raise PolicyDecisionError(
@@ -89,11 +82,13 @@ def check_decision(
     budget = float(inputs.total_bandwidth_hz)
     need = inputs.min_bandwidth_hz
     used = float(np.sum(need[selected & np.isfinite(need)]))
-    tail = f"bandwidth used {_mhz(used)} of the {_mhz(budget)} budget"
+    mhz = f"{used / 1e6:.6g} MHz", f"{budget / 1e6:.6g} MHz"
+    tail = f"bandwidth used {mhz[0]} of the {mhz[1]} budget"
     outside = selected & ~inputs.candidate
     if outside.any():
         raise PolicyDecisionError(
-            f"{head}: scheduled devices {devices_named(outside)} {NOT_CANDIDATES}; {tail}"
+            f"{head}: scheduled devices {devices_named(outside)} that are not candidates this "
+            f"round (unavailable, or without a valid report); {tail}"
         )
     infeasible = selected & ~np.isfinite(need)
     if infeasible.any():
@@ -103,8 +98,8 @@ def check_decision(
         )
     if uses_budget and used > budget * (1.0 + BUDGET_REL_TOL):
         raise PolicyDecisionError(
-            f"{head}: scheduled devices {devices_named(selected)} need {_mhz(used)} (the sum of "
-            f"their minimum bandwidths B*), more than the {_mhz(budget)} budget (tolerance "
+            f"{head}: scheduled devices {devices_named(selected)} need {mhz[0]} (the sum of "
+            f"their minimum bandwidths B*), more than the {mhz[1]} budget (tolerance "
             f"{BUDGET_REL_TOL:g} relative); a decision must fit the bandwidth budget"
         )
     return decision

@@ -4,8 +4,8 @@
 (:func:`resolve_protocol`, from the policy's class), :class:`Decision` (:func:`decision_from_mask`)
 and its check (:mod:`~.check`). Pure numpy.
 
-How to write a policy: docs/bring-your-own.md, "Write your own policy"; why and how decisions are
-checked against the server's own copy of the round: docs/design.md, "Checked decisions".
+How to write a policy: docs/bring-your-own.md, "Write your own policy"; how decisions are
+checked: docs/design.md, "Checked decisions".
 """
 
 from __future__ import annotations
@@ -19,20 +19,9 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from fedcgd_strategy.errors import RuleBrokenError
 from fedcgd_strategy.estimators import estimate_global_sigma
 from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, sampling_term, wemd
 from fedcgd_strategy.solvers import ScheduleResult
-from fedcgd_strategy.validation import (
-    as_bool_mask,
-    as_float_array,
-    as_label_distributions,
-    as_min_bandwidths,
-    as_nonnegative_array,
-    as_target_distribution,
-    check_integer,
-    check_total_bandwidth,
-)
 
 #: Relative slack of the budget test (the solvers' rounding slack).
 BUDGET_REL_TOL = BANDWIDTH_REL_TOL
@@ -40,12 +29,11 @@ BUDGET_REL_TOL = BANDWIDTH_REL_TOL
 
 @dataclass(frozen=True)
 class RoundInputs:
-    """What a policy may use to schedule one round, validated on construction.
+    """What a policy may use to schedule one round (read-only arrays; :func:`round_inputs`).
 
-    The fields (arrays of length V indexed by partition id) are described in
-    docs/bring-your-own.md, "Write your own policy"; non-candidates are never scheduled, rows of
-    non-candidates are ignored, σ̂_v is NaN where not computed, B*_v ``inf`` where the deadline
-    cannot be met. A bad field raises ValueError naming it, the value and what is allowed.
+    The fields (arrays of length V indexed by partition id): docs/bring-your-own.md, "Write your
+    own policy"; rows of non-candidates are ignored, σ̂_v is NaN where not computed, B*_v ``inf``
+    where the deadline cannot be met.
     """
 
     candidate: NDArray[np.bool_]
@@ -60,33 +48,6 @@ class RoundInputs:
     train_loss: NDArray[np.float64] | None = None
     update_norm: NDArray[np.float64] | None = None
     local_dist: NDArray[np.float64] | None = None
-
-    def __post_init__(self) -> None:
-        """Validate every array where the round's data enters the scheduling math."""
-        num_devices = int(np.shape(self.candidate)[0]) if np.ndim(self.candidate) == 1 else -1
-        cand = as_bool_mask(self.candidate, max(num_devices, 0), "candidate")
-        target = as_target_distribution(self.target_dist)
-        as_label_distributions(self.label_dist, num_rows=num_devices, rows=cand)
-        if np.shape(self.label_dist)[-1] != target.shape[0]:
-            raise ValueError(
-                f"label_dist has {np.shape(self.label_dist)[-1]} classes, target_dist "
-                f"{target.shape[0]}; they must match"
-            )
-        vector = (num_devices,)
-        as_nonnegative_array(
-            self.num_examples, "num_examples", shape=vector, strict=True, where=cand
-        )
-        sigma_v = as_float_array(self.sigma_v, "sigma_v", shape=vector)
-        as_nonnegative_array(sigma_v, "sigma_v", where=cand & ~np.isnan(sigma_v))
-        as_min_bandwidths(self.min_bandwidth_hz, num_devices)
-        as_nonnegative_array(self.gain_lin, "gain_lin", shape=vector)
-        check_total_bandwidth(self.total_bandwidth_hz)
-        check_integer(self.batch_size, "batch_size", minimum=1)
-        if self.local_dist is not None:
-            as_label_distributions(self.local_dist, "local_dist", num_rows=num_devices, rows=cand)
-        for name in ("train_loss", "update_norm"):
-            if getattr(self, name) is not None:
-                as_float_array(getattr(self, name), name, shape=vector)
 
     @property
     def num_devices(self) -> int:
@@ -224,37 +185,18 @@ def _schedule_terms(inputs: RoundInputs, mask: NDArray[np.bool_]) -> tuple[float
     )
 
 
-#: Devices named in a message at most.
-SHOWN_DEVICES = 12
-#: The candidates rule, as a message states it after the devices that break it.
-NOT_CANDIDATES = "that are not candidates this round (unavailable, or without a valid report)"
-
-
-def devices_named(mask: NDArray[np.bool_]) -> str:
-    """``[3, 5, 9]`` (at most :data:`SHOWN_DEVICES`, then ``... (n in all)``)."""
-    idx = np.flatnonzero(mask).tolist()
-    if len(idx) <= SHOWN_DEVICES:
-        return str(idx)
-    return f"{str(idx[:SHOWN_DEVICES])[:-1]}, ...] ({len(idx)} in all)"
-
-
 def decision_from_mask(
     inputs: RoundInputs,
     selected: NDArray[np.bool_],
     class_gradient: NDArray[np.float64] | None = None,
     solver: ScheduleResult | None = None,
 ) -> Decision:
-    """Wrap a schedule (bool[V], candidates only) into a :class:`Decision`, evaluating it once."""
+    """Wrap a schedule (bool[V], candidates only) into a :class:`Decision`, evaluating it once.
+
+    Its rules (candidates only, the deadline, the budget) are checked by
+    :func:`~.check.check_decision`, after ``schedule`` returns.
+    """
     selected = np.asarray(selected, dtype=bool)
-    if selected.shape != inputs.candidate.shape:
-        raise RuleBrokenError(
-            f"decision_from_mask got a mask of shape {selected.shape}; it must be a bool mask of "
-            f"shape ({inputs.num_devices},), one entry per device"
-        )
-    if np.any(outside := selected & ~inputs.candidate):
-        raise RuleBrokenError(
-            f"decision_from_mask got scheduled devices {devices_named(outside)} {NOT_CANDIDATES}"
-        )
     sigma, wemd_g1, sampling = _schedule_terms(inputs, selected)
     bandwidth = inputs.min_bandwidth_hz[selected]
     return Decision(
@@ -263,7 +205,7 @@ def decision_from_mask(
         wemd=wemd_g1,
         sampling_term=sampling,
         bandwidth_used_hz=float(np.sum(bandwidth[np.isfinite(bandwidth)])),
-        class_gradient=class_gradient,  # as given: the check converts it or names what is wrong
+        class_gradient=class_gradient,
         solver=solver,
     )
 

@@ -51,36 +51,28 @@ CONTEXT_SOURCES: dict[str, str] = {
 } | {"num_classes": "the data set"}
 
 
-#: A built-in policy: its class and the constructor arguments its name fixes.
-_BUILT_IN: dict[str, tuple[type[Policy], Mapping[str, object]]] = {
-    "fedcgd-fscd": (FedCGDPolicy, {"method": "fscd", "per_class": False}),
-    "fedcgd-gs": (FedCGDPolicy, {"method": "gs", "per_class": False}),
-    "fedcgd-fscd-gc": (FedCGDPolicy, {"method": "fscd", "per_class": True}),
-    "fedcgd-exact": (FedCGDPolicy, {"method": "exact", "per_class": False}),
-    "fedcgd-cd": (FedCGDPolicy, {"method": "cd", "per_class": False}),
-    "bc": (BestChannelPolicy, {}),
-    "bn2": (BestNormPolicy, {}),
-    "poc": (PowerOfChoicePolicy, {}),
-    "fedcbs": (FedCBSPolicy, {}),
-    "all": (AllFeasiblePolicy, {}),
-}
+def _fedcgd(method: str, per_class: bool = False) -> tuple[type[Policy], Mapping[str, object]]:
+    return FedCGDPolicy, {"method": method, "per_class": per_class}
 
+
+#: A built-in policy: its label (every figure, table and console line shows it), its class and
+#: the constructor arguments its name fixes.
+_BUILT_IN: dict[str, tuple[str, tuple[type[Policy], Mapping[str, object]]]] = {
+    "fedcgd-fscd": ("FedCGD-FSCD", _fedcgd("fscd")),
+    "fedcgd-gs": ("FedCGD-GS", _fedcgd("gs")),
+    "fedcgd-fscd-gc": ("FedCGD-FSCD (Ĝ_c)", _fedcgd("fscd", per_class=True)),
+    "fedcgd-exact": ("FedCGD-exact", _fedcgd("exact")),
+    "fedcgd-cd": ("FedCGD-CD", _fedcgd("cd")),
+    "bc": ("BC (best channel)", (BestChannelPolicy, {})),
+    "bn2": ("BN2 (best norm)", (BestNormPolicy, {})),
+    "poc": ("POC (power of choice)", (PowerOfChoicePolicy, {})),
+    "fedcbs": ("Fed-CBS", (FedCBSPolicy, {})),
+    "all": ("all (no budget)", (AllFeasiblePolicy, {})),
+}
 #: The built-in policy names (the run-config key ``policy`` also takes references).
 POLICY_NAMES: tuple[str, ...] = tuple(_BUILT_IN)
-
-#: Each built-in policy's label, the one every figure, table and console line shows.
-POLICY_LABELS: dict[str, str] = {
-    "fedcgd-fscd": "FedCGD-FSCD",
-    "fedcgd-gs": "FedCGD-GS",
-    "fedcgd-fscd-gc": "FedCGD-FSCD (Ĝ_c)",
-    "fedcgd-exact": "FedCGD-exact",
-    "fedcgd-cd": "FedCGD-CD",
-    "bc": "BC (best channel)",
-    "bn2": "BN2 (best norm)",
-    "poc": "POC (power of choice)",
-    "fedcbs": "Fed-CBS",
-    "all": "all (no budget)",
-}
+#: Each built-in policy's label.
+POLICY_LABELS: dict[str, str] = {name: label for name, (label, _) in _BUILT_IN.items()}
 #: What a misspelt name is compared with: the names, then the labels.
 _SPELLINGS = (*POLICY_NAMES, *POLICY_LABELS.values())
 #: A built-in's name or label in lower case -> its name.
@@ -98,7 +90,7 @@ def policy_entry(setting: str) -> tuple[type[Policy], Mapping[str, object]]:
     if not isinstance(setting, str):
         raise ValueError(f"run-config key {POLICY_KEY!r} must be a string; got {setting!r}")
     if canonical_policy(setting) in _BUILT_IN:
-        return _BUILT_IN[canonical_policy(setting)]
+        return _BUILT_IN[canonical_policy(setting)][1]
     if not is_reference(setting):
         raise ValueError(
             f"run-config key {POLICY_KEY!r} = {setting!r}; {did_you_mean(setting, _SPELLINGS)}"
