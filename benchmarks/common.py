@@ -26,13 +26,8 @@ from server_app.run_folder.results import read_metrics_lines
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
 PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate_s", "eval_s")
-#: How a checkout's in-process engine is started: (the module file of its layout, the
-#: interpreter's arguments), for this layout and the two earlier ones ``--compare-with`` meets.
-ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("experiments/cli/__main__.py", ("-m", "experiments.cli", "inprocess")),
-    ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
-    ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
-)
+#: The interpreter's arguments that run a checkout's in-process engine (from its folder).
+ENGINE = ("-m", "experiments.cli", "inprocess")
 #: ``--rounds`` and ``--seed`` of the round benchmarks.
 Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
 Seed = Annotated[int, typer.Option(help="run seed")]
@@ -50,17 +45,6 @@ def progress(text: str, tag: str) -> None:
     print(f"[{tag}] {text} [load {os.getloadavg()[0]:.1f}]", flush=True)
 
 
-def engine_command(project: Path) -> list[str] | None:
-    """The interpreter's arguments that run the in-process engine of the checkout ``project``.
-
-    None: ``project`` is not a checkout of this project.
-    """
-    for marker, words in ENGINE_COMMANDS:
-        if (project / marker).is_file():
-            return list(words)
-    return None
-
-
 def checkouts(compare_with: Path | None) -> dict[str, Path] | None:
     """The checkouts to time: ``this``, and ``other`` for ``compare_with``.
 
@@ -69,7 +53,7 @@ def checkouts(compare_with: Path | None) -> dict[str, Path] | None:
     projects = {"this": THIS}
     if compare_with is not None:
         projects["other"] = compare_with.resolve()
-        if engine_command(projects["other"]) is None:
+        if not (projects["other"] / "experiments" / "cli" / "__main__.py").is_file():
             print(
                 f"error: --compare-with {projects['other']}: not a checkout of this project",
                 file=sys.stderr,
@@ -104,8 +88,7 @@ def run_engine(project: Path, overrides: Mapping[str, Any], log_path: Path) -> E
     RuntimeError
         With the end of the log when the run fails.
     """
-    words = engine_command(project) or []
-    command = [sys.executable, *words, "--run-config", format_run_config(overrides)]
+    command = [sys.executable, *ENGINE, "--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result_dir = Path(str(overrides["result-dir"]))
     by_round: dict[int, float] = {}

@@ -1,6 +1,6 @@
 """What the ``fedcgd`` commands share: the Typer apps, checked paths, one-line refusals, options.
 
-Each command registers itself where it is defined (``@app.command("run")``, ``@bench.command``).
+Each command registers itself where it is defined (``@app.command("run")``).
 
 :func:`given_options` reads back, from click's public parameters, the options a command was
 given: the command a stopped run ends with repeats them
@@ -54,7 +54,7 @@ def choice_option(choices: Sequence[str], help: str) -> Any:
 
 app = typer.Typer(
     name="fedcgd",
-    help="FedCGD on Flower: runs, comparisons, paper presets, figures and benchmarks.",
+    help="FedCGD on Flower: runs, comparisons, paper presets and figures.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -63,9 +63,7 @@ app = typer.Typer(
 paper = typer.Typer(
     help="The paper's figures and tables that need no training.", no_args_is_help=True
 )
-bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=True)
 app.add_typer(paper, name="paper")
-app.add_typer(bench, name="bench")
 
 RUN_CONFIG_HELP = (
     "run-config overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of pyproject.toml's "
@@ -78,7 +76,7 @@ OUT_HELP = (
 
 
 def subcommand(ctx: click.Context) -> tuple[str, ...]:
-    """The words that name ``ctx``'s command below the program (``("bench", "round")``)."""
+    """The words that name ``ctx``'s command below the program (``("paper", "schedule-table")``)."""
     return tuple(ctx.command_path.split()[1:])
 
 
