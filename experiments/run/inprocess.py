@@ -206,14 +206,10 @@ def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
     The first line names the run's folder; after a failure or a signal the last line gives the
     command that continues the run, or says why it cannot.
     """
-    from experiments.run.resume_command import LastWords
-    from server_app.run_folder.signals import exit_code_stopping_on_signals
+    from experiments.run.launcher import with_last_words
 
-    last_words = LastWords()
-    return exit_code_stopping_on_signals(
-        lambda: run_command(options, started or StartedAs(("inprocess",)), last_words),
-        last_words,
-    )
+    started = started or StartedAs(("inprocess",))
+    return with_last_words(lambda words: run_command(options, started, words))
 
 
 def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWords) -> int:
@@ -223,40 +219,27 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     import time
     import traceback
 
-    outside_flower(colored=sys.stderr.isatty())  # no colour codes in a log file
-
-    from experiments.run.preflight import claim_run, effective_result_dir
-    from experiments.run.resume_command import continue_line
-    from experiments.run.run_config import (
-        parse_run_config_text,
-        validated_run_config,
-        with_resolved_data_dir,
-    )
+    from experiments.run.launcher import start_run
     from server_app.run_folder.run_status import run_outcome
 
-    threads = args.cohort_threads or usable_cores()
-    try:  # the run's folder is locked from here until this process ends
-        given = parse_run_config_text(args.run_config)
-        overrides = validated_run_config(given)
-        config, claim = claim_run(with_resolved_data_dir(overrides), args.out)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    outside_flower(colored=sys.stderr.isatty())  # no colour codes in a log file
+    run = start_run(args.run_config, args.out, started, last_words)
+    if run is None:
         return 2
-    result_dir = effective_result_dir(config)
-    print(f"result folder: {result_dir}", flush=True)
-    last_words.set(continue_line(started, given, result_dir, int(config["checkpoint-every"])))
     launched_unix_s = time.time()
     failure: Exception | None = None
+    threads = args.cohort_threads or usable_cores()
     try:
-        summary = run_inprocess(config, cohorts=not args.per_device, cohort_threads=threads)
+        summary = run_inprocess(run.config, cohorts=not args.per_device, cohort_threads=threads)
         print(json.dumps(summary, indent=2))
     except Exception as err:  # the status says what happened; the traceback says where
         failure = err
         if not isinstance(err, OneLineMessage):  # a one-line error needs no trace
             traceback.print_exc()
     finally:
-        claim.release()
-    outcome = run_outcome(result_dir, launched_unix_s, failure)
+        assert run.claim is not None
+        run.claim.release()
+    outcome = run_outcome(run.result_dir, launched_unix_s, failure)
     print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
     if outcome.code:
         print(last_words(), file=sys.stderr)
