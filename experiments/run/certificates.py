@@ -146,9 +146,9 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
     )
     try:
         write("ca.key", _pem(ca_key))
-        made = [write("ca.crt", ca_cert.public_bytes(pem))]
-        made.append(write("server.pem", server_cert.public_bytes(pem)))
-        made.append(write("server.key", _pem(server_key)))
+        ca = write("ca.crt", ca_cert.public_bytes(pem))
+        server = write("server.pem", server_cert.public_bytes(pem))
+        server_key_path = write("server.key", _pem(server_key))
         keys, publics = [], []
         for i in range(supernodes):
             node_key = ec.generate_private_key(ec.SECP384R1())
@@ -157,7 +157,7 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
             publics.append(write(f"supernode-{i}.pub", public + b"\n"))
     finally:
         os.close(folder)
-    return CertificateSet(*made, tuple(keys), tuple(publics))
+    return CertificateSet(ca, server, server_key_path, tuple(keys), tuple(publics))
 
 
 @contextlib.contextmanager
