@@ -1,8 +1,8 @@
 """Checks before a run starts (:func:`check_before_start`), and the claim of its folder.
 
 The checks start nothing and refuse, in one line naming the run-config key, every setting that
-can only fail later: the folders, a channel trace, the data set, the model, a user's policy on a
-synthetic round, and sizes beyond the training set (:data:`MAX_LOCAL_PASSES`).
+can only fail later: the folders, a channel trace, the data set, the model, and sizes beyond the
+training set (:data:`MAX_LOCAL_PASSES`).
 """
 
 from __future__ import annotations
@@ -94,17 +94,10 @@ def check_sizes(config: RunConfig, labels: npt.ArrayLike) -> None:
         )
 
 
-#: Samples of the blank batch the model and σ̂ are tried on (two: a batch-mixing model fails).
-BLANK_BATCH = 2
-
-
 def check_model_fits(
     model: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...]
 ) -> None:
-    """Build ``model`` for the data set's inputs and run it and σ̂ on a blank batch.
-
-    The output must be a float tensor [:data:`BLANK_BATCH`, C] on which σ̂ runs.
-    """
+    """Build ``model`` for the data set: on two blank samples, outputs [2, C] and σ̂ must run."""
     import torch
 
     from client_app.sigma import gradient_spread
@@ -112,31 +105,21 @@ def check_model_fits(
 
     model_function(model)  # an unknown name or a bad reference: its own one-line error
     shape = "×".join(str(s) for s in input_shape)
-    head = (
-        f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
-        f"{shape}, {num_classes} classes)"
-    )
-    allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
-    blank = torch.zeros(BLANK_BATCH, *input_shape)
-    expected = (BLANK_BATCH, num_classes)
+    blank = torch.zeros(2, *input_shape)
     try:
-        net = build_model(model, num_classes, input_shape)
-        net.eval()
+        net = build_model(model, num_classes, input_shape).eval()
         with torch.no_grad():
             logits = net(blank)
-        if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-            kind = getattr(logits, "dtype", type(logits).__name__)
-            raise ValueError(f"on a blank batch it gives {kind}, not a float tensor")
-        if tuple(logits.shape) != expected:
-            raise ValueError(
-                f"on a blank batch of {BLANK_BATCH} it gives outputs of shape "
-                f"{tuple(logits.shape)}, not {expected}"
-            )
-    except Exception as err:  # the researcher's code: any failure is a refusal in one line
-        raise ValueError(f"{head}: {first_line(err)}; {allowed}") from err
-    labels = torch.arange(BLANK_BATCH) % num_classes
+        if tuple(logits.shape) != (2, num_classes):
+            raise ValueError(f"outputs of shape {tuple(logits.shape)}, not (2, {num_classes})")
+    except Exception as err:  # a wrong built-in or the researcher's model: one line
+        allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
+        raise ValueError(
+            f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
+            f"{shape}, {num_classes} classes): {first_line(err)}; {allowed}"
+        ) from err
     try:
-        gradient_spread(net, blank, labels)
+        gradient_spread(net, blank, torch.arange(2) % num_classes)
     except Exception as err:
         raise ValueError(
             f"run-config key 'model' = {model!r}: σ̂ (per-sample gradient norms, "
