@@ -46,10 +46,7 @@ def progress(text: str, tag: str) -> None:
 
 
 def checkouts(compare_with: Path | None) -> dict[str, Path] | None:
-    """The checkouts to time: ``this``, and ``other`` for ``compare_with``.
-
-    None (after one line on stderr) when ``compare_with`` is not a checkout of this project.
-    """
+    """The checkouts to time, ``this`` and ``other``; None (after one line) if not a checkout."""
     projects = {"this": THIS}
     if compare_with is not None:
         projects["other"] = compare_with.resolve()
@@ -79,14 +76,9 @@ def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
 
 
 def run_engine(project: Path, overrides: Mapping[str, Any], log_path: Path) -> EngineRun:
-    """Run ``project``'s in-process engine on ``overrides`` as a process.
+    """Run ``project``'s in-process engine as a process, its memory sampled every 0.1 s.
 
-    Its resident memory is sampled every 0.1 s, by the rounds written so far.
-
-    Raises
-    ------
-    RuntimeError
-        With the end of the log when the run fails.
+    RuntimeError with the end of the log if the run fails.
     """
     command = [sys.executable, *ENGINE, "--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -128,10 +120,9 @@ PARTS = ("round_s", "sigma_s", "train_s", "aggregate_s", "eval_s")
 
 @dataclass
 class Replay:
-    """A replayed run's set-up seconds and each part's seconds per round (:data:`PARTS`).
+    """A replay's set-up seconds and each part's seconds per round (:data:`PARTS`).
 
-    ``accuracy_gap``: the largest |run accuracy − replayed accuracy| over the rounds both
-    evaluated (NaN: none).
+    ``accuracy_gap``: the largest |run − replayed| accuracy of a round both evaluated (or NaN).
     """
 
     setup_s: float
@@ -146,18 +137,11 @@ class Replay:
 def replay(
     run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
 ) -> Replay:
-    """A run's rounds (its ``metrics.jsonl`` lines) redone in this process, timed per round.
+    """A run's rounds (its ``metrics.jsonl`` lines) redone bare in this process, timed per round.
 
-    The ServerApp's set-up; per round the channel redrawn, then (timed) σ̂ and the label
-    histogram on every available device when the policy needs σ̂, τ SGD steps on each scheduled
-    device, FedAvg of the uploads and the central evaluation when the run evaluated: the
-    product's own functions, without messages, checks or files. Batches are gathered before
-    each round's clock starts.
-
-    Raises
-    ------
-    RuntimeError
-        If the redrawn channel gives another number of available devices than the run.
+    Per round (timed): σ̂ on the available devices if the policy needs it, τ SGD steps on each
+    scheduled one, FedAvg, the evaluation: the product's functions without messages, checks or
+    files. RuntimeError if the redrawn channel disagrees with the run.
     """
     import torch
 
@@ -226,11 +210,7 @@ def replay(
 
 
 def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) -> list[dict]:
-    """A run's means over rounds 2..R beside the replay's: rows (group, quantity, s, s, ratio).
-
-    A run's round is the difference of consecutive ``wall_time_s``; "rest" is what the phases
-    leave of it.
-    """
+    """A run's means over rounds 2..R beside the replay's: rows (group, quantity, s, s, ratio)."""
     per_round = per_round_s(metrics)
     engine = {k: statistics.fmean(float(m.get(k) or 0.0) for m in metrics[1:]) for k in PHASES}
     pairs: list[tuple[str, float, float | None]] = [

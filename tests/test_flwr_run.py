@@ -149,42 +149,6 @@ def test_default_run_of_make_run(tmp_path):
     assert (result_dir / "curves.png").exists()
 
 
-@pytest.mark.slow  # 40 s; the digits run above checks the same equality in the default suite
-def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path):
-    """MNIST-1D through Ray's simulation and through the in-process engine: one run."""
-    data = tmp_path / "data"
-    overrides = {
-        "dataset": "mnist1d",
-        "mnist1d-samples": 600,  # 480 training samples, 60 per device; 120 test samples
-        "num-devices": 8,
-        "num-server-rounds": 3,
-        "local-steps": 2,
-        "batch-size": 16,
-        "partition": "shards",
-        "shards-per-device": 1,
-        "channel.availability-prob": 0.8,
-        "channel.deadline-s": 0.004,
-        "data-dir": str(data),
-        "device": "cpu",
-    }
-    ray_dir, here = tmp_path / "ray", tmp_path / "inprocess"
-    proc = run_flwr(
-        {**overrides, "result-dir": str(ray_dir)},
-        num_supernodes=8,
-        flwr_home=tmp_path / "flwr-home",
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    per_device_inprocess(validated_run_config({**overrides, "result-dir": str(here)}))
-    ray_lines = [json.loads(x) for x in (ray_dir / METRICS_FILE).read_text().splitlines()]
-    lines = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
-    assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
-    same_lines(lines, ray_lines)
-    config = json.loads((here / CONFIG_FILE).read_text())
-    assert config["task"]["model"] == "cnn1d" and config["num_parameters"] == 5_210
-    model_ray, model_here = torch.load(ray_dir / MODEL_FILE), torch.load(here / MODEL_FILE)
-    assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
-
-
 def readme_flower_block() -> tuple[dict[str, str], list[str]]:
     """The README's ``flwr run .`` block: its exported variables and its ``flwr run`` words."""
     text = (PROJECT / "README.md").read_text(encoding="utf-8")

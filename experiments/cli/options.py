@@ -1,10 +1,6 @@
 """What the ``fedcgd`` commands share: the Typer apps, checked paths, one-line refusals, options.
 
 Each command registers itself where it is defined (``@app.command("run")``).
-
-:func:`given_options` reads back, from click's public parameters, the options a command was
-given: the command a stopped run ends with repeats them
-(:mod:`experiments.run.resume_command`).
 """
 
 from __future__ import annotations
@@ -21,11 +17,7 @@ from experiments.run.resume_command import StartedAs
 
 
 class CheckedPath(click.ParamType):
-    """A path option whose name can be printed on one line and written to a run config.
-
-    The checks of a run-config path (:func:`fedcgd_task.setting.check_path_names`): a control
-    character or a name that is not UTF-8 is refused before anything starts.
-    """
+    """A path option a run config can hold (:func:`fedcgd_task.setting.check_path_names`)."""
 
     name = "path"
 
@@ -83,12 +75,9 @@ def subcommand(ctx: click.Context) -> tuple[str, ...]:
 def given_options(
     ctx: click.Context, skip: Sequence[str] = (), only: Sequence[str] | None = None
 ) -> list[str]:
-    """The options of ``ctx`` whose values differ from their defaults, as command-line words.
+    """The options of ``ctx`` not at their defaults as words (``--out x``, ``--flag``, ``--no-x``).
 
-    Read from click's public parameters: a flag as its name when set (its ``--no-`` name when
-    cleared against a true default), an option with a value as its first name and the value
-    (``--out results/x``). Parameters named in ``skip`` are left out; with ``only``, only those
-    named there are written.
+    Those in ``skip`` are left out; with ``only``, only those are written.
     """
     words: list[str] = []
     for param in ctx.command.params:

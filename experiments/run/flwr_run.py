@@ -44,17 +44,11 @@ def strip_ansi(line: str) -> str:
 def is_chatter(line: str) -> bool:
     """True for a line of :data:`FLOWER_CHATTER` or an empty log line (``INFO :`` alone)."""
     text = strip_ansi(line).strip()
-    if text in ("", "INFO :"):
-        return True
-    return any(marker in text for marker in FLOWER_CHATTER)
+    return text in ("", "INFO :") or any(marker in text for marker in FLOWER_CHATTER)
 
 
 def stream_output(proc: subprocess.Popen[str], *, verbose: bool = True) -> str:
-    """Print a process's piped output line by line as it comes; return all of it.
-
-    Without ``verbose`` chatter (:func:`is_chatter`) is not printed. Flower's colour codes reach
-    a terminal only: a file or pipe gets the lines without them.
-    """
+    """Print a process's output as it comes (chatter if ``verbose``); return all of it."""
     lines = []
     assert proc.stdout is not None
     colours = sys.stdout.isatty()
@@ -83,12 +77,9 @@ def run_flwr(
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
-    ``num_supernodes`` nodes (= devices V): virtual in simulation, SuperNode processes with
-    ``deployment``; ``cpus_per_client`` / ``gpus_per_client``: Ray resources per ClientApp in
-    simulation (0.25 GPUs: four share one; Ray hides every GPU from a ClientApp that asks for
-    none); ``flwr_home`` (default: a fresh temporary folder), ``tls``, ``ray_address``,
-    ``supernode_gpus``, ``superlink`` and ``root_certificates`` as :class:`LocalFederation`
-    takes them (docs/running.md). On a given ``superlink`` the data folder is the SuperLink's.
+    ``num_supernodes``: virtual in simulation (``cpus_per_client`` / ``gpus_per_client`` Ray
+    resources each), SuperNode processes with ``deployment``; the rest as
+    :class:`LocalFederation` takes them (docs/running.md).
     """
     if superlink is None:
         run_config = with_resolved_data_dir(run_config)
@@ -132,8 +123,7 @@ def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink
     if not host or not port.isdigit():
         raise ValueError(f"{what} address {address!r} must be HOST:PORT")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as err:
         raise ConnectionError(
             f"{what} at {address} is not reachable ({err}); start it or fix the address"

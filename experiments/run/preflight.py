@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from fedcgd_task.partition import apply_imbalance
 from server_app.run_folder.run_status import first_line
 
 if TYPE_CHECKING:
@@ -45,16 +46,6 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
     return config
 
 
-def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
-    """Training samples left after ``imbalance-ratio`` (as ``partition.apply_imbalance`` keeps)."""
-    counts = np.bincount(np.asarray(labels, dtype=np.int64))
-    if ratio <= 1.0:
-        return int(counts.sum())
-    first = np.arange(counts.size) < counts.size / 2
-    kept = np.where(first, np.floor(counts / ratio + 0.5), counts)
-    return int(kept.sum())
-
-
 def device_samples(
     partition: str, num_samples: int, num_devices: int, shards_per_device: int
 ) -> int:
@@ -67,7 +58,7 @@ def device_samples(
 def check_sizes(config: RunConfig, labels: npt.ArrayLike) -> None:
     """Refuse device counts, shard counts and local work that the training set cannot carry."""
     task, training = config.task, config.training
-    total = samples_after_imbalance(labels, task.imbalance_ratio)
+    total = apply_imbalance(labels, task.imbalance_ratio, np.random.default_rng(0)).size
     source = f"the {total} training samples of {task.dataset}" + (
         f" left by imbalance-ratio = {task.imbalance_ratio:g}" if task.imbalance_ratio > 1 else ""
     )
