@@ -6,16 +6,9 @@ They sit above the installed package (nothing there imports them).
 
 from collections.abc import Sequence
 
-import typer
+from experiments.cli.options import tool
 
-app = typer.Typer(
-    name="benchmarks",
-    help="Benchmarks (docs/performance.md).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = tool("benchmarks", "Benchmarks (docs/performance.md).")
 
 
 def main(argv: Sequence[str]) -> int:

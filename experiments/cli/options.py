@@ -44,14 +44,19 @@ def choice_option(choices: Sequence[str], help: str) -> Any:
     return typer.Option(click_type=click.Choice(list(choices)), help=help)
 
 
-app = typer.Typer(
-    name="fedcgd",
-    help="FedCGD on Flower: runs, comparisons, paper presets and figures.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+def tool(name: str, help: str) -> typer.Typer:
+    """A command-line tool: ``-h`` / ``--help``, its help without arguments, plain tracebacks."""
+    return typer.Typer(
+        name=name,
+        help=help,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+
+app = tool("fedcgd", "FedCGD on Flower: runs, comparisons, paper presets and figures.")
 paper = typer.Typer(
     help="The paper's figures and tables that need no training.", no_args_is_help=True
 )

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments.run.certificates import CertificateSet
 from experiments.run.federation import LocalFederation, flower_home
 from experiments.run.preflight import effective_result_dir
 from experiments.run.processes import stop
@@ -69,17 +68,14 @@ def run_flwr(
     gpus_per_client: float = 0.0,
     flwr_home: Path | None = None,
     project_dir: Path = PROJECT_DIR,
-    tls: CertificateSet | None = None,
-    ray_address: str | None = None,
-    supernode_gpus: tuple[int, ...] = (),
     superlink: str | None = None,
-    root_certificates: Path | None = None,
+    **federation: Any,
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
     ``num_supernodes``: virtual in simulation (``cpus_per_client`` / ``gpus_per_client`` Ray
-    resources each), SuperNode processes with ``deployment``; the rest as
-    :class:`LocalFederation` takes them (docs/running.md).
+    resources each), SuperNode processes with ``deployment``; ``superlink`` and ``federation``
+    (``tls``, ``ray_address``, ...) as :class:`LocalFederation` takes them (docs/running.md).
     """
     if superlink is None:
         run_config = with_resolved_data_dir(run_config)
@@ -92,18 +88,15 @@ def run_flwr(
         ]
     with flower_home(flwr_home) as home, run_config_file(run_config) as config_file:
         options += ["--run-config", str(config_file)]
-        federation = LocalFederation(
+        own = LocalFederation(
             home,
             num_supernodes=num_supernodes,
             simulation=not deployment,
-            tls=tls,
-            ray_address=ray_address,
-            supernode_gpus=supernode_gpus,
             superlink=superlink,
-            root_certificates=root_certificates,
+            **federation,
         )
         try:
-            with federation as fed:
+            with own as fed:
                 verbose = run_config.get("verbose") is True
                 proc = fed.flwr_run(project_dir, options, echo=verbose)
                 try:
