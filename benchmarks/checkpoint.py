@@ -1,4 +1,4 @@
-"""``fedcgd bench checkpoint``: a checkpoint's write per built-in model and its cost per round.
+"""``python -m benchmarks checkpoint``: a checkpoint's write per built-in model, its cost a round.
 
 What it measures: docs/performance.md, "Checkpoints and result files".
 """
@@ -16,9 +16,9 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from benchmarks import app
 from benchmarks.common import per_round_s, write_table
 from benchmarks.inprocess import SETTING
-from experiments.cli.options import bench
 
 #: (model, data set, input shape, classes, writes timed).
 MODELS = (
@@ -29,7 +29,7 @@ MODELS = (
 )
 #: ``checkpoint-every`` values of the run part.
 CADENCES = (0, 1, 5, 10)
-#: The run part's run config: the paper cell of ``fedcgd bench inprocess --local-steps 1
+#: The run part's run config: the paper cell of ``python -m benchmarks inprocess --local-steps 1
 #: --deadline-s 0.0402`` (MNIST-1D, its CNN, V = 64, FedCGD-FSCD, evaluation every round).
 RUN_SETTING = {**SETTING, "local-steps": 1, "channel.deadline-s": 0.0402, "policy": "fedcgd-fscd"}
 
@@ -105,7 +105,7 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
     ]
 
 
-@bench.command("checkpoint")
+@app.command("checkpoint")
 def main(
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     rounds: Annotated[int, typer.Option(min=2, help="rounds of each run")] = 50,

@@ -1,6 +1,6 @@
 """On-demand timing of sigma-hat against one SGD step.
 
-``fedcgd bench client [--repeats N] [--vmap-repeats M] [--threads T]``: for ``cnn`` and
+``python -m benchmarks client [--repeats N] [--vmap-repeats M] [--threads T]``: for ``cnn`` and
 ``resnet18gn`` at b = 32, the one-pass sigma-hat, the vmap reference and one SGD step with their
 ratios. Medians after one warm-up call, the calls timed alternately so that load from other
 processes affects them alike; the numbers are in docs/performance.md.
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import typer
 
+from benchmarks import app
 from client_app.sigma import gradient_spread, gradient_spread_vmap
-from experiments.cli.options import bench
 from fedcgd_task.models import build_model
 from fedcgd_task.training import train_local
 
@@ -63,7 +63,7 @@ def bench_sigma_vs_sgd(
     return sigma_s, vmap_s, sgd_s
 
 
-@bench.command("client")
+@app.command("client")
 def main(
     repeats: Annotated[int, typer.Option(min=1, help="timed calls after warm-up")] = 10,
     vmap_repeats: Annotated[

@@ -26,13 +26,8 @@ from server_app.run_folder.results import read_metrics_lines
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
 PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate_s", "eval_s")
-#: How a checkout's in-process engine is started: (the module file of its layout, the
-#: interpreter's arguments), for this layout and the two earlier ones ``--compare-with`` meets.
-ENGINE_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("experiments/cli/__main__.py", ("-m", "experiments.cli", "inprocess")),
-    ("experiments/run/inprocess.py", ("-m", "experiments.run.inprocess")),
-    ("experiments/inprocess.py", ("-m", "experiments.inprocess")),
-)
+#: The interpreter's arguments that run a checkout's in-process engine (from its folder).
+ENGINE = ("-m", "experiments.cli", "inprocess")
 #: ``--rounds`` and ``--seed`` of the round benchmarks.
 Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
 Seed = Annotated[int, typer.Option(help="run seed")]
@@ -50,26 +45,12 @@ def progress(text: str, tag: str) -> None:
     print(f"[{tag}] {text} [load {os.getloadavg()[0]:.1f}]", flush=True)
 
 
-def engine_command(project: Path) -> list[str] | None:
-    """The interpreter's arguments that run the in-process engine of the checkout ``project``.
-
-    None: ``project`` is not a checkout of this project.
-    """
-    for marker, words in ENGINE_COMMANDS:
-        if (project / marker).is_file():
-            return list(words)
-    return None
-
-
 def checkouts(compare_with: Path | None) -> dict[str, Path] | None:
-    """The checkouts to time: ``this``, and ``other`` for ``compare_with``.
-
-    None (after one line on stderr) when ``compare_with`` is not a checkout of this project.
-    """
+    """The checkouts to time, ``this`` and ``other``; None (after one line) if not a checkout."""
     projects = {"this": THIS}
     if compare_with is not None:
         projects["other"] = compare_with.resolve()
-        if engine_command(projects["other"]) is None:
+        if not (projects["other"] / "experiments" / "cli" / "__main__.py").is_file():
             print(
                 f"error: --compare-with {projects['other']}: not a checkout of this project",
                 file=sys.stderr,
@@ -95,17 +76,11 @@ def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
 
 
 def run_engine(project: Path, overrides: Mapping[str, Any], log_path: Path) -> EngineRun:
-    """Run ``project``'s in-process engine on ``overrides`` as a process.
+    """Run ``project``'s in-process engine as a process, its memory sampled every 0.1 s.
 
-    Its resident memory is sampled every 0.1 s, by the rounds written so far.
-
-    Raises
-    ------
-    RuntimeError
-        With the end of the log when the run fails.
+    RuntimeError with the end of the log if the run fails.
     """
-    words = engine_command(project) or []
-    command = [sys.executable, *words, "--run-config", format_run_config(overrides)]
+    command = [sys.executable, *ENGINE, "--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result_dir = Path(str(overrides["result-dir"]))
     by_round: dict[int, float] = {}
@@ -145,10 +120,9 @@ PARTS = ("round_s", "sigma_s", "train_s", "aggregate_s", "eval_s")
 
 @dataclass
 class Replay:
-    """A replayed run's set-up seconds and each part's seconds per round (:data:`PARTS`).
+    """A replay's set-up seconds and each part's seconds per round (:data:`PARTS`).
 
-    ``accuracy_gap``: the largest |run accuracy − replayed accuracy| over the rounds both
-    evaluated (NaN: none).
+    ``accuracy_gap``: the largest |run − replayed| accuracy of a round both evaluated (or NaN).
     """
 
     setup_s: float
@@ -163,18 +137,11 @@ class Replay:
 def replay(
     run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
 ) -> Replay:
-    """A run's rounds (its ``metrics.jsonl`` lines) redone in this process, timed per round.
+    """A run's rounds (its ``metrics.jsonl`` lines) redone bare in this process, timed per round.
 
-    The ServerApp's set-up; per round the channel redrawn, then (timed) σ̂ and the label
-    histogram on every available device when the policy needs σ̂, τ SGD steps on each scheduled
-    device, FedAvg of the uploads and the central evaluation when the run evaluated: the
-    product's own functions, without messages, checks or files. Batches are gathered before
-    each round's clock starts.
-
-    Raises
-    ------
-    RuntimeError
-        If the redrawn channel gives another number of available devices than the run.
+    Per round (timed): σ̂ on the available devices if the policy needs it, τ SGD steps on each
+    scheduled one, FedAvg, the evaluation: the product's functions without messages, checks or
+    files. RuntimeError if the redrawn channel disagrees with the run.
     """
     import torch
 
@@ -243,11 +210,7 @@ def replay(
 
 
 def compared(group: str, metrics: Sequence[Mapping[str, Any]], plain: Replay) -> list[dict]:
-    """A run's means over rounds 2..R beside the replay's: rows (group, quantity, s, s, ratio).
-
-    A run's round is the difference of consecutive ``wall_time_s``; "rest" is what the phases
-    leave of it.
-    """
+    """A run's means over rounds 2..R beside the replay's: rows (group, quantity, s, s, ratio)."""
     per_round = per_round_s(metrics)
     engine = {k: statistics.fmean(float(m.get(k) or 0.0) for m in metrics[1:]) for k in PHASES}
     pairs: list[tuple[str, float, float | None]] = [

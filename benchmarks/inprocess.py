@@ -1,4 +1,4 @@
-"""``fedcgd bench inprocess``: the in-process engine against its arithmetic in a bare loop.
+"""``python -m benchmarks inprocess``: the in-process engine against its arithmetic in a bare loop.
 
 What it measures: docs/performance.md, "A round in-process against its arithmetic".
 """
@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from benchmarks import app
 from benchmarks.common import (
     Checkout,
     Rounds,
@@ -26,7 +27,6 @@ from benchmarks.common import (
     with_ratio,
     write_table,
 )
-from experiments.cli.options import bench
 from fedcgd_task.datasets import load_test_set, load_train_set
 from fedcgd_task.settings import TaskSettings, default_run_config
 
@@ -42,7 +42,7 @@ SETTING: dict[str, Any] = {
 }
 
 
-@bench.command("inprocess")
+@app.command("inprocess")
 def main(
     rounds: Rounds = 20,
     seed: Seed = 0,

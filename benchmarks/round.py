@@ -1,4 +1,4 @@
-"""``fedcgd bench round``: ``flwr run`` against the same rounds in one plain process.
+"""``python -m benchmarks round``: ``flwr run`` against the same rounds in one plain process.
 
 What it measures: docs/performance.md, "A round against its compute".
 """
@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from benchmarks import app
 from benchmarks.common import (
     Rounds,
     Seed,
@@ -24,7 +25,6 @@ from benchmarks.common import (
     replay,
     write_table,
 )
-from experiments.cli.options import bench
 from experiments.paper.settings import PAPER_CIFAR10
 from experiments.run.flwr_run import run_flwr
 from fedcgd_task.settings import default_run_config
@@ -50,7 +50,7 @@ def write_random_cifar10(root: Path, seed: int) -> None:
         (folder / name).write_bytes(pickle.dumps(entry))
 
 
-@bench.command("round")
+@app.command("round")
 def main(
     policies: str = "fedcgd-fscd,bc",
     rounds: Rounds = 5,

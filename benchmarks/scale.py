@@ -1,4 +1,4 @@
-"""``fedcgd bench scale``: in-process rounds at V devices, seconds per phase and memory.
+"""``python -m benchmarks scale``: in-process rounds at V devices, seconds per phase and memory.
 
 What it measures: docs/performance.md, "At scale".
 """
@@ -12,14 +12,15 @@ from typing import Annotated, Any
 
 import typer
 
+from benchmarks import app
 from benchmarks.common import Checkout, checkouts, progress, run_engine, write_table
-from experiments.cli.options import bench, numbers
+from experiments.cli.options import numbers
 
 #: Phases read from each round's metrics line.
 PHASES = ("query_s", "schedule_s", "train_phase_s", "eval_s")
 
 
-@bench.command("scale")
+@app.command("scale")
 def main(
     devices: Annotated[str, typer.Option(help="values of V")] = "1000,10000",
     rounds: Annotated[

@@ -1,4 +1,4 @@
-"""``fedcgd bench solvers`` and ``bench fscd-scale``: the P1 solvers timed per V.
+"""``python -m benchmarks solvers`` and ``bench fscd-scale``: the P1 solvers timed per V.
 
 What they measure: docs/evidence.md, "The paper's solver figure and the speed benchmark", and
 docs/performance.md, "FSCD at scale"; each solver against its oracle: tests/reference_solvers.py.
@@ -14,12 +14,13 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from benchmarks import app
 from benchmarks.common import write_table
 from experiments.analysis.tables import write_csv
-from experiments.cli.options import bench, numbers
+from experiments.cli.options import numbers
 
 
-@bench.command("solvers")
+@app.command("solvers")
 def main(
     out: Path = Path("results/bench_solvers"),
     instances: Annotated[int, typer.Option(min=1)] = 3,
@@ -32,7 +33,7 @@ def main(
     return time_solvers(out, sizes, instances, seed, milp_time_limit_s=milp_time_limit_s)
 
 
-@bench.command("fscd-scale")
+@app.command("fscd-scale")
 def fscd_scale(
     out: Path = Path("results/bench_fscd_scale"),
     num_devices: str = "1000,3000",

@@ -23,7 +23,6 @@ import pytest
 import torch
 from doc_pages import PROJECT
 from subprocesses import FEDCGD
-from task_settings import all_available_run
 from test_paths import hostile_folder
 
 from experiments.run.federation import LocalFederation, _free_port, executable
@@ -33,16 +32,6 @@ from experiments.run.run_config import validated_run_config
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 4
-
-
-def per_device_inprocess(config: dict) -> None:
-    """Run ``config`` in process, one device at a time, as ``flwr run`` computes each device.
-
-    Both runs say ``device = "cpu"``: Ray gives a simulated ClientApp that asks for no GPU none,
-    so under ``flwr run`` the devices train on the CPU even where a GPU is visible.
-    """
-    assert config["device"] == "cpu"
-    run_inprocess(config, cohorts=False)
 
 
 def same_lines(here: list[dict], ray: list[dict]) -> None:
@@ -84,30 +73,13 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     here = tmp_path / "inprocess"
     config = validated_run_config({**overrides, "result-dir": str(here)})
     config["data-dir"] = str((Path.cwd() / "data").resolve())
-    per_device_inprocess(config)
+    assert config["device"] == "cpu"  # as under flwr run: Ray gives a ClientApp no GPU it asks none
+    run_inprocess(config, cohorts=False)  # one device at a time, as flwr run computes each
     again = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
     assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
     same_lines(again, lines)
     model_ray, model_here = torch.load(out / MODEL_FILE), torch.load(here / MODEL_FILE)
     assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
-
-
-@pytest.mark.slow  # 80 s; test_deployment's TLS run covers SuperNode processes in the default suite
-def test_deployment_with_supernode_processes(tmp_path):
-    """The same app on two SuperNode processes (a fresh ClientApp process per message)."""
-    out = tmp_path / "deployed"
-    proc = run_flwr(
-        all_available_run(out, 2, 2, {"channel.deadline-s": 1.0}),
-        num_supernodes=2,
-        deployment=True,
-        flwr_home=tmp_path / "flwr-home",
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    lines = [json.loads(x) for x in (out / METRICS_FILE).read_text().splitlines()]
-    assert [x["round"] for x in lines] == [1, 2]
-    # Both devices reported their partition id through query.info and were available.
-    assert all(x["num_available"] == 2 for x in lines)
-    assert all(x["num_uploaded"] >= 1 for x in lines)
 
 
 def test_every_started_process_is_stopped_by_pid(tmp_path):
@@ -147,42 +119,6 @@ def test_default_run_of_make_run(tmp_path):
     available = sum(x["num_available"] for x in lines) / len(lines)
     assert scheduled < 0.6 * available  # bandwidth binds: clearly fewer than available
     assert (result_dir / "curves.png").exists()
-
-
-@pytest.mark.slow  # 40 s; the digits run above checks the same equality in the default suite
-def test_a_tiny_mnist1d_run_is_the_same_under_flwr_run_and_in_process(tmp_path):
-    """MNIST-1D through Ray's simulation and through the in-process engine: one run."""
-    data = tmp_path / "data"
-    overrides = {
-        "dataset": "mnist1d",
-        "mnist1d-samples": 600,  # 480 training samples, 60 per device; 120 test samples
-        "num-devices": 8,
-        "num-server-rounds": 3,
-        "local-steps": 2,
-        "batch-size": 16,
-        "partition": "shards",
-        "shards-per-device": 1,
-        "channel.availability-prob": 0.8,
-        "channel.deadline-s": 0.004,
-        "data-dir": str(data),
-        "device": "cpu",
-    }
-    ray_dir, here = tmp_path / "ray", tmp_path / "inprocess"
-    proc = run_flwr(
-        {**overrides, "result-dir": str(ray_dir)},
-        num_supernodes=8,
-        flwr_home=tmp_path / "flwr-home",
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    per_device_inprocess(validated_run_config({**overrides, "result-dir": str(here)}))
-    ray_lines = [json.loads(x) for x in (ray_dir / METRICS_FILE).read_text().splitlines()]
-    lines = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
-    assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
-    same_lines(lines, ray_lines)
-    config = json.loads((here / CONFIG_FILE).read_text())
-    assert config["task"]["model"] == "cnn1d" and config["num_parameters"] == 5_210
-    model_ray, model_here = torch.load(ray_dir / MODEL_FILE), torch.load(here / MODEL_FILE)
-    assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
 
 
 def readme_flower_block() -> tuple[dict[str, str], list[str]]:

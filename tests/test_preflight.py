@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from task_settings import make_settings
@@ -17,7 +16,7 @@ from task_settings import make_settings
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import load_data
-from fedcgd_task.partition import apply_imbalance, partition_indices
+from fedcgd_task.partition import partition_indices
 from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.run_folder.results import METRICS_FILE
@@ -105,16 +104,6 @@ def test_truncated_checkpoint_is_one_line_naming_resume_from(tmp_path):
     with pytest.raises(ValueError, match=r"'resume-from'.*checkpoint\.pt cannot be read") as err:
         load_checkpoint(tmp_path)
     assert "\n" not in str(err.value)
-
-
-def test_samples_after_imbalance_counts_what_apply_imbalance_keeps():
-    from experiments.run.preflight import samples_after_imbalance
-
-    labels = load_data("digits", "")[0].labels
-    assert samples_after_imbalance(labels, 1.0) == DIGITS_TRAIN
-    for ratio in (1.5, 2.0, 10.0, 1000.0):
-        kept = apply_imbalance(labels, ratio, np.random.default_rng(0))
-        assert samples_after_imbalance(labels, ratio) == kept.size
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from test_readme_commands import fedcgd_commands, output
-from test_readme_commands import run as run_command
+from test_readme_commands import fedcgd_commands, output, readme_commands
+from test_readme_commands import run as run_fedcgd
 
+import benchmarks
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
@@ -52,8 +54,25 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
 PRINTING: dict[str, list[str]] = {"bench client": ["--repeats", "1", "--vmap-repeats", "1"]}
 
 
+BENCH = ".venv/bin/python -m benchmarks"
+
+
+def commands(command: str) -> list[list[str]]:
+    """The documented arguments of ``fedcgd COMMAND``, or of ``python -m benchmarks NAME`` for
+    ``bench NAME``, once each."""
+    if not command.startswith("bench "):
+        return fedcgd_commands(command)
+    head = [*BENCH.split(), command.split()[1]]
+    found = [shlex.split(c) for c in readme_commands() if c.startswith(BENCH + " ")]
+    return list({shlex.join(w): w[len(head) :] for w in found if w[: len(head)] == head}.values())
+
+
 def run(subcommand: str, args: list[str]) -> subprocess.CompletedProcess[str]:
-    proc = run_command(subcommand, *args, timeout=600)
+    if subcommand.startswith("bench "):
+        command = [sys.executable, "-m", "benchmarks", *subcommand.split()[1:], *args]
+        proc = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=600)
+    else:
+        proc = run_fedcgd(subcommand, *args, timeout=600)
     assert proc.returncode == 0, (shlex.join(args), output(proc))
     return proc
 
@@ -79,13 +98,13 @@ def with_out(args: list[str], out: Path) -> list[str]:
     return [*args, "--out", str(out)]
 
 
-CASES = [(command, args) for command in TINY for args in fedcgd_commands(command)]
+CASES = [(command, args) for command in TINY for args in commands(command)]
 
 
 def _case(command: str, args: list[str]) -> object:
     """A parametrize entry; the in-process benchmark's variants other than the README's fullest
     (each 40 s: it also times Python's start-up) are slow, their options parsed by the fullest."""
-    fullest = max(fedcgd_commands(command), key=len)
+    fullest = max(commands(command), key=len)
     slow = command == "bench inprocess" and args != fullest
     return pytest.param(
         command, args, id=" ".join(args) or command, marks=[pytest.mark.slow] if slow else []
@@ -94,13 +113,13 @@ def _case(command: str, args: list[str]) -> object:
 
 def test_every_tool_family_of_the_readme_is_covered() -> None:
     assert {command for command, _ in CASES} == set(TINY)
-    assert all(fedcgd_commands(command) for command in PRINTING)
+    assert all(commands(command) for command in PRINTING)
 
 
 @pytest.mark.slow  # 40 s: it times σ̂ on every model, ResNet-18 included
 @pytest.mark.parametrize("command", list(PRINTING))
 def test_readme_printing_command_runs(command: str) -> None:
-    for args in fedcgd_commands(command):
+    for args in commands(command):
         proc = run(command, [*args, *PRINTING[command]])
         assert "sigma" in proc.stdout, proc.stdout[-2000:]
 
@@ -125,11 +144,10 @@ def test_readme_tool_command_runs(command: str, args: list[str], tmp_path: Path)
 def test_a_compare_with_that_is_no_checkout_is_refused_before_anything_runs(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from experiments.cli import invoke
-
     (tmp_path / "experiments").mkdir()  # a folder, not a checkout of this project
     out = tmp_path / "out"
-    assert invoke([*command.split(), "--compare-with", str(tmp_path), "--out", str(out)]) == 2
+    args = [command.split()[1], "--compare-with", str(tmp_path), "--out", str(out)]
+    assert benchmarks.main(args) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"--compare-with {tmp_path}: not a checkout of this project" in line
     assert not out.exists()
@@ -154,26 +172,15 @@ def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_readme_round_benchmark_command_runs(tmp_path: Path) -> None:
     """The paper's CIFAR-10 setting on generated CIFAR-shaped data, flwr run against plain."""
-    (args,) = fedcgd_commands("bench round")  # --rounds 4 --threads 1
+    (args,) = commands("bench round")  # --rounds 4 --threads 1
     out = tmp_path / "bench"
     proc = run("bench round", [*args, "--rounds", "2", "--policies", "bc", "--out", str(out)])
     assert "flwr" in proc.stdout and any(out.rglob("*.csv")), proc.stdout[-2000:]
 
 
-def test_the_inprocess_benchmark_finds_the_engine_in_old_and_new_checkouts(tmp_path) -> None:
-    """``--compare-with`` takes a checkout of every layout: the ``fedcgd`` tool, the
-    ``python -m`` engine before it, and the engine from before experiments/ had subpackages."""
-    from benchmarks.common import engine_command
-
-    tool, new, old, other = (tmp_path / n for n in ("tool", "new", "old", "other"))
-    (tool / "experiments" / "cli").mkdir(parents=True)
-    (tool / "experiments" / "cli" / "__main__.py").write_text("")
-    (new / "experiments" / "run").mkdir(parents=True)
-    (new / "experiments" / "run" / "inprocess.py").write_text("")
-    (old / "experiments").mkdir(parents=True)
-    (old / "experiments" / "inprocess.py").write_text("")
-    other.mkdir()
-    assert engine_command(tool) == ["-m", "experiments.cli", "inprocess"]
-    assert engine_command(new) == ["-m", "experiments.run.inprocess"]
-    assert engine_command(old) == ["-m", "experiments.inprocess"]
-    assert engine_command(other) is None
+def test_every_documented_benchmark_names_a_benchmark_and_its_options() -> None:
+    documented = [c for c in readme_commands() if c.startswith(BENCH + " ")]
+    assert {shlex.split(c)[3] for c in documented} >= {"solvers", "inprocess", "scale", "round"}
+    for command in documented:
+        assert benchmarks.main([*shlex.split(command)[3:], "--help"]) == 0, command
+    assert benchmarks.main(["round", "--rounds", "1"]) == 2

@@ -19,12 +19,6 @@ import typer
 from experiments.cli import runs, tools  # noqa: F401
 from experiments.cli.options import app
 
-try:  # `fedcgd bench`: the checkout's benchmarks/, not part of the installed package
-    from benchmarks import checkpoint, client, inprocess, round, scale, solvers  # noqa: F401
-except ModuleNotFoundError as err:
-    if err.name != "benchmarks":
-        raise
-
 
 def _one_line(err: click.ClickException) -> str:
     """A click error as one line ``error: ...`` (with the command's help option to read)."""
@@ -34,15 +28,15 @@ def _one_line(err: click.ClickException) -> str:
     return f"error: {message}{hint}"
 
 
-def invoke(argv: Sequence[str]) -> int:
-    """Run the command line ``fedcgd <argv>`` in this process; its exit code.
+def invoke(argv: Sequence[str], tool: typer.Typer = app, prog: str = "fedcgd") -> int:
+    """Run the command line ``<prog> <argv>`` of ``tool`` in this process; its exit code.
 
     A usage error (an unknown option, a value of the wrong type) is one line ``error: ...``
     on stderr and exit code 2, as a setting the command refuses.
     """
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(tool)
     try:
-        code = command.main(args=list(argv), prog_name="fedcgd", standalone_mode=False)
+        code = command.main(args=list(argv), prog_name=prog, standalone_mode=False)
     except click.ClickException as err:
         print(_one_line(err), file=sys.stderr)
         return err.exit_code

@@ -1,10 +1,6 @@
 """What the ``fedcgd`` commands share: the Typer apps, checked paths, one-line refusals, options.
 
-Each command registers itself where it is defined (``@app.command("run")``, ``@bench.command``).
-
-:func:`given_options` reads back, from click's public parameters, the options a command was
-given: the command a stopped run ends with repeats them
-(:mod:`experiments.run.resume_command`).
+Each command registers itself where it is defined (``@app.command("run")``).
 """
 
 from __future__ import annotations
@@ -21,11 +17,7 @@ from experiments.run.resume_command import StartedAs
 
 
 class CheckedPath(click.ParamType):
-    """A path option whose name can be printed on one line and written to a run config.
-
-    The checks of a run-config path (:func:`fedcgd_task.setting.check_path_names`): a control
-    character or a name that is not UTF-8 is refused before anything starts.
-    """
+    """A path option a run config can hold (:func:`fedcgd_task.setting.check_path_names`)."""
 
     name = "path"
 
@@ -52,20 +44,23 @@ def choice_option(choices: Sequence[str], help: str) -> Any:
     return typer.Option(click_type=click.Choice(list(choices)), help=help)
 
 
-app = typer.Typer(
-    name="fedcgd",
-    help="FedCGD on Flower: runs, comparisons, paper presets, figures and benchmarks.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+def tool(name: str, help: str) -> typer.Typer:
+    """A command-line tool: ``-h`` / ``--help``, its help without arguments, plain tracebacks."""
+    return typer.Typer(
+        name=name,
+        help=help,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+
+app = tool("fedcgd", "FedCGD on Flower: runs, comparisons, paper presets and figures.")
 paper = typer.Typer(
     help="The paper's figures and tables that need no training.", no_args_is_help=True
 )
-bench = typer.Typer(help="Benchmarks (docs/performance.md).", no_args_is_help=True)
 app.add_typer(paper, name="paper")
-app.add_typer(bench, name="bench")
 
 RUN_CONFIG_HELP = (
     "run-config overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of pyproject.toml's "
@@ -78,19 +73,16 @@ OUT_HELP = (
 
 
 def subcommand(ctx: click.Context) -> tuple[str, ...]:
-    """The words that name ``ctx``'s command below the program (``("bench", "round")``)."""
+    """The words that name ``ctx``'s command below the program (``("paper", "schedule-table")``)."""
     return tuple(ctx.command_path.split()[1:])
 
 
 def given_options(
     ctx: click.Context, skip: Sequence[str] = (), only: Sequence[str] | None = None
 ) -> list[str]:
-    """The options of ``ctx`` whose values differ from their defaults, as command-line words.
+    """The options of ``ctx`` not at their defaults as words (``--out x``, ``--flag``, ``--no-x``).
 
-    Read from click's public parameters: a flag as its name when set (its ``--no-`` name when
-    cleared against a true default), an option with a value as its first name and the value
-    (``--out results/x``). Parameters named in ``skip`` are left out; with ``only``, only those
-    named there are written.
+    Those in ``skip`` are left out; with ``only``, only those are written.
     """
     words: list[str] = []
     for param in ctx.command.params:

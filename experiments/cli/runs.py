@@ -26,11 +26,15 @@ from experiments.cli.options import (
 from experiments.run.launcher import DEFAULT_RESULTS
 from experiments.run.resume_command import fedcgd_command
 
+#: ``--run-config`` and ``--out`` of a single run.
+RunConfig = Annotated[str, typer.Option(help=RUN_CONFIG_HELP)]
+Out = Annotated[Path, path_option("--out", "--results", help=OUT_HELP, show_default="results/")]
+
 
 @app.command("run")
 def run_command(
     ctx: typer.Context,
-    run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
+    run_config: RunConfig = "",
     num_supernodes: Annotated[int | None, typer.Option(help="default: num-devices")] = None,
     deployment: Annotated[
         bool,
@@ -41,9 +45,7 @@ def run_command(
     ] = False,
     cpus_per_client: int = 1,
     gpus_per_client: float = 0.0,
-    out: Annotated[
-        Path, path_option("--out", "--results", help=OUT_HELP, show_default="results/")
-    ] = DEFAULT_RESULTS,
+    out: Out = DEFAULT_RESULTS,
     tls: Annotated[
         bool,
         typer.Option(
@@ -105,7 +107,7 @@ def run_command(
 @app.command("inprocess")
 def inprocess_command(
     ctx: typer.Context,
-    run_config: Annotated[str, typer.Option(help=RUN_CONFIG_HELP)] = "",
+    run_config: RunConfig = "",
     per_device: Annotated[
         bool,
         typer.Option(
@@ -119,9 +121,7 @@ def inprocess_command(
             help="threads for a cohort's sigma-hat passes (default 0: one per usable CPU core)",
         ),
     ] = 0,
-    out: Annotated[
-        Path, path_option("--out", "--results", help=OUT_HELP, show_default="results/")
-    ] = DEFAULT_RESULTS,
+    out: Out = DEFAULT_RESULTS,
 ) -> int:
     """One run in this process: the real ServerApp and ClientApp, no Ray, no network."""
     from experiments.run import inprocess

@@ -1,4 +1,4 @@
-"""The ``fedcgd`` commands other than runs: tools, paper figures without training, benchmarks."""
+"""The ``fedcgd`` commands other than runs: tools and paper figures without training."""
 
 from __future__ import annotations
 

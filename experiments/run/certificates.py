@@ -13,7 +13,6 @@ import datetime as dt
 import ipaddress
 import os
 import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -27,8 +26,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 #: Certificates are valid this long from their creation.
 VALIDITY = dt.timedelta(days=365)
-#: Names the SuperLink certificate is always valid for.
-LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -42,121 +39,75 @@ class CertificateSet:
     supernode_public_keys: tuple[Path, ...]
 
 
-#: Modes of the files: private keys for their owner only, certificates and public keys public.
-PRIVATE_MODE, PUBLIC_MODE = 0o600, 0o644
-
-
 def certificate_names(supernodes: int) -> list[str]:
     """The names of the files :func:`make_certificates` writes for ``supernodes`` key pairs."""
-    names = ["ca.key", "ca.crt", "server.pem", "server.key"]
-    for i in range(supernodes):
-        names += [f"supernode-{i}.key", f"supernode-{i}.pub"]
-    return names
+    nodes = [f"supernode-{i}.{ext}" for i in range(supernodes) for ext in ("key", "pub")]
+    return ["ca.key", "ca.crt", "server.pem", "server.key", *nodes]
+
+
+def _taken(out: Path, names: Sequence[str]) -> str:
+    return (
+        f"certificates folder {out} already holds {', '.join(names)}; remove the earlier set or "
+        "choose another folder (an existing certificate or key is never overwritten)"
+    )
 
 
 def check_certificates_dir(out: Path, supernodes: int) -> None:
-    """Refuse a folder the certificate set cannot be written to safely, before any key is made.
-
-    Raises
-    ------
-    ValueError
-        One line naming ``out``: a link, not a folder, holding a link, or holding a file of the set.
-    """
-    try:
-        mode = out.lstat().st_mode
-    except FileNotFoundError:
-        return  # created by make_certificates
-    if stat.S_ISLNK(mode):
+    """Refuse (ValueError, one line) a folder that is or holds a link, or holds a set's file."""
+    if out.is_symlink():
         raise ValueError(
             f"certificates folder {out} is a symbolic link; allowed: a folder that is not a "
             "link (give the path it points to)"
         )
-    if not stat.S_ISDIR(mode):
+    if not out.exists():
+        return  # created by make_certificates
+    if not out.is_dir():
         raise ValueError(f"certificates folder {out} is not a folder")
-    links = sorted(p.name for p in out.iterdir() if p.is_symlink())
-    if links:
+    if links := sorted(p.name for p in out.iterdir() if p.is_symlink()):
         raise ValueError(
             f"certificates folder {out} holds symbolic links ({', '.join(links)}); allowed: "
             "a folder without links (a certificate or key is never written through one)"
         )
-    taken = [name for name in certificate_names(supernodes) if (out / name).exists()]
-    if taken:
-        raise ValueError(
-            f"certificates folder {out} already holds {', '.join(taken)}; remove the earlier "
-            "set or choose another folder (an existing certificate or key is never overwritten)"
-        )
+    if taken := [name for name in certificate_names(supernodes) if (out / name).exists()]:
+        raise ValueError(_taken(out, taken))
 
 
-def _write(folder_fd: int, folder: Path, name: str, data: bytes, *, private: bool) -> Path:
-    """Create ``name`` new in the open folder (``O_EXCL | O_NOFOLLOW``) at its mode; write it."""
-    mode = PRIVATE_MODE if private else PUBLIC_MODE
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(name, flags, mode, dir_fd=folder_fd)
-    except FileExistsError as err:
-        raise ValueError(
-            f"certificates folder {folder} already holds {name}; remove the earlier set or "
-            "choose another folder (an existing certificate or key is never overwritten)"
-        ) from err
-    with os.fdopen(fd, "wb") as handle:
-        os.fchmod(handle.fileno(), mode)
-        handle.write(data)
-    return folder / name
-
-
-def _pem_private(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _subject_alt_names(hosts: tuple[str, ...]) -> x509.SubjectAlternativeName:
-    names: list[x509.GeneralName] = []
-    for host in dict.fromkeys(hosts):
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    return x509.SubjectAlternativeName(names)
+def _pem(
+    key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey,
+    form: serialization.PrivateFormat = serialization.PrivateFormat.PKCS8,
+) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, form, serialization.NoEncryption())
 
 
 def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()) -> CertificateSet:
     """Write a CA, a SuperLink certificate and ``supernodes`` SuperNode key pairs to ``out``.
 
-    ``hosts``: names (DNS or IP) the SuperLink certificate is valid for beyond 127.0.0.1 and
-    localhost.
-
-    Raises
-    ------
-    ValueError
-        One line: ``out`` is refused (:func:`check_certificates_dir`), or a file of the set
-        appeared in it meanwhile.
+    The SuperLink certificate is valid for 127.0.0.1, localhost and ``hosts`` (DNS or IP).
+    Each file is created new (``O_EXCL | O_NOFOLLOW`` in the opened folder) at its mode: private
+    keys 0600, the rest 0644. ValueError (one line): ``out`` is refused
+    (:func:`check_certificates_dir`), or a file of the set appeared in it meanwhile.
     """
-    if supernodes < 0:
-        raise ValueError(f"supernodes must be >= 0; got {supernodes}")
     check_certificates_dir(out, supernodes)
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        folder_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:  # replaced by a link or a file since the check
         raise ValueError(f"certificates folder {out} cannot be opened as a folder ({err})") from err
-    try:
-        return _make_certificates(out, folder_fd, supernodes, hosts)
-    finally:
-        os.close(folder_fd)
 
-
-def _make_certificates(
-    out: Path, folder_fd: int, supernodes: int, hosts: tuple[str, ...]
-) -> CertificateSet:
-    def write(name: str, data: bytes, *, private: bool) -> Path:
-        return _write(folder_fd, out, name, data, private=private)
+    def write(name: str, data: bytes) -> Path:
+        mode = 0o600 if name.endswith(".key") else 0o644
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, mode, dir_fd=folder)
+        except FileExistsError as err:
+            raise ValueError(_taken(out, [name])) from err
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+        return out / name
 
     now = dt.datetime.now(dt.UTC)
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    server_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_key, server_key = (rsa.generate_private_key(65537, 2048) for _ in range(2))
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "FedCGD test CA")])
     server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")])
 
@@ -171,6 +122,12 @@ def _make_certificates(
             .not_valid_after(now + VALIDITY)
         )
 
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(("127.0.0.1", "localhost", *hosts)):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
     ca_cert = (
         signed(ca_name, ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -178,29 +135,29 @@ def _make_certificates(
     )
     server_cert = (
         signed(server_name, server_key)
-        .add_extension(_subject_alt_names((*LOOPBACK_NAMES, *hosts)), critical=False)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    pem = serialization.Encoding.PEM
-    write("ca.key", _pem_private(ca_key), private=True)
-    ca_path = write("ca.crt", ca_cert.public_bytes(pem), private=False)
-    cert_path = write("server.pem", server_cert.public_bytes(pem), private=False)
-    key_path = write("server.key", _pem_private(server_key), private=True)
-    keys, publics = [], []
-    for i in range(supernodes):
-        node_key = ec.generate_private_key(ec.SECP384R1())
-        private_openssh = node_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        )
-        keys.append(write(f"supernode-{i}.key", private_openssh, private=True))
-        openssh = node_key.public_key().public_bytes(
-            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-        )
-        publics.append(write(f"supernode-{i}.pub", openssh + b"\n", private=False))
-    return CertificateSet(ca_path, cert_path, key_path, tuple(keys), tuple(publics))
+    pem, openssh_encoding = serialization.Encoding.PEM, serialization.Encoding.OpenSSH
+    openssh, public_openssh = (
+        serialization.PrivateFormat.OpenSSH,
+        serialization.PublicFormat.OpenSSH,
+    )
+    try:
+        write("ca.key", _pem(ca_key))
+        ca = write("ca.crt", ca_cert.public_bytes(pem))
+        server = write("server.pem", server_cert.public_bytes(pem))
+        server_key_path = write("server.key", _pem(server_key))
+        keys, publics = [], []
+        for i in range(supernodes):
+            node_key = ec.generate_private_key(ec.SECP384R1())
+            keys.append(write(f"supernode-{i}.key", _pem(node_key, openssh)))
+            public = node_key.public_key().public_bytes(openssh_encoding, public_openssh)
+            publics.append(write(f"supernode-{i}.pub", public + b"\n"))
+    finally:
+        os.close(folder)
+    return CertificateSet(ca, server, server_key_path, tuple(keys), tuple(publics))
 
 
 @contextlib.contextmanager

@@ -1,9 +1,4 @@
-"""A SuperLink (and SuperNodes) of our own on loopback, stopped when the run ends, or a given one.
-
-:class:`LocalFederation`: the simulation engine or one ``flower-supernode`` per device,
-optionally over TLS, or an existing SuperLink; :func:`flower_home` gives each run its own
-``FLWR_HOME``.
-"""
+"""A SuperLink (and SuperNodes) of our own on loopback, stopped at the run's end, or a given one."""
 
 from __future__ import annotations
 
@@ -36,14 +31,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _search_path() -> str:
-    """``PATH`` with the running interpreter's folder (the project's venv) first."""
-    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+#: ``PATH`` with the running interpreter's folder (the project's venv) first.
+SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
 def executable(name: str) -> str:
     """An executable next to the running interpreter (the project's venv), else on PATH."""
-    found = shutil.which(name, path=_search_path())
+    found = shutil.which(name, path=SEARCH_PATH)
     if found is None:
         raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH")
     return found
@@ -52,12 +46,9 @@ def executable(name: str) -> str:
 class LocalFederation:
     """A SuperLink (and for a deployment SuperNodes) on loopback, stopped on exit; a context.
 
-    ``flwr_home`` is every process's ``FLWR_HOME``. A deployment (``simulation`` False) starts
-    ``num_supernodes`` ``flower-supernode`` processes (``partition-id=i``). With ``tls`` the
-    SuperLink requires SuperNode authentication and each SuperNode's public key is registered
-    before it starts; with ``ray_address`` the simulation joins that Ray cluster; with
-    ``supernode_gpus`` SuperNode ``i`` sees one GPU (:meth:`supernode_env`). With ``superlink``
-    (HOST:PORT) nothing starts: ``flwr run`` goes there, over TLS with ``root_certificates``.
+    A deployment (``simulation`` False) starts ``num_supernodes`` ``flower-supernode``
+    processes; with ``tls`` the SuperLink requires SuperNode authentication (each key registered
+    first); with ``superlink`` (HOST:PORT) nothing starts: ``flwr run`` goes there.
     """
 
     def __init__(
@@ -73,12 +64,13 @@ class LocalFederation:
         root_certificates: Path | None = None,
     ) -> None:
         self.superlink, self.root_certificates = superlink, root_certificates
-        self.flwr_home = flwr_home
-        self.supernode_gpus = supernode_gpus
-        self.simulation = simulation
+        self.flwr_home, self.supernode_gpus, self.ray_address = (
+            flwr_home,
+            supernode_gpus,
+            ray_address,
+        )
+        self.simulation, self.tls = simulation, tls
         self.num_supernodes = 0 if simulation else num_supernodes
-        self.tls = tls
-        self.ray_address = ray_address
         self.http_port = _free_port()
         self.processes: list[subprocess.Popen[bytes]] = []
         self.log_dir = flwr_home / "logs"
@@ -97,7 +89,7 @@ class LocalFederation:
             FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
             FLWR_DISABLE_UPDATE_CHECK="1",
             FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(self.http_port),
-            PATH=_search_path(),
+            PATH=SEARCH_PATH,
         )
         if self.ray_address:
             env["RAY_ADDRESS"] = self.ray_address
@@ -130,14 +122,6 @@ class LocalFederation:
                 return bool(200 <= response.status < 300)
         except OSError:
             return False
-
-    def log_tail(self, name: str, lines: int = 5) -> str:
-        """The last ``lines`` lines of a process's log, joined with `` | ``."""
-        try:
-            text = (self.log_dir / f"{name}.log").read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return " | ".join(text.strip().splitlines()[-lines:])
 
     def _start(
         self, command: list[str], name: str, env: dict[str, str] | None = None
@@ -185,6 +169,13 @@ class LocalFederation:
             raise
         return self
 
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop every started process and its whole tree (:func:`processes.stop`)."""
+        stop(self.processes)
+
     def _start_all(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.flwr_home / "config.toml").write_text(self.connection_toml, encoding="utf-8")
@@ -205,10 +196,11 @@ class LocalFederation:
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
         while not self._healthy():
             if link.poll() is not None or time.monotonic() > deadline:
-                self.stop()
+                log = self.log_dir / "superlink.log"
+                tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-5:])
                 raise RuntimeError(
                     f"flower-superlink did not come up (exit code {link.returncode}); "
-                    f"the end of {self.log_dir / 'superlink.log'}: {self.log_tail('superlink')}"
+                    f"the end of {log}: {tail}"
                 )
             time.sleep(0.3)
         for pid in range(self.num_supernodes):
@@ -260,20 +252,10 @@ class LocalFederation:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         return env
 
-    def stop(self) -> None:
-        """Stop every started process and its whole tree (:func:`processes.stop`)."""
-        stop(self.processes)
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 @contextlib.contextmanager
 def flower_home(flwr_home: Path | None) -> Iterator[Path]:
-    """``FLWR_HOME`` of one run: ``flwr_home`` (created, kept), else a temporary folder.
-
-    One per run: two runs sharing a home would send ``flwr run`` to each other's SuperLink.
-    """
+    """One run's ``FLWR_HOME``: ``flwr_home`` (created, kept), else a temporary folder."""
     if flwr_home is not None:
         flwr_home.mkdir(parents=True, exist_ok=True)
         yield flwr_home

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments.run.certificates import CertificateSet
 from experiments.run.federation import LocalFederation, flower_home
 from experiments.run.preflight import effective_result_dir
 from experiments.run.processes import stop
@@ -44,17 +43,11 @@ def strip_ansi(line: str) -> str:
 def is_chatter(line: str) -> bool:
     """True for a line of :data:`FLOWER_CHATTER` or an empty log line (``INFO :`` alone)."""
     text = strip_ansi(line).strip()
-    if text in ("", "INFO :"):
-        return True
-    return any(marker in text for marker in FLOWER_CHATTER)
+    return text in ("", "INFO :") or any(marker in text for marker in FLOWER_CHATTER)
 
 
 def stream_output(proc: subprocess.Popen[str], *, verbose: bool = True) -> str:
-    """Print a process's piped output line by line as it comes; return all of it.
-
-    Without ``verbose`` chatter (:func:`is_chatter`) is not printed. Flower's colour codes reach
-    a terminal only: a file or pipe gets the lines without them.
-    """
+    """Print a process's output as it comes (chatter if ``verbose``); return all of it."""
     lines = []
     assert proc.stdout is not None
     colours = sys.stdout.isatty()
@@ -75,20 +68,14 @@ def run_flwr(
     gpus_per_client: float = 0.0,
     flwr_home: Path | None = None,
     project_dir: Path = PROJECT_DIR,
-    tls: CertificateSet | None = None,
-    ray_address: str | None = None,
-    supernode_gpus: tuple[int, ...] = (),
     superlink: str | None = None,
-    root_certificates: Path | None = None,
+    **federation: Any,
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
-    ``num_supernodes`` nodes (= devices V): virtual in simulation, SuperNode processes with
-    ``deployment``; ``cpus_per_client`` / ``gpus_per_client``: Ray resources per ClientApp in
-    simulation (0.25 GPUs: four share one; Ray hides every GPU from a ClientApp that asks for
-    none); ``flwr_home`` (default: a fresh temporary folder), ``tls``, ``ray_address``,
-    ``supernode_gpus``, ``superlink`` and ``root_certificates`` as :class:`LocalFederation`
-    takes them (docs/running.md). On a given ``superlink`` the data folder is the SuperLink's.
+    ``num_supernodes``: virtual in simulation (``cpus_per_client`` / ``gpus_per_client`` Ray
+    resources each), SuperNode processes with ``deployment``; ``superlink`` and ``federation``
+    (``tls``, ``ray_address``, ...) as :class:`LocalFederation` takes them (docs/running.md).
     """
     if superlink is None:
         run_config = with_resolved_data_dir(run_config)
@@ -101,18 +88,15 @@ def run_flwr(
         ]
     with flower_home(flwr_home) as home, run_config_file(run_config) as config_file:
         options += ["--run-config", str(config_file)]
-        federation = LocalFederation(
+        own = LocalFederation(
             home,
             num_supernodes=num_supernodes,
             simulation=not deployment,
-            tls=tls,
-            ray_address=ray_address,
-            supernode_gpus=supernode_gpus,
             superlink=superlink,
-            root_certificates=root_certificates,
+            **federation,
         )
         try:
-            with federation as fed:
+            with own as fed:
                 verbose = run_config.get("verbose") is True
                 proc = fed.flwr_run(project_dir, options, echo=verbose)
                 try:
@@ -132,8 +116,7 @@ def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink
     if not host or not port.isdigit():
         raise ValueError(f"{what} address {address!r} must be HOST:PORT")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as err:
         raise ConnectionError(
             f"{what} at {address} is not reachable ({err}); start it or fix the address"

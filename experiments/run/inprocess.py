@@ -1,9 +1,7 @@
 """Run the app in one Python process: the real ServerApp logic and ClientApp, no Ray, no network.
 
-:class:`InProcessGrid` hands each message straight to the addressed node's ClientApp (a raising
-handler becomes an error reply, as in Flower); by default the devices of one phase are computed
-together (:mod:`client_app.cohort`, docs/design.md, "Cohort execution"), ``cohorts=False``
-one at a time, bit for bit as ``flwr run`` (docs/running.md, "Same seed, same run").
+By default the devices of one phase are computed together (:mod:`client_app.cohort`);
+``cohorts=False`` one at a time, bit for bit as ``flwr run`` (docs/running.md).
 """
 
 from __future__ import annotations
@@ -34,11 +32,7 @@ Handler = Callable[[Message, Context], Message]
 
 @dataclass(frozen=True)
 class InProcessOptions:
-    """The options of ``fedcgd inprocess`` (the defaults are the command's).
-
-    ``cohort_threads`` 0 is one per usable CPU core; ``per_device`` hands every message to
-    the ClientApp alone (no cohort execution).
-    """
+    """The options of ``fedcgd inprocess`` (the defaults are the command's)."""
 
     run_config: str = ""
     per_device: bool = False
@@ -53,11 +47,9 @@ CLIENT_APP_RAISED = 1
 class InProcessGrid(Grid):
     """Deliver messages synchronously to ``handlers[node_id](message, contexts[node_id])``.
 
-    A handler is a ClientApp or any ``(Message, Context) -> Message`` callable. ``cohorts``: open
-    each :meth:`send_and_receive`'s messages as cohorts for a ClientApp built with the same object
-    (:func:`client_app.app.make_app`; None: one device at a time); ``keep_sent``: keep every
-    message sent in :attr:`sent` (tests); ``stall_limit_s``: stop the run as stuck after this
-    many seconds without a reply (None: no watchdog). No SuperLink is behind it: ``run``,
+    ``cohorts``: open each :meth:`send_and_receive`'s messages as cohorts for a ClientApp built
+    with it (None: one device at a time); ``keep_sent``: keep what was sent in :attr:`sent`
+    (tests); ``stall_limit_s``: the run's stall alarm. No SuperLink is behind it: ``run``,
     ``push_messages`` and ``pull_messages`` raise ``RuntimeError``.
     """
 
@@ -86,7 +78,7 @@ class InProcessGrid(Grid):
         return list(self.handlers)
 
     def set_run(self, run: Any) -> None:
-        """Flower's hook for the run; nothing to keep in one process."""
+        """Nothing to keep in one process."""
 
     @property
     def run(self) -> Any:
@@ -162,10 +154,7 @@ class InProcessGrid(Grid):
 def node_contexts(
     node_ids: list[int], run_config: Mapping[str, Any], num_partitions: int
 ) -> dict[int, Context]:
-    """One Context per node, partition id = position in ``node_ids`` (as the simulation does).
-
-    The nodes share one copy of ``run_config`` (read, never changed, by the ClientApp).
-    """
+    """One Context per node (sharing one copy of ``run_config``), partition id = position."""
     from client_app.app import node_context
 
     shared = dict(run_config)
@@ -178,11 +167,7 @@ def node_contexts(
 def run_inprocess(
     run_config: Mapping[str, Any], *, cohorts: bool = True, cohort_threads: int = 1
 ) -> dict[str, Any]:
-    """Run one federation in this process and return its summary (also in ``summary.json``).
-
-    ``run_config`` is complete and flat, with an absolute ``result-dir``; ``cohort_threads`` are
-    the threads of a cohort's σ̂ passes.
-    """
+    """Run one federation (complete flat ``run_config``) in this process; its summary."""
     from client_app.app import make_app
     from client_app.cohort import Cohorts
 
@@ -201,19 +186,11 @@ def run_inprocess(
 
 
 def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
-    """``fedcgd inprocess``: one run in this process; exit code 0, 1, 2 or 130 / 143.
+    """``fedcgd inprocess``: one run in this process; exit code 0, 1, 2 or 130 / 143."""
+    from experiments.run.launcher import with_last_words
 
-    The first line names the run's folder; after a failure or a signal the last line gives the
-    command that continues the run, or says why it cannot.
-    """
-    from experiments.run.resume_command import LastWords
-    from server_app.run_folder.signals import exit_code_stopping_on_signals
-
-    last_words = LastWords()
-    return exit_code_stopping_on_signals(
-        lambda: run_command(options, started or StartedAs(("inprocess",)), last_words),
-        last_words,
-    )
+    started = started or StartedAs(("inprocess",))
+    return with_last_words(lambda words: run_command(options, started, words))
 
 
 def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWords) -> int:
@@ -223,40 +200,27 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     import time
     import traceback
 
-    outside_flower(colored=sys.stderr.isatty())  # no colour codes in a log file
-
-    from experiments.run.preflight import claim_run, effective_result_dir
-    from experiments.run.resume_command import continue_line
-    from experiments.run.run_config import (
-        parse_run_config_text,
-        validated_run_config,
-        with_resolved_data_dir,
-    )
+    from experiments.run.launcher import start_run
     from server_app.run_folder.run_status import run_outcome
 
-    threads = args.cohort_threads or usable_cores()
-    try:  # the run's folder is locked from here until this process ends
-        given = parse_run_config_text(args.run_config)
-        overrides = validated_run_config(given)
-        config, claim = claim_run(with_resolved_data_dir(overrides), args.out)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    outside_flower(colored=sys.stderr.isatty())  # no colour codes in a log file
+    run = start_run(args.run_config, args.out, started, last_words)
+    if run is None:
         return 2
-    result_dir = effective_result_dir(config)
-    print(f"result folder: {result_dir}", flush=True)
-    last_words.set(continue_line(started, given, result_dir, int(config["checkpoint-every"])))
     launched_unix_s = time.time()
     failure: Exception | None = None
+    threads = args.cohort_threads or usable_cores()
     try:
-        summary = run_inprocess(config, cohorts=not args.per_device, cohort_threads=threads)
+        summary = run_inprocess(run.config, cohorts=not args.per_device, cohort_threads=threads)
         print(json.dumps(summary, indent=2))
     except Exception as err:  # the status says what happened; the traceback says where
         failure = err
         if not isinstance(err, OneLineMessage):  # a one-line error needs no trace
             traceback.print_exc()
     finally:
-        claim.release()
-    outcome = run_outcome(result_dir, launched_unix_s, failure)
+        assert run.claim is not None
+        run.claim.release()
+    outcome = run_outcome(run.result_dir, launched_unix_s, failure)
     print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
     if outcome.code:
         print(last_words(), file=sys.stderr)

@@ -27,6 +27,7 @@ from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
+    from server_app.run_folder.folder_lock import FolderClaim
 
 #: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder
 #: (:func:`server_app.config.timestamped_result_dir`) when its ``result-dir`` is empty.
@@ -54,9 +55,7 @@ class LaunchOptions:
 
 def gpu_list(text: str | None) -> tuple[int, ...]:
     """The GPU numbers of ``--supernode-gpus`` (``"0,1"``); ValueError naming it if not."""
-    if text is None:
-        return ()
-    words = [word.strip() for word in text.split(",")]
+    words = [] if text is None else [word.strip() for word in text.split(",")]
     if not all(word.isdigit() and len(word) <= 4 for word in words):
         raise ValueError(
             f"--supernode-gpus = {text!r}; allowed: comma-separated GPU numbers, e.g. 0,1"
@@ -64,13 +63,28 @@ def gpu_list(text: str | None) -> tuple[int, ...]:
     return tuple(int(word) for word in words)
 
 
-def check_gpus(args: LaunchOptions, device: str) -> None:
-    """Refuse GPU options that cannot work with the engine they are given for (ValueError)."""
-    if args.supernode_gpus is not None:
-        if not args.deployment:
-            raise ValueError("--supernode-gpus is for --deployment runs only")
-        gpu_list(args.supernode_gpus)
-    if args.deployment or args.superlink or not device.startswith("cuda"):
+def check_options(args: LaunchOptions, merged: dict[str, Any]) -> None:
+    """Refuse (ValueError) options that cannot work together or with the run config."""
+    devices, device = int(merged["num-devices"]), str(merged["device"])
+    simulation = not (args.deployment or args.superlink)
+    if simulation and (args.num_supernodes or devices) < devices:
+        raise ValueError(
+            f"--num-supernodes {args.num_supernodes} < num-devices = {devices}: a simulation "
+            "needs one SuperNode per device; leave --num-supernodes out"
+        )
+    if args.ray_address and not simulation:
+        raise ValueError("--ray-address is for the simulation engine only")
+    if args.certificates_dir is not None:
+        if not args.tls:
+            raise ValueError("--certificates-dir is for --tls runs only")
+        nodes = args.num_supernodes or devices
+        check_certificates_dir(args.certificates_dir, nodes if args.deployment else 0)
+    if args.ray_address:
+        check_ray_address(args.ray_address)
+    if args.supernode_gpus is not None and not args.deployment:
+        raise ValueError("--supernode-gpus is for --deployment runs only")
+    gpu_list(args.supernode_gpus)
+    if not simulation or not device.startswith("cuda"):
         return
     if args.gpus_per_client <= 0:
         raise ValueError(
@@ -91,21 +105,23 @@ RUN_FLWR_OPTIONS = (
 )  # fmt: skip
 
 
-def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
-    """``fedcgd run`` (:func:`run_command`); SIGINT / SIGTERM stop every process it started."""
+def with_last_words(command: Callable[[LastWords], int]) -> int:
+    """``command(last_words)``'s exit code; SIGINT / SIGTERM stop it and print its last words."""
     from experiments.run.resume_command import LastWords
 
     last_words = LastWords()
-    return exit_code_stopping_on_signals(
-        lambda: run_command(options, started or StartedAs(("run",)), last_words), last_words
+    return exit_code_stopping_on_signals(lambda: command(last_words), last_words)
+
+
+def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
+    """``fedcgd run`` (:func:`run_command`); SIGINT / SIGTERM stop every process it started."""
+    return with_last_words(
+        lambda words: run_command(options, started or StartedAs(("run",)), words)
     )
 
 
 def results_line(result_dir: Path) -> str:
-    """The ``Results:`` line: the files a finished run left and how to view its events.
-
-    docs/running.md says what each file holds.
-    """
+    """The ``Results:`` line: the files a finished run left and how to view its events."""
     names = "metrics.jsonl config.json summary.json status.json model.pt checkpoint.pt curves.png"
     line = f"Results: {result_dir} ("
     line += ", ".join(name for name in names.split() if (result_dir / name).is_file())
@@ -114,88 +130,89 @@ def results_line(result_dir: Path) -> str:
     return line + ")"
 
 
-def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) -> int:
-    """One run, results under ``--out`` by default; the exit code.
+@dataclass(frozen=True)
+class Start:
+    """A checked run about to start: the user's overrides, the run config, its folder's claim."""
 
-    The first line names the run's folder; ``last_words`` learns the command that continues it
-    (from the options it was ``started`` with).
+    given: dict[str, Any]
+    config: dict[str, Any]
+    claim: FolderClaim | None
+    result_dir: Path
+
+
+def start_run(
+    text: str,
+    out: Path,
+    started: StartedAs,
+    last_words: LastWords,
+    check: Callable[[dict[str, Any]], None] = lambda merged: None,
+    superlink: str | None = None,
+) -> Start | None:
+    """Check a run (``--run-config`` ``text``, then ``check``) and lock its folder under ``out``.
+
+    None after one line ``error: ...`` (exit code 2). Else the first line names the run's folder,
+    and ``last_words`` learns the command that continues it. On a given ``superlink`` the
+    folder and data are the SuperLink's: only the address is checked here.
     """
     from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
 
-    claim = None
     try:
-        overrides = parse_run_config_text(args.run_config)
-        merged = validated_run_config(overrides)
-        devices = int(merged["num-devices"])
-        if not (args.deployment or args.superlink) and (args.num_supernodes or devices) < devices:
-            raise ValueError(
-                f"--num-supernodes {args.num_supernodes} < num-devices = {devices}: a simulation "
-                "needs one SuperNode per device; leave --num-supernodes out"
-            )
-        if args.ray_address and (args.deployment or args.superlink):
-            raise ValueError("--ray-address is for the simulation engine only")
-        if args.certificates_dir is not None and not args.tls:
-            raise ValueError("--certificates-dir is for --tls runs only")
-        if args.certificates_dir is not None:
-            nodes = args.num_supernodes or int(merged["num-devices"])
-            check_certificates_dir(args.certificates_dir, nodes if args.deployment else 0)
-        if args.ray_address:
-            check_ray_address(args.ray_address)
-        check_gpus(args, str(merged["device"]))
-        if args.superlink:  # the folders and data of a remote SuperLink are not here
-            check_reachable(args.superlink)
-            merged = with_result_dir(merged, args.out)
+        given = parse_run_config_text(text)
+        merged = validated_run_config(given)
+        check(merged)
+        if superlink:
+            check_reachable(superlink)
+            config, claim = with_result_dir(merged, out), None
         else:  # every check, the data's too; the folder is locked until this process ends
-            merged, claim = claim_run(with_resolved_data_dir(merged), args.out)
+            config, claim = claim_run(with_resolved_data_dir(merged), out)
     except (ValueError, ConnectionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    user_overrides = dict(overrides)
-    if merged.get("result-dir"):
-        overrides["result-dir"] = merged["result-dir"]
-    result_dir = effective_result_dir(merged)
+        return None
+    result_dir = effective_result_dir(config)
     print(f"result folder: {result_dir}", flush=True)
-    every = int(merged["checkpoint-every"])
-    continuing = continue_line(started, user_overrides, result_dir, every, args.superlink)
-    last_words.set(continuing)
+    every = int(config["checkpoint-every"])
+    last_words.set(continue_line(started, given, result_dir, every, superlink))
+    return Start(given, config, claim, result_dir)
+
+
+def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) -> int:
+    """One run, results under ``--out`` by default; the exit code."""
+
+    def check(merged: dict[str, Any]) -> None:
+        check_options(args, merged)
+
+    run = start_run(args.run_config, args.out, started, last_words, check, args.superlink)
+    if run is None:
+        return 2
     try:
-        return launch_run(args, overrides, merged, continuing)
+        return launch_run(args, run, last_words)
     finally:
-        if claim is not None:
-            claim.release()
+        if run.claim is not None:
+            run.claim.release()
 
 
-def launch_run(
-    args: LaunchOptions,
-    overrides: dict[str, Any],
-    merged: dict[str, Any],
-    continuing: Callable[[], str],
-) -> int:
-    """Run the checked run (:func:`run_command`) and say how it ended; the exit code.
-
-    A failed run's last line is ``continuing()``: how it continues, or why it cannot.
-    """
-    from experiments.run.preflight import effective_result_dir
+def launch_run(args: LaunchOptions, run: Start, last_words: LastWords) -> int:
+    """Run the checked run with ``flwr run`` and say how it ended; the exit code."""
+    from experiments.analysis.plot_runs import plot_runs
     from server_app.run_folder.files import ResultWriteError
     from server_app.run_folder.run_status import run_outcome
 
-    launched_unix_s = time.time()
-    num_nodes = args.num_supernodes or int(merged["num-devices"])
-    supernode_keys = num_nodes if args.deployment else 0
+    launched_unix_s, result_dir = time.time(), run.result_dir
+    overrides = dict(run.given)
+    if run.config.get("result-dir"):
+        overrides["result-dir"] = run.config["result-dir"]
+    num_nodes = args.num_supernodes or int(run.config["num-devices"])
     tls_on = args.tls and not args.superlink  # a given SuperLink: --root-certificates
-    with tls_certificates(tls_on, args.certificates_dir, supernode_keys) as tls:
+    with tls_certificates(tls_on, args.certificates_dir, num_nodes * args.deployment) as tls:
         options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
         options["supernode_gpus"] = gpu_list(args.supernode_gpus)
         proc = run_flwr(overrides, num_supernodes=num_nodes, tls=tls, **options)
-    result_dir = effective_result_dir(merged)
     # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
     outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
     if outcome.code != 0:
         print(f"\n{outcome.message}", file=sys.stderr)
-        print(continuing(), file=sys.stderr)
+        print(last_words(), file=sys.stderr)
         return outcome.code
-    from experiments.analysis.plot_runs import plot_runs
-
     try:
         plot_runs([result_dir], result_dir / "curves.png")
     except ResultWriteError as err:

@@ -1,8 +1,8 @@
 """Checks before a run starts (:func:`check_before_start`), and the claim of its folder.
 
 The checks start nothing and refuse, in one line naming the run-config key, every setting that
-can only fail later: the folders, a channel trace, the data set, the model, a user's policy on a
-synthetic round, and sizes beyond the training set (:data:`MAX_LOCAL_PASSES`).
+can only fail later: the folders, a channel trace, the data set, the model, and sizes beyond the
+training set (:data:`MAX_LOCAL_PASSES`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from fedcgd_task.partition import apply_imbalance
 from server_app.run_folder.run_status import first_line
 
 if TYPE_CHECKING:
@@ -45,16 +46,6 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
     return config
 
 
-def samples_after_imbalance(labels: npt.ArrayLike, ratio: float) -> int:
-    """Training samples left after ``imbalance-ratio`` (as ``partition.apply_imbalance`` keeps)."""
-    counts = np.bincount(np.asarray(labels, dtype=np.int64))
-    if ratio <= 1.0:
-        return int(counts.sum())
-    first = np.arange(counts.size) < counts.size / 2
-    kept = np.where(first, np.floor(counts / ratio + 0.5), counts)
-    return int(kept.sum())
-
-
 def device_samples(
     partition: str, num_samples: int, num_devices: int, shards_per_device: int
 ) -> int:
@@ -67,7 +58,7 @@ def device_samples(
 def check_sizes(config: RunConfig, labels: npt.ArrayLike) -> None:
     """Refuse device counts, shard counts and local work that the training set cannot carry."""
     task, training = config.task, config.training
-    total = samples_after_imbalance(labels, task.imbalance_ratio)
+    total = apply_imbalance(labels, task.imbalance_ratio, np.random.default_rng(0)).size
     source = f"the {total} training samples of {task.dataset}" + (
         f" left by imbalance-ratio = {task.imbalance_ratio:g}" if task.imbalance_ratio > 1 else ""
     )
@@ -94,17 +85,10 @@ def check_sizes(config: RunConfig, labels: npt.ArrayLike) -> None:
         )
 
 
-#: Samples of the blank batch the model and σ̂ are tried on (two: a batch-mixing model fails).
-BLANK_BATCH = 2
-
-
 def check_model_fits(
     model: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...]
 ) -> None:
-    """Build ``model`` for the data set's inputs and run it and σ̂ on a blank batch.
-
-    The output must be a float tensor [:data:`BLANK_BATCH`, C] on which σ̂ runs.
-    """
+    """Build ``model`` for the data set: on two blank samples, outputs [2, C] and σ̂ must run."""
     import torch
 
     from client_app.sigma import gradient_spread
@@ -112,31 +96,21 @@ def check_model_fits(
 
     model_function(model)  # an unknown name or a bad reference: its own one-line error
     shape = "×".join(str(s) for s in input_shape)
-    head = (
-        f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
-        f"{shape}, {num_classes} classes)"
-    )
-    allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
-    blank = torch.zeros(BLANK_BATCH, *input_shape)
-    expected = (BLANK_BATCH, num_classes)
+    blank = torch.zeros(2, *input_shape)
     try:
-        net = build_model(model, num_classes, input_shape)
-        net.eval()
+        net = build_model(model, num_classes, input_shape).eval()
         with torch.no_grad():
             logits = net(blank)
-        if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-            kind = getattr(logits, "dtype", type(logits).__name__)
-            raise ValueError(f"on a blank batch it gives {kind}, not a float tensor")
-        if tuple(logits.shape) != expected:
-            raise ValueError(
-                f"on a blank batch of {BLANK_BATCH} it gives outputs of shape "
-                f"{tuple(logits.shape)}, not {expected}"
-            )
-    except Exception as err:  # the researcher's code: any failure is a refusal in one line
-        raise ValueError(f"{head}: {first_line(err)}; {allowed}") from err
-    labels = torch.arange(BLANK_BATCH) % num_classes
+        if tuple(logits.shape) != (2, num_classes):
+            raise ValueError(f"outputs of shape {tuple(logits.shape)}, not (2, {num_classes})")
+    except Exception as err:  # a wrong built-in or the researcher's model: one line
+        allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
+        raise ValueError(
+            f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
+            f"{shape}, {num_classes} classes): {first_line(err)}; {allowed}"
+        ) from err
     try:
-        gradient_spread(net, blank, labels)
+        gradient_spread(net, blank, torch.arange(2) % num_classes)
     except Exception as err:
         raise ValueError(
             f"run-config key 'model' = {model!r}: σ̂ (per-sample gradient norms, "

@@ -1,8 +1,4 @@
-"""Progress of long commands: a loop of steps, and a command that runs many federations.
-
-:func:`step_reporter` shows a ``rich.progress`` bar on a terminal and plain lines otherwise;
-:class:`RunProgress` gives each run of a multi-run command a header line with the time left.
-"""
+"""Progress of long commands: a loop of steps (:func:`step_reporter`), many runs (RunProgress)."""
 
 from __future__ import annotations
 
@@ -57,9 +53,9 @@ def step_reporter(description: str) -> Callable[[int, int], None]:
 
 @dataclass
 class RunProgress:
-    """Counts the runs of a command (``total``, kept ones included) and estimates the time left.
+    """Counts a command's runs (``total``, kept ones included) and estimates the time left.
 
-    ``clock`` is monotonic seconds (tests drive it); ``workers`` the runs going at once.
+    ``clock``: monotonic seconds (tests drive it); ``workers``: the runs going at once.
     """
 
     total: int
@@ -68,53 +64,39 @@ class RunProgress:
     ran: int = 0
     kept: int = 0
     failed: int = 0
-    started: float = field(default=0.0)
-    _run_s: float = 0.0
-    _run_started: dict[Hashable, float] = field(default_factory=dict)
+    run_s: float = 0.0
+    going: dict[Hashable, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
 
-    @property
-    def done(self) -> int:
-        """Runs finished so far (ran, kept or failed)."""
-        return self.ran + self.kept + self.failed
-
     def seconds_left(self) -> float | None:
         """Estimated seconds until the last run ends; None before any run has run."""
         executed = self.ran + self.failed
-        if executed == 0:
-            return None
-        return self._run_s / executed * (self.total - self.done) / self.workers
+        done = executed + self.kept
+        return self.run_s / executed * (self.total - done) / self.workers if executed else None
 
     def header(self) -> str:
         """The overall progress text for the run about to start."""
-        going = self.done + len(self._run_started)  # finished and still going
-        parts = [f"run {min(going + 1, self.total)}/{self.total}"]
+        going = self.ran + self.kept + self.failed + len(self.going)
         counts = [f"{self.ran} done"]
-        if self.kept:
-            counts.append(f"{self.kept} kept")
-        if self.failed:
-            counts.append(f"{self.failed} failed")
-        parts.append(", ".join(counts))
-        parts.append(f"{format_duration(self.clock() - self.started)} elapsed")
+        counts += [f"{n} {word}" for n, word in ((self.kept, "kept"), (self.failed, "failed")) if n]
         left = self.seconds_left()
-        parts.append("time left unknown" if left is None else f"~{format_duration(left)} left")
-        return "[" + " | ".join(parts) + "]"
+        return (
+            f"[run {min(going + 1, self.total)}/{self.total} | {', '.join(counts)} | "
+            f"{format_duration(self.clock() - self.started)} elapsed | "
+            + ("time left unknown]" if left is None else f"~{format_duration(left)} left]")
+        )
 
     def start_run(self, key: Hashable = None) -> None:
         """Run ``key`` starts executing (not for kept runs); one key per run going at once."""
-        self._run_started[key] = self.clock()
+        self.going[key] = self.clock()
 
     def end_run(self, key: Hashable = None, *, kept: bool = False, failed: bool = False) -> None:
         """Run ``key`` ended: executed (``failed`` or not) or ``kept`` from earlier."""
         if kept:
             self.kept += 1
             return
-        started = self._run_started.pop(key, None)
-        if started is not None:
-            self._run_s += self.clock() - started
-        if failed:
-            self.failed += 1
-        else:
-            self.ran += 1
+        self.run_s += self.clock() - self.going.pop(key, self.clock())
+        self.failed += failed
+        self.ran += not failed

@@ -1,10 +1,8 @@
 """A comparison's or preset's runs as Ray tasks: one task per run, each the in-process engine.
 
-A task that sees the run's folder (a Ray of this machine, or ``out`` on a folder every node
-sees) runs in it, so its checkpoints land there as it goes; one that does not gets the files of
-the run it resumes and returns its folder's files, which the driver writes into the run's
-folder. A run lost with its node or worker goes again, from the checkpoint its folder holds
-(docs/deployment.md, "A preset on a Ray cluster").
+A task that sees the run's folder runs in it; one that does not gets the files of the run it
+resumes and returns its folder's files, which the driver writes there. A run lost with its node
+or worker goes again from its checkpoint (docs/deployment.md, "A preset on a Ray cluster").
 """
 
 from __future__ import annotations
@@ -41,10 +39,9 @@ TOKEN_FILE = ".fedcgd-ray-task"
 
 @dataclass(frozen=True)
 class RaySettings:
-    """Where runs go as Ray tasks (``address`` None: a Ray of this machine) and what each takes.
+    """Where runs go as Ray tasks (``address`` None: this machine) and what each takes.
 
-    ``jobs``: the runs at once of ``launcher.jobs`` > 1, on a Ray of this machine with that
-    many CPUs (0: Ray's own count).
+    ``jobs`` > 1: runs at once on a Ray of this machine with that many CPUs (0: Ray's count).
     """
 
     address: str | None
@@ -59,12 +56,7 @@ class RaySettings:
 
 
 def resolve_jobs(jobs: Any, engine: str) -> int:
-    """The number of runs to keep going at once: ``jobs``, or every usable core for 0.
-
-    Raises ValueError (one line) for a value that is not a whole number >= 0, or more than one
-    job on an engine other than ``inprocess`` (the others run clients in parallel and start
-    servers on fixed ports).
-    """
+    """The runs to keep going at once: ``jobs``, or every usable core for 0 (ValueError if bad)."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(
             f"jobs: got {jobs!r}; allowed: a whole number >= 1 (runs at once), or 0 for one "
@@ -85,16 +77,14 @@ def ray_settings(
 ) -> RaySettings | None:
     """The checked Ray settings, or None: runs go locally (no address and no GPU asked).
 
-    ``address`` None or empty: ``$RAY_ADDRESS``. ``prefix`` names the settings in messages
-    (``launcher.`` or ``--``). Raises ValueError (one line) for a bad value.
+    ``address`` None or empty: ``$RAY_ADDRESS``; ``prefix`` (``launcher.`` or ``--``) names the
+    settings in the one-line ValueError for a bad value.
     """
     address = str(address or os.environ.get("RAY_ADDRESS") or "") or None
     for key, value, least in (("cpus-per-run", cpus, "> 0"), ("gpus-per-run", gpus, ">= 0")):
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if (
-            not (number and math.isfinite(value) and value >= 0)
-            or (value == 0 and key == "cpus-per-run")
-            or (value > 1 and key == "gpus-per-run" and value % 1)
+        if not (number and math.isfinite(value) and value >= 0) or (
+            (value == 0) if key == "cpus-per-run" else (value > 1 and value % 1)
         ):
             raise ValueError(
                 f"{prefix}{key}: got {value!r}; allowed: a number {least} (a fraction shares "
@@ -114,10 +104,7 @@ def ray_settings(
 
 
 def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
-    """Join (or start) the Ray cluster; the runs it holds at once. ValueError (one line) if not.
-
-    Refused: an address that does not answer, and runs that no node has the CPUs or GPUs for.
-    """
+    """Join (or start) the Ray cluster; the runs it holds at once (ValueError: none, no answer)."""
     import ray
 
     from experiments.run.flwr_run import check_reachable
@@ -147,7 +134,11 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
         raise ValueError(message) from err
     runs = capacity(settings)
     if runs == 0:
-        nodes = [(n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0)) for n in alive()]
+        nodes = [
+            (n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0))
+            for n in ray.nodes()
+            if n["Alive"]
+        ]
         ray.shutdown()
         raise ValueError(
             f"{prefix}gpus-per-run / cpus-per-run: got {settings.gpus_per_run:g} GPUs and "
@@ -157,17 +148,12 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
     return runs
 
 
-def alive() -> list[dict[str, Any]]:
-    """The cluster's live nodes (``ray.nodes()``)."""
-    import ray
-
-    return [node for node in ray.nodes() if node["Alive"]]
-
-
 def capacity(settings: RaySettings) -> int:
     """How many runs the cluster's live nodes hold at once with these resources per run."""
+    import ray
+
     total = 0
-    for node in alive():
+    for node in (n for n in ray.nodes() if n["Alive"]):
         have = node["Resources"]
         fits = int(have.get("CPU", 0) // settings.cpus_per_run)
         if settings.gpus_per_run:
@@ -218,10 +204,9 @@ def run_task(
 ) -> tuple[dict[str, bytes], int]:
     """One run in a Ray worker: its folder's files afterwards ({} in place) and its exit code.
 
-    The run goes in its own folder when that holds :data:`TOKEN_FILE` with ``token`` (the
-    node sees it), else in a temporary folder holding ``files`` (the run it resumes). Its
-    output, the node it ran on first, goes to ``run.log`` there; ``device`` ``auto`` is the GPU
-    Ray assigned (``cuda``: Ray sets ``CUDA_VISIBLE_DEVICES``), or the CPU when it assigned none.
+    In its own folder when that holds :data:`TOKEN_FILE` with ``token`` (the node sees it), else
+    in a temporary folder holding ``files``; output to ``run.log`` there; ``device`` ``auto`` is
+    the GPU Ray assigned, or the CPU.
     """
     import ray
 
@@ -265,10 +250,7 @@ def run_task(
 
 
 def again(run: Mapping[str, Any]) -> dict[str, Any]:
-    """A lost run's config to go again: from the checkpoint its folder holds, else from the start.
-
-    Without a checkpoint the run's files are removed (what a run in place left).
-    """
+    """A lost run's config: from its folder's checkpoint, else from the start (files removed)."""
     from server_app.checkpoint import CHECKPOINT_FILE
 
     folder = Path(run["result-dir"])
@@ -277,16 +259,6 @@ def again(run: Mapping[str, Any]) -> dict[str, Any]:
     for name in RUN_FILES:
         (folder / name).unlink(missing_ok=True)
     return {k: v for k, v in run.items() if k != "resume-from"}
-
-
-def write_files(folder: Path, files: Mapping[str, bytes]) -> None:
-    """Write a task's files into the run's folder, each atomically, ``status.json`` last.
-
-    Under the folder's lock (a ValueError, one line, names a process that holds it).
-    """
-    with claim_folder(folder, "result folder", writer=True):
-        for name in sorted(files, key=lambda name: name == STATUS_FILE):
-            atomic_write(folder / name, files[name])
 
 
 def run_tasks(
@@ -298,11 +270,9 @@ def run_tasks(
     """Run every run config as a Ray task, in list order, as many at once as the cluster holds.
 
     ``on_start(i)`` before run ``i`` goes (False keeps it back), ``on_end(i, exit_code)`` once
-    its files are in its folder; no lock on the folders is held in between (a task in place
-    takes them). A run lost with its node or worker goes again (:func:`again`), up to
-    :data:`MAX_RETRIES` times; on a signal the runs still going end with this driver (Ray sends
-    their tasks SIGTERM: each ends ``stopped``); Ray is left (:func:`connect` joined it). Returns
-    how many went again.
+    its files are in its folder (written under its lock, ``status.json`` last). A run lost with
+    its node or worker goes again (:func:`again`) up to :data:`MAX_RETRIES` times; on a signal
+    the runs going end with this driver (Ray sends them SIGTERM). Returns how many went again.
     """
     import ray
 
@@ -320,7 +290,9 @@ def run_tasks(
         if reason:
             append_line(folder / RUN_LOG, reason)
         try:
-            write_files(folder, files)
+            with claim_folder(folder, "result folder", writer=True):
+                for name in sorted(files, key=lambda name: name == STATUS_FILE):
+                    atomic_write(folder / name, files[name])
         except ValueError as err:
             code = 1
             append_line(folder / RUN_LOG, f"failed: {first_line(err)}")
@@ -380,11 +352,7 @@ STOP_GRACE_S = 15.0
 
 
 def settle_stopped(folders: Sequence[Path]) -> None:
-    """Wait for each folder's run to leave ``running``, then mark those that did not stopped.
-
-    A task Ray killed before it could write its end (busy in C code when SIGTERM came, then
-    SIGKILL) would stay ``running``: the command says ``stopped`` for it.
-    """
+    """Wait for each folder's run to leave ``running``; mark stopped those Ray killed first."""
     from server_app.run_folder.run_status import RUNNING, mark_stopped, read_status
 
     def going(folder: Path) -> bool:
