@@ -258,6 +258,45 @@ def test_a_refused_aggregate_leaves_the_aggregators_state_as_it_was():
     # (a restored state continuing exactly: tests/test_checkpoint_identity.py)
 
 
+def test_a_failed_round_after_an_overflowed_state_costs_the_round_not_the_run():
+    # FedAdam's v_t overflows to inf on finite float32 uploads (a diverging run); a later
+    # failed round puts that state back as it was instead of refusing it as a checkpoint's.
+    aggregator = make_aggregator("FedAdam", {}, 4)
+    reference = {"w": np.zeros((3, 2), np.float32)}
+    huge = [{"w": np.full((3, 2), 2e19, np.float32)}] * 4
+    first, _ = aggregate_uploads(aggregator, 1, huge, [10] * 4, reference)
+    assert np.isinf(aggregator_state(aggregator)["v_t"]["w"]).all()
+    nan = [{"w": np.full((3, 2), np.nan, np.float32)}] * 4
+    result, reason = aggregate_uploads(aggregator, 2, nan, [10] * 4, first or reference)
+    assert result is None and "not finite" in str(reason)
+    assert np.isinf(aggregator_state(aggregator)["v_t"]["w"]).all()
+
+
+class CountsItsRounds(flower_strategies.FedAvg):
+    """A researcher's strategy whose state_dict() hands out an array it changes in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = np.zeros(1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seen = np.array(state["seen"])
+
+    def aggregate_train(self, server_round, replies):
+        self.seen += 1
+        raise RuntimeError("boom")
+
+
+def test_a_failed_round_puts_back_a_researchers_state_changed_in_place():
+    aggregator, model = CountsItsRounds(), {"w": np.zeros(2, np.float32)}
+    result, reason = aggregate_uploads(aggregator, 1, [model, model], [1, 1], model)
+    assert result is None and reason.startswith("CountsItsRounds.aggregate_train raised Runtime")
+    assert aggregator.seen.tolist() == [0.0]
+
+
 ADAPTIVE_DP = {  # Flower's adaptive clipping around FedAvgM: the clipping norm and momentum
     "noise-multiplier": 0.3,
     "initial-clipping-norm": 0.5,

@@ -146,6 +146,19 @@ class Broken:
 
     def draw_round(self, model_bits):
         raise AssertionError("never drawn")
+
+
+class OneTooMany:
+    def __init__(self, num_devices):
+        self.num_devices = num_devices
+
+    def draw_round(self, model_bits):
+        import numpy as np
+
+        from channel import RoundDraw
+
+        n = self.num_devices + 1
+        return RoundDraw(np.ones(n, bool), np.ones(n), np.full(n, 1e5))
 """
 
 
@@ -180,3 +193,21 @@ def test_a_bad_channel_is_refused_in_one_line_before_the_start(tmp_path, capsys,
     assert len(err) == 1, err
     assert phrase in err[0], err[0]
     assert not out.exists()
+
+
+def test_a_channel_drawing_another_number_of_devices_fails_the_run_in_one_line(tmp_path, capsys):
+    from experiments.cli import invoke
+    from experiments.run.run_config import format_run_config
+
+    mine = tmp_path / "mine.py"
+    mine.write_text(textwrap.dedent(MINE).lstrip("\n"))
+    run_config = {"num-devices": 6, "num-server-rounds": 2, "channel.model": f"{mine}:OneTooMany"}
+    code = invoke(
+        ["inprocess", "--run-config", format_run_config(run_config), "--out", str(tmp_path / "out")]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    assert (
+        "failed: round 1: channel OneTooMany.draw_round (mine.py) drew 7 devices; the run has "
+        "num-devices = 6 (one entry per device)"
+    ) in err, err

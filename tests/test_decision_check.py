@@ -178,6 +178,13 @@ class BareMask(Policy):
         return inputs.candidate & np.isfinite(inputs.min_bandwidth_hz)
 
 
+class ShortMask(Policy):
+    needs_reports = False
+
+    def schedule(self, inputs, rng):
+        return decision_from_mask(inputs, np.ones(inputs.num_devices - 1, dtype=bool))
+
+
 class Raises(Policy):
     needs_reports = False
 
@@ -229,6 +236,7 @@ def run(cheats: Path, name: str, folder: Path, **values: object):
 #: The cheats run in one child process (tests/command_batch.py): name -> extra settings.
 BATCHED = {
     "BareMask": {},
+    "ShortMask": {"num-devices": 4},
     "Raises": {},
     "ZeroesTheBandwidths": {},
     "FailsInRound3": {"num-server-rounds": 5, "checkpoint-every": 1},  # resumable after round 2
@@ -283,6 +291,11 @@ def test_the_all_reference_is_exempt_from_the_budget_only(tmp_path):
     ("name", "message"),
     [
         ("BareMask", "schedule() returned ndarray, not a Decision"),
+        (
+            "ShortMask",
+            "schedule(): decision_from_mask got a mask of shape (3,); it must be a bool mask of "
+            "shape (4,), one entry per device (cheats.py:",
+        ),
         ("Raises", "schedule() raised AttributeError: 'RoundInputs' object has no attribute"),
         ("ZeroesTheBandwidths", "raised ValueError: assignment destination is read-only (cheats"),
     ],

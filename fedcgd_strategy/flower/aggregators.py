@@ -6,6 +6,7 @@ docs/aggregation.md; docs/design.md, "Any Flower aggregation".
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import inspect
 import math
@@ -236,7 +237,7 @@ def aggregate_uploads(
     need, why = minimum_uploads(aggregator)
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
-    before = aggregator_state(aggregator)  # its state, as a checkpoint holds it
+    before = copy.deepcopy(aggregator_state(aggregator))  # as a checkpoint holds it
     wanted = (getattr(inner, k, 0) or 0 for k in ("min_available_nodes", "min_train_nodes"))
     ids, current = list(range(1, max(len(models), *map(int, wanted)) + 1)), reference
     grid = cast(Grid, SimpleNamespace(get_node_ids=lambda: ids))  # all configure_train reads
@@ -266,8 +267,18 @@ def aggregate_uploads(
         result, reason = None, f"{name}.aggregate_train raised {type(err).__name__}: " + (
             first_line(err))  # fmt: skip
     if result is None:
-        load_aggregator_state(aggregator, before, reference)
+        _restore(aggregator, before)
     return result, reason
+
+
+def _restore(aggregator: Strategy, state: dict[str, Any]) -> None:
+    """Put back what :func:`aggregator_state` took (this process's own: unchecked)."""
+    if hasattr(aggregator, "load_state_dict"):
+        aggregator.load_state_dict(state)
+        return
+    for key, (owner, name, kind) in _attributes(aggregator).items():
+        value = state[key]
+        setattr(owner, name, _record(value) if kind == "record" and value is not None else value)
 
 
 def _fitted(

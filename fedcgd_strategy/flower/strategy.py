@@ -8,11 +8,13 @@ models, lets the policy update Ĝ and records the round.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from numpy.typing import NDArray
 
 from channel import ChannelModel, RoundDraw
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
+from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, dp_round_noise
 from fedcgd_strategy.flower.discovery import (
     discover_nodes,
@@ -62,6 +65,10 @@ from fedcgd_strategy.record import RoundRecord, round_record
 from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings, read_round_config
+
+
+class ChannelDrawError(OneLineMessage, ValueError):
+    """A channel's round draw that does not have one entry per device of the run."""
 
 
 @dataclass
@@ -211,6 +218,13 @@ class ScheduledStrategy(Strategy):
         )
         discovery_s = time.perf_counter() - t0
         draw = self.cell.draw_round(self.model_bits)
+        if draw.available.shape != (self.registry.num_devices,):
+            where = Path(inspect.getfile(type(self.cell))).name
+            raise ChannelDrawError(
+                f"round {server_round}: channel {type(self.cell).__qualname__}.draw_round "
+                f"({where}) drew {draw.available.size} devices; the run has num-devices = "
+                f"{self.registry.num_devices} (one entry per device)"
+            )
         state = RoundInProgress(
             draw=draw,
             training=training,

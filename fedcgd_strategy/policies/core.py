@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from fedcgd_strategy.errors import RuleBrokenError
 from fedcgd_strategy.estimators import estimate_global_sigma
 from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, sampling_term, wemd
 from fedcgd_strategy.solvers import ScheduleResult
@@ -197,6 +198,11 @@ def decision_from_mask(
     :func:`~.check.check_decision`, after ``schedule`` returns.
     """
     selected = np.asarray(selected, dtype=bool)
+    if selected.shape != inputs.candidate.shape:
+        raise RuleBrokenError(
+            f"decision_from_mask got a mask of shape {selected.shape}; it must be a bool mask of "
+            f"shape ({inputs.num_devices},), one entry per device"
+        )
     sigma, wemd_g1, sampling = _schedule_terms(inputs, selected)
     bandwidth = inputs.min_bandwidth_hz[selected]
     return Decision(
