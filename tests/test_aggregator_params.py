@@ -1,6 +1,6 @@
 """Aggregator and DP parameters are checked before the start; a run that cannot aggregate fails.
 
-Out-of-range values (and two spellings of one key) are refused in one line naming
+Out-of-range values (Flower's constructors say so) are refused in one line naming
 ``aggregator-params.<key>``, the value and the range, edges accepted; a run whose aggregation
 failed in more than half of its rounds with uploads ends ``failed``; ``config.json`` holds the
 resolved parameters (Flower's defaults read with :mod:`inspect`).
@@ -60,21 +60,14 @@ class Scaled(flower_strategies.FedAvg):
 DP_FIXED = {"noise-multiplier": 0.5, "clipping-norm": 1.0}
 DP_ADAPTIVE = {"noise-multiplier": 0.0}
 REFUSED_VALUES = [
-    ("FedTrimmedAvg", {}, "beta", [0.5, -0.1], "`beta` must be in the range [0, 0.5)"),
-    (ADAPTIVE, DP_ADAPTIVE, "clip-norm-lr", [0.0], "The learning rate must be positive"),
-    (FIXED, DP_FIXED, "noise-multiplier", [-1.0], "noise multiplier should be a non-negative"),
-    (FIXED, DP_FIXED, "clipping-norm", [0.0], "clipping norm should be a positive value"),
-    (ADAPTIVE, DP_ADAPTIVE, "initial-clipping-norm", [0.0], "clipping norm should be a positive"),
+    ("FedTrimmedAvg", {}, "beta", [0.5], "`beta` must be in the range [0, 0.5)"),  # Flower's
     (ADAPTIVE, DP_ADAPTIVE, "target-clipped-quantile", [1.5], "quantile must be in [0, 1]"),
-    (ADAPTIVE, DP_ADAPTIVE, "clipped-count-stddev", [-1.0], "must be non-negative"),
+    (FIXED, DP_FIXED, "noise-multiplier", [-1.0], "noise multiplier should be a non-negative"),
     ("FedAdam", {}, "tau", [INF, NAN], "NaN and inf are no setting"),
-    ("FedAvgM", {}, "server-momentum", [NAN], "NaN and inf are no setting"),
     (f"{__name__}:Scaled", {}, "scale", [INF], "NaN and inf are no setting"),
     # wrong types
     ("FedAdam", {}, "eta", ["0.1"], "allowed: a float"),
-    ("FedAvgM", {}, "server-momentum", [True], "allowed: a float"),
     ("Krum", {}, "num-malicious-nodes", [True, 1.0], "allowed: an int"),
-    (FIXED, DP_FIXED, "clipping-norm", ["big"], "allowed: a float"),
 ]  # fmt: skip
 REFUSED = [(a, {**other, key: v}, key, v, said)
            for a, other, key, values, said in REFUSED_VALUES for v in values]  # fmt: skip
@@ -94,45 +87,19 @@ def test_a_bad_parameter_is_refused_in_one_line_naming_it(
 
 
 ACCEPTED = [
-    ("FedAdam", {"beta-1": 0.0, "beta-2": 0.0}),
     ("FedAdam", {"eta": 10.0, "tau": 1e-12, "eta-l": 10}),
-    ("FedYogi", {"beta-1": 0.999, "beta-2": 0.9999}),
-    ("FedAvgM", {"server-momentum": 0.0, "server-learning-rate": 10.0}),
-    ("FedAvgM", {"server-momentum": 0.99}),
     ("FedTrimmedAvg", {"beta": 0.0}),
-    ("FedTrimmedAvg", {"beta": 0.49}),
-    ("Krum", {"num-malicious-nodes": 0}),
-    ("MultiKrum", {"num-nodes-to-select": 1}),
     ("MultiKrum", {"num-nodes-to-select": V}),
-    (FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1e-6}),
-    (ADAPTIVE, {"noise-multiplier": 0.0, "target-clipped-quantile": 0.0}),
     (ADAPTIVE, {"noise-multiplier": 0.0, "target-clipped-quantile": 1.0}),
-    (ADAPTIVE, {"noise-multiplier": 0.0, "clipped-count-stddev": 0.0, "clip-norm-lr": 10.0}),
     (FIXED, {"noise-multiplier": 0.3, "clipping-norm": 0.5, "strategy": "FedAdam",
              "strategy-params": {"beta-1": 0.0}}),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("aggregator", "params"), ACCEPTED, ids=[str(c) for c in ACCEPTED])
-def test_the_edges_of_each_range_are_accepted(tmp_path, aggregator, params):
+def test_good_parameters_are_accepted(tmp_path, aggregator, params):
     config = parse_run_config(settings(tmp_path, aggregator, params))
     assert config.aggregator == aggregator
-
-
-@pytest.mark.parametrize(
-    ("aggregator", "params", "first", "second"),
-    [
-        ("FedAvgM", {"server-learning-rate": 0.5, "server_learning_rate": 2.0},
-         "server-learning-rate", "server_learning_rate"),
-        ("Krum", {"num_malicious_nodes": 1, "num-malicious-nodes": 1},
-         "num_malicious_nodes", "num-malicious-nodes"),
-        (FIXED, {**DP_FIXED, "clipping_norm": 2.0}, "clipping-norm", "clipping_norm"),
-    ],
-)  # fmt: skip
-def test_two_spellings_of_one_parameter_are_refused(tmp_path, aggregator, params, first, second):
-    text = refusal(tmp_path, aggregator, params)
-    assert f"aggregator-params.{second}" in text and f"aggregator-params.{first}" in text, text
-    assert "give it once" in text, text
 
 
 SKIPPER = """\
@@ -152,19 +119,13 @@ class Skipper(Policy):
 """
 
 
-def test_a_policys_two_spellings_of_one_parameter_are_refused(tmp_path):
+def test_a_snake_case_name_is_refused_naming_the_run_config_spelling(tmp_path):
     module = tmp_path / "skipper.py"
     module.write_text(SKIPPER)
     config = fold_policy_params(
-        {
-            **default_run_config(),
-            "result-dir": str(tmp_path),
-            "policy": f"{module}:Skipper",
-            "policy-params.per-round": 2,
-            "policy-params.per_round": 3,
-        }
+        {**default_run_config(), "policy": f"{module}:Skipper", "policy-params.per_round": 3}
     )
-    with pytest.raises(ValueError, match=r"policy-params\.per_round.*give it once"):
+    with pytest.raises(ValueError, match=r"policy-params\.per_round: .*allowed: per-round, label$"):
         parse_run_config(config)
 
 
