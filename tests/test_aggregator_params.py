@@ -1,9 +1,8 @@
 """Aggregator and DP parameters are checked before the start; a run that cannot aggregate fails.
 
-Out-of-range values (Flower's constructors say so) are refused in one line naming
-``aggregator-params.<key>``, the value and the range, edges accepted; a run whose aggregation
-failed in more than half of its rounds with uploads ends ``failed``; ``config.json`` holds the
-resolved parameters (Flower's defaults read with :mod:`inspect`).
+A value Flower's constructor refuses (or of another type) is refused in one line naming
+``aggregator-params.<key>`` and the value; a run whose aggregation failed in more than half of
+its rounds with uploads ends ``failed``; ``config.json`` holds the resolved parameters.
 """
 
 from __future__ import annotations
@@ -30,15 +29,8 @@ NAN, INF = float("nan"), float("inf")
 
 def settings(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[str, Any]:
     flat = {f"aggregator-params.{k}": v for k, v in params.items()}
-    return fold_policy_params(
-        {
-            **default_run_config(),
-            "num-devices": V,
-            "result-dir": str(tmp_path),
-            "aggregator": aggregator,
-            **flat,
-        }
-    )
+    config = {**default_run_config(), "num-devices": V, "result-dir": str(tmp_path)}
+    return fold_policy_params({**config, "aggregator": aggregator, **flat})
 
 
 def refusal(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> str:
@@ -84,22 +76,6 @@ def test_a_bad_parameter_is_refused_in_one_line_naming_it(
     text = refusal(tmp_path, aggregator, params)
     assert f"{key} = {value!r}" in text or f"'{key}': {value!r}" in text, text
     assert said in text, text
-
-
-ACCEPTED = [
-    ("FedAdam", {"eta": 10.0, "tau": 1e-12, "eta-l": 10}),
-    ("FedTrimmedAvg", {"beta": 0.0}),
-    ("MultiKrum", {"num-nodes-to-select": V}),
-    (ADAPTIVE, {"noise-multiplier": 0.0, "target-clipped-quantile": 1.0}),
-    (FIXED, {"noise-multiplier": 0.3, "clipping-norm": 0.5, "strategy": "FedAdam",
-             "strategy-params": {"beta-1": 0.0}}),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("aggregator", "params"), ACCEPTED, ids=[str(c) for c in ACCEPTED])
-def test_good_parameters_are_accepted(tmp_path, aggregator, params):
-    config = parse_run_config(settings(tmp_path, aggregator, params))
-    assert config.aggregator == aggregator
 
 
 SKIPPER = """\
