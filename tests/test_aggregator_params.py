@@ -7,7 +7,6 @@ its rounds with uploads ends ``failed``; ``config.json`` holds the resolved para
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -207,12 +206,6 @@ def test_the_share_of_failed_aggregations_that_fails_a_run(lines, failed):
 # --- config.json: the resolved parameters ----------------------------------------------------
 
 
-def flower_defaults(cls: type, *names: str) -> dict[str, Any]:
-    """The defaults of ``names`` in Flower's constructor of ``cls``, in kebab case."""
-    parameters = inspect.signature(cls).parameters
-    return {name.replace("_", "-"): parameters[name].default for name in names}
-
-
 def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[str, Any]:
     from server_app.setup import build_setup
 
@@ -223,53 +216,36 @@ def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> 
 
 
 FLWR = "flwr.serverapp.strategy"
+GIVEN, DEFAULT = "run-config key 'aggregator-params'", "the class default"
 
 
-def record(cls: str, given: dict, defaults: dict, table: str = "aggregator-params") -> dict:
-    """``aggregator_resolved`` of class ``cls`` built from ``given`` and Flower's ``defaults``."""
-    origin = {k: f"run-config key '{table}'" for k in given}
-    return {
-        "class": cls,
-        "params": given | defaults,
-        "from": origin | dict.fromkeys(defaults, "the class default"),
+def test_config_json_holds_the_resolved_parameters(tmp_path):
+    """Every parameter as built (Flower 1.42's defaults, as the docs show), where each came
+    from; a DP wrapper's strategy nested."""
+    assert recorded_config(tmp_path / "a", "", {})["aggregator_resolved"] is None
+    assert recorded_config(tmp_path / "b", "FedAdam", {"eta": 0.05})["aggregator_resolved"] == {
+        "class": f"{FLWR}.fedadam:FedAdam",
+        "params": {"eta": 0.05, "eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001},
+        "from": {"eta": GIVEN} | dict.fromkeys(["eta-l", "beta-1", "beta-2", "tau"], DEFAULT),
     }
-
-
-def adaptive_record() -> dict:
-    wrapper = flower_strategies.DifferentialPrivacyServerSideAdaptiveClipping
-    defaults = flower_defaults(wrapper, "initial_clipping_norm", "target_clipped_quantile")
-    ours = "fedcgd_strategy.flower.aggregators:" + ADAPTIVE  # Flower's name, our steps
-    out = record(ours, {"noise-multiplier": 0.3, "clip-norm-lr": 0.1}, defaults)
+    params = {"noise-multiplier": 0.3, "clip-norm-lr": 0.1, "strategy": "FedAvgM",
+              "strategy-params": {"server-momentum": 0.9}}  # fmt: skip
+    dp = recorded_config(tmp_path / "c", ADAPTIVE, params)["aggregator_resolved"]
+    assert dp["class"] == f"fedcgd_strategy.flower.aggregators:{ADAPTIVE}"  # our steps
     # Flower derives it from num_sampled_clients = V: V / 20 (Andrew et al.'s advice)
-    out["params"]["clipped-count-stddev"] = V / 20
-    out["from"]["clipped-count-stddev"] = "Flower's default for num-devices (V / 20)"
-    inner = flower_defaults(flower_strategies.FedAvgM, "server_learning_rate")
-    table = "aggregator-params.strategy-params"
-    return out | {"strategy": record(f"{FLWR}.fedavgm:FedAvgM", {"server-momentum": 0.9}, inner,
-                                     table)}  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("aggregator", "params", "expected"),
-    [
-        ("", {}, lambda: None),
-        ("FedAdam", {"eta": 0.05}, lambda: record(f"{FLWR}.fedadam:FedAdam", {"eta": 0.05},
-         flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau"))),
-        (ADAPTIVE, {"noise-multiplier": 0.3, "clip-norm-lr": 0.1, "strategy": "FedAvgM",
-                    "strategy-params": {"server-momentum": 0.9}}, adaptive_record),
-        (FIXED, DP_FIXED, lambda: record(f"{FLWR}.dp_fixed_clipping:{FIXED}", DP_FIXED, {})
-         | {"strategy": record(f"{FLWR}.fedavg:FedAvg", {}, {})}),
-    ],
-    ids=["default", "FedAdam", "adaptive-FedAvgM", "fixed"],
-)  # fmt: skip
-def test_config_json_holds_the_resolved_parameters(tmp_path, aggregator, params, expected):
-    """Every parameter as built, where each came from; a DP wrapper's strategy nested."""
-    assert recorded_config(tmp_path, aggregator, params)["aggregator_resolved"] == expected()
-
-
-def test_flowers_defaults_are_those_the_docs_show():
-    defaults = flower_defaults(flower_strategies.FedAdam, "eta_l", "beta_1", "beta_2", "tau")
-    assert defaults == {"eta-l": 0.1, "beta-1": 0.9, "beta-2": 0.99, "tau": 0.001}  # Flower 1.42
+    assert dp["params"]["clipped-count-stddev"] == V / 20
+    assert dp["from"]["clipped-count-stddev"] == "Flower's default for num-devices (V / 20)"
+    assert (
+        dp["from"]["noise-multiplier"] == GIVEN and dp["from"]["target-clipped-quantile"] == DEFAULT
+    )
+    assert dp["strategy"] == {
+        "class": f"{FLWR}.fedavgm:FedAvgM",
+        "params": {"server-momentum": 0.9, "server-learning-rate": 1.0},
+        "from": {"server-momentum": GIVEN.replace("params'", "params.strategy-params'"),
+                 "server-learning-rate": DEFAULT},
+    }  # fmt: skip
+    fixed = recorded_config(tmp_path / "d", FIXED, DP_FIXED)["aggregator_resolved"]
+    assert fixed["strategy"]["class"] == f"{FLWR}.fedavg:FedAvg"
 
 
 @pytest.mark.parametrize("policy", ["fedcbs", "bc"])
