@@ -148,15 +148,9 @@ class RunConfig:
 
     def policy_context(self, num_classes: int) -> PolicyContext:
         """What the policy's constructor may take by name besides ``policy-params``."""
-        return PolicyContext(
-            num_devices=self.task.num_devices,
-            num_classes=num_classes,
-            initial_g=self.initial_g,
-            pack_rule=self.pack_rule,
-            poc_candidates=self.poc_candidates,
-            fedcbs_lambda=self.fedcbs_lambda,
-            exact_time_limit_s=self.exact_time_limit_s,
-        )
+        fields = (f.name for f in dataclasses.fields(PolicyContext) if hasattr(self, f.name))
+        shared = {name: getattr(self, name) for name in fields}  # initial_g, pack_rule, ...
+        return PolicyContext(num_devices=self.task.num_devices, num_classes=num_classes, **shared)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable view (nested task, training and cell settings)."""
