@@ -72,7 +72,7 @@ def constructor_arguments(
         if name in refused:
             raise ValueError(f"{where}: {refused[name]}; allowed: {allowed}")
         if name not in settable or key != kebab(name):
-            raise ValueError(f"{where}: {owner} takes no parameter {key!r}; allowed: {allowed}")
+            raise ValueError(f"{where}: {owner} takes no parameter {name!r}; allowed: {allowed}")
         wanted = types_[name]
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if wanted is float and number:
