@@ -57,16 +57,11 @@ def as_nonnegative_array(
     return array
 
 
-def as_nonnegative_float(value: float, name: str, *, strict: bool = False) -> float:
-    """Return ``value`` as a float after checking it is finite and ``>= 0`` (``> 0`` if strict)."""
-    return float(as_nonnegative_array(value, name, shape=(), strict=strict))
-
-
 def check_total_bandwidth(
     total_bandwidth_hz: float, *, allow_zero: bool = False, name: str = "total_bandwidth_hz"
 ) -> float:
     """Validate the bandwidth budget ``B`` of problem P1 in Hz: finite, ``> 0`` (or ``>= 0``)."""
-    return as_nonnegative_float(total_bandwidth_hz, name, strict=not allow_zero)
+    return float(as_nonnegative_array(total_bandwidth_hz, name, shape=(), strict=not allow_zero))
 
 
 def as_min_bandwidths(
@@ -146,14 +141,6 @@ def as_target_distribution(
         raise ValueError(f"{name} must have shape [{expected}], got shape {target.shape}")
     _check_on_simplex(name, target)
     return target
-
-
-def as_weights(weights: ArrayLike, num: int, name: str = "weights") -> FloatArray:
-    """Validate aggregation weights ``|D_v|``, shape ``[num]``: finite, ``>= 0``, positive sum."""
-    w = as_nonnegative_array(weights, name, shape=(num,))
-    if num > 0 and not w.sum() > 0:
-        raise ValueError(f"{name} must have a positive sum, got {w.tolist()}")
-    return w
 
 
 def as_bool_mask(mask: ArrayLike, num_devices: int, name: str = "mask") -> BoolArray:
