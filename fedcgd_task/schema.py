@@ -221,16 +221,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _setting("dirichlet-alpha", "α of the Dirichlet split", limits="> 0"),
     _setting("shards-per-device", "l, shards per device of the shards split", limits=">= 1"),
-    _setting(
-        "imbalance-ratio",
-        "r = n2/n1 (first half of classes kept at 1/r)",
-        limits=">= 1",
-    ),
-    _setting(
-        "local-steps",
-        "τ, SGD steps per round (sent with each round)",
-        limits=">= 1",
-    ),
+    _setting("imbalance-ratio", "r = n2/n1 (first half of classes kept at 1/r)", limits=">= 1"),
+    _setting("local-steps", "τ, SGD steps per round (sent with each round)", limits=">= 1"),
     _setting("learning-rate", "η, the SGD learning rate (sent likewise)", limits="> 0"),
     _setting("batch-size", "b, the mini-batch size (sent likewise)", limits=">= 1"),
     _setting(
