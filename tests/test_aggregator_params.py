@@ -151,18 +151,6 @@ def test_a_run_whose_aggregation_fails_every_round_ends_failed_exit_1(capsys, tm
     assert status.reason is not None and status.reason.startswith("aggregation failed in 2 of")
 
 
-def test_a_comparison_leaves_a_run_whose_aggregation_failed_out_of_its_tables(tmp_path):
-    from experiments.compare.execution import run_policies
-
-    shared = {k: v for k, v in SMALL.items() if k != "policy"}
-    shared["aggregator"] = failing_aggregator(tmp_path)
-    result = run_policies(["all"], shared, tmp_path / "out", engine="inprocess")
-    assert result.runs == []
-    (failed,) = result.failed
-    assert failed.label == "all/seed-0" and failed.reason.startswith("aggregation failed in 2 of")
-    assert not (tmp_path / "out" / "runs.csv").exists()
-
-
 def line(rnd: int, uploaded: int, kept: bool, reason: str | None = None) -> dict[str, Any]:
     return {
         "round": rnd,
