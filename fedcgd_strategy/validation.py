@@ -1,9 +1,8 @@
 """Checks of values: the scheduling math's arguments, and the rules on what a device sends.
 
-The validators of the math (problem P1, estimators, selectors, Fed-CBS) raise ``ValueError``
-naming the argument, the offending value and what is allowed, and return the value as the type
-the math uses (float64 arrays, ``float``, ``int``). The screening rules of a device's values
-(docs/design.md, "Screening replies") are applied by :mod:`~.flower.replies`. Pure numpy.
+A validator raises ``ValueError`` naming the argument, the offending value and what is allowed,
+and returns the value as the type the math uses. The screening rules (docs/design.md,
+"Screening replies") are applied by :mod:`~.flower.replies`. Pure numpy.
 """
 
 from __future__ import annotations
@@ -16,15 +15,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from channel.arrays import BoolArray, FloatArray, as_float_array
 
+#: Absolute tolerance on ``|Σ_c p_c − 1|`` for every label and target distribution.
 DISTRIBUTION_SUM_TOL: Final[float] = 1e-6
-"""Absolute tolerance on ``|Σ_c p_c − 1|`` for every label and target distribution."""
-
-_MAX_SHOWN: Final[int] = 4
-"""Offending entries quoted in an error message; further ones are only counted."""
+_MAX_SHOWN: Final[int] = 4  #: offending entries quoted in a message; more are counted
 
 
 def _offending(name: str, array: NDArray[Any], bad: NDArray[np.bool_]) -> str:
-    """Quote the first offending entries of ``array`` (``bad`` marks them)."""
     if array.ndim == 0:
         return repr(array.item())
     positions = np.argwhere(bad)
@@ -45,13 +41,9 @@ def as_nonnegative_array(
     strict: bool = False,
     where: ArrayLike | None = None,
 ) -> FloatArray:
-    """Convert ``value`` to a float64 array whose entries are finite and ``>= 0`` (``> 0``).
-
-    ``name``, ``shape`` (None: any), ``broadcast_scalar`` as in
-    :func:`channel.arrays.as_float_array`; ``strict`` requires ``> 0``; ``where`` (bool, the shape
-    of ``value``; None: all) marks the entries checked. Raises ValueError if ``value`` is not
-    numeric, has another shape, or a checked entry is NaN, infinite or below the bound.
-    """
+    """``value`` as float64, its entries (those ``where`` marks) finite and ``>= 0`` (``> 0``
+    if ``strict``); ``shape``, ``broadcast_scalar`` as in :func:`channel.arrays.as_float_array`.
+    """  # noqa: D205
     array = as_float_array(value, name, shape=shape, broadcast_scalar=broadcast_scalar)
     below = array <= 0 if strict else array < 0
     bad = ~np.isfinite(array) | below
@@ -63,111 +55,6 @@ def as_nonnegative_array(
             f"{name} must be finite and {relation}, got {_offending(name, array, bad)}"
         )
     return array
-
-
-def as_nonnegative_float(value: float, name: str, *, strict: bool = False) -> float:
-    """Return ``value`` as a float after checking it is finite and ``>= 0`` (``> 0`` if strict)."""
-    return float(as_nonnegative_array(value, name, shape=(), strict=strict))
-
-
-def check_total_bandwidth(
-    total_bandwidth_hz: float, *, allow_zero: bool = False, name: str = "total_bandwidth_hz"
-) -> float:
-    """Validate the bandwidth budget ``B`` of problem P1 in Hz: finite, ``> 0`` (or ``>= 0``)."""
-    return as_nonnegative_float(total_bandwidth_hz, name, strict=not allow_zero)
-
-
-def as_min_bandwidths(
-    min_bandwidth_hz: ArrayLike, num_devices: int | None = None, name: str = "min_bandwidth_hz"
-) -> FloatArray:
-    """Validate the minimum bandwidths ``B*_v`` of paper eq. (lambert), in Hz, shape ``[V]``.
-
-    Each entry is ``>= 0``, or ``+inf`` for a device that cannot meet the deadline (docs/design.md,
-    "Infeasible devices"); NaN is rejected. ``num_devices=None`` accepts any length.
-    """
-    bandwidth = as_float_array(min_bandwidth_hz, name)
-    if bandwidth.ndim != 1 or (num_devices is not None and bandwidth.shape[0] != num_devices):
-        expected = "V" if num_devices is None else str(num_devices)
-        raise ValueError(f"{name} must have shape [{expected}], got shape {bandwidth.shape}")
-    bad = np.isnan(bandwidth) | (bandwidth < 0)
-    if np.any(bad):
-        raise ValueError(
-            f"{name} must be >= 0 Hz or +inf (infeasible device), got "
-            f"{_offending(name, bandwidth, bad)}"
-        )
-    return bandwidth
-
-
-def _check_on_simplex(name: str, dist: FloatArray, rows: BoolArray | None = None) -> None:
-    """Raise unless each checked row (``rows``) of ``dist`` [C] or [K, C] is on the simplex."""
-    checked = np.ones(dist.shape[:-1], dtype=bool) if rows is None else rows
-    bad = (~np.isfinite(dist) | (dist < 0)) & checked[..., None]
-    if np.any(bad):
-        raise ValueError(f"{name} must hold finite values >= 0, got {_offending(name, dist, bad)}")
-    sums = dist.sum(axis=-1)
-    off = np.flatnonzero(checked & (np.abs(sums - 1.0) > DISTRIBUTION_SUM_TOL))
-    if off.size == 0:
-        return
-    if dist.ndim == 1:
-        raise ValueError(
-            f"{name} must sum to 1 (within {DISTRIBUTION_SUM_TOL}), got sum {float(sums)!r}"
-        )
-    quoted = ", ".join(f"row {i} sums to {float(sums[i])!r}" for i in off[:_MAX_SHOWN])
-    more = off.size - _MAX_SHOWN
-    raise ValueError(
-        f"{name} rows must sum to 1 (within {DISTRIBUTION_SUM_TOL}; normalise label histograms "
-        f"first), got {quoted}" + (f" (and {more} more rows)" if more > 0 else "")
-    )
-
-
-def as_label_distributions(
-    label_dist: ArrayLike,
-    name: str = "label_dist",
-    *,
-    num_rows: int | None = None,
-    rows: ArrayLike | None = None,
-) -> FloatArray:
-    """Validate a stack of label distributions ``p_v`` (paper Section II), float ``[K, C]``.
-
-    One distribution over the C classes per row, ``K, C >= 1``; ``num_rows`` the required K
-    (None: any); ``rows`` bool[K] the rows checked (None: all). Raises ValueError if the shape is
-    wrong, a checked entry is NaN, infinite or negative, or a checked row does not sum to 1
-    within :data:`DISTRIBUTION_SUM_TOL`.
-    """
-    dist = as_float_array(label_dist, name)
-    if (
-        dist.ndim != 2
-        or min(dist.shape) < 1
-        or (num_rows is not None and dist.shape[0] != num_rows)
-    ):
-        expected = "K" if num_rows is None else str(num_rows)
-        raise ValueError(
-            f"{name} must have shape [{expected}, C] (one row per device) with K, C >= 1, got "
-            f"shape {dist.shape}"
-        )
-    mask = None if rows is None else as_bool_mask(rows, dist.shape[0], "rows")
-    _check_on_simplex(name, dist, mask)
-    return dist
-
-
-def as_target_distribution(
-    target_dist: ArrayLike, num_classes: int | None = None, name: str = "target_dist"
-) -> FloatArray:
-    """Validate the target label distribution ``p`` of the WEMD (paper eq. (G1)), float ``[C]``."""
-    target = as_float_array(target_dist, name)
-    if target.ndim != 1 or target.shape[0] < 1 or num_classes not in (None, target.shape[0]):
-        expected = "C" if num_classes is None else str(num_classes)
-        raise ValueError(f"{name} must have shape [{expected}], got shape {target.shape}")
-    _check_on_simplex(name, target)
-    return target
-
-
-def as_weights(weights: ArrayLike, num: int, name: str = "weights") -> FloatArray:
-    """Validate aggregation weights ``|D_v|``, shape ``[num]``: finite, ``>= 0``, positive sum."""
-    w = as_nonnegative_array(weights, name, shape=(num,))
-    if num > 0 and not w.sum() > 0:
-        raise ValueError(f"{name} must have a positive sum, got {w.tolist()}")
-    return w
 
 
 def as_bool_mask(mask: ArrayLike, num_devices: int, name: str = "mask") -> BoolArray:
@@ -182,7 +69,7 @@ def as_bool_mask(mask: ArrayLike, num_devices: int, name: str = "mask") -> BoolA
 
 
 def check_integer(value: float, name: str, *, minimum: int) -> int:
-    """Return ``value`` as an int after checking it is integral (``2.0`` passes), ``>= minimum``."""
+    """``value`` as an int, if integral (``2.0`` passes) and ``>= minimum``."""
     try:
         integral = int(value) == value
     except (TypeError, ValueError, OverflowError):
@@ -192,20 +79,15 @@ def check_integer(value: float, name: str, *, minimum: int) -> int:
     return int(value)
 
 
-#: Default k of :func:`update_norm_outliers` (run-config key ``max-update-norm-ratio``).
 DEFAULT_MAX_UPDATE_NORM_RATIO: Final[float] = 10.0
 
-#: Largest finite float32; a norm or σ̂_v above it is refused whatever the ratio rule says.
 FLOAT32_MAX: Final[float] = float(np.finfo(np.float32).max)
 
 
 def update_norm(
     local: Mapping[str, NDArray[np.generic]], reference: Mapping[str, NDArray[np.generic]]
 ) -> float:
-    """||w_v − w||₂ over every floating array of ``reference``, summed in float64 (NaN if any is).
-
-    Uploads are finite float32 by then, so the float64 sum cannot overflow for any model size.
-    """
+    """||w_v − w||₂ over every floating array of ``reference``, summed in float64."""
     total = 0.0
     for k, ref in reference.items():
         if np.issubdtype(np.asarray(ref).dtype, np.floating):
@@ -214,29 +96,21 @@ def update_norm(
     return float(np.sqrt(total))
 
 
-#: Relative tolerance between a device's reported update norm and the one of its upload.
 NORM_REL_TOL: Final[float] = 1e-5
 
 
 def reported_norm_matches(reported: float, uploaded: float) -> bool:
-    """True when a reported ``update-norm`` is the norm of the uploaded update (BN2 ranks by it).
-
-    Both are float64 sums over the same float32 values; the tolerance (:data:`NORM_REL_TOL`
-    relative, 1e-9 absolute) absorbs summation order only.
-    """
+    """Whether a reported ``update-norm`` is the uploaded update's (within summation order)."""
     return bool(abs(reported - uploaded) <= NORM_REL_TOL * abs(uploaded) + 1e-9)
 
 
 def update_norm_outliers(
     norms: ArrayLike, max_ratio: float, reference: float | None = None
 ) -> NDArray[np.bool_]:
-    """Which uploads of a round to refuse for an absurd update norm, bool[K].
-
-    Refused: a norm that is not finite or exceeds :data:`FLOAT32_MAX`, and, with ``max_ratio``
-    k > 0, a norm above k times the median of the round's *other* uploads (``reference``, the last
-    round's median, stands in when there is no other; None: a single upload passes). Raises
-    ValueError unless ``max_ratio`` is finite and >= 0.
-    """
+    """Which uploads of a round to refuse, bool[K]: a norm that is not finite or above
+    :data:`FLOAT32_MAX`, and, with ``max_ratio`` k > 0, one above k times the median of the
+    round's other uploads (``reference``, the last round's median, where there is no other).
+    """  # noqa: D205
     if not np.isfinite(max_ratio) or max_ratio < 0:
         raise ValueError(f"max_ratio = {max_ratio!r}; allowed: a finite number >= 0 (0 = off)")
     n = np.asarray(norms, dtype=np.float64).ravel()
@@ -257,12 +131,10 @@ def update_norm_outliers(
 def round_histogram_bounds(
     local_counts: ArrayLike, num_samples: int
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Per-class bounds (low, high) of a round histogram of ``num_samples`` = τ b samples.
-
-    Local samples are read cyclically (:func:`fedcgd_task.training.local_batches`), so class c with
-    ``L_c`` of the ``n`` local samples appears ``q L_c`` to ``q L_c + min(r, L_c)`` times,
-    ``q, r = divmod(num_samples, n)``.
-    """
+    """Per-class bounds (low, high) of a round histogram of ``num_samples`` = τ b samples: local
+    samples are read cyclically, so class c with ``L_c`` of ``n`` appears ``q L_c`` to
+    ``q L_c + min(r, L_c)`` times, ``q, r = divmod(num_samples, n)``.
+    """  # noqa: D205
     counts = np.asarray(local_counts, dtype=np.int64)
     n = int(counts.sum())
     if n <= 0:
@@ -275,11 +147,9 @@ def round_histogram_bounds(
 def round_histogram_problem(
     hist: ArrayLike, local_counts: ArrayLike | None, num_samples: int
 ) -> str | None:
-    """Why ``hist`` cannot be a round histogram of τ b = ``num_samples`` samples; None if it can.
-
-    ``local_counts`` are the device's whole local class counts from discovery (None: only the sum
-    is checked).
-    """
+    """Why ``hist`` cannot be a round histogram of τ b = ``num_samples`` samples (None if it can),
+    given the device's local class counts from discovery (None: the sum only).
+    """  # noqa: D205
     h = np.asarray(hist, dtype=np.int64)
     if int(h.sum()) != int(num_samples):
         return (

@@ -1,11 +1,7 @@
-"""The run config's schema: every key of ``[tool.flwr.app.config]`` defined once.
+"""The run config's schema: every key of ``[tool.flwr.app.config]``, its range and help, once.
 
-Each :class:`fedcgd_task.setting.Setting` holds a key's type, allowed values and help, and its
-default as pyproject.toml's ``[tool.flwr.app.config]`` writes it (:data:`DEFAULTS`, the one place
-a default is written); :func:`read` checks a value against it. ``tests/test_schema.py`` fails
-when a key of pyproject.toml has no setting, and docs/running.md's table (:func:`settings_table`)
-another text. Imports neither flwr
-nor torch: the ClientApp reads its settings through it.
+Defaults are read from pyproject.toml (:data:`DEFAULTS`, the one place they are written);
+:func:`read` checks a value. Imports neither flwr nor torch.
 """
 
 from __future__ import annotations
@@ -21,10 +17,9 @@ from fedcgd_task.setting import Scalar, Setting, check_value, did_you_mean
 
 @dataclass(frozen=True)
 class BuiltinDataset:
-    """A built-in data set: its function (``module:name``), title and the model ``auto`` picks.
-
-    ``reads``: the run-config keys besides ``dataset`` whose values change its arrays.
-    """
+    """A built-in data set: its function (``module:name``), title, the model ``auto`` picks and
+    the keys besides ``dataset`` whose values change its arrays (``reads``).
+    """  # noqa: D205
 
     function: str
     title: str
@@ -32,7 +27,6 @@ class BuiltinDataset:
     reads: tuple[str, ...] = ()
 
 
-#: The built-in data sets by run-config name: the one list every other module reads.
 BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     "digits": BuiltinDataset("fedcgd_task.datasets.images:digits_data", "digits", "mlp"),
     "cifar10": BuiltinDataset(
@@ -47,7 +41,7 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
 }
 
 
-#: The project folder (a source checkout or an installed FAB: pyproject.toml, conf/, data/).
+#: The project folder (a checkout or an installed FAB).
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -62,48 +56,32 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _pyproject() -> Path:
-    """The app's pyproject.toml: the copy a wheel carries beside this module, else the project's."""
-    wheel = Path(__file__).resolve().parent / "pyproject.toml"  # [tool.hatch...force-include]
-    return wheel if wheel.is_file() else PROJECT_DIR / "pyproject.toml"
-
-
-#: Every key's default, in pyproject.toml's order: its ``[tool.flwr.app.config]``, flattened as
-#: Flower flattens it (the one place a default is written; Flower reads it there too).
+_WHEEL = Path(__file__).resolve().parent / "pyproject.toml"  # [tool.hatch...force-include]
+#: Every key's default, in pyproject.toml's order, flattened as Flower flattens it.
 DEFAULTS: dict[str, Scalar] = flatten(
-    tomllib.loads(_pyproject().read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    tomllib.loads((_WHEEL if _WHEEL.is_file() else PROJECT_DIR / "pyproject.toml").read_text())[
+        "tool"
+    ]["flwr"]["app"]["config"]
 )
-
-
-#: Largest ``num-server-rounds`` (its ``why``; a checkpoint's round is checked against it).
 MAX_SERVER_ROUNDS = 100_000
-
 #: Choices that code importing torch or flwr also lists (``tests/test_schema.py`` compares them).
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
 PATHLOSS_MODELS: tuple[str, ...] = ("paper", "tr38901")
-#: The built-in channels of ``channel.model``: the cell with either path loss, or a trace.
 CHANNEL_MODELS: tuple[str, ...] = (*PATHLOSS_MODELS, "trace")
 
 
-#: The cell's numbers and flags ``channel.<key>``: (key, default, limits, help[, why]).
-_CELL: tuple[tuple[Any, ...], ...] = (
+#: The cell's numbers and flags ``channel.<key>``: (key, limits, help[, why]).
+# fmt: off
+_CELL: tuple[tuple[str, ...], ...] = (
     ("availability-prob", "[0, 1]", "p_a, the probability that a device is available"),
-    (
-        "radius-m",
-        "(0, 5000]",
-        "cell radius (Table I), above `min-distance-m`",
-        "TR 38.901 UMi validity range of d2D",
-    ),
+    ("radius-m", "(0, 5000]", "cell radius (Table I), above `min-distance-m`",
+     "TR 38.901 UMi validity range of d2D"),
     ("min-distance-m", ">= 0", "smallest horizontal device distance (Table I)"),
     ("h-bs-m", "(0, 1000]", "base-station antenna height (Table I; > 1 m for `tr38901`)"),
     ("h-ut-m", "(0, 1000]", "device antenna height (Table I; > 1 m for `tr38901`)"),
-    (
-        "carrier-frequency-hz",
-        "[5e+08, 1e+11]",
-        "carrier frequency (Table I)",
-        "TR 38.901 validity range",
-    ),
+    ("carrier-frequency-hz", "[5e+08, 1e+11]", "carrier frequency (Table I)",
+     "TR 38.901 validity range"),
     ("total-bandwidth-hz", "> 0", "B, the uplink bandwidth"),
     ("deadline-s", "> 0", "upload deadline d (FedCGD schedules about 9 of ~20 by default)"),
     ("tx-power-dbm", "[-100, 100]", "device transmit power S (Table I)"),
@@ -113,16 +91,11 @@ _CELL: tuple[tuple[Any, ...], ...] = (
     ("redraw-shadowing-each-round", "", "redraw shadow fading every round (as LOS)"),
     ("model-bits", ">= 0", "D_w, the bits of an upload; 0 = parameters × 32"),
 )
+# fmt: on
 
 
 def _setting(key: str, help: str, **details: Any) -> Setting:
-    """The setting ``key`` with its default from pyproject.toml (:data:`DEFAULTS`)."""
     return Setting(key, DEFAULTS[key], help, **details)
-
-
-def _channel(key: str, limits: str, help: str, why: str = "") -> Setting:
-    """A number or flag of the cell: ``channel.<key>``."""
-    return _setting(f"channel.{key}", help, limits=limits, why=why)
 
 
 #: Every key of ``[tool.flwr.app.config]``, in pyproject.toml's order.
@@ -248,16 +221,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _setting("dirichlet-alpha", "α of the Dirichlet split", limits="> 0"),
     _setting("shards-per-device", "l, shards per device of the shards split", limits=">= 1"),
-    _setting(
-        "imbalance-ratio",
-        "r = n2/n1 (first half of classes kept at 1/r)",
-        limits=">= 1",
-    ),
-    _setting(
-        "local-steps",
-        "τ, SGD steps per round (sent with each round)",
-        limits=">= 1",
-    ),
+    _setting("imbalance-ratio", "r = n2/n1 (first half of classes kept at 1/r)", limits=">= 1"),
+    _setting("local-steps", "τ, SGD steps per round (sent with each round)", limits=">= 1"),
     _setting("learning-rate", "η, the SGD learning rate (sent likewise)", limits="> 0"),
     _setting("batch-size", "b, the mini-batch size (sent likewise)", limits=">= 1"),
     _setting(
@@ -361,7 +326,7 @@ SETTINGS: tuple[Setting, ...] = (
         choices=CHANNEL_MODELS,
         form="class",
     ),
-    *(_channel(*row) for row in _CELL),
+    *(_setting(f"channel.{k}", h, limits=lim, why="".join(w)) for k, lim, h, *w in _CELL),
     _setting(
         "channel.trace",
         'absolute path of the recorded channel that `channel.model = "trace"` replays (see '
@@ -372,12 +337,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 
-#: The settings by key.
 SCHEMA: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 
 
 def read(run_config: Mapping[str, Any], key: str) -> Any:
-    """The value of ``key`` in a run config, checked (:func:`check_value`; ValueError: one line)."""
+    """The value of ``key`` in a run config, checked (ValueError: one line)."""
     if key not in run_config:
         raise ValueError(
             f"run-config key '{key}' is missing; it must be set in [tool.flwr.app.config] of "

@@ -1,8 +1,6 @@
 """One run-config setting: its type, default, allowed values and help, and the check of a value.
 
-:class:`Setting` describes a key; :func:`check_value` checks a value against it and
-:func:`check_path_names` a path's characters and names. The settings themselves are listed in
-:mod:`fedcgd_task.schema`. Imports neither flwr nor torch.
+The settings themselves are listed in :mod:`fedcgd_task.schema`. Imports neither flwr nor torch.
 """
 
 from __future__ import annotations
@@ -17,26 +15,20 @@ from typing import Any, Literal
 
 from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 
-#: What a string setting holds beyond its type: ``value`` (a plain value or one of
-#: ``choices``), ``reference`` (one of ``choices`` or the researcher's function
-#: ``"package.module:function"``), ``path`` (a folder, ``""`` = a default), ``absolute-path``
-#: (an absolute path or ``""``), ``table`` (a TOML inline table in a string, read by
-#: :mod:`server_app.config`), ``class`` (a built-in name, one of ``choices`` if any, or
-#: ``"package.module:Class"``, checked where it is built), ``device`` (one of ``choices`` or
-#: ``"cuda:N"``, a torch device).
+#: What a string holds beyond its type: ``value`` (one of ``choices``, or any string without),
+#: ``reference`` (one of ``choices`` or a function ``"package.module:function"``), ``path`` (a
+#: folder, ``""`` = a default), ``absolute-path`` (or ``""``), ``table`` (a TOML inline table,
+#: read by :mod:`server_app.config`), ``class`` (a built-in name or ``"package.module:Class"``),
+#: ``device`` (one of ``choices`` or ``"cuda:N"``).
 Form = Literal["value", "reference", "path", "absolute-path", "table", "class", "device"]
 
-#: Longest string value of any run-config key (PATH_MAX, the longest path Linux opens); the
-#: parameter tables have their own limit (:data:`server_app.config.MAX_PARAMS_CHARS`).
+#: Longest string value (PATH_MAX); the tables have their own limit (server_app.config).
 MAX_SETTING_CHARS = 4096
 #: Longest folder or file name in a path value (NAME_MAX, in UTF-8 bytes).
 MAX_NAME_BYTES = 255
-#: The integers every int setting stays within: Flower's records hold 64-bit integers.
+#: The integers Flower's records hold.
 INT64_RANGE = (-(2**63), 2**63 - 1)
-
 Scalar = bool | int | float | str
-
-#: A numbered CUDA device, ``cuda:N`` (form ``device``).
 CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 
 
@@ -44,30 +36,11 @@ CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 class Setting:
     """One run-config key: its type (that of ``default``), default, allowed values and help.
 
-    Attributes
-    ----------
-    key : str
-        The run-config key (kebab case; ``channel.*`` keys dotted).
-    default : bool, int, float or str
-        The default as pyproject.toml holds it; its type is the setting's (an integral float such
-        as ``64.0`` passes for an int setting).
-    help : str
-        One line (Markdown) for the docs table.
-    limits : str
-        A number's interval as :meth:`allowed` shows it: ``">= 1"``, ``"> 0"``, ``"[0, 1]"``,
-        ``"(0, 5000]"`` (read by :attr:`minimum`, :attr:`maximum`, :attr:`above`).
-    choices : tuple of str
-        The allowed strings (``form`` ``value``, ``reference`` or ``class``).
-    form : Form
-        What a string holds beyond its type (:data:`Form`).
-    multiple_of : int or None
-        An int setting must be a multiple of this.
-    why : str
-        Said after what is allowed when a value is refused.
-    computes : bool
-        Whether the value changes what a run computes (its checkpoint identity, folder name,
-        figure labels and indicator pairing read it); False: it only says where or how the run
-        runs or reports (a resume may change it).
+    ``limits``: a number's interval as :meth:`allowed` shows it (``">= 1"``, ``"> 0"``,
+    ``"[0, 1]"``, ``"(0, 5000]"``); ``multiple_of``: an int's divisor; ``why``: said after what
+    is allowed when a value is refused; ``computes``: False for a setting that only says where
+    or how a run runs or reports (a resume may change it; no checkpoint identity, folder name,
+    figure label or indicator pairing reads it).
     """
 
     key: str
@@ -83,17 +56,22 @@ class Setting:
     @property
     def minimum(self) -> float | None:
         """The interval's lower end (None: none)."""
-        return _bounds(self.limits, type(self.default))[0]
+        if not self.limits:
+            return None
+        low = self.limits[1:].split(",")[0] if self.limits[0] in "[(" else self.limits.split()[1]
+        return type(self.default)(low)  # type: ignore[return-value]
 
     @property
     def maximum(self) -> float | None:
         """The interval's upper end, inclusive (None: none)."""
-        return _bounds(self.limits, type(self.default))[1]
+        if not self.limits or self.limits[0] not in "[(":
+            return None
+        return type(self.default)(self.limits[:-1].split(", ")[1])  # type: ignore[return-value]
 
     @property
     def above(self) -> bool:
         """Whether :attr:`minimum` is excluded."""
-        return self.limits.startswith(("(", ">")) and not self.limits.startswith(">=")
+        return self.limits.startswith(("(", "> "))
 
     @property
     def attribute(self) -> str:
@@ -109,46 +87,25 @@ class Setting:
             text = "an integer" if kind is int else "a finite number"
             if self.limits:
                 text += f" in {self.limits}" if self.limits[0] in "[(" else f" {self.limits}"
-            if self.multiple_of:
-                text += f", a multiple of {self.multiple_of}"
-            return text
-        options = ", ".join(f'"{choice}"' for choice in self.choices)
-        if self.form == "reference":
-            return f"one of {options} or a function {REFERENCE_FORMS}"
-        if self.form == "class" and self.choices:
-            return f"one of {options} or a class {REFERENCE_FORMS}"
-        if self.form == "device":
-            return f'one of {options} or "cuda:N" (N = 0, 1, ...)'
-
-        if self.choices:
-            return f"one of {options}"
-        if self.form == "absolute-path":
-            return 'an absolute path, or ""'
-        if self.form == "path":
-            return 'a folder path, or ""'
-        if self.form == "table":
-            return 'a TOML inline table in a string ("{name = value}")'
-        if self.form == "class":
-            return 'a string: a built-in name or "package.module:ClassName"'
-        return "a string"
-
-
-def _bounds(limits: str, kind: type) -> tuple[Any, Any]:
-    """The lower and upper end of ``limits`` (:attr:`Setting.limits`) as numbers of ``kind``."""
-    if not limits:
-        return None, None
-    if limits[0] in "[(":
-        low, high = limits[1:-1].split(", ")
-        return kind(low), kind(high)
-    return kind(limits.split()[1]), None
+            return text + (f", a multiple of {self.multiple_of}" if self.multiple_of else "")
+        options = "one of " + ", ".join(f'"{choice}"' for choice in self.choices)
+        return {
+            "reference": f"{options} or a function {REFERENCE_FORMS}",
+            "class": f"{options} or a class {REFERENCE_FORMS}"
+            if self.choices
+            else 'a string: a built-in name or "package.module:ClassName"',
+            "device": f'{options} or "cuda:N" (N = 0, 1, ...)',
+            "absolute-path": 'an absolute path, or ""',
+            "path": 'a folder path, or ""',
+            "table": 'a TOML inline table in a string ("{name = value}")',
+        }.get(self.form, options if self.choices else "a string")
 
 
 def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
-    """Return the path ``value`` if it is printable and its names fit :data:`MAX_NAME_BYTES`.
+    """Return the path ``value`` if it is printable UTF-8 and its names fit :data:`MAX_NAME_BYTES`.
 
-    ``label`` names the setting in the errors (default ``run-config key '<key>'``). Raises
-    ValueError for a control character (a newline would break every one-line message naming the
-    path), a name that is not valid UTF-8, or the first name that is too long.
+    ``label`` names the setting (default ``run-config key '<key>'``); a newline would break every
+    one-line message naming the path. Raises ValueError.
     """
     where = label or f"run-config key '{key}'"
     if any(ord(char) < 32 or ord(char) == 127 for char in value):
@@ -172,33 +129,30 @@ def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
 
 
 def check_value(setting: Setting, value: Any, where: str) -> Scalar:
-    """``value`` checked against ``setting``: an int, float, bool or str as the setting holds.
-
-    Returns the value (an integral float of an int setting as an int, an int of a float setting as
-    a float, a path with ``~`` expanded where it must be absolute). ``where`` names the setting in
+    """``value`` checked against ``setting``, as its type (an integral float of an int setting
+    as an int, ``~`` of an absolute path expanded); ValueError:
     ``<where> must be <allowed> (<why>); got <value>``.
-    """
+    """  # noqa: D205
     kind = type(setting.default)
     why = f" ({setting.why})" if setting.why else ""
     refused = ValueError(f"{where} must be {setting.allowed()}{why}; got {value!r}")
-    if kind is bool:
-        if not isinstance(value, bool):
+    if kind is bool or isinstance(value, bool):
+        if kind is not bool or not isinstance(value, bool):
             raise refused
         return value
     if kind in (int, float):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise refused
-        if isinstance(value, float) and not math.isfinite(value):
+        if not isinstance(value, int | float) or (
+            isinstance(value, float) and not math.isfinite(value)
+        ):
             raise refused
         if kind is int and isinstance(value, float) and not value.is_integer():
             raise refused
         number: int | float = int(value) if kind is int else float(value)
         low, high = setting.minimum, setting.maximum
-        if low is not None and (number <= low if setting.above else number < low):
-            raise refused
-        if high is not None and number > high:
-            raise refused
-        if setting.multiple_of and int(number) % setting.multiple_of:
+        if (low is not None and (number <= low if setting.above else number < low)) or (
+            (high is not None and number > high)
+            or (setting.multiple_of and int(number) % setting.multiple_of)
+        ):
             raise refused
         if kind is int and not INT64_RANGE[0] <= number <= INT64_RANGE[1]:
             end = f"at most {INT64_RANGE[1]}" if number > 0 else f"at least {INT64_RANGE[0]}"
@@ -209,17 +163,15 @@ def check_value(setting: Setting, value: Any, where: str) -> Scalar:
         return number
     if not isinstance(value, str):
         raise refused
-    if setting.form != "table" and len(value) > MAX_SETTING_CHARS:  # tables: server_app.config
+    if setting.form != "table" and len(value) > MAX_SETTING_CHARS:
         raise ValueError(
             f"{where} holds {len(value)} characters ({value[:40]!r}...); "
             f"allowed: at most {MAX_SETTING_CHARS}"
         )
-    if setting.choices and value in setting.choices:
+    if value in setting.choices or (setting.form == "device" and CUDA_INDEX.fullmatch(value)):
         return value
     if setting.form in ("reference", "class") and is_reference(value):
         check_reference(value, setting.key)
-        return value
-    if setting.form == "device" and CUDA_INDEX.fullmatch(value):
         return value
     if setting.choices:
         raise refused

@@ -1,8 +1,7 @@
 """Typed, validated views of the run config shared by the ServerApp and the ClientApp.
 
-Each key, its default, allowed values and meaning are defined once in :mod:`fedcgd_task.schema`;
-τ, η, b reach the devices every round through the round's ConfigRecord. Imports neither flwr
-nor torch (a data-set or model reference is checked for its form only).
+Each key is defined once in :mod:`fedcgd_task.schema`; τ, η, b reach the devices every round
+through the round's ConfigRecord. Imports neither flwr nor torch.
 """
 
 from __future__ import annotations
@@ -16,21 +15,15 @@ from fedcgd_task import keys
 from fedcgd_task.schema import BUILTIN_DATASETS, DEFAULTS, SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
-#: The model ``model = "auto"`` selects for the researcher's own data set (a built-in's is in
-#: :data:`fedcgd_task.schema.BUILTIN_DATASETS`): the MLP, which fits any input shape.
-AUTO_MODEL_OWN_DATASET = "mlp"
-#: Sub-folder of the working directory used when ``data-dir`` is empty.
-DEFAULT_DATA_SUBDIR = "data"
-#: Default of ``mnist1d-samples`` (16,000 training samples, 250 per device for V = 64).
+#: Default of ``mnist1d-samples``.
 DEFAULT_MNIST1D_SAMPLES = int(SCHEMA["mnist1d-samples"].default)
 
 
 @dataclass(frozen=True)
 class TaskSettings:
-    """The client's part of the run config, validated; hashable (used as a cache key).
+    """The client's part of the run config, validated; hashable (a cache key).
 
-    Fields are the schema's keys in snake case (:mod:`fedcgd_task.schema`), except that
-    ``data_dir`` is absolute and ``model`` has ``"auto"`` resolved.
+    The schema's keys in snake case; ``data_dir`` absolute, ``model`` with ``"auto"`` resolved.
     """
 
     seed: int
@@ -47,14 +40,11 @@ class TaskSettings:
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> TaskSettings:
-        """Read and validate the client keys of ``context.run_config``; other keys are ignored.
-
-        Raises ValueError naming the key, the bad value and what is allowed.
-        """
+        """The client keys of ``context.run_config``, checked (ValueError: one line)."""
         values = read_part(run_config, "task")
-        if values["model"] == "auto":
+        if values["model"] == "auto":  # the MLP fits your own data set's any input shape
             builtin = BUILTIN_DATASETS.get(values["dataset"])
-            values["model"] = builtin.auto_model if builtin else AUTO_MODEL_OWN_DATASET
+            values["model"] = builtin.auto_model if builtin else "mlp"
         values["data_dir"] = str(resolve_data_dir(values["data_dir"]))
         return cls(**values)
 
@@ -73,39 +63,31 @@ class TrainingSettings:
 
 
 #: ``channel.*`` keys recorded as themselves, not as a field of the cell (``cell.*``).
-_CHANNEL_OWN = {
-    "channel.model": "channel_model",
-    "channel.model-bits": "model_bits",
-    "channel.trace": "channel_trace",
-}
+_CHANNEL_OWN = {"channel.model": "channel_model", "channel.model-bits": "model_bits",
+                "channel.trace": "channel_trace"}  # fmt: skip
+_PARTS = {"task": TaskSettings, "training": TrainingSettings}
 
 
 def _recorded_name(setting: Setting) -> str:
     name = setting.attribute
+    part = next((p for p, view in _PARTS.items() if name in {f.name for f in fields(view)}), "")
     if setting.key in _CHANNEL_OWN:
         return _CHANNEL_OWN[setting.key]
-    for part, view in (("task", TaskSettings), ("training", TrainingSettings)):
-        if name in {field.name for field in fields(view)}:
-            return f"{part}.{name}"
-    if setting.key.startswith("channel."):
-        return f"cell.{name}"
-    return name
+    return f"{part}.{name}" if part else f"cell.{name}" if "." in setting.key else name
 
 
 #: Run-config key -> its dotted name in a run's ``config.json`` (``server_app.config.RunConfig``):
 #: ``local-steps`` -> ``training.local_steps``, ``channel.deadline-s`` -> ``cell.deadline_s``.
 RECORDED: dict[str, str] = {setting.key: _recorded_name(setting) for setting in SETTINGS}
 #: The recorded names of the settings that only say where or how a run runs or reports
-#: (``Setting.computes`` false): a resume may change them; no checkpoint identity, folder name,
-#: figure label or indicator pairing reads them.
+#: (``Setting.computes`` false): a resume may change them.
 WHERE_AND_HOW: tuple[str, ...] = tuple(RECORDED[s.key] for s in SETTINGS if not s.computes)
 
 
 def read_part(run_config: Mapping[str, Any], part: str) -> dict[str, Any]:
-    """The settings recorded under ``part`` (``task``, ``training``, ``cell``, ``""``), checked.
-
-    By field name (``{"deadline_s": 0.012}`` of ``cell``); ``""``: the top-level settings.
-    """
+    """The settings recorded under ``part`` (``task``, ``training``, ``cell``, ``""``: the
+    top-level ones), checked, by field name (``{"deadline_s": 0.012}`` of ``cell``).
+    """  # noqa: D205
     return {
         name.rpartition(".")[2]: read(run_config, key)
         for key, name in RECORDED.items()
@@ -114,13 +96,10 @@ def read_part(run_config: Mapping[str, Any], part: str) -> dict[str, Any]:
 
 
 def unread_settings(settings: Mapping[str, Any]) -> tuple[str, ...]:
-    """Recorded settings (dotted names) that do not change what the run ``settings`` computes.
-
-    :data:`WHERE_AND_HOW` (a run checkpointed on a GPU may go on on a CPU), but ``data-dir``
-    where the data set reads its files there (CIFAR, your function), plus ``mnist1d-samples``
-    where a built-in data set does not read it (:attr:`BuiltinDataset.reads`). ``settings``: a
-    run's ``config.json`` (``RunConfig.to_dict``).
-    """
+    """Recorded settings (dotted names) that do not change what the run ``settings``
+    (``config.json``) computes: :data:`WHERE_AND_HOW`, but ``data-dir`` where the data set reads
+    its files there, plus ``mnist1d-samples`` where a built-in data set does not read it.
+    """  # noqa: D205
     task = settings.get("task")
     dataset = task.get("dataset") if isinstance(task, Mapping) else None
     builtin = BUILTIN_DATASETS.get(dataset) if isinstance(dataset, str) else None
@@ -157,28 +136,20 @@ def read_round_config(config: Mapping[str, Any]) -> tuple[int, TrainingSettings,
     return values[keys.SERVER_ROUND], training, values[keys.WANT_SIGMA]
 
 
-def set_once(table: dict[str, Any], name: str, value: Any, *, key: str, clash: str) -> None:
-    """``table[name] = value``, refusing a run-config key that is given twice.
-
-    Raises ``ValueError("run-config key '<key>' <clash>; give it once")`` when ``name`` is in
-    ``table`` already (``clash`` says where, e.g. ``"is given twice (1 and 2)"``).
-    """
-    if name in table:
-        raise ValueError(f"run-config key {key!r} {clash}; give it once")
-    table[name] = value
-
-
 def set_nested(table: dict[str, Any], dotted: str, value: Any, *, key: str, clash: str) -> None:
-    """:func:`set_once` of ``a.b.c`` as ``c`` in the table ``b`` of the table ``a`` (as TOML).
+    """``a.b.c = value`` as ``c`` in the table ``b`` of the table ``a`` (as TOML).
 
-    Also raises where a table on the way is set to a value.
+    Raises ``ValueError("run-config key '<key>' <clash>; give it once")`` where ``c`` is set
+    already, and where a table on the way is set to a value.
     """
     *tables, name = dotted.split(".")
     for part in tables:
         table = table.setdefault(part, {})
         if not isinstance(table, dict):
             raise ValueError(f"run-config key {key!r}: {part!r} is set to a value, not a table")
-    set_once(table, name, value, key=key, clash=clash)
+    if name in table:
+        raise ValueError(f"run-config key {key!r} {clash}; give it once")
+    table[name] = value
 
 
 def default_run_config() -> dict[str, Any]:
@@ -188,6 +159,4 @@ def default_run_config() -> dict[str, Any]:
 
 def resolve_data_dir(data_dir: str) -> Path:
     """Return the absolute data folder for ``data-dir`` (``""``: ``<cwd>/data``; may not exist)."""
-    if data_dir == "":
-        return (Path.cwd() / DEFAULT_DATA_SUBDIR).resolve()
-    return Path(data_dir).expanduser().resolve()
+    return (Path(data_dir).expanduser() if data_dir else Path.cwd() / "data").resolve()

@@ -2,9 +2,9 @@
 
 Each key is defined in :mod:`fedcgd_task.schema`; :func:`parse_run_config` adds the checks that
 involve other keys or code. A bad value raises one ``ValueError`` naming the key, the value and
-what is allowed. The tables ``policy-params`` and ``aggregator-params`` travel as TOML inline
-tables in strings (Flower's run config holds declared scalar keys only); the project's commands
-also take ``<table>.<name>`` keys and fold them in (docs/bring-your-own.md).
+what is allowed. ``policy-params`` and ``aggregator-params`` travel as TOML inline tables in
+strings (Flower's run config holds declared keys only); the commands also take
+``<table>.<name>`` keys and fold them in (:func:`fold_policy_params`).
 """
 
 from __future__ import annotations
@@ -37,28 +37,17 @@ from fedcgd_task.imports import import_object
 from fedcgd_task.schema import SETTINGS
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested
 
-#: The declared run-config key (a TOML inline table as a string).
-PARAMS_KEY = "policy-params"
-#: Prefix of the flat form ``policy-params.<name>``.
+PARAMS_KEY, AGGREGATOR_PARAMS_KEY = "policy-params", "aggregator-params"
 PARAMS_PREFIX = PARAMS_KEY + "."
-#: The declared run-config key of the aggregator's parameters (same form as ``policy-params``).
-AGGREGATOR_PARAMS_KEY = "aggregator-params"
-#: Every parameter table of the run config.
-PARAMS_KEYS = (PARAMS_KEY, AGGREGATOR_PARAMS_KEY)
-#: A TOML bare key.
-BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+#: Longest table text (characters): room for a list of a few thousand numbers.
+MAX_PARAMS_CHARS = 65536
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
-    """``value`` as the text of one TOML value, on one line (scalars by ``tomli_w``).
-
-    Raises
-    ------
-    ValueError
-        Naming ``key``: a value TOML cannot hold, or a table name that is not a bare key.
-    """
-    if isinstance(value, Mapping):  # a one-line inline table
-        bad = [k for k in value if not isinstance(k, str) or not BARE_KEY.fullmatch(k)]
+    """``value`` as one line of TOML (tables inline; ValueError naming ``key`` if it cannot)."""
+    if isinstance(value, Mapping):
+        bad = [k for k in value if not isinstance(k, str) or not _BARE_KEY.fullmatch(k)]
         if bad:
             raise ValueError(
                 f"run-config key {key}.{bad[0]}: allowed: a parameter name (letters, digits, "
@@ -79,79 +68,44 @@ def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
     return text
 
 
-#: Longest ``policy-params`` text (characters): room for a list of a few thousand numbers.
-MAX_PARAMS_CHARS = 65536
+def read_params(run_config: Mapping[str, Any], key: str = PARAMS_KEY) -> dict[str, Any]:
+    """The table ``key`` from its string and its ``<key>.<name>`` keys (dotted: nested tables).
 
-
-def _shown(text: str) -> str:
-    """``text`` as repr, cut to 80 characters for a one-line message."""
-    shown = repr(text)
-    return shown if len(shown) <= 80 else shown[:77] + "..."
-
-
-def _parse_table(text: object, key: str = PARAMS_KEY) -> dict[str, Any]:
-    if not isinstance(text, str):
+    Raises ValueError (one line): not a TOML inline table, too long, or a name given twice.
+    """
+    text = run_config.get(key, "{}")
+    shown = repr(text) if len(repr(text)) <= 80 else repr(text)[:77] + "..."
+    allowed = "allowed: a TOML inline table as a string, e.g. '{window = 20, beta = 0.5}'"
+    if not isinstance(text, str) or len(text) > MAX_PARAMS_CHARS:
+        size = f" holds {len(text)} characters" if isinstance(text, str) else ""
         raise ValueError(
-            f"run-config key {key!r} = {text!r}; allowed: a TOML inline table as a "
-            "string, e.g. '{window = 20}'"
-        )
-    if len(text) > MAX_PARAMS_CHARS:
-        raise ValueError(
-            f"run-config key {key!r} = {_shown(text)} holds {len(text)} characters; "
-            f"allowed: at most {MAX_PARAMS_CHARS}"
+            f"run-config key {key!r} = {shown}{size}; {allowed}, of at most {MAX_PARAMS_CHARS} "
+            "characters"
         )
     try:
-        table = tomllib.loads(f"table = {text.strip() or '{}'}")["table"]
+        params = tomllib.loads(f"table = {text.strip() or '{}'}")["table"]
     except (tomllib.TOMLDecodeError, RecursionError) as err:
         reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise ValueError(
-            f"run-config key {key!r} = {_shown(text)} is not a TOML inline table "
-            f"({reason}); allowed: e.g. '{{window = 20, beta = 0.5}}'"
+            f"run-config key {key!r} = {shown} is not a TOML inline table ({reason}); {allowed}"
         ) from err
-    if not isinstance(table, dict):
-        raise ValueError(
-            f"run-config key {key!r} = {text!r}; allowed: a TOML inline table such as "
-            "'{window = 20}'"
-        )
-    return table
-
-
-def read_params(run_config: Mapping[str, Any], key: str = PARAMS_KEY) -> dict[str, Any]:
-    """The table ``key`` (the policy's by default) from its string and its ``<key>.<name>`` keys.
-
-    A dotted name is a nested table, as in TOML: ``aggregator-params.strategy-params.beta``
-    is ``beta`` in the table ``strategy-params``.
-
-    Raises
-    ------
-    ValueError
-        One line: the string is not a TOML inline table, or a name is given in both forms.
-
-    """
-    params = _parse_table(run_config.get(key, "{}"), key)
-    prefix = key + "."
+    if not isinstance(params, dict):
+        raise ValueError(f"run-config key {key!r} = {shown}; {allowed}")
     for flat, value in run_config.items():
-        if not flat.startswith(prefix):
-            continue
-        clash = f"is also set in {key!r} = {run_config.get(key)!r}"
-        set_nested(params, flat.removeprefix(prefix), value, key=flat, clash=clash)
+        if flat.startswith(key + "."):
+            clash = f"is also set in {key!r} = {text!r}"
+            set_nested(params, flat.removeprefix(key + "."), value, key=flat, clash=clash)
     return params
 
 
 def fold_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """``run_config`` with every ``<table>.<name>`` key folded into its table's string.
-
-    The tables are :data:`PARAMS_KEYS` (``policy-params``, ``aggregator-params``): what Flower
-    accepts are declared keys only. Without flat keys the mapping is returned as is.
-    """
+    """``run_config`` with every ``<table>.<name>`` key folded into its table's string."""
     out = dict(run_config)
-    for key in PARAMS_KEYS:
-        prefix = key + "."
-        if not any(flat.startswith(prefix) for flat in out):
-            continue
-        params = read_params(out, key)
-        out = {k: v for k, v in out.items() if not k.startswith(prefix)}
-        out[key] = format_toml_value(params, key)
+    for key in (PARAMS_KEY, AGGREGATOR_PARAMS_KEY):
+        if any(flat.startswith(key + ".") for flat in out):
+            params = read_params(out, key)
+            out = {k: v for k, v in out.items() if not k.startswith(key + ".")}
+            out[key] = format_toml_value(params, key)
     return out
 
 
@@ -194,15 +148,9 @@ class RunConfig:
 
     def policy_context(self, num_classes: int) -> PolicyContext:
         """What the policy's constructor may take by name besides ``policy-params``."""
-        return PolicyContext(
-            num_devices=self.task.num_devices,
-            num_classes=num_classes,
-            initial_g=self.initial_g,
-            pack_rule=self.pack_rule,
-            poc_candidates=self.poc_candidates,
-            fedcbs_lambda=self.fedcbs_lambda,
-            exact_time_limit_s=self.exact_time_limit_s,
-        )
+        fields = (f.name for f in dataclasses.fields(PolicyContext) if hasattr(self, f.name))
+        shared = {name: getattr(self, name) for name in fields}  # initial_g, pack_rule, ...
+        return PolicyContext(num_devices=self.task.num_devices, num_classes=num_classes, **shared)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable view (nested task, training and cell settings)."""
@@ -210,31 +158,26 @@ class RunConfig:
 
 
 def _cell_config(run_config: Mapping[str, Any], num_devices: int, model: str) -> CellConfig:
-    """The cell of the ``channel.*`` keys; a refusal names the key of the field it names first.
-
-    Its path loss is ``channel.model``'s (the paper's for a trace or your own channel).
-    """
+    """The cell of the ``channel.*`` keys (path loss: ``channel.model``'s, else the paper's)."""
     pathloss = model if model in PATHLOSS_MODELS else PATHLOSS_MODELS[0]
     try:
         return CellConfig(
             num_devices=num_devices, pathloss_model=pathloss, **read_part(run_config, "cell")
         )
-    except ValueError as err:
+    except ValueError as err:  # a check of two fields: name the key of the first
         field = re.match(r"CellConfig\.(\w+)", str(err))
         where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
         raise ValueError(f"run-config key {where}: {err}") from err
 
 
-#: The run-config key that names the uplink.
 CHANNEL_KEY = "channel.model"
 
 
 def channel_class(value: str) -> type:
-    """The researcher's channel class ``channel.model`` names (``module:Class``), checked.
+    """Your channel class ``channel.model`` names, checked (ValueError: one line).
 
-    It must have ``draw_round`` (:class:`channel.ChannelModel`) and a constructor whose
-    parameters without a default are all among :func:`channel_values`'s names. Raises ValueError
-    (one line naming the key and the value).
+    It must have ``draw_round`` (:class:`channel.ChannelModel`), and every constructor parameter
+    without a default must be among :func:`channel_values`'s names.
     """
     found = import_object(value, CHANNEL_KEY)
     where = f"run-config key {CHANNEL_KEY!r} = {value!r}"
@@ -254,85 +197,48 @@ def channel_class(value: str) -> type:
 
 
 def channel_values(cell: CellConfig, rng: object) -> dict[str, object]:
-    """What a channel class's constructor may take by name.
-
-    ``rng`` (the run's channel generator, its only randomness), ``cell`` (the
-    :class:`CellConfig` of the ``channel.*`` keys) and each of its fields (``num_devices``,
-    ``deadline_s`` for ``channel.deadline-s``, ...).
-    """
+    """What a channel class's constructor may take by name: ``rng``, ``cell``, its fields."""
     fields = {f.name: getattr(cell, f.name) for f in dataclasses.fields(cell)}
     del fields["pathloss_model"]  # channel.model's: the paper's for your own channel
     return {"rng": rng, "cell": cell, **fields}
 
 
-def _check_channel(model: str, trace: str) -> None:
-    """``channel.trace`` is given just when ``channel.model`` is ``trace``; a class is checked."""
-    if model == "trace" and not trace:
-        raise ValueError(
-            f"run-config key {CHANNEL_KEY!r} = 'trace' replays run-config key 'channel.trace', "
-            "which is empty; allowed: the absolute path of a recorded channel (.npz)"
-        )
-    if trace and model != "trace":
-        raise ValueError(
-            f"run-config key 'channel.trace' = {trace!r} is replayed only with channel.model = "
-            f"'trace' (got {model!r}); set channel.model='trace' or leave channel.trace empty"
-        )
-    if model not in PATHLOSS_MODELS and model != "trace":
-        channel_class(model)
-
-
 #: Parent of a bare ``flwr run``'s result folder when ``result-dir`` is empty.
 SERVER_RESULTS_DIR = "~/fedcgd-results"
-
-
-#: Run-config keys a default folder's name leaves out: where and how a run runs or reports
-#: (``Setting.computes`` false); the policy, aggregator and channel come first in it.
+#: Keys a default folder's name leaves out: the policy, aggregator and channel come first in
+#: it; where and how a run runs or reports (``Setting.computes`` false) is no part of it.
 UNNAMED_KEYS = ("policy", "aggregator", CHANNEL_KEY, *(s.key for s in SETTINGS if not s.computes))
 #: Longest name before the time; a longer one is cut and ends in a digest of the whole.
 MAX_NAME_CHARS = 100
 
 
-def _name_part(text: str) -> str:
-    """``text`` with every character but letters, digits, ``.``, ``=``, ``_``, ``-`` as ``_``."""
-    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.=_-]", "_", text)).strip("._")
-
-
 def run_folder_name(run_config: Mapping[str, Any]) -> str:
     """What tells a run apart, for its default folder: ``bc_FedAdam_channel=tr38901_local-steps=5``.
 
-    The policy (a class path as its class name), the aggregator unless the scheduler's FedAvg,
-    ``channel=<channel.model>`` unless the default (a class path as its class name), then every
-    setting whose value differs from its default (in the schema's order, the last part of a
-    dotted key), but those of :data:`UNNAMED_KEYS`; cut at :data:`MAX_NAME_CHARS`.
+    The policy and the aggregator (a class path as its class name), ``channel=<channel.model>``
+    unless the default, then every other setting that differs from its default (the last part
+    of a dotted key), but those of :data:`UNNAMED_KEYS`; cut at :data:`MAX_NAME_CHARS`.
     """
-    from fedcgd_task.settings import default_run_config
+    from fedcgd_task.schema import DEFAULTS
 
-    defaults = default_run_config()
-    parts = [str(run_config.get("policy", "")).rsplit(":", 1)[-1]]
-    aggregator = str(run_config.get("aggregator") or "")
-    if aggregator:
-        parts.append(aggregator.rsplit(":", 1)[-1])
-    channel = str(run_config.get(CHANNEL_KEY, defaults[CHANNEL_KEY]))
-    if channel != defaults[CHANNEL_KEY]:
+    parts = [str(run_config.get(k) or "").rsplit(":", 1)[-1] for k in ("policy", "aggregator")]
+    channel = str(run_config.get(CHANNEL_KEY, DEFAULTS[CHANNEL_KEY]))
+    if channel != DEFAULTS[CHANNEL_KEY]:
         parts.append(f"channel={channel.rsplit(':', 1)[-1]}")
-    for key, default in defaults.items():
+    for key, default in DEFAULTS.items():
         value = run_config.get(key, default)
-        if key in UNNAMED_KEYS or value == default:
-            continue
-        shown = f"{value:g}" if isinstance(value, float) else str(value)
-        parts.append(f"{key.rsplit('.', 1)[-1]}={shown}")
-    name = "_".join(p for p in (_name_part(part) for part in parts) if p) or "run"
+        if key not in UNNAMED_KEYS and value != default:
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            parts.append(f"{key.rsplit('.', 1)[-1]}={shown}")
+    safe = (re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.=_-]", "_", p)).strip("._") for p in parts)
+    name = "_".join(p for p in safe if p) or "run"
     if len(name) > MAX_NAME_CHARS:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = f"{name[: MAX_NAME_CHARS - 9]}-{digest}"
+        name = f"{name[: MAX_NAME_CHARS - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
     return name
 
 
 def timestamped_result_dir(parent: str | Path, run_config: Mapping[str, Any]) -> Path:
-    """The folder of a new run: ``<parent>/<name>-<YYYYmmdd-HHMMSS>`` (UTC, absolute, not made).
-
-    ``<name>``: :func:`run_folder_name`.
-    """
+    """``<parent>/<run_folder_name>-<YYYYmmdd-HHMMSS>`` (UTC, absolute, not made)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     return Path(parent).expanduser().resolve() / f"{run_folder_name(run_config)}-{stamp}"
 
@@ -346,15 +252,12 @@ def with_canonical_policy(run_config: Mapping[str, Any]) -> dict[str, Any]:
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     """Read and validate the whole run config (``context.run_config``: flat, kebab-case keys).
 
-    Raises
-    ------
-    ValueError
-        Naming the key, the bad value and what is allowed.
+    Raises ValueError naming the key, the bad value and what is allowed.
     """
     run_config = with_canonical_policy(run_config)
     task = TaskSettings.from_run_config(run_config)
     values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
-    policy = values["policy"]
+    policy, model, trace = values["policy"], values["channel_model"], values["channel_trace"]
     values["policy_params"] = read_params(run_config)
     policy_param_arguments(policy, values["policy_params"])
     try:
@@ -363,7 +266,18 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)
     make_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
-    _check_channel(values["channel_model"], values["channel_trace"])
+    if model == "trace" and not trace:
+        raise ValueError(
+            f"run-config key {CHANNEL_KEY!r} = 'trace' replays run-config key 'channel.trace', "
+            "which is empty; allowed: the absolute path of a recorded channel (.npz)"
+        )
+    if trace and model != "trace":
+        raise ValueError(
+            f"run-config key 'channel.trace' = {trace!r} is replayed only with channel.model = "
+            f"'trace' (got {model!r}); set channel.model='trace' or leave channel.trace empty"
+        )
+    if model not in (*PATHLOSS_MODELS, "trace"):
+        channel_class(model)
     result_dir, resume_from = values["result_dir"], values["resume_from"]
     if resume_from:
         if result_dir and Path(result_dir) != Path(resume_from):
@@ -377,6 +291,6 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     return RunConfig(
         task=task,
         training=TrainingSettings(**read_part(run_config, "training")),
-        cell=_cell_config(run_config, task.num_devices, values["channel_model"]),
+        cell=_cell_config(run_config, task.num_devices, model),
         **values,
     )

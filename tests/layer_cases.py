@@ -66,37 +66,25 @@ def reference_sigma(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Refer
     return Reference(math.sqrt(var), loss, sigma_rel_tol(mean_sq, var))
 
 
-#: Relative tolerance of a float64 result computed two ways without cancellation (the losses,
-#: the vmap reference against the loop): below 1e4 roundings of relative size eps = 1.1e-16
-#: each (see :func:`sigma_rel_tol`), times 10.
+#: Relative tolerance of a float64 result computed two ways without cancellation: below 1e4
+#: roundings of relative size eps = 1.1e-16 each, times 10.
 REL64 = 1.1e-11
 
 
 def sigma_rel_tol(mean_sq_norm: float, sigma_sq: float) -> float:
     """Relative tolerance between two float64 computations of sigma-hat of a batch.
 
-    ``mean_sq_norm``: (1/b) sum_i ||g_i||^2 of the batch's per-sample gradients; ``sigma_sq``:
-    sigma-hat^2.
-
-    Each computation rounds the forward and backward pass; an entry of a per-sample gradient
-    or of a layer's sum of squares passes through fewer than 1e4 roundings here (depth 20 at
-    most, times the log2 of sums of at most 1e6 terms, times a safety factor), so it carries a
-    relative error below 1e4 eps = 1.1e-12 (eps = 1.1e-16, float64). The loop and the vmap
-    reference form the deviations g_i - g_bar directly: sigma-hat inherits that relative error.
-    The one-pass method subtracts ||g_bar||^2 from (1/b) sum_i ||g_i||^2: the error of sigma-hat^2
-    is that relative error times (1/b) sum_i ||g_i||^2, so sigma-hat's relative error grows by
-    the ratio (1/b) sum_i ||g_i||^2 / sigma-hat^2 (halved by the square root). Hence
-    REL64 (1 + ratio), with the margin of :data:`REL64`.
+    ``mean_sq_norm``: (1/b) sum_i ||g_i||^2 of the per-sample gradients; ``sigma_sq``: σ̂². Each
+    entry carries a relative error below 1e4 eps (depth <= 20 times log2 of sums of <= 1e6
+    terms, with margin). The one-pass method subtracts ||g_bar||^2 from (1/b) sum_i ||g_i||^2,
+    so σ̂'s relative error grows by (1/b) sum_i ||g_i||^2 / σ̂²: REL64 (1 + ratio).
     """
     return REL64 * (1 + mean_sq_norm / sigma_sq)
 
 
 class BatchCentred(nn.Module):
-    """An MLP whose hidden layer subtracts its batch mean: a sample's output depends on the batch.
-
-    The centring has no parameters, so the model stays within the one-pass sigma-hat method's
-    scope (two Linear layers) while it mixes the samples of a batch.
-    """
+    """An MLP whose hidden layer subtracts its batch mean (no parameters: still two Linear layers
+    for the one-pass σ̂, while a sample's output depends on the batch)."""
 
     def __init__(self, features: int, num_classes: int) -> None:
         super().__init__()

@@ -87,29 +87,22 @@ def test_the_simulation_engine_refuses_a_gpu_it_would_hide(capsys, monkeypatch) 
     assert line.startswith("error: run-config key 'device' = 'cuda:0': in the simulation engine")
 
 
-def test_a_gpu_this_machine_lacks_is_refused_before_anything_starts(
-    capsys, monkeypatch, tmp_path: Path
-) -> None:
+def test_a_gpu_this_machine_lacks_is_refused_before_anything_starts(capsys, monkeypatch, tmp_path):
     seen_gpus(monkeypatch, 0)
     line = refused(capsys, run_config="device='cuda'", gpus_per_client=1.0, out=tmp_path)
     assert line.startswith("error: run-config key 'device' = 'cuda', but this process sees 0 CUDA")
     assert list(tmp_path.iterdir()) == []  # no run folder was made
 
 
+GPU_LIST = "; allowed: comma-separated GPU numbers, e.g. 0,1"
+
+
 @pytest.mark.parametrize(
     ("options", "said"),
-    [
-        ({"supernode_gpus": "0,1"}, "error: --supernode-gpus is for --deployment runs only"),
-        (
-            {"supernode_gpus": "0,x", "deployment": True},
-            "error: --supernode-gpus = '0,x'; allowed: comma-separated GPU numbers, e.g. 0,1",
-        ),
-        (
-            {"supernode_gpus": "", "deployment": True},
-            "error: --supernode-gpus = ''; allowed: comma-separated GPU numbers, e.g. 0,1",
-        ),
-    ],
-)
+    [({"supernode_gpus": "0,1"}, "error: --supernode-gpus is for --deployment runs only"),
+     ({"supernode_gpus": "0,x", "deployment": True}, f"error: --supernode-gpus = '0,x'{GPU_LIST}"),
+     ({"supernode_gpus": "", "deployment": True}, f"error: --supernode-gpus = ''{GPU_LIST}")],
+)  # fmt: skip
 def test_bad_supernode_gpus_are_refused(capsys, options: dict, said: str) -> None:
     assert refused(capsys, **options) == said
 

@@ -16,7 +16,7 @@ from typing import Any
 import tomli_w
 
 from fedcgd_task.schema import flatten
-from fedcgd_task.settings import default_run_config, resolve_data_dir, set_nested, set_once
+from fedcgd_task.settings import default_run_config, resolve_data_dir, set_nested
 
 #: A run-config key: TOML bare keys joined by dots (``channel.deadline-s``).
 _RUN_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
@@ -25,7 +25,7 @@ _ITEM_SEPARATORS = " \t\r\n"
 
 
 def _check_key(key: str) -> str:
-    """``key`` if it is a run-config key (:data:`_RUN_CONFIG_KEY`); else a one-line error."""
+    """``key`` if it is a run-config key; else a one-line error."""
     if not _RUN_CONFIG_KEY.fullmatch(key):
         raise ValueError(
             f"run-config key {key!r}: allowed: names of letters, digits, '_' and '-', joined by '.'"
@@ -34,13 +34,7 @@ def _check_key(key: str) -> str:
 
 
 def format_run_config(values: Mapping[str, Any]) -> str:
-    """Render a dict as one line of ``--run-config`` text (``key=value``, TOML values).
-
-    Raises
-    ------
-    ValueError
-        A key that is not a dotted run-config name, or a value TOML cannot hold.
-    """
+    """``values`` as one line of ``--run-config`` text (ValueError: a bad key or value)."""
     from server_app.config import fold_policy_params, format_toml_value
 
     return " ".join(
@@ -50,11 +44,9 @@ def format_run_config(values: Mapping[str, Any]) -> str:
 
 
 def run_config_toml(values: Mapping[str, Any]) -> str:
-    """``values`` as a TOML document, for ``flwr run --run-config FILE.toml``.
-
-    A file, not text: Flower's text splitting ends a quoted value at its next quote character, so a
-    string holding both quotes cannot travel as text.
-    """
+    """``values`` as a TOML document, for ``flwr run --run-config FILE.toml`` (Flower's text
+    splitting ends a quoted value at its next quote character: a file carries any string).
+    """  # noqa: D205
     from server_app.config import fold_policy_params, format_toml_value
 
     nested: dict[str, Any] = {}
@@ -102,13 +94,7 @@ def split_run_config_text(text: str) -> list[str]:
 
 
 def parse_run_config_text(text: str) -> dict[str, Any]:
-    """Parse ``--run-config`` text into a flat dict (dotted keys stay dotted) with ``tomllib``.
-
-    Raises
-    ------
-    ValueError
-        One line naming the item: not ``key=value`` with a TOML value, no key, or a key twice.
-    """
+    """``--run-config`` text as a flat dict (dotted keys stay dotted; ValueError: one line)."""
     values: dict[str, Any] = {}
     for item in split_run_config_text(text):
         shown = item if len(item) <= 80 else item[:77] + "..."
@@ -122,19 +108,17 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
         if not pairs:
             raise ValueError(f"--run-config item {shown!r} sets no key; allowed: key=value")
         for key, value in pairs.items():
-            clash = f"is given twice ({values.get(key)!r} and {value!r})"
-            set_once(values, key, value, key=key, clash=clash)
+            if key in values:
+                raise ValueError(
+                    f"run-config key {key!r} is given twice ({values[key]!r} and {value!r}); "
+                    "give it once"
+                )
+            values[key] = value
     return values
 
 
 def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The defaults with ``overrides`` applied, every key and value checked.
-
-    Raises
-    ------
-    ValueError
-        One line naming the key, the bad value and what is allowed.
-    """
+    """The defaults with ``overrides`` applied, every key and value checked (ValueError)."""
     from fedcgd_task.schema import unknown_key
     from server_app.config import fold_policy_params, parse_run_config, with_canonical_policy
 
