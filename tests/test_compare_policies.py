@@ -79,6 +79,18 @@ def no_flwr(*args, **kwargs):
     raise AssertionError("finished runs must not run again")
 
 
+def finishing_flwr(calls: list, accuracy=lambda run_config: [0.5], shared=None):
+    """``run_flwr`` that records each run config and writes a finished run with ``accuracy``."""
+
+    def fake_flwr(run_config, **kwargs):
+        calls.append(dict(run_config))
+        policy, seed = run_config["policy"], run_config["seed"]
+        fake_run(Path(run_config["result-dir"]), policy, seed, accuracy(run_config), shared)
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    return fake_flwr
+
+
 def read(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(path.open()))
 
@@ -159,7 +171,7 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert (out / "curves.png").stat().st_size > 0
 
 
-def test_pairs_only_common_seeds_and_no_reference(tmp_path, monkeypatch):
+def test_pairs_only_common_seeds_and_one_seed_has_no_interval(tmp_path, monkeypatch):
     monkeypatch.setattr(execution, "run_flwr", no_flwr)
     out = tmp_path / "partial"
     write_all(out, {"fedcgd-fscd": {0: [0.5], 1: [0.6], 2: [0.7]}, "poc": {1: [0.4], 2: [0.8]}})
@@ -168,15 +180,10 @@ def test_pairs_only_common_seeds_and_no_reference(tmp_path, monkeypatch):
     assert row["n_paired"] == "2"
     assert float(row["diff_vs_fedcgd_fscd"]) == pytest.approx(((0.4 - 0.6) + (0.8 - 0.7)) / 2)
     assert row["reached_target"] == "" and row["rounds_to_target_km_median"] == ""
-
     rows = results.table_rows(
         [{"policy": "bc", "seed": s, **dict.fromkeys(results.METRICS, 0.5 + s)} for s in (0, 1)]
-    )
+    )  # no reference policy
     assert rows[0]["diff_vs_fedcgd_fscd"] is None and rows[0]["p_value_vs_fedcgd_fscd"] is None
-
-
-def test_one_seed_has_no_interval(tmp_path, monkeypatch):
-    monkeypatch.setattr(execution, "run_flwr", no_flwr)
     out = tmp_path / "one"
     write_all(out, {p: {0: accs[0]} for p, accs in ACCURACY.items()})
     execution.run_policies(list(ACCURACY), {}, out, seeds=[0])
@@ -228,44 +235,24 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
         execution.run_policies(["bc"], {"seed": 3}, out, seeds=[0])
 
 
-def test_command_line_seeds(tmp_path, monkeypatch):
-    seen = []
-
-    def fake_flwr(run_config, **kwargs):
-        seen.append((run_config["policy"], run_config["seed"]))
-        fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.5])
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
-    out = tmp_path / "cli"
-    args = ["--policies", "fedcgd-fscd,bc", "--out", str(out)]
-    assert invoke(["compare", *args, "--seeds", "3,1"]) == 0
-    assert seen == [("fedcgd-fscd", 3), ("fedcgd-fscd", 1), ("bc", 3), ("bc", 1)]
-    assert (out / "bc" / "seed-1" / "summary.json").exists()
-    seen.clear()
-    assert invoke(["compare", *args, "--run-config", "seed=7"]) == 0  # one seed from the run config
-    assert seen == [("fedcgd-fscd", 7), ("bc", 7)]
-
-
-def test_policies_named_by_their_figure_labels_run_and_are_recorded_by_name(tmp_path, monkeypatch):
+def test_command_line_seeds_and_policies_named_by_their_figure_labels(tmp_path, monkeypatch):
     """``FedCGD-FSCD`` and ``BC (best channel)`` (any case): the runs, folders and CSVs say the
     names, table.md says the labels."""
-    seen = []
-
-    def fake_flwr(run_config, **kwargs):
-        seen.append(run_config["policy"])
-        fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.5])
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
-    out = tmp_path / "labels"
-    policies = "FedCGD-FSCD,bc (BEST CHANNEL)"
-    assert invoke(["compare", "--policies", policies, "--out", str(out), "--seeds", "0"]) == 0
-    assert seen == ["fedcgd-fscd", "bc"]
+    calls: list[dict] = []
+    monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls))
+    out = tmp_path / "cli"
+    args = ["--policies", "FedCGD-FSCD,bc (BEST CHANNEL)", "--out", str(out)]
+    assert invoke(["compare", *args, "--seeds", "3,1"]) == 0
+    seen = [(c["policy"], c["seed"]) for c in calls]
+    assert seen == [("fedcgd-fscd", 3), ("fedcgd-fscd", 1), ("bc", 3), ("bc", 1)]
+    assert (out / "bc" / "seed-1" / "summary.json").exists()
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bc", "fedcgd-fscd"]
     assert [r["policy"] for r in read(out / "table.csv")] == ["fedcgd-fscd", "bc"]
     cells = [line.split(" | ")[0] for line in (out / "table.md").read_text().splitlines()]
     assert cells[2:] == ["| FedCGD-FSCD", "| BC (best channel)"]
+    calls.clear()
+    assert invoke(["compare", *args, "--run-config", "seed=7"]) == 0  # one seed from the run config
+    assert [(c["policy"], c["seed"]) for c in calls] == [("fedcgd-fscd", 7), ("bc", 7)]
 
 
 @pytest.mark.parametrize(
@@ -375,35 +362,16 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
     assert len(read(out / "runs.csv")) == 4
 
 
-def test_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path, monkeypatch):
-    out = tmp_path / "resume"
-    folder = planning.run_dir(out, "bc", 0)
-    fake_run(folder, "bc", 0, [0.5], {"num-server-rounds": 3}, state=RUNNING, summary=False)
-    (folder / "checkpoint.pt").write_bytes(b"a checkpoint")
-    assert read_status(folder).state == RUNNING
-    calls = []
-
-    def fake_flwr(run_config, **kwargs):
-        calls.append(dict(run_config))
-        fake_run(folder, "bc", 0, [0.5, 0.6, 0.7], {"num-server-rounds": 3})
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
-    plans = planning.plan_runs(["bc"], {"num-server-rounds": 3}, out, [0])
-    assert [p.action for p in plans] == [planning.RESUME]
-    result = execution.run_policies(["bc"], {"num-server-rounds": 3}, out, seeds=[0], plans=plans)
-    assert [c["resume-from"] for c in calls] == [str(folder)]
-    assert result.code == 0 and result.runs[0]["final_accuracy"] == 0.7
-
-
 def test_a_summary_is_kept_a_checkpoint_resumed_anything_else_run_from_the_start(
     tmp_path, monkeypatch
 ):
     """Decided by the files alone: neither a status nor a stopped run's settings decide."""
     shared = {"num-server-rounds": 3}
     kept, resumed, stopped = (planning.run_dir(tmp_path, "bc", s) for s in (0, 1, 2))
-    fake_run(kept, "bc", 0, [0.5, 0.6, 0.7], shared, state=RUNNING)  # its status never updated
+    fake_run(kept, "bc", 0, [0.5, 0.6, 0.7], shared)
+    (kept / "status.json").unlink()  # from before status files: the summary decides
     fake_run(resumed, "bc", 1, [0.5], shared, state=RUNNING, summary=False)
+    assert read_status(resumed).state == RUNNING
     fake_run(stopped, "bc", 2, [0.5], {"num-server-rounds": 50}, state=FAILED, summary=False)
     for folder in (kept, resumed):
         (folder / "checkpoint.pt").write_bytes(b"a checkpoint")
@@ -427,14 +395,6 @@ def test_a_summary_is_kept_a_checkpoint_resumed_anything_else_run_from_the_start
     assert (stopped / "notes.txt").read_text() == "mine"
 
 
-def test_results_from_before_status_files_are_kept(tmp_path, monkeypatch):
-    folder = planning.run_dir(tmp_path, "bc", 0)
-    fake_run(folder, "bc", 0, [0.5, 0.6])
-    (folder / "status.json").unlink()
-    monkeypatch.setattr(execution, "run_flwr", no_flwr)
-    assert execution.run_policies(["bc"], {}, tmp_path, seeds=[0]).code == 0
-
-
 def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys):
     def interrupted(run_config, **kwargs):
         raise Interrupted(15)
@@ -449,19 +409,14 @@ def test_a_signal_gives_its_exit_code_and_one_line(tmp_path, monkeypatch, capsys
     assert rerun_command(last) == ["--policies", "bc", "--out", str(tmp_path)]
 
 
-def test_summarise_reads_the_seed_from_the_config(tmp_path):
-    fake_run(tmp_path / "r", "bc", 4, [0.2, 0.4])
-    row = results.summarise(tmp_path / "r", target_accuracy=0.3)
-    assert row["seed"] == 4 and row["rounds_to_target"] == 2 and row["final_accuracy"] == 0.4
-    assert math.isclose(row["mean_wemd"], 0.19)
-
-
-@pytest.mark.slow
-def test_two_seeds_two_policies_end_to_end(tmp_path):
+@pytest.mark.parametrize(
+    "engine", [pytest.param("simulation", marks=pytest.mark.slow), "inprocess"]
+)
+def test_two_seeds_two_policies_end_to_end(tmp_path, engine):
     out = tmp_path / "cmp"
     proc = run_fedcgd(
         "compare",
-        *("--policies", "fedcgd-fscd,bc", "--seeds", "0,1"),
+        *("--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--engine", engine),
         *("--run-config", "num-devices=4 num-server-rounds=2", "--target-accuracy", "0.2"),
         *("--out", str(out)),
     )
@@ -472,45 +427,12 @@ def test_two_seeds_two_policies_end_to_end(tmp_path):
     }
     table = {r["policy"]: r for r in read(out / "table.csv")}
     assert table["bc"]["n_seeds"] == "2" and table["bc"]["n_paired"] == "2"
-    finals = {(r["policy"], r["seed"]): float(r["final_accuracy"]) for r in runs}
-    assert float(table["bc"]["final_accuracy_mean"]) == pytest.approx(
-        (finals[("bc", "0")] + finals[("bc", "1")]) / 2
-    )
+    finals = [float(r["final_accuracy"]) for r in runs if r["policy"] == "bc"]
+    assert float(table["bc"]["final_accuracy_mean"]) == pytest.approx(np.mean(finals))
     for s in (0, 1):  # the run config's seed reached the app
         config = json.loads((out / "bc" / f"seed-{s}" / "config.json").read_text())
         assert config["task"]["seed"] == s
     assert (out / "curves.png").stat().st_size > 0
-
-
-def test_inprocess_engine_runs_a_paired_comparison_end_to_end(tmp_path):
-    out = tmp_path / "cmp"
-    code = invoke(
-        [
-            "compare",
-            "--policies",
-            "fedcgd-fscd,bc",
-            "--seeds",
-            "0,1",
-            "--engine",
-            "inprocess",
-            "--out",
-            str(out),
-            "--run-config",
-            "num-devices=6 num-server-rounds=2 channel.availability-prob=0.8",
-        ]
-    )
-    assert code == 0
-    runs = list(csv.DictReader((out / "runs.csv").open()))
-    assert sorted((r["policy"], r["seed"]) for r in runs) == [
-        ("bc", "0"),
-        ("bc", "1"),
-        ("fedcgd-fscd", "0"),
-        ("fedcgd-fscd", "1"),
-    ]
-    table = {r["policy"]: r for r in csv.DictReader((out / "table.csv").open())}
-    finals = [float(r["final_accuracy"]) for r in runs if r["policy"] == "bc"]
-    assert float(table["bc"]["final_accuracy_mean"]) == pytest.approx(np.mean(finals))
-    assert table["bc"]["n_seeds"] == "2" and (out / "curves.png").exists()
 
 
 def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monkeypatch, capsys):
@@ -629,6 +551,10 @@ def test_a_policy_named_by_file_path_is_labelled_by_its_class_name(tmp_path):
     folder = tmp_path / "ProportionalFair" / "seed-0"
     write_run(folder, {"policy": policy, "seed": 0}, [{"round": 1, "accuracy": 0.5}])
     assert results.summarise(folder)["policy"] == "ProportionalFair"
+    fake_run(tmp_path / "r", "bc", 4, [0.2, 0.4])  # the seed read from config.json
+    row = results.summarise(tmp_path / "r", target_accuracy=0.3)
+    assert row["seed"] == 4 and row["rounds_to_target"] == 2 and row["final_accuracy"] == 0.4
+    assert math.isclose(row["mean_wemd"], 0.19)
     plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
     assert plan.label == "ProportionalFair/seed-0"
     assert execution.run_header(plan, [policy], [0]).endswith(

@@ -35,6 +35,29 @@ def load(preset: str, overrides: list[str] | None = None):
         return compose("config", overrides=[f"experiment={preset}", *(overrides or [])])
 
 
+def fake_flwr(calls: list, fails=lambda run_config: False):
+    """``run_flwr`` writing a 2-round run (accuracy by seed and policy), or a failed one."""
+
+    def flwr(run_config, **kwargs):
+        calls.append(dict(run_config))
+        result_dir = Path(run_config["result-dir"])
+        assert not holds_run(result_dir)  # a fresh folder (locked for the run: it exists)
+        if fails(run_config):  # the ServerApp failed; flwr run still exits 0
+            reason = "RuntimeError: ActorPool is empty"
+            write_run(result_dir, run_config, [], state="failed", reason=reason, summary=False)
+            return subprocess.CompletedProcess([], 0, "", "")
+        policy, seed = run_config["policy"], run_config["seed"]
+        acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
+        lines = [
+            {"round": r, "accuracy": acc, "num_scheduled": 3, "wemd": 0.5, "sigma": 1.0 + seed}
+            for r in (1, 2)
+        ]
+        write_run(result_dir, run_config, lines)
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    return flwr
+
+
 def test_there_is_a_preset_per_paper_experiment():
     assert set(PRESETS) >= {
         "digits_policies",
@@ -202,22 +225,8 @@ def test_bad_hydra_overrides_are_one_line_and_exit_2(
 
 def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     """The whole reproduce path with the federation replaced by fake result folders."""
-    calls = []
-
-    def fake_flwr(run_config, **kwargs):
-        calls.append(dict(run_config))
-        result_dir = Path(run_config["result-dir"])
-        assert not holds_run(result_dir)  # a fresh folder (locked for the run: it exists)
-        policy, seed = run_config["policy"], run_config["seed"]
-        acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
-        lines = [
-            {"round": r, "accuracy": acc, "num_scheduled": 3, "wemd": 0.5, "sigma": 1.0 + seed}
-            for r in (1, 2)
-        ]
-        write_run(result_dir, run_config, lines)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    calls: list[dict] = []
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr(calls))
     out = tmp_path / "sweep"
     cfg = load(
         "digits_policies",
@@ -273,14 +282,6 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert not (out / "local-steps=1" / "bc" / "seed-3").exists()
 
 
-def test_sweep_points_are_the_cartesian_product():
-    points = sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})
-    assert len(points) == 6 and {"a": 2, "b": "z"} in points
-    assert sweep_points({}) == [{}]
-    assert point_label({"local-steps": 5}) == "local-steps=5"
-    assert point_label({}) == "default"
-
-
 @pytest.mark.slow
 def test_reproduce_runs_a_small_sweep(tmp_path):
     out = tmp_path / "sweep"
@@ -302,6 +303,8 @@ def test_reproduce_runs_a_small_sweep(tmp_path):
     assert (out / "estimates.png").stat().st_size > 0
     assert (out / "local-steps=2" / "all" / "seed-0" / "summary.json").exists()
     assert (out / "local-steps=2" / "curves.png").exists()
+    assert sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})[5] == {"a": 2, "b": "z"}
+    assert sweep_points({}) == [{}] and point_label({}) == "default"
 
 
 def test_run_keys_absent_from_the_preset_can_be_set_as_the_readme_writes_them():
@@ -328,23 +331,8 @@ def test_run_keys_absent_from_the_preset_can_be_set_as_the_readme_writes_them():
 
 
 def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
-    def fake_flwr(run_config, **kwargs):
-        lines = [{"round": 1, "accuracy": 0.5, "num_scheduled": 3, "wemd": 0.5}]
-        if run_config["policy"] == "bc" and run_config["local-steps"] == 2:
-            # the ServerApp failed; flwr run still exits 0
-            write_run(
-                Path(run_config["result-dir"]),
-                run_config,
-                [],
-                state="failed",
-                reason="RuntimeError: ActorPool is empty",
-                summary=False,
-            )
-        else:
-            write_run(Path(run_config["result-dir"]), run_config, lines)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    fails = lambda c: c["policy"] == "bc" and c["local-steps"] == 2  # noqa: E731
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr([], fails))
     out = tmp_path / "failing"
     words = ["experiment=digits_policies", "policies=[bc,all]", "sweep.local-steps=[1,2]",
              f"out={out}"]  # fmt: skip
