@@ -28,13 +28,13 @@ from experiments.compare.plans import (
     plan_runs,
 )
 from experiments.compare.policies import run_command
-from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
+from experiments.compare.results import METRICS, table_rows, write_tables
 from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, fedcgd_command
 from fedcgd_strategy.policies.registry import canonical_policy
-from fedcgd_task.schema import flatten, unknown_key
-from fedcgd_task.settings import default_run_config, resolve_data_dir
-from server_app.config import PARAMS_PREFIX, fold_policy_params
+from fedcgd_task.schema import flatten
+from fedcgd_task.settings import resolve_data_dir
+from server_app.config import fold_policy_params
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.signals import exit_code_stopping_on_signals
@@ -77,23 +77,11 @@ def run_keys(node: Any) -> dict[str, Any]:
 
 
 def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(sweep point, run-config overrides) of every sweep point, validated before any run.
-
-    Raises
-    ------
-    ValueError
-        For an unknown policy, a bad seed list, ``seed`` in ``run`` or ``sweep``, an unknown
-        run-config key or a bad value (naming the key).
-    """
+    """(sweep point, run-config overrides) of every point, validated (ValueError: one line)."""
     policies = list(cfg.policies)
     check_policies(policies)
     seeds = planned_seeds(cfg)
-    defaults = default_run_config()
     shared, sweep = run_keys(cfg.run), run_keys(cfg.sweep)
-    given = {k for k in set(shared) | set(sweep) if not k.startswith(PARAMS_PREFIX)}
-    unknown = sorted(given - set(defaults))
-    if unknown:
-        raise ValueError(unknown_key(unknown[0]))
     swept = sorted(set(shared) & set(sweep))
     if swept:
         raise ValueError(
@@ -268,20 +256,14 @@ def write_outputs(cfg: DictConfig, runs: list[dict[str, Any]], out: Path) -> Non
         for label, point_runs in by_point.items()
         for row in table_rows(point_runs, target)
     ]
-    table, indicator = write_tables(rows, runs, out, target, ("sweep",))
+    table = write_tables(rows, runs, out, target, ("sweep",))
     plot_estimates(groups, out / "estimates.png")
-    sweep = run_keys(cfg.sweep)
+    sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
     metrics = list(cfg.get("figure_metrics") or [])
     title = runs_title(Path(run["result_dir"]) for run in runs)
-    figure = plot_sweep(
-        rows, {k: list(v) for k, v in sweep.items()}, metrics, out / "sweep.png", title
-    )
-    if figure is not None:
+    if (figure := plot_sweep(rows, sweep, metrics, out / "sweep.png", title)) is not None:
         print(f"wrote {figure}")
     print(table, end="")
-    if indicator is not None:
-        print(f"{indicator} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})")
-    warn_mixed_code(runs)
     print(
         f"wrote {out / 'table.md'}, {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
         f"{out / 'runs.csv'} and {out / 'estimates.png'}"

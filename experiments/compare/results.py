@@ -243,27 +243,29 @@ def write_tables(
     out: Path,
     target_accuracy: float | None = None,
     extra_columns: tuple[str, ...] = (),
-) -> tuple[str, str | None]:
+) -> str:
     """``runs.csv``, ``table.csv``, ``table.md`` and the indicator's tables under ``out``.
 
-    ``extra_columns`` first (e.g. the sweep point). Returns ``table.md`` and the indicator's line.
+    ``extra_columns`` first (e.g. the sweep point). Prints the indicator's line and a warning
+    over runs of mixed code; returns ``table.md``.
     """
     write_table(runs, out / "runs.csv", extra_columns, RUN_COLUMNS)
     write_table(rows, out / "table.csv", extra_columns)
     table = markdown_table(rows, target_accuracy, extra_columns)
     atomic_write(out / "table.md", table)
-    return table, write_indicator(runs, out)
+    line = write_indicator(runs, out)
+    if line is not None:
+        print(f"{line} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})", flush=True)
+    warn_mixed_code(runs)
+    return table
 
 
 def write_comparison(
     runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
 ) -> str:
-    """:func:`write_tables` and ``curves.png``; prints the indicator's line; ``table.md``."""
-    table, line = write_tables(table_rows(runs, target_accuracy), runs, out, target_accuracy)
+    """:func:`write_tables` and ``curves.png`` of a comparison; ``table.md``."""
+    table = write_tables(table_rows(runs, target_accuracy), runs, out, target_accuracy)
     plot_comparison(runs, out / "curves.png")
-    if line is not None:
-        print(line, flush=True)
-    warn_mixed_code(runs)
     return table
 
 
