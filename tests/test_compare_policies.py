@@ -79,16 +79,33 @@ def no_flwr(*args, **kwargs):
     raise AssertionError("finished runs must not run again")
 
 
-def finishing_flwr(calls: list, accuracy=lambda run_config: [0.5], shared=None):
-    """``run_flwr`` that records each run config and writes a finished run with ``accuracy``."""
+def finishing_flwr(calls: list, accuracy=lambda c: [0.5], shared=None, fails=lambda c: None):
+    """``run_flwr`` recording each run config and writing a finished run with ``accuracy``.
+
+    ``fails(run_config)``: ``"exit"`` (exit code 1, nothing written), ``"status"`` (the
+    ServerApp failed: ``flwr run`` exits 0) or None. A run started anew finds no run's files.
+    """
 
     def fake_flwr(run_config, **kwargs):
         calls.append(dict(run_config))
-        policy, seed = run_config["policy"], run_config["seed"]
-        fake_run(Path(run_config["result-dir"]), policy, seed, accuracy(run_config), shared)
+        policy, seed, folder = run_config["policy"], run_config["seed"], run_config["result-dir"]
+        if "resume-from" not in run_config:
+            run_files = ("config.json", "metrics.jsonl", "model.pt", "status.json")
+            assert not any((Path(folder) / name).exists() for name in run_files)
+        if fails(run_config) == "exit":
+            return subprocess.CompletedProcess([], 1, "", "")
+        if fails(run_config) == "status":
+            reason = "RuntimeError: ActorPool is empty"
+            fake_run(Path(folder), policy, seed, [], state=FAILED, reason=reason, summary=False)
+        else:
+            fake_run(Path(folder), policy, seed, accuracy(run_config), shared)
         return subprocess.CompletedProcess([], 0, "", "")
 
     return fake_flwr
+
+
+def bc_seed_1(run_config):
+    return run_config["policy"] == "bc" and run_config["seed"] == 1
 
 
 def read(path: Path) -> list[dict[str, str]]:
@@ -197,23 +214,11 @@ def test_pairs_only_common_seeds_and_one_seed_has_no_interval(tmp_path, monkeypa
 def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, monkeypatch):
     out = tmp_path / "run"
     fake_run(planning.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], {"num-server-rounds": 2})
-    calls = []
-
-    def fake_flwr(run_config, **kwargs):
-        calls.append(dict(run_config))
-        seed = run_config["seed"]
-        if run_config["policy"] == "bc" and seed == 1:
-            return subprocess.CompletedProcess([], 1, "", "")
-        fake_run(
-            Path(run_config["result-dir"]),
-            run_config["policy"],
-            seed,
-            [0.4, 0.5 + seed],
-            {"num-server-rounds": 2},
-        )
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    calls: list[dict] = []
+    accuracy = lambda c: [0.4, 0.5 + c["seed"]]  # noqa: E731
+    fails = lambda c: "exit" if bc_seed_1(c) else None  # noqa: E731
+    fake = finishing_flwr(calls, accuracy, {"num-server-rounds": 2}, fails)
+    monkeypatch.setattr(execution, "run_flwr", fake)
     result = execution.run_policies(
         ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
     )
@@ -316,24 +321,10 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
     tmp_path, monkeypatch, capsys
 ):
     """``flwr run`` exits 0 when the ServerApp raises: the outcome comes from status.json."""
-
-    def fake_flwr(run_config, **kwargs):
-        policy, seed = run_config["policy"], run_config["seed"]
-        if policy == "bc" and seed == 1:
-            fake_run(
-                Path(run_config["result-dir"]),
-                policy,
-                seed,
-                [],
-                state=FAILED,
-                reason="RuntimeError: ActorPool is empty",
-                summary=False,
-            )
-        else:
-            fake_run(Path(run_config["result-dir"]), policy, seed, [0.5, 0.6])
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    fails = lambda c: "status" if bc_seed_1(c) else None  # noqa: E731
+    monkeypatch.setattr(
+        execution, "run_flwr", finishing_flwr([], lambda c: [0.5, 0.6], None, fails)
+    )
     out = tmp_path / "failing"
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert invoke(["compare", *args]) == 1
@@ -346,18 +337,10 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
     assert len(read(out / "runs.csv")) == 3
     # the printed command again: the failed run (no checkpoint) is cleared and run again; the
     # others are kept
-    args = rerun_command(last)
-    calls = []
-
-    def recording_flwr(run_config, **kwargs):
-        calls.append((run_config["policy"], run_config["seed"]))
-        assert not (Path(run_config["result-dir"]) / "status.json").exists()
-        fake_run(Path(run_config["result-dir"]), run_config["policy"], run_config["seed"], [0.7])
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", recording_flwr)
+    args, calls = rerun_command(last), []
+    monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.7]))
     assert invoke(["compare", *args]) == 0
-    assert calls == [("bc", 1)]
+    assert [(c["policy"], c["seed"]) for c in calls] == [("bc", 1)]
     assert capsys.readouterr().out.strip().splitlines()[-1] == "all 4 runs completed"
     assert len(read(out / "runs.csv")) == 4
 
@@ -376,21 +359,12 @@ def test_a_summary_is_kept_a_checkpoint_resumed_anything_else_run_from_the_start
     for folder in (kept, resumed):
         (folder / "checkpoint.pt").write_bytes(b"a checkpoint")
     (stopped / "notes.txt").write_text("mine")
-    calls = []
-
-    def fake_flwr(run_config, **kwargs):
-        folder = Path(run_config["result-dir"])
-        calls.append((run_config["seed"], run_config.get("resume-from")))
-        if folder == stopped:  # the stopped run's files are gone, other files stay
-            assert [p.name for p in folder.glob("[!.]*")] == ["notes.txt"]  # not the locks
-        fake_run(folder, "bc", run_config["seed"], [0.5, 0.6, 0.8], shared)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    calls: list[dict] = []
+    monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.5, 0.6, 0.8]))
     plans = planning.plan_runs(["bc"], shared, tmp_path, [0, 1, 2])
     assert [p.action for p in plans] == [planning.KEEP, planning.RESUME, planning.RUN]
     result = execution.run_policies(["bc"], shared, tmp_path, seeds=[0, 1, 2], plans=plans)
-    assert calls == [(1, str(resumed)), (2, None)]
+    assert [(c["seed"], c.get("resume-from")) for c in calls] == [(1, str(resumed)), (2, None)]
     assert result.code == 0 and [r["final_accuracy"] for r in result.runs] == [0.7, 0.8, 0.8]
     assert (stopped / "notes.txt").read_text() == "mine"
 
