@@ -1,7 +1,4 @@
-"""Running a comparison's planned runs (:func:`run_points`) and collecting what they left.
-
-A run's outcome is its ``status.json`` or what it said itself (:func:`run_reason`), one line.
-"""
+"""Running a comparison's planned runs (:func:`run_points`) and collecting what they left."""
 
 from __future__ import annotations
 
@@ -31,13 +28,7 @@ from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
-from server_app.run_folder.results import (
-    CONFIG_FILE,
-    METRICS_FILE,
-    MODEL_FILE,
-    STATUS_FILE,
-    holds_run,
-)
+from server_app.run_folder.results import CHECKPOINT_FILE, RUN_FILES, SUMMARY_FILE, holds_run
 from server_app.run_folder.run_status import (
     FAILED,
     failure_from_output,
@@ -109,7 +100,7 @@ def claim_run_folder(plan: PlannedRun) -> FolderClaim:
     """
     claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
     if plan.action == RUN:
-        for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, STATUS_FILE):
+        for name in set(RUN_FILES) - {SUMMARY_FILE, CHECKPOINT_FILE}:
             (plan.result_dir / name).unlink(missing_ok=True)
     return claim
 
@@ -194,10 +185,7 @@ def run_policies(
     jobs: int = 1,
     ray: RaySettings | None = None,
 ) -> ComparisonRuns:
-    """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables.
-
-    ValueError before any run: :func:`~experiments.compare.plans.check_comparison`, ``plan_run``.
-    """
+    """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables."""
     seeds, jobs = check_comparison(policies, shared, seeds, check_engine(engine), jobs)
     with claim_folder(out, "--out"):  # held by compare(): it works under that claim
         if plans is None:
@@ -221,10 +209,7 @@ def run_points(
     how: LaunchSettings,
     target_accuracy: float | None,
 ) -> ComparisonRuns:
-    """Run every point's plans; write each point's tables in ``out/<point>`` (``""``: ``out``).
-
-    Each run's row and failure of a named point carries that name (``sweep``, a label prefix).
-    """
+    """Run every point's plans; write each point's tables in ``out/<point>`` (``""``: ``out``)."""
     every = [plan for _, plans in points for plan in plans]
     policies = list(dict.fromkeys(p.policy for p in every))
     seeds = list(dict.fromkeys(p.seed for p in every))

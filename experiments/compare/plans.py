@@ -17,7 +17,7 @@ from experiments.run.run_config import validated_run_config, with_resolved_data_
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import unread_settings
 from server_app.run_folder.files import read_json_object
-from server_app.run_folder.results import CONFIG_FILE, SUMMARY_FILE
+from server_app.run_folder.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE
 from server_app.run_folder.run_status import flat_settings, settings_differences
 
 #: Engines a comparison's runs can run on.
@@ -163,7 +163,6 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     A kept or resumed run made with other settings (its ``config.json``) is refused (ValueError,
     one line): no comparison mixes runs of two settings.
     """
-    from server_app.checkpoint import CHECKPOINT_FILE
     from server_app.config import parse_run_config
 
     overrides = {**with_policy_params(policy, shared), "policy": policy, "seed": seed}
