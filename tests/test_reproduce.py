@@ -69,7 +69,9 @@ def test_there_is_a_preset_per_paper_experiment():
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_composes_validates_and_takes_seeds(preset):
+def test_every_preset_composes_validates_takes_seeds_and_every_run_config_key(preset):
+    """Each preset plans; ``run.<key>=<value>`` for each key of pyproject's run config (not the
+    seed, the policy or the result folders, which the preset's other settings own)."""
     cfg = load(preset)
     plans = planned_runs(cfg)
     assert len(plans) == len(sweep_points(dict(cfg.sweep)))
@@ -82,6 +84,28 @@ def test_every_preset_composes_validates_and_takes_seeds(preset):
     reproduce.check_figure_metrics(metrics)  # the figure can draw them
     seeded = load(preset, ["seeds=[0,1]"])
     assert planned_seeds(seeded) == [0, 1] and planned_runs(seeded)
+    owned = {"seed", "policy", "result-dir", "resume-from"}
+    values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
+    swept = set(load(preset, hydra_overrides([])).sweep)
+    settings: dict[str, object] = {}
+    for key, default in default_run_config().items():
+        if key not in owned:
+            settings[key] = values.get(key, default)
+
+    def override(key: str) -> str:
+        value = settings[key]
+        return f"run.{key}=" + (f"'{value}'" if isinstance(value, str) else str(value).lower())
+
+    # Every key the sweep does not own, set in one command line: each run holds each value.
+    free = [key for key in settings if key not in swept]
+    runs = planned_runs(load(preset, hydra_overrides([override(key) for key in free])))
+    for _, overrides in runs:
+        for key in free:
+            assert overrides[key] == settings[key], key
+    for key in swept & settings.keys():  # the sweep owns it: one line saying so
+        cfg = load(preset, hydra_overrides([override(key)]))
+        with pytest.raises(ValueError, match=f"sweep.{key}="):
+            planned_runs(cfg)
 
 
 def test_a_figure_metric_the_table_lacks_is_refused_before_anything_starts(tmp_path, capsys):
@@ -351,33 +375,3 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
     assert Path(command[0]).resolve() == Path(FEDCGD).resolve()
     assert command[1:] == ["reproduce", *words]
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3
-
-
-@pytest.mark.parametrize("preset", PRESETS)
-def test_every_run_config_key_can_be_set_in_every_preset(preset):
-    """``run.<key>=<value>`` for each key of pyproject's [tool.flwr.app.config] (not the seed,
-    the policy or the result folders, which the preset's other settings own)."""
-    from fedcgd_task.settings import default_run_config
-
-    owned = {"seed", "policy", "result-dir", "resume-from"}
-    values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
-    swept = set(load(preset, hydra_overrides([])).sweep)
-    settings: dict[str, object] = {}
-    for key, default in default_run_config().items():
-        if key not in owned:
-            settings[key] = values.get(key, default)
-
-    def override(key: str) -> str:
-        value = settings[key]
-        return f"run.{key}=" + (f"'{value}'" if isinstance(value, str) else str(value).lower())
-
-    # Every key the sweep does not own, set in one command line: each run holds each value.
-    free = [key for key in settings if key not in swept]
-    runs = planned_runs(load(preset, hydra_overrides([override(key) for key in free])))
-    for _, overrides in runs:
-        for key in free:
-            assert overrides[key] == settings[key], key
-    for key in swept & settings.keys():  # the sweep owns it: one line saying so
-        cfg = load(preset, hydra_overrides([override(key)]))
-        with pytest.raises(ValueError, match=f"sweep.{key}="):
-            planned_runs(cfg)

@@ -222,14 +222,28 @@ def run_points(
 
     tracker = RunProgress(total=len(every), workers=how.jobs)
     outcomes, retried = execute_plans(every, how, tracker=tracker, header=header)
-    total = ComparisonRuns(retried=retried)
-    for label, plans in points:
-        result = collect_runs(plans, outcomes, out / label, target_accuracy)
-        total.planned += result.planned
-        total.runs += [{"sweep": label, **run} if label else run for run in result.runs]
-        total.failed += [
-            FailedRun(f"{label}/{f.label}".lstrip("/"), f.reason) for f in result.failed
-        ]
+    total = ComparisonRuns(planned=len(every), retried=retried)
+    for label, plans in points:  # a plan without an outcome did not run
+        runs = []
+        for plan in (p for p in plans if p.result_dir in outcomes):
+            reason = outcomes[plan.result_dir]
+            if reason is None:
+                try:
+                    runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
+                except ValueError as err:  # a file damaged after the run: not half a table
+                    reason = first_line(err)
+            if reason is not None:
+                total.failed.append(FailedRun(f"{label}/{plan.label}".lstrip("/"), reason))
+        if runs:
+            folder = out / label
+            print(write_comparison(runs, folder, target_accuracy), end="", flush=True)
+            for line in same_schedule_lines(runs):
+                print(line, flush=True)
+            print(
+                f"wrote {folder / 'table.md'}, {folder / 'table.csv'}, {folder / 'runs.csv'} and "
+                f"{folder / 'curves.png'}"
+            )
+        total.runs += [{"sweep": label, **run} if label else run for run in runs]
     return total
 
 
@@ -315,36 +329,3 @@ def last_outcome_line(log: Path) -> str | None:
         return None
     match = re.match(r"(failed|error): (.*)", last)
     return shortened(match.group(2)) if match else None
-
-
-def collect_runs(
-    plans: Sequence[PlannedRun],
-    outcomes: Mapping[Path, str | None],
-    out: Path,
-    target_accuracy: float | None,
-) -> ComparisonRuns:
-    """Summarise the completed runs of ``plans`` and write ``out``'s tables and curves.
-
-    ``outcomes``: folder -> None (completed or kept) or why not; a plan without one did not run.
-    """
-    result = ComparisonRuns(planned=len(plans))
-    for plan in plans:
-        if plan.result_dir not in outcomes:
-            continue
-        reason = outcomes[plan.result_dir]
-        if reason is None:
-            try:
-                result.runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
-            except ValueError as err:  # a file damaged after the run: not half a table
-                reason = first_line(err)
-        if reason is not None:
-            result.failed.append(FailedRun(plan.label, reason))
-    if result.runs:
-        print(write_comparison(result.runs, out, target_accuracy), end="", flush=True)
-        for line in same_schedule_lines(result.runs):
-            print(line, flush=True)
-        print(
-            f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'} and "
-            f"{out / 'curves.png'}"
-        )
-    return result
