@@ -7,7 +7,7 @@ resumed, anything else run from the start (docs/comparing.md, "Kept runs").
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,17 +116,26 @@ def check_comparison(
     """The checked seeds and jobs of a comparison, or ValueError (one line) before any run."""
     check_policies(policies)
     jobs = resolve_jobs(jobs, engine)
-    if "seed" in shared:
-        raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
-    for key in ("result-dir", "resume-from"):
-        if shared.get(key):
-            raise ValueError(
-                f"run-config key {key!r}: a comparison puts each run in "
-                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
-            )
+    check_not_settable(shared)
     seeds = check_seeds(list(seeds))
     check_run_configs(policies, shared, seeds)
     return seeds, jobs
+
+
+#: Run-config keys a comparison or a preset sets itself, and what to give instead.
+NOT_SETTABLE = {
+    "seed": "give the seeds as seeds (--seeds 0,1,2, or seeds=[0,1,2] in a preset)",
+    "policy": "list the policies (--policies, or policies=[fedcgd-fscd,bc] in a preset)",
+    "result-dir": "every run goes to <out>/.../<policy>/seed-<s>: give --out (a preset: out=)",
+    "resume-from": "runs stopped early are resumed by running the same command again",
+}
+
+
+def check_not_settable(keys: Iterable[str]) -> None:
+    """Raise ValueError (one line) for a key of :data:`NOT_SETTABLE`."""
+    for key in keys:
+        if key in NOT_SETTABLE:
+            raise ValueError(f"run-config key {key!r}: not settable here; {NOT_SETTABLE[key]}")
 
 
 def check_run_configs(

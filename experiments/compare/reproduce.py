@@ -21,6 +21,7 @@ from experiments.analysis.preset_figures import plot_estimates, plot_sweep, poin
 from experiments.compare.execution import LaunchSettings, run_points
 from experiments.compare.plans import (
     check_engine,
+    check_not_settable,
     check_plans_before_start,
     check_policies,
     check_run_configs,
@@ -58,15 +59,6 @@ def planned_seeds(cfg: DictConfig) -> list[int]:
     return check_seeds(list(seeds))
 
 
-#: Run-config keys a preset's ``run`` / ``sweep`` may not set, and what to use instead.
-NOT_IN_RUN = {
-    "seed": "set the seeds with seeds=[0,1,2]",
-    "policy": "list the policies with policies=[fedcgd-fscd,bc]",
-    "result-dir": "every run writes to <out>/<sweep point>/<policy>/seed-<s>; set out=/abs/folder",
-    "resume-from": "runs stopped early are resumed by running the same command again",
-}
-
-
 def run_keys(node: Any) -> dict[str, Any]:
     """A ``run`` or ``sweep`` node as flat run-config keys (nested command-line keys win)."""
     table = OmegaConf.to_container(node, resolve=True)
@@ -88,9 +80,7 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
             f"run.{swept[0]}: this preset sweeps it; set its values with "
             f"sweep.{swept[0]}=[...] instead"
         )
-    for key, instead in NOT_IN_RUN.items():
-        if key in shared or key in sweep:
-            raise ValueError(f"run.{key} / sweep.{key}: not settable here; {instead}")
+    check_not_settable([*shared, *sweep])
     data_dir = str(resolve_data_dir(str(shared.get("data-dir", ""))))
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
