@@ -297,24 +297,19 @@ def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monk
     assert not (out / "table.csv").exists()
 
 
-def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path, monkeypatch):
-    out = tmp_path / "kept"
+def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path):
+    folder, cifar_folder = (planning.run_dir(tmp_path, "bc", s) for s in (0, 1))
     kept = {"num-server-rounds": 2, "checkpoint-every": 1}
-    fake_run(planning.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], kept)
-    plan = planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), {"num-server-rounds": 2})
-    assert plan.action == planning.KEEP, plan.note
-    with pytest.raises(ValueError, match=r"seed-0: training\.local_steps \(kept 10, asked 3\); "):
-        planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), {**kept, "local-steps": 3})
-    # digits ignore data-dir; CIFAR does not
+    fake_run(folder, "bc", 0, [0.5, 0.6], kept)
     elsewhere = {"num-server-rounds": 2, "data-dir": str(tmp_path / "other")}
-    assert (
-        planning.plan_run("bc", 0, planning.run_dir(out, "bc", 0), elsewhere).action
-        == planning.KEEP
-    )
+    for asked in ({"num-server-rounds": 2}, elsewhere):  # digits ignore data-dir; CIFAR does not
+        assert planning.plan_run("bc", 0, folder, asked).action == planning.KEEP
+    with pytest.raises(ValueError, match=r"seed-0: training\.local_steps \(kept 10, asked 3\); "):
+        planning.plan_run("bc", 0, folder, {**kept, "local-steps": 3})
     cifar = {"dataset": "cifar10", "num-server-rounds": 2}
-    fake_run(planning.run_dir(out, "bc", 1), "bc", 1, [0.5, 0.6], cifar)
+    fake_run(cifar_folder, "bc", 1, [0.5, 0.6], cifar)
     with pytest.raises(ValueError, match=r"seed-1: task\.data_dir \(kept "):
-        planning.plan_run("bc", 1, planning.run_dir(out, "bc", 1), {**cifar, **elsewhere})
+        planning.plan_run("bc", 1, cifar_folder, {**cifar, **elsewhere})
 
 
 def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(

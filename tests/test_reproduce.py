@@ -140,6 +140,13 @@ def test_presets_carry_the_paper_settings():
     assert c100.run["channel.deadline-s"] == 120.0 and c100.run["shards-per-device"] == 5
     assert "poc-candidates" not in c100.run
     assert set(c100.policies) == {"fedcgd-fscd", "bc"}
+    # conf/setting/ and experiments.paper.settings state the same setting: laying PAPER_CIFAR10
+    # over the tau = 1 point (Table II's setting) changes nothing once resolved
+    (point, overrides), _ = planned_runs(load("cifar10_local_steps"))
+    assert point == {"local-steps": 1}
+    base = {**default_run_config(), **overrides, "policy": "bc", "result-dir": "/abs/run"}
+    assert parse_run_config(base) == parse_run_config({**base, **PAPER_CIFAR10})
+    assert parse_run_config(base) != parse_run_config({**base, "channel.deadline-s": 3.0})
 
 
 def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_rate():
@@ -176,20 +183,6 @@ def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_r
             assert run["shards-per-device"] == 1
         if key != "local-steps":
             assert run["local-steps"] == 1
-
-
-def test_table_ii_preset_point_is_the_python_paper_setting():
-    """conf/setting/ and experiments.paper.settings state the same setting.
-
-    The tau = 1 point of cifar10_local_steps is the paper's Table II setting: laying
-    PAPER_CIFAR10 over its run config changes nothing once resolved (B comes from the app's
-    default there, the model from ``model = "auto"``).
-    """
-    (point, overrides), _ = planned_runs(load("cifar10_local_steps"))
-    assert point == {"local-steps": 1}
-    base = {**default_run_config(), **overrides, "policy": "bc", "result-dir": "/abs/run"}
-    assert parse_run_config(base) == parse_run_config({**base, **PAPER_CIFAR10})
-    assert parse_run_config(base) != parse_run_config({**base, "channel.deadline-s": 3.0})
 
 
 def test_seeds_default_to_zero_and_compose_from_the_command_line():
