@@ -473,22 +473,6 @@ def test_compare_policies_sweeps_aggregators(tmp_path):
             assert config["aggregator"] == recorded
 
 
-@pytest.mark.parametrize(("codes", "rerun"), [([1, 2], True), ([2, 1], True), ([0, 2], False)])
-def test_a_failed_aggregator_comparison_ends_with_the_rerun_line(
-    tmp_path, capsys, monkeypatch, codes, rerun
-):
-    """One comparison failed (1) and another was refused (2): the exit code is the worst, 2,
-    and the last line still says how to go on with the runs that failed."""
-    from experiments.compare import policies
-
-    returned = iter(codes)
-    monkeypatch.setattr(policies, "compare", lambda _args: next(returned))
-    code = invoke(["compare", "--aggregators", "default,FedMedian", "--out", str(tmp_path / "out")])
-    assert code == max(codes)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert (bool(err) and err[-1].startswith("to go on, run the same command again")) is rerun
-
-
 def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, capsys):
     out = tmp_path / "compare"
     args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]

@@ -35,6 +35,29 @@ def load(preset: str, overrides: list[str] | None = None):
         return compose("config", overrides=[f"experiment={preset}", *(overrides or [])])
 
 
+def fake_flwr(calls: list, fails=lambda run_config: False):
+    """``run_flwr`` writing a 2-round run (accuracy by seed and policy), or a failed one."""
+
+    def flwr(run_config, **kwargs):
+        calls.append(dict(run_config))
+        result_dir = Path(run_config["result-dir"])
+        assert not holds_run(result_dir)  # a fresh folder (locked for the run: it exists)
+        if fails(run_config):  # the ServerApp failed; flwr run still exits 0
+            reason = "RuntimeError: ActorPool is empty"
+            write_run(result_dir, run_config, [], state="failed", reason=reason, summary=False)
+            return subprocess.CompletedProcess([], 0, "", "")
+        policy, seed = run_config["policy"], run_config["seed"]
+        acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
+        lines = [
+            {"round": r, "accuracy": acc, "num_scheduled": 3, "wemd": 0.5, "sigma": 1.0 + seed}
+            for r in (1, 2)
+        ]
+        write_run(result_dir, run_config, lines)
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    return flwr
+
+
 def test_there_is_a_preset_per_paper_experiment():
     assert set(PRESETS) >= {
         "digits_policies",
@@ -46,7 +69,9 @@ def test_there_is_a_preset_per_paper_experiment():
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_composes_validates_and_takes_seeds(preset):
+def test_every_preset_composes_validates_takes_seeds_and_every_run_config_key(preset):
+    """Each preset plans; ``run.<key>=<value>`` for each key of pyproject's run config (not the
+    seed, the policy or the result folders, which the preset's other settings own)."""
     cfg = load(preset)
     plans = planned_runs(cfg)
     assert len(plans) == len(sweep_points(dict(cfg.sweep)))
@@ -59,6 +84,28 @@ def test_every_preset_composes_validates_and_takes_seeds(preset):
     reproduce.check_figure_metrics(metrics)  # the figure can draw them
     seeded = load(preset, ["seeds=[0,1]"])
     assert planned_seeds(seeded) == [0, 1] and planned_runs(seeded)
+    owned = {"seed", "policy", "result-dir", "resume-from"}
+    values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
+    swept = set(load(preset, hydra_overrides([])).sweep)
+    settings: dict[str, object] = {}
+    for key, default in default_run_config().items():
+        if key not in owned:
+            settings[key] = values.get(key, default)
+
+    def override(key: str) -> str:
+        value = settings[key]
+        return f"run.{key}=" + (f"'{value}'" if isinstance(value, str) else str(value).lower())
+
+    # Every key the sweep does not own, set in one command line: each run holds each value.
+    free = [key for key in settings if key not in swept]
+    runs = planned_runs(load(preset, hydra_overrides([override(key) for key in free])))
+    for _, overrides in runs:
+        for key in free:
+            assert overrides[key] == settings[key], key
+    for key in swept & settings.keys():  # the sweep owns it: one line saying so
+        cfg = load(preset, hydra_overrides([override(key)]))
+        with pytest.raises(ValueError, match=f"sweep.{key}="):
+            planned_runs(cfg)
 
 
 def test_a_figure_metric_the_table_lacks_is_refused_before_anything_starts(tmp_path, capsys):
@@ -93,6 +140,13 @@ def test_presets_carry_the_paper_settings():
     assert c100.run["channel.deadline-s"] == 120.0 and c100.run["shards-per-device"] == 5
     assert "poc-candidates" not in c100.run
     assert set(c100.policies) == {"fedcgd-fscd", "bc"}
+    # conf/setting/ and experiments.paper.settings state the same setting: laying PAPER_CIFAR10
+    # over the tau = 1 point (Table II's setting) changes nothing once resolved
+    (point, overrides), _ = planned_runs(load("cifar10_local_steps"))
+    assert point == {"local-steps": 1}
+    base = {**default_run_config(), **overrides, "policy": "bc", "result-dir": "/abs/run"}
+    assert parse_run_config(base) == parse_run_config({**base, **PAPER_CIFAR10})
+    assert parse_run_config(base) != parse_run_config({**base, "channel.deadline-s": 3.0})
 
 
 def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_rate():
@@ -129,20 +183,6 @@ def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_r
             assert run["shards-per-device"] == 1
         if key != "local-steps":
             assert run["local-steps"] == 1
-
-
-def test_table_ii_preset_point_is_the_python_paper_setting():
-    """conf/setting/ and experiments.paper.settings state the same setting.
-
-    The tau = 1 point of cifar10_local_steps is the paper's Table II setting: laying
-    PAPER_CIFAR10 over its run config changes nothing once resolved (B comes from the app's
-    default there, the model from ``model = "auto"``).
-    """
-    (point, overrides), _ = planned_runs(load("cifar10_local_steps"))
-    assert point == {"local-steps": 1}
-    base = {**default_run_config(), **overrides, "policy": "bc", "result-dir": "/abs/run"}
-    assert parse_run_config(base) == parse_run_config({**base, **PAPER_CIFAR10})
-    assert parse_run_config(base) != parse_run_config({**base, "channel.deadline-s": 3.0})
 
 
 def test_seeds_default_to_zero_and_compose_from_the_command_line():
@@ -202,22 +242,8 @@ def test_bad_hydra_overrides_are_one_line_and_exit_2(
 
 def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     """The whole reproduce path with the federation replaced by fake result folders."""
-    calls = []
-
-    def fake_flwr(run_config, **kwargs):
-        calls.append(dict(run_config))
-        result_dir = Path(run_config["result-dir"])
-        assert not holds_run(result_dir)  # a fresh folder (locked for the run: it exists)
-        policy, seed = run_config["policy"], run_config["seed"]
-        acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
-        lines = [
-            {"round": r, "accuracy": acc, "num_scheduled": 3, "wemd": 0.5, "sigma": 1.0 + seed}
-            for r in (1, 2)
-        ]
-        write_run(result_dir, run_config, lines)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    calls: list[dict] = []
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr(calls))
     out = tmp_path / "sweep"
     cfg = load(
         "digits_policies",
@@ -273,14 +299,6 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert not (out / "local-steps=1" / "bc" / "seed-3").exists()
 
 
-def test_sweep_points_are_the_cartesian_product():
-    points = sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})
-    assert len(points) == 6 and {"a": 2, "b": "z"} in points
-    assert sweep_points({}) == [{}]
-    assert point_label({"local-steps": 5}) == "local-steps=5"
-    assert point_label({}) == "default"
-
-
 @pytest.mark.slow
 def test_reproduce_runs_a_small_sweep(tmp_path):
     out = tmp_path / "sweep"
@@ -302,6 +320,8 @@ def test_reproduce_runs_a_small_sweep(tmp_path):
     assert (out / "estimates.png").stat().st_size > 0
     assert (out / "local-steps=2" / "all" / "seed-0" / "summary.json").exists()
     assert (out / "local-steps=2" / "curves.png").exists()
+    assert sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})[5] == {"a": 2, "b": "z"}
+    assert sweep_points({}) == [{}] and point_label({}) == "default"
 
 
 def test_run_keys_absent_from_the_preset_can_be_set_as_the_readme_writes_them():
@@ -328,23 +348,8 @@ def test_run_keys_absent_from_the_preset_can_be_set_as_the_readme_writes_them():
 
 
 def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
-    def fake_flwr(run_config, **kwargs):
-        lines = [{"round": 1, "accuracy": 0.5, "num_scheduled": 3, "wemd": 0.5}]
-        if run_config["policy"] == "bc" and run_config["local-steps"] == 2:
-            # the ServerApp failed; flwr run still exits 0
-            write_run(
-                Path(run_config["result-dir"]),
-                run_config,
-                [],
-                state="failed",
-                reason="RuntimeError: ActorPool is empty",
-                summary=False,
-            )
-        else:
-            write_run(Path(run_config["result-dir"]), run_config, lines)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    monkeypatch.setattr(execution, "run_flwr", fake_flwr)
+    fails = lambda c: c["policy"] == "bc" and c["local-steps"] == 2  # noqa: E731
+    monkeypatch.setattr(execution, "run_flwr", fake_flwr([], fails))
     out = tmp_path / "failing"
     words = ["experiment=digits_policies", "policies=[bc,all]", "sweep.local-steps=[1,2]",
              f"out={out}"]  # fmt: skip
@@ -363,33 +368,3 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
     assert Path(command[0]).resolve() == Path(FEDCGD).resolve()
     assert command[1:] == ["reproduce", *words]
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3
-
-
-@pytest.mark.parametrize("preset", PRESETS)
-def test_every_run_config_key_can_be_set_in_every_preset(preset):
-    """``run.<key>=<value>`` for each key of pyproject's [tool.flwr.app.config] (not the seed,
-    the policy or the result folders, which the preset's other settings own)."""
-    from fedcgd_task.settings import default_run_config
-
-    owned = {"seed", "policy", "result-dir", "resume-from"}
-    values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
-    swept = set(load(preset, hydra_overrides([])).sweep)
-    settings: dict[str, object] = {}
-    for key, default in default_run_config().items():
-        if key not in owned:
-            settings[key] = values.get(key, default)
-
-    def override(key: str) -> str:
-        value = settings[key]
-        return f"run.{key}=" + (f"'{value}'" if isinstance(value, str) else str(value).lower())
-
-    # Every key the sweep does not own, set in one command line: each run holds each value.
-    free = [key for key in settings if key not in swept]
-    runs = planned_runs(load(preset, hydra_overrides([override(key) for key in free])))
-    for _, overrides in runs:
-        for key in free:
-            assert overrides[key] == settings[key], key
-    for key in swept & settings.keys():  # the sweep owns it: one line saying so
-        cfg = load(preset, hydra_overrides([override(key)]))
-        with pytest.raises(ValueError, match=f"sweep.{key}="):
-            planned_runs(cfg)

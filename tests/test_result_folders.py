@@ -105,26 +105,17 @@ def test_the_rounds_files_are_fsynced_once_at_the_end_of_a_run(monkeypatch, tmp_
     assert sorted(names[:-5]) == start
 
 
-def test_second_run_into_a_run_folder_is_refused_and_changes_nothing(capsys, copy):
+def test_a_folder_that_holds_a_run_or_is_a_file_is_refused_and_left_alone(capsys, copy, tmp_path):
     before = hashes(copy)
-    code, _, err = main_code(capsys, **overrides(copy, seed=7))
+    code, _, err = main_code(capsys, **overrides(copy, seed=7))  # the command
     assert code == 2
     assert err[-1].startswith("error: run-config key 'result-dir'") and "already holds" in err[-1]
-    assert hashes(copy) == before
-
-
-def test_the_serverapp_itself_refuses_a_folder_that_holds_a_run(copy):
-    before = hashes(copy)
-    config = parse_run_config(run_config(copy, seed=7))
-    nodes = [5 + v for v in range(8)]
-    grid = app_grid(make_contexts(nodes, run_config(copy), 8))
-    with pytest.raises(ValueError, match=r"'result-dir'.*already holds") as err:
+    config = parse_run_config(run_config(copy, seed=7))  # the ServerApp itself
+    grid = app_grid(make_contexts([5 + v for v in range(8)], run_config(copy), 8))
+    with pytest.raises(ValueError, match=r"'result-dir'.*already holds") as refused:
         run_federation(grid, config)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(refused.value)
     assert hashes(copy) == before
-
-
-def test_result_dir_that_is_a_file_is_refused(capsys, tmp_path):
     target = tmp_path / "results"
     target.write_text("keep me")
     code, _, err = main_code(capsys, **overrides(target))

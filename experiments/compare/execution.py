@@ -1,11 +1,9 @@
-"""Running a comparison's planned runs (:func:`execute_plans`) and collecting what they left.
-
-A run's outcome is its ``status.json`` or what it said itself (:func:`run_reason`), one line.
-"""
+"""Running a comparison's planned runs (:func:`run_points`) and collecting what they left."""
 
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +28,7 @@ from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import default_run_config
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
-from server_app.run_folder.results import (
-    CONFIG_FILE,
-    METRICS_FILE,
-    MODEL_FILE,
-    STATUS_FILE,
-    holds_run,
-)
+from server_app.run_folder.results import CHECKPOINT_FILE, RUN_FILES, SUMMARY_FILE, holds_run
 from server_app.run_folder.run_status import (
     FAILED,
     failure_from_output,
@@ -44,6 +36,9 @@ from server_app.run_folder.run_status import (
     read_status,
     run_outcome,
 )
+
+#: Characters of a failure reason kept for the last line.
+MAX_REASON = 200
 
 
 @dataclass(frozen=True)
@@ -68,10 +63,7 @@ class FailedRun:
 
 @dataclass
 class ComparisonRuns:
-    """What :func:`run_policies` ran: the completed runs' rows, the failures, the plan size.
-
-    ``retried``: runs started again after their Ray node or worker was lost (None: no Ray).
-    """
+    """The completed runs' rows, the failures, the plan size; ``retried``: on Ray (None: no Ray)."""
 
     runs: list[dict[str, Any]] = field(default_factory=list)
     failed: list[FailedRun] = field(default_factory=list)
@@ -94,27 +86,27 @@ class ComparisonRuns:
             f"hold the {len(self.runs)} completed runs"
         )
 
+    def report(self) -> int:
+        """Print :meth:`last_line` (on stderr after a failure); the exit code."""
+        print(self.last_line(), file=sys.stderr if self.code else sys.stdout, flush=True)
+        return self.code
+
 
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder while it runs; a run to start loses a stopped run's files.
+    """Lock a planned run's folder; a run to start loses a stopped run's files.
 
-    Never ``summary.json`` or ``checkpoint.pt``: a run that completed or saved one since it was
-    planned is refused by the ServerApp, not overwritten. The run's processes work under this
-    lock; another process that holds it is named.
+    Never ``summary.json`` or ``checkpoint.pt``: the ServerApp refuses a run that completed or
+    saved one since it was planned.
     """
     claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
     if plan.action == RUN:
-        for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, STATUS_FILE):
+        for name in set(RUN_FILES) - {SUMMARY_FILE, CHECKPOINT_FILE}:
             (plan.result_dir / name).unlink(missing_ok=True)
     return claim
 
 
 def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
-    """Run one planned run in the foreground; None when it completed, else why not (one line).
-
-    The folder is locked for the run (:func:`claim_run_folder`: held by another process, that
-    is the reason); the outcome: :func:`run_reason`.
-    """
+    """Run one planned run in the foreground, its folder locked; None or why not (one line)."""
     try:
         claim = claim_run_folder(plan)
     except ValueError as err:
@@ -151,43 +143,33 @@ def run_reason(
     output: str = "",
     failure: BaseException | None = None,
 ) -> str | None:
-    """None when the run launched at ``launched_unix_s`` completed, else why not (one line).
+    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line.
 
-    ``code``: the exit code of what ran it; ``output``: what it printed (the ServerApp's ``run
-    failed: ...``, or Flower's first ``ERROR`` line); ``failure``: what an in-process run raised.
+    ``code``: the exit code of what ran it; ``output``: what it printed; ``failure``: what an
+    in-process run raised.
     """
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
         return None
     reason = outcome.message.removeprefix("failed: ") if outcome.code else "completed"
-    flower_error = first_error_line(output)
-    said = failure is not None or failure_from_output(output) is not None
-    if flower_error and not said:
+    errors = [m.group(1) for x in output.splitlines() if (m := ERROR.match(strip_ansi(x)))]
+    if errors and failure is None and failure_from_output(output) is None:
         try:
             status = read_status(plan.result_dir) if outcome.code else None
         except ValueError:
             status = None
         if status is None or status.state != FAILED:
-            reason = flower_error  # the simulation crashed before the ServerApp could say why
+            reason = errors[0].strip()  # the simulation crashed before the ServerApp said why
     return shortened(reason) if code == 0 else f"exit code {code}: {shortened(reason)}"
 
 
-#: Characters of a failure reason kept for the last line.
-MAX_REASON = 200
+#: A line Flower logged as an error (its message in group 1).
+ERROR = re.compile(r"\s*ERROR\s*:\s*(\S.*)")
 
 
 def shortened(reason: str) -> str:
     """``reason`` cut to :data:`MAX_REASON` characters (``...`` at the end when cut)."""
     return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
-
-
-def first_error_line(output: str) -> str | None:
-    """The message of the first ``ERROR :`` line Flower logged (colour codes removed)."""
-    for line in output.splitlines():
-        match = re.match(r"\s*ERROR\s*:\s*(\S.*)", strip_ansi(line))
-        if match:
-            return match.group(1).strip()
-    return None
 
 
 def run_policies(
@@ -203,41 +185,66 @@ def run_policies(
     jobs: int = 1,
     ray: RaySettings | None = None,
 ) -> ComparisonRuns:
-    """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables.
-
-    :func:`plan_runs` (unless ``plans`` are given), :func:`execute_plans`, :func:`collect_runs`;
-    the options: docs/comparing.md, "Comparing policies" and "Kept runs".
-
-    Raises
-    ------
-    ValueError
-        Before any run: see :func:`check_comparison` and :func:`plan_run`.
-    """
+    """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables."""
     seeds, jobs = check_comparison(policies, shared, seeds, check_engine(engine), jobs)
     with claim_folder(out, "--out"):  # held by compare(): it works under that claim
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)
-        outcomes, retried = execute_plans(
-            plans,
-            LaunchSettings(engine, jobs, num_supernodes, ray=ray),
-            tracker=RunProgress(total=len(plans)),
-            header=lambda plan: run_header(plan, policies, seeds),
-        )
-        result = collect_runs(plans, outcomes, out, target_accuracy)
-        result.retried = retried
-        return result
+        how = LaunchSettings(engine, jobs, num_supernodes, ray=ray)
+        return run_points([("", plans)], out, how, target_accuracy)
 
 
-def run_header(
-    plan: PlannedRun, policies: Sequence[str], seeds: Sequence[int], prefix: str = ""
-) -> str:
-    """``<prefix>[policy i/N, seed j/M] <policy> seed=<s> -> <folder>``: a run's header line."""
+def run_header(plan: PlannedRun, policies: Sequence[str], seeds: Sequence[int]) -> str:
+    """``[policy i/N, seed j/M] <policy> seed=<s> -> <folder>``: a run's header line."""
     i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
-    name = reference_label(plan.policy)
     return (
-        f"{prefix}[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {name} "
+        f"[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {reference_label(plan.policy)} "
         f"seed={plan.seed} -> {plan.result_dir}"
     )
+
+
+def run_points(
+    points: Sequence[tuple[str, Sequence[PlannedRun]]],
+    out: Path,
+    how: LaunchSettings,
+    target_accuracy: float | None,
+) -> ComparisonRuns:
+    """Run every point's plans; write each point's tables in ``out/<point>`` (``""``: ``out``)."""
+    every = [plan for _, plans in points for plan in plans]
+    policies = list(dict.fromkeys(p.policy for p in every))
+    seeds = list(dict.fromkeys(p.seed for p in every))
+    where = {p.result_dir: (k, label) for k, (label, plans) in enumerate(points, 1) for p in plans}
+
+    def header(plan: PlannedRun) -> str:
+        k, label = where[plan.result_dir]
+        prefix = f"[{label} {k}/{len(points)}] " if label else ""
+        return prefix + run_header(plan, policies, seeds)
+
+    tracker = RunProgress(total=len(every), workers=how.jobs)
+    outcomes, retried = execute_plans(every, how, tracker=tracker, header=header)
+    total = ComparisonRuns(planned=len(every), retried=retried)
+    for label, plans in points:  # a plan without an outcome did not run
+        runs = []
+        for plan in (p for p in plans if p.result_dir in outcomes):
+            reason = outcomes[plan.result_dir]
+            if reason is None:
+                try:
+                    runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
+                except ValueError as err:  # a file damaged after the run: not half a table
+                    reason = first_line(err)
+            if reason is not None:
+                total.failed.append(FailedRun(f"{label}/{plan.label}".lstrip("/"), reason))
+        if runs:
+            folder = out / label
+            print(write_comparison(runs, folder, target_accuracy), end="", flush=True)
+            for line in same_schedule_lines(runs):
+                print(line, flush=True)
+            print(
+                f"wrote {folder / 'table.md'}, {folder / 'table.csv'}, {folder / 'runs.csv'} and "
+                f"{folder / 'curves.png'}"
+            )
+        total.runs += [{"sweep": label, **run} if label else run for run in runs]
+    return total
 
 
 def execute_plans(
@@ -247,12 +254,10 @@ def execute_plans(
     tracker: RunProgress,
     header: Callable[[PlannedRun], str],
 ) -> tuple[dict[Path, str | None], int | None]:
-    """Run every plan that is not kept; each result folder's outcome, and the runs Ray retried.
+    """Run every plan not kept; each folder's outcome (None: completed) and the runs Ray retried.
 
-    Outcome: None (completed or kept) or why not; retried: None when the runs went in the
-    foreground, or none went again on a Ray of ``launcher.jobs``. One job and no ``how.ray``:
-    each run in the foreground; else each a Ray task (:func:`~experiments.run.ray_runs.run_tasks`,
-    its output in its ``run.log``: docs/comparing.md). Start lines: ``tracker``, ``header(plan)``.
+    One job and no ``how.ray``: each run in the foreground; else each a Ray task, its output in
+    its ``run.log`` (docs/comparing.md); retried is None when no run went on Ray.
     """
     outcomes: dict[Path, str | None] = {}
 
@@ -265,19 +270,18 @@ def execute_plans(
         elif holds_run(plan.result_dir):
             print("stopped without a checkpoint: run again from the start", flush=True)
 
-    for plan in plans:
-        if plan.action == KEEP:
-            announce(plan)
-            tracker.end_run(kept=True)
-            outcomes[plan.result_dir] = None
-    to_run = [plan for plan in plans if plan.action != KEEP]
-
     def record(plan: PlannedRun, reason: str | None) -> None:
         tracker.end_run(plan.result_dir, failed=reason is not None)
         outcomes[plan.result_dir] = reason
         if reason is not None:
             print(f"{plan.label} failed: {reason}", flush=True)
 
+    for plan in plans:
+        if plan.action == KEEP:
+            announce(plan)
+            tracker.end_run(kept=True)
+            outcomes[plan.result_dir] = None
+    to_run = [plan for plan in plans if plan.action != KEEP]
     if how.jobs == 1 and how.ray is None:
         for plan in to_run:
             announce(plan)
@@ -304,13 +308,13 @@ def execute_plans(
         said = last_outcome_line(plan.result_dir / RUN_LOG)
         if reason is not None and said is not None:
             reason = f"exit code {code}: {said}"  # the run's own last line says it best
-        spent = format_duration(time.time() - launched[i])
         if reason is None:
+            spent = format_duration(time.time() - launched[i])
             print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
         record(plan, reason)
 
     ray = how.ray
-    if ray is None:  # launcher.jobs > 1: a Ray of this machine with that many CPUs
+    if ray is None:  # jobs > 1: a Ray of this machine with that many CPUs
         ray = RaySettings("local", jobs=how.jobs)
         connect(ray)
     retried = run_tasks([p.overrides for p in to_run], ray, on_start, on_end)
@@ -325,37 +329,3 @@ def last_outcome_line(log: Path) -> str | None:
         return None
     match = re.match(r"(failed|error): (.*)", last)
     return shortened(match.group(2)) if match else None
-
-
-def collect_runs(
-    plans: Sequence[PlannedRun],
-    outcomes: Mapping[Path, str | None],
-    out: Path,
-    target_accuracy: float | None,
-) -> ComparisonRuns:
-    """Summarise the completed runs of ``plans`` and write ``out``'s tables and curves.
-
-    ``outcomes``: result folder -> None (completed or kept) or why it failed
-    (:func:`execute_plans`); a plan without an entry did not run.
-    """
-    result = ComparisonRuns(planned=len(plans))
-    for plan in plans:
-        if plan.result_dir not in outcomes:
-            continue
-        reason = outcomes[plan.result_dir]
-        if reason is None:
-            try:
-                result.runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
-            except ValueError as err:  # a file damaged after the run: not half a table
-                reason = first_line(err)
-        if reason is not None:
-            result.failed.append(FailedRun(plan.label, reason))
-    if result.runs:
-        print(write_comparison(result.runs, out, target_accuracy), end="", flush=True)
-        for line in same_schedule_lines(result.runs):
-            print(line, flush=True)
-        print(
-            f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'} and "
-            f"{out / 'curves.png'}"
-        )
-    return result

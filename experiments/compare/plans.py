@@ -1,40 +1,39 @@
 """Planning a comparison: its settings checked, and each (policy, seed) decided from its folder.
 
-Keep, resume or run each ``<out>/<policy>/seed-<s>`` (docs/comparing.md, "Kept runs").
+A ``<out>/<policy>/seed-<s>`` with a ``summary.json`` is kept, one with a ``checkpoint.pt``
+resumed, anything else run from the start (docs/comparing.md, "Kept runs").
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from experiments.run.ray_runs import resolve_jobs
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import unread_settings
 from server_app.run_folder.files import read_json_object
-from server_app.run_folder.results import CONFIG_FILE, SUMMARY_FILE
-from server_app.run_folder.run_status import (
-    SETTINGS_ADDED_LATER,
-    first_line,
-    flat_settings,
-    settings_differences,
-)
+from server_app.run_folder.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE
+from server_app.run_folder.run_status import flat_settings, settings_differences
+
+#: Engines a comparison's runs can run on.
+ENGINES = ("simulation", "deployment", "inprocess")
+#: What :func:`plan_run` decides for one (policy, seed).
+RUN, KEEP, RESUME = "run", "keep", "resume"
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
-    """Result directory of one (policy, seed): ``<out>/<label>/seed-<seed>`` (label: its name)."""
-    from fedcgd_task.imports import reference_label
-
+    """``<out>/<policy label>/seed-<seed>``: one (policy, seed)'s result folder."""
     return out / reference_label(policy) / f"seed-{seed}"
 
 
 def check_policies(policies: list[str]) -> None:
-    """Raise ValueError (one line) for a policy that cannot be built or a repeated folder name."""
+    """Raise ValueError (one line) for no policy, one that cannot be built, or a shared folder."""
     from fedcgd_strategy.policies.registry import policy_class
-    from fedcgd_task.imports import reference_label
 
     if not policies:
         raise ValueError("policies: give at least one policy, e.g. policies=[fedcgd-fscd,bc]")
@@ -47,37 +46,27 @@ def check_policies(policies: list[str]) -> None:
     if repeated:
         raise ValueError(f"policies: {policies} repeats {', '.join(repeated)}; name each once")
     labels = [reference_label(p) for p in policies]
-    clashing = sorted(
+    shared = sorted(
         {p for p, label in zip(policies, labels, strict=True) if labels.count(label) > 1}
     )
-    if clashing:
+    if shared:
         raise ValueError(
-            f"policies: {', '.join(clashing)} would share a result folder (same class name); "
+            f"policies: {', '.join(shared)} would share a result folder (same class name); "
             "give the classes different names"
         )
 
 
-def takes_policy_params(policy: str, shared: Mapping[str, Any]) -> bool:
-    """Whether ``policy`` takes every ``policy-params`` name of ``shared`` (False without any)."""
-    from fedcgd_strategy.policies.registry import policy_param_arguments
-    from server_app.config import read_params
-
-    params = read_params(shared)
-    if not params:
-        return False
-    try:
-        policy_param_arguments(policy, params)
-    except ValueError:
-        return False
-    return True
-
-
 def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]:
     """``shared`` for ``policy``: its ``policy-params`` kept only if the policy takes them all."""
-    from server_app.config import PARAMS_KEY, PARAMS_PREFIX
+    from fedcgd_strategy.policies.registry import policy_param_arguments
+    from server_app.config import PARAMS_KEY, PARAMS_PREFIX, read_params
 
-    if takes_policy_params(policy, shared):
-        return dict(shared)
+    params = read_params(shared)
+    try:
+        if params and policy_param_arguments(policy, params) is not None:
+            return dict(shared)
+    except ValueError:
+        pass
     return {k: v for k, v in shared.items() if k != PARAMS_KEY and not k.startswith(PARAMS_PREFIX)}
 
 
@@ -86,7 +75,7 @@ def check_policy_params_used(policies: Sequence[str], shared: Mapping[str, Any])
     from server_app.config import PARAMS_KEY, read_params
 
     params = read_params(shared)
-    if params and not any(takes_policy_params(p, shared) for p in policies):
+    if params and all(with_policy_params(p, shared) != dict(shared) for p in policies):
         raise ValueError(
             f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "
             "takes all of them"
@@ -107,17 +96,11 @@ def check_seeds(seeds: Sequence[Any]) -> list[int]:
 
 def parse_seeds(text: str) -> list[int]:
     """``"0,1,2"`` → ``[0, 1, 2]`` (checked as in :func:`check_seeds`)."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
     try:
-        return check_seeds([int(x) for x in items])
-    except ValueError as err:
-        if str(err).startswith("seeds:"):
-            raise
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
         raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from None
-
-
-#: Engines a comparison's runs can run on.
-ENGINES = ("simulation", "deployment", "inprocess")
+    return check_seeds(seeds)
 
 
 def check_engine(engine: str, deployment: bool = False, option: str = "engine") -> str:
@@ -130,24 +113,29 @@ def check_engine(engine: str, deployment: bool = False, option: str = "engine") 
 def check_comparison(
     policies: list[str], shared: Mapping[str, Any], seeds: Sequence[int], engine: str, jobs: int
 ) -> tuple[list[int], int]:
-    """The checked seeds and jobs of a comparison, or ValueError (one line) before any run.
-
-    Refused: an unknown policy, bad ``jobs``, ``seed`` (give the seeds), ``result-dir`` or
-    ``resume-from`` in ``shared``, a bad seed list, a bad run config (:func:`check_run_configs`).
-    """
+    """The checked seeds and jobs of a comparison, or ValueError (one line) before any run."""
     check_policies(policies)
     jobs = resolve_jobs(jobs, engine)
-    if "seed" in shared:
-        raise ValueError("give the seeds as seeds (--seeds 0,1,2), not as run-config 'seed'")
-    for key in ("result-dir", "resume-from"):
-        if shared.get(key):
-            raise ValueError(
-                f"run-config key {key!r}: a comparison puts each run in "
-                "<out>/<policy>/seed-<s> (give --out) and resumes kept runs itself"
-            )
+    check_not_settable(shared)
     seeds = check_seeds(list(seeds))
     check_run_configs(policies, shared, seeds)
     return seeds, jobs
+
+
+#: Run-config keys a comparison or a preset sets itself, and what to give instead.
+NOT_SETTABLE = {
+    "seed": "give the seeds as seeds (--seeds 0,1,2, or seeds=[0,1,2] in a preset)",
+    "policy": "list the policies (--policies, or policies=[fedcgd-fscd,bc] in a preset)",
+    "result-dir": "every run goes to <out>/.../<policy>/seed-<s>: give --out (a preset: out=)",
+    "resume-from": "runs stopped early are resumed by running the same command again",
+}
+
+
+def check_not_settable(keys: Iterable[str]) -> None:
+    """Raise ValueError (one line) for a key of :data:`NOT_SETTABLE`."""
+    for key in keys:
+        if key in NOT_SETTABLE:
+            raise ValueError(f"run-config key {key!r}: not settable here; {NOT_SETTABLE[key]}")
 
 
 def check_run_configs(
@@ -156,22 +144,15 @@ def check_run_configs(
     """Check each policy's run config (with the ``policy-params`` it takes) for each seed."""
     check_policy_params_used(policies, shared)
     for policy in policies:
-        own = with_policy_params(policy, shared)
         for seed in seeds:
-            validated_run_config({**own, "policy": policy, "seed": seed})
-
-
-#: What :func:`plan_run` decides for one (policy, seed).
-RUN, KEEP, RESUME = "run", "keep", "resume"
+            validated_run_config(
+                {**with_policy_params(policy, shared), "policy": policy, "seed": seed}
+            )
 
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One (policy, seed) of a comparison and what to do with its result folder.
-
-    ``overrides`` are the run's run-config overrides (``result-dir``, ``resume-from`` to resume);
-    ``action`` is :data:`RUN`, :data:`KEEP` or :data:`RESUME`.
-    """
+    """One (policy, seed), its folder, its run-config overrides and :data:`RUN` / KEEP / RESUME."""
 
     policy: str
     seed: int
@@ -181,52 +162,43 @@ class PlannedRun:
 
     @property
     def label(self) -> str:
-        """``<policy label>/seed-<seed>``: as its folder (a reference by its class name)."""
-        from fedcgd_task.imports import reference_label
-
+        """``<policy label>/seed-<seed>``, as its folder."""
         return f"{reference_label(self.policy)}/seed-{self.seed}"
 
 
 def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
     """Keep a run with a ``summary.json``, resume one with a ``checkpoint.pt``, else run it.
 
-    Raises
-    ------
-    ValueError
-        One line: a kept or resumed run whose ``config.json`` holds other settings (only
-        :func:`fedcgd_task.settings.unread_settings` may differ) or cannot be read; a kept
-        run whose metrics lack rounds its summary says ran.
+    A kept or resumed run made with other settings (its ``config.json``) is refused (ValueError,
+    one line): no comparison mixes runs of two settings.
     """
-    from server_app.checkpoint import CHECKPOINT_FILE
     from server_app.config import parse_run_config
 
-    own = with_policy_params(policy, shared)
-    overrides = {**own, "policy": policy, "seed": seed, "result-dir": str(result_dir)}
-    kept = (result_dir / SUMMARY_FILE).exists()
-    if not kept and not (result_dir / CHECKPOINT_FILE).exists():
+    overrides = {**with_policy_params(policy, shared), "policy": policy, "seed": seed}
+    overrides["result-dir"] = str(result_dir)
+    if (result_dir / SUMMARY_FILE).exists():
+        action = KEEP
+    elif (result_dir / CHECKPOINT_FILE).exists():
+        action, overrides["resume-from"] = RESUME, str(result_dir)
+    else:
         return PlannedRun(policy, seed, result_dir, overrides, RUN)
     config = with_resolved_data_dir(validated_run_config(overrides))
     requested = json.loads(json.dumps(parse_run_config(config).to_dict()))
-    try:
-        recorded = read_json_object(result_dir / CONFIG_FILE)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{result_dir}: {first_line(err)}; remove it to run it again") from None
-    keys = settings_differences(
-        recorded, requested, ignore=unread_settings(requested), requested_keys_only=True
-    )
+    recorded = read_json_object(result_dir / CONFIG_FILE)
+    ignore = unread_settings(requested)
+    keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
     if keys:
-        before, now = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}, flat_settings(requested)
+        before, now = flat_settings(recorded), flat_settings(requested)
         differ = ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
         raise ValueError(
             f"{result_dir}: {differ}; a kept run's settings may not change: give another "
             "output folder, or remove its runs to run them again with these settings"
         )
-    if kept:  # its row is read now: a damaged run is refused before anything starts
+    if action == KEEP:  # its row is read now: a damaged run is refused before anything starts
         from experiments.compare.results import summarise
 
         summarise(result_dir)
-    resume = {} if kept else {"resume-from": str(result_dir)}
-    return PlannedRun(policy, seed, result_dir, {**overrides, **resume}, KEEP if kept else RESUME)
+    return PlannedRun(policy, seed, result_dir, overrides, action)
 
 
 def plan_runs(
@@ -244,7 +216,7 @@ def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
     for plan in plans:
         if plan.action == KEEP:
             continue
-        probe_free(plan.result_dir, f"{plan.label}: result folder")  # in use: named
+        probe_free(plan.result_dir, f"{plan.label}: result folder")
         config = with_resolved_data_dir(validated_run_config(plan.overrides))
         if plan.action == RUN:  # its stopped files are removed before it starts
             config["result-dir"] = ""

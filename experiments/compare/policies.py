@@ -1,9 +1,7 @@
-"""Run several scheduling policies on the same settings and seeds and compare them.
+"""``fedcgd compare``: several scheduling policies on the same settings and seeds, compared.
 
-What it writes (``runs.csv``, ``table.csv``, ``curves.png``), which runs it keeps, its exit codes
-and ``--aggregators``: docs/comparing.md, "Comparing policies". The work is in
-:mod:`experiments.compare.plans`, :mod:`experiments.compare.execution` and
-:mod:`experiments.compare.results`.
+What it writes, which runs it keeps, its exit codes, ``--aggregators`` and ``--channels``:
+docs/comparing.md, "Comparing policies".
 """
 
 from __future__ import annotations
@@ -11,24 +9,27 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from experiments.compare.execution import run_policies
+from experiments.compare.execution import LaunchSettings, run_points
 from experiments.compare.plans import (
     check_comparison,
     check_plans_before_start,
-    check_policies,
     parse_seeds,
     plan_runs,
 )
 from experiments.run.ray_runs import connect, ray_settings
 from experiments.run.resume_command import LastWords, rerun_line
-from experiments.run.run_config import parse_run_config_text, validated_run_config
+from experiments.run.run_config import parse_run_config_text
 from fedcgd_strategy.policies.registry import canonical_policy
 from server_app.run_folder.files import ResultWriteError
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.signals import exit_code_stopping_on_signals
+
+#: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
+DEFAULT_AGGREGATOR_NAME = "default"
 
 
 @dataclass(frozen=True)
@@ -53,23 +54,16 @@ class CompareOptions:
 def main(options: CompareOptions, command: str | None = None) -> int:
     """``fedcgd compare`` stopping on signals (``command``: the line a stopped one gives)."""
     last_words = LastWords()
-    if options.aggregators is not None or options.channels is not None:
-        return exit_code_stopping_on_signals(
-            lambda: compare_aggregators(options, command, last_words), last_words
-        )
     return exit_code_stopping_on_signals(lambda: compare(options, command, last_words), last_words)
 
 
-#: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
-DEFAULT_AGGREGATOR_NAME = "default"
+def option_points(args: CompareOptions, shared: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``("", shared)``, or per ``--aggregators`` / ``--channels`` value its folder and settings.
 
-
-def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
-    """One comparison's options per value of ``--aggregators`` or ``--channels``, all validated.
-
-    Each goes into ``<out>/aggregator=<name>`` or ``<out>/channel=<name>`` (a class path as its
-    class name). Raises ValueError (one line).
+    The folder: ``aggregator=<name>`` or ``channel=<name>`` (a class path as its class name).
     """
+    if args.aggregators is None and args.channels is None:
+        return [("", shared)]
     if args.aggregators is not None and args.channels is not None:
         raise ValueError("give --aggregators or --channels, not both")
     option, key, given = (
@@ -80,41 +74,15 @@ def aggregator_comparisons(args: CompareOptions) -> list[CompareOptions]:
     names = [a.strip() for a in str(given).split(",") if a.strip()]
     if not names:
         raise ValueError(f"{option} is empty; allowed: comma-separated {option[2:]}")
-    shared = parse_run_config_text(args.run_config)
     if key in shared:
         raise ValueError(f"give the {option[2:]} with {option}, not run-config {key!r}")
-    out = args.out.resolve()
-    comparisons = []
+    points = []
     for name in names:
         value = "" if key == "aggregator" and name == DEFAULT_AGGREGATOR_NAME else name
-        validated_run_config({**shared, key: value})
-        text = f'{args.run_config} {key}="{value}"'.strip()
         shown = name.rsplit(":", 1)[-1] if key == "channel.model" else name
-        folder = out / f"{key.split('.')[0]}={re.sub(r'[^A-Za-z0-9._-]', '_', shown)}"
-        each = replace(args, run_config=text, out=folder, aggregators=None, channels=None)
-        comparisons.append(each)
-    return comparisons
-
-
-def compare_aggregators(
-    args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
-) -> int:
-    """:func:`compare` per aggregator or channel (all validated first); the worst code."""
-    try:
-        comparisons = aggregator_comparisons(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"output folder: {args.out.resolve()}", flush=True)
-    if command is not None and last_words is not None:
-        last_words.set(lambda: rerun_line(command))
-    codes = []
-    for i, each in enumerate(comparisons, 1):
-        print(f"== {i}/{len(comparisons)}: {each.out.name} ==", flush=True)
-        codes.append(compare(each))
-    if 1 in codes and command is not None:  # a run failed (another comparison may be refused)
-        print(rerun_line(command), file=sys.stderr, flush=True)
-    return max(codes)
+        label = f"{key.split('.')[0]}={re.sub(r'[^A-Za-z0-9._-]', '_', shown)}"
+        points.append((label, {**shared, key: value}))
+    return points
 
 
 def run_command(
@@ -125,11 +93,10 @@ def run_command(
 ) -> int:
     """A comparison's or a preset's command: check everything, then run; the exit code.
 
-    ``check`` plans and checks every run before any starts (appending the folder claims it
-    takes) and returns what runs them; a ValueError or FileNotFoundError it raises is the one
-    line ``error: ...`` and exit code 2. Then the first line names ``out`` and, after a
-    failure (exit code 1: a run, or writing a table) or a signal (also one while checking,
-    e.g. during Ray's start), the last line gives ``command`` to run again.
+    ``check`` plans and checks every run (appending the folder claims it takes) and returns
+    what runs them; its ValueError or FileNotFoundError is one line ``error: ...``, exit code
+    2. Then the first line names ``out``; after a failure (exit code 1) or a signal the last
+    line gives ``command`` to run again.
     """
     claims: list[FolderClaim] = []
     if command is not None and last_words is not None:  # a signal while checking: Ray's start
@@ -160,46 +127,30 @@ def run_command(
 def compare(
     args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
-    """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2).
-
-    See :func:`run_command` for the first and last lines.
-    """
+    """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2)."""
     policies = [canonical_policy(p.strip()) for p in args.policies.split(",") if p.strip()]
     out = args.out.resolve()
 
     def check(claims: list[FolderClaim]) -> Callable[[], int]:
-        check_policies(policies)
         shared = parse_run_config_text(args.run_config)
         if args.seeds is not None and "seed" in shared:
             raise ValueError("give either --seeds or run-config 'seed', not both")
         given = parse_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
-        seeds, jobs = check_comparison(policies, shared, given, args.engine, args.jobs)
+        variants = option_points(args, shared)
+        checked = [
+            check_comparison(policies, s, given, args.engine, args.jobs) for _, s in variants
+        ]
+        (seeds, jobs) = checked[0]
         claims.append(claim_folder(out, "--out"))  # one comparison in a folder at a time
-        plans = plan_runs(policies, shared, out, seeds)
-        check_plans_before_start(plans)
+        points = [(label, plan_runs(policies, s, out / label, seeds)) for label, s in variants]
+        check_plans_before_start([plan for _, plans in points for plan in plans])
         ray = ray_settings(
             args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,
             jobs=args.jobs, prefix="--",
         )  # fmt: skip
         if ray is not None:
             connect(ray, prefix="--")
-
-        def go() -> int:
-            result = run_policies(
-                policies,
-                shared,
-                out,
-                seeds=seeds,
-                target_accuracy=args.target_accuracy,
-                num_supernodes=args.num_supernodes,
-                engine=args.engine,
-                plans=plans,
-                jobs=jobs,
-                ray=ray,
-            )
-            print(result.last_line(), file=sys.stderr if result.code else sys.stdout, flush=True)
-            return result.code
-
-        return go
+        how = LaunchSettings(args.engine, jobs, args.num_supernodes, ray=ray)
+        return lambda: run_points(points, out, how, args.target_accuracy).report()
 
     return run_command(check, out, command, last_words)

@@ -18,17 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.analysis.plot_runs import runs_title
 from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
-from experiments.compare.execution import (
-    ComparisonRuns,
-    FailedRun,
-    LaunchSettings,
-    collect_runs,
-    execute_plans,
-    run_header,
-)
+from experiments.compare.execution import LaunchSettings, run_points
 from experiments.compare.plans import (
-    PlannedRun,
     check_engine,
+    check_not_settable,
     check_plans_before_start,
     check_policies,
     check_run_configs,
@@ -36,15 +29,13 @@ from experiments.compare.plans import (
     plan_runs,
 )
 from experiments.compare.policies import run_command
-from experiments.compare.results import METRICS, table_rows, warn_mixed_code, write_tables
-from experiments.run.progress import RunProgress
-from experiments.run.ray_runs import RaySettings, connect, ray_settings, resolve_jobs
+from experiments.compare.results import METRICS, table_rows, write_tables
+from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, fedcgd_command
 from fedcgd_strategy.policies.registry import canonical_policy
-from fedcgd_task.datasets import load_train_set
-from fedcgd_task.schema import flatten, unknown_key
-from fedcgd_task.settings import TaskSettings, default_run_config, resolve_data_dir
-from server_app.config import PARAMS_PREFIX, fold_policy_params
+from fedcgd_task.schema import flatten
+from fedcgd_task.settings import resolve_data_dir
+from server_app.config import fold_policy_params
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.signals import exit_code_stopping_on_signals
@@ -68,15 +59,6 @@ def planned_seeds(cfg: DictConfig) -> list[int]:
     return check_seeds(list(seeds))
 
 
-#: Run-config keys a preset's ``run`` / ``sweep`` may not set, and what to use instead.
-NOT_IN_RUN = {
-    "seed": "set the seeds with seeds=[0,1,2]",
-    "policy": "list the policies with policies=[fedcgd-fscd,bc]",
-    "result-dir": "every run writes to <out>/<sweep point>/<policy>/seed-<s>; set out=/abs/folder",
-    "resume-from": "runs stopped early are resumed by running the same command again",
-}
-
-
 def run_keys(node: Any) -> dict[str, Any]:
     """A ``run`` or ``sweep`` node as flat run-config keys (nested command-line keys win)."""
     table = OmegaConf.to_container(node, resolve=True)
@@ -87,32 +69,18 @@ def run_keys(node: Any) -> dict[str, Any]:
 
 
 def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(sweep point, run-config overrides) of every sweep point, validated before any run.
-
-    Raises
-    ------
-    ValueError
-        For an unknown policy, a bad seed list, ``seed`` in ``run`` or ``sweep``, an unknown
-        run-config key or a bad value (naming the key).
-    """
+    """(sweep point, run-config overrides) of every point, validated (ValueError: one line)."""
     policies = list(cfg.policies)
     check_policies(policies)
     seeds = planned_seeds(cfg)
-    defaults = default_run_config()
     shared, sweep = run_keys(cfg.run), run_keys(cfg.sweep)
-    given = {k for k in set(shared) | set(sweep) if not k.startswith(PARAMS_PREFIX)}
-    unknown = sorted(given - set(defaults))
-    if unknown:
-        raise ValueError(unknown_key(unknown[0]))
     swept = sorted(set(shared) & set(sweep))
     if swept:
         raise ValueError(
             f"run.{swept[0]}: this preset sweeps it; set its values with "
             f"sweep.{swept[0]}=[...] instead"
         )
-    for key, instead in NOT_IN_RUN.items():
-        if key in shared or key in sweep:
-            raise ValueError(f"run.{key} / sweep.{key}: not settable here; {instead}")
+    check_not_settable([*shared, *sweep])
     data_dir = str(resolve_data_dir(str(shared.get("data-dir", ""))))
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
@@ -129,13 +97,6 @@ def check_figure_metrics(metrics: Any) -> None:
     if bad:
         allowed = ", ".join(METRICS)
         raise ValueError(f"figure_metrics = {given!r} names {bad[0]!r}; allowed: {allowed}")
-
-
-def check_data(plans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-    """Load each data set the plan needs once, so missing files stop the sweep before any run."""
-    defaults = default_run_config()
-    for task in {TaskSettings.from_run_config({**defaults, **o}) for _, o in plans}:
-        load_train_set(task)  # cached per (dataset, data-dir), and settings where read
 
 
 def load_preset(words: Sequence[str]) -> DictConfig:
@@ -217,132 +178,82 @@ def reproduce(
     See :func:`experiments.compare.policies.run_command` for the first and last lines.
     """
     out = Path(str(cfg.out)).resolve()
+    launcher = cfg.launcher
 
     def check(claims: list[FolderClaim]) -> Callable[[], int]:
         engine = check_engine(
-            str(cfg.launcher.get("engine", "simulation")),
-            bool(cfg.launcher.get("deployment")),
+            str(launcher.get("engine", "simulation")), bool(launcher.get("deployment")),
             "launcher.engine",
-        )
-        jobs = resolve_jobs(cfg.launcher.get("jobs", 1), engine)
+        )  # fmt: skip
+        jobs = resolve_jobs(launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
-        check_data(plans)
         # One command in these folders at a time: the whole output and each sweep point's.
         claims.append(claim_folder(out, "out"))
-        for point, _ in plans:
-            claims.append(claim_folder(out / point_label(point), "out"))
-        per_point = [  # every sweep point's runs, checked before any starts
-            plan_runs(list(cfg.policies), overrides, out / point_label(point), planned_seeds(cfg))
-            for point, overrides in plans
-        ]
-        every = [plan for point_plans in per_point for plan in point_plans]
-        check_plans_before_start(every)
-        launcher = cfg.launcher
+        points = []
+        for point, overrides in plans:
+            label = point_label(point)
+            claims.append(claim_folder(out / label, "out"))
+            points.append(
+                (label, plan_runs(list(cfg.policies), overrides, out / label, planned_seeds(cfg)))
+            )
+        check_plans_before_start([plan for _, point_plans in points for plan in point_plans])
         ray = ray_settings(
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
             launcher.get("gpus-per-run", 0.0), engine=engine, jobs=jobs,
         )  # fmt: skip
-        workers = jobs if ray is None else connect(ray)
+        how = LaunchSettings(
+            engine, jobs if ray is None else connect(ray), launcher.num_supernodes,
+            int(launcher.cpus_per_client), float(launcher.gpus_per_client), ray,
+        )  # fmt: skip
 
         def go() -> int:
             # The preset as composed, the command first (which settings it set or changed).
             head = f"# {command}\n" if command else ""
             atomic_write(out / "preset.yaml", head + OmegaConf.to_yaml(cfg, resolve=True))
-            return _reproduce_planned(cfg, plans, per_point, out, engine, workers, ray)
+            print(f"{cfg.name}: {cfg.description}")
+            print(
+                f"{len(points)} sweep point(s) × {len(cfg.policies)} policies × "
+                f"{len(planned_seeds(cfg))} seed(s) -> {out} ("
+                f"{engine if ray is None else 'Ray tasks of the inprocess'} engine, {how.jobs} "
+                "run(s) at once)",
+                flush=True,
+            )
+            total = run_points(points, out, how, cfg.get("target_accuracy"))
+            if total.runs:
+                write_outputs(cfg, total.runs, out)
+            return total.report()
 
         return go
 
     return run_command(check, out, command, last_words)
 
 
-def _reproduce_planned(
-    cfg: DictConfig,
-    plans: list[tuple[dict[str, Any], dict[str, Any]]],
-    per_point: list[list[PlannedRun]],
-    out: Path,
-    engine: str,
-    jobs: int,
-    ray: RaySettings | None = None,
-) -> int:
-    """:func:`reproduce` once every run is planned and checked: run them, write the outputs.
-
-    ``jobs``: the runs at once (with ``ray``, as many as the cluster holds).
-    """
-    seeds = planned_seeds(cfg)
-    target = cfg.get("target_accuracy")
-    print(f"{cfg.name}: {cfg.description}")
-    print(
-        f"{len(plans)} sweep point(s) × {len(cfg.policies)} policies × {len(seeds)} seed(s) "
-        f"-> {out} ({engine if ray is None else 'Ray tasks of the inprocess'} engine, {jobs} "
-        "run(s) at once)",
-        flush=True,
-    )
-    all_runs: list[dict[str, Any]] = []
-    all_rows: list[dict[str, Any]] = []
-    groups: dict[tuple[str, str], list[Path]] = {}
-    total = ComparisonRuns()
-    tracker = RunProgress(total=sum(len(p) for p in per_point), workers=jobs)
-    points = {
-        plan.result_dir: (k, point_label(point))
-        for k, ((point, _), point_plans) in enumerate(zip(plans, per_point, strict=True), 1)
-        for plan in point_plans
-    }
-    policies, num_points = list(cfg.policies), len(plans)
-
-    def header(plan: PlannedRun) -> str:
-        k, label = points[plan.result_dir]
-        return run_header(plan, policies, seeds, prefix=f"[{label} {k}/{num_points}] ")
-
-    launcher = cfg.launcher
-    how = LaunchSettings(
-        engine, jobs, launcher.num_supernodes, int(launcher.cpus_per_client),
-        float(launcher.gpus_per_client), ray,
-    )  # fmt: skip
-    every = [plan for point_plans in per_point for plan in point_plans]
-    outcomes, total.retried = execute_plans(every, how, tracker=tracker, header=header)
-    for (point, _), point_plans in zip(plans, per_point, strict=True):
-        label = point_label(point)
-        result = collect_runs(point_plans, outcomes, out / label, target)
-        total.planned += result.planned
-        total.runs += result.runs
-        total.failed += [FailedRun(f"{label}/{f.label}", f.reason) for f in result.failed]
-        all_runs += [{"sweep": label, **run} for run in result.runs]
-        all_rows += [{"sweep": label, **row} for row in table_rows(result.runs, target)]
-        for run in result.runs:
-            groups.setdefault((label, str(run["policy"])), []).append(Path(run["result_dir"]))
-    if all_rows:
-        write_outputs(cfg, all_rows, all_runs, groups, out)
-    print(total.last_line(), file=sys.stderr if total.code else sys.stdout, flush=True)
-    return total.code
-
-
-def write_outputs(
-    cfg: DictConfig,
-    rows: list[dict[str, Any]],
-    runs: list[dict[str, Any]],
-    groups: dict[tuple[str, str], list[Path]],
-    out: Path,
-) -> None:
+def write_outputs(cfg: DictConfig, runs: list[dict[str, Any]], out: Path) -> None:
     """``table.csv``, ``runs.csv``, ``estimates.png``, the sweep figure, the indicator's tables.
 
-    The indicator's (``indicator.csv``, ``indicator_test.csv``) over all points, when the preset
-    runs FedCGD-FSCD and BC.
+    Every sweep point's rows (``runs``: each with its ``sweep``), the indicator's over all points
+    when the preset runs FedCGD-FSCD and BC.
     """
-    table, indicator = write_tables(rows, runs, out, cfg.get("target_accuracy"), ("sweep",))
+    target = cfg.get("target_accuracy")
+    by_point: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for run in runs:
+        by_point.setdefault(run["sweep"], []).append(run)
+        groups.setdefault((run["sweep"], str(run["policy"])), []).append(Path(run["result_dir"]))
+    rows = [
+        {"sweep": label, **row}
+        for label, point_runs in by_point.items()
+        for row in table_rows(point_runs, target)
+    ]
+    table = write_tables(rows, runs, out, target, ("sweep",))
     plot_estimates(groups, out / "estimates.png")
-    sweep = run_keys(cfg.sweep)
+    sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
     metrics = list(cfg.get("figure_metrics") or [])
     title = runs_title(Path(run["result_dir"]) for run in runs)
-    figure = plot_sweep(
-        rows, {k: list(v) for k, v in sweep.items()}, metrics, out / "sweep.png", title
-    )
-    if figure is not None:
+    if (figure := plot_sweep(rows, sweep, metrics, out / "sweep.png", title)) is not None:
         print(f"wrote {figure}")
     print(table, end="")
-    if indicator is not None:
-        print(f"{indicator} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})")
-    warn_mixed_code(runs)
     print(
         f"wrote {out / 'table.md'}, {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
         f"{out / 'runs.csv'} and {out / 'estimates.png'}"

@@ -73,15 +73,9 @@ LOST_MARKER = "[!] devices lost"
 def summarise(
     result_dir: Path, target_accuracy: float | None = None, seed: int | None = None
 ) -> dict[str, Any]:
-    """One row of ``runs.csv`` (:data:`RUN_COLUMNS`) from a run's result files.
+    """One row of ``runs.csv`` (:data:`RUN_COLUMNS`); ValueError (one line): a damaged file.
 
-    ``rounds_to_target`` is the first round reaching ``target_accuracy``; ``seed`` is read from
-    ``config.json`` when not given.
-
-    Raises
-    ------
-    ValueError
-        One line naming a damaged file of the run.
+    ``seed`` is read from ``config.json`` when not given.
     """
     policy, lines = load_run(result_dir)
     config_path = result_dir / CONFIG_FILE
@@ -124,10 +118,8 @@ def table_rows(
 ) -> list[dict[str, Any]]:
     """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
 
-    The paired tests are against ``reference``, by seed; a statistic that is undefined (one seed,
-    no reference, under two common seeds) is NaN or None. Rounds to the target (with a target):
-    their Kaplan–Meier median and :func:`~experiments.analysis.evidence.rounds_to_target_test`.
-    Every p-value column gets its Holm-adjusted twin over the table's policies (:data:`P_COLUMNS`).
+    Paired by seed against ``reference``; undefined statistics are NaN or None. Every p-value
+    column gets its Holm-adjusted twin over the table's policies (:data:`P_COLUMNS`).
     """
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -170,7 +162,7 @@ def table_rows(
 
 
 def _cell(value: Any) -> Any:
-    """CSV cell: None and NaN as empty."""
+    """None and NaN as empty."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return value
@@ -205,8 +197,7 @@ def write_indicator(
 ) -> str | None:
     """``indicator.csv`` and ``indicator_test.csv`` under ``out``; the console line.
 
-    Only where FedCGD-FSCD and BC both ran (None otherwise: nothing written). The test:
-    docs/comparing.md, "The Ĝ/σ̂ indicator".
+    None (nothing written) unless FedCGD-FSCD and BC both ran (docs/comparing.md).
     """
     policies = {str(run["policy"]) for run in runs}
     if not {INDICATOR_POLICY, INDICATOR_BASELINE} <= policies:
@@ -226,16 +217,9 @@ def write_indicator(
 def indicator_from_folders(
     folders: Sequence[Path], out: Path, early_rounds: int, late_fraction: float
 ) -> str:
-    """``fedcgd indicator``: the indicator over the runs of comparisons and presets, pooled.
+    """``fedcgd indicator``: the indicator over the ``runs.csv`` of ``folders``, pooled.
 
-    Each folder's ``runs.csv`` names its runs; a run's setting is the folder's name and its
-    sweep point. Writes ``out/indicator.csv`` and ``out/indicator_test.csv``; the console line.
-
-    Raises
-    ------
-    ValueError
-        One line: a folder without ``runs.csv``, no FedCGD-FSCD and BC runs, or
-        a damaged result file.
+    A run's setting is its folder's name and its sweep point. ValueError: one line.
     """
     runs: list[dict[str, Any]] = []
     for folder in folders:
@@ -259,40 +243,36 @@ def write_tables(
     out: Path,
     target_accuracy: float | None = None,
     extra_columns: tuple[str, ...] = (),
-) -> tuple[str, str | None]:
+) -> str:
     """``runs.csv``, ``table.csv``, ``table.md`` and the indicator's tables under ``out``.
 
-    ``extra_columns`` first (e.g. the sweep point). Returns ``table.md`` and the indicator's
-    console line (None: only with FedCGD-FSCD and BC, :func:`write_indicator`).
+    ``extra_columns`` first (e.g. the sweep point). Prints the indicator's line and a warning
+    over runs of mixed code; returns ``table.md``.
     """
     write_table(runs, out / "runs.csv", extra_columns, RUN_COLUMNS)
     write_table(rows, out / "table.csv", extra_columns)
     table = markdown_table(rows, target_accuracy, extra_columns)
     atomic_write(out / "table.md", table)
-    return table, write_indicator(runs, out)
+    line = write_indicator(runs, out)
+    if line is not None:
+        print(f"{line} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})", flush=True)
+    warn_mixed_code(runs)
+    return table
 
 
 def write_comparison(
     runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
 ) -> str:
-    """:func:`write_tables` and ``curves.png`` of a comparison; prints the indicator's line.
-
-    Returns ``table.md``.
-    """
-    table, line = write_tables(table_rows(runs, target_accuracy), runs, out, target_accuracy)
+    """:func:`write_tables` and ``curves.png`` of a comparison; ``table.md``."""
+    table = write_tables(table_rows(runs, target_accuracy), runs, out, target_accuracy)
     plot_comparison(runs, out / "curves.png")
-    if line is not None:
-        print(line, flush=True)
-    warn_mixed_code(runs)
     return table
 
 
 def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per pair of policies that scheduled the same devices in every round.
 
-    Compared over the seeds both ran (``metrics.jsonl``'s ``scheduled``, round by round); a pair
-    is named only when every common seed's schedules are equal, rounds included. With the same
-    seed the runs then train the same devices: their rows differ by nothing the policy decided.
+    Over the seeds both ran; such runs differ by nothing the policy decided.
     """
     schedules: dict[str, dict[Any, list[Any]]] = {}
     for run in runs:
@@ -333,12 +313,10 @@ def markdown_table(
     target_accuracy: float | None = None,
     extra_columns: tuple[str, ...] = (),
 ) -> str:
-    """``table.md``: the columns a reader compares, rounded as in docs/ (docs/comparing.md).
+    """``table.md``: the columns a reader compares, rounded as in docs/comparing.md.
 
-    One line per row of :func:`table_rows` (``extra_columns`` first, e.g. the sweep point), the
-    policy by its figure label. Each paired test shows its p, then Holm's; differences use the
-    Unicode minus, as docs/ do; the rounds' counts are FedCGD-FSCD's (earlier where the policy is
-    later). Without ``target_accuracy`` the two columns of rounds to the target are left out.
+    One line per row of :func:`table_rows`; each paired test shows its p, then Holm's. Without
+    ``target_accuracy`` the two columns of rounds to the target are left out.
     """
     rounds_header = [
         f"median rounds to {target_accuracy:g} (reached)",

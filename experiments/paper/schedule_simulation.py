@@ -37,11 +37,7 @@ IntArray = npt.NDArray[np.int64]
 
 
 def policy_stream_word(name: str) -> int:
-    """The seed word of policy ``name``'s random stream: CRC-32 of its UTF-8 bytes.
-
-    The stream depends on the policy's own name only, so adding or reordering policies leaves every
-    other policy's numbers unchanged.
-    """
+    """The seed word of policy ``name``'s stream (CRC-32): other policies never shift it."""
     return zlib.crc32(name.encode("utf-8"))
 
 
@@ -49,10 +45,8 @@ def policy_stream_word(name: str) -> int:
 class TableSettings:
     """Settings of the simulation (defaults: the paper's CIFAR-10 Table II setting).
 
-    ``drops`` independent drops (seeds ``seed .. seed + drops - 1``) of ``rounds`` rounds; V, C,
-    labels per class, shards per device l, p_a, B (Hz), deadline (s), D_w (bits), b, τ; σ̂ / (√b Ĝ)
-    of every FedCGD round; POC's V' (0 = all available); ``label_dist`` ``"batch"`` (the round's
-    τ·b labels) or ``"local"`` (whole shard); the baselines' ``pack_rule``.
+    ``drops`` drops (seeds ``seed ..``) of ``rounds`` rounds; POC's V' (0: all available);
+    ``label_dist`` ``"batch"`` (the round's τ·b labels) or ``"local"`` (the whole shard).
     """
 
     drops: int = 20
@@ -75,8 +69,8 @@ class TableSettings:
 
     def __post_init__(self) -> None:
         """Reject values the simulation cannot use, naming the field."""
-        counts = ("drops", "rounds", "num_devices", "num_classes", "samples_per_class")
-        for name in (*counts, "shards_per_device", "batch_size", "local_steps"):
+        for name in ("drops", "rounds", "num_devices", "num_classes", "samples_per_class",
+                     "shards_per_device", "batch_size", "local_steps"):  # fmt: skip
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
         if self.seed < 0 or self.poc_candidates < 0:
@@ -190,10 +184,7 @@ def simulate_rounds(
     specs: Sequence[PolicySpec],
     progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[RoundResult]:
-    """Yield every round of every drop with each policy's decision (all on the same rounds).
-
-    ``progress`` is called with (drops done, drops) before each drop and at the end.
-    """
+    """Every round of every drop with each policy's decision; ``progress(done, drops)``."""
     labels = np.repeat(np.arange(settings.num_classes), settings.samples_per_class)
     target = np.full(settings.num_classes, 1.0 / settings.num_classes)
     sigma = settings.sigma_over_sqrt_b_g * math.sqrt(settings.batch_size)
@@ -276,13 +267,7 @@ def simulate(
 def choose_poc_candidates(
     candidates: Sequence[int], means: Sequence[float], target: float = POC_TARGET_SCHEDULED
 ) -> int:
-    """The V' whose mean scheduled number is nearest ``target`` (ties: the smaller V').
-
-    Raises
-    ------
-    ValueError
-        If no mean is finite (or there is none).
-    """
+    """The V' whose mean scheduled number is nearest ``target`` (ties: the smaller V')."""
     scored = [(abs(m - target), int(v)) for v, m in zip(candidates, means, strict=True)]
     finite = [key for key in scored if math.isfinite(key[0])]
     if not finite:

@@ -46,11 +46,7 @@ ROW_FIELDS = [
 def make_instance(
     num_devices: int, alpha: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Label mixes ``p_v ~ Dir(alpha p)`` (p uniform, [V, C]) and this round's ``B*`` in Hz ([V]).
-
-    The cell uses :class:`channel.CellConfig` defaults (the paper's Table I); availability is
-    ignored: all ``num_devices`` devices are candidates.
-    """
+    """Label mixes ``p_v ~ Dir(alpha p)`` ([V, C]) and ``B*`` in Hz ([V]); all are candidates."""
     target = np.full(NUM_CLASSES, 1.0 / NUM_CLASSES)
     labels = rng.dirichlet(alpha * target, size=num_devices)
     labels = labels / labels.sum(axis=1, keepdims=True)
@@ -182,11 +178,7 @@ def figure_title(alphas: Sequence[float], instances: int) -> str:
 def plot(
     summary: Sequence[dict[str, float | int | str]], paths: Sequence[Path], title: str = ""
 ) -> None:
-    """Two-panel figure: (a) average iterations, (b) average relative error, versus V.
-
-    Each method in its policy's colour (FedCGD-<method>): a solid line over all ratios, a thin
-    one per σ/(√b G) ratio in panel (b).
-    """
+    """(a) average iterations, (b) average relative error (a thin line per ratio), versus V."""
     from experiments.analysis.figures import POLICY_COLORS, count_ticks
     from experiments.analysis.plot_runs import plt, save_figure
 
