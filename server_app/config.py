@@ -25,13 +25,11 @@ import tomli_w
 from channel import CellConfig
 from channel.pathloss import PATHLOSS_MODELS
 from fedcgd_strategy.constructor_params import keyword_parameters
-from fedcgd_strategy.flower.aggregators import make_aggregator
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import (
     PolicyContext,
     canonical_policy,
     policy_class,
-    policy_param_arguments,
 )
 from fedcgd_task.imports import import_object
 from fedcgd_task.schema import SETTINGS
@@ -252,20 +250,21 @@ def with_canonical_policy(run_config: Mapping[str, Any]) -> dict[str, Any]:
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     """Read and validate the whole run config (``context.run_config``: flat, kebab-case keys).
 
-    Raises ValueError naming the key, the bad value and what is allowed.
+    Builds nothing: the policy's and the aggregator's parameters are checked where they are
+    built (:mod:`server_app.setup`), and by the commands before a run starts
+    (:func:`experiments.run.run_config.validated_run_config`). Raises ValueError naming the
+    key, the bad value and what is allowed.
     """
     run_config = with_canonical_policy(run_config)
     task = TaskSettings.from_run_config(run_config)
     values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
     policy, model, trace = values["policy"], values["channel_model"], values["channel_trace"]
     values["policy_params"] = read_params(run_config)
-    policy_param_arguments(policy, values["policy_params"])
     try:
         values["protocol"] = resolve_protocol(policy_class(policy), values["protocol"], policy)
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)
-    make_aggregator(values["aggregator"], values["aggregator_params"], task.num_devices)
     if model == "trace" and not trace:
         raise ValueError(
             f"run-config key {CHANNEL_KEY!r} = 'trace' replays run-config key 'channel.trace', "

@@ -15,7 +15,7 @@ import pytest
 from flwr.serverapp import strategy as flower_strategies
 
 from experiments.cli import invoke
-from experiments.run.run_config import format_run_config
+from experiments.run.run_config import format_run_config, validated_run_config
 from fedcgd_task.settings import default_run_config
 from server_app.config import fold_policy_params, parse_run_config
 from server_app.run_folder.run_status import read_status
@@ -34,7 +34,7 @@ def settings(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[st
 
 def refusal(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> str:
     with pytest.raises(ValueError) as caught:
-        parse_run_config(settings(tmp_path, aggregator, params))
+        validated_run_config(settings(tmp_path, aggregator, params))
     text = str(caught.value)
     assert "\n" not in text
     return text
@@ -101,7 +101,7 @@ def test_a_snake_case_name_is_refused_naming_the_run_config_spelling(tmp_path):
         {**default_run_config(), "policy": f"{module}:Skipper", "policy-params.per_round": 3}
     )
     with pytest.raises(ValueError, match=r"policy-params\.per_round: .*allowed: per-round, label$"):
-        parse_run_config(config)
+        validated_run_config(config)
 
 
 # --- a run whose aggregation keeps failing ---------------------------------------------------

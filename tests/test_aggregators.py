@@ -32,6 +32,7 @@ from task_settings import checkpointed_run_config
 
 from experiments.cli import invoke
 from experiments.run.inprocess import Handler, run_inprocess
+from experiments.run.run_config import validated_run_config
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
@@ -189,7 +190,7 @@ def refused(tmp_path: Path, **overrides: Any) -> str:
         {**default_run_config(), "num-devices": V, "result-dir": str(tmp_path), **overrides}
     )
     with pytest.raises(ValueError) as caught:
-        parse_run_config(config)
+        validated_run_config(config)
     text = str(caught.value)
     assert "\n" not in text
     return text
