@@ -7,7 +7,6 @@ draws availability, LOS state and shadow fading, which give ``H̄_v`` and ``B*_v
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Protocol
 
@@ -18,30 +17,14 @@ from channel.arrays import BoolArray, FloatArray
 from channel.bandwidth import min_bandwidth_hz
 from channel.pathloss import (
     EFFECTIVE_ENVIRONMENT_HEIGHT_M,
-    PATHLOSS_MODELS,
     db_to_linear,
     dbm_to_w,
     los_probability,
     pathloss_db,
     shadow_fading_std_db,
 )
-
-#: Allowed ranges of the float settings: (low, high, low allowed, unit and source). The carrier
-#: range and the largest radius (d2D up to 5 km) are TR 38.901's UMi validity ranges; heights stop
-#: at a mast, and the logarithmic settings are wide enough for any radio but keep the powers in W
-#: finite and non-zero (the rate divides by the noise power).
-FLOAT_RANGES: dict[str, tuple[float, float, bool, str]] = {
-    "min_distance_m": (0.0, math.inf, True, " m"),
-    "carrier_frequency_hz": (0.5e9, 100e9, True, " Hz (TR 38.901 validity range)"),
-    "availability_prob": (0.0, 1.0, True, ""),
-    "tx_power_dbm": (-100.0, 100.0, True, ""),
-    "noise_psd_dbm_per_hz": (-300.0, 0.0, True, ""),
-    "noise_figure_db": (0.0, 100.0, True, ""),
-    "total_bandwidth_hz": (0.0, math.inf, False, " Hz"),
-    "deadline_s": (0.0, math.inf, False, " s"),
-}
-MAX_RADIUS_M = 5_000.0
-MAX_HEIGHT_M = 1_000.0
+from fedcgd_task.schema import PATHLOSS_MODELS, SCHEMA
+from fedcgd_task.setting import check_value
 
 
 @dataclass(frozen=True)
@@ -71,57 +54,32 @@ class CellConfig:
     redraw_shadowing_each_round: bool = True
 
     def __post_init__(self) -> None:
-        """Check every field; raise ValueError naming the field, its value and the allowed range."""
+        """Check each field against its setting ``channel.<name>`` (the schema), then the checks
+        of two fields; ValueError naming the field, its value and what is allowed.
+        """  # noqa: D205
         for field in fields(self):
-            value = getattr(self, field.name)
-            # The type of each field's default tells what the field holds.
-            if isinstance(field.default, bool) and not isinstance(value, bool):
-                self._fail(field.name, value, "a bool (True or False)")
-            if isinstance(field.default, str) and not isinstance(value, str):
-                self._fail(field.name, value, f"one of {PATHLOSS_MODELS}")
-            if isinstance(field.default, float):
-                object.__setattr__(self, field.name, self._finite_float(field.name, value))
-        if isinstance(self.num_devices, bool) or not isinstance(self.num_devices, int | np.integer):
-            self._fail("num_devices", self.num_devices, "an integer >= 1")
-        object.__setattr__(self, "num_devices", int(self.num_devices))
-        if self.num_devices < 1:
-            self._fail("num_devices", self.num_devices, "an integer >= 1")
+            setting = SCHEMA.get(f"channel.{field.name.replace('_', '-')}")
+            if setting is not None:
+                value = check_value(setting, getattr(self, field.name), f"CellConfig.{field.name}")
+                object.__setattr__(self, field.name, value)
+        num = self.num_devices
+        if isinstance(num, bool) or not isinstance(num, int | np.integer) or num < 1:
+            self._fail("num_devices", num, "an integer >= 1")
+        object.__setattr__(self, "num_devices", int(num))
         if self.pathloss_model not in PATHLOSS_MODELS:
             self._fail("pathloss_model", self.pathloss_model, f"one of {PATHLOSS_MODELS}")
-        for name, (low, high, closed, unit) in FLOAT_RANGES.items():
-            value = getattr(self, name)
-            if not ((value >= low if closed else value > low) and value <= high):
-                bounds = (
-                    f"in [{low:g}, {high:g}]" if high < math.inf else f">{'=' * closed} {low:g}"
-                )
-                self._fail(name, value, bounds + unit)
-        if not self.min_distance_m < self.radius_m <= MAX_RADIUS_M:
-            self._fail(
-                "radius_m",
-                self.radius_m,
-                f"in (min_distance_m = {self.min_distance_m}, {MAX_RADIUS_M:g}] m (TR 38.901 "
-                "UMi validity range of d2D)",
-            )
-        min_height_m = EFFECTIVE_ENVIRONMENT_HEIGHT_M if self.pathloss_model == "tr38901" else 0.0
-        for name in ("h_bs_m", "h_ut_m"):
-            if not min_height_m < getattr(self, name) <= MAX_HEIGHT_M:
-                why = f" (pathloss_model {self.pathloss_model!r})" if min_height_m else ""
-                self._fail(
-                    name, getattr(self, name), f"in ({min_height_m}, {MAX_HEIGHT_M:g}] m{why}"
-                )
+        if not self.min_distance_m < self.radius_m:
+            self._fail("radius_m", self.radius_m, f"> min_distance_m = {self.min_distance_m} m")
+        for name in ("h_bs_m", "h_ut_m") if self.pathloss_model == "tr38901" else ():
+            if not getattr(self, name) > EFFECTIVE_ENVIRONMENT_HEIGHT_M:
+                why = f"> {EFFECTIVE_ENVIRONMENT_HEIGHT_M} m (pathloss_model 'tr38901')"
+                self._fail(name, getattr(self, name), why)
         if self.min_distance_m == 0.0 and self.h_bs_m == self.h_ut_m:
             self._fail("h_ut_m", self.h_ut_m, "!= h_bs_m when min_distance_m = 0 (zero distance)")
 
     @staticmethod
     def _fail(name: str, value: object, allowed: str) -> None:
         raise ValueError(f"CellConfig.{name} = {value!r} is invalid: must be {allowed}")
-
-    @classmethod
-    def _finite_float(cls, name: str, value: object) -> float:
-        number = value if isinstance(value, int | float | np.integer | np.floating) else math.nan
-        if isinstance(value, bool) or not math.isfinite(number):
-            cls._fail(name, value, "a finite number")
-        return float(number)
 
     @property
     def tx_power_w(self) -> float:

@@ -16,9 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from channel.arrays import FloatArray
-
-PATHLOSS_MODELS: Final[tuple[str, ...]] = ("paper", "tr38901")
-"""All path-loss models, the first is the default."""
+from fedcgd_task.schema import PATHLOSS_MODELS as PATHLOSS_MODELS  # the first is the default
 
 SPEED_OF_LIGHT_M_PER_S: Final[float] = 3.0e8
 """Propagation velocity in free space, the value TR 38.901 Table 7.4.1-1 (note 1) prescribes."""

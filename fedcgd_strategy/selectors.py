@@ -13,9 +13,7 @@ from functools import partial
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-#: Best-effort rules: "stop" at the first device that does not fit (the paper's wording, default),
-#: or "skip" it and keep walking the order.
-PACK_RULES: tuple[str, ...] = ("stop", "skip")
+from fedcgd_task.schema import PACK_RULES as PACK_RULES  # "stop" (the paper's wording), "skip"
 
 
 def best_effort_pack(

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from fedcgd_task.imports import builtin_or_function, said
+from fedcgd_task.schema import MODELS
 from fedcgd_task.training import seeded_generators
 
 #: The run-config key that names the model function.
@@ -158,13 +159,10 @@ def _resnet18_gn(num_classes: int, input_shape: Sequence[int]) -> nn.Module:
     return model
 
 
-#: The built-in models: run-config name -> model function (the contract above).
-BUILTIN_MODELS: dict[str, ModelFunction] = {
-    "mlp": DigitsMLP,
-    "cnn": PaperCNN,
-    "resnet18gn": _resnet18_gn,
-    "cnn1d": Mnist1dCNN,
-}
+#: The built-in models: run-config name (the schema's, ``auto`` aside) -> model function.
+BUILTIN_MODELS: dict[str, ModelFunction] = dict(
+    zip(MODELS[1:], (DigitsMLP, PaperCNN, _resnet18_gn, Mnist1dCNN), strict=True)
+)
 #: Model names :func:`build_model` accepts besides references.
 MODEL_NAMES: tuple[str, ...] = tuple(BUILTIN_MODELS)
 

@@ -64,8 +64,8 @@ DEFAULTS: dict[str, Scalar] = flatten(
     ]["flwr"]["app"]["config"]
 )
 MAX_SERVER_ROUNDS = 100_000
-#: Choices that code importing torch or flwr also lists (``tests/test_schema.py`` compares them).
-MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")
+#: Choices the code takes from here (``fedcgd_task.models``, ``channel.pathloss``, ``selectors``).
+MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")  # mlp, cnn, ...: in order
 PACK_RULES: tuple[str, ...] = ("stop", "skip")
 PATHLOSS_MODELS: tuple[str, ...] = ("paper", "tr38901")
 CHANNEL_MODELS: tuple[str, ...] = (*PATHLOSS_MODELS, "trace")

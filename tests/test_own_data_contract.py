@@ -17,15 +17,10 @@ import torch
 from torch import nn
 
 from fedcgd_task.datasets import check_data, load_data
-from fedcgd_task.models import BUILTIN_MODELS, build_model, count_parameters
-from fedcgd_task.schema import MODELS
+from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.settings import TaskSettings, default_run_config
 
 # --- the built-ins through the same interface ------------------------------------------------
-
-
-def test_the_built_in_models_are_the_settings_names():
-    assert ("auto", *BUILTIN_MODELS) == MODELS
 
 
 def test_digits_through_the_data_set_contract_equals_scikit_learns_images():

@@ -62,25 +62,10 @@ def test_the_docs_table_is_the_schema_table():
     assert text[start:end] == settings_table(), REGENERATE
 
 
-def test_the_choices_are_those_the_code_takes():
-    from channel import cell, pathloss
-    from fedcgd_strategy import selectors
+def test_the_protocols_are_those_the_code_takes():
     from fedcgd_strategy.policies import PROTOCOL_CHOICES
-    from fedcgd_task.datasets import BUILTIN_DATASETS
-    from fedcgd_task.models import BUILTIN_MODELS
 
     assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES
-    assert SCHEMA["pack-rule"].choices == selectors.PACK_RULES
-    assert SCHEMA["channel.model"].choices == (*pathloss.PATHLOSS_MODELS, "trace")
-    assert set(SCHEMA["dataset"].choices) == set(BUILTIN_DATASETS)
-    assert set(SCHEMA["model"].choices) == {"auto", *BUILTIN_MODELS}
-    assert SCHEMA["channel.radius-m"].maximum == cell.MAX_RADIUS_M
-    assert SCHEMA["channel.h-bs-m"].maximum == SCHEMA["channel.h-ut-m"].maximum == cell.MAX_HEIGHT_M
-    for name, (low, high, closed, _) in cell.FLOAT_RANGES.items():
-        setting = SCHEMA[f"channel.{name.replace('_', '-')}"]
-        high_setting = math.inf if setting.maximum is None else setting.maximum
-        bounds = (setting.minimum, high_setting, not setting.above)
-        assert bounds == (low, high, closed), name
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.key)

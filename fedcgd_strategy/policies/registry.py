@@ -9,7 +9,7 @@ import dataclasses
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fedcgd_strategy.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_strategy.policies.builtin import (
@@ -22,6 +22,7 @@ from fedcgd_strategy.policies.builtin import (
 )
 from fedcgd_strategy.policies.core import Policy
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
+from fedcgd_task.schema import DEFAULTS
 from fedcgd_task.setting import did_you_mean
 
 #: Run-config key of the policy.
@@ -37,11 +38,11 @@ class PolicyContext:
 
     num_devices: int
     num_classes: int
-    initial_g: float = 1.0
-    pack_rule: str = "stop"
-    poc_candidates: int = 0
-    fedcbs_lambda: float = 10.0
-    exact_time_limit_s: float = 0.0
+    initial_g: float = cast(float, DEFAULTS["initial-g"])
+    pack_rule: str = cast(str, DEFAULTS["pack-rule"])
+    poc_candidates: int = cast(int, DEFAULTS["poc-candidates"])
+    fedcbs_lambda: float = cast(float, DEFAULTS["fedcbs-lambda"])
+    exact_time_limit_s: float = cast(float, DEFAULTS["exact-time-limit-s"])
 
 
 #: PolicyContext field -> where its value comes from (for error messages).
