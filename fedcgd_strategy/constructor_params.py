@@ -1,8 +1,7 @@
-"""A class's constructor arguments from a run-config table, checked against its signature.
-
-The one check ``policy-params`` and ``aggregator-params`` go through before the start: each
-refusal is one line naming ``<table>.<name>``, the value and what is allowed. No flwr, no torch.
-"""
+"""A class's constructor arguments from a run-config table (``policy-params``,
+``aggregator-params``), checked against its signature: one line naming ``<table>.<name>``, the
+value and what is allowed.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import types
 import typing
 from collections.abc import Collection, Mapping
 
-#: The types a run config holds (TOML scalars).
 SCALAR_TYPES: tuple[type, ...] = (bool, int, float, str)
 
 
@@ -50,16 +48,13 @@ def constructor_arguments(
     untyped: bool = False,
     also_allowed: Collection[str] = (),
 ) -> dict[str, object]:
-    """Check ``params`` (a run-config table, kebab-case names) against ``cls``'s constructor.
+    """``params`` (kebab-case names) as ``cls``'s keyword arguments, each of its parameter's
+    :func:`scalar_type` (an int passes as a float), every required one given; ValueError.
 
-    Every name must be a keyword parameter the table may set, every value of the parameter's
-    type (:func:`scalar_type`; an int passes as a float, a bool never as a number), every
-    required parameter given. ``table`` is the table's run-config key, ``owner`` what takes the
-    parameters (``"policy 'bc'"``), ``refused`` parameter -> why the table may not set it,
-    ``untyped`` whether a parameter of no scalar type takes any value (policies) or none
-    (aggregators), ``also_allowed`` names the caller reads from the table itself. Returns the
-    keyword arguments by parameter name (ints given for floats converted).
-    """
+    ``table``: the run-config key; ``owner``: what takes them (``"policy 'bc'"``); ``refused``:
+    parameter -> why the table may not set it; ``untyped``: whether a parameter of no scalar type
+    takes any value (policies) or none (aggregators); ``also_allowed``: names the caller reads.
+    """  # noqa: D205
     refused = refused or {}
     parameters = keyword_parameters(cls)
     types_ = {n: scalar_type(cls, p) for n, p in parameters.items()}
@@ -99,7 +94,7 @@ def constructor_arguments(
 def with_defaults(
     cls: type, arguments: Mapping[str, object], refused: Collection[str] = ()
 ) -> dict[str, object]:
-    """``arguments`` completed by the constructor's defaults, in its order (what is built)."""
+    """``arguments`` completed by the constructor's defaults, in its order."""
     return {
         name: arguments[name] if name in arguments else parameter.default
         for name, parameter in keyword_parameters(cls).items()

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 
 class OneLineMessage:
-    """Mix into an exception whose message is one complete line for the user (no traceback).
-
-    How the commands, the ServerApp and ``status.json``'s writer tell it from a bug.
-    """
+    """Mix into an exception whose message is one complete line for the user (no traceback)."""
 
 
 class StopsRun:

@@ -1,9 +1,6 @@
-"""Checks of values: the scheduling math's arguments, and the rules on what a device sends.
-
-A validator raises ``ValueError`` naming the argument, the offending value and what is allowed,
-and returns the value as the type the math uses. The screening rules (docs/design.md,
-"Screening replies") are applied by :mod:`~.flower.replies`. Pure numpy.
-"""
+"""Checks of the scheduling math's arguments (ValueError naming argument, value, allowed) and
+the rules on what a device sends (docs/design.md, "Screening replies"). Pure numpy.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from channel.arrays import BoolArray, FloatArray, as_float_array
+from fedcgd_task.schema import DEFAULTS
 
 #: Absolute tolerance on ``|Σ_c p_c − 1|`` for every label and target distribution.
 DISTRIBUTION_SUM_TOL: Final[float] = 1e-6
@@ -42,8 +40,7 @@ def as_nonnegative_array(
     where: ArrayLike | None = None,
 ) -> FloatArray:
     """``value`` as float64, its entries (those ``where`` marks) finite and ``>= 0`` (``> 0``
-    if ``strict``); ``shape``, ``broadcast_scalar`` as in :func:`channel.arrays.as_float_array`.
-    """  # noqa: D205
+    if ``strict``); ``shape``, ``broadcast_scalar``: :func:`channel.arrays.as_float_array`."""  # noqa: D205, D209
     array = as_float_array(value, name, shape=shape, broadcast_scalar=broadcast_scalar)
     below = array <= 0 if strict else array < 0
     bad = ~np.isfinite(array) | below
@@ -79,7 +76,7 @@ def check_integer(value: float, name: str, *, minimum: int) -> int:
     return int(value)
 
 
-DEFAULT_MAX_UPDATE_NORM_RATIO: Final[float] = 10.0
+DEFAULT_MAX_UPDATE_NORM_RATIO: Final[float] = float(DEFAULTS["max-update-norm-ratio"])
 
 FLOAT32_MAX: Final[float] = float(np.finfo(np.float32).max)
 
@@ -108,11 +105,9 @@ def update_norm_outliers(
     norms: ArrayLike, max_ratio: float, reference: float | None = None
 ) -> NDArray[np.bool_]:
     """Which uploads of a round to refuse, bool[K]: a norm that is not finite or above
-    :data:`FLOAT32_MAX`, and, with ``max_ratio`` k > 0, one above k times the median of the
-    round's other uploads (``reference``, the last round's median, where there is no other).
+    :data:`FLOAT32_MAX`, and, with ``max_ratio`` k > 0 (``max-update-norm-ratio``), one above k
+    times the median of the round's other uploads (else ``reference``, the last round's).
     """  # noqa: D205
-    if not np.isfinite(max_ratio) or max_ratio < 0:
-        raise ValueError(f"max_ratio = {max_ratio!r}; allowed: a finite number >= 0 (0 = off)")
     n = np.asarray(norms, dtype=np.float64).ravel()
     out = ~(np.abs(n) <= FLOAT32_MAX)  # NaN, inf or beyond float32
     if max_ratio == 0:
@@ -131,10 +126,9 @@ def update_norm_outliers(
 def round_histogram_bounds(
     local_counts: ArrayLike, num_samples: int
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Per-class bounds (low, high) of a round histogram of ``num_samples`` = τ b samples: local
-    samples are read cyclically, so class c with ``L_c`` of ``n`` appears ``q L_c`` to
-    ``q L_c + min(r, L_c)`` times, ``q, r = divmod(num_samples, n)``.
-    """  # noqa: D205
+    """Per-class bounds (low, high) of a round histogram of τ b = ``num_samples`` samples read
+    cyclically: class c with ``L_c`` of ``n`` appears ``q L_c`` to ``q L_c + min(r, L_c)`` times,
+    ``q, r = divmod(num_samples, n)``."""  # noqa: D205, D209
     counts = np.asarray(local_counts, dtype=np.int64)
     n = int(counts.sum())
     if n <= 0:
@@ -148,8 +142,7 @@ def round_histogram_problem(
     hist: ArrayLike, local_counts: ArrayLike | None, num_samples: int
 ) -> str | None:
     """Why ``hist`` cannot be a round histogram of τ b = ``num_samples`` samples (None if it can),
-    given the device's local class counts from discovery (None: the sum only).
-    """  # noqa: D205
+    given the local class counts from discovery (None: the sum only)."""  # noqa: D205, D209
     h = np.asarray(hist, dtype=np.int64)
     if int(h.sum()) != int(num_samples):
         return (

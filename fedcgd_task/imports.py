@@ -1,6 +1,5 @@
-"""Objects named in the run config by import path: ``package.module:Name`` (importable where
-it is needed) or ``/absolute/path/file.py:Name`` (loaded as a module of its own), and the one
-line that says where the researcher's code raised. No flwr, no torch.
+"""Objects named by ``package.module:Name`` or ``/absolute/path/file.py:Name``, and the one
+line that says where the researcher's code raised.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ _MODULE_REFERENCE = re.compile(
 )
 _FILE_REFERENCE = re.compile(r"^(/.+\.py):([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*)*)$")
 
-#: The app's own packages: a frame in them is not the researcher's code.
 APP_PACKAGES = frozenset(
     "channel client_app experiments fedcgd_strategy fedcgd_task server_app".split()
 )
@@ -50,9 +48,7 @@ def said(err: BaseException) -> str:
 
 
 def user_frame(err: BaseException) -> str:
-    """`` (mypolicy.py:7 in schedule)``: the last frame of ``err`` in neither the app
-    (:data:`APP_PACKAGES`) nor a library, or ``""``.
-    """  # noqa: D205
+    """`` (mypolicy.py:7 in schedule)``: ``err``'s last frame in neither the app nor a library."""
     found, tb = "", err.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
@@ -64,7 +60,7 @@ def user_frame(err: BaseException) -> str:
 
 
 def check_reference(value: str, setting: str) -> None:
-    """Check that ``value`` has one of the two reference forms (ValueError), importing nothing."""
+    """Refuse a ``value`` of neither reference form (ValueError), importing nothing."""
     if not (_FILE_REFERENCE.match(value) or _MODULE_REFERENCE.match(value)):
         raise ValueError(
             f"run-config key {setting!r} = {value!r} is not a reference; allowed: {REFERENCE_FORMS}"
@@ -72,10 +68,8 @@ def check_reference(value: str, setting: str) -> None:
 
 
 def import_object(value: str, setting: str) -> object:
-    """The object ``value`` names (``Name`` may be dotted); ValueError: one line naming
-    ``setting``, the value and what is wrong. A file is loaded once, as a module named after
-    its path.
-    """  # noqa: D205
+    """The object ``value`` names (a file loaded once, as a module named after its path);
+    ValueError: one line naming ``setting``, the value and what is wrong."""  # noqa: D205, D209
     check_reference(value, setting)
     where = f"run-config key {setting!r} = {value!r}"
     file_match = _FILE_REFERENCE.match(value)
@@ -125,9 +119,7 @@ def builtin_or_function(
     value: str, setting: str, builtins: Mapping[str, FunctionT | str], kind: str, contract: str
 ) -> FunctionT:
     """The function ``value`` names: a key of ``builtins`` (a ``module:name`` imported when
-    named) or your reference; ``kind`` (``"data set"``) and ``contract`` (what it must be) appear
-    in the one-line ValueError.
-    """  # noqa: D205
+    named) or a reference; ``kind`` and ``contract`` are said in the ValueError."""  # noqa: D205, D209
     builtin = builtins.get(value)
     if isinstance(builtin, str):
         return cast(FunctionT, pkgutil.resolve_name(builtin))

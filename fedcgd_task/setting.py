@@ -1,7 +1,4 @@
-"""One run-config setting: its type, default, allowed values and help, and the check of a value.
-
-The settings themselves are listed in :mod:`fedcgd_task.schema`. Imports neither flwr nor torch.
-"""
+"""One run-config setting (listed in :mod:`fedcgd_task.schema`) and the check of a value."""
 
 from __future__ import annotations
 
@@ -15,11 +12,7 @@ from typing import Any, Literal
 
 from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
 
-#: What a string holds beyond its type: ``value`` (one of ``choices``, or any string without),
-#: ``reference`` (one of ``choices`` or a function ``"package.module:function"``), ``path`` (a
-#: folder, ``""`` = a default), ``absolute-path`` (or ``""``), ``table`` (a TOML inline table,
-#: read by :mod:`server_app.config`), ``class`` (a built-in name or ``"package.module:Class"``),
-#: ``device`` (one of ``choices`` or ``"cuda:N"``).
+#: What a string holds beyond its type (:meth:`Setting.allowed` says it in words).
 Form = Literal["value", "reference", "path", "absolute-path", "table", "class", "device"]
 
 #: Longest string value (PATH_MAX); the tables have their own limit (server_app.config).
@@ -36,11 +29,9 @@ CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 class Setting:
     """One run-config key: its type (that of ``default``), default, allowed values and help.
 
-    ``limits``: a number's interval as :meth:`allowed` shows it (``">= 1"``, ``"> 0"``,
-    ``"[0, 1]"``, ``"(0, 5000]"``); ``multiple_of``: an int's divisor; ``why``: said after what
-    is allowed when a value is refused; ``computes``: False for a setting that only says where
-    or how a run runs or reports (a resume may change it; no checkpoint identity, folder name,
-    figure label or indicator pairing reads it).
+    ``limits``: ``">= 1"``, ``"> 0"``, ``"[0, 1]"``, ``"(0, 5000]"``; ``why``: said when a value
+    is refused; ``computes``: False for a setting that only says where or how a run runs or
+    reports (a resume may change it; no identity, folder name or figure label reads it).
     """
 
     key: str
@@ -102,11 +93,8 @@ class Setting:
 
 
 def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
-    """Return the path ``value`` if it is printable UTF-8 and its names fit :data:`MAX_NAME_BYTES`.
-
-    ``label`` names the setting (default ``run-config key '<key>'``); a newline would break every
-    one-line message naming the path. Raises ValueError.
-    """
+    """``value`` if it is printable UTF-8 with names of at most :data:`MAX_NAME_BYTES` (ValueError
+    naming ``label``, default ``run-config key '<key>'``)."""  # noqa: D205, D209
     where = label or f"run-config key '{key}'"
     if any(ord(char) < 32 or ord(char) == 127 for char in value):
         raise ValueError(
@@ -129,10 +117,8 @@ def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
 
 
 def check_value(setting: Setting, value: Any, where: str) -> Scalar:
-    """``value`` checked against ``setting``, as its type (an integral float of an int setting
-    as an int, ``~`` of an absolute path expanded); ValueError:
-    ``<where> must be <allowed> (<why>); got <value>``.
-    """  # noqa: D205
+    """``value`` checked against ``setting``, as its type (``~`` of an absolute path expanded);
+    ValueError: ``<where> must be <allowed> (<why>); got <value>``."""  # noqa: D205, D209
     kind = type(setting.default)
     why = f" ({setting.why})" if setting.why else ""
     refused = ValueError(f"{where} must be {setting.allowed()}{why}; got {value!r}")
@@ -156,10 +142,8 @@ def check_value(setting: Setting, value: Any, where: str) -> Scalar:
             raise refused
         if kind is int and not INT64_RANGE[0] <= number <= INT64_RANGE[1]:
             end = f"at most {INT64_RANGE[1]}" if number > 0 else f"at least {INT64_RANGE[0]}"
-            raise ValueError(
-                f"{where} must be {setting.allowed()} and {end} (Flower's records hold 64-bit "
-                f"integers); got {value!r}"
-            )
+            raise ValueError(f"{where} must be {setting.allowed()} and {end} (Flower's records "
+                             f"hold 64-bit integers); got {value!r}")  # fmt: skip
         return number
     if not isinstance(value, str):
         raise refused

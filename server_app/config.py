@@ -1,10 +1,7 @@
-"""The run config, read once into a typed, validated object before any training.
+"""The run config, read once into a frozen :class:`RunConfig` (keys: :mod:`fedcgd_task.schema`).
 
-Each key is defined in :mod:`fedcgd_task.schema`; :func:`parse_run_config` adds the checks that
-involve other keys or code. A bad value raises one ``ValueError`` naming the key, the value and
-what is allowed. ``policy-params`` and ``aggregator-params`` travel as TOML inline tables in
-strings (Flower's run config holds declared keys only); the commands also take
-``<table>.<name>`` keys and fold them in (:func:`fold_policy_params`).
+``policy-params`` and ``aggregator-params`` travel as TOML inline tables in strings (Flower's
+run config holds declared keys only); ``<table>.<name>`` keys are folded in.
 """
 
 from __future__ import annotations
@@ -26,18 +23,13 @@ from channel import CellConfig
 from channel.pathloss import PATHLOSS_MODELS
 from fedcgd_strategy.constructor_params import keyword_parameters
 from fedcgd_strategy.policies import Protocol, resolve_protocol
-from fedcgd_strategy.policies.registry import (
-    PolicyContext,
-    canonical_policy,
-    policy_class,
-)
+from fedcgd_strategy.policies.registry import PolicyContext, canonical_policy, policy_class
 from fedcgd_task.imports import import_object
-from fedcgd_task.schema import SETTINGS
+from fedcgd_task.schema import DEFAULTS, SETTINGS
 from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested
 
 PARAMS_KEY, AGGREGATOR_PARAMS_KEY = "policy-params", "aggregator-params"
 PARAMS_PREFIX = PARAMS_KEY + "."
-#: Longest table text (characters): room for a list of a few thousand numbers.
 MAX_PARAMS_CHARS = 65536
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -67,10 +59,7 @@ def format_toml_value(value: object, key: str = PARAMS_KEY) -> str:
 
 
 def read_params(run_config: Mapping[str, Any], key: str = PARAMS_KEY) -> dict[str, Any]:
-    """The table ``key`` from its string and its ``<key>.<name>`` keys (dotted: nested tables).
-
-    Raises ValueError (one line): not a TOML inline table, too long, or a name given twice.
-    """
+    """The table ``key`` from its string and its ``<key>.<name>`` keys (ValueError: one line)."""
     text = run_config.get(key, "{}")
     shown = repr(text) if len(repr(text)) <= 80 else repr(text)[:77] + "..."
     allowed = "allowed: a TOML inline table as a string, e.g. '{window = 20, beta = 0.5}'"
@@ -109,7 +98,7 @@ def fold_policy_params(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The validated run config (see the module docstring for the keys)."""
+    """The checked run config, by the schema's keys in snake case."""
 
     task: TaskSettings
     training: TrainingSettings
@@ -140,8 +129,7 @@ class RunConfig:
     aggregator_params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def seed(self) -> int:
-        """The run seed."""
+    def seed(self) -> int:  # noqa: D102
         return self.task.seed
 
     def policy_context(self, num_classes: int) -> PolicyContext:
@@ -151,7 +139,7 @@ class RunConfig:
         return PolicyContext(num_devices=self.task.num_devices, num_classes=num_classes, **shared)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable view (nested task, training and cell settings)."""
+        """The view ``config.json`` holds."""
         return dataclasses.asdict(self)
 
 
@@ -172,11 +160,8 @@ CHANNEL_KEY = "channel.model"
 
 
 def channel_class(value: str) -> type:
-    """Your channel class ``channel.model`` names, checked (ValueError: one line).
-
-    It must have ``draw_round`` (:class:`channel.ChannelModel`), and every constructor parameter
-    without a default must be among :func:`channel_values`'s names.
-    """
+    """Your channel class ``channel.model`` names, with ``draw_round`` and a constructor that
+    :func:`channel_values` can call (ValueError: one line)."""  # noqa: D205, D209
     found = import_object(value, CHANNEL_KEY)
     where = f"run-config key {CHANNEL_KEY!r} = {value!r}"
     if not (isinstance(found, type) and callable(getattr(found, "draw_round", None))):
@@ -201,24 +186,16 @@ def channel_values(cell: CellConfig, rng: object) -> dict[str, object]:
     return {"rng": rng, "cell": cell, **fields}
 
 
-#: Parent of a bare ``flwr run``'s result folder when ``result-dir`` is empty.
 SERVER_RESULTS_DIR = "~/fedcgd-results"
-#: Keys a default folder's name leaves out: the policy, aggregator and channel come first in
-#: it; where and how a run runs or reports (``Setting.computes`` false) is no part of it.
+#: Keys a folder's name leaves out: those named first, and those whose ``computes`` is false.
 UNNAMED_KEYS = ("policy", "aggregator", CHANNEL_KEY, *(s.key for s in SETTINGS if not s.computes))
-#: Longest name before the time; a longer one is cut and ends in a digest of the whole.
 MAX_NAME_CHARS = 100
 
 
 def run_folder_name(run_config: Mapping[str, Any]) -> str:
-    """What tells a run apart, for its default folder: ``bc_FedAdam_channel=tr38901_local-steps=5``.
-
-    The policy and the aggregator (a class path as its class name), ``channel=<channel.model>``
-    unless the default, then every other setting that differs from its default (the last part
-    of a dotted key), but those of :data:`UNNAMED_KEYS`; cut at :data:`MAX_NAME_CHARS`.
-    """
-    from fedcgd_task.schema import DEFAULTS
-
+    """What tells a run apart, for its default folder: ``bc_FedAdam_channel=tr38901_local-steps=5``
+    (the settings that differ from their defaults; a name longer than :data:`MAX_NAME_CHARS` is
+    cut and ends in a digest of the whole)."""  # noqa: D205, D209
     parts = [str(run_config.get(k) or "").rsplit(":", 1)[-1] for k in ("policy", "aggregator")]
     channel = str(run_config.get(CHANNEL_KEY, DEFAULTS[CHANNEL_KEY]))
     if channel != DEFAULTS[CHANNEL_KEY]:
@@ -242,7 +219,7 @@ def timestamped_result_dir(parent: str | Path, run_config: Mapping[str, Any]) ->
 
 
 def with_canonical_policy(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """``run_config`` with a built-in's label or any case of its name as the name (``bc``)."""
+    """``run_config`` with ``policy`` as a built-in's name (``BC (best channel)``: ``bc``)."""
     policy = run_config.get("policy")
     return {**run_config, "policy": canonical_policy(policy)} if policy else dict(run_config)
 

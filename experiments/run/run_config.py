@@ -1,7 +1,4 @@
-"""The run config of one run, as the commands take it: parsed, checked, rendered for ``flwr run``.
-
-TOML is read with ``tomllib`` and written with ``tomli_w``, so any string goes through unchanged.
-"""
+"""The run config as the commands take it: parsed, checked, rendered for ``flwr run`` (TOML)."""
 
 from __future__ import annotations
 
@@ -18,9 +15,7 @@ import tomli_w
 from fedcgd_task.schema import flatten
 from fedcgd_task.settings import default_run_config, resolve_data_dir, set_nested
 
-#: A run-config key: TOML bare keys joined by dots (``channel.deadline-s``).
 _RUN_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
-#: Where an item of ``--run-config`` text may end: shell whitespace outside a value.
 _ITEM_SEPARATORS = " \t\r\n"
 
 
@@ -44,9 +39,7 @@ def format_run_config(values: Mapping[str, Any]) -> str:
 
 
 def run_config_toml(values: Mapping[str, Any]) -> str:
-    """``values`` as a TOML document, for ``flwr run --run-config FILE.toml`` (Flower's text
-    splitting ends a quoted value at its next quote character: a file carries any string).
-    """  # noqa: D205
+    """``values`` as a TOML document for ``flwr run --run-config FILE.toml`` (any string)."""
     from server_app.config import fold_policy_params, format_toml_value
 
     nested: dict[str, Any] = {}
@@ -73,11 +66,8 @@ def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
 
 
 def split_run_config_text(text: str) -> list[str]:
-    """The ``key=value`` items of ``--run-config`` text (whitespace in a value does not split).
-
-    An item is the shortest piece that ends at whitespace and reads as TOML; text that never
-    does is one last item (refused by :func:`parse_run_config_text`).
-    """
+    """The ``key=value`` items of ``--run-config`` text: each the shortest piece that ends at
+    whitespace and reads as TOML (a rest that never does: one last item)."""  # noqa: D205, D209
     items: list[str] = []
     start = 0
     for end in [*(m.start() for m in re.finditer(f"[{_ITEM_SEPARATORS}]", text)), len(text)]:
