@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedcgd_task.settings import TaskSettings, TrainingSettings
+from fedcgd_task.settings import TaskSettings
 
 BASE = TaskSettings(
     seed=0,
@@ -27,23 +27,10 @@ def make_settings(**overrides: Any) -> TaskSettings:
     return dataclasses.replace(BASE, **overrides)
 
 
-def training(
-    local_steps: int = 1, learning_rate: float = 0.1, batch_size: int = 32
-) -> TrainingSettings:
-    """τ, η, b."""
-    return TrainingSettings(
-        local_steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
-    )
-
-
 def all_available_run(
     result_dir: Path, num_devices: int, rounds: int, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Run-config overrides of a small federation whose devices are available every round.
-
-    ``num_devices`` devices, ``rounds`` rounds, results in ``result_dir``; ``extra`` adds or
-    replaces keys (e.g. ``{"policy": "all", "local-steps": 2}``).
-    """
+    """Run-config overrides of a small federation whose devices are available every round."""
     return {
         "num-devices": num_devices,
         "num-server-rounds": rounds,
@@ -54,11 +41,8 @@ def all_available_run(
 
 
 def checkpointed_run_config(result_dir: Path, **overrides: Any) -> dict[str, Any]:
-    """The validated run config of a run into ``result_dir`` that checkpoints after every round.
-
-    ``overrides`` add or replace keys (``resume-from`` too); the data folder is resolved, so the
-    config is ready for ``run_inprocess``.
-    """
+    """The validated run config (data folder resolved) of a run into ``result_dir`` that
+    checkpoints after every round; ``overrides`` add or replace keys."""
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
     overrides = {"checkpoint-every": 1, "result-dir": str(result_dir), **overrides}

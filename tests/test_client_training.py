@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from task_settings import training
 from torch import nn
 
 from fedcgd_task.models import build_model
+from fedcgd_task.settings import TrainingSettings
 from fedcgd_task.training import (
     dropout_seed,
     evaluate,
@@ -19,7 +19,7 @@ from fedcgd_task.training import (
 )
 
 SEED = 9
-TRAINING = training(local_steps=3, batch_size=4)
+TRAINING = TrainingSettings(local_steps=3, learning_rate=0.1, batch_size=4)
 
 
 def test_local_batches_wrap_around_a_permutation() -> None:
