@@ -121,12 +121,12 @@ class RunConfig:
     model_bits: int
     checkpoint_every: int
     resume_from: str
-    verbose: bool = False
-    channel_model: str = "paper"
-    channel_trace: str = ""
-    policy_params: dict[str, Any] = dataclasses.field(default_factory=dict)
-    aggregator: str = ""
-    aggregator_params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    verbose: bool
+    channel_model: str
+    channel_trace: str
+    policy_params: dict[str, Any]
+    aggregator: str
+    aggregator_params: dict[str, Any]
 
     @property
     def seed(self) -> int:  # noqa: D102
