@@ -1,8 +1,4 @@
-"""Message types, record keys and node_config keys shared by the apps and the launchers.
-
-Kebab case, as Flower's own strategies. The client replies with a ``MetricRecord`` under
-:data:`METRICS` (and, for training, an ``ArrayRecord`` under :data:`ARRAYS`). No flwr, no torch.
-"""
+"""Message types, record keys and node_config keys shared by the apps (kebab case, as Flower's)."""
 
 # node_config keys: Flower's simulation sets them; deployments pass
 # --node-config "partition-id=<v> num-partitions=<V>" (V must equal num-devices)

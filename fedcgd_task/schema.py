@@ -1,8 +1,6 @@
-"""The run config's schema: every key of ``[tool.flwr.app.config]``, its range and help, once.
-
-Defaults are read from pyproject.toml (:data:`DEFAULTS`, the one place they are written);
-:func:`read` checks a value. Imports neither flwr nor torch.
-"""
+"""Every key of ``[tool.flwr.app.config]`` with its range and help; the defaults are read from
+pyproject.toml (:data:`DEFAULTS`, the one place they are written). No flwr, no torch.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -17,9 +15,7 @@ from fedcgd_task.setting import Scalar, Setting, check_value, did_you_mean
 
 @dataclass(frozen=True)
 class BuiltinDataset:
-    """A built-in data set: its function (``module:name``), title, the model ``auto`` picks and
-    the keys besides ``dataset`` whose values change its arrays (``reads``).
-    """  # noqa: D205
+    """A built-in data set: function, title, ``auto``'s model, the other keys it reads."""
 
     function: str
     title: str
@@ -41,7 +37,6 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
 }
 
 
-#: The project folder (a checkout or an installed FAB).
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 
