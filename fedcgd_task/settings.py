@@ -28,7 +28,7 @@ class TaskSettings:
     shards_per_device: int
     imbalance_ratio: float
     mnist1d_samples: int = DEFAULT_MNIST1D_SAMPLES
-    device: str = "auto"
+    device: str = str(DEFAULTS["device"])
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> TaskSettings:
