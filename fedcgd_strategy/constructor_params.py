@@ -66,7 +66,14 @@ def constructor_arguments(
         where = f"run-config key {table}.{key}"
         if name in refused:
             raise ValueError(f"{where}: {refused[name]}; allowed: {allowed}")
-        if name not in settable or key != kebab(name):
+        if name in parameters and key != kebab(name):
+            raise ValueError(f"{where}: written {kebab(name)} (kebab case); allowed: {allowed}")
+        if name in parameters and name not in settable:
+            raise ValueError(
+                f"{where}: {owner} cannot take a value for {name!r} from a run config; "
+                f"allowed: {allowed}"
+            )
+        if name not in settable:
             raise ValueError(f"{where}: {owner} takes no parameter {name!r}; allowed: {allowed}")
         wanted = types_[name]
         number = isinstance(value, int | float) and not isinstance(value, bool)

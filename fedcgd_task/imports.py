@@ -95,18 +95,16 @@ def import_object(value: str, setting: str) -> object:
             except BaseException:
                 del sys.modules[name]
                 raise
-    except ModuleNotFoundError as err:
-        raise ValueError(
-            f"{where}: no module named {err.name!r} (put its folder on PYTHONPATH, install "
-            "it, or give '/absolute/path/file.py:Name')"
-        ) from err
-    except AttributeError as err:
-        raise ValueError(f"{where}: {first_line(err)}") from err
-    except Exception as err:
+    except Exception as err:  # a file's own import failing: its type, message and line
+        if not file_match and isinstance(err, ModuleNotFoundError):
+            raise ValueError(
+                f"{where}: no module named {err.name!r} (put its folder on PYTHONPATH, install "
+                "it, or give '/absolute/path/file.py:Name')"
+            ) from err
+        if not file_match and isinstance(err, AttributeError):
+            raise ValueError(f"{where}: {first_line(err)}") from err
         what = path if file_match else repr(value.split(":")[0])
-        raise ValueError(
-            f"{where}: importing {what} raised {type(err).__name__}: {first_line(err)}"
-        ) from err
+        raise ValueError(f"{where}: importing {what} raised {said(err)}") from err
     target: object = sys.modules[name]
     for part in attribute.split("."):
         if not hasattr(target, part):

@@ -24,7 +24,7 @@ from fedcgd_strategy.flower.simulation import (
     stall_alarm,
 )
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
-from server_app.config import RunConfig, parse_run_config
+from server_app.config import RunConfig, check_components, parse_run_config
 from server_app.recorder import RoundRecorder
 from server_app.run_folder.files import ResultWriteError
 from server_app.run_folder.results import ResultWriter, sync_run_files
@@ -52,6 +52,7 @@ def main(grid: Grid, context: Context) -> None:
     run_config = context.run_config
     fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
     config = parse_run_config(run_config)
+    check_components(config)  # a bad policy or aggregator parameter: before anything starts
     try:
         wait_for_nodes(grid, config.task.num_devices, config.query_timeout_s)
         run_federation(grid, config, fresh_name=fresh)

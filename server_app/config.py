@@ -224,21 +224,33 @@ def with_canonical_policy(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return {**run_config, "policy": canonical_policy(policy)} if policy else dict(run_config)
 
 
+def check_components(config: RunConfig) -> None:
+    """Check ``policy-params`` against the policy's constructor and build the aggregator once.
+
+    Before a run starts: by the commands (:func:`experiments.run.run_config.validated_run_config`)
+    and by the ServerApp under a bare ``flwr run``. Raises ValueError (one line) naming the key.
+    """
+    from fedcgd_strategy.flower.aggregators import make_aggregator
+    from fedcgd_strategy.policies.registry import policy_param_arguments
+
+    policy_param_arguments(config.policy, config.policy_params)
+    make_aggregator(config.aggregator, config.aggregator_params, config.task.num_devices)
+
+
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     """Read and validate the whole run config (``context.run_config``: flat, kebab-case keys).
 
-    Builds nothing: the policy's and the aggregator's parameters are checked where they are
-    built (:mod:`server_app.setup`), and by the commands before a run starts
-    (:func:`experiments.run.run_config.validated_run_config`). Raises ValueError naming the
-    key, the bad value and what is allowed.
+    Builds nothing (the policy's and the aggregator's parameters: :func:`check_components`).
+    Raises ValueError naming the key, the bad value and what is allowed.
     """
     run_config = with_canonical_policy(run_config)
     task = TaskSettings.from_run_config(run_config)
     values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
     policy, model, trace = values["policy"], values["channel_model"], values["channel_trace"]
     values["policy_params"] = read_params(run_config)
+    cls = policy_class(policy)
     try:
-        values["protocol"] = resolve_protocol(policy_class(policy), values["protocol"], policy)
+        values["protocol"] = resolve_protocol(cls, values["protocol"], policy)
     except ValueError as err:
         raise ValueError(f"run-config key 'protocol': {err}") from err
     values["aggregator_params"] = read_params(run_config, AGGREGATOR_PARAMS_KEY)

@@ -77,6 +77,18 @@ def test_a_bad_parameter_is_refused_in_one_line_naming_it(
     assert said in text, text
 
 
+def test_a_bare_flwr_runs_server_app_refuses_a_bad_parameter_before_anything_starts(tmp_path):
+    from flwr.app import Context, RecordDict
+
+    from server_app.app import main
+
+    config = settings(tmp_path / "run", "FedTrimmedAvg", {"beta": 0.5})
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config)
+    with pytest.raises(ValueError, match=r"beta.*must be in the range \[0, 0\.5\)"):
+        main(None, context)  # no grid is ever asked: the refusal comes first
+    assert not (tmp_path / "run").exists()
+
+
 SKIPPER = """\
 from dataclasses import dataclass
 
@@ -100,8 +112,14 @@ def test_a_snake_case_name_is_refused_naming_the_run_config_spelling(tmp_path):
     config = fold_policy_params(
         {**default_run_config(), "policy": f"{module}:Skipper", "policy-params.per_round": 3}
     )
-    with pytest.raises(ValueError, match=r"policy-params\.per_round: .*allowed: per-round, label$"):
+    said = r"policy-params\.per_round: written per-round \(kebab case\); allowed: per-round, label$"
+    with pytest.raises(ValueError, match=said):
         validated_run_config(config)
+
+
+def test_a_parameter_of_no_run_config_type_is_refused_as_such(tmp_path):
+    text = refusal(tmp_path, "Bulyan", {"selection-rule": "x"})
+    assert "Bulyan' cannot take a value for 'selection_rule' from a run config" in text, text
 
 
 # --- a run whose aggregation keeps failing ---------------------------------------------------

@@ -183,6 +183,11 @@ BAD_SETTINGS = [
     ("policy='bc' policy-params.pack-rule='skip'", "comes from run-config key 'pack-rule'"),
     ("policy='bc' policy-params='{window'", "is not a TOML inline table"),
     ("policy='fedcgd'", "allowed: fedcgd-fscd, fedcgd-gs, fedcgd-fscd-gc,"),
+    (  # a file whose own import fails: Python's error and the file's line, no PYTHONPATH advice
+        "policy='{folder}/bad_import.py:P'",
+        "policy' = '{folder}/bad_import.py:P': importing {folder}/bad_import.py raised "
+        "ModuleNotFoundError: No module named 'nosuchthing_abc' (bad_import.py:1 in <module>)",
+    ),
 ]
 
 
@@ -191,10 +196,11 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, o
     """Each bad setting's command line, run in one child process (tests/command_batch.py)."""
     folder = tmp_path_factory.mktemp("researcher")
     (folder / "my_policies.py").write_text(textwrap.dedent(RANDOM_K))
+    (folder / "bad_import.py").write_text("import nosuchthing_abc\n")
     outs = [tmp_path_factory.mktemp("never") / "out" for _ in BAD_SETTINGS]
     argvs = [
-        ["inprocess", "--run-config", f"{settings} result-dir='{out}'"]
-        for (settings, _), out in zip(BAD_SETTINGS, outs, strict=True)
+        ["inprocess", "--run-config", f"{s.replace('{folder}', str(folder))} result-dir='{out}'"]
+        for (s, _), out in zip(BAD_SETTINGS, outs, strict=True)
     ]
     done = in_one_process(argvs, pythonpath=[folder])
     return {
@@ -207,6 +213,7 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, o
 def test_a_bad_policy_setting_fails_before_start_in_one_line(refused, settings, message):
     out, done = refused[settings]
     lines = done.stderr.strip().splitlines()
+    message = message.replace("{folder}", str(out.parents[1] / "researcher0"))
     assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()
 

@@ -111,10 +111,13 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The defaults with ``overrides`` applied, every key and value checked, ``policy-params``
     against the policy's constructor and the aggregator built once (ValueError: one line).
     """  # noqa: D205
-    from fedcgd_strategy.flower.aggregators import make_aggregator
-    from fedcgd_strategy.policies.registry import policy_param_arguments
     from fedcgd_task.schema import unknown_key
-    from server_app.config import fold_policy_params, parse_run_config, with_canonical_policy
+    from server_app.config import (
+        check_components,
+        fold_policy_params,
+        parse_run_config,
+        with_canonical_policy,
+    )
 
     defaults = default_run_config()
     overrides = fold_policy_params(overrides)  # Flower accepts declared keys only
@@ -122,7 +125,5 @@ def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(unknown_key(unknown[0]))
     merged = with_canonical_policy({**defaults, **overrides})
-    config = parse_run_config(merged)
-    policy_param_arguments(config.policy, config.policy_params)
-    make_aggregator(config.aggregator, config.aggregator_params, config.task.num_devices)
+    check_components(parse_run_config(merged))
     return merged
