@@ -8,6 +8,7 @@ settings table, which must be the schema's. The checker is tested on hand-writte
 from __future__ import annotations
 
 import math
+import operator
 import os
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def test_every_default_passes_and_a_value_of_another_type_is_refused(setting: Se
 
 
 NUMBERS = [s for s in SETTINGS if type(s.default) in (int, float)]
+KEY = operator.attrgetter("key")
 
 
 @pytest.mark.parametrize("setting", NUMBERS, ids=lambda s: s.key)
@@ -95,6 +97,20 @@ def test_each_bound_is_enforced_at_its_edge(setting: Setting):
         beyond = high + max(step, 1e-9 * abs(high)) if type(high) is float else high + 1
         with pytest.raises(ValueError, match=setting.key):
             check_value(setting, beyond, setting.key)
+
+
+@pytest.mark.parametrize("setting", [s for s in NUMBERS if s.minimum is not None], ids=KEY)
+def test_the_run_config_reader_refuses_a_value_below_a_bound_in_one_line(setting: Setting):
+    # what the commands and the ServerApp read the run config with, not only the checker
+    from fedcgd_task.settings import default_run_config
+    from server_app.config import parse_run_config
+
+    step = 1 if type(setting.default) is int else 1e-9 * max(1.0, abs(setting.minimum or 1.0))
+    low = setting.minimum if setting.above else setting.minimum - step
+    for value in (low, math.nan) if type(setting.default) is float else (low,):
+        with pytest.raises(ValueError) as info:
+            parse_run_config({**default_run_config(), setting.key: value})
+        assert f"'{setting.key}'" in str(info.value) and "\n" not in str(info.value), info.value
 
 
 def test_hand_written_values():
