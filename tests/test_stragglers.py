@@ -81,18 +81,20 @@ def busy(*entries):
     return pending
 
 
-def test_a_late_reply_frees_its_node_and_a_straggler_is_not_waited_for():
-    pending = busy(("a", 1), ("b", 2))  # node 3 is free: one pull, no waiting
-    grid = ScriptedGrid([1, 2, 3], arrivals=[["a"], ["b"]])
-    settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
-    assert grid.pulls == 1 and pending.busy_nodes() == {2: 1}
-
-
-def test_while_every_node_is_busy_it_polls_until_one_is_free():
+@pytest.mark.parametrize(
+    ("nodes", "arrivals", "pulls", "left"),
+    [
+        ([1, 2, 3], [["a"], ["b"]], 1, {2: 1}),  # node 3 is free: a late reply frees node 1
+        ([1, 2], [[], [], ["b"], ["a"]], 3, {1: 1}),  # all busy: it polls until one is free
+    ],
+)
+def test_late_replies_free_their_nodes_and_it_polls_only_while_every_node_is_busy(
+    nodes, arrivals, pulls, left
+):
     pending = busy(("a", 1), ("b", 2))
-    grid = ScriptedGrid([1, 2], arrivals=[[], [], ["b"], ["a"]])
+    grid = ScriptedGrid(nodes, arrivals=arrivals)
     settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
-    assert grid.pulls == 3 and pending.busy_nodes() == {1: 1}
+    assert grid.pulls == pulls and pending.busy_nodes() == left
 
 
 def test_polling_ends_at_the_deadline_and_errors_and_departures_settle():

@@ -1,8 +1,6 @@
-"""Every check of what a device sends (untrusted), where its reply enters the server.
-
-docs/design.md, "Screening replies": a reply breaking a rule raises :class:`MalformedReplyError`
-(node, key, value, what is allowed), which costs that device its round; nothing else raises.
-"""
+"""Every check of what a device sends (untrusted), where its reply enters the server: a reply
+breaking a rule raises :class:`MalformedReplyError` (node, key, value, what is allowed), which
+costs that device its round (docs/design.md, "Screening replies")."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from flwr.app import Message, MetricRecord
 from flwr.supercore import log
 from numpy.typing import NDArray
 
-from fedcgd_strategy.aggregation import flatten_update
+from fedcgd_strategy.aggregation import array_problem, flatten_update
 from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
 from fedcgd_strategy.validation import (
@@ -132,14 +130,7 @@ def _model_arrays(
         raise MalformedReplyError(f"node {node_id}: model arrays {list(arrays)[:3]}… do not "
                                   f"match the global model's {list(reference)[:3]}…")  # fmt: skip
     for k, ref in reference.items():
-        arr, want, problem = arrays[k], np.asarray(ref), ""
-        if arr.shape != want.shape:
-            problem = f"has shape {arr.shape}; expected {want.shape}"
-        elif arr.dtype != want.dtype:
-            problem = f"has dtype {arr.dtype}; allowed: {want.dtype}, the global model's"
-        elif np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            problem = "has NaN or inf values"
-        if problem:
+        if problem := array_problem(arrays[k], ref):
             raise MalformedReplyError(f"node {node_id}: array {k!r} {problem}")
     return arrays
 
@@ -184,15 +175,10 @@ def read_info(
 
 
 def read_report(
-    msg: Message,
-    *,
-    num_devices: int,
-    num_classes: int,
-    reference: Mapping[str, NDArray[np.generic]] | None = None,
-    registered: int | None = None,
-    local_counts: NDArray[np.int64] | None = None,
-    num_samples: int | None = None,
-) -> DeviceReport:
+    msg: Message, *, num_devices: int, num_classes: int,
+    reference: Mapping[str, NDArray[np.generic]] | None = None, registered: int | None = None,
+    local_counts: NDArray[np.int64] | None = None, num_samples: int | None = None,
+) -> DeviceReport:  # fmt: skip
     """Validate a stats or (with ``reference``, the round's global model) training reply.
 
     Checked when not None: ``registered`` partition id, ``local_counts`` int[C] (from discovery),
@@ -232,16 +218,11 @@ def read_report(
 
 
 def collect_reports(
-    replies: Iterable[Message],
-    expected: Iterable[int],
-    registry: NodeRegistry,
-    reference: Mapping[str, NDArray[np.generic]] | None,
-    phase: str,
-    *,
-    num_samples: int | None = None,
-    max_update_norm_ratio: float = 0.0,
+    replies: Iterable[Message], expected: Iterable[int], registry: NodeRegistry,
+    reference: Mapping[str, NDArray[np.generic]] | None, phase: str, *,
+    num_samples: int | None = None, max_update_norm_ratio: float = 0.0,
     norm_reference: float | None = None,
-) -> tuple[list[DeviceReport], dict[int, str], set[int]]:
+) -> tuple[list[DeviceReport], dict[int, str], set[int]]:  # fmt: skip
     """Validate a phase's replies (a node's first counts): the valid reports by partition id,
     each other expected partition's one-line reason, and those lost (no reply or an error reply
     first; a refused reply is a failure, not a loss). ``num_samples`` τ b (None: unchecked),
@@ -265,14 +246,10 @@ def collect_reports(
             errored.add(registered)
         try:
             reports[registered] = read_report(
-                msg,
-                num_devices=registry.num_devices,
-                num_classes=registry.num_classes,
-                reference=reference,
-                registered=registered,
-                local_counts=registry.local_hist(registered),
-                num_samples=num_samples,
-            )
+                msg, num_devices=registry.num_devices, num_classes=registry.num_classes,
+                reference=reference, registered=registered,
+                local_counts=registry.local_hist(registered), num_samples=num_samples,
+            )  # fmt: skip
         except MalformedReplyError as err:
             failures[registered] = str(err)
     with_arrays = [p for p in sorted(reports) if reports[p].upload_norm is not None]
