@@ -194,7 +194,8 @@ def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | No
 
 def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
     """The seed of numpy's global generator for round ``server_round`` of run ``seed``."""
-    return np.random.SeedSequence([seed, NOISE_STREAM, server_round]).generate_state(8)
+    state = np.random.SeedSequence([seed, NOISE_STREAM, server_round]).generate_state(8)
+    return state.astype(np.uint32)
 
 
 @contextlib.contextmanager

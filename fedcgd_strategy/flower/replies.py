@@ -44,15 +44,16 @@ def _metric(metrics: MetricRecord, key: str, node_id: int) -> object:
     return metrics[key]
 
 
-def _number(metrics: MetricRecord, key: str, node_id: int) -> float:
-    """The metric ``key`` as a finite float >= 0 (a huge Python int is refused, not raised)."""
+def _number(metrics: MetricRecord, key: str, node_id: int, high: float = math.inf) -> float:
+    """The metric ``key`` as a finite float 0 .. ``high`` (a huge Python int: refused)."""
     value = _metric(metrics, key, node_id)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedReplyError(f"node {node_id}: metric {key!r} must be a number, got {value!r}")
     out = float(value) if not isinstance(value, int) or abs(value) < 2**1000 else math.inf
-    if not math.isfinite(out) or out < 0:
+    if not 0 <= out < math.inf or out > high:
+        top = "" if high == math.inf else f" and at most {high:.4g} (the largest float32)"
         raise MalformedReplyError(
-            f"node {node_id}: metric {key!r} = {value!r}; allowed: a finite number >= 0.0"
+            f"node {node_id}: metric {key!r} = {value!r}; allowed: a finite number >= 0.0{top}"
         )
     return out
 
@@ -62,12 +63,9 @@ def _is_int(value: object) -> TypeGuard[int | np.integer]:
 
 
 def _int(
-    metrics: MetricRecord,
-    key: str,
-    node_id: int,
-    bounds: tuple[int, int | None],
+    metrics: MetricRecord, key: str, node_id: int, bounds: tuple[int, int | None],
     registered: tuple[int | None, str] = (None, ""),
-) -> int:
+) -> int:  # fmt: skip
     """An int metric in ``[low, high)``, equal to ``registered[0]`` (``[1]`` says what) if set."""
     raw = _metric(metrics, key, node_id)
     low, high = bounds
@@ -195,10 +193,9 @@ def read_report(
         problem = round_histogram_problem(hist, local_counts, num_samples)
         if problem is not None:
             raise MalformedReplyError(f"node {node_id}: {keys.LABEL_HIST!r} {problem}")
-    sigma = _number(metrics, keys.SIGMA, node_id) if keys.SIGMA in metrics else math.nan
-    if sigma > FLOAT32_MAX:
-        raise MalformedReplyError(f"node {node_id}: metric {keys.SIGMA!r} = {sigma!r}; allowed: "
-                                  f"0 .. {FLOAT32_MAX:.4g} (the largest float32)")  # fmt: skip
+    sigma = (
+        _number(metrics, keys.SIGMA, node_id, FLOAT32_MAX) if keys.SIGMA in metrics else math.nan
+    )
     if reference is None:
         return DeviceReport(node_id, pid, n, hist, sigma)
     train_loss = _number(metrics, keys.TRAIN_LOSS, node_id)
