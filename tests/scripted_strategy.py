@@ -113,6 +113,7 @@ def build(
     silent=(),
     total_bw=10.0,
     target=None,
+    query_timeout_s=120.0,
 ):
     handler = handler or scripted_client()
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
@@ -127,6 +128,7 @@ def build(
         target_dist=np.array([0.5, 0.5]) if target is None else target,
         protocol=protocol,
         rng=np.random.default_rng(0),
+        query_timeout_s=query_timeout_s,
     )
     return strategy, grid
 

@@ -13,18 +13,15 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from fake_grid import FakeGrid, make_contexts
 from flwr.app import Message
-from scripted_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
+from scripted_strategy import NODES, V, build, make_draw, run_round, scripted_client
 from task_settings import all_available_run
 from wrapped_project import build_wrapped_project, run_wrapped
 
 from fedcgd_strategy.flower.discovery import settle_pending
-from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.nodes import Pending, PendingMessages
-from fedcgd_strategy.policies import PolicyContext, make_policy
 from fedcgd_task import keys
 from server_app.run_folder.results import METRICS_FILE
 
@@ -148,26 +145,15 @@ class StragglerGrid(FakeGrid):
 
 
 def straggler_strategy():
-    draw = make_draw([True] * V, [1.0] * V)  # everyone available, everyone fits
-    policy = make_policy("all", PolicyContext(num_devices=V, num_classes=2))
-    return ScheduledStrategy(
-        policy=policy,
-        cell=FixedChannel(draw),
-        model_bits=1e5,
-        total_bandwidth_hz=100.0,
-        num_devices=V,
-        num_classes=2,
-        target_dist=np.array([0.5, 0.5]),
-        protocol="query",
-        rng=np.random.default_rng(0),
-        query_timeout_s=0.0,
-    )
+    """``all`` with a query phase, everyone available and fitting, timeouts 0 (and its grid)."""
+    draw = make_draw([True] * V, [1.0] * V)
+    return build("all", draw, protocol="query", total_bw=100.0, query_timeout_s=0.0)
 
 
 def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
     slow = 2
     grid = StragglerGrid(slow=[NODES[slow]], delay=5)
-    strategy = straggler_strategy()
+    strategy, _ = straggler_strategy()
     records, queried = [], []
     for rnd in range(1, 7):
         before = len(grid.sent)
@@ -195,7 +181,7 @@ def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
 def test_a_late_discovery_answer_registers_the_device_without_asking_again():
     slow = 4
     grid = StragglerGrid(slow=[NODES[slow]], delay=2, kinds=[keys.QUERY_INFO])
-    strategy = straggler_strategy()
+    strategy, _ = straggler_strategy()
     for rnd in (1, 2):
         run_round(strategy, grid, rnd)
     # Its query.info (call 1) counts down at calls 2-3 and is pulled in round 2.
@@ -207,8 +193,7 @@ def test_a_late_discovery_answer_registers_the_device_without_asking_again():
 
 def test_without_message_ids_nothing_changes():
     # The plain in-process grid assigns no ids and answers at once: no node is ever busy.
-    grid = FakeGrid({n: scripted_client() for n in NODES}, make_contexts(NODES, {}, V))
-    strategy = straggler_strategy()
+    strategy, grid = straggler_strategy()
     for rnd in (1, 2):
         run_round(strategy, grid, rnd)
         assert strategy.last_record.uploaded == list(range(V))
