@@ -24,15 +24,38 @@ def fedavg(
     template = states[0] if reference is None else reference
     out: dict[str, NDArray[np.generic]] = {}
     for key in template:
-        ref = np.asarray(template[key])
-        acc = np.zeros(ref.shape, dtype=np.float64)
+        out[key] = acc = np.zeros(np.shape(template[key]), dtype=np.float64)
         for state, a in zip(states, alpha, strict=True):
             acc += a * np.asarray(state[key], dtype=np.float64)
-        if np.issubdtype(ref.dtype, np.integer):
-            acc = np.rint(acc)
-        with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the caller
-            out[key] = acc.astype(ref.dtype)  # detects (the round then keeps the model)
+    return cast_like(out, template)
+
+
+def cast_like(
+    arrays: Mapping[str, NDArray[np.generic]], reference: Mapping[str, NDArray[np.generic]]
+) -> dict[str, NDArray[np.generic]]:
+    """``arrays`` in ``reference``'s order and dtypes, integers rounded; beyond a dtype's range:
+    inf, which :func:`non_finite_arrays` finds (the round then keeps the model)."""  # noqa: D205, D209
+    out: dict[str, NDArray[np.generic]] = {}
+    with np.errstate(over="ignore", invalid="ignore"):
+        for key, ref in reference.items():
+            value, dtype = np.asarray(arrays[key]), np.asarray(ref).dtype
+            out[key] = (np.rint(value) if np.issubdtype(dtype, np.integer) else value).astype(dtype)
     return out
+
+
+def array_problem(array: object, ref: object, *, same_dtype: bool = True) -> str | None:
+    """Why ``array`` cannot stand for the model's array ``ref`` (None: it can): not numeric, of
+    another shape, of another dtype (``same_dtype`` False: only a float ``ref``'s), not finite."""  # noqa: D205, D209
+    want = np.asarray(ref)
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+        return f"is {getattr(array, 'dtype', type(array).__name__)}, not a numeric array"
+    if array.shape != want.shape:
+        return f"has shape {list(array.shape)}; the model's is {list(want.shape)}"
+    if array.dtype != want.dtype and (same_dtype or want.dtype.kind == "f"):
+        return f"has dtype {array.dtype}; the model's is {want.dtype}"
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        return "is not finite"
+    return None
 
 
 def flatten_update(

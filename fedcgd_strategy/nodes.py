@@ -1,7 +1,5 @@
-"""The server's view of the nodes: which serves which device, and which still owes a reply.
-
-docs/design.md, "One message per node". No flwr, no torch.
-"""
+"""The server's view of the nodes: which serves which device, and which still owes a reply
+(docs/design.md, "One message per node"). No flwr, no torch."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -21,10 +19,7 @@ class NodeRegistry:
     """
 
     def __init__(
-        self,
-        num_devices: int,
-        num_classes: int,
-        partition_counts: NDArray[np.int64] | None = None,
+        self, num_devices: int, num_classes: int, partition_counts: NDArray[np.int64] | None = None
     ) -> None:
         self.num_devices, self.num_classes = int(num_devices), int(num_classes)
         self._node_of: dict[int, int] = {}
@@ -115,10 +110,7 @@ class PendingMessages:
         return len(self._by_id)
 
     def record_unanswered(
-        self,
-        sent: Iterable[tuple[str, int, str]],
-        answered: Iterable[str],
-        server_round: int,
+        self, sent: Iterable[tuple[str, int, str]], answered: Iterable[str], server_round: int
     ) -> list[Pending]:
         """Keep (and return) the ``sent`` (message_id, node_id, kind) not ``answered`` (ids)."""
         replied = set(answered)

@@ -80,19 +80,19 @@ def round_record(
     disconnected: Iterable[int],
     class_gradient_next: NDArray[np.float64] | None,
     timings: Mapping[str, float],
-    failed_reasons: Mapping[int, str] | None = None,
-    model_kept_reason: str | None = None,
-    discovery_failed: Mapping[int, str] | None = None,
-    lost: Iterable[int] = (),
+    failed_reasons: Mapping[int, str],
+    model_kept_reason: str | None,
+    discovery_failed: Mapping[int, str],
+    lost: Iterable[int],
+    dp_noise: tuple[float, float] | None = None,
 ) -> RoundRecord:
     """Build one round's :class:`RoundRecord` (fields: docs/running.md) from what the policy saw
-    and decided; ``timings``: its ``*_s`` fields, seconds of server wall clock."""  # noqa: D205, D209
-    selected = decision.selected
+    and decided; ``timings``: its ``*_s`` fields, seconds of server wall clock; ``dp_noise``:
+    (C, z C / n) of a DP aggregator's round."""  # noqa: D205, D209
+    selected, solver = decision.selected, decision.solver
     scheduled = bool(selected.any())
-    reasons = {int(k): str(v) for k, v in (failed_reasons or {}).items()}
-    if model_kept_reason is None and not uploaded:
-        model_kept_reason = "nothing uploaded"
-    solver = decision.solver
+    reasons = {int(k): str(v) for k, v in failed_reasons.items()}
+    clipping_norm, noise_std = dp_noise or (None, None)
     return RoundRecord(
         round=server_round,
         num_available=num_available,
@@ -116,7 +116,9 @@ def round_record(
         model_kept=model_kept_reason is not None,
         failed_reasons={str(k): reasons[k] for k in sorted(reasons)},
         model_kept_reason=model_kept_reason,
-        discovery_failed={str(k): str(v) for k, v in sorted((discovery_failed or {}).items())},
+        discovery_failed={str(k): str(v) for k, v in sorted(discovery_failed.items())},
         devices_lost=len(set(lost)),
         lost=sorted({int(v) for v in lost}),
+        dp_clipping_norm=clipping_norm,
+        dp_noise_std=noise_std,
     )

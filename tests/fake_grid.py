@@ -23,13 +23,9 @@ class FakeGrid(InProcessGrid):
     simulated = False
 
     def __init__(
-        self,
-        handlers: dict[int, Handler],
-        contexts: dict[int, Context],
-        silent: Iterable[int] = (),
-        *,
-        cohorts: Cohorts | None = None,
-    ) -> None:
+        self, handlers: dict[int, Handler], contexts: dict[int, Context],
+        silent: Iterable[int] = (), *, cohorts: Cohorts | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(handlers, contexts, cohorts=cohorts, keep_sent=True)
         self.silent = set(silent)
 
@@ -49,12 +45,9 @@ def cohort_app(cohorts: bool = True, *, threads: int = 1) -> tuple[ClientApp, Co
 
 
 def app_grid(
-    contexts: dict[int, Context],
-    *,
-    wrap: Callable[[Handler], Handler] | None = None,
-    silent: Iterable[int] = (),
-    cohorts: bool = True,
-) -> FakeGrid:
+    contexts: dict[int, Context], *, wrap: Callable[[Handler], Handler] | None = None,
+    silent: Iterable[int] = (), cohorts: bool = True,
+) -> FakeGrid:  # fmt: skip
     """A :class:`FakeGrid` whose every node (of ``contexts``) runs the real ClientApp.
 
     With cohort execution as the in-process engine runs it (:func:`cohort_app`); ``wrap``: what

@@ -104,30 +104,18 @@ def scripted_client(overrides: dict[int, dict] | None = None):
 
 
 def build(
-    policy_name: str,
-    draw: RoundDraw,
-    *,
-    protocol="auto",
-    initial_g=1.0,
-    handler=None,
-    silent=(),
-    total_bw=10.0,
-    target=None,
-):
+    policy_name: str, draw: RoundDraw, *, protocol="auto", initial_g=1.0, handler=None, silent=(),
+    total_bw=10.0, target=None, query_timeout_s=120.0,
+):  # fmt: skip
     handler = handler or scripted_client()
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
     policy = make_policy(policy_name, PolicyContext(V, C, initial_g=initial_g))
     strategy = ScheduledStrategy(
-        policy=policy,
-        cell=FixedChannel(draw),
-        model_bits=1e5,
-        total_bandwidth_hz=total_bw,
-        num_devices=V,
-        num_classes=C,
+        policy=policy, cell=FixedChannel(draw), model_bits=1e5, total_bandwidth_hz=total_bw,
+        num_devices=V, num_classes=C, protocol=protocol, rng=np.random.default_rng(0),
         target_dist=np.array([0.5, 0.5]) if target is None else target,
-        protocol=protocol,
-        rng=np.random.default_rng(0),
-    )
+        query_timeout_s=query_timeout_s,
+    )  # fmt: skip
     return strategy, grid
 
 

@@ -67,13 +67,10 @@ def check(decision, inputs=INPUTS, uses_budget=True):
     return check_decision(decision, inputs, policy="mine", server_round=7, uses_budget=uses_budget)
 
 
-def test_a_schedule_within_the_budget_passes_as_the_policy_made_it():
+def test_the_budget_rule_passes_a_fitting_schedule_as_made_and_names_an_overrun_in_one_line():
     decision = decision_from_mask(INPUTS, mask(0, 1))  # 5 + 8 = 13 MHz of 20
     assert check(decision) is decision and decision.bandwidth_used_hz == 13 * MHZ
     check(decision_from_mask(INPUTS, mask(0, 1, 2)), uses_budget=False)  # 22 MHz, no budget
-
-
-def test_a_schedule_over_the_budget_fails_naming_policy_round_devices_and_bandwidth():
     with pytest.raises(PolicyDecisionError) as err:
         check(decision_from_mask(INPUTS, mask(0, 1, 2)))  # 5 + 8 + 9 = 22 MHz
     assert str(err.value) == (
@@ -81,9 +78,7 @@ def test_a_schedule_over_the_budget_fails_naming_policy_round_devices_and_bandwi
         "minimum bandwidths B*), more than the 20 MHz budget (tolerance 1e-09 relative); a "
         "decision must fit the bandwidth budget"
     )
-
-
-def test_the_budget_tolerance_is_one_part_in_a_billion():
+    # the tolerance is one part in a billion
     b = 20 * MHZ
     at = round_of([b / 2, b / 2 * (1 + 2 * BUDGET_REL_TOL) - 1e-9, 1.0, 1.0])
     over = round_of([b / 2, b / 2 * (1 + 2 * BUDGET_REL_TOL) + 1e-6, 1.0, 1.0])

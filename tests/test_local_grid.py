@@ -8,25 +8,20 @@ from flwr.app import Message, MessageType, RecordDict
 from experiments.run.inprocess import InProcessGrid
 
 
-def _in_process() -> InProcessGrid:
+def test_the_in_process_grid_builds_lists_delivers_and_refuses_what_needs_a_superlink() -> None:
     def echo(msg: Message, _context: object) -> Message:
         return Message(RecordDict(), reply_to=msg)
 
-    return InProcessGrid({7: echo, 9: echo}, {7: None, 9: None})  # type: ignore[dict-item]
-
-
-def test_what_needs_a_superlink_is_refused_by_the_in_process_grid() -> None:
-    grid = _in_process()
+    grid = InProcessGrid({7: echo, 9: echo}, {7: None, 9: None})  # type: ignore[dict-item]
     message = Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN)
-    for call in (lambda: grid.run, lambda: grid.push_messages([message])):
+    refused = (
+        lambda: grid.run,
+        lambda: grid.push_messages([message]),
+        lambda: grid.pull_messages([""]),
+    )
+    for call in refused:
         with pytest.raises(RuntimeError, match="in-process grid"):
             call()
-    with pytest.raises(RuntimeError, match="in-process grid"):
-        grid.pull_messages(["id"])
-
-
-def test_the_in_process_grid_builds_lists_and_delivers() -> None:
-    grid = _in_process()
     msg = grid.create_message(RecordDict(), MessageType.EVALUATE, 9, "round-2")
     assert (msg.metadata.dst_node_id, msg.metadata.message_type) == (9, MessageType.EVALUATE)
     assert msg.metadata.group_id == "round-2"

@@ -238,25 +238,17 @@ def reply_with(metrics: dict) -> Message:
 def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     # Replies cannot carry inf past the checks, so the last line of defence is tested directly:
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
+    from scripted_strategy import build
+
     from fedcgd_strategy.aggregation import non_finite_arrays
     from fedcgd_strategy.flower.replies import DeviceReport
-    from fedcgd_strategy.flower.strategy import RoundInProgress, ScheduledStrategy
-    from fedcgd_strategy.policies import PolicyContext, make_policy
+    from fedcgd_strategy.flower.strategy import RoundInProgress
     from fedcgd_task.settings import TrainingSettings
 
     reference = {"w": np.zeros(2, np.float32)}
     huge = {"w": np.full(2, 1e39)}
     assert non_finite_arrays(fedavg([huge, huge], [1, 1], reference)) == ["w"]
-    strategy = ScheduledStrategy(
-        policy=make_policy("all", PolicyContext(num_devices=2, num_classes=2)),
-        cell=None,  # type: ignore[arg-type]
-        model_bits=1.0,
-        total_bandwidth_hz=1.0,
-        num_devices=2,
-        num_classes=2,
-        target_dist=None,
-        rng=np.random.default_rng(0),
-    )
+    strategy, _ = build("all", None)  # type: ignore[arg-type]  # no round is drawn here
     state = RoundInProgress(
         draw=None,  # type: ignore[arg-type]
         training=TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=1),

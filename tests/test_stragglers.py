@@ -13,18 +13,15 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from fake_grid import FakeGrid, make_contexts
 from flwr.app import Message
-from scripted_strategy import NODES, FixedChannel, V, make_draw, run_round, scripted_client
+from scripted_strategy import NODES, V, build, make_draw, run_round, scripted_client
 from task_settings import all_available_run
 from wrapped_project import build_wrapped_project, run_wrapped
 
 from fedcgd_strategy.flower.discovery import settle_pending
-from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.nodes import Pending, PendingMessages
-from fedcgd_strategy.policies import PolicyContext, make_policy
 from fedcgd_task import keys
 from server_app.run_folder.results import METRICS_FILE
 
@@ -81,18 +78,20 @@ def busy(*entries):
     return pending
 
 
-def test_a_late_reply_frees_its_node_and_a_straggler_is_not_waited_for():
-    pending = busy(("a", 1), ("b", 2))  # node 3 is free: one pull, no waiting
-    grid = ScriptedGrid([1, 2, 3], arrivals=[["a"], ["b"]])
-    settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
-    assert grid.pulls == 1 and pending.busy_nodes() == {2: 1}
-
-
-def test_while_every_node_is_busy_it_polls_until_one_is_free():
+@pytest.mark.parametrize(
+    ("nodes", "arrivals", "pulls", "left"),
+    [
+        ([1, 2, 3], [["a"], ["b"]], 1, {2: 1}),  # node 3 is free: a late reply frees node 1
+        ([1, 2], [[], [], ["b"], ["a"]], 3, {1: 1}),  # all busy: it polls until one is free
+    ],
+)
+def test_late_replies_free_their_nodes_and_it_polls_only_while_every_node_is_busy(
+    nodes, arrivals, pulls, left
+):
     pending = busy(("a", 1), ("b", 2))
-    grid = ScriptedGrid([1, 2], arrivals=[[], [], ["b"], ["a"]])
+    grid = ScriptedGrid(nodes, arrivals=arrivals)
     settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
-    assert grid.pulls == 3 and pending.busy_nodes() == {1: 1}
+    assert grid.pulls == pulls and pending.busy_nodes() == left
 
 
 def test_polling_ends_at_the_deadline_and_errors_and_departures_settle():
@@ -146,26 +145,15 @@ class StragglerGrid(FakeGrid):
 
 
 def straggler_strategy():
-    draw = make_draw([True] * V, [1.0] * V)  # everyone available, everyone fits
-    policy = make_policy("all", PolicyContext(num_devices=V, num_classes=2))
-    return ScheduledStrategy(
-        policy=policy,
-        cell=FixedChannel(draw),
-        model_bits=1e5,
-        total_bandwidth_hz=100.0,
-        num_devices=V,
-        num_classes=2,
-        target_dist=np.array([0.5, 0.5]),
-        protocol="query",
-        rng=np.random.default_rng(0),
-        query_timeout_s=0.0,
-    )
+    """``all`` with a query phase, everyone available and fitting, timeouts 0 (and its grid)."""
+    draw = make_draw([True] * V, [1.0] * V)
+    return build("all", draw, protocol="query", total_bw=100.0, query_timeout_s=0.0)
 
 
 def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
     slow = 2
     grid = StragglerGrid(slow=[NODES[slow]], delay=5)
-    strategy = straggler_strategy()
+    strategy, _ = straggler_strategy()
     records, queried = [], []
     for rnd in range(1, 7):
         before = len(grid.sent)
@@ -193,7 +181,7 @@ def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
 def test_a_late_discovery_answer_registers_the_device_without_asking_again():
     slow = 4
     grid = StragglerGrid(slow=[NODES[slow]], delay=2, kinds=[keys.QUERY_INFO])
-    strategy = straggler_strategy()
+    strategy, _ = straggler_strategy()
     for rnd in (1, 2):
         run_round(strategy, grid, rnd)
     # Its query.info (call 1) counts down at calls 2-3 and is pulled in round 2.
@@ -205,8 +193,7 @@ def test_a_late_discovery_answer_registers_the_device_without_asking_again():
 
 def test_without_message_ids_nothing_changes():
     # The plain in-process grid assigns no ids and answers at once: no node is ever busy.
-    grid = FakeGrid({n: scripted_client() for n in NODES}, make_contexts(NODES, {}, V))
-    strategy = straggler_strategy()
+    strategy, grid = straggler_strategy()
     for rnd in (1, 2):
         run_round(strategy, grid, rnd)
         assert strategy.last_record.uploaded == list(range(V))

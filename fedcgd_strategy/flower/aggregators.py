@@ -1,7 +1,5 @@
-"""Flower strategies as aggregators of the scheduled uploads (run-config ``aggregator``).
-
-docs/aggregation.md; docs/design.md, "Any Flower aggregation".
-"""
+"""Flower strategies as aggregators of the scheduled uploads (run-config ``aggregator``;
+docs/aggregation.md, docs/design.md "Any Flower aggregation")."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -22,12 +20,13 @@ from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.fedopt import FedOpt
 from numpy.typing import NDArray
 
-from fedcgd_strategy.aggregation import non_finite_arrays
+from fedcgd_strategy.aggregation import array_problem, cast_like, non_finite_arrays
 from fedcgd_strategy.constructor_params import constructor_arguments, kebab, with_defaults
 from fedcgd_task import keys
 from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
 Arrays = Mapping[str, NDArray[np.generic]]
+Model = dict[str, NDArray[np.generic]]
 AGGREGATOR_KEY, PARAMS_KEY = "aggregator", "aggregator-params"
 #: A DP wrapper's parameters naming the strategy it wraps (default FedAvg) and its table.
 INNER, INNER_PARAMS = "strategy", "strategy-params"
@@ -47,8 +46,6 @@ CLIENT_SIDE: dict[type, str] = {
        f"needs the clients' {k.lower()}clipping_mod; name DifferentialPrivacyServerSide{k}Clipping"
        for k in ("Fixed", "Adaptive")},
 }  # fmt: skip
-#: Where a parameter left unset comes from, when not the class's default (``config.json``).
-DERIVED = {"clipped-count-stddev": "Flower's default for num-devices (V / 20)"}
 SERVER_SIDE_DP = (flower.DifferentialPrivacyServerSideFixedClipping,
                   flower.DifferentialPrivacyServerSideAdaptiveClipping)  # fmt: skip
 #: Flower's strategies' state (nearest class on the MRO): attribute -> arrays by the model's
@@ -110,12 +107,9 @@ def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
 
 
 def build(
-    setting: str,
-    params: Mapping[str, object],
-    num_devices: int,
-    key: str = AGGREGATOR_KEY,
+    setting: str, params: Mapping[str, object], num_devices: int, key: str = AGGREGATOR_KEY,
     table: str = PARAMS_KEY,
-) -> tuple[Strategy, dict[str, Any]]:
+) -> tuple[Strategy, dict[str, Any]]:  # fmt: skip
     """The strategy ``setting`` names, built from ``table``, and ``config.json``'s
     ``aggregator_resolved`` (class, parameters, their source); ValueError (one line)."""  # noqa: D205, D209
     cls, own, extra, record = aggregator_class(setting, key), dict(params), {}, None
@@ -155,7 +149,8 @@ def build(
         "class": f"{cls.__module__}:{cls.__qualname__}",
         "params": {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()},
         "from": {kebab(k): f"run-config key {table!r}" if kebab(k) in shown else
-                 DERIVED.get(kebab(k), "the class default") for k in values},
+                 "Flower's default for num-devices (V / 20)" if k == "clipped_count_stddev"
+                 else "the class default" for k in values},
     } | ({INNER: record} if record is not None else {})  # fmt: skip
 
 
@@ -173,20 +168,20 @@ def resolved_aggregator(setting: str, params: Mapping[str, object], num_devices:
     return None if setting == "" else build(setting, params, num_devices)[1]
 
 
-def inner_strategy(aggregator: Strategy) -> Strategy:
-    """The strategy that aggregates: a DP wrapper's wrapped one, else ``aggregator`` itself."""
-    return getattr(aggregator, INNER) if isinstance(aggregator, SERVER_SIDE_DP) else aggregator
-
-
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:
     """The fewest uploads ``aggregator`` combines, and why: with f = ``num_malicious_nodes``,
     Bulyan 4 f + 3 (El Mhamdi et al. 2018), (Multi)Krum 2 f + 3."""  # noqa: D205, D209
-    aggregator = inner_strategy(aggregator)
+    aggregator = _inner(aggregator)
     f, name = int(getattr(aggregator, "num_malicious_nodes", 0)), type(aggregator).__name__
     for cls, k in ((flower.Bulyan, 4), (flower.MultiKrum, 2)):
         if isinstance(aggregator, cls):
             return k * f + 3, f"{name} needs {k} f + 3 uploads, f = num-malicious-nodes = {f}"
     return 1, f"{name} needs one upload"
+
+
+def _inner(aggregator: Strategy) -> Strategy:
+    """The strategy that aggregates: a DP wrapper's wrapped one, else ``aggregator`` itself."""
+    return getattr(aggregator, INNER) if isinstance(aggregator, SERVER_SIDE_DP) else aggregator
 
 
 def dp_round_noise(aggregator: object, uploads: int) -> tuple[float, float] | None:
@@ -216,24 +211,19 @@ def _seeded(seed: int, server_round: int) -> Iterator[None]:
         np.random.set_state(saved)  # noqa: NPY002
 
 
-def _record(arrays: Arrays) -> ArrayRecord:
+def array_record(arrays: Arrays) -> ArrayRecord:
+    """``arrays`` as Flower's record (C-contiguous copies where needed)."""
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
 def aggregate_uploads(
-    aggregator: Strategy,
-    server_round: int,
-    models: Sequence[Arrays],
-    weights: Sequence[int],
-    reference: Arrays,
-    node_ids: Sequence[int] | None = None,
-    *,
-    seed: int = 0,
-) -> tuple[dict[str, NDArray[np.generic]] | None, str | None]:
+    aggregator: Strategy, server_round: int, models: Sequence[Arrays], weights: Sequence[int],
+    reference: Arrays, node_ids: Sequence[int] | None = None, *, seed: int = 0,
+) -> tuple[Model | None, str | None]:  # fmt: skip
     """Combine the validated ``models`` (weights |D_v|) with ``aggregator.aggregate_train``
     (a DP wrapper: float uploads, weights 1, n = ``len(models)``): the new model in
     ``reference``'s dtypes and None, or None and why (the aggregator then restored)."""  # noqa: D205, D209
-    name, inner = type(aggregator).__name__, inner_strategy(aggregator)
+    name, inner = type(aggregator).__name__, _inner(aggregator)
     need, why = minimum_uploads(aggregator)
     if len(models) < need:
         return None, f"too few uploads for {name}: {len(models)} < {need} ({why})"
@@ -251,10 +241,10 @@ def aggregate_uploads(
     try:
         with _seeded(seed, server_round):
             list(aggregator.configure_train(
-                server_round, _record(current), ConfigRecord(), grid))  # fmt: skip
+                server_round, array_record(current), ConfigRecord(), grid))  # fmt: skip
             replies = [
                 Message(
-                    RecordDict({arrays_key: _record(model),
+                    RecordDict({arrays_key: array_record(model),
                                 keys.METRICS: MetricRecord({weight_key: int(weight)})}),
                     reply_to=Message(RecordDict(), dst_node_id=int(node),
                                      group_id=str(server_round), message_type="train"),
@@ -277,13 +267,13 @@ def _restore(aggregator: Strategy, state: dict[str, Any]) -> None:
         aggregator.load_state_dict(state)
         return
     for key, (owner, name, kind) in _attributes(aggregator).items():
-        value = state[key]
-        setattr(owner, name, _record(value) if kind == "record" and value is not None else value)
+        record = kind == "record" and state[key] is not None
+        setattr(owner, name, array_record(state[key]) if record else state[key])
 
 
 def _fitted(
     record: ArrayRecord | None, reference: Arrays, name: str, count: int
-) -> tuple[dict[str, NDArray[np.generic]] | None, str | None]:
+) -> tuple[Model | None, str | None]:
     """``record`` as the reference's arrays, in its dtypes; or None and why it does not fit."""
     if record is None:
         return None, f"{name}.aggregate_train returned no model from {count} uploads"
@@ -291,19 +281,16 @@ def _fitted(
     shapes = {k: np.shape(v) for k, v in out.items()}
     if shapes != {k: np.shape(v) for k, v in reference.items()}:
         return None, f"{name}'s aggregate is not the model's arrays: {list(shapes.items())[:3]}"
-    with np.errstate(over="ignore", invalid="ignore"):
-        for key, dtype in ((k, np.asarray(r).dtype) for k, r in reference.items()):
-            value = np.rint(out[key]) if np.issubdtype(dtype, np.integer) else out[key]
-            out[key] = np.asarray(value).astype(dtype)
+    out = cast_like(out, reference)
     bad = non_finite_arrays(out)
     if bad:
         return None, f"the {name} aggregate of {count} uploads is not finite in {bad[:3]}"
-    return {k: out[k] for k in reference}, None
+    return out, None
 
 
 def _attributes(aggregator: Strategy) -> dict[str, tuple[Strategy, str, str]]:
     """Checkpoint key -> (owner, attribute, kind) of :data:`FLOWER_STATE` (``strategy.*``: DP's)."""
-    inner = inner_strategy(aggregator)
+    inner = _inner(aggregator)
     owners = {"": aggregator} | ({f"{INNER}.": inner} if inner is not aggregator else {})
     found = {p: next((FLOWER_STATE[c] for c in type(o).__mro__ if c in FLOWER_STATE), {})
              for p, o in owners.items()}  # fmt: skip
@@ -314,14 +301,13 @@ def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
     """What a checkpoint holds: ``state_dict()``, else :data:`FLOWER_STATE`, arrays copied."""
     if aggregator is None or hasattr(aggregator, "load_state_dict"):
         return {} if aggregator is None else dict(aggregator.state_dict())  # type: ignore[attr-defined]
-    state: dict[str, Any] = {}
-    for key, (owner, name, _) in _attributes(aggregator).items():
-        value = getattr(owner, name)
-        if isinstance(value, ArrayRecord):
-            value = {k: v.numpy() for k, v in value.items()}
-        copied = {k: np.array(v) for k, v in value.items()} if isinstance(value, dict) else value
-        state[key] = [np.array(v) for v in value] if isinstance(value, list) else copied
-    return state
+
+    def copied(value: Any) -> Any:
+        if isinstance(value, ArrayRecord | dict):
+            return {k: np.array(v.numpy() if isinstance(v, Array) else v) for k, v in value.items()}
+        return [np.array(v) for v in value] if isinstance(value, list) else value
+
+    return {key: copied(getattr(o, name)) for key, (o, name, _) in _attributes(aggregator).items()}
 
 
 def load_aggregator_state(
@@ -347,8 +333,7 @@ def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
     """``value`` as the attribute of ``kind`` holds it; ValueError naming ``where`` if unfit."""
     refusal = f"the aggregator state's {where}"
     if kind == "norm":
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and value > 0):
+        if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value < math.inf):
             raise ValueError(f"{refusal} = {value!r}; allowed: a finite number > 0")
         return value
     if value is None:  # before the first round
@@ -359,17 +344,7 @@ def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
     if set(by_name) != set(model):
         raise ValueError(f"{refusal} has other keys than the model's: {sorted(by_name)[:3]}")
     for key, ref in model.items():
-        array, ref = by_name[key], np.asarray(ref)
-        if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
-            problem = f"is {type(array).__name__}, not a numeric array"
-        elif array.shape != ref.shape:
-            problem = f"has shape {list(array.shape)}; the model's is {list(ref.shape)}"
-        elif ref.dtype.kind == "f" and array.dtype != ref.dtype:
-            problem = f"has dtype {array.dtype}; the model's is {ref.dtype}"
-        elif array.dtype.kind == "f" and not np.isfinite(array).all():
-            problem = "is not finite"
-        else:
-            continue
-        raise ValueError(f"{refusal}[{key!r}] {problem}")
+        if problem := array_problem(by_name[key], ref, same_dtype=False):
+            raise ValueError(f"{refusal}[{key!r}] {problem}")
     out = {key: np.array(by_name[key]) for key in model}
-    return list(out.values()) if kind == "list" else _record(out) if kind == "record" else out
+    return list(out.values()) if kind == "list" else array_record(out) if kind == "record" else out

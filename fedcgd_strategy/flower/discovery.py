@@ -1,8 +1,5 @@
-"""Discovery: ask the nodes the server does not know yet which partition they serve.
-
-Each node reports its partition id (and its local class counts) in a ``query.info`` reply;
-:class:`~fedcgd_strategy.nodes.NodeRegistry` keeps the answers.
-"""
+"""Discovery: ask the nodes the server does not know yet which partition they serve (and their
+local class counts, a ``query.info`` reply); the messages still unanswered."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -20,13 +17,9 @@ from fedcgd_task import keys
 
 
 def discover_nodes(
-    grid: Grid,
-    registry: NodeRegistry,
-    server_round: int,
-    timeout_s: float,
-    pending: PendingMessages | None = None,
-    late: Iterable[Message] = (),
-) -> dict[int, str]:
+    grid: Grid, registry: NodeRegistry, server_round: int, timeout_s: float,
+    pending: PendingMessages | None = None, late: Iterable[Message] = (),
+) -> dict[int, str]:  # fmt: skip
     """Forget nodes that left; ask connected nodes not seen before for their partition id.
 
     Returns node id -> one-line reason for each failed discovery (asked again next round). With
@@ -79,12 +72,9 @@ def discover_nodes(
 
 
 def send_tracked(
-    grid: Grid,
-    messages: list[Message],
-    timeout_s: float,
-    pending: PendingMessages | None,
+    grid: Grid, messages: list[Message], timeout_s: float, pending: PendingMessages | None,
     server_round: int,
-) -> list[Message]:
+) -> list[Message]:  # fmt: skip
     """``grid.send_and_receive``; the messages left unanswered are recorded in ``pending``."""
     replies = list(grid.send_and_receive(messages, timeout=timeout_s))
     if pending is not None:

@@ -1,8 +1,6 @@
-"""Every check of what a device sends (untrusted), where its reply enters the server.
-
-docs/design.md, "Screening replies": a reply breaking a rule raises :class:`MalformedReplyError`
-(node, key, value, what is allowed), which costs that device its round; nothing else raises.
-"""
+"""Every check of what a device sends (untrusted), where its reply enters the server: a reply
+breaking a rule raises :class:`MalformedReplyError` (node, key, value, what is allowed), which
+costs that device its round (docs/design.md, "Screening replies")."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from flwr.app import Message, MetricRecord
 from flwr.supercore import log
 from numpy.typing import NDArray
 
-from fedcgd_strategy.aggregation import flatten_update
+from fedcgd_strategy.aggregation import array_problem, flatten_update
 from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
 from fedcgd_strategy.validation import (
@@ -46,15 +44,16 @@ def _metric(metrics: MetricRecord, key: str, node_id: int) -> object:
     return metrics[key]
 
 
-def _number(metrics: MetricRecord, key: str, node_id: int) -> float:
-    """The metric ``key`` as a finite float >= 0 (a huge Python int is refused, not raised)."""
+def _number(metrics: MetricRecord, key: str, node_id: int, high: float = math.inf) -> float:
+    """The metric ``key`` as a finite float 0 .. ``high`` (a huge Python int: refused)."""
     value = _metric(metrics, key, node_id)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedReplyError(f"node {node_id}: metric {key!r} must be a number, got {value!r}")
     out = float(value) if not isinstance(value, int) or abs(value) < 2**1000 else math.inf
-    if not math.isfinite(out) or out < 0:
+    if not 0 <= out < math.inf or out > high:
+        top = "" if high == math.inf else f" and at most {high:.4g} (the largest float32)"
         raise MalformedReplyError(
-            f"node {node_id}: metric {key!r} = {value!r}; allowed: a finite number >= 0.0"
+            f"node {node_id}: metric {key!r} = {value!r}; allowed: a finite number >= 0.0{top}"
         )
     return out
 
@@ -64,12 +63,9 @@ def _is_int(value: object) -> TypeGuard[int | np.integer]:
 
 
 def _int(
-    metrics: MetricRecord,
-    key: str,
-    node_id: int,
-    bounds: tuple[int, int | None],
+    metrics: MetricRecord, key: str, node_id: int, bounds: tuple[int, int | None],
     registered: tuple[int | None, str] = (None, ""),
-) -> int:
+) -> int:  # fmt: skip
     """An int metric in ``[low, high)``, equal to ``registered[0]`` (``[1]`` says what) if set."""
     raw = _metric(metrics, key, node_id)
     low, high = bounds
@@ -132,14 +128,7 @@ def _model_arrays(
         raise MalformedReplyError(f"node {node_id}: model arrays {list(arrays)[:3]}… do not "
                                   f"match the global model's {list(reference)[:3]}…")  # fmt: skip
     for k, ref in reference.items():
-        arr, want, problem = arrays[k], np.asarray(ref), ""
-        if arr.shape != want.shape:
-            problem = f"has shape {arr.shape}; expected {want.shape}"
-        elif arr.dtype != want.dtype:
-            problem = f"has dtype {arr.dtype}; allowed: {want.dtype}, the global model's"
-        elif np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            problem = "has NaN or inf values"
-        if problem:
+        if problem := array_problem(arrays[k], ref):
             raise MalformedReplyError(f"node {node_id}: array {k!r} {problem}")
     return arrays
 
@@ -184,15 +173,10 @@ def read_info(
 
 
 def read_report(
-    msg: Message,
-    *,
-    num_devices: int,
-    num_classes: int,
-    reference: Mapping[str, NDArray[np.generic]] | None = None,
-    registered: int | None = None,
-    local_counts: NDArray[np.int64] | None = None,
-    num_samples: int | None = None,
-) -> DeviceReport:
+    msg: Message, *, num_devices: int, num_classes: int,
+    reference: Mapping[str, NDArray[np.generic]] | None = None, registered: int | None = None,
+    local_counts: NDArray[np.int64] | None = None, num_samples: int | None = None,
+) -> DeviceReport:  # fmt: skip
     """Validate a stats or (with ``reference``, the round's global model) training reply.
 
     Checked when not None: ``registered`` partition id, ``local_counts`` int[C] (from discovery),
@@ -209,10 +193,9 @@ def read_report(
         problem = round_histogram_problem(hist, local_counts, num_samples)
         if problem is not None:
             raise MalformedReplyError(f"node {node_id}: {keys.LABEL_HIST!r} {problem}")
-    sigma = _number(metrics, keys.SIGMA, node_id) if keys.SIGMA in metrics else math.nan
-    if sigma > FLOAT32_MAX:
-        raise MalformedReplyError(f"node {node_id}: metric {keys.SIGMA!r} = {sigma!r}; allowed: "
-                                  f"0 .. {FLOAT32_MAX:.4g} (the largest float32)")  # fmt: skip
+    sigma = (
+        _number(metrics, keys.SIGMA, node_id, FLOAT32_MAX) if keys.SIGMA in metrics else math.nan
+    )
     if reference is None:
         return DeviceReport(node_id, pid, n, hist, sigma)
     train_loss = _number(metrics, keys.TRAIN_LOSS, node_id)
@@ -232,16 +215,11 @@ def read_report(
 
 
 def collect_reports(
-    replies: Iterable[Message],
-    expected: Iterable[int],
-    registry: NodeRegistry,
-    reference: Mapping[str, NDArray[np.generic]] | None,
-    phase: str,
-    *,
-    num_samples: int | None = None,
-    max_update_norm_ratio: float = 0.0,
+    replies: Iterable[Message], expected: Iterable[int], registry: NodeRegistry,
+    reference: Mapping[str, NDArray[np.generic]] | None, phase: str, *,
+    num_samples: int | None = None, max_update_norm_ratio: float = 0.0,
     norm_reference: float | None = None,
-) -> tuple[list[DeviceReport], dict[int, str], set[int]]:
+) -> tuple[list[DeviceReport], dict[int, str], set[int]]:  # fmt: skip
     """Validate a phase's replies (a node's first counts): the valid reports by partition id,
     each other expected partition's one-line reason, and those lost (no reply or an error reply
     first; a refused reply is a failure, not a loss). ``num_samples`` τ b (None: unchecked),
@@ -265,14 +243,10 @@ def collect_reports(
             errored.add(registered)
         try:
             reports[registered] = read_report(
-                msg,
-                num_devices=registry.num_devices,
-                num_classes=registry.num_classes,
-                reference=reference,
-                registered=registered,
-                local_counts=registry.local_hist(registered),
-                num_samples=num_samples,
-            )
+                msg, num_devices=registry.num_devices, num_classes=registry.num_classes,
+                reference=reference, registered=registered,
+                local_counts=registry.local_hist(registered), num_samples=num_samples,
+            )  # fmt: skip
         except MalformedReplyError as err:
             failures[registered] = str(err)
     with_arrays = [p for p in sorted(reports) if reports[p].upload_norm is not None]

@@ -1,9 +1,5 @@
-"""Waiting for replies in a simulation: as long as the host needs, and a stuck run stops.
-
-Host wall-clock time is no part of a simulated round; how a simulation is told from a
-deployment, why it waits and the watchdog (``stall-limit-s``) are in docs/design.md, "Host load
-and simulated time".
-"""
+"""Waiting for replies in a simulation: as long as the host needs, and a stuck run stops
+(``stall-limit-s``; docs/design.md, "Host load and simulated time")."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -81,9 +77,7 @@ class PatientGrid:
     simulated = True
 
     def __init__(self, grid: Grid, stall_limit_s: float, poll_s: float = 0.1) -> None:
-        self.grid = grid
-        self.stall_limit_s = float(stall_limit_s)
-        self.poll_s = float(poll_s)
+        self.grid, self.stall_limit_s, self.poll_s = grid, float(stall_limit_s), float(poll_s)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.grid, name)
@@ -168,15 +162,12 @@ def _ring_in(thread_id: int, watch: _Watch, done: threading.Event) -> None:
 def stall_alarm(
     stall_limit_s: float | None, describe: Callable[[], str]
 ) -> Iterator[Callable[[], None]]:
-    """Raise :class:`SimulationStalledError` when the block goes ``stall_limit_s`` s unmoved.
+    """Raise :class:`SimulationStalledError` (``describe()`` and where the code was stuck) when
+    the block goes ``stall_limit_s`` s unmoved (None: no alarm); yields ``progress()``.
 
-    Yields ``progress()`` (:func:`stall_progress` does the same from anywhere), to call after
-    each reply or phase. One alarm per process: a block inside another's is watched by the outer
-    one, and says ``describe()`` when the alarm rings in it. In the main thread the alarm is
-    ``SIGALRM``, so it also interrupts a sleep; elsewhere (Flower's simulation runs the ServerApp
-    in a thread) a watcher thread raises in the block's thread when it next runs Python code. The
-    message is ``describe()`` and where the code was stuck; ``stall_limit_s`` None arms nothing.
-    """
+    One alarm per process (an inner block's is the outer one's): ``SIGALRM`` in the main thread,
+    else a watcher thread raising in the block's thread when it next runs Python code.
+    """  # noqa: D205
     global _watch
     if stall_limit_s is None:
         yield lambda: None

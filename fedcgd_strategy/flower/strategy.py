@@ -1,13 +1,8 @@
-"""The Flower Strategy: one scheduled round of wireless FL (Alg. 3; docs/design.md, "One round").
-
-:meth:`ScheduledStrategy.configure_train` lists the phases before training in order;
-:meth:`ScheduledStrategy.aggregate_train` validates the replies, aggregates the scheduled
-models, lets the policy update Ĝ and records the round.
-"""
+"""The Flower Strategy: one scheduled round of wireless FL (Alg. 3; docs/design.md, "One round"),
+translating Messages to the policy's arrays and back; the rules are pure functions elsewhere."""  # noqa: D205, D209
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Iterable
@@ -18,15 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import (
-    Array,
-    ArrayRecord,
-    ConfigRecord,
-    Message,
-    MessageType,
-    MetricRecord,
-    RecordDict,
-)
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
@@ -35,7 +22,7 @@ from numpy.typing import NDArray
 from channel import ChannelModel, RoundDraw
 from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_strategy.flower.aggregators import aggregate_uploads, dp_round_noise
+from fedcgd_strategy.flower.aggregators import aggregate_uploads, array_record, dp_round_noise
 from fedcgd_strategy.flower.discovery import (
     discover_nodes,
     record_unanswered,
@@ -80,14 +67,12 @@ class RoundInProgress:
     reference: dict[str, NDArray[np.generic]]  # the global model sent this round
     available: list[int]
     server_round: int = 0
-    query_s: float = 0.0
-    schedule_s: float = 0.0
     t_sent: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # the record's *_s, as measured
     inputs: RoundInputs | None = None
     decision: Decision | None = None
     failed: dict[int, str] = field(default_factory=dict)
     discovery_failed: dict[int, str] = field(default_factory=dict)
-    discovery_s: float = 0.0
     busy: dict[int, int] = field(default_factory=dict)
     trainees: list[int] = field(default_factory=list)
     sent: list[Message] = field(default_factory=list)
@@ -112,25 +97,14 @@ class ScheduledStrategy(Strategy):
     """
 
     def __init__(
-        self,
-        *,
-        policy: Policy,
-        cell: ChannelModel,
-        model_bits: float,
-        total_bandwidth_hz: float,
-        num_devices: int,
-        num_classes: int,
-        target_dist: NDArray[np.float64] | None,
-        rng: np.random.Generator,
-        protocol: str = "auto",
-        query_timeout_s: float = 120.0,
-        round_offset: int = 0,
-        max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO,
+        self, *, policy: Policy, cell: ChannelModel, model_bits: float, total_bandwidth_hz: float,
+        num_devices: int, num_classes: int, target_dist: NDArray[np.float64] | None,
+        rng: np.random.Generator, protocol: str = "auto", query_timeout_s: float = 120.0,
+        round_offset: int = 0, max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO,
         partition_counts: NDArray[np.int64] | None = None,
-        on_record: Callable[[RoundRecord], None] | None = None,
-        aggregator: Strategy | None = None,
+        on_record: Callable[[RoundRecord], None] | None = None, aggregator: Strategy | None = None,
         seed: int = 0,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.policy = policy
         self.protocol = resolve_protocol(type(policy), protocol, policy.name)
         self.cell = cell
@@ -194,7 +168,7 @@ class ScheduledStrategy(Strategy):
         decision = schedule_checked(self.policy, inputs, self.rng, server_round=state.server_round)
         state.inputs, state.decision = inputs, decision
         stall_progress()
-        state.schedule_s = time.perf_counter() - t0
+        state.timings["schedule_s"] = time.perf_counter() - t0
         scheduled, candidates = int(decision.selected.sum()), int(inputs.candidate.sum())
         log(INFO, "round: scheduled %d of %d candidates", scheduled, candidates)
         return decision
@@ -232,7 +206,7 @@ class ScheduledStrategy(Strategy):
             available=self.registry.with_node(draw.available),
             server_round=server_round,
             discovery_failed=discovery_failed,
-            discovery_s=discovery_s,
+            timings={"query_s": 0.0, "discovery_s": discovery_s},
         )
         self._round = state
         self._mark_busy(state)
@@ -258,7 +232,7 @@ class ScheduledStrategy(Strategy):
         queries = self._send(arrays, round_config, asked, keys.QUERY_STATS, sigma=sigma)
         replies = send_tracked(grid, queries, self.query_timeout_s, self.pending, rnd)
         reports = self._collect(replies, asked, state, keys.QUERY_STATS)
-        state.query_s = time.perf_counter() - t0
+        state.timings["query_s"] = time.perf_counter() - t0
         return np.flatnonzero(self._schedule(state, reports).selected).tolist()
 
     def _mark_busy(self, state: RoundInProgress) -> None:
@@ -313,7 +287,9 @@ class ScheduledStrategy(Strategy):
         stall_progress()
         if new_arrays is None:
             log(WARNING, "round %d: %s; the global model is kept", server_round, kept_reason)
-        aggregate_s = time.perf_counter() - t0
+        train_s = float(sum(r.train_time_s or 0.0 for r in reports))
+        state.timings |= {"aggregate_s": time.perf_counter() - t0, "client_train_s": train_s}
+        state.timings["train_phase_s"] = t_recv - state.t_sent
 
         record = round_record(
             server_round,
@@ -325,22 +301,13 @@ class ScheduledStrategy(Strategy):
             class_gradient_next=policy_call(
                 self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
             ),
-            timings={
-                "query_s": state.query_s,
-                "schedule_s": state.schedule_s,
-                "train_phase_s": t_recv - state.t_sent,
-                "aggregate_s": aggregate_s,
-                "client_train_s": float(sum(r.train_time_s or 0.0 for r in reports)),
-                "discovery_s": state.discovery_s,
-            },
+            timings=state.timings,
             failed_reasons=state.failed,
             model_kept_reason=kept_reason,
             discovery_failed=state.discovery_failed,
             lost=state.lost | disconnected,
+            dp_noise=state.dp_noise,
         )
-        if state.dp_noise is not None:
-            norm, noise_std = state.dp_noise
-            record = dataclasses.replace(record, dp_clipping_norm=norm, dp_noise_std=noise_std)
         self.last_record = record
         if self.on_record is not None:
             self.on_record(record)
@@ -376,7 +343,7 @@ class ScheduledStrategy(Strategy):
         updates = uploaded_updates(uploads, state.reference, target, training)
         observe = partial(self.policy.observe_uploads, updates)
         policy_call(self.policy, state.server_round, "observe_uploads()", observe)
-        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in averaged.items()}), None
+        return array_record(averaged), None
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

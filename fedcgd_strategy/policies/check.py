@@ -1,10 +1,6 @@
-"""A policy's decision checked against the round's physics; what a user's policy raises, one line.
-
-:func:`check_decision` holds the rule (docs/design.md, "Checked decisions": budget, deadline,
-availability); :func:`policy_call` turns what a user's policy raises into one line naming its file
-and line. The policy is the researcher's own code and trusted (docs/design.md, "Trust boundary"):
-no thread, no copy, no probe; a stuck one is stopped by the run's ``stall-limit-s``. Pure numpy.
-"""
+"""A policy's decision checked against the round's physics (budget, deadline, availability);
+what a user's policy raises, as one line naming its file and line. The policy is trusted: no
+thread, no copy, no probe (docs/design.md, "Trust boundary", "Checked decisions")."""  # noqa: D205, D209
 
 from __future__ import annotations
 

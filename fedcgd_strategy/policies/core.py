@@ -1,12 +1,6 @@
-"""The policy core: what a rule sees, what it is, its protocol and its decision.
-
-:class:`RoundInputs` (assembled in :func:`round_inputs`), :class:`Policy`, :class:`Protocol`
-(:func:`resolve_protocol`, from the policy's class), :class:`Decision` (:func:`decision_from_mask`)
-and its check (:mod:`~.check`). Pure numpy.
-
-How to write a policy: docs/bring-your-own.md, "Write your own policy"; how decisions are
-checked: docs/design.md, "Checked decisions".
-"""
+"""The policy core: what a rule sees (:class:`RoundInputs`), what it is (:class:`Policy`), its
+:class:`Protocol` and its :class:`Decision`. Pure numpy. Writing one: docs/bring-your-own.md,
+"Write your own policy"; the checks: docs/design.md, "Checked decisions"."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -98,17 +92,11 @@ def _row_distributions(counts: NDArray[np.int64]) -> NDArray[np.float64]:
 
 
 def round_inputs(
-    *,
-    available: NDArray[np.bool_],
-    min_bandwidth_hz: NDArray[np.float64],
-    gain_lin: NDArray[np.float64],
-    total_bandwidth_hz: float,
-    batch_size: int,
-    num_classes: int,
-    target_dist: NDArray[np.float64] | None,
-    reported: ReportedStats | None = None,
+    *, available: NDArray[np.bool_], min_bandwidth_hz: NDArray[np.float64],
+    gain_lin: NDArray[np.float64], total_bandwidth_hz: float, batch_size: int, num_classes: int,
+    target_dist: NDArray[np.float64] | None, reported: ReportedStats | None = None,
     local_counts: NDArray[np.int64] | None = None,
-) -> RoundInputs:
+) -> RoundInputs:  # fmt: skip
     """Assemble the policy's view of one round (the one place a :class:`RoundInputs` is built).
 
     ``available`` bool[V] are the reachable devices the channel drew available, with their
@@ -187,11 +175,9 @@ def _schedule_terms(inputs: RoundInputs, mask: NDArray[np.bool_]) -> tuple[float
 
 
 def decision_from_mask(
-    inputs: RoundInputs,
-    selected: NDArray[np.bool_],
-    class_gradient: NDArray[np.float64] | None = None,
-    solver: ScheduleResult | None = None,
-) -> Decision:
+    inputs: RoundInputs, selected: NDArray[np.bool_],
+    class_gradient: NDArray[np.float64] | None = None, solver: ScheduleResult | None = None,
+) -> Decision:  # fmt: skip
     """Wrap a schedule (bool[V], candidates only) into a :class:`Decision`, evaluating it once.
 
     Its rules (candidates only, the deadline, the budget) are checked by
