@@ -34,12 +34,8 @@ from server_app.config import parse_run_config
 from server_app.run_folder.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from server_app.run_folder.run_status import RUNNING, RunStatus, read_status, write_status
 
-SMALL = {
-    "num-devices": 8,
-    "num-server-rounds": 2,
-    "checkpoint-every": 1,
-    "channel.availability-prob": 0.8,
-}
+SMALL = {"num-devices": 8, "num-server-rounds": 2, "checkpoint-every": 1,
+         "channel.availability-prob": 0.8}  # fmt: skip
 
 
 def overrides(result_dir: Path, **changes: object) -> dict:
@@ -124,15 +120,12 @@ def test_a_folder_that_holds_a_run_or_is_a_file_is_refused_and_left_alone(capsys
 
 
 def test_resume_through_fedcgd_inprocess_exits_0_and_a_refused_one_exits_2(capsys, copy):
-    code, out, _ = main_code(
-        capsys, **overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
-    )
+    resume = overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
+    code, out, _ = main_code(capsys, **resume)
     assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
     assert rounds(copy) == [1, 2, 3]
     before = hashes(copy)
-    code, _, err = main_code(  # the same again: finished, nothing to run
-        capsys, **overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
-    )
+    code, _, err = main_code(capsys, **resume)  # the same again: finished, nothing to run
     assert code == 2 and len(err) == 1 and "nothing to run" in err[0]
     code, _, err = main_code(  # other settings
         capsys, **overrides(copy, seed=3, **{"num-server-rounds": 4, "resume-from": str(copy)})
@@ -254,16 +247,10 @@ def test_a_default_folder_is_named_by_what_tells_the_run_apart() -> None:
     defaults = default_run_config()
     assert run_folder_name(defaults) == "fedcgd-fscd"
     changed = {
-        **defaults,
-        "policy": "bc",
-        "aggregator": "FedAdam",
-        "channel.deadline-s": 0.004,
-        "local-steps": 5,
-        "seed": 3,
-        "data-dir": "/data",  # where: never in the name
-        "device": "cpu",
-        "checkpoint-every": 0,
-    }
+        **defaults, "policy": "bc", "aggregator": "FedAdam", "channel.deadline-s": 0.004,
+        "local-steps": 5, "seed": 3, "data-dir": "/data",  # where: never in the name
+        "device": "cpu", "checkpoint-every": 0,
+    }  # fmt: skip
     assert run_folder_name(changed) == "bc_FedAdam_seed=3_local-steps=5_deadline-s=0.004"
     own = {**defaults, "policy": "/abs/my file.py:My Policy", "aggregator": "lab.aggs:Mine"}
     assert run_folder_name(own) == "My_Policy_Mine"

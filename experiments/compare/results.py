@@ -179,16 +179,6 @@ def write_table(
     write_csv(path, cells, (*extra_columns, *columns))
 
 
-def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
-    """``curves.png``: a mean curve and 95 % band per policy (one seed each: the runs)."""
-    groups: dict[str, list[Path]] = {}
-    for run in runs:
-        groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
-    if max(len(dirs) for dirs in groups.values()) > 1:
-        return plot_mean_runs(groups, out)
-    return plot_runs([d for dirs in groups.values() for d in dirs], out)
-
-
 def write_indicator(
     runs: Sequence[Mapping[str, Any]],
     out: Path,
@@ -238,34 +228,48 @@ def indicator_from_folders(
 
 
 def write_tables(
-    rows: Sequence[Mapping[str, Any]],
     runs: Sequence[Mapping[str, Any]],
     out: Path,
     target_accuracy: float | None = None,
-    extra_columns: tuple[str, ...] = (),
-) -> str:
+    by_sweep: bool = False,
+) -> tuple[list[dict[str, Any]], str]:
     """``runs.csv``, ``table.csv``, ``table.md`` and the indicator's tables under ``out``.
 
-    ``extra_columns`` first (e.g. the sweep point). Prints the indicator's line and a warning
-    over runs of mixed code; returns ``table.md``.
+    ``by_sweep``: a ``sweep`` column first, the rows per sweep point. Prints the indicator's
+    line and a warning over runs of mixed code; returns the rows and ``table.md``.
     """
-    write_table(runs, out / "runs.csv", extra_columns, RUN_COLUMNS)
-    write_table(rows, out / "table.csv", extra_columns)
-    table = markdown_table(rows, target_accuracy, extra_columns)
+    extra = ("sweep",) if by_sweep else ()
+    by_point: dict[str, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        by_point.setdefault(str(run["sweep"]) if by_sweep else "", []).append(run)
+    rows = [
+        {**dict.fromkeys(extra, label), **row}
+        for label, point_runs in by_point.items()
+        for row in table_rows(point_runs, target_accuracy)
+    ]
+    write_table(runs, out / "runs.csv", extra, RUN_COLUMNS)
+    write_table(rows, out / "table.csv", extra)
+    table = markdown_table(rows, target_accuracy, extra)
     atomic_write(out / "table.md", table)
     line = write_indicator(runs, out)
     if line is not None:
         print(f"{line} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})", flush=True)
     warn_mixed_code(runs)
-    return table
+    return rows, table
 
 
 def write_comparison(
     runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
 ) -> str:
-    """:func:`write_tables` and ``curves.png`` of a comparison; ``table.md``."""
-    table = write_tables(table_rows(runs, target_accuracy), runs, out, target_accuracy)
-    plot_comparison(runs, out / "curves.png")
+    """:func:`write_tables` and ``curves.png`` (mean and 95 % band per policy); ``table.md``."""
+    _, table = write_tables(runs, out, target_accuracy)
+    groups: dict[str, list[Path]] = {}
+    for run in runs:
+        groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
+    if max(len(dirs) for dirs in groups.values()) > 1:
+        plot_mean_runs(groups, out / "curves.png")
+    else:
+        plot_runs([d for dirs in groups.values() for d in dirs], out / "curves.png")
     return table
 
 
