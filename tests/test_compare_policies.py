@@ -9,36 +9,20 @@ from __future__ import annotations
 import csv
 import json
 import math
-import shlex
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runs import last_two_lines, write_run
+from fake_runs import last_two_lines, rerun_command, write_run
 from scipy import stats
-from subprocesses import FEDCGD, run_fedcgd
+from subprocesses import run_fedcgd
 
 from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
 from server_app.run_folder.run_status import FAILED, RUNNING, read_status
 from server_app.run_folder.signals import Interrupted
-
-RERUN = (
-    "to go on, run the same command again (completed runs are kept, stopped ones continue "
-    "from their checkpoints): "
-)
-
-
-def rerun_command(line: str) -> list[str]:
-    """The options of the ``fedcgd compare`` command a last line gives (its script checked)."""
-    assert line.startswith(RERUN), line
-    words = shlex.split(line.removeprefix(RERUN))
-    assert Path(words[0]).resolve() == Path(FEDCGD).resolve(), words
-    assert words[1] == "compare", words
-    return words[2:]
-
 
 # policy -> seed -> test accuracy per round (rounds 1, 2, 3)
 ACCURACY = {
@@ -48,20 +32,14 @@ ACCURACY = {
 SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the seed
 
 
-def fake_run(
-    result_dir: Path, policy: str, seed: int, accuracy: list[float], shared=None, **status
-):
+def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list, shared=None, **status):
     """A finished run's files as the ServerApp writes them (settings: ``shared``)."""
     scheduled = SCHEDULED.get(policy, [3, 3, 3])
     lines = [
-        {
-            "round": r,
-            "accuracy": acc,
-            "num_scheduled": scheduled[r - 1] + seed,
-            "wemd": 0.1 * r + 0.01 * seed,
-        }
+        {"round": r, "accuracy": acc, "num_scheduled": scheduled[r - 1] + seed,
+         "wemd": 0.1 * r + 0.01 * seed}
         for r, acc in enumerate(accuracy, start=1)
-    ]
+    ]  # fmt: skip
     write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)
 
 
@@ -210,17 +188,13 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
         ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
     )
     assert [(c["policy"], c["seed"]) for c in calls] == [
-        ("fedcgd-fscd", 0),
-        ("fedcgd-fscd", 1),
-        ("bc", 1),
-    ]
+        ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 1)
+    ]  # fmt: skip
     assert calls[0]["result-dir"] == str(out / "fedcgd-fscd" / "seed-0")
     assert all(c["num-server-rounds"] == 2 for c in calls)
     assert [(r["policy"], r["seed"]) for r in result.runs] == [
-        ("fedcgd-fscd", 0),
-        ("fedcgd-fscd", 1),
-        ("bc", 0),
-    ]
+        ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 0)
+    ]  # fmt: skip
     assert result.code == 1 and [f.label for f in result.failed] == ["bc/seed-1"]
     assert result.last_line().startswith("1 of 4 runs failed: bc/seed-1 (exit code 1: ")
     with pytest.raises(ValueError, match="seeds"):

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import csv
-import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from fake_runs import last_two_lines, write_run
+from fake_runs import last_two_lines, rerun_command, write_run
 from hydra import compose, initialize_config_dir
-from subprocesses import FEDCGD, run_fedcgd
+from subprocesses import run_fedcgd
 
 from experiments.analysis.preset_figures import point_label
 from experiments.compare import execution, reproduce
@@ -325,12 +324,5 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
         "1 of 4 runs failed: local-steps=2/bc/seed-0 (RuntimeError: ActorPool is empty); the "
         "tables hold the 3 completed runs"
     )
-    head = (
-        "to go on, run the same command again (completed runs are kept, stopped ones continue "
-        "from their checkpoints): "
-    )
-    assert last.startswith(head), last
-    command = shlex.split(last.removeprefix(head))
-    assert Path(command[0]).resolve() == Path(FEDCGD).resolve()
-    assert command[1:] == ["reproduce", *words]
+    assert rerun_command(last, "reproduce") == words
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3

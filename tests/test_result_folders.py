@@ -119,21 +119,6 @@ def test_a_folder_that_holds_a_run_or_is_a_file_is_refused_and_left_alone(capsys
     assert target.read_text() == "keep me"
 
 
-def test_resume_through_fedcgd_inprocess_exits_0_and_a_refused_one_exits_2(capsys, copy):
-    resume = overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
-    code, out, _ = main_code(capsys, **resume)
-    assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
-    assert rounds(copy) == [1, 2, 3]
-    before = hashes(copy)
-    code, _, err = main_code(capsys, **resume)  # the same again: finished, nothing to run
-    assert code == 2 and len(err) == 1 and "nothing to run" in err[0]
-    code, _, err = main_code(  # other settings
-        capsys, **overrides(copy, seed=3, **{"num-server-rounds": 4, "resume-from": str(copy)})
-    )
-    assert code == 2 and len(err) == 1 and "other settings (seed = 0 there, 3 now)" in err[0], err
-    assert hashes(copy) == before
-
-
 def fake_flwr_run(run_config: dict, **_: object) -> subprocess.CompletedProcess[str]:
     """``flwr run`` in this process: the ServerApp runs; exit code 0 whatever happened."""
     try:
@@ -143,22 +128,28 @@ def fake_flwr_run(run_config: dict, **_: object) -> subprocess.CompletedProcess[
     return subprocess.CompletedProcess(["flwr", "run"], 0, "", "")
 
 
-def test_resume_through_the_launcher_exits_0_and_a_refused_one_exits_2(
-    capsys, monkeypatch, copy, tmp_path
-):
+@pytest.mark.parametrize("command", ["inprocess", "run"])  # run: through the launcher
+def test_resume_exits_0_and_a_refused_one_exits_2(capsys, monkeypatch, copy, tmp_path, command):
     monkeypatch.setattr(launcher, "run_flwr", fake_flwr_run)
     monkeypatch.setattr("experiments.analysis.plot_runs.plot_runs", lambda dirs, out: out)
-    text = format_run_config({**SMALL, "num-server-rounds": 3, "resume-from": str(copy)})
-    code = invoke(["run", "--run-config", text, "--results", str(tmp_path / "stamped")])
-    out = capsys.readouterr().out.strip().splitlines()
-    assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
+    resume = {**SMALL, "num-server-rounds": 3, "resume-from": str(copy)}
+    where = ["--results", str(tmp_path / "stamped")] if command == "run" else []
+    if command == "inprocess":
+        resume["result-dir"] = str(copy)
+    assert invoke([command, "--run-config", format_run_config(resume), *where]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"completed: 3 rounds, results in {copy}"
+    )
     assert rounds(copy) == [1, 2, 3]
     before = hashes(copy)
-    text = format_run_config(
-        {**SMALL, "num-server-rounds": 3, "resume-from": str(copy), "result-dir": str(copy)}
-    )
-    assert invoke(["run", "--run-config", text]) == 2
-    assert "nothing to run" in capsys.readouterr().err.strip().splitlines()[-1]
+    resume["result-dir"] = str(copy)
+    for changes, says in (
+        ({}, "nothing to run"),  # the same again: finished
+        ({"seed": 3, "num-server-rounds": 4}, "other settings (seed = 0 there, 3 now)"),
+    ):
+        assert invoke([command, "--run-config", format_run_config({**resume, **changes})]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert says in err[-1] and (len(err) == 1 or command == "run"), err
     assert hashes(copy) == before
 
 

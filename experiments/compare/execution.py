@@ -213,8 +213,7 @@ def run_points(
             + f"{reference_label(plan.policy)} seed={plan.seed} -> {plan.result_dir}"
         )
 
-    tracker = RunProgress(total=len(every), workers=how.jobs)
-    outcomes, retried = execute_plans(every, how, tracker=tracker, header=header)
+    outcomes, retried = execute_plans(every, how, header)
     total = ComparisonRuns(planned=len(every), retried=retried)
     for label, plans in points:  # a plan without an outcome did not run
         runs = []
@@ -238,11 +237,7 @@ def run_points(
 
 
 def execute_plans(
-    plans: Sequence[PlannedRun],
-    how: LaunchSettings,
-    *,
-    tracker: RunProgress,
-    header: Callable[[PlannedRun], str],
+    plans: Sequence[PlannedRun], how: LaunchSettings, header: Callable[[PlannedRun], str]
 ) -> tuple[dict[Path, str | None], int | None]:
     """Run every plan not kept; each folder's outcome (None: completed) and the runs Ray retried.
 
@@ -250,6 +245,7 @@ def execute_plans(
     its ``run.log`` (docs/comparing.md); retried is None when no run went on Ray.
     """
     outcomes: dict[Path, str | None] = {}
+    tracker = RunProgress(total=len(plans), workers=how.jobs)
 
     def announce(plan: PlannedRun, where: str = "") -> None:
         print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)

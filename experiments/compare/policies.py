@@ -133,7 +133,7 @@ def compare(
         checked = [
             check_comparison(policies, s, given, args.engine, args.jobs) for _, s in variants
         ]
-        (seeds, jobs) = checked[0]
+        seeds, jobs = checked[0]
         points = plan_points(policies, variants, seeds, out, claims, "--out")
         ray = ray_settings(
             args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,

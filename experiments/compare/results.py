@@ -73,10 +73,7 @@ LOST_MARKER = "[!] devices lost"
 def summarise(
     result_dir: Path, target_accuracy: float | None = None, seed: int | None = None
 ) -> dict[str, Any]:
-    """One row of ``runs.csv`` (:data:`RUN_COLUMNS`); ValueError (one line): a damaged file.
-
-    ``seed`` is read from ``config.json`` when not given.
-    """
+    """One ``runs.csv`` row (``seed``: from ``config.json`` if None); ValueError: damaged file."""
     policy, lines = load_run(result_dir)
     config_path = result_dir / CONFIG_FILE
     config = read_json_object(config_path) if config_path.exists() else None
@@ -94,21 +91,16 @@ def summarise(
     evaluated = [x for x in lines if x.get("accuracy") is not None]
     accs = [x["accuracy"] for x in evaluated]
     wemds = [x["wemd"] for x in lines if x.get("wemd") is not None]
+    reached = first_round_reaching([x["round"] for x in evaluated], accs, target_accuracy)
     return {
-        "policy": policy,
-        "seed": seed,
-        "final_accuracy": accs[-1] if accs else None,
-        "max_accuracy": max(accs) if accs else None,
-        "rounds_to_target": first_round_reaching(
-            [x["round"] for x in evaluated], accs, target_accuracy
-        ),
+        "policy": policy, "seed": seed, "final_accuracy": accs[-1] if accs else None,
+        "max_accuracy": max(accs) if accs else None, "rounds_to_target": reached,
         "mean_scheduled": sum(x.get("num_scheduled", 0) for x in lines) / max(len(lines), 1),
         "mean_wemd": sum(wemds) / len(wemds) if wemds else None,
         "rounds_run": max((int(x["round"]) for x in lines), default=0),
         "devices_lost": sum(int(x.get("devices_lost") or 0) for x in lines),
-        "code": run_digests(config),
-        "result_dir": str(result_dir),
-    }
+        "code": run_digests(config), "result_dir": str(result_dir),
+    }  # fmt: skip
 
 
 def table_rows(
