@@ -66,20 +66,13 @@ def test_every_preset_composes_validates_takes_seeds_and_every_run_config_key(pr
     assert len(plans) == len(sweep_points(dict(cfg.sweep)))
     for _, overrides in plans:
         assert Path(overrides["data-dir"]).is_absolute()
-    metrics = cfg.get("figure_metrics") or []
-    assert set(metrics) <= {
-        "final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd",
-    }  # fmt: skip
-    reproduce.check_figure_metrics(metrics)  # the figure can draw them
+    reproduce.check_figure_metrics(cfg.get("figure_metrics"))  # the table has them
     seeded = load(preset, ["seeds=[0,1]"])
     assert planned_seeds(seeded) == [0, 1] and planned_runs(seeded)
     owned = {"seed", "policy", "result-dir", "resume-from"}
     values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
     swept = set(load(preset, hydra_overrides([])).sweep)
-    settings: dict[str, object] = {}
-    for key, default in default_run_config().items():
-        if key not in owned:
-            settings[key] = values.get(key, default)
+    settings = {k: values.get(k, v) for k, v in default_run_config().items() if k not in owned}
 
     def override(key: str) -> str:
         value = settings[key]
