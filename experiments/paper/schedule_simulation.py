@@ -83,9 +83,8 @@ class TableSettings:
 
 @dataclass(frozen=True)
 class Drop:
-    """One drop ``index``: the cell, each device's shard labels, local distributions, |D_v|."""
+    """One drop: the cell, each device's shard labels, local distributions, |D_v|."""
 
-    index: int
     cell: Cell
     local_labels: list[IntArray]
     local_dist: FloatArray
@@ -144,7 +143,7 @@ def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
         deadline_s=settings.deadline_s, total_bandwidth_hz=settings.total_bandwidth_hz,
     )  # fmt: skip
     cell = Cell(config, np.random.default_rng([settings.seed, index, CHANNEL_STREAM]))
-    return Drop(index, cell, local_labels, counts / sizes[:, None], sizes)
+    return Drop(cell, local_labels, counts / sizes[:, None], sizes)
 
 
 def round_label_dist(
