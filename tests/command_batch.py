@@ -1,14 +1,9 @@
 """Many ``fedcgd`` command lines in one child process, each through the Typer app in-process.
 
-A fresh Python process that imports torch costs about 4 s on two cores; a test of a command
-line's refusal (exit code 2, one line on stderr, nothing started) or of a run's one-line
-failure needs the command's exit code and output, not a process of its own.
-:func:`in_one_process` runs a list of command lines in one child process (run as a script:
-``python tests/command_batch.py``), each with its own captured stdout and stderr and its exit
-code as Python would give it. What a command imported from outside the project and the
-virtual environment (a researcher's ``my_policies.py``) is forgotten before the next one
-runs. One command line of each family still runs as a whole process of its own in the tests
-that use this.
+A fresh process that imports torch costs about 4 s on two cores; a test of a refusal or of a
+one-line failure needs the exit code and output, not a process of its own. What a command
+imported from outside the project and the environment (a researcher's ``my_policies.py``) is
+forgotten before the next one runs.
 """
 
 from __future__ import annotations
@@ -28,24 +23,11 @@ PROJECT = Path(__file__).resolve().parents[1]
 def in_one_process(
     argvs: list[list[str]], *, pythonpath: list[Path] | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
-    """``fedcgd <argv>`` for each of ``argvs``, in one child process, in order.
+    """``fedcgd <argv>`` for each of ``argvs`` through :func:`experiments.cli.invoke`, in order.
 
-    Each runs through :func:`experiments.cli.invoke` (the Typer app, as the console script
-    runs it, without a process of its own).
-
-    Parameters
-    ----------
-    argvs : list of list of str
-        The command lines without the program name (``["inprocess", "--run-config", ...]``).
-    pythonpath : list of Path, optional
-        Folders put in front of the child's ``PYTHONPATH``.
-
-    Returns
-    -------
-    list of subprocess.CompletedProcess
-        One per command line: ``returncode`` (the command's exit code, the code of
-        ``SystemExit``, 1 with the traceback on stderr for any other exception), ``stdout``,
-        ``stderr``.
+    ``pythonpath``: folders put in front of the child's ``PYTHONPATH``. Each result's
+    ``returncode`` is the command's exit code (``SystemExit``'s, or 1 with the traceback on
+    stderr for any other exception).
     """
     from subprocesses import run_ok  # not in the child: it imports pytest
 
@@ -58,16 +40,6 @@ def in_one_process(
         subprocess.CompletedProcess(["fedcgd", *argv], r["returncode"], r["stdout"], r["stderr"])
         for argv, r in zip(argvs, results, strict=True)
     ]
-
-
-def _exit_code(err: SystemExit, stderr: io.StringIO) -> int:
-    """The process exit code Python gives ``raise SystemExit(err.code)``."""
-    if err.code is None:
-        return 0
-    if isinstance(err.code, int):
-        return err.code
-    print(err.code, file=stderr)
-    return 1
 
 
 def _own_or_installed(name: str) -> bool:
@@ -91,8 +63,10 @@ def _main() -> None:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = invoke(argv)
-            except SystemExit as stop:
-                code = _exit_code(stop, err)
+            except SystemExit as stop:  # the exit code Python gives raise SystemExit(code)
+                code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+                if stop.code is not None and not isinstance(stop.code, int):
+                    print(stop.code, file=err)
             except BaseException:
                 traceback.print_exc(file=err)
                 code = 1

@@ -9,6 +9,7 @@ folder made absolute, plus values derived at run time), ``metrics.jsonl`` one li
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,3 +58,20 @@ def last_two_lines(capsys: Any, out: Path) -> tuple[str, str]:
     assert captured.out.splitlines()[0] == f"output folder: {out}"
     failed, last = captured.err.strip().splitlines()[-2:]
     return failed, last
+
+
+RERUN = (
+    "to go on, run the same command again (completed runs are kept, stopped ones continue "
+    "from their checkpoints): "
+)
+
+
+def rerun_command(line: str, command: str = "compare") -> list[str]:
+    """The options of the ``fedcgd <command>`` a last line gives (its script checked)."""
+    from subprocesses import FEDCGD
+
+    assert line.startswith(RERUN), line
+    words = shlex.split(line.removeprefix(RERUN))
+    assert Path(words[0]).resolve() == Path(FEDCGD).resolve(), words
+    assert words[1] == command, words
+    return words[2:]

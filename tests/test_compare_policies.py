@@ -9,36 +9,20 @@ from __future__ import annotations
 import csv
 import json
 import math
-import shlex
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runs import last_two_lines, write_run
+from fake_runs import last_two_lines, rerun_command, write_run
 from scipy import stats
-from subprocesses import FEDCGD, run_fedcgd
+from subprocesses import run_fedcgd
 
 from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
 from server_app.run_folder.run_status import FAILED, RUNNING, read_status
 from server_app.run_folder.signals import Interrupted
-
-RERUN = (
-    "to go on, run the same command again (completed runs are kept, stopped ones continue "
-    "from their checkpoints): "
-)
-
-
-def rerun_command(line: str) -> list[str]:
-    """The options of the ``fedcgd compare`` command a last line gives (its script checked)."""
-    assert line.startswith(RERUN), line
-    words = shlex.split(line.removeprefix(RERUN))
-    assert Path(words[0]).resolve() == Path(FEDCGD).resolve(), words
-    assert words[1] == "compare", words
-    return words[2:]
-
 
 # policy -> seed -> test accuracy per round (rounds 1, 2, 3)
 ACCURACY = {
@@ -48,24 +32,14 @@ ACCURACY = {
 SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the seed
 
 
-def fake_run(
-    result_dir: Path,
-    policy: str,
-    seed: int,
-    accuracy: list[float],
-    shared: dict | None = None,
-    **status,
-) -> None:
+def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list, shared=None, **status):
     """A finished run's files as the ServerApp writes them (settings: ``shared``)."""
+    scheduled = SCHEDULED.get(policy, [3, 3, 3])
     lines = [
-        {
-            "round": r,
-            "accuracy": acc,
-            "num_scheduled": SCHEDULED.get(policy, [3, 3, 3])[r - 1] + seed,
-            "wemd": 0.1 * r + 0.01 * seed,
-        }
+        {"round": r, "accuracy": acc, "num_scheduled": scheduled[r - 1] + seed,
+         "wemd": 0.1 * r + 0.01 * seed}
         for r, acc in enumerate(accuracy, start=1)
-    ]
+    ]  # fmt: skip
     write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)
 
 
@@ -151,12 +125,8 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
         scheduled = [np.mean(SCHEDULED[policy]) + s for s in per_seed]
         wemd = [0.2 + 0.01 * s for s in per_seed]
         assert row["n_seeds"] == "3" and row["seeds"] == "0 1 2"
-        for name, values in (
-            ("final_accuracy", final),
-            ("max_accuracy", best),
-            ("mean_scheduled", scheduled),
-            ("mean_wemd", wemd),
-        ):
+        names = ("final_accuracy", "max_accuracy", "mean_scheduled", "mean_wemd")
+        for name, values in zip(names, (final, best, scheduled, wemd), strict=True):
             assert float(row[f"{name}_mean"]) == pytest.approx(np.mean(values)), name
             assert float(row[f"{name}_ci95"]) == pytest.approx(ci95(values)), name
     # rounds to 0.6: fedcgd-fscd 3, 2, 3; bc 3, never, 3: the Kaplan–Meier medians (the first
@@ -177,14 +147,9 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
         assert p_value == pytest.approx(stats.ttest_rel(bc, ref).pvalue)
     assert table["bc"]["n_paired"] == "3"
     assert table["bc"]["best_p_value_vs_fedcgd_fscd"] != table["bc"]["p_value_vs_fedcgd_fscd"]
-    for key in (
-        "diff_vs_fedcgd_fscd",
-        "p_value_vs_fedcgd_fscd",
-        "best_diff_vs_fedcgd_fscd",
-        "best_p_value_vs_fedcgd_fscd",
-        "n_paired",
-    ):
-        assert table["fedcgd-fscd"][key] == ""
+    for key in ("diff", "p_value", "best_diff", "best_p_value"):
+        assert table["fedcgd-fscd"][f"{key}_vs_fedcgd_fscd"] == ""
+    assert table["fedcgd-fscd"]["n_paired"] == ""
     assert (out / "curves.png").stat().st_size > 0
 
 
@@ -223,17 +188,13 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
         ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
     )
     assert [(c["policy"], c["seed"]) for c in calls] == [
-        ("fedcgd-fscd", 0),
-        ("fedcgd-fscd", 1),
-        ("bc", 1),
-    ]
+        ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 1)
+    ]  # fmt: skip
     assert calls[0]["result-dir"] == str(out / "fedcgd-fscd" / "seed-0")
     assert all(c["num-server-rounds"] == 2 for c in calls)
     assert [(r["policy"], r["seed"]) for r in result.runs] == [
-        ("fedcgd-fscd", 0),
-        ("fedcgd-fscd", 1),
-        ("bc", 0),
-    ]
+        ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 0)
+    ]  # fmt: skip
     assert result.code == 1 and [f.label for f in result.failed] == ["bc/seed-1"]
     assert result.last_line().startswith("1 of 4 runs failed: bc/seed-1 (exit code 1: ")
     with pytest.raises(ValueError, match="seeds"):
@@ -282,10 +243,8 @@ def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
 def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monkeypatch, capsys):
     """The adversarial case: 50-round seed-0 runs kept, 3 rounds with seeds 0 and 1 asked."""
     out = tmp_path / "stale"
-    for policy in ("fedcgd-fscd", "bc"):
-        fake_run(
-            planning.run_dir(out, policy, 0), policy, 0, [0.5, 0.6, 0.7], {"num-server-rounds": 50}
-        )
+    for p in ("fedcgd-fscd", "bc"):
+        fake_run(planning.run_dir(out, p, 0), p, 0, [0.5, 0.6, 0.7], {"num-server-rounds": 50})
     monkeypatch.setattr(execution, "run_flwr", no_flwr)
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert invoke(["compare", *args, "--run-config", "num-server-rounds=3"]) == 2
@@ -391,9 +350,7 @@ def test_two_seeds_two_policies_end_to_end(tmp_path, engine):
     )
     assert "[policy 2/2, seed 2/2] bc seed=1" in proc.stdout
     runs = read(out / "runs.csv")
-    assert {(r["policy"], r["seed"]) for r in runs} == {
-        (p, s) for p in ("fedcgd-fscd", "bc") for s in ("0", "1")
-    }
+    assert {(r["policy"], r["seed"]) for r in runs} == {(p, s) for p in ACCURACY for s in "01"}
     table = {r["policy"]: r for r in read(out / "table.csv")}
     assert table["bc"]["n_seeds"] == "2" and table["bc"]["n_paired"] == "2"
     finals = [float(r["final_accuracy"]) for r in runs if r["policy"] == "bc"]
@@ -447,10 +404,8 @@ def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():
     ]
     text = results.markdown_table(results.table_rows(runs, 0.75), 0.75)
     header, rule, fscd, bc = text.splitlines()
-    assert header.split(" | ")[3:5] == [
-        "median rounds to 0.75 (reached)",
-        "FSCD earlier / later / tied (sign p / Holm)",
-    ]
+    rounds = ["median rounds to 0.75 (reached)", "FSCD earlier / later / tied (sign p / Holm)"]
+    assert header.split(" | ")[3:5] == rounds
     assert rule == "|" + "---|" * 10
     # t(0.975, 1) = 12.706: 0.05 · 12.706 = 0.635 and 1 · 12.706 = 12.71; the Kaplan–Meier
     # median of rounds 10 and 20 is 10 (half reached it by round 10)
@@ -488,13 +443,11 @@ def test_policies_that_schedule_alike_in_every_round_are_named_once(tmp_path):
         return {"policy": policy, "seed": seed, "result_dir": str(folder)}
 
     runs = [
-        run("bc", 0, [[1, 2], [3]]),
-        run("bc", 1, [[4], [5, 6]]),
+        run("bc", 0, [[1, 2], [3]]), run("bc", 1, [[4], [5, 6]]),
         run("fedcgd-gs", 0, [[2, 1], [3]]),  # the same sets, listed in another order
-        run("fedcgd-gs", 1, [[4], [5, 6]]),
-        run("fedcgd-fscd", 0, [[1, 2], [3]]),
+        run("fedcgd-gs", 1, [[4], [5, 6]]), run("fedcgd-fscd", 0, [[1, 2], [3]]),
         run("fedcgd-fscd", 1, [[4], [5]]),  # one round differs in one seed: not named
-    ]
+    ]  # fmt: skip
     assert results.same_schedule_lines(runs) == [
         "note: bc and fedcgd-gs scheduled the same devices in every round (4 rounds over 2 "
         "common seed(s)): the same runs, whatever their rules"
@@ -514,6 +467,3 @@ def test_a_policy_named_by_file_path_is_labelled_by_its_class_name(tmp_path):
     assert math.isclose(row["mean_wemd"], 0.19)
     plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
     assert plan.label == "ProportionalFair/seed-0"
-    assert execution.run_header(plan, [policy], [0]).endswith(
-        f"ProportionalFair seed=0 -> {folder}"
-    )

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import csv
-import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from fake_runs import last_two_lines, write_run
+from fake_runs import last_two_lines, rerun_command, write_run
 from hydra import compose, initialize_config_dir
-from subprocesses import FEDCGD, run_fedcgd
+from subprocesses import run_fedcgd
 
 from experiments.analysis.preset_figures import point_label
 from experiments.compare import execution, reproduce
@@ -58,16 +57,6 @@ def fake_flwr(calls: list, fails=lambda run_config: False):
     return flwr
 
 
-def test_there_is_a_preset_per_paper_experiment():
-    assert set(PRESETS) >= {
-        "digits_policies",
-        "cifar10_local_steps",
-        "cifar10_imbalance",
-        "cifar10_dirichlet",
-        "cifar100_local_steps",
-    }
-
-
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_composes_validates_takes_seeds_and_every_run_config_key(preset):
     """Each preset plans; ``run.<key>=<value>`` for each key of pyproject's run config (not the
@@ -77,20 +66,13 @@ def test_every_preset_composes_validates_takes_seeds_and_every_run_config_key(pr
     assert len(plans) == len(sweep_points(dict(cfg.sweep)))
     for _, overrides in plans:
         assert Path(overrides["data-dir"]).is_absolute()
-    metrics = cfg.get("figure_metrics") or []
-    assert set(metrics) <= {
-        "final_accuracy", "max_accuracy", "rounds_to_target", "mean_scheduled", "mean_wemd",
-    }  # fmt: skip
-    reproduce.check_figure_metrics(metrics)  # the figure can draw them
+    reproduce.check_figure_metrics(cfg.get("figure_metrics"))  # the table has them
     seeded = load(preset, ["seeds=[0,1]"])
     assert planned_seeds(seeded) == [0, 1] and planned_runs(seeded)
     owned = {"seed", "policy", "result-dir", "resume-from"}
     values = {"data-dir": "/abs/data", "num-server-rounds": 7, "channel.deadline-s": 3.5}
     swept = set(load(preset, hydra_overrides([])).sweep)
-    settings: dict[str, object] = {}
-    for key, default in default_run_config().items():
-        if key not in owned:
-            settings[key] = values.get(key, default)
+    settings = {k: values.get(k, v) for k, v in default_run_config().items() if k not in owned}
 
     def override(key: str) -> str:
         value = settings[key]
@@ -109,10 +91,8 @@ def test_every_preset_composes_validates_takes_seeds_and_every_run_config_key(pr
 
 
 def test_a_figure_metric_the_table_lacks_is_refused_before_anything_starts(tmp_path, capsys):
-    cfg = load(
-        "digits_imbalance", [f"out={tmp_path / 'out'}", "figure_metrics=[max_accuracy,wemd]"]
-    )
-    assert reproduce.reproduce(cfg) == 2
+    metrics = "figure_metrics=[max_accuracy,wemd]"
+    assert reproduce.reproduce(load("digits_imbalance", [f"out={tmp_path / 'out'}", metrics])) == 2
     assert capsys.readouterr().err == (
         "error: figure_metrics = ['max_accuracy', 'wemd'] names 'wemd'; allowed: final_accuracy, "
         "max_accuracy, rounds_to_target, mean_scheduled, mean_wemd\n"
@@ -120,7 +100,14 @@ def test_a_figure_metric_the_table_lacks_is_refused_before_anything_starts(tmp_p
     assert not (tmp_path / "out").exists()
 
 
-def test_presets_carry_the_paper_settings():
+def test_presets_carry_the_paper_settings_and_seeds_default_to_zero():
+    assert set(PRESETS) >= {
+        "digits_policies", "cifar10_local_steps", "cifar10_imbalance", "cifar10_dirichlet",
+        "cifar100_local_steps",
+    }  # fmt: skip
+    assert planned_seeds(load("digits_policies")) == [0]
+    assert planned_seeds(load("digits_policies", ["seeds=[0,1,2,3,4]"])) == [0, 1, 2, 3, 4]
+    assert planned_seeds(load("digits_policies", ["seeds=7"])) == [7]
     imbalance = load("cifar10_imbalance")
     assert list(imbalance.sweep["imbalance-ratio"]) == [1.0, 3.0, 9.0]
     dirichlet = load("cifar10_dirichlet")
@@ -168,12 +155,9 @@ def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_r
         assert list(cfg.seeds) == [0, 1, 2, 3, 4]
         assert cfg.launcher.engine == "inprocess" and cfg.launcher.jobs == 0
         run = cfg.run
-        assert (run["dataset"], run["model"], run["num-devices"], run["batch-size"]) == (
-            "mnist1d",
-            "auto",
-            64,
-            32,
-        )
+        assert [run[k] for k in ("dataset", "model", "num-devices", "batch-size")] == [
+            "mnist1d", "auto", 64, 32
+        ]  # fmt: skip
         assert run["channel.availability-prob"] == 0.3 and run["poc-candidates"] == 17
         assert "channel.total-bandwidth-hz" not in run  # the app's default, 20 MHz
         assert default_run_config()["channel.total-bandwidth-hz"] == 20e6
@@ -185,17 +169,12 @@ def test_mnist1d_presets_run_the_paper_cell_with_a_deadline_scaled_to_the_same_r
             assert run["local-steps"] == 1
 
 
-def test_seeds_default_to_zero_and_compose_from_the_command_line():
-    assert planned_seeds(load("digits_policies")) == [0]
-    assert planned_seeds(load("digits_policies", ["seeds=[0,1,2,3,4]"])) == [0, 1, 2, 3, 4]
-    assert planned_seeds(load("digits_policies", ["seeds=7"])) == [7]
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         (["+run.num-devices=0"], "num-devices"),
         (["+run.num-rounds=3"], "unknown run-config key 'num-rounds'"),
+        (["run.num-rounds=3"], r"'num-rounds'; did you mean num-server-rounds\? every key"),
         (["policies=[fedsgd]"], "'policy' = 'fedsgd'; did you mean fedcgd-gs or fedcgd-cd or"),
         (["seeds=[0,0]"], "repeats"),
         (["seeds=[]"], "at least one"),
@@ -282,14 +261,9 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == "all 12 runs completed"
 
     # other settings into the same folder: refused before anything runs, naming the folders
+    words = ["policies=[bc,fedcgd-fscd]", "seeds=[0,1,2,3]", "sweep.local-steps=[1,2]"]
     fewer = load(
-        "digits_policies",
-        hydra_overrides(
-            [
-                *("policies=[bc,fedcgd-fscd]", "seeds=[0,1,2,3]", "sweep.local-steps=[1,2]"),
-                *("run.num-server-rounds=3", f"out={out}"),
-            ]
-        ),
+        "digits_policies", hydra_overrides([*words, "run.num-server-rounds=3", f"out={out}"])
     )
     assert reproduce.reproduce(fewer) == 2 and calls == []
     err = capsys.readouterr().err
@@ -303,14 +277,9 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
 def test_reproduce_runs_a_small_sweep(tmp_path):
     out = tmp_path / "sweep"
     run_fedcgd(
-        "reproduce",
-        "experiment=digits_policies",
-        "policies=[all,fedcgd-fscd]",
-        "+sweep.local-steps=[1,2]",
-        "+run.num-devices=4",
-        "+run.num-server-rounds=2",
-        f"out={out}",
-    )
+        "reproduce", "experiment=digits_policies", "policies=[all,fedcgd-fscd]",
+        "+sweep.local-steps=[1,2]", "+run.num-devices=4", "+run.num-server-rounds=2", f"out={out}",
+    )  # fmt: skip
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert {(r["sweep"], r["policy"]) for r in rows} == {
         (f"local-steps={t}", p) for t in (1, 2) for p in ("all", "fedcgd-fscd")
@@ -329,22 +298,11 @@ def test_run_keys_absent_from_the_preset_can_be_set_as_the_readme_writes_them():
     with pytest.raises(Exception, match=r"Could not override 'run\.num-server-rounds'"):
         with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
             compose("config", overrides=words)
-    assert hydra_overrides(words) == [
-        "experiment=digits_policies",
-        "++run.num-server-rounds=3",
-        "++sweep.local-steps=[1,2]",
-    ]
+    assert hydra_overrides(words) == [words[0], f"++{words[1]}", f"++{words[2]}"]
     cfg = load("digits_policies", hydra_overrides(words[1:]))
     plans = planned_runs(cfg)
     assert [o["num-server-rounds"] for _, o in plans] == [3, 3]
     assert [o["local-steps"] for _, o in plans] == [1, 2]
-    # a key the preset already sets is overridden the same way
-    cfg = load("cifar10_local_steps", hydra_overrides(["run.num-server-rounds=7"]))
-    assert {o["num-server-rounds"] for _, o in planned_runs(cfg)} == {7}
-    with pytest.raises(
-        ValueError, match=r"'num-rounds'; did you mean num-server-rounds\? every key"
-    ):
-        planned_runs(load("digits_policies", hydra_overrides(["run.num-rounds=3"])))
 
 
 def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
@@ -359,12 +317,5 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
         "1 of 4 runs failed: local-steps=2/bc/seed-0 (RuntimeError: ActorPool is empty); the "
         "tables hold the 3 completed runs"
     )
-    head = (
-        "to go on, run the same command again (completed runs are kept, stopped ones continue "
-        "from their checkpoints): "
-    )
-    assert last.startswith(head), last
-    command = shlex.split(last.removeprefix(head))
-    assert Path(command[0]).resolve() == Path(FEDCGD).resolve()
-    assert command[1:] == ["reproduce", *words]
+    assert rerun_command(last, "reproduce") == words
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3

@@ -34,12 +34,8 @@ from server_app.config import parse_run_config
 from server_app.run_folder.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from server_app.run_folder.run_status import RUNNING, RunStatus, read_status, write_status
 
-SMALL = {
-    "num-devices": 8,
-    "num-server-rounds": 2,
-    "checkpoint-every": 1,
-    "channel.availability-prob": 0.8,
-}
+SMALL = {"num-devices": 8, "num-server-rounds": 2, "checkpoint-every": 1,
+         "channel.availability-prob": 0.8}  # fmt: skip
 
 
 def overrides(result_dir: Path, **changes: object) -> dict:
@@ -123,24 +119,6 @@ def test_a_folder_that_holds_a_run_or_is_a_file_is_refused_and_left_alone(capsys
     assert target.read_text() == "keep me"
 
 
-def test_resume_through_fedcgd_inprocess_exits_0_and_a_refused_one_exits_2(capsys, copy):
-    code, out, _ = main_code(
-        capsys, **overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
-    )
-    assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
-    assert rounds(copy) == [1, 2, 3]
-    before = hashes(copy)
-    code, _, err = main_code(  # the same again: finished, nothing to run
-        capsys, **overrides(copy, **{"num-server-rounds": 3, "resume-from": str(copy)})
-    )
-    assert code == 2 and len(err) == 1 and "nothing to run" in err[0]
-    code, _, err = main_code(  # other settings
-        capsys, **overrides(copy, seed=3, **{"num-server-rounds": 4, "resume-from": str(copy)})
-    )
-    assert code == 2 and len(err) == 1 and "other settings (seed = 0 there, 3 now)" in err[0], err
-    assert hashes(copy) == before
-
-
 def fake_flwr_run(run_config: dict, **_: object) -> subprocess.CompletedProcess[str]:
     """``flwr run`` in this process: the ServerApp runs; exit code 0 whatever happened."""
     try:
@@ -150,22 +128,28 @@ def fake_flwr_run(run_config: dict, **_: object) -> subprocess.CompletedProcess[
     return subprocess.CompletedProcess(["flwr", "run"], 0, "", "")
 
 
-def test_resume_through_the_launcher_exits_0_and_a_refused_one_exits_2(
-    capsys, monkeypatch, copy, tmp_path
-):
+@pytest.mark.parametrize("command", ["inprocess", "run"])  # run: through the launcher
+def test_resume_exits_0_and_a_refused_one_exits_2(capsys, monkeypatch, copy, tmp_path, command):
     monkeypatch.setattr(launcher, "run_flwr", fake_flwr_run)
     monkeypatch.setattr("experiments.analysis.plot_runs.plot_runs", lambda dirs, out: out)
-    text = format_run_config({**SMALL, "num-server-rounds": 3, "resume-from": str(copy)})
-    code = invoke(["run", "--run-config", text, "--results", str(tmp_path / "stamped")])
-    out = capsys.readouterr().out.strip().splitlines()
-    assert code == 0 and out[-1] == f"completed: 3 rounds, results in {copy}"
+    resume = {**SMALL, "num-server-rounds": 3, "resume-from": str(copy)}
+    where = ["--results", str(tmp_path / "stamped")] if command == "run" else []
+    if command == "inprocess":
+        resume["result-dir"] = str(copy)
+    assert invoke([command, "--run-config", format_run_config(resume), *where]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"completed: 3 rounds, results in {copy}"
+    )
     assert rounds(copy) == [1, 2, 3]
     before = hashes(copy)
-    text = format_run_config(
-        {**SMALL, "num-server-rounds": 3, "resume-from": str(copy), "result-dir": str(copy)}
-    )
-    assert invoke(["run", "--run-config", text]) == 2
-    assert "nothing to run" in capsys.readouterr().err.strip().splitlines()[-1]
+    resume["result-dir"] = str(copy)
+    for changes, says in (
+        ({}, "nothing to run"),  # the same again: finished
+        ({"seed": 3, "num-server-rounds": 4}, "other settings (seed = 0 there, 3 now)"),
+    ):
+        assert invoke([command, "--run-config", format_run_config({**resume, **changes})]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert says in err[-1] and (len(err) == 1 or command == "run"), err
     assert hashes(copy) == before
 
 
@@ -254,16 +238,10 @@ def test_a_default_folder_is_named_by_what_tells_the_run_apart() -> None:
     defaults = default_run_config()
     assert run_folder_name(defaults) == "fedcgd-fscd"
     changed = {
-        **defaults,
-        "policy": "bc",
-        "aggregator": "FedAdam",
-        "channel.deadline-s": 0.004,
-        "local-steps": 5,
-        "seed": 3,
-        "data-dir": "/data",  # where: never in the name
-        "device": "cpu",
-        "checkpoint-every": 0,
-    }
+        **defaults, "policy": "bc", "aggregator": "FedAdam", "channel.deadline-s": 0.004,
+        "local-steps": 5, "seed": 3, "data-dir": "/data",  # where: never in the name
+        "device": "cpu", "checkpoint-every": 0,
+    }  # fmt: skip
     assert run_folder_name(changed) == "bc_FedAdam_seed=3_local-steps=5_deadline-s=0.004"
     own = {**defaults, "policy": "/abs/my file.py:My Policy", "aggregator": "lab.aggs:Mine"}
     assert run_folder_name(own) == "My_Policy_Mine"

@@ -25,24 +25,18 @@ def test_the_runs_of_a_folder_a_comparison_and_a_damaged_run(tmp_path: Path, cap
     make_run(
         root / "fedcgd-fscd-1",
         {"policy": "fedcgd-fscd", "aggregator": "", "task": {"seed": 0}, "num_server_rounds": 5},
-        RunStatus(RUNNING, 3, 5),
-        [0.1, 0.3, 0.25],
-        t=2000.0,
-    )
+        RunStatus(RUNNING, 3, 5), [0.1, 0.3, 0.25], t=2000.0,
+    )  # fmt: skip
     make_run(
         root / "cmp" / "bc" / "seed-1",
         {"policy": "bc", "aggregator": "FedMedian", "task": {"seed": 1}, "num_server_rounds": 3},
-        RunStatus(COMPLETED, 3, 3, devices_lost=2),
-        [0.5, 0.875, 0.45],
-        t=1000.0,
-    )
+        RunStatus(COMPLETED, 3, 3, devices_lost=2), [0.5, 0.875, 0.45], t=1000.0,
+    )  # fmt: skip
     make_run(
         root / "hostile",
         {"policy": "p\n" + "x" * 60 + ":Name", "aggregator": 7, "task": [], "num_server_rounds": 2},
-        None,
-        [None, "0.9"],
-        t=3000.0,
-    )
+        None, [None, "0.9"], t=3000.0,
+    )  # fmt: skip
     (root / "damaged").mkdir()
     (root / "damaged" / "status.json").write_text("{")  # no config.json: oldest
     (root / "cmp" / "empty").mkdir()  # no run: not listed

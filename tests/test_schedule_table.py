@@ -24,24 +24,15 @@ from fedcgd_strategy.policies import PolicyContext, RoundInputs, make_policy
 
 #: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.
 PAPER = {
-    "fedcgd-fscd": (10.20, 0.306),
-    "fedcgd-gs": (10.01, 0.311),
-    "fedcgd-fscd-gc": (10.10, 0.310),
-    "fedcbs": (17.34, 0.536),
-    "poc": (13.71, 0.621),
-    "bn2": (17.39, 0.537),
-    "bc": (17.67, 0.527),
-}
+    "fedcgd-fscd": (10.20, 0.306), "fedcgd-gs": (10.01, 0.311), "fedcgd-fscd-gc": (10.10, 0.310),
+    "fedcbs": (17.34, 0.536), "poc": (13.71, 0.621), "bn2": (17.39, 0.537), "bc": (17.67, 0.527),
+}  # fmt: skip
 
 #: A small cell whose 5 MHz budget binds (about 10 of 16 devices available each round).
 TINY = TableSettings(
-    drops=2,
-    rounds=4,
-    num_devices=16,
-    availability_prob=0.6,
-    total_bandwidth_hz=5e6,
+    drops=2, rounds=4, num_devices=16, availability_prob=0.6, total_bandwidth_hz=5e6,
     poc_candidates=3,
-)
+)  # fmt: skip
 ALL_SPECS = [PolicySpec(p, p, 3 if p == "poc" else 0) for p in TABLE_POLICIES]
 
 
@@ -70,15 +61,11 @@ def test_bc_count_on_a_hand_instance():
     inf = np.inf
     inputs = RoundInputs(
         candidate=np.array([True, True, True, True, True, False]),
-        label_dist=np.tile(np.eye(2)[0], (6, 1)),
-        num_examples=np.ones(6),
-        sigma_v=np.ones(6),
+        label_dist=np.tile(np.eye(2)[0], (6, 1)), num_examples=np.ones(6), sigma_v=np.ones(6),
         min_bandwidth_hz=np.array([3e6, inf, 4e6, 2e6, 1e6, 0.0]),
-        gain_lin=np.array([5.0, 4.0, 3.0, 2.0, 1.0, 9.0]),
-        total_bandwidth_hz=8e6,
-        batch_size=32,
-        target_dist=np.array([0.5, 0.5]),
-    )
+        gain_lin=np.array([5.0, 4.0, 3.0, 2.0, 1.0, 9.0]), total_bandwidth_hz=8e6,
+        batch_size=32, target_dist=np.array([0.5, 0.5]),
+    )  # fmt: skip
     rng = np.random.default_rng(0)
     # By gain: device 0 (3 MHz, used 3), 1 infeasible (passed over), 2 (4 MHz, used 7),
     # 3 needs 2 MHz > 1 MHz left: stop. Device 5 is the best but not a candidate.

@@ -46,12 +46,8 @@ def test_tiny_run_writes_consistent_csv_and_only_under_out(
             assert int(row[f"{method}_iterations"]) >= 0
     summary = read(out / "summary.csv")
     for entry in summary:
-        group = [
-            r
-            for r in rows
-            if int(r["num_devices"]) == int(entry["num_devices"])
-            and (entry["ratio"] == "all" or float(r["ratio"]) == float(entry["ratio"]))
-        ]
+        same_v = [r for r in rows if int(r["num_devices"]) == int(entry["num_devices"])]
+        group = [r for r in same_v if entry["ratio"] in ("all", r["ratio"])]
         method = entry["method"]
         assert int(entry["instances"]) == len(group)
         expected = np.mean([float(r[f"{method}_rel_error"]) for r in group])

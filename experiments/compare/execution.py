@@ -112,8 +112,7 @@ def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
     except ValueError as err:
         return first_line(err)
     with claim:
-        launched_unix_s = time.time()
-        output, failure, code = "", None, 0
+        launched_unix_s, output, failure, code = time.time(), "", None, 0
         if how.engine == "inprocess":
             from experiments.run.inprocess import run_inprocess
 
@@ -124,16 +123,20 @@ def launch(plan: PlannedRun, how: LaunchSettings) -> str | None:
                     print(f"in-process run failed: {err!r}", flush=True)
                 failure, code = err, 1
         else:
+            devices = plan.overrides.get("num-devices", default_run_config()["num-devices"])
             proc = run_flwr(
                 plan.overrides,
-                num_supernodes=how.num_supernodes
-                or int(plan.overrides.get("num-devices", default_run_config()["num-devices"])),
+                num_supernodes=how.num_supernodes or int(devices),
                 deployment=how.engine == "deployment",
                 cpus_per_client=how.cpus_per_client,
                 gpus_per_client=how.gpus_per_client,
             )
             code, output = proc.returncode, proc.stdout or ""
         return run_reason(plan, code, launched_unix_s, output, failure)
+
+
+#: A line Flower logged as an error (its message in group 1).
+ERROR = re.compile(r"\s*ERROR\s*:\s*(\S.*)")
 
 
 def run_reason(
@@ -145,8 +148,7 @@ def run_reason(
 ) -> str | None:
     """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line.
 
-    ``code``: the exit code of what ran it; ``output``: what it printed; ``failure``: what an
-    in-process run raised.
+    ``code``, ``output``: what ran it; ``failure``: what an in-process run raised.
     """
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
@@ -161,10 +163,6 @@ def run_reason(
         if status is None or status.state != FAILED:
             reason = errors[0].strip()  # the simulation crashed before the ServerApp said why
     return shortened(reason) if code == 0 else f"exit code {code}: {shortened(reason)}"
-
-
-#: A line Flower logged as an error (its message in group 1).
-ERROR = re.compile(r"\s*ERROR\s*:\s*(\S.*)")
 
 
 def shortened(reason: str) -> str:
@@ -194,15 +192,6 @@ def run_policies(
         return run_points([("", plans)], out, how, target_accuracy)
 
 
-def run_header(plan: PlannedRun, policies: Sequence[str], seeds: Sequence[int]) -> str:
-    """``[policy i/N, seed j/M] <policy> seed=<s> -> <folder>``: a run's header line."""
-    i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
-    return (
-        f"[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] {reference_label(plan.policy)} "
-        f"seed={plan.seed} -> {plan.result_dir}"
-    )
-
-
 def run_points(
     points: Sequence[tuple[str, Sequence[PlannedRun]]],
     out: Path,
@@ -217,11 +206,14 @@ def run_points(
 
     def header(plan: PlannedRun) -> str:
         k, label = where[plan.result_dir]
-        prefix = f"[{label} {k}/{len(points)}] " if label else ""
-        return prefix + run_header(plan, policies, seeds)
+        i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
+        return (
+            (f"[{label} {k}/{len(points)}] " if label else "")
+            + f"[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] "
+            + f"{reference_label(plan.policy)} seed={plan.seed} -> {plan.result_dir}"
+        )
 
-    tracker = RunProgress(total=len(every), workers=how.jobs)
-    outcomes, retried = execute_plans(every, how, tracker=tracker, header=header)
+    outcomes, retried = execute_plans(every, how, header)
     total = ComparisonRuns(planned=len(every), retried=retried)
     for label, plans in points:  # a plan without an outcome did not run
         runs = []
@@ -237,22 +229,15 @@ def run_points(
         if runs:
             folder = out / label
             print(write_comparison(runs, folder, target_accuracy), end="", flush=True)
-            for line in same_schedule_lines(runs):
+            files = f"{folder / 'table.md'}, {folder / 'table.csv'}, {folder / 'runs.csv'}"
+            for line in [*same_schedule_lines(runs), f"wrote {files} and {folder / 'curves.png'}"]:
                 print(line, flush=True)
-            print(
-                f"wrote {folder / 'table.md'}, {folder / 'table.csv'}, {folder / 'runs.csv'} and "
-                f"{folder / 'curves.png'}"
-            )
         total.runs += [{"sweep": label, **run} if label else run for run in runs]
     return total
 
 
 def execute_plans(
-    plans: Sequence[PlannedRun],
-    how: LaunchSettings,
-    *,
-    tracker: RunProgress,
-    header: Callable[[PlannedRun], str],
+    plans: Sequence[PlannedRun], how: LaunchSettings, header: Callable[[PlannedRun], str]
 ) -> tuple[dict[Path, str | None], int | None]:
     """Run every plan not kept; each folder's outcome (None: completed) and the runs Ray retried.
 
@@ -260,6 +245,7 @@ def execute_plans(
     its ``run.log`` (docs/comparing.md); retried is None when no run went on Ray.
     """
     outcomes: dict[Path, str | None] = {}
+    tracker = RunProgress(total=len(plans), workers=how.jobs)
 
     def announce(plan: PlannedRun, where: str = "") -> None:
         print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
@@ -305,9 +291,13 @@ def execute_plans(
     def on_end(i: int, code: int) -> None:
         plan = to_run[i]
         reason = run_reason(plan, code, launched[i])
-        said = last_outcome_line(plan.result_dir / RUN_LOG)
-        if reason is not None and said is not None:
-            reason = f"exit code {code}: {said}"  # the run's own last line says it best
+        try:  # the run's own last line (failed: / error: ...) says it best
+            log = (plan.result_dir / RUN_LOG).read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            log = ""
+        said = re.match(r"(failed|error): (.*)", log.rstrip().rsplit("\n", 1)[-1])
+        if reason is not None and said:
+            reason = f"exit code {code}: {shortened(said.group(2))}"
         if reason is None:
             spent = format_duration(time.time() - launched[i])
             print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
@@ -319,13 +309,3 @@ def execute_plans(
         connect(ray)
     retried = run_tasks([p.overrides for p in to_run], ray, on_start, on_end)
     return outcomes, retried if how.ray is not None or retried else None
-
-
-def last_outcome_line(log: Path) -> str | None:
-    """The ``failed: ...`` / ``error: ...`` last line of a run's log (without the prefix)."""
-    try:
-        last = log.read_bytes().decode("utf-8", errors="replace").rstrip().rsplit("\n", 1)[-1]
-    except OSError:
-        return None
-    match = re.match(r"(failed|error): (.*)", last)
-    return shortened(match.group(2)) if match else None

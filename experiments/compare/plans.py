@@ -17,13 +17,20 @@ from experiments.run.run_config import validated_run_config, with_resolved_data_
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import unread_settings
 from server_app.run_folder.files import read_json_object
+from server_app.run_folder.folder_lock import FolderClaim, claim_folder, probe_free
 from server_app.run_folder.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE
 from server_app.run_folder.run_status import flat_settings, settings_differences
 
-#: Engines a comparison's runs can run on.
 ENGINES = ("simulation", "deployment", "inprocess")
 #: What :func:`plan_run` decides for one (policy, seed).
 RUN, KEEP, RESUME = "run", "keep", "resume"
+#: Run-config keys a comparison or a preset sets itself, and what to give instead.
+NOT_SETTABLE = {
+    "seed": "give the seeds as seeds (--seeds 0,1,2, or seeds=[0,1,2] in a preset)",
+    "policy": "list the policies (--policies, or policies=[fedcgd-fscd,bc] in a preset)",
+    "result-dir": "every run goes to <out>/.../<policy>/seed-<s>: give --out (a preset: out=)",
+    "resume-from": "runs stopped early are resumed by running the same command again",
+}
 
 
 def run_dir(out: Path, policy: str, seed: int) -> Path:
@@ -42,14 +49,10 @@ def check_policies(policies: list[str]) -> None:
             policy_class(policy)
         except ValueError as err:
             raise ValueError(f"policies: {err}") from None
-    repeated = sorted({p for p in policies if policies.count(p) > 1})
-    if repeated:
+    if repeated := sorted({p for p in policies if policies.count(p) > 1}):
         raise ValueError(f"policies: {policies} repeats {', '.join(repeated)}; name each once")
     labels = [reference_label(p) for p in policies]
-    shared = sorted(
-        {p for p, label in zip(policies, labels, strict=True) if labels.count(label) > 1}
-    )
-    if shared:
+    if shared := sorted({p for p, a in zip(policies, labels, strict=True) if labels.count(a) > 1}):
         raise ValueError(
             f"policies: {', '.join(shared)} would share a result folder (same class name); "
             "give the classes different names"
@@ -82,8 +85,15 @@ def check_policy_params_used(policies: Sequence[str], shared: Mapping[str, Any])
         )
 
 
-def check_seeds(seeds: Sequence[Any]) -> list[int]:
-    """The seeds as ints; ValueError for none, a non-integer, a negative one or a repeat."""
+def check_seeds(seeds: Sequence[Any] | str) -> list[int]:
+    """The seeds (a list, or ``--seeds``' ``"0,1,2"``) as ints; ValueError (one line) if bad."""
+    if isinstance(seeds, str):
+        try:
+            seeds = [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(
+                f"--seeds {seeds!r}: give comma-separated integers, e.g. 0,1,2"
+            ) from None
     if not seeds:
         raise ValueError("seeds: give at least one seed, e.g. 0,1,2,3,4")
     for s in seeds:
@@ -94,41 +104,11 @@ def check_seeds(seeds: Sequence[Any]) -> list[int]:
     return [int(s) for s in seeds]
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"0,1,2"`` → ``[0, 1, 2]`` (checked as in :func:`check_seeds`)."""
-    try:
-        seeds = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from None
-    return check_seeds(seeds)
-
-
 def check_engine(engine: str, deployment: bool = False, option: str = "engine") -> str:
     """``engine`` (``deployment`` when that is true) if one of :data:`ENGINES`; else ValueError."""
     if engine not in ENGINES:
         raise ValueError(f"{option}: got {engine!r}; allowed: {', '.join(ENGINES)}")
     return "deployment" if deployment else engine
-
-
-def check_comparison(
-    policies: list[str], shared: Mapping[str, Any], seeds: Sequence[int], engine: str, jobs: int
-) -> tuple[list[int], int]:
-    """The checked seeds and jobs of a comparison, or ValueError (one line) before any run."""
-    check_policies(policies)
-    jobs = resolve_jobs(jobs, engine)
-    check_not_settable(shared)
-    seeds = check_seeds(list(seeds))
-    check_run_configs(policies, shared, seeds)
-    return seeds, jobs
-
-
-#: Run-config keys a comparison or a preset sets itself, and what to give instead.
-NOT_SETTABLE = {
-    "seed": "give the seeds as seeds (--seeds 0,1,2, or seeds=[0,1,2] in a preset)",
-    "policy": "list the policies (--policies, or policies=[fedcgd-fscd,bc] in a preset)",
-    "result-dir": "every run goes to <out>/.../<policy>/seed-<s>: give --out (a preset: out=)",
-    "resume-from": "runs stopped early are resumed by running the same command again",
-}
 
 
 def check_not_settable(keys: Iterable[str]) -> None:
@@ -150,6 +130,18 @@ def check_run_configs(
             )
 
 
+def check_comparison(
+    policies: list[str], shared: Mapping[str, Any], seeds: Sequence[int], engine: str, jobs: int
+) -> tuple[list[int], int]:
+    """The checked seeds and jobs of a comparison, or ValueError (one line) before any run."""
+    check_policies(policies)
+    jobs = resolve_jobs(jobs, engine)
+    check_not_settable(shared)
+    seeds = check_seeds(list(seeds))
+    check_run_configs(policies, shared, seeds)
+    return seeds, jobs
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     """One (policy, seed), its folder, its run-config overrides and :data:`RUN` / KEEP / RESUME."""
@@ -169,8 +161,8 @@ class PlannedRun:
 def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
     """Keep a run with a ``summary.json``, resume one with a ``checkpoint.pt``, else run it.
 
-    A kept or resumed run made with other settings (its ``config.json``) is refused (ValueError,
-    one line): no comparison mixes runs of two settings.
+    A kept or resumed run made with other settings is refused (ValueError, one line): no
+    comparison mixes runs of two settings.
     """
     from server_app.config import parse_run_config
 
@@ -183,12 +175,11 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
     else:
         return PlannedRun(policy, seed, result_dir, overrides, RUN)
     config = with_resolved_data_dir(validated_run_config(overrides))
-    requested = json.loads(json.dumps(parse_run_config(config).to_dict()))
-    recorded = read_json_object(result_dir / CONFIG_FILE)
-    ignore = unread_settings(requested)
-    keys = settings_differences(recorded, requested, ignore=ignore, requested_keys_only=True)
-    if keys:
-        before, now = flat_settings(recorded), flat_settings(requested)
+    asked = json.loads(json.dumps(parse_run_config(config).to_dict()))
+    kept = read_json_object(result_dir / CONFIG_FILE)
+    ignore = unread_settings(asked)
+    if keys := settings_differences(kept, asked, ignore=ignore, requested_keys_only=True):
+        before, now = flat_settings(kept), flat_settings(asked)
         differ = ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
         raise ValueError(
             f"{result_dir}: {differ}; a kept run's settings may not change: give another "
@@ -208,14 +199,33 @@ def plan_runs(
     return [plan_run(p, s, run_dir(out, p, s), shared) for p in policies for s in seeds]
 
 
+def plan_points(
+    policies: Sequence[str],
+    variants: Sequence[tuple[str, Mapping[str, Any]]],
+    seeds: Sequence[int],
+    out: Path,
+    claims: list[FolderClaim],
+    option: str,
+) -> list[tuple[str, list[PlannedRun]]]:
+    """Each ``(label, settings)``'s runs planned in ``out/<label>`` and checked before start.
+
+    ``out`` and each point's folder are claimed (one command in them at a time).
+    """
+    claims.append(claim_folder(out, option))
+    points = []
+    for label, shared in variants:
+        if label:
+            claims.append(claim_folder(out / label, option))
+        points.append((label, plan_runs(policies, shared, out / label, seeds)))
+    check_plans_before_start([plan for _, plans in points for plan in plans])
+    return points
+
+
 def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
     """:func:`~experiments.run.preflight.check_before_start` for every run that will start."""
     from experiments.run.preflight import check_before_start
-    from server_app.run_folder.folder_lock import probe_free
 
-    for plan in plans:
-        if plan.action == KEEP:
-            continue
+    for plan in (p for p in plans if p.action != KEEP):
         probe_free(plan.result_dir, f"{plan.label}: result folder")
         config = with_resolved_data_dir(validated_run_config(plan.overrides))
         if plan.action == RUN:  # its stopped files are removed before it starts

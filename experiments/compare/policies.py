@@ -14,18 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from experiments.compare.execution import LaunchSettings, run_points
-from experiments.compare.plans import (
-    check_comparison,
-    check_plans_before_start,
-    parse_seeds,
-    plan_runs,
-)
+from experiments.compare.plans import check_comparison, check_seeds, plan_points
 from experiments.run.ray_runs import connect, ray_settings
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text
 from fedcgd_strategy.policies.registry import canonical_policy
 from server_app.run_folder.files import ResultWriteError
-from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.folder_lock import FolderClaim
 from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 #: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
@@ -91,12 +86,10 @@ def run_command(
     command: str | None = None,
     last_words: LastWords | None = None,
 ) -> int:
-    """A comparison's or a preset's command: check everything, then run; the exit code.
+    """A comparison's or a preset's command: ``check`` everything, then run; the exit code.
 
-    ``check`` plans and checks every run (appending the folder claims it takes) and returns
-    what runs them; its ValueError or FileNotFoundError is one line ``error: ...``, exit code
-    2. Then the first line names ``out``; after a failure (exit code 1) or a signal the last
-    line gives ``command`` to run again.
+    ``check``'s ValueError or FileNotFoundError: ``error: ...``, exit code 2; after a failure
+    or a signal the last line gives ``command`` to run again.
     """
     claims: list[FolderClaim] = []
     if command is not None and last_words is not None:  # a signal while checking: Ray's start
@@ -135,15 +128,13 @@ def compare(
         shared = parse_run_config_text(args.run_config)
         if args.seeds is not None and "seed" in shared:
             raise ValueError("give either --seeds or run-config 'seed', not both")
-        given = parse_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
+        given = check_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
         variants = option_points(args, shared)
         checked = [
             check_comparison(policies, s, given, args.engine, args.jobs) for _, s in variants
         ]
-        (seeds, jobs) = checked[0]
-        claims.append(claim_folder(out, "--out"))  # one comparison in a folder at a time
-        points = [(label, plan_runs(policies, s, out / label, seeds)) for label, s in variants]
-        check_plans_before_start([plan for _, plans in points for plan in plans])
+        seeds, jobs = checked[0]
+        points = plan_points(policies, variants, seeds, out, claims, "--out")
         ray = ray_settings(
             args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,
             jobs=args.jobs, prefix="--",

@@ -1,9 +1,7 @@
-"""Reproduce a table or figure of the paper from a Hydra preset in ``conf/experiment/``.
+"""``fedcgd reproduce experiment=<name> [overrides]``: a paper preset of ``conf/experiment/``.
 
-``fedcgd reproduce experiment=<name> [overrides]``: every (sweep point, policy, seed) as a run,
-then the tables and figures per sweep point and overall (docs/comparing.md, "Reproducing the
-paper's tables and figures"). ``run.<key>=`` / ``sweep.<key>=`` take any run-config key
-(:func:`hydra_overrides`); the seed comes from ``seeds`` only, so runs stay paired.
+Every (sweep point, policy, seed) as a run, then the tables and figures per sweep point and
+overall (docs/comparing.md, "Reproducing the paper's tables and figures").
 """
 
 from __future__ import annotations
@@ -22,14 +20,13 @@ from experiments.compare.execution import LaunchSettings, run_points
 from experiments.compare.plans import (
     check_engine,
     check_not_settable,
-    check_plans_before_start,
     check_policies,
     check_run_configs,
     check_seeds,
-    plan_runs,
+    plan_points,
 )
 from experiments.compare.policies import run_command
-from experiments.compare.results import METRICS, table_rows, write_tables
+from experiments.compare.results import METRICS, write_tables
 from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, fedcgd_command
 from fedcgd_strategy.policies.registry import canonical_policy
@@ -37,7 +34,7 @@ from fedcgd_task.schema import flatten
 from fedcgd_task.settings import resolve_data_dir
 from server_app.config import fold_policy_params
 from server_app.run_folder.files import atomic_write
-from server_app.run_folder.folder_lock import FolderClaim, claim_folder
+from server_app.run_folder.folder_lock import FolderClaim
 from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
@@ -100,13 +97,7 @@ def check_figure_metrics(metrics: Any) -> None:
 
 
 def load_preset(words: Sequence[str]) -> DictConfig:
-    """The config that the command-line overrides ``words`` compose (Hydra's compose API).
-
-    Raises
-    ------
-    ValueError
-        One line: an override Hydra refuses.
-    """
+    """The config the command-line overrides ``words`` compose; ValueError (one line) if bad."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -173,10 +164,7 @@ def main(words: Sequence[str]) -> int:
 def reproduce(
     cfg: DictConfig, command: str | None = None, last_words: LastWords | None = None
 ) -> int:
-    """Plan and check every run, run them, write the tables and figures; the exit code.
-
-    See :func:`experiments.compare.policies.run_command` for the first and last lines.
-    """
+    """Plan and check every run, run them, write the tables and figures; the exit code."""
     out = Path(str(cfg.out)).resolve()
     launcher = cfg.launcher
 
@@ -188,16 +176,8 @@ def reproduce(
         jobs = resolve_jobs(launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
-        # One command in these folders at a time: the whole output and each sweep point's.
-        claims.append(claim_folder(out, "out"))
-        points = []
-        for point, overrides in plans:
-            label = point_label(point)
-            claims.append(claim_folder(out / label, "out"))
-            points.append(
-                (label, plan_runs(list(cfg.policies), overrides, out / label, planned_seeds(cfg)))
-            )
-        check_plans_before_start([plan for _, point_plans in points for plan in point_plans])
+        variants = [(point_label(point), overrides) for point, overrides in plans]
+        points = plan_points(list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out")
         ray = ray_settings(
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
             launcher.get("gpus-per-run", 0.0), engine=engine, jobs=jobs,
@@ -230,23 +210,11 @@ def reproduce(
 
 
 def write_outputs(cfg: DictConfig, runs: list[dict[str, Any]], out: Path) -> None:
-    """``table.csv``, ``runs.csv``, ``estimates.png``, the sweep figure, the indicator's tables.
-
-    Every sweep point's rows (``runs``: each with its ``sweep``), the indicator's over all points
-    when the preset runs FedCGD-FSCD and BC.
-    """
-    target = cfg.get("target_accuracy")
-    by_point: dict[str, list[dict[str, Any]]] = {}
+    """The tables over every sweep point (``runs``: each with its ``sweep``) and the figures."""
+    rows, table = write_tables(runs, out, cfg.get("target_accuracy"), by_sweep=True)
     groups: dict[tuple[str, str], list[Path]] = {}
     for run in runs:
-        by_point.setdefault(run["sweep"], []).append(run)
         groups.setdefault((run["sweep"], str(run["policy"])), []).append(Path(run["result_dir"]))
-    rows = [
-        {"sweep": label, **row}
-        for label, point_runs in by_point.items()
-        for row in table_rows(point_runs, target)
-    ]
-    table = write_tables(rows, runs, out, target, ("sweep",))
     plot_estimates(groups, out / "estimates.png")
     sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
     metrics = list(cfg.get("figure_metrics") or [])
@@ -265,9 +233,5 @@ OPEN_NODES = ("run.", "sweep.")
 
 
 def hydra_overrides(args: Sequence[str]) -> list[str]:
-    """Command-line overrides with ``run.KEY=V`` / ``sweep.KEY=V`` made ``++run.KEY=V``.
-
-    ``++`` sets a key the preset does not list (Hydra's struct mode refuses it otherwise);
-    :func:`planned_runs` then refuses unknown keys.
-    """
+    """``run.KEY=V`` / ``sweep.KEY=V`` made ``++run.KEY=V``: any run-config key may be set."""
     return [f"++{a}" if a.startswith(OPEN_NODES) and "=" in a else a for a in args]

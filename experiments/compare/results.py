@@ -73,10 +73,7 @@ LOST_MARKER = "[!] devices lost"
 def summarise(
     result_dir: Path, target_accuracy: float | None = None, seed: int | None = None
 ) -> dict[str, Any]:
-    """One row of ``runs.csv`` (:data:`RUN_COLUMNS`); ValueError (one line): a damaged file.
-
-    ``seed`` is read from ``config.json`` when not given.
-    """
+    """One ``runs.csv`` row (``seed``: from ``config.json`` if None); ValueError: damaged file."""
     policy, lines = load_run(result_dir)
     config_path = result_dir / CONFIG_FILE
     config = read_json_object(config_path) if config_path.exists() else None
@@ -94,21 +91,16 @@ def summarise(
     evaluated = [x for x in lines if x.get("accuracy") is not None]
     accs = [x["accuracy"] for x in evaluated]
     wemds = [x["wemd"] for x in lines if x.get("wemd") is not None]
+    reached = first_round_reaching([x["round"] for x in evaluated], accs, target_accuracy)
     return {
-        "policy": policy,
-        "seed": seed,
-        "final_accuracy": accs[-1] if accs else None,
-        "max_accuracy": max(accs) if accs else None,
-        "rounds_to_target": first_round_reaching(
-            [x["round"] for x in evaluated], accs, target_accuracy
-        ),
+        "policy": policy, "seed": seed, "final_accuracy": accs[-1] if accs else None,
+        "max_accuracy": max(accs) if accs else None, "rounds_to_target": reached,
         "mean_scheduled": sum(x.get("num_scheduled", 0) for x in lines) / max(len(lines), 1),
         "mean_wemd": sum(wemds) / len(wemds) if wemds else None,
         "rounds_run": max((int(x["round"]) for x in lines), default=0),
         "devices_lost": sum(int(x.get("devices_lost") or 0) for x in lines),
-        "code": run_digests(config),
-        "result_dir": str(result_dir),
-    }
+        "code": run_digests(config), "result_dir": str(result_dir),
+    }  # fmt: skip
 
 
 def table_rows(
@@ -179,16 +171,6 @@ def write_table(
     write_csv(path, cells, (*extra_columns, *columns))
 
 
-def plot_comparison(runs: Sequence[Mapping[str, Any]], out: Path) -> Path:
-    """``curves.png``: a mean curve and 95 % band per policy (one seed each: the runs)."""
-    groups: dict[str, list[Path]] = {}
-    for run in runs:
-        groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
-    if max(len(dirs) for dirs in groups.values()) > 1:
-        return plot_mean_runs(groups, out)
-    return plot_runs([d for dirs in groups.values() for d in dirs], out)
-
-
 def write_indicator(
     runs: Sequence[Mapping[str, Any]],
     out: Path,
@@ -238,34 +220,48 @@ def indicator_from_folders(
 
 
 def write_tables(
-    rows: Sequence[Mapping[str, Any]],
     runs: Sequence[Mapping[str, Any]],
     out: Path,
     target_accuracy: float | None = None,
-    extra_columns: tuple[str, ...] = (),
-) -> str:
+    by_sweep: bool = False,
+) -> tuple[list[dict[str, Any]], str]:
     """``runs.csv``, ``table.csv``, ``table.md`` and the indicator's tables under ``out``.
 
-    ``extra_columns`` first (e.g. the sweep point). Prints the indicator's line and a warning
-    over runs of mixed code; returns ``table.md``.
+    ``by_sweep``: a ``sweep`` column first, the rows per sweep point. Prints the indicator's
+    line and a warning over runs of mixed code; returns the rows and ``table.md``.
     """
-    write_table(runs, out / "runs.csv", extra_columns, RUN_COLUMNS)
-    write_table(rows, out / "table.csv", extra_columns)
-    table = markdown_table(rows, target_accuracy, extra_columns)
+    extra = ("sweep",) if by_sweep else ()
+    by_point: dict[str, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        by_point.setdefault(str(run["sweep"]) if by_sweep else "", []).append(run)
+    rows = [
+        {**dict.fromkeys(extra, label), **row}
+        for label, point_runs in by_point.items()
+        for row in table_rows(point_runs, target_accuracy)
+    ]
+    write_table(runs, out / "runs.csv", extra, RUN_COLUMNS)
+    write_table(rows, out / "table.csv", extra)
+    table = markdown_table(rows, target_accuracy, extra)
     atomic_write(out / "table.md", table)
     line = write_indicator(runs, out)
     if line is not None:
         print(f"{line} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})", flush=True)
     warn_mixed_code(runs)
-    return table
+    return rows, table
 
 
 def write_comparison(
     runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
 ) -> str:
-    """:func:`write_tables` and ``curves.png`` of a comparison; ``table.md``."""
-    table = write_tables(table_rows(runs, target_accuracy), runs, out, target_accuracy)
-    plot_comparison(runs, out / "curves.png")
+    """:func:`write_tables` and ``curves.png`` (mean and 95 % band per policy); ``table.md``."""
+    _, table = write_tables(runs, out, target_accuracy)
+    groups: dict[str, list[Path]] = {}
+    for run in runs:
+        groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
+    if max(len(dirs) for dirs in groups.values()) > 1:
+        plot_mean_runs(groups, out / "curves.png")
+    else:
+        plot_runs([d for dirs in groups.values() for d in dirs], out / "curves.png")
     return table
 
 

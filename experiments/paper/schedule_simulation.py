@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +43,7 @@ def policy_stream_word(name: str) -> int:
 
 @dataclass(frozen=True)
 class TableSettings:
-    """Settings of the simulation (defaults: the paper's CIFAR-10 Table II setting).
+    """The simulation's settings (defaults: the paper's CIFAR-10 Table II setting).
 
     ``drops`` drops (seeds ``seed ..``) of ``rounds`` rounds; POC's V' (0: all available);
     ``label_dist`` ``"batch"`` (the round's τ·b labels) or ``"local"`` (the whole shard).
@@ -75,24 +75,16 @@ class TableSettings:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
         if self.seed < 0 or self.poc_candidates < 0:
             raise ValueError("seed and poc_candidates must be >= 0")
-        if not (math.isfinite(self.sigma_over_sqrt_b_g) and self.sigma_over_sqrt_b_g >= 0):
-            raise ValueError(
-                f"sigma_over_sqrt_b_g must be finite and >= 0; got {self.sigma_over_sqrt_b_g}"
-            )
+        if not (math.isfinite(sigma := self.sigma_over_sqrt_b_g) and sigma >= 0):
+            raise ValueError(f"sigma_over_sqrt_b_g must be finite and >= 0; got {sigma}")
         if self.label_dist not in LABEL_DIST_MODES:
             raise ValueError(f"label_dist must be one of {LABEL_DIST_MODES}; got {self.label_dist}")
-
-    @property
-    def samples_per_round(self) -> int:
-        """τ·b, the number of labels a device uses in a round."""
-        return self.local_steps * self.batch_size
 
 
 @dataclass(frozen=True)
 class Drop:
-    """One drop ``index``: the cell, each device's shard labels, local distributions, |D_v|."""
+    """One drop: the cell, each device's shard labels, local distributions, |D_v|."""
 
-    index: int
     cell: Cell
     local_labels: list[IntArray]
     local_dist: FloatArray
@@ -129,39 +121,29 @@ class PolicyStats:
     def summary(self) -> dict[str, float]:
         """Mean over the drops of both, each with its 95 % half-width (Student t)."""
         (sched, sched_ci), (wemd, wemd_ci) = mean_ci95(self.scheduled), mean_ci95(self.wemd)
-        return {
-            "mean_scheduled": sched,
-            "scheduled_ci95": sched_ci,
-            "mean_wemd": wemd,
-            "wemd_ci95": wemd_ci,
-        }
+        return {"mean_scheduled": sched, "scheduled_ci95": sched_ci, "mean_wemd": wemd,
+                "wemd_ci95": wemd_ci}  # fmt: skip
 
 
 def make_drop(settings: TableSettings, index: int, labels: IntArray) -> Drop:
     """Drop the devices, split the labels and build the cell of drop ``index``."""
     task = TaskSettings(
-        seed=settings.seed + index,
-        num_devices=settings.num_devices,
-        dataset=PAPER_CIFAR10["dataset"],
-        data_dir="",
-        model=PAPER_CIFAR10["model"],
-        partition=PAPER_CIFAR10["partition"],
-        dirichlet_alpha=1.0,  # not read by the shards split
+        seed=settings.seed + index, num_devices=settings.num_devices,
+        dataset=PAPER_CIFAR10["dataset"], data_dir="", model=PAPER_CIFAR10["model"],
+        partition=PAPER_CIFAR10["partition"], dirichlet_alpha=1.0,  # not read by shards
         shards_per_device=settings.shards_per_device,
         imbalance_ratio=PAPER_CIFAR10["imbalance-ratio"],
-    )
+    )  # fmt: skip
     parts = partition_indices(task, labels)
     local_labels = [labels[p] for p in parts]
     counts = np.stack([np.bincount(y, minlength=settings.num_classes) for y in local_labels])
     sizes = counts.sum(axis=1).astype(np.float64)
     config = CellConfig(
-        num_devices=settings.num_devices,
-        availability_prob=settings.availability_prob,
-        deadline_s=settings.deadline_s,
-        total_bandwidth_hz=settings.total_bandwidth_hz,
-    )
+        num_devices=settings.num_devices, availability_prob=settings.availability_prob,
+        deadline_s=settings.deadline_s, total_bandwidth_hz=settings.total_bandwidth_hz,
+    )  # fmt: skip
     cell = Cell(config, np.random.default_rng([settings.seed, index, CHANNEL_STREAM]))
-    return Drop(index, cell, local_labels, counts / sizes[:, None], sizes)
+    return Drop(cell, local_labels, counts / sizes[:, None], sizes)
 
 
 def round_label_dist(
@@ -171,7 +153,7 @@ def round_label_dist(
     if settings.label_dist == "local":
         return np.where(candidate[:, None], drop.local_dist, 0.0)
     out = np.zeros_like(drop.local_dist)
-    used = settings.samples_per_round
+    used = settings.local_steps * settings.batch_size  # τ·b labels
     for v in np.flatnonzero(candidate).tolist():
         shard = drop.local_labels[v]
         positions = rng.permutation(shard.size)[np.arange(used) % shard.size]
@@ -192,18 +174,13 @@ def simulate_rounds(
         if progress is not None:
             progress(d, settings.drops)
         drop = make_drop(settings, d, labels)
+        context = PolicyContext(
+            num_devices=settings.num_devices, num_classes=settings.num_classes, initial_g=1.0,
+            pack_rule=settings.pack_rule,
+        )  # fmt: skip
         policies = {  # fresh for each drop, so that Fed-CBS's counts live for one drop
-            spec.label: make_policy(
-                spec.name,
-                PolicyContext(
-                    num_devices=settings.num_devices,
-                    num_classes=settings.num_classes,
-                    initial_g=1.0,
-                    pack_rule=settings.pack_rule,
-                    poc_candidates=spec.poc_candidates,
-                ),
-            )
-            for spec in specs
+            s.label: make_policy(s.name, replace(context, poc_candidates=s.poc_candidates))
+            for s in specs
         }
         rngs = {
             s.label: np.random.default_rng(
@@ -221,15 +198,11 @@ def simulate_rounds(
                 label_dist=round_label_dist(drop, candidate, settings, batch_rng),
                 num_examples=np.where(candidate, drop.num_examples, 0.0),
                 sigma_v=np.full(settings.num_devices, sigma),
-                min_bandwidth_hz=draw.min_bandwidth_hz,
-                gain_lin=draw.gain_lin,
-                total_bandwidth_hz=settings.total_bandwidth_hz,
-                batch_size=settings.batch_size,
-                target_dist=target,
-                train_loss=score_rng.random(settings.num_devices),
-                update_norm=score_rng.random(settings.num_devices),
-                local_dist=drop.local_dist,
-            )
+                min_bandwidth_hz=draw.min_bandwidth_hz, gain_lin=draw.gain_lin,
+                total_bandwidth_hz=settings.total_bandwidth_hz, batch_size=settings.batch_size,
+                target_dist=target, train_loss=score_rng.random(settings.num_devices),
+                update_norm=score_rng.random(settings.num_devices), local_dist=drop.local_dist,
+            )  # fmt: skip
             decisions = {
                 label: policy.schedule(inputs, rngs[label]) for label, policy in policies.items()
             }

@@ -103,13 +103,10 @@ def main(
 ) -> int:
     """``fedcgd paper schedule-table``: simulate, print the table and write the files.
 
-    ``policies_text`` is comma-separated (Table II's by default); ``fit_poc_max`` scans POC's
-    V' = 1..it first and uses the one nearest the paper's 13.71. Exit code 2 with one line
-    for an unknown policy.
+    ``fit_poc_max``: scan POC's V' = 1..it first and use the one nearest the paper's 13.71.
     """
     policies = [p.strip() for p in policies_text.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in POLICY_NAMES]
-    if unknown:
+    if unknown := [p for p in policies if p not in POLICY_NAMES]:
         print(f"error: unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}",
               file=sys.stderr)  # fmt: skip
         return 2

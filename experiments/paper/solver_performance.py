@@ -32,15 +32,14 @@ CLASS_GRADIENT = 1.0
 HEURISTICS = ("gs", "fscd", "cd")
 PAPER_RELATIVE_ERROR = {"gs": 0.0516, "fscd": 0.0019}
 
+METHOD_FIELDS = (
+    "objective", "iterations", "rel_error", "rel_error_upper", "num_selected", "time_s",
+)  # fmt: skip
 #: The columns of ``rows.csv``.
 ROW_FIELDS = [
     "num_devices", "alpha", "ratio", "instance", "sigma", "num_feasible", "opt_objective",
     "opt_lower_bound", "opt_proven", "opt_num_selected", "exact_iterations", "exact_time_s",
-] + [
-    f"{m}_{k}"
-    for m in HEURISTICS
-    for k in ("objective", "iterations", "rel_error", "rel_error_upper", "num_selected", "time_s")
-]  # fmt: skip
+] + [f"{m}_{k}" for m in HEURISTICS for k in METHOD_FIELDS]  # fmt: skip
 
 
 def make_instance(
@@ -77,6 +76,9 @@ def relative_error(objective: float, reference: float) -> float:
     return (objective - reference) / reference
 
 
+Row = dict[str, float | int | bool]
+
+
 def run(
     num_devices_list: Sequence[int],
     alphas: Sequence[float],
@@ -84,9 +86,9 @@ def run(
     instances: int,
     seed: int,
     milp_time_limit_s: float | None,
-) -> list[dict[str, float | int | bool]]:
+) -> list[Row]:
     """Solve every instance with every method and return one row per (instance, ratio)."""
-    rows: list[dict[str, float | int | bool]] = []
+    rows: list[Row] = []
     cases = list(itertools.product(num_devices_list, enumerate(alphas), range(instances)))
     report = step_reporter("instances")
     for done, (num_devices, (alpha_index, alpha), instance) in enumerate(cases):
@@ -97,46 +99,33 @@ def run(
             problem = instance_problem(labels, bandwidth_hz, ratio)
             start = time.perf_counter()
             exact = exact_schedule(problem, milp_time_limit_s=milp_time_limit_s)
-            exact_s = time.perf_counter() - start
-            row: dict[str, float | int | bool] = {
-                "num_devices": num_devices,
-                "alpha": alpha,
-                "ratio": ratio,
-                "instance": instance,
-                "sigma": problem.sigma,
-                "num_feasible": int(problem.feasible.sum()),
-                "opt_objective": exact.objective,
+            row: Row = {
+                "num_devices": num_devices, "alpha": alpha, "ratio": ratio,
+                "instance": instance, "sigma": problem.sigma,
+                "num_feasible": int(problem.feasible.sum()), "opt_objective": exact.objective,
                 "opt_lower_bound": exact.lower_bound,
                 "opt_proven": bool(exact.lower_bound >= exact.objective * (1 - 1e-9)),
-                "opt_num_selected": exact.num_selected,
-                "exact_iterations": exact.iterations,
-                "exact_time_s": exact_s,
-            }
+                "opt_num_selected": exact.num_selected, "exact_iterations": exact.iterations,
+                "exact_time_s": time.perf_counter() - start,
+            }  # fmt: skip
             cd_rng = np.random.default_rng([seed, num_devices, alpha_index, instance, 1])
             for method in HEURISTICS:
                 start = time.perf_counter()
                 result = solve(problem, method, rng=cd_rng)
                 seconds = time.perf_counter() - start
-                row.update(
-                    {
-                        f"{method}_objective": result.objective,
-                        f"{method}_iterations": result.iterations,
-                        f"{method}_rel_error": relative_error(result.objective, exact.objective),
-                        f"{method}_rel_error_upper": relative_error(
-                            result.objective, exact.lower_bound
-                        ),
-                        f"{method}_num_selected": result.num_selected,
-                        f"{method}_time_s": seconds,
-                    }
-                )
+                values = (
+                    result.objective, result.iterations,
+                    relative_error(result.objective, exact.objective),
+                    relative_error(result.objective, exact.lower_bound),
+                    result.num_selected, seconds,
+                )  # fmt: skip
+                row.update(zip((f"{method}_{k}" for k in METHOD_FIELDS), values, strict=True))
             rows.append(row)
     report(len(cases), len(cases))
     return rows
 
 
-def summarise(
-    rows: Sequence[dict[str, float | int | bool]],
-) -> list[dict[str, float | int | str]]:
+def summarise(rows: Sequence[Row]) -> list[dict[str, float | int | str]]:
     """Average iterations and relative errors per (V, ratio, method), plus ratio = "all"."""
     out: list[dict[str, float | int | str]] = []
     ratios: list[float | str] = [*sorted({float(r["ratio"]) for r in rows}), "all"]
@@ -147,22 +136,18 @@ def summarise(
             r for r in rows if r["num_devices"] == num_devices and ratio in ("all", r["ratio"])
         ]
         for method in HEURISTICS:
-            errors = [float(r[f"{method}_rel_error"]) for r in group]
-            out.append(
-                {
-                    "num_devices": num_devices,
-                    "ratio": ratio,
-                    "method": method,
-                    "instances": len(group),
-                    "mean_iterations": float(np.mean([r[f"{method}_iterations"] for r in group])),
-                    "mean_rel_error": float(np.nanmean(errors)),
-                    "max_rel_error": float(np.nanmax(errors)),
-                    "mean_rel_error_upper": float(
-                        np.nanmean([float(r[f"{method}_rel_error_upper"]) for r in group])
-                    ),
-                    "proven_fraction": float(np.mean([bool(r["opt_proven"]) for r in group])),
-                }
-            )
+
+            def values(key: str) -> list[float]:
+                return [float(r[f"{method}_{key}"]) for r in group]  # noqa: B023
+
+            out.append({
+                "num_devices": num_devices, "ratio": ratio, "method": method,
+                "instances": len(group), "mean_iterations": float(np.mean(values("iterations"))),
+                "mean_rel_error": float(np.nanmean(values("rel_error"))),
+                "max_rel_error": float(np.nanmax(values("rel_error"))),
+                "mean_rel_error_upper": float(np.nanmean(values("rel_error_upper"))),
+                "proven_fraction": float(np.mean([bool(r["opt_proven"]) for r in group])),
+            })  # fmt: skip
     return out
 
 
