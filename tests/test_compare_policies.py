@@ -467,3 +467,21 @@ def test_a_policy_named_by_file_path_is_labelled_by_its_class_name(tmp_path):
     assert math.isclose(row["mean_wemd"], 0.19)
     plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
     assert plan.label == "ProportionalFair/seed-0"
+
+
+def test_policy_params_no_policy_takes_are_refused_with_each_policys_reason(tmp_path):
+    module = tmp_path / "mypol.py"
+    module.write_text(
+        "from dataclasses import dataclass\n\nfrom fedcgd_strategy import Policy\n\n\n"
+        "@dataclass\nclass P(Policy):\n    per_round: int = 1\n\n"
+        "    def schedule(self, inputs, rng):\n        raise AssertionError\n"
+    )
+    shared = {"policy-params.per_round": 3}
+    with pytest.raises(ValueError) as info:
+        planning.check_policy_params_used(["bc", f"{module}:P"], shared)
+    assert str(info.value) == (
+        f"run-config policy-params {{'per_round': 3}}: none of the policies bc, {module}:P takes "
+        "all of them; run-config key policy-params.per_round: policy 'bc' takes no parameter "
+        "'per_round'; allowed: none; run-config key policy-params.per_round: written per-round "
+        "(kebab case); allowed: per-round"
+    )

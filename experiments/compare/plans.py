@@ -75,14 +75,23 @@ def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]
 
 def check_policy_params_used(policies: Sequence[str], shared: Mapping[str, Any]) -> None:
     """Raise ValueError (one line) when ``policy-params`` are given but no policy takes them."""
+    from fedcgd_strategy.policies.registry import policy_param_arguments
     from server_app.config import PARAMS_KEY, read_params
 
     params = read_params(shared)
-    if params and all(with_policy_params(p, shared) != dict(shared) for p in policies):
-        raise ValueError(
-            f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "
-            "takes all of them"
-        )
+    if not params:
+        return
+    refusals = []
+    for policy in policies:
+        try:
+            if policy_param_arguments(policy, params) is not None:
+                return
+        except ValueError as err:
+            refusals.append(str(err))
+    raise ValueError(
+        f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "
+        "takes all of them" + "".join(f"; {why}" for why in refusals)
+    )
 
 
 def check_seeds(seeds: Sequence[Any] | str) -> list[int]:
