@@ -370,7 +370,6 @@ def test_the_run_files_package_imports_neither_flwr_nor_torch():
         "server_app.run_folder.files",
         "server_app.run_folder.run_status",
         "server_app.run_folder.results",
-        "server_app.run_folder.code_identity",
     )
 
 

@@ -87,10 +87,10 @@ def ended_by(
     err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
 ) -> RunStatus:
     """The status of a run that ``err`` ended after ``last_round``."""
-    if stops_the_run(err):
-        reason = one_line(err) if str(err) else "stopped by SIGINT (KeyboardInterrupt)"
-        return RunStatus(STOPPED, last_round, num_server_rounds, reason, **lost_counts(lines))
-    return RunStatus(FAILED, last_round, num_server_rounds, one_line(err), **lost_counts(lines))
+    state, reason = (STOPPED, one_line(err)) if stops_the_run(err) else (FAILED, one_line(err))
+    if state == STOPPED and not str(err):
+        reason = "stopped by SIGINT (KeyboardInterrupt)"
+    return RunStatus(state, last_round, num_server_rounds, reason, **lost_counts(lines))
 
 
 def resume_advice(result_dir: Path, *, when: str = "") -> str:
@@ -118,11 +118,8 @@ def failure_line(err: BaseException, result_dir: Path) -> str:
 
 def failure_from_output(output: str) -> str | None:
     """The last ``run failed: ...`` line the ServerApp printed (without the marker), or None."""
-    found = None
-    for line in output.splitlines():
-        if (start := line.find(FAILURE_MARKER)) >= 0:
-            found = line[start + len(FAILURE_MARKER) :].strip()
-    return found
+    found = [line.partition(FAILURE_MARKER)[2] for line in output.splitlines()]
+    return next((line.strip() for line in reversed(found) if line), None)
 
 
 def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -> None:
@@ -148,15 +145,12 @@ def read_status(result_dir: Path) -> RunStatus | None:
         return None
     try:
         data = read_json_object(path)
+        reason = data.get("reason")
         return RunStatus(
-            state=str(data["state"]),
-            last_round=int(data["last_round"]),
-            num_server_rounds=int(data["num_server_rounds"]),
-            reason=None if data.get("reason") is None else str(data["reason"]),
-            updated_unix_s=float(data.get("updated_unix_s", 0.0)),
-            devices_lost=int(data.get("devices_lost", 0)),
-            rounds_with_lost_devices=int(data.get("rounds_with_lost_devices", 0)),
-        )
+            str(data["state"]), int(data["last_round"]), int(data["num_server_rounds"]),
+            None if reason is None else str(reason), float(data.get("updated_unix_s", 0.0)),
+            int(data.get("devices_lost", 0)), int(data.get("rounds_with_lost_devices", 0)),
+        )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path} is not a valid run status ({err})") from err
 
