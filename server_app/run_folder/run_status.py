@@ -9,7 +9,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
@@ -176,32 +176,30 @@ def run_outcome(
     """
     if failure is not None:
         return Outcome(1, f"failed: {failure_line(failure, result_dir)}")
-    printed = failure_from_output(output)
-    if printed is not None:
+    if (printed := failure_from_output(output)) is not None:
         return Outcome(1, f"failed: {printed}")
     try:
         status = read_status(result_dir)
     except ValueError as err:
         return Outcome(1, f"failed: {err}")
     if status is None or status.updated_unix_s < launched_unix_s:
-        return Outcome(
-            1,
-            f"failed: the run wrote no status in {result_dir} since it was launched (the "
-            "ServerApp stopped before its start or crashed; see the log above)",
+        why = (
+            f"the run wrote no status in {result_dir} since it was launched (the ServerApp "
+            "stopped before its start or crashed; see the log above)"
         )
-    after = f"round {status.last_round} of {status.num_server_rounds}"
-    if status.state == COMPLETED:
+    elif status.state == COMPLETED:
         lost = lost_note(status.devices_lost, status.rounds_with_lost_devices)
         return Outcome(0, f"completed: {status.last_round} rounds, results in {result_dir}{lost}")
-    if status.state == FAILED:
-        return Outcome(1, f"failed: {status.reason}")
-    if status.state == STOPPED:
-        return Outcome(1, f"failed: {status.reason} after {after}; {resume_advice(result_dir)}")
-    return Outcome(
-        1,
-        f"failed: the run stopped after {after} without finishing (killed?); "
-        f"{resume_advice(result_dir)}",
-    )
+    elif status.state == FAILED:
+        why = str(status.reason)
+    else:
+        stopped = status.state == STOPPED
+        why = (
+            f"{status.reason if stopped else 'the run stopped'} after round {status.last_round} "
+            f"of {status.num_server_rounds}{'' if stopped else ' without finishing (killed?)'}; "
+            f"{resume_advice(result_dir)}"
+        )
+    return Outcome(1, f"failed: {why}")
 
 
 def flat_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -236,24 +234,21 @@ def _percent(value: Any) -> str:
     return f"{100 * value:.2f}%" if isinstance(value, int | float) and math.isfinite(value) else "-"
 
 
+def _read(read: Callable[[], Any], default: Any) -> Any:
+    """``read()``, or ``default`` when the file is missing or unreadable."""
+    try:
+        return read()
+    except (OSError, ValueError):
+        return default
+
+
 def _row(folder: Path, root: Path) -> tuple[float, list[str]]:
     """When ``folder``'s run started, and its cells (``?`` where its files do not say)."""
-    config: dict[str, Any] = {}
-    started = 0.0
-    try:
-        config = read_json_object(folder / CONFIG_FILE)
-        started = (folder / CONFIG_FILE).stat().st_mtime
-    except (OSError, ValueError):
-        pass
+    config: dict[str, Any] = _read(lambda: read_json_object(folder / CONFIG_FILE), {})
+    started = _read(lambda: (folder / CONFIG_FILE).stat().st_mtime, 0.0) if config else 0.0
     task = config["task"] if isinstance(config.get("task"), dict) else {}
-    try:
-        status = read_status(folder)
-    except ValueError:
-        status = None
-    try:
-        lines = read_metrics_lines(folder)
-    except (OSError, ValueError):
-        lines = []
+    status: RunStatus | None = _read(lambda: read_status(folder), None)
+    lines: list[dict[str, Any]] = _read(lambda: read_metrics_lines(folder), [])
     accuracies = [x["accuracy"] for x in lines if isinstance(x.get("accuracy"), int | float)]
     aggregator = config.get("aggregator", "?")
     planned = config.get("num_server_rounds", status.num_server_rounds if status else "?")
