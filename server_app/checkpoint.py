@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +39,45 @@ from server_app.run_folder.run_status import (
     first_line,
     flat_settings,
     read_status,
-    settings_differences,
 )
 
 #: The one checkpoint format this app reads (another is refused on resume).
 CHECKPOINT_FORMAT = 3
+#: Tag of a numpy array stored as a tensor in a checkpoint (``weights_only`` loading reads it).
+NUMPY_TAG = "__numpy__"
+#: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
+MAX_CHECKPOINT_BYTES = 8 * 2**30
 
 
 class CheckpointRefusedError(OneLineMessage, ValueError):
     """A checkpoint that is not the run's or does not fit it: one line, nothing written."""
+
+
+#: A recorded setting's name (``config.json``) -> its run-config key.
+_RUN_CONFIG_KEY = {recorded: key for key, recorded in RECORDED.items()}
+_RUN_CONFIG_KEY["cell.num_devices"] = "num-devices"
+
+
+def _run_config_key(name: str) -> str:
+    """A recorded setting as the run config spells it (``cell.x_y``: ``channel.x-y``)."""
+    head, _, rest = name.partition(".")
+    if name in _RUN_CONFIG_KEY or head not in _RUN_CONFIG_KEY:
+        return _RUN_CONFIG_KEY.get(name, name)
+    return f"{_RUN_CONFIG_KEY[head]}.{kebab(rest)}"
+
+
+def _same(found: object, wanted: object) -> bool:
+    """``found == wanted`` and of the same type."""
+    return type(found) is type(wanted) and found == wanted
+
+
+def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """The one wording of changed settings: ``key = a there, b now; ...`` (three, then a count)."""
+    shown = "; ".join(
+        f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now.get(k, '(none)')!r} now"
+        for k in keys[:3]
+    )
+    return shown + (f"; and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 def run_identity(config: RunConfig) -> dict[str, Any]:
@@ -69,75 +99,36 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
     """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint."""
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
-    version = found.get("format", 1)
-    if not _same_value(version, CHECKPOINT_FORMAT):
+    if not _same(version := found.get("format", 1), CHECKPOINT_FORMAT):
         raise CheckpointRefusedError(
             f"{head} has format {version!r}; this version of the app reads format "
             f"{CHECKPOINT_FORMAT} (the file was written by another version); it cannot be "
             "resumed: run again in a new folder"
         )
-    tail = "a checkpoint copied from another run's folder? resume a run from its own checkpoint"
-    for name in ("seed", "policy"):
-        if not _same_value(found.get(name), wanted[name]):
-            raise CheckpointRefusedError(
-                f"{head} is another run's: {name} = {found.get(name)!r} in the checkpoint, "
-                f"{wanted[name]!r} in this run ({tail})"
-            )
-    if not all(_same_value(found.get(k), wanted[k]) for k in ("settings", "settings_sha256")):
-        raise CheckpointRefusedError(
-            f"{head} is another run's: {_settings_change(found, wanted)} ({tail})"
-        )
-
-
-#: A recorded setting's name (``config.json``) -> its run-config key.
-_RUN_CONFIG_KEY = {recorded: key for key, recorded in RECORDED.items()}
-_RUN_CONFIG_KEY["cell.num_devices"] = "num-devices"
-
-
-def _run_config_key(name: str) -> str:
-    """A recorded setting as the run config spells it (``cell.x_y``: ``channel.x-y``)."""
-    head, _, rest = name.partition(".")
-    if name in _RUN_CONFIG_KEY or head not in _RUN_CONFIG_KEY:
-        return _RUN_CONFIG_KEY.get(name, name)
-    return f"{_RUN_CONFIG_KEY[head]}.{kebab(rest)}"
-
-
-def _same_value(found: object, wanted: object) -> bool:
-    """``found == wanted`` and of the same type."""
-    return type(found) is type(wanted) and found == wanted
-
-
-def _settings_change(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
-    """The first setting that differs, with both values."""
-    text = found.get("settings")
-    digest = found.get("settings_sha256")
-    if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
-        return (
-            f"its settings digest {str(digest)[:12]!r} is not this run's "
-            f"{wanted['settings_sha256'][:12]!r} (its settings do not match their digest: "
-            "damaged or edited)"
-        )
+    names = ("seed", "policy", "settings", "settings_sha256")
+    if all(_same(found.get(k), wanted[k]) for k in names):
+        return
+    text, digest = found.get("settings"), found.get("settings_sha256")
+    whole = isinstance(text, str) and hashlib.sha256(text.encode()).hexdigest() == digest
     try:
-        saved = dict(json.loads(text))
+        saved = dict(json.loads(text)) if whole else {}  # type: ignore[arg-type]
     except (ValueError, TypeError):  # not a JSON object
         saved = {}
-    now = json.loads(wanted["settings"])
-    none = "(none)"
-    keys = sorted(k for k in set(saved) | set(now) if saved.get(k, none) != now.get(k, none))
-    if not keys:
-        return "its settings digest is not this run's"
-    more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
-    key = keys[0]
-    return (
-        f"setting {_run_config_key(key)} = {saved.get(key, '(none)')!r} in the checkpoint, "
-        f"{now.get(key, '(none)')!r} in this run{more}"
+    pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
+    before = {**saved, **pair}
+    now = {**json.loads(wanted["settings"]), "task.seed": config.seed, "policy": config.policy}
+    keys = sorted(
+        k
+        for k in (set(before) | set(now) if saved else pair)
+        if not _same(before.get(k), now.get(k))
     )
-
-
-#: Tag of a numpy array stored as a tensor in a checkpoint (``weights_only`` loading reads it).
-NUMPY_TAG = "__numpy__"
-#: Largest ``checkpoint.pt`` read (bytes): about 4 bytes per parameter, two billion parameters.
-MAX_CHECKPOINT_BYTES = 8 * 2**30
+    why = settings_change(before, now, keys) if keys else "its settings digest is not this run's"
+    if not whole and not keys:
+        why = "its settings do not match their digest (damaged or edited)"
+    raise CheckpointRefusedError(
+        f"{head} is another run's: {why} (a checkpoint copied from another run's folder? "
+        "resume a run from its own checkpoint)"
+    )
 
 
 @dataclass(frozen=True)
@@ -157,27 +148,50 @@ class Checkpoint:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-def _tagged(value: Any) -> Any:
-    """``value`` with its numpy arrays as tagged tensors (dicts, lists and tuples rebuilt)."""
-    if isinstance(value, np.ndarray):
-        return {NUMPY_TAG: torch.from_numpy(np.array(value, copy=True))}
+def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with ``leaf`` applied to it and everything in its dicts, lists and tuples."""
+    value = leaf(value)
     if isinstance(value, dict):
-        return {key: _tagged(item) for key, item in value.items()}
+        return {key: _walk(item, leaf) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        items = [_tagged(item) for item in value]
+        items = [_walk(item, leaf) for item in value]
         return items if isinstance(value, list) else tuple(items)
     return value
 
 
-def _untagged(value: Any) -> Any:
-    """The inverse of :func:`_tagged`."""
-    if isinstance(value, dict):
-        if set(value) == {NUMPY_TAG} and isinstance(value[NUMPY_TAG], torch.Tensor):
-            return value[NUMPY_TAG].numpy().copy()
-        return {key: _untagged(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        items = [_untagged(item) for item in value]
-        return items if isinstance(value, list) else tuple(items)
+def _tag(value: Any) -> Any:  # a numpy array as a tensor torch's weights_only loading reads
+    return (
+        {NUMPY_TAG: torch.from_numpy(np.array(value))} if isinstance(value, np.ndarray) else value
+    )
+
+
+def _untag(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {NUMPY_TAG}:
+        if isinstance(array := value[NUMPY_TAG], torch.Tensor):
+            return array.numpy().copy()
+    return value
+
+
+#: What each field of a checkpoint file must hold: a test and the words for what it allows.
+_FIELD_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "round": (
+        lambda v: type(v) is int and 1 <= v <= MAX_SERVER_ROUNDS,
+        f"a whole number in [1, {MAX_SERVER_ROUNDS}]",
+    ),
+    "elapsed_s": (
+        lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
+        "seconds >= 0",
+    ),
+}
+_A_DICT = (lambda v: isinstance(v, dict), "a dict")
+
+
+def _checked(name: str, value: Any) -> Any:
+    """``value`` when it passes ``name``'s check; ValueError naming it and what is allowed."""
+    test, allowed = _FIELD_CHECKS.get(name, _A_DICT)
+    if not test(value):
+        shown = repr(value)[:40] if isinstance(value, int | float | str) else type(value).__name__
+        raise ValueError(f"{name} = {shown}, not {allowed}")
     return value
 
 
@@ -185,7 +199,7 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
     data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
     for name in ("policy_state", "aggregator_state"):
-        data[name] = _tagged(data[name])
+        data[name] = _walk(data[name], _tag)
     return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
@@ -203,39 +217,25 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             "run started with checkpoint-every = 0?)"
         )
     if path.is_symlink() or not path.is_file():
-        raise ValueError(
-            f"{head} is not a regular file (a link or a folder); the folder cannot be resumed"
-        )
+        raise ValueError(f"{head} is not a regular file (a link or a folder); it cannot be resumed")
     if (size := path.stat().st_size) > MAX_CHECKPOINT_BYTES:
-        raise ValueError(
-            f"{head} holds {size} bytes, more than {MAX_CHECKPOINT_BYTES} (not a checkpoint of "
-            "this app)"
-        )
+        raise ValueError(f"{head} holds {size} bytes, more than {MAX_CHECKPOINT_BYTES}")
     try:
-        data = _dict(torch.load(path, weights_only=True, map_location="cpu"), "it")
-        if type(done := data["round"]) is not int or not 1 <= done <= MAX_SERVER_ROUNDS:
-            raise ValueError(f"round = {done!r}, not a whole number in [1, {MAX_SERVER_ROUNDS}]")
-        parts = {f.name: _dict(data.get(f.name, {}), f.name) for f in fields(Checkpoint)[6:]}
-        for name in ("model", "policy_state", "cell_rng_state", "policy_rng_state"):
-            parts[name] = _dict(data[name], name)
-        elapsed = data["elapsed_s"]
-        plain = isinstance(elapsed, float | int) and not isinstance(elapsed, bool)
-        if not (plain and math.isfinite(elapsed) and elapsed >= 0):
-            raise ValueError(f"elapsed_s = {elapsed!r}, not seconds >= 0")
+        data = _checked("checkpoint", torch.load(path, weights_only=True, map_location="cpu"))
+        parts = {
+            f.name: _checked(
+                f.name, data[f.name] if f.default_factory is MISSING else data.get(f.name, {})
+            )
+            for f in fields(Checkpoint)
+        }
         for name in ("policy_state", "aggregator_state"):
-            parts[name] = _untagged(parts[name])
-        return Checkpoint(round=done, elapsed_s=float(elapsed), **parts)
+            parts[name] = _walk(parts[name], _untag)
+        parts["elapsed_s"] = float(parts["elapsed_s"])
+        return Checkpoint(**parts)
     except Exception as err:  # whatever a torn, foreign or tampered file makes torch raise
         raise CheckpointRefusedError(
             f"{head} cannot be read (truncated or not a checkpoint of this app: {first_line(err)})"
         ) from err
-
-
-def _dict(value: object, name: str) -> dict[str, Any]:
-    """``value`` when it is a dict (``name`` holds a tensor, say: refused)."""
-    if not isinstance(value, dict):
-        raise TypeError(f"{name} holds a {type(value).__name__}, not a dict")
-    return value
 
 
 def checkpoint_round(result_dir: Path) -> int | None:
@@ -264,36 +264,20 @@ def check_same_settings(result_dir: Path, config: RunConfig) -> None:
     """Refuse (one line) to resume ``result_dir`` with other settings than its ``config.json``."""
     path = result_dir / CONFIG_FILE
     try:
-        recorded = read_json_object(path)
+        before = {**SETTINGS_ADDED_LATER, **flat_settings(read_json_object(path))}
     except (OSError, ValueError) as err:
         raise ValueError(
             f"run-config key 'resume-from': {path} cannot be read ({err}); the folder cannot "
             "be resumed"
         ) from err
-    requested = json_ready(config.to_dict())
-    skip = {"num_server_rounds", *unread_settings(requested)}
-    differ = settings_differences(recorded, requested, ignore=skip, requested_keys_only=True)
-    if differ:
-        before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
-        now = flat_settings(requested)
-        shown = "; ".join(
-            f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now[k]!r} now"
-            for k in differ[:3]
-        )
-        more = f"; and {len(differ) - 3} more" if len(differ) > 3 else ""
+    now = flat_settings(json_ready(config.to_dict()))
+    skip = {"num_server_rounds", *unread_settings(json_ready(config.to_dict()))}
+    if keys := sorted(k for k in set(now) - skip if before.get(k) != now[k]):
         raise ValueError(
             f"run-config key 'resume-from': {result_dir} was started with other settings "
-            f"({shown}{more}); resume with the same run config (only num-server-rounds may "
-            "change)"
+            f"({settings_change(before, now, keys)}); resume with the same run config (only "
+            "num-server-rounds may change)"
         )
-
-
-def run_finished(result_dir: Path) -> bool:
-    """True when the run wrote its end (status ``completed``; no status: ``summary.json``)."""
-    status = read_status(result_dir)
-    if status is not None:
-        return status.state == COMPLETED
-    return (result_dir / SUMMARY_FILE).is_file()
 
 
 def check_resume(config: RunConfig) -> ResumePlan:
@@ -308,15 +292,16 @@ def check_resume(config: RunConfig) -> ResumePlan:
     check_same_settings(folder, config)
     check_identity(folder, checkpoint.identity, config)
     lines = read_metrics_lines(folder, checkpoint.round)
-    wanted = config.num_server_rounds
-    if checkpoint.round > wanted or (checkpoint.round == wanted and run_finished(folder)):
-        state = "finished" if checkpoint.round == wanted else "past that"
+    done, wanted = checkpoint.round, config.num_server_rounds
+    status = read_status(folder)
+    finished = (folder / SUMMARY_FILE).is_file() if status is None else status.state == COMPLETED
+    if done > wanted or (done == wanted and finished):
         raise ValueError(
-            f"{key}: the checkpoint is after round {checkpoint.round} (run {state}); "
-            f"num-server-rounds = {wanted} leaves nothing to run (set num-server-rounds > "
-            f"{checkpoint.round} to continue it)"
+            f"{key}: the checkpoint is after round {done} (run "
+            f"{'finished' if done == wanted else 'past that'}); num-server-rounds = {wanted} "
+            f"leaves nothing to run (set num-server-rounds > {done} to continue it)"
         )
-    return ResumePlan(checkpoint=checkpoint, lines=lines, finish_only=checkpoint.round == wanted)
+    return ResumePlan(checkpoint=checkpoint, lines=lines, finish_only=done == wanted)
 
 
 @dataclass
@@ -334,14 +319,13 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     ``writer``: take the writer lock too (the ServerApp), and remove the temporary files a
     killed writer left; ``fresh_name``: a default name, suffixed when taken.
     """
-    folder = Path(config.result_dir)
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
     claim = claim_folder(
-        folder, key, create=not config.resume_from, writer=writer, fresh_name=fresh_name
-    )
+        Path(config.result_dir), key, create=not config.resume_from, writer=writer,
+        fresh_name=fresh_name,
+    )  # fmt: skip
     try:
-        if fresh_name:
-            config = replace(config, result_dir=str(claim.folder))
+        config = replace(config, result_dir=str(claim.folder)) if fresh_name else config
         plan = check_resume(config) if config.resume_from else None
         if plan is None:
             check_new_result_dir(config.result_dir)

@@ -111,10 +111,10 @@ def copy_run(runs: dict[str, Path], name: str, tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("name", "changes", "said"),
     [
-        ("seed1", {"seed": 1}, "seed = 0 in the checkpoint, 1 in this run"),
-        ("bc", {"policy": "bc"}, "policy = 'fedcgd-fscd' in the checkpoint, 'bc' in this run"),
+        ("seed1", {"seed": 1}, "seed = 0 there, 1 now"),
+        ("bc", {"policy": "bc"}, "policy = 'fedcgd-fscd' there, 'bc' now"),
         ("lr", {"learning-rate": 0.05},
-         "setting learning-rate = 0.1 in the checkpoint, 0.05 in this run"),
+         "learning-rate = 0.1 there, 0.05 now"),
     ],
 )  # fmt: skip
 def test_another_runs_checkpoint_is_refused_in_one_line_naming_what_differs(
@@ -126,18 +126,6 @@ def test_another_runs_checkpoint_is_refused_in_one_line_naming_what_differs(
     code, err = resume_command(capsys, folder, **{"seed": 0, **changes})
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("error: run-config key 'resume-from'") and said in err[0], err[0]
-    assert files(folder) == before
-
-
-def test_a_checkpoint_without_identity_is_refused_naming_its_format(runs, tmp_path):
-    folder = copy_run(runs, "seed0", tmp_path)
-    edit_checkpoint(folder, lambda data: data.pop("identity"))
-    before = files(folder)
-    config = checkpointed_run_config(
-        folder, **overrides(**{"num-server-rounds": 3, "resume-from": str(folder)})
-    )
-    with pytest.raises(ValueError, match=r"has format 1; this version of the app reads format 3"):
-        run_inprocess(config)
     assert files(folder) == before
 
 
@@ -224,6 +212,11 @@ DAMAGE = {  # the run whose checkpoint is damaged, the damage, what the refusal 
     "fedcbs-counts": ("fedcbs", _fedcbs_counts_of_other_devices, "Fed-CBS counts of 4 devices"),
     "generator": ("seed0", _bad_generator, "its cell generator state does not fit the run"),
     "aggregator": ("seed0", _aggregator_state_for_fedavg, "is the default FedAvg"),
+    "no-identity": (
+        "seed0",
+        lambda data: data.pop("identity"),
+        "has format 1; this version of the app reads format 3",
+    ),
 }
 
 
@@ -408,13 +401,13 @@ def config_of(**changes: Any) -> RunConfig:
     ("first", "then", "said"),
     [
         ({**PF, "policy-params.window": 10}, {**PF, "policy-params.window": 5},
-         "setting policy-params.window = 10 in the checkpoint, 5 in this run"),
+         "policy-params.window = 10 there, 5 now"),
         ({"channel.deadline-s": 0.5}, {"channel.deadline-s": 0.25},
-         "setting channel.deadline-s = 0.5 in the checkpoint, 0.25 in this run"),
+         "channel.deadline-s = 0.5 there, 0.25 now"),
         ({"local-steps": 2}, {"local-steps": 3},
-         "setting local-steps = 2 in the checkpoint, 3 in this run"),
+         "local-steps = 2 there, 3 now"),
         ({"channel.model-bits": 1000}, {"channel.model-bits": 2000},
-         "setting channel.model-bits = 1000 in the checkpoint, 2000 in this run"),
+         "channel.model-bits = 1000 there, 2000 now"),
     ],
 )  # fmt: skip
 def test_another_runs_checkpoint_names_the_setting_as_the_run_config_does(first, then, said):
@@ -426,7 +419,7 @@ def test_another_runs_checkpoint_names_the_setting_as_the_run_config_does(first,
 def test_settings_that_do_not_match_their_digest_are_refused_even_with_the_right_digest():
     config = config_of()
     edited = {**run_identity(config), "settings": "{}"}  # the digest left as it was
-    with pytest.raises(CheckpointRefusedError, match="do not match their digest: damaged or"):
+    with pytest.raises(CheckpointRefusedError, match="do not match their digest \\(damaged or"):
         check_identity(Path("/runs/a"), edited, config)
 
 
@@ -446,15 +439,15 @@ def test_a_resume_with_other_settings_names_each_with_both_values(tmp_path):
 
 #: Files that are no checkpoint: what torch.save wrote, what the refusal says.
 NOT_CHECKPOINTS = {
-    "tensor": (torch.zeros(3), "it holds a Tensor, not a dict)"),
-    "list": ([1, 2], "it holds a list, not a dict)"),
-    "none": (None, "it holds a NoneType, not a dict)"),
+    "tensor": (torch.zeros(3), "checkpoint = Tensor, not a dict)"),
+    "list": ([1, 2], "checkpoint = list, not a dict)"),
+    "none": (None, "checkpoint = NoneType, not a dict)"),
     "empty-dict": ({}, "'round'"),
-    "round-tensor": ({"round": torch.tensor(2)}, "round = tensor(2), not a whole number"),
+    "round-tensor": ({"round": torch.tensor(2)}, "round = Tensor, not a whole number"),
     "model-tensor": (
         {"round": 1, "model": torch.zeros(2, 2), "policy_state": {}, "cell_rng_state": {},
          "policy_rng_state": {}, "elapsed_s": 0.0},
-        "model holds a Tensor, not a dict)",
+        "model = Tensor, not a dict)",
     ),
     # an untagged array: torch refuses it (its message named without escape codes, issue 50)
     "untagged-array": (

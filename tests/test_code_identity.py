@@ -11,15 +11,15 @@ from task_settings import checkpointed_run_config
 
 from experiments.compare.results import summarise, warn_mixed_code
 from experiments.run.inprocess import run_inprocess
-from server_app.run_folder.code_identity import (
+from server_app.run_folder.results import (
     COMPUTING_PACKAGES,
+    CONFIG_FILE,
     code_entries,
     code_identity,
     mixed_code_line,
     run_digests,
     source_digest,
 )
-from server_app.run_folder.results import CONFIG_FILE
 
 VERSIONS = {"numpy": "2.0.0", "torch": "2.1.0"}
 

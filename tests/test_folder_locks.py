@@ -116,36 +116,29 @@ def test_two_runs_started_together_into_one_folder_one_is_refused_naming_the_oth
     assert json.loads((folder / "status.json").read_text())["state"] == "completed"
 
 
-def test_a_resume_of_a_live_run_is_refused_naming_its_pid(tmp_path):
-    folder = tmp_path / "run"
-    live = inprocess(**{"result-dir": str(folder), "num-server-rounds": 400, "checkpoint-every": 1})
+@pytest.mark.parametrize("what", ["resume", "comparison"])
+def test_a_second_command_into_a_live_runs_folder_is_refused_naming_its_pid(tmp_path, what):
+    """A resume of a live run, a comparison into a live comparison's ``--out``."""
+    folder, live_values = tmp_path / "run", {"num-server-rounds": 400, "checkpoint-every": 1}
+    compare = ["compare", "--engine", "inprocess", "--policies", "bc", "--out", str(folder)]
+    compare += ["--run-config", "num-devices=8 num-server-rounds=400"]
+    if what == "resume":
+        live = inprocess(**{"result-dir": str(folder), **live_values})
+        written, head = folder / CHECKPOINT_FILE, "error: run-config key 'resume-from'"
+    else:
+        live = start(*compare)
+        written, head = folder / "bc" / "seed-0" / METRICS_FILE, "error: --out"
     try:
-        wait_for(lambda: (folder / CHECKPOINT_FILE).exists(), live, limit_s=120)
-        second = inprocess(**{"resume-from": str(folder), "num-server-rounds": 400})
+        wait_for(written.exists, live, limit_s=120)
+        resume = {"resume-from": str(folder), "num-server-rounds": 400}
+        second = inprocess(**resume) if what == "resume" else start(*compare)
         _, err = second.communicate(timeout=300)
         lines = err.strip().splitlines()
         assert second.returncode == 2 and len(lines) == 1, err
-        assert "'resume-from'" in lines[0] and f"in use by process {live.pid} " in lines[0]
+        assert lines[0].startswith(head) and f"in use by process {live.pid} " in lines[0]
         assert live.poll() is None  # the live run goes on, untouched
     finally:
         stop(live)
-
-
-def test_a_comparison_into_a_live_out_is_refused_naming_its_pid(tmp_path):
-    out = tmp_path / "compare"
-    args = ["--engine", "inprocess", "--policies", "bc", "--out", str(out)]
-    run_config = "num-devices=8 num-server-rounds=400"
-    first = start("compare", *args, "--run-config", run_config)
-    try:
-        wait_for(lambda: (out / "bc" / "seed-0" / METRICS_FILE).exists(), first, limit_s=120)
-        second = start("compare", *args, "--run-config", run_config)
-        _, err = second.communicate(timeout=300)
-        lines = err.strip().splitlines()
-        assert second.returncode == 2 and len(lines) == 1, err
-        assert lines[0].startswith("error: --out") and f"in use by process {first.pid} " in lines[0]
-        assert first.poll() is None
-    finally:
-        stop(first)
 
 
 def refused_here(capsys, monkeypatch, **values: object) -> str:
@@ -370,7 +363,6 @@ def test_the_run_files_package_imports_neither_flwr_nor_torch():
         "server_app.run_folder.files",
         "server_app.run_folder.run_status",
         "server_app.run_folder.results",
-        "server_app.run_folder.code_identity",
     )
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from proc_tree import alive, command_line, descendants
-from subprocesses import FEDCGD, start_in_own_session
+from run_results import rounds_written
+from subprocesses import FEDCGD, start_in_own_session, wait_for
 
 
 def start_launcher(tmp_path: Path, *args: str, command: str = "run") -> subprocess.Popen[str]:
@@ -38,28 +39,6 @@ def run_launcher_to_the_end(tmp_path: Path, result_dir: Path, *args: str) -> int
     assert proc.returncode == 0, out[-2000:] + err[-2000:]
     assert (result_dir / "summary.json").exists()
     return proc.pid
-
-
-def wait_for_round(result_dir: Path, proc: subprocess.Popen[str], limit_s: float = 300) -> None:
-    """Wait until the run has written a metrics line (SuperLink, simulation and Ray are up)."""
-    metrics = result_dir / "metrics.jsonl"
-    deadline = time.monotonic() + limit_s
-    while not (metrics.exists() and metrics.read_text().strip()):
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the run ended early: {out[-3000:]}{err[-1000:]}")
-        assert time.monotonic() < deadline, "no round finished"
-        time.sleep(0.5)
-
-
-def kill_leftovers(pids: set[int]) -> None:
-    """Clean up after a failing test: SIGKILL what is still alive (by PID)."""
-    for pid in pids:
-        if alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @contextlib.contextmanager
@@ -105,7 +84,7 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
     proc = start_launcher(tmp_path, *args, "--run-config", run_config, command=subcommand)
     tree: set[int] = set()
     try:
-        wait_for_round(result_dir, proc)
+        wait_for(lambda: rounds_written(result_dir) >= 1, proc, limit_s=300)  # all up
         tree = descendants(proc.pid)
         assert len(tree) >= 3, tree  # flwr run, SuperLink, superexec / simulation, Ray, ...
         if to_group:
@@ -132,7 +111,9 @@ def test_a_signal_stops_every_process_and_removes_the_flower_home(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-        kill_leftovers(tree)
+        for pid in filter(alive, tree):  # clean up after a failure: SIGKILL what is alive
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow

@@ -18,9 +18,8 @@ from scipy import stats
 
 from experiments.analysis.plot_runs import load_run
 from fedcgd_task.settings import unread_settings
-from server_app.run_folder.code_identity import CODE_KEY
 from server_app.run_folder.files import read_json_object
-from server_app.run_folder.results import CONFIG_FILE
+from server_app.run_folder.results import CODE_KEY, CONFIG_FILE
 from server_app.run_folder.run_status import flat_settings
 
 #: Up to this many nonzero differences the signed-rank test enumerates every sign flip.

@@ -35,9 +35,14 @@ from experiments.analysis.statistics import (
     paired_test,
 )
 from experiments.analysis.tables import write_csv
-from server_app.run_folder.code_identity import mixed_code_line, run_digests
 from server_app.run_folder.files import atomic_write, read_json_object
-from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from server_app.run_folder.results import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    mixed_code_line,
+    run_digests,
+)
 
 REFERENCE_POLICY = "fedcgd-fscd"
 VS = "_vs_fedcgd_fscd"
@@ -293,7 +298,7 @@ def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def warn_mixed_code(runs: Sequence[Mapping[str, Any]]) -> None:
-    """Print ``run_folder.code_identity.mixed_code_line`` when the runs' code differs."""
+    """Print ``run_folder.results.mixed_code_line`` when the runs' code differs."""
     line = mixed_code_line([str(run.get("code") or "unknown") for run in runs])
     if line is not None:
         print(line, file=sys.stderr, flush=True)

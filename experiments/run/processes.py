@@ -24,11 +24,8 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    """CPU cores this process may run on (its affinity; Linux, as ``/proc`` is), at least 1."""
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def _scan(tokens: Collection[str]) -> tuple[set[int], dict[int, list[int]], set[int]]:

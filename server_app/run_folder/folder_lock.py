@@ -17,8 +17,7 @@ from filelock import FileLock, Timeout
 
 from fedcgd_strategy.errors import OneLineMessage
 
-LOCK_FILE = ".fedcgd.lock"
-WRITER_LOCK_FILE = ".fedcgd-writer.lock"
+LOCK_FILE, WRITER_LOCK_FILE = ".fedcgd.lock", ".fedcgd-writer.lock"
 LOCK_FILES = (LOCK_FILE, WRITER_LOCK_FILE)
 #: The PIDs (space-separated) of this process and the processes above it that hold owner locks.
 OWNERS_ENV = "FEDCGD_LOCK_OWNERS"

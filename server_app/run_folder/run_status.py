@@ -9,7 +9,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
@@ -87,10 +87,10 @@ def ended_by(
     err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
 ) -> RunStatus:
     """The status of a run that ``err`` ended after ``last_round``."""
-    if stops_the_run(err):
-        reason = one_line(err) if str(err) else "stopped by SIGINT (KeyboardInterrupt)"
-        return RunStatus(STOPPED, last_round, num_server_rounds, reason, **lost_counts(lines))
-    return RunStatus(FAILED, last_round, num_server_rounds, one_line(err), **lost_counts(lines))
+    state, reason = (STOPPED, one_line(err)) if stops_the_run(err) else (FAILED, one_line(err))
+    if state == STOPPED and not str(err):
+        reason = "stopped by SIGINT (KeyboardInterrupt)"
+    return RunStatus(state, last_round, num_server_rounds, reason, **lost_counts(lines))
 
 
 def resume_advice(result_dir: Path, *, when: str = "") -> str:
@@ -118,11 +118,8 @@ def failure_line(err: BaseException, result_dir: Path) -> str:
 
 def failure_from_output(output: str) -> str | None:
     """The last ``run failed: ...`` line the ServerApp printed (without the marker), or None."""
-    found = None
-    for line in output.splitlines():
-        if (start := line.find(FAILURE_MARKER)) >= 0:
-            found = line[start + len(FAILURE_MARKER) :].strip()
-    return found
+    found = [line.partition(FAILURE_MARKER)[2] for line in output.splitlines()]
+    return next((line.strip() for line in reversed(found) if line), None)
 
 
 def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -> None:
@@ -148,15 +145,12 @@ def read_status(result_dir: Path) -> RunStatus | None:
         return None
     try:
         data = read_json_object(path)
+        reason = data.get("reason")
         return RunStatus(
-            state=str(data["state"]),
-            last_round=int(data["last_round"]),
-            num_server_rounds=int(data["num_server_rounds"]),
-            reason=None if data.get("reason") is None else str(data["reason"]),
-            updated_unix_s=float(data.get("updated_unix_s", 0.0)),
-            devices_lost=int(data.get("devices_lost", 0)),
-            rounds_with_lost_devices=int(data.get("rounds_with_lost_devices", 0)),
-        )
+            str(data["state"]), int(data["last_round"]), int(data["num_server_rounds"]),
+            None if reason is None else str(reason), float(data.get("updated_unix_s", 0.0)),
+            int(data.get("devices_lost", 0)), int(data.get("rounds_with_lost_devices", 0)),
+        )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path} is not a valid run status ({err})") from err
 
@@ -182,32 +176,30 @@ def run_outcome(
     """
     if failure is not None:
         return Outcome(1, f"failed: {failure_line(failure, result_dir)}")
-    printed = failure_from_output(output)
-    if printed is not None:
+    if (printed := failure_from_output(output)) is not None:
         return Outcome(1, f"failed: {printed}")
     try:
         status = read_status(result_dir)
     except ValueError as err:
         return Outcome(1, f"failed: {err}")
     if status is None or status.updated_unix_s < launched_unix_s:
-        return Outcome(
-            1,
-            f"failed: the run wrote no status in {result_dir} since it was launched (the "
-            "ServerApp stopped before its start or crashed; see the log above)",
+        why = (
+            f"the run wrote no status in {result_dir} since it was launched (the ServerApp "
+            "stopped before its start or crashed; see the log above)"
         )
-    after = f"round {status.last_round} of {status.num_server_rounds}"
-    if status.state == COMPLETED:
+    elif status.state == COMPLETED:
         lost = lost_note(status.devices_lost, status.rounds_with_lost_devices)
         return Outcome(0, f"completed: {status.last_round} rounds, results in {result_dir}{lost}")
-    if status.state == FAILED:
-        return Outcome(1, f"failed: {status.reason}")
-    if status.state == STOPPED:
-        return Outcome(1, f"failed: {status.reason} after {after}; {resume_advice(result_dir)}")
-    return Outcome(
-        1,
-        f"failed: the run stopped after {after} without finishing (killed?); "
-        f"{resume_advice(result_dir)}",
-    )
+    elif status.state == FAILED:
+        why = str(status.reason)
+    else:
+        stopped = status.state == STOPPED
+        why = (
+            f"{status.reason if stopped else 'the run stopped'} after round {status.last_round} "
+            f"of {status.num_server_rounds}{'' if stopped else ' without finishing (killed?)'}; "
+            f"{resume_advice(result_dir)}"
+        )
+    return Outcome(1, f"failed: {why}")
 
 
 def flat_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,24 +234,21 @@ def _percent(value: Any) -> str:
     return f"{100 * value:.2f}%" if isinstance(value, int | float) and math.isfinite(value) else "-"
 
 
+def _read(read: Callable[[], Any], default: Any) -> Any:
+    """``read()``, or ``default`` when the file is missing or unreadable."""
+    try:
+        return read()
+    except (OSError, ValueError):
+        return default
+
+
 def _row(folder: Path, root: Path) -> tuple[float, list[str]]:
     """When ``folder``'s run started, and its cells (``?`` where its files do not say)."""
-    config: dict[str, Any] = {}
-    started = 0.0
-    try:
-        config = read_json_object(folder / CONFIG_FILE)
-        started = (folder / CONFIG_FILE).stat().st_mtime
-    except (OSError, ValueError):
-        pass
+    config: dict[str, Any] = _read(lambda: read_json_object(folder / CONFIG_FILE), {})
+    started = _read(lambda: (folder / CONFIG_FILE).stat().st_mtime, 0.0) if config else 0.0
     task = config["task"] if isinstance(config.get("task"), dict) else {}
-    try:
-        status = read_status(folder)
-    except ValueError:
-        status = None
-    try:
-        lines = read_metrics_lines(folder)
-    except (OSError, ValueError):
-        lines = []
+    status: RunStatus | None = _read(lambda: read_status(folder), None)
+    lines: list[dict[str, Any]] = _read(lambda: read_metrics_lines(folder), [])
     accuracies = [x["accuracy"] for x in lines if isinstance(x.get("accuracy"), int | float)]
     aggregator = config.get("aggregator", "?")
     planned = config.get("num_server_rounds", status.num_server_rounds if status else "?")

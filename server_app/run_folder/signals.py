@@ -18,7 +18,6 @@ from fedcgd_strategy.errors import OneLineMessage, StopsRun
 from fedcgd_task.imports import said
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-Handler = Callable[[int, FrameType | None], object]
 _held: list[int] | None = None  # the signals held back while a held() block runs
 
 
@@ -30,19 +29,17 @@ class Interrupted(OneLineMessage, StopsRun, BaseException):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
 
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
 @contextlib.contextmanager
-def watching(handler: Handler | None = None) -> Iterator[list[int]]:
+def watching(
+    handler: Callable[[int, FrameType | None], object] | None = None,
+) -> Iterator[list[int]]:
     """Route SIGINT and SIGTERM through one dispatcher in the block; yield the signals noted.
 
     Each is noted, held back while a :func:`held` block runs, then given to ``handler`` (None:
     the previous handler). Main thread only (elsewhere Python runs no handler).
     """
     noted: list[int] = []
-    if not _main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield noted
         return
     previous = {int(s): signal.getsignal(s) for s in STOP_SIGNALS}
@@ -72,8 +69,8 @@ def watching(handler: Handler | None = None) -> Iterator[list[int]]:
 def held() -> Iterator[None]:
     """Hold SIGINT and SIGTERM back while the block runs; deliver each once after it."""
     global _held
-    if _held is not None or not _main_thread():  # nested: the outer block delivers
-        yield
+    if _held is not None or threading.current_thread() is not threading.main_thread():
+        yield  # nested: the outer block delivers; in a thread: Python runs no handler there
         return
     try:
         with watching():
