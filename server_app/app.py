@@ -161,7 +161,7 @@ def _record_run(
             elapsed_s=0.0 if plan is None else plan.checkpoint.elapsed_s,
         )
         if setup is not None:
-            writer.write_config(setup.settings())
+            writer.write_config(setup.resolved)
         if plan is not None and plan.finish_only:
             say(f"finishing {result_dir} from its checkpoint after round {done}")
             final_model = start_model = plan.checkpoint.model
