@@ -6,14 +6,12 @@ import functools
 import math
 import os
 import time
-import weakref
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message, UserConfig
+from flwr.app import Context, Message, UserConfig
 from torch import nn
 
 from client_app.sigma import gradient_spread
@@ -28,8 +26,6 @@ from fedcgd_task.training import (
     seeded_generators,
     train_local,
 )
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -73,32 +69,6 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
     model.load_state_dict(state, strict=True)  # copies into the existing tensors, in place
     model.zero_grad(set_to_none=True)
     return model
-
-
-class RecordMemo(Generic[T]):
-    """A value kept for the very Array objects of one ArrayRecord (weakly: dropped with them)."""
-
-    def __init__(self) -> None:
-        self.arrays: list[tuple[str, weakref.ref[Array]]] = []
-        self.value: T | None = None
-
-    def get(self, record: ArrayRecord) -> T | None:  # noqa: D102
-        items = list(record.items())
-        same = len(self.arrays) == len(items) and all(
-            name == kept_name and ref() is array
-            for (name, array), (kept_name, ref) in zip(items, self.arrays, strict=True)
-        )
-        return self.value if same else None
-
-    def keep(self, record: ArrayRecord, value: T) -> T:  # noqa: D102
-
-        def forget(_: weakref.ref[Array]) -> None:
-            if self.arrays is kept:  # not already replaced
-                self.arrays, self.value = [], None
-
-        kept = [(name, weakref.ref(array, forget)) for name, array in record.items()]
-        self.arrays, self.value = kept, value
-        return value
 
 
 @functools.lru_cache(maxsize=2)
