@@ -26,15 +26,13 @@ from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
     device_round,
-    node_partition,
+    node_split,
     pre_training_stats,
     received_model,
-    run_settings,
     seeded_for,
     train_device,
 )
 from fedcgd_task import keys
-from fedcgd_task.partition import local_split
 
 if TYPE_CHECKING:
     from client_app.cohort import Cohorts
@@ -95,13 +93,11 @@ def _stats_metrics(rnd: DeviceRound, stats: PreTrainingStats) -> dict[str, Metri
 
 def query_info(msg: Message, context: Context) -> Message:
     """Reply with the node's partition id, local dataset size and its whole class counts."""
-    settings = run_settings(context.run_config)
-    partition_id = node_partition(context, settings)
-    split = local_split(settings, partition_id)
+    _, split = node_split(context)
     local_hist = np.bincount(split.labels, minlength=split.num_classes)
     metrics = MetricRecord(
         {
-            keys.PARTITION_ID: partition_id,
+            keys.PARTITION_ID: split.partition_id,
             keys.NUM_EXAMPLES: len(split),
             keys.LOCAL_LABEL_HIST: [int(c) for c in local_hist],
         }

@@ -36,8 +36,9 @@ class PreTrainingStats:
     sigma: float | None
 
 
-def node_partition(context: Context, settings: TaskSettings) -> int:
-    """The node's partition id; ValueError unless ``node_config`` fits the run config."""
+def node_split(context: Context) -> tuple[TaskSettings, LocalSplit]:
+    """The run's settings and the node's local data; ValueError unless ``node_config`` fits."""
+    settings = run_settings(context.run_config)
     config = context.node_config
     for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
         if isinstance(config.get(key), bool) or not isinstance(config.get(key), int):
@@ -57,7 +58,7 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
         raise ValueError(
             f"node_config partition-id must be in 0 .. {num_partitions - 1}; got {partition_id}"
         )
-    return partition_id
+    return settings, local_split(settings, partition_id)
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
@@ -116,12 +117,11 @@ class DeviceRound:
 
 def device_round(msg: Message, context: Context) -> DeviceRound:
     """Read the run config, the node's partition, the round config; draw the round's batches."""
-    settings = run_settings(context.run_config)
-    partition_id = node_partition(context, settings)
-    split = local_split(settings, partition_id)
+    settings, split = node_split(context)
+    v = split.partition_id
     server_round, training, want_sigma = read_round_config(msg.content[keys.CONFIG])
-    batches = local_batches(settings.seed, training, len(split), server_round, partition_id)
-    return DeviceRound(settings, partition_id, split, server_round, training, want_sigma, batches)
+    batches = local_batches(settings.seed, training, len(split), server_round, v)
+    return DeviceRound(settings, v, split, server_round, training, want_sigma, batches)
 
 
 def seeded_for(rnd: DeviceRound) -> AbstractContextManager[None]:
