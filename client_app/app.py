@@ -1,15 +1,13 @@
 """The Flower ClientApp of a FedCGD device (record keys in :mod:`fedcgd_task.keys`).
 
-``query.info`` (discovery), ``query.stats`` (paper Algorithm 3, lines 6-8: the pre-training
-statistics) and ``train`` (the same statistics, then tau SGD steps). A handler's error becomes
-Flower's error reply, which costs the device its round; torch runs one thread (Ray workers share
-the cores).
+``query.info`` (discovery), ``query.stats`` (paper Algorithm 3, lines 6-8) and ``train`` (the
+same statistics, then tau SGD steps); a handler's error costs the device its round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -28,18 +26,18 @@ from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
     device_round,
-    node_partition,
+    node_split,
     pre_training_stats,
     received_model,
-    run_settings,
     seeded_for,
     train_device,
 )
 from fedcgd_task import keys
-from fedcgd_task.partition import local_split
 
 if TYPE_CHECKING:
     from client_app.cohort import Cohorts
+
+T = TypeVar("T")
 
 
 def make_app(cohorts: Cohorts | None = None) -> ClientApp:
@@ -95,13 +93,11 @@ def _stats_metrics(rnd: DeviceRound, stats: PreTrainingStats) -> dict[str, Metri
 
 def query_info(msg: Message, context: Context) -> Message:
     """Reply with the node's partition id, local dataset size and its whole class counts."""
-    settings = run_settings(context.run_config)
-    partition_id = node_partition(context, settings)
-    split = local_split(settings, partition_id)
+    _, split = node_split(context)
     local_hist = np.bincount(split.labels, minlength=split.num_classes)
     metrics = MetricRecord(
         {
-            keys.PARTITION_ID: partition_id,
+            keys.PARTITION_ID: split.partition_id,
             keys.NUM_EXAMPLES: len(split),
             keys.LOCAL_LABEL_HIST: [int(c) for c in local_hist],
         }
@@ -109,28 +105,36 @@ def query_info(msg: Message, context: Context) -> Message:
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
 
+def _computed(
+    msg: Message,
+    context: Context,
+    cohorts: Cohorts | None,
+    compute: Callable[[Message, DeviceRound], T],
+) -> tuple[DeviceRound, T]:
+    """The device's round and result: from its open cohort, else computed alone, seeded."""
+    done = None if cohorts is None else cohorts.result_of(msg)
+    if done is not None:
+        return done
+    rnd = device_round(msg, context)
+    with seeded_for(rnd):
+        return rnd, compute(msg, rnd)
+
+
+def _stats_alone(msg: Message, rnd: DeviceRound) -> PreTrainingStats:
+    model = received_model(msg, rnd.settings, rnd.split)
+    return pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+
+
 def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Reply with the pre-training statistics at the received model (no training)."""
-    done = None if cohorts is None else cohorts.result_of(msg)
-    if done is None:
-        rnd = device_round(msg, context)
-        with seeded_for(rnd):
-            model = received_model(msg, rnd.settings, rnd.split)
-            stats = pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
-        done = rnd, stats
-    rnd, stats = done
+    rnd, stats = _computed(msg, context, cohorts, _stats_alone)
     metrics = MetricRecord(_stats_metrics(rnd, stats))
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
 
 def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
     """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
-    done = None if cohorts is None else cohorts.result_of(msg)
-    if done is None:
-        rnd = device_round(msg, context)
-        with seeded_for(rnd):
-            done = (rnd, train_device(msg, rnd))
-    rnd, trained = done
+    rnd, trained = _computed(msg, context, cohorts, train_device)
     metrics = _stats_metrics(rnd, trained.stats)
     metrics[keys.TRAIN_LOSS] = trained.mean_loss
     metrics[keys.UPDATE_NORM] = trained.update_norm

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MessageType
+from flwr.app import Array, ArrayRecord, Context, Message, MessageType
 from torch import nn
 
 from client_app.cohort_training import cohort_train, sample_mixing, training_blockers
 from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
-    RecordMemo,
     device_round,
     label_hist,
     pre_training_stats,
@@ -93,8 +92,9 @@ class Cohorts:
         self.threads = threads
         #: id(message) -> its open cohort (only during :meth:`opened`).
         self._open: dict[int, _Cohort] = {}
-        #: The last query cohort's statistics; dropped as soon as one of its arrays is freed.
-        self._kept: RecordMemo[dict[tuple[object, ...], PreTrainingStats]] = RecordMemo()
+        #: The last model's arrays (name, Array) and the statistics computed at it.
+        self._kept: tuple[list[tuple[str, Array]], dict[tuple[object, ...], PreTrainingStats]]
+        self._kept = ([], {})
         #: :func:`client_app.cohort_training.sample_mixing`'s verdicts by model and batch shape.
         self._mixing: dict[tuple[object, ...], str | None] = {}
         #: (model name, kind, reason) already logged.
@@ -198,9 +198,12 @@ class Cohorts:
         self, record: ArrayRecord, model: nn.Module, devices: Sequence[DeviceRound]
     ) -> list[PreTrainingStats]:
         """:meth:`cohort_stats`, reusing the query phase's at the same model's record."""
-        kept = self._kept.get(record)
-        if kept is None:
-            kept = self._kept.keep(record, {})
+        items, kept = self._kept
+        now = list(record.items())  # the very Array objects: the same model, not an equal one
+        if len(now) != len(items) or any(
+            n != m or a is not b for (n, a), (m, b) in zip(now, items, strict=False)
+        ):
+            self._kept = (now, kept := {})
         missing = [d for d in devices if _stats_key(d) not in kept]
         if missing:
             kept.update(

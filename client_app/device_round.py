@@ -6,14 +6,12 @@ import functools
 import math
 import os
 import time
-import weakref
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message, UserConfig
+from flwr.app import Context, Message, UserConfig
 from torch import nn
 
 from client_app.sigma import gradient_spread
@@ -29,8 +27,6 @@ from fedcgd_task.training import (
     train_local,
 )
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class PreTrainingStats:
@@ -40,8 +36,9 @@ class PreTrainingStats:
     sigma: float | None
 
 
-def node_partition(context: Context, settings: TaskSettings) -> int:
-    """The node's partition id; ValueError unless ``node_config`` fits the run config."""
+def node_split(context: Context) -> tuple[TaskSettings, LocalSplit]:
+    """The run's settings and the node's local data; ValueError unless ``node_config`` fits."""
+    settings = run_settings(context.run_config)
     config = context.node_config
     for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
         if isinstance(config.get(key), bool) or not isinstance(config.get(key), int):
@@ -61,7 +58,7 @@ def node_partition(context: Context, settings: TaskSettings) -> int:
         raise ValueError(
             f"node_config partition-id must be in 0 .. {num_partitions - 1}; got {partition_id}"
         )
-    return partition_id
+    return settings, local_split(settings, partition_id)
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
@@ -73,32 +70,6 @@ def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> n
     model.load_state_dict(state, strict=True)  # copies into the existing tensors, in place
     model.zero_grad(set_to_none=True)
     return model
-
-
-class RecordMemo(Generic[T]):
-    """A value kept for the very Array objects of one ArrayRecord (weakly: dropped with them)."""
-
-    def __init__(self) -> None:
-        self.arrays: list[tuple[str, weakref.ref[Array]]] = []
-        self.value: T | None = None
-
-    def get(self, record: ArrayRecord) -> T | None:  # noqa: D102
-        items = list(record.items())
-        same = len(self.arrays) == len(items) and all(
-            name == kept_name and ref() is array
-            for (name, array), (kept_name, ref) in zip(items, self.arrays, strict=True)
-        )
-        return self.value if same else None
-
-    def keep(self, record: ArrayRecord, value: T) -> T:  # noqa: D102
-
-        def forget(_: weakref.ref[Array]) -> None:
-            if self.arrays is kept:  # not already replaced
-                self.arrays, self.value = [], None
-
-        kept = [(name, weakref.ref(array, forget)) for name, array in record.items()]
-        self.arrays, self.value = kept, value
-        return value
 
 
 @functools.lru_cache(maxsize=2)
@@ -146,12 +117,11 @@ class DeviceRound:
 
 def device_round(msg: Message, context: Context) -> DeviceRound:
     """Read the run config, the node's partition, the round config; draw the round's batches."""
-    settings = run_settings(context.run_config)
-    partition_id = node_partition(context, settings)
-    split = local_split(settings, partition_id)
+    settings, split = node_split(context)
+    v = split.partition_id
     server_round, training, want_sigma = read_round_config(msg.content[keys.CONFIG])
-    batches = local_batches(settings.seed, training, len(split), server_round, partition_id)
-    return DeviceRound(settings, partition_id, split, server_round, training, want_sigma, batches)
+    batches = local_batches(settings.seed, training, len(split), server_round, v)
+    return DeviceRound(settings, v, split, server_round, training, want_sigma, batches)
 
 
 def seeded_for(rnd: DeviceRound) -> AbstractContextManager[None]:

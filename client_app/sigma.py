@@ -22,7 +22,6 @@ from client_app.per_sample_norms import (
     CHUNK_BUDGET_FLOATS,
     UnsupportedModelError,
     per_sample_grad_norms,
-    unsupported_reasons,
 )
 
 
@@ -48,11 +47,8 @@ def gradient_spread(
     unchanged. ``chunk_size`` (memory only): samples per chunk; default: what fits
     :data:`CHUNK_BUDGET_FLOATS`.
     """
-    b = int(y.shape[0])
-    if unsupported_reasons(model):
-        return gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
-    try:
-        return gradient_spreads(model, x, y, group_size=b, chunk_size=chunk_size)[0]
+    try:  # a model outside the scope is refused before the pass
+        return gradient_spreads(model, x, y, group_size=int(y.shape[0]), chunk_size=chunk_size)[0]
     except UnsupportedModelError:
         return gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
 

@@ -88,11 +88,8 @@ class TooFewNodesError(OneLineMessage, RuntimeError):
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
-    """Wait until ``expected`` nodes are connected; return how many are, or TooFewNodesError.
-
-    A simulation's count is final once it stayed the same for :data:`SIMULATION_SETTLE_S`; a
-    deployment's SuperNodes may connect up to ``timeout_s`` later.
-    """
+    """Wait until ``expected`` nodes are connected (a simulation's count is final once it stays
+    :data:`SIMULATION_SETTLE_S`); return how many are, or raise TooFewNodesError."""  # noqa: D205, D209
     simulation = is_simulation(grid)
     start = time.monotonic()
     connected = len(list(grid.get_node_ids()))
@@ -122,10 +119,9 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
-    """Run ``config.num_server_rounds`` scheduled rounds on ``grid``; return the run's summary.
+    """Run the scheduled rounds on ``grid`` in the claimed folder; return the run's summary.
 
-    The folder is claimed first (``fresh_name``: a default name, suffixed when taken, printed);
-    ``status.json`` ends ``completed``, ``stopped`` or ``failed``. Torch runs one thread.
+    ``fresh_name``: a default folder name, suffixed when taken, printed.
     """
     torch.set_num_threads(1)
     with flower_log_level(verbose=config.verbose), watching() as noted:
@@ -162,7 +158,7 @@ def _record_run(
             elapsed_s=0.0 if plan is None else plan.checkpoint.elapsed_s,
         )
         if setup is not None:
-            writer.write_config(setup.settings())
+            writer.write_config(setup.resolved)
         if plan is not None and plan.finish_only:
             say(f"finishing {result_dir} from its checkpoint after round {done}")
             final_model = start_model = plan.checkpoint.model
@@ -264,10 +260,8 @@ def write_end(
     start_model: Mapping[str, torch.Tensor],
     rounds_run: int,
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status, synced; return the summary.
-
-    The run fails when no device uploaded, aggregation failed too often, or the model never moved.
-    """
+    """Write ``model.pt``, ``summary.json`` and the final status (failed: no upload, too many
+    failed aggregations, an unmoved model), synced; return the summary."""  # noqa: D205, D209
     save_model(writer.dir, final_model)
     history = writer.lines
     lost = lost_counts(history)
@@ -302,10 +296,9 @@ def write_end(
 def train_rounds(
     grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Run the rounds left (a new run, ``setup`` None, is built here); end and start models.
+    """Run the rounds left (``setup`` None: a new run, built here); return end and start models.
 
-    A simulation waits for every reply; any engine stops after ``stall-limit-s`` without
-    progress, whatever is stuck (:func:`~fedcgd_strategy.flower.simulation.stall_alarm`).
+    Any engine stops after ``stall-limit-s`` without progress (:func:`stall_alarm`).
     """
     if setup is None:
         setup = build_setup(config, on_settings=writer.write_config)

@@ -102,22 +102,18 @@ class RoundEvents:
             for summary in hparams(dict(settings), metrics):
                 file_writer.add_summary(summary, 0)
         for line in kept:
-            self._scalars(line)
+            self.add(line)
         self._writer.flush()
         for path in stale:  # after the kept rounds are in this file: a crash loses nothing
             path.unlink(missing_ok=True)
 
-    def _scalars(self, line: Mapping[str, Any]) -> None:
-        step = int(line["round"])
+    def add(self, line: Mapping[str, Any]) -> None:
+        """Write the finite numbers of a round's metrics line as scalars at its round."""
         for tag, field in SCALARS.items():
             value = line.get(field)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 if math.isfinite(value):
-                    self._writer.add_scalar(tag, value, step)
-
-    def add(self, line: Mapping[str, Any]) -> None:
-        """Write the finite numbers of a round's metrics line as scalars at its round."""
-        self._scalars(line)
+                    self._writer.add_scalar(tag, value, int(line["round"]))
         self._writer.flush()
 
     def close(self) -> None:
@@ -128,12 +124,6 @@ class RoundEvents:
 def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
     """True when round ``server_round`` is evaluated: round 0, every ``eval_every``-th, the last."""
     return server_round == 0 or server_round % eval_every == 0 or server_round == num_rounds
-
-
-def checkpoint_due(server_round: int, num_rounds: int, checkpoint_every: int) -> bool:
-    """True after every ``checkpoint_every``-th round and the last; never when it is 0."""
-    every = checkpoint_every
-    return every > 0 and (server_round % every == 0 or server_round == num_rounds)
 
 
 class RoundRecorder:
@@ -206,7 +196,8 @@ class RoundRecorder:
         lost = lost_counts(writer.lines)
         status = RunStatus(RUNNING, server_round, num_rounds, **lost)
         write_status(writer.dir, status, durable=False)
-        if checkpoint_due(server_round, num_rounds, self.setup.config.checkpoint_every):
+        every = self.setup.config.checkpoint_every  # 0: never; else every-th and the last round
+        if every > 0 and (server_round % every == 0 or server_round == num_rounds):
             sync_run_files(writer.dir)
             state = self.setup.checkpoint(
                 server_round, arrays.to_torch_state_dict(), writer.elapsed_s()

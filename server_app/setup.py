@@ -1,8 +1,4 @@
-"""What a run is built from: data, model, uplink, scheduling rule and strategy, all from the seed.
-
-:func:`build_setup` makes them in a fixed order: the same run config (or checkpoint) gives the
-same start (docs/running.md, "Same seed, same run").
-"""
+"""What a run is built from, in a fixed order from the seed (docs/running.md, "Same seed...")."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ from flwr.serverapp.strategy import Strategy
 from numpy.typing import NDArray
 from torch import nn
 
-from channel import Cell, ChannelModel, ChannelTrace, TraceError, TraceReplay, load_trace
+from channel import Cell, ChannelModel, TraceError, TraceReplay, load_trace
 from channel.pathloss import PATHLOSS_MODELS
 from channel.report import BITS_PER_PARAM
 from channel.trace import trace_shape
@@ -50,11 +46,9 @@ from server_app.config import RunConfig, channel_class, channel_values
 
 @dataclass
 class RunSetup:
-    """The objects one run is made of, built by :func:`build_setup`.
+    """The objects of one run (:func:`build_setup`); ``aggregator`` None: FedAvg.
 
-    ``model``: the global model the central evaluation loads each round's weights into;
-    ``model_bits``: D_w; ``target``: the training set's class distribution; ``partition_counts``
-    [V, C]: the class counts each node must report; ``aggregator`` None: FedAvg.
+    ``resolved``: the run's ``config.json`` (the config and the derived values).
     """
 
     config: RunConfig
@@ -70,6 +64,7 @@ class RunSetup:
     cell_rng: np.random.Generator
     policy: Policy
     policy_rng: np.random.Generator
+    resolved: dict[str, Any]
     resume: Checkpoint | None = None
     aggregator: Strategy | None = None
 
@@ -131,12 +126,6 @@ class RunSetup:
             identity=run_identity(self.config),
         )
 
-    def settings(self) -> dict[str, Any]:
-        """The run's :func:`resolved_settings` (its ``config.json``)."""
-        return resolved_settings(
-            self.config, self.num_params, self.model_bits, self.num_classes, self.target
-        )
-
 
 def plain_data(value: Any, where: str) -> Any:
     """``value`` as what a checkpoint holds, arrays copied; else RuleBrokenError naming ``where``.
@@ -169,8 +158,8 @@ def build_setup(
 ) -> RunSetup:
     """Build a run's objects from its config, and from the checkpoint ``resume`` continues.
 
-    ``on_settings`` gets the :func:`resolved_settings` before the policy and the uplink are
-    built; a ``resume`` that does not fit raises CheckpointRefusedError (one line).
+    ``on_settings`` gets :attr:`RunSetup.resolved` before the policy and the uplink are built;
+    a ``resume`` that does not fit raises CheckpointRefusedError (one line).
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)
@@ -179,12 +168,24 @@ def build_setup(
     num_params = count_parameters(model)
     model_bits = config.model_bits or num_params * BITS_PER_PARAM  # channel.model-bits = 0
     target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
+    context = config.policy_context(num_classes)
+    resolved = config.to_dict() | {
+        "num_parameters": num_params,
+        "model_bits_used": model_bits,
+        "num_classes": num_classes,
+        "target_dist_global": target.tolist(),
+        "policy_uses_budget": bool(policy_class(config.policy).uses_budget),
+        "policy_resolved": resolved_policy_arguments(config.policy, context, config.policy_params),
+        "aggregator_resolved": resolved_aggregator(
+            config.aggregator, config.aggregator_params, config.task.num_devices
+        ),
+    }
     if on_settings is not None:
-        on_settings(resolved_settings(config, num_params, model_bits, num_classes, target))
-        for line in replaced_defaults(config.policy, config.policy_context(num_classes)):
+        on_settings(resolved)
+        for line in replaced_defaults(config.policy, context):
             log(WARNING, line)  # a new run says it once; a resume has said it
 
-    policy = make_policy(config.policy, config.policy_context(num_classes), config.policy_params)
+    policy = make_policy(config.policy, context, config.policy_params)
     cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
     cell = build_uplink(config, cell_rng, first_round=0 if resume is None else resume.round)
     aggregator = make_aggregator(
@@ -209,6 +210,7 @@ def build_setup(
         cell_rng=cell_rng,
         policy=policy,
         policy_rng=policy_rng,
+        resolved=resolved,
         resume=resume,
         aggregator=aggregator,
     )
@@ -268,65 +270,32 @@ def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, obj
     return None
 
 
-def resolved_settings(
-    config: RunConfig,
-    num_params: int,
-    model_bits: int,
-    num_classes: int,
-    target: NDArray[np.float64],
-) -> dict[str, Any]:
-    """The resolved settings of a run (its ``config.json``): the config and the derived values."""
-    resolved = config.to_dict()
-    resolved.update(
-        num_parameters=num_params,
-        model_bits_used=model_bits,
-        num_classes=num_classes,
-        target_dist_global=target.tolist(),
-        policy_uses_budget=bool(policy_class(config.policy).uses_budget),
-        policy_resolved=resolved_policy_arguments(
-            config.policy, config.policy_context(num_classes), config.policy_params
-        ),
-        aggregator_resolved=resolved_aggregator(
-            config.aggregator, config.aggregator_params, config.task.num_devices
-        ),
-    )
-    return resolved
-
-
-def check_channel_trace(config: RunConfig) -> ChannelTrace | None:
-    """The run's channel trace, checked to cover the run (ValueError, one line); None if none."""
-    path = config.channel_trace
-    if config.channel_model != "trace":
-        return None
-    key = f"run-config key 'channel.trace' = '{path}'"
-    try:  # the arrays' headers first: a trace that cannot cover the run is not read at all
-        rounds, devices = trace_shape(path)
-        if devices != config.task.num_devices:
-            raise ValueError(
-                f"{key}: the trace has V = {devices} devices (columns of available and "
-                f"gain_lin); must equal num-devices = {config.task.num_devices}"
-            )
-        if rounds < config.num_server_rounds:
-            raise ValueError(
-                f"{key}: the trace has R = {rounds} rounds (rows); must be >= "
-                f"num-server-rounds = {config.num_server_rounds}"
-            )
-        return load_trace(path)
-    except TraceError as err:
-        raise ValueError(f"{key}: {err.reason}") from err
-
-
 def build_uplink(
     config: RunConfig, cell_rng: np.random.Generator, first_round: int
 ) -> ChannelModel:
-    """The uplink ``channel.model`` names (cell, trace from row ``first_round``, your class).
+    """The uplink ``channel.model`` names; its errors are one-line ValueErrors.
 
-    Your class gets the :func:`~server_app.config.channel_values` its constructor names; its
-    error is one line with file and line.
+    A cell, a trace from row ``first_round`` (checked to cover the run), or your class given the
+    :func:`~server_app.config.channel_values` its constructor names.
     """
     model = config.channel_model
-    trace = check_channel_trace(config)
-    if trace is not None:
+    if model == "trace":
+        key = f"run-config key 'channel.trace' = '{config.channel_trace}'"
+        try:  # the arrays' headers first: a trace that cannot cover the run is not read at all
+            rounds, devices = trace_shape(config.channel_trace)
+            if devices != config.task.num_devices:
+                raise ValueError(
+                    f"{key}: the trace has V = {devices} devices (columns of available and "
+                    f"gain_lin); must equal num-devices = {config.task.num_devices}"
+                )
+            if rounds < config.num_server_rounds:
+                raise ValueError(
+                    f"{key}: the trace has R = {rounds} rounds (rows); must be >= "
+                    f"num-server-rounds = {config.num_server_rounds}"
+                )
+            trace = load_trace(config.channel_trace)
+        except TraceError as err:
+            raise ValueError(f"{key}: {err.reason}") from err
         return TraceReplay(trace, config.cell, first_round=first_round)
     if model in PATHLOSS_MODELS:
         return Cell(config.cell, cell_rng)

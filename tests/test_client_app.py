@@ -48,14 +48,8 @@ def global_state() -> dict[str, torch.Tensor]:
 
 def message(message_type: str, server_round: int = 2) -> Message:
     content = RecordDict({keys.ARRAYS: ArrayRecord(global_state())})
-    content[keys.CONFIG] = ConfigRecord(
-        {
-            keys.SERVER_ROUND: server_round,
-            "local-steps": TAU,
-            "learning-rate": LR,
-            "batch-size": B,
-        }
-    )
+    config = {keys.SERVER_ROUND: server_round, "local-steps": TAU, "learning-rate": LR}
+    content[keys.CONFIG] = ConfigRecord({**config, "batch-size": B})
     return Message(content=content, dst_node_id=101, message_type=message_type)
 
 
@@ -103,15 +97,20 @@ def test_stats_reply_contents_and_label_hist_of_the_round_batches() -> None:
     assert sum(other) == TAU * B and other != m[keys.LABEL_HIST]  # each device its own batches
 
 
-def test_train_repeats_stats_and_updates_model() -> None:
+def test_train_repeats_stats_updates_model_deterministically_and_by_round() -> None:
     stats = metrics_of(client.app(message(keys.QUERY_STATS), context()))
     reply = client.app(message("train"), context())
+    again = client.app(message("train"), context()).content.array_records[keys.ARRAYS]
+    third = client.app(message("train", server_round=3), context()).content.array_records
     m = metrics_of(reply)
     for key in (keys.PARTITION_ID, keys.NUM_EXAMPLES, keys.LABEL_HIST, keys.SIGMA):
         assert m[key] == stats[key], key
     new_state = reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
     old_state = global_state()
     assert set(new_state) == set(old_state)
+    assert all(torch.equal(new_state[k], v) for k, v in again.to_torch_state_dict().items())
+    c = third[keys.ARRAYS].to_torch_state_dict()
+    assert any(not torch.equal(new_state[k], c[k]) for k in c)
     squared = sum(
         float(((new_state[k].double() - old_state[k].double()) ** 2).sum()) for k in old_state
     )
@@ -121,17 +120,6 @@ def test_train_repeats_stats_and_updates_model() -> None:
     # The untrained model is near-uniform over 10 classes: the mean loss over 3 small steps is
     # close to ln 10 = 2.30.
     assert abs(m[keys.TRAIN_LOSS] - math.log(10)) < 0.5
-
-
-def test_train_is_deterministic_and_round_dependent() -> None:
-    first = client.app(message("train"), context())
-    second = client.app(message("train"), context())
-    third = client.app(message("train", server_round=3), context())
-    a = first.content.array_records[keys.ARRAYS].to_torch_state_dict()
-    b = second.content.array_records[keys.ARRAYS].to_torch_state_dict()
-    c = third.content.array_records[keys.ARRAYS].to_torch_state_dict()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert any(not torch.equal(a[k], c[k]) for k in a)
 
 
 def test_num_partitions_must_match_num_devices() -> None:
@@ -154,19 +142,8 @@ def test_cifar10_cnn_end_to_end_on_fake_files(tmp_path: Path) -> None:
     }
     ctx = client.node_context(run_config, 0, 2, node_id=7)
     state = build_model("cnn", 10, (3, 32, 32), seed=3).state_dict()
-    content = RecordDict(
-        {
-            keys.ARRAYS: ArrayRecord(state),
-            keys.CONFIG: ConfigRecord(
-                {
-                    keys.SERVER_ROUND: 1,
-                    "local-steps": 2,
-                    "learning-rate": 0.1,
-                    "batch-size": 4,
-                }
-            ),
-        }
-    )
+    config = {keys.SERVER_ROUND: 1, "local-steps": 2, "learning-rate": 0.1, "batch-size": 4}
+    content = RecordDict({keys.ARRAYS: ArrayRecord(state), keys.CONFIG: ConfigRecord(config)})
     reply = client.app(Message(content, dst_node_id=7, message_type="train"), ctx)
     m = metrics_of(reply)
     assert m[keys.NUM_EXAMPLES] == 10 and sum(m[keys.LABEL_HIST]) == 8

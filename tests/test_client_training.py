@@ -22,7 +22,7 @@ SEED = 9
 TRAINING = TrainingSettings(local_steps=3, learning_rate=0.1, batch_size=4)
 
 
-def test_local_batches_wrap_around_a_permutation() -> None:
+def test_local_batches_wrap_around_a_permutation_drawn_by_seed_round_partition() -> None:
     # 5 local samples, tau * b = 12 positions: the permutation read cyclically, so the first
     # 2 entries of the permutation appear 3 times and the other 3 appear twice.
     batches = local_batches(SEED, TRAINING, 5, server_round=2, partition_id=1)
@@ -32,20 +32,11 @@ def test_local_batches_wrap_around_a_permutation() -> None:
     assert sorted(flat[:5].tolist()) == [0, 1, 2, 3, 4]
     assert sorted(np.bincount(flat).tolist()) == [2, 2, 2, 3, 3]
     assert all(np.unique(b).size == b.size for b in batches)  # b <= num_local: no repeats
-
-
-def test_local_batches_deterministic_by_seed_round_partition() -> None:
     a = local_batches(SEED, TRAINING, 100, 3, 2)
-    assert all(
-        np.array_equal(x, y)
-        for x, y in zip(a, local_batches(SEED, TRAINING, 100, 3, 2), strict=True)
-    )
-    for other in (
-        local_batches(SEED, TRAINING, 100, 4, 2),
-        local_batches(SEED, TRAINING, 100, 3, 1),
-        local_batches(10, TRAINING, 100, 3, 2),
-    ):
-        assert not all(np.array_equal(x, y) for x, y in zip(a, other, strict=True))
+    for args, same in [((SEED, 3, 2), True), ((SEED, 4, 2), False), ((SEED, 3, 1), False),
+                       ((10, 3, 2), False)]:  # fmt: skip
+        other = local_batches(args[0], TRAINING, 100, *args[1:])
+        assert all(np.array_equal(x, y) for x, y in zip(a, other, strict=True)) is same
 
 
 def data(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -87,23 +87,18 @@ def test_arrays_are_the_packages_make_dataset_with_its_defaults_and_split(tmp_pa
     assert counts.tolist() == [20] * 10
 
 
-def test_loading_leaves_the_global_random_states_alone(tmp_path):
-    np.random.seed(1234)  # noqa: NPY002 (the global state under test)
-    random.seed(99)
-    numpy_before, python_before = np.random.get_state(), random.getstate()  # noqa: NPY002
-    load_mnist1d(tmp_path, SMALL_N)  # generated (the package seeds both with 42)
-    assert numpy_state_equal(np.random.get_state(), numpy_before)  # noqa: NPY002
-    assert random.getstate() == python_before
-    load_mnist1d(tmp_path, SMALL_N)  # read from the cache
-    assert numpy_state_equal(np.random.get_state(), numpy_before)  # noqa: NPY002
-    assert random.getstate() == python_before
-
-
 # --- the cache -------------------------------------------------------------------------------
 
 
-def test_same_arguments_read_the_cached_file(tmp_path, monkeypatch):
-    first = load_mnist1d(tmp_path, SMALL_N)
+def test_same_arguments_read_the_cached_file_and_the_global_random_states_stay(
+    tmp_path, monkeypatch
+):
+    np.random.seed(1234)  # noqa: NPY002 (the global state under test)
+    random.seed(99)
+    numpy_before, python_before = np.random.get_state(), random.getstate()  # noqa: NPY002
+    first = load_mnist1d(tmp_path, SMALL_N)  # generated (the package seeds both with 42)
+    assert numpy_state_equal(np.random.get_state(), numpy_before)  # noqa: NPY002
+    assert random.getstate() == python_before
     files = sorted(p.name for p in tmp_path.iterdir())
     path = mnist1d_cache_path(tmp_path, mnist1d_arguments(SMALL_N))
     assert files == [path.name]  # no temporary file left behind
@@ -116,7 +111,9 @@ def test_same_arguments_read_the_cached_file(tmp_path, monkeypatch):
         raise AssertionError("generated again although the cache holds these arguments")
 
     monkeypatch.setattr(mnist1d_module, "generate_mnist1d", no_generation)
-    second = load_mnist1d(tmp_path, SMALL_N)
+    second = load_mnist1d(tmp_path, SMALL_N)  # read from the cache
+    assert numpy_state_equal(np.random.get_state(), numpy_before)  # noqa: NPY002
+    assert random.getstate() == python_before
     assert path.stat().st_mtime_ns == stamp
     for a, b in zip(first, second, strict=True):
         assert a.dtype == b.dtype
@@ -179,11 +176,8 @@ def test_the_sample_count_reaches_the_generator_through_the_settings(tmp_path):
     assert abs(values.mean()) < 1e-5 and abs(values.std() - 1.0) < 1e-5
     train300, _ = load_data("mnist1d", str(tmp_path), settings_for(tmp_path, 300))
     assert len(train300) == 240
-
-
-def test_the_default_sample_count_and_the_auto_model(tmp_path):
     assert default_run_config()["mnist1d-samples"] == DEFAULT_MNIST1D_SAMPLES == 20000
-    assert settings_for(tmp_path, 20000).model == "cnn1d"
+    assert settings_for(tmp_path, 20000).model == "cnn1d"  # auto
 
 
 def test_the_data_folder_and_sample_count_are_unread_where_they_change_nothing():

@@ -211,20 +211,18 @@ def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_fold
     assert_finished_run(out, "toyproblem.data:load", "toyproblem.nets:build", MODEL_PARAMETERS)
 
 
-def test_files_by_absolute_path_run_in_process_without_pythonpath(user_folder, tmp_path):
-    out = tmp_path / "run"
-    data, model = f"{user_folder / 'toy_file.py'}:load", f"{user_folder / 'toy_file.py'}:build"
-    code = invoke(["inprocess", "--run-config", reference_run_config(out, data, model)])
-    assert code == 0
-    assert_finished_run(out, data, model, FILE_MODEL_PARAMETERS)
-
-
-def test_auto_picks_the_mlp_sized_from_the_input_shape(user_folder, tmp_path):
+# mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643.
+@pytest.mark.parametrize(
+    ("model", "built", "size"), [("build", None, FILE_MODEL_PARAMETERS), ("auto", "mlp", 643)]
+)
+def test_files_by_absolute_path_run_in_process_and_auto_sizes_the_mlp(
+    user_folder, tmp_path, model, built, size
+):
     out = tmp_path / "run"
     data = f"{user_folder / 'toy_file.py'}:load"
-    assert invoke(["inprocess", "--run-config", reference_run_config(out, data, "auto")]) == 0
-    # mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643.
-    assert_finished_run(out, data, "mlp", 643)
+    model = f"{user_folder / 'toy_file.py'}:build" if model == "build" else model
+    assert invoke(["inprocess", "--run-config", reference_run_config(out, data, model)]) == 0
+    assert_finished_run(out, data, built or model, size)
 
 
 BAD = "bad_cases.py"

@@ -64,34 +64,13 @@ def tiny_setup(tmp_path: Path, **overrides: object) -> RunSetup:
 def fake_record(server_round: int) -> RoundRecord:
     """A round's record: 2 of 3 available devices scheduled and uploaded."""
     return RoundRecord(
-        round=server_round,
-        num_available=3,
-        num_candidates=3,
-        num_feasible=3,
-        num_scheduled=2,
-        num_uploaded=2,
-        scheduled=[0, 2],
-        uploaded=[0, 2],
-        failed=[],
-        disconnected=[],
-        wemd=0.5,
-        sampling_term=0.25,
-        objective=0.75,
-        sigma=1.5,
-        class_gradient_used=1.0,
-        class_gradient_next=2.0,
-        bandwidth_used_hz=1e6,
-        solver_iterations=3,
-        query_s=0.0,
-        schedule_s=0.0,
-        train_phase_s=0.0,
-        aggregate_s=0.0,
-        client_train_s=0.0,
-        model_kept=False,
-        failed_reasons={},
-        model_kept_reason=None,
-        discovery_failed={},
-    )
+        round=server_round, num_available=3, num_candidates=3, num_feasible=3, num_scheduled=2,
+        num_uploaded=2, scheduled=[0, 2], uploaded=[0, 2], failed=[], disconnected=[], wemd=0.5,
+        sampling_term=0.25, objective=0.75, sigma=1.5, class_gradient_used=1.0,
+        class_gradient_next=2.0, bandwidth_used_hz=1e6, solver_iterations=3, query_s=0.0,
+        schedule_s=0.0, train_phase_s=0.0, aggregate_s=0.0, client_train_s=0.0, model_kept=False,
+        failed_reasons={}, model_kept_reason=None, discovery_failed={},
+    )  # fmt: skip
 
 
 def model_of(server_round: int) -> str:
