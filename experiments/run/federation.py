@@ -46,9 +46,8 @@ def executable(name: str) -> str:
 class LocalFederation:
     """A SuperLink (and for a deployment SuperNodes) on loopback, stopped on exit; a context.
 
-    A deployment (``simulation`` False) starts ``num_supernodes`` ``flower-supernode``
-    processes; with ``tls`` the SuperLink requires SuperNode authentication (each key registered
-    first); with ``superlink`` (HOST:PORT) nothing starts: ``flwr run`` goes there.
+    With ``tls`` the SuperLink requires SuperNode authentication (each key registered first);
+    with ``superlink`` (HOST:PORT) nothing starts: ``flwr run`` goes there.
     """
 
     def __init__(
@@ -64,12 +63,8 @@ class LocalFederation:
         root_certificates: Path | None = None,
     ) -> None:
         self.superlink, self.root_certificates = superlink, root_certificates
-        self.flwr_home, self.supernode_gpus, self.ray_address = (
-            flwr_home,
-            supernode_gpus,
-            ray_address,
-        )
-        self.simulation, self.tls = simulation, tls
+        self.flwr_home, self.supernode_gpus = flwr_home, supernode_gpus
+        self.ray_address, self.simulation, self.tls = ray_address, simulation, tls
         self.num_supernodes = 0 if simulation else num_supernodes
         self.http_port = _free_port()
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -165,15 +160,11 @@ class LocalFederation:
         try:
             self._start_all()
         except BaseException:  # an error or a signal while starting: stop what started
-            self.stop()
+            stop(self.processes)
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        """Stop every started process and its whole tree (:func:`processes.stop`)."""
         stop(self.processes)
 
     def _start_all(self) -> None:
@@ -245,7 +236,7 @@ class LocalFederation:
         )
 
     def supernode_env(self, partition_id: int) -> dict[str, str]:
-        """The SuperNode's environment: ``i`` sees GPU ``supernode_gpus[i % len]`` as ``cuda:0``."""
+        """SuperNode ``i``'s environment: it sees GPU ``supernode_gpus[i % len]`` alone."""
         env = self.env
         if self.supernode_gpus:
             gpu = self.supernode_gpus[partition_id % len(self.supernode_gpus)]
