@@ -76,10 +76,7 @@ def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
 
 
 def run_engine(project: Path, overrides: Mapping[str, Any], log_path: Path) -> EngineRun:
-    """Run ``project``'s in-process engine as a process, its memory sampled every 0.1 s.
-
-    RuntimeError with the end of the log if the run fails.
-    """
+    """Run ``project``'s in-process engine as a process, its memory sampled every 0.1 s."""
     command = [sys.executable, *ENGINE, "--run-config", format_run_config(overrides)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result_dir = Path(str(overrides["result-dir"]))
@@ -120,10 +117,7 @@ PARTS = ("round_s", "sigma_s", "train_s", "aggregate_s", "eval_s")
 
 @dataclass
 class Replay:
-    """A replay's set-up seconds and each part's seconds per round (:data:`PARTS`).
-
-    ``accuracy_gap``: the largest |run − replayed| accuracy of a round both evaluated (or NaN).
-    """
+    """A replay's set-up seconds, each part's seconds per round, the largest accuracy gap."""
 
     setup_s: float
     parts: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PARTS})
@@ -137,11 +131,9 @@ class Replay:
 def replay(
     run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
 ) -> Replay:
-    """A run's rounds (its ``metrics.jsonl`` lines) redone bare in this process, timed per round.
+    """A run's rounds (``metrics.jsonl`` lines) redone bare (no messages, checks, files), timed.
 
-    Per round (timed): σ̂ on the available devices if the policy needs it, τ SGD steps on each
-    scheduled one, FedAvg, the evaluation: the product's functions without messages, checks or
-    files. RuntimeError if the redrawn channel disagrees with the run.
+    RuntimeError if the redrawn channel disagrees with the run.
     """
     import torch
 

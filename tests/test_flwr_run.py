@@ -1,13 +1,5 @@
-"""One real ``flwr run`` simulation (Ray backend) on digits: result files and learning.
-
-``flwr run``'s simulation computes each device alone (the per-device path), as the in-process
-engine does with ``cohorts=False`` (``--per-device``): the same operations on the same shapes,
-one intra-op torch thread per ClientApp and in the ServerApp, every random draw from the run
-seed. On one machine the two give the same run bit for bit, which the tests check with
-``torch.equal`` and ``==``. The in-process default, cohort execution, computes the same
-quantities in another summation order: ``test_cohort_execution`` compares it with the
-per-device path.
-"""
+"""One real ``flwr run`` simulation (Ray backend) on digits: result files, learning, and the
+same run bit for bit as the in-process engine one device at a time (``--per-device``)."""
 
 from __future__ import annotations
 
@@ -98,12 +90,8 @@ def test_every_started_process_is_stopped_by_pid(tmp_path):
 def test_default_run_of_make_run(tmp_path):
     """What `make run` runs: the default settings, 40 devices, 50 rounds (README's promises)."""
 
-    proc = subprocess.run(
-        [FEDCGD, "run", "--results", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    command = [FEDCGD, "run", "--results", str(tmp_path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (result_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert f"Results: {result_dir}" in proc.stdout
@@ -140,12 +128,8 @@ def listening_pid(port: int) -> int:
 
 
 def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
-    """README's ``flwr run .``, with Flower's own ``local`` SuperLink on ports of our own.
-
-    Without ``--federation-config`` (Flower's 2 simulated SuperNodes) the ServerApp stops at its
-    start with one line that names the command, leaving no folder; the README's command with that
-    size completes; the SuperLink it left is stopped by the PID ``ss`` shows for its port.
-    """
+    """README's ``flwr run .`` without ``--federation-config``: one line naming the command, no
+    folder; that command completes; the SuperLink it left is stopped by the PID ``ss`` shows."""
     exported, words = readme_flower_block()
     assert exported == {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     assert words[:4] == ["flwr", "run", ".", "--stream"]
