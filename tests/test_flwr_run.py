@@ -17,6 +17,7 @@ from doc_pages import PROJECT
 from subprocesses import FEDCGD
 from test_paths import hostile_folder
 
+from experiments.cli import invoke
 from experiments.run.federation import LocalFederation, _free_port, executable
 from experiments.run.flwr_run import run_flwr
 from experiments.run.inprocess import run_inprocess
@@ -182,16 +183,22 @@ def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
             raise AssertionError(f"the SuperLink {pid} still listens on {port}")
 
 
-def test_fedcgd_run_refuses_a_simulation_with_fewer_supernodes_than_devices(tmp_path, capsys):
-    from experiments.run.launcher import LaunchOptions, main
-
-    options = LaunchOptions(run_config="num-devices=4", num_supernodes=2, out=tmp_path)
-    assert main(options) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "error: --num-supernodes 2 < num-devices = 4: a simulation needs one SuperNode per "
-        "device; leave --num-supernodes out"
-    ]
-    assert list(tmp_path.iterdir()) == []  # refused before the start: no folder
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--num-supernodes", "2", "--run-config", "num-devices=4"],
+         "--num-supernodes 2 < num-devices = 4: a simulation needs one SuperNode per device; "
+         "leave --num-supernodes out"),
+        (["--superlink", "127.0.0.1:1"], "SuperLink at 127.0.0.1:1 is not reachable"),
+        (["--run-config", "dataset='cifar10' data-dir='{tmp}/none'"], "cifar10 files not found"),
+    ],
+)  # fmt: skip
+def test_fedcgd_run_refuses_in_one_line_before_the_start(tmp_path, capsys, argv, message):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert invoke(["run", *argv, "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and message in line, line
+    assert not (tmp_path / "out").exists()  # refused before the start: no folder
 
 
 def test_a_failed_fedcgd_run_ends_on_its_own_outcome_and_exit_code_1(tmp_path):
