@@ -16,18 +16,9 @@ from test_readme_commands import readme_commands
 from experiments.cli import app, invoke
 
 #: The subcommands, as the README lists them (groups with theirs).
-SUBCOMMANDS = {
-    "run": None,
-    "inprocess": None,
-    "compare": None,
-    "reproduce": None,
-    "plot": None,
-    "runs": None,
-    "indicator": None,
-    "certificates": None,
-    "channel-report": None,
-    "settings": None,
-    "paper": {"solver-performance", "schedule-table"},
+COMMANDS = "run inprocess compare reproduce plot runs indicator certificates channel-report"
+SUBCOMMANDS = dict.fromkeys([*COMMANDS.split(), "settings"]) | {
+    "paper": {"solver-performance", "schedule-table"}
 }
 
 
