@@ -26,8 +26,6 @@ from server_app.run_folder.results import read_metrics_lines
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
 PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate_s", "eval_s")
-#: The interpreter's arguments that run a checkout's in-process engine (from its folder).
-ENGINE = ("-m", "experiments.cli", "inprocess")
 #: ``--rounds`` and ``--seed`` of the round benchmarks.
 Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
 Seed = Annotated[int, typer.Option(help="run seed")]
@@ -77,7 +75,8 @@ def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
 
 def run_engine(project: Path, overrides: Mapping[str, Any], log_path: Path) -> EngineRun:
     """Run ``project``'s in-process engine as a process, its memory sampled every 0.1 s."""
-    command = [sys.executable, *ENGINE, "--run-config", format_run_config(overrides)]
+    run_config = format_run_config(overrides)
+    command = [sys.executable, "-m", "experiments.cli", "inprocess", "--run-config", run_config]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result_dir = Path(str(overrides["result-dir"]))
     by_round: dict[int, float] = {}

@@ -21,9 +21,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-#: Certificates are valid this long from their creation.
-VALIDITY = dt.timedelta(days=365)
-
 
 @dataclass(frozen=True)
 class CertificateSet:
@@ -114,7 +111,7 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + VALIDITY)
+            .not_valid_after(now + dt.timedelta(days=365))
         )
 
     names: list[x509.GeneralName] = []

@@ -22,8 +22,6 @@ from experiments.run.certificates import CertificateSet
 from experiments.run.processes import popen, stop
 from fedcgd_task import keys
 
-HEALTH_TIMEOUT_S = 60.0
-
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -184,7 +182,7 @@ class LocalFederation:
             *f"--host 127.0.0.1 --port {self.http_port} --database :flwr-in-memory:".split(),
         ]
         link = self._start(command, "superlink")
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        deadline = time.monotonic() + 60.0
         while not self._healthy():
             if link.poll() is not None or time.monotonic() > deadline:
                 log = self.log_dir / "superlink.log"
