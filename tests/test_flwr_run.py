@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from doc_pages import PROJECT
+from run_results import comparable, same_model
 from subprocesses import FEDCGD
 from test_paths import hostile_folder
 
@@ -25,16 +25,6 @@ from experiments.run.run_config import validated_run_config
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 4
-
-
-def same_lines(here: list[dict], ray: list[dict]) -> None:
-    """Every metrics line equal in every field but the measured seconds (``*_s``)."""
-    assert len(here) == len(ray)
-    for a, b in zip(here, ray, strict=True):
-        assert a.keys() == b.keys()
-        assert {k: v for k, v in a.items() if not k.endswith("_s")} == {
-            k: v for k, v in b.items() if not k.endswith("_s")
-        }
 
 
 def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path):
@@ -68,11 +58,8 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     config["data-dir"] = str((Path.cwd() / "data").resolve())
     assert config["device"] == "cpu"  # as under flwr run: Ray gives a ClientApp no GPU it asks none
     run_inprocess(config, cohorts=False)  # one device at a time, as flwr run computes each
-    again = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
     assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
-    same_lines(again, lines)
-    model_ray, model_here = torch.load(out / MODEL_FILE), torch.load(here / MODEL_FILE)
-    assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
+    assert comparable(here) == comparable(out) and same_model(out, here)
 
 
 def test_every_started_process_is_stopped_by_pid(tmp_path):

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from proc_tree import command_line, descendants, marked
+from run_results import comparable, same_model
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from fedcgd_task.schema import PROJECT_DIR
@@ -245,15 +245,8 @@ def assert_same_runs(local: Path, ray: Path) -> None:
     runs = sorted(p.relative_to(local) for p in local.glob("*/*/seed-*"))
     assert runs == sorted(p.relative_to(ray) for p in ray.glob("*/*/seed-*")) != []
     for run in runs:
-        lines = [
-            [{k: v for k, v in json.loads(x).items() if not k.endswith("_s")} for x in lines]
-            for lines in (
-                (top / run / "metrics.jsonl").read_text().splitlines() for top in (local, ray)
-            )
-        ]
-        assert lines[0] == lines[1], run
-        first, second = (torch.load(top / run / "model.pt") for top in (local, ray))
-        assert all(torch.equal(first[k], second[k]) for k in first)
+        assert comparable(local / run) == comparable(ray / run), run
+        assert same_model(local / run, ray / run), run
 
 
 def task_nodes(out: Path) -> set[str]:

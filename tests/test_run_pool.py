@@ -3,15 +3,14 @@ the same results as one at a time, a failed run named, and stopping (by PID: tes
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from proc_tree import alive, command_line, descendants
+from run_results import comparable, same_model
 from subprocesses import FEDCGD
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
@@ -38,11 +37,6 @@ def load(preset: str, overrides: list[str]):
         return compose("config", overrides=[f"experiment={preset}", *overrides])
 
 
-def comparable(run_dir: Path) -> list[dict]:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in x.items() if not k.endswith("_s")} for x in lines]
-
-
 @pytest.mark.slow  # 60 s; test_paths runs a preset side by side in the default suite
 def test_a_preset_run_side_by_side_equals_the_same_preset_one_at_a_time(tmp_path, capsys):
     common = ["policies=[fedcgd-fscd,bc]", "seeds=[0,1]", "++run.num-server-rounds=3",
@@ -56,9 +50,7 @@ def test_a_preset_run_side_by_side_equals_the_same_preset_one_at_a_time(tmp_path
     runs = sorted(p.relative_to(one) for p in one.glob("*/*/seed-*"))
     assert len(runs) == 3 * 2 * 2  # tau in {1, 5, 10} x two policies x two seeds
     for run in runs:
-        assert comparable(one / run) == comparable(two / run), run
-        first, second = torch.load(one / run / "model.pt"), torch.load(two / run / "model.pt")
-        assert all(torch.equal(first[k], second[k]) for k in first)
+        assert comparable(one / run) == comparable(two / run) and same_model(one / run, two / run)
         assert not (one / run / RUN_LOG).exists()
         assert "completed: 3 rounds" in (two / run / RUN_LOG).read_text()
     assert (one / "table.csv").read_text() == (two / "table.csv").read_text().replace(
@@ -139,6 +131,4 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     assert reference.returncode == 0, reference.stderr[-2000:]
     for policy in ("fedcgd-fscd", "bc"):
         run, ref = stopped / policy / "seed-0", whole / policy / "seed-0"
-        assert comparable(run) == comparable(ref)
-        first, second = torch.load(run / "model.pt"), torch.load(ref / "model.pt")
-        assert all(torch.equal(first[k], second[k]) for k in first)
+        assert comparable(run) == comparable(ref) and same_model(run, ref)
