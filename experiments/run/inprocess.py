@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,7 +123,11 @@ class InProcessGrid(Grid):
         def describe() -> str:
             return describe_unanswered(messages[delivered:], self.stall_limit_s or 0.0)
 
-        with stall_alarm(self.stall_limit_s, describe) as progress, self._cohorts(messages):
+        together = nullcontext() if self.cohorts is None else self.cohorts.opened(
+            [(m, self.contexts[m.metadata.dst_node_id]) for m in messages
+             if m.metadata.dst_node_id in self.handlers]
+        )  # fmt: skip
+        with stall_alarm(self.stall_limit_s, describe) as progress, together:
             for msg in messages:
                 reply = self.deliver(msg)
                 delivered += 1
@@ -131,16 +135,6 @@ class InProcessGrid(Grid):
                 if reply is not None:
                     replies.append(reply)
         return replies
-
-    def _cohorts(self, messages: list[Message]) -> AbstractContextManager[None]:
-        if self.cohorts is None:
-            return nullcontext()
-        deliveries = [
-            (msg, self.contexts[msg.metadata.dst_node_id])
-            for msg in messages
-            if msg.metadata.dst_node_id in self.handlers
-        ]
-        return self.cohorts.opened(deliveries)
 
 
 def node_contexts(
