@@ -1,8 +1,4 @@
-"""Benchmarks, one module per measured claim (docs/performance.md), run from the checkout.
-
-``python -m benchmarks <name> [OPTIONS]``: each module registers its command on :data:`app`.
-They sit above the installed package (nothing there imports them).
-"""
+"""``python -m benchmarks <name>``: one module per measured claim (docs/performance.md)."""
 
 from collections.abc import Sequence
 

@@ -1,9 +1,6 @@
-"""On-demand timing of sigma-hat against one SGD step.
+"""``python -m benchmarks client``: sigma-hat (one pass, vmap) against one SGD step, b = 32.
 
-``python -m benchmarks client [--repeats N] [--vmap-repeats M] [--threads T]``: for ``cnn`` and
-``resnet18gn`` at b = 32, the one-pass sigma-hat, the vmap reference and one SGD step with their
-ratios. Medians after one warm-up call, the calls timed alternately so that load from other
-processes affects them alike; the numbers are in docs/performance.md.
+Medians after a warm-up call, the calls alternated; the numbers are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from client_app.sigma import gradient_spread, gradient_spread_vmap
 from fedcgd_task.models import build_model
 from fedcgd_task.training import train_local
 
-#: (model name, input shape, classes) of the sigma-hat vs SGD-step table, at b = SIGMA_BATCH.
+#: (model name, input shape, classes) of the table, at b = SIGMA_BATCH.
 SIGMA_CASES: tuple[tuple[str, tuple[int, ...], int], ...] = (
     ("cnn", (3, 32, 32), 10),
     ("resnet18gn", (3, 32, 32), 100),

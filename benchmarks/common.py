@@ -26,8 +26,6 @@ from server_app.run_folder.results import read_metrics_lines
 
 #: Per-round timing columns of ``metrics.jsonl`` the benchmarks report (seconds).
 PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate_s", "eval_s")
-#: The interpreter's arguments that run a checkout's in-process engine (from its folder).
-ENGINE = ("-m", "experiments.cli", "inprocess")
 #: ``--rounds`` and ``--seed`` of the round benchmarks.
 Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
 Seed = Annotated[int, typer.Option(help="run seed")]
@@ -76,11 +74,9 @@ def per_round_s(metrics: Sequence[Mapping[str, Any]]) -> float:
 
 
 def run_engine(project: Path, overrides: Mapping[str, Any], log_path: Path) -> EngineRun:
-    """Run ``project``'s in-process engine as a process, its memory sampled every 0.1 s.
-
-    RuntimeError with the end of the log if the run fails.
-    """
-    command = [sys.executable, *ENGINE, "--run-config", format_run_config(overrides)]
+    """Run ``project``'s in-process engine as a process, its memory sampled every 0.1 s."""
+    run_config = format_run_config(overrides)
+    command = [sys.executable, "-m", "experiments.cli", "inprocess", "--run-config", run_config]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result_dir = Path(str(overrides["result-dir"]))
     by_round: dict[int, float] = {}
@@ -120,10 +116,7 @@ PARTS = ("round_s", "sigma_s", "train_s", "aggregate_s", "eval_s")
 
 @dataclass
 class Replay:
-    """A replay's set-up seconds and each part's seconds per round (:data:`PARTS`).
-
-    ``accuracy_gap``: the largest |run − replayed| accuracy of a round both evaluated (or NaN).
-    """
+    """A replay's set-up seconds, each part's seconds per round, the largest accuracy gap."""
 
     setup_s: float
     parts: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PARTS})
@@ -137,11 +130,9 @@ class Replay:
 def replay(
     run_config: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], threads: int = 1
 ) -> Replay:
-    """A run's rounds (its ``metrics.jsonl`` lines) redone bare in this process, timed per round.
+    """A run's rounds (``metrics.jsonl`` lines) redone bare (no messages, checks, files), timed.
 
-    Per round (timed): σ̂ on the available devices if the policy needs it, τ SGD steps on each
-    scheduled one, FedAvg, the evaluation: the product's functions without messages, checks or
-    files. RuntimeError if the redrawn channel disagrees with the run.
+    RuntimeError if the redrawn channel disagrees with the run.
     """
     import torch
 

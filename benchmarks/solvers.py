@@ -57,12 +57,7 @@ def time_solvers(
     ratio: float = 1.0,
     milp_time_limit_s: float = 0.0,
 ) -> int:
-    """Solve ``instances`` random instances per V with each method; print and write the tables.
-
-    A method's instance is drawn from ``[seed, V, instance]`` (the same for every method); CD's
-    random start from ``[seed, V, instance, 8]``; an exact solve counts as proven when its lower
-    bound meets its objective.
-    """
+    """Solve ``instances`` random instances per V with each method; print and write the tables."""
     from experiments.paper.solver_performance import instance_problem, make_instance
     from fedcgd_strategy import solve
 

@@ -35,10 +35,7 @@ def fedcgd(*args: str) -> list[str]:
 
 
 def run_fedcgd(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``fedcgd args`` (15 min at most), assert that it exits with 0 and return it.
-
-    Its output is captured as text; the failure message shows the tail of both streams.
-    """
+    """Run ``fedcgd args`` (15 min at most), assert that it exits with 0 and return it."""
     proc = subprocess.run(fedcgd(*args), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc
@@ -47,11 +44,7 @@ def run_fedcgd(*args: str) -> subprocess.CompletedProcess[str]:
 def run_ok(
     command: Sequence[str], *, timeout: float, cwd: Path = PROJECT_DIR, **kwargs: Any
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` (in the project folder by default) with its output captured as text.
-
-    Asserts that it exits with 0 (the failure message is the end of its stderr) and returns it;
-    ``kwargs`` go to :func:`subprocess.run` (``env``, ``input``).
-    """
+    """Run ``command`` (in the project folder by default), assert that it exits with 0."""
     proc = subprocess.run(
         list(command), cwd=cwd, capture_output=True, text=True, timeout=timeout, **kwargs
     )
@@ -62,11 +55,7 @@ def run_ok(
 def start_in_own_session(
     command: Sequence[str], env: Mapping[str, str], *, merge_stderr: bool = False
 ) -> subprocess.Popen[str]:
-    """Start ``command`` in the project folder, in a session of its own, with text pipes.
-
-    The session lets a test signal the whole process group (as Ctrl-C would) and find what the
-    command left running; ``merge_stderr`` sends stderr into the stdout pipe.
-    """
+    """Start ``command`` in the project folder, in a session of its own, with text pipes."""
     return subprocess.Popen(
         list(command),
         cwd=PROJECT_DIR,
@@ -79,10 +68,7 @@ def start_in_own_session(
 
 
 def wait_for(predicate: Callable[[], bool], proc: subprocess.Popen[str], limit_s: float) -> None:
-    """Poll ``predicate`` until it holds; fail if ``proc`` ends first or ``limit_s`` pass.
-
-    When the command ended early, the failure shows its exit code and the tail of its output.
-    """
+    """Poll ``predicate`` until it holds; fail if ``proc`` ends first or ``limit_s`` pass."""
     deadline = time.monotonic() + limit_s
     while not predicate():
         if proc.poll() is not None:

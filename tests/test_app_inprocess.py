@@ -32,37 +32,26 @@ def run_inprocess(tmp_path: Path, name: str, *, cohorts: bool = True, **override
     return tmp_path / name
 
 
-def test_fedcgd_query_and_train_all_protocols_give_the_same_schedule_and_model(tmp_path):
-    # One device at a time: a device's computation is then the same in both protocols, bit for
+@pytest.mark.parametrize(
+    ("policy", "protocol"), [("fedcgd-fscd", "train-all"), ("bc", "channel"), ("all", "channel")]
+)
+def test_every_protocol_gives_the_schedules_and_model_of_the_query_protocol(
+    tmp_path, policy, protocol
+):
+    # One device at a time: a device's computation is then the same in every protocol, bit for
     # bit on any machine (in cohorts the devices trained together differ between them).
-    a = run_inprocess(tmp_path, "query", protocol="query", cohorts=False)
-    b = run_inprocess(tmp_path, "train-all", protocol="train-all", cohorts=False)
-    lines_a, lines_b = lines(a), lines(b)
-    assert [line["scheduled"] for line in lines_a] == [line["scheduled"] for line in lines_b]
-    assert any(line["num_scheduled"] > 0 for line in lines_a)
-    # In train-all every available device trained, in query only the scheduled ones.
-    assert sum(line["num_available"] for line in lines_b) >= sum(
-        line["num_scheduled"] for line in lines_a
-    )
-    model_a = torch.load(a / MODEL_FILE)
-    model_b = torch.load(b / MODEL_FILE)
-    assert model_a.keys() == model_b.keys()
-    for key in model_a:
-        assert torch.equal(model_a[key], model_b[key]), key
-
-
-@pytest.mark.parametrize("policy", ["bc", "all"])
-def test_channel_protocol_equals_query_protocol(tmp_path, policy):
-    # Rules that need the channel only skip the query phase; with the same seed the schedules
-    # and the final model are those of the query protocol.
-    # One device at a time, as above: the same computation per device, bit for bit.
-    a = run_inprocess(tmp_path, "channel", policy=policy, protocol="channel", cohorts=False)
+    a = run_inprocess(tmp_path, protocol, policy=policy, protocol=protocol, cohorts=False)
     b = run_inprocess(tmp_path, "query", policy=policy, protocol="query", cohorts=False)
     lines_a, lines_b = lines(a), lines(b)
     assert [x["scheduled"] for x in lines_a] == [x["scheduled"] for x in lines_b]
     assert [x["wemd"] for x in lines_a] == [x["wemd"] for x in lines_b]
-    assert all(x["query_s"] == 0.0 for x in lines_a)
+    assert any(x["num_scheduled"] > 0 for x in lines_b)
+    if protocol == "channel":  # rules that need the channel only skip the query phase
+        assert all(x["query_s"] == 0.0 for x in lines_a)
+    else:  # in train-all every available device trained, in query only the scheduled ones
+        assert sum(x["num_available"] for x in lines_a) >= sum(x["num_scheduled"] for x in lines_b)
     model_a, model_b = torch.load(a / MODEL_FILE), torch.load(b / MODEL_FILE)
+    assert model_a.keys() == model_b.keys()
     assert all(torch.equal(model_a[k], model_b[k]) for k in model_a)
 
 
@@ -78,18 +67,8 @@ def test_result_directory_contents(tmp_path):
     assert written[0]["accuracy"] is None and written[1]["accuracy"] is not None
     assert written[2]["accuracy"] is not None
     for line in written:
-        for key in (
-            "scheduled",
-            "num_scheduled",
-            "num_available",
-            "wemd",
-            "sampling_term",
-            "sigma",
-            "class_gradient_used",
-            "bandwidth_used_hz",
-            "wall_time_s",
-        ):
-            assert key in line
+        keys = "scheduled num_scheduled num_available wemd sampling_term sigma class_gradient_used"
+        assert {*keys.split(), "bandwidth_used_hz", "wall_time_s"} <= line.keys()
         assert line["bandwidth_used_hz"] <= config["cell"]["total_bandwidth_hz"] + 1e-6
     state = torch.load(out / MODEL_FILE)
     assert sum(t.numel() for t in state.values()) == 4810
@@ -126,16 +105,6 @@ def test_same_seed_same_run(tmp_path):
     assert np.allclose([x["accuracy"] for x in a], [x["accuracy"] for x in b])
 
 
-def test_redraw_settings_reach_the_cell():
-    run_config = default_run_config()
-    assert parse_run_config(run_config).cell.redraw_los_each_round is True
-    run_config.update(
-        {"channel.redraw-los-each-round": False, "channel.redraw-shadowing-each-round": False}
-    )
-    cell = parse_run_config(run_config).cell
-    assert cell.redraw_los_each_round is False and cell.redraw_shadowing_each_round is False
-
-
 def test_every_cell_setting_is_a_channel_key():
     """channel.<key> for every CellConfig field but num_devices; errors name the bad key."""
     run_config = default_run_config()
@@ -143,8 +112,12 @@ def test_every_cell_setting_is_a_channel_key():
     assert cell_keys - {"channel.num-devices", "channel.pathloss-model"} == {
         key for key in run_config if key.startswith("channel.")
     } - {"channel.model", "channel.model-bits", "channel.trace"}
-    cell = parse_run_config({**run_config, "channel.noise-figure-db": 7.5}).cell
+    assert parse_run_config(run_config).cell.redraw_los_each_round is True
+    changed = {"channel.noise-figure-db": 7.5, "channel.redraw-los-each-round": False,
+               "channel.redraw-shadowing-each-round": False}  # fmt: skip
+    cell = parse_run_config({**run_config, **changed}).cell
     assert cell.noise_figure_db == 7.5
+    assert cell.redraw_los_each_round is False and cell.redraw_shadowing_each_round is False
     # The message explains with other fields (pathloss_model, min_distance_m): the key is the
     # field CellConfig names first.
     bad_settings = [

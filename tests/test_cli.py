@@ -1,8 +1,5 @@
-"""The ``fedcgd`` tool: its subcommands, its one-line refusals, and the commands the docs give.
-
-Every ``fedcgd`` command of README.md and docs/ is parsed by the tool itself (without running
-it): it must name an existing subcommand and only options that subcommand declares.
-"""
+"""The ``fedcgd`` tool: its subcommands, its one-line refusals, and the commands the docs give
+(each parsed by the tool without running it: a subcommand and options it declares)."""
 
 from __future__ import annotations
 
@@ -19,18 +16,9 @@ from test_readme_commands import readme_commands
 from experiments.cli import app, invoke
 
 #: The subcommands, as the README lists them (groups with theirs).
-SUBCOMMANDS = {
-    "run": None,
-    "inprocess": None,
-    "compare": None,
-    "reproduce": None,
-    "plot": None,
-    "runs": None,
-    "indicator": None,
-    "certificates": None,
-    "channel-report": None,
-    "settings": None,
-    "paper": {"solver-performance", "schedule-table"},
+COMMANDS = "run inprocess compare reproduce plot runs indicator certificates channel-report"
+SUBCOMMANDS = dict.fromkeys([*COMMANDS.split(), "settings"]) | {
+    "paper": {"solver-performance", "schedule-table"}
 }
 
 
@@ -54,11 +42,7 @@ ROOT = typer.main.get_command(app)
 
 
 def parse_documented(words: list[str]) -> click.Context:
-    """Parse ``fedcgd <words>`` as the tool does, without running it.
-
-    Unknown subcommands, unknown options and extra arguments fail (click's usage errors);
-    values are not converted (the docs write placeholders such as ``--out DIR``).
-    """
+    """Parse ``fedcgd <words>`` as the tool does, without running it or converting values."""
     ctx = click.Context(ROOT, info_name="fedcgd")
     command: click.Command = ROOT
     args = list(words)

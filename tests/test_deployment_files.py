@@ -68,14 +68,14 @@ def test_supernodes_cover_every_partition_once():
             assert "superlink:8000" in service["command"]
 
 
-def test_dockerfile_copies_every_package():
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
-        "targets"
-    ]["wheel"]["packages"]
+def test_dockerfile_copies_every_package_onto_the_public_python_image():
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in packages:
+    for package in wheel["targets"]["wheel"]["packages"]:
         assert f"COPY {package} ./{package}" in dockerfile
     assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in dockerfile
+    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in dockerfile
+    assert "python3 python3-venv" in dockerfile  # a base without Python gets it from apt
 
 
 @pytest.mark.parametrize("services", [SERVICES, TEST_SERVICES], ids=["public", "test"])
@@ -110,7 +110,7 @@ def test_certificates_are_mounted_read_only_where_they_are_used():
     assert "./results:/results" in SERVICES["superlink"]["volumes"]
 
 
-def test_the_test_override_runs_every_service_on_loopback_host_networking():
+def test_the_test_override_and_its_script_run_every_service_on_loopback_host_networking():
     assert set(TEST_SERVICES) == set(SERVICES)
     assert all(s["network_mode"] == "host" for s in TEST_SERVICES.values())
     superlink = TEST_SERVICES["superlink"]["command"]
@@ -126,28 +126,16 @@ def test_the_test_override_runs_every_service_on_loopback_host_networking():
         public = SERVICES[name]["command"]
         assert flag_value(command, "--node-config") == flag_value(public, "--node-config")
     assert len(set(ports)) == len(ports), ports
-
-
-def test_test_compose_script_matches_the_override():
-    script = (ROOT / "scripts" / "test_compose.sh").read_text()
-    link_port = flag_value(TEST_SERVICES["superlink"]["command"], "--port")
+    script = (ROOT / "scripts" / "test_compose.sh").read_text()  # make test-compose's script
     assert f"SUPERLINK_PORT={link_port}" in script
-    for name in SUPERNODES:
-        assert flag_value(TEST_SERVICES[name]["command"], "--port") in script
+    assert all(port in script for port in ports)
     assert "-f docker-compose.yml -f docker-compose.test.yml" in script
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test-compose:.*\n\t.*scripts/test_compose\.sh", makefile, re.M)
 
 
-def test_dockerfile_defaults_to_the_public_python_image():
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in dockerfile
-    # A base without Python (debootstrapped Debian) gets it from apt.
-    assert "python3 python3-venv" in dockerfile
-
-
 def compose_merge(files: list[dict[str, Any]]) -> dict[str, Any]:
-    """Compose's merge of ``files``, as far as these files need: each service's keys, later wins."""
+    """Compose's merge of ``files`` as far as these files need: each service's keys, later wins."""
     services: dict[str, dict[str, Any]] = {}
     for each in files:
         for name, service in each["services"].items():

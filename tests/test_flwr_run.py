@@ -1,13 +1,5 @@
-"""One real ``flwr run`` simulation (Ray backend) on digits: result files and learning.
-
-``flwr run``'s simulation computes each device alone (the per-device path), as the in-process
-engine does with ``cohorts=False`` (``--per-device``): the same operations on the same shapes,
-one intra-op torch thread per ClientApp and in the ServerApp, every random draw from the run
-seed. On one machine the two give the same run bit for bit, which the tests check with
-``torch.equal`` and ``==``. The in-process default, cohort execution, computes the same
-quantities in another summation order: ``test_cohort_execution`` compares it with the
-per-device path.
-"""
+"""One real ``flwr run`` simulation (Ray backend) on digits: result files, learning, and the
+same run bit for bit as the in-process engine one device at a time (``--per-device``)."""
 
 from __future__ import annotations
 
@@ -20,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from doc_pages import PROJECT
+from run_results import comparable, same_model
 from subprocesses import FEDCGD
 from test_paths import hostile_folder
 
+from experiments.cli import invoke
 from experiments.run.federation import LocalFederation, _free_port, executable
 from experiments.run.flwr_run import run_flwr
 from experiments.run.inprocess import run_inprocess
@@ -32,16 +25,6 @@ from experiments.run.run_config import validated_run_config
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 4
-
-
-def same_lines(here: list[dict], ray: list[dict]) -> None:
-    """Every metrics line equal in every field but the measured seconds (``*_s``)."""
-    assert len(here) == len(ray)
-    for a, b in zip(here, ray, strict=True):
-        assert a.keys() == b.keys()
-        assert {k: v for k, v in a.items() if not k.endswith("_s")} == {
-            k: v for k, v in b.items() if not k.endswith("_s")
-        }
 
 
 def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path):
@@ -75,11 +58,8 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     config["data-dir"] = str((Path.cwd() / "data").resolve())
     assert config["device"] == "cpu"  # as under flwr run: Ray gives a ClientApp no GPU it asks none
     run_inprocess(config, cohorts=False)  # one device at a time, as flwr run computes each
-    again = [json.loads(x) for x in (here / METRICS_FILE).read_text().splitlines()]
     assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
-    same_lines(again, lines)
-    model_ray, model_here = torch.load(out / MODEL_FILE), torch.load(here / MODEL_FILE)
-    assert all(torch.equal(model_ray[k], model_here[k]) for k in model_ray)
+    assert comparable(here) == comparable(out) and same_model(out, here)
 
 
 def test_every_started_process_is_stopped_by_pid(tmp_path):
@@ -98,12 +78,8 @@ def test_every_started_process_is_stopped_by_pid(tmp_path):
 def test_default_run_of_make_run(tmp_path):
     """What `make run` runs: the default settings, 40 devices, 50 rounds (README's promises)."""
 
-    proc = subprocess.run(
-        [FEDCGD, "run", "--results", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    command = [FEDCGD, "run", "--results", str(tmp_path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (result_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert f"Results: {result_dir}" in proc.stdout
@@ -140,12 +116,8 @@ def listening_pid(port: int) -> int:
 
 
 def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
-    """README's ``flwr run .``, with Flower's own ``local`` SuperLink on ports of our own.
-
-    Without ``--federation-config`` (Flower's 2 simulated SuperNodes) the ServerApp stops at its
-    start with one line that names the command, leaving no folder; the README's command with that
-    size completes; the SuperLink it left is stopped by the PID ``ss`` shows for its port.
-    """
+    """README's ``flwr run .`` without ``--federation-config``: one line naming the command, no
+    folder; that command completes; the SuperLink it left is stopped by the PID ``ss`` shows."""
     exported, words = readme_flower_block()
     assert exported == {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     assert words[:4] == ["flwr", "run", ".", "--stream"]
@@ -198,16 +170,22 @@ def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
             raise AssertionError(f"the SuperLink {pid} still listens on {port}")
 
 
-def test_fedcgd_run_refuses_a_simulation_with_fewer_supernodes_than_devices(tmp_path, capsys):
-    from experiments.run.launcher import LaunchOptions, main
-
-    options = LaunchOptions(run_config="num-devices=4", num_supernodes=2, out=tmp_path)
-    assert main(options) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "error: --num-supernodes 2 < num-devices = 4: a simulation needs one SuperNode per "
-        "device; leave --num-supernodes out"
-    ]
-    assert list(tmp_path.iterdir()) == []  # refused before the start: no folder
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--num-supernodes", "2", "--run-config", "num-devices=4"],
+         "--num-supernodes 2 < num-devices = 4: a simulation needs one SuperNode per device; "
+         "leave --num-supernodes out"),
+        (["--superlink", "127.0.0.1:1"], "SuperLink at 127.0.0.1:1 is not reachable"),
+        (["--run-config", "dataset='cifar10' data-dir='{tmp}/none'"], "cifar10 files not found"),
+    ],
+)  # fmt: skip
+def test_fedcgd_run_refuses_in_one_line_before_the_start(tmp_path, capsys, argv, message):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert invoke(["run", *argv, "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and message in line, line
+    assert not (tmp_path / "out").exists()  # refused before the start: no folder
 
 
 def test_a_failed_fedcgd_run_ends_on_its_own_outcome_and_exit_code_1(tmp_path):

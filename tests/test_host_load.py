@@ -1,10 +1,5 @@
-"""Host load never changes a simulated run; a deployment counts the devices it loses.
-
-A simulation waits for every reply (a held-back device changes nothing; no reply for
-``stall-limit-s`` fails the run in one line); in a deployment (``FakeGrid``, whose silent node
-times out) each lost device is counted in metrics.jsonl, summary.json, status.json, the last
-line and the comparison tables.
-"""
+"""Host load never changes a simulated run (no reply for ``stall-limit-s``: one line); a
+deployment counts the devices it loses in every file, the last line and the comparison tables."""
 
 from __future__ import annotations
 
@@ -108,21 +103,13 @@ def test_a_message_the_link_drops_stops_a_simulation_in_one_line(tmp_path, monke
     assert "\n" not in str(err)
 
 
-class StuckClientApp:
-    """The project's ClientApp, stuck (a long sleep) on the ``train`` of one device and round."""
-
-    def __init__(self, partition_id: int, server_round: int) -> None:
-        self.partition_id, self.server_round = partition_id, server_round
-
-    def __call__(self, message, context):
-        config = message.content.config_records[keys.CONFIG]
-        if (
-            message.metadata.message_type == "train"
-            and context.node_config["partition-id"] == self.partition_id
-            and config[keys.SERVER_ROUND] == self.server_round
-        ):
+def stuck_client_app(message, context):
+    """The project's ClientApp, stuck (a long sleep) on the ``train`` of device SLOW in round 2."""
+    server_round = message.content.config_records[keys.CONFIG][keys.SERVER_ROUND]
+    if message.metadata.message_type == "train" and server_round == 2:
+        if context.node_config["partition-id"] == SLOW:
             time.sleep(600)
-        return client_app(message, context)
+    return client_app(message, context)
 
 
 def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
@@ -130,27 +117,11 @@ def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
 ):
     import client_app.app
 
-    monkeypatch.setattr(
-        client_app.app, "make_app", lambda cohorts=None: StuckClientApp(SLOW, server_round=2)
-    )
-    values = {
-        "num-devices": V,
-        "num-server-rounds": ROUNDS,
-        "channel.availability-prob": 1.0,
-        "channel.deadline-s": 1.0,
-        "stall-limit-s": 1.0,
-        "checkpoint-every": 1,  # resumable after round 1
-    }
-    code = invoke(
-        [
-            "inprocess",
-            "--per-device",
-            "--out",
-            str(tmp_path),
-            "--run-config",
-            run_config_text(values),
-        ]
-    )
+    monkeypatch.setattr(client_app.app, "make_app", lambda cohorts=None: stuck_client_app)
+    values = {"num-devices": V, "num-server-rounds": ROUNDS, "channel.availability-prob": 1.0,
+              "channel.deadline-s": 1.0, "stall-limit-s": 1.0, "checkpoint-every": 1}  # fmt: skip
+    config = run_config_text(values)
+    code = invoke(["inprocess", "--per-device", "--out", str(tmp_path), "--run-config", config])
     out, err = capsys.readouterr()  # returned: the 600 s sleep was cut short
     assert code == 1, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
@@ -203,15 +174,12 @@ def test_a_deployment_counts_the_devices_it_lost(tmp_path):
     out = tmp_path / "compare"
     out.mkdir()
     write_comparison(runs, out)
-    runs_csv = (out / "runs.csv").read_text().splitlines()
-    assert runs_csv[0].split(",") == list(RUN_COLUMNS)
-    column = RUN_COLUMNS.index("devices_lost")
-    assert [x.split(",")[column] for x in runs_csv[1:]] == [str(ROUNDS), "0"]
-    table_csv = (out / "table.csv").read_text().splitlines()
-    assert table_csv[0].split(",")[TABLE_COLUMNS.index("runs_with_lost_devices")] == (
-        "runs_with_lost_devices"
-    )
-    assert table_csv[1].split(",")[TABLE_COLUMNS.index("runs_with_lost_devices")] == "1"
+    runs_csv = [x.split(",") for x in (out / "runs.csv").read_text().splitlines()]
+    assert runs_csv[0] == list(RUN_COLUMNS)
+    assert [x[RUN_COLUMNS.index("devices_lost")] for x in runs_csv[1:]] == [str(ROUNDS), "0"]
+    table_csv = [x.split(",") for x in (out / "table.csv").read_text().splitlines()]
+    column = TABLE_COLUMNS.index("runs_with_lost_devices")
+    assert [row[column] for row in table_csv[:2]] == ["runs_with_lost_devices", "1"]
 
 
 def test_an_error_reply_is_a_lost_device_and_a_refused_reply_is_not(tmp_path):

@@ -1,8 +1,4 @@
-"""Checks before the start (one line, exit 2, nothing created) and the run's outcome.
-
-The functions under test are imported inside the tests, so that the command-line tests also run
-(and fail) on a tree without them.
-"""
+"""Checks before the start (one line, exit 2, nothing created) and the run's outcome."""
 
 from __future__ import annotations
 
@@ -37,7 +33,7 @@ def refused_by_main(capsys, tmp_path: Path, **overrides: object) -> str:
     out = tmp_path / "out"
     values = {"num-server-rounds": 2, **overrides}
     if "resume-from" not in overrides:  # a resumed run continues in its own folder
-        values["result-dir"] = str(out)
+        values.setdefault("result-dir", str(out))
     code = invoke(["inprocess", "--run-config", format_run_config(values), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
@@ -79,10 +75,8 @@ def test_an_integer_beyond_what_flowers_records_hold_is_refused_before_the_start
 def test_result_dir_inside_a_file_is_refused(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    values = {"num-server-rounds": 2, "result-dir": str(blocker / "run")}
-    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "'result-dir'" in err[0] and "is a file" in err[0]
+    line = refused_by_main(capsys, tmp_path, **{"result-dir": str(blocker / "run")})
+    assert "'result-dir'" in line and "is a file" in line
     assert blocker.read_text() == "x"
 
 
@@ -224,7 +218,6 @@ def test_resume_with_another_result_dir_is_refused(capsys, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     values = {"resume-from": str(run), "result-dir": str(tmp_path / "elsewhere")}
-    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "'result-dir'" in err[0] and "resume" in err[0]
+    line = refused_by_main(capsys, tmp_path, **values)
+    assert "'result-dir'" in line and "resume" in line
     assert not (tmp_path / "elsewhere").exists() and list(run.iterdir()) == []

@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.compare.policies import CompareOptions, compare
+from experiments.cli import invoke
 from experiments.compare.reproduce import CONF_DIR, reproduce
+from experiments.run.federation import _free_port
 from experiments.run.ray_runs import TOKEN_FILE
 
 TINY = [
@@ -31,13 +31,6 @@ TINY = [
 def load(overrides: list[str]):
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         return compose("config", overrides=["experiment=digits_local_steps", *overrides])
-
-
-def free_port() -> int:
-    """A loopback port nothing listened on a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -64,7 +57,7 @@ def test_bad_ray_settings_are_refused_in_one_line_before_any_run(
     given, expected, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    words = given.format(port=free_port()).split()
+    words = given.format(port=_free_port()).split()
     if words[0].startswith("RAY_ADDRESS="):
         monkeypatch.setenv("RAY_ADDRESS", words.pop().partition("=")[2])
     assert reproduce(load([*TINY, *words, f"out={tmp_path / 'out'}"])) == 2
@@ -75,19 +68,8 @@ def test_bad_ray_settings_are_refused_in_one_line_before_any_run(
 
 def test_compare_names_its_own_options(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    options = CompareOptions(
-        policies="bc",
-        seeds="0",
-        run_config="num-server-rounds=1 num-devices=4",
-        aggregators=None,
-        out=tmp_path / "out",
-        num_supernodes=None,
-        target_accuracy=None,
-        engine="inprocess",
-        jobs=1,
-        gpus_per_run=-0.5,
-    )
-    assert compare(options) == 2
+    words = ["--policies", "bc", "--seeds", "0", "--engine", "inprocess", "--gpus-per-run", "-0.5"]
+    assert invoke(["compare", *words, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert (
         err == "error: --gpus-per-run: got -0.5; allowed: a number >= 0 (a fraction shares "

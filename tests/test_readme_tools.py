@@ -35,10 +35,7 @@ TINY: dict[str, tuple[list[str], list[str]]] = {
     ),
     "bench solvers": (["--instances", "1", "--num-devices", "8"], ["runs.csv", "summary.csv"]),
     "bench fscd-scale": (["--num-devices", "30", "--instances", "1"], ["summary.csv"]),
-    "bench inprocess": (
-        ["--rounds", "2", "--repeats", "1"],
-        ["table.csv", "table.json"],
-    ),
+    "bench inprocess": (["--rounds", "2", "--repeats", "1"], ["table.csv", "table.json"]),
     "bench scale": (
         ["--devices", "12", "--rounds", "3", "--samples", "2000"],
         ["table.csv", "table.json"],
@@ -78,13 +75,7 @@ def run(subcommand: str, args: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def with_out(args: list[str], out: Path) -> list[str]:
-    """``args`` with its ``--out`` (or the one it lacks) pointing into ``out``.
-
-    A ``--docs-png`` (the committed figure a command can also write) goes into ``out`` too, so
-    that the suite never rewrites a tracked file. A ``--compare-with`` (the docs' ``../base``, a
-    worktree of an earlier commit that a fresh clone lacks) names this checkout: the benchmark
-    then times the same code twice, through the same path as another checkout.
-    """
+    """``args`` with ``--out`` and ``--docs-png`` in ``out``, ``--compare-with`` this checkout."""
     args = list(args)
     if "--compare-with" in args:
         i = args.index("--compare-with")

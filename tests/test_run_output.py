@@ -11,7 +11,7 @@ import pytest
 from fake_grid import app_grid, make_contexts
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from experiments.run.flwr_run import is_chatter, stream_output
+from experiments.run.flwr_run import stream_output, strip_ansi
 from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
@@ -56,46 +56,31 @@ def test_flower_round_lines_only_when_verbose(
     assert FLOWER_LOGGER.level == level_before  # restored after the run
 
 
-def test_chatter_filter_keeps_what_matters() -> None:
-    chatter = [
-        "Using SuperLink: local (127.0.0.1:44703)\n",
-        "\x1b[92mINFO \x1b[0m:      Starting logstream for run_id `1`\n",
-        "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed\n",
-        "\x1b[92mINFO \x1b[0m:      \n",
-        "Successfully installed fedcgd to /tmp/x.\n",
-        "(ClientAppActor pid=1) WARNING :   Manually terminating ClientAppActor\n",
-        "\x1b[92mINFO \x1b[0m:      Start `flwr-serverapp` process\n",
-    ]
-    kept = [
-        "round    1/3 | acc 21.67% | scheduled   5/6   available | elapsed 7.1 s | ETA 14.2 s\n",
-        "\x1b[93mWARNING \x1b[0m:   train: device 3 excluded this round: busy\n",
-        "\x1b[91mERROR \x1b[0m:     Simulation raised an exception\n",
-        "Traceback (most recent call last):\n",
-    ]
-    assert [is_chatter(x) for x in chatter] == [True] * len(chatter)
-    assert [is_chatter(x) for x in kept] == [False] * len(kept)
+#: Flower's and Ray's chatter (held back without ``verbose``), and lines a run shows.
+CHATTER = (
+    "Using SuperLink: local (127.0.0.1:44703)\n"
+    "\x1b[92mINFO \x1b[0m:      Starting logstream for run_id `1`\n"
+    "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed\n"
+    "\x1b[92mINFO \x1b[0m:      \n"
+    "Successfully installed fedcgd to /tmp/x.\n"
+    "(ClientAppActor pid=1) WARNING :   Manually terminating ClientAppActor\n"
+    "\x1b[92mINFO \x1b[0m:      Start `flwr-serverapp` process\n"
+)
+SHOWN = (
+    "round    1/3 | acc 21.67% | scheduled   5/6   available | elapsed 7.1 s | ETA 14.2 s\n"
+    "\x1b[93mWARNING \x1b[0m:   train: device 3 excluded this round: busy\n"
+    "\x1b[91mERROR \x1b[0m:     Simulation raised an exception\n"
+    "Traceback (most recent call last):\n"
+)
 
 
-def streamed(text: str) -> str:
-    """:func:`stream_output` (without ``verbose``) of a process that prints ``text``."""
+def test_stream_output_prints_the_runs_lines_and_returns_every_line(capsys) -> None:
+    text = CHATTER + SHOWN
     proc = subprocess.Popen(
         [sys.executable, "-c", f"print({text!r}, end='')"], stdout=subprocess.PIPE, text=True
     )
-    return stream_output(proc, verbose=False)
-
-
-@pytest.mark.parametrize(
-    ("text", "printed"),
-    [  # chatter held back; colour codes only for a terminal (here a file)
-        ("Using SuperLink: local\nround 1/1 | acc 5%\nSuccessfully installed app\n",
-         "round 1/1 | acc 5%\n"),
-        ("\x1b[93mWARNING \x1b[0m:   device 3 excluded\nround 1/1\n",
-         "WARNING :   device 3 excluded\nround 1/1\n"),
-    ],
-)  # fmt: skip
-def test_stream_output_prints_the_runs_lines_and_returns_every_line(text, printed, capsys) -> None:
-    assert streamed(text) == text  # what the commands read back
-    assert capsys.readouterr().out == printed
+    assert stream_output(proc, verbose=False) == text  # what the commands read back
+    assert capsys.readouterr().out == strip_ansi(SHOWN)  # colour codes only for a terminal
 
 
 def test_the_in_process_engine_writes_flowers_log_lines_without_colour_codes(

@@ -3,15 +3,14 @@ the same results as one at a time, a failed run named, and stopping (by PID: tes
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from proc_tree import alive, command_line, descendants
+from run_results import comparable, same_model
 from subprocesses import FEDCGD
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
@@ -38,21 +37,10 @@ def load(preset: str, overrides: list[str]):
         return compose("config", overrides=[f"experiment={preset}", *overrides])
 
 
-def comparable(run_dir: Path) -> list[dict]:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in x.items() if not k.endswith("_s")} for x in lines]
-
-
 @pytest.mark.slow  # 60 s; test_paths runs a preset side by side in the default suite
 def test_a_preset_run_side_by_side_equals_the_same_preset_one_at_a_time(tmp_path, capsys):
-    common = [
-        "'policies=[fedcgd-fscd,bc]'",
-        "seeds=[0,1]",
-        "++run.num-server-rounds=3",
-        "++run.num-devices=8",
-        "launcher.engine=inprocess",
-    ]
-    common = [c.strip("'") for c in common]
+    common = ["policies=[fedcgd-fscd,bc]", "seeds=[0,1]", "++run.num-server-rounds=3",
+              "++run.num-devices=8", "launcher.engine=inprocess"]  # fmt: skip
     one, two = tmp_path / "one", tmp_path / "two"
     assert reproduce(load("digits_local_steps", [*common, f"out={one}", "launcher.jobs=1"])) == 0
     assert "1 run(s) at once" in capsys.readouterr().out
@@ -62,9 +50,7 @@ def test_a_preset_run_side_by_side_equals_the_same_preset_one_at_a_time(tmp_path
     runs = sorted(p.relative_to(one) for p in one.glob("*/*/seed-*"))
     assert len(runs) == 3 * 2 * 2  # tau in {1, 5, 10} x two policies x two seeds
     for run in runs:
-        assert comparable(one / run) == comparable(two / run), run
-        first, second = torch.load(one / run / "model.pt"), torch.load(two / run / "model.pt")
-        assert all(torch.equal(first[k], second[k]) for k in first)
+        assert comparable(one / run) == comparable(two / run) and same_model(one / run, two / run)
         assert not (one / run / RUN_LOG).exists()
         assert "completed: 3 rounds" in (two / run / RUN_LOG).read_text()
     assert (one / "table.csv").read_text() == (two / "table.csv").read_text().replace(
@@ -91,17 +77,9 @@ def test_a_failed_run_side_by_side_is_named_and_the_exit_code_is_one(tmp_path, c
         "        first[np.flatnonzero(inputs.candidate)[:1]] = True\n"
         "        return decision_from_mask(inputs, first)\n"
     )
-    overrides = [
-        f"policies=[bc,'{policy}:Breaks']",
-        "seeds=[0]",
-        "++run.num-server-rounds=4",
-        "++run.num-devices=8",
-        "launcher.engine=inprocess",
-        "launcher.jobs=2",
-        f"out={tmp_path / 'out'}",
-        "'sweep.local-steps=[1]'",
-    ]
-    overrides = [o.strip("'") for o in overrides]
+    overrides = [f"policies=[bc,'{policy}:Breaks']", "seeds=[0]", "++run.num-server-rounds=4",
+                 "++run.num-devices=8", "launcher.engine=inprocess", "launcher.jobs=2",
+                 f"out={tmp_path / 'out'}", "sweep.local-steps=[1]"]  # fmt: skip
     assert reproduce(load("digits_local_steps", overrides)) == 1
     captured = capsys.readouterr()
     assert (
@@ -127,13 +105,8 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     words = ["--policies", "fedcgd-fscd,bc", "--seeds", "0", "--engine", "inprocess"]
     command = [FEDCGD, "compare", *words]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
-    proc = subprocess.Popen(
-        [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    side_by_side = [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)]
+    proc = subprocess.Popen(side_by_side, cwd=project, stdout=-1, stderr=-1, text=True)
     checkpoints = [stopped / p / "seed-0" / "checkpoint.pt" for p in ("fedcgd-fscd", "bc")]
     deadline = time.monotonic() + 120
     while not all(c.exists() for c in checkpoints) and time.monotonic() < deadline:
@@ -148,25 +121,14 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     while any(alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in children)
-    again = subprocess.run(
-        [*command, "--jobs", "2", "--run-config", settings, "--out", str(stopped)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = subprocess.run(side_by_side, cwd=project, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert again.stdout.count("resumed from its checkpoint") == 2
+    one_at_a_time = [*command, "--run-config", settings, "--out", str(whole)]
     reference = subprocess.run(
-        [*command, "--run-config", settings, "--out", str(whole)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        one_at_a_time, cwd=project, capture_output=True, text=True, timeout=300
     )
     assert reference.returncode == 0, reference.stderr[-2000:]
     for policy in ("fedcgd-fscd", "bc"):
         run, ref = stopped / policy / "seed-0", whole / policy / "seed-0"
-        assert comparable(run) == comparable(ref)
-        first, second = torch.load(run / "model.pt"), torch.load(ref / "model.pt")
-        assert all(torch.equal(first[k], second[k]) for k in first)
+        assert comparable(run) == comparable(ref) and same_model(run, ref)

@@ -1,10 +1,7 @@
-"""``fedcgd``: the project's command-line tool (the console script of pyproject.toml).
+"""``fedcgd``: the project's command-line tool, one Typer app (:mod:`experiments.cli.options`).
 
-One Typer app (:mod:`experiments.cli.options`) with a subcommand for each thing users do
-(``fedcgd --help``); each registers itself where it is defined and returns the exit code of the
-function that does the work (:func:`invoke` passes it on). Exit codes: 0 done, 1 failed, 2
-refused before the start (one line ``error: ...``), 130 / 143 stopped by SIGINT / SIGTERM.
-:func:`main` is the console script; :func:`invoke` runs a command line in this process (tests).
+Exit codes: 0 done, 1 failed, 2 refused before the start (one line ``error: ...``), 130 / 143
+stopped by SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from experiments.cli.options import app
 
 
 def _one_line(err: click.ClickException) -> str:
-    """A click error as one line ``error: ...`` (with the command's help option to read)."""
+    """A click error as one line ``error: ...``."""
     message = " ".join(err.format_message().split())
     ctx = getattr(err, "ctx", None)
     hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
@@ -29,11 +26,7 @@ def _one_line(err: click.ClickException) -> str:
 
 
 def invoke(argv: Sequence[str], tool: typer.Typer = app, prog: str = "fedcgd") -> int:
-    """Run the command line ``<prog> <argv>`` of ``tool`` in this process; its exit code.
-
-    A usage error (an unknown option, a value of the wrong type) is one line ``error: ...``
-    on stderr and exit code 2, as a setting the command refuses.
-    """
+    """Run ``<prog> <argv>`` of ``tool`` in this process; its exit code (a usage error: 2)."""
     command = typer.main.get_command(tool)
     try:
         code = command.main(args=list(argv), prog_name=prog, standalone_mode=False)

@@ -1,7 +1,4 @@
-"""What the ``fedcgd`` commands share: the Typer apps, checked paths, one-line refusals, options.
-
-Each command registers itself where it is defined (``@app.command("run")``).
-"""
+"""What the ``fedcgd`` commands share: the Typer apps, checked paths, one-line refusals, options."""
 
 from __future__ import annotations
 
@@ -80,10 +77,7 @@ def subcommand(ctx: click.Context) -> tuple[str, ...]:
 def given_options(
     ctx: click.Context, skip: Sequence[str] = (), only: Sequence[str] | None = None
 ) -> list[str]:
-    """The options of ``ctx`` not at their defaults as words (``--out x``, ``--flag``, ``--no-x``).
-
-    Those in ``skip`` are left out; with ``only``, only those are written.
-    """
+    """The options of ``ctx`` not at their defaults as words (``--out x``, ``--no-x``)."""
     words: list[str] = []
     for param in ctx.command.params:
         name = param.name

@@ -1,8 +1,4 @@
-"""The ``fedcgd`` commands of runs: ``run``, ``inprocess``, ``compare``, ``reproduce``, ``plot``.
-
-Each declares its options and calls the function that does the work (imported when it runs,
-so that ``fedcgd --help`` starts in a fraction of a second).
-"""
+"""The ``fedcgd`` commands of runs; each imports its work when it runs (a fast ``--help``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Certificates and keys for a TLS deployment with SuperNode authentication.
+"""Certificates and keys for a TLS deployment with SuperNode authentication (docs/deployment.md).
 
-A CA, the SuperLink's certificate and one EC key pair per SuperNode, made with ``cryptography``;
-every file created new, private keys 0600 from their creation, an existing set or a link refused
-(docs/deployment.md, "TLS, SuperNode authentication, failures, resume").
-:func:`tls_certificates` gives a ``--tls`` run its certificates for the length of the run.
+Every file created new, private keys 0600 from their creation, an existing set or a link refused.
 """
 
 from __future__ import annotations
@@ -23,9 +20,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-#: Certificates are valid this long from their creation.
-VALIDITY = dt.timedelta(days=365)
 
 
 @dataclass(frozen=True)
@@ -83,9 +77,7 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
     """Write a CA, a SuperLink certificate and ``supernodes`` SuperNode key pairs to ``out``.
 
     The SuperLink certificate is valid for 127.0.0.1, localhost and ``hosts`` (DNS or IP).
-    Each file is created new (``O_EXCL | O_NOFOLLOW`` in the opened folder) at its mode: private
-    keys 0600, the rest 0644. ValueError (one line): ``out`` is refused
-    (:func:`check_certificates_dir`), or a file of the set appeared in it meanwhile.
+    ValueError (one line): ``out`` is refused, or a file of the set appeared in it meanwhile.
     """
     check_certificates_dir(out, supernodes)
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -119,7 +111,7 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + VALIDITY)
+            .not_valid_after(now + dt.timedelta(days=365))
         )
 
     names: list[x509.GeneralName] = []
@@ -139,11 +131,7 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    pem, openssh_encoding = serialization.Encoding.PEM, serialization.Encoding.OpenSSH
-    openssh, public_openssh = (
-        serialization.PrivateFormat.OpenSSH,
-        serialization.PublicFormat.OpenSSH,
-    )
+    pem, openssh = serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH
     try:
         write("ca.key", _pem(ca_key))
         ca = write("ca.crt", ca_cert.public_bytes(pem))
@@ -153,7 +141,9 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
         for i in range(supernodes):
             node_key = ec.generate_private_key(ec.SECP384R1())
             keys.append(write(f"supernode-{i}.key", _pem(node_key, openssh)))
-            public = node_key.public_key().public_bytes(openssh_encoding, public_openssh)
+            public = node_key.public_key().public_bytes(
+                serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+            )
             publics.append(write(f"supernode-{i}.pub", public + b"\n"))
     finally:
         os.close(folder)
@@ -164,10 +154,7 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
 def tls_certificates(
     enabled: bool, folder: Path | None, supernodes: int
 ) -> Iterator[CertificateSet | None]:
-    """Certificates and SuperNode keys for a ``--tls`` run (None without TLS).
-
-    In ``folder`` (kept) when given, else in a temporary folder removed when the run ends.
-    """
+    """A ``--tls`` run's certificates and keys (None without): in ``folder`` or a temporary one."""
     if not enabled:
         yield None
         return

@@ -22,8 +22,6 @@ from experiments.run.certificates import CertificateSet
 from experiments.run.processes import popen, stop
 from fedcgd_task import keys
 
-HEALTH_TIMEOUT_S = 60.0
-
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -46,9 +44,8 @@ def executable(name: str) -> str:
 class LocalFederation:
     """A SuperLink (and for a deployment SuperNodes) on loopback, stopped on exit; a context.
 
-    A deployment (``simulation`` False) starts ``num_supernodes`` ``flower-supernode``
-    processes; with ``tls`` the SuperLink requires SuperNode authentication (each key registered
-    first); with ``superlink`` (HOST:PORT) nothing starts: ``flwr run`` goes there.
+    With ``tls`` the SuperLink requires SuperNode authentication (each key registered first);
+    with ``superlink`` (HOST:PORT) nothing starts: ``flwr run`` goes there.
     """
 
     def __init__(
@@ -64,12 +61,8 @@ class LocalFederation:
         root_certificates: Path | None = None,
     ) -> None:
         self.superlink, self.root_certificates = superlink, root_certificates
-        self.flwr_home, self.supernode_gpus, self.ray_address = (
-            flwr_home,
-            supernode_gpus,
-            ray_address,
-        )
-        self.simulation, self.tls = simulation, tls
+        self.flwr_home, self.supernode_gpus = flwr_home, supernode_gpus
+        self.ray_address, self.simulation, self.tls = ray_address, simulation, tls
         self.num_supernodes = 0 if simulation else num_supernodes
         self.http_port = _free_port()
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -165,15 +158,11 @@ class LocalFederation:
         try:
             self._start_all()
         except BaseException:  # an error or a signal while starting: stop what started
-            self.stop()
+            stop(self.processes)
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        """Stop every started process and its whole tree (:func:`processes.stop`)."""
         stop(self.processes)
 
     def _start_all(self) -> None:
@@ -193,7 +182,7 @@ class LocalFederation:
             *f"--host 127.0.0.1 --port {self.http_port} --database :flwr-in-memory:".split(),
         ]
         link = self._start(command, "superlink")
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        deadline = time.monotonic() + 60.0
         while not self._healthy():
             if link.poll() is not None or time.monotonic() > deadline:
                 log = self.log_dir / "superlink.log"
@@ -245,7 +234,7 @@ class LocalFederation:
         )
 
     def supernode_env(self, partition_id: int) -> dict[str, str]:
-        """The SuperNode's environment: ``i`` sees GPU ``supernode_gpus[i % len]`` as ``cuda:0``."""
+        """SuperNode ``i``'s environment: it sees GPU ``supernode_gpus[i % len]`` alone."""
         env = self.env
         if self.supernode_gpus:
             gpu = self.supernode_gpus[partition_id % len(self.supernode_gpus)]

@@ -1,7 +1,4 @@
-"""Run the app once with ``flwr run --stream``: on a federation of our own or a given SuperLink.
-
-Its output: the run's own lines shown, Flower's start-up and shutdown chatter only with ``verbose``.
-"""
+"""Run the app once with ``flwr run --stream``; Flower's chatter shown only with ``verbose``."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ from fedcgd_task.schema import PROJECT_DIR
 from server_app.run_folder.run_status import mark_stopped
 from server_app.run_folder.signals import Interrupted
 
-#: Lines of ``flwr run --stream`` that say nothing about this run (Flower's and Ray's start-up
-#: and shutdown notices); shown only with the run-config key ``verbose = true``.
+#: Lines of ``flwr run --stream`` that say nothing about this run (shown with ``verbose``).
 FLOWER_CHATTER = (
     "Using SuperLink", "Successfully started run", "Starting logstream",
     "Starting Flower Simulation", "default simulated SuperNodes changed", "Federation `",
@@ -73,9 +69,7 @@ def run_flwr(
 ) -> subprocess.CompletedProcess[str]:
     """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
 
-    ``num_supernodes``: virtual in simulation (``cpus_per_client`` / ``gpus_per_client`` Ray
-    resources each), SuperNode processes with ``deployment``; ``superlink`` and ``federation``
-    (``tls``, ``ray_address``, ...) as :class:`LocalFederation` takes them (docs/running.md).
+    ``federation``: :class:`LocalFederation`'s ``tls``, ``ray_address``, ``supernode_gpus``, ...
     """
     if superlink is None:
         run_config = with_resolved_data_dir(run_config)

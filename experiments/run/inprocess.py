@@ -1,13 +1,9 @@
-"""Run the app in one Python process: the real ServerApp logic and ClientApp, no Ray, no network.
-
-By default the devices of one phase are computed together (:mod:`client_app.cohort`);
-``cohorts=False`` one at a time, bit for bit as ``flwr run`` (docs/running.md).
-"""
+"""The app in one process: the real ServerApp and ClientApp, no Ray, no network (cohorts or not)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +28,7 @@ Handler = Callable[[Message, Context], Message]
 
 @dataclass(frozen=True)
 class InProcessOptions:
-    """The options of ``fedcgd inprocess`` (the defaults are the command's)."""
+    """The options of ``fedcgd inprocess``."""
 
     run_config: str = ""
     per_device: bool = False
@@ -47,10 +43,8 @@ CLIENT_APP_RAISED = 1
 class InProcessGrid(Grid):
     """Deliver messages synchronously to ``handlers[node_id](message, contexts[node_id])``.
 
-    ``cohorts``: open each :meth:`send_and_receive`'s messages as cohorts for a ClientApp built
-    with it (None: one device at a time); ``keep_sent``: keep what was sent in :attr:`sent`
-    (tests); ``stall_limit_s``: the run's stall alarm. No SuperLink is behind it: ``run``,
-    ``push_messages`` and ``pull_messages`` raise ``RuntimeError``.
+    ``cohorts``: open each :meth:`send_and_receive`'s messages as cohorts (None: one device at a
+    time); ``keep_sent``: keep what was sent in :attr:`sent` (tests). No SuperLink behind it.
     """
 
     #: A simulation: every message is answered before :meth:`send_and_receive` returns.
@@ -73,16 +67,14 @@ class InProcessGrid(Grid):
         self.stall_limit_s = stall_limit_s
         self.sent: list[Message] = []
 
-    def get_node_ids(self) -> Iterable[int]:
-        """The connected nodes."""
+    def get_node_ids(self) -> Iterable[int]:  # noqa: D102
         return list(self.handlers)
 
-    def set_run(self, run: Any) -> None:
-        """Nothing to keep in one process."""
+    def set_run(self, run: Any) -> None:  # noqa: D102
+        pass
 
     @property
-    def run(self) -> Any:
-        """Refused (no SuperLink)."""
+    def run(self) -> Any:  # noqa: D102
         raise RuntimeError("an in-process grid has no Run")
 
     def create_message(
@@ -131,7 +123,11 @@ class InProcessGrid(Grid):
         def describe() -> str:
             return describe_unanswered(messages[delivered:], self.stall_limit_s or 0.0)
 
-        with stall_alarm(self.stall_limit_s, describe) as progress, self._cohorts(messages):
+        together = nullcontext() if self.cohorts is None else self.cohorts.opened(
+            [(m, self.contexts[m.metadata.dst_node_id]) for m in messages
+             if m.metadata.dst_node_id in self.handlers]
+        )  # fmt: skip
+        with stall_alarm(self.stall_limit_s, describe) as progress, together:
             for msg in messages:
                 reply = self.deliver(msg)
                 delivered += 1
@@ -139,16 +135,6 @@ class InProcessGrid(Grid):
                 if reply is not None:
                     replies.append(reply)
         return replies
-
-    def _cohorts(self, messages: list[Message]) -> AbstractContextManager[None]:
-        if self.cohorts is None:
-            return nullcontext()
-        deliveries = [
-            (msg, self.contexts[msg.metadata.dst_node_id])
-            for msg in messages
-            if msg.metadata.dst_node_id in self.handlers
-        ]
-        return self.cohorts.opened(deliveries)
 
 
 def node_contexts(

@@ -1,11 +1,8 @@
-"""``fedcgd run``: the app with ``flwr run`` on a SuperLink we own, or on a given one.
-
-Simulation by default, ``--deployment`` on one ``flower-supernode`` per device, ``--superlink``
-on an existing SuperLink; nothing is left running (docs/running.md, docs/deployment.md).
-"""
+"""``fedcgd run``: ``flwr run`` on a SuperLink of its own or a given one (docs/running.md)."""
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 import time
@@ -29,14 +26,13 @@ if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
     from server_app.run_folder.folder_lock import FolderClaim
 
-#: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder
-#: (:func:`server_app.config.timestamped_result_dir`) when its ``result-dir`` is empty.
+#: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder.
 DEFAULT_RESULTS = PROJECT_DIR / "results"
 
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """The options of ``fedcgd run`` (docs/running.md); the defaults are the command's."""
+    """The options of ``fedcgd run`` (docs/running.md)."""
 
     run_config: str = ""
     num_supernodes: int | None = None
@@ -150,9 +146,8 @@ def start_run(
 ) -> Start | None:
     """Check a run (``--run-config`` ``text``, then ``check``) and lock its folder under ``out``.
 
-    None after one line ``error: ...`` (exit code 2). Else the first line names the run's folder,
-    and ``last_words`` learns the command that continues it. On a given ``superlink`` the
-    folder and data are the SuperLink's: only the address is checked here.
+    None after one line ``error: ...`` (exit code 2). On a given ``superlink`` the folder and
+    data are the SuperLink's: only the address is checked here.
     """
     from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
 
@@ -177,10 +172,7 @@ def start_run(
 
 def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) -> int:
     """One run, results under ``--out`` by default; the exit code."""
-
-    def check(merged: dict[str, Any]) -> None:
-        check_options(args, merged)
-
+    check = functools.partial(check_options, args)
     run = start_run(args.run_config, args.out, started, last_words, check, args.superlink)
     if run is None:
         return 2

@@ -1,9 +1,4 @@
-"""Checks before a run starts (:func:`check_before_start`), and the claim of its folder.
-
-The checks start nothing and refuse, in one line naming the run-config key, every setting that
-can only fail later: the folders, a channel trace, the data set, the model, and sizes beyond the
-training set (:data:`MAX_LOCAL_PASSES`).
-"""
+"""Checks before a run starts (one line naming the key), and the claim of its folder."""
 
 from __future__ import annotations
 
@@ -22,13 +17,12 @@ if TYPE_CHECKING:
     from server_app.config import RunConfig
     from server_app.run_folder.folder_lock import FolderClaim
 
-#: Local training passes at most this many times over a device's data per round
-#: (local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v|; room for one-sample devices).
+#: local-steps × batch-size <= MAX_LOCAL_PASSES × |D_v| (room for one-sample devices).
 MAX_LOCAL_PASSES = 1000
 
 
 def effective_result_dir(run_config: Mapping[str, Any]) -> Path:
-    """The folder the run writes to: ``resume-from``, else ``result-dir`` (ValueError: neither)."""
+    """``resume-from``, else ``result-dir`` (ValueError: neither)."""
     for key in ("resume-from", "result-dir"):
         value = run_config.get(key)
         if isinstance(value, str) and value:
@@ -56,7 +50,7 @@ def device_samples(
 
 
 def check_sizes(config: RunConfig, labels: npt.ArrayLike) -> None:
-    """Refuse device counts, shard counts and local work that the training set cannot carry."""
+    """Refuse device counts, shards and local work that the training set cannot carry."""
     task, training = config.task, config.training
     total = apply_imbalance(labels, task.imbalance_ratio, np.random.default_rng(0)).size
     source = f"the {total} training samples of {task.dataset}" + (
@@ -120,14 +114,9 @@ def check_model_fits(
         ) from err
 
 
-def check_result_folder(run_config: Mapping[str, Any], config: RunConfig | None = None) -> None:
-    """Refuse a ``resume-from`` that cannot be continued, or a ``result-dir`` a new run cannot use.
-
-    A folder another process holds, or that is or holds a link, is refused too; an empty
-    ``result-dir`` (a fresh folder) needs no check. ``config``: ``run_config`` parsed already.
-    """
+def check_result_folder(run_config: Mapping[str, Any], config: RunConfig) -> None:
+    """Refuse a ``resume-from`` that cannot go on, or a ``result-dir`` a new run cannot use."""
     from server_app.checkpoint import check_resume
-    from server_app.config import parse_run_config
     from server_app.run_folder.folder_lock import probe_free, refuse_links
     from server_app.run_folder.results import check_new_result_dir
 
@@ -142,7 +131,7 @@ def check_result_folder(run_config: Mapping[str, Any], config: RunConfig | None 
         refuse_links(folder, where)
         probe_free(folder, where)
     if key == "resume-from":
-        check_resume(config or parse_run_config(run_config))
+        check_resume(config)
     else:
         check_new_result_dir(folder)
 
@@ -150,10 +139,8 @@ def check_result_folder(run_config: Mapping[str, Any], config: RunConfig | None 
 def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
     """Check a run before its start and lock its folder for this command's whole life.
 
-    An existing folder is locked first (a live holder is named), then :func:`check_before_start`,
-    then the folder's checks again under the lock (:func:`server_app.checkpoint.claim_run_folder`);
-    a refused run leaves no folder it created. Returns the run config with ``result-dir`` set to
-    the folder taken, and the claim.
+    An existing folder is locked first (a live holder is named); a refused run leaves no folder
+    it created. Returns the run config with ``result-dir`` set, and the claim.
     """
     from server_app.checkpoint import claim_run_folder
     from server_app.run_folder.folder_lock import claim_folder, holds_lock_files
@@ -180,15 +167,15 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
-    """Every check that can be made before anything starts, in a few seconds (loads the data set).
+    """Every check that can be made before anything starts (loads the data set); the parsed config.
 
-    Returns the parsed run config. ValueError or FileNotFoundError: one line naming the key, the
-    bad value and what is allowed.
+    ValueError or FileNotFoundError: one line naming the key, the bad value and what is allowed.
     """
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
+    from server_app.checkpoint import load_checkpoint
     from server_app.config import parse_run_config
-    from server_app.setup import build_uplink
+    from server_app.setup import build_setup, build_uplink
 
     config = parse_run_config(run_config)
     compute_device(config.task.device)  # a GPU this process does not see: refused here
@@ -199,14 +186,6 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     check_model_fits(
         config.task.model, config.task.dataset, train_set.num_classes, train_set.input_shape
     )
-    if config.resume_from:
-        check_checkpoint_fits(config)
+    if config.resume_from:  # the checkpoint restored on fresh run objects, as the run will
+        build_setup(config, load_checkpoint(Path(config.resume_from)))
     return config
-
-
-def check_checkpoint_fits(config: RunConfig) -> None:
-    """Restore a resumed run's checkpoint on freshly built run objects, as the run will."""
-    from server_app.checkpoint import load_checkpoint
-    from server_app.setup import build_setup
-
-    build_setup(config, load_checkpoint(Path(config.resume_from)))

@@ -22,11 +22,7 @@ def format_duration(seconds: float) -> str:
 
 
 def step_reporter(description: str) -> Callable[[int, int], None]:
-    """``report(done, total)`` for a loop of ``total`` steps, called with ``done == total`` last.
-
-    On a terminal (stderr): a ``rich.progress`` bar, closed by the last call. Elsewhere: one
-    plain line on stderr for each tenth of the steps done, ``<description> 3/10 (1.2 s)``.
-    """
+    """``report(done, total)`` for a loop: a bar on a terminal, else a line per tenth on stderr."""
     console = Console(stderr=True)
     if console.is_terminal:
         bar = Progress(*Progress.get_default_columns(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -53,10 +49,7 @@ def step_reporter(description: str) -> Callable[[int, int], None]:
 
 @dataclass
 class RunProgress:
-    """Counts a command's runs (``total``, kept ones included) and estimates the time left.
-
-    ``clock``: monotonic seconds (tests drive it); ``workers``: the runs going at once.
-    """
+    """Counts a command's runs (``total``, kept ones included) and estimates the time left."""
 
     total: int
     clock: Callable[[], float] = time.monotonic

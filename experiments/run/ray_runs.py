@@ -1,8 +1,8 @@
-"""A comparison's or preset's runs as Ray tasks: one task per run, each the in-process engine.
+"""A comparison's or preset's runs as Ray tasks, each the in-process engine.
 
-A task that sees the run's folder runs in it; one that does not gets the files of the run it
-resumes and returns its folder's files, which the driver writes there. A run lost with its node
-or worker goes again from its checkpoint (docs/deployment.md, "A preset on a Ray cluster").
+A task that does not see the run's folder gets its files and returns them (no shared folder
+needed); a lost run goes again from its checkpoint (docs/deployment.md, "A preset on a Ray
+cluster").
 """
 
 from __future__ import annotations
@@ -39,10 +39,7 @@ TOKEN_FILE = ".fedcgd-ray-task"
 
 @dataclass(frozen=True)
 class RaySettings:
-    """Where runs go as Ray tasks (``address`` None: this machine) and what each takes.
-
-    ``jobs`` > 1: runs at once on a Ray of this machine with that many CPUs (0: Ray's count).
-    """
+    """Where runs go as Ray tasks (``address`` None: this machine); ``jobs``: a local Ray's CPUs."""
 
     address: str | None
     cpus_per_run: float = 1.0
@@ -51,7 +48,7 @@ class RaySettings:
 
     @property
     def threads(self) -> int:
-        """The threads of a run's σ̂ passes (its share of this machine's cores for ``jobs``)."""
+        """The threads of a run's σ̂ passes."""
         return max(1, usable_cores() // self.jobs if self.jobs else int(self.cpus_per_run))
 
 
@@ -75,11 +72,7 @@ def resolve_jobs(jobs: Any, engine: str) -> int:
 def ray_settings(
     address: Any, cpus: Any, gpus: Any, *, engine: str, jobs: Any, prefix: str = "launcher."
 ) -> RaySettings | None:
-    """The checked Ray settings, or None: runs go locally (no address and no GPU asked).
-
-    ``address`` None or empty: ``$RAY_ADDRESS``; ``prefix`` (``launcher.`` or ``--``) names the
-    settings in the one-line ValueError for a bad value.
-    """
+    """The checked Ray settings (``address`` empty: ``$RAY_ADDRESS``), or None: runs go locally."""
     address = str(address or os.environ.get("RAY_ADDRESS") or "") or None
     for key, value, least in (("cpus-per-run", cpus, "> 0"), ("gpus-per-run", gpus, ">= 0")):
         number = isinstance(value, int | float) and not isinstance(value, bool)
@@ -204,9 +197,7 @@ def run_task(
 ) -> tuple[dict[str, bytes], int]:
     """One run in a Ray worker: its folder's files afterwards ({} in place) and its exit code.
 
-    In its own folder when that holds :data:`TOKEN_FILE` with ``token`` (the node sees it), else
-    in a temporary folder holding ``files``; output to ``run.log`` there; ``device`` ``auto`` is
-    the GPU Ray assigned, or the CPU.
+    In its own folder when that holds :data:`TOKEN_FILE` with ``token``, else in a temporary one.
     """
     import ray
 
@@ -226,7 +217,7 @@ def run_task(
         config = {**overrides, "result-dir": tmp}
         if "resume-from" in config:
             config["resume-from"] = tmp
-        if config.get("device", "auto") == "auto":  # the GPU Ray assigned, or none
+        if config.get("device", "auto") == "auto":
             config["device"] = "cuda" if ray.get_gpu_ids() else "cpu"
         failure: Exception | None = None
         with output_to(folder / RUN_LOG):
@@ -267,12 +258,10 @@ def run_tasks(
     on_start: Callable[[int], bool | None],
     on_end: Callable[[int, int], None],
 ) -> int:
-    """Run every run config as a Ray task, in list order, as many at once as the cluster holds.
+    """Run every run config as a Ray task, as many at once as fit; how many went again.
 
     ``on_start(i)`` before run ``i`` goes (False keeps it back), ``on_end(i, exit_code)`` once
-    its files are in its folder (written under its lock, ``status.json`` last). A run lost with
-    its node or worker goes again (:func:`again`) up to :data:`MAX_RETRIES` times; on a signal
-    the runs going end with this driver (Ray sends them SIGTERM). Returns how many went again.
+    its files are in its folder (``status.json`` last).
     """
     import ray
 
@@ -346,8 +335,7 @@ def run_tasks(
     return sum(1 for n in tries if n > 1)
 
 
-#: Seconds a stopped command waits for its runs' tasks to record their end (Ray sends them
-#: SIGTERM as the job ends, and SIGKILL a few seconds later to one that has not ended).
+#: Seconds a stopped command waits for its runs' tasks to record their end.
 STOP_GRACE_S = 15.0
 
 
