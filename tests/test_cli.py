@@ -126,6 +126,8 @@ def test_the_check_of_the_docs_fails_on_a_name_the_tool_does_not_have():
         (["paper", "schedule-table", "--fit-max", "0"], "error: Invalid value for '--fit-max'"),
         (["paper", "solver-performance", "--alphas", "a,b"], "error: --alphas = 'a,b'"),
         (["no-such-command"], "error: No such command 'no-such-command'"),
+        (["certificates", "--supernodes", "-1"], "error: Invalid value for '--supernodes': -1"),
+        (["run", "--deployment", "--num-supernodes", "-1"], "error: Invalid value for '--num-s"),
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_code_2(argv, message, capsys):

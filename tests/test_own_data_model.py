@@ -123,6 +123,15 @@ class Tricky(nn.Module):
 
 def tricky(num_classes, input_shape):
     return Tricky(input_shape[0], num_classes)
+
+
+def integral(num_classes, input_shape):
+    return nn.Sequential(nn.Linear(input_shape[0], num_classes), Rounded())
+
+
+class Rounded(nn.Module):
+    def forward(self, x):
+        return x.round().long()
 """
 
 #: Tiny settings of every run here (120 training samples: 30 per device).
@@ -244,6 +253,7 @@ BAD = "bad_cases.py"
         ("model", f"{{folder}}/{BAD}:not_a_module", "returned a function, not a torch.nn.Module"),
         ("model", f"{{folder}}/{BAD}:broken", "raised TypeError: no such layer"),
         ("model", f"{{folder}}/{BAD}:tricky", "σ̂ (per-sample gradient norms, client_app/sig"),
+        ("model", f"{{folder}}/{BAD}:integral", "outputs torch.int64, not a float tensor"),
         ("model", "cnn", "does not fit dataset '{folder}/toy_file.py:load' (inputs 6, 3 classes)"),
     ],
 )

@@ -31,7 +31,9 @@ Out = Annotated[Path, path_option("--out", "--results", help=OUT_HELP, show_defa
 def run_command(
     ctx: typer.Context,
     run_config: RunConfig = "",
-    num_supernodes: Annotated[int | None, typer.Option(help="default: num-devices")] = None,
+    num_supernodes: Annotated[
+        int | None, typer.Option(min=0, help="default: num-devices (0 too)")
+    ] = None,
     deployment: Annotated[
         bool,
         typer.Option(

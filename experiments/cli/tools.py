@@ -24,7 +24,7 @@ from fedcgd_task.setting import Scalar, Setting
 @app.command("certificates")
 def certificates_command(
     out: Annotated[Path, path_option("--out", help="folder for the set")] = Path("certificates"),
-    supernodes: Annotated[int, typer.Option(help="SuperNode key pairs")] = 4,
+    supernodes: Annotated[int, typer.Option(min=0, help="SuperNode key pairs")] = 4,
     host: Annotated[
         list[str] | None,
         typer.Option(help="extra SuperLink name (repeatable, e.g. the compose service)"),

@@ -95,6 +95,9 @@ def check_model_fits(
         net = build_model(model, num_classes, input_shape).eval()
         with torch.no_grad():
             logits = net(blank)
+        if not (isinstance(logits, torch.Tensor) and logits.is_floating_point()):
+            what = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise ValueError(f"outputs {what}, not a float tensor")
         if tuple(logits.shape) != (2, num_classes):
             raise ValueError(f"outputs of shape {tuple(logits.shape)}, not (2, {num_classes})")
     except Exception as err:  # a wrong built-in or the researcher's model: one line
