@@ -99,22 +99,17 @@ def first_round_reaching(
 
 @dataclass(frozen=True)
 class Band:
-    """Mean curve over seeds (``x``: rounds), its 95 % half-width and the seeds ``n`` per round."""
+    """Mean curve over seeds (``x``: rounds) and its 95 % half-width per round."""
 
     x: np.ndarray
     mean: np.ndarray
     half_width: np.ndarray
-    n: np.ndarray
 
 
 def mean_band(curves: Sequence[Mapping[int, float | None]]) -> Band:
     """Per-round :func:`mean_ci95` of several curves (round -> value; gaps left out)."""
     x = sorted({int(r) for curve in curves for r in curve})
-    columns = [finite(curve.get(r) for curve in curves) for r in x]
-    means, halves = zip(*map(mean_ci95, columns), strict=True) if x else ((), ())
-    return Band(
-        np.array(x, dtype=int),
-        np.array(means, dtype=float),
-        np.array(halves, dtype=float),
-        np.array([len(c) for c in columns], dtype=int),
+    means, halves = (
+        zip(*(mean_ci95(c.get(r) for c in curves) for r in x), strict=True) if x else ((), ())
     )
+    return Band(np.array(x, dtype=int), np.array(means, dtype=float), np.array(halves, dtype=float))
