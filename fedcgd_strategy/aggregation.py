@@ -47,8 +47,10 @@ def array_problem(array: object, ref: object, *, same_dtype: bool = True) -> str
     """Why ``array`` cannot stand for the model's array ``ref`` (None: it can): not numeric, of
     another shape, of another dtype (``same_dtype`` False: only a float ``ref``'s), not finite."""  # noqa: D205, D209
     want = np.asarray(ref)
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
-        return f"is {getattr(array, 'dtype', type(array).__name__)}, not a numeric array"
+    if not isinstance(array, np.ndarray):
+        return f"is {type(array).__name__}, not a numeric array"
+    if array.dtype.kind not in "biuf":
+        return f"has dtype {array.dtype}; the model's is {want.dtype}"
     if array.shape != want.shape:
         return f"has shape {list(array.shape)}; the model's is {list(want.shape)}"
     if array.dtype != want.dtype and (same_dtype or want.dtype.kind == "f"):

@@ -111,15 +111,17 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
     text, digest = found.get("settings"), found.get("settings_sha256")
     whole = isinstance(text, str) and hashlib.sha256(text.encode()).hexdigest() == digest
     try:
-        saved = dict(json.loads(text)) if whole else {}  # type: ignore[arg-type]
-    except (ValueError, TypeError):  # not a JSON object
+        saved = json.loads(text) if whole else {}  # type: ignore[arg-type]
+    except ValueError:
+        saved = {}
+    if not isinstance(saved, dict):  # a JSON object's keys are strings, what else is not
         saved = {}
     pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
     before = {**saved, **pair}
     now = {**json.loads(wanted["settings"]), "task.seed": config.seed, "policy": config.policy}
     keys = sorted(
         k
-        for k in (set(before) | set(now) if saved else pair)
+        for k in (set(before) | set(now) if whole else pair)
         if not _same(before.get(k), now.get(k))
     )
     why = settings_change(before, now, keys) if keys else "its settings digest is not this run's"

@@ -6,6 +6,7 @@ state that does not fit): refused in one line, the folder's files left byte for 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -201,6 +202,16 @@ def _aggregator_state_for_fedavg(data: dict[str, Any]) -> None:
     data["aggregator_state"] = {"momentum_vector": None}
 
 
+def _settings_of(text: str) -> Callable[[dict[str, Any]], None]:
+    """A damage: the identity's settings replaced by ``text`` with its matching digest."""
+
+    def change(data: dict[str, Any]) -> None:
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        data["identity"] |= {"settings": text, "settings_sha256": digest}
+
+    return change
+
+
 DAMAGE = {  # the run whose checkpoint is damaged, the damage, what the refusal says
     "model-shape": ("seed0", _short_model, "does not fit the run's model: "),
     "model-keys": ("seed0", _missing_array, "does not fit the run's model: other arrays (missing "),
@@ -212,6 +223,8 @@ DAMAGE = {  # the run whose checkpoint is damaged, the damage, what the refusal 
     "fedcbs-counts": ("fedcbs", _fedcbs_counts_of_other_devices, "Fed-CBS counts of 4 devices"),
     "generator": ("seed0", _bad_generator, "its cell generator state does not fit the run"),
     "aggregator": ("seed0", _aggregator_state_for_fedavg, "is the default FedAvg"),
+    "settings-empty": ("seed0", _settings_of("{}"), "is another run's: aggregator = "),
+    "settings-list": ("seed0", _settings_of("[[1, 2]]"), "is another run's: aggregator = "),
     "no-identity": (
         "seed0",
         lambda data: data.pop("identity"),
@@ -346,6 +359,7 @@ STATE_PARAMS[SUMMING] = {}
         (SUMMING, "total", lambda v: {"w": v["w"]}, "Summing.total has other arrays"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: -1.0, "= -1.0; allowed: a finite number > 0"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: math.inf, "allowed: a finite number > 0"),
+        (ADAPTIVE_DP, "clipping_norm", lambda v: 10**400, "allowed: a finite number > 0"),
         (ADAPTIVE_DP, "clipping_norm", lambda v: "0.5", "= '0.5'; allowed: a finite number > 0"),
     ],
 )  # fmt: skip

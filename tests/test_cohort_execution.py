@@ -216,7 +216,7 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
         torch.testing.assert_close(model_together[name], model_alone[name], rtol=REL, atol=0.0)
 
 
-def test_dropout_and_batch_normalisation_train_per_device() -> None:
+def test_dropout_and_batch_normalisation_train_per_device(caplog) -> None:
     model = build_model("cnn", 10, (3, 32, 32))
     assert cohort_training.training_blockers(model) == [
         "dropout masks come from each device's own seeded stream"
@@ -224,6 +224,13 @@ def test_dropout_and_batch_normalisation_train_per_device() -> None:
     assert cohort_training.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
     bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
     assert "batch normalisation" in cohort_training.training_blockers(bn)[0]
+    engine = Cohorts()
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        engine._log_once("cnn", "train", "dropout")
+        engine._log_once("cnn", "train", "dropout")
+    (record,) = caplog.records  # once per model and kind
+    assert "training of model 'cnn'" in record.message, record.message
+    assert "one device at a time" in record.message, record.message
 
 
 def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -> None:

@@ -220,6 +220,18 @@ def test_round_histogram_rule_by_hand():
     assert "12 .. 12" in round_histogram_problem([6, 6], [6, 0], 12)
 
 
+def test_an_upload_of_another_kind_of_dtype_is_named_by_its_dtype_and_the_models():
+    from fedcgd_strategy.aggregation import array_problem
+
+    ref = np.zeros(2, np.float32)
+    assert (
+        array_problem(np.ones(2, np.complex64), ref)
+        == "has dtype complex64; the model's is float32"
+    )
+    assert array_problem(np.array(["a", "b"]), ref) == "has dtype <U1; the model's is float32"
+    assert array_problem([1.0, 2.0], ref) == "is list, not a numeric array"
+
+
 def test_fedavg_keeps_the_reference_dtype():
     ref = {"w": np.zeros(2, np.float32)}
     out = fedavg([{"w": np.array([1, 3], np.int32)}, {"w": np.ones(2, np.float64)}], [1, 1], ref)

@@ -8,6 +8,7 @@ import copy
 import gc
 import inspect
 import math
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, cast
@@ -333,7 +334,8 @@ def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
     """``value`` as the attribute of ``kind`` holds it; ValueError naming ``where`` if unfit."""
     refusal = f"the aggregator state's {where}"
     if kind == "norm":
-        if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value < math.inf):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and 0 < value <= sys.float_info.max):  # exact for ints beyond floats too
             raise ValueError(f"{refusal} = {value!r}; allowed: a finite number > 0")
         return value
     if value is None:  # before the first round
