@@ -192,7 +192,7 @@ BAD_SETTINGS = [
 
 
 @pytest.fixture(scope="module")
-def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object, Path]]:
     """Each bad setting's command line, run in one child process (tests/command_batch.py)."""
     folder = tmp_path_factory.mktemp("researcher")
     (folder / "my_policies.py").write_text(textwrap.dedent(RANDOM_K))
@@ -204,16 +204,16 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, o
     ]
     done = in_one_process(argvs, pythonpath=[folder])
     return {
-        settings: (out, result)
+        settings: (out, result, folder)
         for (settings, _), out, result in zip(BAD_SETTINGS, outs, done, strict=True)
     }
 
 
 @pytest.mark.parametrize(("settings", "message"), BAD_SETTINGS)
 def test_a_bad_policy_setting_fails_before_start_in_one_line(refused, settings, message):
-    out, done = refused[settings]
+    out, done, folder = refused[settings]
     lines = done.stderr.strip().splitlines()
-    message = message.replace("{folder}", str(out.parents[1] / "researcher0"))
+    message = message.replace("{folder}", str(folder))
     assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()
 
