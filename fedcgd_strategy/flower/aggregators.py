@@ -1,5 +1,4 @@
-"""Flower strategies as aggregators of the scheduled uploads (run-config ``aggregator``;
-docs/aggregation.md, docs/design.md "Any Flower aggregation")."""  # noqa: D205, D209
+"""Flower strategies aggregating the scheduled uploads (``aggregator``; docs/aggregation.md)."""
 
 from __future__ import annotations
 
@@ -265,8 +264,7 @@ def aggregate_uploads(
 def _restore(aggregator: Strategy, state: dict[str, Any]) -> None:
     """Put back what :func:`aggregator_state` took (this process's own: unchecked)."""
     if hasattr(aggregator, "load_state_dict"):
-        aggregator.load_state_dict(state)
-        return
+        return aggregator.load_state_dict(state)
     for key, (owner, name, kind) in _attributes(aggregator).items():
         record = kind == "record" and state[key] is not None
         setattr(owner, name, array_record(state[key]) if record else state[key])
