@@ -196,9 +196,11 @@ def test_a_kill_between_checkpoints_keeps_the_unsynced_lines_and_resumes_exactly
 
 def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path):
     args = ["--engine", "inprocess", "--jobs", "2", "--policies", "bc,fedcgd-fscd"]
-    run_config = "num-devices=20 num-server-rounds=60"
+    # 200 rounds (about 7 s a run here): the two runs start seconds apart on a busy CI
+    # machine, and at 60 rounds one had finished before the other wrote its fifth line
+    run_config = "num-devices=20 num-server-rounds=200"
     for policy in ("bc", "fedcgd-fscd"):  # the uninterrupted runs, in this process
-        values = {"num-devices": 20, "num-server-rounds": 60, "policy": policy}
+        values = {"num-devices": 20, "num-server-rounds": 200, "policy": policy}
         whole_run(tmp_path / "whole" / policy / "seed-0", values)
 
     out = tmp_path / "broken"
@@ -215,7 +217,7 @@ def test_a_killed_comparison_leaves_no_run_alive_and_runs_again_exactly(tmp_path
         rows = list(csv.DictReader(handle))
     assert sorted((r["policy"], r["seed"]) for r in rows) == [("bc", "0"), ("fedcgd-fscd", "0")]
     for folder in folders:
-        assert_same_run(folder, tmp_path / "whole" / folder.relative_to(out), rounds=60)
+        assert_same_run(folder, tmp_path / "whole" / folder.relative_to(out), rounds=200)
 
 
 def launcher(values: dict, env: dict, **more: object) -> subprocess.Popen[str]:
