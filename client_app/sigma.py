@@ -65,7 +65,7 @@ def gradient_spreads(
 
     One forward + backward pass (:func:`~client_app.per_sample_norms.per_sample_grad_norms`);
     a device's result equals its batch's alone, up to summation order, if the model computes
-    each sample apart (checked by :func:`client_app.cohort_training.sample_mixing`).
+    each sample apart (checked by :func:`client_app.cohort.sample_mixing`).
     """
     with mode_kept(model):
         norms = per_sample_grad_norms(model, x, y, group_size=group_size, chunk_size=chunk_size)

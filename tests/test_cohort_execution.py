@@ -21,8 +21,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from layer_cases import REL64
 from misbehaving import misbehaving
 
-from client_app import cohort, cohort_training
-from client_app import cohort_training as mixing
+from client_app import cohort, device_round
 from client_app.app import make_app
 from client_app.cohort import Cohorts
 from experiments.run.inprocess import run_inprocess
@@ -218,12 +217,12 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
 
 def test_dropout_and_batch_normalisation_train_per_device(caplog) -> None:
     model = build_model("cnn", 10, (3, 32, 32))
-    assert cohort_training.training_blockers(model) == [
+    assert device_round.training_blockers(model) == [
         "dropout masks come from each device's own seeded stream"
     ]
-    assert cohort_training.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
+    assert device_round.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
     bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
-    assert "batch normalisation" in cohort_training.training_blockers(bn)[0]
+    assert "batch normalisation" in device_round.training_blockers(bn)[0]
     engine = Cohorts()
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         engine._log_once("cnn", "train", "dropout")
@@ -239,7 +238,7 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
     )
     alone = replies(run_config, "train", cohorts=None, model=CNN1D, tau=2)
     whole = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
-    monkeypatch.setattr(cohort_training, "TRAIN_CHUNK_MAX_DEVICES", 2)
+    monkeypatch.setattr(device_round, "TRAIN_CHUNK_MAX_DEVICES", 2)
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
     chunked = {
         t: replies(run_config, "train", cohorts=Cohorts(threads=t), model=CNN1D, tau=2)
@@ -451,7 +450,7 @@ def bn_model() -> torch.nn.Module:
 )
 def test_which_models_mix_the_samples_of_a_batch(build, shape: tuple, mixes: bool) -> None:
     x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
-    reason = mixing.sample_mixing(build(), x, group_size=4)
+    reason = cohort.sample_mixing(build(), x, group_size=4)
     assert (reason is not None) is mixes
     if mixes:
         assert "mixes the samples of a batch" in str(reason)
@@ -476,12 +475,12 @@ def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
     x = torch.randn(6, 4)
     model = CountingForward()
     verdicts: dict = {}
-    assert mixing.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
+    assert cohort.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
     # The batch and the first group repeated as computed; the batch, then each group, in float64.
     assert CountingForward.calls == 5
     other = CountingForward()  # another object of the same structure: the kept verdict
-    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
+    assert cohort.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
     assert CountingForward.calls == 5
-    assert mixing.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
+    assert cohort.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
     assert CountingForward.calls == 10
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64
