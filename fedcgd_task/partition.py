@@ -26,22 +26,11 @@ IntArray = npt.NDArray[np.int64]
 PARTITION_STREAM = 0x50415254
 
 
-def apply_imbalance(
-    labels: npt.ArrayLike,
-    ratio: float,
-    rng: np.random.Generator,
-    num_classes: int | None = None,
-) -> IntArray:
-    """Sorted indices of the samples kept for imbalance ratio r = n2 / n1 (paper Section V).
-
-    Every class c < C / 2 keeps round(n_c / r) of its n_c samples (round half up), uniformly
-    without replacement; the others are kept whole. C: ``num_classes``, else max label + 1.
-    """
+def apply_imbalance(labels: npt.ArrayLike, ratio: float, rng: np.random.Generator) -> IntArray:
+    """Sorted indices of the samples kept for imbalance ratio r = n2 / n1 (paper Section V):
+    each class c < C / 2 keeps round(n_c / r) of its n_c (half up, uniformly), C = max label + 1."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
-    if num_classes is not None:
-        n_classes = num_classes
-    else:
-        n_classes = int(y.max()) + 1 if y.size else 0
+    n_classes = int(y.max()) + 1 if y.size else 0
     kept: list[IntArray] = []
     for c in range(n_classes):
         members = np.flatnonzero(y == c)
@@ -55,10 +44,7 @@ def apply_imbalance(
 
 
 def dirichlet_partition(
-    labels: npt.ArrayLike,
-    num_devices: int,
-    alpha: float,
-    rng: np.random.Generator,
+    labels: npt.ArrayLike, num_devices: int, alpha: float, rng: np.random.Generator
 ) -> list[IntArray]:
     """V sorted index arrays of floor(N / V) samples, class mixes from Dir(alpha p).
 
@@ -93,10 +79,7 @@ def dirichlet_partition(
 
 
 def shard_partition(
-    labels: npt.ArrayLike,
-    num_devices: int,
-    shards_per_device: int,
-    rng: np.random.Generator,
+    labels: npt.ArrayLike, num_devices: int, shards_per_device: int, rng: np.random.Generator
 ) -> list[IntArray]:
     """Sort-and-partition (paper Section V): V sorted index arrays of l shards each.
 
@@ -117,12 +100,8 @@ def shard_partition(
 
 
 def partition_indices(settings: TaskSettings, labels: npt.ArrayLike) -> list[IntArray]:
-    """Split a training set over the devices as the run config says (V index arrays).
-
-    :func:`apply_imbalance`, then :func:`dirichlet_partition` or :func:`shard_partition`, all
-    drawn from ``default_rng([seed, PARTITION_STREAM])``. Raises ValueError when the kept
-    samples are too few for ``num-devices`` (times ``shards-per-device``).
-    """
+    """V index arrays: :func:`apply_imbalance`, then the Dirichlet or shards split, drawn from
+    ``default_rng([seed, PARTITION_STREAM])``; ValueError: too few samples kept."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
     rng = np.random.default_rng([settings.seed, PARTITION_STREAM])
     kept = apply_imbalance(y, settings.imbalance_ratio, rng)
@@ -152,12 +131,12 @@ class LocalSplit:
 
     @property
     def num_classes(self) -> int:
-        """Number of classes C of the dataset."""
+        """C."""
         return self.source.num_classes
 
     @property
     def labels(self) -> npt.NDArray[np.int64]:
-        """Labels of the local samples, shape [|D_v|]."""
+        """Labels of the local samples [|D_v|]."""
         return self.source.labels[self.indices]
 
     def tensors(self, positions: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
