@@ -361,7 +361,7 @@ def batched_passes(monkeypatch) -> list[int]:
 def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so_once(
     tmp_path: Path, monkeypatch, caplog
 ) -> None:
-    # BatchCentred subtracts the batch mean of a hidden layer: one batched pass over several
+    # batch_centred_mlp subtracts the batch mean of a hidden layer: one batched pass over several
     # devices would let each device's sigma-hat see the others' samples (1 % to 5 % off here).
     passes = batched_passes(monkeypatch)
     together = Cohorts()  # one engine: it says so once
