@@ -119,10 +119,8 @@ def run_report(
 
 def format_summary(summary: dict[str, Any]) -> str:
     """Human-readable lines of a :func:`run_report` summary."""
-    config = summary["config"]
-    infeasible = summary["infeasible_share_of_available"]
-    fit_share = summary["fit_share_of_available"]
-    quantiles = summary["min_bandwidth_khz_quantiles"]
+    config, infeasible = summary["config"], summary["infeasible_share_of_available"]
+    fit_share, quantiles = summary["fit_share_of_available"], summary["min_bandwidth_khz_quantiles"]
     lines = [
         f"cell: V={config['num_devices']}, p_a={config['availability_prob']}, "
         f"model={config['pathloss_model']}, B={config['total_bandwidth_hz'] / 1e6:g} MHz, "

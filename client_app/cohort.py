@@ -1,8 +1,6 @@
-"""Cohort execution: devices that received the same global model in one phase, computed together.
-
-The in-process grid opens a delivery's cohorts (:meth:`Cohorts.opened`); each handler takes its
-device's result and builds its own reply (docs/design.md, "Cohort execution").
-"""
+"""Cohort execution: devices that received the same global model in one phase, computed together
+(docs/design.md): the in-process grid opens them, each handler replies with its device's result.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -139,14 +137,8 @@ def _cohort_key(msg: Message) -> tuple[object, ...] | None:
 
 def _stats_key(device: DeviceRound) -> tuple[object, ...]:
     """What a device's statistics depend on besides the model (its batches and sigma-hat)."""
-    return (
-        device.settings,
-        device.partition_id,
-        device.server_round,
-        device.training.local_steps,
-        device.training.batch_size,
-        device.want_sigma,
-    )
+    steps, b = device.training.local_steps, device.training.batch_size
+    return (device.settings, device.partition_id, device.server_round, steps, b, device.want_sigma)
 
 
 class Cohorts:

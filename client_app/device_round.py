@@ -36,7 +36,7 @@ from fedcgd_task.training import (
 
 @dataclass(frozen=True)
 class PreTrainingStats:
-    """Class counts of the round's tau batches, and σ̂_v (eq. local_est_sigma) when asked."""
+    """Class counts of the round's tau batches, σ̂_v (eq. local_est_sigma) when asked."""
 
     label_hist: list[int]
     sigma: float | None
@@ -167,7 +167,7 @@ def update_norm(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor])
 
 @dataclass(frozen=True)
 class TrainedDevice:
-    """A device's train reply: weights (CPU), mean step loss, update norm, seconds of training."""
+    """A device's train reply: weights (CPU), mean step loss, update norm, training seconds."""
 
     stats: PreTrainingStats
     weights: dict[str, torch.Tensor]

@@ -1,8 +1,6 @@
-"""Model functions ``(num_classes, input_shape) -> torch.nn.Module``: built-ins and your own.
-
-Paper Section V: CIFAR-10 uses a small CNN, CIFAR-100 a ResNet-18 with GroupNorm; the MLP serves
-``digits`` and any input shape, ``cnn1d`` is MNIST-1D's baseline (Greydanus & Kobak 2024).
-"""
+"""Model functions ``(num_classes, input_shape) -> torch.nn.Module``, built-in (paper Section
+V: CIFAR-10's CNN, CIFAR-100's ResNet-18-GN; the MLP for any shape; MNIST-1D's ``cnn1d``) or yours.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -98,10 +96,8 @@ CNN1D_KERNELS: tuple[int, int, int] = (5, 3, 3)
 
 
 class Mnist1dCNN(nn.Module):
-    """MNIST-1D's ``ConvBase``: three Conv1d (k 5, 3, 3; 25 channels, stride 2, padding 1) + FC.
-
-    For a 1 x 40 input 40 -> 19 -> 10 -> 5: 5,210 parameters with C = 10.
-    """
+    """MNIST-1D's ``ConvBase`` (Greydanus & Kobak 2024): three Conv1d (k 5, 3, 3; 25 channels,
+    stride 2, padding 1) + FC; 1 x 40: 40 -> 19 -> 10 -> 5, 5,210 parameters (C = 10)."""  # noqa: D205, D209
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
         super().__init__()
@@ -194,5 +190,5 @@ def build_model(
 
 
 def count_parameters(model: nn.Module) -> int:
-    """The number of scalar parameters of ``model`` (trainable or not, no buffers)."""
+    """Scalar parameters of ``model`` (trainable or not, no buffers)."""
     return sum(p.numel() for p in model.parameters())

@@ -1,8 +1,6 @@
-"""Splitting a labelled training set over V devices, and a device's local data set D_v.
-
-docs/design.md, "Dirichlet split" and "Sort-and-partition". A split is a pure function of the
-run settings (cached per process); it returns disjoint indices into the ``labels`` it was given.
-"""
+"""The split of a training set over V devices (docs/design.md, "Dirichlet split",
+"Sort-and-partition"), a pure function of the settings, and a device's local data set D_v.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -46,12 +44,9 @@ def apply_imbalance(labels: npt.ArrayLike, ratio: float, rng: np.random.Generato
 def dirichlet_partition(
     labels: npt.ArrayLike, num_devices: int, alpha: float, rng: np.random.Generator
 ) -> list[IntArray]:
-    """V sorted index arrays of floor(N / V) samples, class mixes from Dir(alpha p).
-
-    Paper Section V: p is the class distribution of ``labels``; each device in turn draws
-    p_v ~ Dir(alpha p) and multinomial counts capped at what each class has left, the deficit
-    redrawn from p_v over the classes left (uniform where p_v has no mass left).
-    """
+    """V sorted index arrays of floor(N / V) samples (paper Section V): each device in turn draws
+    p_v ~ Dir(alpha p), p the class distribution, and multinomial counts capped at what each
+    class has left, the deficit redrawn from p_v over the classes left (uniform: no mass)."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
     classes, counts = np.unique(y, return_counts=True)
     prior = counts / counts.sum()
@@ -81,11 +76,8 @@ def dirichlet_partition(
 def shard_partition(
     labels: npt.ArrayLike, num_devices: int, shards_per_device: int, rng: np.random.Generator
 ) -> list[IntArray]:
-    """Sort-and-partition (paper Section V): V sorted index arrays of l shards each.
-
-    The N mod (V l) surplus samples are dropped uniformly; the rest is sorted by label (stable),
-    cut into V l shards, dealt by a random permutation.
-    """
+    """Sort-and-partition (paper Section V): the N mod (V l) surplus dropped uniformly, the rest
+    sorted by label (stable), cut into V l shards, dealt by a permutation, l per device."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
     num_shards = num_devices * shards_per_device
     shard_size = y.size // num_shards

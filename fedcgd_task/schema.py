@@ -52,12 +52,9 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 _WHEEL = Path(__file__).resolve().parent / "pyproject.toml"  # [tool.hatch...force-include]
+_TOML = tomllib.loads((_WHEEL if _WHEEL.is_file() else PROJECT_DIR / "pyproject.toml").read_text())
 #: Every key's default, in pyproject.toml's order, flattened as Flower flattens it.
-DEFAULTS: dict[str, Scalar] = flatten(
-    tomllib.loads((_WHEEL if _WHEEL.is_file() else PROJECT_DIR / "pyproject.toml").read_text())[
-        "tool"
-    ]["flwr"]["app"]["config"]
-)
+DEFAULTS: dict[str, Scalar] = flatten(_TOML["tool"]["flwr"]["app"]["config"])
 MAX_SERVER_ROUNDS = 100_000
 #: Choices the code takes from here (``fedcgd_task.models``, ``channel.pathloss``, ``selectors``).
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")  # mlp, cnn, ...: in order

@@ -358,54 +358,25 @@ def batched_passes(monkeypatch) -> list[int]:
     return passes
 
 
-def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so_once(
-    tmp_path: Path, monkeypatch, caplog
-) -> None:
-    # batch_centred_mlp subtracts the batch mean of a hidden layer: one batched pass over several
-    # devices would let each device's sigma-hat see the others' samples (1 % to 5 % off here).
-    passes = batched_passes(monkeypatch)
-    together = Cohorts()  # one engine: it says so once
-    run_config = validated_run_config(
-        {"model": CENTRED, "num-devices": 7, "data-dir": str(tmp_path / "data")}
-    )
-    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        for kind in (keys.QUERY_STATS, "train", keys.QUERY_STATS):
-            alone = replies(run_config, kind, cohorts=None, model=CENTRED, tau=2)
-            batched = replies(run_config, kind, cohorts=together, model=CENTRED, tau=2)
-            for a, b in zip(alone, batched, strict=True):
-                ma, mb = (
-                    a.content.metric_records[keys.METRICS],
-                    b.content.metric_records[keys.METRICS],
-                )
-                assert mb[keys.SIGMA] == ma[keys.SIGMA]  # the per-device function itself
-                assert mb[keys.LABEL_HIST] == ma[keys.LABEL_HIST]
-                if kind == "train":  # vmap gives each device its own batch: batched training
-                    wa = a.content.array_records[keys.ARRAYS].to_torch_state_dict()
-                    wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
-                    for name in wa:
-                        torch.testing.assert_close(wb[name], wa[name], rtol=REL, atol=0.0)
-    assert passes == []
-    said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
-    assert len(said) == 1 and "\n" not in said[0]
-    assert f"sigma-hat of model '{CENTRED}' computed one device at a time" in said[0]
-
-
 @pytest.mark.parametrize(
     "model",
     [
+        CENTRED,
         "layer_cases:centred_above_8",
         "layer_cases:rolled_above_16",
         "layer_cases:centred_under_autograd",
         "layer_cases:centred_in_float32",
     ],
 )
-def test_a_model_that_mixes_only_some_batches_is_checked_as_the_cohort_computes(
+def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     tmp_path: Path, model: str, monkeypatch, caplog
 ) -> None:
-    # b = 4: a device's batch, and two devices' (the check's batch before), never mix; the
-    # cohort's batch of 7 x 4 samples does (sigma-hat was 0.9 % and 2e-4 off, no log line).
-    # The last two mix only as the batched pass computes: under autograd, in float32 (the
-    # check ran without gradients on a float64 copy: sigma-hat 1.2-1.6 % off, no log line).
+    # CENTRED subtracts the batch mean of a hidden layer: one batched pass over several devices
+    # would let each device's sigma-hat see the others' samples (1 % to 5 % off). The others
+    # mix only some batches: b = 4 and two devices' batch (the check's batch before) never
+    # mix, the cohort's 7 x 4 samples do (sigma-hat was 0.9 % and 2e-4 off, no log line); the
+    # last two mix only as the batched pass computes: under autograd, in float32 (the check
+    # ran without gradients on a float64 copy: sigma-hat 1.2-1.6 % off, no log line).
     passes = batched_passes(monkeypatch)
     run_config = validated_run_config(
         {"model": model, "num-devices": 7, "batch-size": 4, "data-dir": str(tmp_path / "data")}
@@ -436,24 +407,17 @@ def bn_model() -> torch.nn.Module:
 
 
 @pytest.mark.parametrize(
-    ("build", "shape", "mixes"),
+    ("build", "shape"),
     [
-        (lambda: build_model("mlp", 10, (1, 8, 8)), (1, 8, 8), False),
-        (lambda: build_model("cnn1d", 10, (1, 40)), (1, 40), False),
-        (lambda: build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16), False),  # GroupNorm
-        (bn_model, (1, 8, 8), False),  # BatchNorm in eval mode: its running statistics
-        (lambda: build_model(CENTRED, 10, (1, 8, 8)), (1, 8, 8), True),
-        (lambda: build_model("layer_cases:centred_under_autograd", 10, (1, 8, 8)), (1, 8, 8), True),
-        (lambda: build_model("layer_cases:centred_in_float32", 10, (1, 8, 8)), (1, 8, 8), True),
+        # mlp, cnn1d: test_every_reply_field...; models that mix: the tests above
+        (lambda: build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16)),  # GroupNorm
+        (bn_model, (1, 8, 8)),  # BatchNorm in eval mode: its running statistics
     ],
-    ids=["mlp", "cnn1d", "resnet18gn", "batchnorm", "batch-centred", "autograd", "float32"],
+    ids=["resnet18gn", "batchnorm"],
 )
-def test_which_models_mix_the_samples_of_a_batch(build, shape: tuple, mixes: bool) -> None:
+def test_models_that_compute_each_sample_apart_pass_the_check(build, shape: tuple) -> None:
     x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
-    reason = cohort.sample_mixing(build(), x, group_size=4)
-    assert (reason is not None) is mixes
-    if mixes:
-        assert "mixes the samples of a batch" in str(reason)
+    assert cohort.sample_mixing(build(), x, group_size=4) is None
 
 
 class CountingForward(torch.nn.Module):

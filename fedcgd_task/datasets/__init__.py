@@ -44,8 +44,7 @@ class NormalizedPixels:
     std: tuple[float, ...]
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        """[N, C, H, W]."""
+    def shape(self) -> tuple[int, ...]:  # noqa: D102 - [N, C, H, W]
         return tuple(int(s) for s in self.pixels.shape)
 
     def __len__(self) -> int:
@@ -79,7 +78,7 @@ class DataSplit:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Shape of one input (``x.shape[1:]``)."""
+        """``x.shape[1:]``."""
         return tuple(int(s) for s in self.inputs.shape[1:])
 
     def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,7 +225,7 @@ def load_data(
 def _load_checked(
     name: str, data_dir: str, settings: TaskSettings | None
 ) -> tuple[DataSplit, DataSplit]:
-    """:func:`load_data`'s cached part, the generators seeded with the run's seed (else 0)."""
+    """:func:`load_data` cached, the generators seeded with the run's seed (else 0)."""
     from fedcgd_task.training import seeded_generators  # torch: only where data is loaded
 
     function = dataset_function(name)
