@@ -132,27 +132,6 @@ def test_los_states_follow_los_probability() -> None:
     assert np.all(los_counts[cell.distance_2d_m <= 18.0] == rounds)
 
 
-def test_round_draw_fields_consistent() -> None:
-    config = CellConfig()
-    cell = Cell(config, np.random.default_rng(4))
-    draw = cell.draw_round(MODEL_BITS)
-    for name in ("available", "gain_lin", "min_bandwidth_hz", "los", "distance_2d_m"):
-        assert getattr(draw, name).shape == (config.num_devices,)
-    assert draw.available.dtype == np.bool_ and draw.los.dtype == np.bool_
-    np.testing.assert_array_equal(draw.distance_2d_m, cell.distance_2d_m)
-    # A caller reproduces B* from the gain with the config's derived powers.
-    np.testing.assert_array_equal(
-        draw.min_bandwidth_hz,
-        channel.min_bandwidth_hz(
-            MODEL_BITS,
-            config.deadline_s,
-            config.tx_power_w,
-            draw.gain_lin,
-            config.noise_psd_w_per_hz,
-        ),
-    )
-
-
 def test_same_seed_same_draws_and_other_seed_differs() -> None:
     config = CellConfig()
 
