@@ -86,7 +86,7 @@ def check_model_fits(
     import torch
 
     from client_app.sigma import gradient_spread
-    from fedcgd_task.models import MODEL_CONTRACT, MODEL_NAMES, build_model, model_function
+    from fedcgd_task.models import BUILTIN_MODELS, MODEL_CONTRACT, build_model, model_function
 
     model_function(model)  # an unknown name or a bad reference: its own one-line error
     shape = "×".join(str(s) for s in input_shape)
@@ -101,7 +101,7 @@ def check_model_fits(
         if tuple(logits.shape) != (2, num_classes):
             raise ValueError(f"outputs of shape {tuple(logits.shape)}, not (2, {num_classes})")
     except Exception as err:  # a wrong built-in or the researcher's model: one line
-        allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
+        allowed = "use model = 'auto'" if model in BUILTIN_MODELS else f"allowed: {MODEL_CONTRACT}"
         raise ValueError(
             f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
             f"{shape}, {num_classes} classes): {first_line(err)}; {allowed}"
