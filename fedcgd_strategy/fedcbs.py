@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedcgd_strategy.validation import as_nonnegative_array, check_integer
+from fedcgd_strategy.problem import as_nonnegative_array, check_integer
 
 #: Floor on QCID before 1/QCID^β (QCID = 0 for a balanced group): above round-off (~1e-16),
 #: below any QCID of integer label counts (~1/N² for N <= 10^6 samples).

@@ -154,18 +154,16 @@ def build(
     } | ({INNER: record} if record is not None else {})  # fmt: skip
 
 
-def make_aggregator(setting: str, params: Mapping[str, Any], num_devices: int) -> Strategy | None:
-    """A fresh aggregator for ``aggregator = setting``, None for the default FedAvg (ValueError)."""
+def make_aggregator(
+    setting: str, params: Mapping[str, Any], num_devices: int
+) -> tuple[Strategy | None, dict[str, Any] | None]:
+    """A fresh aggregator for ``aggregator = setting`` and ``config.json``'s
+    ``aggregator_resolved`` (:func:`build`); (None, None): the scheduler's FedAvg. ValueError."""  # noqa: D205, D209
     if setting == "" and params:
         raise ValueError(f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but "
                          f"{AGGREGATOR_KEY!r} is \"\" (the scheduler's FedAvg takes no "
                          "parameters); name an aggregator")  # fmt: skip
-    return None if setting == "" else build(setting, params, num_devices)[0]
-
-
-def resolved_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> Any:
-    """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
-    return None if setting == "" else build(setting, params, num_devices)[1]
+    return (None, None) if setting == "" else build(setting, params, num_devices)
 
 
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:

@@ -30,6 +30,7 @@ from fedcgd_strategy.flower.discovery import (
     settle_pending,
 )
 from fedcgd_strategy.flower.replies import (
+    DEFAULT_MAX_UPDATE_NORM_RATIO,
     DeviceReport,
     collect_reports,
     reported_stats,
@@ -49,7 +50,6 @@ from fedcgd_strategy.policies import (
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, round_record
-from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings, read_round_config
 

@@ -23,10 +23,9 @@ from fedcgd_strategy.policies.core import (
     UploadedUpdates,
     decision_from_mask,
 )
-from fedcgd_strategy.problem import SchedulingProblem
+from fedcgd_strategy.problem import SchedulingProblem, as_nonnegative_array
 from fedcgd_strategy.selectors import best_score_first, power_of_choice
 from fedcgd_strategy.solvers import solve
-from fedcgd_strategy.validation import as_nonnegative_array
 
 
 @dataclass

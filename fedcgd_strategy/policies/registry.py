@@ -151,11 +151,14 @@ def resolved_policy_arguments(
 
 
 def make_policy(
-    setting: str, context: PolicyContext, params: Mapping[str, object] | None = None
-) -> Policy:
-    """Build the policy the run config names, ``name`` canonical (ValueError: one line)."""
-    resolved = resolved_policy_arguments(setting, context, params).items()
-    arguments = {k: v["value"] for k, v in resolved if v["from"] != "the class default"}
+    setting: str, context: PolicyContext, params: Mapping[str, object] | None = None, *,
+    resolved: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Policy:  # fmt: skip
+    """Build the policy the run config names, ``name`` canonical (ValueError: one line);
+    ``resolved``: its :func:`resolved_policy_arguments` where already computed."""  # noqa: D205, D209
+    if resolved is None:
+        resolved = resolved_policy_arguments(setting, context, params)
+    arguments = {k: v["value"] for k, v in resolved.items() if v["from"] != "the class default"}
     try:
         policy = policy_class(setting)(**arguments)
     except (TypeError, ValueError) as err:
