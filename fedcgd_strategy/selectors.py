@@ -8,8 +8,6 @@ checked them). Pure numpy.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -47,14 +45,6 @@ def best_effort_pack(
     return selected
 
 
-def descending_order(scores: ArrayLike, eligible: ArrayLike) -> NDArray[np.intp]:
-    """Return the ``eligible`` devices by ``scores``, descending; ties go to the lowest index."""
-    s = np.asarray(scores, dtype=np.float64)
-    idx = np.flatnonzero(np.asarray(eligible, dtype=bool))
-    # Stable sort of the negated scores keeps ascending index order among equal scores.
-    return idx[np.argsort(-s[idx], kind="stable")]
-
-
 def best_score_first(
     available: ArrayLike,
     scores: ArrayLike,
@@ -62,7 +52,6 @@ def best_score_first(
     total_bandwidth_hz: float,
     rule: str = "stop",
     *,
-    score_name: str = "scores",
     num_candidates: int = 0,
     rng: np.random.Generator | None = None,
 ) -> NDArray[np.bool_]:
@@ -72,25 +61,19 @@ def best_score_first(
     channel gain H̄_v, linear; BN2: ||w_v^{(j+1)} − w^{(j)}||₂), NaN = never taken;
     ``min_bandwidth_hz``, ``total_bandwidth_hz`` and ``rule`` as in :func:`best_effort_pack`.
     With ``rng`` and ``0 < num_candidates <`` the number of eligible devices, only
-    ``num_candidates`` of them, drawn uniformly without replacement, are ranked (POC).
-    ``score_name`` names the scores (kept for callers that name them).
+    ``num_candidates`` of them, drawn uniformly without replacement, are ranked (POC). Ties go
+    to the lowest index.
     """
     s = np.asarray(scores, dtype=np.float64)
     pool = np.flatnonzero(np.asarray(available, dtype=bool) & ~np.isnan(s))
     if rng is not None and 0 < num_candidates < pool.size:
         pool = np.sort(rng.choice(pool, size=num_candidates, replace=False))
-    eligible = np.zeros(s.shape[0], dtype=bool)
-    eligible[pool] = True
-    return best_effort_pack(
-        descending_order(s, eligible), min_bandwidth_hz, total_bandwidth_hz, rule
-    )
+    order = pool[np.argsort(-s[pool], kind="stable")]  # stable: equal scores by index
+    return best_effort_pack(order, min_bandwidth_hz, total_bandwidth_hz, rule)
 
 
-#: BC: :func:`best_score_first` by the average channel gain ``gain_lin``.
-best_channel = partial(best_score_first, score_name="gain_lin")
-
-#: BN2: :func:`best_score_first` by the local-update L2 norm ``update_norm``.
-best_norm = partial(best_score_first, score_name="update_norm")
+#: BC by the average channel gain ``gain_lin``, BN2 by the local-update L2 norm ``update_norm``.
+best_channel = best_norm = best_score_first
 
 
 def power_of_choice(
@@ -110,6 +93,6 @@ def power_of_choice(
     descending and pack them best effort (other arguments as in :func:`best_effort_pack`).
     """
     return best_score_first(
-        available, loss, min_bandwidth_hz, total_bandwidth_hz, rule, score_name="loss",
+        available, loss, min_bandwidth_hz, total_bandwidth_hz, rule,
         num_candidates=num_candidates, rng=rng,
     )  # fmt: skip

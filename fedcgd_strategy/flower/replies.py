@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedcgd_strategy.aggregation import array_problem, flatten_update
 from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
+from fedcgd_strategy.policies import UploadedUpdates
 from fedcgd_task import keys
 from fedcgd_task.imports import first_line
 from fedcgd_task.schema import DEFAULTS
@@ -331,25 +331,6 @@ def collect_reports(
     for pid in sorted(failures):
         log(WARNING, "%s: device %d excluded this round: %s", phase, pid, failures[pid])
     return [reports[p] for p in sorted(reports)], dict(sorted(failures.items())), lost
-
-
-def reported_stats(
-    reports: list[DeviceReport], num_devices: int, num_classes: int, *, post_training: bool
-) -> ReportedStats:
-    """The valid reports of a phase as length-V arrays (NaN post-training rows where missing)."""
-    reported = np.zeros(num_devices, dtype=bool)
-    label_hist = np.zeros((num_devices, num_classes), dtype=np.int64)
-    num_examples, sigma_v = np.zeros(num_devices), np.zeros(num_devices)
-    train_loss = np.full(num_devices, np.nan) if post_training else None
-    update_norm = np.full(num_devices, np.nan) if post_training else None
-    for r in reports:
-        v = r.partition_id
-        reported[v] = True
-        label_hist[v], num_examples[v], sigma_v[v] = r.label_hist, r.num_examples, r.sigma
-        if train_loss is not None and update_norm is not None:
-            train_loss[v] = np.nan if r.train_loss is None else r.train_loss
-            update_norm[v] = np.nan if r.update_norm is None else r.update_norm
-    return ReportedStats(reported, label_hist, num_examples, sigma_v, train_loss, update_norm)
 
 
 def uploaded_updates(

@@ -10,7 +10,6 @@ from fedcgd_strategy.policies.core import PROTOCOL_CHOICES as PROTOCOL_CHOICES
 from fedcgd_strategy.policies.core import Decision as Decision
 from fedcgd_strategy.policies.core import Policy as Policy
 from fedcgd_strategy.policies.core import Protocol as Protocol
-from fedcgd_strategy.policies.core import ReportedStats as ReportedStats
 from fedcgd_strategy.policies.core import RoundInputs as RoundInputs
 from fedcgd_strategy.policies.core import UploadedUpdates as UploadedUpdates
 from fedcgd_strategy.policies.core import decision_from_mask as decision_from_mask

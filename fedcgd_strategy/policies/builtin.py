@@ -112,7 +112,7 @@ class RankingPolicy(Policy):
         """Schedule by :attr:`score` (:func:`~fedcgd_strategy.selectors.best_score_first`)."""
         mask = best_score_first(
             inputs.candidate, getattr(inputs, self.score), _candidate_bandwidth(inputs),
-            inputs.total_bandwidth_hz, rule=self.pack_rule, score_name=self.score,
+            inputs.total_bandwidth_hz, rule=self.pack_rule,
         )  # fmt: skip
         return decision_from_mask(inputs, mask)
 
