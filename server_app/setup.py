@@ -54,7 +54,6 @@ class RunSetup:
     train_set: DataSplit
     test_tensors: tuple[torch.Tensor, torch.Tensor]
     model: nn.Module
-    num_params: int
     model_bits: int
     target: NDArray[np.float64]
     device: torch.device
@@ -66,11 +65,6 @@ class RunSetup:
     resolved: dict[str, Any]
     resume: Checkpoint | None = None
     aggregator: Strategy | None = None
-
-    @property
-    def num_classes(self) -> int:
-        """C, the classes of the data set."""
-        return self.train_set.num_classes
 
     @property
     def round_offset(self) -> int:
@@ -86,7 +80,7 @@ class RunSetup:
             model_bits=self.model_bits,
             total_bandwidth_hz=config.cell.total_bandwidth_hz,
             num_devices=config.task.num_devices,
-            num_classes=self.num_classes,
+            num_classes=self.train_set.num_classes,
             target_dist=self.target if config.target_dist == "global" else None,
             rng=self.policy_rng,
             protocol=config.protocol,
@@ -199,7 +193,6 @@ def build_setup(
         train_set=train_set,
         test_tensors=load_test_set(config.task).tensors(),
         model=model,
-        num_params=num_params,
         model_bits=model_bits,
         target=target,
         device=compute_device(config.task.device),

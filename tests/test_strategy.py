@@ -181,7 +181,7 @@ def test_device_that_times_out_after_discovery_is_excluded():
 
 
 def test_exact_time_limit_reaches_the_solver(monkeypatch):
-    import fedcgd_strategy.policies.builtin as policies
+    import fedcgd_strategy.policies.registry as policies
 
     seen = {}
     real_solve = policies.solve

@@ -1,6 +1,6 @@
 """Scheduling policies: :mod:`~.core` (inputs, Policy, Protocol, Decision), :mod:`~.check` (the
-decision's check), :mod:`~.builtin` (FedCGD, paper Algorithm 3; BC, BN2, POC, Fed-CBS, all),
-:mod:`~.registry` (run-config names and import paths -> policy objects).
+decision's check), :mod:`~.registry` (the built-ins: FedCGD, paper Algorithm 3; BC, BN2, POC,
+Fed-CBS, all; run-config names and import paths -> policy objects).
 """  # noqa: D205
 
 from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
