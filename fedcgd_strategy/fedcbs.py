@@ -137,9 +137,6 @@ class FedCBSState:
         counts = data["counts"]
         return cls(num, counts=np.asarray(counts), round_index=rnd)
 
-    def __repr__(self) -> str:
-        return f"FedCBSState(num_devices={self.num_devices}, round_index={self.round_index})"
-
 
 def fedcbs_select(
     state: FedCBSState,
