@@ -54,6 +54,7 @@ class RunSetup:
     train_set: DataSplit
     test_tensors: tuple[torch.Tensor, torch.Tensor]
     model: nn.Module
+    num_params: int
     model_bits: int
     target: NDArray[np.float64]
     device: torch.device
@@ -193,6 +194,7 @@ def build_setup(
         train_set=train_set,
         test_tensors=load_test_set(config.task).tensors(),
         model=model,
+        num_params=num_params,
         model_bits=model_bits,
         target=target,
         device=compute_device(config.task.device),
