@@ -21,7 +21,6 @@ from fedcgd_strategy.estimators import (
     estimate_class_gradient,
     estimate_per_class_gradient,
 )
-from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
 from fedcgd_strategy.policies.core import (
     Decision,
     Policy,
@@ -30,7 +29,7 @@ from fedcgd_strategy.policies.core import (
     decision_from_mask,
 )
 from fedcgd_strategy.problem import SchedulingProblem, as_nonnegative_array
-from fedcgd_strategy.selectors import best_score_first, power_of_choice
+from fedcgd_strategy.selectors import FedCBSState, best_score_first, fedcbs_select, power_of_choice
 from fedcgd_strategy.solvers import solve
 from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
 from fedcgd_task.schema import DEFAULTS
