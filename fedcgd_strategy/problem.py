@@ -189,11 +189,12 @@ def as_nonnegative_array(
     """``value`` as float64 (of ``shape`` if given), every entry finite and ``>= 0``; else a
     ValueError naming ``name`` and the first entries that are not."""  # noqa: D205, D209
     array = as_float_array(value, name, shape=shape)
-    bad = np.argwhere(~np.isfinite(array) | (array < 0))
-    if bad.size:
+    bad = ~np.isfinite(array) | (array < 0)
+    if bad.any():
+        at = np.argwhere(bad)
         quoted = [f"{name}[{', '.join(map(str, pos))}] = {array[tuple(pos)].item()!r}"
-                  for pos in bad[:4]] if array.ndim else [repr(array.item())]  # fmt: skip
-        more = f" (and {len(bad) - 4} more)" if len(bad) > 4 else ""
+                  for pos in at[:4]] if array.ndim else [repr(array.item())]  # fmt: skip
+        more = f" (and {len(at) - 4} more)" if len(at) > 4 else ""
         raise ValueError(f"{name} must be finite and >= 0, got {', '.join(quoted)}{more}")
     return array
 
