@@ -260,7 +260,7 @@ def test_a_checkpoint_that_does_not_fit_the_run_leaves_the_folder_as_it_was(runs
 
 def stepped(name: str, params: dict[str, Any], rounds: int = 2):
     """A fresh aggregator after ``rounds`` synthetic rounds, and the round's model."""
-    aggregator = make_aggregator(name, params, 3)
+    aggregator = make_aggregator(name, params, 3)[0]
     reference, models = synthetic_uploads(3)
     current = reference
     for rnd in range(1, rounds + 1):
@@ -289,7 +289,7 @@ def test_a_saved_setting_is_refused_and_the_configured_one_stays(name, params, s
     saved, _, _ = stepped(name, params)
     state = aggregator_state(saved)
     assert setting not in state  # an honest checkpoint holds state only
-    fresh = make_aggregator(name, params, 3)
+    fresh = make_aggregator(name, params, 3)[0]
     configured = getattr(fresh, setting)
     reference, _ = synthetic_uploads(3)
     with pytest.raises(ValueError, match=rf"holds .*'{setting}'.*; the run's \w+ keeps"):
@@ -303,7 +303,7 @@ def test_a_held_strategys_setting_is_refused_too():
     saved, _, _ = stepped(FIXED_DP, params)
     state = aggregator_state(saved)
     state["strategy.server_learning_rate"] = 100.0
-    fresh = make_aggregator(FIXED_DP, params, 3)
+    fresh = make_aggregator(FIXED_DP, params, 3)[0]
     reference, _ = synthetic_uploads(3)
     with pytest.raises(ValueError, match=r"holds .*'strategy.server_learning_rate'.*; the run's"):
         load_aggregator_state(fresh, state, reference)
@@ -367,7 +367,7 @@ def test_restored_state_must_fit_the_model(name, attribute, bad, phrase):
     saved, current, _ = stepped(name, STATE_PARAMS[name])
     state = aggregator_state(saved)
     state[attribute] = bad(state[attribute])  # a checkpoint edited
-    fresh = make_aggregator(name, STATE_PARAMS[name], 3)
+    fresh = make_aggregator(name, STATE_PARAMS[name], 3)[0]
     with pytest.raises(ValueError, match=re.escape(phrase)):
         load_aggregator_state(fresh, state, current)
 
@@ -381,7 +381,7 @@ def test_a_missing_state_attribute_is_refused():
         match=r"holds \['current_arrays'\]; the run's FedAvgM keeps \['current_arrays', 'mom",
     ):
         load_aggregator_state(
-            make_aggregator("FedAvgM", {"server-momentum": 0.9}, 3), state, current
+            make_aggregator("FedAvgM", {"server-momentum": 0.9}, 3)[0], state, current
         )
 
 
@@ -394,13 +394,13 @@ def test_a_researchers_state_is_checkpointed_and_restored_by_its_protocol():
     assert set(state) == {"total"}
     # two rounds of the same uploads 0.01 (i + 1), weights 1, 2, 3: 2 * 0.01 * 14 / 6 each
     np.testing.assert_allclose(state["total"]["w"], np.full((2, 3), 0.14 / 3), rtol=1e-6)
-    fresh = make_aggregator(SUMMING, {}, 3)
+    fresh = make_aggregator(SUMMING, {}, 3)[0]
     load_aggregator_state(fresh, state, current)
     assert all(np.array_equal(fresh.total[k], saved.total[k]) for k in current)
     with pytest.raises(
         ValueError, match=r"holds \['step', 'total'\]; the run's Summing keeps \['total'\]"
     ):
-        load_aggregator_state(make_aggregator(SUMMING, {}, 3), {**state, "step": 1.0}, current)
+        load_aggregator_state(make_aggregator(SUMMING, {}, 3)[0], {**state, "step": 1.0}, current)
 
 
 # --- refusals in the run config's words; files that are no checkpoint -------------------------
