@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.colors import to_hex
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
@@ -66,7 +65,6 @@ POLICY_COLORS: dict[str, str] = {
     "fedcgd-exact": "#e377c2", "fedcgd-cd": "#bcbd22", "bc": "#1f77b4", "bn2": "#17becf",
     "poc": "#2ca02c", "fedcbs": "#9467bd", "all": "#7f7f7f",
 }  # fmt: skip
-POLICY_NAMES = {policy: POLICY_LABELS[policy] for policy in POLICY_COLORS}
 #: A researcher's own policies: dark colours no built-in uses, chosen by name (:func:`own_colors`).
 USER_COLORS = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
 #: A policy's further aggregators in one figure (its first keeps the policy's colour).
@@ -80,16 +78,11 @@ LINESTYLES: tuple[Any, ...] = (
     "-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2)),
     (0, (8, 2)), (0, (3, 3)),
 )  # fmt: skip
-#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours: sweep points).
-ESTIMATE_LINESTYLES: dict[str, Any] = {
-    "fedcgd-fscd": "-", "fedcgd-gs": "--", "fedcgd-fscd-gc": ":", "fedcgd-exact": "-.",
-    "fedcgd-cd": (0, (5, 1)),
-}  # fmt: skip
 
 
 def policy_order(policies: Iterable[str]) -> list[str]:
-    """``policies`` in legend order: the built-ins as in :data:`POLICY_NAMES`, then the rest."""
-    known = list(POLICY_NAMES)
+    """``policies`` in legend order: the built-ins as in :data:`POLICY_COLORS`, then the rest."""
+    known = list(POLICY_COLORS)
     return sorted(dict.fromkeys(policies), key=lambda p: (known.index(p) if p in known else 99, p))
 
 
@@ -100,12 +93,7 @@ def metric(key: str) -> Metric:
 
 def policy_name(policy: str) -> str:
     """The legend name of ``policy``: a built-in's human name, a reference's class name."""
-    return POLICY_NAMES.get(policy, policy.rsplit(":", 1)[-1])
-
-
-def is_fedcgd(policy: str) -> bool:
-    """True for the FedCGD variants (drawn to stand out from the baselines)."""
-    return policy.startswith("fedcgd")
+    return POLICY_LABELS.get(policy, policy.rsplit(":", 1)[-1])
 
 
 def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
@@ -113,7 +101,7 @@ def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
     if policy not in POLICY_COLORS:
         color = USER_COLORS[own_index % len(USER_COLORS)]
         return {"color": color, "linestyle": "-.", "linewidth": 2.0, "zorder": 3}
-    if is_fedcgd(policy):
+    if policy.startswith("fedcgd"):
         return {"color": POLICY_COLORS[policy], "linestyle": "-", "linewidth": 2.2, "zorder": 3}
     return {"color": POLICY_COLORS[policy], "linestyle": "--", "linewidth": 1.3, "zorder": 2}
 
@@ -162,25 +150,6 @@ def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         taken.add((to_hex(style["color"]), repr(linestyle)))
         out.append(style)
     return out
-
-
-def estimate_styles(
-    drawn: Sequence[tuple[str, str]], labels: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Styles of ``estimates.png``'s (sweep label, policy) groups: viridis per sweep point."""
-    if len(set(labels)) <= 1:
-        return series_styles([policy for _, policy in drawn])
-    shades = colormaps["viridis"](np.linspace(0.0, 0.8, len(labels)))
-    return distinct_styles(
-        [
-            {
-                "color": to_hex(shades[labels.index(label)]),
-                "linestyle": ESTIMATE_LINESTYLES.get(policy, "-"),
-                "linewidth": 1.8,
-            }
-            for label, policy in drawn
-        ]
-    )
 
 
 def smoothing_window(num_rounds: int) -> int:

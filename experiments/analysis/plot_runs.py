@@ -18,15 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from experiments.analysis.figures import (
-    draw_group,
-    label_axis,
-    legend_below,
-    policy_name,
-    policy_order,
-    series_styles,
-    smoothing_window,
-)
+from experiments.analysis import figures
 from fedcgd_task.datasets import BUILTIN_DATASETS
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import WHERE_AND_HOW
@@ -97,21 +89,21 @@ def draw_panels(
     size = (14 if len(titles) > 2 else 12, 4.8)
     fig, axes = plt.subplots(1, len(titles), figsize=size, constrained_layout=True)
     loaded = [[load_run(d)[1] for d in dirs] for _, dirs in groups]
-    window = smoothing_window(max((len(lines) for runs in loaded for lines in runs), default=0))
+    window = figures.smoothing_window(max((len(x) for runs in loaded for x in runs), default=0))
     for (label, dirs), runs, style in zip(groups, loaded, styles, strict=True):
         most = max(map(num_devices, dirs), default=math.inf)
         for ax, key in zip(axes, titles, strict=True):
             curves = [round_values(lines, key) for lines in runs]
             smooth = window if key in smoothed else 1
-            draw_group(
+            figures.draw_group(
                 ax, curves, key, label, style=style, smooth=smooth, bands=bands, num_devices=most
             )
     for ax, (key, title) in zip(axes, titles.items(), strict=True):
         averaged = f"moving average over {window} rounds (faint: per round)"
         lines = [title, averaged if window > 1 and key in smoothed else ""]
         ax.set_title("\n".join(line for line in lines if line), fontsize=9)
-        label_axis(ax, key)
-    legend_below(fig, axes[0])
+        figures.label_axis(ax, key)
+    figures.legend_below(fig, axes[0])
     if title := runs_title(d for _, dirs in groups for d in dirs):
         fig.suptitle(title)
     return save_figure(fig, out)
@@ -170,7 +162,7 @@ def run_labels(
 
     The folder only where another run still has the same label.
     """
-    names = [policy_name(p) for p in policies]
+    names = [figures.policy_name(p) for p in policies]
     if settings is not None:
         names = [f"{n} · {s}" if s else n for n, s in zip(names, settings, strict=True)]
     paths = [Path(d).resolve() for d in result_dirs]
@@ -195,7 +187,7 @@ def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     policies = [load_run(d)[0] for d in result_dirs]
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
-    styles = series_styles(policies, [aggregator_of(c) for c in configs])
+    styles = figures.series_styles(policies, [aggregator_of(c) for c in configs])
     return draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
 
 
@@ -220,14 +212,13 @@ def plot_mean_runs(
     ``groups``: policy -> folders, or (policy, the settings that differ) -> folders.
     """
     keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
-    order = [
-        key for policy in policy_order(p for p, _ in keyed) for key in keyed if key[0] == policy
-    ]
+    legend = figures.policy_order(p for p, _ in keyed)
+    order = sorted(keyed, key=lambda key: legend.index(key[0]))
     aggregators = [aggregator_of(read_config(keyed[key][0])) for key in order]
-    styles = series_styles([p for p, _ in order], aggregators)
+    styles = figures.series_styles([p for p, _ in order], aggregators)
     named = [
-        (policy_name(p) + (f" · {s}" if s else "") + f" (n={len(keyed[(p, s)])})", keyed[(p, s)])
-        for p, s in order
+        (f"{figures.policy_name(p)}{f' · {s}' if s else ''} (n={len(dirs)})", dirs)
+        for (p, s), dirs in ((key, keyed[key]) for key in order)
     ]
     return draw_panels(named, styles, out, bands)
 

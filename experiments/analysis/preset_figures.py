@@ -20,7 +20,7 @@ def point_label(point: Mapping[str, Any]) -> str:
 def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
     """σ̂ and Ĝ per round of each (sweep label, policy) group of FedCGD runs, smoothed."""
     labels = list(dict.fromkeys(label for label, _ in groups))
-    fedcgd = [(lb, p) for lb, p in groups if figures.is_fedcgd(p)]
+    fedcgd = [(lb, p) for lb, p in groups if p.startswith("fedcgd")]
     order = figures.policy_order(p for _, p in fedcgd)
     drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
     return draw_panels(
@@ -28,7 +28,7 @@ def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) 
             (figures.policy_name(p) + ("" if lb == "default" else f", {lb}"), list(groups[(lb, p)]))
             for lb, p in drawn
         ],
-        figures.estimate_styles(drawn, labels),
+        figures.series_styles([p for _, p in drawn], [lb for lb, _ in drawn]),
         out,
         titles={
             "sigma": "σ̂: spread of the sampled gradients (paper's global σ estimate)",
