@@ -268,7 +268,6 @@ def indicator_line(summary: Mapping[str, Any], rounds_run: Sequence[int] = ()) -
     ``rounds_run``: the FSCD runs' rounds (they bound the early rounds); a ρ is shown only where
     its test could reach p < :data:`ALPHA`.
     """
-    late = 100 * float(summary["late_fraction"])
     n, rho, p = (summary[k] for k in ("n_settings", "setting_spearman_rho", "setting_p_value"))
     testable = math.isfinite(rho) and 2 / math.factorial(n) < ALPHA
     if not math.isfinite(rho):
@@ -279,28 +278,23 @@ def indicator_line(summary: Mapping[str, Any], rounds_run: Sequence[int] = ()) -
         verdict = "larger Ĝ/σ̂ goes with a larger FedCGD-FSCD lead across settings (p < 0.05)"
     else:
         verdict = "not shown across settings (p >= 0.05 or rho <= 0)"
-    early = int(summary["early_rounds"])
+    early, points = int(summary["early_rounds"]), int(summary["n_points"])
     last, first = (min(early, f(rounds_run, default=early)) for f in (max, min))
     shorter = f" ({first} in the shortest run)" if first < last else ""
-    low, high = float(summary["leave_one_out_rho_min"]), float(summary["leave_one_out_rho_max"])
-    points = int(summary["n_points"])
+    low, high = summary["leave_one_out_rho_min"], summary["leave_one_out_rho_max"]
+    within = _rho(
+        summary["within_setting_rho"], summary["within_setting_p_value"],
+        "within settings (centred on each setting's means)", points,
+    )  # fmt: skip
     lines = [
-        f"Ĝ/σ̂ over rounds 1-{last}{shorter} (FedCGD-FSCD) against the FedCGD-FSCD − BC "
-        f"accuracy gap over the last {late:g} % of the rounds: "
-        f"{n} settings (means over seeds), "
+        f"Ĝ/σ̂ over rounds 1-{last}{shorter} (FedCGD-FSCD) against the FedCGD-FSCD − BC accuracy "
+        f"gap over the last {100 * summary['late_fraction']:g} % of the rounds: {n} settings "
+        "(means over seeds), "
         + (f"{_rho(rho, p, 'setting-level (exact permutation p)', n)}: " if testable else "")
         + verdict,
-        "  "
-        + _rho(
-            float(summary["within_setting_rho"]),
-            float(summary["within_setting_p_value"]),
-            "within settings (centred on each setting's means)",
-            points,
-        )
+        f"  {within}"
         + (f"; one setting left out: rho {low:+.3f} to {high:+.3f}" if math.isfinite(low) else ""),
-        "  "
-        + _rho(float(summary["spearman_rho"]), float(summary["p_value"]), "pooled", points)
-        + " (the points of one setting are not independent)"
-        + f", {points} (setting, seed) points",
+        f"  {_rho(summary['spearman_rho'], summary['p_value'], 'pooled', points)} (the points of "
+        f"one setting are not independent), {points} (setting, seed) points",
     ]
     return "\n".join(lines)

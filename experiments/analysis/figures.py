@@ -65,7 +65,7 @@ POLICY_COLORS: dict[str, str] = {
     "fedcgd-exact": "#e377c2", "fedcgd-cd": "#bcbd22", "bc": "#1f77b4", "bn2": "#17becf",
     "poc": "#2ca02c", "fedcbs": "#9467bd", "all": "#7f7f7f",
 }  # fmt: skip
-#: A researcher's own policies: dark colours no built-in uses, chosen by name (:func:`own_colors`).
+#: A researcher's own policies: dark colours no built-in uses, chosen by name.
 USER_COLORS = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
 #: A policy's further aggregators in one figure (its first keeps the policy's colour).
 VARIANT_COLORS = (
@@ -106,50 +106,38 @@ def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
     return {"color": POLICY_COLORS[policy], "linestyle": "--", "linewidth": 1.3, "zorder": 2}
 
 
-def own_colors(policies: Sequence[str]) -> dict[str, int]:
-    """The :data:`USER_COLORS` index of each own policy: its name's CRC-32, next free if taken."""
-    out: dict[str, int] = {}
-    for policy in sorted(policies):
-        first = zlib.crc32(policy.encode()) % len(USER_COLORS)
-        tried = ((first + step) % len(USER_COLORS) for step in range(len(USER_COLORS)))
-        out[policy] = next((i for i in tried if i not in out.values()), first)
-    return out
-
-
 def series_styles(
     policies: Sequence[str], aggregators: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
     """One style per series (``policies`` may repeat), no two with the same colour and style.
 
+    An own policy's colour: its name's CRC-32 in :data:`USER_COLORS`, the next free if taken.
     With ``aggregators`` (one per series), a policy's further aggregators take
-    :data:`VARIANT_COLORS`: different policies or aggregators never share a colour.
+    :data:`VARIANT_COLORS`. A repeated (colour, style) takes the next free line style.
     """
-    own = own_colors([p for p in dict.fromkeys(policies) if p not in POLICY_COLORS])
+    own: dict[str, int] = {}
+    for policy in sorted({p for p in policies if p not in POLICY_COLORS}):
+        first = zlib.crc32(policy.encode()) % len(USER_COLORS)
+        tried = ((first + step) % len(USER_COLORS) for step in range(len(USER_COLORS)))
+        own[policy] = next((i for i in tried if i not in own.values()), first)
     styles = [policy_style(p, own.get(p, 0)) for p in policies]
-    first: dict[str, str] = {}
+    first_seen: dict[str, str] = {}
     variant: dict[tuple[str, str], str] = {}
     for i, (policy, aggregator) in enumerate(zip(policies, aggregators or [], strict=False)):
-        if first.setdefault(policy, aggregator) != aggregator:
+        if first_seen.setdefault(policy, aggregator) != aggregator:
             color = variant.setdefault(
                 (policy, aggregator), VARIANT_COLORS[len(variant) % len(VARIANT_COLORS)]
             )
             styles[i]["color"] = color
-    return distinct_styles(styles)
-
-
-def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``styles`` with no (colour, line style) twice: a repeat gets the next free line style."""
     taken: set[tuple[str, str]] = set()
-    out = []
-    for style in map(dict, styles):
+    for style in styles:
         free = itertools.chain(LINESTYLES, ((0, (k, 2)) for k in itertools.count(10)))
         for linestyle in itertools.chain([style["linestyle"]], free):
             if (to_hex(style["color"]), repr(linestyle)) not in taken:
                 break
         style["linestyle"] = linestyle
         taken.add((to_hex(style["color"]), repr(linestyle)))
-        out.append(style)
-    return out
+    return styles
 
 
 def smoothing_window(num_rounds: int) -> int:
