@@ -20,6 +20,7 @@ from scipy.ndimage import uniform_filter1d
 
 from experiments.analysis.statistics import mean_band
 from fedcgd_strategy.policies.registry import POLICY_LABELS
+from fedcgd_task.datasets import BUILTIN_DATASETS
 
 #: From this many runs on a group is drawn with the 95 % band of its mean (one run: its line).
 MIN_RUNS_FOR_BAND = 2
@@ -241,3 +242,56 @@ def legend_below(fig: Any, ax: Any) -> None:
             fontsize=LEGEND_FONTSIZE,
             frameon=False,
         )
+
+
+# --- Titles: data set, split, τ, V and the seeds of the runs, from their ``config.json`` ---
+
+DATASET_NAMES = {name: builtin.title for name, builtin in BUILTIN_DATASETS.items()}
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+
+def _values(parts: Iterable[str]) -> str:
+    return ", ".join(dict.fromkeys(parts))
+
+
+def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
+    """The split of runs with these ``task`` settings, e.g. ``Dirichlet α = 0.1, 1, r = 10``."""
+    alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
+    shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
+    texts = ["Dirichlet α = " + _values(alphas)] if alphas else []
+    if shards:
+        plural = "" if all(n == 1 for n in shards) else "s"
+        texts.append(_values(_number(n) for n in shards) + f" shard{plural} per device")
+    ratios = [t.get("imbalance_ratio", 1.0) for t in tasks]
+    imbalance = (
+        ", r = " + _values(_number(r) for r in ratios) if any(r != 1 for r in ratios) else ""
+    )
+    return ", ".join(texts) + imbalance
+
+
+def settings_title(configs: Sequence[Mapping[str, Any] | None]) -> str:
+    """Data set · split · τ · V · aggregator (unless FedAvg) · seeds of runs with these configs.
+
+    Each part lists its distinct values; an unknown config is left out; "" when none is known.
+    """
+    known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
+    tasks = [c["task"] for c in known]
+    if not known:
+        return ""
+    names = (str(t.get("dataset", "?")) for t in tasks)
+    training = [c["training"] if isinstance(c.get("training"), Mapping) else {} for c in known]
+    parts = [
+        _values(DATASET_NAMES.get(n, n.rsplit(":", 1)[-1])[:40] for n in names),
+        split_text(tasks),
+        "τ = " + _values(_number(t.get("local_steps")) for t in training),
+        "V = " + _values(_number(t.get("num_devices")) for t in tasks),
+    ]
+    aggregators = [str(c.get("aggregator") or "") for c in known]
+    if any(aggregators):
+        parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
+    distinct = list(dict.fromkeys(_number(t.get("seed")) for t in tasks))
+    parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
+    return " · ".join(parts)
