@@ -63,16 +63,6 @@ def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
         plt.close(fig)
 
 
-def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
-    """Round -> finite value of ``key`` in a run's metrics lines (rounds without one left out)."""
-    out: dict[int, float] = {}
-    for line in lines:
-        value = line.get(key)
-        if isinstance(value, int | float) and math.isfinite(float(value)):
-            out[int(line["round"])] = float(value)
-    return out
-
-
 def draw_panels(
     groups: Sequence[tuple[str, list[Path]]],
     styles: Sequence[Mapping[str, Any]],
@@ -93,7 +83,10 @@ def draw_panels(
     for (label, dirs), runs, style in zip(groups, loaded, styles, strict=True):
         most = max(map(num_devices, dirs), default=math.inf)
         for ax, key in zip(axes, titles, strict=True):
-            curves = [round_values(lines, key) for lines in runs]
+            curves = [  # round -> finite value (rounds without one left out)
+                {int(x["round"]): float(x[key]) for x in lines if _finite(x.get(key))}
+                for lines in runs
+            ]
             smooth = window if key in smoothed else 1
             figures.draw_group(
                 ax, curves, key, label, style=style, smooth=smooth, bands=bands, num_devices=most
@@ -107,6 +100,10 @@ def draw_panels(
     if title := runs_title(d for _, dirs in groups for d in dirs):
         fig.suptitle(title)
     return save_figure(fig, out)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(float(value))
 
 
 def folder_suffix(index: int, paths: Sequence[Path]) -> str:
