@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from experiments.cli import invoke
-from experiments.paper.schedule_simulation import (
+from experiments.paper.schedule_table import (
+    TABLE_COLUMNS,
+    TABLE_POLICIES,
     PolicySpec,
     TableSettings,
     choose_poc_candidates,
@@ -19,7 +21,6 @@ from experiments.paper.schedule_simulation import (
     simulate,
     simulate_rounds,
 )
-from experiments.paper.schedule_table import TABLE_COLUMNS, TABLE_POLICIES
 from fedcgd_strategy.policies import PolicyContext, RoundInputs, make_policy
 
 #: Table II of the paper (CIFAR-10, l = 1, r = 1, tau = 1), typed in from the LaTeX source.
