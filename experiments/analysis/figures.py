@@ -1,4 +1,4 @@
-"""How every figure looks: axis labels with units, value ranges, one style per policy, bands.
+"""How every figure looks: axis labels with units, ranges, one style per policy, bands, titles.
 
 The rules: docs/comparing.md ("Comparing policies", ``curves.png``).
 """
