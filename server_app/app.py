@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import partial
 from logging import WARNING
 from pathlib import Path
@@ -62,18 +62,6 @@ def main(grid: Grid, context: Context) -> None:
         say(FAILURE_MARKER + failure_line(err, Path(config.result_dir)))
 
 
-@contextlib.contextmanager
-def flower_log_level(*, verbose: bool) -> Iterator[None]:
-    """Flower's per-round INFO lines only when ``verbose``; its warnings and errors always."""
-    flower = logging.getLogger("flwr")
-    previous = flower.level
-    flower.setLevel(previous if verbose else WARNING)
-    try:
-        yield
-    finally:
-        flower.setLevel(previous)
-
-
 def say(text: str) -> None:
     """Print one line of the run's own output (streamed by ``flwr run --stream`` too)."""
     print(text, flush=True)
@@ -124,7 +112,9 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     ``fresh_name``: a default folder name, suffixed when taken, printed.
     """
     torch.set_num_threads(1)
-    with flower_log_level(verbose=config.verbose), watching() as noted:
+    flower, level = logging.getLogger("flwr"), logging.getLogger("flwr").level
+    flower.setLevel(level if config.verbose else WARNING)  # its per-round INFO lines: verbose
+    with watching() as noted:
         try:
             taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
             if fresh_name:
@@ -136,6 +126,8 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
             if failure is err:
                 raise
             raise failure from err
+        finally:
+            flower.setLevel(level)
 
 
 def _record_run(
@@ -183,23 +175,19 @@ def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     failures = sum(len(line.get("failed") or []) for line in lines)
     unreachable = sum(len(line.get("disconnected") or []) for line in lines)
     scheduled = sum(int(line.get("num_scheduled") or 0) for line in lines)
-    head = (
-        f"no device uploaded an update in any of the {len(lines)} rounds, so the model never "
-        "changed"
-    )
+    why = ""
     if failures:
-        return (
-            f"{head}: {failures} scheduled devices failed or timed out (see the ClientApp errors "
-            "in the log)"
+        why = f": {failures} scheduled devices failed or timed out (see the ClientApp errors"
+        why += " in the log)"
+    elif unreachable and not scheduled:
+        why = (
+            f": no device answered ({unreachable} times a device drawn available replied with "
+            "an error or not at all; see the ClientApp errors in the log)"
         )
-    if unreachable and not scheduled:
-        return (
-            f"{head}: no device answered ({unreachable} times a device drawn available replied "
-            "with an error or not at all; see the ClientApp errors in the log)"
-        )
-    if not scheduled:
-        return f"{head}: none was scheduled (deadline, bandwidth or availability too tight?)"
-    return head
+    elif not scheduled:
+        why = ": none was scheduled (deadline, bandwidth or availability too tight?)"
+    head = f"no device uploaded an update in any of the {len(lines)} rounds, so the model never"
+    return f"{head} changed{why}"
 
 
 #: A run fails when its aggregation failed in more than this share of the rounds with uploads.
@@ -319,6 +307,6 @@ def train_rounds(
                 evaluate_fn=recorder,
             )
     finally:
-        recorder.events.close()
+        recorder.events.close()  # the TensorBoard event file
     # Flower's Result keeps no arrays when no round aggregated any: the model is then the start
     return (dict(result.arrays.to_torch_state_dict()) if len(result.arrays) else dict(start)), start

@@ -1,16 +1,10 @@
-"""The end of each round: evaluate when due, write the round's line, status and checkpoint, print.
-
-:class:`RoundRecorder` is Flower's ``evaluate_fn``. When a checkpoint is due, the line and status
-are synced first, so a checkpoint's round always has its line. Each line also goes to the run's
-TensorBoard events (:class:`RoundEvents`).
-"""
+"""The end of each round (``evaluate_fn``): evaluation, line, status, events, checkpoint, print."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord
@@ -51,7 +45,6 @@ SCALARS: dict[str, str] = {
     "dp/noise_std": "dp_noise_std",
 }
 
-
 #: Settings every run's hparams name, whatever their value (run-config keys).
 ALWAYS: tuple[str, ...] = ("policy", "aggregator", "seed")
 #: The metrics TensorBoard's HParams view shows beside the settings (scalar tags above).
@@ -61,12 +54,9 @@ HParam = bool | int | float | str
 
 
 def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, HParam]:
-    """A run's settings for TensorBoard's HParams view, by run-config key.
-
-    :data:`ALWAYS`, every setting that changes what a run computes and differs from its
-    default, and each ``policy-params.<name>`` / ``aggregator-params.<name>``; other values as
-    text.
-    """
+    """A run's settings for TensorBoard's HParams view, by run-config key: :data:`ALWAYS`, the
+    settings that change what a run computes and differ from their defaults, and each
+    ``policy-params.<name>`` / ``aggregator-params.<name>``; other values as text."""  # noqa: D205, D209
     run, default = flat_settings(recorded), flat_settings(defaults)
     wanted: dict[str, Any] = {}
     for setting in SETTINGS:
@@ -79,46 +69,6 @@ def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
         ):
             wanted[setting.key] = run[name]
     return {k: v if isinstance(v, HParam) else str(v) for k, v in wanted.items()}
-
-
-class RoundEvents:
-    """The TensorBoard event file of one run in its ``folder``: one file, each round once.
-
-    ``kept``: when resuming, the lines kept from the stopped part, written again into this file
-    before the stopped part's event files are removed. ``settings`` go to the HParams view.
-    """
-
-    def __init__(
-        self,
-        folder: Path,
-        kept: Sequence[Mapping[str, Any]] = (),
-        settings: Mapping[str, HParam] | None = None,
-    ) -> None:
-        stale = list(folder.glob("events.out.tfevents.*"))  # a stopped part's (or none)
-        self._writer = SummaryWriter(log_dir=str(folder))
-        if settings:
-            metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
-            file_writer = self._writer._get_file_writer()  # the run's own event file
-            for summary in hparams(dict(settings), metrics):
-                file_writer.add_summary(summary, 0)
-        for line in kept:
-            self.add(line)
-        self._writer.flush()
-        for path in stale:  # after the kept rounds are in this file: a crash loses nothing
-            path.unlink(missing_ok=True)
-
-    def add(self, line: Mapping[str, Any]) -> None:
-        """Write the finite numbers of a round's metrics line as scalars at its round."""
-        for tag, field in SCALARS.items():
-            value = line.get(field)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                if math.isfinite(value):
-                    self._writer.add_scalar(tag, value, int(line["round"]))
-        self._writer.flush()
-
-    def close(self) -> None:
-        """Flush and close the event file."""
-        self._writer.close()
 
 
 def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
@@ -136,7 +86,24 @@ class RoundRecorder:
         self._record: RoundRecord | None = None
         defaults = parse_run_config(default_run_config()).to_dict()
         settings = run_hparams(setup.config.to_dict(), defaults)
-        self.events = RoundEvents(writer.dir, writer.lines if setup.round_offset else (), settings)
+        stale = list(writer.dir.glob("events.out.tfevents.*"))  # a stopped part's (or none)
+        self.events = SummaryWriter(log_dir=str(writer.dir))
+        metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
+        for summary in hparams(dict(settings), metrics):
+            self.events._get_file_writer().add_summary(summary, 0)  # the run's own event file
+        for line in writer.lines if setup.round_offset else ():  # resuming: the kept rounds
+            self._add_scalars(line)
+        for path in stale:  # after the kept rounds are in this file: a crash loses nothing
+            path.unlink(missing_ok=True)
+
+    def _add_scalars(self, line: Mapping[str, Any]) -> None:
+        """Write the finite numbers of a round's metrics line as TensorBoard scalars."""
+        for tag, field in SCALARS.items():
+            value = line.get(field)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if math.isfinite(value):
+                    self.events.add_scalar(tag, value, int(line["round"]))
+        self.events.flush()
 
     def add_record(self, record: RoundRecord) -> None:
         """Keep the record of the round just aggregated (the strategy's ``on_record``)."""
@@ -192,7 +159,7 @@ class RoundRecorder:
         line |= {"loss": metrics.get("loss"), "eval_s": eval_s, "wall_time_s": writer.elapsed_s()}
         line.update(record.to_dict())
         writer.append_round(line)
-        self.events.add(line)
+        self._add_scalars(line)
         lost = lost_counts(writer.lines)
         status = RunStatus(RUNNING, server_round, num_rounds, **lost)
         write_status(writer.dir, status, durable=False)

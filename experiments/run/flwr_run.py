@@ -1,23 +1,264 @@
-"""Run the app once with ``flwr run --stream``; Flower's chatter shown only with ``verbose``."""
+"""``flwr run --stream`` on a SuperLink (and SuperNodes) of our own on loopback, or a given one."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shlex
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
-from collections.abc import Mapping
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.run.federation import LocalFederation, flower_home
+import tomli_w
+
+from experiments.run.certificates import CertificateSet
 from experiments.run.preflight import effective_result_dir
-from experiments.run.processes import stop
+from experiments.run.processes import popen, stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
+from fedcgd_task import keys
 from fedcgd_task.schema import PROJECT_DIR
 from server_app.run_folder.run_status import mark_stopped
 from server_app.run_folder.signals import Interrupted
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+#: ``PATH`` with the running interpreter's folder (the project's venv) first.
+SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def executable(name: str) -> str:
+    """An executable next to the running interpreter (the project's venv), else on PATH."""
+    found = shutil.which(name, path=SEARCH_PATH)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH")
+    return found
+
+
+class LocalFederation:
+    """A SuperLink (and for a deployment SuperNodes) on loopback, stopped on exit; a context.
+
+    With ``tls`` the SuperLink requires SuperNode authentication (each key registered first);
+    with ``superlink`` (HOST:PORT) nothing starts: ``flwr run`` goes there.
+    """
+
+    def __init__(
+        self,
+        flwr_home: Path,
+        *,
+        num_supernodes: int = 0,
+        simulation: bool = True,
+        tls: CertificateSet | None = None,
+        ray_address: str | None = None,
+        supernode_gpus: tuple[int, ...] = (),
+        superlink: str | None = None,
+        root_certificates: Path | None = None,
+    ) -> None:
+        self.superlink, self.root_certificates = superlink, root_certificates
+        self.flwr_home, self.supernode_gpus = flwr_home, supernode_gpus
+        self.ray_address, self.simulation, self.tls = ray_address, simulation, tls
+        self.num_supernodes = 0 if simulation else num_supernodes
+        self.http_port = _free_port()
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.log_dir = flwr_home / "logs"
+        if tls is not None and len(tls.supernode_keys) < self.num_supernodes:
+            raise ValueError(
+                f"TLS: {len(tls.supernode_keys)} SuperNode key pairs for "
+                f"{self.num_supernodes} SuperNodes"
+            )
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for the SuperLink, the SuperNodes and ``flwr``."""
+        env = os.environ.copy()
+        env.update(
+            FLWR_HOME=str(self.flwr_home),
+            FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+            FLWR_DISABLE_UPDATE_CHECK="1",
+            FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(self.http_port),
+            PATH=SEARCH_PATH,
+        )
+        if self.ray_address:
+            env["RAY_ADDRESS"] = self.ray_address
+        return env
+
+    @property
+    def connection_toml(self) -> str:
+        """``$FLWR_HOME/config.toml`` with one SuperLink connection ``local``, its default."""
+        if self.superlink is not None:
+            address, ca = self.superlink, self.root_certificates
+        else:
+            local = self.simulation and self.tls is None  # Flower's own name for it
+            address = ":local:" if local else f"127.0.0.1:{self.http_port}"
+            ca = self.tls.ca_cert if self.tls is not None else None
+        connection: dict[str, str | bool] = {"address": address}
+        if ca is not None:
+            connection["root-certificates"] = str(ca.resolve())
+        elif address != ":local:":
+            connection["insecure"] = True
+        return tomli_w.dumps({"superlink": {"default": "local", "local": connection}})
+
+    def _healthy(self) -> bool:
+        scheme, context = "http", None
+        if self.tls is not None:
+            scheme, context = "https", ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        try:
+            with urllib.request.urlopen(
+                f"{scheme}://127.0.0.1:{self.http_port}/health", timeout=0.5, context=context
+            ) as response:
+                return bool(200 <= response.status < 300)
+        except OSError:
+            return False
+
+    def _start(
+        self, command: list[str], name: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        log_path = self.log_dir / f"{name}.log"
+        with open(log_path, "wb") as log_fh:
+            proc = popen(
+                command,
+                env=self.env if env is None else env,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append(proc)
+        return proc
+
+    def flwr_run(
+        self,
+        project_dir: Path,
+        options: Sequence[str] = (),
+        *,
+        echo: bool = False,
+        start_new_session: bool = False,
+    ) -> subprocess.Popen[str]:
+        """Start ``flwr run PROJECT_DIR local --stream OPTIONS`` here (output piped as text)."""
+        command = [executable("flwr"), "run", str(project_dir), "local", "--stream", *options]
+        if echo:
+            print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
+        return popen(
+            command,
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=project_dir,
+            start_new_session=start_new_session,
+        )
+
+    def __enter__(self) -> LocalFederation:
+        """Start the SuperLink, wait until it answers, then the SuperNodes."""
+        try:
+            self._start_all()
+        except BaseException:  # an error or a signal while starting: stop what started
+            stop(self.processes)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop(self.processes)
+
+    def _start_all(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.flwr_home / "config.toml").write_text(self.connection_toml, encoding="utf-8")
+        if self.superlink is not None:
+            return
+        security = ["--insecure"]
+        if (tls := self.tls) is not None:
+            security = [f"--ssl-ca-certfile={tls.ca_cert}", f"--ssl-certfile={tls.server_cert}"]
+            security += [f"--ssl-keyfile={tls.server_key}", "--enable-supernode-auth"]
+        command = [
+            executable("flower-superlink"),
+            *(["--simulation"] if self.simulation else []),
+            *security,
+            *"--isolation subprocess --disable-runtime-dependency-installation".split(),
+            *f"--host 127.0.0.1 --port {self.http_port} --database :flwr-in-memory:".split(),
+        ]
+        link = self._start(command, "superlink")
+        deadline = time.monotonic() + 60.0
+        while not self._healthy():
+            if link.poll() is not None or time.monotonic() > deadline:
+                log = self.log_dir / "superlink.log"
+                tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-5:])
+                raise RuntimeError(
+                    f"flower-superlink did not come up (exit code {link.returncode}); "
+                    f"the end of {log}: {tail}"
+                )
+            time.sleep(0.3)
+        for pid in range(self.num_supernodes):
+            self.start_supernode(pid)
+
+    def register(self, public_key: Path) -> None:
+        """Register a SuperNode public key with the SuperLink (``flwr supernode register``)."""
+        command = [executable("flwr"), "supernode", "register", str(public_key), "local"]
+        proc = popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            output = proc.communicate(timeout=120)[0].decode(errors="replace")
+        finally:  # also after a timeout or a signal: not left running
+            stop([proc])
+        if proc.returncode != 0:
+            raise RuntimeError(f"registering {public_key} failed: {output}")
+
+    def start_supernode(
+        self, partition_id: int, *, private_key: Path | None = None, register: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """Start the SuperNode of ``partition_id`` (again); with TLS its key pair, registered."""
+        security = ["--insecure"]
+        if self.tls is not None:
+            if private_key is None:
+                private_key = self.tls.supernode_keys[partition_id]
+                if register:
+                    self.register(self.tls.supernode_public_keys[partition_id])
+            security = [
+                f"--root-certificates={self.tls.ca_cert}",
+                f"--auth-supernode-private-key={private_key}",
+            ]
+        node_config = f"{keys.NODE_PARTITION_ID}={partition_id} "
+        node_config += f"{keys.NODE_NUM_PARTITIONS}={self.num_supernodes}"
+        return self._start(
+            [
+                executable("flower-supernode"),
+                *security,
+                *f"--superlink 127.0.0.1:{self.http_port} --host 127.0.0.1".split(),
+                *("--port", str(_free_port()), "--node-config", node_config),
+            ],
+            f"supernode-{partition_id}-{len(self.processes)}",
+            self.supernode_env(partition_id),
+        )
+
+    def supernode_env(self, partition_id: int) -> dict[str, str]:
+        """SuperNode ``i``'s environment: it sees GPU ``supernode_gpus[i % len]`` alone."""
+        env = self.env
+        if self.supernode_gpus:
+            gpu = self.supernode_gpus[partition_id % len(self.supernode_gpus)]
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        return env
+
+
+@contextlib.contextmanager
+def flower_home(flwr_home: Path | None) -> Iterator[Path]:
+    """One run's ``FLWR_HOME``: ``flwr_home`` (created, kept), else a temporary folder."""
+    if flwr_home is not None:
+        flwr_home.mkdir(parents=True, exist_ok=True)
+        yield flwr_home
+        return
+    with tempfile.TemporaryDirectory(prefix="flwr-home-", ignore_cleanup_errors=True) as home:
+        yield Path(home)
+
 
 #: Lines of ``flwr run --stream`` that say nothing about this run (shown with ``verbose``).
 FLOWER_CHATTER = (
@@ -115,10 +356,3 @@ def check_reachable(address: str, timeout_s: float = 5.0, what: str = "SuperLink
         raise ConnectionError(
             f"{what} at {address} is not reachable ({err}); start it or fix the address"
         ) from err
-
-
-def check_ray_address(address: str) -> None:
-    """Raise ConnectionError unless the Ray cluster at ``address`` accepts connections."""
-    if address in ("auto", "local"):
-        return
-    check_reachable(address.removeprefix("ray://"), what="--ray-address: the Ray cluster")

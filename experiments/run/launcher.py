@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import check_certificates_dir, tls_certificates
-from experiments.run.flwr_run import check_ray_address, check_reachable, run_flwr
+from experiments.run.flwr_run import check_reachable, run_flwr
 from experiments.run.resume_command import StartedAs, continue_line
 from experiments.run.run_config import (
     parse_run_config_text,
@@ -75,8 +75,10 @@ def check_options(args: LaunchOptions, merged: dict[str, Any]) -> None:
             raise ValueError("--certificates-dir is for --tls runs only")
         nodes = args.num_supernodes or devices
         check_certificates_dir(args.certificates_dir, nodes if args.deployment else 0)
-    if args.ray_address:
-        check_ray_address(args.ray_address)
+    if args.ray_address not in (None, "auto", "local"):
+        check_reachable(
+            args.ray_address.removeprefix("ray://"), what="--ray-address: the Ray cluster"
+        )
     if args.supernode_gpus is not None and not args.deployment:
         raise ValueError("--supernode-gpus is for --deployment runs only")
     gpu_list(args.supernode_gpus)
