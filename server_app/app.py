@@ -76,8 +76,8 @@ class TooFewNodesError(OneLineMessage, RuntimeError):
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
-    """Wait until ``expected`` nodes are connected (a simulation's count is final once it stays
-    :data:`SIMULATION_SETTLE_S`); return how many are, or raise TooFewNodesError."""  # noqa: D205, D209
+    """Wait for ``expected`` nodes (a simulation's count is final after :data:`SIMULATION_SETTLE_S`
+    unchanged); return how many are connected, or raise TooFewNodesError."""  # noqa: D205, D209
     simulation = is_simulation(grid)
     start = time.monotonic()
     connected = len(list(grid.get_node_ids()))
@@ -107,10 +107,8 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
-    """Run the scheduled rounds on ``grid`` in the claimed folder; return the run's summary.
-
-    ``fresh_name``: a default folder name, suffixed when taken, printed.
-    """
+    """Run the rounds on ``grid`` in the claimed folder (``fresh_name``: a default name, suffixed
+    when taken, printed); return the run's summary."""  # noqa: D205, D209
     torch.set_num_threads(1)
     flower, level = logging.getLogger("flwr"), logging.getLogger("flwr").level
     flower.setLevel(level if config.verbose else WARNING)  # its per-round INFO lines: verbose
@@ -215,21 +213,15 @@ ROUNDING_ULPS_PER_ROUND = 4
 def unchanged_reason(
     rounds: int, start: Mapping[str, torch.Tensor], final: Mapping[str, torch.Tensor]
 ) -> str | None:
-    """Why ``rounds`` rounds with uploads left the model where it was; None if they moved it.
-
-    Unmoved: ``||final - start|| <= k * rounds * eps * ||start||`` (eps = 2**-23, k =
-    :data:`ROUNDING_ULPS_PER_ROUND`: eight half-ulp roundings a round); a real step moves it
-    some 1e4 times more.
-    """
+    """Why ``rounds`` rounds with uploads left the model where it was (``||final - start|| <= k
+    rounds eps ||start||``, k = :data:`ROUNDING_ULPS_PER_ROUND`); None if they moved it."""  # noqa: D205, D209
     keys = [k for k, v in start.items() if v.is_floating_point()]
     if not rounds or not keys:
         return None
-
-    def flat(model: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([model[k].detach().double().flatten() for k in keys])
-
-    before = flat(start)
-    moved = float(torch.linalg.vector_norm(flat(final) - before))
+    before, after = (
+        torch.cat([m[k].detach().double().flatten() for k in keys]) for m in (start, final)
+    )
+    moved = float(torch.linalg.vector_norm(after - before))
     bound = ROUNDING_ULPS_PER_ROUND * rounds * torch.finfo(torch.float32).eps
     if moved > bound * float(torch.linalg.vector_norm(before)):
         return None
@@ -248,8 +240,7 @@ def write_end(
     start_model: Mapping[str, torch.Tensor],
     rounds_run: int,
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status (failed: no upload, too many
-    failed aggregations, an unmoved model), synced; return the summary."""  # noqa: D205, D209
+    """Write ``model.pt``, ``summary.json`` and the final status, synced; return the summary."""
     save_model(writer.dir, final_model)
     history = writer.lines
     lost = lost_counts(history)
@@ -284,10 +275,7 @@ def write_end(
 def train_rounds(
     grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Run the rounds left (``setup`` None: a new run, built here); return end and start models.
-
-    Any engine stops after ``stall-limit-s`` without progress (:func:`stall_alarm`).
-    """
+    """Run the rounds left (``setup`` None: a new run, built here); return end and start models."""
     if setup is None:
         setup = build_setup(config, on_settings=writer.write_config)
     else:

@@ -29,21 +29,14 @@ from server_app.setup import RunSetup
 
 #: TensorBoard tag -> field of the round's metrics line (docs/running.md, "What a run writes").
 SCALARS: dict[str, str] = {
-    "accuracy": "accuracy",
-    "loss": "loss",
-    "devices/available": "num_available",
-    "devices/scheduled": "num_scheduled",
-    "devices/uploaded": "num_uploaded",
-    "devices/lost": "devices_lost",
-    "schedule/wemd": "wemd",
-    "schedule/sampling_term": "sampling_term",
-    "schedule/objective": "objective",
-    "schedule/bandwidth_used_hz": "bandwidth_used_hz",
-    "estimates/sigma": "sigma",
-    "estimates/class_gradient": "class_gradient_used",
-    "dp/clipping_norm": "dp_clipping_norm",
+    "accuracy": "accuracy", "loss": "loss", "devices/available": "num_available",
+    "devices/scheduled": "num_scheduled", "devices/uploaded": "num_uploaded",
+    "devices/lost": "devices_lost", "schedule/wemd": "wemd",
+    "schedule/sampling_term": "sampling_term", "schedule/objective": "objective",
+    "schedule/bandwidth_used_hz": "bandwidth_used_hz", "estimates/sigma": "sigma",
+    "estimates/class_gradient": "class_gradient_used", "dp/clipping_norm": "dp_clipping_norm",
     "dp/noise_std": "dp_noise_std",
-}
+}  # fmt: skip
 
 #: Settings every run's hparams name, whatever their value (run-config keys).
 ALWAYS: tuple[str, ...] = ("policy", "aggregator", "seed")
@@ -132,42 +125,24 @@ class RoundRecorder:
         record, self._record = self._record, None  # the record of this round, taken
         if record is None or record.round != server_round:
             raise RuntimeError(f"round {server_round}: the strategy recorded no round")
+        writer, num_rounds = self.writer, config.num_server_rounds
         with held():  # a stop comes after the round's files and its line: they agree
-            line = self._write_round(server_round, metrics, eval_s, record, arrays)
-            self.say(
-                self.writer.progress(
-                    server_round,
-                    line["accuracy"],
-                    record.num_scheduled,
-                    record.num_available,
-                    discovery_s=record.discovery_s,
+            line: dict[str, Any] = {"round": server_round, "accuracy": metrics.get("accuracy")}
+            line |= {"loss": metrics.get("loss"), "eval_s": eval_s}
+            line |= {"wall_time_s": writer.elapsed_s(), **record.to_dict()}
+            writer.append_round(line)
+            self._add_scalars(line)
+            status = RunStatus(RUNNING, server_round, num_rounds, **lost_counts(writer.lines))
+            write_status(writer.dir, status, durable=False)
+            every = config.checkpoint_every  # 0: never; else every-th and the last round
+            if every > 0 and (server_round % every == 0 or server_round == num_rounds):
+                sync_run_files(writer.dir)  # the line and status first: a checkpoint has its line
+                model = arrays.to_torch_state_dict()
+                save_checkpoint(
+                    writer.dir, self.setup.checkpoint(server_round, model, writer.elapsed_s())
                 )
-            )
+            self.say(
+                writer.progress(server_round, line["accuracy"], record.num_scheduled,
+                                record.num_available, discovery_s=record.discovery_s)
+            )  # fmt: skip
         return MetricRecord(metrics) if metrics else None
-
-    def _write_round(
-        self,
-        server_round: int,
-        metrics: dict[str, Any],
-        eval_s: float,
-        record: RoundRecord,
-        arrays: ArrayRecord,
-    ) -> dict[str, Any]:
-        """Write the round's line, the status and (when due, after a sync) the checkpoint."""
-        writer, num_rounds = self.writer, self.setup.config.num_server_rounds
-        line: dict[str, Any] = {"round": server_round, "accuracy": metrics.get("accuracy")}
-        line |= {"loss": metrics.get("loss"), "eval_s": eval_s, "wall_time_s": writer.elapsed_s()}
-        line.update(record.to_dict())
-        writer.append_round(line)
-        self._add_scalars(line)
-        lost = lost_counts(writer.lines)
-        status = RunStatus(RUNNING, server_round, num_rounds, **lost)
-        write_status(writer.dir, status, durable=False)
-        every = self.setup.config.checkpoint_every  # 0: never; else every-th and the last round
-        if every > 0 and (server_round % every == 0 or server_round == num_rounds):
-            sync_run_files(writer.dir)
-            state = self.setup.checkpoint(
-                server_round, arrays.to_torch_state_dict(), writer.elapsed_s()
-            )
-            save_checkpoint(writer.dir, state)
-        return line

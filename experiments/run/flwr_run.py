@@ -51,9 +51,8 @@ def executable(name: str) -> str:
 class LocalFederation:
     """A SuperLink (and for a deployment SuperNodes) on loopback, stopped on exit; a context.
 
-    With ``tls`` the SuperLink requires SuperNode authentication (each key registered first);
-    with ``superlink`` (HOST:PORT) nothing starts: ``flwr run`` goes there.
-    """
+    ``tls``: SuperNode authentication too (each key registered first); ``superlink`` (HOST:PORT):
+    nothing starts, ``flwr run`` goes there."""  # noqa: D209
 
     def __init__(
         self,
@@ -74,26 +73,15 @@ class LocalFederation:
         self.http_port = _free_port()
         self.processes: list[subprocess.Popen[bytes]] = []
         self.log_dir = flwr_home / "logs"
-        if tls is not None and len(tls.supernode_keys) < self.num_supernodes:
-            raise ValueError(
-                f"TLS: {len(tls.supernode_keys)} SuperNode key pairs for "
-                f"{self.num_supernodes} SuperNodes"
-            )
 
     @property
     def env(self) -> dict[str, str]:
         """Environment for the SuperLink, the SuperNodes and ``flwr``."""
-        env = os.environ.copy()
-        env.update(
-            FLWR_HOME=str(self.flwr_home),
-            FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-            FLWR_DISABLE_UPDATE_CHECK="1",
-            FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(self.http_port),
-            PATH=SEARCH_PATH,
-        )
-        if self.ray_address:
-            env["RAY_ADDRESS"] = self.ray_address
-        return env
+        env = {**os.environ, "FLWR_HOME": str(self.flwr_home), "PATH": SEARCH_PATH}
+        for name in ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "FLWR_DISABLE_UPDATE_CHECK"):
+            env[name] = "1"
+        env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(self.http_port)
+        return env | ({"RAY_ADDRESS": self.ray_address} if self.ray_address else {})
 
     @property
     def connection_toml(self) -> str:
@@ -126,15 +114,9 @@ class LocalFederation:
     def _start(
         self, command: list[str], name: str, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
-        log_path = self.log_dir / f"{name}.log"
-        with open(log_path, "wb") as log_fh:
-            proc = popen(
-                command,
-                env=self.env if env is None else env,
-                stdout=log_fh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        with open(self.log_dir / f"{name}.log", "wb") as log:
+            proc = popen(command, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)  # fmt: skip
         self.processes.append(proc)
         return proc
 
@@ -150,15 +132,8 @@ class LocalFederation:
         command = [executable("flwr"), "run", str(project_dir), "local", "--stream", *options]
         if echo:
             print("$ " + " ".join(shlex.quote(c) for c in command), flush=True)
-        return popen(
-            command,
-            env=self.env,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=project_dir,
-            start_new_session=start_new_session,
-        )
+        return popen(command, env=self.env, text=True, stdout=subprocess.PIPE, cwd=project_dir,
+                     stderr=subprocess.STDOUT, start_new_session=start_new_session)  # fmt: skip
 
     def __enter__(self) -> LocalFederation:
         """Start the SuperLink, wait until it answers, then the SuperNodes."""
@@ -229,23 +204,19 @@ class LocalFederation:
             ]
         node_config = f"{keys.NODE_PARTITION_ID}={partition_id} "
         node_config += f"{keys.NODE_NUM_PARTITIONS}={self.num_supernodes}"
-        return self._start(
-            [
-                executable("flower-supernode"),
-                *security,
-                *f"--superlink 127.0.0.1:{self.http_port} --host 127.0.0.1".split(),
-                *("--port", str(_free_port()), "--node-config", node_config),
-            ],
-            f"supernode-{partition_id}-{len(self.processes)}",
-            self.supernode_env(partition_id),
-        )
+        command = [
+            executable("flower-supernode"), *security,
+            *f"--superlink 127.0.0.1:{self.http_port} --host 127.0.0.1".split(),
+            *("--port", str(_free_port()), "--node-config", node_config),
+        ]  # fmt: skip
+        name = f"supernode-{partition_id}-{len(self.processes)}"
+        return self._start(command, name, self.supernode_env(partition_id))
 
     def supernode_env(self, partition_id: int) -> dict[str, str]:
         """SuperNode ``i``'s environment: it sees GPU ``supernode_gpus[i % len]`` alone."""
-        env = self.env
-        if self.supernode_gpus:
-            gpu = self.supernode_gpus[partition_id % len(self.supernode_gpus)]
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        env, gpus = self.env, self.supernode_gpus
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpus[partition_id % len(gpus)])
         return env
 
 
@@ -269,28 +240,23 @@ FLOWER_CHATTER = (
     "Ray will no longer override accelerator visible devices",
 )  # fmt: skip
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
 
 def strip_ansi(line: str) -> str:
     """``line`` without terminal colour codes (Flower colours its log levels)."""
-    return _ANSI.sub("", line)
-
-
-def is_chatter(line: str) -> bool:
-    """True for a line of :data:`FLOWER_CHATTER` or an empty log line (``INFO :`` alone)."""
-    text = strip_ansi(line).strip()
-    return text in ("", "INFO :") or any(marker in text for marker in FLOWER_CHATTER)
+    return re.sub(r"\x1b\[[0-9;]*m", "", line)
 
 
 def stream_output(proc: subprocess.Popen[str], *, verbose: bool = True) -> str:
-    """Print a process's output as it comes (chatter if ``verbose``); return all of it."""
+    """Print a process's output as it comes (:data:`FLOWER_CHATTER` and empty log lines only if
+    ``verbose``); return all of it."""  # noqa: D205, D209
     lines = []
     assert proc.stdout is not None
     colours = sys.stdout.isatty()
     for line in proc.stdout:
         lines.append(line)
-        if verbose or not is_chatter(line):
+        text = strip_ansi(line).strip()
+        chatter = text in ("", "INFO :") or any(marker in text for marker in FLOWER_CHATTER)
+        if verbose or not chatter:
             print(line if colours else strip_ansi(line), end="", flush=True)
     proc.wait()
     return "".join(lines)
@@ -308,28 +274,19 @@ def run_flwr(
     superlink: str | None = None,
     **federation: Any,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``).
-
-    ``federation``: :class:`LocalFederation`'s ``tls``, ``ray_address``, ``supernode_gpus``, ...
-    """
+    """Run the app once with ``flwr run --stream`` (``federation``: :class:`LocalFederation`'s
+    ``tls``, ``ray_address``, ...); the finished process, its output in ``stdout``."""  # noqa: D205, D209
     if superlink is None:
         run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
     if not deployment and superlink is None:
-        options += [
-            "--federation-config",
-            f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client:g} "
-            f"client-resources-num-gpus={gpus_per_client:g}",
-        ]
+        options += ["--federation-config", f"num-supernodes={num_supernodes} "
+                    f"client-resources-num-cpus={cpus_per_client:g} "
+                    f"client-resources-num-gpus={gpus_per_client:g}"]  # fmt: skip
     with flower_home(flwr_home) as home, run_config_file(run_config) as config_file:
         options += ["--run-config", str(config_file)]
-        own = LocalFederation(
-            home,
-            num_supernodes=num_supernodes,
-            simulation=not deployment,
-            superlink=superlink,
-            **federation,
-        )
+        own = LocalFederation(home, num_supernodes=num_supernodes, simulation=not deployment,
+                              superlink=superlink, **federation)  # fmt: skip
         try:
             with own as fed:
                 verbose = run_config.get("verbose") is True
