@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,17 +220,6 @@ class LocalFederation:
         return env
 
 
-@contextlib.contextmanager
-def flower_home(flwr_home: Path | None) -> Iterator[Path]:
-    """One run's ``FLWR_HOME``: ``flwr_home`` (created, kept), else a temporary folder."""
-    if flwr_home is not None:
-        flwr_home.mkdir(parents=True, exist_ok=True)
-        yield flwr_home
-        return
-    with tempfile.TemporaryDirectory(prefix="flwr-home-", ignore_cleanup_errors=True) as home:
-        yield Path(home)
-
-
 #: Lines of ``flwr run --stream`` that say nothing about this run (shown with ``verbose``).
 FLOWER_CHATTER = (
     "Using SuperLink", "Successfully started run", "Starting logstream",
@@ -283,9 +272,16 @@ def run_flwr(
         options += ["--federation-config", f"num-supernodes={num_supernodes} "
                     f"client-resources-num-cpus={cpus_per_client:g} "
                     f"client-resources-num-gpus={gpus_per_client:g}"]  # fmt: skip
-    with flower_home(flwr_home) as home, run_config_file(run_config) as config_file:
+    if flwr_home is not None:  # kept; else a temporary one
+        flwr_home.mkdir(parents=True, exist_ok=True)
+    home_dir = (
+        tempfile.TemporaryDirectory(prefix="flwr-home-", ignore_cleanup_errors=True)
+        if flwr_home is None
+        else contextlib.nullcontext(str(flwr_home))
+    )
+    with home_dir as home, run_config_file(run_config) as config_file:
         options += ["--run-config", str(config_file)]
-        own = LocalFederation(home, num_supernodes=num_supernodes, simulation=not deployment,
+        own = LocalFederation(Path(home), num_supernodes=num_supernodes, simulation=not deployment,
                               superlink=superlink, **federation)  # fmt: skip
         try:
             with own as fed:

@@ -42,11 +42,6 @@ class RaySettings:
     gpus_per_run: float = 0.0
     jobs: int = 0
 
-    @property
-    def threads(self) -> int:
-        """The threads of a run's σ̂ passes."""
-        return max(1, usable_cores() // self.jobs if self.jobs else int(self.cpus_per_run))
-
 
 def resolve_jobs(jobs: Any, engine: str) -> int:
     """The runs to keep going at once: ``jobs``, or every usable core for 0 (ValueError if bad)."""
@@ -258,7 +253,8 @@ def run_tasks(
     task = ray.remote(run_task).options(
         num_cpus=settings.cpus_per_run, num_gpus=settings.gpus_per_run, max_retries=0
     )
-    threads, token = settings.threads, uuid.uuid4().hex
+    token, jobs = uuid.uuid4().hex, settings.jobs  # threads: of a run's σ̂ passes
+    threads = max(1, usable_cores() // jobs if jobs else int(settings.cpus_per_run))
     waiting, tries = deque(range(len(runs))), [0] * len(runs)
     configs = [dict(run) for run in runs]
     going: dict[ray.ObjectRef[Any], int] = {}
