@@ -91,25 +91,21 @@ CASES = {
         "failing.py:{line} in fail)",
     ),
 }
-#: DP that clips every update to nothing: the fixed and the adaptive wrapper.
+#: DP that clips every update to nothing: the fixed and the adaptive wrapper; with 40 devices
+#: the clipped mean moves the last bits of some weights (about 1 ulp), no more.
+FIXED = {
+    "aggregator": "DifferentialPrivacyServerSideFixedClipping",
+    "aggregator-params.clipping-norm": 1e-300,
+    "aggregator-params.noise-multiplier": 0.3,
+}
 FLAT = {
-    "fixed": {
-        "aggregator": "DifferentialPrivacyServerSideFixedClipping",
-        "aggregator-params.clipping-norm": 1e-300,
-        "aggregator-params.noise-multiplier": 0.3,
-    },
+    "fixed": FIXED,
     "adaptive": {
         "aggregator": "DifferentialPrivacyServerSideAdaptiveClipping",
         "aggregator-params.initial-clipping-norm": 1e-300,
         "aggregator-params.noise-multiplier": 0.0,
     },
-    # 40 devices: the clipped mean moves the last bits of some weights (about 1 ulp), no more.
-    "fixed-last-bits": {
-        "aggregator": "DifferentialPrivacyServerSideFixedClipping",
-        "aggregator-params.clipping-norm": 1e-300,
-        "aggregator-params.noise-multiplier": 0.3,
-        "num-devices": 40,
-    },
+    "fixed-last-bits": {**FIXED, "num-devices": 40},
 }
 TINY = {"num-devices": 4, "num-server-rounds": 2}
 
