@@ -140,19 +140,6 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def _cell_config(run_config: Mapping[str, Any], num_devices: int, model: str) -> CellConfig:
-    """The cell of the ``channel.*`` keys (path loss: ``channel.model``'s, else the paper's)."""
-    pathloss = model if model in PATHLOSS_MODELS else PATHLOSS_MODELS[0]
-    try:
-        return CellConfig(
-            num_devices=num_devices, pathloss_model=pathloss, **read_part(run_config, "cell")
-        )
-    except ValueError as err:  # a check of two fields: name the key of the first
-        field = re.match(r"CellConfig\.(\w+)", str(err))
-        where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
-        raise ValueError(f"run-config key {where}: {err}") from err
-
-
 CHANNEL_KEY = "channel.model"
 
 
@@ -263,9 +250,13 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         values["result_dir"] = resume_from
     elif result_dir == "":
         values["result_dir"] = str(timestamped_result_dir(SERVER_RESULTS_DIR, run_config))
-    return RunConfig(
-        task=task,
-        training=TrainingSettings(**read_part(run_config, "training")),
-        cell=_cell_config(run_config, task.num_devices, model),
-        **values,
-    )
+    training = TrainingSettings(**read_part(run_config, "training"))
+    pathloss = model if model in PATHLOSS_MODELS else PATHLOSS_MODELS[0]  # your channel: paper's
+    cell_values = {"num_devices": task.num_devices, **read_part(run_config, "cell")}
+    try:
+        cell = CellConfig(pathloss_model=pathloss, **cell_values)
+    except ValueError as err:  # a check of two fields: name the key of the first
+        field = re.match(r"CellConfig\.(\w+)", str(err))
+        where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
+        raise ValueError(f"run-config key {where}: {err}") from err
+    return RunConfig(task=task, training=training, cell=cell, **values)

@@ -97,13 +97,6 @@ def check_options(args: LaunchOptions, merged: dict[str, Any]) -> None:
         )
 
 
-#: The options of ``fedcgd run`` that are :func:`run_flwr` arguments of the same name.
-RUN_FLWR_OPTIONS = (
-    "deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home", "superlink",
-    "root_certificates",
-)  # fmt: skip
-
-
 def with_last_words(command: Callable[[LastWords], int]) -> int:
     """``command(last_words)``'s exit code; SIGINT / SIGTERM stop it and print its last words."""
     from experiments.run.resume_command import LastWords
@@ -199,7 +192,8 @@ def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) 
     tls_on = args.tls and not args.superlink  # a given SuperLink: --root-certificates
     try:
         with tls_certificates(tls_on, args.certificates_dir, num_nodes * args.deployment) as tls:
-            options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
+            same = "deployment cpus_per_client gpus_per_client ray_address flwr_home superlink"
+            options = {name: getattr(args, name) for name in [*same.split(), "root_certificates"]}
             options["supernode_gpus"] = gpu_list(args.supernode_gpus)
             proc = run_flwr(overrides, num_supernodes=num_nodes, tls=tls, **options)
         # `flwr run` exits 0 on a crash too: the status and the ServerApp's line say how it went
