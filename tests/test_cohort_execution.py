@@ -391,6 +391,34 @@ def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     assert len(said) == 1 and f"sigma-hat of model '{model}' computed one device" in said[0]
 
 
+def test_one_engine_says_once_that_a_model_mixes_the_batch_and_trains_it_batched(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    # three deliveries to one engine: one log line; vmap gives each device its own batch, so
+    # training stays batched and equals the per-device path
+    passes = batched_passes(monkeypatch)
+    together = Cohorts()
+    run_config = validated_run_config(
+        {"model": CENTRED, "num-devices": 7, "data-dir": str(tmp_path / "data")}
+    )
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        for kind in (keys.QUERY_STATS, "train", keys.QUERY_STATS):
+            alone = replies(run_config, kind, cohorts=None, model=CENTRED, tau=2)
+            batched = replies(run_config, kind, cohorts=together, model=CENTRED, tau=2)
+            for a, b in zip(alone, batched, strict=True):
+                ma = a.content.metric_records[keys.METRICS]
+                mb = b.content.metric_records[keys.METRICS]
+                assert mb[keys.SIGMA] == ma[keys.SIGMA]
+                if kind == "train":
+                    wa = a.content.array_records[keys.ARRAYS].to_torch_state_dict()
+                    wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
+                    for name in wa:
+                        torch.testing.assert_close(wb[name], wa[name], rtol=REL, atol=0.0)
+    assert passes == []
+    said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0]
+
+
 def test_a_whole_run_of_a_model_that_mixes_the_batch_equals_the_per_device_run(
     tmp_path: Path,
 ) -> None:

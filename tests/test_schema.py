@@ -232,6 +232,12 @@ def test_empty_data_dir_is_cwd_data(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert Path(s.data_dir) == (tmp_path / "data").resolve()
 
 
+@pytest.mark.parametrize("key", [k for k in BASE if k != "policy"])
+def test_a_missing_task_or_training_key_is_named(key: str) -> None:
+    with pytest.raises(ValueError, match=f"'{key}' is missing"):
+        parse_both({k: v for k, v in BASE.items() if k != key})
+
+
 def test_round_config_round_trip() -> None:
     training = TrainingSettings(local_steps=5, learning_rate=0.05, batch_size=16)
     record = {**training.to_config(), keys.SERVER_ROUND: 7}
