@@ -21,11 +21,10 @@ from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
 from fedcgd_task.settings import RECORDED, unread_settings
 from server_app.config import RunConfig
-from server_app.run_folder.files import atomic_write, read_json_object
+from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.results import (
     CHECKPOINT_FILE,
-    CONFIG_FILE,
     MODEL_FILE,
     RUN_FILES,
     SUMMARY_FILE,
@@ -35,7 +34,6 @@ from server_app.run_folder.results import (
 )
 from server_app.run_folder.run_status import (
     COMPLETED,
-    SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
     read_status,
@@ -96,7 +94,10 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
 
 
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint."""
+    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint.
+
+    The one check of a resume's settings: the checkpoint's are those of the run's ``config.json``.
+    """
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     if not _same(version := found.get("format", 1), CHECKPOINT_FORMAT):
@@ -105,8 +106,9 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
             f"{CHECKPOINT_FORMAT} (the file was written by another version); it cannot be "
             "resumed: run again in a new folder"
         )
-    names = ("seed", "policy", "settings", "settings_sha256")
-    if all(_same(found.get(k), wanted[k]) for k in names):
+    if all(
+        _same(found.get(k), wanted[k]) for k in ("seed", "policy", "settings", "settings_sha256")
+    ):
         return
     text, digest = found.get("settings"), found.get("settings_sha256")
     whole = isinstance(text, str) and hashlib.sha256(text.encode()).hexdigest() == digest
@@ -114,22 +116,20 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
         saved = json.loads(text) if whole else {}  # type: ignore[arg-type]
     except ValueError:
         saved = {}
-    if not isinstance(saved, dict):  # a JSON object's keys are strings, what else is not
-        saved = {}
     pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
-    before = {**saved, **pair}
+    before = {**(saved if isinstance(saved, dict) else {}), **pair}
     now = {**json.loads(wanted["settings"]), "task.seed": config.seed, "policy": config.policy}
     keys = sorted(
         k
         for k in (set(before) | set(now) if whole else pair)
         if not _same(before.get(k), now.get(k))
     )
-    why = settings_change(before, now, keys) if keys else "its settings digest is not this run's"
     if not whole and not keys:
-        why = "its settings do not match their digest (damaged or edited)"
+        raise CheckpointRefusedError(f"{head}: its settings do not match their digest (damaged)")
+    why = settings_change(before, now, keys) if keys else "another digest"
     raise CheckpointRefusedError(
-        f"{head} is another run's: {why} (a checkpoint copied from another run's folder? "
-        "resume a run from its own checkpoint)"
+        f"{head} was written with other settings ({why}); resume with the run's own settings "
+        "(only num-server-rounds may change) from its own checkpoint"
     )
 
 
@@ -262,26 +262,6 @@ class ResumePlan:
     finish_only: bool
 
 
-def check_same_settings(result_dir: Path, config: RunConfig) -> None:
-    """Refuse (one line) to resume ``result_dir`` with other settings than its ``config.json``."""
-    path = result_dir / CONFIG_FILE
-    try:
-        before = {**SETTINGS_ADDED_LATER, **flat_settings(read_json_object(path))}
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"run-config key 'resume-from': {path} cannot be read ({err}); the folder cannot "
-            "be resumed"
-        ) from err
-    now = flat_settings(json_ready(config.to_dict()))
-    skip = {"num_server_rounds", *unread_settings(json_ready(config.to_dict()))}
-    if keys := sorted(k for k in set(now) - skip if before.get(k) != now[k]):
-        raise ValueError(
-            f"run-config key 'resume-from': {result_dir} was started with other settings "
-            f"({settings_change(before, now, keys)}); resume with the same run config (only "
-            "num-server-rounds may change)"
-        )
-
-
 def check_resume(config: RunConfig) -> ResumePlan:
     """Check (reading only) that ``config.resume_from`` can go on; one-line errors."""
     folder = Path(config.resume_from)
@@ -291,7 +271,6 @@ def check_resume(config: RunConfig) -> ResumePlan:
     if not folder.is_dir():
         raise ValueError(f"{key} is a file, not a result folder")
     checkpoint = load_checkpoint(folder)
-    check_same_settings(folder, config)
     check_identity(folder, checkpoint.identity, config)
     lines = read_metrics_lines(folder, checkpoint.round)
     done, wanted = checkpoint.round, config.num_server_rounds
