@@ -21,10 +21,11 @@ from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.schema import MAX_SERVER_ROUNDS
 from fedcgd_task.settings import RECORDED, unread_settings
 from server_app.config import RunConfig
-from server_app.run_folder.files import atomic_write
+from server_app.run_folder.files import atomic_write, read_json_object
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.results import (
     CHECKPOINT_FILE,
+    CONFIG_FILE,
     MODEL_FILE,
     RUN_FILES,
     SUMMARY_FILE,
@@ -94,10 +95,9 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
 
 
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint.
-
-    The one check of a resume's settings: the checkpoint's are those of the run's ``config.json``.
-    """
+    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint,
+    or a resume with other settings (the one check: the checkpoint holds the run's settings).
+    """  # noqa: D205
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     if not _same(version := found.get("format", 1), CHECKPOINT_FORMAT):
@@ -135,10 +135,7 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The state of a run after ``round`` (the last round whose metrics line is written).
-
-    What each field holds: docs/running.md, "What a run writes" (``checkpoint.pt``).
-    """
+    """The state of a run after ``round``; see docs/running.md, "What a run writes"."""
 
     round: int
     model: dict[str, torch.Tensor]
@@ -174,24 +171,17 @@ def _untag(value: Any) -> Any:
     return value
 
 
-#: What each field of a checkpoint file must hold: a test and the words for what it allows.
-_FIELD_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "round": (
-        lambda v: type(v) is int and 1 <= v <= MAX_SERVER_ROUNDS,
-        f"a whole number in [1, {MAX_SERVER_ROUNDS}]",
-    ),
-    "elapsed_s": (
-        lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
-        "seconds >= 0",
-    ),
-}
-_A_DICT = (lambda v: isinstance(v, dict), "a dict")
-
-
 def _checked(name: str, value: Any) -> Any:
-    """``value`` when it passes ``name``'s check; ValueError naming it and what is allowed."""
-    test, allowed = _FIELD_CHECKS.get(name, _A_DICT)
-    if not test(value):
+    """``value`` when it is what field ``name`` holds; ValueError naming it and what is allowed."""
+    if name == "round":
+        ok = type(value) is int and 1 <= value <= MAX_SERVER_ROUNDS
+        allowed = f"a whole number in [1, {MAX_SERVER_ROUNDS}]"
+    elif name == "elapsed_s":
+        ok = type(value) in (int, float) and math.isfinite(value) and value >= 0
+        allowed = "seconds >= 0"
+    else:
+        ok, allowed = isinstance(value, dict), "a dict"
+    if not ok:
         shown = repr(value)[:40] if isinstance(value, int | float | str) else type(value).__name__
         raise ValueError(f"{name} = {shown}, not {allowed}")
     return value
@@ -206,11 +196,9 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
 
 
 def load_checkpoint(result_dir: Path) -> Checkpoint:
-    """Read ``checkpoint.pt`` from ``result_dir`` (``weights_only``: no pickled code runs).
-
-    Raises FileNotFoundError when there is none; ValueError (one line) when it is not a
-    regular file, too large, or not a checkpoint of this app.
-    """
+    """Read ``checkpoint.pt`` (``weights_only``: no pickled code runs); FileNotFoundError when
+    there is none, ValueError (one line) when it is a link, too large or not a checkpoint.
+    """  # noqa: D205
     path = result_dir / CHECKPOINT_FILE
     head = f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE}"
     if not path.exists():
@@ -272,6 +260,12 @@ def check_resume(config: RunConfig) -> ResumePlan:
         raise ValueError(f"{key} is a file, not a result folder")
     checkpoint = load_checkpoint(folder)
     check_identity(folder, checkpoint.identity, config)
+    try:  # the resume adds to its code entries
+        read_json_object(folder / CONFIG_FILE)
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{key}: {CONFIG_FILE} cannot be read ({err}); it cannot be resumed"
+        ) from err
     lines = read_metrics_lines(folder, checkpoint.round)
     done, wanted = checkpoint.round, config.num_server_rounds
     status = read_status(folder)
@@ -295,11 +289,9 @@ class ClaimedRun:
 
 
 def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
-    """Lock the run's folder (created for a new run) and check it under the lock.
-
-    ``writer``: take the writer lock too (the ServerApp), and remove the temporary files a
-    killed writer left; ``fresh_name``: a default name, suffixed when taken.
-    """
+    """Lock the run's folder (created for a new run) and check it under the lock; ``writer``:
+    the ServerApp's, which removes the temporary files a killed writer left.
+    """  # noqa: D205
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
     claim = claim_folder(
         Path(config.result_dir), key, create=not config.resume_from, writer=writer,

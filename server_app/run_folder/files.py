@@ -50,11 +50,9 @@ def atomic_write(
     *,
     durable: bool = True,
 ) -> Path:
-    """Replace ``path`` by ``content`` (text, bytes, or a function writing a binary handle).
-
-    Through an exclusive temporary file in the same folder (fsynced when ``durable``) renamed
-    over ``path``: readers see the old file or the new one, also after a kill.
-    """
+    """Replace ``path`` by ``content`` (text, bytes, or a function writing a binary handle)
+    through an exclusive temporary file beside it (fsynced when ``durable``), renamed over it.
+    """  # noqa: D205
     target = Path(path)
     with writing(target):
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
