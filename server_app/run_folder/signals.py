@@ -12,14 +12,14 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from types import FrameType
 
-from fedcgd_strategy.errors import OneLineMessage, StopsRun
+from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.imports import said
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _held: list[int] | None = None  # the signals held back while a held() block runs
 
 
-class Interrupted(OneLineMessage, StopsRun, BaseException):
+class Interrupted(OneLineMessage, BaseException):
     """The first SIGINT or SIGTERM of a command: ``stopped by SIGINT`` (``signum``)."""
 
     def __init__(self, signum: int) -> None:
@@ -79,8 +79,8 @@ def held() -> Iterator[None]:
 
 
 def stops_the_run(err: BaseException) -> bool:
-    """True for a ``KeyboardInterrupt`` or an ``errors.StopsRun``."""
-    return isinstance(err, KeyboardInterrupt | StopsRun)
+    """True for a ``KeyboardInterrupt`` or an :class:`Interrupted`."""
+    return isinstance(err, KeyboardInterrupt | Interrupted)
 
 
 class UserCodeExitError(OneLineMessage, RuntimeError):
