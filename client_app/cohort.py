@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message, MessageType
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
 from torch import nn
 
 from client_app.device_round import (
@@ -127,9 +127,9 @@ def _cohort_key(msg: Message) -> tuple[object, ...] | None:
     kind = msg.metadata.message_type
     if kind not in _KINDS:
         return None
-    arrays = msg.content.array_records.get(keys.ARRAYS)
-    config = msg.content.config_records.get(keys.CONFIG)
-    if arrays is None or config is None:
+    # Not ``content.array_records`` (nor config_, metric_): each builds a filtered copy, ~25 us.
+    arrays, config = msg.content.get(keys.ARRAYS), msg.content.get(keys.CONFIG)
+    if not isinstance(arrays, ArrayRecord) or not isinstance(config, ConfigRecord):
         return None
     round_config = tuple(sorted((k, type(v).__name__, repr(v)) for k, v in config.items()))
     return (kind, id(arrays), round_config)

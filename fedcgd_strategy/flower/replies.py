@@ -11,7 +11,7 @@ from logging import INFO, WARNING
 from typing import TypeGuard
 
 import numpy as np
-from flwr.app import Message, MetricRecord
+from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.supercore import log
 from numpy.typing import ArrayLike, NDArray
 
@@ -168,7 +168,7 @@ def _sender(msg: Message) -> tuple[int, MetricRecord]:
     node_id = int(msg.metadata.src_node_id)
     if msg.has_error():
         raise MalformedReplyError(f"node {node_id} replied with an error: {msg.error.reason}")
-    if (metrics := msg.content.metric_records.get(keys.METRICS)) is None:
+    if not isinstance(metrics := msg.content.get(keys.METRICS), MetricRecord):
         raise MalformedReplyError(f"reply from node {node_id} lacks MetricRecord {keys.METRICS!r}")
     return node_id, metrics
 
@@ -177,8 +177,8 @@ def _model_arrays(
     msg: Message, node_id: int, reference: Mapping[str, NDArray[np.generic]]
 ) -> dict[str, NDArray[np.generic]]:
     """The uploaded arrays, checked against the global model: keys, shapes, dtypes, finite."""
-    record = msg.content.array_records.get(keys.ARRAYS)
-    if record is None:
+    record = msg.content.get(keys.ARRAYS)
+    if not isinstance(record, ArrayRecord):
         raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
     arrays: dict[str, NDArray[np.generic]] = {}
     for k, array in record.items():
