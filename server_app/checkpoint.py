@@ -105,7 +105,7 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
     whole = isinstance(text, str) and hashlib.sha256(text.encode()).hexdigest() == digest
     try:
         saved = json.loads(text) if whole else {}  # type: ignore[arg-type]
-    except ValueError:
+    except (ValueError, RecursionError):  # a hand-made file: named as other settings below
         saved = {}
     pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
     before = {**(saved if isinstance(saved, dict) else {}), **pair}

@@ -225,6 +225,7 @@ DAMAGE = {  # the run whose checkpoint is damaged, the damage, what the refusal 
     "aggregator": ("seed0", _aggregator_state_for_fedavg, "is the default FedAvg"),
     "settings-empty": ("seed0", _settings_of("{}"), "other settings (aggregator = "),
     "settings-list": ("seed0", _settings_of("[[1, 2]]"), "other settings (aggregator = "),
+    "settings-deep": ("seed0", _settings_of("[" * 100_000 + "]" * 100_000), "other settings ("),
     "no-identity": (
         "seed0",
         lambda data: data.pop("identity"),

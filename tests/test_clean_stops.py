@@ -19,7 +19,7 @@ from test_resume_command import CONTINUE, printed_command, run_config_text, run_
 
 from experiments.cli import invoke
 from server_app.run_folder.files import atomic_write
-from server_app.run_folder.signals import held
+from server_app.run_folder.signals import Interrupted, held, stops_the_run
 
 #: A checkpoint after every round: the round a stop lands in is the one that can be continued.
 VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd", "checkpoint-every": 1}
@@ -232,3 +232,8 @@ def test_a_run_stopped_under_flwr_run_is_recorded_stopped(tmp_path: Path, monkey
     status = read_status(folder)
     assert status is not None and (status.state, status.last_round) == ("stopped", 4)
     assert status.reason == "stopped by SIGTERM"
+
+
+def test_a_stop_is_an_interrupt_or_a_signal_and_nothing_else():
+    assert stops_the_run(KeyboardInterrupt()) and stops_the_run(Interrupted(signal.SIGTERM))
+    assert not stops_the_run(RuntimeError()) and not stops_the_run(SystemExit(0))
