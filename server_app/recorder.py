@@ -84,6 +84,7 @@ class RoundRecorder:
         metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
         for summary in hparams(dict(settings), metrics):
             self.events._get_file_writer().add_summary(summary, 0)  # the run's own event file
+        self.events.flush()  # the hparams on disk from the start (a live TensorBoard shows them)
         for line in writer.lines if setup.round_offset else ():  # resuming: the kept rounds
             self._add_scalars(line)
         for path in stale:  # after the kept rounds are in this file: a crash loses nothing

@@ -23,6 +23,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, MetricRecord
 from run_results import lines
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
 from fedcgd_strategy.record import RoundRecord
@@ -257,3 +258,11 @@ def test_a_checkpoint_of_the_setup_rebuilds_the_same_state(tmp_path):
     assert settings[0]["model_bits_used"] == first.num_params * 32
     assert settings[0]["target_dist_global"] == pytest.approx(first.target.tolist())
     assert sum(settings[0]["target_dist_global"]) == pytest.approx(1.0)
+
+
+def test_the_hparams_are_on_disk_before_the_first_round(tmp_path):
+    recorder = RoundRecorder(tiny_setup(tmp_path), ResultWriter(tmp_path / "run", 3), print)
+    events = EventAccumulator(str(tmp_path / "run"))
+    events.Reload()
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+    recorder.events.close()

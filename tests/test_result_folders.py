@@ -117,6 +117,11 @@ def test_a_folder_that_holds_a_run_or_is_a_file_is_refused_and_left_alone(capsys
     code, _, err = main_code(capsys, **overrides(target))
     assert code == 2 and len(err) == 1 and "'result-dir'" in err[0] and "is a file" in err[0]
     assert target.read_text() == "keep me"
+    code, _, err = main_code(capsys, **overrides(target / "run"))  # a folder inside the file
+    assert code == 2 and err == [
+        f"error: run-config key 'result-dir' = '{target / 'run'}' cannot be created: "
+        f"'{target}' is a file"
+    ]
 
 
 def fake_flwr_run(run_config: dict, **_: object) -> subprocess.CompletedProcess[str]:
