@@ -268,7 +268,7 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert reproduce.reproduce(fewer) == 2 and calls == []
     err = capsys.readouterr().err
     kept = out / "local-steps=1" / "bc" / "seed-0"
-    assert err.startswith(f"error: {kept}: num_server_rounds (kept 50, asked 3); ")
+    assert err.startswith(f"error: {kept}: num-server-rounds = 50 there, 3 now; ")
     assert err.count("\n") == 1
     assert not (out / "local-steps=1" / "bc" / "seed-3").exists()
 

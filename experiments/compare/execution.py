@@ -22,7 +22,7 @@ from experiments.compare.plans import (
 from experiments.compare.results import same_schedule_lines, summarise, write_comparison
 from experiments.run.flwr_run import run_flwr, strip_ansi
 from experiments.run.progress import RunProgress, format_duration
-from experiments.run.ray_runs import RUN_LOG, RaySettings, connect, run_tasks
+from experiments.run.ray_runs import RUN_LOG, RaySettings, connect, resolve_jobs, run_tasks
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
@@ -184,7 +184,8 @@ def run_policies(
     ray: RaySettings | None = None,
 ) -> ComparisonRuns:
     """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables."""
-    seeds, jobs = check_comparison(policies, shared, seeds, check_engine(engine), jobs)
+    seeds = check_comparison(policies, shared, seeds)
+    jobs = resolve_jobs(jobs, check_engine(engine))
     with claim_folder(out, "--out"):  # held by compare(): it works under that claim
         if plans is None:
             plans = plan_runs(policies, shared, out, seeds)
@@ -252,7 +253,7 @@ def execute_plans(
         if plan.action == KEEP:
             print("completed earlier with the same settings; kept", flush=True)
         elif plan.action == RESUME:
-            print("incomplete, same settings: resumed from its checkpoint", flush=True)
+            print("incomplete: resumed from its checkpoint", flush=True)
         elif holds_run(plan.result_dir):
             print("stopped without a checkpoint: run again from the start", flush=True)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from experiments.compare.execution import LaunchSettings, run_points
 from experiments.compare.plans import check_comparison, check_seeds, plan_points
-from experiments.run.ray_runs import connect, ray_settings
+from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text
 from fedcgd_strategy.policies.registry import canonical_policy
@@ -130,10 +130,8 @@ def compare(
             raise ValueError("give either --seeds or run-config 'seed', not both")
         given = check_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
         variants = option_points(args, shared)
-        checked = [
-            check_comparison(policies, s, given, args.engine, args.jobs) for _, s in variants
-        ]
-        seeds, jobs = checked[0]
+        seeds = [check_comparison(policies, s, given) for _, s in variants].pop()
+        jobs = resolve_jobs(args.jobs, args.engine)
         points = plan_points(policies, variants, seeds, out, claims, "--out")
         ray = ray_settings(
             args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,

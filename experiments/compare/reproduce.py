@@ -17,14 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.analysis.plot_runs import runs_title
 from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
 from experiments.compare.execution import LaunchSettings, run_points
-from experiments.compare.plans import (
-    check_engine,
-    check_not_settable,
-    check_policies,
-    check_run_configs,
-    check_seeds,
-    plan_points,
-)
+from experiments.compare.plans import check_comparison, check_engine, check_seeds, plan_points
 from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, write_tables
 from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
@@ -67,22 +60,18 @@ def run_keys(node: Any) -> dict[str, Any]:
 
 def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(sweep point, run-config overrides) of every point, validated (ValueError: one line)."""
-    policies = list(cfg.policies)
-    check_policies(policies)
     seeds = planned_seeds(cfg)
     shared, sweep = run_keys(cfg.run), run_keys(cfg.sweep)
-    swept = sorted(set(shared) & set(sweep))
-    if swept:
+    if swept := sorted(set(shared) & set(sweep)):
         raise ValueError(
             f"run.{swept[0]}: this preset sweeps it; set its values with "
             f"sweep.{swept[0]}=[...] instead"
         )
-    check_not_settable([*shared, *sweep])
     data_dir = str(resolve_data_dir(str(shared.get("data-dir", ""))))
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
         overrides = fold_policy_params({**shared, **point, "data-dir": data_dir})
-        check_run_configs(policies, overrides, seeds)
+        check_comparison(list(cfg.policies), overrides, seeds)
         plans.append((point, overrides))
     return plans
 
