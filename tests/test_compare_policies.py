@@ -195,7 +195,7 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
     assert [(r["policy"], r["seed"]) for r in result.runs] == [
         ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 0)
     ]  # fmt: skip
-    assert result.code == 1 and [f.label for f in result.failed] == ["bc/seed-1"]
+    assert result.code == 1 and [label for label, _ in result.failed] == ["bc/seed-1"]
     assert result.last_line().startswith("1 of 4 runs failed: bc/seed-1 (exit code 1: ")
     with pytest.raises(ValueError, match="seeds"):
         execution.run_policies(["bc"], {"seed": 3}, out, seeds=[0])

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.compare.execution import LaunchSettings, run_points
+from experiments.compare.execution import launch_settings, run_points
 from experiments.compare.plans import check_comparison, check_seeds, plan_points
-from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
 from experiments.run.resume_command import LastWords, rerun_line
 from experiments.run.run_config import parse_run_config_text
 from fedcgd_strategy.policies.registry import canonical_policy
@@ -131,15 +130,9 @@ def compare(
         given = check_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
         variants = option_points(args, shared)
         seeds = [check_comparison(policies, s, given) for _, s in variants].pop()
-        jobs = resolve_jobs(args.jobs, args.engine)
         points = plan_points(policies, variants, seeds, out, claims, "--out")
-        ray = ray_settings(
-            args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,
-            jobs=args.jobs, prefix="--",
-        )  # fmt: skip
-        if ray is not None:
-            connect(ray, prefix="--")
-        how = LaunchSettings(args.engine, jobs, args.num_supernodes, ray=ray)
+        ray = (args.ray_address, args.cpus_per_run, args.gpus_per_run)
+        how = launch_settings(args.engine, args.jobs, ray, "--", num_supernodes=args.num_supernodes)
         return lambda: run_points(points, out, how, args.target_accuracy).report()
 
     return run_command(check, out, command, last_words)

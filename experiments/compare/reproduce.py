@@ -15,12 +15,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.analysis.plot_runs import runs_title
-from experiments.analysis.preset_figures import plot_estimates, plot_sweep, point_label
-from experiments.compare.execution import LaunchSettings, run_points
+from experiments.analysis.preset_figures import plot_sweep, point_label
+from experiments.compare.execution import launch_settings, run_points
 from experiments.compare.plans import check_comparison, check_engine, check_seeds, plan_points
 from experiments.compare.policies import run_command
-from experiments.compare.results import METRICS, write_tables
-from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
+from experiments.compare.results import METRICS, write_comparison
 from experiments.run.resume_command import LastWords, fedcgd_command
 from fedcgd_strategy.policies.registry import canonical_policy
 from fedcgd_task.schema import flatten
@@ -162,18 +161,18 @@ def reproduce(
             str(launcher.get("engine", "simulation")), bool(launcher.get("deployment")),
             "launcher.engine",
         )  # fmt: skip
-        jobs = resolve_jobs(launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
         variants = [(point_label(point), overrides) for point, overrides in plans]
         points = plan_points(list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out")
-        ray = ray_settings(
+        ray = (
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
-            launcher.get("gpus-per-run", 0.0), engine=engine, jobs=jobs,
+            launcher.get("gpus-per-run", 0.0),
         )  # fmt: skip
-        how = LaunchSettings(
-            engine, jobs if ray is None else connect(ray), launcher.num_supernodes,
-            int(launcher.cpus_per_client), float(launcher.gpus_per_client), ray,
+        how = launch_settings(
+            engine, launcher.get("jobs", 1), ray, "launcher.",
+            num_supernodes=launcher.num_supernodes, cpus_per_client=int(launcher.cpus_per_client),
+            gpus_per_client=float(launcher.gpus_per_client),
         )  # fmt: skip
 
         def go() -> int:
@@ -184,7 +183,7 @@ def reproduce(
             print(
                 f"{len(points)} sweep point(s) × {len(cfg.policies)} policies × "
                 f"{len(planned_seeds(cfg))} seed(s) -> {out} ("
-                f"{engine if ray is None else 'Ray tasks of the inprocess'} engine, {how.jobs} "
+                f"{engine if how.ray is None else 'Ray tasks of the inprocess'} engine, {how.jobs} "
                 "run(s) at once)",
                 flush=True,
             )
@@ -200,21 +199,12 @@ def reproduce(
 
 def write_outputs(cfg: DictConfig, runs: list[dict[str, Any]], out: Path) -> None:
     """The tables over every sweep point (``runs``: each with its ``sweep``) and the figures."""
-    rows, table = write_tables(runs, out, cfg.get("target_accuracy"), by_sweep=True)
-    groups: dict[tuple[str, str], list[Path]] = {}
-    for run in runs:
-        groups.setdefault((run["sweep"], str(run["policy"])), []).append(Path(run["result_dir"]))
-    plot_estimates(groups, out / "estimates.png")
+    rows = write_comparison(runs, out, cfg.get("target_accuracy"), by_sweep=True)
     sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
     metrics = list(cfg.get("figure_metrics") or [])
     title = runs_title(Path(run["result_dir"]) for run in runs)
     if (figure := plot_sweep(rows, sweep, metrics, out / "sweep.png", title)) is not None:
         print(f"wrote {figure}")
-    print(table, end="")
-    print(
-        f"wrote {out / 'table.md'}, {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
-        f"{out / 'runs.csv'} and {out / 'estimates.png'}"
-    )
 
 
 #: Config nodes whose keys are run-config keys (any of them, listed in the preset or not).

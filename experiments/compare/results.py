@@ -27,6 +27,7 @@ from experiments.analysis.evidence import (
 )
 from experiments.analysis.figures import policy_name
 from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
+from experiments.analysis.preset_figures import plot_estimates
 from experiments.analysis.statistics import (
     first_round_reaching,
     holm,
@@ -224,17 +225,16 @@ def indicator_from_folders(
     return line
 
 
-def write_tables(
+def write_comparison(
     runs: Sequence[Mapping[str, Any]],
     out: Path,
     target_accuracy: float | None = None,
     by_sweep: bool = False,
-) -> tuple[list[dict[str, Any]], str]:
-    """``runs.csv``, ``table.csv``, ``table.md`` and the indicator's tables under ``out``.
-
-    ``by_sweep``: a ``sweep`` column first, the rows per sweep point. Prints the indicator's
-    line and a warning over runs of mixed code; returns the rows and ``table.md``.
-    """
+) -> list[dict[str, Any]]:
+    """``runs.csv``, ``table.csv``, ``table.md``, the indicator's tables and a figure under
+    ``out``, each printed or named; the rows. The figure: ``curves.png`` (each policy's mean and
+    95 % band), or with ``by_sweep`` (a ``sweep`` column first, rows per point) ``estimates.png``.
+    """  # noqa: D205
     extra = ("sweep",) if by_sweep else ()
     by_point: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -248,26 +248,23 @@ def write_tables(
     write_table(rows, out / "table.csv", extra)
     table = markdown_table(rows, target_accuracy, extra)
     atomic_write(out / "table.md", table)
-    line = write_indicator(runs, out)
-    if line is not None:
+    if (line := write_indicator(runs, out)) is not None:
         print(f"{line} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})", flush=True)
     warn_mixed_code(runs)
-    return rows, table
-
-
-def write_comparison(
-    runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
-) -> str:
-    """:func:`write_tables` and ``curves.png`` (mean and 95 % band per policy); ``table.md``."""
-    _, table = write_tables(runs, out, target_accuracy)
-    groups: dict[str, list[Path]] = {}
+    groups: dict[Any, list[Path]] = {}
     for run in runs:
-        groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
-    if max(len(dirs) for dirs in groups.values()) > 1:
-        plot_mean_runs(groups, out / "curves.png")
+        key = (run["sweep"], str(run["policy"])) if by_sweep else str(run["policy"])
+        groups.setdefault(key, []).append(Path(run["result_dir"]))
+    if by_sweep:
+        figure = plot_estimates(groups, out / "estimates.png")
+    elif max(len(dirs) for dirs in groups.values()) > 1:
+        figure = plot_mean_runs(groups, out / "curves.png")
     else:
-        plot_runs([d for dirs in groups.values() for d in dirs], out / "curves.png")
-    return table
+        figure = plot_runs([d for dirs in groups.values() for d in dirs], out / "curves.png")
+    notes = [] if by_sweep else same_schedule_lines(runs)
+    print(table + "".join(f"{note}\n" for note in notes), end="", flush=True)
+    print(f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'} and {figure}")
+    return rows
 
 
 def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
