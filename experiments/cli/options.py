@@ -59,15 +59,6 @@ paper = typer.Typer(
 )
 app.add_typer(paper, name="paper")
 
-RUN_CONFIG_HELP = (
-    "run-config overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of pyproject.toml's "
-    "\\[tool.flwr.app.config], docs/running.md)"
-)
-OUT_HELP = (
-    "folder for the run's result folder <policy>-<UTC time> (ignored when the run config sets "
-    "result-dir or resume-from)"
-)
-
 
 def subcommand(ctx: click.Context) -> tuple[str, ...]:
     """The words that name ``ctx``'s command below the program (``("paper", "schedule-table")``)."""
