@@ -41,6 +41,11 @@ def choice_option(choices: Sequence[str], help: str) -> Any:
     return typer.Option(click_type=click.Choice(list(choices)), help=help)
 
 
+def flag(name: str, help: str) -> Any:
+    """A ``typer.Option`` of the flag ``name`` alone (no ``--no-`` form)."""
+    return typer.Option(name, help=help)
+
+
 def tool(name: str, help: str) -> typer.Typer:
     """A command-line tool: ``-h`` / ``--help``, its help without arguments, plain tracebacks."""
     return typer.Typer(

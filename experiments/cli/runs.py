@@ -14,6 +14,7 @@ import typer
 from experiments.cli.options import (
     app,
     choice_option,
+    flag,
     given_options,
     path_option,
     refuse,
@@ -36,11 +37,6 @@ Out = Annotated[
 RayAddress = Annotated[
     str | None, typer.Option(envvar="RAY_ADDRESS", help="a Ray cluster (auto or HOST:PORT)")
 ]
-
-
-def flag(name: str, help: str) -> typer.models.OptionInfo:
-    """A ``typer.Option`` of the flag ``name`` alone (no ``--no-`` form)."""
-    return typer.Option(name, help=help)
 
 
 @app.command("run")
