@@ -53,11 +53,21 @@ def no_flwr(*args, **kwargs):
     raise AssertionError("finished runs must not run again")
 
 
+#: Ray's ActorPool is empty (GPUs asked, none present): the ServerApp never says why.
+CRASHED = (
+    "An exception occured!! ActorPool is empty. Stopping Simulation. Check `num_cpus` and/or "
+    "`num_gpus` passed to the simulation engine"
+)
+RED = "\x1b[91mERROR \x1b[0m:     "
+CRASH_LOG = f"\x1b[92mINFO \x1b[0m: [ROUND 1/1]\n{RED}{CRASHED}\n{RED}Traceback (most recent...\n"
+
+
 def finishing_flwr(calls: list, accuracy=lambda c: [0.5], shared=None, fails=lambda c: None):
     """``run_flwr`` recording each run config and writing a finished run with ``accuracy``.
 
     ``fails(run_config)``: ``"exit"`` (exit code 1, nothing written), ``"status"`` (the
-    ServerApp failed: ``flwr run`` exits 0) or None. A run started anew finds no run's files.
+    ServerApp failed: ``flwr run`` exits 0), ``"crash"`` (the simulation crashed before the
+    ServerApp said why: Flower's ERROR lines) or None. A run started anew finds no run's files.
     """
 
     def fake_flwr(run_config, **kwargs):
@@ -71,6 +81,9 @@ def finishing_flwr(calls: list, accuracy=lambda c: [0.5], shared=None, fails=lam
         if fails(run_config) == "status":
             reason = "RuntimeError: ActorPool is empty"
             fake_run(Path(folder), policy, seed, [], state=FAILED, reason=reason, summary=False)
+        elif fails(run_config) == "crash":
+            fake_run(Path(folder), policy, seed, [], state=RUNNING, summary=False)
+            return subprocess.CompletedProcess([], 0, CRASH_LOG, "")
         else:
             fake_run(Path(folder), policy, seed, accuracy(run_config), shared)
         return subprocess.CompletedProcess([], 0, "", "")
@@ -271,11 +284,15 @@ def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path):
         planning.plan_run("bc", 1, cifar_folder, {**cifar, **elsewhere})
 
 
-def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
-    tmp_path, monkeypatch, capsys
+@pytest.mark.parametrize(
+    ("how", "reason"), [("status", "RuntimeError: ActorPool is empty"), ("crash", CRASHED)]
+)
+def test_a_failed_run_is_named_with_its_reason_and_the_printed_command_runs_it_again(
+    how, reason, tmp_path, monkeypatch, capsys
 ):
-    """``flwr run`` exits 0 when the ServerApp raises: the outcome comes from status.json."""
-    fails = lambda c: "status" if bc_seed_1(c) else None  # noqa: E731
+    """``flwr run`` exits 0 when the ServerApp raises (the reason: status.json) or when the
+    simulation crashed before the ServerApp said why (the reason: Flower's first ERROR line)."""
+    fails = lambda c: how if bc_seed_1(c) else None  # noqa: E731
     monkeypatch.setattr(
         execution, "run_flwr", finishing_flwr([], lambda c: [0.5, 0.6], None, fails)
     )
@@ -283,9 +300,8 @@ def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert invoke(["compare", *args]) == 1
     failed, last = last_two_lines(capsys, out)
-    assert failed == (
-        "1 of 4 runs failed: bc/seed-1 (RuntimeError: ActorPool is empty); the tables hold "
-        "the 3 completed runs"
+    assert (
+        failed == f"1 of 4 runs failed: bc/seed-1 ({reason}); the tables hold the 3 completed runs"
     )
     assert rerun_command(last) == args
     assert len(read(out / "runs.csv")) == 3
@@ -359,31 +375,6 @@ def test_two_seeds_two_policies_end_to_end(tmp_path, engine):
         config = json.loads((out / "bc" / f"seed-{s}" / "config.json").read_text())
         assert config["task"]["seed"] == s
     assert (out / "curves.png").stat().st_size > 0
-
-
-def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monkeypatch, capsys):
-    """Ray's ActorPool is empty (GPUs asked, none present): the ServerApp never says why."""
-    log = (
-        "\x1b[92mINFO \x1b[0m:      [ROUND 1/1]\n"
-        "\x1b[91mERROR \x1b[0m:     An exception occured!! ActorPool is empty. Stopping "
-        "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine\n"
-        "\x1b[91mERROR \x1b[0m:     Traceback (most recent call last):\n"
-    )
-
-    def crashed(run_config, **kwargs):
-        lines = []
-        fake_run(Path(run_config["result-dir"]), "bc", 0, lines, state=RUNNING, summary=False)
-        return subprocess.CompletedProcess([], 0, log, "")
-
-    monkeypatch.setattr(execution, "run_flwr", crashed)
-    assert invoke(["compare", "--policies", "bc", "--out", str(tmp_path)]) == 1
-    failed, last = capsys.readouterr().err.strip().splitlines()[-2:]
-    assert failed == (
-        "1 of 1 runs failed: bc/seed-0 (An exception occured!! ActorPool is empty. Stopping "
-        "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine); the "
-        "tables hold the 0 completed runs"
-    )
-    assert rerun_command(last) == ["--policies", "bc", "--out", str(tmp_path)]
 
 
 def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():

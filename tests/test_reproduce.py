@@ -204,6 +204,7 @@ def test_bad_overrides_are_rejected_in_one_line_before_any_run(overrides, messag
         ("policies=bc", "policies = 'bc'"),  # read letter by letter: "policy = 'b'"
         ("run=5", "run = 5"),  # "Input cfg is not an OmegaConf config object (int)"
         ("sweep=3", "sweep = 3"),
+        ("experiment=no_such_preset", "Could not find 'experiment/no_such_preset'"),
     ],
 )
 def test_bad_hydra_overrides_are_one_line_and_exit_2(
@@ -291,18 +292,6 @@ def test_reproduce_runs_a_small_sweep(tmp_path):
     assert (out / "local-steps=2" / "curves.png").exists()
     assert sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})[5] == {"a": 2, "b": "z"}
     assert sweep_points({}) == [{}] and point_label({}) == "default"
-
-
-def test_run_keys_absent_from_the_preset_can_be_set_as_the_readme_writes_them():
-    words = ["experiment=digits_policies", "run.num-server-rounds=3", "sweep.local-steps=[1,2]"]
-    with pytest.raises(Exception, match=r"Could not override 'run\.num-server-rounds'"):
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            compose("config", overrides=words)
-    assert hydra_overrides(words) == [words[0], f"++{words[1]}", f"++{words[2]}"]
-    cfg = load("digits_policies", hydra_overrides(words[1:]))
-    plans = planned_runs(cfg)
-    assert [o["num-server-rounds"] for _, o in plans] == [3, 3]
-    assert [o["local-steps"] for _, o in plans] == [1, 2]
 
 
 def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
