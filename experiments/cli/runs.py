@@ -109,7 +109,7 @@ def compare_command(
     from experiments.compare import policies as compare
 
     command = fedcgd_command([*subcommand(ctx), *given_options(ctx)])
-    return compare.main(ctx.params, command)
+    return compare.compare(ctx.params, command)
 
 
 @app.command("reproduce", context_settings={"ignore_unknown_options": True})

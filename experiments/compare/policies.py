@@ -14,7 +14,7 @@ from typing import Any
 
 from experiments.compare.execution import launch_settings, run_points
 from experiments.compare.plans import check_comparison, plan_points
-from experiments.run.resume_command import LastWords, rerun_line
+from experiments.run.resume_command import rerun_line
 from experiments.run.run_config import parse_run_config_text
 from fedcgd_strategy.policies.registry import canonical_policy
 from server_app.run_folder.files import ResultWriteError
@@ -23,12 +23,6 @@ from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 #: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
 DEFAULT_AGGREGATOR_NAME = "default"
-
-
-def main(options: Mapping[str, Any], command: str | None = None) -> int:
-    """``fedcgd compare`` stopping on signals (``command``: the line a stopped one gives)."""
-    last_words = LastWords()
-    return exit_code_stopping_on_signals(lambda: compare(options, command, last_words), last_words)
 
 
 def option_points(
@@ -62,45 +56,43 @@ def option_points(
 
 
 def run_command(
-    check: Callable[[list[FolderClaim]], Callable[[], int]],
-    out: Path,
-    command: str | None = None,
-    last_words: LastWords | None = None,
+    check: Callable[[list[FolderClaim]], Callable[[], int]], out: Path, command: str | None = None
 ) -> int:
     """A comparison's or a preset's command: ``check`` everything, then run; the exit code.
 
     ``check``'s ValueError or FileNotFoundError: ``error: ...``, exit code 2; after a failure
-    or a signal the last line gives ``command`` to run again.
+    or a signal (exit code 128 + signal) the last line gives ``command`` to run again.
     """
-    claims: list[FolderClaim] = []
-    if command is not None and last_words is not None:  # a signal while checking: Ray's start
-        last_words.set(lambda: rerun_line(command))
-    try:
-        go = check(claims)
-    except BaseException as err:  # the folders it created go with it; a bad setting: one line
-        for claim in reversed(claims):
-            claim.abandon()
-        if not isinstance(err, ValueError | FileNotFoundError):
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"output folder: {out}", flush=True)
-    try:
-        code = go()
-    except ResultWriteError as err:  # a table or a figure: disk full, ...
-        print(f"failed: {err}", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        for claim in claims:
-            claim.release()
-    if code == 1 and command is not None:
-        print(rerun_line(command), file=sys.stderr, flush=True)
-    return code
+
+    def checked_then_run() -> int:
+        claims: list[FolderClaim] = []
+        try:
+            go = check(claims)
+        except BaseException as err:  # the folders it created go with it; a bad setting: one line
+            for claim in reversed(claims):
+                claim.abandon()
+            if not isinstance(err, ValueError | FileNotFoundError):
+                raise
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"output folder: {out}", flush=True)
+        try:
+            code = go()
+        except ResultWriteError as err:  # a table or a figure: disk full, ...
+            print(f"failed: {err}", file=sys.stderr, flush=True)
+            code = 1
+        finally:
+            for claim in claims:
+                claim.release()
+        if code == 1 and command is not None:
+            print(rerun_line(command), file=sys.stderr, flush=True)
+        return code
+
+    last_words = None if command is None else lambda: rerun_line(command)
+    return exit_code_stopping_on_signals(checked_then_run, last_words)
 
 
-def compare(
-    args: Mapping[str, Any], command: str | None = None, last_words: LastWords | None = None
-) -> int:
+def compare(args: Mapping[str, Any], command: str | None = None) -> int:
     """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2)."""
     policies = [canonical_policy(p.strip()) for p in args["policies"].split(",") if p.strip()]
     out = args["out"].resolve()
@@ -119,4 +111,4 @@ def compare(
         )
         return lambda: run_points(points, out, how, args["target_accuracy"]).report()
 
-    return run_command(check, out, command, last_words)
+    return run_command(check, out, command)

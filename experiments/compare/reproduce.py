@@ -20,14 +20,13 @@ from experiments.compare.execution import launch_settings, run_points
 from experiments.compare.plans import check_comparison, check_engine, check_seeds, plan_points
 from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, write_comparison
-from experiments.run.resume_command import LastWords, fedcgd_command
+from experiments.run.resume_command import fedcgd_command
 from fedcgd_strategy.policies.registry import canonical_policy
 from fedcgd_task.schema import flatten
 from fedcgd_task.settings import resolve_data_dir
 from server_app.config import fold_policy_params
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import FolderClaim
-from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -144,14 +143,10 @@ def main(words: Sequence[str]) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    command = fedcgd_command(["reproduce", *words])
-    last_words = LastWords()
-    return exit_code_stopping_on_signals(lambda: reproduce(cfg, command, last_words), last_words)
+    return reproduce(cfg, fedcgd_command(["reproduce", *words]))
 
 
-def reproduce(
-    cfg: DictConfig, command: str | None = None, last_words: LastWords | None = None
-) -> int:
+def reproduce(cfg: DictConfig, command: str | None = None) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code."""
     out = Path(str(cfg.out)).resolve()
     launcher = cfg.launcher
@@ -194,7 +189,7 @@ def reproduce(
 
         return go
 
-    return run_command(check, out, command, last_words)
+    return run_command(check, out, command)
 
 
 def write_outputs(cfg: DictConfig, runs: list[dict[str, Any]], out: Path) -> None:
