@@ -43,8 +43,7 @@ from server_app.run_folder.run_status import (
     run_outcome,
 )
 
-#: Characters of a failure reason kept for the last line.
-MAX_REASON = 200
+MAX_REASON = 200  # characters of a failure reason kept for the last line
 
 
 @dataclass(frozen=True)
@@ -81,11 +80,11 @@ class ComparisonRuns:
 
     @property
     def code(self) -> int:
-        """Exit code: 0 when every planned run completed, 1 otherwise."""
+        """0 when every planned run completed, else 1."""
         return 0 if not self.failed and len(self.runs) == self.planned else 1
 
     def last_line(self) -> str:
-        """One line saying what happened (the command's last line)."""
+        """What happened, in one line (the command's last)."""
         retried = "" if self.retried is None else f" ({self.retried} retried on Ray)"
         if self.code == 0:
             return f"all {self.planned} runs completed{retried}"
@@ -102,11 +101,8 @@ class ComparisonRuns:
 
 
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder; a run to start loses a stopped run's files.
-
-    Never ``summary.json`` or ``checkpoint.pt``: the ServerApp refuses a run that completed or
-    saved one since it was planned.
-    """
+    """Lock a planned run's folder; a run to start loses a stopped run's files (never a summary
+    or a checkpoint: the ServerApp refuses a run that completed or saved one since planned)."""  # noqa: D205, D209
     claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
     if plan.action == RUN:
         for name in set(RUN_FILES) - {SUMMARY_FILE, CHECKPOINT_FILE}:
@@ -155,10 +151,8 @@ def run_reason(
     output: str = "",
     failure: BaseException | None = None,
 ) -> str | None:
-    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line.
-
-    ``code``, ``output``: what ran it; ``failure``: what an in-process run raised.
-    """
+    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line
+    (``failure``: what an in-process run raised)."""  # noqa: D205, D209
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
         return None

@@ -189,9 +189,8 @@ def plan_points(
     claims: list[FolderClaim],
     option: str,
 ) -> list[tuple[str, list[PlannedRun]]]:
-    """Each ``(label, settings)``'s runs planned in ``out/<label>``, every run to start checked
-    (:func:`~experiments.run.preflight.check_before_start`); ``out`` and each point's folder
-    claimed (one command in them at a time)."""  # noqa: D205, D209
+    """Each ``(label, settings)``'s runs planned in ``out/<label>`` (claimed: one command at a
+    time), every run to start checked by ``preflight.check_before_start``."""  # noqa: D205, D209
     from experiments.run.preflight import check_before_start
 
     claims.append(claim_folder(out, option))

@@ -77,8 +77,7 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
 def check_figure_metrics(metrics: Any) -> None:
     """Refuse a ``figure_metrics`` that names anything but the table's :data:`METRICS`."""
     given = [] if metrics is None else list(metrics) if not isinstance(metrics, str) else [metrics]
-    bad = [m for m in given if m not in METRICS]
-    if bad:
+    if bad := [m for m in given if m not in METRICS]:
         allowed = ", ".join(METRICS)
         raise ValueError(f"figure_metrics = {given!r} names {bad[0]!r}; allowed: {allowed}")
 
@@ -109,8 +108,7 @@ def load_preset(words: Sequence[str]) -> DictConfig:
             )
     base = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / "config.yaml"))
     assert isinstance(base, dict)
-    removed = removed_key({**base, **dict.fromkeys(PRESET_KEYS)}, cfg)
-    if removed:
+    if removed := removed_key({**base, **dict.fromkeys(PRESET_KEYS)}, cfg):
         raise ValueError(
             f"{removed}: removed by the overrides ({' '.join(words)}); the preset needs it, "
             f"set its value instead (e.g. {removed}=...)"
@@ -129,10 +127,8 @@ def removed_key(needed: Mapping[Any, Any], cfg: Any, prefix: str = "") -> str | 
             continue
         if key not in cfg:
             return f"{prefix}{key}"
-        if isinstance(value, dict):
-            found = removed_key(value, cfg[key], f"{prefix}{key}.")
-            if found:
-                return found
+        if isinstance(value, dict) and (found := removed_key(value, cfg[key], f"{prefix}{key}.")):
+            return found
     return None
 
 
@@ -183,23 +179,18 @@ def reproduce(cfg: DictConfig, command: str | None = None) -> int:
                 flush=True,
             )
             total = run_points(points, out, how, cfg.get("target_accuracy"))
-            if total.runs:
-                write_outputs(cfg, total.runs, out)
+            if runs := total.runs:  # the tables over every sweep point, and the figures
+                rows = write_comparison(runs, out, cfg.get("target_accuracy"), by_sweep=True)
+                sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
+                title = runs_title(Path(run["result_dir"]) for run in runs)
+                metrics = list(cfg.get("figure_metrics") or [])
+                if figure := plot_sweep(rows, sweep, metrics, out / "sweep.png", title):
+                    print(f"wrote {figure}")
             return total.report()
 
         return go
 
     return run_command(check, out, command)
-
-
-def write_outputs(cfg: DictConfig, runs: list[dict[str, Any]], out: Path) -> None:
-    """The tables over every sweep point (``runs``: each with its ``sweep``) and the figures."""
-    rows = write_comparison(runs, out, cfg.get("target_accuracy"), by_sweep=True)
-    sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
-    metrics = list(cfg.get("figure_metrics") or [])
-    title = runs_title(Path(run["result_dir"]) for run in runs)
-    if (figure := plot_sweep(rows, sweep, metrics, out / "sweep.png", title)) is not None:
-        print(f"wrote {figure}")
 
 
 #: Config nodes whose keys are run-config keys (any of them, listed in the preset or not).

@@ -6,6 +6,7 @@ The columns: docs/comparing.md, "Comparing policies".
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -114,11 +115,8 @@ def table_rows(
     target_accuracy: float | None = None,
     reference: str = REFERENCE_POLICY,
 ) -> list[dict[str, Any]]:
-    """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
-
-    Paired by seed against ``reference``; undefined statistics are NaN or None. Every p-value
-    column gets its Holm-adjusted twin over the table's policies (:data:`P_COLUMNS`).
-    """
+    """One ``table.csv`` row per policy, in order of appearance, paired by seed against
+    ``reference``, each p-value with its Holm twin over the table (undefined: NaN or None)."""  # noqa: D205, D209
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
         by_policy.setdefault(str(run["policy"]), []).append(run)
@@ -183,10 +181,8 @@ def write_indicator(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> str | None:
-    """``indicator.csv`` and ``indicator_test.csv`` under ``out``; the console line.
-
-    None (nothing written) unless FedCGD-FSCD and BC both ran (docs/comparing.md).
-    """
+    """``indicator.csv`` and ``indicator_test.csv`` under ``out``; the console line (None,
+    nothing written, unless FedCGD-FSCD and BC both ran: docs/comparing.md)."""  # noqa: D205, D209
     policies = {str(run["policy"]) for run in runs}
     if not {INDICATOR_POLICY, INDICATOR_BASELINE} <= policies:
         return None
@@ -205,10 +201,8 @@ def write_indicator(
 def indicator_from_folders(
     folders: Sequence[Path], out: Path, early_rounds: int, late_fraction: float
 ) -> str:
-    """``fedcgd indicator``: the indicator over the ``runs.csv`` of ``folders``, pooled.
-
-    A run's setting is its folder's name and its sweep point. ValueError: one line.
-    """
+    """``fedcgd indicator`` over the ``runs.csv`` of ``folders``, pooled (a run's setting: its
+    folder's name and sweep point); ValueError: one line."""  # noqa: D205, D209
     runs: list[dict[str, Any]] = []
     for folder in folders:
         path = folder / "runs.csv"
@@ -268,10 +262,8 @@ def write_comparison(
 
 
 def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per pair of policies that scheduled the same devices in every round.
-
-    Over the seeds both ran; such runs differ by nothing the policy decided.
-    """
+    """A line per pair of policies that scheduled the same devices in every round of the seeds
+    both ran: such runs differ by nothing the policy decided."""  # noqa: D205, D209
     schedules: dict[str, dict[Any, list[Any]]] = {}
     for run in runs:
         _, lines = load_run(Path(run["result_dir"]))
@@ -279,18 +271,16 @@ def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
             continue  # nothing to compare (no rounds, or lines of a code that did not record it)
         per_round = [(x.get("round"), sorted(map(str, x["scheduled"]))) for x in lines]
         schedules.setdefault(str(run["policy"]), {})[run["seed"]] = per_round
-    policies = list(schedules)
     found = []
-    for i, first in enumerate(policies):
-        for second in policies[i + 1 :]:
-            seeds = sorted(set(schedules[first]) & set(schedules[second]), key=str)
-            if seeds and all(schedules[first][s] == schedules[second][s] for s in seeds):
-                rounds = sum(len(schedules[first][s]) for s in seeds)
-                found.append(
-                    f"note: {first} and {second} scheduled the same devices in every round "
-                    f"({rounds} rounds over {len(seeds)} common seed(s)): the same runs, "
-                    "whatever their rules"
-                )
+    for first, second in itertools.combinations(schedules, 2):
+        seeds = sorted(set(schedules[first]) & set(schedules[second]), key=str)
+        if seeds and all(schedules[first][s] == schedules[second][s] for s in seeds):
+            rounds = sum(len(schedules[first][s]) for s in seeds)
+            found.append(
+                f"note: {first} and {second} scheduled the same devices in every round "
+                f"({rounds} rounds over {len(seeds)} common seed(s)): the same runs, "
+                "whatever their rules"
+            )
     return found
 
 
@@ -311,11 +301,8 @@ def markdown_table(
     target_accuracy: float | None = None,
     extra_columns: tuple[str, ...] = (),
 ) -> str:
-    """``table.md``: the columns a reader compares, rounded as in docs/comparing.md.
-
-    One line per row of :func:`table_rows`; each paired test shows its p, then Holm's. Without
-    ``target_accuracy`` the two columns of rounds to the target are left out.
-    """
+    """``table.md``: a line per row, the columns a reader compares rounded as in
+    docs/comparing.md (each test: p, then Holm's; no target: no rounds to it)."""  # noqa: D205, D209
     rounds_header = [
         f"median rounds to {target_accuracy:g} (reached)",
         "FSCD earlier / later / tied (sign p / Holm)",
