@@ -9,12 +9,19 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runs import last_two_lines, rerun_command, write_run
+from fake_runs import (
+    CRASHED,
+    SCHEDULED,
+    fake_run,
+    finishing_flwr,
+    last_two_lines,
+    rerun_command,
+    write_run,
+)
 from scipy import stats
 from subprocesses import run_fedcgd
 
@@ -29,18 +36,6 @@ ACCURACY = {
     "fedcgd-fscd": {0: [0.30, 0.55, 0.70], 1: [0.40, 0.65, 0.60], 2: [0.20, 0.50, 0.72]},
     "bc": {0: [0.30, 0.50, 0.60], 1: [0.35, 0.45, 0.58], 2: [0.10, 0.52, 0.61]},
 }
-SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the seed
-
-
-def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list, shared=None, **status):
-    """A finished run's files as the ServerApp writes them (settings: ``shared``)."""
-    scheduled = SCHEDULED.get(policy, [3, 3, 3])
-    lines = [
-        {"round": r, "accuracy": acc, "num_scheduled": scheduled[r - 1] + seed,
-         "wemd": 0.1 * r + 0.01 * seed}
-        for r, acc in enumerate(accuracy, start=1)
-    ]  # fmt: skip
-    write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)
 
 
 def write_all(out: Path, accuracy: dict[str, dict[int, list[float]]] = ACCURACY) -> None:
@@ -51,44 +46,6 @@ def write_all(out: Path, accuracy: dict[str, dict[int, list[float]]] = ACCURACY)
 
 def no_flwr(*args, **kwargs):
     raise AssertionError("finished runs must not run again")
-
-
-#: Ray's ActorPool is empty (GPUs asked, none present): the ServerApp never says why.
-CRASHED = (
-    "An exception occured!! ActorPool is empty. Stopping Simulation. Check `num_cpus` and/or "
-    "`num_gpus` passed to the simulation engine"
-)
-RED = "\x1b[91mERROR \x1b[0m:     "
-CRASH_LOG = f"\x1b[92mINFO \x1b[0m: [ROUND 1/1]\n{RED}{CRASHED}\n{RED}Traceback (most recent...\n"
-
-
-def finishing_flwr(calls: list, accuracy=lambda c: [0.5], shared=None, fails=lambda c: None):
-    """``run_flwr`` recording each run config and writing a finished run with ``accuracy``.
-
-    ``fails(run_config)``: ``"exit"`` (exit code 1, nothing written), ``"status"`` (the
-    ServerApp failed: ``flwr run`` exits 0), ``"crash"`` (the simulation crashed before the
-    ServerApp said why: Flower's ERROR lines) or None. A run started anew finds no run's files.
-    """
-
-    def fake_flwr(run_config, **kwargs):
-        calls.append(dict(run_config))
-        policy, seed, folder = run_config["policy"], run_config["seed"], run_config["result-dir"]
-        if "resume-from" not in run_config:
-            run_files = ("config.json", "metrics.jsonl", "model.pt", "status.json")
-            assert not any((Path(folder) / name).exists() for name in run_files)
-        if fails(run_config) == "exit":
-            return subprocess.CompletedProcess([], 1, "", "")
-        if fails(run_config) == "status":
-            reason = "RuntimeError: ActorPool is empty"
-            fake_run(Path(folder), policy, seed, [], state=FAILED, reason=reason, summary=False)
-        elif fails(run_config) == "crash":
-            fake_run(Path(folder), policy, seed, [], state=RUNNING, summary=False)
-            return subprocess.CompletedProcess([], 0, CRASH_LOG, "")
-        else:
-            fake_run(Path(folder), policy, seed, accuracy(run_config), shared)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    return fake_flwr
 
 
 def bc_seed_1(run_config):
@@ -195,7 +152,7 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
     calls: list[dict] = []
     accuracy = lambda c: [0.4, 0.5 + c["seed"]]  # noqa: E731
     fails = lambda c: "exit" if bc_seed_1(c) else None  # noqa: E731
-    fake = finishing_flwr(calls, accuracy, {"num-server-rounds": 2}, fails)
+    fake = finishing_flwr(calls, accuracy, fails)
     monkeypatch.setattr(execution, "run_flwr", fake)
     result = execution.run_policies(
         ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
@@ -293,9 +250,7 @@ def test_a_failed_run_is_named_with_its_reason_and_the_printed_command_runs_it_a
     """``flwr run`` exits 0 when the ServerApp raises (the reason: status.json) or when the
     simulation crashed before the ServerApp said why (the reason: Flower's first ERROR line)."""
     fails = lambda c: how if bc_seed_1(c) else None  # noqa: E731
-    monkeypatch.setattr(
-        execution, "run_flwr", finishing_flwr([], lambda c: [0.5, 0.6], None, fails)
-    )
+    monkeypatch.setattr(execution, "run_flwr", finishing_flwr([], lambda c: [0.5, 0.6], fails))
     out = tmp_path / "failing"
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert invoke(["compare", *args]) == 1

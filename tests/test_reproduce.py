@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import csv
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from fake_runs import last_two_lines, rerun_command, write_run
+from fake_runs import finishing_flwr, last_two_lines, rerun_command
 from hydra import compose, initialize_config_dir
 from subprocesses import run_fedcgd
 
@@ -24,7 +23,6 @@ from experiments.compare.reproduce import (
 from experiments.paper.settings import PAPER_CIFAR10
 from fedcgd_task.settings import default_run_config
 from server_app.config import parse_run_config
-from server_app.run_folder.results import holds_run
 
 PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
@@ -35,26 +33,9 @@ def load(preset: str, overrides: list[str] | None = None):
 
 
 def fake_flwr(calls: list, fails=lambda run_config: False):
-    """``run_flwr`` writing a 2-round run (accuracy by seed and policy), or a failed one."""
-
-    def flwr(run_config, **kwargs):
-        calls.append(dict(run_config))
-        result_dir = Path(run_config["result-dir"])
-        assert not holds_run(result_dir)  # a fresh folder (locked for the run: it exists)
-        if fails(run_config):  # the ServerApp failed; flwr run still exits 0
-            reason = "RuntimeError: ActorPool is empty"
-            write_run(result_dir, run_config, [], state="failed", reason=reason, summary=False)
-            return subprocess.CompletedProcess([], 0, "", "")
-        policy, seed = run_config["policy"], run_config["seed"]
-        acc = 0.5 + 0.1 * seed + (0.05 if policy == "fedcgd-fscd" else 0.0)
-        lines = [
-            {"round": r, "accuracy": acc, "num_scheduled": 3, "wemd": 0.5, "sigma": 1.0 + seed}
-            for r in (1, 2)
-        ]
-        write_run(result_dir, run_config, lines)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    return flwr
+    """2-round runs, accuracy 0.5 + 0.1 seed (FedCGD-FSCD: + 0.05), or the ServerApp failed."""
+    acc = lambda c: [0.5 + 0.1 * c["seed"] + (0.05 if c["policy"] == "fedcgd-fscd" else 0)] * 2  # noqa: E731
+    return finishing_flwr(calls, acc, lambda c: "status" if fails(c) else None)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
