@@ -201,12 +201,10 @@ def test_make_run_on_cifar_without_the_data_stops_in_one_line(text: str, tmp_pat
     assert not (tmp_path / "no").exists()
 
 
-def launcher_deployments() -> list[list[str]]:
-    return [a for a in fedcgd_commands("run") if "--deployment" in a]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("args", launcher_deployments(), ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [a for a in fedcgd_commands("run") if "--deployment" in a], ids=" ".join
+)
 def test_launcher_deployment_commands_run(args: list[str], tmp_path: Path) -> None:
     """``--deployment [--tls]``: SuperNode processes on loopback (two of them here).
 
@@ -404,11 +402,9 @@ def test_the_indicator_command_runs(tmp_path: Path) -> None:
     assert rows(tmp_path / "indicator" / "indicator_test.csv")[0]["n_points"] == str(len(points))
 
 
-def cifar_reproductions() -> list[list[str]]:
-    return [a for a in reproduce_commands() if "cifar" in preset_of(a)]
-
-
-@pytest.mark.parametrize("args", cifar_reproductions(), ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [a for a in reproduce_commands() if "cifar" in preset_of(a)], ids=" ".join
+)
 def test_reproduce_cifar_command_without_the_data_stops_in_one_line(
     args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
