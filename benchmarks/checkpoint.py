@@ -45,13 +45,9 @@ def time_writes() -> list[dict[str, object]]:
         model = build_model(name, classes, shape, seed=0)
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         checkpoint = Checkpoint(
-            round=1,
-            model=weights,
-            policy_state={"class-gradient": [1.0]},
-            cell_rng_state=state,
-            policy_rng_state=state,
-            elapsed_s=1.0,
-        )
+            round=1, model=weights, policy_state={"class-gradient": [1.0]}, cell_rng_state=state,
+            policy_rng_state=state, elapsed_s=1.0,
+        )  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as folder:
             times = []
             for _ in range(writes):
@@ -59,16 +55,11 @@ def time_writes() -> list[dict[str, object]]:
                 save_checkpoint(Path(folder), checkpoint)
                 times.append(1000 * (time.perf_counter() - t0))
             size = (Path(folder) / CHECKPOINT_FILE).stat().st_size
-        rows.append(
-            {
-                "model": name,
-                "dataset": dataset,
-                "parameters": count_parameters(model),
-                "file_bytes": size,
-                "write_ms_median": statistics.median(times),
-                "write_ms_max": max(times),
-            }
-        )
+        rows.append({
+            "model": name, "dataset": dataset, "parameters": count_parameters(model),
+            "file_bytes": size, "write_ms_median": statistics.median(times),
+            "write_ms_max": max(times),
+        })  # fmt: skip
     return rows
 
 
@@ -84,25 +75,21 @@ def time_runs(repeats: int, rounds: int) -> list[dict[str, object]]:
             for cadence in CADENCES:
                 result_dir = Path(folder) / f"every-{cadence}-{rep}"
                 overrides = {
-                    **RUN_SETTING,
-                    "checkpoint-every": cadence,
-                    "num-server-rounds": rounds,
+                    **RUN_SETTING, "checkpoint-every": cadence, "num-server-rounds": rounds,
                     "result-dir": str(result_dir),
-                }
+                }  # fmt: skip
                 with contextlib.redirect_stdout(io.StringIO()):  # the run's progress lines
                     run_inprocess(with_resolved_data_dir(validated_run_config(overrides)))
                 per_round[cadence].append(per_round_s(read_metrics_lines(result_dir)))
     base = statistics.mean(per_round[0])
     return [
         {
-            "checkpoint_every": cadence,
-            "s_per_round_mean": statistics.mean(times),
+            "checkpoint_every": cadence, "s_per_round_mean": statistics.mean(times),
             "s_per_round_min": min(times),
-            "overhead_vs_none": f"{statistics.mean(times) / base - 1:+.1%}",
-            "repeats": len(times),
+            "overhead_vs_none": f"{statistics.mean(times) / base - 1:+.1%}", "repeats": len(times),
         }
         for cadence, times in per_round.items()
-    ]
+    ]  # fmt: skip
 
 
 @app.command("checkpoint")

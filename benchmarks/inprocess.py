@@ -33,13 +33,9 @@ from fedcgd_task.settings import TaskSettings, default_run_config
 #: The benchmark's run config (the data and result folders, rounds, τ, policy, deadline and
 #: seed are added per run): the paper's device setting on MNIST-1D with its 1-D CNN.
 SETTING: dict[str, Any] = {
-    "dataset": "mnist1d",
-    "model": "cnn1d",
-    "num-devices": 64,
-    "channel.availability-prob": 0.3,
-    "batch-size": 32,
-    "eval-every": 1,
-}
+    "dataset": "mnist1d", "model": "cnn1d", "num-devices": 64, "channel.availability-prob": 0.3,
+    "batch-size": 32, "eval-every": 1,
+}  # fmt: skip
 
 
 @app.command("inprocess")
@@ -60,13 +56,9 @@ def main(
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     settings = {
-        **SETTING,
-        "num-server-rounds": rounds,
-        "local-steps": local_steps,
-        "policy": policy,
-        "channel.deadline-s": deadline_s,
-        "seed": seed,
-    }
+        **SETTING, "num-server-rounds": rounds, "local-steps": local_steps, "policy": policy,
+        "channel.deadline-s": deadline_s, "seed": seed,
+    }  # fmt: skip
     values: dict[tuple[str, str], list[tuple[float, float | None]]] = defaultdict(list)
     gaps = []
     with tempfile.TemporaryDirectory(prefix="bench-inprocess-") as tmp:

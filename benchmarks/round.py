@@ -17,14 +17,7 @@ import numpy as np
 import typer
 
 from benchmarks import app
-from benchmarks.common import (
-    Rounds,
-    Seed,
-    compared,
-    progress,
-    replay,
-    write_table,
-)
+from benchmarks.common import Rounds, Seed, compared, progress, replay, write_table
 from experiments.paper.settings import PAPER_CIFAR10
 from experiments.run.flwr_run import run_flwr
 from fedcgd_task.settings import default_run_config
@@ -69,14 +62,10 @@ def main(
         write_random_cifar10(tmp / "data", seed)
         for policy in [p.strip() for p in policies.split(",") if p.strip()]:
             overrides = {
-                **PAPER_CIFAR10,
-                "eval-every": 1,  # the central evaluation timed in each round
-                "data-dir": str(tmp / "data"),
-                "result-dir": str(tmp / policy),
-                "num-server-rounds": rounds,
-                "policy": policy,
-                "seed": seed,
-            }
+                **PAPER_CIFAR10, "eval-every": 1,  # the central evaluation timed in each round
+                "data-dir": str(tmp / "data"), "result-dir": str(tmp / policy),
+                "num-server-rounds": rounds, "policy": policy, "seed": seed,
+            }  # fmt: skip
             progress(f"{policy}: flwr run, {rounds} rounds", "bench_round")
             started = time.perf_counter()
             with open(out / f"flwr-{policy}.log", "w") as log, contextlib.redirect_stdout(log):

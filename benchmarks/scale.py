@@ -45,28 +45,21 @@ def main(
         for name, project in variants.items():
             folder = f"V{v}-{name.replace(' ', '-')}-{len(rows)}"
             overrides = {
-                "dataset": "mnist1d",
-                "mnist1d-samples": samples,
-                "num-devices": v,
-                "num-server-rounds": rounds,
-                "data-dir": str(out / "data"),
+                "dataset": "mnist1d", "mnist1d-samples": samples, "num-devices": v,
+                "num-server-rounds": rounds, "data-dir": str(out / "data"),
                 "result-dir": str(out / folder),
-            }
+            }  # fmt: skip
             progress(f"V = {v}, {name} ({project})", "bench_scale")
             run = run_engine(project, overrides, out / f"{folder}.log")
             later = run.metrics[1:]
             walls = [float(x["wall_time_s"]) for x in run.metrics]
-            rows.append(
-                {
-                    "V": v,
-                    "variant": name,
-                    "round_s": statistics.median(b - a for a, b in itertools.pairwise(walls)),
-                    "queried": statistics.median(int(x["num_available"]) for x in later),
-                    **{p: statistics.median(float(x.get(p) or 0.0) for x in later) for p in PHASES},
-                    "peak_rss_mib": run.peak_rss_mib,
-                    "rss_after_round_2_mib": run.rss_by_round.get(2),
-                    "rss_at_end_mib": max(run.rss_by_round.items(), default=(0, None))[1],
-                }
-            )
+            rows.append({
+                "V": v, "variant": name,
+                "round_s": statistics.median(b - a for a, b in itertools.pairwise(walls)),
+                "queried": statistics.median(int(x["num_available"]) for x in later),
+                **{p: statistics.median(float(x.get(p) or 0.0) for x in later) for p in PHASES},
+                "peak_rss_mib": run.peak_rss_mib, "rss_after_round_2_mib": run.rss_by_round.get(2),
+                "rss_at_end_mib": max(run.rss_by_round.items(), default=(0, None))[1],
+            })  # fmt: skip
     write_table(out, rows, {"rounds": rounds, "samples": samples}, "table")
     return 0

@@ -73,32 +73,22 @@ def time_solvers(
                 limit = milp_time_limit_s or None
                 wall, cpu = time.perf_counter(), time.process_time()
                 result = solve(problem, method, rng=rng, milp_time_limit_s=limit)
-                group.append(
-                    {
-                        "num_devices": size,
-                        "instance": i,
-                        "method": method,
-                        "num_feasible": int(problem.feasible.sum()),
-                        "wall_s": time.perf_counter() - wall,
-                        "cpu_s": time.process_time() - cpu,
-                        "iterations": result.iterations,
-                        "num_selected": result.num_selected,
-                        "objective": result.objective,
-                        "proven": result.lower_bound >= result.objective * (1 - 1e-9),
-                    }
-                )
-            summary.append(
-                {
-                    "num_devices": size,
-                    "method": method,
-                    "instances": instances,
-                    "median_s": statistics.median(r["wall_s"] for r in group),
-                    "max_s": max(r["wall_s"] for r in group),
-                    "median_cpu_s": statistics.median(r["cpu_s"] for r in group),
-                    "iterations": statistics.fmean(r["iterations"] for r in group),
-                    "proven": sum(r["proven"] for r in group),
-                }
-            )
+                group.append({
+                    "num_devices": size, "instance": i, "method": method,
+                    "num_feasible": int(problem.feasible.sum()),
+                    "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+                    "iterations": result.iterations, "num_selected": result.num_selected,
+                    "objective": result.objective,
+                    "proven": result.lower_bound >= result.objective * (1 - 1e-9),
+                })  # fmt: skip
+            summary.append({
+                "num_devices": size, "method": method, "instances": instances,
+                "median_s": statistics.median(r["wall_s"] for r in group),
+                "max_s": max(r["wall_s"] for r in group),
+                "median_cpu_s": statistics.median(r["cpu_s"] for r in group),
+                "iterations": statistics.fmean(r["iterations"] for r in group),
+                "proven": sum(r["proven"] for r in group),
+            })  # fmt: skip
             runs += group
     write_csv(out / "runs.csv", runs)
     write_table(out, summary, None, "summary")

@@ -1,11 +1,7 @@
-"""Uplink channel of a UMi-Street Canyon cell for wireless federated learning.
-
-Pure numpy + scipy (no Flower, no torch): LOS probability and path loss of TR 38.901
-(Tables 7.4.2-1 and 7.4.1-1), log-normal shadowing, the FDMA rate and the minimum bandwidth
-of the paper's eq. (lambert), and a :class:`Cell` that drops devices and draws each round's
-channel (or a :class:`TraceReplay` that replays a recorded one, :mod:`channel.trace`).
-Frequencies are in Hz, distances in m, powers in W (or dBm where named).
-"""
+"""The uplink of a UMi-Street Canyon cell (TR 38.901), pure numpy + scipy: path loss,
+shadowing, the FDMA rate and B* (paper eq. (lambert)), a :class:`Cell` drawing each round's
+channel, or a :class:`TraceReplay` of a recorded one. Units in the names (Hz, m, W, dBm).
+"""  # noqa: D205
 
 from channel.bandwidth import count_fit_cheapest_first as count_fit_cheapest_first
 from channel.bandwidth import min_bandwidth_hz as min_bandwidth_hz

@@ -1,8 +1,7 @@
 """Uplink rate and minimum bandwidth to meet the upload deadline (paper Section II-B, IV).
 
-The branch of W and the infeasible case (``Γ >= 1``, ``B* = +inf``) are decided in
-docs/design.md, "Lambert-W branch" and "Infeasible devices". Arguments are trusted (the cell's
-validated settings, or a trace's checked gains) and only converted to float64.
+docs/design.md, "Lambert-W branch" and "Infeasible devices" (``Γ >= 1``: ``B* = +inf``).
+Arguments are trusted (the cell's checked settings, a trace's checked gains).
 """
 
 from __future__ import annotations
@@ -29,13 +28,10 @@ def rate_bps(
     gain_lin: npt.ArrayLike,
     noise_psd_w_per_hz: npt.ArrayLike,
 ) -> FloatArray:
-    """Uplink rate of an FDMA link, paper Section II-B: ``r = B log2(1 + S H̄ / (B N0))``, bit/s.
+    """FDMA uplink rate ``r = B log2(1 + S H̄ / (B N0))`` in bit/s, paper Section II-B.
 
-    Evaluated as ``B log1p(S H̄ / (B N0)) / ln 2``; ``B = 0`` gives 0 and ``B = inf`` the limit
-    ``S H̄ / (N0 ln 2)``. ``bandwidth_hz`` B in Hz (``>= 0``, ``+inf`` allowed), ``tx_power_w`` S
-    in W (``> 0``), ``gain_lin`` the average channel gain H̄ (linear, ``>= 0``),
-    ``noise_psd_w_per_hz`` N0 in W/Hz (noise figure included, ``> 0``). Returns the broadcast
-    shape of the arguments.
+    B in Hz (0 gives 0, +inf the limit ``S H̄ / (N0 ln 2)``), S in W, H̄ linear, N0 in W/Hz
+    (noise figure included); broadcast.
     """
     bandwidth, power, gain, noise = _floats(bandwidth_hz, tx_power_w, gain_lin, noise_psd_w_per_hz)
     snr_bandwidth_hz = power * gain / noise  # S H̄ / N0, in Hz
@@ -55,15 +51,13 @@ def min_bandwidth_hz(
     gain_lin: npt.ArrayLike,
     noise_psd_w_per_hz: npt.ArrayLike,
 ) -> FloatArray:
-    """Minimum bandwidth to upload ``D`` bits within ``d`` seconds, paper eq. (lambert).
+    """B* in Hz to upload D bits within d seconds, paper eq. (lambert):
+    ``B* = -D ln2 / (d (W_{-1}(-Γ e^{-Γ}) + Γ))``, ``Γ = N0 D ln2 / (d S H̄)``.
 
-    ``B* = -D ln2 / (d (W_{-1}(-Γ e^{-Γ}) + Γ))`` with ``Γ = N0 D ln2 / (d S H̄)``, so that
-    ``rate_bps(B*) = D / d``; ``+inf`` when ``Γ >= 1``, 0 when ``D = 0`` and ``H̄ > 0``. The
-    Lambert-W value starts Newton's method on ``log1p(s/Γ) = s``, ``s = -(W + Γ)``, which avoids
-    the cancellation near ``Γ -> 1`` and the underflow near ``Γ -> 0``. ``model_bits`` D_w in
-    bits (``>= 0``), ``deadline_s`` d_cm in s (``> 0``), S, H̄ and N0 as in :func:`rate_bps`.
-    Returns B* in Hz (``+inf`` for an infeasible link), the broadcast shape of the arguments.
-    """
+    ``+inf`` when ``Γ >= 1``, 0 when D = 0 and H̄ > 0. Newton's method on ``log1p(s/Γ) = s``,
+    ``s = -(W + Γ)``, from the Lambert-W value, avoids the cancellation near Γ -> 1 and the
+    underflow near Γ -> 0. S, H̄, N0 as in :func:`rate_bps`; broadcast.
+    """  # noqa: D205
     bits, deadline, power, gain, noise = _floats(
         model_bits, deadline_s, tx_power_w, gain_lin, noise_psd_w_per_hz
     )
@@ -84,12 +78,9 @@ def min_bandwidth_hz(
 
 
 def _lambert_gap(gamma: FloatArray) -> FloatArray:
-    """Return ``s = -(W_{-1}(-Γ e^{-Γ}) + Γ) > 0`` for ``0 < Γ < 1`` (1-D, float64).
-
-    ``s`` is the positive root of the concave ``ψ(s) = log1p(s/Γ) - s``; Newton's steps
-    ``ψ(s) / ψ'(s)``, ``ψ'(s) = 1/(Γ + s) - 1``, converge monotonically from the Lambert-W value
-    raised to at least ``2(1 - Γ)`` (a lower bound of the root, since ``log1p(x) >= 2x/(2+x)``).
-    """
+    """``s = -(W_{-1}(-Γ e^{-Γ}) + Γ) > 0`` for ``0 < Γ < 1``: the positive root of the concave
+    ``ψ(s) = log1p(s/Γ) - s`` by Newton's steps, monotone from the Lambert-W value raised to at
+    least ``2(1 - Γ)`` (a lower bound, as ``log1p(x) >= 2x/(2+x)``)."""  # noqa: D205, D209
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         w = lambertw(-gamma * np.exp(-gamma), k=-1).real
     start = -(w + gamma)
@@ -113,11 +104,7 @@ def _lambert_gap(gamma: FloatArray) -> FloatArray:
 
 
 def count_fit_cheapest_first(min_bandwidth_hz: npt.ArrayLike, total_bandwidth_hz: float) -> int:
-    """Count the devices that fit a budget taken cheapest first (the most any schedule fits).
-
-    ``min_bandwidth_hz`` are ``B*`` in Hz, shape ``(n,)``, ``+inf`` = infeasible;
-    ``total_bandwidth_hz`` is ``B`` in Hz, ``>= 0``.
-    """
+    """How many of the B* (Hz, +inf: infeasible) fit B taken cheapest first (the most any can)."""
     demands = np.asarray(min_bandwidth_hz, dtype=np.float64)
     finite = np.sort(demands[np.isfinite(demands)].ravel())
     return int(np.count_nonzero(np.cumsum(finite) <= float(total_bandwidth_hz)))

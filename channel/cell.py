@@ -1,9 +1,6 @@
-"""A single cell of the wireless FL system: device drop and per-round channel draws.
-
-Paper Section V-A with the choices of docs/design.md, "Device drop" and "One round": each round
-draws availability, LOS state and shadow fading, which give ``H̄_v`` and ``B*_v`` (paper eq.
-(lambert)).
-"""
+"""One cell: device drop and per-round draws of availability, LOS and shadowing, giving H̄_v
+and B*_v (paper Section V-A, eq. (lambert); docs/design.md, "Device drop", "One round").
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -29,13 +26,8 @@ from fedcgd_task.setting import check_value
 
 @dataclass(frozen=True)
 class CellConfig:
-    """Validated settings of a cell; defaults are the paper's Table I (CIFAR-10 deadline).
-
-    One field per run-config key ``channel.<name>`` with dashes for underscores, besides
-    ``num_devices`` (V, ``num-devices``); meanings and ranges: docs/running.md, the ``channel.*``
-    rows. Units are in the names (m, Hz, dBm, dB, dBm/Hz, s); ``availability_prob`` is p_a,
-    ``total_bandwidth_hz`` B, ``deadline_s`` d_cm.
-    """
+    """Checked settings of a cell, defaults of the paper's Table I: a field per ``channel.<key>``
+    (docs/running.md) and ``num_devices`` (V); units in the names."""  # noqa: D205, D209
 
     num_devices: int = 64
     radius_m: float = 250.0
@@ -54,9 +46,7 @@ class CellConfig:
     redraw_shadowing_each_round: bool = True
 
     def __post_init__(self) -> None:
-        """Check each field against its setting ``channel.<name>`` (the schema), then the checks
-        of two fields; ValueError naming the field, its value and what is allowed.
-        """  # noqa: D205
+        """Check each field against its setting, then pairs of fields (ValueError, one line)."""
         for field in fields(self):
             setting = SCHEMA.get(f"channel.{field.name.replace('_', '-')}")
             if setting is not None:
@@ -83,7 +73,7 @@ class CellConfig:
 
     @property
     def tx_power_w(self) -> float:
-        """Transmit power S in W (23 dBm = 0.1995 W)."""
+        """Transmit power S in W."""
         return float(dbm_to_w(self.tx_power_dbm))
 
     @property
@@ -113,14 +103,8 @@ class CellConfig:
 
 @dataclass(frozen=True)
 class RoundDraw:
-    """The channel of one round, one entry per device (shape ``(V,)`` for every field).
-
-    Schedulers consider only ``available`` (bool) devices with finite ``min_bandwidth_hz``, B*_v
-    in Hz to meet the deadline (``+inf`` = infeasible); ``gain_lin`` is the average channel gain
-    ``H̄_v = 10^(-(PL + shadowing)/10)`` (linear). ``los`` and ``distance_2d_m`` (m) are ``None``
-    where the geometry is unknown (a replayed trace, docs/design.md, "Channel traces"); no
-    scheduler reads them.
-    """
+    """One round's channel, ``(V,)`` per field: ``available``, the gain H̄_v (linear), B*_v in Hz
+    (+inf: infeasible); ``los`` and ``distance_2d_m`` None where unknown (a trace)."""  # noqa: D205, D209
 
     available: BoolArray
     gain_lin: FloatArray
@@ -129,7 +113,7 @@ class RoundDraw:
     distance_2d_m: FloatArray | None = None
 
     def __post_init__(self) -> None:
-        """Convert the fields to numpy arrays and check that they are 1-D of one length."""
+        """The fields as 1-D numpy arrays of one length (ValueError)."""
         for name in ("available", "gain_lin", "min_bandwidth_hz", "los", "distance_2d_m"):
             if getattr(self, name) is None and name in ("los", "distance_2d_m"):
                 continue  # only the geometry may be unknown
@@ -151,12 +135,8 @@ class RoundDraw:
 
 
 class ChannelModel(Protocol):
-    """What a run needs of its uplink: one draw per round (a :class:`Cell`, a trace, yours).
-
-    Named by the run-config key ``channel.model`` (docs/bring-your-own.md, "Your own channel").
-    ``draw_round`` returns each device's availability, gain H̄_v and minimum bandwidth B*_v for
-    uploads of ``model_bits`` bits (:meth:`CellConfig.min_bandwidth_hz` computes the paper's).
-    """
+    """A run's uplink, named by ``channel.model`` (docs/bring-your-own.md, "Your own channel"):
+    one :class:`RoundDraw` per round for uploads of ``model_bits`` bits."""  # noqa: D205, D209
 
     def draw_round(self, model_bits: float) -> RoundDraw:
         """Draw availability, gains and minimum bandwidths for this round."""
@@ -164,11 +144,8 @@ class ChannelModel(Protocol):
 
 
 class Cell:
-    """A cell with V dropped devices whose uplink channel is redrawn every round.
-
-    Positions are dropped at construction from ``rng``, the only source of randomness. Shadowing
-    is kept as a standard normal per device, scaled by the σ_SF of its current LOS state.
-    """
+    """V devices dropped from ``rng`` (the only randomness), their channel redrawn each round;
+    shadowing is a standard normal per device scaled by its LOS state's σ_SF."""  # noqa: D205, D209
 
     def __init__(self, config: CellConfig, rng: np.random.Generator) -> None:
         self.config = config
@@ -199,11 +176,8 @@ class Cell:
         return db_to_linear(-(loss_db + np.asarray(shadowing_db, dtype=np.float64)))
 
     def draw_round(self, model_bits: float) -> RoundDraw:
-        """Draw one round's channel for every device (docs/design.md, "One round", step 1).
-
-        Draws from ``rng`` in order: availability (V uniforms), LOS (V uniforms, if redrawn),
-        shadowing (V standard normals, if redrawn). ``model_bits`` is D_w in bits.
-        """
+        """One round (docs/design.md, "One round"): V uniforms for availability, then, if redrawn,
+        V for LOS and V standard normals for shadowing; ``model_bits`` D_w."""  # noqa: D205, D209
         config = self.config
         available = self._rng.random(self.num_devices) < config.availability_prob
         los = self._fixed_los if self._fixed_los is not None else self._draw_los()

@@ -1,11 +1,8 @@
 """LOS probability, path loss and shadow-fading spread of UMi-Street Canyon (TR 38.901).
 
-LOS probability: Table 7.4.2-1 in the standard's form, not the paper's misprinted bracket
-(docs/design.md, "LOS probability"). Path loss: Table 7.4.1-1, models ``"paper"`` and
-``"tr38901"`` (docs/design.md, "Path loss"). Frequencies are in Hz at the API and in GHz
-(``fc``) inside the formulas; distances and heights in m. Distances below the standard's 10 m
-validity bound use the same formulas. Arguments are trusted (:class:`~channel.CellConfig`
-checks the settings) and only converted to float64.
+docs/design.md, "LOS probability" (the standard's form, not the paper's misprint) and "Path
+loss". Frequencies in Hz at the API, in GHz (``fc``) inside the formulas; distances and heights
+in m; below the standard's 10 m bound the same formulas. Arguments are trusted (CellConfig).
 """
 
 from __future__ import annotations
@@ -18,24 +15,18 @@ import numpy.typing as npt
 from channel.arrays import FloatArray
 from fedcgd_task.schema import PATHLOSS_MODELS as PATHLOSS_MODELS  # the first is the default
 
+#: c of TR 38.901 Table 7.4.1-1 note 1.
 SPEED_OF_LIGHT_M_PER_S: Final[float] = 3.0e8
-"""Propagation velocity in free space, the value TR 38.901 Table 7.4.1-1 (note 1) prescribes."""
-
+#: h_E of TR 38.901 Table 7.4.1-1 note 1 (UMi).
 EFFECTIVE_ENVIRONMENT_HEIGHT_M: Final[float] = 1.0
-"""h_E of TR 38.901 Table 7.4.1-1 note 1: 1 m in UMi."""
-
+#: σ_SF in dB, (LOS, NLOS): paper Table I and TR 38.901 Table 7.4.1-1.
 SHADOW_FADING_STD_DB: Final[dict[str, tuple[float, float]]] = {
-    # (LOS, NLOS); paper Section V-A / Table I and TR 38.901 Table 7.4.1-1.
     "paper": (4.0, 8.2),
     "tr38901": (4.0, 7.82),
 }
-"""σ_SF in dB per model, as ``(LOS, NLOS)``."""
-
+#: d1 and d2 of TR 38.901 Table 7.4.2-1: always LOS within d1, decay length d2.
 LOS_CERTAIN_DISTANCE_M: Final[float] = 18.0
-"""d1 of TR 38.901 Table 7.4.2-1 (UMi-Street Canyon): devices this close are always LOS."""
-
 LOS_DECAY_DISTANCE_M: Final[float] = 36.0
-"""d2 of TR 38.901 Table 7.4.2-1 (UMi-Street Canyon): decay length of the LOS probability."""
 
 
 def db_to_linear(value_db: npt.ArrayLike) -> FloatArray:
@@ -49,11 +40,8 @@ def dbm_to_w(power_dbm: npt.ArrayLike) -> FloatArray:
 
 
 def los_probability(d2d_m: npt.ArrayLike) -> FloatArray:
-    """LOS probability of UMi-Street Canyon, TR 38.901 Table 7.4.2-1, in [0, 1], shape of ``d2d_m``.
-
-    ``P_LOS = 1`` if ``d2D <= 18 m``, else ``18/d2D + exp(-d2D/36) (1 - 18/d2D)``; ``d2d_m`` is
-    the horizontal distance in m, ``>= 0``.
-    """
+    """LOS probability, TR 38.901 Table 7.4.2-1: 1 for d2D <= 18 m, else
+    ``18/d2D + exp(-d2D/36) (1 - 18/d2D)``; ``d2d_m`` horizontal distance in m."""  # noqa: D205, D209
     distance_m = np.asarray(d2d_m, dtype=np.float64)
     far_m = np.maximum(distance_m, LOS_CERTAIN_DISTANCE_M)  # the far branch never divides by 0
     ratio = LOS_CERTAIN_DISTANCE_M / far_m
@@ -68,22 +56,16 @@ def _log10s(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> tuple[FloatArr
 
 
 def breakpoint_distance_m(h_bs_m: float, h_ut_m: float, carrier_frequency_hz: float) -> float:
-    """Breakpoint distance of UMi in m, TR 38.901 Table 7.4.1-1 note 1.
-
-    ``d'_BP = 4 h'_BS h'_UT fc / c`` with ``h' = h - h_E``, ``h_E = 1 m``, ``fc`` in Hz: 210 m for
-    the paper's 10 m / 1.5 m / 3.5 GHz. Both heights must exceed 1 m.
-    """
+    """Breakpoint distance d'_BP = 4 h'_BS h'_UT fc / c in m, h' = h - 1 m, TR 38.901 Table
+    7.4.1-1 note 1 (210 m for the paper's 10 m, 1.5 m, 3.5 GHz)."""  # noqa: D205, D209
     h_bs_eff_m = float(h_bs_m) - EFFECTIVE_ENVIRONMENT_HEIGHT_M
     h_ut_eff_m = float(h_ut_m) - EFFECTIVE_ENVIRONMENT_HEIGHT_M
     return 4.0 * h_bs_eff_m * h_ut_eff_m * float(carrier_frequency_hz) / SPEED_OF_LIGHT_M_PER_S
 
 
 def pathloss_umi_los_pl1_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
-    """PL1 of UMi-Street Canyon LOS, TR 38.901 Table 7.4.1-1 (= paper Section V-A PL_LOS).
-
-    ``PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc)`` in dB, ``d3D`` in m (any shape, ``> 0``),
-    ``fc`` in GHz (passed in Hz). Returns the shape of ``d3d_m``.
-    """
+    """PL1 = 32.4 + 21 log10(d3D) + 20 log10(fc) dB, UMi LOS, TR 38.901 Table 7.4.1-1 (= the
+    paper's PL_LOS, Section V-A)."""  # noqa: D205, D209
     log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
     return np.asarray(32.4 + 21.0 * log_d + 20.0 * log_fc)
 
@@ -91,12 +73,8 @@ def pathloss_umi_los_pl1_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -
 def pathloss_umi_los_pl2_db(
     d3d_m: npt.ArrayLike, carrier_frequency_hz: float, h_bs_m: float, h_ut_m: float
 ) -> FloatArray:
-    """PL2 of UMi-Street Canyon LOS (beyond the breakpoint), TR 38.901 Table 7.4.1-1.
-
-    ``PL2 = 32.4 + 40 log10(d3D) + 20 log10(fc) - 9.5 log10(d'_BP^2 + (h_BS - h_UT)^2)`` in dB,
-    ``d3D``, ``d'_BP`` and heights in m, ``fc`` in GHz (passed in Hz). Returns the shape of
-    ``d3d_m``.
-    """
+    """PL2 = 32.4 + 40 log10(d3D) + 20 log10(fc) - 9.5 log10(d'_BP^2 + (h_BS - h_UT)^2) dB,
+    UMi LOS beyond the breakpoint, TR 38.901 Table 7.4.1-1."""  # noqa: D205, D209
     d_bp_m = breakpoint_distance_m(h_bs_m, h_ut_m, carrier_frequency_hz)
     log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
     return np.asarray(
@@ -107,21 +85,15 @@ def pathloss_umi_los_pl2_db(
 def pathloss_umi_nlos_prime_db(
     d3d_m: npt.ArrayLike, carrier_frequency_hz: float, h_ut_m: float
 ) -> FloatArray:
-    """PL'_UMi-NLOS in dB, TR 38.901 Table 7.4.1-1.
-
-    ``PL' = 35.3 log10(d3D) + 22.4 + 21.3 log10(fc) - 0.3 (h_UT - 1.5)``, ``d3D`` and ``h_UT`` in
-    m, ``fc`` in GHz (passed in Hz). Returns the shape of ``d3d_m``.
-    """
+    """PL' = 35.3 log10(d3D) + 22.4 + 21.3 log10(fc) - 0.3 (h_UT - 1.5) dB, UMi NLOS, TR 38.901
+    Table 7.4.1-1."""  # noqa: D205, D209
     log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
     return np.asarray(22.4 + 35.3 * log_d + 21.3 * log_fc - 0.3 * (h_ut_m - 1.5))
 
 
 def pathloss_umi_nlos_optional_db(d3d_m: npt.ArrayLike, carrier_frequency_hz: float) -> FloatArray:
-    """Optional UMi-SC NLOS path loss in dB, TR 38.901 Table 7.4.1-1 (= paper PL_NLOS).
-
-    ``PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D)``, ``d3D`` in m (any shape, ``> 0``), ``fc`` in
-    GHz (passed in Hz). Returns the shape of ``d3d_m``.
-    """
+    """PL = 32.4 + 20 log10(fc) + 31.9 log10(d3D) dB, UMi's optional NLOS model, TR 38.901
+    Table 7.4.1-1 (= the paper's PL_NLOS)."""  # noqa: D205, D209
     log_d, log_fc = _log10s(d3d_m, carrier_frequency_hz)
     return np.asarray(32.4 + 20.0 * log_fc + 31.9 * log_d)
 
@@ -135,15 +107,10 @@ def pathloss_db(
     h_bs_m: float = 10.0,
     h_ut_m: float = 1.5,
 ) -> FloatArray:
-    """UMi-Street Canyon path loss of a link in the given LOS state, in dB (TR 38.901 7.4.1-1).
+    """Path loss in dB of links at ``d2d_m`` (m) in LOS state ``los``, TR 38.901 7.4.1-1.
 
-    ``d2d_m`` horizontal distance in m (``>= 0``), broadcast with ``los`` (bool, True = line of
-    sight); ``model`` ``"paper"`` (PL1 and the optional NLOS model, no breakpoint) or
-    ``"tr38901"`` (``PL_LOS = PL1`` up to ``d'_BP``, ``PL2`` beyond; ``PL_NLOS = max(PL_LOS,
-    PL')``), docs/design.md, "Path loss"; carrier in Hz (3.5 GHz in the paper's Table I);
-    base-station and device antenna heights in m (10 m and 1.5 m). The 3D distance is
-    ``sqrt(d2D^2 + (h_BS - h_UT)^2)`` (TR 38.901 Figure 7.4.1-1). Returns dB with the broadcast
-    shape of ``d2d_m`` and ``los``.
+    ``"paper"``: PL1 and the optional NLOS model; ``"tr38901"``: PL1 up to d'_BP, PL2 beyond,
+    NLOS max(PL_LOS, PL') (docs/design.md, "Path loss"); d3D = sqrt(d2D^2 + (h_BS - h_UT)^2).
     """
     if model not in PATHLOSS_MODELS:
         raise ValueError(f"model must be one of {PATHLOSS_MODELS}, got {model!r}")
@@ -163,9 +130,6 @@ def pathloss_db(
 
 
 def shadow_fading_std_db(los: npt.ArrayLike, model: str = "paper") -> FloatArray:
-    """Standard deviation σ_SF of log-normal shadow fading in dB, shape of ``los``.
-
-    LOS 4 dB; NLOS 8.2 dB for ``"paper"`` (Table I) and 7.82 dB for ``"tr38901"``.
-    """
+    """σ_SF of log-normal shadow fading in dB (:data:`SHADOW_FADING_STD_DB`), shape of ``los``."""
     los_std_db, nlos_std_db = SHADOW_FADING_STD_DB[model]
     return np.asarray(np.where(np.asarray(los), los_std_db, nlos_std_db))

@@ -17,17 +17,14 @@ from channel.bandwidth import count_fit_cheapest_first
 from channel.cell import Cell, CellConfig
 from channel.pathloss import PATHLOSS_MODELS, db_to_linear
 
+#: Parameters of the paper's CIFAR-10 CNN, for code without torch (a test checks the model).
 PAPER_CIFAR10_CNN_PARAMS: int = 258_898
-"""Parameters of the paper's CIFAR-10 CNN, for code without torch (a test checks the model)."""
-
+#: Bits per uploaded parameter (float32), docs/design.md, "Model size".
 BITS_PER_PARAM: int = 32
-"""Bits per uploaded parameter (float32), docs/design.md, "Model size"."""
-
+#: Upload size D_w of the paper's CIFAR-10 CNN in bits.
 PAPER_CIFAR10_MODEL_BITS: int = PAPER_CIFAR10_CNN_PARAMS * BITS_PER_PARAM
-"""Upload size D_w of the paper's CIFAR-10 CNN in bits."""
-
+#: Quantiles of the finite minimum bandwidth reported, in percent.
 QUANTILES_PERCENT: tuple[int, ...] = (5, 25, 50, 75, 95)
-"""Quantiles of the finite minimum bandwidth reported, in percent."""
 
 SUMMARY_FILE = "summary.json"
 FIGURE_FILE = "channel.png"
@@ -36,12 +33,8 @@ FIGURE_FILE = "channel.png"
 def simulate_rounds(
     config: CellConfig, model_bits: float, rounds: int, seed: int
 ) -> dict[str, Any]:
-    """Simulate ``rounds`` rounds (D_w = ``model_bits``) of a cell dropped with ``seed``.
-
-    Returns the mean available and cheapest-first fitting devices per round, the infeasible and
-    fitting shares of the available ones and the quantiles (kHz) of their finite B* (``None``
-    with no device to count).
-    """
+    """Per round of a cell dropped with ``seed``: mean available and fitting devices, their
+    infeasible and fitting shares, quantiles (kHz) of finite B* (None: no device)."""  # noqa: D205, D209
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
     if seed < 0:
@@ -67,10 +60,7 @@ def simulate_rounds(
 
 
 def plot_channel(config: CellConfig, model_bits: float, path: Path) -> None:
-    """Save a PNG of path loss and B* (D_w = ``model_bits``, zero shadowing) vs d2D, both models.
-
-    B* on a log scale beside the total bandwidth; infeasible distances are blank.
-    """
+    """A PNG of path loss and B* (zero shadowing, log scale, beside B) vs d2D, both models."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,11 +100,8 @@ def plot_channel(config: CellConfig, model_bits: float, path: Path) -> None:
 def run_report(
     config: CellConfig, model_bits: float, rounds: int, seed: int, out_dir: str | Path
 ) -> dict[str, Any]:
-    """Simulate the cell (:func:`simulate_rounds`), write ``summary.json`` and ``channel.png``.
-
-    Returns the summary written: the settings (``config``, ``model_bits``, ``rounds``, ``seed``)
-    and the statistics. ``out_dir`` is created if missing.
-    """
+    """Write and return the settings and :func:`simulate_rounds` (``summary.json``), and the
+    figure (``channel.png``) in ``out_dir``."""  # noqa: D205, D209
     statistics = simulate_rounds(config, model_bits, rounds, seed)
     summary: dict[str, Any] = {
         "config": dataclasses.asdict(config),
@@ -132,10 +119,8 @@ def run_report(
 
 def format_summary(summary: dict[str, Any]) -> str:
     """Human-readable lines of a :func:`run_report` summary."""
-    config = summary["config"]
-    infeasible = summary["infeasible_share_of_available"]
-    fit_share = summary["fit_share_of_available"]
-    quantiles = summary["min_bandwidth_khz_quantiles"]
+    config, infeasible = summary["config"], summary["infeasible_share_of_available"]
+    fit_share, quantiles = summary["fit_share_of_available"], summary["min_bandwidth_khz_quantiles"]
     lines = [
         f"cell: V={config['num_devices']}, p_a={config['availability_prob']}, "
         f"model={config['pathloss_model']}, B={config['total_bandwidth_hz'] / 1e6:g} MHz, "

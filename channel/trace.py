@@ -35,11 +35,7 @@ MAX_TRACE_BYTES = 512 * 2**20
 
 
 class TraceError(ValueError):
-    """A channel trace that cannot be replayed.
-
-    ``reason`` (one line, without the file name) is kept as :attr:`reason` so that a caller can
-    name the file its own way; ``path``, when given, prefixes the message.
-    """
+    """A channel trace that cannot be replayed; :attr:`reason` is the line without the file."""
 
     def __init__(self, reason: str, path: str | os.PathLike[str] | None = None) -> None:
         self.reason = reason
@@ -69,18 +65,13 @@ def _layout_problem(
 
 @dataclass(frozen=True)
 class ChannelTrace:
-    """A validated channel trace: availability and average gain of V devices over R rounds.
-
-    ``available[j - 1, v]`` (bool ``(R, V)``): device v is available in round j;
-    ``gain_lin[j - 1, v]`` (float64 ``(R, V)``): its average channel gain H̄_v (linear), finite,
-    ``>= 0``. Raises TraceError on a wrong dtype, shape (2-D, equal, non-empty) or gain.
-    """
+    """A checked trace (TraceError): ``available`` (bool) and ``gain_lin`` (H̄_v, float64, finite,
+    >= 0) of shape (R, V), row j - 1 for round j; kept as read-only copies."""  # noqa: D205, D209
 
     available: BoolArray
     gain_lin: FloatArray
 
     def __post_init__(self) -> None:
-        """Check dtypes, shapes and gains; keep read-only float64 / bool copies."""
         available = np.asarray(self.available)
         gain = np.asarray(self.gain_lin)
         problem = _layout_problem(available, gain)
@@ -104,22 +95,18 @@ class ChannelTrace:
 
     @property
     def num_rounds(self) -> int:
-        """Number of recorded rounds R (rows)."""
+        """R, the recorded rounds."""
         return int(self.available.shape[0])
 
     @property
     def num_devices(self) -> int:
-        """Number of devices V (columns)."""
+        """V, the devices."""
         return int(self.available.shape[1])
 
 
 def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """(R, V) of a trace file, from its arrays' headers only (no data is read).
-
-    Raises :class:`TraceError` (one line naming the file) unless the headers declare exactly
-    ``available`` (bool) and ``gain_lin`` (float), 2-D of one non-empty shape, of at most
-    :data:`MAX_TRACE_BYTES` together.
-    """
+    """(R, V) of a trace file from its arrays' headers alone: exactly the two arrays, their dtypes,
+    one 2-D shape, at most :data:`MAX_TRACE_BYTES` (else TraceError naming the file)."""  # noqa: D205, D209
     file, must = Path(path), f"must be {TRACE_FORMAT}"
     if not file.exists():
         raise TraceError(f"no such file; {must}", path)
@@ -151,11 +138,7 @@ def trace_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
 
 
 def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
-    """Read and validate a trace file; headers are checked first (:func:`trace_shape`).
-
-    Raises :class:`TraceError`, one line naming the file: missing, a folder, not an ``.npz``
-    archive, other arrays, arrays too large, or arrays that :class:`ChannelTrace` refuses.
-    """
+    """Read a trace file, its headers checked first (:func:`trace_shape`); TraceError, one line."""
     trace_shape(path)
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -172,13 +155,8 @@ def load_trace(path: str | os.PathLike[str]) -> ChannelTrace:
 def write_trace(
     path: str | os.PathLike[str], available: npt.ArrayLike, gain_lin: npt.ArrayLike
 ) -> ChannelTrace:
-    """Validate ``available`` and ``gain_lin`` (``(R, V)``) and write them as a trace at ``path``.
-
-    Written under exactly ``path`` (``numpy.savez`` would append ``.npz`` to a name), through a
-    temporary file of its own and ``os.replace``: a write cut short leaves any earlier trace
-    there intact and no temporary file. Raises :class:`TraceError` (nothing written) when
-    :class:`ChannelTrace` refuses the arrays.
-    """
+    """Write a checked trace at exactly ``path`` by a temporary file and ``os.replace`` (a write
+    cut short leaves the earlier file and no temporary one); TraceError: nothing written."""  # noqa: D205, D209
     trace = ChannelTrace(available=np.asarray(available), gain_lin=np.asarray(gain_lin))
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -194,11 +172,7 @@ def write_trace(
 
 
 def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int) -> ChannelTrace:
-    """Draw ``num_rounds`` rounds of ``cell`` and write their availability and gains to ``path``.
-
-    Advances ``cell``'s generator exactly as ``num_rounds`` rounds of a run do, so a cell seeded
-    as a run seeds it gives the trace that run would draw.
-    """
+    """Write ``num_rounds`` rounds of ``cell`` as a trace; its generator advances as in a run."""
     draws = [cell.draw_round(1.0) for _ in range(num_rounds)]  # B* (of any D_w) is not recorded
     return write_trace(
         path,
@@ -208,12 +182,8 @@ def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int)
 
 
 class TraceReplay:
-    """Replay a :class:`ChannelTrace` round by round, with the interface of :class:`Cell`.
-
-    The trace's V must equal ``config.num_devices``; of the run's channel settings only those of
-    B* are used. ``first_round``: rounds already run (0 for a new run, the checkpoint's round
-    when resuming).
-    """
+    """A :class:`ChannelTrace` replayed from ``first_round`` (rounds already run), B* from the
+    cell's settings; V must equal ``config.num_devices``."""  # noqa: D205, D209
 
     def __init__(self, trace: ChannelTrace, config: CellConfig, first_round: int = 0) -> None:
         if trace.num_devices != config.num_devices:
@@ -231,11 +201,7 @@ class TraceReplay:
         self._next_row = int(first_round)
 
     def draw_round(self, model_bits: float) -> RoundDraw:
-        """Return the next recorded round, with B* (paper eq. (lambert)) for ``model_bits`` bits.
-
-        ``los`` and ``distance_2d_m`` are ``None``. Raises ValueError when every recorded round has
-        been replayed.
-        """
+        """The next recorded round with B* (paper eq. (lambert)); ValueError past the last."""
         row = self._next_row
         if row >= self.trace.num_rounds:
             raise ValueError(

@@ -67,16 +67,9 @@ def node_context(
     run_config: UserConfig, partition_id: int, num_partitions: int, *, node_id: int = 1
 ) -> Context:
     """The Context of a node of run 1 as Flower's simulation makes it (handlers without Flower)."""
-    return Context(
-        run_id=1,
-        node_id=node_id,
-        node_config={
-            keys.NODE_PARTITION_ID: partition_id,
-            keys.NODE_NUM_PARTITIONS: num_partitions,
-        },
-        state=RecordDict(),
-        run_config=run_config,
-    )
+    node: UserConfig = {keys.NODE_PARTITION_ID: partition_id}
+    node[keys.NODE_NUM_PARTITIONS] = num_partitions
+    return Context(1, node_id, node, RecordDict(), run_config)
 
 
 def _stats_metrics(rnd: DeviceRound, stats: PreTrainingStats) -> dict[str, MetricRecordValues]:
@@ -94,15 +87,10 @@ def _stats_metrics(rnd: DeviceRound, stats: PreTrainingStats) -> dict[str, Metri
 def query_info(msg: Message, context: Context) -> Message:
     """Reply with the node's partition id, local dataset size and its whole class counts."""
     _, split = node_split(context)
-    local_hist = np.bincount(split.labels, minlength=split.num_classes)
-    metrics = MetricRecord(
-        {
-            keys.PARTITION_ID: split.partition_id,
-            keys.NUM_EXAMPLES: len(split),
-            keys.LOCAL_LABEL_HIST: [int(c) for c in local_hist],
-        }
-    )
-    return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
+    local_hist = [int(c) for c in np.bincount(split.labels, minlength=split.num_classes)]
+    metrics: dict[str, MetricRecordValues] = {keys.PARTITION_ID: split.partition_id}
+    metrics.update({keys.NUM_EXAMPLES: len(split), keys.LOCAL_LABEL_HIST: local_hist})
+    return Message(RecordDict({keys.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
 
 def _computed(

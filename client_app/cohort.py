@@ -1,15 +1,14 @@
-"""Cohort execution: devices that received the same global model in one phase, computed together.
-
-The in-process grid opens a delivery's cohorts (:meth:`Cohorts.opened`); each handler takes its
-device's result and builds its own reply (docs/design.md, "Cohort execution").
-"""
+"""Cohort execution: devices that received the same global model in one phase, computed together
+(docs/design.md): the in-process grid opens them, each handler replies with its device's result.
+"""  # noqa: D205
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 import queue
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,20 +18,22 @@ import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MessageType
 from torch import nn
 
-from client_app.cohort_training import cohort_train, sample_mixing, training_blockers
 from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
+    cohort_train,
     device_round,
     label_hist,
     pre_training_stats,
     received_model,
     same_config,
     seeded_for,
+    training_blockers,
 )
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
+from fedcgd_task.imports import first_line
 
 __all__ = ["QUERY_CHUNK_SAMPLES", "Cohorts"]
 
@@ -44,6 +45,72 @@ QUERY_CHUNK_SAMPLES = 4096
 #: Cohorts smaller than this are left to the per-device path.
 MIN_COHORT = 2
 _KINDS = (keys.QUERY_STATS, MessageType.TRAIN)
+
+
+#: Largest change of a device's outputs, relative to their largest magnitude, that
+#: :func:`sample_mixing` accepts: far above float64 rounding (~1e-12), about a float32
+#: forward pass's relative rounding.
+MIXING_TOLERANCE = 1e-6
+
+
+def sample_mixing(
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    group_size: int,
+    verdicts: MutableMapping[tuple[object, ...], str | None] | None = None,
+) -> str | None:
+    """Why one group's samples in ``x`` are not computed apart from the others; None: they are.
+
+    Eval-mode outputs on a copy: in float64, all of ``x`` against each group alone; in the
+    model's dtype with autograd, the first group in ``x`` against ``x`` with every group
+    replaced by the first. ``verdicts`` keeps the answers by model structure and shapes.
+    """
+    kept: MutableMapping[tuple[object, ...], str | None] = {} if verdicts is None else verdicts
+    key = (  # a model may mix the samples of large batches only: the batch shape counts too
+        tuple((name, type(module)) for name, module in model.named_modules()),
+        tuple((name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items()),
+        tuple(x.shape),
+        group_size,
+    )
+    if key in kept:
+        return kept[key]
+    reason = None
+    try:
+        twin = copy.deepcopy(model).eval()
+        for p in twin.parameters():
+            p.requires_grad_(True)  # as gradient_spreads sets them
+        device = next(iter(twin.state_dict().values()), x).device
+        x_own = x.to(device)
+        first = torch.split(x_own, group_size)[0]
+        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            own = twin(x_own)[: len(first)].detach()
+            own_alone = twin(first.repeat(len(x_own) // len(first), *[1] * (x.dim() - 1)))
+            pairs = [(own, own_alone[: len(first)].detach())]
+        twin = twin.double()
+        x64 = x_own.double()
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            pairs.append((twin(x64), torch.cat([twin(g) for g in torch.split(x64, group_size)])))
+    except Exception as err:  # any failure of the probe sends the model to the per-device path
+        reason = (
+            "the check that a device's samples are computed apart from the other devices' "
+            f"could not run on a copy of the model ({type(err).__name__}: {first_line(err)})"
+        )
+    else:
+        if not all(torch.isfinite(t).all() for pair in pairs for t in pair):
+            return None
+        for together, apart in pairs:
+            change, scale = float((together - apart).abs().max()), float(apart.abs().max())
+            if change > MIXING_TOLERANCE * scale:
+                relative = change / scale if scale > 0 else math.inf
+                reason = (
+                    f"its outputs for one device's samples change by {relative:.1e} of their "
+                    "scale when other devices' samples share the batch (the model mixes the "
+                    "samples of a batch)"
+                )
+                break
+    kept[key] = reason
+    return reason
 
 
 @dataclass
@@ -70,14 +137,8 @@ def _cohort_key(msg: Message) -> tuple[object, ...] | None:
 
 def _stats_key(device: DeviceRound) -> tuple[object, ...]:
     """What a device's statistics depend on besides the model (its batches and sigma-hat)."""
-    return (
-        device.settings,
-        device.partition_id,
-        device.server_round,
-        device.training.local_steps,
-        device.training.batch_size,
-        device.want_sigma,
-    )
+    steps, b = device.training.local_steps, device.training.batch_size
+    return (device.settings, device.partition_id, device.server_round, steps, b, device.want_sigma)
 
 
 class Cohorts:
@@ -95,7 +156,7 @@ class Cohorts:
         #: The last model's arrays (name, Array) and the statistics computed at it.
         self._kept: tuple[list[tuple[str, Array]], dict[tuple[object, ...], PreTrainingStats]]
         self._kept = ([], {})
-        #: :func:`client_app.cohort_training.sample_mixing`'s verdicts by model and batch shape.
+        #: :func:`sample_mixing`'s verdicts by model and batch shape.
         self._mixing: dict[tuple[object, ...], str | None] = {}
         #: (model name, kind, reason) already logged.
         self._logged: set[tuple[str, str, str]] = set()

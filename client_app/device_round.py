@@ -1,4 +1,4 @@
-"""A device's round: what the ClientApp reads from a message, and the per-device computation."""
+"""A device's round: what a message asks, the per-device computation, cohorts' batched training."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -13,8 +14,13 @@ import numpy as np
 import torch
 from flwr.app import Context, Message, UserConfig
 from torch import nn
+from torch.func import functional_call, vmap
+from torch.nn import functional as F  # noqa: N812 (torch convention)
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
 
-from client_app.sigma import gradient_spread
+from client_app.per_sample_norms import CHUNK_BUDGET_FLOATS
+from client_app.sigma import gradient_spread, mode_kept
 from fedcgd_task import keys
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
@@ -30,7 +36,7 @@ from fedcgd_task.training import (
 
 @dataclass(frozen=True)
 class PreTrainingStats:
-    """Class counts of the round's tau batches, and σ̂_v (eq. local_est_sigma) when asked."""
+    """Class counts of the round's tau batches, σ̂_v (eq. local_est_sigma) when asked."""
 
     label_hist: list[int]
     sigma: float | None
@@ -82,9 +88,7 @@ def process_model(
 
 def same_config(a: UserConfig, b: UserConfig) -> bool:
     """Whether two flat run configs hold the same keys with values equal in type and value."""
-    if a is b:
-        return True
-    return a == b and all(type(value) is type(b[key]) for key, value in a.items())
+    return a is b or (a == b and all(type(v) is type(b[k]) for k, v in a.items()))
 
 
 #: The last run config read (a copy, the object), the working folder, and its settings.
@@ -163,7 +167,7 @@ def update_norm(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor])
 
 @dataclass(frozen=True)
 class TrainedDevice:
-    """A device's train reply: weights (CPU), mean step loss, update norm, seconds of training."""
+    """A device's train reply: weights (CPU), mean step loss, update norm, training seconds."""
 
     stats: PreTrainingStats
     weights: dict[str, torch.Tensor]
@@ -173,7 +177,7 @@ class TrainedDevice:
 
 
 def train_device(msg: Message, rnd: DeviceRound) -> TrainedDevice:
-    """The per-device path: load the received model, compute the statistics, run tau SGD steps."""
+    """The per-device path: the received model's statistics, then tau SGD steps."""
     model = received_model(msg, rnd.settings, rnd.split)
     stats = pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
     before = floating_state(model)
@@ -190,10 +194,86 @@ def train_device(msg: Message, rnd: DeviceRound) -> TrainedDevice:
         torch_seed=dropout_seed(rnd.settings.seed, rnd.server_round, rnd.partition_id),
     )
     train_time_s = time.perf_counter() - started
-    return TrainedDevice(
-        stats=stats,
-        weights={name: t.detach().cpu() for name, t in model.state_dict().items()},
-        mean_loss=float(result.mean_loss),
-        update_norm=update_norm(before, model.state_dict()),
-        train_time_s=float(train_time_s),
-    )
+    weights = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    norm = update_norm(before, model.state_dict())
+    return TrainedDevice(stats, weights, float(result.mean_loss), norm, float(train_time_s))
+
+
+#: Most devices trained together.
+TRAIN_CHUNK_MAX_DEVICES = 64
+
+
+def training_blockers(model: nn.Module) -> list[str]:
+    """Why the devices' training cannot be batched with ``vmap`` (empty: it can)."""
+    reasons = []
+    if any(isinstance(m, _DropoutNd) and m.p > 0 for m in model.modules()):
+        reasons.append("dropout masks come from each device's own seeded stream")
+    if any(isinstance(m, _BatchNorm) for m in model.modules()):
+        reasons.append("batch normalisation updates running statistics in training mode")
+    return reasons
+
+
+def cohort_train(
+    model: nn.Module,
+    devices: Sequence[DeviceRound],
+    *,
+    stats: Sequence[PreTrainingStats],
+) -> list[TrainedDevice]:
+    """Tau SGD steps of every device (sharing tau, b, eta) from ``model`` (unchanged), by vmap:
+    per device the arithmetic of :func:`~fedcgd_task.training.train_local`."""  # noqa: D205, D209
+    before = floating_state(model)
+    state = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    buffers = {name: t.detach() for name, t in model.named_buffers()}
+    lr = devices[0].training.learning_rate
+    b = len(devices[0].batches[0])
+    steps = len(devices[0].batches)
+    device = next(model.parameters()).device
+
+    def batch_loss(
+        params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        return F.cross_entropy(functional_call(model, (params, buffers), (x,)), y)
+
+    # The devices' losses from one batched forward; one backward of their sum then gives each
+    # device its own gradient (they share nothing). torch.func.grad would give the same
+    # gradients (tested) but imports torch's compiler on first use (1.4 s).
+    device_losses = vmap(batch_loss, randomness="error")
+    # Devices trained together: parameters and gradients within a quarter of the budget.
+    by_memory = CHUNK_BUDGET_FLOATS // (8 * max(sum(p.numel() for p in model.parameters()), 1))
+    per_chunk = max(1, min(TRAIN_CHUNK_MAX_DEVICES, by_memory))
+    out: list[TrainedDevice] = []
+    with mode_kept(model, training=True):
+        for start in range(0, len(devices), per_chunk):
+            chunk = devices[start : start + per_chunk]
+            started = time.perf_counter()
+            data = [d.split.tensors(np.concatenate(d.batches)) for d in chunk]
+            x_all = torch.stack([x for x, _ in data]).to(device)
+            y_all = torch.stack([y for _, y in data]).to(device)
+            params = {
+                name: p.detach().unsqueeze(0).repeat(len(chunk), *([1] * p.dim()))
+                for name, p in model.named_parameters()
+            }
+            losses = []
+            for t in range(steps):
+                rows = slice(t * b, (t + 1) * b)
+                for p in params.values():
+                    p.requires_grad_(True)
+                with torch.enable_grad():
+                    loss = device_losses(params, x_all[:, rows], y_all[:, rows])
+                    grads = torch.autograd.grad(loss.sum(), list(params.values()))
+                with torch.no_grad():
+                    params = {
+                        n: torch.add(p, g, alpha=-lr)
+                        for (n, p), g in zip(params.items(), grads, strict=True)
+                    }
+                losses.append(loss.detach().tolist())
+            share_s = (time.perf_counter() - started) / len(chunk)
+            for v in range(len(chunk)):
+                weights = {
+                    name: (params[name][v] if name in params else value).cpu()
+                    for name, value in state.items()
+                }
+                mean_loss = float(np.mean([step_losses[v] for step_losses in losses]))
+                norm = update_norm(before, weights)
+                out.append(TrainedDevice(stats[start + v], weights, mean_loss, norm, share_s))
+    return out

@@ -27,7 +27,7 @@ from client_app.per_sample_norms import (
 
 @dataclass(frozen=True)
 class GradientSpread:
-    """sigma-hat_v (loss units per parameter unit), the batch's mean loss (nats) and b."""
+    """sigma-hat_v, the batch's mean loss (nats) and b."""
 
     sigma: float
     mean_loss: float
@@ -41,12 +41,9 @@ def gradient_spread(
     *,
     chunk_size: int | None = None,
 ) -> GradientSpread:
-    """sigma-hat_v and the batch loss of one device's first mini-batch ``x`` [b, ...], ``y`` [b].
-
-    Models outside the one-pass scope go to :func:`gradient_spread_vmap`; ``model`` is left
-    unchanged. ``chunk_size`` (memory only): samples per chunk; default: what fits
-    :data:`CHUNK_BUDGET_FLOATS`.
-    """
+    """sigma-hat_v and the batch loss of a device's first mini-batch ``x`` [b, ...], ``y`` [b]
+    (models outside the one-pass scope: :func:`gradient_spread_vmap`); ``model`` unchanged,
+    ``chunk_size`` changes the memory only."""  # noqa: D205, D209
     try:  # a model outside the scope is refused before the pass
         return gradient_spreads(model, x, y, group_size=int(y.shape[0]), chunk_size=chunk_size)[0]
     except UnsupportedModelError:
@@ -61,12 +58,9 @@ def gradient_spreads(
     group_size: int,
     chunk_size: int | None = None,
 ) -> list[GradientSpread]:
-    """sigma-hat_v of each of N devices whose first mini-batches ``x`` [N b, ...] are stacked.
-
-    One forward + backward pass (:func:`~client_app.per_sample_norms.per_sample_grad_norms`);
-    a device's result equals its batch's alone, up to summation order, if the model computes
-    each sample apart (checked by :func:`client_app.cohort_training.sample_mixing`).
-    """
+    """sigma-hat_v of N devices' stacked first mini-batches ``x`` [N b, ...] by one pass: each
+    equals its batch's alone up to summation order if the model computes samples apart
+    (:func:`client_app.cohort.sample_mixing`)."""  # noqa: D205, D209
     with mode_kept(model):
         norms = per_sample_grad_norms(model, x, y, group_size=group_size, chunk_size=chunk_size)
     b = group_size
@@ -103,11 +97,8 @@ def gradient_spread_vmap(
     *,
     chunk_size: int | None = None,
 ) -> GradientSpread:
-    """Reference sigma-hat_v from vmap per-sample gradients, for any model.
-
-    The deviations are formed explicitly, in chunks combined in float64 (Chan et al.'s pairwise
-    update), at 6-80x the cost of an SGD step on a CPU.
-    """
+    """sigma-hat_v from vmap per-sample gradients for any model: deviations formed in chunks
+    combined in float64 (Chan et al.'s pairwise update), 6-80x an SGD step's cost."""  # noqa: D205, D209
     b = int(y.shape[0])
     params = {name: p.detach() for name, p in model.named_parameters()}
     buffers = {name: t.detach() for name, t in model.named_buffers()}

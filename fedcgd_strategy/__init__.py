@@ -10,9 +10,6 @@ from fedcgd_strategy.estimators import device_gradient_estimates as device_gradi
 from fedcgd_strategy.estimators import estimate_class_gradient as estimate_class_gradient
 from fedcgd_strategy.estimators import estimate_global_sigma as estimate_global_sigma
 from fedcgd_strategy.estimators import estimate_per_class_gradient as estimate_per_class_gradient
-from fedcgd_strategy.fedcbs import FedCBSState as FedCBSState
-from fedcgd_strategy.fedcbs import fedcbs_select as fedcbs_select
-from fedcgd_strategy.fedcbs import qcid as qcid
 from fedcgd_strategy.policies import Decision as Decision
 from fedcgd_strategy.policies import Policy as Policy
 from fedcgd_strategy.policies import Protocol as Protocol
@@ -20,10 +17,13 @@ from fedcgd_strategy.policies import RoundInputs as RoundInputs
 from fedcgd_strategy.policies import UploadedUpdates as UploadedUpdates
 from fedcgd_strategy.policies import decision_from_mask as decision_from_mask
 from fedcgd_strategy.problem import SchedulingProblem as SchedulingProblem
+from fedcgd_strategy.selectors import FedCBSState as FedCBSState
 from fedcgd_strategy.selectors import best_channel as best_channel
 from fedcgd_strategy.selectors import best_effort_pack as best_effort_pack
 from fedcgd_strategy.selectors import best_norm as best_norm
+from fedcgd_strategy.selectors import fedcbs_select as fedcbs_select
 from fedcgd_strategy.selectors import power_of_choice as power_of_choice
+from fedcgd_strategy.selectors import qcid as qcid
 from fedcgd_strategy.solvers import METHODS as METHODS
 from fedcgd_strategy.solvers import ScheduleResult as ScheduleResult
 from fedcgd_strategy.solvers import solve as solve

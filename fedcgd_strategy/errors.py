@@ -1,14 +1,10 @@
-"""The project's marks of errors: a message that is one complete line, a stop of a run."""
+"""The project's marks of errors: a message that is one complete line, a broken rule."""
 
 from __future__ import annotations
 
 
 class OneLineMessage:
     """Mix into an exception whose message is one complete line for the user (no traceback)."""
-
-
-class StopsRun:
-    """Mix into an exception that stops a run on purpose (a signal): ``stopped``, no failure."""
 
 
 class RuleBrokenError(ValueError):

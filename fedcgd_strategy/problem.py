@@ -10,9 +10,8 @@ subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where the device cannot meet 
 (``B*_v = inf``). The first term is the *sampling term*, the second the *weighted earth mover's
 distance* (WEMD). The empty schedule has objective ``+inf``.
 
-The instance's arrays are trusted (a policy builds it from :class:`~fedcgd_strategy.RoundInputs`,
-which checked them) and only converted. This module is pure numpy: it imports neither flwr nor
-torch.
+The instance's arrays are trusted and only converted. Pure numpy (no flwr, no torch); also the
+checks of a checkpoint's policy state (:func:`as_nonnegative_array`, :func:`check_integer`).
 """
 
 from __future__ import annotations
@@ -23,10 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-# DISTRIBUTION_SUM_TOL is re-exported: rows of ``label_dist`` and ``target_dist`` sum to one
-# within it (the rule and the constant live in fedcgd_strategy.validation).
-from fedcgd_strategy.validation import DISTRIBUTION_SUM_TOL as DISTRIBUTION_SUM_TOL
-from fedcgd_strategy.validation import BoolArray, FloatArray, as_bool_mask
+from channel.arrays import BoolArray, FloatArray, as_float_array
 
 #: Relative slack of the bandwidth constraint, absorbing floating-point rounding of sums of B*.
 BANDWIDTH_REL_TOL = 1e-9
@@ -71,14 +67,12 @@ def read_only(array: Any) -> Any:
 class SchedulingProblem:
     """One instance of problem P1 (paper Section IV-A), with read-only arrays.
 
-    ``label_dist`` p_v float ``[V, C]``, rows >= 0 summing to 1 (within
-    :data:`DISTRIBUTION_SUM_TOL` = 1e-6); ``target_dist`` p float ``[C]``, sums to 1;
-    ``min_bandwidth_hz`` B*_v (paper eq. (lambert)) in Hz, float ``[V]``, ``>= 0``, ``inf`` for a
-    device that cannot meet the deadline (never scheduled); ``total_bandwidth_hz`` B in Hz,
-    ``> 0``; ``sigma`` the per-sample gradient standard deviation, ``>= 0``; ``class_gradient``
-    G_c, a scalar G broadcast to every class, stored as float ``[C]`` ``>= 0``; ``batch_size``
-    b_v, a scalar b broadcast (the paper's uniform b) or int ``[V]`` (the ``sum_v b_v`` form),
-    stored as int ``[V]`` ``> 0``.
+    ``label_dist`` p_v float ``[V, C]``, rows >= 0 summing to 1; ``target_dist`` p float
+    ``[C]``, sums to 1; ``min_bandwidth_hz`` B*_v (paper eq. (lambert)) in Hz, float ``[V]``,
+    ``>= 0``, ``inf`` where the deadline cannot be met (never scheduled); ``total_bandwidth_hz``
+    B in Hz, ``> 0``; ``sigma`` the per-sample gradient standard deviation, ``>= 0``;
+    ``class_gradient`` G_c float ``[C]`` ``>= 0`` (a scalar G: every class); ``batch_size`` b_v
+    int ``[V]`` ``> 0`` (a scalar b: every device, the paper's uniform b).
     """
 
     label_dist: FloatArray
@@ -103,7 +97,6 @@ class SchedulingProblem:
         object.__setattr__(self, "total_bandwidth_hz", float(self.total_bandwidth_hz))
         object.__setattr__(self, "sigma", float(self.sigma))
 
-    # ------------------------------------------------------------------ properties
     @property
     def num_devices(self) -> int:
         """Number of candidate devices ``V``."""
@@ -140,9 +133,15 @@ class SchedulingProblem:
         """``B`` plus the rounding slack :data:`BANDWIDTH_REL_TOL`, used by every budget test."""
         return self.total_bandwidth_hz * (1.0 + BANDWIDTH_REL_TOL)
 
-    # ------------------------------------------------------------------ evaluation
     def _check_mask(self, mask: ArrayLike) -> BoolArray:
-        return as_bool_mask(mask, self.num_devices, "mask")
+        """``mask`` if a bool array of shape ``[V]`` (0/1 ints: index arrays, refused)."""
+        array = np.asarray(mask)
+        if array.shape != (self.num_devices,) or array.dtype != np.bool_:
+            raise ValueError(
+                f"mask must be a bool array of shape ({self.num_devices},), got dtype "
+                f"{array.dtype} and shape {array.shape}"
+            )
+        return array
 
     def wemd(self, mask: ArrayLike) -> float:
         """WEMD of the schedule ``mask`` (bool ``[V]``), paper eq. (G1); ``inf`` if empty."""
@@ -182,3 +181,30 @@ class SchedulingProblem:
         if np.any(sel & ~self.feasible):
             return False
         return self.bandwidth_used_hz(sel) <= self.bandwidth_limit_hz
+
+
+def as_nonnegative_array(
+    value: ArrayLike, name: str, *, shape: tuple[int, ...] | None = None
+) -> FloatArray:
+    """``value`` as float64 (of ``shape`` if given), every entry finite and ``>= 0``; else a
+    ValueError naming ``name`` and the first entries that are not."""  # noqa: D205, D209
+    array = as_float_array(value, name, shape=shape)
+    bad = ~np.isfinite(array) | (array < 0)
+    if bad.any():
+        at = np.argwhere(bad)
+        quoted = [f"{name}[{', '.join(map(str, pos))}] = {array[tuple(pos)].item()!r}"
+                  for pos in at[:4]] if array.ndim else [repr(array.item())]  # fmt: skip
+        more = f" (and {len(at) - 4} more)" if len(at) > 4 else ""
+        raise ValueError(f"{name} must be finite and >= 0, got {', '.join(quoted)}{more}")
+    return array
+
+
+def check_integer(value: float, name: str, *, minimum: int) -> int:
+    """``value`` as an int, if integral (``2.0`` passes) and ``>= minimum``."""
+    try:
+        integral = int(value) == value
+    except (TypeError, ValueError, OverflowError):
+        integral = False
+    if not integral or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)

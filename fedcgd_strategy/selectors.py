@@ -1,18 +1,23 @@
-"""Baseline device selectors BC, BN2 and POC with best-effort bandwidth packing.
+"""The baselines' device selectors: BC, BN2 and POC with best-effort bandwidth packing, and
+Fed-CBS's QCID-driven sampling, adapted to a bandwidth budget.
 
 Paper Section V-A: BC and BN2 (Amiri et al., IEEE TWC 2021), POC (Cho et al., AISTATS 2022).
-The packing and tie rules are in docs/design.md, "Best effort" and "POC". Every selector
-returns a bool[V] mask. The arguments are trusted (:class:`~fedcgd_strategy.RoundInputs`
-checked them). Pure numpy.
-"""
+Fed-CBS: J. Zhang et al., "Fed-CBS: A Heterogeneity-Aware Client Sampling Mechanism for
+Federated Learning via Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245), cited below
+as "Fed-CBS". The packing, tie and adaptation rules are in docs/design.md, "Best effort", "POC"
+and "Fed-CBS". Every selector returns a bool[V] mask. The arguments are trusted
+(:class:`~fedcgd_strategy.RoundInputs` checked them), a checkpoint's Fed-CBS state is checked.
+Pure numpy.
+"""  # noqa: D205
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedcgd_strategy.problem import as_nonnegative_array, check_integer
 from fedcgd_task.schema import PACK_RULES as PACK_RULES  # "stop" (the paper's wording), "skip"
 
 
@@ -47,14 +52,6 @@ def best_effort_pack(
     return selected
 
 
-def descending_order(scores: ArrayLike, eligible: ArrayLike) -> NDArray[np.intp]:
-    """Return the ``eligible`` devices by ``scores``, descending; ties go to the lowest index."""
-    s = np.asarray(scores, dtype=np.float64)
-    idx = np.flatnonzero(np.asarray(eligible, dtype=bool))
-    # Stable sort of the negated scores keeps ascending index order among equal scores.
-    return idx[np.argsort(-s[idx], kind="stable")]
-
-
 def best_score_first(
     available: ArrayLike,
     scores: ArrayLike,
@@ -62,7 +59,6 @@ def best_score_first(
     total_bandwidth_hz: float,
     rule: str = "stop",
     *,
-    score_name: str = "scores",
     num_candidates: int = 0,
     rng: np.random.Generator | None = None,
 ) -> NDArray[np.bool_]:
@@ -72,25 +68,19 @@ def best_score_first(
     channel gain H̄_v, linear; BN2: ||w_v^{(j+1)} − w^{(j)}||₂), NaN = never taken;
     ``min_bandwidth_hz``, ``total_bandwidth_hz`` and ``rule`` as in :func:`best_effort_pack`.
     With ``rng`` and ``0 < num_candidates <`` the number of eligible devices, only
-    ``num_candidates`` of them, drawn uniformly without replacement, are ranked (POC).
-    ``score_name`` names the scores (kept for callers that name them).
+    ``num_candidates`` of them, drawn uniformly without replacement, are ranked (POC). Ties go
+    to the lowest index.
     """
     s = np.asarray(scores, dtype=np.float64)
     pool = np.flatnonzero(np.asarray(available, dtype=bool) & ~np.isnan(s))
     if rng is not None and 0 < num_candidates < pool.size:
         pool = np.sort(rng.choice(pool, size=num_candidates, replace=False))
-    eligible = np.zeros(s.shape[0], dtype=bool)
-    eligible[pool] = True
-    return best_effort_pack(
-        descending_order(s, eligible), min_bandwidth_hz, total_bandwidth_hz, rule
-    )
+    order = pool[np.argsort(-s[pool], kind="stable")]  # stable: equal scores by index
+    return best_effort_pack(order, min_bandwidth_hz, total_bandwidth_hz, rule)
 
 
-#: BC: :func:`best_score_first` by the average channel gain ``gain_lin``.
-best_channel = partial(best_score_first, score_name="gain_lin")
-
-#: BN2: :func:`best_score_first` by the local-update L2 norm ``update_norm``.
-best_norm = partial(best_score_first, score_name="update_norm")
+#: BC by the average channel gain ``gain_lin``, BN2 by the local-update L2 norm ``update_norm``.
+best_channel = best_norm = best_score_first
 
 
 def power_of_choice(
@@ -110,6 +100,185 @@ def power_of_choice(
     descending and pack them best effort (other arguments as in :func:`best_effort_pack`).
     """
     return best_score_first(
-        available, loss, min_bandwidth_hz, total_bandwidth_hz, rule, score_name="loss",
+        available, loss, min_bandwidth_hz, total_bandwidth_hz, rule,
         num_candidates=num_candidates, rng=rng,
     )  # fmt: skip
+
+
+#: Floor on QCID before 1/QCID^β (QCID = 0 for a balanced group): above round-off (~1e-16),
+#: below any QCID of integer label counts (~1/N² for N <= 10^6 samples).
+QCID_FLOOR = 1e-12
+
+
+def _group(label_dist: ArrayLike, num_examples: ArrayLike) -> tuple[NDArray, NDArray]:
+    """Label distributions float[K, C] and sizes float[K] > 0 of a non-empty group."""
+    return np.asarray(label_dist, dtype=np.float64), np.asarray(num_examples, dtype=np.float64)
+
+
+def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
+    """Quadratic class-imbalance degree of a group (Fed-CBS, definition of QCID).
+
+    QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)², dimensionless, 0 iff the group's label
+    distribution is uniform. ``label_dist`` float[K, C]: the p_k of the K clients of the group
+    (rows sum to 1); ``num_examples`` float[K]: their local dataset sizes n_k > 0.
+    """
+    p, n = _group(label_dist, num_examples)
+    group = (n @ p) / n.sum()
+    return float(np.sum((group - 1.0 / p.shape[1]) ** 2))
+
+
+def qcid_with_each_candidate(
+    group_counts: ArrayLike,
+    group_size: float,
+    cand_label_dist: ArrayLike,
+    cand_num_examples: ArrayLike,
+) -> NDArray[np.float64]:
+    """QCID(B ∪ {k}) for every candidate k at once, float[K] (Fed-CBS QCID, vectorised).
+
+    ``group_counts`` float[C] = Σ_{j∈B} n_j p_j (zeros for B = ∅), ``group_size`` = Σ_{j∈B} n_j;
+    ``cand_label_dist`` float[K, C] and ``cand_num_examples`` float[K] (n_k > 0): the candidates'.
+    """
+    s = np.asarray(group_counts, dtype=np.float64)
+    p = np.asarray(cand_label_dist, dtype=np.float64)
+    n = np.asarray(cand_num_examples, dtype=np.float64)
+    merged = (s[None, :] + n[:, None] * p) / (float(group_size) + n)[:, None]
+    return np.sum((merged - 1.0 / p.shape[1]) ** 2, axis=1)
+
+
+def cucb_first_pick_probabilities(
+    qcid_single: ArrayLike,
+    counts: ArrayLike,
+    round_t: int,
+    lam: float,
+    beta: float = 1.0,
+) -> NDArray[np.float64]:
+    """First-pick probabilities of Fed-CBS sampling (combinatorial UCB term), float[K] summing to 1.
+
+    P(c_1 = k) ∝ 1/max(QCID({k}), :data:`QCID_FLOOR`)^β + λ sqrt(3 ln t / (2 max(T_k, 1))).
+    The paper's bonus is infinite for a never-selected client; T_k is floored at 1 instead.
+    ``qcid_single`` float[K]: QCID({k}); ``counts`` int[K]: T_k >= 0; ``round_t``: t >= 1 (ln 1 = 0:
+    no bonus in the first round); ``lam``: λ >= 0 (Fed-CBS: 10); ``beta``: β_1 (β_m = m, so 1).
+    """
+    q = np.maximum(np.asarray(qcid_single, dtype=np.float64), QCID_FLOOR)
+    t_k = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
+    weights = q ** (-float(beta)) + lam * np.sqrt(3.0 * np.log(float(round_t)) / (2.0 * t_k))
+    return weights / weights.sum()
+
+
+def sequential_pick_probabilities(qcid_with_candidate: ArrayLike, beta: float) -> NDArray:
+    """Later-pick probabilities of Fed-CBS sampling (m >= 2), float[K] summing to 1.
+
+    P(c_m = k | B_{m−1}) ∝ 1/max(QCID(B_{m−1} ∪ {k}), floor)^{β_m}, in log space so that β_m = m
+    neither overflows nor underflows. The paper's extra factors depending only on B_{m−1} cancel in
+    the normalisation and are omitted.
+    """
+    q = np.maximum(np.asarray(qcid_with_candidate, dtype=np.float64), QCID_FLOOR)
+    log_w = -float(beta) * np.log(q)
+    w = np.exp(log_w - log_w.max())
+    return w / w.sum()
+
+
+class FedCBSState:
+    """Fed-CBS state that persists across rounds: selection counts T_k and the round counter.
+
+    ``num_devices`` V; ``counts`` int[V], the initial T_k (default zeros); ``round_index`` the
+    rounds already sampled (the next :func:`fedcbs_select` uses t = round_index + 1).
+    """
+
+    def __init__(
+        self, num_devices: int, counts: ArrayLike | None = None, round_index: int = 0
+    ) -> None:
+        v = check_integer(num_devices, "num_devices", minimum=1)
+        if counts is None:
+            c = np.zeros(v, dtype=np.int64)
+        else:
+            raw = as_nonnegative_array(counts, "counts", shape=(v,))
+            if np.any(raw != np.round(raw)):
+                raise ValueError(f"counts must hold {v} integers >= 0, got {raw.tolist()}")
+            c = raw.astype(np.int64)
+        self.counts: NDArray[np.int64] = c
+        self.round_index: int = check_integer(round_index, "round_index", minimum=0)
+
+    @property
+    def num_devices(self) -> int:
+        """V."""
+        return int(self.counts.shape[0])
+
+    def to_dict(self) -> dict[str, int | list[int]]:
+        """Plain-Python snapshot for logs and checkpoints (JSON-serialisable)."""
+        return {
+            "num-devices": self.num_devices,
+            "round": self.round_index,
+            "counts": [int(c) for c in self.counts],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> FedCBSState:
+        """Rebuild a state from :meth:`to_dict` output."""
+        for key in ("num-devices", "round", "counts"):
+            if key not in data:
+                raise ValueError(f"FedCBSState.from_dict: missing key {key!r}")
+        num = data["num-devices"]
+        rnd = data["round"]
+        if not isinstance(num, int) or not isinstance(rnd, int):
+            raise ValueError(
+                f"FedCBSState.from_dict: 'num-devices' and 'round' must be int: {data}"
+            )
+        counts = data["counts"]
+        return cls(num, counts=np.asarray(counts), round_index=rnd)
+
+
+def fedcbs_select(
+    state: FedCBSState,
+    available: ArrayLike,
+    label_dist: ArrayLike,
+    num_examples: ArrayLike,
+    min_bandwidth_hz: ArrayLike,
+    total_bandwidth_hz: float,
+    rng: np.random.Generator,
+    *,
+    lam: float = 10.0,
+) -> NDArray[np.bool_]:
+    """Fed-CBS sequential sampling under a bandwidth budget (docs/design.md, "Fed-CBS").
+
+    Candidates are the available devices with a finite B*_v. The first device is drawn with
+    :func:`cucb_first_pick_probabilities` (t = ``state.round_index + 1``, T_k = ``state.counts``),
+    the m-th with :func:`sequential_pick_probabilities` (β_m = m); sampling stops at the first
+    drawn device that does not fit the remaining bandwidth (not taken). ``state`` is then updated
+    (counts of the selected devices, round + 1). One ``rng.choice`` per sampled device.
+    ``available`` bool[V]; ``label_dist`` float[V, C] the p_v and ``num_examples`` float[V] |D_v|
+    (> 0), both read for candidates only; ``min_bandwidth_hz`` float[V] B*_v in Hz (+inf =
+    infeasible); ``total_bandwidth_hz`` B in Hz; ``lam`` λ (Fed-CBS: 10). Returns bool[V].
+    """
+    v = state.num_devices
+    b = np.asarray(min_bandwidth_hz, dtype=np.float64)
+    p, n = _group(label_dist, num_examples)
+    remaining = np.flatnonzero(np.asarray(available, dtype=bool) & np.isfinite(b))
+
+    round_t = state.round_index + 1
+    selected = np.zeros(v, dtype=bool)
+    group_counts = np.zeros(p.shape[1], dtype=np.float64)
+    group_size = 0.0
+    used_hz = 0.0
+    step = 1
+    while remaining.size:
+        cand_p, cand_n = p[remaining], n[remaining]
+        q = qcid_with_each_candidate(group_counts, group_size, cand_p, cand_n)
+        if step == 1:
+            probs = cucb_first_pick_probabilities(q, state.counts[remaining], round_t, lam, 1.0)
+        else:
+            probs = sequential_pick_probabilities(q, float(step))
+        pos = int(rng.choice(remaining.size, p=probs))
+        dev = int(remaining[pos])
+        if used_hz + b[dev] > total_bandwidth_hz:
+            break
+        selected[dev] = True
+        used_hz += b[dev]
+        group_counts += n[dev] * p[dev]
+        group_size += n[dev]
+        remaining = np.delete(remaining, pos)
+        step += 1
+
+    state.counts[selected] += 1
+    state.round_index += 1
+    return selected

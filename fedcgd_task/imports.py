@@ -31,7 +31,7 @@ FunctionT = TypeVar("FunctionT", bound=Callable[..., object])
 
 
 def is_reference(value: str) -> bool:
-    """True when ``value`` names an object by import path (it holds a colon)."""
+    """Whether ``value`` names an object by import path (a colon)."""
     return ":" in value
 
 
@@ -68,8 +68,7 @@ def check_reference(value: str, setting: str) -> None:
 
 
 def import_object(value: str, setting: str) -> object:
-    """The object ``value`` names (a file loaded once, as a module named after its path);
-    ValueError: one line naming ``setting``, the value and what is wrong."""  # noqa: D205, D209
+    """The object ``value`` names (a file loaded once); ValueError naming ``setting`` and why."""
     check_reference(value, setting)
     where = f"run-config key {setting!r} = {value!r}"
     file_match = _FILE_REFERENCE.match(value)
@@ -117,7 +116,7 @@ def builtin_or_function(
     value: str, setting: str, builtins: Mapping[str, FunctionT | str], kind: str, contract: str
 ) -> FunctionT:
     """The function ``value`` names: a key of ``builtins`` (a ``module:name`` imported when
-    named) or a reference; ``kind`` and ``contract`` are said in the ValueError."""  # noqa: D205, D209
+    named) or a reference (ValueError saying ``kind`` and ``contract``)."""  # noqa: D205, D209
     builtin = builtins.get(value)
     if isinstance(builtin, str):
         return cast(FunctionT, pkgutil.resolve_name(builtin))

@@ -1,8 +1,6 @@
-"""Model functions ``(num_classes, input_shape) -> torch.nn.Module``: built-ins and your own.
-
-Paper Section V: CIFAR-10 uses a small CNN, CIFAR-100 a ResNet-18 with GroupNorm; the MLP serves
-``digits`` and any input shape, ``cnn1d`` is MNIST-1D's baseline (Greydanus & Kobak 2024).
-"""
+"""Model functions ``(num_classes, input_shape) -> torch.nn.Module``, built-in (paper Section
+V: CIFAR-10's CNN, CIFAR-100's ResNet-18-GN; the MLP for any shape; MNIST-1D's ``cnn1d``) or yours.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -17,8 +15,6 @@ from fedcgd_task.imports import builtin_or_function, said
 from fedcgd_task.schema import MODELS
 from fedcgd_task.training import seeded_generators
 
-#: The run-config key that names the model function.
-MODEL_KEY = "model"
 #: What a model function is: ``(num_classes, input_shape) -> torch.nn.Module``.
 ModelFunction = Callable[[int, tuple[int, ...]], nn.Module]
 #: The contract, as the error messages state it.
@@ -100,10 +96,8 @@ CNN1D_KERNELS: tuple[int, int, int] = (5, 3, 3)
 
 
 class Mnist1dCNN(nn.Module):
-    """MNIST-1D's ``ConvBase``: three Conv1d (k 5, 3, 3; 25 channels, stride 2, padding 1) + FC.
-
-    For a 1 x 40 input 40 -> 19 -> 10 -> 5: 5,210 parameters with C = 10.
-    """
+    """MNIST-1D's ``ConvBase`` (Greydanus & Kobak 2024): three Conv1d (k 5, 3, 3; 25 channels,
+    stride 2, padding 1) + FC; 1 x 40: 40 -> 19 -> 10 -> 5, 5,210 parameters (C = 10)."""  # noqa: D205, D209
 
     def __init__(self, num_classes: int, input_shape: Sequence[int]) -> None:
         super().__init__()
@@ -136,7 +130,7 @@ class Mnist1dCNN(nn.Module):
 
 
 def _image_shape(input_shape: Sequence[int], model: str) -> tuple[int, int, int]:
-    """(channels, height, width), or a ValueError saying that ``model`` needs images."""
+    """(channels, height, width), or ValueError: ``model`` takes images."""
     if len(input_shape) != 3:
         raise ValueError(
             f"input_shape {tuple(input_shape)} is not (channels, height, width): the {model} "
@@ -163,23 +157,18 @@ def _resnet18_gn(num_classes: int, input_shape: Sequence[int]) -> nn.Module:
 BUILTIN_MODELS: dict[str, ModelFunction] = dict(
     zip(MODELS[1:], (DigitsMLP, PaperCNN, _resnet18_gn, Mnist1dCNN), strict=True)
 )
-#: Model names :func:`build_model` accepts besides references.
-MODEL_NAMES: tuple[str, ...] = tuple(BUILTIN_MODELS)
 
 
 def model_function(name: str) -> ModelFunction:
     """The model function ``name`` names: a built-in, or the researcher's reference."""
-    return builtin_or_function(name, MODEL_KEY, BUILTIN_MODELS, "model", MODEL_CONTRACT)
+    return builtin_or_function(name, "model", BUILTIN_MODELS, "model", MODEL_CONTRACT)
 
 
 def build_model(
     name: str, num_classes: int, input_shape: Sequence[int], *, seed: int = 0
 ) -> nn.Module:
-    """A freshly initialised classifier from the model function ``name``, built seeded.
-
-    Built-ins come on the CPU, in training mode. Raises ValueError (one line) for a bad name or
-    a function that raised or returned no torch.nn.Module.
-    """
+    """A classifier from the model function ``name``, built seeded (built-ins: CPU, training
+    mode); ValueError, one line: a bad name, a raise, or no torch.nn.Module."""  # noqa: D205, D209
     shape = tuple(int(s) for s in input_shape)
     function = model_function(name)
     with seeded_generators(seed):
@@ -201,5 +190,5 @@ def build_model(
 
 
 def count_parameters(model: nn.Module) -> int:
-    """The number of scalar parameters of ``model`` (trainable or not, no buffers)."""
+    """Scalar parameters of ``model`` (trainable or not, no buffers)."""
     return sum(p.numel() for p in model.parameters())

@@ -1,9 +1,6 @@
-"""Reading ``.npz`` archives with bounds: every array's header before any of its data.
-
-``numpy.load`` allocates each array at its declared shape and inflates members without limit;
-:func:`npz_headers` reads only the ``.npy`` headers, so that callers check names, dtypes, shapes
-and size first (channel traces, the MNIST-1D cache: files on disk are untrusted). Pure numpy.
-"""
+"""``.npz`` headers read before any data: ``numpy.load`` allocates each array at its declared
+shape, so callers check names, dtypes, shapes and size first (files on disk are untrusted).
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -17,24 +14,20 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ArrayHeader:
-    """What an ``.npy`` header declares: ``shape`` and ``dtype``."""
+    """An ``.npy`` header's ``shape`` and ``dtype``."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the array once read (the product of the shape times the item size)."""
+        """Bytes of the array once read."""
         return math.prod(self.shape) * int(self.dtype.itemsize)
 
 
 def npz_headers(path: str | os.PathLike[str]) -> dict[str, ArrayHeader]:
-    """The header of every array of the ``.npz`` archive ``path``, by array name.
-
-    Reads the zip directory and the first bytes of each member only. Raises ValueError (one line)
-    for a single ``.npy`` or no zip archive, a member that is not an ``.npy`` array, an object
-    dtype or an unreadable header; OSError when the file cannot be opened.
-    """
+    """Each array's header by name, from the zip directory and the members' first bytes;
+    ValueError (one line): not an ``.npz`` of ``.npy`` arrays, object dtype, bad header."""  # noqa: D205, D209
     with open(path, "rb") as handle:
         magic = handle.read(6)
     if magic == b"\x93NUMPY":

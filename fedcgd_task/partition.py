@@ -1,8 +1,6 @@
-"""Splitting a labelled training set over V devices, and a device's local data set D_v.
-
-docs/design.md, "Dirichlet split" and "Sort-and-partition". A split is a pure function of the
-run settings (cached per process); it returns disjoint indices into the ``labels`` it was given.
-"""
+"""The split of a training set over V devices (docs/design.md, "Dirichlet split",
+"Sort-and-partition"), a pure function of the settings, and a device's local data set D_v.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -26,22 +24,11 @@ IntArray = npt.NDArray[np.int64]
 PARTITION_STREAM = 0x50415254
 
 
-def apply_imbalance(
-    labels: npt.ArrayLike,
-    ratio: float,
-    rng: np.random.Generator,
-    num_classes: int | None = None,
-) -> IntArray:
-    """Sorted indices of the samples kept for imbalance ratio r = n2 / n1 (paper Section V).
-
-    Every class c < C / 2 keeps round(n_c / r) of its n_c samples (round half up), uniformly
-    without replacement; the others are kept whole. C: ``num_classes``, else max label + 1.
-    """
+def apply_imbalance(labels: npt.ArrayLike, ratio: float, rng: np.random.Generator) -> IntArray:
+    """Sorted indices of the samples kept for imbalance ratio r = n2 / n1 (paper Section V):
+    each class c < C / 2 keeps round(n_c / r) of its n_c (half up, uniformly), C = max label + 1."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
-    if num_classes is not None:
-        n_classes = num_classes
-    else:
-        n_classes = int(y.max()) + 1 if y.size else 0
+    n_classes = int(y.max()) + 1 if y.size else 0
     kept: list[IntArray] = []
     for c in range(n_classes):
         members = np.flatnonzero(y == c)
@@ -55,17 +42,11 @@ def apply_imbalance(
 
 
 def dirichlet_partition(
-    labels: npt.ArrayLike,
-    num_devices: int,
-    alpha: float,
-    rng: np.random.Generator,
+    labels: npt.ArrayLike, num_devices: int, alpha: float, rng: np.random.Generator
 ) -> list[IntArray]:
-    """V sorted index arrays of floor(N / V) samples, class mixes from Dir(alpha p).
-
-    Paper Section V: p is the class distribution of ``labels``; each device in turn draws
-    p_v ~ Dir(alpha p) and multinomial counts capped at what each class has left, the deficit
-    redrawn from p_v over the classes left (uniform where p_v has no mass left).
-    """
+    """V sorted index arrays of floor(N / V) samples (paper Section V): each device in turn draws
+    p_v ~ Dir(alpha p), p the class distribution, and multinomial counts capped at what each
+    class has left, the deficit redrawn from p_v over the classes left (uniform: no mass)."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
     classes, counts = np.unique(y, return_counts=True)
     prior = counts / counts.sum()
@@ -93,16 +74,10 @@ def dirichlet_partition(
 
 
 def shard_partition(
-    labels: npt.ArrayLike,
-    num_devices: int,
-    shards_per_device: int,
-    rng: np.random.Generator,
+    labels: npt.ArrayLike, num_devices: int, shards_per_device: int, rng: np.random.Generator
 ) -> list[IntArray]:
-    """Sort-and-partition (paper Section V): V sorted index arrays of l shards each.
-
-    The N mod (V l) surplus samples are dropped uniformly; the rest is sorted by label (stable),
-    cut into V l shards, dealt by a random permutation.
-    """
+    """Sort-and-partition (paper Section V): the N mod (V l) surplus dropped uniformly, the rest
+    sorted by label (stable), cut into V l shards, dealt by a permutation, l per device."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
     num_shards = num_devices * shards_per_device
     shard_size = y.size // num_shards
@@ -117,12 +92,8 @@ def shard_partition(
 
 
 def partition_indices(settings: TaskSettings, labels: npt.ArrayLike) -> list[IntArray]:
-    """Split a training set over the devices as the run config says (V index arrays).
-
-    :func:`apply_imbalance`, then :func:`dirichlet_partition` or :func:`shard_partition`, all
-    drawn from ``default_rng([seed, PARTITION_STREAM])``. Raises ValueError when the kept
-    samples are too few for ``num-devices`` (times ``shards-per-device``).
-    """
+    """V index arrays: :func:`apply_imbalance`, then the Dirichlet or shards split, drawn from
+    ``default_rng([seed, PARTITION_STREAM])``; ValueError: too few samples kept."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
     rng = np.random.default_rng([settings.seed, PARTITION_STREAM])
     kept = apply_imbalance(y, settings.imbalance_ratio, rng)
@@ -152,12 +123,12 @@ class LocalSplit:
 
     @property
     def num_classes(self) -> int:
-        """Number of classes C of the dataset."""
+        """C."""
         return self.source.num_classes
 
     @property
     def labels(self) -> npt.NDArray[np.int64]:
-        """Labels of the local samples, shape [|D_v|]."""
+        """Labels of the local samples [|D_v|]."""
         return self.source.labels[self.indices]
 
     def tensors(self, positions: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:

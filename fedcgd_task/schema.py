@@ -52,12 +52,9 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 _WHEEL = Path(__file__).resolve().parent / "pyproject.toml"  # [tool.hatch...force-include]
+_TOML = tomllib.loads((_WHEEL if _WHEEL.is_file() else PROJECT_DIR / "pyproject.toml").read_text())
 #: Every key's default, in pyproject.toml's order, flattened as Flower flattens it.
-DEFAULTS: dict[str, Scalar] = flatten(
-    tomllib.loads((_WHEEL if _WHEEL.is_file() else PROJECT_DIR / "pyproject.toml").read_text())[
-        "tool"
-    ]["flwr"]["app"]["config"]
-)
+DEFAULTS: dict[str, Scalar] = flatten(_TOML["tool"]["flwr"]["app"]["config"])
 MAX_SERVER_ROUNDS = 100_000
 #: Choices the code takes from here (``fedcgd_task.models``, ``channel.pathloss``, ``selectors``).
 MODELS: tuple[str, ...] = ("auto", "mlp", "cnn", "resnet18gn", "cnn1d")  # mlp, cnn, ...: in order
@@ -113,21 +110,17 @@ SETTINGS: tuple[Setting, ...] = (
         "`fedcgd-fscd`, `fedcgd-gs`, `fedcgd-fscd-gc` (per-class Ĝ_c), `fedcgd-exact` (MILP "
         "optimum of P1), `fedcgd-cd` (plain coordinate descent), `bc` (best channel), `bn2` "
         "(best update norm), `poc` (power of choice), `fedcbs` (Fed-CBS), `all` (every available "
-        "device that meets the deadline: the FedAvg reference), each also by its figure label "
-        "in any case (`FedCGD-FSCD`, `BC (best channel)`; the run records the name); or your own "
-        "policy class, "
-        '`"package.module:ClassName"` or `"/abs/path/file.py:ClassName"` (see [Write your own '
-        "policy](bring-your-own.md#write-your-own-policy))",
+        "device that meets the deadline: the FedAvg reference), also by figure label "
+        "(`FedCGD-FSCD`); or your class ([Write your own policy](bring-your-own.md"
+        "#write-your-own-policy))",
         form="class",
     ),
     _setting(
         "policy-params",
         "your policy's constructor arguments, a TOML inline table in a string "
-        '(`policy-params="{window = 20}"`, as `flwr run --run-config` takes it too); the '
-        "project's commands also take the table itself (`policy-params={window = 20}`) and "
-        "`policy-params.<name>=value` (`run.policy-params.<name>=` in presets). Names the "
-        "constructor does not take, or values of another type, are refused before the start; "
-        "at most 65,536 characters",
+        '(`policy-params="{window = 20}"`); the project\'s commands also take the table itself '
+        "and `policy-params.<name>=value`. Names the constructor does not take, or values of "
+        "another type, are refused before the start; at most 65,536 characters",
         form="table",
     ),
     _setting(
@@ -151,11 +144,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _setting(
         "aggregator-params",
-        "its constructor arguments, as `policy-params` (`aggregator-params.num-malicious-"
-        "nodes=1`); checked against its signature and each number against its range before "
-        'the start (docs/aggregation.md, "Allowed values"). A DP wrapper\'s: its own, plus '
-        "`strategy` (the wrapped strategy, default `FedAvg`) and the table `strategy-params` "
-        "(`aggregator-params.strategy-params.beta=0.2`)",
+        "its constructor arguments, as `policy-params`, checked before the start; a DP "
+        "wrapper's also `strategy` (the wrapped one, default `FedAvg`) and the table "
+        "`strategy-params` ([Robust aggregation](aggregation.md))",
         form="table",
     ),
     _setting(
@@ -180,9 +171,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "mnist1d-samples",
         "N, the samples `mnist1d` generates (0.8 N training, 0.2 N test; N/10 of each digit; "
-        "generating takes about 0.8 kB of memory and 0.18 ms per sample); read by `mnist1d` "
-        "only. The cached arrays are used only when their content hashes to the digest stored "
-        "with them (otherwise they are generated again)",
+        "about 0.8 kB and 0.18 ms per sample), cached in `data-dir`; read by `mnist1d` only",
         limits="[100, 1000000]",
         multiple_of=10,
         why="N / 10 samples of each digit; generating takes about 0.8 kB of memory per sample",
@@ -228,9 +217,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _setting(
         "result-dir",
-        'output folder (`""`: a new `<name>-<UTC time>` folder under the command\'s `--out`, '
-        "`results/` by default; under `~/fedcgd-results` in a bare `flwr run`, whose ServerApp "
-        "does not know the project folder); a folder that already holds a run's results is "
+        'output folder (`""`: a new `<name>-<UTC time>` folder under `--out`, `results/` by '
+        "default; `~/fedcgd-results` in a bare `flwr run`); one that holds a run's results is "
         "refused (never overwritten)",
         form="absolute-path",
         computes=False,
@@ -267,9 +255,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "query-timeout-s",
         "deployments: how long to wait for query replies (a device that misses them is lost for "
-        "the round and counted in `devices_lost`), and for all `num-devices` SuperNodes to "
-        "connect before the start (a simulation with fewer stops at once, naming the "
-        "`--federation-config` it needs)",
+        "the round, in `devices_lost`), and for all `num-devices` SuperNodes to connect",
         limits="> 0",
         computes=False,
     ),
@@ -281,9 +267,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _setting(
         "stall-limit-s",
-        "a run that makes no progress for this many seconds (no reply, no phase done: a stuck "
-        "policy, aggregator or device) is stuck and stops (`failed`, exit 1, resumable; "
-        "[Host load](design.md#host-load-and-simulated-time))",
+        "a run without progress (no reply, no phase done) for this many seconds stops "
+        "(`failed`, exit 1, resumable; [Host load](design.md#host-load-and-simulated-time))",
         limits="[1, 43200]",
         why="Flower drops an unanswered message after 12 h",
         computes=False,
@@ -291,32 +276,29 @@ SETTINGS: tuple[Setting, ...] = (
     _setting(
         "checkpoint-every",
         "save `checkpoint.pt` every k rounds and after the last; 0 = off (a stopped run cannot "
-        "be resumed). A killed run computes the up to k − 1 rounds after it again "
-        '([Performance](performance.md), "Checkpoints and result files")',
+        "be resumed; a killed one computes up to k − 1 rounds again)",
         limits=">= 0",
         computes=False,
     ),
     _setting(
         "resume-from",
         "result directory of a run with a checkpoint: continue it there up to "
-        "`num-server-rounds`, bit for bit as the uninterrupted run (same settings required, "
-        'else refused in one line before anything is written); `""` = a new run',
+        "`num-server-rounds`, bit for bit as the uninterrupted run (same settings required); "
+        '`""` = a new run',
         form="absolute-path",
         computes=False,
     ),
     _setting(
         "verbose",
-        "true: also Flower's own log lines of every round and its start-up notices; false: one "
-        "progress line per round (round, accuracy, scheduled / available, elapsed, ETA), "
-        "warnings and errors",
+        "true: also Flower's own log lines; false: one progress line per round (round, "
+        "accuracy, scheduled / available, elapsed, ETA), warnings and errors",
         computes=False,
     ),
     _setting(
         "channel.model",
-        "the uplink: the UMi cell with the paper's LOS/NLOS path loss (`paper`) or the full "
-        "standard's (`tr38901`); `trace`, the recorded channel `channel.trace`; or your own "
-        'class, `"package.module:ClassName"` or `"/abs/path/file.py:ClassName"`, built with the '
-        "`channel.*` values its constructor names (see [Your own channel](bring-your-own.md"
+        "the uplink: the UMi cell with the paper's path loss (`paper`) or the full standard's "
+        "(`tr38901`); `trace`, the recorded `channel.trace`; or your class, built with the "
+        "`channel.*` values its constructor names ([Your own channel](bring-your-own.md"
         "#your-own-channel))",
         choices=CHANNEL_MODELS,
         form="class",
@@ -324,10 +306,9 @@ SETTINGS: tuple[Setting, ...] = (
     *(_setting(f"channel.{k}", h, limits=lim, why="".join(w)) for k, lim, h, *w in _CELL),
     _setting(
         "channel.trace",
-        'absolute path of the recorded channel that `channel.model = "trace"` replays (see '
-        '[Your own channel](bring-your-own.md#your-own-channel)); `""` for any other channel. Its '
-        "arrays' headers are read first: at most 512 MiB of arrays, V = `num-devices` and R ≥ "
-        "`num-server-rounds`, or it is refused without reading its data",
+        'absolute path of the recorded channel `channel.model = "trace"` replays (`""`: none); '
+        "at most 512 MiB of arrays, V = `num-devices`, R ≥ `num-server-rounds`, checked from "
+        "the headers before any data is read",
         form="absolute-path",
     ),
 )

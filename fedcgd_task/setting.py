@@ -27,11 +27,10 @@ CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 
 @dataclass(frozen=True)
 class Setting:
-    """One run-config key: its type (that of ``default``), default, allowed values and help.
+    """One run-config key: type (the default's), default, help, allowed values.
 
-    ``limits``: ``">= 1"``, ``"> 0"``, ``"[0, 1]"``, ``"(0, 5000]"``; ``why``: said when a value
-    is refused; ``computes``: False for a setting that only says where or how a run runs or
-    reports (a resume may change it; no identity, folder name or figure label reads it).
+    ``limits``: ``">= 1"``, ``"> 0"``, ``"[0, 1]"``, ``"(0, 5000]"``; ``why``: said on refusal;
+    ``computes``: False where it only says where or how a run runs (a resume may change it).
     """
 
     key: str
@@ -64,11 +63,6 @@ class Setting:
         """Whether :attr:`minimum` is excluded."""
         return self.limits.startswith(("(", "> "))
 
-    @property
-    def attribute(self) -> str:
-        """The key as a Python name: ``channel.deadline-s`` -> ``deadline_s``."""
-        return self.key.rsplit(".", 1)[-1].replace("-", "_")
-
     def allowed(self) -> str:
         """What is allowed, in words: ``an integer in [1, 100000]``, ``one of "a", "b"``."""
         kind = type(self.default)
@@ -93,8 +87,7 @@ class Setting:
 
 
 def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
-    """``value`` if it is printable UTF-8 with names of at most :data:`MAX_NAME_BYTES` (ValueError
-    naming ``label``, default ``run-config key '<key>'``)."""  # noqa: D205, D209
+    """``value`` if printable UTF-8 with names of at most :data:`MAX_NAME_BYTES` (ValueError)."""
     where = label or f"run-config key '{key}'"
     if any(ord(char) < 32 or ord(char) == 127 for char in value):
         raise ValueError(
@@ -117,8 +110,8 @@ def check_path_names(value: str, key: str, *, label: str | None = None) -> str:
 
 
 def check_value(setting: Setting, value: Any, where: str) -> Scalar:
-    """``value`` checked against ``setting``, as its type (``~`` of an absolute path expanded);
-    ValueError: ``<where> must be <allowed> (<why>); got <value>``."""  # noqa: D205, D209
+    """``value`` as ``setting``'s type (``~`` expanded), or ValueError: ``<where> must be <allowed>
+    (<why>); got <value>``."""  # noqa: D205, D209
     kind = type(setting.default)
     why = f" ({setting.why})" if setting.why else ""
     refused = ValueError(f"{where} must be {setting.allowed()}{why}; got {value!r}")

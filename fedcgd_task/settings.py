@@ -61,7 +61,7 @@ _PARTS = {"task": TaskSettings, "training": TrainingSettings}
 
 
 def _recorded_name(setting: Setting) -> str:
-    name = setting.attribute
+    name = setting.key.rsplit(".", 1)[-1].replace("-", "_")
     part = next((p for p, view in _PARTS.items() if name in {f.name for f in fields(view)}), "")
     if setting.key in _CHANNEL_OWN:
         return _CHANNEL_OWN[setting.key]

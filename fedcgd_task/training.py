@@ -36,10 +36,7 @@ class LocalTrainResult:
 
 
 def compute_device(setting: str = "auto") -> torch.device:
-    """The torch device a ``device`` setting (auto, cpu, cuda, cuda:N) names on this process.
-
-    Raises ValueError naming the setting for a CUDA device this process does not see.
-    """
+    """The torch device a ``device`` setting names here (ValueError: a CUDA device not seen)."""
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(setting)
@@ -62,11 +59,8 @@ def local_batches(
     server_round: int,
     partition_id: int,
 ) -> list[npt.NDArray[np.int64]]:
-    """Device v's tau mini-batches of b positions in ``0 .. num_local - 1`` for a round.
-
-    A permutation from ``default_rng([seed, BATCH_STREAM, server_round, partition_id])`` read
-    cyclically: batch t is positions [t b, (t+1) b), no repeat within a batch when b <= |D_v|.
-    """
+    """Device v's tau batches of b local positions: a permutation drawn from (seed, round, v),
+    read cyclically (batch t: [t b, (t+1) b); no repeat within a batch when b <= |D_v|)."""  # noqa: D205, D209
     tau, b = training.local_steps, training.batch_size
     rng = np.random.default_rng([seed, BATCH_STREAM, server_round, partition_id])
     order = rng.permutation(num_local).astype(np.int64)
@@ -83,12 +77,8 @@ def dropout_seed(seed: int, server_round: int, partition_id: int) -> int:
 
 @contextmanager
 def seeded_generators(seed: int, device: torch.device | None = None) -> Iterator[None]:
-    """Seed Python's ``random``, numpy's global and torch's generator with ``seed`` inside.
-
-    The researcher's code may draw from them (docs/running.md, "Same seed, same run"); each is
-    restored afterwards. torch's CPU generator, and ``device``'s when it is a CUDA device
-    (torch.manual_seed would seed every accelerator, ~0.1 ms a call).
-    """
+    """Seed Python's ``random``, numpy's global, torch's CPU (and ``device``'s CUDA) generators
+    with ``seed`` inside, restored after (docs/running.md, "Same seed, same run")."""  # noqa: D205, D209
     cuda = [device] if device is not None and device.type == "cuda" else []
     py_state, np_state = random.getstate(), np.random.get_state()  # noqa: NPY002
     try:
@@ -111,11 +101,8 @@ def train_local(
     *,
     torch_seed: int,
 ) -> LocalTrainResult:
-    """Tau plain SGD steps with cross-entropy in place, paper eq. (localupdate).
-
-    w <- w - eta grad f(w, batch_t) in training mode on rows ``batches`` of (``x``, ``y``), the
-    generators seeded with ``torch_seed`` (:func:`dropout_seed`).
-    """
+    """Tau SGD steps w <- w - eta grad f(w, batch_t) in place, paper eq. (localupdate), in
+    training mode, the generators seeded with ``torch_seed`` (:func:`dropout_seed`)."""  # noqa: D205, D209
     params = list(model.parameters())
     device = params[0].device
     rows = [np.asarray(b, dtype=np.int64) for b in batches]
@@ -140,10 +127,8 @@ def train_local(
 
 @torch.no_grad()
 def sgd_step(params: Sequence[torch.Tensor], lr: float) -> None:
-    """SGD step p <- p - lr p.grad in place, bit for bit ``torch.optim.SGD`` (tested).
-
-    On the CPU without building an optimizer (the first imports torch's compiler, ~1 s).
-    """
+    """SGD step p <- p - lr p.grad in place, bit for bit ``torch.optim.SGD`` (tested), which on
+    the CPU is not built (the first imports torch's compiler, ~1 s)."""  # noqa: D205, D209
     if all(p.device.type == "cpu" for p in params):
         for p in params:
             if p.grad is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import partial
 from logging import WARNING
 from pathlib import Path
@@ -62,18 +62,6 @@ def main(grid: Grid, context: Context) -> None:
         say(FAILURE_MARKER + failure_line(err, Path(config.result_dir)))
 
 
-@contextlib.contextmanager
-def flower_log_level(*, verbose: bool) -> Iterator[None]:
-    """Flower's per-round INFO lines only when ``verbose``; its warnings and errors always."""
-    flower = logging.getLogger("flwr")
-    previous = flower.level
-    flower.setLevel(previous if verbose else WARNING)
-    try:
-        yield
-    finally:
-        flower.setLevel(previous)
-
-
 def say(text: str) -> None:
     """Print one line of the run's own output (streamed by ``flwr run --stream`` too)."""
     print(text, flush=True)
@@ -88,8 +76,8 @@ class TooFewNodesError(OneLineMessage, RuntimeError):
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
-    """Wait until ``expected`` nodes are connected (a simulation's count is final once it stays
-    :data:`SIMULATION_SETTLE_S`); return how many are, or raise TooFewNodesError."""  # noqa: D205, D209
+    """Wait for ``expected`` nodes (a simulation's count is final after :data:`SIMULATION_SETTLE_S`
+    unchanged); return how many are connected, or raise TooFewNodesError."""  # noqa: D205, D209
     simulation = is_simulation(grid)
     start = time.monotonic()
     connected = len(list(grid.get_node_ids()))
@@ -119,12 +107,12 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
-    """Run the scheduled rounds on ``grid`` in the claimed folder; return the run's summary.
-
-    ``fresh_name``: a default folder name, suffixed when taken, printed.
-    """
+    """Run the rounds on ``grid`` in the claimed folder (``fresh_name``: a default name, suffixed
+    when taken, printed); return the run's summary."""  # noqa: D205, D209
     torch.set_num_threads(1)
-    with flower_log_level(verbose=config.verbose), watching() as noted:
+    flower, level = logging.getLogger("flwr"), logging.getLogger("flwr").level
+    flower.setLevel(level if config.verbose else WARNING)  # its per-round INFO lines: verbose
+    with watching() as noted:
         try:
             taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
             if fresh_name:
@@ -136,6 +124,8 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
             if failure is err:
                 raise
             raise failure from err
+        finally:
+            flower.setLevel(level)
 
 
 def _record_run(
@@ -183,23 +173,19 @@ def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     failures = sum(len(line.get("failed") or []) for line in lines)
     unreachable = sum(len(line.get("disconnected") or []) for line in lines)
     scheduled = sum(int(line.get("num_scheduled") or 0) for line in lines)
-    head = (
-        f"no device uploaded an update in any of the {len(lines)} rounds, so the model never "
-        "changed"
-    )
+    why = ""
     if failures:
-        return (
-            f"{head}: {failures} scheduled devices failed or timed out (see the ClientApp errors "
-            "in the log)"
+        why = f": {failures} scheduled devices failed or timed out (see the ClientApp errors"
+        why += " in the log)"
+    elif unreachable and not scheduled:
+        why = (
+            f": no device answered ({unreachable} times a device drawn available replied with "
+            "an error or not at all; see the ClientApp errors in the log)"
         )
-    if unreachable and not scheduled:
-        return (
-            f"{head}: no device answered ({unreachable} times a device drawn available replied "
-            "with an error or not at all; see the ClientApp errors in the log)"
-        )
-    if not scheduled:
-        return f"{head}: none was scheduled (deadline, bandwidth or availability too tight?)"
-    return head
+    elif not scheduled:
+        why = ": none was scheduled (deadline, bandwidth or availability too tight?)"
+    head = f"no device uploaded an update in any of the {len(lines)} rounds, so the model never"
+    return f"{head} changed{why}"
 
 
 #: A run fails when its aggregation failed in more than this share of the rounds with uploads.
@@ -227,21 +213,15 @@ ROUNDING_ULPS_PER_ROUND = 4
 def unchanged_reason(
     rounds: int, start: Mapping[str, torch.Tensor], final: Mapping[str, torch.Tensor]
 ) -> str | None:
-    """Why ``rounds`` rounds with uploads left the model where it was; None if they moved it.
-
-    Unmoved: ``||final - start|| <= k * rounds * eps * ||start||`` (eps = 2**-23, k =
-    :data:`ROUNDING_ULPS_PER_ROUND`: eight half-ulp roundings a round); a real step moves it
-    some 1e4 times more.
-    """
+    """Why ``rounds`` rounds with uploads left the model where it was (``||final - start|| <= k
+    rounds eps ||start||``, k = :data:`ROUNDING_ULPS_PER_ROUND`); None if they moved it."""  # noqa: D205, D209
     keys = [k for k, v in start.items() if v.is_floating_point()]
     if not rounds or not keys:
         return None
-
-    def flat(model: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([model[k].detach().double().flatten() for k in keys])
-
-    before = flat(start)
-    moved = float(torch.linalg.vector_norm(flat(final) - before))
+    before, after = (
+        torch.cat([m[k].detach().double().flatten() for k in keys]) for m in (start, final)
+    )
+    moved = float(torch.linalg.vector_norm(after - before))
     bound = ROUNDING_ULPS_PER_ROUND * rounds * torch.finfo(torch.float32).eps
     if moved > bound * float(torch.linalg.vector_norm(before)):
         return None
@@ -260,8 +240,7 @@ def write_end(
     start_model: Mapping[str, torch.Tensor],
     rounds_run: int,
 ) -> dict[str, Any]:
-    """Write ``model.pt``, ``summary.json`` and the final status (failed: no upload, too many
-    failed aggregations, an unmoved model), synced; return the summary."""  # noqa: D205, D209
+    """Write ``model.pt``, ``summary.json`` and the final status, synced; return the summary."""
     save_model(writer.dir, final_model)
     history = writer.lines
     lost = lost_counts(history)
@@ -296,10 +275,7 @@ def write_end(
 def train_rounds(
     grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Run the rounds left (``setup`` None: a new run, built here); return end and start models.
-
-    Any engine stops after ``stall-limit-s`` without progress (:func:`stall_alarm`).
-    """
+    """Run the rounds left (``setup`` None: a new run, built here); return end and start models."""
     if setup is None:
         setup = build_setup(config, on_settings=writer.write_config)
     else:
@@ -319,6 +295,6 @@ def train_rounds(
                 evaluate_fn=recorder,
             )
     finally:
-        recorder.events.close()
+        recorder.events.close()  # the TensorBoard event file
     # Flower's Result keeps no arrays when no round aggregated any: the model is then the start
     return (dict(result.arrays.to_torch_state_dict()) if len(result.arrays) else dict(start)), start

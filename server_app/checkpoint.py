@@ -35,7 +35,6 @@ from server_app.run_folder.results import (
 )
 from server_app.run_folder.run_status import (
     COMPLETED,
-    SETTINGS_ADDED_LATER,
     first_line,
     flat_settings,
     read_status,
@@ -71,15 +70,6 @@ def _same(found: object, wanted: object) -> bool:
     return type(found) is type(wanted) and found == wanted
 
 
-def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], keys: Sequence[str]) -> str:
-    """The one wording of changed settings: ``key = a there, b now; ...`` (three, then a count)."""
-    shown = "; ".join(
-        f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now.get(k, '(none)')!r} now"
-        for k in keys[:3]
-    )
-    return shown + (f"; and {len(keys) - 3} more" if len(keys) > 3 else "")
-
-
 def run_identity(config: RunConfig) -> dict[str, Any]:
     """What ties a checkpoint to its run: format, seed, policy, settings JSON and its SHA-256."""
     settings = json_ready(config.to_dict())
@@ -95,8 +85,19 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
     }
 
 
+def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """The one wording of changed settings: ``key = a there, b now; ...`` (three, then a count)."""
+    shown = "; ".join(
+        f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now.get(k, '(none)')!r} now"
+        for k in keys[:3]
+    )
+    return shown + (f"; and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint."""
+    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint,
+    or a resume with other settings (the one check: the checkpoint holds the run's settings).
+    """  # noqa: D205
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     if not _same(version := found.get("format", 1), CHECKPOINT_FORMAT):
@@ -105,8 +106,9 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
             f"{CHECKPOINT_FORMAT} (the file was written by another version); it cannot be "
             "resumed: run again in a new folder"
         )
-    names = ("seed", "policy", "settings", "settings_sha256")
-    if all(_same(found.get(k), wanted[k]) for k in names):
+    if all(
+        _same(found.get(k), wanted[k]) for k in ("seed", "policy", "settings", "settings_sha256")
+    ):
         return
     text, digest = found.get("settings"), found.get("settings_sha256")
     whole = isinstance(text, str) and hashlib.sha256(text.encode()).hexdigest() == digest
@@ -114,31 +116,26 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
         saved = json.loads(text) if whole else {}  # type: ignore[arg-type]
     except ValueError:
         saved = {}
-    if not isinstance(saved, dict):  # a JSON object's keys are strings, what else is not
-        saved = {}
     pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
-    before = {**saved, **pair}
+    before = {**(saved if isinstance(saved, dict) else {}), **pair}
     now = {**json.loads(wanted["settings"]), "task.seed": config.seed, "policy": config.policy}
     keys = sorted(
         k
         for k in (set(before) | set(now) if whole else pair)
         if not _same(before.get(k), now.get(k))
     )
-    why = settings_change(before, now, keys) if keys else "its settings digest is not this run's"
     if not whole and not keys:
-        why = "its settings do not match their digest (damaged or edited)"
+        raise CheckpointRefusedError(f"{head}: its settings do not match their digest (damaged)")
+    why = settings_change(before, now, keys) or "another digest"
     raise CheckpointRefusedError(
-        f"{head} is another run's: {why} (a checkpoint copied from another run's folder? "
-        "resume a run from its own checkpoint)"
+        f"{head} was written with other settings ({why}); resume with the run's own settings "
+        "(only num-server-rounds may change) from its own checkpoint"
     )
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The state of a run after ``round`` (the last round whose metrics line is written).
-
-    What each field holds: docs/running.md, "What a run writes" (``checkpoint.pt``).
-    """
+    """The state of a run after ``round``; see docs/running.md, "What a run writes"."""
 
     round: int
     model: dict[str, torch.Tensor]
@@ -174,24 +171,17 @@ def _untag(value: Any) -> Any:
     return value
 
 
-#: What each field of a checkpoint file must hold: a test and the words for what it allows.
-_FIELD_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "round": (
-        lambda v: type(v) is int and 1 <= v <= MAX_SERVER_ROUNDS,
-        f"a whole number in [1, {MAX_SERVER_ROUNDS}]",
-    ),
-    "elapsed_s": (
-        lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
-        "seconds >= 0",
-    ),
-}
-_A_DICT = (lambda v: isinstance(v, dict), "a dict")
-
-
 def _checked(name: str, value: Any) -> Any:
-    """``value`` when it passes ``name``'s check; ValueError naming it and what is allowed."""
-    test, allowed = _FIELD_CHECKS.get(name, _A_DICT)
-    if not test(value):
+    """``value`` when it is what field ``name`` holds; ValueError naming it and what is allowed."""
+    if name == "round":
+        ok = type(value) is int and 1 <= value <= MAX_SERVER_ROUNDS
+        allowed = f"a whole number in [1, {MAX_SERVER_ROUNDS}]"
+    elif name == "elapsed_s":
+        ok = type(value) in (int, float) and math.isfinite(value) and value >= 0
+        allowed = "seconds >= 0"
+    else:
+        ok, allowed = isinstance(value, dict), "a dict"
+    if not ok:
         shown = repr(value)[:40] if isinstance(value, int | float | str) else type(value).__name__
         raise ValueError(f"{name} = {shown}, not {allowed}")
     return value
@@ -206,11 +196,9 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
 
 
 def load_checkpoint(result_dir: Path) -> Checkpoint:
-    """Read ``checkpoint.pt`` from ``result_dir`` (``weights_only``: no pickled code runs).
-
-    Raises FileNotFoundError when there is none; ValueError (one line) when it is not a
-    regular file, too large, or not a checkpoint of this app.
-    """
+    """Read ``checkpoint.pt`` (``weights_only``: no pickled code runs); FileNotFoundError when
+    there is none, ValueError (one line) when it is a link, too large or not a checkpoint.
+    """  # noqa: D205
     path = result_dir / CHECKPOINT_FILE
     head = f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE}"
     if not path.exists():
@@ -262,26 +250,6 @@ class ResumePlan:
     finish_only: bool
 
 
-def check_same_settings(result_dir: Path, config: RunConfig) -> None:
-    """Refuse (one line) to resume ``result_dir`` with other settings than its ``config.json``."""
-    path = result_dir / CONFIG_FILE
-    try:
-        before = {**SETTINGS_ADDED_LATER, **flat_settings(read_json_object(path))}
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"run-config key 'resume-from': {path} cannot be read ({err}); the folder cannot "
-            "be resumed"
-        ) from err
-    now = flat_settings(json_ready(config.to_dict()))
-    skip = {"num_server_rounds", *unread_settings(json_ready(config.to_dict()))}
-    if keys := sorted(k for k in set(now) - skip if before.get(k) != now[k]):
-        raise ValueError(
-            f"run-config key 'resume-from': {result_dir} was started with other settings "
-            f"({settings_change(before, now, keys)}); resume with the same run config (only "
-            "num-server-rounds may change)"
-        )
-
-
 def check_resume(config: RunConfig) -> ResumePlan:
     """Check (reading only) that ``config.resume_from`` can go on; one-line errors."""
     folder = Path(config.resume_from)
@@ -291,8 +259,13 @@ def check_resume(config: RunConfig) -> ResumePlan:
     if not folder.is_dir():
         raise ValueError(f"{key} is a file, not a result folder")
     checkpoint = load_checkpoint(folder)
-    check_same_settings(folder, config)
     check_identity(folder, checkpoint.identity, config)
+    try:  # the resume adds to its code entries
+        read_json_object(folder / CONFIG_FILE)
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{key}: {CONFIG_FILE} cannot be read ({err}); it cannot be resumed"
+        ) from err
     lines = read_metrics_lines(folder, checkpoint.round)
     done, wanted = checkpoint.round, config.num_server_rounds
     status = read_status(folder)
@@ -316,11 +289,9 @@ class ClaimedRun:
 
 
 def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
-    """Lock the run's folder (created for a new run) and check it under the lock.
-
-    ``writer``: take the writer lock too (the ServerApp), and remove the temporary files a
-    killed writer left; ``fresh_name``: a default name, suffixed when taken.
-    """
+    """Lock the run's folder (created for a new run) and check it under the lock; ``writer``:
+    the ServerApp's, which removes the temporary files a killed writer left.
+    """  # noqa: D205
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
     claim = claim_folder(
         Path(config.result_dir), key, create=not config.resume_from, writer=writer,

@@ -1,8 +1,5 @@
-"""The run config, read once into a frozen :class:`RunConfig` (keys: :mod:`fedcgd_task.schema`).
-
-``policy-params`` and ``aggregator-params`` travel as TOML inline tables in strings (Flower's
-run config holds declared keys only); ``<table>.<name>`` keys are folded in.
-"""
+"""The run config, read once into a frozen :class:`RunConfig` (keys: :mod:`fedcgd_task.schema`);
+``policy-params`` / ``aggregator-params`` are TOML inline tables in strings."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -143,25 +140,11 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def _cell_config(run_config: Mapping[str, Any], num_devices: int, model: str) -> CellConfig:
-    """The cell of the ``channel.*`` keys (path loss: ``channel.model``'s, else the paper's)."""
-    pathloss = model if model in PATHLOSS_MODELS else PATHLOSS_MODELS[0]
-    try:
-        return CellConfig(
-            num_devices=num_devices, pathloss_model=pathloss, **read_part(run_config, "cell")
-        )
-    except ValueError as err:  # a check of two fields: name the key of the first
-        field = re.match(r"CellConfig\.(\w+)", str(err))
-        where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
-        raise ValueError(f"run-config key {where}: {err}") from err
-
-
 CHANNEL_KEY = "channel.model"
 
 
 def channel_class(value: str) -> type:
-    """Your channel class ``channel.model`` names, with ``draw_round`` and a constructor that
-    :func:`channel_values` can call (ValueError: one line)."""  # noqa: D205, D209
+    """Your channel class ``channel.model`` names, checked (ValueError: one line)."""
     found = import_object(value, CHANNEL_KEY)
     where = f"run-config key {CHANNEL_KEY!r} = {value!r}"
     if not (isinstance(found, type) and callable(getattr(found, "draw_round", None))):
@@ -193,9 +176,8 @@ MAX_NAME_CHARS = 100
 
 
 def run_folder_name(run_config: Mapping[str, Any]) -> str:
-    """What tells a run apart, for its default folder: ``bc_FedAdam_channel=tr38901_local-steps=5``
-    (the settings that differ from their defaults; a name longer than :data:`MAX_NAME_CHARS` is
-    cut and ends in a digest of the whole)."""  # noqa: D205, D209
+    """A run's default folder name, e.g. ``bc_FedAdam_channel=tr38901_local-steps=5`` (settings
+    not at their defaults; cut at :data:`MAX_NAME_CHARS`, ending in a digest)."""  # noqa: D205, D209
     parts = [str(run_config.get(k) or "").rsplit(":", 1)[-1] for k in ("policy", "aggregator")]
     channel = str(run_config.get(CHANNEL_KEY, DEFAULTS[CHANNEL_KEY]))
     if channel != DEFAULTS[CHANNEL_KEY]:
@@ -219,17 +201,13 @@ def timestamped_result_dir(parent: str | Path, run_config: Mapping[str, Any]) ->
 
 
 def with_canonical_policy(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """``run_config`` with ``policy`` as a built-in's name (``BC (best channel)``: ``bc``)."""
+    """``run_config`` with ``policy`` as a built-in's name (``BC`` -> ``bc``)."""
     policy = run_config.get("policy")
     return {**run_config, "policy": canonical_policy(policy)} if policy else dict(run_config)
 
 
 def check_components(config: RunConfig) -> None:
-    """Check ``policy-params`` against the policy's constructor and build the aggregator once.
-
-    Before a run starts: by the commands (:func:`experiments.run.run_config.validated_run_config`)
-    and by the ServerApp under a bare ``flwr run``. Raises ValueError (one line) naming the key.
-    """
+    """Check ``policy-params`` against the policy and build the aggregator once (ValueError)."""
     from fedcgd_strategy.flower.aggregators import make_aggregator
     from fedcgd_strategy.policies.registry import policy_param_arguments
 
@@ -238,11 +216,7 @@ def check_components(config: RunConfig) -> None:
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
-    """Read and validate the whole run config (``context.run_config``: flat, kebab-case keys).
-
-    Builds nothing (the policy's and the aggregator's parameters: :func:`check_components`).
-    Raises ValueError naming the key, the bad value and what is allowed.
-    """
+    """Read and check the flat run config (ValueError naming key, value and what is allowed)."""
     run_config = with_canonical_policy(run_config)
     task = TaskSettings.from_run_config(run_config)
     values = read_part(run_config, "")  # the tables as strings, the protocol unresolved
@@ -276,9 +250,13 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         values["result_dir"] = resume_from
     elif result_dir == "":
         values["result_dir"] = str(timestamped_result_dir(SERVER_RESULTS_DIR, run_config))
-    return RunConfig(
-        task=task,
-        training=TrainingSettings(**read_part(run_config, "training")),
-        cell=_cell_config(run_config, task.num_devices, model),
-        **values,
-    )
+    training = TrainingSettings(**read_part(run_config, "training"))
+    pathloss = model if model in PATHLOSS_MODELS else PATHLOSS_MODELS[0]  # your channel: paper's
+    cell_values = {"num_devices": task.num_devices, **read_part(run_config, "cell")}
+    try:
+        cell = CellConfig(pathloss_model=pathloss, **cell_values)
+    except ValueError as err:  # a check of two fields: name the key of the first
+        field = re.match(r"CellConfig\.(\w+)", str(err))
+        where = f"'channel.{field.group(1).replace('_', '-')}'" if field else "channel.*"
+        raise ValueError(f"run-config key {where}: {err}") from err
+    return RunConfig(task=task, training=training, cell=cell, **values)

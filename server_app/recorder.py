@@ -1,16 +1,10 @@
-"""The end of each round: evaluate when due, write the round's line, status and checkpoint, print.
-
-:class:`RoundRecorder` is Flower's ``evaluate_fn``. When a checkpoint is due, the line and status
-are synced first, so a checkpoint's round always has its line. Each line also goes to the run's
-TensorBoard events (:class:`RoundEvents`).
-"""
+"""The end of each round (``evaluate_fn``): evaluation, line, status, events, checkpoint, print."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord
@@ -35,22 +29,14 @@ from server_app.setup import RunSetup
 
 #: TensorBoard tag -> field of the round's metrics line (docs/running.md, "What a run writes").
 SCALARS: dict[str, str] = {
-    "accuracy": "accuracy",
-    "loss": "loss",
-    "devices/available": "num_available",
-    "devices/scheduled": "num_scheduled",
-    "devices/uploaded": "num_uploaded",
-    "devices/lost": "devices_lost",
-    "schedule/wemd": "wemd",
-    "schedule/sampling_term": "sampling_term",
-    "schedule/objective": "objective",
-    "schedule/bandwidth_used_hz": "bandwidth_used_hz",
-    "estimates/sigma": "sigma",
-    "estimates/class_gradient": "class_gradient_used",
-    "dp/clipping_norm": "dp_clipping_norm",
+    "accuracy": "accuracy", "loss": "loss", "devices/available": "num_available",
+    "devices/scheduled": "num_scheduled", "devices/uploaded": "num_uploaded",
+    "devices/lost": "devices_lost", "schedule/wemd": "wemd",
+    "schedule/sampling_term": "sampling_term", "schedule/objective": "objective",
+    "schedule/bandwidth_used_hz": "bandwidth_used_hz", "estimates/sigma": "sigma",
+    "estimates/class_gradient": "class_gradient_used", "dp/clipping_norm": "dp_clipping_norm",
     "dp/noise_std": "dp_noise_std",
-}
-
+}  # fmt: skip
 
 #: Settings every run's hparams name, whatever their value (run-config keys).
 ALWAYS: tuple[str, ...] = ("policy", "aggregator", "seed")
@@ -61,12 +47,9 @@ HParam = bool | int | float | str
 
 
 def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, HParam]:
-    """A run's settings for TensorBoard's HParams view, by run-config key.
-
-    :data:`ALWAYS`, every setting that changes what a run computes and differs from its
-    default, and each ``policy-params.<name>`` / ``aggregator-params.<name>``; other values as
-    text.
-    """
+    """A run's settings for TensorBoard's HParams view, by run-config key: :data:`ALWAYS`, the
+    settings that change what a run computes and differ from their defaults, and each
+    ``policy-params.<name>`` / ``aggregator-params.<name>``; other values as text."""  # noqa: D205, D209
     run, default = flat_settings(recorded), flat_settings(defaults)
     wanted: dict[str, Any] = {}
     for setting in SETTINGS:
@@ -79,46 +62,6 @@ def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
         ):
             wanted[setting.key] = run[name]
     return {k: v if isinstance(v, HParam) else str(v) for k, v in wanted.items()}
-
-
-class RoundEvents:
-    """The TensorBoard event file of one run in its ``folder``: one file, each round once.
-
-    ``kept``: when resuming, the lines kept from the stopped part, written again into this file
-    before the stopped part's event files are removed. ``settings`` go to the HParams view.
-    """
-
-    def __init__(
-        self,
-        folder: Path,
-        kept: Sequence[Mapping[str, Any]] = (),
-        settings: Mapping[str, HParam] | None = None,
-    ) -> None:
-        stale = list(folder.glob("events.out.tfevents.*"))  # a stopped part's (or none)
-        self._writer = SummaryWriter(log_dir=str(folder))
-        if settings:
-            metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
-            file_writer = self._writer._get_file_writer()  # the run's own event file
-            for summary in hparams(dict(settings), metrics):
-                file_writer.add_summary(summary, 0)
-        for line in kept:
-            self.add(line)
-        self._writer.flush()
-        for path in stale:  # after the kept rounds are in this file: a crash loses nothing
-            path.unlink(missing_ok=True)
-
-    def add(self, line: Mapping[str, Any]) -> None:
-        """Write the finite numbers of a round's metrics line as scalars at its round."""
-        for tag, field in SCALARS.items():
-            value = line.get(field)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                if math.isfinite(value):
-                    self._writer.add_scalar(tag, value, int(line["round"]))
-        self._writer.flush()
-
-    def close(self) -> None:
-        """Flush and close the event file."""
-        self._writer.close()
 
 
 def evaluation_due(server_round: int, num_rounds: int, eval_every: int) -> bool:
@@ -136,7 +79,24 @@ class RoundRecorder:
         self._record: RoundRecord | None = None
         defaults = parse_run_config(default_run_config()).to_dict()
         settings = run_hparams(setup.config.to_dict(), defaults)
-        self.events = RoundEvents(writer.dir, writer.lines if setup.round_offset else (), settings)
+        stale = list(writer.dir.glob("events.out.tfevents.*"))  # a stopped part's (or none)
+        self.events = SummaryWriter(log_dir=str(writer.dir))
+        metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
+        for summary in hparams(dict(settings), metrics):
+            self.events._get_file_writer().add_summary(summary, 0)  # the run's own event file
+        for line in writer.lines if setup.round_offset else ():  # resuming: the kept rounds
+            self._add_scalars(line)
+        for path in stale:  # after the kept rounds are in this file: a crash loses nothing
+            path.unlink(missing_ok=True)
+
+    def _add_scalars(self, line: Mapping[str, Any]) -> None:
+        """Write the finite numbers of a round's metrics line as TensorBoard scalars."""
+        for tag, field in SCALARS.items():
+            value = line.get(field)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if math.isfinite(value):
+                    self.events.add_scalar(tag, value, int(line["round"]))
+        self.events.flush()
 
     def add_record(self, record: RoundRecord) -> None:
         """Keep the record of the round just aggregated (the strategy's ``on_record``)."""
@@ -165,42 +125,24 @@ class RoundRecorder:
         record, self._record = self._record, None  # the record of this round, taken
         if record is None or record.round != server_round:
             raise RuntimeError(f"round {server_round}: the strategy recorded no round")
+        writer, num_rounds = self.writer, config.num_server_rounds
         with held():  # a stop comes after the round's files and its line: they agree
-            line = self._write_round(server_round, metrics, eval_s, record, arrays)
-            self.say(
-                self.writer.progress(
-                    server_round,
-                    line["accuracy"],
-                    record.num_scheduled,
-                    record.num_available,
-                    discovery_s=record.discovery_s,
+            line: dict[str, Any] = {"round": server_round, "accuracy": metrics.get("accuracy")}
+            line |= {"loss": metrics.get("loss"), "eval_s": eval_s}
+            line |= {"wall_time_s": writer.elapsed_s(), **record.to_dict()}
+            writer.append_round(line)
+            self._add_scalars(line)
+            status = RunStatus(RUNNING, server_round, num_rounds, **lost_counts(writer.lines))
+            write_status(writer.dir, status, durable=False)
+            every = config.checkpoint_every  # 0: never; else every-th and the last round
+            if every > 0 and (server_round % every == 0 or server_round == num_rounds):
+                sync_run_files(writer.dir)  # the line and status first: a checkpoint has its line
+                model = arrays.to_torch_state_dict()
+                save_checkpoint(
+                    writer.dir, self.setup.checkpoint(server_round, model, writer.elapsed_s())
                 )
-            )
+            self.say(
+                writer.progress(server_round, line["accuracy"], record.num_scheduled,
+                                record.num_available, discovery_s=record.discovery_s)
+            )  # fmt: skip
         return MetricRecord(metrics) if metrics else None
-
-    def _write_round(
-        self,
-        server_round: int,
-        metrics: dict[str, Any],
-        eval_s: float,
-        record: RoundRecord,
-        arrays: ArrayRecord,
-    ) -> dict[str, Any]:
-        """Write the round's line, the status and (when due, after a sync) the checkpoint."""
-        writer, num_rounds = self.writer, self.setup.config.num_server_rounds
-        line: dict[str, Any] = {"round": server_round, "accuracy": metrics.get("accuracy")}
-        line |= {"loss": metrics.get("loss"), "eval_s": eval_s, "wall_time_s": writer.elapsed_s()}
-        line.update(record.to_dict())
-        writer.append_round(line)
-        self.events.add(line)
-        lost = lost_counts(writer.lines)
-        status = RunStatus(RUNNING, server_round, num_rounds, **lost)
-        write_status(writer.dir, status, durable=False)
-        every = self.setup.config.checkpoint_every  # 0: never; else every-th and the last round
-        if every > 0 and (server_round % every == 0 or server_round == num_rounds):
-            sync_run_files(writer.dir)
-            state = self.setup.checkpoint(
-                server_round, arrays.to_torch_state_dict(), writer.elapsed_s()
-            )
-            save_checkpoint(writer.dir, state)
-        return line

@@ -24,7 +24,6 @@ from fedcgd_strategy.flower.aggregators import (
     aggregator_state,
     load_aggregator_state,
     make_aggregator,
-    resolved_aggregator,
 )
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import Policy, policy_call
@@ -69,11 +68,6 @@ class RunSetup:
     aggregator: Strategy | None = None
 
     @property
-    def num_classes(self) -> int:
-        """C, the classes of the data set."""
-        return self.train_set.num_classes
-
-    @property
     def round_offset(self) -> int:
         """Rounds done before this run started (0 for a new run)."""
         return 0 if self.resume is None else self.resume.round
@@ -87,7 +81,7 @@ class RunSetup:
             model_bits=self.model_bits,
             total_bandwidth_hz=config.cell.total_bandwidth_hz,
             num_devices=config.task.num_devices,
-            num_classes=self.num_classes,
+            num_classes=self.train_set.num_classes,
             target_dist=self.target if config.target_dist == "global" else None,
             rng=self.policy_rng,
             protocol=config.protocol,
@@ -169,28 +163,27 @@ def build_setup(
     model_bits = config.model_bits or num_params * BITS_PER_PARAM  # channel.model-bits = 0
     target = np.bincount(train_set.labels, minlength=num_classes) / len(train_set)
     context = config.policy_context(num_classes)
+    policy_arguments = resolved_policy_arguments(config.policy, context, config.policy_params)
+    aggregator, aggregator_resolved = make_aggregator(
+        config.aggregator, config.aggregator_params, config.task.num_devices
+    )
     resolved = config.to_dict() | {
         "num_parameters": num_params,
         "model_bits_used": model_bits,
         "num_classes": num_classes,
         "target_dist_global": target.tolist(),
         "policy_uses_budget": bool(policy_class(config.policy).uses_budget),
-        "policy_resolved": resolved_policy_arguments(config.policy, context, config.policy_params),
-        "aggregator_resolved": resolved_aggregator(
-            config.aggregator, config.aggregator_params, config.task.num_devices
-        ),
+        "policy_resolved": policy_arguments,
+        "aggregator_resolved": aggregator_resolved,
     }
     if on_settings is not None:
         on_settings(resolved)
         for line in replaced_defaults(config.policy, context):
             log(WARNING, line)  # a new run says it once; a resume has said it
 
-    policy = make_policy(config.policy, context, config.policy_params)
+    policy = make_policy(config.policy, context, resolved=policy_arguments)
     cell_rng, policy_rng = np.random.default_rng(cell_seed), np.random.default_rng(policy_seed)
     cell = build_uplink(config, cell_rng, first_round=0 if resume is None else resume.round)
-    aggregator = make_aggregator(
-        config.aggregator, config.aggregator_params, config.task.num_devices
-    )
     if resume is not None:
         restore(config, resume, model, policy, aggregator, (cell_rng, policy_rng))
     counts = [

@@ -1,23 +1,10 @@
 """Scheduling × aggregation under a sign-flip attack (docs/aggregation.md).
 
-A test-harness command, not part of the app: the attack lives in :mod:`misbehaving` (fault
-``"sign-flip-x5"``: the first ``k`` partitions upload w + (−5)(w_v − w) with their true update
-norm, which passes the ×10 median norm screen). For every policy × aggregator × number of
-attackers × seed it runs the real ServerApp and ClientApp in this process (the in-process
-engine's grid) and writes
-
-* ``runs.csv``: one row per run (final and best accuracy, rounds to the target, rounds whose
-  model was kept, rounds in which an attacker's upload reached the aggregator and the model
-  changed);
-* ``table.csv``: per (policy, aggregator, attackers) the mean and 95 % confidence half-width
-  over the seeds (:func:`experiments.analysis.statistics.mean_ci95`);
-* ``attack.png``: final accuracy per aggregator, one panel per policy, one bar per number of
-  attackers (mean ± 95 % CI).
-
-Finished runs (``status.json`` completed) are read back, so an interrupted sweep goes on
-where it stopped. Usage (from the project root)::
-
-    .venv/bin/python tests/attack_sweep.py --seeds 0,1,2,3,4 --out results/attack
+A test-harness command, not part of the app: the first ``k`` partitions upload with the fault
+``"sign-flip-x5"`` of :mod:`misbehaving`. Every policy × aggregator × attackers × seed runs the
+real ServerApp and ClientApp in this process; it writes ``runs.csv``, ``table.csv`` (mean and 95 %
+half-width over the seeds) and ``attack.png``. Completed runs are read back, so an interrupted
+sweep goes on. Usage: ``.venv/bin/python tests/attack_sweep.py --seeds 0,1,2,3,4 --out DIR``
 """
 
 from __future__ import annotations
@@ -72,8 +59,8 @@ POLICIES = ("fedcgd-fscd", "bc", "all")
 ATTACKERS = (0, 1, 3)
 FAULT = "sign-flip-x5"
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "kept_rounds", "attacker_rounds")
-RUN_COLUMNS = ("policy", "aggregator", "attackers", "seed", *METRICS, "mean_scheduled")
-RUN_COLUMNS += ("result_dir",)
+KEYS = ("policy", "aggregator", "attackers")
+RUN_COLUMNS = (*KEYS, "seed", *METRICS, "mean_scheduled", "result_dir")
 
 
 def run_config(
@@ -106,7 +93,7 @@ def run_row(
     changed = [x for x in lines if not x.get("model_kept")]
     return {
         **summarise(result_dir, target, seed),
-        **{"policy": policy, "aggregator": aggregator, "attackers": attackers},
+        **dict(zip(KEYS, (policy, aggregator, attackers), strict=True)),
         "kept_rounds": len(lines) - len(changed),
         "attacker_rounds": sum(
             any(v < attackers for v in x.get("uploaded") or []) for x in changed
@@ -116,27 +103,22 @@ def run_row(
 
 def table(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Mean and 95 % CI half-width over the seeds per (policy, aggregator, attackers)."""
-    groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for run in runs:
-        groups.setdefault((run["policy"], run["aggregator"], run["attackers"]), []).append(run)
+        groups.setdefault(tuple(run[k] for k in KEYS), []).append(run)
     rows = []
-    for (policy, aggregator, attackers), members in groups.items():
-        row: dict[str, Any] = {"policy": policy, "aggregator": aggregator, "attackers": attackers}
-        row["n_seeds"] = len(members)
+    for key, members in groups.items():
+        row: dict[str, Any] = {**dict(zip(KEYS, key, strict=True)), "n_seeds": len(members)}
         row["reached_target"] = sum(m["rounds_to_target"] is not None for m in members)
         for metric in METRICS:
-            mean, half = mean_ci95([m[metric] for m in members])
-            row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean, half
+            row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean_ci95(m[metric] for m in members)
         rows.append(row)
     return rows
 
 
 def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     """Final accuracy per aggregator, one panel per policy, one bar per attacker count."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from experiments.analysis.plot_runs import plt, save_figure
 
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     aggregators = list(dict.fromkeys(r["aggregator"] for r in rows))
@@ -160,8 +142,7 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     axes[0].set_ylabel("final test accuracy")
     axes[0].legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -82,77 +83,46 @@ def sigma_rel_tol(mean_sq_norm: float, sigma_sq: float) -> float:
     return REL64 * (1 + mean_sq_norm / sigma_sq)
 
 
-class BatchCentred(nn.Module):
-    """An MLP whose hidden layer subtracts its batch mean (no parameters: still two Linear layers
-    for the one-pass σ̂, while a sample's output depends on the batch)."""
+class Mixes(nn.Module):
+    """An MLP whose hidden layer mixes the samples of a batch when ``mixes(h)``: ``how`` "centre"
+    subtracts its batch mean, "roll" adds 1e-3 of the next sample's (no parameters: still two
+    Linear layers for the one-pass σ̂). A check on a few samples, without gradients or on a
+    float64 copy may pass where a cohort's batch mixes."""
 
-    def __init__(self, features: int, num_classes: int) -> None:
+    def __init__(
+        self, features: int, num_classes: int, mixes: Callable[[torch.Tensor], bool], how: str
+    ) -> None:
         super().__init__()
         self.hidden = nn.Linear(features, 16)
         self.out = nn.Linear(16, num_classes)
+        self.mixes, self.how = mixes, how
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.hidden(x.flatten(1)))
-        return self.out(h - h.mean(dim=0))
-
-
-class MixesAbove(nn.Module):
-    """An MLP that mixes the samples of a batch only when it holds more than ``above`` of them.
-
-    ``how`` "centre" subtracts the hidden layer's batch mean, "roll" adds 1e-3 of the next
-    sample's hidden layer: a check on a few samples passes, a cohort's larger batch mixes.
-    """
-
-    def __init__(self, features: int, num_classes: int, above: int, how: str) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(features, 16)
-        self.out = nn.Linear(16, num_classes)
-        self.above, self.how = above, how
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.tanh(self.hidden(x.flatten(1)))
-        if h.shape[0] > self.above:
+        if self.mixes(h):
             h = h - h.mean(dim=0) if self.how == "centre" else h + 1e-3 * h.roll(1, dims=0)
         return self.out(h)
 
 
 def centred_above_8(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
-    """:class:`MixesAbove` centring batches of more than 8 samples, in float64."""
-    return Float64(MixesAbove(math.prod(input_shape), num_classes, 8, "centre"))
+    """Centring batches of more than 8 samples, in float64."""
+    return Float64(Mixes(math.prod(input_shape), num_classes, lambda h: h.shape[0] > 8, "centre"))
 
 
 def rolled_above_16(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
-    """:class:`MixesAbove` rolling batches of more than 16 samples, in float64."""
-    return Float64(MixesAbove(math.prod(input_shape), num_classes, 16, "roll"))
-
-
-class MixesWhen(nn.Module):
-    """An MLP that subtracts its hidden layer's batch mean only under autograd, or in float32.
-
-    ``when`` "autograd" or "float32": a check without gradients, or on a float64 copy, passes.
-    """
-
-    def __init__(self, features: int, num_classes: int, when: str) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(features, 16)
-        self.out = nn.Linear(16, num_classes)
-        self.when = when
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.tanh(self.hidden(x.flatten(1)))
-        if torch.is_grad_enabled() if self.when == "autograd" else h.dtype == torch.float32:
-            h = h - h.mean(dim=0)
-        return self.out(h)
+    """Rolling batches of more than 16 samples, in float64."""
+    return Float64(Mixes(math.prod(input_shape), num_classes, lambda h: h.shape[0] > 16, "roll"))
 
 
 def centred_under_autograd(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
-    """:class:`MixesWhen` centring under autograd only, in float64."""
-    return Float64(MixesWhen(math.prod(input_shape), num_classes, "autograd"))
+    """Centring under autograd only, in float64."""
+    mixes = lambda h: torch.is_grad_enabled()  # noqa: E731
+    return Float64(Mixes(math.prod(input_shape), num_classes, mixes, "centre"))
 
 
 def centred_in_float32(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
-    """:class:`MixesWhen` centring in float32 only (a float32 model)."""
-    return MixesWhen(math.prod(input_shape), num_classes, "float32")
+    """Centring in float32 only (a float32 model)."""
+    return Mixes(math.prod(input_shape), num_classes, lambda h: h.dtype == torch.float32, "centre")
 
 
 class Float64(nn.Module):
@@ -181,5 +151,5 @@ def cnn1d_float64(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
 
 
 def batch_centred_mlp(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
-    """:class:`BatchCentred` in float64 (run config ``model = "layer_cases:batch_centred_mlp"``)."""
-    return Float64(BatchCentred(math.prod(input_shape), num_classes))
+    """Centring every batch, in float64 (run config ``model = "layer_cases:batch_centred_mlp"``)."""
+    return Float64(Mixes(math.prod(input_shape), num_classes, lambda h: True, "centre"))

@@ -22,7 +22,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcgd_strategy.validation import update_norm
+from fedcgd_strategy.flower.replies import update_norm
 from fedcgd_task import keys
 
 Handler = Callable[[Message, Context], Message]

@@ -244,7 +244,7 @@ def test_too_few_uploads_keep_the_model_and_say_so(tmp_path):
 
 
 def test_a_refused_aggregate_leaves_the_aggregators_state_as_it_was():
-    aggregator = make_aggregator("FedAvgM", {"server-momentum": 0.9}, 3)
+    aggregator = make_aggregator("FedAvgM", {"server-momentum": 0.9}, 3)[0]
     assert aggregator is not None
     reference, models = synthetic_uploads(3)
     first, reason = aggregate_uploads(aggregator, 1, models, [1, 1, 1], reference)
@@ -262,7 +262,7 @@ def test_a_refused_aggregate_leaves_the_aggregators_state_as_it_was():
 def test_a_failed_round_after_an_overflowed_state_costs_the_round_not_the_run():
     # FedAdam's v_t overflows to inf on finite float32 uploads (a diverging run); a later
     # failed round puts that state back as it was instead of refusing it as a checkpoint's.
-    aggregator = make_aggregator("FedAdam", {}, 4)
+    aggregator = make_aggregator("FedAdam", {}, 4)[0]
     reference = {"w": np.zeros((3, 2), np.float32)}
     huge = [{"w": np.full((3, 2), 2e19, np.float32)}] * 4
     first, _ = aggregate_uploads(aggregator, 1, huge, [10] * 4, reference)

@@ -91,7 +91,7 @@ def test_the_launcher_refuses_a_certificates_folder_with_a_link_before_the_start
     def started(*args, **kwargs):
         raise AssertionError("the run started")
 
-    monkeypatch.setattr(launcher, "launch_run", started)
+    monkeypatch.setattr(launcher, "run_flwr", started)
     out = tmp_path / "certs"
     out.mkdir()
     (out / "ca.crt").symlink_to(tmp_path / "elsewhere.crt")

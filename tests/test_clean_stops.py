@@ -178,21 +178,6 @@ def test_outside_the_main_thread_nothing_is_held(tmp_path):
     assert seen == [before]
 
 
-def test_a_stop_is_told_by_its_mark_class_alone():
-    from fedcgd_strategy.errors import StopsRun
-    from server_app.run_folder.signals import Interrupted, stops_the_run
-
-    class MarkedError(StopsRun, Exception):
-        pass
-
-    class LookalikeError(Exception):  # an attribute is no mark
-        stops_run = True
-
-    assert stops_the_run(MarkedError("stopped")) and stops_the_run(Interrupted(signal.SIGTERM))
-    assert stops_the_run(KeyboardInterrupt())
-    assert not stops_the_run(LookalikeError("failed")) and not stops_the_run(RuntimeError("failed"))
-
-
 def test_a_running_status_becomes_stopped_and_no_other_changes(tmp_path: Path) -> None:
     from server_app.run_folder.run_status import (
         COMPLETED,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,27 +124,3 @@ def test_train_repeats_stats_updates_model_deterministically_and_by_round() -> N
 def test_num_partitions_must_match_num_devices() -> None:
     with pytest.raises(ValueError, match="num-partitions"):
         client.app(message(keys.QUERY_STATS), context(num_partitions=5))
-
-
-def test_cifar10_cnn_end_to_end_on_fake_files(tmp_path: Path) -> None:
-    # A 20-image fake CIFAR-10 folder, V = 2 devices with 2 shards each: 4 shards of
-    # 20 / 4 = 5 images, so each device holds 10 images.
-    from test_client_datasets import write_fake_cifar10
-
-    write_fake_cifar10(tmp_path)
-    run_config = {
-        **RUN_CONFIG,
-        "dataset": "cifar10",
-        "data-dir": str(tmp_path),
-        "num-devices": 2,
-        "partition": "shards",
-    }
-    ctx = client.node_context(run_config, 0, 2, node_id=7)
-    state = build_model("cnn", 10, (3, 32, 32), seed=3).state_dict()
-    config = {keys.SERVER_ROUND: 1, "local-steps": 2, "learning-rate": 0.1, "batch-size": 4}
-    content = RecordDict({keys.ARRAYS: ArrayRecord(state), keys.CONFIG: ConfigRecord(config)})
-    reply = client.app(Message(content, dst_node_id=7, message_type="train"), ctx)
-    m = metrics_of(reply)
-    assert m[keys.NUM_EXAMPLES] == 10 and sum(m[keys.LABEL_HIST]) == 8
-    new_state = reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
-    assert set(new_state) == set(state) and m[keys.UPDATE_NORM] > 0

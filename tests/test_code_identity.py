@@ -35,11 +35,9 @@ def test_the_digest_is_sha256_of_paths_bytes_and_versions_in_order(tmp_path: Pat
         b"pkg/a.py\0x = 1\n\0pkg/sub/b.py\0y = 2\n\0numpy=2.0.0\ntorch=2.1.0\n"
     ).hexdigest()[:16]
     assert source_digest(tmp_path, ["pkg"], VERSIONS) == by_hand
-
-
-def test_this_checkouts_identity_covers_the_computing_packages() -> None:
-    root = Path(__file__).resolve().parents[1]
+    # this checkout's identity: the computing packages and the libraries' versions
     identity = code_identity()
+    root = Path(__file__).resolve().parents[1]
     assert identity["digest"] == source_digest(root, COMPUTING_PACKAGES, identity["versions"])
     assert set(identity["versions"]) == {"numpy", "scipy", "torch", "flwr", "python"}
     assert {"channel", "client_app", "fedcgd_strategy", "fedcgd_task", "server_app"} == set(

@@ -21,8 +21,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from layer_cases import REL64
 from misbehaving import misbehaving
 
-from client_app import cohort, cohort_training
-from client_app import cohort_training as mixing
+from client_app import cohort, device_round
 from client_app.app import make_app
 from client_app.cohort import Cohorts
 from experiments.run.inprocess import run_inprocess
@@ -218,12 +217,12 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
 
 def test_dropout_and_batch_normalisation_train_per_device(caplog) -> None:
     model = build_model("cnn", 10, (3, 32, 32))
-    assert cohort_training.training_blockers(model) == [
+    assert device_round.training_blockers(model) == [
         "dropout masks come from each device's own seeded stream"
     ]
-    assert cohort_training.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
+    assert device_round.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
     bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
-    assert "batch normalisation" in cohort_training.training_blockers(bn)[0]
+    assert "batch normalisation" in device_round.training_blockers(bn)[0]
     engine = Cohorts()
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         engine._log_once("cnn", "train", "dropout")
@@ -239,7 +238,7 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
     )
     alone = replies(run_config, "train", cohorts=None, model=CNN1D, tau=2)
     whole = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
-    monkeypatch.setattr(cohort_training, "TRAIN_CHUNK_MAX_DEVICES", 2)
+    monkeypatch.setattr(device_round, "TRAIN_CHUNK_MAX_DEVICES", 2)
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
     chunked = {
         t: replies(run_config, "train", cohorts=Cohorts(threads=t), model=CNN1D, tau=2)
@@ -359,54 +358,25 @@ def batched_passes(monkeypatch) -> list[int]:
     return passes
 
 
-def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so_once(
-    tmp_path: Path, monkeypatch, caplog
-) -> None:
-    # BatchCentred subtracts the batch mean of a hidden layer: one batched pass over several
-    # devices would let each device's sigma-hat see the others' samples (1 % to 5 % off here).
-    passes = batched_passes(monkeypatch)
-    together = Cohorts()  # one engine: it says so once
-    run_config = validated_run_config(
-        {"model": CENTRED, "num-devices": 7, "data-dir": str(tmp_path / "data")}
-    )
-    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        for kind in (keys.QUERY_STATS, "train", keys.QUERY_STATS):
-            alone = replies(run_config, kind, cohorts=None, model=CENTRED, tau=2)
-            batched = replies(run_config, kind, cohorts=together, model=CENTRED, tau=2)
-            for a, b in zip(alone, batched, strict=True):
-                ma, mb = (
-                    a.content.metric_records[keys.METRICS],
-                    b.content.metric_records[keys.METRICS],
-                )
-                assert mb[keys.SIGMA] == ma[keys.SIGMA]  # the per-device function itself
-                assert mb[keys.LABEL_HIST] == ma[keys.LABEL_HIST]
-                if kind == "train":  # vmap gives each device its own batch: batched training
-                    wa = a.content.array_records[keys.ARRAYS].to_torch_state_dict()
-                    wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
-                    for name in wa:
-                        torch.testing.assert_close(wb[name], wa[name], rtol=REL, atol=0.0)
-    assert passes == []
-    said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
-    assert len(said) == 1 and "\n" not in said[0]
-    assert f"sigma-hat of model '{CENTRED}' computed one device at a time" in said[0]
-
-
 @pytest.mark.parametrize(
     "model",
     [
+        CENTRED,
         "layer_cases:centred_above_8",
         "layer_cases:rolled_above_16",
         "layer_cases:centred_under_autograd",
         "layer_cases:centred_in_float32",
     ],
 )
-def test_a_model_that_mixes_only_some_batches_is_checked_as_the_cohort_computes(
+def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     tmp_path: Path, model: str, monkeypatch, caplog
 ) -> None:
-    # b = 4: a device's batch, and two devices' (the check's batch before), never mix; the
-    # cohort's batch of 7 x 4 samples does (sigma-hat was 0.9 % and 2e-4 off, no log line).
-    # The last two mix only as the batched pass computes: under autograd, in float32 (the
-    # check ran without gradients on a float64 copy: sigma-hat 1.2-1.6 % off, no log line).
+    # CENTRED subtracts the batch mean of a hidden layer: one batched pass over several devices
+    # would let each device's sigma-hat see the others' samples (1 % to 5 % off). The others
+    # mix only some batches: b = 4 and two devices' batch (the check's batch before) never
+    # mix, the cohort's 7 x 4 samples do (sigma-hat was 0.9 % and 2e-4 off, no log line); the
+    # last two mix only as the batched pass computes: under autograd, in float32 (the check
+    # ran without gradients on a float64 copy: sigma-hat 1.2-1.6 % off, no log line).
     passes = batched_passes(monkeypatch)
     run_config = validated_run_config(
         {"model": model, "num-devices": 7, "batch-size": 4, "data-dir": str(tmp_path / "data")}
@@ -419,6 +389,34 @@ def test_a_model_that_mixes_only_some_batches_is_checked_as_the_cohort_computes(
     assert passes == []
     said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
     assert len(said) == 1 and f"sigma-hat of model '{model}' computed one device" in said[0]
+
+
+def test_one_engine_says_once_that_a_model_mixes_the_batch_and_trains_it_batched(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    # three deliveries to one engine: one log line; vmap gives each device its own batch, so
+    # training stays batched and equals the per-device path
+    passes = batched_passes(monkeypatch)
+    together = Cohorts()
+    run_config = validated_run_config(
+        {"model": CENTRED, "num-devices": 7, "data-dir": str(tmp_path / "data")}
+    )
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        for kind in (keys.QUERY_STATS, "train", keys.QUERY_STATS):
+            alone = replies(run_config, kind, cohorts=None, model=CENTRED, tau=2)
+            batched = replies(run_config, kind, cohorts=together, model=CENTRED, tau=2)
+            for a, b in zip(alone, batched, strict=True):
+                ma = a.content.metric_records[keys.METRICS]
+                mb = b.content.metric_records[keys.METRICS]
+                assert mb[keys.SIGMA] == ma[keys.SIGMA]
+                if kind == "train":
+                    wa = a.content.array_records[keys.ARRAYS].to_torch_state_dict()
+                    wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
+                    for name in wa:
+                        torch.testing.assert_close(wb[name], wa[name], rtol=REL, atol=0.0)
+    assert passes == []
+    said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0]
 
 
 def test_a_whole_run_of_a_model_that_mixes_the_batch_equals_the_per_device_run(
@@ -437,24 +435,17 @@ def bn_model() -> torch.nn.Module:
 
 
 @pytest.mark.parametrize(
-    ("build", "shape", "mixes"),
+    ("build", "shape"),
     [
-        (lambda: build_model("mlp", 10, (1, 8, 8)), (1, 8, 8), False),
-        (lambda: build_model("cnn1d", 10, (1, 40)), (1, 40), False),
-        (lambda: build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16), False),  # GroupNorm
-        (bn_model, (1, 8, 8), False),  # BatchNorm in eval mode: its running statistics
-        (lambda: build_model(CENTRED, 10, (1, 8, 8)), (1, 8, 8), True),
-        (lambda: build_model("layer_cases:centred_under_autograd", 10, (1, 8, 8)), (1, 8, 8), True),
-        (lambda: build_model("layer_cases:centred_in_float32", 10, (1, 8, 8)), (1, 8, 8), True),
+        # mlp, cnn1d: test_every_reply_field...; models that mix: the tests above
+        (lambda: build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16)),  # GroupNorm
+        (bn_model, (1, 8, 8)),  # BatchNorm in eval mode: its running statistics
     ],
-    ids=["mlp", "cnn1d", "resnet18gn", "batchnorm", "batch-centred", "autograd", "float32"],
+    ids=["resnet18gn", "batchnorm"],
 )
-def test_which_models_mix_the_samples_of_a_batch(build, shape: tuple, mixes: bool) -> None:
+def test_models_that_compute_each_sample_apart_pass_the_check(build, shape: tuple) -> None:
     x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
-    reason = mixing.sample_mixing(build(), x, group_size=4)
-    assert (reason is not None) is mixes
-    if mixes:
-        assert "mixes the samples of a batch" in str(reason)
+    assert cohort.sample_mixing(build(), x, group_size=4) is None
 
 
 class CountingForward(torch.nn.Module):
@@ -476,12 +467,12 @@ def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
     x = torch.randn(6, 4)
     model = CountingForward()
     verdicts: dict = {}
-    assert mixing.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
+    assert cohort.sample_mixing(model, x, group_size=3, verdicts=verdicts) is None
     # The batch and the first group repeated as computed; the batch, then each group, in float64.
     assert CountingForward.calls == 5
     other = CountingForward()  # another object of the same structure: the kept verdict
-    assert mixing.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
+    assert cohort.sample_mixing(other, torch.randn(6, 4), group_size=3, verdicts=verdicts) is None
     assert CountingForward.calls == 5
-    assert mixing.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
+    assert cohort.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
     assert CountingForward.calls == 10
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64

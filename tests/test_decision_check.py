@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from command_batch import in_one_process
-from subprocesses import FEDCGD
 
 from experiments.run.run_config import format_run_config
 from fedcgd_strategy.policies import (
@@ -219,22 +218,15 @@ def settings(cheats: Path, name: str, folder: Path, **values: object) -> dict[st
     return {**own, **values}
 
 
-def run(cheats: Path, name: str, folder: Path, **values: object):
-    """The run as a whole process of its own."""
-    return subprocess.run(
-        [FEDCGD, "inprocess", "--run-config",
-         format_run_config(settings(cheats, name, folder, **values))],
-        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-
-
 #: The cheats run in one child process (tests/command_batch.py): name -> extra settings.
 BATCHED = {
+    "EveryCandidate": {},
     "BareMask": {},
     "ShortMask": {"num-devices": 4},
     "Raises": {},
     "ZeroesTheBandwidths": {},
     "FailsInRound3": {"num-server-rounds": 5, "checkpoint-every": 1},  # resumable after round 2
+    "all": {"policy": "all", "num-server-rounds": 2},  # the built-in reference, no cheat
 }
 
 
@@ -254,32 +246,27 @@ def batched(cheats, tmp_path_factory) -> dict[str, tuple[Path, subprocess.Comple
     return {name: (folders[name], d) for name, d in zip(BATCHED, done, strict=True)}
 
 
-def test_a_policy_that_schedules_every_candidate_fails_in_round_1_in_one_line(cheats, tmp_path):
-    done = run(cheats, "EveryCandidate", tmp_path / "run")
+def test_a_policy_that_schedules_every_candidate_fails_in_round_1_in_one_line(cheats, batched):
+    folder, done = batched["EveryCandidate"]
     err = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(err) == 2 and "Traceback" not in done.stderr, err
     assert err[0].startswith(f"failed: policy '{cheats}:EveryCandidate', round 1: scheduled ")
     assert err[1].startswith(
-        f"cannot be resumed: {tmp_path / 'run'} holds no checkpoint (it stopped before its "
+        f"cannot be resumed: {folder} holds no checkpoint (it stopped before its "
         "first checkpoint); to start again in a new folder: "
     )
     assert "MHz budget" in err[0] or "cannot meet the deadline" in err[0]
-    status = (tmp_path / "run" / "status.json").read_text()
+    status = (folder / "status.json").read_text()
     assert '"state": "failed"' in status and "round 1: scheduled devices" in status
-    assert not (tmp_path / "run" / "metrics.jsonl").read_text()  # round 1 never happened
+    assert not (folder / "metrics.jsonl").read_text()  # round 1 never happened
 
 
-def test_the_all_reference_is_exempt_from_the_budget_only(tmp_path):
+def test_the_all_reference_is_exempt_from_the_budget_only(batched):
     without = [p for p in POLICY_NAMES if not type(make_policy(p, PolicyContext(4, 2))).uses_budget]
     assert without == ["all"]
-    done = subprocess.run(
-        [FEDCGD, "inprocess", "--run-config",
-         format_run_config({"num-server-rounds": 2, "policy": "all",
-                            "result-dir": str(tmp_path / "run")})],
-        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    folder, done = batched["all"]
     assert done.returncode == 0, done.stderr[-2000:]
-    assert '"policy_uses_budget": false' in (tmp_path / "run" / "config.json").read_text()
+    assert '"policy_uses_budget": false' in (folder / "config.json").read_text()
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from task_settings import all_available_run
 
 from experiments.cli import invoke
 from experiments.run.certificates import make_certificates
-from experiments.run.federation import LocalFederation
+from experiments.run.flwr_run import LocalFederation
 from experiments.run.run_config import format_run_config, validated_run_config
 from fedcgd_task.schema import PROJECT_DIR
 from fedcgd_task.settings import resolve_data_dir

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.run.federation import LocalFederation
+from experiments.run.flwr_run import LocalFederation
 from experiments.run.launcher import LaunchOptions, main
 from fedcgd_task.schema import SCHEMA
 from fedcgd_task.setting import check_value

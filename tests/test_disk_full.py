@@ -39,10 +39,9 @@ def fd_path(fd: int) -> str:
 
 @contextlib.contextmanager
 def disk_full(
-    monkeypatch, folder: Path, when: Callable[[str], bool], code: int = errno.ENOSPC
+    folder: Path, when: Callable[[str], bool], code: int = errno.ENOSPC
 ) -> Iterator[None]:
     """Writes of files in ``folder`` fail with ``code`` while ``when(path)`` holds."""
-    real = {name: getattr(os, name) for name in ("write", "fsync", "replace")}
     prefix = str(folder) + os.sep
 
     def failing(real):
@@ -54,13 +53,10 @@ def disk_full(
 
         return call
 
-    for name, function in real.items():
-        monkeypatch.setattr(os, name, failing(function))
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("write", "fsync", "replace"):
+            patch.setattr(os, name, failing(getattr(os, name)))
         yield
-    finally:
-        for name, function in real.items():
-            monkeypatch.setattr(os, name, function)
 
 
 def run_main(capsys, **values: object) -> tuple[int, str, str]:
@@ -73,14 +69,12 @@ def temporaries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
-def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
-    capsys, monkeypatch, tmp_path
-):
+def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(capsys, tmp_path):
     whole = tmp_path / "whole"
     assert run_main(capsys, **{"result-dir": str(whole)})[0] == 0
 
     folder = tmp_path / "run"
-    with disk_full(monkeypatch, folder, lambda _: rounds_written(folder) >= 2):
+    with disk_full(folder, lambda _: rounds_written(folder) >= 2):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     lines = err.strip().splitlines()
     assert code == 1, err
@@ -105,11 +99,11 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(
 
 
 def test_a_failed_checkpoint_write_says_failed_in_the_status_and_leaves_no_temporary(
-    capsys, monkeypatch, tmp_path
+    capsys, tmp_path
 ):
     folder = tmp_path / "run"
     is_checkpoint = lambda path: os.path.basename(path).startswith(".checkpoint.pt.")  # noqa: E731
-    with disk_full(monkeypatch, folder, lambda p: is_checkpoint(p) and rounds_written(folder) >= 3):
+    with disk_full(folder, lambda p: is_checkpoint(p) and rounds_written(folder) >= 3):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     assert code == 1 and "Traceback" not in err and err.count("\n") == 2, err
     assert err.startswith(f"failed: no space left on device while writing {folder}/checkpoint.pt")
@@ -121,11 +115,9 @@ def test_a_failed_checkpoint_write_says_failed_in_the_status_and_leaves_no_tempo
     assert torch.load(folder / "checkpoint.pt")["round"] == 2  # the last whole checkpoint
 
 
-def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(
-    capsys, monkeypatch, tmp_path
-):
+def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(capsys, tmp_path):
     folder = tmp_path / "run"
-    with disk_full(monkeypatch, folder, lambda _: rounds_written(folder) >= 2):
+    with disk_full(folder, lambda _: rounds_written(folder) >= 2):
         code, _, err = run_main(capsys, **{"result-dir": str(folder), "checkpoint-every": 0})
     assert code == 1 and err.count("\n") == 2, err
     assert "no space left on device while writing" in err and "resume-from" not in err
@@ -137,19 +129,19 @@ def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(
     assert not (folder / "checkpoint.pt").exists()
 
 
-def test_other_io_errors_are_one_line_too(capsys, monkeypatch, tmp_path):
+def test_other_io_errors_are_one_line_too(capsys, tmp_path):
     folder = tmp_path / "run"
-    with disk_full(monkeypatch, folder, lambda _: rounds_written(folder) >= 3, code=errno.EIO):
+    with disk_full(folder, lambda _: rounds_written(folder) >= 3, code=errno.EIO):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     assert code == 1 and err.count("\n") == 2 and "Traceback" not in err, err
     assert err.startswith(f"failed: input/output error while writing {folder}/")
     assert "fix the file system, then continue it from its checkpoint" in err
 
 
-def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tmp_path):
+def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(tmp_path):
     target = tmp_path / "status.json"
     atomic_write(target, "old")
-    with disk_full(monkeypatch, tmp_path, lambda _: True):
+    with disk_full(tmp_path, lambda _: True):
         with pytest.raises(ResultWriteError, match="no space left on device while writing"):
             atomic_write(target, "new")
         with pytest.raises(ResultWriteError) as err:
@@ -161,11 +153,9 @@ def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(monkeypatch, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "status.json"]
 
 
-def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(
-    capsys, monkeypatch, tmp_path
-):
+def test_a_full_disk_while_the_comparison_writes_its_table_is_one_line(capsys, tmp_path):
     out = tmp_path / "compare"
-    with disk_full(monkeypatch, out, lambda p: os.path.basename(p).startswith(".table.csv")):
+    with disk_full(out, lambda p: os.path.basename(p).startswith(".table.csv")):
         code = invoke(
             ["compare", "--engine", "inprocess", "--policies", "bc", "--out", str(out),
              "--run-config", "num-devices=8 num-server-rounds=2"]

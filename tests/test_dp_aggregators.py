@@ -41,7 +41,7 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
     noise_seed,
 )
-from fedcgd_strategy.validation import update_norm
+from fedcgd_strategy.flower.replies import update_norm
 from fedcgd_task import keys
 from server_app.run_folder.results import MODEL_FILE
 
@@ -141,7 +141,7 @@ def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], li
 def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, params):
     """And a BatchNorm-like integer counter passes: Flower scales a clipped update in place,
     which numpy refuses for integers; they go to Flower as float64, back as the model's."""
-    aggregator = make_aggregator(wrapper, params, num_devices=3)
+    aggregator = make_aggregator(wrapper, params, num_devices=3)[0]
     reference, models, weights = hand_round()
     reference["count"] = np.array([4], np.int64)
     models = [{**m, "count": np.array([4], np.int64)} for m in models]  # norms stay 5, 0.5, 2
@@ -160,7 +160,7 @@ def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, param
 
 
 def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
-    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)
+    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)[0]
     reference, models, weights = hand_round()
     result, _ = aggregate_uploads(aggregator, server_round, models, weights, reference, seed=seed)
     assert result is not None
@@ -202,7 +202,7 @@ def test_the_noise_is_std_z_c_over_the_rounds_uploads_c_the_norm_it_clipped_with
     one ``np.random.normal(0, std, shape)`` per array in the model's order. The adaptive noise
     uses C_0 = 1 (which clips two of the three updates), although C has moved for the next
     round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
-    aggregator = make_aggregator(wrapper, params, devices)
+    aggregator = make_aggregator(wrapper, params, devices)[0]
     reference, models, weights = hand_round()
     noise_before = dp_round_noise(aggregator, len(models))
     result, _ = aggregate_uploads(aggregator, 4, models, weights, reference, seed=11)
@@ -219,7 +219,7 @@ def test_the_noise_is_std_z_c_over_the_rounds_uploads_c_the_norm_it_clipped_with
         np.testing.assert_allclose(result[key], mean[key] + noise, rtol=1e-5, atol=1e-6)
     # the round's record: the norm it clipped with (C_0 = 1), and Flower's std z' C_0 / n
     assert noise_before == pytest.approx((1.0, z_updates / 3), rel=1e-12)
-    assert dp_round_noise(make_aggregator("FedAvg", {}, 40), 3) is None
+    assert dp_round_noise(make_aggregator("FedAvg", {}, 40)[0], 3) is None
 
 
 @pytest.mark.parametrize(
@@ -232,7 +232,7 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
     [2, 3) instead.) Flower 1.42's wrapper as shipped moves C the wrong way: from C = 4.5 (six
     of ten clipped) it collapses for q < 0.6 and grows without bound for q > 0.6."""
     params = {"noise-multiplier": 0.0, "initial-clipping-norm": 4.5, "clipped-count-stddev": 0.0}
-    aggregator = make_aggregator(ADAPTIVE, {**params, "target-clipped-quantile": quantile}, 10)
+    aggregator = make_aggregator(ADAPTIVE, {**params, "target-clipped-quantile": quantile}, 10)[0]
     shipped = DifferentialPrivacyServerSideAdaptiveClipping(
         flower_strategies.FedAvg(), 0.0, 10, 4.5, quantile, clipped_count_stddev=0.0
     )

@@ -219,13 +219,18 @@ def write_pair(out: Path, seed: int, fscd: list[float], bc: list[float], ratio: 
         )
 
 
-def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed(tmp_path: Path) -> None:
+def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed_and_count_a_run_once(
+    tmp_path: Path,
+) -> None:
     write_pair(tmp_path / "a", 0, [0.1, 0.2, 0.3, 0.4, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5], 0.7)
     write_pair(tmp_path / "b", 0, [0.1, 0.2, 0.3, 0.4, 0.9], [0.1, 0.2, 0.3, 0.4, 0.5], 1.1,
                **{"local-steps": 5})  # fmt: skip
+    # the τ = 1 runs of one preset are the r = 1 runs of another: the same settings count once
+    write_pair(tmp_path / "a-again", 0, [0.1, 0.2, 0.3, 0.4, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5], 0.7)
     runs = [
         {"sweep": label, "policy": p, "seed": 0, "result_dir": tmp_path / label / p / "seed-0"}
-        for label in ("a", "b")
+        | ({"setting": label, "sweep": "not read"} if label == "b" else {})
+        for label in ("a", "b", "a-again")
         for p in ("fedcgd-fscd", "bc", "poc")
     ]
     points = indicator_points(runs, early_rounds=2, late_fraction=0.2)
@@ -233,18 +238,6 @@ def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed(tmp_path: Path)
     assert [p["ghat_over_sigma_early"] for p in points] == pytest.approx([0.7, 1.1])
     assert [p["gap_late"] for p in points] == pytest.approx([0.1, 0.4])  # round 5 only
     assert points[1]["fscd_late_accuracy"] == pytest.approx(0.9)
-
-
-def test_the_same_run_reached_through_two_settings_counts_once(tmp_path: Path) -> None:
-    # the τ = 1 runs of one preset are the r = 1 runs of another: the same settings
-    for label in ("tau1", "r1"):
-        write_pair(tmp_path / label, 0, [0.2, 0.6], [0.2, 0.5], 0.9)
-    runs = [
-        {"setting": label, "policy": p, "seed": 0, "result_dir": tmp_path / label / p / "seed-0"}
-        for label in ("tau1", "r1")
-        for p in ("fedcgd-fscd", "bc")
-    ]
-    assert [p["setting"] for p in indicator_points(runs)] == ["tau1"]
 
 
 def read(path: Path) -> list[dict[str, str]]:

@@ -25,6 +25,7 @@ import pytest
 from scipy import stats
 
 from experiments.analysis.statistics import holm, km_median
+from fedcgd_strategy.policies.registry import POLICY_LABELS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 FSCD, GS, GC = "fedcgd-fscd", "fedcgd-gs", "fedcgd-fscd-gc"
@@ -160,11 +161,6 @@ def _section(where: str) -> str:
     return text
 
 
-def _text(where: str) -> str:
-    """The whitespace-folded text of :func:`_section`."""
-    return " ".join(_section(where).split())
-
-
 def _md_table(where: str, first: str) -> list[list[str]]:
     """The cells of the body rows of the Markdown table whose header starts with ``first``."""
     text = _section(where)
@@ -256,15 +252,7 @@ SETTINGS = {
     "r9": (IMBALANCE, R9), "α.1": (DIRICHLET, A01), "α1": (DIRICHLET, A1),
     "α10": (DIRICHLET, A10), "d": (DIGITS, ""), "α*": (DIRICHLET, "*"), "r*": (IMBALANCE, "*"),
 }  # fmt: skip
-POLICIES = {
-    "fscd": FSCD,
-    "gs": GS,
-    "gc": GC,
-    "cbs": "fedcbs",
-    "bc": "bc",
-    "bn2": "bn2",
-    "poc": "poc",
-}
+POLICIES = {"fscd": FSCD, "gs": GS, "gc": GC, "cbs": "fedcbs", **{p: p for p in BASELINES[:3]}}
 CELLS = {
     "final": "final_accuracy_mean", "best": "max_accuracy_mean", "sched": "mean_scheduled_mean",
     "wemd": "mean_wemd_mean", "median": "rounds_to_target_km_median", "Δ": "diff_vs_fedcgd_fscd",
@@ -551,7 +539,7 @@ NUMBER = r"[−+]?\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?"
 @pytest.mark.parametrize("where", list(PHRASES))
 def test_the_docs_print_these_readings(where: str) -> None:
     """Each phrase is in the text, each marked number the reading it names."""
-    text, wrong = _text(where), []
+    text, wrong = " ".join(_section(where).split()), []
     for phrase in PHRASES[where]:
         parts = re.split(r"\{([^}]*)\}", phrase)
         keys = parts[1::2]
@@ -656,14 +644,6 @@ def test_what_moved_in_the_digits_comparison(policy: str) -> None:
         assert statistics.fmean(reached) == pytest.approx(rounds)
 
 
-#: The figures' labels, which table.md prints too.
-NAMES = {
-    GC: "FedCGD-FSCD (Ĝ_c)", FSCD: "FedCGD-FSCD", GS: "FedCGD-GS", "bc": "BC (best channel)",
-    "bn2": "BN2 (best norm)", "poc": "POC (power of choice)", "fedcbs": "Fed-CBS",
-    "all": "all (no budget)",
-}  # fmt: skip
-
-
 def _g3(value: str) -> str:
     return format(float(value), ".3g")
 
@@ -690,7 +670,7 @@ def _expected_cells(row: dict[str, str]) -> list[str]:
             for prefix in ("", "best_")
         )
     return [
-        NAMES[row["policy"]], pm(FINAL, ".3f"), pm(BEST, ".3f"), rounds, sign,
+        POLICY_LABELS[row["policy"]], pm(FINAL, ".3f"), pm(BEST, ".3f"), rounds, sign,
         pm(SCHEDULED, ".2f"), pm(WEMD, ".3f"), final, best,
     ]  # fmt: skip
 

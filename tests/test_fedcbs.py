@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedcgd_strategy.fedcbs import (
+from fedcgd_strategy.selectors import (
     QCID_FLOOR,
     FedCBSState,
     cucb_first_pick_probabilities,

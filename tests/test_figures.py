@@ -29,16 +29,17 @@ from experiments.analysis.figures import (
     metric,
     policy_style,
     series_styles,
+    settings_title,
     smoothing_window,
 )
 from experiments.analysis.plot_runs import (
     group_runs,
+    plot_estimates,
     plot_mean_runs,
     plot_runs,
+    plot_sweep,
     run_labels,
-    settings_title,
 )
-from experiments.analysis.preset_figures import plot_estimates, plot_sweep
 
 OWN_POLICY = "examples.proportional_fair:ProportionalFair"
 FSCD_COLOUR, BC_COLOUR = (to_hex(POLICY_COLORS[p]) for p in ("fedcgd-fscd", "bc"))
@@ -60,7 +61,6 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return out
 
     monkeypatch.setattr("experiments.analysis.plot_runs.save_figure", keep)
-    monkeypatch.setattr("experiments.analysis.preset_figures.save_figure", keep)
     return kept
 
 

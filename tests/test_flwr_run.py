@@ -18,8 +18,7 @@ from subprocesses import FEDCGD
 from test_paths import hostile_folder
 
 from experiments.cli import invoke
-from experiments.run.federation import LocalFederation, _free_port, executable
-from experiments.run.flwr_run import run_flwr
+from experiments.run.flwr_run import LocalFederation, _free_port, executable, run_flwr
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE

@@ -90,12 +90,6 @@ def inprocess(**values: object) -> subprocess.Popen[str]:
     return start("inprocess", "--run-config", format_run_config({**SMALL, **values}))
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.communicate()
-
-
 @pytest.mark.parametrize("trial", range(3))
 def test_two_runs_started_together_into_one_folder_one_is_refused_naming_the_other(tmp_path, trial):
     folder = tmp_path / "run"
@@ -138,7 +132,8 @@ def test_a_second_command_into_a_live_runs_folder_is_refused_naming_its_pid(tmp_
         assert lines[0].startswith(head) and f"in use by process {live.pid} " in lines[0]
         assert live.poll() is None  # the live run goes on, untouched
     finally:
-        stop(live)
+        live.kill()  # a no-op once it has ended
+        live.communicate()
 
 
 def refused_here(capsys, monkeypatch, **values: object) -> str:

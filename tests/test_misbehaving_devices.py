@@ -21,14 +21,13 @@ from task_settings import all_available_run
 
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.discovery import discover_nodes
-from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.validation import (
+from fedcgd_strategy.flower.replies import (
     reported_norm_matches,
-    round_histogram_bounds,
     round_histogram_problem,
     update_norm,
     update_norm_outliers,
 )
+from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
@@ -209,8 +208,11 @@ def test_server_and_client_compute_the_same_update_norm():
 def test_round_histogram_rule_by_hand():
     # 5 local samples (3 of class 0, 2 of class 1) read cyclically for tau b = 12 samples:
     # q, r = 2, 2; class 0 appears 6 .. 6 + min(2, 3) = 8 times, class 1 4 .. 6 times.
-    low, high = round_histogram_bounds([3, 2], 12)
-    assert low.tolist() == [6, 4] and high.tolist() == [8, 6]
+    said = "allowed with the local class counts reported at discovery:"
+    assert round_histogram_problem([5, 7], [3, 2], 12) == f"class 0 has 5 samples; {said} 6 .. 8"
+    assert (
+        round_histogram_problem([6, 3, 3], [3, 2, 1], 12) == f"class 1 has 3 samples; {said} 4 .. 4"
+    )
     assert round_histogram_problem([7, 5], [3, 2], 12) is None
     assert "sums to 13" in round_histogram_problem([8, 5], [3, 2], 12)
     assert "class 0 has 9" in round_histogram_problem([9, 3], [3, 2], 12)

@@ -1,4 +1,5 @@
-"""MNIST-1D: the generated data set (``dataset = "mnist1d"``), its cache, and the ``cnn1d``.
+"""MNIST-1D: the generated data set (``dataset = "mnist1d"``) and its cache; whole runs on it:
+tests/test_cohort_execution.py.
 
 The oracles are the ``mnist1d`` package itself (its ``make_dataset`` called directly), counts
 worked out by hand in the comments, and per-sample gradients from one backward per sample.
@@ -7,8 +8,6 @@ worked out by hand in the comments, and per-sample gradients from one backward p
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import math
 import random
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,6 @@ import torch
 from torch import nn
 
 from client_app import per_sample_norms as psn
-from experiments.cli import invoke
-from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import load_data
 from fedcgd_task.datasets import mnist1d as mnist1d_module
 from fedcgd_task.datasets.mnist1d import (
@@ -202,34 +199,3 @@ def test_an_unbatched_conv1d_input_is_refused_during_the_pass():
     mixing = nn.Sequential(nn.Conv1d(6, 6, 3), nn.Linear(6, 3))
     with pytest.raises(psn.UnsupportedModelError, match="unbatched input"):
         psn.per_sample_grad_norms(mixing, torch.randn(6, 8), y)
-
-
-# --- a run -----------------------------------------------------------------------------------
-
-
-def test_an_in_process_run_on_mnist1d_completes(tmp_path):
-    data, out = tmp_path / "data", tmp_path / "run"
-    # 400 samples: 320 training (80 per device), 80 test.
-    overrides = {
-        "dataset": "mnist1d",
-        "mnist1d-samples": 400,
-        "num-devices": 4,
-        "num-server-rounds": 2,
-        "local-steps": 2,
-        "batch-size": 8,
-        "channel.availability-prob": 1.0,
-        "data-dir": str(data),
-        "result-dir": str(out),
-    }
-    assert invoke(["inprocess", "--run-config", format_run_config(overrides)]) == 0
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [line["round"] for line in lines] == [1, 2]
-    assert all(line["sigma"] is not None and math.isfinite(line["sigma"]) for line in lines)
-    config = json.loads((out / "config.json").read_text())
-    assert config["num_classes"] == 10 and config["num_parameters"] == 5_210
-    assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 400
-    correct = json.loads((out / "summary.json").read_text())["final_accuracy"] * 80
-    assert abs(correct - round(correct)) < 1e-9  # an accuracy over the 80 test samples
-    assert [p.name for p in data.iterdir()] == [
-        mnist1d_cache_path(data, mnist1d_arguments(400)).name
-    ]

@@ -1,10 +1,15 @@
-"""Problem P1: hand-computed objective terms and input validation."""
+"""Problem P1: hand-computed objective terms and input validation; the checks of a
+checkpoint's policy state (as_nonnegative_array, check_integer)."""
+
+from functools import partial
 
 import numpy as np
 import pytest
 
 from fedcgd_strategy import SchedulingProblem
-from fedcgd_strategy.problem import sampling_term, wemd
+from fedcgd_strategy.problem import as_nonnegative_array, check_integer, sampling_term, wemd
+
+NAN, INF = float("nan"), float("inf")
 
 
 def paper_example(sigma: float = 0.01, budget_hz: float = 2.0) -> SchedulingProblem:
@@ -91,7 +96,33 @@ def test_arrays_are_read_only_and_broadcast() -> None:
 
 def test_bad_mask() -> None:
     problem = paper_example()
-    with pytest.raises(ValueError, match="mask"):
+    with pytest.raises(ValueError, match=r"mask must be a bool array of shape \(4,\), got dtyp"):
         problem.objective(np.array([1, 0, 1, 0]))
     with pytest.raises(ValueError, match="mask"):
         problem.objective(np.array([True, False]))
+
+
+def test_good_values_pass_unchanged_as_the_math_types() -> None:
+    np.testing.assert_array_equal(as_nonnegative_array([0.0, 2.0], "g", shape=(2,)), [0.0, 2.0])
+    for value, expected in [(0, 0), (2.0, 2), (np.int64(5), 5)]:
+        out = check_integer(value, "local_steps", minimum=0)
+        assert out == expected and type(out) is int
+
+
+integer = partial(check_integer, name="num_candidates", minimum=0)
+
+
+@pytest.mark.parametrize(
+    ("validate", "args", "match"),
+    [
+        (partial(as_nonnegative_array, shape=(3,)), ([1.0, 1.0], "g"), r"g must have shape \(3,"),
+        (as_nonnegative_array, (np.full(6, -1.0), "x"), r"x\[3\] = -1\.0 \(and 2 more\)"),
+        (as_nonnegative_array, ([1.0, INF], "g"), r"g must be finite and >= 0, got g\[1\] = inf"),
+        (as_nonnegative_array, (NAN, "s"), r"s must be finite and >= 0, got nan"),
+        *[(integer, (v,), "num_candidates must be an integer >= 0, got ") for v in
+          (1.5, NAN, INF, "3", None, -1)],
+    ],
+)  # fmt: skip
+def test_bad_values_are_refused_naming_the_argument_and_the_value(validate, args, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        validate(*args)

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from experiments.cli import invoke
 from experiments.compare.reproduce import CONF_DIR, reproduce
-from experiments.run.federation import _free_port
+from experiments.run.flwr_run import _free_port
 from experiments.run.ray_runs import TOKEN_FILE
 
 TINY = [

@@ -29,7 +29,7 @@ from fake_runs import write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import fedcgd
 
-from experiments.analysis.preset_figures import point_label
+from experiments.analysis.plot_runs import point_label
 from experiments.analysis.tables import write_csv
 from experiments.compare.plans import check_policy_params_used, with_policy_params
 from experiments.compare.reproduce import (

@@ -11,7 +11,7 @@ from fake_runs import finishing_flwr, last_two_lines, rerun_command
 from hydra import compose, initialize_config_dir
 from subprocesses import run_fedcgd
 
-from experiments.analysis.preset_figures import point_label
+from experiments.analysis.plot_runs import point_label
 from experiments.compare import execution, reproduce
 from experiments.compare.reproduce import (
     CONF_DIR,

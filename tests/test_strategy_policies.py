@@ -164,7 +164,7 @@ def test_devices_do_only_the_work_the_rule_needs(name, protocol, query_sigma, tr
 @pytest.mark.parametrize("protocol", ["channel", "query", "train-all"])
 def test_fedcbs_uses_the_whole_local_distribution_from_discovery(protocol):
     # Same rng seed and state as the strategy: the schedule must be Fed-CBS on LOCAL_HISTS.
-    from fedcgd_strategy.fedcbs import FedCBSState, fedcbs_select
+    from fedcgd_strategy.selectors import FedCBSState, fedcbs_select
 
     available, min_bw = [True, True, False, True, True, True], [2.0, 3.0, 1.0, 2.0, 4.0, 1.0]
     strategy, grid = build("fedcbs", make_draw(available, min_bw), protocol=protocol)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
+from run_results import lines as lines_of
 from task_settings import checkpointed_run_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments.run.inprocess import run_inprocess
 from server_app.recorder import SCALARS
-from server_app.run_folder.results import METRICS_FILE
 
 SMALL = {"num-devices": 6, "channel.availability-prob": 0.8}
 
@@ -24,10 +23,6 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {
         tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
     }
-
-
-def metrics(folder: Path) -> list[dict]:
-    return [json.loads(x) for x in (folder / METRICS_FILE).read_text().splitlines()]
 
 
 def expected(lines: list[dict]) -> dict[str, list[tuple[int, float]]]:
@@ -65,7 +60,7 @@ def test_a_resumed_run_shows_each_round_once(tmp_path: Path) -> None:
     shutil.copy(short / "checkpoint.pt", killed / "checkpoint.pt")  # as if killed after 3
     resumed = {**SMALL, "num-server-rounds": 4, "resume-from": str(killed)}
     run_inprocess(checkpointed_run_config(killed, **resumed))
-    lines = metrics(killed)
+    lines = lines_of(killed)
     assert [line["round"] for line in lines] == [1, 2, 3, 4]
     assert len(list(killed.glob("events.out.tfevents.*"))) == 1  # the stopped part's went
     assert_same(scalars(killed), expected(lines))
@@ -94,7 +89,7 @@ def test_every_round_shows_its_metrics_line_and_the_run_its_settings_as_hparams(
     run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
     shown = scalars(folder)
     assert {"accuracy", "loss", "schedule/wemd", "devices/scheduled"} <= set(shown)
-    assert_same(shown, expected(metrics(folder)))
+    assert_same(shown, expected(lines_of(folder)))
     assert hparams(folder) == {
         "policy": "bc",
         "aggregator": "",

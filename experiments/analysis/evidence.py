@@ -1,7 +1,6 @@
 """The evidence's tests: rounds to the target (paired, censored) and the Ĝ/σ̂ indicator.
 
-Why these tests: docs/comparing.md, "Rounds to the target, paired and censored" and "The Ĝ/σ̂
-indicator". Pure functions on numbers and ``metrics.jsonl`` lines; scipy computes every p.
+Why these tests: docs/comparing.md; scipy computes every p.
 """
 
 from __future__ import annotations
@@ -30,12 +29,11 @@ Reached = tuple[int | None, int]
 
 @dataclass(frozen=True)
 class RoundsTest:
-    """Rounds to the target of a policy against a reference over ``n`` seeds both ran.
+    """Rounds to the target of a policy against a reference over ``n`` common seeds.
 
-    ``earlier`` / ``later`` / ``tied``: seeds where the policy reached it before / after / with
-    the reference (a censored run is after one that reached it); ``censored``: pairs where one
-    never did. ``sign_p``: exact sign test; ``wilcoxon_p``: signed-rank test of
-    :func:`censored_rounds` differences; NaN without an untied seed.
+    ``earlier`` / ``later`` / ``tied``: seeds the policy reached it before / after / with the
+    reference (censored: after); ``censored``: pairs where one never did. ``sign_p``: exact sign
+    test, ``wilcoxon_p``: signed-rank test of :func:`censored_rounds` differences (NaN: no untied).
     """
 
     n: int
@@ -82,10 +80,7 @@ EARLY_ROUNDS, LATE_FRACTION = 50, 0.2
 
 
 def early_ratio(lines: Sequence[Mapping[str, Any]], early_rounds: int = EARLY_ROUNDS) -> float:
-    """Mean of Ĝ/σ̂ (``class_gradient_used`` / ``sigma``) over rounds 1 .. ``early_rounds``.
-
-    Rounds without both (a list Ĝ_c, σ̂ not above 0, a missing value) are left out; NaN if none.
-    """
+    """Mean Ĝ/σ̂ over rounds 1 .. ``early_rounds`` with both numbers, σ̂ > 0; NaN if none."""
     ratios = [
         line["class_gradient_used"] / line["sigma"]
         for line in lines
@@ -176,12 +171,10 @@ def indicator_points(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> list[dict[str, Any]]:
-    """One :data:`INDICATOR_COLUMNS` row per (setting, seed) with a FedCGD-FSCD and a BC run.
+    """One :data:`INDICATOR_COLUMNS` row per (setting, seed) of ``runs.csv`` rows with both runs.
 
-    ``runs``: ``runs.csv`` rows (the setting: ``setting``, else ``sweep``, else ``default``).
-    Ĝ/σ̂ is the FSCD run's; the gap FSCD's :func:`late_accuracy` minus BC's. An FSCD run with the
-    settings of one already counted (τ = 1 and r = 1 are one run) counts once. ValueError: one
-    line naming a damaged result file.
+    The setting: ``setting``, else ``sweep``, else ``default``. An FSCD run with the settings of
+    one already counted (τ = 1 and r = 1 are one run) counts once. ValueError: a damaged file.
     """
     pairs: dict[tuple[str, str], dict[str, Path]] = {}
     for run in runs:
@@ -223,11 +216,10 @@ def indicator_summary(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> dict[str, Any]:
-    """The :data:`INDICATOR_TEST_COLUMNS` row over ``points`` (docs/comparing.md, "The Ĝ/σ̂ …").
+    """The :data:`INDICATOR_TEST_COLUMNS` row over ``points`` (docs/comparing.md).
 
-    The claim is about settings: the primary test is :func:`setting_test` of the settings' mean
-    Ĝ/σ̂ and gap; beside it ρ of the points centred on their setting's means, the setting-level ρ
-    with each setting left out (least, largest), and :func:`indicator_test` of the points pooled.
+    Primary: :func:`setting_test` of the settings' means; beside it ρ within settings (centred),
+    the setting-level ρ with each setting left out, and the points pooled.
     """
     finite_points = [
         (str(p["setting"]), float(p["ghat_over_sigma_early"]), float(p["gap_late"]))
@@ -271,12 +263,11 @@ def _rho(rho: float, p: float, what: str, n: int) -> str:
 
 
 def indicator_line(summary: Mapping[str, Any], rounds_run: Sequence[int] = ()) -> str:
-    """The console lines: the setting-level test and its verdict, then the other figures.
+    """The console lines: the setting-level verdict, then the other figures.
 
     ``rounds_run``: the FSCD runs' rounds (they bound the early rounds); a ρ is shown only where
     its test could reach p < :data:`ALPHA`.
     """
-    late = 100 * float(summary["late_fraction"])
     n, rho, p = (summary[k] for k in ("n_settings", "setting_spearman_rho", "setting_p_value"))
     testable = math.isfinite(rho) and 2 / math.factorial(n) < ALPHA
     if not math.isfinite(rho):
@@ -287,28 +278,23 @@ def indicator_line(summary: Mapping[str, Any], rounds_run: Sequence[int] = ()) -
         verdict = "larger Ĝ/σ̂ goes with a larger FedCGD-FSCD lead across settings (p < 0.05)"
     else:
         verdict = "not shown across settings (p >= 0.05 or rho <= 0)"
-    early = int(summary["early_rounds"])
+    early, points = int(summary["early_rounds"]), int(summary["n_points"])
     last, first = (min(early, f(rounds_run, default=early)) for f in (max, min))
     shorter = f" ({first} in the shortest run)" if first < last else ""
-    low, high = float(summary["leave_one_out_rho_min"]), float(summary["leave_one_out_rho_max"])
-    points = int(summary["n_points"])
+    low, high = summary["leave_one_out_rho_min"], summary["leave_one_out_rho_max"]
+    within = _rho(
+        summary["within_setting_rho"], summary["within_setting_p_value"],
+        "within settings (centred on each setting's means)", points,
+    )  # fmt: skip
     lines = [
-        f"Ĝ/σ̂ over rounds 1-{last}{shorter} (FedCGD-FSCD) against the FedCGD-FSCD − BC "
-        f"accuracy gap over the last {late:g} % of the rounds: "
-        f"{n} settings (means over seeds), "
+        f"Ĝ/σ̂ over rounds 1-{last}{shorter} (FedCGD-FSCD) against the FedCGD-FSCD − BC accuracy "
+        f"gap over the last {100 * summary['late_fraction']:g} % of the rounds: {n} settings "
+        "(means over seeds), "
         + (f"{_rho(rho, p, 'setting-level (exact permutation p)', n)}: " if testable else "")
         + verdict,
-        "  "
-        + _rho(
-            float(summary["within_setting_rho"]),
-            float(summary["within_setting_p_value"]),
-            "within settings (centred on each setting's means)",
-            points,
-        )
+        f"  {within}"
         + (f"; one setting left out: rho {low:+.3f} to {high:+.3f}" if math.isfinite(low) else ""),
-        "  "
-        + _rho(float(summary["spearman_rho"]), float(summary["p_value"]), "pooled", points)
-        + " (the points of one setting are not independent)"
-        + f", {points} (setting, seed) points",
+        f"  {_rho(summary['spearman_rho'], summary['p_value'], 'pooled', points)} (the points of "
+        f"one setting are not independent), {points} (setting, seed) points",
     ]
     return "\n".join(lines)

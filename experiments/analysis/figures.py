@@ -1,4 +1,4 @@
-"""How every figure looks: axis labels with units, value ranges, one style per policy, bands.
+"""How every figure looks: axis labels with units, ranges, one style per policy, bands, titles.
 
 The rules: docs/comparing.md ("Comparing policies", ``curves.png``).
 """
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.colors import to_hex
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
@@ -21,6 +20,7 @@ from scipy.ndimage import uniform_filter1d
 
 from experiments.analysis.statistics import mean_band
 from fedcgd_strategy.policies.registry import POLICY_LABELS
+from fedcgd_task.datasets import BUILTIN_DATASETS
 
 #: From this many runs on a group is drawn with the 95 % band of its mean (one run: its line).
 MIN_RUNS_FOR_BAND = 2
@@ -66,8 +66,7 @@ POLICY_COLORS: dict[str, str] = {
     "fedcgd-exact": "#e377c2", "fedcgd-cd": "#bcbd22", "bc": "#1f77b4", "bn2": "#17becf",
     "poc": "#2ca02c", "fedcbs": "#9467bd", "all": "#7f7f7f",
 }  # fmt: skip
-POLICY_NAMES = {policy: POLICY_LABELS[policy] for policy in POLICY_COLORS}
-#: A researcher's own policies: dark colours no built-in uses, chosen by name (:func:`own_colors`).
+#: A researcher's own policies: dark colours no built-in uses, chosen by name.
 USER_COLORS = ("#252525", "#637939", "#8c6d31", "#7b4173", "#393b79", "#843c39")
 #: A policy's further aggregators in one figure (its first keeps the policy's colour).
 VARIANT_COLORS = (
@@ -80,16 +79,11 @@ LINESTYLES: tuple[Any, ...] = (
     "-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2)),
     (0, (8, 2)), (0, (3, 3)),
 )  # fmt: skip
-#: Line style of each FedCGD variant in ``estimates.png`` over a sweep (colours: sweep points).
-ESTIMATE_LINESTYLES: dict[str, Any] = {
-    "fedcgd-fscd": "-", "fedcgd-gs": "--", "fedcgd-fscd-gc": ":", "fedcgd-exact": "-.",
-    "fedcgd-cd": (0, (5, 1)),
-}  # fmt: skip
 
 
 def policy_order(policies: Iterable[str]) -> list[str]:
-    """``policies`` in legend order: the built-ins as in :data:`POLICY_NAMES`, then the rest."""
-    known = list(POLICY_NAMES)
+    """``policies`` in legend order: the built-ins as in :data:`POLICY_COLORS`, then the rest."""
+    known = list(POLICY_COLORS)
     return sorted(dict.fromkeys(policies), key=lambda p: (known.index(p) if p in known else 99, p))
 
 
@@ -100,12 +94,7 @@ def metric(key: str) -> Metric:
 
 def policy_name(policy: str) -> str:
     """The legend name of ``policy``: a built-in's human name, a reference's class name."""
-    return POLICY_NAMES.get(policy, policy.rsplit(":", 1)[-1])
-
-
-def is_fedcgd(policy: str) -> bool:
-    """True for the FedCGD variants (drawn to stand out from the baselines)."""
-    return policy.startswith("fedcgd")
+    return POLICY_LABELS.get(policy, policy.rsplit(":", 1)[-1])
 
 
 def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
@@ -113,19 +102,9 @@ def policy_style(policy: str, own_index: int = 0) -> dict[str, Any]:
     if policy not in POLICY_COLORS:
         color = USER_COLORS[own_index % len(USER_COLORS)]
         return {"color": color, "linestyle": "-.", "linewidth": 2.0, "zorder": 3}
-    if is_fedcgd(policy):
+    if policy.startswith("fedcgd"):
         return {"color": POLICY_COLORS[policy], "linestyle": "-", "linewidth": 2.2, "zorder": 3}
     return {"color": POLICY_COLORS[policy], "linestyle": "--", "linewidth": 1.3, "zorder": 2}
-
-
-def own_colors(policies: Sequence[str]) -> dict[str, int]:
-    """The :data:`USER_COLORS` index of each own policy: its name's CRC-32, next free if taken."""
-    out: dict[str, int] = {}
-    for policy in sorted(policies):
-        first = zlib.crc32(policy.encode()) % len(USER_COLORS)
-        tried = ((first + step) % len(USER_COLORS) for step in range(len(USER_COLORS)))
-        out[policy] = next((i for i in tried if i not in out.values()), first)
-    return out
 
 
 def series_styles(
@@ -133,54 +112,33 @@ def series_styles(
 ) -> list[dict[str, Any]]:
     """One style per series (``policies`` may repeat), no two with the same colour and style.
 
+    An own policy's colour: its name's CRC-32 in :data:`USER_COLORS`, the next free if taken.
     With ``aggregators`` (one per series), a policy's further aggregators take
-    :data:`VARIANT_COLORS`: different policies or aggregators never share a colour.
+    :data:`VARIANT_COLORS`. A repeated (colour, style) takes the next free line style.
     """
-    own = own_colors([p for p in dict.fromkeys(policies) if p not in POLICY_COLORS])
+    own: dict[str, int] = {}
+    for policy in sorted({p for p in policies if p not in POLICY_COLORS}):
+        first = zlib.crc32(policy.encode()) % len(USER_COLORS)
+        tried = ((first + step) % len(USER_COLORS) for step in range(len(USER_COLORS)))
+        own[policy] = next((i for i in tried if i not in own.values()), first)
     styles = [policy_style(p, own.get(p, 0)) for p in policies]
-    first: dict[str, str] = {}
+    first_seen: dict[str, str] = {}
     variant: dict[tuple[str, str], str] = {}
     for i, (policy, aggregator) in enumerate(zip(policies, aggregators or [], strict=False)):
-        if first.setdefault(policy, aggregator) != aggregator:
+        if first_seen.setdefault(policy, aggregator) != aggregator:
             color = variant.setdefault(
                 (policy, aggregator), VARIANT_COLORS[len(variant) % len(VARIANT_COLORS)]
             )
             styles[i]["color"] = color
-    return distinct_styles(styles)
-
-
-def distinct_styles(styles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``styles`` with no (colour, line style) twice: a repeat gets the next free line style."""
     taken: set[tuple[str, str]] = set()
-    out = []
-    for style in map(dict, styles):
+    for style in styles:
         free = itertools.chain(LINESTYLES, ((0, (k, 2)) for k in itertools.count(10)))
         for linestyle in itertools.chain([style["linestyle"]], free):
             if (to_hex(style["color"]), repr(linestyle)) not in taken:
                 break
         style["linestyle"] = linestyle
         taken.add((to_hex(style["color"]), repr(linestyle)))
-        out.append(style)
-    return out
-
-
-def estimate_styles(
-    drawn: Sequence[tuple[str, str]], labels: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Styles of ``estimates.png``'s (sweep label, policy) groups: viridis per sweep point."""
-    if len(set(labels)) <= 1:
-        return series_styles([policy for _, policy in drawn])
-    shades = colormaps["viridis"](np.linspace(0.0, 0.8, len(labels)))
-    return distinct_styles(
-        [
-            {
-                "color": to_hex(shades[labels.index(label)]),
-                "linestyle": ESTIMATE_LINESTYLES.get(policy, "-"),
-                "linewidth": 1.8,
-            }
-            for label, policy in drawn
-        ]
-    )
+    return styles
 
 
 def smoothing_window(num_rounds: int) -> int:
@@ -284,3 +242,56 @@ def legend_below(fig: Any, ax: Any) -> None:
             fontsize=LEGEND_FONTSIZE,
             frameon=False,
         )
+
+
+# --- Titles: data set, split, τ, V and the seeds of the runs, from their ``config.json`` ---
+
+DATASET_NAMES = {name: builtin.title for name, builtin in BUILTIN_DATASETS.items()}
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+
+def _values(parts: Iterable[str]) -> str:
+    return ", ".join(dict.fromkeys(parts))
+
+
+def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
+    """The split of runs with these ``task`` settings, e.g. ``Dirichlet α = 0.1, 1, r = 10``."""
+    alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
+    shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
+    texts = ["Dirichlet α = " + _values(alphas)] if alphas else []
+    if shards:
+        plural = "" if all(n == 1 for n in shards) else "s"
+        texts.append(_values(_number(n) for n in shards) + f" shard{plural} per device")
+    ratios = [t.get("imbalance_ratio", 1.0) for t in tasks]
+    imbalance = (
+        ", r = " + _values(_number(r) for r in ratios) if any(r != 1 for r in ratios) else ""
+    )
+    return ", ".join(texts) + imbalance
+
+
+def settings_title(configs: Sequence[Mapping[str, Any] | None]) -> str:
+    """Data set · split · τ · V · aggregator (unless FedAvg) · seeds of runs with these configs.
+
+    Each part lists its distinct values; an unknown config is left out; "" when none is known.
+    """
+    known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
+    tasks = [c["task"] for c in known]
+    if not known:
+        return ""
+    names = (str(t.get("dataset", "?")) for t in tasks)
+    training = [c["training"] if isinstance(c.get("training"), Mapping) else {} for c in known]
+    parts = [
+        _values(DATASET_NAMES.get(n, n.rsplit(":", 1)[-1])[:40] for n in names),
+        split_text(tasks),
+        "τ = " + _values(_number(t.get("local_steps")) for t in training),
+        "V = " + _values(_number(t.get("num_devices")) for t in tasks),
+    ]
+    aggregators = [str(c.get("aggregator") or "") for c in known]
+    if any(aggregators):
+        parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
+    distinct = list(dict.fromkeys(_number(t.get("seed")) for t in tasks))
+    parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
+    return " · ".join(parts)

@@ -1,7 +1,7 @@
-"""``fedcgd plot``: accuracy, scheduled devices and WEMD per round of result folders.
+"""``fedcgd plot`` (accuracy, scheduled devices, WEMD per round) and a preset's figures.
 
 One line per run, or with ``--mean`` a mean curve and 95 % band per group (:func:`plot_mean_runs`);
-the figure's rules: :mod:`experiments.analysis.figures`.
+a preset's ``estimates.png`` and ``sweep.png``; the rules: :mod:`experiments.analysis.figures`.
 """
 
 from __future__ import annotations
@@ -17,17 +17,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 
-from experiments.analysis.figures import (
-    draw_group,
-    label_axis,
-    legend_below,
-    policy_name,
-    policy_order,
-    series_styles,
-    smoothing_window,
-)
-from fedcgd_task.datasets import BUILTIN_DATASETS
+from experiments.analysis import figures
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import WHERE_AND_HOW
 from server_app.run_folder.files import ResultWriteError, atomic_write, read_json_object
@@ -71,16 +63,6 @@ def save_figure(fig: Any, out: Path, dpi: int = 120) -> Path:
         plt.close(fig)
 
 
-def round_values(lines: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
-    """Round -> finite value of ``key`` in a run's metrics lines (rounds without one left out)."""
-    out: dict[int, float] = {}
-    for line in lines:
-        value = line.get(key)
-        if isinstance(value, int | float) and math.isfinite(float(value)):
-            out[int(line["round"])] = float(value)
-    return out
-
-
 def draw_panels(
     groups: Sequence[tuple[str, list[Path]]],
     styles: Sequence[Mapping[str, Any]],
@@ -97,24 +79,31 @@ def draw_panels(
     size = (14 if len(titles) > 2 else 12, 4.8)
     fig, axes = plt.subplots(1, len(titles), figsize=size, constrained_layout=True)
     loaded = [[load_run(d)[1] for d in dirs] for _, dirs in groups]
-    window = smoothing_window(max((len(lines) for runs in loaded for lines in runs), default=0))
+    window = figures.smoothing_window(max((len(x) for runs in loaded for x in runs), default=0))
     for (label, dirs), runs, style in zip(groups, loaded, styles, strict=True):
         most = max(map(num_devices, dirs), default=math.inf)
         for ax, key in zip(axes, titles, strict=True):
-            curves = [round_values(lines, key) for lines in runs]
+            curves = [  # round -> finite value (rounds without one left out)
+                {int(x["round"]): float(x[key]) for x in lines if _finite(x.get(key))}
+                for lines in runs
+            ]
             smooth = window if key in smoothed else 1
-            draw_group(
+            figures.draw_group(
                 ax, curves, key, label, style=style, smooth=smooth, bands=bands, num_devices=most
             )
     for ax, (key, title) in zip(axes, titles.items(), strict=True):
         averaged = f"moving average over {window} rounds (faint: per round)"
         lines = [title, averaged if window > 1 and key in smoothed else ""]
         ax.set_title("\n".join(line for line in lines if line), fontsize=9)
-        label_axis(ax, key)
-    legend_below(fig, axes[0])
+        figures.label_axis(ax, key)
+    figures.legend_below(fig, axes[0])
     if title := runs_title(d for _, dirs in groups for d in dirs):
         fig.suptitle(title)
     return save_figure(fig, out)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(float(value))
 
 
 def folder_suffix(index: int, paths: Sequence[Path]) -> str:
@@ -170,7 +159,7 @@ def run_labels(
 
     The folder only where another run still has the same label.
     """
-    names = [policy_name(p) for p in policies]
+    names = [figures.policy_name(p) for p in policies]
     if settings is not None:
         names = [f"{n} · {s}" if s else n for n, s in zip(names, settings, strict=True)]
     paths = [Path(d).resolve() for d in result_dirs]
@@ -195,7 +184,7 @@ def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     policies = [load_run(d)[0] for d in result_dirs]
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
-    styles = series_styles(policies, [aggregator_of(c) for c in configs])
+    styles = figures.series_styles(policies, [aggregator_of(c) for c in configs])
     return draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
 
 
@@ -220,14 +209,13 @@ def plot_mean_runs(
     ``groups``: policy -> folders, or (policy, the settings that differ) -> folders.
     """
     keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
-    order = [
-        key for policy in policy_order(p for p, _ in keyed) for key in keyed if key[0] == policy
-    ]
+    legend = figures.policy_order(p for p, _ in keyed)
+    order = sorted(keyed, key=lambda key: legend.index(key[0]))
     aggregators = [aggregator_of(read_config(keyed[key][0])) for key in order]
-    styles = series_styles([p for p, _ in order], aggregators)
+    styles = figures.series_styles([p for p, _ in order], aggregators)
     named = [
-        (policy_name(p) + (f" · {s}" if s else "") + f" (n={len(keyed[(p, s)])})", keyed[(p, s)])
-        for p, s in order
+        (f"{figures.policy_name(p)}{f' · {s}' if s else ''} (n={len(dirs)})", dirs)
+        for (p, s), dirs in ((key, keyed[key]) for key in order)
     ]
     return draw_panels(named, styles, out, bands)
 
@@ -253,9 +241,7 @@ def main(result_dirs: Sequence[Path], out: Path, mean: bool = False, bands: bool
     return 0
 
 
-# --- Titles: data set, split, τ, V and the seeds of the runs, from their ``config.json`` ---
-
-DATASET_NAMES = {name: builtin.title for name, builtin in BUILTIN_DATASETS.items()}
+# --- A run's ``config.json``: the title, the bound of device counts ---
 
 
 def read_config(result_dir: Path) -> dict[str, Any] | None:
@@ -273,54 +259,93 @@ def num_devices(result_dir: Path) -> float:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else math.inf
 
 
-def _number(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
-
-
-def _values(parts: Iterable[str]) -> str:
-    return ", ".join(dict.fromkeys(parts))
-
-
-def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
-    """The split of runs with these ``task`` settings, e.g. ``Dirichlet α = 0.1, 1, r = 10``."""
-    alphas = [_number(t.get("dirichlet_alpha")) for t in tasks if t.get("partition") != "shards"]
-    shards = [t.get("shards_per_device") for t in tasks if t.get("partition") == "shards"]
-    texts = ["Dirichlet α = " + _values(alphas)] if alphas else []
-    if shards:
-        plural = "" if all(n == 1 for n in shards) else "s"
-        texts.append(_values(_number(n) for n in shards) + f" shard{plural} per device")
-    ratios = [t.get("imbalance_ratio", 1.0) for t in tasks]
-    imbalance = (
-        ", r = " + _values(_number(r) for r in ratios) if any(r != 1 for r in ratios) else ""
-    )
-    return ", ".join(texts) + imbalance
-
-
-def settings_title(configs: Sequence[Mapping[str, Any] | None]) -> str:
-    """Data set · split · τ · V · aggregator (unless FedAvg) · seeds of runs with these configs.
-
-    Each part lists its distinct values; an unknown config is left out; "" when none is known.
-    """
-    known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
-    tasks = [c["task"] for c in known]
-    if not known:
-        return ""
-    names = (str(t.get("dataset", "?")) for t in tasks)
-    training = [c["training"] if isinstance(c.get("training"), Mapping) else {} for c in known]
-    parts = [
-        _values(DATASET_NAMES.get(n, n.rsplit(":", 1)[-1])[:40] for n in names),
-        split_text(tasks),
-        "τ = " + _values(_number(t.get("local_steps")) for t in training),
-        "V = " + _values(_number(t.get("num_devices")) for t in tasks),
-    ]
-    aggregators = [str(c.get("aggregator") or "") for c in known]
-    if any(aggregators):
-        parts.append("aggregator " + _values(a or "FedAvg" for a in aggregators))
-    distinct = list(dict.fromkeys(_number(t.get("seed")) for t in tasks))
-    parts.append(f"seed {distinct[0]}" if len(distinct) == 1 else f"{len(distinct)} seeds")
-    return " · ".join(parts)
-
-
 def runs_title(result_dirs: Iterable[Path]) -> str:
-    """:func:`settings_title` of the runs in ``result_dirs``."""
-    return settings_title([read_config(d) for d in result_dirs])
+    """:func:`figures.settings_title` of the runs in ``result_dirs``."""
+    return figures.settings_title([read_config(d) for d in result_dirs])
+
+
+# --- A preset's figures: σ̂ and Ĝ per round (``estimates.png``), ``sweep.png`` ---
+
+
+def point_label(point: Mapping[str, Any]) -> str:
+    """Folder name of a sweep point, e.g. ``local-steps=5`` (``default`` for no sweep)."""
+    return ",".join(f"{k}={v}" for k, v in point.items()) or "default"
+
+
+def plot_estimates(groups: Mapping[tuple[str, str], Sequence[Path]], out: Path) -> Path:
+    """σ̂ and Ĝ per round of each (sweep label, policy) group of FedCGD runs, smoothed."""
+    labels = list(dict.fromkeys(label for label, _ in groups))
+    fedcgd = [(lb, p) for lb, p in groups if p.startswith("fedcgd")]
+    order = figures.policy_order(p for _, p in fedcgd)
+    drawn = sorted(fedcgd, key=lambda g: (order.index(g[1]), labels.index(g[0])))
+    return draw_panels(
+        [
+            (figures.policy_name(p) + ("" if lb == "default" else f", {lb}"), list(groups[(lb, p)]))
+            for lb, p in drawn
+        ],
+        figures.series_styles([p for _, p in drawn], [lb for lb, _ in drawn]),
+        out,
+        titles={
+            "sigma": "σ̂: spread of the sampled gradients (paper's global σ estimate)",
+            "class_gradient_used": "Ĝ: class-gradient bound FedCGD uses in the WEMD term",
+        },
+    )
+
+
+def plot_sweep(
+    rows: list[dict[str, Any]],
+    sweep: Mapping[str, list[Any]],
+    metrics: list[str],
+    out: Path,
+    title: str = "",
+) -> Path | None:
+    """``sweep.png``: each metric's mean over seeds ± 95 % CI against the swept key's values.
+
+    One panel per metric, one line per policy (``table.csv`` rows with a ``sweep`` label); bars
+    from two seeds on, clipped to the metric's range; rounds to the target: the Kaplan–Meier
+    median. None unless one key is swept.
+    """
+    if len(sweep) != 1 or not metrics:
+        return None
+    ((key, values),) = sweep.items()
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(5.6 * len(metrics), 4.7), squeeze=False, constrained_layout=True
+    )
+    policies = figures.policy_order(r["policy"] for r in rows)
+    for ax, name in zip(axes[0], metrics, strict=True):
+        km = name == "rounds_to_target"
+        columns = (
+            "rounds_to_target_km_median" if km else f"{name}_mean",
+            f"{name}_ci95",
+            "n_seeds",
+        )
+        for policy, style in zip(policies, figures.series_styles(policies), strict=True):
+            by_label = {r["sweep"]: r for r in rows if r["policy"] == policy}
+            cells = [
+                [by_label.get(point_label({key: v}), {}).get(c) for v in values] for c in columns
+            ]
+            mean, ci, seeds = np.array(cells, dtype=float)  # None: NaN
+            mean[np.isinf(mean)] = np.nan  # under half of the runs reached the target
+            ci = np.where(seeds >= figures.MIN_RUNS_FOR_BAND, np.nan_to_num(ci), 0.0)
+            clip = figures.metric(name).clip
+            ax.errorbar(
+                range(len(values)),
+                mean,
+                yerr=np.nan_to_num([mean - clip(mean - ci), clip(mean + ci) - mean]),
+                marker="o",
+                capsize=3,
+                label=figures.policy_name(policy),
+                **style,
+            )
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        figures.label_axis(ax, name, xlabel=key, x_count=False)
+        ax.set_title(
+            "Kaplan–Meier median over seeds (none: under half reached it)"
+            if km
+            else "mean over seeds; bars: 95 % CI (Student t)",
+            fontsize=10,
+        )
+    figures.legend_below(fig, axes[0][0])
+    if title:
+        fig.suptitle(title)
+    return save_figure(fig, out)

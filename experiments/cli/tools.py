@@ -139,7 +139,7 @@ def schedule_table_command(
     from dataclasses import fields
 
     from experiments.paper import schedule_table
-    from experiments.paper.schedule_simulation import TableSettings
+    from experiments.paper.schedule_table import TableSettings
 
     names = {f.name for f in fields(TableSettings)}
     try:

@@ -14,8 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.analysis.plot_runs import runs_title
-from experiments.analysis.preset_figures import plot_sweep, point_label
+from experiments.analysis.plot_runs import plot_sweep, point_label, runs_title
 from experiments.compare.execution import launch_settings, run_points
 from experiments.compare.plans import check_comparison, check_engine, check_seeds, plan_points
 from experiments.compare.policies import run_command

@@ -27,8 +27,7 @@ from experiments.analysis.evidence import (
     rounds_to_target_test,
 )
 from experiments.analysis.figures import policy_name
-from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
-from experiments.analysis.preset_figures import plot_estimates
+from experiments.analysis.plot_runs import load_run, plot_estimates, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import (
     first_round_reaching,
     holm,

@@ -74,11 +74,8 @@ def _pem(
 
 
 def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()) -> CertificateSet:
-    """Write a CA, a SuperLink certificate and ``supernodes`` SuperNode key pairs to ``out``.
-
-    The SuperLink certificate is valid for 127.0.0.1, localhost and ``hosts`` (DNS or IP).
-    ValueError (one line): ``out`` is refused, or a file of the set appeared in it meanwhile.
-    """
+    """Write a CA, a SuperLink certificate (for 127.0.0.1, localhost and ``hosts``) and
+    ``supernodes`` SuperNode key pairs to ``out``; ValueError (one line): ``out`` refused."""  # noqa: D205, D209
     check_certificates_dir(out, supernodes)
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
@@ -101,18 +98,19 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
     now = dt.datetime.now(dt.UTC)
     ca_key, server_key = (rsa.generate_private_key(65537, 2048) for _ in range(2))
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "FedCGD test CA")])
-    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")])
 
-    def signed(subject: x509.Name, key: rsa.RSAPrivateKey) -> x509.CertificateBuilder:
-        return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
+    def issue(
+        subject: x509.Name, key: rsa.RSAPrivateKey, *extensions: tuple[x509.ExtensionType, bool]
+    ) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=365))
-        )
+        )  # fmt: skip
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical=critical)
+        return builder.sign(ca_key, hashes.SHA256())
 
     names: list[x509.GeneralName] = []
     for host in dict.fromkeys(("127.0.0.1", "localhost", *hosts)):
@@ -120,17 +118,12 @@ def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             names.append(x509.DNSName(host))
-    ca_cert = (
-        signed(ca_name, ca_key)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    server_cert = (
-        signed(server_name, server_key)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_cert = issue(ca_name, ca_key, (x509.BasicConstraints(ca=True, path_length=None), True))
+    server_cert = issue(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]), server_key,
+        (x509.SubjectAlternativeName(names), False),
+        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+    )  # fmt: skip
     pem, openssh = serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH
     try:
         write("ca.key", _pem(ca_key))

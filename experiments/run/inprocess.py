@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -43,9 +44,8 @@ CLIENT_APP_RAISED = 1
 class InProcessGrid(Grid):
     """Deliver messages synchronously to ``handlers[node_id](message, contexts[node_id])``.
 
-    ``cohorts``: open each :meth:`send_and_receive`'s messages as cohorts (None: one device at a
-    time); ``keep_sent``: keep what was sent in :attr:`sent` (tests). No SuperLink behind it.
-    """
+    ``cohorts``: each :meth:`send_and_receive`'s messages as cohorts (None: one device at a
+    time); ``keep_sent``: keep what was sent in :attr:`sent` (tests)."""  # noqa: D209
 
     #: A simulation: every message is answered before :meth:`send_and_receive` returns.
     simulated = True
@@ -60,11 +60,8 @@ class InProcessGrid(Grid):
         stall_limit_s: float | None = None,
     ) -> None:
         outside_flower()
-        self.handlers = handlers
-        self.contexts = contexts
-        self.cohorts = cohorts
-        self.keep_sent = keep_sent
-        self.stall_limit_s = stall_limit_s
+        self.handlers, self.contexts, self.cohorts = handlers, contexts, cohorts
+        self.keep_sent, self.stall_limit_s = keep_sent, stall_limit_s
         self.sent: list[Message] = []
 
     def get_node_ids(self) -> Iterable[int]:  # noqa: D102
@@ -115,8 +112,7 @@ class InProcessGrid(Grid):
     ) -> Iterable[Message]:
         """Deliver every message and return the replies (``timeout`` unused: a simulation waits)."""
         messages = list(messages)
-        if self.keep_sent:
-            self.sent.extend(messages)
+        self.sent.extend(messages if self.keep_sent else ())
         replies: list[Message] = []
         delivered = 0
 
@@ -144,10 +140,7 @@ def node_contexts(
     from client_app.app import node_context
 
     shared = dict(run_config)
-    return {
-        node: node_context(shared, pid, num_partitions, node_id=node)
-        for pid, node in enumerate(node_ids)
-    }
+    return {n: node_context(shared, i, num_partitions, node_id=n) for i, n in enumerate(node_ids)}
 
 
 def run_inprocess(
@@ -158,16 +151,11 @@ def run_inprocess(
     from client_app.cohort import Cohorts
 
     config = parse_run_config(run_config)
-    num_devices = config.task.num_devices
-    nodes = [1_000_003 * (v + 1) for v in range(num_devices)]
+    nodes = [1_000_003 * (v + 1) for v in range(config.task.num_devices)]
     together = Cohorts(threads=cohort_threads) if cohorts else None
-    client_app = make_app(together)
-    grid = InProcessGrid(
-        {node: client_app for node in nodes},
-        node_contexts(nodes, run_config, num_devices),
-        cohorts=together,
-        stall_limit_s=config.stall_limit_s,
-    )
+    contexts = node_contexts(nodes, run_config, len(nodes))
+    grid = InProcessGrid(dict.fromkeys(nodes, make_app(together)), contexts, cohorts=together,
+                         stall_limit_s=config.stall_limit_s)  # fmt: skip
     return run_federation(grid, config)
 
 
@@ -182,11 +170,10 @@ def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
 def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWords) -> int:
     """:func:`main` without the signal handling."""
     import json
-    import sys
     import time
     import traceback
 
-    from experiments.run.launcher import start_run
+    from experiments.run.launcher import ended, start_run
     from server_app.run_folder.run_status import run_outcome
 
     outside_flower(colored=sys.stderr.isatty())  # no colour codes in a log file
@@ -206,8 +193,4 @@ def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWord
     finally:
         assert run.claim is not None
         run.claim.release()
-    outcome = run_outcome(run.result_dir, launched_unix_s, failure)
-    print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
-    if outcome.code:
-        print(last_words(), file=sys.stderr)
-    return outcome.code
+    return ended(run_outcome(run.result_dir, launched_unix_s, failure), last_words)

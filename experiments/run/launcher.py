@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.run.certificates import check_certificates_dir, tls_certificates
-from experiments.run.flwr_run import check_ray_address, check_reachable, run_flwr
+from experiments.run.flwr_run import check_reachable, run_flwr
 from experiments.run.resume_command import StartedAs, continue_line
 from experiments.run.run_config import (
     parse_run_config_text,
@@ -25,6 +25,7 @@ from server_app.run_folder.signals import exit_code_stopping_on_signals
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
     from server_app.run_folder.folder_lock import FolderClaim
+    from server_app.run_folder.run_status import Outcome
 
 #: Default ``--out`` of the commands: the parent of a run's ``<policy>-<UTC time>`` folder.
 DEFAULT_RESULTS = PROJECT_DIR / "results"
@@ -75,8 +76,10 @@ def check_options(args: LaunchOptions, merged: dict[str, Any]) -> None:
             raise ValueError("--certificates-dir is for --tls runs only")
         nodes = args.num_supernodes or devices
         check_certificates_dir(args.certificates_dir, nodes if args.deployment else 0)
-    if args.ray_address:
-        check_ray_address(args.ray_address)
+    if args.ray_address not in (None, "auto", "local"):
+        check_reachable(
+            args.ray_address.removeprefix("ray://"), what="--ray-address: the Ray cluster"
+        )
     if args.supernode_gpus is not None and not args.deployment:
         raise ValueError("--supernode-gpus is for --deployment runs only")
     gpu_list(args.supernode_gpus)
@@ -92,13 +95,6 @@ def check_options(args: LaunchOptions, merged: dict[str, Any]) -> None:
             f"run-config key 'device' = {device!r}: in the simulation engine Ray gives each "
             'ClientApp its own GPUs, numbered from 0; allowed: "cuda" or "auto"'
         )
-
-
-#: The options of ``fedcgd run`` that are :func:`run_flwr` arguments of the same name.
-RUN_FLWR_OPTIONS = (
-    "deployment", "cpus_per_client", "gpus_per_client", "ray_address", "flwr_home", "superlink",
-    "root_certificates",
-)  # fmt: skip
 
 
 def with_last_words(command: Callable[[LastWords], int]) -> int:
@@ -170,47 +166,46 @@ def start_run(
     return Start(given, config, claim, result_dir)
 
 
+def ended(outcome: Outcome, last_words: LastWords) -> int:
+    """Print how the run ended (failed: on stderr, with the command that continues it); its code."""
+    print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
+    if outcome.code:
+        print(last_words(), file=sys.stderr)
+    return outcome.code
+
+
 def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) -> int:
-    """One run, results under ``--out`` by default; the exit code."""
-    check = functools.partial(check_options, args)
-    run = start_run(args.run_config, args.out, started, last_words, check, args.superlink)
-    if run is None:
-        return 2
-    try:
-        return launch_run(args, run, last_words)
-    finally:
-        if run.claim is not None:
-            run.claim.release()
-
-
-def launch_run(args: LaunchOptions, run: Start, last_words: LastWords) -> int:
-    """Run the checked run with ``flwr run`` and say how it ended; the exit code."""
+    """One run with ``flwr run``, results under ``--out`` by default; the exit code."""
     from experiments.analysis.plot_runs import plot_runs
     from server_app.run_folder.files import ResultWriteError
     from server_app.run_folder.run_status import run_outcome
 
+    check = functools.partial(check_options, args)
+    run = start_run(args.run_config, args.out, started, last_words, check, args.superlink)
+    if run is None:
+        return 2
     launched_unix_s, result_dir = time.time(), run.result_dir
     overrides = dict(run.given)
     if run.config.get("result-dir"):
         overrides["result-dir"] = run.config["result-dir"]
     num_nodes = args.num_supernodes or int(run.config["num-devices"])
     tls_on = args.tls and not args.superlink  # a given SuperLink: --root-certificates
-    with tls_certificates(tls_on, args.certificates_dir, num_nodes * args.deployment) as tls:
-        options = {name: getattr(args, name) for name in RUN_FLWR_OPTIONS}
-        options["supernode_gpus"] = gpu_list(args.supernode_gpus)
-        proc = run_flwr(overrides, num_supernodes=num_nodes, tls=tls, **options)
-    # `flwr run` exits 0 on a crash too: the status and the ServerApp's own line say how it went
-    outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
-    if outcome.code != 0:
-        print(f"\n{outcome.message}", file=sys.stderr)
-        print(last_words(), file=sys.stderr)
-        return outcome.code
     try:
-        plot_runs([result_dir], result_dir / "curves.png")
+        with tls_certificates(tls_on, args.certificates_dir, num_nodes * args.deployment) as tls:
+            same = "deployment cpus_per_client gpus_per_client ray_address flwr_home superlink"
+            options = {name: getattr(args, name) for name in [*same.split(), "root_certificates"]}
+            options["supernode_gpus"] = gpu_list(args.supernode_gpus)
+            proc = run_flwr(overrides, num_supernodes=num_nodes, tls=tls, **options)
+        # `flwr run` exits 0 on a crash too: the status and the ServerApp's line say how it went
+        outcome = run_outcome(result_dir, launched_unix_s, output=proc.stdout or "")
+        if outcome.code == 0:
+            plot_runs([result_dir], result_dir / "curves.png")
+            print((result_dir / "summary.json").read_text())
+            print(f"\n{results_line(result_dir)}")
     except ResultWriteError as err:
         print(f"failed: {err} (the run itself completed, in {result_dir})", file=sys.stderr)
         return 1
-    print((result_dir / "summary.json").read_text())
-    print(f"\n{results_line(result_dir)}")
-    print(outcome.message)
-    return 0
+    finally:
+        if run.claim is not None:
+            run.claim.release()
+    return ended(outcome, last_words)

@@ -34,10 +34,9 @@ def with_result_dir(run_config: Mapping[str, Any], out: Path) -> dict[str, Any]:
     """``run_config`` with ``result-dir`` = ``out/<name>-<UTC time>`` unless a folder is set."""
     from server_app.config import timestamped_result_dir
 
-    config = dict(run_config)
-    if not config.get("result-dir") and not config.get("resume-from"):
-        config["result-dir"] = str(timestamped_result_dir(out, config))
-    return config
+    if run_config.get("result-dir") or run_config.get("resume-from"):
+        return dict(run_config)
+    return {**run_config, "result-dir": str(timestamped_result_dir(out, run_config))}
 
 
 def device_samples(
@@ -86,7 +85,7 @@ def check_model_fits(
     import torch
 
     from client_app.sigma import gradient_spread
-    from fedcgd_task.models import MODEL_CONTRACT, MODEL_NAMES, build_model, model_function
+    from fedcgd_task.models import BUILTIN_MODELS, MODEL_CONTRACT, build_model, model_function
 
     model_function(model)  # an unknown name or a bad reference: its own one-line error
     shape = "×".join(str(s) for s in input_shape)
@@ -101,7 +100,7 @@ def check_model_fits(
         if tuple(logits.shape) != (2, num_classes):
             raise ValueError(f"outputs of shape {tuple(logits.shape)}, not (2, {num_classes})")
     except Exception as err:  # a wrong built-in or the researcher's model: one line
-        allowed = "use model = 'auto'" if model in MODEL_NAMES else f"allowed: {MODEL_CONTRACT}"
+        allowed = "use model = 'auto'" if model in BUILTIN_MODELS else f"allowed: {MODEL_CONTRACT}"
         raise ValueError(
             f"run-config key 'model' = {model!r} does not fit dataset {dataset_name!r} (inputs "
             f"{shape}, {num_classes} classes): {first_line(err)}; {allowed}"
@@ -123,13 +122,10 @@ def check_result_folder(run_config: Mapping[str, Any], config: RunConfig) -> Non
     from server_app.run_folder.folder_lock import probe_free, refuse_links
     from server_app.run_folder.results import check_new_result_dir
 
-    if run_config.get("resume-from"):
-        folder, key = Path(str(run_config["resume-from"])).expanduser(), "resume-from"
-    elif run_config.get("result-dir"):
-        folder, key = Path(str(run_config["result-dir"])).expanduser(), "result-dir"
-    else:
+    key = "resume-from" if run_config.get("resume-from") else "result-dir"
+    if not run_config.get(key):
         return
-    where = f"run-config key '{key}'"
+    folder, where = Path(str(run_config[key])).expanduser(), f"run-config key '{key}'"
     if os.path.lexists(folder):
         refuse_links(folder, where)
         probe_free(folder, where)
@@ -140,11 +136,8 @@ def check_result_folder(run_config: Mapping[str, Any], config: RunConfig) -> Non
 
 
 def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
-    """Check a run before its start and lock its folder for this command's whole life.
-
-    An existing folder is locked first (a live holder is named); a refused run leaves no folder
-    it created. Returns the run config with ``result-dir`` set, and the claim.
-    """
+    """Check a run and lock its folder (an existing one first, naming a live holder) for this
+    command's life; a refused run leaves no folder. Returns the run config and the claim."""  # noqa: D205, D209
     from server_app.checkpoint import claim_run_folder
     from server_app.run_folder.folder_lock import claim_folder, holds_lock_files
 
@@ -170,10 +163,8 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
-    """Every check that can be made before anything starts (loads the data set); the parsed config.
-
-    ValueError or FileNotFoundError: one line naming the key, the bad value and what is allowed.
-    """
+    """Every check before the start (loads the data set; ValueError / FileNotFoundError naming the
+    key, value and what is allowed); the parsed config."""  # noqa: D205, D209
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
     from server_app.checkpoint import load_checkpoint

@@ -1,9 +1,5 @@
-"""A comparison's or preset's runs as Ray tasks, each the in-process engine.
-
-A task that does not see the run's folder gets its files and returns them (no shared folder
-needed); a lost run goes again from its checkpoint (docs/deployment.md, "A preset on a Ray
-cluster").
-"""
+"""A comparison's or preset's runs as Ray tasks, each the in-process engine; a task that does not
+see the run's folder gets and returns its files, a lost run goes again from its checkpoint."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -45,11 +41,6 @@ class RaySettings:
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
     jobs: int = 0
-
-    @property
-    def threads(self) -> int:
-        """The threads of a run's σ̂ passes."""
-        return max(1, usable_cores() // self.jobs if self.jobs else int(self.cpus_per_run))
 
 
 def resolve_jobs(jobs: Any, engine: str) -> int:
@@ -127,11 +118,8 @@ def connect(settings: RaySettings, prefix: str = "launcher.") -> int:
         raise ValueError(message) from err
     runs = capacity(settings)
     if runs == 0:
-        nodes = [
-            (n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0))
-            for n in ray.nodes()
-            if n["Alive"]
-        ]
+        have = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+        nodes = [(r.get("CPU", 0), r.get("GPU", 0)) for r in have]
         ray.shutdown()
         raise ValueError(
             f"{prefix}gpus-per-run / cpus-per-run: got {settings.gpus_per_run:g} GPUs and "
@@ -158,17 +146,17 @@ def capacity(settings: RaySettings) -> int:
 @contextmanager
 def output_to(path: Path) -> Iterator[None]:
     """Send this process's stdout and stderr (file descriptors 1 and 2) to ``path``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
     saved = os.dup(1), os.dup(2)
     with open(path, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+        for fd in (1, 2):
+            os.dup2(log.fileno(), fd)
     try:
         yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
         for fd, old in zip((1, 2), saved, strict=True):
             os.dup2(old, fd)
             os.close(old)
@@ -195,10 +183,8 @@ def folder_files(folder: Path) -> dict[str, bytes]:
 def run_task(
     overrides: dict[str, Any], files: dict[str, bytes], threads: int, token: str
 ) -> tuple[dict[str, bytes], int]:
-    """One run in a Ray worker: its folder's files afterwards ({} in place) and its exit code.
-
-    In its own folder when that holds :data:`TOKEN_FILE` with ``token``, else in a temporary one.
-    """
+    """One run in a Ray worker, in its own folder if that holds :data:`TOKEN_FILE` with
+    ``token``, else in a temporary one; its folder's files afterwards ({} in place), exit code."""  # noqa: D205, D209
     import ray
 
     from experiments.run.inprocess import run_inprocess
@@ -260,15 +246,15 @@ def run_tasks(
 ) -> int:
     """Run every run config as a Ray task, as many at once as fit; how many went again.
 
-    ``on_start(i)`` before run ``i`` goes (False keeps it back), ``on_end(i, exit_code)`` once
-    its files are in its folder (``status.json`` last).
-    """
+    ``on_start(i)`` before run ``i`` (False keeps it back); ``on_end(i, code)`` once its files
+    are in its folder (``status.json`` last)."""  # noqa: D209
     import ray
 
     task = ray.remote(run_task).options(
         num_cpus=settings.cpus_per_run, num_gpus=settings.gpus_per_run, max_retries=0
     )
-    threads, token = settings.threads, uuid.uuid4().hex
+    token, jobs = uuid.uuid4().hex, settings.jobs  # threads: of a run's σ̂ passes
+    threads = max(1, usable_cores() // jobs if jobs else int(settings.cpus_per_run))
     waiting, tries = deque(range(len(runs))), [0] * len(runs)
     configs = [dict(run) for run in runs]
     going: dict[ray.ObjectRef[Any], int] = {}

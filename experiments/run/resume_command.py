@@ -1,7 +1,6 @@
 """What a command says last when it stops before its end: the exact command that continues.
 
-Written for a POSIX shell in the stopped command's folder (docs/deployment.md, "Checkpoint and
-resume").
+For a POSIX shell in the stopped command's folder (docs/deployment.md, "Checkpoint and resume").
 """
 
 from __future__ import annotations
@@ -107,8 +106,7 @@ def rerun_line(command: str | None) -> str:
 class LastWords:
     """The line a command ends with when it stops early (None until :meth:`set`)."""
 
-    def __init__(self) -> None:
-        self._make: Callable[[], str] | None = None
+    _make: Callable[[], str] | None = None
 
     def set(self, make: Callable[[], str]) -> None:
         """From now on the last line is ``make()`` (read when it is printed)."""

@@ -106,12 +106,19 @@ def aggregator_class(setting: str, key: str = AGGREGATOR_KEY) -> type[Strategy]:
     return DifferentialPrivacyServerSideAdaptiveClipping if replaced else found
 
 
-def build(
+def make_aggregator(
     setting: str, params: Mapping[str, object], num_devices: int, key: str = AGGREGATOR_KEY,
     table: str = PARAMS_KEY,
-) -> tuple[Strategy, dict[str, Any]]:  # fmt: skip
+) -> tuple[Strategy | None, dict[str, Any] | None]:  # fmt: skip
     """The strategy ``setting`` names, built from ``table``, and ``config.json``'s
-    ``aggregator_resolved`` (class, parameters, their source); ValueError (one line)."""  # noqa: D205, D209
+    ``aggregator_resolved`` (class, parameters, their source); (None, None) for ``""``, the
+    scheduler's FedAvg. ValueError (one line)."""  # noqa: D205, D209
+    if setting == "" and key == AGGREGATOR_KEY:
+        if params:
+            raise ValueError(f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but "
+                             f"{AGGREGATOR_KEY!r} is \"\" (the scheduler's FedAvg takes no "
+                             "parameters); name an aggregator")  # fmt: skip
+        return None, None
     cls, own, extra, record = aggregator_class(setting, key), dict(params), {}, None
     if issubclass(cls, SERVER_SIDE_DP):
         wrapped, sub = own.pop(INNER, "FedAvg"), own.pop(INNER_PARAMS, {})
@@ -122,8 +129,8 @@ def build(
                 f"{sub!r}; allowed: a strategy that aggregates (FedAvg, FedTrimmedAvg, ...) and "
                 f"a table of its parameters, e.g. {table}.{INNER_PARAMS}.beta = 0.2"
             )
-        inner, record = build(str(wrapped), cast(dict, sub), num_devices, f"{table}.{INNER}",
-                              f"{table}.{INNER_PARAMS}")  # fmt: skip
+        inner, record = make_aggregator(str(wrapped), cast(dict, sub), num_devices,
+                                        f"{table}.{INNER}", f"{table}.{INNER_PARAMS}")  # fmt: skip
         extra = {INNER: inner, "num_sampled_clients": num_devices}
     refused = {n: f"not settable here ({why})" for n, why in REFUSED.items()}
     refused |= {INNER: f"{table}.{INNER} names it"} if extra else {}
@@ -152,20 +159,6 @@ def build(
                  "Flower's default for num-devices (V / 20)" if k == "clipped_count_stddev"
                  else "the class default" for k in values},
     } | ({INNER: record} if record is not None else {})  # fmt: skip
-
-
-def make_aggregator(setting: str, params: Mapping[str, Any], num_devices: int) -> Strategy | None:
-    """A fresh aggregator for ``aggregator = setting``, None for the default FedAvg (ValueError)."""
-    if setting == "" and params:
-        raise ValueError(f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but "
-                         f"{AGGREGATOR_KEY!r} is \"\" (the scheduler's FedAvg takes no "
-                         "parameters); name an aggregator")  # fmt: skip
-    return None if setting == "" else build(setting, params, num_devices)[0]
-
-
-def resolved_aggregator(setting: str, params: Mapping[str, object], num_devices: int) -> Any:
-    """``config.json``'s ``aggregator_resolved`` (None for the scheduler's FedAvg)."""
-    return None if setting == "" else build(setting, params, num_devices)[1]
 
 
 def minimum_uploads(aggregator: Strategy) -> tuple[int, str]:

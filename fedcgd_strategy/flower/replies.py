@@ -13,24 +13,89 @@ from typing import TypeGuard
 import numpy as np
 from flwr.app import Message, MetricRecord
 from flwr.supercore import log
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from fedcgd_strategy.aggregation import array_problem, flatten_update
 from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.policies import ReportedStats, UploadedUpdates
-from fedcgd_strategy.validation import (
-    FLOAT32_MAX,
-    reported_norm_matches,
-    round_histogram_problem,
-    update_norm,
-    update_norm_outliers,
-)
+from fedcgd_strategy.policies import UploadedUpdates
 from fedcgd_task import keys
 from fedcgd_task.imports import first_line
+from fedcgd_task.schema import DEFAULTS
 from fedcgd_task.settings import TrainingSettings
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53
+DEFAULT_MAX_UPDATE_NORM_RATIO = float(DEFAULTS["max-update-norm-ratio"])
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+NORM_REL_TOL = 1e-5  #: a reported update norm against the server's (summation order)
+
+
+def update_norm(
+    local: Mapping[str, NDArray[np.generic]], reference: Mapping[str, NDArray[np.generic]]
+) -> float:
+    """||w_v − w||₂ over every floating array of ``reference``, summed in float64."""
+    total = 0.0
+    for k, ref in reference.items():
+        if np.issubdtype(np.asarray(ref).dtype, np.floating):
+            d = np.subtract(local[k], ref, dtype=np.float64).ravel()
+            total += float(d @ d)
+    return float(np.sqrt(total))
+
+
+def reported_norm_matches(reported: float, uploaded: float) -> bool:
+    """Whether a reported ``update-norm`` is the uploaded update's (within summation order)."""
+    return bool(abs(reported - uploaded) <= NORM_REL_TOL * abs(uploaded) + 1e-9)
+
+
+def update_norm_outliers(
+    norms: ArrayLike, max_ratio: float, reference: float | None = None
+) -> NDArray[np.bool_]:
+    """Which uploads of a round to refuse, bool[K]: a norm that is not finite or above
+    :data:`FLOAT32_MAX`, and, with ``max_ratio`` k > 0 (``max-update-norm-ratio``), one above k
+    times the median of the round's other uploads (else ``reference``, the last round's).
+    """  # noqa: D205
+    n = np.asarray(norms, dtype=np.float64).ravel()
+    out = ~(np.abs(n) <= FLOAT32_MAX)  # NaN, inf or beyond float32
+    if max_ratio == 0:
+        return out
+    for i in range(n.size):
+        if out[i]:
+            continue
+        others = np.delete(n, i)
+        others = others[np.isfinite(others)]
+        median = float(np.median(others)) if others.size else reference
+        if median is not None and n[i] > max_ratio * median:
+            out[i] = True
+    return out
+
+
+def round_histogram_problem(
+    hist: ArrayLike, local_counts: ArrayLike | None, num_samples: int
+) -> str | None:
+    """Why ``hist`` cannot be a round histogram of τ b = ``num_samples`` samples read cyclically
+    (None if it can): with the local class counts ``L`` from discovery (None: the sum only) and
+    ``q, r = divmod(num_samples, sum(L))``, class c appears ``q L_c`` to ``q L_c + min(r, L_c)``
+    times."""  # noqa: D205, D209
+    h = np.asarray(hist, dtype=np.int64)
+    if int(h.sum()) != int(num_samples):
+        return (
+            f"sums to {int(h.sum())}; allowed: the counts of the round's local-steps x "
+            f"batch-size = {int(num_samples)} samples"
+        )
+    if local_counts is None:
+        return None
+    counts = np.asarray(local_counts, dtype=np.int64)
+    q, r = divmod(int(num_samples), int(counts.sum()))
+    low = q * counts
+    high = low + np.minimum(r, counts)
+    bad = np.flatnonzero((h < low) | (h > high))
+    if bad.size:
+        c = int(bad[0])
+        return (
+            f"class {c} has {int(h[c])} samples; allowed with the local class counts reported "
+            f"at discovery: {int(low[c])} .. {int(high[c])}"
+        )
+    return None
 
 
 class MalformedReplyError(ValueError):
@@ -223,7 +288,7 @@ def collect_reports(
     """Validate a phase's replies (a node's first counts): the valid reports by partition id,
     each other expected partition's one-line reason, and those lost (no reply or an error reply
     first; a refused reply is a failure, not a loss). ``num_samples`` τ b (None: unchecked),
-    ``max_update_norm_ratio`` k of :func:`~fedcgd_strategy.validation.update_norm_outliers`
+    ``max_update_norm_ratio`` k of :func:`update_norm_outliers`
     against the round's others or ``norm_reference``, the last round's median.
     """  # noqa: D205
     wanted = set(expected)
@@ -266,25 +331,6 @@ def collect_reports(
     for pid in sorted(failures):
         log(WARNING, "%s: device %d excluded this round: %s", phase, pid, failures[pid])
     return [reports[p] for p in sorted(reports)], dict(sorted(failures.items())), lost
-
-
-def reported_stats(
-    reports: list[DeviceReport], num_devices: int, num_classes: int, *, post_training: bool
-) -> ReportedStats:
-    """The valid reports of a phase as length-V arrays (NaN post-training rows where missing)."""
-    reported = np.zeros(num_devices, dtype=bool)
-    label_hist = np.zeros((num_devices, num_classes), dtype=np.int64)
-    num_examples, sigma_v = np.zeros(num_devices), np.zeros(num_devices)
-    train_loss = np.full(num_devices, np.nan) if post_training else None
-    update_norm = np.full(num_devices, np.nan) if post_training else None
-    for r in reports:
-        v = r.partition_id
-        reported[v] = True
-        label_hist[v], num_examples[v], sigma_v[v] = r.label_hist, r.num_examples, r.sigma
-        if train_loss is not None and update_norm is not None:
-            train_loss[v] = np.nan if r.train_loss is None else r.train_loss
-            update_norm[v] = np.nan if r.update_norm is None else r.update_norm
-    return ReportedStats(reported, label_hist, num_examples, sigma_v, train_loss, update_norm)
 
 
 def uploaded_updates(

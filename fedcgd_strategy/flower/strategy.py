@@ -30,9 +30,9 @@ from fedcgd_strategy.flower.discovery import (
     settle_pending,
 )
 from fedcgd_strategy.flower.replies import (
+    DEFAULT_MAX_UPDATE_NORM_RATIO,
     DeviceReport,
     collect_reports,
-    reported_stats,
     uploaded_updates,
 )
 from fedcgd_strategy.flower.simulation import stall_progress
@@ -49,7 +49,6 @@ from fedcgd_strategy.policies import (
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, round_record
-from fedcgd_strategy.validation import DEFAULT_MAX_UPDATE_NORM_RATIO
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings, read_round_config
 
@@ -145,10 +144,6 @@ class ScheduledStrategy(Strategy):
     def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:
         """The policy's view: from the reports, or (``reports=None``) from the channel only."""
         num_devices, num_classes = self.registry.num_devices, self.registry.num_classes
-        reported = None
-        if reports is not None:
-            trained = self.protocol is Protocol.TRAIN_ALL
-            reported = reported_stats(reports, num_devices, num_classes, post_training=trained)
         return round_inputs(
             available=np.isin(np.arange(num_devices), state.reachable),
             min_bandwidth_hz=state.draw.min_bandwidth_hz,
@@ -157,7 +152,8 @@ class ScheduledStrategy(Strategy):
             batch_size=state.training.batch_size,
             num_classes=num_classes,
             target_dist=self.target_dist,
-            reported=reported,
+            reports=reports,
+            post_training=self.protocol is Protocol.TRAIN_ALL,
             local_counts=self.registry.local_counts(),
         )
 

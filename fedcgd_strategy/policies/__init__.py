@@ -1,6 +1,6 @@
 """Scheduling policies: :mod:`~.core` (inputs, Policy, Protocol, Decision), :mod:`~.check` (the
-decision's check), :mod:`~.builtin` (FedCGD, paper Algorithm 3; BC, BN2, POC, Fed-CBS, all),
-:mod:`~.registry` (run-config names and import paths -> policy objects).
+decision's check), :mod:`~.registry` (the built-ins: FedCGD, paper Algorithm 3; BC, BN2, POC,
+Fed-CBS, all; run-config names and import paths -> policy objects).
 """  # noqa: D205
 
 from fedcgd_strategy.policies.check import PolicyDecisionError as PolicyDecisionError
@@ -10,7 +10,6 @@ from fedcgd_strategy.policies.core import PROTOCOL_CHOICES as PROTOCOL_CHOICES
 from fedcgd_strategy.policies.core import Decision as Decision
 from fedcgd_strategy.policies.core import Policy as Policy
 from fedcgd_strategy.policies.core import Protocol as Protocol
-from fedcgd_strategy.policies.core import ReportedStats as ReportedStats
 from fedcgd_strategy.policies.core import RoundInputs as RoundInputs
 from fedcgd_strategy.policies.core import UploadedUpdates as UploadedUpdates
 from fedcgd_strategy.policies.core import decision_from_mask as decision_from_mask

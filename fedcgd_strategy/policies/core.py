@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -59,23 +59,6 @@ class RoundInputs:
         return estimate_global_sigma(self.sigma_v[idx], self.num_examples[idx])
 
 
-@dataclass(frozen=True)
-class ReportedStats:
-    """The statistics the devices reported this round, as length-V arrays.
-
-    Rows of devices that did not report (``reported`` False) are zero and ignored. ``label_hist``
-    int[V, C] counts the classes a device uses this round; ``sigma_v`` is NaN where not computed;
-    ``train_loss`` and ``update_norm`` come with training replies only.
-    """
-
-    reported: NDArray[np.bool_]
-    label_hist: NDArray[np.int64]
-    num_examples: NDArray[np.float64]
-    sigma_v: NDArray[np.float64]
-    train_loss: NDArray[np.float64] | None = None
-    update_norm: NDArray[np.float64] | None = None
-
-
 def _read_only(array: Any) -> Any:
     """A read-only view of ``array`` (no copy): a policy writing into it gets numpy's error."""
     if array is None:
@@ -94,36 +77,50 @@ def _row_distributions(counts: NDArray[np.int64]) -> NDArray[np.float64]:
 def round_inputs(
     *, available: NDArray[np.bool_], min_bandwidth_hz: NDArray[np.float64],
     gain_lin: NDArray[np.float64], total_bandwidth_hz: float, batch_size: int, num_classes: int,
-    target_dist: NDArray[np.float64] | None, reported: ReportedStats | None = None,
-    local_counts: NDArray[np.int64] | None = None,
+    target_dist: NDArray[np.float64] | None, reports: Sequence[Any] | None = None,
+    post_training: bool = False, local_counts: NDArray[np.int64] | None = None,
 ) -> RoundInputs:  # fmt: skip
     """Assemble the policy's view of one round (the one place a :class:`RoundInputs` is built).
 
     ``available`` bool[V] are the reachable devices the channel drew available, with their
-    ``min_bandwidth_hz`` B*_v (Hz) and ``gain_lin`` H̄_v float[V]; B in Hz, b, C. The WEMD target
-    p is ``target_dist`` float[C], else the union of the reported histograms, else uniform
-    (docs/design.md, "WEMD target"). The candidates are the devices of ``reported``; without it
-    (a rule that schedules from the channel alone) every available device, with its label
-    distribution at the target, σ̂_v NaN and |D_v| its local sample count (1 when unknown).
-    ``local_counts`` int[V, C] are the class counts reported at discovery (zero rows: unknown).
+    ``min_bandwidth_hz`` B*_v (Hz) and ``gain_lin`` H̄_v float[V]; B in Hz, b, C. ``reports``:
+    the phase's valid device reports (``partition_id``, ``label_hist`` int[C] of the round,
+    ``num_examples``, ``sigma`` σ̂_v, NaN if not computed; ``post_training``: ``train_loss`` and
+    ``update_norm`` too, NaN where missing). The WEMD target p is ``target_dist`` float[C], else
+    the union of the reported histograms, else uniform (docs/design.md, "WEMD target"). The
+    candidates are the reporting devices; without ``reports`` (a rule that schedules from the
+    channel alone) every available device, with its label distribution at the target, σ̂_v NaN
+    and |D_v| its local sample count (1 when unknown). ``local_counts`` int[V, C] are the class
+    counts reported at discovery (zero rows: unknown).
     """
     num_devices = int(np.shape(available)[0])
+    train_loss = update_norm = None
+    if reports is not None:
+        reported = np.zeros(num_devices, dtype=bool)
+        label_hist = np.zeros((num_devices, num_classes), dtype=np.int64)
+        sizes, sigma_v = np.zeros(num_devices), np.zeros(num_devices)
+        if post_training:
+            train_loss, update_norm = np.full(num_devices, np.nan), np.full(num_devices, np.nan)
+        for r in reports:
+            v = r.partition_id
+            reported[v] = True
+            label_hist[v], sizes[v], sigma_v[v] = r.label_hist, r.num_examples, r.sigma
+            if train_loss is not None and update_norm is not None:
+                train_loss[v] = np.nan if r.train_loss is None else r.train_loss
+                update_norm[v] = np.nan if r.update_norm is None else r.update_norm
     if target_dist is not None:
         target = np.asarray(target_dist, dtype=float)
-    elif reported is not None and reported.reported.any():
-        total = reported.label_hist[reported.reported].sum(axis=0).astype(float)
+    elif reports is not None and reported.any():
+        total = label_hist[reported].sum(axis=0).astype(float)
         target = total / total.sum()
     else:
         target = np.full(num_classes, 1.0 / num_classes)
-    if reported is None:
+    if reports is None:
         sizes = np.ones(num_devices) if local_counts is None else local_counts.sum(axis=1)
         candidate, sigma_v = np.asarray(available, dtype=bool), np.full(num_devices, np.nan)
         label_dist = np.broadcast_to(target, (num_devices, num_classes))
-        train_loss = update_norm = None
     else:
-        candidate, sizes, sigma_v = reported.reported, reported.num_examples, reported.sigma_v
-        label_dist = _row_distributions(reported.label_hist)
-        train_loss, update_norm = reported.train_loss, reported.update_norm
+        candidate, label_dist = reported, _row_distributions(label_hist)
     return RoundInputs(
         candidate=_read_only(np.asarray(candidate, dtype=bool)),
         label_dist=_read_only(label_dist),

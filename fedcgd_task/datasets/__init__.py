@@ -1,7 +1,7 @@
-"""Data sets behind one contract (docs/bring-your-own.md): the checks and the per-process cache.
+"""Data sets behind one contract (docs/bring-your-own.md): its checks and the per-process cache.
 
-``dataset`` names a built-in (:data:`fedcgd_task.schema.BUILTIN_DATASETS`: :mod:`~.images`,
-:mod:`~.mnist1d`) or the researcher's function. Imports neither torch nor flwr.
+``dataset`` names a built-in (:data:`~fedcgd_task.schema.BUILTIN_DATASETS`) or the researcher's
+function. Imports neither torch nor flwr.
 """
 
 from __future__ import annotations
@@ -24,11 +24,8 @@ if TYPE_CHECKING:
     from fedcgd_task.settings import TaskSettings
 
 
-#: The run-config key that names the data-set function.
-DATASET_KEY = "dataset"
 #: Keyword arguments a data-set function may take (its signature says which).
 DATA_KEYWORDS: tuple[str, ...] = ("data_dir", "settings")
-#: What a data-set function must return (named in the error messages).
 RETURN_CONTRACT = (
     "((x_train, y_train), (x_test, y_test)) or ((x_train, y_train), (x_test, y_test), num_classes)"
 )
@@ -38,10 +35,8 @@ DataFunction: TypeAlias = Callable[..., Any]
 
 @dataclass(frozen=True, eq=False)
 class NormalizedPixels:
-    """Images kept as ``uint8`` [N, C, H, W], read as float32 (pixel * scale - mean_c) / std_c.
-
-    Only the samples a computation needs are converted (CIFAR: 150 MB instead of 614 MB).
-    """
+    """``uint8`` images [N, C, H, W] read as float32 (pixel * scale - mean_c) / std_c when used
+    (CIFAR: 150 MB instead of 614 MB)."""  # noqa: D205, D209
 
     pixels: npt.NDArray[np.uint8]
     scale: float
@@ -49,8 +44,7 @@ class NormalizedPixels:
     std: tuple[float, ...]
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        """[N, C, H, W]."""
+    def shape(self) -> tuple[int, ...]:  # noqa: D102 - [N, C, H, W]
         return tuple(int(s) for s in self.pixels.shape)
 
     def __len__(self) -> int:
@@ -84,7 +78,7 @@ class DataSplit:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Shape of one input (``x.shape[1:]``)."""
+        """``x.shape[1:]``."""
         return tuple(int(s) for s in self.inputs.shape[1:])
 
     def tensors(self, indices: npt.ArrayLike | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,8 +96,8 @@ class DataSplit:
 
 
 def dataset_setting(name: str) -> str:
-    """The setting a data-set message names: ``run-config key 'dataset' = <name>``."""
-    return f"run-config key '{DATASET_KEY}' = {name!r}"
+    """``run-config key 'dataset' = <name>``, the start of a data-set error."""
+    return f"run-config key 'dataset' = {name!r}"
 
 
 def _structure(value: object, depth: int = 2) -> str:
@@ -128,11 +122,8 @@ def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> n
 
 
 def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
-    """Turn what a data-set function returned into the training and test split.
-
-    Inputs become float32 (a built-in's :class:`NormalizedPixels` stay), labels int64; C is
-    given or the largest label + 1. Raises a one-line ValueError naming ``dataset``.
-    """
+    """The (train, test) splits of what a data-set function returned: float32 inputs (or
+    :class:`NormalizedPixels`), int64 labels, C given or largest label + 1; ValueError, one line."""  # noqa: D205, D209
     where = dataset_setting(name)
     if not (
         isinstance(result, tuple | list)
@@ -193,7 +184,7 @@ def dataset_function(name: str) -> DataFunction:
         "a function of no argument or of data_dir and / or settings keywords that returns "
         f"{RETURN_CONTRACT}"
     )
-    return builtin_or_function(name, DATASET_KEY, builtins, "data set", contract)
+    return builtin_or_function(name, "dataset", builtins, "data set", contract)
 
 
 def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
@@ -224,11 +215,8 @@ def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
 def load_data(
     name: str, data_dir: str, settings: TaskSettings | None = None
 ) -> tuple[DataSplit, DataSplit]:
-    """The checked (train, test) :class:`DataSplit` of a data set, cached per process.
-
-    ``settings`` (None outside a run) count for a function that takes them. The function's
-    error becomes one line naming ``dataset`` (FileNotFoundError stays one).
-    """
+    """The checked (train, test) splits, cached per process (``settings`` count only for a
+    function that takes them); the function's error becomes one line naming ``dataset``."""  # noqa: D205, D209
     takes = "settings" in data_keywords(dataset_function(name), name)
     return _load_checked(name, data_dir, settings if takes else None)
 
@@ -237,7 +225,7 @@ def load_data(
 def _load_checked(
     name: str, data_dir: str, settings: TaskSettings | None
 ) -> tuple[DataSplit, DataSplit]:
-    """:func:`load_data`'s cached part, the generators seeded with the run's seed (else 0)."""
+    """:func:`load_data` cached, the generators seeded with the run's seed (else 0)."""
     from fedcgd_task.training import seeded_generators  # torch: only where data is loaded
 
     function = dataset_function(name)
@@ -256,10 +244,10 @@ def _load_checked(
 
 
 def load_train_set(settings: TaskSettings) -> DataSplit:
-    """The full training split of ``settings.dataset`` (cached per process)."""
+    """The training split (cached per process)."""
     return load_data(settings.dataset, settings.data_dir, settings)[0]
 
 
 def load_test_set(settings: TaskSettings) -> DataSplit:
-    """The test split of ``settings.dataset`` (cached), for central evaluation."""
+    """The test split (cached per process)."""
     return load_data(settings.dataset, settings.data_dir, settings)[1]

@@ -1,9 +1,7 @@
-"""The built-in image sets: scikit-learn's ``digits`` and ``cifar10`` / ``cifar100``.
-
-digits: 1 x 8 x 8, x = pixel / 16, a fixed stratified 80 / 20 split (1437 / 360). CIFAR:
-torchvision's files in ``data-dir`` (downloaded once when absent), read by
-:class:`CifarUnpickler` so a crafted file cannot run code (docs/design.md, "Safe loading").
-"""
+"""Built-in image sets: scikit-learn's ``digits`` (1 x 8 x 8, pixel / 16, a fixed stratified
+80 / 20 split) and CIFAR from torchvision's files in ``data-dir`` (downloaded once when absent),
+read so that a crafted file cannot run code (docs/design.md, "Safe loading").
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -142,11 +140,8 @@ def read_cifar_folder(
 
 
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> DataSplit:
-    """The CIFAR-10 or CIFAR-100 (fine labels) training or test split, pixels kept as uint8.
-
-    Without the extracted folder in ``data_dir`` (and with ``download``), torchvision extracts
-    the official archive there first (MD5-checked; a failure leaves no folder behind).
-    """
+    """CIFAR-10 or CIFAR-100 (fine labels), pixels kept as uint8; without the extracted folder
+    (and with ``download``) torchvision fetches and extracts the MD5-checked archive first."""  # noqa: D205, D209
     root = Path(data_dir)
     official = official_cifar(name)
     folder = root / official.base_folder

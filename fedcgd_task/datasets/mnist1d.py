@@ -39,7 +39,7 @@ Mnist1dArrays: TypeAlias = tuple[
 
 
 def mnist1d_arguments(num_samples: int) -> dict[str, Any]:
-    """``make_dataset``'s arguments (JSON, without the unread ``url``) for ``num_samples``."""
+    """``make_dataset``'s arguments (without the unread ``url``) for ``num_samples``."""
     from mnist1d.data import get_dataset_args
 
     arguments = {k: v for k, v in get_dataset_args(as_dict=True).items() if k != "url"}
@@ -102,11 +102,8 @@ def mnist1d_content_digest(key: str, arrays: Mnist1dArrays) -> str:
 
 
 def _read_cache(path: Path, key: str, arguments: dict[str, Any]) -> Mnist1dArrays | None:
-    """The arrays of cache file ``path`` if it is what ``key`` generates; else None.
-
-    The headers must declare the expected shapes and dtypes before any data is read; the stored
-    digest of ``key`` and the arrays must match after.
-    """
+    """The arrays of cache file ``path`` if its headers declare the expected arrays and its stored
+    digest matches ``key`` and the arrays read; else None."""  # noqa: D205, D209
     from fedcgd_task.npz import npz_headers
 
     total, length = int(arguments["num_samples"]), int(arguments["final_seq_length"])

@@ -27,11 +27,7 @@ class ResultWriteError(OneLineMessage, Exception):
     def __init__(self, message: str, *, errno_code: int | None, path: str) -> None:
         super().__init__(message)
         self.errno, self.path = errno_code, path
-
-    @property
-    def disk_full(self) -> bool:
-        """True for a full disk or an exhausted quota."""
-        return self.errno in (errno.ENOSPC, errno.EDQUOT)
+        self.disk_full = errno_code in (errno.ENOSPC, errno.EDQUOT)
 
 
 @contextlib.contextmanager
@@ -54,11 +50,9 @@ def atomic_write(
     *,
     durable: bool = True,
 ) -> Path:
-    """Replace ``path`` by ``content`` (text, bytes, or a function writing a binary handle).
-
-    An exclusive temporary file in the same folder, fsynced when ``durable``, renamed over
-    ``path``: readers see the old file or the new one, also after a kill.
-    """
+    """Replace ``path`` by ``content`` (text, bytes, or a function writing a binary handle)
+    through an exclusive temporary file beside it (fsynced when ``durable``), renamed over it.
+    """  # noqa: D205
     target = Path(path)
     with writing(target):
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -131,10 +125,7 @@ def read_json_object(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYT
         size = max(os.fstat(handle.fileno()).st_size, len(data := handle.read(max_bytes + 1)))
     where = os.fspath(path)
     if size > max_bytes:
-        raise ValueError(
-            f"{where} holds {size} bytes, more than the {max_bytes} a run writes; not a file "
-            "of a run"
-        )
+        raise ValueError(f"{where} holds {size} bytes, more than the {max_bytes} a run writes")
     value = parse_json(data.decode("utf-8", errors="replace"), where)
     if not isinstance(value, dict):
         raise ValueError(f"{where} holds a JSON {type(value).__name__}, not an object")

@@ -1,9 +1,6 @@
-"""One writer per run folder: ``filelock`` locks, link refusal, collision-free new folders.
-
-The owner lock (:data:`LOCK_FILE`) is shared with the processes an owner starts (their
-environment lists its PID in :data:`OWNERS_ENV`); the writer lock (:data:`WRITER_LOCK_FILE`) is
-never shared. Why: docs/design.md, "One writer per folder".
-"""
+"""One writer per run folder: an owner lock shared with the processes the owner starts (their
+:data:`OWNERS_ENV`), a writer lock never shared; see docs/design.md, "One writer per folder".
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from fedcgd_strategy.errors import OneLineMessage
 
 LOCK_FILE, WRITER_LOCK_FILE = ".fedcgd.lock", ".fedcgd-writer.lock"
 LOCK_FILES = (LOCK_FILE, WRITER_LOCK_FILE)
-#: The PIDs (space-separated) of this process and the processes above it that hold owner locks.
+#: The PIDs of this process and those above it that hold owner locks, space-separated.
 OWNERS_ENV = "FEDCGD_LOCK_OWNERS"
 
 
@@ -32,7 +29,7 @@ class FolderInUseError(OneLineMessage, ValueError):
 
 
 def _holder(path: Path) -> tuple[int | None, str]:
-    """The live PID and command line the holder wrote in the lock file (``None, ""``: none)."""
+    """The live PID and command line written in the lock file (``None, ""``: none)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
@@ -61,9 +58,8 @@ def _owners() -> list[str]:
 def take_lock(folder: Path, name: str, key: str, *, shared: bool) -> FileLock | None:
     """Lock ``folder / name``; None when ``shared`` and an owner above this process holds it.
 
-    Waits up to 2 s for a holder that has not yet written its line. Raises
-    :class:`FolderInUseError` naming ``key``, the folder and the holder, or ValueError when the
-    lock file cannot be opened (a link, no permission).
+    Waits up to 2 s for a holder to write its line. Raises :class:`FolderInUseError`, or
+    ValueError when the lock file cannot be opened (a link, no permission).
     """
     path = folder / name
     lock = FileLock(path, thread_local=False, preserve_lock_file=True, on_acquired=_sign)
@@ -88,7 +84,7 @@ def take_lock(folder: Path, name: str, key: str, *, shared: bool) -> FileLock | 
 
 
 def let_go(lock: FileLock | None) -> None:
-    """Empty the lock file (the next holder reads no stale line) and unlock it."""
+    """Empty the lock file (no stale line for the next holder) and unlock it."""
     if lock is not None and lock.is_locked:
         with contextlib.suppress(OSError):
             fd = os.open(lock.lock_file, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -119,7 +115,7 @@ def refuse_links(folder: Path, key: str) -> None:
 
 
 def holds_lock_files(folder: Path) -> bool:
-    """True when ``folder`` holds a lock file (it was, or is, claimed by some process)."""
+    """True when ``folder`` holds a lock file (it was, or is, claimed)."""
     return any(os.path.lexists(folder / name) for name in LOCK_FILES)
 
 
@@ -132,7 +128,7 @@ def probe_free(folder: Path, key: str) -> None:
 
 @dataclass
 class FolderClaim:
-    """The locks held on ``folder`` (``owner`` None: by an owner above), the folder ``created``."""
+    """The locks held on ``folder`` (``owner`` None: held above), the first folder ``created``."""
 
     folder: Path
     owner: FileLock | None = None
@@ -165,42 +161,32 @@ class FolderClaim:
         self.release()
 
 
-def _new_folder(folder: Path, key: str) -> Path:
-    """Create ``folder``, or ``folder-2``, ``folder-3``, ... if taken (``mkdir`` is exclusive)."""
-    for count in range(1, 1000):
-        name = folder if count == 1 else folder.with_name(f"{folder.name}-{count}")
-        try:
-            name.mkdir(parents=True)
-            return name
-        except FileExistsError:
-            continue
-        except OSError as err:
-            raise ValueError(f"{key} = '{name}' cannot be created ({err.strerror})") from err
-    raise ValueError(f"{key}: '{folder}' and 998 suffixed names all exist")
-
-
 def claim_folder(
     folder: Path, key: str, *, create: bool = True, writer: bool = False, fresh_name: bool = False
 ) -> FolderClaim:
     """Create (if ``create``) and lock a run folder for this process.
 
-    ``writer``: keep the writer lock (otherwise only check that no unrelated writer holds it);
-    ``fresh_name``: ``folder`` is a default name, suffixed when taken. Raises
-    :class:`FolderInUseError`, ValueError (cannot be created, is or holds a link) or
-    FileNotFoundError (missing, ``create=False``).
+    ``writer``: keep the writer lock (else only check that no other writer holds it);
+    ``fresh_name``: a default name, suffixed ``-2``, ``-3``, ... when taken (``mkdir`` is
+    exclusive). Raises :class:`FolderInUseError`, ValueError or FileNotFoundError.
     """
     base = folder.parent if fresh_name else folder
     created = next((f for f in (*reversed(base.parents), base) if not os.path.lexists(f)), None)
-    if fresh_name:
-        folder = _new_folder(folder, key)
-        created = created or folder
-    elif created is not None:
-        if not create:
-            raise FileNotFoundError(f"{key} = '{folder}': no such folder")
+    if created is not None and not create and not fresh_name:
+        raise FileNotFoundError(f"{key} = '{folder}': no such folder")
+    names = [folder.with_name(f"{folder.name}-{n}") for n in range(2, 1000)] if fresh_name else []
+    for name in [folder, *names] if created is not None or fresh_name else []:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            name.mkdir(parents=True, exist_ok=not fresh_name)
+            folder, created = name, created or name
+            break
+        except FileExistsError:
+            continue
         except OSError as err:
-            raise ValueError(f"{key} = '{folder}' cannot be created ({err.strerror})") from err
+            raise ValueError(f"{key} = '{name}' cannot be created ({err.strerror})") from err
+    else:
+        if fresh_name:
+            raise ValueError(f"{key}: '{folder}' and 998 suffixed names all exist")
     refuse_links(folder, key)
     if not folder.is_dir():
         raise ValueError(f"{key} = '{folder}' is a file; give a new or empty folder")

@@ -1,8 +1,7 @@
-"""A run's result files (``config.json``, ``metrics.jsonl``, ``summary.json``), progress lines,
-and which code computed the run.
+"""A run's result files, progress lines and which code computed it.
 
-What each holds: docs/running.md, "What a run writes"; docs/design.md, "Which code computed a run".
-"""  # noqa: D205
+See docs/running.md, "What a run writes"; docs/design.md, "Which code computed a run".
+"""
 
 from __future__ import annotations
 
@@ -47,10 +46,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 
 def source_digest(root: Path, packages: Sequence[str], versions: Mapping[str, str]) -> str:
-    """SHA-256 (16 hex digits) of ``packages``' ``.py`` files and ``versions``.
-
-    Each file: its path, NUL, its bytes, NUL, in path order; then ``name=version`` lines, sorted.
-    """
+    """SHA-256 (16 hex digits) of each ``.py`` file's path and bytes, then the ``versions``."""
     digest = hashlib.sha256()
     paths = sorted(p for package in packages for p in (root / package).rglob("*.py"))
     for path in paths:
@@ -122,10 +118,7 @@ def json_ready(value: Any) -> Any:
 
 
 class ResultWriter:
-    """Writes ``config.json``, appends ``metrics.jsonl`` lines and formats progress lines.
-
-    ``kept_lines``: a resumed run's lines up to its checkpoint (None: a new run).
-    """
+    """Writes a run's files and progress lines (``kept_lines``: a resumed run's, else None)."""
 
     def __init__(
         self,
@@ -186,7 +179,7 @@ class ResultWriter:
         *,
         discovery_s: float = 0.0,
     ) -> str:
-        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA (:func:`eta_s`)."""
+        """One progress line: round i/N, accuracy, scheduled, elapsed, ETA."""
         elapsed = self.elapsed_s()
         self._round_s.append(max(elapsed - self._last_end_s - discovery_s, 0.0))
         self._last_end_s = elapsed
@@ -250,10 +243,9 @@ def _metrics_line(raw: bytes) -> dict[str, Any] | None:
 def read_metrics_lines(
     result_dir: str | Path, through_round: int | None = None
 ) -> list[dict[str, Any]]:
-    """A run's metrics lines, a torn last line (killed while written) left out.
+    """A run's metrics lines without a torn last one; ``through_round`` (to resume): 1 .. it.
 
-    ``through_round`` (a checkpoint's round, to resume): rounds 1 .. it, each once. Raises
-    OSError when unreadable (ValueError when resuming), ValueError (one line) for a bad line.
+    Raises OSError (ValueError when resuming) when unreadable, ValueError for a bad line.
     """
     path = Path(result_dir) / METRICS_FILE
     resume = through_round is not None

@@ -1,6 +1,6 @@
 """What a run folder says about its run: status, exit code and last line, settings, runs table.
 
-``status.json``: running, completed, failed or stopped (docs/design.md, "Result folders").
+See docs/design.md, "Result folders".
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def ended_by(
     err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
 ) -> RunStatus:
     """The status of a run that ``err`` ended after ``last_round``."""
-    state, reason = (STOPPED, one_line(err)) if stops_the_run(err) else (FAILED, one_line(err))
-    if state == STOPPED and not str(err):
-        reason = "stopped by SIGINT (KeyboardInterrupt)"
+    stop = stops_the_run(err)
+    reason = "stopped by SIGINT (KeyboardInterrupt)" if stop and not str(err) else one_line(err)
+    state = STOPPED if stop else FAILED
     return RunStatus(state, last_round, num_server_rounds, reason, **lost_counts(lines))
 
 
@@ -171,8 +171,8 @@ def run_outcome(
 ) -> Outcome:
     """The outcome of the run launched at ``launched_unix_s`` into ``result_dir``.
 
-    What the run said wins (a full disk may refuse ``status.json``): the ``failure`` it raised,
-    the ``run failed: ...`` line in ``output``; then a ``status.json`` written since the launch.
+    The ``failure`` it raised or its ``run failed: ...`` line in ``output`` win (a full disk may
+    refuse ``status.json``) over a ``status.json`` written since the launch.
     """
     if failure is not None:
         return Outcome(1, f"failed: {failure_line(failure, result_dir)}")

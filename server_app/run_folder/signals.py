@@ -1,8 +1,6 @@
 """The one way SIGINT and SIGTERM stop a run: noted, held back while files are written, then raised.
 
-A command's first signal raises :class:`Interrupted`, which unwinds through the ``finally``
-blocks (exit 130 / 143); a ``SystemExit`` or ``KeyboardInterrupt`` with no signal noted is the
-researcher's code's: a failure. See docs/design.md, "Stopped runs".
+See docs/design.md, "Stopped runs".
 """
 
 from __future__ import annotations
@@ -14,14 +12,14 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from types import FrameType
 
-from fedcgd_strategy.errors import OneLineMessage, StopsRun
+from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.imports import said
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _held: list[int] | None = None  # the signals held back while a held() block runs
 
 
-class Interrupted(OneLineMessage, StopsRun, BaseException):
+class Interrupted(OneLineMessage, BaseException):
     """The first SIGINT or SIGTERM of a command: ``stopped by SIGINT`` (``signum``)."""
 
     def __init__(self, signum: int) -> None:
@@ -33,11 +31,9 @@ class Interrupted(OneLineMessage, StopsRun, BaseException):
 def watching(
     handler: Callable[[int, FrameType | None], object] | None = None,
 ) -> Iterator[list[int]]:
-    """Route SIGINT and SIGTERM through one dispatcher in the block; yield the signals noted.
-
-    Each is noted, held back while a :func:`held` block runs, then given to ``handler`` (None:
-    the previous handler). Main thread only (elsewhere Python runs no handler).
-    """
+    """In the block, note SIGINT and SIGTERM (yielded), hold them in :func:`held`, then call
+    ``handler`` (None: the previous one). Main thread only: elsewhere Python runs no handler.
+    """  # noqa: D205
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield noted
@@ -83,8 +79,8 @@ def held() -> Iterator[None]:
 
 
 def stops_the_run(err: BaseException) -> bool:
-    """True for a ``KeyboardInterrupt`` or an error marked ``errors.StopsRun``."""
-    return isinstance(err, KeyboardInterrupt | StopsRun)
+    """True for a ``KeyboardInterrupt`` or an :class:`Interrupted`."""
+    return isinstance(err, KeyboardInterrupt | Interrupted)
 
 
 class UserCodeExitError(OneLineMessage, RuntimeError):
