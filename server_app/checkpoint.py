@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,15 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
     }
 
 
+def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """The one wording of changed settings: ``key = a there, b now; ...`` (three, then a count)."""
+    shown = "; ".join(
+        f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now.get(k, '(none)')!r} now"
+        for k in keys[:3]
+    )
+    return shown + (f"; and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
     """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint,
     or a resume with other settings (the one check: the checkpoint holds the run's settings).
@@ -117,11 +126,7 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
     )
     if not whole and not keys:
         raise CheckpointRefusedError(f"{head}: its settings do not match their digest (damaged)")
-    why = "; ".join(
-        f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now.get(k, '(none)')!r} now"
-        for k in keys[:3]
-    )
-    why = (why + (f"; and {len(keys) - 3} more" if len(keys) > 3 else "")) or "another digest"
+    why = settings_change(before, now, keys) or "another digest"
     raise CheckpointRefusedError(
         f"{head} was written with other settings ({why}); resume with the run's own settings "
         "(only num-server-rounds may change) from its own checkpoint"

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedcgd_task.settings import default_run_config
 from server_app.config import parse_run_config
-from server_app.run_folder.run_status import COMPLETED, RunStatus, write_status
+from server_app.run_folder.results import holds_run
+from server_app.run_folder.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
 
 def recorded_config(overrides: Mapping[str, Any], result_dir: Path) -> dict[str, Any]:
@@ -47,6 +49,55 @@ def write_run(
         (result_dir / "summary.json").write_text(json.dumps({"policy": config["policy"]}))
     last = lines[-1]["round"] if lines else 0
     write_status(result_dir, RunStatus(state, last, config["num_server_rounds"], reason=reason))
+
+
+SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the seed
+
+
+def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list, shared=None, **status):
+    """A run's files with ``accuracy`` per round (settings: ``shared``), σ̂ = 1 + seed."""
+    scheduled = SCHEDULED.get(policy, [3, 3, 3])
+    lines = [
+        {"round": r, "accuracy": acc, "num_scheduled": scheduled[r - 1] + seed,
+         "wemd": 0.1 * r + 0.01 * seed, "sigma": 1.0 + seed}
+        for r, acc in enumerate(accuracy, start=1)
+    ]  # fmt: skip
+    write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)
+
+
+#: Ray's ActorPool is empty (GPUs asked, none present): the ServerApp never says why.
+CRASHED = (
+    "An exception occured!! ActorPool is empty. Stopping Simulation. Check `num_cpus` and/or "
+    "`num_gpus` passed to the simulation engine"
+)
+RED = "\x1b[91mERROR \x1b[0m:     "
+CRASH_LOG = f"\x1b[92mINFO \x1b[0m: [ROUND 1/1]\n{RED}{CRASHED}\n{RED}Traceback (most recent...\n"
+
+
+def finishing_flwr(calls: list, accuracy=lambda c: [0.5], fails=lambda c: None):
+    """``run_flwr`` recording each run config and writing a finished run of its settings with
+    ``accuracy(run_config)``. ``fails(run_config)``: ``"exit"`` (exit code 1, nothing written),
+    ``"status"`` (the ServerApp failed: ``flwr run`` exits 0), ``"crash"`` (the simulation
+    crashed before the ServerApp said why: Flower's ERROR lines) or None. A run started anew
+    finds no run's files."""
+
+    def fake_flwr(run_config, **kwargs):
+        calls.append(dict(run_config))
+        policy, seed, folder = run_config["policy"], run_config["seed"], run_config["result-dir"]
+        assert "resume-from" in run_config or not holds_run(Path(folder))
+        settings = {k: v for k, v in run_config.items() if k not in ("result-dir", "resume-from")}
+        how = fails(run_config)
+        if how == "exit":
+            return subprocess.CompletedProcess([], 1, "", "")
+        if how in ("status", "crash"):  # no round: the ServerApp failed, or never said why
+            reason = "RuntimeError: ActorPool is empty" if how == "status" else None
+            status = {"state": FAILED if reason else RUNNING, "reason": reason, "summary": False}
+            fake_run(Path(folder), policy, seed, [], settings, **status)
+        else:
+            fake_run(Path(folder), policy, seed, accuracy(run_config), settings)
+        return subprocess.CompletedProcess([], 0, CRASH_LOG if how == "crash" else "", "")
+
+    return fake_flwr
 
 
 def last_two_lines(capsys: Any, out: Path) -> tuple[str, str]:

@@ -136,13 +136,6 @@ def test_a_usage_error_is_one_line_and_exit_code_2(argv, message, capsys):
     assert line.startswith(message), line
 
 
-def test_a_preset_override_hydra_refuses_is_one_line_and_exit_code_2(tmp_path, capsys):
-    assert invoke(["reproduce", "experiment=no_such_preset", f"out={tmp_path / 'out'}"]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and "no_such_preset" in line, line
-    assert not (tmp_path / "out").exists()
-
-
 def test_the_script_exits_with_the_commands_code():
     done = subprocess.run(
         [FEDCGD, "plot", "/no/such/run"], capture_output=True, text=True, timeout=120

@@ -9,12 +9,19 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runs import last_two_lines, rerun_command, write_run
+from fake_runs import (
+    CRASHED,
+    SCHEDULED,
+    fake_run,
+    finishing_flwr,
+    last_two_lines,
+    rerun_command,
+    write_run,
+)
 from scipy import stats
 from subprocesses import run_fedcgd
 
@@ -29,18 +36,6 @@ ACCURACY = {
     "fedcgd-fscd": {0: [0.30, 0.55, 0.70], 1: [0.40, 0.65, 0.60], 2: [0.20, 0.50, 0.72]},
     "bc": {0: [0.30, 0.50, 0.60], 1: [0.35, 0.45, 0.58], 2: [0.10, 0.52, 0.61]},
 }
-SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the seed
-
-
-def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list, shared=None, **status):
-    """A finished run's files as the ServerApp writes them (settings: ``shared``)."""
-    scheduled = SCHEDULED.get(policy, [3, 3, 3])
-    lines = [
-        {"round": r, "accuracy": acc, "num_scheduled": scheduled[r - 1] + seed,
-         "wemd": 0.1 * r + 0.01 * seed}
-        for r, acc in enumerate(accuracy, start=1)
-    ]  # fmt: skip
-    write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)
 
 
 def write_all(out: Path, accuracy: dict[str, dict[int, list[float]]] = ACCURACY) -> None:
@@ -51,31 +46,6 @@ def write_all(out: Path, accuracy: dict[str, dict[int, list[float]]] = ACCURACY)
 
 def no_flwr(*args, **kwargs):
     raise AssertionError("finished runs must not run again")
-
-
-def finishing_flwr(calls: list, accuracy=lambda c: [0.5], shared=None, fails=lambda c: None):
-    """``run_flwr`` recording each run config and writing a finished run with ``accuracy``.
-
-    ``fails(run_config)``: ``"exit"`` (exit code 1, nothing written), ``"status"`` (the
-    ServerApp failed: ``flwr run`` exits 0) or None. A run started anew finds no run's files.
-    """
-
-    def fake_flwr(run_config, **kwargs):
-        calls.append(dict(run_config))
-        policy, seed, folder = run_config["policy"], run_config["seed"], run_config["result-dir"]
-        if "resume-from" not in run_config:
-            run_files = ("config.json", "metrics.jsonl", "model.pt", "status.json")
-            assert not any((Path(folder) / name).exists() for name in run_files)
-        if fails(run_config) == "exit":
-            return subprocess.CompletedProcess([], 1, "", "")
-        if fails(run_config) == "status":
-            reason = "RuntimeError: ActorPool is empty"
-            fake_run(Path(folder), policy, seed, [], state=FAILED, reason=reason, summary=False)
-        else:
-            fake_run(Path(folder), policy, seed, accuracy(run_config), shared)
-        return subprocess.CompletedProcess([], 0, "", "")
-
-    return fake_flwr
 
 
 def bc_seed_1(run_config):
@@ -182,7 +152,7 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
     calls: list[dict] = []
     accuracy = lambda c: [0.4, 0.5 + c["seed"]]  # noqa: E731
     fails = lambda c: "exit" if bc_seed_1(c) else None  # noqa: E731
-    fake = finishing_flwr(calls, accuracy, {"num-server-rounds": 2}, fails)
+    fake = finishing_flwr(calls, accuracy, fails)
     monkeypatch.setattr(execution, "run_flwr", fake)
     result = execution.run_policies(
         ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
@@ -195,7 +165,7 @@ def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, mo
     assert [(r["policy"], r["seed"]) for r in result.runs] == [
         ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 0)
     ]  # fmt: skip
-    assert result.code == 1 and [f.label for f in result.failed] == ["bc/seed-1"]
+    assert result.code == 1 and [label for label, _ in result.failed] == ["bc/seed-1"]
     assert result.last_line().startswith("1 of 4 runs failed: bc/seed-1 (exit code 1: ")
     with pytest.raises(ValueError, match="seeds"):
         execution.run_policies(["bc"], {"seed": 3}, out, seeds=[0])
@@ -250,7 +220,7 @@ def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monk
     assert invoke(["compare", *args, "--run-config", "num-server-rounds=3"]) == 2
     err = capsys.readouterr().err
     kept = out / "fedcgd-fscd" / "seed-0"
-    assert err.startswith(f"error: {kept}: num_server_rounds (kept 50, asked 3); "), err
+    assert err.startswith(f"error: {kept}: num-server-rounds = 50 there, 3 now; "), err
     assert err.count("\n") == 1, err
     assert not (out / "bc" / "seed-1").exists()  # nothing ran, not even the new seed
     assert not (out / "table.csv").exists()
@@ -263,29 +233,30 @@ def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path):
     elsewhere = {"num-server-rounds": 2, "data-dir": str(tmp_path / "other")}
     for asked in ({"num-server-rounds": 2}, elsewhere):  # digits ignore data-dir; CIFAR does not
         assert planning.plan_run("bc", 0, folder, asked).action == planning.KEEP
-    with pytest.raises(ValueError, match=r"seed-0: training\.local_steps \(kept 10, asked 3\); "):
+    with pytest.raises(ValueError, match=r"seed-0: local-steps = 10 there, 3 now; "):
         planning.plan_run("bc", 0, folder, {**kept, "local-steps": 3})
     cifar = {"dataset": "cifar10", "num-server-rounds": 2}
     fake_run(cifar_folder, "bc", 1, [0.5, 0.6], cifar)
-    with pytest.raises(ValueError, match=r"seed-1: task\.data_dir \(kept "):
+    with pytest.raises(ValueError, match=r"seed-1: data-dir = '"):
         planning.plan_run("bc", 1, cifar_folder, {**cifar, **elsewhere})
 
 
-def test_a_run_the_server_app_failed_is_reported_and_the_exit_code_is_1(
-    tmp_path, monkeypatch, capsys
+@pytest.mark.parametrize(
+    ("how", "reason"), [("status", "RuntimeError: ActorPool is empty"), ("crash", CRASHED)]
+)
+def test_a_failed_run_is_named_with_its_reason_and_the_printed_command_runs_it_again(
+    how, reason, tmp_path, monkeypatch, capsys
 ):
-    """``flwr run`` exits 0 when the ServerApp raises: the outcome comes from status.json."""
-    fails = lambda c: "status" if bc_seed_1(c) else None  # noqa: E731
-    monkeypatch.setattr(
-        execution, "run_flwr", finishing_flwr([], lambda c: [0.5, 0.6], None, fails)
-    )
+    """``flwr run`` exits 0 when the ServerApp raises (the reason: status.json) or when the
+    simulation crashed before the ServerApp said why (the reason: Flower's first ERROR line)."""
+    fails = lambda c: how if bc_seed_1(c) else None  # noqa: E731
+    monkeypatch.setattr(execution, "run_flwr", finishing_flwr([], lambda c: [0.5, 0.6], fails))
     out = tmp_path / "failing"
     args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
     assert invoke(["compare", *args]) == 1
     failed, last = last_two_lines(capsys, out)
-    assert failed == (
-        "1 of 4 runs failed: bc/seed-1 (RuntimeError: ActorPool is empty); the tables hold "
-        "the 3 completed runs"
+    assert (
+        failed == f"1 of 4 runs failed: bc/seed-1 ({reason}); the tables hold the 3 completed runs"
     )
     assert rerun_command(last) == args
     assert len(read(out / "runs.csv")) == 3
@@ -359,31 +330,6 @@ def test_two_seeds_two_policies_end_to_end(tmp_path, engine):
         config = json.loads((out / "bc" / f"seed-{s}" / "config.json").read_text())
         assert config["task"]["seed"] == s
     assert (out / "curves.png").stat().st_size > 0
-
-
-def test_a_simulation_that_crashed_is_named_by_flowers_error_line(tmp_path, monkeypatch, capsys):
-    """Ray's ActorPool is empty (GPUs asked, none present): the ServerApp never says why."""
-    log = (
-        "\x1b[92mINFO \x1b[0m:      [ROUND 1/1]\n"
-        "\x1b[91mERROR \x1b[0m:     An exception occured!! ActorPool is empty. Stopping "
-        "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine\n"
-        "\x1b[91mERROR \x1b[0m:     Traceback (most recent call last):\n"
-    )
-
-    def crashed(run_config, **kwargs):
-        lines = []
-        fake_run(Path(run_config["result-dir"]), "bc", 0, lines, state=RUNNING, summary=False)
-        return subprocess.CompletedProcess([], 0, log, "")
-
-    monkeypatch.setattr(execution, "run_flwr", crashed)
-    assert invoke(["compare", "--policies", "bc", "--out", str(tmp_path)]) == 1
-    failed, last = capsys.readouterr().err.strip().splitlines()[-2:]
-    assert failed == (
-        "1 of 1 runs failed: bc/seed-0 (An exception occured!! ActorPool is empty. Stopping "
-        "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine); the "
-        "tables hold the 0 completed runs"
-    )
-    assert rerun_command(last) == ["--policies", "bc", "--out", str(tmp_path)]
 
 
 def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():

@@ -94,14 +94,6 @@ UNTIMED = re.compile(r"not timed|not run here|could not be run here|cannot run h
 LONG_S = 5 * 60
 
 
-def paragraph_before(text: str, start: int) -> str:
-    return text[:start].rstrip("\n").rsplit("\n\n", 1)[-1]
-
-
-def paragraph_after(text: str, end: int) -> str:
-    return text[end:].lstrip("\n").split("\n\n", 1)[0]
-
-
 def seconds(match: re.Match[str]) -> float:
     """The larger end of a time or a range ("13-16 min"), in seconds."""
     value = float(match.group(2) or match.group(1))
@@ -118,8 +110,9 @@ def command_blocks() -> list[Any]:
             if not commands:
                 continue
             comments = " ".join(line.split("  #", 1)[1] for line in commands if "  #" in line)
-            before = paragraph_before(text, block.start())
-            around = "\n".join((before, comments, paragraph_after(text, block.end())))
+            before = text[: block.start()].rstrip("\n").rsplit("\n\n", 1)[-1]
+            after = text[block.end() :].lstrip("\n").split("\n\n", 1)[0]
+            around = "\n".join((before, comments, after))
             found.append(pytest.param(around, id=f"{page.name}: {commands[0][:60]}"))
     return found
 

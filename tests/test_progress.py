@@ -21,7 +21,7 @@ def test_durations_read_like_a_person_writes_them() -> None:
     assert format_duration(2 * 3600 + 7 * 60 + 30) == "2 h 07 min"
 
 
-def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
+def test_time_left_is_the_mean_executed_run_times_the_runs_left_per_worker() -> None:
     clock = Clock()
     progress = RunProgress(total=5, clock=clock)
     assert progress.header() == "[run 1/5 | 0 done | 0 s elapsed | time left unknown]"
@@ -37,6 +37,18 @@ def test_time_left_is_the_mean_executed_run_times_the_runs_left() -> None:
     assert progress.header() == (
         "[run 4/5 | 1 done, 1 kept, 1 failed | 2 min 00 s elapsed | ~2 min 00 s left]"
     )
+    # runs side by side: those going count, and the time left is shared by the workers
+    progress = RunProgress(total=6, clock=clock, workers=2)
+    progress.start_run("a")
+    assert progress.header().startswith("[run 2/6 | 0 done")  # "a" is going: the next is 2
+    progress.start_run("b")
+    clock.now += 40.0
+    progress.end_run("b")
+    clock.now += 20.0
+    progress.end_run("a")
+    # runs of 40 s and 60 s: mean 50 s; 4 left on 2 workers -> 100 s
+    assert progress.seconds_left() == 100.0
+    assert progress.header() == "[run 3/6 | 2 done | 1 min 00 s elapsed | ~1 min 40 s left]"
 
 
 def test_round_eta_is_the_mean_round_time_times_the_rounds_left() -> None:
@@ -64,18 +76,3 @@ def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
     writer.start_rounds()
     clock.now += 2.0  # round 8: 2 s, 2 left
     assert writer.progress(8, 0.5, 3, 4).endswith("| elapsed    49.0 s | ETA     4.0 s")
-
-
-def test_runs_side_by_side_share_the_time_left_and_count_the_runs_going() -> None:
-    clock = Clock()
-    progress = RunProgress(total=6, clock=clock, workers=2)
-    progress.start_run("a")
-    assert progress.header().startswith("[run 2/6 | 0 done")  # "a" is going: the next is 2
-    progress.start_run("b")
-    clock.now += 40.0
-    progress.end_run("b")
-    clock.now += 20.0
-    progress.end_run("a")
-    # runs of 40 s and 60 s: mean 50 s; 4 left on 2 workers -> 100 s
-    assert progress.seconds_left() == 100.0
-    assert progress.header() == "[run 3/6 | 2 done | 1 min 00 s elapsed | ~1 min 40 s left]"

@@ -146,13 +146,13 @@ def test_a_signal_during_rays_start_gives_the_command_with_its_ray_address(
     import signal
 
     from experiments import cli
-    from experiments.compare import policies
+    from experiments.compare import execution
 
     def interrupted_start(*args, **kwargs):
         signal.raise_signal(signal.SIGINT)
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(policies, "connect", interrupted_start)
+    monkeypatch.setattr(execution, "connect", interrupted_start)
     out = tmp_path / "out"
     code = cli.invoke(
         ["compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",

@@ -14,6 +14,7 @@ the default suite.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 import shlex
@@ -28,9 +29,16 @@ from fake_runs import write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import fedcgd
 
+from experiments.analysis.plot_runs import point_label
 from experiments.analysis.tables import write_csv
 from experiments.compare.plans import check_policy_params_used, with_policy_params
-from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs, reproduce
+from experiments.compare.reproduce import (
+    CONF_DIR,
+    hydra_overrides,
+    planned_runs,
+    reproduce,
+    sweep_points,
+)
 from experiments.run.run_config import (
     format_run_config,
     parse_run_config_text,
@@ -39,6 +47,7 @@ from experiments.run.run_config import (
 from fedcgd_task.imports import reference_label
 
 ROUNDS, DEVICES = 2, 4
+SLOW = pytest.mark.slow
 
 
 def readme_commands() -> list[str]:
@@ -157,18 +166,6 @@ def test_readme_reproduce_command_composes_and_validates(words: list[str]) -> No
     assert planned_runs(cfg)
 
 
-def test_dotted_channel_keys_are_accepted_and_bad_values_named() -> None:
-    overrides = parse_run_config_text("channel.availability-prob=0.3 channel.deadline-s=2.0")
-    assert overrides == {"channel.availability-prob": 0.3, "channel.deadline-s": 2.0}
-    assert validated_run_config(overrides)["channel.deadline-s"] == 2.0
-    with pytest.raises(ValueError, match=r"'learning-rate'.*-1"):
-        validated_run_config(parse_run_config_text("learning-rate=-1"))
-    with pytest.raises(
-        ValueError, match=r"key 'chanel.deadline-s'; did you mean channel.deadline-s\?"
-    ):
-        validated_run_config(parse_run_config_text("chanel.deadline-s=2.0"))
-
-
 # --- the commands, executed ---------------------------------------------------------------
 
 
@@ -204,12 +201,10 @@ def test_make_run_on_cifar_without_the_data_stops_in_one_line(text: str, tmp_pat
     assert not (tmp_path / "no").exists()
 
 
-def launcher_deployments() -> list[list[str]]:
-    return [a for a in fedcgd_commands("run") if "--deployment" in a]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("args", launcher_deployments(), ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [a for a in fedcgd_commands("run") if "--deployment" in a], ids=" ".join
+)
 def test_launcher_deployment_commands_run(args: list[str], tmp_path: Path) -> None:
     """``--deployment [--tls]``: SuperNode processes on loopback (two of them here).
 
@@ -248,86 +243,51 @@ def test_resume_through_the_launcher(tmp_path: Path) -> None:
     assert_completed(out, ROUNDS + 1)
 
 
-def compare_command(engine_inprocess: bool) -> list[str]:
-    """The README's comparison over seeds (in-process or with ``flwr run``)."""
-    (args,) = [
-        a
+def option(args: list[str], name: str, value: str | None = None) -> list[str]:
+    """``args`` with ``name``'s value set to ``value`` (added if absent; None: removed)."""
+    args = list(args)
+    if name in args:
+        del args[args.index(name) : args.index(name) + 2]
+    return args + ([name, value] if value is not None else [])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(a, id=" ".join(a), marks=[] if "--engine" in a else [SLOW])
         for a in fedcgd_commands("compare")
-        if ("--engine" in a) == engine_inprocess and "--seeds" in a
-    ]
-    return args
-
-
-def test_compare_policies_own_policy_command_runs(tmp_path: Path) -> None:
-    """README "Write your own policy": a comparison with the proportional-fair example."""
-    (args,) = [a for a in fedcgd_commands("compare") if "--seeds" not in a and "--run-config" in a]
-    args = list(args)
-    at = args.index("--run-config") + 1
-    args[at] += f" num-server-rounds={ROUNDS} num-devices={DEVICES}"
+    ],
+)
+def test_readme_compare_command_runs(args: list[str], tmp_path: Path) -> None:
+    """Each comparison of the docs with one seed and tiny runs (seven policies: three); its
+    tables per point (``--channels``: a folder each), its runs, its ``policy-params``."""
     out = tmp_path / "compare"
-    proc = run("compare", *args, "--out", str(out))
-    assert proc.returncode == 0, output(proc)
-    policies = args[args.index("--policies") + 1].split(",")
-    labels = {reference_label(p) for p in policies}  # a reference: its class name
-    assert {r["policy"] for r in rows(out / "table.csv")} == labels
-    assert "ProportionalFair" in labels
-    recorded = json.loads((out / "ProportionalFair" / "seed-0" / "config.json").read_text())
-    assert recorded["policy_params"] == {"window": 10}
-
-
-def test_compare_channels_command_runs(tmp_path: Path) -> None:
-    """docs/bring-your-own.md "Your own channel": the Rayleigh example beside the paper's cell."""
-    (args,) = [a for a in fedcgd_commands("compare") if "--channels" in a]
-    out = tmp_path / "compare"
-    small = f"num-server-rounds={ROUNDS} num-devices={DEVICES}"
-    proc = run("compare", *args, "--run-config", small, "--out", str(out))
-    assert proc.returncode == 0, output(proc)
-    policies = set(args[args.index("--policies") + 1].split(","))
-    for value in args[args.index("--channels") + 1].split(","):
-        folder = out / f"channel={reference_label(value)}"
-        assert {r["policy"] for r in rows(folder / "table.csv")} == policies
-        recorded = json.loads((folder / "bc" / "seed-0" / "config.json").read_text())
-        assert recorded["channel_model"] == value
-    assert (out / "channel=RayleighChannel").is_dir()
-
-
-def small_comparison(args: list[str], out: Path, policies: str | None) -> list[str]:
-    """The command with one seed, tiny runs, ``out`` as its folder (and ``policies``)."""
-    args = list(args)
-    args[args.index("--seeds") + 1] = "0"
-    if "--out" in args:
-        args[args.index("--out") + 1] = str(out)
-    else:
-        args += ["--out", str(out)]
-    args += ["--run-config", f"num-server-rounds={ROUNDS} num-devices={DEVICES}"]
-    return args + (["--policies", policies] if policies else [])
-
-
-def test_compare_policies_inprocess_command_runs(tmp_path: Path) -> None:
-    out = tmp_path / "compare"
-    args = small_comparison(compare_command(engine_inprocess=True), out, "fedcgd-fscd,bc,all")
+    given = parse_run_config_text(dict(itertools.pairwise(args)).get("--run-config", ""))
+    small = format_run_config({**given, "num-server-rounds": ROUNDS, "num-devices": DEVICES})
+    args = option(option(args, "--out", str(out)), "--run-config", small)
+    if "--seeds" in args:
+        args = option(args, "--seeds", "0")
+    if "--policies" not in args:
+        args = option(args, "--policies", "fedcgd-fscd,bc,all")
     proc = run("compare", *args)
     assert proc.returncode == 0, output(proc)
-    policies = ["fedcgd-fscd", "bc", "all"]
-    assert [r["policy"] for r in rows(out / "table.csv")] == policies
-    assert len(rows(out / "runs.csv")) == len(policies)
-    assert proc.stdout.strip().splitlines()[-1] == f"all {len(policies)} runs completed"
-    assert_completed(out / "bc" / "seed-0", ROUNDS)
+    labels = [reference_label(p) for p in args[args.index("--policies") + 1].split(",")]
+    channels = args[args.index("--channels") + 1].split(",") if "--channels" in args else [""]
+    params = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("policy-params.")}
+    for channel in channels:
+        folder = out / f"channel={reference_label(channel)}" if channel else out
+        assert [r["policy"] for r in rows(folder / "table.csv")] == labels
+        for label in labels:
+            assert_completed(folder / label / "seed-0", ROUNDS)
+        recorded = json.loads((folder / labels[-1] / "seed-0" / "config.json").read_text())
+        assert recorded["channel_model"] == (channel or "paper")
+        assert recorded["policy_params"] == params
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == f"all {len(labels) * len(channels)} runs completed"
 
 
-@pytest.mark.slow
-def test_compare_policies_flwr_command_runs(tmp_path: Path) -> None:
-    out = tmp_path / "compare"
-    args = small_comparison(compare_command(engine_inprocess=False), out, "fedcgd-fscd,bc")
-    proc = run("compare", *args)
-    assert proc.returncode == 0, output(proc)
-    assert [r["policy"] for r in rows(out / "table.csv")] == ["fedcgd-fscd", "bc"]
-    assert_completed(out / "fedcgd-fscd" / "seed-0", ROUNDS)
-
-
-def reproduce_preset(args: list[str]) -> str:
-    (preset,) = [a.split("=", 1)[1] for a in args if a.startswith("experiment=")]
-    return preset
+def preset_of(args: list[str]) -> str:
+    return next(a.split("=", 1)[1] for a in args if a.startswith("experiment="))
 
 
 def preset_config(preset: str, *overrides: str) -> Mapping[str, Any]:
@@ -343,30 +303,39 @@ def small_reproduction(args: list[str], out: Path, policies: str | None) -> list
     return args + [f"out={out}"] + ([f"policies=[{policies}]"] if policies else [])
 
 
-def digits_reproductions(inprocess: bool) -> list[Any]:
+def reproductions() -> list[Any]:
+    """The presets on digits and MNIST-1D of the docs (a cluster's command: test_ray_cluster.py
+    runs the recipe as written); the quick in-process ones in the default suite."""
     params = []
     for args in reproduce_commands():
-        if any(a.startswith("launcher.ray-address=") for a in args):
-            continue  # a cluster's command: test_ray_cluster.py runs the recipe as written
-        preset = reproduce_preset(args)
-        cfg = preset_config(preset)
-        if cfg.run.get("dataset", "digits") != "digits":
+        dataset = preset_config(preset_of(args)).run.get("dataset", "digits")
+        if dataset not in ("digits", "mnist1d") or any("ray-address=" in a for a in args):
             continue
-        engine_inprocess = cfg.launcher.engine == "inprocess"
-        if engine_inprocess != inprocess:
-            continue
-        slow = not inprocess or preset != "digits_local_steps"
-        marks = [pytest.mark.slow] if slow else []
-        params.append(pytest.param(args, marks=marks, id=" ".join(args)))
+        quick = preset_of(args) == "digits_local_steps" or args == [
+            "experiment=mnist1d_local_steps"
+        ]
+        params.append(pytest.param(args, id=" ".join(args), marks=[] if quick else [SLOW]))
     return params
 
 
-@pytest.mark.parametrize("args", digits_reproductions(inprocess=True))
-def test_reproduce_digits_inprocess_command_runs(args: list[str], tmp_path: Path) -> None:
-    """The quick offline presets (in-process engine); the first one in the default suite."""
+def test_the_readme_runs_every_mnist1d_preset() -> None:
+    presets = {preset_of(p.values[0]) for p in reproductions()}
+    assert {p for p in presets if "mnist1d" in p} == {
+        "mnist1d_local_steps", "mnist1d_imbalance", "mnist1d_dirichlet"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("args", reproductions())
+def test_readme_reproduce_command_runs(args: list[str], tmp_path: Path) -> None:
+    """Each preset with one seed, tiny runs and two policies (a user's policy kept), side by side
+    as written; its tables per sweep point and over them, its runs; MNIST-1D: the indicator."""
     out = tmp_path / "reproduce"
-    small = small_reproduction(args, out, "fedcgd-fscd,bc")
-    if reproduce_preset(args) == "digits_aggregators":
+    own = [a for a in args if a.startswith("policies=") and ":" in a]
+    small = small_reproduction(args, out, None if own else "fedcgd-fscd,bc")
+    mnist1d = preset_config(preset_of(args)).run.get("dataset") == "mnist1d"
+    if mnist1d:
+        small += [f"run.data-dir={tmp_path / 'data'}", "run.mnist1d-samples=600"]
+    if preset_of(args) == "digits_aggregators":
         # Krum and Bulyan need 3 uploads a round (2f + 3, 4f + 3 with f = 0), and a run whose
         # aggregation fails in most rounds ends failed (docs/aggregation.md): 8 devices, every
         # one available, a deadline that every one meets in a fraction of the band
@@ -375,76 +344,26 @@ def test_reproduce_digits_inprocess_command_runs(args: list[str], tmp_path: Path
         small += ["run.channel.deadline-s=1.0"]
     proc = run("reproduce", *small)
     assert proc.returncode == 0, output(proc)
-    sweep = [a for a in small if a.startswith("sweep.")]
-    cfg = preset_config(reproduce_preset(args), *sweep)  # with the command's own sweep
-    points = 1
-    for values in cfg.sweep.values():
-        points *= len(values)
-    assert len(rows(out / "table.csv")) == points * 2
-    assert len(rows(out / "runs.csv")) == points * 2
-    assert (out / "estimates.png").exists()
-    assert proc.stdout.strip().splitlines()[-1] == f"all {points * 2} runs completed"
-
-
-@pytest.mark.parametrize("args", digits_reproductions(inprocess=False))
-def test_reproduce_digits_flwr_command_runs(args: list[str], tmp_path: Path) -> None:
-    out = tmp_path / "reproduce"
-    own = [a for a in args if a.startswith("policies=") and ":" in a]  # a user's policy: keep
-    policies = ["fedcgd-fscd", "bc"]
-    if own:
-        policies = [p.strip("'\"") for p in own[0].removeprefix("policies=[").strip("]").split(",")]
-    small = small_reproduction(args, out, None if own else ",".join(policies))
-    proc = run("reproduce", *small)
-    assert proc.returncode == 0, output(proc)
-    labels = [reference_label(p) for p in policies]  # a reference: its class name
-    assert [r["policy"] for r in rows(out / "table.csv")] == labels
-    assert_completed(out / "default" / labels[-1] / "seed-0", ROUNDS)
-
-
-def mnist1d_reproductions() -> list[Any]:
-    params = []
-    for args in reproduce_commands():
-        if any(a.startswith("launcher.ray-address=") for a in args):
-            continue  # a cluster's command: test_ray_cluster.py runs the recipe as written
-        preset = reproduce_preset(args)
-        if preset_config(preset).run.get("dataset") == "mnist1d":
-            marks = [] if args == ["experiment=mnist1d_local_steps"] else [pytest.mark.slow]
-            params.append(pytest.param(args, marks=marks, id=" ".join(args)))
-    return params
-
-
-def test_the_readme_runs_every_mnist1d_preset() -> None:
-    presets = {reproduce_preset(p.values[0]) for p in mnist1d_reproductions()}
-    assert presets == {"mnist1d_local_steps", "mnist1d_imbalance", "mnist1d_dirichlet"}
-
-
-@pytest.mark.parametrize("args", mnist1d_reproductions())
-def test_reproduce_mnist1d_command_runs(args: list[str], tmp_path: Path) -> None:
-    """The MNIST-1D presets, side by side as written (jobs = one per core), tiny and 1 seed."""
-    out = tmp_path / "reproduce"
-    small = small_reproduction(args, out, "fedcgd-fscd,bc")
-    small += [f"run.data-dir={tmp_path / 'data'}", "run.mnist1d-samples=600"]
-    proc = run("reproduce", *small)
-    assert proc.returncode == 0, output(proc)
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=hydra_overrides(args))
-    ((key, values),) = cfg.sweep.items()
     assert "run(s) at once" in proc.stdout
-    assert [r["sweep"] for r in rows(out / "table.csv")] == [
-        f"{key}={v}" for v in values for _ in range(2)
-    ]
-    for v in values:
-        for policy in ("fedcgd-fscd", "bc"):
-            run_dir = out / f"{key}={v}" / policy / "seed-0"
-            assert_completed(run_dir, ROUNDS)
-            config = json.loads((run_dir / "config.json").read_text())
-            assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 600
-    # the Ĝ/σ̂ indicator over every sweep point (one seed: a point each), and per sweep point
-    assert [p["setting"] for p in rows(out / "indicator.csv")] == [f"{key}={v}" for v in values]
-    assert rows(out / "indicator_test.csv")[0]["n_points"] == str(len(values))
-    assert len(rows(out / f"{key}={values[0]}" / "indicator.csv")) == 1
-    assert "Spearman" in proc.stdout or "no correlation" in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == f"all {len(values) * 2} runs completed"
+    sweep = hydra_overrides([a for a in small if a.startswith("sweep.")])
+    cfg = preset_config(preset_of(args), *sweep)  # with the command's own sweep
+    policies = own[0].removeprefix("policies=[").strip("]") if own else "fedcgd-fscd,bc"
+    labels = [reference_label(p.strip("'\"")) for p in policies.split(",")]
+    points = [point_label(p) for p in sweep_points({k: list(v) for k, v in cfg.sweep.items()})]
+    expected = [(point, label) for point in points for label in labels]
+    assert [(r["sweep"], r["policy"]) for r in rows(out / "table.csv")] == expected
+    assert len(rows(out / "runs.csv")) == len(expected)
+    for point, label in expected:
+        assert_completed(out / point / label / "seed-0", ROUNDS)
+    assert (out / "estimates.png").exists()
+    assert proc.stdout.strip().splitlines()[-1] == f"all {len(expected)} runs completed"
+    if mnist1d:  # the Ĝ/σ̂ indicator over every sweep point (one seed: a point each) and per point
+        config = json.loads((out / points[0] / "bc" / "seed-0" / "config.json").read_text())
+        assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 600
+        assert [p["setting"] for p in rows(out / "indicator.csv")] == points
+        assert rows(out / "indicator_test.csv")[0]["n_points"] == str(len(points))
+        assert len(rows(out / points[0] / "indicator.csv")) == 1
+        assert "Spearman" in proc.stdout or "no correlation" in proc.stdout
 
 
 def test_the_indicator_command_runs(tmp_path: Path) -> None:
@@ -483,11 +402,9 @@ def test_the_indicator_command_runs(tmp_path: Path) -> None:
     assert rows(tmp_path / "indicator" / "indicator_test.csv")[0]["n_points"] == str(len(points))
 
 
-def cifar_reproductions() -> list[list[str]]:
-    return [a for a in reproduce_commands() if "cifar" in reproduce_preset(a)]
-
-
-@pytest.mark.parametrize("args", cifar_reproductions(), ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [a for a in reproduce_commands() if "cifar" in preset_of(a)], ids=" ".join
+)
 def test_reproduce_cifar_command_without_the_data_stops_in_one_line(
     args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

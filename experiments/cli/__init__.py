@@ -17,21 +17,15 @@ from experiments.cli import runs, tools  # noqa: F401
 from experiments.cli.options import app
 
 
-def _one_line(err: click.ClickException) -> str:
-    """A click error as one line ``error: ...``."""
-    message = " ".join(err.format_message().split())
-    ctx = getattr(err, "ctx", None)
-    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    return f"error: {message}{hint}"
-
-
 def invoke(argv: Sequence[str], tool: typer.Typer = app, prog: str = "fedcgd") -> int:
     """Run ``<prog> <argv>`` of ``tool`` in this process; its exit code (a usage error: 2)."""
     command = typer.main.get_command(tool)
     try:
         code = command.main(args=list(argv), prog_name=prog, standalone_mode=False)
-    except click.ClickException as err:
-        print(_one_line(err), file=sys.stderr)
+    except click.ClickException as err:  # one line, naming the command's help
+        ctx = getattr(err, "ctx", None)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        print(f"error: {' '.join(err.format_message().split())}{hint}", file=sys.stderr)
         return err.exit_code
     except click.Abort:
         return 1

@@ -41,6 +41,11 @@ def choice_option(choices: Sequence[str], help: str) -> Any:
     return typer.Option(click_type=click.Choice(list(choices)), help=help)
 
 
+def flag(name: str, help: str) -> Any:
+    """A ``typer.Option`` of the flag ``name`` alone (no ``--no-`` form)."""
+    return typer.Option(name, help=help)
+
+
 def tool(name: str, help: str) -> typer.Typer:
     """A command-line tool: ``-h`` / ``--help``, its help without arguments, plain tracebacks."""
     return typer.Typer(
@@ -58,15 +63,6 @@ paper = typer.Typer(
     help="The paper's figures and tables that need no training.", no_args_is_help=True
 )
 app.add_typer(paper, name="paper")
-
-RUN_CONFIG_HELP = (
-    "run-config overrides, e.g. \"policy='bc' num-server-rounds=5\" (keys of pyproject.toml's "
-    "\\[tool.flwr.app.config], docs/running.md)"
-)
-OUT_HELP = (
-    "folder for the run's result folder <policy>-<UTC time> (ignored when the run config sets "
-    "result-dir or resume-from)"
-)
 
 
 def subcommand(ctx: click.Context) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ import typer
 from experiments.cli.options import (
     app,
     choice_option,
+    flag,
     not_none,
     numbers,
     paper,
@@ -26,8 +27,7 @@ def certificates_command(
     out: Annotated[Path, path_option("--out", help="folder for the set")] = Path("certificates"),
     supernodes: Annotated[int, typer.Option(min=0, help="SuperNode key pairs")] = 4,
     host: Annotated[
-        list[str] | None,
-        typer.Option(help="extra SuperLink name (repeatable, e.g. the compose service)"),
+        list[str] | None, typer.Option(help="extra SuperLink name (repeatable)")
     ] = None,
 ) -> int:
     """TLS certificates and SuperNode keys for a deployment (docs/deployment.md)."""
@@ -41,16 +41,9 @@ def channel_report_command(
     out: Annotated[Path, typer.Option(help="output folder")],
     num_devices: Annotated[int | None, typer.Option(help="V (default 64)")] = None,
     availability_prob: Annotated[float | None, typer.Option(help="p_a (default 0.3)")] = None,
-    model_bits: Annotated[
-        int | None, typer.Option(min=1, help="uploaded model size in bits")
-    ] = None,
+    model_bits: Annotated[int | None, typer.Option(min=1, help="uploaded bits")] = None,
     model_params: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="model parameters, uploaded as 32 bit each (default: the paper's CIFAR-10 CNN, "
-            "258,898); give this or --model-bits",
-        ),
+        int | None, typer.Option(min=1, help="parameters of 32 bit (default: the paper's CNN)")
     ] = None,
     deadline_s: Annotated[float | None, typer.Option(help="upload deadline (default 2 s)")] = None,
     rounds: int = 1000,
@@ -83,21 +76,14 @@ def channel_report_command(
 
 @app.command("settings")
 def settings_command(
-    keys: Annotated[
-        list[str] | None, typer.Argument(help="keys to explain in full (default: every key)")
-    ] = None,
-    markdown: Annotated[
-        bool, typer.Option(help="the settings table of docs/running.md, in Markdown")
-    ] = False,
+    keys: Annotated[list[str] | None, typer.Argument(help="keys to explain in full")] = None,
+    markdown: Annotated[bool, typer.Option(help="docs/running.md's table")] = False,
 ) -> None:
     """Every run-config key with its default and what is allowed (KEY ...: what it means)."""
     from fedcgd_task.schema import SCHEMA, unknown_key
 
-    if markdown:
-        typer.echo(settings_table(), nl=False)
-        return
-    if not keys:
-        typer.echo(settings_lines(), nl=False)
+    if markdown or not keys:
+        typer.echo(settings_table() if markdown else settings_lines(), nl=False)
         return
     for key in keys:
         if key not in SCHEMA:
@@ -113,20 +99,11 @@ def solver_performance_command(
     out: Path = Path("results/solver_performance"),
     instances: Annotated[int, typer.Option(min=1, help="instances per (V, alpha)")] = 1,
     seed: int = 0,
-    num_devices: Annotated[str, typer.Option(help="values of V")] = ("16,24,32,40,48,56,64"),
+    num_devices: Annotated[str, typer.Option(help="values of V")] = "16,24,32,40,48,56,64",
     alphas: Annotated[str, typer.Option(help="Dirichlet alphas")] = "0.1,1,10",
     ratios: Annotated[str, typer.Option(help="values of sigma / (sqrt(b) G)")] = "0.1,0.3,1,3,10",
-    milp_time_limit_s: Annotated[
-        float,
-        typer.Option(help="time limit per MILP of the exact solver (<= 0: none)"),
-    ] = 0.2,
-    docs_png: Annotated[
-        str,
-        typer.Option(
-            help="also write the figure here (e.g. docs/img/solver_performance.png to refresh "
-            "the copy in docs/evidence.md); default: only under --out",
-        ),
-    ] = "",
+    milp_time_limit_s: Annotated[float, typer.Option(help="per MILP (<= 0: none)")] = 0.2,
+    docs_png: Annotated[str, typer.Option(help="also write the figure here")] = "",
 ) -> int:
     """The paper's figure "Performance of proposed algorithms": P1 solvers' iterations, error."""
     from experiments.paper import solver_performance
@@ -145,38 +122,18 @@ def schedule_table_command(
     rounds: Annotated[int | None, typer.Option(help="rounds per drop; default 50")] = None,
     seed: Annotated[int | None, typer.Option(help="base seed; default 0")] = None,
     sigma_over_sqrt_b_g: Annotated[
-        float | None,
-        typer.Option(
-            help="FedCGD's sigma-hat / (sqrt(b) G-hat), fixed (no training here); default 1",
-        ),
+        float | None, typer.Option(help="sigma-hat / (sqrt(b) G-hat), fixed; default 1")
     ] = None,
-    poc_candidates: Annotated[
-        int | None,
-        typer.Option(help="POC's V' (0 = all available, the default)"),
-    ] = None,
-    fit_poc: Annotated[
-        bool,
-        typer.Option(
-            "--fit-poc", help="scan V' = 1..--fit-max, pick the one nearest the paper's 13.71"
-        ),
-    ] = False,
+    poc_candidates: Annotated[int | None, typer.Option(help="POC's V' (0: all)")] = None,
+    fit_poc: Annotated[bool, flag("--fit-poc", "the V' nearest the paper's 13.71")] = False,
     fit_max: Annotated[int, typer.Option(min=1, help="largest V' of --fit-poc")] = 30,
-    label_dist: Annotated[
-        str | None,
-        choice_option(
-            ("batch", "local"),
-            "p_v: histogram of the round's tau*b labels (batch, the default), or the shard",
-        ),
-    ] = None,
+    label_dist: Annotated[str | None, choice_option(("batch", "local"), "p_v's labels")] = None,
     num_devices: Annotated[int | None, typer.Option(help="V (default: the paper's)")] = None,
     local_steps: Annotated[int | None, typer.Option(help="tau (default: the paper's)")] = None,
     pack_rule: Annotated[str | None, choice_option(PACK_RULES, "best effort (stop)")] = None,
-    policies: Annotated[
-        str | None,
-        typer.Option(help="comma-separated policies (Table II's by default)"),
-    ] = None,
+    policies: Annotated[str | None, typer.Option(help="comma-separated (Table II's)")] = None,
     out: Path = Path("results/schedule_table"),
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress on stderr")] = False,
+    quiet: Annotated[bool, flag("--quiet", "no progress on stderr")] = False,
 ) -> int:
     """The paper's Table II: scheduled number and WEMD of each policy, without training."""
     from dataclasses import fields

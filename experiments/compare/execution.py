@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +16,19 @@ from experiments.compare.plans import (
     RUN,
     PlannedRun,
     check_comparison,
-    check_engine,
     plan_runs,
 )
-from experiments.compare.results import same_schedule_lines, summarise, write_comparison
+from experiments.compare.results import summarise, write_comparison
 from experiments.run.flwr_run import run_flwr, strip_ansi
 from experiments.run.progress import RunProgress, format_duration
-from experiments.run.ray_runs import RUN_LOG, RaySettings, connect, run_tasks
+from experiments.run.ray_runs import (
+    RUN_LOG,
+    RaySettings,
+    connect,
+    ray_settings,
+    resolve_jobs,
+    run_tasks,
+)
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_task.imports import reference_label
@@ -37,8 +43,7 @@ from server_app.run_folder.run_status import (
     run_outcome,
 )
 
-#: Characters of a failure reason kept for the last line.
-MAX_REASON = 200
+MAX_REASON = 200  # characters of a failure reason kept for the last line
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,15 @@ class LaunchSettings:
     ray: RaySettings | None = None
 
 
-@dataclass(frozen=True)
-class FailedRun:
-    """A run that did not complete: its label (``bc/seed-1``) and why, one line."""
-
-    label: str
-    reason: str
+def launch_settings(
+    engine: str, jobs: Any, ray: tuple[Any, Any, Any], prefix: str, **flwr: Any
+) -> LaunchSettings:
+    """Checked jobs, and Ray joined when ``ray`` (address, CPUs and GPUs per run) asks for it."""
+    jobs = resolve_jobs(jobs, engine)
+    on_ray = ray_settings(*ray, engine=engine, jobs=jobs, prefix=prefix)
+    if on_ray is not None:
+        jobs = connect(on_ray, prefix=prefix)
+    return LaunchSettings(engine, jobs, ray=on_ray, **flwr)
 
 
 @dataclass
@@ -66,21 +74,21 @@ class ComparisonRuns:
     """The completed runs' rows, the failures, the plan size; ``retried``: on Ray (None: no Ray)."""
 
     runs: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[FailedRun] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (bc/seed-1, why: one line)
     planned: int = 0
     retried: int | None = None
 
     @property
     def code(self) -> int:
-        """Exit code: 0 when every planned run completed, 1 otherwise."""
+        """0 when every planned run completed, else 1."""
         return 0 if not self.failed and len(self.runs) == self.planned else 1
 
     def last_line(self) -> str:
-        """One line saying what happened (the command's last line)."""
+        """What happened, in one line (the command's last)."""
         retried = "" if self.retried is None else f" ({self.retried} retried on Ray)"
         if self.code == 0:
             return f"all {self.planned} runs completed{retried}"
-        reasons = ", ".join(f"{f.label} ({f.reason})" for f in self.failed)
+        reasons = ", ".join(f"{label} ({reason})" for label, reason in self.failed)
         return (
             f"{len(self.failed)} of {self.planned} runs failed{retried}: {reasons}; the tables "
             f"hold the {len(self.runs)} completed runs"
@@ -93,11 +101,8 @@ class ComparisonRuns:
 
 
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder; a run to start loses a stopped run's files.
-
-    Never ``summary.json`` or ``checkpoint.pt``: the ServerApp refuses a run that completed or
-    saved one since it was planned.
-    """
+    """Lock a planned run's folder; a run to start loses a stopped run's files (never a summary
+    or a checkpoint: the ServerApp refuses a run that completed or saved one since planned)."""  # noqa: D205, D209
     claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
     if plan.action == RUN:
         for name in set(RUN_FILES) - {SUMMARY_FILE, CHECKPOINT_FILE}:
@@ -146,10 +151,8 @@ def run_reason(
     output: str = "",
     failure: BaseException | None = None,
 ) -> str | None:
-    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line.
-
-    ``code``, ``output``: what ran it; ``failure``: what an in-process run raised.
-    """
+    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line
+    (``failure``: what an in-process run raised)."""  # noqa: D205, D209
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
         return None
@@ -178,17 +181,13 @@ def run_policies(
     seeds: Sequence[int] = (0,),
     target_accuracy: float | None = None,
     num_supernodes: int | None = None,
-    engine: str = "simulation",
     plans: Sequence[PlannedRun] | None = None,
-    jobs: int = 1,
-    ray: RaySettings | None = None,
 ) -> ComparisonRuns:
-    """Run each policy for each seed into ``out/<policy>/seed-<s>``; write the tables."""
-    seeds, jobs = check_comparison(policies, shared, seeds, check_engine(engine), jobs)
-    with claim_folder(out, "--out"):  # held by compare(): it works under that claim
-        if plans is None:
-            plans = plan_runs(policies, shared, out, seeds)
-        how = LaunchSettings(engine, jobs, num_supernodes, ray=ray)
+    """A comparison on the simulation engine into ``out/<policy>/seed-<s>``; the tables."""
+    seeds = check_comparison(policies, shared, seeds)
+    with claim_folder(out, "--out"):
+        plans = plan_runs(policies, shared, out, seeds) if plans is None else plans
+        how = LaunchSettings("simulation", num_supernodes=num_supernodes)
         return run_points([("", plans)], out, how, target_accuracy)
 
 
@@ -198,22 +197,84 @@ def run_points(
     how: LaunchSettings,
     target_accuracy: float | None,
 ) -> ComparisonRuns:
-    """Run every point's plans; write each point's tables in ``out/<point>`` (``""``: ``out``)."""
+    """Run every point's plans not kept; write each point's tables in ``out/<point>`` (``""``:
+    ``out``). One job and no ``how.ray``: each run in the foreground; else each a Ray task, its
+    output in its ``run.log`` (docs/comparing.md)."""  # noqa: D205, D209
     every = [plan for _, plans in points for plan in plans]
     policies = list(dict.fromkeys(p.policy for p in every))
     seeds = list(dict.fromkeys(p.seed for p in every))
     where = {p.result_dir: (k, label) for k, (label, plans) in enumerate(points, 1) for p in plans}
+    outcomes: dict[Path, str | None] = {}
+    tracker = RunProgress(total=len(every), workers=how.jobs)
 
-    def header(plan: PlannedRun) -> str:
+    def announce(plan: PlannedRun, started: str = "") -> None:
         k, label = where[plan.result_dir]
         i, j = policies.index(plan.policy) + 1, seeds.index(plan.seed) + 1
-        return (
-            (f"[{label} {k}/{len(points)}] " if label else "")
+        print(
+            f"=== {tracker.header()} " + (f"[{label} {k}/{len(points)}] " if label else "")
             + f"[policy {i}/{len(policies)}, seed {j}/{len(seeds)}] "
-            + f"{reference_label(plan.policy)} seed={plan.seed} -> {plan.result_dir}"
-        )
+            + f"{reference_label(plan.policy)} seed={plan.seed} -> {plan.result_dir}{started}",
+            flush=True,
+        )  # fmt: skip
+        if plan.action == KEEP:
+            print("completed earlier with the same settings; kept", flush=True)
+        elif plan.action == RESUME:
+            print("incomplete: resumed from its checkpoint", flush=True)
+        elif holds_run(plan.result_dir):
+            print("stopped without a checkpoint: run again from the start", flush=True)
 
-    outcomes, retried = execute_plans(every, how, header)
+    def record(plan: PlannedRun, reason: str | None) -> None:
+        tracker.end_run(plan.result_dir, failed=reason is not None)
+        outcomes[plan.result_dir] = reason
+        if reason is not None:
+            print(f"{plan.label} failed: {reason}", flush=True)
+
+    for plan in (p for p in every if p.action == KEEP):
+        announce(plan)
+        tracker.end_run(kept=True)
+        outcomes[plan.result_dir] = None
+    to_run = [plan for plan in every if plan.action != KEEP]
+    retried = None
+    if how.jobs == 1 and how.ray is None:
+        for plan in to_run:
+            announce(plan)
+            tracker.start_run(plan.result_dir)
+            record(plan, launch(plan, how))
+    else:
+        launched: dict[int, float] = {}
+
+        def on_start(i: int) -> bool:
+            plan = to_run[i]
+            announce(plan, f" (started; output in {plan.result_dir / RUN_LOG})")
+            try:  # free, and cleared to run again; the task takes the folder's locks itself
+                claim_run_folder(plan).release()
+            except ValueError as err:
+                record(plan, first_line(err))
+                return False
+            tracker.start_run(plan.result_dir)
+            launched[i] = time.time()
+            return True
+
+        def on_end(i: int, code: int) -> None:
+            plan = to_run[i]
+            reason = run_reason(plan, code, launched[i])
+            try:  # the run's own last line (failed: / error: ...) says it best
+                log = (plan.result_dir / RUN_LOG).read_bytes().decode("utf-8", errors="replace")
+            except OSError:
+                log = ""
+            said = re.match(r"(failed|error): (.*)", log.rstrip().rsplit("\n", 1)[-1])
+            if reason is not None and said:
+                reason = f"exit code {code}: {shortened(said.group(2))}"
+            if reason is None:
+                spent = format_duration(time.time() - launched[i])
+                print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
+            record(plan, reason)
+
+        ray = how.ray or RaySettings("local", jobs=how.jobs)  # jobs > 1: a Ray of this machine
+        if how.ray is None:
+            connect(ray)
+        retried = run_tasks([p.overrides for p in to_run], ray, on_start, on_end)
+        retried = retried if how.ray is not None or retried else None
     total = ComparisonRuns(planned=len(every), retried=retried)
     for label, plans in points:  # a plan without an outcome did not run
         runs = []
@@ -225,87 +286,8 @@ def run_points(
                 except ValueError as err:  # a file damaged after the run: not half a table
                     reason = first_line(err)
             if reason is not None:
-                total.failed.append(FailedRun(f"{label}/{plan.label}".lstrip("/"), reason))
+                total.failed.append((f"{label}/{plan.label}".lstrip("/"), reason))
         if runs:
-            folder = out / label
-            print(write_comparison(runs, folder, target_accuracy), end="", flush=True)
-            files = f"{folder / 'table.md'}, {folder / 'table.csv'}, {folder / 'runs.csv'}"
-            for line in [*same_schedule_lines(runs), f"wrote {files} and {folder / 'curves.png'}"]:
-                print(line, flush=True)
+            write_comparison(runs, out / label, target_accuracy)
         total.runs += [{"sweep": label, **run} if label else run for run in runs]
     return total
-
-
-def execute_plans(
-    plans: Sequence[PlannedRun], how: LaunchSettings, header: Callable[[PlannedRun], str]
-) -> tuple[dict[Path, str | None], int | None]:
-    """Run every plan not kept; each folder's outcome (None: completed) and the runs Ray retried.
-
-    One job and no ``how.ray``: each run in the foreground; else each a Ray task, its output in
-    its ``run.log`` (docs/comparing.md); retried is None when no run went on Ray.
-    """
-    outcomes: dict[Path, str | None] = {}
-    tracker = RunProgress(total=len(plans), workers=how.jobs)
-
-    def announce(plan: PlannedRun, where: str = "") -> None:
-        print(f"=== {tracker.header()} {header(plan)}{where}", flush=True)
-        if plan.action == KEEP:
-            print("completed earlier with the same settings; kept", flush=True)
-        elif plan.action == RESUME:
-            print("incomplete, same settings: resumed from its checkpoint", flush=True)
-        elif holds_run(plan.result_dir):
-            print("stopped without a checkpoint: run again from the start", flush=True)
-
-    def record(plan: PlannedRun, reason: str | None) -> None:
-        tracker.end_run(plan.result_dir, failed=reason is not None)
-        outcomes[plan.result_dir] = reason
-        if reason is not None:
-            print(f"{plan.label} failed: {reason}", flush=True)
-
-    for plan in plans:
-        if plan.action == KEEP:
-            announce(plan)
-            tracker.end_run(kept=True)
-            outcomes[plan.result_dir] = None
-    to_run = [plan for plan in plans if plan.action != KEEP]
-    if how.jobs == 1 and how.ray is None:
-        for plan in to_run:
-            announce(plan)
-            tracker.start_run(plan.result_dir)
-            record(plan, launch(plan, how))
-        return outcomes, None
-    launched: dict[int, float] = {}
-
-    def on_start(i: int) -> bool:
-        plan = to_run[i]
-        announce(plan, f" (started; output in {plan.result_dir / RUN_LOG})")
-        try:  # free, and cleared to run again; the task takes the folder's locks itself
-            claim_run_folder(plan).release()
-        except ValueError as err:
-            record(plan, first_line(err))
-            return False
-        tracker.start_run(plan.result_dir)
-        launched[i] = time.time()
-        return True
-
-    def on_end(i: int, code: int) -> None:
-        plan = to_run[i]
-        reason = run_reason(plan, code, launched[i])
-        try:  # the run's own last line (failed: / error: ...) says it best
-            log = (plan.result_dir / RUN_LOG).read_bytes().decode("utf-8", errors="replace")
-        except OSError:
-            log = ""
-        said = re.match(r"(failed|error): (.*)", log.rstrip().rsplit("\n", 1)[-1])
-        if reason is not None and said:
-            reason = f"exit code {code}: {shortened(said.group(2))}"
-        if reason is None:
-            spent = format_duration(time.time() - launched[i])
-            print(f"{plan.label} -> {plan.result_dir}: completed in {spent}", flush=True)
-        record(plan, reason)
-
-    ray = how.ray
-    if ray is None:  # jobs > 1: a Ray of this machine with that many CPUs
-        ray = RaySettings("local", jobs=how.jobs)
-        connect(ray)
-    retried = run_tasks([p.overrides for p in to_run], ray, on_start, on_end)
-    return outcomes, retried if how.ray is not None or retried else None

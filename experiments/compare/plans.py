@@ -6,13 +6,11 @@ resumed, anything else run from the start (docs/comparing.md, "Kept runs").
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.run.ray_runs import resolve_jobs
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import unread_settings
@@ -39,16 +37,9 @@ def run_dir(out: Path, policy: str, seed: int) -> Path:
 
 
 def check_policies(policies: list[str]) -> None:
-    """Raise ValueError (one line) for no policy, one that cannot be built, or a shared folder."""
-    from fedcgd_strategy.policies.registry import policy_class
-
+    """Raise ValueError (one line) for no policy, a repeated one, or two sharing a folder."""
     if not policies:
         raise ValueError("policies: give at least one policy, e.g. policies=[fedcgd-fscd,bc]")
-    for policy in policies:
-        try:
-            policy_class(policy)
-        except ValueError as err:
-            raise ValueError(f"policies: {err}") from None
     if repeated := sorted({p for p in policies if policies.count(p) > 1}):
         raise ValueError(f"policies: {policies} repeats {', '.join(repeated)}; name each once")
     labels = [reference_label(p) for p in policies]
@@ -59,39 +50,39 @@ def check_policies(policies: list[str]) -> None:
         )
 
 
+def _params_refusal(policy: str, shared: Mapping[str, Any]) -> str | None:
+    """Why ``policy`` does not take every ``policy-params`` of ``shared``; None: it does."""
+    from fedcgd_strategy.policies.registry import policy_param_arguments
+    from server_app.config import read_params
+
+    try:
+        policy_param_arguments(policy, read_params(shared))
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def with_policy_params(policy: str, shared: Mapping[str, Any]) -> dict[str, Any]:
     """``shared`` for ``policy``: its ``policy-params`` kept only if the policy takes them all."""
-    from fedcgd_strategy.policies.registry import policy_param_arguments
-    from server_app.config import PARAMS_KEY, PARAMS_PREFIX, read_params
+    from server_app.config import PARAMS_KEY, PARAMS_PREFIX
 
-    params = read_params(shared)
-    try:
-        if params and policy_param_arguments(policy, params) is not None:
-            return dict(shared)
-    except ValueError:
-        pass
+    if _params_refusal(policy, shared) is None:
+        return dict(shared)
     return {k: v for k, v in shared.items() if k != PARAMS_KEY and not k.startswith(PARAMS_PREFIX)}
 
 
 def check_policy_params_used(policies: Sequence[str], shared: Mapping[str, Any]) -> None:
     """Raise ValueError (one line) when ``policy-params`` are given but no policy takes them."""
-    from fedcgd_strategy.policies.registry import policy_param_arguments
     from server_app.config import PARAMS_KEY, read_params
 
-    params = read_params(shared)
-    if not params:
+    if not (params := read_params(shared)):
         return
-    refusals = []
-    for policy in policies:
-        try:
-            if policy_param_arguments(policy, params) is not None:
-                return
-        except ValueError as err:
-            refusals.append(str(err))
-    raise ValueError(
-        f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "
-        "takes all of them" + "".join(f"; {why}" for why in refusals)
-    )
+    refusals = [_params_refusal(policy, shared) for policy in policies]
+    if None not in refusals:
+        raise ValueError(
+            f"run-config {PARAMS_KEY} {params}: none of the policies {', '.join(policies)} "
+            "takes all of them" + "".join(f"; {why}" for why in refusals)
+        )
 
 
 def check_seeds(seeds: Sequence[Any] | str) -> list[int]:
@@ -120,35 +111,23 @@ def check_engine(engine: str, deployment: bool = False, option: str = "engine") 
     return "deployment" if deployment else engine
 
 
-def check_not_settable(keys: Iterable[str]) -> None:
-    """Raise ValueError (one line) for a key of :data:`NOT_SETTABLE`."""
-    for key in keys:
-        if key in NOT_SETTABLE:
-            raise ValueError(f"run-config key {key!r}: not settable here; {NOT_SETTABLE[key]}")
-
-
-def check_run_configs(
-    policies: Sequence[str], shared: Mapping[str, Any], seeds: Sequence[int]
-) -> None:
-    """Check each policy's run config (with the ``policy-params`` it takes) for each seed."""
+def check_comparison(
+    policies: list[str], shared: Mapping[str, Any], seeds: Sequence[Any] | str
+) -> list[int]:
+    """The checked seeds; every (policy, seed)'s run config checked (ValueError: one line)."""
+    check_policies(policies)
+    if owned := [key for key in shared if key in NOT_SETTABLE]:
+        raise ValueError(
+            f"run-config key {owned[0]!r}: not settable here; {NOT_SETTABLE[owned[0]]}"
+        )
+    seeds = check_seeds(seeds)
     check_policy_params_used(policies, shared)
     for policy in policies:
         for seed in seeds:
             validated_run_config(
                 {**with_policy_params(policy, shared), "policy": policy, "seed": seed}
             )
-
-
-def check_comparison(
-    policies: list[str], shared: Mapping[str, Any], seeds: Sequence[int], engine: str, jobs: int
-) -> tuple[list[int], int]:
-    """The checked seeds and jobs of a comparison, or ValueError (one line) before any run."""
-    check_policies(policies)
-    jobs = resolve_jobs(jobs, engine)
-    check_not_settable(shared)
-    seeds = check_seeds(list(seeds))
-    check_run_configs(policies, shared, seeds)
-    return seeds, jobs
+    return seeds
 
 
 @dataclass(frozen=True)
@@ -170,39 +149,33 @@ class PlannedRun:
 def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
     """Keep a run with a ``summary.json``, resume one with a ``checkpoint.pt``, else run it.
 
-    A kept or resumed run made with other settings is refused (ValueError, one line): no
-    comparison mixes runs of two settings.
+    A kept run made with other settings is refused (ValueError, one line): no table mixes
+    runs of two settings. A checkpoint of other settings is refused by the resume itself.
     """
+    from server_app.checkpoint import settings_change
     from server_app.config import parse_run_config
 
     overrides = {**with_policy_params(policy, shared), "policy": policy, "seed": seed}
     overrides["result-dir"] = str(result_dir)
-    if (result_dir / SUMMARY_FILE).exists():
-        action = KEEP
-    elif (result_dir / CHECKPOINT_FILE).exists():
-        action, overrides["resume-from"] = RESUME, str(result_dir)
-    else:
-        return PlannedRun(policy, seed, result_dir, overrides, RUN)
-    config = with_resolved_data_dir(validated_run_config(overrides))
-    asked = json.loads(json.dumps(parse_run_config(config).to_dict()))
+    if not (result_dir / SUMMARY_FILE).exists():
+        if not (result_dir / CHECKPOINT_FILE).exists():
+            return PlannedRun(policy, seed, result_dir, overrides, RUN)
+        overrides["resume-from"] = str(result_dir)
+        return PlannedRun(policy, seed, result_dir, overrides, RESUME)
+    asked = parse_run_config(with_resolved_data_dir(validated_run_config(overrides))).to_dict()
     kept = read_json_object(result_dir / CONFIG_FILE)
     ignore = unread_settings(asked)
     if keys := settings_differences(kept, asked, ignore=ignore, requested_keys_only=True):
-        before, now = flat_settings(kept), flat_settings(asked)
-        differ = ", ".join(f"{k} (kept {before.get(k)!r}, asked {now.get(k)!r})" for k in keys)
+        change = settings_change(flat_settings(kept), flat_settings(asked), keys)
         raise ValueError(
-            f"{result_dir}: {differ}; a kept run's settings may not change: give another "
-            "output folder, or remove its runs to run them again with these settings"
+            f"{result_dir}: {change}; a kept run's settings may not change: give another "
+            "output folder, or remove its runs to run them again"
         )
-    if action == KEEP:  # its row is read now: a damaged run is refused before anything starts
-        from experiments.compare.results import summarise
-
-        summarise(result_dir)
-    return PlannedRun(policy, seed, result_dir, overrides, action)
+    return PlannedRun(policy, seed, result_dir, overrides, KEEP)
 
 
 def plan_runs(
-    policies: Sequence[str], shared: Mapping[str, Any], out: Path, seeds: Sequence[int]
+    policies: Sequence[str], shared: Mapping[str, Any], out: Path, seeds: Iterable[int]
 ) -> list[PlannedRun]:
     """:func:`plan_run` for every (policy, seed), in the order they run."""
     return [plan_run(p, s, run_dir(out, p, s), shared) for p in policies for s in seeds]
@@ -216,25 +189,17 @@ def plan_points(
     claims: list[FolderClaim],
     option: str,
 ) -> list[tuple[str, list[PlannedRun]]]:
-    """Each ``(label, settings)``'s runs planned in ``out/<label>`` and checked before start.
+    """Each ``(label, settings)``'s runs planned in ``out/<label>`` (claimed: one command at a
+    time), every run to start checked by ``preflight.check_before_start``."""  # noqa: D205, D209
+    from experiments.run.preflight import check_before_start
 
-    ``out`` and each point's folder are claimed (one command in them at a time).
-    """
     claims.append(claim_folder(out, option))
     points = []
     for label, shared in variants:
         if label:
             claims.append(claim_folder(out / label, option))
         points.append((label, plan_runs(policies, shared, out / label, seeds)))
-    check_plans_before_start([plan for _, plans in points for plan in plans])
-    return points
-
-
-def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
-    """:func:`~experiments.run.preflight.check_before_start` for every run that will start."""
-    from experiments.run.preflight import check_before_start
-
-    for plan in (p for p in plans if p.action != KEEP):
+    for plan in (p for _, plans in points for p in plans if p.action != KEEP):
         probe_free(plan.result_dir, f"{plan.label}: result folder")
         config = with_resolved_data_dir(validated_run_config(plan.overrides))
         if plan.action == RUN:  # its stopped files are removed before it starts
@@ -243,3 +208,4 @@ def check_plans_before_start(plans: Sequence[PlannedRun]) -> None:
             check_before_start(config)
         except (ValueError, FileNotFoundError) as err:
             raise type(err)(f"{plan.result_dir}: {err}") from err
+    return points

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments.compare.execution import LaunchSettings, run_points
-from experiments.compare.plans import check_comparison, check_seeds, plan_points
-from experiments.run.ray_runs import connect, ray_settings
-from experiments.run.resume_command import LastWords, rerun_line
+from experiments.compare.execution import launch_settings, run_points
+from experiments.compare.plans import check_comparison, plan_points
+from experiments.run.resume_command import rerun_line
 from experiments.run.run_config import parse_run_config_text
 from fedcgd_strategy.policies.registry import canonical_policy
 from server_app.run_folder.files import ResultWriteError
@@ -27,46 +25,23 @@ from server_app.run_folder.signals import exit_code_stopping_on_signals
 DEFAULT_AGGREGATOR_NAME = "default"
 
 
-@dataclass(frozen=True)
-class CompareOptions:
-    """The options of ``fedcgd compare`` (their defaults: :mod:`experiments.cli.runs`)."""
-
-    policies: str
-    seeds: str | None
-    run_config: str
-    aggregators: str | None
-    out: Path
-    num_supernodes: int | None
-    target_accuracy: float | None
-    engine: str
-    jobs: int
-    ray_address: str | None = None
-    cpus_per_run: float = 1.0
-    gpus_per_run: float = 0.0
-    channels: str | None = None
-
-
-def main(options: CompareOptions, command: str | None = None) -> int:
-    """``fedcgd compare`` stopping on signals (``command``: the line a stopped one gives)."""
-    last_words = LastWords()
-    return exit_code_stopping_on_signals(lambda: compare(options, command, last_words), last_words)
-
-
-def option_points(args: CompareOptions, shared: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def option_points(
+    aggregators: str | None, channels: str | None, shared: dict[str, Any]
+) -> list[tuple[str, dict[str, Any]]]:
     """``("", shared)``, or per ``--aggregators`` / ``--channels`` value its folder and settings.
 
     The folder: ``aggregator=<name>`` or ``channel=<name>`` (a class path as its class name).
     """
-    if args.aggregators is None and args.channels is None:
-        return [("", shared)]
-    if args.aggregators is not None and args.channels is not None:
+    if aggregators is not None and channels is not None:
         raise ValueError("give --aggregators or --channels, not both")
     option, key, given = (
-        ("--aggregators", "aggregator", args.aggregators)
-        if args.aggregators is not None
-        else ("--channels", "channel.model", args.channels)
+        ("--aggregators", "aggregator", aggregators)
+        if channels is None
+        else ("--channels", "channel.model", channels)
     )
-    names = [a.strip() for a in str(given).split(",") if a.strip()]
+    if given is None:
+        return [("", shared)]
+    names = [a.strip() for a in given.split(",") if a.strip()]
     if not names:
         raise ValueError(f"{option} is empty; allowed: comma-separated {option[2:]}")
     if key in shared:
@@ -81,67 +56,59 @@ def option_points(args: CompareOptions, shared: dict[str, Any]) -> list[tuple[st
 
 
 def run_command(
-    check: Callable[[list[FolderClaim]], Callable[[], int]],
-    out: Path,
-    command: str | None = None,
-    last_words: LastWords | None = None,
+    check: Callable[[list[FolderClaim]], Callable[[], int]], out: Path, command: str | None = None
 ) -> int:
     """A comparison's or a preset's command: ``check`` everything, then run; the exit code.
 
     ``check``'s ValueError or FileNotFoundError: ``error: ...``, exit code 2; after a failure
-    or a signal the last line gives ``command`` to run again.
+    or a signal (exit code 128 + signal) the last line gives ``command`` to run again.
     """
-    claims: list[FolderClaim] = []
-    if command is not None and last_words is not None:  # a signal while checking: Ray's start
-        last_words.set(lambda: rerun_line(command))
-    try:
-        go = check(claims)
-    except BaseException as err:  # the folders it created go with it; a bad setting: one line
-        for claim in reversed(claims):
-            claim.abandon()
-        if not isinstance(err, ValueError | FileNotFoundError):
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"output folder: {out}", flush=True)
-    try:
-        code = go()
-    except ResultWriteError as err:  # a table or a figure: disk full, ...
-        print(f"failed: {err}", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        for claim in claims:
-            claim.release()
-    if code == 1 and command is not None:
-        print(rerun_line(command), file=sys.stderr, flush=True)
-    return code
+
+    def checked_then_run() -> int:
+        claims: list[FolderClaim] = []
+        try:
+            go = check(claims)
+        except BaseException as err:  # the folders it created go with it; a bad setting: one line
+            for claim in reversed(claims):
+                claim.abandon()
+            if not isinstance(err, ValueError | FileNotFoundError):
+                raise
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"output folder: {out}", flush=True)
+        try:
+            code = go()
+        except ResultWriteError as err:  # a table or a figure: disk full, ...
+            print(f"failed: {err}", file=sys.stderr, flush=True)
+            code = 1
+        finally:
+            for claim in claims:
+                claim.release()
+        if code == 1 and command is not None:
+            print(rerun_line(command), file=sys.stderr, flush=True)
+        return code
+
+    last_words = None if command is None else lambda: rerun_line(command)
+    return exit_code_stopping_on_signals(checked_then_run, last_words)
 
 
-def compare(
-    args: CompareOptions, command: str | None = None, last_words: LastWords | None = None
-) -> int:
+def compare(args: Mapping[str, Any], command: str | None = None) -> int:
     """Validate and plan every run, run them, write the tables; the exit code (0, 1 or 2)."""
-    policies = [canonical_policy(p.strip()) for p in args.policies.split(",") if p.strip()]
-    out = args.out.resolve()
+    policies = [canonical_policy(p.strip()) for p in args["policies"].split(",") if p.strip()]
+    out = args["out"].resolve()
 
     def check(claims: list[FolderClaim]) -> Callable[[], int]:
-        shared = parse_run_config_text(args.run_config)
-        if args.seeds is not None and "seed" in shared:
+        shared = parse_run_config_text(args["run_config"])
+        if args["seeds"] is not None and "seed" in shared:
             raise ValueError("give either --seeds or run-config 'seed', not both")
-        given = check_seeds(args.seeds) if args.seeds is not None else [shared.pop("seed", 0)]
-        variants = option_points(args, shared)
-        checked = [
-            check_comparison(policies, s, given, args.engine, args.jobs) for _, s in variants
-        ]
-        seeds, jobs = checked[0]
+        given = args["seeds"] if args["seeds"] is not None else [shared.pop("seed", 0)]
+        variants = option_points(args["aggregators"], args["channels"], shared)
+        seeds = [check_comparison(policies, s, given) for _, s in variants].pop()
         points = plan_points(policies, variants, seeds, out, claims, "--out")
-        ray = ray_settings(
-            args.ray_address, args.cpus_per_run, args.gpus_per_run, engine=args.engine,
-            jobs=args.jobs, prefix="--",
-        )  # fmt: skip
-        if ray is not None:
-            connect(ray, prefix="--")
-        how = LaunchSettings(args.engine, jobs, args.num_supernodes, ray=ray)
-        return lambda: run_points(points, out, how, args.target_accuracy).report()
+        ray = (args["ray_address"], args["cpus_per_run"], args["gpus_per_run"])
+        how = launch_settings(
+            args["engine"], args["jobs"], ray, "--", num_supernodes=args["num_supernodes"]
+        )
+        return lambda: run_points(points, out, how, args["target_accuracy"]).report()
 
-    return run_command(check, out, command, last_words)
+    return run_command(check, out, command)

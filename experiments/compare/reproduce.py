@@ -14,27 +14,18 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.analysis.plot_runs import plot_estimates, plot_sweep, point_label, runs_title
-from experiments.compare.execution import LaunchSettings, run_points
-from experiments.compare.plans import (
-    check_engine,
-    check_not_settable,
-    check_policies,
-    check_run_configs,
-    check_seeds,
-    plan_points,
-)
+from experiments.analysis.plot_runs import plot_sweep, point_label, runs_title
+from experiments.compare.execution import launch_settings, run_points
+from experiments.compare.plans import check_comparison, check_engine, check_seeds, plan_points
 from experiments.compare.policies import run_command
-from experiments.compare.results import METRICS, write_tables
-from experiments.run.ray_runs import connect, ray_settings, resolve_jobs
-from experiments.run.resume_command import LastWords, fedcgd_command
+from experiments.compare.results import METRICS, write_comparison
+from experiments.run.resume_command import fedcgd_command
 from fedcgd_strategy.policies.registry import canonical_policy
 from fedcgd_task.schema import flatten
 from fedcgd_task.settings import resolve_data_dir
 from server_app.config import fold_policy_params
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import FolderClaim
-from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -66,22 +57,18 @@ def run_keys(node: Any) -> dict[str, Any]:
 
 def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(sweep point, run-config overrides) of every point, validated (ValueError: one line)."""
-    policies = list(cfg.policies)
-    check_policies(policies)
     seeds = planned_seeds(cfg)
     shared, sweep = run_keys(cfg.run), run_keys(cfg.sweep)
-    swept = sorted(set(shared) & set(sweep))
-    if swept:
+    if swept := sorted(set(shared) & set(sweep)):
         raise ValueError(
             f"run.{swept[0]}: this preset sweeps it; set its values with "
             f"sweep.{swept[0]}=[...] instead"
         )
-    check_not_settable([*shared, *sweep])
     data_dir = str(resolve_data_dir(str(shared.get("data-dir", ""))))
     plans = []
     for point in sweep_points({str(k): list(v) for k, v in sweep.items()}):
         overrides = fold_policy_params({**shared, **point, "data-dir": data_dir})
-        check_run_configs(policies, overrides, seeds)
+        check_comparison(list(cfg.policies), overrides, seeds)
         plans.append((point, overrides))
     return plans
 
@@ -89,8 +76,7 @@ def planned_runs(cfg: DictConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]
 def check_figure_metrics(metrics: Any) -> None:
     """Refuse a ``figure_metrics`` that names anything but the table's :data:`METRICS`."""
     given = [] if metrics is None else list(metrics) if not isinstance(metrics, str) else [metrics]
-    bad = [m for m in given if m not in METRICS]
-    if bad:
+    if bad := [m for m in given if m not in METRICS]:
         allowed = ", ".join(METRICS)
         raise ValueError(f"figure_metrics = {given!r} names {bad[0]!r}; allowed: {allowed}")
 
@@ -121,8 +107,7 @@ def load_preset(words: Sequence[str]) -> DictConfig:
             )
     base = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / "config.yaml"))
     assert isinstance(base, dict)
-    removed = removed_key({**base, **dict.fromkeys(PRESET_KEYS)}, cfg)
-    if removed:
+    if removed := removed_key({**base, **dict.fromkeys(PRESET_KEYS)}, cfg):
         raise ValueError(
             f"{removed}: removed by the overrides ({' '.join(words)}); the preset needs it, "
             f"set its value instead (e.g. {removed}=...)"
@@ -141,10 +126,8 @@ def removed_key(needed: Mapping[Any, Any], cfg: Any, prefix: str = "") -> str | 
             continue
         if key not in cfg:
             return f"{prefix}{key}"
-        if isinstance(value, dict):
-            found = removed_key(value, cfg[key], f"{prefix}{key}.")
-            if found:
-                return found
+        if isinstance(value, dict) and (found := removed_key(value, cfg[key], f"{prefix}{key}.")):
+            return found
     return None
 
 
@@ -155,14 +138,10 @@ def main(words: Sequence[str]) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    command = fedcgd_command(["reproduce", *words])
-    last_words = LastWords()
-    return exit_code_stopping_on_signals(lambda: reproduce(cfg, command, last_words), last_words)
+    return reproduce(cfg, fedcgd_command(["reproduce", *words]))
 
 
-def reproduce(
-    cfg: DictConfig, command: str | None = None, last_words: LastWords | None = None
-) -> int:
+def reproduce(cfg: DictConfig, command: str | None = None) -> int:
     """Plan and check every run, run them, write the tables and figures; the exit code."""
     out = Path(str(cfg.out)).resolve()
     launcher = cfg.launcher
@@ -172,18 +151,18 @@ def reproduce(
             str(launcher.get("engine", "simulation")), bool(launcher.get("deployment")),
             "launcher.engine",
         )  # fmt: skip
-        jobs = resolve_jobs(launcher.get("jobs", 1), engine)
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
         variants = [(point_label(point), overrides) for point, overrides in plans]
         points = plan_points(list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out")
-        ray = ray_settings(
+        ray = (
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
-            launcher.get("gpus-per-run", 0.0), engine=engine, jobs=jobs,
+            launcher.get("gpus-per-run", 0.0),
         )  # fmt: skip
-        how = LaunchSettings(
-            engine, jobs if ray is None else connect(ray), launcher.num_supernodes,
-            int(launcher.cpus_per_client), float(launcher.gpus_per_client), ray,
+        how = launch_settings(
+            engine, launcher.get("jobs", 1), ray, "launcher.",
+            num_supernodes=launcher.num_supernodes, cpus_per_client=int(launcher.cpus_per_client),
+            gpus_per_client=float(launcher.gpus_per_client),
         )  # fmt: skip
 
         def go() -> int:
@@ -194,37 +173,23 @@ def reproduce(
             print(
                 f"{len(points)} sweep point(s) × {len(cfg.policies)} policies × "
                 f"{len(planned_seeds(cfg))} seed(s) -> {out} ("
-                f"{engine if ray is None else 'Ray tasks of the inprocess'} engine, {how.jobs} "
+                f"{engine if how.ray is None else 'Ray tasks of the inprocess'} engine, {how.jobs} "
                 "run(s) at once)",
                 flush=True,
             )
             total = run_points(points, out, how, cfg.get("target_accuracy"))
-            if total.runs:
-                write_outputs(cfg, total.runs, out)
+            if runs := total.runs:  # the tables over every sweep point, and the figures
+                rows = write_comparison(runs, out, cfg.get("target_accuracy"), by_sweep=True)
+                sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
+                title = runs_title(Path(run["result_dir"]) for run in runs)
+                metrics = list(cfg.get("figure_metrics") or [])
+                if figure := plot_sweep(rows, sweep, metrics, out / "sweep.png", title):
+                    print(f"wrote {figure}")
             return total.report()
 
         return go
 
-    return run_command(check, out, command, last_words)
-
-
-def write_outputs(cfg: DictConfig, runs: list[dict[str, Any]], out: Path) -> None:
-    """The tables over every sweep point (``runs``: each with its ``sweep``) and the figures."""
-    rows, table = write_tables(runs, out, cfg.get("target_accuracy"), by_sweep=True)
-    groups: dict[tuple[str, str], list[Path]] = {}
-    for run in runs:
-        groups.setdefault((run["sweep"], str(run["policy"])), []).append(Path(run["result_dir"]))
-    plot_estimates(groups, out / "estimates.png")
-    sweep = {k: list(v) for k, v in run_keys(cfg.sweep).items()}
-    metrics = list(cfg.get("figure_metrics") or [])
-    title = runs_title(Path(run["result_dir"]) for run in runs)
-    if (figure := plot_sweep(rows, sweep, metrics, out / "sweep.png", title)) is not None:
-        print(f"wrote {figure}")
-    print(table, end="")
-    print(
-        f"wrote {out / 'table.md'}, {out / 'table.csv'} ({len(rows)} rows, {len(runs)} runs), "
-        f"{out / 'runs.csv'} and {out / 'estimates.png'}"
-    )
+    return run_command(check, out, command)
 
 
 #: Config nodes whose keys are run-config keys (any of them, listed in the preset or not).

@@ -6,6 +6,7 @@ The columns: docs/comparing.md, "Comparing policies".
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -26,7 +27,7 @@ from experiments.analysis.evidence import (
     rounds_to_target_test,
 )
 from experiments.analysis.figures import policy_name
-from experiments.analysis.plot_runs import load_run, plot_mean_runs, plot_runs
+from experiments.analysis.plot_runs import load_run, plot_estimates, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import (
     first_round_reaching,
     holm,
@@ -113,11 +114,8 @@ def table_rows(
     target_accuracy: float | None = None,
     reference: str = REFERENCE_POLICY,
 ) -> list[dict[str, Any]]:
-    """One ``table.csv`` row per policy (:data:`TABLE_COLUMNS`, in order of appearance).
-
-    Paired by seed against ``reference``; undefined statistics are NaN or None. Every p-value
-    column gets its Holm-adjusted twin over the table's policies (:data:`P_COLUMNS`).
-    """
+    """One ``table.csv`` row per policy, in order of appearance, paired by seed against
+    ``reference``, each p-value with its Holm twin over the table (undefined: NaN or None)."""  # noqa: D205, D209
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
         by_policy.setdefault(str(run["policy"]), []).append(run)
@@ -182,10 +180,8 @@ def write_indicator(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> str | None:
-    """``indicator.csv`` and ``indicator_test.csv`` under ``out``; the console line.
-
-    None (nothing written) unless FedCGD-FSCD and BC both ran (docs/comparing.md).
-    """
+    """``indicator.csv`` and ``indicator_test.csv`` under ``out``; the console line (None,
+    nothing written, unless FedCGD-FSCD and BC both ran: docs/comparing.md)."""  # noqa: D205, D209
     policies = {str(run["policy"]) for run in runs}
     if not {INDICATOR_POLICY, INDICATOR_BASELINE} <= policies:
         return None
@@ -204,10 +200,8 @@ def write_indicator(
 def indicator_from_folders(
     folders: Sequence[Path], out: Path, early_rounds: int, late_fraction: float
 ) -> str:
-    """``fedcgd indicator``: the indicator over the ``runs.csv`` of ``folders``, pooled.
-
-    A run's setting is its folder's name and its sweep point. ValueError: one line.
-    """
+    """``fedcgd indicator`` over the ``runs.csv`` of ``folders``, pooled (a run's setting: its
+    folder's name and sweep point); ValueError: one line."""  # noqa: D205, D209
     runs: list[dict[str, Any]] = []
     for folder in folders:
         path = folder / "runs.csv"
@@ -224,17 +218,16 @@ def indicator_from_folders(
     return line
 
 
-def write_tables(
+def write_comparison(
     runs: Sequence[Mapping[str, Any]],
     out: Path,
     target_accuracy: float | None = None,
     by_sweep: bool = False,
-) -> tuple[list[dict[str, Any]], str]:
-    """``runs.csv``, ``table.csv``, ``table.md`` and the indicator's tables under ``out``.
-
-    ``by_sweep``: a ``sweep`` column first, the rows per sweep point. Prints the indicator's
-    line and a warning over runs of mixed code; returns the rows and ``table.md``.
-    """
+) -> list[dict[str, Any]]:
+    """``runs.csv``, ``table.csv``, ``table.md``, the indicator's tables and a figure under
+    ``out``, each printed or named; the rows. The figure: ``curves.png`` (each policy's mean and
+    95 % band), or with ``by_sweep`` (a ``sweep`` column first, rows per point) ``estimates.png``.
+    """  # noqa: D205
     extra = ("sweep",) if by_sweep else ()
     by_point: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
@@ -248,33 +241,28 @@ def write_tables(
     write_table(rows, out / "table.csv", extra)
     table = markdown_table(rows, target_accuracy, extra)
     atomic_write(out / "table.md", table)
-    line = write_indicator(runs, out)
-    if line is not None:
+    if (line := write_indicator(runs, out)) is not None:
         print(f"{line} ({out / 'indicator.csv'}, {out / 'indicator_test.csv'})", flush=True)
     warn_mixed_code(runs)
-    return rows, table
-
-
-def write_comparison(
-    runs: Sequence[Mapping[str, Any]], out: Path, target_accuracy: float | None = None
-) -> str:
-    """:func:`write_tables` and ``curves.png`` (mean and 95 % band per policy); ``table.md``."""
-    _, table = write_tables(runs, out, target_accuracy)
-    groups: dict[str, list[Path]] = {}
+    groups: dict[Any, list[Path]] = {}
     for run in runs:
-        groups.setdefault(str(run["policy"]), []).append(Path(run["result_dir"]))
-    if max(len(dirs) for dirs in groups.values()) > 1:
-        plot_mean_runs(groups, out / "curves.png")
+        key = (run["sweep"], str(run["policy"])) if by_sweep else str(run["policy"])
+        groups.setdefault(key, []).append(Path(run["result_dir"]))
+    if by_sweep:
+        figure = plot_estimates(groups, out / "estimates.png")
+    elif max(len(dirs) for dirs in groups.values()) > 1:
+        figure = plot_mean_runs(groups, out / "curves.png")
     else:
-        plot_runs([d for dirs in groups.values() for d in dirs], out / "curves.png")
-    return table
+        figure = plot_runs([d for dirs in groups.values() for d in dirs], out / "curves.png")
+    notes = [] if by_sweep else same_schedule_lines(runs)
+    print(table + "".join(f"{note}\n" for note in notes), end="", flush=True)
+    print(f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'} and {figure}")
+    return rows
 
 
 def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per pair of policies that scheduled the same devices in every round.
-
-    Over the seeds both ran; such runs differ by nothing the policy decided.
-    """
+    """A line per pair of policies that scheduled the same devices in every round of the seeds
+    both ran: such runs differ by nothing the policy decided."""  # noqa: D205, D209
     schedules: dict[str, dict[Any, list[Any]]] = {}
     for run in runs:
         _, lines = load_run(Path(run["result_dir"]))
@@ -282,18 +270,16 @@ def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
             continue  # nothing to compare (no rounds, or lines of a code that did not record it)
         per_round = [(x.get("round"), sorted(map(str, x["scheduled"]))) for x in lines]
         schedules.setdefault(str(run["policy"]), {})[run["seed"]] = per_round
-    policies = list(schedules)
     found = []
-    for i, first in enumerate(policies):
-        for second in policies[i + 1 :]:
-            seeds = sorted(set(schedules[first]) & set(schedules[second]), key=str)
-            if seeds and all(schedules[first][s] == schedules[second][s] for s in seeds):
-                rounds = sum(len(schedules[first][s]) for s in seeds)
-                found.append(
-                    f"note: {first} and {second} scheduled the same devices in every round "
-                    f"({rounds} rounds over {len(seeds)} common seed(s)): the same runs, "
-                    "whatever their rules"
-                )
+    for first, second in itertools.combinations(schedules, 2):
+        seeds = sorted(set(schedules[first]) & set(schedules[second]), key=str)
+        if seeds and all(schedules[first][s] == schedules[second][s] for s in seeds):
+            rounds = sum(len(schedules[first][s]) for s in seeds)
+            found.append(
+                f"note: {first} and {second} scheduled the same devices in every round "
+                f"({rounds} rounds over {len(seeds)} common seed(s)): the same runs, "
+                "whatever their rules"
+            )
     return found
 
 
@@ -314,11 +300,8 @@ def markdown_table(
     target_accuracy: float | None = None,
     extra_columns: tuple[str, ...] = (),
 ) -> str:
-    """``table.md``: the columns a reader compares, rounded as in docs/comparing.md.
-
-    One line per row of :func:`table_rows`; each paired test shows its p, then Holm's. Without
-    ``target_accuracy`` the two columns of rounds to the target are left out.
-    """
+    """``table.md``: a line per row, the columns a reader compares rounded as in
+    docs/comparing.md (each test: p, then Holm's; no target: no rounds to it)."""  # noqa: D205, D209
     rounds_header = [
         f"median rounds to {target_accuracy:g} (reached)",
         "FSCD earlier / later / tied (sign p / Holm)",

@@ -15,27 +15,21 @@ import tomli_w
 from fedcgd_task.schema import flatten
 from fedcgd_task.settings import default_run_config, resolve_data_dir, set_nested
 
-_RUN_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _ITEM_SEPARATORS = " \t\r\n"
 
 
-def _check_key(key: str) -> str:
-    """``key`` if it is a run-config key; else a one-line error."""
-    if not _RUN_CONFIG_KEY.fullmatch(key):
-        raise ValueError(
-            f"run-config key {key!r}: allowed: names of letters, digits, '_' and '-', joined by '.'"
-        )
-    return key
-
-
 def format_run_config(values: Mapping[str, Any]) -> str:
-    """``values`` as one line of ``--run-config`` text (ValueError: a bad key or value)."""
+    """``values`` as one line of ``--run-config`` text (ValueError: a value TOML cannot hold)."""
     from server_app.config import fold_policy_params, format_toml_value
 
-    return " ".join(
-        f"{_check_key(key)}={format_toml_value(value, key)}"
-        for key, value in fold_policy_params(values).items()
-    )
+    folded = fold_policy_params(values)
+    return " ".join(f"{key}={format_toml_value(value, key)}" for key, value in folded.items())
+
+
+def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_config`` with ``data-dir`` made absolute here (the apps run elsewhere)."""
+    data_dir = resolve_data_dir(str(run_config.get("data-dir", "")))
+    return {**run_config, "data-dir": str(data_dir)}
 
 
 def run_config_toml(values: Mapping[str, Any]) -> str:
@@ -45,14 +39,8 @@ def run_config_toml(values: Mapping[str, Any]) -> str:
     nested: dict[str, Any] = {}
     for key, value in fold_policy_params(values).items():
         format_toml_value(value, key)  # a one-line error for a value TOML cannot hold
-        set_nested(nested, _check_key(key), value, key=key, clash="is given twice")
+        set_nested(nested, key, value, key=key, clash="is given twice")
     return tomli_w.dumps(nested)
-
-
-def with_resolved_data_dir(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """``run_config`` with ``data-dir`` made absolute here (the apps run elsewhere)."""
-    data_dir = resolve_data_dir(str(run_config.get("data-dir", "")))
-    return {**run_config, "data-dir": str(data_dir)}
 
 
 @contextlib.contextmanager
@@ -60,9 +48,8 @@ def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
     """A temporary ``run-config.toml`` holding ``values``, removed on exit."""
     text = run_config_toml(values)
     with tempfile.TemporaryDirectory(prefix="fedcgd-run-config-") as folder:
-        path = Path(folder) / "run-config.toml"
-        path.write_text(text, encoding="utf-8")
-        yield path
+        (Path(folder) / "run-config.toml").write_text(text, encoding="utf-8")
+        yield Path(folder) / "run-config.toml"
 
 
 def split_run_config_text(text: str) -> list[str]:
