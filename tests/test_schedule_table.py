@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_runs import read_csv
 
 from experiments.cli import invoke
 from experiments.paper.schedule_table import (
@@ -134,11 +135,6 @@ def test_a_policy_stream_depends_on_its_name_only(monkeypatch):
         assert after[label].wemd == before[label].wemd
     assert policy_stream_word("poc") == zlib.crc32(b"poc")
     assert policy_stream_word("poc") != policy_stream_word("fedcbs")
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open() as fh:
-        return list(csv.DictReader(fh))
 
 
 def test_cli_fits_poc_and_writes_the_table_and_its_progress_as_plain_lines(tmp_path: Path, capsys):
