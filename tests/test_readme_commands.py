@@ -360,10 +360,14 @@ def test_readme_reproduce_command_runs(args: list[str], tmp_path: Path) -> None:
     labels = [reference_label(p.strip("'\"")) for p in policies.split(",")]
     points = [point_label(p) for p in sweep_points({k: list(v) for k, v in cfg.sweep.items()})]
     expected = [(point, label) for point in points for label in labels]
-    assert [(r["sweep"], r["policy"]) for r in read_csv(out / "table.csv")] == expected
-    assert len(read_csv(out / "runs.csv")) == len(expected)
+    table = read_csv(out / "table.csv")
+    assert [(r["sweep"], r["policy"]) for r in table] == expected
+    assert {r["n_seeds"] for r in table} == {"1"} and len(read_csv(out / "runs.csv")) == len(
+        expected
+    )
     for point, label in expected:
         assert_completed(out / point / label / "seed-0", ROUNDS)
+        assert (out / point / "curves.png").exists()
     assert (out / "estimates.png").exists()
     assert proc.stdout.strip().splitlines()[-1] == f"all {len(expected)} runs completed"
     if mnist1d:  # the Ĝ/σ̂ indicator over every sweep point (one seed: a point each) and per point

@@ -8,7 +8,6 @@ import pytest
 import yaml
 from fake_runs import finishing_flwr, last_two_lines, read_csv, rerun_command
 from hydra import compose, initialize_config_dir
-from subprocesses import run_fedcgd
 
 from experiments.analysis.plot_runs import point_label
 from experiments.compare import execution, reproduce
@@ -236,6 +235,8 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert (out / "local-steps=1" / "table.csv").exists()
     assert (out / "local-steps=2" / "curves.png").stat().st_size > 0
     assert (out / "estimates.png").stat().st_size > 0
+    assert sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})[5] == {"a": 2, "b": "z"}
+    assert sweep_points({}) == [{}] and point_label({}) == "default"
     calls.clear()
     assert reproduce.reproduce(cfg) == 0  # resumed: nothing runs again
     assert calls == []
@@ -252,26 +253,6 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert err.startswith(f"error: {kept}: num-server-rounds = 50 there, 3 now; ")
     assert err.count("\n") == 1
     assert not (out / "local-steps=1" / "bc" / "seed-3").exists()
-
-
-@pytest.mark.slow
-def test_reproduce_runs_a_small_sweep(tmp_path):
-    out = tmp_path / "sweep"
-    run_fedcgd(
-        "reproduce", "experiment=digits_policies", "policies=[all,fedcgd-fscd]",
-        "+sweep.local-steps=[1,2]", "+run.num-devices=4", "+run.num-server-rounds=2", f"out={out}",
-    )  # fmt: skip
-    rows = read_csv(out / "table.csv")
-    assert {(r["sweep"], r["policy"]) for r in rows} == {
-        (f"local-steps={t}", p) for t in (1, 2) for p in ("all", "fedcgd-fscd")
-    }
-    assert all(r["n_seeds"] == "1" for r in rows)
-    assert len(read_csv(out / "runs.csv")) == 4
-    assert (out / "estimates.png").stat().st_size > 0
-    assert (out / "local-steps=2" / "all" / "seed-0" / "summary.json").exists()
-    assert (out / "local-steps=2" / "curves.png").exists()
-    assert sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})[5] == {"a": 2, "b": "z"}
-    assert sweep_points({}) == [{}] and point_label({}) == "default"
 
 
 def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
