@@ -126,6 +126,7 @@ def test_pairs_only_common_seeds_and_one_seed_has_no_interval(tmp_path, monkeypa
     assert row["n_paired"] == "2"
     assert float(row["diff_vs_fedcgd_fscd"]) == pytest.approx(((0.4 - 0.6) + (0.8 - 0.7)) / 2)
     assert row["reached_target"] == "" and row["rounds_to_target_km_median"] == ""
+    assert not (out / "indicator.csv").exists()  # no BC to pair FedCGD-FSCD with
     rows = results.table_rows(
         [{"policy": "bc", "seed": s, **dict.fromkeys(results.METRICS, 0.5 + s)} for s in (0, 1)]
     )  # no reference policy

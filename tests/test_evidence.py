@@ -285,12 +285,6 @@ def test_a_comparison_writes_rounds_run_the_rounds_tests_and_the_indicator(
     )
 
 
-def test_a_comparison_without_bc_writes_no_indicator(tmp_path: Path, kept_runs: None) -> None:
-    write_pair(tmp_path, 0, [0.3, 0.6], [0.3, 0.5], 1.0)
-    execution.run_policies(["fedcgd-fscd"], {}, tmp_path, seeds=[0])
-    assert (tmp_path / "table.csv").exists() and not (tmp_path / "indicator.csv").exists()
-
-
 def test_the_indicator_command_pools_comparisons(
     tmp_path: Path, kept_runs: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
