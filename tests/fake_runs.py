@@ -8,6 +8,7 @@ folder made absolute, plus values derived at run time), ``metrics.jsonl`` one li
 
 from __future__ import annotations
 
+import csv
 import json
 import shlex
 import subprocess
@@ -19,6 +20,12 @@ from fedcgd_task.settings import default_run_config
 from server_app.config import parse_run_config
 from server_app.run_folder.results import holds_run
 from server_app.run_folder.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file written by the tools (runs.csv, table.csv, ...)."""
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def recorded_config(overrides: Mapping[str, Any], result_dir: Path) -> dict[str, Any]:

@@ -385,14 +385,14 @@ PHRASES = {
         "{τ1 bn2 sched} at {τ1 bn2 wemd} (17.39, 0.537), POC {τ1 poc sched} at {τ1 poc wemd} "
         "(13.71, 0.621), Fed-CBS {τ1 cbs sched} at {τ1 cbs wemd} (17.34, 0.536)",
         "Its final accuracy ({τ1 fscd final}) is above BC's by {-τ1 bc Δ} (paired t-test over the "
-        "5 seeds, p = {τ1 bc p}), Fed-CBS's by {-τ1 cbs Δ} (p = {τ1 cbs p}), BN2's (p = {τ1 bn2 "
-        "p}) and FSCD-Gc's by {-τ1 gc Δ} (p = {τ1 gc p}); its best accuracy is above BC's by {-τ1 "
-        "bc bΔ} (p = {τ1 bc bp}). Against GS (p = {τ1 gs p}) and POC (p = {τ1 poc p})",
+        "5 seeds, p = {τ1 bc p}), Fed-CBS's by {-τ1 cbs Δ} (p = {τ1 cbs p}), BN2's (p = "
+        "{τ1 bn2 p}) and FSCD-Gc's by {-τ1 gc Δ} (p = {τ1 gc p}); its best accuracy is above BC's "
+        "by {-τ1 bc bΔ} (p = {τ1 bc bp}). Against GS (p = {τ1 gs p}) and POC (p = {τ1 poc p})",
         "none stays below 0.05", "becomes {τ1 bc bph}; final accuracy against BC {τ1 bc ph}",
-        "best accuracy against POC, becomes {τ5 poc bph}; final accuracy against Fed-CBS {τ5 cbs "
-        "ph})",
-        "ends at {τ5 fscd final} ± 0.015; BC ({τ5 bc Δ}, p = {τ5 bc p}; best {τ5 bc bΔ}, p = {τ5 "
-        "bc bp}), GS ({τ5 gs Δ}, p = {τ5 gs p}) and FSCD-Gc ({τ5 gc Δ}, p = {τ5 gc p})",
+        "best accuracy against POC, becomes {τ5 poc bph}; final accuracy against Fed-CBS "
+        "{τ5 cbs ph})",
+        "ends at {τ5 fscd final} ± 0.015; BC ({τ5 bc Δ}, p = {τ5 bc p}; best {τ5 bc bΔ}, p = "
+        "{τ5 bc bp}), GS ({τ5 gs Δ}, p = {τ5 gs p}) and FSCD-Gc ({τ5 gc Δ}, p = {τ5 gc p})",
         "(final {-τ5 cbs Δ}, p = {τ5 cbs p}; best {-τ5 cbs bΔ}, p = {τ5 cbs bp}), POC in best "
         "accuracy ({-τ5 poc bΔ}, p = {τ5 poc bp}) and BN2 (final {-τ5 bn2 Δ}, p = {τ5 bn2 p})",
         "its best accuracy is {τ5 gs bΔ} higher (p = {τ5 gs bp}, {τ5 gs bph} after Holm)",
@@ -404,18 +404,16 @@ PHRASES = {
         "after Holm)",
         "GS is earlier than FSCD in {τ5 gs lost} of 5 seeds (median {τ5 gs median} rounds against "
         "{τ5 fscd median}; sign test p = {τ5 gs sp}",
-        "earlier in {τ5 bc won} of 5 seeds (p = {τ5 bc sp}; median {τ5 fscd median} against {τ5 "
-        "bc median} rounds)",
-        "than POC in {τ5 poc won} of 5 with one tie (p = {τ5 poc sp})",
+        "earlier in {τ5 bc won} of 5 seeds (p = {τ5 bc sp}; median {τ5 fscd median} against "
+        "{τ5 bc median} rounds)", "than POC in {τ5 poc won} of 5 with one tie (p = {τ5 poc sp})",
         "scheduling {% fscd τ1} % fewer devices than BC",
-        "({% fscd τ5} % fewer at τ = 5, {τ5 fscd sched} against {τ5 bc sched}, WEMD {τ5 fscd "
-        "wemd} against {τ5 bc wemd})",
-        "{gc−cbs τ1} at τ = 1, p = {gc−cbs τ1 p}", "{gc−cbs τ5} at τ = 5, p = {gc−cbs τ5 p}",
+        "({% fscd τ5} % fewer at τ = 5, {τ5 fscd sched} against {τ5 bc sched}, WEMD {τ5 fscd wemd} "
+        "against {τ5 bc wemd})", "{gc−cbs τ1} at τ = 1, p = {gc−cbs τ1 p}",
+        "{gc−cbs τ5} at τ = 5, p = {gc−cbs τ5 p}",
         "{% gc τ1} % fewer devices at τ = 1 ({τ1 gc sched} against {τ1 cbs sched})",
         "and {% gc τ5} % fewer at τ = 5 ({τ5 gc sched} against {τ5 cbs sched})",
         "ρ = {ρ τ1} (p = {ρp τ1}, {n τ1} points); at τ = 5, ρ = {ρ τ5} (p = {ρp τ5}, {n τ5} "
-        "points,",
-        "gaps of {gap τ5 low} to {gap τ5 high})", "ρ = {ρ τ} (p = {ρp τ})",
+        "points,", "gaps of {gap τ5 low} to {gap τ5 high})", "ρ = {ρ τ} (p = {ρp τ})",
         "high Ĝ/σ̂ and gaps of {gap τ1 low} to {gap τ1 high}",
         "Ĝ/σ̂ is {Ĝσ τ1 low}–{Ĝσ τ1 high} at τ = 1 and {Ĝσ τ5 low}–{Ĝσ τ5 high} at τ = 5",
         "seed 2's: {run τ1 fscd 2 best} to {run τ1 fscd 2 final}",
@@ -427,25 +425,22 @@ PHRASES = {
     ],
     RATIO: [
         "{best r9 low}–{best r9 high} for every policy but BN2 ({r9 bn2 best})",
-        "best accuracy ({r9 fscd best}) is above every baseline's: BC's (the best baseline, {r9 "
-        "bc best}) by {-r9 bc bΔ} (paired t-test, p = {r9 bc bp})",
+        "best accuracy ({r9 fscd best}) is above every baseline's: BC's (the best baseline, "
+        "{r9 bc best}) by {-r9 bc bΔ} (paired t-test, p = {r9 bc bp})",
         "Fed-CBS's by {-r9 cbs bΔ} (p = {r9 cbs bp}), POC's by {-r9 poc bΔ} (p = {r9 poc bp}), "
-        "BN2's by {-r9 bn2 bΔ} (p = {r9 bn2 bp})",
-        "becomes {r9 bn2 bph}",
+        "BN2's by {-r9 bn2 bΔ} (p = {r9 bn2 bp})", "becomes {r9 bn2 bph}",
         "FSCD-Gc is {-r9 gc bΔ} below (p = {r9 gc bp}, {r9 gc bph} after Holm; {reached r9 gc} of "
         "its 5 runs reach 0.7)",
-        "above Fed-CBS's by {-r3 cbs bΔ} (p = {r3 cbs bp}), POC's by {-r3 poc bΔ} (p = {r3 poc "
-        "bp})",
-        "and BN2's by {-r3 bn2 bΔ} (p = {r3 bn2 bp}), but only {-r3 bc bΔ} above BC's (p = {r3 bc "
-        "bp})",
-        "Fed-CBS's and BN2's gaps stay significant ({r3 cbs bph} each), POC's does not ({r3 poc "
-        "bph})",
-        "{-r1 bc bΔ} above BC's (p = {r1 bc bp}, {r1 bc bph} after",
-        "Best accuracy {r3 gs bΔ} (p = {r3 gs bp}) at r = 3 and {r9 gs bΔ} (p = {r9 gs bp}) at r "
-        "= 9",
-        "{r* bc won} of the {r* bc n} untied pairs, exact sign test p = {r* bc sp} (at most {6p "
-        "r* bc} after Holm",
-        "at r = 3 (median {r3 fscd median} against {r3 gs median})",
+        "above Fed-CBS's by {-r3 cbs bΔ} (p = {r3 cbs bp}), POC's by {-r3 poc bΔ} (p = "
+        "{r3 poc bp})",
+        "and BN2's by {-r3 bn2 bΔ} (p = {r3 bn2 bp}), but only {-r3 bc bΔ} above BC's (p = "
+        "{r3 bc bp})",
+        "Fed-CBS's and BN2's gaps stay significant ({r3 cbs bph} each), POC's does not "
+        "({r3 poc bph})", "{-r1 bc bΔ} above BC's (p = {r1 bc bp}, {r1 bc bph} after",
+        "Best accuracy {r3 gs bΔ} (p = {r3 gs bp}) at r = 3 and {r9 gs bΔ} (p = {r9 gs bp}) at r = "
+        "9",
+        "{r* bc won} of the {r* bc n} untied pairs, exact sign test p = {r* bc sp} (at most "
+        "{6p r* bc} after Holm", "at r = 3 (median {r3 fscd median} against {r3 gs median})",
         "({r1 fscd sched} → {r3 fscd sched} → {r9 fscd sched}) while BC stays at {r1 bc sched}, "
         "POC at {r1 poc sched} and Fed-CBS at {r1 cbs sched}",
         "({r1 fscd wemd}, {r3 fscd wemd}, {r9 fscd wemd} against BC's {r1 bc wemd}, {r3 bc wemd}, "
@@ -454,15 +449,13 @@ PHRASES = {
     POOLED: [
         "pooled as if they were, ρ = {ρ pooled}, p = {ρp pooled}",
         "Spearman ρ = {settings} over the 7 settings, exact permutation p = {exact p} ({extreme} "
-        "of the {pairings} pairings as extreme): not shown.",
-        "{n pooled} points in 7 settings",
+        "of the {pairings} pairings as extreme): not shown.", "{n pooled} points in 7 settings",
         "{between %} % of Ĝ/σ̂'s variance lies between the settings",
         "ρ = {within} (p = {within p})",
         "ranges from {left out low} (without r = 9) to {left out high}; without τ = 5 it is "
         "{without τ5}",
         "Per setting (5 seeds each) ρ goes from {each low} to {each high}, only τ = 5's p below "
-        "0.05",
-        "r ρ = {ρ r} (p = {ρp r})",
+        "0.05", "r ρ = {ρ r} (p = {ρp r})",
     ],
     ALPHA: [
         "best accuracy at α = 1 ({-α1 bc bΔ}, p = {α1 bc bp}, {α1 bc bph} after Holm)",
@@ -470,39 +463,38 @@ PHRASES = {
         "(final {-α.1 bc Δ}, p = {α.1 bc p};",
         "do not stay below 0.05 after Holm ({α.1 cbs ph}, {α.1 cbs bph}, {α1 cbs bph})",
         "1 do ({α.1 bn2 bph}, {α1 bn2 bph})",
-        "({α.1 fscd median}, {α1 fscd median}, {α10 fscd median} rounds; GS {α.1 gs median}, {α1 "
-        "gs median}, {α10 gs median}; BC {α.1 bc median}, {α1 bc median}, {α10 bc median})",
+        "({α.1 fscd median}, {α1 fscd median}, {α10 fscd median} rounds; GS {α.1 gs median}, "
+        "{α1 gs median}, {α10 gs median}; BC {α.1 bc median}, {α1 bc median}, {α10 bc median})",
         "Fed-CBS's median is {α.1 cbs median} at α = 0.1 (3 of 5 runs reach 0.8), {α1 cbs median} "
         "at α = 1 and {α10 cbs median}",
-        "({α.1 fscd wemd}, {α1 fscd wemd}, {α10 fscd wemd}, against BC's {α.1 bc wemd}, {α1 bc "
-        "wemd}, {α10 bc wemd})",
+        "({α.1 fscd wemd}, {α1 fscd wemd}, {α10 fscd wemd}, against BC's {α.1 bc wemd}, "
+        "{α1 bc wemd}, {α10 bc wemd})",
         "seed 1, which ends at {run α10 fscd 1 final} after a best of {run α10 fscd 1 best} (its "
-        "late mean over the last 240 rounds is {late α10 1}",
-        "**unexplained**", "code column says `1e6a98feee0c0b3a` for every one",
+        "late mean over the last 240 rounds is {late α10 1}", "**unexplained**",
+        "code column says `1e6a98feee0c0b3a` for every one",
     ],
     PAPER: [
         "τ = 1: FSCD {τ1 fscd sched} ({τ1 fscd wemd}), GS {τ1 gs sched} ({τ1 gs wemd}), FSCD-Gc "
         "{τ1 gc sched} ({τ1 gc wemd}), BC {τ1 bc sched} ({τ1 bc wemd}), BN2 {τ1 bn2 sched} "
         "({τ1 bn2 wemd}), POC {τ1 poc sched} ({τ1 poc wemd}), Fed-CBS {τ1 cbs sched} "
-        "({τ1 cbs wemd})",
-        "(smallest Holm p {τ1 bc bph}", "{-τ1 gs bΔ} below FSCD's (p = {τ1 gs bp})",
+        "({τ1 cbs wemd})", "(smallest Holm p {τ1 bc bph}",
+        "{-τ1 gs bΔ} below FSCD's (p = {τ1 gs bp})",
         "final {τ5 cbs Δ} (p = {τ5 cbs p}, Holm {τ5 cbs ph}), best {τ5 cbs bΔ} (p = {τ5 cbs bp})",
         "FSCD-Gc best {τ5 gc bΔ} (p = {τ5 gc bp}, Holm {τ5 gc bph})", "GS best {τ5 gs bΔ}",
-        "above Fed-CBS {-r3 cbs bΔ} and BN2 {-r3 bn2 bΔ} (Holm {r3 bn2 bph} each), POC {-r3 poc "
-        "bΔ} (Holm {r3 poc bph}), BC only {-r3 bc bΔ} (p = {r3 bc bp})",
+        "above Fed-CBS {-r3 cbs bΔ} and BN2 {-r3 bn2 bΔ} (Holm {r3 bn2 bph} each), POC "
+        "{-r3 poc bΔ} (Holm {r3 poc bph}), BC only {-r3 bc bΔ} (p = {r3 bc bp})",
         "BC, by {-r9 bc bΔ} (p = {r9 bc bp}, Holm {r9 bc bph}), above Fed-CBS by {-r9 cbs bΔ} "
         "(Holm {r9 cbs bph})",
         "FSCD {α.1 fscd median} and {α1 fscd median}, GS {α.1 gs median} and {α1 gs median}, BC "
         "{α.1 bc median} and {α1 bc median}",
-        "{α* bc won} of {α* bc n} seed pairs over the three α (sign test p = {α* bc sp}, Holm {α* "
-        "bc sph})",
-        "medians FSCD {α10 fscd median}, GS {α10 gs median}, BC {α10 bc median}",
+        "{α* bc won} of {α* bc n} seed pairs over the three α (sign test p = {α* bc sp}, Holm "
+        "{α* bc sph})", "medians FSCD {α10 fscd median}, GS {α10 gs median}, BC {α10 bc median}",
         "{sched α baselines low}–{sched α baselines high}",
-        "FSCD {α.1 fscd sched} → {α1 fscd sched} → {α10 fscd sched}; GS {α.1 gs sched} → {α1 gs "
-        "sched} → {α10 gs sched}",
+        "FSCD {α.1 fscd sched} → {α1 fscd sched} → {α10 fscd sched}; GS {α.1 gs sched} → "
+        "{α1 gs sched} → {α10 gs sched}",
         "{% gc τ1} % fewer ({τ1 gc sched} against {τ1 cbs sched}) at a best accuracy {gc−cbs τ1} "
-        "higher (p = {gc−cbs τ1 p})",
-        "τ = 5: {% gc τ5} % fewer", "in any of the 7 settings (smallest Holm p 0.11)",
+        "higher (p = {gc−cbs τ1 p})", "τ = 5: {% gc τ5} % fewer",
+        "in any of the 7 settings (smallest Holm p 0.11)",
         "({α* gs won} of {α* gs n} untied pairs, Holm {α* gs sph})",
         "{τ5 gs lost} of 5 seeds (Holm {τ5 gs sph})",
         "ρ = {settings}, exact p = {exact p}; within settings ρ = {within}",
@@ -513,21 +505,19 @@ PHRASES = {
         "({d bc Δ} for BC, p = {d bc p}; {d bc ph} after Holm over the 6 baselines, so not "
         "significant)",
         "before BC in {d bc won} of 5 seeds ({d fscd reached} rounds against {d bc reached} on "
-        "average, medians {d fscd median} and {d bc median}; sign test p = {d bc sp}, the "
-        "smallest 5 seeds allow, {d bc sph} after Holm",
-        "within the noise (p ≥ {d others least p})", "five baselines' rows are identical",
-        "(FSCD's rounds to 85 % were 23.4)",
+        "average, medians {d fscd median} and {d bc median}; sign test p = {d bc sp}, the smallest "
+        "5 seeds allow, {d bc sph} after Holm", "within the noise (p ≥ {d others least p})",
+        "five baselines' rows are identical", "(FSCD's rounds to 85 % were 23.4)",
     ],
     "README.md": [
         "({d fscd sched} against {d bc sched}) at the lowest WEMD of all ({d fscd wemd} against "
         "{d bc wemd})",
-        "it is ahead of it in final accuracy ({d fscd final} against {d bc final}, paired p = {d "
-        "bc p}, {d bc ph} after Holm's correction over the six baselines: not significant) and "
+        "it is ahead of it in final accuracy ({d fscd final} against {d bc final}, paired p = "
+        "{d bc p}, {d bc ph} after Holm's correction over the six baselines: not significant) and "
         "reaches 85 % earlier in every seed ({d fscd reached} rounds against {d bc reached} on "
         "average; sign test p = {d bc sp}, {d bc sph} after Holm)",
         "reaches 0.8 test accuracy in a median of {α.1 fscd median} rounds against best channel's "
-        "{α.1 bc median}",
-        "scheduling {α.1 fscd sched} devices a round against {α.1 bc sched}",
+        "{α.1 bc median}", "scheduling {α.1 fscd sched} devices a round against {α.1 bc sched}",
         "ends at {α.1 fscd final} against {α.1 bc final} (paired p = {α.1 bc p}; at α = 1 its "
         "final accuracy lead, {-α1 bc Δ}, p = {α1 bc p}, is not significant after Holm's "
         "correction, {α1 bc ph}; its best accuracy lead, {-α1 bc bΔ}, is, {α1 bc bph})",

@@ -13,7 +13,6 @@ the default suite.
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import re
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 from doc_pages import PROJECT, doc_text
-from fake_runs import write_run
+from fake_runs import read_csv, write_run
 from hydra import compose, initialize_config_dir
 from subprocesses import fedcgd
 
@@ -128,10 +127,6 @@ def assert_completed(result_dir: Path, rounds: int) -> None:
     assert [json.loads(x)["round"] for x in lines] == list(range(1, rounds + 1))
     for name in ("config.json", "summary.json", "model.pt"):
         assert (result_dir / name).exists(), name
-
-
-def rows(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.open()))
 
 
 def output(proc: subprocess.CompletedProcess[str]) -> str:
@@ -259,14 +254,16 @@ def option(args: list[str], name: str, value: str | None = None) -> list[str]:
     ],
 )
 def test_readme_compare_command_runs(args: list[str], tmp_path: Path) -> None:
-    """Each comparison of the docs with one seed and tiny runs (seven policies: three); its
-    tables per point (``--channels``: a folder each), its runs, its ``policy-params``."""
+    """Each comparison of the docs with tiny runs (seven policies: three; ``--seeds``: 0 and 1,
+    paired and each seed reaching the app); its tables per point (``--channels``: a folder
+    each), its runs, its ``policy-params``."""
     out = tmp_path / "compare"
     given = parse_run_config_text(dict(itertools.pairwise(args)).get("--run-config", ""))
     small = format_run_config({**given, "num-server-rounds": ROUNDS, "num-devices": DEVICES})
     args = option(option(args, "--out", str(out)), "--run-config", small)
+    seeds = ["0", "1"] if "--seeds" in args else ["0"]
     if "--seeds" in args:
-        args = option(args, "--seeds", "0")
+        args = option(args, "--seeds", ",".join(seeds))
     if "--policies" not in args:
         args = option(args, "--policies", "fedcgd-fscd,bc,all")
     proc = run("compare", *args)
@@ -274,16 +271,28 @@ def test_readme_compare_command_runs(args: list[str], tmp_path: Path) -> None:
     labels = [reference_label(p) for p in args[args.index("--policies") + 1].split(",")]
     channels = args[args.index("--channels") + 1].split(",") if "--channels" in args else [""]
     params = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("policy-params.")}
+    n = len(seeds)
+    assert f"[policy {len(labels)}/{len(labels)}, seed {n}/{n}] {labels[-1]} seed={n - 1}" in (
+        proc.stdout
+    )
     for channel in channels:
         folder = out / f"channel={reference_label(channel)}" if channel else out
-        assert [r["policy"] for r in rows(folder / "table.csv")] == labels
-        for label in labels:
-            assert_completed(folder / label / "seed-0", ROUNDS)
-        recorded = json.loads((folder / labels[-1] / "seed-0" / "config.json").read_text())
-        assert recorded["channel_model"] == (channel or "paper")
-        assert recorded["policy_params"] == params
+        table = read_csv(folder / "table.csv")
+        assert [r["policy"] for r in table] == labels
+        runs = read_csv(folder / "runs.csv")
+        assert [(r["policy"], r["seed"]) for r in runs] == list(itertools.product(labels, seeds))
+        finals = [float(r["final_accuracy"]) for r in runs if r["policy"] == labels[-1]]
+        assert float(table[-1]["final_accuracy_mean"]) == pytest.approx(sum(finals) / n)
+        assert (table[-1]["n_seeds"], table[-1]["n_paired"]) == (str(n), str(n))
+        assert (folder / "curves.png").stat().st_size > 0
+        for label, seed in itertools.product(labels, seeds):
+            assert_completed(folder / label / f"seed-{seed}", ROUNDS)
+            recorded = json.loads((folder / label / f"seed-{seed}" / "config.json").read_text())
+            assert recorded["task"]["seed"] == int(seed)
+            assert recorded["channel_model"] == (channel or "paper")
+            assert label != labels[-1] or recorded["policy_params"] == params
     last = proc.stdout.strip().splitlines()[-1]
-    assert last == f"all {len(labels) * len(channels)} runs completed"
+    assert last == f"all {len(labels) * len(channels) * n} runs completed"
 
 
 def preset_of(args: list[str]) -> str:
@@ -351,18 +360,22 @@ def test_readme_reproduce_command_runs(args: list[str], tmp_path: Path) -> None:
     labels = [reference_label(p.strip("'\"")) for p in policies.split(",")]
     points = [point_label(p) for p in sweep_points({k: list(v) for k, v in cfg.sweep.items()})]
     expected = [(point, label) for point in points for label in labels]
-    assert [(r["sweep"], r["policy"]) for r in rows(out / "table.csv")] == expected
-    assert len(rows(out / "runs.csv")) == len(expected)
+    table = read_csv(out / "table.csv")
+    assert [(r["sweep"], r["policy"]) for r in table] == expected
+    assert {r["n_seeds"] for r in table} == {"1"} and len(read_csv(out / "runs.csv")) == len(
+        expected
+    )
     for point, label in expected:
         assert_completed(out / point / label / "seed-0", ROUNDS)
+        assert (out / point / "curves.png").exists()
     assert (out / "estimates.png").exists()
     assert proc.stdout.strip().splitlines()[-1] == f"all {len(expected)} runs completed"
     if mnist1d:  # the Ĝ/σ̂ indicator over every sweep point (one seed: a point each) and per point
         config = json.loads((out / points[0] / "bc" / "seed-0" / "config.json").read_text())
         assert config["task"]["model"] == "cnn1d" and config["task"]["mnist1d_samples"] == 600
-        assert [p["setting"] for p in rows(out / "indicator.csv")] == points
-        assert rows(out / "indicator_test.csv")[0]["n_points"] == str(len(points))
-        assert len(rows(out / points[0] / "indicator.csv")) == 1
+        assert [p["setting"] for p in read_csv(out / "indicator.csv")] == points
+        assert read_csv(out / "indicator_test.csv")[0]["n_points"] == str(len(points))
+        assert len(read_csv(out / points[0] / "indicator.csv")) == 1
         assert "Spearman" in proc.stdout or "no correlation" in proc.stdout
 
 
@@ -397,9 +410,11 @@ def test_the_indicator_command_runs(tmp_path: Path) -> None:
     proc = run("indicator", *small)
     assert proc.returncode == 0, output(proc)
     assert "Spearman rho = +1.000" in proc.stdout, proc.stdout
-    points = rows(tmp_path / "indicator" / "indicator.csv")
+    points = read_csv(tmp_path / "indicator" / "indicator.csv")
     assert [p["setting"] for p in points] == [Path(f).name for f in folders for _ in (0, 1)]
-    assert rows(tmp_path / "indicator" / "indicator_test.csv")[0]["n_points"] == str(len(points))
+    assert read_csv(tmp_path / "indicator" / "indicator_test.csv")[0]["n_points"] == str(
+        len(points)
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_runs import fake_run
 from test_readme_commands import fedcgd_commands, output, readme_commands
 from test_readme_commands import run as run_fedcgd
 
 import benchmarks
-from experiments.run.inprocess import run_inprocess
-from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -149,15 +148,10 @@ def test_a_compare_with_that_is_no_checkout_is_refused_before_anything_runs(
 
 def test_readme_plot_runs_command_runs(tmp_path: Path) -> None:
     (args,) = fedcgd_commands("plot")  # results/A results/B --out cmp.png
-    dirs = []
-    for name, policy in (("A", "bc"), ("B", "fedcgd-fscd")):
-        folder = tmp_path / name
-        config = {"num-devices": 6, "num-server-rounds": 2, "policy": policy}
-        config["result-dir"] = str(folder)
-        run_inprocess(with_resolved_data_dir(validated_run_config(config)))
-        dirs.append(str(folder))
+    for name, policy in (("A", "bc"), ("B", "fedcgd-fscd")):  # two finished 2-round runs
+        fake_run(tmp_path / name, policy, 0, [0.5, 0.6], {"num-devices": 6})
     out = tmp_path / "cmp.png"
-    rewritten = [dirs[0], dirs[1], "--out", str(out)]
+    rewritten = [str(tmp_path / "A"), str(tmp_path / "B"), "--out", str(out)]
     assert [a.startswith("results/") for a in args[:2]] == [True, True]
     run("plot", rewritten)
     assert out.stat().st_size > 0

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 import yaml
-from fake_runs import finishing_flwr, last_two_lines, rerun_command
+from fake_runs import finishing_flwr, last_two_lines, read_csv, rerun_command
 from hydra import compose, initialize_config_dir
-from subprocesses import run_fedcgd
 
 from experiments.analysis.plot_runs import point_label
 from experiments.compare import execution, reproduce
@@ -224,7 +222,7 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
         "[local-steps=2 2/2] [policy 2/2, seed 3/3] fedcgd-fscd seed=2" in capsys.readouterr().out
     )
     assert (out / "local-steps=1" / "bc" / "seed-2" / "summary.json").exists()
-    rows = list(csv.DictReader((out / "table.csv").open()))
+    rows = read_csv(out / "table.csv")
     assert [(r["sweep"], r["policy"]) for r in rows] == [
         (f"local-steps={t}", p) for t in (1, 2) for p in ("bc", "fedcgd-fscd")
     ]
@@ -233,10 +231,12 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert float(bc["diff_vs_fedcgd_fscd"]) == pytest.approx(-0.05)
     assert bc["p_value_vs_fedcgd_fscd"] == ""  # constant difference: the t-test is undefined
     assert bc["reached_target"] == "2"  # target 0.6: seeds 1 and 2
-    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 12
+    assert len(read_csv(out / "runs.csv")) == 12
     assert (out / "local-steps=1" / "table.csv").exists()
     assert (out / "local-steps=2" / "curves.png").stat().st_size > 0
     assert (out / "estimates.png").stat().st_size > 0
+    assert sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})[5] == {"a": 2, "b": "z"}
+    assert sweep_points({}) == [{}] and point_label({}) == "default"
     calls.clear()
     assert reproduce.reproduce(cfg) == 0  # resumed: nothing runs again
     assert calls == []
@@ -255,26 +255,6 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert not (out / "local-steps=1" / "bc" / "seed-3").exists()
 
 
-@pytest.mark.slow
-def test_reproduce_runs_a_small_sweep(tmp_path):
-    out = tmp_path / "sweep"
-    run_fedcgd(
-        "reproduce", "experiment=digits_policies", "policies=[all,fedcgd-fscd]",
-        "+sweep.local-steps=[1,2]", "+run.num-devices=4", "+run.num-server-rounds=2", f"out={out}",
-    )  # fmt: skip
-    rows = list(csv.DictReader((out / "table.csv").open()))
-    assert {(r["sweep"], r["policy"]) for r in rows} == {
-        (f"local-steps={t}", p) for t in (1, 2) for p in ("all", "fedcgd-fscd")
-    }
-    assert all(r["n_seeds"] == "1" for r in rows)
-    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 4
-    assert (out / "estimates.png").stat().st_size > 0
-    assert (out / "local-steps=2" / "all" / "seed-0" / "summary.json").exists()
-    assert (out / "local-steps=2" / "curves.png").exists()
-    assert sweep_points({"a": [1, 2], "b": ["x", "y", "z"]})[5] == {"a": 2, "b": "z"}
-    assert sweep_points({}) == [{}] and point_label({}) == "default"
-
-
 def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
     fails = lambda c: c["policy"] == "bc" and c["local-steps"] == 2  # noqa: E731
     monkeypatch.setattr(execution, "run_flwr", fake_flwr([], fails))
@@ -288,4 +268,4 @@ def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypa
         "tables hold the 3 completed runs"
     )
     assert rerun_command(last, "reproduce") == words
-    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 3
+    assert len(read_csv(out / "runs.csv")) == 3

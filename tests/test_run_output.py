@@ -26,30 +26,28 @@ class Records(logging.Handler):
         self.records.append(record)
 
 
-def run(tmp_path: Path, verbose: bool) -> list[logging.LogRecord]:
-    run_config = default_run_config()
-    run_config.update({"num-devices": 4, "num-server-rounds": 2, "verbose": verbose})
-    run_config["result-dir"] = str(tmp_path / f"verbose-{verbose}")
-    nodes = [100 + i for i in range(4)]
-    grid = app_grid(make_contexts(nodes, run_config, 4))
-    handler = Records()
-    FLOWER_LOGGER.addHandler(handler)
-    try:
-        run_federation(grid, parse_run_config(run_config))
-    finally:
-        FLOWER_LOGGER.removeHandler(handler)
-    return handler.records
-
-
 @pytest.mark.parametrize("verbose", [False, True])
-def test_flower_round_lines_only_when_verbose(
+def test_flower_round_lines_only_when_verbose_and_a_bare_serverapp_names_its_folder(
     tmp_path: Path, verbose: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    level_before = FLOWER_LOGGER.level
-    records = run(tmp_path, verbose)
-    info = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    """Under a bare ``flwr run`` (no result-dir; here: not verbose) the ServerApp picks the
+    folder itself and its first line names it; a command that chose the folder names it itself."""
+    run_config = default_run_config()
+    run_config.update({"num-devices": 4, "num-server-rounds": 2, "verbose": verbose})
+    run_config["result-dir"] = str(tmp_path / "bc-20250101-000000")
+    grid = app_grid(make_contexts([100 + i for i in range(4)], run_config, 4))
+    level_before, handler = FLOWER_LOGGER.level, Records()
+    FLOWER_LOGGER.addHandler(handler)
+    try:
+        run_federation(grid, parse_run_config(run_config), fresh_name=not verbose)
+    finally:
+        FLOWER_LOGGER.removeHandler(handler)
+    info = [r.getMessage() for r in handler.records if r.levelno == logging.INFO]
     assert any("[ROUND 1/2]" in m for m in info) is verbose
     printed = capsys.readouterr().out.splitlines()
+    named = [line for line in printed if "result folder" in line]
+    assert named == ([] if verbose else [f"result folder: {run_config['result-dir']}"])
+    assert verbose or printed[0] == named[0]
     progress = [line for line in printed if line.startswith("round ")]
     assert [line.split("|")[0].split() for line in progress] == [["round", "1/2"], ["round", "2/2"]]
     assert all("ETA" in line and "elapsed" in line for line in progress)
@@ -101,25 +99,3 @@ def test_the_in_process_engine_writes_flowers_log_lines_without_colour_codes(
         assert handler.format(record) == "WARNING :   device 3 excluded"
     finally:
         update_console_handler(colored=True)
-
-
-def test_a_bare_serverapp_names_the_folder_it_chose_first(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Under a bare ``flwr run`` (no result-dir) the ServerApp picks the folder itself: its
-    first line names it; a command that chose the folder names it itself (no second line)."""
-    import dataclasses
-
-    run_config = default_run_config()
-    run_config.update({"num-devices": 4, "num-server-rounds": 1})
-    nodes = [100 + i for i in range(4)]
-    config = parse_run_config(run_config)
-    chosen = tmp_path / "bc-20250101-000000"
-    config = dataclasses.replace(config, result_dir=str(chosen))
-    grid = app_grid(make_contexts(nodes, run_config, 4))
-    run_federation(grid, config, fresh_name=True)
-    printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == f"result folder: {chosen}"
-    again = dataclasses.replace(config, result_dir=str(tmp_path / "given"))
-    run_federation(grid, again)
-    assert not any("result folder" in line for line in capsys.readouterr().out.splitlines())

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_runs import read_csv
 
 from experiments.cli import invoke
 from experiments.paper.schedule_table import (
@@ -136,11 +136,6 @@ def test_a_policy_stream_depends_on_its_name_only(monkeypatch):
     assert policy_stream_word("poc") != policy_stream_word("fedcbs")
 
 
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open() as fh:
-        return list(csv.DictReader(fh))
-
-
 def test_cli_fits_poc_and_writes_the_table_and_its_progress_as_plain_lines(tmp_path: Path, capsys):
     argv = "paper schedule-table --drops 2 --rounds 2 --fit-poc --fit-max 4 --out".split()
     assert invoke([*argv, str(tmp_path)]) == 0
@@ -149,9 +144,8 @@ def test_cli_fits_poc_and_writes_the_table_and_its_progress_as_plain_lines(tmp_p
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err, repr(err)
     assert err.endswith("\n") and err.splitlines()[-1].startswith("table: drop 2/2 ("), repr(err)
-    with (tmp_path / "table.csv").open() as fh:
-        assert next(csv.reader(fh)) == list(TABLE_COLUMNS)
     rows = read_csv(tmp_path / "table.csv")
+    assert list(rows[0]) == list(TABLE_COLUMNS)  # the header, in order
     assert [r["policy"] for r in rows] == list(TABLE_POLICIES)
     for row in rows:
         assert 0 < float(row["mean_scheduled"]) <= 64

@@ -1,18 +1,13 @@
 """The solver-performance figure script on a tiny setting: CSV columns and values consistent."""
 
-import csv
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_runs import read_csv
 
 from experiments.cli import invoke
 from experiments.paper import solver_performance
-
-
-def read(path: Path) -> list[dict[str, str]]:
-    with path.open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_tiny_run_writes_consistent_csv_and_only_under_out(
@@ -25,12 +20,8 @@ def test_tiny_run_writes_consistent_csv_and_only_under_out(
     assert invoke(["paper", "solver-performance", "--out", "out", *argv.split()]) == 0
     assert sorted(p.name for p in (tmp_path / "docs" / "img").iterdir()) == []
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == [
-        "rows.csv",
-        "solver_performance.png",
-        "summary.csv",
-    ]
-    rows = read(out / "rows.csv")
+    assert {p.name for p in out.iterdir()} == {"rows.csv", "solver_performance.png", "summary.csv"}
+    rows = read_csv(out / "rows.csv")
     assert list(rows[0]) == solver_performance.ROW_FIELDS
     assert len(rows) == 2 * 2 * 2 * 2  # V x alpha x instances x ratios
     for row in rows:
@@ -44,7 +35,7 @@ def test_tiny_run_writes_consistent_csv_and_only_under_out(
             assert error == pytest.approx((objective - optimum) / optimum, abs=1e-12)
             assert error >= -1e-9
             assert int(row[f"{method}_iterations"]) >= 0
-    summary = read(out / "summary.csv")
+    summary = read_csv(out / "summary.csv")
     for entry in summary:
         same_v = [r for r in rows if int(r["num_devices"]) == int(entry["num_devices"])]
         group = [r for r in same_v if entry["ratio"] in ("all", r["ratio"])]
