@@ -74,10 +74,7 @@ class Recorder:
 
 
 def run(
-    result_dir: Path,
-    wrap: Callable[[Handler], Handler] | None,
-    rounds: int = 2,
-    **overrides: Any,
+    result_dir: Path, wrap: Callable[[Handler], Handler] | None, rounds: int = 2, **overrides: Any
 ) -> tuple[list[dict], dict[str, torch.Tensor]]:
     """A run whose nodes answer as the real ClientApp does (or ``wrap(it)``), cohorts on."""
     config = {**default_run_config(), "num-devices": V, "num-server-rounds": rounds}

@@ -9,11 +9,7 @@ import pytest
 from subprocesses import assert_import_pulls_neither_flwr_nor_torch
 
 import channel
-from channel.pathloss import (
-    breakpoint_distance_m,
-    pathloss_umi_los_pl1_db,
-    pathloss_umi_los_pl2_db,
-)
+from channel.pathloss import breakpoint_distance_m, pathloss_umi_los_pl1_db, pathloss_umi_los_pl2_db
 
 FC_HZ = 3.5e9
 

@@ -363,12 +363,7 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     run_config = {**small, "channel.model": "trace", "channel.trace": str(trace_path)}
     run_config["result-dir"] = str(launched)
     proc = subprocess.run(
-        [
-            FEDCGD,
-            "run",
-            "--run-config",
-            format_run_config(run_config),
-        ],
+        [FEDCGD, "run", "--run-config", format_run_config(run_config)],
         cwd=PROJECT,
         capture_output=True,
         text=True,

@@ -19,13 +19,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from layer_cases import (
-    REL64,
-    group_reference,
-    per_sample_grads,
-    reference_sigma,
-    sigma_rel_tol,
-)
+from layer_cases import REL64, group_reference, per_sample_grads, reference_sigma, sigma_rel_tol
 from torch import nn
 
 from client_app import per_sample_norms as psn

@@ -11,12 +11,7 @@ from torch import nn
 
 from fedcgd_task.models import build_model
 from fedcgd_task.settings import TrainingSettings
-from fedcgd_task.training import (
-    dropout_seed,
-    evaluate,
-    local_batches,
-    train_local,
-)
+from fedcgd_task.training import dropout_seed, evaluate, local_batches, train_local
 
 SEED = 9
 TRAINING = TrainingSettings(local_steps=3, learning_rate=0.1, batch_size=4)

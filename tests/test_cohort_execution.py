@@ -50,9 +50,7 @@ def replies(
     v = int(run_config["num-devices"])
     nodes = [100 + v_ for v_ in range(v)]
     grid = FakeGrid(
-        {n: make_app(cohorts) for n in nodes},
-        make_contexts(nodes, run_config, v),
-        cohorts=cohorts,
+        {n: make_app(cohorts) for n in nodes}, make_contexts(nodes, run_config, v), cohorts=cohorts
     )
     shape = (1, 40) if run_config.get("dataset") == "mnist1d" else (1, 8, 8)
     weights = build_model(model, 10, shape, seed=3).state_dict()
@@ -78,8 +76,7 @@ def close(a: float, b: float) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("data", "model", "tau"),
-    [({}, MLP, 1), ({}, MLP, 5), (MNIST1D, CNN1D, 1), (MNIST1D, CNN1D, 5)],
+    ("data", "model", "tau"), [({}, MLP, 1), ({}, MLP, 5), (MNIST1D, CNN1D, 1), (MNIST1D, CNN1D, 5)]
 )
 @pytest.mark.parametrize("kind", [keys.QUERY_STATS, "train"])
 def test_every_reply_field_matches_the_per_device_path(

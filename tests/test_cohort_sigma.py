@@ -29,11 +29,7 @@ def test_spread_from_norms_by_hand() -> None:
     assert spread_from_norms(1.0, 1.0 + 1e-12, 1) == 0.0  # rounding below zero is clamped
 
 
-MODELS = [
-    ("mlp", 10, (1, 8, 8)),
-    ("cnn1d", 10, (1, 40)),
-    ("cnn", 10, (3, 32, 32)),
-]
+MODELS = [("mlp", 10, (1, 8, 8)), ("cnn1d", 10, (1, 40)), ("cnn", 10, (3, 32, 32))]
 
 
 @pytest.mark.parametrize(("name", "classes", "shape"), MODELS)
