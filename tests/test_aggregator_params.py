@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from flwr.serverapp import strategy as flower_strategies
+from test_aggregators import V, refused
+from test_dp_aggregators import ADAPTIVE, FIXED
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config, validated_run_config
@@ -20,9 +22,6 @@ from fedcgd_task.settings import default_run_config
 from server_app.config import fold_policy_params, parse_run_config
 from server_app.run_folder.run_status import read_status
 
-V = 8
-FIXED = "DifferentialPrivacyServerSideFixedClipping"
-ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"
 NAN, INF = float("nan"), float("inf")
 
 
@@ -33,11 +32,9 @@ def settings(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[st
 
 
 def refusal(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> str:
-    with pytest.raises(ValueError) as caught:
-        validated_run_config(settings(tmp_path, aggregator, params))
-    text = str(caught.value)
-    assert "\n" not in text
-    return text
+    return refused(
+        tmp_path, aggregator=aggregator, **{f"aggregator-params.{k}": v for k, v in params.items()}
+    )
 
 
 class Scaled(flower_strategies.FedAvg):
