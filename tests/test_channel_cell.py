@@ -27,12 +27,9 @@ def test_default_config_is_table_i() -> None:
     assert (config.num_devices, config.radius_m, config.min_distance_m) == (64, 250.0, 10.0)
     assert (config.h_bs_m, config.h_ut_m, config.carrier_frequency_hz) == (10.0, 1.5, 3.5e9)
     assert (config.pathloss_model, config.availability_prob) == ("paper", 0.3)
-    assert (config.tx_power_dbm, config.noise_psd_dbm_per_hz, config.noise_figure_db) == (
-        23.0,
-        -174.0,
-        6.0,
-    )
-    assert (config.total_bandwidth_hz, config.deadline_s) == (20e6, 2.0)
+    assert (config.tx_power_dbm, config.noise_psd_dbm_per_hz) == (23.0, -174.0)
+    assert (config.noise_figure_db, config.total_bandwidth_hz) == (6.0, 20e6)
+    assert config.deadline_s == 2.0
     assert config.redraw_los_each_round and config.redraw_shadowing_each_round
     # 10^((23 - 30)/10) = 0.19952623149688797 W; 10^((-174 + 6 - 30)/10) = 1.5848931924611108e-20
     assert config.tx_power_w == pytest.approx(0.19952623149688797, rel=1e-12)

@@ -213,11 +213,6 @@ def cheats(tmp_path_factory) -> Path:
     return path
 
 
-def settings(cheats: Path, name: str, folder: Path, **values: object) -> dict[str, object]:
-    own = {"num-server-rounds": 3, "result-dir": str(folder), "policy": f"{cheats}:{name}"}
-    return {**own, **values}
-
-
 #: The cheats run in one child process (tests/command_batch.py): name -> extra settings.
 BATCHED = {
     "EveryCandidate": {},
@@ -234,11 +229,12 @@ BATCHED = {
 def batched(cheats, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
     """Each of BATCHED's runs: its folder and its outcome (exit code, stdout, stderr)."""
     folders = {name: tmp_path_factory.mktemp(name) / "run" for name in BATCHED}
+    own = {name: {"num-server-rounds": 3, "result-dir": str(folders[name])} for name in BATCHED}
     argvs = [
         [
             "inprocess",
             "--run-config",
-            format_run_config(settings(cheats, name, folders[name], **values)),
+            format_run_config(own[name] | {"policy": f"{cheats}:{name}"} | values),
         ]
         for name, values in BATCHED.items()
     ]

@@ -226,10 +226,8 @@ def test_an_upload_of_another_kind_of_dtype_is_named_by_its_dtype_and_the_models
     from fedcgd_strategy.aggregation import array_problem
 
     ref = np.zeros(2, np.float32)
-    assert (
-        array_problem(np.ones(2, np.complex64), ref)
-        == "has dtype complex64; the model's is float32"
-    )
+    said = array_problem(np.ones(2, np.complex64), ref)
+    assert said == "has dtype complex64; the model's is float32"
     assert array_problem(np.array(["a", "b"]), ref) == "has dtype <U1; the model's is float32"
     assert array_problem([1.0, 2.0], ref) == "is list, not a numeric array"
 
