@@ -142,13 +142,9 @@ def failing_aggregator(tmp_path: Path) -> str:
 
 
 SMALL = {
-    "num-devices": V,
-    "num-server-rounds": 2,
-    "policy": "all",
-    "channel.availability-prob": 1.0,
-    "channel.deadline-s": 10.0,
-    "local-steps": 1,
-}
+    "num-devices": V, "num-server-rounds": 2, "policy": "all", "channel.availability-prob": 1.0,
+    "channel.deadline-s": 10.0, "local-steps": 1,
+}  # fmt: skip
 
 
 def test_a_run_whose_aggregation_fails_every_round_ends_failed_exit_1(capsys, tmp_path):
@@ -272,11 +268,9 @@ def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog)
     module = tmp_path / "skipper.py"
     module.write_text(SKIPPER)
     run_config = {
-        **default_run_config(),
-        "result-dir": str(tmp_path / "run"),
-        "policy": f"{module}:Skipper",
+        **default_run_config(), "result-dir": str(tmp_path / "run"), "policy": f"{module}:Skipper",
         "policy-params.per-round": 3,
-    }
+    }  # fmt: skip
     recorded: dict[str, Any] = {}
     with caplog.at_level("WARNING"):
         build_setup(parse_run_config(fold_policy_params(run_config)), on_settings=recorded.update)

@@ -311,13 +311,8 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
     if make is not None:
         make(outside / f"{kind}.npz")
     out = outside / "out"
-    settings = {
-        "num-devices": 6,
-        "num-server-rounds": 3,
-        "result-dir": str(out),
-        "channel.model": "trace",
-        "channel.trace": value,
-    }
+    settings = {"num-devices": 6, "num-server-rounds": 3, "result-dir": str(out)}
+    settings |= {"channel.model": "trace", "channel.trace": value}
     code = invoke(["inprocess", "--run-config", format_run_config(settings), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2

@@ -346,11 +346,10 @@ def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
     from server_app.config import read_params
 
     flat = {
-        "aggregator": ADAPTIVE,
-        "aggregator-params.noise-multiplier": 0.3,
+        "aggregator": ADAPTIVE, "aggregator-params.noise-multiplier": 0.3,
         "aggregator-params.strategy": "FedTrimmedAvg",
         "aggregator-params.strategy-params.beta": 0.2,
-    }
+    }  # fmt: skip
     with run_config_file(flat) as path:
         parsed = parse_config_args([str(path)])
     assert parsed["aggregator"] == ADAPTIVE

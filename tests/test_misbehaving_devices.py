@@ -41,20 +41,10 @@ POLICIES = ("all", "fedcgd-fscd")
 ROUNDS = 3
 #: Faults of a reply's values (the device registers, its corrupted replies are refused).
 REPLY_FAULTS = [
-    "nan-array",
-    "huge-layer",
-    "max-float-all",
-    "int32-arrays",
-    "float64-arrays",
-    "float16-arrays",
-    "fractional-hist",
-    "hist-x3",
-    "fake-uniform-hist",
-    "sigma-1e300",
-    "num-examples-1e15",
-    "lie-update-norm",
-    "empty-reply",
-]
+    "nan-array", "huge-layer", "max-float-all", "int32-arrays", "float64-arrays",
+    "float16-arrays", "fractional-hist", "hist-x3", "fake-uniform-hist", "sigma-1e300",
+    "num-examples-1e15", "lie-update-norm", "empty-reply",
+]  # fmt: skip
 
 
 def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]:

@@ -136,12 +136,9 @@ class Rounded(nn.Module):
 
 #: Tiny settings of every run here (120 training samples: 30 per device).
 SMALL = {
-    "num-devices": 4,
-    "num-server-rounds": 3,
-    "local-steps": 2,
-    "batch-size": 8,
+    "num-devices": 4, "num-server-rounds": 3, "local-steps": 2, "batch-size": 8,
     "channel.availability-prob": 1.0,
-}
+}  # fmt: skip
 #: Parameters of MODEL_MODULE's model for 6 features, 3 classes:
 #: Linear(6, 5) 6*5 + 5 = 35, Linear(5, 3) 5*3 + 3 = 18; 35 + 18 = 53.
 MODEL_PARAMETERS = 53

@@ -55,17 +55,10 @@ def test_protocol_rule() -> None:
         return resolve_protocol(policy_class(name), requested, name)
 
     auto = {
-        "fedcgd-fscd": "query",
-        "fedcgd-gs": "query",
-        "fedcgd-fscd-gc": "query",
-        "fedcgd-exact": "query",
-        "fedcgd-cd": "query",
-        "bc": "channel",
-        "bn2": "train-all",
-        "poc": "train-all",
-        "fedcbs": "channel",
-        "all": "channel",
-    }
+        "fedcgd-fscd": "query", "fedcgd-gs": "query", "fedcgd-fscd-gc": "query",
+        "fedcgd-exact": "query", "fedcgd-cd": "query", "bc": "channel", "bn2": "train-all",
+        "poc": "train-all", "fedcbs": "channel", "all": "channel",
+    }  # fmt: skip
     assert {name: rule(name) for name in POLICY_NAMES} == auto
     assert rule("bc", "query") == "query"
     with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcgd-fscd'"):
