@@ -210,23 +210,22 @@ def assert_two_rounds_uploaded(result_dir: Path, num_parameters: int) -> None:
     assert config["num_classes"] == CLASSES and config["num_parameters"] == num_parameters
 
 
-def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_folder, tmp_path):
-    out = tmp_path / "run"
-    text = reference_run_config(out, "toyproblem.data:load", "toyproblem.nets:build")
-    run_command("inprocess", text, user_folder, timeout=300)
-    assert_finished_run(out, "toyproblem.data:load", "toyproblem.nets:build", MODEL_PARAMETERS)
-
-
-# mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643.
+# mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643. A package on
+# the path (on the command line, with PYTHONPATH: test_extension_points).
 @pytest.mark.parametrize(
-    ("model", "built", "size"), [("build", None, FILE_MODEL_PARAMETERS), ("auto", "mlp", 643)]
+    ("data", "model", "built", "size"),
+    [
+        ("{file}:load", "{file}:build", None, FILE_MODEL_PARAMETERS),
+        ("{file}:load", "auto", "mlp", 643),
+        ("toyproblem.data:load", "toyproblem.nets:build", None, MODEL_PARAMETERS),
+    ],
 )
-def test_files_by_absolute_path_run_in_process_and_auto_sizes_the_mlp(
-    user_folder, tmp_path, model, built, size
+def test_files_by_absolute_path_or_a_package_run_in_process_and_auto_sizes_the_mlp(
+    user_folder, tmp_path, monkeypatch, data, model, built, size
 ):
-    out = tmp_path / "run"
-    data = f"{user_folder / 'toy_file.py'}:load"
-    model = f"{user_folder / 'toy_file.py'}:build" if model == "build" else model
+    monkeypatch.syspath_prepend(str(user_folder))
+    out, file = tmp_path / "run", user_folder / "toy_file.py"
+    data, model = data.format(file=file), model.format(file=file)
     assert invoke(["inprocess", "--run-config", reference_run_config(out, data, model)]) == 0
     assert_finished_run(out, data, built or model, size)
 
