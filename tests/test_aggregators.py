@@ -222,13 +222,9 @@ def test_bad_aggregator_settings_are_refused_before_the_start(tmp_path, override
 
 def test_too_few_uploads_keep_the_model_and_say_so(tmp_path):
     lines, _ = run(
-        tmp_path / "run",
-        None,
-        rounds=6,
-        policy="fedcgd-fscd",
-        aggregator="Bulyan",
+        tmp_path / "run", None, rounds=6, policy="fedcgd-fscd", aggregator="Bulyan",
         **{"aggregator-params.num-malicious-nodes": 1, "channel.availability-prob": 0.7},
-    )
+    )  # fmt: skip
     few = [x for x in lines if 0 < x["num_uploaded"] < 7]
     enough = [x for x in lines if x["num_uploaded"] >= 7]
     assert few, "the test needs a round with fewer than 4 f + 3 = 7 uploads"

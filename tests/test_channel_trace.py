@@ -42,12 +42,9 @@ def oracle_min_bandwidth_hz(gain_lin: float) -> float:
 
 def hand_config(num_devices: int = 2) -> CellConfig:
     return CellConfig(
-        num_devices=num_devices,
-        tx_power_dbm=23.0,
-        noise_psd_dbm_per_hz=-174.0,
-        noise_figure_db=6.0,
-        deadline_s=DEADLINE_S,
-    )
+        num_devices=num_devices, tx_power_dbm=23.0, noise_psd_dbm_per_hz=-174.0,
+        noise_figure_db=6.0, deadline_s=DEADLINE_S,
+    )  # fmt: skip
 
 
 # --- the format and the replay (pure) ------------------------------------------------------

@@ -16,13 +16,9 @@ def paper_example(sigma: float = 0.01, budget_hz: float = 2.0) -> SchedulingProb
     """The 4-device example of paper Section IV-A; every device needs 1 Hz."""
     return SchedulingProblem(
         label_dist=np.array([[0.51, 0.49], [0.51, 0.49], [0.8, 0.2], [0.2, 0.8]]),
-        target_dist=np.array([0.5, 0.5]),
-        min_bandwidth_hz=np.ones(4),
-        total_bandwidth_hz=budget_hz,
-        sigma=sigma,
-        class_gradient=1.0,
-        batch_size=32,
-    )
+        target_dist=np.array([0.5, 0.5]), min_bandwidth_hz=np.ones(4),
+        total_bandwidth_hz=budget_hz, sigma=sigma, class_gradient=1.0, batch_size=32,
+    )  # fmt: skip
 
 
 def test_wemd_hand_values() -> None:

@@ -101,15 +101,8 @@ def test_unknown_method_and_missing_rng() -> None:
 
 def test_exact_rejects_too_many_batch_pairs() -> None:
     rng = np.random.default_rng(3)
-    problem = SchedulingProblem(
-        rng.dirichlet(np.ones(3), size=40),
-        np.full(3, 1 / 3),
-        np.full(40, 1.0),
-        100.0,
-        1.0,
-        1.0,
-        rng.integers(1, 10_000, 40),
-    )
+    labels, b = rng.dirichlet(np.ones(3), size=40), rng.integers(1, 10_000, 40)
+    problem = SchedulingProblem(labels, np.full(3, 1 / 3), np.full(40, 1.0), 100.0, 1.0, 1.0, b)
     with pytest.raises(ValueError, match="batch_size"):
         size_batch_pairs(problem)
 
