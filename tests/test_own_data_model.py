@@ -19,6 +19,7 @@ import pytest
 import torch
 from run_results import comparable, same_model, whole_run
 from subprocesses import FEDCGD
+from task_settings import refused_before_start
 from torch import nn
 
 from experiments.cli import invoke
@@ -259,13 +260,11 @@ def test_a_bad_data_set_or_model_is_refused_before_the_start_in_one_line(
     value, message = value.format(folder=user_folder), message.format(folder=user_folder)
     settings = {"dataset": f"{user_folder / 'toy_file.py'}:load", "model": "auto", key: value}
     out = tmp_path / "never"
-    text = format_run_config({**SMALL, **settings, "result-dir": str(out)})
-    code = invoke(["inprocess", "--run-config", text, "--out", str(tmp_path / "out")])
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(lines) == 1, lines
-    assert lines[0].startswith(f"error: run-config key '{key}'"), lines[0]
-    assert message in lines[0] and repr(value) in lines[0], lines[0]
-    assert not out.exists() and not (tmp_path / "out").exists()
+    run_config = {**SMALL, **settings, "result-dir": str(out)}
+    line = refused_before_start(capsys, run_config, tmp_path / "out")
+    assert line.startswith(f"error: run-config key '{key}'"), line
+    assert message in line and repr(value) in line, line
+    assert not out.exists()
 
 
 def test_a_model_function_is_built_from_the_run_seed(user_folder):
