@@ -10,16 +10,9 @@ from typing import Any
 from fedcgd_task.settings import TaskSettings
 
 BASE = TaskSettings(
-    seed=0,
-    num_devices=4,
-    dataset="digits",
-    data_dir="/tmp",
-    model="mlp",
-    partition="dirichlet",
-    dirichlet_alpha=1.0,
-    shards_per_device=2,
-    imbalance_ratio=1.0,
-)
+    seed=0, num_devices=4, dataset="digits", data_dir="/tmp", model="mlp", partition="dirichlet",
+    dirichlet_alpha=1.0, shards_per_device=2, imbalance_ratio=1.0,
+)  # fmt: skip
 
 
 def make_settings(**overrides: Any) -> TaskSettings:

@@ -170,12 +170,10 @@ def test_fixed_shadowing_with_redrawn_los_keeps_the_normal_variate() -> None:
 def test_round_draw_built_directly_ideal_channel() -> None:
     num = 5
     fields = {
-        "available": np.ones(num, dtype=bool),
-        "gain_lin": np.ones(num),
-        "min_bandwidth_hz": np.zeros(num),
-        "los": np.ones(num, dtype=bool),
+        "available": np.ones(num, dtype=bool), "gain_lin": np.ones(num),
+        "min_bandwidth_hz": np.zeros(num), "los": np.ones(num, dtype=bool),
         "distance_2d_m": np.full(num, 10.0),
-    }
+    }  # fmt: skip
     ideal = RoundDraw(**fields)
     assert ideal.num_devices == num and np.isfinite(ideal.min_bandwidth_hz).all()
     with pytest.raises(ValueError, match="gain_lin"):

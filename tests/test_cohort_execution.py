@@ -339,14 +339,9 @@ def batched_passes(monkeypatch) -> list[int]:
 
 @pytest.mark.parametrize(
     "model",
-    [
-        CENTRED,
-        "layer_cases:centred_above_8",
-        "layer_cases:rolled_above_16",
-        "layer_cases:centred_under_autograd",
-        "layer_cases:centred_in_float32",
-    ],
-)
+    [CENTRED, "layer_cases:centred_above_8", "layer_cases:rolled_above_16",
+     "layer_cases:centred_under_autograd", "layer_cases:centred_in_float32"],
+)  # fmt: skip
 def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     tmp_path: Path, model: str, monkeypatch, caplog
 ) -> None:
