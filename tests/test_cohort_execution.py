@@ -58,14 +58,9 @@ def replies(
     weights = build_model(model, 10, shape, seed=3).state_dict()
     record = ArrayRecord(weights)
     config = ConfigRecord(
-        {
-            keys.SERVER_ROUND: 4,
-            "local-steps": tau,
-            "learning-rate": 0.05,
-            "batch-size": int(run_config.get("batch-size", 32)),
-            keys.WANT_SIGMA: True,
-        }
-    )
+        {keys.SERVER_ROUND: 4, "local-steps": tau, "learning-rate": 0.05,
+         "batch-size": int(run_config.get("batch-size", 32)), keys.WANT_SIGMA: True}
+    )  # fmt: skip
     messages = [
         grid.create_message(RecordDict({keys.ARRAYS: record, keys.CONFIG: config}), kind, node, "4")
         for node in nodes

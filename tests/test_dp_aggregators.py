@@ -120,13 +120,8 @@ def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], li
     """Global model w = (1, 1), b = (0); three uploads whose updates have norms 5, 0.5 and 2."""
     reference = {"w": np.array([1.0, 1.0], np.float32), "b": np.array([0.0], np.float32)}
     updates = [((3.0, 4.0), (0.0,)), ((0.0, 0.0), (0.5,)), ((0.0, -2.0), (0.0,))]
-    models = [
-        {
-            "w": reference["w"] + np.array(w, np.float32),
-            "b": reference["b"] + np.array(b, np.float32),
-        }
-        for w, b in updates
-    ]
+    models = [{"w": reference["w"] + np.array(w, np.float32),
+               "b": reference["b"] + np.array(b, np.float32)} for w, b in updates]  # fmt: skip
     return reference, models, [1, 100, 7]  # |D_v| very unequal: DP weighs every upload 1
 
 

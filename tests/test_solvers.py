@@ -192,13 +192,8 @@ def test_fscd_stages_never_worse_than_their_start() -> None:
 
 def test_exact_on_large_instance_beats_heuristics() -> None:
     rng = np.random.default_rng(19)
-    problem = SchedulingProblem(
-        rng.dirichlet(np.full(10, 1.0), size=40),
-        np.full(10, 0.1),
-        rng.uniform(1e6, 4e6, 40),
-        20e6,
-        3.0 * np.sqrt(32),
-    )
+    labels, need = rng.dirichlet(np.full(10, 1.0), size=40), rng.uniform(1e6, 4e6, 40)
+    problem = SchedulingProblem(labels, np.full(10, 0.1), need, 20e6, 3.0 * np.sqrt(32))
     exact = solve(problem, "exact")
     assert exact.lower_bound == pytest.approx(exact.objective, rel=1e-6)
     for method in ("gs", "fscd"):

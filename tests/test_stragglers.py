@@ -161,13 +161,8 @@ def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
         before = len(grid.sent)
         run_round(strategy, grid, rnd)
         records.append(strategy.last_record)
-        queried.append(
-            sorted(
-                NODES.index(m.metadata.dst_node_id)
-                for m in grid.sent[before:]
-                if m.metadata.message_type == keys.QUERY_STATS
-            )
-        )
+        sent = [m for m in grid.sent[before:] if m.metadata.message_type == keys.QUERY_STATS]
+        queried.append(sorted(NODES.index(m.metadata.dst_node_id) for m in sent))
     others = [p for p in range(V) if p != slow]
     assert grid.peak[NODES[slow]] == 1  # never a second message while it works on one
     for rec in records:
