@@ -27,7 +27,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import strategy as flower_strategies
 from misbehaving import misbehaving
 from run_results import assert_same_run, lines
-from subprocesses import FEDCGD
 from task_settings import checkpointed_run_config
 
 from experiments.cli import invoke
@@ -382,23 +381,17 @@ def readme_command(start: str) -> list[str]:
     return shlex.split(found)
 
 
-def run_as_written(*words: str) -> None:
-    """A README command (``.venv/bin/python ...`` or ``.venv/bin/fedcgd ...``) in the project
-    folder, with this environment's programs (10 min at most); assert that it exits with 0."""
-    program = {".venv/bin/python": sys.executable, ".venv/bin/fedcgd": FEDCGD}[words[0]]
-    proc = subprocess.run(
-        [program, *words[1:]], cwd=PROJECT, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-
-
 def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
     """Run the README's attack sweep starting with ``start`` (seed 0, ``--out out``, ``extra``
-    added) and return its words."""
+    added) in the project folder with this environment's Python (10 min at most); assert that it
+    exits with 0 and return its words."""
     words = readme_command(start)
     words[words.index("--seeds") + 1] = "0"
     words[words.index("--out") + 1] = str(out)
-    run_as_written(*words, *extra)
+    assert words[0] == ".venv/bin/python", words
+    command = [sys.executable, *words[1:], *extra]
+    proc = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return words
 
 
