@@ -1,13 +1,16 @@
-"""RoundInputs, the protocol rule and Decision terms (pure numpy, no Flower)."""
+"""Problem P1 (hand-computed objective terms, input validation, the checks of a checkpoint's policy
+state), RoundInputs, the protocol rule and Decision terms (pure numpy, no Flower)."""
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pytest
 
+from fedcgd_strategy import SchedulingProblem
 from fedcgd_strategy.policies import (
     POLICY_NAMES,
     PolicyContext,
@@ -17,6 +20,9 @@ from fedcgd_strategy.policies import (
     policy_class,
     resolve_protocol,
 )
+from fedcgd_strategy.problem import as_nonnegative_array, check_integer, sampling_term, wemd
+
+NAN, INF = float("nan"), float("inf")
 
 
 def inputs(**changes: Any) -> RoundInputs:
@@ -118,3 +124,115 @@ def test_a_misspelt_policy_name_gets_the_close_names() -> None:
 def test_a_policy_is_named_by_its_figure_label_and_keeps_its_name(given: str, name: str) -> None:
     policy = make_policy(given, PolicyContext(num_devices=4, num_classes=2))
     assert (type(policy), policy.name) == (policy_class(name), name)
+
+
+def paper_example(sigma: float = 0.01, budget_hz: float = 2.0) -> SchedulingProblem:
+    """The 4-device example of paper Section IV-A; every device needs 1 Hz."""
+    return SchedulingProblem(
+        label_dist=np.array([[0.51, 0.49], [0.51, 0.49], [0.8, 0.2], [0.2, 0.8]]),
+        target_dist=np.array([0.5, 0.5]), min_bandwidth_hz=np.ones(4),
+        total_bandwidth_hz=budget_hz, sigma=sigma, class_gradient=1.0, batch_size=32,
+    )  # fmt: skip
+
+
+def test_wemd_hand_values() -> None:
+    problem = paper_example()
+    # {1, 2}: mean [0.51, 0.49] -> |0.01| + |-0.01| = 0.02
+    assert problem.wemd(np.array([True, True, False, False])) == pytest.approx(0.02, abs=1e-12)
+    # {3, 4}: mean [0.5, 0.5] -> 0
+    assert problem.wemd(np.array([False, False, True, True])) == pytest.approx(0.0, abs=1e-12)
+    # {3}: |0.8 - 0.5| + |0.2 - 0.5| = 0.6
+    assert problem.wemd(np.array([False, False, True, False])) == pytest.approx(0.6)
+    # {1, 3}: mean [0.655, 0.345] -> 0.155 + 0.155 = 0.31
+    assert problem.wemd(np.array([True, False, True, False])) == pytest.approx(0.31)
+
+
+def test_wemd_class_weights() -> None:
+    # G = [2, 0.5]: 2 |0.7 - 0.5| + 0.5 |0.3 - 0.5| = 0.4 + 0.1 = 0.5
+    assert wemd([0.7, 0.3], [0.5, 0.5], [2.0, 0.5]) == pytest.approx(0.5)
+    batch = wemd(np.array([[0.7, 0.3], [0.5, 0.5]]), [0.5, 0.5], 1.0)
+    np.testing.assert_allclose(batch, [0.4, 0.0])
+
+
+def test_sampling_and_objective_hand_values() -> None:
+    problem = paper_example(sigma=0.8)
+    two = np.array([False, False, True, True])
+    # 0.8 / sqrt(2 * 32) = 0.8 / 8 = 0.1
+    assert problem.sampling_term(two) == pytest.approx(0.1)
+    assert problem.objective(two) == pytest.approx(0.1 + 0.0)
+    # {1, 2}: 0.1 + 0.02
+    assert problem.objective(np.array([True, True, False, False])) == pytest.approx(0.12)
+    # per-device batch sizes 16 and 48: 0.8 / sqrt(64) = 0.1 as well; {3} alone: 0.8 / sqrt(48)
+    mixed = SchedulingProblem(
+        problem.label_dist, problem.target_dist, np.ones(4), 2.0, 0.8, 1.0, [32, 32, 16, 48]
+    )
+    assert mixed.sampling_term(two) == pytest.approx(0.1)
+    assert mixed.sampling_term(np.array([False, False, False, True])) == pytest.approx(
+        0.8 / np.sqrt(48)
+    )
+    assert sampling_term(2.0, 4) == pytest.approx(1.0)
+
+
+def test_empty_schedule_is_infinite() -> None:
+    problem = paper_example()
+    empty = np.zeros(4, dtype=bool)
+    assert problem.objective(empty) == np.inf
+    assert problem.wemd(empty) == np.inf
+    assert problem.sampling_term(empty) == np.inf
+    assert problem.is_feasible(empty)
+
+
+def test_feasibility() -> None:
+    problem = SchedulingProblem(
+        np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, np.inf, 2.0]), 3.0, 1.0
+    )
+    np.testing.assert_array_equal(problem.feasible, [True, False, True])
+    assert problem.is_feasible(np.array([True, False, True]))  # 1 + 2 = 3 <= 3
+    assert not problem.is_feasible(np.array([True, True, False]))  # infeasible device
+    tight = SchedulingProblem(
+        np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, 1.5, 2.0]), 3.0, 1.0
+    )
+    assert not tight.is_feasible(np.array([False, True, True]))  # 3.5 > 3
+
+
+def test_arrays_are_read_only_and_broadcast() -> None:
+    problem = paper_example()
+    assert not problem.label_dist.flags.writeable
+    assert not problem.min_bandwidth_hz.flags.writeable
+    np.testing.assert_array_equal(problem.class_gradient_array, [1.0, 1.0])
+    np.testing.assert_array_equal(problem.batch_size_array, [32, 32, 32, 32])
+    assert problem.num_devices == 4 and problem.num_classes == 2 and problem.uniform_batch
+
+
+def test_bad_mask() -> None:
+    problem = paper_example()
+    with pytest.raises(ValueError, match=r"mask must be a bool array of shape \(4,\), got dtyp"):
+        problem.objective(np.array([1, 0, 1, 0]))
+    with pytest.raises(ValueError, match="mask"):
+        problem.objective(np.array([True, False]))
+
+
+def test_good_values_pass_unchanged_as_the_math_types() -> None:
+    np.testing.assert_array_equal(as_nonnegative_array([0.0, 2.0], "g", shape=(2,)), [0.0, 2.0])
+    for value, expected in [(0, 0), (2.0, 2), (np.int64(5), 5)]:
+        out = check_integer(value, "local_steps", minimum=0)
+        assert out == expected and type(out) is int
+
+
+integer = partial(check_integer, name="num_candidates", minimum=0)
+
+
+@pytest.mark.parametrize(
+    ("validate", "args", "match"),
+    [
+        (partial(as_nonnegative_array, shape=(3,)), ([1.0, 1.0], "g"), r"g must have shape \(3,"),
+        (as_nonnegative_array, (np.full(6, -1.0), "x"), r"x\[3\] = -1\.0 \(and 2 more\)"),
+        (as_nonnegative_array, ([1.0, INF], "g"), r"g must be finite and >= 0, got g\[1\] = inf"),
+        (as_nonnegative_array, (NAN, "s"), r"s must be finite and >= 0, got nan"),
+        *[(integer, (v,), "num_candidates must be an integer >= 0, got ") for v in
+          (1.5, NAN, INF, "3", None, -1)],
+    ],
+)  # fmt: skip
+def test_bad_values_are_refused_naming_the_argument_and_the_value(validate, args, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        validate(*args)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import reference_solvers as reference
 from reference_solvers import brute_force
-from test_problem import paper_example  # paper Section IV-A: room for two
+from test_policies import paper_example  # paper Section IV-A: room for two
 
 from fedcgd_strategy import METHODS, SchedulingProblem, solve
 from fedcgd_strategy.solvers.exact import size_batch_pairs
