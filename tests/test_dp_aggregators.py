@@ -54,14 +54,9 @@ ROUNDS = 3
 CASES = [
     ("fixed", FIXED, {"noise-multiplier": 0.5, "clipping-norm": CLIP}, "FedAvg", {}),
     ("adaptive", ADAPTIVE, {"noise-multiplier": 0.5, "initial-clipping-norm": CLIP}, "FedAvg", {}),
-    (
-        "fixed-trimmed",
-        FIXED,
-        {"noise-multiplier": 0.5, "clipping-norm": CLIP},
-        "FedTrimmedAvg",
-        {"beta": 0.2},
-    ),
-]
+    ("fixed-trimmed", FIXED, {"noise-multiplier": 0.5, "clipping-norm": CLIP}, "FedTrimmedAvg",
+     {"beta": 0.2}),
+]  # fmt: skip
 
 
 class PaperRule(DifferentialPrivacyServerSideAdaptiveClipping):

@@ -53,14 +53,9 @@ def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     w = SIZES[cand] / SIZES[cand].sum()
     sigma = math.sqrt(float(np.sum(w * SIGMAS[cand] ** 2)))  # eq. (global_est_sigma)
     problem = SchedulingProblem(
-        label_dist=p_v,
-        target_dist=np.array([0.5, 0.5]),
-        min_bandwidth_hz=np.array(min_bw)[cand],
-        total_bandwidth_hz=10.0,
-        sigma=sigma,
-        class_gradient=1.0,
-        batch_size=4,
-    )
+        label_dist=p_v, target_dist=np.array([0.5, 0.5]), min_bandwidth_hz=np.array(min_bw)[cand],
+        total_bandwidth_hz=10.0, sigma=sigma, class_gradient=1.0, batch_size=4,
+    )  # fmt: skip
     expected = cand[solve(problem, "fscd").selected]
     assert expected.size >= 2
 
