@@ -13,12 +13,8 @@ from experiments.run.inprocess import Handler, InProcessGrid, node_contexts
 
 
 class FakeGrid(InProcessGrid):
-    """:class:`InProcessGrid` whose nodes in ``silent`` never reply (a timeout).
-
-    It stands for a deployment, where a node can time out (a simulation would wait for it):
-    ``simulated = False``. ``cohorts``: as :class:`InProcessGrid`'s (:func:`cohort_app` builds a
-    ClientApp with its own).
-    """
+    """:class:`InProcessGrid` whose nodes in ``silent`` never reply (a timeout): a deployment's
+    (``simulated = False``; a simulation would wait). ``cohorts``: as InProcessGrid's."""
 
     simulated = False
 
@@ -58,6 +54,5 @@ def app_grid(
     return FakeGrid({n: handler for n in contexts}, contexts, silent, cohorts=together)
 
 
-def make_contexts(node_ids: list[int], run_config: dict, num_partitions: int) -> dict[int, Context]:
-    """One Context per node with partition id = position in ``node_ids``."""
-    return node_contexts(node_ids, run_config, num_partitions)
+#: One Context per node, partition id = position in ``node_ids``.
+make_contexts = node_contexts

@@ -1,12 +1,7 @@
-"""Flower's simulation runtime in the test's process, with each ClientApp call on a thread.
-
-:func:`run_simulated` runs :func:`server_app.app.run_federation` under Flower's own simulation
-runtime (``flwr.simulation.run_simulation``): the ServerApp on Flower's ``InMemoryGrid``, its
-in-memory LinkState, and the simulation engine's worker threads that take each message to a
-ClientApp and store its reply. Only the backend differs: instead of Ray actors,
-:class:`ThreadBackend` calls the ClientApp on the engine's worker thread, after the host
-``delay`` of the message (the stand-in for a loaded machine). No Ray, no subprocess: seconds,
-where a ``flwr run`` takes minutes.
+"""Flower's simulation runtime (``run_simulation``: InMemoryGrid, LinkState, worker threads) in
+the test's process, its Ray backend replaced by :class:`ThreadBackend`: each ClientApp call on
+the engine's worker thread after the message's host ``delay``. Seconds, where ``flwr run`` takes
+minutes.
 """
 
 from __future__ import annotations
@@ -34,12 +29,9 @@ def no_delay(partition_id: int, message_type: str, server_round: int) -> float:
 
 
 class ThreadBackend(Backend):
-    """A simulation backend that runs the ClientApp on the engine's own worker threads.
-
-    Class attributes set by :func:`run_simulated`: the run config each node's Context gets
-    (``run_simulation`` leaves it empty) and the host delay. One worker: the ClientApp keeps
-    per-process caches (a model, data) that a Ray actor never shares between two threads.
-    """
+    """Runs the ClientApp on the engine's worker thread; :func:`run_simulated` sets the nodes'
+    run config (``run_simulation`` leaves it empty) and the delay. One worker: the ClientApp's
+    per-process caches are never shared between two threads, as in a Ray actor."""
 
     run_config: Mapping[str, Any] = {}
     delay: Delay = staticmethod(no_delay)
@@ -67,15 +59,11 @@ class ThreadBackend(Backend):
         config = message.content.config_records.get("config")
         server_round = int(config["server-round"]) if config and "server-round" in config else 0
         time.sleep(type(self).delay(pid, message.metadata.message_type, server_round))
-        # the node's Context with the run config (the engine's own may not change it); its
-        # state is the node's, which the engine keeps
+        # the node's Context (its state kept by the engine) with the run config
         call = Context(
-            run_id=context.run_id,
-            node_id=context.node_id,
-            node_config=context.node_config,
-            state=context.state,
-            run_config=dict(self.run_config),
-        )
+            run_id=context.run_id, node_id=context.node_id, node_config=context.node_config,
+            state=context.state, run_config=dict(self.run_config),
+        )  # fmt: skip
         return self.app_fn()(message=message, context=call), context
 
 

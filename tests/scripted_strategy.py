@@ -2,7 +2,7 @@
 
 The scripted clients answer the record protocol of ``fedcgd_strategy.keys`` with values the
 tests control (the constants below), so the expected schedule and aggregate are computed in the
-tests independently. Used by tests/test_strategy.py and tests/test_strategy_policies.py.
+tests independently. Used by tests/test_strategy.py.
 """
 
 from __future__ import annotations

@@ -10,16 +10,9 @@ from typing import Any
 from fedcgd_task.settings import TaskSettings
 
 BASE = TaskSettings(
-    seed=0,
-    num_devices=4,
-    dataset="digits",
-    data_dir="/tmp",
-    model="mlp",
-    partition="dirichlet",
-    dirichlet_alpha=1.0,
-    shards_per_device=2,
-    imbalance_ratio=1.0,
-)
+    seed=0, num_devices=4, dataset="digits", data_dir="/tmp", model="mlp", partition="dirichlet",
+    dirichlet_alpha=1.0, shards_per_device=2, imbalance_ratio=1.0,
+)  # fmt: skip
 
 
 def make_settings(**overrides: Any) -> TaskSettings:
@@ -47,3 +40,16 @@ def checkpointed_run_config(result_dir: Path, **overrides: Any) -> dict[str, Any
 
     overrides = {"checkpoint-every": 1, "result-dir": str(result_dir), **overrides}
     return with_resolved_data_dir(validated_run_config(overrides))
+
+
+def refused_before_start(capsys: Any, run_config: Mapping[str, Any], out: Path) -> str:
+    """The one error line of ``fedcgd inprocess --out out`` with ``run_config``: it exits 2 and
+    makes no ``out``."""
+    from experiments.cli import invoke
+    from experiments.run.run_config import format_run_config
+
+    code = invoke(["inprocess", "--run-config", format_run_config(run_config), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert not out.exists()
+    return err[0]

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from flwr.serverapp import strategy as flower_strategies
+from test_aggregators import V, refused
+from test_dp_aggregators import ADAPTIVE, FIXED
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config, validated_run_config
@@ -20,9 +22,6 @@ from fedcgd_task.settings import default_run_config
 from server_app.config import fold_policy_params, parse_run_config
 from server_app.run_folder.run_status import read_status
 
-V = 8
-FIXED = "DifferentialPrivacyServerSideFixedClipping"
-ADAPTIVE = "DifferentialPrivacyServerSideAdaptiveClipping"
 NAN, INF = float("nan"), float("inf")
 
 
@@ -33,11 +32,9 @@ def settings(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[st
 
 
 def refusal(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> str:
-    with pytest.raises(ValueError) as caught:
-        validated_run_config(settings(tmp_path, aggregator, params))
-    text = str(caught.value)
-    assert "\n" not in text
-    return text
+    return refused(
+        tmp_path, aggregator=aggregator, **{f"aggregator-params.{k}": v for k, v in params.items()}
+    )
 
 
 class Scaled(flower_strategies.FedAvg):
@@ -145,13 +142,9 @@ def failing_aggregator(tmp_path: Path) -> str:
 
 
 SMALL = {
-    "num-devices": V,
-    "num-server-rounds": 2,
-    "policy": "all",
-    "channel.availability-prob": 1.0,
-    "channel.deadline-s": 10.0,
-    "local-steps": 1,
-}
+    "num-devices": V, "num-server-rounds": 2, "policy": "all", "channel.availability-prob": 1.0,
+    "channel.deadline-s": 10.0, "local-steps": 1,
+}  # fmt: skip
 
 
 def test_a_run_whose_aggregation_fails_every_round_ends_failed_exit_1(capsys, tmp_path):
@@ -275,11 +268,9 @@ def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog)
     module = tmp_path / "skipper.py"
     module.write_text(SKIPPER)
     run_config = {
-        **default_run_config(),
-        "result-dir": str(tmp_path / "run"),
-        "policy": f"{module}:Skipper",
+        **default_run_config(), "result-dir": str(tmp_path / "run"), "policy": f"{module}:Skipper",
         "policy-params.per-round": 3,
-    }
+    }  # fmt: skip
     recorded: dict[str, Any] = {}
     with caplog.at_level("WARNING"):
         build_setup(parse_run_config(fold_policy_params(run_config)), on_settings=recorded.update)

@@ -27,7 +27,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import strategy as flower_strategies
 from misbehaving import misbehaving
 from run_results import assert_same_run, lines
-from subprocesses import FEDCGD
 from task_settings import checkpointed_run_config
 
 from experiments.cli import invoke
@@ -74,10 +73,7 @@ class Recorder:
 
 
 def run(
-    result_dir: Path,
-    wrap: Callable[[Handler], Handler] | None,
-    rounds: int = 2,
-    **overrides: Any,
+    result_dir: Path, wrap: Callable[[Handler], Handler] | None, rounds: int = 2, **overrides: Any
 ) -> tuple[list[dict], dict[str, torch.Tensor]]:
     """A run whose nodes answer as the real ClientApp does (or ``wrap(it)``), cohorts on."""
     config = {**default_run_config(), "num-devices": V, "num-server-rounds": rounds}
@@ -225,13 +221,9 @@ def test_bad_aggregator_settings_are_refused_before_the_start(tmp_path, override
 
 def test_too_few_uploads_keep_the_model_and_say_so(tmp_path):
     lines, _ = run(
-        tmp_path / "run",
-        None,
-        rounds=6,
-        policy="fedcgd-fscd",
-        aggregator="Bulyan",
+        tmp_path / "run", None, rounds=6, policy="fedcgd-fscd", aggregator="Bulyan",
         **{"aggregator-params.num-malicious-nodes": 1, "channel.availability-prob": 0.7},
-    )
+    )  # fmt: skip
     few = [x for x in lines if 0 < x["num_uploaded"] < 7]
     enough = [x for x in lines if x["num_uploaded"] >= 7]
     assert few, "the test needs a round with fewer than 4 f + 3 = 7 uploads"
@@ -389,23 +381,17 @@ def readme_command(start: str) -> list[str]:
     return shlex.split(found)
 
 
-def run_as_written(*words: str) -> None:
-    """A README command (``.venv/bin/python ...`` or ``.venv/bin/fedcgd ...``) in the project
-    folder, with this environment's programs (10 min at most); assert that it exits with 0."""
-    program = {".venv/bin/python": sys.executable, ".venv/bin/fedcgd": FEDCGD}[words[0]]
-    proc = subprocess.run(
-        [program, *words[1:]], cwd=PROJECT, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-
-
 def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
     """Run the README's attack sweep starting with ``start`` (seed 0, ``--out out``, ``extra``
-    added) and return its words."""
+    added) in the project folder with this environment's Python (10 min at most); assert that it
+    exits with 0 and return its words."""
     words = readme_command(start)
     words[words.index("--seeds") + 1] = "0"
     words[words.index("--out") + 1] = str(out)
-    run_as_written(*words, *extra)
+    assert words[0] == ".venv/bin/python", words
+    command = [sys.executable, *words[1:], *extra]
+    proc = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return words
 
 

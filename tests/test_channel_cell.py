@@ -1,17 +1,21 @@
-"""Cell: config validation, device drop, per-round draws (KS tests, binomial bounds), seeding."""
+"""Cell: config validation, device drop, per-round draws (KS tests, binomial bounds), seeding;
+the channel report (run_report files and numbers, and the command line)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
 import channel
-from channel import Cell, CellConfig, RoundDraw
-from channel.report import PAPER_CIFAR10_MODEL_BITS
+from channel import Cell, CellConfig, RoundDraw, count_fit_cheapest_first
+from channel.report import PAPER_CIFAR10_MODEL_BITS, run_report
+from experiments.cli import invoke
 
 MODEL_BITS = PAPER_CIFAR10_MODEL_BITS
 KS_MIN_P_VALUE = 1e-3
@@ -27,12 +31,9 @@ def test_default_config_is_table_i() -> None:
     assert (config.num_devices, config.radius_m, config.min_distance_m) == (64, 250.0, 10.0)
     assert (config.h_bs_m, config.h_ut_m, config.carrier_frequency_hz) == (10.0, 1.5, 3.5e9)
     assert (config.pathloss_model, config.availability_prob) == ("paper", 0.3)
-    assert (config.tx_power_dbm, config.noise_psd_dbm_per_hz, config.noise_figure_db) == (
-        23.0,
-        -174.0,
-        6.0,
-    )
-    assert (config.total_bandwidth_hz, config.deadline_s) == (20e6, 2.0)
+    assert (config.tx_power_dbm, config.noise_psd_dbm_per_hz) == (23.0, -174.0)
+    assert (config.noise_figure_db, config.total_bandwidth_hz) == (6.0, 20e6)
+    assert config.deadline_s == 2.0
     assert config.redraw_los_each_round and config.redraw_shadowing_each_round
     # 10^((23 - 30)/10) = 0.19952623149688797 W; 10^((-174 + 6 - 30)/10) = 1.5848931924611108e-20
     assert config.tx_power_w == pytest.approx(0.19952623149688797, rel=1e-12)
@@ -169,13 +170,79 @@ def test_fixed_shadowing_with_redrawn_los_keeps_the_normal_variate() -> None:
 def test_round_draw_built_directly_ideal_channel() -> None:
     num = 5
     fields = {
-        "available": np.ones(num, dtype=bool),
-        "gain_lin": np.ones(num),
-        "min_bandwidth_hz": np.zeros(num),
-        "los": np.ones(num, dtype=bool),
+        "available": np.ones(num, dtype=bool), "gain_lin": np.ones(num),
+        "min_bandwidth_hz": np.zeros(num), "los": np.ones(num, dtype=bool),
         "distance_2d_m": np.full(num, 10.0),
-    }
+    }  # fmt: skip
     ideal = RoundDraw(**fields)
     assert ideal.num_devices == num and np.isfinite(ideal.min_bandwidth_hz).all()
     with pytest.raises(ValueError, match="gain_lin"):
         RoundDraw(**{**fields, "gain_lin": np.ones(num + 1)})
+
+
+def test_run_report_writes_summary_and_figure(tmp_path: Path) -> None:
+    config = CellConfig(num_devices=20, availability_prob=0.5)
+    summary = run_report(config, 153_920, rounds=50, seed=3, out_dir=tmp_path / "out")
+    on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    png = (tmp_path / "out" / "channel.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(summary["min_bandwidth_khz_quantiles"]) == {"p5", "p25", "p50", "p75", "p95"}
+    quantiles = list(summary["min_bandwidth_khz_quantiles"].values())
+    assert quantiles == sorted(quantiles)
+    # Recompute the statistics round by round with the same seed.
+    cell = Cell(config, np.random.default_rng(3))
+    available, fit = [], []
+    for _ in range(50):
+        draw = cell.draw_round(153_920)
+        demands = draw.min_bandwidth_hz[draw.available]
+        available.append(demands.size)
+        fit.append(count_fit_cheapest_first(demands, config.total_bandwidth_hz))
+    assert summary["mean_available"] == pytest.approx(np.mean(available))
+    assert summary["mean_fit_cheapest_first"] == pytest.approx(np.mean(fit))
+    assert 0.0 <= summary["infeasible_share_of_available"] <= 1.0
+
+
+def test_run_report_with_nobody_available(tmp_path: Path) -> None:
+    summary = run_report(CellConfig(availability_prob=0.0), 1e6, rounds=3, seed=0, out_dir=tmp_path)
+    assert summary["mean_available"] == 0.0
+    assert summary["infeasible_share_of_available"] is None
+    assert summary["min_bandwidth_khz_quantiles"] is None
+
+
+def test_cli_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report"
+    code = invoke(
+        ["channel-report", "--out", str(out), "--num-devices", "20", "--availability-prob", "0.5",
+         "--model-params", "4810", "--deadline-s", "0.002", "--rounds", "20"]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "mean available devices per round" in printed
+    assert "cheapest-first" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model_bits"] == 4810 * 32
+    assert summary["config"]["deadline_s"] == 0.002
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--availability-prob", "1.5"], "availability_prob"),
+        (["--total-bandwidth-hz", "-1"], "total_bandwidth_hz"),
+        (["--num-devices", "0"], "num_devices"),
+        (["--model-params", "0"], "--model-params"),
+        (["--model-bits", "0"], "--model-bits"),
+        (["--model-params", "9", "--model-bits", "9"], "not both"),
+        (["--rounds", "0"], "rounds"),
+        (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
+        (["--pathloss-model", "umi"], "pathloss-model"),
+    ],
+)
+def test_cli_bad_values_exit_with_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert invoke(["channel-report", "--out", str(tmp_path / "out"), *argv]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and message in line, line
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from run_results import comparable, lines, same_model
+from task_settings import refused_before_start
 
 from channel import Cell, CellConfig
 from examples.rayleigh_channel import RayleighChannel
@@ -179,20 +180,12 @@ class OneTooMany:
     ],
 )  # fmt: skip
 def test_a_bad_channel_is_refused_in_one_line_before_the_start(tmp_path, capsys, settings, phrase):
-    from experiments.cli import invoke
-    from experiments.run.run_config import format_run_config
-
     mine = tmp_path / "mine.py"
     mine.write_text(textwrap.dedent(MINE).lstrip("\n"))
     given = {k: v.replace("{mine}", str(mine)) for k, v in settings.items()}
-    out = tmp_path / "out"
     run_config = {"num-devices": 6, "num-server-rounds": 2, **given}
-    code = invoke(["inprocess", "--run-config", format_run_config(run_config), "--out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1, err
-    assert phrase in err[0], err[0]
-    assert not out.exists()
+    line = refused_before_start(capsys, run_config, tmp_path / "out")
+    assert phrase in line, line
 
 
 def test_a_channel_drawing_another_number_of_devices_fails_the_run_in_one_line(tmp_path, capsys):

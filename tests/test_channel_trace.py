@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from run_results import lines, same_model
 from subprocesses import FEDCGD
+from task_settings import refused_before_start
 from test_channel_bandwidth import reference_min_bandwidth_hz
 
 from channel import Cell, CellConfig, ChannelTrace, TraceError, TraceReplay
@@ -42,12 +43,9 @@ def oracle_min_bandwidth_hz(gain_lin: float) -> float:
 
 def hand_config(num_devices: int = 2) -> CellConfig:
     return CellConfig(
-        num_devices=num_devices,
-        tx_power_dbm=23.0,
-        noise_psd_dbm_per_hz=-174.0,
-        noise_figure_db=6.0,
-        deadline_s=DEADLINE_S,
-    )
+        num_devices=num_devices, tx_power_dbm=23.0, noise_psd_dbm_per_hz=-174.0,
+        noise_figure_db=6.0, deadline_s=DEADLINE_S,
+    )  # fmt: skip
 
 
 # --- the format and the replay (pure) ------------------------------------------------------
@@ -303,29 +301,17 @@ BAD: dict[str, tuple[Callable[[Path], object] | None, str]] = {
 
 @pytest.mark.parametrize("kind", BAD)
 def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, kind):
-    from experiments.cli import invoke
-    from experiments.run.run_config import format_run_config
-
     make, phrase = BAD[kind]
     value = "trace.npz" if make is None else str(outside / f"{kind}.npz")
     if make is not None:
         make(outside / f"{kind}.npz")
     out = outside / "out"
-    settings = {
-        "num-devices": 6,
-        "num-server-rounds": 3,
-        "result-dir": str(out),
-        "channel.model": "trace",
-        "channel.trace": value,
-    }
-    code = invoke(["inprocess", "--run-config", format_run_config(settings), "--out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1, err
-    assert err[0].startswith("error: run-config key 'channel.trace' = "), err[0]
-    assert repr(value) in err[0] or f"'{value}'" in err[0], err[0]
-    assert phrase in err[0], err[0]
-    assert not out.exists()
+    settings = {"num-devices": 6, "num-server-rounds": 3, "result-dir": str(out)}
+    settings |= {"channel.model": "trace", "channel.trace": value}
+    line = refused_before_start(capsys, settings, out)
+    assert line.startswith("error: run-config key 'channel.trace' = "), line
+    assert repr(value) in line or f"'{value}'" in line, line
+    assert phrase in line, line
 
 
 def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
@@ -363,12 +349,7 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     run_config = {**small, "channel.model": "trace", "channel.trace": str(trace_path)}
     run_config["result-dir"] = str(launched)
     proc = subprocess.run(
-        [
-            FEDCGD,
-            "run",
-            "--run-config",
-            format_run_config(run_config),
-        ],
+        [FEDCGD, "run", "--run-config", format_run_config(run_config)],
         cwd=PROJECT,
         capture_output=True,
         text=True,

@@ -16,12 +16,8 @@ from fedcgd_task.models import build_model
 from fedcgd_task.settings import default_run_config
 
 RUN_CONFIG: dict[str, Any] = {  # the app's defaults, with a small federation
-    **default_run_config(),
-    "seed": 5,
-    "num-devices": 4,
-    "dirichlet-alpha": 0.5,
-    "local-steps": 1,
-}
+    **default_run_config(), "seed": 5, "num-devices": 4, "dirichlet-alpha": 0.5, "local-steps": 1,
+}  # fmt: skip
 TAU, B, LR = 3, 8, 0.2
 
 

@@ -117,19 +117,12 @@ def random_round(rng: np.random.Generator, v: int, c: int) -> RoundInputs:
     counts[:, 0] += 1
     dist = counts / counts.sum(axis=1, keepdims=True)
     return RoundInputs(
-        candidate=candidate,
-        label_dist=dist,
-        num_examples=rng.integers(20, 200, size=v).astype(float),
-        sigma_v=rng.random(v) + 0.1,
-        min_bandwidth_hz=need,
-        gain_lin=rng.random(v),
-        total_bandwidth_hz=20 * MHZ,
-        batch_size=8,
-        target_dist=np.full(c, 1.0 / c),
-        train_loss=rng.random(v),
-        update_norm=rng.random(v),
+        candidate=candidate, label_dist=dist,
+        num_examples=rng.integers(20, 200, size=v).astype(float), sigma_v=rng.random(v) + 0.1,
+        min_bandwidth_hz=need, gain_lin=rng.random(v), total_bandwidth_hz=20 * MHZ, batch_size=8,
+        target_dist=np.full(c, 1.0 / c), train_loss=rng.random(v), update_norm=rng.random(v),
         local_dist=dist,
-    )
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -142,13 +135,9 @@ def test_every_built_in_policy_passes_the_check_on_random_rounds(name):
     policy = make_policy(name, PolicyContext(num_devices=v, num_classes=c))
     for r in range(15 if name == "fedcgd-exact" else 40):
         inputs = random_round(rng, v, c)
-        check_decision(
-            policy.schedule(inputs, rng),
-            inputs,
-            policy=name,
-            server_round=r + 1,
-            uses_budget=type(policy).uses_budget,
-        )
+        decision = policy.schedule(inputs, rng)
+        uses_budget = type(policy).uses_budget
+        check_decision(decision, inputs, policy=name, server_round=r + 1, uses_budget=uses_budget)
 
 
 #: Users' policies that break the physics, each in a file outside the project.
@@ -213,11 +202,6 @@ def cheats(tmp_path_factory) -> Path:
     return path
 
 
-def settings(cheats: Path, name: str, folder: Path, **values: object) -> dict[str, object]:
-    own = {"num-server-rounds": 3, "result-dir": str(folder), "policy": f"{cheats}:{name}"}
-    return {**own, **values}
-
-
 #: The cheats run in one child process (tests/command_batch.py): name -> extra settings.
 BATCHED = {
     "EveryCandidate": {},
@@ -234,11 +218,12 @@ BATCHED = {
 def batched(cheats, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
     """Each of BATCHED's runs: its folder and its outcome (exit code, stdout, stderr)."""
     folders = {name: tmp_path_factory.mktemp(name) / "run" for name in BATCHED}
+    own = {name: {"num-server-rounds": 3, "result-dir": str(folders[name])} for name in BATCHED}
     argvs = [
         [
             "inprocess",
             "--run-config",
-            format_run_config(settings(cheats, name, folders[name], **values)),
+            format_run_config(own[name] | {"policy": f"{cheats}:{name}"} | values),
         ]
         for name, values in BATCHED.items()
     ]
@@ -317,14 +302,9 @@ def test_the_round_inputs_a_policy_gets_are_read_only():
     from fedcgd_strategy.policies import round_inputs
 
     inputs = round_inputs(
-        available=np.ones(3, dtype=bool),
-        min_bandwidth_hz=np.ones(3),
-        gain_lin=np.ones(3),
-        total_bandwidth_hz=10.0,
-        batch_size=2,
-        num_classes=2,
-        target_dist=np.array([0.5, 0.5]),
-    )
+        available=np.ones(3, dtype=bool), min_bandwidth_hz=np.ones(3), gain_lin=np.ones(3),
+        total_bandwidth_hz=10.0, batch_size=2, num_classes=2, target_dist=np.array([0.5, 0.5]),
+    )  # fmt: skip
     for name in ("candidate", "label_dist", "num_examples", "sigma_v", "min_bandwidth_hz",
                  "gain_lin", "target_dist"):  # fmt: skip
         with pytest.raises(ValueError, match="read-only"):

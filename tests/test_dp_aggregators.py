@@ -54,14 +54,9 @@ ROUNDS = 3
 CASES = [
     ("fixed", FIXED, {"noise-multiplier": 0.5, "clipping-norm": CLIP}, "FedAvg", {}),
     ("adaptive", ADAPTIVE, {"noise-multiplier": 0.5, "initial-clipping-norm": CLIP}, "FedAvg", {}),
-    (
-        "fixed-trimmed",
-        FIXED,
-        {"noise-multiplier": 0.5, "clipping-norm": CLIP},
-        "FedTrimmedAvg",
-        {"beta": 0.2},
-    ),
-]
+    ("fixed-trimmed", FIXED, {"noise-multiplier": 0.5, "clipping-norm": CLIP}, "FedTrimmedAvg",
+     {"beta": 0.2}),
+]  # fmt: skip
 
 
 class PaperRule(DifferentialPrivacyServerSideAdaptiveClipping):
@@ -120,13 +115,8 @@ def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], li
     """Global model w = (1, 1), b = (0); three uploads whose updates have norms 5, 0.5 and 2."""
     reference = {"w": np.array([1.0, 1.0], np.float32), "b": np.array([0.0], np.float32)}
     updates = [((3.0, 4.0), (0.0,)), ((0.0, 0.0), (0.5,)), ((0.0, -2.0), (0.0,))]
-    models = [
-        {
-            "w": reference["w"] + np.array(w, np.float32),
-            "b": reference["b"] + np.array(b, np.float32),
-        }
-        for w, b in updates
-    ]
+    models = [{"w": reference["w"] + np.array(w, np.float32),
+               "b": reference["b"] + np.array(b, np.float32)} for w, b in updates]  # fmt: skip
     return reference, models, [1, 100, 7]  # |D_v| very unequal: DP weighs every upload 1
 
 
@@ -346,11 +336,10 @@ def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
     from server_app.config import read_params
 
     flat = {
-        "aggregator": ADAPTIVE,
-        "aggregator-params.noise-multiplier": 0.3,
+        "aggregator": ADAPTIVE, "aggregator-params.noise-multiplier": 0.3,
         "aggregator-params.strategy": "FedTrimmedAvg",
         "aggregator-params.strategy-params.beta": 0.2,
-    }
+    }  # fmt: skip
     with run_config_file(flat) as path:
         parsed = parse_config_args([str(path)])
     assert parsed["aggregator"] == ADAPTIVE

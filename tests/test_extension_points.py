@@ -118,13 +118,9 @@ def test_all_four_run_in_process_named_in_the_run_config_alone(folder, tmp_path,
     out = tmp_path / "run"
     text = settings(folder, out, by_file=by_file)
     done = subprocess.run(
-        [FEDCGD, "inprocess", "--run-config", text],
-        cwd=PROJECT,
-        env=environment(None if by_file else folder),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+        [FEDCGD, "inprocess", "--run-config", text], cwd=PROJECT,
+        env=environment(None if by_file else folder), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     check_run(out)
 

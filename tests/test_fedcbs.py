@@ -143,15 +143,8 @@ def test_stop_rule_ends_sampling_at_the_first_device_that_does_not_fit():
     p = np.array([[1.0, 0.0], [1.0, 0.0]])
     outcomes = set()
     for seed in range(200):
-        mask = fedcbs_select(
-            FedCBSState(2),
-            np.ones(2, bool),
-            p,
-            np.ones(2),
-            np.array([1.0, 5.0]),
-            3.0,
-            np.random.default_rng(seed),
-        )
+        need, rng = np.array([1.0, 5.0]), np.random.default_rng(seed)
+        mask = fedcbs_select(FedCBSState(2), np.ones(2, bool), p, np.ones(2), need, 3.0, rng)
         outcomes.add(tuple(np.flatnonzero(mask).tolist()))
     assert outcomes == {(), (0,)}
 

@@ -34,11 +34,9 @@ def random_instance(
         copies = rng.integers(0, num_devices, num_devices // 2)
         labels[rng.integers(0, num_devices, copies.size)] = labels[copies]
     labels = labels / labels.sum(axis=1, keepdims=True)
-    target = (
-        np.full(num_classes, 1.0 / num_classes)
-        if rng.random() < 0.7
-        else rng.dirichlet(np.full(num_classes, 5.0))
-    )
+    target = np.full(num_classes, 1.0 / num_classes)
+    if rng.random() >= 0.7:
+        target = rng.dirichlet(np.full(num_classes, 5.0))
 
     mode = rng.integers(0, 3)
     if mode == 0:
@@ -67,19 +65,10 @@ def cell_instance(rng: np.random.Generator, num_devices: int, ratio: float) -> S
     target = np.full(10, 0.1)
     labels = rng.dirichlet(0.1 * target, size=num_devices)
     labels = labels / labels.sum(axis=1, keepdims=True)
-    draw = Cell(CellConfig(num_devices=num_devices, availability_prob=1.0), rng).draw_round(
-        MODEL_BITS
-    )
-    config = CellConfig()
-    return SchedulingProblem(
-        labels,
-        target,
-        np.asarray(draw.min_bandwidth_hz, dtype=float),
-        config.total_bandwidth_hz,
-        ratio * np.sqrt(32),
-        1.0,
-        32,
-    )
+    cell = Cell(CellConfig(num_devices=num_devices, availability_prob=1.0), rng)
+    need = np.asarray(cell.draw_round(MODEL_BITS).min_bandwidth_hz, dtype=float)
+    budget = CellConfig().total_bandwidth_hz
+    return SchedulingProblem(labels, target, need, budget, ratio * np.sqrt(32), 1.0, 32)
 
 
 #: Settings of the incremental search that force each of its code paths: the defaults (small

@@ -47,13 +47,8 @@ def numpy_state_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 def settings_for(data_dir: Path, samples: int) -> TaskSettings:
-    config = {
-        **default_run_config(),
-        "dataset": "mnist1d",
-        "data-dir": str(data_dir),
-        "mnist1d-samples": samples,
-    }
-    return TaskSettings.from_run_config(config)
+    config = {**default_run_config(), "dataset": "mnist1d", "data-dir": str(data_dir)}
+    return TaskSettings.from_run_config({**config, "mnist1d-samples": samples})
 
 
 def package_dataset(samples: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pytest
 import torch
 from run_results import comparable, same_model, whole_run
 from subprocesses import FEDCGD
+from task_settings import refused_before_start
 from torch import nn
 
 from experiments.cli import invoke
@@ -136,12 +137,9 @@ class Rounded(nn.Module):
 
 #: Tiny settings of every run here (120 training samples: 30 per device).
 SMALL = {
-    "num-devices": 4,
-    "num-server-rounds": 3,
-    "local-steps": 2,
-    "batch-size": 8,
+    "num-devices": 4, "num-server-rounds": 3, "local-steps": 2, "batch-size": 8,
     "channel.availability-prob": 1.0,
-}
+}  # fmt: skip
 #: Parameters of MODEL_MODULE's model for 6 features, 3 classes:
 #: Linear(6, 5) 6*5 + 5 = 35, Linear(5, 3) 5*3 + 3 = 18; 35 + 18 = 53.
 MODEL_PARAMETERS = 53
@@ -213,23 +211,22 @@ def assert_two_rounds_uploaded(result_dir: Path, num_parameters: int) -> None:
     assert config["num_classes"] == CLASSES and config["num_parameters"] == num_parameters
 
 
-def test_a_package_on_pythonpath_runs_in_process_from_the_command_line(user_folder, tmp_path):
-    out = tmp_path / "run"
-    text = reference_run_config(out, "toyproblem.data:load", "toyproblem.nets:build")
-    run_command("inprocess", text, user_folder, timeout=300)
-    assert_finished_run(out, "toyproblem.data:load", "toyproblem.nets:build", MODEL_PARAMETERS)
-
-
-# mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643.
+# mlp on 6 features, 3 classes: (6 + 1) * 64 + (64 + 1) * 3 = 448 + 195 = 643. A package on
+# the path (on the command line, with PYTHONPATH: test_extension_points).
 @pytest.mark.parametrize(
-    ("model", "built", "size"), [("build", None, FILE_MODEL_PARAMETERS), ("auto", "mlp", 643)]
+    ("data", "model", "built", "size"),
+    [
+        ("{file}:load", "{file}:build", None, FILE_MODEL_PARAMETERS),
+        ("{file}:load", "auto", "mlp", 643),
+        ("toyproblem.data:load", "toyproblem.nets:build", None, MODEL_PARAMETERS),
+    ],
 )
-def test_files_by_absolute_path_run_in_process_and_auto_sizes_the_mlp(
-    user_folder, tmp_path, model, built, size
+def test_files_by_absolute_path_or_a_package_run_in_process_and_auto_sizes_the_mlp(
+    user_folder, tmp_path, monkeypatch, data, model, built, size
 ):
-    out = tmp_path / "run"
-    data = f"{user_folder / 'toy_file.py'}:load"
-    model = f"{user_folder / 'toy_file.py'}:build" if model == "build" else model
+    monkeypatch.syspath_prepend(str(user_folder))
+    out, file = tmp_path / "run", user_folder / "toy_file.py"
+    data, model = data.format(file=file), model.format(file=file)
     assert invoke(["inprocess", "--run-config", reference_run_config(out, data, model)]) == 0
     assert_finished_run(out, data, built or model, size)
 
@@ -263,13 +260,11 @@ def test_a_bad_data_set_or_model_is_refused_before_the_start_in_one_line(
     value, message = value.format(folder=user_folder), message.format(folder=user_folder)
     settings = {"dataset": f"{user_folder / 'toy_file.py'}:load", "model": "auto", key: value}
     out = tmp_path / "never"
-    text = format_run_config({**SMALL, **settings, "result-dir": str(out)})
-    code = invoke(["inprocess", "--run-config", text, "--out", str(tmp_path / "out")])
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(lines) == 1, lines
-    assert lines[0].startswith(f"error: run-config key '{key}'"), lines[0]
-    assert message in lines[0] and repr(value) in lines[0], lines[0]
-    assert not out.exists() and not (tmp_path / "out").exists()
+    run_config = {**SMALL, **settings, "result-dir": str(out)}
+    line = refused_before_start(capsys, run_config, tmp_path / "out")
+    assert line.startswith(f"error: run-config key '{key}'"), line
+    assert message in line and repr(value) in line, line
+    assert not out.exists()
 
 
 def test_a_model_function_is_built_from_the_run_seed(user_folder):

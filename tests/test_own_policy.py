@@ -128,24 +128,19 @@ def test_policy_params_travel_as_one_declared_key():
     folded = fold_policy_params(flat)
     assert set(folded) == {"policy", "policy-params"}
     assert read_params(folded) == {"window": 5, "note": 'a "b"'}
-    assert read_params({"policy-params": "{window = 2.5, on = true}"}) == {
-        "window": 2.5,
-        "on": True,
-    }
+    inline = {"policy-params": "{window = 2.5, on = true}"}
+    assert read_params(inline) == {"window": 2.5, "on": True}
     with pytest.raises(ValueError, match="also set in 'policy-params'"):
         read_params({"policy-params": "{window = 2}", "policy-params.window": 3})
 
 
 def user_run(result_dir: Path | None, policy: str, **extra: object) -> dict:
-    overrides = {
-        "num-devices": 6,
-        "num-server-rounds": 3,
-        "channel.availability-prob": 0.8,
+    overrides = {"num-devices": 6, "num-server-rounds": 3, "channel.availability-prob": 0.8}
+    overrides |= {
         "policy": policy,
         **({} if result_dir is None else {"result-dir": str(result_dir)}),
-        **extra,
     }
-    return with_resolved_data_dir(validated_run_config(overrides))
+    return with_resolved_data_dir(validated_run_config({**overrides, **extra}))
 
 
 def scheduled(result_dir: Path) -> list[list[int]]:
@@ -236,22 +231,14 @@ def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_fol
     reference = f"{user_folder / 'my_policies.py'}:RandomK"
     out = tmp_path / "compare"
     args = ["compare", "--engine", "inprocess", "--policies", f"all,{reference}", "--out", str(out)]
-    assert (
-        invoke([*args, "--run-config", "num-devices=4 num-server-rounds=2 policy-params.k=1"]) == 0
-    )
+    settings = "num-devices=4 num-server-rounds=2 policy-params.k=1"
+    assert invoke([*args, "--run-config", settings]) == 0
     assert [len(r) for r in scheduled(out / "RandomK" / "seed-0")] == [1, 1]
     assert json.loads((out / "all" / "seed-0" / "config.json").read_text())["policy_params"] == {}
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert {r["policy"] for r in rows} == {"all", "RandomK"}  # its class name, as its folder
-    args = [
-        "compare",
-        "--engine",
-        "inprocess",
-        "--policies",
-        "all,bc",
-        "--out",
-        str(tmp_path / "x"),
-    ]
+    args = ["compare", "--engine", "inprocess", "--policies", "all,bc"]
+    args += ["--out", str(tmp_path / "x")]
     assert invoke([*args, "--run-config", "policy-params.k=1"]) == 2  # no policy takes k
 
 

@@ -1,13 +1,24 @@
-"""RoundInputs, the protocol rule and Decision terms (pure numpy, no Flower)."""
+"""Problem P1 (hand-computed objective terms, input validation, the checks of a checkpoint's policy
+state), the σ̂ / Ĝ / Ĝ_c estimators (paper Section IV-C), RoundInputs, the protocol rule and
+Decision terms (pure numpy, no Flower)."""
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pytest
 
+from fedcgd_strategy import SchedulingProblem
+from fedcgd_strategy.estimators import (
+    device_gradient_estimates,
+    estimate_class_gradient,
+    estimate_global_sigma,
+    estimate_per_class_gradient,
+    gradient_divergence_norms,
+)
 from fedcgd_strategy.policies import (
     POLICY_NAMES,
     PolicyContext,
@@ -17,6 +28,11 @@ from fedcgd_strategy.policies import (
     policy_class,
     resolve_protocol,
 )
+from fedcgd_strategy.problem import as_nonnegative_array, check_integer, sampling_term, wemd
+
+NAN, INF = float("nan"), float("inf")
+UNIFORM2 = np.array([0.5, 0.5])
+UNIFORM3 = np.full(3, 1.0 / 3.0)
 
 
 def inputs(**changes: Any) -> RoundInputs:
@@ -55,17 +71,10 @@ def test_protocol_rule() -> None:
         return resolve_protocol(policy_class(name), requested, name)
 
     auto = {
-        "fedcgd-fscd": "query",
-        "fedcgd-gs": "query",
-        "fedcgd-fscd-gc": "query",
-        "fedcgd-exact": "query",
-        "fedcgd-cd": "query",
-        "bc": "channel",
-        "bn2": "train-all",
-        "poc": "train-all",
-        "fedcbs": "channel",
-        "all": "channel",
-    }
+        "fedcgd-fscd": "query", "fedcgd-gs": "query", "fedcgd-fscd-gc": "query",
+        "fedcgd-exact": "query", "fedcgd-cd": "query", "bc": "channel", "bn2": "train-all",
+        "poc": "train-all", "fedcbs": "channel", "all": "channel",
+    }  # fmt: skip
     assert {name: rule(name) for name in POLICY_NAMES} == auto
     assert rule("bc", "query") == "query"
     with pytest.raises(ValueError, match="'channel' does not work with policy 'fedcgd-fscd'"):
@@ -125,3 +134,230 @@ def test_a_misspelt_policy_name_gets_the_close_names() -> None:
 def test_a_policy_is_named_by_its_figure_label_and_keeps_its_name(given: str, name: str) -> None:
     policy = make_policy(given, PolicyContext(num_devices=4, num_classes=2))
     assert (type(policy), policy.name) == (policy_class(name), name)
+
+
+def paper_example(sigma: float = 0.01, budget_hz: float = 2.0) -> SchedulingProblem:
+    """The 4-device example of paper Section IV-A; every device needs 1 Hz."""
+    return SchedulingProblem(
+        label_dist=np.array([[0.51, 0.49], [0.51, 0.49], [0.8, 0.2], [0.2, 0.8]]),
+        target_dist=np.array([0.5, 0.5]), min_bandwidth_hz=np.ones(4),
+        total_bandwidth_hz=budget_hz, sigma=sigma, class_gradient=1.0, batch_size=32,
+    )  # fmt: skip
+
+
+def test_wemd_hand_values() -> None:
+    problem = paper_example()
+    # {1, 2}: mean [0.51, 0.49] -> |0.01| + |-0.01| = 0.02
+    assert problem.wemd(np.array([True, True, False, False])) == pytest.approx(0.02, abs=1e-12)
+    # {3, 4}: mean [0.5, 0.5] -> 0
+    assert problem.wemd(np.array([False, False, True, True])) == pytest.approx(0.0, abs=1e-12)
+    # {3}: |0.8 - 0.5| + |0.2 - 0.5| = 0.6
+    assert problem.wemd(np.array([False, False, True, False])) == pytest.approx(0.6)
+    # {1, 3}: mean [0.655, 0.345] -> 0.155 + 0.155 = 0.31
+    assert problem.wemd(np.array([True, False, True, False])) == pytest.approx(0.31)
+
+
+def test_wemd_class_weights() -> None:
+    # G = [2, 0.5]: 2 |0.7 - 0.5| + 0.5 |0.3 - 0.5| = 0.4 + 0.1 = 0.5
+    assert wemd([0.7, 0.3], [0.5, 0.5], [2.0, 0.5]) == pytest.approx(0.5)
+    batch = wemd(np.array([[0.7, 0.3], [0.5, 0.5]]), [0.5, 0.5], 1.0)
+    np.testing.assert_allclose(batch, [0.4, 0.0])
+
+
+def test_sampling_and_objective_hand_values() -> None:
+    problem = paper_example(sigma=0.8)
+    two = np.array([False, False, True, True])
+    # 0.8 / sqrt(2 * 32) = 0.8 / 8 = 0.1
+    assert problem.sampling_term(two) == pytest.approx(0.1)
+    assert problem.objective(two) == pytest.approx(0.1 + 0.0)
+    # {1, 2}: 0.1 + 0.02
+    assert problem.objective(np.array([True, True, False, False])) == pytest.approx(0.12)
+    # per-device batch sizes 16 and 48: 0.8 / sqrt(64) = 0.1 as well; {3} alone: 0.8 / sqrt(48)
+    mixed = SchedulingProblem(
+        problem.label_dist, problem.target_dist, np.ones(4), 2.0, 0.8, 1.0, [32, 32, 16, 48]
+    )
+    assert mixed.sampling_term(two) == pytest.approx(0.1)
+    assert mixed.sampling_term(np.array([False, False, False, True])) == pytest.approx(
+        0.8 / np.sqrt(48)
+    )
+    assert sampling_term(2.0, 4) == pytest.approx(1.0)
+
+
+def test_empty_schedule_is_infinite() -> None:
+    problem = paper_example()
+    empty = np.zeros(4, dtype=bool)
+    assert problem.objective(empty) == np.inf
+    assert problem.wemd(empty) == np.inf
+    assert problem.sampling_term(empty) == np.inf
+    assert problem.is_feasible(empty)
+
+
+def test_feasibility() -> None:
+    problem = SchedulingProblem(
+        np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, np.inf, 2.0]), 3.0, 1.0
+    )
+    np.testing.assert_array_equal(problem.feasible, [True, False, True])
+    assert problem.is_feasible(np.array([True, False, True]))  # 1 + 2 = 3 <= 3
+    assert not problem.is_feasible(np.array([True, True, False]))  # infeasible device
+    tight = SchedulingProblem(
+        np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, 1.5, 2.0]), 3.0, 1.0
+    )
+    assert not tight.is_feasible(np.array([False, True, True]))  # 3.5 > 3
+
+
+def test_arrays_are_read_only_and_broadcast() -> None:
+    problem = paper_example()
+    assert not problem.label_dist.flags.writeable
+    assert not problem.min_bandwidth_hz.flags.writeable
+    np.testing.assert_array_equal(problem.class_gradient_array, [1.0, 1.0])
+    np.testing.assert_array_equal(problem.batch_size_array, [32, 32, 32, 32])
+    assert problem.num_devices == 4 and problem.num_classes == 2 and problem.uniform_batch
+
+
+def test_bad_mask() -> None:
+    problem = paper_example()
+    with pytest.raises(ValueError, match=r"mask must be a bool array of shape \(4,\), got dtyp"):
+        problem.objective(np.array([1, 0, 1, 0]))
+    with pytest.raises(ValueError, match="mask"):
+        problem.objective(np.array([True, False]))
+
+
+def test_good_values_pass_unchanged_as_the_math_types() -> None:
+    np.testing.assert_array_equal(as_nonnegative_array([0.0, 2.0], "g", shape=(2,)), [0.0, 2.0])
+    for value, expected in [(0, 0), (2.0, 2), (np.int64(5), 5)]:
+        out = check_integer(value, "local_steps", minimum=0)
+        assert out == expected and type(out) is int
+
+
+integer = partial(check_integer, name="num_candidates", minimum=0)
+
+
+@pytest.mark.parametrize(
+    ("validate", "args", "match"),
+    [
+        (partial(as_nonnegative_array, shape=(3,)), ([1.0, 1.0], "g"), r"g must have shape \(3,"),
+        (as_nonnegative_array, (np.full(6, -1.0), "x"), r"x\[3\] = -1\.0 \(and 2 more\)"),
+        (as_nonnegative_array, ([1.0, INF], "g"), r"g must be finite and >= 0, got g\[1\] = inf"),
+        (as_nonnegative_array, (NAN, "s"), r"s must be finite and >= 0, got nan"),
+        *[(integer, (v,), "num_candidates must be an integer >= 0, got ") for v in
+          (1.5, NAN, INF, "3", None, -1)],
+    ],
+)  # fmt: skip
+def test_bad_values_are_refused_naming_the_argument_and_the_value(validate, args, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        validate(*args)
+
+
+# --- eq. (global_est_sigma) -----------------------------------------------------------------
+
+
+def test_global_sigma_hand_values():
+    # α = [1, 3] / 4 = [0.25, 0.75]; σ̂² = 0.25·1² + 0.75·3² = 0.25 + 6.75 = 7
+    assert estimate_global_sigma([1.0, 3.0], [1.0, 3.0]) == pytest.approx(math.sqrt(7.0))
+    assert estimate_global_sigma([2.5, 2.5, 2.5], [1.0, 7.0, 0.0]) == pytest.approx(2.5)
+
+
+# --- device gradients --------------------------------------------------------------------------
+
+
+def test_device_gradient_estimates_hand_value_and_float32_kept():
+    # (w^{j+1} − w^{j}) / (τ η) = [0.2, −0.4] / (2 · 0.1) = [1, −2]
+    g = device_gradient_estimates(np.array([[0.2, -0.4]]), learning_rate=0.1, local_steps=2)
+    np.testing.assert_allclose(g, [[1.0, -2.0]])
+    u = np.ones((3, 5), dtype=np.float32)
+    assert device_gradient_estimates(u, 0.5, 1).dtype == np.float32
+
+
+# --- eq. (G_est) --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("p2", "expected"),
+    [
+        # g1 = [2, 0], g2 = [0, 4], weights [3, 1] -> α = [0.75, 0.25]
+        # ∇F̂ = 0.75·[2, 0] + 0.25·[0, 4] = [1.5, 1]
+        # ||g1 − F|| = ||[0.5, −1]|| = sqrt(1.25); ||g2 − F|| = ||[−1.5, 3]|| = 1.5 √5
+        # p = [0.5, 0.5]; p1 = [1, 0] -> L1 = 1;  p2 = [0.25, 0.75] -> L1 = 0.5
+        # ratios: sqrt(1.25) / 1 = 1.118,  1.5 √5 / 0.5 = 3 √5 = 6.708 -> Ĝ = 3 √5
+        ([0.25, 0.75], 3.0 * math.sqrt(5.0)),
+        # p2 = p exactly: device 2 is left out, only device 1's ratio counts (∇F̂ still uses
+        # both devices: [1.5, 1])
+        ([0.5, 0.5], math.sqrt(1.25)),
+    ],
+)
+def test_class_gradient_two_devices_hand_value(p2, expected):
+    grads = np.array([[2.0, 0.0], [0.0, 4.0]])
+    dist = np.array([[1.0, 0.0], p2])
+    g = estimate_class_gradient(grads, [3.0, 1.0], dist, UNIFORM2, previous=99.0)
+    assert g == pytest.approx(expected)
+    # everybody at the target: Ĝ keeps its previous value
+    assert estimate_class_gradient(grads, [1.0, 1.0], np.full((2, 2), 0.5), UNIFORM2, 0.7) == 0.7
+
+
+def test_both_estimates_keep_the_previous_without_uploads():
+    empty = np.zeros((0, 10))
+    assert estimate_class_gradient(empty, [], np.zeros((0, 2)), UNIFORM2, previous=1.25) == 1.25
+    prev = np.array([0.5, 0.25])
+    out = estimate_per_class_gradient(np.zeros((0, 7)), [], np.zeros((0, 2)), UNIFORM2, prev)
+    np.testing.assert_array_equal(out, prev)
+
+
+def test_class_gradient_matches_slow_reference_on_random_input():
+    rng = np.random.default_rng(3)
+    k, p_len, c = 6, 40, 4
+    grads = rng.normal(size=(k, p_len)).astype(np.float32)
+    weights = rng.uniform(1, 5, size=k)
+    dist = rng.dirichlet(np.ones(c), size=k)
+    target = rng.dirichlet(np.ones(c))
+    # slow reference: plain Python sums over parameters and classes
+    alpha = [w / sum(weights) for w in weights]
+    glob = [sum(alpha[v] * float(grads[v, i]) for v in range(k)) for i in range(p_len)]
+    ratios = []
+    for v in range(k):
+        norm = math.sqrt(sum((float(grads[v, i]) - glob[i]) ** 2 for i in range(p_len)))
+        l1 = sum(abs(dist[v, j] - target[j]) for j in range(c))
+        ratios.append(norm / l1)
+    got = estimate_class_gradient(grads, weights, dist, target, previous=0.0)
+    assert got == pytest.approx(max(ratios), rel=1e-6)
+    norms = gradient_divergence_norms(grads, weights)
+    assert norms.dtype == np.float64
+
+
+def test_class_gradient_sign_of_updates_is_irrelevant():
+    rng = np.random.default_rng(0)
+    grads = rng.normal(size=(4, 30))
+    dist = rng.dirichlet(np.ones(3), size=4)
+    w = [1.0, 2.0, 3.0, 4.0]
+    a = estimate_class_gradient(grads, w, dist, UNIFORM3, 0.0)
+    b = estimate_class_gradient(-grads, w, dist, UNIFORM3, 0.0)
+    assert a == pytest.approx(b)
+
+
+# --- eq. (Gc_est) -------------------------------------------------------------------------------
+
+
+def test_per_class_gradient_hand_values():
+    # P = 1: g = [3, 0, 0], equal weights -> ∇F̂ = 1; divergences |3−1| = 2, 1, 1.
+    # p = [1/3]*3.  p1 = [1,0,0] (class 0): L1 = 2/3 + 1/3 + 1/3 = 4/3 -> ratio 2/(4/3) = 1.5
+    #               p2 = [0,1,0] (class 1): L1 = 4/3 -> ratio 1/(4/3) = 0.75
+    #               p3 = [0.8,0.2,0] (class 0): L1 = 7/15 + 2/15 + 5/15 = 14/15 -> 15/14
+    # Ĝ_0 = max(1.5, 15/14) = 1.5, Ĝ_1 = 0.75, Ĝ_2 keeps previous (no device of class 2).
+    grads = np.array([[3.0], [0.0], [0.0]])
+    dist = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.8, 0.2, 0.0]])
+    prev = np.array([9.0, 9.0, 4.0])
+    out = estimate_per_class_gradient(grads, [1.0, 1.0, 1.0], dist, UNIFORM3, prev)
+    np.testing.assert_allclose(out, [1.5, 0.75, 4.0])
+    np.testing.assert_array_equal(prev, [9.0, 9.0, 4.0])  # input not modified
+    # Ĝ (eq. G_est) over the same devices is the max over classes: 1.5
+    assert estimate_class_gradient(grads, [1.0] * 3, dist, UNIFORM3, 0.0) == pytest.approx(1.5)
+
+
+def test_per_class_gradient_dominant_class_and_exclusion():
+    # Device 0 dominant class 2; device 1 has p = target (excluded): class 1 keeps previous.
+    # g = [[4, 0], [0, 0]], weights [1, 3] -> ∇F̂ = [1, 0]; ||g0 − F|| = 3.
+    # p0 = [0.1, 0.2, 0.7], target = [0.2, 0.3, 0.5]: L1 = 0.1 + 0.1 + 0.2 = 0.4 -> 3/0.4 = 7.5
+    target = np.array([0.2, 0.3, 0.5])
+    dist = np.array([[0.1, 0.2, 0.7], [0.2, 0.3, 0.5]])
+    grads = np.array([[4.0, 0.0], [0.0, 0.0]])
+    out = estimate_per_class_gradient(grads, [1.0, 3.0], dist, target, [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(out, [1.0, 2.0, 7.5])

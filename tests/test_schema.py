@@ -46,13 +46,9 @@ def test_a_default_is_written_once_in_pyproject_also_for_an_installed_wheel(tmp_
     code = "from fedcgd_task.schema import SCHEMA as S; print(S['num-devices'].default, "
     code += "S['channel.deadline-s'].default)"
     shown = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+        [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
     assert shown.split() == ["7", "0.5"]
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import reference_solvers as reference
 from reference_solvers import brute_force
-from test_problem import paper_example  # paper Section IV-A: room for two
+from test_policies import paper_example  # paper Section IV-A: room for two
 
 from fedcgd_strategy import METHODS, SchedulingProblem, solve
 from fedcgd_strategy.solvers.exact import size_batch_pairs
@@ -101,15 +101,8 @@ def test_unknown_method_and_missing_rng() -> None:
 
 def test_exact_rejects_too_many_batch_pairs() -> None:
     rng = np.random.default_rng(3)
-    problem = SchedulingProblem(
-        rng.dirichlet(np.ones(3), size=40),
-        np.full(3, 1 / 3),
-        np.full(40, 1.0),
-        100.0,
-        1.0,
-        1.0,
-        rng.integers(1, 10_000, 40),
-    )
+    labels, b = rng.dirichlet(np.ones(3), size=40), rng.integers(1, 10_000, 40)
+    problem = SchedulingProblem(labels, np.full(3, 1 / 3), np.full(40, 1.0), 100.0, 1.0, 1.0, b)
     with pytest.raises(ValueError, match="batch_size"):
         size_batch_pairs(problem)
 
@@ -199,13 +192,8 @@ def test_fscd_stages_never_worse_than_their_start() -> None:
 
 def test_exact_on_large_instance_beats_heuristics() -> None:
     rng = np.random.default_rng(19)
-    problem = SchedulingProblem(
-        rng.dirichlet(np.full(10, 1.0), size=40),
-        np.full(10, 0.1),
-        rng.uniform(1e6, 4e6, 40),
-        20e6,
-        3.0 * np.sqrt(32),
-    )
+    labels, need = rng.dirichlet(np.full(10, 1.0), size=40), rng.uniform(1e6, 4e6, 40)
+    problem = SchedulingProblem(labels, np.full(10, 0.1), need, 20e6, 3.0 * np.sqrt(32))
     exact = solve(problem, "exact")
     assert exact.lower_bound == pytest.approx(exact.objective, rel=1e-6)
     for method in ("gs", "fscd"):

@@ -2,7 +2,8 @@
 
 ``PendingMessages``: at most one message per node in flight; a node whose message timed out is
 busy, skipped and failed until its late reply is pulled and discarded (a late ``query.info``
-still registers it). In a simulation nothing times out (slow: one ``flwr run``).
+still registers it). In a simulation nothing times out (slow: one ``flwr run``). And what the
+plain in-process grid serves and refuses.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from types import SimpleNamespace
 
 import pytest
 from fake_grid import FakeGrid, make_contexts
-from flwr.app import Message
+from flwr.app import Message, MessageType, RecordDict
 from scripted_strategy import NODES, V, build, make_draw, run_round, scripted_client
 from task_settings import all_available_run
 from wrapped_project import build_wrapped_project, run_wrapped
 
+from experiments.run.inprocess import InProcessGrid
 from fedcgd_strategy.flower.discovery import settle_pending
 from fedcgd_strategy.nodes import Pending, PendingMessages
 from fedcgd_task import keys
@@ -159,13 +161,8 @@ def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
         before = len(grid.sent)
         run_round(strategy, grid, rnd)
         records.append(strategy.last_record)
-        queried.append(
-            sorted(
-                NODES.index(m.metadata.dst_node_id)
-                for m in grid.sent[before:]
-                if m.metadata.message_type == keys.QUERY_STATS
-            )
-        )
+        sent = [m for m in grid.sent[before:] if m.metadata.message_type == keys.QUERY_STATS]
+        queried.append(sorted(NODES.index(m.metadata.dst_node_id) for m in sent))
     others = [p for p in range(V) if p != slow]
     assert grid.peak[NODES[slow]] == 1  # never a second message while it works on one
     for rec in records:
@@ -251,3 +248,25 @@ def test_flwr_run_a_sleeping_device_changes_nothing_in_a_simulation(tmp_path):
         assert line["num_available"] == 3 and SLOW in line["uploaded"], line
         assert line["uploaded"] == line["scheduled"] and line["failed"] == [], line
         assert line["devices_lost"] == 0
+
+
+def test_the_in_process_grid_builds_lists_delivers_and_refuses_what_needs_a_superlink() -> None:
+    def echo(msg: Message, _context: object) -> Message:
+        return Message(RecordDict(), reply_to=msg)
+
+    grid = InProcessGrid({7: echo, 9: echo}, {7: None, 9: None})  # type: ignore[dict-item]
+    message = Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN)
+    refused = (
+        lambda: grid.run,
+        lambda: grid.push_messages([message]),
+        lambda: grid.pull_messages([""]),
+    )
+    for call in refused:
+        with pytest.raises(RuntimeError, match="in-process grid"):
+            call()
+    msg = grid.create_message(RecordDict(), MessageType.EVALUATE, 9, "round-2")
+    assert (msg.metadata.dst_node_id, msg.metadata.message_type) == (9, MessageType.EVALUATE)
+    assert msg.metadata.group_id == "round-2"
+    assert list(grid.get_node_ids()) == [7, 9]
+    sent = [grid.create_message(RecordDict(), MessageType.TRAIN, node, "1") for node in (9, 8)]
+    assert len(list(grid.send_and_receive(sent))) == 1  # node 8 is not connected: no reply
