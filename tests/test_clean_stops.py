@@ -135,9 +135,6 @@ def test_a_signal_inside_a_write_stops_the_run_cleanly(
     assert_same_run(folder, whole, rounds=VALUES["num-server-rounds"])
 
 
-# --- the holding itself ---------------------------------------------------------------------
-
-
 class Stop(BaseException):
     pass
 

@@ -30,15 +30,9 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     """Also: the result folder's path holds a space, both quotes, a backslash and a non-BMP
     character, which the run config's TOML file must carry to the ServerApp unchanged."""
     out = hostile_folder(tmp_path) / "run 𝔘"
-    overrides = {
-        "num-devices": 6,
-        "num-server-rounds": ROUNDS,
-        "dirichlet-alpha": 10.0,
-        "channel.availability-prob": 0.8,
-        "channel.deadline-s": 0.006,
-        "device": "cpu",
-        "result-dir": str(out),
-    }
+    overrides = {"num-devices": 6, "num-server-rounds": ROUNDS, "dirichlet-alpha": 10.0,
+                 "channel.availability-prob": 0.8, "channel.deadline-s": 0.006, "device": "cpu",
+                 "result-dir": str(out)}  # fmt: skip
     proc = run_flwr(overrides, num_supernodes=6, flwr_home=tmp_path / "flwr-home")
     assert proc.returncode == 0, proc.stdout[-3000:]
     for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE):

@@ -39,9 +39,6 @@ def hold_slow_device(pid: int, message_type: str, server_round: int) -> float:
     return HOLD_S if pid == SLOW else 0.0
 
 
-# --- simulation: host load changes nothing ---------------------------------------------------
-
-
 def test_a_device_held_back_past_every_timeout_changes_nothing_in_a_simulation(
     tmp_path, monkeypatch
 ):
@@ -124,9 +121,6 @@ def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
     folder = Path(out.splitlines()[0].removeprefix("result folder: "))
     status = read_status(folder)
     assert status is not None and status.state == "failed" and status.last_round == 1
-
-
-# --- deployment: a lost device is counted everywhere ------------------------------------------
 
 
 def test_a_deployment_counts_the_devices_it_lost(tmp_path):

@@ -34,41 +34,12 @@ HOSTILE_NAME = "a b 'q' \"dq\" back\\slash ü 😀"
 
 #: Strings a run config must carry unchanged (values of string keys and table entries).
 NASTY = [
-    "",
-    " ",
-    "a b",
-    "  two  spaces  ",
-    "it's",
-    'say "hi"',
-    "both ' and \"",
-    "back\\slash",
-    "trailing backslash\\",
-    '\\"',
-    "\\u0041 is not A",
-    "'''",
-    '"""',
-    "'",
-    '"',
-    "#not a comment",
-    "a=b c=d",
-    "key = 'value'",
-    "{window = 20}",
-    "[1, 2]",
-    "} ] { [",
-    "$HOME `id` $(id) ; | & > <",
-    "*?[a-z]~",
-    "ünïcødé",
-    "日本語のパス",
-    "😀 emoji",
-    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math",
-    "\u200b zero width \ufeff",
-    "new\nline",
-    "tab\there",
-    "\r\n",
-    "nul\x00byte",
-    "\x7f delete",
-    HOSTILE_NAME,
-]
+    "", " ", "a b", "  two  spaces  ", "it's", 'say "hi"', "both ' and \"", "back\\slash",
+    "trailing backslash\\", '\\"', "\\u0041 is not A", "'''", '"""', "'", '"', "#not a comment",
+    "a=b c=d", "key = 'value'", "{window = 20}", "[1, 2]", "} ] { [", "$HOME `id` $(id) ; | & > <",
+    "*?[a-z]~", "ünïcødé", "日本語のパス", "😀 emoji", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math", "\u200b zero width \ufeff",
+    "new\nline", "tab\there", "\r\n", "nul\x00byte", "\x7f delete", HOSTILE_NAME,
+]  # fmt: skip
 
 
 def bash_words(command: str) -> list[str]:
@@ -128,12 +99,10 @@ def test_a_string_toml_cannot_hold_is_refused_in_one_line():
     [
         ({"x": 1, "x.y": 2}, r"^run-config key 'x\.y': 'x' is set to a value, not a table$"),
         ({"x.y": 2, "x": 1}, r"^run-config key 'x' is given twice; give it once$"),
-        (
-            {"policy-params.a": 1, "policy-params.a.b": 2},
-            r"^run-config key 'policy-params\.a\.b': 'a' is set to a value, not a table$",
-        ),
+        ({"policy-params.a": 1, "policy-params.a.b": 2},
+         r"^run-config key 'policy-params\.a\.b': 'a' is set to a value, not a table$"),
     ],
-)
+)  # fmt: skip
 def test_a_key_that_is_both_a_value_and_a_table_is_refused_in_one_line(values, message):
     with pytest.raises(ValueError, match=message):
         run_config_toml(values)
@@ -163,8 +132,11 @@ def test_the_documented_policy_params_forms_are_read(text, expected):
     assert read_params(parse_run_config_text(format_run_config(folded))) == expected
 
 
-def test_the_documented_aggregator_params_forms_are_read():
-    # docs/aggregation.md and docs/running.md
+def test_the_documented_aggregator_params_and_flowers_string_form_are_read():
+    """docs/aggregation.md and docs/running.md; ``flwr run --run-config
+    'policy-params="{window = 20}"'`` (docs/running.md) reaches the ServerApp as that string."""
+    from flwr.common.config import parse_config_args
+
     text = (
         "aggregator='DifferentialPrivacyServerSideAdaptiveClipping' "
         "aggregator-params.noise-multiplier=0.3 aggregator-params.strategy='FedTrimmedAvg' "
@@ -174,17 +146,8 @@ def test_the_documented_aggregator_params_forms_are_read():
     expected["strategy-params"] = {"beta": 0.2}
     assert read_params(parse_run_config_text(text), "aggregator-params") == expected
     quoted = 'aggregator-params="{noise-multiplier = 0.3, strategy-params = {beta = 0.2}}"'
-    assert read_params(parse_run_config_text(quoted), "aggregator-params") == {
-        "noise-multiplier": 0.3,
-        "strategy-params": {"beta": 0.2},
-    }
-
-
-def test_flowers_own_run_config_text_reads_the_documented_string_form():
-    """``flwr run --run-config 'policy-params="{window = 20}"'`` (docs/running.md) reaches the
-    ServerApp as the string it reads."""
-    from flwr.common.config import parse_config_args
-
+    del expected["strategy"]
+    assert read_params(parse_run_config_text(quoted), "aggregator-params") == expected
     parsed = parse_config_args(['policy-params="{window = 20}" num-server-rounds=3'])
     assert read_params(parsed) == {"window": 20}
 

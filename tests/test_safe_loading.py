@@ -37,9 +37,6 @@ def refused_line(done: subprocess.CompletedProcess[str]) -> str:
     return err[0]
 
 
-# --- CIFAR: no code from data files ----------------------------------------------------------
-
-
 def cifar_batch(n: int, seed: int, protocol: int = 2) -> bytes:
     rng = np.random.default_rng(seed)
     entry = {
@@ -125,9 +122,6 @@ def test_a_batch_that_is_not_a_cifar_batch_is_one_line(tmp_path, entry, phrase):
     assert phrase in str(err.value) and "\n" not in str(err.value)
 
 
-# --- MNIST-1D: a verified cache ----------------------------------------------------------------
-
-
 def test_a_cache_with_shifted_labels_is_regenerated(tmp_path):
     truth = load_mnist1d(tmp_path, N)
     path = mnist1d_cache_path(tmp_path, mnist1d_arguments(N))
@@ -165,9 +159,6 @@ def test_a_cache_declaring_a_huge_array_is_regenerated_without_reading_it(tmp_pa
     assert all(np.array_equal(a, b) for a, b in zip(again, truth, strict=True))
 
 
-# --- sizes and strings, before anything starts -------------------------------------------------
-
-
 TOO_BIG = [
     ({"num-server-rounds": 10**12}, "'num-server-rounds' must be an integer in [1, 100000]"),
     ({"dataset": "mnist1d", "mnist1d-samples": 10**9}, "in [100, 1000000]"),
@@ -201,9 +192,6 @@ def test_sizes_beyond_the_bounds_are_refused_in_one_line(refused, case):
 def test_a_run_config_item_nested_deeply_is_one_line(refused):
     line = refused_line(refused[-1])
     assert line.startswith("error: --run-config item 'x=[[[[") and "..." in line
-
-
-# --- a result folder's files, read back ------------------------------------------------------
 
 
 def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path, capsys):

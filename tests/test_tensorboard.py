@@ -90,16 +90,12 @@ def test_every_round_shows_its_metrics_line_and_the_run_its_settings_as_hparams(
     shown = scalars(folder)
     assert {"accuracy", "loss", "schedule/wemd", "devices/scheduled"} <= set(shown)
     assert_same(shown, expected(lines_of(folder)))
+    # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
     assert hparams(folder) == {
-        "policy": "bc",
-        "aggregator": "",
-        "seed": 7.0,
-        "num-server-rounds": 2.0,
-        "num-devices": 6.0,
-        "local-steps": 3.0,
-        "channel.availability-prob": 0.8,
+        "policy": "bc", "aggregator": "", "seed": 7.0, "num-server-rounds": 2.0, "num-devices": 6.0,
+        "local-steps": 3.0, "channel.availability-prob": 0.8,
         "protocol": "channel",  # "auto" resolved: BC needs no query (FedCGD's default: "query")
-    }  # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
+    }  # fmt: skip
 
 
 def test_each_policy_and_aggregator_parameter_is_an_hparam(tmp_path: Path) -> None:

@@ -118,14 +118,8 @@ def ran(tmp_path_factory) -> dict[str, tuple[Path, object]]:
     root = tmp_path_factory.mktemp("runs")
     runs = {name: {"policy": f"{module}:{name}", **extra} for name, (extra, _) in CASES.items()}
     runs |= {name: {"policy": "bc", **extra} for name, extra in FLAT.items()}
-    argvs = [
-        [
-            "inprocess",
-            "--run-config",
-            format_run_config({**TINY, **extra, "result-dir": str(root / name)}),
-        ]
-        for name, extra in runs.items()
-    ]
+    argvs = [["inprocess", "--run-config", format_run_config({**TINY, **extra, "result-dir":
+              str(root / name)})] for name, extra in runs.items()]  # fmt: skip
     done = in_one_process(argvs)
     return {name: (root / name, d) for name, d in zip(runs, done, strict=True)}
 
@@ -290,16 +284,8 @@ def test_an_exit_or_interrupt_of_the_researchers_code_fails_the_run_naming_its_l
     assert (status["state"], status["last_round"]) == ("failed", 1) and what[5] in status["reason"]
     status = json.loads((root / "g" / "status.json").read_text())  # a resume that failed to
     assert (status["state"], status["last_round"]) == ("completed", 1)  # build writes nothing
-
-
-def test_a_data_set_error_line_carries_no_escape_codes_and_names_its_line(exited):
-    _, done = exited
-    line = textwrap.dedent(EXITS).splitlines().index("def data_colours():") + 2
+    # a data set's error line carries no escape codes and names its line
+    line = lines.index("def data_colours():") + 2
     assert done[-1].returncode == 2 and "\x1b" not in done[-1].stderr, done[-1].stderr[-2000:]
-    assert (
-        done[-1]
-        .stderr.strip()
-        .endswith(
-            f"the function raised RuntimeError: bold bell? end (exits.py:{line} in data_colours)"
-        )
-    ), done[-1].stderr[-2000:]
+    said = f"the function raised RuntimeError: bold bell? end (exits.py:{line} in data_colours)"
+    assert done[-1].stderr.strip().endswith(said), done[-1].stderr[-2000:]
