@@ -44,8 +44,6 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     # Ten classes: chance is 0.10. Four rounds of FedCGD on digits reach well above it.
     assert summary["final_accuracy"] > 0.3
     assert f"round    {ROUNDS}/{ROUNDS}" in proc.stdout
-
-    # The same run in one process, one device at a time: the same run bit for bit.
     here = tmp_path / "inprocess"
     config = validated_run_config({**overrides, "result-dir": str(here)})
     config["data-dir"] = str((Path.cwd() / "data").resolve())
@@ -117,13 +115,11 @@ def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
     assert words[4:] == ["--federation-config", "num-supernodes=40 client-resources-num-cpus=1"]
     port = _free_port()
     env = {
-        **os.environ,
-        **exported,
-        "FLWR_HOME": str(tmp_path / "home"),
+        **os.environ, **exported, "FLWR_HOME": str(tmp_path / "home"),
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
         "PATH": f"{Path(executable('flwr')).parent}{os.pathsep}{os.environ['PATH']}",
-    }
+    }  # fmt: skip
     tiny = "num-devices=3 num-server-rounds=1 channel.availability-prob=1.0 device='cpu'"
 
     def flwr_run(*options: str, out: Path) -> subprocess.CompletedProcess[str]:

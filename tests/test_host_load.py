@@ -3,7 +3,9 @@ deployment counts the devices it loses in every file, the last line and the comp
 
 from __future__ import annotations
 
+import inspect
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from test_resume_command import run_config_text
 from client_app.app import app as client_app
 from experiments.cli import invoke
 from experiments.compare.results import summarise, table_rows
-from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError
+from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, stall_alarm
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation, wait_for_nodes
@@ -188,11 +190,6 @@ def test_an_error_reply_is_a_lost_device_and_a_refused_reply_is_not(tmp_path):
 def test_the_stall_alarm_stops_code_stuck_in_a_thread_that_is_not_the_main_one():
     # Flower's simulation runs the ServerApp in a thread, where SIGALRM cannot ring: a watcher
     # thread raises in it (issue 51: one run-level stall limit instead of a thread per call)
-    import inspect
-    import threading
-
-    from fedcgd_strategy.flower.simulation import SimulationStalledError, stall_alarm
-
     caught: list[BaseException] = []
 
     def stuck_policy() -> None:

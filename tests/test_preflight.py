@@ -110,19 +110,13 @@ def metrics_text(rounds: list[int]) -> str:
     return "".join(json.dumps({"round": r, "accuracy": 0.5}) + "\n" for r in rounds)
 
 
-def test_read_metrics_refuses_corrupt_missing_or_repeated_rounds(tmp_path):
+def test_read_metrics_refuses_a_torn_checkpoint_round_and_missing_or_repeated_rounds(tmp_path):
     from server_app.run_folder.results import read_metrics_lines
 
     path = tmp_path / METRICS_FILE
     path.write_text(metrics_text([1, 2]) + '{"round": 3, "acc')  # the checkpoint round is torn
     with pytest.raises(ValueError, match=r"holds rounds 1\.\.2 \(2 lines\) but the checkpoint"):
         read_metrics_lines(tmp_path, 3)
-    path.write_text(metrics_text([1]) + "garbage\n" + metrics_text([3]))
-    with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 is not a metrics line"):
-        read_metrics_lines(tmp_path, 3)
-    path.write_text("")
-    with pytest.raises(ValueError, match=r"holds no rounds but the checkpoint is after round 6"):
-        read_metrics_lines(tmp_path, 6)
     path.write_text(metrics_text([1, 2, 2, 3]))
     with pytest.raises(ValueError, match=r"missing or repeated"):
         read_metrics_lines(tmp_path, 3)

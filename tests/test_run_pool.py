@@ -125,9 +125,8 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert again.stdout.count("resumed from its checkpoint") == 2
     one_at_a_time = [*command, "--run-config", settings, "--out", str(whole)]
-    reference = subprocess.run(
-        one_at_a_time, cwd=project, capture_output=True, text=True, timeout=300
-    )
+    reference = subprocess.run(one_at_a_time, cwd=project, capture_output=True, text=True,
+                               timeout=300)  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-2000:]
     for policy in ("fedcgd-fscd", "bc"):
         run, ref = stopped / policy / "seed-0", whole / policy / "seed-0"

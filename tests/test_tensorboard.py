@@ -27,16 +27,9 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 def expected(lines: list[dict]) -> dict[str, list[tuple[int, float]]]:
     """The metrics lines' finite numbers by tag (the oracle: metrics.jsonl itself)."""
-    out: dict[str, list[tuple[int, float]]] = {}
-    for tag, field in SCALARS.items():
-        points = [
-            (line["round"], float(line[field]))
-            for line in lines
-            if isinstance(line.get(field), int | float)
-        ]
-        if points:
-            out[tag] = points
-    return out
+    by_tag = {tag: [(x["round"], float(x[f])) for x in lines if isinstance(x.get(f), int | float)]
+              for tag, f in SCALARS.items()}  # fmt: skip
+    return {tag: points for tag, points in by_tag.items() if points}
 
 
 def assert_same(shown: dict, wanted: dict) -> None:

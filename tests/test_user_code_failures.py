@@ -25,7 +25,6 @@ import numpy as np
 
 from fedcgd_strategy import Policy, decision_from_mask
 
-
 class Fails(Policy):
     needs_reports = False
 
@@ -33,31 +32,25 @@ class Fails(Policy):
         self.fail()
         return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
 
-
 class ExitsZero(Fails):
     def fail(self):
         raise SystemExit(0)
-
 
 class Interrupts(Fails):
     def fail(self):
         raise KeyboardInterrupt
 
-
 class Sleeps(Fails):
     def fail(self):
         time.sleep(30)
-
 
 class Indexes(Fails):
     def fail(self):
         return [][0]
 
-
 class Colours(Fails):
     def fail(self):
         raise RuntimeError("\\x1b[31mred\\x1b[0m bell\\x07 end")
-
 
 class ObserveFails(Policy):
     needs_reports = False
@@ -189,22 +182,17 @@ import numpy as np
 
 from fedcgd_strategy import Policy, decision_from_mask
 
-
 def data_exits():
     sys.exit(0)
-
 
 def data_interrupts():
     raise KeyboardInterrupt
 
-
 def data_colours():
     raise RuntimeError("\\x1b[1mbold\\x1b[0m bell\\x07 end")
 
-
 def model_exits(num_classes, input_shape):
     sys.exit(0)
-
 
 class Idle(Policy):  # the device that needs the least bandwidth, when it fits
     needs_reports = False
@@ -214,11 +202,9 @@ class Idle(Policy):  # the device that needs the least bandwidth, when it fits
         fits = need.min() <= inputs.total_bandwidth_hz
         return decision_from_mask(inputs, (need == need.min()) & fits)
 
-
 class ExitsInStateDict(Idle):
     def state_dict(self):
         sys.exit(0)
-
 
 class ExitsOnLoad(Idle):
     def load_state_dict(self, state):
