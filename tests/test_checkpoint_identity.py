@@ -75,14 +75,6 @@ def resume_command(capsys, folder: Path, **changes: Any) -> tuple[int, list[str]
     return code, capsys.readouterr().err.strip().splitlines()
 
 
-def edit_checkpoint(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Rewrite ``folder``'s checkpoint with ``change`` applied to its raw contents."""
-    path = folder / CHECKPOINT_FILE
-    data = torch.load(path, weights_only=True)
-    change(data)
-    torch.save(data, path)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """Completed 2-round runs: fedcgd-fscd (seeds 0 and 1; seed 0 with η = 0.05), bc, fedcbs."""
@@ -94,10 +86,6 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         "lr": run(root / "lr", seed=0, **{"learning-rate": 0.05}),
         "fedcbs": run(root / "fedcbs", seed=0, policy="fedcbs"),
     }
-
-
-def policy_of(folder: Path) -> str:
-    return json.loads((folder / "config.json").read_text())["policy"]
 
 
 def copy_run(runs: dict[str, Path], name: str, tmp_path: Path) -> Path:
@@ -202,14 +190,13 @@ def test_a_checkpoint_that_does_not_fit_the_run_leaves_the_folder_as_it_was(runs
     """The ServerApp itself (no check before the start): refused before its first write."""
     name, change, phrase = DAMAGE[damage]
     folder = copy_run(runs, name, tmp_path)
-    edit_checkpoint(folder, change)
+    data = torch.load(folder / CHECKPOINT_FILE, weights_only=True)
+    change(data)
+    torch.save(data, folder / CHECKPOINT_FILE)
     before = files(folder)
-    config = checkpointed_run_config(
-        folder,
-        **overrides(
-            policy=policy_of(folder), **{"num-server-rounds": 3, "resume-from": str(folder)}
-        ),
-    )
+    policy = json.loads((folder / "config.json").read_text())["policy"]
+    resume = {"num-server-rounds": 3, "resume-from": str(folder)}
+    config = checkpointed_run_config(folder, **overrides(policy=policy, **resume))
     with pytest.raises(Exception) as caught:  # the type is checked below
         run_inprocess(config)
     assert files(folder) == before  # status "completed", config, metrics: byte for byte

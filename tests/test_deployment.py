@@ -23,10 +23,8 @@ from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE,
 
 
 def metrics(out: Path) -> list[dict]:
-    path = out / METRICS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    text = (out / METRICS_FILE).read_text() if (out / METRICS_FILE).exists() else ""
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
 
 
 def test_tls_with_supernode_authentication_on_a_given_superlink(tmp_path, capsys):

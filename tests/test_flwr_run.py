@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from doc_pages import PROJECT
 from run_results import comparable, same_model
-from subprocesses import FEDCGD
+from subprocesses import FEDCGD, run_fedcgd
 from test_paths import hostile_folder
 
 from experiments.cli import invoke
@@ -68,10 +68,7 @@ def test_every_started_process_is_stopped_by_pid(tmp_path):
 @pytest.mark.slow
 def test_default_run_of_make_run(tmp_path):
     """What `make run` runs: the default settings, 40 devices, 50 rounds (README's promises)."""
-
-    command = [FEDCGD, "run", "--results", str(tmp_path)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_fedcgd("run", "--results", str(tmp_path))
     (result_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert f"Results: {result_dir}" in proc.stdout
     assert f"events.out.tfevents.*; tensorboard --logdir {result_dir})" in proc.stdout

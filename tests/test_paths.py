@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from run_results import lines, two_policy_preset
-from subprocesses import FEDCGD
+from subprocesses import FEDCGD, run_ok
 
 from experiments.cli import invoke
 from experiments.run.run_config import (
@@ -26,7 +26,7 @@ from experiments.run.run_config import (
     split_run_config_text,
     validated_run_config,
 )
-from fedcgd_task.schema import PROJECT_DIR, flatten
+from fedcgd_task.schema import flatten
 from server_app.config import fold_policy_params, read_params
 
 #: A folder name with a space, both quotes, a backslash, non-ASCII and non-BMP characters.
@@ -58,16 +58,10 @@ def test_every_string_round_trips_through_run_config_text_toml_file_and_shell(te
     from flwr.common.config import parse_config_args
 
     values = {
-        "policy": text,
-        "result-dir": text,
-        "channel.trace": text,
-        "policy-params.note": text,
-        "policy-params.notes": [text, "x"],
-        "aggregator-params.strategy-params.name": text,
-        "num-devices": 3,
-        "learning-rate": 0.5,
-        "verbose": True,
-    }
+        "policy": text, "result-dir": text, "channel.trace": text, "policy-params.note": text,
+        "policy-params.notes": [text, "x"], "aggregator-params.strategy-params.name": text,
+        "num-devices": 3, "learning-rate": 0.5, "verbose": True,
+    }  # fmt: skip
     folded = fold_policy_params(values)
     line = format_run_config(values)
     assert "\n" not in line  # one line: a printed command stays on its line
@@ -214,14 +208,10 @@ RUN_CONFIG = ["--run-config", "num-devices=4 num-server-rounds=1"]
 
 @pytest.mark.parametrize(
     ("command", "option", "extra"),
-    [
-        ("inprocess", "--out", RUN_CONFIG),
-        ("run", "--out", RUN_CONFIG),
-        ("run", "--certificates-dir", ["--tls", *RUN_CONFIG]),
-        ("compare", "--out", RUN_CONFIG),
-        ("certificates", "--out", []),
-    ],
-)
+    [("inprocess", "--out", RUN_CONFIG), ("run", "--out", RUN_CONFIG),
+     ("run", "--certificates-dir", ["--tls", *RUN_CONFIG]), ("compare", "--out", RUN_CONFIG),
+     ("certificates", "--out", [])],
+)  # fmt: skip
 def test_an_option_path_that_is_not_utf8_is_refused_before_anything_starts(
     command, option, extra, tmp_path, capsys
 ):
@@ -245,11 +235,7 @@ def test_a_preset_with_side_by_side_runs_in_a_hostile_folder_completes(tmp_path)
     quoted = out.as_posix().replace("'", "\\'")
     args = two_policy_preset(Path("PLACEHOLDER"), "run.num-server-rounds=2", "run.num-devices=6")
     args = [f"out='{quoted}'" if a == "out=PLACEHOLDER" else a for a in args]
-    proc = subprocess.run(
-        [FEDCGD, "reproduce", *args, "launcher.jobs=2"],
-        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = run_ok([FEDCGD, "reproduce", *args, "launcher.jobs=2"], timeout=600)
     assert proc.stdout.splitlines()[0] == f"output folder: {out}"
     for policy in ("bc", "fedcgd-fscd"):
         assert [x["round"] for x in lines(out / "default" / policy / "seed-0")] == [1, 2]

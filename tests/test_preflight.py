@@ -122,10 +122,13 @@ def test_read_metrics_refuses_a_torn_checkpoint_round_and_missing_or_repeated_ro
         read_metrics_lines(tmp_path, 3)
 
 
-def test_run_outcome_reads_the_status_written_since_the_launch(tmp_path):
+def test_run_outcome_reads_the_status_written_since_the_launch_and_refuses_a_huge_one(tmp_path):
     from server_app.run_folder.run_status import run_outcome
 
     assert run_outcome(tmp_path, 0.0).code == 1  # no status: the ServerApp never started
+    (tmp_path / "status.json").write_bytes(b" " * (64 * 2**20 + 1))  # huge: one line too
+    huge = run_outcome(tmp_path, 0.0)
+    assert huge.code == 1 and "more than the 67108864 a run writes" in huge.message
     write_status(tmp_path, RunStatus(COMPLETED, 5, 5))
     written = json.loads((tmp_path / "status.json").read_text())["updated_unix_s"]
     done = run_outcome(tmp_path, written)

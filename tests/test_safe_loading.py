@@ -195,14 +195,6 @@ def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path, capsys):
     assert "config.json" in line and "nests deeper than 64 levels" in line
 
 
-def test_a_huge_status_json_is_one_line(tmp_path):
-    from server_app.run_folder.run_status import run_outcome
-
-    (tmp_path / "status.json").write_bytes(b" " * (64 * 2**20 + 1))
-    outcome = run_outcome(tmp_path, 0.0)
-    assert outcome.code == 1 and "more than the 67108864 a run writes" in outcome.message
-
-
 def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
     run = tmp_path / "run"
     write_run(run, {"policy": "bc"}, [{"round": r, "accuracy": 0.5} for r in (1, 2)])

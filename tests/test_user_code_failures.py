@@ -70,20 +70,15 @@ class ObserveFails(Policy):
 CASES = {
     "ExitsZero": ({}, "SystemExit: 0 (failing.py:{line} in fail) raised while no stop signal"),
     "Interrupts": ({}, "KeyboardInterrupt (failing.py:{line} in fail) raised while no stop"),
-    "Indexes": (
-        {"verbose": True},
-        "round 1: schedule() raised IndexError: list index out of range (failing.py:{line} in "
-        "fail)",
-    ),
+    "Indexes": ({"verbose": True}, "round 1: schedule() raised IndexError: list index out of "
+                "range (failing.py:{line} in fail)"),
     "Colours": ({}, "round 1: schedule() raised RuntimeError: red bell? end (failing.py:{line}"),
     "ObserveFails": ({}, "round 1: observe_uploads() raised ValueError: no updates wanted"),
-    "Sleeps": (  # no watchdog thread per call (issue 51): the run's one stall alarm stops it
-        {"stall-limit-s": 8},
-        "run stalled: no progress in 8 s (stall-limit-s): a policy, an aggregator or the "
-        "server's own code did not return; raise stall-limit-s if it needs longer (stuck at "
-        "failing.py:{line} in fail)",
-    ),
-}
+    "Sleeps": ({"stall-limit-s": 8},  # no watchdog per call (issue 51): the run's stall alarm
+               "run stalled: no progress in 8 s (stall-limit-s): a policy, an aggregator or the "
+               "server's own code did not return; raise stall-limit-s if it needs longer (stuck "
+               "at failing.py:{line} in fail)"),
+}  # fmt: skip
 #: DP that clips every update to nothing: the fixed and the adaptive wrapper; with 40 devices
 #: the clipped mean moves the last bits of some weights (about 1 ulp), no more.
 FIXED = {
