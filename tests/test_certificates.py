@@ -148,11 +148,8 @@ def test_keys_are_never_readable_by_others_even_with_umask_zero(tmp_path):
     # every file of the set was opened once, new, never through a link
     # (a file opened relative to the folder's descriptor is audited by its name alone)
     names = certificate_names(2)
-    in_folder = [
-        (Path(p).name, flags)
-        for p, flags in report["opened"]
-        if Path(p).name in names and Path(p).parent in (out, Path("."))
-    ]
+    in_folder = [(Path(p).name, flags) for p, flags in report["opened"]
+                 if Path(p).name in names and Path(p).parent in (out, Path("."))]  # fmt: skip
     assert sorted(name for name, _ in in_folder) == sorted(names)
     required = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     assert all(flags & required == required for _, flags in in_folder), in_folder

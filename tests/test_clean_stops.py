@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -88,14 +89,10 @@ def whole(tmp_path_factory):
 
 @pytest.mark.parametrize(
     ("where", "signum"),
-    [
-        ("checkpoint.pt", signal.SIGINT),
-        ("checkpoint.pt", signal.SIGTERM),
-        ("metrics.jsonl", signal.SIGINT),
-        ("status.json", signal.SIGTERM),
-    ],
+    [("checkpoint.pt", signal.SIGINT), ("checkpoint.pt", signal.SIGTERM),
+     ("metrics.jsonl", signal.SIGINT), ("status.json", signal.SIGTERM)],
     ids=["torch-save-sigint", "torch-save-sigterm", "metrics-line-sigint", "status-sigterm"],
-)
+)  # fmt: skip
 def test_a_signal_inside_a_write_stops_the_run_cleanly(
     tmp_path, monkeypatch, capsys, whole, where, signum
 ):
@@ -113,9 +110,7 @@ def test_a_signal_inside_a_write_stops_the_run_cleanly(
     folder = Path(out.splitlines()[0].removeprefix("result folder: "))
     stopped, last = err.strip().splitlines()[-2:]
     assert stopped.startswith(f"stopped by {name}: "), stopped
-
-    # every file whole, the status says stopped with the round reached
-    written = lines(folder)  # each line parses
+    written = lines(folder)  # each line parses: every file whole
     assert (folder / "metrics.jsonl").read_bytes().endswith(b"\n")
     assert [x["round"] for x in written] == list(range(1, STOP_ROUND + 1))
     status = json.loads((folder / "status.json").read_text())
@@ -127,15 +122,9 @@ def test_a_signal_inside_a_write_stops_the_run_cleanly(
     progress = [x for x in out.splitlines() if x.startswith("round ")]
     assert progress[-1].startswith(f"round    {STOP_ROUND}/")
     assert not list(folder.glob(".*.tmp")) and not (folder / "model.pt").exists()
-
-    # the printed command finishes the run as if it had never stopped
     assert last.startswith(f"{CONTINUE}{done} of {VALUES['num-server-rounds']}: "), last
-    again = run_verbatim(printed_command(last, CONTINUE))
-    assert again.returncode == 0, again.stderr[-3000:]
+    run_verbatim(printed_command(last, CONTINUE))
     assert_same_run(folder, whole, rounds=VALUES["num-server-rounds"])
-
-
-# --- the holding itself ---------------------------------------------------------------------
 
 
 class Stop(BaseException):
@@ -216,17 +205,9 @@ def test_a_run_stopped_under_flwr_run_is_recorded_stopped(tmp_path: Path, monkey
     folder.mkdir()
     write_status(folder, RunStatus(RUNNING, 4, 50))
 
-    class StoppedFederation:  # SIGTERM while the run's processes run
-        def __init__(self, *args, **kwargs) -> None:
-            pass
-
-        def __enter__(self):
-            raise Interrupted(signal.SIGTERM)
-
-        def __exit__(self, *exc) -> bool:
-            return False
-
-    monkeypatch.setattr(flwr_run, "LocalFederation", StoppedFederation)
+    stopped = mock.MagicMock()  # SIGTERM while the run's processes run
+    stopped.return_value.__enter__.side_effect = Interrupted(signal.SIGTERM)
+    monkeypatch.setattr(flwr_run, "LocalFederation", stopped)
     with pytest.raises(Interrupted):
         flwr_run.run_flwr({"result-dir": str(folder)}, num_supernodes=2)
     status = read_status(folder)

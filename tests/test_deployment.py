@@ -23,10 +23,8 @@ from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE,
 
 
 def metrics(out: Path) -> list[dict]:
-    path = out / METRICS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    text = (out / METRICS_FILE).read_text() if (out / METRICS_FILE).exists() else ""
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
 
 
 def test_tls_with_supernode_authentication_on_a_given_superlink(tmp_path, capsys):
@@ -69,10 +67,8 @@ def stop(proc: subprocess.Popen) -> None:
 def test_too_few_supernodes_fail_after_the_timeout(tmp_path):
     with LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False) as fed:
         stop(fed.processes[-1])  # only one of two SuperNodes remains
-        config = validated_run_config(
-            {"num-devices": 2, "num-server-rounds": 1, "query-timeout-s": 4.0}
-        )
-        config["result-dir"] = str(tmp_path / "few")
+        values = {"num-devices": 2, "num-server-rounds": 1, "query-timeout-s": 4.0}
+        config = {**validated_run_config(values), "result-dir": str(tmp_path / "few")}
         run = flwr_run(fed, config)
         try:
             output, _ = run.communicate(timeout=300)
@@ -89,16 +85,10 @@ ROUNDS = 5
 def test_a_supernode_that_dies_is_recorded_and_used_again_after_restart(tmp_path):
     out = tmp_path / "failure"
     config = validated_run_config(
-        {
-            "num-devices": 3,
-            "num-server-rounds": ROUNDS,
-            "policy": "all",
-            "channel.availability-prob": 1.0,
-            "channel.deadline-s": 1.0,
-            "query-timeout-s": 60.0,
-            "train-timeout-s": 60.0,
-        }
-    )
+        {"num-devices": 3, "num-server-rounds": ROUNDS, "policy": "all",
+         "channel.availability-prob": 1.0, "channel.deadline-s": 1.0, "query-timeout-s": 60.0,
+         "train-timeout-s": 60.0}
+    )  # fmt: skip
     config["result-dir"] = str(out)
     with LocalFederation(tmp_path / "home", num_supernodes=3, simulation=False) as fed:
         run = flwr_run(fed, config)

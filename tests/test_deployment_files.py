@@ -54,18 +54,12 @@ def test_every_flag_exists_in_the_installed_flower(file, name):
 
 
 def test_supernodes_cover_every_partition_once():
-    configs = [
-        s["command"][s["command"].index("--node-config") + 1]
-        for n, s in SERVICES.items()
-        if n.startswith("supernode")
-    ]
+    configs = [flag_value(SERVICES[name]["command"], "--node-config") for name in SUPERNODES]
     parsed = [dict(kv.split("=") for kv in c.split()) for c in configs]
     n = len(parsed)
     assert sorted(int(p["partition-id"]) for p in parsed) == list(range(n))
     assert {int(p["num-partitions"]) for p in parsed} == {n}
-    for name, service in SERVICES.items():
-        if name.startswith("supernode"):
-            assert "superlink:8000" in service["command"]
+    assert all("superlink:8000" in SERVICES[name]["command"] for name in SUPERNODES)
 
 
 def test_dockerfile_copies_every_package_onto_the_public_python_image():
@@ -92,17 +86,12 @@ def test_tls_and_supernode_authentication_everywhere(services):
         assert "--insecure" not in command
         assert flag_value(command, "--root-certificates") == "/certificates/ca.crt"
         keys.append(flag_value(command, "--auth-supernode-private-key"))
-    # One key per SuperNode, named as experiments.run.certificates writes them.
     assert keys == [f"/certificates/supernode-{i}.key" for i in range(len(SUPERNODES))]
 
 
 def test_certificates_are_mounted_read_only_where_they_are_used():
-    merged = {
-        name: {
-            "volumes": TEST_SERVICES[name].get("volumes", []) + SERVICES[name].get("volumes", [])
-        }
-        for name in SERVICES
-    }
+    merged = {name: {"volumes": TEST_SERVICES[name].get("volumes", []) + SERVICES[name].get(
+        "volumes", [])} for name in SERVICES}  # fmt: skip
     for services in (SERVICES, merged):
         for name, service in services.items():
             mounts = {v.split(":")[1]: v for v in service["volumes"]}
@@ -122,8 +111,7 @@ def test_the_test_override_and_its_script_run_every_service_on_loopback_host_net
         assert flag_value(command, "--superlink") == f"127.0.0.1:{link_port}"
         assert flag_value(command, "--host") == "127.0.0.1"
         ports.append(flag_value(command, "--port"))
-        # The same device as in the public file.
-        public = SERVICES[name]["command"]
+        public = SERVICES[name]["command"]  # the same device as in the public file
         assert flag_value(command, "--node-config") == flag_value(public, "--node-config")
     assert len(set(ports)) == len(ports), ports
     script = (ROOT / "scripts" / "test_compose.sh").read_text()  # make test-compose's script
@@ -160,23 +148,17 @@ def test_the_documented_test_compose_commands_start_no_host_service_with_publish
         )
         if "up" in words:
             for name, service in merged["services"].items():
-                assert not (service.get("network_mode") == "host" and service.get("ports")), (
-                    command,
-                    name,
-                )
+                host = service.get("network_mode") == "host"
+                assert not (host and service.get("ports")), (command, name)
             started.append(command)
         elif words[-1] == "config":
             program, _, target = rest.rpartition(" >")
             python, option, code = shlex.split(program)
             assert python == ".venv/bin/python" and option == "-c", program
             filtered = subprocess.run(
-                [sys.executable, "-c", code],
-                input=yaml.safe_dump(merged),
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=60,
-            ).stdout
+                [sys.executable, "-c", code], input=yaml.safe_dump(merged), capture_output=True,
+                text=True, check=True, timeout=60,
+            ).stdout  # fmt: skip
             written[target] = yaml.safe_load(filtered)
     assert started, commands
 

@@ -22,12 +22,8 @@ from experiments.run.run_config import format_run_config
 from fedcgd_task.schema import PROJECT_DIR
 from server_app.run_folder.files import ResultWriteError, append_line, atomic_write, sync_files
 
-SMALL = {
-    "num-devices": 8,
-    "num-server-rounds": 5,
-    "channel.availability-prob": 0.8,
-    "checkpoint-every": 1,
-}
+SMALL = {"num-devices": 8, "num-server-rounds": 5, "channel.availability-prob": 0.8,
+         "checkpoint-every": 1}  # fmt: skip
 
 
 def fd_path(fd: int) -> str:
@@ -98,19 +94,25 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(cap
     assert comparable(folder) == comparable(whole) and same_model(folder, whole)
 
 
-def test_a_failed_checkpoint_write_says_failed_in_the_status_and_leaves_no_temporary(
-    capsys, tmp_path
+@pytest.mark.parametrize(
+    ("errno_code", "said", "advice"),
+    [(errno.ENOSPC, "no space left on device", "free space on the disk"),
+     (errno.EIO, "input/output error", "fix the file system")],
+)  # fmt: skip
+def test_a_failed_checkpoint_write_is_one_line_failed_in_the_status_and_no_temporary(
+    capsys, tmp_path, errno_code, said, advice
 ):
     folder = tmp_path / "run"
     is_checkpoint = lambda path: os.path.basename(path).startswith(".checkpoint.pt.")  # noqa: E731
-    with disk_full(folder, lambda p: is_checkpoint(p) and rounds_written(folder) >= 3):
+    with disk_full(folder, lambda p: is_checkpoint(p) and rounds_written(folder) >= 3, errno_code):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     assert code == 1 and "Traceback" not in err and err.count("\n") == 2, err
-    assert err.startswith(f"failed: no space left on device while writing {folder}/checkpoint.pt")
+    assert err.startswith(f"failed: {said} while writing {folder}/checkpoint.pt")
+    assert f"{advice}, then continue it from its checkpoint" in err
     assert err.splitlines()[1].startswith("to continue after round 2 of 5: "), err
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "failed" and status["last_round"] == 3
-    assert status["reason"] == f"no space left on device while writing {folder}/checkpoint.pt"
+    assert status["reason"] == f"{said} while writing {folder}/checkpoint.pt"
     assert temporaries(folder) == []
     assert torch.load(folder / "checkpoint.pt")["round"] == 2  # the last whole checkpoint
 
@@ -127,15 +129,6 @@ def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(capsys,
         "checkpoint-every = 0); to start again in a new folder: "
     ), err
     assert not (folder / "checkpoint.pt").exists()
-
-
-def test_other_io_errors_are_one_line_too(capsys, tmp_path):
-    folder = tmp_path / "run"
-    with disk_full(folder, lambda _: rounds_written(folder) >= 3, code=errno.EIO):
-        code, _, err = run_main(capsys, **{"result-dir": str(folder)})
-    assert code == 1 and err.count("\n") == 2 and "Traceback" not in err, err
-    assert err.startswith(f"failed: input/output error while writing {folder}/")
-    assert "fix the file system, then continue it from its checkpoint" in err
 
 
 def test_atomic_writes_leave_the_old_file_whole_and_no_temporary(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from doc_pages import PROJECT
 from run_results import comparable, same_model
-from subprocesses import FEDCGD
+from subprocesses import FEDCGD, run_fedcgd
 from test_paths import hostile_folder
 
 from experiments.cli import invoke
@@ -30,15 +30,9 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     """Also: the result folder's path holds a space, both quotes, a backslash and a non-BMP
     character, which the run config's TOML file must carry to the ServerApp unchanged."""
     out = hostile_folder(tmp_path) / "run 𝔘"
-    overrides = {
-        "num-devices": 6,
-        "num-server-rounds": ROUNDS,
-        "dirichlet-alpha": 10.0,
-        "channel.availability-prob": 0.8,
-        "channel.deadline-s": 0.006,
-        "device": "cpu",
-        "result-dir": str(out),
-    }
+    overrides = {"num-devices": 6, "num-server-rounds": ROUNDS, "dirichlet-alpha": 10.0,
+                 "channel.availability-prob": 0.8, "channel.deadline-s": 0.006, "device": "cpu",
+                 "result-dir": str(out)}  # fmt: skip
     proc = run_flwr(overrides, num_supernodes=6, flwr_home=tmp_path / "flwr-home")
     assert proc.returncode == 0, proc.stdout[-3000:]
     for name in (CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE):
@@ -50,8 +44,6 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     # Ten classes: chance is 0.10. Four rounds of FedCGD on digits reach well above it.
     assert summary["final_accuracy"] > 0.3
     assert f"round    {ROUNDS}/{ROUNDS}" in proc.stdout
-
-    # The same run in one process, one device at a time: the same run bit for bit.
     here = tmp_path / "inprocess"
     config = validated_run_config({**overrides, "result-dir": str(here)})
     config["data-dir"] = str((Path.cwd() / "data").resolve())
@@ -76,10 +68,7 @@ def test_every_started_process_is_stopped_by_pid(tmp_path):
 @pytest.mark.slow
 def test_default_run_of_make_run(tmp_path):
     """What `make run` runs: the default settings, 40 devices, 50 rounds (README's promises)."""
-
-    command = [FEDCGD, "run", "--results", str(tmp_path)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_fedcgd("run", "--results", str(tmp_path))
     (result_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert f"Results: {result_dir}" in proc.stdout
     assert f"events.out.tfevents.*; tensorboard --logdir {result_dir})" in proc.stdout
@@ -123,13 +112,11 @@ def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
     assert words[4:] == ["--federation-config", "num-supernodes=40 client-resources-num-cpus=1"]
     port = _free_port()
     env = {
-        **os.environ,
-        **exported,
-        "FLWR_HOME": str(tmp_path / "home"),
+        **os.environ, **exported, "FLWR_HOME": str(tmp_path / "home"),
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
         "PATH": f"{Path(executable('flwr')).parent}{os.pathsep}{os.environ['PATH']}",
-    }
+    }  # fmt: skip
     tiny = "num-devices=3 num-server-rounds=1 channel.availability-prob=1.0 device='cpu'"
 
     def flwr_run(*options: str, out: Path) -> subprocess.CompletedProcess[str]:

@@ -152,9 +152,8 @@ def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, 
     folder.mkdir()
     lock = "lock = take_lock(folder, WRITER_LOCK_FILE, 'k', shared=False)"
     with holding_lock(folder, lock) as holder:
-        line = refused_here(
-            capsys, monkeypatch, **{"result-dir": str(folder), "num-server-rounds": 1}
-        )
+        values = {"result-dir": str(folder), "num-server-rounds": 1}
+        line = refused_here(capsys, monkeypatch, **values)
         assert f"written by process {holder.pid} " in line, line
         assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
 
@@ -337,10 +336,8 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
         assert owner.stdout.readline().strip() == "released"
         next_owner = subprocess.Popen(  # its stdin a pipe: it holds until killed, not until EOF
             [sys.executable, "-c", CLAIM_AND_SAY, *in_project(folder), "owner"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
         processes.append(next_owner)
         assert next_owner.stdout is not None and next_owner.stdout.readline().strip() == "owner"
         owner.stdin.write("go\n")

@@ -3,7 +3,9 @@ deployment counts the devices it loses in every file, the last line and the comp
 
 from __future__ import annotations
 
+import inspect
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from test_resume_command import run_config_text
 from client_app.app import app as client_app
 from experiments.cli import invoke
 from experiments.compare.results import summarise, table_rows
-from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError
+from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, stall_alarm
 from fedcgd_task import keys
 from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation, wait_for_nodes
@@ -27,6 +29,7 @@ from server_app.run_folder.run_status import read_status, run_outcome
 V, ROUNDS, SLOW = 4, 3, 1
 #: The timeouts of the run, and how long the host holds each message of the slow device.
 TIMEOUT_S, HOLD_S = 0.2, 1.0
+NODES = [7000 + 11 * i for i in range(V)]
 
 
 def run_config(folder: Path, **extra) -> dict:
@@ -37,9 +40,6 @@ def run_config(folder: Path, **extra) -> dict:
 
 def hold_slow_device(pid: int, message_type: str, server_round: int) -> float:
     return HOLD_S if pid == SLOW else 0.0
-
-
-# --- simulation: host load changes nothing ---------------------------------------------------
 
 
 def test_a_device_held_back_past_every_timeout_changes_nothing_in_a_simulation(
@@ -126,14 +126,10 @@ def test_the_inprocess_command_stops_a_stuck_run_with_exit_1_and_one_line(
     assert status is not None and status.state == "failed" and status.last_round == 1
 
 
-# --- deployment: a lost device is counted everywhere ------------------------------------------
-
-
 def test_a_deployment_counts_the_devices_it_lost(tmp_path):
     config = run_config(tmp_path / "lost")
-    nodes = [7000 + 11 * i for i in range(V)]
-    silent = nodes[SLOW]  # times out in every round (discovery included)
-    grid = app_grid(make_contexts(nodes, config, V), silent=[silent])
+    silent = NODES[SLOW]  # times out in every round (discovery included)
+    grid = app_grid(make_contexts(NODES, config, V), silent=[silent])
     t0 = time.time()
     run_federation(grid, parse_run_config(config))
     folder = Path(config["result-dir"])
@@ -156,7 +152,7 @@ def test_a_deployment_counts_the_devices_it_lost(tmp_path):
 
     # the comparison tables flag it (their columns and marker: test_compare_policies)
     clean = run_config(tmp_path / "clean")
-    grid = app_grid(make_contexts(nodes, clean, V))
+    grid = app_grid(make_contexts(NODES, clean, V))
     run_federation(grid, parse_run_config(clean))
     runs = [summarise(folder, seed=0), summarise(Path(clean["result-dir"]), seed=1)]
     assert [r["devices_lost"] for r in runs] == [ROUNDS, 0]
@@ -167,7 +163,6 @@ def test_an_error_reply_is_a_lost_device_and_a_refused_reply_is_not(tmp_path):
     from misbehaving import misbehaving
 
     config = run_config(tmp_path / "errors")
-    nodes = [7000 + 11 * i for i in range(V)]
 
     def raising_in_round_2(app):
         def handle(message, context):
@@ -178,12 +173,12 @@ def test_an_error_reply_is_a_lost_device_and_a_refused_reply_is_not(tmp_path):
 
         return handle
 
-    grid = app_grid(make_contexts(nodes, config, V), wrap=raising_in_round_2)
+    grid = app_grid(make_contexts(NODES, config, V), wrap=raising_in_round_2)
     run_federation(grid, parse_run_config(config))
     assert [x["lost"] for x in lines(tmp_path / "errors")] == [[], [SLOW], []]
 
     refused = run_config(tmp_path / "refused")
-    contexts = make_contexts(nodes, refused, V)
+    contexts = make_contexts(NODES, refused, V)
     grid = app_grid(contexts, wrap=lambda app: misbehaving(app, "nan-array", SLOW))
     run_federation(grid, parse_run_config(refused))
     written = lines(tmp_path / "refused")
@@ -194,11 +189,6 @@ def test_an_error_reply_is_a_lost_device_and_a_refused_reply_is_not(tmp_path):
 def test_the_stall_alarm_stops_code_stuck_in_a_thread_that_is_not_the_main_one():
     # Flower's simulation runs the ServerApp in a thread, where SIGALRM cannot ring: a watcher
     # thread raises in it (issue 51: one run-level stall limit instead of a thread per call)
-    import inspect
-    import threading
-
-    from fedcgd_strategy.flower.simulation import SimulationStalledError, stall_alarm
-
     caught: list[BaseException] = []
 
     def stuck_policy() -> None:

@@ -127,12 +127,8 @@ def test_a_finished_tls_run_leaves_no_flower_home_and_no_keys_unless_asked(tmp_p
     kept = tmp_path / "certificates"  # asked for: kept
     tls = ("--deployment", "--tls", "--certificates-dir", str(kept))
     run_launcher_to_the_end(tmp_path, tmp_path / "run2", *tls)
-    assert sorted(p.name for p in kept.glob("*.key")) == [
-        "ca.key",
-        "server.key",
-        "supernode-0.key",
-        "supernode-1.key",
-    ]
+    keys = ["ca.key", "server.key", "supernode-0.key", "supernode-1.key"]
+    assert sorted(p.name for p in kept.glob("*.key")) == keys
 
 
 @pytest.mark.parametrize(

@@ -88,10 +88,8 @@ def namespace_problem() -> str | None:
         return "unshare or ip (util-linux, iproute2) not installed"
     proc = subprocess.run(
         ["unshare", "--net", "--pid", "--fork", "--mount-proc", "ip", "link", "set", "lo", "up"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
     if proc.returncode != 0:
         return f"unshare is not permitted here (needs root): {proc.stderr.strip()}"
     return None
@@ -160,12 +158,9 @@ class Cluster:
         enter = ["nsenter", f"--target={self.pid}", "--net", "--pid", "--mount", "--"]
         return subprocess.Popen(
             [*enter, sys.executable, "-m", "experiments.cli", "reproduce", *words],
-            cwd=PROJECT_DIR,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
-        )
+        )  # fmt: skip
 
     def reproduce(self, *words: str) -> tuple[int, str, str]:
         """:meth:`start` to its end: exit code, stdout, stderr without Ray's own log lines."""
@@ -176,11 +171,8 @@ class Cluster:
 
 def ours(err: str) -> str:
     """``err`` without the lines of Ray's C++ logger (``[date time W pid tid] file.cc:N: ...``)."""
-    return "".join(
-        line
-        for line in err.splitlines(True)
-        if not re.match(r"\[[-\d]+ [\d:,]+ \w [\d ]+\] \w+\.cc", line)
-    )
+    cpp = r"\[[-\d]+ [\d:,]+ \w [\d ]+\] \w+\.cc"
+    return "".join(line for line in err.splitlines(True) if not re.match(cpp, line))
 
 
 ADDRESS = "127.0.0.1:6379"
@@ -204,10 +196,9 @@ def cluster() -> Iterator[Cluster]:
     )
     proc = subprocess.Popen(
         ["unshare", "--net", "--pid", "--fork", "--mount-proc", "sh", "-ec", script],
-        stdout=subprocess.PIPE,
-        text=True,
+        stdout=subprocess.PIPE, text=True,
         env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
-    )
+    )  # fmt: skip
     assert proc.stdout is not None
     temp, ready = proc.stdout.readline().strip(), proc.stdout.readline().strip()
     first = "0"
@@ -223,12 +214,8 @@ def cluster() -> Iterator[Cluster]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-TINY = [
-    "experiment=digits_local_steps",
-    "policies=[fedcgd-fscd,bc]",
-    "sweep.local-steps=[1]",
-    "++run.num-devices=8",
-]
+TINY = ["experiment=digits_local_steps", "policies=[fedcgd-fscd,bc]", "sweep.local-steps=[1]",
+        "++run.num-devices=8"]  # fmt: skip
 
 
 def local_run(out: Path, words: list[str]) -> Path:
@@ -335,11 +322,8 @@ def test_a_preset_on_two_nodes_whose_worker_dies_resumes_from_its_checkpoint_to_
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
     assert "lost (" in out and "started again from its checkpoint" in out
     assert out.rstrip().endswith("all 2 runs completed (1 retried on Ray)"), out[-3000:]
-    resumed = [
-        int(k)
-        for f in folders
-        for k in re.findall(r"resuming .* after round (\d+)", (f / "run.log").read_text())
-    ]
+    said = r"resuming .* after round (\d+)"
+    resumed = [int(k) for f in folders for k in re.findall(said, (f / "run.log").read_text())]
     assert len(resumed) == 1 and resumed[0] % 5 == 0 and 5 <= resumed[0] < 150, resumed
     assert len(task_nodes(tmp_path / "ray")) == 2  # the head and the worker
     assert_same_runs(local_run(tmp_path / "local", words), tmp_path / "ray")

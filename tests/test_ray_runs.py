@@ -8,24 +8,25 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from proc_tree import command_line, descendants
+from run_results import assert_same_run, whole_run
+from subprocesses import FEDCGD, wait_for
 
 from experiments.cli import invoke
+from experiments.compare import execution
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from experiments.run.flwr_run import _free_port
 from experiments.run.ray_runs import TOKEN_FILE
+from fedcgd_task.schema import PROJECT_DIR
 
-TINY = [
-    "policies=[bc]",
-    "seeds=[0]",
-    "sweep.local-steps=[1]",
-    "++run.num-server-rounds=1",
-    "++run.num-devices=4",
-]
+TINY = ["policies=[bc]", "seeds=[0]", "sweep.local-steps=[1]", "++run.num-server-rounds=1",
+        "++run.num-devices=4"]  # fmt: skip
 
 
 def load(overrides: list[str]):
@@ -36,23 +37,19 @@ def load(overrides: list[str]):
 @pytest.mark.parametrize(
     ("given", "expected"),
     [
-        (
-            "launcher.ray-address=auto launcher.deployment=true",
-            "launcher.engine: got deployment with runs as Ray tasks",
-        ),
+        ("launcher.ray-address=auto launcher.deployment=true",
+         "launcher.engine: got deployment with runs as Ray tasks"),
         ("launcher.gpus-per-run=-1", "launcher.gpus-per-run: got -1; allowed: a number >= 0"),
         ("launcher.gpus-per-run=1.5", "launcher.gpus-per-run: got 1.5; allowed: a number >= 0"),
         ("launcher.cpus-per-run=0", "launcher.cpus-per-run: got 0; allowed: a number > 0"),
         ("launcher.cpus-per-run=two", "launcher.cpus-per-run: got 'two'; allowed"),
-        (
-            "launcher.gpus-per-run=0.5 launcher.jobs=2",
-            "launcher.jobs: got 2 with runs as Ray tasks (launcher.ray-address or "
-            "launcher.gpus-per-run); allowed: 1",
-        ),
+        ("launcher.gpus-per-run=0.5 launcher.jobs=2",
+         "launcher.jobs: got 2 with runs as Ray tasks (launcher.ray-address or "
+         "launcher.gpus-per-run); allowed: 1"),
         ("launcher.ray-address=127.0.0.1:{port}", "launcher.ray-address: no Ray cluster at "),
         ("RAY_ADDRESS=127.0.0.1:{port}", "launcher.ray-address: no Ray cluster at 127.0.0.1:"),
     ],
-)
+)  # fmt: skip
 def test_bad_ray_settings_are_refused_in_one_line_before_any_run(
     given, expected, tmp_path, capsys, monkeypatch
 ):
@@ -71,10 +68,8 @@ def test_compare_names_its_own_options(tmp_path, capsys, monkeypatch):
     words = ["--policies", "bc", "--seeds", "0", "--engine", "inprocess", "--gpus-per-run", "-0.5"]
     assert invoke(["compare", *words, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert (
-        err == "error: --gpus-per-run: got -0.5; allowed: a number >= 0 (a fraction shares "
-        "one CPU or GPU; above 1 GPU, whole GPUs)\n"
-    )
+    assert err == ("error: --gpus-per-run: got -0.5; allowed: a number >= 0 (a fraction shares "
+                   "one CPU or GPU; above 1 GPU, whole GPUs)\n")  # fmt: skip
     assert not (tmp_path / "out" / "bc").exists()
 
 
@@ -103,12 +98,6 @@ def test_a_moved_run_names_its_real_folder_in_its_json_and_log_only():
 def test_a_run_whose_ray_worker_dies_goes_again_from_its_checkpoint_in_its_folder(tmp_path):
     """A Ray of this machine sees the run's folder: the run writes there as it goes, and a run
     whose worker is killed after a checkpoint resumes from it, to the uninterrupted run."""
-    import signal
-
-    from proc_tree import command_line, descendants
-    from run_results import assert_same_run, whole_run
-    from subprocesses import wait_for
-
     # 200 rounds: about 12 s here, so the run is still going when the test looks for its task
     # on a faster machine (60 rounds once ended between the first checkpoint and the look).
     values = {"num-devices": 8, "num-server-rounds": 200, "checkpoint-every": 5, "policy": "bc"}
@@ -143,10 +132,6 @@ def test_a_signal_during_rays_start_gives_the_command_with_its_ray_address(
     tmp_path, capsys, monkeypatch
 ):
     """Ctrl-C while the command joins Ray (before any run): the same command, and no folder."""
-    import signal
-
-    from experiments import cli
-    from experiments.compare import execution
 
     def interrupted_start(*args, **kwargs):
         signal.raise_signal(signal.SIGINT)
@@ -154,7 +139,7 @@ def test_a_signal_during_rays_start_gives_the_command_with_its_ray_address(
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(execution, "connect", interrupted_start)
     out = tmp_path / "out"
-    code = cli.invoke(
+    code = invoke(
         ["compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
          "--ray-address", "local", "--run-config", "num-devices=4", "--out", str(out)]
     )  # fmt: skip
@@ -170,10 +155,6 @@ def test_a_signal_during_rays_start_gives_the_command_with_its_ray_address(
 
 def bc_on_local_ray(out: Path) -> subprocess.Popen[str]:
     """``fedcgd compare`` of one 200-round BC run as a task of a local Ray, writing to ``out``."""
-    from subprocesses import FEDCGD
-
-    from fedcgd_task.schema import PROJECT_DIR
-
     settings = "num-devices=8 num-server-rounds=200 checkpoint-every=5"
     return subprocess.Popen(
         [FEDCGD, "compare", "--policies", "bc", "--seeds", "0", "--engine", "inprocess",
@@ -184,10 +165,6 @@ def bc_on_local_ray(out: Path) -> subprocess.Popen[str]:
 
 def test_ctrl_c_on_runs_as_ray_tasks_leaves_each_stopped_run_stopped(tmp_path):
     """docs/running.md: a run the command stopped says ``stopped`` in its status.json."""
-    import signal
-
-    from subprocesses import wait_for
-
     out, folder = tmp_path / "out", tmp_path / "out" / "bc" / "seed-0"
     proc = bc_on_local_ray(out)
     try:
@@ -202,8 +179,6 @@ def test_ctrl_c_on_runs_as_ray_tasks_leaves_each_stopped_run_stopped(tmp_path):
     # waits for them to say so, and says it itself for a task Ray had to kill.
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "stopped", status
-    assert status["reason"] in (
-        "stopped by SIGTERM",
-        "stopped with the command (Ray ended its task before it said so)",
-    ), status
+    ended = "stopped with the command (Ray ended its task before it said so)"
+    assert status["reason"] in ("stopped by SIGTERM", ended), status
     assert 5 <= status["last_round"] < 200, status

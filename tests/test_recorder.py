@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -115,13 +116,15 @@ def test_evaluates_only_round_0_every_third_round_and_the_last(tmp_path):
     assert not (tmp_path / "run" / CHECKPOINT_FILE).exists()  # checkpoint-every = 0
 
 
-def fsynced_names(monkeypatch) -> list[str]:
-    """From now on, the name of each file or folder ``os.fsync`` is called on, in order."""
+def fsynced_names(monkeypatch, folder: Path | None = None) -> list[str]:
+    """From now on, the name of each file or folder (in ``folder`` or it, when given) that
+    ``os.fsync`` is called on, in order; a temporary file's random part left out."""
     real_fsync, names = os.fsync, []
 
     def fsync(fd):
-        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
-        names.append(".checkpoint.pt.tmp" if name.startswith(".checkpoint.pt.") else name)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if folder is None or path == str(folder) or path.startswith(f"{folder}/"):
+            names.append(re.sub(r"\.[a-z0-9_]+\.tmp$", ".tmp", Path(path).name))
         return real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
@@ -189,13 +192,10 @@ def test_a_record_of_another_round_or_none_raises_and_writes_nothing(tmp_path):
 def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path):
     setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "eval-every": 10})
     resume = Checkpoint(
-        round=3,
-        model=IDENTITY,
-        policy_state=setup.policy.state_dict(),
+        round=3, model=IDENTITY, policy_state=setup.policy.state_dict(),
         cell_rng_state=dict(setup.cell_rng.bit_generator.state),
-        policy_rng_state=dict(setup.policy_rng.bit_generator.state),
-        elapsed_s=0.0,
-    )
+        policy_rng_state=dict(setup.policy_rng.bit_generator.state), elapsed_s=0.0,
+    )  # fmt: skip
     setup = dataclasses.replace(setup, resume=resume)
     said: list[str] = []
     recorder = RoundRecorder(setup, ResultWriter(tmp_path / "run", 5), said.append)

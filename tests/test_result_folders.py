@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 import torch
 from fake_grid import app_grid, make_contexts
 from run_results import assert_same_run, lines, same_model
+from test_recorder import fsynced_names
 
 import experiments.run.launcher as launcher
 from experiments.cli import invoke
@@ -79,15 +78,7 @@ def test_the_rounds_files_are_fsynced_once_at_the_end_of_a_run(monkeypatch, tmp_
     # checkpoint-every = 0: no round syncs its metrics line or status; the end syncs them all
     folder = tmp_path / "run"
     config = run_config(folder, **{"num-server-rounds": 3, "checkpoint-every": 0})
-    real_fsync, names = os.fsync, []
-
-    def fsync(fd):
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if path == str(folder) or path.startswith(f"{folder}/"):
-            names.append(re.sub(r"\.[a-z0-9_]+\.tmp$", ".tmp", Path(path).name))
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    names = fsynced_names(monkeypatch, folder)
     run_inprocess(config)
     monkeypatch.undo()
     assert rounds(folder) == [1, 2, 3]

@@ -40,11 +40,8 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, policy):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     run_inprocess(config(whole, policy))
     run_config = format_run_config(config(broken, policy))
-    child = subprocess.Popen(
-        [FEDCGD, "inprocess", "--run-config", run_config],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    child = subprocess.Popen([FEDCGD, "inprocess", "--run-config", run_config],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_for(lambda: (checkpoint_round(broken) or 0) >= 3, child, limit_s=300)
     finally:

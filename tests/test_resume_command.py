@@ -18,18 +18,14 @@ import click
 import pytest
 import torch
 import typer
-from run_results import (
-    assert_same_run,
-    lines,
-    rounds_written,
-    whole_run,
-)
+from run_results import assert_same_run, lines, rounds_written, whole_run
 from subprocesses import FEDCGD, fedcgd, run_ok, start_in_own_session, wait_for
 from test_paths import hostile_folder
 
 from experiments.cli import app
 from experiments.cli.options import given_options, started_as
 from experiments.run.resume_command import single_run_line
+from experiments.run.run_config import format_run_config as run_config_text
 from fedcgd_task.schema import PROJECT_DIR
 from server_app.run_folder.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
@@ -59,8 +55,7 @@ def stop_after(
         os.killpg(proc.pid, signum)
     else:
         os.kill(proc.pid, signum)
-    out, err = proc.communicate(timeout=120)
-    return out, err
+    return proc.communicate(timeout=120)
 
 
 def printed_command(line: str, head: str) -> list[str]:
@@ -70,17 +65,10 @@ def printed_command(line: str, head: str) -> list[str]:
 
 
 def run_verbatim(words: list[str], limit_s: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run a printed command word for word from the project folder (as a user pastes it)."""
+    """Run a printed command word for word from the project folder (as a user pastes it); it
+    must exit with 0."""
     assert Path(PROJECT_DIR / words[0]).resolve() == Path(FEDCGD).resolve(), words
-    return subprocess.run(
-        words, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=limit_s, check=False
-    )
-
-
-def run_config_text(values: dict) -> str:
-    from experiments.run.run_config import format_run_config
-
-    return format_run_config(values)
+    return run_ok(words, timeout=limit_s)
 
 
 @pytest.mark.parametrize(
@@ -98,9 +86,7 @@ def test_a_stopped_inprocess_run_prints_the_command_that_finishes_it_exactly(tmp
     values = {
         "num-devices": 12, "num-server-rounds": 40, "policy": "fedcgd-fscd", "data-dir": str(data)
     }  # fmt: skip
-    proc = start(
-        fedcgd("inprocess", "--out", str(out), "--run-config", run_config_text(values))
-    )  # fmt: skip
+    proc = start(fedcgd("inprocess", "--out", str(out), "--run-config", run_config_text(values)))
     folder = first_line_folder(proc)
     assert folder.parent == out  # named by what differs from the defaults, then the time
     assert folder.name.startswith("fedcgd-fscd_num-server-rounds=40_num-devices=12-")
@@ -135,7 +121,7 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_agai
     out_dir = tmp_path / "runs"
     proc = start(
         fedcgd("inprocess", "--out", str(out_dir), "--run-config", run_config_text(values))
-    )  # fmt: skip
+    )
     folder = first_line_folder(proc)
     _, err = stop_after(proc, folder, 3, signal.SIGTERM)
     assert proc.returncode == 143, err[-3000:]
@@ -148,7 +134,6 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so_and_how_to_start_agai
     words = shlex.split(last.removeprefix(head))
     assert "resume-from" not in last and words[words.index("--out") + 1] == str(out_dir)
     again = run_verbatim(words)
-    assert again.returncode == 0, again.stderr[-3000:]
     folders = sorted(p for p in out_dir.iterdir() if p != folder)
     assert len(folders) == 1 and again.stdout.splitlines()[0] == f"result folder: {folders[0]}"
     assert [x["round"] for x in lines(folders[0])] == list(range(1, 41))
@@ -160,8 +145,6 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     """``make run``'s launcher (flwr run, Ray) stopped with Ctrl-C after round 12 (after the
     first checkpoint of the default checkpoint-every = 10)."""
     values = {"num-devices": 4, "num-server-rounds": 40}
-    temp = tmp_path / "tmp"
-    temp.mkdir()
     proc = start(
         fedcgd("run", "--out", str(tmp_path / "runs"), "--run-config", run_config_text(values))
     )  # fmt: skip
@@ -174,7 +157,6 @@ def test_a_stopped_launcher_prints_the_command_that_finishes_it_exactly(tmp_path
     words = printed_command(last, CONTINUE)
     assert words[1] == "run"
     again = run_verbatim(words, limit_s=900)
-    assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[0] == f"result folder: {folder}"
     whole = tmp_path / "whole"
     whole_run(whole, values, per_device=True)  # the launcher's flwr run: one device at a time
@@ -244,11 +226,11 @@ def test_the_last_line_from_the_folders_files(tmp_path, status, files, every, sa
     assert single_run_line(folder, "RESUME", "AGAIN", every) == says.format(folder)
 
 
-def run_context(argv: list[str]) -> click.Context:
-    """The click context of ``fedcgd run <argv>`` once parsed (what the command is given)."""
+def command_context(command: str, argv: list[str]) -> click.Context:
+    """The click context of ``fedcgd <command> <argv>`` once parsed (what it is given)."""
     group = typer.main.get_command(app)
     parent = click.Context(group, info_name="fedcgd")
-    return group.get_command(parent, "run").make_context("run", argv, parent=parent)
+    return group.get_command(parent, command).make_context(command, argv, parent=parent)
 
 
 def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, monkeypatch):
@@ -261,13 +243,9 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
     text = f"num-devices=4 num-server-rounds=9 policy='bc' result-dir='{folder}'"
     argv = ["--out", "elsewhere", "--deployment", "--num-supernodes", "5", "--run-config", text]
     argv += ["--cpus-per-client", "1"]  # the default: not repeated
-    ctx = run_context(argv)
-    overrides = {
-        "num-devices": 4,
-        "num-server-rounds": 9,
-        "policy": "bc",
-        "result-dir": str(folder),
-    }
+    ctx = command_context("run", argv)
+    overrides = {"num-devices": 4, "num-server-rounds": 9, "policy": "bc"}
+    overrides["result-dir"] = str(folder)
     line = continue_line(started_as(ctx), overrides, folder, 1)()
     words = printed_command(line, CONTINUE)
     assert line.startswith(f"{CONTINUE}3 of 9: ")
@@ -286,10 +264,7 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
 
 def test_a_flag_cleared_and_a_repeated_option_are_written_back(monkeypatch):
     """Every kind of click option the commands declare comes back as the user wrote it."""
-    group = typer.main.get_command(app)
-    parent = click.Context(group, info_name="fedcgd")
-    command = group.get_command(parent, "certificates")
-    ctx = command.make_context("certificates", ["--host", "a", "--host", "b c"], parent=parent)
+    ctx = command_context("certificates", ["--host", "a", "--host", "b c"])
     assert given_options(ctx) == ["--host", "a", "--host", "b c"]
     flag = click.Command("x", params=[click.Option(["--on/--off"], default=True)])
     assert given_options(flag.make_context("x", ["--off"])) == ["--off"]

@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from proc_tree import alive, command_line, descendants
 from run_results import comparable, same_model
-from subprocesses import FEDCGD
+from subprocesses import FEDCGD, run_ok
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from experiments.run.processes import usable_cores
@@ -121,14 +121,10 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     while any(alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in children)
-    again = subprocess.run(side_by_side, cwd=project, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    again = run_ok(side_by_side, timeout=300, cwd=project)
     assert again.stdout.count("resumed from its checkpoint") == 2
     one_at_a_time = [*command, "--run-config", settings, "--out", str(whole)]
-    reference = subprocess.run(
-        one_at_a_time, cwd=project, capture_output=True, text=True, timeout=300
-    )
-    assert reference.returncode == 0, reference.stderr[-2000:]
+    run_ok(one_at_a_time, timeout=300, cwd=project)
     for policy in ("fedcgd-fscd", "bc"):
         run, ref = stopped / policy / "seed-0", whole / policy / "seed-0"
         assert comparable(run) == comparable(ref) and same_model(run, ref)

@@ -27,16 +27,9 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 def expected(lines: list[dict]) -> dict[str, list[tuple[int, float]]]:
     """The metrics lines' finite numbers by tag (the oracle: metrics.jsonl itself)."""
-    out: dict[str, list[tuple[int, float]]] = {}
-    for tag, field in SCALARS.items():
-        points = [
-            (line["round"], float(line[field]))
-            for line in lines
-            if isinstance(line.get(field), int | float)
-        ]
-        if points:
-            out[tag] = points
-    return out
+    by_tag = {tag: [(x["round"], float(x[f])) for x in lines if isinstance(x.get(f), int | float)]
+              for tag, f in SCALARS.items()}  # fmt: skip
+    return {tag: points for tag, points in by_tag.items() if points}
 
 
 def assert_same(shown: dict, wanted: dict) -> None:
@@ -90,16 +83,12 @@ def test_every_round_shows_its_metrics_line_and_the_run_its_settings_as_hparams(
     shown = scalars(folder)
     assert {"accuracy", "loss", "schedule/wemd", "devices/scheduled"} <= set(shown)
     assert_same(shown, expected(lines_of(folder)))
+    # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
     assert hparams(folder) == {
-        "policy": "bc",
-        "aggregator": "",
-        "seed": 7.0,
-        "num-server-rounds": 2.0,
-        "num-devices": 6.0,
-        "local-steps": 3.0,
-        "channel.availability-prob": 0.8,
+        "policy": "bc", "aggregator": "", "seed": 7.0, "num-server-rounds": 2.0, "num-devices": 6.0,
+        "local-steps": 3.0, "channel.availability-prob": 0.8,
         "protocol": "channel",  # "auto" resolved: BC needs no query (FedCGD's default: "query")
-    }  # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
+    }  # fmt: skip
 
 
 def test_each_policy_and_aggregator_parameter_is_an_hparam(tmp_path: Path) -> None:

@@ -25,7 +25,6 @@ import numpy as np
 
 from fedcgd_strategy import Policy, decision_from_mask
 
-
 class Fails(Policy):
     needs_reports = False
 
@@ -33,31 +32,25 @@ class Fails(Policy):
         self.fail()
         return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
 
-
 class ExitsZero(Fails):
     def fail(self):
         raise SystemExit(0)
-
 
 class Interrupts(Fails):
     def fail(self):
         raise KeyboardInterrupt
 
-
 class Sleeps(Fails):
     def fail(self):
         time.sleep(30)
-
 
 class Indexes(Fails):
     def fail(self):
         return [][0]
 
-
 class Colours(Fails):
     def fail(self):
         raise RuntimeError("\\x1b[31mred\\x1b[0m bell\\x07 end")
-
 
 class ObserveFails(Policy):
     needs_reports = False
@@ -77,20 +70,15 @@ class ObserveFails(Policy):
 CASES = {
     "ExitsZero": ({}, "SystemExit: 0 (failing.py:{line} in fail) raised while no stop signal"),
     "Interrupts": ({}, "KeyboardInterrupt (failing.py:{line} in fail) raised while no stop"),
-    "Indexes": (
-        {"verbose": True},
-        "round 1: schedule() raised IndexError: list index out of range (failing.py:{line} in "
-        "fail)",
-    ),
+    "Indexes": ({"verbose": True}, "round 1: schedule() raised IndexError: list index out of "
+                "range (failing.py:{line} in fail)"),
     "Colours": ({}, "round 1: schedule() raised RuntimeError: red bell? end (failing.py:{line}"),
     "ObserveFails": ({}, "round 1: observe_uploads() raised ValueError: no updates wanted"),
-    "Sleeps": (  # no watchdog thread per call (issue 51): the run's one stall alarm stops it
-        {"stall-limit-s": 8},
-        "run stalled: no progress in 8 s (stall-limit-s): a policy, an aggregator or the "
-        "server's own code did not return; raise stall-limit-s if it needs longer (stuck at "
-        "failing.py:{line} in fail)",
-    ),
-}
+    "Sleeps": ({"stall-limit-s": 8},  # no watchdog per call (issue 51): the run's stall alarm
+               "run stalled: no progress in 8 s (stall-limit-s): a policy, an aggregator or the "
+               "server's own code did not return; raise stall-limit-s if it needs longer (stuck "
+               "at failing.py:{line} in fail)"),
+}  # fmt: skip
 #: DP that clips every update to nothing: the fixed and the adaptive wrapper; with 40 devices
 #: the clipped mean moves the last bits of some weights (about 1 ulp), no more.
 FIXED = {
@@ -118,14 +106,8 @@ def ran(tmp_path_factory) -> dict[str, tuple[Path, object]]:
     root = tmp_path_factory.mktemp("runs")
     runs = {name: {"policy": f"{module}:{name}", **extra} for name, (extra, _) in CASES.items()}
     runs |= {name: {"policy": "bc", **extra} for name, extra in FLAT.items()}
-    argvs = [
-        [
-            "inprocess",
-            "--run-config",
-            format_run_config({**TINY, **extra, "result-dir": str(root / name)}),
-        ]
-        for name, extra in runs.items()
-    ]
+    argvs = [["inprocess", "--run-config", format_run_config({**TINY, **extra, "result-dir":
+              str(root / name)})] for name, extra in runs.items()]  # fmt: skip
     done = in_one_process(argvs)
     return {name: (root / name, d) for name, d in zip(runs, done, strict=True)}
 
@@ -195,22 +177,17 @@ import numpy as np
 
 from fedcgd_strategy import Policy, decision_from_mask
 
-
 def data_exits():
     sys.exit(0)
-
 
 def data_interrupts():
     raise KeyboardInterrupt
 
-
 def data_colours():
     raise RuntimeError("\\x1b[1mbold\\x1b[0m bell\\x07 end")
 
-
 def model_exits(num_classes, input_shape):
     sys.exit(0)
-
 
 class Idle(Policy):  # the device that needs the least bandwidth, when it fits
     needs_reports = False
@@ -220,11 +197,9 @@ class Idle(Policy):  # the device that needs the least bandwidth, when it fits
         fits = need.min() <= inputs.total_bandwidth_hz
         return decision_from_mask(inputs, (need == need.min()) & fits)
 
-
 class ExitsInStateDict(Idle):
     def state_dict(self):
         sys.exit(0)
-
 
 class ExitsOnLoad(Idle):
     def load_state_dict(self, state):
@@ -290,16 +265,8 @@ def test_an_exit_or_interrupt_of_the_researchers_code_fails_the_run_naming_its_l
     assert (status["state"], status["last_round"]) == ("failed", 1) and what[5] in status["reason"]
     status = json.loads((root / "g" / "status.json").read_text())  # a resume that failed to
     assert (status["state"], status["last_round"]) == ("completed", 1)  # build writes nothing
-
-
-def test_a_data_set_error_line_carries_no_escape_codes_and_names_its_line(exited):
-    _, done = exited
-    line = textwrap.dedent(EXITS).splitlines().index("def data_colours():") + 2
+    # a data set's error line carries no escape codes and names its line
+    line = lines.index("def data_colours():") + 2
     assert done[-1].returncode == 2 and "\x1b" not in done[-1].stderr, done[-1].stderr[-2000:]
-    assert (
-        done[-1]
-        .stderr.strip()
-        .endswith(
-            f"the function raised RuntimeError: bold bell? end (exits.py:{line} in data_colours)"
-        )
-    ), done[-1].stderr[-2000:]
+    said = f"the function raised RuntimeError: bold bell? end (exits.py:{line} in data_colours)"
+    assert done[-1].stderr.strip().endswith(said), done[-1].stderr[-2000:]
