@@ -84,6 +84,7 @@ class RoundInProgress:
         return [v for v in self.available if v not in self.busy]
 
 
+@dataclass(eq=False, kw_only=True)
 class ScheduledStrategy(Strategy):
     """Device scheduling over a simulated uplink, aggregation of the scheduled devices only.
 
@@ -95,40 +96,40 @@ class ScheduledStrategy(Strategy):
     the uploads (None: FedAvg), ``seed`` seeds its noise. τ, η and b come from ``train_config``.
     """
 
-    def __init__(
-        self, *, policy: Policy, cell: ChannelModel, model_bits: float, total_bandwidth_hz: float,
-        num_devices: int, num_classes: int, target_dist: NDArray[np.float64] | None,
-        rng: np.random.Generator, protocol: str = "auto", query_timeout_s: float = 120.0,
-        round_offset: int = 0, max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO,
-        partition_counts: NDArray[np.int64] | None = None,
-        on_record: Callable[[RoundRecord], None] | None = None, aggregator: Strategy | None = None,
-        seed: int = 0,
-    ) -> None:  # fmt: skip
-        self.policy = policy
-        self.protocol = resolve_protocol(type(policy), protocol, policy.name)
-        self.cell = cell
-        self.model_bits = float(model_bits)
-        self.total_bandwidth_hz = float(total_bandwidth_hz)
-        self.target_dist = None if target_dist is None else np.asarray(target_dist, float)
-        self.rng = rng
-        self.query_timeout_s = float(query_timeout_s)
-        self.registry = NodeRegistry(num_devices, num_classes, partition_counts)
+    policy: Policy
+    cell: ChannelModel
+    model_bits: float
+    total_bandwidth_hz: float
+    num_devices: int
+    num_classes: int
+    target_dist: NDArray[np.float64] | None
+    rng: np.random.Generator
+    protocol: str = "auto"
+    query_timeout_s: float = 120.0
+    round_offset: int = 0
+    max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO
+    partition_counts: NDArray[np.int64] | None = None
+    on_record: Callable[[RoundRecord], None] | None = None
+    aggregator: Strategy | None = None
+    seed: int = 0
+    last_record: RoundRecord | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.protocol = resolve_protocol(type(self.policy), self.protocol, self.policy.name)
+        self.model_bits = float(self.model_bits)
+        self.total_bandwidth_hz = float(self.total_bandwidth_hz)
+        if self.target_dist is not None:
+            self.target_dist = np.asarray(self.target_dist, float)
+        self.registry = NodeRegistry(self.num_devices, self.num_classes, self.partition_counts)
         self.pending = PendingMessages()  # at most one message per node in flight
-        self.round_offset = int(round_offset)
-        self.max_update_norm_ratio = float(max_update_norm_ratio)
         self._norm_reference: float | None = None  # median accepted update norm, last round
-        self.last_record: RoundRecord | None = None
-        self.on_record = on_record
-        self.aggregator = aggregator
-        self.seed = int(seed)
         self._round: RoundInProgress | None = None
 
     def summary(self) -> None:
         """Log the hyper-parameters once."""
-        text = "ScheduledStrategy: policy=%s protocol=%s V=%d C=%d B=%.3g Hz D_w=%.0f bit"
-        sizes = (self.registry.num_devices, self.registry.num_classes)
-        args = (self.policy.name, self.protocol, *sizes)
-        log(INFO, text, *args, self.total_bandwidth_hz, self.model_bits)
+        log(INFO, "ScheduledStrategy: policy=%s protocol=%s V=%d C=%d B=%.3g Hz D_w=%.0f bit",
+            self.policy.name, self.protocol, self.num_devices, self.num_classes,
+            self.total_bandwidth_hz, self.model_bits)  # fmt: skip
 
     def _send(
         self, arrays: ArrayRecord, config: dict[str, Any], to: list[int], kind: str, *, sigma: bool
@@ -143,14 +144,13 @@ class ScheduledStrategy(Strategy):
 
     def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:
         """The policy's view: from the reports, or (``reports=None``) from the channel only."""
-        num_devices, num_classes = self.registry.num_devices, self.registry.num_classes
         return round_inputs(
-            available=np.isin(np.arange(num_devices), state.reachable),
+            available=np.isin(np.arange(self.num_devices), state.reachable),
             min_bandwidth_hz=state.draw.min_bandwidth_hz,
             gain_lin=state.draw.gain_lin,
             total_bandwidth_hz=self.total_bandwidth_hz,
             batch_size=state.training.batch_size,
-            num_classes=num_classes,
+            num_classes=self.num_classes,
             target_dist=self.target_dist,
             reports=reports,
             post_training=self.protocol is Protocol.TRAIN_ALL,
@@ -188,12 +188,12 @@ class ScheduledStrategy(Strategy):
         )
         discovery_s = time.perf_counter() - t0
         draw = self.cell.draw_round(self.model_bits)
-        if draw.available.shape != (self.registry.num_devices,):
+        if draw.available.shape != (self.num_devices,):
             where = Path(inspect.getfile(type(self.cell))).name
             raise ChannelDrawError(
                 f"round {server_round}: channel {type(self.cell).__qualname__}.draw_round "
                 f"({where}) drew {draw.available.size} devices; the run has num-devices = "
-                f"{self.registry.num_devices} (one entry per device)"
+                f"{self.num_devices} (one entry per device)"
             )
         state = RoundInProgress(
             draw=draw,
