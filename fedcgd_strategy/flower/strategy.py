@@ -20,7 +20,7 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from channel import ChannelModel, RoundDraw
-from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
+from fedcgd_strategy.aggregation import fedavg, flatten_update, non_finite_arrays
 from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, array_record, dp_round_noise
 from fedcgd_strategy.flower.discovery import (
@@ -33,7 +33,6 @@ from fedcgd_strategy.flower.replies import (
     DEFAULT_MAX_UPDATE_NORM_RATIO,
     DeviceReport,
     collect_reports,
-    uploaded_updates,
 )
 from fedcgd_strategy.flower.simulation import stall_progress
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
@@ -42,6 +41,7 @@ from fedcgd_strategy.policies import (
     Policy,
     Protocol,
     RoundInputs,
+    UploadedUpdates,
     policy_call,
     resolve_protocol,
     round_inputs,
@@ -334,9 +334,15 @@ class ScheduledStrategy(Strategy):
         bad = non_finite_arrays(averaged)
         if bad:
             return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"
-        assert state.inputs is not None
-        target, training = state.inputs.target_dist, state.training
-        updates = uploaded_updates(uploads, state.reference, target, training)
+        assert state.inputs is not None  # the Ĝ update's inputs (eqs. G_est, Gc_est)
+        updates = UploadedUpdates(
+            updates=np.stack([flatten_update(r.arrays or {}, state.reference) for r in uploads]),
+            weights=np.array(weights, dtype=float),
+            label_dist=np.stack([r.label_hist / float(r.label_hist.sum()) for r in uploads]),
+            target_dist=state.inputs.target_dist,
+            learning_rate=state.training.learning_rate,
+            local_steps=state.training.local_steps,
+        )
         observe = partial(self.policy.observe_uploads, updates)
         policy_call(self.policy, state.server_round, "observe_uploads()", observe)
         return array_record(averaged), None
