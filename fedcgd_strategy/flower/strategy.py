@@ -25,6 +25,7 @@ from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, array_record, dp_round_noise
 from fedcgd_strategy.flower.discovery import (
     discover_nodes,
+    messages,
     record_unanswered,
     send_tracked,
     settle_pending,
@@ -137,10 +138,7 @@ class ScheduledStrategy(Strategy):
         """One message per partition id in ``to`` (its node), ``want-sigma`` = ``sigma``."""
         record = ConfigRecord({**config, keys.WANT_SIGMA: sigma})
         content = RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
-        node, rnd = self.registry.node, config[keys.SERVER_ROUND]
-        return [
-            Message(content, dst_node_id=node(v), message_type=kind, group_id=str(rnd)) for v in to
-        ]
+        return messages(content, map(self.registry.node, to), kind, config[keys.SERVER_ROUND])
 
     def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:
         """The policy's view: from the reports, or (``reports=None``) from the channel only."""
