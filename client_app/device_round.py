@@ -9,10 +9,11 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, UserConfig
+from flwr.app import ArrayRecord, Context, Message, UserConfig
 from torch import nn
 from torch.func import functional_call, vmap
 from torch.nn import functional as F  # noqa: N812 (torch convention)
@@ -69,7 +70,7 @@ def node_split(context: Context) -> tuple[TaskSettings, LocalSplit]:
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
     """Load the message's ArrayRecord into this process's model of the run config's kind."""
-    state = msg.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    state = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
     model = process_model(
         settings.model, split.num_classes, split.source.input_shape, settings.device
     )
