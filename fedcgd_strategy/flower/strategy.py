@@ -4,6 +4,7 @@ translating Messages to the policy's arrays and back; the rules are pure functio
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from fedcgd_strategy.policies import (
     schedule_checked,
     with_reported_terms,
 )
-from fedcgd_strategy.record import RoundRecord, round_record
+from fedcgd_strategy.record import RoundRecord, class_gradient_value
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings, read_round_config
 
@@ -83,6 +84,47 @@ class RoundInProgress:
     def reachable(self) -> list[int]:
         """Available devices not busy with an earlier, unanswered message."""
         return [v for v in self.available if v not in self.busy]
+
+    def record(
+        self, decision: Decision, uploads: list[DeviceReport], disconnected: set[int],
+        class_gradient_next: NDArray[np.float64] | None, kept_reason: str | None,
+    ) -> RoundRecord:  # fmt: skip
+        """The round's :class:`RoundRecord` (fields: docs/running.md)."""
+        inputs, selected, solver = self.inputs, decision.selected, decision.solver
+        assert inputs is not None
+        lost = self.lost | disconnected
+        clipping_norm, noise_std = self.dp_noise or (None, None)
+        return RoundRecord(
+            round=self.server_round,
+            num_available=len(self.available),
+            num_candidates=int(inputs.candidate.sum()),
+            num_feasible=int(np.sum(inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))),
+            num_scheduled=int(selected.sum()),
+            num_uploaded=len(uploads),
+            scheduled=np.flatnonzero(selected).tolist(),
+            uploaded=[r.partition_id for r in uploads],
+            failed=sorted(self.failed),
+            disconnected=sorted(disconnected),
+            wemd=decision.wemd,
+            sampling_term=decision.sampling_term,
+            objective=float(solver.objective)
+            if solver is not None and selected.any()
+            else math.nan,
+            sigma=float(decision.sigma),
+            class_gradient_used=class_gradient_value(decision.class_gradient),
+            class_gradient_next=class_gradient_value(class_gradient_next),
+            bandwidth_used_hz=decision.bandwidth_used_hz,
+            solver_iterations=int(solver.iterations) if solver is not None else 0,
+            **self.timings,
+            model_kept=kept_reason is not None,
+            failed_reasons={str(k): self.failed[k] for k in sorted(self.failed)},
+            model_kept_reason=kept_reason,
+            discovery_failed={str(k): v for k, v in sorted(self.discovery_failed.items())},
+            devices_lost=len(lost),
+            lost=sorted(lost),
+            dp_clipping_norm=clipping_norm,
+            dp_noise_std=noise_std,
+        )
 
 
 @dataclass(eq=False, kw_only=True)
@@ -285,23 +327,10 @@ class ScheduledStrategy(Strategy):
         state.timings |= {"aggregate_s": time.perf_counter() - t0, "client_train_s": train_s}
         state.timings["train_phase_s"] = t_recv - state.t_sent
 
-        record = round_record(
-            server_round,
-            num_available=len(state.available),
-            inputs=state.inputs,
-            decision=decision,
-            uploaded=[r.partition_id for r in uploads],
-            disconnected=disconnected,
-            class_gradient_next=policy_call(
-                self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
-            ),
-            timings=state.timings,
-            failed_reasons=state.failed,
-            model_kept_reason=kept_reason,
-            discovery_failed=state.discovery_failed,
-            lost=state.lost | disconnected,
-            dp_noise=state.dp_noise,
+        class_gradient = policy_call(
+            self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
         )
+        record = state.record(decision, uploads, disconnected, class_gradient, kept_reason)
         self.last_record = record
         if self.on_record is not None:
             self.on_record(record)
