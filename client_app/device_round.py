@@ -152,6 +152,12 @@ def pre_training_stats(
     return PreTrainingStats(label_hist=label_hist(split, batches), sigma=sigma)
 
 
+def device_stats(msg: Message, rnd: DeviceRound) -> PreTrainingStats:
+    """The per-device path of a ``query.stats``: the statistics at the received model."""
+    model = received_model(msg, rnd.settings, rnd.split)
+    return pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+
+
 def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The floating-point entries of the model's state dict, copied (what an update changes)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
