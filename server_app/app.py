@@ -153,6 +153,10 @@ def _record_run(
             say(f"finishing {result_dir} from its checkpoint after round {done}")
             final_model = start_model = plan.checkpoint.model
         else:
+            if setup is None:
+                setup = build_setup(config, on_settings=writer.write_config)
+            else:
+                say(f"resuming {config.resume_from} after round {setup.round_offset}")
             final_model, start_model = train_rounds(grid, config, writer, setup)
         with_uploads = sum(1 for line in writer.lines[len(kept) :] if line.get("num_uploaded"))
         return write_end(config, writer, final_model, start_model, with_uploads)
@@ -166,6 +170,12 @@ def _record_run(
         raise
 
 
+#: A run fails when its aggregation failed in more than this share of the rounds with uploads.
+MAX_FAILED_AGGREGATION_SHARE = 0.5
+#: Float32 roundings a round may move a model whose true update is nothing (eps * ||model||).
+ROUNDING_ULPS_PER_ROUND = 4
+
+
 def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     """Why a run whose metrics lines are ``lines`` trained nothing; None when a device uploaded."""
     if any(int(line.get("num_uploaded") or 0) > 0 for line in lines):
@@ -173,23 +183,16 @@ def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     failures = sum(len(line.get("failed") or []) for line in lines)
     unreachable = sum(len(line.get("disconnected") or []) for line in lines)
     scheduled = sum(int(line.get("num_scheduled") or 0) for line in lines)
-    why = ""
+    see, why = "see the ClientApp errors in the log", ""
     if failures:
-        why = f": {failures} scheduled devices failed or timed out (see the ClientApp errors"
-        why += " in the log)"
+        why = f": {failures} scheduled devices failed or timed out ({see})"
     elif unreachable and not scheduled:
-        why = (
-            f": no device answered ({unreachable} times a device drawn available replied with "
-            "an error or not at all; see the ClientApp errors in the log)"
-        )
+        why = (f": no device answered ({unreachable} times a device drawn available replied "
+               f"with an error or not at all; {see})")  # fmt: skip
     elif not scheduled:
         why = ": none was scheduled (deadline, bandwidth or availability too tight?)"
     head = f"no device uploaded an update in any of the {len(lines)} rounds, so the model never"
     return f"{head} changed{why}"
-
-
-#: A run fails when its aggregation failed in more than this share of the rounds with uploads.
-MAX_FAILED_AGGREGATION_SHARE = 0.5
 
 
 def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
@@ -204,10 +207,6 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
         f"(allowed: at most {MAX_FAILED_AGGREGATION_SHARE:.0%}), so the model was kept instead; "
         f"round {first.get('round')}: {first.get('model_kept_reason')}"
     )
-
-
-#: Float32 roundings a round may move a model whose true update is nothing (eps * ||model||).
-ROUNDING_ULPS_PER_ROUND = 4
 
 
 def unchanged_reason(
@@ -273,13 +272,9 @@ def write_end(
 
 
 def train_rounds(
-    grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
+    grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Run the rounds left (``setup`` None: a new run, built here); return end and start models."""
-    if setup is None:
-        setup = build_setup(config, on_settings=writer.write_config)
-    else:
-        say(f"resuming {config.resume_from} after round {setup.round_offset}")
+    """Run the rounds left; return the end and start models."""
     recorder = RoundRecorder(setup, writer, say)
     strategy = setup.strategy(on_record=recorder.add_record)
     grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply

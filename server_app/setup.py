@@ -76,23 +76,15 @@ class RunSetup:
         """The Flower strategy over this set-up's policy, uplink and generator (build it once)."""
         config = self.config
         return ScheduledStrategy(
-            policy=self.policy,
-            cell=self.cell,
-            model_bits=self.model_bits,
-            total_bandwidth_hz=config.cell.total_bandwidth_hz,
-            num_devices=config.task.num_devices,
-            num_classes=self.train_set.num_classes,
+            policy=self.policy, cell=self.cell, model_bits=self.model_bits,
+            total_bandwidth_hz=config.cell.total_bandwidth_hz, num_devices=config.task.num_devices,
+            num_classes=self.train_set.num_classes, rng=self.policy_rng,
             target_dist=self.target if config.target_dist == "global" else None,
-            rng=self.policy_rng,
-            protocol=config.protocol,
-            query_timeout_s=config.query_timeout_s,
-            round_offset=self.round_offset,
-            max_update_norm_ratio=config.max_update_norm_ratio,
-            partition_counts=self.partition_counts,
-            on_record=on_record,
-            aggregator=self.aggregator,
-            seed=config.seed,
-        )
+            protocol=config.protocol, query_timeout_s=config.query_timeout_s,
+            round_offset=self.round_offset, max_update_norm_ratio=config.max_update_norm_ratio,
+            partition_counts=self.partition_counts, on_record=on_record,
+            aggregator=self.aggregator, seed=config.seed,
+        )  # fmt: skip
 
     def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:
         """Load ``state`` into :attr:`model` and return its test loss (nats) and accuracy."""
@@ -190,23 +182,12 @@ def build_setup(
         np.bincount(train_set.labels[p], minlength=num_classes) for p in all_partitions(config.task)
     ]
     return RunSetup(
-        config=config,
-        train_set=train_set,
-        test_tensors=load_test_set(config.task).tensors(),
-        model=model,
-        num_params=num_params,
-        model_bits=model_bits,
-        target=target,
-        device=compute_device(config.task.device),
-        partition_counts=np.stack(counts),
-        cell=cell,
-        cell_rng=cell_rng,
-        policy=policy,
-        policy_rng=policy_rng,
-        resolved=resolved,
-        resume=resume,
-        aggregator=aggregator,
-    )
+        config=config, train_set=train_set, test_tensors=load_test_set(config.task).tensors(),
+        model=model, num_params=num_params, model_bits=model_bits, target=target,
+        device=compute_device(config.task.device), partition_counts=np.stack(counts), cell=cell,
+        cell_rng=cell_rng, policy=policy, policy_rng=policy_rng, resolved=resolved,
+        resume=resume, aggregator=aggregator,
+    )  # fmt: skip
 
 
 def restore(
@@ -225,20 +206,19 @@ def restore(
         raise CheckpointRefusedError(f"{head} does not fit the run's model: {problem}")
     arrays = {k: v.detach().cpu().numpy() for k, v in expected.items()}
     cell_rng, policy_rng = (rng.bit_generator for rng in rngs)
-    steps: dict[str, Callable[[], object]] = {
-        "its policy state": lambda: policy.load_state_dict(resume.policy_state),
-        "its cell generator state": lambda: setattr(cell_rng, "state", resume.cell_rng_state),
-        "its policy generator state": lambda: setattr(policy_rng, "state", resume.policy_rng_state),
-        "its aggregator state": lambda: load_aggregator_state(
-            aggregator, resume.aggregator_state, arrays
-        ),
-    }
-    for part, step in steps.items():
-        try:
-            step()
-        except Exception as err:  # a user's policy may raise anything: one line
-            reason = first_line(err)
-            raise CheckpointRefusedError(f"{head}: {part} does not fit the run: {reason}") from err
+    part = "its policy state"
+    try:  # a user's policy may raise anything: one line
+        policy.load_state_dict(resume.policy_state)
+        part = "its cell generator state"
+        cell_rng.state = resume.cell_rng_state
+        part = "its policy generator state"
+        policy_rng.state = resume.policy_rng_state
+        part = "its aggregator state"
+        load_aggregator_state(aggregator, resume.aggregator_state, arrays)
+    except Exception as err:
+        raise CheckpointRefusedError(
+            f"{head}: {part} does not fit the run: {first_line(err)}"
+        ) from err
     model.load_state_dict(resume.model)
 
 
