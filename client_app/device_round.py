@@ -221,10 +221,7 @@ def training_blockers(model: nn.Module) -> list[str]:
 
 
 def cohort_train(
-    model: nn.Module,
-    devices: Sequence[DeviceRound],
-    *,
-    stats: Sequence[PreTrainingStats],
+    model: nn.Module, devices: Sequence[DeviceRound], *, stats: Sequence[PreTrainingStats]
 ) -> list[TrainedDevice]:
     """Tau SGD steps of every device (sharing tau, b, eta) from ``model`` (unchanged), by vmap:
     per device the arithmetic of :func:`~fedcgd_task.training.train_local`."""  # noqa: D205, D209

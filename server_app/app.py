@@ -17,12 +17,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_strategy.flower.simulation import (
-    describe_stalled,
-    is_simulation,
-    patient,
-    stall_alarm,
-)
+from fedcgd_strategy.flower.simulation import describe_stalled, is_simulation, patient, stall_alarm
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, check_components, parse_run_config
 from server_app.recorder import RoundRecorder
