@@ -142,10 +142,7 @@ def _stats_key(device: DeviceRound) -> tuple[object, ...]:
 
 
 class Cohorts:
-    """One engine's cohort execution: its grid opens the cohorts, its ClientApp reads them.
-
-    ``threads`` share a cohort's σ̂ passes; the results do not depend on it.
-    """
+    """One engine's cohorts: its grid opens them, its ClientApp reads them (``threads``: σ̂'s)."""
 
     def __init__(self, *, threads: int = 1) -> None:
         if threads < 1:
@@ -267,11 +264,8 @@ class Cohorts:
     def cohort_stats(
         self, model: nn.Module, devices: Sequence[DeviceRound]
     ) -> list[PreTrainingStats]:
-        """Pre-training statistics of devices sharing ``model`` and the round config.
-
-        σ̂ from batched passes over chunks of :data:`QUERY_CHUNK_SAMPLES` samples (one model
-        copy per thread), else per device.
-        """
+        """Pre-training statistics of devices sharing ``model`` and the round config (σ̂ batched
+        over chunks of :data:`QUERY_CHUNK_SAMPLES` samples, one model copy per thread)."""  # noqa: D205, D209
         want_sigma = devices[0].want_sigma
         name = devices[0].settings.model
         alone = [(d.split, d.batches) for d in devices]

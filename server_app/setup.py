@@ -45,10 +45,7 @@ from server_app.config import RunConfig, channel_class, channel_values
 
 @dataclass
 class RunSetup:
-    """The objects of one run (:func:`build_setup`); ``aggregator`` None: FedAvg.
-
-    ``resolved``: the run's ``config.json`` (the config and the derived values).
-    """
+    """The objects of one run (``aggregator`` None: FedAvg; ``resolved``: its config.json)."""
 
     config: RunConfig
     train_set: DataSplit
@@ -114,11 +111,7 @@ class RunSetup:
 
 
 def plain_data(value: Any, where: str) -> Any:
-    """``value`` as what a checkpoint holds, arrays copied; else RuleBrokenError naming ``where``.
-
-    Numbers, strings, None, numpy (native byte order) and torch arrays, and lists, tuples and
-    str-keyed dicts of these.
-    """
+    """``value`` as a checkpoint holds it, arrays copied; else RuleBrokenError naming ``where``."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().clone()
     if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
@@ -246,11 +239,7 @@ def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, obj
 def build_uplink(
     config: RunConfig, cell_rng: np.random.Generator, first_round: int
 ) -> ChannelModel:
-    """The uplink ``channel.model`` names; its errors are one-line ValueErrors.
-
-    A cell, a trace from row ``first_round`` (checked to cover the run), or your class given the
-    :func:`~server_app.config.channel_values` its constructor names.
-    """
+    """The uplink ``channel.model`` names (a trace from row ``first_round``); ValueError: 1 line."""
     model = config.channel_model
     if model == "trace":
         key = f"run-config key 'channel.trace' = '{config.channel_trace}'"

@@ -235,11 +235,8 @@ def read_report(
     reference: Mapping[str, NDArray[np.generic]] | None = None, registered: int | None = None,
     local_counts: NDArray[np.int64] | None = None, num_samples: int | None = None,
 ) -> DeviceReport:  # fmt: skip
-    """Validate a stats or (with ``reference``, the round's global model) training reply.
-
-    Checked when not None: ``registered`` partition id, ``local_counts`` int[C] (from discovery),
-    ``num_samples`` τ b. Raises :class:`MalformedReplyError`.
-    """
+    """Validate a stats or (with ``reference``, the global model) training reply; each of
+    ``registered``, ``local_counts`` int[C] and ``num_samples`` τ b is checked when given."""  # noqa: D205, D209
     node_id, metrics = _sender(msg)
     what = "the partition it was registered with at discovery"
     pid = _int(metrics, keys.PARTITION_ID, node_id, (0, num_devices), (registered, what))

@@ -212,11 +212,7 @@ class ScheduledStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The round's phases up to its training messages (docs/design.md, "One round").
-
-        Settle late replies, discover new nodes, draw the channel (a node that still owes a reply
-        sits out, busy), choose the trainees (:meth:`_trainees`, by the protocol), send.
-        """
+        """Settle late replies, discover nodes, draw the channel, choose the trainees, send."""
         stall_progress()  # a new round (after the last one's evaluation)
         server_round += self.round_offset
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
