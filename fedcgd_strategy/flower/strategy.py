@@ -186,16 +186,12 @@ class ScheduledStrategy(Strategy):
         """The policy's view: from the reports, or (``reports=None``) from the channel only."""
         return round_inputs(
             available=np.isin(np.arange(self.num_devices), state.reachable),
-            min_bandwidth_hz=state.draw.min_bandwidth_hz,
-            gain_lin=state.draw.gain_lin,
-            total_bandwidth_hz=self.total_bandwidth_hz,
-            batch_size=state.training.batch_size,
-            num_classes=self.num_classes,
-            target_dist=self.target_dist,
-            reports=reports,
+            min_bandwidth_hz=state.draw.min_bandwidth_hz, gain_lin=state.draw.gain_lin,
+            total_bandwidth_hz=self.total_bandwidth_hz, batch_size=state.training.batch_size,
+            num_classes=self.num_classes, target_dist=self.target_dist, reports=reports,
             post_training=self.protocol is Protocol.TRAIN_ALL,
             local_counts=self.registry.local_counts(),
-        )
+        )  # fmt: skip
 
     def _schedule(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> Decision:
         t0 = time.perf_counter()
@@ -232,16 +228,17 @@ class ScheduledStrategy(Strategy):
                 f"{self.num_devices} (one entry per device)"
             )
         state = RoundInProgress(
-            draw=draw,
-            training=training,
-            reference={k: v.numpy() for k, v in arrays.items()},
-            available=self.registry.with_node(draw.available),
-            server_round=server_round,
+            draw=draw, training=training, reference={k: v.numpy() for k, v in arrays.items()},
+            available=self.registry.with_node(draw.available), server_round=server_round,
             discovery_failed=discovery_failed,
             timings={"query_s": 0.0, "discovery_s": discovery_s},
-        )
+        )  # fmt: skip
         self._round = state
-        self._mark_busy(state)
+        for node, since in self.pending.busy_nodes().items():  # its node still owes a reply
+            if (pid := self.registry.partition(node)) is not None and pid in state.available:
+                state.busy[pid] = since
+                state.failed[pid] = f"busy: its message of round {since} is still unanswered"
+                state.lost.add(pid)  # to the timeout of its unanswered message
         state.trainees = self._trainees(state, arrays, round_config, grid)
         sigma = self.policy.needs_sigma and self.protocol is Protocol.TRAIN_ALL
         state.t_sent = time.perf_counter()
@@ -266,15 +263,6 @@ class ScheduledStrategy(Strategy):
         reports = self._collect(replies, asked, state, keys.QUERY_STATS)
         state.timings["query_s"] = time.perf_counter() - t0
         return np.flatnonzero(self._schedule(state, reports).selected).tolist()
-
-    def _mark_busy(self, state: RoundInProgress) -> None:
-        """Available devices whose node still owes a reply sit this round out, as failed."""
-        for node, since in self.pending.busy_nodes().items():
-            pid = self.registry.partition(node)
-            if pid is not None and pid in state.available:
-                state.busy[pid] = since
-                state.failed[pid] = f"busy: its message of round {since} is still unanswered"
-                state.lost.add(pid)  # to the timeout of its unanswered message
 
     def _collect(
         self, replies: list[Message], expected: list[int], state: RoundInProgress, phase: str
