@@ -6,7 +6,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from functools import partial
 from logging import WARNING
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_strategy.flower.simulation import describe_stalled, is_simulation, patient, stall_alarm
+from fedcgd_strategy.flower.simulation import is_simulation, patient, stall_alarm
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, check_components, parse_run_config
 from server_app.recorder import RoundRecorder
@@ -70,9 +69,9 @@ class TooFewNodesError(OneLineMessage, RuntimeError):
     """Fewer SuperNodes than ``num-devices``: the message says what to run instead."""
 
 
-def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
+def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
     """Wait for ``expected`` nodes (a simulation's count is final after :data:`SIMULATION_SETTLE_S`
-    unchanged); return how many are connected, or raise TooFewNodesError."""  # noqa: D205, D209
+    unchanged), else raise TooFewNodesError."""  # noqa: D205, D209
     simulation = is_simulation(grid)
     start = time.monotonic()
     connected = len(list(grid.get_node_ids()))
@@ -98,7 +97,6 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
             f"(run-config query-timeout-s); start the missing SuperNodes or set "
             f"num-devices={connected}"
         )
-    return connected
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
@@ -275,7 +273,12 @@ def train_rounds(
     grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply
     start = {k: v.detach().cpu().clone() for k, v in setup.model.state_dict().items()}
     try:
-        with stall_alarm(config.stall_limit_s, partial(describe_stalled, config.stall_limit_s)):
+        stalled = (
+            f"run stalled: no progress in {config.stall_limit_s:g} s (stall-limit-s): a policy, "
+            "an aggregator or the server's own code did not return; raise stall-limit-s if it "
+            "needs longer"
+        )
+        with stall_alarm(config.stall_limit_s, lambda: stalled):
             result = strategy.start(
                 grid=grid,
                 initial_arrays=ArrayRecord(start),

@@ -211,11 +211,3 @@ def _stuck_at(alarm: _Alarm) -> str:
     if code is None:
         return ""
     return f" (stuck at {Path(code.co_filename).name}:{line} in {code.co_name})"
-
-
-def describe_stalled(stall_limit_s: float) -> str:
-    """The run's watchdog line when no reply is awaited: the server's own code is stuck."""
-    return (
-        f"run stalled: no progress in {stall_limit_s:g} s (stall-limit-s): a policy, an "
-        "aggregator or the server's own code did not return; raise stall-limit-s if it needs longer"
-    )
