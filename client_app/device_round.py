@@ -46,26 +46,20 @@ class PreTrainingStats:
 def node_split(context: Context) -> tuple[TaskSettings, LocalSplit]:
     """The run's settings and the node's local data; ValueError unless ``node_config`` fits."""
     settings = run_settings(context.run_config)
-    config = context.node_config
-    for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
-        if isinstance(config.get(key), bool) or not isinstance(config.get(key), int):
-            raise ValueError(
-                f"node_config key '{key}' must be an integer; got {config.get(key)!r}; start the "
-                f'SuperNode with --node-config "{keys.NODE_PARTITION_ID}=<v> '
-                f'{keys.NODE_NUM_PARTITIONS}=<V>"'
-            )
-    num_partitions = int(config[keys.NODE_NUM_PARTITIONS])
-    if num_partitions != settings.num_devices:
+    pid, num = (
+        context.node_config.get(k) for k in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS)
+    )
+    if not (
+        type(pid) is int and type(num) is int and num == settings.num_devices and 0 <= pid < num
+    ):
         raise ValueError(
-            f"node_config num-partitions ({num_partitions}) must equal run-config num-devices "
-            f"({settings.num_devices})"
+            f"node_config {keys.NODE_PARTITION_ID} = {pid!r}, {keys.NODE_NUM_PARTITIONS} = "
+            f"{num!r}; allowed: ints, {keys.NODE_NUM_PARTITIONS} = run-config "
+            f"num-devices = {settings.num_devices}, {keys.NODE_PARTITION_ID} in 0 .. "
+            f"{settings.num_devices - 1} (start the SuperNode with --node-config "
+            f'"{keys.NODE_PARTITION_ID}=<v> {keys.NODE_NUM_PARTITIONS}=<V>")'
         )
-    partition_id = int(config[keys.NODE_PARTITION_ID])
-    if not 0 <= partition_id < num_partitions:
-        raise ValueError(
-            f"node_config partition-id must be in 0 .. {num_partitions - 1}; got {partition_id}"
-        )
-    return settings, local_split(settings, partition_id)
+    return settings, local_split(settings, pid)
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
