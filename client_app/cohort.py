@@ -148,15 +148,12 @@ class Cohorts:
         if threads < 1:
             raise ValueError(f"threads: got {threads}; allowed: >= 1")
         self.threads = threads
-        #: id(message) -> its open cohort (only during :meth:`opened`).
-        self._open: dict[int, _Cohort] = {}
+        self._open: dict[int, _Cohort] = {}  # id(message) -> its cohort, while opened
         #: The last model's arrays (name, Array) and the statistics computed at it.
         self._kept: tuple[list[tuple[str, Array]], dict[tuple[object, ...], PreTrainingStats]]
         self._kept = ([], {})
-        #: :func:`sample_mixing`'s verdicts by model and batch shape.
-        self._mixing: dict[tuple[object, ...], str | None] = {}
-        #: (model name, kind, reason) already logged.
-        self._logged: set[tuple[str, str, str]] = set()
+        self._mixing: dict[tuple[object, ...], str | None] = {}  # sample_mixing's verdicts
+        self._logged: set[tuple[str, str, str]] = set()  # (model name, kind, reason) logged
         #: (model name, kind) whose batched path failed at run time: per device from then on.
         self._failed: set[tuple[str, str]] = set()
 

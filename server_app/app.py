@@ -135,11 +135,9 @@ def _record_run(
     writer: ResultWriter | None = None
     try:
         writer = ResultWriter(
-            result_dir,
-            config.num_server_rounds,
-            kept_lines=None if plan is None else plan.lines,
+            result_dir, config.num_server_rounds, kept_lines=None if plan is None else plan.lines,
             elapsed_s=0.0 if plan is None else plan.checkpoint.elapsed_s,
-        )
+        )  # fmt: skip
         if setup is not None:
             writer.write_config(setup.resolved)
         if plan is not None and plan.finish_only:

@@ -62,9 +62,7 @@ def discover_nodes(
             log(WARNING, "nodes %d and %d both claim partition %d; kept %d", holder, node, pid,
                 holder)  # fmt: skip
     replied = {int(r.metadata.src_node_id) for r in replies}
-    for node in unknown:
-        if node not in replied:
-            failed[node] = "no query.info reply before the timeout"
+    failed |= {n: "no query.info reply before the timeout" for n in unknown if n not in replied}
     log(INFO, "discovery: %d of %d devices have a node", len(registry), registry.num_devices)
     return dict(sorted(failed.items()))
 

@@ -333,11 +333,10 @@ class ScheduledStrategy(Strategy):
         if self.aggregator is None:
             averaged = fedavg(models, weights, state.reference)
         else:
-            nodes = [r.node_id for r in uploads]
             noise = dp_round_noise(self.aggregator, len(models))
             combined, reason = aggregate_uploads(
-                self.aggregator, state.server_round, models, weights, state.reference, nodes,
-                seed=self.seed,
+                self.aggregator, state.server_round, models, weights, state.reference,
+                [r.node_id for r in uploads], seed=self.seed,
             )  # fmt: skip
             if combined is None:
                 return None, reason
