@@ -32,9 +32,8 @@ def discover_nodes(
     unknown = registry.unknown(connected)
     late_info = [r for r in late if r.metadata.message_type == keys.QUERY_INFO
                  and not r.has_error() and r.metadata.src_node_id in unknown]  # fmt: skip
-    skip = {r.metadata.src_node_id for r in late_info} | set(
-        pending.busy_nodes() if pending else ()
-    )
+    busy = {} if pending is None else pending.busy_nodes()
+    skip = {r.metadata.src_node_id for r in late_info} | set(busy)
     unknown = [n for n in unknown if n not in skip]
     if not unknown and not late_info:
         return {}

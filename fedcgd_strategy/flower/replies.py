@@ -314,10 +314,9 @@ def collect_reports(
                 f"allowed: at most max-update-norm-ratio = {max_update_norm_ratio:g} "
                 "x the median of the round's other uploads, and a finite float32"
             )
-    lost = (wanted - set(reports) - set(failures)) | errored
-    for pid in sorted(wanted - set(reports) - set(failures)):
-        failures[pid] = "no reply before the timeout"
+    silent = wanted - set(reports) - set(failures)
+    failures |= dict.fromkeys(silent, "no reply before the timeout")
     log(INFO, "%s: received %d results and %d failures", phase, len(reports), len(failures))
     for pid in sorted(failures):
         log(WARNING, "%s: device %d excluded this round: %s", phase, pid, failures[pid])
-    return [reports[p] for p in sorted(reports)], dict(sorted(failures.items())), lost
+    return [reports[p] for p in sorted(reports)], dict(sorted(failures.items())), silent | errored
