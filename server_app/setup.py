@@ -93,21 +93,17 @@ class RunSetup:
         self, server_round: int, model: dict[str, torch.Tensor], elapsed_s: float
     ) -> Checkpoint:
         """The run's state after ``server_round`` (:func:`build_setup` restores it exactly)."""
+        policy_state = policy_call(
+            self.policy, server_round, "its state for the checkpoint",
+            lambda: plain_data(self.policy.state_dict(), "state_dict()"),
+        )  # fmt: skip
         return Checkpoint(
-            round=server_round,
-            model=model,
-            policy_state=policy_call(
-                self.policy,
-                server_round,
-                "its state for the checkpoint",
-                lambda: plain_data(self.policy.state_dict(), "state_dict()"),
-            ),
+            round=server_round, model=model, policy_state=policy_state,
             cell_rng_state=dict(self.cell_rng.bit_generator.state),
-            policy_rng_state=dict(self.policy_rng.bit_generator.state),
-            elapsed_s=elapsed_s,
+            policy_rng_state=dict(self.policy_rng.bit_generator.state), elapsed_s=elapsed_s,
             aggregator_state=plain_data(aggregator_state(self.aggregator), "aggregator state"),
             identity=run_identity(self.config),
-        )
+        )  # fmt: skip
 
 
 def plain_data(value: Any, where: str) -> Any:
