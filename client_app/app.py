@@ -7,7 +7,7 @@ same statistics, then tau SGD steps); a handler's error costs the device its rou
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,9 +26,8 @@ from client_app.device_round import (
     DeviceRound,
     PreTrainingStats,
     device_round,
+    device_stats,
     node_split,
-    pre_training_stats,
-    received_model,
     seeded_for,
     train_device,
 )
@@ -37,8 +36,6 @@ from fedcgd_task import keys
 if TYPE_CHECKING:
     from client_app.cohort import Cohorts
 
-T = TypeVar("T")
-
 
 def make_app(cohorts: Cohorts | None = None) -> ClientApp:
     """A ClientApp of a FedCGD device; with ``cohorts``, results come from open cohorts."""
@@ -46,13 +43,32 @@ def make_app(cohorts: Cohorts | None = None) -> ClientApp:
     client.lifespan()(lifespan)
     client.query(keys.QUERY_INFO_ACTION)(query_info)
 
+    def computed(msg: Message, context: Context, compute: Callable[..., Any]) -> Any:
+        """The device's round and result: from its open cohort, else computed alone, seeded."""
+        if cohorts is not None and (done := cohorts.result_of(msg)) is not None:
+            return done
+        rnd = device_round(msg, context)
+        with seeded_for(rnd):
+            return rnd, compute(msg, rnd)
+
     @client.query(keys.QUERY_STATS_ACTION)
-    def stats(msg: Message, context: Context) -> Message:
-        return query_stats(msg, context, cohorts)
+    def query_stats(msg: Message, context: Context) -> Message:
+        """Reply with the pre-training statistics at the received model (no training)."""
+        metrics = _stats_metrics(*computed(msg, context, device_stats))
+        return Message(RecordDict({keys.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
     @client.train()
-    def trained(msg: Message, context: Context) -> Message:
-        return train(msg, context, cohorts)
+    def train(msg: Message, context: Context) -> Message:
+        """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
+        rnd, trained = computed(msg, context, train_device)
+        metrics = _stats_metrics(rnd, trained.stats)
+        metrics[keys.TRAIN_LOSS] = trained.mean_loss
+        metrics[keys.UPDATE_NORM] = trained.update_norm
+        metrics[keys.TRAIN_TIME_S] = trained.train_time_s
+        content = RecordDict(
+            {keys.ARRAYS: ArrayRecord(trained.weights), keys.METRICS: MetricRecord(metrics)}
+        )
+        return Message(content, reply_to=msg)
 
     return client
 
@@ -91,46 +107,6 @@ def query_info(msg: Message, context: Context) -> Message:
     metrics: dict[str, MetricRecordValues] = {keys.PARTITION_ID: split.partition_id}
     metrics.update({keys.NUM_EXAMPLES: len(split), keys.LOCAL_LABEL_HIST: local_hist})
     return Message(RecordDict({keys.METRICS: MetricRecord(metrics)}), reply_to=msg)
-
-
-def _computed(
-    msg: Message,
-    context: Context,
-    cohorts: Cohorts | None,
-    compute: Callable[[Message, DeviceRound], T],
-) -> tuple[DeviceRound, T]:
-    """The device's round and result: from its open cohort, else computed alone, seeded."""
-    done = None if cohorts is None else cohorts.result_of(msg)
-    if done is not None:
-        return done
-    rnd = device_round(msg, context)
-    with seeded_for(rnd):
-        return rnd, compute(msg, rnd)
-
-
-def _stats_alone(msg: Message, rnd: DeviceRound) -> PreTrainingStats:
-    model = received_model(msg, rnd.settings, rnd.split)
-    return pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
-
-
-def query_stats(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
-    """Reply with the pre-training statistics at the received model (no training)."""
-    rnd, stats = _computed(msg, context, cohorts, _stats_alone)
-    metrics = MetricRecord(_stats_metrics(rnd, stats))
-    return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
-
-
-def train(msg: Message, context: Context, cohorts: Cohorts | None = None) -> Message:
-    """Compute the pre-training statistics, run tau SGD steps, reply model and metrics."""
-    rnd, trained = _computed(msg, context, cohorts, train_device)
-    metrics = _stats_metrics(rnd, trained.stats)
-    metrics[keys.TRAIN_LOSS] = trained.mean_loss
-    metrics[keys.UPDATE_NORM] = trained.update_norm
-    metrics[keys.TRAIN_TIME_S] = trained.train_time_s
-    content = RecordDict(
-        {keys.ARRAYS: ArrayRecord(trained.weights), keys.METRICS: MetricRecord(metrics)}
-    )
-    return Message(content, reply_to=msg)
 
 
 #: The ClientApp Flower loads (``flwr run``, deployments): every device alone.

@@ -142,55 +142,43 @@ def _stats_key(device: DeviceRound) -> tuple[object, ...]:
 
 
 class Cohorts:
-    """One engine's cohort execution: its grid opens the cohorts, its ClientApp reads them.
-
-    ``threads`` share a cohort's σ̂ passes; the results do not depend on it.
-    """
+    """One engine's cohorts: its grid opens them, its ClientApp reads them (``threads``: σ̂'s)."""
 
     def __init__(self, *, threads: int = 1) -> None:
         if threads < 1:
             raise ValueError(f"threads: got {threads}; allowed: >= 1")
         self.threads = threads
-        #: id(message) -> its open cohort (only during :meth:`opened`).
-        self._open: dict[int, _Cohort] = {}
+        self._open: dict[int, _Cohort] = {}  # id(message) -> its cohort, while opened
         #: The last model's arrays (name, Array) and the statistics computed at it.
         self._kept: tuple[list[tuple[str, Array]], dict[tuple[object, ...], PreTrainingStats]]
         self._kept = ([], {})
-        #: :func:`sample_mixing`'s verdicts by model and batch shape.
-        self._mixing: dict[tuple[object, ...], str | None] = {}
-        #: (model name, kind, reason) already logged.
-        self._logged: set[tuple[str, str, str]] = set()
+        self._mixing: dict[tuple[object, ...], str | None] = {}  # sample_mixing's verdicts
+        self._logged: set[tuple[str, str, str]] = set()  # (model name, kind, reason) logged
         #: (model name, kind) whose batched path failed at run time: per device from then on.
         self._failed: set[tuple[str, str]] = set()
 
     @contextmanager
     def opened(self, deliveries: Sequence[tuple[Message, Context]]) -> Iterator[None]:
         """Open the cohorts among ``deliveries`` (message, its node's context) in the block."""
-        groups: dict[tuple[object, ...], list[list[tuple[Message, Context]]]] = {}
+        by_key: dict[tuple[object, ...], list[_Cohort]] = {}
         for msg, context in deliveries:
-            key = _cohort_key(msg)
-            if key is None:
+            if (key := _cohort_key(msg)) is None:
                 continue
-            subgroups = groups.setdefault(key, [])
-            for members in subgroups:
-                if same_config(members[0][1].run_config, context.run_config):
-                    members.append((msg, context))
-                    break
-            else:
-                subgroups.append([(msg, context)])
-        opened_ids: list[int] = []
-        for key, subgroups in groups.items():
-            for members in subgroups:
-                if len(members) < MIN_COHORT:
-                    continue
-                cohort = _Cohort(kind=str(key[0]), members=members)
-                for msg, _ in members:
-                    self._open[id(msg)] = cohort
-                    opened_ids.append(id(msg))
+            alike = by_key.setdefault(key, [])
+            run_config = context.run_config
+            cohort = next(
+                (c for c in alike if same_config(c.members[0][1].run_config, run_config)), None
+            )
+            if cohort is None:
+                alike.append(cohort := _Cohort(str(key[0]), []))
+            cohort.members.append((msg, context))
+        opened = {id(msg): c for found in by_key.values() for c in found
+                  if len(c.members) >= MIN_COHORT for msg, _ in c.members}  # fmt: skip
+        self._open.update(opened)
         try:
             yield
         finally:
-            for msg_id in opened_ids:
+            for msg_id in opened:
                 self._open.pop(msg_id, None)
 
     def result_of(self, msg: Message) -> tuple[DeviceRound, Any] | None:
@@ -220,7 +208,7 @@ class Cohorts:
                 rounds.append((msg, device_round(msg, context)))
             except (ValueError, TypeError):  # its handler raises the same error alone
                 continue
-        if len(rounds) < MIN_COHORT:
+        if len(rounds) < MIN_COHORT or (rounds[0][1].settings.model, cohort.kind) in self._failed:
             return {}
         with seeded_for(rounds[0][1]):  # as the first device alone: the model's own draws
             return self._computed(cohort, rounds)
@@ -230,16 +218,14 @@ class Cohorts:
     ) -> dict[int, tuple[DeviceRound, object]]:
         first_msg, first = rounds[0]
         name = first.settings.model
-        if (name, cohort.kind) in self._failed:
-            return {}
         try:
             model = received_model(first_msg, first.settings, first.split)
         except (ValueError, RuntimeError):  # a bad record: each handler says so alone
             return {}
         devices = [rnd for _, rnd in rounds]
         ids = [id(msg) for msg, _ in rounds]
-        record = first_msg.content.array_records.get(keys.ARRAYS)
-        assert record is not None  # a cohort's messages carry one (_cohort_key)
+        record = first_msg.content[keys.ARRAYS]
+        assert isinstance(record, ArrayRecord)  # a cohort's messages carry one (_cohort_key)
         stats = self._kept_or_computed_stats(record, model, devices)
         if cohort.kind == keys.QUERY_STATS:
             return {i: (rnd, s) for i, rnd, s in zip(ids, devices, stats, strict=True)}
@@ -275,11 +261,8 @@ class Cohorts:
     def cohort_stats(
         self, model: nn.Module, devices: Sequence[DeviceRound]
     ) -> list[PreTrainingStats]:
-        """Pre-training statistics of devices sharing ``model`` and the round config.
-
-        σ̂ from batched passes over chunks of :data:`QUERY_CHUNK_SAMPLES` samples (one model
-        copy per thread), else per device.
-        """
+        """Pre-training statistics of devices sharing ``model`` and the round config (σ̂ batched
+        over chunks of :data:`QUERY_CHUNK_SAMPLES` samples, one model copy per thread)."""  # noqa: D205, D209
         want_sigma = devices[0].want_sigma
         name = devices[0].settings.model
         alone = [(d.split, d.batches) for d in devices]

@@ -9,10 +9,11 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, UserConfig
+from flwr.app import ArrayRecord, Context, Message, UserConfig
 from torch import nn
 from torch.func import functional_call, vmap
 from torch.nn import functional as F  # noqa: N812 (torch convention)
@@ -45,31 +46,25 @@ class PreTrainingStats:
 def node_split(context: Context) -> tuple[TaskSettings, LocalSplit]:
     """The run's settings and the node's local data; ValueError unless ``node_config`` fits."""
     settings = run_settings(context.run_config)
-    config = context.node_config
-    for key in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS):
-        if isinstance(config.get(key), bool) or not isinstance(config.get(key), int):
-            raise ValueError(
-                f"node_config key '{key}' must be an integer; got {config.get(key)!r}; start the "
-                f'SuperNode with --node-config "{keys.NODE_PARTITION_ID}=<v> '
-                f'{keys.NODE_NUM_PARTITIONS}=<V>"'
-            )
-    num_partitions = int(config[keys.NODE_NUM_PARTITIONS])
-    if num_partitions != settings.num_devices:
+    pid, num = (
+        context.node_config.get(k) for k in (keys.NODE_PARTITION_ID, keys.NODE_NUM_PARTITIONS)
+    )
+    if not (
+        type(pid) is int and type(num) is int and num == settings.num_devices and 0 <= pid < num
+    ):
         raise ValueError(
-            f"node_config num-partitions ({num_partitions}) must equal run-config num-devices "
-            f"({settings.num_devices})"
+            f"node_config {keys.NODE_PARTITION_ID} = {pid!r}, {keys.NODE_NUM_PARTITIONS} = "
+            f"{num!r}; allowed: ints, {keys.NODE_NUM_PARTITIONS} = run-config "
+            f"num-devices = {settings.num_devices}, {keys.NODE_PARTITION_ID} in 0 .. "
+            f"{settings.num_devices - 1} (start the SuperNode with --node-config "
+            f'"{keys.NODE_PARTITION_ID}=<v> {keys.NODE_NUM_PARTITIONS}=<V>")'
         )
-    partition_id = int(config[keys.NODE_PARTITION_ID])
-    if not 0 <= partition_id < num_partitions:
-        raise ValueError(
-            f"node_config partition-id must be in 0 .. {num_partitions - 1}; got {partition_id}"
-        )
-    return settings, local_split(settings, partition_id)
+    return settings, local_split(settings, pid)
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
     """Load the message's ArrayRecord into this process's model of the run config's kind."""
-    state = msg.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    state = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
     model = process_model(
         settings.model, split.num_classes, split.source.input_shape, settings.device
     )
@@ -151,6 +146,12 @@ def pre_training_stats(
     return PreTrainingStats(label_hist=label_hist(split, batches), sigma=sigma)
 
 
+def device_stats(msg: Message, rnd: DeviceRound) -> PreTrainingStats:
+    """The per-device path of a ``query.stats``: the statistics at the received model."""
+    model = received_model(msg, rnd.settings, rnd.split)
+    return pre_training_stats(model, rnd.split, rnd.batches, want_sigma=rnd.want_sigma)
+
+
 def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The floating-point entries of the model's state dict, copied (what an update changes)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
@@ -214,10 +215,7 @@ def training_blockers(model: nn.Module) -> list[str]:
 
 
 def cohort_train(
-    model: nn.Module,
-    devices: Sequence[DeviceRound],
-    *,
-    stats: Sequence[PreTrainingStats],
+    model: nn.Module, devices: Sequence[DeviceRound], *, stats: Sequence[PreTrainingStats]
 ) -> list[TrainedDevice]:
     """Tau SGD steps of every device (sharing tau, b, eta) from ``model`` (unchanged), by vmap:
     per device the arithmetic of :func:`~fedcgd_task.training.train_local`."""  # noqa: D205, D209

@@ -35,11 +35,7 @@ class GradientSpread:
 
 
 def gradient_spread(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    chunk_size: int | None = None,
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int | None = None
 ) -> GradientSpread:
     """sigma-hat_v and the batch loss of a device's first mini-batch ``x`` [b, ...], ``y`` [b]
     (models outside the one-pass scope: :func:`gradient_spread_vmap`); ``model`` unchanged,
@@ -91,11 +87,7 @@ def mode_kept(model: nn.Module, training: bool = False) -> Iterator[None]:
 
 
 def gradient_spread_vmap(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    chunk_size: int | None = None,
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int | None = None
 ) -> GradientSpread:
     """sigma-hat_v from vmap per-sample gradients for any model: deviations formed in chunks
     combined in float64 (Chan et al.'s pairwise update), 6-80x an SGD step's cost."""  # noqa: D205, D209

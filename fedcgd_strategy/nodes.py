@@ -25,7 +25,7 @@ class NodeRegistry:
         self._node_of: dict[int, int] = {}
         self._partition_of: dict[int, int] = {}
         self._local_hist: dict[int, NDArray[np.int64]] = {}
-        self._truth = None if partition_counts is None else np.asarray(partition_counts, np.int64)
+        self._truth = partition_counts
 
     def __len__(self) -> int:
         return len(self._node_of)
@@ -43,25 +43,20 @@ class NodeRegistry:
         alive = set(connected)
         lost = [(n, p) for n, p in sorted(self._partition_of.items()) if n not in alive]
         for node, pid in lost:
-            del self._partition_of[node]
-            del self._node_of[pid]
+            del self._partition_of[node], self._node_of[pid]
         return lost
 
     def unknown(self, connected: Iterable[int]) -> list[int]:
         """Connected node ids whose partition is not known yet, sorted."""
         return sorted(set(connected) - set(self._partition_of))
 
-    def register(
-        self, node_id: int, partition_id: int, local_hist: NDArray[np.int64] | None = None
-    ) -> int:
-        """Record that ``node_id`` serves ``partition_id`` in [0, V) (checked by the reply's
-        reader), with its class counts ``local_hist`` int[C]; return the node that keeps it (the
-        first claimant)."""  # noqa: D205, D209
+    def register(self, node_id: int, partition_id: int, local_hist: NDArray[np.int64]) -> int:
+        """Record that ``node_id`` serves ``partition_id`` (checked by the reply's reader) with
+        class counts ``local_hist``; return the node that keeps it (the first claimant)."""  # noqa: D205, D209
         holder = self._node_of.setdefault(partition_id, node_id)
         if holder == node_id:
             self._partition_of[node_id] = partition_id
-            if local_hist is not None:
-                self._local_hist[partition_id] = np.asarray(local_hist, dtype=np.int64)
+            self._local_hist[partition_id] = np.asarray(local_hist, dtype=np.int64)
         return holder
 
     def local_hist(self, partition_id: int) -> NDArray[np.int64] | None:
@@ -75,7 +70,7 @@ class NodeRegistry:
         return (
             f"claims partition {partition_id} with local class counts "
             f"{np.asarray(local_hist).tolist()}, which are not that partition's "
-            f"{self._truth[partition_id].tolist()}"
+            f"{np.asarray(self._truth[partition_id]).tolist()}"
         )
 
     def local_counts(self) -> NDArray[np.int64]:
@@ -100,14 +95,8 @@ class Pending:
     kind: str
 
 
-class PendingMessages:
+class PendingMessages(dict[str, Pending]):
     """The unanswered messages of the run, by message id."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[str, Pending] = {}
-
-    def __len__(self) -> int:
-        return len(self._by_id)
 
     def record_unanswered(
         self, sent: Iterable[tuple[str, int, str]], answered: Iterable[str], server_round: int
@@ -116,28 +105,25 @@ class PendingMessages:
         replied = set(answered)
         new = [Pending(mid, int(node), int(server_round), kind) for mid, node, kind in sent
                if mid and mid not in replied]  # fmt: skip
-        self._by_id.update((p.message_id, p) for p in new)
+        self.update((p.message_id, p) for p in new)
         return new
 
     def resolve(self, answered: Iterable[str]) -> list[Pending]:
         """Forget the messages with these ids (their late reply arrived); return them."""
-        return [p for mid in answered if (p := self._by_id.pop(mid, None)) is not None]
+        return [p for mid in answered if (p := self.pop(mid, None)) is not None]
 
     def forget_nodes(self, nodes: Iterable[int]) -> list[Pending]:
         """Forget every message to ``nodes`` (they disconnected); return them."""
         gone = set(nodes)
-        dropped = [p for p in self._by_id.values() if p.node_id in gone]
-        for p in dropped:
-            del self._by_id[p.message_id]
-        return dropped
+        return self.resolve([mid for mid, p in self.items() if p.node_id in gone])
 
     def message_ids(self) -> list[str]:
         """Ids of every pending message, in the order they were recorded."""
-        return list(self._by_id)
+        return list(self)
 
     def busy_nodes(self) -> dict[int, int]:
         """Node id → the round of its oldest pending message, for every node with one."""
         busy: dict[int, int] = {}
-        for p in self._by_id.values():
+        for p in self.values():
             busy[p.node_id] = min(busy.get(p.node_id, p.server_round), p.server_round)
         return busy

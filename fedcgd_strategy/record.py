@@ -1,15 +1,12 @@
-"""One round's record (one JSON line of the run's metrics file), built by a pure function."""
+"""One round's record: one JSON line of the run's metrics file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-
-from fedcgd_strategy.policies import Decision, RoundInputs
 
 
 @dataclass(frozen=True)
@@ -68,57 +65,3 @@ def class_gradient_value(g: NDArray[np.float64] | None) -> float | list[float] |
         return None
     values = [float(v) for v in np.asarray(g, dtype=float).ravel()]
     return values[0] if len(values) == 1 else values
-
-
-def round_record(
-    server_round: int,
-    *,
-    num_available: int,
-    inputs: RoundInputs,
-    decision: Decision,
-    uploaded: Sequence[int],
-    disconnected: Iterable[int],
-    class_gradient_next: NDArray[np.float64] | None,
-    timings: Mapping[str, float],
-    failed_reasons: Mapping[int, str],
-    model_kept_reason: str | None,
-    discovery_failed: Mapping[int, str],
-    lost: Iterable[int],
-    dp_noise: tuple[float, float] | None = None,
-) -> RoundRecord:
-    """Build one round's :class:`RoundRecord` (fields: docs/running.md) from what the policy saw
-    and decided; ``timings``: its ``*_s`` fields, seconds of server wall clock; ``dp_noise``:
-    (C, z C / n) of a DP aggregator's round."""  # noqa: D205, D209
-    selected, solver = decision.selected, decision.solver
-    scheduled = bool(selected.any())
-    reasons = {int(k): str(v) for k, v in failed_reasons.items()}
-    clipping_norm, noise_std = dp_noise or (None, None)
-    return RoundRecord(
-        round=server_round,
-        num_available=num_available,
-        num_candidates=int(inputs.candidate.sum()),
-        num_feasible=int(np.sum(inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))),
-        num_scheduled=int(selected.sum()),
-        num_uploaded=len(uploaded),
-        scheduled=np.flatnonzero(selected).tolist(),
-        uploaded=[int(v) for v in uploaded],
-        failed=sorted(reasons),
-        disconnected=sorted(int(v) for v in disconnected),
-        wemd=decision.wemd,
-        sampling_term=decision.sampling_term,
-        objective=float(solver.objective) if solver is not None and scheduled else float("nan"),
-        sigma=float(decision.sigma),
-        class_gradient_used=class_gradient_value(decision.class_gradient),
-        class_gradient_next=class_gradient_value(class_gradient_next),
-        bandwidth_used_hz=decision.bandwidth_used_hz,
-        solver_iterations=int(solver.iterations) if solver is not None else 0,
-        **timings,
-        model_kept=model_kept_reason is not None,
-        failed_reasons={str(k): reasons[k] for k in sorted(reasons)},
-        model_kept_reason=model_kept_reason,
-        discovery_failed={str(k): str(v) for k, v in sorted(discovery_failed.items())},
-        devices_lost=len(set(lost)),
-        lost=sorted({int(v) for v in lost}),
-        dp_clipping_norm=clipping_norm,
-        dp_noise_std=noise_std,
-    )

@@ -6,7 +6,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from functools import partial
 from logging import WARNING
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_strategy.flower.simulation import (
-    describe_stalled,
-    is_simulation,
-    patient,
-    stall_alarm,
-)
+from fedcgd_strategy.flower.simulation import is_simulation, patient, stall_alarm
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, check_components, parse_run_config
 from server_app.recorder import RoundRecorder
@@ -75,9 +69,9 @@ class TooFewNodesError(OneLineMessage, RuntimeError):
     """Fewer SuperNodes than ``num-devices``: the message says what to run instead."""
 
 
-def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
+def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
     """Wait for ``expected`` nodes (a simulation's count is final after :data:`SIMULATION_SETTLE_S`
-    unchanged); return how many are connected, or raise TooFewNodesError."""  # noqa: D205, D209
+    unchanged), else raise TooFewNodesError."""  # noqa: D205, D209
     simulation = is_simulation(grid)
     start = time.monotonic()
     connected = len(list(grid.get_node_ids()))
@@ -103,7 +97,6 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> int:
             f"(run-config query-timeout-s); start the missing SuperNodes or set "
             f"num-devices={connected}"
         )
-    return connected
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
@@ -142,17 +135,19 @@ def _record_run(
     writer: ResultWriter | None = None
     try:
         writer = ResultWriter(
-            result_dir,
-            config.num_server_rounds,
-            kept_lines=None if plan is None else plan.lines,
+            result_dir, config.num_server_rounds, kept_lines=None if plan is None else plan.lines,
             elapsed_s=0.0 if plan is None else plan.checkpoint.elapsed_s,
-        )
+        )  # fmt: skip
         if setup is not None:
             writer.write_config(setup.resolved)
         if plan is not None and plan.finish_only:
             say(f"finishing {result_dir} from its checkpoint after round {done}")
             final_model = start_model = plan.checkpoint.model
         else:
+            if setup is None:
+                setup = build_setup(config, on_settings=writer.write_config)
+            else:
+                say(f"resuming {config.resume_from} after round {setup.round_offset}")
             final_model, start_model = train_rounds(grid, config, writer, setup)
         with_uploads = sum(1 for line in writer.lines[len(kept) :] if line.get("num_uploaded"))
         return write_end(config, writer, final_model, start_model, with_uploads)
@@ -166,6 +161,12 @@ def _record_run(
         raise
 
 
+#: A run fails when its aggregation failed in more than this share of the rounds with uploads.
+MAX_FAILED_AGGREGATION_SHARE = 0.5
+#: Float32 roundings a round may move a model whose true update is nothing (eps * ||model||).
+ROUNDING_ULPS_PER_ROUND = 4
+
+
 def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     """Why a run whose metrics lines are ``lines`` trained nothing; None when a device uploaded."""
     if any(int(line.get("num_uploaded") or 0) > 0 for line in lines):
@@ -173,23 +174,16 @@ def no_upload_reason(lines: list[dict[str, Any]]) -> str | None:
     failures = sum(len(line.get("failed") or []) for line in lines)
     unreachable = sum(len(line.get("disconnected") or []) for line in lines)
     scheduled = sum(int(line.get("num_scheduled") or 0) for line in lines)
-    why = ""
+    see, why = "see the ClientApp errors in the log", ""
     if failures:
-        why = f": {failures} scheduled devices failed or timed out (see the ClientApp errors"
-        why += " in the log)"
+        why = f": {failures} scheduled devices failed or timed out ({see})"
     elif unreachable and not scheduled:
-        why = (
-            f": no device answered ({unreachable} times a device drawn available replied with "
-            "an error or not at all; see the ClientApp errors in the log)"
-        )
+        why = (f": no device answered ({unreachable} times a device drawn available replied "
+               f"with an error or not at all; {see})")  # fmt: skip
     elif not scheduled:
         why = ": none was scheduled (deadline, bandwidth or availability too tight?)"
     head = f"no device uploaded an update in any of the {len(lines)} rounds, so the model never"
     return f"{head} changed{why}"
-
-
-#: A run fails when its aggregation failed in more than this share of the rounds with uploads.
-MAX_FAILED_AGGREGATION_SHARE = 0.5
 
 
 def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
@@ -204,10 +198,6 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
         f"(allowed: at most {MAX_FAILED_AGGREGATION_SHARE:.0%}), so the model was kept instead; "
         f"round {first.get('round')}: {first.get('model_kept_reason')}"
     )
-
-
-#: Float32 roundings a round may move a model whose true update is nothing (eps * ||model||).
-ROUNDING_ULPS_PER_ROUND = 4
 
 
 def unchanged_reason(
@@ -273,19 +263,20 @@ def write_end(
 
 
 def train_rounds(
-    grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup | None
+    grid: Grid, config: RunConfig, writer: ResultWriter, setup: RunSetup
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Run the rounds left (``setup`` None: a new run, built here); return end and start models."""
-    if setup is None:
-        setup = build_setup(config, on_settings=writer.write_config)
-    else:
-        say(f"resuming {config.resume_from} after round {setup.round_offset}")
+    """Run the rounds left; return the end and start models."""
     recorder = RoundRecorder(setup, writer, say)
     strategy = setup.strategy(on_record=recorder.add_record)
     grid = patient(grid, config.stall_limit_s)  # a simulation waits for every reply
     start = {k: v.detach().cpu().clone() for k, v in setup.model.state_dict().items()}
     try:
-        with stall_alarm(config.stall_limit_s, partial(describe_stalled, config.stall_limit_s)):
+        stalled = (
+            f"run stalled: no progress in {config.stall_limit_s:g} s (stall-limit-s): a policy, "
+            "an aggregator or the server's own code did not return; raise stall-limit-s if it "
+            "needs longer"
+        )
+        with stall_alarm(config.stall_limit_s, lambda: stalled):
             result = strategy.start(
                 grid=grid,
                 initial_arrays=ArrayRecord(start),

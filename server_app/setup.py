@@ -45,10 +45,7 @@ from server_app.config import RunConfig, channel_class, channel_values
 
 @dataclass
 class RunSetup:
-    """The objects of one run (:func:`build_setup`); ``aggregator`` None: FedAvg.
-
-    ``resolved``: the run's ``config.json`` (the config and the derived values).
-    """
+    """The objects of one run (``aggregator`` None: FedAvg; ``resolved``: its config.json)."""
 
     config: RunConfig
     train_set: DataSplit
@@ -76,23 +73,15 @@ class RunSetup:
         """The Flower strategy over this set-up's policy, uplink and generator (build it once)."""
         config = self.config
         return ScheduledStrategy(
-            policy=self.policy,
-            cell=self.cell,
-            model_bits=self.model_bits,
-            total_bandwidth_hz=config.cell.total_bandwidth_hz,
-            num_devices=config.task.num_devices,
-            num_classes=self.train_set.num_classes,
+            policy=self.policy, cell=self.cell, model_bits=self.model_bits,
+            total_bandwidth_hz=config.cell.total_bandwidth_hz, num_devices=config.task.num_devices,
+            num_classes=self.train_set.num_classes, rng=self.policy_rng,
             target_dist=self.target if config.target_dist == "global" else None,
-            rng=self.policy_rng,
-            protocol=config.protocol,
-            query_timeout_s=config.query_timeout_s,
-            round_offset=self.round_offset,
-            max_update_norm_ratio=config.max_update_norm_ratio,
-            partition_counts=self.partition_counts,
-            on_record=on_record,
-            aggregator=self.aggregator,
-            seed=config.seed,
-        )
+            protocol=config.protocol, query_timeout_s=config.query_timeout_s,
+            round_offset=self.round_offset, max_update_norm_ratio=config.max_update_norm_ratio,
+            partition_counts=self.partition_counts, on_record=on_record,
+            aggregator=self.aggregator, seed=config.seed,
+        )  # fmt: skip
 
     def evaluate(self, state: Mapping[str, torch.Tensor]) -> tuple[float, float]:
         """Load ``state`` into :attr:`model` and return its test loss (nats) and accuracy."""
@@ -104,29 +93,21 @@ class RunSetup:
         self, server_round: int, model: dict[str, torch.Tensor], elapsed_s: float
     ) -> Checkpoint:
         """The run's state after ``server_round`` (:func:`build_setup` restores it exactly)."""
+        policy_state = policy_call(
+            self.policy, server_round, "its state for the checkpoint",
+            lambda: plain_data(self.policy.state_dict(), "state_dict()"),
+        )  # fmt: skip
         return Checkpoint(
-            round=server_round,
-            model=model,
-            policy_state=policy_call(
-                self.policy,
-                server_round,
-                "its state for the checkpoint",
-                lambda: plain_data(self.policy.state_dict(), "state_dict()"),
-            ),
+            round=server_round, model=model, policy_state=policy_state,
             cell_rng_state=dict(self.cell_rng.bit_generator.state),
-            policy_rng_state=dict(self.policy_rng.bit_generator.state),
-            elapsed_s=elapsed_s,
+            policy_rng_state=dict(self.policy_rng.bit_generator.state), elapsed_s=elapsed_s,
             aggregator_state=plain_data(aggregator_state(self.aggregator), "aggregator state"),
             identity=run_identity(self.config),
-        )
+        )  # fmt: skip
 
 
 def plain_data(value: Any, where: str) -> Any:
-    """``value`` as what a checkpoint holds, arrays copied; else RuleBrokenError naming ``where``.
-
-    Numbers, strings, None, numpy (native byte order) and torch arrays, and lists, tuples and
-    str-keyed dicts of these.
-    """
+    """``value`` as a checkpoint holds it, arrays copied; else RuleBrokenError naming ``where``."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().clone()
     if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
@@ -190,23 +171,12 @@ def build_setup(
         np.bincount(train_set.labels[p], minlength=num_classes) for p in all_partitions(config.task)
     ]
     return RunSetup(
-        config=config,
-        train_set=train_set,
-        test_tensors=load_test_set(config.task).tensors(),
-        model=model,
-        num_params=num_params,
-        model_bits=model_bits,
-        target=target,
-        device=compute_device(config.task.device),
-        partition_counts=np.stack(counts),
-        cell=cell,
-        cell_rng=cell_rng,
-        policy=policy,
-        policy_rng=policy_rng,
-        resolved=resolved,
-        resume=resume,
-        aggregator=aggregator,
-    )
+        config=config, train_set=train_set, test_tensors=load_test_set(config.task).tensors(),
+        model=model, num_params=num_params, model_bits=model_bits, target=target,
+        device=compute_device(config.task.device), partition_counts=np.stack(counts), cell=cell,
+        cell_rng=cell_rng, policy=policy, policy_rng=policy_rng, resolved=resolved,
+        resume=resume, aggregator=aggregator,
+    )  # fmt: skip
 
 
 def restore(
@@ -225,20 +195,19 @@ def restore(
         raise CheckpointRefusedError(f"{head} does not fit the run's model: {problem}")
     arrays = {k: v.detach().cpu().numpy() for k, v in expected.items()}
     cell_rng, policy_rng = (rng.bit_generator for rng in rngs)
-    steps: dict[str, Callable[[], object]] = {
-        "its policy state": lambda: policy.load_state_dict(resume.policy_state),
-        "its cell generator state": lambda: setattr(cell_rng, "state", resume.cell_rng_state),
-        "its policy generator state": lambda: setattr(policy_rng, "state", resume.policy_rng_state),
-        "its aggregator state": lambda: load_aggregator_state(
-            aggregator, resume.aggregator_state, arrays
-        ),
-    }
-    for part, step in steps.items():
-        try:
-            step()
-        except Exception as err:  # a user's policy may raise anything: one line
-            reason = first_line(err)
-            raise CheckpointRefusedError(f"{head}: {part} does not fit the run: {reason}") from err
+    part = "its policy state"
+    try:  # a user's policy may raise anything: one line
+        policy.load_state_dict(resume.policy_state)
+        part = "its cell generator state"
+        cell_rng.state = resume.cell_rng_state
+        part = "its policy generator state"
+        policy_rng.state = resume.policy_rng_state
+        part = "its aggregator state"
+        load_aggregator_state(aggregator, resume.aggregator_state, arrays)
+    except Exception as err:
+        raise CheckpointRefusedError(
+            f"{head}: {part} does not fit the run: {first_line(err)}"
+        ) from err
     model.load_state_dict(resume.model)
 
 
@@ -266,11 +235,7 @@ def model_mismatch(expected: Mapping[str, torch.Tensor], found: Mapping[str, obj
 def build_uplink(
     config: RunConfig, cell_rng: np.random.Generator, first_round: int
 ) -> ChannelModel:
-    """The uplink ``channel.model`` names; its errors are one-line ValueErrors.
-
-    A cell, a trace from row ``first_round`` (checked to cover the run), or your class given the
-    :func:`~server_app.config.channel_values` its constructor names.
-    """
+    """The uplink ``channel.model`` names (a trace from row ``first_round``); ValueError: 1 line."""
     model = config.channel_model
     if model == "trace":
         key = f"run-config key 'channel.trace' = '{config.channel_trace}'"

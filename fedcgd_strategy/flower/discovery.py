@@ -29,19 +29,16 @@ def discover_nodes(
     connected = list(grid.get_node_ids())
     for node, pid in registry.forget_disconnected(connected):
         log(WARNING, "node %d (partition %d) disconnected", node, pid)
-    busy = set() if pending is None else set(pending.busy_nodes())
     unknown = registry.unknown(connected)
-    late_info = [r for r in late if r.metadata.message_type == keys.QUERY_INFO]
-    late_info = [r for r in late_info if not r.has_error() and r.metadata.src_node_id in unknown]
-    answered = {r.metadata.src_node_id for r in late_info}
-    unknown = [n for n in unknown if n not in busy and n not in answered]
+    late_info = [r for r in late if r.metadata.message_type == keys.QUERY_INFO
+                 and not r.has_error() and r.metadata.src_node_id in unknown]  # fmt: skip
+    busy = {} if pending is None else pending.busy_nodes()
+    skip = {r.metadata.src_node_id for r in late_info} | set(busy)
+    unknown = [n for n in unknown if n not in skip]
     if not unknown and not late_info:
         return {}
     content = RecordDict({keys.CONFIG: ConfigRecord({keys.SERVER_ROUND: server_round})})
-    msgs = [
-        Message(content, dst_node_id=n, message_type=keys.QUERY_INFO, group_id=str(server_round))
-        for n in unknown
-    ]
+    msgs = messages(content, unknown, keys.QUERY_INFO, server_round)
     replies = send_tracked(grid, msgs, timeout_s, pending, server_round) if msgs else []
     failed: dict[int, str] = {}
     for reply in [*late_info, *replies]:
@@ -64,11 +61,14 @@ def discover_nodes(
             log(WARNING, "nodes %d and %d both claim partition %d; kept %d", holder, node, pid,
                 holder)  # fmt: skip
     replied = {int(r.metadata.src_node_id) for r in replies}
-    for node in unknown:
-        if node not in replied:
-            failed[node] = "no query.info reply before the timeout"
+    failed |= {n: "no query.info reply before the timeout" for n in unknown if n not in replied}
     log(INFO, "discovery: %d of %d devices have a node", len(registry), registry.num_devices)
     return dict(sorted(failed.items()))
+
+
+def messages(content: RecordDict, nodes: Iterable[int], kind: str, rnd: int) -> list[Message]:
+    """One message of ``kind`` with ``content`` to each of ``nodes``, grouped by round."""
+    return [Message(content, dst_node_id=n, message_type=kind, group_id=str(rnd)) for n in nodes]
 
 
 def send_tracked(

@@ -15,13 +15,11 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.supercore import log
 from numpy.typing import ArrayLike, NDArray
 
-from fedcgd_strategy.aggregation import array_problem, flatten_update
+from fedcgd_strategy.aggregation import array_problem
 from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_strategy.policies import UploadedUpdates
 from fedcgd_task import keys
 from fedcgd_task.imports import first_line
 from fedcgd_task.schema import DEFAULTS
-from fedcgd_task.settings import TrainingSettings
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53
@@ -216,11 +214,6 @@ class DeviceReport:
     arrays: dict[str, NDArray[np.generic]] | None = None
     upload_norm: float | None = None
 
-    @property
-    def label_dist(self) -> NDArray[np.float64]:
-        """p_v: the histogram normalised to sum 1."""
-        return self.label_hist / float(self.label_hist.sum())
-
 
 def read_info(
     msg: Message, *, num_devices: int, num_classes: int
@@ -242,11 +235,8 @@ def read_report(
     reference: Mapping[str, NDArray[np.generic]] | None = None, registered: int | None = None,
     local_counts: NDArray[np.int64] | None = None, num_samples: int | None = None,
 ) -> DeviceReport:  # fmt: skip
-    """Validate a stats or (with ``reference``, the round's global model) training reply.
-
-    Checked when not None: ``registered`` partition id, ``local_counts`` int[C] (from discovery),
-    ``num_samples`` τ b. Raises :class:`MalformedReplyError`.
-    """
+    """Validate a stats or (with ``reference``, the global model) training reply; each of
+    ``registered``, ``local_counts`` int[C] and ``num_samples`` τ b is checked when given."""  # noqa: D205, D209
     node_id, metrics = _sender(msg)
     what = "the partition it was registered with at discovery"
     pid = _int(metrics, keys.PARTITION_ID, node_id, (0, num_devices), (registered, what))
@@ -324,27 +314,9 @@ def collect_reports(
                 f"allowed: at most max-update-norm-ratio = {max_update_norm_ratio:g} "
                 "x the median of the round's other uploads, and a finite float32"
             )
-    lost = (wanted - set(reports) - set(failures)) | errored
-    for pid in sorted(wanted - set(reports) - set(failures)):
-        failures[pid] = "no reply before the timeout"
+    silent = wanted - set(reports) - set(failures)
+    failures |= dict.fromkeys(silent, "no reply before the timeout")
     log(INFO, "%s: received %d results and %d failures", phase, len(reports), len(failures))
     for pid in sorted(failures):
         log(WARNING, "%s: device %d excluded this round: %s", phase, pid, failures[pid])
-    return [reports[p] for p in sorted(reports)], dict(sorted(failures.items())), lost
-
-
-def uploaded_updates(
-    uploads: list[DeviceReport],
-    reference: Mapping[str, NDArray[np.generic]],
-    target_dist: NDArray[np.float64],
-    training: TrainingSettings,
-) -> UploadedUpdates:
-    """The K >= 1 uploads minus ``reference`` as the Ĝ update needs them (eqs. G_est, Gc_est)."""
-    return UploadedUpdates(
-        updates=np.stack([flatten_update(r.arrays or {}, reference) for r in uploads]),
-        weights=np.array([r.num_examples for r in uploads], dtype=float),
-        label_dist=np.stack([r.label_dist for r in uploads]),
-        target_dist=target_dist,
-        learning_rate=training.learning_rate,
-        local_steps=training.local_steps,
-    )
+    return [reports[p] for p in sorted(reports)], dict(sorted(failures.items())), silent | errored

@@ -43,14 +43,10 @@ def outside_flower(*, colored: bool | None = None) -> None:
 
 
 def is_simulation(grid: Grid) -> bool:
-    """True for Flower's simulation grid (``InMemoryGrid``; a deployment's is ``HttpGrid``) and
-    for a grid whose class says ``simulated = True``."""  # noqa: D205, D209
-    declared = getattr(grid, "simulated", None)
-    if declared is not None:
-        return bool(declared)
+    """Whether ``grid`` says ``simulated``, else whether it is Flower's ``InMemoryGrid``."""
     from flwr.superlink.grid import InMemoryGrid  # loaded by both of Flower's ServerApp runners
 
-    return isinstance(grid, InMemoryGrid)
+    return bool(getattr(grid, "simulated", isinstance(grid, InMemoryGrid)))
 
 
 def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
@@ -116,9 +112,8 @@ class PatientGrid:
 
 def patient(grid: Grid, stall_limit_s: float) -> Grid:
     """The grid a run waits on: Flower's simulation grid as a :class:`PatientGrid`, others kept."""
-    if getattr(grid, "simulated", None) is None and is_simulation(grid):
-        return cast(Grid, PatientGrid(grid, stall_limit_s))
-    return grid
+    simulated = getattr(grid, "simulated", None) is None and is_simulation(grid)
+    return cast(Grid, PatientGrid(grid, stall_limit_s)) if simulated else grid
 
 
 class _Alarm(BaseException):
@@ -216,11 +211,3 @@ def _stuck_at(alarm: _Alarm) -> str:
     if code is None:
         return ""
     return f" (stuck at {Path(code.co_filename).name}:{line} in {code.co_name})"
-
-
-def describe_stalled(stall_limit_s: float) -> str:
-    """The run's watchdog line when no reply is awaited: the server's own code is stuck."""
-    return (
-        f"run stalled: no progress in {stall_limit_s:g} s (stall-limit-s): a policy, an "
-        "aggregator or the server's own code did not return; raise stall-limit-s if it needs longer"
-    )

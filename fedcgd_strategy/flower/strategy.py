@@ -4,6 +4,7 @@ translating Messages to the policy's arrays and back; the rules are pure functio
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,11 +21,12 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from channel import ChannelModel, RoundDraw
-from fedcgd_strategy.aggregation import fedavg, non_finite_arrays
+from fedcgd_strategy.aggregation import fedavg, flatten_update, non_finite_arrays
 from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, array_record, dp_round_noise
 from fedcgd_strategy.flower.discovery import (
     discover_nodes,
+    messages,
     record_unanswered,
     send_tracked,
     settle_pending,
@@ -33,7 +35,6 @@ from fedcgd_strategy.flower.replies import (
     DEFAULT_MAX_UPDATE_NORM_RATIO,
     DeviceReport,
     collect_reports,
-    uploaded_updates,
 )
 from fedcgd_strategy.flower.simulation import stall_progress
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
@@ -42,13 +43,14 @@ from fedcgd_strategy.policies import (
     Policy,
     Protocol,
     RoundInputs,
+    UploadedUpdates,
     policy_call,
     resolve_protocol,
     round_inputs,
     schedule_checked,
     with_reported_terms,
 )
-from fedcgd_strategy.record import RoundRecord, round_record
+from fedcgd_strategy.record import RoundRecord, class_gradient_value
 from fedcgd_task import keys
 from fedcgd_task.settings import TrainingSettings, read_round_config
 
@@ -83,7 +85,49 @@ class RoundInProgress:
         """Available devices not busy with an earlier, unanswered message."""
         return [v for v in self.available if v not in self.busy]
 
+    def record(
+        self, decision: Decision, uploads: list[DeviceReport], disconnected: set[int],
+        class_gradient_next: NDArray[np.float64] | None, kept_reason: str | None,
+    ) -> RoundRecord:  # fmt: skip
+        """The round's :class:`RoundRecord` (fields: docs/running.md)."""
+        inputs, selected, solver = self.inputs, decision.selected, decision.solver
+        assert inputs is not None
+        lost = self.lost | disconnected
+        clipping_norm, noise_std = self.dp_noise or (None, None)
+        return RoundRecord(
+            round=self.server_round,
+            num_available=len(self.available),
+            num_candidates=int(inputs.candidate.sum()),
+            num_feasible=int(np.sum(inputs.candidate & np.isfinite(inputs.min_bandwidth_hz))),
+            num_scheduled=int(selected.sum()),
+            num_uploaded=len(uploads),
+            scheduled=np.flatnonzero(selected).tolist(),
+            uploaded=[r.partition_id for r in uploads],
+            failed=sorted(self.failed),
+            disconnected=sorted(disconnected),
+            wemd=decision.wemd,
+            sampling_term=decision.sampling_term,
+            objective=float(solver.objective)
+            if solver is not None and selected.any()
+            else math.nan,
+            sigma=float(decision.sigma),
+            class_gradient_used=class_gradient_value(decision.class_gradient),
+            class_gradient_next=class_gradient_value(class_gradient_next),
+            bandwidth_used_hz=decision.bandwidth_used_hz,
+            solver_iterations=int(solver.iterations) if solver is not None else 0,
+            **self.timings,
+            model_kept=kept_reason is not None,
+            failed_reasons={str(k): self.failed[k] for k in sorted(self.failed)},
+            model_kept_reason=kept_reason,
+            discovery_failed={str(k): v for k, v in sorted(self.discovery_failed.items())},
+            devices_lost=len(lost),
+            lost=sorted(lost),
+            dp_clipping_norm=clipping_norm,
+            dp_noise_std=noise_std,
+        )
 
+
+@dataclass(eq=False, kw_only=True)
 class ScheduledStrategy(Strategy):
     """Device scheduling over a simulated uplink, aggregation of the scheduled devices only.
 
@@ -95,40 +139,40 @@ class ScheduledStrategy(Strategy):
     the uploads (None: FedAvg), ``seed`` seeds its noise. τ, η and b come from ``train_config``.
     """
 
-    def __init__(
-        self, *, policy: Policy, cell: ChannelModel, model_bits: float, total_bandwidth_hz: float,
-        num_devices: int, num_classes: int, target_dist: NDArray[np.float64] | None,
-        rng: np.random.Generator, protocol: str = "auto", query_timeout_s: float = 120.0,
-        round_offset: int = 0, max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO,
-        partition_counts: NDArray[np.int64] | None = None,
-        on_record: Callable[[RoundRecord], None] | None = None, aggregator: Strategy | None = None,
-        seed: int = 0,
-    ) -> None:  # fmt: skip
-        self.policy = policy
-        self.protocol = resolve_protocol(type(policy), protocol, policy.name)
-        self.cell = cell
-        self.model_bits = float(model_bits)
-        self.total_bandwidth_hz = float(total_bandwidth_hz)
-        self.target_dist = None if target_dist is None else np.asarray(target_dist, float)
-        self.rng = rng
-        self.query_timeout_s = float(query_timeout_s)
-        self.registry = NodeRegistry(num_devices, num_classes, partition_counts)
+    policy: Policy
+    cell: ChannelModel
+    model_bits: float
+    total_bandwidth_hz: float
+    num_devices: int
+    num_classes: int
+    target_dist: NDArray[np.float64] | None
+    rng: np.random.Generator
+    protocol: str = "auto"
+    query_timeout_s: float = 120.0
+    round_offset: int = 0
+    max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO
+    partition_counts: NDArray[np.int64] | None = None
+    on_record: Callable[[RoundRecord], None] | None = None
+    aggregator: Strategy | None = None
+    seed: int = 0
+    last_record: RoundRecord | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.protocol = resolve_protocol(type(self.policy), self.protocol, self.policy.name)
+        self.model_bits = float(self.model_bits)
+        self.total_bandwidth_hz = float(self.total_bandwidth_hz)
+        if self.target_dist is not None:
+            self.target_dist = np.asarray(self.target_dist, float)
+        self.registry = NodeRegistry(self.num_devices, self.num_classes, self.partition_counts)
         self.pending = PendingMessages()  # at most one message per node in flight
-        self.round_offset = int(round_offset)
-        self.max_update_norm_ratio = float(max_update_norm_ratio)
         self._norm_reference: float | None = None  # median accepted update norm, last round
-        self.last_record: RoundRecord | None = None
-        self.on_record = on_record
-        self.aggregator = aggregator
-        self.seed = int(seed)
         self._round: RoundInProgress | None = None
 
     def summary(self) -> None:
         """Log the hyper-parameters once."""
-        text = "ScheduledStrategy: policy=%s protocol=%s V=%d C=%d B=%.3g Hz D_w=%.0f bit"
-        sizes = (self.registry.num_devices, self.registry.num_classes)
-        args = (self.policy.name, self.protocol, *sizes)
-        log(INFO, text, *args, self.total_bandwidth_hz, self.model_bits)
+        log(INFO, "ScheduledStrategy: policy=%s protocol=%s V=%d C=%d B=%.3g Hz D_w=%.0f bit",
+            self.policy.name, self.protocol, self.num_devices, self.num_classes,
+            self.total_bandwidth_hz, self.model_bits)  # fmt: skip
 
     def _send(
         self, arrays: ArrayRecord, config: dict[str, Any], to: list[int], kind: str, *, sigma: bool
@@ -136,26 +180,18 @@ class ScheduledStrategy(Strategy):
         """One message per partition id in ``to`` (its node), ``want-sigma`` = ``sigma``."""
         record = ConfigRecord({**config, keys.WANT_SIGMA: sigma})
         content = RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
-        node, rnd = self.registry.node, config[keys.SERVER_ROUND]
-        return [
-            Message(content, dst_node_id=node(v), message_type=kind, group_id=str(rnd)) for v in to
-        ]
+        return messages(content, map(self.registry.node, to), kind, config[keys.SERVER_ROUND])
 
     def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:
         """The policy's view: from the reports, or (``reports=None``) from the channel only."""
-        num_devices, num_classes = self.registry.num_devices, self.registry.num_classes
         return round_inputs(
-            available=np.isin(np.arange(num_devices), state.reachable),
-            min_bandwidth_hz=state.draw.min_bandwidth_hz,
-            gain_lin=state.draw.gain_lin,
-            total_bandwidth_hz=self.total_bandwidth_hz,
-            batch_size=state.training.batch_size,
-            num_classes=num_classes,
-            target_dist=self.target_dist,
-            reports=reports,
+            available=np.isin(np.arange(self.num_devices), state.reachable),
+            min_bandwidth_hz=state.draw.min_bandwidth_hz, gain_lin=state.draw.gain_lin,
+            total_bandwidth_hz=self.total_bandwidth_hz, batch_size=state.training.batch_size,
+            num_classes=self.num_classes, target_dist=self.target_dist, reports=reports,
             post_training=self.protocol is Protocol.TRAIN_ALL,
             local_counts=self.registry.local_counts(),
-        )
+        )  # fmt: skip
 
     def _schedule(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> Decision:
         t0 = time.perf_counter()
@@ -172,11 +208,7 @@ class ScheduledStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The round's phases up to its training messages (docs/design.md, "One round").
-
-        Settle late replies, discover new nodes, draw the channel (a node that still owes a reply
-        sits out, busy), choose the trainees (:meth:`_trainees`, by the protocol), send.
-        """
+        """Settle late replies, discover nodes, draw the channel, choose the trainees, send."""
         stall_progress()  # a new round (after the last one's evaluation)
         server_round += self.round_offset
         round_config = {**dict(config.items()), keys.SERVER_ROUND: server_round}
@@ -188,24 +220,25 @@ class ScheduledStrategy(Strategy):
         )
         discovery_s = time.perf_counter() - t0
         draw = self.cell.draw_round(self.model_bits)
-        if draw.available.shape != (self.registry.num_devices,):
+        if draw.available.shape != (self.num_devices,):
             where = Path(inspect.getfile(type(self.cell))).name
             raise ChannelDrawError(
                 f"round {server_round}: channel {type(self.cell).__qualname__}.draw_round "
                 f"({where}) drew {draw.available.size} devices; the run has num-devices = "
-                f"{self.registry.num_devices} (one entry per device)"
+                f"{self.num_devices} (one entry per device)"
             )
         state = RoundInProgress(
-            draw=draw,
-            training=training,
-            reference={k: v.numpy() for k, v in arrays.items()},
-            available=self.registry.with_node(draw.available),
-            server_round=server_round,
+            draw=draw, training=training, reference={k: v.numpy() for k, v in arrays.items()},
+            available=self.registry.with_node(draw.available), server_round=server_round,
             discovery_failed=discovery_failed,
             timings={"query_s": 0.0, "discovery_s": discovery_s},
-        )
+        )  # fmt: skip
         self._round = state
-        self._mark_busy(state)
+        for node, since in self.pending.busy_nodes().items():  # its node still owes a reply
+            if (pid := self.registry.partition(node)) is not None and pid in state.available:
+                state.busy[pid] = since
+                state.failed[pid] = f"busy: its message of round {since} is still unanswered"
+                state.lost.add(pid)  # to the timeout of its unanswered message
         state.trainees = self._trainees(state, arrays, round_config, grid)
         sigma = self.policy.needs_sigma and self.protocol is Protocol.TRAIN_ALL
         state.t_sent = time.perf_counter()
@@ -230,15 +263,6 @@ class ScheduledStrategy(Strategy):
         reports = self._collect(replies, asked, state, keys.QUERY_STATS)
         state.timings["query_s"] = time.perf_counter() - t0
         return np.flatnonzero(self._schedule(state, reports).selected).tolist()
-
-    def _mark_busy(self, state: RoundInProgress) -> None:
-        """Available devices whose node still owes a reply sit this round out, as failed."""
-        for node, since in self.pending.busy_nodes().items():
-            pid = self.registry.partition(node)
-            if pid is not None and pid in state.available:
-                state.busy[pid] = since
-                state.failed[pid] = f"busy: its message of round {since} is still unanswered"
-                state.lost.add(pid)  # to the timeout of its unanswered message
 
     def _collect(
         self, replies: list[Message], expected: list[int], state: RoundInProgress, phase: str
@@ -287,23 +311,10 @@ class ScheduledStrategy(Strategy):
         state.timings |= {"aggregate_s": time.perf_counter() - t0, "client_train_s": train_s}
         state.timings["train_phase_s"] = t_recv - state.t_sent
 
-        record = round_record(
-            server_round,
-            num_available=len(state.available),
-            inputs=state.inputs,
-            decision=decision,
-            uploaded=[r.partition_id for r in uploads],
-            disconnected=disconnected,
-            class_gradient_next=policy_call(
-                self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
-            ),
-            timings=state.timings,
-            failed_reasons=state.failed,
-            model_kept_reason=kept_reason,
-            discovery_failed=state.discovery_failed,
-            lost=state.lost | disconnected,
-            dp_noise=state.dp_noise,
+        class_gradient = policy_call(
+            self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
         )
+        record = state.record(decision, uploads, disconnected, class_gradient, kept_reason)
         self.last_record = record
         if self.on_record is not None:
             self.on_record(record)
@@ -322,11 +333,10 @@ class ScheduledStrategy(Strategy):
         if self.aggregator is None:
             averaged = fedavg(models, weights, state.reference)
         else:
-            nodes = [r.node_id for r in uploads]
             noise = dp_round_noise(self.aggregator, len(models))
             combined, reason = aggregate_uploads(
-                self.aggregator, state.server_round, models, weights, state.reference, nodes,
-                seed=self.seed,
+                self.aggregator, state.server_round, models, weights, state.reference,
+                [r.node_id for r in uploads], seed=self.seed,
             )  # fmt: skip
             if combined is None:
                 return None, reason
@@ -334,9 +344,15 @@ class ScheduledStrategy(Strategy):
         bad = non_finite_arrays(averaged)
         if bad:
             return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"
-        assert state.inputs is not None
-        target, training = state.inputs.target_dist, state.training
-        updates = uploaded_updates(uploads, state.reference, target, training)
+        assert state.inputs is not None  # the Ĝ update's inputs (eqs. G_est, Gc_est)
+        updates = UploadedUpdates(
+            updates=np.stack([flatten_update(r.arrays or {}, state.reference) for r in uploads]),
+            weights=np.array(weights, dtype=float),
+            label_dist=np.stack([r.label_hist / float(r.label_hist.sum()) for r in uploads]),
+            target_dist=state.inputs.target_dist,
+            learning_rate=state.training.learning_rate,
+            local_steps=state.training.local_steps,
+        )
         observe = partial(self.policy.observe_uploads, updates)
         policy_call(self.policy, state.server_round, "observe_uploads()", observe)
         return array_record(averaged), None
