@@ -86,7 +86,11 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
 
 
 def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], keys: Sequence[str]) -> str:
-    """The one wording of changed settings: ``key = a there, b now; ...`` (three, then a count)."""
+    """The one wording of changed settings: ``key = a there, b now; ...`` (three, then a count),
+    each run-config key once (``cell.num_devices`` and ``task.num_devices`` are one setting).
+    """  # noqa: D205
+    named = {_run_config_key(k): k for k in reversed(keys)}  # the first recorded key of each
+    keys = [named[name] for name in dict.fromkeys(_run_config_key(k) for k in keys)]
     shown = "; ".join(
         f"{_run_config_key(k)} = {before.get(k, '(none)')!r} there, {now.get(k, '(none)')!r} now"
         for k in keys[:3]

@@ -351,6 +351,8 @@ def config_of(**changes: Any) -> RunConfig:
          "local-steps = 2 there, 3 now"),
         ({"channel.model-bits": 1000}, {"channel.model-bits": 2000},
          "channel.model-bits = 1000 there, 2000 now"),
+        ({"num-devices": 6}, {"num-devices": 7},  # recorded twice (cell, task), said once
+         "num-devices = 6 there, 7 now"),
         ({**PF, "policy-params.window": 10, "channel.deadline-s": 0.5},
          {**PF, "seed": 3, "policy-params.window": 5, "channel.deadline-s": 0.25},
          "channel.deadline-s = 0.5 there, 0.25 now; policy-params.window = 10 there, 5 now; "

@@ -41,6 +41,14 @@ def test_the_help_lists_every_subcommand():
 ROOT = typer.main.get_command(app)
 
 
+def test_compares_run_config_help_suggests_no_key_it_refuses():
+    from experiments.compare.plans import NOT_SETTABLE
+
+    compare = ROOT.get_command(click.Context(ROOT), "compare")
+    [option] = [p for p in compare.params if p.name == "run_config"]
+    assert not [key for key in NOT_SETTABLE if f"{key}=" in option.help], option.help
+
+
 def parse_documented(words: list[str]) -> click.Context:
     """Parse ``fedcgd <words>`` as the tool does, without running it or converting values."""
     ctx = click.Context(ROOT, info_name="fedcgd")

@@ -208,11 +208,7 @@ def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
     assert not (tmp_path / "b.png").exists()
 
 
-def test_a_kept_comparison_run_with_a_torn_metrics_file_fails_that_run_in_one_line(
-    tmp_path, capsys
-):
-    # planning keeps a run with a summary (issue 51); reading it back finds the damage: the run
-    # is the comparison's failed one (exit 1), named with the damage, its folder left alone
+def test_a_kept_comparison_run_with_a_torn_metrics_file_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "compare"
     args = ["compare", "--engine", "inprocess", "--policies", "bc", "--out", str(out),
             "--run-config", "num-devices=4 num-server-rounds=2"]  # fmt: skip
@@ -220,13 +216,15 @@ def test_a_kept_comparison_run_with_a_torn_metrics_file_fails_that_run_in_one_li
     capsys.readouterr()
     metrics = out / "bc" / "seed-0" / "metrics.jsonl"
     metrics.write_text(metrics.read_text()[:-30])  # a completed run, its last line torn
-    torn = metrics.read_bytes()
-    assert invoke(args) == 1
-    said = capsys.readouterr().err.splitlines()
-    assert (
-        f"1 of 1 runs failed: bc/seed-0 ({metrics}: holds 1 of the 2 rounds its summary.json "
-        "says ran (damaged); move the folder away to run it again); the tables hold the 0 "
-        "completed runs"
-    ) in said, said
-    assert metrics.read_bytes() == torn
+    assert invoke(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: {metrics}: holds 1 of the 2 rounds its summary.json says ran (damaged); move "
+        "the folder away to run it again"
+    ], err
     assert json.loads((out / "bc" / "seed-0" / "status.json").read_text())["state"] == "completed"
+    summary = out / "bc" / "seed-0" / "summary.json"
+    summary.write_text('{"final_acc')  # a torn summary: refused too, before anything starts
+    assert invoke(args) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {summary}") and "JSON" in line, line

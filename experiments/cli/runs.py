@@ -27,6 +27,9 @@ from experiments.run.resume_command import fedcgd_command
 RunConfig = Annotated[
     str, typer.Option(help="run-config overrides, e.g. \"policy='bc' num-server-rounds=5\"")
 ]
+SharedRunConfig = Annotated[
+    str, typer.Option(help='run-config overrides shared by every run, e.g. "num-server-rounds=5"')
+]
 Out = Annotated[
     Path,
     path_option(
@@ -91,7 +94,7 @@ def compare_command(
         "fedcgd-fscd,fedcgd-gs,bc,bn2,poc,fedcbs,all"
     ),
     seeds: Annotated[str | None, typer.Option(help="e.g. 0,1,2 (default: 0)")] = None,
-    run_config: RunConfig = "",
+    run_config: SharedRunConfig = "",
     aggregators: Annotated[str | None, typer.Option(help="e.g. default,FedMedian")] = None,
     channels: Annotated[str | None, typer.Option(help="channel.model values")] = None,
     out: Annotated[Path, path_option("--out", help="output folder")] = Path("results/compare"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.compare.results import summarise
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 from fedcgd_task.imports import reference_label
 from fedcgd_task.settings import unread_settings
@@ -149,8 +150,9 @@ class PlannedRun:
 def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
     """Keep a run with a ``summary.json``, resume one with a ``checkpoint.pt``, else run it.
 
-    A kept run made with other settings is refused (ValueError, one line): no table mixes
-    runs of two settings. A checkpoint of other settings is refused by the resume itself.
+    A kept run made with other settings, or whose files are damaged, is refused (ValueError,
+    one line) before anything starts: no table mixes runs of two settings or holds half a run.
+    A checkpoint of other settings is refused by the resume itself.
     """
     from server_app.checkpoint import settings_change
     from server_app.config import parse_run_config
@@ -171,6 +173,7 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
             f"{result_dir}: {change}; a kept run's settings may not change: give another "
             "output folder, or remove its runs to run them again"
         )
+    summarise(result_dir)  # the row its table will hold: read now, refused now if damaged
     return PlannedRun(policy, seed, result_dir, overrides, KEEP)
 
 
