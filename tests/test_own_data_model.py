@@ -224,7 +224,8 @@ def assert_two_rounds_uploaded(result_dir: Path, num_parameters: int) -> None:
 def test_files_by_absolute_path_or_a_package_run_in_process_and_auto_sizes_the_mlp(
     user_folder, tmp_path, monkeypatch, data, model, built, size
 ):
-    monkeypatch.syspath_prepend(str(user_folder))
+    if not data.startswith("{file}"):  # a file reference is loaded by its path alone
+        monkeypatch.syspath_prepend(str(user_folder))
     out, file = tmp_path / "run", user_folder / "toy_file.py"
     data, model = data.format(file=file), model.format(file=file)
     assert invoke(["inprocess", "--run-config", reference_run_config(out, data, model)]) == 0

@@ -26,11 +26,11 @@ class Records(logging.Handler):
         self.records.append(record)
 
 
-@pytest.mark.parametrize("verbose", [False, True])
+@pytest.mark.parametrize(("verbose", "fresh"), [(False, True), (True, False), (False, False)])
 def test_flower_round_lines_only_when_verbose_and_a_bare_serverapp_names_its_folder(
-    tmp_path: Path, verbose: bool, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, verbose: bool, fresh: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Under a bare ``flwr run`` (no result-dir; here: not verbose) the ServerApp picks the
+    """Under a bare ``flwr run`` (no result-dir; here: ``fresh``) the ServerApp picks the
     folder itself and its first line names it; a command that chose the folder names it itself."""
     run_config = default_run_config()
     run_config.update({"num-devices": 4, "num-server-rounds": 2, "verbose": verbose})
@@ -39,15 +39,15 @@ def test_flower_round_lines_only_when_verbose_and_a_bare_serverapp_names_its_fol
     level_before, handler = FLOWER_LOGGER.level, Records()
     FLOWER_LOGGER.addHandler(handler)
     try:
-        run_federation(grid, parse_run_config(run_config), fresh_name=not verbose)
+        run_federation(grid, parse_run_config(run_config), fresh_name=fresh)
     finally:
         FLOWER_LOGGER.removeHandler(handler)
     info = [r.getMessage() for r in handler.records if r.levelno == logging.INFO]
     assert any("[ROUND 1/2]" in m for m in info) is verbose
     printed = capsys.readouterr().out.splitlines()
     named = [line for line in printed if "result folder" in line]
-    assert named == ([] if verbose else [f"result folder: {run_config['result-dir']}"])
-    assert verbose or printed[0] == named[0]
+    assert named == ([f"result folder: {run_config['result-dir']}"] if fresh else [])
+    assert not fresh or printed[0] == named[0]
     progress = [line for line in printed if line.startswith("round ")]
     assert [line.split("|")[0].split() for line in progress] == [["round", "1/2"], ["round", "2/2"]]
     assert all("ETA" in line and "elapsed" in line for line in progress)
