@@ -117,6 +117,23 @@ def test_train_repeats_stats_updates_model_deterministically_and_by_round() -> N
     assert abs(m[keys.TRAIN_LOSS] - math.log(10)) < 0.5
 
 
-def test_num_partitions_must_match_num_devices() -> None:
-    with pytest.raises(ValueError, match="num-partitions"):
+@pytest.mark.parametrize(
+    ("node_config", "said"),
+    [({"partition-id": 1, "num-partitions": 5}, "partition-id = 1, num-partitions = 5"),
+     ({"partition-id": 4, "num-partitions": 4}, "partition-id = 4, num-partitions = 4"),
+     ({"partition-id": -1, "num-partitions": 4}, "partition-id = -1, num-partitions = 4"),
+     ({"partition-id": "1", "num-partitions": 4}, "partition-id = '1', num-partitions = 4"),
+     ({"partition-id": 1}, "partition-id = 1, num-partitions = None")],
+)  # fmt: skip
+def test_a_node_config_that_does_not_fit_is_one_line_naming_both_keys(node_config, said) -> None:
+    from client_app.device_round import node_split
+
+    with pytest.raises(ValueError) as err:
+        node_split(Context(1, 101, node_config, {}, dict(RUN_CONFIG)))
+    assert str(err.value) == (
+        f"node_config {said}; allowed: ints, num-partitions = run-config num-devices = 4, "
+        'partition-id in 0 .. 3 (start the SuperNode with --node-config "partition-id=<v> '
+        'num-partitions=<V>")'
+    )
+    with pytest.raises(ValueError, match="num-partitions = 5"):  # through the ClientApp
         client.app(message(keys.QUERY_STATS), context(num_partitions=5))
