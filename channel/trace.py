@@ -183,19 +183,9 @@ def record_cell_trace(path: str | os.PathLike[str], cell: Cell, num_rounds: int)
 
 class TraceReplay:
     """A :class:`ChannelTrace` replayed from ``first_round`` (rounds already run), B* from the
-    cell's settings; V must equal ``config.num_devices``."""  # noqa: D205, D209
+    cell's settings (V and R checked by the run: server_app/setup.py)."""  # noqa: D205, D209
 
     def __init__(self, trace: ChannelTrace, config: CellConfig, first_round: int = 0) -> None:
-        if trace.num_devices != config.num_devices:
-            raise ValueError(
-                f"the trace has {trace.num_devices} devices (columns); the cell has "
-                f"{config.num_devices}"
-            )
-        if not 0 <= first_round <= trace.num_rounds:
-            raise ValueError(
-                f"first_round must be an integer in [0, {trace.num_rounds}] (the trace's "
-                f"rounds), got {first_round!r}"
-            )
         self.trace = trace
         self.config = config
         self._next_row = int(first_round)
@@ -203,7 +193,7 @@ class TraceReplay:
     def draw_round(self, model_bits: float) -> RoundDraw:
         """The next recorded round with B* (paper eq. (lambert)); ValueError past the last."""
         row = self._next_row
-        if row >= self.trace.num_rounds:
+        if not 0 <= row < self.trace.num_rounds:
             raise ValueError(
                 f"the channel trace has {self.trace.num_rounds} rounds; round {row + 1} was "
                 "asked for (record at least num-server-rounds rounds)"

@@ -18,9 +18,8 @@ from fedcgd_strategy.policies import UploadedUpdates as UploadedUpdates
 from fedcgd_strategy.policies import decision_from_mask as decision_from_mask
 from fedcgd_strategy.problem import SchedulingProblem as SchedulingProblem
 from fedcgd_strategy.selectors import FedCBSState as FedCBSState
-from fedcgd_strategy.selectors import best_channel as best_channel
 from fedcgd_strategy.selectors import best_effort_pack as best_effort_pack
-from fedcgd_strategy.selectors import best_norm as best_norm
+from fedcgd_strategy.selectors import best_score_first as best_score_first
 from fedcgd_strategy.selectors import fedcbs_select as fedcbs_select
 from fedcgd_strategy.selectors import power_of_choice as power_of_choice
 from fedcgd_strategy.selectors import qcid as qcid

@@ -111,11 +111,8 @@ def estimate_class_gradient(
     returned. ``device_grads`` float[K, P] are ∇f̂_v (:func:`device_gradient_estimates`),
     ``weights`` float[K] |D_v|, ``label_dist`` float[K, C] the p_v, ``target_dist`` float[C] p.
     """
-    prev = float(previous)
     ratios, usable, _ = _divergence_ratios(device_grads, weights, label_dist, target_dist)
-    if not np.any(usable):
-        return prev
-    return float(ratios[usable].max())
+    return float(ratios[usable].max()) if usable.any() else float(previous)
 
 
 def estimate_per_class_gradient(

@@ -8,10 +8,8 @@ divergence bounds::
 
 subject to ``sum_v x_v B*_v <= B`` and ``x_v = 0`` where the device cannot meet the deadline
 (``B*_v = inf``). The first term is the *sampling term*, the second the *weighted earth mover's
-distance* (WEMD). The empty schedule has objective ``+inf``.
-
-The instance's arrays are trusted and only converted. Pure numpy (no flwr, no torch); also the
-checks of a checkpoint's policy state (:func:`as_nonnegative_array`, :func:`check_integer`).
+distance* (WEMD). The empty schedule has objective ``+inf``. Pure numpy; also the checks of a
+checkpoint's policy state (:func:`as_nonnegative_array`, :func:`check_integer`).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from channel.arrays import BoolArray, FloatArray, as_float_array
+from channel.arrays import BoolArray, FloatArray
 
 #: Relative slack of the bandwidth constraint, absorbing floating-point rounding of sums of B*.
 BANDWIDTH_REL_TOL = 1e-9
@@ -57,10 +55,12 @@ def sampling_term(sigma: float, total_batch: ArrayLike) -> FloatArray | float:
 
 
 def read_only(array: Any) -> Any:
-    """A read-only copy of ``array``: what is handed on cannot be changed."""
-    out = np.array(array, copy=True)
-    out.setflags(write=False)
-    return out
+    """A read-only view of ``array`` (no copy; None stays None): writing into it raises."""
+    if array is None:
+        return None
+    view = np.asarray(array).view()
+    view.flags.writeable = False
+    return view
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,12 @@ def as_nonnegative_array(
 ) -> FloatArray:
     """``value`` as float64 (of ``shape`` if given), every entry finite and ``>= 0``; else a
     ValueError naming ``name`` and the first entries that are not."""  # noqa: D205, D209
-    array = as_float_array(value, name, shape=shape)
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric, got {value!r}") from exc
+    if shape is not None and array.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got shape {array.shape}")
     bad = ~np.isfinite(array) | (array < 0)
     if bad.any():
         at = np.argwhere(bad)

@@ -5,9 +5,7 @@ Paper Section V-A: BC and BN2 (Amiri et al., IEEE TWC 2021), POC (Cho et al., AI
 Fed-CBS: J. Zhang et al., "Fed-CBS: A Heterogeneity-Aware Client Sampling Mechanism for
 Federated Learning via Class-Imbalance Reduction", ICML 2023 (arXiv:2209.15245), cited below
 as "Fed-CBS". The packing, tie and adaptation rules are in docs/design.md, "Best effort", "POC"
-and "Fed-CBS". Every selector returns a bool[V] mask. The arguments are trusted
-(:class:`~fedcgd_strategy.RoundInputs` checked them), a checkpoint's Fed-CBS state is checked.
-Pure numpy.
+and "Fed-CBS". Every selector returns a bool[V] mask. Pure numpy.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -79,10 +77,6 @@ def best_score_first(
     return best_effort_pack(order, min_bandwidth_hz, total_bandwidth_hz, rule)
 
 
-#: BC by the average channel gain ``gain_lin``, BN2 by the local-update L2 norm ``update_norm``.
-best_channel = best_norm = best_score_first
-
-
 def power_of_choice(
     available: ArrayLike,
     loss: ArrayLike,
@@ -110,11 +104,6 @@ def power_of_choice(
 QCID_FLOOR = 1e-12
 
 
-def _group(label_dist: ArrayLike, num_examples: ArrayLike) -> tuple[NDArray, NDArray]:
-    """Label distributions float[K, C] and sizes float[K] > 0 of a non-empty group."""
-    return np.asarray(label_dist, dtype=np.float64), np.asarray(num_examples, dtype=np.float64)
-
-
 def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
     """Quadratic class-imbalance degree of a group (Fed-CBS, definition of QCID).
 
@@ -122,7 +111,7 @@ def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
     distribution is uniform. ``label_dist`` float[K, C]: the p_k of the K clients of the group
     (rows sum to 1); ``num_examples`` float[K]: their local dataset sizes n_k > 0.
     """
-    p, n = _group(label_dist, num_examples)
+    p, n = np.asarray(label_dist, dtype=np.float64), np.asarray(num_examples, dtype=np.float64)
     group = (n @ p) / n.sum()
     return float(np.sum((group - 1.0 / p.shape[1]) ** 2))
 
@@ -214,18 +203,12 @@ class FedCBSState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> FedCBSState:
-        """Rebuild a state from :meth:`to_dict` output."""
+        """Rebuild a state from :meth:`to_dict` output (ValueError naming what is wrong)."""
         for key in ("num-devices", "round", "counts"):
             if key not in data:
                 raise ValueError(f"FedCBSState.from_dict: missing key {key!r}")
-        num = data["num-devices"]
-        rnd = data["round"]
-        if not isinstance(num, int) or not isinstance(rnd, int):
-            raise ValueError(
-                f"FedCBSState.from_dict: 'num-devices' and 'round' must be int: {data}"
-            )
-        counts = data["counts"]
-        return cls(num, counts=np.asarray(counts), round_index=rnd)
+        num, rnd = data["num-devices"], data["round"]
+        return cls(num, counts=np.asarray(data["counts"]), round_index=rnd)  # type: ignore[arg-type]
 
 
 def fedcbs_select(
@@ -252,7 +235,7 @@ def fedcbs_select(
     """
     v = state.num_devices
     b = np.asarray(min_bandwidth_hz, dtype=np.float64)
-    p, n = _group(label_dist, num_examples)
+    p, n = np.asarray(label_dist, dtype=np.float64), np.asarray(num_examples, dtype=np.float64)
     remaining = np.flatnonzero(np.asarray(available, dtype=bool) & np.isfinite(b))
 
     round_t = state.round_index + 1

@@ -38,14 +38,10 @@ def policy_call(policy: Policy, server_round: int, what: str, call: Callable[[],
     except Exception as err:
         if ":" not in policy.name:
             raise
-        head = f"{_head(policy.name, server_round)}: {what}"
+        head = f"policy {policy.name!r}, round {server_round}: {what}"
         if isinstance(err, RuleBrokenError):  # the rule's own words, where it was broken
             raise PolicyDecisionError(f"{head}: {first_line(err)}") from err
         raise PolicyDecisionError(f"{head} raised {said(err)}") from err
-
-
-def _head(policy: str, server_round: int) -> str:
-    return f"policy {policy!r}, round {server_round}"
 
 
 def check_decision(
@@ -63,7 +59,7 @@ def check_decision(
     with B*_v = inf (the deadline), Σ B*_v <= B (1 + :data:`BUDGET_REL_TOL`) unless
     ``uses_budget`` is False. The decision's own numbers are the policy's.
     """  # noqa: D205
-    head = _head(policy, server_round)
+    head = f"policy {policy!r}, round {server_round}"
     if not isinstance(decision, Decision):
         raise PolicyDecisionError(
             f"{head}: schedule() returned {type(decision).__name__}, not a Decision; return "

@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 
 from fedcgd_strategy.errors import RuleBrokenError
 from fedcgd_strategy.estimators import estimate_global_sigma
-from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, sampling_term, wemd
+from fedcgd_strategy.problem import BANDWIDTH_REL_TOL, read_only, sampling_term, wemd
 from fedcgd_strategy.solvers import ScheduleResult
 
 #: Relative slack of the budget test (the solvers' rounding slack).
@@ -57,15 +57,6 @@ class RoundInputs:
         if np.any(np.isnan(self.sigma_v[idx])):
             return float("nan")
         return estimate_global_sigma(self.sigma_v[idx], self.num_examples[idx])
-
-
-def _read_only(array: Any) -> Any:
-    """A read-only view of ``array`` (no copy): a policy writing into it gets numpy's error."""
-    if array is None:
-        return None
-    view = np.asarray(array).view()
-    view.flags.writeable = False
-    return view
 
 
 def _row_distributions(counts: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -122,18 +113,18 @@ def round_inputs(
     else:
         candidate, label_dist = reported, _row_distributions(label_hist)
     return RoundInputs(
-        candidate=_read_only(np.asarray(candidate, dtype=bool)),
-        label_dist=_read_only(label_dist),
-        num_examples=_read_only(np.asarray(sizes, dtype=float)),
-        sigma_v=_read_only(sigma_v),
-        min_bandwidth_hz=_read_only(np.asarray(min_bandwidth_hz, dtype=float)),
-        gain_lin=_read_only(np.asarray(gain_lin, dtype=float)),
+        candidate=read_only(np.asarray(candidate, dtype=bool)),
+        label_dist=read_only(label_dist),
+        num_examples=read_only(np.asarray(sizes, dtype=float)),
+        sigma_v=read_only(sigma_v),
+        min_bandwidth_hz=read_only(np.asarray(min_bandwidth_hz, dtype=float)),
+        gain_lin=read_only(np.asarray(gain_lin, dtype=float)),
         total_bandwidth_hz=total_bandwidth_hz,
         batch_size=batch_size,
-        target_dist=_read_only(target),
-        train_loss=_read_only(train_loss),
-        update_norm=_read_only(update_norm),
-        local_dist=_read_only(None if local_counts is None else _row_distributions(local_counts)),
+        target_dist=read_only(target),
+        train_loss=read_only(train_loss),
+        update_norm=read_only(update_norm),
+        local_dist=read_only(None if local_counts is None else _row_distributions(local_counts)),
     )
 
 

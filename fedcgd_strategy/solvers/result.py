@@ -66,7 +66,7 @@ class ScheduleResult:
         method: str,
     ) -> ScheduleResult:
         """Build the result for ``mask``, evaluating every term with ``problem``'s methods."""
-        selected = read_only(np.asarray(mask, dtype=bool))
+        selected = read_only(np.array(mask, dtype=bool))
         return cls(
             selected=selected,
             objective=problem.objective(selected),
