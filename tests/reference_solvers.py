@@ -253,19 +253,9 @@ def brute_force(problem: SchedulingProblem) -> ScheduleResult:
     Every schedule's sums are formed by a matrix product with the 0/1 matrix of all masks; masks
     with an infeasible device or over budget are discarded. Ties go to the smallest mask number
     (``sum_v x_v 2^v``). ``iterations`` = number of schedules enumerated.
-
-    Raises
-    ------
-    ValueError
-        If ``V`` exceeds :data:`MAX_BRUTE_FORCE_DEVICES`.
-
     """
     num = problem.num_devices
-    if num > MAX_BRUTE_FORCE_DEVICES:
-        raise ValueError(
-            f"brute force enumerates 2^V schedules; V = {num} exceeds the allowed "
-            f"{MAX_BRUTE_FORCE_DEVICES}"
-        )
+    assert num <= MAX_BRUTE_FORCE_DEVICES, f"brute force enumerates 2^V schedules; V = {num}"
     codes = np.arange(2**num)
     masks = ((codes[:, None] >> np.arange(num)) & 1).astype(bool)
     count = masks.sum(axis=1)

@@ -87,11 +87,6 @@ def test_a_replay_starts_at_the_given_round():
     with pytest.raises(ValueError, match="3 rounds; round 4"):  # the last row was replayed
         replay.draw_round(MODEL_BITS)
     TraceReplay(trace, hand_config(3), first_round=3)  # a finished run: nothing left to draw
-    for bad in (-1, 4):
-        with pytest.raises(ValueError, match="first_round"):
-            TraceReplay(trace, hand_config(3), first_round=bad)
-    with pytest.raises(ValueError, match="3 devices"):
-        TraceReplay(trace, hand_config(2))
 
 
 def test_a_recorded_cell_replays_the_cell_bit_for_bit(tmp_path):

@@ -1,9 +1,15 @@
-"""The import layers of issue 51: app -> strategy -> channel -> task, no arrow up, no circle."""
+"""The import layers of issue 51: app -> strategy -> channel -> task, no arrow up, no circle;
+the strategy outside ``flower/`` and the channel import neither flwr nor torch."""
 
 from __future__ import annotations
 
 import ast
+import pkgutil
 from pathlib import Path
+
+from subprocesses import assert_import_pulls_neither_flwr_nor_torch
+
+import fedcgd_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each package, by layer from the bottom; a module imports only its own layer or lower ones.
@@ -50,3 +56,15 @@ def test_the_task_imports_no_higher_layer_and_has_no_circle() -> None:
 
     for name in graph:
         visit(name, ())
+
+
+def test_the_strategy_outside_flower_and_the_channel_import_neither_flwr_nor_torch() -> None:
+    modules = [
+        m.name
+        for m in pkgutil.walk_packages(fedcgd_strategy.__path__, "fedcgd_strategy.")
+        if not m.name.startswith("fedcgd_strategy.flower")
+    ]
+    pure = {"policies.registry", "nodes", "problem", "solvers.heuristics", "solvers.exact"}
+    assert {f"fedcgd_strategy.{m}" for m in pure} <= set(modules) and len(modules) >= 15
+    channel = ("channel", "channel.report", "channel.cell", "channel.bandwidth")
+    assert_import_pulls_neither_flwr_nor_torch(*modules, *channel)

@@ -12,14 +12,14 @@ import pytest
 import torch
 from command_batch import in_one_process
 from hydra import compose, initialize_config_dir
+from test_decision_check import round_of
 
 from experiments.cli import invoke
 from experiments.compare.reproduce import CONF_DIR, hydra_overrides, planned_runs
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-from fedcgd_strategy import Policy, RoundInputs
+from fedcgd_strategy import RoundInputs
 from fedcgd_strategy.policies import PolicyContext, make_policy, resolve_protocol
-from fedcgd_strategy.policies.registry import policy_class
 from server_app.config import fold_policy_params, parse_run_config, read_params
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -70,18 +70,7 @@ def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def inputs(bandwidth_hz: list[float], budget_hz: float) -> RoundInputs:
-    num = len(bandwidth_hz)
-    return RoundInputs(
-        candidate=np.ones(num, dtype=bool),
-        label_dist=np.full((num, 2), 0.5),
-        num_examples=np.ones(num),
-        sigma_v=np.full(num, np.nan),
-        min_bandwidth_hz=np.array(bandwidth_hz),
-        gain_lin=np.ones(num),
-        total_bandwidth_hz=budget_hz,
-        batch_size=1,
-        target_dist=np.array([0.5, 0.5]),
-    )
+    return round_of(bandwidth_hz, candidate=[True] * len(bandwidth_hz), total=budget_hz)
 
 
 def test_proportional_fair_by_hand():
@@ -108,19 +97,6 @@ def test_shared_settings_reach_the_constructor_by_name():
     # "skip": round 1 takes 0 and 1 (3 Hz) and passes over 2 (4 Hz) with B = 4 Hz.
     assert skip.schedule(inputs([1.0, 2.0, 4.0], 4.0), np.random.default_rng(0)).selected.tolist()
     assert skip.pack_rule == "skip" and skip.window == 20.0
-
-
-def test_a_hand_built_policy_gets_the_protocol_of_its_class():
-    class RanksOnLoss(Policy):
-        needs_post_training = True
-
-        def schedule(self, inputs, rng):  # pragma: no cover - not run
-            raise AssertionError
-
-    named_like_bc = RanksOnLoss()
-    named_like_bc.name = "bc"
-    assert resolve_protocol(type(named_like_bc)) == "train-all"
-    assert resolve_protocol(policy_class("bc")) == "channel"
 
 
 def test_policy_params_travel_as_one_declared_key():

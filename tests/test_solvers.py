@@ -34,7 +34,7 @@ def random_problem(
     )
 
 
-def test_paper_example_optimum_is_devices_3_and_4() -> None:
+def test_paper_example_optimum_is_devices_3_and_4_and_the_heuristics_stop_short() -> None:
     # sigma / sqrt(2 * 32) = 0.01 / 8 = 0.00125; sigma / sqrt(32) = 0.0017678
     # {3, 4}: 0.00125 + 0       = 0.00125     <- optimum
     # {1, 2}: 0.00125 + 0.02    = 0.02125
@@ -55,13 +55,10 @@ def test_paper_example_optimum_is_devices_3_and_4() -> None:
     np.testing.assert_array_equal(fscd.selected, [True, True, False, False])
     assert fscd.objective == pytest.approx(0.02125)
     assert fscd.iterations == 2
-
-
-def test_paper_example_greedy_stops_at_the_individually_best_device() -> None:
     # GS: first pick argmin W({v}) = device 1 (W = 0.02, tie with 2 -> lowest index).
     # Next: W({1,2}) = 0.02 (decrease 0), W({1,3}) = 0.31, W({1,4}) = |0.355-0.5|*2 = 0.29.
     # v_k = 2, decrease 0 + 0.0017678 - 0.00125 >= 0 -> added; budget full -> stop.
-    result = solve(paper_example(), "gs")
+    result = solve(problem, "gs")
     np.testing.assert_array_equal(result.selected, [True, True, False, False])
     assert result.objective == pytest.approx(0.02125)
     assert result.iterations == 2
