@@ -1,9 +1,7 @@
 """Estimates of σ and G (or G_c) from what the devices report, paper Section IV-C.
 
 The choices the paper leaves open are in docs/design.md, "Estimating G". Vectorised over the
-parameter axis P; the only loops run over the K uploading devices. The arguments are trusted:
-the devices' values were screened on arrival and :class:`~fedcgd_strategy.RoundInputs` checked
-(docs/design.md, "Screening replies"). Pure numpy.
+parameter axis P; the only loops run over the K uploading devices. Pure numpy.
 """
 
 from __future__ import annotations
@@ -80,7 +78,7 @@ def _divergence_ratios(
     label_dist: ArrayLike,
     target_dist: ArrayLike,
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.float64]]:
-    """Ratios ||∇f̂_v − ∇F̂|| / ||p_v − p||₁, the usable-device mask and p_v (validated)."""
+    """Ratios ||∇f̂_v − ∇F̂|| / ||p_v − p||₁, the usable-device mask and p_v."""
     g = _as_gradients(device_grads)
     k = g.shape[0]
     if k == 0:  # nobody uploaded: nothing to estimate from (label_dist may be any empty array)

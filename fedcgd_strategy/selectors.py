@@ -104,28 +104,18 @@ def power_of_choice(
 QCID_FLOOR = 1e-12
 
 
-def qcid(label_dist: ArrayLike, num_examples: ArrayLike) -> float:
-    """Quadratic class-imbalance degree of a group (Fed-CBS, definition of QCID).
-
-    QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)², dimensionless, 0 iff the group's label
-    distribution is uniform. ``label_dist`` float[K, C]: the p_k of the K clients of the group
-    (rows sum to 1); ``num_examples`` float[K]: their local dataset sizes n_k > 0.
-    """
-    p, n = np.asarray(label_dist, dtype=np.float64), np.asarray(num_examples, dtype=np.float64)
-    group = (n @ p) / n.sum()
-    return float(np.sum((group - 1.0 / p.shape[1]) ** 2))
-
-
 def qcid_with_each_candidate(
     group_counts: ArrayLike,
     group_size: float,
     cand_label_dist: ArrayLike,
     cand_num_examples: ArrayLike,
 ) -> NDArray[np.float64]:
-    """QCID(B ∪ {k}) for every candidate k at once, float[K] (Fed-CBS QCID, vectorised).
+    """QCID(B ∪ {k}) for every candidate k at once, float[K] (Fed-CBS, definition of QCID).
 
-    ``group_counts`` float[C] = Σ_{j∈B} n_j p_j (zeros for B = ∅), ``group_size`` = Σ_{j∈B} n_j;
-    ``cand_label_dist`` float[K, C] and ``cand_num_examples`` float[K] (n_k > 0): the candidates'.
+    QCID(B) = Σ_c (Σ_{j∈B} n_j p_{j,c} / Σ_{j∈B} n_j − 1/C)², the quadratic class-imbalance
+    degree, dimensionless, 0 iff the group's label distribution is uniform. ``group_counts``
+    float[C] = Σ_{j∈B} n_j p_j (zeros for B = ∅), ``group_size`` = Σ_{j∈B} n_j;
+    ``cand_label_dist`` float[K, C] (rows sum to 1) and ``cand_num_examples`` float[K] (n_k > 0).
     """
     s = np.asarray(group_counts, dtype=np.float64)
     p = np.asarray(cand_label_dist, dtype=np.float64)

@@ -12,7 +12,6 @@ from fedcgd_strategy.selectors import (
     FedCBSState,
     cucb_first_pick_probabilities,
     fedcbs_select,
-    qcid,
     qcid_with_each_candidate,
     sequential_pick_probabilities,
 )
@@ -21,6 +20,12 @@ INF = np.inf
 
 
 # --- QCID ----------------------------------------------------------------------------------------
+
+
+def qcid(p, n) -> float:
+    """Oracle: QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)² by its definition (Fed-CBS)."""
+    p, n = np.asarray(p, dtype=float), np.asarray(n, dtype=float)
+    return float(np.sum(((n @ p) / n.sum() - 1.0 / p.shape[1]) ** 2))
 
 
 @pytest.mark.parametrize(
@@ -35,7 +40,10 @@ INF = np.inf
     ],
 )
 def test_qcid_by_hand(p, n, expected):
+    p, n = np.asarray(p), np.asarray(n)  # the group less its last client, then with it
+    with_last = qcid_with_each_candidate(n[:-1] @ p[:-1], n[:-1].sum(), p[-1:], n[-1:])
     assert qcid(p, n) == pytest.approx(expected, abs=1e-15)
+    assert with_last[0] == pytest.approx(expected, abs=1e-15)
 
 
 def test_qcid_with_each_candidate_matches_qcid_of_the_union():

@@ -83,7 +83,7 @@ def test_protocol_rule() -> None:
         rule("poc", "query")
     with pytest.raises(ValueError, match="'policy' = 'xyz'; allowed: fedcgd-fscd, "):
         rule("xyz")
-    with pytest.raises(ValueError, match="protocol: got 'push'"):
+    with pytest.raises(ValueError, match="protocol 'push' does not work with policy 'bc'; allowed"):
         rule("bc", "push")
 
 

@@ -73,16 +73,13 @@ def round_inputs(
 ) -> RoundInputs:  # fmt: skip
     """Assemble the policy's view of one round (the one place a :class:`RoundInputs` is built).
 
-    ``available`` bool[V] are the reachable devices the channel drew available, with their
-    ``min_bandwidth_hz`` B*_v (Hz) and ``gain_lin`` H̄_v float[V]; B in Hz, b, C. ``reports``:
-    the phase's valid device reports (``partition_id``, ``label_hist`` int[C] of the round,
-    ``num_examples``, ``sigma`` σ̂_v, NaN if not computed; ``post_training``: ``train_loss`` and
-    ``update_norm`` too, NaN where missing). The WEMD target p is ``target_dist`` float[C], else
-    the union of the reported histograms, else uniform (docs/design.md, "WEMD target"). The
-    candidates are the reporting devices; without ``reports`` (a rule that schedules from the
-    channel alone) every available device, with its label distribution at the target, σ̂_v NaN
-    and |D_v| its local sample count (1 when unknown). ``local_counts`` int[V, C] are the class
-    counts reported at discovery (zero rows: unknown).
+    ``available`` bool[V]: reachable and drawn available, with B*_v (Hz) and H̄_v float[V].
+    ``reports``: the phase's valid device reports (``partition_id``, ``label_hist`` int[C],
+    ``num_examples``, ``sigma``; ``post_training``: ``train_loss``, ``update_norm``, NaN where
+    missing); they are the candidates, else (no ``reports``) every available device, at the
+    target p, σ̂_v NaN, |D_v| from ``local_counts`` int[V, C] (class counts from discovery, zero
+    rows unknown; 1 without). p: ``target_dist``, else the reported histograms' union, else
+    uniform (docs/design.md, "WEMD target").
     """
     num_devices = int(np.shape(available)[0])
     train_loss = update_norm = None
@@ -273,8 +270,6 @@ def resolve_protocol(
     Post-training rankers need train-all; rules with ``needs_reports`` need query or train-all;
     the others may use any. Raises ValueError (naming ``policy_label``) otherwise.
     """
-    if requested not in PROTOCOL_CHOICES:
-        raise ValueError(f"protocol: got {requested!r}; allowed: {', '.join(PROTOCOL_CHOICES)}")
     first = 2 if policy_type.needs_post_training else int(policy_type.needs_reports)
     allowed = list(Protocol)[first:]
     if requested == "auto":

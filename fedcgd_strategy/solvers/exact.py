@@ -175,21 +175,18 @@ def exact_schedule(
         if not is_improvement(sampling, best_objective):
             break
         batch_total = None if uniform else total
-        cutoff = best_objective - sampling
-        outcome = best_wemd_milp(
-            problem, size, batch_total, cutoff=cutoff, time_limit_s=milp_time_limit_s
-        )
-        solved += 1
-        if outcome.mask is not None and not problem.is_feasible(outcome.mask):
+        for budget_scale in (1.0, 1.0 - _BUDGET_BACKOFF):  # the second: see the docstring
             outcome = best_wemd_milp(
                 problem,
                 size,
                 batch_total,
-                cutoff=cutoff,
+                cutoff=best_objective - sampling,
                 time_limit_s=milp_time_limit_s,
-                budget_scale=1.0 - _BUDGET_BACKOFF,
+                budget_scale=budget_scale,
             )
             solved += 1
+            if outcome.mask is None or problem.is_feasible(outcome.mask):
+                break
         lower_bound = min(lower_bound, sampling + outcome.wemd_lower_bound)
         mask = outcome.mask
         if mask is None or int(mask.sum()) != size or not problem.is_feasible(mask):
