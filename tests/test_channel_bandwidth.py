@@ -48,6 +48,9 @@ def test_rate_by_hand() -> None:
     assert float(channel.rate_bps(math.inf, 1.0, 3e-14, 1e-20)) == pytest.approx(
         4328085.122666891, rel=1e-12
     )
+    # 30 dBm = 1 W, 20 dB = 100 (23 dBm and -174 dBm/Hz + 6 dB: test_default_config_is_table_i)
+    assert float(channel.dbm_to_w(30.0)) == pytest.approx(1.0, rel=1e-12)
+    assert float(channel.db_to_linear(20.0)) == pytest.approx(100.0)
 
 
 def test_min_bandwidth_matches_slow_reference() -> None:
@@ -134,21 +137,12 @@ def test_matches_paper_lambert_formula_literally() -> None:
 FC_HZ = 3.5e9
 
 
-def test_unit_conversions_by_hand() -> None:
-    # 23 dBm and -174 dBm/Hz + 6 dB in W: test_channel_cell.py, test_default_config_is_table_i
-    assert float(channel.dbm_to_w(30.0)) == pytest.approx(1.0, rel=1e-12)
-    assert float(channel.db_to_linear(20.0)) == pytest.approx(100.0)
-
-
-def test_los_probability_by_hand() -> None:
+def test_los_probability_by_hand_range_monotone_and_continuous_at_18_m() -> None:
     # d <= 18 m: 1.  d = 36 m: 18/36 + exp(-36/36) (1 - 18/36) = 0.5 + 0.5/e = 0.6839397205857212
     # d = 100 m: 0.18 + exp(-100/36) * 0.82 = 0.23098474969813537
     d2d_m = np.array([0.0, 5.0, 18.0, 36.0, 100.0])
     expected = np.array([1.0, 1.0, 1.0, 0.6839397205857212, 0.23098474969813537])
     np.testing.assert_allclose(channel.los_probability(d2d_m), expected, rtol=1e-12)
-
-
-def test_los_probability_range_monotone_and_continuous_at_18_m() -> None:
     d2d_m = np.linspace(0.0, 5000.0, 20001)
     probability = channel.los_probability(d2d_m)
     assert np.all((probability >= 0.0) & (probability <= 1.0))

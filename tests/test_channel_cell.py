@@ -139,7 +139,7 @@ def test_same_seed_same_draws_and_other_seed_differs() -> None:
     assert not np.array_equal(first[0].distance_2d_m, other[0].distance_2d_m)
 
 
-def test_fixed_los_and_shadowing_are_kept() -> None:
+def test_fixed_los_and_shadowing_are_kept_and_fixed_shadowing_keeps_its_variate() -> None:
     config = CellConfig(redraw_los_each_round=False, redraw_shadowing_each_round=False)
     cell = Cell(config, np.random.default_rng(21))
     draws = [cell.draw_round(MODEL_BITS) for _ in range(4)]
@@ -147,9 +147,7 @@ def test_fixed_los_and_shadowing_are_kept() -> None:
         np.testing.assert_array_equal(draw.los, draws[0].los)
         np.testing.assert_array_equal(draw.gain_lin, draws[0].gain_lin)
     assert len({tuple(d.available) for d in draws}) > 1  # availability still redrawn
-
-
-def test_fixed_shadowing_with_redrawn_los_keeps_the_normal_variate() -> None:
+    # fixed shadowing with redrawn LOS keeps the normal variate
     config = CellConfig(num_devices=500, redraw_shadowing_each_round=False)
     cell = Cell(config, np.random.default_rng(22))
     draws = [cell.draw_round(MODEL_BITS) for _ in range(3)]
@@ -172,7 +170,7 @@ def test_round_draw_built_directly_ideal_channel() -> None:
         RoundDraw(**{**fields, "gain_lin": np.ones(num + 1)})
 
 
-def test_run_report_writes_summary_and_figure(tmp_path: Path) -> None:
+def test_run_report_writes_summary_and_figure_also_with_nobody_available(tmp_path: Path) -> None:
     config = CellConfig(num_devices=20, availability_prob=0.5)
     summary = run_report(config, 153_920, rounds=50, seed=3, out_dir=tmp_path / "out")
     on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -193,10 +191,8 @@ def test_run_report_writes_summary_and_figure(tmp_path: Path) -> None:
     assert summary["mean_available"] == pytest.approx(np.mean(available))
     assert summary["mean_fit_cheapest_first"] == pytest.approx(np.mean(fit))
     assert 0.0 <= summary["infeasible_share_of_available"] <= 1.0
-
-
-def test_run_report_with_nobody_available(tmp_path: Path) -> None:
-    summary = run_report(CellConfig(availability_prob=0.0), 1e6, rounds=3, seed=0, out_dir=tmp_path)
+    nobody = CellConfig(availability_prob=0.0)
+    summary = run_report(nobody, 1e6, rounds=3, seed=0, out_dir=tmp_path / "nobody")
     assert summary["mean_available"] == 0.0
     assert summary["infeasible_share_of_available"] is None
     assert summary["min_bandwidth_khz_quantiles"] is None

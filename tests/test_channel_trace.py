@@ -51,7 +51,7 @@ def hand_config(num_devices: int = 2) -> CellConfig:
 # --- the format and the replay (pure) ------------------------------------------------------
 
 
-def test_replayed_min_bandwidth_is_the_lambert_w_root_and_inf_where_infeasible(tmp_path):
+def test_replayed_min_bandwidth_is_the_lambert_w_root_and_a_replay_starts_at_its_round(tmp_path):
     # Row 0: device 0 available (H = 1e-10), device 1 unavailable with no gain (0).
     # Row 1: device 0 available but too far (H = 1e-14: S H / (N0 ln 2) = 1.8e5 < 1e7 bit/s),
     #        device 1 unavailable with H = 2e-9 (B* computed all the same, as the Cell does).
@@ -77,9 +77,7 @@ def test_replayed_min_bandwidth_is_the_lambert_w_root_and_inf_where_infeasible(t
     assert first.los is None and first.distance_2d_m is None  # a trace holds no geometry
     with pytest.raises(ValueError, match="2 rounds; round 3"):
         replay.draw_round(MODEL_BITS)
-
-
-def test_a_replay_starts_at_the_given_round():
+    # a replay from round 3 (two rounds already run)
     available = np.array([[True, False, False], [False, True, False], [False, False, True]])
     trace = ChannelTrace(available=available, gain_lin=np.full((3, 3), 1e-10))
     replay = TraceReplay(trace, hand_config(3), first_round=2)

@@ -159,7 +159,7 @@ def test_swap_search_equals_dense_from_random_starts(
         checked += 1
 
 
-def test_exact_ties_go_to_the_lowest_devices() -> None:
+def test_exact_ties_go_to_the_lowest_devices_and_edge_cases() -> None:
     # Four identical devices and four identical others: every transit ties with the others.
     labels = np.array([[1.0, 0.0]] * 4 + [[0.0, 1.0]] * 4)
     problem = SchedulingProblem(labels, np.array([0.5, 0.5]), np.ones(8), 4.0, 0.01)
@@ -170,9 +170,7 @@ def test_exact_ties_go_to_the_lowest_devices() -> None:
     np.testing.assert_array_equal(selected, [False, False, True, True, True, True, False, False])
     assert swaps == 2
     assert_same_stages(problem, "ties")
-
-
-def test_one_class_and_zero_sigma_edge_cases() -> None:
+    # edge cases: one class, sigma = 0
     one_class = SchedulingProblem(np.ones((5, 1)), np.ones(1), np.arange(1.0, 6.0), 7.0, 1.0)
     assert_same_stages(one_class, "C = 1")
     no_sigma = SchedulingProblem(

@@ -73,7 +73,7 @@ def inputs(bandwidth_hz: list[float], budget_hz: float) -> RoundInputs:
     return round_of(bandwidth_hz, candidate=[True] * len(bandwidth_hz), total=budget_hz)
 
 
-def test_proportional_fair_by_hand():
+def test_proportional_fair_by_hand_and_shared_settings_by_name():
     # B* = 1, 2, 4 Hz, B = 5 Hz, window 2. Round 1: nobody served yet, so every priority is
     # infinite and the higher rate (1/B*) goes first: 0 (1 Hz), 1 (3 Hz), 2 does not fit (7).
     # Averages: (0 + (rate - 0) / 2) = [0.5, 0.25, 0]. Round 2: priorities 1/0.5 = 2, 0.5/0.25
@@ -90,12 +90,9 @@ def test_proportional_fair_by_hand():
     restored.load_state_dict(json.loads(json.dumps(policy.state_dict())))
     assert restored.average == policy.average
     assert policy.name == PF and resolve_protocol(type(policy)) == "channel"
-
-
-def test_shared_settings_reach_the_constructor_by_name():
+    # shared settings reach the constructor by name: "skip" passes over 2 (4 Hz) with B = 4 Hz
     skip = make_policy(PF, PolicyContext(num_devices=3, num_classes=2, pack_rule="skip"))
-    # "skip": round 1 takes 0 and 1 (3 Hz) and passes over 2 (4 Hz) with B = 4 Hz.
-    assert skip.schedule(inputs([1.0, 2.0, 4.0], 4.0), np.random.default_rng(0)).selected.tolist()
+    assert skip.schedule(inputs([1.0, 2.0, 4.0], 4.0), rng).selected.tolist() == [True, True, False]
     assert skip.pack_rule == "skip" and skip.window == 20.0
 
 

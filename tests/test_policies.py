@@ -54,8 +54,10 @@ def inputs(**changes: Any) -> RoundInputs:
 def test_non_candidate_rows_are_not_checked_and_nan_sigma_means_not_computed() -> None:
     ok = inputs(sigma_v=np.array([np.nan, np.nan, -5.0]))
     assert math.isnan(ok.global_sigma())
-    # eq. (global_est_sigma) by hand: sqrt(0.25 * 1 + 0.75 * 9) = sqrt(7).
+    # eq. (global_est_sigma) by hand: α = [1, 3] / 4, σ̂² = 0.25 · 1² + 0.75 · 3² = 7
     assert inputs().global_sigma() == pytest.approx(math.sqrt(7.0))
+    assert estimate_global_sigma([1.0, 3.0], [1.0, 3.0]) == pytest.approx(math.sqrt(7.0))
+    assert estimate_global_sigma([2.5, 2.5, 2.5], [1.0, 7.0, 0.0]) == pytest.approx(2.5)
 
 
 def test_decision_terms_by_hand() -> None:
@@ -205,15 +207,6 @@ def test_bad_values_are_refused_naming_the_argument_and_the_value(validate, args
         validate(*args)
 
 
-# --- eq. (global_est_sigma) -----------------------------------------------------------------
-
-
-def test_global_sigma_hand_values():
-    # α = [1, 3] / 4 = [0.25, 0.75]; σ̂² = 0.25·1² + 0.75·3² = 0.25 + 6.75 = 7
-    assert estimate_global_sigma([1.0, 3.0], [1.0, 3.0]) == pytest.approx(math.sqrt(7.0))
-    assert estimate_global_sigma([2.5, 2.5, 2.5], [1.0, 7.0, 0.0]) == pytest.approx(2.5)
-
-
 # --- device gradients --------------------------------------------------------------------------
 
 
@@ -284,7 +277,7 @@ def test_class_gradient_matches_slow_reference_on_random_input():
 # --- eq. (Gc_est) -------------------------------------------------------------------------------
 
 
-def test_per_class_gradient_hand_values():
+def test_per_class_gradient_hand_values_dominant_class_and_exclusion():
     # P = 1: g = [3, 0, 0], equal weights -> ∇F̂ = 1; divergences |3−1| = 2, 1, 1.
     # p = [1/3]*3.  p1 = [1,0,0] (class 0): L1 = 2/3 + 1/3 + 1/3 = 4/3 -> ratio 2/(4/3) = 1.5
     #               p2 = [0,1,0] (class 1): L1 = 4/3 -> ratio 1/(4/3) = 0.75
@@ -298,9 +291,6 @@ def test_per_class_gradient_hand_values():
     np.testing.assert_array_equal(prev, [9.0, 9.0, 4.0])  # input not modified
     # Ĝ (eq. G_est) over the same devices is the max over classes: 1.5
     assert estimate_class_gradient(grads, [1.0] * 3, dist, UNIFORM3, 0.0) == pytest.approx(1.5)
-
-
-def test_per_class_gradient_dominant_class_and_exclusion():
     # Device 0 dominant class 2; device 1 has p = target (excluded): class 1 keeps previous.
     # g = [[4, 0], [0, 0]], weights [1, 3] -> ∇F̂ = [1, 0]; ||g0 − F|| = 3.
     # p0 = [0.1, 0.2, 0.7], target = [0.2, 0.3, 0.5]: L1 = 0.1 + 0.1 + 0.2 = 0.4 -> 3/0.4 = 7.5

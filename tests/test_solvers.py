@@ -89,14 +89,11 @@ def test_nothing_feasible_gives_empty_schedule(method: str) -> None:
         assert result.bandwidth_used_hz == 0.0
 
 
-def test_unknown_method_and_missing_rng() -> None:
+def test_unknown_method_missing_rng_and_too_many_batch_pairs() -> None:
     with pytest.raises(ValueError, match="gs"):
         solve(paper_example(), "annealing")
     with pytest.raises(ValueError, match="rng"):
         solve(paper_example(), "cd")
-
-
-def test_exact_rejects_too_many_batch_pairs() -> None:
     rng = np.random.default_rng(3)
     labels, b = rng.dirichlet(np.ones(3), size=40), rng.integers(1, 10_000, 40)
     problem = SchedulingProblem(labels, np.full(3, 1 / 3), np.full(40, 1.0), 100.0, 1.0, 1.0, b)
