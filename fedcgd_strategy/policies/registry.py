@@ -97,10 +97,8 @@ class FedCGDPolicy(Policy):
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore Ĝ (Ĝ_c) from :meth:`state_dict` output (finite, >= 0, of this rule's shape)."""
-        g = np.asarray(state["class-gradient"], dtype=np.float64)
-        if g.shape != self._g.shape:
-            raise ValueError(f"class-gradient has shape {g.shape}; expected {self._g.shape}")
-        self._g = as_nonnegative_array(g, "class-gradient")
+        g = state["class-gradient"]
+        self._g = as_nonnegative_array(g, "class-gradient", shape=self._g.shape)
 
 
 def _candidate_bandwidth(inputs: RoundInputs) -> NDArray[np.float64]:
