@@ -184,7 +184,7 @@ class SchedulingProblem:
 
 
 def as_nonnegative_array(
-    value: ArrayLike, name: str, *, shape: tuple[int, ...] | None = None
+    value: Any, name: str, *, shape: tuple[int, ...] | None = None
 ) -> FloatArray:
     """``value`` as float64 (of ``shape`` if given), every entry finite and ``>= 0``; else a
     ValueError naming ``name`` and the first entries that are not."""  # noqa: D205, D209
