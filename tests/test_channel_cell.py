@@ -126,10 +126,8 @@ def test_los_states_follow_los_probability() -> None:
 
 
 def test_same_seed_same_draws_and_other_seed_differs() -> None:
-    config = CellConfig()
-
     def run(seed: int) -> list[RoundDraw]:
-        cell = Cell(config, np.random.default_rng(seed))
+        cell = Cell(CellConfig(), np.random.default_rng(seed))
         return [cell.draw_round(MODEL_BITS) for _ in range(3)]
 
     first, second, other = run(123), run(123), run(124)

@@ -54,12 +54,9 @@ def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tm
     from experiments.run.inprocess import run_inprocess
 
     rayleigh = {"channel.model": RAYLEIGH, "checkpoint-every": 1}
-    first, second, paper = tmp_path / "first", tmp_path / "second", tmp_path / "paper"
+    first, paper = tmp_path / "first", tmp_path / "paper"
     run_inprocess(run_settings(first, **rayleigh))
-    run_inprocess(run_settings(second, **rayleigh))
     run_inprocess(run_settings(paper, **{"checkpoint-every": 1}))
-    assert comparable(first) == comparable(second)
-    assert same_model(first, second)
     # The fading changes the minimum bandwidths, so the budget BC uses differs from the cell's.
     used = [[line["bandwidth_used_hz"] for line in lines(run)] for run in (first, paper)]
     assert used[0] != used[1]
@@ -67,7 +64,7 @@ def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tm
     assert recorded["channel_model"] == RAYLEIGH
     assert recorded["cell"]["pathloss_model"] == "paper"
 
-    part = tmp_path / "part"
+    part = tmp_path / "part"  # its first two rounds run afresh from the seed, as first's did
     run_inprocess(run_settings(part, **rayleigh, **{"num-server-rounds": 2}))
     run_inprocess(run_settings(part, **rayleigh, **{"resume-from": str(part)}))
     assert comparable(part) == comparable(first)
