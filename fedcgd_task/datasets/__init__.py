@@ -187,8 +187,8 @@ def dataset_function(name: str) -> DataFunction:
     return builtin_or_function(name, "dataset", builtins, "data set", contract)
 
 
-def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
-    """The :data:`DATA_KEYWORDS` ``function`` takes (``**kwargs``: ``data_dir``), or ValueError."""
+def data_keywords(function: DataFunction) -> frozenset[str]:
+    """The :data:`DATA_KEYWORDS` ``function`` takes (``**kwargs``: ``data_dir``)."""
     try:
         params = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # no signature to read (a C function): call it bare
@@ -197,18 +197,6 @@ def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
     takes = {p.name for p in params if p.name in DATA_KEYWORDS and p.kind in named}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         takes.add("data_dir")
-    required = [
-        p.name
-        for p in params
-        if p.default is inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, *named)
-        and p.name not in takes
-    ]
-    if required:
-        raise ValueError(
-            f"{dataset_setting(name)}: the function needs the argument(s) {', '.join(required)}; a "
-            "data-set function takes no argument, or data_dir and / or settings keywords"
-        )
     return frozenset(takes)
 
 
@@ -217,7 +205,7 @@ def load_data(
 ) -> tuple[DataSplit, DataSplit]:
     """The checked (train, test) splits, cached per process (``settings`` count only for a
     function that takes them); the function's error becomes one line naming ``dataset``."""  # noqa: D205, D209
-    takes = "settings" in data_keywords(dataset_function(name), name)
+    takes = "settings" in data_keywords(dataset_function(name))
     return _load_checked(name, data_dir, settings if takes else None)
 
 
@@ -230,7 +218,7 @@ def _load_checked(
 
     function = dataset_function(name)
     kwargs = {"data_dir": data_dir, "settings": settings}
-    takes = data_keywords(function, name)
+    takes = data_keywords(function)
     try:
         with seeded_generators(0 if settings is None else settings.seed):
             result = function(**{k: v for k, v in kwargs.items() if k in takes})
