@@ -222,7 +222,7 @@ BAD = "bad_cases.py"
         ("dataset", "{folder}/missing.py:load", "missing.py does not exist"),
         ("dataset", "mnist", 'one of "digits", "cifar10", "cifar100", "mnist1d" or a function'),
         ("dataset", "./bad_cases.py:load", "is not a reference; allowed:"),
-        ("dataset", f"{{folder}}/{BAD}:needs_two", "raised TypeError: needs_two() missing 2 requ"),
+        ("dataset", f"{{folder}}/{BAD}:needs_two", "missing a required argument: 'path'); a da"),
         ("dataset", f"{{folder}}/{BAD}:raises", "the function raised OSError: disk"),
         ("dataset", f"{{folder}}/{BAD}:not_callable", "of type int, not a function"),
         ("model", "vgg", 'one of "auto", "mlp", "cnn", "resnet18gn", "cnn1d" or a function'),

@@ -187,16 +187,24 @@ def dataset_function(name: str) -> DataFunction:
     return builtin_or_function(name, "dataset", builtins, "data set", contract)
 
 
-def data_keywords(function: DataFunction) -> frozenset[str]:
-    """The :data:`DATA_KEYWORDS` ``function`` takes (``**kwargs``: ``data_dir``)."""
+def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
+    """The :data:`DATA_KEYWORDS` ``function`` takes (``**kwargs``: ``data_dir``), or ValueError."""
     try:
-        params = list(inspect.signature(function).parameters.values())
+        signature = inspect.signature(function)
     except (TypeError, ValueError):  # no signature to read (a C function): call it bare
         return frozenset()
+    params = list(signature.parameters.values())
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     takes = {p.name for p in params if p.name in DATA_KEYWORDS and p.kind in named}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         takes.add("data_dir")
+    try:
+        signature.bind(**dict.fromkeys(takes))
+    except TypeError as err:  # it needs another argument
+        raise ValueError(
+            f"{dataset_setting(name)}: the function needs another argument ({err}); a "
+            "data-set function takes no argument, or data_dir and / or settings keywords"
+        ) from None
     return frozenset(takes)
 
 
@@ -205,7 +213,7 @@ def load_data(
 ) -> tuple[DataSplit, DataSplit]:
     """The checked (train, test) splits, cached per process (``settings`` count only for a
     function that takes them); the function's error becomes one line naming ``dataset``."""  # noqa: D205, D209
-    takes = "settings" in data_keywords(dataset_function(name))
+    takes = "settings" in data_keywords(dataset_function(name), name)
     return _load_checked(name, data_dir, settings if takes else None)
 
 
@@ -218,7 +226,7 @@ def _load_checked(
 
     function = dataset_function(name)
     kwargs = {"data_dir": data_dir, "settings": settings}
-    takes = data_keywords(function)
+    takes = data_keywords(function, name)
     try:
         with seeded_generators(0 if settings is None else settings.seed):
             result = function(**{k: v for k, v in kwargs.items() if k in takes})
