@@ -31,12 +31,7 @@ PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate
 Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
 Seed = Annotated[int, typer.Option(help="run seed")]
 #: ``--compare-with`` of the in-process benchmarks.
-Checkout = Annotated[
-    Path | None,
-    typer.Option(help="another checkout (e.g. a git worktree), timed too"),
-]
-#: This checkout.
-THIS = Path(__file__).resolve().parents[1]
+Checkout = Annotated[Path | None, typer.Option(help="another checkout (a git worktree), timed too")]
 
 
 def progress(text: str, tag: str) -> None:
@@ -49,7 +44,7 @@ def checkouts(compare_with: Path | None) -> dict[str, Path]:
     other = {} if compare_with is None else {"other": compare_with.resolve()}
     if other and not (other["other"] / "experiments" / "cli" / "__main__.py").is_file():
         refuse(f"--compare-with {other['other']}: not a checkout of this project")
-    return {"this": THIS, **other}
+    return {"this": Path(__file__).resolve().parents[1], **other}
 
 
 @dataclass(frozen=True)

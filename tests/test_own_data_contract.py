@@ -90,7 +90,7 @@ def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
             ((torch.zeros(2, 2, requires_grad=True), [0, 1]), (np.zeros((2, 2)), [0, 1])),
             "x_train cannot be read as an array (Can't call numpy() on Tensor that requires grad",
         ),
-        ([1, 2, 3, 4, 5, 6], "the function returned [int, int, int, int, ...]; it must"),
+        ([1, 2, 3, 4, 5, 6], "the function returned a list; it must return ((x_train, y_train),"),
         (((np.zeros(2), [0, 1]), (np.zeros(2), [0, 1])), "x_train has shape (2,) and"),
         (((np.zeros((2, 2)), [0, -1]), (np.zeros((2, 2)), [0, 1])), "y_train holds label -1"),
         (
@@ -101,7 +101,7 @@ def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
         (((np.array(["a", "b"]), [0, 1]), (np.zeros((2, 2)), [0, 1])), "x_train has dtype <U1"),
         (((np.zeros((2, 2)), [[0, 1]]), (np.zeros((2, 2)), [0, 1])), "and y_train (1, 2)"),
         (((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 3)), [0, 1])), "x_train holds inputs of sh"),
-        (((np.zeros((2, 2)), [0, 1]),), "the function returned ((ndarray, list)); it must"),
+        (((np.zeros((2, 2)), [0, 1]),), "the function returned a tuple; it must"),
         (((np.zeros((2, 2)), [0.0, 1.0]), (np.zeros((2, 2)), [0, 1])), "y_train has dtype float"),
         (((np.float64(3.0), [0]), (np.zeros((2, 2)), [0, 1])), "x_train has shape () and"),
     ],

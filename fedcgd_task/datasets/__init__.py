@@ -100,14 +100,6 @@ def dataset_setting(name: str) -> str:
     return f"run-config key 'dataset' = {name!r}"
 
 
-def _structure(value: object, depth: int = 2) -> str:
-    """A short picture of a returned value: ``(ndarray, ndarray)``, ``int``."""
-    if not isinstance(value, tuple | list) or depth == 0:
-        return type(value).__name__
-    inner = ", ".join(_structure(v, depth - 1) for v in value[:4]) + (", ..." * (len(value) > 4))
-    return f"[{inner}]" if isinstance(value, list) else f"({inner})"
-
-
 def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> npt.NDArray[Any]:
     """``value`` as an array of dtype kind in ``kinds``, else a one-line ValueError."""
     try:
@@ -131,7 +123,8 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
         and all(isinstance(part, tuple | list) and len(part) == 2 for part in result[:2])
     ):
         raise ValueError(
-            f"{where}: the function returned {_structure(result)}; it must return {RETURN_CONTRACT}"
+            f"{where}: the function returned a {type(result).__name__}; it must return "
+            + RETURN_CONTRACT
         )
     given = result[2] if len(result) == 3 else None
     if given is not None and (isinstance(given, bool) or not isinstance(given, int | np.integer)):
