@@ -20,6 +20,7 @@ import numpy as np
 import typer
 
 from experiments.analysis.tables import write_csv
+from experiments.cli.options import refuse
 from experiments.run.run_config import format_run_config
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.results import read_metrics_lines
@@ -30,12 +31,7 @@ PHASES = ("query_s", "schedule_s", "train_phase_s", "client_train_s", "aggregate
 Rounds = Annotated[int, typer.Option(min=2, help="rounds per run (>= 2: round 1 is not timed)")]
 Seed = Annotated[int, typer.Option(help="run seed")]
 #: ``--compare-with`` of the in-process benchmarks.
-Checkout = Annotated[
-    Path | None,
-    typer.Option(help="another checkout (e.g. a git worktree), timed too"),
-]
-#: This checkout.
-THIS = Path(__file__).resolve().parents[1]
+Checkout = Annotated[Path | None, typer.Option(help="another checkout (a git worktree), timed too")]
 
 
 def progress(text: str, tag: str) -> None:
@@ -43,18 +39,12 @@ def progress(text: str, tag: str) -> None:
     print(f"[{tag}] {text} [load {os.getloadavg()[0]:.1f}]", flush=True)
 
 
-def checkouts(compare_with: Path | None) -> dict[str, Path] | None:
-    """The checkouts to time, ``this`` and ``other``; None (after one line) if not a checkout."""
-    projects = {"this": THIS}
-    if compare_with is not None:
-        projects["other"] = compare_with.resolve()
-        if not (projects["other"] / "experiments" / "cli" / "__main__.py").is_file():
-            print(
-                f"error: --compare-with {projects['other']}: not a checkout of this project",
-                file=sys.stderr,
-            )
-            return None
-    return projects
+def checkouts(compare_with: Path | None) -> dict[str, Path]:
+    """The checkouts to time, ``this`` and ``other`` (refused in one line: not a checkout)."""
+    other = {} if compare_with is None else {"other": compare_with.resolve()}
+    if other and not (other["other"] / "experiments" / "cli" / "__main__.py").is_file():
+        refuse(f"--compare-with {other['other']}: not a checkout of this project")
+    return {"this": Path(__file__).resolve().parents[1], **other}
 
 
 @dataclass(frozen=True)

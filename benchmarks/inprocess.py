@@ -51,8 +51,6 @@ def main(
 ) -> int:
     """Seconds per round: the in-process engine against its arithmetic in a bare loop."""
     projects = checkouts(compare_with)
-    if projects is None:
-        return 2
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     settings = {

@@ -28,10 +28,8 @@ CPUS_PER_CLIENT = 1
 
 
 def write_random_cifar10(root: Path, seed: int) -> None:
-    """Write ``cifar-10-batches-py`` of random pixels in the official archive's format.
-
-    5 training batches of 10,000 images and a test batch of 10,000, each class equally often.
-    """
+    """Write ``cifar-10-batches-py`` of random pixels in the official format (6 batches of 10,000
+    images, each class equally often)."""  # noqa: D205, D209
     rng = np.random.default_rng([seed, 0xC1FA])
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)

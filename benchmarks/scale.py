@@ -33,17 +33,12 @@ def main(
     """In-process rounds at scale: seconds per phase and memory."""
     sizes = numbers(devices, int, "--devices")
     projects = checkouts(compare_with)
-    if projects is None:
-        return 2
-    variants = {"cohorts": projects["this"]} | (
-        {"other checkout": projects["other"]} if "other" in projects else {}
-    )
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for v in sizes:
-        for name, project in variants.items():
-            folder = f"V{v}-{name.replace(' ', '-')}-{len(rows)}"
+        for name, project in projects.items():
+            folder = f"V{v}-{name}-{len(rows)}"
             overrides = {
                 "dataset": "mnist1d", "mnist1d-samples": samples, "num-devices": v,
                 "num-server-rounds": rounds, "data-dir": str(out / "data"),

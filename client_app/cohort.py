@@ -35,8 +35,6 @@ from client_app.sigma import gradient_spreads
 from fedcgd_task import keys
 from fedcgd_task.imports import first_line
 
-__all__ = ["QUERY_CHUNK_SAMPLES", "Cohorts"]
-
 LOG = logging.getLogger(__name__)
 
 #: Samples per batched sigma-hat pass (128 devices of b = 32): the per-pass overheads vanish,
@@ -44,7 +42,6 @@ LOG = logging.getLogger(__name__)
 QUERY_CHUNK_SAMPLES = 4096
 #: Cohorts smaller than this are left to the per-device path.
 MIN_COHORT = 2
-_KINDS = (keys.QUERY_STATS, MessageType.TRAIN)
 
 
 #: Largest change of a device's outputs, relative to their largest magnitude, that
@@ -125,7 +122,7 @@ class _Cohort:
 def _cohort_key(msg: Message) -> tuple[object, ...] | None:
     """Messages computed together share this key and an equal run config; None: not cohort."""
     kind = msg.metadata.message_type
-    if kind not in _KINDS:
+    if kind not in (keys.QUERY_STATS, MessageType.TRAIN):
         return None
     # Not ``content.array_records`` (nor config_, metric_): each builds a filtered copy, ~25 us.
     arrays, config = msg.content.get(keys.ARRAYS), msg.content.get(keys.CONFIG)
@@ -145,8 +142,6 @@ class Cohorts:
     """One engine's cohorts: its grid opens them, its ClientApp reads them (``threads``: σ̂'s)."""
 
     def __init__(self, *, threads: int = 1) -> None:
-        if threads < 1:
-            raise ValueError(f"threads: got {threads}; allowed: >= 1")
         self.threads = threads
         self._open: dict[int, _Cohort] = {}  # id(message) -> its cohort, while opened
         #: The last model's arrays (name, Array) and the statistics computed at it.
@@ -290,10 +285,9 @@ class Cohorts:
             worker_model = models.get()  # a model of its own while the chunk runs
             try:
                 xs, ys = zip(*(d.split.tensors(d.batches[0]) for d in chunk), strict=True)
-                found = gradient_spreads(worker_model, torch.cat(xs), torch.cat(ys), group_size=b)
+                return gradient_spreads(worker_model, torch.cat(xs), torch.cat(ys), group_size=b)
             finally:
                 models.put(worker_model)
-            return [spread.sigma for spread in found]
 
         try:
             with ThreadPoolExecutor(workers) as pool:  # one worker: on this thread

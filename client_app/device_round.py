@@ -142,7 +142,7 @@ def pre_training_stats(
     sigma = None
     if want_sigma:
         x_first, y_first = split.tensors(batches[0])
-        sigma = float(gradient_spread(model, x_first, y_first).sigma)
+        sigma = gradient_spread(model, x_first, y_first)
     return PreTrainingStats(label_hist=label_hist(split, batches), sigma=sigma)
 
 
@@ -185,19 +185,13 @@ def train_device(msg: Message, rnd: DeviceRound) -> TrainedDevice:
     x, y = rnd.split.tensors(np.concatenate(rnd.batches))
     # Batches index the gathered rows 0 .. tau b - 1 in order.
     positions = [np.arange(t * len(b), (t + 1) * len(b)) for t, b in enumerate(rnd.batches)]
+    seed = dropout_seed(rnd.settings.seed, rnd.server_round, rnd.partition_id)
     started = time.perf_counter()
-    result = train_local(
-        model,
-        x,
-        y,
-        positions,
-        rnd.training.learning_rate,
-        torch_seed=dropout_seed(rnd.settings.seed, rnd.server_round, rnd.partition_id),
-    )
+    losses = train_local(model, x, y, positions, rnd.training.learning_rate, torch_seed=seed)
     train_time_s = time.perf_counter() - started
     weights = {name: t.detach().cpu() for name, t in model.state_dict().items()}
     norm = update_norm(before, model.state_dict())
-    return TrainedDevice(stats, weights, float(result.mean_loss), norm, float(train_time_s))
+    return TrainedDevice(stats, weights, float(np.mean(losses)), norm, float(train_time_s))
 
 
 #: Most devices trained together.

@@ -111,12 +111,8 @@ def conv_sq_norms(
     kernel, stride, dilation = module.kernel_size, module.stride, module.dilation
     if isinstance(module, nn.Conv1d):  # a Conv2d of height 1
         a, g = a.unsqueeze(2), g.unsqueeze(2)
-        kernel, stride, padding, dilation = (
-            (1, *kernel),
-            (1, *stride),
-            (0, *padding),
-            (1, *dilation),
-        )
+        kernel, stride, dilation = ((1, *pair) for pair in (kernel, stride, dilation))
+        padding = (0, *padding)
     (b, c_in, h, w), (o, h_out, w_out) = a.shape, g.shape[1:]
     n, t = b // group_size, h_out * w_out
     k = c_in // module.groups * kernel[0] * kernel[1]
@@ -174,11 +170,10 @@ def group_norm_sq_norms(
 
 @dataclass(frozen=True)
 class PerSampleNorms:
-    """Squared gradient norms per sample [b] and per group [N] (float64), losses (float32 [b])."""
+    """Squared gradient norms per sample [b] and per group [N] (float64)."""
 
     sq_norms: torch.Tensor
     group_sq_norms: torch.Tensor
-    losses: torch.Tensor
 
 
 def unsupported_reasons(model: nn.Module) -> list[str]:
@@ -294,4 +289,4 @@ def per_sample_grad_norms(
             handle.remove()
         for p, flag in zip(params, flags, strict=True):
             p.requires_grad_(flag)
-    return PerSampleNorms(sq_norms=sq_norms, group_sq_norms=group_sq, losses=losses.detach())
+    return PerSampleNorms(sq_norms=sq_norms, group_sq_norms=group_sq)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,19 +24,10 @@ from client_app.per_sample_norms import (
 )
 
 
-@dataclass(frozen=True)
-class GradientSpread:
-    """sigma-hat_v, the batch's mean loss (nats) and b."""
-
-    sigma: float
-    mean_loss: float
-    batch_size: int
-
-
 def gradient_spread(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int | None = None
-) -> GradientSpread:
-    """sigma-hat_v and the batch loss of a device's first mini-batch ``x`` [b, ...], ``y`` [b]
+) -> float:
+    """sigma-hat_v of a device's first mini-batch ``x`` [b, ...], ``y`` [b]
     (models outside the one-pass scope: :func:`gradient_spread_vmap`); ``model`` unchanged,
     ``chunk_size`` changes the memory only."""  # noqa: D205, D209
     try:  # a model outside the scope is refused before the pass
@@ -53,7 +43,7 @@ def gradient_spreads(
     *,
     group_size: int,
     chunk_size: int | None = None,
-) -> list[GradientSpread]:
+) -> list[float]:
     """sigma-hat_v of N devices' stacked first mini-batches ``x`` [N b, ...] by one pass: each
     equals its batch's alone up to summation order if the model computes samples apart
     (:func:`client_app.cohort.sample_mixing`)."""  # noqa: D205, D209
@@ -62,11 +52,7 @@ def gradient_spreads(
     b = group_size
     sample_sq = norms.sq_norms.reshape(-1, b).sum(dim=1).tolist()
     group_sq = norms.group_sq_norms.tolist()
-    loss_sums = norms.losses.double().reshape(-1, b).sum(dim=1).tolist()
-    return [
-        GradientSpread(sigma=spread_from_norms(sq, g_sq, b), mean_loss=loss / b, batch_size=b)
-        for sq, g_sq, loss in zip(sample_sq, group_sq, loss_sums, strict=True)
-    ]
+    return [spread_from_norms(sq, g_sq, b) for sq, g_sq in zip(sample_sq, group_sq, strict=True)]
 
 
 def spread_from_norms(sum_sq_norms: float, sum_grad_sq_norm: float, b: int) -> float:
@@ -88,7 +74,7 @@ def mode_kept(model: nn.Module, training: bool = False) -> Iterator[None]:
 
 def gradient_spread_vmap(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int | None = None
-) -> GradientSpread:
+) -> float:
     """sigma-hat_v from vmap per-sample gradients for any model: deviations formed in chunks
     combined in float64 (Chan et al.'s pairwise update), 6-80x an SGD step's cost."""  # noqa: D205, D209
     b = int(y.shape[0])
@@ -99,26 +85,21 @@ def gradient_spread_vmap(
         chunk_size = max(1, CHUNK_BUDGET_FLOATS // max(num_params, 1))
     device = next(iter(params.values())).device
 
-    def sample_loss(
-        p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample_loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         logits = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
-        loss = F.cross_entropy(logits, yi.unsqueeze(0))
-        return loss, loss.detach()
+        return F.cross_entropy(logits, yi.unsqueeze(0))
 
-    per_sample = vmap(grad(sample_loss, has_aux=True), in_dims=(None, 0, 0))
+    per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))
 
     with mode_kept(model):
         count = 0
         mean: dict[str, torch.Tensor] = {}
         m2 = torch.zeros((), dtype=torch.float64, device=device)
-        loss_sum = 0.0
         for start in range(0, b, chunk_size):
             xc = x[start : start + chunk_size].to(device)
             yc = y[start : start + chunk_size].to(device)
-            grads, losses = per_sample(params, xc, yc)
+            grads = per_sample(params, xc, yc)
             n_chunk = int(yc.shape[0])
-            loss_sum += float(losses.double().sum())
             chunk_mean = {k: g.double().mean(dim=0) for k, g in grads.items()}
             chunk_m2 = sum(((g.double() - chunk_mean[k]) ** 2).sum() for k, g in grads.items())
             if count == 0:
@@ -129,5 +110,4 @@ def gradient_spread_vmap(
                 m2 = m2 + chunk_m2 + shift_sq * (count * n_chunk / total)
                 mean = {k: mean[k] + (chunk_mean[k] - mean[k]) * (n_chunk / total) for k in mean}
             count += n_chunk
-    sigma = float(torch.sqrt(torch.clamp(m2, min=0.0) / b))
-    return GradientSpread(sigma=sigma, mean_loss=loss_sum / b, batch_size=b)
+    return float(torch.sqrt(torch.clamp(m2, min=0.0) / b))

@@ -28,7 +28,7 @@ def apply_imbalance(labels: npt.ArrayLike, ratio: float, rng: np.random.Generato
     """Sorted indices of the samples kept for imbalance ratio r = n2 / n1 (paper Section V):
     each class c < C / 2 keeps round(n_c / r) of its n_c (half up, uniformly), C = max label + 1."""  # noqa: D205, D209
     y = np.asarray(labels, dtype=np.int64)
-    n_classes = int(y.max()) + 1 if y.size else 0
+    n_classes = int(y.max()) + 1  # a data set has samples (check_data)
     kept: list[IntArray] = []
     for c in range(n_classes):
         members = np.flatnonzero(y == c)
@@ -36,8 +36,6 @@ def apply_imbalance(labels: npt.ArrayLike, ratio: float, rng: np.random.Generato
             keep = int(np.floor(members.size / ratio + 0.5))
             members = rng.choice(members, size=keep, replace=False)
         kept.append(members.astype(np.int64))
-    if not kept:
-        return np.zeros(0, dtype=np.int64)
     return np.sort(np.concatenate(kept))
 
 

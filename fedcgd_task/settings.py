@@ -11,8 +11,6 @@ from fedcgd_task import keys
 from fedcgd_task.schema import BUILTIN_DATASETS, DEFAULTS, SCHEMA, SETTINGS, read
 from fedcgd_task.setting import Setting, check_value
 
-DEFAULT_MNIST1D_SAMPLES = int(SCHEMA["mnist1d-samples"].default)
-
 
 @dataclass(frozen=True)
 class TaskSettings:
@@ -27,7 +25,7 @@ class TaskSettings:
     dirichlet_alpha: float
     shards_per_device: int
     imbalance_ratio: float
-    mnist1d_samples: int = DEFAULT_MNIST1D_SAMPLES
+    mnist1d_samples: int = int(DEFAULTS["mnist1d-samples"])
     device: str = str(DEFAULTS["device"])
 
     @classmethod

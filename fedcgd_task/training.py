@@ -9,7 +9,6 @@ import os
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,14 +24,6 @@ if TYPE_CHECKING:
 BATCH_STREAM, DROPOUT_STREAM, EVAL_STREAM = 0x42544348, 0x44524F50, 0x4556414C  # BTCH DROP EVAL
 #: Evaluation batch size (memory only).
 EVAL_BATCH_SIZE = 512
-
-
-@dataclass(frozen=True)
-class LocalTrainResult:
-    """Outcome of :func:`train_local`: each step's mini-batch loss before it, their mean."""
-
-    mean_loss: float
-    step_losses: tuple[float, ...]
 
 
 def compute_device(setting: str = "auto") -> torch.device:
@@ -100,9 +91,10 @@ def train_local(
     lr: float,
     *,
     torch_seed: int,
-) -> LocalTrainResult:
+) -> list[float]:
     """Tau SGD steps w <- w - eta grad f(w, batch_t) in place, paper eq. (localupdate), in
-    training mode, the generators seeded with ``torch_seed`` (:func:`dropout_seed`)."""  # noqa: D205, D209
+    training mode, the generators seeded with ``torch_seed`` (:func:`dropout_seed`); each step's
+    mini-batch loss before it."""  # noqa: D205, D209
     params = list(model.parameters())
     device = params[0].device
     rows = [np.asarray(b, dtype=np.int64) for b in batches]
@@ -122,7 +114,7 @@ def train_local(
             loss.backward()
             sgd_step(params, lr)
             losses.append(float(loss.detach()))
-    return LocalTrainResult(mean_loss=float(np.mean(losses)), step_losses=tuple(losses))
+    return losses
 
 
 @torch.no_grad()

@@ -12,8 +12,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from client_app import app as client
 from fedcgd_task import keys
+from fedcgd_task.datasets.images import load_digits_split
 from fedcgd_task.models import build_model
-from fedcgd_task.settings import default_run_config
+from fedcgd_task.partition import local_split
+from fedcgd_task.settings import TaskSettings, TrainingSettings, default_run_config
+from fedcgd_task.training import local_batches
 
 RUN_CONFIG: dict[str, Any] = {  # the app's defaults, with a small federation
     **default_run_config(), "seed": 5, "num-devices": 4, "dirichlet-alpha": 0.5, "local-steps": 1,
@@ -61,10 +64,6 @@ def test_info_reports_partition_and_size() -> None:
     # Dirichlet split of the 1437 digits training images over 4 devices: floor(1437 / 4) = 359.
     assert m[keys.PARTITION_ID] == 1 and m[keys.NUM_EXAMPLES] == 359
     # The whole local class counts, recounted here from the device's rows of the training set.
-    from fedcgd_task.datasets.images import load_digits_split
-    from fedcgd_task.partition import local_split
-    from fedcgd_task.settings import TaskSettings
-
     rows = local_split(TaskSettings.from_run_config(RUN_CONFIG), 1).indices
     labels = load_digits_split()[0].labels[rows]
     assert m[keys.LOCAL_LABEL_HIST] == [int(np.sum(labels == c)) for c in range(10)]
@@ -72,10 +71,6 @@ def test_info_reports_partition_and_size() -> None:
 
 
 def test_stats_reply_contents_and_label_hist_of_the_round_batches() -> None:
-    from fedcgd_task.partition import local_split
-    from fedcgd_task.settings import TaskSettings, TrainingSettings
-    from fedcgd_task.training import local_batches
-
     reply = client.app(message(keys.QUERY_STATS), context(3))
     m = metrics_of(reply)
     assert keys.ARRAYS not in reply.content.array_records

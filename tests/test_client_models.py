@@ -1,6 +1,5 @@
-"""Tests of fedcgd_task.models (architectures, parameter counts), fedcgd_task.datasets (digits
-split, CIFAR loading from a fake folder, clear errors) and fedcgd_task.training (batch draws,
-local SGD determinism, evaluation)."""
+"""Tests of fedcgd_task.models (architectures, parameter counts), fedcgd_task.datasets (CIFAR
+from a fake folder, clear errors) and fedcgd_task.training (draws, local SGD, evaluation)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import torch
 from torch import nn
 
 from channel.report import PAPER_CIFAR10_CNN_PARAMS
-from fedcgd_task.datasets.images import load_cifar, load_digits_split
+from fedcgd_task.datasets.images import load_cifar
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.settings import TrainingSettings
 from fedcgd_task.training import dropout_seed, evaluate, local_batches, train_local
@@ -57,7 +56,7 @@ def test_parameter_counts_by_hand_and_output_shapes(
     assert model(torch.zeros(2, *shape)).shape == (2, classes)
 
 
-def test_the_cnn_and_cnn1d_layers() -> None:
+def test_the_cnn_cnn1d_and_resnet18gn_layers() -> None:
     cnn = build_model("cnn", 10, (3, 32, 32))
     convs = [m for m in cnn.modules() if isinstance(m, nn.Conv2d)]
     assert all(c.padding == (0, 0) and c.kernel_size == (3, 3) for c in convs)
@@ -65,12 +64,8 @@ def test_the_cnn_and_cnn1d_layers() -> None:
     convs = [m for m in build_model("cnn1d", 10, (1, 40)).modules() if isinstance(m, nn.Conv1d)]
     assert [c.kernel_size for c in convs] == [(5,), (3,), (3,)]
     assert all(c.stride == (2,) and c.padding == (1,) and c.out_channels == 25 for c in convs)
-
-
-def test_resnet18gn_has_no_batchnorm() -> None:
     model = build_model("resnet18gn", 100, (3, 32, 32))
-    kinds = {type(m) for m in model.modules()}
-    assert not any(issubclass(k, nn.modules.batchnorm._BatchNorm) for k in kinds)
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     groups = [m for m in model.modules() if isinstance(m, nn.GroupNorm)]
     # ResNet-18: stem 1 + 8 blocks * 2 + 3 downsample norms = 20 GroupNorm layers.
     assert len(groups) == 20 and all(g.num_groups == 32 for g in groups)
@@ -89,14 +84,6 @@ def test_resnet18gn_has_no_batchnorm() -> None:
 def test_bad_arguments(name: str, classes: int, shape: tuple[int, ...], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         build_model(name, classes, shape)
-
-
-def test_tensors_subset_rows() -> None:
-    train, _ = load_digits_split()
-    x, y = train.tensors([5, 0, 5])
-    full_x, full_y = train.tensors()
-    torch.testing.assert_close(x, full_x[[5, 0, 5]])
-    assert y.tolist() == [int(full_y[5]), int(full_y[0]), int(full_y[5])]
 
 
 def write_fake_cifar10(root: Path, per_batch: int = 4) -> None:
@@ -160,6 +147,8 @@ def test_extracted_folder_is_read_without_checksums_normalised_and_equals_torchv
     assert ours.labels.tolist()[:4] == [0, 1, 2, 3]
     x, y = test.tensors()
     assert x.shape == (6, 3, 32, 32) and y.dtype == torch.int64
+    rows = ours.tensors([5, 0, 5])  # chosen rows, repeats allowed
+    assert torch.equal(rows[0], ours.tensors()[0][[5, 0, 5]]) and rows[1].tolist() == [5, 0, 5]
     # red 255 -> (1 - 0.4914) / 0.2470 = 2.05911; green 0 -> -0.4822 / 0.2435 = -1.98029;
     # blue 128 -> (0.501961 - 0.4465) / 0.2616 = 0.0554608 / 0.2616 = 0.212006.
     for channel, value in enumerate([2.059109, -1.980287, 0.212006]):
@@ -177,7 +166,7 @@ SEED = 9
 TRAINING = TrainingSettings(local_steps=3, learning_rate=0.1, batch_size=4)
 
 
-def test_local_batches_wrap_around_a_permutation_drawn_by_seed_round_partition() -> None:
+def test_batches_and_dropout_seeds_drawn_by_seed_round_partition() -> None:
     # 5 local samples, tau * b = 12 positions: the permutation read cyclically, so the first
     # 2 entries of the permutation appear 3 times and the other 3 appear twice.
     batches = local_batches(SEED, TRAINING, 5, server_round=2, partition_id=1)
@@ -192,37 +181,8 @@ def test_local_batches_wrap_around_a_permutation_drawn_by_seed_round_partition()
                        ((10, 3, 2), False)]:  # fmt: skip
         other = local_batches(args[0], TRAINING, 100, *args[1:])
         assert all(np.array_equal(x, y) for x, y in zip(a, other, strict=True)) is same
-
-
-def data(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(123)
-    return torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g)
-
-
-def test_train_local_matches_manual_sgd() -> None:
-    # Reference: w <- w - lr * grad(mean CE on batch t), written out with autograd.grad. In
-    # float64: the reference's products round otherwise than nn.Linear's, and in float32 a
-    # ReLU input within rounding of 0 could take its other side (test_client_sigma); in float64
-    # two steps through two layers differ by far less than 1e-12.
-    x, y = data(6, (1, 8, 8), 10)
-    x = x.double()
-    batches = [np.array([0, 1, 2]), np.array([3, 4, 5])]
-    model = build_model("mlp", 10, (1, 8, 8), seed=3).double()
-    weights = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
-    losses = []
-    for rows in batches:
-        h = torch.relu(x[rows].flatten(1) @ weights[0].T + weights[1])
-        loss = nn.functional.cross_entropy(h @ weights[2].T + weights[3], y[rows])
-        grads = torch.autograd.grad(loss, weights)
-        losses.append(float(loss.detach()))
-        weights = [
-            (w - 0.2 * g).detach().requires_grad_(True) for w, g in zip(weights, grads, strict=True)
-        ]
-    result = train_local(model, x, y, batches, 0.2, torch_seed=0)
-    for p, w in zip(model.parameters(), weights, strict=True):
-        torch.testing.assert_close(p.detach(), w.detach(), rtol=1e-12, atol=1e-12)
-    assert result.step_losses == pytest.approx(losses, rel=1e-12)
-    assert result.mean_loss == pytest.approx(sum(losses) / 2, rel=1e-12)
+    seeds = {dropout_seed(0, r, v) for r in range(5) for v in range(5)}  # the dropout stream
+    assert len(seeds) == 25 and all(0 <= s < 2**63 for s in seeds)
 
 
 def optimizer_train_local(
@@ -250,7 +210,8 @@ def test_train_local_bit_identical_to_the_optimizer_loop(name: str, shape: tuple
     # train_local's sgd_step against torch.optim.SGD (no momentum, no weight decay). Dropout
     # (cnn) included: the masks come from the same seeded CPU generator. A frozen parameter has
     # no gradient and is left as it was.
-    x, y = data(20, shape, 4)
+    g = torch.Generator().manual_seed(123)
+    x, y = torch.randn(20, *shape, generator=g), torch.randint(0, 4, (20,), generator=g)
     batches = [np.array([3, 1, 4, 15, 9]), np.array([2, 6, 5, 3, 5]), np.array([8, 9, 7, 19, 0])]
     seed = dropout_seed(4, 1, 2)
     reference, model = (build_model(name, 4, shape, seed=5) for _ in range(2))
@@ -258,9 +219,9 @@ def test_train_local_bit_identical_to_the_optimizer_loop(name: str, shape: tuple
         next(m.parameters()).requires_grad_(False)
     losses = optimizer_train_local(reference, x, y, batches, 0.05, seed)
     rng_before = torch.random.get_rng_state()
-    result = train_local(model, x, y, batches, 0.05, torch_seed=seed)
+    step_losses = train_local(model, x, y, batches, 0.05, torch_seed=seed)
     assert torch.equal(torch.random.get_rng_state(), rng_before)  # the global stream untouched
-    assert list(result.step_losses) == losses
+    assert step_losses == losses
     s0, s1 = reference.state_dict(), model.state_dict()
     assert all(torch.equal(s0[k], s1[k]) for k in s0)
     start = build_model(name, 4, shape, seed=5).state_dict()
@@ -285,9 +246,3 @@ def test_evaluate_hand_computed() -> None:
     loss, acc = evaluate(model, x, y, batch_size=2)
     assert loss == pytest.approx(math.log(2.0), rel=1e-6)
     assert acc == pytest.approx(2 / 3)
-
-
-def test_dropout_seed_distinct_per_round_and_device() -> None:
-    seeds = {dropout_seed(0, r, v) for r in range(5) for v in range(5)}
-    assert len(seeds) == 25
-    assert all(0 <= s < 2**63 for s in seeds)

@@ -52,15 +52,23 @@ def test_imbalance_hand_counts(classes: int, per_class: int, ratio: float, count
 # --- shard_partition ------------------------------------------------------------------------
 
 
-def test_shards_use_every_sample_once_when_divisible() -> None:
-    # 10 classes x 60 = 600 samples, V = 10, l = 3 -> 30 shards of 20, 60 per device.
-    labels = balanced_labels(10, 60)
-    parts = shard_partition(labels, 10, 3, np.random.default_rng(0))
-    assert [p.size for p in parts] == [60] * 10
-    joined = assert_disjoint(parts)
-    np.testing.assert_array_equal(np.sort(joined), np.arange(600))
-    # Shards of 20 never straddle a class boundary (60 per class), so a device has <= 3 classes.
-    assert all(np.unique(labels[p]).size <= 3 for p in parts)
+@pytest.mark.parametrize(
+    ("labels", "num_devices", "shards", "size"),
+    [
+        # 10 classes x 60 = 600 samples, V = 10, l = 3 -> 30 shards of 20, 60 per device.
+        (balanced_labels(10, 60), 10, 3, 60),
+        # N = 605, V = 6, l = 4 -> 24 shards of floor(605 / 24) = 25, 5 samples dropped.
+        (np.random.default_rng(3).integers(0, 7, size=605), 6, 4, 100),
+    ],
+)
+def test_shards_are_equal_and_disjoint_and_drop_only_the_remainder(
+    labels: np.ndarray, num_devices: int, shards: int, size: int
+) -> None:
+    parts = shard_partition(labels, num_devices, shards, np.random.default_rng(0))
+    assert [p.size for p in parts] == [size] * num_devices
+    assert assert_disjoint(parts).size == size * num_devices
+    if labels.size == 600:  # shards of 20 never straddle a class (60 each): <= 3 classes
+        assert all(np.unique(labels[p]).size <= 3 for p in parts)
 
 
 def test_shards_one_per_device_one_class_each() -> None:
@@ -71,14 +79,6 @@ def test_shards_one_per_device_one_class_each() -> None:
     classes = [np.unique(labels[p]) for p in parts]
     assert all(c.size == 1 for c in classes)
     assert sorted(int(c[0]) for c in classes) == list(range(8))
-
-
-def test_shards_drop_remainder_and_stay_equal() -> None:
-    # N = 605, V = 6, l = 4 -> 24 shards of floor(605 / 24) = 25, 5 samples dropped.
-    labels = np.random.default_rng(3).integers(0, 7, size=605)
-    parts = shard_partition(labels, 6, 4, np.random.default_rng(0))
-    assert [p.size for p in parts] == [100] * 6
-    assert assert_disjoint(parts).size == 600
 
 
 # --- dirichlet_partition --------------------------------------------------------------------

@@ -72,6 +72,26 @@ def close(a: float, b: float) -> bool:
     return a == pytest.approx(b, rel=REL, abs=1e-300)
 
 
+def metrics_of(reply: Message) -> dict:
+    return reply.content.metric_records[keys.METRICS]
+
+
+def weights_of(reply: Message) -> dict[str, torch.Tensor]:
+    return reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
+
+
+#: A round's config of the tests that send their own messages (round 2, tau = 1, b = 8).
+ROUND_2 = ConfigRecord(
+    {keys.SERVER_ROUND: 2, "local-steps": 1, "learning-rate": 0.1, "batch-size": 8}
+)
+
+
+def send(grid: FakeGrid, record: ArrayRecord, kind: str, nodes: list[int]) -> list[Message]:
+    """Every node's reply to one message of ``kind`` carrying ``record`` and :data:`ROUND_2`."""
+    content = RecordDict({keys.ARRAYS: record, keys.CONFIG: ROUND_2})
+    return list(grid.send_and_receive([grid.create_message(content, kind, n, "2") for n in nodes]))
+
+
 @pytest.mark.parametrize(
     ("data", "model", "tau"), [({}, MLP, 1), ({}, MLP, 5), (MNIST1D, CNN1D, 1), (MNIST1D, CNN1D, 5)]
 )
@@ -90,7 +110,7 @@ def test_every_reply_field_matches_the_per_device_path(
     assert len(alone) == len(together) == 7
     for a, b in zip(alone, together, strict=True):
         assert not a.has_error() and not b.has_error()
-        ma, mb = a.content.metric_records[keys.METRICS], b.content.metric_records[keys.METRICS]
+        ma, mb = metrics_of(a), metrics_of(b)
         assert set(ma) == set(mb)
         for key in (keys.PARTITION_ID, keys.NUM_EXAMPLES, keys.LABEL_HIST):
             assert ma[key] == mb[key]
@@ -98,8 +118,7 @@ def test_every_reply_field_matches_the_per_device_path(
             if key in ma:
                 assert close(float(mb[key]), float(ma[key])), key
         if kind == "train":
-            wa = a.content.array_records[keys.ARRAYS].to_torch_state_dict()
-            wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
+            wa, wb = weights_of(a), weights_of(b)
             assert list(wa) == list(wb)
             for name in wa:
                 assert wa[name].dtype == torch.float64
@@ -198,8 +217,7 @@ def test_dropout_and_batch_normalisation_train_per_device(caplog) -> None:
         "dropout masks come from each device's own seeded stream"
     ]
     assert device_round.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
-    bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
-    assert "batch normalisation" in device_round.training_blockers(bn)[0]
+    assert "batch normalisation" in device_round.training_blockers(bn_model())[0]
     engine = Cohorts()
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         engine._log_once("cnn", "train", "dropout")
@@ -214,7 +232,6 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
         {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
     )
     alone = replies(run_config, "train", cohorts=None, model=CNN1D, tau=2)
-    whole = replies(run_config, "train", cohorts=Cohorts(), model=CNN1D, tau=2)
     monkeypatch.setattr(device_round, "TRAIN_CHUNK_MAX_DEVICES", 2)
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
     chunked = {
@@ -223,17 +240,14 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
     }
 
     def sigmas(got: list[Message]) -> list[float]:
-        return [float(r.content.metric_records[keys.METRICS][keys.SIGMA]) for r in got]
+        return [float(metrics_of(r)[keys.SIGMA]) for r in got]
 
     assert sigmas(chunked[2]) == sigmas(chunked[1]) == sigmas(chunked[3])  # bit for bit
     assert sigmas(chunked[1]) == pytest.approx(sigmas(alone), rel=REL)
     assert len(set(sigmas(alone))) == 9
-    for a, b in zip(whole, chunked[1], strict=True):
-        ma, mb = a.content.metric_records[keys.METRICS], b.content.metric_records[keys.METRICS]
-        assert close(float(mb[keys.SIGMA]), float(ma[keys.SIGMA]))
-        assert close(float(mb[keys.UPDATE_NORM]), float(ma[keys.UPDATE_NORM]))
-        wa = a.content.array_records[keys.ARRAYS].to_torch_state_dict()
-        wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    for a, b in zip(alone, chunked[1], strict=True):
+        assert close(float(metrics_of(b)[keys.UPDATE_NORM]), float(metrics_of(a)[keys.UPDATE_NORM]))
+        wa, wb = weights_of(a), weights_of(b)
         for name in wa:
             np.testing.assert_allclose(wb[name].numpy(), wa[name].numpy(), rtol=REL, atol=0.0)
 
@@ -247,24 +261,15 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, mo
     monkeypatch.setattr(
         Cohorts, "cohort_stats", lambda self, m, ds: computed.append(len(ds)) or real(self, m, ds)
     )
-
-    config = ConfigRecord(
-        {keys.SERVER_ROUND: 2, "local-steps": 1, "learning-rate": 0.1, "batch-size": 8}
-    )
-
-    def send(record: ArrayRecord, kind: str, to: list[int]) -> list[Message]:
-        content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
-        return list(grid.send_and_receive([grid.create_message(content, kind, n, "2") for n in to]))
-
     record = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=1).state_dict())
-    queried = send(record, keys.QUERY_STATS, nodes)
-    trained = send(record, "train", nodes[:4])
+    queried = send(grid, record, keys.QUERY_STATS, nodes)
+    trained = send(grid, record, "train", nodes[:4])
     assert computed == [6]  # the four trainees' statistics came from the query phase
     for q, t in zip(queried, trained, strict=False):
-        mq, mt = q.content.metric_records[keys.METRICS], t.content.metric_records[keys.METRICS]
+        mq, mt = metrics_of(q), metrics_of(t)
         assert mt[keys.SIGMA] == mq[keys.SIGMA] and mt[keys.LABEL_HIST] == mq[keys.LABEL_HIST]
     other = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=2).state_dict())
-    send(other, "train", nodes[:3])  # another model: computed anew
+    send(grid, other, "train", nodes[:3])  # another model: computed anew
     assert computed == [6, 3]
 
 
@@ -282,17 +287,12 @@ def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
     nodes = [100 + v for v in range(6)]
     contexts = make_contexts(nodes, run_config, 6)
     record = ArrayRecord(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
-    config = ConfigRecord(
-        {keys.SERVER_ROUND: 2, "local-steps": 1, "learning-rate": 0.1, "batch-size": 8}
-    )
     engine = Cohorts()
     sigmas = []
     for handler in (flower_app, make_app(Cohorts()), make_app(engine)):
         grid = FakeGrid({n: handler for n in nodes}, contexts, cohorts=engine)
-        content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
-        sent = [grid.create_message(content, keys.QUERY_STATS, n, "2") for n in nodes]
-        got = list(grid.send_and_receive(sent))
-        sigmas.append([r.content.metric_records[keys.METRICS][keys.SIGMA] for r in got])
+        got = send(grid, record, keys.QUERY_STATS, nodes)
+        sigmas.append([metrics_of(r)[keys.SIGMA] for r in got])
     assert passes == [6]  # only the engine's own ClientApp took the batched pass
     assert sigmas[0] == sigmas[1]  # the per-device path, twice
     assert all(close(b, a) for a, b in zip(sigmas[0], sigmas[2], strict=True))
@@ -350,42 +350,17 @@ def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     run_config = validated_run_config(
         {"model": model, "num-devices": 7, "batch-size": 4, "data-dir": str(tmp_path / "data")}
     )
+    engine = Cohorts()
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         alone = replies(run_config, keys.QUERY_STATS, cohorts=None, model=model, tau=1)
-        batched = replies(run_config, keys.QUERY_STATS, cohorts=Cohorts(), model=model, tau=1)
-    sigma = [r.content.metric_records[keys.METRICS][keys.SIGMA] for r in (*alone, *batched)]
-    assert sigma[7:] == sigma[:7]  # the per-device function itself
+        for _ in range(2):  # two deliveries to one engine: one log line
+            batched = replies(run_config, keys.QUERY_STATS, cohorts=engine, model=model, tau=1)
+            sigma = [metrics_of(r)[keys.SIGMA] for r in (*alone, *batched)]
+            assert sigma[7:] == sigma[:7]  # the per-device function itself
     assert passes == []
     said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
     assert len(said) == 1 and f"sigma-hat of model '{model}' computed one device" in said[0]
-
-
-def test_one_engine_says_once_that_a_model_mixes_the_batch_and_trains_it_batched(
-    tmp_path: Path, monkeypatch, caplog
-) -> None:
-    # three deliveries to one engine: one log line; vmap gives each device its own batch, so
-    # training stays batched and equals the per-device path
-    passes = batched_passes(monkeypatch)
-    together = Cohorts()
-    run_config = validated_run_config(
-        {"model": CENTRED, "num-devices": 7, "data-dir": str(tmp_path / "data")}
-    )
-    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        for kind in (keys.QUERY_STATS, "train", keys.QUERY_STATS):
-            alone = replies(run_config, kind, cohorts=None, model=CENTRED, tau=2)
-            batched = replies(run_config, kind, cohorts=together, model=CENTRED, tau=2)
-            for a, b in zip(alone, batched, strict=True):
-                ma = a.content.metric_records[keys.METRICS]
-                mb = b.content.metric_records[keys.METRICS]
-                assert mb[keys.SIGMA] == ma[keys.SIGMA]
-                if kind == "train":
-                    wa = a.content.array_records[keys.ARRAYS].to_torch_state_dict()
-                    wb = b.content.array_records[keys.ARRAYS].to_torch_state_dict()
-                    for name in wa:
-                        torch.testing.assert_close(wb[name], wa[name], rtol=REL, atol=0.0)
-    assert passes == []
-    said = [r.getMessage() for r in caplog.records if "mixes the samples" in r.getMessage()]
-    assert len(said) == 1 and "\n" not in said[0]
+    assert "\n" not in said[0]
 
 
 def bn_model() -> torch.nn.Module:

@@ -42,8 +42,8 @@ def seen_gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
 
 
-def test_without_a_gpu_auto_and_cpu_are_the_cpu_and_cuda_is_refused(monkeypatch) -> None:
-    seen_gpus(monkeypatch, 0)
+def test_auto_cpu_and_each_gpu_seen_are_resolved_and_another_is_refused(monkeypatch) -> None:
+    seen_gpus(monkeypatch, 0)  # no GPU: auto and cpu are the CPU, cuda is refused
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert compute_device("auto") == compute_device("cpu") == torch.device("cpu")
     for setting in ("cuda", "cuda:0"):
@@ -54,11 +54,8 @@ def test_without_a_gpu_auto_and_cpu_are_the_cpu_and_cuda_is_refused(monkeypatch)
             f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES=''); allowed here: \"auto\", "
             '"cpu"'
         )
-
-
-def test_with_two_gpus_each_is_named_and_a_third_is_refused(monkeypatch) -> None:
-    seen_gpus(monkeypatch, 2)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    seen_gpus(monkeypatch, 2)  # two: each is named, a third is refused
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert compute_device("auto") == torch.device("cuda")
     assert compute_device("cuda") == torch.device("cuda")
     assert compute_device("cuda:1") == torch.device("cuda", 1)

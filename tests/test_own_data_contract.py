@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from fedcgd_task.datasets import check_data, load_data
-from fedcgd_task.models import build_model, count_parameters
+from fedcgd_task.models import build_model
 from fedcgd_task.settings import TaskSettings, default_run_config
 
 # --- the built-ins through the same interface ------------------------------------------------
@@ -51,12 +51,10 @@ def test_the_digits_mlp_is_initialised_bit_for_bit_as_before(seed):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         reference = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-    model = build_model("mlp", 10, (1, 8, 8), seed=seed)
-    ours = model.state_dict()
+    ours = build_model("mlp", 10, (1, 8, 8), seed=seed).state_dict()
     assert sorted(ours) == ["net.1.bias", "net.1.weight", "net.3.bias", "net.3.weight"]
     for key, value in reference.state_dict().items():
         assert torch.equal(ours[f"net.{key}"], value), key
-    assert count_parameters(model) == 4_810
 
 
 # --- the contract's details ------------------------------------------------------------------
@@ -92,7 +90,7 @@ def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
             ((torch.zeros(2, 2, requires_grad=True), [0, 1]), (np.zeros((2, 2)), [0, 1])),
             "x_train cannot be read as an array (Can't call numpy() on Tensor that requires grad",
         ),
-        ([1, 2, 3, 4, 5, 6], "the function returned [int, int, int, int, ...]; it must"),
+        ([1, 2, 3, 4, 5, 6], "the function returned a list; it must return ((x_train, y_train),"),
         (((np.zeros(2), [0, 1]), (np.zeros(2), [0, 1])), "x_train has shape (2,) and"),
         (((np.zeros((2, 2)), [0, -1]), (np.zeros((2, 2)), [0, 1])), "y_train holds label -1"),
         (
@@ -103,7 +101,7 @@ def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():
         (((np.array(["a", "b"]), [0, 1]), (np.zeros((2, 2)), [0, 1])), "x_train has dtype <U1"),
         (((np.zeros((2, 2)), [[0, 1]]), (np.zeros((2, 2)), [0, 1])), "and y_train (1, 2)"),
         (((np.zeros((2, 2)), [0, 1]), (np.zeros((2, 3)), [0, 1])), "x_train holds inputs of sh"),
-        (((np.zeros((2, 2)), [0, 1]),), "the function returned ((ndarray, list)); it must"),
+        (((np.zeros((2, 2)), [0, 1]),), "the function returned a tuple; it must"),
         (((np.zeros((2, 2)), [0.0, 1.0]), (np.zeros((2, 2)), [0, 1])), "y_train has dtype float"),
         (((np.float64(3.0), [0]), (np.zeros((2, 2)), [0, 1])), "x_train has shape () and"),
     ],
@@ -159,5 +157,3 @@ def test_settings_check_a_reference_by_its_form_without_importing_it():
     settings = TaskSettings.from_run_config(run_config)
     assert settings.dataset == "not_imported_yet.data:load" and settings.model == "mlp"
     assert "not_imported_yet" not in sys.modules
-    with pytest.raises(ValueError, match=r"'model' = 'a:b:c' is not a reference"):
-        TaskSettings.from_run_config({**run_config, "model": "a:b:c"})

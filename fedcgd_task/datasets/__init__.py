@@ -100,14 +100,6 @@ def dataset_setting(name: str) -> str:
     return f"run-config key 'dataset' = {name!r}"
 
 
-def _structure(value: object, depth: int = 2) -> str:
-    """A short picture of a returned value: ``(ndarray, ndarray)``, ``int``."""
-    if not isinstance(value, tuple | list) or depth == 0:
-        return type(value).__name__
-    inner = ", ".join(_structure(v, depth - 1) for v in value[:4]) + (", ..." * (len(value) > 4))
-    return f"[{inner}]" if isinstance(value, list) else f"({inner})"
-
-
 def _as_array(value: object, label: str, where: str, kinds: str, must: str) -> npt.NDArray[Any]:
     """``value`` as an array of dtype kind in ``kinds``, else a one-line ValueError."""
     try:
@@ -131,7 +123,8 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
         and all(isinstance(part, tuple | list) and len(part) == 2 for part in result[:2])
     ):
         raise ValueError(
-            f"{where}: the function returned {_structure(result)}; it must return {RETURN_CONTRACT}"
+            f"{where}: the function returned a {type(result).__name__}; it must return "
+            + RETURN_CONTRACT
         )
     given = result[2] if len(result) == 3 else None
     if given is not None and (isinstance(given, bool) or not isinstance(given, int | np.integer)):
@@ -190,25 +183,21 @@ def dataset_function(name: str) -> DataFunction:
 def data_keywords(function: DataFunction, name: str) -> frozenset[str]:
     """The :data:`DATA_KEYWORDS` ``function`` takes (``**kwargs``: ``data_dir``), or ValueError."""
     try:
-        params = list(inspect.signature(function).parameters.values())
+        signature = inspect.signature(function)
     except (TypeError, ValueError):  # no signature to read (a C function): call it bare
         return frozenset()
+    params = list(signature.parameters.values())
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     takes = {p.name for p in params if p.name in DATA_KEYWORDS and p.kind in named}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         takes.add("data_dir")
-    required = [
-        p.name
-        for p in params
-        if p.default is inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, *named)
-        and p.name not in takes
-    ]
-    if required:
+    try:
+        signature.bind(**dict.fromkeys(takes))
+    except TypeError as err:  # it needs another argument
         raise ValueError(
-            f"{dataset_setting(name)}: the function needs the argument(s) {', '.join(required)}; a "
+            f"{dataset_setting(name)}: the function needs another argument ({err}); a "
             "data-set function takes no argument, or data_dir and / or settings keywords"
-        )
+        ) from None
     return frozenset(takes)
 
 

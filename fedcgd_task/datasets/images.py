@@ -9,16 +9,13 @@ import functools
 import pickle
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fedcgd_task.datasets import DataSplit, NormalizedPixels
 from fedcgd_task.imports import first_line
-
-if TYPE_CHECKING:
-    from torchvision.datasets import CIFAR10
 
 #: Seed and test share of the digits split, and its largest intensity.
 DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION, DIGITS_MAX_INTENSITY = 0, 0.2, 16.0
@@ -119,31 +116,13 @@ def _cifar_entry(path: Path, name: str) -> tuple[npt.NDArray[np.uint8], npt.NDAr
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
-def official_cifar(name: str) -> type[CIFAR10]:
-    """Torchvision's CIFAR10 or CIFAR100 class: its file names, URL and archive MD5."""
-    from torchvision.datasets import CIFAR10, CIFAR100
-
-    return CIFAR10 if name == "cifar10" else CIFAR100
-
-
-def read_cifar_folder(
-    name: str, folder: Path, *, train: bool
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """Pixels and labels of an extracted CIFAR folder in torchvision's format (no MD5 check)."""
-    parts = []
-    official = official_cifar(name)
-    for file, _ in official.train_list if train else official.test_list:
-        if not (folder / file).is_file():
-            raise FileNotFoundError(f"{name}: '{folder / file}' is missing from '{folder}'")
-        parts.append(_cifar_entry(folder / file, name))
-    return np.concatenate([p for p, _ in parts]), np.concatenate([y for _, y in parts])
-
-
 def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool = True) -> DataSplit:
     """CIFAR-10 or CIFAR-100 (fine labels), pixels kept as uint8; without the extracted folder
     (and with ``download``) torchvision fetches and extracts the MD5-checked archive first."""  # noqa: D205, D209
+    from torchvision.datasets import CIFAR10, CIFAR100  # their file names, URL and MD5
+
     root = Path(data_dir)
-    official = official_cifar(name)
+    official = CIFAR10 if name == "cifar10" else CIFAR100
     folder = root / official.base_folder
     if not folder.is_dir():
         created = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
@@ -166,7 +145,12 @@ def load_cifar(name: str, data_dir: str | Path, *, train: bool, download: bool =
                 "(run-config key 'data-dir'), or run once with network access so that it is "
                 "downloaded there."
             ) from failed
-    pixels, targets = read_cifar_folder(name, folder, train=train)
+    parts = []
+    for file, _ in official.train_list if train else official.test_list:
+        if not (folder / file).is_file():  # read without the MD5 check: re-packed files load
+            raise FileNotFoundError(f"{name}: '{folder / file}' is missing from '{folder}'")
+        parts.append(_cifar_entry(folder / file, name))
+    pixels, targets = np.concatenate([p for p, _ in parts]), np.concatenate([y for _, y in parts])
     classes, mean, std = CIFAR[name]
     return DataSplit(NormalizedPixels(pixels, 1.0 / 255.0, mean, std), targets, classes)
 

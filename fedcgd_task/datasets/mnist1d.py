@@ -11,11 +11,9 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import random
 import threading
 import warnings
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -27,8 +25,6 @@ if TYPE_CHECKING:
 
 #: Version of the cache file's layout (in the cache key); 3: the file holds its content's SHA-256.
 MNIST1D_CACHE_FORMAT = 3
-#: One generation at a time per process: the package draws from the global numpy generator.
-_GLOBAL_RNG_LOCK = threading.Lock()
 #: Names of the arrays in a cache file, in :data:`Mnist1dArrays` order.
 _ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -62,25 +58,14 @@ def mnist1d_cache_path(data_dir: str | Path, arguments: dict[str, Any]) -> Path:
     return Path(data_dir) / f"mnist1d-{arguments['num_samples']}-{digest}.npz"
 
 
-@contextlib.contextmanager
-def global_random_state_kept() -> Iterator[None]:
-    """Save and restore the global ``numpy.random`` and ``random`` states (under a lock)."""
-    with _GLOBAL_RNG_LOCK:
-        numpy_state = np.random.get_state()  # noqa: NPY002 (the legacy global state itself)
-        python_state = random.getstate()
-        try:
-            yield
-        finally:
-            np.random.set_state(numpy_state)  # noqa: NPY002
-            random.setstate(python_state)
-
-
 def generate_mnist1d(arguments: dict[str, Any]) -> Mnist1dArrays:
     """MNIST-1D from ``make_dataset(arguments)``: inputs float32 [n, 1, L], labels int64 [n]."""
     from mnist1d.data import make_dataset
     from mnist1d.utils import ObjectView
 
-    with global_random_state_kept():
+    from fedcgd_task.training import seeded_generators
+
+    with seeded_generators(0):  # the package seeds the global generators: restored after
         data = make_dataset(ObjectView(dict(arguments)))
     x_train, x_test = (np.asarray(data[k], dtype=np.float32) for k in ("x", "x_test"))
     return (
