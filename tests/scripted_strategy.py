@@ -114,7 +114,7 @@ def build(
         policy=policy, cell=FixedChannel(draw), model_bits=1e5, total_bandwidth_hz=total_bw,
         num_devices=V, num_classes=C, protocol=protocol, rng=np.random.default_rng(0),
         target_dist=np.array([0.5, 0.5]) if target is None else target,
-        query_timeout_s=query_timeout_s,
+        query_timeout_s=query_timeout_s, max_update_norm_ratio=10.0,
     )  # fmt: skip
     return strategy, grid
 
