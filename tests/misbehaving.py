@@ -166,16 +166,11 @@ FAULTS: dict[str, Fault] = {
 
 def misbehaving(handler: Handler, fault: str, partition: int | Collection[int]) -> Handler:
     """``handler`` with the node(s) of ``partition`` misbehaving as ``FAULTS[fault]`` says;
-    ``"silent[:<fault>]"`` (in process): no reply to ``<fault>``'s message types (or any)."""
-    silent = fault == "silent" or fault.startswith("silent:")
-    if silent:
-        kinds = FAULTS[fault.split(":", 1)[1]].kinds if ":" in fault else EVERY
-        spec = Fault(kinds, None, "no reply")
-    elif fault in FAULTS:
-        spec = FAULTS[fault]
-    else:
-        raise ValueError(f"fault {fault!r}; allowed: {', '.join(FAULTS)}, silent[:<fault>]")
-
+    ``"silent:<fault>"`` (in process): no reply to ``<fault>``'s message types."""
+    silent, name = fault.startswith("silent:"), fault.removeprefix("silent:")
+    if name not in FAULTS:
+        raise ValueError(f"fault {fault!r}; allowed: {', '.join(FAULTS)}, silent:<fault>")
+    spec = FAULTS[name]
     faulty = {partition} if isinstance(partition, int) else set(partition)
 
     def handle(msg: Message, context: Context) -> Message:

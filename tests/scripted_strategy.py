@@ -4,6 +4,7 @@ the values below, so that tests compute the expected schedule and aggregate inde
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 from fake_grid import FakeGrid, make_contexts
@@ -41,16 +42,6 @@ def local_delta(pid: int) -> dict[str, np.ndarray]:
         "w": np.full((2, 3), 0.1 * (pid + 1), np.float32),
         "b": np.full(3, -0.01 * (pid + 1), np.float32),
     }
-
-
-class FixedChannel:
-    """The same draw every round."""
-
-    def __init__(self, draw: RoundDraw) -> None:
-        self.draw = draw
-
-    def draw_round(self, model_bits: float) -> RoundDraw:
-        return self.draw
 
 
 def make_draw(available, min_bw, gain=None) -> RoundDraw:
@@ -105,9 +96,9 @@ def build(
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
     policy = make_policy(policy_name, PolicyContext(V, C, initial_g=initial_g))
     strategy = ScheduledStrategy(
-        policy=policy, cell=FixedChannel(draw), model_bits=1e5, total_bandwidth_hz=total_bw,
-        num_devices=V, num_classes=C, protocol=protocol, rng=np.random.default_rng(0),
-        target_dist=np.array([0.5, 0.5]),
+        policy=policy, cell=SimpleNamespace(draw_round=lambda bits: draw), model_bits=1e5,
+        total_bandwidth_hz=total_bw, num_devices=V, num_classes=C, protocol=protocol,
+        rng=np.random.default_rng(0), target_dist=np.array([0.5, 0.5]),
         query_timeout_s=query_timeout_s, max_update_norm_ratio=10.0,
     )  # fmt: skip
     return strategy, grid

@@ -96,42 +96,32 @@ class Skipper(Policy):
 
 # --- a run whose aggregation keeps failing ---------------------------------------------------
 
-#: A FedAvg that raises on every round of a real model: what a diverging or broken strategy does.
-BREAKS_ON_REAL_MODELS = """\
+#: A FedAvg that raises every round: what a diverging or broken strategy does.
+DIVERGES = """\
 from flwr.serverapp.strategy import FedAvg
 
 
-class BreaksOnRealModels(FedAvg):
+class Diverges(FedAvg):
     def aggregate_train(self, server_round, replies):
-        replies = list(replies)
-        if len(replies[0].content["arrays"]) > 2:
-            raise FloatingPointError("diverged")
-        return super().aggregate_train(server_round, replies)
+        raise FloatingPointError("diverged")
 """
 
 
-def failing_aggregator(tmp_path: Path) -> str:
-    module = tmp_path / "breaks_on_real_models.py"
-    module.write_text(BREAKS_ON_REAL_MODELS)
-    return f"{module}:BreaksOnRealModels"
-
-
-SMALL = {
-    "num-devices": V, "num-server-rounds": 2, "policy": "all", "channel.availability-prob": 1.0,
-    "channel.deadline-s": 10.0, "local-steps": 1,
-}  # fmt: skip
-
-
 def test_a_run_whose_aggregation_fails_every_round_ends_failed_exit_1(capsys, tmp_path):
+    (tmp_path / "diverges.py").write_text(DIVERGES)
     folder = tmp_path / "run"
-    values = {**SMALL, "aggregator": failing_aggregator(tmp_path), "result-dir": str(folder)}
+    values = {
+        "num-devices": V, "num-server-rounds": 2, "policy": "all", "channel.availability-prob": 1.0,
+        "channel.deadline-s": 10.0, "local-steps": 1, "result-dir": str(folder),
+        "aggregator": f"{tmp_path / 'diverges.py'}:Diverges",
+    }  # fmt: skip
     code = invoke(["inprocess", "--run-config", format_run_config(values)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     failed = [line for line in err if line.startswith("failed: ")]
     assert len(failed) == 1, err
     assert failed[0].startswith("failed: aggregation failed in 2 of the 2 rounds with uploads"), err
-    assert "BreaksOnRealModels.aggregate_train raised FloatingPointError: diverged" in failed[0]
+    assert "Diverges.aggregate_train raised FloatingPointError: diverged" in failed[0]
     status = read_status(folder)
     assert status is not None and status.state == "failed"
     assert status.reason is not None and status.reason.startswith("aggregation failed in 2 of")

@@ -273,29 +273,6 @@ def test_a_private_run_records_its_noise_and_repeats_under_cohorts_and_alone(tmp
         torch.testing.assert_close(alone[key], together[key], rtol=100 * REL64, atol=0.0)
 
 
-def test_the_wrapped_strategys_name_survives_flowers_run_config_parser():
-    """The launcher hands ``flwr run`` its run config as a TOML file (``--run-config
-    FILE.toml``): Flower's parser reads the folded table back."""
-    from flwr.common.config import parse_config_args
-
-    from experiments.run.run_config import run_config_file
-    from server_app.config import read_params
-
-    flat = {
-        "aggregator": ADAPTIVE, "aggregator-params.noise-multiplier": 0.3,
-        "aggregator-params.strategy": "FedTrimmedAvg",
-        "aggregator-params.strategy-params.beta": 0.2,
-    }  # fmt: skip
-    with run_config_file(flat) as path:
-        parsed = parse_config_args([str(path)])
-    assert parsed["aggregator"] == ADAPTIVE
-    assert read_params(parsed, "aggregator-params") == {
-        "noise-multiplier": 0.3,
-        "strategy": "FedTrimmedAvg",
-        "strategy-params": {"beta": 0.2},
-    }
-
-
 def test_adaptive_noise_within_what_its_clipped_count_allows_is_accepted():
     """Refused at the default clipped-count-stddev: test_bad_aggregator_settings_are_refused."""
     flat = {"aggregator-params.noise-multiplier": 1.0}  # V = 8: stddev 0.4, z < 0.8
