@@ -13,12 +13,8 @@ def fedavg(
     weights: Sequence[float],
     reference: Mapping[str, NDArray[np.generic]] | None = None,
 ) -> dict[str, NDArray[np.generic]]:
-    """Weighted average of model states, paper eq. (edgeagg).
-
-    w = Σ_v α_v w_v with α_v = |D_v| / Σ_{v'∈Π} |D_v'| over the uploading devices Π (validated
-    uploads, weights > 0), accumulated in float64 and cast to each array's dtype in ``reference``
-    (default: the first state; integer buffers are rounded): an upload never changes a dtype.
-    """
+    """Weighted average of model states, paper eq. (edgeagg): w = Σ_v α_v w_v, α_v = |D_v| / Σ
+    |D_v'| over the uploads, in float64, cast to ``reference``'s dtypes (default: the first)."""  # noqa: D205, D209
     w = np.asarray(weights, dtype=np.float64)
     alpha = w / w.sum()
     template = states[0] if reference is None else reference

@@ -1,7 +1,5 @@
 """A class's constructor arguments from a run-config table (``policy-params``,
-``aggregator-params``), checked against its signature: one line naming ``<table>.<name>``, the
-value and what is allowed.
-"""  # noqa: D205
+``aggregator-params``), checked against its signature in one line per refusal."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -48,13 +46,12 @@ def constructor_arguments(
     untyped: bool = False,
     also_allowed: Collection[str] = (),
 ) -> dict[str, object]:
-    """``params`` (kebab-case names) as ``cls``'s keyword arguments, each of its parameter's
-    :func:`scalar_type` (an int passes as a float), every required one given; ValueError.
+    """``params`` (kebab-case) as ``cls``'s keyword arguments of their :func:`scalar_type`.
 
     ``table``: the run-config key; ``owner``: what takes them (``"policy 'bc'"``); ``refused``:
     parameter -> why the table may not set it; ``untyped``: whether a parameter of no scalar type
     takes any value (policies) or none (aggregators); ``also_allowed``: names the caller reads.
-    """  # noqa: D205
+    """
     refused = refused or {}
     parameters = keyword_parameters(cls)
     types_ = {n: scalar_type(cls, p) for n, p in parameters.items()}
@@ -96,19 +93,3 @@ def constructor_arguments(
             )
             raise ValueError(f"{owner} needs a value for {name!r}: {how}")
     return arguments
-
-
-def with_defaults(
-    cls: type, arguments: Mapping[str, object], refused: Collection[str] = ()
-) -> dict[str, object]:
-    """``arguments`` completed by the constructor's defaults, in its order."""
-    return {
-        name: arguments[name] if name in arguments else parameter.default
-        for name, parameter in keyword_parameters(cls).items()
-        if name in arguments
-        or (
-            name not in refused
-            and parameter.default is not inspect.Parameter.empty
-            and scalar_type(cls, parameter) is not None
-        )
-    }

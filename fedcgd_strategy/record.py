@@ -13,12 +13,8 @@ from numpy.typing import NDArray
 class RoundRecord:
     """What happened in one round: the columns of ``metrics.jsonl`` (docs/running.md).
 
-    Lists hold partition ids; ``failed_reasons`` is keyed by the id as a string (JSON);
-    ``discovery_failed`` by node id. ``lost`` are devices drawn available that the round lost to
-    something outside the simulated physics (no connected node, no reply, an error reply); a device
-    whose reply was refused is ``failed``, not lost. ``dp_clipping_norm`` and ``dp_noise_std``:
-    the clipping norm C and the noise's standard deviation z C / n of a DP aggregator's round
-    (None without DP, or when the round kept the model).
+    Lists hold partition ids; ``failed_reasons`` is keyed by the id as a string (JSON),
+    ``discovery_failed`` by node id; a device whose reply was refused is ``failed``, not ``lost``.
     """
 
     round: int

@@ -1,10 +1,8 @@
 """Scheduling × aggregation under a sign-flip attack (docs/aggregation.md).
 
-A test-harness command, not part of the app: the first ``k`` partitions upload with the fault
-``"sign-flip-x5"`` of :mod:`misbehaving`. Every policy × aggregator × attackers × seed runs the
-real ServerApp and ClientApp in this process; it writes ``runs.csv``, ``table.csv`` (mean and 95 %
-half-width over the seeds) and ``attack.png``. Completed runs are read back, so an interrupted
-sweep goes on. Usage: ``.venv/bin/python tests/attack_sweep.py --seeds 0,1,2,3,4 --out DIR``
+A test-harness command: the first ``k`` partitions upload with :mod:`misbehaving`'s
+``"sign-flip-x5"``; every policy × aggregator × attackers × seed runs in this process (completed
+runs are read back) into ``runs.csv``, ``table.csv`` (mean, 95 % half-width) and ``attack.png``.
 """
 
 from __future__ import annotations
@@ -39,9 +37,8 @@ ROBUST: dict[str, tuple[str, dict[str, Any]]] = {
     "Krum": ("Krum", {"num-malicious-nodes": 1}),
     "Bulyan": ("Bulyan", {"num-malicious-nodes": 1}),
 }
-#: Flower's server-side DP around its FedAvg: fixed clipping norm C = 0.5 (about the median
-#: update norm of the default digits run's middle rounds) with noise multiplier z, and
-#: adaptive clipping (from C = 0.5, target quantile 0.5). Run with ``--aggregators``.
+#: Flower's server-side DP around its FedAvg, C = 0.5 (about the median update norm of the
+#: default digits run's middle rounds), fixed or adaptive, noise multiplier z.
 DP_FIXED, DP_ADAPTIVE = (
     "DifferentialPrivacyServerSideFixedClipping",
     "DifferentialPrivacyServerSideAdaptiveClipping",
@@ -66,7 +63,7 @@ RUN_COLUMNS = (*KEYS, "seed", *METRICS, "mean_scheduled", "result_dir")
 def run_config(
     policy: str, aggregator: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The full run config of one run (the app's defaults, ``shared``, the run's own keys)."""
+    """One run's config: the app's defaults, ``shared``, the run's own keys."""
     name, params = AGGREGATORS[aggregator]
     flat = {f"aggregator-params.{k}": v for k, v in params.items()}
     own = {"policy": policy, "aggregator": name, "seed": seed, "result-dir": str(result_dir)}
@@ -123,8 +120,8 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     aggregators = list(dict.fromkeys(r["aggregator"] for r in rows))
     counts = sorted({int(r["attackers"]) for r in rows})
-    fig, axes = plt.subplots(1, len(policies), figsize=(4.2 * len(policies), 3.6), sharey=True)
-    axes = [axes] if len(policies) == 1 else list(axes)
+    size = (4.2 * len(policies), 3.6)
+    fig, (axes,) = plt.subplots(1, len(policies), figsize=size, sharey=True, squeeze=False)
     width = 0.8 / max(len(counts), 1)
     for ax, policy in zip(axes, policies, strict=True):
         for j, count in enumerate(counts):
@@ -135,9 +132,8 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
             halves = [found[a]["final_accuracy_ci95"] if a in found else 0.0 for a in aggregators]
             halves = [h if h == h else 0.0 for h in halves]  # NaN (one seed): no bar
             ax.bar(xs, means, width, yerr=halves, capsize=2, label=f"{count} of 40 attack")
-        ax.set_title(policy)
+        ax.set(title=policy, ylim=(0, 1))
         ax.set_xticks(range(len(aggregators)), aggregators, rotation=30)
-        ax.set_ylim(0, 1)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("final test accuracy")
     axes[0].legend(fontsize=8, loc="lower left")

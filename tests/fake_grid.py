@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from flwr.app import Context, Message
-from flwr.clientapp import ClientApp
 
 from client_app.app import make_app
 from client_app.cohort import Cohorts
@@ -31,25 +30,15 @@ class FakeGrid(InProcessGrid):
         return super().deliver(msg)
 
 
-def cohort_app(cohorts: bool = True, *, threads: int = 1) -> tuple[ClientApp, Cohorts | None]:
-    """The real ClientApp and the cohorts a grid opens for it, as the in-process engine builds them.
-
-    ``cohorts=False``: the ClientApp Flower loads and None (every device alone).
-    """
-    together = Cohorts(threads=threads) if cohorts else None
-    return make_app(together), together
-
-
 def app_grid(
     contexts: dict[int, Context], *, wrap: Callable[[Handler], Handler] | None = None,
     silent: Iterable[int] = (), cohorts: bool = True,
 ) -> FakeGrid:  # fmt: skip
-    """A :class:`FakeGrid` whose every node (of ``contexts``) runs the real ClientApp.
-
-    With cohort execution as the in-process engine runs it (:func:`cohort_app`); ``wrap``: what
-    every node runs instead, given that ClientApp (a misbehaving device).
-    """
-    app, together = cohort_app(cohorts)
+    """A :class:`FakeGrid` whose every node runs the real ClientApp, cohorts as the in-process
+    engine runs them (``cohorts=False``: every device alone); ``wrap``: what every node runs
+    instead, given that ClientApp (a misbehaving device)."""
+    together = Cohorts() if cohorts else None
+    app = make_app(together)
     handler = app if wrap is None else wrap(app)
     return FakeGrid({n: handler for n in contexts}, contexts, silent, cohorts=together)
 

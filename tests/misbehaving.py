@@ -1,14 +1,8 @@
-"""A ClientApp wrapper in which ONE device misbehaves in a chosen way (for robustness tests).
+"""A ClientApp wrapper in which one device misbehaves as :data:`FAULTS` says (robustness tests).
 
-:func:`misbehaving` wraps any ``(Message, Context) -> Message`` handler (the real ClientApp is
-one): the node of the faulty ``partition-id`` has its replies of the message types in
-``FAULTS[name].kinds`` corrupted by ``FAULTS[name]``. In process, pass it as every node's
-handler; ``"silent"`` (in process only) answers nothing instead, the oracle a faulty run is
-compared with (:func:`silent_like`). Under ``flwr run`` (``wrapped_project``) the app is
-``misbehaving:app``, the fault set by ``FEDCGD_FAULT=<name>`` and ``FEDCGD_FAULT_PARTITION=<id>``
-(optional ``FEDCGD_FAULT_CLAIM``, the partition ``"claim-partition"`` claims, default the next;
-``FEDCGD_FAULT_SLEEP_S``, how late ``"sleep"`` answers, default 10); without ``FEDCGD_FAULT``
-it is the real ClientApp.
+In process, :func:`misbehaving` wraps every node's handler. Under ``flwr run``
+(``wrapped_project``) the app is ``misbehaving:app``, set by ``FEDCGD_FAULT=<name>``,
+``FEDCGD_FAULT_PARTITION=<id>`` (and ``FEDCGD_FAULT_CLAIM``, ``FEDCGD_FAULT_SLEEP_S``).
 """
 
 from __future__ import annotations
@@ -36,8 +30,7 @@ EVERY = (keys.QUERY_INFO, keys.QUERY_STATS, "train")
 
 @dataclass(frozen=True)
 class Fault:
-    """A way to misbehave: the message ``kinds`` whose replies it corrupts, how (``corrupt``;
-    None: the handler raises) and ``what`` it does, in one line."""
+    """The message ``kinds`` whose replies it corrupts, how (None: raise) and ``what`` it does."""
 
     kinds: tuple[str, ...]
     corrupt: Corrupt | None
@@ -78,12 +71,8 @@ def _uniform_hist(hist: list[int], request: Message) -> list[int]:
 
 
 def _map_arrays(fn: Callable[[int, np.ndarray, np.ndarray], np.ndarray]) -> Corrupt:
-    """Replace the uploaded arrays by ``fn(position, array, the global model's array)``.
-
-    The reported ``update-norm`` is set to the norm of the corrupted update, as a consistent
-    liar would (so that the server's screening of the upload itself is what refuses it, not
-    the mismatch between report and upload).
-    """
+    """Upload ``fn(position, array, the global model's array)``, reporting its true update norm
+    (so that the screening of the upload itself refuses it, not the report's mismatch)."""
 
     def corrupt(reply: Message, request: Message, context: Context) -> Message:
         sent = {k: v.numpy() for k, v in request.content.array_records[keys.ARRAYS].items()}
@@ -101,11 +90,8 @@ def _map_arrays(fn: Callable[[int, np.ndarray, np.ndarray], np.ndarray]) -> Corr
 
 
 def sign_flip(scale: float) -> Corrupt:
-    """Upload w + scale (w_v − w) (scale < 0: the update sign-flipped and scaled).
-
-    With its true norm reported and |scale| below ``max-update-norm-ratio`` the upload passes
-    the server's norm screen. Integer buffers are left as trained.
-    """
+    """Upload w + scale (w_v − w), integer buffers as trained (|scale| below
+    ``max-update-norm-ratio``: it passes the norm screen)."""
 
     def flip(i: int, local: np.ndarray, ref: np.ndarray) -> np.ndarray:
         if not np.issubdtype(local.dtype, np.floating):
@@ -179,22 +165,12 @@ FAULTS: dict[str, Fault] = {
 
 
 def misbehaving(handler: Handler, fault: str, partition: int | Collection[int]) -> Handler:
-    """``handler`` with the node of ``partition`` misbehaving as ``FAULTS[fault]`` says.
-
-    ``partition`` may be several partition ids: each of those nodes misbehaves the same way.
-
-    ``fault`` may also be ``"silent"`` or ``"silent:<fault>"`` (in process only): no reply to
-    the message types of ``<fault>`` (all types for plain ``"silent"``).
-    """
-    silent = fault == "silent" or fault.startswith("silent:")
-    if silent:
-        kinds = FAULTS[fault.split(":", 1)[1]].kinds if ":" in fault else EVERY
-        spec = Fault(kinds, None, "no reply")
-    elif fault in FAULTS:
-        spec = FAULTS[fault]
-    else:
-        raise ValueError(f"fault {fault!r}; allowed: {', '.join(FAULTS)}, silent[:<fault>]")
-
+    """``handler`` with the node(s) of ``partition`` misbehaving as ``FAULTS[fault]`` says;
+    ``"silent:<fault>"`` (in process): no reply to ``<fault>``'s message types."""
+    silent, name = fault.startswith("silent:"), fault.removeprefix("silent:")
+    if name not in FAULTS:
+        raise ValueError(f"fault {fault!r}; allowed: {', '.join(FAULTS)}, silent:<fault>")
+    spec = FAULTS[name]
     faulty = {partition} if isinstance(partition, int) else set(partition)
 
     def handle(msg: Message, context: Context) -> Message:

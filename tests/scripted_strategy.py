@@ -1,13 +1,10 @@
-"""ScheduledStrategy on an in-process fake Grid with scripted numpy clients (no Ray, no torch).
-
-The scripted clients answer the record protocol of ``fedcgd_strategy.keys`` with values the
-tests control (the constants below), so the expected schedule and aggregate are computed in the
-tests independently. Used by tests/test_strategy.py.
-"""
+"""ScheduledStrategy on a fake Grid whose scripted numpy clients (no Ray, no torch) answer with
+the values below, so that tests compute the expected schedule and aggregate independently."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 from fake_grid import FakeGrid, make_contexts
@@ -45,18 +42,6 @@ def local_delta(pid: int) -> dict[str, np.ndarray]:
         "w": np.full((2, 3), 0.1 * (pid + 1), np.float32),
         "b": np.full(3, -0.01 * (pid + 1), np.float32),
     }
-
-
-class FixedChannel:
-    """The same draw every round."""
-
-    def __init__(self, draw: RoundDraw) -> None:
-        self.draw = draw
-        self.calls = 0
-
-    def draw_round(self, model_bits: float) -> RoundDraw:
-        self.calls += 1
-        return self.draw
 
 
 def make_draw(available, min_bw, gain=None) -> RoundDraw:
@@ -105,16 +90,16 @@ def scripted_client(overrides: dict[int, dict] | None = None):
 
 def build(
     policy_name: str, draw: RoundDraw, *, protocol="auto", initial_g=1.0, handler=None, silent=(),
-    total_bw=10.0, target=None, query_timeout_s=120.0,
+    total_bw=10.0, query_timeout_s=120.0,
 ):  # fmt: skip
     handler = handler or scripted_client()
     grid = FakeGrid({n: handler for n in NODES}, make_contexts(NODES, {}, V), silent=silent)
     policy = make_policy(policy_name, PolicyContext(V, C, initial_g=initial_g))
     strategy = ScheduledStrategy(
-        policy=policy, cell=FixedChannel(draw), model_bits=1e5, total_bandwidth_hz=total_bw,
-        num_devices=V, num_classes=C, protocol=protocol, rng=np.random.default_rng(0),
-        target_dist=np.array([0.5, 0.5]) if target is None else target,
-        query_timeout_s=query_timeout_s,
+        policy=policy, cell=SimpleNamespace(draw_round=lambda bits: draw), model_bits=1e5,
+        total_bandwidth_hz=total_bw, num_devices=V, num_classes=C, protocol=protocol,
+        rng=np.random.default_rng(0), target_dist=np.array([0.5, 0.5]),
+        query_timeout_s=query_timeout_s, max_update_norm_ratio=10.0,
     )  # fmt: skip
     return strategy, grid
 

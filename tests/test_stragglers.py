@@ -1,10 +1,6 @@
-"""A device slower than the timeouts costs only its own participation (deployments).
-
-``PendingMessages``: at most one message per node in flight; a node whose message timed out is
-busy, skipped and failed until its late reply is pulled and discarded (a late ``query.info``
-still registers it). In a simulation nothing times out (slow: one ``flwr run``). And what the
-plain in-process grid serves and refuses.
-"""
+"""A device slower than the timeouts costs only its own participation (deployments): at most
+one message per node in flight; a node whose message timed out is busy and failed until its
+late reply is pulled (a late ``query.info`` still registers it). Simulations never time out."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.app import Message, MessageType, RecordDict
 from scripted_strategy import NODES, V, build, make_draw, run_round, scripted_client
 from task_settings import all_available_run
-from wrapped_project import build_wrapped_project, run_wrapped
+from wrapped_project import run_wrapped
 
 from experiments.run.inprocess import InProcessGrid
 from fedcgd_strategy.flower.discovery import settle_pending
@@ -109,14 +105,9 @@ def test_polling_ends_at_the_deadline_and_errors_and_departures_settle():
 
 
 class StragglerGrid(FakeGrid):
-    """Nodes in ``slow`` answer messages of ``kinds`` only ``delay`` grid calls after they came.
-
-    By default ``query.stats`` and ``train`` are late and discovery is answered at once, as by
-    the ``sleep`` fault of ``tests/misbehaving.py``. Every ``send_and_receive`` is one tick of
-    time (it counts down first, then sends); the slow node's reply then waits for
-    :meth:`pull_messages`, as a late reply waits in Flower's LinkState. ``peak`` counts, per
-    node, the most messages it had to work on at once.
-    """
+    """Nodes in ``slow`` answer messages of ``kinds`` ``delay`` grid calls (``send_and_receive``,
+    counting down first) after they came; the reply then waits for :meth:`pull_messages`, as in
+    Flower's LinkState. ``peak``: per node, the most messages it worked on at once."""
 
     def __init__(self, slow, delay, kinds=(keys.QUERY_STATS, "train")):
         handler = scripted_client()
@@ -203,26 +194,10 @@ def test_without_message_ids_nothing_changes():
 ROUNDS, SLOW, SLEEP_S, QUERY_TIMEOUT_S = 3, 0, 20.0, 6.0
 
 
-def test_the_wrapped_project_uses_the_wrapper_as_clientapp(tmp_path):
-    project = build_wrapped_project(tmp_path / "p", TESTS / "misbehaving.py")
-    text = (project / "pyproject.toml").read_text()
-    assert 'clientapp = "misbehaving:app"' in text
-    assert 'serverapp = "server_app.app:app"' in text
-    copied = (project / "misbehaving.py").read_text()
-    assert copied == (TESTS / "misbehaving.py").read_text()
-    with pytest.raises(ValueError, match="module name"):
-        build_wrapped_project(tmp_path / "q", TESTS / "test_stragglers.py")
-
-
 @pytest.mark.slow
 def test_flwr_run_a_sleeping_device_changes_nothing_in_a_simulation(tmp_path):
-    """Three devices on two Ray actors; device 0 sleeps 20 s per query/train, timeouts 6 s.
-
-    A simulation waits for every reply (issue 30, point 2): the sleeper takes part in every
-    round, nobody fails or is lost. Before, it timed out in every round (failed, never
-    uploaded) and the run still exited 0, with other results; before issue 13 its queued
-    messages also occupied both actors and starved the others.
-    """
+    """Three devices on two Ray actors; device 0 sleeps 20 s per query/train, timeouts 6 s. A
+    simulation waits for every reply: the sleeper takes part in every round, nobody is lost."""
     out = tmp_path / "out"
     extra = {
         "channel.deadline-s": 1.0,

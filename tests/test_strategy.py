@@ -1,10 +1,6 @@
-"""ScheduledStrategy round by round: the solver's schedule, FedAvg, failures, timeouts, budgets,
-every policy, discovery of nodes and only the work a rule needs.
-
-Scripted numpy clients on a fake Grid (tests/scripted_strategy.py: no Ray, no torch) answer
-with values the test controls, so the expected schedule and aggregate are computed here
-independently.
-"""
+"""ScheduledStrategy round by round on scripted clients (tests/scripted_strategy.py): the
+solver's schedule, FedAvg, failures, timeouts, budgets, every policy, discovery of nodes and
+only the work a rule needs."""
 
 from __future__ import annotations
 
@@ -76,15 +72,26 @@ def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     assert rec.sigma == pytest.approx(sigma)
 
 
-def test_ideal_channel_everything_scheduled_equals_fedavg():
+def test_ideal_channel_everything_scheduled_equals_fedavg_and_fedcgd_updates_g():
     # Ideal channel: all available, B* = 0. FedCGD with G = 0 minimises the sampling term
     # only, so it schedules everybody; the aggregate is FedAvg over all devices.
     draw = make_draw([True] * V, [0.0] * V)
-    for name in ("fedcgd-fscd", "all"):
+    for name in ("all", "fedcgd-fscd"):
         strategy, grid = build(name, draw, initial_g=0.0)
         msgs, new = run_round(strategy, grid)
         assert len(msgs) == V
         assert_fedavg(new, np.arange(V))
+    # FedCGD's eq. (G_est) by hand over all six uploads: grad_v = delta_v / (tau * eta).
+    flat = [np.concatenate([d["w"].ravel(), d["b"].ravel()]) for d in map(local_delta, range(V))]
+    deltas = np.stack(flat).astype(np.float64) / 0.1
+    w = SIZES / SIZES.sum()
+    mean = (w[:, None] * deltas).sum(0)
+    p_v = HISTS / 4.0
+    l1 = np.abs(p_v - 0.5).sum(1)
+    keep = l1 > 1e-12
+    ratios = np.linalg.norm(deltas - mean, axis=1)[keep] / l1[keep]
+    assert strategy.last_record.class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
+    assert strategy.last_record.class_gradient_used == 0.0
 
 
 def test_failing_devices_are_excluded_and_the_round_goes_on():
@@ -127,23 +134,6 @@ def test_post_training_policies_train_everyone_and_upload_the_scheduled():
     # Update norms grow with the partition id: devices 5 and 4 have the largest.
     assert strategy.last_record.scheduled == [4, 5]
     assert_fedavg(new, [4, 5])
-
-
-def test_fedcgd_updates_g_from_uploads():
-    draw = make_draw([True] * V, [0.0] * V)
-    strategy, grid = build("fedcgd-fscd", draw, initial_g=0.0)
-    run_round(strategy, grid)
-    # Eq. (G_est) by hand over all six uploads: grad_v = delta_v / (tau * eta).
-    flat = [np.concatenate([d["w"].ravel(), d["b"].ravel()]) for d in map(local_delta, range(V))]
-    deltas = np.stack(flat).astype(np.float64) / 0.1
-    w = SIZES / SIZES.sum()
-    mean = (w[:, None] * deltas).sum(0)
-    p_v = HISTS / 4.0
-    l1 = np.abs(p_v - 0.5).sum(1)
-    keep = l1 > 1e-12
-    ratios = np.linalg.norm(deltas - mean, axis=1)[keep] / l1[keep]
-    assert strategy.last_record.class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
-    assert strategy.last_record.class_gradient_used == 0.0
 
 
 def test_device_that_times_out_after_discovery_is_excluded():

@@ -1,6 +1,2 @@
-"""The Flower glue: messages in and out, nothing else (the only modules that import flwr).
-
-:mod:`~.strategy` runs a scheduled round in Flower's Strategy shape, :mod:`~.replies` validates
-device replies (every rule on what a device sends) and turns them into arrays, :mod:`~.discovery`
-learns which node serves which partition.
-"""
+"""The Flower glue: messages in and out (the strategy, reply screening, node discovery,
+aggregators, simulation waiting), nothing else; the only modules that import flwr."""  # noqa: D205, D209

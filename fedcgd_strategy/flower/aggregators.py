@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import gc
 import inspect
 import math
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -21,7 +20,12 @@ from flwr.serverapp.strategy.fedopt import FedOpt
 from numpy.typing import NDArray
 
 from fedcgd_strategy.aggregation import array_problem, cast_like, non_finite_arrays
-from fedcgd_strategy.constructor_params import constructor_arguments, kebab, with_defaults
+from fedcgd_strategy.constructor_params import (
+    constructor_arguments,
+    kebab,
+    keyword_parameters,
+    scalar_type,
+)
 from fedcgd_task import keys
 from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
@@ -111,8 +115,7 @@ def make_aggregator(
     table: str = PARAMS_KEY,
 ) -> tuple[Strategy | None, dict[str, Any] | None]:  # fmt: skip
     """The strategy ``setting`` names, built from ``table``, and ``config.json``'s
-    ``aggregator_resolved`` (class, parameters, their source); (None, None) for ``""``, the
-    scheduler's FedAvg. ValueError (one line)."""  # noqa: D205, D209
+    ``aggregator_resolved``; (None, None) for ``""``, the scheduler's FedAvg."""  # noqa: D205, D209
     if setting == "" and key == AGGREGATOR_KEY:
         if params:
             raise ValueError(f"run-config key {PARAMS_KEY} = {dict(params)!r} is set, but "
@@ -151,7 +154,12 @@ def make_aggregator(
             f"run-config key {key!r} = {setting!r} with {table} = {shown} (num-devices = "
             f"{num_devices}): {type(err).__name__}: {first_line(err)}"
         ) from err
-    values = with_defaults(cls, arguments, refused=REFUSED)
+    values = {
+        n: arguments.get(n, p.default)
+        for n, p in keyword_parameters(cls).items()
+        if n in arguments
+        or (n not in REFUSED and p.default is not p.empty and scalar_type(cls, p) is not None)
+    }
     return built, {
         "class": f"{cls.__module__}:{cls.__qualname__}",
         "params": {kebab(k): getattr(built, k, v) if v is None else v for k, v in values.items()},
@@ -191,19 +199,6 @@ def noise_seed(seed: int, server_round: int) -> NDArray[np.uint32]:
     return state.astype(np.uint32)
 
 
-@contextlib.contextmanager
-def _seeded(seed: int, server_round: int) -> Iterator[None]:
-    """Numpy's global generator (DP noise) seeded, the heap frozen (Bulyan's gc.collect())."""
-    saved = np.random.get_state()  # noqa: NPY002
-    np.random.seed(noise_seed(seed, server_round))  # noqa: NPY002
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        np.random.set_state(saved)  # noqa: NPY002
-
-
 def array_record(arrays: Arrays) -> ArrayRecord:
     """``arrays`` as Flower's record (C-contiguous copies where needed)."""
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
@@ -213,9 +208,8 @@ def aggregate_uploads(
     aggregator: Strategy, server_round: int, models: Sequence[Arrays], weights: Sequence[int],
     reference: Arrays, node_ids: Sequence[int] | None = None, *, seed: int = 0,
 ) -> tuple[Model | None, str | None]:  # fmt: skip
-    """Combine the validated ``models`` (weights |D_v|) with ``aggregator.aggregate_train``
-    (a DP wrapper: float uploads, weights 1, n = ``len(models)``): the new model in
-    ``reference``'s dtypes and None, or None and why (the aggregator then restored)."""  # noqa: D205, D209
+    """Combine the validated ``models`` (weights |D_v|; DP: 1) with ``aggregator.aggregate_train``:
+    the new model and None, or None and why (the aggregator's state then put back)."""  # noqa: D205, D209
     name, inner = type(aggregator).__name__, _inner(aggregator)
     need, why = minimum_uploads(aggregator)
     if len(models) < need:
@@ -231,24 +225,28 @@ def aggregate_uploads(
         aggregator.num_sampled_clients = len(models)
     arrays_key = str(getattr(inner, "arrayrecord_key", keys.ARRAYS))
     weight_key = str(getattr(inner, "weighted_by_key", keys.NUM_EXAMPLES))
+    saved = np.random.get_state()  # noqa: NPY002  (DP noise: seeded; Bulyan's gc.collect())
+    np.random.seed(noise_seed(seed, server_round))  # noqa: NPY002
+    gc.freeze()
     try:
-        with _seeded(seed, server_round):
-            list(aggregator.configure_train(
-                server_round, array_record(current), ConfigRecord(), grid))  # fmt: skip
-            replies = [
-                Message(
-                    RecordDict({arrays_key: array_record(model),
-                                keys.METRICS: MetricRecord({weight_key: int(weight)})}),
-                    reply_to=Message(RecordDict(), dst_node_id=int(node),
-                                     group_id=str(server_round), message_type="train"),
-                )
-                for model, weight, node in zip(models, weights, node_ids or ids, strict=False)
-            ]  # fmt: skip
-            record, _ = aggregator.aggregate_train(server_round, replies)
+        list(aggregator.configure_train(server_round, array_record(current), ConfigRecord(), grid))
+        replies = [
+            Message(
+                RecordDict({arrays_key: array_record(model),
+                            keys.METRICS: MetricRecord({weight_key: int(weight)})}),
+                reply_to=Message(RecordDict(), dst_node_id=int(node), group_id=str(server_round),
+                                 message_type="train"),
+            )
+            for model, weight, node in zip(models, weights, node_ids or ids, strict=False)
+        ]  # fmt: skip
+        record, _ = aggregator.aggregate_train(server_round, replies)
         result, reason = _fitted(record, reference, name, len(models))
     except Exception as err:  # a strategy's failure costs the round, never the run
         result, reason = None, f"{name}.aggregate_train raised {type(err).__name__}: " + (
             first_line(err))  # fmt: skip
+    finally:
+        gc.unfreeze()
+        np.random.set_state(saved)  # noqa: NPY002
     if result is None:
         _restore(aggregator, before)
     return result, reason
@@ -274,8 +272,7 @@ def _fitted(
     if shapes != {k: np.shape(v) for k, v in reference.items()}:
         return None, f"{name}'s aggregate is not the model's arrays: {list(shapes.items())[:3]}"
     out = cast_like(out, reference)
-    bad = non_finite_arrays(out)
-    if bad:
+    if bad := non_finite_arrays(out):
         return None, f"the {name} aggregate of {count} uploads is not finite in {bad[:3]}"
     return out, None
 
@@ -305,8 +302,7 @@ def aggregator_state(aggregator: Strategy | None) -> dict[str, Any]:
 def load_aggregator_state(
     aggregator: Strategy | None, state: Mapping[str, Any], model: Arrays
 ) -> None:
-    """Check ``state`` (a checkpoint's, untrusted) against ``model``, then set it; ValueError
-    (one line), nothing set then."""  # noqa: D205, D209
+    """Check ``state`` (a checkpoint's, untrusted) against ``model``, then set it; ValueError."""
     own = hasattr(aggregator, "load_state_dict")
     attributes = {} if aggregator is None or own else _attributes(aggregator)
     keys_kept = sorted(aggregator.state_dict() if own else attributes)  # type: ignore[union-attr]
@@ -332,10 +328,9 @@ def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
     if value is None:  # before the first round
         return None
     by_name = dict(zip(model, value, strict=False)) if isinstance(value, list) else value
-    if not isinstance(value, list if kind == "list" else dict) or len(value) != len(model):
+    fits = isinstance(value, list if kind == "list" else dict) and len(value) == len(model)
+    if not (fits and set(by_name) == set(model)):
         raise ValueError(f"{refusal} is not {len(model)} arrays, one per array of the model")
-    if set(by_name) != set(model):
-        raise ValueError(f"{refusal} has other keys than the model's: {sorted(by_name)[:3]}")
     for key, ref in model.items():
         if problem := array_problem(by_name[key], ref, same_dtype=False):
             raise ValueError(f"{refusal}[{key!r}] {problem}")

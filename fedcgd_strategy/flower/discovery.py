@@ -20,12 +20,8 @@ def discover_nodes(
     grid: Grid, registry: NodeRegistry, server_round: int, timeout_s: float,
     pending: PendingMessages | None = None, late: Iterable[Message] = (),
 ) -> dict[int, str]:  # fmt: skip
-    """Forget nodes that left; ask connected nodes not seen before for their partition id.
-
-    Returns node id -> one-line reason for each failed discovery (asked again next round). With
-    ``pending``, a busy node is not asked and an unanswered ``query.info`` is recorded; ``late``
-    replies (:func:`settle_pending`) count as if they had come in time.
-    """
+    """Forget nodes that left; ask connected nodes not seen before (and not busy in ``pending``)
+    for their partition id, ``late`` replies counting as in time; node id -> why it failed."""  # noqa: D205, D209
     connected = list(grid.get_node_ids())
     for node, pid in registry.forget_disconnected(connected):
         log(WARNING, "node %d (partition %d) disconnected", node, pid)
@@ -101,12 +97,9 @@ def record_unanswered(
 def settle_pending(
     grid: Grid, pending: PendingMessages, wait_s: float = 0.0, poll_s: float = 0.5
 ) -> list[Message]:
-    """Pull and return the late replies of the pending messages: their nodes are free again.
-
-    Late replies are never read as the current round's (discovery uses a late ``query.info``);
-    an error reply or a disconnection settles a message too. While every connected node is busy
-    it polls every ``poll_s`` for up to ``wait_s`` seconds, until one node is free.
-    """
+    """Pull and return the late replies of the pending messages (an error reply or a
+    disconnection settles one too); while every connected node is busy, poll every ``poll_s``
+    for up to ``wait_s`` seconds."""  # noqa: D205, D209
     deadline = time.monotonic() + wait_s
     pulled: list[Message] = []
     while len(pending):

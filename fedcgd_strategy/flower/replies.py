@@ -19,11 +19,9 @@ from fedcgd_strategy.aggregation import array_problem
 from fedcgd_strategy.nodes import NodeRegistry
 from fedcgd_task import keys
 from fedcgd_task.imports import first_line
-from fedcgd_task.schema import DEFAULTS
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53
-DEFAULT_MAX_UPDATE_NORM_RATIO = float(DEFAULTS["max-update-norm-ratio"])
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 NORM_REL_TOL = 1e-5  #: a reported update norm against the server's (summation order)
 
@@ -48,22 +46,16 @@ def reported_norm_matches(reported: float, uploaded: float) -> bool:
 def update_norm_outliers(
     norms: ArrayLike, max_ratio: float, reference: float | None = None
 ) -> NDArray[np.bool_]:
-    """Which uploads of a round to refuse, bool[K]: a norm that is not finite or above
-    :data:`FLOAT32_MAX`, and, with ``max_ratio`` k > 0 (``max-update-norm-ratio``), one above k
-    times the median of the round's other uploads (else ``reference``, the last round's).
-    """  # noqa: D205
+    """Which uploads of a round to refuse, bool[K]: a norm not finite or above :data:`FLOAT32_MAX`
+    and, with ``max_ratio`` k > 0, one above k times the median of the round's other uploads
+    (none: ``reference``, the last round's)."""  # noqa: D205, D209
     n = np.asarray(norms, dtype=np.float64).ravel()
     out = ~(np.abs(n) <= FLOAT32_MAX)  # NaN, inf or beyond float32
-    if max_ratio == 0:
-        return out
-    for i in range(n.size):
-        if out[i]:
-            continue
+    for i in np.flatnonzero(~out) if max_ratio else ():
         others = np.delete(n, i)
         others = others[np.isfinite(others)]
         median = float(np.median(others)) if others.size else reference
-        if median is not None and n[i] > max_ratio * median:
-            out[i] = True
+        out[i] = median is not None and n[i] > max_ratio * median
     return out
 
 
@@ -84,14 +76,11 @@ def round_histogram_problem(
         return None
     counts = np.asarray(local_counts, dtype=np.int64)
     q, r = divmod(int(num_samples), int(counts.sum()))
-    low = q * counts
-    high = low + np.minimum(r, counts)
-    bad = np.flatnonzero((h < low) | (h > high))
-    if bad.size:
-        c = int(bad[0])
+    low, high = q * counts, q * counts + np.minimum(r, counts)
+    for c in np.flatnonzero((h < low) | (h > high))[:1]:
         return (
-            f"class {c} has {int(h[c])} samples; allowed with the local class counts reported "
-            f"at discovery: {int(low[c])} .. {int(high[c])}"
+            f"class {c} has {h[c]} samples; allowed with the local class counts reported "
+            f"at discovery: {low[c]} .. {high[c]}"
         )
     return None
 
@@ -130,16 +119,14 @@ def _int(
     registered: tuple[int | None, str] = (None, ""),
 ) -> int:  # fmt: skip
     """An int metric in ``[low, high)``, equal to ``registered[0]`` (``[1]`` says what) if set."""
-    raw = _metric(metrics, key, node_id)
-    low, high = bounds
+    raw, (low, high) = _metric(metrics, key, node_id), bounds
     if not _is_int(raw) or int(raw) < low or (high is not None and int(raw) >= high):
         allowed = f"an int in [{low}, {high})" if high is not None else f"an int >= {low}"
-        raise MalformedReplyError(f"node {node_id}: {key!r} = {raw!r}; allowed: {allowed}")
-    if registered[0] is not None and int(raw) != registered[0]:
-        raise MalformedReplyError(
-            f"node {node_id}: {key!r} = {raw!r}; allowed: {registered[0]}, {registered[1]}"
-        )
-    return int(raw)
+    elif registered[0] is not None and int(raw) != registered[0]:
+        allowed = f"{registered[0]}, {registered[1]}"
+    else:
+        return int(raw)
+    raise MalformedReplyError(f"node {node_id}: {key!r} = {raw!r}; allowed: {allowed}")
 
 
 def _histogram(
@@ -198,10 +185,8 @@ def _model_arrays(
 
 @dataclass(frozen=True)
 class DeviceReport:
-    """One device's validated reply: ``label_hist`` int[C] counts the samples used this round,
-    ``sigma`` σ̂_v (eq. local_est_sigma; NaN when not asked); training replies also carry the
-    reported ``train_loss``, ``update_norm``, ``train_time_s``, the trained ``arrays`` and
-    ``upload_norm`` ||w_v − w||, computed by the server (float64)."""  # noqa: D205, D209
+    """One device's validated reply: ``label_hist`` int[C] of the round's samples, ``sigma`` σ̂_v
+    (NaN when not asked); a training reply's ``arrays`` and the server's ``upload_norm``."""  # noqa: D205, D209
 
     node_id: int
     partition_id: int
@@ -277,10 +262,8 @@ def collect_reports(
 ) -> tuple[list[DeviceReport], dict[int, str], set[int]]:  # fmt: skip
     """Validate a phase's replies (a node's first counts): the valid reports by partition id,
     each other expected partition's one-line reason, and those lost (no reply or an error reply
-    first; a refused reply is a failure, not a loss). ``num_samples`` τ b (None: unchecked),
-    ``max_update_norm_ratio`` k of :func:`update_norm_outliers`
-    against the round's others or ``norm_reference``, the last round's median.
-    """  # noqa: D205
+    first; a refused reply is a failure). ``num_samples`` τ b (None: unchecked);
+    ``max_update_norm_ratio`` and ``norm_reference``: :func:`update_norm_outliers`'s."""  # noqa: D205, D209
     wanted = set(expected)
     reports: dict[int, DeviceReport] = {}
     failures: dict[int, str] = {}

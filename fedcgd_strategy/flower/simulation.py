@@ -65,10 +65,8 @@ def describe_unanswered(waiting: list[Message], stall_limit_s: float) -> str:
 
 
 class PatientGrid:
-    """Flower's simulation grid, whose ``send_and_receive`` ignores ``timeout`` and waits for
-    every reply: :class:`SimulationStalledError` after ``stall_limit_s`` seconds without a new
-    one (:func:`stall_alarm`), or when the link answers a message itself (:data:`LINK_ERRORS`).
-    """  # noqa: D205
+    """Flower's simulation grid waiting for every reply (``timeout`` ignored), stalled after
+    ``stall_limit_s`` s without one or when the link answers a message (:data:`LINK_ERRORS`)."""  # noqa: D205, D209
 
     simulated = True
 
@@ -121,10 +119,11 @@ class _Alarm(BaseException):
 
 
 class _Watch:
-    """The armed alarm of this process: its limit and deadline (``main``: rung by ``SIGALRM``)."""
+    """The armed alarm of this process, in the thread that armed it (main: rung by ``SIGALRM``)."""
 
-    def __init__(self, limit_s: float, main: bool) -> None:
-        self.limit_s, self.main = limit_s, main
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s, self.ident, self.done = limit_s, threading.get_ident(), threading.Event()
+        self.main = threading.current_thread() is threading.main_thread()
         self.deadline = time.monotonic() + limit_s
 
     def progress(self) -> None:
@@ -132,6 +131,15 @@ class _Watch:
         self.deadline = time.monotonic() + self.limit_s
         if self.main:
             signal.setitimer(signal.ITIMER_REAL, self.limit_s)
+
+    def ring_in_thread(self) -> None:
+        """Raise :class:`_Alarm` in the armed thread once the deadline passes (a watcher's)."""
+        while not self.done.wait(max(self.deadline - time.monotonic(), 0.0) + 0.05):
+            if time.monotonic() >= self.deadline:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self.ident), ctypes.py_object(_Alarm)
+                )
+                return
 
 
 _watch: _Watch | None = None
@@ -143,14 +151,8 @@ def stall_progress() -> None:
         _watch.progress()
 
 
-def _ring_in(thread_id: int, watch: _Watch, done: threading.Event) -> None:
-    """Raise :class:`_Alarm` in thread ``thread_id`` once ``watch`` passes its deadline."""
-    while not done.wait(max(watch.deadline - time.monotonic(), 0.0) + 0.05):
-        if time.monotonic() >= watch.deadline:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(thread_id), ctypes.py_object(_Alarm)
-            )
-            return
+def _ring(signum: int, frame: FrameType | None) -> None:
+    raise _Alarm
 
 
 @contextlib.contextmanager
@@ -167,45 +169,33 @@ def stall_alarm(
     if stall_limit_s is None:
         yield lambda: None
         return
-    if _watch is not None:
-        try:
-            _watch.progress()
-            yield _watch.progress
-        except _Alarm as alarm:
-            raise SimulationStalledError(describe() + _stuck_at(alarm)) from None
-        return
-    main = threading.current_thread() is threading.main_thread()
-    watch = _Watch(float(stall_limit_s), main)
-    done = threading.Event()
-
-    def ring(signum: int, frame: FrameType | None) -> None:
-        raise _Alarm
-
-    previous = signal.signal(signal.SIGALRM, ring) if main else None
-    _watch = watch
-    if not main:
-        ident = threading.get_ident()
-        threading.Thread(target=_ring_in, args=(ident, watch, done), daemon=True).start()
+    outer, previous = _watch is None, None
+    watch = _watch = _Watch(float(stall_limit_s)) if _watch is None else _watch
+    if outer and watch.main:
+        previous = signal.signal(signal.SIGALRM, _ring)
+    elif outer:
+        threading.Thread(target=watch.ring_in_thread, daemon=True).start()
     try:
         watch.progress()
         yield watch.progress
     except _Alarm as alarm:
         raise SimulationStalledError(describe() + _stuck_at(alarm)) from None
     finally:
-        _watch = None
-        done.set()
-        if main:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
-        else:  # an alarm set just now, not yet raised, is withdrawn
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+        if outer:
+            _watch = None
+            watch.done.set()
+            if watch.main:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+            else:  # an alarm set just now, not yet raised, is withdrawn
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(watch.ident), None)
 
 
 def _stuck_at(alarm: _Alarm) -> str:
     """`` (stuck at mypolicy.py:7 in schedule)``: the innermost frame the alarm interrupted."""
     code, line, tb = None, 0, alarm.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_name != "ring" or tb.tb_frame.f_globals is not globals():
+        if tb.tb_frame.f_code is not _ring.__code__:
             code, line = tb.tb_frame.f_code, tb.tb_lineno
         tb = tb.tb_next
     if code is None:

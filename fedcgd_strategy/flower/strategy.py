@@ -31,11 +31,7 @@ from fedcgd_strategy.flower.discovery import (
     send_tracked,
     settle_pending,
 )
-from fedcgd_strategy.flower.replies import (
-    DEFAULT_MAX_UPDATE_NORM_RATIO,
-    DeviceReport,
-    collect_reports,
-)
+from fedcgd_strategy.flower.replies import DeviceReport, collect_reports
 from fedcgd_strategy.flower.simulation import stall_progress
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
 from fedcgd_strategy.policies import (
@@ -131,12 +127,10 @@ class RoundInProgress:
 class ScheduledStrategy(Strategy):
     """Device scheduling over a simulated uplink, aggregation of the scheduled devices only.
 
-    ``cell`` draws each round's channel (D_w = ``model_bits`` per upload, B =
-    ``total_bandwidth_hz``); ``target_dist`` float[C] is the WEMD target p (None: the reported
-    histograms' union); ``round_offset`` the rounds a resumed run has done;
-    ``max_update_norm_ratio`` k of the update-norm screen (0 = off); ``partition_counts`` int[V,
-    C] is checked at discovery; ``on_record`` gets each round's record; ``aggregator`` combines
-    the uploads (None: FedAvg), ``seed`` seeds its noise. τ, η and b come from ``train_config``.
+    ``cell`` draws each round's channel (D_w = ``model_bits``, B = ``total_bandwidth_hz``);
+    ``target_dist`` the WEMD target p (None: the reports' union); ``round_offset`` the rounds a
+    resumed run has done; ``partition_counts`` int[V, C] is checked at discovery; ``aggregator``
+    combines the uploads (None: FedAvg), ``seed`` seeds its noise.
     """
 
     policy: Policy
@@ -147,10 +141,10 @@ class ScheduledStrategy(Strategy):
     num_classes: int
     target_dist: NDArray[np.float64] | None
     rng: np.random.Generator
+    max_update_norm_ratio: float
     protocol: str = "auto"
     query_timeout_s: float = 120.0
     round_offset: int = 0
-    max_update_norm_ratio: float = DEFAULT_MAX_UPDATE_NORM_RATIO
     partition_counts: NDArray[np.int64] | None = None
     on_record: Callable[[RoundRecord], None] | None = None
     aggregator: Strategy | None = None
@@ -175,7 +169,7 @@ class ScheduledStrategy(Strategy):
             self.total_bandwidth_hz, self.model_bits)  # fmt: skip
 
     def _send(
-        self, arrays: ArrayRecord, config: dict[str, Any], to: list[int], kind: str, *, sigma: bool
+        self, arrays: ArrayRecord, config: dict[str, Any], to: list[int], kind: str, sigma: bool
     ) -> list[Message]:
         """One message per partition id in ``to`` (its node), ``want-sigma`` = ``sigma``."""
         record = ConfigRecord({**config, keys.WANT_SIGMA: sigma})
@@ -242,9 +236,7 @@ class ScheduledStrategy(Strategy):
         state.trainees = self._trainees(state, arrays, round_config, grid)
         sigma = self.policy.needs_sigma and self.protocol is Protocol.TRAIN_ALL
         state.t_sent = time.perf_counter()
-        state.sent = self._send(
-            arrays, round_config, state.trainees, MessageType.TRAIN, sigma=sigma
-        )
+        state.sent = self._send(arrays, round_config, state.trainees, MessageType.TRAIN, sigma)
         return state.sent
 
     def _trainees(
@@ -255,10 +247,8 @@ class ScheduledStrategy(Strategy):
             return np.flatnonzero(self._schedule(state, None).selected).tolist()
         if self.protocol is not Protocol.QUERY:
             return state.reachable
-        t0 = time.perf_counter()
-        asked, rnd = state.reachable, state.server_round
-        sigma = self.policy.needs_sigma
-        queries = self._send(arrays, round_config, asked, keys.QUERY_STATS, sigma=sigma)
+        t0, asked, rnd = time.perf_counter(), state.reachable, state.server_round
+        queries = self._send(arrays, round_config, asked, keys.QUERY_STATS, self.policy.needs_sigma)
         replies = send_tracked(grid, queries, self.query_timeout_s, self.pending, rnd)
         reports = self._collect(replies, asked, state, keys.QUERY_STATS)
         state.timings["query_s"] = time.perf_counter() - t0
@@ -267,8 +257,7 @@ class ScheduledStrategy(Strategy):
     def _collect(
         self, replies: list[Message], expected: list[int], state: RoundInProgress, phase: str
     ) -> list[DeviceReport]:
-        """Validate a phase's replies (training: with the model); the lost and the refused go
-        to ``state.lost`` and ``state.failed``."""  # noqa: D205, D209
+        """Validate a phase's replies; the lost and refused go to ``state.lost``, ``.failed``."""
         training = phase == MessageType.TRAIN
         reports, failed, lost = collect_reports(
             replies, expected, self.registry, state.reference if training else None, phase,
@@ -288,10 +277,8 @@ class ScheduledStrategy(Strategy):
         """Validate replies, (schedule,) average the scheduled models, update Ĝ, record."""
         stall_progress()  # the training replies are in
         server_round += self.round_offset
-        state = self._round
+        state, t_recv, replies = self._round, time.perf_counter(), list(replies)
         assert state is not None, "aggregate_train called before configure_train"
-        t_recv = time.perf_counter()
-        replies = list(replies)
         record_unanswered(self.pending, state.sent, replies, server_round)
         reports = self._collect(replies, state.trainees, state, MessageType.TRAIN)
         trained_first = self.protocol is Protocol.TRAIN_ALL  # every reachable device trained
@@ -314,8 +301,9 @@ class ScheduledStrategy(Strategy):
         class_gradient = policy_call(
             self.policy, server_round, "its class_gradient", lambda: self.policy.class_gradient
         )
-        record = state.record(decision, uploads, disconnected, class_gradient, kept_reason)
-        self.last_record = record
+        self.last_record = record = state.record(
+            decision, uploads, disconnected, class_gradient, kept_reason
+        )
         if self.on_record is not None:
             self.on_record(record)
         scheduled = {"num-scheduled": record.num_scheduled, "num-uploaded": len(uploads)}
@@ -341,8 +329,7 @@ class ScheduledStrategy(Strategy):
             if combined is None:
                 return None, reason
             averaged, state.dp_noise = combined, noise
-        bad = non_finite_arrays(averaged)
-        if bad:
+        if bad := non_finite_arrays(averaged):
             return None, f"the aggregate of {len(uploads)} uploads is not finite in {bad[:3]}"
         assert state.inputs is not None  # the Ĝ update's inputs (eqs. G_est, Gc_est)
         updates = UploadedUpdates(
