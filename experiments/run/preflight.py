@@ -152,7 +152,7 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
         parsed = check_before_start(config)
         if early is not None:
             return config, early
-        taken = claim_run_folder(parsed, writer=False, fresh_name=fresh)
+        taken = claim_run_folder(parsed, fresh_name=fresh)
     except BaseException:
         if early is not None:
             early.release()

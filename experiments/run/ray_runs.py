@@ -265,7 +265,7 @@ def run_tasks(
         if reason:
             append_line(folder / RUN_LOG, reason)
         try:
-            with claim_folder(folder, "result folder", writer=True):
+            with claim_folder(folder, "result folder"):
                 for name in sorted(files, key=lambda name: name == STATUS_FILE):
                     atomic_write(folder / name, files[name])
         except ValueError as err:
