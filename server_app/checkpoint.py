@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -151,27 +151,20 @@ class Checkpoint:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``value`` with ``leaf`` applied to it and everything in its dicts, lists and tuples."""
-    value = leaf(value)
-    if isinstance(value, dict):
-        return {key: _walk(item, leaf) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        items = [_walk(item, leaf) for item in value]
-        return items if isinstance(value, list) else tuple(items)
-    return value
-
-
-def _tag(value: Any) -> Any:  # a numpy array as a tensor torch's weights_only loading reads
-    return (
-        {NUMPY_TAG: torch.from_numpy(np.array(value))} if isinstance(value, np.ndarray) else value
-    )
-
-
-def _untag(value: Any) -> Any:
-    if isinstance(value, dict) and set(value) == {NUMPY_TAG}:
+def _walk(value: Any, tag: bool) -> Any:
+    """``value`` with its numpy arrays tagged as tensors (``tag``, for ``weights_only`` loading)
+    or untagged, in its dicts, lists and tuples at any depth.
+    """  # noqa: D205
+    if tag and isinstance(value, np.ndarray):
+        return {NUMPY_TAG: torch.from_numpy(np.array(value))}
+    if not tag and isinstance(value, dict) and set(value) == {NUMPY_TAG}:
         if isinstance(array := value[NUMPY_TAG], torch.Tensor):
             return array.numpy().copy()
+    if isinstance(value, dict):
+        return {key: _walk(item, tag) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_walk(item, tag) for item in value]
+        return items if isinstance(value, list) else tuple(items)
     return value
 
 
@@ -195,7 +188,7 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
     data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
     for name in ("policy_state", "aggregator_state"):
-        data[name] = _walk(data[name], _tag)
+        data[name] = _walk(data[name], tag=True)
     return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
@@ -223,7 +216,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             for f in fields(Checkpoint)
         }
         for name in ("policy_state", "aggregator_state"):
-            parts[name] = _walk(parts[name], _untag)
+            parts[name] = _walk(parts[name], tag=False)
         parts["elapsed_s"] = float(parts["elapsed_s"])
         return Checkpoint(**parts)
     except Exception as err:  # whatever a torn, foreign or tampered file makes torch raise
