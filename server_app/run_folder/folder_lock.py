@@ -113,14 +113,9 @@ def refuse_links(folder: Path, key: str) -> None:
         )
 
 
-def holds_lock_files(folder: Path) -> bool:
-    """True when ``folder`` holds a lock file (it was, or is, claimed)."""
-    return os.path.lexists(folder / LOCK_FILE)
-
-
 def probe_free(folder: Path, key: str) -> None:
     """Refuse a folder whose lock an unrelated process holds; creates nothing."""
-    if holds_lock_files(folder):
+    if os.path.lexists(folder / LOCK_FILE):
         let_go(take_lock(folder, key))
 
 

@@ -140,12 +140,7 @@ class ResultWriter:
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Write the resolved run config and the code that computes it (:func:`code_entries`)."""
-        recorded: dict[str, Any] | None = None
-        if self._resumed:
-            try:
-                recorded = read_json_object(self.dir / CONFIG_FILE)
-            except (OSError, ValueError):
-                recorded = {}
+        recorded = read_json_object(self.dir / CONFIG_FILE) if self._resumed else None
         entries = code_entries(recorded, len(self.lines) + 1, code_identity())
         text = json.dumps(json_ready({**config, CODE_KEY: entries}), indent=2, sort_keys=True)
         atomic_write(self.dir / CONFIG_FILE, text)
