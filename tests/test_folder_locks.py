@@ -72,17 +72,12 @@ def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str
         holder.wait()
 
 
-def holding_lock(
-    folder: Path, acquire: str
-) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
-    """:func:`holding` a process that runs the line ``acquire`` on ``folder``, then sleeps."""
-    script = IN_PROJECT + (
-        "import time\n"
-        "from server_app.run_folder.folder_lock import claim_folder\n"
-        f"folder = Path(sys.argv[2]); {acquire}\n"
-        "print('held', flush=True); time.sleep(300)\n"
-    )
-    return holding(script, *in_project(folder), says="held")
+#: Claims ``argv[2]``, says "held" and holds it for 300 s.
+CLAIM_AND_HOLD = IN_PROJECT + (
+    "import time\nfrom server_app.run_folder.folder_lock import claim_folder\n"
+    "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
+    "print('held', flush=True); time.sleep(300)\n"
+)
 
 
 def inprocess(**values: object) -> subprocess.Popen[str]:
@@ -229,7 +224,7 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
 def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
-    with holding_lock(folder, "claim = claim_folder(folder, 'result-dir')") as holder:
+    with holding(CLAIM_AND_HOLD, *in_project(folder), says="held") as holder:
         with pytest.raises(FolderInUseError) as err:
             claim_folder(folder, "result-dir")
         assert err.value.pid == holder.pid and "\n" not in str(err.value)
