@@ -99,9 +99,7 @@ def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], keys: Seq
 
 
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint,
-    or a resume with other settings (the one check: the checkpoint holds the run's settings).
-    """  # noqa: D205
+    """Refuse another run's checkpoint or other settings (:class:`CheckpointRefusedError`)."""
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     if not _same(version := found.get("format", 1), CHECKPOINT_FORMAT):
@@ -152,9 +150,7 @@ class Checkpoint:
 
 
 def _walk(value: Any, tag: bool) -> Any:
-    """``value`` with its numpy arrays tagged as tensors (``tag``, for ``weights_only`` loading)
-    or untagged, in its dicts, lists and tuples at any depth.
-    """  # noqa: D205
+    """``value`` with its numpy arrays tagged as tensors (``tag``: ``weights_only``) or untagged."""
     if tag and isinstance(value, np.ndarray):
         return {NUMPY_TAG: torch.from_numpy(np.array(value))}
     if not tag and isinstance(value, dict) and set(value) == {NUMPY_TAG}:
@@ -286,9 +282,7 @@ class ClaimedRun:
 
 
 def claim_run_folder(config: RunConfig, *, fresh_name: bool = False) -> ClaimedRun:
-    """Lock the run's folder (created for a new run), check it under the lock and remove the
-    temporary files a killed writer left.
-    """  # noqa: D205
+    """Lock the run's folder (new: created), check it and remove a killed writer's temporaries."""
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
     folder = Path(config.result_dir)
     claim = claim_folder(folder, key, create=not config.resume_from, fresh_name=fresh_name)
