@@ -130,16 +130,6 @@ def test_a_second_command_into_a_live_runs_folder_is_refused_naming_its_pid(tmp_
         live.communicate()
 
 
-def refused_here(capsys, monkeypatch, **values: object) -> str:
-    """The one error line of ``fedcgd inprocess`` with ``values``, run in this process (its
-    locks' bookkeeping in the environment put back after), which must exit with 2."""
-    monkeypatch.delenv(OWNERS_ENV, raising=False)
-    code = invoke(["inprocess", "--run-config", format_run_config({**SMALL, **values})])
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert code == 2, line
-    return line
-
-
 @pytest.mark.slow
 def test_default_folders_of_runs_started_together_never_collide(tmp_path):
     out = tmp_path / "results"
@@ -184,8 +174,10 @@ def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(
     folder = real if link == "inside" else tmp_path / "link"
     if link != "inside":
         folder.symlink_to(real)
-    values = {"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
-    line = refused_here(capsys, monkeypatch, **values)
+    values = {**SMALL, "result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
+    monkeypatch.delenv(OWNERS_ENV, raising=False)  # this process's lock bookkeeping: put back
+    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
     says = "holds a symbolic link ('checkpoint.tmp'" if link == "inside" else "is a symbolic link"
     assert says in line, line
     assert victim.read_text() == "precious"
