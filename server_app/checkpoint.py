@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -99,9 +99,7 @@ def settings_change(before: Mapping[str, Any], now: Mapping[str, Any], keys: Seq
 
 
 def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse (:class:`CheckpointRefusedError`, naming what differs) another run's checkpoint,
-    or a resume with other settings (the one check: the checkpoint holds the run's settings).
-    """  # noqa: D205
+    """Refuse another run's checkpoint or other settings (:class:`CheckpointRefusedError`)."""
     found, wanted = identity, run_identity(config)
     head = f"run-config key 'resume-from' = '{folder}': {CHECKPOINT_FILE}"
     if not _same(version := found.get("format", 1), CHECKPOINT_FORMAT):
@@ -151,27 +149,18 @@ class Checkpoint:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``value`` with ``leaf`` applied to it and everything in its dicts, lists and tuples."""
-    value = leaf(value)
-    if isinstance(value, dict):
-        return {key: _walk(item, leaf) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        items = [_walk(item, leaf) for item in value]
-        return items if isinstance(value, list) else tuple(items)
-    return value
-
-
-def _tag(value: Any) -> Any:  # a numpy array as a tensor torch's weights_only loading reads
-    return (
-        {NUMPY_TAG: torch.from_numpy(np.array(value))} if isinstance(value, np.ndarray) else value
-    )
-
-
-def _untag(value: Any) -> Any:
-    if isinstance(value, dict) and set(value) == {NUMPY_TAG}:
+def _walk(value: Any, tag: bool) -> Any:
+    """``value`` with its numpy arrays tagged as tensors (``tag``: ``weights_only``) or untagged."""
+    if tag and isinstance(value, np.ndarray):
+        return {NUMPY_TAG: torch.from_numpy(np.array(value))}
+    if not tag and isinstance(value, dict) and set(value) == {NUMPY_TAG}:
         if isinstance(array := value[NUMPY_TAG], torch.Tensor):
             return array.numpy().copy()
+    if isinstance(value, dict):
+        return {key: _walk(item, tag) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_walk(item, tag) for item in value]
+        return items if isinstance(value, list) else tuple(items)
     return value
 
 
@@ -195,7 +184,7 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint.pt`` in ``result_dir`` atomically; return its path."""
     data = {f.name: getattr(checkpoint, f.name) for f in fields(Checkpoint)}
     for name in ("policy_state", "aggregator_state"):
-        data[name] = _walk(data[name], _tag)
+        data[name] = _walk(data[name], tag=True)
     return atomic_write(result_dir / CHECKPOINT_FILE, lambda handle: torch.save(data, handle))
 
 
@@ -223,7 +212,7 @@ def load_checkpoint(result_dir: Path) -> Checkpoint:
             for f in fields(Checkpoint)
         }
         for name in ("policy_state", "aggregator_state"):
-            parts[name] = _walk(parts[name], _untag)
+            parts[name] = _walk(parts[name], tag=False)
         parts["elapsed_s"] = float(parts["elapsed_s"])
         return Checkpoint(**parts)
     except Exception as err:  # whatever a torn, foreign or tampered file makes torch raise
@@ -292,15 +281,11 @@ class ClaimedRun:
     plan: ResumePlan | None
 
 
-def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
-    """Lock the run's folder (created for a new run) and check it under the lock; ``writer``:
-    the ServerApp's, which removes the temporary files a killed writer left.
-    """  # noqa: D205
+def claim_run_folder(config: RunConfig, *, fresh_name: bool = False) -> ClaimedRun:
+    """Lock the run's folder (new: created), check it and remove a killed writer's temporaries."""
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
-    claim = claim_folder(
-        Path(config.result_dir), key, create=not config.resume_from, writer=writer,
-        fresh_name=fresh_name,
-    )  # fmt: skip
+    folder = Path(config.result_dir)
+    claim = claim_folder(folder, key, create=not config.resume_from, fresh_name=fresh_name)
     try:
         config = replace(config, result_dir=str(claim.folder)) if fresh_name else config
         plan = check_resume(config) if config.resume_from else None
@@ -309,7 +294,7 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
     except BaseException:
         claim.abandon()
         raise
-    for left in claim.folder.glob(".*.tmp") if writer else ():
+    for left in claim.folder.glob(".*.tmp"):
         ours = any(left.name.startswith(f".{name}.") for name in RUN_FILES)
         if ours and left.is_file() and not left.is_symlink():
             left.unlink(missing_ok=True)

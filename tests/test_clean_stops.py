@@ -20,7 +20,16 @@ from test_resume_command import CONTINUE, printed_command, run_config_text, run_
 
 from experiments.cli import invoke
 from server_app.run_folder.files import atomic_write
-from server_app.run_folder.signals import Interrupted, held, stops_the_run
+from server_app.run_folder.run_status import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    STOPPED,
+    RunStatus,
+    read_status,
+    write_status,
+)
+from server_app.run_folder.signals import Interrupted, held
 
 #: A checkpoint after every round: the round a stop lands in is the one that can be continued.
 VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd", "checkpoint-every": 1}
@@ -167,54 +176,26 @@ def test_outside_the_main_thread_nothing_is_held(tmp_path):
     assert seen == [before]
 
 
-def test_a_running_status_becomes_stopped_and_no_other_changes(tmp_path: Path) -> None:
-    from server_app.run_folder.run_status import (
-        COMPLETED,
-        FAILED,
-        RUNNING,
-        STOPPED,
-        RunStatus,
-        mark_stopped,
-        read_status,
-        write_status,
-    )
-
-    for state, after in ((RUNNING, STOPPED), (COMPLETED, COMPLETED), (FAILED, FAILED)):
-        folder = tmp_path / state
-        folder.mkdir()
-        reason = "it broke" if state == FAILED else None
-        write_status(folder, RunStatus(state, 3, 9, reason=reason, devices_lost=2))
-        mark_stopped(folder, "stopped by SIGINT")
-        status = read_status(folder)
-        assert status is not None
-        assert (status.state, status.last_round, status.num_server_rounds) == (after, 3, 9)
-        assert status.reason == ("stopped by SIGINT" if after == STOPPED else reason)
-        assert status.devices_lost == 2
-    mark_stopped(tmp_path / "empty", "stopped by SIGINT")  # no status: nothing written
-    assert not (tmp_path / "empty").exists()
-
-
-def test_a_run_stopped_under_flwr_run_is_recorded_stopped(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("state", [RUNNING, COMPLETED, FAILED, None])
+def test_a_run_stopped_under_flwr_run_is_recorded_stopped(tmp_path: Path, monkeypatch, state):
     """``flwr run``'s ServerApp is stopped by PID and cannot record it: the command that ran it
-    (the launcher, a comparison) does, once every process is gone."""
+    (the launcher, a comparison) does, once every process is gone; nothing else changes."""
     from experiments.run import flwr_run
-    from server_app.run_folder.run_status import RUNNING, RunStatus, read_status, write_status
-    from server_app.run_folder.signals import Interrupted
 
-    folder = tmp_path / "run"
+    folder, reason = tmp_path / "run", "it broke" if state == FAILED else None
     folder.mkdir()
-    write_status(folder, RunStatus(RUNNING, 4, 50))
-
+    if state is not None:
+        write_status(folder, RunStatus(state, 4, 50, reason=reason, devices_lost=2))
     stopped = mock.MagicMock()  # SIGTERM while the run's processes run
     stopped.return_value.__enter__.side_effect = Interrupted(signal.SIGTERM)
     monkeypatch.setattr(flwr_run, "LocalFederation", stopped)
     with pytest.raises(Interrupted):
         flwr_run.run_flwr({"result-dir": str(folder)}, num_supernodes=2)
     status = read_status(folder)
-    assert status is not None and (status.state, status.last_round) == ("stopped", 4)
-    assert status.reason == "stopped by SIGTERM"
-
-
-def test_a_stop_is_an_interrupt_or_a_signal_and_nothing_else():
-    assert stops_the_run(KeyboardInterrupt()) and stops_the_run(Interrupted(signal.SIGTERM))
-    assert not stops_the_run(RuntimeError()) and not stops_the_run(SystemExit(0))
+    if state is None:  # no status: nothing written
+        assert status is None and not list(folder.iterdir())
+        return
+    after = STOPPED if state == RUNNING else state
+    assert status is not None and (status.state, status.last_round) == (after, 4)
+    assert (status.num_server_rounds, status.devices_lost) == (50, 2)
+    assert status.reason == ("stopped by SIGTERM" if after == STOPPED else reason)

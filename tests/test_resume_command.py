@@ -202,16 +202,9 @@ def stand_in_checkpoint(folder: Path, server_round: int) -> None:
     torch.save({"round": server_round, "elapsed_s": 0.0, **empty}, folder / "checkpoint.pt")
 
 
-NEW_FOLDER = "; to start again in a new folder: AGAIN"
-
-
 @pytest.mark.parametrize(
     ("status", "files", "every", "says"),
     [
-        (RunStatus(RUNNING, 7, 50), (), 0, "cannot be resumed: {} holds no checkpoint (it was "
-         "started with checkpoint-every = 0)" + NEW_FOLDER),
-        (RunStatus(RUNNING, 7, 50), (), 10, "cannot be resumed: {} holds no checkpoint (it "
-         "stopped before its first checkpoint)" + NEW_FOLDER),
         (RunStatus(COMPLETED, 50, 50), ("checkpoint.pt", "model.pt"), 1,
          "nothing to continue: the run completed; results in {}"),
         (RunStatus(FAILED, 50, 50, reason="no device uploaded"), ("checkpoint.pt", "model.pt"), 1,

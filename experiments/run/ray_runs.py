@@ -23,7 +23,7 @@ from server_app.run_folder.files import append_line, atomic_write
 from server_app.run_folder.folder_lock import claim_folder
 from server_app.run_folder.results import RUN_FILES, STATUS_FILE
 from server_app.run_folder.run_status import first_line
-from server_app.run_folder.signals import interrupting
+from server_app.run_folder.signals import watching
 
 #: A run's output when it goes as a Ray task, in its result folder.
 RUN_LOG = "run.log"
@@ -213,7 +213,7 @@ def run_task(
             # A stopped command's tasks get SIGTERM from Ray, whose handler raises SystemExit(1)
             # (to the run, a failure): here the run ends ``stopped by SIGTERM``.
             try:
-                with interrupting():
+                with watching(interrupt=True):
                     config = with_resolved_data_dir(validated_run_config(config))
                     run_inprocess(config, cohort_threads=threads)
             except Exception as err:  # the run failed: its outcome line says why
@@ -265,7 +265,7 @@ def run_tasks(
         if reason:
             append_line(folder / RUN_LOG, reason)
         try:
-            with claim_folder(folder, "result folder", writer=True):
+            with claim_folder(folder, "result folder"):
                 for name in sorted(files, key=lambda name: name == STATUS_FILE):
                     atomic_write(folder / name, files[name])
         except ValueError as err:

@@ -140,12 +140,7 @@ class ResultWriter:
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Write the resolved run config and the code that computes it (:func:`code_entries`)."""
-        recorded: dict[str, Any] | None = None
-        if self._resumed:
-            try:
-                recorded = read_json_object(self.dir / CONFIG_FILE)
-            except (OSError, ValueError):
-                recorded = {}
+        recorded = read_json_object(self.dir / CONFIG_FILE) if self._resumed else None
         entries = code_entries(recorded, len(self.lines) + 1, code_identity())
         text = json.dumps(json_ready({**config, CODE_KEY: entries}), indent=2, sort_keys=True)
         atomic_write(self.dir / CONFIG_FILE, text)
@@ -231,15 +226,6 @@ def check_new_result_dir(result_dir: str | Path) -> None:
         raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'")
 
 
-def _metrics_line(raw: bytes) -> dict[str, Any] | None:
-    """A JSON object with an integer ``round``; None when ``raw`` is not one."""
-    try:
-        line = parse_json(raw, "") if len(raw) <= MAX_METRICS_LINE_BYTES else None
-    except ValueError:
-        return None
-    return line if isinstance(line, dict) and isinstance(line.get("round"), int) else None
-
-
 def read_metrics_lines(
     result_dir: str | Path, through_round: int | None = None
 ) -> list[dict[str, Any]]:
@@ -255,8 +241,11 @@ def read_metrics_lines(
         with path.open("rb") as handle:
             rows = iter(lambda: handle.readline(MAX_METRICS_LINE_BYTES + 1), b"")
             for number, raw in enumerate(rows, start=1):
-                line = _metrics_line(raw)
-                if line is not None:
+                try:  # a JSON object with an integer round
+                    line = parse_json(raw, "") if len(raw) <= MAX_METRICS_LINE_BYTES else None
+                except ValueError:
+                    line = None
+                if isinstance(line, dict) and isinstance(line.get("round"), int):
                     lines.append(line)
                 elif (raw.strip() and raw.endswith(b"\n")) or len(raw) > MAX_METRICS_LINE_BYTES:
                     raise ValueError(

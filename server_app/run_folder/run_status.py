@@ -24,7 +24,7 @@ from server_app.run_folder.results import (
     STATUS_FILE,
     read_metrics_lines,
 )
-from server_app.run_folder.signals import stops_the_run
+from server_app.run_folder.signals import Interrupted
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
@@ -87,7 +87,7 @@ def ended_by(
     err: BaseException, lines: list[dict[str, Any]], last_round: int, num_server_rounds: int
 ) -> RunStatus:
     """The status of a run that ``err`` ended after ``last_round``."""
-    stop = stops_the_run(err)
+    stop = isinstance(err, KeyboardInterrupt | Interrupted)
     reason = "stopped by SIGINT (KeyboardInterrupt)" if stop and not str(err) else one_line(err)
     state = STOPPED if stop else FAILED
     return RunStatus(state, last_round, num_server_rounds, reason, **lost_counts(lines))

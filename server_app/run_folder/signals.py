@@ -28,11 +28,10 @@ class Interrupted(OneLineMessage, BaseException):
 
 
 @contextlib.contextmanager
-def watching(
-    handler: Callable[[int, FrameType | None], object] | None = None,
-) -> Iterator[list[int]]:
-    """In the block, note SIGINT and SIGTERM (yielded), hold them in :func:`held`, then call
-    ``handler`` (None: the previous one). Main thread only: elsewhere Python runs no handler.
+def watching(interrupt: bool = False) -> Iterator[list[int]]:
+    """In the block, note SIGINT and SIGTERM (yielded), hold them in :func:`held`, then raise
+    :class:`Interrupted` for the first (``interrupt``; repeats: ignored) or call the previous
+    handler. Main thread only: elsewhere Python runs no handler.
     """  # noqa: D205
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
@@ -44,9 +43,10 @@ def watching(
         noted.append(signum)
         if _held is not None:
             _held.append(signum)
-            return
-        target = handler or previous[signum]
-        if callable(target):
+        elif interrupt:
+            if len(noted) == 1:  # a repeat while stopping: let the clean-up finish
+                raise Interrupted(signum)
+        elif callable(target := previous[signum]):
             target(signum, frame)
         elif target != signal.SIG_IGN:  # the default: end the process as the signal does
             signal.signal(signum, signal.SIG_DFL)
@@ -78,18 +78,13 @@ def held() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
-def stops_the_run(err: BaseException) -> bool:
-    """True for a ``KeyboardInterrupt`` or an :class:`Interrupted`."""
-    return isinstance(err, KeyboardInterrupt | Interrupted)
-
-
 class UserCodeExitError(OneLineMessage, RuntimeError):
     """A ``SystemExit``, ``KeyboardInterrupt``, ... that no signal caused: a failure."""
 
 
 def as_failure(err: BaseException, noted: Collection[int]) -> BaseException:
     """``err``; a :class:`UserCodeExitError` instead when it would stop a run no signal stopped."""
-    if noted or (isinstance(err, Exception) and not stops_the_run(err)):
+    if noted or isinstance(err, Exception):
         return err
     return UserCodeExitError(
         f"{said(err)} raised while no stop signal came (a policy, data set, model or aggregator "
@@ -97,23 +92,11 @@ def as_failure(err: BaseException, noted: Collection[int]) -> BaseException:
     )
 
 
-@contextlib.contextmanager
-def interrupting() -> Iterator[list[int]]:
-    """:func:`watching` with the first signal raising :class:`Interrupted` (repeats: ignored)."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        if len(noted) == 1:  # a repeat while stopping: let the clean-up finish
-            raise Interrupted(signum)
-
-    with watching(interrupt) as noted:
-        yield noted
-
-
 def exit_code_stopping_on_signals(
     command: Callable[[], int], last_words: Callable[[], str | None] | None = None
 ) -> int:
     """Run a command's body: its exit code; 128 + signal after a stop; 1 after a stray exit."""
-    with interrupting() as noted:
+    with watching(interrupt=True) as noted:
         try:
             return command()
         except Interrupted as stop:
