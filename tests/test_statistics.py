@@ -10,7 +10,6 @@ from scipy import stats
 
 from experiments.analysis.statistics import (
     finite,
-    first_round_reaching,
     holm,
     km_median,
     mean_band,
@@ -91,13 +90,6 @@ def test_the_kaplan_meier_median_counts_the_runs_that_never_reach_the_target() -
     )
     assert km_median([(10, 50), (20, 50)]) == 10  # half by round 10
     assert km_median([(None, 50)]) == math.inf and math.isnan(km_median([]))
-
-
-def test_first_round_reaching():
-    assert first_round_reaching([1, 2, 3, 4], [0.2, 0.61, 0.5, 0.7], 0.6) == 2
-    assert first_round_reaching([5, 10], [0.2, 0.6], 0.6) == 10
-    assert first_round_reaching([1, 2], [0.2, 0.3], 0.6) is None
-    assert first_round_reaching([1, 2], [0.2, 0.3], None) is None
 
 
 def test_mean_band_per_round():

@@ -153,10 +153,8 @@ def smooth_curve(curve: Mapping[int, float], window: int) -> dict[int, float]:
     """
     rounds = sorted(curve)
     x = np.array([curve[r] for r in rounds], dtype=float)
-    ones = np.ones_like(x)
-    mean = uniform_filter1d(x, window, mode="constant") / uniform_filter1d(
-        ones, window, mode="constant"
-    )
+    kept = uniform_filter1d(np.ones_like(x), window, mode="constant")
+    mean = uniform_filter1d(x, window, mode="constant") / kept
     return dict(zip(rounds, map(float, mean), strict=True))
 
 

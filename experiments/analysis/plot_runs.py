@@ -174,17 +174,13 @@ def run_labels(
     return labels
 
 
-def aggregator_of(config: Mapping[str, Any] | None) -> str:
-    """The run's aggregator (``""``: FedAvg)."""
-    return str((config or {}).get("aggregator") or "")
-
-
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     """The three-panel PNG, one line per run labelled by its policy and the settings that differ."""
     policies = [load_run(d)[0] for d in result_dirs]
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
-    styles = figures.series_styles(policies, [aggregator_of(c) for c in configs])
+    aggregators = [str((c or {}).get("aggregator") or "") for c in configs]
+    styles = figures.series_styles(policies, aggregators)
     return draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
 
 
@@ -211,7 +207,7 @@ def plot_mean_runs(
     keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
     legend = figures.policy_order(p for p, _ in keyed)
     order = sorted(keyed, key=lambda key: legend.index(key[0]))
-    aggregators = [aggregator_of(read_config(keyed[key][0])) for key in order]
+    aggregators = [str((read_config(keyed[k][0]) or {}).get("aggregator") or "") for k in order]
     styles = figures.series_styles([p for p, _ in order], aggregators)
     named = [
         (f"{figures.policy_name(p)}{f' · {s}' if s else ''} (n={len(dirs)})", dirs)

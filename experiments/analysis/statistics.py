@@ -88,15 +88,6 @@ def km_median(runs: Sequence[tuple[int | None, int]]) -> float:
     return float(cdf.quantiles[half[0]]) if half.size else math.inf
 
 
-def first_round_reaching(
-    rounds: Sequence[int], accuracies: Sequence[float], target: float | None
-) -> int | None:
-    """First of the ``rounds`` whose accuracy reaches ``target``; None if never (or no target)."""
-    if target is None:
-        return None
-    return next((int(r) for r, acc in zip(rounds, accuracies, strict=True) if acc >= target), None)
-
-
 @dataclass(frozen=True)
 class Band:
     """Mean curve over seeds (``x``: rounds) and its 95 % half-width per round."""

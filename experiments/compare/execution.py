@@ -186,7 +186,7 @@ def run_policies(
     """A comparison on the simulation engine into ``out/<policy>/seed-<s>``; the tables."""
     seeds = check_comparison(policies, shared, seeds)
     with claim_folder(out, "--out"):
-        plans = plan_runs(policies, shared, out, seeds) if plans is None else plans
+        plans = plans or plan_runs(policies, shared, out, seeds, target_accuracy)
         how = LaunchSettings("simulation", num_supernodes=num_supernodes)
         return run_points([("", plans)], out, how, target_accuracy)
 
@@ -282,7 +282,7 @@ def run_points(
             reason = outcomes[plan.result_dir]
             if reason is None:
                 try:
-                    runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
+                    runs.append(plan.row or summarise(plan.result_dir, target_accuracy, plan.seed))
                 except ValueError as err:  # a file damaged after the run: not half a table
                     reason = first_line(err)
             if reason is not None:

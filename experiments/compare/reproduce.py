@@ -154,7 +154,10 @@ def reproduce(cfg: DictConfig, command: str | None = None) -> int:
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
         variants = [(point_label(point), overrides) for point, overrides in plans]
-        points = plan_points(list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out")
+        points = plan_points(
+            list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out",
+            cfg.get("target_accuracy"),
+        )  # fmt: skip
         ray = (
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
             launcher.get("gpus-per-run", 0.0),
