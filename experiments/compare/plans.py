@@ -1,8 +1,4 @@
-"""Planning a comparison: its settings checked, and each (policy, seed) decided from its folder.
-
-A ``<out>/<policy>/seed-<s>`` with a ``summary.json`` is kept, one with a ``checkpoint.pt``
-resumed, anything else run from the start (docs/comparing.md, "Kept runs").
-"""
+"""Planning a comparison: settings checked, each (policy, seed) kept, resumed or run anew."""
 
 from __future__ import annotations
 
@@ -158,9 +154,7 @@ def plan_run(
 ) -> PlannedRun:
     """Keep a run with a ``summary.json`` (its row read), resume one with a checkpoint, else run.
 
-    A kept run made with other settings, or whose files are damaged, is refused (ValueError,
-    one line) before anything starts: no table mixes runs of two settings or holds half a run.
-    A checkpoint of other settings is refused by the resume itself.
+    A kept run of other settings or with damaged files: ValueError (one line) before any start.
     """
     from server_app.checkpoint import settings_change
     from server_app.config import parse_run_config

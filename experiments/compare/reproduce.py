@@ -1,8 +1,4 @@
-"""``fedcgd reproduce experiment=<name> [overrides]``: a paper preset of ``conf/experiment/``.
-
-Every (sweep point, policy, seed) as a run, then the tables and figures per sweep point and
-overall (docs/comparing.md, "Reproducing the paper's tables and figures").
-"""
+"""``fedcgd reproduce experiment=<name> [overrides]``: a preset of ``conf/experiment/``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""A comparison's results: per-run rows, per-policy statistics, tables, curves, console lines.
-
-The columns: docs/comparing.md, "Comparing policies".
-"""
+"""A comparison's results: rows, statistics, tables, curves (docs/comparing.md)."""
 
 from __future__ import annotations
 
@@ -216,10 +213,8 @@ def write_comparison(
     target_accuracy: float | None = None,
     by_sweep: bool = False,
 ) -> list[dict[str, Any]]:
-    """``runs.csv``, ``table.csv``, ``table.md``, the indicator's tables and a figure under
-    ``out``, each printed or named; the rows. The figure: ``curves.png`` (each policy's mean and
-    95 % band), or with ``by_sweep`` (a ``sweep`` column first, rows per point) ``estimates.png``.
-    """  # noqa: D205
+    """``runs.csv``, ``table.csv``, ``table.md``, the indicator's tables and ``curves.png`` (with
+    ``by_sweep``: rows per point, ``estimates.png``) under ``out``; the rows."""  # noqa: D205, D209
     extra = ("sweep",) if by_sweep else ()
     by_point: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:

@@ -1,8 +1,4 @@
-"""``fedcgd paper schedule-table``: Table II's scheduled number and WEMD without training.
-
-The simulation (drops, rounds, policies, the POC V' fit), then the table and its figures.
-How each policy is simulated: docs/evidence.md, "Table II without CIFAR or a GPU".
-"""
+"""``fedcgd paper schedule-table``: Table II without training (docs/evidence.md)."""
 
 from __future__ import annotations
 
@@ -320,10 +316,7 @@ def main(
     settings: TableSettings, policies_text: str, out: Path, *, fit_poc_max: int | None = None,
     quiet: bool = False,
 ) -> int:  # fmt: skip
-    """``fedcgd paper schedule-table``: simulate, print the table and write the files.
-
-    ``fit_poc_max``: scan POC's V' = 1..it first and use the one nearest the paper's 13.71.
-    """
+    """``fedcgd paper schedule-table`` (``fit_poc_max``: POC's V' nearest 13.71 in 1..it first)."""
     policies = [p.strip() for p in policies_text.split(",") if p.strip()]
     if unknown := [p for p in policies if p not in POLICY_NAMES]:
         print(f"error: unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}",
