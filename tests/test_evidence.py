@@ -1,9 +1,4 @@
-"""The evidence's tests: rounds to the target paired and censored, and the Ĝ/σ̂ indicator.
-
-Expected values are computed by hand or by a slow, obviously correct oracle (every sign flip
-of a signed-rank statistic); result folders are written by hand (``config.json``,
-``metrics.jsonl``), so no federation runs here.
-"""
+"""Rounds to the target and the Ĝ/σ̂ indicator, by hand or by an oracle (every sign flip)."""
 
 from __future__ import annotations
 
