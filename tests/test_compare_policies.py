@@ -136,34 +136,9 @@ def test_pairs_only_common_seeds_and_one_seed_has_no_interval(tmp_path, monkeypa
     assert (out / "curves.png").stat().st_size > 0
 
 
-def test_missing_runs_are_run_with_their_seed_and_failures_reported(tmp_path, monkeypatch):
-    out = tmp_path / "run"
-    fake_run(planning.run_dir(out, "bc", 0), "bc", 0, [0.5, 0.6], {"num-server-rounds": 2})
-    calls: list[dict] = []
-    accuracy = lambda c: [0.4, 0.5 + c["seed"]]  # noqa: E731
-    fails = lambda c: "exit" if bc_seed_1(c) else None  # noqa: E731
-    fake = finishing_flwr(calls, accuracy, fails)
-    monkeypatch.setattr(execution, "run_flwr", fake)
-    result = execution.run_policies(
-        ["fedcgd-fscd", "bc"], {"num-server-rounds": 2}, out, seeds=[0, 1], num_supernodes=4
-    )
-    assert [(c["policy"], c["seed"]) for c in calls] == [
-        ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 1)
-    ]  # fmt: skip
-    assert calls[0]["result-dir"] == str(out / "fedcgd-fscd" / "seed-0")
-    assert all(c["num-server-rounds"] == 2 for c in calls)
-    assert [(r["policy"], r["seed"]) for r in result.runs] == [
-        ("fedcgd-fscd", 0), ("fedcgd-fscd", 1), ("bc", 0)
-    ]  # fmt: skip
-    assert result.code == 1 and [label for label, _ in result.failed] == ["bc/seed-1"]
-    assert result.last_line().startswith("1 of 4 runs failed: bc/seed-1 (exit code 1: ")
-    with pytest.raises(ValueError, match="seeds"):
-        execution.run_policies(["bc"], {"seed": 3}, out, seeds=[0])
-
-
 def test_command_line_seeds_and_policies_named_by_their_figure_labels(tmp_path, monkeypatch):
     """``FedCGD-FSCD`` and ``BC (best channel)`` (any case): the runs, folders and CSVs say the
-    names, table.md says the labels."""
+    names (table.md the labels: test_tables_from_finished_runs)."""
     calls: list[dict] = []
     monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls))
     out = tmp_path / "cli"
@@ -174,8 +149,6 @@ def test_command_line_seeds_and_policies_named_by_their_figure_labels(tmp_path, 
     assert (out / "bc" / "seed-1" / "summary.json").exists()
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bc", "fedcgd-fscd"]
     assert [r["policy"] for r in read_csv(out / "table.csv")] == ["fedcgd-fscd", "bc"]
-    cells = [line.split(" | ")[0] for line in (out / "table.md").read_text().splitlines()]
-    assert cells[2:] == ["| FedCGD-FSCD", "| BC (best channel)"]
     calls.clear()
     assert invoke(["compare", *args, "--run-config", "seed=7"]) == 0  # one seed from the run config
     assert [(c["policy"], c["seed"]) for c in calls] == [("fedcgd-fscd", 7), ("bc", 7)]
@@ -215,29 +188,43 @@ def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path):
         planning.plan_run("bc", 1, cifar_folder, {**cifar, **elsewhere})
 
 
+NO_STATUS = (
+    "exit code 1: the run wrote no status in {} since it was launched (the ServerApp stopped "
+    "before its start or crashed; see the log above)"
+)
+
+
 @pytest.mark.parametrize(
-    ("how", "reason"), [("status", "RuntimeError: ActorPool is empty"), ("crash", CRASHED)]
+    ("how", "reason"),
+    [("exit", NO_STATUS), ("status", "RuntimeError: ActorPool is empty"), ("crash", CRASHED)],
 )
 def test_a_failed_run_is_named_with_its_reason_and_the_printed_command_runs_it_again(
     how, reason, tmp_path, monkeypatch, capsys
 ):
-    """``flwr run`` exits 0 when the ServerApp raises (the reason: status.json) or when the
+    """``flwr run`` exits 1, or 0 when the ServerApp raises (the reason: status.json) or when the
     simulation crashed before the ServerApp said why (the reason: Flower's first ERROR line)."""
     fails = lambda c: how if bc_seed_1(c) else None  # noqa: E731
-    monkeypatch.setattr(execution, "run_flwr", finishing_flwr([], lambda c: [0.5, 0.6], fails))
+    calls: list[dict] = []
+    monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.5, 0.6], fails))
     out = tmp_path / "failing"
-    args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
+    args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--run-config", "num-server-rounds=2"]
+    args += ["--out", str(out)]
     assert invoke(["compare", *args]) == 1
+    seen = [(c["policy"], c["seed"], c["num-server-rounds"]) for c in calls]
+    assert seen == [(p, s, 2) for p in ("fedcgd-fscd", "bc") for s in (0, 1)]
+    assert calls[0]["result-dir"] == str(out / "fedcgd-fscd" / "seed-0")
     failed, last = last_two_lines(capsys, out)
+    reason = reason.format(out / "bc" / "seed-1")
     assert (
         failed == f"1 of 4 runs failed: bc/seed-1 ({reason}); the tables hold the 3 completed runs"
     )
     assert rerun_command(last) == args
-    assert len(read_csv(out / "runs.csv")) == 3
+    runs = [(r["policy"], r["seed"]) for r in read_csv(out / "runs.csv")]
+    assert runs == [("fedcgd-fscd", "0"), ("fedcgd-fscd", "1"), ("bc", "0")]
     # the printed command again: the failed run (no checkpoint) is cleared and run again; the
     # others are kept
     args, calls = rerun_command(last), []
-    monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.7]))
+    monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.7, 0.8]))
     assert invoke(["compare", *args]) == 0
     assert [(c["policy"], c["seed"]) for c in calls] == [("bc", 1)]
     assert capsys.readouterr().out.strip().splitlines()[-1] == "all 4 runs completed"

@@ -37,18 +37,9 @@ def test_mean_and_ci_by_hand(values: list, mean: float, half: float) -> None:
     assert finite([1, None, float("nan"), 2.5]) == [1.0, 2.5]
 
 
-def test_paired_t_test_matches_the_formula():
-    a = {0: 0.70, 1: 0.74, 2: 0.69, 3: 0.75}
-    b = {0: 0.60, 1: 0.66, 2: 0.65, 3: 0.62}
-    # d = 0.10, 0.08, 0.04, 0.13; sd(d) = 0.03775, t = 0.0875 / (0.03775 / 2) = 4.636 on 3 df
-    result = paired_test(a, b)
-    assert (result.n, result.mean_diff) == (4, pytest.approx(0.0875))
-    assert result.p_value == pytest.approx(2 * stats.t.sf(4.6358, 3), abs=1e-4)
-    assert result.p_value == pytest.approx(0.0189, abs=1e-4)
-    # the sign follows values - reference
-    flipped = paired_test(b, a)
-    assert (flipped.mean_diff, flipped.p_value) == pytest.approx((-0.0875, result.p_value))
-    # only common finite seeds: d = 1, 1.5, 3
+def test_the_paired_t_test_takes_the_common_finite_seeds():
+    """Its formula and sign: test_compare_policies.test_tables_from_finished_runs."""
+    # d = 1, 1.5, 3
     common = paired_test({0: 1, 1: 2, 2: 4, 7: 9, 3: None}, {0: 0, 1: 0.5, 2: 1, 3: 1, 5: 1})
     d = np.array([1.0, 1.5, 3.0])
     t = d.mean() / (d.std(ddof=1) / math.sqrt(3))
