@@ -69,16 +69,6 @@ def test_every_preset_composes_validates_takes_seeds_and_every_run_config_key(pr
             planned_runs(cfg)
 
 
-def test_a_figure_metric_the_table_lacks_is_refused_before_anything_starts(tmp_path, capsys):
-    metrics = "figure_metrics=[max_accuracy,wemd]"
-    assert reproduce.reproduce(load("digits_imbalance", [f"out={tmp_path / 'out'}", metrics])) == 2
-    assert capsys.readouterr().err == (
-        "error: figure_metrics = ['max_accuracy', 'wemd'] names 'wemd'; allowed: final_accuracy, "
-        "max_accuracy, rounds_to_target, mean_scheduled, mean_wemd\n"
-    )
-    assert not (tmp_path / "out").exists()
-
-
 SEVEN = ["fedcgd-fscd-gc", "fedcgd-fscd", "fedcgd-gs", "bc", "bn2", "poc", "fedcbs"]
 CIFAR = {k: PAPER_CIFAR10[k] for k in ("num-devices", "channel.availability-prob", "batch-size")}
 CIFAR |= {"learning-rate": PAPER_CIFAR10["learning-rate"], "channel.deadline-s": 2.0}
@@ -175,6 +165,11 @@ def test_bad_overrides_are_rejected_in_one_line_before_any_run(overrides, messag
         ("run=5", "run = 5"),  # "Input cfg is not an OmegaConf config object (int)"
         ("sweep=3", "sweep = 3"),
         ("experiment=no_such_preset", "Could not find 'experiment/no_such_preset'"),
+        (
+            "+figure_metrics=[max_accuracy,wemd]",
+            "figure_metrics = ['max_accuracy', 'wemd'] names 'wemd'; allowed: final_accuracy, "
+            "max_accuracy, rounds_to_target, mean_scheduled, mean_wemd",
+        ),
     ],
 )
 def test_bad_hydra_overrides_are_one_line_and_exit_2(
