@@ -56,11 +56,12 @@ SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the s
 
 
 def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list, shared=None, **status):
-    """A run's files with ``accuracy`` per round (settings: ``shared``), σ̂ = 1 + seed."""
+    """A run's files with ``accuracy`` per round (settings: ``shared``), σ̂ = 1 + seed, Ĝ = 0.5 +
+    seed."""
     scheduled = SCHEDULED.get(policy, [3, 3, 3])
     lines = [
         {"round": r, "accuracy": acc, "num_scheduled": scheduled[r - 1] + seed,
-         "wemd": 0.1 * r + 0.01 * seed, "sigma": 1.0 + seed}
+         "wemd": 0.1 * r + 0.01 * seed, "sigma": 1.0 + seed, "class_gradient_used": 0.5 + seed}
         for r, acc in enumerate(accuracy, start=1)
     ]  # fmt: skip
     write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)

@@ -110,6 +110,22 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
         assert table["fedcgd-fscd"][f"{key}_vs_fedcgd_fscd"] == ""
     assert table["fedcgd-fscd"]["n_paired"] == ""
     assert (out / "curves.png").stat().st_size > 0
+    # rounds to 0.6, bc − fscd: 0, (3 + 1) − 2 = 2 (bc never reached it in its 3 rounds), 0
+    assert {r["rounds_run"] for r in by_run.values()} == {"3"}
+    counts = [table["bc"][f"rounds_{k}_vs_fedcgd_fscd"] for k in ("earlier", "later", "tied")]
+    assert counts == ["0", "1", "2"] and table["bc"]["rounds_censored_pairs"] == "1"
+    # one untied pair: the exact sign test and both sign flips are as extreme, p = 1
+    assert float(table["bc"]["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(1.0)
+    assert float(table["bc"]["rounds_wilcoxon_p_vs_fedcgd_fscd"]) == pytest.approx(1.0)
+    assert all(table["fedcgd-fscd"][key] == "" for key in results.ROUNDS_TEST_COLUMNS)
+    # the indicator: the last 20 % of 3 rounds is round 3: gaps 0.10, 0.02, 0.11 against
+    # Ĝ/σ̂ = (0.5 + s) / (1 + s): ranks (1 2 3) and (2 1 3), rho = 1 − 6 · 2 / (3 · 8) = 0.5
+    points = read_csv(out / "indicator.csv")
+    assert [p["seed"] for p in points] == ["0", "1", "2"]
+    assert [float(p["gap_late"]) for p in points] == pytest.approx([0.10, 0.02, 0.11])
+    (summary,) = read_csv(out / "indicator_test.csv")
+    assert summary["n_points"] == "3" and summary["early_rounds"] == "50"
+    assert float(summary["spearman_rho"]) == pytest.approx(0.5)
 
 
 def test_pairs_only_common_seeds_and_one_seed_has_no_interval(tmp_path, monkeypatch):
