@@ -265,7 +265,7 @@ def test_a_summary_is_kept_a_checkpoint_resumed_anything_else_run_from_the_start
     monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.5, 0.6, 0.8]))
     plans = planning.plan_runs(["bc"], shared, tmp_path, [0, 1, 2])
     assert [p.action for p in plans] == [planning.KEEP, planning.RESUME, planning.RUN]
-    result = execution.run_policies(["bc"], shared, tmp_path, seeds=[0, 1, 2], plans=plans)
+    result = execution.run_policies(["bc"], shared, tmp_path, seeds=[0, 1, 2])
     assert [(c["seed"], c.get("resume-from")) for c in calls] == [(1, str(resumed)), (2, None)]
     assert result.code == 0 and [r["final_accuracy"] for r in result.runs] == [0.7, 0.8, 0.8]
     assert (stopped / "notes.txt").read_text() == "mine"

@@ -196,21 +196,15 @@ def test_the_indicator_is_tested_across_settings_not_across_points(
     assert line.splitlines()[0].startswith("Ĝ/σ̂ over rounds 1-50 (FedCGD-FSCD)")  # no rounds known
 
 
-def metrics_lines(accuracy: list[float], ratio: float) -> list[dict]:
-    """Rounds 1..n with σ̂ = 2 and Ĝ = 2 × ``ratio`` (so Ĝ/σ̂ = ``ratio``)."""
-    return [
-        {"round": r, "accuracy": a, "sigma": 2.0, "class_gradient_used": 2.0 * ratio}
-        for r, a in enumerate(accuracy, start=1)
-    ]
-
-
 def write_pair(out: Path, seed: int, fscd: list[float], bc: list[float], ratio: float, **kw):
-    """A FedCGD-FSCD and a BC run of ``seed`` under ``out`` (settings ``kw``)."""
+    """A FedCGD-FSCD and a BC run of ``seed`` under ``out`` (settings ``kw``), Ĝ/σ̂ = ``ratio``."""
     for policy, accs in (("fedcgd-fscd", fscd), ("bc", bc)):
-        lines = metrics_lines(accs, ratio)
-        write_run(
-            planning.run_dir(out, policy, seed), {"policy": policy, "seed": seed, **kw}, lines
-        )
+        lines = [
+            {"round": r, "accuracy": a, "sigma": 2.0, "class_gradient_used": 2.0 * ratio}
+            for r, a in enumerate(accs, start=1)
+        ]
+        overrides = {"policy": policy, "seed": seed, **kw}
+        write_run(planning.run_dir(out, policy, seed), overrides, lines)
 
 
 def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed_and_count_a_run_once(

@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from proc_tree import alive, command_line, descendants
 from run_results import comparable, same_model
 from subprocesses import FEDCGD, run_ok
+from test_reproduce import load
 
-from experiments.compare.reproduce import CONF_DIR, reproduce
+from experiments.compare.reproduce import reproduce
 from experiments.run.processes import usable_cores
 from experiments.run.ray_runs import RUN_LOG, resolve_jobs
 
@@ -25,11 +25,6 @@ def test_jobs_zero_means_one_per_core_only_inprocess_side_by_side_and_bad_counts
         resolve_jobs(2, "simulation")
     with pytest.raises(ValueError, match=r"jobs: got .*allowed: a whole number >= 1"):
         resolve_jobs(bad, "inprocess")
-
-
-def load(preset: str, overrides: list[str]):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        return compose("config", overrides=[f"experiment={preset}", *overrides])
 
 
 @pytest.mark.slow  # 60 s; test_paths runs a preset side by side in the default suite

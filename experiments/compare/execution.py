@@ -181,12 +181,11 @@ def run_policies(
     seeds: Sequence[int] = (0,),
     target_accuracy: float | None = None,
     num_supernodes: int | None = None,
-    plans: Sequence[PlannedRun] | None = None,
 ) -> ComparisonRuns:
     """A comparison on the simulation engine into ``out/<policy>/seed-<s>``; the tables."""
     seeds = check_comparison(policies, shared, seeds)
     with claim_folder(out, "--out"):
-        plans = plans or plan_runs(policies, shared, out, seeds, target_accuracy)
+        plans = plan_runs(policies, shared, out, seeds, target_accuracy)
         how = LaunchSettings("simulation", num_supernodes=num_supernodes)
         return run_points([("", plans)], out, how, target_accuracy)
 
