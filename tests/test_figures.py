@@ -231,9 +231,10 @@ def test_plot_runs_labels_each_run_by_the_settings_that_differ(
     tmp_path: Path,
     figures: list[Any],
 ) -> None:
+    """Rounds and device counts get integer ticks, even when constant (rounds 1, 2; 4 always)."""
     dirs = [tmp_path / name for name in runs]
     for folder, overrides in zip(dirs, runs.values(), strict=True):
-        write_run(folder, overrides, _lines(3))
+        write_run(folder, overrides, _lines(2, scheduled=4))
     plot_runs(dirs, tmp_path / "runs.png")
     (fig,) = figures
     series = _series(fig.axes[0])
@@ -241,6 +242,12 @@ def test_plot_runs_labels_each_run_by_the_settings_that_differ(
     assert [colour for _, colour, _ in series] == colours
     assert len({(colour, style) for _, colour, style in series}) == len(runs)
     assert [text.get_text() for text in fig.legends[0].get_texts()] == labels  # no band
+    accuracy, scheduled, wemd = fig.axes
+    for axis in (accuracy.xaxis, scheduled.xaxis, wemd.xaxis, scheduled.yaxis):
+        ticks = _visible_ticks(axis)
+        assert len(ticks) >= 2 and all(t == int(t) for t in ticks), ticks
+    assert 4 in _visible_ticks(scheduled.yaxis)
+    assert not all(t == int(t) for t in _visible_ticks(wemd.yaxis))  # not a count: untouched
 
 
 def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> None:
@@ -253,18 +260,7 @@ def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> N
     assert run_labels(dirs[:2], ["poc", "bc"]) == ["POC (power of choice)", "BC (best channel)"]
 
 
-def test_rounds_and_device_counts_get_integer_ticks_even_when_constant(
-    tmp_path: Path, figures: list[Any]
-) -> None:
-    write_run(tmp_path / "r", {"policy": "bc"}, _lines(2, scheduled=4))  # rounds 1, 2; 4 always
-    plot_runs([tmp_path / "r"], tmp_path / "r.png")
-    accuracy, scheduled, wemd = figures[0].axes
-    for axis in (accuracy.xaxis, scheduled.xaxis, wemd.xaxis, scheduled.yaxis):
-        ticks = _visible_ticks(axis)
-        assert len(ticks) >= 2 and all(t == int(t) for t in ticks), ticks
-    assert 4 in _visible_ticks(scheduled.yaxis)
-    assert not all(t == int(t) for t in _visible_ticks(wemd.yaxis))  # not a count: untouched
-    # a count that stays at zero never gets ticks below zero
+def test_a_count_that_stays_at_zero_never_gets_ticks_below_zero() -> None:
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3], [0, 0, 0])
     label_axis(ax, "num_scheduled")
