@@ -228,15 +228,10 @@ def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed_and_count_a_run
     assert points[1]["fscd_late_accuracy"] == pytest.approx(0.9)
 
 
-@pytest.fixture
-def kept_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runs written by hand are read back: none may run."""
-    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
-
-
 def test_the_indicator_command_pools_comparisons(
-    tmp_path: Path, kept_runs: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
     gaps = {"one": [0.0, 0.1], "two": [0.2, 0.3]}  # gap grows with Ĝ/σ̂ 1, 2, 3, 4
     ratio = iter([1.0, 2.0, 3.0, 4.0])
     for name, per_seed in gaps.items():
