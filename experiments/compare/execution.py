@@ -101,8 +101,7 @@ class ComparisonRuns:
 
 
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder; a run to start loses a stopped run's files (never a summary
-    or a checkpoint: the ServerApp refuses a run that completed or saved one since planned)."""  # noqa: D205, D209
+    """Lock the folder; a run to start loses a stopped run's files, not a summary or checkpoint."""
     claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
     if plan.action == RUN:
         for name in set(RUN_FILES) - {SUMMARY_FILE, CHECKPOINT_FILE}:
@@ -151,8 +150,7 @@ def run_reason(
     output: str = "",
     failure: BaseException | None = None,
 ) -> str | None:
-    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line
-    (``failure``: what an in-process run raised)."""  # noqa: D205, D209
+    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line."""
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
         return None

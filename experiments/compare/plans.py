@@ -129,8 +129,7 @@ def check_comparison(
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One (policy, seed), its folder, its run-config overrides, :data:`RUN` / KEEP / RESUME and
-    a kept run's ``runs.csv`` row."""  # noqa: D205, D209
+    """One (policy, seed): folder, run-config overrides, :data:`RUN` / KEEP / RESUME, kept row."""
 
     policy: str
     seed: int
